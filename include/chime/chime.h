@@ -1,0 +1,241 @@
+/* chime client API, and the embedded server.
+ *
+ * A learner or actor connects with chime_client_create(). Actors insert with a
+ * writer; learners open a stream and loop next/release. The same calls work
+ * whether the stream maps the server's ring (shm, zero copy) or receives copies
+ * over gRPC (stream mode).
+ *
+ *   chime_client_t *c;
+ *   chime_client_create(&c, "127.0.0.1:50051", NULL);
+ *   chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
+ *   so.batch_size = 256;
+ *   chime_stream_t *s;
+ *   chime_stream_open(c, "demo", &so, &s);
+ *   chime_batch_t b;
+ *   while (chime_stream_next(s, &b, 1000) == 0) {
+ *     const float *obs = b.leaf[0].data;   // [256, 64] floats, in place
+ *     ...
+ *     chime_batch_release(s, &b);
+ *   }
+ *   chime_stream_close(s);
+ *   chime_client_destroy(c);
+ *
+ * Every call returns 0 or a negative CHIME_E* code (chime/errors.h); a sentence
+ * about the last failure of an object is in chime_*_last_error().
+ *
+ * Thread safety: a client may be shared by threads (each writer and stream is
+ * used by one thread at a time). A stream's next and release must be called
+ * from one thread at a time; batches may be released in any order.
+ */
+#ifndef CHIME_CHIME_H
+#define CHIME_CHIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "chime/errors.h"
+#include "chime/ring.h"
+#include "chime/version.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- client */
+
+typedef struct chime_client_s chime_client_t;
+
+typedef struct {
+  int timeout_ms;              /* per unary call; default 5000 */
+  size_t max_message_bytes;    /* gRPC send/receive limit; default 64 MiB */
+} chime_client_opts_t;
+#define CHIME_CLIENT_OPTS_INIT {5000, 64u << 20}
+
+/* Connects to "host:port" or "unix:/path". Calls gRPC's grpc_init(). */
+CHIME_EXTERN CHIME_NODISCARD int
+chime_client_create(chime_client_t **out, const char *address,
+                    const chime_client_opts_t *opts);
+CHIME_EXTERN void chime_client_destroy(chime_client_t *client); /* NULL-safe */
+CHIME_EXTERN const char *chime_client_last_error(const chime_client_t *client);
+
+typedef struct {
+  char name[CHIME_MAX_NAME];
+  chime_spec_t spec;
+  uint64_t capacity;
+  uint64_t size;
+  uint64_t min_size;
+  uint64_t sample_bytes;
+  char sampler[16];
+} chime_table_info_t;
+
+typedef struct {
+  char version[32];
+  char boot_id[64];
+  char hostname[256];
+  int pin_host_memory;
+  uint64_t pinned_bytes;
+  uint32_t ntables;
+  chime_table_info_t *tables;
+} chime_server_info_t;
+
+/* GetInfo. Free *out with chime_server_info_free(). */
+CHIME_EXTERN CHIME_NODISCARD int chime_client_info(chime_client_t *client,
+                                                   chime_server_info_t **out);
+CHIME_EXTERN void chime_server_info_free(chime_server_info_t *info);
+
+/* Stats as the server's JSON-able view: filled by chime_client_stats(). */
+typedef struct {
+  char name[CHIME_MAX_NAME];
+  uint64_t size, capacity, inserts, samples, sampler_wait_ns, insert_wait_ns;
+} chime_table_stats_t;
+
+typedef struct {
+  uint64_t stream_id;
+  char table[CHIME_MAX_NAME];
+  int mode; /* chime_mode_t */
+  uint64_t batches, bytes, producer_wait_ns, consumer_wait_ns, ring_bytes;
+  uint32_t leases, max_leases;
+  int pinned;
+} chime_stream_stats_t;
+
+typedef struct {
+  uint32_t ntables;
+  chime_table_stats_t *tables;
+  uint32_t nstreams;
+  chime_stream_stats_t *streams;
+  uint64_t ring_bytes_total;
+  uint64_t pinned_bytes;
+} chime_stats_t;
+
+CHIME_EXTERN CHIME_NODISCARD int chime_client_stats(chime_client_t *client,
+                                                    chime_stats_t **out);
+CHIME_EXTERN void chime_stats_free(chime_stats_t *stats);
+
+/* ---------------------------------------------------------------- writer */
+
+typedef struct chime_writer_s chime_writer_t;
+
+typedef struct {
+  uint32_t max_batch_samples; /* samples per Insert message; default 256 */
+  size_t max_batch_bytes;     /* bytes per Insert message; default 1 MiB */
+  uint32_t max_inflight;      /* messages not yet acked; default 8 */
+  int timeout_ms;             /* for flush/close; default 30000 */
+} chime_writer_opts_t;
+#define CHIME_WRITER_OPTS_INIT {256, 1u << 20, 8, 30000}
+
+/* Opens an Insert stream to `table`. */
+CHIME_EXTERN CHIME_NODISCARD int
+chime_writer_open(chime_client_t *client, const char *table,
+                  const chime_writer_opts_t *opts, chime_writer_t **out);
+/* Queues one sample (exactly the table's sample bytes, leaves in spec order)
+ * with a priority. Sends a message when the batch is full; may block while
+ * max_inflight messages wait for acks. An error from the server (wrong size:
+ * CHIME_EINVAL naming the leaf) is returned by this or the next call. */
+CHIME_EXTERN CHIME_NODISCARD int chime_writer_append(chime_writer_t *writer,
+                                                     const void *sample,
+                                                     size_t len,
+                                                     double priority);
+/* Sends what is queued and waits until every sample is acked (in the table). */
+CHIME_EXTERN CHIME_NODISCARD int chime_writer_flush(chime_writer_t *writer);
+/* Samples acked so far. */
+CHIME_EXTERN uint64_t chime_writer_acked(const chime_writer_t *writer);
+CHIME_EXTERN const char *chime_writer_last_error(const chime_writer_t *writer);
+/* Flushes, closes the stream and frees. Returns the flush result. NULL-safe. */
+CHIME_EXTERN int chime_writer_close(chime_writer_t *writer);
+
+/* ---------------------------------------------------------------- stream */
+
+typedef enum {
+  CHIME_MODE_AUTO = 0,
+  CHIME_MODE_SHM = 1,
+  CHIME_MODE_STREAM = 2,
+} chime_mode_t;
+
+typedef struct chime_stream_s chime_stream_t;
+
+typedef struct {
+  uint32_t batch_size;  /* samples per batch; required */
+  uint32_t slots;       /* ring slots; default 8 */
+  chime_mode_t mode;    /* default CHIME_MODE_AUTO */
+  uint32_t prefetch;    /* stream mode: batches in flight; default slots - 1 */
+  int open_timeout_ms;  /* default 10000 */
+  int pin_host_memory;  /* page-lock this process's view of the ring */
+} chime_stream_opts_t;
+#define CHIME_STREAM_OPTS_INIT {0, 8, CHIME_MODE_AUTO, 0, 10000, 0}
+
+/* One leaf of a batch: a [count, *shape] array, contiguous. */
+typedef struct {
+  const char *name;
+  chime_dtype_t dtype;
+  uint32_t ndim;                     /* includes the batch dimension */
+  uint64_t shape[CHIME_MAX_DIMS + 1]; /* shape[0] == count */
+  const void *data;
+  uint64_t bytes;
+} chime_batch_leaf_t;
+
+typedef struct {
+  uint64_t seq;
+  uint32_t count;
+  uint32_t nleaves;
+  chime_batch_leaf_t leaf[CHIME_MAX_LEAVES];
+  const chime_sample_info_t *info; /* count records */
+  uint32_t slot;                   /* internal: which ring slot */
+} chime_batch_t;
+
+/* Opens a stream of batches from `table`. In auto mode it maps the server's
+ * ring when the server is on this host and the attach succeeds, else it streams
+ * over gRPC; chime_stream_mode()/chime_stream_fallback_reason() say which and
+ * why. */
+CHIME_EXTERN CHIME_NODISCARD int
+chime_stream_open(chime_client_t *client, const char *table,
+                  const chime_stream_opts_t *opts, chime_stream_t **out);
+/* Next batch. timeout_ms < 0 waits forever. CHIME_ETIMEDOUT, CHIME_EBUSY
+ * (slots - 1 batches held), CHIME_ESHUTDOWN (server shutting down),
+ * CHIME_EDISCONNECTED (server gone; held batches stay readable). */
+CHIME_EXTERN CHIME_NODISCARD int
+chime_stream_next(chime_stream_t *stream, chime_batch_t *out, int timeout_ms);
+/* Gives a batch back, in any order. */
+CHIME_EXTERN int chime_batch_release(chime_stream_t *stream,
+                                     const chime_batch_t *batch);
+CHIME_EXTERN chime_mode_t chime_stream_mode(const chime_stream_t *stream);
+/* NULL when the requested mode was used; else why auto fell back. */
+CHIME_EXTERN const char *chime_stream_fallback_reason(
+    const chime_stream_t *stream);
+CHIME_EXTERN const char *chime_stream_last_error(const chime_stream_t *stream);
+CHIME_EXTERN void chime_stream_close(chime_stream_t *stream); /* NULL-safe */
+CHIME_EXTERN const char *chime_mode_name(chime_mode_t mode);
+
+/* -------------------------------------------------------- embedded server */
+
+struct grpc_server;
+struct grpc_completion_queue;
+typedef struct chime_server_s chime_server_t;
+
+typedef struct {
+  const char *config_path;   /* JSON config, or NULL for the built-in default */
+  const char *listen;        /* overrides the config's listen address */
+  int pin_host_memory;       /* -1: as configured, 0 off, 1 on */
+} chime_server_opts_t;
+#define CHIME_SERVER_OPTS_INIT {NULL, NULL, -1}
+
+/* Builds tables and the handoff socket from the config; serves nothing yet. */
+CHIME_EXTERN CHIME_NODISCARD int
+chime_server_create(chime_server_t **out, const chime_server_opts_t *opts,
+                    char *err, size_t errlen);
+/* Registers chime.v1.Chime on an application's server. Must be called before
+ * grpc_server_start(); `cq` is a completion queue registered on `server` that
+ * chime polls on its own thread. */
+CHIME_EXTERN CHIME_NODISCARD int
+chime_service_register(chime_server_t *srv, struct grpc_server *server,
+                       struct grpc_completion_queue *cq);
+/* After grpc_server_start(): starts samplers and the call loop. */
+CHIME_EXTERN CHIME_NODISCARD int chime_server_start(chime_server_t *srv);
+/* Graceful stop: refuses new calls, finishes acked inserts, tells streams
+ * "shutting down". The application then shuts its grpc_server down. */
+CHIME_EXTERN void chime_server_stop(chime_server_t *srv);
+CHIME_EXTERN void chime_server_destroy(chime_server_t *srv); /* NULL-safe */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

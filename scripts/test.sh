@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The test command: installs what is missing, then builds and runs the whole
+# CTest suite in a Release build and an ASan+UBSan build, the ring tests under
+# TSan, and checks that the ring builds without the service (no gRPC).
+# Exits non-zero on any failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/setup
+jobs=$(nproc)
+werror=${CHIME_WERROR:-ON}
+
+build() { # dir, cmake args...
+  local dir=$1
+  shift
+  cmake -S . -B "$dir" -DCHIME_WERROR="$werror" "$@" >/dev/null
+  cmake --build "$dir" -j "$jobs"
+}
+
+run_ctest() { # dir, ctest args...
+  local dir=$1
+  shift
+  ctest --test-dir "$dir" --output-on-failure -j "$jobs" "$@"
+}
+
+echo "== Release"
+build build -DCMAKE_BUILD_TYPE=Release
+run_ctest build
+
+echo "== ASan+UBSan"
+build build-asan -DCMAKE_BUILD_TYPE=Debug -DCHIME_SANITIZE=address,undefined
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 run_ctest build-asan
+
+echo "== ring only (no gRPC), TSan"
+build build-tsan -DCMAKE_BUILD_TYPE=Debug -DCHIME_WITH_SERVICE=OFF -DCHIME_SANITIZE=thread
+TSAN_OPTIONS=halt_on_error=1 run_ctest build-tsan -L ring
+
+echo "== all tests passed"

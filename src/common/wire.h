@@ -1,0 +1,35 @@
+/* Hand-written framing of SubscribeResponse{chunk: Chunk{...}} so batch bytes
+ * go from slot memory to the socket, and from the socket to a local slot,
+ * without protobuf-c packing or unpacking the payload. The bytes are valid
+ * protobuf for chime.v1.SubscribeResponse (see proto/chime.proto). */
+#ifndef CHIME_WIRE_H
+#define CHIME_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Longest header chime__chunk_header_encode() writes. */
+#define CHIME_CHUNK_HEADER_MAX 48
+
+typedef struct {
+  uint64_t seq;
+  uint64_t offset;
+  uint64_t total;
+  uint64_t data_len;
+  size_t header_len; /* data starts here in the message */
+} chime__chunk_t;
+
+/* Writes the message bytes that precede `data_len` payload bytes. Returns the
+ * header length (<= CHIME_CHUNK_HEADER_MAX). */
+size_t chime__chunk_header_encode(uint8_t *buf, uint64_t seq, uint64_t offset,
+                                  uint64_t total, uint64_t data_len);
+
+/* Parses a chunk header from the first `avail` bytes of a message that is
+ * `msg_len` bytes long. Returns 0, CHIME_ENOTFOUND when the message is not a
+ * chunk (unpack it with protobuf-c instead), or CHIME_EPROTO when it is a
+ * malformed chunk (bad varint, payload not ending the message, offset + len
+ * beyond total). */
+int chime__chunk_parse(const uint8_t *p, size_t avail, size_t msg_len,
+                       chime__chunk_t *out);
+
+#endif

@@ -216,6 +216,18 @@ CHIME_EXTERN void *chime_ring_map_base(const chime_ring_t *ring, size_t *len);
 CHIME_EXTERN void *chime_ring_slot_base(const chime_ring_t *ring,
                                         uint32_t slot);
 
+/* --- page-locking (CUDA runtime, loaded with dlopen on first use) --- */
+
+/* Page-locks this side's mapping of every slot with cudaHostRegister
+ * (portable; read-only as well for a consumer's read-only mapping). All or
+ * nothing: on failure nothing stays registered and err names every place the
+ * runtime was looked for and the CUDA error by name and number. Unregistered by
+ * chime_ring_destroy() before unmapping. See docs/pinning.md. */
+CHIME_EXTERN CHIME_NODISCARD int chime_ring_pin(chime_ring_t *ring, char *err,
+                                                size_t errlen);
+/* Bytes this side has page-locked (0 when not pinned). */
+CHIME_EXTERN uint64_t chime_ring_pinned_bytes(const chime_ring_t *ring);
+
 #ifdef __cplusplus
 }
 #endif

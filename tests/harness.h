@@ -1,0 +1,89 @@
+/* Test harness: child processes for integration tests.
+ *
+ * Children are started with posix_spawn (never plain fork: tests are gRPC
+ * processes). Each child goes through a trampoline (this test binary re-exec'd)
+ * that sets PR_SET_PDEATHSIG so it dies with the test even when the test
+ * process is killed by CTest's timeout or crashes; every child is also
+ * tracked, and killed and reaped at exit (atexit) and by
+ * chime__harness_kill_all() from a CMocka teardown after an assertion failure.
+ * Spawn from the main thread: the death signal fires when the spawning thread
+ * exits.
+ */
+#ifndef CHIME_TESTS_HARNESS_H
+#define CHIME_TESTS_HARNESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef struct {
+  pid_t pid;  /* 0 once reaped */
+  int out_fd; /* read end of the child's stdout pipe, or -1 */
+  int status; /* waitpid status once reaped */
+  int reaped;
+  char out_path[512]; /* stdout file when spawned with one, else "" */
+} chime__proc_t;
+
+/* Starts argv[0] (a path) with argv. stdout goes to out_path when not NULL,
+ * else to a pipe read with chime__proc_read_line(); stderr is inherited so it
+ * shows in CTest's output. Returns 0 or a negative CHIME_E* code. */
+int chime__proc_spawn(chime__proc_t *p, const char *const argv[],
+                      const char *out_path);
+/* Waits up to timeout_ms for the child to exit. CHIME_ETIMEDOUT if it did not
+ * (the child keeps running). *status gets the waitpid status. */
+int chime__proc_wait(chime__proc_t *p, int timeout_ms, int *status);
+/* Sends sig, waits up to timeout_ms, then SIGKILLs and reaps. Returns 0 when
+ * the child exited within the wait, CHIME_ETIMEDOUT when it had to be
+ * killed. */
+int chime__proc_stop(chime__proc_t *p, int sig, int timeout_ms, int *status);
+/* SIGKILL and reap (NULL-safe, idempotent). Closes the stdout pipe. */
+void chime__proc_kill(chime__proc_t *p);
+/* Reads stdout lines from the pipe until one starts with prefix; copies the
+ * rest of that line (prefix removed, no newline) into buf. CHIME_ETIMEDOUT,
+ * CHIME_EDISCONNECTED when the child closed stdout first. */
+int chime__proc_read_line(chime__proc_t *p, const char *prefix, char *buf,
+                          size_t len, int timeout_ms);
+/* The last line of the child's stdout file that starts with '{'. */
+int chime__proc_last_json(const chime__proc_t *p, char *buf, size_t len);
+/* "exit 0", "signal 9 (Killed)", ... for messages. */
+const char *chime__status_str(int status, char *buf, size_t len);
+/* Kills and reaps every child still tracked. */
+void chime__harness_kill_all(void);
+
+/* A path to a binary of this build: rel is relative to the build directory
+ * ("src/server/chimed"). Uses $CHIME_BUILD_DIR (set by chime_add_test), else
+ * the directory above this test binary. Returns buf, or NULL if the file is
+ * not executable. */
+const char *chime__harness_bin(const char *rel, char *buf, size_t len);
+
+/* A private temporary directory, created on first use and removed with its
+ * files at exit. */
+const char *chime__harness_tmpdir(void);
+/* Writes text to <tmpdir>/name; the full path goes into path. */
+int chime__harness_write_file(const char *name, const char *text, char *path,
+                              size_t len);
+
+/* A running chimed. */
+typedef struct {
+  chime__proc_t proc;
+  char addr[256];        /* "127.0.0.1:PORT" from its "listening on" line */
+  char config_path[512]; /* "" for the built-in default */
+} chime__chimed_t;
+
+/* Starts chimed with --listen 127.0.0.1:0 and, when config_json is not NULL,
+ * a config file holding it; extra_args (NULL-terminated, may be NULL) are
+ * appended. Waits up to timeout_ms for "listening on". CHIME_ENOTFOUND when
+ * chimed is not built (callers skip with 77). */
+int chime__chimed_start(chime__chimed_t *d, const char *config_json,
+                        const char *const extra_args[], int timeout_ms);
+/* SIGTERM, wait up to timeout_ms, then SIGKILL. As chime__proc_stop. */
+int chime__chimed_stop(chime__chimed_t *d, int timeout_ms, int *status);
+
+/* Milliseconds on CLOCK_MONOTONIC, for bounded polling loops. */
+int64_t chime__now_ms(void);
+void chime__sleep_ms(int ms);
+
+/* Exits 77 (CTest skip) with a reason on stderr. */
+void chime__skip(const char *why);
+
+#endif

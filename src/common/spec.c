@@ -1,0 +1,378 @@
+/* Specs: leaves, dtypes, sizes, and the "name:dtype[dims], ..." text form.
+ *
+ * Specs come from config files, protobuf messages and ring headers, so every
+ * entry point treats its input as untrusted: names are bounded and checked,
+ * every size product is overflow-checked, and errors name the leaf. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "chime/ring.h"
+
+static void spec_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void spec_err(char *err, size_t errlen, const char *fmt, ...) {
+  va_list ap;
+  if (err == NULL || errlen == 0)
+    return;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+}
+
+const char *chime_dtype_name(chime_dtype_t dtype) {
+  switch (dtype) {
+#define CHIME__DTYPE_NAME(name, value, str, size)                              \
+  case CHIME_DTYPE_##name:                                                     \
+    return str;
+    CHIME_DTYPE_MAP(CHIME__DTYPE_NAME)
+#undef CHIME__DTYPE_NAME
+  default:
+    break;
+  }
+  return "invalid";
+}
+
+size_t chime_dtype_size(chime_dtype_t dtype) {
+  switch (dtype) {
+#define CHIME__DTYPE_SIZE(name, value, str, size)                              \
+  case CHIME_DTYPE_##name:                                                     \
+    return size;
+    CHIME_DTYPE_MAP(CHIME__DTYPE_SIZE)
+#undef CHIME__DTYPE_SIZE
+  default:
+    break;
+  }
+  return 0;
+}
+
+chime_dtype_t chime_dtype_from_name(const char *name) {
+  if (name == NULL)
+    return CHIME_DTYPE_INVALID;
+#define CHIME__DTYPE_FROM(n, value, str, size)                                 \
+  if (strcmp(name, str) == 0)                                                  \
+    return CHIME_DTYPE_##n;
+  CHIME_DTYPE_MAP(CHIME__DTYPE_FROM)
+#undef CHIME__DTYPE_FROM
+  return CHIME_DTYPE_INVALID;
+}
+
+static int mul_u64(uint64_t a, uint64_t b, uint64_t *out) {
+  return __builtin_mul_overflow(a, b, out) ? CHIME_EOVERFLOW : 0;
+}
+
+/* 0 when the leaf is malformed or its size does not fit in 64 bits. */
+uint64_t chime_leaf_bytes(const chime_leaf_t *leaf) {
+  uint64_t bytes;
+  if (leaf == NULL || leaf->ndim > CHIME_MAX_DIMS)
+    return 0;
+  bytes = chime_dtype_size(leaf->dtype);
+  for (uint32_t d = 0; d < leaf->ndim && bytes != 0; d++) {
+    if (leaf->shape[d] == 0 || mul_u64(bytes, leaf->shape[d], &bytes) != 0)
+      return 0;
+  }
+  return bytes;
+}
+
+uint64_t chime_spec_sample_bytes(const chime_spec_t *spec) {
+  uint64_t total = 0;
+  if (spec == NULL || spec->nleaves == 0 || spec->nleaves > CHIME_MAX_LEAVES)
+    return 0;
+  for (uint32_t i = 0; i < spec->nleaves; i++) {
+    uint64_t b = chime_leaf_bytes(&spec->leaves[i]);
+    if (b == 0 || __builtin_add_overflow(total, b, &total))
+      return 0;
+  }
+  return total;
+}
+
+static int name_char_ok(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+         (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '/' || c == '-';
+}
+
+/* Names may come from a ring header or a message: never assume a NUL. */
+static int name_check(const char *name, char *err, size_t errlen,
+                      uint32_t index) {
+  size_t len = strnlen(name, CHIME_MAX_NAME);
+  if (len == 0) {
+    spec_err(err, errlen, "leaf %u: empty name", index);
+    return CHIME_EINVAL;
+  }
+  if (len == CHIME_MAX_NAME) {
+    spec_err(err, errlen, "leaf %u: name longer than %d bytes", index,
+             CHIME_MAX_NAME - 1);
+    return CHIME_EINVAL;
+  }
+  for (size_t i = 0; i < len; i++) {
+    if (!name_char_ok(name[i])) {
+      spec_err(err, errlen,
+               "leaf '%s': illegal character in name (allowed: "
+               "A-Z a-z 0-9 _ . / -)",
+               name);
+      return CHIME_EINVAL;
+    }
+  }
+  return 0;
+}
+
+int chime_spec_validate(const chime_spec_t *spec, char *err, size_t errlen) {
+  uint64_t total = 0;
+  if (spec == NULL) {
+    spec_err(err, errlen, "no spec");
+    return CHIME_EINVAL;
+  }
+  if (spec->nleaves == 0) {
+    spec_err(err, errlen, "empty spec: at least one leaf is needed");
+    return CHIME_EINVAL;
+  }
+  if (spec->nleaves > CHIME_MAX_LEAVES) {
+    spec_err(err, errlen, "spec has %u leaves, at most %d allowed",
+             spec->nleaves, CHIME_MAX_LEAVES);
+    return CHIME_EINVAL;
+  }
+  for (uint32_t i = 0; i < spec->nleaves; i++) {
+    const chime_leaf_t *leaf = &spec->leaves[i];
+    uint64_t bytes;
+    int rc = name_check(leaf->name, err, errlen, i);
+    if (rc != 0)
+      return rc;
+    for (uint32_t j = 0; j < i; j++) {
+      if (strncmp(spec->leaves[j].name, leaf->name, CHIME_MAX_NAME) == 0) {
+        spec_err(err, errlen, "leaf '%s': duplicate name", leaf->name);
+        return CHIME_EINVAL;
+      }
+    }
+    if (chime_dtype_size(leaf->dtype) == 0) {
+      spec_err(err, errlen, "leaf '%s': unknown dtype %d", leaf->name,
+               (int)leaf->dtype);
+      return CHIME_EINVAL;
+    }
+    if (leaf->ndim > CHIME_MAX_DIMS) {
+      spec_err(err, errlen, "leaf '%s': %u dims, at most %d allowed",
+               leaf->name, leaf->ndim, CHIME_MAX_DIMS);
+      return CHIME_EINVAL;
+    }
+    for (uint32_t d = 0; d < leaf->ndim; d++) {
+      if (leaf->shape[d] == 0) {
+        spec_err(err, errlen, "leaf '%s': dimension %u is zero", leaf->name, d);
+        return CHIME_EINVAL;
+      }
+    }
+    bytes = chime_leaf_bytes(leaf);
+    if (bytes == 0 || __builtin_add_overflow(total, bytes, &total)) {
+      spec_err(err, errlen, "leaf '%s': size overflows 64 bits", leaf->name);
+      return CHIME_EINVAL;
+    }
+  }
+  return 0;
+}
+
+/* --- parsing --- */
+
+typedef struct {
+  const char *p;
+  char *err;
+  size_t errlen;
+} parser_t;
+
+static void skip_ws(parser_t *ps) {
+  while (*ps->p == ' ' || *ps->p == '\t' || *ps->p == '\n' || *ps->p == '\r')
+    ps->p++;
+}
+
+/* Copies a token of name characters (or dtype letters) into buf. */
+static size_t take_token(parser_t *ps, char *buf, size_t cap) {
+  size_t n = 0;
+  while (name_char_ok(*ps->p)) {
+    if (n + 1 < cap)
+      buf[n] = *ps->p;
+    n++;
+    ps->p++;
+  }
+  if (cap > 0)
+    buf[n < cap ? n : cap - 1] = '\0';
+  return n;
+}
+
+static int parse_dim(parser_t *ps, const char *leaf, uint64_t *out) {
+  uint64_t v = 0;
+  int digits = 0;
+  while (*ps->p >= '0' && *ps->p <= '9') {
+    if (__builtin_mul_overflow(v, 10, &v) ||
+        __builtin_add_overflow(v, (uint64_t)(*ps->p - '0'), &v)) {
+      spec_err(ps->err, ps->errlen, "leaf '%s': dimension overflows 64 bits",
+               leaf);
+      return CHIME_EINVAL;
+    }
+    digits++;
+    ps->p++;
+  }
+  if (digits == 0) {
+    spec_err(ps->err, ps->errlen, "leaf '%s': expected a dimension at '%.16s'",
+             leaf, ps->p);
+    return CHIME_EINVAL;
+  }
+  if (v == 0) {
+    spec_err(ps->err, ps->errlen, "leaf '%s': dimension is zero", leaf);
+    return CHIME_EINVAL;
+  }
+  *out = v;
+  return 0;
+}
+
+static int parse_shape(parser_t *ps, chime_leaf_t *leaf) {
+  skip_ws(ps);
+  if (*ps->p != '[')
+    return 0; /* a scalar: "r:f32" */
+  ps->p++;
+  skip_ws(ps);
+  if (*ps->p == ']') {
+    ps->p++;
+    return 0;
+  }
+  for (;;) {
+    uint64_t dim;
+    int rc;
+    skip_ws(ps);
+    if (leaf->ndim == CHIME_MAX_DIMS) {
+      spec_err(ps->err, ps->errlen, "leaf '%s': more than %d dims", leaf->name,
+               CHIME_MAX_DIMS);
+      return CHIME_EINVAL;
+    }
+    rc = parse_dim(ps, leaf->name, &dim);
+    if (rc != 0)
+      return rc;
+    leaf->shape[leaf->ndim++] = dim;
+    skip_ws(ps);
+    if (*ps->p == ',') {
+      ps->p++;
+      continue;
+    }
+    if (*ps->p == ']') {
+      ps->p++;
+      return 0;
+    }
+    spec_err(ps->err, ps->errlen, "leaf '%s': expected ',' or ']' at '%.16s'",
+             leaf->name, ps->p);
+    return CHIME_EINVAL;
+  }
+}
+
+static int parse_leaf(parser_t *ps, chime_spec_t *spec) {
+  chime_leaf_t *leaf;
+  char dtype[16];
+  size_t n;
+  uint32_t index = spec->nleaves;
+
+  if (index == CHIME_MAX_LEAVES) {
+    spec_err(ps->err, ps->errlen, "more than %d leaves", CHIME_MAX_LEAVES);
+    return CHIME_EINVAL;
+  }
+  leaf = &spec->leaves[index];
+  memset(leaf, 0, sizeof(*leaf));
+  skip_ws(ps);
+  n = take_token(ps, leaf->name, sizeof(leaf->name));
+  if (n == 0) {
+    spec_err(ps->err, ps->errlen, "leaf %u: empty or illegal name at '%.16s'",
+             index, ps->p);
+    return CHIME_EINVAL;
+  }
+  if (n >= CHIME_MAX_NAME) {
+    spec_err(ps->err, ps->errlen, "leaf %u ('%.16s...'): name longer than %d",
+             index, leaf->name, CHIME_MAX_NAME - 1);
+    return CHIME_EINVAL;
+  }
+  skip_ws(ps);
+  if (*ps->p != ':') {
+    spec_err(ps->err, ps->errlen,
+             "leaf '%s': expected ':' and a dtype at '%.16s'", leaf->name,
+             ps->p);
+    return CHIME_EINVAL;
+  }
+  ps->p++;
+  skip_ws(ps);
+  n = take_token(ps, dtype, sizeof(dtype));
+  leaf->dtype =
+      n < sizeof(dtype) ? chime_dtype_from_name(dtype) : CHIME_DTYPE_INVALID;
+  if (leaf->dtype == CHIME_DTYPE_INVALID) {
+    spec_err(ps->err, ps->errlen,
+             "leaf '%s': unknown dtype '%s' (u8 i8 u16 i16 u32 i32 u64 i64 "
+             "f16 bf16 f32 f64 bool)",
+             leaf->name, dtype);
+    return CHIME_EINVAL;
+  }
+  spec->nleaves++;
+  return parse_shape(ps, leaf);
+}
+
+int chime_spec_parse(chime_spec_t *spec, const char *text, char *err,
+                     size_t errlen) {
+  parser_t ps = {text, err, errlen};
+  int rc;
+
+  if (spec == NULL || text == NULL) {
+    spec_err(err, errlen, "no spec text");
+    return CHIME_EINVAL;
+  }
+  memset(spec, 0, sizeof(*spec));
+  skip_ws(&ps);
+  if (*ps.p == '\0') {
+    spec_err(err, errlen, "empty spec: at least one leaf is needed");
+    rc = CHIME_EINVAL;
+    goto out;
+  }
+  for (;;) {
+    rc = parse_leaf(&ps, spec);
+    if (rc != 0)
+      goto out;
+    skip_ws(&ps);
+    if (*ps.p == '\0')
+      break;
+    if (*ps.p != ',') {
+      spec_err(err, errlen, "leaf '%s': unexpected '%.16s' after the leaf",
+               spec->leaves[spec->nleaves - 1].name, ps.p);
+      rc = CHIME_EINVAL;
+      goto out;
+    }
+    ps.p++;
+  }
+  rc = chime_spec_validate(spec, err, errlen);
+out:
+  if (rc != 0)
+    memset(spec, 0, sizeof(*spec));
+  return rc;
+}
+
+/* Canonical form: no spaces, scalars as "name:dtype[]". CHIME_EOVERFLOW when
+ * buf is too small (buf then holds a truncated, NUL-terminated prefix). */
+int chime_spec_format(const chime_spec_t *spec, char *buf, size_t len) {
+  size_t used = 0;
+  int rc = chime_spec_validate(spec, NULL, 0);
+  if (buf == NULL || len == 0)
+    return CHIME_EINVAL;
+  buf[0] = '\0';
+  if (rc != 0)
+    return rc;
+  for (uint32_t i = 0; i < spec->nleaves; i++) {
+    const chime_leaf_t *leaf = &spec->leaves[i];
+    int n = snprintf(buf + used, len - used, "%s%s:%s[", i ? "," : "",
+                     leaf->name, chime_dtype_name(leaf->dtype));
+    if (n < 0 || (size_t)n >= len - used)
+      return CHIME_EOVERFLOW;
+    used += (size_t)n;
+    for (uint32_t d = 0; d < leaf->ndim; d++) {
+      n = snprintf(buf + used, len - used, "%s%llu", d ? "," : "",
+                   (unsigned long long)leaf->shape[d]);
+      if (n < 0 || (size_t)n >= len - used)
+        return CHIME_EOVERFLOW;
+      used += (size_t)n;
+    }
+    if (len - used < 2)
+      return CHIME_EOVERFLOW;
+    buf[used++] = ']';
+    buf[used] = '\0';
+  }
+  return 0;
+}

@@ -1,0 +1,159 @@
+/* Slot layout math and every rejection. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "chime/ring.h"
+#include "ring/ring_internal.h"
+
+static chime_spec_t spec_of(const char *text) {
+  chime_spec_t s;
+  char err[256];
+  if (chime_spec_parse(&s, text, err, sizeof(err)) != 0)
+    fail_msg("spec '%s': %s", text, err);
+  return s;
+}
+
+static void test_basic_layout(void **state) {
+  chime_spec_t s = spec_of("obs:f32[3], action:i32, r:u8");
+  chime_ring_layout_t l;
+  (void)state;
+  assert_int_equal(chime_ring_layout(&l, &s, 10, 4, NULL, 0), 0);
+  assert_int_equal(l.slots, 4);
+  assert_int_equal(l.batch_size, 10);
+  /* obs: 10 x 12 = 120 bytes at 0; action at 128 (40 bytes); r at 192. */
+  assert_int_equal(l.leaf_offset[0], 0);
+  assert_int_equal(l.leaf_bytes[0], 120);
+  assert_int_equal(l.leaf_offset[1], 128);
+  assert_int_equal(l.leaf_bytes[1], 40);
+  assert_int_equal(l.leaf_offset[2], 192);
+  assert_int_equal(l.leaf_bytes[2], 10);
+  assert_int_equal(l.info_offset, 256);
+  assert_int_equal(sizeof(chime_sample_info_t), 32);
+  /* 256 + 10 x 32 = 576, one page. */
+  assert_int_equal(l.slot_bytes, 4096);
+  assert_int_equal(l.data_bytes, 4 * 4096);
+  assert_int_equal(l.leaf_offset[3], 0);
+  assert_int_equal(l.leaf_bytes[3], 0);
+}
+
+static void test_alignment_invariants(void **state) {
+  chime_spec_t s = spec_of("a:u8[3], b:f64[7,5], c:bool, d:f16[33]");
+  (void)state;
+  for (uint32_t batch = 1; batch < 300; batch += 37) {
+    chime_ring_layout_t l;
+    uint64_t end = 0;
+    assert_int_equal(chime_ring_layout(&l, &s, batch, 3, NULL, 0), 0);
+    for (uint32_t i = 0; i < s.nleaves; i++) {
+      assert_int_equal(l.leaf_offset[i] % 64, 0);
+      assert_true(l.leaf_offset[i] >= end); /* no overlap */
+      assert_int_equal(l.leaf_bytes[i],
+                       (uint64_t)batch * chime_leaf_bytes(&s.leaves[i]));
+      end = l.leaf_offset[i] + l.leaf_bytes[i];
+    }
+    assert_int_equal(l.info_offset % 64, 0);
+    assert_true(l.info_offset >= end);
+    assert_true(l.info_offset + (uint64_t)batch * 32 <= l.slot_bytes);
+    assert_true(l.info_offset + (uint64_t)batch * 32 + 4096 > l.slot_bytes);
+    assert_int_equal(l.slot_bytes % 4096, 0);
+    assert_int_equal(l.data_bytes, 3 * l.slot_bytes);
+  }
+}
+
+static void test_rejections(void **state) {
+  chime_spec_t s = spec_of("x:u8[16]");
+  chime_spec_t empty;
+  chime_ring_layout_t l;
+  char err[256] = "";
+  (void)state;
+  memset(&empty, 0, sizeof(empty));
+
+  assert_int_equal(chime_ring_layout(&l, &empty, 8, 4, err, sizeof(err)),
+                   CHIME_EINVAL);
+  assert_non_null(strstr(err, "empty"));
+  assert_int_equal(chime_ring_layout(&l, NULL, 8, 4, NULL, 0), CHIME_EINVAL);
+  assert_int_equal(chime_ring_layout(NULL, &s, 8, 4, NULL, 0), CHIME_EINVAL);
+
+  assert_int_equal(chime_ring_layout(&l, &s, 0, 4, err, sizeof(err)),
+                   CHIME_EINVAL);
+  assert_non_null(strstr(err, "batch"));
+  assert_int_equal(
+      chime_ring_layout(&l, &s, CHIME_RING_MAX_BATCH + 1, 4, NULL, 0),
+      CHIME_EINVAL);
+  assert_int_equal(chime_ring_layout(&l, &s, 8, 0, err, sizeof(err)),
+                   CHIME_EINVAL);
+  assert_non_null(strstr(err, "slot"));
+  assert_int_equal(chime_ring_layout(&l, &s, 8, 1, NULL, 0), CHIME_EINVAL);
+  assert_int_equal(
+      chime_ring_layout(&l, &s, 8, CHIME_RING_MAX_SLOTS + 1, NULL, 0),
+      CHIME_EINVAL);
+  /* Limits themselves are fine when the bytes fit. */
+  assert_int_equal(chime_ring_layout(&l, &s, CHIME_RING_MAX_BATCH, 2, NULL, 0),
+                   0);
+  assert_int_equal(chime_ring_layout(&l, &s, 1, CHIME_RING_MAX_SLOTS, NULL, 0),
+                   0);
+
+  /* Unknown dtype in a hand-built spec. */
+  s.leaves[0].dtype = CHIME_DTYPE_INVALID;
+  assert_int_equal(chime_ring_layout(&l, &s, 8, 4, err, sizeof(err)),
+                   CHIME_EINVAL);
+  assert_non_null(strstr(err, "'x'"));
+  assert_int_equal(l.slot_bytes, 0); /* out is cleared on failure */
+}
+
+static void test_overflow(void **state) {
+  /* 2^31 bytes per sample x 2^24 batch = 2^55 > 2^40. */
+  chime_spec_t huge = spec_of("h:u8[2147483648]");
+  /* 2^60 bytes a sample: the batch product overflows 64 bits. */
+  chime_spec_t wrap = spec_of("w:u64[1152921504606846976,1]");
+  /* Each slot fits but slots x slot_bytes exceeds 2^40: 2^30 x 4096. */
+  chime_spec_t big = spec_of("b:u8[1073741824]");
+  chime_ring_layout_t l;
+  char err[256] = "";
+  (void)state;
+  assert_int_equal(
+      chime_ring_layout(&l, &huge, CHIME_RING_MAX_BATCH, 2, err, sizeof(err)),
+      CHIME_EOVERFLOW);
+  assert_non_null(strstr(err, "'h'"));
+  assert_int_equal(chime_ring_layout(&l, &wrap, 1u << 20, 2, NULL, 0),
+                   CHIME_EOVERFLOW);
+  assert_int_equal(chime_ring_layout(&l, &big, 1, 1000, NULL, 0), 0);
+  assert_int_equal(chime_ring_layout(&l, &big, 1, 1024, err, sizeof(err)),
+                   CHIME_EOVERFLOW);
+  assert_non_null(strstr(err, "exceeds"));
+}
+
+static void test_regions(void **state) {
+  chime_spec_t s = spec_of("x:f32[128]");
+  chime_ring_layout_t l;
+  chime__ring_regions_t r;
+  uint64_t page = chime__page_size();
+  (void)state;
+  assert_int_equal(chime_ring_layout(&l, &s, 64, 8, NULL, 0), 0);
+  assert_int_equal(chime__ring_regions(&l, page, &r), 0);
+  assert_int_equal(r.prod_offset % 64, 0);
+  assert_true(r.prod_offset >= sizeof(chime__ring_header_t));
+  assert_true(r.queue_offset >= r.prod_offset + sizeof(chime__ring_prod_t));
+  assert_true(r.ctrl_offset >=
+              r.queue_offset + 8 * sizeof(chime__ring_pubent_t));
+  assert_int_equal(r.ctrl_offset % page, 0);
+  assert_int_equal(r.ctrl_bytes % page, 0);
+  assert_int_equal(r.data_offset, r.ctrl_offset + r.ctrl_bytes);
+  assert_int_equal(r.total_bytes, r.data_offset + l.data_bytes);
+  assert_int_equal(chime__ring_regions(&l, 3000, &r), CHIME_EINVAL);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_basic_layout),
+      cmocka_unit_test(test_alignment_invariants),
+      cmocka_unit_test(test_rejections),
+      cmocka_unit_test(test_overflow),
+      cmocka_unit_test(test_regions),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

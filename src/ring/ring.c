@@ -1,0 +1,581 @@
+/* Slots, leases, futex waits, shutdown and reclaim.
+ *
+ * The protocol (docs/ring.md has the full story):
+ * - publish: the producer writes queue[pub % slots] = {slot, seq = pub}, then
+ *   stores pub + 1 (release). The consumer loads pub (acquire) and takes the
+ *   entries from its cursor on, checking each against the slot count.
+ * - release: the consumer bumps release_count[slot] (release). The producer
+ *   owns a private count of how often it published each slot; a slot is free
+ *   when the two are equal. Consumer-written words are only ever compared.
+ * - waiting: each side sets its `waiting` word, re-checks, then sleeps on a
+ *   futex "bell"; the other side rings the bell only when it sees `waiting`.
+ *   The store of the condition and the load of `waiting` are seq_cst on both
+ *   sides, so one of them always sees the other (no lost wake-up) and the fast
+ *   path makes no system call. */
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ring/ring_internal.h"
+
+/* Polls before sleeping: a few microseconds, enough to catch a batch that is
+ * about to be published without burning a core that the other side needs. */
+#define CHIME_RING_SPIN 256
+
+struct chime_ring_s {
+  chime__segment_t seg;
+  int consumer; /* from chime_ring_attach() */
+  chime_spec_t spec;
+  chime_ring_layout_t layout;
+  uint8_t nonce[16];
+
+  /* Producer's private, authoritative state. */
+  uint32_t *pub_per_slot; /* times each slot was published */
+  uint8_t *acquired;      /* taken by acquire, not yet published */
+  uint64_t pub;
+  uint32_t scan;
+
+  /* Consumer's private state. */
+  uint8_t *held;
+  uint32_t nheld;
+  _Atomic int disconnected;
+
+  void (*unpin)(void *arg);
+  void *unpin_arg;
+};
+
+static inline uint64_t load_acquire64(_Atomic uint64_t *p) {
+  return atomic_load_explicit(p, memory_order_acquire);
+}
+
+static inline uint32_t load_acquire32(_Atomic uint32_t *p) {
+  return atomic_load_explicit(p, memory_order_acquire);
+}
+
+static inline void store_release64(_Atomic uint64_t *p, uint64_t v) {
+  atomic_store_explicit(p, v, memory_order_release);
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Not the _PRIVATE variants: the other side may be another process. */
+static void futex_wait(_Atomic uint32_t *word, uint32_t expected,
+                       uint64_t timeout_ns, int forever) {
+  struct timespec ts = {(time_t)(timeout_ns / 1000000000u),
+                        (long)(timeout_ns % 1000000000u)};
+  int saved = errno;
+  syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, expected,
+          forever ? NULL : &ts, NULL, 0);
+  errno = saved; /* EINTR, EAGAIN, ETIMEDOUT: the caller re-checks anyway */
+}
+
+static void futex_wake(_Atomic uint32_t *word, int n) {
+  int saved = errno;
+  syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, n, NULL, NULL, 0);
+  errno = saved;
+}
+
+static void bell_ring(_Atomic uint32_t *bell, int n) {
+  atomic_fetch_add_explicit(bell, 1, memory_order_seq_cst);
+  futex_wake(bell, n);
+}
+
+/* A wait that ends at a deadline: returns 0 to keep waiting, or
+ * CHIME_ETIMEDOUT. Spins first, then sleeps on `bell`. */
+typedef struct {
+  int timeout_ms;
+  int spins;
+  uint64_t start;    /* 0 until the first miss */
+  uint64_t deadline; /* valid when timeout_ms > 0 */
+} waiter_t;
+
+static int waiter_miss(waiter_t *w) {
+  if (w->timeout_ms == 0)
+    return CHIME_ETIMEDOUT;
+  if (w->start == 0) {
+    w->start = now_ns();
+    if (w->timeout_ms > 0)
+      w->deadline = w->start + (uint64_t)w->timeout_ms * 1000000u;
+  }
+  return 0;
+}
+
+/* Time left before the deadline, 0 when it has passed. */
+static uint64_t waiter_left(const waiter_t *w) {
+  uint64_t now;
+  if (w->timeout_ms < 0)
+    return UINT64_MAX;
+  now = now_ns();
+  return now >= w->deadline ? 0 : w->deadline - now;
+}
+
+static void waiter_account(const waiter_t *w, _Atomic uint64_t *total) {
+  if (w->start != 0)
+    atomic_fetch_add_explicit(total, now_ns() - w->start, memory_order_relaxed);
+}
+
+static uint8_t *slot_ptr(const chime_ring_t *ring, uint32_t slot) {
+  return ring->seg.data + (uint64_t)slot * ring->layout.slot_bytes;
+}
+
+/* --- producer --- */
+
+int chime_ring_create(chime_ring_t **out, const chime_spec_t *spec,
+                      uint32_t batch_size, uint32_t slots) {
+  chime__ring_regions_t regions;
+  chime_ring_t *ring = NULL;
+  uint64_t page = chime__page_size();
+  char why[160];
+  int rc;
+
+  if (out == NULL || spec == NULL)
+    return CHIME_EINVAL;
+  *out = NULL;
+  ring = calloc(1, sizeof(*ring));
+  if (ring == NULL)
+    return CHIME_ENOMEM;
+  ring->seg.fd = -1;
+  rc = chime_ring_layout(&ring->layout, spec, batch_size, slots, why,
+                         sizeof(why));
+  if (rc != 0)
+    goto out;
+  rc = chime__ring_regions(&ring->layout, page, &regions);
+  if (rc != 0)
+    goto out;
+  ring->pub_per_slot = calloc(slots, sizeof(*ring->pub_per_slot));
+  ring->acquired = calloc(slots, 1);
+  ring->held = calloc(slots, 1);
+  if (ring->pub_per_slot == NULL || ring->acquired == NULL ||
+      ring->held == NULL) {
+    rc = CHIME_ENOMEM;
+    goto out;
+  }
+  rc = chime__segment_create(&ring->seg, spec, &ring->layout, &regions, page);
+  if (rc != 0)
+    goto out;
+  ring->spec = ring->seg.hdr->spec;
+  memcpy(ring->nonce, ring->seg.hdr->nonce, sizeof(ring->nonce));
+  *out = ring;
+  ring = NULL;
+out:
+  chime_ring_destroy(ring);
+  return rc;
+}
+
+/* A slot is free when the consumer has released it as often as we published
+ * it. A lying consumer can only keep its own slots busy. */
+static int find_free(chime_ring_t *ring, memory_order mo) {
+  uint32_t n = ring->layout.slots;
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t s = ring->scan + i;
+    if (s >= n)
+      s -= n;
+    if (ring->acquired[s])
+      continue;
+    if (atomic_load_explicit(&ring->seg.relcount[s], mo) ==
+        ring->pub_per_slot[s]) {
+      ring->scan = s + 1 == n ? 0 : s + 1;
+      return (int)s;
+    }
+  }
+  return -1;
+}
+
+int chime_ring_acquire(chime_ring_t *ring, chime_ring_wslot_t *out,
+                       int timeout_ms) {
+  waiter_t w = {timeout_ms, 0, 0, 0};
+  chime__ring_prod_t *prod;
+  int slot, rc = 0;
+
+  if (ring == NULL || out == NULL)
+    return CHIME_EINVAL;
+  if (ring->consumer)
+    return CHIME_EPERM;
+  prod = ring->seg.prod;
+  for (;;) {
+    uint32_t bell;
+    uint64_t left;
+    if (load_acquire32(&prod->shutdown)) {
+      rc = CHIME_ESHUTDOWN;
+      goto out;
+    }
+    slot = find_free(ring, memory_order_acquire);
+    if (slot >= 0)
+      break;
+    rc = waiter_miss(&w);
+    if (rc != 0)
+      goto out;
+    if (w.spins < CHIME_RING_SPIN) {
+      w.spins++;
+      cpu_relax();
+      continue;
+    }
+    bell =
+        atomic_load_explicit(&ring->seg.ctrl->prod_bell, memory_order_seq_cst);
+    atomic_store_explicit(&prod->waiting, 1, memory_order_seq_cst);
+    slot = find_free(ring, memory_order_seq_cst);
+    if (slot >= 0 ||
+        atomic_load_explicit(&prod->shutdown, memory_order_seq_cst)) {
+      atomic_store_explicit(&prod->waiting, 0, memory_order_relaxed);
+      continue; /* the top of the loop sorts out which */
+    }
+    left = waiter_left(&w);
+    if (left == 0) {
+      atomic_store_explicit(&prod->waiting, 0, memory_order_relaxed);
+      rc = CHIME_ETIMEDOUT;
+      goto out;
+    }
+    futex_wait(&ring->seg.ctrl->prod_bell, bell, left, timeout_ms < 0);
+    atomic_store_explicit(&prod->waiting, 0, memory_order_relaxed);
+  }
+  ring->acquired[slot] = 1;
+  memset(out, 0, sizeof(*out));
+  out->slot = (uint32_t)slot;
+  out->base = slot_ptr(ring, (uint32_t)slot);
+  for (uint32_t i = 0; i < ring->spec.nleaves; i++)
+    out->leaf[i] = (uint8_t *)out->base + ring->layout.leaf_offset[i];
+  out->info =
+      (chime_sample_info_t *)((uint8_t *)out->base + ring->layout.info_offset);
+out:
+  waiter_account(&w, &prod->wait_ns);
+  return rc;
+}
+
+int chime_ring_publish(chime_ring_t *ring, uint32_t slot, uint64_t *seq) {
+  chime__ring_pubent_t *ent;
+  uint64_t n;
+
+  if (ring == NULL)
+    return CHIME_EINVAL;
+  if (ring->consumer)
+    return CHIME_EPERM;
+  if (slot >= ring->layout.slots || !ring->acquired[slot])
+    return CHIME_EINVAL;
+  ring->acquired[slot] = 0;
+  ring->pub_per_slot[slot]++;
+  n = ring->pub;
+  ent = &ring->seg.queue[n % ring->layout.slots];
+  atomic_store_explicit(&ent->slot, slot, memory_order_relaxed);
+  atomic_store_explicit(&ent->seq, n, memory_order_relaxed);
+  /* seq_cst: a release store that also orders before the load of waiting. */
+  atomic_store_explicit(&ring->seg.prod->pub, n + 1, memory_order_seq_cst);
+  ring->pub = n + 1;
+  if (atomic_load_explicit(&ring->seg.ctrl->waiting, memory_order_seq_cst))
+    bell_ring(&ring->seg.ctrl->cons_bell, 1);
+  if (seq != NULL)
+    *seq = n;
+  return 0;
+}
+
+void chime_ring_abandon(chime_ring_t *ring, uint32_t slot) {
+  if (ring == NULL || ring->consumer || slot >= ring->layout.slots)
+    return;
+  ring->acquired[slot] = 0;
+}
+
+void chime_ring_shutdown(chime_ring_t *ring) {
+  /* A consumer maps the flag read-only; its way out is set_disconnected. */
+  if (ring == NULL || ring->consumer)
+    return;
+  atomic_store_explicit(&ring->seg.prod->shutdown, 1, memory_order_seq_cst);
+  bell_ring(&ring->seg.ctrl->cons_bell, INT_MAX);
+  bell_ring(&ring->seg.ctrl->prod_bell, INT_MAX);
+}
+
+uint32_t chime_ring_reclaim(chime_ring_t *ring) {
+  chime__ring_ctrl_t *ctrl;
+  uint32_t n = 0;
+
+  if (ring == NULL || ring->consumer)
+    return 0;
+  ctrl = ring->seg.ctrl;
+  for (uint32_t s = 0; s < ring->layout.slots; s++) {
+    uint32_t want = ring->pub_per_slot[s];
+    if (atomic_exchange_explicit(&ring->seg.relcount[s], want,
+                                 memory_order_acq_rel) != want)
+      n++;
+  }
+  atomic_store_explicit(&ctrl->taken, ring->pub, memory_order_release);
+  atomic_store_explicit(&ctrl->leases, 0, memory_order_relaxed);
+  atomic_fetch_add_explicit(&ring->seg.prod->generation, 1,
+                            memory_order_release);
+  return n;
+}
+
+/* --- consumer --- */
+
+int chime_ring_attach(chime_ring_t **out, int fd, const uint8_t nonce[16]) {
+  chime_ring_t *ring = NULL;
+  int rc;
+
+  if (out == NULL)
+    return CHIME_EINVAL;
+  *out = NULL;
+  ring = calloc(1, sizeof(*ring));
+  if (ring == NULL)
+    return CHIME_ENOMEM;
+  ring->seg.fd = -1;
+  ring->consumer = 1;
+  rc = chime__segment_attach(&ring->seg, fd, nonce, &ring->spec, &ring->layout);
+  if (rc != 0)
+    goto out;
+  memcpy(ring->nonce, ring->seg.hdr->nonce, sizeof(ring->nonce));
+  ring->held = calloc(ring->layout.slots, 1);
+  if (ring->held == NULL) {
+    rc = CHIME_ENOMEM;
+    goto out;
+  }
+  *out = ring;
+  ring = NULL;
+out:
+  chime_ring_destroy(ring);
+  return rc;
+}
+
+/* 1 when a batch is waiting at the cursor. */
+static int have_batch(const chime_ring_t *ring, memory_order mo) {
+  return atomic_load_explicit(&ring->seg.prod->pub, mo) !=
+         atomic_load_explicit(&ring->seg.ctrl->taken, memory_order_relaxed);
+}
+
+static int take(chime_ring_t *ring, chime_ring_view_t *out) {
+  chime__ring_ctrl_t *ctrl = ring->seg.ctrl;
+  uint64_t cur = atomic_load_explicit(&ctrl->taken, memory_order_relaxed);
+  uint64_t pub = load_acquire64(&ring->seg.prod->pub);
+  const chime__ring_pubent_t *ent;
+  uint32_t slot, max;
+  uint64_t seq;
+
+  /* The producer's words are as untrusted as its header. */
+  if (pub - cur > ring->layout.slots)
+    return CHIME_ECORRUPT;
+  ent = &ring->seg.queue[cur % ring->layout.slots];
+  slot = atomic_load_explicit(&ent->slot, memory_order_relaxed);
+  seq = atomic_load_explicit(&ent->seq, memory_order_relaxed);
+  if (slot >= ring->layout.slots || seq != cur || ring->held[slot])
+    return CHIME_ECORRUPT;
+  ring->held[slot] = 1;
+  ring->nheld++;
+  store_release64(&ctrl->taken, cur + 1);
+  atomic_store_explicit(&ctrl->leases, ring->nheld, memory_order_relaxed);
+  max = atomic_load_explicit(&ctrl->max_leases, memory_order_relaxed);
+  if (ring->nheld > max)
+    atomic_store_explicit(&ctrl->max_leases, ring->nheld, memory_order_relaxed);
+
+  memset(out, 0, sizeof(*out));
+  out->seq = seq;
+  out->slot = slot;
+  out->count = ring->layout.batch_size;
+  for (uint32_t i = 0; i < ring->spec.nleaves; i++)
+    out->leaf[i] = slot_ptr(ring, slot) + ring->layout.leaf_offset[i];
+  out->info = (const chime_sample_info_t *)(slot_ptr(ring, slot) +
+                                            ring->layout.info_offset);
+  return 0;
+}
+
+/* Why next() cannot return a batch right now regardless of the queue. */
+static int next_blocked(const chime_ring_t *ring, memory_order mo) {
+  if (atomic_load_explicit(&ring->disconnected, mo))
+    return CHIME_EDISCONNECTED;
+  if (atomic_load_explicit(&ring->seg.prod->shutdown, mo))
+    return CHIME_ESHUTDOWN;
+  return 0;
+}
+
+int chime_ring_next(chime_ring_t *ring, chime_ring_view_t *out,
+                    int timeout_ms) {
+  waiter_t w = {timeout_ms, 0, 0, 0};
+  chime__ring_ctrl_t *ctrl;
+  int rc;
+
+  if (ring == NULL || out == NULL)
+    return CHIME_EINVAL;
+  ctrl = ring->seg.ctrl;
+  rc = next_blocked(ring, memory_order_acquire);
+  if (rc != 0)
+    goto out;
+  if (ring->nheld >= ring->layout.slots - 1) {
+    rc = CHIME_EBUSY;
+    goto out;
+  }
+  for (;;) {
+    uint32_t bell;
+    uint64_t left;
+    if (have_batch(ring, memory_order_acquire)) {
+      rc = take(ring, out);
+      goto out;
+    }
+    rc = waiter_miss(&w);
+    if (rc != 0)
+      goto out;
+    if (w.spins < CHIME_RING_SPIN) {
+      w.spins++;
+      cpu_relax();
+    } else {
+      bell = atomic_load_explicit(&ctrl->cons_bell, memory_order_seq_cst);
+      atomic_store_explicit(&ctrl->waiting, 1, memory_order_seq_cst);
+      if (!have_batch(ring, memory_order_seq_cst) &&
+          next_blocked(ring, memory_order_seq_cst) == 0) {
+        left = waiter_left(&w);
+        if (left == 0) {
+          atomic_store_explicit(&ctrl->waiting, 0, memory_order_relaxed);
+          rc = CHIME_ETIMEDOUT;
+          goto out;
+        }
+        futex_wait(&ctrl->cons_bell, bell, left, timeout_ms < 0);
+      }
+      atomic_store_explicit(&ctrl->waiting, 0, memory_order_relaxed);
+    }
+    rc = next_blocked(ring, memory_order_acquire);
+    if (rc != 0)
+      goto out;
+  }
+out:
+  waiter_account(&w, &ctrl->wait_ns);
+  return rc;
+}
+
+int chime_ring_release(chime_ring_t *ring, uint32_t slot) {
+  chime__ring_ctrl_t *ctrl;
+
+  if (ring == NULL || slot >= ring->layout.slots || !ring->held[slot])
+    return CHIME_EINVAL;
+  ctrl = ring->seg.ctrl;
+  ring->held[slot] = 0;
+  ring->nheld--;
+  /* seq_cst: publishes our reads of the slot and orders before the load of
+   * the producer's waiting word. */
+  atomic_fetch_add_explicit(&ring->seg.relcount[slot], 1, memory_order_seq_cst);
+  atomic_fetch_add_explicit(&ctrl->released, 1, memory_order_relaxed);
+  atomic_store_explicit(&ctrl->leases, ring->nheld, memory_order_relaxed);
+  if (atomic_load_explicit(&ring->seg.prod->waiting, memory_order_seq_cst))
+    bell_ring(&ctrl->prod_bell, 1);
+  return 0;
+}
+
+void chime_ring_set_disconnected(chime_ring_t *ring) {
+  if (ring == NULL)
+    return;
+  atomic_store_explicit(&ring->disconnected, 1, memory_order_seq_cst);
+  bell_ring(&ring->seg.ctrl->cons_bell, INT_MAX);
+}
+
+/* --- both sides --- */
+
+void chime_ring_destroy(chime_ring_t *ring) {
+  if (ring == NULL)
+    return;
+  /* cudaHostUnregister must see the mapping still in place. */
+  if (ring->unpin != NULL)
+    ring->unpin(ring->unpin_arg);
+  chime__segment_close(&ring->seg);
+  free(ring->pub_per_slot);
+  free(ring->acquired);
+  free(ring->held);
+  free(ring);
+}
+
+int chime_ring_fd(const chime_ring_t *ring) {
+  return ring == NULL ? CHIME_EINVAL : ring->seg.fd;
+}
+
+const chime_ring_layout_t *chime_ring_get_layout(const chime_ring_t *ring) {
+  return ring == NULL ? NULL : &ring->layout;
+}
+
+const chime_spec_t *chime_ring_spec(const chime_ring_t *ring) {
+  return ring == NULL ? NULL : &ring->spec;
+}
+
+void chime_ring_nonce(const chime_ring_t *ring, uint8_t out[16]) {
+  if (ring == NULL)
+    memset(out, 0, 16);
+  else
+    memcpy(out, ring->nonce, 16);
+}
+
+void chime_ring_get_stats(const chime_ring_t *ring, chime_ring_stats_t *out) {
+  const chime__ring_prod_t *prod;
+  const chime__ring_ctrl_t *ctrl;
+
+  if (out == NULL)
+    return;
+  memset(out, 0, sizeof(*out));
+  if (ring == NULL)
+    return;
+  prod = ring->seg.prod;
+  ctrl = ring->seg.ctrl;
+  out->published = atomic_load_explicit(&prod->pub, memory_order_relaxed);
+  out->released = atomic_load_explicit(&ctrl->released, memory_order_relaxed);
+  out->producer_wait_ns =
+      atomic_load_explicit(&prod->wait_ns, memory_order_relaxed);
+  out->consumer_wait_ns =
+      atomic_load_explicit(&ctrl->wait_ns, memory_order_relaxed);
+  out->max_leases =
+      atomic_load_explicit(&ctrl->max_leases, memory_order_relaxed);
+  out->leases = atomic_load_explicit(&ctrl->leases, memory_order_relaxed);
+  out->shutdown = atomic_load_explicit(&prod->shutdown, memory_order_relaxed);
+  out->generation =
+      atomic_load_explicit(&prod->generation, memory_order_relaxed);
+}
+
+void *chime_ring_map_base(const chime_ring_t *ring, size_t *len) {
+  if (ring == NULL) {
+    if (len != NULL)
+      *len = 0;
+    return NULL;
+  }
+  if (len != NULL)
+    *len = ring->seg.len;
+  return ring->seg.base;
+}
+
+void *chime_ring_slot_base(const chime_ring_t *ring, uint32_t slot) {
+  if (ring == NULL || slot >= ring->layout.slots)
+    return NULL;
+  return slot_ptr(ring, slot);
+}
+
+void chime__ring_set_unpin(chime_ring_t *ring, void (*fn)(void *arg),
+                           void *arg) {
+  if (ring == NULL)
+    return;
+  ring->unpin = fn;
+  ring->unpin_arg = arg;
+}
+
+void *chime__ring_unpin_arg(const chime_ring_t *ring) {
+  return ring == NULL ? NULL : ring->unpin_arg;
+}
+
+int chime__ring_is_consumer(const chime_ring_t *ring) {
+  return ring != NULL && ring->consumer;
+}
+
+void *chime__ring_data(const chime_ring_t *ring, size_t *len) {
+  if (ring == NULL) {
+    if (len != NULL)
+      *len = 0;
+    return NULL;
+  }
+  if (len != NULL)
+    *len = (size_t)ring->layout.data_bytes;
+  return ring->seg.data;
+}

@@ -1,0 +1,302 @@
+/* The ring's memory: one sealed memfd, its header, and the consumer's checks.
+ *
+ * The producer creates and maps the segment read-write. A consumer is given
+ * only an fd; it trusts nothing in the header until it has recomputed every
+ * size and offset from the spec and compared them, and checked them against
+ * the real size of the file. Only its own control region is mapped writable. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ring/ring_internal.h"
+
+static _Thread_local char last_error[256];
+
+const char *chime__ring_last_error(void) {
+  return last_error;
+}
+
+static int fail(int rc, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static int fail(int rc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(last_error, sizeof(last_error), fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
+uint64_t chime__page_size(void) {
+  long p = sysconf(_SC_PAGESIZE);
+  return p > (long)CHIME_RING_PAGE ? (uint64_t)p : CHIME_RING_PAGE;
+}
+
+int chime__ring_regions(const chime_ring_layout_t *layout, uint64_t page_size,
+                        chime__ring_regions_t *out) {
+  chime__ring_regions_t r;
+  uint64_t end;
+  if (layout->slots == 0 || layout->slots > CHIME_RING_MAX_SLOTS ||
+      page_size == 0 || (page_size & (page_size - 1)) != 0)
+    return CHIME_EINVAL;
+  memset(&r, 0, sizeof(r));
+  /* Small, bounded terms: slots <= CHIME_RING_MAX_SLOTS. */
+  r.prod_offset = (sizeof(chime__ring_header_t) + CHIME_RING_CACHELINE - 1) &
+                  ~(uint64_t)(CHIME_RING_CACHELINE - 1);
+  r.queue_offset = r.prod_offset + sizeof(chime__ring_prod_t);
+  end = r.queue_offset + (uint64_t)layout->slots * sizeof(chime__ring_pubent_t);
+  if (chime__align_up(end, page_size, &r.ctrl_offset) != 0 ||
+      chime__align_up(CHIME__RING_RELCOUNT_OFFSET +
+                          (uint64_t)layout->slots * sizeof(uint32_t),
+                      page_size, &r.ctrl_bytes) != 0)
+    return CHIME_EOVERFLOW;
+  r.data_offset = r.ctrl_offset + r.ctrl_bytes;
+  r.data_bytes = layout->data_bytes;
+  if (__builtin_add_overflow(r.data_offset, r.data_bytes, &r.total_bytes) ||
+      r.total_bytes > (uint64_t)SIZE_MAX)
+    return CHIME_EOVERFLOW;
+  *out = r;
+  return 0;
+}
+
+static void segment_point(chime__segment_t *seg,
+                          const chime__ring_regions_t *r) {
+  seg->hdr = (chime__ring_header_t *)seg->base;
+  seg->prod = (chime__ring_prod_t *)(seg->base + r->prod_offset);
+  seg->queue = (chime__ring_pubent_t *)(seg->base + r->queue_offset);
+  seg->ctrl = (chime__ring_ctrl_t *)(seg->base + r->ctrl_offset);
+  seg->relcount = (_Atomic uint32_t *)(seg->base + r->ctrl_offset +
+                                       CHIME__RING_RELCOUNT_OFFSET);
+  seg->data = seg->base + r->data_offset;
+}
+
+/* A copy of spec with every unused byte zero, so the header is canonical. */
+static void spec_normalize(chime_spec_t *dst, const chime_spec_t *src) {
+  memset(dst, 0, sizeof(*dst));
+  dst->nleaves = src->nleaves;
+  for (uint32_t i = 0; i < src->nleaves; i++) {
+    const chime_leaf_t *s = &src->leaves[i];
+    chime_leaf_t *d = &dst->leaves[i];
+    strncpy(d->name, s->name, CHIME_MAX_NAME - 1);
+    d->dtype = s->dtype;
+    d->ndim = s->ndim;
+    for (uint32_t k = 0; k < s->ndim; k++)
+      d->shape[k] = s->shape[k];
+  }
+}
+
+int chime__segment_create(chime__segment_t *seg, const chime_spec_t *spec,
+                          const chime_ring_layout_t *layout,
+                          const chime__ring_regions_t *regions,
+                          uint64_t page_size) {
+  chime__ring_header_t *hdr;
+  int rc = 0;
+  void *base;
+
+  memset(seg, 0, sizeof(*seg));
+  seg->fd = memfd_create("chime-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (seg->fd < 0) {
+    rc = fail(CHIME_ESYS, "memfd_create: %s", strerror(errno));
+    goto out;
+  }
+  if (ftruncate(seg->fd, (off_t)regions->total_bytes) != 0) {
+    rc = fail(errno == ENOMEM || errno == ENOSPC || errno == EFBIG
+                  ? CHIME_ERESOURCE
+                  : CHIME_ESYS,
+              "ftruncate(%llu): %s", (unsigned long long)regions->total_bytes,
+              strerror(errno));
+    goto out;
+  }
+  /* A consumer can then trust the size it fstat()s for as long as it maps. */
+  if (fcntl(seg->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) !=
+      0) {
+    rc = fail(CHIME_ESYS, "sealing the ring: %s", strerror(errno));
+    goto out;
+  }
+  seg->len = (size_t)regions->total_bytes;
+  base = mmap(NULL, seg->len, PROT_READ | PROT_WRITE, MAP_SHARED, seg->fd, 0);
+  if (base == MAP_FAILED) {
+    rc = fail(errno == ENOMEM ? CHIME_ERESOURCE : CHIME_ESYS, "mmap(%zu): %s",
+              seg->len, strerror(errno));
+    goto out;
+  }
+  seg->base = base;
+  segment_point(seg, regions);
+
+  hdr = seg->hdr;
+  hdr->version = CHIME_RING_VERSION;
+  hdr->header_bytes = (uint32_t)sizeof(*hdr);
+  hdr->total_bytes = regions->total_bytes;
+  hdr->prod_offset = regions->prod_offset;
+  hdr->queue_offset = regions->queue_offset;
+  hdr->ctrl_offset = regions->ctrl_offset;
+  hdr->ctrl_bytes = regions->ctrl_bytes;
+  hdr->data_offset = regions->data_offset;
+  hdr->data_bytes = regions->data_bytes;
+  hdr->page_size = page_size;
+  hdr->layout = *layout;
+  spec_normalize(&hdr->spec, spec);
+  if (getrandom(hdr->nonce, sizeof(hdr->nonce), 0) !=
+      (ssize_t)sizeof(hdr->nonce)) {
+    rc = fail(CHIME_ESYS, "getrandom: %s", strerror(errno));
+    goto out;
+  }
+  /* Magic last: a header is either complete or not a ring. */
+  atomic_thread_fence(memory_order_release);
+  hdr->magic = CHIME_RING_MAGIC;
+out:
+  if (rc != 0)
+    chime__segment_close(seg);
+  return rc;
+}
+
+/* Every check the consumer makes before it believes a header. `hdr` is a
+ * private copy, so the producer cannot change it between check and use. */
+static int header_check(const chime__ring_header_t *hdr, uint64_t file_size,
+                        const uint8_t nonce[16], chime_spec_t *spec,
+                        chime_ring_layout_t *layout,
+                        chime__ring_regions_t *regions) {
+  char why[160];
+  int rc;
+
+  if (hdr->magic != CHIME_RING_MAGIC)
+    return fail(CHIME_ECORRUPT, "ring header: bad magic %#llx",
+                (unsigned long long)hdr->magic);
+  if (hdr->version != CHIME_RING_VERSION)
+    return fail(CHIME_ECORRUPT, "ring header: version %u, expected %u",
+                hdr->version, CHIME_RING_VERSION);
+  if (hdr->header_bytes != sizeof(*hdr))
+    return fail(CHIME_ECORRUPT, "ring header: header size %u, expected %zu",
+                hdr->header_bytes, sizeof(*hdr));
+  if (hdr->page_size != chime__page_size())
+    return fail(CHIME_ECORRUPT, "ring header: page size %llu, host has %llu",
+                (unsigned long long)hdr->page_size,
+                (unsigned long long)chime__page_size());
+  if (hdr->total_bytes != file_size)
+    return fail(
+        CHIME_ECORRUPT, "ring header: says %llu bytes, segment has %llu",
+        (unsigned long long)hdr->total_bytes, (unsigned long long)file_size);
+  *spec = hdr->spec;
+  rc = chime_spec_validate(spec, why, sizeof(why));
+  if (rc != 0)
+    return fail(CHIME_ECORRUPT, "ring header: bad spec: %s", why);
+  rc = chime_ring_layout(layout, spec, hdr->layout.batch_size,
+                         hdr->layout.slots, why, sizeof(why));
+  if (rc != 0)
+    return fail(CHIME_ECORRUPT, "ring header: bad layout: %s", why);
+  if (memcmp(layout, &hdr->layout, sizeof(*layout)) != 0)
+    return fail(CHIME_ECORRUPT,
+                "ring header: layout differs from the one its spec implies");
+  rc = chime__ring_regions(layout, hdr->page_size, regions);
+  if (rc != 0)
+    return fail(CHIME_ECORRUPT, "ring header: regions overflow");
+  if (hdr->prod_offset != regions->prod_offset ||
+      hdr->queue_offset != regions->queue_offset ||
+      hdr->ctrl_offset != regions->ctrl_offset ||
+      hdr->ctrl_bytes != regions->ctrl_bytes ||
+      hdr->data_offset != regions->data_offset ||
+      hdr->data_bytes != regions->data_bytes ||
+      hdr->total_bytes != regions->total_bytes)
+    return fail(CHIME_ECORRUPT,
+                "ring header: region offsets or sizes differ from the layout");
+  if (nonce != NULL && memcmp(nonce, hdr->nonce, sizeof(hdr->nonce)) != 0)
+    return fail(CHIME_EPERM, "ring nonce does not match the descriptor");
+  return 0;
+}
+
+int chime__segment_attach(chime__segment_t *seg, int fd,
+                          const uint8_t nonce[16], chime_spec_t *spec,
+                          chime_ring_layout_t *layout) {
+  chime__ring_header_t *hdr = NULL;
+  chime__ring_regions_t regions;
+  size_t hdr_len = 0;
+  struct stat st;
+  void *p;
+  int seals, rc = 0;
+
+  memset(seg, 0, sizeof(*seg));
+  seg->fd = -1;
+  last_error[0] = '\0';
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    rc = fail(CHIME_EINVAL, "ring fd is not an open file");
+    goto out;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    rc = fail(CHIME_ECORRUPT, "ring fd is not a memory file");
+    goto out;
+  }
+  /* Without these seals the producer could shrink the file under us and a
+   * read of a mapped slot would SIGBUS. */
+  seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) !=
+                       (F_SEAL_SHRINK | F_SEAL_GROW)) {
+    rc = fail(CHIME_ECORRUPT, "ring segment is not sealed against resizing");
+    goto out;
+  }
+  if (st.st_size < 0 || (uint64_t)st.st_size < sizeof(*hdr)) {
+    rc = fail(CHIME_ECORRUPT, "ring segment of %lld bytes has no header",
+              (long long)st.st_size);
+    goto out;
+  }
+  hdr = malloc(sizeof(*hdr));
+  if (hdr == NULL) {
+    rc = CHIME_ENOMEM;
+    goto out;
+  }
+  hdr_len = sizeof(*hdr);
+  p = mmap(NULL, hdr_len, PROT_READ, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    rc = fail(CHIME_ESYS, "mmap ring header: %s", strerror(errno));
+    goto out;
+  }
+  memcpy(hdr, p, sizeof(*hdr));
+  munmap(p, hdr_len);
+  rc = header_check(hdr, (uint64_t)st.st_size, nonce, spec, layout, &regions);
+  if (rc != 0)
+    goto out;
+
+  seg->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (seg->fd < 0) {
+    rc = fail(CHIME_ESYS, "dup ring fd: %s", strerror(errno));
+    goto out;
+  }
+  seg->len = (size_t)regions.total_bytes;
+  p = mmap(NULL, seg->len, PROT_READ, MAP_SHARED, seg->fd, 0);
+  if (p == MAP_FAILED) {
+    rc = fail(errno == ENOMEM ? CHIME_ERESOURCE : CHIME_ESYS,
+              "mmap ring (%zu bytes): %s", seg->len, strerror(errno));
+    goto out;
+  }
+  seg->base = p;
+  /* Our control words, writable, in place over the read-only view. */
+  p = mmap(seg->base + regions.ctrl_offset, (size_t)regions.ctrl_bytes,
+           PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, seg->fd,
+           (off_t)regions.ctrl_offset);
+  if (p == MAP_FAILED) {
+    rc = fail(errno == EACCES ? CHIME_EPERM : CHIME_ESYS,
+              "mmap ring control words writable: %s", strerror(errno));
+    goto out;
+  }
+  segment_point(seg, &regions);
+out:
+  free(hdr);
+  if (rc != 0)
+    chime__segment_close(seg);
+  return rc;
+}
+
+void chime__segment_close(chime__segment_t *seg) {
+  if (seg->base != NULL)
+    munmap(seg->base, seg->len);
+  if (seg->fd >= 0)
+    close(seg->fd);
+  memset(seg, 0, sizeof(*seg));
+  seg->fd = -1;
+}

@@ -1,0 +1,291 @@
+/* The client: one gRPC channel, unary calls (GetInfo, Stats). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client/internal.h"
+
+int chime_client_create(chime_client_t **out, const char *address,
+                        const chime_client_opts_t *opts) {
+  chime_client_opts_t def = CHIME_CLIENT_OPTS_INIT;
+  if (!out || !address || !*address)
+    return CHIME_EINVAL;
+  *out = NULL;
+  if (!opts)
+    opts = &def;
+  if (opts->max_message_bytes == 0 || opts->max_message_bytes > INT32_MAX)
+    return CHIME_EINVAL;
+  chime_client_t *c = calloc(1, sizeof(*c));
+  if (!c)
+    return CHIME_ENOMEM;
+  c->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : 5000;
+  c->max_message_bytes = opts->max_message_bytes;
+  pthread_mutex_init(&c->lock, NULL);
+
+  grpc_init();
+  grpc_arg args[2];
+  args[0].type = GRPC_ARG_INTEGER;
+  args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+  args[0].value.integer = (int)c->max_message_bytes;
+  args[1].type = GRPC_ARG_INTEGER;
+  args[1].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
+  args[1].value.integer = (int)c->max_message_bytes;
+  grpc_channel_args cargs = {2, args};
+  grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+  c->channel = grpc_channel_create(address, creds, &cargs);
+  grpc_channel_credentials_release(creds);
+  *out = c;
+  return 0;
+}
+
+void chime_client_destroy(chime_client_t *client) {
+  if (!client)
+    return;
+  grpc_channel_destroy(client->channel);
+  pthread_mutex_destroy(&client->lock);
+  free(client);
+  grpc_shutdown();
+}
+
+const char *chime_client_last_error(const chime_client_t *client) {
+  return client ? client->err : "no client";
+}
+
+int chime__client_set_error(chime_client_t *client, int code,
+                            const char *text) {
+  pthread_mutex_lock(&client->lock);
+  snprintf(client->err, sizeof(client->err), "%s", text);
+  pthread_mutex_unlock(&client->lock);
+  return code;
+}
+
+int chime__unary(chime_client_t *client, const char *method,
+                 const ProtobufCMessage *req,
+                 const ProtobufCMessageDescriptor *resp_desc,
+                 ProtobufCMessage **resp, char *err, size_t errlen) {
+  int rc = 0;
+  grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
+  grpc_call *call = NULL;
+  grpc_byte_buffer *send = NULL, *recv = NULL;
+  grpc_metadata_array md_init, md_trail;
+  grpc_status_code status = GRPC_STATUS_UNKNOWN;
+  grpc_slice details = grpc_empty_slice();
+  grpc_metadata_array_init(&md_init);
+  grpc_metadata_array_init(&md_trail);
+  *resp = NULL;
+
+  call = chime__call_create(client, method, cq,
+                            chime__deadline_ms(client->timeout_ms));
+  send = chime__pack(req);
+  if (!call || !send) {
+    rc =
+        chime__fail(err, errlen, CHIME_ENOMEM, "%s: cannot start call", method);
+    goto cleanup;
+  }
+  grpc_op ops[6];
+  memset(ops, 0, sizeof(ops));
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  ops[1].op = GRPC_OP_SEND_MESSAGE;
+  ops[1].data.send_message.send_message = send;
+  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+  ops[3].data.recv_initial_metadata.recv_initial_metadata = &md_init;
+  ops[4].op = GRPC_OP_RECV_MESSAGE;
+  ops[4].data.recv_message.recv_message = &recv;
+  ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+  ops[5].data.recv_status_on_client.trailing_metadata = &md_trail;
+  ops[5].data.recv_status_on_client.status = &status;
+  ops[5].data.recv_status_on_client.status_details = &details;
+  if (grpc_call_start_batch(call, ops, 6, call, NULL) != GRPC_CALL_OK) {
+    rc = chime__fail(err, errlen, CHIME_EPROTO, "%s: start_batch failed",
+                     method);
+    goto cleanup;
+  }
+  /* The call's own deadline bounds this wait. */
+  grpc_event ev = grpc_completion_queue_pluck(
+      cq, call, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+  (void)ev;
+  if (status != GRPC_STATUS_OK) {
+    char text[CHIME__ERRLEN];
+    chime__slice_str(details, text, sizeof(text));
+    rc = chime__status_to_err(status, text);
+    chime__fail(err, errlen, rc, "%s: %s", method,
+                text[0] ? text : chime_strerror(rc));
+    goto cleanup;
+  }
+  if (!recv) {
+    rc = chime__fail(err, errlen, CHIME_EPROTO, "%s: no response message",
+                     method);
+    goto cleanup;
+  }
+  *resp = chime__unpack(resp_desc, recv);
+  if (!*resp)
+    rc = chime__fail(err, errlen, CHIME_EPROTO, "%s: malformed response",
+                     method);
+
+cleanup:
+  if (send)
+    grpc_byte_buffer_destroy(send);
+  if (recv)
+    grpc_byte_buffer_destroy(recv);
+  grpc_metadata_array_destroy(&md_init);
+  grpc_metadata_array_destroy(&md_trail);
+  grpc_slice_unref(details);
+  if (call)
+    grpc_call_unref(call);
+  grpc_completion_queue_shutdown(cq);
+  grpc_completion_queue_destroy(cq);
+  return rc;
+}
+
+static void copy_str(char *dst, size_t len, const char *src) {
+  snprintf(dst, len, "%s", src ? src : "");
+}
+
+int chime_client_info(chime_client_t *client, chime_server_info_t **out) {
+  if (!client || !out)
+    return CHIME_EINVAL;
+  *out = NULL;
+  char err[CHIME__ERRLEN] = "";
+  Chime__V1__GetInfoRequest req = CHIME__V1__GET_INFO_REQUEST__INIT;
+  ProtobufCMessage *m = NULL;
+  chime_server_info_t *info = NULL;
+  int rc = chime__unary(client, CHIME__METHOD_GETINFO, &req.base,
+                        &chime__v1__get_info_response__descriptor, &m, err,
+                        sizeof(err));
+  if (rc)
+    goto cleanup;
+  Chime__V1__GetInfoResponse *r = (Chime__V1__GetInfoResponse *)m;
+  info = calloc(1, sizeof(*info));
+  if (!info || (r->n_tables &&
+                !(info->tables = calloc(r->n_tables, sizeof(*info->tables))))) {
+    rc = chime__fail(err, sizeof(err), CHIME_ENOMEM, "out of memory");
+    goto cleanup;
+  }
+  copy_str(info->version, sizeof(info->version), r->version);
+  copy_str(info->boot_id, sizeof(info->boot_id), r->boot_id);
+  copy_str(info->hostname, sizeof(info->hostname), r->hostname);
+  info->pin_host_memory = r->pin_host_memory;
+  info->pinned_bytes = r->pinned_bytes;
+  for (size_t i = 0; i < r->n_tables; i++) {
+    const Chime__V1__TableInfo *t = r->tables[i];
+    chime_table_info_t *o = &info->tables[i];
+    char leaf_err[256];
+    copy_str(o->name, sizeof(o->name), t->name);
+    if (chime__spec_from_leaves(&o->spec, t->spec, t->n_spec, leaf_err,
+                                sizeof(leaf_err))) {
+      rc = chime__fail(err, sizeof(err), CHIME_EPROTO,
+                       "GetInfo: table '%s' has a bad spec: %s", o->name,
+                       leaf_err);
+      goto cleanup;
+    }
+    o->capacity = t->capacity;
+    o->size = t->size;
+    o->min_size = t->min_size;
+    o->sample_bytes = t->sample_bytes;
+    copy_str(o->sampler, sizeof(o->sampler), t->sampler);
+    info->ntables++;
+  }
+  *out = info;
+  info = NULL;
+
+cleanup:
+  if (m)
+    protobuf_c_message_free_unpacked(m, NULL);
+  chime_server_info_free(info);
+  if (rc)
+    chime__client_set_error(client, rc, err);
+  return rc;
+}
+
+void chime_server_info_free(chime_server_info_t *info) {
+  if (!info)
+    return;
+  free(info->tables);
+  free(info);
+}
+
+int chime_client_stats(chime_client_t *client, chime_stats_t **out) {
+  if (!client || !out)
+    return CHIME_EINVAL;
+  *out = NULL;
+  char err[CHIME__ERRLEN] = "";
+  Chime__V1__StatsRequest req = CHIME__V1__STATS_REQUEST__INIT;
+  ProtobufCMessage *m = NULL;
+  chime_stats_t *st = NULL;
+  int rc = chime__unary(client, CHIME__METHOD_STATS, &req.base,
+                        &chime__v1__stats_response__descriptor, &m, err,
+                        sizeof(err));
+  if (rc)
+    goto cleanup;
+  Chime__V1__StatsResponse *r = (Chime__V1__StatsResponse *)m;
+  st = calloc(1, sizeof(*st));
+  if (!st ||
+      (r->n_tables &&
+       !(st->tables = calloc(r->n_tables, sizeof(*st->tables)))) ||
+      (r->n_streams &&
+       !(st->streams = calloc(r->n_streams, sizeof(*st->streams))))) {
+    rc = chime__fail(err, sizeof(err), CHIME_ENOMEM, "out of memory");
+    goto cleanup;
+  }
+  st->ntables = (uint32_t)r->n_tables;
+  for (size_t i = 0; i < r->n_tables; i++) {
+    const Chime__V1__TableStats *t = r->tables[i];
+    chime_table_stats_t *o = &st->tables[i];
+    copy_str(o->name, sizeof(o->name), t->name);
+    o->size = t->size;
+    o->capacity = t->capacity;
+    o->inserts = t->inserts;
+    o->samples = t->samples;
+    o->sampler_wait_ns = t->sampler_wait_ns;
+    o->insert_wait_ns = t->insert_wait_ns;
+  }
+  st->nstreams = (uint32_t)r->n_streams;
+  for (size_t i = 0; i < r->n_streams; i++) {
+    const Chime__V1__StreamStats *s = r->streams[i];
+    chime_stream_stats_t *o = &st->streams[i];
+    o->stream_id = s->stream_id;
+    copy_str(o->table, sizeof(o->table), s->table);
+    o->mode = (int)s->mode;
+    o->batches = s->batches;
+    o->bytes = s->bytes;
+    o->producer_wait_ns = s->producer_wait_ns;
+    o->consumer_wait_ns = s->consumer_wait_ns;
+    o->ring_bytes = s->ring_bytes;
+    o->leases = s->leases;
+    o->max_leases = s->max_leases;
+    o->pinned = s->pinned;
+  }
+  st->ring_bytes_total = r->ring_bytes_total;
+  st->pinned_bytes = r->pinned_bytes;
+  *out = st;
+  st = NULL;
+
+cleanup:
+  if (m)
+    protobuf_c_message_free_unpacked(m, NULL);
+  chime_stats_free(st);
+  if (rc)
+    chime__client_set_error(client, rc, err);
+  return rc;
+}
+
+void chime_stats_free(chime_stats_t *stats) {
+  if (!stats)
+    return;
+  free(stats->tables);
+  free(stats->streams);
+  free(stats);
+}
+
+const char *chime_mode_name(chime_mode_t mode) {
+  switch (mode) {
+  case CHIME_MODE_AUTO:
+    return "auto";
+  case CHIME_MODE_SHM:
+    return "shm";
+  case CHIME_MODE_STREAM:
+    return "stream";
+  }
+  return "unknown";
+}

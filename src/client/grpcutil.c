@@ -1,0 +1,95 @@
+/* Small gRPC C core helpers shared by the client's calls. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client/internal.h"
+
+int chime__fail(char *buf, size_t len, int code, const char *fmt, ...) {
+  if (buf && len) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, len, fmt, ap);
+    va_end(ap);
+  }
+  return code;
+}
+
+int chime__status_to_err(grpc_status_code status, const char *details) {
+  switch (status) {
+  case GRPC_STATUS_OK:
+    return 0;
+  case GRPC_STATUS_INVALID_ARGUMENT:
+  case GRPC_STATUS_FAILED_PRECONDITION:
+  case GRPC_STATUS_OUT_OF_RANGE:
+    return CHIME_EINVAL;
+  case GRPC_STATUS_NOT_FOUND:
+    return CHIME_ENOTFOUND;
+  case GRPC_STATUS_DEADLINE_EXCEEDED:
+    return CHIME_ETIMEDOUT;
+  case GRPC_STATUS_RESOURCE_EXHAUSTED:
+    return CHIME_ERESOURCE;
+  case GRPC_STATUS_PERMISSION_DENIED:
+  case GRPC_STATUS_UNAUTHENTICATED:
+    return CHIME_EPERM;
+  case GRPC_STATUS_UNIMPLEMENTED:
+    return CHIME_ENOTSUP;
+  case GRPC_STATUS_ALREADY_EXISTS:
+    return CHIME_EEXIST;
+  case GRPC_STATUS_CANCELLED:
+    return CHIME_ECLOSED;
+  case GRPC_STATUS_UNAVAILABLE:
+    if (details && strstr(details, "shutting down"))
+      return CHIME_ESHUTDOWN;
+    return CHIME_EUNAVAILABLE;
+  default:
+    return CHIME_EPROTO;
+  }
+}
+
+gpr_timespec chime__deadline_ms(int timeout_ms) {
+  if (timeout_ms < 0)
+    return gpr_inf_future(GPR_CLOCK_MONOTONIC);
+  return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                      gpr_time_from_millis(timeout_ms, GPR_TIMESPAN));
+}
+
+grpc_byte_buffer *chime__pack(const ProtobufCMessage *msg) {
+  size_t n = protobuf_c_message_get_packed_size(msg);
+  grpc_slice s = grpc_slice_malloc(n);
+  protobuf_c_message_pack(msg, GRPC_SLICE_START_PTR(s));
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
+  grpc_slice_unref(s);
+  return bb;
+}
+
+ProtobufCMessage *chime__unpack(const ProtobufCMessageDescriptor *desc,
+                                grpc_byte_buffer *bb) {
+  grpc_byte_buffer_reader r;
+  if (!grpc_byte_buffer_reader_init(&r, bb))
+    return NULL;
+  grpc_slice all = grpc_byte_buffer_reader_readall(&r);
+  grpc_byte_buffer_reader_destroy(&r);
+  ProtobufCMessage *m = protobuf_c_message_unpack(
+      desc, NULL, GRPC_SLICE_LENGTH(all), GRPC_SLICE_START_PTR(all));
+  grpc_slice_unref(all);
+  return m;
+}
+
+void chime__slice_str(grpc_slice slice, char *buf, size_t len) {
+  if (!len)
+    return;
+  size_t n = GRPC_SLICE_LENGTH(slice);
+  if (n >= len)
+    n = len - 1;
+  memcpy(buf, GRPC_SLICE_START_PTR(slice), n);
+  buf[n] = '\0';
+}
+
+grpc_call *chime__call_create(chime_client_t *client, const char *method,
+                              grpc_completion_queue *cq,
+                              gpr_timespec deadline) {
+  return grpc_channel_create_call(
+      client->channel, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
+      grpc_slice_from_static_string(method), NULL, deadline, NULL);
+}

@@ -1,0 +1,176 @@
+/* Same-host handoff, client side: present the token on the server's Unix
+ * socket and receive the ring's memfd with SCM_RIGHTS. */
+#include <errno.h>
+#include <stddef.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "client/internal.h"
+
+#define HANDOFF_MAGIC "CHIMEHO1"
+#define HANDOFF_TOKEN_BYTES 16
+
+static int set_timeouts(int fd, int timeout_ms) {
+  if (timeout_ms < 0)
+    return 0;
+  if (timeout_ms == 0)
+    timeout_ms = 1;
+  struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+  if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) ||
+      setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)))
+    return -1;
+  return 0;
+}
+
+/* Closes every fd that arrived in a control message. */
+static void close_passed_fds(struct msghdr *msg) {
+  for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+      continue;
+    size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < n; i++) {
+      int fd;
+      memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      close(fd);
+    }
+  }
+}
+
+int chime__handoff_fetch(const char *socket_path, const uint8_t *token,
+                         size_t token_len, int timeout_ms, int *fd_out,
+                         char *err, size_t errlen) {
+  int rc = 0;
+  int sock = -1;
+  int fd = -1;
+  *fd_out = -1;
+  struct sockaddr_un addr;
+  memset(&addr, 0, sizeof(addr));
+  addr.sun_family = AF_UNIX;
+  size_t plen = socket_path ? strlen(socket_path) : 0;
+  if (plen < 2 || plen >= sizeof(addr.sun_path))
+    return chime__fail(err, errlen, CHIME_EPROTO,
+                       "handoff: bad socket address (%zu bytes)", plen);
+  if (token_len != HANDOFF_TOKEN_BYTES)
+    return chime__fail(err, errlen, CHIME_EPROTO,
+                       "handoff: token is %zu bytes, expected %d", token_len,
+                       HANDOFF_TOKEN_BYTES);
+  memcpy(addr.sun_path, socket_path, plen);
+  if (socket_path[0] == '@')
+    addr.sun_path[0] = '\0'; /* abstract namespace */
+  socklen_t alen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + plen +
+                               (socket_path[0] == '@' ? 0 : 1));
+
+  sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (sock < 0) {
+    rc = chime__fail(err, errlen, CHIME_ESYS, "handoff: socket: %s",
+                     strerror(errno));
+    goto cleanup;
+  }
+  if (set_timeouts(sock, timeout_ms)) {
+    rc = chime__fail(err, errlen, CHIME_ESYS, "handoff: setsockopt: %s",
+                     strerror(errno));
+    goto cleanup;
+  }
+  if (connect(sock, (struct sockaddr *)&addr, alen) != 0) {
+    rc = chime__fail(
+        err, errlen, errno == EACCES ? CHIME_EPERM : CHIME_EUNAVAILABLE,
+        "handoff: cannot connect to the server's socket: %s", strerror(errno));
+    goto cleanup;
+  }
+  uint8_t hello[sizeof(HANDOFF_MAGIC) - 1 + HANDOFF_TOKEN_BYTES];
+  memcpy(hello, HANDOFF_MAGIC, sizeof(HANDOFF_MAGIC) - 1);
+  memcpy(hello + sizeof(HANDOFF_MAGIC) - 1, token, HANDOFF_TOKEN_BYTES);
+  size_t sent = 0;
+  while (sent < sizeof(hello)) {
+    ssize_t k = send(sock, hello + sent, sizeof(hello) - sent, MSG_NOSIGNAL);
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k <= 0) {
+      rc = chime__fail(err, errlen,
+                       (errno == EAGAIN || errno == EWOULDBLOCK)
+                           ? CHIME_ETIMEDOUT
+                           : CHIME_EDISCONNECTED,
+                       "handoff: sending the token: %s", strerror(errno));
+      goto cleanup;
+    }
+    sent += (size_t)k;
+  }
+
+  /* 4-byte status; the fd rides on its first byte. */
+  uint8_t status[4];
+  size_t got = 0;
+  while (got < sizeof(status)) {
+    union {
+      struct cmsghdr align;
+      char buf[CMSG_SPACE(sizeof(int) * 4)];
+    } ctrl;
+    struct iovec iov = {status + got, sizeof(status) - got};
+    struct msghdr msg;
+    memset(&msg, 0, sizeof(msg));
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctrl.buf;
+    msg.msg_controllen = sizeof(ctrl.buf);
+    ssize_t k = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k < 0) {
+      rc = chime__fail(err, errlen,
+                       (errno == EAGAIN || errno == EWOULDBLOCK)
+                           ? CHIME_ETIMEDOUT
+                           : CHIME_EDISCONNECTED,
+                       "handoff: waiting for the answer: %s", strerror(errno));
+      goto cleanup;
+    }
+    if (k == 0) {
+      rc = chime__fail(err, errlen, CHIME_EPROTO,
+                       "handoff: server closed the connection after %zu of 4 "
+                       "status bytes",
+                       got);
+      goto cleanup;
+    }
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    if (c) {
+      if (fd >= 0 || (msg.msg_flags & MSG_CTRUNC) || CMSG_NXTHDR(&msg, c) ||
+          c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
+          c->cmsg_len != CMSG_LEN(sizeof(int))) {
+        close_passed_fds(&msg);
+        rc = chime__fail(err, errlen, CHIME_EPROTO,
+                         "handoff: expected exactly one descriptor");
+        goto cleanup;
+      }
+      memcpy(&fd, CMSG_DATA(c), sizeof(int));
+    }
+    got += (size_t)k;
+  }
+  int32_t code =
+      (int32_t)((uint32_t)status[0] | (uint32_t)status[1] << 8 |
+                (uint32_t)status[2] << 16 | (uint32_t)status[3] << 24);
+  if (code != 0) {
+    rc = code < 0 && code >= CHIME_ECLOSED ? code : CHIME_EPROTO;
+    if (rc == CHIME_EPERM)
+      chime__fail(err, errlen, rc,
+                  "handoff refused: permission denied (token unknown, used "
+                  "or expired, or uid not allowed)");
+    else
+      chime__fail(err, errlen, rc, "handoff refused: %s", chime_strerror(rc));
+    goto cleanup;
+  }
+  if (fd < 0) {
+    rc = chime__fail(err, errlen, CHIME_EPROTO,
+                     "handoff: status 0 but no descriptor was passed");
+    goto cleanup;
+  }
+  *fd_out = fd;
+  fd = -1;
+
+cleanup:
+  if (fd >= 0)
+    close(fd);
+  if (sock >= 0)
+    close(sock);
+  return rc;
+}

@@ -1,0 +1,35 @@
+/* This host's identity, compared with the server's to choose shm in auto. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client/internal.h"
+
+static void trim(char *s) {
+  size_t n = strlen(s);
+  while (n && (s[n - 1] == '\n' || s[n - 1] == ' ' || s[n - 1] == '\r'))
+    s[--n] = '\0';
+}
+
+void chime__host_identity(char *boot_id, size_t boot_len, char *host,
+                          size_t host_len) {
+  boot_id[0] = '\0';
+  host[0] = '\0';
+  /* Lets one machine play "another host" in tests of the auto fallback. */
+  const char *forced = getenv("CHIME_BOOT_ID");
+  if (forced && *forced) {
+    snprintf(boot_id, boot_len, "%s", forced);
+  } else {
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
+    if (f) {
+      if (!fgets(boot_id, (int)boot_len, f))
+        boot_id[0] = '\0';
+      fclose(f);
+    }
+  }
+  trim(boot_id);
+  if (gethostname(host, host_len) != 0)
+    host[0] = '\0';
+  host[host_len - 1] = '\0';
+}

@@ -1,0 +1,126 @@
+/* Internal to the client library: the client object, gRPC helpers shared by
+ * unary calls, the writer and the stream, and the pieces of a stream (handoff,
+ * remote chunk assembly) that are tested on their own. */
+#ifndef CHIME_CLIENT_INTERNAL_H
+#define CHIME_CLIENT_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/support/time.h>
+#include <protobuf-c/protobuf-c.h>
+
+#include "chime.pb-c.h"
+#include "chime/chime.h"
+
+#define CHIME__ERRLEN 512
+
+#define CHIME__METHOD_GETINFO "/chime.v1.Chime/GetInfo"
+#define CHIME__METHOD_STATS "/chime.v1.Chime/Stats"
+#define CHIME__METHOD_INSERT "/chime.v1.Chime/Insert"
+#define CHIME__METHOD_SUBSCRIBE "/chime.v1.Chime/Subscribe"
+
+#if defined(__GNUC__)
+#define CHIME__PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define CHIME__PRINTF(f, a)
+#endif
+
+struct chime_client_s {
+  grpc_channel *channel;
+  int timeout_ms;
+  size_t max_message_bytes;
+  pthread_mutex_t lock; /* guards err: a client is shared by threads */
+  char err[CHIME__ERRLEN];
+};
+
+/* Formats into buf (NULL-safe) and returns code, so failures read
+ * `return chime__fail(err, len, CHIME_EINVAL, "...")`. */
+int chime__fail(char *buf, size_t len, int code, const char *fmt, ...)
+    CHIME__PRINTF(4, 5);
+/* Copies a detail text into the client's last error; returns code. */
+int chime__client_set_error(chime_client_t *client, int code, const char *text);
+
+/* --- gRPC helpers (grpcutil.c) --- */
+
+/* Maps a call's final status to a CHIME_E* code (UNAVAILABLE "shutting down"
+ * is CHIME_ESHUTDOWN). */
+int chime__status_to_err(grpc_status_code status, const char *details);
+/* timeout_ms < 0: forever. */
+gpr_timespec chime__deadline_ms(int timeout_ms);
+/* Serialises a message into a new byte buffer; NULL when out of memory. */
+grpc_byte_buffer *chime__pack(const ProtobufCMessage *msg);
+/* Unpacks a whole byte buffer; NULL when malformed. Free with
+ * protobuf_c_message_free_unpacked(). */
+ProtobufCMessage *chime__unpack(const ProtobufCMessageDescriptor *desc,
+                                grpc_byte_buffer *bb);
+/* NUL-terminated copy of a slice, truncated to fit. */
+void chime__slice_str(grpc_slice slice, char *buf, size_t len);
+/* Creates a call on the client's channel with its own completion queue. */
+grpc_call *chime__call_create(chime_client_t *client, const char *method,
+                              grpc_completion_queue *cq, gpr_timespec deadline);
+
+/* One unary call: sends req, unpacks the answer as resp_desc. On failure the
+ * status details (or a local reason) are in err. */
+int chime__unary(chime_client_t *client, const char *method,
+                 const ProtobufCMessage *req,
+                 const ProtobufCMessageDescriptor *resp_desc,
+                 ProtobufCMessage **resp, char *err, size_t errlen);
+
+/* --- specs on the wire (convert.c) --- */
+
+int chime__spec_from_leaves(chime_spec_t *spec, Chime__V1__Leaf *const *leaves,
+                            size_t n, char *err, size_t errlen);
+/* The table's info from GetInfo; CHIME_ENOTFOUND with a sentence. */
+int chime__table_lookup(chime_client_t *client, const char *table,
+                        chime_table_info_t *out, chime_server_info_t **info,
+                        char *err, size_t errlen);
+
+/* --- host identity (hostid.c) --- */
+
+/* boot_id from /proc/sys/kernel/random/boot_id (or $CHIME_BOOT_ID, for tests
+ * that need "another host" on one machine) and gethostname(). */
+void chime__host_identity(char *boot_id, size_t boot_len, char *host,
+                          size_t host_len);
+
+/* --- same-host handoff (handoff.c) --- */
+
+/* Connects to the handoff socket ('@' prefix: abstract), presents the token
+ * and receives the ring's fd. CHIME_EPERM when the server refuses,
+ * CHIME_ETIMEDOUT, CHIME_EPROTO for an answer that breaks the protocol. */
+int chime__handoff_fetch(const char *socket_path, const uint8_t *token,
+                         size_t token_len, int timeout_ms, int *fd_out,
+                         char *err, size_t errlen);
+
+/* --- stream mode: chunks into a local ring (remote.c) --- */
+
+typedef struct {
+  chime_ring_t *ring;       /* local ring, this side produces */
+  _Atomic uint64_t granted; /* credits given to the server, prefetch included */
+  uint64_t started;         /* batches the server has begun to send */
+  uint64_t send_bytes;      /* bytes of a slot each batch carries */
+  int active;               /* a slot is being filled */
+  chime_ring_wslot_t w;
+  uint64_t seq;      /* server seq of the batch being filled */
+  uint64_t received; /* bytes of it so far */
+  uint64_t batches;  /* completed and published */
+  uint64_t bytes;
+} chime__remote_t;
+
+/* Copies one received message into the local ring. Returns 0 (publishing the
+ * slot when the batch is complete), CHIME_ENOTFOUND when the message is not a
+ * chunk, CHIME_EPROTO with err for a chunk that breaks the protocol (wrong
+ * total, gap, more batches than credits). */
+int chime__remote_chunk(chime__remote_t *r, grpc_byte_buffer *bb, char *err,
+                        size_t errlen);
+/* Gives back a half-filled slot (stream ended mid-batch). */
+void chime__remote_abandon(chime__remote_t *r);
+
+#endif

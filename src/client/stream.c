@@ -1,0 +1,644 @@
+/* Stream: a Subscribe call and the ring the learner reads. In shm mode the
+ * ring is the server's, mapped through the handoff; in stream mode it is a
+ * local ring filled from chunks. Either way next/release are ring calls, and
+ * a thread per stream drives the call on its own completion queue. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client/internal.h"
+
+enum { TAG_OPEN = 1, TAG_RECV, TAG_STATUS, TAG_CREDIT };
+
+struct chime_stream_s {
+  chime_client_t *client;
+  chime_mode_t mode;
+  char table[CHIME_MAX_NAME];
+  char fallback[CHIME__ERRLEN];
+  int has_fallback;
+  chime_spec_t spec;
+  chime_ring_layout_t layout;
+  uint64_t send_bytes;
+  uint64_t stream_id;
+  chime_ring_t *ring;
+  chime__remote_t remote;
+
+  grpc_completion_queue *cq;
+  grpc_call *call;
+  pthread_t thread;
+  int thread_started;
+  int opening; /* the opener, not the thread, consumes the first message */
+
+  /* Receive side: touched by one thread at a time (opener, then thread). */
+  int open_pending, recv_pending, status_pending;
+  grpc_byte_buffer *open_bb, *recv_bb;
+  grpc_metadata_array md_init, md_trail;
+  grpc_status_code status;
+  grpc_slice details;
+  int notice_shutdown;
+
+  pthread_mutex_t lock; /* send side (credits) and err */
+  int send_busy;
+  int ended; /* the call's status arrived: no more sends */
+  uint32_t credit_pending;
+  grpc_byte_buffer *credit_bb;
+
+  atomic_int end_code; /* why next fails once the ring is cut off */
+  char err[CHIME__ERRLEN];
+};
+
+static void set_err(chime_stream_t *s, const char *text) {
+  pthread_mutex_lock(&s->lock);
+  snprintf(s->err, sizeof(s->err), "%s", text);
+  pthread_mutex_unlock(&s->lock);
+}
+
+static int start_recv(chime_stream_t *s) {
+  grpc_op op;
+  memset(&op, 0, sizeof(op));
+  op.op = GRPC_OP_RECV_MESSAGE;
+  op.data.recv_message.recv_message = &s->recv_bb;
+  if (grpc_call_start_batch(s->call, &op, 1, (void *)(intptr_t)TAG_RECV,
+                            NULL) != GRPC_CALL_OK)
+    return CHIME_EPROTO;
+  s->recv_pending = 1;
+  return 0;
+}
+
+/* Caller holds s->lock. */
+static void send_credit_locked(chime_stream_t *s) {
+  if (s->send_busy || s->ended || s->credit_pending == 0)
+    return;
+  Chime__V1__Credit credit = CHIME__V1__CREDIT__INIT;
+  credit.batches = s->credit_pending;
+  Chime__V1__SubscribeRequest req = CHIME__V1__SUBSCRIBE_REQUEST__INIT;
+  req.kind_case = CHIME__V1__SUBSCRIBE_REQUEST__KIND_CREDIT;
+  req.credit = &credit;
+  s->credit_bb = chime__pack(&req.base);
+  if (!s->credit_bb)
+    return; /* retried on the next release */
+  grpc_op op;
+  memset(&op, 0, sizeof(op));
+  op.op = GRPC_OP_SEND_MESSAGE;
+  op.data.send_message.send_message = s->credit_bb;
+  if (grpc_call_start_batch(s->call, &op, 1, (void *)(intptr_t)TAG_CREDIT,
+                            NULL) != GRPC_CALL_OK) {
+    grpc_byte_buffer_destroy(s->credit_bb);
+    s->credit_bb = NULL;
+    return;
+  }
+  s->send_busy = 1;
+  s->credit_pending = 0;
+}
+
+/* Cuts the learner off the ring: next then reports end_code. */
+static void end_stream(chime_stream_t *s, int code, const char *why) {
+  int expected = 0;
+  if (atomic_compare_exchange_strong(&s->end_code, &expected, code) && why)
+    set_err(s, why);
+  if (s->ring)
+    chime_ring_set_disconnected(s->ring);
+}
+
+static void on_status(chime_stream_t *s) {
+  char text[CHIME__ERRLEN], why[CHIME__ERRLEN + 64];
+  chime__slice_str(s->details, text, sizeof(text));
+  pthread_mutex_lock(&s->lock);
+  s->ended = 1;
+  pthread_mutex_unlock(&s->lock);
+  int code = chime__status_to_err(s->status, text);
+  if (s->notice_shutdown || code == CHIME_ESHUTDOWN)
+    code = CHIME_ESHUTDOWN;
+  else if (code == 0 || code == CHIME_EUNAVAILABLE)
+    code = CHIME_EDISCONNECTED;
+  snprintf(why, sizeof(why), "stream %" PRIu64 " on '%s' ended: %.400s",
+           s->stream_id, s->table, text[0] ? text : chime_strerror(code));
+  if (s->mode == CHIME_MODE_STREAM && code == CHIME_ESHUTDOWN && s->ring)
+    chime_ring_shutdown(s->ring);
+  end_stream(s, code, why);
+}
+
+static void protocol_error(chime_stream_t *s, const char *what) {
+  end_stream(s, CHIME_EPROTO, what);
+  grpc_call_cancel(s->call, NULL);
+}
+
+/* A message after Opened: chunks (stream mode) or notices. */
+static void on_message(chime_stream_t *s, grpc_byte_buffer *bb) {
+  char err[CHIME__ERRLEN];
+  if (s->mode == CHIME_MODE_STREAM) {
+    int rc = chime__remote_chunk(&s->remote, bb, err, sizeof(err));
+    if (rc == 0)
+      return;
+    if (rc != CHIME_ENOTFOUND) {
+      if (rc == CHIME_ESHUTDOWN)
+        return; /* closing */
+      protocol_error(s, err);
+      return;
+    }
+  }
+  Chime__V1__SubscribeResponse *r =
+      (Chime__V1__SubscribeResponse *)chime__unpack(
+          &chime__v1__subscribe_response__descriptor, bb);
+  if (!r || r->kind_case != CHIME__V1__SUBSCRIBE_RESPONSE__KIND_NOTICE) {
+    snprintf(err, sizeof(err), "stream %" PRIu64 ": unexpected %s message",
+             s->stream_id, r ? "non-notice" : "malformed");
+    protocol_error(s, err);
+  } else if (r->notice->code == GRPC_STATUS_UNAVAILABLE) {
+    s->notice_shutdown = 1;
+    if (s->mode == CHIME_MODE_STREAM)
+      chime_ring_shutdown(s->ring);
+  }
+  if (r)
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+}
+
+/* Handles one completion. CHIME_ETIMEDOUT when none came by the deadline. */
+static int pump(chime_stream_t *s, gpr_timespec deadline) {
+  grpc_event ev = grpc_completion_queue_next(s->cq, deadline, NULL);
+  if (ev.type == GRPC_QUEUE_TIMEOUT)
+    return CHIME_ETIMEDOUT;
+  if (ev.type != GRPC_OP_COMPLETE)
+    return CHIME_EPROTO;
+  switch ((intptr_t)ev.tag) {
+  case TAG_OPEN:
+    s->open_pending = 0;
+    grpc_byte_buffer_destroy(s->open_bb);
+    s->open_bb = NULL;
+    break;
+  case TAG_RECV:
+    s->recv_pending = 0;
+    if (!s->recv_bb)
+      break; /* the call is over; its status follows */
+    if (s->opening)
+      break; /* the opener takes it */
+    on_message(s, s->recv_bb);
+    grpc_byte_buffer_destroy(s->recv_bb);
+    s->recv_bb = NULL;
+    if (start_recv(s))
+      protocol_error(s, "stream: cannot receive");
+    break;
+  case TAG_STATUS:
+    s->status_pending = 0;
+    on_status(s);
+    break;
+  case TAG_CREDIT:
+    pthread_mutex_lock(&s->lock);
+    s->send_busy = 0;
+    grpc_byte_buffer_destroy(s->credit_bb);
+    s->credit_bb = NULL;
+    send_credit_locked(s);
+    pthread_mutex_unlock(&s->lock);
+    break;
+  }
+  return 0;
+}
+
+static int busy(chime_stream_t *s) {
+  pthread_mutex_lock(&s->lock);
+  int b = s->send_busy;
+  pthread_mutex_unlock(&s->lock);
+  return b || s->open_pending || s->recv_pending || s->status_pending;
+}
+
+static void *stream_thread(void *arg) {
+  chime_stream_t *s = arg;
+  while (busy(s))
+    pump(s, gpr_inf_future(GPR_CLOCK_MONOTONIC));
+  return NULL;
+}
+
+/* Cancels the call, waits for its operations and frees it. */
+static void call_teardown(chime_stream_t *s) {
+  if (s->call) {
+    grpc_call_cancel(s->call, NULL);
+    if (s->thread_started)
+      pthread_join(s->thread, NULL);
+    s->thread_started = 0;
+    s->opening = 0;
+    while (busy(s))
+      pump(s, gpr_inf_future(GPR_CLOCK_MONOTONIC));
+    grpc_call_unref(s->call);
+    s->call = NULL;
+  }
+  if (s->cq) {
+    grpc_completion_queue_shutdown(s->cq);
+    while (grpc_completion_queue_next(s->cq,
+                                      gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL)
+               .type != GRPC_QUEUE_SHUTDOWN) {
+    }
+    grpc_completion_queue_destroy(s->cq);
+    s->cq = NULL;
+  }
+  if (s->recv_bb)
+    grpc_byte_buffer_destroy(s->recv_bb);
+  s->recv_bb = NULL;
+  grpc_metadata_array_destroy(&s->md_init);
+  grpc_metadata_array_destroy(&s->md_trail);
+  grpc_slice_unref(s->details);
+  s->details = grpc_empty_slice();
+  grpc_metadata_array_init(&s->md_init);
+  grpc_metadata_array_init(&s->md_trail);
+  s->ended = 0;
+  s->send_busy = 0;
+  s->credit_pending = 0;
+  s->notice_shutdown = 0;
+  atomic_store(&s->end_code, 0);
+}
+
+/* Sends Open and waits for Opened. *opened is freed by the caller. */
+static int subscribe(chime_stream_t *s, chime_mode_t mode,
+                     const chime_stream_opts_t *o, uint32_t prefetch,
+                     Chime__V1__Opened **opened,
+                     Chime__V1__SubscribeResponse **resp, char *err,
+                     size_t errlen) {
+  char boot_id[64], host[256];
+  *opened = NULL;
+  *resp = NULL;
+  chime__host_identity(boot_id, sizeof(boot_id), host, sizeof(host));
+  s->cq = grpc_completion_queue_create_for_next(NULL);
+  s->call = chime__call_create(s->client, CHIME__METHOD_SUBSCRIBE, s->cq,
+                               gpr_inf_future(GPR_CLOCK_REALTIME));
+  if (!s->call)
+    return chime__fail(err, errlen, CHIME_EPROTO, "cannot create call");
+  s->opening = 1;
+
+  grpc_op ops[2];
+  memset(ops, 0, sizeof(ops));
+  ops[0].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+  ops[0].data.recv_status_on_client.trailing_metadata = &s->md_trail;
+  ops[0].data.recv_status_on_client.status = &s->status;
+  ops[0].data.recv_status_on_client.status_details = &s->details;
+  if (grpc_call_start_batch(s->call, ops, 1, (void *)(intptr_t)TAG_STATUS,
+                            NULL) != GRPC_CALL_OK)
+    return chime__fail(err, errlen, CHIME_EPROTO, "cannot start call");
+  s->status_pending = 1;
+
+  Chime__V1__Open open = CHIME__V1__OPEN__INIT;
+  open.table = s->table;
+  open.batch_size = o->batch_size;
+  open.slots = o->slots;
+  open.mode = mode == CHIME_MODE_SHM ? CHIME__V1__MODE__MODE_SHM
+                                     : CHIME__V1__MODE__MODE_STREAM;
+  open.prefetch = mode == CHIME_MODE_STREAM ? prefetch : 0;
+  open.boot_id = boot_id;
+  open.hostname = host;
+  Chime__V1__SubscribeRequest req = CHIME__V1__SUBSCRIBE_REQUEST__INIT;
+  req.kind_case = CHIME__V1__SUBSCRIBE_REQUEST__KIND_OPEN;
+  req.open = &open;
+  s->open_bb = chime__pack(&req.base);
+  if (!s->open_bb)
+    return chime__fail(err, errlen, CHIME_ENOMEM, "out of memory");
+  memset(ops, 0, sizeof(ops));
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  ops[1].op = GRPC_OP_SEND_MESSAGE;
+  ops[1].data.send_message.send_message = s->open_bb;
+  if (grpc_call_start_batch(s->call, ops, 2, (void *)(intptr_t)TAG_OPEN,
+                            NULL) != GRPC_CALL_OK) {
+    grpc_byte_buffer_destroy(s->open_bb);
+    s->open_bb = NULL;
+    return chime__fail(err, errlen, CHIME_EPROTO, "cannot start call");
+  }
+  s->open_pending = 1;
+  memset(ops, 0, sizeof(ops));
+  ops[0].op = GRPC_OP_RECV_INITIAL_METADATA;
+  ops[0].data.recv_initial_metadata.recv_initial_metadata = &s->md_init;
+  ops[1].op = GRPC_OP_RECV_MESSAGE;
+  ops[1].data.recv_message.recv_message = &s->recv_bb;
+  if (grpc_call_start_batch(s->call, ops, 2, (void *)(intptr_t)TAG_RECV,
+                            NULL) != GRPC_CALL_OK)
+    return chime__fail(err, errlen, CHIME_EPROTO, "cannot start call");
+  s->recv_pending = 1;
+
+  gpr_timespec deadline = chime__deadline_ms(o->open_timeout_ms);
+  while (s->recv_pending) {
+    if (pump(s, deadline) == CHIME_ETIMEDOUT)
+      return chime__fail(err, errlen, CHIME_ETIMEDOUT,
+                         "no answer to Subscribe within %d ms",
+                         o->open_timeout_ms);
+  }
+  if (!s->recv_bb) {
+    /* Refused: the status carries the reason. */
+    while (s->status_pending) {
+      if (pump(s, deadline) == CHIME_ETIMEDOUT)
+        return chime__fail(err, errlen, CHIME_ETIMEDOUT,
+                           "Subscribe ended without a status");
+    }
+    char text[CHIME__ERRLEN];
+    chime__slice_str(s->details, text, sizeof(text));
+    int code = chime__status_to_err(s->status, text);
+    return chime__fail(err, errlen, code ? code : CHIME_EPROTO, "%s",
+                       text[0] ? text : chime_strerror(code));
+  }
+  *resp = (Chime__V1__SubscribeResponse *)chime__unpack(
+      &chime__v1__subscribe_response__descriptor, s->recv_bb);
+  grpc_byte_buffer_destroy(s->recv_bb);
+  s->recv_bb = NULL;
+  s->opening = 0;
+  if (!*resp ||
+      (*resp)->kind_case != CHIME__V1__SUBSCRIBE_RESPONSE__KIND_OPENED ||
+      !(*resp)->opened->layout)
+    return chime__fail(err, errlen, CHIME_EPROTO,
+                       "Subscribe: first answer is not Opened");
+  *opened = (*resp)->opened;
+  if ((*opened)->mode != open.mode)
+    return chime__fail(err, errlen, CHIME_EPROTO,
+                       "Subscribe: asked for %s, server opened mode %d",
+                       chime_mode_name(mode), (int)(*opened)->mode);
+  return 0;
+}
+
+/* The server's layout must be the one this library computes for the spec. */
+static int check_layout(chime_stream_t *s, const Chime__V1__Layout *l,
+                        const chime_stream_opts_t *o, char *err,
+                        size_t errlen) {
+  char why[256];
+  int rc =
+      chime__spec_from_leaves(&s->spec, l->spec, l->n_spec, why, sizeof(why));
+  if (rc)
+    return chime__fail(err, errlen, CHIME_EPROTO, "Opened: bad spec: %s", why);
+  rc = chime_ring_layout(&s->layout, &s->spec, o->batch_size, o->slots, why,
+                         sizeof(why));
+  if (rc)
+    return chime__fail(err, errlen, CHIME_EPROTO, "Opened: layout: %s", why);
+  int same = l->slots == s->layout.slots &&
+             l->batch_size == s->layout.batch_size &&
+             l->slot_bytes == s->layout.slot_bytes &&
+             l->info_offset == s->layout.info_offset &&
+             l->n_leaf_offset == s->spec.nleaves;
+  for (size_t i = 0; same && i < l->n_leaf_offset; i++)
+    same = l->leaf_offset[i] == s->layout.leaf_offset[i];
+  uint64_t send = s->layout.info_offset +
+                  (uint64_t)o->batch_size * sizeof(chime_sample_info_t);
+  if (!same || l->send_bytes != send || send > s->layout.slot_bytes)
+    return chime__fail(err, errlen, CHIME_EPROTO,
+                       "Opened: the server's ring layout differs from this "
+                       "library's (version mismatch?)");
+  s->send_bytes = send;
+  return 0;
+}
+
+static int attach_shm(chime_stream_t *s, const Chime__V1__Opened *op,
+                      const chime_stream_opts_t *o, char *err, size_t errlen) {
+  const Chime__V1__Handoff *h = op->handoff;
+  int fd = -1;
+  if (!h || h->nonce.len != 16)
+    return chime__fail(err, errlen, CHIME_EPROTO,
+                       "Opened: shm mode without a valid handoff");
+  int rc = chime__handoff_fetch(h->socket_path, h->token.data, h->token.len,
+                                o->open_timeout_ms, &fd, err, errlen);
+  if (rc)
+    return rc;
+  rc = chime_ring_attach(&s->ring, fd, h->nonce.data);
+  close(fd);
+  if (rc)
+    return chime__fail(err, errlen, rc, "ring attach: %s", chime_strerror(rc));
+  const chime_ring_layout_t *got = chime_ring_get_layout(s->ring);
+  if (got->slot_bytes != s->layout.slot_bytes ||
+      got->slots != s->layout.slots ||
+      got->info_offset != s->layout.info_offset) {
+    chime_ring_destroy(s->ring);
+    s->ring = NULL;
+    return chime__fail(err, errlen, CHIME_ECORRUPT,
+                       "ring attach: mapped ring does not match Opened");
+  }
+  return 0;
+}
+
+/* One attempt in one concrete mode. */
+static int open_mode(chime_stream_t *s, chime_mode_t mode,
+                     const chime_stream_opts_t *o, uint32_t prefetch,
+                     int *attach_failed, char *err, size_t errlen) {
+  Chime__V1__Opened *op = NULL;
+  Chime__V1__SubscribeResponse *resp = NULL;
+  *attach_failed = 0;
+  s->mode = mode;
+  int rc = subscribe(s, mode, o, prefetch, &op, &resp, err, errlen);
+  if (rc)
+    goto cleanup;
+  s->stream_id = op->stream_id;
+  rc = check_layout(s, op->layout, o, err, errlen);
+  if (rc)
+    goto cleanup;
+  if (mode == CHIME_MODE_SHM) {
+    rc = attach_shm(s, op, o, err, errlen);
+    *attach_failed = rc != 0;
+  } else {
+    rc = chime_ring_create(&s->ring, &s->spec, o->batch_size, o->slots);
+    if (rc)
+      chime__fail(err, errlen, rc, "local ring: %s", chime_strerror(rc));
+    s->remote.ring = s->ring;
+    s->remote.send_bytes = s->send_bytes;
+    atomic_store(&s->remote.granted, prefetch);
+  }
+  if (rc == 0 && start_recv(s))
+    rc = chime__fail(err, errlen, CHIME_EPROTO, "cannot receive");
+
+cleanup:
+  if (resp)
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+  if (rc) {
+    call_teardown(s);
+    chime_ring_destroy(s->ring);
+    s->ring = NULL;
+  }
+  return rc;
+}
+
+int chime_stream_open(chime_client_t *client, const char *table,
+                      const chime_stream_opts_t *opts, chime_stream_t **out) {
+  chime_stream_opts_t o = CHIME_STREAM_OPTS_INIT;
+  char err[CHIME__ERRLEN] = "";
+  chime_server_info_t *info = NULL;
+  chime_table_info_t ti;
+  chime_stream_t *s = NULL;
+  int rc = 0;
+  if (!client || !table || !opts || !out)
+    return CHIME_EINVAL;
+  *out = NULL;
+  o = *opts;
+  if (o.slots == 0)
+    o.slots = 8;
+  if (o.open_timeout_ms <= 0)
+    o.open_timeout_ms = 10000;
+  uint32_t prefetch = o.prefetch ? o.prefetch : o.slots - 1;
+  if (strlen(table) >= CHIME_MAX_NAME || o.batch_size == 0 ||
+      o.batch_size > CHIME_RING_MAX_BATCH || o.slots < 2 ||
+      o.slots > CHIME_RING_MAX_SLOTS || prefetch > o.slots ||
+      (o.mode != CHIME_MODE_AUTO && o.mode != CHIME_MODE_SHM &&
+       o.mode != CHIME_MODE_STREAM)) {
+    rc = chime__fail(err, sizeof(err), CHIME_EINVAL,
+                     "stream: need 0 < batch_size <= %u, 2 <= slots <= %u, "
+                     "prefetch <= slots, a known mode and a table name",
+                     CHIME_RING_MAX_BATCH, CHIME_RING_MAX_SLOTS);
+    goto cleanup;
+  }
+  s = calloc(1, sizeof(*s));
+  if (!s) {
+    rc = chime__fail(err, sizeof(err), CHIME_ENOMEM, "out of memory");
+    goto cleanup;
+  }
+  s->client = client;
+  snprintf(s->table, sizeof(s->table), "%s", table);
+  pthread_mutex_init(&s->lock, NULL);
+  s->details = grpc_empty_slice();
+  grpc_metadata_array_init(&s->md_init);
+  grpc_metadata_array_init(&s->md_trail);
+
+  chime_mode_t want = o.mode;
+  if (want != CHIME_MODE_STREAM) {
+    rc = chime__table_lookup(client, table, &ti, &info, err, sizeof(err));
+    if (rc)
+      goto cleanup;
+    char boot_id[64], host[256];
+    chime__host_identity(boot_id, sizeof(boot_id), host, sizeof(host));
+    const char *differs = NULL;
+    if (!info->boot_id[0] || !boot_id[0])
+      differs = "host identity unknown (no boot_id)";
+    else if (strcmp(boot_id, info->boot_id) != 0)
+      differs = "server on another host (boot_id differs)";
+    else if (strcmp(host, info->hostname) != 0)
+      differs = "server on another host (hostname differs)";
+    if (differs && want == CHIME_MODE_SHM) {
+      rc = chime__fail(err, sizeof(err), CHIME_ENOTSUP,
+                       "shm mode needs the server on this host: %s", differs);
+      goto cleanup;
+    }
+    if (differs) {
+      snprintf(s->fallback, sizeof(s->fallback), "%s", differs);
+      s->has_fallback = 1;
+      want = CHIME_MODE_STREAM;
+    }
+  }
+
+  int attach_failed = 0;
+  if (want != CHIME_MODE_STREAM) {
+    rc = open_mode(s, CHIME_MODE_SHM, &o, prefetch, &attach_failed, err,
+                   sizeof(err));
+    if (rc && attach_failed && o.mode == CHIME_MODE_AUTO) {
+      snprintf(s->fallback, sizeof(s->fallback), "shm attach failed: %.450s",
+               err);
+      s->has_fallback = 1;
+      want = CHIME_MODE_STREAM;
+    } else if (rc) {
+      goto cleanup;
+    }
+  }
+  if (want == CHIME_MODE_STREAM) {
+    rc = open_mode(s, CHIME_MODE_STREAM, &o, prefetch, &attach_failed, err,
+                   sizeof(err));
+    if (rc)
+      goto cleanup;
+  }
+
+  if (o.pin_host_memory) {
+    char why[CHIME__ERRLEN];
+    rc = chime_ring_pin(s->ring, why, sizeof(why));
+    if (rc) {
+      chime__fail(err, sizeof(err), rc, "pin_host_memory: %s", why);
+      goto cleanup;
+    }
+  }
+  if (pthread_create(&s->thread, NULL, stream_thread, s) != 0) {
+    rc = chime__fail(err, sizeof(err), CHIME_ESYS, "cannot start thread");
+    goto cleanup;
+  }
+  s->thread_started = 1;
+  *out = s;
+  s = NULL;
+
+cleanup:
+  chime_server_info_free(info);
+  if (rc) {
+    chime__client_set_error(client, rc, err);
+    chime_stream_close(s);
+  }
+  return rc;
+}
+
+int chime_stream_next(chime_stream_t *stream, chime_batch_t *out,
+                      int timeout_ms) {
+  chime_stream_t *s = stream;
+  if (!s || !out)
+    return CHIME_EINVAL;
+  chime_ring_view_t v;
+  int rc = chime_ring_next(s->ring, &v, timeout_ms);
+  if (rc == CHIME_EDISCONNECTED || rc == CHIME_ESHUTDOWN) {
+    int end = atomic_load(&s->end_code);
+    if (rc == CHIME_EDISCONNECTED && end)
+      rc = end;
+    if (end == 0)
+      set_err(s, rc == CHIME_ESHUTDOWN ? "server shutting down"
+                                       : "server disconnected");
+    return rc;
+  }
+  if (rc) {
+    set_err(s, chime_strerror(rc));
+    return rc;
+  }
+  out->seq = v.seq;
+  out->count = v.count;
+  out->nleaves = s->spec.nleaves;
+  out->slot = v.slot;
+  out->info = v.info;
+  for (uint32_t i = 0; i < s->spec.nleaves; i++) {
+    const chime_leaf_t *l = &s->spec.leaves[i];
+    chime_batch_leaf_t *b = &out->leaf[i];
+    b->name = l->name;
+    b->dtype = l->dtype;
+    b->ndim = l->ndim + 1;
+    b->shape[0] = v.count;
+    for (uint32_t d = 0; d < l->ndim; d++)
+      b->shape[d + 1] = l->shape[d];
+    b->data = v.leaf[i];
+    b->bytes = (uint64_t)v.count * chime_leaf_bytes(l);
+  }
+  return 0;
+}
+
+int chime_batch_release(chime_stream_t *stream, const chime_batch_t *batch) {
+  chime_stream_t *s = stream;
+  if (!s || !batch)
+    return CHIME_EINVAL;
+  int rc = chime_ring_release(s->ring, batch->slot);
+  if (rc || s->mode != CHIME_MODE_STREAM)
+    return rc;
+  atomic_fetch_add(&s->remote.granted, 1);
+  pthread_mutex_lock(&s->lock);
+  s->credit_pending++;
+  send_credit_locked(s);
+  pthread_mutex_unlock(&s->lock);
+  return 0;
+}
+
+chime_mode_t chime_stream_mode(const chime_stream_t *stream) {
+  return stream ? stream->mode : CHIME_MODE_AUTO;
+}
+
+const char *chime_stream_fallback_reason(const chime_stream_t *stream) {
+  return stream && stream->has_fallback ? stream->fallback : NULL;
+}
+
+const char *chime_stream_last_error(const chime_stream_t *stream) {
+  return stream ? stream->err : "no stream";
+}
+
+void chime_stream_close(chime_stream_t *stream) {
+  chime_stream_t *s = stream;
+  if (!s)
+    return;
+  /* Unblocks the thread if it waits for a local slot. */
+  if (s->mode == CHIME_MODE_STREAM && s->ring)
+    chime_ring_shutdown(s->ring);
+  call_teardown(s);
+  if (s->mode == CHIME_MODE_STREAM)
+    chime__remote_abandon(&s->remote);
+  chime_ring_destroy(s->ring);
+  grpc_metadata_array_destroy(&s->md_init);
+  grpc_metadata_array_destroy(&s->md_trail);
+  grpc_slice_unref(s->details);
+  pthread_mutex_destroy(&s->lock);
+  free(s);
+}

@@ -1,0 +1,421 @@
+/* Writer: an Insert call driven from the caller's thread. Samples collect in a
+ * batch; a full batch becomes one InsertRequest; up to max_inflight requests
+ * wait for their acks while the caller keeps appending. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client/internal.h"
+
+enum { TAG_START = 1, TAG_SEND, TAG_RECV, TAG_STATUS };
+
+struct chime_writer_s {
+  chime_client_t *client;
+  char table[CHIME_MAX_NAME];
+  chime_spec_t spec;
+  uint64_t sample_bytes;
+  uint32_t batch_cap; /* samples per message */
+  uint32_t max_inflight;
+  int timeout_ms;
+
+  grpc_completion_queue *cq;
+  grpc_call *call;
+  int start_pending, send_pending, recv_pending, status_pending;
+  grpc_byte_buffer *send_bb, *recv_bb;
+  grpc_metadata_array md_init, md_trail;
+  grpc_status_code status;
+  grpc_slice details;
+
+  uint8_t *data;      /* batch_cap * sample_bytes */
+  double *priorities; /* batch_cap */
+  uint32_t queued;    /* samples in the batch */
+  int all_default;    /* every queued priority is 1.0 */
+  uint64_t next_id;   /* id of the next request */
+  uint64_t acked_id;  /* requests acked: ids [0, acked_id) */
+  uint32_t inflight;  /* sent, not acked */
+  uint64_t acked;     /* samples */
+  uint64_t sent;      /* samples */
+  int failed;         /* sticky error code */
+  char err[CHIME__ERRLEN];
+};
+
+static int fail(chime_writer_t *w, int code) {
+  if (!w->failed)
+    w->failed = code;
+  return w->failed;
+}
+
+static int start_recv(chime_writer_t *w) {
+  grpc_op op;
+  memset(&op, 0, sizeof(op));
+  op.op = GRPC_OP_RECV_MESSAGE;
+  op.data.recv_message.recv_message = &w->recv_bb;
+  if (grpc_call_start_batch(w->call, &op, 1, (void *)(intptr_t)TAG_RECV,
+                            NULL) != GRPC_CALL_OK)
+    return CHIME_EPROTO;
+  w->recv_pending = 1;
+  return 0;
+}
+
+/* The call ended: the status says why. */
+static void on_status(chime_writer_t *w) {
+  char text[CHIME__ERRLEN];
+  chime__slice_str(w->details, text, sizeof(text));
+  int code = chime__status_to_err(w->status, text);
+  if (code == 0 && w->inflight)
+    code = CHIME_EPROTO;
+  if (code == 0)
+    code = CHIME_ECLOSED;
+  if (!w->failed) {
+    snprintf(w->err, sizeof(w->err), "insert into '%s': %.400s", w->table,
+             text[0] ? text : chime_strerror(code));
+    fail(w, code);
+  }
+}
+
+static void on_ack(chime_writer_t *w) {
+  Chime__V1__InsertAck *ack = (Chime__V1__InsertAck *)chime__unpack(
+      &chime__v1__insert_ack__descriptor, w->recv_bb);
+  grpc_byte_buffer_destroy(w->recv_bb);
+  w->recv_bb = NULL;
+  if (!ack || ack->id != w->acked_id || w->inflight == 0) {
+    if (!w->failed)
+      snprintf(w->err, sizeof(w->err),
+               "insert into '%s': unexpected ack (malformed or out of order)",
+               w->table);
+    fail(w, CHIME_EPROTO);
+    grpc_call_cancel(w->call, NULL);
+  } else {
+    w->acked_id++;
+    w->inflight--;
+    w->acked += ack->count;
+    if (start_recv(w))
+      fail(w, CHIME_EPROTO);
+  }
+  if (ack)
+    protobuf_c_message_free_unpacked(&ack->base, NULL);
+}
+
+/* Handles one completion; CHIME_ETIMEDOUT when none came by the deadline. */
+static int pump(chime_writer_t *w, gpr_timespec deadline) {
+  grpc_event ev = grpc_completion_queue_next(w->cq, deadline, NULL);
+  if (ev.type == GRPC_QUEUE_TIMEOUT)
+    return CHIME_ETIMEDOUT;
+  if (ev.type != GRPC_OP_COMPLETE)
+    return CHIME_EPROTO;
+  switch ((intptr_t)ev.tag) {
+  case TAG_START:
+    w->start_pending = 0;
+    break;
+  case TAG_SEND:
+    w->send_pending = 0;
+    grpc_byte_buffer_destroy(w->send_bb);
+    w->send_bb = NULL;
+    break;
+  case TAG_RECV:
+    w->recv_pending = 0;
+    if (w->recv_bb)
+      on_ack(w);
+    break;
+  case TAG_STATUS:
+    w->status_pending = 0;
+    on_status(w);
+    break;
+  }
+  return 0;
+}
+
+/* Waits until cond() holds, the writer fails or the deadline passes. */
+static int wait_until(chime_writer_t *w, int (*cond)(const chime_writer_t *),
+                      int timeout_ms) {
+  gpr_timespec deadline = chime__deadline_ms(timeout_ms);
+  while (!cond(w)) {
+    if (w->failed)
+      return w->failed;
+    int rc = pump(w, deadline);
+    if (rc == CHIME_ETIMEDOUT) {
+      snprintf(w->err, sizeof(w->err),
+               "insert into '%s': no ack within %d ms (%" PRIu32
+               " messages in flight)",
+               w->table, timeout_ms, w->inflight);
+      return rc;
+    }
+  }
+  return w->failed;
+}
+
+static int can_send(const chime_writer_t *w) {
+  return !w->send_pending && w->inflight < w->max_inflight;
+}
+
+static int all_acked(const chime_writer_t *w) {
+  return !w->send_pending && w->inflight == 0;
+}
+
+static int send_batch(chime_writer_t *w) {
+  int rc = wait_until(w, can_send, w->timeout_ms);
+  if (rc)
+    return rc;
+  Chime__V1__InsertRequest req = CHIME__V1__INSERT_REQUEST__INIT;
+  req.table = w->table;
+  req.count = w->queued;
+  req.data.data = w->data;
+  req.data.len = (size_t)(w->queued * w->sample_bytes);
+  if (!w->all_default) {
+    req.n_priorities = w->queued;
+    req.priorities = w->priorities;
+  }
+  req.id = w->next_id;
+  w->send_bb = chime__pack(&req.base);
+  if (!w->send_bb)
+    return fail(w, CHIME_ENOMEM);
+  grpc_op op;
+  memset(&op, 0, sizeof(op));
+  op.op = GRPC_OP_SEND_MESSAGE;
+  op.data.send_message.send_message = w->send_bb;
+  if (grpc_call_start_batch(w->call, &op, 1, (void *)(intptr_t)TAG_SEND,
+                            NULL) != GRPC_CALL_OK) {
+    grpc_byte_buffer_destroy(w->send_bb);
+    w->send_bb = NULL;
+    snprintf(w->err, sizeof(w->err), "insert into '%s': cannot send", w->table);
+    return fail(w, CHIME_EPROTO);
+  }
+  w->send_pending = 1;
+  w->next_id++;
+  w->inflight++;
+  w->sent += w->queued;
+  w->queued = 0;
+  w->all_default = 1;
+  return 0;
+}
+
+/* Names the leaf a sample of `len` bytes breaks, like the server does. */
+static void describe_size(const chime_writer_t *w, size_t len, char *buf,
+                          size_t buflen) {
+  uint64_t off = 0;
+  for (uint32_t i = 0; i < w->spec.nleaves; i++) {
+    const chime_leaf_t *l = &w->spec.leaves[i];
+    uint64_t b = chime_leaf_bytes(l);
+    if (len < off + b) {
+      char shape[128];
+      chime_spec_t one = {1, {*l}};
+      chime_spec_format(&one, shape, sizeof(shape));
+      snprintf(buf, buflen,
+               "insert into '%s': leaf '%s' (%s, %" PRIu64
+               " bytes at offset %" PRIu64 ") does not fit: expected %" PRIu64
+               " bytes per sample, got %zu",
+               w->table, l->name, strchr(shape, ':') + 1, b, off,
+               w->sample_bytes, len);
+      return;
+    }
+    off += b;
+  }
+  snprintf(buf, buflen,
+           "insert into '%s': %zu bytes after the last leaf '%s': expected "
+           "%" PRIu64 " bytes per sample, got %zu",
+           w->table, len - (size_t)w->sample_bytes,
+           w->spec.leaves[w->spec.nleaves - 1].name, w->sample_bytes, len);
+}
+
+int chime_writer_open(chime_client_t *client, const char *table,
+                      const chime_writer_opts_t *opts, chime_writer_t **out) {
+  chime_writer_opts_t def = CHIME_WRITER_OPTS_INIT;
+  chime_table_info_t ti;
+  char err[CHIME__ERRLEN] = "";
+  int rc = 0;
+  chime_writer_t *w = NULL;
+  if (!client || !table || !out)
+    return CHIME_EINVAL;
+  *out = NULL;
+  if (!opts)
+    opts = &def;
+  if (strlen(table) >= CHIME_MAX_NAME || opts->max_inflight == 0 ||
+      opts->max_batch_samples == 0 || opts->max_batch_bytes == 0) {
+    rc = chime__fail(err, sizeof(err), CHIME_EINVAL,
+                     "writer: bad table name or options");
+    goto cleanup;
+  }
+  rc = chime__table_lookup(client, table, &ti, NULL, err, sizeof(err));
+  if (rc)
+    goto cleanup;
+  if (ti.sample_bytes == 0 ||
+      ti.sample_bytes != chime_spec_sample_bytes(&ti.spec) ||
+      ti.sample_bytes > client->max_message_bytes / 2) {
+    rc = chime__fail(err, sizeof(err), CHIME_EPROTO,
+                     "writer: table '%s' reports %" PRIu64 " bytes per sample",
+                     table, ti.sample_bytes);
+    goto cleanup;
+  }
+  w = calloc(1, sizeof(*w));
+  if (!w) {
+    rc = chime__fail(err, sizeof(err), CHIME_ENOMEM, "out of memory");
+    goto cleanup;
+  }
+  w->client = client;
+  snprintf(w->table, sizeof(w->table), "%s", table);
+  w->spec = ti.spec;
+  w->sample_bytes = ti.sample_bytes;
+  uint64_t cap = opts->max_batch_bytes / ti.sample_bytes;
+  if (cap > opts->max_batch_samples)
+    cap = opts->max_batch_samples;
+  if (cap > (client->max_message_bytes / 2) / ti.sample_bytes)
+    cap = (client->max_message_bytes / 2) / ti.sample_bytes;
+  w->batch_cap = cap ? (uint32_t)cap : 1;
+  w->max_inflight = opts->max_inflight;
+  w->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : 30000;
+  w->all_default = 1;
+  w->details = grpc_empty_slice();
+  grpc_metadata_array_init(&w->md_init);
+  grpc_metadata_array_init(&w->md_trail);
+  w->data = malloc(w->batch_cap * ti.sample_bytes);
+  w->priorities = malloc(w->batch_cap * sizeof(double));
+  w->cq = grpc_completion_queue_create_for_next(NULL);
+  if (!w->data || !w->priorities || !w->cq) {
+    rc = chime__fail(err, sizeof(err), CHIME_ENOMEM, "out of memory");
+    goto cleanup;
+  }
+  w->call = chime__call_create(client, CHIME__METHOD_INSERT, w->cq,
+                               gpr_inf_future(GPR_CLOCK_REALTIME));
+  if (!w->call) {
+    rc = chime__fail(err, sizeof(err), CHIME_EPROTO,
+                     "writer: cannot create "
+                     "call");
+    goto cleanup;
+  }
+  grpc_op ops[2];
+  memset(ops, 0, sizeof(ops));
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  ops[1].op = GRPC_OP_RECV_INITIAL_METADATA;
+  ops[1].data.recv_initial_metadata.recv_initial_metadata = &w->md_init;
+  if (grpc_call_start_batch(w->call, ops, 2, (void *)(intptr_t)TAG_START,
+                            NULL) != GRPC_CALL_OK) {
+    rc = chime__fail(err, sizeof(err), CHIME_EPROTO, "writer: start failed");
+    goto cleanup;
+  }
+  w->start_pending = 1;
+  memset(ops, 0, sizeof(ops));
+  ops[0].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+  ops[0].data.recv_status_on_client.trailing_metadata = &w->md_trail;
+  ops[0].data.recv_status_on_client.status = &w->status;
+  ops[0].data.recv_status_on_client.status_details = &w->details;
+  if (grpc_call_start_batch(w->call, ops, 1, (void *)(intptr_t)TAG_STATUS,
+                            NULL) != GRPC_CALL_OK) {
+    rc = chime__fail(err, sizeof(err), CHIME_EPROTO, "writer: start failed");
+    goto cleanup;
+  }
+  w->status_pending = 1;
+  if (start_recv(w)) {
+    rc = chime__fail(err, sizeof(err), CHIME_EPROTO, "writer: start failed");
+    goto cleanup;
+  }
+  *out = w;
+  w = NULL;
+
+cleanup:
+  if (w) {
+    w->failed = rc;
+    chime_writer_close(w);
+  }
+  if (rc)
+    chime__client_set_error(client, rc, err);
+  return rc;
+}
+
+int chime_writer_append(chime_writer_t *writer, const void *sample, size_t len,
+                        double priority) {
+  chime_writer_t *w = writer;
+  if (!w || (!sample && len))
+    return CHIME_EINVAL;
+  if (w->failed)
+    return w->failed;
+  if (len != w->sample_bytes) {
+    describe_size(w, len, w->err, sizeof(w->err));
+    return CHIME_EINVAL;
+  }
+  /* Collect acks that already arrived without waiting. */
+  while (w->inflight && pump(w, gpr_inf_past(GPR_CLOCK_MONOTONIC)) == 0) {
+  }
+  if (w->failed)
+    return w->failed;
+  memcpy(w->data + (size_t)w->queued * w->sample_bytes, sample, len);
+  w->priorities[w->queued] = priority;
+  if (priority != 1.0)
+    w->all_default = 0;
+  w->queued++;
+  if (w->queued == w->batch_cap)
+    return send_batch(w);
+  return 0;
+}
+
+int chime_writer_flush(chime_writer_t *writer) {
+  chime_writer_t *w = writer;
+  if (!w)
+    return CHIME_EINVAL;
+  if (w->failed)
+    return w->failed;
+  if (w->queued) {
+    int rc = send_batch(w);
+    if (rc)
+      return rc;
+  }
+  return wait_until(w, all_acked, w->timeout_ms);
+}
+
+uint64_t chime_writer_acked(const chime_writer_t *writer) {
+  return writer ? writer->acked : 0;
+}
+
+const char *chime_writer_last_error(const chime_writer_t *writer) {
+  return writer ? writer->err : "no writer";
+}
+
+static int pending(const chime_writer_t *w) {
+  return w->start_pending || w->send_pending || w->recv_pending ||
+         w->status_pending;
+}
+
+int chime_writer_close(chime_writer_t *writer) {
+  chime_writer_t *w = writer;
+  if (!w)
+    return 0;
+  int rc = w->call ? chime_writer_flush(w) : w->failed;
+  if (w->call) {
+    if (rc == 0 && !w->send_pending && w->status_pending) {
+      grpc_op op;
+      memset(&op, 0, sizeof(op));
+      op.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+      if (grpc_call_start_batch(w->call, &op, 1, (void *)(intptr_t)TAG_SEND,
+                                NULL) == GRPC_CALL_OK)
+        w->send_pending = 1;
+      /* A clean end is the server's OK after our half-close. */
+      gpr_timespec deadline = chime__deadline_ms(w->timeout_ms);
+      while (w->status_pending && pump(w, deadline) != CHIME_ETIMEDOUT) {
+      }
+      if (!w->status_pending && w->status != GRPC_STATUS_OK &&
+          w->acked < w->sent)
+        rc = w->failed;
+    }
+    grpc_call_cancel(w->call, NULL);
+    while (pending(w))
+      pump(w, gpr_inf_future(GPR_CLOCK_MONOTONIC));
+    grpc_call_unref(w->call);
+  }
+  if (w->cq) {
+    grpc_completion_queue_shutdown(w->cq);
+    while (grpc_completion_queue_next(w->cq,
+                                      gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL)
+               .type != GRPC_QUEUE_SHUTDOWN) {
+    }
+    grpc_completion_queue_destroy(w->cq);
+  }
+  if (w->recv_bb)
+    grpc_byte_buffer_destroy(w->recv_bb);
+  grpc_metadata_array_destroy(&w->md_init);
+  grpc_metadata_array_destroy(&w->md_trail);
+  grpc_slice_unref(w->details);
+  free(w->data);
+  free(w->priorities);
+  free(w);
+  return rc;
+}

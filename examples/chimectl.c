@@ -1,0 +1,196 @@
+/* chimectl: a server's info and stats as readable tables or JSON.
+ *
+ *   chimectl [--json] info ADDR
+ *   chimectl [--json] stats ADDR */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "chime/chime.h"
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: chimectl [--json] info ADDR\n"
+             "       chimectl [--json] stats ADDR\n");
+}
+
+static const char *mode_name(int mode) {
+  return chime_mode_name((chime_mode_t)mode);
+}
+
+static json_t *info_json(const chime_server_info_t *in) {
+  json_t *tables = json_array();
+  for (uint32_t i = 0; i < in->ntables; i++) {
+    const chime_table_info_t *t = &in->tables[i];
+    char spec[4096];
+    chime_spec_format(&t->spec, spec, sizeof(spec));
+    json_array_append_new(
+        tables, json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:s}", "name",
+                          t->name, "spec", spec, "capacity",
+                          (json_int_t)t->capacity, "size", (json_int_t)t->size,
+                          "min_size", (json_int_t)t->min_size, "sample_bytes",
+                          (json_int_t)t->sample_bytes, "sampler", t->sampler));
+  }
+  return json_pack("{s:s, s:s, s:s, s:b, s:I, s:o}", "version", in->version,
+                   "boot_id", in->boot_id, "hostname", in->hostname,
+                   "pin_host_memory", in->pin_host_memory, "pinned_bytes",
+                   (json_int_t)in->pinned_bytes, "tables", tables);
+}
+
+static void info_text(const chime_server_info_t *in) {
+  printf("chimed %s on %s (boot_id %s)\n", in->version, in->hostname,
+         in->boot_id);
+  printf("pin_host_memory: %s, pinned bytes: %" PRIu64 "\n\n",
+         in->pin_host_memory ? "on" : "off", in->pinned_bytes);
+  printf("%-16s %-8s %10s %10s %8s %12s  %s\n", "TABLE", "SAMPLER", "SIZE",
+         "CAPACITY", "MIN_SIZE", "SAMPLE_BYTES", "SPEC");
+  for (uint32_t i = 0; i < in->ntables; i++) {
+    const chime_table_info_t *t = &in->tables[i];
+    char spec[4096];
+    chime_spec_format(&t->spec, spec, sizeof(spec));
+    printf("%-16s %-8s %10" PRIu64 " %10" PRIu64 " %8" PRIu64 " %12" PRIu64
+           "  %s\n",
+           t->name, t->sampler, t->size, t->capacity, t->min_size,
+           t->sample_bytes, spec);
+  }
+}
+
+static json_t *stats_json(const chime_stats_t *st) {
+  json_t *tables = json_array(), *streams = json_array();
+  for (uint32_t i = 0; i < st->ntables; i++) {
+    const chime_table_stats_t *t = &st->tables[i];
+    json_array_append_new(
+        tables,
+        json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "name", t->name,
+                  "size", (json_int_t)t->size, "capacity",
+                  (json_int_t)t->capacity, "inserts", (json_int_t)t->inserts,
+                  "samples", (json_int_t)t->samples, "sampler_wait_ns",
+                  (json_int_t)t->sampler_wait_ns, "insert_wait_ns",
+                  (json_int_t)t->insert_wait_ns));
+  }
+  for (uint32_t i = 0; i < st->nstreams; i++) {
+    const chime_stream_stats_t *s = &st->streams[i];
+    json_array_append_new(
+        streams,
+        json_pack("{s:I, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:i, s:i, s:b}",
+                  "stream_id", (json_int_t)s->stream_id, "table", s->table,
+                  "mode", mode_name(s->mode), "batches", (json_int_t)s->batches,
+                  "bytes", (json_int_t)s->bytes, "producer_wait_ns",
+                  (json_int_t)s->producer_wait_ns, "consumer_wait_ns",
+                  (json_int_t)s->consumer_wait_ns, "ring_bytes",
+                  (json_int_t)s->ring_bytes, "leases", (int)s->leases,
+                  "max_leases", (int)s->max_leases, "pinned", s->pinned));
+  }
+  return json_pack("{s:o, s:o, s:I, s:I}", "tables", tables, "streams", streams,
+                   "ring_bytes_total", (json_int_t)st->ring_bytes_total,
+                   "pinned_bytes", (json_int_t)st->pinned_bytes);
+}
+
+static double ms(uint64_t ns) {
+  return (double)ns / 1e6;
+}
+
+static void stats_text(const chime_stats_t *st) {
+  printf("%-16s %10s %10s %12s %12s %16s %15s\n", "TABLE", "SIZE", "CAPACITY",
+         "INSERTS", "SAMPLES", "SAMPLER_WAIT_MS", "INSERT_WAIT_MS");
+  for (uint32_t i = 0; i < st->ntables; i++) {
+    const chime_table_stats_t *t = &st->tables[i];
+    printf("%-16s %10" PRIu64 " %10" PRIu64 " %12" PRIu64 " %12" PRIu64
+           " %16.1f %15.1f\n",
+           t->name, t->size, t->capacity, t->inserts, t->samples,
+           ms(t->sampler_wait_ns), ms(t->insert_wait_ns));
+  }
+  printf("\n%-8s %-16s %-7s %10s %14s %7s %10s %12s %7s %14s %14s\n", "STREAM",
+         "TABLE", "MODE", "BATCHES", "BYTES", "LEASES", "MAX_LEASES",
+         "RING_BYTES", "PINNED", "PROD_WAIT_MS", "CONS_WAIT_MS");
+  for (uint32_t i = 0; i < st->nstreams; i++) {
+    const chime_stream_stats_t *s = &st->streams[i];
+    printf("%-8" PRIu64 " %-16s %-7s %10" PRIu64 " %14" PRIu64 " %7" PRIu32
+           " %10" PRIu32 " %12" PRIu64 " %7s %14.1f %14.1f\n",
+           s->stream_id, s->table, mode_name(s->mode), s->batches, s->bytes,
+           s->leases, s->max_leases, s->ring_bytes, s->pinned ? "yes" : "no",
+           ms(s->producer_wait_ns), ms(s->consumer_wait_ns));
+  }
+  if (st->nstreams == 0)
+    printf("(no streams)\n");
+  printf("\nring bytes total: %" PRIu64 ", pinned bytes: %" PRIu64 "\n",
+         st->ring_bytes_total, st->pinned_bytes);
+}
+
+static int print_json(json_t *j) {
+  if (!j)
+    return -1;
+  char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  json_decref(j);
+  if (!s)
+    return -1;
+  printf("%s\n", s);
+  free(s);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  int as_json = 0;
+  const char *cmd = NULL, *addr = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--json")) {
+      as_json = 1;
+    } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+      usage(stdout);
+      return 0;
+    } else if (argv[i][0] == '-') {
+      fprintf(stderr, "chimectl: unknown option '%s'\n", argv[i]);
+      usage(stderr);
+      return 2;
+    } else if (!cmd) {
+      cmd = argv[i];
+    } else if (!addr) {
+      addr = argv[i];
+    } else {
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (!cmd || !addr || (strcmp(cmd, "info") && strcmp(cmd, "stats"))) {
+    usage(stderr);
+    return 2;
+  }
+
+  int exit_code = 1;
+  chime_client_t *c = NULL;
+  chime_server_info_t *info = NULL;
+  chime_stats_t *st = NULL;
+  int rc = chime_client_create(&c, addr, NULL);
+  if (rc) {
+    fprintf(stderr, "chimectl: %s: %s\n", addr, chime_strerror(rc));
+    goto cleanup;
+  }
+  if (!strcmp(cmd, "info")) {
+    rc = chime_client_info(c, &info);
+    if (rc) {
+      fprintf(stderr, "chimectl: info %s: %s\n", addr,
+              chime_client_last_error(c));
+      goto cleanup;
+    }
+    if (as_json ? print_json(info_json(info)) : (info_text(info), 0))
+      goto cleanup;
+  } else {
+    rc = chime_client_stats(c, &st);
+    if (rc) {
+      fprintf(stderr, "chimectl: stats %s: %s\n", addr,
+              chime_client_last_error(c));
+      goto cleanup;
+    }
+    if (as_json ? print_json(stats_json(st)) : (stats_text(st), 0))
+      goto cleanup;
+  }
+  exit_code = 0;
+
+cleanup:
+  chime_server_info_free(info);
+  chime_stats_free(st);
+  chime_client_destroy(c);
+  return exit_code;
+}

@@ -1,0 +1,158 @@
+/* chime-bench ingest: samples per second into a table through one Insert
+ * stream (the client writer), against chimed from the same build on
+ * 127.0.0.1. Timed from the first append until every sample is acked (in the
+ * table). Uniform tables evict the oldest item when full, so the stream never
+ * waits for room. Figures are medians of --runs runs. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bench.h"
+#include "chime/chime.h"
+#include "spawn.h"
+
+#define MAX_RUNS 15
+
+typedef struct {
+  const char *table;
+  uint32_t sample_bytes;
+  uint64_t samples; /* per run */
+} ingest_case_t;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static int ingest_run(const char *addr, const ingest_case_t *ic,
+                      const chime_writer_opts_t *wo, double *per_s) {
+  chime_client_t *c = NULL;
+  chime_writer_t *w = NULL;
+  uint8_t *sample = calloc(1, ic->sample_bytes);
+  int rc = CHIME_ENOMEM;
+  if (sample == NULL)
+    goto out;
+  if ((rc = chime_client_create(&c, addr, NULL)) != 0 ||
+      (rc = chime_writer_open(c, ic->table, wo, &w)) != 0)
+    goto out;
+  double t0 = now_s();
+  for (uint64_t i = 0; i < ic->samples && rc == 0; i++) {
+    memcpy(sample, &i, sizeof(i));
+    rc = chime_writer_append(w, sample, ic->sample_bytes, 1.0);
+  }
+  if (rc == 0)
+    rc = chime_writer_flush(w);
+  double dt = now_s() - t0;
+  if (rc == 0 && chime_writer_acked(w) != ic->samples)
+    rc = CHIME_EPROTO;
+  if (rc == 0)
+    *per_s = (double)ic->samples / dt;
+out:
+  if (rc != 0)
+    fprintf(stderr, "chime-bench ingest: %s: %s\n", ic->table,
+            w != NULL   ? chime_writer_last_error(w)
+            : c != NULL ? chime_client_last_error(c)
+                        : chime_strerror(rc));
+  (void)chime_writer_close(w);
+  chime_client_destroy(c);
+  free(sample);
+  return rc;
+}
+
+static void usage(void) {
+  fprintf(stderr, "usage: chime-bench ingest [--json] [--runs N] [--scale S]\n"
+                  "  256-byte and 64 KiB samples through one Insert stream;\n"
+                  "  --scale multiplies the samples per run (default 1)\n");
+}
+
+int chime__bench_ingest(int argc, char **argv) {
+  int json = 0, runs = 3;
+  double scale = 1.0;
+  chime__bench_child_t chimed;
+  int rc = 0, started = 0;
+  ingest_case_t cases[] = {
+      {"ingest_256", 256, 400000},
+      {"ingest_64k", 65536, 4096},
+  };
+  chime_writer_opts_t wo = CHIME_WRITER_OPTS_INIT;
+
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "ingest") == 0)
+      continue;
+    if (strcmp(argv[i], "--json") == 0) {
+      json = 1;
+    } else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc) {
+      runs = atoi(argv[++i]);
+      if (runs < 1 || runs > MAX_RUNS) {
+        usage();
+        return 2;
+      }
+    } else if (strcmp(argv[i], "--scale") == 0 && i + 1 < argc) {
+      scale = atof(argv[++i]);
+      if (!(scale > 0 && scale <= 100)) {
+        usage();
+        return 2;
+      }
+    } else {
+      usage();
+      return 2;
+    }
+  }
+  for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+    cases[k].samples = (uint64_t)((double)cases[k].samples * scale);
+    if (cases[k].samples < 16)
+      cases[k].samples = 16;
+  }
+
+  /* min_size above capacity: nothing samples, the tables only take inserts. */
+  const char *config =
+      "{\"tables\": [\n"
+      "  {\"name\": \"ingest_256\", \"spec\": \"x:u8[256]\", \"capacity\": "
+      "65536, \"min_size\": 65536, \"sampler\": \"uniform\"},\n"
+      "  {\"name\": \"ingest_64k\", \"spec\": \"x:u8[65536]\", \"capacity\": "
+      "512, \"min_size\": 512, \"sampler\": \"uniform\"}]}\n";
+  if ((rc = chime__bench_chimed_start(&chimed, config)) != 0)
+    goto out;
+  started = 1;
+  for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+    double v[MAX_RUNS];
+    for (int r = 0; r < runs; r++)
+      if ((rc = ingest_run(chimed.addr, &cases[k], &wo, &v[r])) != 0)
+        goto out;
+    qsort(v, (size_t)runs, sizeof(v[0]), cmp_double);
+    double per_s = runs % 2 ? v[runs / 2] : (v[runs / 2 - 1] + v[runs / 2]) / 2;
+    double gbps = per_s * cases[k].sample_bytes / 1e9;
+    uint64_t per_msg = wo.max_batch_bytes / cases[k].sample_bytes;
+    if (per_msg > wo.max_batch_samples)
+      per_msg = wo.max_batch_samples;
+    if (per_msg == 0)
+      per_msg = 1;
+    if (json)
+      printf("{\"bench\":\"ingest\",\"case\":\"insert\",\"sample_bytes\":%u,"
+             "\"samples_per_s\":%.0f,\"gbps\":%.3f,\"samples\":%" PRIu64
+             ",\"samples_per_message\":%" PRIu64 ",\"max_inflight\":%u}\n",
+             cases[k].sample_bytes, per_s, gbps, cases[k].samples, per_msg,
+             wo.max_inflight);
+    else
+      printf("insert %6u-byte samples: %12.0f samples/s %8.3f GB/s\n",
+             cases[k].sample_bytes, per_s, gbps);
+    fflush(stdout);
+  }
+out:
+  if (started) {
+    int st = chime__bench_child_stop(&chimed, 10000);
+    if (st != 0 && rc == 0) {
+      fprintf(stderr, "chime-bench ingest: chimed exited with status %d\n", st);
+      rc = CHIME_EPROTO;
+    }
+  }
+  return rc == 0 ? 0 : 1;
+}

@@ -8,8 +8,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Longest header chime__chunk_header_encode() writes. */
-#define CHIME_CHUNK_HEADER_MAX 48
+/* Longest header chime__chunk_header_encode() writes (1 + 10 for the outer
+ * tag and length, 4 * 11 for the fields; 48 was too small for huge values). */
+#define CHIME_CHUNK_HEADER_MAX 64
 
 typedef struct {
   uint64_t seq;

@@ -1,0 +1,534 @@
+/* Client pieces that need no server: the handoff client against an in-test
+ * Unix socket server, chunks into a local ring, the sample pattern, and the
+ * status mapping. */
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "client/internal.h"
+#include "common/wire.h"
+#include "pattern.h"
+
+/* ------------------------------------------------------------ handoff */
+
+typedef enum {
+  SRV_OK,      /* status 0 + one memfd */
+  SRV_REFUSE,  /* status CHIME_EPERM, no fd */
+  SRV_CLOSE,   /* close without answering */
+  SRV_NO_FD,   /* status 0, no fd */
+  SRV_TWO_FDS, /* status 0 + two fds */
+  SRV_SILENT,  /* never answer (client times out) */
+  SRV_SPLIT,   /* status in two writes, fd with the first */
+} srv_behaviour_t;
+
+typedef struct {
+  int listen_fd;
+  srv_behaviour_t how;
+  uint8_t hello[24]; /* what the client sent */
+  size_t hello_len;
+  int release_fd; /* SRV_SILENT: closed by the test to end the thread */
+} srv_t;
+
+static const uint8_t token[16] = {1, 2,  3,  4,  5,  6,  7,  8,
+                                  9, 10, 11, 12, 13, 14, 15, 16};
+
+static int make_memfd(const char *text) {
+  int fd = memfd_create("chime-test", MFD_CLOEXEC);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+  return fd;
+}
+
+static void send_status(int c, int32_t status, const int *fds, int nfds,
+                        size_t bytes) {
+  uint8_t st[4] = {(uint8_t)status, (uint8_t)(status >> 8),
+                   (uint8_t)(status >> 16), (uint8_t)(status >> 24)};
+  union {
+    struct cmsghdr align;
+    char buf[CMSG_SPACE(sizeof(int) * 2)];
+  } ctrl;
+  struct iovec iov = {st, bytes};
+  struct msghdr msg;
+  memset(&msg, 0, sizeof(msg));
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  if (nfds) {
+    msg.msg_control = ctrl.buf;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+    memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
+  }
+  (void)sendmsg(c, &msg, MSG_NOSIGNAL);
+  if (bytes < 4)
+    (void)send(c, st + bytes, 4 - bytes, MSG_NOSIGNAL);
+}
+
+static void *srv_main(void *arg) {
+  srv_t *s = arg;
+  int c = accept(s->listen_fd, NULL, NULL);
+  if (c < 0)
+    return NULL;
+  while (s->hello_len < sizeof(s->hello)) {
+    ssize_t k =
+        read(c, s->hello + s->hello_len, sizeof(s->hello) - s->hello_len);
+    if (k <= 0)
+      break;
+    s->hello_len += (size_t)k;
+  }
+  int fds[2] = {make_memfd("ring bytes"), make_memfd("other")};
+  switch (s->how) {
+  case SRV_OK:
+    send_status(c, 0, fds, 1, 4);
+    break;
+  case SRV_REFUSE:
+    send_status(c, CHIME_EPERM, NULL, 0, 4);
+    break;
+  case SRV_CLOSE:
+    break;
+  case SRV_NO_FD:
+    send_status(c, 0, NULL, 0, 4);
+    break;
+  case SRV_TWO_FDS:
+    send_status(c, 0, fds, 2, 4);
+    break;
+  case SRV_SILENT: {
+    char b;
+    (void)read(s->release_fd, &b, 1); /* until the test lets go */
+    break;
+  }
+  case SRV_SPLIT:
+    send_status(c, 0, fds, 1, 1);
+    break;
+  }
+  close(fds[0]);
+  close(fds[1]);
+  close(c);
+  return NULL;
+}
+
+/* Listens on an abstract (abstract != 0) or filesystem socket. */
+static void srv_listen(srv_t *s, char *path, size_t len, int abstract) {
+  static int n;
+  if (abstract)
+    snprintf(path, len, "@chime-test-%d-%d", (int)getpid(), n++);
+  else
+    snprintf(path, len, "/tmp/chime-test-%d-%d.sock", (int)getpid(), n++);
+  struct sockaddr_un a;
+  memset(&a, 0, sizeof(a));
+  a.sun_family = AF_UNIX;
+  size_t plen = strlen(path);
+  memcpy(a.sun_path, path, plen);
+  if (abstract)
+    a.sun_path[0] = '\0';
+  else
+    unlink(path);
+  s->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  assert_true(s->listen_fd >= 0);
+  socklen_t alen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + plen +
+                               (abstract ? 0 : 1));
+  assert_int_equal(bind(s->listen_fd, (struct sockaddr *)&a, alen), 0);
+  assert_int_equal(listen(s->listen_fd, 4), 0);
+}
+
+static int count_fds(void) {
+  int n = 0;
+  for (int fd = 0; fd < 1024; fd++)
+    if (fcntl(fd, F_GETFD) >= 0)
+      n++;
+  return n;
+}
+
+/* Runs one handoff against a server behaving as `how`. */
+static int run_handoff(srv_behaviour_t how, int abstract, int timeout_ms,
+                       int *fd, char *err, size_t errlen, srv_t *srv) {
+  char path[108];
+  memset(srv, 0, sizeof(*srv));
+  srv->how = how;
+  int rel[2];
+  assert_int_equal(pipe(rel), 0);
+  srv->release_fd = rel[0];
+  srv_listen(srv, path, sizeof(path), abstract);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, srv_main, srv), 0);
+  int rc = chime__handoff_fetch(path, token, sizeof(token), timeout_ms, fd, err,
+                                errlen);
+  close(rel[1]);
+  pthread_join(t, NULL);
+  close(rel[0]);
+  close(srv->listen_fd);
+  if (!abstract)
+    unlink(path);
+  return rc;
+}
+
+static void test_handoff_ok(void **state) {
+  (void)state;
+  for (int abstract = 0; abstract < 2; abstract++) {
+    srv_t srv;
+    char err[256] = "";
+    int fd = -1;
+    int rc = run_handoff(SRV_OK, abstract, 5000, &fd, err, sizeof(err), &srv);
+    assert_int_equal(rc, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(srv.hello_len, 24);
+    assert_memory_equal(srv.hello, "CHIMEHO1", 8);
+    assert_memory_equal(srv.hello + 8, token, 16);
+    char buf[32] = "";
+    assert_int_equal(pread(fd, buf, sizeof(buf), 0), 10);
+    assert_string_equal(buf, "ring bytes");
+    close(fd);
+  }
+}
+
+static void test_handoff_status_split_from_fd(void **state) {
+  (void)state;
+  srv_t srv;
+  char err[256] = "";
+  int fd = -1;
+  assert_int_equal(run_handoff(SRV_SPLIT, 1, 5000, &fd, err, sizeof(err), &srv),
+                   0);
+  assert_true(fd >= 0);
+  close(fd);
+}
+
+static void test_handoff_failures(void **state) {
+  (void)state;
+  const struct {
+    srv_behaviour_t how;
+    int want;
+    const char *text;
+  } cases[] = {
+      {SRV_REFUSE, CHIME_EPERM, "permission denied"},
+      {SRV_CLOSE, CHIME_EPROTO, "closed the connection"},
+      {SRV_NO_FD, CHIME_EPROTO, "no descriptor"},
+      {SRV_TWO_FDS, CHIME_EPROTO, "exactly one descriptor"},
+      {SRV_SILENT, CHIME_ETIMEDOUT, "waiting for the answer"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    int before = count_fds();
+    srv_t srv;
+    char err[256] = "";
+    int fd = -1;
+    int rc = run_handoff(cases[i].how, 1, 200, &fd, err, sizeof(err), &srv);
+    assert_int_equal(rc, cases[i].want);
+    assert_int_equal(fd, -1);
+    assert_non_null(strstr(err, cases[i].text));
+    /* Nothing the server passed stays open in this process. */
+    assert_int_equal(count_fds(), before);
+  }
+}
+
+static void test_handoff_no_server(void **state) {
+  (void)state;
+  char err[256] = "";
+  int fd = -1;
+  int rc = chime__handoff_fetch("@chime-test-nobody-listens", token,
+                                sizeof(token), 1000, &fd, err, sizeof(err));
+  assert_int_equal(rc, CHIME_EUNAVAILABLE);
+  assert_int_equal(fd, -1);
+  assert_non_null(strstr(err, "cannot connect"));
+  rc = chime__handoff_fetch("", token, sizeof(token), 1000, &fd, err,
+                            sizeof(err));
+  assert_int_equal(rc, CHIME_EPROTO);
+  rc = chime__handoff_fetch("@x", token, 8, 1000, &fd, err, sizeof(err));
+  assert_int_equal(rc, CHIME_EPROTO);
+}
+
+/* ------------------------------------------------------------ remote */
+
+typedef struct {
+  chime_spec_t spec;
+  chime_ring_t *ring;
+  chime__remote_t r;
+  uint64_t send_bytes;
+} remote_fx_t;
+
+static void remote_setup(remote_fx_t *fx, uint64_t credits) {
+  memset(fx, 0, sizeof(*fx));
+  char err[128];
+  assert_int_equal(chime_spec_parse(&fx->spec,
+                                    "obs:f32[64],action:i32[],"
+                                    "reward:f32[]",
+                                    err, sizeof(err)),
+                   0);
+  assert_int_equal(chime_ring_create(&fx->ring, &fx->spec, 4, 4), 0);
+  const chime_ring_layout_t *l = chime_ring_get_layout(fx->ring);
+  fx->send_bytes = l->info_offset + 4 * sizeof(chime_sample_info_t);
+  fx->r.ring = fx->ring;
+  fx->r.send_bytes = fx->send_bytes;
+  atomic_store(&fx->r.granted, credits);
+}
+
+/* A chunk message cut into slices at `cuts` (offsets into the message). */
+static grpc_byte_buffer *chunk_bb(uint64_t seq, uint64_t off, uint64_t total,
+                                  const uint8_t *data, size_t len,
+                                  const size_t *cuts, size_t ncuts) {
+  uint8_t *msg = malloc(CHIME_CHUNK_HEADER_MAX + len);
+  size_t h = chime__chunk_header_encode(msg, seq, off, total, len);
+  memcpy(msg + h, data, len);
+  size_t n = h + len;
+  grpc_slice slices[16];
+  size_t ns = 0, at = 0;
+  for (size_t i = 0; i < ncuts && ns < 15; i++) {
+    if (cuts[i] <= at || cuts[i] >= n)
+      continue;
+    slices[ns++] =
+        grpc_slice_from_copied_buffer((char *)msg + at, cuts[i] - at);
+    at = cuts[i];
+  }
+  slices[ns++] = grpc_slice_from_copied_buffer((char *)msg + at, n - at);
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(slices, ns);
+  for (size_t i = 0; i < ns; i++)
+    grpc_slice_unref(slices[i]);
+  free(msg);
+  return bb;
+}
+
+static int feed(remote_fx_t *fx, uint64_t seq, uint64_t off, uint64_t total,
+                const uint8_t *data, size_t len, const size_t *cuts,
+                size_t ncuts, char *err, size_t errlen) {
+  grpc_byte_buffer *bb = chunk_bb(seq, off, total, data, len, cuts, ncuts);
+  int rc = chime__remote_chunk(&fx->r, bb, err, errlen);
+  grpc_byte_buffer_destroy(bb);
+  return rc;
+}
+
+static void test_remote_assembles_batches(void **state) {
+  (void)state;
+  remote_fx_t fx;
+  remote_setup(&fx, 2);
+  uint8_t *img = malloc(fx.send_bytes);
+  char err[256] = "";
+  for (uint64_t seq = 0; seq < 2; seq++) {
+    for (uint64_t i = 0; i < fx.send_bytes; i++)
+      img[i] = (uint8_t)(i * 31 + seq);
+    /* Three chunks; slices cut inside the header and the payload. */
+    uint64_t a = 5, b = fx.send_bytes / 2;
+    const size_t cuts[] = {1, 3, 7, 40, 200};
+    assert_int_equal(
+        feed(&fx, seq, 0, fx.send_bytes, img, a, cuts, 5, err, sizeof(err)), 0);
+    assert_int_equal(feed(&fx, seq, a, fx.send_bytes, img + a, b - a, cuts, 5,
+                          err, sizeof(err)),
+                     0);
+    chime_ring_view_t v;
+    assert_int_equal(chime_ring_next(fx.ring, &v, 0), CHIME_ETIMEDOUT);
+    assert_int_equal(feed(&fx, seq, b, fx.send_bytes, img + b,
+                          fx.send_bytes - b, cuts, 5, err, sizeof(err)),
+                     0);
+    assert_int_equal(chime_ring_next(fx.ring, &v, 0), 0);
+    assert_memory_equal(chime_ring_slot_base(fx.ring, v.slot), img,
+                        fx.send_bytes);
+    assert_int_equal(fx.r.batches, seq + 1);
+    /* Held, not released: the second batch uses the second credit. */
+  }
+  /* No credit left: a third batch is a protocol error. */
+  assert_int_equal(
+      feed(&fx, 2, 0, fx.send_bytes, img, 8, NULL, 0, err, sizeof(err)),
+      CHIME_EPROTO);
+  assert_non_null(strstr(err, "credits"));
+  free(img);
+  chime_ring_destroy(fx.ring);
+}
+
+static void test_remote_rejects_bad_chunks(void **state) {
+  (void)state;
+  remote_fx_t fx;
+  remote_setup(&fx, 8);
+  uint8_t data[64] = {0};
+  char err[256] = "";
+  /* Wrong total. */
+  assert_int_equal(
+      feed(&fx, 0, 0, fx.send_bytes + 1, data, 8, NULL, 0, err, sizeof(err)),
+      CHIME_EPROTO);
+  /* A batch that does not start at 0. */
+  assert_int_equal(
+      feed(&fx, 0, 8, fx.send_bytes, data, 8, NULL, 0, err, sizeof(err)),
+      CHIME_EPROTO);
+  /* A gap, and a different seq mid-batch. */
+  assert_int_equal(
+      feed(&fx, 0, 0, fx.send_bytes, data, 8, NULL, 0, err, sizeof(err)), 0);
+  assert_int_equal(
+      feed(&fx, 0, 16, fx.send_bytes, data, 8, NULL, 0, err, sizeof(err)),
+      CHIME_EPROTO);
+  assert_non_null(strstr(err, "expected batch 0 at offset 8"));
+  assert_int_equal(
+      feed(&fx, 1, 8, fx.send_bytes, data, 8, NULL, 0, err, sizeof(err)),
+      CHIME_EPROTO);
+  /* Not a chunk at all: a notice. */
+  Chime__V1__Notice notice = CHIME__V1__NOTICE__INIT;
+  notice.message = "shutting down";
+  notice.code = 14;
+  Chime__V1__SubscribeResponse r = CHIME__V1__SUBSCRIBE_RESPONSE__INIT;
+  r.kind_case = CHIME__V1__SUBSCRIBE_RESPONSE__KIND_NOTICE;
+  r.notice = &notice;
+  grpc_byte_buffer *bb = chime__pack(&r.base);
+  assert_int_equal(chime__remote_chunk(&fx.r, bb, err, sizeof(err)),
+                   CHIME_ENOTFOUND);
+  grpc_byte_buffer_destroy(bb);
+  chime__remote_abandon(&fx.r);
+  assert_int_equal(fx.r.active, 0);
+  chime_ring_destroy(fx.ring);
+}
+
+/* ------------------------------------------------------------ pattern */
+
+/* Lays samples out leaf-major like a ring slot and returns a batch view. */
+static uint8_t *make_batch(const chime_spec_t *spec, const uint64_t *ids,
+                           uint32_t n, chime_batch_t *b) {
+  uint64_t sb = chime_spec_sample_bytes(spec);
+  uint8_t *mem = calloc(n, sb);
+  uint8_t *sample = malloc(sb);
+  memset(b, 0, sizeof(*b));
+  b->count = n;
+  b->nleaves = spec->nleaves;
+  uint64_t leaf_base = 0;
+  for (uint32_t l = 0; l < spec->nleaves; l++) {
+    b->leaf[l].name = spec->leaves[l].name;
+    b->leaf[l].bytes = n * chime_leaf_bytes(&spec->leaves[l]);
+    b->leaf[l].data = mem + leaf_base;
+    leaf_base += b->leaf[l].bytes;
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    chime__pattern_fill(spec, ids[i], sample);
+    uint64_t off = 0;
+    for (uint32_t l = 0; l < spec->nleaves; l++) {
+      uint64_t lb = chime_leaf_bytes(&spec->leaves[l]);
+      memcpy((uint8_t *)b->leaf[l].data + i * lb, sample + off, lb);
+      off += lb;
+    }
+  }
+  free(sample);
+  return mem;
+}
+
+static void test_pattern(void **state) {
+  (void)state;
+  const char *specs[] = {"obs:f32[64],action:i32[],reward:f32[]",
+                         "a:u64[],b:u8[3],c:f64[5],d:bool[13]",
+                         "img:u8[9,11],x:i16[]"};
+  for (size_t si = 0; si < 3; si++) {
+    chime_spec_t spec;
+    char err[256];
+    assert_int_equal(chime_spec_parse(&spec, specs[si], err, sizeof(err)), 0);
+    assert_int_equal(chime__pattern_check_spec(&spec, err, sizeof(err)), 0);
+    uint64_t ids[5];
+    for (int i = 0; i < 5; i++)
+      ids[i] = chime__pattern_id(3 + (uint64_t)i % 2, 1000 + (uint64_t)i);
+    chime_batch_t b;
+    uint8_t *mem = make_batch(&spec, ids, 5, &b);
+    uint64_t got[5];
+    assert_int_equal(chime__pattern_verify(&b, got, err, sizeof(err)), 0);
+    assert_memory_equal(got, ids, sizeof(ids));
+    /* Every single flipped byte is caught and located. */
+    uint64_t total = 0;
+    for (uint32_t l = 0; l < b.nleaves; l++)
+      total += b.leaf[l].bytes;
+    for (uint64_t off = 8; off < total; off++) {
+      mem[off] ^= 0x10;
+      assert_int_equal(chime__pattern_verify(&b, NULL, err, sizeof(err)),
+                       CHIME_ECORRUPT);
+      assert_non_null(strstr(err, "expected"));
+      mem[off] ^= 0x10;
+    }
+    /* A changed id makes its sample's other bytes wrong. */
+    mem[0] ^= 1;
+    assert_int_equal(chime__pattern_verify(&b, NULL, err, sizeof(err)),
+                     CHIME_ECORRUPT);
+    free(mem);
+  }
+  chime_spec_t small;
+  char err[256];
+  assert_int_equal(
+      chime_spec_parse(&small, "r:f32[],o:f32[8]", err, sizeof(err)), 0);
+  assert_int_equal(chime__pattern_check_spec(&small, err, sizeof(err)),
+                   CHIME_EINVAL);
+  assert_non_null(strstr(err, "'r'"));
+}
+
+static void test_pattern_ids_differ_by_seed(void **state) {
+  (void)state;
+  assert_int_not_equal(chime__pattern_id(1, 5), chime__pattern_id(2, 5));
+  assert_int_equal(chime__pattern_id(1, 5) >> 40, 1);
+  assert_int_equal(chime__pattern_id(1, 5) & CHIME__PATTERN_MAX_INDEX, 5);
+}
+
+/* ------------------------------------------------------------ status */
+
+static void test_status_mapping(void **state) {
+  (void)state;
+  assert_int_equal(chime__status_to_err(GRPC_STATUS_OK, ""), 0);
+  assert_int_equal(chime__status_to_err(GRPC_STATUS_INVALID_ARGUMENT, "x"),
+                   CHIME_EINVAL);
+  assert_int_equal(chime__status_to_err(GRPC_STATUS_NOT_FOUND, "x"),
+                   CHIME_ENOTFOUND);
+  assert_int_equal(chime__status_to_err(GRPC_STATUS_RESOURCE_EXHAUSTED, "x"),
+                   CHIME_ERESOURCE);
+  assert_int_equal(
+      chime__status_to_err(GRPC_STATUS_UNAVAILABLE, "shutting down"),
+      CHIME_ESHUTDOWN);
+  assert_int_equal(
+      chime__status_to_err(GRPC_STATUS_UNAVAILABLE, "failed to connect"),
+      CHIME_EUNAVAILABLE);
+  assert_int_equal(chime__status_to_err(GRPC_STATUS_DEADLINE_EXCEEDED, ""),
+                   CHIME_ETIMEDOUT);
+}
+
+/* An unreachable server fails fast with a clear error, no crash. */
+static void test_unreachable_server(void **state) {
+  (void)state;
+  chime_client_opts_t o = CHIME_CLIENT_OPTS_INIT;
+  o.timeout_ms = 300;
+  chime_client_t *c = NULL;
+  assert_int_equal(chime_client_create(&c, "unix:/nonexistent/chime.sock", &o),
+                   0);
+  chime_server_info_t *info = NULL;
+  int rc = chime_client_info(c, &info);
+  assert_true(rc == CHIME_EUNAVAILABLE || rc == CHIME_ETIMEDOUT);
+  assert_null(info);
+  assert_non_null(strstr(chime_client_last_error(c), "GetInfo"));
+  chime_writer_t *w = NULL;
+  assert_int_not_equal(chime_writer_open(c, "demo", NULL, &w), 0);
+  assert_null(w);
+  chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
+  so.batch_size = 4;
+  chime_stream_t *s = NULL;
+  assert_int_not_equal(chime_stream_open(c, "demo", &so, &s), 0);
+  assert_null(s);
+  so.batch_size = 0;
+  assert_int_equal(chime_stream_open(c, "demo", &so, &s), CHIME_EINVAL);
+  chime_client_destroy(c);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_handoff_ok),
+      cmocka_unit_test(test_handoff_status_split_from_fd),
+      cmocka_unit_test(test_handoff_failures),
+      cmocka_unit_test(test_handoff_no_server),
+      cmocka_unit_test(test_remote_assembles_batches),
+      cmocka_unit_test(test_remote_rejects_bad_chunks),
+      cmocka_unit_test(test_pattern),
+      cmocka_unit_test(test_pattern_ids_differ_by_seed),
+      cmocka_unit_test(test_status_mapping),
+      cmocka_unit_test(test_unreachable_server),
+  };
+  grpc_init();
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  grpc_shutdown_blocking();
+  return rc;
+}

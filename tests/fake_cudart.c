@@ -13,6 +13,10 @@
  *                                      "unregister-unmapped <ptr>" when the
  *                                      pages were already unmapped (a real
  *                                      runtime would fault or fail there)
+ *
+ * It also has just enough of a "device" (host memory behind cudaMalloc,
+ * cudaMemcpy[Async] as memcpy, streams that are already done) for
+ * tests/gpu/gpu_check to run its whole flow without a GPU.
  */
 #include <pthread.h>
 #include <stdarg.h>
@@ -37,6 +41,15 @@ static unsigned long fake_register_calls;
 
 int cudaRuntimeGetVersion(int *version);
 int cudaFree(void *ptr);
+int cudaMalloc(void **ptr, size_t size);
+int cudaMallocHost(void **ptr, size_t size);
+int cudaFreeHost(void *ptr);
+int cudaMemcpy(void *dst, const void *src, size_t count, int kind);
+int cudaMemcpyAsync(void *dst, const void *src, size_t count, int kind,
+                    void *stream);
+int cudaStreamCreate(void **stream);
+int cudaStreamSynchronize(void *stream);
+int cudaStreamDestroy(void *stream);
 int cudaGetDeviceCount(int *count);
 int cudaHostRegister(void *ptr, size_t size, unsigned int flags);
 int cudaHostUnregister(void *ptr);
@@ -75,8 +88,67 @@ int cudaRuntimeGetVersion(int *version) {
 }
 
 int cudaFree(void *ptr) {
-  (void)ptr;
+  if (ptr != NULL) {
+    free(ptr);
+    return 0;
+  }
   return (int)env_long("FAKE_CUDART_INIT_ERROR", 0);
+}
+
+int cudaMalloc(void **ptr, size_t size) {
+  *ptr = malloc(size);
+  return *ptr != NULL ? 0 : 2;
+}
+
+/* Page-locked host memory: registered portable, like the real thing. */
+int cudaMallocHost(void **ptr, size_t size) {
+  int rc;
+
+  *ptr = NULL;
+  if (posix_memalign(ptr, 4096, size) != 0)
+    return 2;
+  rc = cudaHostRegister(*ptr, size, 1);
+  if (rc != 0) {
+    free(*ptr);
+    *ptr = NULL;
+  }
+  return rc;
+}
+
+int cudaFreeHost(void *ptr) {
+  int rc = cudaHostUnregister(ptr);
+
+  free(ptr);
+  return rc;
+}
+
+int cudaMemcpy(void *dst, const void *src, size_t count, int kind) {
+  (void)kind;
+  memcpy(dst, src, count);
+  return 0;
+}
+
+int cudaMemcpyAsync(void *dst, const void *src, size_t count, int kind,
+                    void *stream) {
+  (void)stream;
+  return cudaMemcpy(dst, src, count, kind);
+}
+
+int cudaStreamCreate(void **stream) {
+  static int fake_stream;
+
+  *stream = &fake_stream;
+  return 0;
+}
+
+int cudaStreamSynchronize(void *stream) {
+  (void)stream;
+  return 0;
+}
+
+int cudaStreamDestroy(void *stream) {
+  (void)stream;
+  return 0;
 }
 
 int cudaGetDeviceCount(int *count) {

@@ -15,6 +15,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <signal.h>
 #include <spawn.h>
@@ -118,22 +119,20 @@ static void assert_in_order(const char *hay, ...) {
   va_end(ap);
 }
 
-/* Runs this binary as `--child scenario` with the test's own environment
- * minus everything the ladder or the fake reads, plus vars (NULL-ended
- * "K=V" strings). Returns the exit status, or fails the test on a timeout
- * or a signal. */
-static int run_child(const char *scenario, ...) {
+/* Runs argv with the test's own environment minus everything the ladder or
+ * the fake reads, plus vars ("K=V" strings), stdout to out_path when not
+ * NULL. Returns the exit status; fails the test on a timeout or a signal. */
+static int run_proc(char *const argv[], const char *out_path, va_list ap) {
   static const char *const scrub[] = {
       "CHIME_CUDART=", "CUDA_HOME=",  "CUDA_PATH=",  "VIRTUAL_ENV=",
       "CONDA_PREFIX=", "PYENV_ROOT=", "HOME=",       "CHIME_CUDA_TEST_",
       "FAKE_CUDART_",  "LD_PRELOAD=", "CHILD_EXPECT"};
+  posix_spawn_file_actions_t fa;
   char *envp[256];
-  char *argv[4];
   size_t n = 0, i, k;
-  va_list ap;
   char *v;
   pid_t pid;
-  int status = 0, waited_ms = 0;
+  int status = 0, waited_ms = 0, rc;
   struct timespec ts = {0, 10 * 1000 * 1000};
 
   for (i = 0; environ[i] != NULL && n < 200; i++) {
@@ -144,16 +143,16 @@ static int run_child(const char *scenario, ...) {
     if (!drop)
       envp[n++] = environ[i];
   }
-  va_start(ap, scenario);
   while ((v = va_arg(ap, char *)) != NULL && n < 254)
     envp[n++] = v;
-  va_end(ap);
   envp[n] = NULL;
-  argv[0] = (char *)g_self;
-  argv[1] = "--child";
-  argv[2] = (char *)scenario;
-  argv[3] = NULL;
-  assert_int_equal(posix_spawn(&pid, g_self, NULL, NULL, argv, envp), 0);
+  posix_spawn_file_actions_init(&fa);
+  if (out_path != NULL)
+    posix_spawn_file_actions_addopen(&fa, 1, out_path,
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, envp);
+  posix_spawn_file_actions_destroy(&fa);
+  assert_int_equal(rc, 0);
   for (;;) {
     pid_t r = waitpid(pid, &status, WNOHANG);
 
@@ -163,14 +162,47 @@ static int run_child(const char *scenario, ...) {
     if (waited_ms >= CHILD_TIMEOUT_MS) {
       kill(pid, SIGKILL);
       waitpid(pid, &status, 0);
-      fail_msg("child %s timed out", scenario);
+      fail_msg("%s timed out", argv[0]);
     }
     nanosleep(&ts, NULL);
     waited_ms += 10;
   }
   if (!WIFEXITED(status))
-    fail_msg("child %s died by signal %d", scenario, WTERMSIG(status));
+    fail_msg("%s died by signal %d", argv[0], WTERMSIG(status));
   return WEXITSTATUS(status);
+}
+
+/* This binary as `--child scenario`, vars as for run_proc. */
+static int run_child(const char *scenario, ...) {
+  char *argv[] = {(char *)g_self, "--child", (char *)scenario, NULL};
+  va_list ap;
+  int rc;
+
+  va_start(ap, scenario);
+  rc = run_proc(argv, NULL, ap);
+  va_end(ap);
+  return rc;
+}
+
+/* tests/gpu/gpu_check with stdout to out_path, vars as for run_proc. */
+static int run_gpu_check(const char *out_path, ...) {
+  char *argv[] = {GPU_CHECK_FILE, NULL};
+  va_list ap;
+  int rc;
+
+  va_start(ap, out_path);
+  rc = run_proc(argv, out_path, ap);
+  va_end(ap);
+  return rc;
+}
+
+static int count_of(const char *hay, const char *needle) {
+  int n = 0;
+
+  for (hay = strstr(hay, needle); hay != NULL;
+       hay = strstr(hay + strlen(needle), needle))
+    n++;
+  return n;
 }
 
 /* ------------------------------------------------ child side (own process) */
@@ -641,6 +673,52 @@ static void test_ring_pin_fail(void **state) {
                    0);
 }
 
+/* The GPU check's whole flow against the fake: every slot of both sides is
+ * checked (2 sizes x 2 sides x 4 slots), all four sources are measured, and
+ * the check fails when a registration is refused or there is no driver. */
+static void test_gpu_check_flow_on_fake(void **state) {
+  char out[512];
+  char *got;
+
+  (void)state;
+  tmp_path("gpu_check.out", out, sizeof out);
+  assert_int_equal(
+      run_gpu_check(out, "CHIME_CUDART=" FAKE_CUDART_FILE, (char *)NULL), 0);
+  got = read_file(out);
+  assert_int_equal(count_of(got, "\"check\":\"slot_flags\""), 16);
+  assert_int_equal(count_of(got, "\"flags\":1,"), 8);
+  assert_int_equal(count_of(got, "\"flags\":9,"), 8);
+  assert_int_equal(count_of(got, "\"check\":\"h2d\""), 8);
+  assert_int_equal(count_of(got, "\"source\":\"pinned_ring_slot\""), 2);
+  assert_int_equal(count_of(got, "\"source\":\"pageable\""), 2);
+  assert_int_equal(count_of(got, "\"source\":\"cudaMallocHost\""), 2);
+  assert_int_equal(count_of(got, "\"check\":\"roundtrip\",\"bytes\":"
+                                 "16777216,\"ok\":true"),
+                   1);
+  assert_int_equal(count_of(got, "\"ok\":false"), 0);
+  assert_non_null(strstr(got, "{\"check\":\"summary\",\"ok\":true}"));
+  free(got);
+
+  /* The consumer's second slot is refused: the check fails, saying so. */
+  assert_int_equal(run_gpu_check(out, "CHIME_CUDART=" FAKE_CUDART_FILE,
+                                 "FAKE_CUDART_FAIL_REGISTER_AT=6",
+                                 (char *)NULL),
+                   1);
+  got = read_file(out);
+  assert_non_null(strstr(got, "\"side\":\"consumer\",\"bytes\":16777216,"
+                              "\"pinned_bytes\":0,\"ok\":false"));
+  assert_non_null(strstr(got, "range 2 of 4"));
+  assert_non_null(strstr(got, "{\"check\":\"summary\",\"ok\":false}"));
+  free(got);
+
+  assert_int_equal(run_gpu_check(out, "CHIME_CUDART=" FAKE_CUDART_FILE,
+                                 "FAKE_CUDART_INIT_ERROR=35", (char *)NULL),
+                   77);
+  got = read_file(out);
+  assert_non_null(strstr(got, "cudaErrorInsufficientDriver (35)"));
+  free(got);
+}
+
 /* ---------------------------------------- parent side: the pure ladder */
 
 static const char *const absent_sonames[] = {"libchime-absent-cudart.so.13"};
@@ -841,6 +919,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_off_then_on),
       cmocka_unit_test(test_ring_pin),
       cmocka_unit_test(test_ring_pin_fail),
+      cmocka_unit_test(test_gpu_check_flow_on_fake),
   };
   char self[4096];
   ssize_t n;

@@ -43,7 +43,11 @@ static struct {
   int (*stream_synchronize)(cuda_stream_t stream);
   int (*stream_destroy)(cuda_stream_t stream);
   int (*host_get_flags)(unsigned int *flags, void *ptr);
+  /* Optional second witness: cudaMemoryTypeHost (1) for registered memory. */
+  int (*pointer_get_attributes)(void *attrs, const void *ptr);
 } cu;
+
+#define CUDA_MEMORY_TYPE_HOST 1
 
 static int g_failed;
 
@@ -73,6 +77,15 @@ static int resolve(void *handle) {
   SYM(stream_destroy, "cudaStreamDestroy");
   SYM(host_get_flags, "cudaHostGetFlags");
 #undef SYM
+  {
+    union {
+      void *obj;
+      __typeof__(cu.pointer_get_attributes) fn;
+    } u;
+
+    u.obj = dlsym(handle, "cudaPointerGetAttributes");
+    cu.pointer_get_attributes = u.fn;
+  }
   return 0;
 }
 
@@ -103,6 +116,21 @@ static void json_str(const char *s) {
   putchar('"');
 }
 
+/* cudaPointerAttributes.type, or -1 when unknown. The struct starts with
+ * {enum cudaMemoryType type; int device; ...}; room is left for the rest. */
+static int pointer_type(const void *ptr) {
+  _Alignas(16) unsigned char attrs[512];
+  int type;
+
+  if (cu.pointer_get_attributes == NULL)
+    return -1;
+  memset(attrs, 0, sizeof attrs);
+  if (cu.pointer_get_attributes(attrs, ptr) != 0)
+    return -1;
+  memcpy(&type, attrs, sizeof type);
+  return type;
+}
+
 /* Every slot of ring registered, with the portable flag, first and last
  * byte; pageable memory must not be (so the check can fail). */
 static void check_slots(chime_ring_t *ring, const char *side, uint64_t bytes) {
@@ -120,8 +148,8 @@ static void check_slots(chime_ring_t *ring, const char *side, uint64_t bytes) {
 
     printf("{\"check\":\"slot_flags\",\"side\":\"%s\",\"bytes\":%llu,"
            "\"slot\":%u,\"error\":%d,\"flags\":%u,\"error_last_byte\":%d,"
-           "\"ok\":%s}\n",
-           side, (unsigned long long)bytes, i, e0, f0, e1,
+           "\"pointer_type\":%d,\"ok\":%s}\n",
+           side, (unsigned long long)bytes, i, e0, f0, e1, pointer_type(base),
            ok ? "true" : "false");
     g_failed |= !ok;
   }
@@ -220,8 +248,9 @@ static void run_size(size_t bytes, cuda_stream_t stream) {
     goto cleanup;
   memset(pageable, 0x5a, bytes);
   e = cu.host_get_flags(&f, pageable);
-  printf("{\"check\":\"pageable_not_registered\",\"error\":%d,\"ok\":%s}\n", e,
-         e != 0 ? "true" : "false");
+  printf("{\"check\":\"pageable_not_registered\",\"error\":%d,"
+         "\"pointer_type\":%d,\"ok\":%s}\n",
+         e, pointer_type(pageable), e != 0 ? "true" : "false");
   g_failed |= e == 0;
 
   slot = chime_ring_slot_base(prod, 0);

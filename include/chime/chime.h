@@ -233,7 +233,22 @@ CHIME_EXTERN CHIME_NODISCARD int chime_server_start(chime_server_t *srv);
 /* Graceful stop: refuses new calls, finishes acked inserts, tells streams
  * "shutting down". The application then shuts its grpc_server down. */
 CHIME_EXTERN void chime_server_stop(chime_server_t *srv);
-CHIME_EXTERN void chime_server_destroy(chime_server_t *srv); /* NULL-safe */
+/* NULL-safe. Stops first. Embedded: call it after the application shut its
+ * grpc_server down (grpc_server_shutdown_and_notify on another queue) and
+ * called grpc_completion_queue_shutdown(cq); it waits for chime's thread to
+ * drain `cq`, which the application then destroys. */
+CHIME_EXTERN void chime_server_destroy(chime_server_t *srv);
+
+/* For applications without a grpc_server of their own (and chimed): calls
+ * grpc_init(), creates a server on the configured listen address with 64 MiB
+ * message limits, registers the service and starts everything. `bound`
+ * receives the address actually bound ("127.0.0.1:41234" for port 0, or
+ * "unix:/path"). chime_server_destroy() then shuts the grpc_server down and
+ * calls grpc_shutdown_blocking(). */
+CHIME_EXTERN CHIME_NODISCARD int chime_server_listen(chime_server_t *srv,
+                                                     char *bound,
+                                                     size_t boundlen,
+                                                     char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

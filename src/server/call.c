@@ -1,0 +1,346 @@
+/* One gRPC call as a small state machine: a pending RECV_CLOSE_ON_SERVER to
+ * learn when the call ends, at most one RECV_MESSAGE, and a send queue so at
+ * most one send batch is in flight (gRPC's rule). Every batch in flight holds
+ * a reference; the call is freed when the last one goes. */
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/support/alloc.h>
+#include <protobuf-c/protobuf-c.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/server.h"
+
+struct chime__send_s {
+  chime__send_t *next;
+  grpc_byte_buffer *bb; /* NULL: the final status */
+  grpc_status_code code;
+  grpc_slice details;
+};
+
+static void free_sends(chime__send_t *s) {
+  while (s != NULL) {
+    chime__send_t *n = s->next;
+    if (s->bb != NULL)
+      grpc_byte_buffer_destroy(s->bb);
+    else
+      grpc_slice_unref(s->details);
+    free(s);
+    s = n;
+  }
+}
+
+void chime__call_ref(chime__call_t *c) {
+  pthread_mutex_lock(&c->mu);
+  c->refs++;
+  pthread_mutex_unlock(&c->mu);
+}
+
+static void call_free(chime__call_t *c) {
+  chime_server_t *srv = c->srv;
+  if (c->vt != NULL && c->vt->on_free != NULL)
+    c->vt->on_free(c);
+  free_sends(c->q_head);
+  free_sends(c->inflight);
+  if (c->payload != NULL)
+    grpc_byte_buffer_destroy(c->payload);
+  if (c->recv_bb != NULL)
+    grpc_byte_buffer_destroy(c->recv_bb);
+  grpc_metadata_array_destroy(&c->md);
+  if (c->call != NULL)
+    grpc_call_unref(c->call);
+  pthread_mutex_lock(&srv->mu);
+  if (c->prev != NULL || c->next != NULL || srv->calls == c) {
+    if (c->prev != NULL)
+      c->prev->next = c->next;
+    else
+      srv->calls = c->next;
+    if (c->next != NULL)
+      c->next->prev = c->prev;
+    srv->ncalls--;
+    pthread_cond_broadcast(&srv->cond);
+  }
+  pthread_mutex_unlock(&srv->mu);
+  pthread_mutex_destroy(&c->mu);
+  free(c);
+}
+
+void chime__call_unref(chime__call_t *c) {
+  pthread_mutex_lock(&c->mu);
+  int last = --c->refs == 0;
+  pthread_mutex_unlock(&c->mu);
+  if (last)
+    call_free(c);
+}
+
+/* Called with c->mu held. Starts the next send batch if none is in flight. A
+ * message directly followed by the final status goes in one batch. */
+static void pump_locked(chime__call_t *c) {
+  grpc_op ops[3];
+  size_t n = 0;
+  if (c->sending || c->q_head == NULL)
+    return;
+  if (c->closed) {
+    free_sends(c->q_head);
+    c->q_head = c->q_tail = NULL;
+    return;
+  }
+  memset(ops, 0, sizeof(ops));
+  if (!c->meta_sent) {
+    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    c->meta_sent = 1;
+  }
+  chime__send_t *first = c->q_head;
+  chime__send_t *last = first;
+  if (first->bb != NULL) {
+    ops[n].op = GRPC_OP_SEND_MESSAGE;
+    ops[n++].data.send_message.send_message = first->bb;
+    if (first->next != NULL && first->next->bb == NULL)
+      last = first->next;
+  }
+  if (last->bb == NULL) {
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.status = last->code;
+    ops[n++].data.send_status_from_server.status_details = &last->details;
+  }
+  c->q_head = last->next;
+  if (c->q_head == NULL)
+    c->q_tail = NULL;
+  last->next = NULL;
+  c->inflight = first;
+  c->sending = 1;
+  c->refs++;
+  if (grpc_call_start_batch(c->call, ops, n, &c->send_tag, NULL) !=
+      GRPC_CALL_OK) {
+    /* Only a bug in this file gets here; drop the sends, keep serving. */
+    fprintf(stderr, "chimed: internal error: send batch refused\n");
+    c->inflight = NULL;
+    c->sending = 0;
+    c->refs--;
+    free_sends(first);
+  }
+}
+
+static void on_send_done(chime__tag_t *tag, int ok) {
+  chime__call_t *c =
+      (chime__call_t *)((char *)tag - offsetof(chime__call_t, send_tag));
+  chime__send_t *done;
+  chime__send_t *dropped = NULL;
+  pthread_mutex_lock(&c->mu);
+  done = c->inflight;
+  c->inflight = NULL;
+  c->sending = 0;
+  if (!ok) {
+    dropped = c->q_head;
+    c->q_head = c->q_tail = NULL;
+  }
+  pump_locked(c);
+  pthread_mutex_unlock(&c->mu);
+  /* Byte buffers may hold slot slices whose release takes a stream lock. */
+  free_sends(done);
+  free_sends(dropped);
+  chime__call_unref(c);
+}
+
+static int enqueue(chime__call_t *c, chime__send_t *s) {
+  pthread_mutex_lock(&c->mu);
+  if (c->finishing || c->closed) {
+    pthread_mutex_unlock(&c->mu);
+    free_sends(s);
+    return CHIME_ECLOSED;
+  }
+  if (s->bb == NULL)
+    c->finishing = 1;
+  if (c->q_tail != NULL)
+    c->q_tail->next = s;
+  else
+    c->q_head = s;
+  c->q_tail = s;
+  pump_locked(c);
+  pthread_mutex_unlock(&c->mu);
+  return 0;
+}
+
+int chime__call_send(chime__call_t *c, grpc_byte_buffer *bb) {
+  chime__send_t *s = calloc(1, sizeof(*s));
+  if (s == NULL) {
+    grpc_byte_buffer_destroy(bb);
+    return CHIME_ENOMEM;
+  }
+  s->bb = bb;
+  return enqueue(c, s);
+}
+
+int chime__call_send_msg(chime__call_t *c, const void *msg) {
+  const ProtobufCMessage *m = msg;
+  size_t len = protobuf_c_message_get_packed_size(m);
+  grpc_slice sl = grpc_slice_malloc(len);
+  protobuf_c_message_pack(m, GRPC_SLICE_START_PTR(sl));
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&sl, 1);
+  grpc_slice_unref(sl);
+  return chime__call_send(c, bb);
+}
+
+void chime__call_finish(chime__call_t *c, grpc_status_code code,
+                        const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  chime__send_t *s = calloc(1, sizeof(*s));
+  if (s == NULL) {
+    grpc_call_cancel_with_status(c->call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                                 "out of memory", NULL);
+    return;
+  }
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  s->code = code;
+  s->details = grpc_slice_from_copied_string(msg);
+  enqueue(c, s);
+}
+
+void chime__call_drop_queued(chime__call_t *c) {
+  pthread_mutex_lock(&c->mu);
+  chime__send_t *q = c->q_head;
+  c->q_head = c->q_tail = NULL;
+  pthread_mutex_unlock(&c->mu);
+  free_sends(q);
+}
+
+static void on_recv_done(chime__tag_t *tag, int ok) {
+  chime__call_t *c =
+      (chime__call_t *)((char *)tag - offsetof(chime__call_t, recv_tag));
+  pthread_mutex_lock(&c->mu);
+  grpc_byte_buffer *bb = c->recv_bb;
+  c->recv_bb = NULL;
+  c->recving = 0;
+  pthread_mutex_unlock(&c->mu);
+  if (!ok && bb != NULL) {
+    grpc_byte_buffer_destroy(bb);
+    bb = NULL;
+  }
+  c->vt->on_message(c, bb);
+  chime__call_unref(c);
+}
+
+void chime__call_recv(chime__call_t *c) {
+  grpc_op op;
+  pthread_mutex_lock(&c->mu);
+  if (c->recving || c->finishing || c->closed) {
+    pthread_mutex_unlock(&c->mu);
+    return;
+  }
+  memset(&op, 0, sizeof(op));
+  op.op = GRPC_OP_RECV_MESSAGE;
+  op.data.recv_message.recv_message = &c->recv_bb;
+  c->recving = 1;
+  c->refs++;
+  if (grpc_call_start_batch(c->call, &op, 1, &c->recv_tag, NULL) !=
+      GRPC_CALL_OK) {
+    c->recving = 0;
+    c->refs--;
+  }
+  pthread_mutex_unlock(&c->mu);
+}
+
+static void on_close_done(chime__tag_t *tag, int ok) {
+  chime__call_t *c =
+      (chime__call_t *)((char *)tag - offsetof(chime__call_t, close_tag));
+  (void)ok;
+  chime__send_t *q;
+  pthread_mutex_lock(&c->mu);
+  c->closed = 1;
+  q = c->q_head;
+  c->q_head = c->q_tail = NULL;
+  pthread_mutex_unlock(&c->mu);
+  free_sends(q);
+  if (c->vt->on_close != NULL)
+    c->vt->on_close(c);
+  chime__call_unref(c); /* the batch's reference */
+  chime__call_unref(c); /* the call's lifetime reference */
+}
+
+/* The call arrived: watch for its end, then hand it to its method. */
+static void on_request_done(chime__tag_t *tag, int ok) {
+  chime__call_t *c =
+      (chime__call_t *)((char *)tag - offsetof(chime__call_t, req_tag));
+  chime_server_t *srv = c->srv;
+  grpc_op op;
+  if (!ok) { /* the server is shutting down */
+    call_free(c);
+    return;
+  }
+  pthread_mutex_lock(&srv->mu);
+  c->next = srv->calls;
+  if (srv->calls != NULL)
+    srv->calls->prev = c;
+  srv->calls = c;
+  srv->ncalls++;
+  pthread_mutex_unlock(&srv->mu);
+  if (!atomic_load(&srv->stopping))
+    chime__request_call(srv, c->method);
+
+  memset(&op, 0, sizeof(op));
+  op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+  op.data.recv_close_on_server.cancelled = &c->cancelled;
+  pthread_mutex_lock(&c->mu);
+  c->refs++;
+  grpc_call_error e =
+      grpc_call_start_batch(c->call, &op, 1, &c->close_tag, NULL);
+  pthread_mutex_unlock(&c->mu);
+  if (e != GRPC_CALL_OK) {
+    grpc_call_cancel(c->call, NULL);
+    chime__call_unref(c);
+    chime__call_unref(c);
+    return;
+  }
+  if (atomic_load(&srv->stopping)) {
+    chime__call_finish(c, GRPC_STATUS_UNAVAILABLE, "shutting down");
+    return;
+  }
+  c->vt->on_start(c);
+}
+
+static const chime__call_vt_t *const method_vt[CHIME__M_COUNT] = {
+    [CHIME__M_GETINFO] = &chime__info_vt,
+    [CHIME__M_STATS] = &chime__stats_vt,
+    [CHIME__M_INSERT] = &chime__insert_vt,
+    [CHIME__M_SUBSCRIBE] = &chime__subscribe_vt,
+};
+
+int chime__request_call(chime_server_t *srv, int method) {
+  chime__call_t *c = calloc(1, sizeof(*c));
+  if (c == NULL)
+    return CHIME_ENOMEM;
+  c->srv = srv;
+  c->method = method;
+  c->vt = method_vt[method];
+  c->refs = 1;
+  c->req_tag.fn = on_request_done;
+  c->recv_tag.fn = on_recv_done;
+  c->send_tag.fn = on_send_done;
+  c->close_tag.fn = on_close_done;
+  pthread_mutex_init(&c->mu, NULL);
+  grpc_metadata_array_init(&c->md);
+  int unary = method == CHIME__M_GETINFO || method == CHIME__M_STATS;
+  grpc_call_error e = grpc_server_request_registered_call(
+      srv->gs, srv->methods[method], &c->call, &c->deadline, &c->md,
+      unary ? &c->payload : NULL, srv->cq, srv->cq, &c->req_tag);
+  if (e != GRPC_CALL_OK) {
+    grpc_metadata_array_destroy(&c->md);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+    return CHIME_EUNAVAILABLE;
+  }
+  return 0;
+}
+
+int chime__bb_read(grpc_byte_buffer *bb, grpc_slice *out) {
+  grpc_byte_buffer_reader r;
+  if (!grpc_byte_buffer_reader_init(&r, bb))
+    return CHIME_EPROTO;
+  *out = grpc_byte_buffer_reader_readall(&r);
+  grpc_byte_buffer_reader_destroy(&r);
+  return 0;
+}

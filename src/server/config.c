@@ -1,0 +1,326 @@
+/* chimed's configuration file (JSON, read with jansson). Every key is known:
+ * a typo must fail loudly rather than silently keep a default. */
+#include "server/config.h"
+
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chime/errors.h"
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int fail(char *err, size_t errlen, const char *fmt, ...) {
+  if (err != NULL && errlen > 0) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+  }
+  return CHIME_EINVAL;
+}
+
+const char *chime__sampler_name(chime__sampler_t s) {
+  switch (s) {
+  case CHIME__SAMPLER_FIFO:
+    return "fifo";
+  case CHIME__SAMPLER_UNIFORM:
+    return "uniform";
+  }
+  return "unknown";
+}
+
+static void config_base(chime__config_t *cfg) {
+  memset(cfg, 0, sizeof(*cfg));
+  snprintf(cfg->listen, sizeof(cfg->listen), "%s", CHIME__DEFAULT_LISTEN);
+  snprintf(cfg->handoff_socket, sizeof(cfg->handoff_socket), "@auto");
+  cfg->handoff_expires_ms = CHIME__DEFAULT_EXPIRES_MS;
+  cfg->stream_ring_bytes = CHIME__DEFAULT_STREAM_RING_BYTES;
+  cfg->total_ring_bytes = CHIME__DEFAULT_TOTAL_RING_BYTES;
+}
+
+/* Checks one table after its fields are read; `where` names it. */
+static int table_check(const chime__table_config_t *t, const char *where,
+                       char *err, size_t errlen) {
+  uint64_t sb = chime_spec_sample_bytes(&t->spec);
+  if (t->capacity == 0)
+    return fail(err, errlen, "%s: capacity must be at least 1", where);
+  if (sb == 0 || t->capacity > CHIME__MAX_TABLE_BYTES / sb)
+    return fail(err, errlen,
+                "%s: capacity %llu of %llu-byte samples exceeds %llu bytes",
+                where, (unsigned long long)t->capacity, (unsigned long long)sb,
+                (unsigned long long)CHIME__MAX_TABLE_BYTES);
+  if (t->min_size > t->capacity)
+    return fail(err, errlen, "%s: min_size %llu exceeds capacity %llu", where,
+                (unsigned long long)t->min_size,
+                (unsigned long long)t->capacity);
+  return 0;
+}
+
+static int name_ok(const char *s) {
+  size_t n = strlen(s);
+  if (n == 0 || n >= CHIME_MAX_NAME)
+    return 0;
+  for (size_t i = 0; i < n; i++) {
+    char c = s[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+          (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.'))
+      return 0;
+  }
+  return 1;
+}
+
+static int get_u64(json_t *v, const char *key, uint64_t *out, char *err,
+                   size_t errlen) {
+  if (!json_is_integer(v) || json_integer_value(v) < 0)
+    return fail(err, errlen, "%s: expected a non-negative integer", key);
+  *out = (uint64_t)json_integer_value(v);
+  return 0;
+}
+
+static int parse_table(chime__table_config_t *t, json_t *obj, uint32_t index,
+                       char *err, size_t errlen) {
+  char where[CHIME_MAX_NAME + 32];
+  snprintf(where, sizeof(where), "tables[%u]", index);
+  if (!json_is_object(obj))
+    return fail(err, errlen, "%s: expected an object", where);
+  json_t *name = json_object_get(obj, "name");
+  if (!json_is_string(name))
+    return fail(err, errlen, "%s: 'name' (a string) is required", where);
+  if (!name_ok(json_string_value(name)))
+    return fail(err, errlen,
+                "%s: name '%.64s' must be 1-63 characters of [A-Za-z0-9_.-]",
+                where, json_string_value(name));
+  snprintf(t->name, sizeof(t->name), "%s", json_string_value(name));
+  snprintf(where, sizeof(where), "table '%s'", t->name);
+
+  int have_spec = 0, have_cap = 0;
+  t->min_size = 1;
+  t->sampler = CHIME__SAMPLER_FIFO;
+  const char *key;
+  json_t *v;
+  json_object_foreach(obj, key, v) {
+    char kw[CHIME_MAX_NAME + 64];
+    snprintf(kw, sizeof(kw), "%s: '%s'", where, key);
+    if (strcmp(key, "name") == 0)
+      continue;
+    if (strcmp(key, "spec") == 0) {
+      char perr[256];
+      if (!json_is_string(v))
+        return fail(err, errlen, "%s: expected a string", kw);
+      if (chime_spec_parse(&t->spec, json_string_value(v), perr,
+                           sizeof(perr)) != 0)
+        return fail(err, errlen, "%s: bad spec: %s", where, perr);
+      have_spec = 1;
+    } else if (strcmp(key, "capacity") == 0) {
+      if (get_u64(v, kw, &t->capacity, err, errlen) != 0)
+        return CHIME_EINVAL;
+      have_cap = 1;
+    } else if (strcmp(key, "min_size") == 0) {
+      if (get_u64(v, kw, &t->min_size, err, errlen) != 0)
+        return CHIME_EINVAL;
+    } else if (strcmp(key, "sampler") == 0) {
+      const char *s = json_is_string(v) ? json_string_value(v) : "";
+      if (strcmp(s, "fifo") == 0)
+        t->sampler = CHIME__SAMPLER_FIFO;
+      else if (strcmp(s, "uniform") == 0)
+        t->sampler = CHIME__SAMPLER_UNIFORM;
+      else
+        return fail(err, errlen, "%s: expected \"fifo\" or \"uniform\"", kw);
+    } else {
+      return fail(err, errlen,
+                  "%s: unknown key (known: name, spec, capacity, sampler, "
+                  "min_size)",
+                  kw);
+    }
+  }
+  if (!have_spec)
+    return fail(err, errlen, "%s: 'spec' is required", where);
+  if (!have_cap)
+    return fail(err, errlen, "%s: 'capacity' is required", where);
+  return table_check(t, where, err, errlen);
+}
+
+static int parse_budgets(chime__config_t *cfg, json_t *obj, char *err,
+                         size_t errlen) {
+  const char *key;
+  json_t *v;
+  if (!json_is_object(obj))
+    return fail(err, errlen, "'budgets': expected an object");
+  json_object_foreach(obj, key, v) {
+    uint64_t *dst;
+    if (strcmp(key, "stream_ring_bytes") == 0)
+      dst = &cfg->stream_ring_bytes;
+    else if (strcmp(key, "total_ring_bytes") == 0)
+      dst = &cfg->total_ring_bytes;
+    else
+      return fail(err, errlen,
+                  "'budgets.%s': unknown key (known: stream_ring_bytes, "
+                  "total_ring_bytes)",
+                  key);
+    char kw[96];
+    snprintf(kw, sizeof(kw), "'budgets.%s'", key);
+    if (get_u64(v, kw, dst, err, errlen) != 0)
+      return CHIME_EINVAL;
+    if (*dst == 0)
+      return fail(err, errlen, "%s: must be at least 1", kw);
+  }
+  return 0;
+}
+
+static int parse_uids(chime__config_t *cfg, json_t *arr, char *err,
+                      size_t errlen) {
+  size_t i;
+  json_t *v;
+  if (!json_is_array(arr))
+    return fail(err, errlen, "'allowed_uids': expected an array of uids");
+  if (json_array_size(arr) > CHIME__MAX_UIDS)
+    return fail(err, errlen, "'allowed_uids': more than %d entries",
+                CHIME__MAX_UIDS);
+  json_array_foreach(arr, i, v) {
+    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+        json_integer_value(v) > 0xfffffffe)
+      return fail(err, errlen, "'allowed_uids[%zu]': expected a uid", i);
+    cfg->allowed_uids[cfg->nuids++] = (uint32_t)json_integer_value(v);
+  }
+  return 0;
+}
+
+static int parse_string(char *dst, size_t cap, json_t *v, const char *key,
+                        char *err, size_t errlen) {
+  if (!json_is_string(v))
+    return fail(err, errlen, "'%s': expected a string", key);
+  const char *s = json_string_value(v);
+  if (s[0] == '\0' || strlen(s) >= cap)
+    return fail(err, errlen, "'%s': must be 1-%zu characters", key, cap - 1);
+  snprintf(dst, cap, "%s", s);
+  return 0;
+}
+
+int chime__config_parse(chime__config_t *cfg, const char *text, char *err,
+                        size_t errlen) {
+  json_error_t jerr;
+  int rc = 0;
+  int have_tables = 0;
+  json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
+  config_base(cfg);
+  if (root == NULL) {
+    rc = fail(err, errlen, "line %d column %d: %s", jerr.line, jerr.column,
+              jerr.text);
+    goto out;
+  }
+  if (!json_is_object(root)) {
+    rc = fail(err, errlen, "the config must be a JSON object");
+    goto out;
+  }
+  const char *key;
+  json_t *v;
+  json_object_foreach(root, key, v) {
+    if (strcmp(key, "listen") == 0) {
+      rc = parse_string(cfg->listen, sizeof(cfg->listen), v, key, err, errlen);
+    } else if (strcmp(key, "handoff_socket") == 0) {
+      rc = parse_string(cfg->handoff_socket, sizeof(cfg->handoff_socket), v,
+                        key, err, errlen);
+    } else if (strcmp(key, "handoff_expires_ms") == 0) {
+      uint64_t ms;
+      rc = get_u64(v, "'handoff_expires_ms'", &ms, err, errlen);
+      if (rc == 0 && (ms == 0 || ms > 3600000))
+        rc = fail(err, errlen, "'handoff_expires_ms': must be 1..3600000");
+      cfg->handoff_expires_ms = (uint32_t)ms;
+    } else if (strcmp(key, "allowed_uids") == 0) {
+      rc = parse_uids(cfg, v, err, errlen);
+    } else if (strcmp(key, "budgets") == 0) {
+      rc = parse_budgets(cfg, v, err, errlen);
+    } else if (strcmp(key, "pin_host_memory") == 0) {
+      if (!json_is_boolean(v))
+        rc = fail(err, errlen, "'pin_host_memory': expected true or false");
+      cfg->pin_host_memory = json_is_true(v);
+    } else if (strcmp(key, "tables") == 0) {
+      size_t i;
+      json_t *t;
+      have_tables = 1;
+      if (!json_is_array(v) || json_array_size(v) == 0) {
+        rc = fail(err, errlen, "'tables': expected a non-empty array");
+        goto out;
+      }
+      if (json_array_size(v) > CHIME__MAX_TABLES) {
+        rc = fail(err, errlen, "'tables': more than %d tables",
+                  CHIME__MAX_TABLES);
+        goto out;
+      }
+      json_array_foreach(v, i, t) {
+        chime__table_config_t *tc = &cfg->tables[cfg->ntables];
+        rc = parse_table(tc, t, (uint32_t)i, err, errlen);
+        if (rc != 0)
+          goto out;
+        for (uint32_t j = 0; j < cfg->ntables; j++) {
+          if (strcmp(cfg->tables[j].name, tc->name) == 0) {
+            rc = fail(err, errlen, "table '%s': declared twice", tc->name);
+            goto out;
+          }
+        }
+        cfg->ntables++;
+      }
+    } else {
+      rc = fail(err, errlen,
+                "'%s': unknown key (known: listen, handoff_socket, "
+                "handoff_expires_ms, allowed_uids, budgets, pin_host_memory, "
+                "tables)",
+                key);
+    }
+    if (rc != 0)
+      goto out;
+  }
+  if (!have_tables) {
+    rc = fail(err, errlen, "'tables' is required");
+    goto out;
+  }
+  if (cfg->stream_ring_bytes > cfg->total_ring_bytes)
+    rc = fail(err, errlen,
+              "'budgets': stream_ring_bytes %llu exceeds total_ring_bytes %llu",
+              (unsigned long long)cfg->stream_ring_bytes,
+              (unsigned long long)cfg->total_ring_bytes);
+out:
+  json_decref(root);
+  return rc;
+}
+
+int chime__config_default(chime__config_t *cfg, char *err, size_t errlen) {
+  static const char json[] =
+      "{\"tables\":[{\"name\":\"demo\","
+      "\"spec\":\"obs:f32[64], action:i32[], reward:f32[]\","
+      "\"capacity\":65536,\"sampler\":\"fifo\",\"min_size\":1}]}";
+  return chime__config_parse(cfg, json, err, errlen);
+}
+
+int chime__config_load(chime__config_t *cfg, const char *path, char *err,
+                       size_t errlen) {
+  json_error_t jerr;
+  int rc;
+  char *text = NULL;
+  json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+  if (root == NULL) {
+    rc = fail(err, errlen, "%s: line %d column %d: %s", path, jerr.line,
+              jerr.column, jerr.text);
+    goto out;
+  }
+  /* Re-serialised and parsed once, so files and strings share one parser. */
+  text = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  if (text == NULL) {
+    rc = fail(err, errlen, "%s: out of memory", path);
+    goto out;
+  }
+  rc = chime__config_parse(cfg, text, err, errlen);
+  if (rc != 0 && err != NULL && errlen > 0) {
+    char tmp[512];
+    snprintf(tmp, sizeof(tmp), "%s", err);
+    snprintf(err, errlen, "%s: %s", path, tmp);
+  }
+out:
+  free(text);
+  json_decref(root);
+  return rc;
+}

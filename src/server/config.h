@@ -1,0 +1,62 @@
+/* chimed's configuration: the JSON file, the built-in default, and checks. */
+#ifndef CHIME_SERVER_CONFIG_H
+#define CHIME_SERVER_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "chime/ring.h"
+
+#define CHIME__MAX_TABLES 64
+#define CHIME__MAX_UIDS 64
+#define CHIME__MAX_ADDR 256
+
+typedef enum {
+  CHIME__SAMPLER_FIFO = 1,
+  CHIME__SAMPLER_UNIFORM = 2,
+} chime__sampler_t;
+
+typedef struct {
+  char name[CHIME_MAX_NAME];
+  chime_spec_t spec;
+  uint64_t capacity;
+  uint64_t min_size;
+  chime__sampler_t sampler;
+} chime__table_config_t;
+
+typedef struct {
+  char listen[CHIME__MAX_ADDR];
+  /* "@auto": abstract socket with a random name; "@name": abstract; else a
+   * filesystem path, unlinked at stop. */
+  char handoff_socket[108];
+  uint32_t handoff_expires_ms;
+  uint32_t nuids;
+  uint32_t allowed_uids[CHIME__MAX_UIDS];
+  uint64_t stream_ring_bytes;
+  uint64_t total_ring_bytes;
+  int pin_host_memory;
+  uint32_t ntables;
+  chime__table_config_t tables[CHIME__MAX_TABLES];
+} chime__config_t;
+
+/* Defaults and limits; the table list of the default is filled by
+ * chime__config_default(). */
+#define CHIME__DEFAULT_LISTEN "127.0.0.1:50051"
+#define CHIME__DEFAULT_STREAM_RING_BYTES (UINT64_C(256) << 20)
+#define CHIME__DEFAULT_TOTAL_RING_BYTES (UINT64_C(1) << 30)
+#define CHIME__DEFAULT_EXPIRES_MS 5000u
+/* A table's storage (capacity * sample bytes) is reserved up front. */
+#define CHIME__MAX_TABLE_BYTES (UINT64_C(1) << 40)
+
+const char *chime__sampler_name(chime__sampler_t s);
+
+/* The built-in configuration: table demo on 127.0.0.1:50051. */
+int chime__config_default(chime__config_t *cfg, char *err, size_t errlen);
+/* Parses JSON text. CHIME_EINVAL with err naming the key or table. */
+int chime__config_parse(chime__config_t *cfg, const char *json, char *err,
+                        size_t errlen);
+/* Reads and parses a file. */
+int chime__config_load(chime__config_t *cfg, const char *path, char *err,
+                       size_t errlen);
+
+#endif

@@ -1,0 +1,446 @@
+/* The handoff socket and learner liveness, on a libuv loop thread. Nothing
+ * a peer sends can do more than get its connection closed: the request is a
+ * fixed 24 bytes read with a deadline, connections are capped, and the token
+ * is compared in constant time and consumed on first use. */
+#include "server/handoff.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "server/stream.h"
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+
+#define MAX_CONNS 64
+#define CONN_TIMEOUT_MS 2000
+
+typedef struct watch_s watch_t;
+struct watch_s {
+  uv_poll_t poll;
+  int pidfd;
+  chime__stream_t *s;
+  chime__handoff_t *h;
+  watch_t *next;
+};
+
+typedef struct conn_s {
+  uv_poll_t poll;
+  uv_timer_t timer;
+  int fd;
+  int closing;
+  int handles;
+  size_t got;
+  uint8_t buf[CHIME__HANDOFF_REQUEST_BYTES];
+  chime__handoff_t *h;
+  struct conn_s *prev, *next;
+} conn_t;
+
+struct chime__handoff_s {
+  chime_server_t *srv;
+  char path[108];
+  int fs;
+  int lfd;
+  uv_loop_t loop;
+  uv_poll_t lpoll;
+  uv_async_t async;
+  pthread_t th;
+  int started;
+  pthread_mutex_t mu;
+  int quit;
+  int nconns;
+  conn_t *conns;
+  watch_t *watches;
+};
+
+static socklen_t make_addr(struct sockaddr_un *a, const char *path) {
+  memset(a, 0, sizeof(*a));
+  a->sun_family = AF_UNIX;
+  if (path[0] == '@') {
+    /* Abstract: sun_path[0] = 0, the name without padding. */
+    size_t n = strlen(path + 1);
+    memcpy(a->sun_path + 1, path + 1, n);
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+  }
+  snprintf(a->sun_path, sizeof(a->sun_path), "%s", path);
+  return (socklen_t)(offsetof(struct sockaddr_un, sun_path) +
+                     strlen(a->sun_path) + 1);
+}
+
+/* A filesystem socket left by a killed chimed: nobody answers on it. */
+static void remove_stale(const char *path) {
+  struct stat st;
+  struct sockaddr_un a;
+  if (stat(path, &st) != 0 || !S_ISSOCK(st.st_mode))
+    return;
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return;
+  socklen_t al = make_addr(&a, path);
+  if (connect(fd, (struct sockaddr *)&a, al) != 0 && errno == ECONNREFUSED)
+    unlink(path);
+  close(fd);
+}
+
+int chime__handoff_create(chime__handoff_t **out, chime_server_t *srv,
+                          char *err, size_t errlen) {
+  int rc = 0;
+  struct sockaddr_un a;
+  const char *cfgpath = srv->cfg.handoff_socket;
+  chime__handoff_t *h = calloc(1, sizeof(*h));
+  *out = NULL;
+  if (h == NULL)
+    return CHIME_ENOMEM;
+  h->srv = srv;
+  h->lfd = -1;
+  pthread_mutex_init(&h->mu, NULL);
+  if (strcmp(cfgpath, "@auto") == 0) {
+    uint8_t r[8];
+    if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
+      snprintf(err, errlen, "handoff socket: no randomness");
+      rc = CHIME_ESYS;
+      goto out;
+    }
+    snprintf(h->path, sizeof(h->path),
+             "@chime-%ld-%02x%02x%02x%02x%02x%02x%02x%02x", (long)getpid(),
+             r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
+  } else {
+    snprintf(h->path, sizeof(h->path), "%s", cfgpath);
+    h->fs = h->path[0] != '@';
+  }
+  if (strlen(h->path) >= sizeof(a.sun_path)) {
+    snprintf(err, errlen, "handoff socket '%s': path too long", h->path);
+    rc = CHIME_EINVAL;
+    goto out;
+  }
+  h->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (h->lfd < 0) {
+    snprintf(err, errlen, "handoff socket: %s", strerror(errno));
+    rc = CHIME_ESYS;
+    goto out;
+  }
+  if (h->fs)
+    remove_stale(h->path);
+  socklen_t al = make_addr(&a, h->path);
+  if (bind(h->lfd, (struct sockaddr *)&a, al) != 0 || listen(h->lfd, 64) != 0) {
+    snprintf(err, errlen, "handoff socket '%s': %s", h->path, strerror(errno));
+    h->fs = 0; /* not ours to unlink */
+    rc = CHIME_ESYS;
+    goto out;
+  }
+  if (h->fs)
+    chmod(h->path, 0666); /* access is decided by SO_PEERCRED and tokens */
+  *out = h;
+  h = NULL;
+out:
+  if (h != NULL) {
+    if (h->lfd >= 0)
+      close(h->lfd);
+    pthread_mutex_destroy(&h->mu);
+    free(h);
+  }
+  return rc;
+}
+
+const char *chime__handoff_path(const chime__handoff_t *h) {
+  return h->path;
+}
+
+static void conn_handle_closed(uv_handle_t *hd) {
+  conn_t *c = hd->data;
+  if (--c->handles > 0)
+    return;
+  close(c->fd);
+  if (c->prev != NULL)
+    c->prev->next = c->next;
+  else
+    c->h->conns = c->next;
+  if (c->next != NULL)
+    c->next->prev = c->prev;
+  c->h->nconns--;
+  free(c);
+}
+
+static void conn_close(conn_t *c) {
+  if (c->closing)
+    return;
+  c->closing = 1;
+  uv_poll_stop(&c->poll);
+  uv_timer_stop(&c->timer);
+  uv_close((uv_handle_t *)&c->poll, conn_handle_closed);
+  uv_close((uv_handle_t *)&c->timer, conn_handle_closed);
+}
+
+static int uid_allowed(const chime_server_t *srv, uid_t uid) {
+  if (uid == getuid() || uid == geteuid())
+    return 1;
+  for (uint32_t i = 0; i < srv->cfg.nuids; i++)
+    if (srv->cfg.allowed_uids[i] == uid)
+      return 1;
+  return 0;
+}
+
+static int token_eq(const uint8_t *a, const uint8_t *b) {
+  uint8_t d = 0;
+  for (int i = 0; i < 16; i++)
+    d |= a[i] ^ b[i];
+  return d == 0;
+}
+
+/* Single use: a token is consumed when presented, even if expired. */
+static chime__stream_t *take_token(chime_server_t *srv, const uint8_t *tok) {
+  chime__stream_t *found = NULL;
+  uint64_t now = chime__now_ns();
+  pthread_mutex_lock(&srv->mu);
+  for (chime__stream_t *s = srv->streams; s != NULL; s = s->next) {
+    if (s->token_live && token_eq(s->token, tok)) {
+      s->token_live = 0;
+      if (now <= s->token_deadline_ns) {
+        chime__stream_ref(s);
+        found = s;
+      }
+      break;
+    }
+  }
+  pthread_mutex_unlock(&srv->mu);
+  return found;
+}
+
+static int send_reply(int fd, int32_t status, int pass_fd) {
+  uint8_t b[4];
+  uint32_t u = (uint32_t)status;
+  b[0] = (uint8_t)u;
+  b[1] = (uint8_t)(u >> 8);
+  b[2] = (uint8_t)(u >> 16);
+  b[3] = (uint8_t)(u >> 24);
+  struct iovec iov = {b, sizeof(b)};
+  struct msghdr m;
+  union {
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } ctl;
+  memset(&m, 0, sizeof(m));
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  if (pass_fd >= 0) {
+    memset(&ctl, 0, sizeof(ctl));
+    m.msg_control = ctl.buf;
+    m.msg_controllen = sizeof(ctl.buf);
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
+  }
+  return sendmsg(fd, &m, MSG_NOSIGNAL) == (ssize_t)sizeof(b) ? 0 : -1;
+}
+
+static void watch_closed(uv_handle_t *hd) {
+  watch_t *w = hd->data;
+  close(w->pidfd);
+  chime__stream_unref(w->s);
+  free(w);
+}
+
+static void watch_remove(chime__handoff_t *h, watch_t *w) {
+  watch_t **pp = &h->watches;
+  while (*pp != w)
+    pp = &(*pp)->next;
+  *pp = w->next;
+  uv_poll_stop(&w->poll);
+  uv_close((uv_handle_t *)&w->poll, watch_closed);
+}
+
+static void on_pid_exit(uv_poll_t *p, int status, int events) {
+  watch_t *w = p->data;
+  (void)status;
+  (void)events;
+  chime__stream_kill(w->s, "learner process exited");
+  watch_remove(w->h, w);
+}
+
+static void watch_pid(chime__handoff_t *h, chime__stream_t *s, pid_t pid) {
+  int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+  watch_t *w = pidfd >= 0 ? calloc(1, sizeof(*w)) : NULL;
+  if (w == NULL) {
+    /* Already gone (or no pidfd): the learner cannot use the ring. */
+    if (pidfd >= 0)
+      close(pidfd);
+    chime__stream_kill(s, "learner process exited");
+    chime__stream_unref(s);
+    return;
+  }
+  w->pidfd = pidfd;
+  w->s = s;
+  w->h = h;
+  uv_poll_init(&h->loop, &w->poll, pidfd);
+  w->poll.data = w;
+  uv_poll_start(&w->poll, UV_READABLE, on_pid_exit);
+  w->next = h->watches;
+  h->watches = w;
+}
+
+static void handshake(conn_t *c) {
+  chime__handoff_t *h = c->h;
+  struct ucred cr;
+  socklen_t cl = sizeof(cr);
+  if (memcmp(c->buf, CHIME__HANDOFF_MAGIC, 8) != 0)
+    return;
+  if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0) {
+    send_reply(c->fd, CHIME_ESYS, -1);
+    return;
+  }
+  if (!uid_allowed(h->srv, cr.uid)) {
+    send_reply(c->fd, CHIME_EPERM, -1);
+    return;
+  }
+  chime__stream_t *s = take_token(h->srv, c->buf + 8);
+  if (s == NULL) {
+    send_reply(c->fd, CHIME_EPERM, -1);
+    return;
+  }
+  if (send_reply(c->fd, 0, chime_ring_fd(s->ring)) != 0) {
+    chime__stream_unref(s);
+    return;
+  }
+  s->peer_pid = cr.pid;
+  watch_pid(h, s, cr.pid); /* takes the reference */
+}
+
+static void on_conn_timeout(uv_timer_t *t) {
+  conn_close(t->data);
+}
+
+static void on_conn_readable(uv_poll_t *p, int status, int events) {
+  conn_t *c = p->data;
+  (void)events;
+  if (status < 0) {
+    conn_close(c);
+    return;
+  }
+  ssize_t n = recv(c->fd, c->buf + c->got, sizeof(c->buf) - c->got, 0);
+  if (n < 0 && (errno == EAGAIN || errno == EINTR))
+    return;
+  if (n <= 0) {
+    conn_close(c);
+    return;
+  }
+  c->got += (size_t)n;
+  if (c->got < sizeof(c->buf))
+    return;
+  handshake(c);
+  conn_close(c);
+}
+
+static void on_accept(uv_poll_t *p, int status, int events) {
+  chime__handoff_t *h = p->data;
+  (void)status;
+  (void)events;
+  for (;;) {
+    int fd = accept4(h->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0)
+      return;
+    conn_t *c = h->nconns < MAX_CONNS ? calloc(1, sizeof(*c)) : NULL;
+    if (c == NULL) {
+      close(fd);
+      continue;
+    }
+    c->fd = fd;
+    c->h = h;
+    c->handles = 2;
+    h->nconns++;
+    c->next = h->conns;
+    if (h->conns != NULL)
+      h->conns->prev = c;
+    h->conns = c;
+    uv_poll_init(&h->loop, &c->poll, fd);
+    uv_timer_init(&h->loop, &c->timer);
+    c->poll.data = c;
+    c->timer.data = c;
+    uv_poll_start(&c->poll, UV_READABLE, on_conn_readable);
+    uv_timer_start(&c->timer, on_conn_timeout, CONN_TIMEOUT_MS, 0);
+  }
+}
+
+static void on_async(uv_async_t *a) {
+  chime__handoff_t *h = a->data;
+  pthread_mutex_lock(&h->mu);
+  int quit = h->quit;
+  pthread_mutex_unlock(&h->mu);
+  watch_t *w = h->watches;
+  while (w != NULL) {
+    watch_t *n = w->next;
+    if (quit || atomic_load(&w->s->closed))
+      watch_remove(h, w);
+    w = n;
+  }
+  if (!quit)
+    return;
+  for (conn_t *c = h->conns; c != NULL; c = c->next)
+    conn_close(c);
+  uv_poll_stop(&h->lpoll);
+  uv_close((uv_handle_t *)&h->lpoll, NULL);
+  uv_close((uv_handle_t *)&h->async, NULL);
+}
+
+static void *loop_main(void *arg) {
+  chime__handoff_t *h = arg;
+  uv_run(&h->loop, UV_RUN_DEFAULT);
+  return NULL;
+}
+
+int chime__handoff_start(chime__handoff_t *h) {
+  if (uv_loop_init(&h->loop) != 0)
+    return CHIME_ESYS;
+  uv_poll_init(&h->loop, &h->lpoll, h->lfd);
+  h->lpoll.data = h;
+  uv_poll_start(&h->lpoll, UV_READABLE, on_accept);
+  uv_async_init(&h->loop, &h->async, on_async);
+  h->async.data = h;
+  if (pthread_create(&h->th, NULL, loop_main, h) != 0) {
+    uv_close((uv_handle_t *)&h->lpoll, NULL);
+    uv_close((uv_handle_t *)&h->async, NULL);
+    uv_run(&h->loop, UV_RUN_DEFAULT);
+    uv_loop_close(&h->loop);
+    return CHIME_ESYS;
+  }
+  h->started = 1;
+  return 0;
+}
+
+void chime__handoff_notify(chime__handoff_t *h) {
+  pthread_mutex_lock(&h->mu);
+  if (h->started && !h->quit)
+    uv_async_send(&h->async);
+  pthread_mutex_unlock(&h->mu);
+}
+
+void chime__handoff_destroy(chime__handoff_t *h) {
+  if (h == NULL)
+    return;
+  pthread_mutex_lock(&h->mu);
+  h->quit = 1;
+  if (h->started)
+    uv_async_send(&h->async);
+  pthread_mutex_unlock(&h->mu);
+  if (h->started) {
+    pthread_join(h->th, NULL);
+    uv_loop_close(&h->loop);
+  }
+  close(h->lfd);
+  if (h->fs)
+    unlink(h->path);
+  pthread_mutex_destroy(&h->mu);
+  free(h);
+}

@@ -1,0 +1,29 @@
+/* Same-host attach: a Unix socket where a learner presents its single-use
+ * token and gets the ring's memfd by SCM_RIGHTS, and pidfd watches that end a
+ * stream when its learner process dies. Runs on its own libuv loop thread.
+ *
+ * Wire: client sends "CHIMEHO1" + 16 token bytes; server answers a 4-byte
+ * little-endian int32: 0 with the fd attached, or a negative CHIME_E code
+ * (no fd); then closes. Anything else: closed without an answer. */
+#ifndef CHIME_SERVER_HANDOFF_H
+#define CHIME_SERVER_HANDOFF_H
+
+#include <stddef.h>
+
+#include "server/server.h"
+
+#define CHIME__HANDOFF_MAGIC "CHIMEHO1"
+#define CHIME__HANDOFF_REQUEST_BYTES 24
+
+/* Binds and listens (cfg->handoff_socket); err says why not. */
+int chime__handoff_create(chime__handoff_t **out, chime_server_t *srv,
+                          char *err, size_t errlen);
+int chime__handoff_start(chime__handoff_t *h);
+/* The advertised address: "@name" (abstract) or a filesystem path. */
+const char *chime__handoff_path(const chime__handoff_t *h);
+/* A stream closed: drop its pidfd watch (any thread). */
+void chime__handoff_notify(chime__handoff_t *h);
+/* Stops the thread, closes the socket, unlinks a filesystem path. */
+void chime__handoff_destroy(chime__handoff_t *h);
+
+#endif

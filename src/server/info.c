@@ -1,0 +1,227 @@
+/* GetInfo and Stats (unary): snapshots taken under the server lock from
+ * counters that are cheap to read, so polling every second costs nothing. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/stream.h"
+
+void chime__leaf_msgs(const chime_spec_t *spec, Chime__V1__Leaf *leaves,
+                      Chime__V1__Leaf **ptrs) {
+  for (uint32_t i = 0; i < spec->nleaves; i++) {
+    const chime_leaf_t *l = &spec->leaves[i];
+    Chime__V1__Leaf init = CHIME__V1__LEAF__INIT;
+    leaves[i] = init;
+    leaves[i].name = (char *)l->name;
+    leaves[i].dtype = (char *)chime_dtype_name(l->dtype);
+    leaves[i].n_shape = l->ndim;
+    leaves[i].shape = (uint64_t *)l->shape;
+    ptrs[i] = &leaves[i];
+  }
+}
+
+typedef struct {
+  Chime__V1__TableInfo info;
+  Chime__V1__Leaf leaves[CHIME_MAX_LEAVES];
+  Chime__V1__Leaf *lp[CHIME_MAX_LEAVES];
+  char text[4096];
+} table_msg_t;
+
+static void reply_unary_start(chime__call_t *c) {
+  /* The request carries nothing; a payload that is not even a message is
+   * still refused so garbage never looks like success. */
+  if (c->payload == NULL) {
+    chime__call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, "missing request");
+    return;
+  }
+}
+
+static void info_on_start(chime__call_t *c) {
+  chime_server_t *srv = c->srv;
+  table_msg_t *tm = NULL;
+  Chime__V1__TableInfo **tp = NULL;
+  Chime__V1__RingInfo *rings = NULL;
+  Chime__V1__RingInfo **rp = NULL;
+  if (c->payload == NULL) {
+    reply_unary_start(c);
+    return;
+  }
+  Chime__V1__GetInfoResponse r = CHIME__V1__GET_INFO_RESPONSE__INIT;
+  tm = calloc(srv->ntables, sizeof(*tm));
+  tp = calloc(srv->ntables, sizeof(*tp));
+  if (tm == NULL || tp == NULL)
+    goto oom;
+  r.version = (char *)CHIME_VERSION_STRING;
+  r.boot_id = srv->boot_id;
+  r.hostname = srv->hostname;
+  r.pin_host_memory = srv->cfg.pin_host_memory != 0;
+  for (uint32_t i = 0; i < srv->ntables; i++) {
+    const chime__table_config_t *tc = chime__table_config(srv->tables[i]);
+    chime__table_stats_t ts;
+    chime__table_get_stats(srv->tables[i], &ts);
+    Chime__V1__TableInfo init = CHIME__V1__TABLE_INFO__INIT;
+    tm[i].info = init;
+    tm[i].info.name = (char *)tc->name;
+    chime__leaf_msgs(&tc->spec, tm[i].leaves, tm[i].lp);
+    tm[i].info.n_spec = tc->spec.nleaves;
+    tm[i].info.spec = tm[i].lp;
+    chime_spec_format(&tc->spec, tm[i].text, sizeof(tm[i].text));
+    tm[i].info.spec_text = tm[i].text;
+    tm[i].info.capacity = tc->capacity;
+    tm[i].info.size = ts.size;
+    tm[i].info.sampler = (char *)chime__sampler_name(tc->sampler);
+    tm[i].info.min_size = tc->min_size;
+    tm[i].info.sample_bytes = chime__table_sample_bytes(srv->tables[i]);
+    tp[i] = &tm[i].info;
+  }
+  r.n_tables = srv->ntables;
+  r.tables = tp;
+
+  pthread_mutex_lock(&srv->mu);
+  uint32_t n = 0;
+  for (chime__stream_t *s = srv->streams; s != NULL; s = s->next)
+    n++;
+  rings = calloc(n ? n : 1, sizeof(*rings));
+  rp = calloc(n ? n : 1, sizeof(*rp));
+  if (rings == NULL || rp == NULL) {
+    pthread_mutex_unlock(&srv->mu);
+    goto oom;
+  }
+  n = 0;
+  for (chime__stream_t *s = srv->streams; s != NULL; s = s->next) {
+    Chime__V1__RingInfo init = CHIME__V1__RING_INFO__INIT;
+    rings[n] = init;
+    rings[n].stream_id = s->id;
+    rings[n].table = s->table_name;
+    rings[n].bytes = s->ring_bytes;
+    rings[n].pinned = s->pinned_bytes > 0;
+    r.pinned_bytes += s->pinned_bytes;
+    rp[n] = &rings[n];
+    n++;
+  }
+  r.n_rings = n;
+  r.rings = rp;
+  /* Packed under the lock: the strings point into live streams. */
+  size_t len = chime__v1__get_info_response__get_packed_size(&r);
+  grpc_slice sl = grpc_slice_malloc(len);
+  chime__v1__get_info_response__pack(&r, GRPC_SLICE_START_PTR(sl));
+  pthread_mutex_unlock(&srv->mu);
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&sl, 1);
+  grpc_slice_unref(sl);
+  chime__call_send(c, bb);
+  chime__call_finish(c, GRPC_STATUS_OK, "%s", "");
+  goto out;
+oom:
+  chime__call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+out:
+  free(tm);
+  free(tp);
+  free(rings);
+  free(rp);
+}
+
+static void stats_on_start(chime__call_t *c) {
+  chime_server_t *srv = c->srv;
+  Chime__V1__TableStats *ts = NULL;
+  Chime__V1__TableStats **tp = NULL;
+  Chime__V1__StreamStats *ss = NULL;
+  Chime__V1__StreamStats **sp = NULL;
+  if (c->payload == NULL) {
+    reply_unary_start(c);
+    return;
+  }
+  Chime__V1__StatsResponse r = CHIME__V1__STATS_RESPONSE__INIT;
+  ts = calloc(srv->ntables, sizeof(*ts));
+  tp = calloc(srv->ntables, sizeof(*tp));
+  if (ts == NULL || tp == NULL)
+    goto oom;
+  for (uint32_t i = 0; i < srv->ntables; i++) {
+    chime__table_stats_t st;
+    Chime__V1__TableStats init = CHIME__V1__TABLE_STATS__INIT;
+    chime__table_get_stats(srv->tables[i], &st);
+    ts[i] = init;
+    ts[i].name = (char *)chime__table_config(srv->tables[i])->name;
+    ts[i].size = st.size;
+    ts[i].inserts = st.inserts;
+    ts[i].samples = st.samples;
+    ts[i].sampler_wait_ns = st.sampler_wait_ns;
+    ts[i].insert_wait_ns = st.insert_wait_ns;
+    ts[i].capacity = st.capacity;
+    tp[i] = &ts[i];
+  }
+  r.n_tables = srv->ntables;
+  r.tables = tp;
+  pthread_mutex_lock(&srv->mu);
+  uint32_t n = 0;
+  for (chime__stream_t *s = srv->streams; s != NULL; s = s->next)
+    n++;
+  ss = calloc(n ? n : 1, sizeof(*ss));
+  sp = calloc(n ? n : 1, sizeof(*sp));
+  if (ss == NULL || sp == NULL) {
+    pthread_mutex_unlock(&srv->mu);
+    goto oom;
+  }
+  n = 0;
+  for (chime__stream_t *s = srv->streams; s != NULL; s = s->next) {
+    Chime__V1__StreamStats init = CHIME__V1__STREAM_STATS__INIT;
+    chime_ring_stats_t rs;
+    chime_ring_get_stats(s->ring, &rs);
+    ss[n] = init;
+    ss[n].stream_id = s->id;
+    ss[n].table = s->table_name;
+    ss[n].mode = s->mode == CHIME_MODE_SHM ? CHIME__V1__MODE__MODE_SHM
+                                           : CHIME__V1__MODE__MODE_STREAM;
+    if (s->mode == CHIME_MODE_SHM) {
+      ss[n].batches = rs.published;
+      ss[n].bytes = rs.published * s->send_bytes;
+    } else {
+      ss[n].batches = atomic_load(&s->batches);
+      ss[n].bytes = atomic_load(&s->bytes);
+    }
+    ss[n].leases = rs.leases;
+    ss[n].max_leases = rs.max_leases;
+    ss[n].producer_wait_ns = rs.producer_wait_ns;
+    ss[n].consumer_wait_ns = rs.consumer_wait_ns;
+    ss[n].ring_bytes = s->ring_bytes;
+    ss[n].pinned = s->pinned_bytes > 0;
+    r.pinned_bytes += s->pinned_bytes;
+    sp[n] = &ss[n];
+    n++;
+  }
+  r.n_streams = n;
+  r.streams = sp;
+  r.ring_bytes_total = srv->ring_bytes;
+  size_t len = chime__v1__stats_response__get_packed_size(&r);
+  grpc_slice sl = grpc_slice_malloc(len);
+  chime__v1__stats_response__pack(&r, GRPC_SLICE_START_PTR(sl));
+  pthread_mutex_unlock(&srv->mu);
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&sl, 1);
+  grpc_slice_unref(sl);
+  chime__call_send(c, bb);
+  chime__call_finish(c, GRPC_STATUS_OK, "%s", "");
+  goto out;
+oom:
+  chime__call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+out:
+  free(ts);
+  free(tp);
+  free(ss);
+  free(sp);
+}
+
+static void unary_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
+  (void)c;
+  if (bb != NULL)
+    grpc_byte_buffer_destroy(bb);
+}
+
+const chime__call_vt_t chime__info_vt = {
+    .on_start = info_on_start,
+    .on_message = unary_on_message,
+    .on_stop = NULL,
+};
+
+const chime__call_vt_t chime__stats_vt = {
+    .on_start = stats_on_start,
+    .on_message = unary_on_message,
+    .on_stop = NULL,
+};

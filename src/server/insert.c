@@ -1,0 +1,388 @@
+/* Insert (bidi): checks each request against its table, hands it to the
+ * table's worker thread (the completion-queue thread never blocks on a full
+ * fifo table), and acks only after the samples are in the table. One request
+ * per call is in the works at a time: the next is read after the ack is
+ * queued, which is the back-pressure a writer sees. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chime.pb-c.h"
+#include "server/server.h"
+
+typedef struct insert_s insert_t;
+struct insert_s {
+  chime__call_t *call;
+  chime__table_t *table;
+  uint32_t tindex;
+  Chime__V1__InsertRequest *req;
+  int pending, half_closed, stopping;
+  insert_t *next; /* worker queue */
+};
+
+struct chime__inserter_s {
+  chime_server_t *srv;
+  chime__table_t *t;
+  pthread_t th;
+  pthread_mutex_t mu;
+  pthread_cond_t cond;
+  insert_t *head, *tail;
+  int quit;
+};
+
+static void leaf_text(const chime_leaf_t *l, char *buf, size_t len) {
+  int n = snprintf(buf, len, "%s[", chime_dtype_name(l->dtype));
+  for (uint32_t d = 0; d < l->ndim && n > 0 && (size_t)n < len; d++)
+    n += snprintf(buf + n, len - (size_t)n, "%s%llu", d ? "," : "",
+                  (unsigned long long)l->shape[d]);
+  if (n > 0 && (size_t)n < len)
+    snprintf(buf + n, len - (size_t)n, "]");
+}
+
+/* The writer's belief about the spec, leaf by leaf; the first difference is
+ * named. */
+static int check_spec(const chime__table_config_t *tc, Chime__V1__Leaf **w,
+                      size_t nw, char *err, size_t errlen) {
+  const chime_spec_t *ts = &tc->spec;
+  for (size_t i = 0; i < nw || i < ts->nleaves; i++) {
+    char tt[128], wt[128];
+    if (i >= ts->nleaves) {
+      snprintf(err, errlen,
+               "table '%s' has %u leaves; writer has %zu (extra leaf '%.64s')",
+               tc->name, ts->nleaves, nw, w[i]->name ? w[i]->name : "");
+      return CHIME_EINVAL;
+    }
+    const chime_leaf_t *tl = &ts->leaves[i];
+    leaf_text(tl, tt, sizeof(tt));
+    if (i >= nw) {
+      snprintf(err, errlen,
+               "leaf '%s': table '%s' expects %llu bytes (%s), writer has no "
+               "such leaf (%zu leaves)",
+               tl->name, tc->name, (unsigned long long)chime_leaf_bytes(tl), tt,
+               nw);
+      return CHIME_EINVAL;
+    }
+    chime_leaf_t wl;
+    memset(&wl, 0, sizeof(wl));
+    const char *wname = w[i]->name ? w[i]->name : "";
+    snprintf(wl.name, sizeof(wl.name), "%s", wname);
+    wl.dtype = chime_dtype_from_name(w[i]->dtype ? w[i]->dtype : "");
+    int shape_ok = w[i]->n_shape <= CHIME_MAX_DIMS;
+    wl.ndim = shape_ok ? (uint32_t)w[i]->n_shape : 0;
+    for (uint32_t d = 0; d < wl.ndim; d++)
+      wl.shape[d] = w[i]->shape[d];
+    if (wl.dtype == CHIME_DTYPE_INVALID || !shape_ok) {
+      snprintf(err, errlen,
+               "leaf '%s': table '%s' expects %s, writer has an invalid leaf "
+               "(dtype '%.16s', %zu dims)",
+               tl->name, tc->name, tt, w[i]->dtype ? w[i]->dtype : "",
+               w[i]->n_shape);
+      return CHIME_EINVAL;
+    }
+    leaf_text(&wl, wt, sizeof(wt));
+    uint64_t tb = chime_leaf_bytes(tl), wb = chime_leaf_bytes(&wl);
+    if (strcmp(tl->name, wname) != 0) {
+      snprintf(err, errlen,
+               "leaf %zu: table '%s' expects '%s' (%s, %llu bytes), writer "
+               "has '%.64s' (%s, %llu bytes)",
+               i, tc->name, tl->name, tt, (unsigned long long)tb, wname, wt,
+               (unsigned long long)wb);
+      return CHIME_EINVAL;
+    }
+    if (strcmp(tt, wt) != 0) {
+      snprintf(err, errlen,
+               "leaf '%s': table '%s' expects %llu bytes (%s), writer has "
+               "%llu bytes (%s)",
+               tl->name, tc->name, (unsigned long long)tb, tt,
+               (unsigned long long)wb, wt);
+      return CHIME_EINVAL;
+    }
+  }
+  return 0;
+}
+
+/* The leaf that holds byte `off` of a sample. */
+static uint32_t leaf_at(const chime_spec_t *s, uint64_t off, uint64_t *start) {
+  uint64_t pos = 0;
+  for (uint32_t i = 0; i < s->nleaves; i++) {
+    uint64_t b = chime_leaf_bytes(&s->leaves[i]);
+    if (off < pos + b || i + 1 == s->nleaves) {
+      *start = pos;
+      return i;
+    }
+    pos += b;
+  }
+  *start = 0;
+  return 0;
+}
+
+static int check_size(const chime__table_config_t *tc, uint64_t sb,
+                      uint32_t count, uint64_t len, char *err, size_t errlen) {
+  uint64_t want;
+  char lt[128];
+  uint64_t start;
+  if (__builtin_mul_overflow((uint64_t)count, sb, &want) || want != len) {
+    if (count == 0) {
+      snprintf(err, errlen,
+               "insert into '%s': count is 0 but data has %llu bytes "
+               "(expected %llu bytes per sample)",
+               tc->name, (unsigned long long)len, (unsigned long long)sb);
+      return CHIME_EINVAL;
+    }
+    uint64_t per = len / count;
+    if (len < want) {
+      /* The first missing byte falls in some leaf of some sample. */
+      uint64_t off = len % count == 0 ? per : len % sb;
+      uint32_t l = leaf_at(&tc->spec, off, &start);
+      leaf_text(&tc->spec.leaves[l], lt, sizeof(lt));
+      snprintf(err, errlen,
+               "insert into '%s': leaf '%s' (%s, %llu bytes at offset %llu) "
+               "does not fit: expected %llu bytes per sample, got %llu "
+               "(%llu bytes for %u samples)",
+               tc->name, tc->spec.leaves[l].name, lt,
+               (unsigned long long)chime_leaf_bytes(&tc->spec.leaves[l]),
+               (unsigned long long)start, (unsigned long long)sb,
+               (unsigned long long)per, (unsigned long long)len, count);
+    } else {
+      uint32_t l = tc->spec.nleaves - 1;
+      leaf_at(&tc->spec, sb - 1, &start);
+      leaf_text(&tc->spec.leaves[l], lt, sizeof(lt));
+      snprintf(err, errlen,
+               "insert into '%s': expected %llu bytes per sample ending with "
+               "leaf '%s' (%s, %llu bytes at offset %llu), got %llu "
+               "(%llu bytes for %u samples)",
+               tc->name, (unsigned long long)sb, tc->spec.leaves[l].name, lt,
+               (unsigned long long)chime_leaf_bytes(&tc->spec.leaves[l]),
+               (unsigned long long)start, (unsigned long long)per,
+               (unsigned long long)len, count);
+    }
+    return CHIME_EINVAL;
+  }
+  return 0;
+}
+
+static void finish_err(chime__call_t *c, int rc, const char *msg) {
+  chime__call_finish(c, chime__status_from_err(rc), "%s", msg);
+}
+
+static void insert_on_start(chime__call_t *c) {
+  insert_t *st = calloc(1, sizeof(*st));
+  if (st == NULL) {
+    finish_err(c, CHIME_ENOMEM, "out of memory");
+    return;
+  }
+  st->call = c;
+  pthread_mutex_lock(&c->mu);
+  c->state = st;
+  pthread_mutex_unlock(&c->mu);
+  chime__call_recv(c);
+}
+
+static void insert_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
+  insert_t *st = c->state;
+  chime_server_t *srv = c->srv;
+  char err[1024];
+  grpc_slice sl;
+  uint32_t ti = 0;
+  int rc;
+  if (bb == NULL) {
+    pthread_mutex_lock(&c->mu);
+    int busy = st->pending;
+    st->half_closed = 1;
+    pthread_mutex_unlock(&c->mu);
+    if (!busy)
+      chime__call_finish(c, GRPC_STATUS_OK, "%s", "");
+    return;
+  }
+  rc = chime__bb_read(bb, &sl);
+  grpc_byte_buffer_destroy(bb);
+  if (rc != 0) {
+    finish_err(c, CHIME_EINVAL, "unreadable InsertRequest");
+    return;
+  }
+  Chime__V1__InsertRequest *req = chime__v1__insert_request__unpack(
+      NULL, GRPC_SLICE_LENGTH(sl), GRPC_SLICE_START_PTR(sl));
+  grpc_slice_unref(sl);
+  if (req == NULL) {
+    finish_err(c, CHIME_EINVAL, "malformed InsertRequest");
+    return;
+  }
+  const char *tname = req->table ? req->table : "";
+  if (st->table == NULL) {
+    if (tname[0] == '\0') {
+      snprintf(err, sizeof(err), "the first InsertRequest must name a table");
+      rc = CHIME_EINVAL;
+      goto fail;
+    }
+    st->table = chime__server_table(srv, tname, &ti);
+    if (st->table == NULL) {
+      snprintf(err, sizeof(err), "table '%.64s' not found", tname);
+      rc = CHIME_ENOTFOUND;
+      goto fail;
+    }
+    st->tindex = ti;
+    if (req->n_spec > 0) {
+      rc = check_spec(chime__table_config(st->table), req->spec, req->n_spec,
+                      err, sizeof(err));
+      if (rc != 0)
+        goto fail;
+    }
+  } else if (tname[0] != '\0' &&
+             strcmp(tname, chime__table_config(st->table)->name) != 0) {
+    snprintf(err, sizeof(err),
+             "this Insert stream writes to table '%s', not '%.64s'",
+             chime__table_config(st->table)->name, tname);
+    rc = CHIME_EINVAL;
+    goto fail;
+  }
+  const chime__table_config_t *tc = chime__table_config(st->table);
+  rc = check_size(tc, chime__table_sample_bytes(st->table), req->count,
+                  req->data.len, err, sizeof(err));
+  if (rc != 0)
+    goto fail;
+  if (req->n_priorities != 0 && req->n_priorities != req->count) {
+    snprintf(err, sizeof(err),
+             "insert into '%s': %zu priorities for %u samples (send none or "
+             "one per sample)",
+             tc->name, req->n_priorities, req->count);
+    rc = CHIME_EINVAL;
+    goto fail;
+  }
+  {
+    chime__inserter_t *w = srv->inserters[st->tindex];
+    pthread_mutex_lock(&c->mu);
+    if (st->stopping) {
+      /* Not taken in, so never acked: the writer sees "shutting down". */
+      pthread_mutex_unlock(&c->mu);
+      chime__v1__insert_request__free_unpacked(req, NULL);
+      return;
+    }
+    st->pending = 1;
+    st->req = req;
+    c->refs++;
+    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_lock(&w->mu);
+    st->next = NULL;
+    if (w->tail != NULL)
+      w->tail->next = st;
+    else
+      w->head = st;
+    w->tail = st;
+    pthread_cond_signal(&w->cond);
+    pthread_mutex_unlock(&w->mu);
+  }
+  return;
+fail:
+  chime__v1__insert_request__free_unpacked(req, NULL);
+  finish_err(c, rc, err);
+}
+
+static void insert_done(chime__inserter_t *w, insert_t *st) {
+  chime__call_t *c = st->call;
+  Chime__V1__InsertRequest *req = st->req;
+  uint64_t first_key = 0;
+  int rc = chime__table_insert(w->t, req->data.data, req->count,
+                               req->n_priorities ? req->priorities : NULL,
+                               &first_key, &w->srv->abort_inserts);
+  if (rc == 0) {
+    Chime__V1__InsertAck ack = CHIME__V1__INSERT_ACK__INIT;
+    ack.id = req->id;
+    ack.count = req->count;
+    ack.first_key = first_key;
+    chime__call_send_msg(c, &ack);
+  }
+  chime__v1__insert_request__free_unpacked(req, NULL);
+  pthread_mutex_lock(&c->mu);
+  st->req = NULL;
+  st->pending = 0;
+  int stop = st->stopping, hc = st->half_closed;
+  pthread_mutex_unlock(&c->mu);
+  if (rc != 0 || stop)
+    chime__call_finish(c, GRPC_STATUS_UNAVAILABLE, "shutting down");
+  else if (hc)
+    chime__call_finish(c, GRPC_STATUS_OK, "%s", "");
+  else
+    chime__call_recv(c);
+  chime__call_unref(c);
+}
+
+static void *inserter_main(void *arg) {
+  chime__inserter_t *w = arg;
+  pthread_mutex_lock(&w->mu);
+  for (;;) {
+    while (w->head == NULL && !w->quit)
+      pthread_cond_wait(&w->cond, &w->mu);
+    if (w->head == NULL)
+      break;
+    insert_t *st = w->head;
+    w->head = st->next;
+    if (w->head == NULL)
+      w->tail = NULL;
+    pthread_mutex_unlock(&w->mu);
+    insert_done(w, st);
+    pthread_mutex_lock(&w->mu);
+  }
+  pthread_mutex_unlock(&w->mu);
+  return NULL;
+}
+
+int chime__inserter_create(chime__inserter_t **out, chime_server_t *srv,
+                           chime__table_t *t) {
+  chime__inserter_t *w = calloc(1, sizeof(*w));
+  *out = NULL;
+  if (w == NULL)
+    return CHIME_ENOMEM;
+  w->srv = srv;
+  w->t = t;
+  pthread_mutex_init(&w->mu, NULL);
+  pthread_cond_init(&w->cond, NULL);
+  if (pthread_create(&w->th, NULL, inserter_main, w) != 0) {
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cond);
+    free(w);
+    return CHIME_ESYS;
+  }
+  *out = w;
+  return 0;
+}
+
+/* Finishes what is queued first: an accepted request is acked or failed,
+ * never dropped. */
+void chime__inserter_destroy(chime__inserter_t *w) {
+  if (w == NULL)
+    return;
+  pthread_mutex_lock(&w->mu);
+  w->quit = 1;
+  pthread_cond_signal(&w->cond);
+  pthread_mutex_unlock(&w->mu);
+  pthread_join(w->th, NULL);
+  pthread_mutex_destroy(&w->mu);
+  pthread_cond_destroy(&w->cond);
+  free(w);
+}
+
+static void insert_on_stop(chime__call_t *c) {
+  pthread_mutex_lock(&c->mu);
+  insert_t *st = c->state;
+  int busy = 0;
+  if (st != NULL) {
+    st->stopping = 1;
+    busy = st->pending;
+  }
+  pthread_mutex_unlock(&c->mu);
+  if (!busy)
+    chime__call_finish(c, GRPC_STATUS_UNAVAILABLE, "shutting down");
+}
+
+static void insert_on_free(chime__call_t *c) {
+  free(c->state);
+  c->state = NULL;
+}
+
+const chime__call_vt_t chime__insert_vt = {
+    .on_start = insert_on_start,
+    .on_message = insert_on_message,
+    .on_close = NULL,
+    .on_stop = insert_on_stop,
+    .on_free = insert_on_free,
+};

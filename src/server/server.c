@@ -1,0 +1,310 @@
+/* The embedded server's life: build tables from the config, register on a
+ * grpc_server, start, stop gracefully, destroy. chimed uses exactly this. */
+#include <grpc/grpc_security.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ring/pin.h"
+#include "server/handoff.h"
+#include "server/stream.h"
+
+/* How long a graceful stop waits for calls to finish before cancelling. */
+#define STOP_GRACE_MS 3000
+#define STOP_CANCEL_MS 2000
+
+chime__table_t *chime__server_table(chime_server_t *srv, const char *name,
+                                    uint32_t *index) {
+  for (uint32_t i = 0; i < srv->ntables; i++) {
+    if (strcmp(chime__table_config(srv->tables[i])->name, name) == 0) {
+      if (index != NULL)
+        *index = i;
+      return srv->tables[i];
+    }
+  }
+  return NULL;
+}
+
+static void read_identity(chime_server_t *srv) {
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (f != NULL) {
+    if (fgets(srv->boot_id, sizeof(srv->boot_id), f) == NULL)
+      srv->boot_id[0] = '\0';
+    fclose(f);
+  }
+  srv->boot_id[strcspn(srv->boot_id, " \r\n\t")] = '\0';
+  if (gethostname(srv->hostname, sizeof(srv->hostname) - 1) != 0)
+    srv->hostname[0] = '\0';
+}
+
+int chime_server_create(chime_server_t **out, const chime_server_opts_t *opts,
+                        char *err, size_t errlen) {
+  int rc = 0;
+  char tmp[1];
+  chime_server_opts_t dflt = CHIME_SERVER_OPTS_INIT;
+  if (err == NULL || errlen == 0) {
+    err = tmp;
+    errlen = sizeof(tmp);
+  }
+  err[0] = '\0';
+  if (out == NULL)
+    return CHIME_EINVAL;
+  *out = NULL;
+  if (opts == NULL)
+    opts = &dflt;
+  chime_server_t *srv = calloc(1, sizeof(*srv));
+  if (srv == NULL)
+    return CHIME_ENOMEM;
+  pthread_mutex_init(&srv->mu, NULL);
+  pthread_cond_init(&srv->cond, NULL);
+  if (opts->config_path != NULL)
+    rc = chime__config_load(&srv->cfg, opts->config_path, err, errlen);
+  else
+    rc = chime__config_default(&srv->cfg, err, errlen);
+  if (rc != 0)
+    goto out;
+  if (opts->listen != NULL) {
+    if (opts->listen[0] == '\0' ||
+        strlen(opts->listen) >= sizeof(srv->cfg.listen)) {
+      snprintf(err, errlen, "listen address must be 1-%zu characters",
+               sizeof(srv->cfg.listen) - 1);
+      rc = CHIME_EINVAL;
+      goto out;
+    }
+    snprintf(srv->cfg.listen, sizeof(srv->cfg.listen), "%s", opts->listen);
+  }
+  if (opts->pin_host_memory >= 0)
+    srv->cfg.pin_host_memory = opts->pin_host_memory != 0;
+  if (srv->cfg.pin_host_memory) {
+    rc = chime__cuda_require(err, errlen);
+    if (rc != 0)
+      goto out;
+  }
+  read_identity(srv);
+  for (uint32_t i = 0; i < srv->cfg.ntables; i++) {
+    rc = chime__table_create(&srv->tables[i], &srv->cfg.tables[i]);
+    if (rc != 0) {
+      snprintf(err, errlen, "table '%s': cannot reserve its storage: %s",
+               srv->cfg.tables[i].name, chime_strerror(rc));
+      goto out;
+    }
+    srv->ntables++;
+  }
+  rc = chime__handoff_create(&srv->handoff, srv, err, errlen);
+  if (rc != 0)
+    goto out;
+  *out = srv;
+  srv = NULL;
+out:
+  chime_server_destroy(srv);
+  return rc;
+}
+
+int chime_server_start(chime_server_t *srv) {
+  int rc;
+  if (srv == NULL || srv->gs == NULL || srv->started)
+    return CHIME_EINVAL;
+  for (uint32_t i = 0; i < srv->ntables; i++) {
+    rc = chime__inserter_create(&srv->inserters[i], srv, srv->tables[i]);
+    if (rc != 0)
+      return rc;
+  }
+  rc = chime__handoff_start(srv->handoff);
+  if (rc != 0)
+    return rc;
+  rc = chime__service_start(srv);
+  if (rc != 0)
+    return rc;
+  srv->started = 1;
+  return 0;
+}
+
+static int wait_calls(chime_server_t *srv, int ms) {
+  struct timespec dl;
+  clock_gettime(CLOCK_REALTIME, &dl);
+  dl.tv_sec += ms / 1000;
+  dl.tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (dl.tv_nsec >= 1000000000L) {
+    dl.tv_sec++;
+    dl.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&srv->mu);
+  while (srv->ncalls > 0) {
+    if (pthread_cond_timedwait(&srv->cond, &srv->mu, &dl) != 0)
+      break;
+  }
+  int left = (int)srv->ncalls;
+  pthread_mutex_unlock(&srv->mu);
+  return left;
+}
+
+/* Runs fn on every live call, each held by a reference while it runs. */
+static void for_each_call(chime_server_t *srv, void (*fn)(chime__call_t *)) {
+  pthread_mutex_lock(&srv->mu);
+  uint32_t n = srv->ncalls, i = 0;
+  chime__call_t **v = calloc(n ? n : 1, sizeof(*v));
+  for (chime__call_t *c = srv->calls; c != NULL && v != NULL && i < n;
+       c = c->next) {
+    chime__call_ref(c);
+    v[i++] = c;
+  }
+  pthread_mutex_unlock(&srv->mu);
+  for (uint32_t k = 0; k < i; k++) {
+    fn(v[k]);
+    chime__call_unref(v[k]);
+  }
+  free(v);
+}
+
+static void stop_one(chime__call_t *c) {
+  if (c->vt->on_stop != NULL)
+    c->vt->on_stop(c);
+}
+
+static void cancel_one(chime__call_t *c) {
+  grpc_call_cancel_with_status(c->call, GRPC_STATUS_UNAVAILABLE,
+                               "shutting down", NULL);
+}
+
+void chime_server_stop(chime_server_t *srv) {
+  if (srv == NULL || atomic_exchange(&srv->stopping, 1))
+    return;
+  if (!srv->started)
+    return;
+  for_each_call(srv, stop_one);
+  if (wait_calls(srv, STOP_GRACE_MS) > 0) {
+    /* Inserts stuck on a full fifo table, or clients that never read. */
+    atomic_store(&srv->abort_inserts, 1);
+    for (uint32_t i = 0; i < srv->ntables; i++)
+      chime__table_close(srv->tables[i]);
+    for_each_call(srv, stop_one);
+    if (wait_calls(srv, STOP_CANCEL_MS / 2) > 0) {
+      for_each_call(srv, cancel_one);
+      wait_calls(srv, STOP_CANCEL_MS / 2);
+    }
+  }
+  for (uint32_t i = 0; i < srv->ntables; i++)
+    chime__table_close(srv->tables[i]);
+}
+
+static void wait_streams(chime_server_t *srv, int ms) {
+  struct timespec dl;
+  clock_gettime(CLOCK_REALTIME, &dl);
+  dl.tv_sec += ms / 1000;
+  pthread_mutex_lock(&srv->mu);
+  while (srv->nstreams > 0) {
+    if (pthread_cond_timedwait(&srv->cond, &srv->mu, &dl) != 0)
+      break;
+  }
+  pthread_mutex_unlock(&srv->mu);
+}
+
+void chime_server_destroy(chime_server_t *srv) {
+  if (srv == NULL)
+    return;
+  chime_server_stop(srv);
+  if (srv->owns_grpc && srv->gs != NULL) {
+    grpc_completion_queue *sq = grpc_completion_queue_create_for_pluck(NULL);
+    grpc_server_shutdown_and_notify(srv->gs, sq, srv);
+    grpc_server_cancel_all_calls(srv->gs);
+    grpc_completion_queue_pluck(sq, srv, gpr_inf_future(GPR_CLOCK_REALTIME),
+                                NULL);
+    grpc_server_destroy(srv->gs);
+    grpc_completion_queue_shutdown(sq);
+    grpc_completion_queue_destroy(sq);
+    grpc_completion_queue_shutdown(srv->cq);
+  }
+  /* Embedded: the application shut its server and this queue down. */
+  chime__service_join(srv);
+  if (srv->owns_grpc && srv->cq != NULL)
+    grpc_completion_queue_destroy(srv->cq);
+  /* Streams whose learner still held them, or batches gRPC still held. */
+  for (chime__stream_t *s = srv->streams; s != NULL;) {
+    chime__stream_t *n = s->next;
+    chime__stream_close(s);
+    s = n;
+  }
+  wait_streams(srv, 10);
+  chime__handoff_destroy(srv->handoff);
+  for (uint32_t i = 0; i < srv->ntables; i++)
+    chime__inserter_destroy(srv->inserters[i]);
+  int leak = srv->nstreams > 0; /* a sampler still running: keep tables */
+  for (uint32_t i = 0; i < srv->ntables && !leak; i++)
+    chime__table_destroy(srv->tables[i]);
+  if (srv->owns_grpc)
+    grpc_shutdown_blocking();
+  if (!leak) {
+    pthread_mutex_destroy(&srv->mu);
+    pthread_cond_destroy(&srv->cond);
+    free(srv);
+  }
+}
+
+int chime_server_listen(chime_server_t *srv, char *bound, size_t boundlen,
+                        char *err, size_t errlen) {
+  int rc = 0;
+  grpc_arg args[2];
+  char tmp[1];
+  if (err == NULL || errlen == 0) {
+    err = tmp;
+    errlen = sizeof(tmp);
+  }
+  if (srv == NULL || srv->gs != NULL)
+    return CHIME_EINVAL;
+  grpc_init();
+  args[0].type = GRPC_ARG_INTEGER;
+  args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+  args[0].value.integer = CHIME__MAX_MESSAGE_BYTES;
+  args[1].type = GRPC_ARG_INTEGER;
+  args[1].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
+  args[1].value.integer = CHIME__MAX_MESSAGE_BYTES;
+  grpc_channel_args ca = {2, args};
+  grpc_server *gs = grpc_server_create(&ca, NULL);
+  grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
+  grpc_server_register_completion_queue(gs, cq, NULL);
+  rc = chime_service_register(srv, gs, cq);
+  if (rc != 0) {
+    snprintf(err, errlen, "cannot register the service: %s",
+             chime_strerror(rc));
+    goto fail;
+  }
+  grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+  int port = grpc_server_add_http2_port(gs, srv->cfg.listen, creds);
+  grpc_server_credentials_release(creds);
+  if (port == 0) {
+    snprintf(err, errlen, "cannot listen on '%s'", srv->cfg.listen);
+    rc = CHIME_ESYS;
+    goto fail;
+  }
+  srv->owns_grpc = 1;
+  grpc_server_start(gs);
+  rc = chime_server_start(srv);
+  if (rc != 0) {
+    snprintf(err, errlen, "cannot start: %s", chime_strerror(rc));
+    return rc; /* chime_server_destroy tears the started server down */
+  }
+  if (bound != NULL && boundlen > 0) {
+    const char *a = srv->cfg.listen;
+    const char *colon = strrchr(a, ':');
+    if (strncmp(a, "unix:", 5) == 0 || strncmp(a, "unix-abstract:", 14) == 0 ||
+        colon == NULL)
+      snprintf(bound, boundlen, "%s", a);
+    else
+      snprintf(bound, boundlen, "%.*s:%d", (int)(colon - a), a, port);
+  }
+  return 0;
+fail:
+  srv->gs = NULL;
+  srv->cq = NULL;
+  grpc_server_destroy(gs);
+  grpc_completion_queue_shutdown(cq);
+  while (
+      grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
+          .type != GRPC_QUEUE_SHUTDOWN) {
+  }
+  grpc_completion_queue_destroy(cq);
+  grpc_shutdown_blocking();
+  return rc;
+}

@@ -1,0 +1,157 @@
+/* Internal: the embedded server's objects shared by its files. Threads:
+ * one completion-queue thread (all gRPC completions), one insert worker per
+ * table, one sampler thread per stream (and a sender per stream-mode stream),
+ * and the handoff thread (libuv: Unix socket, pidfds). Locks are never held
+ * while calling into gRPC except a call's own mutex around start_batch; a
+ * stream's mutex is never held while taking a call's. */
+#ifndef CHIME_SERVER_SERVER_H
+#define CHIME_SERVER_SERVER_H
+
+#include <grpc/grpc.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "chime/chime.h"
+#include "server/config.h"
+#include "server/table.h"
+
+#define CHIME__MAX_MESSAGE_BYTES (64 << 20)
+#define CHIME__CHUNK_BYTES (1u << 20)
+
+/* --- method paths and status mapping (status.c) --- */
+
+enum {
+  CHIME__M_GETINFO,
+  CHIME__M_STATS,
+  CHIME__M_INSERT,
+  CHIME__M_SUBSCRIBE,
+  CHIME__M_COUNT
+};
+extern const char *const chime__method_path[CHIME__M_COUNT];
+grpc_status_code chime__status_from_err(int err);
+
+/* --- calls (call.c) --- */
+
+typedef struct chime__tag_s {
+  void (*fn)(struct chime__tag_s *tag, int ok);
+} chime__tag_t;
+
+typedef struct chime__call_s chime__call_t;
+
+typedef struct {
+  /* The call arrived (unary: c->payload holds the request). */
+  void (*on_start)(chime__call_t *c);
+  /* A message (owned by the handler), or NULL when the client closed its
+   * side or the call failed. */
+  void (*on_message)(chime__call_t *c, grpc_byte_buffer *bb);
+  /* The call is over (status sent, or cancelled / client gone). */
+  void (*on_close)(chime__call_t *c);
+  /* The server is stopping: finish the call soon with UNAVAILABLE. */
+  void (*on_stop)(chime__call_t *c);
+  /* Last reference gone: free c->state. */
+  void (*on_free)(chime__call_t *c);
+} chime__call_vt_t;
+
+typedef struct chime__send_s chime__send_t;
+
+struct chime__call_s {
+  chime_server_t *srv;
+  int method;
+  const chime__call_vt_t *vt;
+  grpc_call *call;
+  gpr_timespec deadline;
+  grpc_metadata_array md;
+  grpc_byte_buffer *payload;
+  chime__tag_t req_tag, recv_tag, send_tag, close_tag;
+  pthread_mutex_t mu;
+  int refs;
+  grpc_byte_buffer *recv_bb;
+  int cancelled;
+  int closed;
+  int recving;
+  int sending;
+  int meta_sent;
+  int finishing;
+  chime__send_t *q_head, *q_tail, *inflight;
+  chime__call_t *prev, *next; /* server's live calls */
+  void *state;
+};
+
+void chime__call_ref(chime__call_t *c);
+void chime__call_unref(chime__call_t *c);
+/* Asks for the next message (no-op once finishing or closed). */
+void chime__call_recv(chime__call_t *c);
+/* Queues a message (takes bb). CHIME_ECLOSED once finishing or closed. */
+int chime__call_send(chime__call_t *c, grpc_byte_buffer *bb);
+/* Packs a protobuf-c message and queues it. */
+int chime__call_send_msg(chime__call_t *c, const void *protobuf_c_msg);
+/* Queues the final status after what is queued; later sends fail. */
+void chime__call_finish(chime__call_t *c, grpc_status_code code,
+                        const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Drops queued messages not yet handed to gRPC. */
+void chime__call_drop_queued(chime__call_t *c);
+/* Reads a whole message into one slice (a copy when it came in pieces). */
+int chime__bb_read(grpc_byte_buffer *bb, grpc_slice *out);
+/* Requests the next call of `method` (service.c). */
+int chime__request_call(chime_server_t *srv, int method);
+
+/* --- streams (stream.c) --- */
+
+typedef struct chime__stream_s chime__stream_t;
+
+/* --- the server (server.c) --- */
+
+typedef struct chime__inserter_s chime__inserter_t;
+typedef struct chime__handoff_s chime__handoff_t;
+
+struct chime_server_s {
+  chime__config_t cfg;
+  uint32_t ntables;
+  chime__table_t *tables[CHIME__MAX_TABLES];
+  chime__inserter_t *inserters[CHIME__MAX_TABLES];
+  chime__handoff_t *handoff;
+
+  grpc_server *gs;
+  grpc_completion_queue *cq;
+  int owns_grpc;
+  void *methods[CHIME__M_COUNT];
+  pthread_t cq_thread;
+  int cq_thread_started;
+  int started;
+
+  pthread_mutex_t mu;
+  pthread_cond_t cond;
+  chime__call_t *calls; /* live calls */
+  uint32_t ncalls;
+  chime__stream_t *streams;
+  uint32_t nstreams;
+  uint64_t ring_bytes;
+  uint64_t next_stream_id;
+  atomic_int stopping;
+  atomic_int abort_inserts;
+
+  char boot_id[64];
+  char hostname[256];
+};
+
+chime__table_t *chime__server_table(chime_server_t *srv, const char *name,
+                                    uint32_t *index);
+
+/* --- per-method handlers --- */
+extern const chime__call_vt_t chime__info_vt;
+extern const chime__call_vt_t chime__stats_vt;
+extern const chime__call_vt_t chime__insert_vt;
+extern const chime__call_vt_t chime__subscribe_vt;
+
+/* insert.c: one worker thread per table applies inserts in arrival order. */
+int chime__inserter_create(chime__inserter_t **out, chime_server_t *srv,
+                           chime__table_t *t);
+void chime__inserter_destroy(chime__inserter_t *w);
+
+/* service.c */
+int chime__service_start(chime_server_t *srv);
+/* Returns once the completion queue was shut down and drained. */
+void chime__service_join(chime_server_t *srv);
+#endif

@@ -1,0 +1,62 @@
+/* chime.v1.Chime on a grpc_server: method registration before start, and the
+ * thread that polls the completion queue and runs each tag's callback. */
+#include <stdio.h>
+
+#include "server/server.h"
+
+int chime_service_register(chime_server_t *srv, struct grpc_server *server,
+                           struct grpc_completion_queue *cq) {
+  if (srv == NULL || server == NULL || cq == NULL || srv->gs != NULL)
+    return CHIME_EINVAL;
+  for (int m = 0; m < CHIME__M_COUNT; m++) {
+    int unary = m == CHIME__M_GETINFO || m == CHIME__M_STATS;
+    srv->methods[m] = grpc_server_register_method(
+        server, chime__method_path[m], NULL,
+        unary ? GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER
+              : GRPC_SRM_PAYLOAD_NONE,
+        0);
+    if (srv->methods[m] == NULL)
+      return CHIME_EEXIST;
+  }
+  srv->gs = server;
+  srv->cq = cq;
+  return 0;
+}
+
+static void *cq_main(void *arg) {
+  chime_server_t *srv = arg;
+  for (;;) {
+    grpc_event ev = grpc_completion_queue_next(
+        srv->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+    if (ev.type == GRPC_QUEUE_SHUTDOWN)
+      break;
+    if (ev.type != GRPC_OP_COMPLETE)
+      continue;
+    chime__tag_t *tag = ev.tag;
+    tag->fn(tag, ev.success);
+  }
+  return NULL;
+}
+
+int chime__service_start(chime_server_t *srv) {
+  /* Two calls per method waiting, so a burst of connects is not serialised
+   * behind the re-request. */
+  for (int m = 0; m < CHIME__M_COUNT; m++) {
+    for (int k = 0; k < 2; k++) {
+      int rc = chime__request_call(srv, m);
+      if (rc != 0)
+        return rc;
+    }
+  }
+  if (pthread_create(&srv->cq_thread, NULL, cq_main, srv) != 0)
+    return CHIME_ESYS;
+  srv->cq_thread_started = 1;
+  return 0;
+}
+
+void chime__service_join(chime_server_t *srv) {
+  if (srv->cq_thread_started) {
+    pthread_join(srv->cq_thread, NULL);
+    srv->cq_thread_started = 0;
+  }
+}

@@ -1,0 +1,385 @@
+/* Streams: ring creation under the memory budgets, the sampler thread, and in
+ * stream mode the sender, which takes published slots on the server's own
+ * consumer side of the ring and hands slot memory to gRPC without a copy; a
+ * slot is released when gRPC drops the last slice pointing into it. */
+#include "server/stream.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "common/wire.h"
+#include "server/handoff.h"
+
+uint64_t chime__now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void chime__stream_ref(chime__stream_t *s) {
+  atomic_fetch_add(&s->refs, 1);
+}
+
+void chime__stream_unref(chime__stream_t *s) {
+  if (atomic_fetch_sub(&s->refs, 1) != 1)
+    return;
+  chime_server_t *srv = s->srv;
+  chime_ring_destroy(s->ring);
+  free(s->releases);
+  pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->cond);
+  free(s);
+  pthread_mutex_lock(&srv->mu);
+  srv->nstreams--;
+  pthread_cond_broadcast(&srv->cond);
+  pthread_mutex_unlock(&srv->mu);
+}
+
+static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail(char *err, size_t errlen, int rc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
+int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
+                       chime__call_t *call, const Chime__V1__Open *open,
+                       char *err, size_t errlen) {
+  int rc = 0;
+  char lerr[256];
+  chime__stream_t *s = NULL;
+  const char *tname = open->table ? open->table : "";
+  *out = NULL;
+  chime__table_t *t = chime__server_table(srv, tname, NULL);
+  if (t == NULL)
+    return fail(err, errlen, CHIME_ENOTFOUND, "table '%.64s' not found", tname);
+  const chime__table_config_t *tc = chime__table_config(t);
+  if (open->batch_size == 0 || open->batch_size > CHIME_RING_MAX_BATCH)
+    return fail(err, errlen, CHIME_EINVAL, "batch_size %u: must be 1..%u",
+                open->batch_size, CHIME_RING_MAX_BATCH);
+  if (open->slots < 2 || open->slots > CHIME_RING_MAX_SLOTS)
+    return fail(err, errlen, CHIME_EINVAL, "slots %u: must be 2..%u",
+                open->slots, CHIME_RING_MAX_SLOTS);
+  if (open->mode != CHIME__V1__MODE__MODE_SHM &&
+      open->mode != CHIME__V1__MODE__MODE_STREAM)
+    return fail(err, errlen, CHIME_EINVAL,
+                "mode %d: must be MODE_SHM (1) or MODE_STREAM (2)",
+                (int)open->mode);
+  if (open->prefetch > open->slots)
+    return fail(err, errlen, CHIME_EINVAL, "prefetch %u: must be 0..slots (%u)",
+                open->prefetch, open->slots);
+  if (tc->sampler == CHIME__SAMPLER_FIFO && open->batch_size > tc->capacity)
+    return fail(err, errlen, CHIME_EINVAL,
+                "batch_size %u exceeds the capacity %llu of fifo table '%s'",
+                open->batch_size, (unsigned long long)tc->capacity, tc->name);
+  if (atomic_load(&srv->stopping))
+    return fail(err, errlen, CHIME_ESHUTDOWN, "shutting down");
+
+  chime_ring_layout_t lay;
+  rc = chime_ring_layout(&lay, &tc->spec, open->batch_size, open->slots, lerr,
+                         sizeof(lerr));
+  if (rc != 0)
+    return fail(err, errlen, rc, "ring for table '%s': %s", tc->name, lerr);
+  /* The data region alone already over budget: refuse before creating. */
+  if (lay.data_bytes > srv->cfg.stream_ring_bytes)
+    return fail(err, errlen, CHIME_ERESOURCE,
+                "stream needs at least %llu bytes of ring; per-stream budget "
+                "is %llu bytes",
+                (unsigned long long)lay.data_bytes,
+                (unsigned long long)srv->cfg.stream_ring_bytes);
+
+  s = calloc(1, sizeof(*s));
+  if (s == NULL)
+    return fail(err, errlen, CHIME_ENOMEM, "out of memory");
+  s->srv = srv;
+  s->table = t;
+  snprintf(s->table_name, sizeof(s->table_name), "%s", tc->name);
+  s->mode = open->mode == CHIME__V1__MODE__MODE_SHM ? CHIME_MODE_SHM
+                                                    : CHIME_MODE_STREAM;
+  atomic_init(&s->refs, 1);
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cond, NULL);
+  s->credits = open->prefetch ? open->prefetch : open->slots - 1;
+  s->releases = calloc(open->slots, sizeof(uint32_t));
+  pthread_mutex_lock(&srv->mu);
+  srv->nstreams++;
+  pthread_mutex_unlock(&srv->mu);
+  if (s->releases == NULL) {
+    rc = fail(err, errlen, CHIME_ENOMEM, "out of memory");
+    goto out;
+  }
+  rc = chime_ring_create(&s->ring, &tc->spec, open->batch_size, open->slots);
+  if (rc != 0) {
+    rc = fail(err, errlen, rc, "cannot create a ring for table '%s': %s",
+              tc->name, chime_strerror(rc));
+    goto out;
+  }
+  s->lay = *chime_ring_get_layout(s->ring);
+  size_t map_len = 0;
+  chime_ring_map_base(s->ring, &map_len);
+  s->ring_bytes = map_len;
+  s->send_bytes = s->lay.info_offset +
+                  (uint64_t)s->lay.batch_size * sizeof(chime_sample_info_t);
+  if (s->ring_bytes > srv->cfg.stream_ring_bytes) {
+    rc = fail(err, errlen, CHIME_ERESOURCE,
+              "stream needs %llu bytes of ring; per-stream budget is %llu "
+              "bytes",
+              (unsigned long long)s->ring_bytes,
+              (unsigned long long)srv->cfg.stream_ring_bytes);
+    goto out;
+  }
+  if (srv->cfg.pin_host_memory) {
+    rc = chime_ring_pin(s->ring, lerr, sizeof(lerr));
+    if (rc != 0) {
+      rc = fail(err, errlen, rc, "cannot page-lock the ring: %s", lerr);
+      goto out;
+    }
+    s->pinned_bytes = chime_ring_pinned_bytes(s->ring);
+  }
+  if (s->mode == CHIME_MODE_SHM) {
+    if (getrandom(s->token, sizeof(s->token), 0) != (ssize_t)sizeof(s->token)) {
+      rc = fail(err, errlen, CHIME_ESYS, "no randomness for a token");
+      goto out;
+    }
+    s->token_deadline_ns =
+        chime__now_ns() + (uint64_t)srv->cfg.handoff_expires_ms * 1000000u;
+    s->token_live = 1;
+  }
+  pthread_mutex_lock(&srv->mu);
+  uint64_t left = srv->cfg.total_ring_bytes - srv->ring_bytes;
+  if (s->ring_bytes > left) {
+    pthread_mutex_unlock(&srv->mu);
+    rc = fail(err, errlen, CHIME_ERESOURCE,
+              "stream needs %llu bytes of ring; %llu of the total budget of "
+              "%llu bytes is left",
+              (unsigned long long)s->ring_bytes, (unsigned long long)left,
+              (unsigned long long)srv->cfg.total_ring_bytes);
+    goto out;
+  }
+  srv->ring_bytes += s->ring_bytes;
+  s->id = ++srv->next_stream_id;
+  s->next = srv->streams;
+  if (srv->streams != NULL)
+    srv->streams->prev = s;
+  srv->streams = s;
+  pthread_mutex_unlock(&srv->mu);
+  chime__call_ref(call);
+  s->call = call;
+  *out = s;
+  s = NULL;
+out:
+  if (s != NULL) {
+    atomic_store(&s->closed, 1);
+    chime__stream_unref(s);
+  }
+  return rc;
+}
+
+static void *sampler_main(void *arg) {
+  chime__stream_t *s = arg;
+  while (!atomic_load(&s->stop)) {
+    chime_ring_wslot_t ws;
+    uint64_t seq;
+    int rc = chime_ring_acquire(s->ring, &ws, 250);
+    if (rc == CHIME_ETIMEDOUT)
+      continue;
+    if (rc != 0)
+      break;
+    rc = chime__table_sample(s->table, &s->lay, &ws, &s->stop);
+    if (rc != 0) {
+      chime_ring_abandon(s->ring, ws.slot);
+      break;
+    }
+    chime_ring_publish(s->ring, ws.slot, &seq);
+    if (s->mode == CHIME_MODE_STREAM) {
+      pthread_mutex_lock(&s->mu);
+      pthread_cond_signal(&s->cond);
+      pthread_mutex_unlock(&s->mu);
+    }
+  }
+  chime__stream_unref(s);
+  return NULL;
+}
+
+/* One batch in flight in gRPC: its chunks' slices point into the slot. */
+typedef struct {
+  chime__stream_t *s;
+  uint32_t slot;
+  atomic_uint refs;
+} batch_t;
+
+static void batch_put(batch_t *b, unsigned n) {
+  if (atomic_fetch_sub(&b->refs, n) != n)
+    return;
+  chime__stream_t *s = b->s;
+  pthread_mutex_lock(&s->mu);
+  s->releases[s->nreleases++] = b->slot;
+  pthread_cond_signal(&s->cond);
+  pthread_mutex_unlock(&s->mu);
+  free(b);
+  chime__stream_unref(s);
+}
+
+static void slice_done(void *ud) {
+  batch_put(ud, 1);
+}
+
+static void send_batch(chime__stream_t *s, chime__call_t *call,
+                       const chime_ring_view_t *v) {
+  uint8_t *base = chime_ring_slot_base(s->ring, v->slot);
+  uint64_t total = s->send_bytes;
+  unsigned nchunks =
+      (unsigned)((total + CHIME__CHUNK_BYTES - 1) / CHIME__CHUNK_BYTES);
+  batch_t *b = malloc(sizeof(*b));
+  if (b == NULL) {
+    pthread_mutex_lock(&s->mu);
+    chime_ring_release(s->ring, v->slot);
+    pthread_mutex_unlock(&s->mu);
+    return;
+  }
+  b->s = s;
+  b->slot = v->slot;
+  atomic_init(&b->refs, nchunks);
+  chime__stream_ref(s);
+  for (unsigned i = 0; i < nchunks; i++) {
+    uint64_t off = (uint64_t)i * CHIME__CHUNK_BYTES;
+    uint64_t len =
+        total - off < CHIME__CHUNK_BYTES ? total - off : CHIME__CHUNK_BYTES;
+    uint8_t hdr[CHIME_CHUNK_HEADER_MAX];
+    size_t hl = chime__chunk_header_encode(hdr, v->seq, off, total, len);
+    grpc_slice sl[2];
+    sl[0] = grpc_slice_from_copied_buffer((const char *)hdr, hl);
+    sl[1] = grpc_slice_new_with_user_data(base + off, len, slice_done, b);
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(sl, 2);
+    grpc_slice_unref(sl[0]);
+    grpc_slice_unref(sl[1]);
+    if (chime__call_send(call, bb) != 0) {
+      /* The call is finishing: the chunks never made drop their share. */
+      if (i + 1 < nchunks)
+        batch_put(b, nchunks - i - 1);
+      return;
+    }
+  }
+  atomic_fetch_add(&s->batches, 1);
+  atomic_fetch_add(&s->bytes, total);
+}
+
+static void *sender_main(void *arg) {
+  chime__stream_t *s = arg;
+  chime__call_t *call;
+  pthread_mutex_lock(&s->mu);
+  call = s->call;
+  if (call != NULL)
+    chime__call_ref(call);
+  for (;;) {
+    chime_ring_view_t v;
+    int got = 0;
+    for (;;) {
+      while (s->nreleases > 0)
+        chime_ring_release(s->ring, s->releases[--s->nreleases]);
+      if (atomic_load(&s->stop) || call == NULL)
+        break;
+      if (s->credits > 0) {
+        int rc = chime_ring_next(s->ring, &v, 0);
+        if (rc == 0) {
+          got = 1;
+          break;
+        }
+        if (rc != CHIME_ETIMEDOUT && rc != CHIME_EBUSY)
+          break;
+      }
+      pthread_cond_wait(&s->cond, &s->mu);
+    }
+    if (!got)
+      break;
+    s->credits--;
+    pthread_mutex_unlock(&s->mu);
+    send_batch(s, call, &v);
+    pthread_mutex_lock(&s->mu);
+  }
+  pthread_mutex_unlock(&s->mu);
+  if (call != NULL)
+    chime__call_unref(call);
+  chime__stream_unref(s);
+  return NULL;
+}
+
+static int spawn(void *(*fn)(void *), chime__stream_t *s) {
+  pthread_t th;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  chime__stream_ref(s);
+  int e = pthread_create(&th, &attr, fn, s);
+  pthread_attr_destroy(&attr);
+  if (e != 0) {
+    chime__stream_unref(s);
+    return CHIME_ESYS;
+  }
+  return 0;
+}
+
+int chime__stream_start(chime__stream_t *s) {
+  int rc = spawn(sampler_main, s);
+  if (rc == 0 && s->mode == CHIME_MODE_STREAM)
+    rc = spawn(sender_main, s);
+  return rc;
+}
+
+void chime__stream_credit(chime__stream_t *s, uint32_t n) {
+  pthread_mutex_lock(&s->mu);
+  /* A client can't be owed more than the ring holds; cap, don't trust. */
+  uint64_t c = (uint64_t)s->credits + n;
+  s->credits = c > s->lay.slots ? s->lay.slots : (uint32_t)c;
+  pthread_cond_signal(&s->cond);
+  pthread_mutex_unlock(&s->mu);
+}
+
+void chime__stream_close(chime__stream_t *s) {
+  chime_server_t *srv = s->srv;
+  if (atomic_exchange(&s->closed, 1))
+    return;
+  atomic_store(&s->stop, 1);
+  chime_ring_shutdown(s->ring);
+  chime__table_wake(s->table);
+  pthread_mutex_lock(&srv->mu);
+  if (s->prev != NULL)
+    s->prev->next = s->next;
+  else
+    srv->streams = s->next;
+  if (s->next != NULL)
+    s->next->prev = s->prev;
+  s->prev = s->next = NULL;
+  srv->ring_bytes -= s->ring_bytes;
+  s->token_live = 0;
+  pthread_mutex_unlock(&srv->mu);
+  pthread_mutex_lock(&s->mu);
+  chime__call_t *call = s->call;
+  s->call = NULL;
+  pthread_cond_broadcast(&s->cond);
+  pthread_mutex_unlock(&s->mu);
+  if (srv->handoff != NULL)
+    chime__handoff_notify(srv->handoff);
+  if (call != NULL)
+    chime__call_unref(call);
+}
+
+void chime__stream_kill(chime__stream_t *s, const char *why) {
+  pthread_mutex_lock(&s->mu);
+  chime__call_t *call = s->call;
+  if (call != NULL)
+    chime__call_ref(call);
+  pthread_mutex_unlock(&s->mu);
+  chime__stream_close(s);
+  if (call != NULL) {
+    grpc_call_cancel_with_status(call->call, GRPC_STATUS_CANCELLED, why, NULL);
+    chime__call_unref(call);
+  }
+}

@@ -1,0 +1,65 @@
+/* A stream: one learner's ring on one table, the sampler thread that fills
+ * it, and in stream mode the sender that ships published slots as chunks
+ * straight from slot memory. Reference counted: the Subscribe call, the
+ * threads, the handoff watcher and every batch still held by gRPC. */
+#ifndef CHIME_SERVER_STREAM_H
+#define CHIME_SERVER_STREAM_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "chime.pb-c.h"
+#include "server/server.h"
+
+struct chime__stream_s {
+  chime_server_t *srv;
+  uint64_t id;
+  chime__table_t *table;
+  char table_name[CHIME_MAX_NAME];
+  int mode; /* CHIME_MODE_SHM or CHIME_MODE_STREAM */
+  chime_ring_t *ring;
+  chime_ring_layout_t lay;
+  uint64_t ring_bytes;
+  uint64_t send_bytes;
+  uint64_t pinned_bytes;
+  atomic_int refs;
+  atomic_int stop;
+  atomic_int closed;
+  pthread_mutex_t mu;
+  pthread_cond_t cond;
+  uint32_t credits;
+  uint32_t *releases; /* slots gRPC is done with, for the sender to release */
+  uint32_t nreleases;
+  chime__call_t *call; /* stream mode sender's; dropped at close */
+  atomic_uint_fast64_t batches, bytes;
+  /* handoff (guarded by the server's mutex) */
+  uint8_t token[16];
+  uint64_t token_deadline_ns;
+  int token_live;
+  pid_t peer_pid;
+  chime__stream_t *prev, *next; /* server's live streams */
+};
+
+/* Checks the Open request against the table and budgets, creates and pins
+ * the ring and fills `opened`. On failure returns a CHIME_E code with err
+ * meant for the client. */
+int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
+                       chime__call_t *call, const Chime__V1__Open *open,
+                       char *err, size_t errlen);
+/* Starts the sampler (and sender) threads. */
+int chime__stream_start(chime__stream_t *s);
+void chime__stream_credit(chime__stream_t *s, uint32_t n);
+/* Shuts the ring down, stops the threads, returns the budget; idempotent,
+ * from any thread. The memory goes when the last reference does. */
+void chime__stream_close(chime__stream_t *s);
+/* Closes the stream and cancels its call (the learner is gone). */
+void chime__stream_kill(chime__stream_t *s, const char *why);
+void chime__stream_ref(chime__stream_t *s);
+void chime__stream_unref(chime__stream_t *s);
+uint64_t chime__now_ns(void); /* CLOCK_MONOTONIC */
+/* Leaf messages pointing into spec (info.c). */
+void chime__leaf_msgs(const chime_spec_t *spec, Chime__V1__Leaf *leaves,
+                      Chime__V1__Leaf **ptrs);
+
+#endif

@@ -1,0 +1,171 @@
+/* Subscribe (bidi): the first request opens a stream; the answer describes
+ * the ring (and, for shm, how to fetch its fd); later requests carry credits.
+ * The call stays open as the stream's liveness: when it ends, the stream's
+ * ring is shut down and its budget returned. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/handoff.h"
+#include "server/stream.h"
+
+typedef struct {
+  chime__stream_t *s;
+} sub_t;
+
+static chime__stream_t *sub_stream(chime__call_t *c) {
+  pthread_mutex_lock(&c->mu);
+  sub_t *st = c->state;
+  chime__stream_t *s = st != NULL ? st->s : NULL;
+  pthread_mutex_unlock(&c->mu);
+  return s;
+}
+
+static void sub_on_start(chime__call_t *c) {
+  sub_t *st = calloc(1, sizeof(*st));
+  if (st == NULL) {
+    chime__call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  pthread_mutex_lock(&c->mu);
+  c->state = st;
+  pthread_mutex_unlock(&c->mu);
+  chime__call_recv(c);
+}
+
+static void send_opened(chime__call_t *c, chime__stream_t *s) {
+  chime_server_t *srv = c->srv;
+  const chime_spec_t *spec = chime_ring_spec(s->ring);
+  Chime__V1__Leaf leaves[CHIME_MAX_LEAVES];
+  Chime__V1__Leaf *lp[CHIME_MAX_LEAVES];
+  chime__leaf_msgs(spec, leaves, lp);
+
+  Chime__V1__Layout lay = CHIME__V1__LAYOUT__INIT;
+  lay.slots = s->lay.slots;
+  lay.batch_size = s->lay.batch_size;
+  lay.slot_bytes = s->lay.slot_bytes;
+  lay.n_leaf_offset = spec->nleaves;
+  lay.leaf_offset = s->lay.leaf_offset;
+  lay.info_offset = s->lay.info_offset;
+  lay.n_spec = spec->nleaves;
+  lay.spec = lp;
+  lay.send_bytes = s->send_bytes;
+
+  Chime__V1__Handoff ho = CHIME__V1__HANDOFF__INIT;
+  uint8_t nonce[16];
+  Chime__V1__Opened op = CHIME__V1__OPENED__INIT;
+  op.stream_id = s->id;
+  op.mode = s->mode == CHIME_MODE_SHM ? CHIME__V1__MODE__MODE_SHM
+                                      : CHIME__V1__MODE__MODE_STREAM;
+  op.layout = &lay;
+  if (s->mode == CHIME_MODE_SHM) {
+    chime_ring_nonce(s->ring, nonce);
+    ho.socket_path = (char *)chime__handoff_path(srv->handoff);
+    ho.token.data = s->token;
+    ho.token.len = sizeof(s->token);
+    ho.expires_ms = srv->cfg.handoff_expires_ms;
+    ho.nonce.data = nonce;
+    ho.nonce.len = sizeof(nonce);
+    op.handoff = &ho;
+  }
+  Chime__V1__SubscribeResponse resp = CHIME__V1__SUBSCRIBE_RESPONSE__INIT;
+  resp.kind_case = CHIME__V1__SUBSCRIBE_RESPONSE__KIND_OPENED;
+  resp.opened = &op;
+  chime__call_send_msg(c, &resp);
+}
+
+static void sub_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
+  char err[512];
+  grpc_slice sl;
+  if (bb == NULL)
+    return; /* the client closed its side; the call lives on */
+  int rc = chime__bb_read(bb, &sl);
+  grpc_byte_buffer_destroy(bb);
+  if (rc != 0) {
+    chime__call_finish(c, GRPC_STATUS_INVALID_ARGUMENT,
+                       "unreadable SubscribeRequest");
+    return;
+  }
+  Chime__V1__SubscribeRequest *req = chime__v1__subscribe_request__unpack(
+      NULL, GRPC_SLICE_LENGTH(sl), GRPC_SLICE_START_PTR(sl));
+  grpc_slice_unref(sl);
+  if (req == NULL) {
+    chime__call_finish(c, GRPC_STATUS_INVALID_ARGUMENT,
+                       "malformed SubscribeRequest");
+    return;
+  }
+  chime__stream_t *s = sub_stream(c);
+  if (s == NULL) {
+    if (req->kind_case != CHIME__V1__SUBSCRIBE_REQUEST__KIND_OPEN) {
+      chime__call_finish(c, GRPC_STATUS_INVALID_ARGUMENT,
+                         "the first SubscribeRequest must be 'open'");
+      goto out;
+    }
+    rc = chime__stream_open(&s, c->srv, c, req->open, err, sizeof(err));
+    if (rc != 0) {
+      chime__call_finish(c, chime__status_from_err(rc), "%s", err);
+      goto out;
+    }
+    pthread_mutex_lock(&c->mu);
+    ((sub_t *)c->state)->s = s;
+    int gone = c->closed;
+    pthread_mutex_unlock(&c->mu);
+    send_opened(c, s);
+    if (gone || chime__stream_start(s) != 0) {
+      chime__call_finish(c, GRPC_STATUS_INTERNAL, "cannot start the stream");
+      chime__stream_close(s);
+      goto out;
+    }
+    if (atomic_load(&c->srv->stopping))
+      c->vt->on_stop(c);
+  } else if (req->kind_case == CHIME__V1__SUBSCRIBE_REQUEST__KIND_CREDIT) {
+    if (req->credit != NULL)
+      chime__stream_credit(s, req->credit->batches);
+  } else {
+    chime__call_finish(c, GRPC_STATUS_INVALID_ARGUMENT,
+                       "the stream is already open; send credits only");
+    goto out;
+  }
+  chime__call_recv(c);
+out:
+  chime__v1__subscribe_request__free_unpacked(req, NULL);
+}
+
+static void sub_on_close(chime__call_t *c) {
+  chime__stream_t *s = sub_stream(c);
+  if (s != NULL)
+    chime__stream_close(s);
+}
+
+static void sub_on_stop(chime__call_t *c) {
+  chime__stream_t *s = sub_stream(c);
+  if (s != NULL) {
+    chime__stream_close(s); /* stops the sender before the notice */
+    Chime__V1__Notice n = CHIME__V1__NOTICE__INIT;
+    Chime__V1__SubscribeResponse resp = CHIME__V1__SUBSCRIBE_RESPONSE__INIT;
+    n.code = GRPC_STATUS_UNAVAILABLE;
+    n.message = (char *)"shutting down";
+    resp.kind_case = CHIME__V1__SUBSCRIBE_RESPONSE__KIND_NOTICE;
+    resp.notice = &n;
+    chime__call_drop_queued(c);
+    chime__call_send_msg(c, &resp);
+  }
+  chime__call_finish(c, GRPC_STATUS_UNAVAILABLE, "shutting down");
+}
+
+static void sub_on_free(chime__call_t *c) {
+  sub_t *st = c->state;
+  if (st != NULL && st->s != NULL) {
+    chime__stream_close(st->s);
+    chime__stream_unref(st->s);
+  }
+  free(st);
+  c->state = NULL;
+}
+
+const chime__call_vt_t chime__subscribe_vt = {
+    .on_start = sub_on_start,
+    .on_message = sub_on_message,
+    .on_close = sub_on_close,
+    .on_stop = sub_on_stop,
+    .on_free = sub_on_free,
+};

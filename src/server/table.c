@@ -1,0 +1,323 @@
+/* Replay table storage. Items live in one preallocated mapping, leaf-major
+ * (one array per leaf, indexed by the item's position in a circular buffer),
+ * so a fifo batch is one memcpy per leaf per contiguous run and nothing on the
+ * insert or sample path allocates. Copies happen under the table lock: the
+ * copy is the work, and holding the lock keeps eviction from racing it. */
+#include "server/table.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "chime/errors.h"
+
+struct chime__table_s {
+  chime__table_config_t cfg;
+  uint64_t sample_bytes;
+  uint32_t nleaves;
+  uint64_t lbytes[CHIME_MAX_LEAVES];
+  uint64_t loff[CHIME_MAX_LEAVES]; /* offset of the leaf in a sample */
+  uint8_t *leaf[CHIME_MAX_LEAVES];
+  uint64_t *key;
+  uint64_t *itime;
+  uint32_t *times;
+  double *prio;
+  void *map;
+  size_t map_len;
+
+  pthread_mutex_t mu;
+  pthread_cond_t space;
+  pthread_cond_t items;
+  uint64_t head; /* position of the oldest item, free-running */
+  uint64_t count;
+  uint64_t next_key;
+  uint64_t rng;
+  int closed;
+  uint64_t inserts, samples, sampler_wait_ns, insert_wait_ns;
+};
+
+static uint64_t now_ns(clockid_t clk) {
+  struct timespec ts;
+  clock_gettime(clk, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static size_t align64(size_t n) {
+  return (n + 63u) & ~(size_t)63u;
+}
+
+int chime__table_create(chime__table_t **out,
+                        const chime__table_config_t *cfg) {
+  int rc = 0;
+  chime__table_t *t = calloc(1, sizeof(*t));
+  *out = NULL;
+  if (t == NULL)
+    return CHIME_ENOMEM;
+  t->cfg = *cfg;
+  t->sample_bytes = chime_spec_sample_bytes(&cfg->spec);
+  t->nleaves = cfg->spec.nleaves;
+  if (t->sample_bytes == 0 || cfg->capacity == 0 ||
+      cfg->capacity > CHIME__MAX_TABLE_BYTES / t->sample_bytes) {
+    rc = CHIME_EINVAL;
+    goto out;
+  }
+  size_t cap = (size_t)cfg->capacity;
+  size_t len = 0;
+  uint64_t off = 0;
+  for (uint32_t i = 0; i < t->nleaves; i++) {
+    t->lbytes[i] = chime_leaf_bytes(&cfg->spec.leaves[i]);
+    t->loff[i] = off;
+    off += t->lbytes[i];
+    len += align64(cap * t->lbytes[i]);
+  }
+  size_t meta_off = len;
+  len += align64(cap * sizeof(uint64_t)) * 2 + align64(cap * sizeof(double)) +
+         align64(cap * sizeof(uint32_t));
+  /* Anonymous memory: pages are only committed once items land in them. */
+  t->map = mmap(NULL, len, PROT_READ | PROT_WRITE,
+                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (t->map == MAP_FAILED) {
+    t->map = NULL;
+    rc = CHIME_ENOMEM;
+    goto out;
+  }
+  t->map_len = len;
+  uint8_t *p = t->map;
+  for (uint32_t i = 0; i < t->nleaves; i++) {
+    t->leaf[i] = p;
+    p += align64(cap * t->lbytes[i]);
+  }
+  p = (uint8_t *)t->map + meta_off;
+  t->key = (uint64_t *)p;
+  p += align64(cap * sizeof(uint64_t));
+  t->itime = (uint64_t *)p;
+  p += align64(cap * sizeof(uint64_t));
+  t->prio = (double *)p;
+  p += align64(cap * sizeof(double));
+  t->times = (uint32_t *)p;
+  t->next_key = 1;
+  t->rng = now_ns(CLOCK_MONOTONIC) | 1u;
+  pthread_mutex_init(&t->mu, NULL);
+  pthread_cond_init(&t->space, NULL);
+  pthread_cond_init(&t->items, NULL);
+  *out = t;
+  t = NULL;
+out:
+  free(t);
+  return rc;
+}
+
+void chime__table_destroy(chime__table_t *t) {
+  if (t == NULL)
+    return;
+  pthread_mutex_destroy(&t->mu);
+  pthread_cond_destroy(&t->space);
+  pthread_cond_destroy(&t->items);
+  if (t->map != NULL)
+    munmap(t->map, t->map_len);
+  free(t);
+}
+
+const chime__table_config_t *chime__table_config(const chime__table_t *t) {
+  return &t->cfg;
+}
+
+uint64_t chime__table_sample_bytes(const chime__table_t *t) {
+  return t->sample_bytes;
+}
+
+void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out) {
+  pthread_mutex_lock(&t->mu);
+  out->size = t->count;
+  out->capacity = t->cfg.capacity;
+  out->inserts = t->inserts;
+  out->samples = t->samples;
+  out->sampler_wait_ns = t->sampler_wait_ns;
+  out->insert_wait_ns = t->insert_wait_ns;
+  pthread_mutex_unlock(&t->mu);
+}
+
+/* Small leaves (scalars) are the common case; a fixed-size memcpy is inlined
+ * by the compiler where a variable one is a call. */
+static inline void copy_leaf(uint8_t *dst, const uint8_t *src, uint64_t n) {
+  switch (n) {
+  case 1:
+    *dst = *src;
+    break;
+  case 2:
+    memcpy(dst, src, 2);
+    break;
+  case 4:
+    memcpy(dst, src, 4);
+    break;
+  case 8:
+    memcpy(dst, src, 8);
+    break;
+  default:
+    memcpy(dst, src, n);
+  }
+}
+
+static void wait_timed(pthread_cond_t *c, pthread_mutex_t *mu, uint64_t *acc) {
+  uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+  pthread_cond_wait(c, mu);
+  *acc += now_ns(CLOCK_MONOTONIC) - t0;
+}
+
+int chime__table_insert(chime__table_t *t, const uint8_t *data, uint32_t count,
+                        const double *priorities, uint64_t *first_key,
+                        const atomic_int *abort) {
+  int rc = 0;
+  uint64_t cap = t->cfg.capacity;
+  uint64_t done = 0;
+  uint64_t when = now_ns(CLOCK_REALTIME);
+  pthread_mutex_lock(&t->mu);
+  uint64_t key0 = t->next_key;
+  t->next_key += count;
+  *first_key = key0;
+  while (done < count) {
+    if (t->closed || (abort != NULL && atomic_load(abort))) {
+      rc = CHIME_ESHUTDOWN;
+      break;
+    }
+    uint64_t n = count - done;
+    if (t->cfg.sampler == CHIME__SAMPLER_FIFO) {
+      if (t->count == cap) {
+        wait_timed(&t->space, &t->mu, &t->insert_wait_ns);
+        continue;
+      }
+      if (n > cap - t->count)
+        n = cap - t->count;
+    } else {
+      if (n > cap)
+        n = cap;
+      if (t->count + n > cap) {
+        uint64_t evict = t->count + n - cap;
+        t->head += evict;
+        t->count -= evict;
+      }
+    }
+    uint64_t pos = t->head + t->count;
+    for (uint32_t l = 0; l < t->nleaves; l++) {
+      uint64_t lb = t->lbytes[l];
+      const uint8_t *src = data + done * t->sample_bytes + t->loff[l];
+      for (uint64_t j = 0; j < n; j++) {
+        uint64_t idx = (pos + j) % cap;
+        copy_leaf(t->leaf[l] + idx * lb, src + j * t->sample_bytes, lb);
+      }
+    }
+    for (uint64_t j = 0; j < n; j++) {
+      uint64_t idx = (pos + j) % cap;
+      t->key[idx] = key0 + done + j;
+      t->itime[idx] = when;
+      t->times[idx] = 0;
+      t->prio[idx] = priorities != NULL ? priorities[done + j] : 1.0;
+    }
+    t->count += n;
+    t->inserts += n;
+    done += n;
+    pthread_cond_broadcast(&t->items);
+  }
+  pthread_mutex_unlock(&t->mu);
+  return rc;
+}
+
+static uint64_t next_rand(chime__table_t *t) {
+  /* xorshift64*: quality is ample for replay sampling and it is cheap. */
+  uint64_t x = t->rng;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  t->rng = x;
+  return x * UINT64_C(2685821657736338717);
+}
+
+static void sample_fifo(chime__table_t *t, const chime_ring_layout_t *lay,
+                        chime_ring_wslot_t *slot) {
+  uint64_t cap = t->cfg.capacity;
+  uint64_t batch = lay->batch_size;
+  uint64_t idx = t->head % cap;
+  uint64_t run = cap - idx < batch ? cap - idx : batch;
+  for (uint32_t l = 0; l < t->nleaves; l++) {
+    uint64_t lb = t->lbytes[l];
+    uint8_t *dst = slot->leaf[l];
+    memcpy(dst, t->leaf[l] + idx * lb, run * lb);
+    if (run < batch)
+      memcpy(dst + run * lb, t->leaf[l], (batch - run) * lb);
+  }
+  for (uint64_t j = 0; j < batch; j++) {
+    uint64_t k = (idx + j) % cap;
+    chime_sample_info_t *info = &slot->info[j];
+    info->key = t->key[k];
+    info->probability = 1.0;
+    info->times_sampled = ++t->times[k];
+    info->reserved = 0;
+    info->insert_time_ns = t->itime[k];
+  }
+  t->head += batch;
+  t->count -= batch;
+  pthread_cond_broadcast(&t->space);
+}
+
+static void sample_uniform(chime__table_t *t, const chime_ring_layout_t *lay,
+                           chime_ring_wslot_t *slot) {
+  uint64_t cap = t->cfg.capacity;
+  double p = 1.0 / (double)t->count;
+  for (uint64_t j = 0; j < lay->batch_size; j++) {
+    uint64_t k = (t->head + next_rand(t) % t->count) % cap;
+    for (uint32_t l = 0; l < t->nleaves; l++) {
+      uint64_t lb = t->lbytes[l];
+      copy_leaf((uint8_t *)slot->leaf[l] + j * lb, t->leaf[l] + k * lb, lb);
+    }
+    chime_sample_info_t *info = &slot->info[j];
+    info->key = t->key[k];
+    info->probability = p;
+    info->times_sampled = ++t->times[k];
+    info->reserved = 0;
+    info->insert_time_ns = t->itime[k];
+  }
+}
+
+int chime__table_sample(chime__table_t *t, const chime_ring_layout_t *lay,
+                        chime_ring_wslot_t *slot, const atomic_int *stop) {
+  int rc = 0;
+  uint64_t need = t->cfg.min_size > 0 ? t->cfg.min_size : 1;
+  if (t->cfg.sampler == CHIME__SAMPLER_FIFO && need < lay->batch_size)
+    need = lay->batch_size;
+  if (need > t->cfg.capacity)
+    return CHIME_EINVAL;
+  pthread_mutex_lock(&t->mu);
+  for (;;) {
+    if (t->closed || (stop != NULL && atomic_load(stop))) {
+      rc = CHIME_ESHUTDOWN;
+      goto out;
+    }
+    if (t->count >= need)
+      break;
+    wait_timed(&t->items, &t->mu, &t->sampler_wait_ns);
+  }
+  if (t->cfg.sampler == CHIME__SAMPLER_FIFO)
+    sample_fifo(t, lay, slot);
+  else
+    sample_uniform(t, lay, slot);
+  t->samples += lay->batch_size;
+out:
+  pthread_mutex_unlock(&t->mu);
+  return rc;
+}
+
+void chime__table_wake(chime__table_t *t) {
+  pthread_mutex_lock(&t->mu);
+  pthread_cond_broadcast(&t->items);
+  pthread_cond_broadcast(&t->space);
+  pthread_mutex_unlock(&t->mu);
+}
+
+void chime__table_close(chime__table_t *t) {
+  pthread_mutex_lock(&t->mu);
+  t->closed = 1;
+  pthread_cond_broadcast(&t->items);
+  pthread_cond_broadcast(&t->space);
+  pthread_mutex_unlock(&t->mu);
+}

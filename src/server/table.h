@@ -1,0 +1,47 @@
+/* A replay table: preallocated leaf-major storage, fifo or uniform sampling,
+ * blocking inserts (fifo full) and blocking samples (below min_size). */
+#ifndef CHIME_SERVER_TABLE_H
+#define CHIME_SERVER_TABLE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "chime/ring.h"
+#include "server/config.h"
+
+typedef struct chime__table_s chime__table_t;
+
+typedef struct {
+  uint64_t size, capacity, inserts, samples, sampler_wait_ns, insert_wait_ns;
+} chime__table_stats_t;
+
+int chime__table_create(chime__table_t **out, const chime__table_config_t *cfg);
+void chime__table_destroy(chime__table_t *t);
+
+const chime__table_config_t *chime__table_config(const chime__table_t *t);
+uint64_t chime__table_sample_bytes(const chime__table_t *t);
+void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out);
+
+/* Inserts `count` samples (sample-major, sample_bytes each) with keys
+ * *first_key .. *first_key + count - 1. priorities may be NULL (all 1.0).
+ * A fifo table that is full makes this wait for samplers; a uniform one evicts
+ * its oldest items. Returns CHIME_ESHUTDOWN when *abort becomes non-zero or
+ * the table is closed before everything is in (what went in stays). */
+int chime__table_insert(chime__table_t *t, const uint8_t *data, uint32_t count,
+                        const double *priorities, uint64_t *first_key,
+                        const atomic_int *abort);
+
+/* Fills the batch_size samples of a ring slot (leaf-major, layout from the
+ * ring) once the table holds min_size items (fifo: and batch_size items,
+ * taken all at once so a batch is never half taken). Returns
+ * CHIME_ESHUTDOWN when *stop becomes non-zero or the table closes. */
+int chime__table_sample(chime__table_t *t, const chime_ring_layout_t *lay,
+                        chime_ring_wslot_t *slot, const atomic_int *stop);
+
+/* Wakes every waiter so it re-reads its abort/stop flag. */
+void chime__table_wake(chime__table_t *t);
+/* Makes every current and future wait return CHIME_ESHUTDOWN. */
+void chime__table_close(chime__table_t *t);
+
+#endif

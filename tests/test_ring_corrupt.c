@@ -1,0 +1,368 @@
+/* A consumer attaching to a damaged or hostile segment: every header field
+ * mutated in turn, sizes and offsets beyond the mapping, overflowing products,
+ * a self-consistent header that lies about the file size, unsealed and short
+ * files, every single byte of the header flipped, and a producer whose
+ * publish words point outside the ring. Attach must fail with CHIME_ECORRUPT
+ * (CHIME_EPERM for the nonce) and never crash; run it under ASan. */
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "chime/ring.h"
+#include "ring/ring_internal.h"
+
+#define SPEC "obs:f32[5], x:u8[3,2], done:bool"
+
+typedef struct {
+  chime_ring_t *ring;
+  uint8_t *image; /* private copy of the whole segment */
+  size_t len;
+} fixture_t;
+
+static int setup(void **state) {
+  fixture_t *f = calloc(1, sizeof(*f));
+  chime_spec_t spec;
+  void *base;
+  if (f == NULL || chime_spec_parse(&spec, SPEC, NULL, 0) != 0 ||
+      chime_ring_create(&f->ring, &spec, 8, 4) != 0)
+    return -1;
+  base = chime_ring_map_base(f->ring, &f->len);
+  f->image = malloc(f->len);
+  if (f->image == NULL)
+    return -1;
+  memcpy(f->image, base, f->len);
+  *state = f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture_t *f = *state;
+  chime_ring_destroy(f->ring);
+  free(f->image);
+  free(f);
+  return 0;
+}
+
+/* Writes `len` bytes of img into a fresh memfd of `size` bytes, seals it
+ * unless told not to, and attaches. */
+static int attach_image(const uint8_t *img, size_t len, size_t size, int seal,
+                        const uint8_t *nonce) {
+  chime_ring_t *ring = NULL;
+  int fd = memfd_create("corrupt", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  int rc;
+  assert_true(fd >= 0);
+  assert_int_equal(ftruncate(fd, (off_t)size), 0);
+  if (len > size)
+    len = size;
+  assert_int_equal(pwrite(fd, img, len, 0), (ssize_t)len);
+  if (seal)
+    assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+  rc = chime_ring_attach(&ring, fd, nonce);
+  if (rc == 0) {
+    chime_ring_view_t v;
+    /* A header that passed must still be safe to use. */
+    int nrc = chime_ring_next(ring, &v, 0);
+    assert_true(nrc == CHIME_ETIMEDOUT || nrc == CHIME_ECORRUPT);
+    chime_ring_destroy(ring);
+  } else {
+    assert_null(ring);
+  }
+  close(fd);
+  return rc;
+}
+
+typedef void (*mutate_fn)(chime__ring_header_t *h, uint64_t arg);
+
+/* Applies one mutation to a copy of the pristine image and attaches. */
+static int attach_mutated(fixture_t *f, mutate_fn fn, uint64_t arg) {
+  uint8_t *img = malloc(f->len);
+  int rc;
+  assert_non_null(img);
+  memcpy(img, f->image, f->len);
+  fn((chime__ring_header_t *)img, arg);
+  rc = attach_image(img, f->len, f->len, 1, NULL);
+  free(img);
+  return rc;
+}
+
+#define MUTATOR(name, stmt)                                                    \
+  static void name(chime__ring_header_t *h, uint64_t v) {                      \
+    (void)v;                                                                   \
+    stmt;                                                                      \
+  }
+
+MUTATOR(m_magic, h->magic ^= v)
+MUTATOR(m_version, h->version = (uint32_t)v)
+MUTATOR(m_header_bytes, h->header_bytes = (uint32_t)v)
+MUTATOR(m_total, h->total_bytes = v)
+MUTATOR(m_prod, h->prod_offset = v)
+MUTATOR(m_queue, h->queue_offset = v)
+MUTATOR(m_ctrl, h->ctrl_offset = v)
+MUTATOR(m_ctrl_bytes, h->ctrl_bytes = v)
+MUTATOR(m_data, h->data_offset = v)
+MUTATOR(m_data_bytes, h->data_bytes = v)
+MUTATOR(m_page, h->page_size = v)
+MUTATOR(m_slots, h->layout.slots = (uint32_t)v)
+MUTATOR(m_batch, h->layout.batch_size = (uint32_t)v)
+MUTATOR(m_slot_bytes, h->layout.slot_bytes = v)
+MUTATOR(m_leaf_off0, h->layout.leaf_offset[0] = v)
+MUTATOR(m_leaf_off2, h->layout.leaf_offset[2] = v)
+MUTATOR(m_leaf_off_unused, h->layout.leaf_offset[7] = v)
+MUTATOR(m_leaf_bytes1, h->layout.leaf_bytes[1] = v)
+MUTATOR(m_info, h->layout.info_offset = v)
+MUTATOR(m_layout_data, h->layout.data_bytes = v)
+MUTATOR(m_nleaves, h->spec.nleaves = (uint32_t)v)
+MUTATOR(m_dtype, h->spec.leaves[0].dtype = (chime_dtype_t)v)
+MUTATOR(m_ndim, h->spec.leaves[1].ndim = (uint32_t)v)
+MUTATOR(m_shape0, h->spec.leaves[0].shape[0] = v)
+MUTATOR(m_shape_both,
+        (h->spec.leaves[1].shape[0] = v, h->spec.leaves[1].shape[1] = v))
+MUTATOR(m_name_nonul, memset(h->spec.leaves[0].name, 'a', CHIME_MAX_NAME))
+MUTATOR(m_name_dup, strcpy(h->spec.leaves[1].name, "obs"))
+MUTATOR(m_name_empty, h->spec.leaves[2].name[0] = '\0')
+MUTATOR(m_name_bad, h->spec.leaves[2].name[1] = ' ')
+MUTATOR(m_nonce, h->nonce[v] ^= 0x5a)
+
+static void expect_corrupt(fixture_t *f, const char *what, mutate_fn fn,
+                           uint64_t arg) {
+  int rc = attach_mutated(f, fn, arg);
+  if (rc != CHIME_ECORRUPT)
+    fail_msg("%s (%#llx): attach returned %s, expected CHIME_ECORRUPT", what,
+             (unsigned long long)arg, chime_err_name(rc));
+}
+
+static void test_pristine_copy_attaches(void **state) {
+  fixture_t *f = *state;
+  uint8_t nonce[16];
+  chime_ring_nonce(f->ring, nonce);
+  assert_int_equal(attach_image(f->image, f->len, f->len, 1, nonce), 0);
+}
+
+static void test_each_field(void **state) {
+  fixture_t *f = *state;
+  const chime__ring_header_t *h = (const chime__ring_header_t *)f->image;
+  const uint64_t big = UINT64_MAX, len = f->len;
+
+  expect_corrupt(f, "magic", m_magic, 1);
+  expect_corrupt(f, "magic", m_magic, big);
+  expect_corrupt(f, "version", m_version, 0);
+  expect_corrupt(f, "version", m_version, CHIME_RING_VERSION + 1);
+  expect_corrupt(f, "header_bytes", m_header_bytes, h->header_bytes + 8);
+  expect_corrupt(f, "header_bytes", m_header_bytes, 0);
+  expect_corrupt(f, "total_bytes", m_total, len + 4096);
+  expect_corrupt(f, "total_bytes", m_total, len - 4096);
+  expect_corrupt(f, "total_bytes", m_total, big);
+  expect_corrupt(f, "total_bytes", m_total, 0);
+  expect_corrupt(f, "prod_offset", m_prod, h->prod_offset + 64);
+  expect_corrupt(f, "prod_offset", m_prod, big - 3);
+  expect_corrupt(f, "queue_offset", m_queue, len);
+  expect_corrupt(f, "ctrl_offset", m_ctrl, len);
+  expect_corrupt(f, "ctrl_offset", m_ctrl, big - 4095);
+  expect_corrupt(f, "ctrl_bytes", m_ctrl_bytes, big);
+  expect_corrupt(f, "ctrl_bytes", m_ctrl_bytes, h->ctrl_bytes * 2);
+  expect_corrupt(f, "data_offset", m_data, len);
+  expect_corrupt(f, "data_offset", m_data, big - 10);
+  expect_corrupt(f, "data_offset", m_data, 0);
+  expect_corrupt(f, "data_bytes", m_data_bytes, h->data_bytes * 2);
+  expect_corrupt(f, "data_bytes", m_data_bytes, big);
+  expect_corrupt(f, "page_size", m_page, h->page_size * 2);
+  expect_corrupt(f, "page_size", m_page, 0);
+  expect_corrupt(f, "slots", m_slots, 0);
+  expect_corrupt(f, "slots", m_slots, 1);
+  expect_corrupt(f, "slots", m_slots, 5);
+  expect_corrupt(f, "slots", m_slots, UINT32_MAX);
+  expect_corrupt(f, "batch_size", m_batch, 0);
+  expect_corrupt(f, "batch_size", m_batch, 9);
+  expect_corrupt(f, "batch_size", m_batch, UINT32_MAX);
+  expect_corrupt(f, "slot_bytes", m_slot_bytes, h->layout.slot_bytes + 4096);
+  expect_corrupt(f, "slot_bytes", m_slot_bytes, big);
+  expect_corrupt(f, "leaf_offset[0]", m_leaf_off0, len);
+  expect_corrupt(f, "leaf_offset[2]", m_leaf_off2, big - 3);
+  expect_corrupt(f, "leaf_offset[7] (unused)", m_leaf_off_unused, 64);
+  expect_corrupt(f, "leaf_bytes[1]", m_leaf_bytes1, big);
+  expect_corrupt(f, "leaf_bytes[1]", m_leaf_bytes1, UINT64_C(1) << 63);
+  expect_corrupt(f, "info_offset", m_info, big);
+  expect_corrupt(f, "info_offset", m_info, len);
+  expect_corrupt(f, "layout.data_bytes", m_layout_data, big);
+  expect_corrupt(f, "nleaves", m_nleaves, 0);
+  expect_corrupt(f, "nleaves", m_nleaves, 2);
+  expect_corrupt(f, "nleaves", m_nleaves, 4);
+  expect_corrupt(f, "nleaves", m_nleaves, CHIME_MAX_LEAVES + 1);
+  expect_corrupt(f, "nleaves", m_nleaves, UINT32_MAX);
+  expect_corrupt(f, "dtype", m_dtype, 0);
+  expect_corrupt(f, "dtype", m_dtype, 99);
+  expect_corrupt(f, "dtype", m_dtype, CHIME_DTYPE_F64);
+  expect_corrupt(f, "ndim", m_ndim, CHIME_MAX_DIMS + 1);
+  expect_corrupt(f, "ndim", m_ndim, UINT32_MAX);
+  expect_corrupt(f, "shape[0]", m_shape0, 0);
+  expect_corrupt(f, "shape[0]", m_shape0, 6);
+  expect_corrupt(f, "shape[0] (product overflows)", m_shape0,
+                 UINT64_C(1) << 62);
+  expect_corrupt(f, "shape (2^32 x 2^32 overflows)", m_shape_both,
+                 UINT64_C(1) << 32);
+  expect_corrupt(f, "name without NUL", m_name_nonul, 0);
+  expect_corrupt(f, "duplicate name", m_name_dup, 0);
+  expect_corrupt(f, "empty name", m_name_empty, 0);
+  expect_corrupt(f, "illegal name", m_name_bad, 0);
+}
+
+static void test_nonce_mismatch_is_eperm(void **state) {
+  fixture_t *f = *state;
+  uint8_t nonce[16];
+  uint8_t *img = malloc(f->len);
+  chime_ring_nonce(f->ring, nonce);
+  assert_non_null(img);
+  for (uint64_t i = 0; i < 16; i++) {
+    memcpy(img, f->image, f->len);
+    m_nonce((chime__ring_header_t *)img, i);
+    assert_int_equal(attach_image(img, f->len, f->len, 1, nonce), CHIME_EPERM);
+    /* Without an expected nonce there is nothing to compare. */
+    assert_int_equal(attach_image(img, f->len, f->len, 1, NULL), 0);
+  }
+  free(img);
+}
+
+/* Spec, layout and regions rewritten consistently for a bigger ring: only
+ * the real size of the file gives the lie away. */
+static void test_consistent_lie_about_size(void **state) {
+  fixture_t *f = *state;
+  uint8_t *img = malloc(f->len);
+  chime__ring_header_t *h = (chime__ring_header_t *)img;
+  chime__ring_regions_t r;
+  assert_non_null(img);
+  memcpy(img, f->image, f->len);
+  h->spec.leaves[0].shape[0] = 5000;
+  assert_int_equal(chime_ring_layout(&h->layout, &h->spec, 8, 4, NULL, 0), 0);
+  assert_int_equal(chime__ring_regions(&h->layout, h->page_size, &r), 0);
+  h->prod_offset = r.prod_offset;
+  h->queue_offset = r.queue_offset;
+  h->ctrl_offset = r.ctrl_offset;
+  h->ctrl_bytes = r.ctrl_bytes;
+  h->data_offset = r.data_offset;
+  h->data_bytes = r.data_bytes;
+  h->total_bytes = r.total_bytes;
+  assert_true(r.total_bytes > f->len);
+  assert_int_equal(attach_image(img, f->len, f->len, 1, NULL), CHIME_ECORRUPT);
+  /* The same header over a file of the size it claims is a valid ring. */
+  assert_int_equal(attach_image(img, f->len, (size_t)r.total_bytes, 1, NULL),
+                   0);
+  free(img);
+}
+
+static void test_bad_files(void **state) {
+  fixture_t *f = *state;
+  chime_ring_t *ring = NULL;
+  int p[2];
+  assert_int_equal(attach_image(f->image, f->len, f->len, 0, NULL),
+                   CHIME_ECORRUPT); /* not sealed */
+  assert_int_equal(attach_image(f->image, f->len, f->len - 4096, 1, NULL),
+                   CHIME_ECORRUPT); /* truncated */
+  assert_int_equal(attach_image(f->image, f->len, f->len + 4096, 1, NULL),
+                   CHIME_ECORRUPT); /* grown */
+  assert_int_equal(attach_image(f->image, f->len, 100, 1, NULL),
+                   CHIME_ECORRUPT); /* shorter than a header */
+  assert_int_equal(attach_image(f->image, f->len, 0, 1, NULL),
+                   CHIME_ECORRUPT); /* empty */
+  assert_int_equal(pipe(p), 0);
+  assert_int_equal(chime_ring_attach(&ring, p[0], NULL), CHIME_ECORRUPT);
+  close(p[0]);
+  close(p[1]);
+  assert_int_equal(chime_ring_attach(&ring, 12345, NULL), CHIME_EINVAL);
+  assert_null(ring);
+}
+
+/* Every byte of the header flipped in turn. Before the spec every byte is
+ * checked (the nonce gives EPERM); inside the spec a flip may land in an
+ * unused leaf, which is ignored, or turn a name into another legal one. */
+static void test_every_header_byte(void **state) {
+  fixture_t *f = *state;
+  uint8_t nonce[16];
+  uint8_t *img = malloc(f->len);
+  const size_t spec_at = offsetof(chime__ring_header_t, spec);
+  const size_t nonce_at = offsetof(chime__ring_header_t, nonce);
+  size_t corrupt = 0;
+  chime_ring_nonce(f->ring, nonce);
+  assert_non_null(img);
+  memcpy(img, f->image, f->len);
+  for (size_t off = 0; off < sizeof(chime__ring_header_t); off++) {
+    int rc;
+    img[off] ^= 0xA5;
+    rc = attach_image(img, f->len, f->len, 1, nonce);
+    img[off] ^= 0xA5;
+    if (off >= nonce_at && off < nonce_at + 16) {
+      assert_int_equal(rc, CHIME_EPERM);
+    } else if (off < spec_at) {
+      if (rc != CHIME_ECORRUPT)
+        fail_msg("flip at header byte %zu: %s", off, chime_err_name(rc));
+    } else {
+      assert_true(rc == 0 || rc == CHIME_ECORRUPT);
+    }
+    corrupt += rc == CHIME_ECORRUPT;
+  }
+  assert_true(corrupt > spec_at);
+  free(img);
+}
+
+/* The producer's publish words are checked before use too. */
+static void test_hostile_publish_words(void **state) {
+  fixture_t *f = *state;
+  uint8_t *base = chime_ring_map_base(f->ring, NULL);
+  chime__ring_header_t *h = (chime__ring_header_t *)base;
+  chime__ring_prod_t *prod = (chime__ring_prod_t *)(base + h->prod_offset);
+  chime__ring_pubent_t *q = (chime__ring_pubent_t *)(base + h->queue_offset);
+  chime_ring_t *cons = NULL;
+  chime_ring_wslot_t w;
+  chime_ring_view_t v;
+  uint64_t pub;
+
+  assert_int_equal(chime_ring_attach(&cons, chime_ring_fd(f->ring), NULL), 0);
+  assert_int_equal(chime_ring_acquire(f->ring, &w, 0), 0);
+  assert_int_equal(chime_ring_publish(f->ring, w.slot, NULL), 0);
+
+  atomic_store(&q[0].slot, 4); /* slot index out of range */
+  assert_int_equal(chime_ring_next(cons, &v, 0), CHIME_ECORRUPT);
+  atomic_store(&q[0].slot, UINT32_MAX);
+  assert_int_equal(chime_ring_next(cons, &v, 0), CHIME_ECORRUPT);
+  atomic_store(&q[0].slot, w.slot);
+  atomic_store(&q[0].seq, 7); /* stale or foreign entry */
+  assert_int_equal(chime_ring_next(cons, &v, 0), CHIME_ECORRUPT);
+  atomic_store(&q[0].seq, 0);
+  pub = atomic_load(&prod->pub);
+  atomic_store(&prod->pub, pub + 100); /* more published than slots */
+  assert_int_equal(chime_ring_next(cons, &v, 0), CHIME_ECORRUPT);
+  atomic_store(&prod->pub, pub);
+  assert_int_equal(chime_ring_next(cons, &v, 0), 0);
+  assert_int_equal(v.slot, w.slot);
+  /* The same slot published again while we hold it: refused. */
+  atomic_store(&q[1].slot, w.slot);
+  atomic_store(&q[1].seq, 1);
+  atomic_store(&prod->pub, pub + 1);
+  assert_int_equal(chime_ring_next(cons, &v, 0), CHIME_ECORRUPT);
+  chime_ring_destroy(cons);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_pristine_copy_attaches, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_each_field, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_nonce_mismatch_is_eperm, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_consistent_lie_about_size, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_bad_files, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_every_header_byte, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_hostile_publish_words, setup,
+                                      teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

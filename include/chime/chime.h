@@ -51,10 +51,13 @@ typedef struct {
 } chime_client_opts_t;
 #define CHIME_CLIENT_OPTS_INIT {5000, 64u << 20}
 
-/* Connects to "host:port" or "unix:/path". Calls gRPC's grpc_init(). */
+/* Connects to "host:port" or "unix:/path". Calls gRPC's grpc_init(). The
+ * connection is made lazily: an unreachable server shows up as
+ * CHIME_EUNAVAILABLE from the first call. opts may be NULL (defaults). */
 CHIME_EXTERN CHIME_NODISCARD int
 chime_client_create(chime_client_t **out, const char *address,
                     const chime_client_opts_t *opts);
+/* Close every writer and stream of the client first. Calls grpc_shutdown(). */
 CHIME_EXTERN void chime_client_destroy(chime_client_t *client); /* NULL-safe */
 CHIME_EXTERN const char *chime_client_last_error(const chime_client_t *client);
 
@@ -78,7 +81,8 @@ typedef struct {
   chime_table_info_t *tables;
 } chime_server_info_t;
 
-/* GetInfo. Free *out with chime_server_info_free(). */
+/* GetInfo, bounded by opts.timeout_ms. Free *out with chime_server_info_free().
+ * Thread-safe. */
 CHIME_EXTERN CHIME_NODISCARD int chime_client_info(chime_client_t *client,
                                                    chime_server_info_t **out);
 CHIME_EXTERN void chime_server_info_free(chime_server_info_t *info);
@@ -123,14 +127,19 @@ typedef struct {
 } chime_writer_opts_t;
 #define CHIME_WRITER_OPTS_INIT {256, 1u << 20, 8, 30000}
 
-/* Opens an Insert stream to `table`. */
+/* Opens an Insert stream to `table` (GetInfo first: CHIME_ENOTFOUND for an
+ * unknown table, and the table's spec to check sample sizes). A writer is used
+ * by one thread at a time; it does its work in the calling thread. */
 CHIME_EXTERN CHIME_NODISCARD int
 chime_writer_open(chime_client_t *client, const char *table,
                   const chime_writer_opts_t *opts, chime_writer_t **out);
 /* Queues one sample (exactly the table's sample bytes, leaves in spec order)
  * with a priority. Sends a message when the batch is full; may block while
  * max_inflight messages wait for acks. An error from the server (wrong size:
- * CHIME_EINVAL naming the leaf) is returned by this or the next call. */
+ * CHIME_EINVAL naming the leaf) is returned by this or the next call. A sample
+ * of the wrong size is refused here, before sending, with CHIME_EINVAL and a
+ * last error naming the leaf; the writer stays usable. Once the server ended
+ * the call (e.g. CHIME_ESHUTDOWN) every later call returns that error. */
 CHIME_EXTERN CHIME_NODISCARD int chime_writer_append(chime_writer_t *writer,
                                                      const void *sample,
                                                      size_t len,
@@ -185,7 +194,14 @@ typedef struct {
 /* Opens a stream of batches from `table`. In auto mode it maps the server's
  * ring when the server is on this host and the attach succeeds, else it streams
  * over gRPC; chime_stream_mode()/chime_stream_fallback_reason() say which and
- * why. */
+ * why ("server on another host (boot_id differs)", "shm attach failed: ...").
+ * "This host" means the same boot_id (/proc/sys/kernel/random/boot_id, or
+ * $CHIME_BOOT_ID when set, which lets tests play another host) and hostname.
+ * Explicit CHIME_MODE_SHM never falls back: CHIME_ENOTSUP for another host, or
+ * the attach error. With pin_host_memory the ring this process reads is
+ * page-locked (chime_ring_pin) or the open fails with the reason in
+ * chime_client_last_error(). On failure the reason is in
+ * chime_client_last_error(). Each stream runs one helper thread. */
 CHIME_EXTERN CHIME_NODISCARD int
 chime_stream_open(chime_client_t *client, const char *table,
                   const chime_stream_opts_t *opts, chime_stream_t **out);
@@ -194,7 +210,8 @@ chime_stream_open(chime_client_t *client, const char *table,
  * CHIME_EDISCONNECTED (server gone; held batches stay readable). */
 CHIME_EXTERN CHIME_NODISCARD int
 chime_stream_next(chime_stream_t *stream, chime_batch_t *out, int timeout_ms);
-/* Gives a batch back, in any order. */
+/* Gives a batch back, in any order. In stream mode this also returns a credit
+ * to the server. Call from the thread that calls next. */
 CHIME_EXTERN int chime_batch_release(chime_stream_t *stream,
                                      const chime_batch_t *batch);
 CHIME_EXTERN chime_mode_t chime_stream_mode(const chime_stream_t *stream);
@@ -202,7 +219,9 @@ CHIME_EXTERN chime_mode_t chime_stream_mode(const chime_stream_t *stream);
 CHIME_EXTERN const char *chime_stream_fallback_reason(
     const chime_stream_t *stream);
 CHIME_EXTERN const char *chime_stream_last_error(const chime_stream_t *stream);
-CHIME_EXTERN void chime_stream_close(chime_stream_t *stream); /* NULL-safe */
+/* Ends the Subscribe call (the server reclaims the ring) and unmaps: batches
+ * still held become invalid. NULL-safe. */
+CHIME_EXTERN void chime_stream_close(chime_stream_t *stream);
 CHIME_EXTERN const char *chime_mode_name(chime_mode_t mode);
 
 /* -------------------------------------------------------- embedded server */

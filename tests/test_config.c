@@ -1,0 +1,135 @@
+/* chimed's config: the default, the example file, and every kind of mistake
+ * named by key or table. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "chime/errors.h"
+#include "server/config.h"
+
+static chime__config_t cfg;
+
+static void test_default(void **state) {
+  char err[256] = "";
+  (void)state;
+  assert_int_equal(chime__config_default(&cfg, err, sizeof(err)), 0);
+  assert_string_equal(cfg.listen, "127.0.0.1:50051");
+  assert_string_equal(cfg.handoff_socket, "@auto");
+  assert_int_equal(cfg.ntables, 1);
+  assert_string_equal(cfg.tables[0].name, "demo");
+  assert_int_equal(cfg.tables[0].capacity, 65536);
+  assert_int_equal(cfg.tables[0].min_size, 1);
+  assert_int_equal(cfg.tables[0].sampler, CHIME__SAMPLER_FIFO);
+  assert_int_equal(chime_spec_sample_bytes(&cfg.tables[0].spec), 264);
+  assert_int_equal(cfg.pin_host_memory, 0);
+}
+
+static void test_full(void **state) {
+  char err[256] = "";
+  (void)state;
+  const char *json =
+      "{\"listen\":\"unix:/tmp/x.sock\", \"handoff_socket\":\"/tmp/h.sock\","
+      " \"handoff_expires_ms\": 250, \"allowed_uids\":[1000, 1001],"
+      " \"budgets\":{\"stream_ring_bytes\":1024,\"total_ring_bytes\":4096},"
+      " \"pin_host_memory\": true,"
+      " \"tables\":[{\"name\":\"a\",\"spec\":\"x:u8[3]\",\"capacity\":10,"
+      "\"sampler\":\"uniform\",\"min_size\":5},"
+      " {\"name\":\"b\",\"spec\":\"y:f64\",\"capacity\":7}]}";
+  assert_int_equal(chime__config_parse(&cfg, json, err, sizeof(err)), 0);
+  assert_string_equal(cfg.listen, "unix:/tmp/x.sock");
+  assert_string_equal(cfg.handoff_socket, "/tmp/h.sock");
+  assert_int_equal(cfg.handoff_expires_ms, 250);
+  assert_int_equal(cfg.nuids, 2);
+  assert_int_equal(cfg.allowed_uids[1], 1001);
+  assert_int_equal(cfg.stream_ring_bytes, 1024);
+  assert_int_equal(cfg.total_ring_bytes, 4096);
+  assert_int_equal(cfg.pin_host_memory, 1);
+  assert_int_equal(cfg.ntables, 2);
+  assert_int_equal(cfg.tables[0].sampler, CHIME__SAMPLER_UNIFORM);
+  assert_int_equal(cfg.tables[0].min_size, 5);
+  assert_int_equal(cfg.tables[1].sampler, CHIME__SAMPLER_FIFO);
+  assert_int_equal(cfg.tables[1].min_size, 1);
+  assert_int_equal(chime_spec_sample_bytes(&cfg.tables[1].spec), 8);
+}
+
+static void test_example_file(void **state) {
+  char err[512] = "", path[1024];
+  (void)state;
+  const char *src = getenv("CHIME_SOURCE_DIR");
+  if (src == NULL)
+    skip();
+  snprintf(path, sizeof(path), "%s/examples/chimed.json", src);
+  assert_int_equal(chime__config_load(&cfg, path, err, sizeof(err)), 0);
+  assert_true(cfg.ntables >= 1);
+}
+
+static void expect_bad(const char *json, const char *needle) {
+  char err[512] = "";
+  int rc = chime__config_parse(&cfg, json, err, sizeof(err));
+  if (rc != CHIME_EINVAL || strstr(err, needle) == NULL)
+    fail_msg("config %s: rc %d, err '%s', wanted '%s'", json, rc, err, needle);
+}
+
+#define T(name, spec, rest)                                                    \
+  "{\"tables\":[{\"name\":\"" name "\",\"spec\":\"" spec "\"" rest "}]}"
+
+#define TA "\"tables\":[{\"name\":\"a\",\"spec\":\"x:u8\",\"capacity\":1}]"
+
+static void test_mistakes(void **state) {
+  (void)state;
+  expect_bad("{\"tables\":[]}", "'tables'");
+  expect_bad("{}", "'tables' is required");
+  expect_bad("[1]", "JSON object");
+  expect_bad("{\"tables\":", "line 1");
+  expect_bad("{\"listne\":\"x\"," TA "}", "'listne': unknown key");
+  expect_bad("{\"listen\":5," TA "}", "'listen': expected a string");
+  expect_bad(T("a", "x:u8", ",\"capacity\":0"),
+             "table 'a': capacity must be at least 1");
+  expect_bad(T("a", "x:u8", ",\"capacity\":\"10\""),
+             "table 'a': 'capacity': expected a non-negative integer");
+  expect_bad(T("a", "x:u8", ",\"capacity\":-1"), "'capacity'");
+  expect_bad(T("a", "x:q32", ",\"capacity\":1"), "table 'a': bad spec");
+  expect_bad(T("a", "x:u8", ",\"capacity\":1,\"colour\":1"),
+             "table 'a': 'colour': unknown key");
+  expect_bad(T("a", "x:u8", ",\"capacity\":1,\"sampler\":\"lifo\""),
+             "table 'a': 'sampler'");
+  expect_bad(T("a", "x:u8", ",\"capacity\":2,\"min_size\":3"),
+             "table 'a': min_size 3 exceeds capacity 2");
+  expect_bad(T("a", "x:u8[1099511627776]", ",\"capacity\":2"), "table 'a'");
+  expect_bad(T("a b", "x:u8", ",\"capacity\":2"), "tables[0]: name");
+  expect_bad("{\"tables\":[{\"spec\":\"x:u8\",\"capacity\":1}]}",
+             "tables[0]: 'name'");
+  expect_bad("{\"tables\":[{\"name\":\"a\",\"capacity\":1}]}",
+             "table 'a': 'spec' is required");
+  expect_bad("{\"tables\":[{\"name\":\"a\",\"spec\":\"x:u8\"}]}",
+             "table 'a': 'capacity' is required");
+  expect_bad("{\"tables\":[{\"name\":\"a\",\"spec\":\"x:u8\",\"capacity\":1},"
+             "{\"name\":\"a\",\"spec\":\"x:u8\",\"capacity\":1}]}",
+             "table 'a': declared twice");
+  expect_bad("{\"budgets\":{\"stream_ring_bytes\":0}," TA "}",
+             "'budgets.stream_ring_bytes'");
+  expect_bad("{\"budgets\":{\"ring\":1}," TA "}",
+             "'budgets.ring': unknown key");
+  expect_bad(
+      "{\"budgets\":{\"stream_ring_bytes\":10,\"total_ring_bytes\":5}," TA "}",
+      "exceeds total_ring_bytes");
+  expect_bad("{\"allowed_uids\":[\"root\"]," TA "}", "'allowed_uids[0]'");
+  expect_bad("{\"pin_host_memory\":1," TA "}", "'pin_host_memory'");
+  expect_bad("{\"listen\":\"a\",\"listen\":\"b\"," TA "}", "duplicate");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_default),
+      cmocka_unit_test(test_full),
+      cmocka_unit_test(test_example_file),
+      cmocka_unit_test(test_mistakes),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

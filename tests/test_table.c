@@ -1,0 +1,316 @@
+/* Tables: fifo order and removal, uniform eviction and probabilities,
+ * leaf-major copies, blocking inserts and samples and how they end. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "chime/errors.h"
+#include "server/table.h"
+
+/* spec "a:u32[2], b:u8[]": 9 bytes a sample; a = {key*10, key*10+1}, b = key */
+#define SB 9
+
+static void make_cfg(chime__table_config_t *tc, uint64_t cap,
+                     chime__sampler_t s, uint64_t min_size) {
+  memset(tc, 0, sizeof(*tc));
+  snprintf(tc->name, sizeof(tc->name), "t");
+  assert_int_equal(chime_spec_parse(&tc->spec, "a:u32[2], b:u8[]", NULL, 0), 0);
+  tc->capacity = cap;
+  tc->sampler = s;
+  tc->min_size = min_size;
+}
+
+static void fill(uint8_t *buf, uint64_t first, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t a[2] = {(uint32_t)(first + i) * 10,
+                     (uint32_t)(first + i) * 10 + 1};
+    memcpy(buf + i * SB, a, 8);
+    buf[i * SB + 8] = (uint8_t)(first + i);
+  }
+}
+
+typedef struct {
+  chime_ring_layout_t lay;
+  uint8_t *mem;
+  chime_ring_wslot_t ws;
+} slot_t;
+
+static void slot_init(slot_t *s, const chime__table_t *t, uint32_t batch) {
+  assert_int_equal(chime_ring_layout(&s->lay, &chime__table_config(t)->spec,
+                                     batch, 2, NULL, 0),
+                   0);
+  s->mem = aligned_alloc(4096, s->lay.slot_bytes);
+  assert_non_null(s->mem);
+  memset(&s->ws, 0, sizeof(s->ws));
+  s->ws.base = s->mem;
+  s->ws.leaf[0] = s->mem + s->lay.leaf_offset[0];
+  s->ws.leaf[1] = s->mem + s->lay.leaf_offset[1];
+  s->ws.info = (chime_sample_info_t *)(s->mem + s->lay.info_offset);
+}
+
+/* Checks sample j of the slot is the item with `key`, leaf-major. */
+static void check_sample(const slot_t *s, uint32_t j, uint64_t key) {
+  const uint32_t *a = (const uint32_t *)s->ws.leaf[0];
+  const uint8_t *b = s->ws.leaf[1];
+  assert_int_equal(s->ws.info[j].key, key);
+  assert_int_equal(a[2 * j], key * 10);
+  assert_int_equal(a[2 * j + 1], key * 10 + 1);
+  assert_int_equal(b[j], (uint8_t)key);
+}
+
+static void test_fifo_order_and_wrap(void **state) {
+  chime__table_config_t tc;
+  chime__table_t *t;
+  slot_t s;
+  uint8_t buf[16 * SB];
+  uint64_t k;
+  chime__table_stats_t st;
+  (void)state;
+  make_cfg(&tc, 5, CHIME__SAMPLER_FIFO, 1);
+  assert_int_equal(chime__table_create(&t, &tc), 0);
+  slot_init(&s, t, 2);
+  fill(buf, 1, 3);
+  assert_int_equal(chime__table_insert(t, buf, 3, NULL, &k, NULL), 0);
+  assert_int_equal(k, 1);
+  assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
+  check_sample(&s, 0, 1);
+  check_sample(&s, 1, 2);
+  assert_true(s.ws.info[0].probability == 1.0);
+  assert_int_equal(s.ws.info[0].times_sampled, 1);
+  assert_true(s.ws.info[0].insert_time_ns > 0);
+  /* 1 left + 4 more = 5 = capacity; positions wrap around the end. */
+  fill(buf, 4, 4);
+  assert_int_equal(chime__table_insert(t, buf, 4, NULL, &k, NULL), 0);
+  assert_int_equal(k, 4);
+  for (uint64_t want = 3; want < 7; want += 2) {
+    assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
+    check_sample(&s, 0, want);
+    check_sample(&s, 1, want + 1);
+  }
+  chime__table_get_stats(t, &st);
+  assert_int_equal(st.size, 1);
+  assert_int_equal(st.inserts, 7);
+  assert_int_equal(st.samples, 6);
+  free(s.mem);
+  chime__table_destroy(t);
+}
+
+static void test_uniform_evicts_oldest(void **state) {
+  chime__table_config_t tc;
+  chime__table_t *t;
+  slot_t s;
+  uint8_t buf[10 * SB];
+  uint64_t k;
+  int seen[11] = {0};
+  (void)state;
+  make_cfg(&tc, 4, CHIME__SAMPLER_UNIFORM, 1);
+  assert_int_equal(chime__table_create(&t, &tc), 0);
+  slot_init(&s, t, 8);
+  fill(buf, 1, 10);
+  assert_int_equal(chime__table_insert(t, buf, 10, NULL, &k, NULL), 0);
+  for (int round = 0; round < 50; round++) {
+    assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
+    for (uint32_t j = 0; j < 8; j++) {
+      uint64_t key = s.ws.info[j].key;
+      assert_true(key >= 7 && key <= 10);
+      check_sample(&s, j, key);
+      assert_true(s.ws.info[j].probability == 0.25);
+      seen[key]++;
+    }
+  }
+  /* With replacement: 400 draws over 4 items reach every one. */
+  for (int key = 7; key <= 10; key++)
+    assert_true(seen[key] > 0);
+  chime__table_stats_t st;
+  chime__table_get_stats(t, &st);
+  assert_int_equal(st.size, 4);
+  free(s.mem);
+  chime__table_destroy(t);
+}
+
+typedef struct {
+  chime__table_t *t;
+  uint8_t buf[4 * SB];
+  uint32_t n;
+  uint64_t first;
+  atomic_int abort;
+  int rc;
+} ins_t;
+
+static void *insert_thread(void *arg) {
+  ins_t *a = arg;
+  a->rc = chime__table_insert(a->t, a->buf, a->n, NULL, &a->first, &a->abort);
+  return NULL;
+}
+
+static void test_fifo_full_waits_for_sampler(void **state) {
+  chime__table_config_t tc;
+  chime__table_t *t;
+  slot_t s;
+  uint8_t buf[4 * SB];
+  uint64_t k;
+  ins_t a;
+  pthread_t th;
+  (void)state;
+  make_cfg(&tc, 4, CHIME__SAMPLER_FIFO, 1);
+  assert_int_equal(chime__table_create(&t, &tc), 0);
+  slot_init(&s, t, 2);
+  fill(buf, 1, 4);
+  assert_int_equal(chime__table_insert(t, buf, 4, NULL, &k, NULL), 0);
+  memset(&a, 0, sizeof(a));
+  a.t = t;
+  a.n = 3;
+  fill(a.buf, 5, 3);
+  assert_int_equal(pthread_create(&th, NULL, insert_thread, &a), 0);
+  /* Two batches free four places; the blocked insert finishes in order. */
+  assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
+  check_sample(&s, 0, 1);
+  assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
+  check_sample(&s, 1, 4);
+  pthread_join(th, NULL);
+  assert_int_equal(a.rc, 0);
+  assert_int_equal(a.first, 5);
+  assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
+  check_sample(&s, 0, 5);
+  check_sample(&s, 1, 6);
+  free(s.mem);
+  chime__table_destroy(t);
+}
+
+static void test_blocked_insert_aborts(void **state) {
+  chime__table_config_t tc;
+  chime__table_t *t;
+  uint8_t buf[4 * SB];
+  uint64_t k;
+  ins_t a;
+  pthread_t th;
+  (void)state;
+  make_cfg(&tc, 2, CHIME__SAMPLER_FIFO, 1);
+  assert_int_equal(chime__table_create(&t, &tc), 0);
+  fill(buf, 1, 2);
+  assert_int_equal(chime__table_insert(t, buf, 2, NULL, &k, NULL), 0);
+  memset(&a, 0, sizeof(a));
+  a.t = t;
+  a.n = 1;
+  assert_int_equal(pthread_create(&th, NULL, insert_thread, &a), 0);
+  atomic_store(&a.abort, 1);
+  chime__table_wake(t);
+  pthread_join(th, NULL);
+  assert_int_equal(a.rc, CHIME_ESHUTDOWN);
+  chime__table_stats_t st;
+  chime__table_get_stats(t, &st);
+  assert_int_equal(st.size, 2);
+  chime__table_destroy(t);
+}
+
+typedef struct {
+  chime__table_t *t;
+  slot_t *s;
+  atomic_int stop;
+  int rc;
+} smp_t;
+
+static void *sample_thread(void *arg) {
+  smp_t *a = arg;
+  a->rc = chime__table_sample(a->t, &a->s->lay, &a->s->ws, &a->stop);
+  return NULL;
+}
+
+static void test_sample_waits_for_min_size(void **state) {
+  chime__table_config_t tc;
+  chime__table_t *t;
+  slot_t s;
+  uint8_t buf[4 * SB];
+  uint64_t k;
+  smp_t a;
+  pthread_t th;
+  (void)state;
+  make_cfg(&tc, 8, CHIME__SAMPLER_UNIFORM, 3);
+  assert_int_equal(chime__table_create(&t, &tc), 0);
+  slot_init(&s, t, 4);
+  memset(&a, 0, sizeof(a));
+  a.t = t;
+  a.s = &s;
+  a.rc = 99;
+  fill(buf, 1, 2);
+  assert_int_equal(chime__table_insert(t, buf, 2, NULL, &k, NULL), 0);
+  assert_int_equal(pthread_create(&th, NULL, sample_thread, &a), 0);
+  fill(buf, 3, 1); /* the third item reaches min_size */
+  assert_int_equal(chime__table_insert(t, buf, 1, NULL, &k, NULL), 0);
+  pthread_join(th, NULL);
+  assert_int_equal(a.rc, 0);
+  assert_true(s.ws.info[0].key >= 1 && s.ws.info[0].key <= 3);
+
+  /* Below min_size again (new table): stop ends the wait. */
+  chime__table_destroy(t);
+  assert_int_equal(chime__table_create(&t, &tc), 0);
+  a.t = t;
+  a.rc = 99;
+  assert_int_equal(pthread_create(&th, NULL, sample_thread, &a), 0);
+  atomic_store(&a.stop, 1);
+  chime__table_wake(t);
+  pthread_join(th, NULL);
+  assert_int_equal(a.rc, CHIME_ESHUTDOWN);
+
+  /* And close ends every wait for good. */
+  atomic_store(&a.stop, 0);
+  a.rc = 99;
+  assert_int_equal(pthread_create(&th, NULL, sample_thread, &a), 0);
+  chime__table_close(t);
+  pthread_join(th, NULL);
+  assert_int_equal(a.rc, CHIME_ESHUTDOWN);
+  assert_int_equal(chime__table_insert(t, buf, 1, NULL, &k, NULL),
+                   CHIME_ESHUTDOWN);
+  free(s.mem);
+  chime__table_destroy(t);
+}
+
+static void test_fifo_batch_taken_whole(void **state) {
+  chime__table_config_t tc;
+  chime__table_t *t;
+  slot_t s;
+  uint8_t buf[4 * SB];
+  uint64_t k;
+  smp_t a;
+  pthread_t th;
+  (void)state;
+  make_cfg(&tc, 8, CHIME__SAMPLER_FIFO, 1);
+  assert_int_equal(chime__table_create(&t, &tc), 0);
+  slot_init(&s, t, 4);
+  fill(buf, 1, 3);
+  assert_int_equal(chime__table_insert(t, buf, 3, NULL, &k, NULL), 0);
+  memset(&a, 0, sizeof(a));
+  a.t = t;
+  a.s = &s;
+  assert_int_equal(pthread_create(&th, NULL, sample_thread, &a), 0);
+  atomic_store(&a.stop, 1);
+  chime__table_wake(t);
+  pthread_join(th, NULL);
+  assert_int_equal(a.rc, CHIME_ESHUTDOWN);
+  /* Three items were fewer than a batch: none was taken. */
+  chime__table_stats_t st;
+  chime__table_get_stats(t, &st);
+  assert_int_equal(st.size, 3);
+  assert_int_equal(st.samples, 0);
+  free(s.mem);
+  chime__table_destroy(t);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_fifo_order_and_wrap),
+      cmocka_unit_test(test_uniform_evicts_oldest),
+      cmocka_unit_test(test_fifo_full_waits_for_sampler),
+      cmocka_unit_test(test_blocked_insert_aborts),
+      cmocka_unit_test(test_sample_waits_for_min_size),
+      cmocka_unit_test(test_fifo_batch_taken_whole),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

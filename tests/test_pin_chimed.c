@@ -1,0 +1,420 @@
+/* Page-locking through the real chimed and the client library.
+ *
+ * chimed --pin-host-memory must refuse to start, exit non-zero and print one
+ * error naming the CUDA error and every rung of the ladder when: the real
+ * runtime is there but no driver (these machines), the runtime fails to
+ * initialise (the fake with an init error), or nothing is found at all. With
+ * the fake runtime succeeding it starts, pins every ring it creates (and the
+ * learner pins its own mapping or local ring), reports the footprint, and
+ * unregisters everything while still mapped; with pinning off it maps no CUDA
+ * library at all. Skips (77) when chimed is not built. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "chime/chime.h"
+#include "harness.h"
+
+extern char **environ;
+
+#define SPEC "obs:f32[64], action:i32[], reward:f32[]"
+#define SLOTS 4
+#define BATCH 4
+
+static const char *config =
+    "{\"tables\": [{\"name\": \"demo\", \"spec\": \"" SPEC "\", "
+    "\"capacity\": 4096, \"min_size\": 1, \"sampler\": \"fifo\"}]}\n";
+
+static char g_chimed[1024];
+
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "r");
+  char *buf = calloc(1, 1 << 20);
+  size_t n = 0;
+
+  if (buf == NULL)
+    return NULL;
+  if (f != NULL) {
+    n = fread(buf, 1, (1 << 20) - 1, f);
+    fclose(f);
+  }
+  buf[n] = '\0';
+  return buf;
+}
+
+static int count_of(const char *hay, const char *needle) {
+  int n = 0;
+
+  for (hay = strstr(hay, needle); hay != NULL;
+       hay = strstr(hay + strlen(needle), needle))
+    n++;
+  return n;
+}
+
+/* Lines of a fake runtime log that start with word ("register " is not
+ * "unregister "). */
+static int count_lines(const char *log, const char *word) {
+  const char *line = log;
+  int n = 0;
+
+  while (line != NULL && *line != '\0') {
+    n += strncmp(line, word, strlen(word)) == 0;
+    line = strchr(line, '\n');
+    if (line != NULL)
+      line++;
+  }
+  return n;
+}
+
+static int pid_maps_cudart(pid_t pid) {
+  char path[64], *maps;
+  int found;
+
+  snprintf(path, sizeof path, "/proc/%d/maps", (int)pid);
+  maps = slurp(path);
+  assert_non_null(maps);
+  assert_non_null(strstr(maps, "chimed")); /* it really is chimed's map */
+  found = strstr(maps, "libcudart") != NULL;
+  free(maps);
+  return found;
+}
+
+/* Asserts each NULL-terminated needle occurs in hay, in order. */
+static void assert_in_order(const char *hay, ...) {
+  const char *at = hay, *needle;
+  va_list ap;
+
+  va_start(ap, hay);
+  while ((needle = va_arg(ap, const char *)) != NULL) {
+    const char *hit = strstr(at, needle);
+
+    if (hit == NULL) {
+      va_end(ap);
+      fail_msg("missing (in order) \"%s\" in:\n%s", needle, hay);
+    }
+    at = hit + strlen(needle);
+  }
+  va_end(ap);
+}
+
+/* Starts chimed --pin-host-memory --listen 127.0.0.1:0 with the test's
+ * environment minus what the ladder and the fake read, plus vars, stderr to
+ * a file; waits for it to exit (it must: it fails at start). Returns its
+ * stderr (free it); *status gets the wait status, or -1 if it kept running
+ * (then it was killed: a host where pinning works). */
+static char *chimed_fails(int *status, ...) {
+  static const char *const scrub[] = {
+      "CHIME_CUDART=", "CUDA_HOME=",       "CUDA_PATH=",
+      "VIRTUAL_ENV=",  "CONDA_PREFIX=",    "PYENV_ROOT=",
+      "HOME=",         "CHIME_CUDA_TEST_", "FAKE_CUDART_"};
+  char *argv[] = {g_chimed, "--pin-host-memory", "--listen", "127.0.0.1:0",
+                  NULL};
+  char errpath[512], outpath[512];
+  char *envp[256];
+  posix_spawn_file_actions_t fa;
+  size_t n = 0, i, k;
+  va_list ap;
+  char *v;
+  pid_t pid;
+  int st = 0, waited = 0;
+
+  snprintf(errpath, sizeof errpath, "%s/chimed.err", chime__harness_tmpdir());
+  snprintf(outpath, sizeof outpath, "%s/chimed.out", chime__harness_tmpdir());
+  for (i = 0; environ[i] != NULL && n < 200; i++) {
+    int drop = 0;
+
+    for (k = 0; k < sizeof scrub / sizeof scrub[0]; k++)
+      drop |= strncmp(environ[i], scrub[k], strlen(scrub[k])) == 0;
+    if (!drop)
+      envp[n++] = environ[i];
+  }
+  va_start(ap, status);
+  while ((v = va_arg(ap, char *)) != NULL && n < 254)
+    envp[n++] = v;
+  va_end(ap);
+  envp[n] = NULL;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, outpath,
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_addopen(&fa, 2, errpath,
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  assert_int_equal(posix_spawn(&pid, g_chimed, &fa, NULL, argv, envp), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  for (;;) {
+    pid_t r = waitpid(pid, &st, WNOHANG);
+
+    if (r == pid)
+      break;
+    if (waited >= 30000) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &st, 0);
+      st = -1;
+      break;
+    }
+    chime__sleep_ms(10);
+    waited += 10;
+  }
+  *status = st;
+  return slurp(errpath);
+}
+
+/* The real runtime, no driver: the error names cudaErrorInsufficientDriver
+ * and the whole ladder. */
+static void test_real_runtime_no_driver(void **state) {
+  char *err;
+  int st;
+
+  (void)state;
+  err = chimed_fails(&st, (char *)NULL);
+  assert_non_null(err);
+  if (st == -1) {
+    free(err);
+    skip(); /* it started: this host has a driver and a GPU */
+  }
+  if (strstr(err, "no CUDA runtime found") != NULL) {
+    fprintf(stderr, "no CUDA runtime installed: %s\n", err);
+    free(err);
+    skip();
+  }
+  fprintf(stderr, "chimed said: %s", err);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) != 0);
+  assert_in_order(err, "page-locking failed: CUDA runtime: ",
+                  "cudaErrorInsufficientDriver (35) from cudaFree(NULL) in /",
+                  "libcudart.so", "; ladder: [loaded] ", "; [CHIME_CUDART] ",
+                  "; [CUDA_HOME]", "; [CUDA_PATH]", "/usr/local/cuda] ",
+                  "; [python wheels] ", "; [sonames] ", (char *)NULL);
+  assert_non_null(strstr(err, "] loaded /"));
+  free(err);
+}
+
+static void test_fake_init_failure(void **state) {
+  char home[512], v_home[600];
+  char *err;
+  int st;
+
+  (void)state;
+  snprintf(home, sizeof home, "%s/home", chime__harness_tmpdir());
+  mkdir(home, 0700);
+  snprintf(v_home, sizeof v_home, "HOME=%s", home);
+  err = chimed_fails(&st, "CUDA_HOME=" FAKE_CUDART_ROOT,
+                     "FAKE_CUDART_INIT_ERROR=100", v_home, (char *)NULL);
+  assert_non_null(err);
+  assert_true(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) != 0);
+  assert_in_order(
+      err,
+      "page-locking failed: CUDA runtime: cudaErrorNoDevice (100) "
+      "from cudaFree(NULL) in " FAKE_CUDART_ROOT "/lib64/libcudart.so.13",
+      "; ladder: [loaded] no libcudart mapped in this process",
+      "; [CHIME_CUDART] not set",
+      "; [CUDA_HOME=" FAKE_CUDART_ROOT "] loaded " FAKE_CUDART_ROOT
+      "/lib64/libcudart.so.13",
+      "; [CUDA_PATH] not tried (runtime found earlier)",
+      "/usr/local/cuda] not tried (runtime found earlier)",
+      "; [python wheels] not tried (runtime found earlier)",
+      "; [sonames] not tried (runtime found earlier)", (char *)NULL);
+  free(err);
+}
+
+static void test_nothing_found(void **state) {
+  char root[512], v_root[600], v_home[600], want[2048];
+  char *err;
+  int st;
+
+  (void)state;
+  snprintf(root, sizeof root, "%s/empty-root", chime__harness_tmpdir());
+  mkdir(root, 0700);
+  snprintf(v_root, sizeof v_root, "CHIME_CUDA_TEST_ROOT=%s", root);
+  snprintf(v_home, sizeof v_home, "HOME=%s", root);
+  err = chimed_fails(&st, v_root, v_home,
+                     "CHIME_CUDA_TEST_SONAMES=libchime-absent-cudart.so.13:"
+                     "libchime-absent-cudart.so",
+                     (char *)NULL);
+  assert_non_null(err);
+  assert_true(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) != 0);
+  snprintf(want, sizeof want,
+           "; [%s/usr/local/cuda] %s/usr/local/cuda: No such file or "
+           "directory",
+           root, root);
+  assert_in_order(err, "page-locking failed: no CUDA runtime found; ladder: ",
+                  "[loaded] no libcudart mapped in this process",
+                  "; [CHIME_CUDART] not set", "; [CUDA_HOME] not set",
+                  "; [CUDA_PATH] not set", want,
+                  "; [python wheels] no Python site directory found",
+                  "; [sonames] libchime-absent-cudart.so.13: ",
+                  ", libchime-absent-cudart.so: ", (char *)NULL);
+  free(err);
+}
+
+/* Pinning on, fake runtime: the server pins each ring it creates, a learner
+ * pins its own view in both modes, the footprint is reported, and every
+ * registration is undone while the memory is still mapped. */
+static void test_pins_rings_end_to_end(void **state) {
+  const char *const extra[] = {"--pin-host-memory", NULL};
+  char srv_log[512], cli_log[512], want[128], err[256];
+  chime__chimed_t d;
+  chime_client_t *client = NULL;
+  chime_server_info_t *info = NULL;
+  chime_stats_t *stats = NULL;
+  chime_stream_t *s = NULL;
+  chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
+  chime_ring_layout_t lay;
+  chime_spec_t spec;
+  char *log;
+  int rc, st = 0;
+  int64_t deadline;
+
+  (void)state;
+  assert_int_equal(chime_spec_parse(&spec, SPEC, err, sizeof err), 0);
+  assert_int_equal(
+      chime_ring_layout(&lay, &spec, BATCH, SLOTS, err, sizeof err), 0);
+  snprintf(srv_log, sizeof srv_log, "%s/srv.log", chime__harness_tmpdir());
+  snprintf(cli_log, sizeof cli_log, "%s/cli.log", chime__harness_tmpdir());
+  setenv("CUDA_HOME", FAKE_CUDART_ROOT, 1);
+  setenv("FAKE_CUDART_LOG", srv_log, 1);
+  rc = chime__chimed_start(&d, config, extra, 30000);
+  setenv("FAKE_CUDART_LOG", cli_log, 1);
+  assert_int_equal(rc, 0);
+  assert_true(pid_maps_cudart(d.proc.pid));
+
+  assert_int_equal(chime_client_create(&client, d.addr, NULL), 0);
+  assert_int_equal(chime_client_info(client, &info), 0);
+  assert_int_equal(info->pin_host_memory, 1);
+  assert_int_equal(info->pinned_bytes, 0); /* no ring yet */
+  chime_server_info_free(info);
+
+  /* shm: the server's ring, and the learner's read-only mapping of it. */
+  so.batch_size = BATCH;
+  so.slots = SLOTS;
+  so.mode = CHIME_MODE_SHM;
+  so.pin_host_memory = 1;
+  rc = chime_stream_open(client, "demo", &so, &s);
+  assert_int_equal(rc, 0);
+  assert_int_equal(chime_stream_mode(s), CHIME_MODE_SHM);
+  assert_int_equal(chime_client_stats(client, &stats), 0);
+  assert_int_equal(stats->pinned_bytes, (uint64_t)SLOTS * lay.slot_bytes);
+  assert_int_equal(stats->nstreams, 1);
+  assert_int_equal(stats->streams[0].pinned, 1);
+  chime_stats_free(stats);
+  log = slurp(cli_log);
+  snprintf(want, sizeof want, " %llu 9\n", (unsigned long long)lay.slot_bytes);
+  assert_int_equal(count_lines(log, "register "), SLOTS);
+  assert_int_equal(count_of(log, want), SLOTS);
+  free(log);
+  chime_stream_close(s);
+  s = NULL;
+  log = slurp(cli_log);
+  assert_int_equal(count_lines(log, "unregister "), SLOTS);
+  assert_int_equal(count_of(log, "unregister-"), 0);
+  free(log);
+
+  /* stream mode: the learner's local ring (its own, writable). */
+  so.mode = CHIME_MODE_STREAM;
+  rc = chime_stream_open(client, "demo", &so, &s);
+  assert_int_equal(rc, 0);
+  assert_int_equal(chime_stream_mode(s), CHIME_MODE_STREAM);
+  log = slurp(cli_log);
+  snprintf(want, sizeof want, " %llu 1\n", (unsigned long long)lay.slot_bytes);
+  assert_int_equal(count_of(log, want), SLOTS);
+  free(log);
+  chime_stream_close(s);
+  s = NULL;
+  log = slurp(cli_log);
+  assert_int_equal(count_lines(log, "unregister "), 2 * SLOTS);
+  free(log);
+
+  /* The server pinned both rings (portable) and unregisters each when its
+   * stream goes, before unmapping. */
+  deadline = chime__now_ms() + 20000;
+  for (;;) {
+    log = slurp(srv_log);
+    if (count_lines(log, "unregister ") >= 2 * SLOTS ||
+        chime__now_ms() > deadline)
+      break;
+    free(log);
+    chime__sleep_ms(20);
+  }
+  assert_int_equal(count_lines(log, "register "), 2 * SLOTS);
+  assert_int_equal(count_of(log, want), 2 * SLOTS);
+  assert_int_equal(count_lines(log, "unregister "), 2 * SLOTS);
+  assert_int_equal(count_of(log, "unregister-"), 0);
+  assert_int_equal(count_of(log, "register-fail"), 0);
+  free(log);
+
+  chime_client_destroy(client);
+  assert_int_equal(chime__chimed_stop(&d, 20000, &st), 0);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  unsetenv("FAKE_CUDART_LOG");
+  unsetenv("CUDA_HOME");
+}
+
+/* Pinning off: a runtime is right there, rings get created, and still no
+ * CUDA library is mapped in chimed and nothing is reported pinned. */
+static void test_off_maps_no_cuda(void **state) {
+  chime__chimed_t d;
+  chime_client_t *client = NULL;
+  chime_server_info_t *info = NULL;
+  chime_stats_t *stats = NULL;
+  chime_stream_t *s = NULL;
+  chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
+  int st = 0;
+
+  (void)state;
+  setenv("CUDA_HOME", FAKE_CUDART_ROOT, 1);
+  assert_int_equal(chime__chimed_start(&d, config, NULL, 30000), 0);
+  unsetenv("CUDA_HOME");
+  assert_int_equal(chime_client_create(&client, d.addr, NULL), 0);
+  so.batch_size = BATCH;
+  so.slots = SLOTS;
+  so.mode = CHIME_MODE_SHM;
+  assert_int_equal(chime_stream_open(client, "demo", &so, &s), 0);
+  assert_int_equal(chime_client_info(client, &info), 0);
+  assert_int_equal(info->pin_host_memory, 0);
+  assert_int_equal(info->pinned_bytes, 0);
+  chime_server_info_free(info);
+  assert_int_equal(chime_client_stats(client, &stats), 0);
+  assert_int_equal(stats->nstreams, 1);
+  assert_int_equal(stats->streams[0].pinned, 0);
+  assert_int_equal(stats->pinned_bytes, 0);
+  chime_stats_free(stats);
+  assert_false(pid_maps_cudart(d.proc.pid));
+  chime_stream_close(s);
+  chime_client_destroy(client);
+  assert_int_equal(chime__chimed_stop(&d, 20000, &st), 0);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+static int teardown(void **state) {
+  (void)state;
+  chime__harness_kill_all();
+  return 0;
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_teardown(test_real_runtime_no_driver, teardown),
+      cmocka_unit_test_teardown(test_fake_init_failure, teardown),
+      cmocka_unit_test_teardown(test_nothing_found, teardown),
+      cmocka_unit_test_teardown(test_off_maps_no_cuda, teardown),
+      cmocka_unit_test_teardown(test_pins_rings_end_to_end, teardown),
+  };
+
+  if (chime__harness_bin("src/server/chimed", g_chimed, sizeof g_chimed) ==
+      NULL) {
+    fprintf(stderr, "skip: chimed is not built\n");
+    return 77;
+  }
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

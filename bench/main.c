@@ -1,0 +1,33 @@
+/* chime-bench <ring|service|ingest> [--json] [options] */
+#include <stdio.h>
+#include <string.h>
+
+#include "bench.h"
+
+static int usage(void) {
+  fprintf(stderr,
+          "usage: chime-bench <command> [--json] [options]\n"
+          "  ring      producer thread -> ring -> consumer process, vs memcpy\n"
+#ifdef CHIME_BENCH_SERVICE
+          "  service   table -> learner over chimed (shm, stream), vs limits\n"
+          "  ingest    actors -> chimed Insert throughput\n"
+#else
+          "  (service and ingest: built only with CHIME_WITH_SERVICE=ON)\n"
+#endif
+          "  chime-bench <command> --help for its options\n");
+  return 2;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2)
+    return usage();
+  if (strcmp(argv[1], "ring") == 0)
+    return chime__bench_ring(argc - 1, argv + 1);
+#ifdef CHIME_BENCH_SERVICE
+  if (strcmp(argv[1], "service") == 0)
+    return chime__bench_service(argc - 1, argv + 1);
+  if (strcmp(argv[1], "ingest") == 0)
+    return chime__bench_ingest(argc - 1, argv + 1);
+#endif
+  return usage();
+}

@@ -17,6 +17,13 @@
  * Thread safety: one thread at a time per side (producer calls on one thread,
  * consumer calls on one thread); chime_ring_shutdown() may be called from any
  * thread or process holding the producer side.
+ *
+ * A ring from chime_ring_create() also serves the consumer calls (next,
+ * release, set_disconnected) through the same handle, so one process can hold
+ * both sides: producer calls on one thread, consumer calls on another (the
+ * client's stream mode does this). On a handle from chime_ring_attach() the
+ * producer calls return CHIME_EPERM, and chime_ring_shutdown() and
+ * chime_ring_reclaim() do nothing: its header is mapped read-only.
  */
 #ifndef CHIME_RING_H
 #define CHIME_RING_H

@@ -51,7 +51,7 @@ struct chime_stream_s {
 
 static void set_err(chime_stream_t *s, const char *text) {
   pthread_mutex_lock(&s->lock);
-  snprintf(s->err, sizeof(s->err), "%s", text);
+  snprintf(s->err, sizeof(s->err), "%.*s", (int)sizeof(s->err) - 1, text);
   pthread_mutex_unlock(&s->lock);
 }
 
@@ -174,11 +174,16 @@ static int pump(chime_stream_t *s, gpr_timespec deadline) {
       break; /* the call is over; its status follows */
     if (s->opening)
       break; /* the opener takes it */
-    on_message(s, s->recv_bb);
-    grpc_byte_buffer_destroy(s->recv_bb);
-    s->recv_bb = NULL;
-    if (start_recv(s))
-      protocol_error(s, "stream: cannot receive");
+    {
+      /* Ask for the next message before copying this one, so gRPC assembles
+       * it while this thread copies. */
+      grpc_byte_buffer *bb = s->recv_bb;
+      s->recv_bb = NULL;
+      if (start_recv(s))
+        protocol_error(s, "stream: cannot receive");
+      on_message(s, bb);
+      grpc_byte_buffer_destroy(bb);
+    }
     break;
   case TAG_STATUS:
     s->status_pending = 0;

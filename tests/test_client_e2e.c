@@ -1,0 +1,341 @@
+/* The client library against the real chimed: writer acks and local size
+ * errors, auto fallback when the server looks remote, leases and credits
+ * (slots - 1 held, release in any order, EBUSY), and how a stream ends: a
+ * graceful stop gives CHIME_ESHUTDOWN, a killed server CHIME_EDISCONNECTED,
+ * and batches already held stay readable in both modes. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "chime/chime.h"
+#include "harness.h"
+#include "pattern.h"
+
+#define SPEC "obs:f32[64], action:i32[], reward:f32[]"
+#define SAMPLE_BYTES 264
+
+/* uniform: samples with replacement, so tests need not count items. */
+static const char *config =
+    "{\"tables\": [{\"name\": \"u\", \"spec\": \"" SPEC "\", \"capacity\": "
+    "4096, \"min_size\": 1, \"sampler\": \"uniform\"}, {\"name\": \"f\", "
+    "\"spec\": \"" SPEC "\", \"capacity\": 4096, \"min_size\": 1, "
+    "\"sampler\": \"fifo\"}]}\n";
+
+static chime_spec_t spec;
+
+static void start(chime__chimed_t *d, chime_client_t **c) {
+  int rc = chime__chimed_start(d, config, NULL, 30000);
+  if (rc == CHIME_ENOTFOUND)
+    chime__skip("chimed is not built");
+  assert_int_equal(rc, 0);
+  assert_int_equal(chime_client_create(c, d->addr, NULL), 0);
+}
+
+static void stop(chime__chimed_t *d, chime_client_t *c) {
+  int st = -1;
+  chime_client_destroy(c);
+  assert_int_equal(chime__chimed_stop(d, 20000, &st), 0);
+  assert_int_equal(st, 0);
+}
+
+static void insert(chime_client_t *c, const char *table, uint64_t seed,
+                   uint64_t n) {
+  chime_writer_t *w = NULL;
+  uint8_t sample[SAMPLE_BYTES];
+  chime_writer_opts_t o = CHIME_WRITER_OPTS_INIT;
+  o.max_batch_samples = 16; /* several messages in flight */
+  assert_int_equal(chime_writer_open(c, table, &o, &w), 0);
+  for (uint64_t i = 0; i < n; i++) {
+    chime__pattern_fill(&spec, chime__pattern_id(seed, i), sample);
+    assert_int_equal(chime_writer_append(w, sample, sizeof(sample), 1.0), 0);
+  }
+  assert_int_equal(chime_writer_flush(w), 0);
+  assert_int_equal(chime_writer_acked(w), n);
+  assert_int_equal(chime_writer_close(w), 0);
+}
+
+static chime_stream_t *open_stream(chime_client_t *c, const char *table,
+                                   chime_mode_t mode, uint32_t slots) {
+  chime_stream_opts_t o = CHIME_STREAM_OPTS_INIT;
+  o.batch_size = 8;
+  o.slots = slots;
+  o.mode = mode;
+  chime_stream_t *s = NULL;
+  int rc = chime_stream_open(c, table, &o, &s);
+  if (rc)
+    fprintf(stderr, "open: %s\n", chime_client_last_error(c));
+  assert_int_equal(rc, 0);
+  return s;
+}
+
+static void verify(const chime_batch_t *b) {
+  char err[256];
+  int rc = chime__pattern_verify(b, NULL, err, sizeof(err));
+  if (rc)
+    fprintf(stderr, "%s\n", err);
+  assert_int_equal(rc, 0);
+}
+
+static int setup(void **state) {
+  (void)state;
+  char err[256];
+  return chime_spec_parse(&spec, SPEC, err, sizeof(err)) == 0 ? 0 : -1;
+}
+
+static int teardown_each(void **state) {
+  (void)state;
+  unsetenv("CHIME_BOOT_ID");
+  chime__harness_kill_all();
+  return 0;
+}
+
+static void test_writer(void **state) {
+  (void)state;
+  chime__chimed_t d;
+  chime_client_t *c;
+  start(&d, &c);
+  insert(c, "u", 7, 100);
+
+  chime_writer_t *w = NULL;
+  assert_int_equal(chime_writer_open(c, "nope", NULL, &w), CHIME_ENOTFOUND);
+  assert_null(w);
+  assert_non_null(strstr(chime_client_last_error(c), "'nope'"));
+
+  assert_int_equal(chime_writer_open(c, "u", NULL, &w), 0);
+  uint8_t sample[SAMPLE_BYTES + 8];
+  chime__pattern_fill(&spec, chime__pattern_id(7, 100), sample);
+  /* Too short: the leaf that does not fit is named; nothing is sent. */
+  assert_int_equal(chime_writer_append(w, sample, 260, 1.0), CHIME_EINVAL);
+  assert_non_null(strstr(chime_writer_last_error(w), "leaf 'reward'"));
+  assert_non_null(strstr(chime_writer_last_error(w), "260"));
+  assert_int_equal(chime_writer_append(w, sample, SAMPLE_BYTES + 8, 1.0),
+                   CHIME_EINVAL);
+  /* The writer is still usable, with priorities. */
+  assert_int_equal(chime_writer_append(w, sample, SAMPLE_BYTES, 2.5), 0);
+  assert_int_equal(chime_writer_close(w), 0);
+
+  chime_server_info_t *info = NULL;
+  assert_int_equal(chime_client_info(c, &info), 0);
+  assert_int_equal(info->ntables, 2);
+  assert_string_equal(info->tables[0].name, "u");
+  assert_int_equal(info->tables[0].size, 101);
+  assert_int_equal(info->tables[0].sample_bytes, SAMPLE_BYTES);
+  assert_int_equal(info->tables[0].spec.nleaves, 3);
+  chime_server_info_free(info);
+  stop(&d, c);
+}
+
+static void test_auto_fallback(void **state) {
+  (void)state;
+  chime__chimed_t d;
+  chime_client_t *c;
+  start(&d, &c);
+  insert(c, "u", 1, 64);
+
+  chime_stream_t *s = open_stream(c, "u", CHIME_MODE_AUTO, 4);
+  assert_int_equal(chime_stream_mode(s), CHIME_MODE_SHM);
+  assert_null(chime_stream_fallback_reason(s));
+  chime_stream_close(s);
+
+  setenv("CHIME_BOOT_ID", "another-host", 1);
+  s = open_stream(c, "u", CHIME_MODE_AUTO, 4);
+  assert_int_equal(chime_stream_mode(s), CHIME_MODE_STREAM);
+  assert_non_null(chime_stream_fallback_reason(s));
+  assert_non_null(strstr(chime_stream_fallback_reason(s), "boot_id differs"));
+  chime_batch_t b;
+  assert_int_equal(chime_stream_next(s, &b, 10000), 0);
+  verify(&b);
+  assert_int_equal(chime_batch_release(s, &b), 0);
+  chime_stream_close(s);
+
+  chime_stream_opts_t o = CHIME_STREAM_OPTS_INIT;
+  o.batch_size = 8;
+  o.mode = CHIME_MODE_SHM;
+  s = NULL;
+  assert_int_equal(chime_stream_open(c, "u", &o, &s), CHIME_ENOTSUP);
+  assert_null(s);
+  assert_non_null(strstr(chime_client_last_error(c), "boot_id differs"));
+  unsetenv("CHIME_BOOT_ID");
+  stop(&d, c);
+}
+
+/* Holds slots - 1 batches, releases them in a scrambled order, and checks
+ * that held batches never change underneath (the producer must not write a
+ * leased slot; in stream mode, credits must not outrun the local ring). */
+static void leases(chime_client_t *c, chime_mode_t mode) {
+  enum { SLOTS = 4, HOLD = SLOTS - 1 };
+  chime_stream_t *s = open_stream(c, "u", mode, SLOTS);
+  chime_batch_t held[HOLD];
+  uint64_t last_seq = 0;
+  for (int round = 0; round < 40; round++) {
+    for (int i = 0; i < HOLD; i++) {
+      assert_int_equal(chime_stream_next(s, &held[i], 10000), 0);
+      assert_true(round + i == 0 || held[i].seq > last_seq);
+      last_seq = held[i].seq;
+      assert_int_equal(held[i].count, 8);
+      assert_int_equal(held[i].nleaves, 3);
+      assert_int_equal(held[i].leaf[0].ndim, 2);
+      assert_int_equal(held[i].leaf[0].shape[0], 8);
+      assert_int_equal(held[i].leaf[0].shape[1], 64);
+      assert_int_equal(held[i].leaf[0].dtype, CHIME_DTYPE_F32);
+      assert_int_equal(held[i].leaf[1].ndim, 1);
+      assert_int_equal(held[i].leaf[2].bytes, 8 * 4);
+      assert_non_null(held[i].info);
+      assert_true(held[i].info[0].key >= 1);
+    }
+    chime_batch_t extra;
+    assert_int_equal(chime_stream_next(s, &extra, 0), CHIME_EBUSY);
+    for (int i = 0; i < HOLD; i++)
+      verify(&held[i]);
+    int order[HOLD] = {(round + 1) % HOLD, round % HOLD, (round + 2) % HOLD};
+    for (int i = 0; i < HOLD; i++)
+      assert_int_equal(chime_batch_release(s, &held[order[i]]), 0);
+  }
+  chime_stream_close(s);
+}
+
+static void test_leases_shm(void **state) {
+  (void)state;
+  chime__chimed_t d;
+  chime_client_t *c;
+  start(&d, &c);
+  insert(c, "u", 2, 64);
+  leases(c, CHIME_MODE_SHM);
+  stop(&d, c);
+}
+
+static void test_leases_stream(void **state) {
+  (void)state;
+  chime__chimed_t d;
+  chime_client_t *c;
+  start(&d, &c);
+  insert(c, "u", 3, 64);
+  leases(c, CHIME_MODE_STREAM);
+  stop(&d, c);
+}
+
+/* Opens one stream per mode and takes one batch from each. */
+static void open_both(chime_client_t *c, chime_stream_t *s[2],
+                      chime_batch_t b[2]) {
+  s[0] = open_stream(c, "u", CHIME_MODE_SHM, 4);
+  s[1] = open_stream(c, "u", CHIME_MODE_STREAM, 4);
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(chime_stream_next(s[i], &b[i], 10000), 0);
+    verify(&b[i]);
+  }
+}
+
+static int next_until_error(chime_stream_t *s) {
+  for (int i = 0; i < 1000; i++) {
+    chime_batch_t b;
+    int rc = chime_stream_next(s, &b, 20000);
+    if (rc)
+      return rc;
+    (void)chime_batch_release(s, &b);
+  }
+  return 0;
+}
+
+static void test_graceful_stop(void **state) {
+  (void)state;
+  chime__chimed_t d;
+  chime_client_t *c;
+  start(&d, &c);
+  insert(c, "u", 4, 64);
+  chime_stream_t *s[2];
+  chime_batch_t b[2];
+  open_both(c, s, b);
+  assert_int_equal(kill(d.proc.pid, SIGTERM), 0);
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(next_until_error(s[i]), CHIME_ESHUTDOWN);
+    verify(&b[i]); /* still readable */
+    assert_non_null(strstr(chime_stream_last_error(s[i]), "shutting down"));
+    chime_stream_close(s[i]);
+  }
+  /* A writer to a server that is gone fails with a clear error. */
+  chime_writer_t *w = NULL;
+  int st = -1;
+  assert_int_equal(chime__proc_wait(&d.proc, 20000, &st), 0);
+  assert_int_not_equal(chime_writer_open(c, "u", NULL, &w), 0);
+  assert_null(w);
+  chime_client_destroy(c);
+}
+
+static void test_server_killed(void **state) {
+  (void)state;
+  chime__chimed_t d;
+  chime_client_t *c;
+  start(&d, &c);
+  insert(c, "u", 5, 64);
+  chime_stream_t *s[2];
+  chime_batch_t b[2];
+  open_both(c, s, b);
+  chime__proc_kill(&d.proc);
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(next_until_error(s[i]), CHIME_EDISCONNECTED);
+    verify(&b[i]); /* the mapping outlives the server */
+    chime_stream_close(s[i]);
+  }
+  chime_client_destroy(c);
+}
+
+/* fifo: what two writers insert reaches the streams exactly once. */
+static void test_fifo_exactly_once(void **state) {
+  (void)state;
+  enum { N = 400 };
+  chime__chimed_t d;
+  chime_client_t *c;
+  start(&d, &c);
+  insert(c, "f", 8, N / 2);
+  insert(c, "f", 9, N / 2);
+  chime_stream_t *s = open_stream(c, "f", CHIME_MODE_STREAM, 4);
+  static uint8_t seen[2][N / 2];
+  memset(seen, 0, sizeof(seen));
+  for (int n = 0; n < N / 8; n++) {
+    chime_batch_t b;
+    uint64_t ids[8];
+    char err[256];
+    assert_int_equal(chime_stream_next(s, &b, 10000), 0);
+    assert_int_equal(chime__pattern_verify(&b, ids, err, sizeof(err)), 0);
+    for (int i = 0; i < 8; i++) {
+      uint64_t seed = ids[i] >> 40, idx = ids[i] & CHIME__PATTERN_MAX_INDEX;
+      assert_true(seed == 8 || seed == 9);
+      assert_true(idx < N / 2);
+      assert_int_equal(seen[seed - 8][idx], 0);
+      seen[seed - 8][idx] = 1;
+      assert_true(b.info[i].probability > 0);
+    }
+    assert_int_equal(chime_batch_release(s, &b), 0);
+  }
+  chime_batch_t b;
+  assert_int_equal(chime_stream_next(s, &b, 200), CHIME_ETIMEDOUT);
+  chime_stats_t *st = NULL;
+  assert_int_equal(chime_client_stats(c, &st), 0);
+  assert_int_equal(st->nstreams, 1);
+  assert_int_equal(st->streams[0].mode, CHIME_MODE_STREAM);
+  assert_string_equal(st->streams[0].table, "f");
+  chime_stats_free(st);
+  chime_stream_close(s);
+  stop(&d, c);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_teardown(test_writer, teardown_each),
+      cmocka_unit_test_teardown(test_auto_fallback, teardown_each),
+      cmocka_unit_test_teardown(test_leases_shm, teardown_each),
+      cmocka_unit_test_teardown(test_leases_stream, teardown_each),
+      cmocka_unit_test_teardown(test_graceful_stop, teardown_each),
+      cmocka_unit_test_teardown(test_server_killed, teardown_each),
+      cmocka_unit_test_teardown(test_fifo_exactly_once, teardown_each),
+  };
+  return cmocka_run_group_tests(tests, setup, NULL);
+}

@@ -233,8 +233,11 @@ static void open_both(chime_client_t *c, chime_stream_t *s[2],
   }
 }
 
+/* Uniform sampling never runs dry: consume until the stream ends, for at
+ * most a minute. */
 static int next_until_error(chime_stream_t *s) {
-  for (int i = 0; i < 1000; i++) {
+  int64_t end = chime__now_ms() + 60000;
+  while (chime__now_ms() < end) {
     chime_batch_t b;
     int rc = chime_stream_next(s, &b, 20000);
     if (rc)

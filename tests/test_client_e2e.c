@@ -193,6 +193,17 @@ static void leases(chime_client_t *c, chime_mode_t mode) {
     }
     chime_batch_t extra;
     assert_int_equal(chime_stream_next(s, &extra, 0), CHIME_EBUSY);
+    chime_stream_local_stats_t st;
+    assert_int_equal(chime_stream_get_stats(s, &st), 0);
+    assert_int_equal(st.mode, mode);
+    assert_int_equal(st.batches, (uint64_t)(round + 1) * HOLD);
+    assert_int_equal(st.bytes, st.batches * 8 * SAMPLE_BYTES);
+    assert_int_equal(st.leases, HOLD);
+    if (mode == CHIME_MODE_STREAM) {
+      /* prefetch (slots - 1) plus one credit per release so far */
+      assert_int_equal(st.credits, HOLD + (uint64_t)round * HOLD);
+      assert_true(st.received_bytes >= st.batches * 8 * SAMPLE_BYTES);
+    }
     for (int i = 0; i < HOLD; i++)
       verify(&held[i]);
     int order[HOLD] = {(round + 1) % HOLD, round % HOLD, (round + 2) % HOLD};

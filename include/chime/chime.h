@@ -219,6 +219,24 @@ CHIME_EXTERN chime_mode_t chime_stream_mode(const chime_stream_t *stream);
 CHIME_EXTERN const char *chime_stream_fallback_reason(
     const chime_stream_t *stream);
 CHIME_EXTERN const char *chime_stream_last_error(const chime_stream_t *stream);
+
+/* This process's view of one stream (the server's is chime_client_stats()). */
+typedef struct {
+  chime_mode_t mode;
+  uint64_t stream_id;        /* as in the server's stats */
+  uint64_t batches;          /* taken by chime_stream_next() */
+  uint64_t bytes;            /* leaf bytes of those batches */
+  uint64_t received_bytes;   /* stream mode: chunk payload received */
+  uint64_t credits;          /* stream mode: batches granted, prefetch too */
+  uint32_t leases;           /* batches held now */
+  uint32_t max_leases;
+  uint64_t consumer_wait_ns; /* time next() spent waiting */
+  uint64_t pinned_bytes;     /* page-locked by pin_host_memory */
+} chime_stream_local_stats_t;
+
+/* Fills *out; call from the thread that calls next. */
+CHIME_EXTERN int chime_stream_get_stats(const chime_stream_t *stream,
+                                        chime_stream_local_stats_t *out);
 /* Ends the Subscribe call (the server reclaims the ring) and unmaps: batches
  * still held become invalid. NULL-safe. */
 CHIME_EXTERN void chime_stream_close(chime_stream_t *stream);

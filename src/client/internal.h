@@ -108,10 +108,10 @@ typedef struct {
   uint64_t send_bytes;      /* bytes of a slot each batch carries */
   int active;               /* a slot is being filled */
   chime_ring_wslot_t w;
-  uint64_t seq;      /* server seq of the batch being filled */
-  uint64_t received; /* bytes of it so far */
-  uint64_t batches;  /* completed and published */
-  uint64_t bytes;
+  uint64_t seq;           /* server seq of the batch being filled */
+  uint64_t received;      /* bytes of it so far */
+  uint64_t batches;       /* completed and published */
+  _Atomic uint64_t bytes; /* read by chime_stream_get_stats() */
 } chime__remote_t;
 
 /* Copies one received message into the local ring. Returns 0 (publishing the

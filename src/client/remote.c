@@ -78,7 +78,7 @@ int chime__remote_chunk(chime__remote_t *r, grpc_byte_buffer *bb, char *err,
     skip = 0;
   }
   r->received += c.data_len;
-  r->bytes += c.data_len;
+  atomic_fetch_add_explicit(&r->bytes, c.data_len, memory_order_relaxed);
   if (r->received == r->send_bytes) {
     uint64_t seq;
     r->active = 0;

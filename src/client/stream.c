@@ -45,7 +45,8 @@ struct chime_stream_s {
   uint32_t credit_pending;
   grpc_byte_buffer *credit_bb;
 
-  atomic_int end_code; /* why next fails once the ring is cut off */
+  atomic_int end_code;     /* why next fails once the ring is cut off */
+  uint64_t batches, bytes; /* taken by next (learner's thread) */
   char err[CHIME__ERRLEN];
 };
 
@@ -599,7 +600,33 @@ int chime_stream_next(chime_stream_t *stream, chime_batch_t *out,
       b->shape[d + 1] = l->shape[d];
     b->data = v.leaf[i];
     b->bytes = (uint64_t)v.count * chime_leaf_bytes(l);
+    s->bytes += b->bytes;
   }
+  s->batches++;
+  return 0;
+}
+
+int chime_stream_get_stats(const chime_stream_t *stream,
+                           chime_stream_local_stats_t *out) {
+  const chime_stream_t *s = stream;
+  if (!s || !out)
+    return CHIME_EINVAL;
+  chime_ring_stats_t rs;
+  chime_ring_get_stats(s->ring, &rs);
+  memset(out, 0, sizeof(*out));
+  out->mode = s->mode;
+  out->stream_id = s->stream_id;
+  out->batches = s->batches;
+  out->bytes = s->bytes;
+  if (s->mode == CHIME_MODE_STREAM) {
+    out->received_bytes =
+        atomic_load_explicit(&s->remote.bytes, memory_order_relaxed);
+    out->credits = atomic_load(&s->remote.granted);
+  }
+  out->leases = rs.leases;
+  out->max_leases = rs.max_leases;
+  out->consumer_wait_ns = rs.consumer_wait_ns;
+  out->pinned_bytes = chime_ring_pinned_bytes(s->ring);
   return 0;
 }
 

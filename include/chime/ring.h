@@ -229,7 +229,9 @@ CHIME_EXTERN void *chime_ring_slot_base(const chime_ring_t *ring,
  * (portable; read-only as well for a consumer's read-only mapping). All or
  * nothing: on failure nothing stays registered and err names every place the
  * runtime was looked for and the CUDA error by name and number. Unregistered by
- * chime_ring_destroy() before unmapping. See docs/pinning.md. */
+ * chime_ring_destroy() before unmapping. See docs/pinning.md. An err of
+ * CHIME_PIN_ERRLEN bytes holds the whole message. */
+#define CHIME_PIN_ERRLEN 16384
 CHIME_EXTERN CHIME_NODISCARD int chime_ring_pin(chime_ring_t *ring, char *err,
                                                 size_t errlen);
 /* Bytes this side has page-locked (0 when not pinned). */

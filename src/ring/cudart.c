@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "chime/errors.h"
+#include "chime/ring.h"
 #include "ring/pin.h"
 
 /* A bounded string being appended to; output past the end is dropped, never
@@ -560,7 +561,9 @@ static atomic_int g_done;
 static int g_rc;
 static chime__cudart_t g_rt;
 static char g_report[CHIME__CUDA_MSG_MAX];
-static char g_msg[2 * CHIME__CUDA_MSG_MAX];
+static char g_msg[CHIME_PIN_ERRLEN];
+_Static_assert(CHIME_PIN_ERRLEN >= 2 * CHIME__CUDA_MSG_MAX,
+               "a pinning error is a sentence plus the ladder report");
 
 static void require_once(void) {
   chime__ladder_env_t *env = NULL;

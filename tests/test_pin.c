@@ -536,7 +536,7 @@ static int child_main(const char *scenario) {
 
 /* ------------------------------------------------- parent side: children */
 
-static char g_env_home[512], g_env_log[512];
+static char g_env_home[600], g_env_log[600];
 
 static void set_common_env(void) {
   char p[512];

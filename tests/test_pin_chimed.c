@@ -180,15 +180,16 @@ static void test_real_runtime_no_driver(void **state) {
   (void)state;
   err = chimed_fails(&st, (char *)NULL);
   assert_non_null(err);
-  if (st == -1) {
+  /* It started: this host has a driver and a GPU. Or there is no runtime
+   * to test at all. */
+  if (st == -1 || strstr(err, "no CUDA runtime found") != NULL) {
+    fprintf(stderr, "not applicable here: %s\n",
+            st == -1 ? "chimed started" : err);
     free(err);
-    skip(); /* it started: this host has a driver and a GPU */
+    err = NULL;
   }
-  if (strstr(err, "no CUDA runtime found") != NULL) {
-    fprintf(stderr, "no CUDA runtime installed: %s\n", err);
-    free(err);
+  if (err == NULL)
     skip();
-  }
   fprintf(stderr, "chimed said: %s", err);
   assert_true(WIFEXITED(st) && WEXITSTATUS(st) != 0);
   assert_in_order(err, "page-locking failed: CUDA runtime: ",

@@ -119,14 +119,15 @@ echo "== chimectl stats"
 "$chimectl" stats "$addr" || ok=0
 
 echo
-printf '%-16s %-7s %9s %9s %-9s %14s\n' WHO MODE SAMPLES BATCHES VERIFIED "GB/s | samp/s"
+printf '%-16s %-7s %9s %9s %-9s %s\n' WHO MODE SAMPLES BATCHES VERIFIED RATE
 for a in 1 2; do
   f=$tmp/actor.$a
   rc=$rc_a1
   [ "$a" = 2 ] && rc=$rc_a2
   ins=$(field "$f" inserted)
-  printf '%-16s %-7s %9s %9s %-9s %14s\n' "actor seed $a" - "${ins:-?}" - \
-    "$([ "$rc" = 0 ] && echo acked || echo FAILED)" "$(field "$f" samples_per_s)"
+  printf '%-16s %-7s %9s %9s %-9s %s\n' "actor seed $a" - "${ins:-?}" - \
+    "$([ "$rc" = 0 ] && echo acked || echo FAILED)" \
+    "$(field "$f" samples_per_s) samples/s"
   if [ "$rc" != 0 ] || [ "${ins:-}" != "$count" ]; then
     ok=0
     cat "$f.err" >&2
@@ -140,8 +141,8 @@ for m in auto stream; do
   mode=$(field "$f" mode)
   nb=$(field "$f" batches)
   ver=$(field "$f" verified)
-  printf '%-16s %-7s %9s %9s %-9s %14s\n' "learner $m" "${mode:-?}" \
-    "$((${nb:-0} * batch))" "${nb:-?}" "${ver:-?}" "$(field "$f" gbps)"
+  printf '%-16s %-7s %9s %9s %-9s %s\n' "learner $m" "${mode:-?}" \
+    "$((${nb:-0} * batch))" "${nb:-?}" "${ver:-?}" "$(field "$f" gbps) GB/s"
   fb=$(field "$f" fallback_reason)
   [ -n "$fb" ] && [ "$fb" != null ] && echo "  fallback: $fb"
   if [ "$rc" != 0 ] || [ "$ver" != true ]; then

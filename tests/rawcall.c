@@ -15,6 +15,11 @@ enum { TAG_SEND = 1, TAG_RECV, TAG_STATUS, TAG_CLOSE, TAG_START };
 
 #define TAG(t) ((void *)(intptr_t)(t))
 
+static int64_t now_ms(void) {
+  gpr_timespec t = gpr_now(GPR_CLOCK_MONOTONIC);
+  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
 static gpr_timespec in_ms(int ms) {
   if (ms < 0)
     return gpr_inf_future(GPR_CLOCK_MONOTONIC);
@@ -182,14 +187,33 @@ int chime__raw_finish(chime__raw_t *r, grpc_status_code *status, char *details,
   int rc;
   if (!r->finished) {
     (void)chime__raw_close_send(r);
+    /* The status waits until every message that came was read. */
+    grpc_byte_buffer *bb;
+    int64_t deadline = timeout_ms < 0 ? INT64_MAX : now_ms() + timeout_ms;
+    do {
+      int left = timeout_ms < 0 ? -1 : (int)(deadline - now_ms());
+      if (left == 0 || left < -1)
+        return CHIME_ETIMEDOUT;
+      if ((rc = chime__raw_recv(r, &bb, left)) != 0)
+        return rc;
+      if (bb != NULL)
+        grpc_byte_buffer_destroy(bb);
+    } while (bb != NULL);
     if (!r->status_pending) {
-      grpc_op op;
-      memset(&op, 0, sizeof(op));
-      op.op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-      op.data.recv_status_on_client.trailing_metadata = &r->md_trail;
-      op.data.recv_status_on_client.status = &r->status;
-      op.data.recv_status_on_client.status_details = &r->details;
-      if ((rc = batch(r, &op, 1, TAG_STATUS)) != 0)
+      grpc_op ops[2];
+      size_t n = 0;
+      memset(ops, 0, sizeof(ops));
+      /* The status is only delivered once initial metadata was asked for. */
+      if (!r->got_md) {
+        r->got_md = 1;
+        ops[n].op = GRPC_OP_RECV_INITIAL_METADATA;
+        ops[n++].data.recv_initial_metadata.recv_initial_metadata = &r->md_in;
+      }
+      ops[n].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+      ops[n].data.recv_status_on_client.trailing_metadata = &r->md_trail;
+      ops[n].data.recv_status_on_client.status = &r->status;
+      ops[n++].data.recv_status_on_client.status_details = &r->details;
+      if ((rc = batch(r, ops, n, TAG_STATUS)) != 0)
         return rc;
       r->status_pending = 1;
     }

@@ -267,7 +267,24 @@ static void test_graceful_stop(void **state) {
   chime_stream_t *s[2];
   chime_batch_t b[2];
   open_both(c, s, b);
+  chime_writer_t *live = NULL;
+  uint8_t sample[SAMPLE_BYTES];
+  chime__pattern_fill(&spec, chime__pattern_id(4, 64), sample);
+  assert_int_equal(chime_writer_open(c, "u", NULL, &live), 0);
+  assert_int_equal(chime_writer_append(live, sample, sizeof(sample), 1.0), 0);
+  assert_int_equal(chime_writer_flush(live), 0);
   assert_int_equal(kill(d.proc.pid, SIGTERM), 0);
+  /* The open Insert call ends with "shutting down": the writer says so. */
+  int rc = 0;
+  int64_t end = chime__now_ms() + 60000;
+  while (rc == 0 && chime__now_ms() < end) {
+    rc = chime_writer_append(live, sample, sizeof(sample), 1.0);
+    if (rc == 0)
+      rc = chime_writer_flush(live);
+  }
+  assert_int_equal(rc, CHIME_ESHUTDOWN);
+  assert_non_null(strstr(chime_writer_last_error(live), "shutting down"));
+  assert_int_equal(chime_writer_close(live), CHIME_ESHUTDOWN);
   for (int i = 0; i < 2; i++) {
     assert_int_equal(next_until_error(s[i]), CHIME_ESHUTDOWN);
     verify(&b[i]); /* still readable */

@@ -1,0 +1,259 @@
+/* Crashes on either side, with the real chimed:
+ * - a learner process killed with SIGKILL while it holds leases: its streams'
+ *   leases and rings are reclaimed (Stats: stream gone, budget back) and new
+ *   learners are served;
+ * - chimed killed with SIGKILL: a learner's next returns CHIME_EDISCONNECTED
+ *   within its timeout (no hang, no SIGBUS), in shm and in stream mode, and
+ *   the batches it holds stay readable.
+ * The holding learner is this binary re-executed (--hold). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "chime/chime.h"
+#include "harness.h"
+#include "pattern.h"
+
+#define BATCH 4
+#define SLOTS 8
+#define HELD 3
+
+static const char *config =
+    "{\"tables\": [{\"name\": \"demo\", \"spec\": \"obs:f32[64], "
+    "action:i32[], reward:f32[]\", \"capacity\": 4096, \"min_size\": 1, "
+    "\"sampler\": \"fifo\"}]}\n";
+
+static chime__chimed_t chimed;
+static chime_client_t *client;
+
+static int setup(void **state) {
+  (void)state;
+  int rc = chime__chimed_start(&chimed, config, NULL, 30000);
+  if (rc == CHIME_ENOTFOUND)
+    chime__skip("chimed is not built");
+  if (rc != 0)
+    return -1;
+  return chime_client_create(&client, chimed.addr, NULL) == 0 ? 0 : -1;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  chime_client_destroy(client);
+  client = NULL;
+  chime__proc_kill(&chimed.proc);
+  chime__harness_kill_all();
+  return 0;
+}
+
+static void insert(uint64_t seed, uint64_t n) {
+  chime_writer_t *w = NULL;
+  chime_spec_t spec;
+  char err[256];
+  uint8_t sample[264];
+  assert_int_equal(chime_spec_parse(&spec,
+                                    "obs:f32[64], action:i32[], "
+                                    "reward:f32[]",
+                                    err, sizeof(err)),
+                   0);
+  assert_int_equal(chime_writer_open(client, "demo", NULL, &w), 0);
+  for (uint64_t i = 0; i < n; i++) {
+    chime__pattern_fill(&spec, chime__pattern_id(seed, i), sample);
+    assert_int_equal(chime_writer_append(w, sample, sizeof(sample), 1.0), 0);
+  }
+  assert_int_equal(chime_writer_flush(w), 0);
+  assert_int_equal(chime_writer_close(w), 0);
+}
+
+static chime_stats_t *stats(void) {
+  chime_stats_t *st = NULL;
+  int rc = chime_client_stats(client, &st);
+  if (rc != 0)
+    fail_msg("Stats: %s", chime_client_last_error(client));
+  return st;
+}
+
+/* The learner process: opens a stream, takes HELD batches without giving any
+ * back, says so, and waits to be killed. */
+static int hold_main(const char *addr, const char *mode) {
+  chime_client_t *c = NULL;
+  chime_stream_t *s = NULL;
+  chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
+  so.batch_size = BATCH;
+  so.slots = SLOTS;
+  so.mode = strcmp(mode, "shm") == 0 ? CHIME_MODE_SHM : CHIME_MODE_STREAM;
+  if (chime_client_create(&c, addr, NULL) != 0 ||
+      chime_stream_open(c, "demo", &so, &s) != 0) {
+    fprintf(stderr, "hold: open: %s\n", chime_client_last_error(c));
+    return 1;
+  }
+  for (int i = 0; i < HELD; i++) {
+    chime_batch_t b;
+    if (chime_stream_next(s, &b, 30000) != 0) {
+      fprintf(stderr, "hold: next: %s\n", chime_stream_last_error(s));
+      return 1;
+    }
+  }
+  printf("holding %d\n", HELD);
+  fflush(stdout);
+  for (;;)
+    pause();
+}
+
+static void spawn_holder(chime__proc_t *p, const char *mode) {
+  char self[512], line[64];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  assert_true(n > 0);
+  self[n] = '\0';
+  const char *argv[] = {self, "--hold", chimed.addr, mode, NULL};
+  assert_int_equal(chime__proc_spawn(p, argv, NULL), 0);
+  int rc = chime__proc_read_line(p, "holding ", line, sizeof(line), 60000);
+  if (rc != 0)
+    fail_msg("%s holder did not take its batches: %s", mode,
+             chime_strerror(rc));
+}
+
+static void test_learner_killed(void **state) {
+  (void)state;
+  chime__proc_t shm, stream;
+  insert(1, 200);
+  spawn_holder(&shm, "shm");
+  spawn_holder(&stream, "stream");
+
+  chime_stats_t *st = stats();
+  assert_int_equal(st->nstreams, 2);
+  assert_true(st->ring_bytes_total > 0);
+  int shm_seen = 0;
+  for (uint32_t i = 0; i < st->nstreams; i++) {
+    assert_true(st->streams[i].ring_bytes > 0);
+    if (st->streams[i].mode == CHIME_MODE_SHM) {
+      shm_seen = 1;
+      /* the learner's own leases, in the shared ring */
+      assert_int_equal(st->streams[i].leases, HELD);
+    }
+  }
+  assert_true(shm_seen);
+  chime_stats_free(st);
+
+  int64_t t0 = chime__now_ms();
+  kill(shm.pid, SIGKILL);
+  kill(stream.pid, SIGKILL);
+  assert_int_equal(chime__proc_wait(&shm, 10000, NULL), 0);
+  assert_int_equal(chime__proc_wait(&stream, 10000, NULL), 0);
+  /* The server's promise is a second; the test waits up to ten and says how
+   * long it took. */
+  for (;;) {
+    st = stats();
+    uint32_t n = st->nstreams;
+    uint64_t bytes = st->ring_bytes_total;
+    chime_stats_free(st);
+    if (n == 0 && bytes == 0)
+      break;
+    if (chime__now_ms() - t0 > 10000)
+      fail_msg("10 s after SIGKILL: %u streams, %llu ring bytes left", n,
+               (unsigned long long)bytes);
+    chime__sleep_ms(10);
+  }
+  fprintf(stderr, "learners' streams reclaimed %lld ms after SIGKILL\n",
+          (long long)(chime__now_ms() - t0));
+
+  /* New learners are served. */
+  insert(2, 16);
+  for (int m = 0; m < 2; m++) {
+    chime_stream_t *s = NULL;
+    chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
+    so.batch_size = BATCH;
+    so.slots = SLOTS;
+    so.mode = m == 0 ? CHIME_MODE_SHM : CHIME_MODE_STREAM;
+    assert_int_equal(chime_stream_open(client, "demo", &so, &s), 0);
+    chime_batch_t b;
+    char err[256];
+    int rc = chime_stream_next(s, &b, 30000);
+    if (rc != 0)
+      fail_msg("new learner: %s", chime_stream_last_error(s));
+    assert_int_equal(chime__pattern_verify(&b, NULL, err, sizeof(err)), 0);
+    assert_int_equal(chime_batch_release(s, &b), 0);
+    chime_stream_close(s);
+  }
+}
+
+static void test_chimed_killed(void **state) {
+  (void)state;
+  chime_stream_t *s[2] = {NULL, NULL};
+  chime_batch_t held[2];
+  uint8_t *copy[2];
+  uint64_t copy_len[2];
+  char err[256];
+
+  insert(3, 64);
+  for (int m = 0; m < 2; m++) {
+    chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
+    so.batch_size = BATCH;
+    so.slots = SLOTS;
+    so.mode = m == 0 ? CHIME_MODE_SHM : CHIME_MODE_STREAM;
+    assert_int_equal(chime_stream_open(client, "demo", &so, &s[m]), 0);
+    int rc = chime_stream_next(s[m], &held[m], 30000);
+    if (rc != 0)
+      fail_msg("next: %s", chime_stream_last_error(s[m]));
+    copy_len[m] = 0;
+    for (uint32_t l = 0; l < held[m].nleaves; l++)
+      copy_len[m] += held[m].leaf[l].bytes;
+    copy[m] = malloc(copy_len[m]);
+    assert_non_null(copy[m]);
+    uint64_t off = 0;
+    for (uint32_t l = 0; l < held[m].nleaves; l++) {
+      memcpy(copy[m] + off, held[m].leaf[l].data, held[m].leaf[l].bytes);
+      off += held[m].leaf[l].bytes;
+    }
+  }
+
+  int st = 0;
+  assert_int_equal(chime__proc_stop(&chimed.proc, SIGKILL, 10000, &st), 0);
+  assert_true(WIFSIGNALED(st));
+
+  for (int m = 0; m < 2; m++) {
+    /* Batches published before the kill may still come; then the stream
+     * must say the server is gone, well before the 10 s timeout. */
+    int rc = 0;
+    for (int i = 0; i < SLOTS + 1 && rc == 0; i++) {
+      chime_batch_t b;
+      rc = chime_stream_next(s[m], &b, 10000);
+      if (rc == 0)
+        assert_int_equal(chime_batch_release(s[m], &b), 0);
+    }
+    if (rc != CHIME_EDISCONNECTED)
+      fail_msg("%s: next after chimed died: %s (%s)", m ? "stream" : "shm",
+               chime_err_name(rc), chime_stream_last_error(s[m]));
+    /* The held batch is still mapped and unchanged. */
+    uint64_t off = 0;
+    for (uint32_t l = 0; l < held[m].nleaves; l++) {
+      assert_memory_equal(copy[m] + off, held[m].leaf[l].data,
+                          held[m].leaf[l].bytes);
+      off += held[m].leaf[l].bytes;
+    }
+    assert_int_equal(chime__pattern_verify(&held[m], NULL, err, sizeof(err)),
+                     0);
+    (void)chime_batch_release(s[m], &held[m]);
+    chime_stream_close(s[m]);
+    free(copy[m]);
+  }
+}
+
+int main(int argc, char **argv) {
+  if (argc == 4 && strcmp(argv[1], "--hold") == 0)
+    return hold_main(argv[2], argv[3]);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_learner_killed, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_chimed_killed, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

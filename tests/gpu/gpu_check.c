@@ -1,12 +1,13 @@
 /* GPU check for page-locked rings (run by scripts/gpu-check.sh on a GPU host).
  *
- * For 16 MiB and 64 MiB batches it pins a ring through chime (producer side
- * and a consumer's read-only mapping), asks the runtime with cudaHostGetFlags
- * whether every slot is registered portable, and measures host-to-device
- * copies from a pinned slot, from the same bytes in pageable memory and from
- * cudaMallocHost memory: GB/s, and how long cudaMemcpyAsync takes to return
- * (from pageable memory the driver stages the copy on the calling thread, so
- * the call returns late; from pinned memory it returns at once).
+ * For 16 MiB and 64 MiB batches it pins rings through chime (a producer's
+ * mapping, and a consumer's read-only mapping of another ring), asks the
+ * runtime with cudaHostGetFlags whether every slot is registered portable, and
+ * measures host-to-device copies from a pinned slot, from the same bytes in
+ * pageable memory and from cudaMallocHost memory: GB/s, and how long
+ * cudaMemcpyAsync takes to return (from pageable memory the driver stages the
+ * copy on the calling thread, so the call returns late; from pinned memory it
+ * returns at once).
  *
  * Prints one JSON object per line. Exit 0: every check passed; 1: a check
  * failed; 77: no usable GPU or driver here (nothing measured).
@@ -201,7 +202,7 @@ static void measure(const char *source, const void *src, void *dev,
 static void run_size(size_t bytes, cuda_stream_t stream) {
   char err[CHIME__CUDA_MSG_MAX * 2], spec_text[64];
   chime_spec_t spec;
-  chime_ring_t *prod = NULL, *cons = NULL;
+  chime_ring_t *prod = NULL, *other = NULL, *cons = NULL;
   uint8_t nonce[16];
   void *dev = NULL, *pageable = NULL, *host = NULL;
   uint8_t *slot, *back = NULL;
@@ -210,13 +211,16 @@ static void run_size(size_t bytes, cuda_stream_t stream) {
 
   snprintf(spec_text, sizeof spec_text, "x:u8[%zu]", bytes);
   if (chime_spec_parse(&spec, spec_text, NULL, 0) != 0 ||
-      chime_ring_create(&prod, &spec, 1, 4) != 0) {
+      chime_ring_create(&prod, &spec, 1, 4) != 0 ||
+      chime_ring_create(&other, &spec, 1, 4) != 0) {
     printf("{\"check\":\"ring\",\"ok\":false}\n");
     g_failed = 1;
     goto cleanup;
   }
-  chime_ring_nonce(prod, nonce);
-  if (chime_ring_attach(&cons, chime_ring_fd(prod), nonce) != 0) {
+  /* The consumer side is a second ring, as a learner's mapping is in another
+   * process than the server's: each registers only its own view. */
+  chime_ring_nonce(other, nonce);
+  if (chime_ring_attach(&cons, chime_ring_fd(other), nonce) != 0) {
     printf("{\"check\":\"attach\",\"ok\":false}\n");
     g_failed = 1;
     goto cleanup;
@@ -253,15 +257,18 @@ static void run_size(size_t bytes, cuda_stream_t stream) {
          e, pointer_type(pageable), e != 0 ? "true" : "false");
   g_failed |= e == 0;
 
+  /* The same bytes in each source. */
   slot = chime_ring_slot_base(prod, 0);
   memset(slot, 0xa5, bytes);
+  memset(chime_ring_slot_base(other, 0), 0xa5, bytes);
+  memset(pageable, 0xa5, bytes);
   if ((e = cu.malloc_(&dev, bytes)) != 0 ||
       (e = cu.malloc_host(&host, bytes)) != 0) {
     printf("{\"check\":\"alloc\",\"ok\":false,\"cuda_error\":%d}\n", e);
     g_failed = 1;
     goto cleanup;
   }
-  memset(host, 0x3c, bytes);
+  memset(host, 0xa5, bytes);
 
   measure("pinned_ring_slot", slot, dev, bytes, stream);
   measure("pinned_ring_slot_consumer_ro", chime_ring_slot_base(cons, 0), dev,
@@ -287,6 +294,7 @@ cleanup:
   free(pageable);
   free(back);
   chime_ring_destroy(cons);
+  chime_ring_destroy(other);
   chime_ring_destroy(prod);
 }
 

@@ -135,7 +135,8 @@ chime_writer_open(chime_client_t *client, const char *table,
                   const chime_writer_opts_t *opts, chime_writer_t **out);
 /* Queues one sample (exactly the table's sample bytes, leaves in spec order)
  * with a priority. Sends a message when the batch is full; may block while
- * max_inflight messages wait for acks. An error from the server (wrong size:
+ * max_inflight messages wait for acks (up to timeout_ms: CHIME_ETIMEDOUT, and
+ * the sample was not queued; call again). An error from the server (wrong size:
  * CHIME_EINVAL naming the leaf) is returned by this or the next call. A sample
  * of the wrong size is refused here, before sending, with CHIME_EINVAL and a
  * last error naming the leaf; the writer stays usable. Once the server ended

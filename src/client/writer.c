@@ -333,17 +333,25 @@ int chime_writer_append(chime_writer_t *writer, const void *sample, size_t len,
     describe_size(w, len, w->err, sizeof(w->err));
     return CHIME_EINVAL;
   }
-  /* Collect acks that already arrived without waiting. */
-  while (w->inflight && pump(w, gpr_inf_past(GPR_CLOCK_MONOTONIC)) == 0) {
+  /* Collect completions that already arrived, without waiting. */
+  while ((w->inflight || w->send_pending) &&
+         pump(w, gpr_inf_past(GPR_CLOCK_MONOTONIC)) == 0) {
   }
   if (w->failed)
     return w->failed;
+  /* A full batch that could not go yet goes first (this may wait), so an
+   * error here always means this sample was not queued. */
+  if (w->queued == w->batch_cap) {
+    int rc = send_batch(w);
+    if (rc)
+      return rc;
+  }
   memcpy(w->data + (size_t)w->queued * w->sample_bytes, sample, len);
   w->priorities[w->queued] = priority;
   if (priority != 1.0)
     w->all_default = 0;
   w->queued++;
-  if (w->queued == w->batch_cap)
+  if (w->queued == w->batch_cap && can_send(w))
     return send_batch(w);
   return 0;
 }

@@ -699,9 +699,10 @@ static void test_gpu_check_flow_on_fake(void **state) {
   assert_non_null(strstr(got, "{\"check\":\"summary\",\"ok\":true}"));
   free(got);
 
-  /* The consumer's second slot is refused: the check fails, saying so. */
+  /* The consumer's second slot is refused (calls: 4 producer slots, the
+   * read-only probe, then the consumer's): the check fails, saying so. */
   assert_int_equal(run_gpu_check(out, "CHIME_CUDART=" FAKE_CUDART_FILE,
-                                 "FAKE_CUDART_FAIL_REGISTER_AT=6",
+                                 "FAKE_CUDART_FAIL_REGISTER_AT=7",
                                  (char *)NULL),
                    1);
   got = read_file(out);

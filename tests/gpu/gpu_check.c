@@ -156,6 +156,25 @@ static void check_slots(chime_ring_t *ring, const char *side, uint64_t bytes) {
   }
 }
 
+/* For the record (not a pass/fail check): what the runtime says when a
+ * consumer's PROT_READ slot is registered without cudaHostRegisterReadOnly,
+ * which is why chime adds that flag for a consumer (docs/pinning.md). */
+static void probe_read_only(chime_ring_t *cons, uint64_t bytes) {
+  const chime__cudart_t *rt = chime__cudart();
+  void *slot = chime_ring_slot_base(cons, 0);
+  size_t len = (size_t)chime_ring_get_layout(cons)->slot_bytes;
+  char buf[32];
+  int e = rt->host_register(slot, len, CHIME__CUDA_HOST_REGISTER_PORTABLE);
+
+  printf("{\"check\":\"consumer_slot_without_read_only_flag\","
+         "\"bytes\":%llu,\"info_only\":true,\"error\":%d,\"name\":",
+         (unsigned long long)bytes, e);
+  json_str(chime__cuda_error_name(rt, e, buf, sizeof buf));
+  printf("}\n");
+  if (e == 0)
+    rt->host_unregister(slot);
+}
+
 static void measure(const char *source, const void *src, void *dev,
                     size_t bytes, cuda_stream_t stream) {
   double ret[ITERS], total[ITERS];
@@ -235,6 +254,7 @@ static void run_size(size_t bytes, cuda_stream_t stream) {
   g_failed |= rc != 0;
   if (rc == 0)
     check_slots(prod, "producer", bytes);
+  probe_read_only(cons, bytes);
   rc = chime_ring_pin(cons, err, sizeof err);
   printf("{\"check\":\"pin\",\"side\":\"consumer\",\"bytes\":%zu,"
          "\"pinned_bytes\":%llu,\"ok\":%s,\"error\":",

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -29,6 +30,28 @@ extern char **environ;
 static pid_t tracked[MAX_TRACKED];
 static int cleanup_registered;
 static char tmpdir[256];
+
+static void close_from(int lowest) {
+#ifdef SYS_close_range
+  if (syscall(SYS_close_range, (unsigned)lowest, ~0u, 0u) == 0)
+    return;
+#endif
+  DIR *d = opendir("/proc/self/fd");
+  if (d == NULL)
+    return;
+  int dfd = dirfd(d);
+  int fds[1024];
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL && n < 1024) {
+    int fd = atoi(e->d_name);
+    if (e->d_name[0] != '.' && fd >= lowest && fd != dfd)
+      fds[n++] = fd;
+  }
+  closedir(d);
+  for (int i = 0; i < n; i++)
+    close(fds[i]);
+}
 
 /* Runs before main in every test binary. When this process is a trampoline
  * (started by chime__proc_spawn), it arranges to die with the test, then
@@ -49,6 +72,9 @@ __attribute__((constructor)) static void trampoline(int argc, char **argv,
    * longer names it and the child must not outlive the test. */
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != (pid_t)want)
     _exit(127);
+  /* Only stdin/stdout/stderr go on: whatever the test runner left open
+   * (CTest's log, say) is none of the child's business. */
+  close_from(3);
   execv(argv[1], argv + 1);
   fprintf(stderr, "harness trampoline: cannot exec %s: %s\n", argv[1],
           strerror(errno));

@@ -67,12 +67,13 @@ int chime__raw_start(chime__raw_t *r, grpc_channel *ch, const char *method,
   grpc_metadata_array_init(&r->md_in);
   grpc_metadata_array_init(&r->md_trail);
   r->cq = grpc_completion_queue_create_for_pluck(NULL);
+  grpc_slice m = grpc_slice_from_copied_string(method);
   r->call = grpc_channel_create_call(
-      ch, NULL, GRPC_PROPAGATE_DEFAULTS, r->cq,
-      grpc_slice_from_copied_string(method), NULL,
+      ch, NULL, GRPC_PROPAGATE_DEFAULTS, r->cq, m, NULL,
       gpr_time_add(gpr_now(GPR_CLOCK_REALTIME),
                    gpr_time_from_millis(deadline_ms, GPR_TIMESPAN)),
       NULL);
+  grpc_slice_unref(m); /* the call keeps its own reference */
   if (r->call == NULL)
     return CHIME_EPROTO;
   grpc_op op;

@@ -87,7 +87,8 @@ static int open_files(pid_t pid, char paths[][PATH_MAX], int max) {
   assert_non_null(d);
   struct dirent *e;
   while ((e = readdir(d)) != NULL && n < max) {
-    if (e->d_name[0] == '.')
+    /* stdin, stdout and stderr are the test's own */
+    if (e->d_name[0] == '.' || atoi(e->d_name) < 3)
       continue;
     snprintf(link, sizeof(link), "%s/%s", dir, e->d_name);
     ssize_t k = readlink(link, paths[n], PATH_MAX - 1);

@@ -5,8 +5,9 @@
  *                 [--ids-out FILE] [--pin] [--until-idle MS]
  *
  * With --until-idle it also stops, successfully, once no batch came for MS
- * milliseconds after the first one (several learners sharing a fifo table
- * cannot know their share in advance); --batches 0 then means no limit.
+ * milliseconds after the first one, or for --timeout-ms before the first
+ * (several learners sharing a fifo table cannot know their share in advance,
+ * and one may get none); --batches 0 then means no limit.
  *
  * The last line of stdout is JSON: {"mode":"shm","fallback_reason":null,
  * "batches":N,"verified":true,"gbps":...}. Exits 1 on any mismatch. */
@@ -164,7 +165,7 @@ int main(int argc, char **argv) {
     chime_batch_t b;
     int wait = (int)(done && idle_ms ? idle_ms : timeout_ms);
     rc = chime_stream_next(s, &b, wait);
-    if (rc == CHIME_ETIMEDOUT && done && idle_ms)
+    if (rc == CHIME_ETIMEDOUT && idle_ms)
       break; /* idle: the table has nothing more for us */
     if (rc) {
       snprintf(err, sizeof(err), "next after %" PRIu64 " batches: %s (%s)",

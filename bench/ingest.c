@@ -79,8 +79,8 @@ int chime__bench_ingest(int argc, char **argv) {
   chime__bench_child_t chimed;
   int rc = 0, started = 0;
   ingest_case_t cases[] = {
-      {"ingest_256", 256, 400000},
-      {"ingest_64k", 65536, 4096},
+      {"ingest_256", 256, 1500000},
+      {"ingest_64k", 65536, 8192},
   };
   chime_writer_opts_t wo = CHIME_WRITER_OPTS_INIT;
 

@@ -639,7 +639,7 @@ static void emit(const opts_t *o, const char *name, uint64_t batch_bytes,
 }
 
 static int parse_opts(opts_t *o, int argc, char **argv) {
-  *o = (opts_t){0, 3, 512 * MIB, 2, {1 * MIB, 16 * MIB}, 0};
+  *o = (opts_t){0, 3, 1024 * MIB, 2, {1 * MIB, 16 * MIB}, 0};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "service") == 0)
@@ -682,7 +682,8 @@ static void usage(void) {
           "usage: chime-bench service [--json] [--runs N] [--mib MIB_PER_RUN]\n"
           "                           [--sizes 1,16] [--baselines]\n"
           "  batches of each size (MiB) through memcpy, tcp, grpc_plain,\n"
-          "  chime_shm and chime_stream; medians of N runs (default 3)\n");
+          "  chime_shm and chime_stream; medians of N runs (default 3) of\n"
+          "  MIB_PER_RUN MiB each (default 1024)\n");
 }
 
 typedef int (*baseline_fn)(uint64_t, uint64_t, double *);

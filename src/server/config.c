@@ -225,7 +225,7 @@ int chime__config_parse(chime__config_t *cfg, const char *text, char *err,
       rc = parse_string(cfg->handoff_socket, sizeof(cfg->handoff_socket), v,
                         key, err, errlen);
     } else if (strcmp(key, "handoff_expires_ms") == 0) {
-      uint64_t ms;
+      uint64_t ms = 0;
       rc = get_u64(v, "'handoff_expires_ms'", &ms, err, errlen);
       if (rc == 0 && (ms == 0 || ms > 3600000))
         rc = fail(err, errlen, "'handoff_expires_ms': must be 1..3600000");

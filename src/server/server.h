@@ -18,6 +18,11 @@
 
 #define CHIME__MAX_MESSAGE_BYTES (64 << 20)
 #define CHIME__CHUNK_BYTES (1u << 20)
+/* Threads polling the completion queue. Handlers are thread-safe; a second
+ * poller lets gRPC's socket work and chime's callbacks overlap. */
+#ifndef CHIME__CQ_THREADS
+#define CHIME__CQ_THREADS 2
+#endif
 
 /* --- method paths and status mapping (status.c) --- */
 
@@ -117,8 +122,8 @@ struct chime_server_s {
   grpc_completion_queue *cq;
   int owns_grpc;
   void *methods[CHIME__M_COUNT];
-  pthread_t cq_thread;
-  int cq_thread_started;
+  pthread_t cq_thread[CHIME__CQ_THREADS];
+  int cq_threads; /* started */
   int started;
 
   pthread_mutex_t mu;

@@ -48,15 +48,16 @@ int chime__service_start(chime_server_t *srv) {
         return rc;
     }
   }
-  if (pthread_create(&srv->cq_thread, NULL, cq_main, srv) != 0)
-    return CHIME_ESYS;
-  srv->cq_thread_started = 1;
+  for (int i = 0; i < CHIME__CQ_THREADS; i++) {
+    if (pthread_create(&srv->cq_thread[i], NULL, cq_main, srv) != 0)
+      return srv->cq_threads > 0 ? 0 : CHIME_ESYS;
+    srv->cq_threads++;
+  }
   return 0;
 }
 
 void chime__service_join(chime_server_t *srv) {
-  if (srv->cq_thread_started) {
-    pthread_join(srv->cq_thread, NULL);
-    srv->cq_thread_started = 0;
-  }
+  for (int i = 0; i < srv->cq_threads; i++)
+    pthread_join(srv->cq_thread[i], NULL);
+  srv->cq_threads = 0;
 }

@@ -96,10 +96,14 @@ static volatile uint64_t sink;
 
 /* ------------------------------------------------------------------ memcpy */
 
+static uint32_t ring_slots(uint64_t batch_bytes) {
+  return batch_bytes >= 16 * MIB ? 4 : 8;
+}
+
 static int run_memcpy(uint64_t batch_bytes, uint64_t batches, double *gbps) {
   uint8_t *src = alloc_touched(POOL_BYTES);
-  uint64_t dst_slots =
-      POOL_BYTES / batch_bytes < 4 ? 4 : POOL_BYTES / batch_bytes;
+  /* the same slot counts as the chime cases' rings */
+  uint64_t dst_slots = ring_slots(batch_bytes);
   uint8_t *dst = alloc_touched(dst_slots * batch_bytes);
   uint64_t src_slots = POOL_BYTES / batch_bytes;
   int rc = CHIME_ENOMEM;
@@ -766,7 +770,7 @@ int chime__bench_service(int argc, char **argv) {
   for (int i = 0; i < o.nsizes; i++) {
     uint64_t bb = o.sizes[i];
     uint32_t batch_size = (uint32_t)(bb / SAMPLE_BYTES);
-    uint32_t slots = bb >= 16 * MIB ? 4 : 8;
+    uint32_t slots = ring_slots(bb);
     static const struct {
       const char *name;
       chime_mode_t mode;

@@ -20,7 +20,7 @@
 #include "chime.pb-c.h"
 #include "chime/chime.h"
 
-#define CHIME__ERRLEN 512
+#define CHIME__ERRLEN 2048
 
 #define CHIME__METHOD_GETINFO "/chime.v1.Chime/GetInfo"
 #define CHIME__METHOD_STATS "/chime.v1.Chime/Stats"

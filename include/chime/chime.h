@@ -59,6 +59,8 @@ chime_client_create(chime_client_t **out, const char *address,
                     const chime_client_opts_t *opts);
 /* Close every writer and stream of the client first. Calls grpc_shutdown(). */
 CHIME_EXTERN void chime_client_destroy(chime_client_t *client); /* NULL-safe */
+/* The detail of the most recent failure of a call on this client (GetInfo,
+ * Stats, writer or stream open), from whichever thread made it. */
 CHIME_EXTERN const char *chime_client_last_error(const chime_client_t *client);
 
 typedef struct {

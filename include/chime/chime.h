@@ -208,9 +208,13 @@ typedef struct {
 CHIME_EXTERN CHIME_NODISCARD int
 chime_stream_open(chime_client_t *client, const char *table,
                   const chime_stream_opts_t *opts, chime_stream_t **out);
-/* Next batch. timeout_ms < 0 waits forever. CHIME_ETIMEDOUT, CHIME_EBUSY
- * (slots - 1 batches held), CHIME_ESHUTDOWN (server shutting down),
- * CHIME_EDISCONNECTED (server gone; held batches stay readable). */
+/* Next batch: pointers into the ring (shm: the server's mapping, zero copy;
+ * stream: this process's local ring), valid until released. timeout_ms < 0
+ * waits forever, 0 polls. CHIME_ETIMEDOUT, CHIME_EBUSY (slots - 1 batches
+ * held), CHIME_ESHUTDOWN (server shutting down), CHIME_EDISCONNECTED (server
+ * gone), CHIME_EPROTO (the server broke the protocol). After an end, batches
+ * not yet taken are dropped and held ones stay readable until close. The
+ * detail is in chime_stream_last_error(). */
 CHIME_EXTERN CHIME_NODISCARD int
 chime_stream_next(chime_stream_t *stream, chime_batch_t *out, int timeout_ms);
 /* Gives a batch back, in any order. In stream mode this also returns a credit

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 
 #include "bench.h"
@@ -150,7 +151,12 @@ out:
   if (started) {
     int st = chime__bench_child_stop(&chimed, 10000);
     if (st != 0 && rc == 0) {
-      fprintf(stderr, "chime-bench ingest: chimed exited with status %d\n", st);
+      if (st > 0 && WIFSIGNALED(st))
+        fprintf(stderr, "chime-bench ingest: chimed died of signal %d\n",
+                WTERMSIG(st));
+      else
+        fprintf(stderr, "chime-bench ingest: chimed exited with status %d\n",
+                st > 0 && WIFEXITED(st) ? WEXITSTATUS(st) : st);
       rc = CHIME_EPROTO;
     }
   }

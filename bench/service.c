@@ -2,16 +2,21 @@
  * of this machine measured in the same run.
  *
  * Cases, for each batch size (1 MiB and 16 MiB by default):
- *   memcpy       one thread copies batches from a 64 MiB pool into a ring-sized
- *                pool (what the sampler does per batch)
- *   tcp          raw 127.0.0.1 socket, writer thread -> reader thread
- *   grpc_plain   a plain gRPC C core server stream, one message per batch,
- * server in another process (this binary re-executed), client copies each
- * message out of its byte buffer (as a learner must) chime_shm    chimed (same
- * build) with a pre-filled uniform table, learner maps the ring chime_stream
- * the same, batches streamed over gRPC into a local ring GB/s are 1e9 bytes of
- * batch payload per second; each figure is the median of
- * --runs runs. The learner touches one word per 4 KiB of every batch. */
+ *   memcpy        one thread copies batches from a 64 MiB pool into a
+ *                 ring-sized pool (what the sampler does per batch)
+ *   tcp           raw 127.0.0.1 socket, writer thread -> reader thread
+ *   grpc_plain    a plain gRPC C core server stream, one message per batch,
+ *                 the server in another process (this binary re-executed),
+ *                 the client copying each message out of its byte buffer
+ *                 (as a learner must)
+ *   chime_shm     chimed (same build) with a pre-filled uniform table; the
+ *                 learner maps the ring
+ *   chime_stream  the same, batches streamed over gRPC into a local ring
+ *
+ * GB/s are 1e9 bytes of batch payload per second. A run is one round of every
+ * case and size, so a noisy neighbour hits a case and its baselines alike;
+ * each figure is the median over --runs rounds, each ratio the median of the
+ * per-round ratios. The learner touches one word per 4 KiB of every batch. */
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -22,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -690,18 +696,56 @@ static void usage(void) {
           "  MIB_PER_RUN MiB each (default 1024)\n");
 }
 
-typedef int (*baseline_fn)(uint64_t, uint64_t, double *);
+enum { C_MEMCPY, C_TCP, C_PLAIN, C_SHM, C_STREAM, NCASES };
+static const char *const case_name[NCASES] = {"memcpy", "tcp", "grpc_plain",
+                                              "chime_shm", "chime_stream"};
 
-static int median_of(const opts_t *o, baseline_fn fn, uint64_t bb,
-                     double *out) {
-  double v[MAX_RUNS];
-  for (int r = 0; r < o->runs; r++) {
-    int rc = fn(bb, batches_for(o, bb), &v[r]);
+typedef struct {
+  double v[NCASES][MAX_SIZES][MAX_RUNS];
+} results_t;
+
+/* Median over runs of a / b, each pair measured in the same round. */
+static double ratio(const results_t *res, const opts_t *o, int a, int b,
+                    int size) {
+  double q[MAX_RUNS];
+  for (int r = 0; r < o->runs; r++)
+    q[r] = res->v[a][size][r] / res->v[b][size][r];
+  return median(q, o->runs);
+}
+
+/* One round: every case once for every size, so that a noisy neighbour
+ * slows a case and its baselines alike. */
+static int round_once(const opts_t *o, int r, plain_t *plain,
+                      const char *chimed_addr, results_t *res) {
+  int rc;
+  char why[512] = "";
+  for (int i = 0; i < o->nsizes; i++) {
+    uint64_t bb = o->sizes[i];
+    uint64_t n = batches_for(o, bb);
+    if ((rc = run_memcpy(bb, n, &res->v[C_MEMCPY][i][r])) != 0 ||
+        (rc = run_tcp(bb, n, &res->v[C_TCP][i][r])) != 0) {
+      snprintf(why, sizeof(why), "baseline: %s", chime_strerror(rc));
+      goto fail;
+    }
+    if ((rc = plain_call(plain->ch, bb, 2, n, &res->v[C_PLAIN][i][r])) != 0) {
+      snprintf(why, sizeof(why), "grpc_plain: %s", chime_strerror(rc));
+      goto fail;
+    }
+    if (chimed_addr == NULL)
+      continue;
+    uint32_t batch_size = (uint32_t)(bb / SAMPLE_BYTES);
+    rc = chime_run(chimed_addr, CHIME_MODE_SHM, batch_size, ring_slots(bb), n,
+                   &res->v[C_SHM][i][r], why, sizeof(why));
+    if (rc == 0)
+      rc = chime_run(chimed_addr, CHIME_MODE_STREAM, batch_size, ring_slots(bb),
+                     n, &res->v[C_STREAM][i][r], why, sizeof(why));
     if (rc != 0)
-      return rc;
+      goto fail;
   }
-  *out = median(v, o->runs);
   return 0;
+fail:
+  fprintf(stderr, "chime-bench service: round %d: %s\n", r + 1, why);
+  return rc;
 }
 
 int chime__bench_service(int argc, char **argv) {
@@ -710,7 +754,7 @@ int chime__bench_service(int argc, char **argv) {
   chime__bench_child_t chimed;
   int have_plain = 0, have_chimed = 0, have_grpc = 0;
   int rc = 0;
-  double mc[MAX_SIZES] = {0}, pl[MAX_SIZES] = {0};
+  static results_t res;
 
   for (int i = 1; i < argc; i++)
     if (strcmp(argv[i], "--grpc-plain-server") == 0)
@@ -720,83 +764,55 @@ int chime__bench_service(int argc, char **argv) {
     return 2;
   }
   memset(&chimed, 0, sizeof(chimed));
-
-  for (int i = 0; i < o.nsizes; i++) {
-    double v;
-    if ((rc = median_of(&o, run_memcpy, o.sizes[i], &mc[i])) != 0)
-      goto fail;
-    emit(&o, "memcpy", o.sizes[i], mc[i], 0, 0, NULL);
-    if ((rc = median_of(&o, run_tcp, o.sizes[i], &v)) != 0)
-      goto fail;
-    emit(&o, "tcp", o.sizes[i], v, v / mc[i], 0, NULL);
-  }
-
   grpc_init();
   have_grpc = 1;
   if ((rc = plain_start(&plain)) != 0)
     goto fail;
   have_plain = 1;
-  for (int i = 0; i < o.nsizes; i++) {
-    double v[MAX_RUNS];
-    uint64_t bb = o.sizes[i];
-    for (int r = 0; r < o.runs; r++)
-      if ((rc = plain_call(plain.ch, bb, 2, batches_for(&o, bb), &v[r])) != 0)
-        goto fail;
-    pl[i] = median(v, o.runs);
-    emit(&o, "grpc_plain", bb, pl[i], pl[i] / mc[i], 0, NULL);
-  }
-  plain_stop(&plain);
-  have_plain = 0;
-  if (o.only_baselines)
-    goto done;
 
-  /* One uniform table as big as memcpy's source pool, full before sampling
-   * starts, so the sampler copies from memory the caches don't hold. */
-  char config[1024];
-  uint64_t capacity = POOL_BYTES / SAMPLE_BYTES;
-  snprintf(config, sizeof(config),
-           "{\"budgets\": {\"stream_ring_bytes\": %" PRIu64
-           ", \"total_ring_bytes\": %" PRIu64 "},\n"
-           " \"tables\": [{\"name\": \"bench\", \"spec\": \"x:u8[%d]\", "
-           "\"capacity\": %" PRIu64 ", \"min_size\": %" PRIu64
-           ", \"sampler\": \"uniform\"}]}\n",
-           (uint64_t)1 << 30, (uint64_t)4 << 30, SAMPLE_BYTES, capacity,
-           capacity);
-  if ((rc = chime__bench_chimed_start(&chimed, config)) != 0)
-    goto fail;
-  have_chimed = 1;
-  if ((rc = prefill(chimed.addr, capacity)) != 0)
-    goto fail;
+  if (!o.only_baselines) {
+    /* One uniform table as big as memcpy's source pool, full before
+     * sampling starts, so the sampler copies from memory the caches don't
+     * hold. */
+    char config[1024];
+    uint64_t capacity = POOL_BYTES / SAMPLE_BYTES;
+    snprintf(config, sizeof(config),
+             "{\"budgets\": {\"stream_ring_bytes\": %" PRIu64
+             ", \"total_ring_bytes\": %" PRIu64 "},\n"
+             " \"tables\": [{\"name\": \"bench\", \"spec\": \"x:u8[%d]\", "
+             "\"capacity\": %" PRIu64 ", \"min_size\": %" PRIu64
+             ", \"sampler\": \"uniform\"}]}\n",
+             (uint64_t)1 << 30, (uint64_t)4 << 30, SAMPLE_BYTES, capacity,
+             capacity);
+    if ((rc = chime__bench_chimed_start(&chimed, config)) != 0)
+      goto fail;
+    have_chimed = 1;
+    if ((rc = prefill(chimed.addr, capacity)) != 0)
+      goto fail;
+  }
+  for (int r = 0; r < o.runs; r++)
+    if ((rc = round_once(&o, r, &plain, have_chimed ? chimed.addr : NULL,
+                         &res)) != 0)
+      goto fail;
+
   for (int i = 0; i < o.nsizes; i++) {
     uint64_t bb = o.sizes[i];
-    uint32_t batch_size = (uint32_t)(bb / SAMPLE_BYTES);
-    uint32_t slots = ring_slots(bb);
-    static const struct {
-      const char *name;
-      chime_mode_t mode;
-    } cases[] = {{"chime_shm", CHIME_MODE_SHM},
-                 {"chime_stream", CHIME_MODE_STREAM}};
-    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
-      double v[MAX_RUNS];
-      char why[512] = "";
-      for (int r = 0; r < o.runs; r++) {
-        rc = chime_run(chimed.addr, cases[k].mode, batch_size, slots,
-                       batches_for(&o, bb), &v[r], why, sizeof(why));
-        if (rc != 0) {
-          fprintf(stderr, "chime-bench: %s %" PRIu64 " bytes: %s\n",
-                  cases[k].name, bb, why);
-          goto fail;
-        }
-      }
-      double g = median(v, o.runs);
-      char extra[128];
-      snprintf(extra, sizeof(extra),
-               "\"batch_size\":%u,\"slots\":%u,\"sample_bytes\":%d", batch_size,
-               slots, SAMPLE_BYTES);
-      emit(&o, cases[k].name, bb, g, g / mc[i], g / pl[i], extra);
+    for (int c = 0; c < (have_chimed ? NCASES : C_SHM); c++) {
+      double g[MAX_RUNS];
+      char extra[160];
+      memcpy(g, res.v[c][i], sizeof(g));
+      extra[0] = '\0';
+      if (c >= C_SHM)
+        snprintf(extra, sizeof(extra),
+                 "\"batch_size\":%u,\"slots\":%u,\"sample_bytes\":%d,",
+                 (unsigned)(bb / SAMPLE_BYTES), ring_slots(bb), SAMPLE_BYTES);
+      snprintf(extra + strlen(extra), sizeof(extra) - strlen(extra),
+               "\"runs\":%d", o.runs);
+      emit(&o, case_name[c], bb, median(g, o.runs),
+           c == C_MEMCPY ? 0 : ratio(&res, &o, c, C_MEMCPY, i),
+           c >= C_SHM ? ratio(&res, &o, c, C_PLAIN, i) : 0, extra);
     }
   }
-done:
   rc = 0;
 fail:
   if (have_plain)
@@ -804,7 +820,12 @@ fail:
   if (have_chimed) {
     int st = chime__bench_child_stop(&chimed, 10000);
     if (st != 0 && rc == 0) {
-      fprintf(stderr, "chime-bench: chimed exited with status %d\n", st);
+      if (st > 0 && WIFSIGNALED(st))
+        fprintf(stderr, "chime-bench: chimed died of signal %d at shutdown\n",
+                WTERMSIG(st));
+      else
+        fprintf(stderr, "chime-bench: chimed exited with status %d\n",
+                st > 0 && WIFEXITED(st) ? WEXITSTATUS(st) : st);
       rc = CHIME_EPROTO;
     }
   }

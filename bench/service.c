@@ -102,7 +102,11 @@ static volatile uint64_t sink;
 
 /* ------------------------------------------------------------------ memcpy */
 
+static uint32_t slots_override; /* --slots */
+
 static uint32_t ring_slots(uint64_t batch_bytes) {
+  if (slots_override != 0)
+    return slots_override;
   return batch_bytes >= 16 * MIB ? 4 : 8;
 }
 
@@ -656,6 +660,11 @@ static int parse_opts(opts_t *o, int argc, char **argv) {
       continue;
     if (strcmp(a, "--json") == 0) {
       o->json = 1;
+    } else if (strcmp(a, "--slots") == 0 && i + 1 < argc) {
+      long v = atol(argv[++i]);
+      if (v < 2 || v > 64)
+        return CHIME_EINVAL;
+      slots_override = (uint32_t)v;
     } else if (strcmp(a, "--baselines") == 0) {
       o->only_baselines = 1;
     } else if (strcmp(a, "--runs") == 0 && i + 1 < argc) {
@@ -688,12 +697,14 @@ static int parse_opts(opts_t *o, int argc, char **argv) {
 }
 
 static void usage(void) {
-  fprintf(stderr,
-          "usage: chime-bench service [--json] [--runs N] [--mib MIB_PER_RUN]\n"
-          "                           [--sizes 1,16] [--baselines]\n"
-          "  batches of each size (MiB) through memcpy, tcp, grpc_plain,\n"
-          "  chime_shm and chime_stream; medians of N runs (default 3) of\n"
-          "  MIB_PER_RUN MiB each (default 1024)\n");
+  fprintf(
+      stderr,
+      "usage: chime-bench service [--json] [--runs N] [--mib MIB_PER_RUN]\n"
+      "                           [--sizes 1,16] [--slots S] [--baselines]\n"
+      "  batches of each size (MiB) through memcpy, tcp, grpc_plain,\n"
+      "  chime_shm and chime_stream; medians of N runs (default 3) of\n"
+      "  MIB_PER_RUN MiB each (default 1024); rings of S slots (default 8\n"
+      "  for batches under 16 MiB, else 4)\n");
 }
 
 enum { C_MEMCPY, C_TCP, C_PLAIN, C_SHM, C_STREAM, NCASES };

@@ -75,16 +75,19 @@ void chime__call_unref(chime__call_t *c) {
 }
 
 /* Called with c->mu held. Starts the next send batch if none is in flight. A
- * message directly followed by the final status goes in one batch. */
-static void pump_locked(chime__call_t *c) {
+ * message directly followed by the final status goes in one batch. Returns
+ * sends to free once c->mu is released: freeing a chunk may release a ring
+ * slot, which takes a stream's lock, and that lock is never taken under a
+ * call's. */
+static chime__send_t *pump_locked(chime__call_t *c) {
   grpc_op ops[3];
   size_t n = 0;
   if (c->sending || c->q_head == NULL)
-    return;
+    return NULL;
   if (c->closed) {
-    free_sends(c->q_head);
+    chime__send_t *drop = c->q_head;
     c->q_head = c->q_tail = NULL;
-    return;
+    return drop;
   }
   memset(ops, 0, sizeof(ops));
   if (!c->meta_sent) {
@@ -118,8 +121,9 @@ static void pump_locked(chime__call_t *c) {
     c->inflight = NULL;
     c->sending = 0;
     c->refs--;
-    free_sends(first);
+    return first;
   }
+  return NULL;
 }
 
 static void on_send_done(chime__tag_t *tag, int ok) {
@@ -135,11 +139,11 @@ static void on_send_done(chime__tag_t *tag, int ok) {
     dropped = c->q_head;
     c->q_head = c->q_tail = NULL;
   }
-  pump_locked(c);
+  chime__send_t *refused = pump_locked(c);
   pthread_mutex_unlock(&c->mu);
-  /* Byte buffers may hold slot slices whose release takes a stream lock. */
   free_sends(done);
   free_sends(dropped);
+  free_sends(refused);
   chime__call_unref(c);
 }
 
@@ -157,8 +161,9 @@ static int enqueue(chime__call_t *c, chime__send_t *s) {
   else
     c->q_head = s;
   c->q_tail = s;
-  pump_locked(c);
+  chime__send_t *refused = pump_locked(c);
   pthread_mutex_unlock(&c->mu);
+  free_sends(refused);
   return 0;
 }
 

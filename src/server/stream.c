@@ -277,11 +277,8 @@ static void send_batch(chime__stream_t *s, chime__call_t *call,
 
 static void *sender_main(void *arg) {
   chime__stream_t *s = arg;
-  chime__call_t *call;
+  chime__call_t *call = s->sender_call; /* its reference is ours */
   pthread_mutex_lock(&s->mu);
-  call = s->call;
-  if (call != NULL)
-    chime__call_ref(call);
   for (;;) {
     chime_ring_view_t v;
     int got = 0;
@@ -332,8 +329,17 @@ static int spawn(void *(*fn)(void *), chime__stream_t *s) {
 
 int chime__stream_start(chime__stream_t *s) {
   int rc = spawn(sampler_main, s);
-  if (rc == 0 && s->mode == CHIME_MODE_STREAM)
+  if (rc == 0 && s->mode == CHIME_MODE_STREAM) {
+    /* Taken here, where the call is surely alive, not under s->mu in the
+     * sender: a call's lock is never taken under a stream's. */
+    s->sender_call = s->call;
+    chime__call_ref(s->sender_call);
     rc = spawn(sender_main, s);
+    if (rc != 0) {
+      chime__call_unref(s->sender_call);
+      s->sender_call = NULL;
+    }
+  }
   return rc;
 }
 
@@ -363,10 +369,10 @@ void chime__stream_close(chime__stream_t *s) {
   s->prev = s->next = NULL;
   srv->ring_bytes -= s->ring_bytes;
   s->token_live = 0;
+  chime__call_t *call = s->call; /* guarded by srv->mu, see stream_kill */
+  s->call = NULL;
   pthread_mutex_unlock(&srv->mu);
   pthread_mutex_lock(&s->mu);
-  chime__call_t *call = s->call;
-  s->call = NULL;
   pthread_cond_broadcast(&s->cond);
   pthread_mutex_unlock(&s->mu);
   if (srv->handoff != NULL)
@@ -376,11 +382,12 @@ void chime__stream_close(chime__stream_t *s) {
 }
 
 void chime__stream_kill(chime__stream_t *s, const char *why) {
-  pthread_mutex_lock(&s->mu);
+  /* Lock order: server, then call (never a call's under a stream's). */
+  pthread_mutex_lock(&s->srv->mu);
   chime__call_t *call = s->call;
   if (call != NULL)
     chime__call_ref(call);
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&s->srv->mu);
   chime__stream_close(s);
   if (call != NULL) {
     grpc_call_cancel_with_status(call->call, GRPC_STATUS_CANCELLED, why, NULL);

@@ -31,7 +31,8 @@ struct chime__stream_s {
   uint32_t credits;
   uint32_t *releases; /* slots gRPC is done with, for the sender to release */
   uint32_t nreleases;
-  chime__call_t *call; /* stream mode sender's; dropped at close */
+  chime__call_t *call; /* the Subscribe call (srv->mu); dropped at close */
+  chime__call_t *sender_call; /* the sender thread's own reference */
   atomic_uint_fast64_t batches, bytes;
   /* handoff (guarded by the server's mutex) */
   uint8_t token[16];

@@ -48,6 +48,7 @@ static void call_free(chime__call_t *c) {
   if (c->recv_bb != NULL)
     grpc_byte_buffer_destroy(c->recv_bb);
   grpc_metadata_array_destroy(&c->md);
+  grpc_call_details_destroy(&c->details);
   if (c->call != NULL)
     grpc_call_unref(c->call);
   pthread_mutex_lock(&srv->mu);
@@ -307,11 +308,31 @@ static void on_request_done(chime__tag_t *tag, int ok) {
   c->vt->on_start(c);
 }
 
-static const chime__call_vt_t *const method_vt[CHIME__M_COUNT] = {
+/* Any other method, when chime owns the grpc_server: without someone asking
+ * for unregistered calls gRPC would hold them until the client's deadline. */
+static void unknown_on_start(chime__call_t *c) {
+  chime__call_finish(c, GRPC_STATUS_UNIMPLEMENTED,
+                     "unknown method (chime.v1.Chime has GetInfo, Stats, "
+                     "Insert, Subscribe)");
+}
+
+static void unknown_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
+  (void)c;
+  if (bb != NULL)
+    grpc_byte_buffer_destroy(bb);
+}
+
+static const chime__call_vt_t unknown_vt = {
+    .on_start = unknown_on_start,
+    .on_message = unknown_on_message,
+};
+
+static const chime__call_vt_t *const method_vt[CHIME__M_COUNT + 1] = {
     [CHIME__M_GETINFO] = &chime__info_vt,
     [CHIME__M_STATS] = &chime__stats_vt,
     [CHIME__M_INSERT] = &chime__insert_vt,
     [CHIME__M_SUBSCRIBE] = &chime__subscribe_vt,
+    [CHIME__M_COUNT] = &unknown_vt,
 };
 
 int chime__request_call(chime_server_t *srv, int method) {
@@ -329,10 +350,17 @@ int chime__request_call(chime_server_t *srv, int method) {
   pthread_mutex_init(&c->mu, NULL);
   grpc_metadata_array_init(&c->md);
   int unary = method == CHIME__M_GETINFO || method == CHIME__M_STATS;
-  grpc_call_error e = grpc_server_request_registered_call(
-      srv->gs, srv->methods[method], &c->call, &c->deadline, &c->md,
-      unary ? &c->payload : NULL, srv->cq, srv->cq, &c->req_tag);
+  grpc_call_error e;
+  grpc_call_details_init(&c->details);
+  if (method == CHIME__M_COUNT)
+    e = grpc_server_request_call(srv->gs, &c->call, &c->details, &c->md,
+                                 srv->cq, srv->cq, &c->req_tag);
+  else
+    e = grpc_server_request_registered_call(
+        srv->gs, srv->methods[method], &c->call, &c->deadline, &c->md,
+        unary ? &c->payload : NULL, srv->cq, srv->cq, &c->req_tag);
   if (e != GRPC_CALL_OK) {
+    grpc_call_details_destroy(&c->details);
     grpc_metadata_array_destroy(&c->md);
     pthread_mutex_destroy(&c->mu);
     free(c);

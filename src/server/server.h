@@ -67,6 +67,7 @@ struct chime__call_s {
   grpc_call *call;
   gpr_timespec deadline;
   grpc_metadata_array md;
+  grpc_call_details details; /* unregistered methods only */
   grpc_byte_buffer *payload;
   chime__tag_t req_tag, recv_tag, send_tag, close_tag;
   pthread_mutex_t mu;
@@ -99,7 +100,8 @@ void chime__call_finish(chime__call_t *c, grpc_status_code code,
 void chime__call_drop_queued(chime__call_t *c);
 /* Reads a whole message into one slice (a copy when it came in pieces). */
 int chime__bb_read(grpc_byte_buffer *bb, grpc_slice *out);
-/* Requests the next call of `method` (service.c). */
+/* Requests the next call of `method` (CHIME__M_COUNT: any unregistered
+ * method, answered UNIMPLEMENTED). */
 int chime__request_call(chime_server_t *srv, int method);
 
 /* --- streams (stream.c) --- */

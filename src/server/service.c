@@ -41,7 +41,9 @@ static void *cq_main(void *arg) {
 int chime__service_start(chime_server_t *srv) {
   /* Two calls per method waiting, so a burst of connects is not serialised
    * behind the re-request. */
-  for (int m = 0; m < CHIME__M_COUNT; m++) {
+  /* Unregistered methods are the application's business when embedded. */
+  int last = srv->owns_grpc ? CHIME__M_COUNT : CHIME__M_COUNT - 1;
+  for (int m = 0; m <= last; m++) {
     for (int k = 0; k < 2; k++) {
       int rc = chime__request_call(srv, m);
       if (rc != 0)

@@ -18,6 +18,7 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <grp.h>
 #include <unistd.h>
 
 #include <grpc/grpc.h>
@@ -649,7 +650,183 @@ static void test_unknown_method(void **state) {
   assert_serving();
 }
 
-int main(void) {
+/* --- expiry and peer uid, each against a chimed of its own --- */
+
+static grpc_channel *saved_ch;
+static chime__chimed_t other;
+
+static void other_start(const char *extra_json) {
+  char config[1024];
+  snprintf(config, sizeof(config),
+           "{%s \"tables\": [{\"name\": \"demo\", \"spec\": \"obs:f32[64], "
+           "action:i32[], reward:f32[]\", \"capacity\": 64, \"min_size\": 1, "
+           "\"sampler\": \"fifo\"}]}\n",
+           extra_json);
+  assert_int_equal(chime__chimed_start(&other, config, NULL, 30000), 0);
+  saved_ch = ch;
+  ch = chime__raw_channel(other.addr);
+}
+
+static void other_stop(void) {
+  int st = 0;
+  grpc_channel_destroy(ch);
+  ch = saved_ch;
+  assert_int_equal(chime__chimed_stop(&other, 20000, &st), 0);
+  assert_int_equal(st, 0);
+}
+
+/* Opens a shm stream on the current channel; the token and socket path. */
+static void open_shm(chime__raw_t *r, uint8_t token[16], char *path,
+                     size_t len) {
+  grpc_status_code st;
+  char details[512];
+  Chime__V1__SubscribeResponse *resp = open_stream(
+      r, 8, 4, CHIME__V1__MODE__MODE_SHM, &st, details, sizeof(details));
+  if (resp == NULL)
+    fail_msg("shm open refused: %s", details);
+  memcpy(token, resp->opened->handoff->token.data, 16);
+  snprintf(path, len, "%s", resp->opened->handoff->socket_path);
+  protobuf_c_message_free_unpacked(&resp->base, NULL);
+}
+
+static void test_token_expires(void **state) {
+  (void)state;
+  chime__raw_t r;
+  uint8_t token[16], reply[256];
+  char path[128];
+  size_t reply_len;
+  int fd = -1;
+  other_start("\"handoff_expires_ms\": 1,");
+  open_shm(&r, token, path, sizeof(path));
+  /* Far past the 1 ms expiry: a wait, not a measurement. */
+  chime__sleep_ms(200);
+  assert_int_equal(present(path, token, &fd, reply, &reply_len), CHIME_EPERM);
+  assert_int_equal(fd, -1);
+  assert_no_secret(reply, reply_len, token);
+  chime__raw_destroy(&r);
+  assert_serving();
+  other_stop();
+}
+
+/* Presents token as another user (this binary re-executed, --present), so
+ * SO_PEERCRED sees that uid. Returns the status the helper received and
+ * whether an fd came with it. */
+static int32_t present_as(uid_t uid, const char *path, const uint8_t tok[16],
+                          int *got_fd) {
+  char self[512], hex[33], uidtxt[16], line[64];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  assert_true(n > 0);
+  self[n] = '\0';
+  for (int i = 0; i < 16; i++)
+    snprintf(hex + 2 * i, 3, "%02x", tok[i]);
+  snprintf(uidtxt, sizeof(uidtxt), "%u", (unsigned)uid);
+  const char *argv[] = {self, "--present", path, hex, uidtxt, NULL};
+  chime__proc_t p;
+  assert_int_equal(chime__proc_spawn(&p, argv, NULL), 0);
+  assert_int_equal(
+      chime__proc_read_line(&p, "status ", line, sizeof(line), 20000), 0);
+  chime__proc_kill(&p);
+  int st = 0, fds = 0;
+  assert_int_equal(sscanf(line, "%d fds %d", &st, &fds), 2);
+  *got_fd = fds > 0;
+  return st;
+}
+
+static void test_peer_uid(void **state) {
+  (void)state;
+  chime__raw_t r;
+  uint8_t token[16], reply[256];
+  char path[128];
+  size_t reply_len;
+  int fd = -1, got_fd = 0;
+  if (geteuid() != 0) {
+    fprintf(stderr, "note: not root, the other-uid cases are not run\n");
+    return;
+  }
+  /* Same uid only (the default): nobody is refused, and cannot burn the
+   * token for its owner. */
+  other_start("");
+  open_shm(&r, token, path, sizeof(path));
+  assert_int_equal(present_as(65534, path, token, &got_fd), CHIME_EPERM);
+  assert_false(got_fd);
+  assert_int_equal(present(path, token, &fd, reply, &reply_len), 0);
+  assert_true(fd >= 0);
+  close(fd);
+  chime__raw_destroy(&r);
+  other_stop();
+
+  /* allowed_uids lets nobody in. */
+  other_start("\"allowed_uids\": [65534],");
+  open_shm(&r, token, path, sizeof(path));
+  assert_int_equal(present_as(65534, path, token, &got_fd), 0);
+  assert_true(got_fd);
+  chime__raw_destroy(&r);
+  other_stop();
+}
+
+/* The --present helper: drop to uid, present the token, print what came. */
+static int present_main(const char *path, const char *hex, const char *uidtxt) {
+  uint8_t req[24], reply[4];
+  uid_t uid = (uid_t)strtoul(uidtxt, NULL, 10);
+  memcpy(req, "CHIMEHO1", 8);
+  for (int i = 0; i < 16; i++) {
+    unsigned v;
+    if (sscanf(hex + 2 * i, "%2x", &v) != 1)
+      return 2;
+    req[8 + i] = (uint8_t)v;
+  }
+  if (uid != geteuid() &&
+      (setgroups(0, NULL) != 0 || setgid(uid) != 0 || setuid(uid) != 0)) {
+    perror("present: cannot change uid");
+    return 2;
+  }
+  struct sockaddr_un sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sun_family = AF_UNIX;
+  size_t n = strlen(path);
+  socklen_t len = (socklen_t)sizeof(sa);
+  if (n < 2 || n >= sizeof(sa.sun_path))
+    return 2;
+  if (path[0] == '@') {
+    memcpy(sa.sun_path + 1, path + 1, n - 1);
+    len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n);
+  } else {
+    memcpy(sa.sun_path, path, n);
+  }
+  int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0 || connect(s, (struct sockaddr *)&sa, len) != 0 ||
+      write(s, req, sizeof(req)) != (ssize_t)sizeof(req)) {
+    perror("present: connect");
+    return 2;
+  }
+  union {
+    char b[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } ctl;
+  struct iovec iov = {reply, sizeof(reply)};
+  struct msghdr m;
+  memset(&m, 0, sizeof(m));
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  m.msg_control = ctl.b;
+  m.msg_controllen = sizeof(ctl.b);
+  ssize_t r = recvmsg(s, &m, MSG_CMSG_CLOEXEC | MSG_WAITALL);
+  int fds = 0;
+  for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c != NULL; c = CMSG_NXTHDR(&m, c))
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+      fds++;
+  if (r != 4) {
+    printf("status %d fds %d\n", -999, fds);
+    return 1;
+  }
+  printf("status %d fds %d\n", (int)le32(reply), fds);
+  fflush(stdout);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 5 && strcmp(argv[1], "--present") == 0)
+    return present_main(argv[2], argv[3], argv[4]);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_insert_wrong_size),
       cmocka_unit_test(test_insert_wrong_spec),
@@ -662,6 +839,8 @@ int main(void) {
       cmocka_unit_test(test_garbage_on_handoff_socket),
       cmocka_unit_test(test_garbage_on_grpc_port),
       cmocka_unit_test(test_unknown_method),
+      cmocka_unit_test(test_token_expires),
+      cmocka_unit_test(test_peer_uid),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,7 +1,9 @@
 /* Streams: ring creation under the memory budgets, the sampler thread, and in
- * stream mode the sender, which takes published slots on the server's own
+ * stream mode the sending of published slots: the server takes them on its own
  * consumer side of the ring and hands slot memory to gRPC without a copy; a
- * slot is released when gRPC drops the last slice pointing into it. */
+ * slot is released when gRPC drops the last slice pointing into it. Sending
+ * happens on whichever thread makes a batch sendable (the sampler publishing,
+ * or a credit arriving), so no thread exists just to wait for either. */
 #include "server/stream.h"
 
 #include <stdarg.h>
@@ -29,9 +31,8 @@ void chime__stream_unref(chime__stream_t *s) {
     return;
   chime_server_t *srv = s->srv;
   chime_ring_destroy(s->ring);
-  free(s->releases);
   pthread_mutex_destroy(&s->mu);
-  pthread_cond_destroy(&s->cond);
+  pthread_mutex_destroy(&s->send_mu);
   free(s);
   pthread_mutex_lock(&srv->mu);
   srv->nstreams--;
@@ -105,16 +106,11 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
                                                     : CHIME_MODE_STREAM;
   atomic_init(&s->refs, 1);
   pthread_mutex_init(&s->mu, NULL);
-  pthread_cond_init(&s->cond, NULL);
+  pthread_mutex_init(&s->send_mu, NULL);
   s->credits = open->prefetch ? open->prefetch : open->slots - 1;
-  s->releases = calloc(open->slots, sizeof(uint32_t));
   pthread_mutex_lock(&srv->mu);
   srv->nstreams++;
   pthread_mutex_unlock(&srv->mu);
-  if (s->releases == NULL) {
-    rc = fail(err, errlen, CHIME_ENOMEM, "out of memory");
-    goto out;
-  }
   rc = chime_ring_create(&s->ring, &tc->spec, open->batch_size, open->slots);
   if (rc != 0) {
     rc = fail(err, errlen, rc, "cannot create a ring for table '%s': %s",
@@ -182,32 +178,6 @@ out:
   return rc;
 }
 
-static void *sampler_main(void *arg) {
-  chime__stream_t *s = arg;
-  while (!atomic_load(&s->stop)) {
-    chime_ring_wslot_t ws;
-    uint64_t seq;
-    int rc = chime_ring_acquire(s->ring, &ws, 250);
-    if (rc == CHIME_ETIMEDOUT)
-      continue;
-    if (rc != 0)
-      break;
-    rc = chime__table_sample(s->table, &s->lay, &ws, &s->stop);
-    if (rc != 0) {
-      chime_ring_abandon(s->ring, ws.slot);
-      break;
-    }
-    chime_ring_publish(s->ring, ws.slot, &seq);
-    if (s->mode == CHIME_MODE_STREAM) {
-      pthread_mutex_lock(&s->mu);
-      pthread_cond_signal(&s->cond);
-      pthread_mutex_unlock(&s->mu);
-    }
-  }
-  chime__stream_unref(s);
-  return NULL;
-}
-
 /* One batch in flight in gRPC: its chunks' slices point into the slot. */
 typedef struct {
   chime__stream_t *s;
@@ -220,8 +190,7 @@ static void batch_put(batch_t *b, unsigned n) {
     return;
   chime__stream_t *s = b->s;
   pthread_mutex_lock(&s->mu);
-  s->releases[s->nreleases++] = b->slot;
-  pthread_cond_signal(&s->cond);
+  chime_ring_release(s->ring, b->slot); /* wakes the sampler if it waits */
   pthread_mutex_unlock(&s->mu);
   free(b);
   chime__stream_unref(s);
@@ -275,39 +244,46 @@ static void send_batch(chime__stream_t *s, chime__call_t *call,
   atomic_fetch_add(&s->bytes, total);
 }
 
-static void *sender_main(void *arg) {
-  chime__stream_t *s = arg;
-  chime__call_t *call = s->sender_call; /* its reference is ours */
-  pthread_mutex_lock(&s->mu);
-  for (;;) {
+/* Sends every published batch the client has credit for, in order. Called
+ * by the sampler after each publish and by the completion-queue thread when
+ * credits arrive, so no thread waits on either. send_mu keeps batches (and
+ * their chunks) in sequence; s->mu guards the ring's consumer side. */
+static void send_ready(chime__stream_t *s) {
+  pthread_mutex_lock(&s->send_mu);
+  chime__call_t *call = s->sender_call;
+  while (call != NULL && !atomic_load(&s->stop)) {
     chime_ring_view_t v;
-    int got = 0;
-    for (;;) {
-      while (s->nreleases > 0)
-        chime_ring_release(s->ring, s->releases[--s->nreleases]);
-      if (atomic_load(&s->stop) || call == NULL)
-        break;
-      if (s->credits > 0) {
-        int rc = chime_ring_next(s->ring, &v, 0);
-        if (rc == 0) {
-          got = 1;
-          break;
-        }
-        if (rc != CHIME_ETIMEDOUT && rc != CHIME_EBUSY)
-          break;
-      }
-      pthread_cond_wait(&s->cond, &s->mu);
-    }
-    if (!got)
-      break;
-    s->credits--;
-    pthread_mutex_unlock(&s->mu);
-    send_batch(s, call, &v);
     pthread_mutex_lock(&s->mu);
+    int rc = s->credits > 0 ? chime_ring_next(s->ring, &v, 0) : CHIME_EBUSY;
+    if (rc == 0)
+      s->credits--;
+    pthread_mutex_unlock(&s->mu);
+    if (rc != 0)
+      break;
+    send_batch(s, call, &v);
   }
-  pthread_mutex_unlock(&s->mu);
-  if (call != NULL)
-    chime__call_unref(call);
+  pthread_mutex_unlock(&s->send_mu);
+}
+
+static void *sampler_main(void *arg) {
+  chime__stream_t *s = arg;
+  while (!atomic_load(&s->stop)) {
+    chime_ring_wslot_t ws;
+    uint64_t seq;
+    int rc = chime_ring_acquire(s->ring, &ws, 250);
+    if (rc == CHIME_ETIMEDOUT)
+      continue;
+    if (rc != 0)
+      break;
+    rc = chime__table_sample(s->table, &s->lay, &ws, &s->stop);
+    if (rc != 0) {
+      chime_ring_abandon(s->ring, ws.slot);
+      break;
+    }
+    chime_ring_publish(s->ring, ws.slot, &seq);
+    if (s->mode == CHIME_MODE_STREAM)
+      send_ready(s);
+  }
   chime__stream_unref(s);
   return NULL;
 }
@@ -328,19 +304,12 @@ static int spawn(void *(*fn)(void *), chime__stream_t *s) {
 }
 
 int chime__stream_start(chime__stream_t *s) {
-  int rc = spawn(sampler_main, s);
-  if (rc == 0 && s->mode == CHIME_MODE_STREAM) {
-    /* Taken here, where the call is surely alive, not under s->mu in the
-     * sender: a call's lock is never taken under a stream's. */
+  if (s->mode == CHIME_MODE_STREAM) {
+    /* Taken here, where the call is surely alive; dropped at close. */
     s->sender_call = s->call;
     chime__call_ref(s->sender_call);
-    rc = spawn(sender_main, s);
-    if (rc != 0) {
-      chime__call_unref(s->sender_call);
-      s->sender_call = NULL;
-    }
   }
-  return rc;
+  return spawn(sampler_main, s);
 }
 
 void chime__stream_credit(chime__stream_t *s, uint32_t n) {
@@ -348,8 +317,8 @@ void chime__stream_credit(chime__stream_t *s, uint32_t n) {
   /* A client can't be owed more than the ring holds; cap, don't trust. */
   uint64_t c = (uint64_t)s->credits + n;
   s->credits = c > s->lay.slots ? s->lay.slots : (uint32_t)c;
-  pthread_cond_signal(&s->cond);
   pthread_mutex_unlock(&s->mu);
+  send_ready(s);
 }
 
 void chime__stream_close(chime__stream_t *s) {
@@ -372,13 +341,16 @@ void chime__stream_close(chime__stream_t *s) {
   chime__call_t *call = s->call; /* guarded by srv->mu, see stream_kill */
   s->call = NULL;
   pthread_mutex_unlock(&srv->mu);
-  pthread_mutex_lock(&s->mu);
-  pthread_cond_broadcast(&s->cond);
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_lock(&s->send_mu);
+  chime__call_t *sender_call = s->sender_call;
+  s->sender_call = NULL;
+  pthread_mutex_unlock(&s->send_mu);
   if (srv->handoff != NULL)
     chime__handoff_notify(srv->handoff);
   if (call != NULL)
     chime__call_unref(call);
+  if (sender_call != NULL)
+    chime__call_unref(sender_call);
 }
 
 void chime__stream_kill(chime__stream_t *s, const char *why) {

@@ -1,7 +1,7 @@
 /* A stream: one learner's ring on one table, the sampler thread that fills
- * it, and in stream mode the sender that ships published slots as chunks
- * straight from slot memory. Reference counted: the Subscribe call, the
- * threads, the handoff watcher and every batch still held by gRPC. */
+ * it, and in stream mode the sending of published slots as chunks straight
+ * from slot memory. Reference counted: the Subscribe call, the sampler, the
+ * handoff watcher and every batch still held by gRPC. */
 #ifndef CHIME_SERVER_STREAM_H
 #define CHIME_SERVER_STREAM_H
 
@@ -26,13 +26,11 @@ struct chime__stream_s {
   atomic_int refs;
   atomic_int stop;
   atomic_int closed;
-  pthread_mutex_t mu;
-  pthread_cond_t cond;
+  pthread_mutex_t mu;      /* the ring's consumer side, credits */
+  pthread_mutex_t send_mu; /* batch order on the call, sender_call */
   uint32_t credits;
-  uint32_t *releases; /* slots gRPC is done with, for the sender to release */
-  uint32_t nreleases;
   chime__call_t *call; /* the Subscribe call (srv->mu); dropped at close */
-  chime__call_t *sender_call; /* the sender thread's own reference */
+  chime__call_t *sender_call; /* stream mode: sends go here (send_mu) */
   atomic_uint_fast64_t batches, bytes;
   /* handoff (guarded by the server's mutex) */
   uint8_t token[16];
@@ -48,7 +46,7 @@ struct chime__stream_s {
 int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
                        chime__call_t *call, const Chime__V1__Open *open,
                        char *err, size_t errlen);
-/* Starts the sampler (and sender) threads. */
+/* Starts the sampler thread. */
 int chime__stream_start(chime__stream_t *s);
 void chime__stream_credit(chime__stream_t *s, uint32_t n);
 /* Shuts the ring down, stops the threads, returns the budget; idempotent,

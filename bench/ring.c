@@ -43,6 +43,7 @@ typedef struct {
   uint64_t run_bytes;
   int nsizes;
   uint64_t sizes[MAX_SIZES];
+  int cpu_producer, cpu_consumer; /* -1: let the scheduler place them */
 } opts_t;
 
 typedef struct {
@@ -99,8 +100,17 @@ static uint64_t touch_lines(const void *p, uint64_t bytes) {
   return sum;
 }
 
-/* ring --consumer FD NONCE_HEX TOUCH N PACED: prints "ready" after
+/* ring --consumer FD NONCE_HEX TOUCH N PACED CPU: prints "ready" after
  * pre-faulting, then "done <4 latencies in ns> <checksum>". */
+static int pin_cpu(int cpu) {
+  cpu_set_t set;
+  if (cpu < 0)
+    return 0;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return sched_setaffinity(0, sizeof(set), &set);
+}
+
 static int consumer_main(int argc, char **argv) {
   chime_ring_t *ring = NULL;
   uint8_t nonce[16];
@@ -108,7 +118,9 @@ static int consumer_main(int argc, char **argv) {
   const chime_ring_layout_t *l;
   int touch, rc = 1;
 
-  if (argc != 7 || strlen(argv[3]) != 32)
+  if (argc != 8 || strlen(argv[3]) != 32)
+    return 2;
+  if (pin_cpu(atoi(argv[7])) != 0)
     return 2;
   for (int i = 0; i < 16; i++) {
     unsigned v;
@@ -165,10 +177,10 @@ typedef struct {
 } child_t;
 
 static int spawn_consumer(child_t *c, chime_ring_t *ring, int touch, uint64_t n,
-                          uint64_t paced) {
+                          uint64_t paced, int cpu) {
   posix_spawn_file_actions_t fa;
-  char self[4096], fdtext[16], hex[33], t[4], ntext[24], ptext[24];
-  char *argv[9];
+  char self[4096], fdtext[16], hex[33], t[4], ntext[24], ptext[24], ctext[16];
+  char *argv[10];
   uint8_t nonce[16];
   int pipefd[2], fd, rc;
   ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
@@ -194,7 +206,9 @@ static int spawn_consumer(child_t *c, chime_ring_t *ring, int touch, uint64_t n,
   argv[5] = t;
   argv[6] = ntext;
   argv[7] = ptext;
-  argv[8] = NULL;
+  argv[8] = ctext;
+  argv[9] = NULL;
+  snprintf(ctext, sizeof(ctext), "%d", cpu);
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
   rc = posix_spawn(&c->pid, self, &fa, NULL, argv, environ);
@@ -294,7 +308,7 @@ static int run_once(const opts_t *o, uint64_t bb, int touch, const uint8_t *src,
   r->memcpy_gbps = run_memcpy(ring, src, bb, n);
   warm_slots(ring);
 
-  if (spawn_consumer(&c, ring, touch, n, PACED_BATCHES) != 0 ||
+  if (spawn_consumer(&c, ring, touch, n, PACED_BATCHES, o->cpu_consumer) != 0 ||
       read_line(&c, line, sizeof(line), 30000) != 0 ||
       strcmp(line, "ready") != 0) {
     fprintf(stderr, "chime-bench ring: consumer did not start\n");
@@ -349,16 +363,19 @@ out:
 }
 
 static void emit(const opts_t *o, uint64_t bb, int touch, const result_t *r) {
+  char cpus[32] = "any";
+  if (o->cpu_producer >= 0)
+    snprintf(cpus, sizeof(cpus), "%d,%d", o->cpu_producer, o->cpu_consumer);
   if (o->json) {
     printf("{\"bench\":\"ring\",\"batch_bytes\":%" PRIu64
            ",\"touch\":%s,\"gbps\":%.3f,\"batches_per_s\":%.1f,"
            "\"p50_us\":%.2f,\"p99_us\":%.2f,\"memcpy_gbps\":%.3f,"
            "\"ratio_vs_memcpy\":%.3f,\"loaded_p50_us\":%.2f,"
-           "\"loaded_p99_us\":%.2f,\"slots\":%u,\"runs\":%d,"
+           "\"loaded_p99_us\":%.2f,\"slots\":%u,\"runs\":%d,\"cpus\":\"%s\","
            "\"producer_wait_ms\":%.2f,\"consumer_wait_ms\":%.2f}\n",
            bb, touch ? "true" : "false", r->gbps, r->batches_per_s, r->p50_us,
            r->p99_us, r->memcpy_gbps, r->ratio, r->loaded_p50_us,
-           r->loaded_p99_us, o->slots, o->runs, r->producer_wait_ns / 1e6,
+           r->loaded_p99_us, o->slots, o->runs, cpus, r->producer_wait_ns / 1e6,
            r->consumer_wait_ns / 1e6);
   } else {
     printf("ring %9" PRIu64 " B touch=%d  %6.2f GB/s  %9.0f batch/s  "
@@ -412,6 +429,7 @@ static void usage(void) {
   fprintf(stderr,
           "usage: chime-bench ring [--json] [--runs N] [--slots S]\n"
           "                        [--mib MIB_PER_RUN] [--sizes B1,B2,...]\n"
+          "                        [--cpus PRODUCER,CONSUMER]\n"
           "  batch sizes in bytes, multiples of 4096 (default "
           "65536,1048576,16777216);\n"
           "  medians of N runs (default 3) of MIB_PER_RUN MiB each (default "
@@ -419,7 +437,7 @@ static void usage(void) {
 }
 
 static int parse_opts(opts_t *o, int argc, char **argv) {
-  *o = (opts_t){0, 3, 8, 2048 * MIB, 3, {65536, MIB, 16 * MIB}};
+  *o = (opts_t){0, 3, 8, 2048 * MIB, 3, {65536, MIB, 16 * MIB}, -1, -1};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--json") == 0) {
@@ -438,6 +456,11 @@ static int parse_opts(opts_t *o, int argc, char **argv) {
       if (v < 1 || v > 65536)
         return -1;
       o->run_bytes = (uint64_t)v * MIB;
+    } else if (strcmp(a, "--cpus") == 0 && i + 1 < argc) {
+      if (sscanf(argv[++i], "%d,%d", &o->cpu_producer, &o->cpu_consumer) != 2 ||
+          o->cpu_producer < 0 || o->cpu_consumer < 0 ||
+          o->cpu_producer >= CPU_SETSIZE || o->cpu_consumer >= CPU_SETSIZE)
+        return -1;
     } else if (strcmp(a, "--sizes") == 0 && i + 1 < argc) {
       char *p = argv[++i], *end;
       o->nsizes = 0;
@@ -465,6 +488,10 @@ int chime__bench_ring(int argc, char **argv) {
     return consumer_main(argc, argv);
   if (parse_opts(&o, argc, argv) != 0) {
     usage();
+    return 2;
+  }
+  if (pin_cpu(o.cpu_producer) != 0) {
+    fprintf(stderr, "chime-bench ring: cannot run on cpu %d\n", o.cpu_producer);
     return 2;
   }
   for (int i = 0; i < o.nsizes; i++)

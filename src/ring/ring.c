@@ -23,9 +23,14 @@
 
 #include "ring/ring_internal.h"
 
-/* Polls before sleeping: a few microseconds, enough to catch a batch that is
- * about to be published without burning a core that the other side needs. */
-#define CHIME_RING_SPIN 256
+/* Polls before sleeping, adapted per side to how long waits turn out to be.
+ * Waking a sleeping thread costs both sides: here (2 vCPUs) about 25-30 us
+ * until the sleeper runs and 10-15 us of the waker's time. When batches come
+ * every few tens of microseconds, spinning through the gap keeps both sides
+ * off the futex; when waits are long, a short spin wastes little. Bounded:
+ * no wait spins longer than CHIME_RING_SPIN_MAX_NS. See docs/ring.md. */
+#define CHIME_RING_SPIN_MIN_NS 4000u
+#define CHIME_RING_SPIN_MAX_NS 100000u
 
 struct chime_ring_s {
   chime__segment_t seg;
@@ -45,9 +50,14 @@ struct chime_ring_s {
   uint32_t nheld;
   _Atomic int disconnected;
 
+  /* How long each side spins before it sleeps (adaptive, private). */
+  uint32_t spin_ns[2];
+
   void (*unpin)(void *arg);
   void *unpin_arg;
 };
+
+enum { SIDE_PRODUCER = 0, SIDE_CONSUMER = 1 };
 
 static inline uint64_t load_acquire64(_Atomic uint64_t *p) {
   return atomic_load_explicit(p, memory_order_acquire);
@@ -101,9 +111,11 @@ static void bell_ring(_Atomic uint32_t *bell, int n) {
  * CHIME_ETIMEDOUT. Spins first, then sleeps on `bell`. */
 typedef struct {
   int timeout_ms;
-  int spins;
+  uint32_t *spin_ns; /* this side's spin budget */
   uint64_t start;    /* 0 until the first miss */
   uint64_t deadline; /* valid when timeout_ms > 0 */
+  uint64_t now;      /* last clock reading while spinning */
+  int slept;
 } waiter_t;
 
 static int waiter_miss(waiter_t *w) {
@@ -111,10 +123,39 @@ static int waiter_miss(waiter_t *w) {
     return CHIME_ETIMEDOUT;
   if (w->start == 0) {
     w->start = now_ns();
+    w->now = w->start;
     if (w->timeout_ms > 0)
       w->deadline = w->start + (uint64_t)w->timeout_ms * 1000000u;
   }
   return 0;
+}
+
+/* 1 while the spin budget (and the deadline) allow another poll. */
+static int waiter_spin(waiter_t *w) {
+  if (w->slept || w->now - w->start >= *w->spin_ns ||
+      (w->timeout_ms > 0 && w->now >= w->deadline))
+    return 0;
+  for (int i = 0; i < 8; i++)
+    cpu_relax();
+  w->now = now_ns();
+  return 1;
+}
+
+/* After a successful wait: spin long enough next time to catch a batch that
+ * comes as late as this one did, unless it came too late for any spin. */
+static void waiter_adapt(const waiter_t *w) {
+  uint64_t waited;
+  if (w->start == 0)
+    return;
+  waited = now_ns() - w->start;
+  if (waited <= *w->spin_ns)
+    return;
+  if (waited < CHIME_RING_SPIN_MAX_NS)
+    *w->spin_ns = (uint32_t)(waited * 2 < CHIME_RING_SPIN_MAX_NS
+                                 ? waited * 2
+                                 : CHIME_RING_SPIN_MAX_NS);
+  else
+    *w->spin_ns = CHIME_RING_SPIN_MIN_NS;
 }
 
 /* Time left before the deadline, 0 when it has passed. */
@@ -152,6 +193,8 @@ int chime_ring_create(chime_ring_t **out, const chime_spec_t *spec,
   if (ring == NULL)
     return CHIME_ENOMEM;
   ring->seg.fd = -1;
+  ring->spin_ns[SIDE_PRODUCER] = CHIME_RING_SPIN_MIN_NS;
+  ring->spin_ns[SIDE_CONSUMER] = CHIME_RING_SPIN_MIN_NS;
   rc = chime_ring_layout(&ring->layout, spec, batch_size, slots, why,
                          sizeof(why));
   if (rc != 0)
@@ -200,7 +243,7 @@ static int find_free(chime_ring_t *ring, memory_order mo) {
 
 int chime_ring_acquire(chime_ring_t *ring, chime_ring_wslot_t *out,
                        int timeout_ms) {
-  waiter_t w = {timeout_ms, 0, 0, 0};
+  waiter_t w = {timeout_ms, NULL, 0, 0, 0, 0};
   chime__ring_prod_t *prod;
   int slot, rc = 0;
 
@@ -209,6 +252,7 @@ int chime_ring_acquire(chime_ring_t *ring, chime_ring_wslot_t *out,
   if (ring->consumer)
     return CHIME_EPERM;
   prod = ring->seg.prod;
+  w.spin_ns = &ring->spin_ns[SIDE_PRODUCER];
   for (;;) {
     uint32_t bell;
     uint64_t left;
@@ -222,11 +266,8 @@ int chime_ring_acquire(chime_ring_t *ring, chime_ring_wslot_t *out,
     rc = waiter_miss(&w);
     if (rc != 0)
       goto out;
-    if (w.spins < CHIME_RING_SPIN) {
-      w.spins++;
-      cpu_relax();
+    if (waiter_spin(&w))
       continue;
-    }
     bell =
         atomic_load_explicit(&ring->seg.ctrl->prod_bell, memory_order_seq_cst);
     atomic_store_explicit(&prod->waiting, 1, memory_order_seq_cst);
@@ -243,8 +284,10 @@ int chime_ring_acquire(chime_ring_t *ring, chime_ring_wslot_t *out,
       goto out;
     }
     futex_wait(&ring->seg.ctrl->prod_bell, bell, left, timeout_ms < 0);
+    w.slept = 1;
     atomic_store_explicit(&prod->waiting, 0, memory_order_relaxed);
   }
+  waiter_adapt(&w);
   ring->acquired[slot] = 1;
   memset(out, 0, sizeof(*out));
   out->slot = (uint32_t)slot;
@@ -333,6 +376,7 @@ int chime_ring_attach(chime_ring_t **out, int fd, const uint8_t nonce[16]) {
     return CHIME_ENOMEM;
   ring->seg.fd = -1;
   ring->consumer = 1;
+  ring->spin_ns[SIDE_CONSUMER] = CHIME_RING_SPIN_MIN_NS;
   rc = chime__segment_attach(&ring->seg, fd, nonce, &ring->spec, &ring->layout);
   if (rc != 0)
     goto out;
@@ -401,13 +445,14 @@ static int next_blocked(const chime_ring_t *ring, memory_order mo) {
 
 int chime_ring_next(chime_ring_t *ring, chime_ring_view_t *out,
                     int timeout_ms) {
-  waiter_t w = {timeout_ms, 0, 0, 0};
+  waiter_t w = {timeout_ms, NULL, 0, 0, 0, 0};
   chime__ring_ctrl_t *ctrl;
   int rc;
 
   if (ring == NULL || out == NULL)
     return CHIME_EINVAL;
   ctrl = ring->seg.ctrl;
+  w.spin_ns = &ring->spin_ns[SIDE_CONSUMER];
   rc = next_blocked(ring, memory_order_acquire);
   if (rc != 0)
     goto out;
@@ -419,16 +464,14 @@ int chime_ring_next(chime_ring_t *ring, chime_ring_view_t *out,
     uint32_t bell;
     uint64_t left;
     if (have_batch(ring, memory_order_acquire)) {
+      waiter_adapt(&w);
       rc = take(ring, out);
       goto out;
     }
     rc = waiter_miss(&w);
     if (rc != 0)
       goto out;
-    if (w.spins < CHIME_RING_SPIN) {
-      w.spins++;
-      cpu_relax();
-    } else {
+    if (!waiter_spin(&w)) {
       bell = atomic_load_explicit(&ctrl->cons_bell, memory_order_seq_cst);
       atomic_store_explicit(&ctrl->waiting, 1, memory_order_seq_cst);
       if (!have_batch(ring, memory_order_seq_cst) &&
@@ -440,6 +483,7 @@ int chime_ring_next(chime_ring_t *ring, chime_ring_view_t *out,
           goto out;
         }
         futex_wait(&ctrl->cons_bell, bell, left, timeout_ms < 0);
+        w.slept = 1;
       }
       atomic_store_explicit(&ctrl->waiting, 0, memory_order_relaxed);
     }

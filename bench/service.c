@@ -48,6 +48,10 @@
 #define PLAIN_METHOD "/chime.bench.Plain/Stream"
 #define MAX_SIZES 8
 
+enum { C_MEMCPY, C_TCP, C_PLAIN, C_SHM, C_STREAM, NCASES };
+static const char *const case_name[NCASES] = {"memcpy", "tcp", "grpc_plain",
+                                              "chime_shm", "chime_stream"};
+
 typedef struct {
   int json;
   int runs;
@@ -55,6 +59,7 @@ typedef struct {
   int nsizes;
   uint64_t sizes[MAX_SIZES];
   int only_baselines;
+  int only; /* --only CASE: that case alone (no ratios), else -1 */
 } opts_t;
 
 static double now_s(void) {
@@ -653,7 +658,7 @@ static void emit(const opts_t *o, const char *name, uint64_t batch_bytes,
 }
 
 static int parse_opts(opts_t *o, int argc, char **argv) {
-  *o = (opts_t){0, 3, 1024 * MIB, 2, {1 * MIB, 16 * MIB}, 0};
+  *o = (opts_t){0, 3, 1024 * MIB, 2, {1 * MIB, 16 * MIB}, 0, -1};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "service") == 0)
@@ -665,6 +670,14 @@ static int parse_opts(opts_t *o, int argc, char **argv) {
       if (v < 2 || v > 64)
         return CHIME_EINVAL;
       slots_override = (uint32_t)v;
+    } else if (strcmp(a, "--only") == 0 && i + 1 < argc) {
+      const char *name = argv[++i];
+      o->only = -1;
+      for (int c = 0; c < NCASES; c++)
+        if (strcmp(name, case_name[c]) == 0)
+          o->only = c;
+      if (o->only < 0)
+        return CHIME_EINVAL;
     } else if (strcmp(a, "--baselines") == 0) {
       o->only_baselines = 1;
     } else if (strcmp(a, "--runs") == 0 && i + 1 < argc) {
@@ -701,18 +714,16 @@ static void usage(void) {
       stderr,
       "usage: chime-bench service [--json] [--runs N] [--mib MIB_PER_RUN]\n"
       "                           [--sizes 1,16] [--slots S] [--baselines]\n"
+      "                           [--only CASE]\n"
       "  batches of each size (MiB) through memcpy, tcp, grpc_plain,\n"
       "  chime_shm and chime_stream; medians of N runs (default 3) of\n"
       "  MIB_PER_RUN MiB each (default 1024); rings of S slots (default 8\n"
       "  for batches under 16 MiB, else 4)\n");
 }
 
-enum { C_MEMCPY, C_TCP, C_PLAIN, C_SHM, C_STREAM, NCASES };
-static const char *const case_name[NCASES] = {"memcpy", "tcp", "grpc_plain",
-                                              "chime_shm", "chime_stream"};
-
 typedef struct {
   double v[NCASES][MAX_SIZES][MAX_RUNS];
+  double cpu[NCASES][MAX_SIZES][MAX_RUNS]; /* CPU seconds per GB */
 } results_t;
 
 /* Median over runs of a / b, each pair measured in the same round. */
@@ -724,38 +735,76 @@ static double ratio(const results_t *res, const opts_t *o, int a, int b,
   return median(q, o->runs);
 }
 
+/* CPU seconds a process has used (all threads); 0 if it cannot be read. */
+static double cpu_s(pid_t pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return 0;
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  const char *p = strrchr(buf, ')');
+  unsigned long long ut = 0, st = 0;
+  /* after "pid (comm)": state and 10 fields, then utime and stime */
+  if (p == NULL || sscanf(p + 2,
+                          "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u "
+                          "%llu %llu",
+                          &ut, &st) != 2)
+    return 0;
+  return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* CPU of this process plus the case's server process. */
+static double case_cpu(pid_t server) {
+  return cpu_s(getpid()) + (server > 0 ? cpu_s(server) : 0);
+}
+
 /* One round: every case once for every size, so that a noisy neighbour
  * slows a case and its baselines alike. */
-static int round_once(const opts_t *o, int r, plain_t *plain,
+static int round_once(const opts_t *o, int r, plain_t *plain, pid_t chimed_pid,
                       const char *chimed_addr, results_t *res) {
-  int rc;
+  int rc = 0;
   char why[512] = "";
-  for (int i = 0; i < o->nsizes; i++) {
+  for (int i = 0; i < o->nsizes && rc == 0; i++) {
     uint64_t bb = o->sizes[i];
     uint64_t n = batches_for(o, bb);
-    if ((rc = run_memcpy(bb, n, &res->v[C_MEMCPY][i][r])) != 0 ||
-        (rc = run_tcp(bb, n, &res->v[C_TCP][i][r])) != 0) {
-      snprintf(why, sizeof(why), "baseline: %s", chime_strerror(rc));
-      goto fail;
-    }
-    if ((rc = plain_call(plain->ch, bb, 2, n, &res->v[C_PLAIN][i][r])) != 0) {
-      snprintf(why, sizeof(why), "grpc_plain: %s", chime_strerror(rc));
-      goto fail;
-    }
-    if (chimed_addr == NULL)
-      continue;
     uint32_t batch_size = (uint32_t)(bb / SAMPLE_BYTES);
-    rc = chime_run(chimed_addr, CHIME_MODE_SHM, batch_size, ring_slots(bb), n,
-                   &res->v[C_SHM][i][r], why, sizeof(why));
-    if (rc == 0)
-      rc = chime_run(chimed_addr, CHIME_MODE_STREAM, batch_size, ring_slots(bb),
-                     n, &res->v[C_STREAM][i][r], why, sizeof(why));
-    if (rc != 0)
-      goto fail;
+    for (int c = 0; c < NCASES && rc == 0; c++) {
+      pid_t server = c == C_PLAIN ? plain->child.pid
+                     : c >= C_SHM ? chimed_pid
+                                  : 0;
+      double *g = &res->v[c][i][r];
+      if (c >= C_SHM && chimed_addr == NULL)
+        break;
+      if (o->only >= 0 && c != o->only)
+        continue;
+      double c0 = case_cpu(server);
+      switch (c) {
+      case C_MEMCPY:
+        rc = run_memcpy(bb, n, g);
+        break;
+      case C_TCP:
+        rc = run_tcp(bb, n, g);
+        break;
+      case C_PLAIN:
+        rc = plain_call(plain->ch, bb, 2, n, g);
+        break;
+      default:
+        rc = chime_run(chimed_addr,
+                       c == C_SHM ? CHIME_MODE_SHM : CHIME_MODE_STREAM,
+                       batch_size, ring_slots(bb), n, g, why, sizeof(why));
+        break;
+      }
+      /* the whole case (warm-up and set-up included) per GB timed */
+      res->cpu[c][i][r] = (case_cpu(server) - c0) / ((double)(bb * n) / 1e9);
+      if (rc != 0 && why[0] == '\0')
+        snprintf(why, sizeof(why), "%s: %s", case_name[c], chime_strerror(rc));
+    }
   }
-  return 0;
-fail:
-  fprintf(stderr, "chime-bench service: round %d: %s\n", r + 1, why);
+  if (rc != 0)
+    fprintf(stderr, "chime-bench service: round %d: %s\n", r + 1, why);
   return rc;
 }
 
@@ -781,7 +830,7 @@ int chime__bench_service(int argc, char **argv) {
     goto fail;
   have_plain = 1;
 
-  if (!o.only_baselines) {
+  if (!o.only_baselines && (o.only < 0 || o.only >= C_SHM)) {
     /* One uniform table as big as memcpy's source pool, full before
      * sampling starts, so the sampler copies from memory the caches don't
      * hold. */
@@ -802,13 +851,16 @@ int chime__bench_service(int argc, char **argv) {
       goto fail;
   }
   for (int r = 0; r < o.runs; r++)
-    if ((rc = round_once(&o, r, &plain, have_chimed ? chimed.addr : NULL,
-                         &res)) != 0)
+    if ((rc = round_once(&o, r, &plain, have_chimed ? chimed.pid : 0,
+                         have_chimed ? chimed.addr : NULL, &res)) != 0)
       goto fail;
 
   for (int i = 0; i < o.nsizes; i++) {
     uint64_t bb = o.sizes[i];
     for (int c = 0; c < (have_chimed ? NCASES : C_SHM); c++) {
+      int all = o.only < 0;
+      if (!all && c != o.only)
+        continue;
       double g[MAX_RUNS];
       char extra[160];
       memcpy(g, res.v[c][i], sizeof(g));
@@ -817,11 +869,14 @@ int chime__bench_service(int argc, char **argv) {
         snprintf(extra, sizeof(extra),
                  "\"batch_size\":%u,\"slots\":%u,\"sample_bytes\":%d,",
                  (unsigned)(bb / SAMPLE_BYTES), ring_slots(bb), SAMPLE_BYTES);
+      double cpu[MAX_RUNS];
+      memcpy(cpu, res.cpu[c][i], sizeof(cpu));
       snprintf(extra + strlen(extra), sizeof(extra) - strlen(extra),
-               "\"runs\":%d", o.runs);
+               "\"cpu_s_per_gb\":%.3f,\"runs\":%d", median(cpu, o.runs),
+               o.runs);
       emit(&o, case_name[c], bb, median(g, o.runs),
-           c == C_MEMCPY ? 0 : ratio(&res, &o, c, C_MEMCPY, i),
-           c >= C_SHM ? ratio(&res, &o, c, C_PLAIN, i) : 0, extra);
+           c == C_MEMCPY || !all ? 0 : ratio(&res, &o, c, C_MEMCPY, i),
+           c >= C_SHM && all ? ratio(&res, &o, c, C_PLAIN, i) : 0, extra);
     }
   }
   rc = 0;

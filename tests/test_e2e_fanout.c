@@ -113,6 +113,25 @@ static void test_three_actors_four_learners(void **state) {
                           NULL};
     assert_int_equal(chime__proc_spawn(&learners[i], argv, out), 0);
   }
+  /* Every stream open before the first insert, so none of them can find
+   * the table already drained by the others. */
+  chime_client_t *client = NULL;
+  assert_int_equal(chime_client_create(&client, chimed.addr, NULL), 0);
+  int64_t deadline = chime__now_ms() + 60000;
+  for (;;) {
+    chime_stats_t *st = NULL;
+    assert_int_equal(chime_client_stats(client, &st), 0);
+    uint32_t n = st->nstreams;
+    chime_stats_free(st);
+    if (n == LEARNERS)
+      break;
+    if (chime__now_ms() > deadline)
+      fail_msg("only %u of %d learners opened their stream in 60 s", n,
+               LEARNERS);
+    chime__sleep_ms(20);
+  }
+  chime_client_destroy(client);
+
   for (int i = 0; i < ACTORS; i++) {
     char seed[16], count[16];
     snprintf(seed, sizeof(seed), "%d", i + 1);

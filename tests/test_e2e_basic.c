@@ -24,7 +24,10 @@
 static const char *config =
     "{\"tables\": [{\"name\": \"demo\", \"spec\": \"obs:f32[64], "
     "action:i32[], reward:f32[]\", \"capacity\": 4096, \"min_size\": 1, "
-    "\"sampler\": \"fifo\"}]}\n";
+    "\"sampler\": \"fifo\"},\n"
+    "  {\"name\": \"uni\", \"spec\": \"obs:f32[64], action:i32[], "
+    "reward:f32[]\", \"capacity\": 16, \"min_size\": 16, \"sampler\": "
+    "\"uniform\"}]}\n";
 
 static chime__chimed_t chimed;
 static chime_client_t *client;
@@ -74,11 +77,11 @@ static void wait_no_streams(void) {
   }
 }
 
-static void insert(uint64_t seed, uint64_t n) {
+static void insert_into(const char *table, uint64_t seed, uint64_t n) {
   chime_writer_t *w = NULL;
   uint8_t sample[SAMPLE_BYTES];
   assert_int_equal(chime_spec_sample_bytes(&spec), SAMPLE_BYTES);
-  assert_int_equal(chime_writer_open(client, "demo", NULL, &w), 0);
+  assert_int_equal(chime_writer_open(client, table, NULL, &w), 0);
   for (uint64_t i = 0; i < n; i++) {
     chime__pattern_fill(&spec, chime__pattern_id(seed, i), sample);
     int rc = chime_writer_append(w, sample, sizeof(sample), 1.0);
@@ -89,6 +92,10 @@ static void insert(uint64_t seed, uint64_t n) {
   assert_int_equal(chime_writer_flush(w), 0);
   assert_int_equal(chime_writer_acked(w), n);
   assert_int_equal(chime_writer_close(w), 0);
+}
+
+static void insert(uint64_t seed, uint64_t n) {
+  insert_into("demo", seed, n);
 }
 
 /* Reads n samples in batches; every byte checked against the pattern; the
@@ -159,8 +166,10 @@ static void test_get_info(void **state) {
   assert_string_equal(info->boot_id, boot);
   assert_string_equal(info->hostname, host);
   assert_int_equal(info->pin_host_memory, 0);
-  assert_int_equal(info->ntables, 1);
+  assert_int_equal(info->ntables, 2);
   const chime_table_info_t *t = &info->tables[0];
+  if (strcmp(t->name, "demo") != 0)
+    t = &info->tables[1];
   assert_string_equal(t->name, "demo");
   assert_int_equal(t->capacity, 4096);
   assert_int_equal(t->min_size, 1);
@@ -187,8 +196,10 @@ static void check_mode(chime_mode_t mode, chime_mode_t want, uint64_t seed) {
   free(bytes);
   chime_stats_t *st = NULL;
   assert_int_equal(chime_client_stats(client, &st), 0);
-  assert_int_equal(st->ntables, 1);
-  assert_int_equal(st->tables[0].size, 0);
+  assert_int_equal(st->ntables, 2);
+  for (uint32_t i = 0; i < st->ntables; i++)
+    if (strcmp(st->tables[i].name, "demo") == 0)
+      assert_int_equal(st->tables[i].size, 0);
   chime_stats_free(st);
 }
 
@@ -228,6 +239,41 @@ static void test_shm_and_stream_same_bytes(void **state) {
   free(b);
 }
 
+/* A full uniform table evicts its oldest items: after 64 inserts into 16
+ * places only the last 16 are ever sampled, each with probability 1/16. */
+static void test_uniform_evicts_oldest(void **state) {
+  (void)state;
+  chime_stream_t *s = NULL;
+  chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
+  uint64_t ids[BATCH];
+  char err[512];
+  insert_into("uni", 11, 64);
+  so.batch_size = BATCH;
+  so.slots = 4;
+  so.mode = CHIME_MODE_SHM;
+  assert_int_equal(chime_stream_open(client, "uni", &so, &s), 0);
+  for (int k = 0; k < 6; k++) {
+    chime_batch_t b;
+    int rc = chime_stream_next(s, &b, 20000);
+    if (rc != 0)
+      fail_msg("next: %s", chime_stream_last_error(s));
+    if (chime__pattern_verify(&b, ids, err, sizeof(err)) != 0)
+      fail_msg("%s", err);
+    for (uint32_t i = 0; i < b.count; i++) {
+      uint64_t index = ids[i] & CHIME__PATTERN_MAX_INDEX;
+      if (index < 48)
+        fail_msg("sampled item %llu of 64, evicted long ago",
+                 (unsigned long long)index);
+      /* keys count from 1 per table: item i has key i + 1 */
+      assert_int_equal(b.info[i].key, index + 1);
+      assert_true(b.info[i].probability == 1.0 / 16);
+      assert_true(b.info[i].times_sampled >= 1);
+    }
+    assert_int_equal(chime_batch_release(s, &b), 0);
+  }
+  chime_stream_close(s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_get_info),
@@ -235,6 +281,7 @@ int main(void) {
       cmocka_unit_test(test_stream),
       cmocka_unit_test(test_auto_picks_shm),
       cmocka_unit_test(test_shm_and_stream_same_bytes),
+      cmocka_unit_test(test_uniform_evicts_oldest),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

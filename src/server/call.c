@@ -207,9 +207,12 @@ void chime__call_finish(chime__call_t *c, grpc_status_code code,
 }
 
 void chime__call_drop_queued(chime__call_t *c) {
+  chime__send_t *q = NULL;
   pthread_mutex_lock(&c->mu);
-  chime__send_t *q = c->q_head;
-  c->q_head = c->q_tail = NULL;
+  if (!c->finishing) { /* never drop the final status */
+    q = c->q_head;
+    c->q_head = c->q_tail = NULL;
+  }
   pthread_mutex_unlock(&c->mu);
   free_sends(q);
 }

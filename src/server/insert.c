@@ -165,6 +165,15 @@ static void finish_err(chime__call_t *c, int rc, const char *msg) {
   chime__call_finish(c, chime__status_from_err(rc), "%s", msg);
 }
 
+/* The writer closed its side and everything it sent is acked. During a
+ * shutdown it still hears "shutting down", whichever came first. */
+static void finish_closed(chime__call_t *c) {
+  if (atomic_load(&c->srv->stopping))
+    chime__call_finish(c, GRPC_STATUS_UNAVAILABLE, "shutting down");
+  else
+    chime__call_finish(c, GRPC_STATUS_OK, "%s", "");
+}
+
 static void insert_on_start(chime__call_t *c) {
   insert_t *st = calloc(1, sizeof(*st));
   if (st == NULL) {
@@ -191,7 +200,7 @@ static void insert_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
     st->half_closed = 1;
     pthread_mutex_unlock(&c->mu);
     if (!busy)
-      chime__call_finish(c, GRPC_STATUS_OK, "%s", "");
+      finish_closed(c);
     return;
   }
   rc = chime__bb_read(bb, &sl);
@@ -300,7 +309,7 @@ static void insert_done(chime__inserter_t *w, insert_t *st) {
   if (rc != 0 || stop)
     chime__call_finish(c, GRPC_STATUS_UNAVAILABLE, "shutting down");
   else if (hc)
-    chime__call_finish(c, GRPC_STATUS_OK, "%s", "");
+    finish_closed(c);
   else
     chime__call_recv(c);
   chime__call_unref(c);

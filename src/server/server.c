@@ -14,6 +14,7 @@
 /* How long a graceful stop waits for calls to finish before cancelling. */
 #define STOP_GRACE_MS 3000
 #define STOP_CANCEL_MS 2000
+#define STOP_LINGER_MS 200
 
 chime__table_t *chime__server_table(chime_server_t *srv, const char *name,
                                     uint32_t *index) {
@@ -147,8 +148,15 @@ static void for_each_call(chime_server_t *srv, void (*fn)(chime__call_t *)) {
   chime__call_t **v = calloc(n ? n : 1, sizeof(*v));
   for (chime__call_t *c = srv->calls; c != NULL && v != NULL && i < n;
        c = c->next) {
-    chime__call_ref(c);
-    v[i++] = c;
+    /* A call whose last reference is gone is being freed: not ours to
+     * revive. */
+    pthread_mutex_lock(&c->mu);
+    int alive = c->refs > 0;
+    if (alive)
+      c->refs++;
+    pthread_mutex_unlock(&c->mu);
+    if (alive)
+      v[i++] = c;
   }
   pthread_mutex_unlock(&srv->mu);
   for (uint32_t k = 0; k < i; k++) {
@@ -173,6 +181,18 @@ void chime_server_stop(chime_server_t *srv) {
     return;
   if (!srv->started)
     return;
+  /* Every ring is shut down before the first notice goes out, so a client
+   * that heard "shutting down" on one stream can count on the others being
+   * shut too (not still delivering for a few more batches). */
+  pthread_mutex_lock(&srv->mu);
+  int had_calls = srv->ncalls > 0;
+  for (chime__stream_t *s = srv->streams; s != NULL; s = s->next) {
+    atomic_store(&s->stop, 1);
+    chime_ring_shutdown(s->ring);
+  }
+  pthread_mutex_unlock(&srv->mu);
+  for (uint32_t i = 0; i < srv->ntables; i++)
+    chime__table_wake(srv->tables[i]);
   for_each_call(srv, stop_one);
   if (wait_calls(srv, STOP_GRACE_MS) > 0) {
     /* Inserts stuck on a full fifo table, or clients that never read. */
@@ -187,6 +207,15 @@ void chime_server_stop(chime_server_t *srv) {
   }
   for (uint32_t i = 0; i < srv->ntables; i++)
     chime__table_close(srv->tables[i]);
+  if (had_calls) {
+    /* A status handed to gRPC is not yet read by the client. Closing the
+     * connection now, with the client's last frames (window updates, inserts
+     * it sent meanwhile) unread here, makes the kernel reset it, and a reset
+     * discards what the client had not read yet: the "shutting down" status
+     * would become "Broken pipe". Give clients a moment to read. */
+    struct timespec ts = {0, STOP_LINGER_MS * 1000000L};
+    nanosleep(&ts, NULL);
+  }
 }
 
 static void wait_streams(chime_server_t *srv, int ms) {

@@ -18,6 +18,7 @@
 
 #define CHIME__MAX_MESSAGE_BYTES (64 << 20)
 #define CHIME__CHUNK_BYTES (1u << 20)
+#define CHIME__MAX_STREAMS 1024
 /* Threads polling the completion queue. Handlers are thread-safe; a second
  * poller lets gRPC's socket work and chime's callbacks overlap. */
 #ifndef CHIME__CQ_THREADS
@@ -96,7 +97,8 @@ int chime__call_send_msg(chime__call_t *c, const void *protobuf_c_msg);
 void chime__call_finish(chime__call_t *c, grpc_status_code code,
                         const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* Drops queued messages not yet handed to gRPC. */
+/* Drops queued messages not yet handed to gRPC (nothing once the final
+ * status is queued). */
 void chime__call_drop_queued(chime__call_t *c);
 /* Reads a whole message into one slice (a copy when it came in pieces). */
 int chime__bb_read(grpc_byte_buffer *bb, grpc_slice *out);

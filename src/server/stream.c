@@ -159,6 +159,14 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
               (unsigned long long)srv->cfg.total_ring_bytes);
     goto out;
   }
+  /* Each stream has a thread: a cap keeps a flood of opens from exhausting
+   * them (nstreams counts this one too, and streams still draining). */
+  if (srv->nstreams > CHIME__MAX_STREAMS) {
+    pthread_mutex_unlock(&srv->mu);
+    rc = fail(err, errlen, CHIME_ERESOURCE,
+              "too many streams: at most %d at once", CHIME__MAX_STREAMS);
+    goto out;
+  }
   srv->ring_bytes += s->ring_bytes;
   s->id = ++srv->next_stream_id;
   s->next = srv->streams;
@@ -303,11 +311,16 @@ static int spawn(void *(*fn)(void *), chime__stream_t *s) {
   return 0;
 }
 
-int chime__stream_start(chime__stream_t *s) {
+int chime__stream_start(chime__stream_t *s, chime__call_t *call) {
   if (s->mode == CHIME_MODE_STREAM) {
-    /* Taken here, where the call is surely alive; dropped at close. */
-    s->sender_call = s->call;
-    chime__call_ref(s->sender_call);
+    /* The caller holds `call`; a close that already ran (server stopping)
+     * leaves nothing to send to, a later one drops this reference. */
+    pthread_mutex_lock(&s->send_mu);
+    if (!atomic_load(&s->closed)) {
+      s->sender_call = call;
+      chime__call_ref(call);
+    }
+    pthread_mutex_unlock(&s->send_mu);
   }
   return spawn(sampler_main, s);
 }

@@ -47,7 +47,7 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
                        chime__call_t *call, const Chime__V1__Open *open,
                        char *err, size_t errlen);
 /* Starts the sampler thread. */
-int chime__stream_start(chime__stream_t *s);
+int chime__stream_start(chime__stream_t *s, chime__call_t *call);
 void chime__stream_credit(chime__stream_t *s, uint32_t n);
 /* Shuts the ring down, stops the threads, returns the budget; idempotent,
  * from any thread. The memory goes when the last reference does. */

@@ -10,6 +10,7 @@
 
 typedef struct {
   chime__stream_t *s;
+  int stopped; /* the notice and status are queued */
 } sub_t;
 
 static chime__stream_t *sub_stream(chime__call_t *c) {
@@ -110,7 +111,7 @@ static void sub_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
     int gone = c->closed;
     pthread_mutex_unlock(&c->mu);
     send_opened(c, s);
-    if (gone || chime__stream_start(s) != 0) {
+    if (gone || chime__stream_start(s, c) != 0) {
       chime__call_finish(c, GRPC_STATUS_INTERNAL, "cannot start the stream");
       chime__stream_close(s);
       goto out;
@@ -137,7 +138,17 @@ static void sub_on_close(chime__call_t *c) {
 }
 
 static void sub_on_stop(chime__call_t *c) {
-  chime__stream_t *s = sub_stream(c);
+  /* Runs again when an open raced with the stop; the first run's notice and
+   * status must not be dropped as if they were chunks. */
+  pthread_mutex_lock(&c->mu);
+  sub_t *st = c->state;
+  chime__stream_t *s = st != NULL ? st->s : NULL;
+  int again = st != NULL && st->stopped;
+  if (st != NULL && s != NULL)
+    st->stopped = 1;
+  pthread_mutex_unlock(&c->mu);
+  if (again)
+    return;
   if (s != NULL) {
     chime__stream_close(s); /* stops the sender before the notice */
     Chime__V1__Notice n = CHIME__V1__NOTICE__INIT;

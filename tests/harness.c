@@ -160,6 +160,11 @@ const char *chime__status_str(int status, char *buf, size_t len) {
 
 int chime__proc_spawn(chime__proc_t *p, const char *const argv[],
                       const char *out_path) {
+  return chime__proc_spawn_err(p, argv, out_path, NULL);
+}
+
+int chime__proc_spawn_err(chime__proc_t *p, const char *const argv[],
+                          const char *out_path, const char *err_path) {
   int rc = CHIME_ESYS;
   int pipefd[2] = {-1, -1};
   char **child_argv = NULL;
@@ -207,6 +212,10 @@ int chime__proc_spawn(chime__proc_t *p, const char *const argv[],
     if (posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1) != 0)
       goto out;
   }
+  if (err_path != NULL &&
+      posix_spawn_file_actions_addopen(&fa, 2, err_path,
+                                       O_WRONLY | O_CREAT | O_TRUNC, 0600) != 0)
+    goto out;
   if (posix_spawn(&p->pid, "/proc/self/exe", &fa, NULL, child_argv,
                   child_env) != 0) {
     p->pid = 0;

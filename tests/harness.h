@@ -29,6 +29,9 @@ typedef struct {
  * shows in CTest's output. Returns 0 or a negative CHIME_E* code. */
 int chime__proc_spawn(chime__proc_t *p, const char *const argv[],
                       const char *out_path);
+/* The same, with stderr to err_path when not NULL (else inherited). */
+int chime__proc_spawn_err(chime__proc_t *p, const char *const argv[],
+                          const char *out_path, const char *err_path);
 /* Waits up to timeout_ms for the child to exit. CHIME_ETIMEDOUT if it did not
  * (the child keeps running). *status gets the waitpid status. */
 int chime__proc_wait(chime__proc_t *p, int timeout_ms, int *status);

@@ -175,6 +175,47 @@ static void test_sigterm(void **state) {
     assert_int_equal(chime_batch_release(s[m], &b), 0);
   }
 
+  /* And as separate processes: a chime-actor inserting for ever and a
+   * chime-learner reading for ever. */
+  char actor_bin[512], learner_bin[512], actor_err[600], learner_out[600];
+  chime__proc_t actor, learner;
+  int procs = chime__harness_bin("examples/chime-actor", actor_bin,
+                                 sizeof(actor_bin)) != NULL &&
+              chime__harness_bin("examples/chime-learner", learner_bin,
+                                 sizeof(learner_bin)) != NULL;
+  if (procs) {
+    snprintf(actor_err, sizeof(actor_err), "%s/actor.err",
+             chime__harness_tmpdir());
+    snprintf(learner_out, sizeof(learner_out), "%s/learner.out",
+             chime__harness_tmpdir());
+    const char *aargv[] = {actor_bin, "--server", chimed.addr, "--table",
+                           "demo",    "--count",  "100000000", "--seed",
+                           "7",       NULL};
+    const char *largv[] = {learner_bin, "--server",  chimed.addr,
+                           "--table",   "demo",      "--batch-size",
+                           "4",         "--batches", "100000000",
+                           "--mode",    "stream",    "--timeout-ms",
+                           "60000",     NULL};
+    assert_int_equal(chime__proc_spawn_err(&actor, aargv, NULL, actor_err), 0);
+    assert_int_equal(chime__proc_spawn(&learner, largv, learner_out), 0);
+    /* Both at work: the learner's stream is open and items flow. */
+    int64_t deadline = chime__now_ms() + 60000;
+    for (;;) {
+      chime_stats_t *stats = NULL;
+      assert_int_equal(chime_client_stats(client, &stats), 0);
+      uint32_t n = stats->nstreams;
+      uint64_t inserts = stats->tables[0].inserts;
+      chime_stats_free(stats);
+      if (n >= 3 && inserts > 10000)
+        break;
+      if (chime__now_ms() > deadline)
+        fail_msg("actor and learner processes did not get going in 60 s");
+      chime__sleep_ms(10);
+    }
+  } else {
+    fprintf(stderr, "note: examples not built, no actor/learner processes\n");
+  }
+
   /* Raw calls to see the exact statuses: an Insert with one acked request
    * and a stream-mode Subscribe. */
   grpc_init();
@@ -275,6 +316,25 @@ static void test_sigterm(void **state) {
     fail_msg("actor: %s (%s)", chime_err_name(w.rc), w.err);
   assert_true(w.acked > 0);
   chime_client_destroy(client);
+
+  /* The processes heard it too, and said so. */
+  if (procs) {
+    char line[4096];
+    int pst = 0;
+    assert_int_equal(chime__proc_wait(&learner, 60000, &pst), 0);
+    assert_int_equal(chime__proc_last_json(&learner, line, sizeof(line)), 0);
+    if (strstr(line, "CHIME_ESHUTDOWN") == NULL)
+      fail_msg("chime-learner: %s", line);
+    assert_int_equal(chime__proc_wait(&actor, 60000, &pst), 0);
+    assert_true(WIFEXITED(pst) && WEXITSTATUS(pst) != 0);
+    FILE *f = fopen(actor_err, "r");
+    assert_non_null(f);
+    size_t n = fread(line, 1, sizeof(line) - 1, f);
+    fclose(f);
+    line[n] = '\0';
+    if (strstr(line, "shutting down") == NULL)
+      fail_msg("chime-actor said: %s", line);
+  }
 
   /* Exit 0, in a few seconds (the test allows 30 and says how long). */
   int status = 0;

@@ -26,13 +26,13 @@ typedef struct {
   char text[4096];
 } table_msg_t;
 
-static void reply_unary_start(chime__call_t *c) {
-  /* The request carries nothing; a payload that is not even a message is
-   * still refused so garbage never looks like success. */
-  if (c->payload == NULL) {
-    chime__call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, "missing request");
-    return;
-  }
+/* The requests carry nothing, but a call without one is refused rather than
+ * answered as if it had asked. */
+static int need_request(chime__call_t *c) {
+  if (c->payload != NULL)
+    return 0;
+  chime__call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, "missing request");
+  return -1;
 }
 
 static void info_on_start(chime__call_t *c) {
@@ -41,10 +41,8 @@ static void info_on_start(chime__call_t *c) {
   Chime__V1__TableInfo **tp = NULL;
   Chime__V1__RingInfo *rings = NULL;
   Chime__V1__RingInfo **rp = NULL;
-  if (c->payload == NULL) {
-    reply_unary_start(c);
+  if (need_request(c) != 0)
     return;
-  }
   Chime__V1__GetInfoResponse r = CHIME__V1__GET_INFO_RESPONSE__INIT;
   tm = calloc(srv->ntables, sizeof(*tm));
   tp = calloc(srv->ntables, sizeof(*tp));
@@ -125,10 +123,8 @@ static void stats_on_start(chime__call_t *c) {
   Chime__V1__TableStats **tp = NULL;
   Chime__V1__StreamStats *ss = NULL;
   Chime__V1__StreamStats **sp = NULL;
-  if (c->payload == NULL) {
-    reply_unary_start(c);
+  if (need_request(c) != 0)
     return;
-  }
   Chime__V1__StatsResponse r = CHIME__V1__STATS_RESPONSE__INIT;
   ts = calloc(srv->ntables, sizeof(*ts));
   tp = calloc(srv->ntables, sizeof(*tp));

@@ -19,10 +19,11 @@
 #define CHIME__MAX_MESSAGE_BYTES (64 << 20)
 #define CHIME__CHUNK_BYTES (1u << 20)
 #define CHIME__MAX_STREAMS 1024
-/* Threads polling the completion queue. Handlers are thread-safe; a second
- * poller lets gRPC's socket work and chime's callbacks overlap. */
+/* Most threads polling the completion queue (CHIME_CQ_THREADS, default 2).
+ * Handlers are thread-safe; a second poller lets gRPC's socket work and
+ * chime's callbacks overlap. */
 #ifndef CHIME__CQ_THREADS
-#define CHIME__CQ_THREADS 2
+#define CHIME__CQ_THREADS 4
 #endif
 
 /* --- method paths and status mapping (status.c) --- */

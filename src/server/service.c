@@ -1,6 +1,7 @@
 /* chime.v1.Chime on a grpc_server: method registration before start, and the
  * thread that polls the completion queue and runs each tag's callback. */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "server/server.h"
 
@@ -50,7 +51,11 @@ int chime__service_start(chime_server_t *srv) {
         return rc;
     }
   }
-  for (int i = 0; i < CHIME__CQ_THREADS; i++) {
+  int nthreads = 2;
+  const char *env = getenv("CHIME_CQ_THREADS"); /* tuning knob */
+  if (env != NULL && atoi(env) >= 1 && atoi(env) <= CHIME__CQ_THREADS)
+    nthreads = atoi(env);
+  for (int i = 0; i < nthreads; i++) {
     if (pthread_create(&srv->cq_thread[i], NULL, cq_main, srv) != 0)
       return srv->cq_threads > 0 ? 0 : CHIME_ESYS;
     srv->cq_threads++;

@@ -107,7 +107,9 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
   atomic_init(&s->refs, 1);
   pthread_mutex_init(&s->mu, NULL);
   pthread_mutex_init(&s->send_mu, NULL);
-  s->credits = open->prefetch ? open->prefetch : open->slots - 1;
+  /* The server side of the ring can lend at most slots - 1 batches. */
+  s->credits = open->prefetch && open->prefetch < open->slots ? open->prefetch
+                                                              : open->slots - 1;
   pthread_mutex_lock(&srv->mu);
   srv->nstreams++;
   pthread_mutex_unlock(&srv->mu);
@@ -329,7 +331,7 @@ void chime__stream_credit(chime__stream_t *s, uint32_t n) {
   pthread_mutex_lock(&s->mu);
   /* A client can't be owed more than the ring holds; cap, don't trust. */
   uint64_t c = (uint64_t)s->credits + n;
-  s->credits = c > s->lay.slots ? s->lay.slots : (uint32_t)c;
+  s->credits = c > s->lay.slots - 1 ? s->lay.slots - 1 : (uint32_t)c;
   pthread_mutex_unlock(&s->mu);
   send_ready(s);
 }

@@ -55,6 +55,7 @@ struct chime__handoff_s {
   uv_loop_t loop;
   uv_poll_t lpoll;
   uv_async_t async;
+  uv_timer_t backoff;
   pthread_t th;
   int started;
   pthread_mutex_t mu;
@@ -343,14 +344,29 @@ static void on_conn_readable(uv_poll_t *p, int status, int events) {
   conn_close(c);
 }
 
+static void on_accept(uv_poll_t *p, int status, int events);
+
+static void on_backoff(uv_timer_t *t) {
+  chime__handoff_t *h = t->data;
+  uv_poll_start(&h->lpoll, UV_READABLE, on_accept);
+}
+
 static void on_accept(uv_poll_t *p, int status, int events) {
   chime__handoff_t *h = p->data;
   (void)status;
   (void)events;
   for (;;) {
     int fd = accept4(h->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0)
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOMEM ||
+          errno == ENOBUFS) {
+        /* The pending connection stays readable: pause instead of spinning
+         * until descriptors are free again. */
+        uv_poll_stop(&h->lpoll);
+        uv_timer_start(&h->backoff, on_backoff, 100, 0);
+      }
       return;
+    }
     conn_t *c = h->nconns < MAX_CONNS ? calloc(1, sizeof(*c)) : NULL;
     if (c == NULL) {
       close(fd);
@@ -390,8 +406,10 @@ static void on_async(uv_async_t *a) {
   for (conn_t *c = h->conns; c != NULL; c = c->next)
     conn_close(c);
   uv_poll_stop(&h->lpoll);
+  uv_timer_stop(&h->backoff);
   uv_close((uv_handle_t *)&h->lpoll, NULL);
   uv_close((uv_handle_t *)&h->async, NULL);
+  uv_close((uv_handle_t *)&h->backoff, NULL);
 }
 
 static void *loop_main(void *arg) {
@@ -408,9 +426,12 @@ int chime__handoff_start(chime__handoff_t *h) {
   uv_poll_start(&h->lpoll, UV_READABLE, on_accept);
   uv_async_init(&h->loop, &h->async, on_async);
   h->async.data = h;
+  uv_timer_init(&h->loop, &h->backoff);
+  h->backoff.data = h;
   if (pthread_create(&h->th, NULL, loop_main, h) != 0) {
     uv_close((uv_handle_t *)&h->lpoll, NULL);
     uv_close((uv_handle_t *)&h->async, NULL);
+    uv_close((uv_handle_t *)&h->backoff, NULL);
     uv_run(&h->loop, UV_RUN_DEFAULT);
     uv_loop_close(&h->loop);
     return CHIME_ESYS;

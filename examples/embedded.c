@@ -16,14 +16,19 @@
 #include "chime/chime.h"
 
 static grpc_server *make_grpc_server(void) {
-  grpc_arg args[2];
+  grpc_arg args[3];
   args[0].type = GRPC_ARG_INTEGER;
   args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
   args[0].value.integer = 64 << 20;
   args[1].type = GRPC_ARG_INTEGER;
   args[1].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
   args[1].value.integer = 64 << 20;
-  grpc_channel_args ca = {2, args};
+  /* Without this gRPC sets SO_REUSEPORT: a second process could bind the
+   * same port and take half the connections. */
+  args[2].type = GRPC_ARG_INTEGER;
+  args[2].key = (char *)GRPC_ARG_ALLOW_REUSEPORT;
+  args[2].value.integer = 0;
+  grpc_channel_args ca = {3, args};
   return grpc_server_create(&ca, NULL);
 }
 

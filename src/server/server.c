@@ -274,7 +274,7 @@ void chime_server_destroy(chime_server_t *srv) {
 int chime_server_listen(chime_server_t *srv, char *bound, size_t boundlen,
                         char *err, size_t errlen) {
   int rc = 0;
-  grpc_arg args[2];
+  grpc_arg args[3];
   char tmp[1];
   if (err == NULL || errlen == 0) {
     err = tmp;
@@ -289,7 +289,12 @@ int chime_server_listen(chime_server_t *srv, char *bound, size_t boundlen,
   args[1].type = GRPC_ARG_INTEGER;
   args[1].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
   args[1].value.integer = CHIME__MAX_MESSAGE_BYTES;
-  grpc_channel_args ca = {2, args};
+  /* gRPC sets SO_REUSEPORT by default: a second chimed on the same port would
+   * bind too and take half the connections. */
+  args[2].type = GRPC_ARG_INTEGER;
+  args[2].key = (char *)GRPC_ARG_ALLOW_REUSEPORT;
+  args[2].value.integer = 0;
+  grpc_channel_args ca = {3, args};
   grpc_server *gs = grpc_server_create(&ca, NULL);
   grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
   grpc_server_register_completion_queue(gs, cq, NULL);

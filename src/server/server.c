@@ -5,6 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "ring/pin.h"
@@ -271,6 +274,29 @@ void chime_server_destroy(chime_server_t *srv) {
   }
 }
 
+/* gRPC unlinks an existing unix socket before binding: a second server would
+ * silently take the path over from a live one. A stale socket (nobody
+ * answers) is fine to replace. */
+static int unix_path_in_use(const char *addr) {
+  struct sockaddr_un a;
+  struct stat st;
+  if (strncmp(addr, "unix:", 5) != 0)
+    return 0;
+  const char *path = addr + 5;
+  if (strlen(path) >= sizeof(a.sun_path) || stat(path, &st) != 0 ||
+      !S_ISSOCK(st.st_mode))
+    return 0;
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return 0;
+  memset(&a, 0, sizeof(a));
+  a.sun_family = AF_UNIX;
+  memcpy(a.sun_path, path, strlen(path));
+  int used = connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+  close(fd);
+  return used;
+}
+
 int chime_server_listen(chime_server_t *srv, char *bound, size_t boundlen,
                         char *err, size_t errlen) {
   int rc = 0;
@@ -282,6 +308,11 @@ int chime_server_listen(chime_server_t *srv, char *bound, size_t boundlen,
   }
   if (srv == NULL || srv->gs != NULL)
     return CHIME_EINVAL;
+  if (unix_path_in_use(srv->cfg.listen)) {
+    snprintf(err, errlen, "cannot listen on '%s': a server is listening there",
+             srv->cfg.listen);
+    return CHIME_EEXIST;
+  }
   grpc_init();
   args[0].type = GRPC_ARG_INTEGER;
   args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;

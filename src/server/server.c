@@ -194,12 +194,15 @@ void chime_server_stop(chime_server_t *srv) {
     chime_ring_shutdown(s->ring);
   }
   pthread_mutex_unlock(&srv->mu);
+  /* With every sampler stopped, an insert waiting for room in a full fifo
+   * table would wait forever: it ends now (not acked); inserts that fit
+   * still complete and are acked. */
+  atomic_store(&srv->abort_inserts, 1);
   for (uint32_t i = 0; i < srv->ntables; i++)
     chime__table_wake(srv->tables[i]);
   for_each_call(srv, stop_one);
   if (wait_calls(srv, STOP_GRACE_MS) > 0) {
-    /* Inserts stuck on a full fifo table, or clients that never read. */
-    atomic_store(&srv->abort_inserts, 1);
+    /* Clients that never read their statuses. */
     for (uint32_t i = 0; i < srv->ntables; i++)
       chime__table_close(srv->tables[i]);
     for_each_call(srv, stop_one);

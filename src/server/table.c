@@ -177,13 +177,18 @@ int chime__table_insert(chime__table_t *t, const uint8_t *data, uint32_t count,
   t->next_key += count;
   *first_key = key0;
   while (done < count) {
-    if (t->closed || (abort != NULL && atomic_load(abort))) {
+    if (t->closed) {
       rc = CHIME_ESHUTDOWN;
       break;
     }
     uint64_t n = count - done;
     if (t->cfg.sampler == CHIME__SAMPLER_FIFO) {
       if (t->count == cap) {
+        /* abort only ends a wait: what fits still goes in (and is acked) */
+        if (abort != NULL && atomic_load(abort)) {
+          rc = CHIME_ESHUTDOWN;
+          break;
+        }
         wait_timed(&t->space, &t->mu, &t->insert_wait_ns);
         continue;
       }

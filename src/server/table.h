@@ -26,8 +26,8 @@ void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out);
 /* Inserts `count` samples (sample-major, sample_bytes each) with keys
  * *first_key .. *first_key + count - 1. priorities may be NULL (all 1.0).
  * A fifo table that is full makes this wait for samplers; a uniform one evicts
- * its oldest items. Returns CHIME_ESHUTDOWN when *abort becomes non-zero or
- * the table is closed before everything is in (what went in stays). */
+ * its oldest items. Returns CHIME_ESHUTDOWN when it would have to wait while
+ * *abort is non-zero, or once the table is closed (what went in stays). */
 int chime__table_insert(chime__table_t *t, const uint8_t *data, uint32_t count,
                         const double *priorities, uint64_t *first_key,
                         const atomic_int *abort);

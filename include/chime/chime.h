@@ -46,10 +46,11 @@ extern "C" {
 typedef struct chime_client_s chime_client_t;
 
 typedef struct {
-  int timeout_ms;              /* per unary call; default 5000 */
-  size_t max_message_bytes;    /* gRPC send/receive limit; default 64 MiB */
+  int timeout_ms;           /* per unary call; default 5000 */
+  size_t max_message_bytes; /* gRPC send/receive limit; default 64 MiB */
 } chime_client_opts_t;
-#define CHIME_CLIENT_OPTS_INIT {5000, 64u << 20}
+#define CHIME_CLIENT_OPTS_INIT                                                 \
+  { 5000, 64u << 20 }
 
 /* Connects to "host:port" or "unix:/path". Calls gRPC's grpc_init(). The
  * connection is made lazily: an unreachable server shows up as
@@ -127,7 +128,8 @@ typedef struct {
   uint32_t max_inflight;      /* messages not yet acked; default 8 */
   int timeout_ms;             /* for flush/close; default 30000 */
 } chime_writer_opts_t;
-#define CHIME_WRITER_OPTS_INIT {256, 1u << 20, 8, 30000}
+#define CHIME_WRITER_OPTS_INIT                                                 \
+  { 256, 1u << 20, 8, 30000 }
 
 /* Opens an Insert stream to `table` (GetInfo first: CHIME_ENOTFOUND for an
  * unknown table, and the table's spec to check sample sizes). A writer is used
@@ -166,20 +168,21 @@ typedef enum {
 typedef struct chime_stream_s chime_stream_t;
 
 typedef struct {
-  uint32_t batch_size;  /* samples per batch; required */
-  uint32_t slots;       /* ring slots; default 8 */
-  chime_mode_t mode;    /* default CHIME_MODE_AUTO */
-  uint32_t prefetch;    /* stream mode: batches in flight; default slots - 1 */
-  int open_timeout_ms;  /* default 10000 */
-  int pin_host_memory;  /* page-lock this process's view of the ring */
+  uint32_t batch_size; /* samples per batch; required */
+  uint32_t slots;      /* ring slots; default 8 */
+  chime_mode_t mode;   /* default CHIME_MODE_AUTO */
+  uint32_t prefetch;   /* stream mode: batches in flight; default slots - 1 */
+  int open_timeout_ms; /* default 10000 */
+  int pin_host_memory; /* page-lock this process's view of the ring */
 } chime_stream_opts_t;
-#define CHIME_STREAM_OPTS_INIT {0, 8, CHIME_MODE_AUTO, 0, 10000, 0}
+#define CHIME_STREAM_OPTS_INIT                                                 \
+  { 0, 8, CHIME_MODE_AUTO, 0, 10000, 0 }
 
 /* One leaf of a batch: a [count, *shape] array, contiguous. */
 typedef struct {
   const char *name;
   chime_dtype_t dtype;
-  uint32_t ndim;                     /* includes the batch dimension */
+  uint32_t ndim;                      /* includes the batch dimension */
   uint64_t shape[CHIME_MAX_DIMS + 1]; /* shape[0] == count */
   const void *data;
   uint64_t bytes;
@@ -223,19 +226,19 @@ CHIME_EXTERN int chime_batch_release(chime_stream_t *stream,
                                      const chime_batch_t *batch);
 CHIME_EXTERN chime_mode_t chime_stream_mode(const chime_stream_t *stream);
 /* NULL when the requested mode was used; else why auto fell back. */
-CHIME_EXTERN const char *chime_stream_fallback_reason(
-    const chime_stream_t *stream);
+CHIME_EXTERN const char *
+chime_stream_fallback_reason(const chime_stream_t *stream);
 CHIME_EXTERN const char *chime_stream_last_error(const chime_stream_t *stream);
 
 /* This process's view of one stream (the server's is chime_client_stats()). */
 typedef struct {
   chime_mode_t mode;
-  uint64_t stream_id;        /* as in the server's stats */
-  uint64_t batches;          /* taken by chime_stream_next() */
-  uint64_t bytes;            /* leaf bytes of those batches */
-  uint64_t received_bytes;   /* stream mode: chunk payload received */
-  uint64_t credits;          /* stream mode: batches granted, prefetch too */
-  uint32_t leases;           /* batches held now */
+  uint64_t stream_id;      /* as in the server's stats */
+  uint64_t batches;        /* taken by chime_stream_next() */
+  uint64_t bytes;          /* leaf bytes of those batches */
+  uint64_t received_bytes; /* stream mode: chunk payload received */
+  uint64_t credits;        /* stream mode: batches granted, prefetch too */
+  uint32_t leases;         /* batches held now */
   uint32_t max_leases;
   uint64_t consumer_wait_ns; /* time next() spent waiting */
   uint64_t pinned_bytes;     /* page-locked by pin_host_memory */
@@ -256,11 +259,12 @@ struct grpc_completion_queue;
 typedef struct chime_server_s chime_server_t;
 
 typedef struct {
-  const char *config_path;   /* JSON config, or NULL for the built-in default */
-  const char *listen;        /* overrides the config's listen address */
-  int pin_host_memory;       /* -1: as configured, 0 off, 1 on */
+  const char *config_path; /* JSON config, or NULL for the built-in default */
+  const char *listen;      /* overrides the config's listen address */
+  int pin_host_memory;     /* -1: as configured, 0 off, 1 on */
 } chime_server_opts_t;
-#define CHIME_SERVER_OPTS_INIT {NULL, NULL, -1}
+#define CHIME_SERVER_OPTS_INIT                                                 \
+  { NULL, NULL, -1 }
 
 /* Builds tables and the handoff socket from the config; serves nothing yet. */
 CHIME_EXTERN CHIME_NODISCARD int
@@ -291,8 +295,8 @@ CHIME_EXTERN void chime_server_destroy(chime_server_t *srv);
  * calls grpc_shutdown_blocking(). */
 CHIME_EXTERN CHIME_NODISCARD int chime_server_listen(chime_server_t *srv,
                                                      char *bound,
-                                                     size_t boundlen,
-                                                     char *err, size_t errlen);
+                                                     size_t boundlen, char *err,
+                                                     size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -25,24 +25,24 @@ extern "C" {
 #endif
 
 /* X(name, value, message). Values are stable: never renumber. */
-#define CHIME_ERRNO_MAP(X)                                                   \
-  X(EINVAL, -1, "invalid argument")                                          \
-  X(ENOMEM, -2, "out of memory")                                             \
-  X(ETIMEDOUT, -3, "timed out")                                              \
-  X(ESHUTDOWN, -4, "shut down")                                              \
-  X(EOVERFLOW, -5, "size overflow")                                          \
-  X(ECORRUPT, -6, "corrupt or foreign ring header")                          \
-  X(EBUSY, -7, "resource busy (too many leases held)")                       \
-  X(ESYS, -8, "operating system call failed")                                \
-  X(ENOTFOUND, -9, "not found")                                              \
-  X(EDISCONNECTED, -10, "peer disconnected")                                 \
-  X(EPERM, -11, "permission denied")                                         \
-  X(ERESOURCE, -12, "resource exhausted (memory budget)")                    \
-  X(EPROTO, -13, "protocol error")                                           \
-  X(EUNAVAILABLE, -14, "service unavailable")                                \
-  X(ENOTSUP, -15, "not supported")                                           \
-  X(ECUDA, -16, "CUDA runtime unavailable or failed")                        \
-  X(EEXIST, -17, "already exists")                                           \
+#define CHIME_ERRNO_MAP(X)                                                     \
+  X(EINVAL, -1, "invalid argument")                                            \
+  X(ENOMEM, -2, "out of memory")                                               \
+  X(ETIMEDOUT, -3, "timed out")                                                \
+  X(ESHUTDOWN, -4, "shut down")                                                \
+  X(EOVERFLOW, -5, "size overflow")                                            \
+  X(ECORRUPT, -6, "corrupt or foreign ring header")                            \
+  X(EBUSY, -7, "resource busy (too many leases held)")                         \
+  X(ESYS, -8, "operating system call failed")                                  \
+  X(ENOTFOUND, -9, "not found")                                                \
+  X(EDISCONNECTED, -10, "peer disconnected")                                   \
+  X(EPERM, -11, "permission denied")                                           \
+  X(ERESOURCE, -12, "resource exhausted (memory budget)")                      \
+  X(EPROTO, -13, "protocol error")                                             \
+  X(EUNAVAILABLE, -14, "service unavailable")                                  \
+  X(ENOTSUP, -15, "not supported")                                             \
+  X(ECUDA, -16, "CUDA runtime unavailable or failed")                          \
+  X(EEXIST, -17, "already exists")                                             \
   X(ECLOSED, -18, "object closed")
 
 typedef enum {

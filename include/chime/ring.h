@@ -2,8 +2,8 @@
  *
  * A ring has one producer (the server's sampler) and one consumer (a learner).
  * The producer fills free slots and publishes them in sequence order; the
- * consumer takes published slots with chime_ring_next() and gives them back with
- * chime_ring_release() in any order. The producer never writes a slot the
+ * consumer takes published slots with chime_ring_next() and gives them back
+ * with chime_ring_release() in any order. The producer never writes a slot the
  * consumer holds. Up to slots - 1 slots may be held at once.
  *
  * A slot holds, for each leaf of the spec, one contiguous [batch_size, *shape]
@@ -72,7 +72,8 @@ typedef struct {
   uint64_t shape[CHIME_MAX_DIMS];
 } chime_leaf_t;
 
-/* An ordered list of leaves. A sample's bytes are its leaves' bytes in order. */
+/* An ordered list of leaves. A sample's bytes are its leaves' bytes in order.
+ */
 typedef struct {
   uint32_t nleaves;
   chime_leaf_t leaves[CHIME_MAX_LEAVES];
@@ -111,7 +112,7 @@ typedef struct {
 typedef struct {
   uint32_t slots;
   uint32_t batch_size;
-  uint64_t slot_bytes;                   /* page multiple */
+  uint64_t slot_bytes;                    /* page multiple */
   uint64_t leaf_offset[CHIME_MAX_LEAVES]; /* from slot start, 64-aligned */
   uint64_t leaf_bytes[CHIME_MAX_LEAVES];  /* batch_size * sample bytes */
   uint64_t info_offset;                   /* chime_sample_info_t[batch_size] */
@@ -126,18 +127,19 @@ typedef struct {
 /* Computes the layout; CHIME_EINVAL for an empty or invalid spec, zero or
  * absurd slots/batch_size, CHIME_EOVERFLOW when a size overflows or exceeds
  * CHIME_RING_MAX_BYTES. err as for chime_spec_parse. */
-CHIME_EXTERN CHIME_NODISCARD int
-chime_ring_layout(chime_ring_layout_t *out, const chime_spec_t *spec,
-                  uint32_t batch_size, uint32_t slots, char *err,
-                  size_t errlen);
+CHIME_EXTERN CHIME_NODISCARD int chime_ring_layout(chime_ring_layout_t *out,
+                                                   const chime_spec_t *spec,
+                                                   uint32_t batch_size,
+                                                   uint32_t slots, char *err,
+                                                   size_t errlen);
 
 typedef struct chime_ring_s chime_ring_t;
 
 /* A consumer's view of one leased slot. Pointers stay valid until release. */
 typedef struct {
-  uint64_t seq;      /* publish sequence number, 0, 1, 2, ... */
-  uint32_t slot;     /* slot index, pass to chime_ring_release() */
-  uint32_t count;    /* samples in this batch (== batch_size) */
+  uint64_t seq;   /* publish sequence number, 0, 1, 2, ... */
+  uint32_t slot;  /* slot index, pass to chime_ring_release() */
+  uint32_t count; /* samples in this batch (== batch_size) */
   const void *leaf[CHIME_MAX_LEAVES];
   const chime_sample_info_t *info;
 } chime_ring_view_t;
@@ -155,9 +157,9 @@ typedef struct {
   uint64_t released;
   uint64_t producer_wait_ns;
   uint64_t consumer_wait_ns;
-  uint32_t max_leases;  /* most slots the consumer held at once */
-  uint32_t leases;      /* slots held now */
-  uint32_t shutdown;    /* 1 once shut down */
+  uint32_t max_leases; /* most slots the consumer held at once */
+  uint32_t leases;     /* slots held now */
+  uint32_t shutdown;   /* 1 once shut down */
   uint32_t generation;
 } chime_ring_stats_t;
 
@@ -203,16 +205,16 @@ chime_ring_next(chime_ring_t *ring, chime_ring_view_t *out, int timeout_ms);
  * a slot that is not held. */
 CHIME_EXTERN int chime_ring_release(chime_ring_t *ring, uint32_t slot);
 /* Wakes a consumer blocked in chime_ring_next() in this process so it returns
- * CHIME_EDISCONNECTED once chime_ring_set_disconnected() was called. Used by the
- * client when its control channel dies. */
+ * CHIME_EDISCONNECTED once chime_ring_set_disconnected() was called. Used by
+ * the client when its control channel dies. */
 CHIME_EXTERN void chime_ring_set_disconnected(chime_ring_t *ring);
 
 /* --- both sides --- */
 
 CHIME_EXTERN void chime_ring_destroy(chime_ring_t *ring); /* NULL-safe */
 CHIME_EXTERN int chime_ring_fd(const chime_ring_t *ring);
-CHIME_EXTERN const chime_ring_layout_t *chime_ring_get_layout(
-    const chime_ring_t *ring);
+CHIME_EXTERN const chime_ring_layout_t *
+chime_ring_get_layout(const chime_ring_t *ring);
 CHIME_EXTERN const chime_spec_t *chime_ring_spec(const chime_ring_t *ring);
 CHIME_EXTERN void chime_ring_nonce(const chime_ring_t *ring, uint8_t out[16]);
 CHIME_EXTERN void chime_ring_get_stats(const chime_ring_t *ring,

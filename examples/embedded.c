@@ -50,7 +50,7 @@ int main(int argc, char **argv) {
   uint64_t want = 100;
   uint32_t batch_size = 64;
   chime_server_opts_t so = CHIME_SERVER_OPTS_INIT;
-  char err[1024], addr[300];
+  char err[CHIME_PIN_ERRLEN], addr[300]; /* a pinning error is long */
   int rc = 1;
 
   for (int i = 1; i < argc; i++) {

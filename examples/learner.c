@@ -133,7 +133,7 @@ int main(int argc, char **argv) {
   chime_stream_t *s = NULL;
   uint64_t *ids = NULL;
   FILE *idf = NULL;
-  char err[2304] = "";
+  char err[CHIME_PIN_ERRLEN + 1024] = ""; /* "open: " + a pinning error */
 
   if (ids_out && !(idf = fopen(ids_out, "we"))) {
     snprintf(err, sizeof(err), "cannot write %s: %s", ids_out, strerror(errno));

@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -397,6 +398,110 @@ static void test_off_maps_no_cuda(void **state) {
   assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
+/* A directory path of about 3 KiB holding a link to the fake runtime, so
+ * the pinning error (which names the library and the ladder) is longer than
+ * any fixed buffer below CHIME_PIN_ERRLEN and than gRPC's default 8 KiB of
+ * metadata. */
+static void long_runtime_dir(char *dir, size_t len) {
+  char part[241];
+  size_t n;
+
+  memset(part, 'd', sizeof part - 1);
+  part[sizeof part - 1] = '\0';
+  n = (size_t)snprintf(dir, len, "%s", chime__harness_tmpdir());
+  for (int i = 0; i < 13; i++) {
+    n += (size_t)snprintf(dir + n, len - n, "/%02d%s", i, part + 2);
+    assert_true(n < len);
+    assert_true(mkdir(dir, 0700) == 0 || errno == EEXIST);
+  }
+}
+
+/* The error of a failed second registration through the runtime in dir,
+ * whole: every part in order up to the ladder's last rung, and nothing
+ * secret. */
+static void assert_whole_pin_error(int rc, const char *err, const char *prefix,
+                                   const char *flags, const char *dir) {
+  static char head[512], lib[4200], rung[8500];
+  const char *tail = "; [sonames] not tried (runtime found earlier)";
+
+  fprintf(stderr, "open: %s (%zu bytes): %.300s...\n", chime_err_name(rc),
+          strlen(err), err);
+  assert_int_equal(rc, CHIME_ECUDA);
+  assert_true(strlen(err) > 3 * strlen(dir)); /* it names dir 3 times */
+  snprintf(head, sizeof head,
+           "%spage-locking failed: cudaErrorMemoryAllocation (2) from "
+           "cudaHostRegister(",
+           prefix);
+  snprintf(lib, sizeof lib, "%s/libcudart.so.13", dir);
+  snprintf(rung, sizeof rung, "[CHIME_CUDART=%s] loaded %s", dir, lib);
+  assert_true(strncmp(err, head, strlen(head)) == 0);
+  assert_in_order(err, head, flags, ") for range 2 of 4 in ", lib,
+                  "; the 1 range(s) registered before it were unregistered",
+                  "; ladder: [loaded] ", rung, "; [CUDA_HOME] ",
+                  "; [python wheels] ", (char *)NULL);
+  assert_true(strlen(err) > strlen(tail));
+  assert_string_equal(err + strlen(err) - strlen(tail), tail);
+  assert_null(strstr(err, "memfd"));
+  assert_null(strstr(err, "token"));
+  assert_null(strstr(err, "/proc/"));
+}
+
+/* The server pins each ring it creates; when that fails the learner gets
+ * the whole error (CUDA error, library, every rung), not a prefix of it, and
+ * no secret; the server keeps serving. */
+static void test_ring_pin_error_reaches_client(void **state) {
+  const char *const extra[] = {"--pin-host-memory", NULL};
+  static char dir[4096], lib[4200];
+  chime__chimed_t d;
+  chime_client_t *client = NULL;
+  chime_stream_t *s = NULL;
+  chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
+  int rc, st = 0;
+
+  (void)state;
+  long_runtime_dir(dir, sizeof dir);
+  snprintf(lib, sizeof lib, "%s/libcudart.so.13", dir);
+  assert_true(symlink(FAKE_CUDART_FILE, lib) == 0 || errno == EEXIST);
+  setenv("CHIME_CUDART", dir, 1);
+  setenv("FAKE_CUDART_FAIL_REGISTER_AT", "2", 1); /* mid-ring: rollback */
+  rc = chime__chimed_start(&d, config, extra, 30000);
+  unsetenv("FAKE_CUDART_FAIL_REGISTER_AT");
+  unsetenv("CHIME_CUDART");
+  assert_int_equal(rc, 0);
+
+  assert_int_equal(chime_client_create(&client, d.addr, NULL), 0);
+  so.batch_size = BATCH;
+  so.slots = SLOTS;
+  so.mode = CHIME_MODE_SHM;
+  rc = chime_stream_open(client, "demo", &so, &s);
+  assert_null(s);
+  assert_whole_pin_error(rc, chime_client_last_error(client),
+                         "cannot page-lock the ring: ", "portable", dir);
+
+  /* Still serving, and the next ring pins (the fake fails one call only). */
+  rc = chime_stream_open(client, "demo", &so, &s);
+  assert_int_equal(rc, 0);
+  chime_stream_close(s);
+  s = NULL;
+
+  /* The learner's own pinning of its read-only mapping, failing the same
+   * way in this process: its last error holds all of that too. This test
+   * runs before any other that pins in this process (the ladder runs once
+   * per process). */
+  setenv("CHIME_CUDART", dir, 1);
+  setenv("FAKE_CUDART_FAIL_REGISTER_AT", "2", 1);
+  so.pin_host_memory = 1;
+  rc = chime_stream_open(client, "demo", &so, &s);
+  unsetenv("FAKE_CUDART_FAIL_REGISTER_AT");
+  unsetenv("CHIME_CUDART");
+  assert_null(s);
+  assert_whole_pin_error(rc, chime_client_last_error(client),
+                         "pin_host_memory: ", "portable|read-only", dir);
+  chime_client_destroy(client);
+  assert_int_equal(chime__chimed_stop(&d, 20000, &st), 0);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
 static int teardown(void **state) {
   (void)state;
   chime__harness_kill_all();
@@ -409,6 +514,8 @@ int main(void) {
       cmocka_unit_test_teardown(test_fake_init_failure, teardown),
       cmocka_unit_test_teardown(test_nothing_found, teardown),
       cmocka_unit_test_teardown(test_off_maps_no_cuda, teardown),
+      /* Before any other test that pins in this process. */
+      cmocka_unit_test_teardown(test_ring_pin_error_reaches_client, teardown),
       cmocka_unit_test_teardown(test_pins_rings_end_to_end, teardown),
   };
 

@@ -266,7 +266,9 @@ typedef struct {
 #define CHIME_SERVER_OPTS_INIT                                                 \
   { NULL, NULL, -1 }
 
-/* Builds tables and the handoff socket from the config; serves nothing yet. */
+/* Builds tables and the handoff socket from the config; serves nothing yet.
+ * With pinning on it loads the CUDA runtime first: an err of CHIME_PIN_ERRLEN
+ * bytes holds the whole error when that fails. */
 CHIME_EXTERN CHIME_NODISCARD int
 chime_server_create(chime_server_t **out, const chime_server_opts_t *opts,
                     char *err, size_t errlen);

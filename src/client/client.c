@@ -23,14 +23,19 @@ int chime_client_create(chime_client_t **out, const char *address,
   pthread_mutex_init(&c->lock, NULL);
 
   grpc_init();
-  grpc_arg args[2];
+  grpc_arg args[3];
   args[0].type = GRPC_ARG_INTEGER;
   args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
   args[0].value.integer = (int)c->max_message_bytes;
   args[1].type = GRPC_ARG_INTEGER;
   args[1].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
   args[1].value.integer = (int)c->max_message_bytes;
-  grpc_channel_args cargs = {2, args};
+  /* A status carrying a pinning error can pass gRPC's default 8 KiB of
+   * metadata: the call would fail with RESOURCE_EXHAUSTED instead. */
+  args[2].type = GRPC_ARG_INTEGER;
+  args[2].key = GRPC_ARG_MAX_METADATA_SIZE;
+  args[2].value.integer = CHIME__MAX_METADATA_BYTES;
+  grpc_channel_args cargs = {3, args};
   grpc_channel_credentials *creds = grpc_insecure_credentials_create();
   c->channel = grpc_channel_create(address, creds, &cargs);
   grpc_channel_credentials_release(creds);

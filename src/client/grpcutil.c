@@ -19,8 +19,13 @@ int chime__status_to_err(grpc_status_code status, const char *details) {
   switch (status) {
   case GRPC_STATUS_OK:
     return 0;
-  case GRPC_STATUS_INVALID_ARGUMENT:
   case GRPC_STATUS_FAILED_PRECONDITION:
+    /* The server could not page-lock the stream's ring (docs/protocol.md):
+     * the learner hears the same code as from its own chime_ring_pin(). */
+    if (details && strstr(details, "page-lock"))
+      return CHIME_ECUDA;
+    return CHIME_EINVAL;
+  case GRPC_STATUS_INVALID_ARGUMENT:
   case GRPC_STATUS_OUT_OF_RANGE:
     return CHIME_EINVAL;
   case GRPC_STATUS_NOT_FOUND:

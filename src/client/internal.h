@@ -20,7 +20,12 @@
 #include "chime.pb-c.h"
 #include "chime/chime.h"
 
-#define CHIME__ERRLEN 2048
+/* Room for a last error: the longest is a pinning error (CHIME_PIN_ERRLEN,
+ * from this process or in a server's status) behind a short prefix. */
+#define CHIME__ERRLEN (CHIME_PIN_ERRLEN + 1024)
+/* Metadata a client accepts: a status whose details are that long, even
+ * percent-encoded, with room to spare. */
+#define CHIME__MAX_METADATA_BYTES (4 * CHIME__ERRLEN)
 
 #define CHIME__METHOD_GETINFO "/chime.v1.Chime/GetInfo"
 #define CHIME__METHOD_STATS "/chime.v1.Chime/Stats"
@@ -51,7 +56,7 @@ int chime__client_set_error(chime_client_t *client, int code, const char *text);
 /* --- gRPC helpers (grpcutil.c) --- */
 
 /* Maps a call's final status to a CHIME_E* code (UNAVAILABLE "shutting down"
- * is CHIME_ESHUTDOWN). */
+ * is CHIME_ESHUTDOWN, FAILED_PRECONDITION naming "page-lock" CHIME_ECUDA). */
 int chime__status_to_err(grpc_status_code status, const char *details);
 /* timeout_ms < 0: forever. */
 gpr_timespec chime__deadline_ms(int timeout_ms);

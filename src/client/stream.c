@@ -332,11 +332,11 @@ static int subscribe(chime_stream_t *s, chime_mode_t mode,
         return chime__fail(err, errlen, CHIME_ETIMEDOUT,
                            "Subscribe ended without a status");
     }
-    char text[CHIME__ERRLEN];
-    chime__slice_str(s->details, text, sizeof(text));
-    int code = chime__status_to_err(s->status, text);
-    return chime__fail(err, errlen, code ? code : CHIME_EPROTO, "%s",
-                       text[0] ? text : chime_strerror(code));
+    chime__slice_str(s->details, err, errlen);
+    int code = chime__status_to_err(s->status, err);
+    if (!err[0])
+      snprintf(err, errlen, "%s", chime_strerror(code));
+    return code ? code : CHIME_EPROTO;
   }
   *resp = (Chime__V1__SubscribeResponse *)chime__unpack(
       &chime__v1__subscribe_response__descriptor, s->recv_bb);
@@ -540,7 +540,7 @@ int chime_stream_open(chime_client_t *client, const char *table,
   }
 
   if (o.pin_host_memory) {
-    char why[CHIME__ERRLEN];
+    char why[CHIME_PIN_ERRLEN];
     rc = chime_ring_pin(s->ring, why, sizeof(why));
     if (rc) {
       chime__fail(err, sizeof(err), rc, "pin_host_memory: %s", why);

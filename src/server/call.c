@@ -190,20 +190,30 @@ int chime__call_send_msg(chime__call_t *c, const void *msg) {
 
 void chime__call_finish(chime__call_t *c, grpc_status_code code,
                         const char *fmt, ...) {
-  char msg[1024];
   va_list ap;
+  char *msg = NULL;
   chime__send_t *s = calloc(1, sizeof(*s));
-  if (s == NULL) {
+  /* Sized to fit: a pinning error names the whole ladder, and a prefix of it
+   * would hide the rung that matters. */
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  if (n >= 0)
+    msg = malloc((size_t)n + 1);
+  if (s == NULL || msg == NULL) {
+    free(s);
     grpc_call_cancel_with_status(c->call, GRPC_STATUS_RESOURCE_EXHAUSTED,
                                  "out of memory", NULL);
-    return;
+    goto out;
   }
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
+  vsnprintf(msg, (size_t)n + 1, fmt, ap);
   va_end(ap);
   s->code = code;
-  s->details = grpc_slice_from_copied_string(msg);
+  s->details = grpc_slice_from_copied_buffer(msg, (size_t)n);
   enqueue(c, s);
+out:
+  free(msg);
 }
 
 void chime__call_drop_queued(chime__call_t *c) {

@@ -50,7 +50,7 @@ static void close_handle(uv_handle_t *h, void *arg) {
 int main(int argc, char **argv) {
   chime_server_opts_t opts = CHIME_SERVER_OPTS_INIT;
   chime_server_t *srv = NULL;
-  char err[8192], bound[300]; /* pinning errors list the whole ladder */
+  char err[CHIME_PIN_ERRLEN], bound[300]; /* a pinning error lists the ladder */
   int rc;
   for (int i = 1; i < argc; i++) {
     const char *v = NULL;

@@ -19,6 +19,9 @@
 #define CHIME__MAX_MESSAGE_BYTES (64 << 20)
 #define CHIME__CHUNK_BYTES (1u << 20)
 #define CHIME__MAX_STREAMS 1024
+/* Room for an error meant for a client: the longest is a pinning error
+ * (CHIME_PIN_ERRLEN, it lists the whole ladder) behind a short prefix. */
+#define CHIME__CLIENT_ERRLEN (CHIME_PIN_ERRLEN + 256)
 /* Most threads polling the completion queue (CHIME_CQ_THREADS, default 2).
  * Handlers are thread-safe; a second poller lets gRPC's socket work and
  * chime's callbacks overlap. */
@@ -94,7 +97,8 @@ void chime__call_recv(chime__call_t *c);
 int chime__call_send(chime__call_t *c, grpc_byte_buffer *bb);
 /* Packs a protobuf-c message and queues it. */
 int chime__call_send_msg(chime__call_t *c, const void *protobuf_c_msg);
-/* Queues the final status after what is queued; later sends fail. */
+/* Queues the final status after what is queued; later sends fail. The
+ * details are never cut (clients raise gRPC's metadata limit to match). */
 void chime__call_finish(chime__call_t *c, grpc_status_code code,
                         const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

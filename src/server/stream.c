@@ -54,7 +54,7 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
                        chime__call_t *call, const Chime__V1__Open *open,
                        char *err, size_t errlen) {
   int rc = 0;
-  char lerr[256];
+  char lerr[256], pin_err[CHIME_PIN_ERRLEN];
   chime__stream_t *s = NULL;
   const char *tname = open->table ? open->table : "";
   *out = NULL;
@@ -134,9 +134,9 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
     goto out;
   }
   if (srv->cfg.pin_host_memory) {
-    rc = chime_ring_pin(s->ring, lerr, sizeof(lerr));
+    rc = chime_ring_pin(s->ring, pin_err, sizeof(pin_err));
     if (rc != 0) {
-      rc = fail(err, errlen, rc, "cannot page-lock the ring: %s", lerr);
+      rc = fail(err, errlen, rc, "cannot page-lock the ring: %s", pin_err);
       goto out;
     }
     s->pinned_bytes = chime_ring_pinned_bytes(s->ring);

@@ -42,7 +42,7 @@ struct chime__stream_s {
 
 /* Checks the Open request against the table and budgets, creates and pins
  * the ring and fills `opened`. On failure returns a CHIME_E code with err
- * meant for the client. */
+ * meant for the client: CHIME__CLIENT_ERRLEN bytes hold all of it. */
 int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
                        chime__call_t *call, const Chime__V1__Open *open,
                        char *err, size_t errlen);

@@ -75,7 +75,7 @@ static void send_opened(chime__call_t *c, chime__stream_t *s) {
 }
 
 static void sub_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
-  char err[512];
+  char err[CHIME__CLIENT_ERRLEN];
   grpc_slice sl;
   if (bb == NULL)
     return; /* the client closed its side; the call lives on */

@@ -33,10 +33,20 @@ static json_t *info_json(const chime_server_info_t *in) {
                           "min_size", (json_int_t)t->min_size, "sample_bytes",
                           (json_int_t)t->sample_bytes, "sampler", t->sampler));
   }
-  return json_pack("{s:s, s:s, s:s, s:b, s:I, s:o}", "version", in->version,
-                   "boot_id", in->boot_id, "hostname", in->hostname,
-                   "pin_host_memory", in->pin_host_memory, "pinned_bytes",
-                   (json_int_t)in->pinned_bytes, "tables", tables);
+  json_t *rings = json_array();
+  for (uint32_t i = 0; i < in->nrings; i++) {
+    const chime_ring_info_t *r = &in->rings[i];
+    json_array_append_new(rings, json_pack("{s:I, s:s, s:I, s:I}", "stream_id",
+                                           (json_int_t)r->stream_id, "table",
+                                           r->table, "bytes",
+                                           (json_int_t)r->bytes, "pinned_bytes",
+                                           (json_int_t)r->pinned_bytes));
+  }
+  return json_pack("{s:s, s:s, s:s, s:b, s:I, s:o, s:o}", "version",
+                   in->version, "boot_id", in->boot_id, "hostname",
+                   in->hostname, "pin_host_memory", in->pin_host_memory,
+                   "pinned_bytes", (json_int_t)in->pinned_bytes, "tables",
+                   tables, "rings", rings);
 }
 
 static void info_text(const chime_server_info_t *in) {
@@ -55,6 +65,21 @@ static void info_text(const chime_server_info_t *in) {
            t->name, t->sampler, t->size, t->capacity, t->min_size,
            t->sample_bytes, spec);
   }
+  /* One ring per open stream; pinned bytes are slots x slot_bytes of each
+   * ring the server page-locked (docs/pinning.md). */
+  printf("\nRINGS\n%-8s %-16s %14s %14s\n", "STREAM", "TABLE", "BYTES",
+         "PINNED_BYTES");
+  uint64_t ring_total = 0;
+  for (uint32_t i = 0; i < in->nrings; i++) {
+    const chime_ring_info_t *r = &in->rings[i];
+    printf("%-8" PRIu64 " %-16s %14" PRIu64 " %14" PRIu64 "\n", r->stream_id,
+           r->table, r->bytes, r->pinned_bytes);
+    ring_total += r->bytes;
+  }
+  if (in->nrings == 0)
+    printf("(no rings)\n");
+  printf("%-8s %-16s %14" PRIu64 " %14" PRIu64 "\n", "total", "", ring_total,
+         in->pinned_bytes);
 }
 
 static json_t *stats_json(const chime_stats_t *st) {

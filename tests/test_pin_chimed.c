@@ -26,6 +26,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "chime/chime.h"
 #include "harness.h"
 
@@ -40,6 +42,7 @@ static const char *config =
     "\"capacity\": 4096, \"min_size\": 1, \"sampler\": \"fifo\"}]}\n";
 
 static char g_chimed[1024];
+static char g_chimectl[1024];
 
 static char *slurp(const char *path) {
   FILE *f = fopen(path, "r");
@@ -109,6 +112,121 @@ static void assert_in_order(const char *hay, ...) {
     at = hit + strlen(needle);
   }
   va_end(ap);
+}
+
+/* chimectl [--json] info ADDR; returns its stdout (free it). */
+static char *chimectl_info(const char *addr, int as_json) {
+  const char *const json_argv[] = {g_chimectl, "--json", "info", addr, NULL};
+  const char *const text_argv[] = {g_chimectl, "info", addr, NULL};
+  char out[512];
+  chime__proc_t p;
+  int st = 0;
+
+  if (g_chimectl[0] == '\0')
+    return NULL;
+  snprintf(out, sizeof out, "%s/chimectl.out", chime__harness_tmpdir());
+  assert_int_equal(chime__proc_spawn(&p, as_json ? json_argv : text_argv, out),
+                   0);
+  assert_int_equal(chime__proc_wait(&p, 30000, &st), 0);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  return slurp(out);
+}
+
+/* The stream's ring as chimectl --json info lists it (a new reference), or
+ * NULL. */
+static json_t *json_ring(json_t *info, uint64_t stream_id) {
+  json_t *rings = json_object_get(info, "rings"), *r;
+  size_t i;
+
+  assert_true(json_is_array(rings));
+  json_array_foreach(rings, i, r) {
+    if ((uint64_t)json_integer_value(json_object_get(r, "stream_id")) ==
+        stream_id)
+      return json_incref(r);
+  }
+  return NULL;
+}
+
+/* GetInfo and chimectl info (JSON and text) agree on each open stream's
+ * ring: its table, and pinned bytes of exactly want[i]; and on the total. */
+static void check_info_rings(const char *addr, chime_client_t *client,
+                             const uint64_t *ids, const uint64_t *want,
+                             size_t n) {
+  chime_server_info_t *info = NULL;
+  uint64_t total = 0;
+  char *text;
+  json_error_t jerr;
+  json_t *j;
+
+  for (size_t k = 0; k < n; k++)
+    total += want[k];
+  assert_int_equal(chime_client_info(client, &info), 0);
+  assert_int_equal(info->nrings, n);
+  assert_int_equal(info->pinned_bytes, total);
+  for (size_t k = 0; k < n; k++) {
+    const chime_ring_info_t *r = NULL;
+
+    for (uint32_t i = 0; i < info->nrings; i++)
+      if (info->rings[i].stream_id == ids[k])
+        r = &info->rings[i];
+    assert_non_null(r);
+    assert_string_equal(r->table, "demo");
+    assert_int_equal(r->pinned_bytes, want[k]);
+    assert_true(r->bytes > 0);
+    assert_true(r->bytes >= want[k]); /* the mapping holds the slots */
+  }
+  chime_server_info_free(info);
+
+  text = chimectl_info(addr, 1);
+  if (text == NULL) {
+    fprintf(stderr, "chimectl is not built: only GetInfo checked\n");
+    return;
+  }
+  j = json_loads(text, 0, &jerr);
+  if (j == NULL)
+    fail_msg("chimectl --json info: %s in:\n%s", jerr.text, text);
+  free(text);
+  assert_int_equal(json_integer_value(json_object_get(j, "pinned_bytes")),
+                   total);
+  assert_int_equal(json_array_size(json_object_get(j, "rings")), n);
+  for (size_t k = 0; k < n; k++) {
+    json_t *r = json_ring(j, ids[k]);
+
+    assert_non_null(r);
+    assert_string_equal(json_string_value(json_object_get(r, "table")), "demo");
+    assert_int_equal(json_integer_value(json_object_get(r, "pinned_bytes")),
+                     want[k]);
+    assert_true(json_integer_value(json_object_get(r, "bytes")) >=
+                (json_int_t)want[k]);
+    json_decref(r);
+  }
+  json_decref(j);
+
+  /* Text: a RINGS table, one row per stream ("ID demo BYTES PINNED"), and a
+   * total row whose last column is the pinned total. */
+  text = chimectl_info(addr, 0);
+  assert_non_null(strstr(text, "\nRINGS\n"));
+  for (size_t k = 0; k < n; k++) {
+    char row[128];
+    const char *at;
+    unsigned long long bytes = 0, pinned = 0;
+
+    snprintf(row, sizeof row, "\n%llu ", (unsigned long long)ids[k]);
+    at = strstr(strstr(text, "\nRINGS\n"), row);
+    assert_non_null(at);
+    assert_int_equal(sscanf(at, " %*u demo %llu %llu", &bytes, &pinned), 2);
+    assert_int_equal(pinned, want[k]);
+    assert_true(bytes >= want[k]);
+  }
+  {
+    const char *at = strstr(text, "\ntotal ");
+    unsigned long long bytes = 0, pinned = 0;
+
+    assert_non_null(at);
+    assert_int_equal(sscanf(at, " total %llu %llu", &bytes, &pinned), 2);
+    assert_int_equal(pinned, total);
+  }
+  free(text);
 }
 
 /* Starts chimed --pin-host-memory --listen 127.0.0.1:0 with the test's
@@ -371,6 +489,8 @@ static void test_off_maps_no_cuda(void **state) {
   chime_stats_t *stats = NULL;
   chime_stream_t *s = NULL;
   chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
+  chime_stream_local_stats_t ls;
+  const uint64_t zero = 0;
   int st = 0;
 
   (void)state;
@@ -386,6 +506,9 @@ static void test_off_maps_no_cuda(void **state) {
   assert_int_equal(info->pin_host_memory, 0);
   assert_int_equal(info->pinned_bytes, 0);
   chime_server_info_free(info);
+  /* The ring is listed, with nothing pinned. */
+  assert_int_equal(chime_stream_get_stats(s, &ls), 0);
+  check_info_rings(d.addr, client, &ls.stream_id, &zero, 1);
   assert_int_equal(chime_client_stats(client, &stats), 0);
   assert_int_equal(stats->nstreams, 1);
   assert_int_equal(stats->streams[0].pinned, 0);
@@ -393,6 +516,74 @@ static void test_off_maps_no_cuda(void **state) {
   chime_stats_free(stats);
   assert_false(pid_maps_cudart(d.proc.pid));
   chime_stream_close(s);
+  chime_client_destroy(client);
+  assert_int_equal(chime__chimed_stop(&d, 20000, &st), 0);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/* Pinning on: each open stream's ring is reported with slots x slot_bytes
+ * pinned (two layouts, so the total is a real sum), by GetInfo and by
+ * chimectl info, and a closed stream's ring leaves the report. */
+static void test_info_reports_ring_footprint(void **state) {
+  const char *const extra[] = {"--pin-host-memory", NULL};
+  chime__chimed_t d;
+  chime_client_t *client = NULL;
+  chime_stream_t *a = NULL, *b = NULL;
+  chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
+  chime_stream_local_stats_t ls;
+  chime_ring_layout_t la, lb;
+  chime_spec_t spec;
+  uint64_t ids[2], want[2];
+  char err[256];
+  int rc, st = 0;
+
+  (void)state;
+  assert_int_equal(chime_spec_parse(&spec, SPEC, err, sizeof err), 0);
+  assert_int_equal(chime_ring_layout(&la, &spec, BATCH, SLOTS, err, sizeof err),
+                   0);
+  assert_int_equal(chime_ring_layout(&lb, &spec, 8 * BATCH, 3, err, sizeof err),
+                   0);
+  assert_true(la.slot_bytes != lb.slot_bytes);
+  setenv("CUDA_HOME", FAKE_CUDART_ROOT, 1);
+  rc = chime__chimed_start(&d, config, extra, 30000);
+  unsetenv("CUDA_HOME");
+  assert_int_equal(rc, 0);
+  assert_int_equal(chime_client_create(&client, d.addr, NULL), 0);
+  check_info_rings(d.addr, client, ids, want, 0);
+
+  so.batch_size = BATCH;
+  so.slots = SLOTS;
+  so.mode = CHIME_MODE_SHM;
+  assert_int_equal(chime_stream_open(client, "demo", &so, &a), 0);
+  so.batch_size = 8 * BATCH;
+  so.slots = 3;
+  so.mode = CHIME_MODE_STREAM;
+  assert_int_equal(chime_stream_open(client, "demo", &so, &b), 0);
+  assert_int_equal(chime_stream_get_stats(a, &ls), 0);
+  ids[0] = ls.stream_id;
+  assert_int_equal(chime_stream_get_stats(b, &ls), 0);
+  ids[1] = ls.stream_id;
+  assert_true(ids[0] != ids[1]);
+  want[0] = (uint64_t)SLOTS * la.slot_bytes;
+  want[1] = 3u * lb.slot_bytes;
+  check_info_rings(d.addr, client, ids, want, 2);
+
+  /* The server drops a ring once its stream is gone. */
+  chime_stream_close(a);
+  for (int64_t end = chime__now_ms() + 20000;;) {
+    chime_server_info_t *info = NULL;
+    uint32_t n;
+
+    assert_int_equal(chime_client_info(client, &info), 0);
+    n = info->nrings;
+    chime_server_info_free(info);
+    if (n == 1 || chime__now_ms() > end)
+      break;
+    chime__sleep_ms(20);
+  }
+  check_info_rings(d.addr, client, &ids[1], &want[1], 1);
+
+  chime_stream_close(b);
   chime_client_destroy(client);
   assert_int_equal(chime__chimed_stop(&d, 20000, &st), 0);
   assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
@@ -517,6 +708,7 @@ int main(void) {
       /* Before any other test that pins in this process. */
       cmocka_unit_test_teardown(test_ring_pin_error_reaches_client, teardown),
       cmocka_unit_test_teardown(test_pins_rings_end_to_end, teardown),
+      cmocka_unit_test_teardown(test_info_reports_ring_footprint, teardown),
   };
 
   if (chime__harness_bin("src/server/chimed", g_chimed, sizeof g_chimed) ==
@@ -524,5 +716,8 @@ int main(void) {
     fprintf(stderr, "skip: chimed is not built\n");
     return 77;
   }
+  if (chime__harness_bin("examples/chimectl", g_chimectl, sizeof g_chimectl) ==
+      NULL)
+    g_chimectl[0] = '\0';
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -74,14 +74,24 @@ typedef struct {
   char sampler[16];
 } chime_table_info_t;
 
+/* One open stream's ring on the server, as GetInfo reports it. */
+typedef struct {
+  uint64_t stream_id;
+  char table[CHIME_MAX_NAME];
+  uint64_t bytes;        /* the whole mapping: header, control, slots */
+  uint64_t pinned_bytes; /* page-locked by the server: slots x slot_bytes */
+} chime_ring_info_t;
+
 typedef struct {
   char version[32];
   char boot_id[64];
   char hostname[256];
   int pin_host_memory;
-  uint64_t pinned_bytes;
+  uint64_t pinned_bytes; /* the sum over rings */
   uint32_t ntables;
   chime_table_info_t *tables;
+  uint32_t nrings; /* one per open stream */
+  chime_ring_info_t *rings;
 } chime_server_info_t;
 
 /* GetInfo, bounded by opts.timeout_ms. Free *out with chime_server_info_free().

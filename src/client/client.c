@@ -162,8 +162,11 @@ int chime_client_info(chime_client_t *client, chime_server_info_t **out) {
     goto cleanup;
   Chime__V1__GetInfoResponse *r = (Chime__V1__GetInfoResponse *)m;
   info = calloc(1, sizeof(*info));
-  if (!info || (r->n_tables &&
-                !(info->tables = calloc(r->n_tables, sizeof(*info->tables))))) {
+  if (!info ||
+      (r->n_tables &&
+       !(info->tables = calloc(r->n_tables, sizeof(*info->tables)))) ||
+      (r->n_rings &&
+       !(info->rings = calloc(r->n_rings, sizeof(*info->rings))))) {
     rc = chime__fail(err, sizeof(err), CHIME_ENOMEM, "out of memory");
     goto cleanup;
   }
@@ -191,6 +194,15 @@ int chime_client_info(chime_client_t *client, chime_server_info_t **out) {
     copy_str(o->sampler, sizeof(o->sampler), t->sampler);
     info->ntables++;
   }
+  for (size_t i = 0; i < r->n_rings; i++) {
+    const Chime__V1__RingInfo *g = r->rings[i];
+    chime_ring_info_t *o = &info->rings[i];
+    o->stream_id = g->stream_id;
+    copy_str(o->table, sizeof(o->table), g->table);
+    o->bytes = g->bytes;
+    o->pinned_bytes = g->pinned_bytes;
+    info->nrings++;
+  }
   *out = info;
   info = NULL;
 
@@ -207,6 +219,7 @@ void chime_server_info_free(chime_server_info_t *info) {
   if (!info)
     return;
   free(info->tables);
+  free(info->rings);
   free(info);
 }
 

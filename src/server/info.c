@@ -92,6 +92,7 @@ static void info_on_start(chime__call_t *c) {
     rings[n].table = s->table_name;
     rings[n].bytes = s->ring_bytes;
     rings[n].pinned = s->pinned_bytes > 0;
+    rings[n].pinned_bytes = s->pinned_bytes;
     r.pinned_bytes += s->pinned_bytes;
     rp[n] = &rings[n];
     n++;

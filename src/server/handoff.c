@@ -315,7 +315,6 @@ static void handshake(conn_t *c) {
     chime__stream_unref(s);
     return;
   }
-  s->peer_pid = cr.pid;
   watch_pid(h, s, cr.pid); /* takes the reference */
 }
 

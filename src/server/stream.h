@@ -36,7 +36,6 @@ struct chime__stream_s {
   uint8_t token[16];
   uint64_t token_deadline_ns;
   int token_live;
-  pid_t peer_pid;
   chime__stream_t *prev, *next; /* server's live streams */
 };
 

@@ -2,8 +2,8 @@
  * registered on this process's own grpc_server, remote actors insert over
  * gRPC, and the learner consumes its batches locally through shared memory.
  *
- *   chime-embedded [--listen ADDR] [--config FILE] [--batches N]
- *                  [--batch-size B]
+ *   chime-embedded [--listen ADDR] [--config FILE] [--table T]
+ *                  [--batches N] [--batch-size B] [--pin-host-memory]
  *   chime-actor --server ADDR --table demo --count 100000     (elsewhere)
  */
 #include <grpc/grpc.h>
@@ -64,9 +64,12 @@ int main(int argc, char **argv) {
       want = strtoull(argv[++i], NULL, 10);
     else if (strcmp(argv[i], "--batch-size") == 0 && i + 1 < argc)
       batch_size = (uint32_t)strtoul(argv[++i], NULL, 10);
+    else if (strcmp(argv[i], "--pin-host-memory") == 0)
+      so.pin_host_memory = 1; /* page-lock every ring, or fail at create */
     else {
       fprintf(stderr, "usage: chime-embedded [--listen ADDR] [--config FILE] "
-                      "[--table T] [--batches N] [--batch-size B]\n");
+                      "[--table T] [--batches N] [--batch-size B] "
+                      "[--pin-host-memory]\n");
       return 2;
     }
   }
@@ -120,6 +123,12 @@ int main(int argc, char **argv) {
     chime_client_destroy(client);
     goto stop;
   }
+  /* What the server page-locked for this stream (docs/pinning.md). */
+  uint64_t pinned = 0;
+  chime_server_info_t *info = NULL;
+  if (chime_client_info(client, &info) == 0)
+    pinned = info->pinned_bytes;
+  chime_server_info_free(info);
   uint64_t got = 0, samples = 0, first = 0, last = 0;
   while (got < want) {
     chime_batch_t b;
@@ -138,8 +147,9 @@ int main(int argc, char **argv) {
   }
   printf("{\"batches\":%" PRIu64 ",\"samples\":%" PRIu64
          ",\"first_key\":%" PRIu64 ",\"last_key\":%" PRIu64
-         ",\"mode\":\"%s\"}\n",
-         got, samples, first, last, chime_mode_name(chime_stream_mode(stream)));
+         ",\"mode\":\"%s\",\"pinned_bytes\":%" PRIu64 "}\n",
+         got, samples, first, last, chime_mode_name(chime_stream_mode(stream)),
+         pinned);
   rc = got == want ? 0 : 1;
   chime_stream_close(stream);
   chime_client_destroy(client);

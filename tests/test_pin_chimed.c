@@ -43,6 +43,7 @@ static const char *config =
 
 static char g_chimed[1024];
 static char g_chimectl[1024];
+static char g_embedded[1024];
 
 static char *slurp(const char *path) {
   FILE *f = fopen(path, "r");
@@ -589,6 +590,91 @@ static void test_info_reports_ring_footprint(void **state) {
   assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
+/* examples/embedded.c: --pin-host-memory reaches chime_server_create
+ * (chime_server_opts_t.pin_host_memory). With a runtime that fails to
+ * initialise it exits at create with the whole error; with the fake it pins
+ * the ring it serves its own learner from (slots x slot_bytes, 8 default
+ * slots); without the flag nothing is pinned and no runtime is loaded. */
+static void test_embedded_pins(void **state) {
+  char cfg[512], errpath[512], logpath[512], line[1024], want[64];
+  char *text;
+  const char *pin_argv[] = {
+      g_embedded, "--config",          cfg, "--batches", "2", "--batch-size",
+      "4",        "--pin-host-memory", NULL};
+  const char *off_argv[] = {g_embedded, "--config",     cfg, "--batches",
+                            "2",        "--batch-size", "4", NULL};
+  chime_ring_layout_t lay;
+  chime_spec_t spec;
+  chime__proc_t p;
+  uint8_t sample[264] = {0};
+  int st = 0;
+
+  (void)state;
+  if (g_embedded[0] == '\0')
+    skip();
+  assert_int_equal(chime_spec_parse(&spec, SPEC, line, sizeof line), 0);
+  assert_int_equal(chime_ring_layout(&lay, &spec, BATCH, 8, line, sizeof line),
+                   0);
+  assert_int_equal(lay.slot_bytes % 4096, 0);
+  assert_int_equal(
+      chime__harness_write_file("embedded.json", config, cfg, sizeof cfg), 0);
+  snprintf(errpath, sizeof errpath, "%s/embedded.err", chime__harness_tmpdir());
+  snprintf(logpath, sizeof logpath, "%s/embedded.log", chime__harness_tmpdir());
+
+  /* The option is honoured at create: a runtime that fails stops it. */
+  setenv("CUDA_HOME", FAKE_CUDART_ROOT, 1);
+  setenv("FAKE_CUDART_INIT_ERROR", "100", 1);
+  assert_int_equal(chime__proc_spawn_err(&p, pin_argv, NULL, errpath), 0);
+  unsetenv("FAKE_CUDART_INIT_ERROR");
+  assert_int_equal(chime__proc_wait(&p, 30000, &st), 0);
+  chime__proc_kill(&p);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) != 0);
+  text = slurp(errpath);
+  assert_in_order(
+      text,
+      "chime-embedded: page-locking failed: CUDA runtime: "
+      "cudaErrorNoDevice (100) from cudaFree(NULL) in " FAKE_CUDART_ROOT,
+      "; [sonames] not tried (runtime found earlier)", (char *)NULL);
+  free(text);
+
+  for (int pin = 1; pin >= 0; pin--) {
+    chime_client_t *client = NULL;
+    chime_writer_t *w = NULL;
+
+    unlink(logpath);
+    setenv("FAKE_CUDART_LOG", logpath, 1);
+    assert_int_equal(chime__proc_spawn(&p, pin ? pin_argv : off_argv, NULL), 0);
+    unsetenv("FAKE_CUDART_LOG");
+    assert_int_equal(
+        chime__proc_read_line(&p, "listening on ", line, sizeof line, 30000),
+        0);
+    /* Two batches' worth: the embedded learner takes them and exits. */
+    assert_int_equal(chime_client_create(&client, line, NULL), 0);
+    assert_int_equal(chime_writer_open(client, "demo", NULL, &w), 0);
+    for (int i = 0; i < 2 * BATCH; i++)
+      assert_int_equal(chime_writer_append(w, sample, sizeof sample, 1.0), 0);
+    assert_int_equal(chime_writer_close(w), 0);
+    chime_client_destroy(client);
+    assert_int_equal(chime__proc_read_line(&p, "{", line, sizeof line, 30000),
+                     0);
+    fprintf(stderr, "chime-embedded%s: {%s\n", pin ? " --pin-host-memory" : "",
+            line);
+    snprintf(want, sizeof want, "\"pinned_bytes\":%llu}",
+             pin ? 8ull * lay.slot_bytes : 0ull);
+    assert_non_null(strstr(line, "\"batches\":2,"));
+    assert_non_null(strstr(line, want));
+    assert_int_equal(chime__proc_wait(&p, 30000, &st), 0);
+    chime__proc_kill(&p);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    text = slurp(logpath);
+    assert_int_equal(count_lines(text, "register "), pin ? 8 : 0);
+    assert_int_equal(count_lines(text, "unregister "), pin ? 8 : 0);
+    assert_int_equal(count_of(text, "unregister-"), 0);
+    free(text);
+  }
+  unsetenv("CUDA_HOME");
+}
+
 /* A directory path of about 3 KiB holding a link to the fake runtime, so
  * the pinning error (which names the library and the ladder) is longer than
  * any fixed buffer below CHIME_PIN_ERRLEN and than gRPC's default 8 KiB of
@@ -709,6 +795,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_ring_pin_error_reaches_client, teardown),
       cmocka_unit_test_teardown(test_pins_rings_end_to_end, teardown),
       cmocka_unit_test_teardown(test_info_reports_ring_footprint, teardown),
+      cmocka_unit_test_teardown(test_embedded_pins, teardown),
   };
 
   if (chime__harness_bin("src/server/chimed", g_chimed, sizeof g_chimed) ==
@@ -719,5 +806,8 @@ int main(void) {
   if (chime__harness_bin("examples/chimectl", g_chimectl, sizeof g_chimectl) ==
       NULL)
     g_chimectl[0] = '\0';
+  if (chime__harness_bin("examples/chime-embedded", g_embedded,
+                         sizeof g_embedded) == NULL)
+    g_embedded[0] = '\0';
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -56,6 +56,16 @@ static void set_err(chime_stream_t *s, const char *text) {
   pthread_mutex_unlock(&s->lock);
 }
 
+/* A learner-side error (all slots held, a timeout) must not overwrite why the
+ * stream ended: end_stream() sets end_code before its text, so checking it
+ * under the lock leaves the end reason last. */
+static void set_err_unless_ended(chime_stream_t *s, const char *text) {
+  pthread_mutex_lock(&s->lock);
+  if (atomic_load(&s->end_code) == 0)
+    snprintf(s->err, sizeof(s->err), "%.*s", (int)sizeof(s->err) - 1, text);
+  pthread_mutex_unlock(&s->lock);
+}
+
 static int start_recv(chime_stream_t *s) {
   grpc_op op;
   memset(&op, 0, sizeof(op));
@@ -575,13 +585,12 @@ int chime_stream_next(chime_stream_t *stream, chime_batch_t *out,
     int end = atomic_load(&s->end_code);
     if (rc == CHIME_EDISCONNECTED && end)
       rc = end;
-    if (end == 0)
-      set_err(s, rc == CHIME_ESHUTDOWN ? "server shutting down"
-                                       : "server disconnected");
+    set_err_unless_ended(s, rc == CHIME_ESHUTDOWN ? "server shutting down"
+                                                  : "server disconnected");
     return rc;
   }
   if (rc) {
-    set_err(s, chime_strerror(rc));
+    set_err_unless_ended(s, chime_strerror(rc));
     return rc;
   }
   out->seq = v.seq;

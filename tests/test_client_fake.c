@@ -1,8 +1,9 @@
 /* The client against a scripted, misbehaving server (gRPC C core, in this
  * process): what the server says is untrusted input. A wrong layout, an answer
  * that is not Opened, batches beyond the credits given, a shutdown notice,
- * and a handoff socket nobody listens on (auto falls back to stream) each
- * give a clear error or the documented behaviour, never a crash. */
+ * a handoff socket nobody listens on (auto falls back to stream), and Insert
+ * acks that do not match their request each give a clear error or the
+ * documented behaviour, never a crash. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -31,6 +32,9 @@ typedef enum {
   FAKE_NOTICE,      /* one batch, then "shutting down" */
   FAKE_NO_HANDOFF,  /* shm Opened whose socket nobody listens on */
   FAKE_BAD_CHUNK,   /* a chunk whose total is wrong */
+  FAKE_ACK_COUNT,   /* Insert: the second ack claims one sample more */
+  FAKE_ACK_KEYS,    /* Insert: the second ack reuses the first one's keys */
+  FAKE_ACK_ID,      /* Insert: the second ack repeats the first one's id */
 } fake_script_t;
 
 static struct {
@@ -244,6 +248,43 @@ static void serve_subscribe(grpc_call *call, grpc_byte_buffer *first) {
   finish(call, GRPC_STATUS_CANCELLED, "", 1);
 }
 
+/* Acks the first request truly and the second as the script says, then waits
+ * for the client to give up on the call. */
+static void serve_insert(grpc_call *call, grpc_byte_buffer *first) {
+  grpc_byte_buffer *bb = first;
+  uint64_t next_key = 1;
+  for (int n = 0; bb; n++) {
+    Chime__V1__InsertRequest *req = (Chime__V1__InsertRequest *)chime__unpack(
+        &chime__v1__insert_request__descriptor, bb);
+    if (bb != first)
+      grpc_byte_buffer_destroy(bb);
+    bb = NULL;
+    assert_non_null(req);
+    Chime__V1__InsertAck ack = CHIME__V1__INSERT_ACK__INIT;
+    ack.id = req->id;
+    ack.count = req->count;
+    ack.first_key = next_key;
+    next_key += req->count;
+    chime__v1__insert_request__free_unpacked(req, NULL);
+    if (n == 1 && fake.script == FAKE_ACK_COUNT)
+      ack.count++;
+    if (n == 1 && fake.script == FAKE_ACK_KEYS)
+      ack.first_key = 1;
+    if (n == 1 && fake.script == FAKE_ACK_ID)
+      ack.id = 0;
+    send_msg(call, &ack.base);
+    grpc_op op;
+    memset(&op, 0, sizeof(op));
+    op.op = GRPC_OP_RECV_MESSAGE;
+    op.data.recv_message.recv_message = &bb;
+    if (!op1(call, &op))
+      break;
+  }
+  if (bb)
+    grpc_byte_buffer_destroy(bb);
+  finish(call, GRPC_STATUS_OK, "", 0);
+}
+
 static void *fake_main(void *arg) {
   (void)arg;
   for (;;) {
@@ -269,6 +310,8 @@ static void *fake_main(void *arg) {
         chime__slice_str(details.method, method, sizeof(method));
         if (!strcmp(method, CHIME__METHOD_GETINFO))
           serve_info(call);
+        else if (!strcmp(method, CHIME__METHOD_INSERT))
+          serve_insert(call, first);
         else
           serve_subscribe(call, first);
       }
@@ -392,7 +435,9 @@ static void test_over_credit(void **state) {
   int got;
   assert_int_equal(next_until_error(s, &got), CHIME_EPROTO);
   assert_true(got <= SLOTS - 1);
-  assert_non_null(strstr(chime_stream_last_error(s), "credits"));
+  if (!strstr(chime_stream_last_error(s), "credits"))
+    fail_msg("last error '%s' after %d batches", chime_stream_last_error(s),
+             got);
   chime_stream_close(s);
   chime_client_destroy(c);
 }
@@ -457,6 +502,57 @@ static void test_auto_falls_back_when_handoff_fails(void **state) {
   chime_client_destroy(c);
 }
 
+/* Two requests of two samples: the first ack is true, the second breaks the
+ * script's rule. The writer must refuse it and keep counting only the first. */
+static void expect_bad_second_ack(fake_script_t script, const char *why) {
+  chime_client_t *c;
+  chime_writer_t *w;
+  fake.script = script;
+  assert_int_equal(chime_client_create(&c, fake.addr, NULL), 0);
+  chime_writer_opts_t o = CHIME_WRITER_OPTS_INIT;
+  o.max_batch_samples = 2;
+  o.timeout_ms = 10000;
+  assert_int_equal(chime_writer_open(c, "t", &o, &w), 0);
+  chime_spec_t spec;
+  char err[128];
+  assert_int_equal(chime_spec_parse(&spec, SPEC, err, sizeof(err)), 0);
+  size_t len = (size_t)chime_spec_sample_bytes(&spec);
+  uint8_t *sample = calloc(1, len);
+  assert_non_null(sample);
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(chime_writer_append(w, sample, len, 1.0), 0);
+  assert_int_equal(chime_writer_flush(w), 0);
+  assert_int_equal(chime_writer_acked(w), 2);
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(chime_writer_append(w, sample, len, 1.0), 0);
+  assert_int_equal(chime_writer_flush(w), CHIME_EPROTO);
+  assert_int_equal(chime_writer_acked(w), 2);
+  const char *e = chime_writer_last_error(w);
+  if (!strstr(e, why))
+    fail_msg("last error '%s' does not say '%s'", e, why);
+  /* Sticky: the writer stays failed. */
+  assert_int_equal(chime_writer_append(w, sample, len, 1.0), CHIME_EPROTO);
+  assert_int_equal(chime_writer_close(w), CHIME_EPROTO);
+  free(sample);
+  chime_client_destroy(c);
+}
+
+static void test_ack_wrong_count(void **state) {
+  (void)state;
+  expect_bad_second_ack(FAKE_ACK_COUNT, "says 3 samples, 2 were sent");
+}
+
+static void test_ack_reused_keys(void **state) {
+  (void)state;
+  expect_bad_second_ack(FAKE_ACK_KEYS,
+                        "gives keys from 1 (expected 3 or later");
+}
+
+static void test_ack_repeated_id(void **state) {
+  (void)state;
+  expect_bad_second_ack(FAKE_ACK_ID, "ack for request 0, expected 1");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bad_layout),
@@ -466,6 +562,9 @@ int main(void) {
       cmocka_unit_test(test_bad_chunk),
       cmocka_unit_test(test_notice),
       cmocka_unit_test(test_auto_falls_back_when_handoff_fails),
+      cmocka_unit_test(test_ack_wrong_count),
+      cmocka_unit_test(test_ack_reused_keys),
+      cmocka_unit_test(test_ack_repeated_id),
   };
   return cmocka_run_group_tests(tests, fake_start, fake_stop);
 }

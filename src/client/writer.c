@@ -34,9 +34,14 @@ struct chime_writer_s {
   uint64_t next_id;   /* id of the next request */
   uint64_t acked_id;  /* requests acked: ids [0, acked_id) */
   uint32_t inflight;  /* sent, not acked */
-  uint64_t acked;     /* samples */
-  uint64_t sent;      /* samples */
-  int failed;         /* sticky error code */
+  /* Samples in each request in flight, oldest (id acked_id) at counts_head:
+   * an ack must name exactly what its request carried. */
+  uint32_t *counts;
+  uint32_t counts_cap, counts_head;
+  uint64_t min_key; /* keys of one call only grow: the next ack's lowest */
+  uint64_t acked;   /* samples */
+  uint64_t sent;    /* samples */
+  int failed;       /* sticky error code */
   char err[CHIME__ERRLEN];
 };
 
@@ -74,27 +79,79 @@ static void on_status(chime_writer_t *w) {
   }
 }
 
+/* The server's ack is untrusted: it must answer the oldest request in flight,
+ * with that request's count and keys after any it gave before. Returns 0 or
+ * writes why not into why. */
+static int check_ack(const chime_writer_t *w, const Chime__V1__InsertAck *ack,
+                     char *why, size_t len) {
+  if (w->inflight == 0 || ack->id != w->acked_id) {
+    snprintf(why, len,
+             "ack for request %" PRIu64 ", expected %s%" PRIu64
+             " (unknown, out of order or already acked)",
+             ack->id, w->inflight ? "" : "none; next would be ", w->acked_id);
+    return -1;
+  }
+  uint32_t sent = w->counts[w->counts_head];
+  if (ack->count != sent) {
+    snprintf(why, len,
+             "ack for request %" PRIu64 " says %" PRIu32 " samples, %" PRIu32
+             " were sent",
+             ack->id, ack->count, sent);
+    return -1;
+  }
+  if (ack->first_key < w->min_key || ack->first_key > UINT64_MAX - ack->count) {
+    snprintf(why, len,
+             "ack for request %" PRIu64 " gives keys from %" PRIu64
+             " (expected %" PRIu64 " or later, and %" PRIu32
+             " keys that fit 64 bits)",
+             ack->id, ack->first_key, w->min_key, ack->count);
+    return -1;
+  }
+  return 0;
+}
+
 static void on_ack(chime_writer_t *w) {
   Chime__V1__InsertAck *ack = (Chime__V1__InsertAck *)chime__unpack(
       &chime__v1__insert_ack__descriptor, w->recv_bb);
   grpc_byte_buffer_destroy(w->recv_bb);
   w->recv_bb = NULL;
-  if (!ack || ack->id != w->acked_id || w->inflight == 0) {
+  char why[256] = "malformed ack";
+  if (!ack || check_ack(w, ack, why, sizeof(why))) {
     if (!w->failed)
-      snprintf(w->err, sizeof(w->err),
-               "insert into '%s': unexpected ack (malformed or out of order)",
-               w->table);
+      snprintf(w->err, sizeof(w->err), "insert into '%s': %s", w->table, why);
     fail(w, CHIME_EPROTO);
     grpc_call_cancel(w->call, NULL);
   } else {
     w->acked_id++;
     w->inflight--;
+    w->counts_head = (w->counts_head + 1) % w->counts_cap;
     w->acked += ack->count;
+    w->min_key = ack->first_key + ack->count;
     if (start_recv(w))
       fail(w, CHIME_EPROTO);
   }
   if (ack)
     protobuf_c_message_free_unpacked(&ack->base, NULL);
+}
+
+/* Makes room to remember one more request in flight (max_inflight may be
+ * large, so the list grows with use rather than up front). */
+static int counts_reserve(chime_writer_t *w) {
+  if (w->inflight < w->counts_cap)
+    return 0;
+  uint32_t cap = w->counts_cap == 0               ? 8
+                 : w->counts_cap > UINT32_MAX / 2 ? UINT32_MAX
+                                                  : w->counts_cap * 2;
+  uint32_t *grown = malloc((size_t)cap * sizeof(*grown));
+  if (!grown)
+    return CHIME_ENOMEM;
+  for (uint32_t i = 0; i < w->inflight; i++)
+    grown[i] = w->counts[(w->counts_head + i) % w->counts_cap];
+  free(w->counts);
+  w->counts = grown;
+  w->counts_cap = cap;
+  w->counts_head = 0;
+  return 0;
 }
 
 /* Handles one completion; CHIME_ETIMEDOUT when none came by the deadline. */
@@ -157,6 +214,11 @@ static int send_batch(chime_writer_t *w) {
   int rc = wait_until(w, can_send, w->timeout_ms);
   if (rc)
     return rc;
+  if (counts_reserve(w)) {
+    snprintf(w->err, sizeof(w->err), "insert into '%s': out of memory",
+             w->table);
+    return CHIME_ENOMEM;
+  }
   Chime__V1__InsertRequest req = CHIME__V1__INSERT_REQUEST__INIT;
   req.table = w->table;
   req.count = w->queued;
@@ -183,6 +245,7 @@ static int send_batch(chime_writer_t *w) {
   }
   w->send_pending = 1;
   w->next_id++;
+  w->counts[(w->counts_head + w->inflight) % w->counts_cap] = w->queued;
   w->inflight++;
   w->sent += w->queued;
   w->queued = 0;
@@ -265,6 +328,7 @@ int chime_writer_open(chime_client_t *client, const char *table,
   w->max_inflight = opts->max_inflight;
   w->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : 30000;
   w->all_default = 1;
+  w->min_key = 1; /* keys start at 1 */
   w->details = grpc_empty_slice();
   grpc_metadata_array_init(&w->md_init);
   grpc_metadata_array_init(&w->md_trail);
@@ -423,6 +487,7 @@ int chime_writer_close(chime_writer_t *writer) {
   grpc_slice_unref(w->details);
   free(w->data);
   free(w->priorities);
+  free(w->counts);
   free(w);
   return rc;
 }

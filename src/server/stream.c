@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "common/wire.h"
+#include "ring/ring_internal.h"
 #include "server/handoff.h"
 
 uint64_t chime__now_ns(void) {
@@ -84,16 +85,21 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
     return fail(err, errlen, CHIME_ESHUTDOWN, "shutting down");
 
   chime_ring_layout_t lay;
+  chime__ring_regions_t reg;
   rc = chime_ring_layout(&lay, &tc->spec, open->batch_size, open->slots, lerr,
                          sizeof(lerr));
+  if (rc == 0 && chime__ring_regions(&lay, chime__page_size(), &reg) != 0)
+    rc = fail(lerr, sizeof(lerr), CHIME_EOVERFLOW, "ring too large");
   if (rc != 0)
     return fail(err, errlen, rc, "ring for table '%s': %s", tc->name, lerr);
-  /* The data region alone already over budget: refuse before creating. */
-  if (lay.data_bytes > srv->cfg.stream_ring_bytes)
+  /* Budgets are checked on the ring's whole size before anything is
+   * created or page-locked: a refused stream costs no memory and no
+   * registration. */
+  if (reg.total_bytes > srv->cfg.stream_ring_bytes)
     return fail(err, errlen, CHIME_ERESOURCE,
-                "stream needs at least %llu bytes of ring; per-stream budget "
-                "is %llu bytes",
-                (unsigned long long)lay.data_bytes,
+                "stream needs %llu bytes of ring; per-stream budget is %llu "
+                "bytes",
+                (unsigned long long)reg.total_bytes,
                 (unsigned long long)srv->cfg.stream_ring_bytes);
 
   s = calloc(1, sizeof(*s));
@@ -112,7 +118,28 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
                                                               : open->slots - 1;
   pthread_mutex_lock(&srv->mu);
   srv->nstreams++;
+  uint64_t left = srv->cfg.total_ring_bytes - srv->ring_bytes;
+  if (reg.total_bytes > left) {
+    pthread_mutex_unlock(&srv->mu);
+    rc = fail(err, errlen, CHIME_ERESOURCE,
+              "stream needs %llu bytes of ring; %llu of the total budget of "
+              "%llu bytes is left",
+              (unsigned long long)reg.total_bytes, (unsigned long long)left,
+              (unsigned long long)srv->cfg.total_ring_bytes);
+    goto out;
+  }
+  /* Each stream has a thread: a cap keeps a flood of opens from exhausting
+   * them (nstreams counts this one too, and streams still draining). */
+  if (srv->nstreams > CHIME__MAX_STREAMS) {
+    pthread_mutex_unlock(&srv->mu);
+    rc = fail(err, errlen, CHIME_ERESOURCE,
+              "too many streams: at most %d at once", CHIME__MAX_STREAMS);
+    goto out;
+  }
+  srv->ring_bytes += reg.total_bytes;
+  s->ring_bytes = reg.total_bytes;
   pthread_mutex_unlock(&srv->mu);
+
   rc = chime_ring_create(&s->ring, &tc->spec, open->batch_size, open->slots);
   if (rc != 0) {
     rc = fail(err, errlen, rc, "cannot create a ring for table '%s': %s",
@@ -122,17 +149,13 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
   s->lay = *chime_ring_get_layout(s->ring);
   size_t map_len = 0;
   chime_ring_map_base(s->ring, &map_len);
-  s->ring_bytes = map_len;
-  s->send_bytes = s->lay.info_offset +
-                  (uint64_t)s->lay.batch_size * sizeof(chime_sample_info_t);
-  if (s->ring_bytes > srv->cfg.stream_ring_bytes) {
-    rc = fail(err, errlen, CHIME_ERESOURCE,
-              "stream needs %llu bytes of ring; per-stream budget is %llu "
-              "bytes",
-              (unsigned long long)s->ring_bytes,
-              (unsigned long long)srv->cfg.stream_ring_bytes);
+  if (map_len != s->ring_bytes) { /* the budget charged what is mapped */
+    rc = fail(err, errlen, CHIME_ESYS, "ring of %zu bytes, %llu expected",
+              map_len, (unsigned long long)s->ring_bytes);
     goto out;
   }
+  s->send_bytes = s->lay.info_offset +
+                  (uint64_t)s->lay.batch_size * sizeof(chime_sample_info_t);
   if (srv->cfg.pin_host_memory) {
     rc = chime_ring_pin(s->ring, pin_err, sizeof(pin_err));
     if (rc != 0) {
@@ -151,25 +174,6 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
     s->token_live = 1;
   }
   pthread_mutex_lock(&srv->mu);
-  uint64_t left = srv->cfg.total_ring_bytes - srv->ring_bytes;
-  if (s->ring_bytes > left) {
-    pthread_mutex_unlock(&srv->mu);
-    rc = fail(err, errlen, CHIME_ERESOURCE,
-              "stream needs %llu bytes of ring; %llu of the total budget of "
-              "%llu bytes is left",
-              (unsigned long long)s->ring_bytes, (unsigned long long)left,
-              (unsigned long long)srv->cfg.total_ring_bytes);
-    goto out;
-  }
-  /* Each stream has a thread: a cap keeps a flood of opens from exhausting
-   * them (nstreams counts this one too, and streams still draining). */
-  if (srv->nstreams > CHIME__MAX_STREAMS) {
-    pthread_mutex_unlock(&srv->mu);
-    rc = fail(err, errlen, CHIME_ERESOURCE,
-              "too many streams: at most %d at once", CHIME__MAX_STREAMS);
-    goto out;
-  }
-  srv->ring_bytes += s->ring_bytes;
   s->id = ++srv->next_stream_id;
   s->next = srv->streams;
   if (srv->streams != NULL)
@@ -182,6 +186,9 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
   s = NULL;
 out:
   if (s != NULL) {
+    pthread_mutex_lock(&srv->mu);
+    srv->ring_bytes -= s->ring_bytes; /* 0 unless charged above */
+    pthread_mutex_unlock(&srv->mu);
     atomic_store(&s->closed, 1);
     chime__stream_unref(s);
   }

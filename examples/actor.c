@@ -3,38 +3,19 @@
  *   chime-actor --server ADDR --table T --count N [--seed S]
  *
  * The last line of stdout is JSON: {"inserted":N,"samples_per_s":...}. */
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "chime/chime.h"
+#include "cli.h"
 #include "pattern.h"
 
 static void usage(FILE *f) {
   fprintf(f, "usage: chime-actor --server ADDR --table T --count N [--seed S]\n"
              "                   [--batch-samples B] [--inflight M]\n"
              "Inserts N pattern samples with ids (S << 40) | i, i < N.\n");
-}
-
-static int parse_u64(const char *s, uint64_t max, uint64_t *out) {
-  char *end;
-  errno = 0;
-  if (!s || *s == '-' || *s == '\0')
-    return -1;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno || *end || v > max)
-    return -1;
-  *out = v;
-  return 0;
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 int main(int argc, char **argv) {
@@ -53,23 +34,19 @@ int main(int argc, char **argv) {
     } else if (!strcmp(a, "--table") && v) {
       table = v;
     } else if (!strcmp(a, "--count") && v) {
-      bad = parse_u64(v, CHIME__PATTERN_MAX_INDEX + 1, &count);
+      bad = chime__cli_parse_u64(v, CHIME__PATTERN_MAX_INDEX + 1, &count);
       have_count = 1;
     } else if (!strcmp(a, "--seed") && v) {
-      bad = parse_u64(v, CHIME__PATTERN_MAX_SEED, &seed);
+      bad = chime__cli_parse_u64(v, CHIME__PATTERN_MAX_SEED, &seed);
     } else if (!strcmp(a, "--batch-samples") && v) {
-      bad = parse_u64(v, UINT32_MAX, &batch) || batch == 0;
+      bad = chime__cli_parse_u64(v, UINT32_MAX, &batch) || batch == 0;
     } else if (!strcmp(a, "--inflight") && v) {
-      bad = parse_u64(v, 1024, &inflight) || inflight == 0;
+      bad = chime__cli_parse_u64(v, 1024, &inflight) || inflight == 0;
     } else {
-      fprintf(stderr, "chime-actor: unknown or incomplete option '%s'\n", a);
-      usage(stderr);
-      return 2;
+      return chime__cli_unknown_option("chime-actor", a, usage);
     }
-    if (bad) {
-      fprintf(stderr, "chime-actor: bad value '%s' for %s\n", v, a);
-      return 2;
-    }
+    if (bad)
+      return chime__cli_bad_value("chime-actor", a, v);
     i++;
   }
   if (!server || !have_count) {
@@ -121,7 +98,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "chime-actor: %s\n", chime_client_last_error(c));
     goto cleanup;
   }
-  double t0 = now_s();
+  double t0 = chime__cli_now_s();
   for (uint64_t i = 0; i < count; i++) {
     chime__pattern_fill(spec, chime__pattern_id(seed, i), sample);
     rc = chime_writer_append(w, sample, sb, 1.0);
@@ -136,7 +113,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "chime-actor: flush: %s\n", chime_writer_last_error(w));
     goto cleanup;
   }
-  double dt = now_s() - t0;
+  double dt = chime__cli_now_s() - t0;
   uint64_t acked = chime_writer_acked(w);
   rc = chime_writer_close(w);
   w = NULL;

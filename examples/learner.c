@@ -16,9 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "chime/chime.h"
+#include "cli.h"
 #include "pattern.h"
 
 static void usage(FILE *f) {
@@ -28,24 +28,6 @@ static void usage(FILE *f) {
           "                     [--mode auto|shm|stream] [--slots S] "
           "[--timeout-ms MS]\n"
           "                     [--ids-out FILE] [--pin] [--until-idle MS]\n");
-}
-
-static int parse_u64(const char *s, uint64_t max, uint64_t *out) {
-  char *end;
-  errno = 0;
-  if (!s || *s == '-' || *s == '\0')
-    return -1;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno || *end || v > max)
-    return -1;
-  *out = v;
-  return 0;
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* A JSON string literal, or null. */
@@ -91,16 +73,17 @@ int main(int argc, char **argv) {
     } else if (!strcmp(a, "--ids-out") && v) {
       ids_out = v;
     } else if (!strcmp(a, "--batch-size") && v) {
-      bad = parse_u64(v, CHIME_RING_MAX_BATCH, &batch_size) || !batch_size;
+      bad = chime__cli_parse_u64(v, CHIME_RING_MAX_BATCH, &batch_size) ||
+            !batch_size;
     } else if (!strcmp(a, "--batches") && v) {
-      bad = parse_u64(v, UINT64_MAX, &batches);
+      bad = chime__cli_parse_u64(v, UINT64_MAX, &batches);
       have_batches = 1;
     } else if (!strcmp(a, "--until-idle") && v) {
-      bad = parse_u64(v, INT32_MAX, &idle_ms) || !idle_ms;
+      bad = chime__cli_parse_u64(v, INT32_MAX, &idle_ms) || !idle_ms;
     } else if (!strcmp(a, "--slots") && v) {
-      bad = parse_u64(v, CHIME_RING_MAX_SLOTS, &slots) || slots < 2;
+      bad = chime__cli_parse_u64(v, CHIME_RING_MAX_SLOTS, &slots) || slots < 2;
     } else if (!strcmp(a, "--timeout-ms") && v) {
-      bad = parse_u64(v, INT32_MAX, &timeout_ms);
+      bad = chime__cli_parse_u64(v, INT32_MAX, &timeout_ms);
     } else if (!strcmp(a, "--mode") && v) {
       if (!strcmp(v, "auto"))
         mode = CHIME_MODE_AUTO;
@@ -111,14 +94,10 @@ int main(int argc, char **argv) {
       else
         bad = 1;
     } else {
-      fprintf(stderr, "chime-learner: unknown or incomplete option '%s'\n", a);
-      usage(stderr);
-      return 2;
+      return chime__cli_unknown_option("chime-learner", a, usage);
     }
-    if (bad) {
-      fprintf(stderr, "chime-learner: bad value '%s' for %s\n", v, a);
-      return 2;
-    }
+    if (bad)
+      return chime__cli_bad_value("chime-learner", a, v);
     i++;
   }
   if (!server || !batch_size || !have_batches || (!batches && !idle_ms)) {
@@ -174,7 +153,7 @@ int main(int argc, char **argv) {
       break;
     }
     if (done == 0)
-      t0 = now_s();
+      t0 = chime__cli_now_s();
     rc = chime__pattern_verify(&b, ids, err, sizeof(err));
     if (rc) {
       verified = 0;
@@ -194,7 +173,7 @@ int main(int argc, char **argv) {
       break;
     }
     done++;
-    t1 = now_s();
+    t1 = chime__cli_now_s();
   }
   /* From the first batch to the last release: waits for actors and the idle
    * tail are not the learner's throughput. */

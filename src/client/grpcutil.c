@@ -6,12 +6,10 @@
 #include "client/internal.h"
 
 int chime__fail(char *buf, size_t len, int code, const char *fmt, ...) {
-  if (buf && len) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, len, fmt, ap);
-    va_end(ap);
-  }
+  va_list ap;
+  va_start(ap, fmt);
+  chime__verrf(buf, len, fmt, ap);
+  va_end(ap);
   return code;
 }
 

@@ -19,6 +19,7 @@
 
 #include "chime.pb-c.h"
 #include "chime/chime.h"
+#include "common/errfmt.h" /* CHIME__PRINTF, chime__verrf */
 
 /* Room for a last error: the longest is a pinning error (CHIME_PIN_ERRLEN,
  * from this process or in a server's status) behind a short prefix. */
@@ -31,12 +32,6 @@
 #define CHIME__METHOD_STATS "/chime.v1.Chime/Stats"
 #define CHIME__METHOD_INSERT "/chime.v1.Chime/Insert"
 #define CHIME__METHOD_SUBSCRIBE "/chime.v1.Chime/Subscribe"
-
-#if defined(__GNUC__)
-#define CHIME__PRINTF(f, a) __attribute__((format(printf, f, a)))
-#else
-#define CHIME__PRINTF(f, a)
-#endif
 
 struct chime_client_s {
   grpc_channel *channel;

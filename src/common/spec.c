@@ -3,23 +3,11 @@
  * Specs come from config files, protobuf messages and ring headers, so every
  * entry point treats its input as untrusted: names are bounded and checked,
  * every size product is overflow-checked, and errors name the leaf. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "chime/ring.h"
-
-static void spec_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void spec_err(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  if (err == NULL || errlen == 0)
-    return;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
+#include "common/errfmt.h"
 
 const char *chime_dtype_name(chime_dtype_t dtype) {
   switch (dtype) {
@@ -97,20 +85,20 @@ static int name_check(const char *name, char *err, size_t errlen,
                       uint32_t index) {
   size_t len = strnlen(name, CHIME_MAX_NAME);
   if (len == 0) {
-    spec_err(err, errlen, "leaf %u: empty name", index);
+    chime__errf(err, errlen, "leaf %u: empty name", index);
     return CHIME_EINVAL;
   }
   if (len == CHIME_MAX_NAME) {
-    spec_err(err, errlen, "leaf %u: name longer than %d bytes", index,
-             CHIME_MAX_NAME - 1);
+    chime__errf(err, errlen, "leaf %u: name longer than %d bytes", index,
+                CHIME_MAX_NAME - 1);
     return CHIME_EINVAL;
   }
   for (size_t i = 0; i < len; i++) {
     if (!name_char_ok(name[i])) {
-      spec_err(err, errlen,
-               "leaf '%s': illegal character in name (allowed: "
-               "A-Z a-z 0-9 _ . / -)",
-               name);
+      chime__errf(err, errlen,
+                  "leaf '%s': illegal character in name (allowed: "
+                  "A-Z a-z 0-9 _ . / -)",
+                  name);
       return CHIME_EINVAL;
     }
   }
@@ -120,16 +108,16 @@ static int name_check(const char *name, char *err, size_t errlen,
 int chime_spec_validate(const chime_spec_t *spec, char *err, size_t errlen) {
   uint64_t total = 0;
   if (spec == NULL) {
-    spec_err(err, errlen, "no spec");
+    chime__errf(err, errlen, "no spec");
     return CHIME_EINVAL;
   }
   if (spec->nleaves == 0) {
-    spec_err(err, errlen, "empty spec: at least one leaf is needed");
+    chime__errf(err, errlen, "empty spec: at least one leaf is needed");
     return CHIME_EINVAL;
   }
   if (spec->nleaves > CHIME_MAX_LEAVES) {
-    spec_err(err, errlen, "spec has %u leaves, at most %d allowed",
-             spec->nleaves, CHIME_MAX_LEAVES);
+    chime__errf(err, errlen, "spec has %u leaves, at most %d allowed",
+                spec->nleaves, CHIME_MAX_LEAVES);
     return CHIME_EINVAL;
   }
   for (uint32_t i = 0; i < spec->nleaves; i++) {
@@ -140,29 +128,30 @@ int chime_spec_validate(const chime_spec_t *spec, char *err, size_t errlen) {
       return rc;
     for (uint32_t j = 0; j < i; j++) {
       if (strncmp(spec->leaves[j].name, leaf->name, CHIME_MAX_NAME) == 0) {
-        spec_err(err, errlen, "leaf '%s': duplicate name", leaf->name);
+        chime__errf(err, errlen, "leaf '%s': duplicate name", leaf->name);
         return CHIME_EINVAL;
       }
     }
     if (chime_dtype_size(leaf->dtype) == 0) {
-      spec_err(err, errlen, "leaf '%s': unknown dtype %d", leaf->name,
-               (int)leaf->dtype);
+      chime__errf(err, errlen, "leaf '%s': unknown dtype %d", leaf->name,
+                  (int)leaf->dtype);
       return CHIME_EINVAL;
     }
     if (leaf->ndim > CHIME_MAX_DIMS) {
-      spec_err(err, errlen, "leaf '%s': %u dims, at most %d allowed",
-               leaf->name, leaf->ndim, CHIME_MAX_DIMS);
+      chime__errf(err, errlen, "leaf '%s': %u dims, at most %d allowed",
+                  leaf->name, leaf->ndim, CHIME_MAX_DIMS);
       return CHIME_EINVAL;
     }
     for (uint32_t d = 0; d < leaf->ndim; d++) {
       if (leaf->shape[d] == 0) {
-        spec_err(err, errlen, "leaf '%s': dimension %u is zero", leaf->name, d);
+        chime__errf(err, errlen, "leaf '%s': dimension %u is zero", leaf->name,
+                    d);
         return CHIME_EINVAL;
       }
     }
     bytes = chime_leaf_bytes(leaf);
     if (bytes == 0 || __builtin_add_overflow(total, bytes, &total)) {
-      spec_err(err, errlen, "leaf '%s': size overflows 64 bits", leaf->name);
+      chime__errf(err, errlen, "leaf '%s': size overflows 64 bits", leaf->name);
       return CHIME_EINVAL;
     }
   }
@@ -202,20 +191,20 @@ static int parse_dim(parser_t *ps, const char *leaf, uint64_t *out) {
   while (*ps->p >= '0' && *ps->p <= '9') {
     if (__builtin_mul_overflow(v, 10, &v) ||
         __builtin_add_overflow(v, (uint64_t)(*ps->p - '0'), &v)) {
-      spec_err(ps->err, ps->errlen, "leaf '%s': dimension overflows 64 bits",
-               leaf);
+      chime__errf(ps->err, ps->errlen, "leaf '%s': dimension overflows 64 bits",
+                  leaf);
       return CHIME_EINVAL;
     }
     digits++;
     ps->p++;
   }
   if (digits == 0) {
-    spec_err(ps->err, ps->errlen, "leaf '%s': expected a dimension at '%.16s'",
-             leaf, ps->p);
+    chime__errf(ps->err, ps->errlen,
+                "leaf '%s': expected a dimension at '%.16s'", leaf, ps->p);
     return CHIME_EINVAL;
   }
   if (v == 0) {
-    spec_err(ps->err, ps->errlen, "leaf '%s': dimension is zero", leaf);
+    chime__errf(ps->err, ps->errlen, "leaf '%s': dimension is zero", leaf);
     return CHIME_EINVAL;
   }
   *out = v;
@@ -237,8 +226,8 @@ static int parse_shape(parser_t *ps, chime_leaf_t *leaf) {
     int rc;
     skip_ws(ps);
     if (leaf->ndim == CHIME_MAX_DIMS) {
-      spec_err(ps->err, ps->errlen, "leaf '%s': more than %d dims", leaf->name,
-               CHIME_MAX_DIMS);
+      chime__errf(ps->err, ps->errlen, "leaf '%s': more than %d dims",
+                  leaf->name, CHIME_MAX_DIMS);
       return CHIME_EINVAL;
     }
     rc = parse_dim(ps, leaf->name, &dim);
@@ -254,8 +243,8 @@ static int parse_shape(parser_t *ps, chime_leaf_t *leaf) {
       ps->p++;
       return 0;
     }
-    spec_err(ps->err, ps->errlen, "leaf '%s': expected ',' or ']' at '%.16s'",
-             leaf->name, ps->p);
+    chime__errf(ps->err, ps->errlen,
+                "leaf '%s': expected ',' or ']' at '%.16s'", leaf->name, ps->p);
     return CHIME_EINVAL;
   }
 }
@@ -267,7 +256,7 @@ static int parse_leaf(parser_t *ps, chime_spec_t *spec) {
   uint32_t index = spec->nleaves;
 
   if (index == CHIME_MAX_LEAVES) {
-    spec_err(ps->err, ps->errlen, "more than %d leaves", CHIME_MAX_LEAVES);
+    chime__errf(ps->err, ps->errlen, "more than %d leaves", CHIME_MAX_LEAVES);
     return CHIME_EINVAL;
   }
   leaf = &spec->leaves[index];
@@ -275,20 +264,21 @@ static int parse_leaf(parser_t *ps, chime_spec_t *spec) {
   skip_ws(ps);
   n = take_token(ps, leaf->name, sizeof(leaf->name));
   if (n == 0) {
-    spec_err(ps->err, ps->errlen, "leaf %u: empty or illegal name at '%.16s'",
-             index, ps->p);
+    chime__errf(ps->err, ps->errlen,
+                "leaf %u: empty or illegal name at '%.16s'", index, ps->p);
     return CHIME_EINVAL;
   }
   if (n >= CHIME_MAX_NAME) {
-    spec_err(ps->err, ps->errlen, "leaf %u ('%.16s...'): name longer than %d",
-             index, leaf->name, CHIME_MAX_NAME - 1);
+    chime__errf(ps->err, ps->errlen,
+                "leaf %u ('%.16s...'): name longer than %d", index, leaf->name,
+                CHIME_MAX_NAME - 1);
     return CHIME_EINVAL;
   }
   skip_ws(ps);
   if (*ps->p != ':') {
-    spec_err(ps->err, ps->errlen,
-             "leaf '%s': expected ':' and a dtype at '%.16s'", leaf->name,
-             ps->p);
+    chime__errf(ps->err, ps->errlen,
+                "leaf '%s': expected ':' and a dtype at '%.16s'", leaf->name,
+                ps->p);
     return CHIME_EINVAL;
   }
   ps->p++;
@@ -297,10 +287,10 @@ static int parse_leaf(parser_t *ps, chime_spec_t *spec) {
   leaf->dtype =
       n < sizeof(dtype) ? chime_dtype_from_name(dtype) : CHIME_DTYPE_INVALID;
   if (leaf->dtype == CHIME_DTYPE_INVALID) {
-    spec_err(ps->err, ps->errlen,
-             "leaf '%s': unknown dtype '%s' (u8 i8 u16 i16 u32 i32 u64 i64 "
-             "f16 bf16 f32 f64 bool)",
-             leaf->name, dtype);
+    chime__errf(ps->err, ps->errlen,
+                "leaf '%s': unknown dtype '%s' (u8 i8 u16 i16 u32 i32 u64 i64 "
+                "f16 bf16 f32 f64 bool)",
+                leaf->name, dtype);
     return CHIME_EINVAL;
   }
   spec->nleaves++;
@@ -313,13 +303,13 @@ int chime_spec_parse(chime_spec_t *spec, const char *text, char *err,
   int rc;
 
   if (spec == NULL || text == NULL) {
-    spec_err(err, errlen, "no spec text");
+    chime__errf(err, errlen, "no spec text");
     return CHIME_EINVAL;
   }
   memset(spec, 0, sizeof(*spec));
   skip_ws(&ps);
   if (*ps.p == '\0') {
-    spec_err(err, errlen, "empty spec: at least one leaf is needed");
+    chime__errf(err, errlen, "empty spec: at least one leaf is needed");
     rc = CHIME_EINVAL;
     goto out;
   }
@@ -331,8 +321,8 @@ int chime_spec_parse(chime_spec_t *spec, const char *text, char *err,
     if (*ps.p == '\0')
       break;
     if (*ps.p != ',') {
-      spec_err(err, errlen, "leaf '%s': unexpected '%.16s' after the leaf",
-               spec->leaves[spec->nleaves - 1].name, ps.p);
+      chime__errf(err, errlen, "leaf '%s': unexpected '%.16s' after the leaf",
+                  spec->leaves[spec->nleaves - 1].name, ps.p);
       rc = CHIME_EINVAL;
       goto out;
     }

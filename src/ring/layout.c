@@ -3,23 +3,11 @@
  * The same function runs on the producer (to size the segment) and on the
  * consumer (to check a header it must not trust), so it is pure, deterministic
  * and overflow-checked at every step. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "ring/ring_internal.h"
-
-static void layout_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void layout_err(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  if (err == NULL || errlen == 0)
-    return;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
+#include "common/errfmt.h"
 
 int chime__align_up(uint64_t v, uint64_t align, uint64_t *out) {
   uint64_t r;
@@ -44,14 +32,14 @@ int chime_ring_layout(chime_ring_layout_t *out, const chime_spec_t *spec,
   if (rc != 0)
     return rc;
   if (batch_size == 0 || batch_size > CHIME_RING_MAX_BATCH) {
-    layout_err(err, errlen, "batch size %u out of range 1..%u", batch_size,
-               CHIME_RING_MAX_BATCH);
+    chime__errf(err, errlen, "batch size %u out of range 1..%u", batch_size,
+                CHIME_RING_MAX_BATCH);
     return CHIME_EINVAL;
   }
   /* One slot could never be leased (at most slots - 1 leases). */
   if (slots < 2 || slots > CHIME_RING_MAX_SLOTS) {
-    layout_err(err, errlen, "slot count %u out of range 2..%u", slots,
-               CHIME_RING_MAX_SLOTS);
+    chime__errf(err, errlen, "slot count %u out of range 2..%u", slots,
+                CHIME_RING_MAX_SLOTS);
     return CHIME_EINVAL;
   }
   l.slots = slots;
@@ -62,8 +50,8 @@ int chime_ring_layout(chime_ring_layout_t *out, const chime_spec_t *spec,
                                (uint64_t)batch_size, &bytes) ||
         chime__align_up(off, CHIME_RING_ALIGN, &off) != 0 ||
         bytes > CHIME_RING_MAX_BYTES) {
-      layout_err(err, errlen, "leaf '%s': batch of %u overflows the ring size",
-                 spec->leaves[i].name, batch_size);
+      chime__errf(err, errlen, "leaf '%s': batch of %u overflows the ring size",
+                  spec->leaves[i].name, batch_size);
       return CHIME_EOVERFLOW;
     }
     l.leaf_offset[i] = off;
@@ -76,8 +64,8 @@ int chime_ring_layout(chime_ring_layout_t *out, const chime_spec_t *spec,
       chime__align_up(l.slot_bytes, CHIME_RING_PAGE, &l.slot_bytes) != 0 ||
       __builtin_mul_overflow(l.slot_bytes, (uint64_t)slots, &l.data_bytes) ||
       l.data_bytes > CHIME_RING_MAX_BYTES) {
-    layout_err(err, errlen, "ring of %u slots x batch %u exceeds %llu bytes",
-               slots, batch_size, (unsigned long long)CHIME_RING_MAX_BYTES);
+    chime__errf(err, errlen, "ring of %u slots x batch %u exceeds %llu bytes",
+                slots, batch_size, (unsigned long long)CHIME_RING_MAX_BYTES);
     return CHIME_EOVERFLOW;
   }
   l.info_offset = off;

@@ -1,0 +1,23 @@
+/* Formatting an error text into a caller's buffer: one helper for the specs,
+ * the ring layout and the client, built with the ring so that it needs
+ * nothing else. */
+#ifndef CHIME_COMMON_ERRFMT_H
+#define CHIME_COMMON_ERRFMT_H
+
+#include <stdarg.h>
+#include <stddef.h>
+
+#if defined(__GNUC__)
+#define CHIME__PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define CHIME__PRINTF(f, a)
+#endif
+
+/* Writes nothing when err is NULL or len is 0: callers may pass no buffer
+ * when they only want the code. */
+void chime__errf(char *err, size_t len, const char *fmt, ...)
+    CHIME__PRINTF(3, 4);
+void chime__verrf(char *err, size_t len, const char *fmt, va_list ap)
+    CHIME__PRINTF(3, 0);
+
+#endif

@@ -12,7 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -176,6 +178,148 @@ static void test_budget_checked_before_pinning(void **state) {
   stop_chimed(&d);
 }
 
+/* Presents a token on the handoff socket; returns the ring's fd or -1. */
+static int fetch_fd(const char *path, const uint8_t *token) {
+  struct sockaddr_un sa;
+  uint8_t req[24], rep[4];
+  union {
+    char b[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } ctl;
+  int fd = -1;
+  size_t n = strlen(path);
+  if (path[0] != '@' || n >= sizeof(sa.sun_path))
+    return -1;
+  memset(&sa, 0, sizeof sa);
+  sa.sun_family = AF_UNIX;
+  memcpy(sa.sun_path + 1, path + 1, n - 1);
+  int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0 ||
+      connect(s, (struct sockaddr *)&sa,
+              (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n)) != 0)
+    goto out;
+  memcpy(req, "CHIMEHO1", 8);
+  memcpy(req + 8, token, 16);
+  if (write(s, req, sizeof req) != (ssize_t)sizeof req)
+    goto out;
+  struct iovec iov = {rep, sizeof rep};
+  struct msghdr m;
+  memset(&m, 0, sizeof m);
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  m.msg_control = ctl.b;
+  m.msg_controllen = sizeof ctl.b;
+  if (recvmsg(s, &m, MSG_CMSG_CLOEXEC) == (ssize_t)sizeof rep) {
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    if (c != NULL && c->cmsg_type == SCM_RIGHTS)
+      memcpy(&fd, CMSG_DATA(c), sizeof fd);
+  }
+out:
+  if (s >= 0)
+    close(s);
+  return fd;
+}
+
+/* Whether the server still lists stream id among its open streams. */
+static int stream_listed(grpc_channel *ch, uint64_t id) {
+  Chime__V1__StatsResponse *s = stats(ch);
+  int found = s == NULL;
+  for (size_t i = 0; s != NULL && i < s->n_streams; i++)
+    found |= s->streams[i]->stream_id == id;
+  if (s != NULL)
+    protobuf_c_message_free_unpacked(&s->base, NULL);
+  return found;
+}
+
+/* The helper process: opens shm streams, fetches each ring and keeps it
+ * (the fd, or a mapping of it with the fd closed), and cancels the stream,
+ * until chimed refuses; prints "refused after N: CODE" and waits to be
+ * killed. */
+static int hold_main(const char *addr) {
+  grpc_init();
+  grpc_channel *ch = chime__raw_channel(addr);
+  int i;
+  grpc_status_code st = GRPC_STATUS_OK;
+  for (i = 0; i < 12; i++) {
+    chime__raw_t r;
+    char details[512];
+    Chime__V1__SubscribeResponse *resp = open_stream(
+        ch, &r, CHIME__V1__MODE__MODE_SHM, &st, details, sizeof details);
+    if (resp == NULL)
+      break;
+    uint64_t id = resp->opened->stream_id;
+    int fd = fetch_fd(resp->opened->handoff->socket_path,
+                      resp->opened->handoff->token.data);
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+    if (fd < 0) {
+      printf("no fd\n");
+      fflush(stdout);
+      return 1;
+    }
+    if (i % 2 == 1) {
+      struct stat sb;
+      if (fstat(fd, &sb) != 0 || mmap(NULL, (size_t)sb.st_size, PROT_READ,
+                                      MAP_SHARED, fd, 0) == MAP_FAILED)
+        return 1;
+      close(fd);
+    }
+    chime__raw_destroy(&r); /* cancels: the stream ends */
+    int64_t deadline = chime__now_ms() + 20000;
+    while (stream_listed(ch, id) && chime__now_ms() < deadline)
+      chime__sleep_ms(5);
+  }
+  printf("refused after %d: %d\n", i < 12 ? i : -1, (int)st);
+  fflush(stdout);
+  for (;;)
+    pause();
+}
+
+/* A process that collects rings is held to the total budget (whether it
+ * keeps their fds or only mappings), and its rings' budget comes back when
+ * it dies. */
+static void test_held_rings_count(void **state) {
+  chime__chimed_t d;
+  chime__proc_t helper;
+  chime__raw_t a;
+  grpc_status_code st;
+  char details[512], line[128];
+  int n = 0, code = 0;
+  (void)state;
+  uint64_t rb = ring_bytes();
+  start_chimed(&d, 3 * rb + rb / 2, 0, NULL);
+  grpc_channel *ch = chime__raw_channel(d.addr);
+  const char *argv[] = {g_self, "--hold", d.addr, NULL};
+  assert_int_equal(chime__proc_spawn(&helper, argv, NULL), 0);
+  assert_int_equal(chime__proc_read_line(&helper, "refused after ", line,
+                                         sizeof line, 90000),
+                   0);
+  assert_int_equal(sscanf(line, "%d: %d", &n, &code), 2);
+  assert_int_equal(n, 3);
+  assert_int_equal(code, GRPC_STATUS_RESOURCE_EXHAUSTED);
+  /* No stream is open, but three rings are still held. */
+  assert_int_equal(ring_bytes_total(ch), 3 * rb);
+  assert_null(open_stream(ch, &a, CHIME__V1__MODE__MODE_STREAM, &st, details,
+                          sizeof details));
+  assert_int_equal(st, GRPC_STATUS_RESOURCE_EXHAUSTED);
+
+  chime__proc_kill(&helper);
+  int64_t deadline = chime__now_ms() + 30000;
+  while (ring_bytes_total(ch) != 0) {
+    if (chime__now_ms() > deadline)
+      fail_msg("30 s after the helper died: %llu ring bytes still charged",
+               (unsigned long long)ring_bytes_total(ch));
+    chime__sleep_ms(10);
+  }
+  Chime__V1__SubscribeResponse *ra = open_stream(
+      ch, &a, CHIME__V1__MODE__MODE_STREAM, &st, details, sizeof details);
+  if (ra == NULL)
+    fail_msg("refused after the helper died: %s", details);
+  protobuf_c_message_free_unpacked(&ra->base, NULL);
+  chime__raw_destroy(&a);
+  grpc_channel_destroy(ch);
+  stop_chimed(&d);
+}
+
 static int teardown(void **state) {
   (void)state;
   chime__harness_kill_all();
@@ -185,9 +329,10 @@ static int teardown(void **state) {
 int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_teardown(test_budget_checked_before_pinning, teardown),
+      cmocka_unit_test_teardown(test_held_rings_count, teardown),
   };
-  (void)argc;
-  (void)argv;
+  if (argc == 3 && strcmp(argv[1], "--hold") == 0)
+    return hold_main(argv[2]);
   if (chime__harness_bin("src/server/chimed", g_chimed, sizeof g_chimed) ==
       NULL)
     chime__skip("chimed is not built");

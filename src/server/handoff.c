@@ -1,17 +1,29 @@
 /* The handoff socket and learner liveness, on a libuv loop thread. Nothing
  * a peer sends can do more than get its connection closed: the request is a
  * fixed 24 bytes read with a deadline, connections are capped, and the token
- * is compared in constant time and consumed on first use. */
+ * is compared in constant time and consumed on first use.
+ *
+ * A learner handed a ring keeps its pages alive whatever chimed does, so
+ * the ring's budget charge stays with the learner (a hold on the stream):
+ * its watch drops the hold when the learner exits (pidfd), or, once the
+ * stream is closed, when a sweep finds the ring neither in flight to the
+ * learner (unread on the handoff connection) nor among its open fds or
+ * mappings in /proc. A /proc we may not read counts as holding. */
 #include "server/handoff.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/sockios.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -25,12 +37,16 @@
 
 #define MAX_CONNS 64
 #define CONN_TIMEOUT_MS 2000
+#define SWEEP_MS 1000
 
 typedef struct watch_s watch_t;
 struct watch_s {
   uv_poll_t poll;
   int pidfd;
-  chime__stream_t *s;
+  pid_t pid;
+  int sock; /* our end of the handoff connection while the fd may be unread */
+  int open; /* holds a stream reference: the stream is not closed yet */
+  chime__stream_t *s; /* always holds one of its budget holds */
   chime__handoff_t *h;
   watch_t *next;
 };
@@ -56,6 +72,7 @@ struct chime__handoff_s {
   uv_poll_t lpoll;
   uv_async_t async;
   uv_timer_t backoff;
+  uv_timer_t sweep;
   pthread_t th;
   int started;
   pthread_mutex_t mu;
@@ -250,7 +267,11 @@ static int send_reply(int fd, int32_t status, int pass_fd) {
 static void watch_closed(uv_handle_t *hd) {
   watch_t *w = hd->data;
   close(w->pidfd);
-  chime__stream_unref(w->s);
+  if (w->sock >= 0)
+    close(w->sock);
+  if (w->open)
+    chime__stream_unref(w->s);
+  chime__stream_unhold(w->s);
   free(w);
 }
 
@@ -267,22 +288,85 @@ static void on_pid_exit(uv_poll_t *p, int status, int events) {
   watch_t *w = p->data;
   (void)status;
   (void)events;
-  chime__stream_kill(w->s, "learner process exited");
+  if (w->open)
+    chime__stream_kill(w->s, "learner process exited");
   watch_remove(w->h, w);
 }
 
-static void watch_pid(chime__handoff_t *h, chime__stream_t *s, pid_t pid) {
+/* Whether pid may still hold the memfd (dev, ino): 1 when it has it open or
+ * mapped, or when its /proc cannot be read. */
+static int learner_holds(pid_t pid, dev_t dev, ino_t ino) {
+  char path[64], line[512];
+  struct stat st;
+  int found = 0;
+  snprintf(path, sizeof(path), "/proc/%ld/fd", (long)pid);
+  DIR *d = opendir(path);
+  if (d == NULL)
+    return 1;
+  for (struct dirent *e; !found && (e = readdir(d)) != NULL;)
+    found = e->d_name[0] != '.' && fstatat(dirfd(d), e->d_name, &st, 0) == 0 &&
+            st.st_dev == dev && st.st_ino == ino;
+  closedir(d);
+  if (found)
+    return 1;
+  snprintf(path, sizeof(path), "/proc/%ld/maps", (long)pid);
+  FILE *f = fopen(path, "re");
+  if (f == NULL)
+    return 1;
+  while (!found && fgets(line, sizeof(line), f) != NULL) {
+    unsigned maj, min;
+    unsigned long long inode;
+    /* "start-end perms offset MAJ:MIN inode path"; long paths wrap into
+     * continuation reads that fail this scan and are skipped. */
+    if (sscanf(line, "%*s %*s %*s %x:%x %llu", &maj, &min, &inode) == 3)
+      found = makedev(maj, min) == dev && inode == (unsigned long long)ino;
+  }
+  fclose(f);
+  return found;
+}
+
+static void on_sweep(uv_timer_t *t) {
+  chime__handoff_t *h = t->data;
+  int waiting = 0;
+  watch_t *w = h->watches;
+  while (w != NULL) {
+    watch_t *n = w->next;
+    if (!w->open) {
+      int unread = 0;
+      /* The fd is in flight until the learner reads the reply (or drops
+       * its end, which drops the fd with it). */
+      if (w->sock >= 0 && (ioctl(w->sock, SIOCOUTQ, &unread) != 0 || unread))
+        waiting = 1;
+      else if (learner_holds(w->pid, w->s->ring_dev, w->s->ring_ino))
+        waiting = 1;
+      else
+        watch_remove(h, w);
+    }
+    w = n;
+  }
+  if (!waiting)
+    uv_timer_stop(&h->sweep);
+}
+
+static void watch_pid(chime__handoff_t *h, chime__stream_t *s, pid_t pid,
+                      int sock) {
   int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
   watch_t *w = pidfd >= 0 ? calloc(1, sizeof(*w)) : NULL;
   if (w == NULL) {
     /* Already gone (or no pidfd): the learner cannot use the ring. */
     if (pidfd >= 0)
       close(pidfd);
+    if (sock >= 0)
+      close(sock);
     chime__stream_kill(s, "learner process exited");
     chime__stream_unref(s);
+    chime__stream_unhold(s);
     return;
   }
   w->pidfd = pidfd;
+  w->pid = pid;
+  w->sock = sock;
+  w->open = 1;
   w->s = s;
   w->h = h;
   uv_poll_init(&h->loop, &w->poll, pidfd);
@@ -290,6 +374,9 @@ static void watch_pid(chime__handoff_t *h, chime__stream_t *s, pid_t pid) {
   uv_poll_start(&w->poll, UV_READABLE, on_pid_exit);
   w->next = h->watches;
   h->watches = w;
+  /* A stream closed before its watch existed: nothing will notify. */
+  if (atomic_load(&s->closed))
+    uv_async_send(&h->async);
 }
 
 static void handshake(conn_t *c) {
@@ -311,11 +398,20 @@ static void handshake(conn_t *c) {
     send_reply(c->fd, CHIME_EPERM, -1);
     return;
   }
-  if (send_reply(c->fd, 0, chime_ring_fd(s->ring)) != 0) {
+  /* Held from before the fd leaves: the learner may map it at once. */
+  chime__stream_hold(s);
+  int sock = fcntl(c->fd, F_DUPFD_CLOEXEC, 0);
+  if (sock < 0 || send_reply(c->fd, 0, chime_ring_fd(s->ring)) != 0) {
+    /* Nothing sent (sendmsg passes the fd with the bytes or not at all). */
+    if (sock >= 0)
+      close(sock);
     chime__stream_unref(s);
+    chime__stream_unhold(s);
     return;
   }
-  watch_pid(h, s, cr.pid); /* takes the reference */
+  /* The learner reads to the end: it sees it while our dup lives on. */
+  shutdown(sock, SHUT_RDWR);
+  watch_pid(h, s, cr.pid, sock); /* takes the reference and the hold */
 }
 
 static void on_conn_timeout(uv_timer_t *t) {
@@ -396,8 +492,15 @@ static void on_async(uv_async_t *a) {
   watch_t *w = h->watches;
   while (w != NULL) {
     watch_t *n = w->next;
-    if (quit || atomic_load(&w->s->closed))
+    if (quit) {
       watch_remove(h, w);
+    } else if (w->open && atomic_load(&w->s->closed)) {
+      /* The stream is over; the learner may still hold the ring. */
+      w->open = 0;
+      chime__stream_unref(w->s);
+      if (!uv_is_active((uv_handle_t *)&h->sweep))
+        uv_timer_start(&h->sweep, on_sweep, 0, SWEEP_MS);
+    }
     w = n;
   }
   if (!quit)
@@ -406,9 +509,11 @@ static void on_async(uv_async_t *a) {
     conn_close(c);
   uv_poll_stop(&h->lpoll);
   uv_timer_stop(&h->backoff);
+  uv_timer_stop(&h->sweep);
   uv_close((uv_handle_t *)&h->lpoll, NULL);
   uv_close((uv_handle_t *)&h->async, NULL);
   uv_close((uv_handle_t *)&h->backoff, NULL);
+  uv_close((uv_handle_t *)&h->sweep, NULL);
 }
 
 static void *loop_main(void *arg) {
@@ -427,10 +532,13 @@ int chime__handoff_start(chime__handoff_t *h) {
   h->async.data = h;
   uv_timer_init(&h->loop, &h->backoff);
   h->backoff.data = h;
+  uv_timer_init(&h->loop, &h->sweep);
+  h->sweep.data = h;
   if (pthread_create(&h->th, NULL, loop_main, h) != 0) {
     uv_close((uv_handle_t *)&h->lpoll, NULL);
     uv_close((uv_handle_t *)&h->async, NULL);
     uv_close((uv_handle_t *)&h->backoff, NULL);
+    uv_close((uv_handle_t *)&h->sweep, NULL);
     uv_run(&h->loop, UV_RUN_DEFAULT);
     uv_loop_close(&h->loop);
     return CHIME_ESYS;

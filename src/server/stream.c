@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "common/wire.h"
@@ -32,13 +33,28 @@ void chime__stream_unref(chime__stream_t *s) {
     return;
   chime_server_t *srv = s->srv;
   chime_ring_destroy(s->ring);
+  s->ring = NULL;
   pthread_mutex_destroy(&s->mu);
   pthread_mutex_destroy(&s->send_mu);
-  free(s);
   pthread_mutex_lock(&srv->mu);
   srv->nstreams--;
   pthread_cond_broadcast(&srv->cond);
   pthread_mutex_unlock(&srv->mu);
+  chime__stream_unhold(s); /* chimed's own mapping is gone */
+}
+
+void chime__stream_hold(chime__stream_t *s) {
+  atomic_fetch_add(&s->holds, 1);
+}
+
+void chime__stream_unhold(chime__stream_t *s) {
+  if (atomic_fetch_sub(&s->holds, 1) != 1)
+    return;
+  chime_server_t *srv = s->srv;
+  pthread_mutex_lock(&srv->mu);
+  srv->ring_bytes -= s->ring_bytes; /* 0 when it was never charged */
+  pthread_mutex_unlock(&srv->mu);
+  free(s);
 }
 
 static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
@@ -111,6 +127,7 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
   s->mode = open->mode == CHIME__V1__MODE__MODE_SHM ? CHIME_MODE_SHM
                                                     : CHIME_MODE_STREAM;
   atomic_init(&s->refs, 1);
+  atomic_init(&s->holds, 1);
   pthread_mutex_init(&s->mu, NULL);
   pthread_mutex_init(&s->send_mu, NULL);
   /* The server side of the ring can lend at most slots - 1 batches. */
@@ -154,6 +171,11 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
               map_len, (unsigned long long)s->ring_bytes);
     goto out;
   }
+  struct stat st;
+  if (fstat(chime_ring_fd(s->ring), &st) == 0) {
+    s->ring_dev = st.st_dev;
+    s->ring_ino = st.st_ino;
+  }
   s->send_bytes = s->lay.info_offset +
                   (uint64_t)s->lay.batch_size * sizeof(chime_sample_info_t);
   if (srv->cfg.pin_host_memory) {
@@ -186,9 +208,6 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
   s = NULL;
 out:
   if (s != NULL) {
-    pthread_mutex_lock(&srv->mu);
-    srv->ring_bytes -= s->ring_bytes; /* 0 unless charged above */
-    pthread_mutex_unlock(&srv->mu);
     atomic_store(&s->closed, 1);
     chime__stream_unref(s);
   }
@@ -358,7 +377,6 @@ void chime__stream_close(chime__stream_t *s) {
   if (s->next != NULL)
     s->next->prev = s->prev;
   s->prev = s->next = NULL;
-  srv->ring_bytes -= s->ring_bytes;
   s->token_live = 0;
   chime__call_t *call = s->call; /* guarded by srv->mu, see stream_kill */
   s->call = NULL;

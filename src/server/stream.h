@@ -1,7 +1,12 @@
 /* A stream: one learner's ring on one table, the sampler thread that fills
  * it, and in stream mode the sending of published slots as chunks straight
  * from slot memory. Reference counted: the Subscribe call, the sampler, the
- * handoff watcher and every batch still held by gRPC. */
+ * handoff watcher and every batch still held by gRPC; the ring is destroyed
+ * with the last reference. Its charge against the budgets is held apart
+ * (holds): by chimed's own ring until that is destroyed, and by a learner
+ * that was handed the ring's fd until the handoff thread sees the learner
+ * exit or let go of the ring (its mapping or fd keeps the pages alive). The
+ * struct goes with the last of either. */
 #ifndef CHIME_SERVER_STREAM_H
 #define CHIME_SERVER_STREAM_H
 
@@ -24,6 +29,9 @@ struct chime__stream_s {
   uint64_t send_bytes;
   uint64_t pinned_bytes;
   atomic_int refs;
+  atomic_int holds; /* of the budget charge, see above */
+  dev_t ring_dev;   /* the ring's memfd, to find it in a learner's /proc */
+  ino_t ring_ino;
   atomic_int stop;
   atomic_int closed;
   pthread_mutex_t mu;      /* the ring's consumer side, credits */
@@ -48,13 +56,17 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
 /* Starts the sampler thread. */
 int chime__stream_start(chime__stream_t *s, chime__call_t *call);
 void chime__stream_credit(chime__stream_t *s, uint32_t n);
-/* Shuts the ring down, stops the threads, returns the budget; idempotent,
- * from any thread. The memory goes when the last reference does. */
+/* Shuts the ring down and stops the threads; idempotent, from any thread.
+ * The memory goes when the last reference does, the budget with the last
+ * hold. */
 void chime__stream_close(chime__stream_t *s);
 /* Closes the stream and cancels its call (the learner is gone). */
 void chime__stream_kill(chime__stream_t *s, const char *why);
 void chime__stream_ref(chime__stream_t *s);
 void chime__stream_unref(chime__stream_t *s);
+/* A learner was handed the ring: its charge stays until unhold. */
+void chime__stream_hold(chime__stream_t *s);
+void chime__stream_unhold(chime__stream_t *s);
 uint64_t chime__now_ns(void); /* CLOCK_MONOTONIC */
 /* Leaf messages pointing into spec (info.c). */
 void chime__leaf_msgs(const chime_spec_t *spec, Chime__V1__Leaf *leaves,

@@ -67,15 +67,11 @@ static void set_err_unless_ended(chime_stream_t *s, const char *text) {
 }
 
 static int start_recv(chime_stream_t *s) {
-  grpc_op op;
-  memset(&op, 0, sizeof(op));
-  op.op = GRPC_OP_RECV_MESSAGE;
-  op.data.recv_message.recv_message = &s->recv_bb;
-  if (grpc_call_start_batch(s->call, &op, 1, (void *)(intptr_t)TAG_RECV,
-                            NULL) != GRPC_CALL_OK)
-    return CHIME_EPROTO;
-  s->recv_pending = 1;
-  return 0;
+  int rc =
+      chime__call_start_recv(s->call, &s->recv_bb, (void *)(intptr_t)TAG_RECV);
+  if (rc == 0)
+    s->recv_pending = 1;
+  return rc;
 }
 
 /* Caller holds s->lock. */
@@ -239,15 +235,8 @@ static void call_teardown(chime_stream_t *s) {
     grpc_call_unref(s->call);
     s->call = NULL;
   }
-  if (s->cq) {
-    grpc_completion_queue_shutdown(s->cq);
-    while (grpc_completion_queue_next(s->cq,
-                                      gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL)
-               .type != GRPC_QUEUE_SHUTDOWN) {
-    }
-    grpc_completion_queue_destroy(s->cq);
-    s->cq = NULL;
-  }
+  chime__cq_destroy(s->cq);
+  s->cq = NULL;
   if (s->recv_bb)
     grpc_byte_buffer_destroy(s->recv_bb);
   s->recv_bb = NULL;
@@ -281,14 +270,8 @@ static int subscribe(chime_stream_t *s, chime_mode_t mode,
     return chime__fail(err, errlen, CHIME_EPROTO, "cannot create call");
   s->opening = 1;
 
-  grpc_op ops[2];
-  memset(ops, 0, sizeof(ops));
-  ops[0].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-  ops[0].data.recv_status_on_client.trailing_metadata = &s->md_trail;
-  ops[0].data.recv_status_on_client.status = &s->status;
-  ops[0].data.recv_status_on_client.status_details = &s->details;
-  if (grpc_call_start_batch(s->call, ops, 1, (void *)(intptr_t)TAG_STATUS,
-                            NULL) != GRPC_CALL_OK)
+  if (chime__call_start_status(s->call, &s->md_trail, &s->status, &s->details,
+                               (void *)(intptr_t)TAG_STATUS))
     return chime__fail(err, errlen, CHIME_EPROTO, "cannot start call");
   s->status_pending = 1;
 
@@ -307,6 +290,7 @@ static int subscribe(chime_stream_t *s, chime_mode_t mode,
   s->open_bb = chime__pack(&req.base);
   if (!s->open_bb)
     return chime__fail(err, errlen, CHIME_ENOMEM, "out of memory");
+  grpc_op ops[2];
   memset(ops, 0, sizeof(ops));
   ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
   ops[1].op = GRPC_OP_SEND_MESSAGE;

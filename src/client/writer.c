@@ -52,15 +52,11 @@ static int fail(chime_writer_t *w, int code) {
 }
 
 static int start_recv(chime_writer_t *w) {
-  grpc_op op;
-  memset(&op, 0, sizeof(op));
-  op.op = GRPC_OP_RECV_MESSAGE;
-  op.data.recv_message.recv_message = &w->recv_bb;
-  if (grpc_call_start_batch(w->call, &op, 1, (void *)(intptr_t)TAG_RECV,
-                            NULL) != GRPC_CALL_OK)
-    return CHIME_EPROTO;
-  w->recv_pending = 1;
-  return 0;
+  int rc =
+      chime__call_start_recv(w->call, &w->recv_bb, (void *)(intptr_t)TAG_RECV);
+  if (rc == 0)
+    w->recv_pending = 1;
+  return rc;
 }
 
 /* The call ended: the status says why. */
@@ -358,13 +354,8 @@ int chime_writer_open(chime_client_t *client, const char *table,
     goto cleanup;
   }
   w->start_pending = 1;
-  memset(ops, 0, sizeof(ops));
-  ops[0].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-  ops[0].data.recv_status_on_client.trailing_metadata = &w->md_trail;
-  ops[0].data.recv_status_on_client.status = &w->status;
-  ops[0].data.recv_status_on_client.status_details = &w->details;
-  if (grpc_call_start_batch(w->call, ops, 1, (void *)(intptr_t)TAG_STATUS,
-                            NULL) != GRPC_CALL_OK) {
+  if (chime__call_start_status(w->call, &w->md_trail, &w->status, &w->details,
+                               (void *)(intptr_t)TAG_STATUS)) {
     rc = chime__fail(err, sizeof(err), CHIME_EPROTO, "writer: start failed");
     goto cleanup;
   }
@@ -472,14 +463,7 @@ int chime_writer_close(chime_writer_t *writer) {
       pump(w, gpr_inf_future(GPR_CLOCK_MONOTONIC));
     grpc_call_unref(w->call);
   }
-  if (w->cq) {
-    grpc_completion_queue_shutdown(w->cq);
-    while (grpc_completion_queue_next(w->cq,
-                                      gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL)
-               .type != GRPC_QUEUE_SHUTDOWN) {
-    }
-    grpc_completion_queue_destroy(w->cq);
-  }
+  chime__cq_destroy(w->cq);
   if (w->recv_bb)
     grpc_byte_buffer_destroy(w->recv_bb);
   grpc_metadata_array_destroy(&w->md_init);

@@ -320,6 +320,56 @@ static void test_held_rings_count(void **state) {
   stop_chimed(&d);
 }
 
+/* A ring the server cannot page-lock: the learner hears the CUDA error and
+ * where to look, not the server's library paths; chimed's stderr has the
+ * whole report. */
+static void test_pin_failure_short_message(void **state) {
+  chime__chimed_t d;
+  chime__raw_t a;
+  grpc_status_code st;
+  char details[4096], err_path[512];
+  (void)state;
+  snprintf(err_path, sizeof err_path, "%s/chimed.err", chime__harness_tmpdir());
+  unsetenv("CHIME_CUDART");
+  setenv("CUDA_HOME", FAKE_CUDART_ROOT, 1);
+  setenv("FAKE_CUDART_FAIL_REGISTER_AT", "2", 1);
+  start_chimed(&d, 8 * ring_bytes(), 1, err_path);
+  unsetenv("FAKE_CUDART_FAIL_REGISTER_AT");
+  unsetenv("CUDA_HOME");
+  grpc_channel *ch = chime__raw_channel(d.addr);
+
+  assert_null(open_stream(ch, &a, CHIME__V1__MODE__MODE_SHM, &st, details,
+                          sizeof details));
+  assert_int_equal(st, GRPC_STATUS_FAILED_PRECONDITION);
+  assert_string_equal(details,
+                      "page-locking the ring failed on the server: "
+                      "cudaErrorMemoryAllocation (2); see the server log");
+  /* Nothing was left charged, and the next ring pins. */
+  assert_int_equal(ring_bytes_total(ch), 0);
+  Chime__V1__SubscribeResponse *ra = open_stream(
+      ch, &a, CHIME__V1__MODE__MODE_STREAM, &st, details, sizeof details);
+  if (ra == NULL)
+    fail_msg("refused after a failed pin: %s", details);
+  protobuf_c_message_free_unpacked(&ra->base, NULL);
+  chime__raw_destroy(&a);
+  grpc_channel_destroy(ch);
+  stop_chimed(&d);
+
+  char line[8192];
+  int whole = 0;
+  FILE *f = fopen(err_path, "r");
+  assert_non_null(f);
+  while (fgets(line, sizeof line, f) != NULL)
+    whole |= strstr(line, "chimed: stream on table 'demo': cannot page-lock "
+                          "the ring: page-locking failed: "
+                          "cudaErrorMemoryAllocation (2) from "
+                          "cudaHostRegister(") != NULL &&
+             strstr(line, FAKE_CUDART_ROOT) != NULL &&
+             strstr(line, "ladder:") != NULL;
+  fclose(f);
+  assert_true(whole);
+}
+
 static int teardown(void **state) {
   (void)state;
   chime__harness_kill_all();
@@ -330,6 +380,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_teardown(test_budget_checked_before_pinning, teardown),
       cmocka_unit_test_teardown(test_held_rings_count, teardown),
+      cmocka_unit_test_teardown(test_pin_failure_short_message, teardown),
   };
   if (argc == 3 && strcmp(argv[1], "--hold") == 0)
     return hold_main(argv[2]);

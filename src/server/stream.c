@@ -6,6 +6,7 @@
  * or a credit arriving), so no thread exists just to wait for either. */
 #include "server/stream.h"
 
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +66,32 @@ static int fail(char *err, size_t errlen, int rc, const char *fmt, ...) {
   vsnprintf(err, errlen, fmt, ap);
   va_end(ap);
   return rc;
+}
+
+/* "cudaErrorMemoryAllocation (2)" out of a pinning report, or the chime
+ * error's name when the report holds no CUDA error. */
+static const char *cuda_error_of(const char *report, int rc, char *buf,
+                                 size_t len) {
+  const char *p = strstr(report, "cudaError");
+  size_t n = 0;
+  if (p == NULL || len < 2) {
+    snprintf(buf, len, "%s", chime_err_name(rc));
+    return buf;
+  }
+  while (n + 1 < len && (isalnum((unsigned char)p[n]) || p[n] == '_'))
+    n++;
+  const char *q = p + n;
+  if (q[0] == ' ' && q[1] == '(') {
+    size_t m = 2;
+    if (q[m] == '-')
+      m++;
+    while (isdigit((unsigned char)q[m]))
+      m++;
+    if (q[m] == ')' && n + m + 2 <= len)
+      n += m + 1;
+  }
+  snprintf(buf, len, "%.*s", (int)n, p);
+  return buf;
 }
 
 int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
@@ -181,7 +208,17 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
   if (srv->cfg.pin_host_memory) {
     rc = chime_ring_pin(s->ring, pin_err, sizeof(pin_err));
     if (rc != 0) {
-      rc = fail(err, errlen, rc, "cannot page-lock the ring: %s", pin_err);
+      /* The full report names the server's library paths and site
+       * directories: the operator's business, not the remote client's. */
+      char what[96];
+      fprintf(stderr,
+              "chimed: stream on table '%s': cannot page-lock the "
+              "ring: %s\n",
+              tc->name, pin_err);
+      rc = fail(err, errlen, rc,
+                "page-locking the ring failed on the server: %s; see the "
+                "server log",
+                cuda_error_of(pin_err, rc, what, sizeof(what)));
       goto out;
     }
     s->pinned_bytes = chime_ring_pinned_bytes(s->ring);

@@ -37,21 +37,25 @@ static void fill_leaf(uint8_t *p, uint64_t bytes, uint64_t id, uint32_t leaf) {
   }
 }
 
+/* The sample id sits in the first 8 bytes of the first leaf. */
+static int id_fits(const char *leaf, uint64_t bytes, char *err, size_t errlen) {
+  if (bytes >= 8)
+    return 0;
+  snprintf(err, errlen,
+           "pattern: the first leaf '%s' holds %" PRIu64
+           " bytes per sample; the sample id needs at least 8",
+           leaf, bytes);
+  return CHIME_EINVAL;
+}
+
 int chime__pattern_check_spec(const chime_spec_t *spec, char *err,
                               size_t errlen) {
   if (!spec || spec->nleaves == 0) {
     snprintf(err, errlen, "pattern: empty spec");
     return CHIME_EINVAL;
   }
-  uint64_t b = chime_leaf_bytes(&spec->leaves[0]);
-  if (b < 8) {
-    snprintf(err, errlen,
-             "pattern: the first leaf '%s' holds %" PRIu64
-             " bytes per sample; the sample id needs at least 8",
-             spec->leaves[0].name, b);
-    return CHIME_EINVAL;
-  }
-  return 0;
+  return id_fits(spec->leaves[0].name, chime_leaf_bytes(&spec->leaves[0]), err,
+                 errlen);
 }
 
 void chime__pattern_fill(const chime_spec_t *spec, uint64_t id, void *sample) {
@@ -98,13 +102,9 @@ int chime__pattern_verify(const chime_batch_t *batch, uint64_t *ids, char *err,
     return CHIME_ECORRUPT;
   }
   uint64_t first = batch->leaf[0].bytes / batch->count;
-  if (first < 8) {
-    snprintf(err, errlen,
-             "pattern: the first leaf '%s' holds %" PRIu64
-             " bytes per sample; the sample id needs at least 8",
-             batch->leaf[0].name, first);
-    return CHIME_EINVAL;
-  }
+  int rc = id_fits(batch->leaf[0].name, first, err, errlen);
+  if (rc)
+    return rc;
   for (uint32_t i = 0; i < batch->count; i++) {
     uint64_t id;
     memcpy(&id, (const uint8_t *)batch->leaf[0].data + i * first, 8);

@@ -210,6 +210,64 @@ static void test_blocked_insert_aborts(void **state) {
   chime__table_destroy(t);
 }
 
+/* A fifo request goes in whole or not at all: one that does not fit waits
+ * without taking a place, a stop ends the wait with nothing inserted (and
+ * no key used), one beyond the capacity is refused. */
+static void test_fifo_insert_all_or_nothing(void **state) {
+  chime__table_config_t tc;
+  chime__table_t *t;
+  slot_t s;
+  uint8_t buf[8 * SB];
+  uint64_t k;
+  ins_t a;
+  pthread_t th;
+  chime__table_stats_t st;
+  atomic_int stop;
+  (void)state;
+  make_cfg(&tc, 5, CHIME__SAMPLER_FIFO, 1);
+  assert_int_equal(chime__table_create(&t, &tc), 0);
+  fill(buf, 1, 3);
+  assert_int_equal(chime__table_insert(t, buf, 3, NULL, &k, NULL), 0);
+  assert_int_equal(k, 1);
+
+  /* Two places free, four asked, stopping: nothing goes in. */
+  atomic_init(&stop, 1);
+  fill(buf, 4, 4);
+  assert_int_equal(chime__table_insert(t, buf, 4, NULL, &k, &stop),
+                   CHIME_ESHUTDOWN);
+  chime__table_get_stats(t, &st);
+  assert_int_equal(st.size, 3);
+  assert_int_equal(st.inserts, 3);
+  /* More than the capacity can never go in whole. */
+  fill(buf, 4, 6);
+  assert_int_equal(chime__table_insert(t, buf, 6, NULL, &k, NULL),
+                   CHIME_EINVAL);
+  chime__table_get_stats(t, &st);
+  assert_int_equal(st.size, 3);
+
+  /* Four asked with two free: the insert waits whole; a batch of two makes
+   * room for all four, which then follow item 3 with the next keys. */
+  memset(&a, 0, sizeof(a));
+  a.t = t;
+  a.n = 4;
+  fill(a.buf, 4, 4);
+  assert_int_equal(pthread_create(&th, NULL, insert_thread, &a), 0);
+  slot_init(&s, t, 2);
+  assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
+  check_sample(&s, 0, 1);
+  check_sample(&s, 1, 2);
+  pthread_join(th, NULL);
+  assert_int_equal(a.rc, 0);
+  assert_int_equal(a.first, 4);
+  free(s.mem);
+  slot_init(&s, t, 5);
+  assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
+  for (uint32_t j = 0; j < 5; j++)
+    check_sample(&s, j, 3 + j);
+  free(s.mem);
+  chime__table_destroy(t);
+}
+
 typedef struct {
   chime__table_t *t;
   slot_t *s;
@@ -309,6 +367,7 @@ int main(void) {
       cmocka_unit_test(test_uniform_evicts_oldest),
       cmocka_unit_test(test_fifo_full_waits_for_sampler),
       cmocka_unit_test(test_blocked_insert_aborts),
+      cmocka_unit_test(test_fifo_insert_all_or_nothing),
       cmocka_unit_test(test_sample_waits_for_min_size),
       cmocka_unit_test(test_fifo_batch_taken_whole),
   };

@@ -1,8 +1,10 @@
 /* Insert (bidi): checks each request against its table, hands it to the
  * table's worker thread (the completion-queue thread never blocks on a full
- * fifo table), and acks only after the samples are in the table. One request
- * per call is in the works at a time: the next is read after the ack is
- * queued, which is the back-pressure a writer sees. */
+ * fifo table), and acks only after the samples are in the table. A request
+ * goes in whole or not at all, so a writer that retries what was not acked
+ * never duplicates items. One request per call is in the works at a time:
+ * the next is read after the ack is queued, which is the back-pressure a
+ * writer sees. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -249,6 +251,14 @@ static void insert_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
                   req->data.len, err, sizeof(err));
   if (rc != 0)
     goto fail;
+  if (tc->sampler == CHIME__SAMPLER_FIFO && req->count > tc->capacity) {
+    snprintf(err, sizeof(err),
+             "insert into '%s': %u samples in one request; fifo table '%s' "
+             "holds at most %llu and a request goes in whole",
+             tc->name, req->count, tc->name, (unsigned long long)tc->capacity);
+    rc = CHIME_EINVAL;
+    goto fail;
+  }
   if (req->n_priorities != 0 && req->n_priorities != req->count) {
     snprintf(err, sizeof(err),
              "insert into '%s': %zu priorities for %u samples (send none or "
@@ -306,7 +316,9 @@ static void insert_done(chime__inserter_t *w, insert_t *st) {
   st->pending = 0;
   int stop = st->stopping, hc = st->half_closed;
   pthread_mutex_unlock(&c->mu);
-  if (rc != 0 || stop)
+  if (rc == CHIME_EINVAL)
+    finish_err(c, rc, "request larger than the table");
+  else if (rc != 0 || stop)
     chime__call_finish(c, GRPC_STATUS_UNAVAILABLE, "shutting down");
   else if (hc)
     finish_closed(c);
@@ -355,8 +367,9 @@ int chime__inserter_create(chime__inserter_t **out, chime_server_t *srv,
   return 0;
 }
 
-/* Finishes what is queued first: an accepted request is acked or failed,
- * never dropped. */
+/* Finishes what is queued first: an accepted request is either wholly in
+ * its table and acked, or (a stop ended its wait) not in it at all and
+ * answered "shutting down", never dropped. */
 void chime__inserter_destroy(chime__inserter_t *w) {
   if (w == NULL)
     return;

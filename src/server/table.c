@@ -170,38 +170,38 @@ int chime__table_insert(chime__table_t *t, const uint8_t *data, uint32_t count,
                         const atomic_int *abort) {
   int rc = 0;
   uint64_t cap = t->cfg.capacity;
+  int fifo = t->cfg.sampler == CHIME__SAMPLER_FIFO;
   uint64_t done = 0;
   uint64_t when = now_ns(CLOCK_REALTIME);
+  if (fifo && count > cap)
+    return CHIME_EINVAL; /* could never go in whole */
   pthread_mutex_lock(&t->mu);
+  /* All or nothing: a fifo request waits until every sample fits, so a
+   * request ended by a stop leaves nothing behind that its writer would
+   * send again (and a sampler can never take half of it). */
+  for (;;) {
+    if (t->closed) {
+      rc = CHIME_ESHUTDOWN;
+      goto out;
+    }
+    if (!fifo || cap - t->count >= count)
+      break;
+    if (abort != NULL && atomic_load(abort)) {
+      rc = CHIME_ESHUTDOWN;
+      goto out;
+    }
+    wait_timed(&t->space, &t->mu, &t->insert_wait_ns);
+  }
   uint64_t key0 = t->next_key;
   t->next_key += count;
   *first_key = key0;
   while (done < count) {
-    if (t->closed) {
-      rc = CHIME_ESHUTDOWN;
-      break;
-    }
-    uint64_t n = count - done;
-    if (t->cfg.sampler == CHIME__SAMPLER_FIFO) {
-      if (t->count == cap) {
-        /* abort only ends a wait: what fits still goes in (and is acked) */
-        if (abort != NULL && atomic_load(abort)) {
-          rc = CHIME_ESHUTDOWN;
-          break;
-        }
-        wait_timed(&t->space, &t->mu, &t->insert_wait_ns);
-        continue;
-      }
-      if (n > cap - t->count)
-        n = cap - t->count;
-    } else {
-      if (n > cap)
-        n = cap;
-      if (t->count + n > cap) {
-        uint64_t evict = t->count + n - cap;
-        t->head += evict;
-        t->count -= evict;
-      }
+    /* uniform: a request beyond the capacity evicts its own first samples */
+    uint64_t n = count - done > cap ? cap : count - done;
+    if (t->count + n > cap) {
+      uint64_t evict = t->count + n - cap;
+      t->head += evict;
+      t->count -= evict;
     }
     uint64_t pos = t->head + t->count;
     for (uint32_t l = 0; l < t->nleaves; l++) {
@@ -222,8 +222,9 @@ int chime__table_insert(chime__table_t *t, const uint8_t *data, uint32_t count,
     t->count += n;
     t->inserts += n;
     done += n;
-    pthread_cond_broadcast(&t->items);
   }
+  pthread_cond_broadcast(&t->items);
+out:
   pthread_mutex_unlock(&t->mu);
   return rc;
 }

@@ -24,10 +24,12 @@ uint64_t chime__table_sample_bytes(const chime__table_t *t);
 void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out);
 
 /* Inserts `count` samples (sample-major, sample_bytes each) with keys
- * *first_key .. *first_key + count - 1. priorities may be NULL (all 1.0).
- * A fifo table that is full makes this wait for samplers; a uniform one evicts
- * its oldest items. Returns CHIME_ESHUTDOWN when it would have to wait while
- * *abort is non-zero, or once the table is closed (what went in stays). */
+ * *first_key .. *first_key + count - 1, all or nothing: samplers see all of
+ * them or none. priorities may be NULL (all 1.0). A fifo table waits until
+ * all count samples fit (CHIME_EINVAL when count exceeds its capacity); a
+ * uniform one evicts its oldest items. Returns CHIME_ESHUTDOWN, having
+ * inserted nothing, when it would have to wait while *abort is non-zero or
+ * once the table is closed. */
 int chime__table_insert(chime__table_t *t, const uint8_t *data, uint32_t count,
                         const double *priorities, uint64_t *first_key,
                         const atomic_int *abort);

@@ -1,23 +1,151 @@
-/* Insert (bidi): checks each request against its table, hands it to the
- * table's worker thread (the completion-queue thread never blocks on a full
- * fifo table), and acks only after the samples are in the table. A request
- * goes in whole or not at all, so a writer that retries what was not acked
- * never duplicates items. One request per call is in the works at a time:
- * the next is read after the ack is queued, which is the back-pressure a
- * writer sees. */
+/* Insert (bidi): reads each request by hand from the received slices
+ * (insertreq.c; the sample bytes never go through protobuf-c), checks it
+ * against its table and acks only after the samples are in the table. When
+ * the table has room and nothing waits before the request, the samples are
+ * copied once, from gRPC's slices straight into the table, on the
+ * completion-queue thread; otherwise they are staged (a second copy) and
+ * the table's worker thread waits for room, so the completion-queue thread
+ * never blocks on a full fifo table and gRPC's buffers are released before
+ * the ack either way (held by the worker past the ack, they left chimed's
+ * grpc_shutdown waiting 10 s for a connection now and then). A request goes
+ * in whole or not at all, so a writer that retries what was not acked never
+ * duplicates items. One request per call is in the works at a time: the
+ * next is read after the ack is queued, which is the back-pressure a writer
+ * sees. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <grpc/byte_buffer_reader.h>
+
 #include "chime.pb-c.h"
+#include "common/pbread.h"
+#include "server/insertreq.h"
 #include "server/server.h"
+
+/* A received InsertRequest: its slices, held until the worker has copied
+ * the samples out of them, and the fields read from them. */
+typedef struct {
+  grpc_byte_buffer *bb;
+  grpc_byte_buffer_reader rd;
+  int rd_live;
+  chime__span_t *slices;
+  size_t nslices;
+  chime__pb_reader_t pr;
+  chime__insert_req_t q;
+} msg_t;
+
+static void msg_free(msg_t *m) {
+  if (m == NULL)
+    return;
+  chime__insert_req_free(&m->q);
+  free(m->slices);
+  if (m->rd_live)
+    grpc_byte_buffer_reader_destroy(&m->rd);
+  grpc_byte_buffer_destroy(m->bb);
+  free(m);
+}
+
+/* Takes bb. The slices are looked at where gRPC put them, not gathered:
+ * the sample bytes are copied once, into the table. */
+static int msg_read(msg_t **out, grpc_byte_buffer *bb) {
+  int rc = 0;
+  size_t cap = 0;
+  grpc_slice *sl;
+  msg_t *m = calloc(1, sizeof(*m));
+  *out = NULL;
+  if (m == NULL) {
+    grpc_byte_buffer_destroy(bb);
+    return CHIME_ENOMEM;
+  }
+  m->bb = bb;
+  if (!grpc_byte_buffer_reader_init(&m->rd, bb)) {
+    rc = CHIME_EPROTO; /* e.g. a compressed message that does not inflate */
+    goto out;
+  }
+  m->rd_live = 1;
+  while (grpc_byte_buffer_reader_peek(&m->rd, &sl)) {
+    if (m->nslices == cap) {
+      size_t ncap = cap ? cap * 2 : 16;
+      chime__span_t *g = realloc(m->slices, ncap * sizeof(*g));
+      if (g == NULL) {
+        rc = CHIME_ENOMEM;
+        goto out;
+      }
+      m->slices = g;
+      cap = ncap;
+    }
+    m->slices[m->nslices].p = GRPC_SLICE_START_PTR(*sl);
+    m->slices[m->nslices].len = GRPC_SLICE_LENGTH(*sl);
+    m->nslices++;
+  }
+  chime__pb_reader_init(&m->pr, m->slices, m->nslices);
+  *out = m;
+  m = NULL;
+out:
+  msg_free(m);
+  return rc;
+}
+
+/* A request that has to wait (its table is full, or requests queued
+ * before it): its samples, copied out of gRPC's buffers so those are never
+ * held while an insert waits. */
+typedef struct {
+  uint8_t *data;
+  uint32_t count;
+  uint64_t id;
+  double *priorities; /* NULL: all 1.0 */
+} staged_t;
+
+static void staged_free(staged_t *sg) {
+  if (sg == NULL)
+    return;
+  free(sg->data);
+  free(sg->priorities);
+  free(sg);
+}
+
+/* Takes the request's samples and priorities out of m. */
+static staged_t *stage(msg_t *m) {
+  staged_t *sg = calloc(1, sizeof(*sg));
+  if (sg == NULL)
+    return NULL;
+  sg->data = malloc(m->q.data_len ? (size_t)m->q.data_len : 1);
+  if (sg->data == NULL) {
+    free(sg);
+    return NULL;
+  }
+  chime__pb_copy(&m->pr, m->q.data_offset, sg->data, m->q.data_len);
+  sg->count = m->q.count;
+  sg->id = m->q.id;
+  sg->priorities = m->q.priorities;
+  m->q.priorities = NULL;
+  return sg;
+}
+
+/* Inserts m's samples from the received slices, without waiting. */
+static int insert_direct(chime__table_t *t, msg_t *m, uint64_t *first_key) {
+  chime__span_t few[64], *spans = few;
+  size_t n = chime__pb_spans(&m->pr, m->q.data_offset, m->q.data_len, few, 64);
+  if (n > 64) {
+    spans = malloc(n * sizeof(*spans));
+    if (spans == NULL)
+      return CHIME_ENOMEM;
+    chime__pb_spans(&m->pr, m->q.data_offset, m->q.data_len, spans, n);
+  }
+  int rc = chime__table_try_insert_spans(t, spans, n, m->q.count,
+                                         m->q.priorities, first_key);
+  if (spans != few)
+    free(spans);
+  return rc;
+}
 
 typedef struct insert_s insert_t;
 struct insert_s {
   chime__call_t *call;
   chime__table_t *table;
   uint32_t tindex;
-  Chime__V1__InsertRequest *req;
+  staged_t *req; /* waiting for the worker */
   int pending, half_closed, stopping;
   insert_t *next; /* worker queue */
 };
@@ -29,6 +157,7 @@ struct chime__inserter_s {
   pthread_mutex_t mu;
   pthread_cond_t cond;
   insert_t *head, *tail;
+  int busy; /* the worker is inserting one */
   int quit;
 };
 
@@ -176,6 +305,35 @@ static void finish_closed(chime__call_t *c) {
     chime__call_finish(c, GRPC_STATUS_OK, "%s", "");
 }
 
+/* Acks a request that went in (rc 0), then reads the next one, or ends
+ * the call: "shutting down" during a stop, the error, or OK after a
+ * half-close. Drops the reference the request held. */
+static void insert_finish(chime__call_t *c, insert_t *st, int rc, uint64_t id,
+                          uint32_t count, uint64_t first_key) {
+  if (rc == 0) {
+    Chime__V1__InsertAck ack = CHIME__V1__INSERT_ACK__INIT;
+    ack.id = id;
+    ack.count = count;
+    ack.first_key = first_key;
+    chime__call_send_msg(c, &ack);
+  }
+  pthread_mutex_lock(&c->mu);
+  st->pending = 0;
+  int stop = st->stopping, hc = st->half_closed;
+  pthread_mutex_unlock(&c->mu);
+  if (rc == CHIME_EINVAL || rc == CHIME_ENOMEM)
+    finish_err(c, rc,
+               rc == CHIME_ENOMEM ? "out of memory"
+                                  : "request larger than the table");
+  else if (rc != 0 || stop)
+    chime__call_finish(c, GRPC_STATUS_UNAVAILABLE, "shutting down");
+  else if (hc)
+    finish_closed(c);
+  else
+    chime__call_recv(c);
+  chime__call_unref(c);
+}
+
 static void insert_on_start(chime__call_t *c) {
   insert_t *st = calloc(1, sizeof(*st));
   if (st == NULL) {
@@ -193,7 +351,6 @@ static void insert_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
   insert_t *st = c->state;
   chime_server_t *srv = c->srv;
   char err[1024];
-  grpc_slice sl;
   uint32_t ti = 0;
   int rc;
   if (bb == NULL) {
@@ -205,36 +362,42 @@ static void insert_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
       finish_closed(c);
     return;
   }
-  rc = chime__bb_read(bb, &sl);
-  grpc_byte_buffer_destroy(bb);
+  msg_t *req = NULL;
+  rc = msg_read(&req, bb);
   if (rc != 0) {
-    finish_err(c, CHIME_EINVAL, "unreadable InsertRequest");
+    finish_err(c, rc == CHIME_ENOMEM ? rc : CHIME_EINVAL,
+               rc == CHIME_ENOMEM ? "out of memory"
+                                  : "unreadable InsertRequest");
     return;
   }
-  Chime__V1__InsertRequest *req = chime__v1__insert_request__unpack(
-      NULL, GRPC_SLICE_LENGTH(sl), GRPC_SLICE_START_PTR(sl));
-  grpc_slice_unref(sl);
-  if (req == NULL) {
-    finish_err(c, CHIME_EINVAL, "malformed InsertRequest");
-    return;
+  char why[128];
+  rc = chime__insert_req_parse(&req->q, &req->pr, why, sizeof(why));
+  if (rc != 0) {
+    if (rc == CHIME_ENOMEM)
+      snprintf(err, sizeof(err), "out of memory");
+    else
+      snprintf(err, sizeof(err), "malformed InsertRequest: %s", why);
+    rc = rc == CHIME_ENOMEM ? rc : CHIME_EINVAL;
+    goto fail;
   }
-  const char *tname = req->table ? req->table : "";
+  const char *tname = req->q.table;
   if (st->table == NULL) {
     if (tname[0] == '\0') {
       snprintf(err, sizeof(err), "the first InsertRequest must name a table");
       rc = CHIME_EINVAL;
       goto fail;
     }
-    st->table = chime__server_table(srv, tname, &ti);
+    st->table =
+        req->q.table_too_long ? NULL : chime__server_table(srv, tname, &ti);
     if (st->table == NULL) {
       snprintf(err, sizeof(err), "table '%.64s' not found", tname);
       rc = CHIME_ENOTFOUND;
       goto fail;
     }
     st->tindex = ti;
-    if (req->n_spec > 0) {
-      rc = check_spec(chime__table_config(st->table), req->spec, req->n_spec,
-                      err, sizeof(err));
+    if (req->q.n_spec > 0) {
+      rc = check_spec(chime__table_config(st->table), req->q.spec,
+                      req->q.n_spec, err, sizeof(err));
       if (rc != 0)
         goto fail;
     }
@@ -247,84 +410,87 @@ static void insert_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
     goto fail;
   }
   const chime__table_config_t *tc = chime__table_config(st->table);
-  rc = check_size(tc, chime__table_sample_bytes(st->table), req->count,
-                  req->data.len, err, sizeof(err));
+  rc = check_size(tc, chime__table_sample_bytes(st->table), req->q.count,
+                  req->q.data_len, err, sizeof(err));
   if (rc != 0)
     goto fail;
-  if (tc->sampler == CHIME__SAMPLER_FIFO && req->count > tc->capacity) {
+  if (tc->sampler == CHIME__SAMPLER_FIFO && req->q.count > tc->capacity) {
     snprintf(err, sizeof(err),
              "insert into '%s': %u samples in one request; fifo table '%s' "
              "holds at most %llu and a request goes in whole",
-             tc->name, req->count, tc->name, (unsigned long long)tc->capacity);
+             tc->name, req->q.count, tc->name,
+             (unsigned long long)tc->capacity);
     rc = CHIME_EINVAL;
     goto fail;
   }
-  if (req->n_priorities != 0 && req->n_priorities != req->count) {
+  if (req->q.n_priorities != 0 && req->q.n_priorities != req->q.count) {
     snprintf(err, sizeof(err),
              "insert into '%s': %zu priorities for %u samples (send none or "
              "one per sample)",
-             tc->name, req->n_priorities, req->count);
+             tc->name, req->q.n_priorities, req->q.count);
     rc = CHIME_EINVAL;
     goto fail;
   }
   {
     chime__inserter_t *w = srv->inserters[st->tindex];
+    uint64_t first_key = 0;
+    uint64_t id = req->q.id;
+    uint32_t count = req->q.count;
     pthread_mutex_lock(&c->mu);
     if (st->stopping) {
       /* Not taken in, so never acked: the writer sees "shutting down". */
       pthread_mutex_unlock(&c->mu);
-      chime__v1__insert_request__free_unpacked(req, NULL);
+      msg_free(req);
       return;
     }
     st->pending = 1;
-    st->req = req;
     c->refs++;
     pthread_mutex_unlock(&c->mu);
+    /* The one copy, from the slices into the table, when nothing waits
+     * before this request; else it is staged for the worker. */
     pthread_mutex_lock(&w->mu);
-    st->next = NULL;
-    if (w->tail != NULL)
-      w->tail->next = st;
-    else
-      w->head = st;
-    w->tail = st;
-    pthread_cond_signal(&w->cond);
+    rc = w->head == NULL && !w->busy ? insert_direct(w->t, req, &first_key)
+                                     : CHIME_EBUSY;
+    if (rc == CHIME_EBUSY) {
+      st->req = stage(req);
+      rc = st->req != NULL ? 0 : CHIME_ENOMEM;
+      if (rc == 0) {
+        st->next = NULL;
+        if (w->tail != NULL)
+          w->tail->next = st;
+        else
+          w->head = st;
+        w->tail = st;
+        pthread_cond_signal(&w->cond);
+      }
+      pthread_mutex_unlock(&w->mu);
+      msg_free(req);
+      if (rc != 0)
+        insert_finish(c, st, rc, id, count, 0);
+      return;
+    }
     pthread_mutex_unlock(&w->mu);
+    msg_free(req);
+    insert_finish(c, st, rc, id, count, first_key);
   }
   return;
 fail:
-  chime__v1__insert_request__free_unpacked(req, NULL);
+  msg_free(req);
   finish_err(c, rc, err);
 }
 
 static void insert_done(chime__inserter_t *w, insert_t *st) {
-  chime__call_t *c = st->call;
-  Chime__V1__InsertRequest *req = st->req;
+  staged_t *sg = st->req;
   uint64_t first_key = 0;
-  int rc = chime__table_insert(w->t, req->data.data, req->count,
-                               req->n_priorities ? req->priorities : NULL,
+  int rc = chime__table_insert(w->t, sg->data, sg->count, sg->priorities,
                                &first_key, &w->srv->abort_inserts);
-  if (rc == 0) {
-    Chime__V1__InsertAck ack = CHIME__V1__INSERT_ACK__INIT;
-    ack.id = req->id;
-    ack.count = req->count;
-    ack.first_key = first_key;
-    chime__call_send_msg(c, &ack);
-  }
-  chime__v1__insert_request__free_unpacked(req, NULL);
-  pthread_mutex_lock(&c->mu);
+  uint64_t id = sg->id;
+  uint32_t count = sg->count;
+  pthread_mutex_lock(&st->call->mu);
   st->req = NULL;
-  st->pending = 0;
-  int stop = st->stopping, hc = st->half_closed;
-  pthread_mutex_unlock(&c->mu);
-  if (rc == CHIME_EINVAL)
-    finish_err(c, rc, "request larger than the table");
-  else if (rc != 0 || stop)
-    chime__call_finish(c, GRPC_STATUS_UNAVAILABLE, "shutting down");
-  else if (hc)
-    finish_closed(c);
-  else
-    chime__call_recv(c);
-  chime__call_unref(c);
+  pthread_mutex_unlock(&st->call->mu);
+  staged_free(sg);
+  insert_finish(st->call, st, rc, id, count, first_key);
 }
 
 static void *inserter_main(void *arg) {
@@ -339,9 +505,11 @@ static void *inserter_main(void *arg) {
     w->head = st->next;
     if (w->head == NULL)
       w->tail = NULL;
+    w->busy = 1;
     pthread_mutex_unlock(&w->mu);
     insert_done(w, st);
     pthread_mutex_lock(&w->mu);
+    w->busy = 0;
   }
   pthread_mutex_unlock(&w->mu);
   return NULL;

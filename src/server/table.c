@@ -168,7 +168,51 @@ static void wait_timed(pthread_cond_t *c, pthread_mutex_t *mu, uint64_t *acc) {
 int chime__table_insert(chime__table_t *t, const uint8_t *data, uint32_t count,
                         const double *priorities, uint64_t *first_key,
                         const atomic_int *abort) {
+  chime__span_t one = {data, (size_t)(count * t->sample_bytes)};
+  return chime__table_insert_spans(t, &one, 1, count, priorities, first_key,
+                                   abort);
+}
+
+/* Reads a sample's bytes in order from pieces of a message; a leaf that
+ * straddles two pieces is the rare case. */
+typedef struct {
+  const chime__span_t *sp;
+  size_t i, off;
+} cursor_t;
+
+static void cursor_read(cursor_t *c, uint8_t *dst, uint64_t n) {
+  const chime__span_t *s = &c->sp[c->i];
+  if (s->len - c->off >= n) {
+    copy_leaf(dst, s->p + c->off, n);
+    c->off += (size_t)n;
+    return;
+  }
+  while (n > 0) {
+    size_t avail = c->sp[c->i].len - c->off;
+    if (avail == 0) {
+      c->i++;
+      c->off = 0;
+      continue;
+    }
+    size_t take = n < avail ? (size_t)n : avail;
+    memcpy(dst, c->sp[c->i].p + c->off, take);
+    dst += take;
+    c->off += take;
+    n -= take;
+  }
+}
+
+static int insert_spans(chime__table_t *t, const chime__span_t *spans,
+                        size_t nspans, uint32_t count, const double *priorities,
+                        uint64_t *first_key, const atomic_int *abort,
+                        int nowait) {
   int rc = 0;
+  cursor_t cur = {spans, 0, 0};
+  uint64_t have = 0;
+  for (size_t i = 0; i < nspans; i++)
+    have += spans[i].len;
+  if (have != (uint64_t)count * t->sample_bytes)
+    return CHIME_EINVAL;
   uint64_t cap = t->cfg.capacity;
   int fifo = t->cfg.sampler == CHIME__SAMPLER_FIFO;
   uint64_t done = 0;
@@ -190,6 +234,10 @@ int chime__table_insert(chime__table_t *t, const uint8_t *data, uint32_t count,
       rc = CHIME_ESHUTDOWN;
       goto out;
     }
+    if (nowait) {
+      rc = CHIME_EBUSY;
+      goto out;
+    }
     wait_timed(&t->space, &t->mu, &t->insert_wait_ns);
   }
   uint64_t key0 = t->next_key;
@@ -204,16 +252,10 @@ int chime__table_insert(chime__table_t *t, const uint8_t *data, uint32_t count,
       t->count -= evict;
     }
     uint64_t pos = t->head + t->count;
-    for (uint32_t l = 0; l < t->nleaves; l++) {
-      uint64_t lb = t->lbytes[l];
-      const uint8_t *src = data + done * t->sample_bytes + t->loff[l];
-      for (uint64_t j = 0; j < n; j++) {
-        uint64_t idx = (pos + j) % cap;
-        copy_leaf(t->leaf[l] + idx * lb, src + j * t->sample_bytes, lb);
-      }
-    }
     for (uint64_t j = 0; j < n; j++) {
       uint64_t idx = (pos + j) % cap;
+      for (uint32_t l = 0; l < t->nleaves; l++)
+        cursor_read(&cur, t->leaf[l] + idx * t->lbytes[l], t->lbytes[l]);
       t->key[idx] = key0 + done + j;
       t->itime[idx] = when;
       t->times[idx] = 0;
@@ -227,6 +269,20 @@ int chime__table_insert(chime__table_t *t, const uint8_t *data, uint32_t count,
 out:
   pthread_mutex_unlock(&t->mu);
   return rc;
+}
+
+int chime__table_insert_spans(chime__table_t *t, const chime__span_t *spans,
+                              size_t nspans, uint32_t count,
+                              const double *priorities, uint64_t *first_key,
+                              const atomic_int *abort) {
+  return insert_spans(t, spans, nspans, count, priorities, first_key, abort, 0);
+}
+
+int chime__table_try_insert_spans(chime__table_t *t, const chime__span_t *spans,
+                                  size_t nspans, uint32_t count,
+                                  const double *priorities,
+                                  uint64_t *first_key) {
+  return insert_spans(t, spans, nspans, count, priorities, first_key, NULL, 1);
 }
 
 static uint64_t next_rand(chime__table_t *t) {

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "chime/ring.h"
+#include "common/pbread.h"
 #include "server/config.h"
 
 typedef struct chime__table_s chime__table_t;
@@ -33,6 +34,18 @@ void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out);
 int chime__table_insert(chime__table_t *t, const uint8_t *data, uint32_t count,
                         const double *priorities, uint64_t *first_key,
                         const atomic_int *abort);
+/* The same with the samples' bytes in pieces (a message's slices), read in
+ * order: count * sample_bytes bytes in all, else CHIME_EINVAL. */
+int chime__table_insert_spans(chime__table_t *t, const chime__span_t *spans,
+                              size_t nspans, uint32_t count,
+                              const double *priorities, uint64_t *first_key,
+                              const atomic_int *abort);
+/* The same without waiting: CHIME_EBUSY, having inserted nothing, when a
+ * fifo table lacks room for all count samples. */
+int chime__table_try_insert_spans(chime__table_t *t, const chime__span_t *spans,
+                                  size_t nspans, uint32_t count,
+                                  const double *priorities,
+                                  uint64_t *first_key);
 
 /* Fills the batch_size samples of a ring slot (leaf-major, layout from the
  * ring) once the table holds min_size items (fifo: and batch_size items,

@@ -1,0 +1,157 @@
+/* InsertRequest by hand (see insertreq.h). Protobuf rules: a repeated
+ * scalar field may come packed or not (and both), a singular field seen
+ * twice keeps its last value, unknown fields are skipped; a known field
+ * with another wire type is malformed, as protobuf-c has it. */
+#include "server/insertreq.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chime/errors.h"
+
+enum {
+  F_TABLE = 1,
+  F_COUNT = 2,
+  F_DATA = 3,
+  F_PRIORITIES = 4,
+  F_ID = 5,
+  F_SPEC = 6,
+};
+
+static int bad(char *err, size_t errlen, const char *what) {
+  snprintf(err, errlen, "%s", what);
+  return CHIME_EPROTO;
+}
+
+static int want_wire(const chime__pb_field_t *f, int wire, char *err,
+                     size_t errlen) {
+  if (f->wire == wire)
+    return 0;
+  snprintf(err, errlen, "field %u has wire type %d, expected %d", f->number,
+           f->wire, wire);
+  return CHIME_EPROTO;
+}
+
+static int read_leaf(chime__insert_req_t *q, const chime__pb_reader_t *r,
+                     const chime__pb_field_t *f, char *err, size_t errlen) {
+  uint8_t buf[CHIME__INSERT_LEAF_MAX];
+  if (f->value > sizeof(buf))
+    return bad(err, errlen, "spec leaf larger than 4096 bytes");
+  if (chime__pb_copy(r, f->offset, buf, f->value) != 0)
+    return bad(err, errlen, "spec leaf outside the message");
+  Chime__V1__Leaf *leaf = chime__v1__leaf__unpack(NULL, (size_t)f->value, buf);
+  if (leaf == NULL)
+    return bad(err, errlen, "malformed spec leaf");
+  if (q->n_spec < sizeof(q->spec) / sizeof(q->spec[0]))
+    q->spec[q->n_spec] = leaf;
+  else
+    chime__v1__leaf__free_unpacked(leaf, NULL);
+  q->n_spec++;
+  return 0;
+}
+
+/* Priorities, counted on the first pass (out NULL) and decoded on the
+ * second. */
+static int read_priorities(const chime__pb_reader_t *r,
+                           const chime__pb_field_t *f, double *out, size_t *n) {
+  uint64_t bits;
+  if (f->wire == CHIME__PB_I64) {
+    if (out != NULL)
+      memcpy(&out[*n], &f->value, sizeof(double));
+    (*n)++;
+    return 0;
+  }
+  if (f->wire != CHIME__PB_LEN || f->value % 8 != 0)
+    return CHIME_EPROTO;
+  if (out == NULL) {
+    *n += (size_t)(f->value / 8);
+    return 0;
+  }
+  chime__pb_reader_t sub;
+  if (chime__pb_reader_sub(&sub, r, f->offset, f->value) != 0)
+    return CHIME_EPROTO;
+  while (chime__pb_left(&sub) > 0) {
+    if (chime__pb_fixed64(&sub, &bits) != 0)
+      return CHIME_EPROTO;
+    memcpy(&out[*n], &bits, sizeof(double));
+    (*n)++;
+  }
+  return 0;
+}
+
+int chime__insert_req_parse(chime__insert_req_t *q, chime__pb_reader_t *r,
+                            char *err, size_t errlen) {
+  chime__pb_reader_t start = *r;
+  chime__pb_field_t f;
+  int rc;
+  size_t nprio = 0;
+  memset(q, 0, sizeof(*q));
+  while ((rc = chime__pb_next(r, &f)) == 1) {
+    switch (f.number) {
+    case F_TABLE:
+      if ((rc = want_wire(&f, CHIME__PB_LEN, err, errlen)) != 0)
+        return rc;
+      q->table_too_long = f.value > CHIME__INSERT_TABLE_MAX;
+      if (q->table_too_long)
+        f.value = CHIME__INSERT_TABLE_MAX;
+      chime__pb_copy(r, f.offset, q->table, f.value);
+      q->table[f.value] = '\0';
+      if (strlen(q->table) != f.value)
+        return bad(err, errlen, "table name holds a NUL byte");
+      break;
+    case F_COUNT:
+      if ((rc = want_wire(&f, CHIME__PB_VARINT, err, errlen)) != 0)
+        return rc;
+      q->count = (uint32_t)f.value; /* uint32: the low 32 bits */
+      break;
+    case F_DATA:
+      if ((rc = want_wire(&f, CHIME__PB_LEN, err, errlen)) != 0)
+        return rc;
+      q->data_offset = f.offset;
+      q->data_len = f.value;
+      break;
+    case F_PRIORITIES:
+      if (read_priorities(r, &f, NULL, &nprio) != 0)
+        return bad(err, errlen, "malformed priorities");
+      break;
+    case F_ID:
+      if ((rc = want_wire(&f, CHIME__PB_VARINT, err, errlen)) != 0)
+        return rc;
+      q->id = f.value;
+      break;
+    case F_SPEC:
+      if ((rc = want_wire(&f, CHIME__PB_LEN, err, errlen)) != 0 ||
+          (rc = read_leaf(q, r, &f, err, errlen)) != 0)
+        return rc;
+      break;
+    default:
+      break; /* unknown: already stepped over */
+    }
+  }
+  if (rc != 0)
+    return bad(err, errlen, "malformed protobuf");
+  if (nprio == 0)
+    return 0;
+  /* Each priority took at least 8 bytes of the message: nprio is bounded
+   * by what was received. */
+  q->priorities = malloc(nprio * sizeof(double));
+  if (q->priorities == NULL)
+    return CHIME_ENOMEM;
+  *r = start;
+  while (chime__pb_next(r, &f) == 1)
+    if (f.number == F_PRIORITIES &&
+        read_priorities(r, &f, q->priorities, &q->n_priorities) != 0)
+      return bad(err, errlen, "malformed priorities");
+  return 0;
+}
+
+void chime__insert_req_free(chime__insert_req_t *q) {
+  size_t kept = q->n_spec < sizeof(q->spec) / sizeof(q->spec[0])
+                    ? q->n_spec
+                    : sizeof(q->spec) / sizeof(q->spec[0]);
+  for (size_t i = 0; i < kept; i++)
+    chime__v1__leaf__free_unpacked(q->spec[i], NULL);
+  free(q->priorities);
+  memset(q, 0, sizeof(*q));
+}

@@ -1,0 +1,40 @@
+/* InsertRequest read by hand from the received slices: the sample bytes are
+ * located, not copied, so the insert copies them once, from the slices
+ * straight into the table (see proto/chime.proto). The small fields are
+ * decoded here; each Leaf of the optional spec by protobuf-c. */
+#ifndef CHIME_SERVER_INSERTREQ_H
+#define CHIME_SERVER_INSERTREQ_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "chime.pb-c.h"
+#include "chime/ring.h"
+#include "common/pbread.h"
+
+/* Longest table name kept; a longer one matches no table. */
+#define CHIME__INSERT_TABLE_MAX 255
+/* Largest Leaf message accepted in a spec. */
+#define CHIME__INSERT_LEAF_MAX 4096
+
+typedef struct {
+  char table[CHIME__INSERT_TABLE_MAX + 1]; /* "" when absent */
+  int table_too_long;
+  uint32_t count;
+  uint64_t id;
+  uint64_t data_offset, data_len; /* the data field in the message */
+  double *priorities;             /* malloc'd; NULL when none */
+  size_t n_priorities;
+  /* The writer's spec: n_spec leaves, the first CHIME_MAX_LEAVES + 1 kept
+   * (enough to name the first difference from any table's spec). */
+  Chime__V1__Leaf *spec[CHIME_MAX_LEAVES + 1];
+  size_t n_spec;
+} chime__insert_req_t;
+
+/* Parses the message r reads. Returns 0, CHIME_EPROTO (malformed; err says
+ * how) or CHIME_ENOMEM. Free with chime__insert_req_free, on failure too. */
+int chime__insert_req_parse(chime__insert_req_t *q, chime__pb_reader_t *r,
+                            char *err, size_t errlen);
+void chime__insert_req_free(chime__insert_req_t *q);
+
+#endif

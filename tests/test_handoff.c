@@ -1,6 +1,7 @@
 /* The handoff socket of an in-process server: a token works once, wrong,
  * replayed, expired and garbage requests get nothing (and break nothing), the
- * fd passed is the ring, and a Subscribe call that ends returns its budget. */
+ * fd passed is the ring, a Subscribe call that ends returns its budget once
+ * this process let go of the ring, and a filesystem socket's mode. */
 #include <grpc/grpc.h>
 #include <errno.h>
 #include <setjmp.h>
@@ -233,11 +234,52 @@ static void test_expired_token(void **state) {
     sleep_ms(10);
 }
 
+/* A filesystem handoff socket is 0600 (chimed's uid only) unless
+ * allowed_uids names others, who need write access to connect (SO_PEERCRED
+ * and the token decide then). */
+static mode_t socket_mode(const char *uids_json) {
+  char dir[] = "/tmp/chime-test-hosock-XXXXXX", path[256], cfg[512], err[512];
+  char cfgfile[300];
+  struct stat st;
+  chime_server_t *s = NULL;
+  assert_non_null(mkdtemp(dir));
+  snprintf(path, sizeof(path), "%s/ho.sock", dir);
+  snprintf(cfgfile, sizeof(cfgfile), "%s/cfg.json", dir);
+  snprintf(cfg, sizeof(cfg),
+           "{\"listen\": \"127.0.0.1:0\", \"handoff_socket\": \"%s\",%s"
+           " \"tables\": [{\"name\": \"demo\", \"spec\": \"x:u8[4]\","
+           " \"capacity\": 4}]}",
+           path, uids_json);
+  FILE *f = fopen(cfgfile, "w");
+  assert_non_null(f);
+  assert_true(fputs(cfg, f) >= 0);
+  assert_int_equal(fclose(f), 0);
+  chime_server_opts_t o = CHIME_SERVER_OPTS_INIT;
+  o.config_path = cfgfile;
+  if (chime_server_create(&s, &o, err, sizeof(err)) != 0)
+    fail_msg("server: %s", err);
+  assert_int_equal(stat(path, &st), 0);
+  assert_true(S_ISSOCK(st.st_mode));
+  mode_t mode = st.st_mode & 0777;
+  chime_server_destroy(s);
+  assert_int_equal(stat(path, &st) == 0 ? 0 : errno, ENOENT); /* unlinked */
+  unlink(cfgfile);
+  rmdir(dir);
+  return mode;
+}
+
+static void test_socket_mode(void **state) {
+  (void)state;
+  assert_int_equal(socket_mode(""), 0600);
+  assert_int_equal(socket_mode(" \"allowed_uids\": [65534],"), 0666);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_token_works_once),
       cmocka_unit_test(test_bad_requests),
       cmocka_unit_test(test_expired_token),
+      cmocka_unit_test(test_socket_mode),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

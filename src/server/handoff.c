@@ -151,14 +151,24 @@ int chime__handoff_create(chime__handoff_t **out, chime_server_t *srv,
   if (h->fs)
     remove_stale(h->path);
   socklen_t al = make_addr(&a, h->path);
-  if (bind(h->lfd, (struct sockaddr *)&a, al) != 0 || listen(h->lfd, 64) != 0) {
+  if (bind(h->lfd, (struct sockaddr *)&a, al) != 0) {
     snprintf(err, errlen, "handoff socket '%s': %s", h->path, strerror(errno));
-    h->fs = 0; /* not ours to unlink */
     rc = CHIME_ESYS;
     goto out;
   }
-  if (h->fs)
-    chmod(h->path, 0666); /* access is decided by SO_PEERCRED and tokens */
+  /* Only chimed's uid may connect unless allowed_uids names others; those
+   * need write access to a filesystem socket, and then SO_PEERCRED (checked
+   * against allowed_uids) and the token decide, as for an abstract socket,
+   * which has no permissions at all. Set before listening: nobody connects
+   * under the umask's mode. */
+  if ((h->fs && chmod(h->path, srv->cfg.nuids > 0 ? 0666 : 0600) != 0) ||
+      listen(h->lfd, 64) != 0) {
+    snprintf(err, errlen, "handoff socket '%s': %s", h->path, strerror(errno));
+    if (h->fs)
+      unlink(h->path); /* bound by us just now */
+    rc = CHIME_ESYS;
+    goto out;
+  }
   *out = h;
   h = NULL;
 out:

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +28,8 @@ static const char *config =
     "{\"tables\": [{\"name\": \"u\", \"spec\": \"" SPEC "\", \"capacity\": "
     "4096, \"min_size\": 1, \"sampler\": \"uniform\"}, {\"name\": \"f\", "
     "\"spec\": \"" SPEC "\", \"capacity\": 4096, \"min_size\": 1, "
-    "\"sampler\": \"fifo\"}]}\n";
+    "\"sampler\": \"fifo\"}, {\"name\": \"small\", \"spec\": \"" SPEC
+    "\", \"capacity\": 40, \"min_size\": 1, \"sampler\": \"fifo\"}]}\n";
 
 static chime_spec_t spec;
 
@@ -60,6 +62,59 @@ static void insert(chime_client_t *c, const char *table, uint64_t seed,
   assert_int_equal(chime_writer_flush(w), 0);
   assert_int_equal(chime_writer_acked(w), n);
   assert_int_equal(chime_writer_close(w), 0);
+}
+
+/* Consumes `batches` batches of 8 from table "small" (see test below). */
+typedef struct {
+  chime_client_t *c;
+  int batches;
+  int rc;
+} drain_t;
+
+static void *drain_main(void *arg) {
+  drain_t *d = arg;
+  chime_stream_opts_t o = CHIME_STREAM_OPTS_INIT;
+  o.batch_size = 8;
+  o.mode = CHIME_MODE_SHM;
+  chime_stream_t *s = NULL;
+  d->rc = chime_stream_open(d->c, "small", &o, &s);
+  for (int i = 0; i < d->batches && d->rc == 0; i++) {
+    chime_batch_t b;
+    d->rc = chime_stream_next(s, &b, 20000);
+    if (d->rc == 0)
+      d->rc = chime_batch_release(s, &b);
+  }
+  chime_stream_close(s);
+  return NULL;
+}
+
+/* A fifo table smaller than the writer's default request (256 samples): the
+ * writer caps its requests at the capacity, so every sample goes in while a
+ * learner drains the table, instead of a request the server must refuse. */
+static void test_writer_small_fifo(void **state) {
+  (void)state;
+  chime__chimed_t d;
+  chime_client_t *c;
+  start(&d, &c);
+  drain_t dr = {c, 12, -1};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, drain_main, &dr), 0);
+  chime_writer_t *w = NULL;
+  assert_int_equal(chime_writer_open(c, "small", NULL, &w), 0);
+  uint8_t sample[SAMPLE_BYTES];
+  for (uint64_t i = 0; i < 96; i++) {
+    chime__pattern_fill(&spec, chime__pattern_id(3, i), sample);
+    assert_int_equal(chime_writer_append(w, sample, sizeof(sample), 1.0), 0);
+  }
+  int rc = chime_writer_flush(w);
+  if (rc)
+    fprintf(stderr, "flush: %s\n", chime_writer_last_error(w));
+  assert_int_equal(rc, 0);
+  assert_int_equal(chime_writer_acked(w), 96);
+  assert_int_equal(chime_writer_close(w), 0);
+  assert_int_equal(pthread_join(th, NULL), 0);
+  assert_int_equal(dr.rc, 0);
+  stop(&d, c);
 }
 
 static chime_stream_t *open_stream(chime_client_t *c, const char *table,
@@ -124,7 +179,7 @@ static void test_writer(void **state) {
 
   chime_server_info_t *info = NULL;
   assert_int_equal(chime_client_info(c, &info), 0);
-  assert_int_equal(info->ntables, 2);
+  assert_int_equal(info->ntables, 3);
   assert_string_equal(info->tables[0].name, "u");
   assert_int_equal(info->tables[0].size, 101);
   assert_int_equal(info->tables[0].sample_bytes, SAMPLE_BYTES);
@@ -361,6 +416,7 @@ static void test_fifo_exactly_once(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_teardown(test_writer, teardown_each),
+      cmocka_unit_test_teardown(test_writer_small_fifo, teardown_each),
       cmocka_unit_test_teardown(test_auto_fallback, teardown_each),
       cmocka_unit_test_teardown(test_leases_shm, teardown_each),
       cmocka_unit_test_teardown(test_leases_stream, teardown_each),

@@ -320,6 +320,10 @@ int chime_writer_open(chime_client_t *client, const char *table,
     cap = opts->max_batch_samples;
   if (cap > (client->max_message_bytes / 2) / ti.sample_bytes)
     cap = (client->max_message_bytes / 2) / ti.sample_bytes;
+  /* The server takes a request whole or not at all, so a request larger than
+   * the table could never go in. */
+  if (ti.capacity && cap > ti.capacity)
+    cap = ti.capacity;
   w->batch_cap = cap ? (uint32_t)cap : 1;
   w->max_inflight = opts->max_inflight;
   w->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : 30000;

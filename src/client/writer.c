@@ -69,7 +69,11 @@ static void on_status(chime_writer_t *w) {
   if (code == 0)
     code = CHIME_ECLOSED;
   if (!w->failed) {
-    snprintf(w->err, sizeof(w->err), "insert into '%s': %.400s", w->table,
+    /* The server's details already name the table ("insert into 't': ..."). */
+    char prefix[CHIME_MAX_NAME + 32];
+    snprintf(prefix, sizeof(prefix), "insert into '%s': ", w->table);
+    int named = strncmp(text, prefix, strlen(prefix)) == 0;
+    snprintf(w->err, sizeof(w->err), "%s%.400s", named ? "" : prefix,
              text[0] ? text : chime_strerror(code));
     fail(w, code);
   }

@@ -224,11 +224,15 @@ static void test_auto_fallback(void **state) {
 
 /* Holds slots - 1 batches, releases them in a scrambled order, and checks
  * that held batches never change underneath (the producer must not write a
- * leased slot; in stream mode, credits must not outrun the local ring). */
-static void leases(chime_client_t *c, chime_mode_t mode) {
-  enum { SLOTS = 4, HOLD = SLOTS - 1 };
-  chime_stream_t *s = open_stream(c, "u", mode, SLOTS);
-  chime_batch_t held[HOLD];
+ * leased slot; in stream mode, credits must not outrun the local ring, and
+ * credits the client gathers must not leave a learner holding batches
+ * waiting for one the server has no credit for). */
+static void leases(chime_client_t *c, chime_mode_t mode, uint32_t slots) {
+  enum { MAX_HOLD = 15 };
+  const int HOLD = (int)slots - 1;
+  assert_true(HOLD >= 1 && HOLD <= MAX_HOLD);
+  chime_stream_t *s = open_stream(c, "u", mode, slots);
+  chime_batch_t held[MAX_HOLD];
   uint64_t last_seq = 0;
   for (int round = 0; round < 40; round++) {
     for (int i = 0; i < HOLD; i++) {
@@ -261,9 +265,10 @@ static void leases(chime_client_t *c, chime_mode_t mode) {
     }
     for (int i = 0; i < HOLD; i++)
       verify(&held[i]);
-    int order[HOLD] = {(round + 1) % HOLD, round % HOLD, (round + 2) % HOLD};
+    /* HOLD - 1 is coprime with HOLD: a permutation, shifted each round. */
     for (int i = 0; i < HOLD; i++)
-      assert_int_equal(chime_batch_release(s, &held[order[i]]), 0);
+      assert_int_equal(
+          chime_batch_release(s, &held[(round + (HOLD - 1) * i) % HOLD]), 0);
   }
   chime_stream_close(s);
 }
@@ -274,7 +279,7 @@ static void test_leases_shm(void **state) {
   chime_client_t *c;
   start(&d, &c);
   insert(c, "u", 2, 64);
-  leases(c, CHIME_MODE_SHM);
+  leases(c, CHIME_MODE_SHM, 4);
   stop(&d, c);
 }
 
@@ -284,7 +289,9 @@ static void test_leases_stream(void **state) {
   chime_client_t *c;
   start(&d, &c);
   insert(c, "u", 3, 64);
-  leases(c, CHIME_MODE_STREAM);
+  leases(c, CHIME_MODE_STREAM, 4);
+  /* 8 slots: the client gathers releases into Credits of 3. */
+  leases(c, CHIME_MODE_STREAM, 8);
   stop(&d, c);
 }
 

@@ -113,7 +113,7 @@ int chime__handoff_fetch(const char *socket_path, const uint8_t *token,
 typedef struct {
   chime_ring_t *ring;       /* local ring, this side produces */
   _Atomic uint64_t granted; /* credits given to the server, prefetch included */
-  uint64_t started;         /* batches the server has begun to send */
+  _Atomic uint64_t started; /* batches the server has begun to send */
   uint64_t send_bytes;      /* bytes of a slot each batch carries */
   int active;               /* a slot is being filled */
   chime_ring_wslot_t w;

@@ -42,11 +42,12 @@ int chime__remote_chunk(chime__remote_t *r, grpc_byte_buffer *bb, char *err,
                          "stream: batch %" PRIu64 " starts at offset %" PRIu64
                          ", not 0",
                          c.seq, c.offset);
-    if (r->started >= atomic_load(&r->granted))
+    uint64_t started = atomic_load(&r->started);
+    if (started >= atomic_load(&r->granted))
       return chime__fail(err, errlen, CHIME_EPROTO,
                          "stream: server sent batch %" PRIu64
                          " beyond the %" PRIu64 " credits given",
-                         c.seq, r->started);
+                         c.seq, started);
     /* Credits keep a slot free; waiting only happens on a ring that reuses
      * slots in order, and chime_stream_close() shuts the ring to end it. */
     rc = chime_ring_acquire(r->ring, &r->w, -1);
@@ -54,7 +55,7 @@ int chime__remote_chunk(chime__remote_t *r, grpc_byte_buffer *bb, char *err,
       return chime__fail(err, errlen, rc, "stream: local ring: %s",
                          chime_strerror(rc));
     r->active = 1;
-    r->started++;
+    atomic_fetch_add(&r->started, 1); /* read by the learner's thread */
     r->seq = c.seq;
     r->received = 0;
   } else if (c.seq != r->seq || c.offset != r->received) {

@@ -43,6 +43,7 @@ struct chime_stream_s {
   int send_busy;
   int ended; /* the call's status arrived: no more sends */
   uint32_t credit_pending;
+  uint32_t credit_batch; /* releases gathered into one Credit message */
   grpc_byte_buffer *credit_bb;
 
   atomic_int end_code;     /* why next fails once the ring is cut off */
@@ -74,9 +75,20 @@ static int start_recv(chime_stream_t *s) {
   return rc;
 }
 
-/* Caller holds s->lock. */
+/* Batches the server may still send: credits given, not yet used. */
+static uint64_t owed(chime_stream_t *s) {
+  return atomic_load(&s->remote.granted) - atomic_load(&s->remote.started);
+}
+
+/* Caller holds s->lock. Releases are gathered into one Credit of
+ * credit_batch: each message costs a write here and a read, a completion and
+ * a wakeup in the server. Fewer are sent at once only when the server owes
+ * nothing, so a learner holding batches while it waits for the next one is
+ * never left without. */
 static void send_credit_locked(chime_stream_t *s) {
   if (s->send_busy || s->ended || s->credit_pending == 0)
+    return;
+  if (s->credit_pending < s->credit_batch && owed(s) > 0)
     return;
   Chime__V1__Credit credit = CHIME__V1__CREDIT__INIT;
   credit.batches = s->credit_pending;
@@ -90,8 +102,11 @@ static void send_credit_locked(chime_stream_t *s) {
   memset(&op, 0, sizeof(op));
   op.op = GRPC_OP_SEND_MESSAGE;
   op.data.send_message.send_message = s->credit_bb;
+  /* Counted before the server can act on it (the receive thread checks). */
+  atomic_fetch_add(&s->remote.granted, s->credit_pending);
   if (grpc_call_start_batch(s->call, &op, 1, (void *)(intptr_t)TAG_CREDIT,
                             NULL) != GRPC_CALL_OK) {
+    atomic_fetch_sub(&s->remote.granted, s->credit_pending);
     grpc_byte_buffer_destroy(s->credit_bb);
     s->credit_bb = NULL;
     return;
@@ -431,7 +446,10 @@ static int open_mode(chime_stream_t *s, chime_mode_t mode,
       chime__fail(err, errlen, rc, "local ring: %s", chime_strerror(rc));
     s->remote.ring = s->ring;
     s->remote.send_bytes = s->send_bytes;
-    atomic_store(&s->remote.granted, prefetch);
+    /* The server lends at most slots - 1 batches whatever the prefetch. */
+    uint32_t lent = prefetch < o->slots ? prefetch : o->slots - 1;
+    atomic_store(&s->remote.granted, lent);
+    s->credit_batch = lent / 2 > 1 ? lent / 2 : 1;
   }
   if (rc == 0 && start_recv(s))
     rc = chime__fail(err, errlen, CHIME_EPROTO, "cannot receive");
@@ -564,7 +582,16 @@ int chime_stream_next(chime_stream_t *stream, chime_batch_t *out,
   if (!s || !out)
     return CHIME_EINVAL;
   chime_ring_view_t v;
-  int rc = chime_ring_next(s->ring, &v, timeout_ms);
+  int rc = chime_ring_next(s->ring, &v,
+                           s->mode == CHIME_MODE_STREAM ? 0 : timeout_ms);
+  if (rc == CHIME_ETIMEDOUT && s->mode == CHIME_MODE_STREAM) {
+    /* About to wait: gathered credits go now if the server owes nothing
+     * (a completing credit send re-checks, see pump). */
+    pthread_mutex_lock(&s->lock);
+    send_credit_locked(s);
+    pthread_mutex_unlock(&s->lock);
+    rc = chime_ring_next(s->ring, &v, timeout_ms);
+  }
   if (rc == CHIME_EDISCONNECTED || rc == CHIME_ESHUTDOWN) {
     int end = atomic_load(&s->end_code);
     if (rc == CHIME_EDISCONNECTED && end)
@@ -630,7 +657,6 @@ int chime_batch_release(chime_stream_t *stream, const chime_batch_t *batch) {
   int rc = chime_ring_release(s->ring, batch->slot);
   if (rc || s->mode != CHIME_MODE_STREAM)
     return rc;
-  atomic_fetch_add(&s->remote.granted, 1);
   pthread_mutex_lock(&s->lock);
   s->credit_pending++;
   send_credit_locked(s);

@@ -65,35 +65,57 @@ static void check_sample(const slot_t *s, uint32_t j, uint64_t key) {
   assert_int_equal(b[j], (uint8_t)key);
 }
 
+/* A table made from make_cfg's spec. */
+static chime__table_t *new_table(chime__table_config_t *tc, uint64_t cap,
+                                 chime__sampler_t s, uint64_t min_size) {
+  chime__table_t *t;
+  make_cfg(tc, cap, s, min_size);
+  assert_int_equal(chime__table_create(&t, tc), 0);
+  return t;
+}
+
+/* Inserts keys first..first+n-1 and returns the first key given. */
+static uint64_t insert_keys(chime__table_t *t, uint64_t first, uint32_t n) {
+  uint8_t buf[16 * SB];
+  uint64_t k;
+  assert_true(n <= 16);
+  fill(buf, first, n);
+  assert_int_equal(chime__table_insert(t, buf, n, NULL, &k, NULL), 0);
+  return k;
+}
+
+/* Samples one batch of `n` and checks it holds keys first..first+n-1. */
+static void sample_keys(chime__table_t *t, slot_t *s, uint64_t first,
+                        uint32_t n) {
+  assert_int_equal(chime__table_sample(t, &s->lay, &s->ws, NULL), 0);
+  for (uint32_t j = 0; j < n; j++)
+    check_sample(s, j, first + j);
+}
+
+/* Ends a wait: sets its stop flag, wakes the table, joins the thread. */
+static void stop_and_join(chime__table_t *t, atomic_int *stop, pthread_t th) {
+  atomic_store(stop, 1);
+  chime__table_wake(t);
+  pthread_join(th, NULL);
+}
+
 static void test_fifo_order_and_wrap(void **state) {
   chime__table_config_t tc;
   chime__table_t *t;
   slot_t s;
-  uint8_t buf[16 * SB];
-  uint64_t k;
   chime__table_stats_t st;
   (void)state;
-  make_cfg(&tc, 5, CHIME__SAMPLER_FIFO, 1);
-  assert_int_equal(chime__table_create(&t, &tc), 0);
+  t = new_table(&tc, 5, CHIME__SAMPLER_FIFO, 1);
   slot_init(&s, t, 2);
-  fill(buf, 1, 3);
-  assert_int_equal(chime__table_insert(t, buf, 3, NULL, &k, NULL), 0);
-  assert_int_equal(k, 1);
-  assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
-  check_sample(&s, 0, 1);
-  check_sample(&s, 1, 2);
+  assert_int_equal(insert_keys(t, 1, 3), 1);
+  sample_keys(t, &s, 1, 2);
   assert_true(s.ws.info[0].probability == 1.0);
   assert_int_equal(s.ws.info[0].times_sampled, 1);
   assert_true(s.ws.info[0].insert_time_ns > 0);
   /* 1 left + 4 more = 5 = capacity; positions wrap around the end. */
-  fill(buf, 4, 4);
-  assert_int_equal(chime__table_insert(t, buf, 4, NULL, &k, NULL), 0);
-  assert_int_equal(k, 4);
-  for (uint64_t want = 3; want < 7; want += 2) {
-    assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
-    check_sample(&s, 0, want);
-    check_sample(&s, 1, want + 1);
-  }
+  assert_int_equal(insert_keys(t, 4, 4), 4);
+  for (uint64_t want = 3; want < 7; want += 2)
+    sample_keys(t, &s, want, 2);
   chime__table_get_stats(t, &st);
   assert_int_equal(st.size, 1);
   assert_int_equal(st.inserts, 7);
@@ -106,15 +128,11 @@ static void test_uniform_evicts_oldest(void **state) {
   chime__table_config_t tc;
   chime__table_t *t;
   slot_t s;
-  uint8_t buf[10 * SB];
-  uint64_t k;
   int seen[11] = {0};
   (void)state;
-  make_cfg(&tc, 4, CHIME__SAMPLER_UNIFORM, 1);
-  assert_int_equal(chime__table_create(&t, &tc), 0);
+  t = new_table(&tc, 4, CHIME__SAMPLER_UNIFORM, 1);
   slot_init(&s, t, 8);
-  fill(buf, 1, 10);
-  assert_int_equal(chime__table_insert(t, buf, 10, NULL, &k, NULL), 0);
+  insert_keys(t, 1, 10);
   for (int round = 0; round < 50; round++) {
     assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
     for (uint32_t j = 0; j < 8; j++) {
@@ -150,25 +168,27 @@ static void *insert_thread(void *arg) {
   return NULL;
 }
 
+/* Starts inserting keys first..first+n-1 on a thread of its own. */
+static void start_insert(ins_t *a, pthread_t *th, chime__table_t *t,
+                         uint64_t first, uint32_t n) {
+  memset(a, 0, sizeof(*a));
+  a->t = t;
+  a->n = n;
+  fill(a->buf, first, n);
+  assert_int_equal(pthread_create(th, NULL, insert_thread, a), 0);
+}
+
 static void test_fifo_full_waits_for_sampler(void **state) {
   chime__table_config_t tc;
   chime__table_t *t;
   slot_t s;
-  uint8_t buf[4 * SB];
-  uint64_t k;
   ins_t a;
   pthread_t th;
   (void)state;
-  make_cfg(&tc, 4, CHIME__SAMPLER_FIFO, 1);
-  assert_int_equal(chime__table_create(&t, &tc), 0);
+  t = new_table(&tc, 4, CHIME__SAMPLER_FIFO, 1);
   slot_init(&s, t, 2);
-  fill(buf, 1, 4);
-  assert_int_equal(chime__table_insert(t, buf, 4, NULL, &k, NULL), 0);
-  memset(&a, 0, sizeof(a));
-  a.t = t;
-  a.n = 3;
-  fill(a.buf, 5, 3);
-  assert_int_equal(pthread_create(&th, NULL, insert_thread, &a), 0);
+  insert_keys(t, 1, 4);
+  start_insert(&a, &th, t, 5, 3);
   /* Two batches free four places; the blocked insert finishes in order. */
   assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
   check_sample(&s, 0, 1);
@@ -177,9 +197,7 @@ static void test_fifo_full_waits_for_sampler(void **state) {
   pthread_join(th, NULL);
   assert_int_equal(a.rc, 0);
   assert_int_equal(a.first, 5);
-  assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
-  check_sample(&s, 0, 5);
-  check_sample(&s, 1, 6);
+  sample_keys(t, &s, 5, 2);
   free(s.mem);
   chime__table_destroy(t);
 }
@@ -187,22 +205,13 @@ static void test_fifo_full_waits_for_sampler(void **state) {
 static void test_blocked_insert_aborts(void **state) {
   chime__table_config_t tc;
   chime__table_t *t;
-  uint8_t buf[4 * SB];
-  uint64_t k;
   ins_t a;
   pthread_t th;
   (void)state;
-  make_cfg(&tc, 2, CHIME__SAMPLER_FIFO, 1);
-  assert_int_equal(chime__table_create(&t, &tc), 0);
-  fill(buf, 1, 2);
-  assert_int_equal(chime__table_insert(t, buf, 2, NULL, &k, NULL), 0);
-  memset(&a, 0, sizeof(a));
-  a.t = t;
-  a.n = 1;
-  assert_int_equal(pthread_create(&th, NULL, insert_thread, &a), 0);
-  atomic_store(&a.abort, 1);
-  chime__table_wake(t);
-  pthread_join(th, NULL);
+  t = new_table(&tc, 2, CHIME__SAMPLER_FIFO, 1);
+  insert_keys(t, 1, 2);
+  start_insert(&a, &th, t, 3, 1);
+  stop_and_join(t, &a.abort, th);
   assert_int_equal(a.rc, CHIME_ESHUTDOWN);
   chime__table_stats_t st;
   chime__table_get_stats(t, &st);
@@ -224,11 +233,8 @@ static void test_fifo_insert_all_or_nothing(void **state) {
   chime__table_stats_t st;
   atomic_int stop;
   (void)state;
-  make_cfg(&tc, 5, CHIME__SAMPLER_FIFO, 1);
-  assert_int_equal(chime__table_create(&t, &tc), 0);
-  fill(buf, 1, 3);
-  assert_int_equal(chime__table_insert(t, buf, 3, NULL, &k, NULL), 0);
-  assert_int_equal(k, 1);
+  t = new_table(&tc, 5, CHIME__SAMPLER_FIFO, 1);
+  assert_int_equal(insert_keys(t, 1, 3), 1);
 
   /* Two places free, four asked, stopping: nothing goes in. */
   atomic_init(&stop, 1);
@@ -247,23 +253,15 @@ static void test_fifo_insert_all_or_nothing(void **state) {
 
   /* Four asked with two free: the insert waits whole; a batch of two makes
    * room for all four, which then follow item 3 with the next keys. */
-  memset(&a, 0, sizeof(a));
-  a.t = t;
-  a.n = 4;
-  fill(a.buf, 4, 4);
-  assert_int_equal(pthread_create(&th, NULL, insert_thread, &a), 0);
+  start_insert(&a, &th, t, 4, 4);
   slot_init(&s, t, 2);
-  assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
-  check_sample(&s, 0, 1);
-  check_sample(&s, 1, 2);
+  sample_keys(t, &s, 1, 2);
   pthread_join(th, NULL);
   assert_int_equal(a.rc, 0);
   assert_int_equal(a.first, 4);
   free(s.mem);
   slot_init(&s, t, 5);
-  assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
-  for (uint32_t j = 0; j < 5; j++)
-    check_sample(&s, j, 3 + j);
+  sample_keys(t, &s, 3, 5);
   free(s.mem);
   chime__table_destroy(t);
 }
@@ -281,6 +279,16 @@ static void *sample_thread(void *arg) {
   return NULL;
 }
 
+/* Starts one sample into `s` on a thread of its own; rc 99 until it ends. */
+static void start_sample(smp_t *a, pthread_t *th, chime__table_t *t,
+                         slot_t *s) {
+  memset(a, 0, sizeof(*a));
+  a->t = t;
+  a->s = s;
+  a->rc = 99;
+  assert_int_equal(pthread_create(th, NULL, sample_thread, a), 0);
+}
+
 static void test_sample_waits_for_min_size(void **state) {
   chime__table_config_t tc;
   chime__table_t *t;
@@ -290,18 +298,11 @@ static void test_sample_waits_for_min_size(void **state) {
   smp_t a;
   pthread_t th;
   (void)state;
-  make_cfg(&tc, 8, CHIME__SAMPLER_UNIFORM, 3);
-  assert_int_equal(chime__table_create(&t, &tc), 0);
+  t = new_table(&tc, 8, CHIME__SAMPLER_UNIFORM, 3);
   slot_init(&s, t, 4);
-  memset(&a, 0, sizeof(a));
-  a.t = t;
-  a.s = &s;
-  a.rc = 99;
-  fill(buf, 1, 2);
-  assert_int_equal(chime__table_insert(t, buf, 2, NULL, &k, NULL), 0);
-  assert_int_equal(pthread_create(&th, NULL, sample_thread, &a), 0);
-  fill(buf, 3, 1); /* the third item reaches min_size */
-  assert_int_equal(chime__table_insert(t, buf, 1, NULL, &k, NULL), 0);
+  insert_keys(t, 1, 2);
+  start_sample(&a, &th, t, &s);
+  insert_keys(t, 3, 1); /* the third item reaches min_size */
   pthread_join(th, NULL);
   assert_int_equal(a.rc, 0);
   assert_true(s.ws.info[0].key >= 1 && s.ws.info[0].key <= 3);
@@ -309,21 +310,16 @@ static void test_sample_waits_for_min_size(void **state) {
   /* Below min_size again (new table): stop ends the wait. */
   chime__table_destroy(t);
   assert_int_equal(chime__table_create(&t, &tc), 0);
-  a.t = t;
-  a.rc = 99;
-  assert_int_equal(pthread_create(&th, NULL, sample_thread, &a), 0);
-  atomic_store(&a.stop, 1);
-  chime__table_wake(t);
-  pthread_join(th, NULL);
+  start_sample(&a, &th, t, &s);
+  stop_and_join(t, &a.stop, th);
   assert_int_equal(a.rc, CHIME_ESHUTDOWN);
 
   /* And close ends every wait for good. */
-  atomic_store(&a.stop, 0);
-  a.rc = 99;
-  assert_int_equal(pthread_create(&th, NULL, sample_thread, &a), 0);
+  start_sample(&a, &th, t, &s);
   chime__table_close(t);
   pthread_join(th, NULL);
   assert_int_equal(a.rc, CHIME_ESHUTDOWN);
+  fill(buf, 3, 1);
   assert_int_equal(chime__table_insert(t, buf, 1, NULL, &k, NULL),
                    CHIME_ESHUTDOWN);
   free(s.mem);
@@ -334,23 +330,14 @@ static void test_fifo_batch_taken_whole(void **state) {
   chime__table_config_t tc;
   chime__table_t *t;
   slot_t s;
-  uint8_t buf[4 * SB];
-  uint64_t k;
   smp_t a;
   pthread_t th;
   (void)state;
-  make_cfg(&tc, 8, CHIME__SAMPLER_FIFO, 1);
-  assert_int_equal(chime__table_create(&t, &tc), 0);
+  t = new_table(&tc, 8, CHIME__SAMPLER_FIFO, 1);
   slot_init(&s, t, 4);
-  fill(buf, 1, 3);
-  assert_int_equal(chime__table_insert(t, buf, 3, NULL, &k, NULL), 0);
-  memset(&a, 0, sizeof(a));
-  a.t = t;
-  a.s = &s;
-  assert_int_equal(pthread_create(&th, NULL, sample_thread, &a), 0);
-  atomic_store(&a.stop, 1);
-  chime__table_wake(t);
-  pthread_join(th, NULL);
+  insert_keys(t, 1, 3);
+  start_sample(&a, &th, t, &s);
+  stop_and_join(t, &a.stop, th);
   assert_int_equal(a.rc, CHIME_ESHUTDOWN);
   /* Three items were fewer than a batch: none was taken. */
   chime__table_stats_t st;

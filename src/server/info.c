@@ -35,6 +35,39 @@ static int need_request(chime__call_t *c) {
   return -1;
 }
 
+/* One message and one pointer a live stream, taken under srv->mu so that the
+ * count holds while they are filled; at least one each, since calloc(0) may
+ * give NULL, which would read as out of memory. */
+typedef struct {
+  void *msgs;
+  void **ptrs;
+} per_stream_t;
+
+static int alloc_per_stream(const chime_server_t *srv, size_t msg_size,
+                            per_stream_t *ps) {
+  uint32_t n = 0;
+  for (chime__stream_t *s = srv->streams; s != NULL; s = s->next)
+    n++;
+  ps->msgs = calloc(n ? n : 1, msg_size);
+  ps->ptrs = calloc(n ? n : 1, sizeof(*ps->ptrs));
+  if (ps->msgs == NULL || ps->ptrs == NULL)
+    return CHIME_ENOMEM;
+  return 0;
+}
+
+/* Packed under srv->mu (the strings point into live streams), which it then
+ * unlocks, and sent as the call's one answer. */
+static void send_unlock(chime__call_t *c, const ProtobufCMessage *m) {
+  size_t len = protobuf_c_message_get_packed_size(m);
+  grpc_slice sl = grpc_slice_malloc(len);
+  protobuf_c_message_pack(m, GRPC_SLICE_START_PTR(sl));
+  pthread_mutex_unlock(&c->srv->mu);
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&sl, 1);
+  grpc_slice_unref(sl);
+  chime__call_send(c, bb);
+  chime__call_finish(c, GRPC_STATUS_OK, "%s", "");
+}
+
 static void info_on_start(chime__call_t *c) {
   chime_server_t *srv = c->srv;
   table_msg_t *tm = NULL;
@@ -75,16 +108,15 @@ static void info_on_start(chime__call_t *c) {
   r.tables = tp;
 
   pthread_mutex_lock(&srv->mu);
-  uint32_t n = 0;
-  for (chime__stream_t *s = srv->streams; s != NULL; s = s->next)
-    n++;
-  rings = calloc(n ? n : 1, sizeof(*rings));
-  rp = calloc(n ? n : 1, sizeof(*rp));
-  if (rings == NULL || rp == NULL) {
+  per_stream_t ps;
+  int rc = alloc_per_stream(srv, sizeof(*rings), &ps);
+  rings = ps.msgs;
+  rp = (Chime__V1__RingInfo **)ps.ptrs;
+  if (rc != 0) {
     pthread_mutex_unlock(&srv->mu);
     goto oom;
   }
-  n = 0;
+  uint32_t n = 0;
   for (chime__stream_t *s = srv->streams; s != NULL; s = s->next) {
     Chime__V1__RingInfo init = CHIME__V1__RING_INFO__INIT;
     rings[n] = init;
@@ -99,15 +131,7 @@ static void info_on_start(chime__call_t *c) {
   }
   r.n_rings = n;
   r.rings = rp;
-  /* Packed under the lock: the strings point into live streams. */
-  size_t len = chime__v1__get_info_response__get_packed_size(&r);
-  grpc_slice sl = grpc_slice_malloc(len);
-  chime__v1__get_info_response__pack(&r, GRPC_SLICE_START_PTR(sl));
-  pthread_mutex_unlock(&srv->mu);
-  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&sl, 1);
-  grpc_slice_unref(sl);
-  chime__call_send(c, bb);
-  chime__call_finish(c, GRPC_STATUS_OK, "%s", "");
+  send_unlock(c, &r.base);
   goto out;
 oom:
   chime__call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
@@ -148,16 +172,15 @@ static void stats_on_start(chime__call_t *c) {
   r.n_tables = srv->ntables;
   r.tables = tp;
   pthread_mutex_lock(&srv->mu);
-  uint32_t n = 0;
-  for (chime__stream_t *s = srv->streams; s != NULL; s = s->next)
-    n++;
-  ss = calloc(n ? n : 1, sizeof(*ss));
-  sp = calloc(n ? n : 1, sizeof(*sp));
-  if (ss == NULL || sp == NULL) {
+  per_stream_t ps;
+  int rc = alloc_per_stream(srv, sizeof(*ss), &ps);
+  ss = ps.msgs;
+  sp = (Chime__V1__StreamStats **)ps.ptrs;
+  if (rc != 0) {
     pthread_mutex_unlock(&srv->mu);
     goto oom;
   }
-  n = 0;
+  uint32_t n = 0;
   for (chime__stream_t *s = srv->streams; s != NULL; s = s->next) {
     Chime__V1__StreamStats init = CHIME__V1__STREAM_STATS__INIT;
     chime_ring_stats_t rs;
@@ -187,14 +210,7 @@ static void stats_on_start(chime__call_t *c) {
   r.n_streams = n;
   r.streams = sp;
   r.ring_bytes_total = srv->ring_bytes;
-  size_t len = chime__v1__stats_response__get_packed_size(&r);
-  grpc_slice sl = grpc_slice_malloc(len);
-  chime__v1__stats_response__pack(&r, GRPC_SLICE_START_PTR(sl));
-  pthread_mutex_unlock(&srv->mu);
-  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&sl, 1);
-  grpc_slice_unref(sl);
-  chime__call_send(c, bb);
-  chime__call_finish(c, GRPC_STATUS_OK, "%s", "");
+  send_unlock(c, &r.base);
   goto out;
 oom:
   chime__call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");

@@ -7,11 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <time.h>
 
 #include "bench.h"
 #include "chime/chime.h"
+#include "measure.h"
 #include "spawn.h"
 
 #define MAX_RUNS 15
@@ -21,17 +20,6 @@ typedef struct {
   uint32_t sample_bytes;
   uint64_t samples; /* per run */
 } ingest_case_t;
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 static int ingest_run(const char *addr, const ingest_case_t *ic,
                       const chime_writer_opts_t *wo, double *per_s) {
@@ -44,14 +32,14 @@ static int ingest_run(const char *addr, const ingest_case_t *ic,
   if ((rc = chime_client_create(&c, addr, NULL)) != 0 ||
       (rc = chime_writer_open(c, ic->table, wo, &w)) != 0)
     goto out;
-  double t0 = now_s();
+  double t0 = chime__bench_now_s();
   for (uint64_t i = 0; i < ic->samples && rc == 0; i++) {
     memcpy(sample, &i, sizeof(i));
     rc = chime_writer_append(w, sample, ic->sample_bytes, 1.0);
   }
   if (rc == 0)
     rc = chime_writer_flush(w);
-  double dt = now_s() - t0;
+  double dt = chime__bench_now_s() - t0;
   if (rc == 0 && chime_writer_acked(w) != ic->samples)
     rc = CHIME_EPROTO;
   if (rc == 0)
@@ -128,8 +116,7 @@ int chime__bench_ingest(int argc, char **argv) {
     for (int r = 0; r < runs; r++)
       if ((rc = ingest_run(chimed.addr, &cases[k], &wo, &v[r])) != 0)
         goto out;
-    qsort(v, (size_t)runs, sizeof(v[0]), cmp_double);
-    double per_s = runs % 2 ? v[runs / 2] : (v[runs / 2 - 1] + v[runs / 2]) / 2;
+    double per_s = chime__bench_median(v, runs);
     double gbps = per_s * cases[k].sample_bytes / 1e9;
     uint64_t per_msg = wo.max_batch_bytes / cases[k].sample_bytes;
     if (per_msg > wo.max_batch_samples)
@@ -148,17 +135,7 @@ int chime__bench_ingest(int argc, char **argv) {
     fflush(stdout);
   }
 out:
-  if (started) {
-    int st = chime__bench_child_stop(&chimed, 10000);
-    if (st != 0 && rc == 0) {
-      if (st > 0 && WIFSIGNALED(st))
-        fprintf(stderr, "chime-bench ingest: chimed died of signal %d\n",
-                WTERMSIG(st));
-      else
-        fprintf(stderr, "chime-bench ingest: chimed exited with status %d\n",
-                st > 0 && WIFEXITED(st) ? WEXITSTATUS(st) : st);
-      rc = CHIME_EPROTO;
-    }
-  }
+  if (started)
+    rc = chime__bench_chimed_stop(&chimed, rc, "chime-bench ingest", "");
   return rc == 0 ? 0 : 1;
 }

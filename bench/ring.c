@@ -27,6 +27,7 @@
 
 #include "bench.h"
 #include "chime/ring.h"
+#include "measure.h"
 
 extern char **environ;
 
@@ -70,11 +71,6 @@ static int cmp_u64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 static double percentile_us(uint64_t *v, uint64_t n, double q) {
   uint64_t i;
   if (n == 0)
@@ -82,11 +78,6 @@ static double percentile_us(uint64_t *v, uint64_t n, double q) {
   qsort(v, n, sizeof(*v), cmp_u64);
   i = (uint64_t)(q * (double)(n - 1) + 0.5);
   return (double)v[i] / 1000.0;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof(*v), cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 /* ---------------------------------------------------------------- consumer */
@@ -412,14 +403,14 @@ static int bench_size(const opts_t *o, uint64_t bb, int touch) {
     f[7][k] = r.loaded_p99_us;
   }
   med = r;
-  med.memcpy_gbps = median(f[0], o->runs);
-  med.gbps = median(f[1], o->runs);
-  med.batches_per_s = median(f[2], o->runs);
-  med.p50_us = median(f[3], o->runs);
-  med.p99_us = median(f[4], o->runs);
-  med.ratio = median(f[5], o->runs);
-  med.loaded_p50_us = median(f[6], o->runs);
-  med.loaded_p99_us = median(f[7], o->runs);
+  med.memcpy_gbps = chime__bench_median(f[0], o->runs);
+  med.gbps = chime__bench_median(f[1], o->runs);
+  med.batches_per_s = chime__bench_median(f[2], o->runs);
+  med.p50_us = chime__bench_median(f[3], o->runs);
+  med.p99_us = chime__bench_median(f[4], o->runs);
+  med.ratio = chime__bench_median(f[5], o->runs);
+  med.loaded_p50_us = chime__bench_median(f[6], o->runs);
+  med.loaded_p99_us = chime__bench_median(f[7], o->runs);
   emit(o, bb, touch, &med);
   free(src);
   return 0;

@@ -27,7 +27,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -39,6 +38,7 @@
 
 #include "bench.h"
 #include "chime/chime.h"
+#include "measure.h"
 #include "spawn.h"
 
 #define MIB (UINT64_C(1) << 20)
@@ -61,22 +61,6 @@ typedef struct {
   int only_baselines;
   int only; /* --only CASE: that case alone (no ratios), else -1 */
 } opts_t;
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof(*v), cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 static uint64_t batches_for(const opts_t *o, uint64_t batch_bytes) {
   uint64_t n = o->run_bytes / batch_bytes;
@@ -124,11 +108,11 @@ static int run_memcpy(uint64_t batch_bytes, uint64_t batches, double *gbps) {
   int rc = CHIME_ENOMEM;
   if (src == NULL || dst == NULL || src_slots == 0)
     goto out;
-  double t0 = now_s();
+  double t0 = chime__bench_now_s();
   for (uint64_t i = 0; i < batches; i++)
     memcpy(dst + (i % dst_slots) * batch_bytes,
            src + ((i * 7) % src_slots) * batch_bytes, batch_bytes);
-  double dt = now_s() - t0;
+  double dt = chime__bench_now_s() - t0;
   sink += dst[batch_bytes / 2];
   *gbps = (double)(batch_bytes * batches) / dt / 1e9;
   rc = 0;
@@ -197,7 +181,7 @@ static int run_tcp(uint64_t batch_bytes, uint64_t batches, double *gbps) {
     goto out;
 
   w = (tcp_writer_t){cfd, batch_bytes, batches, src, 0};
-  double t0 = now_s();
+  double t0 = chime__bench_now_s();
   if (pthread_create(&th, NULL, tcp_writer, &w) != 0)
     goto out;
   started = 1;
@@ -211,7 +195,7 @@ static int run_tcp(uint64_t batch_bytes, uint64_t batches, double *gbps) {
     got += (uint64_t)n;
     in_batch = (in_batch + (uint64_t)n) % batch_bytes;
   }
-  double dt = now_s() - t0;
+  double dt = chime__bench_now_s() - t0;
   sink += touch(dst, batch_bytes);
   *gbps = (double)total / dt / 1e9;
   rc = 0;
@@ -448,7 +432,7 @@ static int plain_call(grpc_channel *ch, uint64_t batch_bytes, uint64_t warmup,
     goto out;
   for (uint64_t i = 0; i < warmup + batches; i++) {
     if (i == warmup)
-      t0 = now_s();
+      t0 = chime__bench_now_s();
     memset(ops, 0, sizeof(ops));
     ops[0].op = GRPC_OP_RECV_MESSAGE;
     ops[0].data.recv_message.recv_message = &bb;
@@ -484,7 +468,7 @@ static int plain_call(grpc_channel *ch, uint64_t batch_bytes, uint64_t warmup,
     if (i >= warmup)
       got += off;
   }
-  double dt = now_s() - t0;
+  double dt = chime__bench_now_s() - t0;
   memset(ops, 0, sizeof(ops));
   ops[0].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
   ops[0].data.recv_status_on_client.trailing_metadata = &md_trail;
@@ -582,7 +566,7 @@ static int chime_run(const char *addr, chime_mode_t mode, uint32_t batch_size,
   uint64_t warmup = slots;
   for (uint64_t i = 0; i < warmup + batches; i++) {
     if (i == warmup)
-      t0 = now_s();
+      t0 = chime__bench_now_s();
     if ((rc = chime_stream_next(s, &b, 30000)) != 0) {
       snprintf(why, whylen, "next: %s", chime_stream_last_error(s));
       goto out;
@@ -596,7 +580,7 @@ static int chime_run(const char *addr, chime_mode_t mode, uint32_t batch_size,
       bytes += n;
     chime_batch_release(s, &b);
   }
-  *gbps = (double)bytes / (now_s() - t0) / 1e9;
+  *gbps = (double)bytes / (chime__bench_now_s() - t0) / 1e9;
 out:
   chime_stream_close(s);
   chime_client_destroy(c);
@@ -732,7 +716,7 @@ static double ratio(const results_t *res, const opts_t *o, int a, int b,
   double q[MAX_RUNS];
   for (int r = 0; r < o->runs; r++)
     q[r] = res->v[a][size][r] / res->v[b][size][r];
-  return median(q, o->runs);
+  return chime__bench_median(q, o->runs);
 }
 
 /* CPU seconds a process has used (all threads); 0 if it cannot be read. */
@@ -872,9 +856,9 @@ int chime__bench_service(int argc, char **argv) {
       double cpu[MAX_RUNS];
       memcpy(cpu, res.cpu[c][i], sizeof(cpu));
       snprintf(extra + strlen(extra), sizeof(extra) - strlen(extra),
-               "\"cpu_s_per_gb\":%.3f,\"runs\":%d", median(cpu, o.runs),
-               o.runs);
-      emit(&o, case_name[c], bb, median(g, o.runs),
+               "\"cpu_s_per_gb\":%.3f,\"runs\":%d",
+               chime__bench_median(cpu, o.runs), o.runs);
+      emit(&o, case_name[c], bb, chime__bench_median(g, o.runs),
            c == C_MEMCPY || !all ? 0 : ratio(&res, &o, c, C_MEMCPY, i),
            c >= C_SHM && all ? ratio(&res, &o, c, C_PLAIN, i) : 0, extra);
     }
@@ -883,18 +867,8 @@ int chime__bench_service(int argc, char **argv) {
 fail:
   if (have_plain)
     plain_stop(&plain);
-  if (have_chimed) {
-    int st = chime__bench_child_stop(&chimed, 10000);
-    if (st != 0 && rc == 0) {
-      if (st > 0 && WIFSIGNALED(st))
-        fprintf(stderr, "chime-bench: chimed died of signal %d at shutdown\n",
-                WTERMSIG(st));
-      else
-        fprintf(stderr, "chime-bench: chimed exited with status %d\n",
-                st > 0 && WIFEXITED(st) ? WEXITSTATUS(st) : st);
-      rc = CHIME_EPROTO;
-    }
-  }
+  if (have_chimed)
+    rc = chime__bench_chimed_stop(&chimed, rc, "chime-bench", " at shutdown");
   if (have_grpc)
     grpc_shutdown_blocking();
   if (rc != 0)

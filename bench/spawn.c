@@ -188,3 +188,17 @@ int chime__bench_child_stop(chime__bench_child_t *c, int timeout_ms) {
   }
   return rc != 0 ? rc : st;
 }
+
+int chime__bench_chimed_stop(chime__bench_child_t *c, int rc, const char *who,
+                             const char *when) {
+  int st = chime__bench_child_stop(c, 10000);
+  if (st == 0 || rc != 0)
+    return rc;
+  if (st > 0 && WIFSIGNALED(st))
+    fprintf(stderr, "%s: chimed died of signal %d%s\n", who, WTERMSIG(st),
+            when);
+  else
+    fprintf(stderr, "%s: chimed exited with status %d\n", who,
+            st > 0 && WIFEXITED(st) ? WEXITSTATUS(st) : st);
+  return CHIME_EPROTO;
+}

@@ -25,6 +25,12 @@ int chime__bench_chimed_start(chime__bench_child_t *c, const char *config_json);
 /* SIGTERM, then SIGKILL after timeout_ms; reaps; removes the temp dir.
  * Returns the exit status or a negative code. */
 int chime__bench_child_stop(chime__bench_child_t *c, int timeout_ms);
+/* Stops chimed (10 s) after a run that ended with rc. A chimed that did not
+ * exit cleanly fails a run that had not failed already: "<who>: chimed died
+ * of signal N<when>" or "<who>: chimed exited with status N" on stderr, and
+ * CHIME_EPROTO. Otherwise returns rc. */
+int chime__bench_chimed_stop(chime__bench_child_t *c, int rc, const char *who,
+                             const char *when);
 /* This binary's path (for re-exec). */
 const char *chime__bench_self(char *buf, size_t len);
 

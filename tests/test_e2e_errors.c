@@ -92,18 +92,41 @@ static void assert_serving(void) {
   protobuf_c_message_free_unpacked(resp, NULL);
 }
 
+/* Ends a raw call, frees it, and returns its final status. */
+static grpc_status_code finish_call(chime__raw_t *r, char *details,
+                                    size_t len) {
+  grpc_status_code st = GRPC_STATUS_UNKNOWN;
+  assert_int_equal(chime__raw_finish(r, &st, details, len, 20000), 0);
+  chime__raw_destroy(r);
+  return st;
+}
+
+/* An InsertRequest of `count` samples in data[0..len) for `table`. */
+static Chime__V1__InsertRequest insert_req(const char *table, uint32_t count,
+                                           uint8_t *data, size_t len) {
+  Chime__V1__InsertRequest req = CHIME__V1__INSERT_REQUEST__INIT;
+  req.table = (char *)table;
+  req.count = count;
+  req.data.data = data;
+  req.data.len = len;
+  return req;
+}
+
 /* Sends the requests of one Insert call and returns its final status. */
 static grpc_status_code insert_call(Chime__V1__InsertRequest *const *reqs,
                                     size_t n, char *details, size_t len) {
   chime__raw_t r;
-  grpc_status_code st = GRPC_STATUS_UNKNOWN;
   assert_int_equal(chime__raw_start(&r, ch, M_INSERT, 20000), 0);
   for (size_t i = 0; i < n; i++)
     if (chime__raw_send(&r, &reqs[i]->base) != 0)
       break; /* the server may end the call before reading everything */
-  assert_int_equal(chime__raw_finish(&r, &st, details, len, 20000), 0);
-  chime__raw_destroy(&r);
-  return st;
+  return finish_call(&r, details, len);
+}
+
+static grpc_status_code insert_one(Chime__V1__InsertRequest *req, char *details,
+                                   size_t len) {
+  Chime__V1__InsertRequest *reqs[] = {req};
+  return insert_call(reqs, 1, details, len);
 }
 
 static void test_insert_wrong_size(void **state) {
@@ -111,13 +134,8 @@ static void test_insert_wrong_size(void **state) {
   uint8_t data[4 * 260];
   char details[512];
   memset(data, 1, sizeof(data));
-  Chime__V1__InsertRequest req = CHIME__V1__INSERT_REQUEST__INIT;
-  req.table = (char *)"demo";
-  req.count = 4;
-  req.data.data = data;
-  req.data.len = sizeof(data);
-  Chime__V1__InsertRequest *reqs[] = {&req};
-  assert_int_equal(insert_call(reqs, 1, details, sizeof(details)),
+  Chime__V1__InsertRequest req = insert_req("demo", 4, data, sizeof(data));
+  assert_int_equal(insert_one(&req, details, sizeof(details)),
                    GRPC_STATUS_INVALID_ARGUMENT);
   assert_contains(details, "'reward'");
   assert_contains(details, "264");
@@ -142,15 +160,10 @@ static void test_insert_wrong_spec(void **state) {
   rew.dtype = (char *)"f64"; /* the table has f32 */
   Chime__V1__Leaf *spec[] = {&obs, &act, &rew};
   memset(data, 0, sizeof(data));
-  Chime__V1__InsertRequest req = CHIME__V1__INSERT_REQUEST__INIT;
-  req.table = (char *)"demo";
-  req.count = 1;
-  req.data.data = data;
-  req.data.len = sizeof(data);
+  Chime__V1__InsertRequest req = insert_req("demo", 1, data, sizeof(data));
   req.n_spec = 3;
   req.spec = spec;
-  Chime__V1__InsertRequest *reqs[] = {&req};
-  assert_int_equal(insert_call(reqs, 1, details, sizeof(details)),
+  assert_int_equal(insert_one(&req, details, sizeof(details)),
                    GRPC_STATUS_INVALID_ARGUMENT);
   assert_contains(details, "leaf 'reward'");
   assert_contains(details, "4 bytes");
@@ -163,11 +176,7 @@ static void test_insert_table_changes(void **state) {
   uint8_t data[SAMPLE_BYTES];
   char details[512];
   memset(data, 0, sizeof(data));
-  Chime__V1__InsertRequest a = CHIME__V1__INSERT_REQUEST__INIT;
-  a.table = (char *)"demo";
-  a.count = 1;
-  a.data.data = data;
-  a.data.len = sizeof(data);
+  Chime__V1__InsertRequest a = insert_req("demo", 1, data, sizeof(data));
   Chime__V1__InsertRequest b = a;
   b.table = (char *)"other";
   Chime__V1__InsertRequest *reqs[] = {&a, &b};
@@ -180,13 +189,8 @@ static void test_insert_unknown_table(void **state) {
   (void)state;
   uint8_t data[SAMPLE_BYTES] = {0};
   char details[512];
-  Chime__V1__InsertRequest req = CHIME__V1__INSERT_REQUEST__INIT;
-  req.table = (char *)"nope";
-  req.count = 1;
-  req.data.data = data;
-  req.data.len = sizeof(data);
-  Chime__V1__InsertRequest *reqs[] = {&req};
-  assert_int_equal(insert_call(reqs, 1, details, sizeof(details)),
+  Chime__V1__InsertRequest req = insert_req("nope", 1, data, sizeof(data));
+  assert_int_equal(insert_one(&req, details, sizeof(details)),
                    GRPC_STATUS_NOT_FOUND);
   assert_contains(details, "table 'nope' not found");
   assert_serving();
@@ -206,11 +210,10 @@ static Chime__V1__SubscribeResponse *subscribe(chime__raw_t *r,
   return (Chime__V1__SubscribeResponse *)resp;
 }
 
-static grpc_status_code open_fails(const char *table, uint32_t batch,
-                                   uint32_t slots, Chime__V1__Mode mode,
-                                   char *details, size_t len) {
-  chime__raw_t r;
-  grpc_status_code st = GRPC_STATUS_UNKNOWN;
+/* subscribe() with an Open of these fields. */
+static Chime__V1__SubscribeResponse *
+subscribe_open(chime__raw_t *r, const char *table, uint32_t batch,
+               uint32_t slots, Chime__V1__Mode mode) {
   Chime__V1__Open open = CHIME__V1__OPEN__INIT;
   open.table = (char *)table;
   open.batch_size = batch;
@@ -219,16 +222,22 @@ static grpc_status_code open_fails(const char *table, uint32_t batch,
   Chime__V1__SubscribeRequest req = CHIME__V1__SUBSCRIBE_REQUEST__INIT;
   req.kind_case = CHIME__V1__SUBSCRIBE_REQUEST__KIND_OPEN;
   req.open = &open;
-  Chime__V1__SubscribeResponse *resp = subscribe(&r, &req.base);
+  return subscribe(r, &req.base);
+}
+
+static grpc_status_code open_fails(const char *table, uint32_t batch,
+                                   uint32_t slots, Chime__V1__Mode mode,
+                                   char *details, size_t len) {
+  chime__raw_t r;
+  Chime__V1__SubscribeResponse *resp =
+      subscribe_open(&r, table, batch, slots, mode);
   if (resp != NULL) {
     protobuf_c_message_free_unpacked(&resp->base, NULL);
     chime__raw_destroy(&r);
     fail_msg("Subscribe(%s, batch %u, slots %u, mode %d) was answered", table,
              batch, slots, (int)mode);
   }
-  assert_int_equal(chime__raw_finish(&r, &st, details, len, 20000), 0);
-  chime__raw_destroy(&r);
-  return st;
+  return finish_call(&r, details, len);
 }
 
 static void test_subscribe_unknown_table(void **state) {
@@ -267,7 +276,6 @@ static void test_subscribe_bad_open(void **state) {
 
   /* A credit before any open. */
   chime__raw_t r;
-  grpc_status_code st = GRPC_STATUS_UNKNOWN;
   Chime__V1__Credit credit = CHIME__V1__CREDIT__INIT;
   credit.batches = 1;
   Chime__V1__SubscribeRequest req = CHIME__V1__SUBSCRIBE_REQUEST__INIT;
@@ -275,10 +283,8 @@ static void test_subscribe_bad_open(void **state) {
   req.credit = &credit;
   Chime__V1__SubscribeResponse *resp = subscribe(&r, &req.base);
   assert_null(resp);
-  assert_int_equal(chime__raw_finish(&r, &st, details, sizeof(details), 20000),
-                   0);
-  chime__raw_destroy(&r);
-  assert_int_equal(st, GRPC_STATUS_INVALID_ARGUMENT);
+  assert_int_equal(finish_call(&r, details, sizeof(details)),
+                   GRPC_STATUS_INVALID_ARGUMENT);
   assert_contains(details, "open");
   assert_serving();
 }
@@ -290,23 +296,26 @@ static Chime__V1__SubscribeResponse *open_stream(chime__raw_t *r,
                                                  Chime__V1__Mode mode,
                                                  grpc_status_code *st,
                                                  char *details, size_t len) {
-  Chime__V1__Open open = CHIME__V1__OPEN__INIT;
-  open.table = (char *)"demo";
-  open.batch_size = batch;
-  open.slots = slots;
-  open.mode = mode;
-  Chime__V1__SubscribeRequest req = CHIME__V1__SUBSCRIBE_REQUEST__INIT;
-  req.kind_case = CHIME__V1__SUBSCRIBE_REQUEST__KIND_OPEN;
-  req.open = &open;
-  Chime__V1__SubscribeResponse *resp = subscribe(r, &req.base);
+  Chime__V1__SubscribeResponse *resp =
+      subscribe_open(r, "demo", batch, slots, mode);
   *st = GRPC_STATUS_OK;
   details[0] = '\0';
   if (resp == NULL) {
-    assert_int_equal(chime__raw_finish(r, st, details, len, 20000), 0);
-    chime__raw_destroy(r);
+    *st = finish_call(r, details, len);
     return NULL;
   }
   assert_int_equal(resp->kind_case, CHIME__V1__SUBSCRIBE_RESPONSE__KIND_OPENED);
+  return resp;
+}
+
+/* A shm stream of 8-sample batches in 4 slots; its Opened response. */
+static Chime__V1__SubscribeResponse *open_shm_stream(chime__raw_t *r) {
+  grpc_status_code st;
+  char details[512];
+  Chime__V1__SubscribeResponse *resp = open_stream(
+      r, 8, 4, CHIME__V1__MODE__MODE_SHM, &st, details, sizeof(details));
+  if (resp == NULL)
+    fail_msg("shm open refused: %s", details);
   return resp;
 }
 
@@ -383,20 +392,30 @@ static void test_budgets(void **state) {
 
 /* --- handoff socket --- */
 
+/* The address of a handoff socket path ('@' for the abstract namespace);
+ * -1 for a path that cannot be one. Also used by the --present helper, which
+ * has no cmocka to assert with. */
+static int handoff_addr(const char *path, struct sockaddr_un *sa,
+                        socklen_t *len) {
+  memset(sa, 0, sizeof(*sa));
+  sa->sun_family = AF_UNIX;
+  size_t n = strlen(path);
+  if (n < 2 || n >= sizeof(sa->sun_path))
+    return -1;
+  if (path[0] == '@') {
+    memcpy(sa->sun_path + 1, path + 1, n - 1);
+    *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n);
+  } else {
+    memcpy(sa->sun_path, path, n);
+    *len = (socklen_t)sizeof(*sa);
+  }
+  return 0;
+}
+
 static int handoff_connect(const char *path) {
   struct sockaddr_un sa;
-  socklen_t len;
-  memset(&sa, 0, sizeof(sa));
-  sa.sun_family = AF_UNIX;
-  size_t n = strlen(path);
-  assert_true(n > 1 && n < sizeof(sa.sun_path));
-  if (path[0] == '@') {
-    memcpy(sa.sun_path + 1, path + 1, n - 1);
-    len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n);
-  } else {
-    memcpy(sa.sun_path, path, n);
-    len = (socklen_t)sizeof(sa);
-  }
+  socklen_t len = 0;
+  assert_int_equal(handoff_addr(path, &sa, &len), 0);
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   assert_true(fd >= 0);
   assert_int_equal(connect(fd, (struct sockaddr *)&sa, len), 0);
@@ -491,16 +510,12 @@ static void assert_no_secret(const void *hay, size_t len, const uint8_t *tok) {
 static void test_tokens(void **state) {
   (void)state;
   chime__raw_t r;
-  grpc_status_code st;
   char details[512];
   uint8_t reply[256], wrong[16], token[16], nonce[16];
   size_t reply_len;
   int fd = -1;
 
-  Chime__V1__SubscribeResponse *resp = open_stream(
-      &r, 8, 4, CHIME__V1__MODE__MODE_SHM, &st, details, sizeof(details));
-  if (resp == NULL)
-    fail_msg("shm open refused: %s", details);
+  Chime__V1__SubscribeResponse *resp = open_shm_stream(&r);
   Chime__V1__Handoff *ho = resp->opened->handoff;
   assert_non_null(ho);
   assert_int_equal(ho->token.len, 16);
@@ -535,10 +550,8 @@ static void test_tokens(void **state) {
 
   /* Whatever the call ends with carries no token either. */
   grpc_call_cancel(r.call, NULL);
-  assert_int_equal(chime__raw_finish(&r, &st, details, sizeof(details), 20000),
-                   0);
+  (void)finish_call(&r, details, sizeof(details));
   assert_no_secret(details, strlen(details), token);
-  chime__raw_destroy(&r);
   wait_ring_bytes(0);
   assert_serving();
 }
@@ -546,14 +559,9 @@ static void test_tokens(void **state) {
 static void test_garbage_on_handoff_socket(void **state) {
   (void)state;
   chime__raw_t r;
-  grpc_status_code st;
-  char details[512];
   uint8_t junk[4096], reply[256];
 
-  Chime__V1__SubscribeResponse *resp = open_stream(
-      &r, 8, 4, CHIME__V1__MODE__MODE_SHM, &st, details, sizeof(details));
-  if (resp == NULL)
-    fail_msg("shm open refused: %s", details);
+  Chime__V1__SubscribeResponse *resp = open_shm_stream(&r);
   char path[128];
   snprintf(path, sizeof(path), "%s", resp->opened->handoff->socket_path);
   protobuf_c_message_free_unpacked(&resp->base, NULL);
@@ -612,7 +620,6 @@ static void test_garbage_on_grpc_port(void **state) {
 
   /* Garbage as gRPC messages: unreadable protobuf. */
   chime__raw_t r;
-  grpc_status_code st = GRPC_STATUS_OK;
   char details[512];
   static const char *methods[] = {M_INSERT, M_SUBSCRIBE};
   for (size_t m = 0; m < 2; m++) {
@@ -620,10 +627,8 @@ static void test_garbage_on_grpc_port(void **state) {
     junk[0] = 0xff; /* field 31, wire type 7: never valid protobuf */
     assert_int_equal(chime__raw_start(&r, ch, methods[m], 20000), 0);
     (void)chime__raw_send_bytes(&r, junk, 512);
-    assert_int_equal(
-        chime__raw_finish(&r, &st, details, sizeof(details), 20000), 0);
-    chime__raw_destroy(&r);
-    assert_int_equal(st, GRPC_STATUS_INVALID_ARGUMENT);
+    assert_int_equal(finish_call(&r, details, sizeof(details)),
+                     GRPC_STATUS_INVALID_ARGUMENT);
   }
   assert_serving();
 }
@@ -633,13 +638,10 @@ static void test_garbage_on_grpc_port(void **state) {
 static void test_unknown_method(void **state) {
   (void)state;
   chime__raw_t r;
-  grpc_status_code st = GRPC_STATUS_OK;
   char details[512];
   assert_int_equal(chime__raw_start(&r, ch, "/chime.v1.Chime/Nope", 20000), 0);
-  assert_int_equal(chime__raw_finish(&r, &st, details, sizeof(details), 20000),
-                   0);
-  chime__raw_destroy(&r);
-  assert_int_equal(st, GRPC_STATUS_UNIMPLEMENTED);
+  assert_int_equal(finish_call(&r, details, sizeof(details)),
+                   GRPC_STATUS_UNIMPLEMENTED);
   assert_serving();
 }
 
@@ -671,12 +673,7 @@ static void other_stop(void) {
 /* Opens a shm stream on the current channel; the token and socket path. */
 static void open_shm(chime__raw_t *r, uint8_t token[16], char *path,
                      size_t len) {
-  grpc_status_code st;
-  char details[512];
-  Chime__V1__SubscribeResponse *resp = open_stream(
-      r, 8, 4, CHIME__V1__MODE__MODE_SHM, &st, details, sizeof(details));
-  if (resp == NULL)
-    fail_msg("shm open refused: %s", details);
+  Chime__V1__SubscribeResponse *resp = open_shm_stream(r);
   memcpy(token, resp->opened->handoff->token.data, 16);
   snprintf(path, len, "%s", resp->opened->handoff->socket_path);
   protobuf_c_message_free_unpacked(&resp->base, NULL);
@@ -774,18 +771,9 @@ static int present_main(const char *path, const char *hex, const char *uidtxt) {
     return 2;
   }
   struct sockaddr_un sa;
-  memset(&sa, 0, sizeof(sa));
-  sa.sun_family = AF_UNIX;
-  size_t n = strlen(path);
-  socklen_t len = (socklen_t)sizeof(sa);
-  if (n < 2 || n >= sizeof(sa.sun_path))
+  socklen_t len = 0;
+  if (handoff_addr(path, &sa, &len) != 0)
     return 2;
-  if (path[0] == '@') {
-    memcpy(sa.sun_path + 1, path + 1, n - 1);
-    len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n);
-  } else {
-    memcpy(sa.sun_path, path, n);
-  }
   int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (s < 0 || connect(s, (struct sockaddr *)&sa, len) != 0 ||
       write(s, req, sizeof(req)) != (ssize_t)sizeof(req)) {

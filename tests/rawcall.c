@@ -120,17 +120,23 @@ int chime__raw_close_send(chime__raw_t *r) {
   return rc != 0 ? rc : pluck(r, TAG_CLOSE, -1);
 }
 
+/* Adds the call's one receive of initial metadata at op, unless it was
+ * asked for already; returns the ops added. */
+static size_t add_recv_md(chime__raw_t *r, grpc_op *op) {
+  if (r->got_md)
+    return 0;
+  r->got_md = 1;
+  op->op = GRPC_OP_RECV_INITIAL_METADATA;
+  op->data.recv_initial_metadata.recv_initial_metadata = &r->md_in;
+  return 1;
+}
+
 int chime__raw_recv(chime__raw_t *r, grpc_byte_buffer **bb, int timeout_ms) {
   *bb = NULL;
   if (!r->recv_pending) {
     grpc_op ops[2];
-    size_t n = 0;
     memset(ops, 0, sizeof(ops));
-    if (!r->got_md) {
-      r->got_md = 1;
-      ops[n].op = GRPC_OP_RECV_INITIAL_METADATA;
-      ops[n++].data.recv_initial_metadata.recv_initial_metadata = &r->md_in;
-    }
+    size_t n = add_recv_md(r, &ops[0]);
     ops[n].op = GRPC_OP_RECV_MESSAGE;
     ops[n++].data.recv_message.recv_message = &r->rbb;
     r->rbb = NULL;
@@ -202,14 +208,9 @@ int chime__raw_finish(chime__raw_t *r, grpc_status_code *status, char *details,
     } while (bb != NULL);
     if (!r->status_pending) {
       grpc_op ops[2];
-      size_t n = 0;
       memset(ops, 0, sizeof(ops));
       /* The status is only delivered once initial metadata was asked for. */
-      if (!r->got_md) {
-        r->got_md = 1;
-        ops[n].op = GRPC_OP_RECV_INITIAL_METADATA;
-        ops[n++].data.recv_initial_metadata.recv_initial_metadata = &r->md_in;
-      }
+      size_t n = add_recv_md(r, &ops[0]);
       ops[n].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
       ops[n].data.recv_status_on_client.trailing_metadata = &r->md_trail;
       ops[n].data.recv_status_on_client.status = &r->status;

@@ -191,7 +191,9 @@ int chime__bench_child_stop(chime__bench_child_t *c, int timeout_ms) {
 
 int chime__bench_chimed_stop(chime__bench_child_t *c, int rc, const char *who,
                              const char *when) {
-  int st = chime__bench_child_stop(c, 10000);
+  /* 30 s, like the tests: gRPC 1.51's grpc_shutdown_blocking now and then
+   * waits about 10 s for its executor's poller before chimed can exit. */
+  int st = chime__bench_child_stop(c, 30000);
   if (st == 0 || rc != 0)
     return rc;
   if (st > 0 && WIFSIGNALED(st))

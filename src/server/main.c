@@ -1,8 +1,11 @@
 /* chimed: flags, the embedded server on its own grpc_server, and a libuv loop
  * that turns SIGINT/SIGTERM into a graceful stop. */
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include "chime/chime.h"
@@ -39,6 +42,28 @@ static int flag_value(int argc, char **argv, int *i, const char *name,
     return -1;
   *out = argv[++*i];
   return 1;
+}
+
+/* Once chime_server_stop() has returned, the graceful stop is over: clients
+ * have their statuses and acked inserts are done. What is left is gRPC's own
+ * teardown, and gRPC 1.51's grpc_shutdown_blocking() now and then waits ~10 s
+ * for a TCP backup poller's epoll timeout. Past this bound chimed exits
+ * anyway; _exit skips gRPC's C++ destructors, which must not run while its
+ * threads do. */
+#define TEARDOWN_BOUND_S 2
+static atomic_int torn_down;
+
+static void *teardown_watchdog(void *arg) {
+  (void)arg;
+  sleep(TEARDOWN_BOUND_S);
+  if (!atomic_load(&torn_down)) {
+    fprintf(stderr, "chimed: gRPC teardown still running after %d s; exiting\n",
+            TEARDOWN_BOUND_S);
+    fflush(stdout);
+    fflush(stderr);
+    _exit(0);
+  }
+  return NULL;
 }
 
 static void close_handle(uv_handle_t *h, void *arg) {
@@ -107,7 +132,12 @@ int main(int argc, char **argv) {
   fflush(stdout);
 
   uv_run(loop, UV_RUN_DEFAULT);
+  chime_server_stop(srv); /* the graceful part, not bounded by the watchdog */
+  pthread_t watchdog;
+  if (pthread_create(&watchdog, NULL, teardown_watchdog, NULL) == 0)
+    pthread_detach(watchdog);
   chime_server_destroy(srv);
+  atomic_store(&torn_down, 1);
   uv_walk(loop, close_handle, NULL);
   uv_run(loop, UV_RUN_DEFAULT);
   uv_loop_close(loop);

@@ -108,9 +108,13 @@ static json_t *stats_json(const chime_stats_t *st) {
                   (json_int_t)s->ring_bytes, "leases", (int)s->leases,
                   "max_leases", (int)s->max_leases, "pinned", s->pinned));
   }
-  return json_pack("{s:o, s:o, s:I, s:I}", "tables", tables, "streams", streams,
-                   "ring_bytes_total", (json_int_t)st->ring_bytes_total,
-                   "pinned_bytes", (json_int_t)st->pinned_bytes);
+  return json_pack("{s:o, s:o, s:I, s:I, s:I, s:I, s:i}", "tables", tables,
+                   "streams", streams, "ring_bytes_total",
+                   (json_int_t)st->ring_bytes_total, "pinned_bytes",
+                   (json_int_t)st->pinned_bytes, "staged_insert_bytes",
+                   (json_int_t)st->staged_insert_bytes, "staged_insert_budget",
+                   (json_int_t)st->staged_insert_budget, "insert_calls_parked",
+                   (int)st->insert_calls_parked);
 }
 
 static double ms(uint64_t ns) {
@@ -142,6 +146,10 @@ static void stats_text(const chime_stats_t *st) {
     printf("(no streams)\n");
   printf("\nring bytes total: %" PRIu64 ", pinned bytes: %" PRIu64 "\n",
          st->ring_bytes_total, st->pinned_bytes);
+  printf("staged insert bytes: %" PRIu64 " of %" PRIu64
+         ", insert calls parked: %" PRIu32 "\n",
+         st->staged_insert_bytes, st->staged_insert_budget,
+         st->insert_calls_parked);
 }
 
 static int print_json(json_t *j) {

@@ -122,6 +122,10 @@ typedef struct {
   chime_stream_stats_t *streams;
   uint64_t ring_bytes_total;
   uint64_t pinned_bytes;
+  /* Insert requests waiting for room in full fifo tables (bytes held by the
+   * server) against its budget, and Insert calls it does not read meanwhile. */
+  uint64_t staged_insert_bytes, staged_insert_budget;
+  uint32_t insert_calls_parked;
 } chime_stats_t;
 
 CHIME_EXTERN CHIME_NODISCARD int chime_client_stats(chime_client_t *client,

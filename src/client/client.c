@@ -276,6 +276,9 @@ int chime_client_stats(chime_client_t *client, chime_stats_t **out) {
   }
   st->ring_bytes_total = r->ring_bytes_total;
   st->pinned_bytes = r->pinned_bytes;
+  st->staged_insert_bytes = r->staged_insert_bytes;
+  st->staged_insert_budget = r->staged_insert_budget;
+  st->insert_calls_parked = r->insert_calls_parked;
   *out = st;
   st = NULL;
 

@@ -40,6 +40,7 @@ static void config_base(chime__config_t *cfg) {
   cfg->handoff_expires_ms = CHIME__DEFAULT_EXPIRES_MS;
   cfg->stream_ring_bytes = CHIME__DEFAULT_STREAM_RING_BYTES;
   cfg->total_ring_bytes = CHIME__DEFAULT_TOTAL_RING_BYTES;
+  cfg->staged_insert_bytes = CHIME__DEFAULT_STAGED_INSERT_BYTES;
 }
 
 /* Checks one table after its fields are read; `where` names it. */
@@ -156,10 +157,12 @@ static int parse_budgets(chime__config_t *cfg, json_t *obj, char *err,
       dst = &cfg->stream_ring_bytes;
     else if (strcmp(key, "total_ring_bytes") == 0)
       dst = &cfg->total_ring_bytes;
+    else if (strcmp(key, "staged_insert_bytes") == 0)
+      dst = &cfg->staged_insert_bytes;
     else
       return fail(err, errlen,
                   "'budgets.%s': unknown key (known: stream_ring_bytes, "
-                  "total_ring_bytes)",
+                  "total_ring_bytes, staged_insert_bytes)",
                   key);
     char kw[96];
     snprintf(kw, sizeof(kw), "'budgets.%s'", key);

@@ -34,6 +34,7 @@ typedef struct {
   uint32_t allowed_uids[CHIME__MAX_UIDS];
   uint64_t stream_ring_bytes;
   uint64_t total_ring_bytes;
+  uint64_t staged_insert_bytes;
   int pin_host_memory;
   uint32_t ntables;
   chime__table_config_t tables[CHIME__MAX_TABLES];
@@ -44,6 +45,8 @@ typedef struct {
 #define CHIME__DEFAULT_LISTEN "127.0.0.1:50051"
 #define CHIME__DEFAULT_STREAM_RING_BYTES (UINT64_C(256) << 20)
 #define CHIME__DEFAULT_TOTAL_RING_BYTES (UINT64_C(1) << 30)
+/* Insert requests copied out of gRPC's buffers to wait for room. */
+#define CHIME__DEFAULT_STAGED_INSERT_BYTES (UINT64_C(256) << 20)
 #define CHIME__DEFAULT_EXPIRES_MS 5000u
 /* A table's storage (capacity * sample bytes) is reserved up front. */
 #define CHIME__MAX_TABLE_BYTES (UINT64_C(1) << 40)

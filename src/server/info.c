@@ -210,6 +210,11 @@ static void stats_on_start(chime__call_t *c) {
   r.n_streams = n;
   r.streams = sp;
   r.ring_bytes_total = srv->ring_bytes;
+  chime__staging_stats_t gs;
+  chime__staging_get_stats(&srv->staging, &gs);
+  r.staged_insert_bytes = gs.bytes;
+  r.staged_insert_budget = gs.budget;
+  r.insert_calls_parked = (uint32_t)gs.parked;
   send_unlock(c, &r.base);
   goto out;
 oom:

@@ -11,7 +11,11 @@
  * in whole or not at all, so a writer that retries what was not acked never
  * duplicates items. One request per call is in the works at a time: the
  * next is read after the ack is queued, which is the back-pressure a writer
- * sees. */
+ * sees. A staged request belongs to its call: when the call ends (cancel,
+ * deadline, client gone) before the request went in, it is dropped, so a
+ * request that was never acked never goes in later. Staged bytes count
+ * against budgets.staged_insert_bytes (staging.c): past it, calls are not
+ * read until staged requests go in or are dropped. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +26,7 @@
 #include "common/pbread.h"
 #include "server/insertreq.h"
 #include "server/server.h"
+#include "server/staging.h"
 
 /* A received InsertRequest: its slices, held until the worker has copied
  * the samples out of them, and the fields read from them. */
@@ -92,9 +97,11 @@ out:
  * held while an insert waits. */
 typedef struct {
   uint8_t *data;
+  uint64_t bytes; /* charged to the staging budget */
   uint32_t count;
   uint64_t id;
   double *priorities; /* NULL: all 1.0 */
+  chime__staging_t *budget;
 } staged_t;
 
 static void staged_free(staged_t *sg) {
@@ -102,25 +109,33 @@ static void staged_free(staged_t *sg) {
     return;
   free(sg->data);
   free(sg->priorities);
+  chime__staging_release(sg->budget, sg->bytes);
   free(sg);
 }
 
-/* Takes the request's samples and priorities out of m. */
-static staged_t *stage(msg_t *m) {
+/* Takes the request's samples and priorities out of m, charged to the
+ * staging budget. CHIME_ERESOURCE when they do not fit it. */
+static int stage(staged_t **out, msg_t *m, chime__staging_t *budget) {
+  uint64_t bytes = m->q.data_len + (uint64_t)m->q.count * sizeof(double);
+  *out = NULL;
+  if (chime__staging_charge(budget, bytes) != 0)
+    return CHIME_ERESOURCE;
   staged_t *sg = calloc(1, sizeof(*sg));
-  if (sg == NULL)
-    return NULL;
-  sg->data = malloc(m->q.data_len ? (size_t)m->q.data_len : 1);
-  if (sg->data == NULL) {
+  if (sg == NULL ||
+      (sg->data = malloc(m->q.data_len ? (size_t)m->q.data_len : 1)) == NULL) {
     free(sg);
-    return NULL;
+    chime__staging_release(budget, bytes);
+    return CHIME_ENOMEM;
   }
   chime__pb_copy(&m->pr, m->q.data_offset, sg->data, m->q.data_len);
   sg->count = m->q.count;
   sg->id = m->q.id;
   sg->priorities = m->q.priorities;
   m->q.priorities = NULL;
-  return sg;
+  sg->budget = budget;
+  sg->bytes = bytes;
+  *out = sg;
+  return 0;
 }
 
 /* Inserts m's samples from the received slices, without waiting. */
@@ -146,7 +161,11 @@ struct insert_s {
   chime__table_t *table;
   uint32_t tindex;
   staged_t *req; /* waiting for the worker */
+  /* Set when the server stops or the call ends: a request waiting for room
+   * gives up (nothing of it in the table). */
+  atomic_int abort;
   int pending, half_closed, stopping;
+  int ended;      /* the call is over: a request not yet in is dropped */
   insert_t *next; /* worker queue */
 };
 
@@ -325,12 +344,20 @@ static void insert_finish(chime__call_t *c, insert_t *st, int rc, uint64_t id,
     finish_err(c, rc,
                rc == CHIME_ENOMEM ? "out of memory"
                                   : "request larger than the table");
+  else if (rc == CHIME_ERESOURCE)
+    chime__call_finish(
+        c, GRPC_STATUS_RESOURCE_EXHAUSTED,
+        "insert into '%s': request %llu not inserted: the server's budget "
+        "for requests waiting for room (budgets.staged_insert_bytes, %llu "
+        "bytes) is spent; send it again later",
+        chime__table_config(st->table)->name, (unsigned long long)id,
+        (unsigned long long)c->srv->staging.budget);
   else if (rc != 0 || stop)
     chime__call_finish(c, GRPC_STATUS_UNAVAILABLE, "shutting down");
   else if (hc)
     finish_closed(c);
   else
-    chime__call_recv(c);
+    chime__staging_recv(&c->srv->staging, c);
   chime__call_unref(c);
 }
 
@@ -341,10 +368,11 @@ static void insert_on_start(chime__call_t *c) {
     return;
   }
   st->call = c;
+  atomic_init(&st->abort, 0);
   pthread_mutex_lock(&c->mu);
   c->state = st;
   pthread_mutex_unlock(&c->mu);
-  chime__call_recv(c);
+  chime__staging_recv(&c->srv->staging, c);
 }
 
 static void insert_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
@@ -452,8 +480,7 @@ static void insert_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
     rc = w->head == NULL && !w->busy ? insert_direct(w->t, req, &first_key)
                                      : CHIME_EBUSY;
     if (rc == CHIME_EBUSY) {
-      st->req = stage(req);
-      rc = st->req != NULL ? 0 : CHIME_ENOMEM;
+      rc = stage(&st->req, req, &srv->staging);
       if (rc == 0) {
         st->next = NULL;
         if (w->tail != NULL)
@@ -482,8 +509,14 @@ fail:
 static void insert_done(chime__inserter_t *w, insert_t *st) {
   staged_t *sg = st->req;
   uint64_t first_key = 0;
-  int rc = chime__table_insert(w->t, sg->data, sg->count, sg->priorities,
-                               &first_key, &w->srv->abort_inserts);
+  pthread_mutex_lock(&st->call->mu);
+  int ended = st->ended;
+  pthread_mutex_unlock(&st->call->mu);
+  /* A call that ended before its request went in was never acked: the
+   * request is dropped, and the writer's resend is the one that counts. */
+  int rc = ended ? CHIME_ECLOSED
+                 : chime__table_insert(w->t, sg->data, sg->count,
+                                       sg->priorities, &first_key, &st->abort);
   uint64_t id = sg->id;
   uint32_t count = sg->count;
   pthread_mutex_lock(&st->call->mu);
@@ -551,6 +584,13 @@ void chime__inserter_destroy(chime__inserter_t *w) {
   free(w);
 }
 
+/* Makes a request that waits for room give up, and wakes its wait. */
+static void abort_wait(insert_t *st) {
+  atomic_store(&st->abort, 1);
+  if (st->table != NULL)
+    chime__table_wake(st->table);
+}
+
 static void insert_on_stop(chime__call_t *c) {
   pthread_mutex_lock(&c->mu);
   insert_t *st = c->state;
@@ -560,8 +600,23 @@ static void insert_on_stop(chime__call_t *c) {
     busy = st->pending;
   }
   pthread_mutex_unlock(&c->mu);
+  /* No sampler will make room any more: a request waiting for it ends now
+   * (not acked); requests that fit still go in and are acked. */
+  if (st != NULL)
+    abort_wait(st);
   if (!busy)
     chime__call_finish(c, GRPC_STATUS_UNAVAILABLE, "shutting down");
+}
+
+static void insert_on_close(chime__call_t *c) {
+  pthread_mutex_lock(&c->mu);
+  insert_t *st = c->state;
+  if (st != NULL)
+    st->ended = 1;
+  pthread_mutex_unlock(&c->mu);
+  chime__staging_forget(&c->srv->staging, c);
+  if (st != NULL)
+    abort_wait(st);
 }
 
 static void insert_on_free(chime__call_t *c) {
@@ -572,7 +627,7 @@ static void insert_on_free(chime__call_t *c) {
 const chime__call_vt_t chime__insert_vt = {
     .on_start = insert_on_start,
     .on_message = insert_on_message,
-    .on_close = NULL,
+    .on_close = insert_on_close,
     .on_stop = insert_on_stop,
     .on_free = insert_on_free,
 };

@@ -63,12 +63,14 @@ int chime_server_create(chime_server_t **out, const chime_server_opts_t *opts,
     return CHIME_ENOMEM;
   pthread_mutex_init(&srv->mu, NULL);
   pthread_cond_init(&srv->cond, NULL);
+  chime__staging_init(&srv->staging, 0); /* budget set once configured */
   if (opts->config_path != NULL)
     rc = chime__config_load(&srv->cfg, opts->config_path, err, errlen);
   else
     rc = chime__config_default(&srv->cfg, err, errlen);
   if (rc != 0)
     goto out;
+  srv->staging.budget = srv->cfg.staged_insert_bytes;
   if (opts->listen != NULL) {
     if (opts->listen[0] == '\0' ||
         strlen(opts->listen) >= sizeof(srv->cfg.listen)) {
@@ -195,11 +197,8 @@ void chime_server_stop(chime_server_t *srv) {
   }
   pthread_mutex_unlock(&srv->mu);
   /* With every sampler stopped, an insert waiting for room in a full fifo
-   * table would wait forever: it ends now (not acked); inserts that fit
-   * still complete and are acked. */
-  atomic_store(&srv->abort_inserts, 1);
-  for (uint32_t i = 0; i < srv->ntables; i++)
-    chime__table_wake(srv->tables[i]);
+   * table would wait forever: its call's stop ends it (not acked); inserts
+   * that fit still complete and are acked. */
   for_each_call(srv, stop_one);
   if (wait_calls(srv, STOP_GRACE_MS) > 0) {
     /* Clients that never read their statuses. */
@@ -271,6 +270,7 @@ void chime_server_destroy(chime_server_t *srv) {
   if (srv->owns_grpc)
     grpc_shutdown_blocking();
   if (!leak) {
+    chime__staging_fini(&srv->staging);
     pthread_mutex_destroy(&srv->mu);
     pthread_cond_destroy(&srv->cond);
     free(srv);

@@ -14,6 +14,7 @@
 
 #include "chime/chime.h"
 #include "server/config.h"
+#include "server/staging.h"
 #include "server/table.h"
 
 #define CHIME__MAX_MESSAGE_BYTES (64 << 20)
@@ -144,7 +145,7 @@ struct chime_server_s {
   uint64_t ring_bytes;
   uint64_t next_stream_id;
   atomic_int stopping;
-  atomic_int abort_inserts;
+  chime__staging_t staging; /* staged insert bytes, parked Insert calls */
 
   char boot_id[64];
   char hostname[256];

@@ -1,0 +1,135 @@
+/* Staged insert bytes against their budget, and the Insert calls parked
+ * (not read) while the budget is spent. Parked calls are read again in the
+ * order they were parked once staged bytes are back under the budget; a
+ * call parks behind others already parked, so none is passed over for
+ * good. */
+#include "server/staging.h"
+
+#include <stdlib.h>
+
+#include "server/server.h"
+
+struct chime__parked_s {
+  chime__call_t *call;
+  chime__parked_t *next;
+};
+
+void chime__staging_init(chime__staging_t *g, uint64_t budget) {
+  pthread_mutex_init(&g->mu, NULL);
+  g->budget = budget;
+  g->bytes = 0;
+  g->largest = 0;
+  g->parked_total = 0;
+  g->nparked = 0;
+  g->head = g->tail = NULL;
+}
+
+void chime__staging_fini(chime__staging_t *g) {
+  chime__parked_t *p = g->head;
+  g->head = g->tail = NULL;
+  while (p != NULL) {
+    chime__parked_t *n = p->next;
+    chime__call_unref(p->call);
+    free(p);
+    p = n;
+  }
+  pthread_mutex_destroy(&g->mu);
+}
+
+/* Full: another request like the largest seen would not fit. */
+static int full(const chime__staging_t *g) {
+  return g->bytes > 0 &&
+         (g->bytes >= g->budget || g->largest > g->budget - g->bytes);
+}
+
+void chime__staging_recv(chime__staging_t *g, chime__call_t *c) {
+  chime__parked_t *p = NULL;
+  pthread_mutex_lock(&g->mu);
+  if (full(g) || g->head != NULL)
+    p = malloc(sizeof(*p));
+  if (p != NULL) {
+    chime__call_ref(c);
+    p->call = c;
+    p->next = NULL;
+    if (g->tail != NULL)
+      g->tail->next = p;
+    else
+      g->head = p;
+    g->tail = p;
+    g->nparked++;
+    g->parked_total++;
+  }
+  pthread_mutex_unlock(&g->mu);
+  /* Without memory for the list entry the call is read: one request more
+   * beats a call that hangs for good. */
+  if (p == NULL)
+    chime__call_recv(c);
+}
+
+void chime__staging_forget(chime__staging_t *g, chime__call_t *c) {
+  chime__parked_t *found = NULL;
+  pthread_mutex_lock(&g->mu);
+  for (chime__parked_t **pp = &g->head, *prev = NULL; *pp != NULL;
+       prev = *pp, pp = &(*pp)->next) {
+    if ((*pp)->call != c)
+      continue;
+    found = *pp;
+    *pp = found->next;
+    if (g->tail == found)
+      g->tail = prev;
+    g->nparked--;
+    break;
+  }
+  pthread_mutex_unlock(&g->mu);
+  if (found != NULL) {
+    chime__call_unref(found->call);
+    free(found);
+  }
+}
+
+int chime__staging_charge(chime__staging_t *g, uint64_t bytes) {
+  int rc = 0;
+  pthread_mutex_lock(&g->mu);
+  if (bytes > g->largest)
+    g->largest = bytes;
+  if (g->bytes == 0 || (bytes <= g->budget && g->bytes <= g->budget - bytes))
+    g->bytes += bytes;
+  else
+    rc = CHIME_ERESOURCE;
+  pthread_mutex_unlock(&g->mu);
+  return rc;
+}
+
+void chime__staging_release(chime__staging_t *g, uint64_t bytes) {
+  for (;;) {
+    chime__parked_t *p = NULL;
+    pthread_mutex_lock(&g->mu);
+    if (bytes != 0) {
+      g->bytes -= bytes < g->bytes ? bytes : g->bytes;
+      bytes = 0;
+    }
+    if (!full(g) && g->head != NULL) {
+      p = g->head;
+      g->head = p->next;
+      if (g->head == NULL)
+        g->tail = NULL;
+      g->nparked--;
+    }
+    pthread_mutex_unlock(&g->mu);
+    if (p == NULL)
+      return;
+    chime__call_recv(p->call);
+    chime__call_unref(p->call);
+    free(p);
+  }
+}
+
+void chime__staging_get_stats(chime__staging_t *g,
+                              chime__staging_stats_t *out) {
+  pthread_mutex_lock(&g->mu);
+  out->bytes = g->bytes;
+  out->budget = g->budget;
+  out->parked = g->nparked;
+  out->parked_total = g->parked_total;
+  pthread_mutex_unlock(&g->mu);
+}

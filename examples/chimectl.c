@@ -88,12 +88,13 @@ static json_t *stats_json(const chime_stats_t *st) {
     const chime_table_stats_t *t = &st->tables[i];
     json_array_append_new(
         tables,
-        json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "name", t->name,
+        json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "name", t->name,
                   "size", (json_int_t)t->size, "capacity",
                   (json_int_t)t->capacity, "inserts", (json_int_t)t->inserts,
                   "samples", (json_int_t)t->samples, "sampler_wait_ns",
                   (json_int_t)t->sampler_wait_ns, "insert_wait_ns",
-                  (json_int_t)t->insert_wait_ns));
+                  (json_int_t)t->insert_wait_ns, "returned",
+                  (json_int_t)t->returned));
   }
   for (uint32_t i = 0; i < st->nstreams; i++) {
     const chime_stream_stats_t *s = &st->streams[i];

@@ -5,6 +5,8 @@
  * - chimed killed with SIGKILL: a learner's next returns CHIME_EDISCONNECTED
  *   within its timeout (no hang, no SIGBUS), in shm and in stream mode, and
  *   the batches it holds stay readable.
+ * - fifo items in batches a killed shm learner held or never took go back
+ *   to the table: a later learner gets each exactly once.
  * The holding learner is this binary re-executed (--hold). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -343,6 +345,67 @@ static void test_writer_killed(void **state) {
   chime_stream_close(s);
 }
 
+/* Drains the table with a stream-mode learner until nothing comes for 2 s;
+ * counts each pattern id of `seed` below n in seen. */
+static void drain(uint64_t seed, uint64_t n, uint8_t *seen) {
+  chime_stream_t *s = NULL;
+  chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
+  so.batch_size = BATCH;
+  so.slots = SLOTS;
+  so.mode = CHIME_MODE_STREAM;
+  assert_int_equal(chime_stream_open(client, "demo", &so, &s), 0);
+  for (;;) {
+    chime_batch_t b;
+    int rc = chime_stream_next(s, &b, 2000);
+    if (rc == CHIME_ETIMEDOUT)
+      break;
+    assert_int_equal(rc, 0);
+    for (uint32_t i = 0; i < b.count; i++) {
+      uint64_t id;
+      memcpy(&id, (const uint8_t *)b.leaf[0].data + i * 64 * sizeof(float),
+             sizeof(id));
+      if (id >> 40 != seed || (id & CHIME__PATTERN_MAX_INDEX) >= n)
+        fail_msg("unexpected sample id %llx", (unsigned long long)id);
+      seen[id & CHIME__PATTERN_MAX_INDEX]++;
+    }
+    assert_int_equal(chime_batch_release(s, &b), 0);
+  }
+  chime_stream_close(s);
+}
+
+/* fifo items in batches a killed shm learner held, or that were published
+ * in its ring and never taken, go back to the table: a later learner gets
+ * every item exactly once. */
+static void test_killed_learner_loses_nothing(void **state) {
+  (void)state;
+  enum { N = 200 };
+  chime__proc_t p;
+  uint8_t seen[N] = {0};
+  insert(5, N);
+  spawn_holder(&p, "shm");
+  kill(p.pid, SIGKILL);
+  assert_int_equal(chime__proc_wait(&p, 10000, NULL), 0);
+  int64_t end = chime__now_ms() + 10000;
+  for (;;) {
+    chime_stats_t *st = stats();
+    uint32_t n = st->nstreams;
+    chime_stats_free(st);
+    if (n == 0)
+      break;
+    if (chime__now_ms() > end)
+      fail_msg("the killed learner's stream is still there after 10 s");
+    chime__sleep_ms(10);
+  }
+  drain(5, N, seen);
+  for (int i = 0; i < N; i++)
+    if (seen[i] != 1)
+      fail_msg("item %d delivered %u times after the learner's death", i,
+               seen[i]);
+  chime_stats_t *st = stats();
+  assert_true(st->ntables == 1 && st->tables[0].returned >= HELD * BATCH);
+  chime_stats_free(st);
+}
+
 int main(int argc, char **argv) {
   if (argc == 4 && strcmp(argv[1], "--hold") == 0)
     return hold_main(argv[2], argv[3]);
@@ -350,6 +413,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_learner_killed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_chimed_killed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_writer_killed, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_killed_learner_loses_nothing, setup,
+                                      teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

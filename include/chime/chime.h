@@ -104,6 +104,7 @@ CHIME_EXTERN void chime_server_info_free(chime_server_info_t *info);
 typedef struct {
   char name[CHIME_MAX_NAME];
   uint64_t size, capacity, inserts, samples, sampler_wait_ns, insert_wait_ns;
+  uint64_t returned; /* fifo items given back by streams that ended unread */
 } chime_table_stats_t;
 
 typedef struct {

@@ -185,6 +185,12 @@ CHIME_EXTERN void chime_ring_shutdown(chime_ring_t *ring);
 /* Producer side only: takes back every slot the consumer holds or has not yet
  * taken (the consumer died). Bumps the generation. Returns slots reclaimed. */
 CHIME_EXTERN uint32_t chime_ring_reclaim(chime_ring_t *ring);
+/* Producer side only: the slots published and not yet released (not taken,
+ * or held by the consumer), oldest publish first, e.g. to give their
+ * contents back when the consumer is gone. Writes at most max indices into
+ * slots; returns how many there are. */
+CHIME_EXTERN uint32_t chime_ring_unreleased(const chime_ring_t *ring,
+                                            uint32_t *slots, uint32_t max);
 
 /* --- consumer side --- */
 

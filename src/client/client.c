@@ -257,6 +257,7 @@ int chime_client_stats(chime_client_t *client, chime_stats_t **out) {
     o->samples = t->samples;
     o->sampler_wait_ns = t->sampler_wait_ns;
     o->insert_wait_ns = t->insert_wait_ns;
+    o->returned = t->returned;
   }
   st->nstreams = (uint32_t)r->n_streams;
   for (size_t i = 0; i < r->n_streams; i++) {

@@ -45,6 +45,7 @@ struct chime_ring_s {
 
   /* Producer's private, authoritative state. */
   uint32_t *pub_per_slot; /* times each slot was published */
+  uint64_t *last_seq;     /* seq of each slot's latest publish */
   uint8_t *acquired;      /* taken by acquire, not yet published */
   uint64_t pub;
   uint32_t scan;
@@ -214,10 +215,11 @@ int chime_ring_create(chime_ring_t **out, const chime_spec_t *spec,
   if (rc != 0)
     goto out;
   ring->pub_per_slot = calloc(slots, sizeof(*ring->pub_per_slot));
+  ring->last_seq = calloc(slots, sizeof(*ring->last_seq));
   ring->acquired = calloc(slots, 1);
   ring->held = calloc(slots, 1);
-  if (ring->pub_per_slot == NULL || ring->acquired == NULL ||
-      ring->held == NULL) {
+  if (ring->pub_per_slot == NULL || ring->last_seq == NULL ||
+      ring->acquired == NULL || ring->held == NULL) {
     rc = CHIME_ENOMEM;
     goto out;
   }
@@ -325,6 +327,7 @@ int chime_ring_publish(chime_ring_t *ring, uint32_t slot, uint64_t *seq) {
   ring->acquired[slot] = 0;
   ring->pub_per_slot[slot]++;
   n = ring->pub;
+  ring->last_seq[slot] = n;
   ent = &ring->seg.queue[n % ring->layout.slots];
   atomic_store_explicit(&ent->slot, slot, memory_order_relaxed);
   atomic_store_explicit(&ent->seq, n, memory_order_relaxed);
@@ -370,6 +373,30 @@ uint32_t chime_ring_reclaim(chime_ring_t *ring) {
   atomic_store_explicit(&ctrl->leases, 0, memory_order_relaxed);
   atomic_fetch_add_explicit(&ring->seg.prod->generation, 1,
                             memory_order_release);
+  return n;
+}
+
+uint32_t chime_ring_unreleased(const chime_ring_t *ring, uint32_t *slots,
+                               uint32_t max) {
+  uint32_t n = 0;
+  if (ring == NULL || ring->consumer)
+    return 0;
+  for (uint32_t s = 0; s < ring->layout.slots; s++) {
+    if (ring->pub_per_slot[s] == 0 ||
+        atomic_load_explicit(&ring->seg.relcount[s], memory_order_acquire) ==
+            ring->pub_per_slot[s])
+      continue;
+    if (n < max) {
+      /* Insertion by publish order: at most `slots` entries. */
+      uint32_t i = n;
+      while (i > 0 && ring->last_seq[slots[i - 1]] > ring->last_seq[s]) {
+        slots[i] = slots[i - 1];
+        i--;
+      }
+      slots[i] = s;
+    }
+    n++;
+  }
   return n;
 }
 
@@ -542,6 +569,7 @@ void chime_ring_destroy(chime_ring_t *ring) {
     ring->unpin(ring->unpin_arg);
   chime__segment_close(&ring->seg);
   free(ring->pub_per_slot);
+  free(ring->last_seq);
   free(ring->acquired);
   free(ring->held);
   free(ring);

@@ -166,6 +166,7 @@ static void stats_on_start(chime__call_t *c) {
     ts[i].samples = st.samples;
     ts[i].sampler_wait_ns = st.sampler_wait_ns;
     ts[i].insert_wait_ns = st.insert_wait_ns;
+    ts[i].returned = st.returned;
     ts[i].capacity = st.capacity;
     tp[i] = &ts[i];
   }

@@ -338,6 +338,29 @@ static void send_ready(chime__stream_t *s) {
   pthread_mutex_unlock(&s->send_mu);
 }
 
+/* The stream ended: fifo items in batches its learner never finished (not
+ * taken, or taken and not released; in stream mode not yet sent or still
+ * held by gRPC) go back to the table, so a learner's death loses nothing.
+ * At least once: a batch the learner was reading as its stream ended may be
+ * delivered again. */
+static void give_back(chime__stream_t *s) {
+  uint32_t *slots = malloc(s->lay.slots * sizeof(*slots));
+  if (slots == NULL) {
+    fprintf(stderr, "chimed: stream %llu: out of memory giving back items\n",
+            (unsigned long long)s->id);
+    return;
+  }
+  uint32_t n = chime_ring_unreleased(s->ring, slots, s->lay.slots);
+  for (uint32_t i = 0; i < n; i++)
+    if (chime__table_give_back(s->table, &s->lay,
+                               chime_ring_slot_base(s->ring, slots[i])) != 0)
+      fprintf(stderr,
+              "chimed: stream %llu: out of memory giving back a batch of "
+              "%u items\n",
+              (unsigned long long)s->id, s->lay.batch_size);
+  free(slots);
+}
+
 static void *sampler_main(void *arg) {
   chime__stream_t *s = arg;
   while (!atomic_load(&s->stop)) {
@@ -357,6 +380,7 @@ static void *sampler_main(void *arg) {
     if (s->mode == CHIME_MODE_STREAM)
       send_ready(s);
   }
+  give_back(s);
   chime__stream_unref(s);
   return NULL;
 }

@@ -12,6 +12,16 @@
 
 #include "chime/errors.h"
 
+/* A fifo batch given back by a stream that ended before its learner was done
+ * with it: the slot's bytes (leaf-major, as in the ring), taken again before
+ * the table's own items (they are older), item by item. */
+typedef struct returned_s {
+  struct returned_s *next;
+  chime_ring_layout_t lay;
+  uint32_t n, taken;
+  uint8_t *slot; /* lay.info_offset + n infos */
+} returned_t;
+
 struct chime__table_s {
   chime__table_config_t cfg;
   uint64_t sample_bytes;
@@ -31,10 +41,12 @@ struct chime__table_s {
   pthread_cond_t items;
   uint64_t head; /* position of the oldest item, free-running */
   uint64_t count;
+  returned_t *ret_head, *ret_tail; /* fifo: given back, sampled first */
+  uint64_t nreturned;              /* items in them not yet taken again */
   uint64_t next_key;
   uint64_t rng;
   int closed;
-  uint64_t inserts, samples, sampler_wait_ns, insert_wait_ns;
+  uint64_t inserts, samples, sampler_wait_ns, insert_wait_ns, returned;
 };
 
 static uint64_t now_ns(clockid_t clk) {
@@ -111,6 +123,12 @@ out:
 void chime__table_destroy(chime__table_t *t) {
   if (t == NULL)
     return;
+  while (t->ret_head != NULL) {
+    returned_t *r = t->ret_head;
+    t->ret_head = r->next;
+    free(r->slot);
+    free(r);
+  }
   pthread_mutex_destroy(&t->mu);
   pthread_cond_destroy(&t->space);
   pthread_cond_destroy(&t->items);
@@ -129,12 +147,13 @@ uint64_t chime__table_sample_bytes(const chime__table_t *t) {
 
 void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out) {
   pthread_mutex_lock(&t->mu);
-  out->size = t->count;
+  out->size = t->count + t->nreturned;
   out->capacity = t->cfg.capacity;
   out->inserts = t->inserts;
   out->samples = t->samples;
   out->sampler_wait_ns = t->sampler_wait_ns;
   out->insert_wait_ns = t->insert_wait_ns;
+  out->returned = t->returned;
   pthread_mutex_unlock(&t->mu);
 }
 
@@ -228,7 +247,9 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
       rc = CHIME_ESHUTDOWN;
       goto out;
     }
-    if (!fifo || cap - t->count >= count)
+    /* Items given back count against the capacity until taken again. */
+    if (!fifo || (t->count + t->nreturned <= cap &&
+                  cap - t->count - t->nreturned >= count))
       break;
     if (abort != NULL && atomic_load(abort)) {
       rc = CHIME_ESHUTDOWN;
@@ -295,22 +316,52 @@ static uint64_t next_rand(chime__table_t *t) {
   return x * UINT64_C(2685821657736338717);
 }
 
+/* Takes the first `want` items given back into samples [0, want) of slot. */
+static void take_returned(chime__table_t *t, chime_ring_wslot_t *slot,
+                          uint64_t want) {
+  for (uint64_t j = 0; j < want; j++) {
+    returned_t *r = t->ret_head;
+    uint32_t i = r->taken++;
+    for (uint32_t l = 0; l < t->nleaves; l++) {
+      uint64_t lb = t->lbytes[l];
+      copy_leaf((uint8_t *)slot->leaf[l] + j * lb,
+                r->slot + r->lay.leaf_offset[l] + i * lb, lb);
+    }
+    chime_sample_info_t *info = &slot->info[j];
+    memcpy(info, r->slot + r->lay.info_offset + i * sizeof(*info),
+           sizeof(*info));
+    info->probability = 1.0;
+    info->times_sampled++;
+    if (r->taken == r->n) {
+      t->ret_head = r->next;
+      if (t->ret_head == NULL)
+        t->ret_tail = NULL;
+      free(r->slot);
+      free(r);
+    }
+  }
+  t->nreturned -= want;
+}
+
 static void sample_fifo(chime__table_t *t, const chime_ring_layout_t *lay,
                         chime_ring_wslot_t *slot) {
   uint64_t cap = t->cfg.capacity;
-  uint64_t batch = lay->batch_size;
+  uint64_t first =
+      t->nreturned < lay->batch_size ? t->nreturned : lay->batch_size;
+  take_returned(t, slot, first);
+  uint64_t batch = lay->batch_size - first;
   uint64_t idx = t->head % cap;
   uint64_t run = cap - idx < batch ? cap - idx : batch;
   for (uint32_t l = 0; l < t->nleaves; l++) {
     uint64_t lb = t->lbytes[l];
-    uint8_t *dst = slot->leaf[l];
+    uint8_t *dst = (uint8_t *)slot->leaf[l] + first * lb;
     memcpy(dst, t->leaf[l] + idx * lb, run * lb);
     if (run < batch)
       memcpy(dst + run * lb, t->leaf[l], (batch - run) * lb);
   }
   for (uint64_t j = 0; j < batch; j++) {
     uint64_t k = (idx + j) % cap;
-    chime_sample_info_t *info = &slot->info[j];
+    chime_sample_info_t *info = &slot->info[first + j];
     info->key = t->key[k];
     info->probability = 1.0;
     info->times_sampled = ++t->times[k];
@@ -355,7 +406,7 @@ int chime__table_sample(chime__table_t *t, const chime_ring_layout_t *lay,
       rc = CHIME_ESHUTDOWN;
       goto out;
     }
-    if (t->count >= need)
+    if (t->count + t->nreturned >= need)
       break;
     wait_timed(&t->items, &t->mu, &t->sampler_wait_ns);
   }
@@ -367,6 +418,33 @@ int chime__table_sample(chime__table_t *t, const chime_ring_layout_t *lay,
 out:
   pthread_mutex_unlock(&t->mu);
   return rc;
+}
+
+int chime__table_give_back(chime__table_t *t, const chime_ring_layout_t *lay,
+                           const void *slot) {
+  if (t->cfg.sampler != CHIME__SAMPLER_FIFO)
+    return 0; /* sampling left the items in the table */
+  returned_t *r = calloc(1, sizeof(*r));
+  size_t len =
+      lay->info_offset + (size_t)lay->batch_size * sizeof(chime_sample_info_t);
+  if (r == NULL || (r->slot = malloc(len)) == NULL) {
+    free(r);
+    return CHIME_ENOMEM;
+  }
+  memcpy(r->slot, slot, len);
+  r->lay = *lay;
+  r->n = lay->batch_size;
+  pthread_mutex_lock(&t->mu);
+  if (t->ret_tail != NULL)
+    t->ret_tail->next = r;
+  else
+    t->ret_head = r;
+  t->ret_tail = r;
+  t->nreturned += r->n;
+  t->returned += r->n;
+  pthread_cond_broadcast(&t->items);
+  pthread_mutex_unlock(&t->mu);
+  return 0;
 }
 
 void chime__table_wake(chime__table_t *t) {

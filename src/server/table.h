@@ -15,6 +15,7 @@ typedef struct chime__table_s chime__table_t;
 
 typedef struct {
   uint64_t size, capacity, inserts, samples, sampler_wait_ns, insert_wait_ns;
+  uint64_t returned; /* fifo items given back by streams that ended */
 } chime__table_stats_t;
 
 int chime__table_create(chime__table_t **out, const chime__table_config_t *cfg);
@@ -53,6 +54,13 @@ int chime__table_try_insert_spans(chime__table_t *t, const chime__span_t *spans,
  * CHIME_ESHUTDOWN when *stop becomes non-zero or the table closes. */
 int chime__table_sample(chime__table_t *t, const chime_ring_layout_t *lay,
                         chime_ring_wslot_t *slot, const atomic_int *stop);
+
+/* A fifo batch sampled into a ring slot (lay's layout, send_bytes long) that
+ * its learner never finished: its items go back, to be sampled again before
+ * the table's own (they count against the capacity meanwhile). A table that
+ * keeps sampled items (uniform) ignores it. */
+int chime__table_give_back(chime__table_t *t, const chime_ring_layout_t *lay,
+                           const void *slot);
 
 /* Wakes every waiter so it re-reads its abort/stop flag. */
 void chime__table_wake(chime__table_t *t);

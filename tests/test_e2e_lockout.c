@@ -105,6 +105,18 @@ static void flood_start(chime__proc_t *p, const char *path, uid_t uid) {
   chime__sleep_ms(300);
 }
 
+/* Stops the flooder; how many of its connections chimed refused with an
+ * answer (CHIME_EPERM at accept) and how many it dropped without one. */
+static void flood_stop(chime__proc_t *p, long *refused, long *dropped) {
+  char line[128];
+  assert_int_equal(kill(p->pid, SIGTERM), 0);
+  assert_int_equal(
+      chime__proc_read_line(p, "ended ", line, sizeof(line), 20000), 0);
+  assert_int_equal(sscanf(line, "refused %ld dropped %ld", refused, dropped),
+                   2);
+  chime__proc_kill(p);
+}
+
 /* Attaches ATTACHES times in shm mode (no fallback to hide a failed attach)
  * and reads batches each time, all while the flood goes on. */
 static void attach_and_read(chime_client_t *c, chime__proc_t *flooder) {
@@ -134,7 +146,8 @@ static void attach_and_read(chime_client_t *c, chime__proc_t *flooder) {
   assert_int_equal(chime__proc_wait(flooder, 0, &st), CHIME_ETIMEDOUT);
 }
 
-static void flood_case(uid_t uid, const char *extra) {
+static void flood_case(uid_t uid, const char *extra, long *refused,
+                       long *dropped) {
   chime__chimed_t d;
   chime_client_t *c = NULL;
   chime__proc_t flooder;
@@ -143,23 +156,36 @@ static void flood_case(uid_t uid, const char *extra) {
   insert(c, 64);
   flood_start(&flooder, path, uid);
   attach_and_read(c, &flooder);
-  chime__proc_kill(&flooder);
+  flood_stop(&flooder, refused, dropped);
   stop(&d, c);
 }
 
+/* An allowed uid is never refused: its idle handshakes beyond its share
+ * give way instead. */
 static void test_same_uid_flood(void **state) {
+  long refused, dropped;
   (void)state;
-  flood_case(geteuid(), "");
+  flood_case(geteuid(), "", &refused, &dropped);
+  assert_int_equal(refused, 0);
+  assert_true(dropped > 0);
 }
 
+/* Every connection of a refused uid is answered and closed at accept: none
+ * sat in a slot until dropped. */
 static void test_other_uid_flood(void **state) {
+  long refused, dropped;
   (void)state;
-  flood_case(NOBODY, "");
+  flood_case(NOBODY, "", &refused, &dropped);
+  assert_true(refused >= FLOOD_CONNS);
+  assert_int_equal(dropped, 0);
 }
 
 static void test_allowed_uid_flood(void **state) {
+  long refused, dropped;
   (void)state;
-  flood_case(NOBODY, "\"allowed_uids\": [65534],");
+  flood_case(NOBODY, "\"allowed_uids\": [65534],", &refused, &dropped);
+  assert_int_equal(refused, 0);
+  assert_true(dropped > 0);
 }
 
 static int flood_connect(const struct sockaddr_un *sa, socklen_t len) {
@@ -171,12 +197,23 @@ static int flood_connect(const struct sockaddr_un *sa, socklen_t len) {
   return fd;
 }
 
+static volatile sig_atomic_t flood_over;
+
+static void on_term(int sig) {
+  (void)sig;
+  flood_over = 1;
+}
+
 /* The --flood helper: become uid, then hold FLOOD_CONNS idle connections
- * until killed, reopening each one chimed drops (at most every 20 ms, so
- * the flood is steady rather than a busy loop on a shared machine). */
+ * until SIGTERM, reopening each one chimed drops (at most every 20 ms, so
+ * the flood is steady rather than a busy loop on a shared machine). Ends
+ * with "ended refused R dropped D": connections closed after a CHIME_EPERM
+ * answer, and without a word. */
 static int flood_main(const char *path, const char *uidtxt) {
   uid_t uid = (uid_t)strtoul(uidtxt, NULL, 10);
   struct pollfd p[FLOOD_CONNS];
+  int answered[FLOOD_CONNS] = {0};
+  long refused = 0, dropped = 0;
   struct sockaddr_un sa;
   char junk[64];
   int announced = 0;
@@ -193,9 +230,13 @@ static int flood_main(const char *path, const char *uidtxt) {
     return 2;
   }
   signal(SIGPIPE, SIG_IGN);
+  struct sigaction sa_term;
+  memset(&sa_term, 0, sizeof(sa_term));
+  sa_term.sa_handler = on_term; /* no SA_RESTART: poll returns */
+  sigaction(SIGTERM, &sa_term, NULL);
   for (int i = 0; i < FLOOD_CONNS; i++)
     p[i] = (struct pollfd){-1, POLLIN, 0};
-  for (;;) {
+  while (!flood_over) {
     int open = 0;
     for (int i = 0; i < FLOOD_CONNS; i++) {
       if (p[i].fd < 0)
@@ -209,23 +250,36 @@ static int flood_main(const char *path, const char *uidtxt) {
     }
     if (poll(p, FLOOD_CONNS, 20) < 0 && errno != EINTR)
       return 1;
-    int dropped = 0;
+    int closed = 0;
     for (int i = 0; i < FLOOD_CONNS; i++) {
       if (p[i].fd < 0 || p[i].revents == 0)
         continue;
-      /* A refusal's 4 bytes, then the end: either way it is gone. */
+      /* A refusal's 4 bytes, then the end. */
       ssize_t r = recv(p[i].fd, junk, sizeof(junk), MSG_DONTWAIT);
+      if (r == 4 && (int32_t)((uint32_t)(uint8_t)junk[0] |
+                              (uint32_t)(uint8_t)junk[1] << 8 |
+                              (uint32_t)(uint8_t)junk[2] << 16 |
+                              (uint32_t)(uint8_t)junk[3] << 24) == CHIME_EPERM)
+        answered[i] = 1;
       if (r > 0 || (r < 0 && (errno == EAGAIN || errno == EINTR)))
         continue;
+      if (answered[i])
+        refused++;
+      else
+        dropped++;
+      answered[i] = 0;
       close(p[i].fd);
       p[i].fd = -1;
-      dropped = 1;
+      closed = 1;
     }
-    if (dropped) {
+    if (closed) {
       struct timespec ts = {0, 20 * 1000000L};
       nanosleep(&ts, NULL);
     }
   }
+  printf("ended refused %ld dropped %ld\n", refused, dropped);
+  fflush(stdout);
+  return 0;
 }
 
 int main(int argc, char **argv) {

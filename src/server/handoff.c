@@ -430,13 +430,8 @@ static void on_conn_timeout(uv_timer_t *t) {
   conn_close(t->data);
 }
 
-static void on_conn_readable(uv_poll_t *p, int status, int events) {
-  conn_t *c = p->data;
-  (void)events;
-  if (status < 0) {
-    conn_close(c);
-    return;
-  }
+/* Reads what arrived; a whole request is served, an end or error closes. */
+static void conn_read(conn_t *c) {
   ssize_t n = recv(c->fd, c->buf + c->got, sizeof(c->buf) - c->got, 0);
   if (n < 0 && (errno == EAGAIN || errno == EINTR))
     return;
@@ -448,6 +443,22 @@ static void on_conn_readable(uv_poll_t *p, int status, int events) {
   if (c->got < sizeof(c->buf))
     return;
   handshake(c->h, c->fd, c->buf, &c->cr);
+  conn_close(c);
+}
+
+static void on_conn_readable(uv_poll_t *p, int status, int events) {
+  conn_t *c = p->data;
+  (void)events;
+  if (status < 0)
+    conn_close(c);
+  else
+    conn_read(c);
+}
+
+/* The oldest waiting handshake gives way, unless its request arrived since
+ * (the loop has not turned yet): then it is served. */
+static void give_way(conn_t *c) {
+  conn_read(c);
   conn_close(c);
 }
 
@@ -467,9 +478,9 @@ static void make_room(chime__handoff_t *h, uid_t uid) {
     }
   }
   if (same >= MAX_CONNS_PER_UID)
-    conn_close(oldest_same);
+    give_way(oldest_same);
   else if (h->nwaiting >= MAX_CONNS)
-    conn_close(oldest);
+    give_way(oldest);
 }
 
 /* A connection just accepted: refused, served, or left to wait for the rest

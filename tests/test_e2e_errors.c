@@ -775,11 +775,13 @@ static int present_main(const char *path, const char *hex, const char *uidtxt) {
   if (handoff_addr(path, &sa, &len) != 0)
     return 2;
   int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (s < 0 || connect(s, (struct sockaddr *)&sa, len) != 0 ||
-      write(s, req, sizeof(req)) != (ssize_t)sizeof(req)) {
+  if (s < 0 || connect(s, (struct sockaddr *)&sa, len) != 0) {
     perror("present: connect");
     return 2;
   }
+  /* A refused uid is answered and closed at accept, maybe before this send:
+   * the answer is read whether or not the send went through. */
+  (void)!send(s, req, sizeof(req), MSG_NOSIGNAL);
   union {
     char b[CMSG_SPACE(sizeof(int))];
     struct cmsghdr align;

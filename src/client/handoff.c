@@ -84,10 +84,17 @@ int chime__handoff_fetch(const char *socket_path, const uint8_t *token,
   memcpy(hello, HANDOFF_MAGIC, sizeof(HANDOFF_MAGIC) - 1);
   memcpy(hello + sizeof(HANDOFF_MAGIC) - 1, token, HANDOFF_TOKEN_BYTES);
   size_t sent = 0;
+  int send_errno = 0;
   while (sent < sizeof(hello)) {
     ssize_t k = send(sock, hello + sent, sizeof(hello) - sent, MSG_NOSIGNAL);
     if (k < 0 && errno == EINTR)
       continue;
+    if (k < 0 && (errno == EPIPE || errno == ECONNRESET)) {
+      /* The server answers a uid it refuses and closes at accept, maybe
+       * before this send: its answer says why, if it is there. */
+      send_errno = errno;
+      break;
+    }
     if (k <= 0) {
       rc = chime__fail(err, errlen,
                        (errno == EAGAIN || errno == EWOULDBLOCK)
@@ -117,6 +124,11 @@ int chime__handoff_fetch(const char *socket_path, const uint8_t *token,
     ssize_t k = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
     if (k < 0 && errno == EINTR)
       continue;
+    if (k <= 0 && got == 0 && send_errno != 0) {
+      rc = chime__fail(err, errlen, CHIME_EDISCONNECTED,
+                       "handoff: sending the token: %s", strerror(send_errno));
+      goto cleanup;
+    }
     if (k < 0) {
       rc = chime__fail(err, errlen,
                        (errno == EAGAIN || errno == EWOULDBLOCK)

@@ -1,7 +1,13 @@
 /* The handoff socket and learner liveness, on a libuv loop thread. Nothing
  * a peer sends can do more than get its connection closed: the request is a
- * fixed 24 bytes read with a deadline, connections are capped, and the token
- * is compared in constant time and consumed on first use.
+ * fixed 24 bytes read with a deadline, and the token is compared in constant
+ * time and consumed on first use. Nor can a peer lock others out: a uid that
+ * may not attach is answered and closed at accept, before it holds anything;
+ * a request already there at accept is served at once; a handshake still
+ * waiting for its bytes holds one of MAX_CONNS slots, at most
+ * MAX_CONNS_PER_UID of them per uid, and when its uid (or the whole table)
+ * has none left the oldest waiting one gives way: an honest learner sends
+ * its request right after connecting, so the oldest is the idlest.
  *
  * A learner handed a ring keeps its pages alive whatever chimed does, so
  * the ring's budget charge stays with the learner (a hold on the stream):
@@ -36,6 +42,7 @@
 #endif
 
 #define MAX_CONNS 64
+#define MAX_CONNS_PER_UID 8
 #define CONN_TIMEOUT_MS 2000
 #define SWEEP_MS 1000
 
@@ -57,6 +64,7 @@ typedef struct conn_s {
   int fd;
   int closing;
   int handles;
+  struct ucred cr; /* the peer, from accept */
   size_t got;
   uint8_t buf[CHIME__HANDOFF_REQUEST_BYTES];
   chime__handoff_t *h;
@@ -77,8 +85,8 @@ struct chime__handoff_s {
   int started;
   pthread_mutex_t mu;
   int quit;
-  int nconns;
-  conn_t *conns;
+  int nwaiting;  /* conns not closing: the slots in use */
+  conn_t *conns; /* newest first */
   watch_t *watches;
 };
 
@@ -196,7 +204,6 @@ static void conn_handle_closed(uv_handle_t *hd) {
     c->h->conns = c->next;
   if (c->next != NULL)
     c->next->prev = c->prev;
-  c->h->nconns--;
   free(c);
 }
 
@@ -204,6 +211,7 @@ static void conn_close(conn_t *c) {
   if (c->closing)
     return;
   c->closing = 1;
+  c->h->nwaiting--;
   uv_poll_stop(&c->poll);
   uv_timer_stop(&c->timer);
   uv_close((uv_handle_t *)&c->poll, conn_handle_closed);
@@ -389,29 +397,21 @@ static void watch_pid(chime__handoff_t *h, chime__stream_t *s, pid_t pid,
     uv_async_send(&h->async);
 }
 
-static void handshake(conn_t *c) {
-  chime__handoff_t *h = c->h;
-  struct ucred cr;
-  socklen_t cl = sizeof(cr);
-  if (memcmp(c->buf, CHIME__HANDOFF_MAGIC, 8) != 0)
+/* A whole request from a peer whose uid was allowed at accept; the caller
+ * closes fd. */
+static void handshake(chime__handoff_t *h, int fd, const uint8_t *req,
+                      const struct ucred *cr) {
+  if (memcmp(req, CHIME__HANDOFF_MAGIC, 8) != 0)
     return;
-  if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0) {
-    send_reply(c->fd, CHIME_ESYS, -1);
-    return;
-  }
-  if (!uid_allowed(h->srv, cr.uid)) {
-    send_reply(c->fd, CHIME_EPERM, -1);
-    return;
-  }
-  chime__stream_t *s = take_token(h->srv, c->buf + 8);
+  chime__stream_t *s = take_token(h->srv, req + 8);
   if (s == NULL) {
-    send_reply(c->fd, CHIME_EPERM, -1);
+    send_reply(fd, CHIME_EPERM, -1);
     return;
   }
   /* Held from before the fd leaves: the learner may map it at once. */
   chime__stream_hold(s);
-  int sock = fcntl(c->fd, F_DUPFD_CLOEXEC, 0);
-  if (sock < 0 || send_reply(c->fd, 0, chime_ring_fd(s->ring)) != 0) {
+  int sock = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (sock < 0 || send_reply(fd, 0, chime_ring_fd(s->ring)) != 0) {
     /* Nothing sent (sendmsg passes the fd with the bytes or not at all). */
     if (sock >= 0)
       close(sock);
@@ -419,22 +419,19 @@ static void handshake(conn_t *c) {
     chime__stream_unhold(s);
     return;
   }
+  /* The learner holds the ring: its sampler may fill it now. */
+  chime__stream_attached(s);
   /* The learner reads to the end: it sees it while our dup lives on. */
   shutdown(sock, SHUT_RDWR);
-  watch_pid(h, s, cr.pid, sock); /* takes the reference and the hold */
+  watch_pid(h, s, cr->pid, sock); /* takes the reference and the hold */
 }
 
 static void on_conn_timeout(uv_timer_t *t) {
   conn_close(t->data);
 }
 
-static void on_conn_readable(uv_poll_t *p, int status, int events) {
-  conn_t *c = p->data;
-  (void)events;
-  if (status < 0) {
-    conn_close(c);
-    return;
-  }
+/* Reads what arrived; a whole request is served, an end or error closes. */
+static void conn_read(conn_t *c) {
   ssize_t n = recv(c->fd, c->buf + c->got, sizeof(c->buf) - c->got, 0);
   if (n < 0 && (errno == EAGAIN || errno == EINTR))
     return;
@@ -445,8 +442,99 @@ static void on_conn_readable(uv_poll_t *p, int status, int events) {
   c->got += (size_t)n;
   if (c->got < sizeof(c->buf))
     return;
-  handshake(c);
+  handshake(c->h, c->fd, c->buf, &c->cr);
   conn_close(c);
+}
+
+static void on_conn_readable(uv_poll_t *p, int status, int events) {
+  conn_t *c = p->data;
+  (void)events;
+  if (status < 0)
+    conn_close(c);
+  else
+    conn_read(c);
+}
+
+/* The oldest waiting handshake gives way, unless its request arrived since
+ * (the loop has not turned yet): then it is served. */
+static void give_way(conn_t *c) {
+  conn_read(c);
+  conn_close(c);
+}
+
+/* Makes room for one more waiting handshake of uid: the oldest waiting one
+ * of that uid gives way when it has all its slots, else the oldest of all
+ * when every slot is taken. */
+static void make_room(chime__handoff_t *h, uid_t uid) {
+  conn_t *oldest = NULL, *oldest_same = NULL;
+  int same = 0;
+  for (conn_t *c = h->conns; c != NULL; c = c->next) {
+    if (c->closing)
+      continue;
+    oldest = c;
+    if (c->cr.uid == uid) {
+      oldest_same = c;
+      same++;
+    }
+  }
+  if (same >= MAX_CONNS_PER_UID)
+    give_way(oldest_same);
+  else if (h->nwaiting >= MAX_CONNS)
+    give_way(oldest);
+}
+
+/* A connection just accepted: refused, served, or left to wait for the rest
+ * of its request. */
+static void admit(chime__handoff_t *h, int fd) {
+  struct ucred cr;
+  socklen_t cl = sizeof(cr);
+  uint8_t buf[CHIME__HANDOFF_REQUEST_BYTES];
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0) {
+    close(fd);
+    return;
+  }
+  if (!uid_allowed(h->srv, cr.uid)) {
+    /* Told why, without reading a byte of it (the socket is fresh, the
+     * answer fits); the peer reads it even after its send fails. */
+    send_reply(fd, CHIME_EPERM, -1);
+    close(fd);
+    return;
+  }
+  ssize_t n = recv(fd, buf, sizeof(buf), 0);
+  if (n == (ssize_t)sizeof(buf)) {
+    handshake(h, fd, buf, &cr);
+    close(fd);
+    return;
+  }
+  if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+    close(fd);
+    return;
+  }
+  conn_t *c = calloc(1, sizeof(*c));
+  if (c == NULL) {
+    close(fd);
+    return;
+  }
+  make_room(h, cr.uid);
+  c->fd = fd;
+  c->h = h;
+  c->cr = cr;
+  c->handles = 2;
+  if (n > 0) {
+    memcpy(c->buf, buf, (size_t)n);
+    c->got = (size_t)n;
+  }
+  h->nwaiting++;
+  c->next = h->conns;
+  if (h->conns != NULL)
+    h->conns->prev = c;
+  h->conns = c;
+  uv_poll_init(&h->loop, &c->poll, fd);
+  uv_timer_init(&h->loop, &c->timer);
+  c->poll.data = c;
+  c->timer.data = c;
+  uv_poll_start(&c->poll, UV_READABLE, on_conn_readable);
+  uv_timer_start(&c->timer, on_conn_timeout, CONN_TIMEOUT_MS, 0);
 }
 
 static void on_accept(uv_poll_t *p, int status, int events);
@@ -460,7 +548,9 @@ static void on_accept(uv_poll_t *p, int status, int events) {
   chime__handoff_t *h = p->data;
   (void)status;
   (void)events;
-  for (;;) {
+  /* A bounded round: the connections that gave way are freed when the loop
+   * turns, and the listening socket, still readable, brings us back. */
+  for (int i = 0; i < MAX_CONNS; i++) {
     int fd = accept4(h->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EMFILE || errno == ENFILE || errno == ENOMEM ||
@@ -472,25 +562,7 @@ static void on_accept(uv_poll_t *p, int status, int events) {
       }
       return;
     }
-    conn_t *c = h->nconns < MAX_CONNS ? calloc(1, sizeof(*c)) : NULL;
-    if (c == NULL) {
-      close(fd);
-      continue;
-    }
-    c->fd = fd;
-    c->h = h;
-    c->handles = 2;
-    h->nconns++;
-    c->next = h->conns;
-    if (h->conns != NULL)
-      h->conns->prev = c;
-    h->conns = c;
-    uv_poll_init(&h->loop, &c->poll, fd);
-    uv_timer_init(&h->loop, &c->timer);
-    c->poll.data = c;
-    c->timer.data = c;
-    uv_poll_start(&c->poll, UV_READABLE, on_conn_readable);
-    uv_timer_start(&c->timer, on_conn_timeout, CONN_TIMEOUT_MS, 0);
+    admit(h, fd);
   }
 }
 

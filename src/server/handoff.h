@@ -4,7 +4,8 @@
  *
  * Wire: client sends "CHIMEHO1" + 16 token bytes; server answers a 4-byte
  * little-endian int32: 0 with the fd attached, or a negative CHIME_E code
- * (no fd); then closes. Anything else: closed without an answer. */
+ * (no fd); then closes. A uid not allowed is answered CHIME_EPERM as it is
+ * accepted, before it sends. Anything else: closed without an answer. */
 #ifndef CHIME_SERVER_HANDOFF_H
 #define CHIME_SERVER_HANDOFF_H
 

@@ -37,6 +37,7 @@ void chime__stream_unref(chime__stream_t *s) {
   s->ring = NULL;
   pthread_mutex_destroy(&s->mu);
   pthread_mutex_destroy(&s->send_mu);
+  pthread_cond_destroy(&s->attach_cond);
   pthread_mutex_lock(&srv->mu);
   srv->nstreams--;
   pthread_cond_broadcast(&srv->cond);
@@ -157,6 +158,12 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
   atomic_init(&s->holds, 1);
   pthread_mutex_init(&s->mu, NULL);
   pthread_mutex_init(&s->send_mu, NULL);
+  /* Monotonic: the attach wait ends at the token's deadline. */
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&s->attach_cond, &ca);
+  pthread_condattr_destroy(&ca);
   /* The server side of the ring can lend at most slots - 1 batches. */
   s->credits = open->prefetch && open->prefetch < open->slots ? open->prefetch
                                                               : open->slots - 1;
@@ -361,8 +368,54 @@ static void give_back(chime__stream_t *s) {
   free(slots);
 }
 
+/* A token that expired unused ends its stream: nobody can attach any more,
+ * and the ring would hold its budget until the call ends. 0 when the token
+ * was taken instead (the handoff is under way and decides). */
+static int expire_unused(chime__stream_t *s) {
+  chime_server_t *srv = s->srv;
+  pthread_mutex_lock(&srv->mu);
+  int unused = s->token_live;
+  s->token_live = 0;
+  chime__call_t *call = unused ? s->call : NULL;
+  if (call != NULL)
+    chime__call_ref(call);
+  pthread_mutex_unlock(&srv->mu);
+  if (!unused)
+    return 0;
+  chime__stream_close(s);
+  if (call != NULL) {
+    chime__call_finish(call, GRPC_STATUS_DEADLINE_EXCEEDED,
+                       "handoff token expired unused after %u ms",
+                       (unsigned)srv->cfg.handoff_expires_ms);
+    chime__call_unref(call);
+  }
+  return 1;
+}
+
+/* shm: items sampled into a ring its learner never maps would be lost, so
+ * the sampler waits for the handoff (or the stream's end) first. */
+static void wait_attached(chime__stream_t *s) {
+  uint64_t deadline = s->token_deadline_ns;
+  for (;;) {
+    pthread_mutex_lock(&s->mu);
+    while (!s->attached && !atomic_load(&s->stop) &&
+           chime__now_ns() < deadline) {
+      struct timespec ts = {(time_t)(deadline / 1000000000u),
+                            (long)(deadline % 1000000000u)};
+      pthread_cond_timedwait(&s->attach_cond, &s->mu, &ts);
+    }
+    int done = s->attached || atomic_load(&s->stop);
+    pthread_mutex_unlock(&s->mu);
+    if (done || expire_unused(s))
+      return;
+    deadline = UINT64_MAX; /* taken: wait for the fd to leave, or the end */
+  }
+}
+
 static void *sampler_main(void *arg) {
   chime__stream_t *s = arg;
+  if (s->mode == CHIME_MODE_SHM)
+    wait_attached(s);
   while (!atomic_load(&s->stop)) {
     chime_ring_wslot_t ws;
     uint64_t seq;
@@ -430,6 +483,9 @@ void chime__stream_close(chime__stream_t *s) {
   atomic_store(&s->stop, 1);
   chime_ring_shutdown(s->ring);
   chime__table_wake(s->table);
+  pthread_mutex_lock(&s->mu);
+  pthread_cond_broadcast(&s->attach_cond); /* a sampler waiting to attach */
+  pthread_mutex_unlock(&s->mu);
   pthread_mutex_lock(&srv->mu);
   if (s->prev != NULL)
     s->prev->next = s->next;
@@ -452,6 +508,13 @@ void chime__stream_close(chime__stream_t *s) {
     chime__call_unref(call);
   if (sender_call != NULL)
     chime__call_unref(sender_call);
+}
+
+void chime__stream_attached(chime__stream_t *s) {
+  pthread_mutex_lock(&s->mu);
+  s->attached = 1;
+  pthread_cond_broadcast(&s->attach_cond);
+  pthread_mutex_unlock(&s->mu);
 }
 
 void chime__stream_kill(chime__stream_t *s, const char *why) {

@@ -37,6 +37,10 @@ struct chime__stream_s {
   pthread_mutex_t mu;      /* the ring's consumer side, credits */
   pthread_mutex_t send_mu; /* batch order on the call, sender_call */
   uint32_t credits;
+  /* shm: the ring is filled only once its learner holds it, so a handoff
+   * that never happens strands no item (attached, under mu) */
+  pthread_cond_t attach_cond;
+  int attached;
   chime__call_t *call; /* the Subscribe call (srv->mu); dropped at close */
   chime__call_t *sender_call; /* stream mode: sends go here (send_mu) */
   atomic_uint_fast64_t batches, bytes;
@@ -60,6 +64,8 @@ void chime__stream_credit(chime__stream_t *s, uint32_t n);
  * The memory goes when the last reference does, the budget with the last
  * hold. */
 void chime__stream_close(chime__stream_t *s);
+/* shm: the handoff passed the ring's fd; wakes the sampler (any thread). */
+void chime__stream_attached(chime__stream_t *s);
 /* Closes the stream and cancels its call (the learner is gone). */
 void chime__stream_kill(chime__stream_t *s, const char *why);
 void chime__stream_ref(chime__stream_t *s);

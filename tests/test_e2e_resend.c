@@ -3,7 +3,8 @@
  * inserted again; one older than the server's window is refused; writer_id 0
  * is not deduplicated. Then the C writer through a loopback proxy that cuts
  * its connection while requests and acks are in flight: every sample lands
- * exactly once. */
+ * exactly once; and a writer whose server never comes back gives up after
+ * its reconnect timeout. */
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -415,10 +416,48 @@ static void test_writer_resends_after_cut(void **state) {
   free(seen);
 }
 
+/* The server never comes back: the writer gives up after
+ * reconnect_timeout_ms with CHIME_EDISCONNECTED, not after timeout_ms. */
+static void test_writer_gives_up_when_server_gone(void **state) {
+  (void)state;
+  const char *colon = strrchr(chimed.addr, ':');
+  proxy_t p;
+  proxy_start(&p, atoi(colon + 1));
+  char addr[64];
+  snprintf(addr, sizeof(addr), "127.0.0.1:%d", p.port);
+  chime_client_t *c = NULL;
+  chime_writer_t *w = NULL;
+  assert_int_equal(chime_client_create(&c, addr, NULL), 0);
+  chime_writer_opts_t o = CHIME_WRITER_OPTS_INIT;
+  o.max_batch_samples = 4;
+  o.timeout_ms = 30000;
+  o.reconnect_timeout_ms = 1500;
+  assert_int_equal(chime_writer_open(c, "r", &o, &w), 0);
+  for (uint64_t i = 0; i < 8; i++)
+    assert_int_equal(chime_writer_append(w, &i, sizeof(i), 1.0), 0);
+  assert_int_equal(chime_writer_flush(w), 0);
+  proxy_stop(&p); /* connections and the listener gone */
+  int64_t t0 = chime__now_ms();
+  int rc = 0;
+  for (uint64_t i = 0; i < 8 && rc == 0; i++)
+    rc = chime_writer_append(w, &i, sizeof(i), 1.0);
+  if (rc == 0)
+    rc = chime_writer_flush(w);
+  int64_t took = chime__now_ms() - t0;
+  assert_int_equal(rc, CHIME_EDISCONNECTED);
+  if (!strstr(chime_writer_last_error(w), "not back within 1500 ms"))
+    fail_msg("last error '%s'", chime_writer_last_error(w));
+  assert_true(took >= 1400 && took < 10000);
+  assert_int_equal(chime_writer_acked(w), 8);
+  assert_int_equal(chime_writer_close(w), CHIME_EDISCONNECTED);
+  chime_client_destroy(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_raw_resend_acked_once),
       cmocka_unit_test(test_writer_resends_after_cut),
+      cmocka_unit_test(test_writer_gives_up_when_server_gone),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -261,7 +261,8 @@ static void serve_insert(grpc_call *call, grpc_byte_buffer *first) {
     bb = NULL;
     assert_non_null(req);
     Chime__V1__InsertAck ack = CHIME__V1__INSERT_ACK__INIT;
-    ack.id = req->id;
+    uint64_t req_id = req->id;
+    ack.id = req_id;
     ack.count = req->count;
     ack.first_key = next_key;
     next_key += req->count;
@@ -271,7 +272,7 @@ static void serve_insert(grpc_call *call, grpc_byte_buffer *first) {
     if (n == 1 && fake.script == FAKE_ACK_KEYS)
       ack.first_key = 1;
     if (n == 1 && fake.script == FAKE_ACK_ID)
-      ack.id = 0;
+      ack.id = req_id - 1; /* the first request's */
     send_msg(call, &ack.base);
     grpc_op op;
     memset(&op, 0, sizeof(op));
@@ -550,7 +551,7 @@ static void test_ack_reused_keys(void **state) {
 
 static void test_ack_repeated_id(void **state) {
   (void)state;
-  expect_bad_second_ack(FAKE_ACK_ID, "ack for request 0, expected 1");
+  expect_bad_second_ack(FAKE_ACK_ID, "ack for request 1, expected 2");
 }
 
 int main(void) {

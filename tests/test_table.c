@@ -1,5 +1,6 @@
 /* Tables: fifo order and removal, uniform eviction and probabilities,
- * leaf-major copies, blocking inserts and samples and how they end. */
+ * leaf-major copies, blocking inserts and samples and how they end, and
+ * requests resent by a writer acked again instead of inserted twice. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,6 +13,7 @@
 #include <cmocka.h>
 
 #include "chime/errors.h"
+#include "common/wire.h"
 #include "server/table.h"
 
 /* spec "a:u32[2], b:u8[]": 9 bytes a sample; a = {key*10, key*10+1}, b = key */
@@ -80,7 +82,7 @@ static uint64_t insert_keys(chime__table_t *t, uint64_t first, uint32_t n) {
   uint64_t k;
   assert_true(n <= 16);
   fill(buf, first, n);
-  assert_int_equal(chime__table_insert(t, buf, n, NULL, &k, NULL), 0);
+  assert_int_equal(chime__table_insert(t, buf, n, NULL, &k, NULL, NULL), 0);
   return k;
 }
 
@@ -164,7 +166,8 @@ typedef struct {
 
 static void *insert_thread(void *arg) {
   ins_t *a = arg;
-  a->rc = chime__table_insert(a->t, a->buf, a->n, NULL, &a->first, &a->abort);
+  a->rc =
+      chime__table_insert(a->t, a->buf, a->n, NULL, &a->first, &a->abort, NULL);
   return NULL;
 }
 
@@ -239,14 +242,14 @@ static void test_fifo_insert_all_or_nothing(void **state) {
   /* Two places free, four asked, stopping: nothing goes in. */
   atomic_init(&stop, 1);
   fill(buf, 4, 4);
-  assert_int_equal(chime__table_insert(t, buf, 4, NULL, &k, &stop),
+  assert_int_equal(chime__table_insert(t, buf, 4, NULL, &k, &stop, NULL),
                    CHIME_ESHUTDOWN);
   chime__table_get_stats(t, &st);
   assert_int_equal(st.size, 3);
   assert_int_equal(st.inserts, 3);
   /* More than the capacity can never go in whole. */
   fill(buf, 4, 6);
-  assert_int_equal(chime__table_insert(t, buf, 6, NULL, &k, NULL),
+  assert_int_equal(chime__table_insert(t, buf, 6, NULL, &k, NULL, NULL),
                    CHIME_EINVAL);
   chime__table_get_stats(t, &st);
   assert_int_equal(st.size, 3);
@@ -320,7 +323,7 @@ static void test_sample_waits_for_min_size(void **state) {
   pthread_join(th, NULL);
   assert_int_equal(a.rc, CHIME_ESHUTDOWN);
   fill(buf, 3, 1);
-  assert_int_equal(chime__table_insert(t, buf, 1, NULL, &k, NULL),
+  assert_int_equal(chime__table_insert(t, buf, 1, NULL, &k, NULL, NULL),
                    CHIME_ESHUTDOWN);
   free(s.mem);
   chime__table_destroy(t);
@@ -348,6 +351,135 @@ static void test_fifo_batch_taken_whole(void **state) {
   chime__table_destroy(t);
 }
 
+/* Inserts n samples as request seq of writer; returns the table's rc. */
+static int insert_from(chime__table_t *t, uint64_t writer, uint64_t seq,
+                       uint32_t n, uint64_t *first_key,
+                       chime__dedupe_req_t *dq) {
+  uint8_t buf[16 * SB];
+  fill(buf, seq, n);
+  memset(dq, 0, sizeof(*dq));
+  dq->writer = writer;
+  dq->seq = seq;
+  return chime__table_insert(t, buf, n, NULL, first_key, NULL, dq);
+}
+
+static uint64_t table_size(chime__table_t *t) {
+  chime__table_stats_t st;
+  chime__table_get_stats(t, &st);
+  return st.size;
+}
+
+static void test_resent_request_acked_not_inserted(void **state) {
+  (void)state;
+  chime__table_config_t tc;
+  chime__table_t *t = new_table(&tc, 1000, CHIME__SAMPLER_UNIFORM, 0);
+  chime__dedupe_req_t dq;
+  uint64_t k[4], again;
+  const uint64_t w = 0x1234567890abcdefu;
+  for (uint64_t seq = 1; seq <= 3; seq++) {
+    assert_int_equal(insert_from(t, w, seq, 2, &k[seq], &dq), 0);
+    assert_false(dq.resent);
+  }
+  assert_int_equal(table_size(t), 6);
+  /* The same request again: its first key, nothing inserted. */
+  assert_int_equal(insert_from(t, w, 2, 2, &again, &dq), 0);
+  assert_true(dq.resent);
+  assert_int_equal(again, k[2]);
+  assert_int_equal(insert_from(t, w, 3, 2, &again, &dq), 0);
+  assert_int_equal(again, k[3]);
+  assert_int_equal(table_size(t), 6);
+  /* Resent with another count: refused. */
+  assert_int_equal(insert_from(t, w, 3, 1, &again, &dq), CHIME_EINVAL);
+  assert_true(dq.refused);
+  assert_int_equal(dq.known, 2);
+  /* Another writer's seq 2 is its own. */
+  assert_int_equal(insert_from(t, w + 1, 2, 2, &again, &dq), 0);
+  assert_false(dq.resent);
+  assert_int_equal(table_size(t), 8);
+  /* Writer 0: no dedupe, the same request goes in twice. */
+  assert_int_equal(insert_from(t, 0, 5, 1, &k[0], &dq), 0);
+  assert_int_equal(insert_from(t, 0, 5, 1, &again, &dq), 0);
+  assert_int_equal(again, k[0] + 1);
+  assert_int_equal(table_size(t), 10);
+  chime__table_destroy(t);
+}
+
+static void test_resend_older_than_window_refused(void **state) {
+  (void)state;
+  chime__table_config_t tc;
+  chime__table_t *t = new_table(&tc, 1000, CHIME__SAMPLER_UNIFORM, 0);
+  chime__dedupe_req_t dq;
+  uint64_t k, first = 0;
+  const uint64_t w = 77;
+  for (uint64_t seq = 1; seq <= CHIME__INSERT_WINDOW + 1; seq++) {
+    assert_int_equal(insert_from(t, w, seq, 1, &k, &dq), 0);
+    if (seq == 2)
+      first = k;
+  }
+  /* seq 1 left the window; seq 2 is its oldest. */
+  assert_int_equal(insert_from(t, w, 1, 1, &k, &dq), CHIME_EEXIST);
+  assert_true(dq.refused);
+  assert_int_equal(dq.known, CHIME__INSERT_WINDOW + 1);
+  assert_int_equal(insert_from(t, w, 2, 1, &k, &dq), 0);
+  assert_true(dq.resent);
+  assert_int_equal(k, first);
+  assert_int_equal(table_size(t), CHIME__INSERT_WINDOW + 1);
+  chime__table_destroy(t);
+}
+
+/* Beyond CHIME__INSERT_WRITERS writers the least recently used is
+ * forgotten: its next request past its first cannot be told apart from a
+ * resend, so it is refused; new writers still start. */
+static void test_forgotten_writer_refused(void **state) {
+  (void)state;
+  chime__table_config_t tc;
+  chime__table_t *t =
+      new_table(&tc, CHIME__INSERT_WRITERS + 8, CHIME__SAMPLER_UNIFORM, 0);
+  chime__dedupe_req_t dq;
+  uint64_t k;
+  assert_int_equal(insert_from(t, 1, 1, 1, &k, &dq), 0);
+  assert_int_equal(insert_from(t, 2, 1, 1, &k, &dq), 0);
+  /* Writer 2 stays recent; writer 1 is the least recently used. */
+  for (uint64_t w = 3; w <= CHIME__INSERT_WRITERS + 1; w++) {
+    assert_int_equal(insert_from(t, w, 1, 1, &k, &dq), 0);
+    if (w % 1024 == 0)
+      assert_int_equal(insert_from(t, 2, w, 1, &k, &dq), 0);
+  }
+  assert_int_equal(insert_from(t, 1, 2, 1, &k, &dq), CHIME_EEXIST);
+  assert_true(dq.refused);
+  assert_int_equal(dq.known, 0);
+  assert_int_equal(insert_from(t, 2, 1, 1, &k, &dq), 0);
+  assert_true(dq.resent);
+  assert_int_equal(insert_from(t, 1000000, 1, 1, &k, &dq), 0);
+  assert_false(dq.resent);
+  chime__table_destroy(t);
+}
+
+/* A resend of a request already in a full fifo table is acked at once:
+ * nothing waits for room it does not need. */
+static void test_resend_into_full_fifo_does_not_wait(void **state) {
+  (void)state;
+  chime__table_config_t tc;
+  chime__table_t *t = new_table(&tc, 4, CHIME__SAMPLER_FIFO, 0);
+  chime__dedupe_req_t dq;
+  uint64_t k1, k;
+  assert_int_equal(insert_from(t, 9, 1, 4, &k1, &dq), 0);
+  uint8_t buf[4 * SB];
+  fill(buf, 1, 4);
+  memset(&dq, 0, sizeof(dq));
+  dq.writer = 9;
+  dq.seq = 1;
+  chime__span_t sp = {buf, sizeof(buf)};
+  assert_int_equal(chime__table_try_insert_spans(t, &sp, 1, 4, NULL, &k, &dq),
+                   0);
+  assert_true(dq.resent);
+  assert_int_equal(k, k1);
+  dq.seq = 2;
+  assert_int_equal(chime__table_try_insert_spans(t, &sp, 1, 4, NULL, &k, &dq),
+                   CHIME_EBUSY);
+  chime__table_destroy(t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fifo_order_and_wrap),
@@ -357,6 +489,10 @@ int main(void) {
       cmocka_unit_test(test_fifo_insert_all_or_nothing),
       cmocka_unit_test(test_sample_waits_for_min_size),
       cmocka_unit_test(test_fifo_batch_taken_whole),
+      cmocka_unit_test(test_resent_request_acked_not_inserted),
+      cmocka_unit_test(test_resend_older_than_window_refused),
+      cmocka_unit_test(test_forgotten_writer_refused),
+      cmocka_unit_test(test_resend_into_full_fifo_does_not_wait),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

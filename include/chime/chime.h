@@ -140,11 +140,30 @@ typedef struct chime_writer_s chime_writer_t;
 typedef struct {
   uint32_t max_batch_samples; /* samples per Insert message; default 256 */
   size_t max_batch_bytes;     /* bytes per Insert message; default 1 MiB */
-  uint32_t max_inflight;      /* messages not yet acked; default 8 */
-  int timeout_ms;             /* for flush/close; default 30000 */
+  /* Messages not yet acked; default 8. With resend on, at most 32 (larger
+   * values are lowered to 32): the server remembers a writer's last 32
+   * requests, and a resend must still be among them. */
+  uint32_t max_inflight;
+  int timeout_ms; /* for flush/close; default 30000 */
+  /* Exactly once across lost connections (default on): the writer has a
+   * random id and numbers its requests, keeps each until it is acked, and
+   * when its call dies without a graceful "shutting down" (the connection
+   * was lost) it opens a new call and sends every unacked request again. The
+   * server acks one it already inserted with its original keys and does not
+   * insert it twice, so each sample lands exactly once (docs/protocol.md,
+   * Insert). 0: the first lost connection fails the writer with
+   * CHIME_EUNAVAILABLE, as before. */
+  int resend;
+  /* With resend: how long the writer keeps trying, from the disconnect until
+   * the server acks again (the channel reconnects with gRPC's backoff);
+   * then calls fail with CHIME_EDISCONNECTED. Default 10000; 0: default. */
+  int reconnect_timeout_ms;
 } chime_writer_opts_t;
 #define CHIME_WRITER_OPTS_INIT                                                 \
-  { 256, 1u << 20, 8, 30000 }
+  {                                                                            \
+    .max_batch_samples = 256, .max_batch_bytes = 1u << 20, .max_inflight = 8,  \
+    .timeout_ms = 30000, .resend = 1, .reconnect_timeout_ms = 10000            \
+  }
 
 /* Opens an Insert stream to `table` (GetInfo first: CHIME_ENOTFOUND for an
  * unknown table, and the table's spec to check sample sizes). A writer is used

@@ -1,12 +1,24 @@
 /* Writer: an Insert call driven from the caller's thread. Samples collect in a
  * batch; a full batch becomes one InsertRequest; up to max_inflight requests
- * wait for their acks while the caller keeps appending. */
+ * wait for their acks while the caller keeps appending.
+ *
+ * Exactly once across reconnects: the writer has a random id and numbers its
+ * requests from 1 (docs/protocol.md, Insert). It keeps each request's bytes
+ * until the ack; when the call dies without a graceful "shutting down" it
+ * opens a new call (waiting for the channel to reconnect, for at most
+ * reconnect_timeout_ms) and sends every unacked request again, in order. The
+ * server acks one it already inserted with its original keys instead of
+ * inserting it twice, so nothing is lost and nothing doubled. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "client/internal.h"
+#include "common/wire.h"
 
 enum { TAG_START = 1, TAG_SEND, TAG_RECV, TAG_STATUS };
 
@@ -18,6 +30,9 @@ struct chime_writer_s {
   uint32_t batch_cap; /* samples per message */
   uint32_t max_inflight;
   int timeout_ms;
+  int resend;               /* resend unacked requests after a reconnect */
+  int reconnect_timeout_ms; /* from the disconnect to the next ack */
+  uint64_t writer_id;       /* 0 when resend is off: no dedupe */
 
   grpc_completion_queue *cq;
   grpc_call *call;
@@ -31,13 +46,20 @@ struct chime_writer_s {
   double *priorities; /* batch_cap */
   uint32_t queued;    /* samples in the batch */
   int all_default;    /* every queued priority is 1.0 */
-  uint64_t next_id;   /* id of the next request */
-  uint64_t acked_id;  /* requests acked: ids [0, acked_id) */
-  uint32_t inflight;  /* sent, not acked */
-  /* Samples in each request in flight, oldest (id acked_id) at counts_head:
-   * an ack must name exactly what its request carried. */
-  uint32_t *counts;
-  uint32_t counts_cap, counts_head;
+  uint64_t next_id;   /* seq of the next request, from 1 */
+  uint64_t acked_id;  /* seq of the oldest unacked: [1, acked_id) acked */
+  uint32_t inflight;  /* packed, not acked */
+  /* Each request in flight, oldest (seq acked_id) at fl_head: its bytes for
+   * a resend, and its count, which its ack must name exactly. */
+  struct inflight_s {
+    grpc_byte_buffer *bb;
+    uint32_t count;
+  } * fl;
+  uint32_t fl_cap, fl_head;
+  uint32_t sent_on_call; /* of those, sent on the current call (oldest first) */
+  int broken;            /* the call died and may be resumed on a new one */
+  int64_t reconnect_deadline; /* CLOCK_MONOTONIC ms; 0: not reconnecting */
+  uint64_t reconnects;
   uint64_t min_key; /* keys of one call only grow: the next ack's lowest */
   uint64_t acked;   /* samples */
   uint64_t sent;    /* samples */
@@ -51,6 +73,16 @@ static int fail(chime_writer_t *w, int code) {
   return w->failed;
 }
 
+static int64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static struct inflight_s *fl_at(const chime_writer_t *w, uint32_t i) {
+  return &w->fl[(w->fl_head + i) % w->fl_cap];
+}
+
 static int start_recv(chime_writer_t *w) {
   int rc =
       chime__call_start_recv(w->call, &w->recv_bb, (void *)(intptr_t)TAG_RECV);
@@ -59,7 +91,8 @@ static int start_recv(chime_writer_t *w) {
   return rc;
 }
 
-/* The call ended: the status says why. */
+/* The call ended: the status says why. A lost connection (not a graceful
+ * "shutting down") leaves the writer to resume on a new call. */
 static void on_status(chime_writer_t *w) {
   char text[CHIME__ERRLEN];
   chime__slice_str(w->details, text, sizeof(text));
@@ -68,6 +101,14 @@ static void on_status(chime_writer_t *w) {
     code = CHIME_EPROTO;
   if (code == 0)
     code = CHIME_ECLOSED;
+  if (!w->failed && w->resend &&
+      (code == CHIME_EUNAVAILABLE || code == CHIME_EDISCONNECTED)) {
+    w->broken = 1;
+    snprintf(w->err, sizeof(w->err),
+             "insert into '%s': connection lost: %.400s", w->table,
+             text[0] ? text : chime_strerror(code));
+    return;
+  }
   if (!w->failed) {
     /* The server's details already name the table ("insert into 't': ..."). */
     char prefix[CHIME_MAX_NAME + 32];
@@ -80,18 +121,22 @@ static void on_status(chime_writer_t *w) {
 }
 
 /* The server's ack is untrusted: it must answer the oldest request in flight,
- * with that request's count and keys after any it gave before. Returns 0 or
- * writes why not into why. */
+ * one sent on this call, with that request's count and keys after any it
+ * gave before. A re-ack after a reconnect is no different: the server acks a
+ * request it already had with the keys it gave it then, which follow the
+ * keys of every request acked before it. Returns 0 or writes why not into
+ * why. */
 static int check_ack(const chime_writer_t *w, const Chime__V1__InsertAck *ack,
                      char *why, size_t len) {
-  if (w->inflight == 0 || ack->id != w->acked_id) {
+  if (w->sent_on_call == 0 || ack->id != w->acked_id) {
     snprintf(why, len,
              "ack for request %" PRIu64 ", expected %s%" PRIu64
-             " (unknown, out of order or already acked)",
-             ack->id, w->inflight ? "" : "none; next would be ", w->acked_id);
+             " (unknown, out of order, not sent or already acked)",
+             ack->id, w->sent_on_call ? "" : "none; next would be ",
+             w->acked_id);
     return -1;
   }
-  uint32_t sent = w->counts[w->counts_head];
+  uint32_t sent = fl_at(w, 0)->count;
   if (ack->count != sent) {
     snprintf(why, len,
              "ack for request %" PRIu64 " says %" PRIu32 " samples, %" PRIu32
@@ -122,12 +167,18 @@ static void on_ack(chime_writer_t *w) {
     fail(w, CHIME_EPROTO);
     grpc_call_cancel(w->call, NULL);
   } else {
+    struct inflight_s *f = fl_at(w, 0);
+    grpc_byte_buffer_destroy(f->bb);
+    f->bb = NULL;
+    w->fl_head = (w->fl_head + 1) % w->fl_cap;
     w->acked_id++;
     w->inflight--;
-    w->counts_head = (w->counts_head + 1) % w->counts_cap;
+    w->sent_on_call--;
     w->acked += ack->count;
     w->min_key = ack->first_key + ack->count;
-    if (start_recv(w))
+    w->reconnect_deadline = 0; /* the server is back */
+    /* After the status nothing more comes on this call. */
+    if (w->status_pending && start_recv(w))
       fail(w, CHIME_EPROTO);
   }
   if (ack)
@@ -136,21 +187,47 @@ static void on_ack(chime_writer_t *w) {
 
 /* Makes room to remember one more request in flight (max_inflight may be
  * large, so the list grows with use rather than up front). */
-static int counts_reserve(chime_writer_t *w) {
-  if (w->inflight < w->counts_cap)
+static int fl_reserve(chime_writer_t *w) {
+  if (w->inflight < w->fl_cap)
     return 0;
-  uint32_t cap = w->counts_cap == 0               ? 8
-                 : w->counts_cap > UINT32_MAX / 2 ? UINT32_MAX
-                                                  : w->counts_cap * 2;
-  uint32_t *grown = malloc((size_t)cap * sizeof(*grown));
+  uint32_t cap = w->fl_cap == 0               ? 8
+                 : w->fl_cap > UINT32_MAX / 2 ? UINT32_MAX
+                                              : w->fl_cap * 2;
+  struct inflight_s *grown = calloc(cap, sizeof(*grown));
   if (!grown)
     return CHIME_ENOMEM;
   for (uint32_t i = 0; i < w->inflight; i++)
-    grown[i] = w->counts[(w->counts_head + i) % w->counts_cap];
-  free(w->counts);
-  w->counts = grown;
-  w->counts_cap = cap;
-  w->counts_head = 0;
+    grown[i] = *fl_at(w, i);
+  free(w->fl);
+  w->fl = grown;
+  w->fl_cap = cap;
+  w->fl_head = 0;
+  return 0;
+}
+
+/* Sends the oldest request in flight not yet sent on this call, when no
+ * send is outstanding (gRPC takes one at a time). */
+static int kick(chime_writer_t *w) {
+  if (w->send_pending || w->broken || !w->status_pending || w->failed ||
+      w->sent_on_call >= w->inflight)
+    return 0;
+  /* A copy shares the slices: the request's own buffer stays for a resend. */
+  w->send_bb = grpc_byte_buffer_copy(fl_at(w, w->sent_on_call)->bb);
+  if (!w->send_bb)
+    return fail(w, CHIME_ENOMEM);
+  grpc_op op;
+  memset(&op, 0, sizeof(op));
+  op.op = GRPC_OP_SEND_MESSAGE;
+  op.data.send_message.send_message = w->send_bb;
+  if (grpc_call_start_batch(w->call, &op, 1, (void *)(intptr_t)TAG_SEND,
+                            NULL) != GRPC_CALL_OK) {
+    grpc_byte_buffer_destroy(w->send_bb);
+    w->send_bb = NULL;
+    snprintf(w->err, sizeof(w->err), "insert into '%s': cannot send", w->table);
+    return fail(w, CHIME_EPROTO);
+  }
+  w->send_pending = 1;
+  w->sent_on_call++;
   return 0;
 }
 
@@ -169,6 +246,7 @@ static int pump(chime_writer_t *w, gpr_timespec deadline) {
     w->send_pending = 0;
     grpc_byte_buffer_destroy(w->send_bb);
     w->send_bb = NULL;
+    kick(w);
     break;
   case TAG_RECV:
     w->recv_pending = 0;
@@ -183,27 +261,112 @@ static int pump(chime_writer_t *w, gpr_timespec deadline) {
   return 0;
 }
 
-/* Waits until cond() holds, the writer fails or the deadline passes. */
+static int pending(const chime_writer_t *w) {
+  return w->start_pending || w->send_pending || w->recv_pending ||
+         w->status_pending;
+}
+
+/* Starts an Insert call: initial metadata, the status and the first
+ * receive. A resumed call waits for the channel to be ready (the server
+ * may still be coming back) instead of failing at once. */
+static int call_start(chime_writer_t *w, int wait_for_ready) {
+  w->call = chime__call_create(w->client, CHIME__METHOD_INSERT, w->cq,
+                               gpr_inf_future(GPR_CLOCK_REALTIME));
+  if (!w->call)
+    return CHIME_EPROTO;
+  grpc_op ops[2];
+  memset(ops, 0, sizeof(ops));
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  if (wait_for_ready)
+    ops[0].flags = GRPC_INITIAL_METADATA_WAIT_FOR_READY |
+                   GRPC_INITIAL_METADATA_WAIT_FOR_READY_EXPLICITLY_SET;
+  ops[1].op = GRPC_OP_RECV_INITIAL_METADATA;
+  ops[1].data.recv_initial_metadata.recv_initial_metadata = &w->md_init;
+  if (grpc_call_start_batch(w->call, ops, 2, (void *)(intptr_t)TAG_START,
+                            NULL) != GRPC_CALL_OK)
+    return CHIME_EPROTO;
+  w->start_pending = 1;
+  if (chime__call_start_status(w->call, &w->md_trail, &w->status, &w->details,
+                               (void *)(intptr_t)TAG_STATUS))
+    return CHIME_EPROTO;
+  w->status_pending = 1;
+  if (start_recv(w))
+    return CHIME_EPROTO;
+  return 0;
+}
+
+/* The call died with the connection: collect what is left of it (an ack
+ * that arrived before the end still counts), then open a new call and send
+ * every unacked request again, oldest first. */
+static int reconnect(chime_writer_t *w) {
+  grpc_call_cancel(w->call, NULL);
+  while (pending(w))
+    pump(w, gpr_inf_future(GPR_CLOCK_MONOTONIC));
+  grpc_call_unref(w->call);
+  w->call = NULL;
+  if (w->failed)
+    return w->failed;
+  grpc_metadata_array_destroy(&w->md_init);
+  grpc_metadata_array_destroy(&w->md_trail);
+  grpc_metadata_array_init(&w->md_init);
+  grpc_metadata_array_init(&w->md_trail);
+  grpc_slice_unref(w->details);
+  w->details = grpc_empty_slice();
+  if (w->reconnect_deadline == 0)
+    w->reconnect_deadline = mono_ms() + w->reconnect_timeout_ms;
+  w->broken = 0;
+  w->sent_on_call = 0;
+  w->reconnects++;
+  if (call_start(w, 1)) {
+    snprintf(w->err, sizeof(w->err), "insert into '%s': cannot start a call",
+             w->table);
+    return fail(w, CHIME_EPROTO);
+  }
+  return kick(w);
+}
+
+/* Waits until cond() holds, the writer fails or the deadline passes; a call
+ * lost on the way is resumed on a new one, up to the reconnect deadline. */
 static int wait_until(chime_writer_t *w, int (*cond)(const chime_writer_t *),
                       int timeout_ms) {
-  gpr_timespec deadline = chime__deadline_ms(timeout_ms);
+  int64_t end = mono_ms() + timeout_ms;
   while (!cond(w)) {
     if (w->failed)
       return w->failed;
-    int rc = pump(w, deadline);
-    if (rc == CHIME_ETIMEDOUT) {
+    if (w->broken) {
+      int rc = reconnect(w);
+      if (rc)
+        return rc;
+      continue;
+    }
+    int64_t until = end;
+    if (w->reconnect_deadline && w->reconnect_deadline < until)
+      until = w->reconnect_deadline;
+    int64_t left = until - mono_ms();
+    int rc = pump(w, chime__deadline_ms(left > 0 ? (int)left : 0));
+    if (rc != CHIME_ETIMEDOUT)
+      continue;
+    if (w->reconnect_deadline && mono_ms() >= w->reconnect_deadline) {
+      snprintf(w->err, sizeof(w->err),
+               "insert into '%s': connection lost and not back within %d ms "
+               "(%" PRIu32 " requests unacked)",
+               w->table, w->reconnect_timeout_ms, w->inflight);
+      grpc_call_cancel(w->call, NULL);
+      return fail(w, CHIME_EDISCONNECTED);
+    }
+    if (mono_ms() >= end) {
       snprintf(w->err, sizeof(w->err),
                "insert into '%s': no ack within %d ms (%" PRIu32
                " messages in flight)",
                w->table, timeout_ms, w->inflight);
-      return rc;
+      return CHIME_ETIMEDOUT;
     }
   }
   return w->failed;
 }
 
 static int can_send(const chime_writer_t *w) {
-  return !w->send_pending && w->inflight < w->max_inflight;
+  return w->inflight < w->max_inflight;
 }
 
 static int all_acked(const chime_writer_t *w) {
@@ -214,7 +377,7 @@ static int send_batch(chime_writer_t *w) {
   int rc = wait_until(w, can_send, w->timeout_ms);
   if (rc)
     return rc;
-  if (counts_reserve(w)) {
+  if (fl_reserve(w)) {
     snprintf(w->err, sizeof(w->err), "insert into '%s': out of memory",
              w->table);
     return CHIME_ENOMEM;
@@ -229,28 +392,38 @@ static int send_batch(chime_writer_t *w) {
     req.priorities = w->priorities;
   }
   req.id = w->next_id;
-  w->send_bb = chime__pack(&req.base);
-  if (!w->send_bb)
+  req.writer_id = w->writer_id;
+  grpc_byte_buffer *bb = chime__pack(&req.base);
+  if (!bb)
     return fail(w, CHIME_ENOMEM);
-  grpc_op op;
-  memset(&op, 0, sizeof(op));
-  op.op = GRPC_OP_SEND_MESSAGE;
-  op.data.send_message.send_message = w->send_bb;
-  if (grpc_call_start_batch(w->call, &op, 1, (void *)(intptr_t)TAG_SEND,
-                            NULL) != GRPC_CALL_OK) {
-    grpc_byte_buffer_destroy(w->send_bb);
-    w->send_bb = NULL;
-    snprintf(w->err, sizeof(w->err), "insert into '%s': cannot send", w->table);
-    return fail(w, CHIME_EPROTO);
-  }
-  w->send_pending = 1;
-  w->next_id++;
-  w->counts[(w->counts_head + w->inflight) % w->counts_cap] = w->queued;
+  /* Nothing was at stake while idle: a reconnect clock starts now. */
+  if (w->reconnect_deadline && w->inflight == 0)
+    w->reconnect_deadline = mono_ms() + w->reconnect_timeout_ms;
+  struct inflight_s *f = fl_at(w, w->inflight);
+  f->bb = bb;
+  f->count = w->queued;
   w->inflight++;
+  w->next_id++;
   w->sent += w->queued;
   w->queued = 0;
   w->all_default = 1;
-  return 0;
+  return kick(w);
+}
+
+/* A random nonzero id, so writers of one table never share one. */
+static uint64_t new_writer_id(void) {
+  uint64_t id = 0;
+  while (id == 0) {
+    if (getrandom(&id, sizeof(id), 0) != (ssize_t)sizeof(id)) {
+      /* No entropy source: time and pid still tell writers apart. */
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      id = ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^
+           ((uint64_t)getpid() << 40);
+      id *= UINT64_C(0x9E3779B97F4A7C15);
+    }
+  }
+  return id;
 }
 
 /* Names the leaf a sample of `len` bytes breaks, like the server does. */
@@ -294,7 +467,8 @@ int chime_writer_open(chime_client_t *client, const char *table,
   if (!opts)
     opts = &def;
   if (strlen(table) >= CHIME_MAX_NAME || opts->max_inflight == 0 ||
-      opts->max_batch_samples == 0 || opts->max_batch_bytes == 0) {
+      opts->max_batch_samples == 0 || opts->max_batch_bytes == 0 ||
+      opts->reconnect_timeout_ms < 0) {
     rc = chime__fail(err, sizeof(err), CHIME_EINVAL,
                      "writer: bad table name or options");
     goto cleanup;
@@ -331,6 +505,16 @@ int chime_writer_open(chime_client_t *client, const char *table,
   w->batch_cap = cap ? (uint32_t)cap : 1;
   w->max_inflight = opts->max_inflight;
   w->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : 30000;
+  w->resend = opts->resend != 0;
+  w->reconnect_timeout_ms =
+      opts->reconnect_timeout_ms > 0 ? opts->reconnect_timeout_ms : 10000;
+  if (w->resend) {
+    /* A resend must still be in the server's window to be recognised. */
+    if (w->max_inflight > CHIME__INSERT_WINDOW)
+      w->max_inflight = CHIME__INSERT_WINDOW;
+    w->writer_id = new_writer_id();
+  }
+  w->next_id = w->acked_id = 1;
   w->all_default = 1;
   w->min_key = 1; /* keys start at 1 */
   w->details = grpc_empty_slice();
@@ -343,32 +527,7 @@ int chime_writer_open(chime_client_t *client, const char *table,
     rc = chime__fail(err, sizeof(err), CHIME_ENOMEM, "out of memory");
     goto cleanup;
   }
-  w->call = chime__call_create(client, CHIME__METHOD_INSERT, w->cq,
-                               gpr_inf_future(GPR_CLOCK_REALTIME));
-  if (!w->call) {
-    rc = chime__fail(err, sizeof(err), CHIME_EPROTO,
-                     "writer: cannot create "
-                     "call");
-    goto cleanup;
-  }
-  grpc_op ops[2];
-  memset(ops, 0, sizeof(ops));
-  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-  ops[1].op = GRPC_OP_RECV_INITIAL_METADATA;
-  ops[1].data.recv_initial_metadata.recv_initial_metadata = &w->md_init;
-  if (grpc_call_start_batch(w->call, ops, 2, (void *)(intptr_t)TAG_START,
-                            NULL) != GRPC_CALL_OK) {
-    rc = chime__fail(err, sizeof(err), CHIME_EPROTO, "writer: start failed");
-    goto cleanup;
-  }
-  w->start_pending = 1;
-  if (chime__call_start_status(w->call, &w->md_trail, &w->status, &w->details,
-                               (void *)(intptr_t)TAG_STATUS)) {
-    rc = chime__fail(err, sizeof(err), CHIME_EPROTO, "writer: start failed");
-    goto cleanup;
-  }
-  w->status_pending = 1;
-  if (start_recv(w)) {
+  if (call_start(w, 0)) {
     rc = chime__fail(err, sizeof(err), CHIME_EPROTO, "writer: start failed");
     goto cleanup;
   }
@@ -397,9 +556,11 @@ int chime_writer_append(chime_writer_t *writer, const void *sample, size_t len,
     return CHIME_EINVAL;
   }
   /* Collect completions that already arrived, without waiting. */
-  while ((w->inflight || w->send_pending) &&
+  while ((w->inflight || w->send_pending) && !w->broken &&
          pump(w, gpr_inf_past(GPR_CLOCK_MONOTONIC)) == 0) {
   }
+  if (w->broken && !w->failed)
+    reconnect(w);
   if (w->failed)
     return w->failed;
   /* A full batch that could not go yet goes first (this may wait), so an
@@ -441,11 +602,6 @@ const char *chime_writer_last_error(const chime_writer_t *writer) {
   return writer ? writer->err : "no writer";
 }
 
-static int pending(const chime_writer_t *w) {
-  return w->start_pending || w->send_pending || w->recv_pending ||
-         w->status_pending;
-}
-
 int chime_writer_close(chime_writer_t *writer) {
   chime_writer_t *w = writer;
   if (!w)
@@ -479,7 +635,9 @@ int chime_writer_close(chime_writer_t *writer) {
   grpc_slice_unref(w->details);
   free(w->data);
   free(w->priorities);
-  free(w->counts);
+  for (uint32_t i = 0; i < w->inflight; i++)
+    grpc_byte_buffer_destroy(fl_at(w, i)->bb);
+  free(w->fl);
   free(w);
   return rc;
 }

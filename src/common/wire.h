@@ -12,6 +12,15 @@
  * tag and length, 4 * 11 for the fields; 48 was too small for huge values). */
 #define CHIME_CHUNK_HEADER_MAX 64
 
+/* Insert requests the server remembers per writer (writer_id) and table: a
+ * request resent within the last this many a writer inserted is acked again
+ * from memory, an older one refused. So a writer that resends keeps at most
+ * this many requests in flight. */
+#define CHIME__INSERT_WINDOW 32
+/* Writers remembered per table; beyond it the least recently used is
+ * forgotten (docs/protocol.md, Insert). */
+#define CHIME__INSERT_WRITERS 4096
+
 typedef struct {
   uint64_t seq;
   uint64_t offset;

@@ -24,6 +24,7 @@
 
 #include "chime.pb-c.h"
 #include "common/pbread.h"
+#include "common/wire.h"
 #include "server/insertreq.h"
 #include "server/server.h"
 #include "server/staging.h"
@@ -99,7 +100,7 @@ typedef struct {
   uint8_t *data;
   uint64_t bytes; /* charged to the staging budget */
   uint32_t count;
-  uint64_t id;
+  uint64_t id, writer_id;
   double *priorities; /* NULL: all 1.0 */
   chime__staging_t *budget;
 } staged_t;
@@ -130,6 +131,7 @@ static int stage(staged_t **out, msg_t *m, chime__staging_t *budget) {
   chime__pb_copy(&m->pr, m->q.data_offset, sg->data, m->q.data_len);
   sg->count = m->q.count;
   sg->id = m->q.id;
+  sg->writer_id = m->q.writer_id;
   sg->priorities = m->q.priorities;
   m->q.priorities = NULL;
   sg->budget = budget;
@@ -139,7 +141,8 @@ static int stage(staged_t **out, msg_t *m, chime__staging_t *budget) {
 }
 
 /* Inserts m's samples from the received slices, without waiting. */
-static int insert_direct(chime__table_t *t, msg_t *m, uint64_t *first_key) {
+static int insert_direct(chime__table_t *t, msg_t *m, uint64_t *first_key,
+                         chime__dedupe_req_t *dq) {
   chime__span_t few[64], *spans = few;
   size_t n = chime__pb_spans(&m->pr, m->q.data_offset, m->q.data_len, few, 64);
   if (n > 64) {
@@ -149,7 +152,7 @@ static int insert_direct(chime__table_t *t, msg_t *m, uint64_t *first_key) {
     chime__pb_spans(&m->pr, m->q.data_offset, m->q.data_len, spans, n);
   }
   int rc = chime__table_try_insert_spans(t, spans, n, m->q.count,
-                                         m->q.priorities, first_key);
+                                         m->q.priorities, first_key, dq);
   if (spans != few)
     free(spans);
   return rc;
@@ -315,6 +318,35 @@ static void finish_err(chime__call_t *c, int rc, const char *msg) {
   chime__call_finish(c, chime__status_from_err(rc), "%s", msg);
 }
 
+/* A resent request the table would not take (dedupe.h): the writer hears
+ * which, and that nothing was inserted. */
+static void finish_refused(chime__call_t *c, const insert_t *st,
+                           const chime__dedupe_req_t *dq, int rc,
+                           uint32_t count) {
+  const char *tn = chime__table_config(st->table)->name;
+  unsigned long long w = (unsigned long long)dq->writer;
+  unsigned long long seq = (unsigned long long)dq->seq;
+  if (rc == CHIME_EINVAL)
+    chime__call_finish(c, GRPC_STATUS_INVALID_ARGUMENT,
+                       "insert into '%s': request %llu of writer %016llx was "
+                       "inserted with %llu samples, resent with %u",
+                       tn, seq, w, (unsigned long long)dq->known, count);
+  else if (dq->known == 0)
+    chime__call_finish(
+        c, GRPC_STATUS_FAILED_PRECONDITION,
+        "insert into '%s': writer %016llx is no longer remembered (more than "
+        "%d writers wrote since) and request %llu is not its first: it may "
+        "be in the table already, so it was not inserted",
+        tn, w, CHIME__INSERT_WRITERS, seq);
+  else
+    chime__call_finish(
+        c, GRPC_STATUS_FAILED_PRECONDITION,
+        "insert into '%s': request %llu of writer %016llx is older than the "
+        "window of the last %d it inserted (newest %llu): it may be in the "
+        "table already, so it was not inserted",
+        tn, seq, w, CHIME__INSERT_WINDOW, (unsigned long long)dq->known);
+}
+
 /* The writer closed its side and everything it sent is acked. During a
  * shutdown it still hears "shutting down", whichever came first. */
 static void finish_closed(chime__call_t *c) {
@@ -327,7 +359,8 @@ static void finish_closed(chime__call_t *c) {
 /* Acks a request that went in (rc 0), then reads the next one, or ends
  * the call: "shutting down" during a stop, the error, or OK after a
  * half-close. Drops the reference the request held. */
-static void insert_finish(chime__call_t *c, insert_t *st, int rc, uint64_t id,
+static void insert_finish(chime__call_t *c, insert_t *st, int rc,
+                          const chime__dedupe_req_t *dq, uint64_t id,
                           uint32_t count, uint64_t first_key) {
   if (rc == 0) {
     Chime__V1__InsertAck ack = CHIME__V1__INSERT_ACK__INIT;
@@ -340,7 +373,9 @@ static void insert_finish(chime__call_t *c, insert_t *st, int rc, uint64_t id,
   st->pending = 0;
   int stop = st->stopping, hc = st->half_closed;
   pthread_mutex_unlock(&c->mu);
-  if (rc == CHIME_EINVAL || rc == CHIME_ENOMEM)
+  if (rc != 0 && dq->refused)
+    finish_refused(c, st, dq, rc, count);
+  else if (rc == CHIME_EINVAL || rc == CHIME_ENOMEM)
     finish_err(c, rc,
                rc == CHIME_ENOMEM ? "out of memory"
                                   : "request larger than the table");
@@ -464,6 +499,7 @@ static void insert_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
     uint64_t first_key = 0;
     uint64_t id = req->q.id;
     uint32_t count = req->q.count;
+    chime__dedupe_req_t dq = {.writer = req->q.writer_id, .seq = id};
     pthread_mutex_lock(&c->mu);
     if (st->stopping) {
       /* Not taken in, so never acked: the writer sees "shutting down". */
@@ -477,7 +513,7 @@ static void insert_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
     /* The one copy, from the slices into the table, when nothing waits
      * before this request; else it is staged for the worker. */
     pthread_mutex_lock(&w->mu);
-    rc = w->head == NULL && !w->busy ? insert_direct(w->t, req, &first_key)
+    rc = w->head == NULL && !w->busy ? insert_direct(w->t, req, &first_key, &dq)
                                      : CHIME_EBUSY;
     if (rc == CHIME_EBUSY) {
       rc = stage(&st->req, req, &srv->staging);
@@ -493,12 +529,12 @@ static void insert_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
       pthread_mutex_unlock(&w->mu);
       msg_free(req);
       if (rc != 0)
-        insert_finish(c, st, rc, id, count, 0);
+        insert_finish(c, st, rc, &dq, id, count, 0);
       return;
     }
     pthread_mutex_unlock(&w->mu);
     msg_free(req);
-    insert_finish(c, st, rc, id, count, first_key);
+    insert_finish(c, st, rc, &dq, id, count, first_key);
   }
   return;
 fail:
@@ -514,16 +550,18 @@ static void insert_done(chime__inserter_t *w, insert_t *st) {
   pthread_mutex_unlock(&st->call->mu);
   /* A call that ended before its request went in was never acked: the
    * request is dropped, and the writer's resend is the one that counts. */
+  chime__dedupe_req_t dq = {.writer = sg->writer_id, .seq = sg->id};
   int rc = ended ? CHIME_ECLOSED
                  : chime__table_insert(w->t, sg->data, sg->count,
-                                       sg->priorities, &first_key, &st->abort);
+                                       sg->priorities, &first_key, &st->abort,
+                                       &dq);
   uint64_t id = sg->id;
   uint32_t count = sg->count;
   pthread_mutex_lock(&st->call->mu);
   st->req = NULL;
   pthread_mutex_unlock(&st->call->mu);
   staged_free(sg);
-  insert_finish(st->call, st, rc, id, count, first_key);
+  insert_finish(st->call, st, rc, &dq, id, count, first_key);
 }
 
 static void *inserter_main(void *arg) {

@@ -17,6 +17,7 @@ enum {
   F_PRIORITIES = 4,
   F_ID = 5,
   F_SPEC = 6,
+  F_WRITER_ID = 7,
 };
 
 static int bad(char *err, size_t errlen, const char *what) {
@@ -119,6 +120,11 @@ int chime__insert_req_parse(chime__insert_req_t *q, chime__pb_reader_t *r,
       if ((rc = want_wire(&f, CHIME__PB_VARINT, err, errlen)) != 0)
         return rc;
       q->id = f.value;
+      break;
+    case F_WRITER_ID:
+      if ((rc = want_wire(&f, CHIME__PB_I64, err, errlen)) != 0)
+        return rc;
+      q->writer_id = f.value;
       break;
     case F_SPEC:
       if ((rc = want_wire(&f, CHIME__PB_LEN, err, errlen)) != 0 ||

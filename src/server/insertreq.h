@@ -21,7 +21,8 @@ typedef struct {
   char table[CHIME__INSERT_TABLE_MAX + 1]; /* "" when absent */
   int table_too_long;
   uint32_t count;
-  uint64_t id;
+  uint64_t id;        /* with writer_id: the writer's request sequence */
+  uint64_t writer_id; /* 0: none (no dedupe) */
   uint64_t data_offset, data_len; /* the data field in the message */
   double *priorities;             /* malloc'd; NULL when none */
   size_t n_priorities;

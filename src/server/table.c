@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "chime/errors.h"
+#include "common/wire.h"
 
 /* A fifo batch given back by a stream that ended before its learner was done
  * with it: the slot's bytes (leaf-major, as in the ring), taken again before
@@ -46,6 +47,7 @@ struct chime__table_s {
   uint64_t next_key;
   uint64_t rng;
   int closed;
+  chime__dedupe_t *dedupe; /* writers' requests, under mu */
   uint64_t inserts, samples, sampler_wait_ns, insert_wait_ns, returned;
 };
 
@@ -95,6 +97,9 @@ int chime__table_create(chime__table_t **out,
     goto out;
   }
   t->map_len = len;
+  rc = chime__dedupe_create(&t->dedupe, CHIME__INSERT_WRITERS);
+  if (rc != 0)
+    goto out;
   uint8_t *p = t->map;
   for (uint32_t i = 0; i < t->nleaves; i++) {
     t->leaf[i] = p;
@@ -116,6 +121,8 @@ int chime__table_create(chime__table_t **out,
   *out = t;
   t = NULL;
 out:
+  if (t != NULL && t->map != NULL)
+    munmap(t->map, t->map_len);
   free(t);
   return rc;
 }
@@ -134,6 +141,7 @@ void chime__table_destroy(chime__table_t *t) {
   pthread_cond_destroy(&t->items);
   if (t->map != NULL)
     munmap(t->map, t->map_len);
+  chime__dedupe_destroy(t->dedupe);
   free(t);
 }
 
@@ -186,10 +194,10 @@ static void wait_timed(pthread_cond_t *c, pthread_mutex_t *mu, uint64_t *acc) {
 
 int chime__table_insert(chime__table_t *t, const uint8_t *data, uint32_t count,
                         const double *priorities, uint64_t *first_key,
-                        const atomic_int *abort) {
+                        const atomic_int *abort, chime__dedupe_req_t *dq) {
   chime__span_t one = {data, (size_t)(count * t->sample_bytes)};
   return chime__table_insert_spans(t, &one, 1, count, priorities, first_key,
-                                   abort);
+                                   abort, dq);
 }
 
 /* Reads a sample's bytes in order from pieces of a message; a leaf that
@@ -224,7 +232,7 @@ static void cursor_read(cursor_t *c, uint8_t *dst, uint64_t n) {
 static int insert_spans(chime__table_t *t, const chime__span_t *spans,
                         size_t nspans, uint32_t count, const double *priorities,
                         uint64_t *first_key, const atomic_int *abort,
-                        int nowait) {
+                        chime__dedupe_req_t *dq, int nowait) {
   int rc = 0;
   cursor_t cur = {spans, 0, 0};
   uint64_t have = 0;
@@ -246,6 +254,17 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
     if (t->closed) {
       rc = CHIME_ESHUTDOWN;
       goto out;
+    }
+    /* Asked again after every wait: the answer holds only while mu is. */
+    if (dq != NULL && dq->writer != 0) {
+      rc = chime__dedupe_check(t->dedupe, dq, count, first_key);
+      if (rc == CHIME__DEDUPE_RESENT) {
+        rc = 0;
+        goto out;
+      }
+      if (rc != CHIME__DEDUPE_NEW)
+        goto out;
+      rc = 0;
     }
     /* Items given back count against the capacity until taken again. */
     if (!fifo || (t->count + t->nreturned <= cap &&
@@ -286,6 +305,8 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
     t->inserts += n;
     done += n;
   }
+  if (dq != NULL && dq->writer != 0)
+    chime__dedupe_record(t->dedupe, dq, count, key0);
   pthread_cond_broadcast(&t->items);
 out:
   pthread_mutex_unlock(&t->mu);
@@ -295,15 +316,18 @@ out:
 int chime__table_insert_spans(chime__table_t *t, const chime__span_t *spans,
                               size_t nspans, uint32_t count,
                               const double *priorities, uint64_t *first_key,
-                              const atomic_int *abort) {
-  return insert_spans(t, spans, nspans, count, priorities, first_key, abort, 0);
+                              const atomic_int *abort,
+                              chime__dedupe_req_t *dq) {
+  return insert_spans(t, spans, nspans, count, priorities, first_key, abort, dq,
+                      0);
 }
 
 int chime__table_try_insert_spans(chime__table_t *t, const chime__span_t *spans,
                                   size_t nspans, uint32_t count,
-                                  const double *priorities,
-                                  uint64_t *first_key) {
-  return insert_spans(t, spans, nspans, count, priorities, first_key, NULL, 1);
+                                  const double *priorities, uint64_t *first_key,
+                                  chime__dedupe_req_t *dq) {
+  return insert_spans(t, spans, nspans, count, priorities, first_key, NULL, dq,
+                      1);
 }
 
 static uint64_t next_rand(chime__table_t *t) {

@@ -10,6 +10,7 @@
 #include "chime/ring.h"
 #include "common/pbread.h"
 #include "server/config.h"
+#include "server/dedupe.h"
 
 typedef struct chime__table_s chime__table_t;
 
@@ -31,22 +32,28 @@ void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out);
  * all count samples fit (CHIME_EINVAL when count exceeds its capacity); a
  * uniform one evicts its oldest items. Returns CHIME_ESHUTDOWN, having
  * inserted nothing, when it would have to wait while *abort is non-zero or
- * once the table is closed. */
+ * once the table is closed.
+ * dq (NULL, or writer 0: none) names the request's writer and seq: one the
+ * table inserted before is not inserted again; it returns 0 with its
+ * original *first_key and dq->resent set. One it cannot tell about is
+ * CHIME_EEXIST, a different count for a known one CHIME_EINVAL (dedupe.h);
+ * both leave dq->known set. The check and the insert are one critical
+ * section, so no two copies of a request both go in. */
 int chime__table_insert(chime__table_t *t, const uint8_t *data, uint32_t count,
                         const double *priorities, uint64_t *first_key,
-                        const atomic_int *abort);
+                        const atomic_int *abort, chime__dedupe_req_t *dq);
 /* The same with the samples' bytes in pieces (a message's slices), read in
  * order: count * sample_bytes bytes in all, else CHIME_EINVAL. */
 int chime__table_insert_spans(chime__table_t *t, const chime__span_t *spans,
                               size_t nspans, uint32_t count,
                               const double *priorities, uint64_t *first_key,
-                              const atomic_int *abort);
+                              const atomic_int *abort, chime__dedupe_req_t *dq);
 /* The same without waiting: CHIME_EBUSY, having inserted nothing, when a
  * fifo table lacks room for all count samples. */
 int chime__table_try_insert_spans(chime__table_t *t, const chime__span_t *spans,
                                   size_t nspans, uint32_t count,
-                                  const double *priorities,
-                                  uint64_t *first_key);
+                                  const double *priorities, uint64_t *first_key,
+                                  chime__dedupe_req_t *dq);
 
 /* Fills the batch_size samples of a ring slot (leaf-major, layout from the
  * ring) once the table holds min_size items (fifo: and batch_size items,

@@ -1,0 +1,463 @@
+/* Exactly-once Insert against the real chimed: requests resent on a new call
+ * by their writer (writer_id, id) are acked with their original keys and not
+ * inserted again; one older than the server's window is refused; writer_id 0
+ * is not deduplicated. Then the C writer through a loopback proxy that cuts
+ * its connection while requests and acks are in flight: every sample lands
+ * exactly once; and a writer whose server never comes back gives up after
+ * its reconnect timeout. */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "chime.pb-c.h"
+#include "chime/chime.h"
+#include "harness.h"
+#include "rawcall.h"
+
+#define WINDOW 32 /* CHIME__INSERT_WINDOW */
+
+static chime__chimed_t chimed;
+static grpc_channel *ch;
+
+static int setup(void **state) {
+  (void)state;
+  int rc = chime__chimed_start(
+      &chimed,
+      "{\"tables\": [{\"name\": \"r\", \"spec\": \"x:u64[]\", "
+      "\"capacity\": 100000, \"sampler\": \"uniform\"}, "
+      "{\"name\": \"f\", \"spec\": \"x:u64[]\", "
+      "\"capacity\": 100000, \"sampler\": \"fifo\"}]}\n",
+      NULL, 30000);
+  if (rc == CHIME_ENOTFOUND)
+    chime__skip("chimed is not built");
+  if (rc != 0)
+    return -1;
+  grpc_init();
+  ch = chime__raw_channel(chimed.addr);
+  return 0;
+}
+
+static int teardown(void **state) {
+  int st = 0;
+  (void)state;
+  grpc_channel_destroy(ch);
+  grpc_shutdown_blocking();
+  chime__chimed_stop(&chimed, 20000, &st);
+  chime__harness_kill_all();
+  return 0;
+}
+
+static uint64_t table_size(const char *addr, const char *name) {
+  chime_client_t *c = NULL;
+  chime_server_info_t *info = NULL;
+  uint64_t size = UINT64_MAX;
+  assert_int_equal(chime_client_create(&c, addr, NULL), 0);
+  assert_int_equal(chime_client_info(c, &info), 0);
+  for (uint32_t i = 0; i < info->ntables; i++)
+    if (strcmp(info->tables[i].name, name) == 0)
+      size = info->tables[i].size;
+  chime_server_info_free(info);
+  chime_client_destroy(c);
+  return size;
+}
+
+/* Sends request seq of writer to table "r": count samples valued val.. */
+static void send_req(chime__raw_t *r, uint64_t writer, uint64_t seq,
+                     uint32_t count, uint64_t val) {
+  uint64_t data[64];
+  assert_true(count <= 64);
+  for (uint32_t i = 0; i < count; i++)
+    data[i] = val + i;
+  Chime__V1__InsertRequest req = CHIME__V1__INSERT_REQUEST__INIT;
+  req.table = (char *)"r";
+  req.count = count;
+  req.data.data = (uint8_t *)data;
+  req.data.len = count * sizeof(uint64_t);
+  req.id = seq;
+  req.writer_id = writer;
+  assert_int_equal(chime__raw_send(r, &req.base), 0);
+}
+
+/* Receives the next ack and checks it answers seq with count samples;
+ * returns its first key. */
+static uint64_t recv_ack(chime__raw_t *r, uint64_t seq, uint32_t count) {
+  ProtobufCMessage *m = NULL;
+  assert_int_equal(
+      chime__raw_recv_msg(r, &chime__v1__insert_ack__descriptor, &m, 30000), 0);
+  assert_non_null(m);
+  Chime__V1__InsertAck *ack = (Chime__V1__InsertAck *)m;
+  assert_int_equal(ack->id, seq);
+  assert_int_equal(ack->count, count);
+  uint64_t k = ack->first_key;
+  protobuf_c_message_free_unpacked(m, NULL);
+  return k;
+}
+
+static void finish_ok(chime__raw_t *r) {
+  grpc_status_code st = GRPC_STATUS_UNKNOWN;
+  char details[512];
+  assert_int_equal(chime__raw_finish(r, &st, details, sizeof details, 30000),
+                   0);
+  if (st != GRPC_STATUS_OK)
+    fail_msg("status %d '%s'", (int)st, details);
+  chime__raw_destroy(r);
+}
+
+static void test_raw_resend_acked_once(void **state) {
+  (void)state;
+  const uint64_t w = 0x5eed5eed12345678u;
+  uint64_t k[5];
+  chime__raw_t r;
+  assert_int_equal(table_size(chimed.addr, "r"), 0);
+
+  /* Call A: requests 1..3, two samples each. */
+  assert_int_equal(chime__raw_start(&r, ch, "/chime.v1.Chime/Insert", 60000),
+                   0);
+  for (uint64_t seq = 1; seq <= 3; seq++) {
+    send_req(&r, w, seq, 2, seq * 100);
+    k[seq] = recv_ack(&r, seq, 2);
+  }
+  finish_ok(&r);
+  assert_int_equal(k[1], 1);
+  assert_int_equal(k[2], 3);
+  assert_int_equal(k[3], 5);
+  assert_int_equal(table_size(chimed.addr, "r"), 6);
+
+  /* Call B: 2 and 3 again (their acks were "lost"), then 4. */
+  assert_int_equal(chime__raw_start(&r, ch, "/chime.v1.Chime/Insert", 60000),
+                   0);
+  send_req(&r, w, 2, 2, 200);
+  assert_int_equal(recv_ack(&r, 2, 2), k[2]);
+  send_req(&r, w, 3, 2, 300);
+  assert_int_equal(recv_ack(&r, 3, 2), k[3]);
+  send_req(&r, w, 4, 2, 400);
+  k[4] = recv_ack(&r, 4, 2);
+  finish_ok(&r);
+  assert_int_equal(k[4], 7);
+  assert_int_equal(table_size(chimed.addr, "r"), 8);
+
+  /* Requests 5 .. WINDOW + 5 push 5 out of the window: resent, it is
+   * refused by name, and nothing goes in. */
+  assert_int_equal(chime__raw_start(&r, ch, "/chime.v1.Chime/Insert", 60000),
+                   0);
+  for (uint64_t seq = 5; seq <= WINDOW + 5; seq++) {
+    send_req(&r, w, seq, 1, seq * 100);
+    recv_ack(&r, seq, 1);
+  }
+  uint64_t size = table_size(chimed.addr, "r");
+  assert_int_equal(size, 8 + WINDOW + 1);
+  send_req(&r, w, 5, 1, 500);
+  grpc_status_code st = GRPC_STATUS_UNKNOWN;
+  char details[512];
+  assert_int_equal(chime__raw_finish(&r, &st, details, sizeof details, 30000),
+                   0);
+  chime__raw_destroy(&r);
+  assert_int_equal(st, GRPC_STATUS_FAILED_PRECONDITION);
+  if (!strstr(details, "request 5 ") || !strstr(details, "window of the last"))
+    fail_msg("details '%s'", details);
+  assert_int_equal(table_size(chimed.addr, "r"), size);
+
+  /* Still in the window, 6 is acked again on a new call. */
+  assert_int_equal(chime__raw_start(&r, ch, "/chime.v1.Chime/Insert", 60000),
+                   0);
+  send_req(&r, w, 6, 1, 600);
+  recv_ack(&r, 6, 1);
+  finish_ok(&r);
+  assert_int_equal(table_size(chimed.addr, "r"), size);
+
+  /* writer_id 0: no dedupe, as before: the same id goes in twice. */
+  assert_int_equal(chime__raw_start(&r, ch, "/chime.v1.Chime/Insert", 60000),
+                   0);
+  send_req(&r, 0, 9, 1, 900);
+  uint64_t a = recv_ack(&r, 9, 1);
+  send_req(&r, 0, 9, 1, 900);
+  uint64_t b = recv_ack(&r, 9, 1);
+  finish_ok(&r);
+  assert_int_equal(b, a + 1);
+  assert_int_equal(table_size(chimed.addr, "r"), size + 2);
+}
+
+/* --- a loopback TCP proxy the test can cut ---------------------------- */
+
+#define MAX_PAIRS 16
+
+typedef struct {
+  int lfd, ctl[2];
+  int port, target_port;
+  int pair[MAX_PAIRS][2]; /* client side, server side; -1 when free */
+  atomic_int accepted, cuts;
+  pthread_t th;
+} proxy_t;
+
+static void pair_close(proxy_t *p, int i) {
+  for (int j = 0; j < 2; j++) {
+    if (p->pair[i][j] >= 0) {
+      shutdown(p->pair[i][j], SHUT_RDWR);
+      close(p->pair[i][j]);
+    }
+    p->pair[i][j] = -1;
+  }
+}
+
+static int connect_port(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+    close(fd);
+    fd = -1;
+  }
+  return fd;
+}
+
+/* Copies what one side sent to the other; 0 when that side is gone. */
+static int forward(int from, int to) {
+  char buf[65536];
+  ssize_t n = recv(from, buf, sizeof(buf), 0);
+  if (n <= 0)
+    return 0;
+  for (ssize_t off = 0; off < n;) {
+    ssize_t m = send(to, buf + off, (size_t)(n - off), MSG_NOSIGNAL);
+    if (m <= 0)
+      return 0;
+    off += m;
+  }
+  return 1;
+}
+
+static void *proxy_main(void *arg) {
+  proxy_t *p = arg;
+  for (;;) {
+    struct pollfd fds[2 + 2 * MAX_PAIRS];
+    int idx[2 + 2 * MAX_PAIRS];
+    int n = 0;
+    fds[n].fd = p->ctl[0];
+    fds[n++].events = POLLIN;
+    fds[n].fd = p->lfd;
+    fds[n++].events = POLLIN;
+    for (int i = 0; i < MAX_PAIRS; i++)
+      for (int j = 0; j < 2; j++)
+        if (p->pair[i][j] >= 0) {
+          idx[n] = i * 2 + j;
+          fds[n].fd = p->pair[i][j];
+          fds[n++].events = POLLIN;
+        }
+    if (poll(fds, (nfds_t)n, 1000) < 0 && errno != EINTR)
+      break;
+    if (fds[0].revents) {
+      char c = 0;
+      if (read(p->ctl[0], &c, 1) != 1 || c == 'q') {
+        for (int i = 0; i < MAX_PAIRS; i++)
+          pair_close(p, i);
+        break;
+      }
+      /* 'c': cut every connection, whatever is in flight either way. */
+      for (int i = 0; i < MAX_PAIRS; i++)
+        pair_close(p, i);
+      atomic_fetch_add(&p->cuts, 1);
+      continue;
+    }
+    if (fds[1].revents) {
+      int cfd = accept4(p->lfd, NULL, NULL, SOCK_CLOEXEC);
+      int sfd = cfd >= 0 ? connect_port(p->target_port) : -1;
+      int slot = -1;
+      for (int i = 0; i < MAX_PAIRS && slot < 0; i++)
+        if (p->pair[i][0] < 0)
+          slot = i;
+      if (cfd >= 0 && (sfd < 0 || slot < 0)) {
+        close(cfd);
+        if (sfd >= 0)
+          close(sfd);
+      } else if (cfd >= 0) {
+        p->pair[slot][0] = cfd;
+        p->pair[slot][1] = sfd;
+        atomic_fetch_add(&p->accepted, 1);
+      }
+    }
+    for (int k = 2; k < n; k++) {
+      int i = idx[k] / 2, j = idx[k] % 2;
+      if (!fds[k].revents || p->pair[i][j] < 0)
+        continue;
+      if (!forward(p->pair[i][j], p->pair[i][1 - j]))
+        pair_close(p, i);
+    }
+  }
+  return NULL;
+}
+
+static void proxy_start(proxy_t *p, int target_port) {
+  memset(p, 0, sizeof(*p));
+  memset(p->pair, -1, sizeof(p->pair));
+  p->target_port = target_port;
+  p->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  assert_true(p->lfd >= 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof(a);
+  assert_int_equal(bind(p->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+  assert_int_equal(listen(p->lfd, 16), 0);
+  assert_int_equal(getsockname(p->lfd, (struct sockaddr *)&a, &len), 0);
+  p->port = ntohs(a.sin_port);
+  assert_int_equal(pipe2(p->ctl, O_CLOEXEC), 0);
+  assert_int_equal(pthread_create(&p->th, NULL, proxy_main, p), 0);
+}
+
+static void proxy_cmd(proxy_t *p, char c) {
+  assert_int_equal(write(p->ctl[1], &c, 1), 1);
+}
+
+/* Cuts every connection and waits until it is done. */
+static void proxy_cut(proxy_t *p) {
+  int before = atomic_load(&p->cuts);
+  proxy_cmd(p, 'c');
+  int64_t end = chime__now_ms() + 5000;
+  while (atomic_load(&p->cuts) == before && chime__now_ms() < end)
+    chime__sleep_ms(1);
+  assert_int_equal(atomic_load(&p->cuts), before + 1);
+}
+
+static void proxy_stop(proxy_t *p) {
+  proxy_cmd(p, 'q');
+  pthread_join(p->th, NULL);
+  close(p->lfd);
+  close(p->ctl[0]);
+  close(p->ctl[1]);
+}
+
+#define N 4000
+#define CUTS 4
+
+static void test_writer_resends_after_cut(void **state) {
+  (void)state;
+  const char *colon = strrchr(chimed.addr, ':');
+  assert_non_null(colon);
+  proxy_t p;
+  proxy_start(&p, atoi(colon + 1));
+  char addr[64];
+  snprintf(addr, sizeof(addr), "127.0.0.1:%d", p.port);
+
+  chime_client_t *c = NULL;
+  chime_writer_t *w = NULL;
+  assert_int_equal(chime_client_create(&c, addr, NULL), 0);
+  chime_writer_opts_t o = CHIME_WRITER_OPTS_INIT;
+  o.max_batch_samples = 8;
+  o.max_inflight = 16;
+  o.timeout_ms = 30000;
+  o.reconnect_timeout_ms = 20000;
+  assert_int_equal(chime_writer_open(c, "f", &o, &w), 0);
+  int cuts = 0;
+  for (uint64_t i = 0; i < N; i++) {
+    int rc = chime_writer_append(w, &i, sizeof(i), 1.0);
+    if (rc != 0)
+      fail_msg("append %llu: %s: %s", (unsigned long long)i, chime_err_name(rc),
+               chime_writer_last_error(w));
+    /* Right after a request went out: requests and acks are in flight. */
+    if (i % (N / CUTS) == N / CUTS / 2) {
+      proxy_cut(&p);
+      cuts++;
+    }
+  }
+  int rc = chime_writer_flush(w);
+  if (rc != 0)
+    fail_msg("flush: %s: %s", chime_err_name(rc), chime_writer_last_error(w));
+  assert_int_equal(chime_writer_acked(w), N);
+  assert_int_equal(chime_writer_close(w), 0);
+  chime_client_destroy(c);
+  /* One connection per cut and one more: the writer came back each time. */
+  assert_true(atomic_load(&p.accepted) >= cuts + 1);
+  proxy_stop(&p);
+
+  /* Every sample exactly once: the table's size, then each value read. */
+  assert_int_equal(table_size(chimed.addr, "f"), N);
+  uint8_t *seen = calloc(N, 1);
+  assert_non_null(seen);
+  chime_stream_t *s = NULL;
+  chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
+  chime_batch_t b;
+  assert_int_equal(chime_client_create(&c, chimed.addr, NULL), 0);
+  so.batch_size = 100;
+  so.slots = 4;
+  so.mode = CHIME_MODE_STREAM;
+  assert_int_equal(chime_stream_open(c, "f", &so, &s), 0);
+  uint64_t last_key = 0;
+  for (int n = 0; n < N / 100; n++) {
+    assert_int_equal(chime_stream_next(s, &b, 30000), 0);
+    const uint64_t *v = b.leaf[0].data;
+    for (uint32_t j = 0; j < b.count; j++) {
+      assert_true(v[j] < N);
+      if (seen[v[j]]++)
+        fail_msg("sample %llu twice", (unsigned long long)v[j]);
+      /* fifo, and no key skipped or repeated */
+      assert_int_equal(b.info[j].key, last_key + 1);
+      last_key = b.info[j].key;
+    }
+    assert_int_equal(chime_batch_release(s, &b), 0);
+  }
+  for (uint64_t i = 0; i < N; i++)
+    if (!seen[i])
+      fail_msg("sample %llu lost", (unsigned long long)i);
+  chime_stream_close(s);
+  chime_client_destroy(c);
+  free(seen);
+}
+
+/* The server never comes back: the writer gives up after
+ * reconnect_timeout_ms with CHIME_EDISCONNECTED, not after timeout_ms. */
+static void test_writer_gives_up_when_server_gone(void **state) {
+  (void)state;
+  const char *colon = strrchr(chimed.addr, ':');
+  proxy_t p;
+  proxy_start(&p, atoi(colon + 1));
+  char addr[64];
+  snprintf(addr, sizeof(addr), "127.0.0.1:%d", p.port);
+  chime_client_t *c = NULL;
+  chime_writer_t *w = NULL;
+  assert_int_equal(chime_client_create(&c, addr, NULL), 0);
+  chime_writer_opts_t o = CHIME_WRITER_OPTS_INIT;
+  o.max_batch_samples = 4;
+  o.timeout_ms = 30000;
+  o.reconnect_timeout_ms = 1500;
+  assert_int_equal(chime_writer_open(c, "r", &o, &w), 0);
+  for (uint64_t i = 0; i < 8; i++)
+    assert_int_equal(chime_writer_append(w, &i, sizeof(i), 1.0), 0);
+  assert_int_equal(chime_writer_flush(w), 0);
+  proxy_stop(&p); /* connections and the listener gone */
+  int64_t t0 = chime__now_ms();
+  int rc = 0;
+  for (uint64_t i = 0; i < 8 && rc == 0; i++)
+    rc = chime_writer_append(w, &i, sizeof(i), 1.0);
+  if (rc == 0)
+    rc = chime_writer_flush(w);
+  int64_t took = chime__now_ms() - t0;
+  assert_int_equal(rc, CHIME_EDISCONNECTED);
+  if (!strstr(chime_writer_last_error(w), "not back within 1500 ms"))
+    fail_msg("last error '%s'", chime_writer_last_error(w));
+  assert_true(took >= 1400 && took < 10000);
+  assert_int_equal(chime_writer_acked(w), 8);
+  assert_int_equal(chime_writer_close(w), CHIME_EDISCONNECTED);
+  chime_client_destroy(c);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_raw_resend_acked_once),
+      cmocka_unit_test(test_writer_resends_after_cut),
+      cmocka_unit_test(test_writer_gives_up_when_server_gone),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "ring/pin.h"
+#include "server/acceptor.h"
 #include "server/handoff.h"
 #include "server/stream.h"
 
@@ -79,6 +80,9 @@ int chime_server_create(chime_server_t **out, const chime_server_opts_t *opts,
     }
     snprintf(srv->cfg.listen, sizeof(srv->cfg.listen), "%s", opts->listen);
   }
+  rc = chime__listen_addr_check(srv->cfg.listen, err, errlen);
+  if (rc != 0)
+    goto out;
   if (opts->pin_host_memory >= 0)
     srv->cfg.pin_host_memory = opts->pin_host_memory != 0;
   if (srv->cfg.pin_host_memory) {
@@ -240,6 +244,9 @@ void chime_server_destroy(chime_server_t *srv) {
   if (srv == NULL)
     return;
   chime_server_stop(srv);
+  /* No connection may reach gRPC once its shutdown began. */
+  chime__acceptor_destroy(srv->acceptor);
+  srv->acceptor = NULL;
   if (srv->owns_grpc && srv->gs != NULL) {
     grpc_completion_queue *sq = grpc_completion_queue_create_for_pluck(NULL);
     grpc_server_shutdown_and_notify(srv->gs, sq, srv);
@@ -338,17 +345,19 @@ int chime_server_listen(chime_server_t *srv, char *bound, size_t boundlen,
              chime_strerror(rc));
     goto fail;
   }
-  grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
-  int port = grpc_server_add_http2_port(gs, srv->cfg.listen, creds);
-  grpc_server_credentials_release(creds);
-  if (port == 0) {
-    snprintf(err, errlen, "cannot listen on '%s'", srv->cfg.listen);
-    rc = CHIME_ESYS;
+  /* Connections are accepted by chime (server/acceptor.h: gRPC 1.51's own
+   * listener stops for good after one EMFILE), so gRPC listens on nothing. */
+  int port = 0;
+  rc = chime__acceptor_create(
+      &srv->acceptor, srv->cfg.listen, srv->cfg.max_connections,
+      srv->cfg.handshake_timeout_ms, &port, err, errlen);
+  if (rc != 0)
     goto fail;
-  }
   srv->owns_grpc = 1;
   grpc_server_start(gs);
   rc = chime_server_start(srv);
+  if (rc == 0)
+    rc = chime__acceptor_start(srv->acceptor, gs);
   if (rc != 0) {
     snprintf(err, errlen, "cannot start: %s", chime_strerror(rc));
     return rc; /* chime_server_destroy tears the started server down */
@@ -364,6 +373,8 @@ int chime_server_listen(chime_server_t *srv, char *bound, size_t boundlen,
   }
   return 0;
 fail:
+  chime__acceptor_destroy(srv->acceptor);
+  srv->acceptor = NULL;
   srv->gs = NULL;
   srv->cq = NULL;
   grpc_server_destroy(gs);

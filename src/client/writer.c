@@ -2,6 +2,7 @@
  * batch; a full batch becomes one InsertRequest; up to max_inflight requests
  * wait for their acks while the caller keeps appending. */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -394,6 +395,12 @@ int chime_writer_append(chime_writer_t *writer, const void *sample, size_t len,
     return w->failed;
   if (len != w->sample_bytes) {
     describe_size(w, len, w->err, sizeof(w->err));
+    return CHIME_EINVAL;
+  }
+  if (!isfinite(priority) || priority < 0) {
+    snprintf(w->err, sizeof(w->err),
+             "insert into '%s': priority %g: must be finite and at least 0",
+             w->table, priority);
     return CHIME_EINVAL;
   }
   /* Collect completions that already arrived, without waiting. */

@@ -13,6 +13,7 @@
 #include "ring/pin.h"
 #include "server/acceptor.h"
 #include "server/handoff.h"
+#include "server/memlimit.h"
 #include "server/stream.h"
 
 /* How long a graceful stop waits for calls to finish before cancelling. */
@@ -30,6 +31,40 @@ chime__table_t *chime__server_table(chime_server_t *srv, const char *name,
     }
   }
   return NULL;
+}
+
+/* Tables map their whole capacity up front and commit it as they fill: a
+ * configuration that cannot fit would start fine and be OOM-killed once
+ * full. Above the limit: refused. Above WARN_PERCENT of it: a warning. */
+#define WARN_PERCENT 80
+static int check_memory(const chime__config_t *cfg, char *err, size_t errlen) {
+  uint64_t need = 0, items = 0;
+  char what[512];
+  for (uint32_t i = 0; i < cfg->ntables; i++) {
+    uint64_t b = chime__table_bytes(&cfg->tables[i]);
+    if (__builtin_add_overflow(need, b, &need))
+      need = UINT64_MAX;
+    items += cfg->tables[i].capacity;
+  }
+  uint64_t lim = chime__memory_limit(what, sizeof(what));
+  if (lim == UINT64_MAX)
+    return 0;
+  if (need > lim) {
+    snprintf(err, errlen,
+             "the tables need %llu bytes when full (samples and %llu items' "
+             "bookkeeping), more than the %llu bytes of %s; lower their "
+             "capacities",
+             (unsigned long long)need, (unsigned long long)items,
+             (unsigned long long)lim, what);
+    return CHIME_EINVAL;
+  }
+  if (need > lim / 100 * WARN_PERCENT)
+    fprintf(stderr,
+            "chimed: warning: the tables need %llu bytes when full, over %d%% "
+            "of the %llu bytes of %s\n",
+            (unsigned long long)need, WARN_PERCENT, (unsigned long long)lim,
+            what);
+  return 0;
 }
 
 static void read_identity(chime_server_t *srv) {
@@ -90,6 +125,9 @@ int chime_server_create(chime_server_t **out, const chime_server_opts_t *opts,
     if (rc != 0)
       goto out;
   }
+  rc = check_memory(&srv->cfg, err, errlen);
+  if (rc != 0)
+    goto out;
   read_identity(srv);
   for (uint32_t i = 0; i < srv->cfg.ntables; i++) {
     rc = chime__table_create(&srv->tables[i], &srv->cfg.tables[i]);

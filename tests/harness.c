@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -25,6 +26,7 @@
 extern char **environ;
 
 #define TRAMPOLINE_ENV "CHIME__HARNESS_PARENT"
+#define NOFILE_ENV "CHIME__HARNESS_NOFILE"
 #define MAX_TRACKED 256
 
 static pid_t tracked[MAX_TRACKED];
@@ -75,6 +77,19 @@ __attribute__((constructor)) static void trampoline(int argc, char **argv,
   /* Only stdin/stdout/stderr go on: whatever the test runner left open
    * (CTest's log, say) is none of the child's business. */
   close_from(3);
+  /* A lowered fd limit, soft and hard, so that raising the soft limit to
+   * the hard one (chimed does) cannot undo it. */
+  const char *nofile = getenv(NOFILE_ENV);
+  if (nofile != NULL) {
+    struct rlimit rl;
+    rl.rlim_cur = rl.rlim_max = (rlim_t)strtoul(nofile, NULL, 10);
+    unsetenv(NOFILE_ENV);
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+      fprintf(stderr, "harness trampoline: setrlimit(%s): %s\n", nofile,
+              strerror(errno));
+      _exit(127);
+    }
+  }
   execv(argv[1], argv + 1);
   fprintf(stderr, "harness trampoline: cannot exec %s: %s\n", argv[1],
           strerror(errno));

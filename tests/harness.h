@@ -7,7 +7,8 @@
  * tracked, and killed and reaped at exit (atexit) and by
  * chime__harness_kill_all() from a CMocka teardown after an assertion failure.
  * Spawn from the main thread: the death signal fires when the spawning thread
- * exits.
+ * exits. With CHIME__HARNESS_NOFILE=N in the environment of the spawning
+ * process, the child's fd limit (soft and hard) is N.
  */
 #ifndef CHIME_TESTS_HARNESS_H
 #define CHIME_TESTS_HARNESS_H

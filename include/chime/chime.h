@@ -177,7 +177,9 @@ chime_writer_open(chime_client_t *client, const char *table,
  * the sample was not queued; call again). An error from the server (wrong size:
  * CHIME_EINVAL naming the leaf) is returned by this or the next call. A sample
  * of the wrong size is refused here, before sending, with CHIME_EINVAL and a
- * last error naming the leaf; the writer stays usable. Once the server ended
+ * last error naming the leaf; the writer stays usable. So is a priority that
+ * is NaN, infinite or negative (CHIME_EINVAL; the server refuses those too).
+ * Once the server ended
  * the call (e.g. CHIME_ESHUTDOWN) every later call returns that error. */
 CHIME_EXTERN CHIME_NODISCARD int chime_writer_append(chime_writer_t *writer,
                                                      const void *sample,

@@ -10,6 +10,7 @@
  * server acks one it already inserted with its original keys instead of
  * inserting it twice, so nothing is lost and nothing doubled. */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -553,6 +554,12 @@ int chime_writer_append(chime_writer_t *writer, const void *sample, size_t len,
     return w->failed;
   if (len != w->sample_bytes) {
     describe_size(w, len, w->err, sizeof(w->err));
+    return CHIME_EINVAL;
+  }
+  if (!isfinite(priority) || priority < 0) {
+    snprintf(w->err, sizeof(w->err),
+             "insert into '%s': priority %g: must be finite and at least 0",
+             w->table, priority);
     return CHIME_EINVAL;
   }
   /* Collect completions that already arrived, without waiting. */

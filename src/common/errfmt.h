@@ -20,4 +20,13 @@ void chime__errf(char *err, size_t len, const char *fmt, ...)
 void chime__verrf(char *err, size_t len, const char *fmt, va_list ap)
     CHIME__PRINTF(3, 0);
 
+/* A peer's string made safe to echo into a status detail or a log: bytes
+ * outside printable ASCII become \xNN and a backslash \\ (so the text
+ * cannot forge lines or terminal sequences, and stays valid UTF-8); past
+ * `max` input bytes "..." marks the cut. Returns out. An out of
+ * CHIME__PRINTABLE_LEN(max) bytes holds any result. */
+#define CHIME__PRINTABLE_LEN(max) ((size_t)(max)*4 + 4)
+const char *chime__printable(char *out, size_t outlen, const char *in,
+                             size_t max);
+
 #endif

@@ -33,6 +33,9 @@ const char *chime__sampler_name(chime__sampler_t s) {
   return "unknown";
 }
 
+static int get_u64(json_t *v, const char *key, uint64_t *out, char *err,
+                   size_t errlen);
+
 static void config_base(chime__config_t *cfg) {
   memset(cfg, 0, sizeof(*cfg));
   snprintf(cfg->listen, sizeof(cfg->listen), "%s", CHIME__DEFAULT_LISTEN);
@@ -41,6 +44,21 @@ static void config_base(chime__config_t *cfg) {
   cfg->stream_ring_bytes = CHIME__DEFAULT_STREAM_RING_BYTES;
   cfg->total_ring_bytes = CHIME__DEFAULT_TOTAL_RING_BYTES;
   cfg->staged_insert_bytes = CHIME__DEFAULT_STAGED_INSERT_BYTES;
+  cfg->max_connections = CHIME__DEFAULT_MAX_CONNECTIONS;
+  cfg->handshake_timeout_ms = CHIME__DEFAULT_HANDSHAKE_TIMEOUT_MS;
+}
+
+/* A key that takes an integer in lo..hi. */
+static int get_range(json_t *v, const char *kw, uint64_t lo, uint64_t hi,
+                     uint32_t *out, char *err, size_t errlen) {
+  uint64_t x = 0;
+  if (get_u64(v, kw, &x, err, errlen) != 0)
+    return CHIME_EINVAL;
+  if (x < lo || x > hi)
+    return fail(err, errlen, "%s: must be %llu..%llu", kw,
+                (unsigned long long)lo, (unsigned long long)hi);
+  *out = (uint32_t)x;
+  return 0;
 }
 
 /* Checks one table after its fields are read; `where` names it. */
@@ -233,6 +251,12 @@ int chime__config_parse(chime__config_t *cfg, const char *text, char *err,
       if (rc == 0 && (ms == 0 || ms > 3600000))
         rc = fail(err, errlen, "'handoff_expires_ms': must be 1..3600000");
       cfg->handoff_expires_ms = (uint32_t)ms;
+    } else if (strcmp(key, "max_connections") == 0) {
+      rc = get_range(v, "'max_connections'", 1, 1000000, &cfg->max_connections,
+                     err, errlen);
+    } else if (strcmp(key, "handshake_timeout_ms") == 0) {
+      rc = get_range(v, "'handshake_timeout_ms'", 1, 3600000,
+                     &cfg->handshake_timeout_ms, err, errlen);
     } else if (strcmp(key, "allowed_uids") == 0) {
       rc = parse_uids(cfg, v, err, errlen);
     } else if (strcmp(key, "budgets") == 0) {
@@ -270,8 +294,8 @@ int chime__config_parse(chime__config_t *cfg, const char *text, char *err,
     } else {
       rc = fail(err, errlen,
                 "'%s': unknown key (known: listen, handoff_socket, "
-                "handoff_expires_ms, allowed_uids, budgets, pin_host_memory, "
-                "tables)",
+                "handoff_expires_ms, max_connections, handshake_timeout_ms, "
+                "allowed_uids, budgets, pin_host_memory, tables)",
                 key);
     }
     if (rc != 0)

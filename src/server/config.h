@@ -35,6 +35,9 @@ typedef struct {
   uint64_t stream_ring_bytes;
   uint64_t total_ring_bytes;
   uint64_t staged_insert_bytes;
+  /* chime_server_listen's listener (see server/acceptor.h). */
+  uint32_t max_connections;
+  uint32_t handshake_timeout_ms;
   int pin_host_memory;
   uint32_t ntables;
   chime__table_config_t tables[CHIME__MAX_TABLES];
@@ -48,6 +51,8 @@ typedef struct {
 /* Insert requests copied out of gRPC's buffers to wait for room. */
 #define CHIME__DEFAULT_STAGED_INSERT_BYTES (UINT64_C(256) << 20)
 #define CHIME__DEFAULT_EXPIRES_MS 5000u
+#define CHIME__DEFAULT_MAX_CONNECTIONS 4096u
+#define CHIME__DEFAULT_HANDSHAKE_TIMEOUT_MS 10000u
 /* A table's storage (capacity * sample bytes) is reserved up front. */
 #define CHIME__MAX_TABLE_BYTES (UINT64_C(1) << 40)
 

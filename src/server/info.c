@@ -26,13 +26,30 @@ typedef struct {
   char text[4096];
 } table_msg_t;
 
-/* The requests carry nothing, but a call without one is refused rather than
- * answered as if it had asked. */
-static int need_request(chime__call_t *c) {
-  if (c->payload != NULL)
-    return 0;
-  chime__call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, "missing request");
-  return -1;
+/* The requests carry nothing, but a call without one, or with bytes that do
+ * not parse as the request message, is refused rather than answered as if
+ * it had asked. */
+static int need_request(chime__call_t *c, const ProtobufCMessageDescriptor *d) {
+  grpc_slice sl;
+  if (c->payload == NULL) {
+    chime__call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, "missing request");
+    return -1;
+  }
+  if (chime__bb_read(c->payload, &sl) != 0) {
+    chime__call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, "unreadable %s",
+                       d->short_name);
+    return -1;
+  }
+  ProtobufCMessage *m = protobuf_c_message_unpack(
+      d, NULL, GRPC_SLICE_LENGTH(sl), GRPC_SLICE_START_PTR(sl));
+  grpc_slice_unref(sl);
+  if (m == NULL) {
+    chime__call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, "malformed %s",
+                       d->short_name);
+    return -1;
+  }
+  protobuf_c_message_free_unpacked(m, NULL);
+  return 0;
 }
 
 /* One message and one pointer a live stream, taken under srv->mu so that the
@@ -74,7 +91,7 @@ static void info_on_start(chime__call_t *c) {
   Chime__V1__TableInfo **tp = NULL;
   Chime__V1__RingInfo *rings = NULL;
   Chime__V1__RingInfo **rp = NULL;
-  if (need_request(c) != 0)
+  if (need_request(c, &chime__v1__get_info_request__descriptor) != 0)
     return;
   Chime__V1__GetInfoResponse r = CHIME__V1__GET_INFO_RESPONSE__INIT;
   tm = calloc(srv->ntables, sizeof(*tm));
@@ -148,7 +165,7 @@ static void stats_on_start(chime__call_t *c) {
   Chime__V1__TableStats **tp = NULL;
   Chime__V1__StreamStats *ss = NULL;
   Chime__V1__StreamStats **sp = NULL;
-  if (need_request(c) != 0)
+  if (need_request(c, &chime__v1__stats_request__descriptor) != 0)
     return;
   Chime__V1__StatsResponse r = CHIME__V1__STATS_RESPONSE__INIT;
   ts = calloc(srv->ntables, sizeof(*ts));

@@ -23,6 +23,7 @@
 #include <grpc/byte_buffer_reader.h>
 
 #include "chime.pb-c.h"
+#include "common/errfmt.h"
 #include "common/pbread.h"
 #include "common/wire.h"
 #include "server/insertreq.h"
@@ -198,11 +199,12 @@ static int check_spec(const chime__table_config_t *tc, Chime__V1__Leaf **w,
                       size_t nw, char *err, size_t errlen) {
   const chime_spec_t *ts = &tc->spec;
   for (size_t i = 0; i < nw || i < ts->nleaves; i++) {
-    char tt[128], wt[128];
+    char tt[128], wt[128], pn[CHIME__PRINTABLE_LEN(64)];
     if (i >= ts->nleaves) {
       snprintf(err, errlen,
-               "table '%s' has %u leaves; writer has %zu (extra leaf '%.64s')",
-               tc->name, ts->nleaves, nw, w[i]->name ? w[i]->name : "");
+               "table '%s' has %u leaves; writer has %zu (extra leaf '%s')",
+               tc->name, ts->nleaves, nw,
+               chime__printable(pn, sizeof(pn), w[i]->name, 64));
       return CHIME_EINVAL;
     }
     const chime_leaf_t *tl = &ts->leaves[i];
@@ -227,8 +229,9 @@ static int check_spec(const chime__table_config_t *tc, Chime__V1__Leaf **w,
     if (wl.dtype == CHIME_DTYPE_INVALID || !shape_ok) {
       snprintf(err, errlen,
                "leaf '%s': table '%s' expects %s, writer has an invalid leaf "
-               "(dtype '%.16s', %zu dims)",
-               tl->name, tc->name, tt, w[i]->dtype ? w[i]->dtype : "",
+               "(dtype '%s', %zu dims)",
+               tl->name, tc->name, tt,
+               chime__printable(pn, sizeof(pn), w[i]->dtype, 16),
                w[i]->n_shape);
       return CHIME_EINVAL;
     }
@@ -237,8 +240,9 @@ static int check_spec(const chime__table_config_t *tc, Chime__V1__Leaf **w,
     if (strcmp(tl->name, wname) != 0) {
       snprintf(err, errlen,
                "leaf %zu: table '%s' expects '%s' (%s, %llu bytes), writer "
-               "has '%.64s' (%s, %llu bytes)",
-               i, tc->name, tl->name, tt, (unsigned long long)tb, wname, wt,
+               "has '%s' (%s, %llu bytes)",
+               i, tc->name, tl->name, tt, (unsigned long long)tb,
+               chime__printable(pn, sizeof(pn), wname, 64), wt,
                (unsigned long long)wb);
       return CHIME_EINVAL;
     }
@@ -453,7 +457,9 @@ static void insert_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
     st->table =
         req->q.table_too_long ? NULL : chime__server_table(srv, tname, &ti);
     if (st->table == NULL) {
-      snprintf(err, sizeof(err), "table '%.64s' not found", tname);
+      char pn[CHIME__PRINTABLE_LEN(64)];
+      snprintf(err, sizeof(err), "table '%s' not found",
+               chime__printable(pn, sizeof(pn), tname, 64));
       rc = CHIME_ENOTFOUND;
       goto fail;
     }
@@ -466,9 +472,11 @@ static void insert_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
     }
   } else if (tname[0] != '\0' &&
              strcmp(tname, chime__table_config(st->table)->name) != 0) {
+    char pn[CHIME__PRINTABLE_LEN(64)];
     snprintf(err, sizeof(err),
-             "this Insert stream writes to table '%s', not '%.64s'",
-             chime__table_config(st->table)->name, tname);
+             "this Insert stream writes to table '%s', not '%s'",
+             chime__table_config(st->table)->name,
+             chime__printable(pn, sizeof(pn), tname, 64));
     rc = CHIME_EINVAL;
     goto fail;
   }
@@ -493,6 +501,14 @@ static void insert_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
              tc->name, req->q.n_priorities, req->q.count);
     rc = CHIME_EINVAL;
     goto fail;
+  }
+  {
+    char why2[160];
+    rc = chime__insert_req_check_priorities(&req->q, why2, sizeof(why2));
+    if (rc != 0) {
+      snprintf(err, sizeof(err), "insert into '%s': %s", tc->name, why2);
+      goto fail;
+    }
   }
   {
     chime__inserter_t *w = srv->inserters[st->tindex];

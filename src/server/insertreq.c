@@ -4,6 +4,7 @@
  * with another wire type is malformed, as protobuf-c has it. */
 #include "server/insertreq.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,6 +150,21 @@ int chime__insert_req_parse(chime__insert_req_t *q, chime__pb_reader_t *r,
     if (f.number == F_PRIORITIES &&
         read_priorities(r, &f, q->priorities, &q->n_priorities) != 0)
       return bad(err, errlen, "malformed priorities");
+  return 0;
+}
+
+int chime__insert_req_check_priorities(const chime__insert_req_t *q, char *err,
+                                       size_t errlen) {
+  for (size_t i = 0; i < q->n_priorities; i++) {
+    double p = q->priorities[i];
+    if (isfinite(p) && p >= 0)
+      continue;
+    snprintf(err, errlen,
+             "priority of sample %zu is %g: priorities must be finite and at "
+             "least 0",
+             i, p);
+    return CHIME_EINVAL;
+  }
   return 0;
 }
 

@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -66,6 +67,20 @@ static void *teardown_watchdog(void *arg) {
   return NULL;
 }
 
+/* Every connection, ring, handoff and learner watch costs an fd, and the
+ * usual soft limit (1024) is a quarter of what a busy server needs; the
+ * hard limit is what the administrator allows. */
+static void raise_fd_limit(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max)
+    return;
+  rlim_t was = rl.rlim_cur;
+  rl.rlim_cur = rl.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+    fprintf(stderr, "chimed: cannot raise the fd limit from %llu to %llu\n",
+            (unsigned long long)was, (unsigned long long)rl.rlim_max);
+}
+
 static void close_handle(uv_handle_t *h, void *arg) {
   (void)arg;
   if (!uv_is_closing(h))
@@ -110,6 +125,7 @@ int main(int argc, char **argv) {
   }
 
   signal(SIGPIPE, SIG_IGN);
+  raise_fd_limit();
   uv_loop_t *loop = uv_default_loop();
   uv_signal_t sigint, sigterm;
   uv_signal_init(loop, &sigint);

@@ -11,7 +11,9 @@
 #include <unistd.h>
 
 #include "ring/pin.h"
+#include "server/acceptor.h"
 #include "server/handoff.h"
+#include "server/memlimit.h"
 #include "server/stream.h"
 
 /* How long a graceful stop waits for calls to finish before cancelling. */
@@ -29,6 +31,40 @@ chime__table_t *chime__server_table(chime_server_t *srv, const char *name,
     }
   }
   return NULL;
+}
+
+/* Tables map their whole capacity up front and commit it as they fill: a
+ * configuration that cannot fit would start fine and be OOM-killed once
+ * full. Above the limit: refused. Above WARN_PERCENT of it: a warning. */
+#define WARN_PERCENT 80
+static int check_memory(const chime__config_t *cfg, char *err, size_t errlen) {
+  uint64_t need = 0, items = 0;
+  char what[512];
+  for (uint32_t i = 0; i < cfg->ntables; i++) {
+    uint64_t b = chime__table_bytes(&cfg->tables[i]);
+    if (__builtin_add_overflow(need, b, &need))
+      need = UINT64_MAX;
+    items += cfg->tables[i].capacity;
+  }
+  uint64_t lim = chime__memory_limit(what, sizeof(what));
+  if (lim == UINT64_MAX)
+    return 0;
+  if (need > lim) {
+    snprintf(err, errlen,
+             "the tables need %llu bytes when full (samples and %llu items' "
+             "bookkeeping), more than the %llu bytes of %s; lower their "
+             "capacities",
+             (unsigned long long)need, (unsigned long long)items,
+             (unsigned long long)lim, what);
+    return CHIME_EINVAL;
+  }
+  if (need > lim / 100 * WARN_PERCENT)
+    fprintf(stderr,
+            "chimed: warning: the tables need %llu bytes when full, over %d%% "
+            "of the %llu bytes of %s\n",
+            (unsigned long long)need, WARN_PERCENT, (unsigned long long)lim,
+            what);
+  return 0;
 }
 
 static void read_identity(chime_server_t *srv) {
@@ -81,6 +117,9 @@ int chime_server_create(chime_server_t **out, const chime_server_opts_t *opts,
     }
     snprintf(srv->cfg.listen, sizeof(srv->cfg.listen), "%s", opts->listen);
   }
+  rc = chime__listen_addr_check(srv->cfg.listen, err, errlen);
+  if (rc != 0)
+    goto out;
   if (opts->pin_host_memory >= 0)
     srv->cfg.pin_host_memory = opts->pin_host_memory != 0;
   if (srv->cfg.pin_host_memory) {
@@ -88,6 +127,9 @@ int chime_server_create(chime_server_t **out, const chime_server_opts_t *opts,
     if (rc != 0)
       goto out;
   }
+  rc = check_memory(&srv->cfg, err, errlen);
+  if (rc != 0)
+    goto out;
   read_identity(srv);
   for (uint32_t i = 0; i < srv->cfg.ntables; i++) {
     rc = chime__table_create(&srv->tables[i], &srv->cfg.tables[i]);
@@ -239,6 +281,9 @@ void chime_server_destroy(chime_server_t *srv) {
   if (srv == NULL)
     return;
   chime_server_stop(srv);
+  /* No connection may reach gRPC once its shutdown began. */
+  chime__acceptor_destroy(srv->acceptor);
+  srv->acceptor = NULL;
   if (srv->owns_grpc && srv->gs != NULL) {
     grpc_completion_queue *sq = grpc_completion_queue_create_for_pluck(NULL);
     grpc_server_shutdown_and_notify(srv->gs, sq, srv);
@@ -338,17 +383,19 @@ int chime_server_listen(chime_server_t *srv, char *bound, size_t boundlen,
              chime_strerror(rc));
     goto fail;
   }
-  grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
-  int port = grpc_server_add_http2_port(gs, srv->cfg.listen, creds);
-  grpc_server_credentials_release(creds);
-  if (port == 0) {
-    snprintf(err, errlen, "cannot listen on '%s'", srv->cfg.listen);
-    rc = CHIME_ESYS;
+  /* Connections are accepted by chime (server/acceptor.h: gRPC 1.51's own
+   * listener stops for good after one EMFILE), so gRPC listens on nothing. */
+  int port = 0;
+  rc = chime__acceptor_create(
+      &srv->acceptor, srv->cfg.listen, srv->cfg.max_connections,
+      srv->cfg.handshake_timeout_ms, &port, err, errlen);
+  if (rc != 0)
     goto fail;
-  }
   srv->owns_grpc = 1;
   grpc_server_start(gs);
   rc = chime_server_start(srv);
+  if (rc == 0)
+    rc = chime__acceptor_start(srv->acceptor, gs);
   if (rc != 0) {
     snprintf(err, errlen, "cannot start: %s", chime_strerror(rc));
     return rc; /* chime_server_destroy tears the started server down */
@@ -364,6 +411,8 @@ int chime_server_listen(chime_server_t *srv, char *bound, size_t boundlen,
   }
   return 0;
 fail:
+  chime__acceptor_destroy(srv->acceptor);
+  srv->acceptor = NULL;
   srv->gs = NULL;
   srv->cq = NULL;
   grpc_server_destroy(gs);

@@ -127,6 +127,7 @@ struct chime_server_s {
   chime__table_t *tables[CHIME__MAX_TABLES];
   chime__inserter_t *inserters[CHIME__MAX_TABLES];
   chime__handoff_t *handoff;
+  struct chime__acceptor_s *acceptor; /* chime_server_listen only */
 
   grpc_server *gs;
   grpc_completion_queue *cq;

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "common/errfmt.h"
 #include "common/wire.h"
 #include "ring/ring_internal.h"
 #include "server/handoff.h"
@@ -104,8 +105,11 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
   const char *tname = open->table ? open->table : "";
   *out = NULL;
   chime__table_t *t = chime__server_table(srv, tname, NULL);
-  if (t == NULL)
-    return fail(err, errlen, CHIME_ENOTFOUND, "table '%.64s' not found", tname);
+  if (t == NULL) {
+    char pn[CHIME__PRINTABLE_LEN(64)];
+    return fail(err, errlen, CHIME_ENOTFOUND, "table '%s' not found",
+                chime__printable(pn, sizeof(pn), tname, 64));
+  }
   const chime__table_config_t *tc = chime__table_config(t);
   if (open->batch_size == 0 || open->batch_size > CHIME_RING_MAX_BATCH)
     return fail(err, errlen, CHIME_EINVAL, "batch_size %u: must be 1..%u",

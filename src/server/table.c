@@ -485,3 +485,19 @@ void chime__table_close(chime__table_t *t) {
   pthread_cond_broadcast(&t->space);
   pthread_mutex_unlock(&t->mu);
 }
+
+/* The same sums as chime__table_create's layout; keep the two in step. */
+uint64_t chime__table_bytes(const chime__table_config_t *cfg) {
+  uint64_t cap = cfg->capacity, total = 0, b;
+  static const uint64_t meta[] = {sizeof(uint64_t), sizeof(uint64_t),
+                                  sizeof(double), sizeof(uint32_t)};
+  for (uint32_t i = 0; i < cfg->spec.nleaves + 4; i++) {
+    uint64_t per = i < cfg->spec.nleaves
+                       ? chime_leaf_bytes(&cfg->spec.leaves[i])
+                       : meta[i - cfg->spec.nleaves];
+    if (__builtin_mul_overflow(cap, per, &b) || b > UINT64_MAX - 63 ||
+        __builtin_add_overflow(total, (b + 63) & ~UINT64_C(63), &total))
+      return UINT64_MAX;
+  }
+  return total;
+}

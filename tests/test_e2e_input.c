@@ -1,0 +1,291 @@
+/* Smaller input faults against the real chimed: listen addresses (an empty
+ * Unix path, a port past 65535), tables too large for the machine, a Unix
+ * listen address that works, priorities that are not finite or negative,
+ * GetInfo/Stats request bytes that do not parse, and control characters in
+ * a client's table name (escaped in the status, never echoed raw). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "chime.pb-c.h"
+#include "chime/chime.h"
+#include "harness.h"
+#include "rawcall.h"
+
+#define M_INFO "/chime.v1.Chime/GetInfo"
+#define M_STATS "/chime.v1.Chime/Stats"
+#define M_INSERT "/chime.v1.Chime/Insert"
+#define M_SUBSCRIBE "/chime.v1.Chime/Subscribe"
+#define SAMPLE_BYTES 264 /* the default table: obs:f32[64], action, reward */
+
+static void assert_contains(const char *hay, const char *needle) {
+  if (strstr(hay, needle) == NULL)
+    fail_msg("expected \"%s\" in \"%s\"", needle, hay);
+}
+
+/* Runs chimed with argv (after the binary) to its exit; its stderr goes to
+ * err. Returns the exit status. */
+static int chimed_exit(const char *const args[], char *err, size_t len) {
+  char bin[512], path[512];
+  const char *argv[16];
+  size_t n = 0;
+  chime__proc_t p;
+  int st = 0;
+  if (chime__harness_bin("src/server/chimed", bin, sizeof(bin)) == NULL)
+    chime__skip("chimed is not built");
+  argv[n++] = bin;
+  for (size_t i = 0; args[i] != NULL && n < 15; i++)
+    argv[n++] = args[i];
+  argv[n] = NULL;
+  snprintf(path, sizeof(path), "%s/chimed-stderr.txt", chime__harness_tmpdir());
+  assert_int_equal(chime__proc_spawn_err(&p, argv, "/dev/null", path), 0);
+  if (chime__proc_wait(&p, 30000, &st) != 0) {
+    chime__proc_kill(&p);
+    fail_msg("chimed %s did not exit", args[0]);
+  }
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  size_t got = fread(err, 1, len - 1, f);
+  err[got] = '\0';
+  fclose(f);
+  assert_true(WIFEXITED(st));
+  return WEXITSTATUS(st);
+}
+
+static void test_bad_listen(void **state) {
+  (void)state;
+  char err[2048];
+  const char *empty[] = {"--listen", "unix:", NULL};
+  assert_int_equal(chimed_exit(empty, err, sizeof(err)), 2);
+  assert_contains(err, "'unix:': the socket path is empty");
+  const char *port[] = {"--listen", "127.0.0.1:99999", NULL};
+  assert_int_equal(chimed_exit(port, err, sizeof(err)), 2);
+  assert_contains(err, "port '99999' must be a number in 0..65535");
+  const char *port6[] = {"--listen", "[::1]:65536", NULL};
+  assert_int_equal(chimed_exit(port6, err, sizeof(err)), 2);
+  assert_contains(err, "port '65536'");
+}
+
+/* One-byte samples, half as many as memory has bytes: the samples alone
+ * would fit, their bookkeeping (key, time, priority, count) does not. */
+static void test_tables_over_memory(void **state) {
+  (void)state;
+  char json[256], path[512], err[2048];
+  uint64_t mem =
+      (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+  uint64_t cap = mem / 2;
+  if (cap > (UINT64_C(1) << 40))
+    chime__skip("more memory than the largest table");
+  snprintf(json, sizeof(json),
+           "{\"tables\":[{\"name\":\"big\",\"spec\":\"x:u8[]\","
+           "\"capacity\":%llu}]}",
+           (unsigned long long)cap);
+  assert_int_equal(
+      chime__harness_write_file("big.json", json, path, sizeof(path)), 0);
+  const char *args[] = {"--config", path, "--listen", "127.0.0.1:0", NULL};
+  assert_int_equal(chimed_exit(args, err, sizeof(err)), 2);
+  assert_contains(err, "bookkeeping");
+  char num[32];
+  snprintf(num, sizeof(num), "%llu items", (unsigned long long)cap);
+  assert_contains(err, num);
+  assert_true(strstr(err, "physical memory") != NULL ||
+              strstr(err, "cgroup") != NULL);
+}
+
+static void test_unix_listen(void **state) {
+  (void)state;
+  chime__chimed_t d;
+  char addr[300], sock[280];
+  chime_client_t *c = NULL;
+  chime_server_info_t *info = NULL;
+  int st = 0;
+  struct stat sb;
+  snprintf(sock, sizeof(sock), "%s/chimed.sock", chime__harness_tmpdir());
+  snprintf(addr, sizeof(addr), "unix:%s", sock);
+  const char *extra[] = {"--listen", addr, NULL};
+  int rc = chime__chimed_start(&d, NULL, extra, 30000);
+  if (rc == CHIME_ENOTFOUND)
+    chime__skip("chimed is not built");
+  assert_int_equal(rc, 0);
+  assert_string_equal(d.addr, addr);
+  assert_int_equal(chime_client_create(&c, d.addr, NULL), 0);
+  assert_int_equal(chime_client_info(c, &info), 0);
+  assert_int_equal(info->ntables, 1);
+  chime_server_info_free(info);
+  chime_client_destroy(c);
+  assert_int_equal(chime__chimed_stop(&d, 20000, &st), 0);
+  assert_int_equal(st, 0);
+  assert_int_not_equal(stat(sock, &sb), 0); /* removed at stop */
+}
+
+/* --- raw calls against one chimed with the built-in table 'demo' --- */
+
+static chime__chimed_t chimed;
+static grpc_channel *ch;
+
+static int raw_setup(void **state) {
+  (void)state;
+  int rc = chime__chimed_start(&chimed, NULL, NULL, 30000);
+  if (rc == CHIME_ENOTFOUND)
+    chime__skip("chimed is not built");
+  if (rc != 0)
+    return -1;
+  grpc_init();
+  ch = chime__raw_channel(chimed.addr);
+  return ch != NULL ? 0 : -1;
+}
+
+static int raw_teardown(void **state) {
+  (void)state;
+  int st = 0;
+  grpc_channel_destroy(ch);
+  grpc_shutdown_blocking();
+  int rc = chime__chimed_stop(&chimed, 20000, &st);
+  chime__harness_kill_all();
+  return rc == 0 && st == 0 ? 0 : -1;
+}
+
+static grpc_status_code unary_bytes(const char *method, const void *b, size_t n,
+                                    char *details, size_t len) {
+  chime__raw_t r;
+  grpc_status_code st = GRPC_STATUS_UNKNOWN;
+  assert_int_equal(chime__raw_start(&r, ch, method, 20000), 0);
+  assert_int_equal(chime__raw_send_bytes(&r, b, n), 0);
+  assert_int_equal(chime__raw_finish(&r, &st, details, len, 20000), 0);
+  chime__raw_destroy(&r);
+  return st;
+}
+
+static void test_unary_garbage(void **state) {
+  (void)state;
+  char details[512];
+  /* A length-delimited field longer than the message, a varint that never
+   * ends: neither parses as any message. */
+  static const uint8_t overrun[] = {0x0a, 0x05, 'a', 'b'};
+  static const uint8_t endless[] = {0x08, 0xff, 0xff, 0xff};
+  assert_int_equal(
+      unary_bytes(M_INFO, overrun, sizeof(overrun), details, sizeof(details)),
+      GRPC_STATUS_INVALID_ARGUMENT);
+  assert_contains(details, "malformed GetInfoRequest");
+  assert_int_equal(
+      unary_bytes(M_STATS, endless, sizeof(endless), details, sizeof(details)),
+      GRPC_STATUS_INVALID_ARGUMENT);
+  assert_contains(details, "malformed StatsRequest");
+  /* The empty message is the request, and is answered. */
+  assert_int_equal(unary_bytes(M_INFO, "", 0, details, sizeof(details)),
+                   GRPC_STATUS_OK);
+}
+
+static grpc_status_code insert_prio(double bad, char *details, size_t len) {
+  static uint8_t data[3 * SAMPLE_BYTES];
+  double prio[3] = {1.0, 2.0, bad};
+  Chime__V1__InsertRequest req = CHIME__V1__INSERT_REQUEST__INIT;
+  chime__raw_t r;
+  grpc_status_code st = GRPC_STATUS_UNKNOWN;
+  req.table = (char *)"demo";
+  req.count = 3;
+  req.data.data = data;
+  req.data.len = sizeof(data);
+  req.n_priorities = 3;
+  req.priorities = prio;
+  assert_int_equal(chime__raw_start(&r, ch, M_INSERT, 20000), 0);
+  assert_int_equal(chime__raw_send(&r, &req.base), 0);
+  assert_int_equal(chime__raw_finish(&r, &st, details, len, 20000), 0);
+  chime__raw_destroy(&r);
+  return st;
+}
+
+static void test_bad_priorities(void **state) {
+  (void)state;
+  char details[512];
+  assert_int_equal(insert_prio(NAN, details, sizeof(details)),
+                   GRPC_STATUS_INVALID_ARGUMENT);
+  assert_contains(details, "priority of sample 2 is nan");
+  assert_int_equal(insert_prio(INFINITY, details, sizeof(details)),
+                   GRPC_STATUS_INVALID_ARGUMENT);
+  assert_contains(details, "priority of sample 2 is inf");
+  assert_int_equal(insert_prio(-1.0, details, sizeof(details)),
+                   GRPC_STATUS_INVALID_ARGUMENT);
+  assert_contains(details, "priority of sample 2 is -1");
+  assert_int_equal(insert_prio(0.0, details, sizeof(details)), GRPC_STATUS_OK);
+
+  /* The writer refuses them before sending, and stays usable. */
+  chime_client_t *c = NULL;
+  chime_writer_t *w = NULL;
+  uint8_t sample[SAMPLE_BYTES] = {0};
+  assert_int_equal(chime_client_create(&c, chimed.addr, NULL), 0);
+  assert_int_equal(chime_writer_open(c, "demo", NULL, &w), 0);
+  assert_int_equal(chime_writer_append(w, sample, sizeof(sample), NAN),
+                   CHIME_EINVAL);
+  assert_contains(chime_writer_last_error(w), "priority nan");
+  assert_int_equal(chime_writer_append(w, sample, sizeof(sample), -INFINITY),
+                   CHIME_EINVAL);
+  assert_int_equal(chime_writer_append(w, sample, sizeof(sample), 0.5), 0);
+  assert_int_equal(chime_writer_flush(w), 0);
+  chime_writer_close(w);
+  chime_client_destroy(c);
+}
+
+static void test_control_chars_escaped(void **state) {
+  (void)state;
+  char details[512];
+  const char *name = "de\nmo\x1b[31m\\";
+  /* Subscribe: the table is looked up by the stream's open. */
+  Chime__V1__Open open = CHIME__V1__OPEN__INIT;
+  Chime__V1__SubscribeRequest sreq = CHIME__V1__SUBSCRIBE_REQUEST__INIT;
+  chime__raw_t r;
+  grpc_status_code st = GRPC_STATUS_UNKNOWN;
+  open.table = (char *)name;
+  open.batch_size = 1;
+  open.slots = 2;
+  open.mode = CHIME__V1__MODE__MODE_STREAM;
+  sreq.kind_case = CHIME__V1__SUBSCRIBE_REQUEST__KIND_OPEN;
+  sreq.open = &open;
+  assert_int_equal(chime__raw_start(&r, ch, M_SUBSCRIBE, 20000), 0);
+  assert_int_equal(chime__raw_send(&r, &sreq.base), 0);
+  assert_int_equal(chime__raw_finish(&r, &st, details, sizeof(details), 20000),
+                   0);
+  chime__raw_destroy(&r);
+  assert_int_equal(st, GRPC_STATUS_NOT_FOUND);
+  assert_contains(details, "table 'de\\x0amo\\x1b[31m\\\\' not found");
+  assert_null(strchr(details, '\n'));
+  assert_null(strchr(details, '\x1b'));
+
+  /* Insert: the first request names the table. */
+  Chime__V1__InsertRequest ireq = CHIME__V1__INSERT_REQUEST__INIT;
+  ireq.table = (char *)name;
+  assert_int_equal(chime__raw_start(&r, ch, M_INSERT, 20000), 0);
+  assert_int_equal(chime__raw_send(&r, &ireq.base), 0);
+  assert_int_equal(chime__raw_finish(&r, &st, details, sizeof(details), 20000),
+                   0);
+  chime__raw_destroy(&r);
+  assert_int_equal(st, GRPC_STATUS_NOT_FOUND);
+  assert_contains(details, "table 'de\\x0amo\\x1b[31m\\\\' not found");
+  assert_null(strchr(details, '\x1b'));
+}
+
+int main(void) {
+  const struct CMUnitTest spawned[] = {
+      cmocka_unit_test(test_bad_listen),
+      cmocka_unit_test(test_tables_over_memory),
+      cmocka_unit_test(test_unix_listen),
+  };
+  const struct CMUnitTest raw[] = {
+      cmocka_unit_test(test_unary_garbage),
+      cmocka_unit_test(test_bad_priorities),
+      cmocka_unit_test(test_control_chars_escaped),
+  };
+  int failed = cmocka_run_group_tests_name("spawned", spawned, NULL, NULL);
+  failed += cmocka_run_group_tests_name("raw", raw, raw_setup, raw_teardown);
+  return failed;
+}

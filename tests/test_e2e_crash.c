@@ -34,7 +34,8 @@
 static const char *config =
     "{\"tables\": [{\"name\": \"demo\", \"spec\": \"obs:f32[64], "
     "action:i32[], reward:f32[]\", \"capacity\": 4096, \"min_size\": 1, "
-    "\"sampler\": \"fifo\"}]}\n";
+    "\"sampler\": \"fifo\"}],\n"
+    " \"keepalive_time_ms\": 300, \"keepalive_timeout_ms\": 500}\n";
 
 static chime__chimed_t chimed;
 static chime_client_t *client;
@@ -376,27 +377,39 @@ static void drain(uint64_t seed, uint64_t n, uint8_t *seen) {
 /* fifo items in batches a killed shm learner held, or that were published
  * in its ring and never taken, go back to the table: a later learner gets
  * every item exactly once. */
-static void test_killed_learner_loses_nothing(void **state) {
-  (void)state;
-  enum { N = 200 };
-  chime__proc_t p;
-  uint8_t seen[N] = {0};
-  insert(5, N);
-  spawn_holder(&p, "shm");
-  kill(p.pid, SIGKILL);
-  assert_int_equal(chime__proc_wait(&p, 10000, NULL), 0);
-  int64_t end = chime__now_ms() + 10000;
+/* Waits up to 15 s for every stream to be gone. */
+static void wait_no_streams(const char *why) {
+  int64_t end = chime__now_ms() + 15000;
   for (;;) {
     chime_stats_t *st = stats();
     uint32_t n = st->nstreams;
     chime_stats_free(st);
     if (n == 0)
-      break;
+      return;
     if (chime__now_ms() > end)
-      fail_msg("the killed learner's stream is still there after 10 s");
+      fail_msg("%s: its stream is still there after 15 s", why);
     chime__sleep_ms(10);
   }
-  drain(5, N, seen);
+}
+
+static void check_loses_nothing(int sig) {
+  enum { N = 200 };
+  chime__proc_t p;
+  uint8_t seen[N] = {0};
+  uint64_t seed = sig == SIGKILL ? 5 : 6;
+  insert(seed, N);
+  spawn_holder(&p, "shm");
+  kill(p.pid, sig);
+  if (sig == SIGKILL) {
+    assert_int_equal(chime__proc_wait(&p, 10000, NULL), 0);
+    wait_no_streams("a learner killed with SIGKILL");
+  } else {
+    /* Alive but silent: only keepalive (300 + 500 ms here) can tell. */
+    wait_no_streams("a learner stopped with SIGSTOP");
+    assert_int_equal(kill(p.pid, 0), 0);
+  }
+  drain(seed, N, seen);
+  chime__proc_kill(&p);
   for (int i = 0; i < N; i++)
     if (seen[i] != 1)
       fail_msg("item %d delivered %u times after the learner's death", i,
@@ -404,6 +417,18 @@ static void test_killed_learner_loses_nothing(void **state) {
   chime_stats_t *st = stats();
   assert_true(st->ntables == 1 && st->tables[0].returned >= HELD * BATCH);
   chime_stats_free(st);
+}
+
+static void test_killed_learner_loses_nothing(void **state) {
+  (void)state;
+  check_loses_nothing(SIGKILL);
+}
+
+/* A learner that stops answering (SIGSTOP: its process and connection stay
+ * up) is dropped by keepalive, and its items go back too. */
+static void test_stopped_learner_dropped(void **state) {
+  (void)state;
+  check_loses_nothing(SIGSTOP);
 }
 
 int main(int argc, char **argv) {
@@ -414,6 +439,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_chimed_killed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_writer_killed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_killed_learner_loses_nothing, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_stopped_learner_dropped, setup,
                                       teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -45,12 +45,25 @@ extern "C" {
 
 typedef struct chime_client_s chime_client_t;
 
+#define CHIME_KEEPALIVE_TIME_MS 20000
+#define CHIME_KEEPALIVE_TIMEOUT_MS 10000
+
 typedef struct {
   int timeout_ms;           /* per unary call; default 5000 */
   size_t max_message_bytes; /* gRPC send/receive limit; default 64 MiB */
+  /* HTTP/2 keepalive: a server that does not answer a ping within
+   * keepalive_timeout_ms is treated as gone (streams and writers see
+   * CHIME_EDISCONNECTED) instead of hanging. 0 means the default
+   * (CHIME_KEEPALIVE_TIME_MS, CHIME_KEEPALIVE_TIMEOUT_MS); a negative
+   * keepalive_time_ms turns pings off. */
+  int keepalive_time_ms;
+  int keepalive_timeout_ms;
 } chime_client_opts_t;
 #define CHIME_CLIENT_OPTS_INIT                                                 \
-  { 5000, 64u << 20 }
+  {                                                                            \
+    .timeout_ms = 5000, .max_message_bytes = 64u << 20,                        \
+    .keepalive_time_ms = 0, .keepalive_timeout_ms = 0                          \
+  }
 
 /* Connects to "host:port" or "unix:/path". Calls gRPC's grpc_init(). The
  * connection is made lazily: an unreachable server shows up as

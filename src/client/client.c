@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "client/internal.h"
+#include "common/keepalive.h"
 
 int chime_client_create(chime_client_t **out, const char *address,
                         const chime_client_opts_t *opts) {
@@ -23,7 +24,7 @@ int chime_client_create(chime_client_t **out, const char *address,
   pthread_mutex_init(&c->lock, NULL);
 
   grpc_init();
-  grpc_arg args[3];
+  grpc_arg args[3 + CHIME__KEEPALIVE_ARGS];
   args[0].type = GRPC_ARG_INTEGER;
   args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
   args[0].value.integer = (int)c->max_message_bytes;
@@ -35,7 +36,16 @@ int chime_client_create(chime_client_t **out, const char *address,
   args[2].type = GRPC_ARG_INTEGER;
   args[2].key = GRPC_ARG_MAX_METADATA_SIZE;
   args[2].value.integer = CHIME__MAX_METADATA_BYTES;
-  grpc_channel_args cargs = {3, args};
+  size_t nargs = 3 + chime__keepalive_args(args + 3,
+                                           opts->keepalive_time_ms >= 0
+                                               ? (opts->keepalive_time_ms > 0
+                                                      ? opts->keepalive_time_ms
+                                                      : CHIME_KEEPALIVE_TIME_MS)
+                                               : 0,
+                                           opts->keepalive_timeout_ms > 0
+                                               ? opts->keepalive_timeout_ms
+                                               : CHIME_KEEPALIVE_TIMEOUT_MS);
+  grpc_channel_args cargs = {nargs, args};
   grpc_channel_credentials *creds = grpc_insecure_credentials_create();
   c->channel = grpc_channel_create(address, creds, &cargs);
   grpc_channel_credentials_release(creds);

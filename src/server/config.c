@@ -46,6 +46,8 @@ static void config_base(chime__config_t *cfg) {
   cfg->staged_insert_bytes = CHIME__DEFAULT_STAGED_INSERT_BYTES;
   cfg->max_connections = CHIME__DEFAULT_MAX_CONNECTIONS;
   cfg->handshake_timeout_ms = CHIME__DEFAULT_HANDSHAKE_TIMEOUT_MS;
+  cfg->keepalive_time_ms = CHIME__DEFAULT_KEEPALIVE_TIME_MS;
+  cfg->keepalive_timeout_ms = CHIME__DEFAULT_KEEPALIVE_TIMEOUT_MS;
 }
 
 /* A key that takes an integer in lo..hi. */
@@ -254,6 +256,12 @@ int chime__config_parse(chime__config_t *cfg, const char *text, char *err,
     } else if (strcmp(key, "max_connections") == 0) {
       rc = get_range(v, "'max_connections'", 1, 1000000, &cfg->max_connections,
                      err, errlen);
+    } else if (strcmp(key, "keepalive_time_ms") == 0) {
+      rc = get_range(v, "'keepalive_time_ms'", 0, 3600000,
+                     &cfg->keepalive_time_ms, err, errlen);
+    } else if (strcmp(key, "keepalive_timeout_ms") == 0) {
+      rc = get_range(v, "'keepalive_timeout_ms'", 1, 3600000,
+                     &cfg->keepalive_timeout_ms, err, errlen);
     } else if (strcmp(key, "handshake_timeout_ms") == 0) {
       rc = get_range(v, "'handshake_timeout_ms'", 1, 3600000,
                      &cfg->handshake_timeout_ms, err, errlen);
@@ -295,7 +303,8 @@ int chime__config_parse(chime__config_t *cfg, const char *text, char *err,
       rc = fail(err, errlen,
                 "'%s': unknown key (known: listen, handoff_socket, "
                 "handoff_expires_ms, max_connections, handshake_timeout_ms, "
-                "allowed_uids, budgets, pin_host_memory, tables)",
+                "keepalive_time_ms, keepalive_timeout_ms, allowed_uids, "
+                "budgets, pin_host_memory, tables)",
                 key);
     }
     if (rc != 0)

@@ -38,6 +38,10 @@ typedef struct {
   /* chime_server_listen's listener (see server/acceptor.h). */
   uint32_t max_connections;
   uint32_t handshake_timeout_ms;
+  /* HTTP/2 keepalive pings: a peer that does not answer one within the
+   * timeout is dropped with its calls (0: no pings). */
+  uint32_t keepalive_time_ms;
+  uint32_t keepalive_timeout_ms;
   int pin_host_memory;
   uint32_t ntables;
   chime__table_config_t tables[CHIME__MAX_TABLES];
@@ -53,6 +57,8 @@ typedef struct {
 #define CHIME__DEFAULT_EXPIRES_MS 5000u
 #define CHIME__DEFAULT_MAX_CONNECTIONS 4096u
 #define CHIME__DEFAULT_HANDSHAKE_TIMEOUT_MS 10000u
+#define CHIME__DEFAULT_KEEPALIVE_TIME_MS 20000u
+#define CHIME__DEFAULT_KEEPALIVE_TIMEOUT_MS 10000u
 /* A table's storage (capacity * sample bytes) is reserved up front. */
 #define CHIME__MAX_TABLE_BYTES (UINT64_C(1) << 40)
 

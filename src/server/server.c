@@ -10,6 +10,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "common/keepalive.h"
 #include "ring/pin.h"
 #include "server/acceptor.h"
 #include "server/handoff.h"
@@ -348,7 +349,7 @@ static int unix_path_in_use(const char *addr) {
 int chime_server_listen(chime_server_t *srv, char *bound, size_t boundlen,
                         char *err, size_t errlen) {
   int rc = 0;
-  grpc_arg args[3];
+  grpc_arg args[3 + CHIME__KEEPALIVE_ARGS];
   char tmp[1];
   if (err == NULL || errlen == 0) {
     err = tmp;
@@ -373,7 +374,10 @@ int chime_server_listen(chime_server_t *srv, char *bound, size_t boundlen,
   args[2].type = GRPC_ARG_INTEGER;
   args[2].key = (char *)GRPC_ARG_ALLOW_REUSEPORT;
   args[2].value.integer = 0;
-  grpc_channel_args ca = {3, args};
+  size_t nargs =
+      3 + chime__keepalive_args(args + 3, (int)srv->cfg.keepalive_time_ms,
+                                (int)srv->cfg.keepalive_timeout_ms);
+  grpc_channel_args ca = {nargs, args};
   grpc_server *gs = grpc_server_create(&ca, NULL);
   grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
   grpc_server_register_completion_queue(gs, cq, NULL);

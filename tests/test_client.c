@@ -255,6 +255,7 @@ typedef struct {
   chime_spec_t spec;
   chime_ring_t *ring;
   chime__remote_t r;
+  uint64_t slot_seq[4];
   uint64_t send_bytes;
 } remote_fx_t;
 
@@ -271,6 +272,7 @@ static void remote_setup(remote_fx_t *fx, uint64_t credits) {
   fx->send_bytes = l->info_offset + 4 * sizeof(chime_sample_info_t);
   fx->r.ring = fx->ring;
   fx->r.send_bytes = fx->send_bytes;
+  fx->r.slot_seq = fx->slot_seq;
   atomic_store(&fx->r.granted, credits);
 }
 

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "client/internal.h"
 
@@ -48,6 +49,12 @@ int chime__status_to_err(grpc_status_code status, const char *details) {
   default:
     return CHIME_EPROTO;
   }
+}
+
+int64_t chime__mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 gpr_timespec chime__deadline_ms(int timeout_ms) {

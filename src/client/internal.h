@@ -53,6 +53,8 @@ int chime__client_set_error(chime_client_t *client, int code, const char *text);
 /* Maps a call's final status to a CHIME_E* code (UNAVAILABLE "shutting down"
  * is CHIME_ESHUTDOWN, FAILED_PRECONDITION naming "page-lock" CHIME_ECUDA). */
 int chime__status_to_err(grpc_status_code status, const char *details);
+/* CLOCK_MONOTONIC in milliseconds, for bounded waits. */
+int64_t chime__mono_ms(void);
 /* timeout_ms < 0: forever. */
 gpr_timespec chime__deadline_ms(int timeout_ms);
 /* Serialises a message into a new byte buffer; NULL when out of memory. */
@@ -118,6 +120,7 @@ typedef struct {
   int active;               /* a slot is being filled */
   chime_ring_wslot_t w;
   uint64_t seq;           /* server seq of the batch being filled */
+  uint64_t *slot_seq;     /* server seq of the batch in each local slot */
   uint64_t received;      /* bytes of it so far */
   uint64_t batches;       /* completed and published */
   _Atomic uint64_t bytes; /* read by chime_stream_get_stats() */

@@ -83,6 +83,7 @@ int chime__remote_chunk(chime__remote_t *r, grpc_byte_buffer *bb, char *err,
   if (r->received == r->send_bytes) {
     uint64_t seq;
     r->active = 0;
+    r->slot_seq[r->w.slot] = r->seq;
     rc = chime_ring_publish(r->ring, r->w.slot, &seq);
     if (rc)
       return chime__fail(err, errlen, rc, "stream: local ring publish: %s",

@@ -6,11 +6,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "client/internal.h"
 
-enum { TAG_OPEN = 1, TAG_RECV, TAG_STATUS, TAG_CREDIT };
+enum { TAG_OPEN = 1, TAG_RECV, TAG_STATUS, TAG_CREDIT, TAG_HALF_CLOSE };
+
+/* How long chime_stream_close() waits for the server to take the last
+ * releases (stream mode) before it cancels the call. */
+#define CLOSE_WAIT_MS 2000
 
 struct chime_stream_s {
   chime_client_t *client;
@@ -41,9 +46,11 @@ struct chime_stream_s {
 
   pthread_mutex_t lock; /* send side (credits) and err */
   int send_busy;
-  int ended; /* the call's status arrived: no more sends */
+  int ended;   /* the call's status arrived: no more sends */
+  int closing; /* chime_stream_close(): send releases at once */
   uint32_t credit_pending;
   uint32_t credit_batch; /* releases gathered into one Credit message */
+  uint64_t *released;    /* server seqs of the credit_pending releases */
   grpc_byte_buffer *credit_bb;
 
   atomic_int end_code;     /* why next fails once the ring is cut off */
@@ -88,10 +95,13 @@ static uint64_t owed(chime_stream_t *s) {
 static void send_credit_locked(chime_stream_t *s) {
   if (s->send_busy || s->ended || s->credit_pending == 0)
     return;
-  if (s->credit_pending < s->credit_batch && owed(s) > 0)
+  if (s->credit_pending < s->credit_batch && owed(s) > 0 && !s->closing)
     return;
   Chime__V1__Credit credit = CHIME__V1__CREDIT__INIT;
   credit.batches = s->credit_pending;
+  credit.n_released =
+      s->credit_pending < s->layout.slots ? s->credit_pending : s->layout.slots;
+  credit.released = s->released;
   Chime__V1__SubscribeRequest req = CHIME__V1__SUBSCRIBE_REQUEST__INIT;
   req.kind_case = CHIME__V1__SUBSCRIBE_REQUEST__KIND_CREDIT;
   req.credit = &credit;
@@ -210,6 +220,11 @@ static int pump(chime_stream_t *s, gpr_timespec deadline) {
   case TAG_STATUS:
     s->status_pending = 0;
     on_status(s);
+    break;
+  case TAG_HALF_CLOSE:
+    pthread_mutex_lock(&s->lock);
+    s->send_busy = 0;
+    pthread_mutex_unlock(&s->lock);
     break;
   case TAG_CREDIT:
     pthread_mutex_lock(&s->lock);
@@ -446,6 +461,10 @@ static int open_mode(chime_stream_t *s, chime_mode_t mode,
       chime__fail(err, errlen, rc, "local ring: %s", chime_strerror(rc));
     s->remote.ring = s->ring;
     s->remote.send_bytes = s->send_bytes;
+    s->remote.slot_seq = calloc(o->slots, sizeof(uint64_t));
+    s->released = calloc(o->slots, sizeof(uint64_t));
+    if (rc == 0 && (s->remote.slot_seq == NULL || s->released == NULL))
+      rc = chime__fail(err, errlen, CHIME_ENOMEM, "out of memory");
     /* The server lends at most slots - 1 batches whatever the prefetch. */
     uint32_t lent = prefetch < o->slots ? prefetch : o->slots - 1;
     atomic_store(&s->remote.granted, lent);
@@ -461,6 +480,10 @@ cleanup:
     call_teardown(s);
     chime_ring_destroy(s->ring);
     s->ring = NULL;
+    free(s->remote.slot_seq);
+    s->remote.slot_seq = NULL;
+    free(s->released);
+    s->released = NULL;
   }
   return rc;
 }
@@ -654,10 +677,18 @@ int chime_batch_release(chime_stream_t *stream, const chime_batch_t *batch) {
   chime_stream_t *s = stream;
   if (!s || !batch)
     return CHIME_EINVAL;
+  /* The slot's server seq, read while the slot is still held (the receive
+   * thread refills it only once released). */
+  uint64_t seq = s->mode == CHIME_MODE_STREAM && batch->slot < s->layout.slots
+                     ? s->remote.slot_seq[batch->slot]
+                     : 0;
   int rc = chime_ring_release(s->ring, batch->slot);
   if (rc || s->mode != CHIME_MODE_STREAM)
     return rc;
   pthread_mutex_lock(&s->lock);
+  /* At most slots held, so at most slots releases wait to be sent. */
+  if (s->credit_pending < s->layout.slots)
+    s->released[s->credit_pending] = seq;
   s->credit_pending++;
   send_credit_locked(s);
   pthread_mutex_unlock(&s->lock);
@@ -676,10 +707,44 @@ const char *chime_stream_last_error(const chime_stream_t *stream) {
   return stream ? stream->err : "no stream";
 }
 
+/* Stream mode: a fifo batch stays the learner's until a Credit names it,
+ * and the server gives back what was never named. So the last releases go
+ * out, then the client half-closes and the server ends the call once it
+ * has read them; bounded by CLOSE_WAIT_MS, after which the call is
+ * cancelled (and those batches may be delivered again elsewhere). */
+static void close_gracefully(chime_stream_t *s) {
+  if (s->mode != CHIME_MODE_STREAM || !s->call || !s->thread_started)
+    return;
+  int64_t end = chime__mono_ms() + CLOSE_WAIT_MS;
+  int half_closed = 0;
+  pthread_mutex_lock(&s->lock);
+  s->closing = 1;
+  while (!s->ended && chime__mono_ms() < end) {
+    send_credit_locked(s);
+    if (!s->send_busy && s->credit_pending == 0 && !half_closed) {
+      grpc_op op;
+      memset(&op, 0, sizeof(op));
+      op.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+      if (grpc_call_start_batch(s->call, &op, 1,
+                                (void *)(intptr_t)TAG_HALF_CLOSE,
+                                NULL) != GRPC_CALL_OK)
+        break;
+      s->send_busy = 1;
+      half_closed = 1;
+    }
+    pthread_mutex_unlock(&s->lock);
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+    pthread_mutex_lock(&s->lock);
+  }
+  pthread_mutex_unlock(&s->lock);
+}
+
 void chime_stream_close(chime_stream_t *stream) {
   chime_stream_t *s = stream;
   if (!s)
     return;
+  close_gracefully(s);
   /* Unblocks the thread if it waits for a local slot. */
   if (s->mode == CHIME_MODE_STREAM && s->ring)
     chime_ring_shutdown(s->ring);
@@ -687,6 +752,8 @@ void chime_stream_close(chime_stream_t *stream) {
   if (s->mode == CHIME_MODE_STREAM)
     chime__remote_abandon(&s->remote);
   chime_ring_destroy(s->ring);
+  free(s->remote.slot_seq);
+  free(s->released);
   grpc_metadata_array_destroy(&s->md_init);
   grpc_metadata_array_destroy(&s->md_trail);
   grpc_slice_unref(s->details);

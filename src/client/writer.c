@@ -74,12 +74,6 @@ static int fail(chime_writer_t *w, int code) {
   return w->failed;
 }
 
-static int64_t mono_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static struct inflight_s *fl_at(const chime_writer_t *w, uint32_t i) {
   return &w->fl[(w->fl_head + i) % w->fl_cap];
 }
@@ -314,7 +308,7 @@ static int reconnect(chime_writer_t *w) {
   grpc_slice_unref(w->details);
   w->details = grpc_empty_slice();
   if (w->reconnect_deadline == 0)
-    w->reconnect_deadline = mono_ms() + w->reconnect_timeout_ms;
+    w->reconnect_deadline = chime__mono_ms() + w->reconnect_timeout_ms;
   w->broken = 0;
   w->sent_on_call = 0;
   w->reconnects++;
@@ -330,7 +324,7 @@ static int reconnect(chime_writer_t *w) {
  * lost on the way is resumed on a new one, up to the reconnect deadline. */
 static int wait_until(chime_writer_t *w, int (*cond)(const chime_writer_t *),
                       int timeout_ms) {
-  int64_t end = mono_ms() + timeout_ms;
+  int64_t end = chime__mono_ms() + timeout_ms;
   while (!cond(w)) {
     if (w->failed)
       return w->failed;
@@ -343,11 +337,11 @@ static int wait_until(chime_writer_t *w, int (*cond)(const chime_writer_t *),
     int64_t until = end;
     if (w->reconnect_deadline && w->reconnect_deadline < until)
       until = w->reconnect_deadline;
-    int64_t left = until - mono_ms();
+    int64_t left = until - chime__mono_ms();
     int rc = pump(w, chime__deadline_ms(left > 0 ? (int)left : 0));
     if (rc != CHIME_ETIMEDOUT)
       continue;
-    if (w->reconnect_deadline && mono_ms() >= w->reconnect_deadline) {
+    if (w->reconnect_deadline && chime__mono_ms() >= w->reconnect_deadline) {
       snprintf(w->err, sizeof(w->err),
                "insert into '%s': connection lost and not back within %d ms "
                "(%" PRIu32 " requests unacked)",
@@ -355,7 +349,7 @@ static int wait_until(chime_writer_t *w, int (*cond)(const chime_writer_t *),
       grpc_call_cancel(w->call, NULL);
       return fail(w, CHIME_EDISCONNECTED);
     }
-    if (mono_ms() >= end) {
+    if (chime__mono_ms() >= end) {
       snprintf(w->err, sizeof(w->err),
                "insert into '%s': no ack within %d ms (%" PRIu32
                " messages in flight)",
@@ -399,7 +393,7 @@ static int send_batch(chime_writer_t *w) {
     return fail(w, CHIME_ENOMEM);
   /* Nothing was at stake while idle: a reconnect clock starts now. */
   if (w->reconnect_deadline && w->inflight == 0)
-    w->reconnect_deadline = mono_ms() + w->reconnect_timeout_ms;
+    w->reconnect_deadline = chime__mono_ms() + w->reconnect_timeout_ms;
   struct inflight_s *f = fl_at(w, w->inflight);
   f->bb = bb;
   f->count = w->queued;

@@ -169,6 +169,9 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
   pthread_cond_init(&s->attach_cond, &ca);
   pthread_condattr_destroy(&ca);
   /* The server side of the ring can lend at most slots - 1 batches. */
+  /* A fifo batch is the learner's until it says it released it: then a
+   * learner that dies holding batches loses no item (give_back). */
+  s->hold = s->mode == CHIME_MODE_STREAM && tc->sampler == CHIME__SAMPLER_FIFO;
   s->credits = open->prefetch && open->prefetch < open->slots ? open->prefetch
                                                               : open->slots - 1;
   pthread_mutex_lock(&srv->mu);
@@ -262,11 +265,15 @@ out:
   return rc;
 }
 
-/* One batch in flight in gRPC: its chunks' slices point into the slot. */
-typedef struct {
+/* One batch sent: its chunks' slices point into the slot, which is
+ * released when gRPC drops the last of them and, for a held batch, the
+ * learner released it too (one reference each). */
+typedef struct chime__sent_s {
   chime__stream_t *s;
   uint32_t slot;
+  uint64_t seq;
   atomic_uint refs;
+  struct chime__sent_s *next; /* s->held_* list */
 } batch_t;
 
 static void batch_put(batch_t *b, unsigned n) {
@@ -304,8 +311,20 @@ static void send_batch(chime__stream_t *s, chime__call_t *call,
   }
   b->s = s;
   b->slot = v->slot;
+  b->seq = v->seq;
+  b->next = NULL;
   atomic_init(&b->refs, nchunks);
   chime__stream_ref(s);
+  pthread_mutex_lock(&s->mu);
+  if (s->hold && !s->unheld) {
+    atomic_fetch_add(&b->refs, 1);
+    if (s->held_tail != NULL)
+      s->held_tail->next = b;
+    else
+      s->held_head = b;
+    s->held_tail = b;
+  }
+  pthread_mutex_unlock(&s->mu);
   for (unsigned i = 0; i < nchunks; i++) {
     uint64_t off = (uint64_t)i * CHIME__CHUNK_BYTES;
     uint64_t len = i + 1 == nchunks ? total - off : CHIME__CHUNK_BYTES;
@@ -416,6 +435,8 @@ static void wait_attached(chime__stream_t *s) {
   }
 }
 
+static void unhold_all(chime__stream_t *s);
+
 static void *sampler_main(void *arg) {
   chime__stream_t *s = arg;
   if (s->mode == CHIME_MODE_SHM)
@@ -438,6 +459,7 @@ static void *sampler_main(void *arg) {
       send_ready(s);
   }
   give_back(s);
+  unhold_all(s);
   chime__stream_unref(s);
   return NULL;
 }
@@ -471,13 +493,64 @@ int chime__stream_start(chime__stream_t *s, chime__call_t *call) {
   return spawn(sampler_main, s);
 }
 
-void chime__stream_credit(chime__stream_t *s, uint32_t n) {
+/* Unlinks the held batch with seq (NULL when none: unknown, or named
+ * twice). Caller holds s->mu. */
+static batch_t *unhold_seq(chime__stream_t *s, uint64_t seq) {
+  for (batch_t **pp = &s->held_head, *prev = NULL; *pp != NULL;
+       prev = *pp, pp = &(*pp)->next) {
+    batch_t *b = *pp;
+    if (b->seq != seq)
+      continue;
+    *pp = b->next;
+    if (s->held_tail == b)
+      s->held_tail = prev;
+    b->next = NULL;
+    return b;
+  }
+  return NULL;
+}
+
+void chime__stream_credit(chime__stream_t *s, uint32_t n,
+                          const uint64_t *released, size_t nreleased) {
+  batch_t *done = NULL;
   pthread_mutex_lock(&s->mu);
   /* A client can't be owed more than the ring holds; cap, don't trust. */
   uint64_t c = (uint64_t)s->credits + n;
   s->credits = c > s->lay.slots - 1 ? s->lay.slots - 1 : (uint32_t)c;
+  /* Named seqs the learner is done with; a client that names none releases
+   * the oldest. A seq not held (made up, repeated) is ignored: a lying
+   * learner can only give back its own batches early. */
+  for (size_t i = 0; i < (nreleased ? nreleased : n); i++) {
+    batch_t *b = nreleased
+                     ? unhold_seq(s, released[i])
+                     : (s->held_head ? unhold_seq(s, s->held_head->seq) : NULL);
+    if (b != NULL) {
+      b->next = done;
+      done = b;
+    }
+  }
   pthread_mutex_unlock(&s->mu);
+  while (done != NULL) {
+    batch_t *b = done;
+    done = b->next;
+    batch_put(b, 1);
+  }
   send_ready(s);
+}
+
+/* The stream ended (its items given back): held batches need the learner
+ * no more. */
+static void unhold_all(chime__stream_t *s) {
+  pthread_mutex_lock(&s->mu);
+  batch_t *b = s->held_head;
+  s->held_head = s->held_tail = NULL;
+  s->unheld = 1;
+  pthread_mutex_unlock(&s->mu);
+  while (b != NULL) {
+    batch_t *n = b->next;
+    batch_put(b, 1);
+    b = n;
+  }
 }
 
 void chime__stream_close(chime__stream_t *s) {

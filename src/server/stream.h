@@ -37,6 +37,12 @@ struct chime__stream_s {
   pthread_mutex_t mu;      /* the ring's consumer side, credits */
   pthread_mutex_t send_mu; /* batch order on the call, sender_call */
   uint32_t credits;
+  /* fifo, stream mode: batches sent and not yet released by the learner
+   * (named in a Credit), oldest first; their slots stay taken so that the
+   * stream's end can give their items back (mu). */
+  int hold;
+  int unheld; /* the stream ended: nothing is held any more (mu) */
+  struct chime__sent_s *held_head, *held_tail;
   /* shm: the ring is filled only once its learner holds it, so a handoff
    * that never happens strands no item (attached, under mu) */
   pthread_cond_t attach_cond;
@@ -59,7 +65,10 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
                        char *err, size_t errlen);
 /* Starts the sampler thread. */
 int chime__stream_start(chime__stream_t *s, chime__call_t *call);
-void chime__stream_credit(chime__stream_t *s, uint32_t n);
+/* A Credit: n more batches may be sent; released names the seqs of the
+ * batches the learner released (none: the oldest n held). */
+void chime__stream_credit(chime__stream_t *s, uint32_t n,
+                          const uint64_t *released, size_t nreleased);
 /* Shuts the ring down and stops the threads; idempotent, from any thread.
  * The memory goes when the last reference does, the budget with the last
  * hold. */

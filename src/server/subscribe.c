@@ -77,8 +77,18 @@ static void send_opened(chime__call_t *c, chime__stream_t *s) {
 static void sub_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
   char err[CHIME__CLIENT_ERRLEN];
   grpc_slice sl;
-  if (bb == NULL)
-    return; /* the client closed its side; the call lives on */
+  if (bb == NULL) {
+    /* The client closed its side. In stream mode every credit it sent has
+     * been read (one message at a time), so the stream can end now and
+     * give back exactly what its learner did not release. In shm mode the
+     * call lives on as the lease's liveness. */
+    chime__stream_t *s = sub_stream(c);
+    if (s != NULL && s->mode == CHIME_MODE_STREAM) {
+      chime__stream_close(s);
+      chime__call_finish(c, GRPC_STATUS_OK, "%s", "");
+    }
+    return;
+  }
   int rc = chime__bb_read(bb, &sl);
   grpc_byte_buffer_destroy(bb);
   if (rc != 0) {
@@ -120,7 +130,8 @@ static void sub_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
       c->vt->on_stop(c);
   } else if (req->kind_case == CHIME__V1__SUBSCRIBE_REQUEST__KIND_CREDIT) {
     if (req->credit != NULL)
-      chime__stream_credit(s, req->credit->batches);
+      chime__stream_credit(s, req->credit->batches, req->credit->released,
+                           req->credit->n_released);
   } else {
     chime__call_finish(c, GRPC_STATUS_INVALID_ARGUMENT,
                        "the stream is already open; send credits only");

@@ -435,6 +435,55 @@ static void test_stopped_learner_dropped(void **state) {
   check_loses_nothing(SIGSTOP, "stream", 8);
 }
 
+/* Waits (up to 10 s) until the kernel reports pid stopped: SIGSTOP takes
+ * effect asynchronously, and a request could still be acked meanwhile. */
+static void wait_stopped(pid_t pid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  int64_t end = chime__now_ms() + 10000;
+  for (;;) {
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+    if (f)
+      fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* the state follows the name */
+    if (p != NULL && p[1] == ' ' && p[2] == 'T')
+      return;
+    if (chime__now_ms() > end)
+      fail_msg("pid %d not stopped after 10 s", (int)pid);
+    chime__sleep_ms(5);
+  }
+}
+
+/* A hung server (SIGSTOP): flush gives up after the writer's timeout, and
+ * close, after that, does not wait a second timeout. */
+static void test_writer_close_bounded(void **state) {
+  (void)state;
+  enum { TIMEOUT_MS = 3000 };
+  chime_writer_t *w = NULL;
+  chime_writer_opts_t wo = CHIME_WRITER_OPTS_INIT;
+  wo.timeout_ms = TIMEOUT_MS;
+  uint8_t sample[264] = {0};
+  assert_int_equal(chime_writer_open(client, "demo", &wo, &w), 0);
+  assert_int_equal(kill(chimed.proc.pid, SIGSTOP), 0);
+  wait_stopped(chimed.proc.pid);
+  assert_int_equal(chime_writer_append(w, sample, sizeof(sample), 1.0), 0);
+  int64_t t0 = chime__now_ms();
+  assert_int_equal(chime_writer_flush(w), CHIME_ETIMEDOUT);
+  int64_t t1 = chime__now_ms();
+  assert_non_null(strstr(chime_writer_last_error(w), "no ack within"));
+  assert_int_equal(chime_writer_close(w), CHIME_ETIMEDOUT);
+  int64_t t2 = chime__now_ms();
+  fprintf(stderr, "flush gave up after %lld ms, close took %lld ms\n",
+          (long long)(t1 - t0), (long long)(t2 - t1));
+  /* Relative to the writer's own timeout, not a wall-clock budget: close
+   * must not have waited for acks again. */
+  assert_true(t1 - t0 >= TIMEOUT_MS);
+  assert_true(t2 - t1 < TIMEOUT_MS);
+  kill(chimed.proc.pid, SIGCONT);
+}
+
 int main(int argc, char **argv) {
   if (argc == 4 && strcmp(argv[1], "--hold") == 0)
     return hold_main(argv[2], argv[3]);
@@ -445,6 +494,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_killed_learner_loses_nothing, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_stopped_learner_dropped, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_writer_close_bounded, setup,
                                       teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

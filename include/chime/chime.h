@@ -203,7 +203,10 @@ CHIME_EXTERN CHIME_NODISCARD int chime_writer_flush(chime_writer_t *writer);
 /* Samples acked so far. */
 CHIME_EXTERN uint64_t chime_writer_acked(const chime_writer_t *writer);
 CHIME_EXTERN const char *chime_writer_last_error(const chime_writer_t *writer);
-/* Flushes, closes the stream and frees. Returns the flush result. NULL-safe. */
+/* Flushes, closes the stream and frees. Returns the flush result. NULL-safe.
+ * One timeout bounds it: after a flush or append that timed out with no ack
+ * since (e.g. a hung server), close does not wait again and returns
+ * CHIME_ETIMEDOUT at once. */
 CHIME_EXTERN int chime_writer_close(chime_writer_t *writer);
 
 /* ---------------------------------------------------------------- stream */

@@ -65,6 +65,7 @@ struct chime_writer_s {
   uint64_t acked;   /* samples */
   uint64_t sent;    /* samples */
   int failed;       /* sticky error code */
+  int stalled;      /* a wait timed out and no ack came since */
   char err[CHIME__ERRLEN];
 };
 
@@ -170,6 +171,7 @@ static void on_ack(chime_writer_t *w) {
     w->inflight--;
     w->sent_on_call--;
     w->acked += ack->count;
+    w->stalled = 0;
     w->min_key = ack->first_key + ack->count;
     w->reconnect_deadline = 0; /* the server is back */
     /* After the status nothing more comes on this call. */
@@ -354,6 +356,7 @@ static int wait_until(chime_writer_t *w, int (*cond)(const chime_writer_t *),
                "insert into '%s': no ack within %d ms (%" PRIu32
                " messages in flight)",
                w->table, timeout_ms, w->inflight);
+      w->stalled = 1;
       return CHIME_ETIMEDOUT;
     }
   }
@@ -607,7 +610,11 @@ int chime_writer_close(chime_writer_t *writer) {
   chime_writer_t *w = writer;
   if (!w)
     return 0;
-  int rc = w->call ? chime_writer_flush(w) : w->failed;
+  /* One timeout bounds a writer's end: after a flush that timed out with
+   * no ack since, close does not wait a second time. */
+  int rc = w->stalled && !w->failed ? CHIME_ETIMEDOUT
+           : w->call                ? chime_writer_flush(w)
+                                    : w->failed;
   if (w->call) {
     if (rc == 0 && !w->send_pending && w->status_pending) {
       grpc_op op;

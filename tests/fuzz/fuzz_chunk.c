@@ -7,6 +7,8 @@
  *   [ctl][n][n piece lengths][len lo][len hi][len bytes of message]
  * ctl bit 0: after the message, the learner takes a batch, releases it and
  * returns a credit; bit 1: the stream ends mid-batch (abandon), as on close.
+ * A message that is not a chunk is unpacked whole as the client does; a
+ * notice with UNAVAILABLE shuts the ring, as a server shutdown does.
  *
  * Beyond "no crash": the parser agrees with protobuf-c on every chunk it
  * accepts and with itself on a header cut at CHIME_CHUNK_HEADER_MAX bytes;
@@ -95,6 +97,20 @@ static grpc_byte_buffer *message(const uint8_t *msg, size_t len,
   return bb;
 }
 
+/* Not a chunk: the client unpacks it whole (chime__unpack, as stream.c's
+ * on_message does). The notice's code, or -1 when it is not a notice. */
+static int notice_code(grpc_byte_buffer *bb) {
+  Chime__V1__SubscribeResponse *m =
+      (Chime__V1__SubscribeResponse *)chime__unpack(
+          &chime__v1__subscribe_response__descriptor, bb);
+  int code = -1;
+  if (m != NULL && m->kind_case == CHIME__V1__SUBSCRIBE_RESPONSE__KIND_NOTICE)
+    code = m->notice->code < 0 ? 0 : (int)m->notice->code;
+  if (m != NULL)
+    protobuf_c_message_free_unpacked(&m->base, NULL);
+  return code;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   chime_ring_t *ring;
   FUZZ_CHECK(
@@ -133,14 +149,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     grpc_byte_buffer *bb = message(msg, len, cuts, ncuts);
     char err[512];
     int rc = chime__remote_chunk(&r, bb, err, sizeof(err));
+    int notice = rc == CHIME_ENOTFOUND ? notice_code(bb) : -1;
     grpc_byte_buffer_destroy(bb);
-    FUZZ_CHECK(rc == 0 || rc == CHIME_ENOTFOUND || rc == CHIME_EPROTO);
+    FUZZ_CHECK(rc == 0 || rc == CHIME_ENOTFOUND || rc == CHIME_EPROTO ||
+               rc == CHIME_ESHUTDOWN);
     FUZZ_CHECK(rc != CHIME_ENOTFOUND || parsed == CHIME_ENOTFOUND);
     FUZZ_CHECK(rc != 0 || parsed == 0);
     FUZZ_CHECK(r.received <= r.send_bytes);
     FUZZ_CHECK(atomic_load(&r.started) <= atomic_load(&r.granted));
-    if (rc == CHIME_EPROTO)
-      break; /* the stream ends on a protocol error */
+    /* The stream ends on a protocol error, a message that is neither a
+     * chunk nor a notice, and once the ring is shut. */
+    if (rc == CHIME_EPROTO || rc == CHIME_ESHUTDOWN ||
+        (rc == CHIME_ENOTFOUND && notice < 0))
+      break;
+    if (notice == GRPC_STATUS_UNAVAILABLE)
+      chime_ring_shutdown(ring); /* as on_message() in stream.c */
     if (rc == 0) {
       memcpy(image + c.offset, msg + c.header_len, c.data_len);
       if (r.batches != batches) {

@@ -134,7 +134,10 @@ int chime__pb_next(chime__pb_reader_t *r, chime__pb_field_t *f) {
   case CHIME__PB_I32:
     return fixed(r, 4, &f->value) == 0 ? 1 : CHIME_EPROTO;
   case CHIME__PB_LEN:
-    if (chime__pb_varint(r, &f->value) != 0 || f->value > chime__pb_left(r))
+    /* Like a tag, a length is five bytes at most for protobuf-c. */
+    start = r->pos;
+    if (chime__pb_varint(r, &f->value) != 0 || r->pos - start > 5 ||
+        f->value > chime__pb_left(r))
       return CHIME_EPROTO;
     f->offset = r->pos;
     advance(r, f->value);

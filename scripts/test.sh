@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, then builds and runs the whole
 # CTest suite in a Release build and an ASan+UBSan build, the ring tests under
-# TSan, and checks that the ring builds without the service (no gRPC).
+# TSan, checks that the ring builds without the service (no gRPC), and runs
+# each fuzz target briefly (scripts/fuzz.sh; CHIME_FUZZ_SECONDS per target).
 # Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,5 +35,8 @@ ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 run_ctest build-asa
 echo "== ring only (no gRPC), TSan"
 build build-tsan -DCMAKE_BUILD_TYPE=Debug -DCHIME_WITH_SERVICE=OFF -DCHIME_SANITIZE=thread
 TSAN_OPTIONS=halt_on_error=1 run_ctest build-tsan -L ring
+
+echo "== fuzz (libFuzzer, ${CHIME_FUZZ_SECONDS:-15} s per target)"
+scripts/fuzz.sh "${CHIME_FUZZ_SECONDS:-15}"
 
 echo "== all tests passed"

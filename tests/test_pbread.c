@@ -286,6 +286,11 @@ static void test_malformed(void **state) {
       {"table with a NUL", {0x0a, 0x03, 'a', 0, 'b'}, 5},
       {"spec leaf not a Leaf", {0x32, 0x02, 0x0a, 0x05}, 4},
       {"tag beyond 32 bits", {0xf8, 0xff, 0xff, 0xff, 0xff, 0x01}, 6},
+      /* protobuf-c refuses it (found by tests/fuzz/fuzz_insertreq) */
+      {"tag padded to 6 bytes", {0x90, 0x80, 0x80, 0x80, 0x80, 0x00, 0x01}, 7},
+      {"length padded to 6 bytes",
+       {0x0a, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00},
+       7},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     for (int it = 0; it < 20; it++) {

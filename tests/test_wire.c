@@ -133,6 +133,15 @@ static void test_malformed(void **state) {
   uint8_t longv[16] = {(2 << 3) | 2};
   memset(longv + 1, 0xff, 11);
   assert_int_equal(chime__chunk_parse(longv, 12, 12, &c), CHIME_EPROTO);
+
+  /* A data length padded to 6 bytes: protobuf-c refuses the message (as
+   * tests/fuzz/fuzz_chunk checks). */
+  const uint8_t padded[] = {0x12, 17,   0x08, 0,    0x10, 0,    0x18,
+                            4,    0x22, 0x84, 0x80, 0x80, 0x80, 0x80,
+                            0x00, 1,    2,    3,    4};
+  assert_int_equal(
+      chime__chunk_parse(padded, sizeof(padded), sizeof(padded), &c),
+      CHIME_EPROTO);
 }
 
 /* Random bytes never crash the parser, and what it accepts is consistent. */

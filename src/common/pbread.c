@@ -114,11 +114,13 @@ int chime__pb_fixed64(chime__pb_reader_t *r, uint64_t *v) {
 }
 
 int chime__pb_next(chime__pb_reader_t *r, chime__pb_field_t *f) {
-  uint64_t tag;
+  uint64_t tag, start = r->pos;
   if (r->pos >= r->end)
     return 0;
-  if (chime__pb_varint(r, &tag) != 0 || tag > UINT32_MAX || (tag >> 3) == 0 ||
-      (tag >> 3) > 0x1fffffff)
+  /* A tag is a uint32: five bytes at most, padded or not (protobuf-c refuses
+   * a longer one, and both ends must agree on what a message is). */
+  if (chime__pb_varint(r, &tag) != 0 || r->pos - start > 5 ||
+      tag > UINT32_MAX || (tag >> 3) == 0 || (tag >> 3) > 0x1fffffff)
     return CHIME_EPROTO;
   f->number = (uint32_t)(tag >> 3);
   f->wire = (int)(tag & 7);
@@ -132,7 +134,10 @@ int chime__pb_next(chime__pb_reader_t *r, chime__pb_field_t *f) {
   case CHIME__PB_I32:
     return fixed(r, 4, &f->value) == 0 ? 1 : CHIME_EPROTO;
   case CHIME__PB_LEN:
-    if (chime__pb_varint(r, &f->value) != 0 || f->value > chime__pb_left(r))
+    /* Like a tag, a length is five bytes at most for protobuf-c. */
+    start = r->pos;
+    if (chime__pb_varint(r, &f->value) != 0 || r->pos - start > 5 ||
+        f->value > chime__pb_left(r))
       return CHIME_EPROTO;
     f->offset = r->pos;
     advance(r, f->value);

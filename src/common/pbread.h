@@ -3,11 +3,11 @@
  * they are going without first gathering the message into one buffer or
  * unpacking it with protobuf-c.
  *
- * Strict: a varint longer than 10 bytes or beyond 64 bits, a truncated
- * field, field number 0 or above 2^29 - 1, and the group wire types (3, 4)
- * or unknown ones (6, 7) are malformed. Unknown fields of the other wire
- * types are for the caller to skip (chime__pb_next already stepped over
- * their bytes). */
+ * Strict: a varint longer than 10 bytes or beyond 64 bits, a tag or a
+ * length longer than 5 bytes (protobuf-c refuses those), a truncated field,
+ * field number 0 or above 2^29 - 1, and the group wire types (3, 4) or unknown
+ * ones (6, 7) are malformed. Unknown fields of the other wire types are for the
+ * caller to skip (chime__pb_next already stepped over their bytes). */
 #ifndef CHIME_PBREAD_H
 #define CHIME_PBREAD_H
 

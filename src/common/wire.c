@@ -9,6 +9,8 @@ enum {
   TAG_OFFSET = (2 << 3) | 0, /* Chunk.offset */
   TAG_TOTAL = (3 << 3) | 0,  /* Chunk.total */
   TAG_DATA = (4 << 3) | 2,   /* Chunk.data, length-delimited */
+  /* Longest length prefix: protobuf-c refuses a longer one, even padded. */
+  LEN_MAX = 5,
 };
 
 static size_t varint_put(uint8_t *p, uint64_t v) {
@@ -21,10 +23,12 @@ static size_t varint_put(uint8_t *p, uint64_t v) {
   return n;
 }
 
-/* Returns bytes consumed, 0 on a truncated or over-long varint. */
-static size_t varint_get(const uint8_t *p, size_t avail, uint64_t *out) {
+/* Returns bytes consumed, 0 on a truncated varint or one longer than max
+ * bytes. */
+static size_t varint_get(const uint8_t *p, size_t avail, size_t max,
+                         uint64_t *out) {
   uint64_t v = 0;
-  for (size_t i = 0; i < avail && i < 10; i++) {
+  for (size_t i = 0; i < avail && i < max; i++) {
     v |= (uint64_t)(p[i] & 0x7f) << (7 * i);
     if (!(p[i] & 0x80)) {
       *out = v;
@@ -63,7 +67,7 @@ int chime__chunk_parse(const uint8_t *p, size_t avail, size_t msg_len,
     return CHIME_ENOTFOUND;
   size_t pos = 1;
   uint64_t inner_len = 0;
-  size_t k = varint_get(p + pos, avail - pos, &inner_len);
+  size_t k = varint_get(p + pos, avail - pos, LEN_MAX, &inner_len);
   if (k == 0)
     return CHIME_EPROTO;
   pos += k;
@@ -76,7 +80,8 @@ int chime__chunk_parse(const uint8_t *p, size_t avail, size_t msg_len,
     if (pos >= avail || p[pos] != want[f])
       return CHIME_EPROTO;
     pos++;
-    k = varint_get(p + pos, avail - pos, &fields[f]);
+    k = varint_get(p + pos, avail - pos, want[f] == TAG_DATA ? LEN_MAX : 10,
+                   &fields[f]);
     if (k == 0)
       return CHIME_EPROTO;
     pos += k;

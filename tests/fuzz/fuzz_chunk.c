@@ -1,0 +1,191 @@
+/* libFuzzer target: stream-mode messages as the client receives them: the
+ * chunk header (src/common/wire.c) and the assembly of chunks into a local
+ * ring (src/client/remote.c), without a gRPC connection: each message is a
+ * grpc_byte_buffer built from pieces, as a completed receive hands it over.
+ *
+ * Input: a sequence of records, each
+ *   [ctl][n][n piece lengths][len lo][len hi][len bytes of message]
+ * ctl bit 0: after the message, the learner takes a batch, releases it and
+ * returns a credit; bit 1: the stream ends mid-batch (abandon), as on close.
+ * A message that is not a chunk is unpacked whole as the client does; a
+ * notice with UNAVAILABLE shuts the ring, as a server shutdown does.
+ *
+ * Beyond "no crash": the parser agrees with protobuf-c on every chunk it
+ * accepts and with itself on a header cut at CHIME_CHUNK_HEADER_MAX bytes;
+ * re-encoding what it read parses back the same; and the remote side never
+ * starts more batches than credits, never overruns a batch, and publishes
+ * exactly the bytes the chunks of that batch carried. */
+#include <stdint.h>
+#include <string.h>
+
+#include "chime.pb-c.h"
+#include "chime/ring.h"
+#include "client/internal.h"
+#include "common/wire.h"
+#include "fuzz_common.h"
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static chime_spec_t spec;
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  (void)argc;
+  (void)argv;
+  char err[128];
+  grpc_init();
+  FUZZ_CHECK(chime_spec_parse(&spec, FUZZ_CHUNK_SPEC, err, sizeof(err)) == 0);
+  return 0;
+}
+
+/* The header parser on its own. Returns its result for the whole message. */
+static int check_parse(const uint8_t *msg, size_t len, chime__chunk_t *c) {
+  int rc = chime__chunk_parse(msg, len, len, c);
+  FUZZ_CHECK(rc == 0 || rc == CHIME_ENOTFOUND || rc == CHIME_EPROTO);
+
+  /* remote.c parses from at most CHIME_CHUNK_HEADER_MAX gathered bytes. */
+  chime__chunk_t head;
+  size_t avail = len < CHIME_CHUNK_HEADER_MAX ? len : CHIME_CHUNK_HEADER_MAX;
+  int rc_head = chime__chunk_parse(msg, avail, len, &head);
+  if (rc_head == 0) {
+    FUZZ_CHECK(rc == 0);
+    FUZZ_CHECK(memcmp(&head, c, sizeof(head)) == 0);
+  }
+  if (rc != 0)
+    return rc;
+
+  FUZZ_CHECK(c->header_len <= len && c->data_len == len - c->header_len);
+  FUZZ_CHECK(c->offset <= c->total && c->data_len <= c->total - c->offset);
+
+  Chime__V1__SubscribeResponse *m =
+      chime__v1__subscribe_response__unpack(NULL, len, msg);
+  FUZZ_CHECK(m != NULL);
+  FUZZ_CHECK(m->kind_case == CHIME__V1__SUBSCRIBE_RESPONSE__KIND_CHUNK);
+  FUZZ_CHECK(m->chunk->seq == c->seq && m->chunk->offset == c->offset &&
+             m->chunk->total == c->total);
+  FUZZ_CHECK(m->chunk->data.len == c->data_len);
+  FUZZ_CHECK(c->data_len == 0 || memcmp(m->chunk->data.data,
+                                        msg + c->header_len, c->data_len) == 0);
+  chime__v1__subscribe_response__free_unpacked(m, NULL);
+
+  uint8_t hdr[CHIME_CHUNK_HEADER_MAX];
+  size_t h =
+      chime__chunk_header_encode(hdr, c->seq, c->offset, c->total, c->data_len);
+  FUZZ_CHECK(h <= CHIME_CHUNK_HEADER_MAX);
+  chime__chunk_t again;
+  FUZZ_CHECK(chime__chunk_parse(hdr, h, h + c->data_len, &again) == 0);
+  FUZZ_CHECK(again.seq == c->seq && again.offset == c->offset &&
+             again.total == c->total && again.data_len == c->data_len &&
+             again.header_len == h);
+  return 0;
+}
+
+static void release_piece(void *p) {
+  free(p);
+}
+
+static grpc_byte_buffer *message(const uint8_t *msg, size_t len,
+                                 const uint8_t *cuts, size_t ncuts) {
+  static fuzz_piece_t pieces[FUZZ_MAX_PIECES];
+  static grpc_slice slices[FUZZ_MAX_PIECES];
+  size_t n = fuzz_split(msg, len, cuts, ncuts, pieces);
+  for (size_t i = 0; i < n; i++)
+    slices[i] = grpc_slice_new(pieces[i].p, pieces[i].len, release_piece);
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(slices, n);
+  for (size_t i = 0; i < n; i++)
+    grpc_slice_unref(slices[i]);
+  return bb;
+}
+
+/* Not a chunk: the client unpacks it whole (chime__unpack, as stream.c's
+ * on_message does). The notice's code, or -1 when it is not a notice. */
+static int notice_code(grpc_byte_buffer *bb) {
+  Chime__V1__SubscribeResponse *m =
+      (Chime__V1__SubscribeResponse *)chime__unpack(
+          &chime__v1__subscribe_response__descriptor, bb);
+  int code = -1;
+  if (m != NULL && m->kind_case == CHIME__V1__SUBSCRIBE_RESPONSE__KIND_NOTICE)
+    code = m->notice->code < 0 ? 0 : (int)m->notice->code;
+  if (m != NULL)
+    protobuf_c_message_free_unpacked(&m->base, NULL);
+  return code;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  chime_ring_t *ring;
+  FUZZ_CHECK(
+      chime_ring_create(&ring, &spec, FUZZ_CHUNK_BATCH, FUZZ_CHUNK_SLOTS) == 0);
+  const chime_ring_layout_t *l = chime_ring_get_layout(ring);
+  chime__remote_t r;
+  memset(&r, 0, sizeof(r));
+  r.ring = ring;
+  r.send_bytes =
+      l->info_offset + FUZZ_CHUNK_BATCH * sizeof(chime_sample_info_t);
+  /* As chime_stream_open: the server may run slots - 1 batches ahead. */
+  atomic_store(&r.granted, FUZZ_CHUNK_SLOTS - 1);
+  /* What the batch being received should hold, from the chunks parsed. */
+  uint8_t *image = calloc(1, r.send_bytes);
+  FUZZ_CHECK(image != NULL);
+
+  size_t pos = 0;
+  while (size - pos >= 4) {
+    uint8_t ctl = data[pos++];
+    const uint8_t *cuts;
+    size_t ncuts;
+    size_t k = fuzz_cuts(data + pos, size - pos, &cuts, &ncuts);
+    if (k == 0 || size - pos - k < 2)
+      break;
+    pos += k;
+    size_t len = (size_t)data[pos] | (size_t)data[pos + 1] << 8;
+    pos += 2;
+    if (len > size - pos)
+      len = size - pos;
+    const uint8_t *msg = data + pos;
+    pos += len;
+
+    chime__chunk_t c;
+    int parsed = check_parse(msg, len, &c);
+    uint64_t batches = r.batches;
+    grpc_byte_buffer *bb = message(msg, len, cuts, ncuts);
+    char err[512];
+    int rc = chime__remote_chunk(&r, bb, err, sizeof(err));
+    int notice = rc == CHIME_ENOTFOUND ? notice_code(bb) : -1;
+    grpc_byte_buffer_destroy(bb);
+    FUZZ_CHECK(rc == 0 || rc == CHIME_ENOTFOUND || rc == CHIME_EPROTO ||
+               rc == CHIME_ESHUTDOWN);
+    FUZZ_CHECK(rc != CHIME_ENOTFOUND || parsed == CHIME_ENOTFOUND);
+    FUZZ_CHECK(rc != 0 || parsed == 0);
+    FUZZ_CHECK(r.received <= r.send_bytes);
+    FUZZ_CHECK(atomic_load(&r.started) <= atomic_load(&r.granted));
+    /* The stream ends on a protocol error, a message that is neither a
+     * chunk nor a notice, and once the ring is shut. */
+    if (rc == CHIME_EPROTO || rc == CHIME_ESHUTDOWN ||
+        (rc == CHIME_ENOTFOUND && notice < 0))
+      break;
+    if (notice == GRPC_STATUS_UNAVAILABLE)
+      chime_ring_shutdown(ring); /* as on_message() in stream.c */
+    if (rc == 0) {
+      memcpy(image + c.offset, msg + c.header_len, c.data_len);
+      if (r.batches != batches) {
+        FUZZ_CHECK(memcmp(chime_ring_slot_base(ring, r.w.slot), image,
+                          r.send_bytes) == 0);
+        memset(image, 0, r.send_bytes);
+      }
+    }
+    if (ctl & 1) {
+      chime_ring_view_t v;
+      if (chime_ring_next(ring, &v, 0) == 0) {
+        FUZZ_CHECK(chime_ring_release(ring, v.slot) == 0);
+        atomic_fetch_add(&r.granted, 1);
+      }
+    }
+    if (ctl & 2) {
+      chime__remote_abandon(&r);
+      break;
+    }
+  }
+  chime__remote_abandon(&r);
+  chime_ring_destroy(ring);
+  free(image);
+  return 0;
+}

@@ -1,0 +1,278 @@
+/* Writes the fuzz targets' seed corpora: a few valid inputs and edges for
+ * each, in the input format each target documents. The corpora checked in
+ * under tests/fuzz/corpus/ came from this program (regression inputs for
+ * bugs the fuzzers found are added there by hand, named after the bug).
+ *
+ * Usage: fuzz_gen_seeds DIR   (writes DIR/insertreq, DIR/chunk,
+ *                              DIR/ring_attach; the folders must exist) */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "chime.pb-c.h"
+#include "chime/ring.h"
+#include "common/wire.h"
+#include "fuzz_common.h"
+
+static const char *out_dir;
+
+static void put(const char *target, const char *name, const uint8_t *p,
+                size_t len) {
+  char path[4096];
+  snprintf(path, sizeof(path), "%s/%s/%s", out_dir, target, name);
+  FILE *f = fopen(path, "wb");
+  if (f == NULL || fwrite(p, 1, len, f) != len || fclose(f) != 0) {
+    fprintf(stderr, "fuzz_gen_seeds: %s: %s\n", path, strerror(errno));
+    exit(1);
+  }
+}
+
+/* --- insertreq: [n][n piece lengths][InsertRequest] --- */
+
+static void put_insert(const char *name, const uint8_t *cuts, size_t ncuts,
+                       const uint8_t *msg, size_t len) {
+  uint8_t buf[4096];
+  FUZZ_CHECK(1 + ncuts + len <= sizeof(buf) && ncuts < 8);
+  buf[0] = (uint8_t)ncuts;
+  memcpy(buf + 1, cuts, ncuts);
+  memcpy(buf + 1 + ncuts, msg, len);
+  put("insertreq", name, buf, 1 + ncuts + len);
+}
+
+static void insert_seeds(void) {
+  uint8_t msg[2048];
+  uint8_t samples[2 * 12];
+  double prio[2] = {1.0, 0.5};
+  for (size_t i = 0; i < sizeof(samples); i++)
+    samples[i] = (uint8_t)i;
+
+  Chime__V1__Leaf obs = CHIME__V1__LEAF__INIT, act = CHIME__V1__LEAF__INIT;
+  uint64_t shape[1] = {2};
+  obs.name = "obs";
+  obs.dtype = "f32";
+  obs.n_shape = 1;
+  obs.shape = shape;
+  act.name = "action";
+  act.dtype = "i32";
+  Chime__V1__Leaf *spec[2] = {&obs, &act};
+
+  Chime__V1__InsertRequest q = CHIME__V1__INSERT_REQUEST__INIT;
+  q.table = "replay";
+  q.count = 2;
+  q.data.data = samples;
+  q.data.len = sizeof(samples);
+  q.n_priorities = 2;
+  q.priorities = prio;
+  q.id = 7;
+  q.n_spec = 2;
+  q.spec = spec;
+  size_t len = chime__v1__insert_request__pack(&q, msg);
+  put_insert("first_with_spec", NULL, 0, msg, len);
+  const uint8_t small[] = {1, 2, 3};
+  put_insert("first_with_spec_cut", small, 3, msg, len);
+  const uint8_t empties[] = {0, 5, 0};
+  put_insert("first_with_spec_empty_pieces", empties, 3, msg, len);
+
+  q.n_spec = 0;
+  q.spec = NULL;
+  len = chime__v1__insert_request__pack(&q, msg);
+  put_insert("plain", NULL, 0, msg, len);
+
+  /* Priorities unpacked (one fixed64 field each), an unknown field of each
+   * wire type, and a repeated singular field (the last one wins). */
+  len = 0;
+  msg[len++] = (1 << 3) | 2;
+  msg[len++] = 1;
+  msg[len++] = 't';
+  for (int i = 0; i < 2; i++) {
+    msg[len++] = (4 << 3) | 1;
+    memcpy(msg + len, &prio[i], 8);
+    len += 8;
+  }
+  const uint8_t unknown[] = {(20 << 3) | 0,
+                             0x96,
+                             0x01,
+                             (21 << 3) | 1,
+                             1,
+                             2,
+                             3,
+                             4,
+                             5,
+                             6,
+                             7,
+                             8,
+                             (22 << 3) | 2,
+                             2,
+                             'h',
+                             'i',
+                             (23 << 3) | 5,
+                             1,
+                             2,
+                             3,
+                             4,
+                             (2 << 3) | 0,
+                             9,
+                             (2 << 3) | 0,
+                             1};
+  memcpy(msg + len, unknown, sizeof(unknown));
+  len += sizeof(unknown);
+  put_insert("unpacked_priorities_unknown_fields", NULL, 0, msg, len);
+
+  put_insert("empty", NULL, 0, msg, 0);
+  /* A 10-byte varint (the longest there is) and one that is too long. */
+  const uint8_t v10[] = {(5 << 3) | 0, 0xff, 0xff, 0xff, 0xff, 0xff,
+                         0xff,         0xff, 0xff, 0xff, 0x01};
+  put_insert("varint_10_bytes", NULL, 0, v10, sizeof(v10));
+  const uint8_t v11[] = {(5 << 3) | 0, 0xff, 0xff, 0xff, 0xff, 0xff,
+                         0xff,         0xff, 0xff, 0xff, 0x81, 0x00};
+  put_insert("varint_11_bytes", NULL, 0, v11, sizeof(v11));
+  /* A data field longer than the message. */
+  const uint8_t trunc[] = {(3 << 3) | 2, 0x10, 1, 2, 3};
+  put_insert("data_truncated", NULL, 0, trunc, sizeof(trunc));
+}
+
+/* --- chunk: records [ctl][n][cuts][len lo][len hi][message] --- */
+
+static uint8_t chunk_buf[8192];
+static size_t chunk_len;
+
+static void record(uint8_t ctl, const uint8_t *cuts, size_t ncuts,
+                   const uint8_t *msg, size_t len) {
+  FUZZ_CHECK(chunk_len + 4 + ncuts + len <= sizeof(chunk_buf));
+  chunk_buf[chunk_len++] = ctl;
+  chunk_buf[chunk_len++] = (uint8_t)ncuts;
+  memcpy(chunk_buf + chunk_len, cuts, ncuts);
+  chunk_len += ncuts;
+  chunk_buf[chunk_len++] = (uint8_t)len;
+  chunk_buf[chunk_len++] = (uint8_t)(len >> 8);
+  memcpy(chunk_buf + chunk_len, msg, len);
+  chunk_len += len;
+}
+
+static void chunk_record(uint8_t ctl, const uint8_t *cuts, size_t ncuts,
+                         uint64_t seq, uint64_t off, uint64_t total,
+                         uint64_t len) {
+  uint8_t msg[CHIME_CHUNK_HEADER_MAX + 1024];
+  FUZZ_CHECK(len <= 1024);
+  size_t h = chime__chunk_header_encode(msg, seq, off, total, len);
+  for (uint64_t i = 0; i < len; i++)
+    msg[h + i] = (uint8_t)(seq * 31 + off + i);
+  record(ctl, cuts, ncuts, msg, h + len);
+}
+
+static uint64_t chunk_send_bytes(void) {
+  chime_spec_t spec;
+  chime_ring_layout_t l;
+  char err[128];
+  FUZZ_CHECK(chime_spec_parse(&spec, FUZZ_CHUNK_SPEC, err, sizeof(err)) == 0);
+  FUZZ_CHECK(chime_ring_layout(&l, &spec, FUZZ_CHUNK_BATCH, FUZZ_CHUNK_SLOTS,
+                               err, sizeof(err)) == 0);
+  return l.info_offset + FUZZ_CHUNK_BATCH * sizeof(chime_sample_info_t);
+}
+
+static void chunk_seeds(void) {
+  uint64_t total = chunk_send_bytes();
+  const uint8_t cuts[] = {1, 2, 7, 30};
+
+  /* Two whole batches in one chunk each, the first taken by the learner. */
+  chunk_len = 0;
+  chunk_record(1, NULL, 0, 0, 0, total, total);
+  chunk_record(0, NULL, 0, 1, 0, total, total);
+  put("chunk", "two_batches", chunk_buf, chunk_len);
+
+  /* One batch in three chunks cut into pieces inside the header. */
+  chunk_len = 0;
+  chunk_record(0, cuts, 4, 0, 0, total, 5);
+  chunk_record(0, cuts, 4, 0, 5, total, total / 2 - 5);
+  chunk_record(1, cuts, 4, 0, total / 2, total, total - total / 2);
+  put("chunk", "three_chunks_cut", chunk_buf, chunk_len);
+
+  /* More batches than credits unless the learner takes them. */
+  chunk_len = 0;
+  for (uint64_t s = 0; s < FUZZ_CHUNK_SLOTS + 1; s++)
+    chunk_record(s % 2, NULL, 0, s, 0, total, total);
+  put("chunk", "credits", chunk_buf, chunk_len);
+
+  /* A notice (not a chunk), then half a batch and the stream ends. */
+  Chime__V1__Notice notice = CHIME__V1__NOTICE__INIT;
+  notice.message = "shutting down";
+  notice.code = 14;
+  Chime__V1__SubscribeResponse r = CHIME__V1__SUBSCRIBE_RESPONSE__INIT;
+  r.kind_case = CHIME__V1__SUBSCRIBE_RESPONSE__KIND_NOTICE;
+  r.notice = &notice;
+  uint8_t msg[256];
+  size_t len = chime__v1__subscribe_response__pack(&r, msg);
+  chunk_len = 0;
+  record(0, NULL, 0, msg, len);
+  chunk_record(2, NULL, 0, 0, 0, total, total / 2);
+  put("chunk", "notice_then_abandon", chunk_buf, chunk_len);
+
+  /* Edges: huge values (longest header), a wrong total, a gap. */
+  chunk_len = 0;
+  chunk_record(0, NULL, 0, UINT64_MAX, UINT64_MAX - 4, UINT64_MAX, 4);
+  put("chunk", "huge_values", chunk_buf, chunk_len);
+  chunk_len = 0;
+  chunk_record(0, NULL, 0, 0, 0, total + 1, 8);
+  put("chunk", "wrong_total", chunk_buf, chunk_len);
+  chunk_len = 0;
+  chunk_record(0, NULL, 0, 0, 0, total, 8);
+  chunk_record(0, NULL, 0, 0, 16, total, 8);
+  put("chunk", "gap", chunk_buf, chunk_len);
+}
+
+/* --- ring_attach: the segment's first bytes (trailing zeros dropped) --- */
+
+static void put_ring(const char *name, chime_ring_t *ring) {
+  size_t len;
+  const uint8_t *base = chime_ring_map_base(ring, &len);
+  while (len > 0 && base[len - 1] == 0)
+    len--;
+  put("ring_attach", name, base, len);
+}
+
+static void ring_seeds(void) {
+  chime_spec_t spec;
+  chime_ring_t *ring;
+  char err[128];
+  FUZZ_CHECK(chime_spec_parse(&spec, "obs:f32[3],action:i32[]", err,
+                              sizeof(err)) == 0);
+  FUZZ_CHECK(chime_ring_create(&ring, &spec, 2, 3) == 0);
+  put_ring("fresh", ring);
+
+  /* Two batches published, not yet taken. (Slot bytes and the consumer's
+   * words stay zero so the seed ends with the publish queue.) */
+  for (int i = 0; i < 2; i++) {
+    chime_ring_wslot_t w;
+    uint64_t seq;
+    FUZZ_CHECK(chime_ring_acquire(ring, &w, 0) == 0);
+    FUZZ_CHECK(chime_ring_publish(ring, w.slot, &seq) == 0);
+  }
+  put_ring("published", ring);
+  chime_ring_shutdown(ring);
+  put_ring("shut_down", ring);
+  chime_ring_destroy(ring);
+
+  FUZZ_CHECK(chime_spec_parse(&spec, "x:u8", err, sizeof(err)) == 0);
+  FUZZ_CHECK(chime_ring_create(&ring, &spec, 1, 2) == 0);
+  put_ring("smallest", ring);
+  chime_ring_destroy(ring);
+
+  /* Too short for a header. */
+  const uint8_t magic[8] = {'C', 'H', 'I', 'M', 'E', 'R', 'N', 'G'};
+  put("ring_attach", "magic_only", magic, sizeof(magic));
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: %s DIR\n", argv[0]);
+    return 2;
+  }
+  out_dir = argv[1];
+  insert_seeds();
+  chunk_seeds();
+  ring_seeds();
+  return 0;
+}

@@ -117,8 +117,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       chime_ring_create(&ring, &spec, FUZZ_CHUNK_BATCH, FUZZ_CHUNK_SLOTS) == 0);
   const chime_ring_layout_t *l = chime_ring_get_layout(ring);
   chime__remote_t r;
+  uint64_t slot_seq[FUZZ_CHUNK_SLOTS];
   memset(&r, 0, sizeof(r));
   r.ring = ring;
+  r.slot_seq = slot_seq;
   r.send_bytes =
       l->info_offset + FUZZ_CHUNK_BATCH * sizeof(chime_sample_info_t);
   /* As chime_stream_open: the server may run slots - 1 batches ahead. */

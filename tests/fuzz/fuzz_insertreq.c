@@ -80,6 +80,7 @@ static void check_protobuf_c(const chime__insert_req_t *q, const uint8_t *msg,
   if (!q->table_too_long)
     FUZZ_CHECK(strcmp(q->table, m->table) == 0);
   FUZZ_CHECK(q->count == m->count && q->id == m->id);
+  FUZZ_CHECK(q->writer_id == m->writer_id);
   FUZZ_CHECK(q->data_len == m->data.len);
   FUZZ_CHECK(m->data.len == 0 ||
              memcmp(msg + q->data_offset, m->data.data, m->data.len) == 0);

@@ -254,6 +254,46 @@ static int find_free(chime_ring_t *ring, memory_order mo) {
   return -1;
 }
 
+static void take_slot(chime_ring_t *ring, uint32_t slot,
+                      chime_ring_wslot_t *out) {
+  ring->acquired[slot] = 1;
+  memset(out, 0, sizeof(*out));
+  out->slot = slot;
+  out->base = slot_ptr(ring, slot);
+  for (uint32_t i = 0; i < ring->spec.nleaves; i++)
+    out->leaf[i] = (uint8_t *)out->base + ring->layout.leaf_offset[i];
+  out->info =
+      (chime_sample_info_t *)((uint8_t *)out->base + ring->layout.info_offset);
+}
+
+int chime_ring_try_acquire(chime_ring_t *ring, chime_ring_wslot_t *out,
+                           uint32_t **bell, uint32_t *bell_val) {
+  if (ring == NULL || out == NULL || bell == NULL || bell_val == NULL)
+    return CHIME_EINVAL;
+  if (ring->consumer)
+    return CHIME_EPERM;
+  chime__ring_prod_t *prod = ring->seg.prod;
+  if (load_acquire32(&prod->shutdown))
+    return CHIME_ESHUTDOWN;
+  int slot = find_free(ring, memory_order_acquire);
+  if (slot < 0) {
+    /* As acquire() before it sleeps: read the bell, say we wait, look
+     * again; a release after this rings the bell (no lost wake-up). */
+    _Atomic uint32_t *b = &ring->seg.ctrl->prod_bell;
+    *bell = (uint32_t *)b;
+    *bell_val = atomic_load_explicit(b, memory_order_seq_cst);
+    atomic_store_explicit(&prod->waiting, 1, memory_order_seq_cst);
+    slot = find_free(ring, memory_order_seq_cst);
+    if (slot < 0)
+      return atomic_load_explicit(&prod->shutdown, memory_order_seq_cst)
+                 ? CHIME_ESHUTDOWN
+                 : CHIME_EBUSY;
+  }
+  atomic_store_explicit(&prod->waiting, 0, memory_order_relaxed);
+  take_slot(ring, (uint32_t)slot, out);
+  return 0;
+}
+
 int chime_ring_acquire(chime_ring_t *ring, chime_ring_wslot_t *out,
                        int timeout_ms) {
   waiter_t w = {timeout_ms, NULL, 0, 0, 0, 0};
@@ -301,14 +341,7 @@ int chime_ring_acquire(chime_ring_t *ring, chime_ring_wslot_t *out,
     atomic_store_explicit(&prod->waiting, 0, memory_order_relaxed);
   }
   waiter_adapt(&w);
-  ring->acquired[slot] = 1;
-  memset(out, 0, sizeof(*out));
-  out->slot = (uint32_t)slot;
-  out->base = slot_ptr(ring, (uint32_t)slot);
-  for (uint32_t i = 0; i < ring->spec.nleaves; i++)
-    out->leaf[i] = (uint8_t *)out->base + ring->layout.leaf_offset[i];
-  out->info =
-      (chime_sample_info_t *)((uint8_t *)out->base + ring->layout.info_offset);
+  take_slot(ring, (uint32_t)slot, out);
 out:
   waiter_account(&w, &prod->wait_ns);
   return rc;

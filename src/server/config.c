@@ -256,6 +256,9 @@ int chime__config_parse(chime__config_t *cfg, const char *text, char *err,
     } else if (strcmp(key, "max_connections") == 0) {
       rc = get_range(v, "'max_connections'", 1, 1000000, &cfg->max_connections,
                      err, errlen);
+    } else if (strcmp(key, "sampler_threads") == 0) {
+      rc = get_range(v, "'sampler_threads'", 1, 64, &cfg->sampler_threads,
+                     err, errlen);
     } else if (strcmp(key, "keepalive_time_ms") == 0) {
       rc = get_range(v, "'keepalive_time_ms'", 0, 3600000,
                      &cfg->keepalive_time_ms, err, errlen);
@@ -303,8 +306,8 @@ int chime__config_parse(chime__config_t *cfg, const char *text, char *err,
       rc = fail(err, errlen,
                 "'%s': unknown key (known: listen, handoff_socket, "
                 "handoff_expires_ms, max_connections, handshake_timeout_ms, "
-                "keepalive_time_ms, keepalive_timeout_ms, allowed_uids, "
-                "budgets, pin_host_memory, tables)",
+                "keepalive_time_ms, keepalive_timeout_ms, sampler_threads, "
+                "allowed_uids, budgets, pin_host_memory, tables)",
                 key);
     }
     if (rc != 0)

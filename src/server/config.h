@@ -42,6 +42,7 @@ typedef struct {
    * timeout is dropped with its calls (0: no pings). */
   uint32_t keepalive_time_ms;
   uint32_t keepalive_timeout_ms;
+  uint32_t sampler_threads; /* the pool filling every ring; 0: CPUs */
   int pin_host_memory;
   uint32_t ntables;
   chime__table_config_t tables[CHIME__MAX_TABLES];

@@ -15,6 +15,7 @@
 #include "server/acceptor.h"
 #include "server/handoff.h"
 #include "server/memlimit.h"
+#include "server/sampler.h"
 #include "server/stream.h"
 
 /* How long a graceful stop waits for calls to finish before cancelling. */
@@ -160,6 +161,13 @@ int chime_server_start(chime_server_t *srv) {
     if (rc != 0)
       return rc;
   }
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  rc = chime__pool_create(&srv->sampler,
+                             srv->cfg.sampler_threads
+                                 ? srv->cfg.sampler_threads
+                                 : (unsigned)(ncpu > 0 ? ncpu : 1));
+  if (rc != 0)
+    return rc;
   rc = chime__handoff_start(srv->handoff);
   if (rc != 0)
     return rc;
@@ -311,6 +319,8 @@ void chime_server_destroy(chime_server_t *srv) {
   for (uint32_t i = 0; i < srv->ntables; i++)
     chime__inserter_destroy(srv->inserters[i]);
   int leak = srv->nstreams > 0; /* a sampler still running: keep tables */
+  if (!leak)
+    chime__pool_destroy(srv->sampler);
   for (uint32_t i = 0; i < srv->ntables && !leak; i++)
     chime__table_destroy(srv->tables[i]);
   if (srv->owns_grpc)

@@ -38,7 +38,6 @@ void chime__stream_unref(chime__stream_t *s) {
   s->ring = NULL;
   pthread_mutex_destroy(&s->mu);
   pthread_mutex_destroy(&s->send_mu);
-  pthread_cond_destroy(&s->attach_cond);
   pthread_mutex_lock(&srv->mu);
   srv->nstreams--;
   pthread_cond_broadcast(&srv->cond);
@@ -162,12 +161,6 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
   atomic_init(&s->holds, 1);
   pthread_mutex_init(&s->mu, NULL);
   pthread_mutex_init(&s->send_mu, NULL);
-  /* Monotonic: the attach wait ends at the token's deadline. */
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&s->attach_cond, &ca);
-  pthread_condattr_destroy(&ca);
   /* The server side of the ring can lend at most slots - 1 batches. */
   /* A fifo batch is the learner's until it says it released it: then a
    * learner that dies holding batches loses no item (give_back). */
@@ -415,68 +408,71 @@ static int expire_unused(chime__stream_t *s) {
   return 1;
 }
 
-/* shm: items sampled into a ring its learner never maps would be lost, so
- * the sampler waits for the handoff (or the stream's end) first. */
-static void wait_attached(chime__stream_t *s) {
-  uint64_t deadline = s->token_deadline_ns;
-  for (;;) {
-    pthread_mutex_lock(&s->mu);
-    while (!s->attached && !atomic_load(&s->stop) &&
-           chime__now_ns() < deadline) {
-      struct timespec ts = {(time_t)(deadline / 1000000000u),
-                            (long)(deadline % 1000000000u)};
-      pthread_cond_timedwait(&s->attach_cond, &s->mu, &ts);
-    }
-    int done = s->attached || atomic_load(&s->stop);
-    pthread_mutex_unlock(&s->mu);
-    if (done || expire_unused(s))
-      return;
-    deadline = UINT64_MAX; /* taken: wait for the fd to leave, or the end */
-  }
-}
-
 static void unhold_all(chime__stream_t *s);
 
-static void *sampler_main(void *arg) {
-  chime__stream_t *s = arg;
-  if (s->mode == CHIME_MODE_SHM)
-    wait_attached(s);
-  while (!atomic_load(&s->stop)) {
-    chime_ring_wslot_t ws;
-    uint64_t seq;
-    int rc = chime_ring_acquire(s->ring, &ws, 250);
-    if (rc == CHIME_ETIMEDOUT)
-      continue;
-    if (rc != 0)
-      break;
-    rc = chime__table_sample(s->table, &s->lay, &ws, &s->stop);
-    if (rc != 0) {
-      chime_ring_abandon(s->ring, ws.slot);
-      break;
-    }
-    chime_ring_publish(s->ring, ws.slot, &seq);
-    if (s->mode == CHIME_MODE_STREAM)
-      send_ready(s);
-  }
+/* The stream is over: what its learner did not finish goes back. */
+static chime__fill_t retire(chime__stream_t *s) {
+  chime__table_unwait(s->table, &s->twait);
   give_back(s);
   unhold_all(s);
-  chime__stream_unref(s);
-  return NULL;
+  return CHIME__FILL_DONE;
 }
 
-static int spawn(void *(*fn)(void *), chime__stream_t *s) {
-  pthread_t th;
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  chime__stream_ref(s);
-  int e = pthread_create(&th, &attr, fn, s);
-  pthread_attr_destroy(&attr);
-  if (e != 0) {
-    chime__stream_unref(s);
-    return CHIME_ESYS;
+/* One fill step (sampler.h): never blocks. shm: items sampled into a ring
+ * its learner never maps would be lost, so nothing is sampled before the
+ * handoff passed the ring (or the token expired unused, which ends the
+ * stream). */
+static chime__fill_t stream_fill(chime__fill_job_t *j,
+                                 chime__fill_wait_t *w) {
+  chime__stream_t *s = (chime__stream_t *)((char *)j -
+                                           offsetof(chime__stream_t, job));
+  if (atomic_load(&s->stop))
+    return retire(s);
+  if (s->mode == CHIME_MODE_SHM) {
+    pthread_mutex_lock(&s->mu);
+    int attached = s->attached;
+    pthread_mutex_unlock(&s->mu);
+    if (!attached) {
+      pthread_mutex_lock(&s->srv->mu);
+      int live = s->token_live;
+      pthread_mutex_unlock(&s->srv->mu);
+      /* A token taken but not yet answered: the handoff decides and
+       * kicks. */
+      w->until_ns = live ? s->token_deadline_ns : 0;
+      if (live && chime__now_ns() >= s->token_deadline_ns &&
+          expire_unused(s))
+        return retire(s);
+      return CHIME__FILL_WAIT_UNTIL;
+    }
   }
-  return 0;
+  chime_ring_wslot_t ws;
+  uint64_t seq;
+  int rc = chime_ring_try_acquire(s->ring, &ws, &w->bell, &w->bell_val);
+  if (rc == CHIME_EBUSY)
+    return CHIME__FILL_WAIT_SLOT;
+  if (rc != 0)
+    return retire(s);
+  rc = chime__table_try_sample(s->table, &s->lay, &ws, &s->twait);
+  if (rc != 0) {
+    chime_ring_abandon(s->ring, ws.slot);
+    return rc == CHIME_EBUSY ? CHIME__FILL_WAIT_ITEMS : retire(s);
+  }
+  chime_ring_publish(s->ring, ws.slot, &seq);
+  if (s->mode == CHIME_MODE_STREAM)
+    send_ready(s);
+  return CHIME__FILL_AGAIN;
+}
+
+static void stream_fill_done(chime__fill_job_t *j) {
+  chime__stream_unref(
+      (chime__stream_t *)((char *)j - offsetof(chime__stream_t, job)));
+}
+
+/* The table has items for a stream that waited for them. */
+static void items_arrived(chime__table_waiter_t *w) {
+  chime__stream_t *s =
+      (chime__stream_t *)((char *)w - offsetof(chime__stream_t, twait));
+  chime__pool_kick(s->srv->sampler, &s->job);
 }
 
 int chime__stream_start(chime__stream_t *s, chime__call_t *call) {
@@ -490,7 +486,12 @@ int chime__stream_start(chime__stream_t *s, chime__call_t *call) {
     }
     pthread_mutex_unlock(&s->send_mu);
   }
-  return spawn(sampler_main, s);
+  s->job.fill = stream_fill;
+  s->job.done = stream_fill_done;
+  s->twait.fn = items_arrived;
+  chime__stream_ref(s); /* the pool's, dropped by stream_fill_done */
+  chime__pool_add(s->srv->sampler, &s->job);
+  return 0;
 }
 
 /* Unlinks the held batch with seq (NULL when none: unknown, or named
@@ -559,10 +560,8 @@ void chime__stream_close(chime__stream_t *s) {
     return;
   atomic_store(&s->stop, 1);
   chime_ring_shutdown(s->ring);
-  chime__table_wake(s->table);
-  pthread_mutex_lock(&s->mu);
-  pthread_cond_broadcast(&s->attach_cond); /* a sampler waiting to attach */
-  pthread_mutex_unlock(&s->mu);
+  /* Once started, its next fill step retires it. */
+  chime__pool_kick(srv->sampler, &s->job);
   pthread_mutex_lock(&srv->mu);
   if (s->prev != NULL)
     s->prev->next = s->next;
@@ -590,8 +589,8 @@ void chime__stream_close(chime__stream_t *s) {
 void chime__stream_attached(chime__stream_t *s) {
   pthread_mutex_lock(&s->mu);
   s->attached = 1;
-  pthread_cond_broadcast(&s->attach_cond);
   pthread_mutex_unlock(&s->mu);
+  chime__pool_kick(s->srv->sampler, &s->job);
 }
 
 void chime__stream_kill(chime__stream_t *s, const char *why) {

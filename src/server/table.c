@@ -44,6 +44,7 @@ struct chime__table_s {
   uint64_t count;
   returned_t *ret_head, *ret_tail; /* fifo: given back, sampled first */
   uint64_t nreturned;              /* items in them not yet taken again */
+  chime__table_waiter_t *waiters;  /* samplers told when items arrive */
   uint64_t next_key;
   uint64_t rng;
   int closed;
@@ -186,6 +187,25 @@ static inline void copy_leaf(uint8_t *dst, const uint8_t *src, uint64_t n) {
   }
 }
 
+/* Items arrived (or the table closed): wakes blocked samplers and hands
+ * back the waiters to call once the lock is released. */
+static chime__table_waiter_t *items_arrived_locked(chime__table_t *t) {
+  chime__table_waiter_t *w = t->waiters;
+  t->waiters = NULL;
+  for (chime__table_waiter_t *x = w; x != NULL; x = x->next)
+    x->queued = 0;
+  pthread_cond_broadcast(&t->items);
+  return w;
+}
+
+static void notify(chime__table_waiter_t *w) {
+  while (w != NULL) {
+    chime__table_waiter_t *n = w->next; /* fn may queue w again */
+    w->fn(w);
+    w = n;
+  }
+}
+
 static void wait_timed(pthread_cond_t *c, pthread_mutex_t *mu, uint64_t *acc) {
   uint64_t t0 = now_ns(CLOCK_MONOTONIC);
   pthread_cond_wait(c, mu);
@@ -234,6 +254,7 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
                         uint64_t *first_key, const atomic_int *abort,
                         chime__dedupe_req_t *dq, int nowait) {
   int rc = 0;
+  chime__table_waiter_t *arrived = NULL;
   cursor_t cur = {spans, 0, 0};
   uint64_t have = 0;
   for (size_t i = 0; i < nspans; i++)
@@ -307,9 +328,10 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
   }
   if (dq != NULL && dq->writer != 0)
     chime__dedupe_record(t->dedupe, dq, count, key0);
-  pthread_cond_broadcast(&t->items);
+  arrived = items_arrived_locked(t);
 out:
   pthread_mutex_unlock(&t->mu);
+  notify(arrived);
   return rc;
 }
 
@@ -416,12 +438,28 @@ static void sample_uniform(chime__table_t *t, const chime_ring_layout_t *lay,
   }
 }
 
-int chime__table_sample(chime__table_t *t, const chime_ring_layout_t *lay,
-                        chime_ring_wslot_t *slot, const atomic_int *stop) {
-  int rc = 0;
+/* Items a batch needs: min_size, and a whole batch for fifo. */
+static uint64_t need_items(const chime__table_t *t,
+                           const chime_ring_layout_t *lay) {
   uint64_t need = t->cfg.min_size > 0 ? t->cfg.min_size : 1;
   if (t->cfg.sampler == CHIME__SAMPLER_FIFO && need < lay->batch_size)
     need = lay->batch_size;
+  return need;
+}
+
+static void sample_locked(chime__table_t *t, const chime_ring_layout_t *lay,
+                          chime_ring_wslot_t *slot) {
+  if (t->cfg.sampler == CHIME__SAMPLER_FIFO)
+    sample_fifo(t, lay, slot);
+  else
+    sample_uniform(t, lay, slot);
+  t->samples += lay->batch_size;
+}
+
+int chime__table_sample(chime__table_t *t, const chime_ring_layout_t *lay,
+                        chime_ring_wslot_t *slot, const atomic_int *stop) {
+  int rc = 0;
+  uint64_t need = need_items(t, lay);
   if (need > t->cfg.capacity)
     return CHIME_EINVAL;
   pthread_mutex_lock(&t->mu);
@@ -434,14 +472,48 @@ int chime__table_sample(chime__table_t *t, const chime_ring_layout_t *lay,
       break;
     wait_timed(&t->items, &t->mu, &t->sampler_wait_ns);
   }
-  if (t->cfg.sampler == CHIME__SAMPLER_FIFO)
-    sample_fifo(t, lay, slot);
-  else
-    sample_uniform(t, lay, slot);
-  t->samples += lay->batch_size;
+  sample_locked(t, lay, slot);
 out:
   pthread_mutex_unlock(&t->mu);
   return rc;
+}
+
+int chime__table_try_sample(chime__table_t *t, const chime_ring_layout_t *lay,
+                            chime_ring_wslot_t *slot,
+                            chime__table_waiter_t *w) {
+  int rc = 0;
+  uint64_t need = need_items(t, lay);
+  if (need > t->cfg.capacity)
+    return CHIME_EINVAL;
+  pthread_mutex_lock(&t->mu);
+  if (t->closed) {
+    rc = CHIME_ESHUTDOWN;
+  } else if (t->count + t->nreturned < need) {
+    /* Checked and queued under one lock: an insert after this calls w. */
+    if (!w->queued) {
+      w->queued = 1;
+      w->next = t->waiters;
+      t->waiters = w;
+    }
+    rc = CHIME_EBUSY;
+  } else {
+    sample_locked(t, lay, slot);
+  }
+  pthread_mutex_unlock(&t->mu);
+  return rc;
+}
+
+void chime__table_unwait(chime__table_t *t, chime__table_waiter_t *w) {
+  pthread_mutex_lock(&t->mu);
+  for (chime__table_waiter_t **pp = &t->waiters; *pp != NULL;
+       pp = &(*pp)->next) {
+    if (*pp == w) {
+      *pp = w->next;
+      break;
+    }
+  }
+  w->queued = 0;
+  pthread_mutex_unlock(&t->mu);
 }
 
 int chime__table_give_back(chime__table_t *t, const chime_ring_layout_t *lay,
@@ -466,8 +538,9 @@ int chime__table_give_back(chime__table_t *t, const chime_ring_layout_t *lay,
   t->ret_tail = r;
   t->nreturned += r->n;
   t->returned += r->n;
-  pthread_cond_broadcast(&t->items);
+  chime__table_waiter_t *arrived = items_arrived_locked(t);
   pthread_mutex_unlock(&t->mu);
+  notify(arrived);
   return 0;
 }
 
@@ -481,9 +554,10 @@ void chime__table_wake(chime__table_t *t) {
 void chime__table_close(chime__table_t *t) {
   pthread_mutex_lock(&t->mu);
   t->closed = 1;
-  pthread_cond_broadcast(&t->items);
+  chime__table_waiter_t *arrived = items_arrived_locked(t);
   pthread_cond_broadcast(&t->space);
   pthread_mutex_unlock(&t->mu);
+  notify(arrived);
 }
 
 /* The same sums as chime__table_create's layout; keep the two in step. */

@@ -73,6 +73,23 @@ int chime__table_sample(chime__table_t *t, const chime_ring_layout_t *lay,
 int chime__table_give_back(chime__table_t *t, const chime_ring_layout_t *lay,
                            const void *slot);
 
+/* A sampler to tell when a table that lacked items may have enough. */
+typedef struct chime__table_waiter_s {
+  void (*fn)(struct chime__table_waiter_s *w);
+  struct chime__table_waiter_s *next;
+  int queued; /* on the table's list (table lock) */
+} chime__table_waiter_t;
+
+/* chime__table_sample without waiting: CHIME_EBUSY when the table lacks
+ * items, with w queued to be called once (without the table's lock, from
+ * the thread that added items or closed the table) when that may have
+ * changed. CHIME_ESHUTDOWN once the table is closed. */
+int chime__table_try_sample(chime__table_t *t, const chime_ring_layout_t *lay,
+                            chime_ring_wslot_t *slot,
+                            chime__table_waiter_t *w);
+/* Takes w off the table's list if it is queued. */
+void chime__table_unwait(chime__table_t *t, chime__table_waiter_t *w);
+
 /* Wakes every waiter so it re-reads its abort/stop flag. */
 void chime__table_wake(chime__table_t *t);
 /* Makes every current and future wait return CHIME_ESHUTDOWN. */

@@ -180,9 +180,10 @@ chime_ring_acquire(chime_ring_t *ring, chime_ring_wslot_t *out, int timeout_ms);
  * *bell, a futex word shared with it, on its next release: wait on it
  * (FUTEX_WAIT or futex_waitv, not private, while it still reads *bell_val)
  * and call again. CHIME_ESHUTDOWN once shut down. */
-CHIME_EXTERN CHIME_NODISCARD int
-chime_ring_try_acquire(chime_ring_t *ring, chime_ring_wslot_t *out,
-                       uint32_t **bell, uint32_t *bell_val);
+CHIME_EXTERN CHIME_NODISCARD int chime_ring_try_acquire(chime_ring_t *ring,
+                                                        chime_ring_wslot_t *out,
+                                                        uint32_t **bell,
+                                                        uint32_t *bell_val);
 /* Publishes the slot taken by chime_ring_acquire(); returns its seq in *seq. */
 CHIME_EXTERN int chime_ring_publish(chime_ring_t *ring, uint32_t slot,
                                     uint64_t *seq);

@@ -257,8 +257,8 @@ int chime__config_parse(chime__config_t *cfg, const char *text, char *err,
       rc = get_range(v, "'max_connections'", 1, 1000000, &cfg->max_connections,
                      err, errlen);
     } else if (strcmp(key, "sampler_threads") == 0) {
-      rc = get_range(v, "'sampler_threads'", 1, 64, &cfg->sampler_threads,
-                     err, errlen);
+      rc = get_range(v, "'sampler_threads'", 1, 64, &cfg->sampler_threads, err,
+                     errlen);
     } else if (strcmp(key, "keepalive_time_ms") == 0) {
       rc = get_range(v, "'keepalive_time_ms'", 0, 3600000,
                      &cfg->keepalive_time_ms, err, errlen);

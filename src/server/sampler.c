@@ -39,8 +39,8 @@ struct chime__pool_s {
   pthread_mutex_t mu;
   pthread_cond_t ready_cond;
   chime__fill_job_t *qhead, *qtail;
-  chime__fill_job_t *watch; /* jobs waiting on a futex word or a time */
-  _Atomic uint32_t watch_seq;  /* the watcher's own futex word */
+  chime__fill_job_t *watch;   /* jobs waiting on a futex word or a time */
+  _Atomic uint32_t watch_seq; /* the watcher's own futex word */
   int quit;
   unsigned nworkers;
   pthread_t workers[MAX_WORKERS];

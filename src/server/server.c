@@ -162,10 +162,9 @@ int chime_server_start(chime_server_t *srv) {
       return rc;
   }
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  rc = chime__pool_create(&srv->sampler,
-                             srv->cfg.sampler_threads
-                                 ? srv->cfg.sampler_threads
-                                 : (unsigned)(ncpu > 0 ? ncpu : 1));
+  rc = chime__pool_create(&srv->sampler, srv->cfg.sampler_threads
+                                             ? srv->cfg.sampler_threads
+                                             : (unsigned)(ncpu > 0 ? ncpu : 1));
   if (rc != 0)
     return rc;
   rc = chime__handoff_start(srv->handoff);

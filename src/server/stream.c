@@ -422,10 +422,9 @@ static chime__fill_t retire(chime__stream_t *s) {
  * its learner never maps would be lost, so nothing is sampled before the
  * handoff passed the ring (or the token expired unused, which ends the
  * stream). */
-static chime__fill_t stream_fill(chime__fill_job_t *j,
-                                 chime__fill_wait_t *w) {
-  chime__stream_t *s = (chime__stream_t *)((char *)j -
-                                           offsetof(chime__stream_t, job));
+static chime__fill_t stream_fill(chime__fill_job_t *j, chime__fill_wait_t *w) {
+  chime__stream_t *s =
+      (chime__stream_t *)((char *)j - offsetof(chime__stream_t, job));
   if (atomic_load(&s->stop))
     return retire(s);
   if (s->mode == CHIME_MODE_SHM) {
@@ -439,8 +438,7 @@ static chime__fill_t stream_fill(chime__fill_job_t *j,
       /* A token taken but not yet answered: the handoff decides and
        * kicks. */
       w->until_ns = live ? s->token_deadline_ns : 0;
-      if (live && chime__now_ns() >= s->token_deadline_ns &&
-          expire_unused(s))
+      if (live && chime__now_ns() >= s->token_deadline_ns && expire_unused(s))
         return retire(s);
       return CHIME__FILL_WAIT_UNTIL;
     }

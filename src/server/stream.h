@@ -47,8 +47,8 @@ struct chime__stream_s {
   /* shm: the ring is filled only once its learner holds it, so a handoff
    * that never happens strands no item (attached, under mu) */
   int attached;
-  chime__fill_job_t job;     /* its filling, run by the sampler pool */
-  chime__table_waiter_t twait;  /* kicks the job when the table has items */
+  chime__fill_job_t job;       /* its filling, run by the sampler pool */
+  chime__table_waiter_t twait; /* kicks the job when the table has items */
   chime__call_t *call; /* the Subscribe call (srv->mu); dropped at close */
   chime__call_t *sender_call; /* stream mode: sends go here (send_mu) */
   atomic_uint_fast64_t batches, bytes;

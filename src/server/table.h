@@ -85,8 +85,7 @@ typedef struct chime__table_waiter_s {
  * the thread that added items or closed the table) when that may have
  * changed. CHIME_ESHUTDOWN once the table is closed. */
 int chime__table_try_sample(chime__table_t *t, const chime_ring_layout_t *lay,
-                            chime_ring_wslot_t *slot,
-                            chime__table_waiter_t *w);
+                            chime_ring_wslot_t *slot, chime__table_waiter_t *w);
 /* Takes w off the table's list if it is queued. */
 void chime__table_unwait(chime__table_t *t, chime__table_waiter_t *w);
 

@@ -2,7 +2,7 @@
 # Runs tests/interop: chimed driven by a Python client that pytest generates
 # from proto/chime.proto alone (protoc + grpc_python_plugin), as a user of
 # another language would. Needs what scripts/setup installs.
-# Usage: scripts/interop.sh [CHIMED [PYTEST_ARGS...]]
+# Usage: [CHIMED=path] scripts/interop.sh [PYTEST_ARGS...]
 #        (CHIMED defaults to build/src/server/chimed)
 # Debian's python3 is used (CHIME_PYTHON overrides it): python3-grpcio and
 # python3-protobuf are installed for it, not for a python3 from pyenv or a
@@ -10,8 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-chimed=${1:-build/src/server/chimed}
-shift || true
+chimed=${CHIMED:-build/src/server/chimed}
 python=${CHIME_PYTHON:-/usr/bin/python3}
 
 rc=0

@@ -32,7 +32,7 @@ build build -DCMAKE_BUILD_TYPE=Release
 run_ctest build
 
 echo "== interop (Python client from proto/chime.proto)"
-scripts/interop.sh build/src/server/chimed
+CHIMED=build/src/server/chimed scripts/interop.sh
 
 echo "== ASan+UBSan"
 build build-asan -DCMAKE_BUILD_TYPE=Debug -DCHIME_SANITIZE=address,undefined

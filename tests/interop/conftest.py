@@ -1,5 +1,7 @@
 """Fixtures for the interop tests: Python stubs generated from
-proto/chime.proto alone, and a real chimed to talk to.
+proto/chime.proto alone, and a real chimed to talk to. These tests use no
+chime code, only the proto and the wire (hence tests/interop, apart from the
+tests of the `chime` Python package). Run them with scripts/interop.sh.
 
 Environment: CHIMED (default build/src/server/chimed), PROTOC (default protoc)
 and GRPC_PYTHON_PLUGIN (default grpc_python_plugin, Debian's
@@ -97,5 +99,9 @@ def chimed(request, tmp_path_factory):
 def stub(pb, chimed):
     import grpc
 
-    with grpc.insecure_channel(chimed) as channel:
+    # The limits docs/protocol.md asks every client for.
+    options = [("grpc.max_receive_message_length", 64 << 20),
+               ("grpc.max_send_message_length", 64 << 20),
+               ("grpc.max_metadata_size", 68 << 10)]
+    with grpc.insecure_channel(chimed, options=options) as channel:
         yield pb[1].ChimeStub(channel)

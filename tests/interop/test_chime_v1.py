@@ -29,9 +29,9 @@ PER_REQUEST = 8
 BATCH = 8
 
 
-def leaf_bytes(leaf):
-    n = DTYPE_SIZE[leaf.dtype]
-    for d in leaf.shape:
+def leaf_bytes(dtype, shape):
+    n = DTYPE_SIZE[dtype]
+    for d in shape:
         n *= d
     return n
 
@@ -49,7 +49,7 @@ def test_get_info(pb, stub):
     assert table.spec_text == "obs:u16[300,300],action:i32[],mask:u8[3]"
     assert table.sampler == "fifo"
     assert table.capacity == 256
-    assert table.sample_bytes == sum(leaf_bytes(leaf) for leaf in table.spec)
+    assert table.sample_bytes == sum(leaf_bytes(d, s) for _, d, s in SPEC)
 
 
 def insert(pb, stub, samples):
@@ -79,8 +79,8 @@ def insert(pb, stub, samples):
 def test_insert_then_subscribe_stream(pb, stub):
     pb2 = pb[0]
     rng = random.Random(8)
-    sizes = [leaf_bytes(pb2.Leaf(name=n, dtype=d, shape=s)) for n, d, s in SPEC]
-    samples = [rng.randbytes(sum(sizes)) for _ in range(SAMPLES)]
+    sample_bytes = sum(leaf_bytes(d, s) for _, d, s in SPEC)
+    samples = [rng.randbytes(sample_bytes) for _ in range(SAMPLES)]
     by_key = dict(zip(insert(pb, stub, samples), samples))
 
     requests = queue.Queue()  # None half-closes the call
@@ -97,22 +97,29 @@ def test_insert_then_subscribe_stream(pb, stub):
         assert spec_tuples(layout.spec) == SPEC
         assert len(layout.leaf_offset) == len(SPEC)
 
-        got_keys = []
+        got_keys, seqs, released = [], [], []
         batch, chunks = bytearray(), 0
         for resp in call:
             assert resp.WhichOneof("kind") == "chunk", resp
             c = resp.chunk
-            assert c.total == layout.send_bytes
+            if c.offset == 0:
+                seqs.append(c.seq)
+            assert c.seq == seqs[-1], "a batch's chunks are not interleaved"
             assert c.offset == len(batch), "chunks of a batch arrive in order"
+            assert c.total == layout.send_bytes
             batch += c.data
             chunks += 1
             if c.offset + len(c.data) < c.total:
                 continue
-            got_keys += check_batch(layout, sizes, batch, by_key)
-            requests.put(pb2.SubscribeRequest(
-                credit=pb2.Credit(batches=1, released=[c.seq])))
             assert chunks > 1, "a batch this size comes in several chunks"
+            got_keys += check_batch(layout, batch, by_key)
             batch, chunks = bytearray(), 0
+            # Release two batches per Credit, as prefetch=2 allows.
+            released.append(c.seq)
+            if len(released) == 2 or len(got_keys) == SAMPLES:
+                requests.put(pb2.SubscribeRequest(credit=pb2.Credit(
+                    batches=len(released), released=released)))
+                released = []
             if len(got_keys) == SAMPLES:
                 requests.put(None)  # stream mode: half-close ends the call
         assert call.code() == grpc.StatusCode.OK
@@ -121,15 +128,17 @@ def test_insert_then_subscribe_stream(pb, stub):
         call.cancel()
     # fifo: every item exactly once, oldest first
     assert got_keys == sorted(by_key)
+    assert len(set(seqs)) == SAMPLES // BATCH
 
     stats = stub.Stats(pb2.StatsRequest(), timeout=RPC_TIMEOUT_S)
     (table,) = [t for t in stats.tables if t.name == TABLE]
     assert (table.inserts, table.size, table.returned) == (SAMPLES, 0, 0)
 
 
-def check_batch(layout, sizes, batch, by_key):
+def check_batch(layout, batch, by_key):
     """Checks every byte of every sample of one reassembled batch against
     what was inserted under its key; returns the keys in batch order."""
+    sizes = [leaf_bytes(leaf.dtype, leaf.shape) for leaf in layout.spec]
     keys = []
     for j in range(layout.batch_size):
         key, probability, times_sampled, _, insert_time_ns = \

@@ -165,6 +165,11 @@ typedef struct {
 
 /* --- producer side --- */
 
+/* The whole size of a ring with this layout (header, control and data, as
+ * mapped): what a producer's budget must allow before chime_ring_create().
+ * CHIME_EOVERFLOW when it does not fit 64 bits. */
+CHIME_EXTERN CHIME_NODISCARD int
+chime_ring_bytes(const chime_ring_layout_t *layout, uint64_t *out);
 /* Creates a memfd segment sized for spec/batch_size/slots, seals it against
  * shrink and grow, maps it and writes the header with a random nonce. */
 CHIME_EXTERN CHIME_NODISCARD int chime_ring_create(chime_ring_t **out,

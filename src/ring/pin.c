@@ -2,6 +2,7 @@
  * nothing registered, so "pinned" is never half true. */
 #include "ring/pin.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,4 +146,30 @@ uint64_t chime_ring_pinned_bytes(const chime_ring_t *ring) {
   const pin_state_t *st = chime__ring_unpin_arg(ring);
 
   return st == NULL ? 0 : st->bytes;
+}
+
+/* "cudaErrorMemoryAllocation (2)" out of a pinning report, or the chime
+ * error's name when the report holds no CUDA error. */
+const char *chime__pin_error_name(const char *report, int rc, char *buf,
+                                  size_t len) {
+  const char *p = strstr(report, "cudaError");
+  size_t n = 0;
+  if (p == NULL || len < 2) {
+    snprintf(buf, len, "%s", chime_err_name(rc));
+    return buf;
+  }
+  while (n + 1 < len && (isalnum((unsigned char)p[n]) || p[n] == '_'))
+    n++;
+  const char *q = p + n;
+  if (q[0] == ' ' && q[1] == '(') {
+    size_t m = 2;
+    if (q[m] == '-')
+      m++;
+    while (isdigit((unsigned char)q[m]))
+      m++;
+    if (q[m] == ')' && n + m + 2 <= len)
+      n += m + 1;
+  }
+  snprintf(buf, len, "%.*s", (int)n, p);
+  return buf;
 }

@@ -24,4 +24,10 @@ int chime__pin_ranges(const chime__range_t *ranges, size_t n, int read_only,
                       char *err, size_t errlen);
 void chime__unpin_ranges(const chime__range_t *ranges, size_t n);
 
+/* "cudaErrorMemoryAllocation (2)" out of a report from the calls above (or
+ * chime_ring_pin), or the chime error's name when it names no CUDA error:
+ * the part of a pinning failure that may go to a remote client. */
+const char *chime__pin_error_name(const char *report, int rc, char *buf,
+                                  size_t len);
+
 #endif

@@ -39,6 +39,16 @@ uint64_t chime__page_size(void) {
   return p > (long)CHIME_RING_PAGE ? (uint64_t)p : CHIME_RING_PAGE;
 }
 
+int chime_ring_bytes(const chime_ring_layout_t *layout, uint64_t *out) {
+  chime__ring_regions_t reg;
+  if (layout == NULL || out == NULL)
+    return CHIME_EINVAL;
+  int rc = chime__ring_regions(layout, chime__page_size(), &reg);
+  if (rc == 0)
+    *out = reg.total_bytes;
+  return rc;
+}
+
 int chime__ring_regions(const chime_ring_layout_t *layout, uint64_t page_size,
                         chime__ring_regions_t *out) {
   chime__ring_regions_t r;

@@ -6,7 +6,6 @@
  * or a credit arriving), so no thread exists just to wait for either. */
 #include "server/stream.h"
 
-#include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +16,7 @@
 
 #include "common/errfmt.h"
 #include "common/wire.h"
-#include "ring/ring_internal.h"
+#include "ring/pin.h"
 #include "server/handoff.h"
 
 uint64_t chime__now_ns(void) {
@@ -69,32 +68,6 @@ static int fail(char *err, size_t errlen, int rc, const char *fmt, ...) {
   return rc;
 }
 
-/* "cudaErrorMemoryAllocation (2)" out of a pinning report, or the chime
- * error's name when the report holds no CUDA error. */
-static const char *cuda_error_of(const char *report, int rc, char *buf,
-                                 size_t len) {
-  const char *p = strstr(report, "cudaError");
-  size_t n = 0;
-  if (p == NULL || len < 2) {
-    snprintf(buf, len, "%s", chime_err_name(rc));
-    return buf;
-  }
-  while (n + 1 < len && (isalnum((unsigned char)p[n]) || p[n] == '_'))
-    n++;
-  const char *q = p + n;
-  if (q[0] == ' ' && q[1] == '(') {
-    size_t m = 2;
-    if (q[m] == '-')
-      m++;
-    while (isdigit((unsigned char)q[m]))
-      m++;
-    if (q[m] == ')' && n + m + 2 <= len)
-      n += m + 1;
-  }
-  snprintf(buf, len, "%.*s", (int)n, p);
-  return buf;
-}
-
 int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
                        chime__call_t *call, const Chime__V1__Open *open,
                        char *err, size_t errlen) {
@@ -132,21 +105,21 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
     return fail(err, errlen, CHIME_ESHUTDOWN, "shutting down");
 
   chime_ring_layout_t lay;
-  chime__ring_regions_t reg;
+  uint64_t ring_bytes = 0;
   rc = chime_ring_layout(&lay, &tc->spec, open->batch_size, open->slots, lerr,
                          sizeof(lerr));
-  if (rc == 0 && chime__ring_regions(&lay, chime__page_size(), &reg) != 0)
+  if (rc == 0 && chime_ring_bytes(&lay, &ring_bytes) != 0)
     rc = fail(lerr, sizeof(lerr), CHIME_EOVERFLOW, "ring too large");
   if (rc != 0)
     return fail(err, errlen, rc, "ring for table '%s': %s", tc->name, lerr);
   /* Budgets are checked on the ring's whole size before anything is
    * created or page-locked: a refused stream costs no memory and no
    * registration. */
-  if (reg.total_bytes > srv->cfg.stream_ring_bytes)
+  if (ring_bytes > srv->cfg.stream_ring_bytes)
     return fail(err, errlen, CHIME_ERESOURCE,
                 "stream needs %llu bytes of ring; per-stream budget is %llu "
                 "bytes",
-                (unsigned long long)reg.total_bytes,
+                (unsigned long long)ring_bytes,
                 (unsigned long long)srv->cfg.stream_ring_bytes);
 
   s = calloc(1, sizeof(*s));
@@ -170,12 +143,12 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
   pthread_mutex_lock(&srv->mu);
   srv->nstreams++;
   uint64_t left = srv->cfg.total_ring_bytes - srv->ring_bytes;
-  if (reg.total_bytes > left) {
+  if (ring_bytes > left) {
     pthread_mutex_unlock(&srv->mu);
     rc = fail(err, errlen, CHIME_ERESOURCE,
               "stream needs %llu bytes of ring; %llu of the total budget of "
               "%llu bytes is left",
-              (unsigned long long)reg.total_bytes, (unsigned long long)left,
+              (unsigned long long)ring_bytes, (unsigned long long)left,
               (unsigned long long)srv->cfg.total_ring_bytes);
     goto out;
   }
@@ -187,8 +160,8 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
               "too many streams: at most %d at once", CHIME__MAX_STREAMS);
     goto out;
   }
-  srv->ring_bytes += reg.total_bytes;
-  s->ring_bytes = reg.total_bytes;
+  srv->ring_bytes += ring_bytes;
+  s->ring_bytes = ring_bytes;
   pthread_mutex_unlock(&srv->mu);
 
   rc = chime_ring_create(&s->ring, &tc->spec, open->batch_size, open->slots);
@@ -225,7 +198,7 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
       rc = fail(err, errlen, rc,
                 "page-locking the ring failed on the server: %s; see the "
                 "server log",
-                cuda_error_of(pin_err, rc, what, sizeof(what)));
+                chime__pin_error_name(pin_err, rc, what, sizeof(what)));
       goto out;
     }
     s->pinned_bytes = chime_ring_pinned_bytes(s->ring);

@@ -212,8 +212,8 @@ static void stats_on_start(chime__call_t *c) {
       ss[n].batches = rs.published;
       ss[n].bytes = rs.published * s->send_bytes;
     } else {
-      ss[n].batches = atomic_load(&s->batches);
-      ss[n].bytes = atomic_load(&s->bytes);
+      ss[n].batches = atomic_load(&s->sender.batches);
+      ss[n].bytes = atomic_load(&s->sender.bytes);
     }
     ss[n].leases = rs.leases;
     ss[n].max_leases = rs.max_leases;

@@ -567,10 +567,10 @@ static void insert_done(chime__inserter_t *w, insert_t *st) {
   /* A call that ended before its request went in was never acked: the
    * request is dropped, and the writer's resend is the one that counts. */
   chime__dedupe_req_t dq = {.writer = sg->writer_id, .seq = sg->id};
-  int rc = ended ? CHIME_ECLOSED
-                 : chime__table_insert(w->t, sg->data, sg->count,
-                                       sg->priorities, &first_key, &st->abort,
-                                       &dq);
+  int rc = ended
+               ? CHIME_ECLOSED
+               : chime__table_insert(w->t, sg->data, sg->count, sg->priorities,
+                                     &first_key, &st->abort, &dq);
   uint64_t id = sg->id;
   uint32_t count = sg->count;
   pthread_mutex_lock(&st->call->mu);

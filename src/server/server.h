@@ -1,9 +1,11 @@
-/* Internal: the embedded server's objects shared by its files. Threads:
- * one completion-queue thread (all gRPC completions), one insert worker per
- * table, one sampler thread per stream (and a sender per stream-mode stream),
- * and the handoff thread (libuv: Unix socket, pidfds). Locks are never held
- * while calling into gRPC except a call's own mutex around start_batch; a
- * stream's mutex is never held while taking a call's. */
+/* Internal: the embedded server's objects shared by its files. Threads, a
+ * fixed number whatever the number of streams: the completion-queue
+ * threads (all gRPC completions), one insert worker per table, the sampler
+ * pool (sampler_threads workers and a watcher) that fills every ring, the
+ * handoff thread (libuv: Unix socket, pidfds) and, for chimed, the
+ * acceptor. Locks are never held while calling into gRPC except a call's
+ * own mutex around start_batch; a stream's mutexes are never held while
+ * taking a call's. */
 #ifndef CHIME_SERVER_SERVER_H
 #define CHIME_SERVER_SERVER_H
 
@@ -128,7 +130,7 @@ struct chime_server_s {
   chime__table_t *tables[CHIME__MAX_TABLES];
   chime__inserter_t *inserters[CHIME__MAX_TABLES];
   chime__handoff_t *handoff;
-  chime__pool_t *sampler; /* fills every stream's ring */
+  chime__pool_t *sampler;             /* fills every stream's ring */
   struct chime__acceptor_s *acceptor; /* chime_server_listen only */
 
   grpc_server *gs;

@@ -1,9 +1,7 @@
-/* Streams: ring creation under the memory budgets, the sampler thread, and in
- * stream mode the sending of published slots: the server takes them on its own
- * consumer side of the ring and hands slot memory to gRPC without a copy; a
- * slot is released when gRPC drops the last slice pointing into it. Sending
- * happens on whichever thread makes a batch sendable (the sampler publishing,
- * or a credit arriving), so no thread exists just to wait for either. */
+/* Streams: ring creation under the memory budgets, one fill step for the
+ * sampler pool (wait for the attach, take a free slot, sample a batch into
+ * it, publish, hand it to the sender in stream mode), and the end: what the
+ * learner did not finish goes back to a fifo table. */
 #include "server/stream.h"
 
 #include <stdarg.h>
@@ -18,6 +16,7 @@
 #include "common/wire.h"
 #include "ring/pin.h"
 #include "server/handoff.h"
+#include "server/sender.h"
 
 uint64_t chime__now_ns(void) {
   struct timespec ts;
@@ -36,7 +35,7 @@ void chime__stream_unref(chime__stream_t *s) {
   chime_ring_destroy(s->ring);
   s->ring = NULL;
   pthread_mutex_destroy(&s->mu);
-  pthread_mutex_destroy(&s->send_mu);
+  chime__sender_fini(&s->sender);
   pthread_mutex_lock(&srv->mu);
   srv->nstreams--;
   pthread_cond_broadcast(&srv->cond);
@@ -66,6 +65,14 @@ static int fail(char *err, size_t errlen, int rc, const char *fmt, ...) {
   vsnprintf(err, errlen, fmt, ap);
   va_end(ap);
   return rc;
+}
+
+static void stream_ref(void *s) {
+  chime__stream_ref(s);
+}
+
+static void stream_unref(void *s) {
+  chime__stream_unref(s);
 }
 
 int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
@@ -133,13 +140,17 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
   atomic_init(&s->refs, 1);
   atomic_init(&s->holds, 1);
   pthread_mutex_init(&s->mu, NULL);
-  pthread_mutex_init(&s->send_mu, NULL);
-  /* The server side of the ring can lend at most slots - 1 batches. */
-  /* A fifo batch is the learner's until it says it released it: then a
-   * learner that dies holding batches loses no item (give_back). */
-  s->hold = s->mode == CHIME_MODE_STREAM && tc->sampler == CHIME__SAMPLER_FIFO;
-  s->credits = open->prefetch && open->prefetch < open->slots ? open->prefetch
-                                                              : open->slots - 1;
+  /* The server side of the ring can lend at most slots - 1 batches. A fifo
+   * batch is the learner's until it says it released it: then a learner
+   * that dies holding batches loses no item (give_back). The ring is set
+   * once created. */
+  chime__sender_init(
+      &s->sender, NULL, 0,
+      open->prefetch && open->prefetch < open->slots ? open->prefetch
+                                                     : open->slots - 1,
+      open->slots - 1,
+      s->mode == CHIME_MODE_STREAM && tc->sampler == CHIME__SAMPLER_FIFO, s,
+      stream_ref, stream_unref);
   pthread_mutex_lock(&srv->mu);
   srv->nstreams++;
   uint64_t left = srv->cfg.total_ring_bytes - srv->ring_bytes;
@@ -185,6 +196,8 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
   }
   s->send_bytes = s->lay.info_offset +
                   (uint64_t)s->lay.batch_size * sizeof(chime_sample_info_t);
+  s->sender.ring = s->ring;
+  s->sender.send_bytes = s->send_bytes;
   if (srv->cfg.pin_host_memory) {
     rc = chime_ring_pin(s->ring, pin_err, sizeof(pin_err));
     if (rc != 0) {
@@ -229,109 +242,6 @@ out:
     chime__stream_unref(s);
   }
   return rc;
-}
-
-/* One batch sent: its chunks' slices point into the slot, which is
- * released when gRPC drops the last of them and, for a held batch, the
- * learner released it too (one reference each). */
-typedef struct chime__sent_s {
-  chime__stream_t *s;
-  uint32_t slot;
-  uint64_t seq;
-  atomic_uint refs;
-  struct chime__sent_s *next; /* s->held_* list */
-} batch_t;
-
-static void batch_put(batch_t *b, unsigned n) {
-  if (atomic_fetch_sub(&b->refs, n) != n)
-    return;
-  chime__stream_t *s = b->s;
-  pthread_mutex_lock(&s->mu);
-  chime_ring_release(s->ring, b->slot); /* wakes the sampler if it waits */
-  pthread_mutex_unlock(&s->mu);
-  free(b);
-  chime__stream_unref(s);
-}
-
-static void slice_done(void *ud) {
-  batch_put(ud, 1);
-}
-
-static void send_batch(chime__stream_t *s, chime__call_t *call,
-                       const chime_ring_view_t *v) {
-  uint8_t *base = chime_ring_slot_base(s->ring, v->slot);
-  uint64_t total = s->send_bytes;
-  unsigned nchunks =
-      (unsigned)((total + CHIME__CHUNK_BYTES - 1) / CHIME__CHUNK_BYTES);
-  /* A batch of whole MiBs has a small tail (the sample info): it rides with
-   * the last chunk rather than costing a message of its own. */
-  if (nchunks > 1 && total - (uint64_t)(nchunks - 1) * CHIME__CHUNK_BYTES <=
-                         CHIME__CHUNK_BYTES / 16)
-    nchunks--;
-  batch_t *b = malloc(sizeof(*b));
-  if (b == NULL) {
-    pthread_mutex_lock(&s->mu);
-    chime_ring_release(s->ring, v->slot);
-    pthread_mutex_unlock(&s->mu);
-    return;
-  }
-  b->s = s;
-  b->slot = v->slot;
-  b->seq = v->seq;
-  b->next = NULL;
-  atomic_init(&b->refs, nchunks);
-  chime__stream_ref(s);
-  pthread_mutex_lock(&s->mu);
-  if (s->hold && !s->unheld) {
-    atomic_fetch_add(&b->refs, 1);
-    if (s->held_tail != NULL)
-      s->held_tail->next = b;
-    else
-      s->held_head = b;
-    s->held_tail = b;
-  }
-  pthread_mutex_unlock(&s->mu);
-  for (unsigned i = 0; i < nchunks; i++) {
-    uint64_t off = (uint64_t)i * CHIME__CHUNK_BYTES;
-    uint64_t len = i + 1 == nchunks ? total - off : CHIME__CHUNK_BYTES;
-    uint8_t hdr[CHIME_CHUNK_HEADER_MAX];
-    size_t hl = chime__chunk_header_encode(hdr, v->seq, off, total, len);
-    grpc_slice sl[2];
-    sl[0] = grpc_slice_from_copied_buffer((const char *)hdr, hl);
-    sl[1] = grpc_slice_new_with_user_data(base + off, len, slice_done, b);
-    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(sl, 2);
-    grpc_slice_unref(sl[0]);
-    grpc_slice_unref(sl[1]);
-    if (chime__call_send(call, bb) != 0) {
-      /* The call is finishing: the chunks never made drop their share. */
-      if (i + 1 < nchunks)
-        batch_put(b, nchunks - i - 1);
-      return;
-    }
-  }
-  atomic_fetch_add(&s->batches, 1);
-  atomic_fetch_add(&s->bytes, total);
-}
-
-/* Sends every published batch the client has credit for, in order. Called
- * by the sampler after each publish and by the completion-queue thread when
- * credits arrive, so no thread waits on either. send_mu keeps batches (and
- * their chunks) in sequence; s->mu guards the ring's consumer side. */
-static void send_ready(chime__stream_t *s) {
-  pthread_mutex_lock(&s->send_mu);
-  chime__call_t *call = s->sender_call;
-  while (call != NULL && !atomic_load(&s->stop)) {
-    chime_ring_view_t v;
-    pthread_mutex_lock(&s->mu);
-    int rc = s->credits > 0 ? chime_ring_next(s->ring, &v, 0) : CHIME_EBUSY;
-    if (rc == 0)
-      s->credits--;
-    pthread_mutex_unlock(&s->mu);
-    if (rc != 0)
-      break;
-    send_batch(s, call, &v);
-  }
-  pthread_mutex_unlock(&s->send_mu);
 }
 
 /* The stream ended: fifo items in batches its learner never finished (not
@@ -381,13 +291,11 @@ static int expire_unused(chime__stream_t *s) {
   return 1;
 }
 
-static void unhold_all(chime__stream_t *s);
-
 /* The stream is over: what its learner did not finish goes back. */
 static chime__fill_t retire(chime__stream_t *s) {
   chime__table_unwait(s->table, &s->twait);
   give_back(s);
-  unhold_all(s);
+  chime__sender_unhold_all(&s->sender);
   return CHIME__FILL_DONE;
 }
 
@@ -430,7 +338,7 @@ static chime__fill_t stream_fill(chime__fill_job_t *j, chime__fill_wait_t *w) {
   }
   chime_ring_publish(s->ring, ws.slot, &seq);
   if (s->mode == CHIME_MODE_STREAM)
-    send_ready(s);
+    chime__sender_send_ready(&s->sender);
   return CHIME__FILL_AGAIN;
 }
 
@@ -447,16 +355,10 @@ static void items_arrived(chime__table_waiter_t *w) {
 }
 
 int chime__stream_start(chime__stream_t *s, chime__call_t *call) {
-  if (s->mode == CHIME_MODE_STREAM) {
-    /* The caller holds `call`; a close that already ran (server stopping)
-     * leaves nothing to send to, a later one drops this reference. */
-    pthread_mutex_lock(&s->send_mu);
-    if (!atomic_load(&s->closed)) {
-      s->sender_call = call;
-      chime__call_ref(call);
-    }
-    pthread_mutex_unlock(&s->send_mu);
-  }
+  /* The caller holds `call`; a close that already ran (server stopping)
+   * leaves nothing to send to, a later one drops this reference. */
+  if (s->mode == CHIME_MODE_STREAM)
+    chime__sender_start(&s->sender, call);
   s->job.fill = stream_fill;
   s->job.done = stream_fill_done;
   s->twait.fn = items_arrived;
@@ -465,64 +367,9 @@ int chime__stream_start(chime__stream_t *s, chime__call_t *call) {
   return 0;
 }
 
-/* Unlinks the held batch with seq (NULL when none: unknown, or named
- * twice). Caller holds s->mu. */
-static batch_t *unhold_seq(chime__stream_t *s, uint64_t seq) {
-  for (batch_t **pp = &s->held_head, *prev = NULL; *pp != NULL;
-       prev = *pp, pp = &(*pp)->next) {
-    batch_t *b = *pp;
-    if (b->seq != seq)
-      continue;
-    *pp = b->next;
-    if (s->held_tail == b)
-      s->held_tail = prev;
-    b->next = NULL;
-    return b;
-  }
-  return NULL;
-}
-
 void chime__stream_credit(chime__stream_t *s, uint32_t n,
                           const uint64_t *released, size_t nreleased) {
-  batch_t *done = NULL;
-  pthread_mutex_lock(&s->mu);
-  /* A client can't be owed more than the ring holds; cap, don't trust. */
-  uint64_t c = (uint64_t)s->credits + n;
-  s->credits = c > s->lay.slots - 1 ? s->lay.slots - 1 : (uint32_t)c;
-  /* Named seqs the learner is done with; a client that names none releases
-   * the oldest. A seq not held (made up, repeated) is ignored: a lying
-   * learner can only give back its own batches early. */
-  for (size_t i = 0; i < (nreleased ? nreleased : n); i++) {
-    batch_t *b = nreleased
-                     ? unhold_seq(s, released[i])
-                     : (s->held_head ? unhold_seq(s, s->held_head->seq) : NULL);
-    if (b != NULL) {
-      b->next = done;
-      done = b;
-    }
-  }
-  pthread_mutex_unlock(&s->mu);
-  while (done != NULL) {
-    batch_t *b = done;
-    done = b->next;
-    batch_put(b, 1);
-  }
-  send_ready(s);
-}
-
-/* The stream ended (its items given back): held batches need the learner
- * no more. */
-static void unhold_all(chime__stream_t *s) {
-  pthread_mutex_lock(&s->mu);
-  batch_t *b = s->held_head;
-  s->held_head = s->held_tail = NULL;
-  s->unheld = 1;
-  pthread_mutex_unlock(&s->mu);
-  while (b != NULL) {
-    batch_t *n = b->next;
-    batch_put(b, 1);
-    b = n;
-  }
+  chime__sender_credit(&s->sender, n, released, nreleased);
 }
 
 void chime__stream_close(chime__stream_t *s) {
@@ -545,10 +392,7 @@ void chime__stream_close(chime__stream_t *s) {
   chime__call_t *call = s->call; /* guarded by srv->mu, see stream_kill */
   s->call = NULL;
   pthread_mutex_unlock(&srv->mu);
-  pthread_mutex_lock(&s->send_mu);
-  chime__call_t *sender_call = s->sender_call;
-  s->sender_call = NULL;
-  pthread_mutex_unlock(&s->send_mu);
+  chime__call_t *sender_call = chime__sender_stop(&s->sender);
   if (srv->handoff != NULL)
     chime__handoff_notify(srv->handoff);
   if (call != NULL)

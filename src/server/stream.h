@@ -1,7 +1,7 @@
-/* A stream: one learner's ring on one table, the sampler thread that fills
- * it, and in stream mode the sending of published slots as chunks straight
- * from slot memory. Reference counted: the Subscribe call, the sampler, the
- * handoff watcher and every batch still held by gRPC; the ring is destroyed
+/* A stream: one learner's ring on one table, its budget charge, how one
+ * fill step goes (run by the sampler pool, sampler.h), and in stream mode
+ * its sender (sender.h). Reference counted: the Subscribe call, the pool,
+ * the handoff watcher and every batch still held by gRPC; the ring is destroyed
  * with the last reference. Its charge against the budgets is held apart
  * (holds): by chimed's own ring until that is destroyed, and by a learner
  * that was handed the ring's fd until the handoff thread sees the learner
@@ -16,6 +16,7 @@
 
 #include "chime.pb-c.h"
 #include "server/sampler.h"
+#include "server/sender.h"
 #include "server/server.h"
 
 struct chime__stream_s {
@@ -35,23 +36,14 @@ struct chime__stream_s {
   ino_t ring_ino;
   atomic_int stop;
   atomic_int closed;
-  pthread_mutex_t mu;      /* the ring's consumer side, credits */
-  pthread_mutex_t send_mu; /* batch order on the call, sender_call */
-  uint32_t credits;
-  /* fifo, stream mode: batches sent and not yet released by the learner
-   * (named in a Credit), oldest first; their slots stay taken so that the
-   * stream's end can give their items back (mu). */
-  int hold;
-  int unheld; /* the stream ended: nothing is held any more (mu) */
-  struct chime__sent_s *held_head, *held_tail;
+  pthread_mutex_t mu;     /* attached */
+  chime__sender_t sender; /* stream mode: chunks, credits, held batches */
   /* shm: the ring is filled only once its learner holds it, so a handoff
    * that never happens strands no item (attached, under mu) */
   int attached;
   chime__fill_job_t job;       /* its filling, run by the sampler pool */
   chime__table_waiter_t twait; /* kicks the job when the table has items */
   chime__call_t *call; /* the Subscribe call (srv->mu); dropped at close */
-  chime__call_t *sender_call; /* stream mode: sends go here (send_mu) */
-  atomic_uint_fast64_t batches, bytes;
   /* handoff (guarded by the server's mutex) */
   uint8_t token[16];
   uint64_t token_deadline_ns;
@@ -65,13 +57,15 @@ struct chime__stream_s {
 int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
                        chime__call_t *call, const Chime__V1__Open *open,
                        char *err, size_t errlen);
-/* Starts the sampler thread. */
+/* Hands the stream to the sampler pool (and, in stream mode, the call to
+ * its sender). */
 int chime__stream_start(chime__stream_t *s, chime__call_t *call);
 /* A Credit: n more batches may be sent; released names the seqs of the
  * batches the learner released (none: the oldest n held). */
 void chime__stream_credit(chime__stream_t *s, uint32_t n,
                           const uint64_t *released, size_t nreleased);
-/* Shuts the ring down and stops the threads; idempotent, from any thread.
+/* Shuts the ring down and ends the filling and sending; idempotent, from
+ * any thread.
  * The memory goes when the last reference does, the budget with the last
  * hold. */
 void chime__stream_close(chime__stream_t *s);

@@ -1,0 +1,212 @@
+/* Stream mode's chunks and credits (sender.h). s->mu (here x->mu) guards
+ * the ring's consumer side; send_mu keeps batches, and their chunks, in
+ * sequence on the call. */
+#include "server/sender.h"
+
+#include <stdlib.h>
+
+#include <grpc/grpc.h>
+
+#include "common/wire.h"
+#include "server/server.h"
+
+/* One batch sent: its chunks' slices point into the slot, which is
+ * released when gRPC drops the last of them and, for a held batch, the
+ * learner released it too (one reference each). */
+struct chime__sent_s {
+  chime__sender_t *x;
+  uint32_t slot;
+  uint64_t seq;
+  atomic_uint refs;
+  chime__sent_t *next; /* the held list */
+};
+
+void chime__sender_init(chime__sender_t *x, chime_ring_t *ring,
+                        uint64_t send_bytes, uint32_t credits,
+                        uint32_t max_credits, int hold, void *owner,
+                        void (*owner_ref)(void *),
+                        void (*owner_unref)(void *)) {
+  x->ring = ring;
+  x->send_bytes = send_bytes;
+  x->credits = credits;
+  x->max_credits = max_credits;
+  x->hold = hold;
+  x->owner = owner;
+  x->owner_ref = owner_ref;
+  x->owner_unref = owner_unref;
+  x->unheld = 0;
+  x->held_head = x->held_tail = NULL;
+  x->call = NULL;
+  atomic_init(&x->stopped, 0);
+  atomic_init(&x->batches, 0);
+  atomic_init(&x->bytes, 0);
+  pthread_mutex_init(&x->mu, NULL);
+  pthread_mutex_init(&x->send_mu, NULL);
+}
+
+void chime__sender_fini(chime__sender_t *x) {
+  pthread_mutex_destroy(&x->mu);
+  pthread_mutex_destroy(&x->send_mu);
+}
+
+static void sent_put(chime__sent_t *b, unsigned n) {
+  if (atomic_fetch_sub(&b->refs, n) != n)
+    return;
+  chime__sender_t *x = b->x;
+  pthread_mutex_lock(&x->mu);
+  chime_ring_release(x->ring, b->slot); /* wakes the sampler if it waits */
+  pthread_mutex_unlock(&x->mu);
+  free(b);
+  x->owner_unref(x->owner);
+}
+
+static void slice_done(void *ud) {
+  sent_put(ud, 1);
+}
+
+static void send_batch(chime__sender_t *x, chime__call_t *call,
+                       const chime_ring_view_t *v) {
+  uint8_t *base = chime_ring_slot_base(x->ring, v->slot);
+  uint64_t total = x->send_bytes;
+  unsigned nchunks =
+      (unsigned)((total + CHIME__CHUNK_BYTES - 1) / CHIME__CHUNK_BYTES);
+  /* A batch of whole MiBs has a small tail (the sample info): it rides with
+   * the last chunk rather than costing a message of its own. */
+  if (nchunks > 1 && total - (uint64_t)(nchunks - 1) * CHIME__CHUNK_BYTES <=
+                         CHIME__CHUNK_BYTES / 16)
+    nchunks--;
+  chime__sent_t *b = malloc(sizeof(*b));
+  if (b == NULL) {
+    pthread_mutex_lock(&x->mu);
+    chime_ring_release(x->ring, v->slot);
+    pthread_mutex_unlock(&x->mu);
+    return;
+  }
+  b->x = x;
+  b->slot = v->slot;
+  b->seq = v->seq;
+  b->next = NULL;
+  atomic_init(&b->refs, nchunks);
+  x->owner_ref(x->owner);
+  pthread_mutex_lock(&x->mu);
+  if (x->hold && !x->unheld) {
+    atomic_fetch_add(&b->refs, 1);
+    if (x->held_tail != NULL)
+      x->held_tail->next = b;
+    else
+      x->held_head = b;
+    x->held_tail = b;
+  }
+  pthread_mutex_unlock(&x->mu);
+  for (unsigned i = 0; i < nchunks; i++) {
+    uint64_t off = (uint64_t)i * CHIME__CHUNK_BYTES;
+    uint64_t len = i + 1 == nchunks ? total - off : CHIME__CHUNK_BYTES;
+    uint8_t hdr[CHIME_CHUNK_HEADER_MAX];
+    size_t hl = chime__chunk_header_encode(hdr, v->seq, off, total, len);
+    grpc_slice sl[2];
+    sl[0] = grpc_slice_from_copied_buffer((const char *)hdr, hl);
+    sl[1] = grpc_slice_new_with_user_data(base + off, len, slice_done, b);
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(sl, 2);
+    grpc_slice_unref(sl[0]);
+    grpc_slice_unref(sl[1]);
+    if (chime__call_send(call, bb) != 0) {
+      /* The call is finishing: the chunks never made drop their share. */
+      if (i + 1 < nchunks)
+        sent_put(b, nchunks - i - 1);
+      return;
+    }
+  }
+  atomic_fetch_add(&x->batches, 1);
+  atomic_fetch_add(&x->bytes, total);
+}
+
+void chime__sender_send_ready(chime__sender_t *x) {
+  pthread_mutex_lock(&x->send_mu);
+  chime__call_t *call = x->call;
+  while (call != NULL && !atomic_load(&x->stopped)) {
+    chime_ring_view_t v;
+    pthread_mutex_lock(&x->mu);
+    int rc = x->credits > 0 ? chime_ring_next(x->ring, &v, 0) : CHIME_EBUSY;
+    if (rc == 0)
+      x->credits--;
+    pthread_mutex_unlock(&x->mu);
+    if (rc != 0)
+      break;
+    send_batch(x, call, &v);
+  }
+  pthread_mutex_unlock(&x->send_mu);
+}
+
+void chime__sender_start(chime__sender_t *x, chime__call_t *call) {
+  pthread_mutex_lock(&x->send_mu);
+  if (!atomic_load(&x->stopped)) {
+    x->call = call;
+    chime__call_ref(call);
+  }
+  pthread_mutex_unlock(&x->send_mu);
+}
+
+chime__call_t *chime__sender_stop(chime__sender_t *x) {
+  atomic_store(&x->stopped, 1);
+  pthread_mutex_lock(&x->send_mu);
+  chime__call_t *call = x->call;
+  x->call = NULL;
+  pthread_mutex_unlock(&x->send_mu);
+  return call;
+}
+
+/* Unlinks the held batch with seq (NULL when none: unknown, or named
+ * twice). Caller holds x->mu. */
+static chime__sent_t *unhold_seq(chime__sender_t *x, uint64_t seq) {
+  for (chime__sent_t **pp = &x->held_head, *prev = NULL; *pp != NULL;
+       prev = *pp, pp = &(*pp)->next) {
+    chime__sent_t *b = *pp;
+    if (b->seq != seq)
+      continue;
+    *pp = b->next;
+    if (x->held_tail == b)
+      x->held_tail = prev;
+    b->next = NULL;
+    return b;
+  }
+  return NULL;
+}
+
+static void put_list(chime__sent_t *b) {
+  while (b != NULL) {
+    chime__sent_t *n = b->next;
+    sent_put(b, 1);
+    b = n;
+  }
+}
+
+void chime__sender_credit(chime__sender_t *x, uint32_t n,
+                          const uint64_t *released, size_t nreleased) {
+  chime__sent_t *done = NULL;
+  pthread_mutex_lock(&x->mu);
+  /* A client can't be owed more than the ring holds; cap, don't trust. */
+  uint64_t c = (uint64_t)x->credits + n;
+  x->credits = c > x->max_credits ? x->max_credits : (uint32_t)c;
+  /* A lying learner can only give back its own batches early. */
+  for (size_t i = 0; i < (nreleased ? nreleased : n); i++) {
+    chime__sent_t *b =
+        nreleased ? unhold_seq(x, released[i])
+                  : (x->held_head ? unhold_seq(x, x->held_head->seq) : NULL);
+    if (b != NULL) {
+      b->next = done;
+      done = b;
+    }
+  }
+  pthread_mutex_unlock(&x->mu);
+  put_list(done);
+  chime__sender_send_ready(x);
+}
+
+void chime__sender_unhold_all(chime__sender_t *x) {
+  pthread_mutex_lock(&x->mu);
+  chime__sent_t *b = x->held_head;
+  x->held_head = x->held_tail = NULL;
+  x->unheld = 1;
+  pthread_mutex_unlock(&x->mu);
+  put_list(b);
+}

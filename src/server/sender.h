@@ -1,0 +1,61 @@
+/* Stream mode's sending side: the server takes published slots on its own
+ * consumer side of a stream's ring and sends each batch as chunks straight
+ * from slot memory (no copy), within the learner's credits. A slot goes
+ * back to the ring when gRPC drops the last slice pointing into it and,
+ * for a held batch (a fifo table's), when a Credit names it as released:
+ * until then the batch is the learner's, and its owner can give its items
+ * back if the stream ends first. Sending happens on whichever thread makes
+ * a batch sendable (a publish, or a credit arriving): no thread waits. */
+#ifndef CHIME_SERVER_SENDER_H
+#define CHIME_SERVER_SENDER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "chime/ring.h"
+
+typedef struct chime__call_s chime__call_t;
+typedef struct chime__sent_s chime__sent_t;
+
+typedef struct {
+  chime_ring_t *ring;
+  uint64_t send_bytes; /* bytes of a slot each batch carries */
+  uint32_t max_credits;
+  int hold; /* batches stay taken until a Credit names them */
+  /* Kept alive while gRPC holds slot memory (the ring is the owner's). */
+  void *owner;
+  void (*owner_ref)(void *owner);
+  void (*owner_unref)(void *owner);
+
+  pthread_mutex_t mu;      /* the ring's consumer side, credits, held */
+  pthread_mutex_t send_mu; /* batch order on the call, call */
+  uint32_t credits;
+  int unheld;                           /* stopped holding: unhold_all ran */
+  chime__sent_t *held_head, *held_tail; /* oldest first (mu) */
+  chime__call_t *call;                  /* where batches go (send_mu) */
+  atomic_int stopped;
+  atomic_uint_fast64_t batches, bytes; /* sent */
+} chime__sender_t;
+
+void chime__sender_init(chime__sender_t *x, chime_ring_t *ring,
+                        uint64_t send_bytes, uint32_t credits,
+                        uint32_t max_credits, int hold, void *owner,
+                        void (*owner_ref)(void *), void (*owner_unref)(void *));
+void chime__sender_fini(chime__sender_t *x);
+/* Batches go to call from now on (a reference is taken); ignored once
+ * stopped. */
+void chime__sender_start(chime__sender_t *x, chime__call_t *call);
+/* Sends no more; returns the call to drop a reference of (or NULL). */
+chime__call_t *chime__sender_stop(chime__sender_t *x);
+/* Sends every published batch there is credit for, in order. */
+void chime__sender_send_ready(chime__sender_t *x);
+/* A Credit: n more batches; released names the seqs the learner released
+ * (none: the oldest n held). Seqs not held are ignored. */
+void chime__sender_credit(chime__sender_t *x, uint32_t n,
+                          const uint64_t *released, size_t nreleased);
+/* The owner gave back what was held: let every held batch go. */
+void chime__sender_unhold_all(chime__sender_t *x);
+
+#endif

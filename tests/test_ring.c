@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -48,8 +50,26 @@ typedef struct {
   chime_ring_t *ring;
   uint64_t n;
   int rc;
-  uint64_t bad_seq; /* publish returned an unexpected seq */
+  uint64_t bad_seq;     /* publish returned an unexpected seq */
+  int use_try;          /* try_acquire + a futex wait on its bell, as chimed */
+  uint64_t waits, lost; /* lost: a bell wait that ran into its timeout */
 } producer_arg_t;
+
+/* acquire() the way chimed's sampler pool does it: try, and on EBUSY sleep
+ * on the bell it armed (a wake-up lost between the two would sleep 5 s). */
+static int acquire_by_bell(producer_arg_t *a, chime_ring_wslot_t *w) {
+  for (;;) {
+    uint32_t *bell, val;
+    int rc = chime_ring_try_acquire(a->ring, w, &bell, &val);
+    if (rc != CHIME_EBUSY)
+      return rc;
+    a->waits++;
+    struct timespec ts = {5, 0};
+    if (syscall(SYS_futex, bell, FUTEX_WAIT, val, &ts, NULL, 0) != 0 &&
+        errno == ETIMEDOUT)
+      a->lost++;
+  }
+}
 
 static void *producer_main(void *p) {
   producer_arg_t *a = p;
@@ -59,7 +79,8 @@ static void *producer_main(void *p) {
   for (uint64_t i = 0; i < a->n; i++) {
     chime_ring_wslot_t w;
     uint64_t seq;
-    a->rc = chime_ring_acquire(a->ring, &w, -1);
+    a->rc = a->use_try ? acquire_by_bell(a, &w)
+                       : chime_ring_acquire(a->ring, &w, -1);
     if (a->rc != 0)
       return NULL;
     ring_pattern_fill(l, nleaves, &w, i);
@@ -120,10 +141,10 @@ static void consume_and_check(chime_ring_t *ring, uint64_t n, uint64_t seed) {
   }
 }
 
-static void run_threads(uint32_t batch, uint32_t slots, uint64_t n,
-                        uint64_t seed) {
+static void run_threads_with(uint32_t batch, uint32_t slots, uint64_t n,
+                             uint64_t seed, int use_try) {
   chime_ring_t *ring = make_ring(batch, slots);
-  producer_arg_t pa = {ring, n, 0, 0};
+  producer_arg_t pa = {.ring = ring, .n = n, .use_try = use_try};
   chime_ring_stats_t st;
   pthread_t t;
 
@@ -139,7 +160,21 @@ static void run_threads(uint32_t batch, uint32_t slots, uint64_t n,
   assert_true(st.max_leases <= slots - 1);
   assert_true(st.max_leases >= 1);
   assert_int_equal(st.shutdown, 0);
+  assert_int_equal(pa.lost, 0);
+  if (use_try)
+    assert_true(pa.waits > 0); /* the bell path ran */
   chime_ring_destroy(ring);
+}
+
+static void run_threads(uint32_t batch, uint32_t slots, uint64_t n,
+                        uint64_t seed) {
+  run_threads_with(batch, slots, n, seed, 0);
+}
+
+/* try_acquire + a futex wait on the armed bell loses no wake-up. */
+static void test_threads_try_acquire(void **state) {
+  (void)state;
+  run_threads_with(4, 3, 5000, 0x5eed, 1);
 }
 
 static void test_threads_pattern(void **state) {
@@ -161,7 +196,7 @@ static void test_threads_many_slots(void **state) {
 static void test_threads_attached_consumer(void **state) {
   chime_ring_t *ring = make_ring(8, 5), *cons = NULL;
   uint8_t nonce[16];
-  producer_arg_t pa = {ring, 3000, 0, 0};
+  producer_arg_t pa = {.ring = ring, .n = 3000};
   pthread_t t;
   (void)state;
   chime_ring_nonce(ring, nonce);
@@ -462,6 +497,7 @@ int main(void) {
       cmocka_unit_test(test_threads_pattern),
       cmocka_unit_test(test_threads_two_slots),
       cmocka_unit_test(test_threads_many_slots),
+      cmocka_unit_test(test_threads_try_acquire),
       cmocka_unit_test(test_threads_attached_consumer),
       cmocka_unit_test(test_leased_slot_never_reused),
       cmocka_unit_test(test_busy_after_slots_minus_one),

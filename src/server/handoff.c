@@ -9,6 +9,10 @@
  * has none left the oldest waiting one gives way: an honest learner sends
  * its request right after connecting, so the oldest is the idlest.
  *
+ * The handoff owns the token registry: a stream's token is issued here,
+ * consumed by the handshake that presents it (even when expired), or
+ * revoked when the stream ends or its token expires unused.
+ *
  * A learner handed a ring keeps its pages alive whatever chimed does, so
  * the ring's budget charge stays with the learner (a hold on the stream):
  * its watch drops the hold when the learner exits (pidfd), or, once the
@@ -58,6 +62,15 @@ struct watch_s {
   watch_t *next;
 };
 
+/* A token issued for a stream's ring: single use, with a deadline. Holds a
+ * stream reference while it is in the registry. */
+typedef struct token_s {
+  uint8_t token[16];
+  uint64_t deadline_ns;
+  chime__stream_t *s;
+  struct token_s *next;
+} token_t;
+
 typedef struct conn_s {
   uv_poll_t poll;
   uv_timer_t timer;
@@ -85,8 +98,9 @@ struct chime__handoff_s {
   int started;
   pthread_mutex_t mu;
   int quit;
-  int nwaiting;  /* conns not closing: the slots in use */
-  conn_t *conns; /* newest first */
+  token_t *tokens; /* issued, not yet used, revoked or expired-and-used */
+  int nwaiting;    /* conns not closing: the slots in use */
+  conn_t *conns;   /* newest first */
   watch_t *watches;
 };
 
@@ -234,23 +248,76 @@ static int token_eq(const uint8_t *a, const uint8_t *b) {
   return d == 0;
 }
 
-/* Single use: a token is consumed when presented, even if expired. */
-static chime__stream_t *take_token(chime_server_t *srv, const uint8_t *tok) {
-  chime__stream_t *found = NULL;
-  uint64_t now = chime__now_ns();
-  pthread_mutex_lock(&srv->mu);
-  for (chime__stream_t *s = srv->streams; s != NULL; s = s->next) {
-    if (s->token_live && token_eq(s->token, tok)) {
-      s->token_live = 0;
-      if (now <= s->token_deadline_ns) {
-        chime__stream_ref(s);
-        found = s;
-      }
-      break;
+int chime__handoff_issue(chime__handoff_t *h, chime__stream_t *s,
+                         uint32_t expires_ms, uint8_t token[16],
+                         uint64_t *deadline_ns) {
+  token_t *t = calloc(1, sizeof(*t));
+  if (t == NULL)
+    return CHIME_ENOMEM;
+  if (getrandom(t->token, sizeof(t->token), 0) != (ssize_t)sizeof(t->token)) {
+    free(t);
+    return CHIME_ESYS;
+  }
+  t->deadline_ns = chime__now_ns() + (uint64_t)expires_ms * 1000000u;
+  chime__stream_ref(s);
+  t->s = s;
+  memcpy(token, t->token, sizeof(t->token));
+  *deadline_ns = t->deadline_ns;
+  pthread_mutex_lock(&h->mu);
+  t->next = h->tokens;
+  h->tokens = t;
+  pthread_mutex_unlock(&h->mu);
+  return 0;
+}
+
+/* Unlinks the entry that matches (tok, or else s). Caller holds h->mu. */
+static token_t *unlink_token(chime__handoff_t *h, const uint8_t *tok,
+                             const chime__stream_t *s) {
+  for (token_t **pp = &h->tokens; *pp != NULL; pp = &(*pp)->next) {
+    token_t *t = *pp;
+    if (tok != NULL ? token_eq(t->token, tok) : t->s == s) {
+      *pp = t->next;
+      return t;
     }
   }
-  pthread_mutex_unlock(&srv->mu);
+  return NULL;
+}
+
+int chime__handoff_revoke(chime__handoff_t *h, chime__stream_t *s) {
+  pthread_mutex_lock(&h->mu);
+  token_t *t = unlink_token(h, NULL, s);
+  pthread_mutex_unlock(&h->mu);
+  if (t == NULL)
+    return 0;
+  chime__stream_unref(t->s);
+  free(t);
+  return 1;
+}
+
+int chime__handoff_pending(chime__handoff_t *h, const chime__stream_t *s) {
+  int found = 0;
+  pthread_mutex_lock(&h->mu);
+  for (token_t *t = h->tokens; t != NULL && !found; t = t->next)
+    found = t->s == s;
+  pthread_mutex_unlock(&h->mu);
   return found;
+}
+
+/* Single use: a token is consumed when presented, even if expired. Returns
+ * its stream with the registry's reference, or NULL. */
+static chime__stream_t *take_token(chime__handoff_t *h, const uint8_t *tok) {
+  pthread_mutex_lock(&h->mu);
+  token_t *t = unlink_token(h, tok, NULL);
+  pthread_mutex_unlock(&h->mu);
+  if (t == NULL)
+    return NULL;
+  chime__stream_t *s = t->s;
+  if (chime__now_ns() > t->deadline_ns) {
+    chime__stream_unref(s);
+    s = NULL;
+  }
+  free(t);
+  return s;
 }
 
 static int send_reply(int fd, int32_t status, int pass_fd) {
@@ -403,7 +470,7 @@ static void handshake(chime__handoff_t *h, int fd, const uint8_t *req,
                       const struct ucred *cr) {
   if (memcmp(req, CHIME__HANDOFF_MAGIC, 8) != 0)
     return;
-  chime__stream_t *s = take_token(h->srv, req + 8);
+  chime__stream_t *s = take_token(h, req + 8);
   if (s == NULL) {
     send_reply(fd, CHIME_EPERM, -1);
     return;
@@ -651,6 +718,12 @@ void chime__handoff_destroy(chime__handoff_t *h) {
   close(h->lfd);
   if (h->fs)
     unlink(h->path);
+  while (h->tokens != NULL) { /* streams close revoke theirs: none left */
+    token_t *t = h->tokens;
+    h->tokens = t->next;
+    chime__stream_unref(t->s);
+    free(t);
+  }
   pthread_mutex_destroy(&h->mu);
   free(h);
 }

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -216,14 +215,13 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
     }
     s->pinned_bytes = chime_ring_pinned_bytes(s->ring);
   }
-  if (s->mode == CHIME_MODE_SHM) {
-    if (getrandom(s->token, sizeof(s->token), 0) != (ssize_t)sizeof(s->token)) {
-      rc = fail(err, errlen, CHIME_ESYS, "no randomness for a token");
-      goto out;
-    }
-    s->token_deadline_ns =
-        chime__now_ns() + (uint64_t)srv->cfg.handoff_expires_ms * 1000000u;
-    s->token_live = 1;
+  /* Last: nothing fails after it (the registry holds a reference). */
+  if (s->mode == CHIME_MODE_SHM &&
+      (rc = chime__handoff_issue(srv->handoff, s, srv->cfg.handoff_expires_ms,
+                                 s->token, &s->token_deadline_ns)) != 0) {
+    rc = fail(err, errlen, rc, "cannot issue a handoff token: %s",
+              chime_strerror(rc));
+    goto out;
   }
   pthread_mutex_lock(&srv->mu);
   s->id = ++srv->next_stream_id;
@@ -272,15 +270,13 @@ static void give_back(chime__stream_t *s) {
  * was taken instead (the handoff is under way and decides). */
 static int expire_unused(chime__stream_t *s) {
   chime_server_t *srv = s->srv;
+  if (!chime__handoff_revoke(srv->handoff, s))
+    return 0;
   pthread_mutex_lock(&srv->mu);
-  int unused = s->token_live;
-  s->token_live = 0;
-  chime__call_t *call = unused ? s->call : NULL;
+  chime__call_t *call = s->call;
   if (call != NULL)
     chime__call_ref(call);
   pthread_mutex_unlock(&srv->mu);
-  if (!unused)
-    return 0;
   chime__stream_close(s);
   if (call != NULL) {
     chime__call_finish(call, GRPC_STATUS_DEADLINE_EXCEEDED,
@@ -313,9 +309,7 @@ static chime__fill_t stream_fill(chime__fill_job_t *j, chime__fill_wait_t *w) {
     int attached = s->attached;
     pthread_mutex_unlock(&s->mu);
     if (!attached) {
-      pthread_mutex_lock(&s->srv->mu);
-      int live = s->token_live;
-      pthread_mutex_unlock(&s->srv->mu);
+      int live = chime__handoff_pending(s->srv->handoff, s);
       /* A token taken but not yet answered: the handoff decides and
        * kicks. */
       w->until_ns = live ? s->token_deadline_ns : 0;
@@ -388,13 +382,14 @@ void chime__stream_close(chime__stream_t *s) {
   if (s->next != NULL)
     s->next->prev = s->prev;
   s->prev = s->next = NULL;
-  s->token_live = 0;
   chime__call_t *call = s->call; /* guarded by srv->mu, see stream_kill */
   s->call = NULL;
   pthread_mutex_unlock(&srv->mu);
   chime__call_t *sender_call = chime__sender_stop(&s->sender);
-  if (srv->handoff != NULL)
+  if (srv->handoff != NULL) {
+    chime__handoff_revoke(srv->handoff, s); /* nobody may attach any more */
     chime__handoff_notify(srv->handoff);
+  }
   if (call != NULL)
     chime__call_unref(call);
   if (sender_call != NULL)

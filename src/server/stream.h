@@ -44,10 +44,10 @@ struct chime__stream_s {
   chime__fill_job_t job;       /* its filling, run by the sampler pool */
   chime__table_waiter_t twait; /* kicks the job when the table has items */
   chime__call_t *call; /* the Subscribe call (srv->mu); dropped at close */
-  /* handoff (guarded by the server's mutex) */
+  /* shm: the handoff token sent in Opened (registered with the handoff,
+   * which owns its use) and its deadline */
   uint8_t token[16];
   uint64_t token_deadline_ns;
-  int token_live;
   chime__stream_t *prev, *next; /* server's live streams */
 };
 

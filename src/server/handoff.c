@@ -1,4 +1,4 @@
-/* The handoff socket and learner liveness, on a libuv loop thread. Nothing
+/* The handoff socket, on a libuv loop thread (shared with liveness.c). Nothing
  * a peer sends can do more than get its connection closed: the request is a
  * fixed 24 bytes read with a deadline, and the token is compared in constant
  * time and consumed on first use. Nor can a peer lock others out: a uid that
@@ -12,55 +12,28 @@
  * The handoff owns the token registry: a stream's token is issued here,
  * consumed by the handshake that presents it (even when expired), or
  * revoked when the stream ends or its token expires unused.
- *
- * A learner handed a ring keeps its pages alive whatever chimed does, so
- * the ring's budget charge stays with the learner (a hold on the stream):
- * its watch drops the hold when the learner exits (pidfd), or, once the
- * stream is closed, when a sweep finds the ring neither in flight to the
- * learner (unread on the handoff connection) nor among its open fds or
- * mappings in /proc. A /proc we may not read counts as holding. */
+ * A learner handed a ring is watched by liveness.c from then on. */
 #include "server/handoff.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/sockios.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
-#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 #include <uv.h>
 
+#include "server/liveness.h"
 #include "server/stream.h"
-
-#ifndef SYS_pidfd_open
-#define SYS_pidfd_open 434
-#endif
 
 #define MAX_CONNS 64
 #define MAX_CONNS_PER_UID 8
 #define CONN_TIMEOUT_MS 2000
-#define SWEEP_MS 1000
-
-typedef struct watch_s watch_t;
-struct watch_s {
-  uv_poll_t poll;
-  int pidfd;
-  pid_t pid;
-  int sock; /* our end of the handoff connection while the fd may be unread */
-  int open; /* holds a stream reference: the stream is not closed yet */
-  chime__stream_t *s; /* always holds one of its budget holds */
-  chime__handoff_t *h;
-  watch_t *next;
-};
 
 /* A token issued for a stream's ring: single use, with a deadline. Holds a
  * stream reference while it is in the registry. */
@@ -93,7 +66,6 @@ struct chime__handoff_s {
   uv_poll_t lpoll;
   uv_async_t async;
   uv_timer_t backoff;
-  uv_timer_t sweep;
   pthread_t th;
   int started;
   pthread_mutex_t mu;
@@ -101,7 +73,7 @@ struct chime__handoff_s {
   token_t *tokens; /* issued, not yet used, revoked or expired-and-used */
   int nwaiting;    /* conns not closing: the slots in use */
   conn_t *conns;   /* newest first */
-  watch_t *watches;
+  chime__liveness_t *liveness; /* learners handed a ring (loop thread) */
 };
 
 static socklen_t make_addr(struct sockaddr_un *a, const char *path) {
@@ -349,121 +321,6 @@ static int send_reply(int fd, int32_t status, int pass_fd) {
   return sendmsg(fd, &m, MSG_NOSIGNAL) == (ssize_t)sizeof(b) ? 0 : -1;
 }
 
-static void watch_closed(uv_handle_t *hd) {
-  watch_t *w = hd->data;
-  close(w->pidfd);
-  if (w->sock >= 0)
-    close(w->sock);
-  if (w->open)
-    chime__stream_unref(w->s);
-  chime__stream_unhold(w->s);
-  free(w);
-}
-
-static void watch_remove(chime__handoff_t *h, watch_t *w) {
-  watch_t **pp = &h->watches;
-  while (*pp != w)
-    pp = &(*pp)->next;
-  *pp = w->next;
-  uv_poll_stop(&w->poll);
-  uv_close((uv_handle_t *)&w->poll, watch_closed);
-}
-
-static void on_pid_exit(uv_poll_t *p, int status, int events) {
-  watch_t *w = p->data;
-  (void)status;
-  (void)events;
-  if (w->open)
-    chime__stream_kill(w->s, "learner process exited");
-  watch_remove(w->h, w);
-}
-
-/* Whether pid may still hold the memfd (dev, ino): 1 when it has it open or
- * mapped, or when its /proc cannot be read. */
-static int learner_holds(pid_t pid, dev_t dev, ino_t ino) {
-  char path[64], line[512];
-  struct stat st;
-  int found = 0;
-  snprintf(path, sizeof(path), "/proc/%ld/fd", (long)pid);
-  DIR *d = opendir(path);
-  if (d == NULL)
-    return 1;
-  for (struct dirent *e; !found && (e = readdir(d)) != NULL;)
-    found = e->d_name[0] != '.' && fstatat(dirfd(d), e->d_name, &st, 0) == 0 &&
-            st.st_dev == dev && st.st_ino == ino;
-  closedir(d);
-  if (found)
-    return 1;
-  snprintf(path, sizeof(path), "/proc/%ld/maps", (long)pid);
-  FILE *f = fopen(path, "re");
-  if (f == NULL)
-    return 1;
-  while (!found && fgets(line, sizeof(line), f) != NULL) {
-    unsigned maj, min;
-    unsigned long long inode;
-    /* "start-end perms offset MAJ:MIN inode path"; long paths wrap into
-     * continuation reads that fail this scan and are skipped. */
-    if (sscanf(line, "%*s %*s %*s %x:%x %llu", &maj, &min, &inode) == 3)
-      found = makedev(maj, min) == dev && inode == (unsigned long long)ino;
-  }
-  fclose(f);
-  return found;
-}
-
-static void on_sweep(uv_timer_t *t) {
-  chime__handoff_t *h = t->data;
-  int waiting = 0;
-  watch_t *w = h->watches;
-  while (w != NULL) {
-    watch_t *n = w->next;
-    if (!w->open) {
-      int unread = 0;
-      /* The fd is in flight until the learner reads the reply (or drops
-       * its end, which drops the fd with it). */
-      if (w->sock >= 0 && (ioctl(w->sock, SIOCOUTQ, &unread) != 0 || unread))
-        waiting = 1;
-      else if (learner_holds(w->pid, w->s->ring_dev, w->s->ring_ino))
-        waiting = 1;
-      else
-        watch_remove(h, w);
-    }
-    w = n;
-  }
-  if (!waiting)
-    uv_timer_stop(&h->sweep);
-}
-
-static void watch_pid(chime__handoff_t *h, chime__stream_t *s, pid_t pid,
-                      int sock) {
-  int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-  watch_t *w = pidfd >= 0 ? calloc(1, sizeof(*w)) : NULL;
-  if (w == NULL) {
-    /* Already gone (or no pidfd): the learner cannot use the ring. */
-    if (pidfd >= 0)
-      close(pidfd);
-    if (sock >= 0)
-      close(sock);
-    chime__stream_kill(s, "learner process exited");
-    chime__stream_unref(s);
-    chime__stream_unhold(s);
-    return;
-  }
-  w->pidfd = pidfd;
-  w->pid = pid;
-  w->sock = sock;
-  w->open = 1;
-  w->s = s;
-  w->h = h;
-  uv_poll_init(&h->loop, &w->poll, pidfd);
-  w->poll.data = w;
-  uv_poll_start(&w->poll, UV_READABLE, on_pid_exit);
-  w->next = h->watches;
-  h->watches = w;
-  /* A stream closed before its watch existed: nothing will notify. */
-  if (atomic_load(&s->closed))
-    uv_async_send(&h->async);
-}
-
 /* A whole request from a peer whose uid was allowed at accept; the caller
  * closes fd. */
 static void handshake(chime__handoff_t *h, int fd, const uint8_t *req,
@@ -490,7 +347,8 @@ static void handshake(chime__handoff_t *h, int fd, const uint8_t *req,
   chime__stream_attached(s);
   /* The learner reads to the end: it sees it while our dup lives on. */
   shutdown(sock, SHUT_RDWR);
-  watch_pid(h, s, cr->pid, sock); /* takes the reference and the hold */
+  /* Takes the reference and the hold. */
+  chime__liveness_watch(h->liveness, s, cr->pid, sock);
 }
 
 static void on_conn_timeout(uv_timer_t *t) {
@@ -638,31 +496,19 @@ static void on_async(uv_async_t *a) {
   pthread_mutex_lock(&h->mu);
   int quit = h->quit;
   pthread_mutex_unlock(&h->mu);
-  watch_t *w = h->watches;
-  while (w != NULL) {
-    watch_t *n = w->next;
-    if (quit) {
-      watch_remove(h, w);
-    } else if (w->open && atomic_load(&w->s->closed)) {
-      /* The stream is over; the learner may still hold the ring. */
-      w->open = 0;
-      chime__stream_unref(w->s);
-      if (!uv_is_active((uv_handle_t *)&h->sweep))
-        uv_timer_start(&h->sweep, on_sweep, 0, SWEEP_MS);
-    }
-    w = n;
-  }
+  if (quit)
+    chime__liveness_close(h->liveness);
+  else
+    chime__liveness_check(h->liveness);
   if (!quit)
     return;
   for (conn_t *c = h->conns; c != NULL; c = c->next)
     conn_close(c);
   uv_poll_stop(&h->lpoll);
   uv_timer_stop(&h->backoff);
-  uv_timer_stop(&h->sweep);
   uv_close((uv_handle_t *)&h->lpoll, NULL);
   uv_close((uv_handle_t *)&h->async, NULL);
   uv_close((uv_handle_t *)&h->backoff, NULL);
-  uv_close((uv_handle_t *)&h->sweep, NULL);
 }
 
 static void *loop_main(void *arg) {
@@ -681,14 +527,21 @@ int chime__handoff_start(chime__handoff_t *h) {
   h->async.data = h;
   uv_timer_init(&h->loop, &h->backoff);
   h->backoff.data = h;
-  uv_timer_init(&h->loop, &h->sweep);
-  h->sweep.data = h;
+  if (chime__liveness_create(&h->liveness, &h->loop) != 0) {
+    uv_close((uv_handle_t *)&h->lpoll, NULL);
+    uv_close((uv_handle_t *)&h->async, NULL);
+    uv_close((uv_handle_t *)&h->backoff, NULL);
+    uv_run(&h->loop, UV_RUN_DEFAULT);
+    uv_loop_close(&h->loop);
+    return CHIME_ENOMEM;
+  }
   if (pthread_create(&h->th, NULL, loop_main, h) != 0) {
     uv_close((uv_handle_t *)&h->lpoll, NULL);
     uv_close((uv_handle_t *)&h->async, NULL);
     uv_close((uv_handle_t *)&h->backoff, NULL);
-    uv_close((uv_handle_t *)&h->sweep, NULL);
+    chime__liveness_close(h->liveness);
     uv_run(&h->loop, UV_RUN_DEFAULT);
+    chime__liveness_free(h->liveness);
     uv_loop_close(&h->loop);
     return CHIME_ESYS;
   }
@@ -714,6 +567,7 @@ void chime__handoff_destroy(chime__handoff_t *h) {
   if (h->started) {
     pthread_join(h->th, NULL);
     uv_loop_close(&h->loop);
+    chime__liveness_free(h->liveness);
   }
   close(h->lfd);
   if (h->fs)

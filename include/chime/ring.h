@@ -86,8 +86,8 @@ CHIME_EXTERN CHIME_NODISCARD int chime_spec_parse(chime_spec_t *spec,
                                                   const char *text, char *err,
                                                   size_t errlen);
 /* Writes the canonical text form of spec into buf ("obs:f32[64],..."). */
-CHIME_EXTERN int chime_spec_format(const chime_spec_t *spec, char *buf,
-                                   size_t len);
+CHIME_EXTERN CHIME_NODISCARD int chime_spec_format(const chime_spec_t *spec,
+                                                   char *buf, size_t len);
 /* Checks names (non-empty, unique, [A-Za-z0-9_./-]), dtypes, dims (each > 0)
  * and that every size fits in 64 bits. err as for chime_spec_parse. */
 CHIME_EXTERN CHIME_NODISCARD int chime_spec_validate(const chime_spec_t *spec,
@@ -176,8 +176,8 @@ CHIME_EXTERN CHIME_NODISCARD int chime_ring_create(chime_ring_t **out,
 CHIME_EXTERN CHIME_NODISCARD int
 chime_ring_acquire(chime_ring_t *ring, chime_ring_wslot_t *out, int timeout_ms);
 /* Publishes the slot taken by chime_ring_acquire(); returns its seq in *seq. */
-CHIME_EXTERN int chime_ring_publish(chime_ring_t *ring, uint32_t slot,
-                                    uint64_t *seq);
+CHIME_EXTERN CHIME_NODISCARD int
+chime_ring_publish(chime_ring_t *ring, uint32_t slot, uint64_t *seq);
 /* Gives back a slot taken by acquire without publishing it. */
 CHIME_EXTERN void chime_ring_abandon(chime_ring_t *ring, uint32_t slot);
 /* Sets the sticky shutdown flag and wakes every waiter on both sides. */
@@ -209,7 +209,8 @@ CHIME_EXTERN CHIME_NODISCARD int
 chime_ring_next(chime_ring_t *ring, chime_ring_view_t *out, int timeout_ms);
 /* Gives back a slot taken by chime_ring_next(), in any order. CHIME_EINVAL for
  * a slot that is not held. */
-CHIME_EXTERN int chime_ring_release(chime_ring_t *ring, uint32_t slot);
+CHIME_EXTERN CHIME_NODISCARD int chime_ring_release(chime_ring_t *ring,
+                                                    uint32_t slot);
 /* Wakes a consumer blocked in chime_ring_next() in this process so it returns
  * CHIME_EDISCONNECTED once chime_ring_set_disconnected() was called. Used by
  * the client when its control channel dies. */

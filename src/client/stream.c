@@ -496,10 +496,11 @@ int chime_stream_open(chime_client_t *client, const char *table,
   chime_table_info_t ti;
   chime_stream_t *s = NULL;
   int rc = 0;
-  if (!client || !table || !opts || !out)
+  if (!client || !table || !out)
     return CHIME_EINVAL;
   *out = NULL;
-  o = *opts;
+  if (opts)
+    o = *opts;
   if (o.slots == 0)
     o.slots = 8;
   if (o.open_timeout_ms <= 0)

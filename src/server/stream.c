@@ -281,7 +281,9 @@ static void batch_put(batch_t *b, unsigned n) {
     return;
   chime__stream_t *s = b->s;
   pthread_mutex_lock(&s->mu);
-  chime_ring_release(s->ring, b->slot); /* wakes the sampler if it waits */
+  /* Cannot fail: the slot is this stream's. Wakes the sampler if it waits. */
+  int rc = chime_ring_release(s->ring, b->slot);
+  (void)rc;
   pthread_mutex_unlock(&s->mu);
   free(b);
   chime__stream_unref(s);
@@ -305,7 +307,8 @@ static void send_batch(chime__stream_t *s, chime__call_t *call,
   batch_t *b = malloc(sizeof(*b));
   if (b == NULL) {
     pthread_mutex_lock(&s->mu);
-    chime_ring_release(s->ring, v->slot);
+    int rc = chime_ring_release(s->ring, v->slot); /* cannot fail: held */
+    (void)rc;
     pthread_mutex_unlock(&s->mu);
     return;
   }
@@ -454,7 +457,9 @@ static void *sampler_main(void *arg) {
       chime_ring_abandon(s->ring, ws.slot);
       break;
     }
-    chime_ring_publish(s->ring, ws.slot, &seq);
+    rc = chime_ring_publish(s->ring, ws.slot, &seq);
+    if (rc != 0)
+      break;
     if (s->mode == CHIME_MODE_STREAM)
       send_ready(s);
   }

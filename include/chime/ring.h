@@ -166,7 +166,8 @@ typedef struct {
 /* --- producer side --- */
 
 /* Creates a memfd segment sized for spec/batch_size/slots, seals it against
- * shrink and grow, maps it and writes the header with a random nonce. */
+ * shrink and grow, maps it and writes the header with a random nonce. On
+ * failure chime_ring_last_error() says why. */
 CHIME_EXTERN CHIME_NODISCARD int chime_ring_create(chime_ring_t **out,
                                                    const chime_spec_t *spec,
                                                    uint32_t batch_size,
@@ -192,12 +193,19 @@ CHIME_EXTERN uint32_t chime_ring_reclaim(chime_ring_t *ring);
 CHIME_EXTERN uint32_t chime_ring_unreleased(const chime_ring_t *ring,
                                             uint32_t *slots, uint32_t max);
 
+/* Why the most recent chime_ring_create() or chime_ring_attach() on the
+ * calling thread failed ("ring header: bad magic 0", "memfd_create: Too many
+ * open files"), or "" when it succeeded: each call clears it first. The text
+ * is the calling thread's own, valid until its next create or attach. */
+CHIME_EXTERN const char *chime_ring_last_error(void);
+
 /* --- consumer side --- */
 
 /* Attaches to a ring segment created by chime_ring_create() in any process.
  * Validates every header field against fstat(fd) and the expected nonce
  * (NULL: don't check). Dups fd; the caller keeps its own. CHIME_ECORRUPT for a
- * bad header, CHIME_EPERM for a nonce mismatch. */
+ * bad header, CHIME_EPERM for a nonce mismatch; chime_ring_last_error() names
+ * the field or the call that failed. */
 CHIME_EXTERN CHIME_NODISCARD int chime_ring_attach(chime_ring_t **out, int fd,
                                                    const uint8_t nonce[16]);
 /* Takes the next published batch, in publish order. timeout_ms < 0 waits

@@ -200,8 +200,8 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
 
   rc = chime_ring_create(&s->ring, &tc->spec, open->batch_size, open->slots);
   if (rc != 0) {
-    rc = fail(err, errlen, rc, "cannot create a ring for table '%s': %s",
-              tc->name, chime_strerror(rc));
+    rc = fail(err, errlen, rc, "cannot create a ring for table '%s': %s: %s",
+              tc->name, chime_strerror(rc), chime_ring_last_error());
     goto out;
   }
   s->lay = *chime_ring_get_layout(s->ring);

@@ -50,7 +50,9 @@ out:
             w != NULL   ? chime_writer_last_error(w)
             : c != NULL ? chime_client_last_error(c)
                         : chime_strerror(rc));
-  (void)chime_writer_close(w);
+  int closed = chime_writer_close(w); /* the last flush */
+  if (rc == 0)
+    rc = closed;
   chime_client_destroy(c);
   free(sample);
   return rc;

@@ -578,7 +578,10 @@ static int chime_run(const char *addr, chime_mode_t mode, uint32_t batch_size,
     }
     if (i >= warmup)
       bytes += n;
-    chime_batch_release(s, &b);
+    if ((rc = chime_batch_release(s, &b)) != 0) {
+      snprintf(why, whylen, "release: %s", chime_strerror(rc));
+      goto out;
+    }
   }
   *gbps = (double)bytes / (chime__bench_now_s() - t0) / 1e9;
 out:
@@ -607,8 +610,10 @@ static int prefill(const char *addr, uint64_t samples) {
     fprintf(stderr, "chime-bench: prefill: %s\n",
             w != NULL ? chime_writer_last_error(w)
                       : chime_client_last_error(c));
-out:
-  (void)chime_writer_close(w);
+out:;
+  int closed = chime_writer_close(w); /* the last flush */
+  if (rc == 0)
+    rc = closed;
   chime_client_destroy(c);
   free(sample);
   return rc;

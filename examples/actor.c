@@ -127,8 +127,9 @@ int main(int argc, char **argv) {
   exit_code = acked == count ? 0 : 1;
 
 cleanup:
-  if (w)
-    (void)chime_writer_close(w);
+  /* Close flushes: when that fails, samples were lost. */
+  if (w && chime_writer_close(w) != 0 && exit_code == 0)
+    exit_code = 1;
   free(sample);
   chime_server_info_free(info);
   chime_client_destroy(c);

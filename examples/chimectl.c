@@ -25,7 +25,8 @@ static json_t *info_json(const chime_server_info_t *in) {
   for (uint32_t i = 0; i < in->ntables; i++) {
     const chime_table_info_t *t = &in->tables[i];
     char spec[4096];
-    chime_spec_format(&t->spec, spec, sizeof(spec));
+    if (chime_spec_format(&t->spec, spec, sizeof(spec)) != 0)
+      snprintf(spec, sizeof(spec), "?");
     json_array_append_new(
         tables, json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:s}", "name",
                           t->name, "spec", spec, "capacity",
@@ -59,7 +60,8 @@ static void info_text(const chime_server_info_t *in) {
   for (uint32_t i = 0; i < in->ntables; i++) {
     const chime_table_info_t *t = &in->tables[i];
     char spec[4096];
-    chime_spec_format(&t->spec, spec, sizeof(spec));
+    if (chime_spec_format(&t->spec, spec, sizeof(spec)) != 0)
+      snprintf(spec, sizeof(spec), "?");
     printf("%-16s %-8s %10" PRIu64 " %10" PRIu64 " %8" PRIu64 " %12" PRIu64
            "  %s\n",
            t->name, t->sampler, t->size, t->capacity, t->min_size,

@@ -143,7 +143,11 @@ int main(int argc, char **argv) {
     last = b.info[b.count - 1].key;
     samples += b.count;
     got++;
-    chime_batch_release(stream, &b);
+    if (chime_batch_release(stream, &b) != 0) {
+      fprintf(stderr, "chime-embedded: release: %s\n",
+              chime_stream_last_error(stream));
+      break;
+    }
   }
   printf("{\"batches\":%" PRIu64 ",\"samples\":%" PRIu64
          ",\"first_key\":%" PRIu64 ",\"last_key\":%" PRIu64

@@ -158,8 +158,7 @@ int main(int argc, char **argv) {
     if (rc) {
       verified = 0;
       exit_code = 1;
-      (void)chime_batch_release(s, &b);
-      break;
+      break; /* the batch goes back when the stream closes */
     }
     for (uint32_t l = 0; l < b.nleaves; l++)
       bytes += b.leaf[l].bytes;

@@ -315,7 +315,8 @@ static int next_until_error(chime_stream_t *s) {
     int rc = chime_stream_next(s, &b, 20000);
     if (rc)
       return rc;
-    (void)chime_batch_release(s, &b);
+    if ((rc = chime_batch_release(s, &b)) != 0)
+      return rc;
   }
   return 0;
 }
@@ -420,8 +421,50 @@ static void test_fifo_exactly_once(void **state) {
   stop(&d, c);
 }
 
+/* NULL options are the defaults everywhere: a client, a writer and a stream
+ * opened with none (the stream's batch size is then 256, its mode auto). */
+static void test_null_opts(void **state) {
+  (void)state;
+  chime__chimed_t d;
+  chime_client_t *c; /* created with NULL opts */
+  start(&d, &c);
+  chime_writer_t *w = NULL;
+  assert_int_equal(chime_writer_open(c, "f", NULL, &w), 0);
+  uint8_t sample[SAMPLE_BYTES];
+  for (uint64_t i = 0; i < 512; i++) {
+    chime__pattern_fill(&spec, chime__pattern_id(11, i), sample);
+    assert_int_equal(chime_writer_append(w, sample, sizeof(sample), 1.0), 0);
+  }
+  assert_int_equal(chime_writer_close(w), 0);
+
+  chime_stream_t *s = NULL;
+  int rc = chime_stream_open(c, "f", NULL, &s);
+  if (rc)
+    fail_msg("open: %s", chime_client_last_error(c));
+  assert_int_equal(chime_stream_mode(s), CHIME_MODE_SHM); /* auto, same host */
+  for (int i = 0; i < 2; i++) {
+    chime_batch_t b;
+    char err[256];
+    assert_int_equal(chime_stream_next(s, &b, 20000), 0);
+    assert_int_equal(b.count, 256);
+    assert_int_equal(chime__pattern_verify(&b, NULL, err, sizeof(err)), 0);
+    assert_int_equal(chime_batch_release(s, &b), 0);
+  }
+  chime_stream_local_stats_t ls;
+  assert_int_equal(chime_stream_get_stats(s, &ls), 0);
+  assert_int_equal(ls.batches, 2);
+  chime_stream_close(s);
+
+  /* Still no defaults for the object or the table. */
+  assert_int_equal(chime_stream_open(c, NULL, NULL, &s), CHIME_EINVAL);
+  assert_int_equal(chime_stream_open(c, "f", NULL, NULL), CHIME_EINVAL);
+  assert_int_equal(chime_writer_open(c, "f", NULL, NULL), CHIME_EINVAL);
+  stop(&d, c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test_teardown(test_null_opts, teardown_each),
       cmocka_unit_test_teardown(test_writer, teardown_each),
       cmocka_unit_test_teardown(test_writer_small_fifo, teardown_each),
       cmocka_unit_test_teardown(test_auto_fallback, teardown_each),

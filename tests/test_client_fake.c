@@ -1,7 +1,9 @@
 /* The client against a scripted, misbehaving server (gRPC C core, in this
  * process): what the server says is untrusted input. A wrong layout, an answer
  * that is not Opened, batches beyond the credits given, a shutdown notice,
- * a handoff socket nobody listens on (auto falls back to stream), and Insert
+ * a handoff socket nobody listens on (auto falls back to stream), a handoff
+ * that passes a ring with a bad header (the attach error reaches the caller
+ * word for word), and Insert
  * acks that do not match their request each give a clear error or the
  * documented behaviour, never a crash. */
 #include <setjmp.h>
@@ -10,11 +12,15 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "client/internal.h"
@@ -31,6 +37,7 @@ typedef enum {
   FAKE_OVER_CREDIT, /* SLOTS batches against SLOTS - 1 credits */
   FAKE_NOTICE,      /* one batch, then "shutting down" */
   FAKE_NO_HANDOFF,  /* shm Opened whose socket nobody listens on */
+  FAKE_BAD_RING,    /* shm Opened; the handoff passes a ring of zeros */
   FAKE_BAD_CHUNK,   /* a chunk whose total is wrong */
   FAKE_ACK_COUNT,   /* Insert: the second ack claims one sample more */
   FAKE_ACK_KEYS,    /* Insert: the second ack reuses the first one's keys */
@@ -47,6 +54,9 @@ static struct {
   int subscribes; /* Subscribe calls seen */
   int last_open_mode;
   char boot_id[64], host[256];
+  int ring_listen;    /* FAKE_BAD_RING's handoff socket */
+  char ring_sock[64]; /* its "@name" */
+  pthread_t ring_thread;
 } fake;
 
 static void *TAG_NEW = (void *)1, *TAG_OP = (void *)2, *TAG_DONE = (void *)3;
@@ -206,7 +216,8 @@ static void serve_subscribe(grpc_call *call, grpc_byte_buffer *first) {
   l.send_bytes = send_bytes;
   uint8_t token[16] = {0}, nonce[16] = {0};
   Chime__V1__Handoff h = CHIME__V1__HANDOFF__INIT;
-  h.socket_path = "@chime-fake-nobody-listens";
+  h.socket_path = fake.script == FAKE_BAD_RING ? fake.ring_sock
+                                               : "@chime-fake-nobody-listens";
   h.token.data = token;
   h.token.len = 16;
   h.nonce.data = nonce;
@@ -329,6 +340,72 @@ static void *fake_main(void *arg) {
   return NULL;
 }
 
+/* FAKE_BAD_RING's handoff: whatever the token, answers 0 and passes a
+ * sealed memfd of zeros (no ring header) until the socket is shut down. */
+static void *bad_ring_main(void *arg) {
+  (void)arg;
+  for (;;) {
+    int conn = accept(fake.ring_listen, NULL, NULL);
+    if (conn < 0)
+      break;
+    uint8_t req[24]; /* "CHIMEHO1" + a 16-byte token */
+    size_t got = 0;
+    while (got < sizeof(req)) {
+      ssize_t k = read(conn, req + got, sizeof(req) - got);
+      if (k <= 0)
+        break;
+      got += (size_t)k;
+    }
+    int fd = memfd_create("fake-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd >= 0 && ftruncate(fd, 1 << 20) == 0 &&
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0) {
+      uint8_t status[4] = {0};
+      union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int))];
+      } ctrl;
+      memset(&ctrl, 0, sizeof(ctrl));
+      struct iovec iov = {status, sizeof(status)};
+      struct msghdr msg;
+      memset(&msg, 0, sizeof(msg));
+      msg.msg_iov = &iov;
+      msg.msg_iovlen = 1;
+      msg.msg_control = ctrl.buf;
+      msg.msg_controllen = sizeof(ctrl.buf);
+      struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int));
+      memcpy(CMSG_DATA(c), &fd, sizeof(int));
+      if (sendmsg(conn, &msg, MSG_NOSIGNAL) != (ssize_t)sizeof(status))
+        fprintf(stderr, "fake handoff: sendmsg failed\n");
+    }
+    if (fd >= 0)
+      close(fd);
+    close(conn);
+  }
+  return NULL;
+}
+
+static int bad_ring_start(void) {
+  snprintf(fake.ring_sock, sizeof(fake.ring_sock), "@chime-fake-bad-ring-%d",
+           (int)getpid());
+  struct sockaddr_un addr;
+  memset(&addr, 0, sizeof(addr));
+  addr.sun_family = AF_UNIX;
+  size_t n = strlen(fake.ring_sock);
+  memcpy(addr.sun_path, fake.ring_sock, n);
+  addr.sun_path[0] = '\0'; /* abstract */
+  fake.ring_listen = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fake.ring_listen < 0 ||
+      bind(fake.ring_listen, (struct sockaddr *)&addr,
+           (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n)) != 0 ||
+      listen(fake.ring_listen, 4) != 0)
+    return -1;
+  return pthread_create(&fake.ring_thread, NULL, bad_ring_main, NULL) == 0 ? 0
+                                                                           : -1;
+}
+
 static int fake_start(void **state) {
   (void)state;
   grpc_init();
@@ -345,6 +422,8 @@ static int fake_start(void **state) {
     return -1;
   snprintf(fake.addr, sizeof(fake.addr), "127.0.0.1:%d", port);
   grpc_server_start(fake.server);
+  if (bad_ring_start() != 0)
+    return -1;
   return pthread_create(&fake.thread, NULL, fake_main, NULL) == 0 ? 0 : -1;
 }
 
@@ -361,6 +440,9 @@ static int fake_stop(void **state) {
   grpc_server_destroy(fake.server);
   grpc_completion_queue_destroy(fake.cq);
   sem_destroy(&fake.go);
+  shutdown(fake.ring_listen, SHUT_RDWR); /* ends bad_ring_main's accept */
+  pthread_join(fake.ring_thread, NULL);
+  close(fake.ring_listen);
   grpc_shutdown_blocking();
   return 0;
 }
@@ -503,6 +585,32 @@ static void test_auto_falls_back_when_handoff_fails(void **state) {
   chime_client_destroy(c);
 }
 
+/* The ring the handoff passes has no header: the attach's own reason (not
+ * just "corrupt") is the fallback reason in auto mode, and the open's error
+ * in shm mode. */
+static void test_bad_ring_detail_reaches_caller(void **state) {
+  (void)state;
+  chime_client_t *c;
+  chime_stream_t *s;
+  assert_int_equal(open_as(FAKE_BAD_RING, CHIME_MODE_AUTO, &c, &s), 0);
+  assert_int_equal(chime_stream_mode(s), CHIME_MODE_STREAM);
+  const char *why = chime_stream_fallback_reason(s);
+  assert_non_null(why);
+  if (!strstr(why, "shm attach failed: ring attach:") ||
+      !strstr(why, "bad magic"))
+    fail_msg("fallback reason: '%s'", why);
+  chime_stream_close(s);
+  chime_client_destroy(c);
+
+  assert_int_equal(open_as(FAKE_BAD_RING, CHIME_MODE_SHM, &c, &s),
+                   CHIME_ECORRUPT);
+  assert_null(s);
+  const char *e = chime_client_last_error(c);
+  if (!strstr(e, "ring attach:") || !strstr(e, "bad magic"))
+    fail_msg("last error: '%s'", e);
+  chime_client_destroy(c);
+}
+
 /* Two requests of two samples: the first ack is true, the second breaks the
  * script's rule. The writer must refuse it and keep counting only the first. */
 static void expect_bad_second_ack(fake_script_t script, const char *why) {
@@ -563,6 +671,7 @@ int main(void) {
       cmocka_unit_test(test_bad_chunk),
       cmocka_unit_test(test_notice),
       cmocka_unit_test(test_auto_falls_back_when_handoff_fails),
+      cmocka_unit_test(test_bad_ring_detail_reaches_caller),
       cmocka_unit_test(test_ack_wrong_count),
       cmocka_unit_test(test_ack_reused_keys),
       cmocka_unit_test(test_ack_repeated_id),

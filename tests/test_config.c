@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "chime/errors.h"
+#include "chime/chime.h"
 #include "server/config.h"
 
 static chime__config_t cfg;
@@ -124,8 +124,24 @@ static void test_mistakes(void **state) {
   expect_bad("{\"listen\":\"a\",\"listen\":\"b\"," TA "}", "duplicate");
 }
 
+/* NULL options are the built-in default config, and err may be NULL too. */
+static void test_server_null_opts(void **state) {
+  (void)state;
+  chime_server_t *srv = NULL;
+  char err[256] = "x";
+  assert_int_equal(chime_server_create(&srv, NULL, err, sizeof(err)), 0);
+  assert_non_null(srv);
+  assert_string_equal(err, "");
+  chime_server_destroy(srv);
+  srv = NULL;
+  assert_int_equal(chime_server_create(&srv, NULL, NULL, 0), 0);
+  chime_server_destroy(srv);
+  assert_int_equal(chime_server_create(NULL, NULL, NULL, 0), CHIME_EINVAL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_server_null_opts),
       cmocka_unit_test(test_default),
       cmocka_unit_test(test_full),
       cmocka_unit_test(test_example_file),

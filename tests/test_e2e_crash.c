@@ -247,7 +247,7 @@ static void test_chimed_killed(void **state) {
     }
     assert_int_equal(chime__pattern_verify(&held[m], NULL, err, sizeof(err)),
                      0);
-    (void)chime_batch_release(s[m], &held[m]);
+    assert_int_equal(chime_batch_release(s[m], &held[m]), 0);
     chime_stream_close(s[m]);
     free(copy[m]);
   }

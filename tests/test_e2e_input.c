@@ -232,7 +232,7 @@ static void test_bad_priorities(void **state) {
                    CHIME_EINVAL);
   assert_int_equal(chime_writer_append(w, sample, sizeof(sample), 0.5), 0);
   assert_int_equal(chime_writer_flush(w), 0);
-  chime_writer_close(w);
+  assert_int_equal(chime_writer_close(w), 0);
   chime_client_destroy(c);
 }
 

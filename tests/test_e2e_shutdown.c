@@ -136,7 +136,8 @@ static void *writer_main(void *arg) {
     snprintf(w->err, sizeof(w->err), "%s", chime_writer_last_error(wr));
     w->acked = chime_writer_acked(wr);
   }
-  (void)chime_writer_close(wr);
+  int closed = chime_writer_close(wr); /* the server is gone: w->rc says */
+  (void)closed;
   chime_client_destroy(c);
   return NULL;
 }
@@ -304,7 +305,7 @@ static void test_sigterm(void **state) {
       chime_batch_t b;
       rc = chime_stream_next(s[k], &b, 30000);
       if (rc == 0)
-        (void)chime_batch_release(s[k], &b);
+        rc = chime_batch_release(s[k], &b);
     }
     if (rc != CHIME_ESHUTDOWN)
       fail_msg("%s learner: %s (%s)", k ? "stream" : "shm", chime_err_name(rc),

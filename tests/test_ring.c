@@ -306,10 +306,16 @@ static void test_create_rejects(void **state) {
   assert_int_equal(chime_spec_parse(&spec, SPEC, NULL, 0), 0);
   assert_int_equal(chime_ring_create(&ring, &spec, 0, 4), CHIME_EINVAL);
   assert_null(ring);
+  /* The reason stays with the calling thread until its next create. */
+  assert_non_null(strstr(chime_ring_last_error(), "batch"));
   assert_int_equal(chime_ring_create(&ring, &spec, 4, 1), CHIME_EINVAL);
+  assert_non_null(strstr(chime_ring_last_error(), "slot count 1"));
   assert_int_equal(chime_ring_create(&ring, &empty, 4, 4), CHIME_EINVAL);
   assert_int_equal(chime_ring_create(NULL, &spec, 4, 4), CHIME_EINVAL);
   assert_int_equal(chime_ring_create(&ring, NULL, 4, 4), CHIME_EINVAL);
+  assert_int_equal(chime_ring_create(&ring, &spec, 4, 4), 0);
+  assert_string_equal(chime_ring_last_error(), ""); /* cleared by success */
+  chime_ring_destroy(ring);
 }
 
 static void test_timeouts(void **state) {

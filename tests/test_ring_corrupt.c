@@ -139,8 +139,8 @@ static void expect_corrupt(fixture_t *f, const char *what, mutate_fn fn,
     fail_msg("%s (%#llx): attach returned %s, expected CHIME_ECORRUPT", what,
              (unsigned long long)arg, chime_err_name(rc));
   /* The reason is kept for the caller's error message. */
-  if (strstr(chime__ring_last_error(), "ring") == NULL)
-    fail_msg("%s: no reason given ('%s')", what, chime__ring_last_error());
+  if (strstr(chime_ring_last_error(), "ring") == NULL)
+    fail_msg("%s: no reason given ('%s')", what, chime_ring_last_error());
 }
 
 static void test_pristine_copy_attaches(void **state) {
@@ -156,14 +156,14 @@ static void test_each_field(void **state) {
   const uint64_t big = UINT64_MAX, len = f->len;
 
   expect_corrupt(f, "magic", m_magic, 1);
-  assert_non_null(strstr(chime__ring_last_error(), "magic"));
+  assert_non_null(strstr(chime_ring_last_error(), "magic"));
   expect_corrupt(f, "magic", m_magic, big);
   expect_corrupt(f, "version", m_version, 0);
   expect_corrupt(f, "version", m_version, CHIME_RING_VERSION + 1);
   expect_corrupt(f, "header_bytes", m_header_bytes, h->header_bytes + 8);
   expect_corrupt(f, "header_bytes", m_header_bytes, 0);
   expect_corrupt(f, "total_bytes", m_total, len + 4096);
-  assert_non_null(strstr(chime__ring_last_error(), "segment has"));
+  assert_non_null(strstr(chime_ring_last_error(), "segment has"));
   expect_corrupt(f, "total_bytes", m_total, len - 4096);
   expect_corrupt(f, "total_bytes", m_total, big);
   expect_corrupt(f, "total_bytes", m_total, 0);

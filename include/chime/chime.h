@@ -21,7 +21,10 @@
  *   chime_client_destroy(c);
  *
  * Every call returns 0 or a negative CHIME_E* code (chime/errors.h); a sentence
- * about the last failure of an object is in chime_*_last_error().
+ * about the last failure of an object is in chime_*_last_error(). Fallible
+ * calls are CHIME_NODISCARD. Options structs start from their
+ * CHIME_*_OPTS_INIT (designated, so new fields keep their defaults), and a
+ * NULL options pointer means exactly those defaults.
  *
  * Thread safety: a client may be shared by threads (each writer and stream is
  * used by one thread at a time). A stream's next and release must be called
@@ -207,7 +210,7 @@ CHIME_EXTERN const char *chime_writer_last_error(const chime_writer_t *writer);
  * One timeout bounds it: after a flush or append that timed out with no ack
  * since (e.g. a hung server), close does not wait again and returns
  * CHIME_ETIMEDOUT at once. */
-CHIME_EXTERN int chime_writer_close(chime_writer_t *writer);
+CHIME_EXTERN CHIME_NODISCARD int chime_writer_close(chime_writer_t *writer);
 
 /* ---------------------------------------------------------------- stream */
 
@@ -219,8 +222,10 @@ typedef enum {
 
 typedef struct chime_stream_s chime_stream_t;
 
+/* NULL options are CHIME_STREAM_OPTS_INIT. A zero slots, prefetch or
+ * open_timeout_ms means its default; a zero batch_size is CHIME_EINVAL. */
 typedef struct {
-  uint32_t batch_size; /* samples per batch; required */
+  uint32_t batch_size; /* samples per batch; default 256 */
   uint32_t slots;      /* ring slots; default 8 */
   chime_mode_t mode;   /* default CHIME_MODE_AUTO */
   uint32_t prefetch;   /* stream mode: batches in flight; default slots - 1 */
@@ -228,7 +233,10 @@ typedef struct {
   int pin_host_memory; /* page-lock this process's view of the ring */
 } chime_stream_opts_t;
 #define CHIME_STREAM_OPTS_INIT                                                 \
-  { 0, 8, CHIME_MODE_AUTO, 0, 10000, 0 }
+  {                                                                            \
+    .batch_size = 256, .slots = 8, .mode = CHIME_MODE_AUTO, .prefetch = 0,     \
+    .open_timeout_ms = 10000, .pin_host_memory = 0                             \
+  }
 
 /* One leaf of a batch: a [count, *shape] array, contiguous. */
 typedef struct {
@@ -274,8 +282,8 @@ CHIME_EXTERN CHIME_NODISCARD int
 chime_stream_next(chime_stream_t *stream, chime_batch_t *out, int timeout_ms);
 /* Gives a batch back, in any order. In stream mode this also returns a credit
  * to the server. Call from the thread that calls next. */
-CHIME_EXTERN int chime_batch_release(chime_stream_t *stream,
-                                     const chime_batch_t *batch);
+CHIME_EXTERN CHIME_NODISCARD int
+chime_batch_release(chime_stream_t *stream, const chime_batch_t *batch);
 CHIME_EXTERN chime_mode_t chime_stream_mode(const chime_stream_t *stream);
 /* NULL when the requested mode was used; else why auto fell back. */
 CHIME_EXTERN const char *
@@ -297,8 +305,9 @@ typedef struct {
 } chime_stream_local_stats_t;
 
 /* Fills *out; call from the thread that calls next. */
-CHIME_EXTERN int chime_stream_get_stats(const chime_stream_t *stream,
-                                        chime_stream_local_stats_t *out);
+CHIME_EXTERN CHIME_NODISCARD int
+chime_stream_get_stats(const chime_stream_t *stream,
+                       chime_stream_local_stats_t *out);
 /* Ends the Subscribe call (the server reclaims the ring) and unmaps: batches
  * still held become invalid. NULL-safe. */
 CHIME_EXTERN void chime_stream_close(chime_stream_t *stream);
@@ -316,7 +325,7 @@ typedef struct {
   int pin_host_memory;     /* -1: as configured, 0 off, 1 on */
 } chime_server_opts_t;
 #define CHIME_SERVER_OPTS_INIT                                                 \
-  { NULL, NULL, -1 }
+  { .config_path = NULL, .listen = NULL, .pin_host_memory = -1 }
 
 /* Builds tables and the handoff socket from the config; serves nothing yet.
  * With pinning on it loads the CUDA runtime first: an err of CHIME_PIN_ERRLEN

@@ -86,8 +86,8 @@ CHIME_EXTERN CHIME_NODISCARD int chime_spec_parse(chime_spec_t *spec,
                                                   const char *text, char *err,
                                                   size_t errlen);
 /* Writes the canonical text form of spec into buf ("obs:f32[64],..."). */
-CHIME_EXTERN int chime_spec_format(const chime_spec_t *spec, char *buf,
-                                   size_t len);
+CHIME_EXTERN CHIME_NODISCARD int chime_spec_format(const chime_spec_t *spec,
+                                                   char *buf, size_t len);
 /* Checks names (non-empty, unique, [A-Za-z0-9_./-]), dtypes, dims (each > 0)
  * and that every size fits in 64 bits. err as for chime_spec_parse. */
 CHIME_EXTERN CHIME_NODISCARD int chime_spec_validate(const chime_spec_t *spec,
@@ -171,7 +171,8 @@ typedef struct {
 CHIME_EXTERN CHIME_NODISCARD int
 chime_ring_bytes(const chime_ring_layout_t *layout, uint64_t *out);
 /* Creates a memfd segment sized for spec/batch_size/slots, seals it against
- * shrink and grow, maps it and writes the header with a random nonce. */
+ * shrink and grow, maps it and writes the header with a random nonce. On
+ * failure chime_ring_last_error() says why. */
 CHIME_EXTERN CHIME_NODISCARD int chime_ring_create(chime_ring_t **out,
                                                    const chime_spec_t *spec,
                                                    uint32_t batch_size,
@@ -190,8 +191,8 @@ CHIME_EXTERN CHIME_NODISCARD int chime_ring_try_acquire(chime_ring_t *ring,
                                                         uint32_t **bell,
                                                         uint32_t *bell_val);
 /* Publishes the slot taken by chime_ring_acquire(); returns its seq in *seq. */
-CHIME_EXTERN int chime_ring_publish(chime_ring_t *ring, uint32_t slot,
-                                    uint64_t *seq);
+CHIME_EXTERN CHIME_NODISCARD int
+chime_ring_publish(chime_ring_t *ring, uint32_t slot, uint64_t *seq);
 /* Gives back a slot taken by acquire without publishing it. */
 CHIME_EXTERN void chime_ring_abandon(chime_ring_t *ring, uint32_t slot);
 /* Sets the sticky shutdown flag and wakes every waiter on both sides. */
@@ -206,12 +207,19 @@ CHIME_EXTERN uint32_t chime_ring_reclaim(chime_ring_t *ring);
 CHIME_EXTERN uint32_t chime_ring_unreleased(const chime_ring_t *ring,
                                             uint32_t *slots, uint32_t max);
 
+/* Why the most recent chime_ring_create() or chime_ring_attach() on the
+ * calling thread failed ("ring header: bad magic 0", "memfd_create: Too many
+ * open files"), or "" when it succeeded: each call clears it first. The text
+ * is the calling thread's own, valid until its next create or attach. */
+CHIME_EXTERN const char *chime_ring_last_error(void);
+
 /* --- consumer side --- */
 
 /* Attaches to a ring segment created by chime_ring_create() in any process.
  * Validates every header field against fstat(fd) and the expected nonce
  * (NULL: don't check). Dups fd; the caller keeps its own. CHIME_ECORRUPT for a
- * bad header, CHIME_EPERM for a nonce mismatch. */
+ * bad header, CHIME_EPERM for a nonce mismatch; chime_ring_last_error() names
+ * the field or the call that failed. */
 CHIME_EXTERN CHIME_NODISCARD int chime_ring_attach(chime_ring_t **out, int fd,
                                                    const uint8_t nonce[16]);
 /* Takes the next published batch, in publish order. timeout_ms < 0 waits
@@ -223,7 +231,8 @@ CHIME_EXTERN CHIME_NODISCARD int
 chime_ring_next(chime_ring_t *ring, chime_ring_view_t *out, int timeout_ms);
 /* Gives back a slot taken by chime_ring_next(), in any order. CHIME_EINVAL for
  * a slot that is not held. */
-CHIME_EXTERN int chime_ring_release(chime_ring_t *ring, uint32_t slot);
+CHIME_EXTERN CHIME_NODISCARD int chime_ring_release(chime_ring_t *ring,
+                                                    uint32_t slot);
 /* Wakes a consumer blocked in chime_ring_next() in this process so it returns
  * CHIME_EDISCONNECTED once chime_ring_set_disconnected() was called. Used by
  * the client when its control channel dies. */

@@ -424,7 +424,8 @@ static int attach_shm(chime_stream_t *s, const Chime__V1__Opened *op,
   rc = chime_ring_attach(&s->ring, fd, h->nonce.data);
   close(fd);
   if (rc)
-    return chime__fail(err, errlen, rc, "ring attach: %s", chime_strerror(rc));
+    return chime__fail(err, errlen, rc, "ring attach: %s: %s",
+                       chime_strerror(rc), chime_ring_last_error());
   const chime_ring_layout_t *got = chime_ring_get_layout(s->ring);
   if (got->slot_bytes != s->layout.slot_bytes ||
       got->slots != s->layout.slots ||
@@ -458,7 +459,8 @@ static int open_mode(chime_stream_t *s, chime_mode_t mode,
   } else {
     rc = chime_ring_create(&s->ring, &s->spec, o->batch_size, o->slots);
     if (rc)
-      chime__fail(err, errlen, rc, "local ring: %s", chime_strerror(rc));
+      chime__fail(err, errlen, rc, "local ring: %s: %s", chime_strerror(rc),
+                  chime_ring_last_error());
     s->remote.ring = s->ring;
     s->remote.send_bytes = s->send_bytes;
     s->remote.slot_seq = calloc(o->slots, sizeof(uint64_t));
@@ -496,10 +498,11 @@ int chime_stream_open(chime_client_t *client, const char *table,
   chime_table_info_t ti;
   chime_stream_t *s = NULL;
   int rc = 0;
-  if (!client || !table || !opts || !out)
+  if (!client || !table || !out)
     return CHIME_EINVAL;
   *out = NULL;
-  o = *opts;
+  if (opts)
+    o = *opts;
   if (o.slots == 0)
     o.slots = 8;
   if (o.open_timeout_ms <= 0)

@@ -434,13 +434,14 @@ static void describe_size(const chime_writer_t *w, size_t len, char *buf,
     if (len < off + b) {
       char shape[128];
       chime_spec_t one = {1, {*l}};
-      chime_spec_format(&one, shape, sizeof(shape));
+      const char *dims = chime_spec_format(&one, shape, sizeof(shape)) == 0
+                             ? strchr(shape, ':') + 1
+                             : "?";
       snprintf(buf, buflen,
                "insert into '%s': leaf '%s' (%s, %" PRIu64
                " bytes at offset %" PRIu64 ") does not fit: expected %" PRIu64
                " bytes per sample, got %zu",
-               w->table, l->name, strchr(shape, ':') + 1, b, off,
-               w->sample_bytes, len);
+               w->table, l->name, dims, b, off, w->sample_bytes, len);
       return;
     }
     off += b;
@@ -535,7 +536,8 @@ int chime_writer_open(chime_client_t *client, const char *table,
 cleanup:
   if (w) {
     w->failed = rc;
-    chime_writer_close(w);
+    int closed = chime_writer_close(w); /* rc, as w->failed says */
+    (void)closed;
   }
   if (rc)
     chime__client_set_error(client, rc, err);

@@ -198,29 +198,34 @@ int chime_ring_create(chime_ring_t **out, const chime_spec_t *spec,
   char why[160];
   int rc;
 
+  chime__ring_clear_error();
   if (out == NULL || spec == NULL)
-    return CHIME_EINVAL;
+    return chime__ring_fail(CHIME_EINVAL, "ring create: no out or spec");
   *out = NULL;
   ring = calloc(1, sizeof(*ring));
   if (ring == NULL)
-    return CHIME_ENOMEM;
+    return chime__ring_fail(CHIME_ENOMEM, "ring create: out of memory");
   ring->seg.fd = -1;
   ring->spin_ns[SIDE_PRODUCER] = CHIME_RING_SPIN_MIN_NS;
   ring->spin_ns[SIDE_CONSUMER] = CHIME_RING_SPIN_MIN_NS;
   rc = chime_ring_layout(&ring->layout, spec, batch_size, slots, why,
                          sizeof(why));
-  if (rc != 0)
+  if (rc != 0) {
+    chime__ring_fail(rc, "ring layout: %s", why);
     goto out;
+  }
   rc = chime__ring_regions(&ring->layout, page, &regions);
-  if (rc != 0)
+  if (rc != 0) {
+    chime__ring_fail(rc, "ring regions: %s", chime_strerror(rc));
     goto out;
+  }
   ring->pub_per_slot = calloc(slots, sizeof(*ring->pub_per_slot));
   ring->last_seq = calloc(slots, sizeof(*ring->last_seq));
   ring->acquired = calloc(slots, 1);
   ring->held = calloc(slots, 1);
   if (ring->pub_per_slot == NULL || ring->last_seq == NULL ||
       ring->acquired == NULL || ring->held == NULL) {
-    rc = CHIME_ENOMEM;
+    rc = chime__ring_fail(CHIME_ENOMEM, "ring create: out of memory");
     goto out;
   }
   rc = chime__segment_create(&ring->seg, spec, &ring->layout, &regions, page);
@@ -439,12 +444,13 @@ int chime_ring_attach(chime_ring_t **out, int fd, const uint8_t nonce[16]) {
   chime_ring_t *ring = NULL;
   int rc;
 
+  chime__ring_clear_error();
   if (out == NULL)
-    return CHIME_EINVAL;
+    return chime__ring_fail(CHIME_EINVAL, "ring attach: no out");
   *out = NULL;
   ring = calloc(1, sizeof(*ring));
   if (ring == NULL)
-    return CHIME_ENOMEM;
+    return chime__ring_fail(CHIME_ENOMEM, "ring attach: out of memory");
   ring->seg.fd = -1;
   ring->consumer = 1;
   ring->spin_ns[SIDE_CONSUMER] = CHIME_RING_SPIN_MIN_NS;
@@ -454,7 +460,7 @@ int chime_ring_attach(chime_ring_t **out, int fd, const uint8_t nonce[16]) {
   memcpy(ring->nonce, ring->seg.hdr->nonce, sizeof(ring->nonce));
   ring->held = calloc(ring->layout.slots, 1);
   if (ring->held == NULL) {
-    rc = CHIME_ENOMEM;
+    rc = chime__ring_fail(CHIME_ENOMEM, "ring attach: out of memory");
     goto out;
   }
   *out = ring;

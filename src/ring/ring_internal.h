@@ -127,8 +127,11 @@ int chime__segment_attach(chime__segment_t *seg, int fd,
                           const uint8_t nonce[16], chime_spec_t *spec,
                           chime_ring_layout_t *layout);
 void chime__segment_close(chime__segment_t *seg);
-/* Why the last create or attach on this thread failed ("" if it did not). */
-const char *chime__ring_last_error(void);
+/* chime_ring_last_error()'s thread-local text: cleared as create and attach
+ * begin, set by chime__ring_fail(), which returns rc. */
+void chime__ring_clear_error(void);
+int chime__ring_fail(int rc, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /* --- hooks for pin.c --- */
 

@@ -19,20 +19,24 @@
 
 static _Thread_local char last_error[256];
 
-const char *chime__ring_last_error(void) {
+const char *chime_ring_last_error(void) {
   return last_error;
 }
 
-static int fail(int rc, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+void chime__ring_clear_error(void) {
+  last_error[0] = '\0';
+}
 
-static int fail(int rc, const char *fmt, ...) {
+int chime__ring_fail(int rc, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(last_error, sizeof(last_error), fmt, ap);
   va_end(ap);
   return rc;
 }
+
+/* The short name this file uses for it. */
+#define fail chime__ring_fail
 
 uint64_t chime__page_size(void) {
   long p = sysconf(_SC_PAGESIZE);
@@ -233,7 +237,7 @@ int chime__segment_attach(chime__segment_t *seg, int fd,
 
   memset(seg, 0, sizeof(*seg));
   seg->fd = -1;
-  last_error[0] = '\0';
+  chime__ring_clear_error();
   if (fd < 0 || fstat(fd, &st) != 0) {
     rc = fail(CHIME_EINVAL, "ring fd is not an open file");
     goto out;

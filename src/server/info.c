@@ -112,7 +112,8 @@ static void info_on_start(chime__call_t *c) {
     chime__leaf_msgs(&tc->spec, tm[i].leaves, tm[i].lp);
     tm[i].info.n_spec = tc->spec.nleaves;
     tm[i].info.spec = tm[i].lp;
-    chime_spec_format(&tc->spec, tm[i].text, sizeof(tm[i].text));
+    if (chime_spec_format(&tc->spec, tm[i].text, sizeof(tm[i].text)) != 0)
+      tm[i].text[0] = '\0'; /* no truncated spec text */
     tm[i].info.spec_text = tm[i].text;
     tm[i].info.capacity = tc->capacity;
     tm[i].info.size = ts.size;

@@ -176,8 +176,8 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
 
   rc = chime_ring_create(&s->ring, &tc->spec, open->batch_size, open->slots);
   if (rc != 0) {
-    rc = fail(err, errlen, rc, "cannot create a ring for table '%s': %s",
-              tc->name, chime_strerror(rc));
+    rc = fail(err, errlen, rc, "cannot create a ring for table '%s': %s: %s",
+              tc->name, chime_strerror(rc), chime_ring_last_error());
     goto out;
   }
   s->lay = *chime_ring_get_layout(s->ring);
@@ -330,7 +330,8 @@ static chime__fill_t stream_fill(chime__fill_job_t *j, chime__fill_wait_t *w) {
     chime_ring_abandon(s->ring, ws.slot);
     return rc == CHIME_EBUSY ? CHIME__FILL_WAIT_ITEMS : retire(s);
   }
-  chime_ring_publish(s->ring, ws.slot, &seq);
+  rc = chime_ring_publish(s->ring, ws.slot, &seq); /* cannot fail: acquired */
+  (void)rc;
   if (s->mode == CHIME_MODE_STREAM)
     chime__sender_send_ready(&s->sender);
   return CHIME__FILL_AGAIN;

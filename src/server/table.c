@@ -1,8 +1,9 @@
 /* Replay table storage. Items live in one preallocated mapping, leaf-major
  * (one array per leaf, indexed by the item's position in a circular buffer),
  * so a fifo batch is one memcpy per leaf per contiguous run and nothing on the
- * insert or sample path allocates. Copies happen under the table lock: the
- * copy is the work, and holding the lock keeps eviction from racing it. */
+ * insert or sample path allocates. A sampler chooses its rows under the
+ * table lock and copies them without it: the rows are pinned meanwhile,
+ * and an insert that would overwrite a pinned row waits for it. */
 #include "server/table.h"
 
 #include <stdlib.h>
@@ -34,12 +35,15 @@ struct chime__table_s {
   uint64_t *itime;
   uint32_t *times;
   double *prio;
+  uint32_t *pins; /* samplers copying the row right now, without the lock */
   void *map;
   size_t map_len;
 
   pthread_mutex_t mu;
   pthread_cond_t space;
   pthread_cond_t items;
+  pthread_cond_t unpinned; /* an insert waits for a pinned row */
+  int pin_waiters;
   uint64_t head; /* position of the oldest item, free-running */
   uint64_t count;
   returned_t *ret_head, *ret_tail; /* fifo: given back, sampled first */
@@ -88,7 +92,7 @@ int chime__table_create(chime__table_t **out,
   }
   size_t meta_off = len;
   len += align64(cap * sizeof(uint64_t)) * 2 + align64(cap * sizeof(double)) +
-         align64(cap * sizeof(uint32_t));
+         align64(cap * sizeof(uint32_t)) * 2;
   /* Anonymous memory: pages are only committed once items land in them. */
   t->map = mmap(NULL, len, PROT_READ | PROT_WRITE,
                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -114,11 +118,14 @@ int chime__table_create(chime__table_t **out,
   t->prio = (double *)p;
   p += align64(cap * sizeof(double));
   t->times = (uint32_t *)p;
+  p += align64(cap * sizeof(uint32_t));
+  t->pins = (uint32_t *)p;
   t->next_key = 1;
   t->rng = now_ns(CLOCK_MONOTONIC) | 1u;
   pthread_mutex_init(&t->mu, NULL);
   pthread_cond_init(&t->space, NULL);
   pthread_cond_init(&t->items, NULL);
+  pthread_cond_init(&t->unpinned, NULL);
   *out = t;
   t = NULL;
 out:
@@ -140,6 +147,7 @@ void chime__table_destroy(chime__table_t *t) {
   pthread_mutex_destroy(&t->mu);
   pthread_cond_destroy(&t->space);
   pthread_cond_destroy(&t->items);
+  pthread_cond_destroy(&t->unpinned);
   if (t->map != NULL)
     munmap(t->map, t->map_len);
   chime__dedupe_destroy(t->dedupe);
@@ -249,6 +257,19 @@ static void cursor_read(cursor_t *c, uint8_t *dst, uint64_t n) {
   }
 }
 
+/* Whether an insert of count samples would write a row a sampler is still
+ * copying: the rows from head + count on (all of them past the capacity;
+ * eviction moves head and count, not where the next row goes). */
+static int rows_pinned(const chime__table_t *t, uint32_t count) {
+  uint64_t cap = t->cfg.capacity;
+  uint64_t n = count < cap ? count : cap;
+  uint64_t pos = t->head + t->count;
+  for (uint64_t j = 0; j < n; j++)
+    if (t->pins[(pos + j) % cap] != 0)
+      return 1;
+  return 0;
+}
+
 static int insert_spans(chime__table_t *t, const chime__span_t *spans,
                         size_t nspans, uint32_t count, const double *priorities,
                         uint64_t *first_key, const atomic_int *abort,
@@ -288,8 +309,11 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
       rc = 0;
     }
     /* Items given back count against the capacity until taken again. */
-    if (!fifo || (t->count + t->nreturned <= cap &&
-                  cap - t->count - t->nreturned >= count))
+    int room = !fifo || (t->count + t->nreturned <= cap &&
+                         cap - t->count - t->nreturned >= count);
+    /* A row a sampler is copying is not overwritten meanwhile. */
+    int pinned = room && rows_pinned(t, count);
+    if (room && !pinned)
       break;
     if (abort != NULL && atomic_load(abort)) {
       rc = CHIME_ESHUTDOWN;
@@ -299,7 +323,13 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
       rc = CHIME_EBUSY;
       goto out;
     }
-    wait_timed(&t->space, &t->mu, &t->insert_wait_ns);
+    if (pinned) {
+      t->pin_waiters++;
+      wait_timed(&t->unpinned, &t->mu, &t->insert_wait_ns);
+      t->pin_waiters--;
+    } else {
+      wait_timed(&t->space, &t->mu, &t->insert_wait_ns);
+    }
   }
   uint64_t key0 = t->next_key;
   t->next_key += count;
@@ -389,53 +419,97 @@ static void take_returned(chime__table_t *t, chime_ring_wslot_t *slot,
   t->nreturned -= want;
 }
 
-static void sample_fifo(chime__table_t *t, const chime_ring_layout_t *lay,
-                        chime_ring_wslot_t *slot) {
+/* A batch is chosen under the lock (rows, sample info, the rows pinned so
+ * no insert overwrites them) and copied without it, so inserts and other
+ * streams' samplers do not wait behind a large copy. uniform parks each
+ * sample's row in info[j].key until the copy is done; fifo copies one run
+ * of rows that left the table, from `start`. */
+typedef struct {
+  uint64_t first; /* samples [0, first) came from given-back batches */
+  uint64_t start; /* fifo: the run's first row */
+} plan_t;
+
+static void pin(chime__table_t *t, uint64_t k) {
+  t->pins[k]++; /* one per sample of each batch being copied */
+}
+
+static void plan_fifo(chime__table_t *t, const chime_ring_layout_t *lay,
+                      chime_ring_wslot_t *slot, plan_t *pl) {
   uint64_t cap = t->cfg.capacity;
-  uint64_t first =
-      t->nreturned < lay->batch_size ? t->nreturned : lay->batch_size;
-  take_returned(t, slot, first);
-  uint64_t batch = lay->batch_size - first;
-  uint64_t idx = t->head % cap;
-  uint64_t run = cap - idx < batch ? cap - idx : batch;
-  for (uint32_t l = 0; l < t->nleaves; l++) {
-    uint64_t lb = t->lbytes[l];
-    uint8_t *dst = (uint8_t *)slot->leaf[l] + first * lb;
-    memcpy(dst, t->leaf[l] + idx * lb, run * lb);
-    if (run < batch)
-      memcpy(dst + run * lb, t->leaf[l], (batch - run) * lb);
-  }
+  pl->first = t->nreturned < lay->batch_size ? t->nreturned : lay->batch_size;
+  take_returned(t, slot, pl->first);
+  uint64_t batch = lay->batch_size - pl->first;
+  pl->start = t->head % cap;
   for (uint64_t j = 0; j < batch; j++) {
-    uint64_t k = (idx + j) % cap;
-    chime_sample_info_t *info = &slot->info[first + j];
+    uint64_t k = (pl->start + j) % cap;
+    chime_sample_info_t *info = &slot->info[pl->first + j];
     info->key = t->key[k];
     info->probability = 1.0;
     info->times_sampled = ++t->times[k];
     info->reserved = 0;
     info->insert_time_ns = t->itime[k];
+    pin(t, k);
   }
   t->head += batch;
   t->count -= batch;
   pthread_cond_broadcast(&t->space);
 }
 
-static void sample_uniform(chime__table_t *t, const chime_ring_layout_t *lay,
-                           chime_ring_wslot_t *slot) {
+static void plan_uniform(chime__table_t *t, const chime_ring_layout_t *lay,
+                         chime_ring_wslot_t *slot, plan_t *pl) {
   uint64_t cap = t->cfg.capacity;
   double p = 1.0 / (double)t->count;
+  pl->first = 0;
+  pl->start = 0;
   for (uint64_t j = 0; j < lay->batch_size; j++) {
     uint64_t k = (t->head + next_rand(t) % t->count) % cap;
-    for (uint32_t l = 0; l < t->nleaves; l++) {
-      uint64_t lb = t->lbytes[l];
-      copy_leaf((uint8_t *)slot->leaf[l] + j * lb, t->leaf[l] + k * lb, lb);
-    }
     chime_sample_info_t *info = &slot->info[j];
-    info->key = t->key[k];
+    info->key = k; /* the row, until unpin_locked */
     info->probability = p;
     info->times_sampled = ++t->times[k];
     info->reserved = 0;
     info->insert_time_ns = t->itime[k];
+    pin(t, k);
   }
+}
+
+/* No lock: the rows are pinned. */
+static void copy_rows(const chime__table_t *t, const chime_ring_layout_t *lay,
+                      chime_ring_wslot_t *slot, const plan_t *pl) {
+  uint64_t cap = t->cfg.capacity;
+  if (t->cfg.sampler == CHIME__SAMPLER_FIFO) {
+    uint64_t batch = lay->batch_size - pl->first;
+    uint64_t run = cap - pl->start < batch ? cap - pl->start : batch;
+    for (uint32_t l = 0; l < t->nleaves; l++) {
+      uint64_t lb = t->lbytes[l];
+      uint8_t *dst = (uint8_t *)slot->leaf[l] + pl->first * lb;
+      memcpy(dst, t->leaf[l] + pl->start * lb, run * lb);
+      if (run < batch)
+        memcpy(dst + run * lb, t->leaf[l], (batch - run) * lb);
+    }
+    return;
+  }
+  for (uint64_t j = 0; j < lay->batch_size; j++) {
+    uint64_t k = slot->info[j].key;
+    for (uint32_t l = 0; l < t->nleaves; l++) {
+      uint64_t lb = t->lbytes[l];
+      copy_leaf((uint8_t *)slot->leaf[l] + j * lb, t->leaf[l] + k * lb, lb);
+    }
+  }
+}
+
+static void unpin_locked(chime__table_t *t, const chime_ring_layout_t *lay,
+                         chime_ring_wslot_t *slot, const plan_t *pl) {
+  uint64_t cap = t->cfg.capacity;
+  int fifo = t->cfg.sampler == CHIME__SAMPLER_FIFO;
+  for (uint64_t j = pl->first; j < lay->batch_size; j++) {
+    uint64_t k = fifo ? (pl->start + j - pl->first) % cap : slot->info[j].key;
+    t->pins[k]--;
+    if (!fifo)
+      slot->info[j].key = t->key[k]; /* pinned: still the sampled item */
+  }
+  if (t->pin_waiters > 0)
+    pthread_cond_broadcast(&t->unpinned);
 }
 
 /* Items a batch needs: min_size, and a whole batch for fifo. */
@@ -447,13 +521,19 @@ static uint64_t need_items(const chime__table_t *t,
   return need;
 }
 
+/* Called and returns with t->mu held; drops it for the copy. */
 static void sample_locked(chime__table_t *t, const chime_ring_layout_t *lay,
                           chime_ring_wslot_t *slot) {
+  plan_t pl;
   if (t->cfg.sampler == CHIME__SAMPLER_FIFO)
-    sample_fifo(t, lay, slot);
+    plan_fifo(t, lay, slot, &pl);
   else
-    sample_uniform(t, lay, slot);
+    plan_uniform(t, lay, slot, &pl);
   t->samples += lay->batch_size;
+  pthread_mutex_unlock(&t->mu);
+  copy_rows(t, lay, slot, &pl);
+  pthread_mutex_lock(&t->mu);
+  unpin_locked(t, lay, slot, &pl);
 }
 
 int chime__table_sample(chime__table_t *t, const chime_ring_layout_t *lay,
@@ -564,8 +644,9 @@ void chime__table_close(chime__table_t *t) {
 uint64_t chime__table_bytes(const chime__table_config_t *cfg) {
   uint64_t cap = cfg->capacity, total = 0, b;
   static const uint64_t meta[] = {sizeof(uint64_t), sizeof(uint64_t),
-                                  sizeof(double), sizeof(uint32_t)};
-  for (uint32_t i = 0; i < cfg->spec.nleaves + 4; i++) {
+                                  sizeof(double), sizeof(uint32_t),
+                                  sizeof(uint32_t)};
+  for (uint32_t i = 0; i < cfg->spec.nleaves + 5; i++) {
     uint64_t per = i < cfg->spec.nleaves
                        ? chime_leaf_bytes(&cfg->spec.leaves[i])
                        : meta[i - cfg->spec.nleaves];

@@ -281,7 +281,12 @@ static void test_staged_bytes_bounded(void **state) {
           "after four\n",
           (unsigned long long)rss0 >> 10, (unsigned long long)rss1 >> 10, CALLS,
           (unsigned long long)rss4 >> 10);
+#ifdef __SANITIZE_ADDRESS__
+  /* ASan's allocator keeps freed memory in quarantine: RSS says nothing. */
+  fprintf(stderr, "RSS not compared under AddressSanitizer\n");
+#else
   assert_true(rss4 < rss1 + (48u << 20)); /* 192 MiB more were offered */
+#endif
 }
 
 int main(void) {

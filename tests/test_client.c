@@ -18,7 +18,7 @@
 #include <cmocka.h>
 
 #include "client/internal.h"
-#include "common/wire.h"
+#include "wire/chunk.h"
 #include "pattern.h"
 
 /* ------------------------------------------------------------ handoff */

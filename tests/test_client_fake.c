@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "client/internal.h"
-#include "common/wire.h"
+#include "wire/chunk.h"
 
 #define SPEC "obs:f32[64],action:i32[],reward:f32[]"
 #define BATCH 4
@@ -309,9 +309,9 @@ static void *fake_main(void *arg) {
           wait_tag(TAG_OP) && first) {
         char method[128];
         chime__slice_str(details.method, method, sizeof(method));
-        if (!strcmp(method, CHIME__METHOD_GETINFO))
+        if (!strcmp(method, chime__method_path[CHIME__M_GETINFO]))
           serve_info(call);
-        else if (!strcmp(method, CHIME__METHOD_INSERT))
+        else if (!strcmp(method, chime__method_path[CHIME__M_INSERT]))
           serve_insert(call, first);
         else
           serve_subscribe(call, first);

@@ -16,7 +16,7 @@
 
 #include "chime.pb-c.h"
 #include "chime/errors.h"
-#include "common/pbread.h"
+#include "wire/pbread.h"
 #include "server/insertreq.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15u;

@@ -165,7 +165,7 @@ int chime_client_info(chime_client_t *client, chime_server_info_t **out) {
   Chime__V1__GetInfoRequest req = CHIME__V1__GET_INFO_REQUEST__INIT;
   ProtobufCMessage *m = NULL;
   chime_server_info_t *info = NULL;
-  int rc = chime__unary(client, CHIME__METHOD_GETINFO, &req.base,
+  int rc = chime__unary(client, chime__method_path[CHIME__M_GETINFO], &req.base,
                         &chime__v1__get_info_response__descriptor, &m, err,
                         sizeof(err));
   if (rc)
@@ -225,6 +225,34 @@ cleanup:
   return rc;
 }
 
+int chime__table_lookup(chime_client_t *client, const char *table,
+                        chime_table_info_t *out, chime_server_info_t **info,
+                        char *err, size_t errlen) {
+  chime_server_info_t *si = NULL;
+  int rc = chime_client_info(client, &si);
+  if (rc) {
+    chime__fail(err, errlen, rc, "%s", chime_client_last_error(client));
+    goto cleanup;
+  }
+  rc = CHIME_ENOTFOUND;
+  for (uint32_t i = 0; i < si->ntables; i++) {
+    if (strcmp(si->tables[i].name, table) == 0) {
+      *out = si->tables[i];
+      rc = 0;
+      break;
+    }
+  }
+  if (rc)
+    chime__fail(err, errlen, rc, "table '%s' not found", table);
+
+cleanup:
+  if (info && rc == 0)
+    *info = si;
+  else
+    chime_server_info_free(si);
+  return rc;
+}
+
 void chime_server_info_free(chime_server_info_t *info) {
   if (!info)
     return;
@@ -241,7 +269,7 @@ int chime_client_stats(chime_client_t *client, chime_stats_t **out) {
   Chime__V1__StatsRequest req = CHIME__V1__STATS_REQUEST__INIT;
   ProtobufCMessage *m = NULL;
   chime_stats_t *st = NULL;
-  int rc = chime__unary(client, CHIME__METHOD_STATS, &req.base,
+  int rc = chime__unary(client, chime__method_path[CHIME__M_STATS], &req.base,
                         &chime__v1__stats_response__descriptor, &m, err,
                         sizeof(err));
   if (rc)

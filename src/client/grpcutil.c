@@ -14,43 +14,6 @@ int chime__fail(char *buf, size_t len, int code, const char *fmt, ...) {
   return code;
 }
 
-int chime__status_to_err(grpc_status_code status, const char *details) {
-  switch (status) {
-  case GRPC_STATUS_OK:
-    return 0;
-  case GRPC_STATUS_FAILED_PRECONDITION:
-    /* The server could not page-lock the stream's ring (docs/protocol.md):
-     * the learner hears the same code as from its own chime_ring_pin(). */
-    if (details && strstr(details, "page-lock"))
-      return CHIME_ECUDA;
-    return CHIME_EINVAL;
-  case GRPC_STATUS_INVALID_ARGUMENT:
-  case GRPC_STATUS_OUT_OF_RANGE:
-    return CHIME_EINVAL;
-  case GRPC_STATUS_NOT_FOUND:
-    return CHIME_ENOTFOUND;
-  case GRPC_STATUS_DEADLINE_EXCEEDED:
-    return CHIME_ETIMEDOUT;
-  case GRPC_STATUS_RESOURCE_EXHAUSTED:
-    return CHIME_ERESOURCE;
-  case GRPC_STATUS_PERMISSION_DENIED:
-  case GRPC_STATUS_UNAUTHENTICATED:
-    return CHIME_EPERM;
-  case GRPC_STATUS_UNIMPLEMENTED:
-    return CHIME_ENOTSUP;
-  case GRPC_STATUS_ALREADY_EXISTS:
-    return CHIME_EEXIST;
-  case GRPC_STATUS_CANCELLED:
-    return CHIME_ECLOSED;
-  case GRPC_STATUS_UNAVAILABLE:
-    if (details && strstr(details, "shutting down"))
-      return CHIME_ESHUTDOWN;
-    return CHIME_EUNAVAILABLE;
-  default:
-    return CHIME_EPROTO;
-  }
-}
-
 int64_t chime__mono_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -20,6 +20,10 @@
 #include "chime.pb-c.h"
 #include "chime/chime.h"
 #include "common/errfmt.h" /* CHIME__PRINTF, chime__verrf */
+#include "wire/hostid.h"
+#include "wire/leaf.h"
+#include "wire/method.h"
+#include "wire/status.h"
 
 /* Room for a last error: the longest is a pinning error (CHIME_PIN_ERRLEN,
  * from this process or in a server's status) behind a short prefix. */
@@ -27,11 +31,6 @@
 /* Metadata a client accepts: a status whose details are that long, even
  * percent-encoded, with room to spare. */
 #define CHIME__MAX_METADATA_BYTES (4 * CHIME__ERRLEN)
-
-#define CHIME__METHOD_GETINFO "/chime.v1.Chime/GetInfo"
-#define CHIME__METHOD_STATS "/chime.v1.Chime/Stats"
-#define CHIME__METHOD_INSERT "/chime.v1.Chime/Insert"
-#define CHIME__METHOD_SUBSCRIBE "/chime.v1.Chime/Subscribe"
 
 struct chime_client_s {
   grpc_channel *channel;
@@ -50,9 +49,6 @@ int chime__client_set_error(chime_client_t *client, int code, const char *text);
 
 /* --- gRPC helpers (grpcutil.c) --- */
 
-/* Maps a call's final status to a CHIME_E* code (UNAVAILABLE "shutting down"
- * is CHIME_ESHUTDOWN, FAILED_PRECONDITION naming "page-lock" CHIME_ECUDA). */
-int chime__status_to_err(grpc_status_code status, const char *details);
 /* CLOCK_MONOTONIC in milliseconds, for bounded waits. */
 int64_t chime__mono_ms(void);
 /* timeout_ms < 0: forever. */
@@ -85,21 +81,11 @@ int chime__unary(chime_client_t *client, const char *method,
                  const ProtobufCMessageDescriptor *resp_desc,
                  ProtobufCMessage **resp, char *err, size_t errlen);
 
-/* --- specs on the wire (convert.c) --- */
-
-int chime__spec_from_leaves(chime_spec_t *spec, Chime__V1__Leaf *const *leaves,
-                            size_t n, char *err, size_t errlen);
-/* The table's info from GetInfo; CHIME_ENOTFOUND with a sentence. */
+/* The table's info from GetInfo (client.c); CHIME_ENOTFOUND with a
+ * sentence. */
 int chime__table_lookup(chime_client_t *client, const char *table,
                         chime_table_info_t *out, chime_server_info_t **info,
                         char *err, size_t errlen);
-
-/* --- host identity (hostid.c) --- */
-
-/* boot_id from /proc/sys/kernel/random/boot_id (or $CHIME_BOOT_ID, for tests
- * that need "another host" on one machine) and gethostname(). */
-void chime__host_identity(char *boot_id, size_t boot_len, char *host,
-                          size_t host_len);
 
 /* --- same-host handoff (handoff.c) --- */
 

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "client/internal.h"
-#include "common/wire.h"
+#include "wire/chunk.h"
 
 int chime__remote_chunk(chime__remote_t *r, grpc_byte_buffer *bb, char *err,
                         size_t errlen) {

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "client/internal.h"
+#include "wire/handoff.h"
 
 enum { TAG_OPEN = 1, TAG_RECV, TAG_STATUS, TAG_CREDIT, TAG_HALF_CLOSE };
 
@@ -289,13 +290,14 @@ static int subscribe(chime_stream_t *s, chime_mode_t mode,
                      Chime__V1__Opened **opened,
                      Chime__V1__SubscribeResponse **resp, char *err,
                      size_t errlen) {
-  char boot_id[64], host[256];
+  char boot_id[CHIME__BOOT_ID_LEN], host[CHIME__HOSTNAME_LEN];
   *opened = NULL;
   *resp = NULL;
   chime__host_identity(boot_id, sizeof(boot_id), host, sizeof(host));
   s->cq = grpc_completion_queue_create_for_next(NULL);
-  s->call = chime__call_create(s->client, CHIME__METHOD_SUBSCRIBE, s->cq,
-                               gpr_inf_future(GPR_CLOCK_REALTIME));
+  s->call =
+      chime__call_create(s->client, chime__method_path[CHIME__M_SUBSCRIBE],
+                         s->cq, gpr_inf_future(GPR_CLOCK_REALTIME));
   if (!s->call)
     return chime__fail(err, errlen, CHIME_EPROTO, "cannot create call");
   s->opening = 1;
@@ -414,7 +416,7 @@ static int attach_shm(chime_stream_t *s, const Chime__V1__Opened *op,
                       const chime_stream_opts_t *o, char *err, size_t errlen) {
   const Chime__V1__Handoff *h = op->handoff;
   int fd = -1;
-  if (!h || h->nonce.len != 16)
+  if (!h || h->nonce.len != CHIME__HANDOFF_NONCE_BYTES)
     return chime__fail(err, errlen, CHIME_EPROTO,
                        "Opened: shm mode without a valid handoff");
   int rc = chime__handoff_fetch(h->socket_path, h->token.data, h->token.len,
@@ -533,7 +535,7 @@ int chime_stream_open(chime_client_t *client, const char *table,
     rc = chime__table_lookup(client, table, &ti, &info, err, sizeof(err));
     if (rc)
       goto cleanup;
-    char boot_id[64], host[256];
+    char boot_id[CHIME__BOOT_ID_LEN], host[CHIME__HOSTNAME_LEN];
     chime__host_identity(boot_id, sizeof(boot_id), host, sizeof(host));
     const char *differs = NULL;
     if (!info->boot_id[0] || !boot_id[0])

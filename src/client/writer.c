@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "client/internal.h"
-#include "common/wire.h"
+#include "wire/insert.h"
 
 enum { TAG_START = 1, TAG_SEND, TAG_RECV, TAG_STATUS };
 
@@ -267,8 +267,8 @@ static int pending(const chime_writer_t *w) {
  * receive. A resumed call waits for the channel to be ready (the server
  * may still be coming back) instead of failing at once. */
 static int call_start(chime_writer_t *w, int wait_for_ready) {
-  w->call = chime__call_create(w->client, CHIME__METHOD_INSERT, w->cq,
-                               gpr_inf_future(GPR_CLOCK_REALTIME));
+  w->call = chime__call_create(w->client, chime__method_path[CHIME__M_INSERT],
+                               w->cq, gpr_inf_future(GPR_CLOCK_REALTIME));
   if (!w->call)
     return CHIME_EPROTO;
   grpc_op ops[2];

@@ -362,7 +362,7 @@ int chime__request_call(chime_server_t *srv, int method) {
   c->close_tag.fn = on_close_done;
   pthread_mutex_init(&c->mu, NULL);
   grpc_metadata_array_init(&c->md);
-  int unary = method == CHIME__M_GETINFO || method == CHIME__M_STATS;
+  int unary = chime__method_unary(method);
   grpc_call_error e;
   grpc_call_details_init(&c->details);
   if (method == CHIME__M_COUNT)

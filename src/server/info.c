@@ -4,20 +4,7 @@
 #include <string.h>
 
 #include "server/stream.h"
-
-void chime__leaf_msgs(const chime_spec_t *spec, Chime__V1__Leaf *leaves,
-                      Chime__V1__Leaf **ptrs) {
-  for (uint32_t i = 0; i < spec->nleaves; i++) {
-    const chime_leaf_t *l = &spec->leaves[i];
-    Chime__V1__Leaf init = CHIME__V1__LEAF__INIT;
-    leaves[i] = init;
-    leaves[i].name = (char *)l->name;
-    leaves[i].dtype = (char *)chime_dtype_name(l->dtype);
-    leaves[i].n_shape = l->ndim;
-    leaves[i].shape = (uint64_t *)l->shape;
-    ptrs[i] = &leaves[i];
-  }
-}
+#include "wire/leaf.h"
 
 typedef struct {
   Chime__V1__TableInfo info;

@@ -24,11 +24,12 @@
 
 #include "chime.pb-c.h"
 #include "common/errfmt.h"
-#include "common/pbread.h"
-#include "common/wire.h"
+#include "wire/pbread.h"
+#include "wire/insert.h"
 #include "server/insertreq.h"
 #include "server/server.h"
 #include "server/staging.h"
+#include "wire/leaf.h"
 
 /* A received InsertRequest: its slices, held until the worker has copied
  * the samples out of them, and the fields read from them. */
@@ -218,15 +219,8 @@ static int check_spec(const chime__table_config_t *tc, Chime__V1__Leaf **w,
       return CHIME_EINVAL;
     }
     chime_leaf_t wl;
-    memset(&wl, 0, sizeof(wl));
     const char *wname = w[i]->name ? w[i]->name : "";
-    snprintf(wl.name, sizeof(wl.name), "%s", wname);
-    wl.dtype = chime_dtype_from_name(w[i]->dtype ? w[i]->dtype : "");
-    int shape_ok = w[i]->n_shape <= CHIME_MAX_DIMS;
-    wl.ndim = shape_ok ? (uint32_t)w[i]->n_shape : 0;
-    for (uint32_t d = 0; d < wl.ndim; d++)
-      wl.shape[d] = w[i]->shape[d];
-    if (wl.dtype == CHIME_DTYPE_INVALID || !shape_ok) {
+    if (chime__leaf_from_msg(&wl, w[i]) != 0) {
       snprintf(err, errlen,
                "leaf '%s': table '%s' expects %s, writer has an invalid leaf "
                "(dtype '%s', %zu dims)",

@@ -16,6 +16,8 @@
 #include "server/config.h"
 #include "server/staging.h"
 #include "server/table.h"
+#include "wire/method.h"
+#include "wire/status.h"
 
 #define CHIME__MAX_MESSAGE_BYTES (64 << 20)
 #define CHIME__CHUNK_BYTES (1u << 20)
@@ -29,18 +31,6 @@
 #ifndef CHIME__CQ_THREADS
 #define CHIME__CQ_THREADS 4
 #endif
-
-/* --- method paths and status mapping (status.c) --- */
-
-enum {
-  CHIME__M_GETINFO,
-  CHIME__M_STATS,
-  CHIME__M_INSERT,
-  CHIME__M_SUBSCRIBE,
-  CHIME__M_COUNT
-};
-extern const char *const chime__method_path[CHIME__M_COUNT];
-grpc_status_code chime__status_from_err(int err);
 
 /* --- calls (call.c) --- */
 

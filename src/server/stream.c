@@ -16,7 +16,7 @@
 #include <time.h>
 
 #include "common/errfmt.h"
-#include "common/wire.h"
+#include "wire/chunk.h"
 #include "ring/ring_internal.h"
 #include "server/handoff.h"
 

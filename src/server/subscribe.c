@@ -7,6 +7,7 @@
 
 #include "server/handoff.h"
 #include "server/stream.h"
+#include "wire/leaf.h"
 
 typedef struct {
   chime__stream_t *s;

@@ -21,7 +21,7 @@
 #include "chime.pb-c.h"
 #include "chime/ring.h"
 #include "client/internal.h"
-#include "common/wire.h"
+#include "wire/chunk.h"
 #include "fuzz_common.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);

@@ -123,7 +123,7 @@ int chime__unary(chime_client_t *client, const char *method,
   if (status != GRPC_STATUS_OK) {
     char text[CHIME__ERRLEN];
     chime__slice_str(details, text, sizeof(text));
-    rc = chime__status_to_err(status, text);
+    rc = chime__status_to_err(status, &md_trail);
     chime__fail(err, errlen, rc, "%s: %s", method,
                 text[0] ? text : chime_strerror(rc));
     goto cleanup;

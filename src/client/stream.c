@@ -141,7 +141,7 @@ static void on_status(chime_stream_t *s) {
   pthread_mutex_lock(&s->lock);
   s->ended = 1;
   pthread_mutex_unlock(&s->lock);
-  int code = chime__status_to_err(s->status, text);
+  int code = chime__status_to_err(s->status, &s->md_trail);
   if (s->notice_shutdown || code == CHIME_ESHUTDOWN)
     code = CHIME_ESHUTDOWN;
   else if (code == 0 || code == CHIME_EUNAVAILABLE)
@@ -179,7 +179,8 @@ static void on_message(chime_stream_t *s, grpc_byte_buffer *bb) {
     snprintf(err, sizeof(err), "stream %" PRIu64 ": unexpected %s message",
              s->stream_id, r ? "non-notice" : "malformed");
     protocol_error(s, err);
-  } else if (r->notice->code == GRPC_STATUS_UNAVAILABLE) {
+  } else if (chime__notice_err(r->notice->error, r->notice->code) ==
+             CHIME_ESHUTDOWN) {
     s->notice_shutdown = 1;
     if (s->mode == CHIME_MODE_STREAM)
       chime_ring_shutdown(s->ring);
@@ -359,7 +360,7 @@ static int subscribe(chime_stream_t *s, chime_mode_t mode,
                            "Subscribe ended without a status");
     }
     chime__slice_str(s->details, err, errlen);
-    int code = chime__status_to_err(s->status, err);
+    int code = chime__status_to_err(s->status, &s->md_trail);
     if (!err[0])
       snprintf(err, errlen, "%s", chime_strerror(code));
     return code ? code : CHIME_EPROTO;

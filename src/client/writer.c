@@ -4,7 +4,7 @@
  *
  * Exactly once across reconnects: the writer has a random id and numbers its
  * requests from 1 (docs/protocol.md, Insert). It keeps each request's bytes
- * until the ack; when the call dies without a graceful "shutting down" it
+ * until the ack; when the call dies without a graceful CHIME_ESHUTDOWN it
  * opens a new call (waiting for the channel to reconnect, for at most
  * reconnect_timeout_ms) and sends every unacked request again, in order. The
  * server acks one it already inserted with its original keys instead of
@@ -88,11 +88,11 @@ static int start_recv(chime_writer_t *w) {
 }
 
 /* The call ended: the status says why. A lost connection (not a graceful
- * "shutting down") leaves the writer to resume on a new call. */
+ * CHIME_ESHUTDOWN) leaves the writer to resume on a new call. */
 static void on_status(chime_writer_t *w) {
   char text[CHIME__ERRLEN];
   chime__slice_str(w->details, text, sizeof(text));
-  int code = chime__status_to_err(w->status, text);
+  int code = chime__status_to_err(w->status, &w->md_trail);
   if (code == 0 && w->inflight)
     code = CHIME_EPROTO;
   if (code == 0)

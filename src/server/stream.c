@@ -407,7 +407,7 @@ static int expire_unused(chime__stream_t *s) {
     return 0;
   chime__stream_close(s);
   if (call != NULL) {
-    chime__call_finish(call, GRPC_STATUS_DEADLINE_EXCEEDED,
+    chime__call_finish(call, CHIME_ETIMEDOUT,
                        "handoff token expired unused after %u ms",
                        (unsigned)srv->cfg.handoff_expires_ms);
     chime__call_unref(call);

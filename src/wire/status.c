@@ -1,5 +1,8 @@
-/* CHIME_E* codes <-> gRPC status codes (see status.h). */
+/* CHIME_E* codes across gRPC (see status.h). */
+#include <stdio.h>
 #include <string.h>
+
+#include <grpc/slice.h>
 
 #include "chime/errors.h"
 #include "wire/status.h"
@@ -34,16 +37,11 @@ grpc_status_code chime__status_from_err(int err) {
   }
 }
 
-int chime__status_to_err(grpc_status_code status, const char *details) {
+int chime__err_from_status(grpc_status_code status) {
   switch (status) {
   case GRPC_STATUS_OK:
     return 0;
   case GRPC_STATUS_FAILED_PRECONDITION:
-    /* The server could not page-lock the stream's ring (docs/protocol.md):
-     * the learner hears the same code as from its own chime_ring_pin(). */
-    if (details && strstr(details, "page-lock"))
-      return CHIME_ECUDA;
-    return CHIME_EINVAL;
   case GRPC_STATUS_INVALID_ARGUMENT:
   case GRPC_STATUS_OUT_OF_RANGE:
     return CHIME_EINVAL;
@@ -63,10 +61,59 @@ int chime__status_to_err(grpc_status_code status, const char *details) {
   case GRPC_STATUS_CANCELLED:
     return CHIME_ECLOSED;
   case GRPC_STATUS_UNAVAILABLE:
-    if (details && strstr(details, "shutting down"))
-      return CHIME_ESHUTDOWN;
     return CHIME_EUNAVAILABLE;
   default:
     return CHIME_EPROTO;
   }
+}
+
+/* A code chime_strerror() knows, other than 0. */
+static int known(long v) {
+  return v < 0 && v >= INT32_MIN &&
+         strcmp(chime_err_name((int)v), "CHIME_UNKNOWN") != 0;
+}
+
+void chime__err_metadata(grpc_metadata *md, int err) {
+  char buf[CHIME__ERROR_VALUE_LEN];
+  snprintf(buf, sizeof(buf), "%d", err);
+  memset(md, 0, sizeof(*md));
+  md->key = grpc_slice_from_static_string(CHIME__ERROR_KEY);
+  md->value = grpc_slice_from_copied_string(buf);
+}
+
+int chime__err_parse(const char *p, size_t len) {
+  /* "-" and at most 10 digits: strict, so a value is never half-read. */
+  if (len < 2 || len > CHIME__ERROR_VALUE_LEN - 1 || p[0] != '-')
+    return 0;
+  long v = 0;
+  for (size_t i = 1; i < len; i++) {
+    if (p[i] < '0' || p[i] > '9')
+      return 0;
+    v = v * 10 + (p[i] - '0');
+  }
+  return known(-v) ? (int)-v : 0;
+}
+
+int chime__status_to_err(grpc_status_code status,
+                         const grpc_metadata_array *trailing) {
+  if (status == GRPC_STATUS_OK)
+    return 0;
+  for (size_t i = 0; trailing && i < trailing->count; i++) {
+    const grpc_metadata *m = &trailing->metadata[i];
+    if (!grpc_slice_str_cmp(m->key, CHIME__ERROR_KEY)) {
+      int code = chime__err_parse((const char *)GRPC_SLICE_START_PTR(m->value),
+                                  GRPC_SLICE_LENGTH(m->value));
+      if (code)
+        return code;
+    }
+  }
+  return chime__err_from_status(status);
+}
+
+int chime__notice_err(int32_t error, int32_t code) {
+  if (known(error))
+    return error;
+  if (code == GRPC_STATUS_UNAVAILABLE)
+    return CHIME_ESHUTDOWN;
+  return chime__err_from_status((grpc_status_code)code);
 }

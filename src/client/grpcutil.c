@@ -59,38 +59,6 @@ void chime__slice_str(grpc_slice slice, char *buf, size_t len) {
   buf[n] = '\0';
 }
 
-grpc_call *chime__call_create(chime_client_t *client, const char *method,
-                              grpc_completion_queue *cq,
-                              gpr_timespec deadline) {
-  return grpc_channel_create_call(
-      client->channel, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
-      grpc_slice_from_static_string(method), NULL, deadline, NULL);
-}
-
-int chime__call_start_recv(grpc_call *call, grpc_byte_buffer **bb, void *tag) {
-  grpc_op op;
-  memset(&op, 0, sizeof(op));
-  op.op = GRPC_OP_RECV_MESSAGE;
-  op.data.recv_message.recv_message = bb;
-  if (grpc_call_start_batch(call, &op, 1, tag, NULL) != GRPC_CALL_OK)
-    return CHIME_EPROTO;
-  return 0;
-}
-
-int chime__call_start_status(grpc_call *call, grpc_metadata_array *trailing,
-                             grpc_status_code *status, grpc_slice *details,
-                             void *tag) {
-  grpc_op op;
-  memset(&op, 0, sizeof(op));
-  op.op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-  op.data.recv_status_on_client.trailing_metadata = trailing;
-  op.data.recv_status_on_client.status = status;
-  op.data.recv_status_on_client.status_details = details;
-  if (grpc_call_start_batch(call, &op, 1, tag, NULL) != GRPC_CALL_OK)
-    return CHIME_EPROTO;
-  return 0;
-}
-
 void chime__cq_destroy(grpc_completion_queue *cq) {
   if (!cq)
     return;

@@ -19,6 +19,7 @@
 
 #include "chime.pb-c.h"
 #include "chime/chime.h"
+#include "client/call.h"
 #include "common/errfmt.h" /* CHIME__PRINTF, chime__verrf */
 #include "wire/hostid.h"
 #include "wire/leaf.h"
@@ -61,22 +62,14 @@ ProtobufCMessage *chime__unpack(const ProtobufCMessageDescriptor *desc,
                                 grpc_byte_buffer *bb);
 /* NUL-terminated copy of a slice, truncated to fit. */
 void chime__slice_str(grpc_slice slice, char *buf, size_t len);
-/* Creates a call on the client's channel with its own completion queue. */
-grpc_call *chime__call_create(chime_client_t *client, const char *method,
-                              grpc_completion_queue *cq, gpr_timespec deadline);
-/* Start one operation on a streaming call, completing with tag;
- * CHIME_EPROTO when gRPC refuses the batch. */
-int chime__call_start_recv(grpc_call *call, grpc_byte_buffer **bb, void *tag);
-int chime__call_start_status(grpc_call *call, grpc_metadata_array *trailing,
-                             grpc_status_code *status, grpc_slice *details,
-                             void *tag);
 /* Shuts a completion queue (created for next), drains what is left and
  * destroys it. NULL-safe. */
 void chime__cq_destroy(grpc_completion_queue *cq);
 
-/* One unary call: sends req, unpacks the answer as resp_desc. On failure the
- * status details (or a local reason) are in err. */
-int chime__unary(chime_client_t *client, const char *method,
+/* One unary call of method (CHIME__M_*): sends req, unpacks the answer as
+ * resp_desc. On failure the status details (or a local reason) are in
+ * err. */
+int chime__unary(chime_client_t *client, int method,
                  const ProtobufCMessage *req,
                  const ProtobufCMessageDescriptor *resp_desc,
                  ProtobufCMessage **resp, char *err, size_t errlen);

@@ -12,8 +12,6 @@
 #include "client/internal.h"
 #include "wire/handoff.h"
 
-enum { TAG_OPEN = 1, TAG_RECV, TAG_STATUS, TAG_CREDIT, TAG_HALF_CLOSE };
-
 /* How long chime_stream_close() waits for the server to take the last
  * releases (stream mode) before it cancels the call. */
 #define CLOSE_WAIT_MS 2000
@@ -31,28 +29,20 @@ struct chime_stream_s {
   chime_ring_t *ring;
   chime__remote_t remote;
 
-  grpc_completion_queue *cq;
-  grpc_call *call;
+  chime__rpc_t rpc; /* the Subscribe call */
   pthread_t thread;
   int thread_started;
   int opening; /* the opener, not the thread, consumes the first message */
-
   /* Receive side: touched by one thread at a time (opener, then thread). */
-  int open_pending, recv_pending, status_pending;
-  grpc_byte_buffer *open_bb, *recv_bb;
-  grpc_metadata_array md_init, md_trail;
-  grpc_status_code status;
-  grpc_slice details;
   int notice_shutdown;
 
   pthread_mutex_t lock; /* send side (credits) and err */
-  int send_busy;
-  int ended;   /* the call's status arrived: no more sends */
-  int closing; /* chime_stream_close(): send releases at once */
+  int ended;            /* the call's status arrived: no more sends */
+  int half_closed;      /* chime_stream_close() sent its last */
+  int closing;          /* chime_stream_close(): send releases at once */
   uint32_t credit_pending;
   uint32_t credit_batch; /* releases gathered into one Credit message */
   uint64_t *released;    /* server seqs of the credit_pending releases */
-  grpc_byte_buffer *credit_bb;
 
   atomic_int end_code;     /* why next fails once the ring is cut off */
   uint64_t batches, bytes; /* taken by next (learner's thread) */
@@ -75,14 +65,6 @@ static void set_err_unless_ended(chime_stream_t *s, const char *text) {
   pthread_mutex_unlock(&s->lock);
 }
 
-static int start_recv(chime_stream_t *s) {
-  int rc =
-      chime__call_start_recv(s->call, &s->recv_bb, (void *)(intptr_t)TAG_RECV);
-  if (rc == 0)
-    s->recv_pending = 1;
-  return rc;
-}
-
 /* Batches the server may still send: credits given, not yet used. */
 static uint64_t owed(chime_stream_t *s) {
   return atomic_load(&s->remote.granted) - atomic_load(&s->remote.started);
@@ -94,7 +76,8 @@ static uint64_t owed(chime_stream_t *s) {
  * nothing, so a learner holding batches while it waits for the next one is
  * never left without. */
 static void send_credit_locked(chime_stream_t *s) {
-  if (s->send_busy || s->ended || s->credit_pending == 0)
+  if (chime__rpc_pending(&s->rpc, CHIME__RPC_SEND) || s->ended ||
+      s->half_closed || s->credit_pending == 0)
     return;
   if (s->credit_pending < s->credit_batch && owed(s) > 0 && !s->closing)
     return;
@@ -106,23 +89,15 @@ static void send_credit_locked(chime_stream_t *s) {
   Chime__V1__SubscribeRequest req = CHIME__V1__SUBSCRIBE_REQUEST__INIT;
   req.kind_case = CHIME__V1__SUBSCRIBE_REQUEST__KIND_CREDIT;
   req.credit = &credit;
-  s->credit_bb = chime__pack(&req.base);
-  if (!s->credit_bb)
+  grpc_byte_buffer *bb = chime__pack(&req.base);
+  if (!bb)
     return; /* retried on the next release */
-  grpc_op op;
-  memset(&op, 0, sizeof(op));
-  op.op = GRPC_OP_SEND_MESSAGE;
-  op.data.send_message.send_message = s->credit_bb;
   /* Counted before the server can act on it (the receive thread checks). */
   atomic_fetch_add(&s->remote.granted, s->credit_pending);
-  if (grpc_call_start_batch(s->call, &op, 1, (void *)(intptr_t)TAG_CREDIT,
-                            NULL) != GRPC_CALL_OK) {
+  if (chime__rpc_send(&s->rpc, bb)) {
     atomic_fetch_sub(&s->remote.granted, s->credit_pending);
-    grpc_byte_buffer_destroy(s->credit_bb);
-    s->credit_bb = NULL;
     return;
   }
-  s->send_busy = 1;
   s->credit_pending = 0;
 }
 
@@ -137,11 +112,10 @@ static void end_stream(chime_stream_t *s, int code, const char *why) {
 
 static void on_status(chime_stream_t *s) {
   char text[CHIME__ERRLEN], why[CHIME__ERRLEN + 64];
-  chime__slice_str(s->details, text, sizeof(text));
+  int code = chime__rpc_result(&s->rpc, text, sizeof(text));
   pthread_mutex_lock(&s->lock);
   s->ended = 1;
   pthread_mutex_unlock(&s->lock);
-  int code = chime__status_to_err(s->status, &s->md_trail);
   if (s->notice_shutdown || code == CHIME_ESHUTDOWN)
     code = CHIME_ESHUTDOWN;
   else if (code == 0 || code == CHIME_EUNAVAILABLE)
@@ -155,7 +129,7 @@ static void on_status(chime_stream_t *s) {
 
 static void protocol_error(chime_stream_t *s, const char *what) {
   end_stream(s, CHIME_EPROTO, what);
-  grpc_call_cancel(s->call, NULL);
+  chime__rpc_cancel(&s->rpc);
 }
 
 /* A message after Opened: chunks (stream mode) or notices. */
@@ -191,60 +165,45 @@ static void on_message(chime_stream_t *s, grpc_byte_buffer *bb) {
 
 /* Handles one completion. CHIME_ETIMEDOUT when none came by the deadline. */
 static int pump(chime_stream_t *s, gpr_timespec deadline) {
-  grpc_event ev = grpc_completion_queue_next(s->cq, deadline, NULL);
-  if (ev.type == GRPC_QUEUE_TIMEOUT)
-    return CHIME_ETIMEDOUT;
-  if (ev.type != GRPC_OP_COMPLETE)
-    return CHIME_EPROTO;
-  switch ((intptr_t)ev.tag) {
-  case TAG_OPEN:
-    s->open_pending = 0;
-    grpc_byte_buffer_destroy(s->open_bb);
-    s->open_bb = NULL;
-    break;
-  case TAG_RECV:
-    s->recv_pending = 0;
-    if (!s->recv_bb)
+  chime__rpc_op_t op;
+  int ok;
+  int rc = chime__rpc_next(&s->rpc, deadline, &op, &ok);
+  if (rc)
+    return rc;
+  switch (op) {
+  case CHIME__RPC_RECV:
+    if (!s->rpc.recv_bb)
       break; /* the call is over; its status follows */
     if (s->opening)
       break; /* the opener takes it */
     {
       /* Ask for the next message before copying this one, so gRPC assembles
        * it while this thread copies. */
-      grpc_byte_buffer *bb = s->recv_bb;
-      s->recv_bb = NULL;
-      if (start_recv(s))
+      grpc_byte_buffer *bb = s->rpc.recv_bb;
+      s->rpc.recv_bb = NULL;
+      if (chime__rpc_recv(&s->rpc))
         protocol_error(s, "stream: cannot receive");
       on_message(s, bb);
       grpc_byte_buffer_destroy(bb);
     }
     break;
-  case TAG_STATUS:
-    s->status_pending = 0;
+  case CHIME__RPC_STATUS:
     on_status(s);
     break;
-  case TAG_HALF_CLOSE:
+  case CHIME__RPC_SEND:
+    /* A credit (or the half-close) went: the next may go now. */
     pthread_mutex_lock(&s->lock);
-    s->send_busy = 0;
-    pthread_mutex_unlock(&s->lock);
-    break;
-  case TAG_CREDIT:
-    pthread_mutex_lock(&s->lock);
-    s->send_busy = 0;
-    grpc_byte_buffer_destroy(s->credit_bb);
-    s->credit_bb = NULL;
     send_credit_locked(s);
     pthread_mutex_unlock(&s->lock);
+    break;
+  default:
     break;
   }
   return 0;
 }
 
-static int busy(chime_stream_t *s) {
-  pthread_mutex_lock(&s->lock);
-  int b = s->send_busy;
-  pthread_mutex_unlock(&s->lock);
-  return b || s->open_pending || s->recv_pending || s->status_pending;
+static int busy(const chime_stream_t *s) {
+  return chime__rpc_busy(&s->rpc);
 }
 
 static void *stream_thread(void *arg) {
@@ -256,30 +215,18 @@ static void *stream_thread(void *arg) {
 
 /* Cancels the call, waits for its operations and frees it. */
 static void call_teardown(chime_stream_t *s) {
-  if (s->call) {
-    grpc_call_cancel(s->call, NULL);
+  if (s->rpc.call) {
+    chime__rpc_cancel(&s->rpc);
     if (s->thread_started)
       pthread_join(s->thread, NULL);
     s->thread_started = 0;
     s->opening = 0;
     while (busy(s))
       pump(s, gpr_inf_future(GPR_CLOCK_MONOTONIC));
-    grpc_call_unref(s->call);
-    s->call = NULL;
   }
-  chime__cq_destroy(s->cq);
-  s->cq = NULL;
-  if (s->recv_bb)
-    grpc_byte_buffer_destroy(s->recv_bb);
-  s->recv_bb = NULL;
-  grpc_metadata_array_destroy(&s->md_init);
-  grpc_metadata_array_destroy(&s->md_trail);
-  grpc_slice_unref(s->details);
-  s->details = grpc_empty_slice();
-  grpc_metadata_array_init(&s->md_init);
-  grpc_metadata_array_init(&s->md_trail);
+  chime__rpc_destroy(&s->rpc);
   s->ended = 0;
-  s->send_busy = 0;
+  s->half_closed = 0;
   s->credit_pending = 0;
   s->notice_shutdown = 0;
   atomic_store(&s->end_code, 0);
@@ -295,18 +242,8 @@ static int subscribe(chime_stream_t *s, chime_mode_t mode,
   *opened = NULL;
   *resp = NULL;
   chime__host_identity(boot_id, sizeof(boot_id), host, sizeof(host));
-  s->cq = grpc_completion_queue_create_for_next(NULL);
-  s->call =
-      chime__call_create(s->client, chime__method_path[CHIME__M_SUBSCRIBE],
-                         s->cq, gpr_inf_future(GPR_CLOCK_REALTIME));
-  if (!s->call)
-    return chime__fail(err, errlen, CHIME_EPROTO, "cannot create call");
-  s->opening = 1;
-
-  if (chime__call_start_status(s->call, &s->md_trail, &s->status, &s->details,
-                               (void *)(intptr_t)TAG_STATUS))
-    return chime__fail(err, errlen, CHIME_EPROTO, "cannot start call");
-  s->status_pending = 1;
+  if (chime__rpc_init(&s->rpc))
+    return chime__fail(err, errlen, CHIME_ENOMEM, "out of memory");
 
   Chime__V1__Open open = CHIME__V1__OPEN__INIT;
   open.table = s->table;
@@ -320,55 +257,38 @@ static int subscribe(chime_stream_t *s, chime_mode_t mode,
   Chime__V1__SubscribeRequest req = CHIME__V1__SUBSCRIBE_REQUEST__INIT;
   req.kind_case = CHIME__V1__SUBSCRIBE_REQUEST__KIND_OPEN;
   req.open = &open;
-  s->open_bb = chime__pack(&req.base);
-  if (!s->open_bb)
+  grpc_byte_buffer *bb = chime__pack(&req.base);
+  if (!bb)
     return chime__fail(err, errlen, CHIME_ENOMEM, "out of memory");
-  grpc_op ops[2];
-  memset(ops, 0, sizeof(ops));
-  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-  ops[1].op = GRPC_OP_SEND_MESSAGE;
-  ops[1].data.send_message.send_message = s->open_bb;
-  if (grpc_call_start_batch(s->call, ops, 2, (void *)(intptr_t)TAG_OPEN,
-                            NULL) != GRPC_CALL_OK) {
-    grpc_byte_buffer_destroy(s->open_bb);
-    s->open_bb = NULL;
+  s->opening = 1;
+  if (chime__rpc_start(&s->rpc, s->client, CHIME__M_SUBSCRIBE,
+                       gpr_inf_future(GPR_CLOCK_REALTIME), 0, bb) ||
+      chime__rpc_recv(&s->rpc))
     return chime__fail(err, errlen, CHIME_EPROTO, "cannot start call");
-  }
-  s->open_pending = 1;
-  memset(ops, 0, sizeof(ops));
-  ops[0].op = GRPC_OP_RECV_INITIAL_METADATA;
-  ops[0].data.recv_initial_metadata.recv_initial_metadata = &s->md_init;
-  ops[1].op = GRPC_OP_RECV_MESSAGE;
-  ops[1].data.recv_message.recv_message = &s->recv_bb;
-  if (grpc_call_start_batch(s->call, ops, 2, (void *)(intptr_t)TAG_RECV,
-                            NULL) != GRPC_CALL_OK)
-    return chime__fail(err, errlen, CHIME_EPROTO, "cannot start call");
-  s->recv_pending = 1;
 
   gpr_timespec deadline = chime__deadline_ms(o->open_timeout_ms);
-  while (s->recv_pending) {
+  while (chime__rpc_pending(&s->rpc, CHIME__RPC_RECV)) {
     if (pump(s, deadline) == CHIME_ETIMEDOUT)
       return chime__fail(err, errlen, CHIME_ETIMEDOUT,
                          "no answer to Subscribe within %d ms",
                          o->open_timeout_ms);
   }
-  if (!s->recv_bb) {
+  if (!s->rpc.recv_bb) {
     /* Refused: the status carries the reason. */
-    while (s->status_pending) {
+    while (chime__rpc_pending(&s->rpc, CHIME__RPC_STATUS)) {
       if (pump(s, deadline) == CHIME_ETIMEDOUT)
         return chime__fail(err, errlen, CHIME_ETIMEDOUT,
                            "Subscribe ended without a status");
     }
-    chime__slice_str(s->details, err, errlen);
-    int code = chime__status_to_err(s->status, &s->md_trail);
+    int code = chime__rpc_result(&s->rpc, err, errlen);
     if (!err[0])
       snprintf(err, errlen, "%s", chime_strerror(code));
     return code ? code : CHIME_EPROTO;
   }
   *resp = (Chime__V1__SubscribeResponse *)chime__unpack(
-      &chime__v1__subscribe_response__descriptor, s->recv_bb);
-  grpc_byte_buffer_destroy(s->recv_bb);
-  s->recv_bb = NULL;
+      &chime__v1__subscribe_response__descriptor, s->rpc.recv_bb);
+  grpc_byte_buffer_destroy(s->rpc.recv_bb);
+  s->rpc.recv_bb = NULL;
   s->opening = 0;
   if (!*resp ||
       (*resp)->kind_case != CHIME__V1__SUBSCRIBE_RESPONSE__KIND_OPENED ||
@@ -473,7 +393,7 @@ static int open_mode(chime_stream_t *s, chime_mode_t mode,
     atomic_store(&s->remote.granted, lent);
     s->credit_batch = lent / 2 > 1 ? lent / 2 : 1;
   }
-  if (rc == 0 && start_recv(s))
+  if (rc == 0 && chime__rpc_recv(&s->rpc))
     rc = chime__fail(err, errlen, CHIME_EPROTO, "cannot receive");
 
 cleanup:
@@ -527,9 +447,6 @@ int chime_stream_open(chime_client_t *client, const char *table,
   s->client = client;
   snprintf(s->table, sizeof(s->table), "%s", table);
   pthread_mutex_init(&s->lock, NULL);
-  s->details = grpc_empty_slice();
-  grpc_metadata_array_init(&s->md_init);
-  grpc_metadata_array_init(&s->md_trail);
 
   chime_mode_t want = o.mode;
   if (want != CHIME_MODE_STREAM) {
@@ -716,24 +633,18 @@ const char *chime_stream_last_error(const chime_stream_t *stream) {
  * has read them; bounded by CLOSE_WAIT_MS, after which the call is
  * cancelled (and those batches may be delivered again elsewhere). */
 static void close_gracefully(chime_stream_t *s) {
-  if (s->mode != CHIME_MODE_STREAM || !s->call || !s->thread_started)
+  if (s->mode != CHIME_MODE_STREAM || !s->rpc.call || !s->thread_started)
     return;
   int64_t end = chime__mono_ms() + CLOSE_WAIT_MS;
-  int half_closed = 0;
   pthread_mutex_lock(&s->lock);
   s->closing = 1;
   while (!s->ended && chime__mono_ms() < end) {
     send_credit_locked(s);
-    if (!s->send_busy && s->credit_pending == 0 && !half_closed) {
-      grpc_op op;
-      memset(&op, 0, sizeof(op));
-      op.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-      if (grpc_call_start_batch(s->call, &op, 1,
-                                (void *)(intptr_t)TAG_HALF_CLOSE,
-                                NULL) != GRPC_CALL_OK)
+    if (!chime__rpc_pending(&s->rpc, CHIME__RPC_SEND) &&
+        s->credit_pending == 0 && !s->half_closed) {
+      if (chime__rpc_half_close(&s->rpc))
         break;
-      s->send_busy = 1;
-      half_closed = 1;
+      s->half_closed = 1;
     }
     pthread_mutex_unlock(&s->lock);
     struct timespec ts = {0, 1000000};
@@ -757,9 +668,6 @@ void chime_stream_close(chime_stream_t *stream) {
   chime_ring_destroy(s->ring);
   free(s->remote.slot_seq);
   free(s->released);
-  grpc_metadata_array_destroy(&s->md_init);
-  grpc_metadata_array_destroy(&s->md_trail);
-  grpc_slice_unref(s->details);
   pthread_mutex_destroy(&s->lock);
   free(s);
 }

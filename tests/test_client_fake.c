@@ -36,6 +36,7 @@ typedef enum {
   FAKE_ACK_KEYS,    /* Insert: the second ack reuses the first one's keys */
   FAKE_ACK_ID,      /* Insert: the second ack repeats the first one's id */
   FAKE_ERROR,       /* GetInfo fails with fake.error (chime-error if with_md) */
+  FAKE_OPEN_END,    /* Opened, then at once the status (fake.error, md) */
 } fake_script_t;
 
 static struct {
@@ -251,6 +252,10 @@ static void serve_subscribe(grpc_call *call, grpc_byte_buffer *first) {
   r.kind_case = CHIME__V1__SUBSCRIBE_RESPONSE__KIND_OPENED;
   r.opened = &o;
   send_msg(call, &r.base);
+  if (fake.script == FAKE_OPEN_END) {
+    fail_call(call, fake.error, 1);
+    return;
+  }
 
   if (mode == CHIME__V1__MODE__MODE_STREAM) {
     if (fake.script == FAKE_OVER_CREDIT) {
@@ -540,6 +545,29 @@ static void test_error_codes(void **state) {
   chime_client_destroy(c);
 }
 
+/* The call ends right after Opened, maybe while the client is still opening:
+ * the stream reports the server's code (from chime-error, the details say
+ * nothing of shutting down) once the learner asks. */
+static void test_ends_after_opened(void **state) {
+  (void)state;
+  static const int codes[] = {CHIME_ESHUTDOWN, CHIME_EPERM};
+  for (size_t i = 0; i < 2; i++) {
+    chime_client_t *c;
+    chime_stream_t *s;
+    fake.error = codes[i];
+    assert_int_equal(open_as(FAKE_OPEN_END, CHIME_MODE_STREAM, &c, &s), 0);
+    chime_batch_t b;
+    int rc = chime_stream_next(s, &b, 10000);
+    if (rc != codes[i])
+      fail_msg("server ended with %s, next returned %s (%s)",
+               chime_err_name(codes[i]), chime_err_name(rc),
+               chime_stream_last_error(s));
+    assert_non_null(strstr(chime_stream_last_error(s), "page-lock failed"));
+    chime_stream_close(s);
+    chime_client_destroy(c);
+  }
+}
+
 static void test_auto_falls_back_when_handoff_fails(void **state) {
   (void)state;
   chime_client_t *c;
@@ -628,6 +656,7 @@ int main(void) {
       cmocka_unit_test(test_bad_chunk),
       cmocka_unit_test(test_error_codes),
       cmocka_unit_test(test_notice),
+      cmocka_unit_test(test_ends_after_opened),
       cmocka_unit_test(test_auto_falls_back_when_handoff_fails),
       cmocka_unit_test(test_ack_wrong_count),
       cmocka_unit_test(test_ack_reused_keys),

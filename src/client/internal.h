@@ -89,7 +89,7 @@ int chime__handoff_fetch(const char *socket_path, const uint8_t *token,
                          size_t token_len, int timeout_ms, int *fd_out,
                          char *err, size_t errlen);
 
-/* --- stream mode: chunks into a local ring (remote.c) --- */
+/* --- stream mode: chunks into a local ring, credits (remote.c) --- */
 
 typedef struct {
   chime_ring_t *ring;       /* local ring, this side produces */
@@ -103,6 +103,13 @@ typedef struct {
   uint64_t received;      /* bytes of it so far */
   uint64_t batches;       /* completed and published */
   _Atomic uint64_t bytes; /* read by chime_stream_get_stats() */
+  /* Credits, under the stream's lock: releases not yet sent, gathered into
+   * one Credit of credit_batch. */
+  uint32_t credit_pending;
+  uint32_t credit_batch;
+  uint64_t *released; /* server seqs of the credit_pending releases */
+  int closing;        /* chime_stream_close(): send releases at once */
+  int half_closed;    /* ... and the last has gone */
 } chime__remote_t;
 
 /* Copies one received message into the local ring. Returns 0 (publishing the

@@ -1,6 +1,8 @@
 /* Internal to the client library: the client object, gRPC helpers shared by
  * unary calls, the writer and the stream, and the pieces of a stream (handoff,
- * remote chunk assembly) that are tested on their own. */
+ * remote chunk assembly) that are tested on their own. The call object is in
+ * call.h, the stream and its transports in stream.h (docs/architecture.md,
+ * Client). */
 #ifndef CHIME_CLIENT_INTERNAL_H
 #define CHIME_CLIENT_INTERNAL_H
 

@@ -664,8 +664,8 @@ static void test_error_metadata(void **state) {
   chime__raw_t r;
   char details[512], code[32];
   grpc_status_code st = GRPC_STATUS_UNKNOWN;
-  uint8_t data[SAMPLE_BYTES] = {0};
-  Chime__V1__InsertRequest req = insert_req("nope", 1, data, sizeof(data));
+  uint8_t data[4 * 260] = {0}; /* 4 samples of 260 bytes: the table has 264 */
+  Chime__V1__InsertRequest req = insert_req("nope", 1, data, SAMPLE_BYTES);
   assert_int_equal(chime__raw_start(&r, ch, M_INSERT, 20000), 0);
   assert_int_equal(chime__raw_send(&r, &req.base), 0);
   assert_int_equal(chime__raw_finish(&r, &st, details, sizeof(details), 20000),
@@ -675,7 +675,7 @@ static void test_error_metadata(void **state) {
   assert_int_equal(st, GRPC_STATUS_NOT_FOUND);
   assert_string_equal(code, "-9"); /* CHIME_ENOTFOUND */
 
-  req = insert_req("demo", 4, data, 4 * 260);
+  req = insert_req("demo", 4, data, sizeof(data));
   assert_int_equal(chime__raw_start(&r, ch, M_INSERT, 20000), 0);
   assert_int_equal(chime__raw_send(&r, &req.base), 0);
   assert_int_equal(chime__raw_finish(&r, &st, details, sizeof(details), 20000),

@@ -47,9 +47,10 @@ static void on_status(chime_stream_t *s) {
     code = CHIME_EDISCONNECTED;
   snprintf(why, sizeof(why), "stream %" PRIu64 " on '%s' ended: %.400s",
            s->stream_id, s->table, text[0] ? text : chime_strerror(code));
+  /* The reason first: a learner woken by the shutdown reads it. */
+  end_stream(s, code, why);
   if (code == CHIME_ESHUTDOWN && s->tp->on_shutdown)
     s->tp->on_shutdown(s);
-  end_stream(s, code, why);
 }
 
 static void protocol_error(chime_stream_t *s, const char *what) {

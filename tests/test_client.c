@@ -18,7 +18,7 @@
 #include <cmocka.h>
 
 #include "client/internal.h"
-#include "common/wire.h"
+#include "wire/chunk.h"
 #include "pattern.h"
 
 /* ------------------------------------------------------------ handoff */
@@ -469,27 +469,6 @@ static void test_pattern_ids_differ_by_seed(void **state) {
   assert_int_equal(chime__pattern_id(1, 5) & CHIME__PATTERN_MAX_INDEX, 5);
 }
 
-/* ------------------------------------------------------------ status */
-
-static void test_status_mapping(void **state) {
-  (void)state;
-  assert_int_equal(chime__status_to_err(GRPC_STATUS_OK, ""), 0);
-  assert_int_equal(chime__status_to_err(GRPC_STATUS_INVALID_ARGUMENT, "x"),
-                   CHIME_EINVAL);
-  assert_int_equal(chime__status_to_err(GRPC_STATUS_NOT_FOUND, "x"),
-                   CHIME_ENOTFOUND);
-  assert_int_equal(chime__status_to_err(GRPC_STATUS_RESOURCE_EXHAUSTED, "x"),
-                   CHIME_ERESOURCE);
-  assert_int_equal(
-      chime__status_to_err(GRPC_STATUS_UNAVAILABLE, "shutting down"),
-      CHIME_ESHUTDOWN);
-  assert_int_equal(
-      chime__status_to_err(GRPC_STATUS_UNAVAILABLE, "failed to connect"),
-      CHIME_EUNAVAILABLE);
-  assert_int_equal(chime__status_to_err(GRPC_STATUS_DEADLINE_EXCEEDED, ""),
-                   CHIME_ETIMEDOUT);
-}
-
 /* An unreachable server fails fast with a clear error, no crash. */
 static void test_unreachable_server(void **state) {
   (void)state;
@@ -526,7 +505,6 @@ int main(void) {
       cmocka_unit_test(test_remote_rejects_bad_chunks),
       cmocka_unit_test(test_pattern),
       cmocka_unit_test(test_pattern_ids_differ_by_seed),
-      cmocka_unit_test(test_status_mapping),
       cmocka_unit_test(test_unreachable_server),
   };
   grpc_init();

@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #include "client/internal.h"
-#include "common/wire.h"
+#include "wire/chunk.h"
 
 #define SPEC "obs:f32[64],action:i32[],reward:f32[]"
 #define BATCH 4
@@ -42,6 +42,8 @@ typedef enum {
   FAKE_ACK_COUNT,   /* Insert: the second ack claims one sample more */
   FAKE_ACK_KEYS,    /* Insert: the second ack reuses the first one's keys */
   FAKE_ACK_ID,      /* Insert: the second ack repeats the first one's id */
+  FAKE_ERROR,       /* GetInfo fails with fake.error (chime-error if with_md) */
+  FAKE_OPEN_END,    /* Opened, then at once the status (fake.error, md) */
 } fake_script_t;
 
 static struct {
@@ -53,6 +55,7 @@ static struct {
   sem_t go;       /* FAKE_NOTICE: the test took the batch */
   int subscribes; /* Subscribe calls seen */
   int last_open_mode;
+  int error, with_md; /* FAKE_ERROR */
   char boot_id[64], host[256];
   int ring_listen;    /* FAKE_BAD_RING's handoff socket */
   char ring_sock[64]; /* its "@name" */
@@ -131,6 +134,29 @@ static void finish(grpc_call *call, grpc_status_code st, const char *details,
   grpc_slice_unref(d);
 }
 
+/* Fails a call the way chimed does (src/server/call.c), or, without the
+ * metadata, the way a proxy or an older server would, with details that
+ * name other errors: the client must not read them. */
+static void fail_call(grpc_call *call, int error, int with_md) {
+  int cancelled = 0;
+  grpc_slice d = grpc_slice_from_static_string(
+      "shutting down: page-lock failed (table 'x' not found)");
+  grpc_metadata md;
+  chime__err_metadata(&md, error);
+  grpc_op ops[2];
+  memset(ops, 0, sizeof(ops));
+  ops[0].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+  ops[0].data.recv_close_on_server.cancelled = &cancelled;
+  ops[1].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+  ops[1].data.send_status_from_server.status = chime__status_from_err(error);
+  ops[1].data.send_status_from_server.status_details = &d;
+  ops[1].data.send_status_from_server.trailing_metadata_count = with_md ? 1 : 0;
+  ops[1].data.send_status_from_server.trailing_metadata = &md;
+  if (grpc_call_start_batch(call, ops, 2, TAG_DONE, NULL) == GRPC_CALL_OK)
+    wait_tag(TAG_DONE);
+  grpc_slice_unref(md.value);
+}
+
 static void leaf_msgs(const chime_spec_t *spec, Chime__V1__Leaf *leaves,
                       Chime__V1__Leaf **ptrs) {
   for (uint32_t i = 0; i < spec->nleaves; i++) {
@@ -144,6 +170,10 @@ static void leaf_msgs(const chime_spec_t *spec, Chime__V1__Leaf *leaves,
 }
 
 static void serve_info(grpc_call *call) {
+  if (fake.script == FAKE_ERROR) {
+    fail_call(call, fake.error, fake.with_md);
+    return;
+  }
   chime_spec_t spec;
   char err[128];
   assert_int_equal(chime_spec_parse(&spec, SPEC, err, sizeof(err)), 0);
@@ -233,6 +263,10 @@ static void serve_subscribe(grpc_call *call, grpc_byte_buffer *first) {
   r.kind_case = CHIME__V1__SUBSCRIBE_RESPONSE__KIND_OPENED;
   r.opened = &o;
   send_msg(call, &r.base);
+  if (fake.script == FAKE_OPEN_END) {
+    fail_call(call, fake.error, 1);
+    return;
+  }
 
   if (mode == CHIME__V1__MODE__MODE_STREAM) {
     if (fake.script == FAKE_OVER_CREDIT) {
@@ -320,9 +354,9 @@ static void *fake_main(void *arg) {
           wait_tag(TAG_OP) && first) {
         char method[128];
         chime__slice_str(details.method, method, sizeof(method));
-        if (!strcmp(method, CHIME__METHOD_GETINFO))
+        if (!strcmp(method, chime__method_path[CHIME__M_GETINFO]))
           serve_info(call);
-        else if (!strcmp(method, CHIME__METHOD_INSERT))
+        else if (!strcmp(method, chime__method_path[CHIME__M_INSERT]))
           serve_insert(call, first);
         else
           serve_subscribe(call, first);
@@ -557,6 +591,65 @@ static void test_notice(void **state) {
   chime_client_destroy(c);
 }
 
+/* Every CHIME_E* code a server sends comes back through gRPC exactly, whatever
+ * the details say; without chime-error only the status counts (the text
+ * that once decided "shutting down" and "page-lock" no longer does). */
+static void test_error_codes(void **state) {
+  (void)state;
+  static const int codes[] = {
+#define CODE(name, value, msg) CHIME_##name,
+      CHIME_ERRNO_MAP(CODE)
+#undef CODE
+  };
+  chime_client_t *c;
+  fake.script = FAKE_ERROR;
+  assert_int_equal(chime_client_create(&c, fake.addr, NULL), 0);
+  fake.with_md = 1;
+  for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
+    chime_server_info_t *info = NULL;
+    fake.error = codes[i];
+    int rc = chime_client_info(c, &info);
+    if (rc != codes[i])
+      fail_msg("server sent %s, client returned %s (%s)",
+               chime_err_name(codes[i]), chime_err_name(rc),
+               chime_client_last_error(c));
+    assert_null(info);
+    assert_non_null(strstr(chime_client_last_error(c), "page-lock failed"));
+  }
+  fake.with_md = 0;
+  chime_server_info_t *info = NULL;
+  fake.error = CHIME_ESHUTDOWN;
+  assert_int_equal(chime_client_info(c, &info), CHIME_EUNAVAILABLE);
+  fake.error = CHIME_ECUDA;
+  assert_int_equal(chime_client_info(c, &info), CHIME_EINVAL);
+  fake.error = CHIME_ENOTFOUND;
+  assert_int_equal(chime_client_info(c, &info), CHIME_ENOTFOUND);
+  chime_client_destroy(c);
+}
+
+/* The call ends right after Opened, maybe while the client is still opening:
+ * the stream reports the server's code (from chime-error, the details say
+ * nothing of shutting down) once the learner asks. */
+static void test_ends_after_opened(void **state) {
+  (void)state;
+  static const int codes[] = {CHIME_ESHUTDOWN, CHIME_EPERM};
+  for (size_t i = 0; i < 2; i++) {
+    chime_client_t *c;
+    chime_stream_t *s;
+    fake.error = codes[i];
+    assert_int_equal(open_as(FAKE_OPEN_END, CHIME_MODE_STREAM, &c, &s), 0);
+    chime_batch_t b;
+    int rc = chime_stream_next(s, &b, 10000);
+    if (rc != codes[i])
+      fail_msg("server ended with %s, next returned %s (%s)",
+               chime_err_name(codes[i]), chime_err_name(rc),
+               chime_stream_last_error(s));
+    assert_non_null(strstr(chime_stream_last_error(s), "page-lock failed"));
+    chime_stream_close(s);
+    chime_client_destroy(c);
+  }
+}
+
 static void test_auto_falls_back_when_handoff_fails(void **state) {
   (void)state;
   chime_client_t *c;
@@ -669,7 +762,9 @@ int main(void) {
       cmocka_unit_test(test_refused),
       cmocka_unit_test(test_over_credit),
       cmocka_unit_test(test_bad_chunk),
+      cmocka_unit_test(test_error_codes),
       cmocka_unit_test(test_notice),
+      cmocka_unit_test(test_ends_after_opened),
       cmocka_unit_test(test_auto_falls_back_when_handoff_fails),
       cmocka_unit_test(test_bad_ring_detail_reaches_caller),
       cmocka_unit_test(test_ack_wrong_count),

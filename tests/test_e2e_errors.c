@@ -645,6 +645,73 @@ static void test_unknown_method(void **state) {
   assert_serving();
 }
 
+/* The chime-error value in a finished call's trailing metadata ("" when
+ * there is none). */
+static void error_md(const chime__raw_t *r, char *out, size_t len) {
+  out[0] = '\0';
+  for (size_t i = 0; i < r->md_trail.count; i++) {
+    const grpc_metadata *m = &r->md_trail.metadata[i];
+    if (grpc_slice_str_cmp(m->key, "chime-error") == 0)
+      snprintf(out, len, "%.*s", (int)GRPC_SLICE_LENGTH(m->value),
+               (const char *)GRPC_SLICE_START_PTR(m->value));
+  }
+}
+
+/* Every failure chimed sends carries its CHIME_E* code next to the text
+ * (docs/protocol.md, Status codes); a success carries none. */
+static void test_error_metadata(void **state) {
+  (void)state;
+  chime__raw_t r;
+  char details[512], code[32];
+  grpc_status_code st = GRPC_STATUS_UNKNOWN;
+  uint8_t data[4 * 260] = {0}; /* 4 samples of 260 bytes: the table has 264 */
+  Chime__V1__InsertRequest req = insert_req("nope", 1, data, SAMPLE_BYTES);
+  assert_int_equal(chime__raw_start(&r, ch, M_INSERT, 20000), 0);
+  assert_int_equal(chime__raw_send(&r, &req.base), 0);
+  assert_int_equal(chime__raw_finish(&r, &st, details, sizeof(details), 20000),
+                   0);
+  error_md(&r, code, sizeof(code));
+  chime__raw_destroy(&r);
+  assert_int_equal(st, GRPC_STATUS_NOT_FOUND);
+  assert_string_equal(code, "-9"); /* CHIME_ENOTFOUND */
+
+  req = insert_req("demo", 4, data, sizeof(data));
+  assert_int_equal(chime__raw_start(&r, ch, M_INSERT, 20000), 0);
+  assert_int_equal(chime__raw_send(&r, &req.base), 0);
+  assert_int_equal(chime__raw_finish(&r, &st, details, sizeof(details), 20000),
+                   0);
+  error_md(&r, code, sizeof(code));
+  chime__raw_destroy(&r);
+  assert_int_equal(st, GRPC_STATUS_INVALID_ARGUMENT);
+  assert_string_equal(code, "-1"); /* CHIME_EINVAL */
+
+  assert_int_equal(chime__raw_start(&r, ch, "/chime.v1.Chime/Nope", 20000), 0);
+  assert_int_equal(chime__raw_finish(&r, &st, details, sizeof(details), 20000),
+                   0);
+  error_md(&r, code, sizeof(code));
+  chime__raw_destroy(&r);
+  assert_int_equal(st, GRPC_STATUS_UNIMPLEMENTED);
+  assert_string_equal(code, "-15"); /* CHIME_ENOTSUP */
+
+  Chime__V1__GetInfoRequest info = CHIME__V1__GET_INFO_REQUEST__INIT;
+  ProtobufCMessage *resp = NULL;
+  assert_int_equal(chime__raw_start(&r, ch, M_INFO, 20000), 0);
+  assert_int_equal(chime__raw_send(&r, &info.base), 0);
+  assert_int_equal(
+      chime__raw_recv_msg(&r, &chime__v1__get_info_response__descriptor, &resp,
+                          20000),
+      0);
+  assert_non_null(resp);
+  protobuf_c_message_free_unpacked(resp, NULL);
+  assert_int_equal(chime__raw_finish(&r, &st, details, sizeof(details), 20000),
+                   0);
+  error_md(&r, code, sizeof(code));
+  chime__raw_destroy(&r);
+  assert_int_equal(st, GRPC_STATUS_OK);
+  assert_string_equal(code, "");
+  assert_serving();
+}
+
 /* --- expiry and peer uid, each against a chimed of its own --- */
 
 static grpc_channel *saved_ch;
@@ -822,6 +889,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_garbage_on_handoff_socket),
       cmocka_unit_test(test_garbage_on_grpc_port),
       cmocka_unit_test(test_unknown_method),
+      cmocka_unit_test(test_error_metadata),
       cmocka_unit_test(test_token_expires),
       cmocka_unit_test(test_peer_uid),
   };

@@ -1,4 +1,4 @@
-/* The hand-written InsertRequest reader (src/common/pbread.c,
+/* The hand-written InsertRequest reader (src/wire/pbread.c,
  * src/server/insertreq.c): random requests packed by protobuf-c and cut
  * into random pieces read back field for field; unknown fields and
  * unpacked priorities as protobuf has them; malformed bytes refused; and
@@ -16,7 +16,7 @@
 
 #include "chime.pb-c.h"
 #include "chime/errors.h"
-#include "common/pbread.h"
+#include "wire/pbread.h"
 #include "server/insertreq.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15u;

@@ -13,7 +13,7 @@
 #include <cmocka.h>
 
 #include "chime/errors.h"
-#include "common/wire.h"
+#include "wire/insert.h"
 #include "server/table.h"
 
 /* spec "a:u32[2], b:u8[]": 9 bytes a sample; a = {key*10, key*10+1}, b = key */

@@ -12,7 +12,7 @@
 
 #include "chime.pb-c.h"
 #include "chime/errors.h"
-#include "common/wire.h"
+#include "wire/chunk.h"
 
 /* header + payload in one buffer; returns its length. */
 static size_t build(uint8_t *buf, uint64_t seq, uint64_t off, uint64_t total,

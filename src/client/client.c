@@ -74,82 +74,52 @@ int chime__client_set_error(chime_client_t *client, int code,
   return code;
 }
 
-int chime__unary(chime_client_t *client, const char *method,
+int chime__unary(chime_client_t *client, int method,
                  const ProtobufCMessage *req,
                  const ProtobufCMessageDescriptor *resp_desc,
                  ProtobufCMessage **resp, char *err, size_t errlen) {
-  int rc = 0;
-  grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
-  grpc_call *call = NULL;
-  grpc_byte_buffer *send = NULL, *recv = NULL;
-  grpc_metadata_array md_init, md_trail;
-  grpc_status_code status = GRPC_STATUS_UNKNOWN;
-  grpc_slice details = grpc_empty_slice();
-  grpc_metadata_array_init(&md_init);
-  grpc_metadata_array_init(&md_trail);
+  const char *path = chime__method_path[method];
+  chime__rpc_t r;
   *resp = NULL;
-
-  call = chime__call_create(client, method, cq,
-                            chime__deadline_ms(client->timeout_ms));
-  send = chime__pack(req);
-  if (!call || !send) {
-    rc =
-        chime__fail(err, errlen, CHIME_ENOMEM, "%s: cannot start call", method);
+  int rc = chime__rpc_init(&r);
+  grpc_byte_buffer *send = chime__pack(req);
+  if (rc || !send) {
+    if (send)
+      grpc_byte_buffer_destroy(send);
+    rc = chime__fail(err, errlen, CHIME_ENOMEM, "%s: cannot start call", path);
     goto cleanup;
   }
-  grpc_op ops[6];
-  memset(ops, 0, sizeof(ops));
-  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-  ops[1].op = GRPC_OP_SEND_MESSAGE;
-  ops[1].data.send_message.send_message = send;
-  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
-  ops[3].data.recv_initial_metadata.recv_initial_metadata = &md_init;
-  ops[4].op = GRPC_OP_RECV_MESSAGE;
-  ops[4].data.recv_message.recv_message = &recv;
-  ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-  ops[5].data.recv_status_on_client.trailing_metadata = &md_trail;
-  ops[5].data.recv_status_on_client.status = &status;
-  ops[5].data.recv_status_on_client.status_details = &details;
-  if (grpc_call_start_batch(call, ops, 6, call, NULL) != GRPC_CALL_OK) {
-    rc = chime__fail(err, errlen, CHIME_EPROTO, "%s: start_batch failed",
-                     method);
+  if (chime__rpc_start(&r, client, method,
+                       chime__deadline_ms(client->timeout_ms), CHIME__RPC_LAST,
+                       send) ||
+      chime__rpc_recv(&r)) {
+    rc = chime__fail(err, errlen, CHIME_EPROTO, "%s: start_batch failed", path);
     goto cleanup;
   }
   /* The call's own deadline bounds this wait. */
-  grpc_event ev = grpc_completion_queue_pluck(
-      cq, call, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-  (void)ev;
-  if (status != GRPC_STATUS_OK) {
-    char text[CHIME__ERRLEN];
-    chime__slice_str(details, text, sizeof(text));
-    rc = chime__status_to_err(status, text);
-    chime__fail(err, errlen, rc, "%s: %s", method,
+  while (chime__rpc_busy(&r)) {
+    chime__rpc_op_t op;
+    int ok;
+    chime__rpc_next(&r, gpr_inf_future(GPR_CLOCK_MONOTONIC), &op, &ok);
+  }
+  char text[CHIME__ERRLEN];
+  rc = chime__rpc_result(&r, text, sizeof(text));
+  if (rc) {
+    chime__fail(err, errlen, rc, "%s: %s", path,
                 text[0] ? text : chime_strerror(rc));
     goto cleanup;
   }
-  if (!recv) {
-    rc = chime__fail(err, errlen, CHIME_EPROTO, "%s: no response message",
-                     method);
+  if (!r.recv_bb) {
+    rc =
+        chime__fail(err, errlen, CHIME_EPROTO, "%s: no response message", path);
     goto cleanup;
   }
-  *resp = chime__unpack(resp_desc, recv);
+  *resp = chime__unpack(resp_desc, r.recv_bb);
   if (!*resp)
-    rc = chime__fail(err, errlen, CHIME_EPROTO, "%s: malformed response",
-                     method);
+    rc = chime__fail(err, errlen, CHIME_EPROTO, "%s: malformed response", path);
 
 cleanup:
-  if (send)
-    grpc_byte_buffer_destroy(send);
-  if (recv)
-    grpc_byte_buffer_destroy(recv);
-  grpc_metadata_array_destroy(&md_init);
-  grpc_metadata_array_destroy(&md_trail);
-  grpc_slice_unref(details);
-  if (call)
-    grpc_call_unref(call);
-  grpc_completion_queue_shutdown(cq);
-  grpc_completion_queue_destroy(cq);
+  chime__rpc_destroy(&r);
   return rc;
 }
 
@@ -165,7 +135,7 @@ int chime_client_info(chime_client_t *client, chime_server_info_t **out) {
   Chime__V1__GetInfoRequest req = CHIME__V1__GET_INFO_REQUEST__INIT;
   ProtobufCMessage *m = NULL;
   chime_server_info_t *info = NULL;
-  int rc = chime__unary(client, CHIME__METHOD_GETINFO, &req.base,
+  int rc = chime__unary(client, CHIME__M_GETINFO, &req.base,
                         &chime__v1__get_info_response__descriptor, &m, err,
                         sizeof(err));
   if (rc)
@@ -225,6 +195,34 @@ cleanup:
   return rc;
 }
 
+int chime__table_lookup(chime_client_t *client, const char *table,
+                        chime_table_info_t *out, chime_server_info_t **info,
+                        char *err, size_t errlen) {
+  chime_server_info_t *si = NULL;
+  int rc = chime_client_info(client, &si);
+  if (rc) {
+    chime__fail(err, errlen, rc, "%s", chime_client_last_error(client));
+    goto cleanup;
+  }
+  rc = CHIME_ENOTFOUND;
+  for (uint32_t i = 0; i < si->ntables; i++) {
+    if (strcmp(si->tables[i].name, table) == 0) {
+      *out = si->tables[i];
+      rc = 0;
+      break;
+    }
+  }
+  if (rc)
+    chime__fail(err, errlen, rc, "table '%s' not found", table);
+
+cleanup:
+  if (info && rc == 0)
+    *info = si;
+  else
+    chime_server_info_free(si);
+  return rc;
+}
+
 void chime_server_info_free(chime_server_info_t *info) {
   if (!info)
     return;
@@ -241,7 +239,7 @@ int chime_client_stats(chime_client_t *client, chime_stats_t **out) {
   Chime__V1__StatsRequest req = CHIME__V1__STATS_REQUEST__INIT;
   ProtobufCMessage *m = NULL;
   chime_stats_t *st = NULL;
-  int rc = chime__unary(client, CHIME__METHOD_STATS, &req.base,
+  int rc = chime__unary(client, CHIME__M_STATS, &req.base,
                         &chime__v1__stats_response__descriptor, &m, err,
                         sizeof(err));
   if (rc)

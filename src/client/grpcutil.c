@@ -14,43 +14,6 @@ int chime__fail(char *buf, size_t len, int code, const char *fmt, ...) {
   return code;
 }
 
-int chime__status_to_err(grpc_status_code status, const char *details) {
-  switch (status) {
-  case GRPC_STATUS_OK:
-    return 0;
-  case GRPC_STATUS_FAILED_PRECONDITION:
-    /* The server could not page-lock the stream's ring (docs/protocol.md):
-     * the learner hears the same code as from its own chime_ring_pin(). */
-    if (details && strstr(details, "page-lock"))
-      return CHIME_ECUDA;
-    return CHIME_EINVAL;
-  case GRPC_STATUS_INVALID_ARGUMENT:
-  case GRPC_STATUS_OUT_OF_RANGE:
-    return CHIME_EINVAL;
-  case GRPC_STATUS_NOT_FOUND:
-    return CHIME_ENOTFOUND;
-  case GRPC_STATUS_DEADLINE_EXCEEDED:
-    return CHIME_ETIMEDOUT;
-  case GRPC_STATUS_RESOURCE_EXHAUSTED:
-    return CHIME_ERESOURCE;
-  case GRPC_STATUS_PERMISSION_DENIED:
-  case GRPC_STATUS_UNAUTHENTICATED:
-    return CHIME_EPERM;
-  case GRPC_STATUS_UNIMPLEMENTED:
-    return CHIME_ENOTSUP;
-  case GRPC_STATUS_ALREADY_EXISTS:
-    return CHIME_EEXIST;
-  case GRPC_STATUS_CANCELLED:
-    return CHIME_ECLOSED;
-  case GRPC_STATUS_UNAVAILABLE:
-    if (details && strstr(details, "shutting down"))
-      return CHIME_ESHUTDOWN;
-    return CHIME_EUNAVAILABLE;
-  default:
-    return CHIME_EPROTO;
-  }
-}
-
 int64_t chime__mono_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -94,38 +57,6 @@ void chime__slice_str(grpc_slice slice, char *buf, size_t len) {
     n = len - 1;
   memcpy(buf, GRPC_SLICE_START_PTR(slice), n);
   buf[n] = '\0';
-}
-
-grpc_call *chime__call_create(chime_client_t *client, const char *method,
-                              grpc_completion_queue *cq,
-                              gpr_timespec deadline) {
-  return grpc_channel_create_call(
-      client->channel, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
-      grpc_slice_from_static_string(method), NULL, deadline, NULL);
-}
-
-int chime__call_start_recv(grpc_call *call, grpc_byte_buffer **bb, void *tag) {
-  grpc_op op;
-  memset(&op, 0, sizeof(op));
-  op.op = GRPC_OP_RECV_MESSAGE;
-  op.data.recv_message.recv_message = bb;
-  if (grpc_call_start_batch(call, &op, 1, tag, NULL) != GRPC_CALL_OK)
-    return CHIME_EPROTO;
-  return 0;
-}
-
-int chime__call_start_status(grpc_call *call, grpc_metadata_array *trailing,
-                             grpc_status_code *status, grpc_slice *details,
-                             void *tag) {
-  grpc_op op;
-  memset(&op, 0, sizeof(op));
-  op.op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-  op.data.recv_status_on_client.trailing_metadata = trailing;
-  op.data.recv_status_on_client.status = status;
-  op.data.recv_status_on_client.status_details = details;
-  if (grpc_call_start_batch(call, &op, 1, tag, NULL) != GRPC_CALL_OK)
-    return CHIME_EPROTO;
-  return 0;
 }
 
 void chime__cq_destroy(grpc_completion_queue *cq) {

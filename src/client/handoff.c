@@ -9,9 +9,7 @@
 #include <unistd.h>
 
 #include "client/internal.h"
-
-#define HANDOFF_MAGIC "CHIMEHO1"
-#define HANDOFF_TOKEN_BYTES 16
+#include "wire/handoff.h"
 
 static int set_timeouts(int fd, int timeout_ms) {
   if (timeout_ms < 0)
@@ -53,10 +51,10 @@ int chime__handoff_fetch(const char *socket_path, const uint8_t *token,
   if (plen < 2 || plen >= sizeof(addr.sun_path))
     return chime__fail(err, errlen, CHIME_EPROTO,
                        "handoff: bad socket address (%zu bytes)", plen);
-  if (token_len != HANDOFF_TOKEN_BYTES)
+  if (token_len != CHIME__HANDOFF_TOKEN_BYTES)
     return chime__fail(err, errlen, CHIME_EPROTO,
                        "handoff: token is %zu bytes, expected %d", token_len,
-                       HANDOFF_TOKEN_BYTES);
+                       CHIME__HANDOFF_TOKEN_BYTES);
   memcpy(addr.sun_path, socket_path, plen);
   if (socket_path[0] == '@')
     addr.sun_path[0] = '\0'; /* abstract namespace */
@@ -80,9 +78,9 @@ int chime__handoff_fetch(const char *socket_path, const uint8_t *token,
         "handoff: cannot connect to the server's socket: %s", strerror(errno));
     goto cleanup;
   }
-  uint8_t hello[sizeof(HANDOFF_MAGIC) - 1 + HANDOFF_TOKEN_BYTES];
-  memcpy(hello, HANDOFF_MAGIC, sizeof(HANDOFF_MAGIC) - 1);
-  memcpy(hello + sizeof(HANDOFF_MAGIC) - 1, token, HANDOFF_TOKEN_BYTES);
+  uint8_t hello[CHIME__HANDOFF_REQUEST_BYTES];
+  memcpy(hello, CHIME__HANDOFF_MAGIC, CHIME__HANDOFF_MAGIC_BYTES);
+  memcpy(hello + CHIME__HANDOFF_MAGIC_BYTES, token, CHIME__HANDOFF_TOKEN_BYTES);
   size_t sent = 0;
   int send_errno = 0;
   while (sent < sizeof(hello)) {
@@ -107,7 +105,7 @@ int chime__handoff_fetch(const char *socket_path, const uint8_t *token,
   }
 
   /* 4-byte status; the fd rides on its first byte. */
-  uint8_t status[4];
+  uint8_t status[CHIME__HANDOFF_STATUS_BYTES];
   size_t got = 0;
   while (got < sizeof(status)) {
     union {

@@ -1,6 +1,8 @@
 /* Internal to the client library: the client object, gRPC helpers shared by
  * unary calls, the writer and the stream, and the pieces of a stream (handoff,
- * remote chunk assembly) that are tested on their own. */
+ * remote chunk assembly) that are tested on their own. The call object is in
+ * call.h, the stream and its transports in stream.h (docs/architecture.md,
+ * Client). */
 #ifndef CHIME_CLIENT_INTERNAL_H
 #define CHIME_CLIENT_INTERNAL_H
 
@@ -19,7 +21,12 @@
 
 #include "chime.pb-c.h"
 #include "chime/chime.h"
+#include "client/call.h"
 #include "common/errfmt.h" /* CHIME__PRINTF, chime__verrf */
+#include "wire/hostid.h"
+#include "wire/leaf.h"
+#include "wire/method.h"
+#include "wire/status.h"
 
 /* Room for a last error: the longest is a pinning error (CHIME_PIN_ERRLEN,
  * from this process or in a server's status) behind a short prefix. */
@@ -27,11 +34,6 @@
 /* Metadata a client accepts: a status whose details are that long, even
  * percent-encoded, with room to spare. */
 #define CHIME__MAX_METADATA_BYTES (4 * CHIME__ERRLEN)
-
-#define CHIME__METHOD_GETINFO "/chime.v1.Chime/GetInfo"
-#define CHIME__METHOD_STATS "/chime.v1.Chime/Stats"
-#define CHIME__METHOD_INSERT "/chime.v1.Chime/Insert"
-#define CHIME__METHOD_SUBSCRIBE "/chime.v1.Chime/Subscribe"
 
 struct chime_client_s {
   grpc_channel *channel;
@@ -50,9 +52,6 @@ int chime__client_set_error(chime_client_t *client, int code, const char *text);
 
 /* --- gRPC helpers (grpcutil.c) --- */
 
-/* Maps a call's final status to a CHIME_E* code (UNAVAILABLE "shutting down"
- * is CHIME_ESHUTDOWN, FAILED_PRECONDITION naming "page-lock" CHIME_ECUDA). */
-int chime__status_to_err(grpc_status_code status, const char *details);
 /* CLOCK_MONOTONIC in milliseconds, for bounded waits. */
 int64_t chime__mono_ms(void);
 /* timeout_ms < 0: forever. */
@@ -65,41 +64,23 @@ ProtobufCMessage *chime__unpack(const ProtobufCMessageDescriptor *desc,
                                 grpc_byte_buffer *bb);
 /* NUL-terminated copy of a slice, truncated to fit. */
 void chime__slice_str(grpc_slice slice, char *buf, size_t len);
-/* Creates a call on the client's channel with its own completion queue. */
-grpc_call *chime__call_create(chime_client_t *client, const char *method,
-                              grpc_completion_queue *cq, gpr_timespec deadline);
-/* Start one operation on a streaming call, completing with tag;
- * CHIME_EPROTO when gRPC refuses the batch. */
-int chime__call_start_recv(grpc_call *call, grpc_byte_buffer **bb, void *tag);
-int chime__call_start_status(grpc_call *call, grpc_metadata_array *trailing,
-                             grpc_status_code *status, grpc_slice *details,
-                             void *tag);
 /* Shuts a completion queue (created for next), drains what is left and
  * destroys it. NULL-safe. */
 void chime__cq_destroy(grpc_completion_queue *cq);
 
-/* One unary call: sends req, unpacks the answer as resp_desc. On failure the
- * status details (or a local reason) are in err. */
-int chime__unary(chime_client_t *client, const char *method,
+/* One unary call of method (CHIME__M_*): sends req, unpacks the answer as
+ * resp_desc. On failure the status details (or a local reason) are in
+ * err. */
+int chime__unary(chime_client_t *client, int method,
                  const ProtobufCMessage *req,
                  const ProtobufCMessageDescriptor *resp_desc,
                  ProtobufCMessage **resp, char *err, size_t errlen);
 
-/* --- specs on the wire (convert.c) --- */
-
-int chime__spec_from_leaves(chime_spec_t *spec, Chime__V1__Leaf *const *leaves,
-                            size_t n, char *err, size_t errlen);
-/* The table's info from GetInfo; CHIME_ENOTFOUND with a sentence. */
+/* The table's info from GetInfo (client.c); CHIME_ENOTFOUND with a
+ * sentence. */
 int chime__table_lookup(chime_client_t *client, const char *table,
                         chime_table_info_t *out, chime_server_info_t **info,
                         char *err, size_t errlen);
-
-/* --- host identity (hostid.c) --- */
-
-/* boot_id from /proc/sys/kernel/random/boot_id (or $CHIME_BOOT_ID, for tests
- * that need "another host" on one machine) and gethostname(). */
-void chime__host_identity(char *boot_id, size_t boot_len, char *host,
-                          size_t host_len);
 
 /* --- same-host handoff (handoff.c) --- */
 
@@ -110,7 +91,7 @@ int chime__handoff_fetch(const char *socket_path, const uint8_t *token,
                          size_t token_len, int timeout_ms, int *fd_out,
                          char *err, size_t errlen);
 
-/* --- stream mode: chunks into a local ring (remote.c) --- */
+/* --- stream mode: chunks into a local ring, credits (remote.c) --- */
 
 typedef struct {
   chime_ring_t *ring;       /* local ring, this side produces */
@@ -124,6 +105,13 @@ typedef struct {
   uint64_t received;      /* bytes of it so far */
   uint64_t batches;       /* completed and published */
   _Atomic uint64_t bytes; /* read by chime_stream_get_stats() */
+  /* Credits, under the stream's lock: releases not yet sent, gathered into
+   * one Credit of credit_batch. */
+  uint32_t credit_pending;
+  uint32_t credit_batch;
+  uint64_t *released; /* server seqs of the credit_pending releases */
+  int closing;        /* chime_stream_close(): send releases at once */
+  int half_closed;    /* ... and the last has gone */
 } chime__remote_t;
 
 /* Copies one received message into the local ring. Returns 0 (publishing the

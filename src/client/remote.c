@@ -1,10 +1,19 @@
-/* Stream mode, receiving side: each chunk's bytes go straight from gRPC's
- * slices into a slot of the local ring (one copy, no protobuf-c unpack). */
+/* Stream mode: the transport that fills a local ring from the server's
+ * chunks and pays for them with credits. Each chunk's bytes go straight from
+ * gRPC's slices into a slot of the local ring (one copy, no protobuf-c
+ * unpack); each release the learner makes goes back as a credit naming the
+ * batch. */
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-#include "client/internal.h"
-#include "common/wire.h"
+#include "client/stream.h"
+#include "wire/chunk.h"
+
+/* How long chime_stream_close() waits for the server to take the last
+ * releases before it cancels the call. */
+#define CLOSE_WAIT_MS 2000
 
 int chime__remote_chunk(chime__remote_t *r, grpc_byte_buffer *bb, char *err,
                         size_t errlen) {
@@ -98,3 +107,171 @@ void chime__remote_abandon(chime__remote_t *r) {
     chime_ring_abandon(r->ring, r->w.slot);
   r->active = 0;
 }
+
+/* --- the transport --- */
+
+/* Batches the server may still send: credits given, not yet used. */
+static uint64_t owed(const chime__remote_t *r) {
+  return atomic_load(&r->granted) - atomic_load(&r->started);
+}
+
+/* Caller holds s->lock. Releases are gathered into one Credit of
+ * credit_batch: each message costs a write here and a read, a completion and
+ * a wakeup in the server. Fewer are sent at once only when the server owes
+ * nothing, so a learner holding batches while it waits for the next one is
+ * never left without. */
+static void send_credit_locked(chime_stream_t *s) {
+  chime__remote_t *r = &s->remote;
+  if (chime__rpc_pending(&s->rpc, CHIME__RPC_SEND) || s->ended ||
+      r->half_closed || r->credit_pending == 0)
+    return;
+  if (r->credit_pending < r->credit_batch && owed(r) > 0 && !r->closing)
+    return;
+  Chime__V1__Credit credit = CHIME__V1__CREDIT__INIT;
+  credit.batches = r->credit_pending;
+  credit.n_released =
+      r->credit_pending < s->layout.slots ? r->credit_pending : s->layout.slots;
+  credit.released = r->released;
+  Chime__V1__SubscribeRequest req = CHIME__V1__SUBSCRIBE_REQUEST__INIT;
+  req.kind_case = CHIME__V1__SUBSCRIBE_REQUEST__KIND_CREDIT;
+  req.credit = &credit;
+  grpc_byte_buffer *bb = chime__pack(&req.base);
+  if (!bb)
+    return; /* retried on the next release */
+  /* Counted before the server can act on it (the receive thread checks). */
+  atomic_fetch_add(&r->granted, r->credit_pending);
+  if (chime__rpc_send(&s->rpc, bb)) {
+    atomic_fetch_sub(&r->granted, r->credit_pending);
+    return;
+  }
+  r->credit_pending = 0;
+}
+
+static void send_credit(chime_stream_t *s) {
+  pthread_mutex_lock(&s->lock);
+  send_credit_locked(s);
+  pthread_mutex_unlock(&s->lock);
+}
+
+static void remote_fill_open(const chime_stream_t *s, Chime__V1__Open *open) {
+  open->mode = CHIME__V1__MODE__MODE_STREAM;
+  open->prefetch = s->prefetch;
+}
+
+static int remote_setup(chime_stream_t *s, const Chime__V1__Opened *op,
+                        int *attach_failed, char *err, size_t errlen) {
+  chime__remote_t *r = &s->remote;
+  uint32_t slots = s->opts.slots;
+  (void)op;
+  *attach_failed = 0;
+  int rc = chime_ring_create(&s->ring, &s->spec, s->opts.batch_size, slots);
+  if (rc)
+    return chime__fail(err, errlen, rc, "local ring: %s: %s",
+                       chime_strerror(rc), chime_ring_last_error());
+  r->ring = s->ring;
+  r->send_bytes = s->send_bytes;
+  r->slot_seq = calloc(slots, sizeof(uint64_t));
+  r->released = calloc(slots, sizeof(uint64_t));
+  if (!r->slot_seq || !r->released)
+    return chime__fail(err, errlen, CHIME_ENOMEM, "out of memory");
+  /* The server lends at most slots - 1 batches whatever the prefetch. */
+  uint32_t lent = s->prefetch < slots ? s->prefetch : slots - 1;
+  atomic_store(&r->granted, lent);
+  r->credit_batch = lent / 2 > 1 ? lent / 2 : 1;
+  return 0;
+}
+
+static int remote_on_message(chime_stream_t *s, grpc_byte_buffer *bb, char *err,
+                             size_t errlen) {
+  int rc = chime__remote_chunk(&s->remote, bb, err, errlen);
+  return rc == CHIME_ESHUTDOWN ? 0 : rc; /* shut down: closing */
+}
+
+/* The local ring is this side's: nobody else tells its learner. */
+static void remote_on_shutdown(chime_stream_t *s) {
+  if (s->ring)
+    chime_ring_shutdown(s->ring);
+}
+
+static int remote_release(chime_stream_t *s, uint32_t slot) {
+  chime__remote_t *r = &s->remote;
+  /* The slot's server seq, read while the slot is still held (the receive
+   * thread refills it only once released). */
+  uint64_t seq = slot < s->layout.slots ? r->slot_seq[slot] : 0;
+  int rc = chime_ring_release(s->ring, slot);
+  if (rc)
+    return rc;
+  pthread_mutex_lock(&s->lock);
+  /* At most slots held, so at most slots releases wait to be sent. */
+  if (r->credit_pending < s->layout.slots)
+    r->released[r->credit_pending] = seq;
+  r->credit_pending++;
+  send_credit_locked(s);
+  pthread_mutex_unlock(&s->lock);
+  return 0;
+}
+
+static void remote_stats(const chime_stream_t *s,
+                         chime_stream_local_stats_t *out) {
+  out->received_bytes =
+      atomic_load_explicit(&s->remote.bytes, memory_order_relaxed);
+  out->credits = atomic_load(&s->remote.granted);
+}
+
+/* A fifo batch stays the learner's until a Credit names it, and the server
+ * gives back what was never named. So the last releases go out, then the
+ * client half-closes and the server ends the call once it has read them;
+ * bounded by CLOSE_WAIT_MS, after which the call is cancelled (and those
+ * batches may be delivered again elsewhere). Then the local ring is shut,
+ * which unblocks the stream's thread if it waits for a slot. */
+static void remote_close(chime_stream_t *s) {
+  chime__remote_t *r = &s->remote;
+  if (s->rpc.call && s->thread_started) {
+    int64_t end = chime__mono_ms() + CLOSE_WAIT_MS;
+    pthread_mutex_lock(&s->lock);
+    r->closing = 1;
+    while (!s->ended && chime__mono_ms() < end) {
+      send_credit_locked(s);
+      if (!chime__rpc_pending(&s->rpc, CHIME__RPC_SEND) &&
+          r->credit_pending == 0 && !r->half_closed) {
+        if (chime__rpc_half_close(&s->rpc))
+          break;
+        r->half_closed = 1;
+      }
+      pthread_mutex_unlock(&s->lock);
+      struct timespec ts = {0, 1000000};
+      nanosleep(&ts, NULL);
+      pthread_mutex_lock(&s->lock);
+    }
+    pthread_mutex_unlock(&s->lock);
+  }
+  if (s->ring)
+    chime_ring_shutdown(s->ring);
+}
+
+static void remote_fini(chime_stream_t *s) {
+  chime__remote_t *r = &s->remote;
+  if (r->ring)
+    chime__remote_abandon(r);
+  r->ring = NULL;
+  free(r->slot_seq);
+  r->slot_seq = NULL;
+  free(r->released);
+  r->released = NULL;
+  r->credit_pending = 0;
+  r->closing = r->half_closed = 0;
+}
+
+const chime__transport_t chime__remote_transport = {
+    .mode = CHIME_MODE_STREAM,
+    .fill_open = remote_fill_open,
+    .setup = remote_setup,
+    .on_message = remote_on_message,
+    .on_sent = send_credit,
+    .on_shutdown = remote_on_shutdown,
+    .before_wait = send_credit,
+    .release = remote_release,
+    .stats = remote_stats,
+    .close = remote_close,
+    .fini = remote_fini,
+};

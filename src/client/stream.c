@@ -1,62 +1,14 @@
-/* Stream: a Subscribe call and the ring the learner reads. In shm mode the
- * ring is the server's, mapped through the handoff; in stream mode it is a
- * local ring filled from chunks. Either way next/release are ring calls, and
- * a thread per stream drives the call on its own completion queue. */
+/* Stream: a Subscribe call and the ring the learner reads. The transport
+ * (stream.h) says how the ring is filled; here are the learner's calls
+ * (next, release, stats, close), which are ring calls in every mode, and the
+ * thread that drives the call on its own completion queue once the stream
+ * is open: chunks and notices in, credits out, the final status. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
-#include "client/internal.h"
-
-enum { TAG_OPEN = 1, TAG_RECV, TAG_STATUS, TAG_CREDIT, TAG_HALF_CLOSE };
-
-/* How long chime_stream_close() waits for the server to take the last
- * releases (stream mode) before it cancels the call. */
-#define CLOSE_WAIT_MS 2000
-
-struct chime_stream_s {
-  chime_client_t *client;
-  chime_mode_t mode;
-  char table[CHIME_MAX_NAME];
-  char fallback[CHIME__ERRLEN];
-  int has_fallback;
-  chime_spec_t spec;
-  chime_ring_layout_t layout;
-  uint64_t send_bytes;
-  uint64_t stream_id;
-  chime_ring_t *ring;
-  chime__remote_t remote;
-
-  grpc_completion_queue *cq;
-  grpc_call *call;
-  pthread_t thread;
-  int thread_started;
-  int opening; /* the opener, not the thread, consumes the first message */
-
-  /* Receive side: touched by one thread at a time (opener, then thread). */
-  int open_pending, recv_pending, status_pending;
-  grpc_byte_buffer *open_bb, *recv_bb;
-  grpc_metadata_array md_init, md_trail;
-  grpc_status_code status;
-  grpc_slice details;
-  int notice_shutdown;
-
-  pthread_mutex_t lock; /* send side (credits) and err */
-  int send_busy;
-  int ended;   /* the call's status arrived: no more sends */
-  int closing; /* chime_stream_close(): send releases at once */
-  uint32_t credit_pending;
-  uint32_t credit_batch; /* releases gathered into one Credit message */
-  uint64_t *released;    /* server seqs of the credit_pending releases */
-  grpc_byte_buffer *credit_bb;
-
-  atomic_int end_code;     /* why next fails once the ring is cut off */
-  uint64_t batches, bytes; /* taken by next (learner's thread) */
-  char err[CHIME__ERRLEN];
-};
+#include "client/stream.h"
 
 static void set_err(chime_stream_t *s, const char *text) {
   pthread_mutex_lock(&s->lock);
@@ -74,57 +26,6 @@ static void set_err_unless_ended(chime_stream_t *s, const char *text) {
   pthread_mutex_unlock(&s->lock);
 }
 
-static int start_recv(chime_stream_t *s) {
-  int rc =
-      chime__call_start_recv(s->call, &s->recv_bb, (void *)(intptr_t)TAG_RECV);
-  if (rc == 0)
-    s->recv_pending = 1;
-  return rc;
-}
-
-/* Batches the server may still send: credits given, not yet used. */
-static uint64_t owed(chime_stream_t *s) {
-  return atomic_load(&s->remote.granted) - atomic_load(&s->remote.started);
-}
-
-/* Caller holds s->lock. Releases are gathered into one Credit of
- * credit_batch: each message costs a write here and a read, a completion and
- * a wakeup in the server. Fewer are sent at once only when the server owes
- * nothing, so a learner holding batches while it waits for the next one is
- * never left without. */
-static void send_credit_locked(chime_stream_t *s) {
-  if (s->send_busy || s->ended || s->credit_pending == 0)
-    return;
-  if (s->credit_pending < s->credit_batch && owed(s) > 0 && !s->closing)
-    return;
-  Chime__V1__Credit credit = CHIME__V1__CREDIT__INIT;
-  credit.batches = s->credit_pending;
-  credit.n_released =
-      s->credit_pending < s->layout.slots ? s->credit_pending : s->layout.slots;
-  credit.released = s->released;
-  Chime__V1__SubscribeRequest req = CHIME__V1__SUBSCRIBE_REQUEST__INIT;
-  req.kind_case = CHIME__V1__SUBSCRIBE_REQUEST__KIND_CREDIT;
-  req.credit = &credit;
-  s->credit_bb = chime__pack(&req.base);
-  if (!s->credit_bb)
-    return; /* retried on the next release */
-  grpc_op op;
-  memset(&op, 0, sizeof(op));
-  op.op = GRPC_OP_SEND_MESSAGE;
-  op.data.send_message.send_message = s->credit_bb;
-  /* Counted before the server can act on it (the receive thread checks). */
-  atomic_fetch_add(&s->remote.granted, s->credit_pending);
-  if (grpc_call_start_batch(s->call, &op, 1, (void *)(intptr_t)TAG_CREDIT,
-                            NULL) != GRPC_CALL_OK) {
-    atomic_fetch_sub(&s->remote.granted, s->credit_pending);
-    grpc_byte_buffer_destroy(s->credit_bb);
-    s->credit_bb = NULL;
-    return;
-  }
-  s->send_busy = 1;
-  s->credit_pending = 0;
-}
-
 /* Cuts the learner off the ring: next then reports end_code. */
 static void end_stream(chime_stream_t *s, int code, const char *why) {
   int expected = 0;
@@ -136,37 +37,35 @@ static void end_stream(chime_stream_t *s, int code, const char *why) {
 
 static void on_status(chime_stream_t *s) {
   char text[CHIME__ERRLEN], why[CHIME__ERRLEN + 64];
-  chime__slice_str(s->details, text, sizeof(text));
+  int code = chime__rpc_result(&s->rpc, text, sizeof(text));
   pthread_mutex_lock(&s->lock);
   s->ended = 1;
   pthread_mutex_unlock(&s->lock);
-  int code = chime__status_to_err(s->status, text);
   if (s->notice_shutdown || code == CHIME_ESHUTDOWN)
     code = CHIME_ESHUTDOWN;
   else if (code == 0 || code == CHIME_EUNAVAILABLE)
     code = CHIME_EDISCONNECTED;
   snprintf(why, sizeof(why), "stream %" PRIu64 " on '%s' ended: %.400s",
            s->stream_id, s->table, text[0] ? text : chime_strerror(code));
-  if (s->mode == CHIME_MODE_STREAM && code == CHIME_ESHUTDOWN && s->ring)
-    chime_ring_shutdown(s->ring);
+  /* The reason first: a learner woken by the shutdown reads it. */
   end_stream(s, code, why);
+  if (code == CHIME_ESHUTDOWN && s->tp->on_shutdown)
+    s->tp->on_shutdown(s);
 }
 
 static void protocol_error(chime_stream_t *s, const char *what) {
   end_stream(s, CHIME_EPROTO, what);
-  grpc_call_cancel(s->call, NULL);
+  chime__rpc_cancel(&s->rpc);
 }
 
-/* A message after Opened: chunks (stream mode) or notices. */
+/* A message after Opened: the transport's (chunks), or a notice. */
 static void on_message(chime_stream_t *s, grpc_byte_buffer *bb) {
   char err[CHIME__ERRLEN];
-  if (s->mode == CHIME_MODE_STREAM) {
-    int rc = chime__remote_chunk(&s->remote, bb, err, sizeof(err));
+  if (s->tp->on_message) {
+    int rc = s->tp->on_message(s, bb, err, sizeof(err));
     if (rc == 0)
       return;
     if (rc != CHIME_ENOTFOUND) {
-      if (rc == CHIME_ESHUTDOWN)
-        return; /* closing */
       protocol_error(s, err);
       return;
     }
@@ -178,10 +77,11 @@ static void on_message(chime_stream_t *s, grpc_byte_buffer *bb) {
     snprintf(err, sizeof(err), "stream %" PRIu64 ": unexpected %s message",
              s->stream_id, r ? "non-notice" : "malformed");
     protocol_error(s, err);
-  } else if (r->notice->code == GRPC_STATUS_UNAVAILABLE) {
+  } else if (chime__notice_err(r->notice->error, r->notice->code) ==
+             CHIME_ESHUTDOWN) {
     s->notice_shutdown = 1;
-    if (s->mode == CHIME_MODE_STREAM)
-      chime_ring_shutdown(s->ring);
+    if (s->tp->on_shutdown)
+      s->tp->on_shutdown(s);
   }
   if (r)
     protobuf_c_message_free_unpacked(&r->base, NULL);
@@ -189,313 +89,61 @@ static void on_message(chime_stream_t *s, grpc_byte_buffer *bb) {
 
 /* Handles one completion. CHIME_ETIMEDOUT when none came by the deadline. */
 static int pump(chime_stream_t *s, gpr_timespec deadline) {
-  grpc_event ev = grpc_completion_queue_next(s->cq, deadline, NULL);
-  if (ev.type == GRPC_QUEUE_TIMEOUT)
-    return CHIME_ETIMEDOUT;
-  if (ev.type != GRPC_OP_COMPLETE)
-    return CHIME_EPROTO;
-  switch ((intptr_t)ev.tag) {
-  case TAG_OPEN:
-    s->open_pending = 0;
-    grpc_byte_buffer_destroy(s->open_bb);
-    s->open_bb = NULL;
-    break;
-  case TAG_RECV:
-    s->recv_pending = 0;
-    if (!s->recv_bb)
-      break; /* the call is over; its status follows */
-    if (s->opening)
-      break; /* the opener takes it */
-    {
+  chime__rpc_op_t op;
+  int ok;
+  int rc = chime__rpc_next(&s->rpc, deadline, &op, &ok);
+  if (rc)
+    return rc;
+  switch (op) {
+  case CHIME__RPC_RECV:
+    if (s->rpc.recv_bb) {
       /* Ask for the next message before copying this one, so gRPC assembles
        * it while this thread copies. */
-      grpc_byte_buffer *bb = s->recv_bb;
-      s->recv_bb = NULL;
-      if (start_recv(s))
+      grpc_byte_buffer *bb = s->rpc.recv_bb;
+      s->rpc.recv_bb = NULL;
+      if (chime__rpc_recv(&s->rpc))
         protocol_error(s, "stream: cannot receive");
       on_message(s, bb);
       grpc_byte_buffer_destroy(bb);
-    }
+    } /* else the call is over; its status follows */
     break;
-  case TAG_STATUS:
-    s->status_pending = 0;
+  case CHIME__RPC_STATUS:
     on_status(s);
     break;
-  case TAG_HALF_CLOSE:
-    pthread_mutex_lock(&s->lock);
-    s->send_busy = 0;
-    pthread_mutex_unlock(&s->lock);
+  case CHIME__RPC_SEND:
+    if (s->tp->on_sent)
+      s->tp->on_sent(s);
     break;
-  case TAG_CREDIT:
-    pthread_mutex_lock(&s->lock);
-    s->send_busy = 0;
-    grpc_byte_buffer_destroy(s->credit_bb);
-    s->credit_bb = NULL;
-    send_credit_locked(s);
-    pthread_mutex_unlock(&s->lock);
+  default:
     break;
   }
   return 0;
 }
 
-static int busy(chime_stream_t *s) {
-  pthread_mutex_lock(&s->lock);
-  int b = s->send_busy;
-  pthread_mutex_unlock(&s->lock);
-  return b || s->open_pending || s->recv_pending || s->status_pending;
-}
-
 static void *stream_thread(void *arg) {
   chime_stream_t *s = arg;
-  while (busy(s))
+  while (chime__rpc_busy(&s->rpc))
     pump(s, gpr_inf_future(GPR_CLOCK_MONOTONIC));
   return NULL;
 }
 
 /* Cancels the call, waits for its operations and frees it. */
 static void call_teardown(chime_stream_t *s) {
-  if (s->call) {
-    grpc_call_cancel(s->call, NULL);
+  if (s->rpc.call) {
+    chime__rpc_cancel(&s->rpc);
     if (s->thread_started)
       pthread_join(s->thread, NULL);
     s->thread_started = 0;
-    s->opening = 0;
-    while (busy(s))
+    while (chime__rpc_busy(&s->rpc))
       pump(s, gpr_inf_future(GPR_CLOCK_MONOTONIC));
-    grpc_call_unref(s->call);
-    s->call = NULL;
   }
-  chime__cq_destroy(s->cq);
-  s->cq = NULL;
-  if (s->recv_bb)
-    grpc_byte_buffer_destroy(s->recv_bb);
-  s->recv_bb = NULL;
-  grpc_metadata_array_destroy(&s->md_init);
-  grpc_metadata_array_destroy(&s->md_trail);
-  grpc_slice_unref(s->details);
-  s->details = grpc_empty_slice();
-  grpc_metadata_array_init(&s->md_init);
-  grpc_metadata_array_init(&s->md_trail);
-  s->ended = 0;
-  s->send_busy = 0;
-  s->credit_pending = 0;
-  s->notice_shutdown = 0;
-  atomic_store(&s->end_code, 0);
-}
-
-/* Sends Open and waits for Opened. *opened is freed by the caller. */
-static int subscribe(chime_stream_t *s, chime_mode_t mode,
-                     const chime_stream_opts_t *o, uint32_t prefetch,
-                     Chime__V1__Opened **opened,
-                     Chime__V1__SubscribeResponse **resp, char *err,
-                     size_t errlen) {
-  char boot_id[64], host[256];
-  *opened = NULL;
-  *resp = NULL;
-  chime__host_identity(boot_id, sizeof(boot_id), host, sizeof(host));
-  s->cq = grpc_completion_queue_create_for_next(NULL);
-  s->call = chime__call_create(s->client, CHIME__METHOD_SUBSCRIBE, s->cq,
-                               gpr_inf_future(GPR_CLOCK_REALTIME));
-  if (!s->call)
-    return chime__fail(err, errlen, CHIME_EPROTO, "cannot create call");
-  s->opening = 1;
-
-  if (chime__call_start_status(s->call, &s->md_trail, &s->status, &s->details,
-                               (void *)(intptr_t)TAG_STATUS))
-    return chime__fail(err, errlen, CHIME_EPROTO, "cannot start call");
-  s->status_pending = 1;
-
-  Chime__V1__Open open = CHIME__V1__OPEN__INIT;
-  open.table = s->table;
-  open.batch_size = o->batch_size;
-  open.slots = o->slots;
-  open.mode = mode == CHIME_MODE_SHM ? CHIME__V1__MODE__MODE_SHM
-                                     : CHIME__V1__MODE__MODE_STREAM;
-  open.prefetch = mode == CHIME_MODE_STREAM ? prefetch : 0;
-  open.boot_id = boot_id;
-  open.hostname = host;
-  Chime__V1__SubscribeRequest req = CHIME__V1__SUBSCRIBE_REQUEST__INIT;
-  req.kind_case = CHIME__V1__SUBSCRIBE_REQUEST__KIND_OPEN;
-  req.open = &open;
-  s->open_bb = chime__pack(&req.base);
-  if (!s->open_bb)
-    return chime__fail(err, errlen, CHIME_ENOMEM, "out of memory");
-  grpc_op ops[2];
-  memset(ops, 0, sizeof(ops));
-  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-  ops[1].op = GRPC_OP_SEND_MESSAGE;
-  ops[1].data.send_message.send_message = s->open_bb;
-  if (grpc_call_start_batch(s->call, ops, 2, (void *)(intptr_t)TAG_OPEN,
-                            NULL) != GRPC_CALL_OK) {
-    grpc_byte_buffer_destroy(s->open_bb);
-    s->open_bb = NULL;
-    return chime__fail(err, errlen, CHIME_EPROTO, "cannot start call");
-  }
-  s->open_pending = 1;
-  memset(ops, 0, sizeof(ops));
-  ops[0].op = GRPC_OP_RECV_INITIAL_METADATA;
-  ops[0].data.recv_initial_metadata.recv_initial_metadata = &s->md_init;
-  ops[1].op = GRPC_OP_RECV_MESSAGE;
-  ops[1].data.recv_message.recv_message = &s->recv_bb;
-  if (grpc_call_start_batch(s->call, ops, 2, (void *)(intptr_t)TAG_RECV,
-                            NULL) != GRPC_CALL_OK)
-    return chime__fail(err, errlen, CHIME_EPROTO, "cannot start call");
-  s->recv_pending = 1;
-
-  gpr_timespec deadline = chime__deadline_ms(o->open_timeout_ms);
-  while (s->recv_pending) {
-    if (pump(s, deadline) == CHIME_ETIMEDOUT)
-      return chime__fail(err, errlen, CHIME_ETIMEDOUT,
-                         "no answer to Subscribe within %d ms",
-                         o->open_timeout_ms);
-  }
-  if (!s->recv_bb) {
-    /* Refused: the status carries the reason. */
-    while (s->status_pending) {
-      if (pump(s, deadline) == CHIME_ETIMEDOUT)
-        return chime__fail(err, errlen, CHIME_ETIMEDOUT,
-                           "Subscribe ended without a status");
-    }
-    chime__slice_str(s->details, err, errlen);
-    int code = chime__status_to_err(s->status, err);
-    if (!err[0])
-      snprintf(err, errlen, "%s", chime_strerror(code));
-    return code ? code : CHIME_EPROTO;
-  }
-  *resp = (Chime__V1__SubscribeResponse *)chime__unpack(
-      &chime__v1__subscribe_response__descriptor, s->recv_bb);
-  grpc_byte_buffer_destroy(s->recv_bb);
-  s->recv_bb = NULL;
-  s->opening = 0;
-  if (!*resp ||
-      (*resp)->kind_case != CHIME__V1__SUBSCRIBE_RESPONSE__KIND_OPENED ||
-      !(*resp)->opened->layout)
-    return chime__fail(err, errlen, CHIME_EPROTO,
-                       "Subscribe: first answer is not Opened");
-  *opened = (*resp)->opened;
-  if ((*opened)->mode != open.mode)
-    return chime__fail(err, errlen, CHIME_EPROTO,
-                       "Subscribe: asked for %s, server opened mode %d",
-                       chime_mode_name(mode), (int)(*opened)->mode);
-  return 0;
-}
-
-/* The server's layout must be the one this library computes for the spec. */
-static int check_layout(chime_stream_t *s, const Chime__V1__Layout *l,
-                        const chime_stream_opts_t *o, char *err,
-                        size_t errlen) {
-  char why[256];
-  int rc =
-      chime__spec_from_leaves(&s->spec, l->spec, l->n_spec, why, sizeof(why));
-  if (rc)
-    return chime__fail(err, errlen, CHIME_EPROTO, "Opened: bad spec: %s", why);
-  rc = chime_ring_layout(&s->layout, &s->spec, o->batch_size, o->slots, why,
-                         sizeof(why));
-  if (rc)
-    return chime__fail(err, errlen, CHIME_EPROTO, "Opened: layout: %s", why);
-  int same = l->slots == s->layout.slots &&
-             l->batch_size == s->layout.batch_size &&
-             l->slot_bytes == s->layout.slot_bytes &&
-             l->info_offset == s->layout.info_offset &&
-             l->n_leaf_offset == s->spec.nleaves;
-  for (size_t i = 0; same && i < l->n_leaf_offset; i++)
-    same = l->leaf_offset[i] == s->layout.leaf_offset[i];
-  uint64_t send = s->layout.info_offset +
-                  (uint64_t)o->batch_size * sizeof(chime_sample_info_t);
-  if (!same || l->send_bytes != send || send > s->layout.slot_bytes)
-    return chime__fail(err, errlen, CHIME_EPROTO,
-                       "Opened: the server's ring layout differs from this "
-                       "library's (version mismatch?)");
-  s->send_bytes = send;
-  return 0;
-}
-
-static int attach_shm(chime_stream_t *s, const Chime__V1__Opened *op,
-                      const chime_stream_opts_t *o, char *err, size_t errlen) {
-  const Chime__V1__Handoff *h = op->handoff;
-  int fd = -1;
-  if (!h || h->nonce.len != 16)
-    return chime__fail(err, errlen, CHIME_EPROTO,
-                       "Opened: shm mode without a valid handoff");
-  int rc = chime__handoff_fetch(h->socket_path, h->token.data, h->token.len,
-                                o->open_timeout_ms, &fd, err, errlen);
-  if (rc)
-    return rc;
-  rc = chime_ring_attach(&s->ring, fd, h->nonce.data);
-  close(fd);
-  if (rc)
-    return chime__fail(err, errlen, rc, "ring attach: %s: %s",
-                       chime_strerror(rc), chime_ring_last_error());
-  const chime_ring_layout_t *got = chime_ring_get_layout(s->ring);
-  if (got->slot_bytes != s->layout.slot_bytes ||
-      got->slots != s->layout.slots ||
-      got->info_offset != s->layout.info_offset) {
-    chime_ring_destroy(s->ring);
-    s->ring = NULL;
-    return chime__fail(err, errlen, CHIME_ECORRUPT,
-                       "ring attach: mapped ring does not match Opened");
-  }
-  return 0;
-}
-
-/* One attempt in one concrete mode. */
-static int open_mode(chime_stream_t *s, chime_mode_t mode,
-                     const chime_stream_opts_t *o, uint32_t prefetch,
-                     int *attach_failed, char *err, size_t errlen) {
-  Chime__V1__Opened *op = NULL;
-  Chime__V1__SubscribeResponse *resp = NULL;
-  *attach_failed = 0;
-  s->mode = mode;
-  int rc = subscribe(s, mode, o, prefetch, &op, &resp, err, errlen);
-  if (rc)
-    goto cleanup;
-  s->stream_id = op->stream_id;
-  rc = check_layout(s, op->layout, o, err, errlen);
-  if (rc)
-    goto cleanup;
-  if (mode == CHIME_MODE_SHM) {
-    rc = attach_shm(s, op, o, err, errlen);
-    *attach_failed = rc != 0;
-  } else {
-    rc = chime_ring_create(&s->ring, &s->spec, o->batch_size, o->slots);
-    if (rc)
-      chime__fail(err, errlen, rc, "local ring: %s: %s", chime_strerror(rc),
-                  chime_ring_last_error());
-    s->remote.ring = s->ring;
-    s->remote.send_bytes = s->send_bytes;
-    s->remote.slot_seq = calloc(o->slots, sizeof(uint64_t));
-    s->released = calloc(o->slots, sizeof(uint64_t));
-    if (rc == 0 && (s->remote.slot_seq == NULL || s->released == NULL))
-      rc = chime__fail(err, errlen, CHIME_ENOMEM, "out of memory");
-    /* The server lends at most slots - 1 batches whatever the prefetch. */
-    uint32_t lent = prefetch < o->slots ? prefetch : o->slots - 1;
-    atomic_store(&s->remote.granted, lent);
-    s->credit_batch = lent / 2 > 1 ? lent / 2 : 1;
-  }
-  if (rc == 0 && start_recv(s))
-    rc = chime__fail(err, errlen, CHIME_EPROTO, "cannot receive");
-
-cleanup:
-  if (resp)
-    protobuf_c_message_free_unpacked(&resp->base, NULL);
-  if (rc) {
-    call_teardown(s);
-    chime_ring_destroy(s->ring);
-    s->ring = NULL;
-    free(s->remote.slot_seq);
-    s->remote.slot_seq = NULL;
-    free(s->released);
-    s->released = NULL;
-  }
-  return rc;
+  chime__rpc_destroy(&s->rpc);
 }
 
 int chime_stream_open(chime_client_t *client, const char *table,
                       const chime_stream_opts_t *opts, chime_stream_t **out) {
   chime_stream_opts_t o = CHIME_STREAM_OPTS_INIT;
   char err[CHIME__ERRLEN] = "";
-  chime_server_info_t *info = NULL;
-  chime_table_info_t ti;
   chime_stream_t *s = NULL;
   int rc = 0;
   if (!client || !table || !out)
@@ -527,55 +175,16 @@ int chime_stream_open(chime_client_t *client, const char *table,
   s->client = client;
   snprintf(s->table, sizeof(s->table), "%s", table);
   pthread_mutex_init(&s->lock, NULL);
-  s->details = grpc_empty_slice();
-  grpc_metadata_array_init(&s->md_init);
-  grpc_metadata_array_init(&s->md_trail);
 
-  chime_mode_t want = o.mode;
-  if (want != CHIME_MODE_STREAM) {
-    rc = chime__table_lookup(client, table, &ti, &info, err, sizeof(err));
-    if (rc)
-      goto cleanup;
-    char boot_id[64], host[256];
-    chime__host_identity(boot_id, sizeof(boot_id), host, sizeof(host));
-    const char *differs = NULL;
-    if (!info->boot_id[0] || !boot_id[0])
-      differs = "host identity unknown (no boot_id)";
-    else if (strcmp(boot_id, info->boot_id) != 0)
-      differs = "server on another host (boot_id differs)";
-    else if (strcmp(host, info->hostname) != 0)
-      differs = "server on another host (hostname differs)";
-    if (differs && want == CHIME_MODE_SHM) {
-      rc = chime__fail(err, sizeof(err), CHIME_ENOTSUP,
-                       "shm mode needs the server on this host: %s", differs);
-      goto cleanup;
-    }
-    if (differs) {
-      snprintf(s->fallback, sizeof(s->fallback), "%s", differs);
-      s->has_fallback = 1;
-      want = CHIME_MODE_STREAM;
-    }
-  }
-
-  int attach_failed = 0;
-  if (want != CHIME_MODE_STREAM) {
-    rc = open_mode(s, CHIME_MODE_SHM, &o, prefetch, &attach_failed, err,
-                   sizeof(err));
-    if (rc && attach_failed && o.mode == CHIME_MODE_AUTO) {
-      snprintf(s->fallback, sizeof(s->fallback), "shm attach failed: %.450s",
-               err);
-      s->has_fallback = 1;
-      want = CHIME_MODE_STREAM;
-    } else if (rc) {
-      goto cleanup;
-    }
-  }
-  if (want == CHIME_MODE_STREAM) {
-    rc = open_mode(s, CHIME_MODE_STREAM, &o, prefetch, &attach_failed, err,
-                   sizeof(err));
-    if (rc)
-      goto cleanup;
-  }
+  s->opts = o;
+  s->prefetch = prefetch;
+  rc = chime__stream_attach(s, err, sizeof(err));
+  if (rc)
+    goto cleanup;
+  /* The call may have ended while it was opening: the status is read now
+   * that the ring is there to be cut off. */
+  if (!chime__rpc_pending(&s->rpc, CHIME__RPC_STATUS))
+    on_status(s);
 
   if (o.pin_host_memory) {
     char why[CHIME_PIN_ERRLEN];
@@ -594,7 +203,6 @@ int chime_stream_open(chime_client_t *client, const char *table,
   s = NULL;
 
 cleanup:
-  chime_server_info_free(info);
   if (rc) {
     chime__client_set_error(client, rc, err);
     chime_stream_close(s);
@@ -608,14 +216,12 @@ int chime_stream_next(chime_stream_t *stream, chime_batch_t *out,
   if (!s || !out)
     return CHIME_EINVAL;
   chime_ring_view_t v;
-  int rc = chime_ring_next(s->ring, &v,
-                           s->mode == CHIME_MODE_STREAM ? 0 : timeout_ms);
-  if (rc == CHIME_ETIMEDOUT && s->mode == CHIME_MODE_STREAM) {
-    /* About to wait: gathered credits go now if the server owes nothing
-     * (a completing credit send re-checks, see pump). */
-    pthread_mutex_lock(&s->lock);
-    send_credit_locked(s);
-    pthread_mutex_unlock(&s->lock);
+  const chime__transport_t *tp = s->tp;
+  int rc = chime_ring_next(s->ring, &v, tp->before_wait ? 0 : timeout_ms);
+  if (rc == CHIME_ETIMEDOUT && tp->before_wait) {
+    /* About to wait: e.g. gathered credits go now if the server owes
+     * nothing (a completing send re-checks, see pump). */
+    tp->before_wait(s);
     rc = chime_ring_next(s->ring, &v, timeout_ms);
   }
   if (rc == CHIME_EDISCONNECTED || rc == CHIME_ESHUTDOWN) {
@@ -664,15 +270,12 @@ int chime_stream_get_stats(const chime_stream_t *stream,
   out->stream_id = s->stream_id;
   out->batches = s->batches;
   out->bytes = s->bytes;
-  if (s->mode == CHIME_MODE_STREAM) {
-    out->received_bytes =
-        atomic_load_explicit(&s->remote.bytes, memory_order_relaxed);
-    out->credits = atomic_load(&s->remote.granted);
-  }
   out->leases = rs.leases;
   out->max_leases = rs.max_leases;
   out->consumer_wait_ns = rs.consumer_wait_ns;
   out->pinned_bytes = chime_ring_pinned_bytes(s->ring);
+  if (s->tp->stats)
+    s->tp->stats(s, out);
   return 0;
 }
 
@@ -680,22 +283,7 @@ int chime_batch_release(chime_stream_t *stream, const chime_batch_t *batch) {
   chime_stream_t *s = stream;
   if (!s || !batch)
     return CHIME_EINVAL;
-  /* The slot's server seq, read while the slot is still held (the receive
-   * thread refills it only once released). */
-  uint64_t seq = s->mode == CHIME_MODE_STREAM && batch->slot < s->layout.slots
-                     ? s->remote.slot_seq[batch->slot]
-                     : 0;
-  int rc = chime_ring_release(s->ring, batch->slot);
-  if (rc || s->mode != CHIME_MODE_STREAM)
-    return rc;
-  pthread_mutex_lock(&s->lock);
-  /* At most slots held, so at most slots releases wait to be sent. */
-  if (s->credit_pending < s->layout.slots)
-    s->released[s->credit_pending] = seq;
-  s->credit_pending++;
-  send_credit_locked(s);
-  pthread_mutex_unlock(&s->lock);
-  return 0;
+  return s->tp->release(s, batch->slot);
 }
 
 chime_mode_t chime_stream_mode(const chime_stream_t *stream) {
@@ -710,56 +298,17 @@ const char *chime_stream_last_error(const chime_stream_t *stream) {
   return stream ? stream->err : "no stream";
 }
 
-/* Stream mode: a fifo batch stays the learner's until a Credit names it,
- * and the server gives back what was never named. So the last releases go
- * out, then the client half-closes and the server ends the call once it
- * has read them; bounded by CLOSE_WAIT_MS, after which the call is
- * cancelled (and those batches may be delivered again elsewhere). */
-static void close_gracefully(chime_stream_t *s) {
-  if (s->mode != CHIME_MODE_STREAM || !s->call || !s->thread_started)
-    return;
-  int64_t end = chime__mono_ms() + CLOSE_WAIT_MS;
-  int half_closed = 0;
-  pthread_mutex_lock(&s->lock);
-  s->closing = 1;
-  while (!s->ended && chime__mono_ms() < end) {
-    send_credit_locked(s);
-    if (!s->send_busy && s->credit_pending == 0 && !half_closed) {
-      grpc_op op;
-      memset(&op, 0, sizeof(op));
-      op.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-      if (grpc_call_start_batch(s->call, &op, 1,
-                                (void *)(intptr_t)TAG_HALF_CLOSE,
-                                NULL) != GRPC_CALL_OK)
-        break;
-      s->send_busy = 1;
-      half_closed = 1;
-    }
-    pthread_mutex_unlock(&s->lock);
-    struct timespec ts = {0, 1000000};
-    nanosleep(&ts, NULL);
-    pthread_mutex_lock(&s->lock);
-  }
-  pthread_mutex_unlock(&s->lock);
-}
-
 void chime_stream_close(chime_stream_t *stream) {
   chime_stream_t *s = stream;
   if (!s)
     return;
-  close_gracefully(s);
-  /* Unblocks the thread if it waits for a local slot. */
-  if (s->mode == CHIME_MODE_STREAM && s->ring)
-    chime_ring_shutdown(s->ring);
+  const chime__transport_t *tp = s->tp;
+  if (tp && tp->close)
+    tp->close(s);
   call_teardown(s);
-  if (s->mode == CHIME_MODE_STREAM)
-    chime__remote_abandon(&s->remote);
+  if (tp && tp->fini)
+    tp->fini(s);
   chime_ring_destroy(s->ring);
-  free(s->remote.slot_seq);
-  free(s->released);
-  grpc_metadata_array_destroy(&s->md_init);
-  grpc_metadata_array_destroy(&s->md_trail);
-  grpc_slice_unref(s->details);
   pthread_mutex_destroy(&s->lock);
   free(s);
 }

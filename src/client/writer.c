@@ -4,7 +4,7 @@
  *
  * Exactly once across reconnects: the writer has a random id and numbers its
  * requests from 1 (docs/protocol.md, Insert). It keeps each request's bytes
- * until the ack; when the call dies without a graceful "shutting down" it
+ * until the ack; when the call dies without a graceful CHIME_ESHUTDOWN it
  * opens a new call (waiting for the channel to reconnect, for at most
  * reconnect_timeout_ms) and sends every unacked request again, in order. The
  * server acks one it already inserted with its original keys instead of
@@ -19,9 +19,7 @@
 #include <unistd.h>
 
 #include "client/internal.h"
-#include "common/wire.h"
-
-enum { TAG_START = 1, TAG_SEND, TAG_RECV, TAG_STATUS };
+#include "wire/insert.h"
 
 struct chime_writer_s {
   chime_client_t *client;
@@ -35,13 +33,7 @@ struct chime_writer_s {
   int reconnect_timeout_ms; /* from the disconnect to the next ack */
   uint64_t writer_id;       /* 0 when resend is off: no dedupe */
 
-  grpc_completion_queue *cq;
-  grpc_call *call;
-  int start_pending, send_pending, recv_pending, status_pending;
-  grpc_byte_buffer *send_bb, *recv_bb;
-  grpc_metadata_array md_init, md_trail;
-  grpc_status_code status;
-  grpc_slice details;
+  chime__rpc_t rpc; /* the Insert call; a new one after a reconnect */
 
   uint8_t *data;      /* batch_cap * sample_bytes */
   double *priorities; /* batch_cap */
@@ -79,20 +71,20 @@ static struct inflight_s *fl_at(const chime_writer_t *w, uint32_t i) {
   return &w->fl[(w->fl_head + i) % w->fl_cap];
 }
 
-static int start_recv(chime_writer_t *w) {
-  int rc =
-      chime__call_start_recv(w->call, &w->recv_bb, (void *)(intptr_t)TAG_RECV);
-  if (rc == 0)
-    w->recv_pending = 1;
-  return rc;
+static int sending(const chime_writer_t *w) {
+  return chime__rpc_pending(&w->rpc, CHIME__RPC_SEND);
+}
+
+/* The status has not arrived: the call is live. */
+static int live(const chime_writer_t *w) {
+  return chime__rpc_pending(&w->rpc, CHIME__RPC_STATUS);
 }
 
 /* The call ended: the status says why. A lost connection (not a graceful
- * "shutting down") leaves the writer to resume on a new call. */
+ * CHIME_ESHUTDOWN) leaves the writer to resume on a new call. */
 static void on_status(chime_writer_t *w) {
   char text[CHIME__ERRLEN];
-  chime__slice_str(w->details, text, sizeof(text));
-  int code = chime__status_to_err(w->status, text);
+  int code = chime__rpc_result(&w->rpc, text, sizeof(text));
   if (code == 0 && w->inflight)
     code = CHIME_EPROTO;
   if (code == 0)
@@ -153,15 +145,15 @@ static int check_ack(const chime_writer_t *w, const Chime__V1__InsertAck *ack,
 
 static void on_ack(chime_writer_t *w) {
   Chime__V1__InsertAck *ack = (Chime__V1__InsertAck *)chime__unpack(
-      &chime__v1__insert_ack__descriptor, w->recv_bb);
-  grpc_byte_buffer_destroy(w->recv_bb);
-  w->recv_bb = NULL;
+      &chime__v1__insert_ack__descriptor, w->rpc.recv_bb);
+  grpc_byte_buffer_destroy(w->rpc.recv_bb);
+  w->rpc.recv_bb = NULL;
   char why[256] = "malformed ack";
   if (!ack || check_ack(w, ack, why, sizeof(why))) {
     if (!w->failed)
       snprintf(w->err, sizeof(w->err), "insert into '%s': %s", w->table, why);
     fail(w, CHIME_EPROTO);
-    grpc_call_cancel(w->call, NULL);
+    chime__rpc_cancel(&w->rpc);
   } else {
     struct inflight_s *f = fl_at(w, 0);
     grpc_byte_buffer_destroy(f->bb);
@@ -175,7 +167,7 @@ static void on_ack(chime_writer_t *w) {
     w->min_key = ack->first_key + ack->count;
     w->reconnect_deadline = 0; /* the server is back */
     /* After the status nothing more comes on this call. */
-    if (w->status_pending && start_recv(w))
+    if (live(w) && chime__rpc_recv(&w->rpc))
       fail(w, CHIME_EPROTO);
   }
   if (ack)
@@ -205,89 +197,57 @@ static int fl_reserve(chime_writer_t *w) {
 /* Sends the oldest request in flight not yet sent on this call, when no
  * send is outstanding (gRPC takes one at a time). */
 static int kick(chime_writer_t *w) {
-  if (w->send_pending || w->broken || !w->status_pending || w->failed ||
+  if (sending(w) || w->broken || !live(w) || w->failed ||
       w->sent_on_call >= w->inflight)
     return 0;
   /* A copy shares the slices: the request's own buffer stays for a resend. */
-  w->send_bb = grpc_byte_buffer_copy(fl_at(w, w->sent_on_call)->bb);
-  if (!w->send_bb)
+  grpc_byte_buffer *bb = grpc_byte_buffer_copy(fl_at(w, w->sent_on_call)->bb);
+  if (!bb)
     return fail(w, CHIME_ENOMEM);
-  grpc_op op;
-  memset(&op, 0, sizeof(op));
-  op.op = GRPC_OP_SEND_MESSAGE;
-  op.data.send_message.send_message = w->send_bb;
-  if (grpc_call_start_batch(w->call, &op, 1, (void *)(intptr_t)TAG_SEND,
-                            NULL) != GRPC_CALL_OK) {
-    grpc_byte_buffer_destroy(w->send_bb);
-    w->send_bb = NULL;
+  if (chime__rpc_send(&w->rpc, bb)) {
     snprintf(w->err, sizeof(w->err), "insert into '%s': cannot send", w->table);
     return fail(w, CHIME_EPROTO);
   }
-  w->send_pending = 1;
   w->sent_on_call++;
   return 0;
 }
 
 /* Handles one completion; CHIME_ETIMEDOUT when none came by the deadline. */
 static int pump(chime_writer_t *w, gpr_timespec deadline) {
-  grpc_event ev = grpc_completion_queue_next(w->cq, deadline, NULL);
-  if (ev.type == GRPC_QUEUE_TIMEOUT)
-    return CHIME_ETIMEDOUT;
-  if (ev.type != GRPC_OP_COMPLETE)
-    return CHIME_EPROTO;
-  switch ((intptr_t)ev.tag) {
-  case TAG_START:
-    w->start_pending = 0;
-    break;
-  case TAG_SEND:
-    w->send_pending = 0;
-    grpc_byte_buffer_destroy(w->send_bb);
-    w->send_bb = NULL;
+  chime__rpc_op_t op;
+  int ok;
+  int rc = chime__rpc_next(&w->rpc, deadline, &op, &ok);
+  if (rc)
+    return rc;
+  switch (op) {
+  case CHIME__RPC_SEND:
     kick(w);
     break;
-  case TAG_RECV:
-    w->recv_pending = 0;
-    if (w->recv_bb)
+  case CHIME__RPC_RECV:
+    if (w->rpc.recv_bb)
       on_ack(w);
     break;
-  case TAG_STATUS:
-    w->status_pending = 0;
+  case CHIME__RPC_STATUS:
     on_status(w);
+    break;
+  default:
     break;
   }
   return 0;
 }
 
 static int pending(const chime_writer_t *w) {
-  return w->start_pending || w->send_pending || w->recv_pending ||
-         w->status_pending;
+  return chime__rpc_busy(&w->rpc);
 }
 
 /* Starts an Insert call: initial metadata, the status and the first
  * receive. A resumed call waits for the channel to be ready (the server
  * may still be coming back) instead of failing at once. */
 static int call_start(chime_writer_t *w, int wait_for_ready) {
-  w->call = chime__call_create(w->client, CHIME__METHOD_INSERT, w->cq,
-                               gpr_inf_future(GPR_CLOCK_REALTIME));
-  if (!w->call)
-    return CHIME_EPROTO;
-  grpc_op ops[2];
-  memset(ops, 0, sizeof(ops));
-  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-  if (wait_for_ready)
-    ops[0].flags = GRPC_INITIAL_METADATA_WAIT_FOR_READY |
-                   GRPC_INITIAL_METADATA_WAIT_FOR_READY_EXPLICITLY_SET;
-  ops[1].op = GRPC_OP_RECV_INITIAL_METADATA;
-  ops[1].data.recv_initial_metadata.recv_initial_metadata = &w->md_init;
-  if (grpc_call_start_batch(w->call, ops, 2, (void *)(intptr_t)TAG_START,
-                            NULL) != GRPC_CALL_OK)
-    return CHIME_EPROTO;
-  w->start_pending = 1;
-  if (chime__call_start_status(w->call, &w->md_trail, &w->status, &w->details,
-                               (void *)(intptr_t)TAG_STATUS))
-    return CHIME_EPROTO;
-  w->status_pending = 1;
-  if (start_recv(w))
+  if (chime__rpc_start(&w->rpc, w->client, CHIME__M_INSERT,
+                       gpr_inf_future(GPR_CLOCK_REALTIME),
+                       wait_for_ready ? CHIME__RPC_WAIT_FOR_READY : 0, NULL) ||
+      chime__rpc_recv(&w->rpc))
     return CHIME_EPROTO;
   return 0;
 }
@@ -296,19 +256,12 @@ static int call_start(chime_writer_t *w, int wait_for_ready) {
  * that arrived before the end still counts), then open a new call and send
  * every unacked request again, oldest first. */
 static int reconnect(chime_writer_t *w) {
-  grpc_call_cancel(w->call, NULL);
+  chime__rpc_cancel(&w->rpc);
   while (pending(w))
     pump(w, gpr_inf_future(GPR_CLOCK_MONOTONIC));
-  grpc_call_unref(w->call);
-  w->call = NULL;
+  chime__rpc_reset(&w->rpc);
   if (w->failed)
     return w->failed;
-  grpc_metadata_array_destroy(&w->md_init);
-  grpc_metadata_array_destroy(&w->md_trail);
-  grpc_metadata_array_init(&w->md_init);
-  grpc_metadata_array_init(&w->md_trail);
-  grpc_slice_unref(w->details);
-  w->details = grpc_empty_slice();
   if (w->reconnect_deadline == 0)
     w->reconnect_deadline = chime__mono_ms() + w->reconnect_timeout_ms;
   w->broken = 0;
@@ -348,7 +301,7 @@ static int wait_until(chime_writer_t *w, int (*cond)(const chime_writer_t *),
                "insert into '%s': connection lost and not back within %d ms "
                "(%" PRIu32 " requests unacked)",
                w->table, w->reconnect_timeout_ms, w->inflight);
-      grpc_call_cancel(w->call, NULL);
+      chime__rpc_cancel(&w->rpc);
       return fail(w, CHIME_EDISCONNECTED);
     }
     if (chime__mono_ms() >= end) {
@@ -368,7 +321,7 @@ static int can_send(const chime_writer_t *w) {
 }
 
 static int all_acked(const chime_writer_t *w) {
-  return !w->send_pending && w->inflight == 0;
+  return !sending(w) && w->inflight == 0;
 }
 
 static int send_batch(chime_writer_t *w) {
@@ -516,13 +469,9 @@ int chime_writer_open(chime_client_t *client, const char *table,
   w->next_id = w->acked_id = 1;
   w->all_default = 1;
   w->min_key = 1; /* keys start at 1 */
-  w->details = grpc_empty_slice();
-  grpc_metadata_array_init(&w->md_init);
-  grpc_metadata_array_init(&w->md_trail);
   w->data = malloc(w->batch_cap * ti.sample_bytes);
   w->priorities = malloc(w->batch_cap * sizeof(double));
-  w->cq = grpc_completion_queue_create_for_next(NULL);
-  if (!w->data || !w->priorities || !w->cq) {
+  if (!w->data || !w->priorities || chime__rpc_init(&w->rpc)) {
     rc = chime__fail(err, sizeof(err), CHIME_ENOMEM, "out of memory");
     goto cleanup;
   }
@@ -562,7 +511,7 @@ int chime_writer_append(chime_writer_t *writer, const void *sample, size_t len,
     return CHIME_EINVAL;
   }
   /* Collect completions that already arrived, without waiting. */
-  while ((w->inflight || w->send_pending) && !w->broken &&
+  while ((w->inflight || sending(w)) && !w->broken &&
          pump(w, gpr_inf_past(GPR_CLOCK_MONOTONIC)) == 0) {
   }
   if (w->broken && !w->failed)
@@ -615,34 +564,23 @@ int chime_writer_close(chime_writer_t *writer) {
   /* One timeout bounds a writer's end: after a flush that timed out with
    * no ack since, close does not wait a second time. */
   int rc = w->stalled && !w->failed ? CHIME_ETIMEDOUT
-           : w->call                ? chime_writer_flush(w)
+           : w->rpc.call            ? chime_writer_flush(w)
                                     : w->failed;
-  if (w->call) {
-    if (rc == 0 && !w->send_pending && w->status_pending) {
-      grpc_op op;
-      memset(&op, 0, sizeof(op));
-      op.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-      if (grpc_call_start_batch(w->call, &op, 1, (void *)(intptr_t)TAG_SEND,
-                                NULL) == GRPC_CALL_OK)
-        w->send_pending = 1;
+  if (w->rpc.call) {
+    if (rc == 0 && !sending(w) && live(w)) {
+      chime__rpc_half_close(&w->rpc);
       /* Everything is acked: the server's status after our half-close is a
        * courtesy, so don't wait long for it. */
       gpr_timespec deadline =
           chime__deadline_ms(w->timeout_ms < 5000 ? w->timeout_ms : 5000);
-      while (w->status_pending && pump(w, deadline) != CHIME_ETIMEDOUT) {
+      while (live(w) && pump(w, deadline) != CHIME_ETIMEDOUT) {
       }
     }
-    grpc_call_cancel(w->call, NULL);
+    chime__rpc_cancel(&w->rpc);
     while (pending(w))
       pump(w, gpr_inf_future(GPR_CLOCK_MONOTONIC));
-    grpc_call_unref(w->call);
   }
-  chime__cq_destroy(w->cq);
-  if (w->recv_bb)
-    grpc_byte_buffer_destroy(w->recv_bb);
-  grpc_metadata_array_destroy(&w->md_init);
-  grpc_metadata_array_destroy(&w->md_trail);
-  grpc_slice_unref(w->details);
+  chime__rpc_destroy(&w->rpc);
   free(w->data);
   free(w->priorities);
   for (uint32_t i = 0; i < w->inflight; i++)

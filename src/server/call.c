@@ -17,15 +17,20 @@ struct chime__send_s {
   grpc_byte_buffer *bb; /* NULL: the final status */
   grpc_status_code code;
   grpc_slice details;
+  grpc_metadata md[1]; /* the final status: chime-error, when it failed */
+  size_t nmd;
 };
 
 static void free_sends(chime__send_t *s) {
   while (s != NULL) {
     chime__send_t *n = s->next;
-    if (s->bb != NULL)
+    if (s->bb != NULL) {
       grpc_byte_buffer_destroy(s->bb);
-    else
+    } else {
       grpc_slice_unref(s->details);
+      for (size_t i = 0; i < s->nmd; i++)
+        grpc_slice_unref(s->md[i].value);
+    }
     free(s);
     s = n;
   }
@@ -106,6 +111,8 @@ static chime__send_t *pump_locked(chime__call_t *c) {
   if (last->bb == NULL) {
     ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
     ops[n].data.send_status_from_server.status = last->code;
+    ops[n].data.send_status_from_server.trailing_metadata_count = last->nmd;
+    ops[n].data.send_status_from_server.trailing_metadata = last->md;
     ops[n++].data.send_status_from_server.status_details = &last->details;
   }
   c->q_head = last->next;
@@ -188,16 +195,15 @@ int chime__call_send_msg(chime__call_t *c, const void *msg) {
   return chime__call_send(c, bb);
 }
 
-void chime__call_finish(chime__call_t *c, grpc_status_code code,
-                        const char *fmt, ...) {
-  va_list ap;
+static void vfinish(chime__call_t *c, int err, grpc_status_code code,
+                    const char *fmt, va_list ap) {
+  va_list again;
   char *msg = NULL;
   chime__send_t *s = calloc(1, sizeof(*s));
   /* Sized to fit: a pinning error names the whole ladder, and a prefix of it
    * would hide the rung that matters. */
-  va_start(ap, fmt);
+  va_copy(again, ap);
   int n = vsnprintf(NULL, 0, fmt, ap);
-  va_end(ap);
   if (n >= 0)
     msg = malloc((size_t)n + 1);
   if (s == NULL || msg == NULL) {
@@ -206,14 +212,31 @@ void chime__call_finish(chime__call_t *c, grpc_status_code code,
                                  "out of memory", NULL);
     goto out;
   }
-  va_start(ap, fmt);
-  vsnprintf(msg, (size_t)n + 1, fmt, ap);
-  va_end(ap);
+  vsnprintf(msg, (size_t)n + 1, fmt, again);
   s->code = code;
   s->details = grpc_slice_from_copied_buffer(msg, (size_t)n);
+  if (err != CHIME_OK)
+    chime__err_metadata(&s->md[s->nmd++], err);
   enqueue(c, s);
 out:
+  va_end(again);
   free(msg);
+}
+
+void chime__call_finish(chime__call_t *c, chime_errno_t err, const char *fmt,
+                        ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vfinish(c, err, chime__status_from_err(err), fmt, ap);
+  va_end(ap);
+}
+
+void chime__call_finish_as(chime__call_t *c, chime_errno_t err,
+                           grpc_status_code status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vfinish(c, err, status, fmt, ap);
+  va_end(ap);
 }
 
 void chime__call_drop_queued(chime__call_t *c) {
@@ -315,7 +338,7 @@ static void on_request_done(chime__tag_t *tag, int ok) {
     return;
   }
   if (atomic_load(&srv->stopping)) {
-    chime__call_finish(c, GRPC_STATUS_UNAVAILABLE, "shutting down");
+    chime__call_finish(c, CHIME_ESHUTDOWN, "shutting down");
     return;
   }
   c->vt->on_start(c);
@@ -324,7 +347,7 @@ static void on_request_done(chime__tag_t *tag, int ok) {
 /* Any other method, when chime owns the grpc_server: without someone asking
  * for unregistered calls gRPC would hold them until the client's deadline. */
 static void unknown_on_start(chime__call_t *c) {
-  chime__call_finish(c, GRPC_STATUS_UNIMPLEMENTED,
+  chime__call_finish(c, CHIME_ENOTSUP,
                      "unknown method (chime.v1.Chime has GetInfo, Stats, "
                      "Insert, Subscribe)");
 }
@@ -362,7 +385,7 @@ int chime__request_call(chime_server_t *srv, int method) {
   c->close_tag.fn = on_close_done;
   pthread_mutex_init(&c->mu, NULL);
   grpc_metadata_array_init(&c->md);
-  int unary = method == CHIME__M_GETINFO || method == CHIME__M_STATS;
+  int unary = chime__method_unary(method);
   grpc_call_error e;
   grpc_call_details_init(&c->details);
   if (method == CHIME__M_COUNT)

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 #include "chime/errors.h"
-#include "common/wire.h"
+#include "wire/insert.h"
 
 typedef struct {
   uint64_t seq, first_key;

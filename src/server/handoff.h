@@ -12,9 +12,7 @@
 #include <stddef.h>
 
 #include "server/server.h"
-
-#define CHIME__HANDOFF_MAGIC "CHIMEHO1"
-#define CHIME__HANDOFF_REQUEST_BYTES 24
+#include "wire/handoff.h"
 
 /* Binds and listens (cfg->handoff_socket); err says why not. */
 int chime__handoff_create(chime__handoff_t **out, chime_server_t *srv,

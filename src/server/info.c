@@ -4,20 +4,7 @@
 #include <string.h>
 
 #include "server/stream.h"
-
-void chime__leaf_msgs(const chime_spec_t *spec, Chime__V1__Leaf *leaves,
-                      Chime__V1__Leaf **ptrs) {
-  for (uint32_t i = 0; i < spec->nleaves; i++) {
-    const chime_leaf_t *l = &spec->leaves[i];
-    Chime__V1__Leaf init = CHIME__V1__LEAF__INIT;
-    leaves[i] = init;
-    leaves[i].name = (char *)l->name;
-    leaves[i].dtype = (char *)chime_dtype_name(l->dtype);
-    leaves[i].n_shape = l->ndim;
-    leaves[i].shape = (uint64_t *)l->shape;
-    ptrs[i] = &leaves[i];
-  }
-}
+#include "wire/leaf.h"
 
 typedef struct {
   Chime__V1__TableInfo info;
@@ -32,20 +19,18 @@ typedef struct {
 static int need_request(chime__call_t *c, const ProtobufCMessageDescriptor *d) {
   grpc_slice sl;
   if (c->payload == NULL) {
-    chime__call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, "missing request");
+    chime__call_finish(c, CHIME_EINVAL, "missing request");
     return -1;
   }
   if (chime__bb_read(c->payload, &sl) != 0) {
-    chime__call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, "unreadable %s",
-                       d->short_name);
+    chime__call_finish(c, CHIME_EINVAL, "unreadable %s", d->short_name);
     return -1;
   }
   ProtobufCMessage *m = protobuf_c_message_unpack(
       d, NULL, GRPC_SLICE_LENGTH(sl), GRPC_SLICE_START_PTR(sl));
   grpc_slice_unref(sl);
   if (m == NULL) {
-    chime__call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, "malformed %s",
-                       d->short_name);
+    chime__call_finish(c, CHIME_EINVAL, "malformed %s", d->short_name);
     return -1;
   }
   protobuf_c_message_free_unpacked(m, NULL);
@@ -82,7 +67,7 @@ static void send_unlock(chime__call_t *c, const ProtobufCMessage *m) {
   grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&sl, 1);
   grpc_slice_unref(sl);
   chime__call_send(c, bb);
-  chime__call_finish(c, GRPC_STATUS_OK, "%s", "");
+  chime__call_finish(c, CHIME_OK, "%s", "");
 }
 
 static void info_on_start(chime__call_t *c) {
@@ -152,7 +137,7 @@ static void info_on_start(chime__call_t *c) {
   send_unlock(c, &r.base);
   goto out;
 oom:
-  chime__call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+  chime__call_finish(c, CHIME_ENOMEM, "out of memory");
 out:
   free(tm);
   free(tp);
@@ -237,7 +222,7 @@ static void stats_on_start(chime__call_t *c) {
   send_unlock(c, &r.base);
   goto out;
 oom:
-  chime__call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+  chime__call_finish(c, CHIME_ENOMEM, "out of memory");
 out:
   free(ts);
   free(tp);

@@ -24,11 +24,12 @@
 
 #include "chime.pb-c.h"
 #include "common/errfmt.h"
-#include "common/pbread.h"
-#include "common/wire.h"
+#include "wire/pbread.h"
+#include "wire/insert.h"
 #include "server/insertreq.h"
 #include "server/server.h"
 #include "server/staging.h"
+#include "wire/leaf.h"
 
 /* A received InsertRequest: its slices, held until the worker has copied
  * the samples out of them, and the fields read from them. */
@@ -218,15 +219,8 @@ static int check_spec(const chime__table_config_t *tc, Chime__V1__Leaf **w,
       return CHIME_EINVAL;
     }
     chime_leaf_t wl;
-    memset(&wl, 0, sizeof(wl));
     const char *wname = w[i]->name ? w[i]->name : "";
-    snprintf(wl.name, sizeof(wl.name), "%s", wname);
-    wl.dtype = chime_dtype_from_name(w[i]->dtype ? w[i]->dtype : "");
-    int shape_ok = w[i]->n_shape <= CHIME_MAX_DIMS;
-    wl.ndim = shape_ok ? (uint32_t)w[i]->n_shape : 0;
-    for (uint32_t d = 0; d < wl.ndim; d++)
-      wl.shape[d] = w[i]->shape[d];
-    if (wl.dtype == CHIME_DTYPE_INVALID || !shape_ok) {
+    if (chime__leaf_from_msg(&wl, w[i]) != 0) {
       snprintf(err, errlen,
                "leaf '%s': table '%s' expects %s, writer has an invalid leaf "
                "(dtype '%s', %zu dims)",
@@ -319,7 +313,7 @@ static int check_size(const chime__table_config_t *tc, uint64_t sb,
 }
 
 static void finish_err(chime__call_t *c, int rc, const char *msg) {
-  chime__call_finish(c, chime__status_from_err(rc), "%s", msg);
+  chime__call_finish(c, rc, "%s", msg);
 }
 
 /* A resent request the table would not take (dedupe.h): the writer hears
@@ -331,20 +325,20 @@ static void finish_refused(chime__call_t *c, const insert_t *st,
   unsigned long long w = (unsigned long long)dq->writer;
   unsigned long long seq = (unsigned long long)dq->seq;
   if (rc == CHIME_EINVAL)
-    chime__call_finish(c, GRPC_STATUS_INVALID_ARGUMENT,
+    chime__call_finish(c, CHIME_EINVAL,
                        "insert into '%s': request %llu of writer %016llx was "
                        "inserted with %llu samples, resent with %u",
                        tn, seq, w, (unsigned long long)dq->known, count);
   else if (dq->known == 0)
-    chime__call_finish(
-        c, GRPC_STATUS_FAILED_PRECONDITION,
+    chime__call_finish_as(
+        c, CHIME_EINVAL, GRPC_STATUS_FAILED_PRECONDITION,
         "insert into '%s': writer %016llx is no longer remembered (more than "
         "%d writers wrote since) and request %llu is not its first: it may "
         "be in the table already, so it was not inserted",
         tn, w, CHIME__INSERT_WRITERS, seq);
   else
-    chime__call_finish(
-        c, GRPC_STATUS_FAILED_PRECONDITION,
+    chime__call_finish_as(
+        c, CHIME_EINVAL, GRPC_STATUS_FAILED_PRECONDITION,
         "insert into '%s': request %llu of writer %016llx is older than the "
         "window of the last %d it inserted (newest %llu): it may be in the "
         "table already, so it was not inserted",
@@ -355,9 +349,9 @@ static void finish_refused(chime__call_t *c, const insert_t *st,
  * shutdown it still hears "shutting down", whichever came first. */
 static void finish_closed(chime__call_t *c) {
   if (atomic_load(&c->srv->stopping))
-    chime__call_finish(c, GRPC_STATUS_UNAVAILABLE, "shutting down");
+    chime__call_finish(c, CHIME_ESHUTDOWN, "shutting down");
   else
-    chime__call_finish(c, GRPC_STATUS_OK, "%s", "");
+    chime__call_finish(c, CHIME_OK, "%s", "");
 }
 
 /* Acks a request that went in (rc 0), then reads the next one, or ends
@@ -385,14 +379,14 @@ static void insert_finish(chime__call_t *c, insert_t *st, int rc,
                                   : "request larger than the table");
   else if (rc == CHIME_ERESOURCE)
     chime__call_finish(
-        c, GRPC_STATUS_RESOURCE_EXHAUSTED,
+        c, CHIME_ERESOURCE,
         "insert into '%s': request %llu not inserted: the server's budget "
         "for requests waiting for room (budgets.staged_insert_bytes, %llu "
         "bytes) is spent; send it again later",
         chime__table_config(st->table)->name, (unsigned long long)id,
         (unsigned long long)c->srv->staging.budget);
   else if (rc != 0 || stop)
-    chime__call_finish(c, GRPC_STATUS_UNAVAILABLE, "shutting down");
+    chime__call_finish(c, CHIME_ESHUTDOWN, "shutting down");
   else if (hc)
     finish_closed(c);
   else
@@ -659,7 +653,7 @@ static void insert_on_stop(chime__call_t *c) {
   if (st != NULL)
     abort_wait(st);
   if (!busy)
-    chime__call_finish(c, GRPC_STATUS_UNAVAILABLE, "shutting down");
+    chime__call_finish(c, CHIME_ESHUTDOWN, "shutting down");
 }
 
 static void insert_on_close(chime__call_t *c) {

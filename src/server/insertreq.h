@@ -10,7 +10,7 @@
 
 #include "chime.pb-c.h"
 #include "chime/ring.h"
-#include "common/pbread.h"
+#include "wire/pbread.h"
 
 /* Longest table name kept; a longer one matches no table. */
 #define CHIME__INSERT_TABLE_MAX 255

@@ -7,7 +7,7 @@
 
 #include <grpc/grpc.h>
 
-#include "common/wire.h"
+#include "wire/chunk.h"
 #include "server/server.h"
 
 /* One batch sent: its chunks' slices point into the slot, which is

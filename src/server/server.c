@@ -17,6 +17,7 @@
 #include "server/memlimit.h"
 #include "server/sampler.h"
 #include "server/stream.h"
+#include "wire/hostid.h"
 
 /* How long a graceful stop waits for calls to finish before cancelling. */
 #define STOP_GRACE_MS 3000
@@ -70,15 +71,8 @@ static int check_memory(const chime__config_t *cfg, char *err, size_t errlen) {
 }
 
 static void read_identity(chime_server_t *srv) {
-  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-  if (f != NULL) {
-    if (fgets(srv->boot_id, sizeof(srv->boot_id), f) == NULL)
-      srv->boot_id[0] = '\0';
-    fclose(f);
-  }
-  srv->boot_id[strcspn(srv->boot_id, " \r\n\t")] = '\0';
-  if (gethostname(srv->hostname, sizeof(srv->hostname) - 1) != 0)
-    srv->hostname[0] = '\0';
+  chime__host_identity(srv->boot_id, sizeof(srv->boot_id), srv->hostname,
+                       sizeof(srv->hostname));
 }
 
 int chime_server_create(chime_server_t **out, const chime_server_opts_t *opts,

@@ -18,6 +18,8 @@
 #include "server/config.h"
 #include "server/staging.h"
 #include "server/table.h"
+#include "wire/method.h"
+#include "wire/status.h"
 
 #define CHIME__MAX_MESSAGE_BYTES (64 << 20)
 #define CHIME__CHUNK_BYTES (1u << 20)
@@ -31,18 +33,6 @@
 #ifndef CHIME__CQ_THREADS
 #define CHIME__CQ_THREADS 4
 #endif
-
-/* --- method paths and status mapping (status.c) --- */
-
-enum {
-  CHIME__M_GETINFO,
-  CHIME__M_STATS,
-  CHIME__M_INSERT,
-  CHIME__M_SUBSCRIBE,
-  CHIME__M_COUNT
-};
-extern const char *const chime__method_path[CHIME__M_COUNT];
-grpc_status_code chime__status_from_err(int err);
 
 /* --- calls (call.c) --- */
 
@@ -100,11 +90,19 @@ void chime__call_recv(chime__call_t *c);
 int chime__call_send(chime__call_t *c, grpc_byte_buffer *bb);
 /* Packs a protobuf-c message and queues it. */
 int chime__call_send_msg(chime__call_t *c, const void *protobuf_c_msg);
-/* Queues the final status after what is queued; later sends fail. The
- * details are never cut (clients raise gRPC's metadata limit to match). */
-void chime__call_finish(chime__call_t *c, grpc_status_code code,
-                        const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+/* Queues the final status after what is queued; later sends fail. err is
+ * the CHIME_E* code (CHIME_OK: success): the status is the one it maps to
+ * (src/wire/status.c), and a failure carries err itself in the trailing
+ * metadata, which is what clients read. The details are for people and are
+ * never cut (clients raise gRPC's metadata limit to match). */
+void chime__call_finish(chime__call_t *c, chime_errno_t err, const char *fmt,
+                        ...) __attribute__((format(printf, 3, 4)));
+/* The same with a status other than err's own, for a refusal the protocol
+ * gave its own status (docs/protocol.md: a resend outside the window is
+ * FAILED_PRECONDITION; clients hear err). */
+void chime__call_finish_as(chime__call_t *c, chime_errno_t err,
+                           grpc_status_code status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 /* Drops queued messages not yet handed to gRPC (nothing once the final
  * status is queued). */
 void chime__call_drop_queued(chime__call_t *c);

@@ -12,7 +12,6 @@
 #include <time.h>
 
 #include "common/errfmt.h"
-#include "common/wire.h"
 #include "ring/pin.h"
 #include "server/handoff.h"
 #include "server/sender.h"
@@ -279,7 +278,7 @@ static int expire_unused(chime__stream_t *s) {
   pthread_mutex_unlock(&srv->mu);
   chime__stream_close(s);
   if (call != NULL) {
-    chime__call_finish(call, GRPC_STATUS_DEADLINE_EXCEEDED,
+    chime__call_finish(call, CHIME_ETIMEDOUT,
                        "handoff token expired unused after %u ms",
                        (unsigned)srv->cfg.handoff_expires_ms);
     chime__call_unref(call);

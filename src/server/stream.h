@@ -79,8 +79,5 @@ void chime__stream_unref(chime__stream_t *s);
 void chime__stream_hold(chime__stream_t *s);
 void chime__stream_unhold(chime__stream_t *s);
 uint64_t chime__now_ns(void); /* CLOCK_MONOTONIC */
-/* Leaf messages pointing into spec (info.c). */
-void chime__leaf_msgs(const chime_spec_t *spec, Chime__V1__Leaf *leaves,
-                      Chime__V1__Leaf **ptrs);
 
 #endif

@@ -7,6 +7,7 @@
 
 #include "server/handoff.h"
 #include "server/stream.h"
+#include "wire/leaf.h"
 
 typedef struct {
   chime__stream_t *s;
@@ -24,7 +25,7 @@ static chime__stream_t *sub_stream(chime__call_t *c) {
 static void sub_on_start(chime__call_t *c) {
   sub_t *st = calloc(1, sizeof(*st));
   if (st == NULL) {
-    chime__call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    chime__call_finish(c, CHIME_ENOMEM, "out of memory");
     return;
   }
   pthread_mutex_lock(&c->mu);
@@ -85,35 +86,33 @@ static void sub_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
     chime__stream_t *s = sub_stream(c);
     if (s != NULL && s->mode == CHIME_MODE_STREAM) {
       chime__stream_close(s);
-      chime__call_finish(c, GRPC_STATUS_OK, "%s", "");
+      chime__call_finish(c, CHIME_OK, "%s", "");
     }
     return;
   }
   int rc = chime__bb_read(bb, &sl);
   grpc_byte_buffer_destroy(bb);
   if (rc != 0) {
-    chime__call_finish(c, GRPC_STATUS_INVALID_ARGUMENT,
-                       "unreadable SubscribeRequest");
+    chime__call_finish(c, CHIME_EINVAL, "unreadable SubscribeRequest");
     return;
   }
   Chime__V1__SubscribeRequest *req = chime__v1__subscribe_request__unpack(
       NULL, GRPC_SLICE_LENGTH(sl), GRPC_SLICE_START_PTR(sl));
   grpc_slice_unref(sl);
   if (req == NULL) {
-    chime__call_finish(c, GRPC_STATUS_INVALID_ARGUMENT,
-                       "malformed SubscribeRequest");
+    chime__call_finish(c, CHIME_EINVAL, "malformed SubscribeRequest");
     return;
   }
   chime__stream_t *s = sub_stream(c);
   if (s == NULL) {
     if (req->kind_case != CHIME__V1__SUBSCRIBE_REQUEST__KIND_OPEN) {
-      chime__call_finish(c, GRPC_STATUS_INVALID_ARGUMENT,
+      chime__call_finish(c, CHIME_EINVAL,
                          "the first SubscribeRequest must be 'open'");
       goto out;
     }
     rc = chime__stream_open(&s, c->srv, c, req->open, err, sizeof(err));
     if (rc != 0) {
-      chime__call_finish(c, chime__status_from_err(rc), "%s", err);
+      chime__call_finish(c, rc, "%s", err);
       goto out;
     }
     pthread_mutex_lock(&c->mu);
@@ -122,7 +121,7 @@ static void sub_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
     pthread_mutex_unlock(&c->mu);
     send_opened(c, s);
     if (gone || chime__stream_start(s, c) != 0) {
-      chime__call_finish(c, GRPC_STATUS_INTERNAL, "cannot start the stream");
+      chime__call_finish(c, CHIME_ESYS, "cannot start the stream");
       chime__stream_close(s);
       goto out;
     }
@@ -133,7 +132,7 @@ static void sub_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
       chime__stream_credit(s, req->credit->batches, req->credit->released,
                            req->credit->n_released);
   } else {
-    chime__call_finish(c, GRPC_STATUS_INVALID_ARGUMENT,
+    chime__call_finish(c, CHIME_EINVAL,
                        "the stream is already open; send credits only");
     goto out;
   }
@@ -165,13 +164,14 @@ static void sub_on_stop(chime__call_t *c) {
     Chime__V1__Notice n = CHIME__V1__NOTICE__INIT;
     Chime__V1__SubscribeResponse resp = CHIME__V1__SUBSCRIBE_RESPONSE__INIT;
     n.code = GRPC_STATUS_UNAVAILABLE;
+    n.error = CHIME_ESHUTDOWN;
     n.message = (char *)"shutting down";
     resp.kind_case = CHIME__V1__SUBSCRIBE_RESPONSE__KIND_NOTICE;
     resp.notice = &n;
     chime__call_drop_queued(c);
     chime__call_send_msg(c, &resp);
   }
-  chime__call_finish(c, GRPC_STATUS_UNAVAILABLE, "shutting down");
+  chime__call_finish(c, CHIME_ESHUTDOWN, "shutting down");
 }
 
 static void sub_on_free(chime__call_t *c) {

@@ -12,7 +12,7 @@
 #include <time.h>
 
 #include "chime/errors.h"
-#include "common/wire.h"
+#include "wire/insert.h"
 
 /* A fifo batch given back by a stream that ended before its learner was done
  * with it: the slot's bytes (leaf-major, as in the ring), taken again before

@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "chime/ring.h"
-#include "common/pbread.h"
+#include "wire/pbread.h"
 #include "server/config.h"
 #include "server/dedupe.h"
 

@@ -1,5 +1,5 @@
 /* libFuzzer target: stream-mode messages as the client receives them: the
- * chunk header (src/common/wire.c) and the assembly of chunks into a local
+ * chunk header (src/wire/chunk.c) and the assembly of chunks into a local
  * ring (src/client/remote.c), without a gRPC connection: each message is a
  * grpc_byte_buffer built from pieces, as a completed receive hands it over.
  *
@@ -21,7 +21,7 @@
 #include "chime.pb-c.h"
 #include "chime/ring.h"
 #include "client/internal.h"
-#include "common/wire.h"
+#include "wire/chunk.h"
 #include "fuzz_common.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);

@@ -14,7 +14,7 @@
 
 #include "chime.pb-c.h"
 #include "chime/errors.h"
-#include "common/pbread.h"
+#include "wire/pbread.h"
 #include "fuzz_common.h"
 #include "server/insertreq.h"
 

@@ -14,7 +14,7 @@
 
 #include "chime.pb-c.h"
 #include "chime/ring.h"
-#include "common/wire.h"
+#include "wire/chunk.h"
 #include "fuzz_common.h"
 
 static const char *out_dir;

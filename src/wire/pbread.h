@@ -8,8 +8,8 @@
  * field number 0 or above 2^29 - 1, and the group wire types (3, 4) or unknown
  * ones (6, 7) are malformed. Unknown fields of the other wire types are for the
  * caller to skip (chime__pb_next already stepped over their bytes). */
-#ifndef CHIME_PBREAD_H
-#define CHIME_PBREAD_H
+#ifndef CHIME_WIRE_PBREAD_H
+#define CHIME_WIRE_PBREAD_H
 
 #include <stddef.h>
 #include <stdint.h>

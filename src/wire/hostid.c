@@ -1,16 +1,10 @@
-/* This host's identity, compared with the server's to choose shm in auto. */
+/* This host's identity (see hostid.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "client/internal.h"
-
-static void trim(char *s) {
-  size_t n = strlen(s);
-  while (n && (s[n - 1] == '\n' || s[n - 1] == ' ' || s[n - 1] == '\r'))
-    s[--n] = '\0';
-}
+#include "wire/hostid.h"
 
 void chime__host_identity(char *boot_id, size_t boot_len, char *host,
                           size_t host_len) {
@@ -28,7 +22,7 @@ void chime__host_identity(char *boot_id, size_t boot_len, char *host,
       fclose(f);
     }
   }
-  trim(boot_id);
+  boot_id[strcspn(boot_id, " \r\n\t")] = '\0';
   if (gethostname(host, host_len) != 0)
     host[0] = '\0';
   host[host_len - 1] = '\0';

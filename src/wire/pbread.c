@@ -1,5 +1,5 @@
 /* A strict protobuf field reader over pieces of a message (see pbread.h). */
-#include "common/pbread.h"
+#include "wire/pbread.h"
 
 #include <string.h>
 

@@ -1,5 +1,5 @@
-/* Chunk framing: protobuf bytes written and read by hand (see wire.h). */
-#include "common/wire.h"
+/* Chunk framing: protobuf bytes written and read by hand (see chunk.h). */
+#include "wire/chunk.h"
 
 #include "chime/errors.h"
 

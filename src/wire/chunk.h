@@ -2,8 +2,8 @@
  * go from slot memory to the socket, and from the socket to a local slot,
  * without protobuf-c packing or unpacking the payload. The bytes are valid
  * protobuf for chime.v1.SubscribeResponse (see proto/chime.proto). */
-#ifndef CHIME_WIRE_H
-#define CHIME_WIRE_H
+#ifndef CHIME_WIRE_CHUNK_H
+#define CHIME_WIRE_CHUNK_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -11,15 +11,6 @@
 /* Longest header chime__chunk_header_encode() writes (1 + 10 for the outer
  * tag and length, 4 * 11 for the fields; 48 was too small for huge values). */
 #define CHIME_CHUNK_HEADER_MAX 64
-
-/* Insert requests the server remembers per writer (writer_id) and table: a
- * request resent within the last this many a writer inserted is acked again
- * from memory, an older one refused. So a writer that resends keeps at most
- * this many requests in flight. */
-#define CHIME__INSERT_WINDOW 32
-/* Writers remembered per table; beyond it the least recently used is
- * forgotten (docs/protocol.md, Insert). */
-#define CHIME__INSERT_WRITERS 4096
 
 typedef struct {
   uint64_t seq;

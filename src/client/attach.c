@@ -1,0 +1,244 @@
+/* Opening a stream: which mode (auto: shm when the server is on this host
+ * and the attach works, else stream, with the reason reported), the
+ * Subscribe exchange up to Opened, the layout check every mode shares, and
+ * the shm transport: present the handoff token, map the server's ring. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client/stream.h"
+#include "wire/handoff.h"
+
+/* Collects completions until `op` is no longer in flight. A status that
+ * arrives meanwhile is handled by the stream once it is open (stream.c). */
+static int wait_op(chime_stream_t *s, chime__rpc_op_t op,
+                   gpr_timespec deadline) {
+  while (chime__rpc_pending(&s->rpc, op)) {
+    chime__rpc_op_t done;
+    int ok;
+    if (chime__rpc_next(&s->rpc, deadline, &done, &ok) == CHIME_ETIMEDOUT)
+      return CHIME_ETIMEDOUT;
+  }
+  return 0;
+}
+
+/* Sends Open and waits for Opened. *resp is freed by the caller. */
+static int subscribe(chime_stream_t *s, const chime__transport_t *tp,
+                     Chime__V1__SubscribeResponse **resp, char *err,
+                     size_t errlen) {
+  const chime_stream_opts_t *o = &s->opts;
+  char boot_id[CHIME__BOOT_ID_LEN], host[CHIME__HOSTNAME_LEN];
+  *resp = NULL;
+  chime__host_identity(boot_id, sizeof(boot_id), host, sizeof(host));
+  if (chime__rpc_init(&s->rpc))
+    return chime__fail(err, errlen, CHIME_ENOMEM, "out of memory");
+
+  Chime__V1__Open open = CHIME__V1__OPEN__INIT;
+  open.table = s->table;
+  open.batch_size = o->batch_size;
+  open.slots = o->slots;
+  tp->fill_open(s, &open);
+  open.boot_id = boot_id;
+  open.hostname = host;
+  Chime__V1__SubscribeRequest req = CHIME__V1__SUBSCRIBE_REQUEST__INIT;
+  req.kind_case = CHIME__V1__SUBSCRIBE_REQUEST__KIND_OPEN;
+  req.open = &open;
+  grpc_byte_buffer *bb = chime__pack(&req.base);
+  if (!bb)
+    return chime__fail(err, errlen, CHIME_ENOMEM, "out of memory");
+  if (chime__rpc_start(&s->rpc, s->client, CHIME__M_SUBSCRIBE,
+                       gpr_inf_future(GPR_CLOCK_REALTIME), 0, bb) ||
+      chime__rpc_recv(&s->rpc))
+    return chime__fail(err, errlen, CHIME_EPROTO, "cannot start call");
+
+  gpr_timespec deadline = chime__deadline_ms(o->open_timeout_ms);
+  if (wait_op(s, CHIME__RPC_RECV, deadline))
+    return chime__fail(err, errlen, CHIME_ETIMEDOUT,
+                       "no answer to Subscribe within %d ms",
+                       o->open_timeout_ms);
+  if (!s->rpc.recv_bb) {
+    /* Refused: the status carries the reason. */
+    if (wait_op(s, CHIME__RPC_STATUS, deadline))
+      return chime__fail(err, errlen, CHIME_ETIMEDOUT,
+                         "Subscribe ended without a status");
+    int code = chime__rpc_result(&s->rpc, err, errlen);
+    if (!err[0])
+      snprintf(err, errlen, "%s", chime_strerror(code));
+    return code ? code : CHIME_EPROTO;
+  }
+  *resp = (Chime__V1__SubscribeResponse *)chime__unpack(
+      &chime__v1__subscribe_response__descriptor, s->rpc.recv_bb);
+  grpc_byte_buffer_destroy(s->rpc.recv_bb);
+  s->rpc.recv_bb = NULL;
+  if (!*resp ||
+      (*resp)->kind_case != CHIME__V1__SUBSCRIBE_RESPONSE__KIND_OPENED ||
+      !(*resp)->opened->layout)
+    return chime__fail(err, errlen, CHIME_EPROTO,
+                       "Subscribe: first answer is not Opened");
+  if ((*resp)->opened->mode != open.mode)
+    return chime__fail(err, errlen, CHIME_EPROTO,
+                       "Subscribe: asked for %s, server opened mode %d",
+                       chime_mode_name(tp->mode), (int)(*resp)->opened->mode);
+  return 0;
+}
+
+/* The server's layout must be the one this library computes for the spec. */
+static int check_layout(chime_stream_t *s, const Chime__V1__Layout *l,
+                        char *err, size_t errlen) {
+  const chime_stream_opts_t *o = &s->opts;
+  char why[256];
+  int rc =
+      chime__spec_from_leaves(&s->spec, l->spec, l->n_spec, why, sizeof(why));
+  if (rc)
+    return chime__fail(err, errlen, CHIME_EPROTO, "Opened: bad spec: %s", why);
+  rc = chime_ring_layout(&s->layout, &s->spec, o->batch_size, o->slots, why,
+                         sizeof(why));
+  if (rc)
+    return chime__fail(err, errlen, CHIME_EPROTO, "Opened: layout: %s", why);
+  int same = l->slots == s->layout.slots &&
+             l->batch_size == s->layout.batch_size &&
+             l->slot_bytes == s->layout.slot_bytes &&
+             l->info_offset == s->layout.info_offset &&
+             l->n_leaf_offset == s->spec.nleaves;
+  for (size_t i = 0; same && i < l->n_leaf_offset; i++)
+    same = l->leaf_offset[i] == s->layout.leaf_offset[i];
+  uint64_t send = s->layout.info_offset +
+                  (uint64_t)o->batch_size * sizeof(chime_sample_info_t);
+  if (!same || l->send_bytes != send || send > s->layout.slot_bytes)
+    return chime__fail(err, errlen, CHIME_EPROTO,
+                       "Opened: the server's ring layout differs from this "
+                       "library's (version mismatch?)");
+  s->send_bytes = send;
+  return 0;
+}
+
+/* One attempt with one transport. On failure nothing of it is left. */
+static int open_with(chime_stream_t *s, const chime__transport_t *tp,
+                     int *attach_failed, char *err, size_t errlen) {
+  Chime__V1__SubscribeResponse *resp = NULL;
+  *attach_failed = 0;
+  s->mode = tp->mode;
+  int rc = subscribe(s, tp, &resp, err, errlen);
+  if (rc)
+    goto cleanup;
+  const Chime__V1__Opened *op = resp->opened;
+  s->stream_id = op->stream_id;
+  rc = check_layout(s, op->layout, err, errlen);
+  if (rc == 0)
+    rc = tp->setup(s, op, attach_failed, err, errlen);
+  if (rc == 0 && chime__rpc_recv(&s->rpc))
+    rc = chime__fail(err, errlen, CHIME_EPROTO, "cannot receive");
+
+cleanup:
+  if (resp)
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+  if (rc) {
+    chime__rpc_destroy(&s->rpc);
+    if (tp->fini)
+      tp->fini(s);
+    chime_ring_destroy(s->ring);
+    s->ring = NULL;
+  } else {
+    s->tp = tp;
+  }
+  return rc;
+}
+
+/* Why shm is impossible with the server of info, or NULL. */
+static const char *other_host(const chime_server_info_t *info) {
+  char boot_id[CHIME__BOOT_ID_LEN], host[CHIME__HOSTNAME_LEN];
+  chime__host_identity(boot_id, sizeof(boot_id), host, sizeof(host));
+  if (!info->boot_id[0] || !boot_id[0])
+    return "host identity unknown (no boot_id)";
+  if (strcmp(boot_id, info->boot_id) != 0)
+    return "server on another host (boot_id differs)";
+  if (strcmp(host, info->hostname) != 0)
+    return "server on another host (hostname differs)";
+  return NULL;
+}
+
+static void fall_back(chime_stream_t *s, const char *why) {
+  snprintf(s->fallback, sizeof(s->fallback), "%.500s", why);
+  s->has_fallback = 1;
+}
+
+int chime__stream_attach(chime_stream_t *s, char *err, size_t errlen) {
+  chime_mode_t want = s->opts.mode;
+  int rc = 0;
+  if (want != CHIME_MODE_STREAM) {
+    chime_server_info_t *info = NULL;
+    chime_table_info_t ti;
+    rc = chime__table_lookup(s->client, s->table, &ti, &info, err, errlen);
+    if (rc)
+      return rc;
+    const char *differs = other_host(info);
+    if (differs && want == CHIME_MODE_SHM)
+      rc = chime__fail(err, errlen, CHIME_ENOTSUP,
+                       "shm mode needs the server on this host: %s", differs);
+    else if (differs)
+      fall_back(s, differs);
+    chime_server_info_free(info);
+    if (rc)
+      return rc;
+    if (differs)
+      want = CHIME_MODE_STREAM;
+  }
+  int attach_failed = 0;
+  if (want != CHIME_MODE_STREAM) {
+    rc = open_with(s, &chime__shm_transport, &attach_failed, err, errlen);
+    if (rc == 0 || !attach_failed || s->opts.mode != CHIME_MODE_AUTO)
+      return rc;
+    char why[CHIME__ERRLEN];
+    snprintf(why, sizeof(why), "shm attach failed: %.450s", err);
+    fall_back(s, why);
+  }
+  return open_with(s, &chime__remote_transport, &attach_failed, err, errlen);
+}
+
+/* --- the shm transport: the server's ring, mapped --- */
+
+static void shm_fill_open(const chime_stream_t *s, Chime__V1__Open *open) {
+  (void)s;
+  open->mode = CHIME__V1__MODE__MODE_SHM;
+  open->prefetch = 0;
+}
+
+static int shm_setup(chime_stream_t *s, const Chime__V1__Opened *op,
+                     int *attach_failed, char *err, size_t errlen) {
+  const Chime__V1__Handoff *h = op->handoff;
+  int fd = -1;
+  *attach_failed = 1;
+  if (!h || h->nonce.len != CHIME__HANDOFF_NONCE_BYTES)
+    return chime__fail(err, errlen, CHIME_EPROTO,
+                       "Opened: shm mode without a valid handoff");
+  int rc = chime__handoff_fetch(h->socket_path, h->token.data, h->token.len,
+                                s->opts.open_timeout_ms, &fd, err, errlen);
+  if (rc)
+    return rc;
+  rc = chime_ring_attach(&s->ring, fd, h->nonce.data);
+  close(fd);
+  if (rc)
+    return chime__fail(err, errlen, rc, "ring attach: %s: %s",
+                       chime_strerror(rc), chime_ring_last_error());
+  const chime_ring_layout_t *got = chime_ring_get_layout(s->ring);
+  if (got->slot_bytes != s->layout.slot_bytes ||
+      got->slots != s->layout.slots ||
+      got->info_offset != s->layout.info_offset)
+    return chime__fail(err, errlen, CHIME_ECORRUPT,
+                       "ring attach: mapped ring does not match Opened");
+  *attach_failed = 0;
+  return 0;
+}
+
+static int shm_release(chime_stream_t *s, uint32_t slot) {
+  return chime_ring_release(s->ring, slot);
+}
+
+const chime__transport_t chime__shm_transport = {
+    .mode = CHIME_MODE_SHM,
+    .fill_open = shm_fill_open,
+    .setup = shm_setup,
+    .release = shm_release,
+};

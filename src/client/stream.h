@@ -1,0 +1,92 @@
+/* Internal to the client: the stream object and its transports.
+ *
+ * A stream is a Subscribe call plus a ring the learner reads. How the ring
+ * is filled is the transport's business, one table of functions per mode
+ * (nng's habit): shm maps the server's ring (attach.c), stream fills a local
+ * ring from chunks and pays for them with credits (remote.c). stream.c
+ * drives the call and the learner's calls through the table and never asks
+ * which mode it is in; attach.c chooses the mode, falls back, checks the
+ * layout and sets the table. A NULL member is optional: nothing to do. */
+#ifndef CHIME_CLIENT_STREAM_H
+#define CHIME_CLIENT_STREAM_H
+
+#include "client/internal.h"
+
+typedef struct chime__transport_s chime__transport_t;
+
+struct chime_stream_s {
+  chime_client_t *client;
+  chime_mode_t mode; /* the transport's, once open */
+  const chime__transport_t *tp;
+  chime_stream_opts_t opts; /* with defaults filled in */
+  uint32_t prefetch;
+  char table[CHIME_MAX_NAME];
+  char fallback[CHIME__ERRLEN];
+  int has_fallback;
+  chime_spec_t spec;
+  chime_ring_layout_t layout;
+  uint64_t send_bytes; /* bytes of a slot each batch carries (stream mode) */
+  uint64_t stream_id;
+  chime_ring_t *ring;
+  chime__remote_t remote; /* stream mode */
+
+  chime__rpc_t rpc; /* the Subscribe call */
+  pthread_t thread; /* pumps the call once open */
+  int thread_started;
+  int notice_shutdown; /* the server's notice came (receive side) */
+
+  pthread_mutex_t lock; /* the send side (credits) and err */
+  int ended;            /* the call's status arrived: no more sends */
+
+  atomic_int end_code;     /* why next fails once the ring is cut off */
+  uint64_t batches, bytes; /* taken by next (learner's thread) */
+  char err[CHIME__ERRLEN];
+};
+
+struct chime__transport_s {
+  chime_mode_t mode;
+  /* Its part of the Open request: mode, prefetch. */
+  void (*fill_open)(const chime_stream_t *s, Chime__V1__Open *open);
+  /* After Opened passed the layout check: makes s->ring the ring the learner
+   * reads. On failure err says why and the state MUST be one fini can free
+   * (the ring is destroyed by the caller). *attach_failed: the failure is the
+   * same-host attach itself, so auto may fall back to stream mode. */
+  int (*setup)(chime_stream_t *s, const Chime__V1__Opened *op,
+               int *attach_failed, char *err, size_t errlen);
+  /* A message after Opened, on the stream's thread. 0: taken;
+   * CHIME_ENOTFOUND: not the transport's (stream.c reads it as a notice);
+   * another code: the stream breaks, err says why. NULL: none are. */
+  int (*on_message)(chime_stream_t *s, grpc_byte_buffer *bb, char *err,
+                    size_t errlen);
+  /* A send completed (on the stream's thread): the next may go. */
+  void (*on_sent)(chime_stream_t *s);
+  /* The server said it is shutting down (notice or status). NULL: the
+   * server shuts its own ring, which the learner sees. */
+  void (*on_shutdown)(chime_stream_t *s);
+  /* chime_stream_next found nothing and is about to wait for timeout_ms.
+   * Present: next first looks without waiting, calls this, then waits. */
+  void (*before_wait)(chime_stream_t *s);
+  /* Gives the slot back (the learner's release). MUST NOT block. */
+  int (*release)(chime_stream_t *s, uint32_t slot);
+  /* Adds the transport's counters to chime_stream_get_stats(). */
+  void (*stats)(const chime_stream_t *s, chime_stream_local_stats_t *out);
+  /* chime_stream_close, before the call is cancelled: end it gracefully
+   * (bounded) and unblock the stream's thread. */
+  void (*close)(chime_stream_t *s);
+  /* Frees what setup made, the ring excepted; after the call is torn down.
+   * MUST accept any state setup left, and run twice. */
+  void (*fini)(chime_stream_t *s);
+};
+
+extern const chime__transport_t chime__shm_transport;    /* attach.c */
+extern const chime__transport_t chime__remote_transport; /* remote.c */
+
+/* Opens the stream s (opts, prefetch, table set): chooses the mode (auto:
+ * shm when the server is on this host and the attach works, else stream,
+ * with the reason in s->fallback), runs Subscribe up to Opened, checks the
+ * layout and sets up the transport. On success s->tp, s->ring and the call
+ * are ready for the stream's thread; on failure nothing is left but s's
+ * memory. attach.c. */
+int chime__stream_attach(chime_stream_t *s, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,9 @@
+/* Method paths (see method.h). */
+#include "wire/method.h"
+
+const char *const chime__method_path[CHIME__M_COUNT] = {
+    [CHIME__M_GETINFO] = "/chime.v1.Chime/GetInfo",
+    [CHIME__M_STATS] = "/chime.v1.Chime/Stats",
+    [CHIME__M_INSERT] = "/chime.v1.Chime/Insert",
+    [CHIME__M_SUBSCRIBE] = "/chime.v1.Chime/Subscribe",
+};

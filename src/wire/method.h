@@ -1,0 +1,23 @@
+/* The gRPC methods of chime.v1.Chime. protoc-c generates message code only,
+ * so the paths and which methods stream are written by hand, here, once for
+ * both ends. */
+#ifndef CHIME_WIRE_METHOD_H
+#define CHIME_WIRE_METHOD_H
+
+enum {
+  CHIME__M_GETINFO,
+  CHIME__M_STATS,
+  CHIME__M_INSERT,
+  CHIME__M_SUBSCRIBE,
+  CHIME__M_COUNT
+};
+
+/* "/chime.v1.Chime/GetInfo", ..., indexed by CHIME__M_*. */
+extern const char *const chime__method_path[CHIME__M_COUNT];
+
+/* GetInfo and Stats are unary; Insert and Subscribe are bidi streams. */
+static inline int chime__method_unary(int method) {
+  return method == CHIME__M_GETINFO || method == CHIME__M_STATS;
+}
+
+#endif

@@ -38,7 +38,7 @@
 /* A token issued for a stream's ring: single use, with a deadline. Holds a
  * stream reference while it is in the registry. */
 typedef struct token_s {
-  uint8_t token[16];
+  uint8_t token[CHIME__HANDOFF_TOKEN_BYTES];
   uint64_t deadline_ns;
   chime__stream_t *s;
   struct token_s *next;
@@ -215,13 +215,14 @@ static int uid_allowed(const chime_server_t *srv, uid_t uid) {
 
 static int token_eq(const uint8_t *a, const uint8_t *b) {
   uint8_t d = 0;
-  for (int i = 0; i < 16; i++)
+  for (int i = 0; i < CHIME__HANDOFF_TOKEN_BYTES; i++)
     d |= a[i] ^ b[i];
   return d == 0;
 }
 
 int chime__handoff_issue(chime__handoff_t *h, chime__stream_t *s,
-                         uint32_t expires_ms, uint8_t token[16],
+                         uint32_t expires_ms,
+                         uint8_t token[CHIME__HANDOFF_TOKEN_BYTES],
                          uint64_t *deadline_ns) {
   token_t *t = calloc(1, sizeof(*t));
   if (t == NULL)
@@ -325,9 +326,9 @@ static int send_reply(int fd, int32_t status, int pass_fd) {
  * closes fd. */
 static void handshake(chime__handoff_t *h, int fd, const uint8_t *req,
                       const struct ucred *cr) {
-  if (memcmp(req, CHIME__HANDOFF_MAGIC, 8) != 0)
+  if (memcmp(req, CHIME__HANDOFF_MAGIC, CHIME__HANDOFF_MAGIC_BYTES) != 0)
     return;
-  chime__stream_t *s = take_token(h, req + 8);
+  chime__stream_t *s = take_token(h, req + CHIME__HANDOFF_MAGIC_BYTES);
   if (s == NULL) {
     send_reply(fd, CHIME_EPERM, -1);
     return;

@@ -23,7 +23,8 @@ const char *chime__handoff_path(const chime__handoff_t *h);
 /* Issues a single-use token for s's ring, valid expires_ms (the registry
  * holds a reference to s until the token is used or revoked). */
 int chime__handoff_issue(chime__handoff_t *h, chime__stream_t *s,
-                         uint32_t expires_ms, uint8_t token[16],
+                         uint32_t expires_ms,
+                         uint8_t token[CHIME__HANDOFF_TOKEN_BYTES],
                          uint64_t *deadline_ns);
 /* Withdraws s's token: 1 when it was still unused (it may have expired),
  * 0 when it was used (or never issued). */

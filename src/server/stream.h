@@ -18,6 +18,7 @@
 #include "server/sampler.h"
 #include "server/sender.h"
 #include "server/server.h"
+#include "wire/handoff.h"
 
 struct chime__stream_s {
   chime_server_t *srv;
@@ -46,7 +47,7 @@ struct chime__stream_s {
   chime__call_t *call; /* the Subscribe call (srv->mu); dropped at close */
   /* shm: the handoff token sent in Opened (registered with the handoff,
    * which owns its use) and its deadline */
-  uint8_t token[16];
+  uint8_t token[CHIME__HANDOFF_TOKEN_BYTES];
   uint64_t token_deadline_ns;
   chime__stream_t *prev, *next; /* server's live streams */
 };

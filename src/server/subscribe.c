@@ -53,7 +53,7 @@ static void send_opened(chime__call_t *c, chime__stream_t *s) {
   lay.send_bytes = s->send_bytes;
 
   Chime__V1__Handoff ho = CHIME__V1__HANDOFF__INIT;
-  uint8_t nonce[16];
+  uint8_t nonce[CHIME__HANDOFF_NONCE_BYTES];
   Chime__V1__Opened op = CHIME__V1__OPENED__INIT;
   op.stream_id = s->id;
   op.mode = s->mode == CHIME_MODE_SHM ? CHIME__V1__MODE__MODE_SHM

@@ -68,7 +68,7 @@ int chime__harness_write_file(const char *name, const char *text, char *path,
                               size_t len);
 
 /* A running chimed. */
-typedef struct {
+typedef struct chime__chimed_s {
   chime__proc_t proc;
   char addr[256];        /* "127.0.0.1:PORT" from its "listening on" line */
   char config_path[512]; /* "" for the built-in default */

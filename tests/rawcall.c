@@ -10,6 +10,7 @@
 #include <grpc/support/time.h>
 
 #include "chime/errors.h"
+#include "harness.h"
 
 enum { TAG_SEND = 1, TAG_RECV, TAG_STATUS, TAG_CLOSE, TAG_START };
 
@@ -278,4 +279,26 @@ int chime__raw_unary(grpc_channel *ch, const char *method,
   rc = chime__raw_finish(&r, status, details, len, 10000);
   chime__raw_destroy(&r);
   return rc;
+}
+
+int chime__raw_fixture_start(chime__chimed_t *d, grpc_channel **ch,
+                             const char *config_json) {
+  int rc = chime__chimed_start(d, config_json, NULL, 30000);
+  if (rc == CHIME_ENOTFOUND)
+    chime__skip("chimed is not built");
+  if (rc != 0)
+    return -1;
+  grpc_init();
+  *ch = chime__raw_channel(d->addr);
+  return *ch != NULL ? 0 : -1;
+}
+
+int chime__raw_fixture_stop(chime__chimed_t *d, grpc_channel *ch) {
+  int st = 0;
+  if (ch != NULL)
+    grpc_channel_destroy(ch);
+  grpc_shutdown_blocking();
+  int rc = chime__chimed_stop(d, 20000, &st);
+  chime__harness_kill_all();
+  return rc == 0 && st == 0 ? 0 : -1;
 }

@@ -24,6 +24,17 @@ typedef struct {
   int finished;
 } chime__raw_t;
 
+/* A test's chimed with a raw channel to it (setup/teardown of a CMocka
+ * group): starts chimed with config_json (NULL: the built-in default;
+ * exits 77 when chimed is not built), calls grpc_init and opens the
+ * channel. -1 when chimed did not start. */
+typedef struct chime__chimed_s chime__chimed_t;
+int chime__raw_fixture_start(chime__chimed_t *d, grpc_channel **ch,
+                             const char *config_json);
+/* Closes the channel, shuts gRPC down, stops chimed (SIGTERM) and kills
+ * what is left: 0 when chimed exited 0 by itself. */
+int chime__raw_fixture_stop(chime__chimed_t *d, grpc_channel *ch);
+
 /* A channel to addr with the protocol's message limits (64 MiB). */
 grpc_channel *chime__raw_channel(const char *addr);
 

@@ -49,24 +49,14 @@ static int setup(void **state) {
            "action:i32[], reward:f32[]\", \"capacity\": 4096, \"min_size\": "
            "1, \"sampler\": \"fifo\"}]}\n",
            STREAM_BUDGET, TOTAL_BUDGET);
-  int rc = chime__chimed_start(&chimed, config, NULL, 30000);
-  if (rc == CHIME_ENOTFOUND)
-    chime__skip("chimed is not built");
-  if (rc != 0)
+  if (chime__raw_fixture_start(&chimed, &ch, config) != 0)
     return -1;
-  grpc_init();
-  ch = chime__raw_channel(chimed.addr);
-  return ch != NULL ? 0 : -1;
+  return 0;
 }
 
 static int teardown(void **state) {
   (void)state;
-  int st = 0;
-  grpc_channel_destroy(ch);
-  grpc_shutdown_blocking();
-  int rc = chime__chimed_stop(&chimed, 20000, &st);
-  chime__harness_kill_all();
-  return rc == 0 && st == 0 ? 0 : -1;
+  return chime__raw_fixture_stop(&chimed, ch);
 }
 
 static void assert_contains(const char *hay, const char *needle) {

@@ -135,24 +135,14 @@ static grpc_channel *ch;
 
 static int raw_setup(void **state) {
   (void)state;
-  int rc = chime__chimed_start(&chimed, NULL, NULL, 30000);
-  if (rc == CHIME_ENOTFOUND)
-    chime__skip("chimed is not built");
-  if (rc != 0)
+  if (chime__raw_fixture_start(&chimed, &ch, NULL) != 0)
     return -1;
-  grpc_init();
-  ch = chime__raw_channel(chimed.addr);
-  return ch != NULL ? 0 : -1;
+  return 0;
 }
 
 static int raw_teardown(void **state) {
   (void)state;
-  int st = 0;
-  grpc_channel_destroy(ch);
-  grpc_shutdown_blocking();
-  int rc = chime__chimed_stop(&chimed, 20000, &st);
-  chime__harness_kill_all();
-  return rc == 0 && st == 0 ? 0 : -1;
+  return chime__raw_fixture_stop(&chimed, ch);
 }
 
 static grpc_status_code unary_bytes(const char *method, const void *b, size_t n,

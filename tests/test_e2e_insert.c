@@ -26,27 +26,17 @@ static grpc_channel *ch;
 
 static int setup(void **state) {
   (void)state;
-  int rc = chime__chimed_start(
-      &chimed,
-      "{\"tables\": [{\"name\": \"t\", \"spec\": \"x:u8[65536]\", "
-      "\"capacity\": 128, \"sampler\": \"fifo\"}]}\n",
-      NULL, 30000);
-  if (rc == CHIME_ENOTFOUND)
-    chime__skip("chimed is not built");
-  if (rc != 0)
+  if (chime__raw_fixture_start(
+          &chimed, &ch,
+          "{\"tables\": [{\"name\": \"t\", \"spec\": \"x:u8[65536]\", "
+          "\"capacity\": 128, \"sampler\": \"fifo\"}]}\n") != 0)
     return -1;
-  grpc_init();
-  ch = chime__raw_channel(chimed.addr);
   return 0;
 }
 
 static int teardown(void **state) {
-  int st = 0;
   (void)state;
-  grpc_channel_destroy(ch);
-  grpc_shutdown_blocking();
-  chime__chimed_stop(&chimed, 20000, &st);
-  chime__harness_kill_all();
+  (void)chime__raw_fixture_stop(&chimed, ch);
   return 0;
 }
 

@@ -31,31 +31,21 @@ static chime_client_t *client;
 
 static int setup(void **state) {
   (void)state;
-  int rc = chime__chimed_start(
-      &chimed,
-      "{\"budgets\": {\"staged_insert_bytes\": 6291456},\n"
-      " \"tables\": [{\"name\": \"q\", \"spec\": \"id:u64[], pad:u8[56]\", "
-      "\"capacity\": 100, \"sampler\": \"fifo\"},\n"
-      "  {\"name\": \"big\", \"spec\": \"x:u8[1048576]\", \"capacity\": 2, "
-      "\"sampler\": \"fifo\"}]}\n",
-      NULL, 30000);
-  if (rc == CHIME_ENOTFOUND)
-    chime__skip("chimed is not built");
-  if (rc != 0)
+  if (chime__raw_fixture_start(
+          &chimed, &ch,
+          "{\"budgets\": {\"staged_insert_bytes\": 6291456},\n"
+          " \"tables\": [{\"name\": \"q\", \"spec\": \"id:u64[], pad:u8[56]\", "
+          "\"capacity\": 100, \"sampler\": \"fifo\"},\n"
+          "  {\"name\": \"big\", \"spec\": \"x:u8[1048576]\", \"capacity\": 2, "
+          "\"sampler\": \"fifo\"}]}\n") != 0)
     return -1;
-  grpc_init();
-  ch = chime__raw_channel(chimed.addr);
   return chime_client_create(&client, chimed.addr, NULL) == 0 ? 0 : -1;
 }
 
 static int teardown(void **state) {
-  int st = 0;
   (void)state;
   chime_client_destroy(client);
-  grpc_channel_destroy(ch);
-  grpc_shutdown_blocking();
-  chime__chimed_stop(&chimed, 20000, &st);
-  chime__harness_kill_all();
+  (void)chime__raw_fixture_stop(&chimed, ch);
   return 0;
 }
 

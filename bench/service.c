@@ -755,6 +755,11 @@ static void emit_case(const opts_t *o, const results_t *res, int c, int size) {
     emit_stat(o, "ratio_vs_grpc_plain", q, 3);
   }
   emit_stat(o, "cpu_s_per_gb", res->cpu[c][size], 3);
+  if (all && c >= C_SHM) {
+    for (int r = 0; r < o->runs; r++)
+      q[r] = res->cpu[c][size][r] / res->cpu[C_PLAIN][size][r];
+    emit_stat(o, "cpu_ratio_vs_grpc_plain", q, 3);
+  }
   if (o->json) {
     if (c == C_MEMCPY || c >= C_SHM)
       printf(",\"batch_size\":%u,\"slots\":%u,\"sample_bytes\":%d,"
@@ -769,7 +774,7 @@ static void emit_case(const opts_t *o, const results_t *res, int c, int size) {
 
 static void emit_fanout(const opts_t *o, const results_t *res, int size) {
   uint64_t bb = o->sizes[size];
-  double v[6][MAX_RUNS];
+  double v[8][MAX_RUNS];
   int threads = 0, before = INT_MAX;
   for (int r = 0; r < o->runs; r++) {
     const chime__bench_fanout_result_t *f = &res->fan[size][r];
@@ -780,6 +785,8 @@ static void emit_fanout(const opts_t *o, const results_t *res, int size) {
     v[4][r] = f->ingest_alone_per_s;
     v[5][r] =
         f->ingest_alone_per_s > 0 ? f->ingest_per_s / f->ingest_alone_per_s : 0;
+    v[6][r] = f->chimed_cores;
+    v[7][r] = f->learners_cores;
     if (f->threads_max > threads)
       threads = f->threads_max;
     if (f->threads_before < before)
@@ -805,6 +812,10 @@ static void emit_fanout(const opts_t *o, const results_t *res, int size) {
   emit_stat(o, "ingest_samples_per_s", v[3], 0);
   emit_stat(o, "ingest_alone_samples_per_s", v[4], 0);
   emit_stat(o, "ingest_ratio_vs_alone", v[5], 3);
+  if (!o->json)
+    printf("\n ");
+  emit_stat(o, "chimed_cpu_cores", v[6], 2);
+  emit_stat(o, "learners_cpu_cores", v[7], 2);
   if (o->json)
     printf(",\"runs\":%d}", o->runs);
   printf("\n");

@@ -129,6 +129,8 @@ static void test_service_output(void **state) {
           assert_true(num(j, "ingest_alone_samples_per_s") > 0);
           check_stat(j, "ingest_samples_per_s");
           check_stat(j, "ingest_ratio_vs_alone");
+          check_stat(j, "chimed_cpu_cores");
+          check_stat(j, "learners_cpu_cores");
           continue;
         }
         /* every case skips as many batches as the ring has slots */
@@ -137,8 +139,10 @@ static void test_service_output(void **state) {
         check_stat(j, "cpu_s_per_gb");
         if (c > 0)
           check_stat(j, "ratio_vs_memcpy");
-        if (c >= 3)
+        if (c >= 3) {
           check_stat(j, "ratio_vs_grpc_plain");
+          check_stat(j, "cpu_ratio_vs_grpc_plain");
+        }
         if (c == 0 || c >= 3) {
           /* memcpy gathers rows of a table as big as chimed's */
           assert_true(num(j, "sample_bytes") == 65536);

@@ -139,7 +139,6 @@ typedef struct {
   uint64_t slots, batch_bytes, total;
   uint64_t rng;
   atomic_uint_fast64_t filled, freed; /* batches, free-running */
-  atomic_int stop;
   pthread_mutex_t mu;
   pthread_cond_t cv;
 } gather_t;
@@ -155,16 +154,14 @@ static uint64_t gather_rand(gather_t *g) {
 }
 
 /* Both sides wait as the ring's do: a short spin, then sleep. */
-static int gather_wait(gather_t *g, atomic_uint_fast64_t *ctr, uint64_t want) {
+static void gather_wait(gather_t *g, atomic_uint_fast64_t *ctr, uint64_t want) {
   for (int spin = 0; spin < 200; spin++)
     if (atomic_load_explicit(ctr, memory_order_acquire) >= want)
-      return 0;
+      return;
   pthread_mutex_lock(&g->mu);
-  while (atomic_load_explicit(ctr, memory_order_acquire) < want &&
-         !atomic_load(&g->stop))
+  while (atomic_load_explicit(ctr, memory_order_acquire) < want)
     pthread_cond_wait(&g->cv, &g->mu);
   pthread_mutex_unlock(&g->mu);
-  return atomic_load(&g->stop) ? CHIME_ESHUTDOWN : 0;
 }
 
 static void gather_post(gather_t *g, atomic_uint_fast64_t *ctr, uint64_t v) {
@@ -178,8 +175,7 @@ static void *gather_thread(void *arg) {
   gather_t *g = arg;
   uint64_t per_batch = g->batch_bytes / SAMPLE_BYTES;
   for (uint64_t i = 0; i < g->total; i++) {
-    if (gather_wait(g, &g->freed, i + 1 > g->slots ? i + 1 - g->slots : 0) != 0)
-      break;
+    gather_wait(g, &g->freed, i + 1 > g->slots ? i + 1 - g->slots : 0);
     uint8_t *slot = g->ring + (i % g->slots) * g->batch_bytes;
     for (uint64_t j = 0; j < per_batch; j++)
       memcpy(slot + j * SAMPLE_BYTES,
@@ -207,7 +203,6 @@ static int run_memcpy(uint64_t batch_bytes, uint64_t batches, window_t *w,
     goto out;
   atomic_init(&g.filled, 0);
   atomic_init(&g.freed, 0);
-  atomic_init(&g.stop, 0);
   pthread_mutex_init(&g.mu, NULL);
   pthread_cond_init(&g.cv, NULL);
   if (pthread_create(&th, NULL, gather_thread, &g) != 0) {
@@ -217,7 +212,7 @@ static int run_memcpy(uint64_t batch_bytes, uint64_t batches, window_t *w,
   for (uint64_t i = 0; i < g.total; i++) {
     if (i == w->warmup)
       window_open(w);
-    (void)gather_wait(&g, &g.filled, i + 1);
+    gather_wait(&g, &g.filled, i + 1);
     sink += chime__bench_touch(g.ring + (i % g.slots) * batch_bytes,
                                batch_bytes, w->touch);
     gather_post(&g, &g.freed, i + 1);

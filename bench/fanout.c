@@ -35,11 +35,19 @@ typedef struct {
   uint32_t sample_bytes;
   atomic_int phase; /* 0 warm-up, 1 window open, 2 closed */
   double t0, t1;
+  double cpu0, cpu1; /* the actor thread's own CPU seconds */
   uint64_t a0, a1;
   int rc;
   char why[256];
   pthread_t th;
 } actor_t;
+
+static double thread_cpu_s(void) {
+  struct timespec ts;
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+    return 0;
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static void *actor_thread(void *arg) {
   actor_t *a = arg;
@@ -59,11 +67,13 @@ static void *actor_thread(void *arg) {
       int ph = atomic_load(&a->phase);
       if (ph >= 1 && !seen) {
         a->t0 = chime__bench_now_s();
+        a->cpu0 = thread_cpu_s();
         a->a0 = chime_writer_acked(w);
         seen = 1;
       }
       if (ph >= 2) {
         a->t1 = chime__bench_now_s();
+        a->cpu1 = thread_cpu_s();
         a->a1 = chime_writer_acked(w);
         break;
       }
@@ -94,8 +104,10 @@ static int actor_start(actor_t *a, const chime__bench_fanout_opts_t *o) {
   return pthread_create(&a->th, NULL, actor_thread, a) == 0 ? 0 : CHIME_ESYS;
 }
 
-/* Joins the actor; its samples acked per second of its window. */
-static int actor_join(actor_t *a, double *per_s, char *why, size_t whylen) {
+/* Joins the actor; its samples acked per second of its window, and its CPU
+ * seconds per second of it (cores may be NULL). */
+static int actor_join(actor_t *a, double *per_s, double *cores, char *why,
+                      size_t whylen) {
   atomic_store(&a->phase, 2);
   pthread_join(a->th, NULL);
   if (a->rc != 0) {
@@ -103,6 +115,8 @@ static int actor_join(actor_t *a, double *per_s, char *why, size_t whylen) {
     return a->rc;
   }
   *per_s = a->t1 > a->t0 ? (double)(a->a1 - a->a0) / (a->t1 - a->t0) : 0;
+  if (cores != NULL)
+    *cores = a->t1 > a->t0 ? (a->cpu1 - a->cpu0) / (a->t1 - a->t0) : 0;
   return 0;
 }
 
@@ -154,7 +168,8 @@ int chime__bench_fanout(const chime__bench_fanout_opts_t *o,
   sleep_s(ACTOR_WARM_S);
   atomic_store(&actor.phase, 1);
   sleep_s(o->seconds);
-  if ((rc = actor_join(&actor, &res->ingest_alone_per_s, why, whylen)) != 0)
+  if ((rc = actor_join(&actor, &res->ingest_alone_per_s,
+                       &res->actor_alone_cores, why, whylen)) != 0)
     goto out;
 
   for (int i = 0; i < 2 * o->learners; i++) {
@@ -186,7 +201,8 @@ int chime__bench_fanout(const chime__bench_fanout_opts_t *o,
   res->chimed_cores =
       (chime__bench_cpu_s(o->chimed) - cpu0) / (chime__bench_now_s() - t0);
   have_actor = 0;
-  if ((rc = actor_join(&actor, &res->ingest_per_s, why, whylen)) != 0)
+  if ((rc = actor_join(&actor, &res->ingest_per_s, &res->actor_cores, why,
+                       whylen)) != 0)
     goto out;
 
   for (int i = 0; i < nkids; i++) {
@@ -210,7 +226,7 @@ int chime__bench_fanout(const chime__bench_fanout_opts_t *o,
   }
 out:
   if (have_actor)
-    (void)actor_join(&actor, &ignored, why, whylen);
+    (void)actor_join(&actor, &ignored, NULL, why, whylen);
   /* a learner that printed its result is done; one that did not is ended */
   for (int i = 0; i < nkids; i++)
     (void)chime__bench_child_stop(&kids[i], 5000);

@@ -35,8 +35,11 @@ typedef struct {
   /* samples acked per second in the window, and in a window as long with
    * no learner just before (the same writer, the same table) */
   double ingest_per_s, ingest_alone_per_s;
-  /* CPU seconds per second of window: chimed's, and the learners' summed */
-  double chimed_cores, learners_cores;
+  /* CPU seconds per second of window: chimed's, the learners' summed, and
+   * the actor thread's during the window and alone (an actor that gets its
+   * core and inserts less is waiting for chimed; one that gets less CPU is
+   * short of it) */
+  double chimed_cores, learners_cores, actor_cores, actor_alone_cores;
 } chime__bench_fanout_result_t;
 
 /* One fan-out phase. On failure writes a reason into why. */

@@ -156,11 +156,11 @@ int chime__bench_fanout(const chime__bench_fanout_opts_t *o,
   actor_t actor;
   int rc = 0;
   double ignored;
+  char scratch[256];
 
   memset(res, 0, sizeof(*res));
   if (o->learners < 1 || 2 * o->learners > MAX_LEARNERS)
     return CHIME_EINVAL;
-  res->threads_before = chime__bench_threads(o->chimed);
 
   /* the actor alone, for the same length of window */
   if ((rc = actor_start(&actor, o)) != 0)
@@ -171,6 +171,8 @@ int chime__bench_fanout(const chime__bench_fanout_opts_t *o,
   if ((rc = actor_join(&actor, &res->ingest_alone_per_s,
                        &res->actor_alone_cores, why, whylen)) != 0)
     goto out;
+  /* after the actor's table has its insert thread, before any stream */
+  res->threads_before = chime__bench_threads(o->chimed);
 
   for (int i = 0; i < 2 * o->learners; i++) {
     if ((rc = learner_spawn(&kids[i], o, i % 2 ? "stream" : "shm")) != 0) {
@@ -226,7 +228,7 @@ int chime__bench_fanout(const chime__bench_fanout_opts_t *o,
   }
 out:
   if (have_actor)
-    (void)actor_join(&actor, &ignored, NULL, why, whylen);
+    (void)actor_join(&actor, &ignored, NULL, scratch, sizeof(scratch));
   /* a learner that printed its result is done; one that did not is ended */
   for (int i = 0; i < nkids; i++)
     (void)chime__bench_child_stop(&kids[i], 5000);

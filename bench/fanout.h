@@ -29,8 +29,9 @@ typedef struct {
   /* sums of each learner's own bytes / its own window (the windows open
    * within milliseconds of each other and are equally long) */
   double gbps, shm_gbps, stream_gbps;
-  /* chimed's Threads: before the learners connect, and the largest sampled
-   * every 10 ms in the window */
+  /* chimed's Threads: after the actor's first window (its table's insert
+   * thread started) and before the learners connect, and the largest
+   * sampled every 10 ms in the window */
   int threads_before, threads_max;
   /* samples acked per second in the window, and in a window as long with
    * no learner just before (the same writer, the same table) */

@@ -152,14 +152,19 @@ int chime__bench_fanout(const chime__bench_fanout_opts_t *o,
                         chime__bench_fanout_result_t *res, char *why,
                         size_t whylen) {
   chime__bench_child_t kids[MAX_LEARNERS];
+  int is_stream[MAX_LEARNERS];
   int nkids = 0, have_actor = 0;
+  int both = strcmp(o->modes, "both") == 0;
+  int want = both ? 2 * o->learners : o->learners;
   actor_t actor;
   int rc = 0;
   double ignored;
   char scratch[256];
 
   memset(res, 0, sizeof(*res));
-  if (o->learners < 1 || 2 * o->learners > MAX_LEARNERS)
+  if (o->learners < 1 || want > MAX_LEARNERS ||
+      (!both && strcmp(o->modes, "shm") != 0 &&
+       strcmp(o->modes, "stream") != 0))
     return CHIME_EINVAL;
 
   /* the actor alone, for the same length of window */
@@ -174,8 +179,10 @@ int chime__bench_fanout(const chime__bench_fanout_opts_t *o,
   /* after the actor's table has its insert thread, before any stream */
   res->threads_before = chime__bench_threads(o->chimed);
 
-  for (int i = 0; i < 2 * o->learners; i++) {
-    if ((rc = learner_spawn(&kids[i], o, i % 2 ? "stream" : "shm")) != 0) {
+  for (int i = 0; i < want; i++) {
+    is_stream[i] = both ? i % 2 : strcmp(o->modes, "stream") == 0;
+    if ((rc = learner_spawn(&kids[i], o, is_stream[i] ? "stream" : "shm")) !=
+        0) {
       snprintf(why, whylen, "learner %d did not get ready: %s", i,
                chime_strerror(rc));
       goto out;
@@ -223,7 +230,7 @@ int chime__bench_fanout(const chime__bench_fanout_opts_t *o,
     }
     double gbps = lt1 > lt0 ? (double)bytes / (lt1 - lt0) / 1e9 : 0;
     res->gbps += gbps;
-    *(i % 2 ? &res->stream_gbps : &res->shm_gbps) += gbps;
+    *(is_stream[i] ? &res->stream_gbps : &res->shm_gbps) += gbps;
     res->learners_cores += lt1 > lt0 ? cpu / (lt1 - lt0) : 0;
   }
 out:

@@ -19,6 +19,8 @@ typedef struct {
   const char *ingest_table; /* the actor inserts into this one */
   uint32_t ingest_sample_bytes;
   int learners; /* N: N shm and N stream learners */
+  /* "both" (N of each), "shm" or "stream" (N of that mode alone) */
+  const char *modes;
   uint32_t batch_size, slots;
   uint64_t warmup; /* batches each learner reads before the window */
   double seconds;  /* the window */

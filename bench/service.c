@@ -71,8 +71,9 @@ typedef struct {
   int only_baselines;
   int only; /* --only CASE: that case alone (no ratios), else -1 */
   chime__bench_touch_t touch;
-  int learners;   /* --learners N: the fan-out phase, 0: none */
-  double seconds; /* its timed window per size and round */
+  int learners;              /* --learners N: the fan-out phase, 0: none */
+  const char *learner_modes; /* --learner-modes both|shm|stream */
+  double seconds;            /* its timed window per size and round */
 } opts_t;
 
 /* A case's timed window: from the first batch after the warm-up to the
@@ -792,15 +793,15 @@ static void emit_fanout(const opts_t *o, const results_t *res, int size) {
   /* thread counts: the most seen in any run, the fewest before any */
   if (o->json)
     printf("{\"bench\":\"service\",\"case\":\"learners\",\"learners\":%d,"
+           "\"learner_modes\":\"%s\","
            "\"batch_bytes\":%" PRIu64 ",\"touch\":\"%s\",\"seconds\":%.3f,"
            "\"ingest_sample_bytes\":256,\"chimed_threads\":%d,"
            "\"chimed_threads_before\":%d",
-           o->learners, bb, chime__bench_touch_name(o->touch), o->seconds,
-           threads, before);
+           o->learners, o->learner_modes, bb, chime__bench_touch_name(o->touch),
+           o->seconds, threads, before);
   else
-    printf("learners %dx shm + %dx stream, %.1f MiB: chimed threads %d "
-           "(%d before)\n ",
-           o->learners, o->learners, (double)bb / MIB, threads, before);
+    printf("learners %dx %s, %.1f MiB: chimed threads %d (%d before)\n ",
+           o->learners, o->learner_modes, (double)bb / MIB, threads, before);
   emit_stat(o, "gbps", v[0], 3);
   emit_stat(o, "shm_gbps", v[1], 3);
   emit_stat(o, "stream_gbps", v[2], 3);
@@ -829,7 +830,8 @@ static int parse_opts(opts_t *o, int argc, char **argv) {
                 .sizes = {1 * MIB, 16 * MIB},
                 .only = -1,
                 .touch = CHIME__BENCH_TOUCH_LINE,
-                .seconds = 3.0};
+                .seconds = 3.0,
+                .learner_modes = "both"};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "service") == 0)
@@ -857,6 +859,12 @@ static int parse_opts(opts_t *o, int argc, char **argv) {
     } else if (strcmp(a, "--learners") == 0 && i + 1 < argc) {
       o->learners = atoi(argv[++i]);
       if (o->learners < 0 || o->learners > 16)
+        return CHIME_EINVAL;
+    } else if (strcmp(a, "--learner-modes") == 0 && i + 1 < argc) {
+      o->learner_modes = argv[++i];
+      if (strcmp(o->learner_modes, "both") != 0 &&
+          strcmp(o->learner_modes, "shm") != 0 &&
+          strcmp(o->learner_modes, "stream") != 0)
         return CHIME_EINVAL;
     } else if (strcmp(a, "--seconds") == 0 && i + 1 < argc) {
       o->seconds = atof(argv[++i]);
@@ -900,6 +908,7 @@ static void usage(void) {
       "                           [--sizes 1,16] [--slots S] [--baselines]\n"
       "                           [--only CASE] [--touch line|page]\n"
       "                           [--learners N] [--seconds S]\n"
+      "                           [--learner-modes both|shm|stream]\n"
       "  batches of each size (MiB) through memcpy (a gather of random\n"
       "  table rows), tcp, grpc_plain, chime_shm and chime_stream; medians\n"
       "  of N runs (default 3) of MIB_PER_RUN MiB each (default 1024); rings\n"
@@ -908,7 +917,8 @@ static void usage(void) {
       "  default) or per 4 KiB page (page).\n"
       "  --learners N: per size and run, also N shm and N stream learner\n"
       "  processes at once for S seconds (default 3) while an actor inserts\n"
-      "  256-byte samples: aggregate GB/s, chimed's threads, ingest rate\n");
+      "  256-byte samples: aggregate GB/s, chimed's threads, ingest rate;\n"
+      "  --learner-modes shm or stream: N learners of that mode alone\n");
 }
 
 /* One round: every case once for every size, so that a noisy neighbour
@@ -962,6 +972,7 @@ static int round_once(const opts_t *o, int r, plain_t *plain, pid_t chimed_pid,
           .ingest_table = "ingest_256",
           .ingest_sample_bytes = 256,
           .learners = o->learners,
+          .modes = o->learner_modes,
           .batch_size = batch_size,
           .slots = ring_slots(bb),
           .warmup = ring_slots(bb),

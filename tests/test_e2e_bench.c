@@ -118,6 +118,7 @@ static void test_service_output(void **state) {
         if (c == 5) {
           /* the fan-out phase: one shm and one stream learner process */
           assert_true(num(j, "learners") == 1);
+          assert_string_equal(str(j, "learner_modes"), "both");
           assert_true(num(j, "shm_gbps") > 0);
           assert_true(num(j, "stream_gbps") > 0);
           check_stat(j, "shm_gbps");

@@ -35,18 +35,27 @@ typedef struct {
   uint32_t sample_bytes;
   atomic_int phase; /* 0 warm-up, 1 window open, 2 closed */
   double t0, t1;
-  double cpu0, cpu1; /* the actor thread's own CPU seconds */
+  /* the actor thread's own seconds running and runnable but not running */
+  double cpu0, cpu1, runq0, runq1;
   uint64_t a0, a1;
   int rc;
   char why[256];
   pthread_t th;
 } actor_t;
 
-static double thread_cpu_s(void) {
-  struct timespec ts;
-  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
-    return 0;
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+/* This thread's seconds on a CPU and waiting on a run queue, from
+ * /proc/thread-self/schedstat (0 if it cannot be read). */
+static void thread_sched_s(double *cpu, double *runq) {
+  unsigned long long run = 0, wait = 0;
+  FILE *f = fopen("/proc/thread-self/schedstat", "r");
+  *cpu = *runq = 0;
+  if (f == NULL)
+    return;
+  if (fscanf(f, "%llu %llu", &run, &wait) == 2) {
+    *cpu = (double)run * 1e-9;
+    *runq = (double)wait * 1e-9;
+  }
+  fclose(f);
 }
 
 static void *actor_thread(void *arg) {
@@ -67,13 +76,13 @@ static void *actor_thread(void *arg) {
       int ph = atomic_load(&a->phase);
       if (ph >= 1 && !seen) {
         a->t0 = chime__bench_now_s();
-        a->cpu0 = thread_cpu_s();
+        thread_sched_s(&a->cpu0, &a->runq0);
         a->a0 = chime_writer_acked(w);
         seen = 1;
       }
       if (ph >= 2) {
         a->t1 = chime__bench_now_s();
-        a->cpu1 = thread_cpu_s();
+        thread_sched_s(&a->cpu1, &a->runq1);
         a->a1 = chime_writer_acked(w);
         break;
       }
@@ -104,10 +113,10 @@ static int actor_start(actor_t *a, const chime__bench_fanout_opts_t *o) {
   return pthread_create(&a->th, NULL, actor_thread, a) == 0 ? 0 : CHIME_ESYS;
 }
 
-/* Joins the actor; its samples acked per second of its window, and its CPU
- * seconds per second of it (cores may be NULL). */
-static int actor_join(actor_t *a, double *per_s, double *cores, char *why,
-                      size_t whylen) {
+/* Joins the actor; its samples acked per second of its window, and its
+ * seconds running and runnable per second of it (cores, runq may be NULL). */
+static int actor_join(actor_t *a, double *per_s, double *cores, double *runq,
+                      char *why, size_t whylen) {
   atomic_store(&a->phase, 2);
   pthread_join(a->th, NULL);
   if (a->rc != 0) {
@@ -115,8 +124,11 @@ static int actor_join(actor_t *a, double *per_s, double *cores, char *why,
     return a->rc;
   }
   *per_s = a->t1 > a->t0 ? (double)(a->a1 - a->a0) / (a->t1 - a->t0) : 0;
+  double dt = a->t1 - a->t0;
   if (cores != NULL)
-    *cores = a->t1 > a->t0 ? (a->cpu1 - a->cpu0) / (a->t1 - a->t0) : 0;
+    *cores = dt > 0 ? (a->cpu1 - a->cpu0) / dt : 0;
+  if (runq != NULL)
+    *runq = dt > 0 ? (a->runq1 - a->runq0) / dt : 0;
   return 0;
 }
 
@@ -173,8 +185,9 @@ int chime__bench_fanout(const chime__bench_fanout_opts_t *o,
   sleep_s(ACTOR_WARM_S);
   atomic_store(&actor.phase, 1);
   sleep_s(o->seconds);
-  if ((rc = actor_join(&actor, &res->ingest_alone_per_s,
-                       &res->actor_alone_cores, why, whylen)) != 0)
+  if ((rc =
+           actor_join(&actor, &res->ingest_alone_per_s, &res->actor_alone_cores,
+                      &res->actor_alone_runq, why, whylen)) != 0)
     goto out;
   /* after the actor's table has its insert thread, before any stream */
   res->threads_before = chime__bench_threads(o->chimed);
@@ -210,8 +223,8 @@ int chime__bench_fanout(const chime__bench_fanout_opts_t *o,
   res->chimed_cores =
       (chime__bench_cpu_s(o->chimed) - cpu0) / (chime__bench_now_s() - t0);
   have_actor = 0;
-  if ((rc = actor_join(&actor, &res->ingest_per_s, &res->actor_cores, why,
-                       whylen)) != 0)
+  if ((rc = actor_join(&actor, &res->ingest_per_s, &res->actor_cores,
+                       &res->actor_runq, why, whylen)) != 0)
     goto out;
 
   for (int i = 0; i < nkids; i++) {
@@ -235,7 +248,7 @@ int chime__bench_fanout(const chime__bench_fanout_opts_t *o,
   }
 out:
   if (have_actor)
-    (void)actor_join(&actor, &ignored, NULL, scratch, sizeof(scratch));
+    (void)actor_join(&actor, &ignored, NULL, NULL, scratch, sizeof(scratch));
   /* a learner that printed its result is done; one that did not is ended */
   for (int i = 0; i < nkids; i++)
     (void)chime__bench_child_stop(&kids[i], 5000);

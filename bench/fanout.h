@@ -39,10 +39,12 @@ typedef struct {
    * no learner just before (the same writer, the same table) */
   double ingest_per_s, ingest_alone_per_s;
   /* CPU seconds per second of window: chimed's, the learners' summed, and
-   * the actor thread's during the window and alone (an actor that gets its
-   * core and inserts less is waiting for chimed; one that gets less CPU is
-   * short of it) */
+   * the actor thread's during the window and alone */
   double chimed_cores, learners_cores, actor_cores, actor_alone_cores;
+  /* the actor thread's seconds runnable but not on a CPU per second of
+   * window, during and alone: the rest of its second (1 - cores - runq) it
+   * slept, waiting for chimed's acks */
+  double actor_runq, actor_alone_runq;
 } chime__bench_fanout_result_t;
 
 /* One fan-out phase. On failure writes a reason into why. */

@@ -770,7 +770,7 @@ static void emit_case(const opts_t *o, const results_t *res, int c, int size) {
 
 static void emit_fanout(const opts_t *o, const results_t *res, int size) {
   uint64_t bb = o->sizes[size];
-  double v[10][MAX_RUNS];
+  double v[12][MAX_RUNS];
   int threads = 0, before = INT_MAX;
   for (int r = 0; r < o->runs; r++) {
     const chime__bench_fanout_result_t *f = &res->fan[size][r];
@@ -785,6 +785,8 @@ static void emit_fanout(const opts_t *o, const results_t *res, int size) {
     v[7][r] = f->learners_cores;
     v[8][r] = f->actor_cores;
     v[9][r] = f->actor_alone_cores;
+    v[10][r] = f->actor_runq;
+    v[11][r] = f->actor_alone_runq;
     if (f->threads_max > threads)
       threads = f->threads_max;
     if (f->threads_before < before)
@@ -816,6 +818,8 @@ static void emit_fanout(const opts_t *o, const results_t *res, int size) {
   emit_stat(o, "learners_cpu_cores", v[7], 2);
   emit_stat(o, "actor_cpu_cores", v[8], 2);
   emit_stat(o, "actor_alone_cpu_cores", v[9], 2);
+  emit_stat(o, "actor_runq_cores", v[10], 2);
+  emit_stat(o, "actor_alone_runq_cores", v[11], 2);
   if (o->json)
     printf(",\"runs\":%d}", o->runs);
   printf("\n");

@@ -134,6 +134,8 @@ static void test_service_output(void **state) {
           check_stat(j, "learners_cpu_cores");
           check_stat(j, "actor_cpu_cores");
           check_stat(j, "actor_alone_cpu_cores");
+          check_stat(j, "actor_runq_cores");
+          check_stat(j, "actor_alone_runq_cores");
           continue;
         }
         /* every case skips as many batches as the ring has slots */

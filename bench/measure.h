@@ -1,11 +1,21 @@
-/* chime-bench's clock and medians, shared by every subcommand so that their
- * figures are timed and summarised the same way. */
+/* chime-bench's clock, medians and process counters, shared by every
+ * subcommand so that their figures are timed and summarised the same way. */
 #ifndef CHIME_BENCH_MEASURE_H
 #define CHIME_BENCH_MEASURE_H
 
-/* Monotonic seconds. */
+#include <sys/types.h>
+
+/* Monotonic seconds (CLOCK_MONOTONIC: the same clock in every process). */
 double chime__bench_now_s(void);
 /* The median of v[0..n-1] (n >= 1); sorts v in place. */
 double chime__bench_median(double *v, int n);
+/* The smallest and largest of v[0..n-1] (n >= 1). */
+void chime__bench_range(const double *v, int n, double *lo, double *hi);
+/* CPU seconds used so far by every thread of process pid (0: this process),
+ * from its CPU-time clock (nanoseconds, not /proc's clock ticks); -1 if it
+ * cannot be read. */
+double chime__bench_cpu_s(pid_t pid);
+/* The Threads: line of /proc/<pid>/status; -1 if it cannot be read. */
+int chime__bench_threads(pid_t pid);
 
 #endif

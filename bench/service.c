@@ -2,8 +2,10 @@
  * of this machine measured in the same run.
  *
  * Cases, for each batch size (1 MiB and 16 MiB by default):
- *   memcpy        one thread copies batches from a 64 MiB pool into a
- *                 ring-sized pool (what the sampler does per batch)
+ *   memcpy        the sampler's work without chime: one thread gathers
+ *                 random 64 KiB rows of a 64 MiB table (chimed's table) into
+ *                 the slots of a ring as deep as chime's, another reads each
+ *                 batch as the learners do and frees its slot
  *   tcp           raw 127.0.0.1 socket, writer thread -> reader thread
  *   grpc_plain    a plain gRPC C core server stream, one message per batch,
  *                 the server in another process (this binary re-executed),
@@ -16,13 +18,19 @@
  * GB/s are 1e9 bytes of batch payload per second. A run is one round of every
  * case and size, so a noisy neighbour hits a case and its baselines alike;
  * each figure is the median over --runs rounds, each ratio the median of the
- * per-round ratios. The learner touches one word per 4 KiB of every batch. */
+ * per-round ratios. Every case's receiving side reads every batch the same
+ * way (--touch, learn.h) and skips the same warm-up (as many batches as the
+ * ring has slots); time and CPU are counted over the same window: from the
+ * first batch after the warm-up to the last. With --learners N, a further
+ * phase per size runs N shm and N stream learner processes at once against
+ * chimed while an actor inserts (fanout.h). */
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +46,8 @@
 
 #include "bench.h"
 #include "chime/chime.h"
+#include "fanout.h"
+#include "learn.h"
 #include "measure.h"
 #include "spawn.h"
 
@@ -60,7 +70,41 @@ typedef struct {
   uint64_t sizes[MAX_SIZES];
   int only_baselines;
   int only; /* --only CASE: that case alone (no ratios), else -1 */
+  chime__bench_touch_t touch;
+  int learners;              /* --learners N: the fan-out phase, 0: none */
+  const char *learner_modes; /* --learner-modes both|shm|stream */
+  double seconds;            /* its timed window per size and round */
 } opts_t;
+
+/* A case's timed window: from the first batch after the warm-up to the
+ * last. CPU is the bench process's plus the case's server process's (chimed
+ * or the grpc_plain server) over the same window, so cpu_s_per_gb counts
+ * what gbps counts. */
+typedef struct {
+  pid_t server; /* 0: none */
+  chime__bench_touch_t touch;
+  uint64_t warmup; /* batches read before the window opens */
+  double t0, t1, cpu0, cpu1;
+} window_t;
+
+static double case_cpu(pid_t server) {
+  double cpu = chime__bench_cpu_s(0);
+  if (server > 0)
+    cpu += chime__bench_cpu_s(server);
+  return cpu;
+}
+
+static void window_open(void *arg) {
+  window_t *w = arg;
+  w->cpu0 = case_cpu(w->server);
+  w->t0 = chime__bench_now_s();
+}
+
+static void window_close(void *arg) {
+  window_t *w = arg;
+  w->t1 = chime__bench_now_s();
+  w->cpu1 = case_cpu(w->server);
+}
 
 static uint64_t batches_for(const opts_t *o, uint64_t batch_bytes) {
   uint64_t n = o->run_bytes / batch_bytes;
@@ -75,18 +119,6 @@ static void *alloc_touched(size_t len) {
   return p;
 }
 
-/* What a learner does to prove the batch is there without paying for a copy. */
-static uint64_t touch(const void *p, uint64_t len) {
-  uint64_t sum = 0;
-  const uint8_t *b = p;
-  for (uint64_t off = 0; off + 8 <= len; off += 4096) {
-    uint64_t w;
-    memcpy(&w, b + off, 8);
-    sum += w;
-  }
-  return sum;
-}
-
 static volatile uint64_t sink;
 
 /* ------------------------------------------------------------------ memcpy */
@@ -99,26 +131,103 @@ static uint32_t ring_slots(uint64_t batch_bytes) {
   return batch_bytes >= 16 * MIB ? 4 : 8;
 }
 
-static int run_memcpy(uint64_t batch_bytes, uint64_t batches, double *gbps) {
-  uint8_t *src = alloc_touched(POOL_BYTES);
-  /* the same slot counts as the chime cases' rings */
-  uint64_t dst_slots = ring_slots(batch_bytes);
-  uint8_t *dst = alloc_touched(dst_slots * batch_bytes);
-  uint64_t src_slots = POOL_BYTES / batch_bytes;
+/* The gather: chimed's uniform sampler copies batch_size random rows of its
+ * table into a slot; this does the same copies with nothing around them. */
+typedef struct {
+  const uint8_t *table;
+  uint64_t rows;
+  uint8_t *ring;
+  uint64_t slots, batch_bytes, total;
+  uint64_t rng;
+  atomic_uint_fast64_t filled, freed; /* batches, free-running */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+} gather_t;
+
+static uint64_t gather_rand(gather_t *g) {
+  /* xorshift64*, as the table's sampler */
+  uint64_t x = g->rng;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  g->rng = x;
+  return x * UINT64_C(2685821657736338717);
+}
+
+/* Both sides wait as the ring's do: a short spin, then sleep. */
+static void gather_wait(gather_t *g, atomic_uint_fast64_t *ctr, uint64_t want) {
+  for (int spin = 0; spin < 200; spin++)
+    if (atomic_load_explicit(ctr, memory_order_acquire) >= want)
+      return;
+  pthread_mutex_lock(&g->mu);
+  while (atomic_load_explicit(ctr, memory_order_acquire) < want)
+    pthread_cond_wait(&g->cv, &g->mu);
+  pthread_mutex_unlock(&g->mu);
+}
+
+static void gather_post(gather_t *g, atomic_uint_fast64_t *ctr, uint64_t v) {
+  atomic_store_explicit(ctr, v, memory_order_release);
+  pthread_mutex_lock(&g->mu);
+  pthread_cond_broadcast(&g->cv);
+  pthread_mutex_unlock(&g->mu);
+}
+
+static void *gather_thread(void *arg) {
+  gather_t *g = arg;
+  uint64_t per_batch = g->batch_bytes / SAMPLE_BYTES;
+  for (uint64_t i = 0; i < g->total; i++) {
+    gather_wait(g, &g->freed, i + 1 > g->slots ? i + 1 - g->slots : 0);
+    uint8_t *slot = g->ring + (i % g->slots) * g->batch_bytes;
+    for (uint64_t j = 0; j < per_batch; j++)
+      memcpy(slot + j * SAMPLE_BYTES,
+             g->table + (gather_rand(g) % g->rows) * SAMPLE_BYTES,
+             SAMPLE_BYTES);
+    gather_post(g, &g->filled, i + 1);
+  }
+  return NULL;
+}
+
+static int run_memcpy(uint64_t batch_bytes, uint64_t batches, window_t *w,
+                      double *gbps) {
+  gather_t g;
+  pthread_t th;
   int rc = CHIME_ENOMEM;
-  if (src == NULL || dst == NULL || src_slots == 0)
+  memset(&g, 0, sizeof(g));
+  g.rows = POOL_BYTES / SAMPLE_BYTES;
+  g.slots = ring_slots(batch_bytes);
+  g.batch_bytes = batch_bytes;
+  g.total = w->warmup + batches;
+  g.rng = UINT64_C(0x9e3779b97f4a7c15);
+  g.table = alloc_touched(POOL_BYTES);
+  g.ring = alloc_touched(g.slots * batch_bytes);
+  if (g.table == NULL || g.ring == NULL || batch_bytes % SAMPLE_BYTES != 0)
     goto out;
-  double t0 = chime__bench_now_s();
-  for (uint64_t i = 0; i < batches; i++)
-    memcpy(dst + (i % dst_slots) * batch_bytes,
-           src + ((i * 7) % src_slots) * batch_bytes, batch_bytes);
-  double dt = chime__bench_now_s() - t0;
-  sink += dst[batch_bytes / 2];
-  *gbps = (double)(batch_bytes * batches) / dt / 1e9;
+  atomic_init(&g.filled, 0);
+  atomic_init(&g.freed, 0);
+  pthread_mutex_init(&g.mu, NULL);
+  pthread_cond_init(&g.cv, NULL);
+  if (pthread_create(&th, NULL, gather_thread, &g) != 0) {
+    rc = CHIME_ESYS;
+    goto destroy;
+  }
+  for (uint64_t i = 0; i < g.total; i++) {
+    if (i == w->warmup)
+      window_open(w);
+    gather_wait(&g, &g.filled, i + 1);
+    sink += chime__bench_touch(g.ring + (i % g.slots) * batch_bytes,
+                               batch_bytes, w->touch);
+    gather_post(&g, &g.freed, i + 1);
+  }
+  window_close(w);
+  pthread_join(th, NULL);
+  *gbps = (double)(batch_bytes * batches) / (w->t1 - w->t0) / 1e9;
   rc = 0;
+destroy:
+  pthread_mutex_destroy(&g.mu);
+  pthread_cond_destroy(&g.cv);
 out:
-  free(src);
-  free(dst);
+  free((void *)g.table);
+  free(g.ring);
   return rc;
 }
 
@@ -150,7 +259,8 @@ static void *tcp_writer(void *arg) {
   return NULL;
 }
 
-static int run_tcp(uint64_t batch_bytes, uint64_t batches, double *gbps) {
+static int run_tcp(uint64_t batch_bytes, uint64_t batches, window_t *win,
+                   double *gbps) {
   int rc = CHIME_ESYS;
   int lfd = -1, cfd = -1, sfd = -1;
   uint8_t *src = alloc_touched(batch_bytes);
@@ -180,24 +290,26 @@ static int run_tcp(uint64_t batch_bytes, uint64_t batches, double *gbps) {
   if (sfd < 0)
     goto out;
 
-  w = (tcp_writer_t){cfd, batch_bytes, batches, src, 0};
-  double t0 = chime__bench_now_s();
+  w = (tcp_writer_t){cfd, batch_bytes, win->warmup + batches, src, 0};
   if (pthread_create(&th, NULL, tcp_writer, &w) != 0)
     goto out;
   started = 1;
-  uint64_t total = batch_bytes * batches, got = 0, in_batch = 0;
-  while (got < total) {
-    ssize_t n = read(sfd, dst + in_batch, batch_bytes - in_batch);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      goto out;
-    got += (uint64_t)n;
-    in_batch = (in_batch + (uint64_t)n) % batch_bytes;
+  for (uint64_t i = 0; i < win->warmup + batches; i++) {
+    if (i == win->warmup)
+      window_open(win);
+    uint64_t got = 0;
+    while (got < batch_bytes) {
+      ssize_t n = read(sfd, dst + got, batch_bytes - got);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n <= 0)
+        goto out;
+      got += (uint64_t)n;
+    }
+    sink += chime__bench_touch(dst, batch_bytes, win->touch);
   }
-  double dt = chime__bench_now_s() - t0;
-  sink += touch(dst, batch_bytes);
-  *gbps = (double)total / dt / 1e9;
+  window_close(win);
+  *gbps = (double)(batch_bytes * batches) / (win->t1 - win->t0) / 1e9;
   rc = 0;
 out:
   if (started) {
@@ -384,10 +496,11 @@ static int plain_server_main(void) {
   return rc;
 }
 
-/* Asks the server for warmup + batches messages and times the last batches,
- * copying each out of its slices into one contiguous buffer. */
-static int plain_call(grpc_channel *ch, uint64_t batch_bytes, uint64_t warmup,
-                      uint64_t batches, double *gbps) {
+/* Asks the server for w->warmup + batches messages and times the last
+ * batches, copying each out of its slices into one contiguous buffer and
+ * reading it there. w NULL: no warm-up, nothing timed (the quit call). */
+static int plain_call(grpc_channel *ch, uint64_t batch_bytes, uint64_t batches,
+                      window_t *w, double *gbps) {
   int rc;
   grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
   grpc_call *call = grpc_channel_create_call(
@@ -403,8 +516,8 @@ static int plain_call(grpc_channel *ch, uint64_t batch_bytes, uint64_t warmup,
   uint8_t *dst = alloc_touched(batch_bytes);
   grpc_op ops[4];
   grpc_byte_buffer *bb = NULL;
-  double t0 = 0;
   uint64_t got = 0;
+  uint64_t warmup = w != NULL ? w->warmup : 0;
 
   grpc_metadata_array_init(&md_in);
   grpc_metadata_array_init(&md_trail);
@@ -431,8 +544,8 @@ static int plain_call(grpc_channel *ch, uint64_t batch_bytes, uint64_t warmup,
   if (rc != 0)
     goto out;
   for (uint64_t i = 0; i < warmup + batches; i++) {
-    if (i == warmup)
-      t0 = chime__bench_now_s();
+    if (i == warmup && w != NULL)
+      window_open(w);
     memset(ops, 0, sizeof(ops));
     ops[0].op = GRPC_OP_RECV_MESSAGE;
     ops[0].data.recv_message.recv_message = &bb;
@@ -464,11 +577,13 @@ static int plain_call(grpc_channel *ch, uint64_t batch_bytes, uint64_t warmup,
       rc = CHIME_EPROTO;
       goto out;
     }
-    sink += touch(dst, batch_bytes);
+    sink += chime__bench_touch(dst, batch_bytes,
+                               w != NULL ? w->touch : CHIME__BENCH_TOUCH_PAGE);
     if (i >= warmup)
       got += off;
   }
-  double dt = chime__bench_now_s() - t0;
+  if (w != NULL)
+    window_close(w);
   memset(ops, 0, sizeof(ops));
   ops[0].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
   ops[0].data.recv_status_on_client.trailing_metadata = &md_trail;
@@ -478,7 +593,7 @@ static int plain_call(grpc_channel *ch, uint64_t batch_bytes, uint64_t warmup,
       (rc = cq_wait(cq, (void *)3)) != 0)
     goto out;
   rc = status == GRPC_STATUS_OK ? 0 : CHIME_EPROTO;
-  *gbps = (double)got / dt / 1e9;
+  *gbps = w != NULL && got > 0 ? (double)got / (w->t1 - w->t0) / 1e9 : 0;
 out:
   if (bb != NULL)
     grpc_byte_buffer_destroy(bb);
@@ -527,7 +642,7 @@ static void plain_stop(plain_t *p) {
   double ignored;
   if (p->ch != NULL) {
     /* count 0 tells the server to quit */
-    (void)plain_call(p->ch, 1, 0, 0, &ignored);
+    (void)plain_call(p->ch, 1, 0, NULL, &ignored);
     grpc_channel_destroy(p->ch);
     p->ch = NULL;
   }
@@ -537,56 +652,25 @@ static void plain_stop(plain_t *p) {
 /* ------------------------------------------------------------------- chime */
 
 static int chime_run(const char *addr, chime_mode_t mode, uint32_t batch_size,
-                     uint32_t slots, uint64_t batches, double *gbps, char *why,
-                     size_t whylen) {
-  chime_client_t *c = NULL;
-  chime_stream_t *s = NULL;
-  chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
-  chime_batch_t b;
-  int rc;
-  double t0 = 0;
-  uint64_t bytes = 0;
-
-  if ((rc = chime_client_create(&c, addr, NULL)) != 0) {
-    snprintf(why, whylen, "client: %s", chime_strerror(rc));
-    goto out;
-  }
-  so.batch_size = batch_size;
-  so.slots = slots;
-  so.mode = mode;
-  if ((rc = chime_stream_open(c, "bench", &so, &s)) != 0) {
-    snprintf(why, whylen, "open: %s", chime_client_last_error(c));
-    goto out;
-  }
-  if (chime_stream_mode(s) != mode) {
-    snprintf(why, whylen, "got mode %s", chime_mode_name(chime_stream_mode(s)));
-    rc = CHIME_EPROTO;
-    goto out;
-  }
-  uint64_t warmup = slots;
-  for (uint64_t i = 0; i < warmup + batches; i++) {
-    if (i == warmup)
-      t0 = chime__bench_now_s();
-    if ((rc = chime_stream_next(s, &b, 30000)) != 0) {
-      snprintf(why, whylen, "next: %s", chime_stream_last_error(s));
-      goto out;
-    }
-    uint64_t n = 0;
-    for (uint32_t l = 0; l < b.nleaves; l++) {
-      sink += touch(b.leaf[l].data, b.leaf[l].bytes);
-      n += b.leaf[l].bytes;
-    }
-    if (i >= warmup)
-      bytes += n;
-    if ((rc = chime_batch_release(s, &b)) != 0) {
-      snprintf(why, whylen, "release: %s", chime_strerror(rc));
-      goto out;
-    }
-  }
-  *gbps = (double)bytes / (chime__bench_now_s() - t0) / 1e9;
-out:
-  chime_stream_close(s);
-  chime_client_destroy(c);
+                     uint32_t slots, uint64_t batches, window_t *w,
+                     double *gbps, char *why, size_t whylen) {
+  chime__bench_learn_opts_t lo = {
+      .addr = addr,
+      .table = "bench",
+      .mode = mode,
+      .batch_size = batch_size,
+      .slots = slots,
+      .warmup = w->warmup,
+      .batches = batches,
+      .touch = w->touch,
+      .at_start = window_open,
+      .at_end = window_close,
+      .arg = w,
+  };
+  chime__bench_learn_result_t lr;
+  int rc = chime__bench_learn(&lo, &lr, why, whylen);
+  if (rc == 0)
+    *gbps = (double)lr.bytes / (lr.t1 - lr.t0) / 1e9;
   return rc;
 }
 
@@ -621,33 +705,139 @@ out:;
 
 /* ------------------------------------------------------------------ driver */
 
-static void emit(const opts_t *o, const char *name, uint64_t batch_bytes,
-                 double gbps, double vs_memcpy, double vs_plain,
-                 const char *extra) {
-  if (o->json) {
+typedef struct {
+  double v[NCASES][MAX_SIZES][MAX_RUNS];
+  double cpu[NCASES][MAX_SIZES][MAX_RUNS]; /* CPU seconds per GB */
+  chime__bench_fanout_result_t fan[MAX_SIZES][MAX_RUNS];
+} results_t;
+
+/* ,"key":median,"key_min":lo,"key_max":hi over the runs, with prec
+ * decimals (or the same as text). */
+static void emit_stat(const opts_t *o, const char *key, const double *v,
+                      int prec) {
+  double q[MAX_RUNS], lo, hi;
+  memcpy(q, v, sizeof(double) * (size_t)o->runs);
+  chime__bench_range(q, o->runs, &lo, &hi);
+  double med = chime__bench_median(q, o->runs);
+  if (o->json)
+    printf(",\"%s\":%.*f,\"%s_min\":%.*f,\"%s_max\":%.*f", key, prec, med, key,
+           prec, lo, key, prec, hi);
+  else
+    printf("  %s %.*f [%.*f, %.*f]", key, prec, med, prec, lo, prec, hi);
+}
+
+/* Per-round ratios a / b, each pair measured in the same round. */
+static void ratios(const results_t *res, const opts_t *o, int a, int b,
+                   int size, double *q) {
+  for (int r = 0; r < o->runs; r++)
+    q[r] = res->v[a][size][r] / res->v[b][size][r];
+}
+
+static void emit_case(const opts_t *o, const results_t *res, int c, int size) {
+  uint64_t bb = o->sizes[size];
+  double q[MAX_RUNS];
+  int all = o->only < 0;
+  if (o->json)
     printf("{\"bench\":\"service\",\"case\":\"%s\",\"batch_bytes\":%" PRIu64
-           ",\"gbps\":%.3f",
-           name, batch_bytes, gbps);
-    if (vs_memcpy > 0)
-      printf(",\"ratio_vs_memcpy\":%.3f", vs_memcpy);
-    if (vs_plain > 0)
-      printf(",\"ratio_vs_grpc_plain\":%.3f", vs_plain);
-    if (extra != NULL)
-      printf(",%s", extra);
-    printf("}\n");
-  } else {
-    printf("%-13s %9.1f MiB %8.3f GB/s", name, (double)batch_bytes / MIB, gbps);
-    if (vs_memcpy > 0)
-      printf("  %.2fx memcpy", vs_memcpy);
-    if (vs_plain > 0)
-      printf("  %.2fx grpc_plain", vs_plain);
-    printf("\n");
+           ",\"touch\":\"%s\",\"warmup_batches\":%u",
+           case_name[c], bb, chime__bench_touch_name(o->touch), ring_slots(bb));
+  else
+    printf("%-13s %5.1f MiB", case_name[c], (double)bb / MIB);
+  emit_stat(o, "gbps", res->v[c][size], 3);
+  if (all && c != C_MEMCPY) {
+    ratios(res, o, c, C_MEMCPY, size, q);
+    emit_stat(o, "ratio_vs_memcpy", q, 3);
   }
+  if (all && c >= C_SHM) {
+    ratios(res, o, c, C_PLAIN, size, q);
+    emit_stat(o, "ratio_vs_grpc_plain", q, 3);
+  }
+  emit_stat(o, "cpu_s_per_gb", res->cpu[c][size], 3);
+  if (all && c >= C_SHM) {
+    for (int r = 0; r < o->runs; r++)
+      q[r] = res->cpu[c][size][r] / res->cpu[C_PLAIN][size][r];
+    emit_stat(o, "cpu_ratio_vs_grpc_plain", q, 3);
+  }
+  if (o->json) {
+    if (c == C_MEMCPY || c >= C_SHM)
+      printf(",\"batch_size\":%u,\"slots\":%u,\"sample_bytes\":%d,"
+             "\"table_bytes\":%" PRIu64,
+             (unsigned)(bb / SAMPLE_BYTES), ring_slots(bb), SAMPLE_BYTES,
+             POOL_BYTES);
+    printf(",\"runs\":%d}", o->runs);
+  }
+  printf("\n");
+  fflush(stdout);
+}
+
+static void emit_fanout(const opts_t *o, const results_t *res, int size) {
+  uint64_t bb = o->sizes[size];
+  double v[12][MAX_RUNS];
+  int threads = 0, before = INT_MAX;
+  for (int r = 0; r < o->runs; r++) {
+    const chime__bench_fanout_result_t *f = &res->fan[size][r];
+    v[0][r] = f->gbps;
+    v[1][r] = f->shm_gbps;
+    v[2][r] = f->stream_gbps;
+    v[3][r] = f->ingest_per_s;
+    v[4][r] = f->ingest_alone_per_s;
+    v[5][r] =
+        f->ingest_alone_per_s > 0 ? f->ingest_per_s / f->ingest_alone_per_s : 0;
+    v[6][r] = f->chimed_cores;
+    v[7][r] = f->learners_cores;
+    v[8][r] = f->actor_cores;
+    v[9][r] = f->actor_alone_cores;
+    v[10][r] = f->actor_runq;
+    v[11][r] = f->actor_alone_runq;
+    if (f->threads_max > threads)
+      threads = f->threads_max;
+    if (f->threads_before < before)
+      before = f->threads_before;
+  }
+  /* thread counts: the most seen in any run, the fewest before any */
+  if (o->json)
+    printf("{\"bench\":\"service\",\"case\":\"learners\",\"learners\":%d,"
+           "\"learner_modes\":\"%s\","
+           "\"batch_bytes\":%" PRIu64 ",\"touch\":\"%s\",\"seconds\":%.3f,"
+           "\"ingest_sample_bytes\":256,\"chimed_threads\":%d,"
+           "\"chimed_threads_before\":%d",
+           o->learners, o->learner_modes, bb, chime__bench_touch_name(o->touch),
+           o->seconds, threads, before);
+  else
+    printf("learners %dx %s, %.1f MiB: chimed threads %d (%d before)\n ",
+           o->learners, o->learner_modes, (double)bb / MIB, threads, before);
+  emit_stat(o, "gbps", v[0], 3);
+  emit_stat(o, "shm_gbps", v[1], 3);
+  emit_stat(o, "stream_gbps", v[2], 3);
+  if (!o->json)
+    printf("\n ");
+  emit_stat(o, "ingest_samples_per_s", v[3], 0);
+  emit_stat(o, "ingest_alone_samples_per_s", v[4], 0);
+  emit_stat(o, "ingest_ratio_vs_alone", v[5], 3);
+  if (!o->json)
+    printf("\n ");
+  emit_stat(o, "chimed_cpu_cores", v[6], 2);
+  emit_stat(o, "learners_cpu_cores", v[7], 2);
+  emit_stat(o, "actor_cpu_cores", v[8], 2);
+  emit_stat(o, "actor_alone_cpu_cores", v[9], 2);
+  emit_stat(o, "actor_runq_cores", v[10], 2);
+  emit_stat(o, "actor_alone_runq_cores", v[11], 2);
+  if (o->json)
+    printf(",\"runs\":%d}", o->runs);
+  printf("\n");
   fflush(stdout);
 }
 
 static int parse_opts(opts_t *o, int argc, char **argv) {
-  *o = (opts_t){0, 3, 1024 * MIB, 2, {1 * MIB, 16 * MIB}, 0, -1};
+  *o = (opts_t){.json = 0,
+                .runs = 3,
+                .run_bytes = 1024 * MIB,
+                .nsizes = 2,
+                .sizes = {1 * MIB, 16 * MIB},
+                .only = -1,
+                .touch = CHIME__BENCH_TOUCH_LINE,
+                .seconds = 3.0,
+                .learner_modes = "both"};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "service") == 0)
@@ -669,6 +859,23 @@ static int parse_opts(opts_t *o, int argc, char **argv) {
         return CHIME_EINVAL;
     } else if (strcmp(a, "--baselines") == 0) {
       o->only_baselines = 1;
+    } else if (strcmp(a, "--touch") == 0 && i + 1 < argc) {
+      if (chime__bench_touch_parse(argv[++i], &o->touch) != 0)
+        return CHIME_EINVAL;
+    } else if (strcmp(a, "--learners") == 0 && i + 1 < argc) {
+      o->learners = atoi(argv[++i]);
+      if (o->learners < 0 || o->learners > 16)
+        return CHIME_EINVAL;
+    } else if (strcmp(a, "--learner-modes") == 0 && i + 1 < argc) {
+      o->learner_modes = argv[++i];
+      if (strcmp(o->learner_modes, "both") != 0 &&
+          strcmp(o->learner_modes, "shm") != 0 &&
+          strcmp(o->learner_modes, "stream") != 0)
+        return CHIME_EINVAL;
+    } else if (strcmp(a, "--seconds") == 0 && i + 1 < argc) {
+      o->seconds = atof(argv[++i]);
+      if (!(o->seconds >= 0.05 && o->seconds <= 600))
+        return CHIME_EINVAL;
     } else if (strcmp(a, "--runs") == 0 && i + 1 < argc) {
       o->runs = atoi(argv[++i]);
       if (o->runs < 1 || o->runs > MAX_RUNS)
@@ -695,6 +902,8 @@ static int parse_opts(opts_t *o, int argc, char **argv) {
       return CHIME_EINVAL;
     }
   }
+  if (o->only_baselines)
+    o->learners = 0;
   return 0;
 }
 
@@ -703,55 +912,23 @@ static void usage(void) {
       stderr,
       "usage: chime-bench service [--json] [--runs N] [--mib MIB_PER_RUN]\n"
       "                           [--sizes 1,16] [--slots S] [--baselines]\n"
-      "                           [--only CASE]\n"
-      "  batches of each size (MiB) through memcpy, tcp, grpc_plain,\n"
-      "  chime_shm and chime_stream; medians of N runs (default 3) of\n"
-      "  MIB_PER_RUN MiB each (default 1024); rings of S slots (default 8\n"
-      "  for batches under 16 MiB, else 4)\n");
-}
-
-typedef struct {
-  double v[NCASES][MAX_SIZES][MAX_RUNS];
-  double cpu[NCASES][MAX_SIZES][MAX_RUNS]; /* CPU seconds per GB */
-} results_t;
-
-/* Median over runs of a / b, each pair measured in the same round. */
-static double ratio(const results_t *res, const opts_t *o, int a, int b,
-                    int size) {
-  double q[MAX_RUNS];
-  for (int r = 0; r < o->runs; r++)
-    q[r] = res->v[a][size][r] / res->v[b][size][r];
-  return chime__bench_median(q, o->runs);
-}
-
-/* CPU seconds a process has used (all threads); 0 if it cannot be read. */
-static double cpu_s(pid_t pid) {
-  char path[64], buf[1024];
-  snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
-  FILE *f = fopen(path, "r");
-  if (f == NULL)
-    return 0;
-  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  const char *p = strrchr(buf, ')');
-  unsigned long long ut = 0, st = 0;
-  /* after "pid (comm)": state and 10 fields, then utime and stime */
-  if (p == NULL || sscanf(p + 2,
-                          "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u "
-                          "%llu %llu",
-                          &ut, &st) != 2)
-    return 0;
-  return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
-}
-
-/* CPU of this process plus the case's server process. */
-static double case_cpu(pid_t server) {
-  return cpu_s(getpid()) + (server > 0 ? cpu_s(server) : 0);
+      "                           [--only CASE] [--touch line|page]\n"
+      "                           [--learners N] [--seconds S]\n"
+      "                           [--learner-modes both|shm|stream]\n"
+      "  batches of each size (MiB) through memcpy (a gather of random\n"
+      "  table rows), tcp, grpc_plain, chime_shm and chime_stream; medians\n"
+      "  of N runs (default 3) of MIB_PER_RUN MiB each (default 1024); rings\n"
+      "  of S slots (default 8 for batches under 16 MiB, else 4); every\n"
+      "  receiver reads each batch: one word per 64-byte line (line, the\n"
+      "  default) or per 4 KiB page (page).\n"
+      "  --learners N: per size and run, also N shm and N stream learner\n"
+      "  processes at once for S seconds (default 3) while an actor inserts\n"
+      "  256-byte samples: aggregate GB/s, chimed's threads, ingest rate;\n"
+      "  --learner-modes shm or stream: N learners of that mode alone\n");
 }
 
 /* One round: every case once for every size, so that a noisy neighbour
- * slows a case and its baselines alike. */
+ * slows a case and its baselines alike; then the fan-out phase per size. */
 static int round_once(const opts_t *o, int r, plain_t *plain, pid_t chimed_pid,
                       const char *chimed_addr, results_t *res) {
   int rc = 0;
@@ -761,35 +938,54 @@ static int round_once(const opts_t *o, int r, plain_t *plain, pid_t chimed_pid,
     uint64_t n = batches_for(o, bb);
     uint32_t batch_size = (uint32_t)(bb / SAMPLE_BYTES);
     for (int c = 0; c < NCASES && rc == 0; c++) {
-      pid_t server = c == C_PLAIN ? plain->child.pid
-                     : c >= C_SHM ? chimed_pid
-                                  : 0;
+      window_t w = {
+          .server = c == C_PLAIN ? plain->child.pid
+                    : c >= C_SHM ? chimed_pid
+                                 : 0,
+          .touch = o->touch,
+          .warmup = ring_slots(bb),
+      };
       double *g = &res->v[c][i][r];
       if (c >= C_SHM && chimed_addr == NULL)
         break;
       if (o->only >= 0 && c != o->only)
         continue;
-      double c0 = case_cpu(server);
       switch (c) {
       case C_MEMCPY:
-        rc = run_memcpy(bb, n, g);
+        rc = run_memcpy(bb, n, &w, g);
         break;
       case C_TCP:
-        rc = run_tcp(bb, n, g);
+        rc = run_tcp(bb, n, &w, g);
         break;
       case C_PLAIN:
-        rc = plain_call(plain->ch, bb, 2, n, g);
+        rc = plain_call(plain->ch, bb, n, &w, g);
         break;
       default:
         rc = chime_run(chimed_addr,
                        c == C_SHM ? CHIME_MODE_SHM : CHIME_MODE_STREAM,
-                       batch_size, ring_slots(bb), n, g, why, sizeof(why));
+                       batch_size, ring_slots(bb), n, &w, g, why, sizeof(why));
         break;
       }
-      /* the whole case (warm-up and set-up included) per GB timed */
-      res->cpu[c][i][r] = (case_cpu(server) - c0) / ((double)(bb * n) / 1e9);
+      res->cpu[c][i][r] = (w.cpu1 - w.cpu0) / ((double)(bb * n) / 1e9);
       if (rc != 0 && why[0] == '\0')
         snprintf(why, sizeof(why), "%s: %s", case_name[c], chime_strerror(rc));
+    }
+    if (rc == 0 && o->learners > 0 && chimed_addr != NULL) {
+      chime__bench_fanout_opts_t fo = {
+          .addr = chimed_addr,
+          .chimed = chimed_pid,
+          .table = "bench",
+          .ingest_table = "ingest_256",
+          .ingest_sample_bytes = 256,
+          .learners = o->learners,
+          .modes = o->learner_modes,
+          .batch_size = batch_size,
+          .slots = ring_slots(bb),
+          .warmup = ring_slots(bb),
+          .seconds = o->seconds,
+          .touch = o->touch,
+      };
+      rc = chime__bench_fanout(&fo, &res->fan[i][r], why, sizeof(why));
     }
   }
   if (rc != 0)
@@ -805,9 +1001,12 @@ int chime__bench_service(int argc, char **argv) {
   int rc = 0;
   static results_t res;
 
-  for (int i = 1; i < argc; i++)
+  for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--grpc-plain-server") == 0)
       return plain_server_main();
+    if (strcmp(argv[i], "--learner") == 0)
+      return chime__bench_learner_main(argc - i, argv + i);
+  }
   if (parse_opts(&o, argc, argv) != 0) {
     usage();
     return 2;
@@ -819,10 +1018,12 @@ int chime__bench_service(int argc, char **argv) {
     goto fail;
   have_plain = 1;
 
-  if (!o.only_baselines && (o.only < 0 || o.only >= C_SHM)) {
-    /* One uniform table as big as memcpy's source pool, full before
+  if (!o.only_baselines && (o.only < 0 || o.only >= C_SHM || o.learners > 0)) {
+    /* One uniform table as big as memcpy's gather table, full before
      * sampling starts, so the sampler copies from memory the caches don't
-     * hold. */
+     * hold; with --learners, a table for the actor's 256-byte samples that
+     * nothing samples (min_size above what it holds never matters: no
+     * stream opens on it). */
     char config[1024];
     uint64_t capacity = POOL_BYTES / SAMPLE_BYTES;
     snprintf(config, sizeof(config),
@@ -830,9 +1031,14 @@ int chime__bench_service(int argc, char **argv) {
              ", \"total_ring_bytes\": %" PRIu64 "},\n"
              " \"tables\": [{\"name\": \"bench\", \"spec\": \"x:u8[%d]\", "
              "\"capacity\": %" PRIu64 ", \"min_size\": %" PRIu64
-             ", \"sampler\": \"uniform\"}]}\n",
+             ", \"sampler\": \"uniform\"}%s]}\n",
              (uint64_t)1 << 30, (uint64_t)4 << 30, SAMPLE_BYTES, capacity,
-             capacity);
+             capacity,
+             o.learners > 0
+                 ? ",\n  {\"name\": \"ingest_256\", \"spec\": \"x:u8[256]\", "
+                   "\"capacity\": 65536, \"min_size\": 65536, "
+                   "\"sampler\": \"uniform\"}"
+                 : "");
     if ((rc = chime__bench_chimed_start(&chimed, config)) != 0)
       goto fail;
     have_chimed = 1;
@@ -845,28 +1051,11 @@ int chime__bench_service(int argc, char **argv) {
       goto fail;
 
   for (int i = 0; i < o.nsizes; i++) {
-    uint64_t bb = o.sizes[i];
-    for (int c = 0; c < (have_chimed ? NCASES : C_SHM); c++) {
-      int all = o.only < 0;
-      if (!all && c != o.only)
-        continue;
-      double g[MAX_RUNS];
-      char extra[160];
-      memcpy(g, res.v[c][i], sizeof(g));
-      extra[0] = '\0';
-      if (c >= C_SHM)
-        snprintf(extra, sizeof(extra),
-                 "\"batch_size\":%u,\"slots\":%u,\"sample_bytes\":%d,",
-                 (unsigned)(bb / SAMPLE_BYTES), ring_slots(bb), SAMPLE_BYTES);
-      double cpu[MAX_RUNS];
-      memcpy(cpu, res.cpu[c][i], sizeof(cpu));
-      snprintf(extra + strlen(extra), sizeof(extra) - strlen(extra),
-               "\"cpu_s_per_gb\":%.3f,\"runs\":%d",
-               chime__bench_median(cpu, o.runs), o.runs);
-      emit(&o, case_name[c], bb, chime__bench_median(g, o.runs),
-           c == C_MEMCPY || !all ? 0 : ratio(&res, &o, c, C_MEMCPY, i),
-           c >= C_SHM && all ? ratio(&res, &o, c, C_PLAIN, i) : 0, extra);
-    }
+    for (int c = 0; c < (have_chimed ? NCASES : C_SHM); c++)
+      if (o.only < 0 || c == o.only)
+        emit_case(&o, &res, c, i);
+    if (have_chimed && o.learners > 0)
+      emit_fanout(&o, &res, i);
   }
   rc = 0;
 fail:

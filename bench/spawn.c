@@ -32,15 +32,50 @@ const char *chime__bench_self(char *buf, size_t len) {
   return buf;
 }
 
+int chime__bench_child_line(chime__bench_child_t *c, const char *prefix,
+                            int timeout_ms, char *rest, size_t restlen) {
+  char line[512];
+  size_t n = 0;
+  size_t plen = strlen(prefix);
+  long long deadline = now_ms() + timeout_ms;
+  if (c->out_fd < 0)
+    return CHIME_EDISCONNECTED;
+  for (;;) {
+    long long left = deadline - now_ms();
+    if (left <= 0)
+      return CHIME_ETIMEDOUT;
+    struct pollfd pfd = {c->out_fd, POLLIN, 0};
+    int pr = poll(&pfd, 1, (int)left);
+    if (pr < 0 && errno == EINTR)
+      continue;
+    if (pr <= 0)
+      return pr == 0 ? CHIME_ETIMEDOUT : CHIME_ESYS;
+    char ch;
+    ssize_t r = read(c->out_fd, &ch, 1);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      return CHIME_EDISCONNECTED;
+    if (ch != '\n') {
+      if (n + 1 < sizeof(line))
+        line[n++] = ch;
+      continue;
+    }
+    line[n] = '\0';
+    n = 0;
+    if (strncmp(line, prefix, plen) == 0) {
+      snprintf(rest, restlen, "%s", line + plen);
+      return 0;
+    }
+  }
+}
+
 int chime__bench_spawn(chime__bench_child_t *c, const char *const argv[],
                        const char *prefix, int timeout_ms) {
   int rc = CHIME_ESYS;
   int pipefd[2] = {-1, -1};
   posix_spawn_file_actions_t fa;
   int fa_ok = 0;
-  char line[512];
-  size_t n = 0;
-  size_t plen = strlen(prefix);
 
   c->pid = 0;
   c->out_fd = -1;
@@ -62,42 +97,10 @@ int chime__bench_spawn(chime__bench_child_t *c, const char *const argv[],
   c->out_fd = pipefd[0];
   pipefd[0] = -1;
 
-  long long deadline = now_ms() + timeout_ms;
-  for (;;) {
-    long long left = deadline - now_ms();
-    if (left <= 0) {
-      rc = CHIME_ETIMEDOUT;
-      goto out;
-    }
-    struct pollfd pfd = {c->out_fd, POLLIN, 0};
-    int pr = poll(&pfd, 1, (int)left);
-    if (pr < 0 && errno == EINTR)
-      continue;
-    if (pr <= 0) {
-      rc = pr == 0 ? CHIME_ETIMEDOUT : CHIME_ESYS;
-      goto out;
-    }
-    char ch;
-    ssize_t r = read(c->out_fd, &ch, 1);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r <= 0) {
-      rc = CHIME_EDISCONNECTED;
-      goto out;
-    }
-    if (ch != '\n') {
-      if (n + 1 < sizeof(line))
-        line[n++] = ch;
-      continue;
-    }
-    line[n] = '\0';
-    n = 0;
-    if (strncmp(line, prefix, plen) == 0) {
-      snprintf(c->addr, sizeof(c->addr), "%s", line + plen);
-      rc = 0;
-      goto out;
-    }
-  }
+  if ((rc = chime__bench_child_line(c, prefix, timeout_ms, c->addr,
+                                    sizeof(c->addr))) != 0)
+    goto out;
+  rc = 0;
 out:
   if (fa_ok)
     posix_spawn_file_actions_destroy(&fa);

@@ -73,16 +73,36 @@ static double num(json_t *obj, const char *key) {
   return json_number_value(v);
 }
 
+static const char *str(json_t *obj, const char *key) {
+  const char *v = json_string_value(json_object_get(obj, key));
+  if (v == NULL)
+    fail_msg("no string '%s' in %s", key, json_dumps(obj, 0));
+  return v;
+}
+
+/* key, key_min and key_max, in order */
+static void check_stat(json_t *obj, const char *key) {
+  char k[128];
+  double med = num(obj, key);
+  snprintf(k, sizeof(k), "%s_min", key);
+  double lo = num(obj, k);
+  snprintf(k, sizeof(k), "%s_max", key);
+  double hi = num(obj, k);
+  if (!(lo <= med && med <= hi))
+    fail_msg("%s: %g not within [%g, %g]", key, med, lo, hi);
+}
+
 static void test_service_output(void **state) {
   (void)state;
-  static const char *const cases[] = {"memcpy", "tcp", "grpc_plain",
-                                      "chime_shm", "chime_stream"};
-  const char *args[] = {"service", "--json",  "--runs", "1", "--mib",
-                        "16",      "--sizes", "1,16",   NULL};
+  static const char *const cases[] = {"memcpy",    "tcp",          "grpc_plain",
+                                      "chime_shm", "chime_stream", "learners"};
+  const char *args[] = {"service",   "--json",  "--runs", "1",          "--mib",
+                        "16",        "--sizes", "1,16",   "--learners", "1",
+                        "--seconds", "0.2",     NULL};
   json_t *all = run_bench(args, "service");
-  assert_int_equal(json_array_size(all), 10);
+  assert_int_equal(json_array_size(all), 12);
   for (int size = 0; size < 2; size++) {
-    for (size_t c = 0; c < 5; c++) {
+    for (size_t c = 0; c < 6; c++) {
       int found = 0;
       size_t i;
       json_t *j;
@@ -91,19 +111,71 @@ static void test_service_output(void **state) {
             num(j, "batch_bytes") != (size ? 16 : 1) * 1048576.0)
           continue;
         found = 1;
-        assert_string_equal(json_string_value(json_object_get(j, "bench")),
-                            "service");
+        assert_string_equal(str(j, "bench"), "service");
+        assert_string_equal(str(j, "touch"), "line");
         assert_true(num(j, "gbps") > 0);
-        assert_true(num(j, "cpu_s_per_gb") >= 0);
+        check_stat(j, "gbps");
+        if (c == 5) {
+          /* the fan-out phase: one shm and one stream learner process */
+          assert_true(num(j, "learners") == 1);
+          assert_string_equal(str(j, "learner_modes"), "both");
+          assert_true(num(j, "shm_gbps") > 0);
+          assert_true(num(j, "stream_gbps") > 0);
+          check_stat(j, "shm_gbps");
+          check_stat(j, "stream_gbps");
+          assert_true(num(j, "chimed_threads") >= 1);
+          assert_true(num(j, "chimed_threads_before") >= 1);
+          assert_true(num(j, "ingest_sample_bytes") == 256);
+          assert_true(num(j, "ingest_samples_per_s") > 0);
+          assert_true(num(j, "ingest_alone_samples_per_s") > 0);
+          check_stat(j, "ingest_samples_per_s");
+          check_stat(j, "ingest_ratio_vs_alone");
+          check_stat(j, "chimed_cpu_cores");
+          check_stat(j, "learners_cpu_cores");
+          check_stat(j, "actor_cpu_cores");
+          check_stat(j, "actor_alone_cpu_cores");
+          check_stat(j, "actor_runq_cores");
+          check_stat(j, "actor_alone_runq_cores");
+          continue;
+        }
+        /* every case skips as many batches as the ring has slots */
+        assert_true(num(j, "warmup_batches") == (size ? 4 : 8));
+        assert_true(num(j, "cpu_s_per_gb") > 0);
+        check_stat(j, "cpu_s_per_gb");
         if (c > 0)
-          assert_true(num(j, "ratio_vs_memcpy") > 0);
-        if (c >= 3)
-          assert_true(num(j, "ratio_vs_grpc_plain") > 0);
+          check_stat(j, "ratio_vs_memcpy");
+        if (c >= 3) {
+          check_stat(j, "ratio_vs_grpc_plain");
+          check_stat(j, "cpu_ratio_vs_grpc_plain");
+        }
+        if (c == 0 || c >= 3) {
+          /* memcpy gathers rows of a table as big as chimed's */
+          assert_true(num(j, "sample_bytes") == 65536);
+          assert_true(num(j, "table_bytes") == 64 * 1048576.0);
+          assert_true(num(j, "batch_size") * 65536 == num(j, "batch_bytes"));
+        }
       }
       if (!found)
         fail_msg("no %s line for %d MiB", cases[c], size ? 16 : 1);
     }
   }
+  json_decref(all);
+}
+
+/* --touch page: named in the output; --only: that case alone, no ratios. */
+static void test_service_touch_page(void **state) {
+  (void)state;
+  const char *args[] = {"service", "--json",  "--runs", "1",      "--mib",
+                        "8",       "--sizes", "1",      "--only", "chime_shm",
+                        "--touch", "page",    NULL};
+  json_t *all = run_bench(args, "service_page");
+  assert_int_equal(json_array_size(all), 1);
+  json_t *j = json_array_get(all, 0);
+  assert_string_equal(str(j, "case"), "chime_shm");
+  assert_string_equal(str(j, "touch"), "page");
+  assert_true(num(j, "gbps") > 0);
+  assert_null(json_object_get(j, "ratio_vs_memcpy"));
+  assert_null(json_object_get(j, "ratio_vs_grpc_plain"));
   json_decref(all);
 }
 
@@ -128,6 +200,7 @@ static void test_ingest_output(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_service_output),
+      cmocka_unit_test(test_service_touch_page),
       cmocka_unit_test(test_ingest_output),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,0 +1,101 @@
+/* chime-bench's learner (see learn.h). */
+#include "learn.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "measure.h"
+
+const char *chime__bench_touch_name(chime__bench_touch_t t) {
+  return t == CHIME__BENCH_TOUCH_PAGE ? "page" : "line";
+}
+
+int chime__bench_touch_parse(const char *name, chime__bench_touch_t *out) {
+  if (strcmp(name, "line") == 0)
+    *out = CHIME__BENCH_TOUCH_LINE;
+  else if (strcmp(name, "page") == 0)
+    *out = CHIME__BENCH_TOUCH_PAGE;
+  else
+    return CHIME_EINVAL;
+  return 0;
+}
+
+uint64_t chime__bench_touch(const void *p, uint64_t len,
+                            chime__bench_touch_t t) {
+  uint64_t sum = 0, step = t == CHIME__BENCH_TOUCH_PAGE ? 4096 : 64;
+  const uint8_t *b = p;
+  for (uint64_t off = 0; off + 8 <= len; off += step) {
+    uint64_t w;
+    memcpy(&w, b + off, 8);
+    sum += w;
+  }
+  return sum;
+}
+
+static volatile uint64_t sink;
+
+int chime__bench_learn(const chime__bench_learn_opts_t *o,
+                       chime__bench_learn_result_t *res, char *why,
+                       size_t whylen) {
+  chime_client_t *c = NULL;
+  chime_stream_t *s = NULL;
+  chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
+  chime_batch_t b;
+  int rc;
+  double deadline = 0;
+
+  memset(res, 0, sizeof(*res));
+  if ((rc = chime_client_create(&c, o->addr, NULL)) != 0) {
+    snprintf(why, whylen, "client: %s", chime_strerror(rc));
+    goto out;
+  }
+  so.batch_size = o->batch_size;
+  so.slots = o->slots;
+  so.mode = o->mode;
+  if ((rc = chime_stream_open(c, o->table, &so, &s)) != 0) {
+    snprintf(why, whylen, "open: %s", chime_client_last_error(c));
+    goto out;
+  }
+  if (chime_stream_mode(s) != o->mode) {
+    snprintf(why, whylen, "got mode %s", chime_mode_name(chime_stream_mode(s)));
+    rc = CHIME_EPROTO;
+    goto out;
+  }
+  for (uint64_t i = 0;; i++) {
+    if (i == o->warmup) {
+      if (o->at_start != NULL)
+        o->at_start(o->arg);
+      res->t0 = chime__bench_now_s();
+      deadline = res->t0 + o->seconds;
+    }
+    if (i >= o->warmup) {
+      if (o->batches > 0 ? res->batches == o->batches
+                         : chime__bench_now_s() >= deadline)
+        break;
+    }
+    if ((rc = chime_stream_next(s, &b, 30000)) != 0) {
+      snprintf(why, whylen, "next: %s", chime_stream_last_error(s));
+      goto out;
+    }
+    uint64_t n = 0;
+    for (uint32_t l = 0; l < b.nleaves; l++) {
+      sink += chime__bench_touch(b.leaf[l].data, b.leaf[l].bytes, o->touch);
+      n += b.leaf[l].bytes;
+    }
+    if ((rc = chime_batch_release(s, &b)) != 0) {
+      snprintf(why, whylen, "release: %s", chime_strerror(rc));
+      goto out;
+    }
+    if (i >= o->warmup) {
+      res->bytes += n;
+      res->batches++;
+    }
+  }
+  res->t1 = chime__bench_now_s();
+  if (o->at_end != NULL)
+    o->at_end(o->arg);
+out:
+  chime_stream_close(s);
+  chime_client_destroy(c);
+  return rc;
+}

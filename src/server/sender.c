@@ -24,16 +24,14 @@ struct chime__sent_s {
 void chime__sender_init(chime__sender_t *x, chime_ring_t *ring,
                         uint64_t send_bytes, uint32_t credits,
                         uint32_t max_credits, int hold, void *owner,
-                        void (*owner_ref)(void *),
-                        void (*owner_unref)(void *)) {
+                        const chime__sender_owner_t *ops) {
   x->ring = ring;
   x->send_bytes = send_bytes;
   x->credits = credits;
   x->max_credits = max_credits;
   x->hold = hold;
   x->owner = owner;
-  x->owner_ref = owner_ref;
-  x->owner_unref = owner_unref;
+  x->ops = ops;
   x->unheld = 0;
   x->held_head = x->held_tail = NULL;
   x->call = NULL;
@@ -59,7 +57,8 @@ static void sent_put(chime__sent_t *b, unsigned n) {
   (void)rc;
   pthread_mutex_unlock(&x->mu);
   free(b);
-  x->owner_unref(x->owner);
+  x->ops->slot_freed(x->owner);
+  x->ops->unref(x->owner);
 }
 
 static void slice_done(void *ud) {
@@ -90,7 +89,7 @@ static void send_batch(chime__sender_t *x, chime__call_t *call,
   b->seq = v->seq;
   b->next = NULL;
   atomic_init(&b->refs, nchunks);
-  x->owner_ref(x->owner);
+  x->ops->ref(x->owner);
   pthread_mutex_lock(&x->mu);
   if (x->hold && !x->unheld) {
     atomic_fetch_add(&b->refs, 1);

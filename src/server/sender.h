@@ -19,15 +19,22 @@
 typedef struct chime__call_s chime__call_t;
 typedef struct chime__sent_s chime__sent_t;
 
+/* What the sender needs of its owner (the stream, whose ring it is). */
+typedef struct {
+  /* Kept alive while gRPC holds slot memory. */
+  void (*ref)(void *owner);
+  void (*unref)(void *owner);
+  /* A slot went back to the ring: the producer may fill it. */
+  void (*slot_freed)(void *owner);
+} chime__sender_owner_t;
+
 typedef struct {
   chime_ring_t *ring;
   uint64_t send_bytes; /* bytes of a slot each batch carries */
   uint32_t max_credits;
   int hold; /* batches stay taken until a Credit names them */
-  /* Kept alive while gRPC holds slot memory (the ring is the owner's). */
   void *owner;
-  void (*owner_ref)(void *owner);
-  void (*owner_unref)(void *owner);
+  const chime__sender_owner_t *ops;
 
   pthread_mutex_t mu;      /* the ring's consumer side, credits, held */
   pthread_mutex_t send_mu; /* batch order on the call, call */
@@ -42,7 +49,7 @@ typedef struct {
 void chime__sender_init(chime__sender_t *x, chime_ring_t *ring,
                         uint64_t send_bytes, uint32_t credits,
                         uint32_t max_credits, int hold, void *owner,
-                        void (*owner_ref)(void *), void (*owner_unref)(void *));
+                        const chime__sender_owner_t *ops);
 void chime__sender_fini(chime__sender_t *x);
 /* Batches go to call from now on (a reference is taken); ignored once
  * stopped. */

@@ -73,6 +73,16 @@ static void stream_unref(void *s) {
   chime__stream_unref(s);
 }
 
+/* Stream mode frees slots in this process: its fill job is kicked at once
+ * rather than through the ring's futex word and the pool's watcher. */
+static void slot_freed(void *arg) {
+  chime__stream_t *s = arg;
+  chime__pool_kick(s->srv->sampler, &s->job);
+}
+
+static const chime__sender_owner_t sender_owner = {
+    .ref = stream_ref, .unref = stream_unref, .slot_freed = slot_freed};
+
 int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
                        chime__call_t *call, const Chime__V1__Open *open,
                        char *err, size_t errlen) {
@@ -148,7 +158,7 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
                                                      : open->slots - 1,
       open->slots - 1,
       s->mode == CHIME_MODE_STREAM && tc->sampler == CHIME__SAMPLER_FIFO, s,
-      stream_ref, stream_unref);
+      &sender_owner);
   pthread_mutex_lock(&srv->mu);
   srv->nstreams++;
   uint64_t left = srv->cfg.total_ring_bytes - srv->ring_bytes;
@@ -320,8 +330,11 @@ static chime__fill_t stream_fill(chime__fill_job_t *j, chime__fill_wait_t *w) {
   chime_ring_wslot_t ws;
   uint64_t seq;
   int rc = chime_ring_try_acquire(s->ring, &ws, &w->bell, &w->bell_val);
-  if (rc == CHIME_EBUSY)
+  if (rc == CHIME_EBUSY) {
+    if (s->mode == CHIME_MODE_STREAM)
+      w->bell = NULL; /* the sender kicks it (slot_freed) */
     return CHIME__FILL_WAIT_SLOT;
+  }
   if (rc != 0)
     return retire(s);
   rc = chime__table_try_sample(s->table, &s->lay, &ws, &s->twait);

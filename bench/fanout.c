@@ -68,7 +68,7 @@ static void *actor_thread(void *arg) {
   if (sample == NULL)
     goto out;
   if ((a->rc = chime_client_create(&c, a->addr, NULL)) != 0 ||
-      (a->rc = chime_writer_open(c, a->table, NULL, &w)) != 0)
+      (a->rc = chime_writer_open(&w, c, a->table, NULL)) != 0)
     goto out;
   for (uint64_t i = 0;; i++) {
     /* a message is 256 samples: look at the clock about once per message */

@@ -30,7 +30,7 @@ static int ingest_run(const char *addr, const ingest_case_t *ic,
   if (sample == NULL)
     goto out;
   if ((rc = chime_client_create(&c, addr, NULL)) != 0 ||
-      (rc = chime_writer_open(c, ic->table, wo, &w)) != 0)
+      (rc = chime_writer_open(&w, c, ic->table, wo)) != 0)
     goto out;
   double t0 = chime__bench_now_s();
   for (uint64_t i = 0; i < ic->samples && rc == 0; i++) {

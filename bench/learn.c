@@ -52,7 +52,7 @@ int chime__bench_learn(const chime__bench_learn_opts_t *o,
   so.batch_size = o->batch_size;
   so.slots = o->slots;
   so.mode = o->mode;
-  if ((rc = chime_stream_open(c, o->table, &so, &s)) != 0) {
+  if ((rc = chime_stream_open(&s, c, o->table, &so)) != 0) {
     snprintf(why, whylen, "open: %s", chime_client_last_error(c));
     goto out;
   }

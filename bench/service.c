@@ -682,7 +682,7 @@ static int prefill(const char *addr, uint64_t samples) {
   if (sample == NULL)
     goto out;
   if ((rc = chime_client_create(&c, addr, NULL)) != 0 ||
-      (rc = chime_writer_open(c, "bench", NULL, &w)) != 0)
+      (rc = chime_writer_open(&w, c, "bench", NULL)) != 0)
     goto out;
   for (uint64_t i = 0; i < samples && rc == 0; i++) {
     memcpy(sample, &i, sizeof(i));

@@ -67,7 +67,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "chime-actor: %s: %s\n", server, chime_strerror(rc));
     goto cleanup;
   }
-  rc = chime_client_info(c, &info);
+  rc = chime_client_info(&info, c);
   if (rc) {
     fprintf(stderr, "chime-actor: GetInfo from %s: %s\n", server,
             chime_client_last_error(c));
@@ -93,7 +93,7 @@ int main(int argc, char **argv) {
   wo.max_inflight = (uint32_t)inflight;
   if (sb * batch > wo.max_batch_bytes)
     wo.max_batch_bytes = sb * batch;
-  rc = chime_writer_open(c, table, &wo, &w);
+  rc = chime_writer_open(&w, c, table, &wo);
   if (rc) {
     fprintf(stderr, "chime-actor: %s\n", chime_client_last_error(c));
     goto cleanup;

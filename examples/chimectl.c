@@ -204,7 +204,7 @@ int main(int argc, char **argv) {
     goto cleanup;
   }
   if (!strcmp(cmd, "info")) {
-    rc = chime_client_info(c, &info);
+    rc = chime_client_info(&info, c);
     if (rc) {
       fprintf(stderr, "chimectl: info %s: %s\n", addr,
               chime_client_last_error(c));
@@ -213,7 +213,7 @@ int main(int argc, char **argv) {
     if (as_json ? print_json(info_json(info)) : (info_text(info), 0))
       goto cleanup;
   } else {
-    rc = chime_client_stats(c, &st);
+    rc = chime_client_stats(&st, c);
     if (rc) {
       fprintf(stderr, "chimectl: stats %s: %s\n", addr,
               chime_client_last_error(c));

@@ -133,7 +133,7 @@ int main(int argc, char **argv) {
   so.slots = (uint32_t)slots;
   so.mode = mode;
   so.pin_host_memory = pin;
-  rc = chime_stream_open(c, table, &so, &s);
+  rc = chime_stream_open(&s, c, table, &so);
   if (rc) {
     snprintf(err, sizeof(err), "open: %s", chime_client_last_error(c));
     goto cleanup;

@@ -478,20 +478,20 @@ static void test_unreachable_server(void **state) {
   assert_int_equal(chime_client_create(&c, "unix:/nonexistent/chime.sock", &o),
                    0);
   chime_server_info_t *info = NULL;
-  int rc = chime_client_info(c, &info);
+  int rc = chime_client_info(&info, c);
   assert_true(rc == CHIME_EUNAVAILABLE || rc == CHIME_ETIMEDOUT);
   assert_null(info);
   assert_non_null(strstr(chime_client_last_error(c), "GetInfo"));
   chime_writer_t *w = NULL;
-  assert_int_not_equal(chime_writer_open(c, "demo", NULL, &w), 0);
+  assert_int_not_equal(chime_writer_open(&w, c, "demo", NULL), 0);
   assert_null(w);
   chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
   so.batch_size = 4;
   chime_stream_t *s = NULL;
-  assert_int_not_equal(chime_stream_open(c, "demo", &so, &s), 0);
+  assert_int_not_equal(chime_stream_open(&s, c, "demo", &so), 0);
   assert_null(s);
   so.batch_size = 0;
-  assert_int_equal(chime_stream_open(c, "demo", &so, &s), CHIME_EINVAL);
+  assert_int_equal(chime_stream_open(&s, c, "demo", &so), CHIME_EINVAL);
   chime_client_destroy(c);
 }
 

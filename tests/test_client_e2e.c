@@ -54,7 +54,7 @@ static void insert(chime_client_t *c, const char *table, uint64_t seed,
   uint8_t sample[SAMPLE_BYTES];
   chime_writer_opts_t o = CHIME_WRITER_OPTS_INIT;
   o.max_batch_samples = 16; /* several messages in flight */
-  assert_int_equal(chime_writer_open(c, table, &o, &w), 0);
+  assert_int_equal(chime_writer_open(&w, c, table, &o), 0);
   for (uint64_t i = 0; i < n; i++) {
     chime__pattern_fill(&spec, chime__pattern_id(seed, i), sample);
     assert_int_equal(chime_writer_append(w, sample, sizeof(sample), 1.0), 0);
@@ -77,7 +77,7 @@ static void *drain_main(void *arg) {
   o.batch_size = 8;
   o.mode = CHIME_MODE_SHM;
   chime_stream_t *s = NULL;
-  d->rc = chime_stream_open(d->c, "small", &o, &s);
+  d->rc = chime_stream_open(&s, d->c, "small", &o);
   for (int i = 0; i < d->batches && d->rc == 0; i++) {
     chime_batch_t b;
     d->rc = chime_stream_next(s, &b, 20000);
@@ -100,7 +100,7 @@ static void test_writer_small_fifo(void **state) {
   pthread_t th;
   assert_int_equal(pthread_create(&th, NULL, drain_main, &dr), 0);
   chime_writer_t *w = NULL;
-  assert_int_equal(chime_writer_open(c, "small", NULL, &w), 0);
+  assert_int_equal(chime_writer_open(&w, c, "small", NULL), 0);
   uint8_t sample[SAMPLE_BYTES];
   for (uint64_t i = 0; i < 96; i++) {
     chime__pattern_fill(&spec, chime__pattern_id(3, i), sample);
@@ -124,7 +124,7 @@ static chime_stream_t *open_stream(chime_client_t *c, const char *table,
   o.slots = slots;
   o.mode = mode;
   chime_stream_t *s = NULL;
-  int rc = chime_stream_open(c, table, &o, &s);
+  int rc = chime_stream_open(&s, c, table, &o);
   if (rc)
     fprintf(stderr, "open: %s\n", chime_client_last_error(c));
   assert_int_equal(rc, 0);
@@ -160,11 +160,11 @@ static void test_writer(void **state) {
   insert(c, "u", 7, 100);
 
   chime_writer_t *w = NULL;
-  assert_int_equal(chime_writer_open(c, "nope", NULL, &w), CHIME_ENOTFOUND);
+  assert_int_equal(chime_writer_open(&w, c, "nope", NULL), CHIME_ENOTFOUND);
   assert_null(w);
   assert_non_null(strstr(chime_client_last_error(c), "'nope'"));
 
-  assert_int_equal(chime_writer_open(c, "u", NULL, &w), 0);
+  assert_int_equal(chime_writer_open(&w, c, "u", NULL), 0);
   uint8_t sample[SAMPLE_BYTES + 8];
   chime__pattern_fill(&spec, chime__pattern_id(7, 100), sample);
   /* Too short: the leaf that does not fit is named; nothing is sent. */
@@ -178,7 +178,7 @@ static void test_writer(void **state) {
   assert_int_equal(chime_writer_close(w), 0);
 
   chime_server_info_t *info = NULL;
-  assert_int_equal(chime_client_info(c, &info), 0);
+  assert_int_equal(chime_client_info(&info, c), 0);
   assert_int_equal(info->ntables, 3);
   assert_string_equal(info->tables[0].name, "u");
   assert_int_equal(info->tables[0].size, 101);
@@ -215,7 +215,7 @@ static void test_auto_fallback(void **state) {
   o.batch_size = 8;
   o.mode = CHIME_MODE_SHM;
   s = NULL;
-  assert_int_equal(chime_stream_open(c, "u", &o, &s), CHIME_ENOTSUP);
+  assert_int_equal(chime_stream_open(&s, c, "u", &o), CHIME_ENOTSUP);
   assert_null(s);
   assert_non_null(strstr(chime_client_last_error(c), "boot_id differs"));
   unsetenv("CHIME_BOOT_ID");
@@ -333,7 +333,7 @@ static void test_graceful_stop(void **state) {
   chime_writer_t *live = NULL;
   uint8_t sample[SAMPLE_BYTES];
   chime__pattern_fill(&spec, chime__pattern_id(4, 64), sample);
-  assert_int_equal(chime_writer_open(c, "u", NULL, &live), 0);
+  assert_int_equal(chime_writer_open(&live, c, "u", NULL), 0);
   assert_int_equal(chime_writer_append(live, sample, sizeof(sample), 1.0), 0);
   assert_int_equal(chime_writer_flush(live), 0);
   assert_int_equal(kill(d.proc.pid, SIGTERM), 0);
@@ -358,7 +358,7 @@ static void test_graceful_stop(void **state) {
   chime_writer_t *w = NULL;
   int st = -1;
   assert_int_equal(chime__proc_wait(&d.proc, 20000, &st), 0);
-  assert_int_not_equal(chime_writer_open(c, "u", NULL, &w), 0);
+  assert_int_not_equal(chime_writer_open(&w, c, "u", NULL), 0);
   assert_null(w);
   chime_client_destroy(c);
 }
@@ -412,7 +412,7 @@ static void test_fifo_exactly_once(void **state) {
   chime_batch_t b;
   assert_int_equal(chime_stream_next(s, &b, 200), CHIME_ETIMEDOUT);
   chime_stats_t *st = NULL;
-  assert_int_equal(chime_client_stats(c, &st), 0);
+  assert_int_equal(chime_client_stats(&st, c), 0);
   assert_int_equal(st->nstreams, 1);
   assert_int_equal(st->streams[0].mode, CHIME_MODE_STREAM);
   assert_string_equal(st->streams[0].table, "f");
@@ -429,7 +429,7 @@ static void test_null_opts(void **state) {
   chime_client_t *c; /* created with NULL opts */
   start(&d, &c);
   chime_writer_t *w = NULL;
-  assert_int_equal(chime_writer_open(c, "f", NULL, &w), 0);
+  assert_int_equal(chime_writer_open(&w, c, "f", NULL), 0);
   uint8_t sample[SAMPLE_BYTES];
   for (uint64_t i = 0; i < 512; i++) {
     chime__pattern_fill(&spec, chime__pattern_id(11, i), sample);
@@ -438,7 +438,7 @@ static void test_null_opts(void **state) {
   assert_int_equal(chime_writer_close(w), 0);
 
   chime_stream_t *s = NULL;
-  int rc = chime_stream_open(c, "f", NULL, &s);
+  int rc = chime_stream_open(&s, c, "f", NULL);
   if (rc)
     fail_msg("open: %s", chime_client_last_error(c));
   assert_int_equal(chime_stream_mode(s), CHIME_MODE_SHM); /* auto, same host */
@@ -456,9 +456,9 @@ static void test_null_opts(void **state) {
   chime_stream_close(s);
 
   /* Still no defaults for the object or the table. */
-  assert_int_equal(chime_stream_open(c, NULL, NULL, &s), CHIME_EINVAL);
-  assert_int_equal(chime_stream_open(c, "f", NULL, NULL), CHIME_EINVAL);
-  assert_int_equal(chime_writer_open(c, "f", NULL, NULL), CHIME_EINVAL);
+  assert_int_equal(chime_stream_open(&s, c, NULL, NULL), CHIME_EINVAL);
+  assert_int_equal(chime_stream_open(NULL, c, "f", NULL), CHIME_EINVAL);
+  assert_int_equal(chime_writer_open(NULL, c, "f", NULL), CHIME_EINVAL);
   stop(&d, c);
 }
 

@@ -491,7 +491,7 @@ static int open_as(fake_script_t script, chime_mode_t mode, chime_client_t **c,
   o.mode = mode;
   o.open_timeout_ms = 10000;
   *s = NULL;
-  return chime_stream_open(*c, "t", &o, s);
+  return chime_stream_open(s, *c, "t", &o);
 }
 
 static void test_bad_layout(void **state) {
@@ -608,7 +608,7 @@ static void test_error_codes(void **state) {
   for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
     chime_server_info_t *info = NULL;
     fake.error = codes[i];
-    int rc = chime_client_info(c, &info);
+    int rc = chime_client_info(&info, c);
     if (rc != codes[i])
       fail_msg("server sent %s, client returned %s (%s)",
                chime_err_name(codes[i]), chime_err_name(rc),
@@ -619,11 +619,11 @@ static void test_error_codes(void **state) {
   fake.with_md = 0;
   chime_server_info_t *info = NULL;
   fake.error = CHIME_ESHUTDOWN;
-  assert_int_equal(chime_client_info(c, &info), CHIME_EUNAVAILABLE);
+  assert_int_equal(chime_client_info(&info, c), CHIME_EUNAVAILABLE);
   fake.error = CHIME_ECUDA;
-  assert_int_equal(chime_client_info(c, &info), CHIME_EINVAL);
+  assert_int_equal(chime_client_info(&info, c), CHIME_EINVAL);
   fake.error = CHIME_ENOTFOUND;
-  assert_int_equal(chime_client_info(c, &info), CHIME_ENOTFOUND);
+  assert_int_equal(chime_client_info(&info, c), CHIME_ENOTFOUND);
   chime_client_destroy(c);
 }
 
@@ -714,7 +714,7 @@ static void expect_bad_second_ack(fake_script_t script, const char *why) {
   chime_writer_opts_t o = CHIME_WRITER_OPTS_INIT;
   o.max_batch_samples = 2;
   o.timeout_ms = 10000;
-  assert_int_equal(chime_writer_open(c, "t", &o, &w), 0);
+  assert_int_equal(chime_writer_open(&w, c, "t", &o), 0);
   chime_spec_t spec;
   char err[128];
   assert_int_equal(chime_spec_parse(&spec, SPEC, err, sizeof(err)), 0);

@@ -80,7 +80,7 @@ static void stop(chime__chimed_t *d, chime_client_t *c) {
 static void insert(chime_client_t *c, uint64_t seed) {
   chime_writer_t *w = NULL;
   uint8_t sample[SAMPLE_BYTES];
-  assert_int_equal(chime_writer_open(c, "f", NULL, &w), 0);
+  assert_int_equal(chime_writer_open(&w, c, "f", NULL), 0);
   for (uint64_t i = 0; i < ITEMS; i++) {
     chime__pattern_fill(&spec, chime__pattern_id(seed, i), sample);
     assert_int_equal(chime_writer_append(w, sample, sizeof(sample), 1.0), 0);
@@ -125,7 +125,7 @@ static chime_stream_t *open_stream(chime_client_t *c, chime_mode_t mode) {
   o.slots = SLOTS;
   o.mode = mode;
   chime_stream_t *s = NULL;
-  int rc = chime_stream_open(c, "f", &o, &s);
+  int rc = chime_stream_open(&s, c, "f", &o);
   if (rc != 0)
     fail_msg("stream open: %s: %s", chime_err_name(rc),
              chime_client_last_error(c));
@@ -137,7 +137,7 @@ static void wait_no_ring_bytes(chime_client_t *c) {
   int64_t deadline = chime__now_ms() + 10000;
   for (;;) {
     chime_stats_t *st = NULL;
-    assert_int_equal(chime_client_stats(c, &st), 0);
+    assert_int_equal(chime_client_stats(&st, c), 0);
     uint64_t v = st->ring_bytes_total;
     chime_stats_free(st);
     if (v == 0)

@@ -66,7 +66,7 @@ static void wait_no_streams(void) {
   int64_t deadline = chime__now_ms() + 10000;
   for (;;) {
     chime_stats_t *st = NULL;
-    assert_int_equal(chime_client_stats(client, &st), 0);
+    assert_int_equal(chime_client_stats(&st, client), 0);
     uint32_t n = st->nstreams;
     chime_stats_free(st);
     if (n == 0)
@@ -81,7 +81,7 @@ static void insert_into(const char *table, uint64_t seed, uint64_t n) {
   chime_writer_t *w = NULL;
   uint8_t sample[SAMPLE_BYTES];
   assert_int_equal(chime_spec_sample_bytes(&spec), SAMPLE_BYTES);
-  assert_int_equal(chime_writer_open(client, table, NULL, &w), 0);
+  assert_int_equal(chime_writer_open(&w, client, table, NULL), 0);
   for (uint64_t i = 0; i < n; i++) {
     chime__pattern_fill(&spec, chime__pattern_id(seed, i), sample);
     int rc = chime_writer_append(w, sample, sizeof(sample), 1.0);
@@ -107,7 +107,7 @@ static void consume(chime_mode_t mode, chime_mode_t want_mode, uint64_t n,
   so.batch_size = BATCH;
   so.slots = 4;
   so.mode = mode;
-  int rc = chime_stream_open(client, "demo", &so, &s);
+  int rc = chime_stream_open(&s, client, "demo", &so);
   if (rc != 0)
     fail_msg("open %s: %s", chime_mode_name(mode),
              chime_client_last_error(client));
@@ -161,7 +161,7 @@ static void test_get_info(void **state) {
   boot[strcspn(boot, "\n")] = '\0';
   assert_int_equal(gethostname(host, sizeof(host)), 0);
 
-  assert_int_equal(chime_client_info(client, &info), 0);
+  assert_int_equal(chime_client_info(&info, client), 0);
   assert_string_equal(info->version, CHIME_VERSION_STRING);
   assert_string_equal(info->boot_id, boot);
   assert_string_equal(info->hostname, host);
@@ -195,7 +195,7 @@ static void check_mode(chime_mode_t mode, chime_mode_t want, uint64_t seed) {
     assert_int_equal(ids[i], chime__pattern_id(seed, i));
   free(bytes);
   chime_stats_t *st = NULL;
-  assert_int_equal(chime_client_stats(client, &st), 0);
+  assert_int_equal(chime_client_stats(&st, client), 0);
   assert_int_equal(st->ntables, 2);
   for (uint32_t i = 0; i < st->ntables; i++)
     if (strcmp(st->tables[i].name, "demo") == 0)
@@ -251,7 +251,7 @@ static void test_uniform_evicts_oldest(void **state) {
   so.batch_size = BATCH;
   so.slots = 4;
   so.mode = CHIME_MODE_SHM;
-  assert_int_equal(chime_stream_open(client, "uni", &so, &s), 0);
+  assert_int_equal(chime_stream_open(&s, client, "uni", &so), 0);
   for (int k = 0; k < 6; k++) {
     chime_batch_t b;
     int rc = chime_stream_next(s, &b, 20000);

@@ -70,7 +70,7 @@ static void insert(uint64_t seed, uint64_t n) {
                                     "reward:f32[]",
                                     err, sizeof(err)),
                    0);
-  assert_int_equal(chime_writer_open(client, "demo", NULL, &w), 0);
+  assert_int_equal(chime_writer_open(&w, client, "demo", NULL), 0);
   for (uint64_t i = 0; i < n; i++) {
     chime__pattern_fill(&spec, chime__pattern_id(seed, i), sample);
     assert_int_equal(chime_writer_append(w, sample, sizeof(sample), 1.0), 0);
@@ -81,7 +81,7 @@ static void insert(uint64_t seed, uint64_t n) {
 
 static chime_stats_t *stats(void) {
   chime_stats_t *st = NULL;
-  int rc = chime_client_stats(client, &st);
+  int rc = chime_client_stats(&st, client);
   if (rc != 0)
     fail_msg("Stats: %s", chime_client_last_error(client));
   return st;
@@ -97,7 +97,7 @@ static int hold_main(const char *addr, const char *mode) {
   so.slots = SLOTS;
   so.mode = strcmp(mode, "shm") == 0 ? CHIME_MODE_SHM : CHIME_MODE_STREAM;
   if (chime_client_create(&c, addr, NULL) != 0 ||
-      chime_stream_open(c, "demo", &so, &s) != 0) {
+      chime_stream_open(&s, c, "demo", &so) != 0) {
     fprintf(stderr, "hold: open: %s\n", chime_client_last_error(c));
     return 1;
   }
@@ -179,7 +179,7 @@ static void test_learner_killed(void **state) {
     so.batch_size = BATCH;
     so.slots = SLOTS;
     so.mode = m == 0 ? CHIME_MODE_SHM : CHIME_MODE_STREAM;
-    assert_int_equal(chime_stream_open(client, "demo", &so, &s), 0);
+    assert_int_equal(chime_stream_open(&s, client, "demo", &so), 0);
     chime_batch_t b;
     char err[256];
     int rc = chime_stream_next(s, &b, 30000);
@@ -205,7 +205,7 @@ static void test_chimed_killed(void **state) {
     so.batch_size = BATCH;
     so.slots = SLOTS;
     so.mode = m == 0 ? CHIME_MODE_SHM : CHIME_MODE_STREAM;
-    assert_int_equal(chime_stream_open(client, "demo", &so, &s[m]), 0);
+    assert_int_equal(chime_stream_open(&s[m], client, "demo", &so), 0);
     int rc = chime_stream_next(s[m], &held[m], 30000);
     if (rc != 0)
       fail_msg("next: %s", chime_stream_last_error(s[m]));
@@ -267,7 +267,7 @@ static void *late_writer(void *arg) {
   lw->rc = chime_spec_parse(&spec, "obs:f32[64], action:i32[], reward:f32[]",
                             lw->err, sizeof(lw->err));
   if (lw->rc == 0)
-    lw->rc = chime_writer_open(client, "demo", NULL, &w);
+    lw->rc = chime_writer_open(&w, client, "demo", NULL);
   for (uint64_t i = 0; lw->rc == 0 && i < 64; i++) {
     chime__pattern_fill(&spec, chime__pattern_id(9, i), sample);
     lw->rc = chime_writer_append(w, sample, sizeof(sample), 1.0);
@@ -319,7 +319,7 @@ static void test_writer_killed(void **state) {
   so.batch_size = 1;
   so.slots = 64;
   so.mode = CHIME_MODE_SHM;
-  assert_int_equal(chime_stream_open(client, "demo", &so, &s), 0);
+  assert_int_equal(chime_stream_open(&s, client, "demo", &so), 0);
   /* The new writer waits for room like the dead one did: in a thread, while
    * this one drains. */
   late_writer_t lw = {0};
@@ -355,7 +355,7 @@ static void drain(uint64_t seed, uint64_t n, uint8_t *seen) {
   so.batch_size = BATCH;
   so.slots = SLOTS;
   so.mode = CHIME_MODE_STREAM;
-  assert_int_equal(chime_stream_open(client, "demo", &so, &s), 0);
+  assert_int_equal(chime_stream_open(&s, client, "demo", &so), 0);
   for (;;) {
     chime_batch_t b;
     int rc = chime_stream_next(s, &b, 2000);
@@ -465,7 +465,7 @@ static void test_writer_close_bounded(void **state) {
   chime_writer_opts_t wo = CHIME_WRITER_OPTS_INIT;
   wo.timeout_ms = TIMEOUT_MS;
   uint8_t sample[264] = {0};
-  assert_int_equal(chime_writer_open(client, "demo", &wo, &w), 0);
+  assert_int_equal(chime_writer_open(&w, client, "demo", &wo), 0);
   assert_int_equal(kill(chimed.proc.pid, SIGSTOP), 0);
   wait_stopped(chimed.proc.pid);
   assert_int_equal(chime_writer_append(w, sample, sizeof(sample), 1.0), 0);

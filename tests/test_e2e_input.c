@@ -119,7 +119,7 @@ static void test_unix_listen(void **state) {
   assert_int_equal(rc, 0);
   assert_string_equal(d.addr, addr);
   assert_int_equal(chime_client_create(&c, d.addr, NULL), 0);
-  assert_int_equal(chime_client_info(c, &info), 0);
+  assert_int_equal(chime_client_info(&info, c), 0);
   assert_int_equal(info->ntables, 1);
   chime_server_info_free(info);
   chime_client_destroy(c);
@@ -214,7 +214,7 @@ static void test_bad_priorities(void **state) {
   chime_writer_t *w = NULL;
   uint8_t sample[SAMPLE_BYTES] = {0};
   assert_int_equal(chime_client_create(&c, chimed.addr, NULL), 0);
-  assert_int_equal(chime_writer_open(c, "demo", NULL, &w), 0);
+  assert_int_equal(chime_writer_open(&w, c, "demo", NULL), 0);
   assert_int_equal(chime_writer_append(w, sample, sizeof(sample), NAN),
                    CHIME_EINVAL);
   assert_contains(chime_writer_last_error(w), "priority nan");

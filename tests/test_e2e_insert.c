@@ -120,7 +120,7 @@ static void test_big_request_lands_whole(void **state) {
   so.batch_size = COUNT;
   so.slots = 2;
   so.mode = CHIME_MODE_STREAM;
-  assert_int_equal(chime_stream_open(client, "t", &so, &s), 0);
+  assert_int_equal(chime_stream_open(&s, client, "t", &so), 0);
   assert_int_equal(chime_stream_next(s, &b, 30000), 0);
   assert_int_equal(b.count, COUNT);
   assert_int_equal(b.leaf[0].bytes, (uint64_t)COUNT * SAMPLE);

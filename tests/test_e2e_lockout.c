@@ -81,7 +81,7 @@ static void stop(chime__chimed_t *d, chime_client_t *c) {
 static void insert(chime_client_t *c, uint64_t n) {
   chime_writer_t *w = NULL;
   uint8_t sample[SAMPLE_BYTES];
-  assert_int_equal(chime_writer_open(c, "u", NULL, &w), 0);
+  assert_int_equal(chime_writer_open(&w, c, "u", NULL), 0);
   for (uint64_t i = 0; i < n; i++) {
     chime__pattern_fill(&spec, chime__pattern_id(1, i), sample);
     assert_int_equal(chime_writer_append(w, sample, sizeof(sample), 1.0), 0);
@@ -127,7 +127,7 @@ static void attach_and_read(chime_client_t *c, chime__proc_t *flooder) {
     o.mode = CHIME_MODE_SHM;
     o.open_timeout_ms = 5000;
     chime_stream_t *s = NULL;
-    int rc = chime_stream_open(c, "u", &o, &s);
+    int rc = chime_stream_open(&s, c, "u", &o);
     if (rc != 0)
       fail_msg("attach %d of %d during the flood: %s: %s", a + 1, ATTACHES,
                chime_err_name(rc), chime_client_last_error(c));

@@ -62,7 +62,7 @@ static void open_stream(chime_stream_t **s, int i) {
   so.batch_size = 4;
   so.slots = 2;
   so.mode = i % 4 == 0 ? CHIME_MODE_SHM : CHIME_MODE_STREAM;
-  int rc = chime_stream_open(client, "u", &so, s);
+  int rc = chime_stream_open(s, client, "u", &so);
   if (rc != 0)
     fail_msg("stream %d: %s (%s)", i, chime_strerror(rc),
              chime_client_last_error(client));
@@ -88,7 +88,7 @@ static void test_256_streams_few_threads(void **state) {
   (void)state;
   chime_writer_t *w = NULL;
   uint8_t sample[SAMPLE] = {0};
-  assert_int_equal(chime_writer_open(client, "u", NULL, &w), 0);
+  assert_int_equal(chime_writer_open(&w, client, "u", NULL), 0);
   for (uint64_t id = 0; id < 64; id++) {
     memcpy(sample, &id, sizeof id);
     assert_int_equal(chime_writer_append(w, sample, sizeof sample, 1.0), 0);
@@ -106,7 +106,7 @@ static void test_256_streams_few_threads(void **state) {
       take_one(s[i], i);
   int many = threads_of(chimed.proc.pid);
   chime_stats_t *st = NULL;
-  assert_int_equal(chime_client_stats(client, &st), 0);
+  assert_int_equal(chime_client_stats(&st, client), 0);
   assert_int_equal(st->nstreams, STREAMS);
   chime_stats_free(st);
   fprintf(stderr, "chimed threads: %d with one stream, %d with %d\n", one, many,

@@ -56,7 +56,7 @@ static uint64_t table_size(const char *addr, const char *name) {
   chime_server_info_t *info = NULL;
   uint64_t size = UINT64_MAX;
   assert_int_equal(chime_client_create(&c, addr, NULL), 0);
-  assert_int_equal(chime_client_info(c, &info), 0);
+  assert_int_equal(chime_client_info(&info, c), 0);
   for (uint32_t i = 0; i < info->ntables; i++)
     if (strcmp(info->tables[i].name, name) == 0)
       size = info->tables[i].size;
@@ -349,7 +349,7 @@ static void test_writer_resends_after_cut(void **state) {
   o.max_inflight = 16;
   o.timeout_ms = 30000;
   o.reconnect_timeout_ms = 20000;
-  assert_int_equal(chime_writer_open(c, "f", &o, &w), 0);
+  assert_int_equal(chime_writer_open(&w, c, "f", &o), 0);
   int cuts = 0;
   for (uint64_t i = 0; i < N; i++) {
     int rc = chime_writer_append(w, &i, sizeof(i), 1.0);
@@ -383,7 +383,7 @@ static void test_writer_resends_after_cut(void **state) {
   so.batch_size = 100;
   so.slots = 4;
   so.mode = CHIME_MODE_STREAM;
-  assert_int_equal(chime_stream_open(c, "f", &so, &s), 0);
+  assert_int_equal(chime_stream_open(&s, c, "f", &so), 0);
   uint64_t last_key = 0;
   for (int n = 0; n < N / 100; n++) {
     assert_int_equal(chime_stream_next(s, &b, 30000), 0);
@@ -422,7 +422,7 @@ static void test_writer_gives_up_when_server_gone(void **state) {
   o.max_batch_samples = 4;
   o.timeout_ms = 30000;
   o.reconnect_timeout_ms = 1500;
-  assert_int_equal(chime_writer_open(c, "r", &o, &w), 0);
+  assert_int_equal(chime_writer_open(&w, c, "r", &o), 0);
   for (uint64_t i = 0; i < 8; i++)
     assert_int_equal(chime_writer_append(w, &i, sizeof(i), 1.0), 0);
   assert_int_equal(chime_writer_flush(w), 0);

@@ -123,7 +123,7 @@ static void *writer_main(void *arg) {
   wo.max_batch_samples = 16;
   w->rc = chime_client_create(&c, w->addr, NULL);
   if (w->rc == 0)
-    w->rc = chime_writer_open(c, "demo", &wo, &wr);
+    w->rc = chime_writer_open(&wr, c, "demo", &wo);
   for (uint64_t i = 0; w->rc == 0 && i < 10000000; i++) {
     chime__pattern_fill(&spec, chime__pattern_id(5, i), sample);
     w->rc = chime_writer_append(wr, sample, sizeof(sample), 1.0);
@@ -168,7 +168,7 @@ static void test_sigterm(void **state) {
     so.batch_size = 4;
     so.slots = 4;
     so.mode = m == 0 ? CHIME_MODE_SHM : CHIME_MODE_STREAM;
-    assert_int_equal(chime_stream_open(client, "demo", &so, &s[m]), 0);
+    assert_int_equal(chime_stream_open(&s[m], client, "demo", &so), 0);
     chime_batch_t b;
     int rc = chime_stream_next(s[m], &b, 30000);
     if (rc != 0)
@@ -203,7 +203,7 @@ static void test_sigterm(void **state) {
     int64_t deadline = chime__now_ms() + 60000;
     for (;;) {
       chime_stats_t *stats = NULL;
-      assert_int_equal(chime_client_stats(client, &stats), 0);
+      assert_int_equal(chime_client_stats(&stats, client), 0);
       uint32_t n = stats->nstreams;
       uint64_t inserts = stats->tables[0].inserts;
       chime_stats_free(stats);

@@ -108,7 +108,7 @@ static uint64_t rss_of(pid_t pid) {
 
 static chime_stats_t *stats(void) {
   chime_stats_t *s = NULL;
-  assert_int_equal(chime_client_stats(client, &s), 0);
+  assert_int_equal(chime_client_stats(&s, client), 0);
   return s;
 }
 
@@ -181,7 +181,7 @@ static void test_unacked_request_never_goes_in(void **state) {
   so.batch_size = 10;
   so.slots = 4;
   so.mode = CHIME_MODE_STREAM;
-  assert_int_equal(chime_stream_open(client, "q", &so, &s), 0);
+  assert_int_equal(chime_stream_open(&s, client, "q", &so), 0);
   uint8_t seen[CAP] = {0};
   for (int k = 0; k < CAP / 10; k++) {
     chime_batch_t bt;

@@ -161,7 +161,7 @@ static void check_info_rings(const char *addr, chime_client_t *client,
 
   for (size_t k = 0; k < n; k++)
     total += want[k];
-  assert_int_equal(chime_client_info(client, &info), 0);
+  assert_int_equal(chime_client_info(&info, client), 0);
   assert_int_equal(info->nrings, n);
   assert_int_equal(info->pinned_bytes, total);
   for (size_t k = 0; k < n; k++) {
@@ -411,7 +411,7 @@ static void test_pins_rings_end_to_end(void **state) {
   assert_true(pid_maps_cudart(d.proc.pid));
 
   assert_int_equal(chime_client_create(&client, d.addr, NULL), 0);
-  assert_int_equal(chime_client_info(client, &info), 0);
+  assert_int_equal(chime_client_info(&info, client), 0);
   assert_int_equal(info->pin_host_memory, 1);
   assert_int_equal(info->pinned_bytes, 0); /* no ring yet */
   chime_server_info_free(info);
@@ -421,10 +421,10 @@ static void test_pins_rings_end_to_end(void **state) {
   so.slots = SLOTS;
   so.mode = CHIME_MODE_SHM;
   so.pin_host_memory = 1;
-  rc = chime_stream_open(client, "demo", &so, &s);
+  rc = chime_stream_open(&s, client, "demo", &so);
   assert_int_equal(rc, 0);
   assert_int_equal(chime_stream_mode(s), CHIME_MODE_SHM);
-  assert_int_equal(chime_client_stats(client, &stats), 0);
+  assert_int_equal(chime_client_stats(&stats, client), 0);
   assert_int_equal(stats->pinned_bytes, (uint64_t)SLOTS * lay.slot_bytes);
   assert_int_equal(stats->nstreams, 1);
   assert_int_equal(stats->streams[0].pinned, 1);
@@ -443,7 +443,7 @@ static void test_pins_rings_end_to_end(void **state) {
 
   /* stream mode: the learner's local ring (its own, writable). */
   so.mode = CHIME_MODE_STREAM;
-  rc = chime_stream_open(client, "demo", &so, &s);
+  rc = chime_stream_open(&s, client, "demo", &so);
   assert_int_equal(rc, 0);
   assert_int_equal(chime_stream_mode(s), CHIME_MODE_STREAM);
   log = slurp(cli_log);
@@ -502,15 +502,15 @@ static void test_off_maps_no_cuda(void **state) {
   so.batch_size = BATCH;
   so.slots = SLOTS;
   so.mode = CHIME_MODE_SHM;
-  assert_int_equal(chime_stream_open(client, "demo", &so, &s), 0);
-  assert_int_equal(chime_client_info(client, &info), 0);
+  assert_int_equal(chime_stream_open(&s, client, "demo", &so), 0);
+  assert_int_equal(chime_client_info(&info, client), 0);
   assert_int_equal(info->pin_host_memory, 0);
   assert_int_equal(info->pinned_bytes, 0);
   chime_server_info_free(info);
   /* The ring is listed, with nothing pinned. */
   assert_int_equal(chime_stream_get_stats(s, &ls), 0);
   check_info_rings(d.addr, client, &ls.stream_id, &zero, 1);
-  assert_int_equal(chime_client_stats(client, &stats), 0);
+  assert_int_equal(chime_client_stats(&stats, client), 0);
   assert_int_equal(stats->nstreams, 1);
   assert_int_equal(stats->streams[0].pinned, 0);
   assert_int_equal(stats->pinned_bytes, 0);
@@ -555,11 +555,11 @@ static void test_info_reports_ring_footprint(void **state) {
   so.batch_size = BATCH;
   so.slots = SLOTS;
   so.mode = CHIME_MODE_SHM;
-  assert_int_equal(chime_stream_open(client, "demo", &so, &a), 0);
+  assert_int_equal(chime_stream_open(&a, client, "demo", &so), 0);
   so.batch_size = 8 * BATCH;
   so.slots = 3;
   so.mode = CHIME_MODE_STREAM;
-  assert_int_equal(chime_stream_open(client, "demo", &so, &b), 0);
+  assert_int_equal(chime_stream_open(&b, client, "demo", &so), 0);
   assert_int_equal(chime_stream_get_stats(a, &ls), 0);
   ids[0] = ls.stream_id;
   assert_int_equal(chime_stream_get_stats(b, &ls), 0);
@@ -575,7 +575,7 @@ static void test_info_reports_ring_footprint(void **state) {
     chime_server_info_t *info = NULL;
     uint32_t n;
 
-    assert_int_equal(chime_client_info(client, &info), 0);
+    assert_int_equal(chime_client_info(&info, client), 0);
     n = info->nrings;
     chime_server_info_free(info);
     if (n == 1 || chime__now_ms() > end)
@@ -650,7 +650,7 @@ static void test_embedded_pins(void **state) {
         0);
     /* Two batches' worth: the embedded learner takes them and exits. */
     assert_int_equal(chime_client_create(&client, line, NULL), 0);
-    assert_int_equal(chime_writer_open(client, "demo", NULL, &w), 0);
+    assert_int_equal(chime_writer_open(&w, client, "demo", NULL), 0);
     for (int i = 0; i < 2 * BATCH; i++)
       assert_int_equal(chime_writer_append(w, sample, sizeof sample, 1.0), 0);
     assert_int_equal(chime_writer_close(w), 0);
@@ -751,7 +751,7 @@ static void test_ring_pin_error_reaches_client(void **state) {
   so.batch_size = BATCH;
   so.slots = SLOTS;
   so.mode = CHIME_MODE_SHM;
-  rc = chime_stream_open(client, "demo", &so, &s);
+  rc = chime_stream_open(&s, client, "demo", &so);
   assert_null(s);
   /* The server's report names its library paths: the learner gets the CUDA
    * error and a pointer to the server's log (test_e2e_budget checks that
@@ -763,7 +763,7 @@ static void test_ring_pin_error_reaches_client(void **state) {
   assert_null(strstr(chime_client_last_error(client), "dddd"));
 
   /* Still serving, and the next ring pins (the fake fails one call only). */
-  rc = chime_stream_open(client, "demo", &so, &s);
+  rc = chime_stream_open(&s, client, "demo", &so);
   assert_int_equal(rc, 0);
   chime_stream_close(s);
   s = NULL;
@@ -775,7 +775,7 @@ static void test_ring_pin_error_reaches_client(void **state) {
   setenv("CHIME_CUDART", dir, 1);
   setenv("FAKE_CUDART_FAIL_REGISTER_AT", "2", 1);
   so.pin_host_memory = 1;
-  rc = chime_stream_open(client, "demo", &so, &s);
+  rc = chime_stream_open(&s, client, "demo", &so);
   unsetenv("FAKE_CUDART_FAIL_REGISTER_AT");
   unsetenv("CHIME_CUDART");
   assert_null(s);

@@ -10,7 +10,7 @@
  *   chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
  *   so.batch_size = 256;
  *   chime_stream_t *s;
- *   chime_stream_open(c, "demo", &so, &s);
+ *   chime_stream_open(&s, c, "demo", &so);
  *   chime_batch_t b;
  *   while (chime_stream_next(s, &b, 1000) == 0) {
  *     const float *obs = b.leaf[0].data;   // [256, 64] floats, in place
@@ -24,7 +24,10 @@
  * about the last failure of an object is in chime_*_last_error(). Fallible
  * calls are CHIME_NODISCARD. Options structs start from their
  * CHIME_*_OPTS_INIT (designated, so new fields keep their defaults), and a
- * NULL options pointer means exactly those defaults.
+ * NULL options pointer means exactly those defaults. A call that makes a
+ * new object or result for the caller to free (create, open, info, stats)
+ * returns it through its first parameter; a call on an existing object takes
+ * that object first and fills any output last.
  *
  * Thread safety: a client may be shared by threads (each writer and stream is
  * used by one thread at a time). A stream's next and release must be called
@@ -112,8 +115,8 @@ typedef struct {
 
 /* GetInfo, bounded by opts.timeout_ms. Free *out with chime_server_info_free().
  * Thread-safe. */
-CHIME_EXTERN CHIME_NODISCARD int chime_client_info(chime_client_t *client,
-                                                   chime_server_info_t **out);
+CHIME_EXTERN CHIME_NODISCARD int chime_client_info(chime_server_info_t **out,
+                                                   chime_client_t *client);
 CHIME_EXTERN void chime_server_info_free(chime_server_info_t *info);
 
 /* Stats as the server's JSON-able view: filled by chime_client_stats(). */
@@ -145,8 +148,8 @@ typedef struct {
   uint32_t insert_calls_parked;
 } chime_stats_t;
 
-CHIME_EXTERN CHIME_NODISCARD int chime_client_stats(chime_client_t *client,
-                                                    chime_stats_t **out);
+CHIME_EXTERN CHIME_NODISCARD int chime_client_stats(chime_stats_t **out,
+                                                    chime_client_t *client);
 CHIME_EXTERN void chime_stats_free(chime_stats_t *stats);
 
 /* ---------------------------------------------------------------- writer */
@@ -185,8 +188,8 @@ typedef struct {
  * unknown table, and the table's spec to check sample sizes). A writer is used
  * by one thread at a time; it does its work in the calling thread. */
 CHIME_EXTERN CHIME_NODISCARD int
-chime_writer_open(chime_client_t *client, const char *table,
-                  const chime_writer_opts_t *opts, chime_writer_t **out);
+chime_writer_open(chime_writer_t **out, chime_client_t *client,
+                  const char *table, const chime_writer_opts_t *opts);
 /* Queues one sample (exactly the table's sample bytes, leaves in spec order)
  * with a priority. Sends a message when the batch is full; may block while
  * max_inflight messages wait for acks (up to timeout_ms: CHIME_ETIMEDOUT, and
@@ -269,8 +272,8 @@ typedef struct {
  * chime_client_last_error(). On failure the reason is in
  * chime_client_last_error(). Each stream runs one helper thread. */
 CHIME_EXTERN CHIME_NODISCARD int
-chime_stream_open(chime_client_t *client, const char *table,
-                  const chime_stream_opts_t *opts, chime_stream_t **out);
+chime_stream_open(chime_stream_t **out, chime_client_t *client,
+                  const char *table, const chime_stream_opts_t *opts);
 /* Next batch: pointers into the ring (shm: the server's mapping, zero copy;
  * stream: this process's local ring), valid until released. timeout_ms < 0
  * waits forever, 0 polls. CHIME_ETIMEDOUT, CHIME_EBUSY (slots - 1 batches

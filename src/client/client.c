@@ -127,7 +127,7 @@ static void copy_str(char *dst, size_t len, const char *src) {
   snprintf(dst, len, "%s", src ? src : "");
 }
 
-int chime_client_info(chime_client_t *client, chime_server_info_t **out) {
+int chime_client_info(chime_server_info_t **out, chime_client_t *client) {
   if (!client || !out)
     return CHIME_EINVAL;
   *out = NULL;
@@ -199,7 +199,7 @@ int chime__table_lookup(chime_client_t *client, const char *table,
                         chime_table_info_t *out, chime_server_info_t **info,
                         char *err, size_t errlen) {
   chime_server_info_t *si = NULL;
-  int rc = chime_client_info(client, &si);
+  int rc = chime_client_info(&si, client);
   if (rc) {
     chime__fail(err, errlen, rc, "%s", chime_client_last_error(client));
     goto cleanup;
@@ -231,7 +231,7 @@ void chime_server_info_free(chime_server_info_t *info) {
   free(info);
 }
 
-int chime_client_stats(chime_client_t *client, chime_stats_t **out) {
+int chime_client_stats(chime_stats_t **out, chime_client_t *client) {
   if (!client || !out)
     return CHIME_EINVAL;
   *out = NULL;

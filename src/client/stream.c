@@ -140,8 +140,8 @@ static void call_teardown(chime_stream_t *s) {
   chime__rpc_destroy(&s->rpc);
 }
 
-int chime_stream_open(chime_client_t *client, const char *table,
-                      const chime_stream_opts_t *opts, chime_stream_t **out) {
+int chime_stream_open(chime_stream_t **out, chime_client_t *client,
+                      const char *table, const chime_stream_opts_t *opts) {
   chime_stream_opts_t o = CHIME_STREAM_OPTS_INIT;
   char err[CHIME__ERRLEN] = "";
   chime_stream_t *s = NULL;

@@ -406,8 +406,8 @@ static void describe_size(const chime_writer_t *w, size_t len, char *buf,
            w->spec.leaves[w->spec.nleaves - 1].name, w->sample_bytes, len);
 }
 
-int chime_writer_open(chime_client_t *client, const char *table,
-                      const chime_writer_opts_t *opts, chime_writer_t **out) {
+int chime_writer_open(chime_writer_t **out, chime_client_t *client,
+                      const char *table, const chime_writer_opts_t *opts) {
   chime_writer_opts_t def = CHIME_WRITER_OPTS_INIT;
   chime_table_info_t ti;
   char err[CHIME__ERRLEN] = "";

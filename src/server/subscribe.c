@@ -82,11 +82,14 @@ static void sub_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
     /* The client closed its side. In stream mode every credit it sent has
      * been read (one message at a time), so the stream can end now and
      * give back exactly what its learner did not release. In shm mode the
-     * call lives on as the lease's liveness. */
+     * call lives on as the lease's liveness. During a stop the stop's own
+     * ending stands: "shutting down" (its notice may be what made the
+     * client close). */
     chime__stream_t *s = sub_stream(c);
     if (s != NULL && s->mode == CHIME_MODE_STREAM) {
       chime__stream_close(s);
-      chime__call_finish(c, CHIME_OK, "%s", "");
+      if (!atomic_load(&c->srv->stopping))
+        chime__call_finish(c, CHIME_OK, "%s", "");
     }
     return;
   }

@@ -199,6 +199,8 @@ void chime__pool_add(chime__pool_t *p, chime__fill_job_t *j) {
 }
 
 void chime__pool_kick(chime__pool_t *p, chime__fill_job_t *j) {
+  if (p == NULL) /* the server never started: no job was added */
+    return;
   pthread_mutex_lock(&p->mu);
   if (j->state == RUNNING) {
     j->kicked = 1;

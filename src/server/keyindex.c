@@ -1,0 +1,152 @@
+/* Key -> row map (see keyindex.h). Keys and rows are two arrays so a probe
+ * reads keys only (8 to a cache line) and a hit reads one row. An empty
+ * bucket holds key 0, so the lazily mapped zero pages are an empty table and
+ * create costs nothing; key 0 itself lives beside the table (zero_in,
+ * zero_row). Table keys are sequential, so the key is mixed (murmur3's
+ * finaliser) before it is mapped onto the buckets with a multiply-high,
+ * which needs no power-of-two size: the buckets are exactly 10/7 of the
+ * items, not up to twice that. */
+#include "server/keyindex.h"
+
+#include <stdlib.h>
+#include <sys/mman.h>
+
+#define EMPTY 0u
+
+__extension__ typedef unsigned __int128 u128;
+
+struct chime__keyindex_s {
+  uint64_t nbuckets, max_items, count;
+  uint64_t *keys;
+  uint32_t *rows;
+  void *map;
+  size_t map_len;
+  int zero_in;
+  uint32_t zero_row;
+};
+
+int chime__keyindex_create(chime__keyindex_t **out, uint64_t max_items) {
+  *out = NULL;
+  if (max_items == 0 || max_items > CHIME__KEYINDEX_MAX_ITEMS)
+    return CHIME_EINVAL;
+  chime__keyindex_t *k = calloc(1, sizeof(*k));
+  if (k == NULL)
+    return CHIME_ENOMEM;
+  /* Load <= 0.7, and always one empty bucket so every probe ends. */
+  k->nbuckets = (max_items * 10 + 6) / 7 + 1;
+  k->max_items = max_items;
+  size_t klen = (size_t)k->nbuckets * sizeof(uint64_t);
+  k->map_len = klen + (size_t)k->nbuckets * sizeof(uint32_t);
+  k->map = mmap(NULL, k->map_len, PROT_READ | PROT_WRITE,
+                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (k->map == MAP_FAILED) {
+    free(k);
+    return CHIME_ENOMEM;
+  }
+  k->keys = k->map;
+  k->rows = (uint32_t *)((uint8_t *)k->map + klen);
+  *out = k;
+  return 0;
+}
+
+void chime__keyindex_destroy(chime__keyindex_t *k) {
+  if (k == NULL)
+    return;
+  munmap(k->map, k->map_len);
+  free(k);
+}
+
+uint64_t chime__keyindex_count(const chime__keyindex_t *k) {
+  return k->count;
+}
+
+static uint64_t home(const chime__keyindex_t *k, uint64_t key) {
+  key ^= key >> 33;
+  key *= UINT64_C(0xff51afd7ed558ccd);
+  key ^= key >> 33;
+  key *= UINT64_C(0xc4ceb9fe1a85ec53);
+  key ^= key >> 33;
+  return (uint64_t)(((u128)key * k->nbuckets) >> 64);
+}
+
+static uint64_t next(const chime__keyindex_t *k, uint64_t i) {
+  return ++i == k->nbuckets ? 0 : i;
+}
+
+/* The bucket holding key, or the empty one where it would go. */
+static uint64_t probe(const chime__keyindex_t *k, uint64_t key) {
+  uint64_t i = home(k, key);
+  while (k->keys[i] != key && k->keys[i] != EMPTY)
+    i = next(k, i);
+  return i;
+}
+
+int chime__keyindex_insert(chime__keyindex_t *k, uint64_t key, uint32_t row) {
+  if (key == EMPTY) {
+    if (k->zero_in)
+      return CHIME_EEXIST;
+    if (k->count == k->max_items)
+      return CHIME_ERESOURCE;
+    k->zero_in = 1;
+    k->zero_row = row;
+    k->count++;
+    return 0;
+  }
+  uint64_t i = probe(k, key);
+  if (k->keys[i] == key)
+    return CHIME_EEXIST;
+  if (k->count == k->max_items)
+    return CHIME_ERESOURCE;
+  k->keys[i] = key;
+  k->rows[i] = row;
+  k->count++;
+  return 0;
+}
+
+int chime__keyindex_lookup(const chime__keyindex_t *k, uint64_t key,
+                           uint32_t *row) {
+  if (key == EMPTY) {
+    if (!k->zero_in)
+      return CHIME_ENOTFOUND;
+    *row = k->zero_row;
+    return 0;
+  }
+  uint64_t i = probe(k, key);
+  if (k->keys[i] != key)
+    return CHIME_ENOTFOUND;
+  *row = k->rows[i];
+  return 0;
+}
+
+int chime__keyindex_remove(chime__keyindex_t *k, uint64_t key, uint32_t *row) {
+  if (key == EMPTY) {
+    if (!k->zero_in)
+      return CHIME_ENOTFOUND;
+    if (row != NULL)
+      *row = k->zero_row;
+    k->zero_in = 0;
+    k->count--;
+    return 0;
+  }
+  uint64_t hole = probe(k, key);
+  if (k->keys[hole] != key)
+    return CHIME_ENOTFOUND;
+  if (row != NULL)
+    *row = k->rows[hole];
+  /* Backward shift: walk the run after the hole and pull back every entry
+   * whose home is not cyclically in (hole, j], since a lookup for it would
+   * otherwise stop at the hole before reaching it. No tombstone is left,
+   * so probes stay as short as the live keys make them. */
+  for (uint64_t j = next(k, hole); k->keys[j] != EMPTY; j = next(k, j)) {
+    uint64_t h = home(k, k->keys[j]);
+    int stays = hole <= j ? (hole < h && h <= j) : (hole < h || h <= j);
+    if (stays)
+      continue;
+    k->keys[hole] = k->keys[j];
+    k->rows[hole] = k->rows[j];
+    hole = j;
+  }
+  k->keys[hole] = EMPTY;
+  k->count--;
+  return 0;
+}

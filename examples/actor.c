@@ -14,12 +14,13 @@
 
 static void usage(FILE *f) {
   fprintf(f, "usage: chime-actor --server ADDR --table T --count N [--seed S]\n"
-             "                   [--batch-samples B] [--inflight M]\n"
+             "                   [--batch-samples B] [--inflight M] "
+             "[--token-file FILE]\n"
              "Inserts N pattern samples with ids (S << 40) | i, i < N.\n");
 }
 
 int main(int argc, char **argv) {
-  const char *server = NULL, *table = "demo";
+  const char *server = NULL, *table = "demo", *token_file = NULL;
   uint64_t count = 0, seed = 1, batch = 256, inflight = 8;
   int have_count = 0;
   for (int i = 1; i < argc; i++) {
@@ -31,6 +32,8 @@ int main(int argc, char **argv) {
       return 0;
     } else if (!strcmp(a, "--server") && v) {
       server = v;
+    } else if (!strcmp(a, "--token-file") && v) {
+      token_file = v;
     } else if (!strcmp(a, "--table") && v) {
       table = v;
     } else if (!strcmp(a, "--count") && v) {
@@ -62,7 +65,15 @@ int main(int argc, char **argv) {
   char err[512];
   const chime_spec_t *spec = NULL;
 
-  rc = chime_client_create(&c, server, NULL);
+  chime_client_opts_t co = CHIME_CLIENT_OPTS_INIT;
+  char token[300];
+  if (token_file != NULL) {
+    if (chime__cli_read_token("chime-actor", token_file, token,
+                              sizeof(token)) != 0)
+      return 2;
+    co.token = token;
+  }
+  rc = chime_client_create(&c, server, &co);
   if (rc) {
     fprintf(stderr, "chime-actor: %s: %s\n", server, chime_strerror(rc));
     goto cleanup;

@@ -10,10 +10,11 @@
 #include <jansson.h>
 
 #include "chime/chime.h"
+#include "cli.h"
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: chimectl [--json] info ADDR\n"
-             "       chimectl [--json] stats ADDR\n");
+  fprintf(f, "usage: chimectl [--json] [--token-file FILE] info ADDR\n"
+             "       chimectl [--json] [--token-file FILE] stats ADDR\n");
 }
 
 static const char *mode_name(int mode) {
@@ -169,10 +170,12 @@ static int print_json(json_t *j) {
 
 int main(int argc, char **argv) {
   int as_json = 0;
-  const char *cmd = NULL, *addr = NULL;
+  const char *cmd = NULL, *addr = NULL, *token_file = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--json")) {
       as_json = 1;
+    } else if (!strcmp(argv[i], "--token-file") && i + 1 < argc) {
+      token_file = argv[++i];
     } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
       usage(stdout);
       return 0;
@@ -198,7 +201,14 @@ int main(int argc, char **argv) {
   chime_client_t *c = NULL;
   chime_server_info_t *info = NULL;
   chime_stats_t *st = NULL;
-  int rc = chime_client_create(&c, addr, NULL);
+  chime_client_opts_t co = CHIME_CLIENT_OPTS_INIT;
+  char token[300];
+  if (token_file != NULL) {
+    if (chime__cli_read_token("chimectl", token_file, token, sizeof(token)))
+      return 2;
+    co.token = token;
+  }
+  int rc = chime_client_create(&c, addr, &co);
   if (rc) {
     fprintf(stderr, "chimectl: %s: %s\n", addr, chime_strerror(rc));
     goto cleanup;

@@ -1,6 +1,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <string.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -32,4 +33,24 @@ double chime__cli_now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int chime__cli_read_token(const char *prog, const char *path, char *buf,
+                          size_t len) {
+  FILE *f = fopen(path, "re");
+  if (f == NULL) {
+    fprintf(stderr, "%s: --token-file %s: %s\n", prog, path, strerror(errno));
+    return 2;
+  }
+  size_t n = fread(buf, 1, len - 1, f);
+  fclose(f);
+  while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' ||
+                   buf[n - 1] == ' ' || buf[n - 1] == '\t'))
+    n--;
+  buf[n] = '\0';
+  if (n == 0) {
+    fprintf(stderr, "%s: --token-file %s: no token in it\n", prog, path);
+    return 2;
+  }
+  return 0;
 }

@@ -1,4 +1,5 @@
-/* Small command-line helpers shared by chime-actor and chime-learner. */
+/* Small command-line helpers shared by chime-actor, chime-learner and
+ * chimectl. */
 #ifndef CHIME_EXAMPLES_CLI_H
 #define CHIME_EXAMPLES_CLI_H
 
@@ -14,6 +15,10 @@ int chime__cli_parse_u64(const char *s, uint64_t max, uint64_t *out);
 int chime__cli_unknown_option(const char *prog, const char *opt,
                               void (*usage)(FILE *));
 int chime__cli_bad_value(const char *prog, const char *opt, const char *value);
+/* --token-file: reads the bearer token from path into buf (a trailing
+ * newline dropped). 0, or reports "PROG: ..." and returns 2. */
+int chime__cli_read_token(const char *prog, const char *path, char *buf,
+                          size_t len);
 /* Monotonic seconds, for throughput figures. */
 double chime__cli_now_s(void);
 

@@ -22,12 +22,12 @@
 #include "pattern.h"
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: chime-learner --server ADDR --table T --batch-size B "
-          "--batches N\n"
-          "                     [--mode auto|shm|stream] [--slots S] "
-          "[--timeout-ms MS]\n"
-          "                     [--ids-out FILE] [--pin] [--until-idle MS]\n");
+  fprintf(f, "usage: chime-learner --server ADDR --table T --batch-size B "
+             "--batches N\n"
+             "                     [--mode auto|shm|stream] [--slots S] "
+             "[--timeout-ms MS]\n"
+             "                     [--ids-out FILE] [--pin] [--until-idle MS]\n"
+             "                     [--token-file FILE]\n");
 }
 
 /* A JSON string literal, or null. */
@@ -51,6 +51,7 @@ static void print_json_str(const char *s) {
 
 int main(int argc, char **argv) {
   const char *server = NULL, *table = "demo", *ids_out = NULL;
+  const char *token_file = NULL;
   uint64_t batch_size = 0, batches = 0, slots = 8, timeout_ms = 30000;
   uint64_t idle_ms = 0;
   int have_batches = 0;
@@ -66,6 +67,8 @@ int main(int argc, char **argv) {
     } else if (!strcmp(a, "--pin")) {
       pin = 1;
       continue;
+    } else if (!strcmp(a, "--token-file") && v) {
+      token_file = v;
     } else if (!strcmp(a, "--server") && v) {
       server = v;
     } else if (!strcmp(a, "--table") && v) {
@@ -123,7 +126,15 @@ int main(int argc, char **argv) {
     snprintf(err, sizeof(err), "out of memory");
     goto cleanup;
   }
-  rc = chime_client_create(&c, server, NULL);
+  chime_client_opts_t co = CHIME_CLIENT_OPTS_INIT;
+  char token[300];
+  if (token_file != NULL) {
+    if (chime__cli_read_token("chime-learner", token_file, token,
+                              sizeof(token)) != 0)
+      return 2;
+    co.token = token;
+  }
+  rc = chime_client_create(&c, server, &co);
   if (rc) {
     snprintf(err, sizeof(err), "%s: %s", server, chime_strerror(rc));
     goto cleanup;

@@ -64,11 +64,16 @@ typedef struct {
    * keepalive_time_ms turns pings off. */
   int keepalive_time_ms;
   int keepalive_timeout_ms;
+  /* Sent with every call as `authorization: Bearer <token>` when not NULL
+   * (copied at create): a server with auth.tokens configured refuses calls
+   * without a known token (CHIME_EAUTH) and calls its role does not allow
+   * (CHIME_EPERM). 1..256 printable ASCII bytes, no spaces. */
+  const char *token;
 } chime_client_opts_t;
 #define CHIME_CLIENT_OPTS_INIT                                                 \
   {                                                                            \
     .timeout_ms = 5000, .max_message_bytes = 64u << 20,                        \
-    .keepalive_time_ms = 0, .keepalive_timeout_ms = 0                          \
+    .keepalive_time_ms = 0, .keepalive_timeout_ms = 0, .token = NULL           \
   }
 
 /* Connects to "host:port" or "unix:/path". Calls gRPC's grpc_init(). The

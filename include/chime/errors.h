@@ -43,7 +43,8 @@ extern "C" {
   X(ENOTSUP, -15, "not supported")                                             \
   X(ECUDA, -16, "CUDA runtime unavailable or failed")                          \
   X(EEXIST, -17, "already exists")                                             \
-  X(ECLOSED, -18, "object closed")
+  X(ECLOSED, -18, "object closed")                                             \
+  X(EAUTH, -19, "not authenticated (missing or unknown token)")
 
 typedef enum {
   CHIME_OK = 0,

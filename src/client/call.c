@@ -44,6 +44,10 @@ int chime__rpc_start(chime__rpc_t *r, chime_client_t *client, int method,
   size_t n = 0;
   memset(ops, 0, sizeof(ops));
   ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
+  /* The client's, alive as long as any of its calls. */
+  ops[n].data.send_initial_metadata.count = client->nmd;
+  ops[n].data.send_initial_metadata.metadata =
+      client->nmd ? &client->auth : NULL;
   if (flags & CHIME__RPC_WAIT_FOR_READY)
     ops[n].flags = GRPC_INITIAL_METADATA_WAIT_FOR_READY |
                    GRPC_INITIAL_METADATA_WAIT_FOR_READY_EXPLICITLY_SET;

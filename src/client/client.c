@@ -16,6 +16,12 @@ int chime_client_create(chime_client_t **out, const char *address,
     opts = &def;
   if (opts->max_message_bytes == 0 || opts->max_message_bytes > INT32_MAX)
     return CHIME_EINVAL;
+  size_t toklen = opts->token ? strlen(opts->token) : 0;
+  if (opts->token && (toklen == 0 || toklen > 256))
+    return CHIME_EINVAL;
+  for (size_t i = 0; i < toklen; i++)
+    if (opts->token[i] <= ' ' || opts->token[i] > '~')
+      return CHIME_EINVAL;
   chime_client_t *c = calloc(1, sizeof(*c));
   if (!c)
     return CHIME_ENOMEM;
@@ -49,6 +55,14 @@ int chime_client_create(chime_client_t **out, const char *address,
   grpc_channel_credentials *creds = grpc_insecure_credentials_create();
   c->channel = grpc_channel_create(address, creds, &cargs);
   grpc_channel_credentials_release(creds);
+  if (opts->token) {
+    char value[8 + 256];
+    int n = snprintf(value, sizeof(value), "Bearer %s", opts->token);
+    c->auth.key = grpc_slice_from_static_string("authorization");
+    c->auth.value = grpc_slice_from_copied_buffer(value, (size_t)n);
+    c->nmd = 1;
+    memset(value, 0, sizeof(value));
+  }
   *out = c;
   return 0;
 }
@@ -57,6 +71,8 @@ void chime_client_destroy(chime_client_t *client) {
   if (!client)
     return;
   grpc_channel_destroy(client->channel);
+  if (client->nmd)
+    grpc_slice_unref(client->auth.value);
   pthread_mutex_destroy(&client->lock);
   free(client);
   grpc_shutdown();

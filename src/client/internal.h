@@ -37,6 +37,8 @@
 
 struct chime_client_s {
   grpc_channel *channel;
+  grpc_metadata auth; /* authorization: Bearer <token> */
+  size_t nmd;         /* 1 with a token, else 0 */
   int timeout_ms;
   size_t max_message_bytes;
   pthread_mutex_t lock; /* guards err: a client is shared by threads */

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/auth.h"
 #include "server/server.h"
 
 struct chime__send_s {
@@ -339,6 +340,12 @@ static void on_request_done(chime__tag_t *tag, int ok) {
   }
   if (atomic_load(&srv->stopping)) {
     chime__call_finish(c, CHIME_ESHUTDOWN, "shutting down");
+    return;
+  }
+  char why[128];
+  int rc = chime__auth_check(&srv->cfg, c->method, &c->md, why, sizeof(why));
+  if (rc != 0) {
+    chime__call_finish(c, rc, "%s", why);
     return;
   }
   c->vt->on_start(c);

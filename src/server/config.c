@@ -2,6 +2,7 @@
  * a typo must fail loudly rather than silently keep a default. */
 #include "server/config.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -194,6 +195,91 @@ static int parse_budgets(chime__config_t *cfg, json_t *obj, char *err,
   return 0;
 }
 
+/* A token file: one token of 1..CHIME__TOKEN_MAX printable, non-space
+ * bytes; a trailing newline (and spaces) are dropped. The token itself
+ * never appears in an error. */
+static int read_token(chime__token_config_t *t, const char *path,
+                      const char *kw, char *err, size_t errlen) {
+  char buf[CHIME__TOKEN_MAX + 64];
+  FILE *f = fopen(path, "re");
+  if (f == NULL)
+    return fail(err, errlen, "%s: cannot read '%s': %s", kw, path,
+                strerror(errno));
+  size_t n = fread(buf, 1, sizeof(buf), f);
+  int more = fgetc(f) != EOF;
+  fclose(f);
+  while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' ||
+                   buf[n - 1] == ' ' || buf[n - 1] == '\t'))
+    n--;
+  if (more || n > CHIME__TOKEN_MAX)
+    return fail(err, errlen, "%s: the token in '%s' is longer than %d bytes",
+                kw, path, CHIME__TOKEN_MAX);
+  if (n == 0)
+    return fail(err, errlen, "%s: '%s' holds no token", kw, path);
+  for (size_t i = 0; i < n; i++)
+    if (buf[i] <= ' ' || buf[i] > '~')
+      return fail(err, errlen,
+                  "%s: the token in '%s' has a space or a control or "
+                  "non-ASCII byte at offset %zu",
+                  kw, path, i);
+  memcpy(t->token, buf, n);
+  t->token[n] = '\0';
+  t->len = (uint32_t)n;
+  return 0;
+}
+
+/* "auth": {"tokens": [{"file": "...", "role": "actor|learner|admin"}]} */
+static int parse_auth(chime__config_t *cfg, json_t *obj, char *err,
+                      size_t errlen) {
+  const char *key;
+  json_t *v;
+  if (!json_is_object(obj))
+    return fail(err, errlen, "'auth': expected an object");
+  json_object_foreach(obj, key, v) {
+    if (strcmp(key, "tokens") != 0)
+      return fail(err, errlen, "'auth.%s': unknown key (known: tokens)", key);
+    if (!json_is_array(v) || json_array_size(v) == 0)
+      return fail(err, errlen,
+                  "'auth.tokens': expected a non-empty array of {\"file\", "
+                  "\"role\"}");
+    if (json_array_size(v) > CHIME__MAX_TOKENS)
+      return fail(err, errlen, "'auth.tokens': at most %d tokens",
+                  CHIME__MAX_TOKENS);
+    size_t i;
+    json_t *e;
+    json_array_foreach(v, i, e) {
+      char kw[64];
+      snprintf(kw, sizeof(kw), "'auth.tokens[%zu]'", i);
+      json_t *file = json_object_get(e, "file");
+      json_t *role = json_object_get(e, "role");
+      if (!json_is_object(e) || !json_is_string(file) ||
+          !json_is_string(role) || json_object_size(e) != 2)
+        return fail(err, errlen,
+                    "%s: expected {\"file\": PATH, \"role\": "
+                    "\"actor\"|\"learner\"|\"admin\"}",
+                    kw);
+      chime__token_config_t *t = &cfg->tokens[cfg->ntokens];
+      const char *r = json_string_value(role);
+      t->role = strcmp(r, "actor") == 0     ? CHIME__ROLE_ACTOR
+                : strcmp(r, "learner") == 0 ? CHIME__ROLE_LEARNER
+                : strcmp(r, "admin") == 0   ? CHIME__ROLE_ADMIN
+                                            : 0;
+      if (t->role == 0)
+        return fail(err, errlen,
+                    "%s.role: '%.32s' (known: actor, learner, admin)", kw, r);
+      if (read_token(t, json_string_value(file), kw, err, errlen) != 0)
+        return CHIME_EINVAL;
+      for (uint32_t k = 0; k < cfg->ntokens; k++)
+        if (cfg->tokens[k].len == t->len &&
+            memcmp(cfg->tokens[k].token, t->token, t->len) == 0)
+          return fail(err, errlen, "%s: the same token as auth.tokens[%u]", kw,
+                      k);
+      cfg->ntokens++;
+    }
+  }
+  return 0;
+}
+
 static int parse_uids(chime__config_t *cfg, json_t *arr, char *err,
                       size_t errlen) {
   size_t i;
@@ -270,6 +356,8 @@ int chime__config_parse(chime__config_t *cfg, const char *text, char *err,
                      &cfg->handshake_timeout_ms, err, errlen);
     } else if (strcmp(key, "allowed_uids") == 0) {
       rc = parse_uids(cfg, v, err, errlen);
+    } else if (strcmp(key, "auth") == 0) {
+      rc = parse_auth(cfg, v, err, errlen);
     } else if (strcmp(key, "budgets") == 0) {
       rc = parse_budgets(cfg, v, err, errlen);
     } else if (strcmp(key, "pin_host_memory") == 0) {
@@ -307,7 +395,7 @@ int chime__config_parse(chime__config_t *cfg, const char *text, char *err,
                 "'%s': unknown key (known: listen, handoff_socket, "
                 "handoff_expires_ms, max_connections, handshake_timeout_ms, "
                 "keepalive_time_ms, keepalive_timeout_ms, sampler_threads, "
-                "allowed_uids, budgets, pin_host_memory, tables)",
+                "allowed_uids, auth, budgets, pin_host_memory, tables)",
                 key);
     }
     if (rc != 0)

@@ -24,6 +24,23 @@ typedef struct {
   chime__sampler_t sampler;
 } chime__table_config_t;
 
+/* Who may call what (auth.tokens): actor: Insert and GetInfo; learner:
+ * Subscribe and GetInfo; admin: everything. */
+typedef enum {
+  CHIME__ROLE_ACTOR = 1,
+  CHIME__ROLE_LEARNER = 2,
+  CHIME__ROLE_ADMIN = 3,
+} chime__role_t;
+
+#define CHIME__MAX_TOKENS 64
+#define CHIME__TOKEN_MAX 256 /* bytes of one token */
+
+typedef struct {
+  char token[CHIME__TOKEN_MAX + 1]; /* read from file at start */
+  uint32_t len;
+  chime__role_t role;
+} chime__token_config_t;
+
 typedef struct {
   char listen[CHIME__MAX_ADDR];
   /* "@auto": abstract socket with a random name; "@name": abstract; else a
@@ -43,6 +60,8 @@ typedef struct {
   uint32_t keepalive_time_ms;
   uint32_t keepalive_timeout_ms;
   uint32_t sampler_threads; /* the pool filling every ring; 0: CPUs */
+  uint32_t ntokens;         /* 0: no authentication */
+  chime__token_config_t tokens[CHIME__MAX_TOKENS];
   int pin_host_memory;
   uint32_t ntables;
   chime__table_config_t tables[CHIME__MAX_TABLES];

@@ -349,6 +349,17 @@ static int unix_path_in_use(const char *addr) {
   return used;
 }
 
+/* Whether only this host can reach addr: a Unix socket or a loopback
+ * address. */
+static int listen_is_local(const char *addr) {
+  if (strncmp(addr, "unix:", 5) == 0 ||
+      strncmp(addr, "unix-abstract:", 14) == 0)
+    return 1;
+  return strncmp(addr, "127.", 4) == 0 ||
+         strncmp(addr, "localhost:", 10) == 0 ||
+         strncmp(addr, "[::1]:", 6) == 0 || strncmp(addr, "ipv4:127.", 9) == 0;
+}
+
 int chime_server_listen(chime_server_t *srv, char *bound, size_t boundlen,
                         char *err, size_t errlen) {
   int rc = 0;
@@ -416,6 +427,12 @@ int chime_server_listen(chime_server_t *srv, char *bound, size_t boundlen,
     else
       snprintf(bound, boundlen, "%.*s:%d", (int)(colon - a), a, port);
   }
+  if (!listen_is_local(srv->cfg.listen) && srv->cfg.ntokens == 0)
+    fprintf(stderr,
+            "chimed: warning: listening on %s beyond loopback with no "
+            "auth.tokens (and no TLS): anyone who reaches the port can "
+            "insert into, drain or stall every table\n",
+            srv->cfg.listen);
   return 0;
 fail:
   chime__acceptor_destroy(srv->acceptor);

@@ -22,6 +22,8 @@ grpc_status_code chime__status_from_err(int err) {
     return GRPC_STATUS_RESOURCE_EXHAUSTED;
   case CHIME_EPERM:
     return GRPC_STATUS_PERMISSION_DENIED;
+  case CHIME_EAUTH:
+    return GRPC_STATUS_UNAUTHENTICATED;
   case CHIME_ESHUTDOWN:
   case CHIME_EUNAVAILABLE:
   case CHIME_EDISCONNECTED:
@@ -52,8 +54,9 @@ int chime__err_from_status(grpc_status_code status) {
   case GRPC_STATUS_RESOURCE_EXHAUSTED:
     return CHIME_ERESOURCE;
   case GRPC_STATUS_PERMISSION_DENIED:
-  case GRPC_STATUS_UNAUTHENTICATED:
     return CHIME_EPERM;
+  case GRPC_STATUS_UNAUTHENTICATED:
+    return CHIME_EAUTH;
   case GRPC_STATUS_UNIMPLEMENTED:
     return CHIME_ENOTSUP;
   case GRPC_STATUS_ALREADY_EXISTS:

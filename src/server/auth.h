@@ -1,0 +1,24 @@
+/* Bearer tokens and roles (auth.tokens in the config): every call presents
+ * `authorization: Bearer <token>`; a missing or unknown token is
+ * CHIME_EAUTH (UNAUTHENTICATED), a role without the method CHIME_EPERM
+ * (PERMISSION_DENIED). Tokens are compared in constant time, against every
+ * configured token, and never logged or echoed. With no tokens configured
+ * every call is let through. */
+#ifndef CHIME_SERVER_AUTH_H
+#define CHIME_SERVER_AUTH_H
+
+#include <stddef.h>
+
+#include <grpc/grpc.h>
+
+#include "server/config.h"
+
+/* method: CHIME__M_* (CHIME__M_COUNT for a method chime does not know:
+ * any valid token passes, the call then gets UNIMPLEMENTED). 0, or an error
+ * code with a sentence in err that names the method and role, not the
+ * token. */
+int chime__auth_check(const chime__config_t *cfg, int method,
+                      const grpc_metadata_array *md, char *err, size_t errlen);
+const char *chime__role_name(chime__role_t role);
+
+#endif

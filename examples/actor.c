@@ -65,15 +65,9 @@ int main(int argc, char **argv) {
   char err[512];
   const chime_spec_t *spec = NULL;
 
-  chime_client_opts_t co = CHIME_CLIENT_OPTS_INIT;
-  char token[300];
-  if (token_file != NULL) {
-    if (chime__cli_read_token("chime-actor", token_file, token,
-                              sizeof(token)) != 0)
-      return 2;
-    co.token = token;
-  }
-  rc = chime_client_create(&c, server, &co);
+  rc = chime__cli_client("chime-actor", server, token_file, &c);
+  if (rc == 2)
+    return 2;
   if (rc) {
     fprintf(stderr, "chime-actor: %s: %s\n", server, chime_strerror(rc));
     goto cleanup;

@@ -201,14 +201,9 @@ int main(int argc, char **argv) {
   chime_client_t *c = NULL;
   chime_server_info_t *info = NULL;
   chime_stats_t *st = NULL;
-  chime_client_opts_t co = CHIME_CLIENT_OPTS_INIT;
-  char token[300];
-  if (token_file != NULL) {
-    if (chime__cli_read_token("chimectl", token_file, token, sizeof(token)))
-      return 2;
-    co.token = token;
-  }
-  int rc = chime_client_create(&c, addr, &co);
+  int rc = chime__cli_client("chimectl", addr, token_file, &c);
+  if (rc == 2)
+    return 2;
   if (rc) {
     fprintf(stderr, "chimectl: %s: %s\n", addr, chime_strerror(rc));
     goto cleanup;

@@ -1,5 +1,7 @@
 #include "cli.h"
 
+#include "chime/chime.h"
+
 #include <errno.h>
 #include <string.h>
 #include <stdlib.h>
@@ -35,8 +37,8 @@ double chime__cli_now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-int chime__cli_read_token(const char *prog, const char *path, char *buf,
-                          size_t len) {
+static int read_token(const char *prog, const char *path, char *buf,
+                      size_t len) {
   FILE *f = fopen(path, "re");
   if (f == NULL) {
     fprintf(stderr, "%s: --token-file %s: %s\n", prog, path, strerror(errno));
@@ -53,4 +55,18 @@ int chime__cli_read_token(const char *prog, const char *path, char *buf,
     return 2;
   }
   return 0;
+}
+
+int chime__cli_client(const char *prog, const char *addr,
+                      const char *token_file, chime_client_t **out) {
+  chime_client_opts_t o = CHIME_CLIENT_OPTS_INIT;
+  char token[300];
+  if (token_file != NULL) {
+    if (read_token(prog, token_file, token, sizeof(token)) != 0)
+      return 2;
+    o.token = token;
+  }
+  int rc = chime_client_create(out, addr, &o);
+  memset(token, 0, sizeof(token));
+  return rc;
 }

@@ -15,10 +15,13 @@ int chime__cli_parse_u64(const char *s, uint64_t max, uint64_t *out);
 int chime__cli_unknown_option(const char *prog, const char *opt,
                               void (*usage)(FILE *));
 int chime__cli_bad_value(const char *prog, const char *opt, const char *value);
-/* --token-file: reads the bearer token from path into buf (a trailing
- * newline dropped). 0, or reports "PROG: ..." and returns 2. */
-int chime__cli_read_token(const char *prog, const char *path, char *buf,
-                          size_t len);
+/* The client for ADDR, sending the bearer token read from token_file (NULL:
+ * none; a trailing newline dropped): 0; 2 after a "PROG: ..." line when the
+ * token file cannot be used (a command-line mistake); else the CHIME_E code
+ * of chime_client_create(). */
+typedef struct chime_client_s chime_client_t;
+int chime__cli_client(const char *prog, const char *addr,
+                      const char *token_file, chime_client_t **out);
 /* Monotonic seconds, for throughput figures. */
 double chime__cli_now_s(void);
 

@@ -126,15 +126,11 @@ int main(int argc, char **argv) {
     snprintf(err, sizeof(err), "out of memory");
     goto cleanup;
   }
-  chime_client_opts_t co = CHIME_CLIENT_OPTS_INIT;
-  char token[300];
-  if (token_file != NULL) {
-    if (chime__cli_read_token("chime-learner", token_file, token,
-                              sizeof(token)) != 0)
-      return 2;
-    co.token = token;
+  rc = chime__cli_client("chime-learner", server, token_file, &c);
+  if (rc == 2) {
+    free(ids);
+    return 2;
   }
-  rc = chime_client_create(&c, server, &co);
   if (rc) {
     snprintf(err, sizeof(err), "%s: %s", server, chime_strerror(rc));
     goto cleanup;

@@ -62,7 +62,8 @@ struct chime__table_s {
   pthread_cond_t unpinned; /* an insert waits for a pinned row */
   int pin_waiters;
   uint32_t oldest, newest;       /* NONE when empty */
-  uint64_t free_head, free_tail; /* freeq, free-running */
+  uint32_t free_head, free_tail; /* freeq ring, wrapped at the capacity */
+  int dense_on;                  /* a uniform selector needs dense */
   uint64_t count;                /* live items */
   uint64_t ndead; /* rows whose item left while pinned: neither live nor free */
   returned_t *ret_head, *ret_tail; /* fifo: given back, sampled first */
@@ -172,7 +173,9 @@ int chime__table_create(chime__table_t **out,
     t->freeq[r] = (uint32_t)r;
     t->dpos[r] = NONE;
   }
-  t->free_tail = cap;
+  t->free_tail = 0; /* full: tail wrapped onto head */
+  t->dense_on = uses(&t->cfg, CHIME__SAMPLER_UNIFORM) ||
+                uses(&t->cfg, CHIME__SAMPLER_PRIORITIZED); /* all-zero */
   t->oldest = t->newest = NONE;
   if (uses(&t->cfg, CHIME__SAMPLER_PRIORITIZED) &&
       (rc = chime__sumtree_create(&t->sum, cap)) != 0)
@@ -353,12 +356,20 @@ static uint64_t next_rand(chime__table_t *t) {
   return x * UINT64_C(2685821657736338717);
 }
 
+/* No division on the hot path: the ring indexes wrap by comparison. The
+ * count of free rows is cap - count - ndead, so head == tail is never
+ * ambiguous to the callers. */
 static void free_push(chime__table_t *t, uint32_t r) {
-  t->freeq[t->free_tail++ % t->cfg.capacity] = r;
+  t->freeq[t->free_tail] = r;
+  if (++t->free_tail == t->cfg.capacity)
+    t->free_tail = 0;
 }
 
 static uint32_t free_pop(chime__table_t *t) {
-  return t->freeq[t->free_head++ % t->cfg.capacity];
+  uint32_t r = t->freeq[t->free_head];
+  if (++t->free_head == t->cfg.capacity)
+    t->free_head = 0;
+  return r;
 }
 
 /* The value a row weighs in the sum tree. */
@@ -369,8 +380,10 @@ static double weight(const chime__table_t *t, double prio) {
 
 /* Makes row r (its item written) live in every structure. */
 static void live_add(chime__table_t *t, uint32_t r) {
-  t->dpos[r] = (uint32_t)t->count;
-  t->dense[t->count++] = r;
+  t->dpos[r] = (uint32_t)t->count; /* also says "live" without dense */
+  if (t->dense_on)
+    t->dense[t->count] = r;
+  t->count++;
   t->prev[r] = t->newest;
   t->nx[r] = NONE;
   if (t->newest != NONE)
@@ -390,9 +403,12 @@ static void live_add(chime__table_t *t, uint32_t r) {
 
 /* Takes live row r out; it is free again once no sampler copies it. */
 static void live_remove(chime__table_t *t, uint32_t r) {
-  uint32_t last = t->dense[--t->count];
-  t->dense[t->dpos[r]] = last;
-  t->dpos[last] = t->dpos[r];
+  --t->count;
+  if (t->dense_on) {
+    uint32_t last = t->dense[t->count];
+    t->dense[t->dpos[r]] = last;
+    t->dpos[last] = t->dpos[r];
+  }
   t->dpos[r] = NONE;
   if (t->prev[r] != NONE)
     t->nx[t->prev[r]] = t->nx[r];

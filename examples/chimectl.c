@@ -29,11 +29,14 @@ static json_t *info_json(const chime_server_info_t *in) {
     if (chime_spec_format(&t->spec, spec, sizeof(spec)) != 0)
       snprintf(spec, sizeof(spec), "?");
     json_array_append_new(
-        tables, json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:s}", "name",
-                          t->name, "spec", spec, "capacity",
-                          (json_int_t)t->capacity, "size", (json_int_t)t->size,
-                          "min_size", (json_int_t)t->min_size, "sample_bytes",
-                          (json_int_t)t->sample_bytes, "sampler", t->sampler));
+        tables,
+        json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:s, s:s, s:f, s:I}", "name",
+                  t->name, "spec", spec, "capacity", (json_int_t)t->capacity,
+                  "size", (json_int_t)t->size, "min_size",
+                  (json_int_t)t->min_size, "sample_bytes",
+                  (json_int_t)t->sample_bytes, "sampler", t->sampler, "remover",
+                  t->remover, "priority_exponent", t->priority_exponent,
+                  "max_times_sampled", (json_int_t)t->max_times_sampled));
   }
   json_t *rings = json_array();
   for (uint32_t i = 0; i < in->nrings; i++) {
@@ -56,17 +59,22 @@ static void info_text(const chime_server_info_t *in) {
          in->boot_id);
   printf("pin_host_memory: %s, pinned bytes: %" PRIu64 "\n\n",
          in->pin_host_memory ? "on" : "off", in->pinned_bytes);
-  printf("%-16s %-8s %10s %10s %8s %12s  %s\n", "TABLE", "SAMPLER", "SIZE",
-         "CAPACITY", "MIN_SIZE", "SAMPLE_BYTES", "SPEC");
+  printf("%-16s %-11s %-11s %8s %9s %10s %10s %8s %12s  %s\n", "TABLE",
+         "SAMPLER", "REMOVER", "EXPONENT", "MAX_TIMES", "SIZE", "CAPACITY",
+         "MIN_SIZE", "SAMPLE_BYTES", "SPEC");
   for (uint32_t i = 0; i < in->ntables; i++) {
     const chime_table_info_t *t = &in->tables[i];
     char spec[4096];
     if (chime_spec_format(&t->spec, spec, sizeof(spec)) != 0)
       snprintf(spec, sizeof(spec), "?");
-    printf("%-16s %-8s %10" PRIu64 " %10" PRIu64 " %8" PRIu64 " %12" PRIu64
-           "  %s\n",
-           t->name, t->sampler, t->size, t->capacity, t->min_size,
-           t->sample_bytes, spec);
+    char exp[32] = "-"; /* only a prioritized selector uses it */
+    if (strcmp(t->sampler, "prioritized") == 0 ||
+        strcmp(t->remover, "prioritized") == 0)
+      snprintf(exp, sizeof(exp), "%g", t->priority_exponent);
+    printf("%-16s %-11s %-11s %8s %9" PRIu64 " %10" PRIu64 " %10" PRIu64
+           " %8" PRIu64 " %12" PRIu64 "  %s\n",
+           t->name, t->sampler, t->remover, exp, t->max_times_sampled, t->size,
+           t->capacity, t->min_size, t->sample_bytes, spec);
   }
   /* One ring per open stream; pinned bytes are slots x slot_bytes of each
    * ring the server page-locked (docs/pinning.md). */

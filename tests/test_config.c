@@ -58,6 +58,40 @@ static void test_full(void **state) {
   assert_int_equal(chime_spec_sample_bytes(&cfg.tables[1].spec), 8);
 }
 
+static void test_selectors(void **state) {
+  char err[256] = "";
+  (void)state;
+  const char *json =
+      "{\"tables\":[{\"name\":\"p\",\"spec\":\"x:u8\",\"capacity\":10,"
+      "\"sampler\":\"prioritized\",\"priority_exponent\":0.6,"
+      "\"remover\":\"min_heap\",\"max_times_sampled\":3},"
+      "{\"name\":\"s\",\"spec\":\"x:u8\",\"capacity\":10,"
+      "\"sampler\":\"lifo\",\"max_times_sampled\":1},"
+      "{\"name\":\"q\",\"spec\":\"x:u8\",\"capacity\":10,"
+      "\"max_times_sampled\":2},"
+      "{\"name\":\"u\",\"spec\":\"x:u8\",\"capacity\":10,"
+      "\"sampler\":\"uniform\",\"remover\":\"max_heap\"}]}";
+  assert_int_equal(chime__config_parse(&cfg, json, err, sizeof(err)), 0);
+  assert_int_equal(cfg.tables[0].sampler, CHIME__SAMPLER_PRIORITIZED);
+  assert_int_equal(cfg.tables[0].remover, CHIME__SAMPLER_MIN_HEAP);
+  assert_true(cfg.tables[0].priority_exponent == 0.6);
+  assert_int_equal(cfg.tables[0].max_times_sampled, 3);
+  assert_int_equal(cfg.tables[1].sampler, CHIME__SAMPLER_LIFO);
+  assert_int_equal(cfg.tables[1].remover, CHIME__SAMPLER_FIFO);
+  assert_int_equal(cfg.tables[1].max_times_sampled, 1);
+  assert_int_equal(cfg.tables[2].sampler, CHIME__SAMPLER_FIFO);
+  assert_int_equal(cfg.tables[2].max_times_sampled, 2);
+  assert_int_equal(cfg.tables[3].remover, CHIME__SAMPLER_MAX_HEAP);
+  assert_int_equal(cfg.tables[3].max_times_sampled, 0);
+  assert_true(cfg.tables[3].priority_exponent == 1.0);
+  /* Old configs: fifo is a queue (removed on sample), uniform keeps. */
+  assert_int_equal(chime__config_default(&cfg, err, sizeof(err)), 0);
+  assert_int_equal(cfg.tables[0].max_times_sampled, 1);
+  assert_int_equal(cfg.tables[0].remover, CHIME__SAMPLER_FIFO);
+  for (int s = CHIME__SAMPLER_FIFO; s <= CHIME__SAMPLER_MAX_HEAP; s++)
+    assert_int_equal(chime__sampler_parse(chime__sampler_name(s)), s);
+}
+
 static void test_example_file(void **state) {
   char err[512] = "", path[1024];
   (void)state;
@@ -97,8 +131,36 @@ static void test_mistakes(void **state) {
   expect_bad(T("a", "x:q32", ",\"capacity\":1"), "table 'a': bad spec");
   expect_bad(T("a", "x:u8", ",\"capacity\":1,\"colour\":1"),
              "table 'a': 'colour': unknown key");
-  expect_bad(T("a", "x:u8", ",\"capacity\":1,\"sampler\":\"lifo\""),
-             "table 'a': 'sampler'");
+  expect_bad(T("a", "x:u8", ",\"capacity\":1,\"sampler\":\"lilo\""),
+             "table 'a': 'sampler': expected \"fifo\", \"lifo\"");
+  expect_bad(T("a", "x:u8", ",\"capacity\":1,\"remover\":\"oldest\""),
+             "table 'a': 'remover': expected \"fifo\"");
+  expect_bad(T("a", "x:u8",
+               ",\"capacity\":1,\"sampler\":\"fifo\",\"remover\":"
+               "\"uniform\""),
+             "table 'a': 'remover': a fifo sampler");
+  expect_bad(T("a", "x:u8", ",\"capacity\":1,\"max_times_sampled\":0"),
+             "table 'a': 'max_times_sampled': a fifo sampler needs a limit");
+  expect_bad(T("a", "x:u8", ",\"capacity\":1,\"max_times_sampled\":-1"),
+             "table 'a': 'max_times_sampled'");
+  expect_bad(T("a", "x:u8",
+               ",\"capacity\":1,\"sampler\":\"uniform\","
+               "\"max_times_sampled\":4294967296"),
+             "table 'a': 'max_times_sampled': must be 0..4294967295");
+  expect_bad(T("a", "x:u8",
+               ",\"capacity\":1,\"sampler\":\"uniform\","
+               "\"priority_exponent\":0.5"),
+             "table 'a': 'priority_exponent': only a prioritized");
+  expect_bad(T("a", "x:u8",
+               ",\"capacity\":1,\"sampler\":\"prioritized\","
+               "\"priority_exponent\":-1"),
+             "table 'a': 'priority_exponent': expected a number");
+  expect_bad(T("a", "x:u8",
+               ",\"capacity\":1,\"sampler\":\"prioritized\","
+               "\"priority_exponent\":\"1\""),
+             "table 'a': 'priority_exponent'");
+  expect_bad(T("a", "x:u8", ",\"capacity\":4294967295"),
+             "table 'a': capacity 4294967295 exceeds 4294967294 items");
   expect_bad(T("a", "x:u8", ",\"capacity\":2,\"min_size\":3"),
              "table 'a': min_size 3 exceeds capacity 2");
   expect_bad(T("a", "x:u8[1099511627776]", ",\"capacity\":2"), "table 'a'");
@@ -144,6 +206,7 @@ int main(void) {
       cmocka_unit_test(test_server_null_opts),
       cmocka_unit_test(test_default),
       cmocka_unit_test(test_full),
+      cmocka_unit_test(test_selectors),
       cmocka_unit_test(test_example_file),
       cmocka_unit_test(test_mistakes),
   };

@@ -27,7 +27,10 @@ static const char *config =
     "\"sampler\": \"fifo\"},\n"
     "  {\"name\": \"uni\", \"spec\": \"obs:f32[64], action:i32[], "
     "reward:f32[]\", \"capacity\": 16, \"min_size\": 16, \"sampler\": "
-    "\"uniform\"}]}\n";
+    "\"uniform\"},\n"
+    "  {\"name\": \"pri\", \"spec\": \"x:u8\", \"capacity\": 8, \"sampler\": "
+    "\"prioritized\", \"priority_exponent\": 0.6, \"remover\": \"max_heap\", "
+    "\"max_times_sampled\": 2}]}\n";
 
 static chime__chimed_t chimed;
 static chime_client_t *client;
@@ -166,11 +169,23 @@ static void test_get_info(void **state) {
   assert_string_equal(info->boot_id, boot);
   assert_string_equal(info->hostname, host);
   assert_int_equal(info->pin_host_memory, 0);
-  assert_int_equal(info->ntables, 2);
-  const chime_table_info_t *t = &info->tables[0];
-  if (strcmp(t->name, "demo") != 0)
-    t = &info->tables[1];
-  assert_string_equal(t->name, "demo");
+  assert_int_equal(info->ntables, 3);
+  const chime_table_info_t *t = NULL, *pri = NULL;
+  for (uint32_t i = 0; i < info->ntables; i++) {
+    if (strcmp(info->tables[i].name, "demo") == 0)
+      t = &info->tables[i];
+    if (strcmp(info->tables[i].name, "pri") == 0)
+      pri = &info->tables[i];
+  }
+  assert_non_null(t);
+  assert_non_null(pri);
+  assert_string_equal(pri->sampler, "prioritized");
+  assert_string_equal(pri->remover, "max_heap");
+  assert_true(pri->priority_exponent == 0.6);
+  assert_int_equal(pri->max_times_sampled, 2);
+  /* An old config's fifo table: a queue. */
+  assert_string_equal(t->remover, "fifo");
+  assert_int_equal(t->max_times_sampled, 1);
   assert_int_equal(t->capacity, 4096);
   assert_int_equal(t->min_size, 1);
   assert_int_equal(t->sample_bytes, SAMPLE_BYTES);
@@ -196,7 +211,7 @@ static void check_mode(chime_mode_t mode, chime_mode_t want, uint64_t seed) {
   free(bytes);
   chime_stats_t *st = NULL;
   assert_int_equal(chime_client_stats(&st, client), 0);
-  assert_int_equal(st->ntables, 2);
+  assert_int_equal(st->ntables, 3);
   for (uint32_t i = 0; i < st->ntables; i++)
     if (strcmp(st->tables[i].name, "demo") == 0)
       assert_int_equal(st->tables[i].size, 0);

@@ -190,6 +190,15 @@ static void check_info_rings(const char *addr, chime_client_t *client,
   assert_int_equal(json_integer_value(json_object_get(j, "pinned_bytes")),
                    total);
   assert_int_equal(json_array_size(json_object_get(j, "rings")), n);
+  {
+    json_t *tb = json_array_get(json_object_get(j, "tables"), 0);
+    assert_string_equal(json_string_value(json_object_get(tb, "remover")),
+                        "fifo");
+    assert_int_equal(
+        json_integer_value(json_object_get(tb, "max_times_sampled")), 1);
+    assert_true(json_real_value(json_object_get(tb, "priority_exponent")) ==
+                1.0);
+  }
   for (size_t k = 0; k < n; k++) {
     json_t *r = json_ring(j, ids[k]);
 
@@ -207,6 +216,20 @@ static void check_info_rings(const char *addr, chime_client_t *client,
    * total row whose last column is the pinned total. */
   text = chimectl_info(addr, 0);
   assert_non_null(strstr(text, "\nRINGS\n"));
+  {
+    /* The table row: name, sampler, remover, exponent, max_times_sampled. */
+    char sampler[16] = "", remover[16] = "", exp[16] = "";
+    unsigned long long mts = 0;
+    const char *at = strstr(text, "\ndemo ");
+    assert_non_null(at);
+    assert_int_equal(
+        sscanf(at, " demo %15s %15s %15s %llu", sampler, remover, exp, &mts),
+        4);
+    assert_string_equal(sampler, "fifo");
+    assert_string_equal(remover, "fifo");
+    assert_string_equal(exp, "-");
+    assert_int_equal(mts, 1);
+  }
   for (size_t k = 0; k < n; k++) {
     char row[128];
     const char *at;

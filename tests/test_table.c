@@ -1,6 +1,7 @@
 /* Tables: fifo order and removal, uniform eviction and probabilities,
  * leaf-major copies, blocking inserts and samples and how they end, and
  * requests resent by a writer acked again instead of inserted twice. */
+#include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -508,13 +509,15 @@ static void *churn_main(void *arg) {
   return NULL;
 }
 
-static void check_untorn(chime__sampler_t sampler) {
+static void check_untorn(chime__sampler_t sampler, chime__sampler_t remover) {
   chime__table_config_t tc;
   memset(&tc, 0, sizeof(tc));
   snprintf(tc.name, sizeof(tc.name), "big");
   assert_int_equal(chime_spec_parse(&tc.spec, "x:u64[8192]", NULL, 0), 0);
   tc.capacity = 4;
   tc.sampler = sampler;
+  tc.remover = remover;
+  tc.priority_exponent = 1.0;
   chime__table_t *t;
   assert_int_equal(chime__table_create(&t, &tc), 0);
   churn_t c = {t, 3000, 0};
@@ -551,10 +554,264 @@ static void check_untorn(chime__sampler_t sampler) {
   chime__table_destroy(t);
 }
 
+/* A table of make_cfg's spec with the given selectors and a fixed seed. */
+static chime__table_t *sel_table(chime__table_config_t *tc, uint64_t cap,
+                                 chime__sampler_t s, chime__sampler_t r,
+                                 uint64_t mts, double exponent) {
+  chime__table_t *t;
+  make_cfg(tc, cap, s, 1);
+  tc->remover = r;
+  tc->max_times_sampled = mts;
+  tc->priority_exponent = exponent;
+  tc->seed = 12345;
+  assert_int_equal(chime__table_create(&t, tc), 0);
+  return t;
+}
+
+/* Inserts keys first..first+n-1 with priorities. */
+static void insert_prio(chime__table_t *t, uint64_t first, uint32_t n,
+                        const double *prio) {
+  uint8_t buf[16 * SB];
+  uint64_t k;
+  assert_true(n <= 16);
+  fill(buf, first, n);
+  assert_int_equal(chime__table_insert(t, buf, n, prio, &k, NULL, NULL), 0);
+  assert_int_equal(k, first);
+}
+
+/* Draws `draws` samples in batches of 10 from a table holding keys
+ * 1..n with weights w (unnormalised) and checks the counts with a
+ * chi-square test (fixed seed, threshold 40 for up to 9 degrees of
+ * freedom: p < 1e-5 for a correct sampler) and each sample's
+ * probability against w / sum exactly. */
+static void check_distribution(chime__table_t *t, uint32_t n, const double *w,
+                               uint32_t draws) {
+  slot_t s;
+  uint64_t counts[16] = {0};
+  double sum = 0;
+  for (uint32_t i = 0; i < n; i++)
+    sum += w[i];
+  slot_init(&s, t, 10);
+  for (uint32_t b = 0; b < draws / 10; b++) {
+    assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
+    for (uint32_t j = 0; j < 10; j++) {
+      uint64_t key = s.ws.info[j].key;
+      assert_true(key >= 1 && key <= n);
+      check_sample(&s, j, key);
+      counts[key - 1]++;
+      double want = w[key - 1] / sum;
+      double got = s.ws.info[j].probability;
+      assert_true(got > want * (1 - 1e-12) && got < want * (1 + 1e-12));
+    }
+  }
+  double chi = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    double e = (double)draws * w[i] / sum;
+    chi += ((double)counts[i] - e) * ((double)counts[i] - e) / e;
+  }
+  if (chi > 40)
+    fail_msg("chi-square %.1f over %u keys", chi, n);
+  free(s.mem);
+}
+
+static void test_uniform_distribution(void **state) {
+  chime__table_config_t tc;
+  (void)state;
+  chime__table_t *t = sel_table(&tc, 10, CHIME__SAMPLER_UNIFORM, 0, 0, 1.0);
+  double w[10];
+  for (int i = 0; i < 10; i++)
+    w[i] = 1;
+  insert_prio(t, 1, 10, NULL);
+  check_distribution(t, 10, w, 50000);
+  chime__table_destroy(t);
+}
+
+static void test_prioritized_distribution(void **state) {
+  chime__table_config_t tc;
+  (void)state;
+  double prio[8] = {1, 2, 3, 4, 5, 0, 7, 0.5}, w[8];
+  double exps[] = {1.0, 0.5, 2.0, 0.0};
+  for (size_t e = 0; e < sizeof(exps) / sizeof(exps[0]); e++) {
+    chime__table_t *t =
+        sel_table(&tc, 8, CHIME__SAMPLER_PRIORITIZED, 0, 0, exps[e]);
+    insert_prio(t, 1, 8, prio);
+    for (int i = 0; i < 8; i++)
+      w[i] = pow(prio[i], exps[e]);
+    /* Priority 0 is never sampled, except with exponent 0 where, as in
+     * Reverb (0^0 = 1), every item weighs the same. */
+    check_distribution(t, 8, w, 60000);
+    chime__table_destroy(t);
+  }
+}
+
+/* Samples one batch of n and checks its keys are want[0..n-1], each with
+ * probability 1. */
+static void sample_exact(chime__table_t *t, uint32_t n, const uint64_t *want) {
+  slot_t s;
+  slot_init(&s, t, n);
+  assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
+  for (uint32_t j = 0; j < n; j++) {
+    check_sample(&s, j, want[j]);
+    assert_true(s.ws.info[j].probability == 1.0);
+  }
+  free(s.mem);
+}
+
+static void test_lifo_is_a_stack(void **state) {
+  chime__table_config_t tc;
+  chime__table_stats_t st;
+  (void)state;
+  chime__table_t *t = sel_table(&tc, 8, CHIME__SAMPLER_LIFO, 0, 1, 1.0);
+  insert_prio(t, 1, 5, NULL);
+  sample_exact(t, 3, (uint64_t[]){5, 4, 3});
+  insert_prio(t, 6, 2, NULL);
+  sample_exact(t, 4, (uint64_t[]){7, 6, 2, 1});
+  chime__table_get_stats(t, &st);
+  assert_int_equal(st.size, 0);
+  chime__table_destroy(t);
+  /* No limit: the newest item, again and again. */
+  t = sel_table(&tc, 8, CHIME__SAMPLER_LIFO, 0, 0, 1.0);
+  insert_prio(t, 1, 3, NULL);
+  sample_exact(t, 3, (uint64_t[]){3, 3, 3});
+  chime__table_destroy(t);
+}
+
+static void test_heaps_in_priority_order(void **state) {
+  chime__table_config_t tc;
+  (void)state;
+  double prio[6] = {3, 1, 4, 1, 5, 9};
+  chime__table_t *t = sel_table(&tc, 8, CHIME__SAMPLER_MIN_HEAP, 0, 1, 1.0);
+  insert_prio(t, 1, 6, prio);
+  /* Equal priorities: the earlier insert first. */
+  sample_exact(t, 6, (uint64_t[]){2, 4, 1, 3, 5, 6});
+  chime__table_destroy(t);
+  t = sel_table(&tc, 8, CHIME__SAMPLER_MAX_HEAP, 0, 1, 1.0);
+  insert_prio(t, 1, 6, prio);
+  sample_exact(t, 3, (uint64_t[]){6, 5, 3});
+  insert_prio(t, 7, 1, (double[]){4});
+  sample_exact(t, 3, (uint64_t[]){7, 1, 2});
+  chime__table_destroy(t);
+}
+
+static void test_max_times_sampled_exact(void **state) {
+  chime__table_config_t tc;
+  chime__table_stats_t st;
+  slot_t s;
+  uint32_t seen[11] = {0};
+  (void)state;
+  chime__table_t *t = sel_table(&tc, 10, CHIME__SAMPLER_UNIFORM, 0, 3, 1.0);
+  insert_prio(t, 1, 10, NULL);
+  slot_init(&s, t, 1);
+  for (int b = 0; b < 30; b++) {
+    assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
+    uint64_t key = s.ws.info[0].key;
+    check_sample(&s, 0, key);
+    assert_int_equal(s.ws.info[0].times_sampled, ++seen[key]);
+    assert_true(seen[key] <= 3);
+  }
+  for (int k = 1; k <= 10; k++)
+    assert_int_equal(seen[k], 3);
+  chime__table_get_stats(t, &st);
+  assert_int_equal(st.size, 0);
+  assert_int_equal(st.samples, 30);
+  free(s.mem);
+  chime__table_destroy(t);
+  /* A fifo queue that gives each item twice. */
+  t = sel_table(&tc, 4, CHIME__SAMPLER_FIFO, 0, 2, 1.0);
+  insert_prio(t, 1, 4, NULL);
+  sample_exact(t, 4, (uint64_t[]){1, 1, 2, 2});
+  chime__table_get_stats(t, &st);
+  assert_int_equal(st.size, 2);
+  insert_prio(t, 5, 2, NULL);
+  sample_exact(t, 4, (uint64_t[]){3, 3, 4, 4});
+  chime__table_destroy(t);
+}
+
+/* Checks the keys left in a uniform table (no limit) are exactly want:
+ * size, and every key seen over many draws. */
+static void check_left(chime__table_t *t, uint32_t n, const uint64_t *want) {
+  chime__table_stats_t st;
+  chime__table_get_stats(t, &st);
+  assert_int_equal(st.size, n);
+  slot_t s;
+  int found[64] = {0};
+  slot_init(&s, t, 1);
+  for (int b = 0; b < 2000; b++) {
+    assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
+    assert_true(s.ws.info[0].key < 64);
+    found[s.ws.info[0].key] = 1;
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    assert_true(found[want[i]]);
+    found[want[i]] = 0;
+  }
+  for (int k = 0; k < 64; k++)
+    assert_int_equal(found[k], 0);
+  free(s.mem);
+}
+
+static void test_evictions_follow_remover(void **state) {
+  chime__table_config_t tc;
+  (void)state;
+  double prio[4] = {5, 1, 3, 4};
+  /* min_heap: the lowest priority leaves. */
+  chime__table_t *t =
+      sel_table(&tc, 4, CHIME__SAMPLER_UNIFORM, CHIME__SAMPLER_MIN_HEAP, 0, 1);
+  insert_prio(t, 1, 4, prio);
+  insert_prio(t, 5, 1, (double[]){2});
+  insert_prio(t, 6, 1, (double[]){0.5});
+  check_left(t, 4, (uint64_t[]){1, 3, 4, 6});
+  chime__table_destroy(t);
+  /* max_heap: the highest. */
+  t = sel_table(&tc, 4, CHIME__SAMPLER_UNIFORM, CHIME__SAMPLER_MAX_HEAP, 0, 1);
+  insert_prio(t, 1, 4, prio);
+  insert_prio(t, 5, 2, (double[]){9, 2});
+  check_left(t, 4, (uint64_t[]){2, 3, 5, 6});
+  chime__table_destroy(t);
+  /* lifo: the newest. */
+  t = sel_table(&tc, 3, CHIME__SAMPLER_UNIFORM, CHIME__SAMPLER_LIFO, 0, 1);
+  insert_prio(t, 1, 3, NULL);
+  insert_prio(t, 4, 1, NULL);
+  insert_prio(t, 5, 1, NULL);
+  check_left(t, 3, (uint64_t[]){1, 2, 5});
+  chime__table_destroy(t);
+  /* prioritized: only an item of non-zero priority can be drawn. */
+  t = sel_table(&tc, 3, CHIME__SAMPLER_UNIFORM, CHIME__SAMPLER_PRIORITIZED, 0,
+                1);
+  insert_prio(t, 1, 3, (double[]){0, 1, 0});
+  insert_prio(t, 4, 1, (double[]){0});
+  check_left(t, 3, (uint64_t[]){1, 3, 4});
+  chime__table_destroy(t);
+  /* fifo (the default): the oldest; a request over the capacity
+   * evicts its own first samples. */
+  t = sel_table(&tc, 3, CHIME__SAMPLER_UNIFORM, 0, 0, 1);
+  insert_prio(t, 1, 4, NULL);
+  check_left(t, 3, (uint64_t[]){2, 3, 4});
+  chime__table_destroy(t);
+}
+
+static void test_bad_priorities_refused(void **state) {
+  chime__table_config_t tc;
+  uint8_t buf[SB];
+  uint64_t k;
+  (void)state;
+  chime__table_t *t = sel_table(&tc, 4, CHIME__SAMPLER_PRIORITIZED, 0, 0, 2.0);
+  fill(buf, 1, 1);
+  double bad[] = {-1, NAN, INFINITY, 1e200};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+    assert_int_equal(chime__table_insert(t, buf, 1, &bad[i], &k, NULL, NULL),
+                     CHIME_EINVAL);
+  chime__table_destroy(t);
+}
+
 static void test_rows_never_torn(void **state) {
   (void)state;
-  check_untorn(CHIME__SAMPLER_UNIFORM);
-  check_untorn(CHIME__SAMPLER_FIFO);
+  check_untorn(CHIME__SAMPLER_UNIFORM, 0);
+  check_untorn(CHIME__SAMPLER_FIFO, 0);
+  /* Evictions from the middle while a sampler copies the rows. */
+  check_untorn(CHIME__SAMPLER_UNIFORM, CHIME__SAMPLER_LIFO);
+  check_untorn(CHIME__SAMPLER_PRIORITIZED, CHIME__SAMPLER_UNIFORM);
+  check_untorn(CHIME__SAMPLER_MAX_HEAP, CHIME__SAMPLER_MIN_HEAP);
 }
 
 int main(void) {
@@ -571,6 +828,13 @@ int main(void) {
       cmocka_unit_test(test_forgotten_writer_refused),
       cmocka_unit_test(test_resend_into_full_fifo_does_not_wait),
       cmocka_unit_test(test_rows_never_torn),
+      cmocka_unit_test(test_uniform_distribution),
+      cmocka_unit_test(test_prioritized_distribution),
+      cmocka_unit_test(test_lifo_is_a_stack),
+      cmocka_unit_test(test_heaps_in_priority_order),
+      cmocka_unit_test(test_max_times_sampled_exact),
+      cmocka_unit_test(test_evictions_follow_remover),
+      cmocka_unit_test(test_bad_priorities_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -95,7 +95,10 @@ typedef struct {
   uint64_t size;
   uint64_t min_size;
   uint64_t sample_bytes;
-  char sampler[16];
+  char sampler[16]; /* fifo lifo uniform prioritized min_heap max_heap */
+  char remover[16]; /* the same names: which item a full table evicts */
+  double priority_exponent;   /* prioritized sampler or remover */
+  uint64_t max_times_sampled; /* an item leaves after so many; 0: never */
 } chime_table_info_t;
 
 /* One open stream's ring on the server, as GetInfo reports it. */

@@ -188,6 +188,9 @@ int chime_client_info(chime_server_info_t **out, chime_client_t *client) {
     o->min_size = t->min_size;
     o->sample_bytes = t->sample_bytes;
     copy_str(o->sampler, sizeof(o->sampler), t->sampler);
+    copy_str(o->remover, sizeof(o->remover), t->remover);
+    o->priority_exponent = t->priority_exponent;
+    o->max_times_sampled = t->max_times_sampled;
     info->ntables++;
   }
   for (size_t i = 0; i < r->n_rings; i++) {

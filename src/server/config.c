@@ -24,14 +24,30 @@ static int fail(char *err, size_t errlen, const char *fmt, ...) {
   return CHIME_EINVAL;
 }
 
+static const char *const selector_names[] = {
+    [CHIME__SAMPLER_FIFO] = "fifo",
+    [CHIME__SAMPLER_UNIFORM] = "uniform",
+    [CHIME__SAMPLER_LIFO] = "lifo",
+    [CHIME__SAMPLER_PRIORITIZED] = "prioritized",
+    [CHIME__SAMPLER_MIN_HEAP] = "min_heap",
+    [CHIME__SAMPLER_MAX_HEAP] = "max_heap",
+};
+#define NSELECTORS (sizeof(selector_names) / sizeof(selector_names[0]))
+#define SELECTOR_LIST                                                          \
+  "\"fifo\", \"lifo\", \"uniform\", \"prioritized\", \"min_heap\" or "         \
+  "\"max_heap\""
+
 const char *chime__sampler_name(chime__sampler_t s) {
-  switch (s) {
-  case CHIME__SAMPLER_FIFO:
-    return "fifo";
-  case CHIME__SAMPLER_UNIFORM:
-    return "uniform";
-  }
+  if ((size_t)s < NSELECTORS && selector_names[s] != NULL)
+    return selector_names[s];
   return "unknown";
+}
+
+chime__sampler_t chime__sampler_parse(const char *s) {
+  for (size_t i = 0; i < NSELECTORS; i++)
+    if (selector_names[i] != NULL && strcmp(s, selector_names[i]) == 0)
+      return (chime__sampler_t)i;
+  return 0;
 }
 
 static int get_u64(json_t *v, const char *key, uint64_t *out, char *err,
@@ -75,6 +91,10 @@ static int table_check(const chime__table_config_t *t, const char *where,
                 "%s: capacity %llu of %llu-byte samples exceeds %llu bytes",
                 where, (unsigned long long)t->capacity, (unsigned long long)sb,
                 (unsigned long long)CHIME__MAX_TABLE_BYTES);
+  if (t->capacity > CHIME__MAX_TABLE_ITEMS)
+    return fail(err, errlen, "%s: capacity %llu exceeds %llu items", where,
+                (unsigned long long)t->capacity,
+                (unsigned long long)CHIME__MAX_TABLE_ITEMS);
   if (t->min_size > t->capacity)
     return fail(err, errlen, "%s: min_size %llu exceeds capacity %llu", where,
                 (unsigned long long)t->min_size,
@@ -119,9 +139,11 @@ static int parse_table(chime__table_config_t *t, json_t *obj, uint32_t index,
   snprintf(t->name, sizeof(t->name), "%s", json_string_value(name));
   snprintf(where, sizeof(where), "table '%s'", t->name);
 
-  int have_spec = 0, have_cap = 0;
+  int have_spec = 0, have_cap = 0, have_remover = 0, have_exp = 0, have_mts = 0;
   t->min_size = 1;
   t->sampler = CHIME__SAMPLER_FIFO;
+  t->remover = CHIME__SAMPLER_FIFO;
+  t->priority_exponent = 1.0;
   const char *key;
   json_t *v;
   json_object_foreach(obj, key, v) {
@@ -144,18 +166,34 @@ static int parse_table(chime__table_config_t *t, json_t *obj, uint32_t index,
     } else if (strcmp(key, "min_size") == 0) {
       if (get_u64(v, kw, &t->min_size, err, errlen) != 0)
         return CHIME_EINVAL;
-    } else if (strcmp(key, "sampler") == 0) {
-      const char *s = json_is_string(v) ? json_string_value(v) : "";
-      if (strcmp(s, "fifo") == 0)
-        t->sampler = CHIME__SAMPLER_FIFO;
-      else if (strcmp(s, "uniform") == 0)
-        t->sampler = CHIME__SAMPLER_UNIFORM;
-      else
-        return fail(err, errlen, "%s: expected \"fifo\" or \"uniform\"", kw);
+    } else if (strcmp(key, "sampler") == 0 || strcmp(key, "remover") == 0) {
+      chime__sampler_t sel =
+          chime__sampler_parse(json_is_string(v) ? json_string_value(v) : "");
+      if (sel == 0)
+        return fail(err, errlen, "%s: expected " SELECTOR_LIST, kw);
+      if (key[0] == 's') {
+        t->sampler = sel;
+      } else {
+        t->remover = sel;
+        have_remover = 1;
+      }
+    } else if (strcmp(key, "priority_exponent") == 0) {
+      if (!json_is_number(v) || !(json_number_value(v) >= 0) ||
+          json_number_value(v) > 1e6)
+        return fail(err, errlen, "%s: expected a number in 0..1e6", kw);
+      t->priority_exponent = json_number_value(v);
+      have_exp = 1;
+    } else if (strcmp(key, "max_times_sampled") == 0) {
+      if (get_u64(v, kw, &t->max_times_sampled, err, errlen) != 0)
+        return CHIME_EINVAL;
+      if (t->max_times_sampled > UINT32_MAX)
+        return fail(err, errlen, "%s: must be 0..%u (0: no limit)", kw,
+                    UINT32_MAX);
+      have_mts = 1;
     } else {
       return fail(err, errlen,
                   "%s: unknown key (known: name, spec, capacity, sampler, "
-                  "min_size)",
+                  "remover, priority_exponent, max_times_sampled, min_size)",
                   kw);
     }
   }
@@ -163,6 +201,28 @@ static int parse_table(chime__table_config_t *t, json_t *obj, uint32_t index,
     return fail(err, errlen, "%s: 'spec' is required", where);
   if (!have_cap)
     return fail(err, errlen, "%s: 'capacity' is required", where);
+  /* A fifo sampler's full table makes inserts wait for samples to make
+   * room (a queue): it removes nothing itself, and needs a limit. */
+  if (t->sampler == CHIME__SAMPLER_FIFO) {
+    if (have_remover && t->remover != CHIME__SAMPLER_FIFO)
+      return fail(err, errlen,
+                  "%s: 'remover': a fifo sampler's full table makes inserts "
+                  "wait, it removes nothing (leave remover out)",
+                  where);
+    if (have_mts && t->max_times_sampled == 0)
+      return fail(err, errlen,
+                  "%s: 'max_times_sampled': a fifo sampler needs a limit (its "
+                  "full table waits for samples to make room; 1 is a queue)",
+                  where);
+    if (!have_mts)
+      t->max_times_sampled = 1;
+  }
+  if (have_exp && t->sampler != CHIME__SAMPLER_PRIORITIZED &&
+      t->remover != CHIME__SAMPLER_PRIORITIZED)
+    return fail(err, errlen,
+                "%s: 'priority_exponent': only a prioritized sampler or "
+                "remover uses it",
+                where);
   return table_check(t, where, err, errlen);
 }
 

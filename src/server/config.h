@@ -11,10 +11,20 @@
 #define CHIME__MAX_UIDS 64
 #define CHIME__MAX_ADDR 256
 
+/* A selector: how a table's sampler picks an item, and how its remover
+ * picks the item that leaves when a full table needs room (Reverb's
+ * selectors; docs/replay.md). */
 typedef enum {
   CHIME__SAMPLER_FIFO = 1,
   CHIME__SAMPLER_UNIFORM = 2,
+  CHIME__SAMPLER_LIFO = 3,
+  CHIME__SAMPLER_PRIORITIZED = 4, /* priority^exponent / sum */
+  CHIME__SAMPLER_MIN_HEAP = 5,    /* lowest priority first */
+  CHIME__SAMPLER_MAX_HEAP = 6,    /* highest priority first */
 } chime__sampler_t;
+
+/* Rows are 32-bit indexes with one value kept for "none". */
+#define CHIME__MAX_TABLE_ITEMS UINT64_C(0xfffffffe)
 
 typedef struct {
   char name[CHIME_MAX_NAME];
@@ -22,6 +32,13 @@ typedef struct {
   uint64_t capacity;
   uint64_t min_size;
   chime__sampler_t sampler;
+  /* 0: fifo. A fifo sampler's full table makes inserts wait instead. */
+  chime__sampler_t remover;
+  double priority_exponent; /* prioritized sampler or remover only */
+  /* An item leaves once sampled this many times; 0: never. 0 with a fifo
+   * sampler means 1 (a queue, the fifo table's behaviour before the key). */
+  uint64_t max_times_sampled;
+  uint64_t seed; /* the table's random draws; 0: from the clock (tests) */
 } chime__table_config_t;
 
 /* Who may call what (auth.tokens): actor: Insert and GetInfo; learner:
@@ -83,6 +100,8 @@ typedef struct {
 #define CHIME__MAX_TABLE_BYTES (UINT64_C(1) << 40)
 
 const char *chime__sampler_name(chime__sampler_t s);
+/* The selector named s (a config value), or 0. */
+chime__sampler_t chime__sampler_parse(const char *s);
 
 /* The built-in configuration: table demo on 127.0.0.1:50051. */
 int chime__config_default(chime__config_t *cfg, char *err, size_t errlen);

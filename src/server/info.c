@@ -103,6 +103,9 @@ static void info_on_start(chime__call_t *c) {
     tm[i].info.capacity = tc->capacity;
     tm[i].info.size = ts.size;
     tm[i].info.sampler = (char *)chime__sampler_name(tc->sampler);
+    tm[i].info.remover = (char *)chime__sampler_name(tc->remover);
+    tm[i].info.priority_exponent = tc->priority_exponent;
+    tm[i].info.max_times_sampled = tc->max_times_sampled;
     tm[i].info.min_size = tc->min_size;
     tm[i].info.sample_bytes = chime__table_sample_bytes(srv->tables[i]);
     tp[i] = &tm[i].info;

@@ -112,10 +112,15 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
   if (open->prefetch > open->slots)
     return fail(err, errlen, CHIME_EINVAL, "prefetch %u: must be 0..slots (%u)",
                 open->prefetch, open->slots);
-  if (tc->sampler == CHIME__SAMPLER_FIFO && open->batch_size > tc->capacity)
+  /* Sampling removes items (fifo, max_times_sampled): a batch waits for
+   * batch_size of them at once, which a smaller table never holds. */
+  if (tc->max_times_sampled != 0 && open->batch_size > tc->capacity)
     return fail(err, errlen, CHIME_EINVAL,
-                "batch_size %u exceeds the capacity %llu of fifo table '%s'",
-                open->batch_size, (unsigned long long)tc->capacity, tc->name);
+                "batch_size %u exceeds the capacity %llu of table '%s' "
+                "(sampler %s, max_times_sampled %llu)",
+                open->batch_size, (unsigned long long)tc->capacity, tc->name,
+                chime__sampler_name(tc->sampler),
+                (unsigned long long)tc->max_times_sampled);
   if (atomic_load(&srv->stopping))
     return fail(err, errlen, CHIME_ESHUTDOWN, "shutting down");
 

@@ -1,9 +1,15 @@
 /* Replay table storage. Items live in one preallocated mapping, leaf-major
- * (one array per leaf, indexed by the item's position in a circular buffer),
- * so a fifo batch is one memcpy per leaf per contiguous run and nothing on the
- * insert or sample path allocates. A sampler chooses its rows under the
- * table lock and copies them without it: the rows are pinned meanwhile,
- * and an insert that would overwrite a pinned row waits for it. */
+ * (one array per leaf, indexed by row), and nothing on the insert or sample
+ * path allocates. Rows come from a free list kept in the order rows were
+ * freed, so a fifo table fills and drains rows in circular order and a fifo
+ * batch is still one memcpy per leaf per contiguous run. Any item can leave
+ * (a remover or max_times_sampled may pick one in the middle), so the live
+ * rows are also kept in insert order (a doubly linked list: fifo, lifo), in
+ * a dense array (uniform draws), and, when a selector needs them, in a sum
+ * tree (prioritized) and heaps (min_heap, max_heap), all indexed by row.
+ * A sampler chooses its rows under the table lock and copies them without
+ * it: the rows are pinned meanwhile, and a row that leaves while pinned
+ * returns to the free list only once unpinned, so no insert overwrites it. */
 #include "server/table.h"
 
 #include <stdlib.h>
@@ -13,6 +19,10 @@
 
 #include "chime/errors.h"
 #include "wire/insert.h"
+#include "server/heap.h"
+#include "server/sumtree.h"
+
+#include <math.h>
 
 /* A fifo batch given back by a stream that ended before its learner was done
  * with it: the slot's bytes (leaf-major, as in the ring), taken again before
@@ -35,7 +45,14 @@ struct chime__table_s {
   uint64_t *itime;
   uint32_t *times;
   double *prio;
-  uint32_t *pins; /* samplers copying the row right now, without the lock */
+  uint32_t *pins;  /* samplers copying the row right now, without the lock */
+  uint32_t *dense; /* the live rows, in no order */
+  uint32_t *dpos;  /* row -> its index in dense; NONE: not live */
+  uint32_t *prev, *nx;   /* live rows in insert order */
+  uint32_t *freeq;       /* free rows, a ring in the order they were freed */
+  chime__sumtree_t *sum; /* priority^exponent by row (prioritized) */
+  chime__heap_t *hmin, *hmax;
+  uint64_t mts; /* max_times_sampled, 0: no limit */
   void *map;
   size_t map_len;
 
@@ -44,8 +61,11 @@ struct chime__table_s {
   pthread_cond_t items;
   pthread_cond_t unpinned; /* an insert waits for a pinned row */
   int pin_waiters;
-  uint64_t head; /* position of the oldest item, free-running */
-  uint64_t count;
+  uint32_t oldest, newest;       /* NONE when empty */
+  uint32_t free_head, free_tail; /* freeq ring, wrapped at the capacity */
+  int dense_on;                  /* a uniform selector needs dense */
+  uint64_t count;                /* live items */
+  uint64_t ndead; /* rows whose item left while pinned: neither live nor free */
   returned_t *ret_head, *ret_tail; /* fifo: given back, sampled first */
   uint64_t nreturned;              /* items in them not yet taken again */
   chime__table_waiter_t *waiters;  /* samplers told when items arrive */
@@ -55,6 +75,17 @@ struct chime__table_s {
   chime__dedupe_t *dedupe; /* writers' requests, under mu */
   uint64_t inserts, samples, sampler_wait_ns, insert_wait_ns, returned;
 };
+
+#define NONE UINT32_MAX
+
+static int uses(const chime__table_config_t *cfg, chime__sampler_t s) {
+  return cfg->sampler == s || cfg->remover == s;
+}
+
+/* Per-row bookkeeping in the mapping: key, insert time, priority, then the
+ * 32-bit arrays times, pins, dense, dpos, prev, next, freeq. */
+#define NMETA 10
+static const uint64_t meta_bytes[NMETA] = {8, 8, 8, 4, 4, 4, 4, 4, 4, 4};
 
 static uint64_t now_ns(clockid_t clk) {
   struct timespec ts;
@@ -74,10 +105,23 @@ int chime__table_create(chime__table_t **out,
   if (t == NULL)
     return CHIME_ENOMEM;
   t->cfg = *cfg;
+  if (t->cfg.remover == 0)
+    t->cfg.remover = CHIME__SAMPLER_FIFO;
+  if (t->cfg.sampler == CHIME__SAMPLER_FIFO && t->cfg.max_times_sampled == 0)
+    t->cfg.max_times_sampled = 1;
+  t->mts = t->cfg.max_times_sampled;
   t->sample_bytes = chime_spec_sample_bytes(&cfg->spec);
   t->nleaves = cfg->spec.nleaves;
   if (t->sample_bytes == 0 || cfg->capacity == 0 ||
-      cfg->capacity > CHIME__MAX_TABLE_BYTES / t->sample_bytes) {
+      cfg->capacity > CHIME__MAX_TABLE_ITEMS ||
+      cfg->capacity > CHIME__MAX_TABLE_BYTES / t->sample_bytes ||
+      t->cfg.sampler < CHIME__SAMPLER_FIFO ||
+      t->cfg.sampler > CHIME__SAMPLER_MAX_HEAP ||
+      t->cfg.remover < CHIME__SAMPLER_FIFO ||
+      t->cfg.remover > CHIME__SAMPLER_MAX_HEAP ||
+      (t->cfg.sampler == CHIME__SAMPLER_FIFO &&
+       t->cfg.remover != CHIME__SAMPLER_FIFO) ||
+      !(t->cfg.priority_exponent >= 0) || isinf(t->cfg.priority_exponent)) {
     rc = CHIME_EINVAL;
     goto out;
   }
@@ -91,8 +135,8 @@ int chime__table_create(chime__table_t **out,
     len += align64(cap * t->lbytes[i]);
   }
   size_t meta_off = len;
-  len += align64(cap * sizeof(uint64_t)) * 2 + align64(cap * sizeof(double)) +
-         align64(cap * sizeof(uint32_t)) * 2;
+  for (int i = 0; i < NMETA; i++)
+    len += align64(cap * meta_bytes[i]);
   /* Anonymous memory: pages are only committed once items land in them. */
   t->map = mmap(NULL, len, PROT_READ | PROT_WRITE,
                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -119,9 +163,31 @@ int chime__table_create(chime__table_t **out,
   p += align64(cap * sizeof(double));
   t->times = (uint32_t *)p;
   p += align64(cap * sizeof(uint32_t));
-  t->pins = (uint32_t *)p;
+  uint32_t **u32[] = {&t->pins, &t->dense, &t->dpos,
+                      &t->prev, &t->nx,    &t->freeq};
+  for (size_t i = 0; i < sizeof(u32) / sizeof(u32[0]); i++) {
+    *u32[i] = (uint32_t *)p;
+    p += align64(cap * sizeof(uint32_t));
+  }
+  for (size_t r = 0; r < cap; r++) {
+    t->freeq[r] = (uint32_t)r;
+    t->dpos[r] = NONE;
+  }
+  t->free_tail = 0; /* full: tail wrapped onto head */
+  t->dense_on = uses(&t->cfg, CHIME__SAMPLER_UNIFORM) ||
+                uses(&t->cfg, CHIME__SAMPLER_PRIORITIZED); /* all-zero */
+  t->oldest = t->newest = NONE;
+  if (uses(&t->cfg, CHIME__SAMPLER_PRIORITIZED) &&
+      (rc = chime__sumtree_create(&t->sum, cap)) != 0)
+    goto out;
+  if (uses(&t->cfg, CHIME__SAMPLER_MIN_HEAP) &&
+      (rc = chime__heap_create(&t->hmin, (uint32_t)cap, CHIME__HEAP_MIN)) != 0)
+    goto out;
+  if (uses(&t->cfg, CHIME__SAMPLER_MAX_HEAP) &&
+      (rc = chime__heap_create(&t->hmax, (uint32_t)cap, CHIME__HEAP_MAX)) != 0)
+    goto out;
   t->next_key = 1;
-  t->rng = now_ns(CLOCK_MONOTONIC) | 1u;
+  t->rng = (cfg->seed != 0 ? cfg->seed : now_ns(CLOCK_MONOTONIC)) | 1u;
   pthread_mutex_init(&t->mu, NULL);
   pthread_cond_init(&t->space, NULL);
   pthread_cond_init(&t->items, NULL);
@@ -129,8 +195,14 @@ int chime__table_create(chime__table_t **out,
   *out = t;
   t = NULL;
 out:
-  if (t != NULL && t->map != NULL)
-    munmap(t->map, t->map_len);
+  if (t != NULL) {
+    if (t->map != NULL)
+      munmap(t->map, t->map_len);
+    chime__dedupe_destroy(t->dedupe);
+    chime__sumtree_destroy(t->sum);
+    chime__heap_destroy(t->hmin);
+    chime__heap_destroy(t->hmax);
+  }
   free(t);
   return rc;
 }
@@ -151,6 +223,9 @@ void chime__table_destroy(chime__table_t *t) {
   if (t->map != NULL)
     munmap(t->map, t->map_len);
   chime__dedupe_destroy(t->dedupe);
+  chime__sumtree_destroy(t->sum);
+  chime__heap_destroy(t->hmin);
+  chime__heap_destroy(t->hmax);
   free(t);
 }
 
@@ -257,16 +332,155 @@ static void cursor_read(cursor_t *c, uint8_t *dst, uint64_t n) {
   }
 }
 
-/* Whether an insert of count samples would write a row a sampler is still
- * copying: the rows from head + count on (all of them past the capacity;
- * eviction moves head and count, not where the next row goes). */
-static int rows_pinned(const chime__table_t *t, uint32_t count) {
-  uint64_t cap = t->cfg.capacity;
-  uint64_t n = count < cap ? count : cap;
-  uint64_t pos = t->head + t->count;
-  for (uint64_t j = 0; j < n; j++)
-    if (t->pins[(pos + j) % cap] != 0)
-      return 1;
+static void cursor_skip(cursor_t *c, uint64_t n) {
+  while (n > 0) {
+    size_t avail = c->sp[c->i].len - c->off;
+    if (avail == 0) {
+      c->i++;
+      c->off = 0;
+      continue;
+    }
+    size_t take = n < avail ? (size_t)n : avail;
+    c->off += take;
+    n -= take;
+  }
+}
+
+static uint64_t next_rand(chime__table_t *t) {
+  /* xorshift64*: quality is ample for replay sampling and it is cheap. */
+  uint64_t x = t->rng;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  t->rng = x;
+  return x * UINT64_C(2685821657736338717);
+}
+
+/* No division on the hot path: the ring indexes wrap by comparison. The
+ * count of free rows is cap - count - ndead, so head == tail is never
+ * ambiguous to the callers. */
+static void free_push(chime__table_t *t, uint32_t r) {
+  t->freeq[t->free_tail] = r;
+  if (++t->free_tail == t->cfg.capacity)
+    t->free_tail = 0;
+}
+
+static uint32_t free_pop(chime__table_t *t) {
+  uint32_t r = t->freeq[t->free_head];
+  if (++t->free_head == t->cfg.capacity)
+    t->free_head = 0;
+  return r;
+}
+
+/* The value a row weighs in the sum tree. */
+static double weight(const chime__table_t *t, double prio) {
+  double e = t->cfg.priority_exponent;
+  return e == 1.0 ? prio : pow(prio, e);
+}
+
+/* Makes row r (its item written) live in every structure. */
+static void live_add(chime__table_t *t, uint32_t r) {
+  t->dpos[r] = (uint32_t)t->count; /* also says "live" without dense */
+  if (t->dense_on)
+    t->dense[t->count] = r;
+  t->count++;
+  t->prev[r] = t->newest;
+  t->nx[r] = NONE;
+  if (t->newest != NONE)
+    t->nx[t->newest] = r;
+  else
+    t->oldest = r;
+  t->newest = r;
+  int e = 0;
+  if (t->sum != NULL && chime__sumtree_set(t->sum, r, weight(t, t->prio[r])))
+    e = chime__sumtree_set(t->sum, r, 0.0); /* checked at insert: can't */
+  if (t->hmin != NULL)
+    e |= chime__heap_push(t->hmin, r, t->prio[r]);
+  if (t->hmax != NULL)
+    e |= chime__heap_push(t->hmax, r, t->prio[r]);
+  (void)e; /* the row was free, the key checked: cannot fail */
+}
+
+/* Takes live row r out; it is free again once no sampler copies it. */
+static void live_remove(chime__table_t *t, uint32_t r) {
+  --t->count;
+  if (t->dense_on) {
+    uint32_t last = t->dense[t->count];
+    t->dense[t->dpos[r]] = last;
+    t->dpos[last] = t->dpos[r];
+  }
+  t->dpos[r] = NONE;
+  if (t->prev[r] != NONE)
+    t->nx[t->prev[r]] = t->nx[r];
+  else
+    t->oldest = t->nx[r];
+  if (t->nx[r] != NONE)
+    t->prev[t->nx[r]] = t->prev[r];
+  else
+    t->newest = t->prev[r];
+  int e = 0;
+  if (t->sum != NULL)
+    e = chime__sumtree_set(t->sum, r, 0.0);
+  if (t->hmin != NULL)
+    e |= chime__heap_remove(t->hmin, r);
+  if (t->hmax != NULL)
+    e |= chime__heap_remove(t->hmax, r);
+  (void)e; /* r was live, so in each: cannot fail */
+  if (t->pins[r] != 0)
+    t->ndead++;
+  else
+    free_push(t, r);
+}
+
+/* The live row a selector picks (the table holds at least one item), and
+ * the probability it had of being picked. */
+static uint32_t select_row(chime__table_t *t, chime__sampler_t how,
+                           double *prob) {
+  uint32_t r = NONE;
+  *prob = 1.0;
+  switch (how) {
+  case CHIME__SAMPLER_FIFO:
+    return t->oldest;
+  case CHIME__SAMPLER_LIFO:
+    return t->newest;
+  case CHIME__SAMPLER_MIN_HEAP:
+    if (chime__heap_top(t->hmin, &r, NULL) == 0)
+      return r;
+    break;
+  case CHIME__SAMPLER_MAX_HEAP:
+    if (chime__heap_top(t->hmax, &r, NULL) == 0)
+      return r;
+    break;
+  case CHIME__SAMPLER_PRIORITIZED: {
+    double total = chime__sumtree_total(t->sum);
+    uint64_t slot;
+    /* 53 random bits: a double in [0, 1). */
+    double u = (double)(next_rand(t) >> 11) * 0x1p-53;
+    if (total > 0 && chime__sumtree_find(t->sum, u * total, &slot) == 0) {
+      *prob = chime__sumtree_get(t->sum, slot) / total;
+      return (uint32_t)slot;
+    }
+    break; /* every priority 0: uniform */
+  }
+  case CHIME__SAMPLER_UNIFORM:
+    break;
+  }
+  *prob = 1.0 / (double)t->count;
+  return t->dense[next_rand(t) % t->count];
+}
+
+/* A bad priority for this table's selectors, or 0. */
+static int check_priorities(const chime__table_t *t, const double *prio,
+                            uint32_t from, uint32_t count) {
+  if (prio == NULL || (t->sum == NULL && t->hmin == NULL && t->hmax == NULL))
+    return 0;
+  for (uint32_t i = from; i < count; i++) {
+    if (isnan(prio[i]))
+      return CHIME_EINVAL;
+    if (t->sum != NULL &&
+        (prio[i] < 0 || isinf(prio[i]) || isinf(weight(t, prio[i]))))
+      return CHIME_EINVAL;
+  }
   return 0;
 }
 
@@ -284,10 +498,15 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
     return CHIME_EINVAL;
   uint64_t cap = t->cfg.capacity;
   int fifo = t->cfg.sampler == CHIME__SAMPLER_FIFO;
-  uint64_t done = 0;
   uint64_t when = now_ns(CLOCK_REALTIME);
   if (fifo && count > cap)
     return CHIME_EINVAL; /* could never go in whole */
+  /* Beyond the capacity a request would evict its own first samples: they
+   * take keys and count as inserted, but only the last cap go in. */
+  uint64_t skip = count > cap ? count - cap : 0;
+  uint64_t need = count - skip;
+  if (check_priorities(t, priorities, (uint32_t)skip, count) != 0)
+    return CHIME_EINVAL;
   pthread_mutex_lock(&t->mu);
   /* All or nothing: a fifo request waits until every sample fits, so a
    * request ended by a stop leaves nothing behind that its writer would
@@ -310,9 +529,15 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
     }
     /* Items given back count against the capacity until taken again. */
     int room = !fifo || (t->count + t->nreturned <= cap &&
-                         cap - t->count - t->nreturned >= count);
-    /* A row a sampler is copying is not overwritten meanwhile. */
-    int pinned = room && rows_pinned(t, count);
+                         cap - t->count - t->nreturned >= need);
+    if (!fifo) {
+      double p;
+      while (t->count + need > cap)
+        live_remove(t, select_row(t, t->cfg.remover, &p));
+    }
+    /* A row a sampler is copying is not reused meanwhile: an item that
+     * left while pinned holds its row until the copy is done. */
+    int pinned = room && cap - t->count - t->ndead < need;
     if (room && !pinned)
       break;
     if (abort != NULL && atomic_load(abort)) {
@@ -334,28 +559,18 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
   uint64_t key0 = t->next_key;
   t->next_key += count;
   *first_key = key0;
-  while (done < count) {
-    /* uniform: a request beyond the capacity evicts its own first samples */
-    uint64_t n = count - done > cap ? cap : count - done;
-    if (t->count + n > cap) {
-      uint64_t evict = t->count + n - cap;
-      t->head += evict;
-      t->count -= evict;
-    }
-    uint64_t pos = t->head + t->count;
-    for (uint64_t j = 0; j < n; j++) {
-      uint64_t idx = (pos + j) % cap;
-      for (uint32_t l = 0; l < t->nleaves; l++)
-        cursor_read(&cur, t->leaf[l] + idx * t->lbytes[l], t->lbytes[l]);
-      t->key[idx] = key0 + done + j;
-      t->itime[idx] = when;
-      t->times[idx] = 0;
-      t->prio[idx] = priorities != NULL ? priorities[done + j] : 1.0;
-    }
-    t->count += n;
-    t->inserts += n;
-    done += n;
+  cursor_skip(&cur, skip * t->sample_bytes);
+  for (uint64_t j = skip; j < count; j++) {
+    uint32_t r = free_pop(t);
+    for (uint32_t l = 0; l < t->nleaves; l++)
+      cursor_read(&cur, t->leaf[l] + (size_t)r * t->lbytes[l], t->lbytes[l]);
+    t->key[r] = key0 + j;
+    t->itime[r] = when;
+    t->times[r] = 0;
+    t->prio[r] = priorities != NULL ? priorities[j] : 1.0;
+    live_add(t, r);
   }
+  t->inserts += count;
   if (dq != NULL && dq->writer != 0)
     chime__dedupe_record(t->dedupe, dq, count, key0);
   arrived = items_arrived_locked(t);
@@ -380,16 +595,6 @@ int chime__table_try_insert_spans(chime__table_t *t, const chime__span_t *spans,
                                   chime__dedupe_req_t *dq) {
   return insert_spans(t, spans, nspans, count, priorities, first_key, NULL, dq,
                       1);
-}
-
-static uint64_t next_rand(chime__table_t *t) {
-  /* xorshift64*: quality is ample for replay sampling and it is cheap. */
-  uint64_t x = t->rng;
-  x ^= x >> 12;
-  x ^= x << 25;
-  x ^= x >> 27;
-  t->rng = x;
-  return x * UINT64_C(2685821657736338717);
 }
 
 /* Takes the first `want` items given back into samples [0, want) of slot. */
@@ -420,103 +625,83 @@ static void take_returned(chime__table_t *t, chime_ring_wslot_t *slot,
 }
 
 /* A batch is chosen under the lock (rows, sample info, the rows pinned so
- * no insert overwrites them) and copied without it, so inserts and other
- * streams' samplers do not wait behind a large copy. uniform parks each
- * sample's row in info[j].key until the copy is done; fifo copies one run
- * of rows that left the table, from `start`. */
+ * no insert reuses them) and copied without it, so inserts and other
+ * streams' samplers do not wait behind a large copy. Each sample's row is
+ * parked in info[j].key until the copy is done. */
 typedef struct {
   uint64_t first; /* samples [0, first) came from given-back batches */
-  uint64_t start; /* fifo: the run's first row */
 } plan_t;
 
-static void pin(chime__table_t *t, uint64_t k) {
-  t->pins[k]++; /* one per sample of each batch being copied */
-}
-
-static void plan_fifo(chime__table_t *t, const chime_ring_layout_t *lay,
-                      chime_ring_wslot_t *slot, plan_t *pl) {
-  uint64_t cap = t->cfg.capacity;
-  pl->first = t->nreturned < lay->batch_size ? t->nreturned : lay->batch_size;
-  take_returned(t, slot, pl->first);
-  uint64_t batch = lay->batch_size - pl->first;
-  pl->start = t->head % cap;
-  for (uint64_t j = 0; j < batch; j++) {
-    uint64_t k = (pl->start + j) % cap;
-    chime_sample_info_t *info = &slot->info[pl->first + j];
-    info->key = t->key[k];
-    info->probability = 1.0;
-    info->times_sampled = ++t->times[k];
-    info->reserved = 0;
-    info->insert_time_ns = t->itime[k];
-    pin(t, k);
-  }
-  t->head += batch;
-  t->count -= batch;
-  pthread_cond_broadcast(&t->space);
-}
-
-static void plan_uniform(chime__table_t *t, const chime_ring_layout_t *lay,
-                         chime_ring_wslot_t *slot, plan_t *pl) {
-  uint64_t cap = t->cfg.capacity;
-  double p = 1.0 / (double)t->count;
+/* Draws samples one by one: an item that reaches max_times_sampled leaves
+ * at once (its row stays pinned), so the next draw cannot pick it. */
+static void plan_batch(chime__table_t *t, const chime_ring_layout_t *lay,
+                       chime_ring_wslot_t *slot, plan_t *pl) {
   pl->first = 0;
-  pl->start = 0;
-  for (uint64_t j = 0; j < lay->batch_size; j++) {
-    uint64_t k = (t->head + next_rand(t) % t->count) % cap;
+  if (t->cfg.sampler == CHIME__SAMPLER_FIFO) {
+    pl->first = t->nreturned < lay->batch_size ? t->nreturned : lay->batch_size;
+    take_returned(t, slot, pl->first);
+  }
+  int left = 0;
+  for (uint64_t j = pl->first; j < lay->batch_size; j++) {
+    double p;
+    uint32_t k = select_row(t, t->cfg.sampler, &p);
     chime_sample_info_t *info = &slot->info[j];
     info->key = k; /* the row, until unpin_locked */
     info->probability = p;
     info->times_sampled = ++t->times[k];
     info->reserved = 0;
     info->insert_time_ns = t->itime[k];
-    pin(t, k);
+    t->pins[k]++; /* one per sample of each batch being copied */
+    if (t->mts != 0 && t->times[k] >= t->mts) {
+      live_remove(t, k);
+      left = 1;
+    }
   }
+  if (left)
+    pthread_cond_broadcast(&t->space);
 }
 
-/* No lock: the rows are pinned. */
+/* No lock: the rows are pinned. Consecutive rows (a fifo batch, as rows are
+ * reused in the order they were freed) are copied as one run per leaf. */
 static void copy_rows(const chime__table_t *t, const chime_ring_layout_t *lay,
                       chime_ring_wslot_t *slot, const plan_t *pl) {
-  uint64_t cap = t->cfg.capacity;
-  if (t->cfg.sampler == CHIME__SAMPLER_FIFO) {
-    uint64_t batch = lay->batch_size - pl->first;
-    uint64_t run = cap - pl->start < batch ? cap - pl->start : batch;
-    for (uint32_t l = 0; l < t->nleaves; l++) {
-      uint64_t lb = t->lbytes[l];
-      uint8_t *dst = (uint8_t *)slot->leaf[l] + pl->first * lb;
-      memcpy(dst, t->leaf[l] + pl->start * lb, run * lb);
-      if (run < batch)
-        memcpy(dst + run * lb, t->leaf[l], (batch - run) * lb);
-    }
-    return;
-  }
-  for (uint64_t j = 0; j < lay->batch_size; j++) {
-    uint64_t k = slot->info[j].key;
-    for (uint32_t l = 0; l < t->nleaves; l++) {
-      uint64_t lb = t->lbytes[l];
-      copy_leaf((uint8_t *)slot->leaf[l] + j * lb, t->leaf[l] + k * lb, lb);
+  uint64_t batch = lay->batch_size;
+  for (uint32_t l = 0; l < t->nleaves; l++) {
+    uint64_t lb = t->lbytes[l];
+    uint8_t *dst = (uint8_t *)slot->leaf[l];
+    for (uint64_t j = pl->first; j < batch;) {
+      uint64_t k = slot->info[j].key, n = 1;
+      while (j + n < batch && slot->info[j + n].key == k + n)
+        n++;
+      if (n == 1)
+        copy_leaf(dst + j * lb, t->leaf[l] + k * lb, lb);
+      else
+        memcpy(dst + j * lb, t->leaf[l] + k * lb, n * lb);
+      j += n;
     }
   }
 }
 
 static void unpin_locked(chime__table_t *t, const chime_ring_layout_t *lay,
                          chime_ring_wslot_t *slot, const plan_t *pl) {
-  uint64_t cap = t->cfg.capacity;
-  int fifo = t->cfg.sampler == CHIME__SAMPLER_FIFO;
   for (uint64_t j = pl->first; j < lay->batch_size; j++) {
-    uint64_t k = fifo ? (pl->start + j - pl->first) % cap : slot->info[j].key;
-    t->pins[k]--;
-    if (!fifo)
-      slot->info[j].key = t->key[k]; /* pinned: still the sampled item */
+    uint32_t k = (uint32_t)slot->info[j].key;
+    slot->info[j].key = t->key[k]; /* pinned: still the sampled item */
+    if (--t->pins[k] == 0 && t->dpos[k] == NONE) {
+      t->ndead--; /* it left while being copied: free now */
+      free_push(t, k);
+    }
   }
   if (t->pin_waiters > 0)
     pthread_cond_broadcast(&t->unpinned);
 }
 
-/* Items a batch needs: min_size, and a whole batch for fifo. */
+/* Items a batch needs: min_size, and a whole batch when sampling removes
+ * items (fifo, max_times_sampled), so a batch never runs dry halfway. */
 static uint64_t need_items(const chime__table_t *t,
                            const chime_ring_layout_t *lay) {
   uint64_t need = t->cfg.min_size > 0 ? t->cfg.min_size : 1;
-  if (t->cfg.sampler == CHIME__SAMPLER_FIFO && need < lay->batch_size)
+  if (t->mts != 0 && need < lay->batch_size)
     need = lay->batch_size;
   return need;
 }
@@ -525,10 +710,7 @@ static uint64_t need_items(const chime__table_t *t,
 static void sample_locked(chime__table_t *t, const chime_ring_layout_t *lay,
                           chime_ring_wslot_t *slot) {
   plan_t pl;
-  if (t->cfg.sampler == CHIME__SAMPLER_FIFO)
-    plan_fifo(t, lay, slot, &pl);
-  else
-    plan_uniform(t, lay, slot, &pl);
+  plan_batch(t, lay, slot, &pl);
   t->samples += lay->batch_size;
   pthread_mutex_unlock(&t->mu);
   copy_rows(t, lay, slot, &pl);
@@ -640,16 +822,24 @@ void chime__table_close(chime__table_t *t) {
   notify(arrived);
 }
 
-/* The same sums as chime__table_create's layout; keep the two in step. */
+/* The same sums as chime__table_create's layout; keep the two in step.
+ * The sum tree and heaps are allocated beside it and counted here too. */
 uint64_t chime__table_bytes(const chime__table_config_t *cfg) {
   uint64_t cap = cfg->capacity, total = 0, b;
-  static const uint64_t meta[] = {sizeof(uint64_t), sizeof(uint64_t),
-                                  sizeof(double), sizeof(uint32_t),
-                                  sizeof(uint32_t)};
-  for (uint32_t i = 0; i < cfg->spec.nleaves + 5; i++) {
-    uint64_t per = i < cfg->spec.nleaves
-                       ? chime_leaf_bytes(&cfg->spec.leaves[i])
-                       : meta[i - cfg->spec.nleaves];
+  uint32_t n = cfg->spec.nleaves;
+  for (uint32_t i = 0; i < n + NMETA + 3; i++) {
+    uint64_t per;
+    if (i < n)
+      per = chime_leaf_bytes(&cfg->spec.leaves[i]);
+    else if (i < n + NMETA)
+      per = meta_bytes[i - n];
+    else if (i == n + NMETA)
+      per = uses(cfg, CHIME__SAMPLER_PRIORITIZED) ? 16 : 0;
+    else
+      per = uses(cfg, i == n + NMETA + 1 ? CHIME__SAMPLER_MIN_HEAP
+                                         : CHIME__SAMPLER_MAX_HEAP)
+                ? 28
+                : 0;
     if (__builtin_mul_overflow(cap, per, &b) || b > UINT64_MAX - 63 ||
         __builtin_add_overflow(total, (b + 63) & ~UINT64_C(63), &total))
       return UINT64_MAX;

@@ -1,5 +1,7 @@
-/* A replay table: preallocated leaf-major storage, fifo or uniform sampling,
- * blocking inserts (fifo full) and blocking samples (below min_size). */
+/* A replay table: preallocated leaf-major storage, a sampler and a remover
+ * (fifo, lifo, uniform, prioritized, min_heap, max_heap), items that leave
+ * after max_times_sampled samples, blocking inserts (fifo sampler, full)
+ * and blocking samples (below min_size). docs/replay.md. */
 #ifndef CHIME_SERVER_TABLE_H
 #define CHIME_SERVER_TABLE_H
 
@@ -32,10 +34,14 @@ void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out);
 
 /* Inserts `count` samples (sample-major, sample_bytes each) with keys
  * *first_key .. *first_key + count - 1, all or nothing: samplers see all of
- * them or none. priorities may be NULL (all 1.0). A fifo table waits until
- * all count samples fit (CHIME_EINVAL when count exceeds its capacity); a
- * uniform one evicts its oldest items. Returns CHIME_ESHUTDOWN, having
- * inserted nothing, when it would have to wait while *abort is non-zero or
+ * them or none. priorities may be NULL (all 1.0); CHIME_EINVAL for one a
+ * heap cannot order (NaN) or a prioritized table cannot weigh (negative,
+ * infinite, or infinite once raised to the exponent). A table with a fifo
+ * sampler waits until all count samples fit (CHIME_EINVAL when count exceeds
+ * its capacity); any other evicts the items its remover picks (a request
+ * over the capacity, its own first samples). Returns CHIME_ESHUTDOWN, having
+ * inserted nothing (items it evicted while waiting for a pinned row stay
+ * evicted), when it would have to wait while *abort is non-zero or
  * once the table is closed.
  * dq (NULL, or writer 0: none) names the request's writer and seq: one the
  * table inserted before is not inserted again; it returns 0 with its
@@ -60,8 +66,10 @@ int chime__table_try_insert_spans(chime__table_t *t, const chime__span_t *spans,
                                   chime__dedupe_req_t *dq);
 
 /* Fills the batch_size samples of a ring slot (leaf-major, layout from the
- * ring) once the table holds min_size items (fifo: and batch_size items,
- * taken all at once so a batch is never half taken). Returns
+ * ring) once the table holds min_size items (and batch_size items when
+ * sampling removes them: fifo, max_times_sampled; so a batch never runs dry
+ * halfway). Samples are drawn one by one: an item that reaches
+ * max_times_sampled leaves before the next draw. Returns
  * CHIME_ESHUTDOWN when *stop becomes non-zero or the table closes. */
 int chime__table_sample(chime__table_t *t, const chime_ring_layout_t *lay,
                         chime_ring_wslot_t *slot, const atomic_int *stop);

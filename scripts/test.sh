@@ -4,9 +4,9 @@
 # generated from proto/chime.proto, against the Release chimed;
 # scripts/interop.sh), the tests of the `chime` Python package against the
 # Release build (python/tests; scripts/pytest.sh), the CTest suite in an
-# ASan+UBSan build, the ring tests under TSan, checks that the ring builds without the service (no gRPC), and
-# runs each fuzz target briefly (scripts/fuzz.sh; CHIME_FUZZ_SECONDS per
-# target).
+# ASan+UBSan build, the ring tests under TSan, checks that the ring builds
+# without the service (no gRPC), and runs each fuzz target briefly
+# (scripts/fuzz.sh; CHIME_FUZZ_SECONDS per target).
 # Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."

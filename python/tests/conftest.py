@@ -31,7 +31,7 @@ def _table(name, spec=MIXED_SPEC, sampler="fifo", capacity=100000):
 
 
 TABLES = [_table(n) for n in ("rt_shm", "rt_stream", "ext", "app", "misc",
-                              "empty", "release", "close")]
+                              "empty", "release", "close", "gil")]
 TABLES.append(_table("hold", spec="x:u8[256], id:u64[]"))
 
 

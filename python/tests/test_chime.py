@@ -4,6 +4,7 @@ exceptions, info() and stats()."""
 import gc
 import re
 import signal
+import threading
 import time
 
 import numpy as np
@@ -185,6 +186,29 @@ def test_close_with_live_view(client):
     assert np.array_equal(a, before)  # still mapped: the view holds it
     del a, b
     gc.collect()
+
+
+def test_next_releases_the_gil(client):
+    """next() waits without the GIL: this thread inserts meanwhile, and a
+    view it drops while next() waits gives its slot back (queued, and
+    handed to the library by next() itself)."""
+    with client.writer("gil") as w:
+        w.extend(random_samples(4, seed=11))
+    with client.stream("gil", batch_size=4, mode="shm") as s:
+        first = s.next(timeout=10)
+        a = first["a"]
+        got = {}
+        t = threading.Thread(target=lambda: got.update(b=s.next(timeout=20)))
+        t.start()
+        time.sleep(0.3)
+        assert t.is_alive() and not first.released
+        del a  # while the other thread is inside next()
+        with client.writer("gil") as w:
+            w.extend(random_samples(4, seed=12))
+        t.join(20)
+        assert not t.is_alive()
+        assert first.released
+        assert got["b"].count == 4
 
 
 def test_iteration(client):

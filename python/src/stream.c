@@ -148,13 +148,21 @@ static int view_getbuffer(PyObject *o, Py_buffer *view, int flags) {
   Py_INCREF(o);
   view->len = v->len;
   view->readonly = 1;
+  view->suboffsets = NULL;
+  view->internal = NULL;
+  if (!(flags & PyBUF_ND)) { /* plain bytes, as PyBuffer_FillInfo gives */
+    view->itemsize = 1;
+    view->format = (flags & PyBUF_FORMAT) ? "B" : NULL;
+    view->ndim = 1;
+    view->shape = NULL;
+    view->strides = NULL;
+    return 0;
+  }
   view->itemsize = v->itemsize;
   view->format = (flags & PyBUF_FORMAT) ? (char *)v->format : NULL;
   view->ndim = v->ndim;
-  view->shape = (flags & PyBUF_ND) ? v->shape : NULL;
+  view->shape = v->shape;
   view->strides = (flags & PyBUF_STRIDES) ? v->strides : NULL;
-  view->suboffsets = NULL;
-  view->internal = NULL;
   return 0;
 }
 

@@ -105,7 +105,10 @@ def test_array_views(client):
             b["nope"]
         # memoryview through the buffer protocol of the exporter
         mv = memoryview(b["a"].base)
-        assert mv.readonly and mv.shape == (4, 3, 5)
+        assert mv.readonly and mv.shape == (4, 3, 5) and mv.format == "B"
+        assert np.frombuffer(b["a"].base, np.uint8).tobytes() == \
+            b["a"].tobytes()
+        assert memoryview(b["h"].base).format == "e"
         with pytest.raises(ValueError):
             np.frombuffer(b["a"].base, dtype=np.uint8).setflags(write=True)
 

@@ -14,6 +14,7 @@
  * (one thread at a time per stream), so its slot is queued in `pending` and
  * given back by next() once it has the GIL again. */
 #include "chimepy.h"
+#include "dlpack.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,7 @@ typedef struct {
   Py_ssize_t strides[CHIME_MAX_DIMS + 1];
   Py_ssize_t itemsize, len;
   const char *format;
+  chime_dtype_t dtype; /* CHIME_DTYPE_INVALID for the info records */
 } view_t;
 
 /* ------------------------------------------------------------- stream end */
@@ -168,6 +170,108 @@ static int view_getbuffer(PyObject *o, Py_buffer *view, int flags) {
 
 static PyBufferProcs view_buffer = {.bf_getbuffer = view_getbuffer};
 
+/* DLPack: the managed tensor holds a reference to the View, so the slot
+ * stays leased until the consumer (torch, numpy) calls the deleter. */
+typedef struct {
+  chimepy_dl_managed_t m;
+  int64_t shape[CHIME_MAX_DIMS + 1];
+} dl_export_t;
+
+static void dl_deleter(chimepy_dl_managed_t *m) {
+  PyGILState_STATE g = PyGILState_Ensure();
+  Py_XDECREF((PyObject *)m->manager_ctx);
+  free(m);
+  PyGILState_Release(g);
+}
+
+static void dl_capsule_destructor(PyObject *cap) {
+  /* Renamed "used_dltensor" by a consumer that took ownership. */
+  if (!PyCapsule_IsValid(cap, "dltensor"))
+    return;
+  chimepy_dl_managed_t *m = PyCapsule_GetPointer(cap, "dltensor");
+  if (m && m->deleter)
+    m->deleter(m);
+}
+
+static int dl_dtype(chime_dtype_t d, chimepy_dl_dtype_t *out) {
+  out->lanes = 1;
+  out->bits = (uint8_t)(8 * chime_dtype_size(d));
+  switch (d) {
+  case CHIME_DTYPE_I8:
+  case CHIME_DTYPE_I16:
+  case CHIME_DTYPE_I32:
+  case CHIME_DTYPE_I64:
+    out->code = CHIMEPY_DL_INT;
+    return 0;
+  case CHIME_DTYPE_U8:
+  case CHIME_DTYPE_U16:
+  case CHIME_DTYPE_U32:
+  case CHIME_DTYPE_U64:
+    out->code = CHIMEPY_DL_UINT;
+    return 0;
+  case CHIME_DTYPE_F16:
+  case CHIME_DTYPE_F32:
+  case CHIME_DTYPE_F64:
+    out->code = CHIMEPY_DL_FLOAT;
+    return 0;
+  case CHIME_DTYPE_BF16:
+    out->code = CHIMEPY_DL_BFLOAT;
+    return 0;
+  case CHIME_DTYPE_BOOL:
+    out->code = CHIMEPY_DL_BOOL;
+    return 0;
+  default:
+    return -1;
+  }
+}
+
+static PyObject *view_dlpack(PyObject *o, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"stream", NULL};
+  PyObject *stream = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:__dlpack__", kwlist, &stream))
+    return NULL;
+  view_t *v = (view_t *)o;
+  chimepy_dl_dtype_t dt;
+  if (v->leaf < 0 || dl_dtype(v->dtype, &dt) < 0)
+    return chimepy_raise(CHIME_ENOTSUP,
+                         "DLPack has no type for the info records");
+  dl_export_t *e = calloc(1, sizeof(*e));
+  if (!e)
+    return PyErr_NoMemory();
+  for (int i = 0; i < v->ndim; i++)
+    e->shape[i] = (int64_t)v->shape[i];
+  e->m.dl_tensor.data = (void *)v->data;
+  e->m.dl_tensor.device.device_type = CHIMEPY_DL_CPU;
+  e->m.dl_tensor.ndim = v->ndim;
+  e->m.dl_tensor.dtype = dt;
+  e->m.dl_tensor.shape = e->shape;
+  e->m.manager_ctx = o;
+  e->m.deleter = dl_deleter;
+  Py_INCREF(o);
+  PyObject *cap = PyCapsule_New(&e->m, "dltensor", dl_capsule_destructor);
+  if (!cap) {
+    Py_DECREF(o);
+    free(e);
+  }
+  return cap;
+}
+
+static PyObject *view_dlpack_device(PyObject *o, PyObject *unused) {
+  (void)o;
+  (void)unused;
+  return Py_BuildValue("(ii)", CHIMEPY_DL_CPU, 0);
+}
+
+static PyMethodDef view_methods[] = {
+    {"__dlpack__", (PyCFunction)(void (*)(void))view_dlpack,
+     METH_VARARGS | METH_KEYWORDS,
+     "A DLPack capsule over the leaf (CPU), holding the batch until the "
+     "consumer's tensor is freed. DLPack cannot say read-only: do not write "
+     "the tensor (in shm mode the ring is mapped read-only)."},
+    {"__dlpack_device__", view_dlpack_device, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
 PyTypeObject chimepy_view_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "chime.View",
     .tp_basicsize = sizeof(view_t),
@@ -176,6 +280,7 @@ PyTypeObject chimepy_view_type = {
               "batch's slot leased while alive (the base of its arrays).",
     .tp_dealloc = view_dealloc,
     .tp_as_buffer = &view_buffer,
+    .tp_methods = view_methods,
 };
 
 static const char *format_of(chime_dtype_t d) {
@@ -236,6 +341,7 @@ static PyObject *batch_array(batch_t *bt, int leaf) {
     v->data = l->data;
     v->ndim = (int)l->ndim;
     v->format = format_of(l->dtype);
+    v->dtype = l->dtype;
     v->itemsize = (Py_ssize_t)chime_dtype_size(l->dtype);
     for (int i = 0; i < v->ndim; i++)
       v->shape[i] = dims[i] = (npy_intp)l->shape[i];
@@ -243,6 +349,7 @@ static PyObject *batch_array(batch_t *bt, int leaf) {
     descr = chimepy_info_descr();
     Py_XINCREF(descr);
     v->data = bt->b.info;
+    v->dtype = CHIME_DTYPE_INVALID;
     v->ndim = 1;
     v->format = "T{Q:key:d:probability:I:times_sampled:I:reserved:Q:insert_"
                 "time_ns:}";
@@ -294,6 +401,20 @@ static PyObject *batch_getitem(PyObject *o, PyObject *key) {
   batch_t *bt = (batch_t *)o;
   int i = leaf_index(bt, key);
   return i < 0 ? NULL : batch_array(bt, i);
+}
+
+static PyObject *batch_view(PyObject *o, PyObject *key) {
+  batch_t *bt = (batch_t *)o;
+  int i = leaf_index(bt, key);
+  if (i < 0)
+    return NULL;
+  PyObject *arr = batch_array(bt, i);
+  if (!arr)
+    return NULL;
+  PyObject *v = PyArray_BASE((PyArrayObject *)arr);
+  Py_INCREF(v);
+  Py_DECREF(arr);
+  return v;
 }
 
 static Py_ssize_t batch_len(PyObject *o) {
@@ -377,6 +498,9 @@ static PyMethodDef batch_methods[] = {
      "memoryviews of this batch are alive, as soon as the last one is "
      "gone. No new view can be taken after it."},
     {"keys", batch_keys, METH_NOARGS, "leaf names in spec order"},
+    {"view", batch_view, METH_O,
+     "view(leaf) -> View: the exporter behind batch[leaf] (buffer protocol, "
+     "__dlpack__ for torch.from_dlpack); holds the batch like an array."},
     {"__enter__", batch_enter, METH_NOARGS, NULL},
     {"__exit__", batch_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},

@@ -214,6 +214,32 @@ def test_next_releases_the_gil(client):
         assert got["b"].count == 4
 
 
+def test_dlpack_shares_the_ring(client):
+    """numpy.from_dlpack (torch.from_dlpack works the same way) gets the
+    ring's address, and its tensor holds the batch like an array does."""
+    samples = random_samples(4, seed=13)
+    with client.writer("misc") as w:
+        w.extend(samples)
+    with client.stream("misc", batch_size=4, mode="shm") as s:
+        b = s.next(timeout=10)
+        v = b.view("m")
+        assert v.__dlpack_device__() == (1, 0)
+        t = np.from_dlpack(v)
+        del v
+        addr = b["m"].__array_interface__["data"][0]
+        assert t.__array_interface__["data"][0] == addr
+        assert t.dtype == np.float32 and t.shape == (4, 2, 3)
+        assert t.tobytes() == samples["m"].tobytes()
+        cap = b.view("a").__dlpack__()  # a capsule nobody consumed
+        b.release()
+        assert not b.released
+        del t
+        gc.collect()
+        assert not b.released
+        del cap
+        assert b.released
+
+
 def test_iteration(client):
     with client.writer("misc") as w:
         w.extend(random_samples(8, seed=8))

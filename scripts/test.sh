@@ -2,10 +2,11 @@
 # The test command: installs what is missing, then builds and runs the whole
 # CTest suite in a Release build, then tests/interop (a Python client
 # generated from proto/chime.proto, against the Release chimed;
-# scripts/interop.sh), the CTest suite in an ASan+UBSan build, the ring tests
-# under TSan, checks that the ring builds without the service (no gRPC), and
-# runs each fuzz target briefly (scripts/fuzz.sh; CHIME_FUZZ_SECONDS per
-# target).
+# scripts/interop.sh), the tests of the `chime` Python package against the
+# Release build (python/tests; scripts/pytest.sh), the CTest suite in an
+# ASan+UBSan build, the ring tests under TSan, checks that the ring builds
+# without the service (no gRPC), and runs each fuzz target briefly
+# (scripts/fuzz.sh; CHIME_FUZZ_SECONDS per target).
 # Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +34,9 @@ run_ctest build
 
 echo "== interop (Python client from proto/chime.proto)"
 CHIMED=build/src/server/chimed scripts/interop.sh
+
+echo "== Python package (python/tests, build/python)"
+BUILD=build scripts/pytest.sh
 
 echo "== ASan+UBSan"
 build build-asan -DCMAKE_BUILD_TYPE=Debug -DCHIME_SANITIZE=address,undefined

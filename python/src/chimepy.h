@@ -1,0 +1,55 @@
+/* What the files of the `chime` extension share: the object types, the
+ * exception classes and the dtype mapping. The module is a thin layer over
+ * libchime's public API (include/chime/chime.h); everything about memory
+ * safety of zero-copy views lives in stream.c. */
+#ifndef CHIMEPY_H
+#define CHIMEPY_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#define PY_ARRAY_UNIQUE_SYMBOL chimepy_ARRAY_API
+#ifndef CHIMEPY_IMPORT_ARRAY
+#define NO_IMPORT_ARRAY
+#endif
+#include <numpy/arrayobject.h>
+
+#include "chime/chime.h"
+
+/* A client: the C client plus a count of writers and streams still open on
+ * it. close() with children open is deferred until the last one closes,
+ * because chime_client_destroy() must come after them. */
+typedef struct {
+  PyObject_HEAD chime_client_t *c;
+  unsigned children;
+  int closing;
+} chimepy_client_t;
+
+extern PyTypeObject chimepy_client_type;
+extern PyTypeObject chimepy_writer_type;
+extern PyTypeObject chimepy_stream_type;
+extern PyTypeObject chimepy_batch_type;
+extern PyTypeObject chimepy_view_type;
+
+/* Called when a writer or stream of the client has closed. */
+void chimepy_client_child_closed(chimepy_client_t *client);
+/* Raises ClosedError-like chime.Error when the client was closed. */
+int chimepy_client_check(chimepy_client_t *client);
+/* The table's spec from GetInfo (GIL released while waiting). */
+int chimepy_client_table_spec(chimepy_client_t *client, const char *table,
+                              chime_spec_t *out);
+
+/* Sets the exception that matches `code` (chime.TimeoutError for
+ * CHIME_ETIMEDOUT, ...) with `detail` as its message, and returns NULL. */
+PyObject *chimepy_raise(int code, const char *detail);
+
+/* numpy dtype for a leaf dtype (bf16 as uint16: numpy has no bfloat16).
+ * New reference, or NULL with an exception set. */
+PyArray_Descr *chimepy_descr(chime_dtype_t dtype);
+/* The structured dtype of chime_sample_info_t (borrowed). */
+PyArray_Descr *chimepy_info_descr(void);
+
+int chimepy_init_types(PyObject *module);
+
+#endif

@@ -1,0 +1,351 @@
+/* chime.Client: connection, info()/stats() as dicts (the shape of
+ * `chimectl --json`), and the factories of writers and streams. */
+#include "chimepy.h"
+
+#include <string.h>
+
+static void client_destroy(chimepy_client_t *self) {
+  chime_client_t *c = self->c;
+  self->c = NULL;
+  if (!c)
+    return;
+  Py_BEGIN_ALLOW_THREADS chime_client_destroy(c);
+  Py_END_ALLOW_THREADS
+}
+
+void chimepy_client_child_closed(chimepy_client_t *client) {
+  client->children--;
+  if (client->closing && client->children == 0)
+    client_destroy(client);
+}
+
+int chimepy_client_check(chimepy_client_t *client) {
+  if (client->c && !client->closing)
+    return 0;
+  chimepy_raise(CHIME_ECLOSED, "client is closed");
+  return -1;
+}
+
+static int client_init(PyObject *o, PyObject *args, PyObject *kw) {
+  chimepy_client_t *self = (chimepy_client_t *)o;
+  static char *kwlist[] = {"address", "timeout", NULL};
+  const char *addr;
+  double timeout = 5.0;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "s|d:Client", kwlist, &addr,
+                                   &timeout))
+    return -1;
+  if (self->c) {
+    PyErr_SetString(PyExc_RuntimeError, "Client already initialised");
+    return -1;
+  }
+  if (!(timeout > 0 && timeout < 2e6)) {
+    chimepy_raise(CHIME_EINVAL, "timeout must be positive seconds");
+    return -1;
+  }
+  chime_client_opts_t opts = CHIME_CLIENT_OPTS_INIT;
+  opts.timeout_ms = (int)(timeout * 1000);
+  int rc;
+  Py_BEGIN_ALLOW_THREADS rc = chime_client_create(&self->c, addr, &opts);
+  Py_END_ALLOW_THREADS if (rc) {
+    self->c = NULL;
+    chimepy_raise(rc, addr);
+    return -1;
+  }
+  return 0;
+}
+
+static void client_dealloc(PyObject *o) {
+  /* Writers and streams hold a reference: none is left open here. */
+  client_destroy((chimepy_client_t *)o);
+  Py_TYPE(o)->tp_free(o);
+}
+
+static PyObject *client_close(PyObject *o, PyObject *unused) {
+  (void)unused;
+  chimepy_client_t *self = (chimepy_client_t *)o;
+  self->closing = 1;
+  if (self->children == 0)
+    client_destroy(self);
+  Py_RETURN_NONE;
+}
+
+static PyObject *client_enter(PyObject *o, PyObject *unused) {
+  (void)unused;
+  Py_INCREF(o);
+  return o;
+}
+
+static PyObject *client_exit(PyObject *o, PyObject *args) {
+  (void)args;
+  return client_close(o, NULL);
+}
+
+/* ---------------------------------------------------------- dict builders */
+
+static int set_item(PyObject *d, const char *k, PyObject *v) {
+  if (!v)
+    return -1;
+  int rc = PyDict_SetItemString(d, k, v);
+  Py_DECREF(v);
+  return rc;
+}
+
+#define U64(x) PyLong_FromUnsignedLongLong((unsigned long long)(x))
+
+static PyObject *spec_text(const chime_spec_t *spec) {
+  char buf[8192];
+  if (chime_spec_format(spec, buf, sizeof(buf)) != 0)
+    snprintf(buf, sizeof(buf), "?");
+  return PyUnicode_FromString(buf);
+}
+
+static PyObject *info_dict(const chime_server_info_t *in) {
+  PyObject *d = PyDict_New(), *tables = PyList_New(0), *rings = PyList_New(0);
+  if (!d || !tables || !rings)
+    goto fail;
+  for (uint32_t i = 0; i < in->ntables; i++) {
+    const chime_table_info_t *t = &in->tables[i];
+    PyObject *td = PyDict_New();
+    if (!td || PyList_Append(tables, td) < 0) {
+      Py_XDECREF(td);
+      goto fail;
+    }
+    Py_DECREF(td);
+    if (set_item(td, "name", PyUnicode_FromString(t->name)) ||
+        set_item(td, "spec", spec_text(&t->spec)) ||
+        set_item(td, "capacity", U64(t->capacity)) ||
+        set_item(td, "size", U64(t->size)) ||
+        set_item(td, "min_size", U64(t->min_size)) ||
+        set_item(td, "sample_bytes", U64(t->sample_bytes)) ||
+        set_item(td, "sampler", PyUnicode_FromString(t->sampler)))
+      goto fail;
+  }
+  for (uint32_t i = 0; i < in->nrings; i++) {
+    const chime_ring_info_t *r = &in->rings[i];
+    PyObject *rd = PyDict_New();
+    if (!rd || PyList_Append(rings, rd) < 0) {
+      Py_XDECREF(rd);
+      goto fail;
+    }
+    Py_DECREF(rd);
+    if (set_item(rd, "stream_id", U64(r->stream_id)) ||
+        set_item(rd, "table", PyUnicode_FromString(r->table)) ||
+        set_item(rd, "bytes", U64(r->bytes)) ||
+        set_item(rd, "pinned_bytes", U64(r->pinned_bytes)))
+      goto fail;
+  }
+  if (set_item(d, "version", PyUnicode_FromString(in->version)) ||
+      set_item(d, "boot_id", PyUnicode_FromString(in->boot_id)) ||
+      set_item(d, "hostname", PyUnicode_FromString(in->hostname)) ||
+      set_item(d, "pin_host_memory", PyBool_FromLong(in->pin_host_memory)) ||
+      set_item(d, "pinned_bytes", U64(in->pinned_bytes)))
+    goto fail;
+  Py_INCREF(tables);
+  Py_INCREF(rings);
+  if (set_item(d, "tables", tables) || set_item(d, "rings", rings))
+    goto fail;
+  Py_DECREF(tables);
+  Py_DECREF(rings);
+  return d;
+fail:
+  Py_XDECREF(d);
+  Py_XDECREF(tables);
+  Py_XDECREF(rings);
+  return NULL;
+}
+
+static PyObject *stats_dict(const chime_stats_t *st) {
+  PyObject *d = PyDict_New(), *tables = PyList_New(0), *streams = PyList_New(0);
+  if (!d || !tables || !streams)
+    goto fail;
+  for (uint32_t i = 0; i < st->ntables; i++) {
+    const chime_table_stats_t *t = &st->tables[i];
+    PyObject *td = PyDict_New();
+    if (!td || PyList_Append(tables, td) < 0) {
+      Py_XDECREF(td);
+      goto fail;
+    }
+    Py_DECREF(td);
+    if (set_item(td, "name", PyUnicode_FromString(t->name)) ||
+        set_item(td, "size", U64(t->size)) ||
+        set_item(td, "capacity", U64(t->capacity)) ||
+        set_item(td, "inserts", U64(t->inserts)) ||
+        set_item(td, "samples", U64(t->samples)) ||
+        set_item(td, "sampler_wait_ns", U64(t->sampler_wait_ns)) ||
+        set_item(td, "insert_wait_ns", U64(t->insert_wait_ns)) ||
+        set_item(td, "returned", U64(t->returned)))
+      goto fail;
+  }
+  for (uint32_t i = 0; i < st->nstreams; i++) {
+    const chime_stream_stats_t *s = &st->streams[i];
+    PyObject *sd = PyDict_New();
+    if (!sd || PyList_Append(streams, sd) < 0) {
+      Py_XDECREF(sd);
+      goto fail;
+    }
+    Py_DECREF(sd);
+    if (set_item(sd, "stream_id", U64(s->stream_id)) ||
+        set_item(sd, "table", PyUnicode_FromString(s->table)) ||
+        set_item(
+            sd, "mode",
+            PyUnicode_FromString(chime_mode_name((chime_mode_t)s->mode))) ||
+        set_item(sd, "batches", U64(s->batches)) ||
+        set_item(sd, "bytes", U64(s->bytes)) ||
+        set_item(sd, "producer_wait_ns", U64(s->producer_wait_ns)) ||
+        set_item(sd, "consumer_wait_ns", U64(s->consumer_wait_ns)) ||
+        set_item(sd, "ring_bytes", U64(s->ring_bytes)) ||
+        set_item(sd, "leases", U64(s->leases)) ||
+        set_item(sd, "max_leases", U64(s->max_leases)) ||
+        set_item(sd, "pinned", PyBool_FromLong(s->pinned)))
+      goto fail;
+  }
+  Py_INCREF(tables);
+  Py_INCREF(streams);
+  if (set_item(d, "tables", tables) || set_item(d, "streams", streams) ||
+      set_item(d, "ring_bytes_total", U64(st->ring_bytes_total)) ||
+      set_item(d, "pinned_bytes", U64(st->pinned_bytes)) ||
+      set_item(d, "staged_insert_bytes", U64(st->staged_insert_bytes)) ||
+      set_item(d, "staged_insert_budget", U64(st->staged_insert_budget)) ||
+      set_item(d, "insert_calls_parked", U64(st->insert_calls_parked)))
+    goto fail;
+  Py_DECREF(tables);
+  Py_DECREF(streams);
+  return d;
+fail:
+  Py_XDECREF(d);
+  Py_XDECREF(tables);
+  Py_XDECREF(streams);
+  return NULL;
+}
+
+static PyObject *client_info(PyObject *o, PyObject *unused) {
+  (void)unused;
+  chimepy_client_t *self = (chimepy_client_t *)o;
+  if (chimepy_client_check(self))
+    return NULL;
+  chime_server_info_t *info = NULL;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS rc = chime_client_info(&info, self->c);
+  Py_END_ALLOW_THREADS if (rc) return chimepy_raise(
+      rc, chime_client_last_error(self->c));
+  PyObject *d = info_dict(info);
+  chime_server_info_free(info);
+  return d;
+}
+
+static PyObject *client_stats(PyObject *o, PyObject *unused) {
+  (void)unused;
+  chimepy_client_t *self = (chimepy_client_t *)o;
+  if (chimepy_client_check(self))
+    return NULL;
+  chime_stats_t *st = NULL;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS rc = chime_client_stats(&st, self->c);
+  Py_END_ALLOW_THREADS if (rc) return chimepy_raise(
+      rc, chime_client_last_error(self->c));
+  PyObject *d = stats_dict(st);
+  chime_stats_free(st);
+  return d;
+}
+
+int chimepy_client_table_spec(chimepy_client_t *client, const char *table,
+                              chime_spec_t *out) {
+  chime_server_info_t *info = NULL;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS rc = chime_client_info(&info, client->c);
+  Py_END_ALLOW_THREADS if (rc) {
+    chimepy_raise(rc, chime_client_last_error(client->c));
+    return -1;
+  }
+  int found = 0;
+  for (uint32_t i = 0; i < info->ntables && !found; i++)
+    if (!strcmp(info->tables[i].name, table)) {
+      *out = info->tables[i].spec;
+      found = 1;
+    }
+  chime_server_info_free(info);
+  if (!found) {
+    PyObject *msg = PyUnicode_FromFormat("no table named '%s'", table);
+    chimepy_raise(CHIME_ENOTFOUND, msg ? PyUnicode_AsUTF8(msg) : NULL);
+    Py_XDECREF(msg);
+    return -1;
+  }
+  return 0;
+}
+
+/* writer(table, **opts) and stream(table, **opts) call the types. */
+static PyObject *make_child(PyObject *type, PyObject *self, PyObject *args,
+                            PyObject *kw) {
+  Py_ssize_t n = PyTuple_GET_SIZE(args);
+  PyObject *full = PyTuple_New(n + 1);
+  if (!full)
+    return NULL;
+  Py_INCREF(self);
+  PyTuple_SET_ITEM(full, 0, self);
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *a = PyTuple_GET_ITEM(args, i);
+    Py_INCREF(a);
+    PyTuple_SET_ITEM(full, i + 1, a);
+  }
+  PyObject *r = PyObject_Call(type, full, kw);
+  Py_DECREF(full);
+  return r;
+}
+
+static PyObject *client_writer(PyObject *o, PyObject *args, PyObject *kw) {
+  return make_child((PyObject *)&chimepy_writer_type, o, args, kw);
+}
+
+static PyObject *client_stream(PyObject *o, PyObject *args, PyObject *kw) {
+  return make_child((PyObject *)&chimepy_stream_type, o, args, kw);
+}
+
+static PyMethodDef client_methods[] = {
+    {"info", client_info, METH_NOARGS,
+     "info() -> dict: GetInfo (version, host, tables with spec, rings), as "
+     "`chimectl --json info`."},
+    {"stats", client_stats, METH_NOARGS,
+     "stats() -> dict: the server's counters, as `chimectl --json stats`."},
+    {"writer", (PyCFunction)(void (*)(void))client_writer,
+     METH_VARARGS | METH_KEYWORDS,
+     "writer(table, max_inflight=8, timeout=30.0) -> Writer"},
+    {"stream", (PyCFunction)(void (*)(void))client_stream,
+     METH_VARARGS | METH_KEYWORDS,
+     "stream(table, batch_size=256, mode='auto', slots=8, prefetch=0, "
+     "open_timeout=10.0, pin_host_memory=False, timeout=None) -> Stream"},
+    {"close", client_close, METH_NOARGS,
+     "Closes the connection once every writer and stream of it is closed."},
+    {"__enter__", client_enter, METH_NOARGS, NULL},
+    {"__exit__", client_exit, METH_VARARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+PyTypeObject chimepy_client_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "chime.Client",
+    .tp_basicsize = sizeof(chimepy_client_t),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Client(address, timeout=5.0): a connection to chimed at "
+              "\"host:port\" or \"unix:/path\" (made lazily: an unreachable "
+              "server shows at the first call). timeout bounds unary calls.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = client_init,
+    .tp_dealloc = client_dealloc,
+    .tp_methods = client_methods,
+};
+
+int chimepy_init_types(PyObject *m) {
+  PyTypeObject *types[] = {&chimepy_client_type, &chimepy_writer_type,
+                           &chimepy_stream_type, &chimepy_batch_type,
+                           &chimepy_view_type};
+  const char *names[] = {"Client", "Writer", "Stream", "Batch", "View"};
+  for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+    if (PyType_Ready(types[i]) < 0)
+      return -1;
+    Py_INCREF(types[i]);
+    if (PyModule_AddObject(m, names[i], (PyObject *)types[i]) < 0) {
+      Py_DECREF(types[i]);
+      return -1;
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,869 @@
+/* chime.Stream, chime.Batch and chime.View: batches as zero-copy numpy views
+ * into the ring, and the rules that keep those views safe.
+ *
+ * Ownership: View -> Batch -> Stream -> Client (strong references), so no
+ * object outlives what its memory depends on. A Batch holds a lease on one
+ * ring slot until it is given back; it is given back only when no View of it
+ * is alive (numpy arrays and memoryviews keep their View alive through
+ * their base), so no array can read a slot the server may refill. release()
+ * with views alive is deferred until the last view goes; so is closing the
+ * stream (chime_stream_close() unmaps the ring) while any batch is leased.
+ *
+ * Threads: chime_stream_next() runs without the GIL. A view dropped in
+ * another thread meanwhile must not call chime_batch_release() concurrently
+ * (one thread at a time per stream), so its slot is queued in `pending` and
+ * given back by next() once it has the GIL again. */
+#include "chimepy.h"
+#include "dlpack.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct batch_s batch_t;
+
+typedef struct {
+  PyObject_HEAD chimepy_client_t *client;
+  chime_stream_t *s;
+  chime_mode_t mode;
+  PyObject *fallback; /* str or None */
+  int iter_timeout_ms;
+  int closing; /* close() asked: the C stream closes once nothing is leased */
+  int in_next; /* chime_stream_next() is running without the GIL */
+  unsigned leased;
+  batch_t *last;          /* borrowed: what next() returned last */
+  batch_t *held;          /* borrowed: every leased batch, a list */
+  chime_batch_t *pending; /* slots to give back when next() returns */
+  unsigned npending, cap;
+} stream_t;
+
+struct batch_s {
+  PyObject_HEAD stream_t *stream;
+  chime_batch_t b;
+  int leased;        /* the slot is ours: the server does not write it */
+  int release_asked; /* release() or a later next(): no new views */
+  unsigned views;    /* live View objects */
+  batch_t *prev, *next;
+};
+
+typedef struct {
+  PyObject_HEAD batch_t *batch;
+  int leaf; /* -1: the sample info records */
+  const void *data;
+  int ndim;
+  Py_ssize_t shape[CHIME_MAX_DIMS + 1];
+  Py_ssize_t strides[CHIME_MAX_DIMS + 1];
+  Py_ssize_t itemsize, len;
+  const char *format;
+  chime_dtype_t dtype; /* CHIME_DTYPE_INVALID for the info records */
+} view_t;
+
+/* ------------------------------------------------------------- stream end */
+
+/* For a batch the caller never saw, on a path that already raises. */
+static void release_unreported(chime_stream_t *s, const chime_batch_t *b) {
+  if (chime_batch_release(s, b) != 0) {
+    /* the stream ended: the slot goes back with it */
+  }
+}
+
+static void stream_shut(stream_t *self) {
+  chime_stream_t *s = self->s;
+  if (!s)
+    return;
+  self->s = NULL;
+  Py_BEGIN_ALLOW_THREADS chime_stream_close(s);
+  Py_END_ALLOW_THREADS chimepy_client_child_closed(self->client);
+}
+
+static int drain_pending(stream_t *self) {
+  int first = 0;
+  for (unsigned i = 0; i < self->npending; i++) {
+    int rc = chime_batch_release(self->s, &self->pending[i]);
+    if (rc && !first)
+      first = rc;
+  }
+  self->npending = 0;
+  return first;
+}
+
+static void maybe_finish_close(stream_t *self) {
+  if (self->closing && !self->in_next && self->leased == 0) {
+    (void)drain_pending(self);
+    stream_shut(self);
+  }
+}
+
+/* Gives the slot of a batch with no live view back to the server. */
+static int batch_give_back(batch_t *bt) {
+  stream_t *st = bt->stream;
+  int rc = 0;
+  if (!bt->leased)
+    return 0;
+  bt->leased = 0;
+  if (bt->prev)
+    bt->prev->next = bt->next;
+  else
+    st->held = bt->next;
+  if (bt->next)
+    bt->next->prev = bt->prev;
+  bt->prev = bt->next = NULL;
+  if (st->in_next)
+    st->pending[st->npending++] = bt->b; /* cap >= slots: never overflows */
+  else
+    rc = chime_batch_release(st->s, &bt->b);
+  st->leased--;
+  maybe_finish_close(st);
+  return rc;
+}
+
+static int batch_request_release(batch_t *bt) {
+  bt->release_asked = 1;
+  if (bt->leased && bt->views == 0)
+    return batch_give_back(bt);
+  return 0;
+}
+
+/* ------------------------------------------------------------------ View */
+
+static void view_dealloc(PyObject *o) {
+  view_t *v = (view_t *)o;
+  batch_t *bt = v->batch;
+  if (bt) {
+    if (--bt->views == 0 && bt->release_asked)
+      (void)batch_give_back(bt); /* a dealloc cannot report it */
+    Py_DECREF(bt);
+  }
+  Py_TYPE(o)->tp_free(o);
+}
+
+static int view_getbuffer(PyObject *o, Py_buffer *view, int flags) {
+  view_t *v = (view_t *)o;
+  if (flags & PyBUF_WRITABLE) {
+    PyErr_SetString(PyExc_BufferError,
+                    "chime batch memory is read-only (the ring's)");
+    view->obj = NULL;
+    return -1;
+  }
+  view->buf = (void *)v->data;
+  view->obj = o;
+  Py_INCREF(o);
+  view->len = v->len;
+  view->readonly = 1;
+  view->suboffsets = NULL;
+  view->internal = NULL;
+  if (!(flags & PyBUF_ND)) { /* plain bytes, as PyBuffer_FillInfo gives */
+    view->itemsize = 1;
+    view->format = (flags & PyBUF_FORMAT) ? "B" : NULL;
+    view->ndim = 1;
+    view->shape = NULL;
+    view->strides = NULL;
+    return 0;
+  }
+  view->itemsize = v->itemsize;
+  view->format = (flags & PyBUF_FORMAT) ? (char *)v->format : NULL;
+  view->ndim = v->ndim;
+  view->shape = v->shape;
+  view->strides = (flags & PyBUF_STRIDES) ? v->strides : NULL;
+  return 0;
+}
+
+static PyBufferProcs view_buffer = {.bf_getbuffer = view_getbuffer};
+
+/* DLPack: the managed tensor holds a reference to the View, so the slot
+ * stays leased until the consumer (torch, numpy) calls the deleter. */
+typedef struct {
+  chimepy_dl_managed_t m;
+  int64_t shape[CHIME_MAX_DIMS + 1];
+} dl_export_t;
+
+static void dl_deleter(chimepy_dl_managed_t *m) {
+  PyGILState_STATE g = PyGILState_Ensure();
+  Py_XDECREF((PyObject *)m->manager_ctx);
+  free(m);
+  PyGILState_Release(g);
+}
+
+static void dl_capsule_destructor(PyObject *cap) {
+  /* Renamed "used_dltensor" by a consumer that took ownership. */
+  if (!PyCapsule_IsValid(cap, "dltensor"))
+    return;
+  chimepy_dl_managed_t *m = PyCapsule_GetPointer(cap, "dltensor");
+  if (m && m->deleter)
+    m->deleter(m);
+}
+
+static int dl_dtype(chime_dtype_t d, chimepy_dl_dtype_t *out) {
+  out->lanes = 1;
+  out->bits = (uint8_t)(8 * chime_dtype_size(d));
+  switch (d) {
+  case CHIME_DTYPE_I8:
+  case CHIME_DTYPE_I16:
+  case CHIME_DTYPE_I32:
+  case CHIME_DTYPE_I64:
+    out->code = CHIMEPY_DL_INT;
+    return 0;
+  case CHIME_DTYPE_U8:
+  case CHIME_DTYPE_U16:
+  case CHIME_DTYPE_U32:
+  case CHIME_DTYPE_U64:
+    out->code = CHIMEPY_DL_UINT;
+    return 0;
+  case CHIME_DTYPE_F16:
+  case CHIME_DTYPE_F32:
+  case CHIME_DTYPE_F64:
+    out->code = CHIMEPY_DL_FLOAT;
+    return 0;
+  case CHIME_DTYPE_BF16:
+    out->code = CHIMEPY_DL_BFLOAT;
+    return 0;
+  case CHIME_DTYPE_BOOL:
+    out->code = CHIMEPY_DL_BOOL;
+    return 0;
+  default:
+    return -1;
+  }
+}
+
+static PyObject *view_dlpack(PyObject *o, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"stream", NULL};
+  PyObject *stream = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:__dlpack__", kwlist, &stream))
+    return NULL;
+  view_t *v = (view_t *)o;
+  chimepy_dl_dtype_t dt;
+  if (v->leaf < 0 || dl_dtype(v->dtype, &dt) < 0)
+    return chimepy_raise(CHIME_ENOTSUP,
+                         "DLPack has no type for the info records");
+  dl_export_t *e = calloc(1, sizeof(*e));
+  if (!e)
+    return PyErr_NoMemory();
+  for (int i = 0; i < v->ndim; i++)
+    e->shape[i] = (int64_t)v->shape[i];
+  e->m.dl_tensor.data = (void *)v->data;
+  e->m.dl_tensor.device.device_type = CHIMEPY_DL_CPU;
+  e->m.dl_tensor.ndim = v->ndim;
+  e->m.dl_tensor.dtype = dt;
+  e->m.dl_tensor.shape = e->shape;
+  e->m.manager_ctx = o;
+  e->m.deleter = dl_deleter;
+  Py_INCREF(o);
+  PyObject *cap = PyCapsule_New(&e->m, "dltensor", dl_capsule_destructor);
+  if (!cap) {
+    Py_DECREF(o);
+    free(e);
+  }
+  return cap;
+}
+
+static PyObject *view_dlpack_device(PyObject *o, PyObject *unused) {
+  (void)o;
+  (void)unused;
+  return Py_BuildValue("(ii)", CHIMEPY_DL_CPU, 0);
+}
+
+static PyMethodDef view_methods[] = {
+    {"__dlpack__", (PyCFunction)(void (*)(void))view_dlpack,
+     METH_VARARGS | METH_KEYWORDS,
+     "A DLPack capsule over the leaf (CPU), holding the batch until the "
+     "consumer's tensor is freed. DLPack cannot say read-only: do not write "
+     "the tensor (in shm mode the ring is mapped read-only)."},
+    {"__dlpack_device__", view_dlpack_device, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+PyTypeObject chimepy_view_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "chime.View",
+    .tp_basicsize = sizeof(view_t),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Read-only buffer over one leaf of a leased batch; keeps the "
+              "batch's slot leased while alive (the base of its arrays).",
+    .tp_dealloc = view_dealloc,
+    .tp_as_buffer = &view_buffer,
+    .tp_methods = view_methods,
+};
+
+static const char *format_of(chime_dtype_t d) {
+  switch (d) {
+  case CHIME_DTYPE_U8:
+    return "B";
+  case CHIME_DTYPE_I8:
+    return "b";
+  case CHIME_DTYPE_U16:
+  case CHIME_DTYPE_BF16:
+    return "H";
+  case CHIME_DTYPE_I16:
+    return "h";
+  case CHIME_DTYPE_U32:
+    return "I";
+  case CHIME_DTYPE_I32:
+    return "i";
+  case CHIME_DTYPE_U64:
+    return "Q";
+  case CHIME_DTYPE_I64:
+    return "q";
+  case CHIME_DTYPE_F16:
+    return "e";
+  case CHIME_DTYPE_F32:
+    return "f";
+  case CHIME_DTYPE_F64:
+    return "d";
+  case CHIME_DTYPE_BOOL:
+    return "?";
+  default:
+    return "B";
+  }
+}
+
+/* ----------------------------------------------------------------- Batch */
+
+static PyObject *batch_not_leased(void) {
+  return chimepy_raise(CHIME_ECLOSED,
+                       "batch was released: its slot may hold other data");
+}
+
+/* A read-only ndarray over leaf `leaf` (-1: info) whose base is a new View. */
+static PyObject *batch_array(batch_t *bt, int leaf) {
+  if (!bt->leased || bt->release_asked)
+    return batch_not_leased();
+  view_t *v = PyObject_New(view_t, &chimepy_view_type);
+  if (!v)
+    return NULL;
+  Py_INCREF(bt);
+  v->batch = bt;
+  bt->views++;
+  v->leaf = leaf;
+  npy_intp dims[CHIME_MAX_DIMS + 1];
+  PyArray_Descr *descr;
+  if (leaf >= 0) {
+    const chime_batch_leaf_t *l = &bt->b.leaf[leaf];
+    descr = chimepy_descr(l->dtype);
+    v->data = l->data;
+    v->ndim = (int)l->ndim;
+    v->format = format_of(l->dtype);
+    v->dtype = l->dtype;
+    v->itemsize = (Py_ssize_t)chime_dtype_size(l->dtype);
+    for (int i = 0; i < v->ndim; i++)
+      v->shape[i] = dims[i] = (npy_intp)l->shape[i];
+  } else {
+    descr = chimepy_info_descr();
+    Py_XINCREF(descr);
+    v->data = bt->b.info;
+    v->dtype = CHIME_DTYPE_INVALID;
+    v->ndim = 1;
+    v->format = "T{Q:key:d:probability:I:times_sampled:I:reserved:Q:insert_"
+                "time_ns:}";
+    v->itemsize = sizeof(chime_sample_info_t);
+    v->shape[0] = dims[0] = bt->b.count;
+  }
+  if (!descr) {
+    Py_DECREF(v);
+    return NULL;
+  }
+  Py_ssize_t stride = v->itemsize;
+  v->len = v->itemsize;
+  for (int i = v->ndim - 1; i >= 0; i--) {
+    v->strides[i] = stride;
+    stride *= v->shape[i];
+    v->len *= v->shape[i];
+  }
+  /* No NPY_ARRAY_WRITEABLE; and the base refuses writable buffers, so numpy
+   * will not let it be set later either. */
+  PyObject *arr = PyArray_NewFromDescr(
+      &PyArray_Type, descr, v->ndim, dims, NULL, (void *)v->data,
+      NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED, NULL);
+  if (!arr) {
+    Py_DECREF(v);
+    return NULL;
+  }
+  if (PyArray_SetBaseObject((PyArrayObject *)arr, (PyObject *)v) < 0) {
+    Py_DECREF(arr);
+    return NULL;
+  }
+  return arr;
+}
+
+static int leaf_index(batch_t *bt, PyObject *key) {
+  const char *name = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : NULL;
+  if (!name) {
+    PyErr_Clear();
+    PyErr_SetObject(PyExc_KeyError, key);
+    return -1;
+  }
+  for (uint32_t i = 0; i < bt->b.nleaves; i++)
+    if (!strcmp(bt->b.leaf[i].name, name))
+      return (int)i;
+  PyErr_SetObject(PyExc_KeyError, key);
+  return -1;
+}
+
+static PyObject *batch_getitem(PyObject *o, PyObject *key) {
+  batch_t *bt = (batch_t *)o;
+  int i = leaf_index(bt, key);
+  return i < 0 ? NULL : batch_array(bt, i);
+}
+
+static PyObject *batch_view(PyObject *o, PyObject *key) {
+  batch_t *bt = (batch_t *)o;
+  int i = leaf_index(bt, key);
+  if (i < 0)
+    return NULL;
+  PyObject *arr = batch_array(bt, i);
+  if (!arr)
+    return NULL;
+  PyObject *v = PyArray_BASE((PyArrayObject *)arr);
+  Py_INCREF(v);
+  Py_DECREF(arr);
+  return v;
+}
+
+static Py_ssize_t batch_len(PyObject *o) {
+  return (Py_ssize_t)((batch_t *)o)->b.nleaves;
+}
+
+static PyMappingMethods batch_mapping = {
+    .mp_length = batch_len,
+    .mp_subscript = batch_getitem,
+};
+
+static void batch_dealloc(PyObject *o) {
+  batch_t *bt = (batch_t *)o;
+  stream_t *st = bt->stream;
+  if (st) {
+    if (st->last == bt)
+      st->last = NULL;
+    (void)batch_give_back(bt); /* no view is alive: they hold the batch */
+    Py_DECREF(st);
+  }
+  Py_TYPE(o)->tp_free(o);
+}
+
+static PyObject *batch_release(PyObject *o, PyObject *unused) {
+  (void)unused;
+  int rc = batch_request_release((batch_t *)o);
+  if (rc)
+    return chimepy_raise(rc, "release");
+  Py_RETURN_NONE;
+}
+
+static PyObject *batch_keys(PyObject *o, PyObject *unused) {
+  (void)unused;
+  batch_t *bt = (batch_t *)o;
+  PyObject *l = PyList_New(bt->b.nleaves);
+  for (uint32_t i = 0; l && i < bt->b.nleaves; i++) {
+    PyObject *s = PyUnicode_FromString(bt->b.leaf[i].name);
+    if (!s) {
+      Py_DECREF(l);
+      return NULL;
+    }
+    PyList_SET_ITEM(l, i, s);
+  }
+  return l;
+}
+
+static PyObject *batch_enter(PyObject *o, PyObject *unused) {
+  (void)unused;
+  Py_INCREF(o);
+  return o;
+}
+
+static PyObject *batch_exit(PyObject *o, PyObject *args) {
+  (void)args;
+  return batch_release(o, NULL);
+}
+
+static PyObject *batch_get_info(PyObject *o, void *unused) {
+  (void)unused;
+  return batch_array((batch_t *)o, -1);
+}
+
+static PyObject *batch_get_seq(PyObject *o, void *unused) {
+  (void)unused;
+  return PyLong_FromUnsignedLongLong(((batch_t *)o)->b.seq);
+}
+
+static PyObject *batch_get_count(PyObject *o, void *unused) {
+  (void)unused;
+  return PyLong_FromUnsignedLong(((batch_t *)o)->b.count);
+}
+
+static PyObject *batch_get_released(PyObject *o, void *unused) {
+  (void)unused;
+  return PyBool_FromLong(!((batch_t *)o)->leased);
+}
+
+static PyMethodDef batch_methods[] = {
+    {"release", batch_release, METH_NOARGS,
+     "Gives the slot back to the server now, or, while arrays or "
+     "memoryviews of this batch are alive, as soon as the last one is "
+     "gone. No new view can be taken after it."},
+    {"keys", batch_keys, METH_NOARGS, "leaf names in spec order"},
+    {"view", batch_view, METH_O,
+     "view(leaf) -> View: the exporter behind batch[leaf] (buffer protocol, "
+     "__dlpack__ for torch.from_dlpack); holds the batch like an array."},
+    {"__enter__", batch_enter, METH_NOARGS, NULL},
+    {"__exit__", batch_exit, METH_VARARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef batch_getset[] = {
+    {"info", batch_get_info, NULL,
+     "numpy structured array [count] of (key u64, probability f64, "
+     "times_sampled u32, reserved u32, insert_time_ns u64), in the ring",
+     NULL},
+    {"seq", batch_get_seq, NULL, "batch sequence number", NULL},
+    {"count", batch_get_count, NULL, "samples in the batch", NULL},
+    {"released", batch_get_released, NULL,
+     "True once the slot went back to the server", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyTypeObject chimepy_batch_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "chime.Batch",
+    .tp_basicsize = sizeof(batch_t),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One leased batch. batch['leaf'] is a read-only numpy array "
+              "[count, *shape] pointing into the ring (zero copy).",
+    .tp_dealloc = batch_dealloc,
+    .tp_as_mapping = &batch_mapping,
+    .tp_methods = batch_methods,
+    .tp_getset = batch_getset,
+};
+
+/* ---------------------------------------------------------------- Stream */
+
+static int parse_timeout_ms(PyObject *t, int *out) {
+  if (t == Py_None) {
+    *out = -1;
+    return 0;
+  }
+  double s = PyFloat_AsDouble(t);
+  if (s == -1.0 && PyErr_Occurred())
+    return -1;
+  if (!(s >= 0 && s < 2e6)) {
+    chimepy_raise(CHIME_EINVAL, "timeout: seconds >= 0, or None");
+    return -1;
+  }
+  *out = (int)(s * 1000);
+  return 0;
+}
+
+static int stream_init(PyObject *o, PyObject *args, PyObject *kw) {
+  stream_t *self = (stream_t *)o;
+  static char *kwlist[] = {
+      "client",   "table",        "batch_size",      "mode",    "slots",
+      "prefetch", "open_timeout", "pin_host_memory", "timeout", NULL};
+  PyObject *client, *iter_timeout = Py_None;
+  const char *table, *mode = "auto";
+  unsigned batch_size = 256, slots = 8, prefetch = 0;
+  double open_timeout = 10.0;
+  int pin = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O!s|IsIIdpO:Stream", kwlist,
+                                   &chimepy_client_type, &client, &table,
+                                   &batch_size, &mode, &slots, &prefetch,
+                                   &open_timeout, &pin, &iter_timeout))
+    return -1;
+  if (self->client) {
+    PyErr_SetString(PyExc_RuntimeError, "Stream already initialised");
+    return -1;
+  }
+  chimepy_client_t *c = (chimepy_client_t *)client;
+  if (chimepy_client_check(c) ||
+      parse_timeout_ms(iter_timeout, &self->iter_timeout_ms))
+    return -1;
+  chime_stream_opts_t opts = CHIME_STREAM_OPTS_INIT;
+  if (!strcmp(mode, "auto"))
+    opts.mode = CHIME_MODE_AUTO;
+  else if (!strcmp(mode, "shm"))
+    opts.mode = CHIME_MODE_SHM;
+  else if (!strcmp(mode, "stream"))
+    opts.mode = CHIME_MODE_STREAM;
+  else {
+    chimepy_raise(CHIME_EINVAL, "mode must be 'auto', 'shm' or 'stream'");
+    return -1;
+  }
+  if (!(open_timeout > 0 && open_timeout < 2e6)) {
+    chimepy_raise(CHIME_EINVAL, "open_timeout must be positive seconds");
+    return -1;
+  }
+  opts.batch_size = batch_size;
+  opts.slots = slots;
+  opts.prefetch = prefetch;
+  opts.open_timeout_ms = (int)(open_timeout * 1000);
+  opts.pin_host_memory = pin;
+  /* At most slots - 1 batches are leased, so a queue of `slots` entries
+   * always has room for the slots given back during one next(). */
+  self->cap = slots ? slots : 8;
+  if (self->cap > CHIME_RING_MAX_SLOTS)
+    self->cap = CHIME_RING_MAX_SLOTS;
+  self->pending = calloc(self->cap, sizeof(*self->pending));
+  if (!self->pending) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  int rc;
+  Py_BEGIN_ALLOW_THREADS rc = chime_stream_open(&self->s, c->c, table, &opts);
+  Py_END_ALLOW_THREADS if (rc) {
+    self->s = NULL;
+    chimepy_raise(rc, chime_client_last_error(c->c));
+    return -1;
+  }
+  self->mode = chime_stream_mode(self->s);
+  const char *why = chime_stream_fallback_reason(self->s);
+  self->fallback = why ? PyUnicode_FromString(why) : Py_None;
+  if (!why)
+    Py_INCREF(Py_None);
+  Py_INCREF(client);
+  self->client = c;
+  c->children++;
+  if (!self->fallback) {
+    stream_shut(self);
+    return -1;
+  }
+  return 0;
+}
+
+static void stream_dealloc(PyObject *o) {
+  stream_t *self = (stream_t *)o;
+  /* Every batch holds this stream: none is leased any more. */
+  if (self->s) {
+    (void)drain_pending(self);
+    stream_shut(self);
+  }
+  Py_XDECREF(self->fallback);
+  Py_XDECREF(self->client);
+  free(self->pending);
+  Py_TYPE(o)->tp_free(o);
+}
+
+static uint64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Waits of at most this long at a time, so Ctrl-C is seen. */
+#define SLICE_MS 200
+
+static PyObject *stream_next_ms(stream_t *self, int timeout_ms) {
+  if (!self->s || self->closing)
+    return chimepy_raise(CHIME_ECLOSED, "stream is closed");
+  if (self->in_next) {
+    PyErr_SetString(PyExc_RuntimeError,
+                    "chime.Stream.next called by two threads at once");
+    return NULL;
+  }
+  if (self->last) {
+    batch_t *prev = self->last;
+    self->last = NULL;
+    int rc = batch_request_release(prev);
+    if (rc)
+      return chimepy_raise(rc, chime_stream_last_error(self->s));
+  }
+  uint64_t deadline = timeout_ms < 0 ? 0 : now_ms() + (uint64_t)timeout_ms;
+  chime_batch_t b;
+  int rc;
+  for (;;) {
+    int slice = SLICE_MS;
+    if (timeout_ms >= 0) {
+      uint64_t now = now_ms();
+      uint64_t left = deadline > now ? deadline - now : 0;
+      if (left < (uint64_t)slice)
+        slice = (int)left;
+    }
+    self->in_next = 1;
+    Py_BEGIN_ALLOW_THREADS rc = chime_stream_next(self->s, &b, slice);
+    Py_END_ALLOW_THREADS self->in_next = 0;
+    unsigned drained = self->npending;
+    int rrc = drain_pending(self);
+    if (self->closing) {
+      if (rc == 0)
+        release_unreported(self->s, &b);
+      maybe_finish_close(self);
+      return chimepy_raise(CHIME_ECLOSED, "stream closed during next()");
+    }
+    if (rrc && rc == 0) {
+      release_unreported(self->s, &b);
+      return chimepy_raise(rrc, chime_stream_last_error(self->s));
+    }
+    if (rc == CHIME_ETIMEDOUT &&
+        (timeout_ms < 0 || (slice > 0 && now_ms() < deadline))) {
+      if (PyErr_CheckSignals() < 0)
+        return NULL;
+      continue;
+    }
+    if (rc == CHIME_EBUSY && drained)
+      continue;
+    break;
+  }
+  if (rc)
+    return chimepy_raise(rc, chime_stream_last_error(self->s));
+  batch_t *bt = PyObject_New(batch_t, &chimepy_batch_type);
+  if (!bt) {
+    release_unreported(self->s, &b);
+    return NULL;
+  }
+  Py_INCREF(self);
+  bt->stream = self;
+  bt->b = b;
+  bt->leased = 1;
+  bt->release_asked = 0;
+  bt->views = 0;
+  bt->prev = NULL;
+  bt->next = self->held;
+  if (self->held)
+    self->held->prev = bt;
+  self->held = bt;
+  self->leased++;
+  self->last = bt;
+  return (PyObject *)bt;
+}
+
+static PyObject *stream_next(PyObject *o, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"timeout", NULL};
+  PyObject *t = NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:next", kwlist, &t))
+    return NULL;
+  int ms = 1000;
+  if (t && parse_timeout_ms(t, &ms))
+    return NULL;
+  return stream_next_ms((stream_t *)o, ms);
+}
+
+static PyObject *stream_iternext(PyObject *o) {
+  stream_t *self = (stream_t *)o;
+  PyObject *b = stream_next_ms(self, self->iter_timeout_ms);
+  if (!b && PyErr_Occurred()) {
+    /* A graceful server stop ends the iteration, as EOF ends a file. */
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    PyObject *code = value ? PyObject_GetAttrString(value, "code") : NULL;
+    int shut =
+        code && PyLong_Check(code) && PyLong_AsLong(code) == CHIME_ESHUTDOWN;
+    Py_XDECREF(code);
+    if (shut) {
+      Py_XDECREF(type);
+      Py_XDECREF(value);
+      Py_XDECREF(tb);
+      PyErr_Clear();
+      return NULL;
+    }
+    PyErr_Restore(type, value, tb);
+  }
+  return b;
+}
+
+static PyObject *stream_close(PyObject *o, PyObject *unused) {
+  (void)unused;
+  stream_t *self = (stream_t *)o;
+  if (self->closing || !self->s)
+    Py_RETURN_NONE;
+  self->closing = 1;
+  self->last = NULL;
+  /* Batches without views go back now; the rest when their views go. */
+  batch_t *bt = self->held;
+  while (bt) {
+    batch_t *next = bt->next;
+    bt->release_asked = 1;
+    if (bt->views == 0)
+      (void)batch_give_back(bt);
+    bt = next;
+  }
+  maybe_finish_close(self);
+  Py_RETURN_NONE;
+}
+
+static PyObject *stream_stats(PyObject *o, PyObject *unused) {
+  (void)unused;
+  stream_t *self = (stream_t *)o;
+  if (!self->s || self->in_next)
+    return chimepy_raise(CHIME_ECLOSED, "stream is closed or busy");
+  chime_stream_local_stats_t st;
+  int rc = chime_stream_get_stats(self->s, &st);
+  if (rc)
+    return chimepy_raise(rc, chime_stream_last_error(self->s));
+  return Py_BuildValue(
+      "{s:s,s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:K,s:K}", "mode",
+      chime_mode_name(st.mode), "stream_id", (unsigned long long)st.stream_id,
+      "batches", (unsigned long long)st.batches, "bytes",
+      (unsigned long long)st.bytes, "received_bytes",
+      (unsigned long long)st.received_bytes, "credits",
+      (unsigned long long)st.credits, "leases", (unsigned)st.leases,
+      "max_leases", (unsigned)st.max_leases, "consumer_wait_ns",
+      (unsigned long long)st.consumer_wait_ns, "pinned_bytes",
+      (unsigned long long)st.pinned_bytes);
+}
+
+static PyObject *stream_enter(PyObject *o, PyObject *unused) {
+  (void)unused;
+  Py_INCREF(o);
+  return o;
+}
+
+static PyObject *stream_exit(PyObject *o, PyObject *args) {
+  (void)args;
+  return stream_close(o, NULL);
+}
+
+static PyObject *stream_iter(PyObject *o) {
+  Py_INCREF(o);
+  return o;
+}
+
+static PyObject *stream_get_mode(PyObject *o, void *unused) {
+  (void)unused;
+  return PyUnicode_FromString(chime_mode_name(((stream_t *)o)->mode));
+}
+
+static PyObject *stream_get_fallback(PyObject *o, void *unused) {
+  (void)unused;
+  PyObject *f = ((stream_t *)o)->fallback;
+  Py_INCREF(f);
+  return f;
+}
+
+static PyObject *stream_get_closed(PyObject *o, void *unused) {
+  (void)unused;
+  stream_t *self = (stream_t *)o;
+  return PyBool_FromLong(!self->s || self->closing);
+}
+
+static PyMethodDef stream_methods[] = {
+    {"next", (PyCFunction)(void (*)(void))stream_next,
+     METH_VARARGS | METH_KEYWORDS,
+     "next(timeout=1.0) -> Batch: releases the batch the previous next() "
+     "returned (deferred while views of it are alive), then waits up to "
+     "timeout seconds (None: forever) with the GIL released."},
+    {"close", stream_close, METH_NOARGS,
+     "Ends the stream; the ring is unmapped once no view of any batch is "
+     "alive."},
+    {"stats", stream_stats, METH_NOARGS, "this process's view of the stream"},
+    {"__enter__", stream_enter, METH_NOARGS, NULL},
+    {"__exit__", stream_exit, METH_VARARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef stream_getset[] = {
+    {"mode", stream_get_mode, NULL, "'shm' or 'stream': the mode in use", NULL},
+    {"fallback_reason", stream_get_fallback, NULL,
+     "None, or why auto mode did not use shm", NULL},
+    {"closed", stream_get_closed, NULL, "close() was called", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyTypeObject chimepy_stream_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "chime.Stream",
+    .tp_basicsize = sizeof(stream_t),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Batches from one table; from Client.stream(). Iterating "
+              "calls next(timeout) with the stream's `timeout` (None: "
+              "forever) and ends when the server shuts down.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = stream_init,
+    .tp_dealloc = stream_dealloc,
+    .tp_iter = stream_iter,
+    .tp_iternext = stream_iternext,
+    .tp_methods = stream_methods,
+    .tp_getset = stream_getset,
+};

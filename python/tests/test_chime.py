@@ -1,0 +1,346 @@
+"""The `chime` extension against a real chimed: byte-exact round trips in
+both modes, extend vs append, views that outlive their batch's turn, the
+exceptions, info() and stats()."""
+import gc
+import re
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import chime
+from conftest import MIXED_SPEC
+
+DTYPES = {"u8": np.uint8, "i8": np.int8, "u16": np.uint16, "i16": np.int16,
+          "u32": np.uint32, "i32": np.int32, "u64": np.uint64,
+          "i64": np.int64, "f16": np.float16, "bf16": np.uint16,
+          "f32": np.float32, "f64": np.float64, "bool": np.bool_}
+
+
+def parse_spec(text):
+    leaves = []
+    for name, dt, dims in re.findall(r"(\w+):(\w+)\[([\d,]*)\]", text):
+        shape = tuple(int(x) for x in dims.split(",")) if dims else ()
+        leaves.append((name, np.dtype(DTYPES[dt]), shape))
+    return leaves
+
+
+LEAVES = parse_spec(MIXED_SPEC)
+
+
+def random_samples(n, seed):
+    """{leaf: [n, *shape]} with every byte random (bool: 0/1), id = index."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, dt, shape in LEAVES:
+        if dt == np.bool_:
+            a = rng.integers(0, 2, size=(n,) + shape).astype(np.bool_)
+        else:
+            raw = rng.integers(0, 256, size=n * int(np.prod(shape, dtype=int))
+                               * dt.itemsize, dtype=np.uint8)
+            a = raw.view(dt).reshape((n,) + shape)
+        out[name] = a
+    out["id"] = np.arange(n, dtype=np.uint64) + np.uint64(seed * 1000000)
+    return out
+
+
+def read_all(c, table, n, batch_size, mode="auto", **kw):
+    """{id: {leaf: bytes}} of n samples read from `table`, and the modes."""
+    got = {}
+    with c.stream(table, batch_size=batch_size, mode=mode, **kw) as s:
+        while len(got) < n:
+            b = s.next(timeout=10)
+            ids = np.array(b["id"])
+            assert b.count == batch_size
+            assert b.info.shape == (batch_size,)
+            for i, sid in enumerate(ids):
+                got[int(sid)] = {name: b[name][i].tobytes()
+                                 for name, _, _ in LEAVES}
+        return got, s.mode, s.fallback_reason
+
+
+def expected(samples):
+    n = len(samples["id"])
+    return {int(samples["id"][i]): {name: np.ascontiguousarray(
+        samples[name][i]).tobytes() for name, _, _ in LEAVES}
+        for i in range(n)}
+
+
+@pytest.mark.parametrize("mode", ["shm", "stream"])
+def test_round_trip_bytes(client, mode):
+    table = "rt_" + mode
+    samples = random_samples(64, seed=1 if mode == "shm" else 2)
+    with client.writer(table) as w:
+        for i in range(64):
+            w.append({k: v[i] for k, v in samples.items()}, priority=1.0)
+        w.flush()
+        assert w.acked == 64
+    got, used, why = read_all(client, table, 64, 8, mode=mode)
+    assert used == mode and why is None
+    assert got == expected(samples)
+
+
+def test_array_views(client):
+    samples = random_samples(4, seed=3)
+    with client.writer("misc") as w:
+        w.extend(samples)
+    with client.stream("misc", batch_size=4, mode="shm") as s:
+        b = s.next(timeout=10)
+        assert b.keys() == [n for n, _, _ in LEAVES]
+        for name, dt, shape in LEAVES:
+            a = b[name]
+            assert a.dtype == dt and a.shape == (4,) + shape
+            assert not a.flags.writeable and a.flags.c_contiguous
+            with pytest.raises(ValueError):
+                a.flags.writeable = True
+            assert isinstance(a.base, chime.View)
+        info = b.info
+        assert info.dtype.names == ("key", "probability", "times_sampled",
+                                    "reserved", "insert_time_ns")
+        assert len(set(info["key"].tolist())) == 4
+        assert (info["insert_time_ns"] > 0).all()
+        with pytest.raises(KeyError):
+            b["nope"]
+        # memoryview through the buffer protocol of the exporter
+        mv = memoryview(b["a"].base)
+        assert mv.readonly and mv.shape == (4, 3, 5) and mv.format == "B"
+        assert np.frombuffer(b["a"].base, np.uint8).tobytes() == \
+            b["a"].tobytes()
+        assert memoryview(b["h"].base).format == "e"
+        with pytest.raises(ValueError):
+            np.frombuffer(b["a"].base, dtype=np.uint8).setflags(write=True)
+
+
+def test_extend_and_append_agree(client):
+    samples = random_samples(40, seed=4)
+    prios = np.linspace(0.5, 2.0, 40)
+    with client.writer("ext") as w:
+        w.extend(samples, priorities=prios)
+    with client.writer("app") as w:
+        for i in range(40):
+            w.append({k: v[i] for k, v in samples.items()},
+                     priority=float(prios[i]))
+    a, _, _ = read_all(client, "ext", 40, 8, mode="stream")
+    b, _, _ = read_all(client, "app", 40, 8, mode="shm")
+    assert a == b == expected(samples)
+
+
+def test_view_outlives_200_batches(client):
+    """A view keeps its slot leased: with 3 slots a fifo ring reuses a slot
+    every two batches, so without the hold the bytes would change."""
+    n = 2 * 202
+    x = np.random.default_rng(5).integers(0, 256, size=(n, 256),
+                                          dtype=np.uint8)
+    with client.writer("hold") as w:
+        w.extend({"x": x, "id": np.arange(n, dtype=np.uint64)})
+    with client.stream("hold", batch_size=2, slots=3, mode="shm") as s:
+        assert s.mode == "shm"
+        first = s.next(timeout=10)
+        kept = first["x"]
+        kept_mv = memoryview(first["id"])
+        copy, ids = kept.copy(), bytes(kept_mv)
+        for _ in range(200):
+            b = s.next(timeout=10)
+        assert np.array_equal(kept, copy) and bytes(kept_mv) == ids
+        assert not first.released
+        assert np.array_equal(copy, x[np.frombuffer(ids, np.uint64)])
+        del b
+        del kept
+        gc.collect()
+        assert not first.released  # the memoryview still holds it
+        kept_mv.release()
+        assert first.released
+        with pytest.raises(chime.Error):
+            first["x"]
+
+
+def test_release_deferred_while_viewed(client):
+    with client.writer("release") as w:
+        w.extend(random_samples(8, seed=6))
+    with client.stream("release", batch_size=4, mode="shm") as s:
+        b = s.next(timeout=10)
+        a = b["a"]
+        before = a.copy()
+        b.release()
+        assert not b.released
+        with pytest.raises(chime.Error, match="released"):
+            b["a"]
+        b2 = s.next(timeout=10)
+        assert np.array_equal(a, before)
+        del a
+        assert b.released
+        b2.release()
+        assert b2.released
+
+
+def test_close_with_live_view(client):
+    with client.writer("close") as w:
+        w.extend(random_samples(4, seed=7))
+    s = client.stream("close", batch_size=4, mode="shm")
+    b = s.next(timeout=10)
+    a = b["a"]
+    before = a.copy()
+    s.close()
+    assert s.closed
+    with pytest.raises(chime.Error):
+        s.next(timeout=0)
+    assert np.array_equal(a, before)  # still mapped: the view holds it
+    del a, b
+    gc.collect()
+
+
+def test_next_releases_the_gil(client):
+    """next() waits without the GIL: this thread inserts meanwhile, and a
+    view it drops while next() waits gives its slot back (queued, and
+    handed to the library by next() itself)."""
+    with client.writer("gil") as w:
+        w.extend(random_samples(4, seed=11))
+    with client.stream("gil", batch_size=4, mode="shm") as s:
+        first = s.next(timeout=10)
+        a = first["a"]
+        got = {}
+        t = threading.Thread(target=lambda: got.update(b=s.next(timeout=20)))
+        t.start()
+        time.sleep(0.3)
+        assert t.is_alive() and not first.released
+        del a  # while the other thread is inside next()
+        with client.writer("gil") as w:
+            w.extend(random_samples(4, seed=12))
+        t.join(20)
+        assert not t.is_alive()
+        assert first.released
+        assert got["b"].count == 4
+
+
+def test_dlpack_shares_the_ring(client):
+    """numpy.from_dlpack (torch.from_dlpack works the same way) gets the
+    ring's address, and its tensor holds the batch like an array does."""
+    samples = random_samples(4, seed=13)
+    with client.writer("misc") as w:
+        w.extend(samples)
+    with client.stream("misc", batch_size=4, mode="shm") as s:
+        b = s.next(timeout=10)
+        v = b.view("m")
+        assert v.__dlpack_device__() == (1, 0)
+        t = np.from_dlpack(v)
+        del v
+        addr = b["m"].__array_interface__["data"][0]
+        assert t.__array_interface__["data"][0] == addr
+        assert t.dtype == np.float32 and t.shape == (4, 2, 3)
+        assert t.tobytes() == samples["m"].tobytes()
+        cap = b.view("a").__dlpack__()  # a capsule nobody consumed
+        b.release()
+        assert not b.released
+        del t
+        gc.collect()
+        assert not b.released
+        del cap
+        assert b.released
+
+
+def test_iteration(client):
+    with client.writer("misc") as w:
+        w.extend(random_samples(8, seed=8))
+    seen = 0
+    with client.stream("misc", batch_size=4, timeout=0.5) as s:
+        with pytest.raises(chime.TimeoutError):
+            for b in s:
+                seen += b.count
+    assert seen == 8
+
+
+def test_not_found(client):
+    with pytest.raises(chime.NotFoundError, match="nope"):
+        client.writer("nope")
+    with pytest.raises(chime.NotFoundError):
+        client.stream("nope", batch_size=4)
+
+
+def test_timeout(client):
+    with client.stream("empty", batch_size=4) as s:
+        t0 = time.monotonic()
+        with pytest.raises(chime.TimeoutError) as e:
+            s.next(timeout=0.3)
+        assert time.monotonic() - t0 >= 0.25
+        assert isinstance(e.value, TimeoutError)
+        assert isinstance(e.value, chime.Error)
+        assert e.value.name == "CHIME_ETIMEDOUT"
+
+
+def test_invalid_argument(client):
+    with client.writer("misc") as w:
+        one = {k: v[0] for k, v in random_samples(1, seed=9).items()}
+        with pytest.raises(chime.InvalidArgumentError, match="'a'"):
+            w.append({**one, "a": np.zeros((3, 4))})
+        with pytest.raises(chime.InvalidArgumentError, match="missing"):
+            w.append({k: v for k, v in one.items() if k != "b"})
+        with pytest.raises(chime.InvalidArgumentError, match="not a leaf"):
+            w.append({**one, "zz": 1})
+        # refused by the library itself, with its message
+        with pytest.raises(chime.InvalidArgumentError) as e:
+            w.append(one, priority=-1.0)
+        assert e.value.code == -1
+        with pytest.raises(chime.InvalidArgumentError):
+            w.extend({k: v[None] for k, v in one.items()}, priorities=[1, 2])
+    with pytest.raises(chime.InvalidArgumentError):
+        client.stream("misc", mode="bogus")
+
+
+def test_unavailable_is_base_error():
+    c = chime.Client("127.0.0.1:1", timeout=1.0)
+    with pytest.raises(chime.Error) as e:
+        c.info()
+    assert type(e.value) is chime.Error
+    assert e.value.name == "CHIME_EUNAVAILABLE"
+    c.close()
+    with pytest.raises(chime.Error):
+        c.info()
+
+
+def test_shutdown(own_chimed):
+    proc, addr = own_chimed
+    with chime.Client(addr) as c:
+        with c.stream("empty", batch_size=4) as s:
+            proc.send_signal(signal.SIGTERM)
+            with pytest.raises(chime.ShutdownError):
+                s.next(timeout=10)
+    assert proc.wait(timeout=10) == 0
+
+
+@pytest.mark.parametrize("mode", ["shm", "stream"])
+def test_disconnected(own_chimed, mode):
+    proc, addr = own_chimed
+    with chime.Client(addr) as c:
+        with c.stream("empty", batch_size=4, mode=mode) as s:
+            proc.kill()
+            proc.wait()
+            with pytest.raises(chime.DisconnectedError):
+                s.next(timeout=30)
+
+
+def test_info_and_stats(client):
+    info = client.info()
+    assert info["version"] == chime.__version__
+    assert info["hostname"] and info["boot_id"]
+    assert info["pin_host_memory"] is False
+    tables = {t["name"]: t for t in info["tables"]}
+    assert tables["hold"]["spec"].replace(" ", "") == "x:u8[256],id:u64[]"
+    assert tables["hold"]["sample_bytes"] == 264
+    assert tables["rt_shm"]["sampler"] == "fifo"
+    assert tables["rt_shm"]["capacity"] == 100000
+    with client.writer("misc") as w:
+        w.extend(random_samples(3, seed=10))
+    with client.stream("empty", batch_size=4, mode="stream") as s:
+        st = client.stats()
+        mine = [x for x in st["streams"] if x["table"] == "empty"]
+        assert len(mine) == 1 and mine[0]["mode"] == "stream"
+        assert s.stats()["stream_id"] == mine[0]["stream_id"]
+        assert {r["stream_id"] for r in client.info()["rings"]} >= {
+            mine[0]["stream_id"]}
+    misc = {t["name"]: t for t in st["tables"]}["misc"]
+    assert misc["inserts"] >= 3 and misc["size"] >= 3
+    for k in ("ring_bytes_total", "pinned_bytes", "staged_insert_bytes",
+              "staged_insert_budget", "insert_calls_parked"):
+        assert isinstance(st[k], int)

@@ -160,6 +160,24 @@ CHIME_EXTERN CHIME_NODISCARD int chime_client_stats(chime_stats_t **out,
                                                     chime_client_t *client);
 CHIME_EXTERN void chime_stats_free(chime_stats_t *stats);
 
+typedef struct {
+  uint32_t updated, deleted;
+  uint32_t unknown; /* keys not in the table (never inserted, or gone) */
+} chime_mutate_result_t;
+
+/* MutatePriorities on `table`: priorities[i] becomes the priority of the
+ * item with keys[i] (n of each; NULL when n is 0), then the items with the
+ * ndeletes keys in deletes leave the table. Keys not in the table are
+ * skipped and counted. A priority that is NaN, infinite or negative (or
+ * too large for the table's priority_exponent) refuses the whole call with
+ * CHIME_EINVAL and nothing changes. At most 2^20 keys of each per call.
+ * out may be NULL. Thread-safe. */
+CHIME_EXTERN CHIME_NODISCARD int
+chime_client_mutate_priorities(chime_client_t *client, const char *table,
+                               const uint64_t *keys, const double *priorities,
+                               size_t n, const uint64_t *deletes,
+                               size_t ndeletes, chime_mutate_result_t *out);
+
 /* ---------------------------------------------------------------- writer */
 
 typedef struct chime_writer_s chime_writer_t;

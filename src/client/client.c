@@ -338,3 +338,61 @@ const char *chime_mode_name(chime_mode_t mode) {
   }
   return "unknown";
 }
+
+int chime_client_mutate_priorities(chime_client_t *client, const char *table,
+                                   const uint64_t *keys,
+                                   const double *priorities, size_t n,
+                                   const uint64_t *deletes, size_t ndeletes,
+                                   chime_mutate_result_t *out) {
+  if (!client || !table || (n && (!keys || !priorities)) ||
+      (ndeletes && !deletes))
+    return CHIME_EINVAL;
+  char err[CHIME__ERRLEN] = "";
+  int rc = 0;
+  ProtobufCMessage *m = NULL;
+  Chime__V1__PriorityUpdate *ups = calloc(n ? n : 1, sizeof(*ups));
+  Chime__V1__PriorityUpdate **upp = calloc(n ? n : 1, sizeof(*upp));
+  if (!ups || !upp) {
+    rc = chime__fail(err, sizeof(err), CHIME_ENOMEM, "out of memory");
+    goto cleanup;
+  }
+  for (size_t i = 0; i < n; i++) {
+    double p = priorities[i];
+    if (p != p || p < 0 || p > 1.79769313486231570815e308) {
+      rc = chime__fail(err, sizeof(err), CHIME_EINVAL,
+                       "MutatePriorities on '%s': priority %zu is %g: "
+                       "priorities must be finite and at least 0",
+                       table, i, p);
+      goto cleanup;
+    }
+    chime__v1__priority_update__init(&ups[i]);
+    ups[i].key = keys[i];
+    ups[i].priority = p;
+    upp[i] = &ups[i];
+  }
+  Chime__V1__MutatePrioritiesRequest req =
+      CHIME__V1__MUTATE_PRIORITIES_REQUEST__INIT;
+  req.table = (char *)table;
+  req.n_updates = n;
+  req.updates = upp;
+  req.n_deletes = ndeletes;
+  req.deletes = (uint64_t *)deletes;
+  rc = chime__unary(client, CHIME__M_MUTATE, &req.base,
+                    &chime__v1__mutate_priorities_response__descriptor, &m, err,
+                    sizeof(err));
+  if (rc == 0 && out) {
+    const Chime__V1__MutatePrioritiesResponse *r =
+        (const Chime__V1__MutatePrioritiesResponse *)m;
+    out->updated = r->updated;
+    out->deleted = r->deleted;
+    out->unknown = r->unknown;
+  }
+cleanup:
+  if (m)
+    protobuf_c_message_free_unpacked(m, NULL);
+  free(ups);
+  free(upp);
+  if (rc)
+    chime__client_set_error(client, rc, err);
+  return rc;
+}

@@ -27,6 +27,7 @@ static const char *method_name(int method) {
       [CHIME__M_STATS] = "Stats",
       [CHIME__M_INSERT] = "Insert",
       [CHIME__M_SUBSCRIBE] = "Subscribe",
+      [CHIME__M_MUTATE] = "MutatePriorities",
   };
   return method >= 0 && method < CHIME__M_COUNT ? names[method] : "?";
 }
@@ -40,7 +41,7 @@ static int role_allows(chime__role_t role, int method) {
            method == CHIME__M_COUNT;
   case CHIME__ROLE_LEARNER:
     return method == CHIME__M_GETINFO || method == CHIME__M_SUBSCRIBE ||
-           method == CHIME__M_COUNT;
+           method == CHIME__M_MUTATE || method == CHIME__M_COUNT;
   }
   return 0;
 }

@@ -356,7 +356,7 @@ static void on_request_done(chime__tag_t *tag, int ok) {
 static void unknown_on_start(chime__call_t *c) {
   chime__call_finish(c, CHIME_ENOTSUP,
                      "unknown method (chime.v1.Chime has GetInfo, Stats, "
-                     "Insert, Subscribe)");
+                     "Insert, Subscribe, MutatePriorities)");
 }
 
 static void unknown_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
@@ -373,6 +373,7 @@ static const chime__call_vt_t unknown_vt = {
 static const chime__call_vt_t *const method_vt[CHIME__M_COUNT + 1] = {
     [CHIME__M_GETINFO] = &chime__info_vt,
     [CHIME__M_STATS] = &chime__stats_vt,
+    [CHIME__M_MUTATE] = &chime__mutate_vt,
     [CHIME__M_INSERT] = &chime__insert_vt,
     [CHIME__M_SUBSCRIBE] = &chime__subscribe_vt,
     [CHIME__M_COUNT] = &unknown_vt,

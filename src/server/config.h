@@ -42,7 +42,7 @@ typedef struct {
 } chime__table_config_t;
 
 /* Who may call what (auth.tokens): actor: Insert and GetInfo; learner:
- * Subscribe and GetInfo; admin: everything. */
+ * Subscribe, MutatePriorities and GetInfo; admin: everything. */
 typedef enum {
   CHIME__ROLE_ACTOR = 1,
   CHIME__ROLE_LEARNER = 2,

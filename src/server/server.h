@@ -160,6 +160,7 @@ chime__table_t *chime__server_table(chime_server_t *srv, const char *name,
 /* --- per-method handlers --- */
 extern const chime__call_vt_t chime__info_vt;
 extern const chime__call_vt_t chime__stats_vt;
+extern const chime__call_vt_t chime__mutate_vt;
 extern const chime__call_vt_t chime__insert_vt;
 extern const chime__call_vt_t chime__subscribe_vt;
 

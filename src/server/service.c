@@ -10,7 +10,7 @@ int chime_service_register(chime_server_t *srv, struct grpc_server *server,
   if (srv == NULL || server == NULL || cq == NULL || srv->gs != NULL)
     return CHIME_EINVAL;
   for (int m = 0; m < CHIME__M_COUNT; m++) {
-    int unary = m == CHIME__M_GETINFO || m == CHIME__M_STATS;
+    int unary = chime__method_unary(m);
     srv->methods[m] = grpc_server_register_method(
         server, chime__method_path[m], NULL,
         unary ? GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER

@@ -20,6 +20,7 @@
 #include "chime/errors.h"
 #include "wire/insert.h"
 #include "server/heap.h"
+#include "server/keyindex.h"
 #include "server/sumtree.h"
 
 #include <math.h>
@@ -52,7 +53,8 @@ struct chime__table_s {
   uint32_t *freeq;       /* free rows, a ring in the order they were freed */
   chime__sumtree_t *sum; /* priority^exponent by row (prioritized) */
   chime__heap_t *hmin, *hmax;
-  uint64_t mts; /* max_times_sampled, 0: no limit */
+  chime__keyindex_t *keys; /* key -> live row (MutatePriorities) */
+  uint64_t mts;            /* max_times_sampled, 0: no limit */
   void *map;
   size_t map_len;
 
@@ -177,6 +179,8 @@ int chime__table_create(chime__table_t **out,
   t->dense_on = uses(&t->cfg, CHIME__SAMPLER_UNIFORM) ||
                 uses(&t->cfg, CHIME__SAMPLER_PRIORITIZED); /* all-zero */
   t->oldest = t->newest = NONE;
+  if ((rc = chime__keyindex_create(&t->keys, cap)) != 0)
+    goto out;
   if (uses(&t->cfg, CHIME__SAMPLER_PRIORITIZED) &&
       (rc = chime__sumtree_create(&t->sum, cap)) != 0)
     goto out;
@@ -199,6 +203,7 @@ out:
     if (t->map != NULL)
       munmap(t->map, t->map_len);
     chime__dedupe_destroy(t->dedupe);
+    chime__keyindex_destroy(t->keys);
     chime__sumtree_destroy(t->sum);
     chime__heap_destroy(t->hmin);
     chime__heap_destroy(t->hmax);
@@ -223,6 +228,7 @@ void chime__table_destroy(chime__table_t *t) {
   if (t->map != NULL)
     munmap(t->map, t->map_len);
   chime__dedupe_destroy(t->dedupe);
+  chime__keyindex_destroy(t->keys);
   chime__sumtree_destroy(t->sum);
   chime__heap_destroy(t->hmin);
   chime__heap_destroy(t->hmax);
@@ -398,6 +404,8 @@ static void live_add(chime__table_t *t, uint32_t r) {
     e |= chime__heap_push(t->hmin, r, t->prio[r]);
   if (t->hmax != NULL)
     e |= chime__heap_push(t->hmax, r, t->prio[r]);
+  /* Keys are new and at most capacity items are live: it fits. */
+  e |= chime__keyindex_insert(t->keys, t->key[r], r);
   (void)e; /* the row was free, the key checked: cannot fail */
 }
 
@@ -425,6 +433,7 @@ static void live_remove(chime__table_t *t, uint32_t r) {
     e |= chime__heap_remove(t->hmin, r);
   if (t->hmax != NULL)
     e |= chime__heap_remove(t->hmax, r);
+  e |= chime__keyindex_remove(t->keys, t->key[r], NULL);
   (void)e; /* r was live, so in each: cannot fail */
   if (t->pins[r] != 0)
     t->ndead++;
@@ -806,6 +815,53 @@ int chime__table_give_back(chime__table_t *t, const chime_ring_layout_t *lay,
   return 0;
 }
 
+int chime__table_mutate(chime__table_t *t, const uint64_t *keys,
+                        const double *priorities, size_t nupdates,
+                        const uint64_t *deletes, size_t ndeletes,
+                        chime__table_mutated_t *out) {
+  memset(out, 0, sizeof(*out));
+  for (size_t i = 0; i < nupdates; i++)
+    if (isnan(priorities[i]) || isinf(priorities[i]) || priorities[i] < 0)
+      return CHIME_EINVAL;
+  pthread_mutex_lock(&t->mu);
+  for (size_t i = 0; i < nupdates; i++) {
+    if (t->sum != NULL && isinf(weight(t, priorities[i]))) {
+      pthread_mutex_unlock(&t->mu);
+      return CHIME_EINVAL; /* nothing changed yet: checked first */
+    }
+  }
+  for (size_t i = 0; i < nupdates; i++) {
+    uint32_t r;
+    if (chime__keyindex_lookup(t->keys, keys[i], &r) != 0) {
+      out->unknown++;
+      continue;
+    }
+    int e = 0;
+    t->prio[r] = priorities[i];
+    if (t->sum != NULL)
+      e |= chime__sumtree_set(t->sum, r, weight(t, priorities[i]));
+    if (t->hmin != NULL)
+      e |= chime__heap_update(t->hmin, r, priorities[i]);
+    if (t->hmax != NULL)
+      e |= chime__heap_update(t->hmax, r, priorities[i]);
+    (void)e; /* live, valid: cannot fail */
+    out->updated++;
+  }
+  for (size_t i = 0; i < ndeletes; i++) {
+    uint32_t r;
+    if (chime__keyindex_lookup(t->keys, deletes[i], &r) != 0) {
+      out->unknown++;
+      continue;
+    }
+    live_remove(t, r);
+    out->deleted++;
+  }
+  if (out->deleted > 0)
+    pthread_cond_broadcast(&t->space);
+  pthread_mutex_unlock(&t->mu);
+  return 0;
+}
+
 void chime__table_wake(chime__table_t *t) {
   pthread_mutex_lock(&t->mu);
   pthread_cond_broadcast(&t->items);
@@ -827,7 +883,7 @@ void chime__table_close(chime__table_t *t) {
 uint64_t chime__table_bytes(const chime__table_config_t *cfg) {
   uint64_t cap = cfg->capacity, total = 0, b;
   uint32_t n = cfg->spec.nleaves;
-  for (uint32_t i = 0; i < n + NMETA + 3; i++) {
+  for (uint32_t i = 0; i < n + NMETA + 4; i++) {
     uint64_t per;
     if (i < n)
       per = chime_leaf_bytes(&cfg->spec.leaves[i]);
@@ -835,6 +891,8 @@ uint64_t chime__table_bytes(const chime__table_config_t *cfg) {
       per = meta_bytes[i - n];
     else if (i == n + NMETA)
       per = uses(cfg, CHIME__SAMPLER_PRIORITIZED) ? 16 : 0;
+    else if (i == n + NMETA + 3)
+      per = 18; /* the key index: 12 bytes a bucket, 10/7 buckets an item */
     else
       per = uses(cfg, i == n + NMETA + 1 ? CHIME__SAMPLER_MIN_HEAP
                                          : CHIME__SAMPLER_MAX_HEAP)

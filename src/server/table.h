@@ -97,6 +97,20 @@ int chime__table_try_sample(chime__table_t *t, const chime_ring_layout_t *lay,
 /* Takes w off the table's list if it is queued. */
 void chime__table_unwait(chime__table_t *t, chime__table_waiter_t *w);
 
+typedef struct {
+  uint32_t updated, deleted, unknown;
+} chime__table_mutated_t;
+
+/* MutatePriorities: new priorities for the live items with keys (nupdates
+ * of each), then deletes. Keys not live (never inserted, gone, or in a
+ * batch given back) are counted as unknown. CHIME_EINVAL, changing
+ * nothing, for a priority that is NaN, infinite or negative, or whose
+ * priority^exponent is infinite. */
+int chime__table_mutate(chime__table_t *t, const uint64_t *keys,
+                        const double *priorities, size_t nupdates,
+                        const uint64_t *deletes, size_t ndeletes,
+                        chime__table_mutated_t *out);
+
 /* Wakes every waiter so it re-reads its abort/stop flag. */
 void chime__table_wake(chime__table_t *t);
 /* Makes every current and future wait return CHIME_ESHUTDOWN. */

@@ -292,6 +292,57 @@ static PyObject *make_child(PyObject *type, PyObject *self, PyObject *args,
   return r;
 }
 
+/* A 1-d contiguous array of dtype from any sequence (NULL/None: empty). */
+static PyArrayObject *as_1d(PyObject *o, int type, const char *what) {
+  if (o == NULL || o == Py_None)
+    return (PyArrayObject *)PyArray_ZEROS(1, (npy_intp[]){0}, type, 0);
+  PyArrayObject *a = (PyArrayObject *)PyArray_FROMANY(
+      o, type, 1, 1, NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED);
+  if (a == NULL)
+    PyErr_Format(PyExc_TypeError, "%s: expected a 1-d sequence of numbers",
+                 what);
+  return a;
+}
+
+static PyObject *client_mutate(PyObject *o, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"table", "keys", "priorities", "deletes", NULL};
+  chimepy_client_t *self = (chimepy_client_t *)o;
+  const char *table;
+  PyObject *ko = NULL, *po = NULL, *dobj = NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "s|OOO", kwlist, &table, &ko, &po,
+                                   &dobj) ||
+      chimepy_client_check(self))
+    return NULL;
+  PyArrayObject *keys = as_1d(ko, NPY_UINT64, "keys");
+  PyArrayObject *prios = keys ? as_1d(po, NPY_FLOAT64, "priorities") : NULL;
+  PyArrayObject *dels = prios ? as_1d(dobj, NPY_UINT64, "deletes") : NULL;
+  PyObject *ret = NULL;
+  if (dels == NULL)
+    goto out;
+  if (PyArray_SIZE(keys) != PyArray_SIZE(prios)) {
+    chimepy_raise(CHIME_EINVAL, "mutate_priorities: keys and priorities "
+                                "differ in length");
+    goto out;
+  }
+  chime_mutate_result_t r;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS rc = chime_client_mutate_priorities(
+      self->c, table, (const uint64_t *)PyArray_DATA(keys),
+      (const double *)PyArray_DATA(prios), (size_t)PyArray_SIZE(keys),
+      (const uint64_t *)PyArray_DATA(dels), (size_t)PyArray_SIZE(dels), &r);
+  Py_END_ALLOW_THREADS if (rc) {
+    chimepy_raise(rc, chime_client_last_error(self->c));
+    goto out;
+  }
+  ret = Py_BuildValue("{s:I,s:I,s:I}", "updated", r.updated, "deleted",
+                      r.deleted, "unknown", r.unknown);
+out:
+  Py_XDECREF(keys);
+  Py_XDECREF(prios);
+  Py_XDECREF(dels);
+  return ret;
+}
+
 static PyObject *client_writer(PyObject *o, PyObject *args, PyObject *kw) {
   return make_child((PyObject *)&chimepy_writer_type, o, args, kw);
 }
@@ -306,6 +357,12 @@ static PyMethodDef client_methods[] = {
      "`chimectl --json info`."},
     {"stats", client_stats, METH_NOARGS,
      "stats() -> dict: the server's counters, as `chimectl --json stats`."},
+    {"mutate_priorities", (PyCFunction)(void (*)(void))client_mutate,
+     METH_VARARGS | METH_KEYWORDS,
+     "mutate_priorities(table, keys=(), priorities=(), deletes=()) -> dict: "
+     "new priorities by key, then deletes (MutatePriorities); returns "
+     "{'updated', 'deleted', 'unknown'}. A NaN, infinite or negative "
+     "priority raises InvalidArgumentError and changes nothing."},
     {"writer", (PyCFunction)(void (*)(void))client_writer,
      METH_VARARGS | METH_KEYWORDS,
      "writer(table, max_inflight=8, timeout=30.0) -> Writer"},

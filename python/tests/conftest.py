@@ -33,6 +33,8 @@ def _table(name, spec=MIXED_SPEC, sampler="fifo", capacity=100000):
 TABLES = [_table(n) for n in ("rt_shm", "rt_stream", "ext", "app", "misc",
                               "empty", "release", "close", "gil")]
 TABLES.append(_table("hold", spec="x:u8[256], id:u64[]"))
+TABLES.append({"name": "heap", "spec": "x:u64[]", "capacity": 100,
+               "sampler": "max_heap", "max_times_sampled": 1})
 
 
 @contextlib.contextmanager

@@ -344,3 +344,20 @@ def test_info_and_stats(client):
     for k in ("ring_bytes_total", "pinned_bytes", "staged_insert_bytes",
               "staged_insert_budget", "insert_calls_parked"):
         assert isinstance(st[k], int)
+
+
+def test_mutate_priorities(client):
+    with client.writer("heap") as w:
+        for x in range(1, 11):
+            w.append({"x": x}, priority=float(x))
+    r = client.mutate_priorities("heap", keys=[3, 10, 999],
+                                 priorities=[100.0, 0.5, 1.0],
+                                 deletes=np.array([5, 6], np.uint64))
+    assert r == {"updated": 2, "deleted": 2, "unknown": 1}
+    with pytest.raises(chime.InvalidArgumentError):
+        client.mutate_priorities("heap", keys=[4], priorities=[float("nan")])
+    with client.stream("heap", batch_size=8, mode="stream", slots=2) as s:
+        b = s.next(timeout=20.0)
+        assert list(b["x"]) == [3, 9, 8, 7, 4, 2, 1, 10]
+        assert list(b.info["key"]) == [3, 9, 8, 7, 4, 2, 1, 10]
+        b.release()

@@ -90,6 +90,17 @@ static int set_item(PyObject *d, const char *k, PyObject *v) {
   return rc;
 }
 
+/* A new dict appended to list: borrowed (the list holds it), or NULL. */
+static PyObject *append_dict(PyObject *list) {
+  PyObject *d = PyDict_New();
+  if (d == NULL || PyList_Append(list, d) < 0) {
+    Py_XDECREF(d);
+    return NULL;
+  }
+  Py_DECREF(d);
+  return d;
+}
+
 #define U64(x) PyLong_FromUnsignedLongLong((unsigned long long)(x))
 
 static PyObject *spec_text(const chime_spec_t *spec) {
@@ -105,12 +116,9 @@ static PyObject *info_dict(const chime_server_info_t *in) {
     goto fail;
   for (uint32_t i = 0; i < in->ntables; i++) {
     const chime_table_info_t *t = &in->tables[i];
-    PyObject *td = PyDict_New();
-    if (!td || PyList_Append(tables, td) < 0) {
-      Py_XDECREF(td);
+    PyObject *td = append_dict(tables);
+    if (!td)
       goto fail;
-    }
-    Py_DECREF(td);
     if (set_item(td, "name", PyUnicode_FromString(t->name)) ||
         set_item(td, "spec", spec_text(&t->spec)) ||
         set_item(td, "capacity", U64(t->capacity)) ||
@@ -122,12 +130,9 @@ static PyObject *info_dict(const chime_server_info_t *in) {
   }
   for (uint32_t i = 0; i < in->nrings; i++) {
     const chime_ring_info_t *r = &in->rings[i];
-    PyObject *rd = PyDict_New();
-    if (!rd || PyList_Append(rings, rd) < 0) {
-      Py_XDECREF(rd);
+    PyObject *rd = append_dict(rings);
+    if (!rd)
       goto fail;
-    }
-    Py_DECREF(rd);
     if (set_item(rd, "stream_id", U64(r->stream_id)) ||
         set_item(rd, "table", PyUnicode_FromString(r->table)) ||
         set_item(rd, "bytes", U64(r->bytes)) ||
@@ -160,12 +165,9 @@ static PyObject *stats_dict(const chime_stats_t *st) {
     goto fail;
   for (uint32_t i = 0; i < st->ntables; i++) {
     const chime_table_stats_t *t = &st->tables[i];
-    PyObject *td = PyDict_New();
-    if (!td || PyList_Append(tables, td) < 0) {
-      Py_XDECREF(td);
+    PyObject *td = append_dict(tables);
+    if (!td)
       goto fail;
-    }
-    Py_DECREF(td);
     if (set_item(td, "name", PyUnicode_FromString(t->name)) ||
         set_item(td, "size", U64(t->size)) ||
         set_item(td, "capacity", U64(t->capacity)) ||
@@ -178,12 +180,9 @@ static PyObject *stats_dict(const chime_stats_t *st) {
   }
   for (uint32_t i = 0; i < st->nstreams; i++) {
     const chime_stream_stats_t *s = &st->streams[i];
-    PyObject *sd = PyDict_New();
-    if (!sd || PyList_Append(streams, sd) < 0) {
-      Py_XDECREF(sd);
+    PyObject *sd = append_dict(streams);
+    if (!sd)
       goto fail;
-    }
-    Py_DECREF(sd);
     if (set_item(sd, "stream_id", U64(s->stream_id)) ||
         set_item(sd, "table", PyUnicode_FromString(s->table)) ||
         set_item(

@@ -30,13 +30,16 @@ static json_t *info_json(const chime_server_info_t *in) {
       snprintf(spec, sizeof(spec), "?");
     json_array_append_new(
         tables,
-        json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:s, s:s, s:f, s:I}", "name",
-                  t->name, "spec", spec, "capacity", (json_int_t)t->capacity,
-                  "size", (json_int_t)t->size, "min_size",
-                  (json_int_t)t->min_size, "sample_bytes",
+        json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:s, s:s, s:f, s:I, s:f, "
+                  "s:f}",
+                  "name", t->name, "spec", spec, "capacity",
+                  (json_int_t)t->capacity, "size", (json_int_t)t->size,
+                  "min_size", (json_int_t)t->min_size, "sample_bytes",
                   (json_int_t)t->sample_bytes, "sampler", t->sampler, "remover",
                   t->remover, "priority_exponent", t->priority_exponent,
-                  "max_times_sampled", (json_int_t)t->max_times_sampled));
+                  "max_times_sampled", (json_int_t)t->max_times_sampled,
+                  "samples_per_insert", t->samples_per_insert, "error_buffer",
+                  t->error_buffer));
   }
   json_t *rings = json_array();
   for (uint32_t i = 0; i < in->nrings; i++) {
@@ -59,9 +62,9 @@ static void info_text(const chime_server_info_t *in) {
          in->boot_id);
   printf("pin_host_memory: %s, pinned bytes: %" PRIu64 "\n\n",
          in->pin_host_memory ? "on" : "off", in->pinned_bytes);
-  printf("%-16s %-11s %-11s %8s %9s %10s %10s %8s %12s  %s\n", "TABLE",
-         "SAMPLER", "REMOVER", "EXPONENT", "MAX_TIMES", "SIZE", "CAPACITY",
-         "MIN_SIZE", "SAMPLE_BYTES", "SPEC");
+  printf("%-16s %-11s %-11s %8s %9s %13s %10s %10s %8s %12s  %s\n", "TABLE",
+         "SAMPLER", "REMOVER", "EXPONENT", "MAX_TIMES", "SPI(+-BUFFER)", "SIZE",
+         "CAPACITY", "MIN_SIZE", "SAMPLE_BYTES", "SPEC");
   for (uint32_t i = 0; i < in->ntables; i++) {
     const chime_table_info_t *t = &in->tables[i];
     char spec[4096];
@@ -71,10 +74,14 @@ static void info_text(const chime_server_info_t *in) {
     if (strcmp(t->sampler, "prioritized") == 0 ||
         strcmp(t->remover, "prioritized") == 0)
       snprintf(exp, sizeof(exp), "%g", t->priority_exponent);
-    printf("%-16s %-11s %-11s %8s %9" PRIu64 " %10" PRIu64 " %10" PRIu64
+    char rate[48] = "-";
+    if (t->samples_per_insert > 0)
+      snprintf(rate, sizeof(rate), "%g(+-%g)", t->samples_per_insert,
+               t->error_buffer);
+    printf("%-16s %-11s %-11s %8s %9" PRIu64 " %13s %10" PRIu64 " %10" PRIu64
            " %8" PRIu64 " %12" PRIu64 "  %s\n",
-           t->name, t->sampler, t->remover, exp, t->max_times_sampled, t->size,
-           t->capacity, t->min_size, t->sample_bytes, spec);
+           t->name, t->sampler, t->remover, exp, t->max_times_sampled, rate,
+           t->size, t->capacity, t->min_size, t->sample_bytes, spec);
   }
   /* One ring per open stream; pinned bytes are slots x slot_bytes of each
    * ring the server page-locked (docs/pinning.md). */
@@ -99,13 +106,18 @@ static json_t *stats_json(const chime_stats_t *st) {
     const chime_table_stats_t *t = &st->tables[i];
     json_array_append_new(
         tables,
-        json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "name", t->name,
-                  "size", (json_int_t)t->size, "capacity",
+        json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:i, "
+                  "s:i}",
+                  "name", t->name, "size", (json_int_t)t->size, "capacity",
                   (json_int_t)t->capacity, "inserts", (json_int_t)t->inserts,
                   "samples", (json_int_t)t->samples, "sampler_wait_ns",
                   (json_int_t)t->sampler_wait_ns, "insert_wait_ns",
                   (json_int_t)t->insert_wait_ns, "returned",
-                  (json_int_t)t->returned));
+                  (json_int_t)t->returned, "rate_insert_wait_ns",
+                  (json_int_t)t->rate_insert_wait_ns, "inserts_waiting_rate",
+                  (int)t->inserts_waiting_rate, "samplers_waiting_rate",
+                  (int)t->samplers_waiting_rate, "samplers_waiting_items",
+                  (int)t->samplers_waiting_items));
   }
   for (uint32_t i = 0; i < st->nstreams; i++) {
     const chime_stream_stats_t *s = &st->streams[i];

@@ -84,6 +84,16 @@ static void test_selectors(void **state) {
   assert_int_equal(cfg.tables[3].remover, CHIME__SAMPLER_MAX_HEAP);
   assert_int_equal(cfg.tables[3].max_times_sampled, 0);
   assert_true(cfg.tables[3].priority_exponent == 1.0);
+  assert_true(cfg.tables[3].samples_per_insert == 0);
+  /* A ratio without error_buffer gets the narrowest safe window. */
+  assert_int_equal(
+      chime__config_parse(&cfg,
+                          "{\"tables\":[{\"name\":\"r\",\"spec\":\"x:u8\","
+                          "\"capacity\":10,\"samples_per_insert\":2.5}]}",
+                          err, sizeof(err)),
+      0);
+  assert_true(cfg.tables[0].samples_per_insert == 2.5);
+  assert_true(cfg.tables[0].error_buffer == 2.5);
   /* Old configs: fifo is a queue (removed on sample), uniform keeps. */
   assert_int_equal(chime__config_default(&cfg, err, sizeof(err)), 0);
   assert_int_equal(cfg.tables[0].max_times_sampled, 1);
@@ -159,6 +169,15 @@ static void test_mistakes(void **state) {
                ",\"capacity\":1,\"sampler\":\"prioritized\","
                "\"priority_exponent\":\"1\""),
              "table 'a': 'priority_exponent'");
+  expect_bad(T("a", "x:u8",
+               ",\"capacity\":1,\"samples_per_insert\":4,"
+               "\"error_buffer\":3"),
+             "table 'a': 'error_buffer': 3 is below max(1, "
+             "samples_per_insert) = 4");
+  expect_bad(T("a", "x:u8", ",\"capacity\":1,\"error_buffer\":3"),
+             "table 'a': 'error_buffer': only a rate limit uses it");
+  expect_bad(T("a", "x:u8", ",\"capacity\":1,\"samples_per_insert\":0"),
+             "table 'a': 'samples_per_insert': expected a number in (0..1e9");
   expect_bad(T("a", "x:u8", ",\"capacity\":4294967295"),
              "table 'a': capacity 4294967295 exceeds 4294967294 items");
   expect_bad(T("a", "x:u8", ",\"capacity\":2,\"min_size\":3"),

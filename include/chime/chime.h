@@ -99,6 +99,8 @@ typedef struct {
   char remover[16]; /* the same names: which item a full table evicts */
   double priority_exponent;   /* prioritized sampler or remover */
   uint64_t max_times_sampled; /* an item leaves after so many; 0: never */
+  double samples_per_insert;  /* rate limiter; 0: none */
+  double error_buffer;
 } chime_table_info_t;
 
 /* One open stream's ring on the server, as GetInfo reports it. */
@@ -132,6 +134,10 @@ typedef struct {
   char name[CHIME_MAX_NAME];
   uint64_t size, capacity, inserts, samples, sampler_wait_ns, insert_wait_ns;
   uint64_t returned; /* fifo items given back by streams that ended unread */
+  /* The rate limiter (samples_per_insert): time inserts waited on it, and
+   * who waits now: inserts on it, samplers on it, samplers for items. */
+  uint64_t rate_insert_wait_ns;
+  uint32_t inserts_waiting_rate, samplers_waiting_rate, samplers_waiting_items;
 } chime_table_stats_t;
 
 typedef struct {

@@ -191,6 +191,8 @@ int chime_client_info(chime_server_info_t **out, chime_client_t *client) {
     copy_str(o->remover, sizeof(o->remover), t->remover);
     o->priority_exponent = t->priority_exponent;
     o->max_times_sampled = t->max_times_sampled;
+    o->samples_per_insert = t->samples_per_insert;
+    o->error_buffer = t->error_buffer;
     info->ntables++;
   }
   for (size_t i = 0; i < r->n_rings; i++) {
@@ -285,6 +287,10 @@ int chime_client_stats(chime_stats_t **out, chime_client_t *client) {
     o->sampler_wait_ns = t->sampler_wait_ns;
     o->insert_wait_ns = t->insert_wait_ns;
     o->returned = t->returned;
+    o->rate_insert_wait_ns = t->rate_insert_wait_ns;
+    o->inserts_waiting_rate = t->inserts_waiting_rate;
+    o->samplers_waiting_rate = t->samplers_waiting_rate;
+    o->samplers_waiting_items = t->samplers_waiting_items;
   }
   st->nstreams = (uint32_t)r->n_streams;
   for (size_t i = 0; i < r->n_streams; i++) {

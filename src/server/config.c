@@ -140,6 +140,7 @@ static int parse_table(chime__table_config_t *t, json_t *obj, uint32_t index,
   snprintf(where, sizeof(where), "table '%s'", t->name);
 
   int have_spec = 0, have_cap = 0, have_remover = 0, have_exp = 0, have_mts = 0;
+  int have_spi = 0, have_buf = 0;
   t->min_size = 1;
   t->sampler = CHIME__SAMPLER_FIFO;
   t->remover = CHIME__SAMPLER_FIFO;
@@ -183,6 +184,20 @@ static int parse_table(chime__table_config_t *t, json_t *obj, uint32_t index,
         return fail(err, errlen, "%s: expected a number in 0..1e6", kw);
       t->priority_exponent = json_number_value(v);
       have_exp = 1;
+    } else if (strcmp(key, "samples_per_insert") == 0 ||
+               strcmp(key, "error_buffer") == 0) {
+      double x = json_is_number(v) ? json_number_value(v) : -1;
+      int spi = key[0] == 's';
+      if (!(x >= 0) || x > 1e9 || (spi && x == 0))
+        return fail(err, errlen, "%s: expected a number in %s..1e9", kw,
+                    spi ? "(0" : "0");
+      if (spi) {
+        t->samples_per_insert = x;
+        have_spi = 1;
+      } else {
+        t->error_buffer = x;
+        have_buf = 1;
+      }
     } else if (strcmp(key, "max_times_sampled") == 0) {
       if (get_u64(v, kw, &t->max_times_sampled, err, errlen) != 0)
         return CHIME_EINVAL;
@@ -193,7 +208,8 @@ static int parse_table(chime__table_config_t *t, json_t *obj, uint32_t index,
     } else {
       return fail(err, errlen,
                   "%s: unknown key (known: name, spec, capacity, sampler, "
-                  "remover, priority_exponent, max_times_sampled, min_size)",
+                  "remover, priority_exponent, max_times_sampled, min_size, "
+                  "samples_per_insert, error_buffer)",
                   kw);
     }
   }
@@ -217,6 +233,23 @@ static int parse_table(chime__table_config_t *t, json_t *obj, uint32_t index,
     if (!have_mts)
       t->max_times_sampled = 1;
   }
+  if (have_buf && !have_spi)
+    return fail(err, errlen,
+                "%s: 'error_buffer': only a rate limit uses it (set "
+                "samples_per_insert)",
+                where);
+  /* As Reverb: a window narrower than max(1, samples_per_insert) can leave
+   * an insert and a sample each waiting for the other for ever. Absent, it
+   * is that smallest safe width. */
+  double least = t->samples_per_insert > 1.0 ? t->samples_per_insert : 1.0;
+  if (have_spi && !have_buf)
+    t->error_buffer = least;
+  if (have_spi && t->error_buffer < least)
+    return fail(err, errlen,
+                "%s: 'error_buffer': %g is below max(1, samples_per_insert) "
+                "= %g: inserts and samples could wait for each other for "
+                "ever",
+                where, t->error_buffer, least);
   if (have_exp && t->sampler != CHIME__SAMPLER_PRIORITIZED &&
       t->remover != CHIME__SAMPLER_PRIORITIZED)
     return fail(err, errlen,

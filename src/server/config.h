@@ -38,6 +38,11 @@ typedef struct {
   /* An item leaves once sampled this many times; 0: never. 0 with a fifo
    * sampler means 1 (a queue, the fifo table's behaviour before the key). */
   uint64_t max_times_sampled;
+  /* Rate limiter (Reverb's SampleToInsertRatio): samples per inserted
+   * item, kept within error_buffer of samples_per_insert * inserts. 0: no
+   * ratio limit (min_size still gates sampling). */
+  double samples_per_insert;
+  double error_buffer;
   uint64_t seed; /* the table's random draws; 0: from the clock (tests) */
 } chime__table_config_t;
 

@@ -106,6 +106,8 @@ static void info_on_start(chime__call_t *c) {
     tm[i].info.remover = (char *)chime__sampler_name(tc->remover);
     tm[i].info.priority_exponent = tc->priority_exponent;
     tm[i].info.max_times_sampled = tc->max_times_sampled;
+    tm[i].info.samples_per_insert = tc->samples_per_insert;
+    tm[i].info.error_buffer = tc->error_buffer;
     tm[i].info.min_size = tc->min_size;
     tm[i].info.sample_bytes = chime__table_sample_bytes(srv->tables[i]);
     tp[i] = &tm[i].info;
@@ -173,6 +175,10 @@ static void stats_on_start(chime__call_t *c) {
     ts[i].sampler_wait_ns = st.sampler_wait_ns;
     ts[i].insert_wait_ns = st.insert_wait_ns;
     ts[i].returned = st.returned;
+    ts[i].rate_insert_wait_ns = st.rate_insert_wait_ns;
+    ts[i].inserts_waiting_rate = st.inserts_waiting_rate;
+    ts[i].samplers_waiting_rate = st.samplers_waiting_rate;
+    ts[i].samplers_waiting_items = st.samplers_waiting_items;
     ts[i].capacity = st.capacity;
     tp[i] = &ts[i];
   }

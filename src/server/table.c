@@ -76,6 +76,8 @@ struct chime__table_s {
   int closed;
   chime__dedupe_t *dedupe; /* writers' requests, under mu */
   uint64_t inserts, samples, sampler_wait_ns, insert_wait_ns, returned;
+  uint64_t rate_insert_wait_ns; /* inserts held back by the rate limiter */
+  uint32_t inserts_waiting_rate;
 };
 
 #define NONE UINT32_MAX
@@ -252,6 +254,14 @@ void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out) {
   out->sampler_wait_ns = t->sampler_wait_ns;
   out->insert_wait_ns = t->insert_wait_ns;
   out->returned = t->returned;
+  out->rate_insert_wait_ns = t->rate_insert_wait_ns;
+  out->inserts_waiting_rate = t->inserts_waiting_rate;
+  out->samplers_waiting_rate = out->samplers_waiting_items = 0;
+  for (const chime__table_waiter_t *w = t->waiters; w != NULL; w = w->next)
+    if (w->rate)
+      out->samplers_waiting_rate++;
+    else
+      out->samplers_waiting_items++;
   pthread_mutex_unlock(&t->mu);
 }
 
@@ -478,6 +488,30 @@ static uint32_t select_row(chime__table_t *t, chime__sampler_t how,
   return t->dense[next_rand(t) % t->count];
 }
 
+/* The rate limiter (samples_per_insert, Reverb's SampleToInsertRatio):
+ * samples - samples_per_insert * inserts stays within error_buffer of its
+ * value at min_size. An insert may go in while one more item keeps the
+ * difference under the top of the window, a batch may be taken while one
+ * more sample keeps it over the bottom: a request or a batch can pass the
+ * window by itself less one item. Checked under the table lock. */
+static int rate_allows_insert(const chime__table_t *t) {
+  double spi = t->cfg.samples_per_insert;
+  if (spi == 0 || t->inserts < t->cfg.min_size)
+    return 1;
+  double top = spi * (double)t->cfg.min_size + t->cfg.error_buffer;
+  return (double)(t->inserts + 1) * spi - (double)t->samples <= top;
+}
+
+static int rate_allows_sample(const chime__table_t *t) {
+  double spi = t->cfg.samples_per_insert;
+  if (spi == 0)
+    return 1;
+  if (t->inserts < t->cfg.min_size)
+    return 0;
+  double bottom = spi * (double)t->cfg.min_size - t->cfg.error_buffer;
+  return (double)t->inserts * spi - (double)(t->samples + 1) >= bottom;
+}
+
 /* A bad priority for this table's selectors, or 0. */
 static int check_priorities(const chime__table_t *t, const double *prio,
                             uint32_t from, uint32_t count) {
@@ -535,6 +569,20 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
       if (rc != CHIME__DEDUPE_NEW)
         goto out;
       rc = 0;
+    }
+    if (!rate_allows_insert(t)) {
+      if (abort != NULL && atomic_load(abort)) {
+        rc = CHIME_ESHUTDOWN;
+        goto out;
+      }
+      if (nowait) {
+        rc = CHIME_EBUSY;
+        goto out;
+      }
+      t->inserts_waiting_rate++;
+      wait_timed(&t->space, &t->mu, &t->rate_insert_wait_ns);
+      t->inserts_waiting_rate--;
+      continue;
     }
     /* Items given back count against the capacity until taken again. */
     int room = !fifo || (t->count + t->nreturned <= cap &&
@@ -721,6 +769,8 @@ static void sample_locked(chime__table_t *t, const chime_ring_layout_t *lay,
   plan_t pl;
   plan_batch(t, lay, slot, &pl);
   t->samples += lay->batch_size;
+  if (t->cfg.samples_per_insert > 0) /* inserts the ratio held back */
+    pthread_cond_broadcast(&t->space);
   pthread_mutex_unlock(&t->mu);
   copy_rows(t, lay, slot, &pl);
   pthread_mutex_lock(&t->mu);
@@ -739,7 +789,7 @@ int chime__table_sample(chime__table_t *t, const chime_ring_layout_t *lay,
       rc = CHIME_ESHUTDOWN;
       goto out;
     }
-    if (t->count + t->nreturned >= need)
+    if (t->count + t->nreturned >= need && rate_allows_sample(t))
       break;
     wait_timed(&t->items, &t->mu, &t->sampler_wait_ns);
   }
@@ -759,8 +809,9 @@ int chime__table_try_sample(chime__table_t *t, const chime_ring_layout_t *lay,
   pthread_mutex_lock(&t->mu);
   if (t->closed) {
     rc = CHIME_ESHUTDOWN;
-  } else if (t->count + t->nreturned < need) {
+  } else if (t->count + t->nreturned < need || !rate_allows_sample(t)) {
     /* Checked and queued under one lock: an insert after this calls w. */
+    w->rate = t->count + t->nreturned >= need;
     if (!w->queued) {
       w->queued = 1;
       w->next = t->waiters;

@@ -19,6 +19,10 @@ typedef struct chime__table_s chime__table_t;
 typedef struct {
   uint64_t size, capacity, inserts, samples, sampler_wait_ns, insert_wait_ns;
   uint64_t returned; /* fifo items given back by streams that ended */
+  uint64_t rate_insert_wait_ns; /* inserts held back by the rate limiter */
+  /* Who waits now, for what: inserts on the rate limiter, samplers on it
+   * and samplers on items (min_size, a whole batch). */
+  uint32_t inserts_waiting_rate, samplers_waiting_rate, samplers_waiting_items;
 } chime__table_stats_t;
 
 int chime__table_create(chime__table_t **out, const chime__table_config_t *cfg);
@@ -86,6 +90,7 @@ typedef struct chime__table_waiter_s {
   void (*fn)(struct chime__table_waiter_s *w);
   struct chime__table_waiter_s *next;
   int queued; /* on the table's list (table lock) */
+  int rate;   /* it waits for the rate limiter, not for items */
 } chime__table_waiter_t;
 
 /* chime__table_sample without waiting: CHIME_EBUSY when the table lacks

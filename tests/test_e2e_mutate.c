@@ -79,6 +79,11 @@ static void test_max_heap_order_after_mutate(void **state) {
       fail_msg("sample %u: key %llu (x %llu), expected %llu", i,
                (unsigned long long)b.info[i].key, (unsigned long long)x,
                (unsigned long long)want[i]);
+    /* The info says the priority it was drawn at, and how many items the
+     * table held then (each draw takes one: max_times_sampled 1). */
+    double prio = want[i] == 3 ? 100.0 : want[i] == 10 ? 0.5 : (double)want[i];
+    assert_true(b.info[i].priority == prio);
+    assert_int_equal(b.info[i].table_size, 8 - i);
   }
   assert_int_equal(chime_batch_release(s, &b), 0);
   chime_stream_close(s);
@@ -105,6 +110,8 @@ static void test_prioritized_zero_is_never_drawn(void **state) {
     for (uint32_t i = 0; i < b.count; i++) {
       assert_int_equal(b.info[i].key, 4);
       assert_true(fabs(b.info[i].probability - 1.0) < 1e-12);
+      assert_true(b.info[i].priority == 4.0);
+      assert_int_equal(b.info[i].table_size, 4);
     }
     assert_int_equal(chime_batch_release(s, &b), 0);
   }

@@ -99,13 +99,18 @@ CHIME_EXTERN const char *chime_dtype_name(chime_dtype_t dtype);
 CHIME_EXTERN size_t chime_dtype_size(chime_dtype_t dtype); /* 0 if unknown */
 CHIME_EXTERN chime_dtype_t chime_dtype_from_name(const char *name);
 
-/* Per-sample information stored after the leaf arrays of a slot. */
+/* Per-sample information stored after the leaf arrays of a slot (48 bytes,
+ * little-endian, no padding; ring version 2). probability is exact under
+ * the table's sampler at the moment of the draw, priority and table_size
+ * are the item's priority and the number of items in the table then. */
 typedef struct {
   uint64_t key;
   double probability;
   uint32_t times_sampled;
   uint32_t reserved;
   uint64_t insert_time_ns; /* CLOCK_REALTIME at insert */
+  double priority;
+  uint64_t table_size;
 } chime_sample_info_t;
 
 /* Where things are inside one slot. Computed by chime_ring_layout(). */

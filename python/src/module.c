@@ -109,12 +109,15 @@ _Static_assert(offsetof(chime_sample_info_t, times_sampled) == 16,
 _Static_assert(offsetof(chime_sample_info_t, reserved) == 20, "info layout");
 _Static_assert(offsetof(chime_sample_info_t, insert_time_ns) == 24,
                "info layout");
-_Static_assert(sizeof(chime_sample_info_t) == 32, "info layout");
+_Static_assert(offsetof(chime_sample_info_t, priority) == 32, "info layout");
+_Static_assert(offsetof(chime_sample_info_t, table_size) == 40, "info layout");
+_Static_assert(sizeof(chime_sample_info_t) == 48, "info layout");
 
 static int make_info_descr(void) {
-  PyObject *spec = Py_BuildValue("[(ss)(ss)(ss)(ss)(ss)]", "key", "<u8",
+  PyObject *spec = Py_BuildValue("[(ss)(ss)(ss)(ss)(ss)(ss)(ss)]", "key", "<u8",
                                  "probability", "<f8", "times_sampled", "<u4",
-                                 "reserved", "<u4", "insert_time_ns", "<u8");
+                                 "reserved", "<u4", "insert_time_ns", "<u8",
+                                 "priority", "<f8", "table_size", "<u8");
   if (!spec)
     return -1;
   int ok = PyArray_DescrConverter(spec, &info_descr);

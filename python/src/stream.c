@@ -352,7 +352,7 @@ static PyObject *batch_array(batch_t *bt, int leaf) {
     v->dtype = CHIME_DTYPE_INVALID;
     v->ndim = 1;
     v->format = "T{Q:key:d:probability:I:times_sampled:I:reserved:Q:insert_"
-                "time_ns:}";
+                "time_ns:d:priority:Q:table_size:}";
     v->itemsize = sizeof(chime_sample_info_t);
     v->shape[0] = dims[0] = bt->b.count;
   }
@@ -509,7 +509,8 @@ static PyMethodDef batch_methods[] = {
 static PyGetSetDef batch_getset[] = {
     {"info", batch_get_info, NULL,
      "numpy structured array [count] of (key u64, probability f64, "
-     "times_sampled u32, reserved u32, insert_time_ns u64), in the ring",
+     "times_sampled u32, reserved u32, insert_time_ns u64, priority f64, "
+     "table_size u64), in the ring",
      NULL},
     {"seq", batch_get_seq, NULL, "batch sequence number", NULL},
     {"count", batch_get_count, NULL, "samples in the batch", NULL},

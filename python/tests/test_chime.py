@@ -98,9 +98,13 @@ def test_array_views(client):
             assert isinstance(a.base, chime.View)
         info = b.info
         assert info.dtype.names == ("key", "probability", "times_sampled",
-                                    "reserved", "insert_time_ns")
+                                    "reserved", "insert_time_ns", "priority",
+                                    "table_size")
+        assert info.dtype.itemsize == 48
         assert len(set(info["key"].tolist())) == 4
         assert (info["insert_time_ns"] > 0).all()
+        assert (info["priority"] == 1.0).all()
+        assert (info["table_size"] >= 1).all()
         with pytest.raises(KeyError):
             b["nope"]
         # memoryview through the buffer protocol of the exporter

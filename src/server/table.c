@@ -670,6 +670,7 @@ static void take_returned(chime__table_t *t, chime_ring_wslot_t *slot,
            sizeof(*info));
     info->probability = 1.0;
     info->times_sampled++;
+    info->table_size = t->count + t->nreturned;
     if (r->taken == r->n) {
       t->ret_head = r->next;
       if (t->ret_head == NULL)
@@ -708,6 +709,8 @@ static void plan_batch(chime__table_t *t, const chime_ring_layout_t *lay,
     info->times_sampled = ++t->times[k];
     info->reserved = 0;
     info->insert_time_ns = t->itime[k];
+    info->priority = t->prio[k];
+    info->table_size = t->count + t->nreturned;
     t->pins[k]++; /* one per sample of each batch being copied */
     if (t->mts != 0 && t->times[k] >= t->mts) {
       live_remove(t, k);

@@ -29,7 +29,9 @@ static int setup(void **state) {
           "\"capacity\": 100, \"sampler\": \"max_heap\", "
           "\"max_times_sampled\": 1},\n"
           " {\"name\": \"p\", \"spec\": \"x:u64[]\", \"capacity\": 100, "
-          "\"sampler\": \"prioritized\", \"remover\": \"fifo\"}]}\n") != 0)
+          "\"sampler\": \"prioritized\", \"remover\": \"fifo\"},\n"
+          " {\"name\": \"m\", \"spec\": \"x:u64[]\", \"capacity\": 5000, "
+          "\"sampler\": \"max_heap\", \"max_times_sampled\": 1}]}\n") != 0)
     return -1;
   return chime_client_create(&client, chimed.addr, NULL) == 0 ? 0 : -1;
 }
@@ -167,11 +169,64 @@ static void test_refused_with_nothing_changed(void **state) {
   chime_stream_close(s);
 }
 
+/* Three streams on one max_heap table (max_times_sampled 1): every item
+ * goes to exactly one of them, and each batch is taken whole under the
+ * table's lock (its priorities never rise within it). */
+static void test_streams_share_one_selector(void **state) {
+  (void)state;
+  enum { N = 3000, STREAMS = 3, B = 10 };
+  chime_writer_t *w = NULL;
+  assert_int_equal(chime_writer_open(&w, client, "m", NULL), 0);
+  for (uint64_t x = 1; x <= N; x++)
+    assert_int_equal(
+        chime_writer_append(w, &x, sizeof x, (double)((x * 7919) % 1000)), 0);
+  assert_int_equal(chime_writer_close(w), 0);
+  static uint8_t seen[N + 1];
+  memset(seen, 0, sizeof seen);
+  chime_stream_t *s[STREAMS];
+  for (int i = 0; i < STREAMS; i++) {
+    chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
+    so.batch_size = B;
+    so.slots = 4;
+    so.mode = i == 0 ? CHIME_MODE_SHM : CHIME_MODE_STREAM;
+    assert_int_equal(chime_stream_open(&s[i], client, "m", &so), 0);
+  }
+  uint64_t got = 0;
+  int idle = 0;
+  while (got < N && idle < STREAMS) {
+    idle = 0;
+    for (int i = 0; i < STREAMS; i++) {
+      chime_batch_t b;
+      int rc = chime_stream_next(s[i], &b, got < N ? 200 : 0);
+      if (rc == CHIME_ETIMEDOUT) {
+        idle++;
+        continue;
+      }
+      assert_int_equal(rc, 0);
+      for (uint32_t j = 0; j < b.count; j++) {
+        uint64_t k = b.info[j].key;
+        if (k < 1 || k > N || seen[k]++)
+          fail_msg("key %llu delivered twice or unknown",
+                   (unsigned long long)k);
+        if (j > 0 && b.info[j].priority > b.info[j - 1].priority)
+          fail_msg("stream %d: priority rose within a batch (%g after %g)", i,
+                   b.info[j].priority, b.info[j - 1].priority);
+      }
+      got += b.count;
+      assert_int_equal(chime_batch_release(s[i], &b), 0);
+    }
+  }
+  assert_int_equal(got, N);
+  for (int i = 0; i < STREAMS; i++)
+    chime_stream_close(s[i]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_max_heap_order_after_mutate),
       cmocka_unit_test(test_prioritized_zero_is_never_drawn),
       cmocka_unit_test(test_refused_with_nothing_changed),
+      cmocka_unit_test(test_streams_share_one_selector),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

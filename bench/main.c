@@ -11,6 +11,8 @@ static int usage(void) {
 #ifdef CHIME_BENCH_SERVICE
           "  service   table -> learner over chimed (shm, stream), vs limits\n"
           "  ingest    actors -> chimed Insert throughput\n"
+          "  replay    a table alone, per selector: insert, sample, "
+          "mutate rates\n"
 #else
           "  (service and ingest: built only with CHIME_WITH_SERVICE=ON)\n"
 #endif
@@ -28,6 +30,8 @@ int main(int argc, char **argv) {
     return chime__bench_service(argc - 1, argv + 1);
   if (strcmp(argv[1], "ingest") == 0)
     return chime__bench_ingest(argc - 1, argv + 1);
+  if (strcmp(argv[1], "replay") == 0)
+    return chime__bench_replay(argc - 1, argv + 1);
 #endif
   return usage();
 }

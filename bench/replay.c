@@ -1,0 +1,218 @@
+/* chime-bench replay: the table alone (no gRPC, no ring), per selector and
+ * table size: inserts per second (requests of 256 samples of 256 B),
+ * samples per second into a batch of 256 (what a sampler does per slot),
+ * and MutatePriorities updates per second (1024 keys a call). The figures
+ * bound what chimed can serve per table; the per-sample cost at the
+ * largest size over the smallest shows how sampling scales. */
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "measure.h"
+#include "server/table.h"
+
+#define SAMPLE_BYTES 256
+#define BATCH 256
+#define REQUEST 256
+#define KEYS_PER_CALL 1024
+
+typedef struct {
+  const char *name;
+  chime__sampler_t sel;
+} selector_t;
+
+static const selector_t selectors[] = {
+    {"fifo", CHIME__SAMPLER_FIFO},
+    {"lifo", CHIME__SAMPLER_LIFO},
+    {"uniform", CHIME__SAMPLER_UNIFORM},
+    {"prioritized", CHIME__SAMPLER_PRIORITIZED},
+    {"min_heap", CHIME__SAMPLER_MIN_HEAP},
+    {"max_heap", CHIME__SAMPLER_MAX_HEAP},
+};
+
+static uint64_t rnd(uint64_t *s) {
+  uint64_t x = *s;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  *s = x;
+  return x * UINT64_C(2685821657736338717);
+}
+
+typedef struct {
+  double insert_per_s, sample_per_s, mutate_per_s;
+} result_t;
+
+/* One selector at one size. */
+static int run_one(const selector_t *s, uint64_t items, double seconds,
+                   result_t *out) {
+  chime__table_config_t tc;
+  memset(&tc, 0, sizeof(tc));
+  snprintf(tc.name, sizeof(tc.name), "bench");
+  if (chime_spec_parse(&tc.spec, "x:u8[248], id:u64[]", NULL, 0) != 0)
+    return 1;
+  tc.capacity = items;
+  tc.min_size = 1;
+  tc.sampler = s->sel;
+  tc.remover = CHIME__SAMPLER_FIFO;
+  tc.priority_exponent = 0.6;
+  /* fifo is a queue (each item sampled once); the others keep items. */
+  tc.max_times_sampled = s->sel == CHIME__SAMPLER_FIFO ? 1 : 0;
+  tc.seed = 42;
+  chime__table_t *t = NULL;
+  if (chime__table_create(&t, &tc) != 0) {
+    fprintf(stderr,
+            "chime-bench replay: cannot create a table of %" PRIu64 " items\n",
+            items);
+    return 1;
+  }
+  uint8_t *req = malloc((size_t)REQUEST * SAMPLE_BYTES);
+  double *prio = malloc(REQUEST * sizeof(double));
+  uint64_t seed = 7;
+  for (size_t i = 0; i < (size_t)REQUEST * SAMPLE_BYTES; i++)
+    req[i] = (uint8_t)i;
+
+  /* Inserts: fill the table. */
+  double t0 = chime__bench_now_s();
+  for (uint64_t n = 0; n < items; n += REQUEST) {
+    uint32_t c = items - n < REQUEST ? (uint32_t)(items - n) : REQUEST;
+    for (uint32_t i = 0; i < c; i++)
+      prio[i] = (double)(rnd(&seed) % 1000000) / 1000.0;
+    uint64_t k;
+    if (chime__table_insert(t, req, c, prio, &k, NULL, NULL) != 0) {
+      fprintf(stderr, "chime-bench replay: insert failed\n");
+      return 1;
+    }
+  }
+  out->insert_per_s = (double)items / (chime__bench_now_s() - t0);
+
+  /* Samples into a batch buffer laid out as a ring slot. */
+  chime_ring_layout_t lay;
+  if (chime_ring_layout(&lay, &tc.spec, BATCH, 2, NULL, 0) != 0)
+    return 1;
+  uint8_t *slot = aligned_alloc(4096, lay.slot_bytes);
+  chime_ring_wslot_t ws;
+  memset(&ws, 0, sizeof(ws));
+  ws.base = slot;
+  for (uint32_t l = 0; l < tc.spec.nleaves; l++)
+    ws.leaf[l] = slot + lay.leaf_offset[l];
+  ws.info = (chime_sample_info_t *)(slot + lay.info_offset);
+  atomic_int stop = 0;
+  uint64_t samples = 0;
+  uint64_t max_batches =
+      s->sel == CHIME__SAMPLER_FIFO ? items / BATCH : UINT64_MAX;
+  t0 = chime__bench_now_s();
+  double dt = 0;
+  while (samples / BATCH < max_batches && dt < seconds) {
+    if (chime__table_sample(t, &lay, &ws, &stop) != 0)
+      break;
+    samples += BATCH;
+    if ((samples / BATCH) % 64 == 0)
+      dt = chime__bench_now_s() - t0;
+  }
+  out->sample_per_s = (double)samples / (chime__bench_now_s() - t0);
+
+  /* MutatePriorities: 1024 random live keys a call (not for fifo, whose
+   * queue sampling drained and which has no use for priorities). */
+  uint64_t keys[KEYS_PER_CALL];
+  double prios[KEYS_PER_CALL];
+  uint64_t first = 1;
+  uint64_t updates = 0;
+  t0 = chime__bench_now_s();
+  dt = 0;
+  while (s->sel != CHIME__SAMPLER_FIFO && dt < seconds / 2) {
+    for (int i = 0; i < KEYS_PER_CALL; i++) {
+      keys[i] = first + rnd(&seed) % items;
+      prios[i] = (double)(rnd(&seed) % 1000000) / 1000.0;
+    }
+    chime__table_mutated_t m;
+    if (chime__table_mutate(t, keys, prios, KEYS_PER_CALL, NULL, 0, &m) != 0)
+      break;
+    updates += m.updated;
+    dt = chime__bench_now_s() - t0;
+  }
+  out->mutate_per_s = dt > 0 ? (double)updates / dt : 0;
+  free(slot);
+  free(req);
+  free(prio);
+  chime__table_destroy(t);
+  return 0;
+}
+
+static int parse_sizes(const char *s, uint64_t *sizes, int max) {
+  int n = 0;
+  while (*s && n < max) {
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s || v < BATCH)
+      return -1;
+    sizes[n++] = v;
+    s = *end == ',' ? end + 1 : end;
+    if (*end != ',' && *end != '\0')
+      return -1;
+  }
+  return n;
+}
+
+int chime__bench_replay(int argc, char **argv) {
+  int json = 0;
+  double seconds = 1.0;
+  uint64_t sizes[4] = {10000, 1000000};
+  int nsizes = 2;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--json")) {
+      json = 1;
+    } else if (!strcmp(argv[i], "--items") && i + 1 < argc) {
+      nsizes = parse_sizes(argv[++i], sizes, 4);
+      if (nsizes <= 0) {
+        fprintf(stderr,
+                "chime-bench replay: --items: sizes of at least "
+                "%d, comma-separated\n",
+                BATCH);
+        return 2;
+      }
+    } else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) {
+      seconds = atof(argv[++i]);
+      if (!(seconds > 0))
+        return 2;
+    } else {
+      fprintf(stderr,
+              "usage: chime-bench replay [--json] [--items 10000,1000000] "
+              "[--seconds S]\n"
+              "  per selector and table size (items of 256 B): inserts/s, "
+              "samples/s into\n"
+              "  batches of 256, MutatePriorities updates/s (1024 keys a "
+              "call)\n");
+      return !strcmp(argv[i], "--help") ? 0 : 2;
+    }
+  }
+  for (size_t k = 0; k < sizeof(selectors) / sizeof(selectors[0]); k++) {
+    double first_cost = 0;
+    for (int i = 0; i < nsizes; i++) {
+      result_t r;
+      if (run_one(&selectors[k], sizes[i], seconds, &r) != 0)
+        return 1;
+      double cost = 1e9 / r.sample_per_s; /* ns per sample */
+      if (i == 0)
+        first_cost = cost;
+      if (json)
+        printf("{\"bench\":\"replay\",\"selector\":\"%s\",\"items\":%" PRIu64
+               ",\"sample_bytes\":%d,\"batch\":%d,\"insert_per_s\":%.0f,"
+               "\"sample_per_s\":%.0f,\"mutate_per_s\":%.0f,"
+               "\"ns_per_sample\":%.1f,\"cost_vs_smallest\":%.2f}\n",
+               selectors[k].name, sizes[i], SAMPLE_BYTES, BATCH, r.insert_per_s,
+               r.sample_per_s, r.mutate_per_s, cost, cost / first_cost);
+      else
+        printf("%-12s %10" PRIu64 " items: insert %6.2f M/s, sample %6.2f "
+               "M/s (%.0f ns, %.2fx the smallest), mutate %6.2f M/s\n",
+               selectors[k].name, sizes[i], r.insert_per_s / 1e6,
+               r.sample_per_s / 1e6, cost, cost / first_cost,
+               r.mutate_per_s / 1e6);
+      fflush(stdout);
+    }
+  }
+  return 0;
+}

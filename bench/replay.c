@@ -198,19 +198,21 @@ int chime__bench_replay(int argc, char **argv) {
       double cost = 1e9 / r.sample_per_s; /* ns per sample */
       if (i == 0)
         first_cost = cost;
+      char mut[32] = "null"; /* fifo: no priorities to mutate */
+      if (r.mutate_per_s > 0)
+        snprintf(mut, sizeof(mut), "%.0f", r.mutate_per_s);
       if (json)
         printf("{\"bench\":\"replay\",\"selector\":\"%s\",\"items\":%" PRIu64
                ",\"sample_bytes\":%d,\"batch\":%d,\"insert_per_s\":%.0f,"
-               "\"sample_per_s\":%.0f,\"mutate_per_s\":%.0f,"
+               "\"sample_per_s\":%.0f,\"mutate_per_s\":%s,"
                "\"ns_per_sample\":%.1f,\"cost_vs_smallest\":%.2f}\n",
                selectors[k].name, sizes[i], SAMPLE_BYTES, BATCH, r.insert_per_s,
-               r.sample_per_s, r.mutate_per_s, cost, cost / first_cost);
+               r.sample_per_s, mut, cost, cost / first_cost);
       else
         printf("%-12s %10" PRIu64 " items: insert %6.2f M/s, sample %6.2f "
-               "M/s (%.0f ns, %.2fx the smallest), mutate %6.2f M/s\n",
+               "M/s (%.0f ns, %.2fx the smallest), mutate %s/s\n",
                selectors[k].name, sizes[i], r.insert_per_s / 1e6,
-               r.sample_per_s / 1e6, cost, cost / first_cost,
-               r.mutate_per_s / 1e6);
+               r.sample_per_s / 1e6, cost, cost / first_cost, mut);
       fflush(stdout);
     }
   }

@@ -107,7 +107,7 @@ static json_t *stats_json(const chime_stats_t *st) {
     json_array_append_new(
         tables,
         json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:i, "
-                  "s:i}",
+                  "s:i, s:I, s:I}",
                   "name", t->name, "size", (json_int_t)t->size, "capacity",
                   (json_int_t)t->capacity, "inserts", (json_int_t)t->inserts,
                   "samples", (json_int_t)t->samples, "sampler_wait_ns",
@@ -117,7 +117,8 @@ static json_t *stats_json(const chime_stats_t *st) {
                   (json_int_t)t->rate_insert_wait_ns, "inserts_waiting_rate",
                   (int)t->inserts_waiting_rate, "samplers_waiting_rate",
                   (int)t->samplers_waiting_rate, "samplers_waiting_items",
-                  (int)t->samplers_waiting_items));
+                  (int)t->samplers_waiting_items, "left", (json_int_t)t->left,
+                  "left_times_sampled", (json_int_t)t->left_times_sampled));
   }
   for (uint32_t i = 0; i < st->nstreams; i++) {
     const chime_stream_stats_t *s = &st->streams[i];

@@ -138,6 +138,9 @@ typedef struct {
    * who waits now: inserts on it, samplers on it, samplers for items. */
   uint64_t rate_insert_wait_ns;
   uint32_t inserts_waiting_rate, samplers_waiting_rate, samplers_waiting_items;
+  /* Items that left the table (sampled out, evicted, deleted) and how many
+   * times they were sampled in all (left_times_sampled / left: reuse). */
+  uint64_t left, left_times_sampled;
 } chime_table_stats_t;
 
 typedef struct {

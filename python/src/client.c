@@ -175,7 +175,17 @@ static PyObject *stats_dict(const chime_stats_t *st) {
         set_item(td, "samples", U64(t->samples)) ||
         set_item(td, "sampler_wait_ns", U64(t->sampler_wait_ns)) ||
         set_item(td, "insert_wait_ns", U64(t->insert_wait_ns)) ||
-        set_item(td, "returned", U64(t->returned)))
+        set_item(td, "returned", U64(t->returned)) ||
+        set_item(td, "rate_insert_wait_ns", U64(t->rate_insert_wait_ns)) ||
+        set_item(td, "inserts_waiting_rate", U64(t->inserts_waiting_rate)) ||
+        set_item(td, "samplers_waiting_rate", U64(t->samplers_waiting_rate)) ||
+        set_item(td, "samplers_waiting_items",
+                 U64(t->samplers_waiting_items)) ||
+        set_item(td, "left", U64(t->left)) ||
+        set_item(td, "reuse",
+                 PyFloat_FromDouble(t->left ? (double)t->left_times_sampled /
+                                                  (double)t->left
+                                            : 0.0)))
       goto fail;
   }
   for (uint32_t i = 0; i < st->nstreams; i++) {
@@ -232,10 +242,60 @@ static PyObject *client_info(PyObject *o, PyObject *unused) {
   return d;
 }
 
-static PyObject *client_stats(PyObject *o, PyObject *unused) {
-  (void)unused;
+/* {"chime/<table>/<field>": number, "chime/<field>": number} for loggers
+ * (wandb, TensorBoard): every number of the tables and the totals. */
+static PyObject *flatten(PyObject *d) {
+  PyObject *flat = PyDict_New();
+  PyObject *tables = PyDict_GetItemString(d, "tables");
+  if (flat == NULL || tables == NULL)
+    goto fail;
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(tables); i++) {
+    PyObject *td = PyList_GET_ITEM(tables, i);
+    PyObject *name = PyDict_GetItemString(td, "name");
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(td, &pos, &k, &v)) {
+      if (!PyLong_Check(v) && !PyFloat_Check(v))
+        continue;
+      PyObject *key = PyUnicode_FromFormat("chime/%U/%U", name, k);
+      if (key == NULL || PyDict_SetItem(flat, key, v) < 0) {
+        Py_XDECREF(key);
+        goto fail;
+      }
+      Py_DECREF(key);
+    }
+  }
+  PyObject *k, *v;
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(d, &pos, &k, &v)) {
+    if (!PyLong_Check(v) && !PyFloat_Check(v))
+      continue;
+    PyObject *key = PyUnicode_FromFormat("chime/%U", k);
+    if (key == NULL || PyDict_SetItem(flat, key, v) < 0) {
+      Py_XDECREF(key);
+      goto fail;
+    }
+    Py_DECREF(key);
+  }
+  PyObject *streams = PyDict_GetItemString(d, "streams");
+  PyObject *n = PyLong_FromSsize_t(streams ? PyList_GET_SIZE(streams) : 0);
+  if (n == NULL || PyDict_SetItemString(flat, "chime/streams", n) < 0) {
+    Py_XDECREF(n);
+    goto fail;
+  }
+  Py_DECREF(n);
+  return flat;
+fail:
+  Py_XDECREF(flat);
+  return NULL;
+}
+
+static PyObject *client_stats(PyObject *o, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"flat", NULL};
+  int flat = 0;
   chimepy_client_t *self = (chimepy_client_t *)o;
-  if (chimepy_client_check(self))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "|p", kwlist, &flat) ||
+      chimepy_client_check(self))
     return NULL;
   chime_stats_t *st = NULL;
   int rc;
@@ -244,7 +304,11 @@ static PyObject *client_stats(PyObject *o, PyObject *unused) {
       rc, chime_client_last_error(self->c));
   PyObject *d = stats_dict(st);
   chime_stats_free(st);
-  return d;
+  if (d == NULL || !flat)
+    return d;
+  PyObject *f = flatten(d);
+  Py_DECREF(d);
+  return f;
 }
 
 int chimepy_client_table_spec(chimepy_client_t *client, const char *table,
@@ -354,8 +418,12 @@ static PyMethodDef client_methods[] = {
     {"info", client_info, METH_NOARGS,
      "info() -> dict: GetInfo (version, host, tables with spec, rings), as "
      "`chimectl --json info`."},
-    {"stats", client_stats, METH_NOARGS,
-     "stats() -> dict: the server's counters, as `chimectl --json stats`."},
+    {"stats", (PyCFunction)(void (*)(void))client_stats,
+     METH_VARARGS | METH_KEYWORDS,
+     "stats(flat=False) -> dict: the server's counters, as `chimectl --json "
+     "stats` (per table also `reuse`: how many times items that left were "
+     "sampled, on average); flat=True gives {'chime/<table>/<field>': "
+     "number, 'chime/<field>': number} for loggers."},
     {"mutate_priorities", (PyCFunction)(void (*)(void))client_mutate,
      METH_VARARGS | METH_KEYWORDS,
      "mutate_priorities(table, keys=(), priorities=(), deletes=()) -> dict: "

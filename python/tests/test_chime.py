@@ -348,6 +348,29 @@ def test_info_and_stats(client):
     for k in ("ring_bytes_total", "pinned_bytes", "staged_insert_bytes",
               "staged_insert_budget", "insert_calls_parked"):
         assert isinstance(st[k], int)
+    flat = client.stats(flat=True)
+    assert flat["chime/misc/inserts"] == misc["inserts"]
+    assert flat["chime/misc/size"] == misc["size"]
+    assert "chime/misc/name" not in flat
+    assert isinstance(flat["chime/ring_bytes_total"], int)
+    assert isinstance(flat["chime/streams"], int)
+    assert all(isinstance(v, (int, float)) for v in flat.values())
+
+
+def test_stats_reuse(client):
+    # "reuse" is a lifo table with max_times_sampled 2: a batch of 8 drawn
+    # one at a time takes the newest item twice, then the next: 4 items
+    # leave, each sampled twice.
+    with client.writer("reuse") as w:
+        for x in range(1, 9):
+            w.append({"x": x})
+    with client.stream("reuse", batch_size=8, mode="stream", slots=2) as s:
+        b = s.next(timeout=20.0)
+        assert list(b["x"]) == [8, 8, 7, 7, 6, 6, 5, 5]
+        b.release()
+    t = {t["name"]: t for t in client.stats()["tables"]}["reuse"]
+    assert t["left"] == 4 and t["size"] == 4
+    assert t["reuse"] == 2.0
 
 
 def test_mutate_priorities(client):

@@ -78,6 +78,7 @@ struct chime__table_s {
   uint64_t inserts, samples, sampler_wait_ns, insert_wait_ns, returned;
   uint64_t rate_insert_wait_ns; /* inserts held back by the rate limiter */
   uint32_t inserts_waiting_rate;
+  uint64_t left, left_times; /* items that left, and their times sampled */
 };
 
 #define NONE UINT32_MAX
@@ -255,6 +256,8 @@ void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out) {
   out->insert_wait_ns = t->insert_wait_ns;
   out->returned = t->returned;
   out->rate_insert_wait_ns = t->rate_insert_wait_ns;
+  out->left = t->left;
+  out->left_times_sampled = t->left_times;
   out->inserts_waiting_rate = t->inserts_waiting_rate;
   out->samplers_waiting_rate = out->samplers_waiting_items = 0;
   for (const chime__table_waiter_t *w = t->waiters; w != NULL; w = w->next)
@@ -422,6 +425,8 @@ static void live_add(chime__table_t *t, uint32_t r) {
 /* Takes live row r out; it is free again once no sampler copies it. */
 static void live_remove(chime__table_t *t, uint32_t r) {
   --t->count;
+  t->left++;
+  t->left_times += t->times[r];
   if (t->dense_on) {
     uint32_t last = t->dense[t->count];
     t->dense[t->dpos[r]] = last;

@@ -20,6 +20,9 @@ typedef struct {
   uint64_t size, capacity, inserts, samples, sampler_wait_ns, insert_wait_ns;
   uint64_t returned; /* fifo items given back by streams that ended */
   uint64_t rate_insert_wait_ns; /* inserts held back by the rate limiter */
+  /* Items that left the table (sampled out, evicted, deleted) and how many
+   * times they were sampled in all: their mean is the data's reuse. */
+  uint64_t left, left_times_sampled;
   /* Who waits now, for what: inserts on the rate limiter, samplers on it
    * and samplers on items (min_size, a whole batch). */
   uint32_t inserts_waiting_rate, samplers_waiting_rate, samplers_waiting_items;

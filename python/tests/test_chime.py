@@ -2,6 +2,7 @@
 both modes, extend vs append, views that outlive their batch's turn, the
 exceptions, info() and stats()."""
 import gc
+import os
 import re
 import signal
 import threading
@@ -388,3 +389,17 @@ def test_mutate_priorities(client):
         assert list(b["x"]) == [3, 9, 8, 7, 4, 2, 1, 10]
         assert list(b.info["key"]) == [3, 9, 8, 7, 4, 2, 1, 10]
         b.release()
+
+
+def test_ctrl_c_interrupts_next(client):
+    # next() waits without the GIL in short slices and checks for signals
+    # between them: Ctrl-C (SIGINT) ends a wait on an empty table with
+    # KeyboardInterrupt long before its timeout.
+    with client.stream("empty", batch_size=4, mode="stream") as s:
+        timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            s.next(timeout=30.0)
+        timer.join()
+        assert time.monotonic() - t0 < 20.0

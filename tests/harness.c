@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "chime/chime.h"
 #include "chime/errors.h"
 
 extern char **environ;
@@ -459,4 +460,19 @@ int chime__chimed_start(chime__chimed_t *d, const char *config_json,
 
 int chime__chimed_stop(chime__chimed_t *d, int timeout_ms, int *status) {
   return chime__proc_stop(&d->proc, SIGTERM, timeout_ms, status);
+}
+
+int chime__chimed_start_client(chime__chimed_t *d, const char *config_json,
+                               chime_client_t **c) {
+  int rc = chime__chimed_start(d, config_json, NULL, 30000);
+  if (rc == CHIME_ENOTFOUND)
+    chime__skip("chimed is not built");
+  return rc != 0 ? rc : chime_client_create(c, d->addr, NULL);
+}
+
+int chime__chimed_stop_client(chime__chimed_t *d, chime_client_t *c) {
+  int st = -1;
+  chime_client_destroy(c);
+  int rc = chime__chimed_stop(d, 20000, &st);
+  return rc != 0 ? rc : (WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1);
 }

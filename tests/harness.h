@@ -83,6 +83,15 @@ int chime__chimed_start(chime__chimed_t *d, const char *config_json,
 /* SIGTERM, wait up to timeout_ms, then SIGKILL. As chime__proc_stop. */
 int chime__chimed_stop(chime__chimed_t *d, int timeout_ms, int *status);
 
+/* chimed with config_json (no extra args) and a client of it: 0, or the
+ * code that failed; exits 77 when chimed is not built. */
+typedef struct chime_client_s chime_client_t;
+int chime__chimed_start_client(chime__chimed_t *d, const char *config_json,
+                               chime_client_t **c);
+/* Destroys the client, then stops chimed: 0 only when chimed exited 0 by
+ * itself after SIGTERM. */
+int chime__chimed_stop_client(chime__chimed_t *d, chime_client_t *c);
+
 /* Milliseconds on CLOCK_MONOTONIC, for bounded polling loops. */
 int64_t chime__now_ms(void);
 void chime__sleep_ms(int ms);

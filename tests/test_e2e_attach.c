@@ -62,18 +62,11 @@ static void start(chime__chimed_t *d, chime_client_t **c, const char *extra) {
            "\", \"capacity\": 1024, \"min_size\": 1, \"sampler\": "
            "\"fifo\"}]}\n",
            extra);
-  int rc = chime__chimed_start(d, config, NULL, 30000);
-  if (rc == CHIME_ENOTFOUND)
-    chime__skip("chimed is not built");
-  assert_int_equal(rc, 0);
-  assert_int_equal(chime_client_create(c, d->addr, NULL), 0);
+  assert_int_equal(chime__chimed_start_client(d, config, c), 0);
 }
 
 static void stop(chime__chimed_t *d, chime_client_t *c) {
-  int st = -1;
-  chime_client_destroy(c);
-  assert_int_equal(chime__chimed_stop(d, 20000, &st), 0);
-  assert_int_equal(st, 0);
+  assert_int_equal(chime__chimed_stop_client(d, c), 0);
 }
 
 /* ITEMS samples of pattern seed `seed`, all acked. */

@@ -30,9 +30,10 @@ typedef struct {
 
 int chime__table_create(chime__table_t **out, const chime__table_config_t *cfg);
 void chime__table_destroy(chime__table_t *t);
-/* What a table of this config maps, and holds once full: every leaf's
- * samples and the per-item bookkeeping (key, insert time, priority, times
- * sampled), each array 64-byte aligned. UINT64_MAX on overflow. */
+/* What a table of this config holds once full: every leaf's samples and
+ * the per-item bookkeeping (key, insert time, priority, times sampled),
+ * each array 64-byte aligned. UINT64_MAX on overflow. It maps as many rows
+ * again (spares), touched only while rows are pinned beyond the capacity. */
 uint64_t chime__table_bytes(const chime__table_config_t *cfg);
 
 const chime__table_config_t *chime__table_config(const chime__table_t *t);

@@ -74,6 +74,7 @@ struct chime__table_s {
   chime__dedupe_t *dedupe; /* writers' requests, under mu */
   uint64_t inserts, samples, sampler_wait_ns, insert_wait_ns, returned;
   uint64_t rate_insert_wait_ns; /* inserts held back by the rate limiter */
+  uint64_t rate_sample_wait_ns; /* samplers held back by it */
   uint32_t inserts_waiting_rate;
   uint64_t left, left_times; /* items that left, and their times sampled */
 };
@@ -260,15 +261,20 @@ void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out) {
   out->insert_wait_ns = t->insert_wait_ns;
   out->returned = t->returned;
   out->rate_insert_wait_ns = t->rate_insert_wait_ns;
+  out->rate_sample_wait_ns = t->rate_sample_wait_ns;
   out->left = t->left;
   out->left_times_sampled = t->left_times;
   out->inserts_waiting_rate = t->inserts_waiting_rate;
   out->samplers_waiting_rate = out->samplers_waiting_items = 0;
-  for (const chime__table_waiter_t *w = t->waiters; w != NULL; w = w->next)
+  uint64_t now = now_ns(CLOCK_MONOTONIC);
+  for (const chime__table_waiter_t *w = t->waiters; w != NULL; w = w->next) {
     if (w->rate)
       out->samplers_waiting_rate++;
     else
       out->samplers_waiting_items++;
+    if (w->rate_since != 0) /* the waits going on count so far */
+      out->rate_sample_wait_ns += now - w->rate_since;
+  }
   pthread_mutex_unlock(&t->mu);
 }
 
@@ -821,7 +827,9 @@ int chime__table_sample(chime__table_t *t, const chime_ring_layout_t *lay,
     }
     if (t->count >= need && rate_allows_sample(t))
       break;
-    wait_timed(&t->items, &t->mu, &t->sampler_wait_ns);
+    wait_timed(&t->items, &t->mu,
+               t->count >= need ? &t->rate_sample_wait_ns
+                                : &t->sampler_wait_ns);
   }
   sample_locked(t, lay, slot, NULL, 0);
 out:
@@ -837,11 +845,20 @@ static int try_sample(chime__table_t *t, const chime_ring_layout_t *lay,
   if (need > t->cfg.capacity)
     return CHIME_EINVAL;
   pthread_mutex_lock(&t->mu);
+  /* A wait on the rate limiter ends when the sampler finds it open (or
+   * waits for items instead): the time between counts. */
+  int rate_open = rate_allows_sample(t);
+  if (w->rate_since != 0 && (rate_open || t->closed || t->count < need)) {
+    t->rate_sample_wait_ns += now_ns(CLOCK_MONOTONIC) - w->rate_since;
+    w->rate_since = 0;
+  }
   if (t->closed) {
     rc = CHIME_ESHUTDOWN;
-  } else if (t->count < need || !rate_allows_sample(t)) {
+  } else if (t->count < need || !rate_open) {
     /* Checked and queued under one lock: an insert after this calls w. */
     w->rate = t->count >= need;
+    if (w->rate && w->rate_since == 0)
+      w->rate_since = now_ns(CLOCK_MONOTONIC);
     if (!w->queued) {
       w->queued = 1;
       w->next = t->waiters;
@@ -879,6 +896,10 @@ void chime__table_unwait(chime__table_t *t, chime__table_waiter_t *w) {
     }
   }
   w->queued = 0;
+  if (w->rate_since != 0) {
+    t->rate_sample_wait_ns += now_ns(CLOCK_MONOTONIC) - w->rate_since;
+    w->rate_since = 0;
+  }
   pthread_mutex_unlock(&t->mu);
 }
 

@@ -20,6 +20,7 @@ typedef struct {
   uint64_t size, capacity, inserts, samples, sampler_wait_ns, insert_wait_ns;
   uint64_t returned;            /* items given back by streams that ended */
   uint64_t rate_insert_wait_ns; /* inserts held back by the rate limiter */
+  uint64_t rate_sample_wait_ns; /* samplers held back by it */
   /* Items that left the table (sampled out, evicted, deleted) and how many
    * times they were sampled in all: their mean is the data's reuse. */
   uint64_t left, left_times_sampled;
@@ -97,8 +98,9 @@ int chime__table_give_back(chime__table_t *t, const chime_ring_layout_t *lay,
 typedef struct chime__table_waiter_s {
   void (*fn)(struct chime__table_waiter_s *w);
   struct chime__table_waiter_s *next;
-  int queued; /* on the table's list (table lock) */
-  int rate;   /* it waits for the rate limiter, not for items */
+  int queued;          /* on the table's list (table lock) */
+  int rate;            /* it waits for the rate limiter, not for items */
+  uint64_t rate_since; /* when it began to (table lock), 0: it does not */
 } chime__table_waiter_t;
 
 /* chime__table_sample without waiting: CHIME_EBUSY when the table lacks

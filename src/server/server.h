@@ -130,6 +130,8 @@ struct chime_server_s {
   chime__handoff_t *handoff;
   chime__pool_t *sampler;             /* fills every stream's ring */
   struct chime__acceptor_s *acceptor; /* chime_server_listen only */
+  struct chime__metrics_s *metrics;   /* the Prometheus endpoint, or NULL */
+  char metrics_addr[CHIME__MAX_ADDR]; /* where it was bound, "" */
 
   grpc_server *gs;
   grpc_completion_queue *cq;

@@ -51,6 +51,7 @@ class _Owned:
         self.run_dir = run_dir
         self.proc = proc  # the supervisor, our child
         self.stop_timeout = stop_timeout
+        self.pid = os.getpid()  # a forked child inherits this, not the role
 
 
 def _default_run_dir():
@@ -340,6 +341,10 @@ def ensure_server(name, config=None, mode="auto", *, chimed=None,
         if time.monotonic() >= deadline:
             what = ("no server" if mode == "attach"
                     else "the server did not listen")
+            if owned is not None:  # ours: stop it rather than leave it
+                with _owned_lock:
+                    _owned.pop((owned.run_dir, name), None)
+                _stop(owned)
             _chime_error(f"ensure_server('{name}', mode='{mode}'): {what} "
                          f"within {timeout} s (run_dir {run_dir})",
                          ETIMEDOUT)
@@ -354,7 +359,7 @@ def stop_server(name, run_dir=None, timeout=None):
     run_dir = os.path.abspath(run_dir or _default_run_dir())
     with _owned_lock:
         owned = _owned.pop((run_dir, name), None)
-    if owned is None:
+    if owned is None or owned.pid != os.getpid():
         _chime_error(f"server '{name}' was not started by this process",
                      EINVAL)
     return _stop(owned, timeout)
@@ -384,6 +389,8 @@ def _stop_all():
         items = list(_owned.values())
         _owned.clear()
     for owned in items:
+        if owned.pid != os.getpid():
+            continue  # a fork of the owner exiting: not the owner
         try:
             _stop(owned)
         except Exception:  # noqa: BLE001 - exiting anyway

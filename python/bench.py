@@ -38,6 +38,7 @@ import json
 import os
 import pathlib
 import resource
+import shutil
 import signal
 import statistics
 import subprocess
@@ -118,6 +119,8 @@ class Chimed:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self.out.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def prefill(c):

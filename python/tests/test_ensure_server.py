@@ -184,6 +184,24 @@ def test_owner_death_stops_server(job, sig):
     assert job.finish(other) == 0
 
 
+def test_supervisor_killed(job):
+    """If the supervisor itself is SIGKILLed, chimed gets SIGTERM
+    (PR_SET_PDEATHSIG) and stops; the lock is free once it has exited, and
+    the owner's next ensure_server starts a new one."""
+    owner = job.spawn()
+    first = job.report(owner)
+    os.kill(first["supervisor_pid"], signal.SIGKILL)
+    assert _gone(first["chimed_pid"]), "chimed outlived its supervisor"
+    deadline = time.monotonic() + WAIT_S
+    while not _lock_free(job.run_dir, "job"):
+        assert time.monotonic() < deadline, "lock held after chimed exited"
+        time.sleep(0.05)
+    again = job.spawn()
+    second = job.report(again)
+    assert second["owner"] and second["chimed_pid"] != first["chimed_pid"]
+    assert job.finish(again) == 0 and job.finish(owner) == 0
+
+
 def test_attach_never_starts_one(job):
     t0 = time.monotonic()
     with pytest.raises(chime.TimeoutError) as e:

@@ -133,10 +133,11 @@ CHIME_EXTERN void chime_server_info_free(chime_server_info_t *info);
 typedef struct {
   char name[CHIME_MAX_NAME];
   uint64_t size, capacity, inserts, samples, sampler_wait_ns, insert_wait_ns;
-  uint64_t returned; /* fifo items given back by streams that ended unread */
-  /* The rate limiter (samples_per_insert): time inserts waited on it, and
-   * who waits now: inserts on it, samplers on it, samplers for items. */
-  uint64_t rate_insert_wait_ns;
+  uint64_t returned; /* items given back by streams that ended unread */
+  /* The rate limiter (samples_per_insert): time inserts and samplers
+   * waited on it, and who waits now: inserts on it, samplers on it,
+   * samplers for items. */
+  uint64_t rate_insert_wait_ns, rate_sample_wait_ns;
   uint32_t inserts_waiting_rate, samplers_waiting_rate, samplers_waiting_items;
   /* Items that left the table (sampled out, evicted, deleted) and how many
    * times they were sampled in all (left_times_sampled / left: reuse). */

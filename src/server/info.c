@@ -176,6 +176,7 @@ static void stats_on_start(chime__call_t *c) {
     ts[i].insert_wait_ns = st.insert_wait_ns;
     ts[i].returned = st.returned;
     ts[i].rate_insert_wait_ns = st.rate_insert_wait_ns;
+    ts[i].rate_sample_wait_ns = st.rate_sample_wait_ns;
     ts[i].left = st.left;
     ts[i].left_times_sampled = st.left_times_sampled;
     ts[i].inserts_waiting_rate = st.inserts_waiting_rate;

@@ -10,6 +10,7 @@
 #include <uv.h>
 
 #include "chime/chime.h"
+#include "common/malloc_tune.h"
 
 static const char usage[] =
     "usage: chimed [--config FILE] [--listen ADDR] [--pin-host-memory]\n"
@@ -88,6 +89,7 @@ static void close_handle(uv_handle_t *h, void *arg) {
 }
 
 int main(int argc, char **argv) {
+  chime__malloc_tune();
   chime_server_opts_t opts = CHIME_SERVER_OPTS_INIT;
   chime_server_t *srv = NULL;
   char err[CHIME_PIN_ERRLEN], bound[300]; /* a pinning error lists the ladder */

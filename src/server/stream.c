@@ -1,7 +1,10 @@
 /* Streams: ring creation under the memory budgets, one fill step for the
  * sampler pool (wait for the attach, take a free slot, sample a batch into
  * it, publish, hand it to the sender in stream mode), and the end: what the
- * learner did not finish goes back to a fifo table. */
+ * learner did not finish goes back to the table. In stream mode a batch's
+ * rows stay pinned in the table and are sent from there (only runs shorter
+ * than SEND_COPY_BELOW bytes are copied into the slot, where a slice per
+ * row would cost more than the copy); the slot holds the sample info. */
 #include "server/stream.h"
 
 #include <stdarg.h>
@@ -15,6 +18,8 @@
 #include "ring/pin.h"
 #include "server/handoff.h"
 #include "server/sender.h"
+
+#define SEND_COPY_BELOW 4096u
 
 uint64_t chime__now_ns(void) {
   struct timespec ts;
@@ -30,6 +35,11 @@ void chime__stream_unref(chime__stream_t *s) {
   if (atomic_fetch_sub(&s->refs, 1) != 1)
     return;
   chime_server_t *srv = s->srv;
+  /* No slice points into the table any more: the last rows go. */
+  for (uint32_t i = 0; s->pins != NULL && i < s->lay.slots; i++)
+    chime__table_unpin(s->table, &s->pins[i]);
+  free(s->pins);
+  free(s->pin_rows);
   chime_ring_destroy(s->ring);
   s->ring = NULL;
   pthread_mutex_destroy(&s->mu);
@@ -80,8 +90,18 @@ static void slot_freed(void *arg) {
   chime__pool_kick(s->srv->sampler, &s->job);
 }
 
-static const chime__sender_owner_t sender_owner = {
-    .ref = stream_ref, .unref = stream_unref, .slot_freed = slot_freed};
+static size_t batch_spans(void *arg, uint32_t slot, uint64_t off, uint64_t len,
+                          chime__span_t *out, size_t max) {
+  chime__stream_t *s = arg;
+  return chime__table_spans(s->table, &s->lay, &s->pins[slot],
+                            chime_ring_slot_base(s->ring, slot),
+                            SEND_COPY_BELOW, off, len, out, max);
+}
+
+static const chime__sender_owner_t sender_owner = {.ref = stream_ref,
+                                                   .unref = stream_unref,
+                                                   .slot_freed = slot_freed,
+                                                   .spans = batch_spans};
 
 int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
                        chime__call_t *call, const Chime__V1__Open *open,
@@ -153,17 +173,20 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
   atomic_init(&s->refs, 1);
   atomic_init(&s->holds, 1);
   pthread_mutex_init(&s->mu, NULL);
-  /* The server side of the ring can lend at most slots - 1 batches. A fifo
-   * batch is the learner's until it says it released it: then a learner
-   * that dies holding batches loses no item (give_back). The ring is set
-   * once created. */
-  chime__sender_init(
+  /* The server side of the ring can lend at most slots - 1 batches. A batch
+   * that takes items out (fifo, max_times_sampled) is the learner's until it
+   * says it released it: then a learner that dies holding batches loses no
+   * item (give_back). The ring is set once created. */
+  size_t max_spans = 0;
+  if (s->mode == CHIME_MODE_STREAM)
+    max_spans = 2 * CHIME__CHUNK_BYTES / SEND_COPY_BELOW +
+                2 * (size_t)tc->spec.nleaves + 4;
+  int held = s->mode == CHIME_MODE_STREAM && tc->max_times_sampled != 0;
+  int init_rc = chime__sender_init(
       &s->sender, NULL, 0,
       open->prefetch && open->prefetch < open->slots ? open->prefetch
                                                      : open->slots - 1,
-      open->slots - 1,
-      s->mode == CHIME_MODE_STREAM && tc->sampler == CHIME__SAMPLER_FIFO, s,
-      &sender_owner);
+      open->slots - 1, held, max_spans, s, &sender_owner);
   pthread_mutex_lock(&srv->mu);
   srv->nstreams++;
   uint64_t left = srv->cfg.total_ring_bytes - srv->ring_bytes;
@@ -187,6 +210,19 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
   srv->ring_bytes += ring_bytes;
   s->ring_bytes = ring_bytes;
   pthread_mutex_unlock(&srv->mu);
+  if (s->mode == CHIME_MODE_STREAM) {
+    s->pins = calloc(open->slots, sizeof(*s->pins));
+    s->pin_rows =
+        malloc((size_t)open->slots * open->batch_size * sizeof(*s->pin_rows));
+    for (uint32_t i = 0;
+         s->pins != NULL && s->pin_rows != NULL && i < open->slots; i++)
+      s->pins[i].rows = s->pin_rows + (size_t)i * open->batch_size;
+  }
+  if (init_rc != 0 || (s->mode == CHIME_MODE_STREAM &&
+                       (s->pins == NULL || s->pin_rows == NULL))) {
+    rc = fail(err, errlen, CHIME_ENOMEM, "out of memory");
+    goto out;
+  }
 
   rc = chime_ring_create(&s->ring, &tc->spec, open->batch_size, open->slots);
   if (rc != 0) {
@@ -256,11 +292,12 @@ out:
   return rc;
 }
 
-/* The stream ended: fifo items in batches its learner never finished (not
+/* The stream ended: items that batches its learner never finished (not
  * taken, or taken and not released; in stream mode not yet sent or still
- * held by gRPC) go back to the table, so a learner's death loses nothing.
- * At least once: a batch the learner was reading as its stream ended may be
- * delivered again. */
+ * held by gRPC) took out of the table (fifo, max_times_sampled) go back,
+ * so a learner's death loses nothing. At least once: a batch the learner
+ * was reading as its stream ended may be delivered again. Newest first:
+ * each goes in front of the table's items, so they keep their order. */
 static void give_back(chime__stream_t *s) {
   uint32_t *slots = malloc(s->lay.slots * sizeof(*slots));
   if (slots == NULL) {
@@ -269,13 +306,21 @@ static void give_back(chime__stream_t *s) {
     return;
   }
   uint32_t n = chime_ring_unreleased(s->ring, slots, s->lay.slots);
-  for (uint32_t i = 0; i < n; i++)
-    if (chime__table_give_back(s->table, &s->lay,
-                               chime_ring_slot_base(s->ring, slots[i])) != 0)
+  for (uint32_t i = n; i-- > 0;) {
+    uint8_t *base = chime_ring_slot_base(s->ring, slots[i]);
+    if (s->pins != NULL) { /* stream mode: from its rows, still pinned */
+      chime__table_give_back_pinned(
+          s->table, &s->lay,
+          (const chime_sample_info_t *)(base + s->lay.info_offset),
+          &s->pins[slots[i]]);
+      continue;
+    }
+    if (chime__table_give_back(s->table, &s->lay, base) != 0)
       fprintf(stderr,
-              "chimed: stream %llu: out of memory giving back a batch of "
-              "%u items\n",
+              "chimed: stream %llu: no free row to give back items of a "
+              "batch of %u\n",
               (unsigned long long)s->id, s->lay.batch_size);
+  }
   free(slots);
 }
 
@@ -342,7 +387,14 @@ static chime__fill_t stream_fill(chime__fill_job_t *j, chime__fill_wait_t *w) {
   }
   if (rc != 0)
     return retire(s);
-  rc = chime__table_try_sample(s->table, &s->lay, &ws, &s->twait);
+  if (s->mode == CHIME_MODE_STREAM) {
+    /* The slot came back: its last batch is sent and released. */
+    chime__table_unpin(s->table, &s->pins[ws.slot]);
+    rc = chime__table_try_sample_pinned(
+        s->table, &s->lay, &ws, &s->pins[ws.slot], SEND_COPY_BELOW, &s->twait);
+  } else {
+    rc = chime__table_try_sample(s->table, &s->lay, &ws, &s->twait);
+  }
   if (rc != 0) {
     chime_ring_abandon(s->ring, ws.slot);
     return rc == CHIME_EBUSY ? CHIME__FILL_WAIT_ITEMS : retire(s);

@@ -124,6 +124,10 @@ def main():
         pass_fds=(a.lock_fd,), preexec_fn=pdeathsig(me))
     # a.lock_fd stays open here: the lock is free only when this process
     # has cleaned up and chimed has exited.
+    try:  # wakes the wait below as soon as chimed exits
+        poller.register(os.pidfd_open(chimed.pid), select.POLLIN)
+    except (AttributeError, OSError):
+        pass  # checked every second instead
     ready = False
     why = None
     while True:
@@ -146,8 +150,8 @@ def main():
                     "started_unix": time.time()})
                 ready = True
                 note(f"chimed {chimed.pid} listening on {addr}")
-        # Poll briefly until chimed listens, then wait on the owner and
-        # signals (chimed's exit is checked every second).
+        # Poll briefly until chimed listens, then wait on the owner,
+        # chimed and signals.
         for fd, _ in poller.poll(50 if not ready else 1000):
             if fd == wake_r:
                 try:

@@ -202,6 +202,23 @@ def test_supervisor_killed(job):
     assert job.finish(again) == 0 and job.finish(owner) == 0
 
 
+def test_chimed_crash(job):
+    """chimed dies (SIGKILL): the supervisor removes the state and exits,
+    the lock is free, and the next rank starts a new server."""
+    owner = job.spawn()
+    first = job.report(owner)
+    os.kill(first["chimed_pid"], signal.SIGKILL)
+    assert _gone(first["supervisor_pid"])
+    assert chime.server_state("job", run_dir=job.run_dir) is None
+    assert _lock_free(job.run_dir, "job")
+    log = pathlib.Path(job.run_dir, "job.log").read_text()
+    assert "chimed exited with -9" in log, log
+    again = job.spawn()
+    second = job.report(again)
+    assert second["owner"] and second["chimed_pid"] != first["chimed_pid"]
+    assert job.finish(again) == 0 and job.finish(owner) == 0
+
+
 def test_attach_never_starts_one(job):
     t0 = time.monotonic()
     with pytest.raises(chime.TimeoutError) as e:

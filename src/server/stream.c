@@ -389,12 +389,13 @@ static chime__fill_t stream_fill(chime__fill_job_t *j, chime__fill_wait_t *w) {
   }
   chime_ring_wslot_t ws;
   uint64_t seq;
-  int rc = chime_ring_try_acquire(s->ring, &ws, &w->bell, &w->bell_val);
-  if (rc == CHIME_EBUSY) {
-    if (s->mode == CHIME_MODE_STREAM)
-      w->bell = NULL; /* the sender kicks it (slot_freed) */
+  /* Stream mode: the sender kicks the job when slots come back
+   * (slot_freed), so no release needs to ring the ring's bell. */
+  int shm = s->mode == CHIME_MODE_SHM;
+  int rc = chime_ring_try_acquire(s->ring, &ws, shm ? &w->bell : NULL,
+                                  shm ? &w->bell_val : NULL);
+  if (rc == CHIME_EBUSY)
     return CHIME__FILL_WAIT_SLOT;
-  }
   if (rc != 0)
     return retire(s);
   if (s->mode == CHIME_MODE_STREAM) {
@@ -415,7 +416,7 @@ static chime__fill_t stream_fill(chime__fill_job_t *j, chime__fill_wait_t *w) {
   rc = chime_ring_publish(s->ring, ws.slot, &seq); /* cannot fail: acquired */
   (void)rc;
   if (s->mode == CHIME_MODE_STREAM)
-    chime__sender_send_ready(&s->sender);
+    chime__sender_published(&s->sender);
   return CHIME__FILL_AGAIN;
 }
 

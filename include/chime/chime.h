@@ -240,6 +240,19 @@ CHIME_EXTERN CHIME_NODISCARD int chime_writer_append(chime_writer_t *writer,
                                                      const void *sample,
                                                      size_t len,
                                                      double priority);
+/* Queues n samples given leaf by leaf, as columns: leaves[l] holds the n
+ * values of leaf l (n * its bytes, contiguous, spec order), priorities n
+ * priorities or NULL for all 1.0. The same as n appends, with one copy into
+ * the message and one check of the connection for the lot. A bad priority
+ * anywhere refuses the call before anything is queued (CHIME_EINVAL). On
+ * another error the first *taken samples were queued (taken may be NULL):
+ * acks come in order, so chime_writer_acked() then says how many of them
+ * are in the table. */
+CHIME_EXTERN CHIME_NODISCARD int chime_writer_extend(chime_writer_t *writer,
+                                                     uint32_t n,
+                                                     const void *const leaves[],
+                                                     const double *priorities,
+                                                     uint32_t *taken);
 /* Sends what is queued and waits until every sample is acked (in the table). */
 CHIME_EXTERN CHIME_NODISCARD int chime_writer_flush(chime_writer_t *writer);
 /* Samples acked so far. */

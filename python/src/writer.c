@@ -282,18 +282,16 @@ static PyObject *writer_extend(PyObject *o, PyObject *args, PyObject *kw) {
   Py_ssize_t done = 0;
   int rc = 0;
   self->busy = 1;
-  /* The arrays are ours (references held), so the packing loop runs
-   * without the GIL too. */
-  Py_BEGIN_ALLOW_THREADS for (; done < n[0] && rc == 0; done++) {
-    unsigned char *p = self->sample;
-    for (uint32_t i = 0; i < nl; i++) {
-      memcpy(p, src[i] + (size_t)done * leaf_bytes[i], leaf_bytes[i]);
-      p += leaf_bytes[i];
-    }
-    rc = chime_writer_append(self->w, self->sample, (size_t)self->sample_bytes,
-                             prio ? prio[done] : 1.0);
-    if (rc)
-      break;
+  /* The arrays are ours (references held), so the columns go to the C
+   * writer, which interleaves them into its message, without the GIL. */
+  Py_BEGIN_ALLOW_THREADS while (done < n[0] && rc == 0) {
+    const void *cols[CHIME_MAX_LEAVES];
+    Py_ssize_t left = n[0] - done;
+    uint32_t k = left > (1 << 20) ? (1u << 20) : (uint32_t)left, got = 0;
+    for (uint32_t i = 0; i < nl; i++)
+      cols[i] = src[i] + (size_t)done * leaf_bytes[i];
+    rc = chime_writer_extend(self->w, k, cols, prio ? prio + done : NULL, &got);
+    done += got;
   }
   Py_END_ALLOW_THREADS self->busy = 0;
   self->taken += (uint64_t)done;

@@ -17,6 +17,7 @@
 #include <microhttpd.h>
 
 #include "chime/errors.h"
+#include "common/errfmt.h"
 #include "server/info.h"
 
 #define MAX_CONNECTIONS 16
@@ -267,16 +268,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
                body, 1);
 }
 
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return rc;
-}
-
 /* A listening TCP socket on "host:port" ("[v6]:port" for IPv6). */
 static int listen_on(const char *addr, char *bound, size_t boundlen, char *err,
                      size_t errlen) {
@@ -284,8 +275,8 @@ static int listen_on(const char *addr, char *bound, size_t boundlen, char *err,
   const char *colon = strrchr(addr, ':');
   if (colon == NULL || colon == addr || colon[1] == '\0' ||
       (size_t)(colon - addr) >= sizeof(host))
-    return fail(err, errlen, CHIME_EINVAL,
-                "metrics address '%s': want host:port", addr);
+    return chime__fail(err, errlen, CHIME_EINVAL,
+                       "metrics address '%s': want host:port", addr);
   memcpy(host, addr, (size_t)(colon - addr));
   host[colon - addr] = '\0';
   if (host[0] == '[' && host[strlen(host) - 1] == ']') {
@@ -299,8 +290,8 @@ static int listen_on(const char *addr, char *bound, size_t boundlen, char *err,
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   int g = getaddrinfo(host, colon + 1, &hints, &res);
   if (g != 0)
-    return fail(err, errlen, CHIME_EINVAL, "metrics address '%s': %s", addr,
-                gai_strerror(g));
+    return chime__fail(err, errlen, CHIME_EINVAL, "metrics address '%s': %s",
+                       addr, gai_strerror(g));
   int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   int one = 1;
   if (fd >= 0)
@@ -311,8 +302,8 @@ static int listen_on(const char *addr, char *bound, size_t boundlen, char *err,
     if (fd >= 0)
       close(fd);
     freeaddrinfo(res);
-    return fail(err, errlen, CHIME_ESYS, "metrics: cannot listen on %s: %s",
-                addr, strerror(e));
+    return chime__fail(err, errlen, CHIME_ESYS,
+                       "metrics: cannot listen on %s: %s", addr, strerror(e));
   }
   freeaddrinfo(res);
   struct sockaddr_storage ss;
@@ -341,7 +332,7 @@ int chime__metrics_start(chime__metrics_t **out, chime_server_t *srv,
   *out = NULL;
   chime__metrics_t *m = calloc(1, sizeof(*m));
   if (m == NULL)
-    return fail(err, errlen, CHIME_ENOMEM, "metrics: out of memory");
+    return chime__fail(err, errlen, CHIME_ENOMEM, "metrics: out of memory");
   m->srv = srv;
   m->fd = listen_on(addr, bound, boundlen, err, errlen);
   if (m->fd < 0) {
@@ -358,10 +349,10 @@ int chime__metrics_start(chime__metrics_t **out, chime_server_t *srv,
   if (m->d == NULL) {
     close(m->fd);
     free(m);
-    return fail(err, errlen, CHIME_ESYS,
-                "metrics: cannot start the HTTP "
-                "server on %s",
-                addr);
+    return chime__fail(err, errlen, CHIME_ESYS,
+                       "metrics: cannot start the HTTP "
+                       "server on %s",
+                       addr);
   }
   *out = m;
   return 0;

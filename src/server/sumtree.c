@@ -139,6 +139,35 @@ double chime__sumtree_total(const chime__sumtree_t *t) {
   return t->level[t->top][0];
 }
 
+/* One level of a descent: the child of group c to step into, with prefix
+ * made relative to it. Only ever a child whose sum is > 0: non-negative
+ * values sum to > 0 only if one of them is > 0, so every group scanned has
+ * one. When rounding (or a prefix at the total) leaves the prefix past the
+ * last non-empty child of a group, *last turns the rest of the descent
+ * into "the last non-empty slot here", which is where the prefix
+ * belongs. */
+static inline uint64_t step(const double *c, double *prefix, int *last) {
+  uint64_t pick = FAN;
+  if (!*last) {
+    double p = *prefix;
+    for (uint64_t k = 0; k < FAN; k++) {
+      if (!(c[k] > 0))
+        continue;
+      pick = k;
+      if (p < c[k]) {
+        *prefix = p;
+        return k;
+      }
+      p -= c[k];
+    }
+    *last = 1; /* ran past the group: its last non-empty child */
+    return pick;
+  }
+  for (pick = FAN - 1; pick > 0 && !(c[pick] > 0); pick--)
+    ;
+  return pick;
+}
+
 int chime__sumtree_find(const chime__sumtree_t *t, double prefix,
                         uint64_t *slot) {
   double total = t->level[t->top][0];
@@ -146,34 +175,47 @@ int chime__sumtree_find(const chime__sumtree_t *t, double prefix,
     return CHIME_ENOTFOUND;
   if (!(prefix >= 0))
     prefix = 0;
-  /* Only ever step into a child whose sum is > 0: non-negative values sum
-   * to > 0 only if one of them is > 0, so every group scanned has one.
-   * When rounding (or a prefix at the total) leaves the prefix past the
-   * last non-empty child of a group, `last` turns the rest of the descent
-   * into "the last non-empty slot here", which is where the prefix
-   * belongs. */
   int last = prefix >= total;
   uint64_t i = 0; /* the node at level l + 1 whose group is scanned */
-  for (uint32_t l = t->top; l-- > 0;) {
-    const double *c = t->level[l] + i * FAN;
-    uint64_t pick = FAN;
-    if (!last) {
-      for (uint64_t k = 0; k < FAN; k++) {
-        if (!(c[k] > 0))
-          continue;
-        pick = k;
-        if (prefix < c[k])
-          goto found;
-        prefix -= c[k];
-      }
-      last = 1; /* ran past the group: its last non-empty child */
-    } else {
-      for (pick = FAN - 1; pick > 0 && !(c[pick] > 0); pick--)
-        ;
+  for (uint32_t l = t->top; l-- > 0;)
+    i = i * FAN + step(t->level[l] + i * FAN, &prefix, &last);
+  *slot = i; /* every pick < FAN: each group scanned has a sum > 0 */
+  return 0;
+}
+
+/* Descents in flight together: enough to cover a memory latency with
+ * misses, few enough for the core's outstanding-miss buffers. */
+#define TOGETHER 16
+
+int chime__sumtree_find_many(const chime__sumtree_t *t, const double *prefix,
+                             size_t n, uint64_t *slot) {
+  double total = t->level[t->top][0];
+  if (!(total > 0))
+    return CHIME_ENOTFOUND;
+  for (size_t b = 0; b < n; b += TOGETHER) {
+    size_t m = n - b < TOGETHER ? n - b : TOGETHER;
+    double p[TOGETHER];
+    int last[TOGETHER];
+    uint64_t i[TOGETHER];
+    for (size_t j = 0; j < m; j++) {
+      p[j] = prefix[b + j] >= 0 ? prefix[b + j] : 0;
+      last[j] = p[j] >= total;
+      i[j] = 0;
     }
-  found:
-    i = i * FAN + pick; /* pick < FAN: the group's sum is > 0 */
+    /* Level by level: ask for every descent's next group first, then scan
+     * them, so the misses of the m descents overlap. */
+    for (uint32_t l = t->top; l-- > 0;) {
+      const double *lv = t->level[l];
+      for (size_t j = 0; j < m; j++) {
+        __builtin_prefetch(lv + i[j] * FAN);
+#if CHIME__SUMTREE_FAN == 16
+        __builtin_prefetch(lv + i[j] * FAN + 8);
+#endif
+      }
+      for (size_t j = 0; j < m; j++)
+        i[j] = i[j] * FAN + step(lv + i[j] * FAN, &p[j], &last[j]);
+    }
+    memcpy(slot + b, i, m * sizeof(uint64_t));
   }
-  *slot = i;
   return 0;
 }

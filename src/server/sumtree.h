@@ -21,9 +21,7 @@
  * ulp(total) / total in any slot's probability.
  *
  * Memory: 8 bytes per slot for the values and about 1.2 for the inner
- * sums, mapped lazily and committed as slots are set (a tree of 2 MiB or
- * more asks for transparent huge pages: a random find then misses the TLB
- * far less, and memory is committed 2 MiB at a time). 10^8 slots: about
+ * sums, mapped lazily and committed as slots are set. 10^8 slots: about
  * 0.9 GB once all are set. */
 #ifndef CHIME_SERVER_SUMTREE_H
 #define CHIME_SERVER_SUMTREE_H

@@ -3,9 +3,11 @@
  * items left (chi-square, fixed seeds, a fixed threshold) with each
  * sample's probability, priority and table size exact; fifo, lifo and
  * heap orders are exact; removers evict by the new priorities; keys that
- * left are unknown; a refused request changes nothing. The samples'
- * bytes are their keys, so every draw also checks its row. */
+ * left are unknown; a refused request changes nothing; deletes while a
+ * sampler copies rows tear none. The samples' bytes are their keys, so
+ * every draw also checks its row. */
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -540,6 +542,110 @@ static void test_refused_changes_nothing(void **state) {
   free(m);
 }
 
+/* Deletes and updates while another thread samples: a row whose item is
+ * deleted while a sampler copies it is not reused before the copy ends,
+ * so no sample is torn (every word of a row is its key) and every sample
+ * is of a key inserted. Each selector that keeps its items. */
+#define BIG_WORDS 4096
+
+typedef struct {
+  chime__table_t *t;
+  atomic_int stop;
+  atomic_uint_fast64_t batches;
+  uint64_t torn, bad_key;
+  atomic_uint_fast64_t inserted;
+} churn_t;
+
+static void *sampler_main(void *arg) {
+  churn_t *c = arg;
+  chime_ring_layout_t lay;
+  chime_ring_wslot_t ws;
+  if (chime_ring_layout(&lay, &chime__table_config(c->t)->spec, 4, 2, NULL,
+                        0) != 0)
+    return NULL;
+  uint8_t *mem = aligned_alloc(4096, lay.slot_bytes);
+  memset(&ws, 0, sizeof(ws));
+  ws.base = mem;
+  ws.leaf[0] = mem + lay.leaf_offset[0];
+  ws.info = (chime_sample_info_t *)(mem + lay.info_offset);
+  while (chime__table_sample(c->t, &lay, &ws, &c->stop) == 0) {
+    uint64_t top = atomic_load(&c->inserted);
+    atomic_fetch_add(&c->batches, 1);
+    for (uint32_t j = 0; j < 4; j++) {
+      const uint64_t *x = (const uint64_t *)ws.leaf[0] + (size_t)j * BIG_WORDS;
+      for (int w = 0; w < BIG_WORDS; w++)
+        c->torn += x[w] != ws.info[j].key;
+      c->bad_key += ws.info[j].key == 0 || ws.info[j].key > top;
+    }
+  }
+  free(mem);
+  return NULL;
+}
+
+static void check_churn(chime__sampler_t sampler) {
+  chime__table_config_t tc;
+  churn_t c;
+  memset(&c, 0, sizeof(c));
+  memset(&tc, 0, sizeof(tc));
+  snprintf(tc.name, sizeof(tc.name), "churn");
+  assert_int_equal(chime_spec_parse(&tc.spec, "x:u64[4096]", NULL, 0), 0);
+  tc.capacity = 8;
+  tc.min_size = 1;
+  tc.sampler = sampler;
+  tc.priority_exponent = 1.0;
+  tc.seed = 3;
+  assert_int_equal(chime__table_create(&c.t, &tc), 0);
+  uint64_t *row = malloc(BIG_WORDS * sizeof(uint64_t));
+  assert_non_null(row);
+  uint64_t next = 1, seed = 5;
+  pthread_t th;
+  /* At least 2000 rounds, and on until the sampler has taken 300 batches
+   * (it may get a CPU late on a loaded machine). */
+  for (int i = 0; i < 2000 || atomic_load(&c.batches) < 300; i++) {
+    assert_true(i < 1000000);
+    /* Keep 4 to 8 items: insert one, then delete or re-prioritise a
+     * random recent key (often the one just drawn). */
+    uint64_t k;
+    for (int w = 0; w < BIG_WORDS; w++)
+      row[w] = next;
+    atomic_store(&c.inserted, next);
+    double prio = (double)(1 + rng_next(&seed) % 7);
+    assert_int_equal(chime__table_insert(c.t, (const uint8_t *)row, 1, &prio,
+                                         &k, NULL, NULL),
+                     0);
+    assert_int_equal(k, next);
+    next++;
+    if (i == 0)
+      assert_int_equal(pthread_create(&th, NULL, sampler_main, &c), 0);
+    uint64_t victim = next - 1 - rng_next(&seed) % 8;
+    double np = (double)(rng_next(&seed) % 5);
+    chime__table_mutated_t r;
+    if (rng_next(&seed) % 3)
+      assert_int_equal(chime__table_mutate(c.t, NULL, NULL, 0, &victim, 1, &r),
+                       0);
+    else
+      assert_int_equal(chime__table_mutate(c.t, &victim, &np, 1, NULL, 0, &r),
+                       0);
+  }
+  atomic_store(&c.stop, 1);
+  chime__table_wake(c.t);
+  pthread_join(th, NULL);
+  printf("%llu batches sampled during the churn\n",
+         (unsigned long long)atomic_load(&c.batches));
+  assert_int_equal(c.torn, 0);
+  assert_int_equal(c.bad_key, 0);
+  free(row);
+  chime__table_destroy(c.t);
+}
+
+static void test_deletes_while_sampling(void **state) {
+  (void)state;
+  check_churn(CHIME__SAMPLER_UNIFORM);
+  check_churn(CHIME__SAMPLER_PRIORITIZED);
+  check_churn(CHIME__SAMPLER_LIFO);
+  check_churn(CHIME__SAMPLER_MAX_HEAP);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_prioritized_after_mutate),
@@ -548,6 +654,7 @@ int main(void) {
       cmocka_unit_test(test_fifo_lifo_after_deletes),
       cmocka_unit_test(test_removers_after_mutate),
       cmocka_unit_test(test_refused_changes_nothing),
+      cmocka_unit_test(test_deletes_while_sampling),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -143,13 +143,11 @@ double chime__sumtree_total(const chime__sumtree_t *t) {
  * into "the last non-empty slot here", which is where the prefix
  * belongs. */
 static inline uint64_t step(const double *c, double *prefix, int *last) {
-  uint64_t pick = FAN;
   if (!*last) {
+    /* prefix >= 0, so prefix < c[k] only for a child > 0; an empty one
+     * subtracts nothing. */
     double p = *prefix;
     for (uint64_t k = 0; k < FAN; k++) {
-      if (!(c[k] > 0))
-        continue;
-      pick = k;
       if (p < c[k]) {
         *prefix = p;
         return k;
@@ -157,8 +155,8 @@ static inline uint64_t step(const double *c, double *prefix, int *last) {
       p -= c[k];
     }
     *last = 1; /* ran past the group: its last non-empty child */
-    return pick;
   }
+  uint64_t pick;
   for (pick = FAN - 1; pick > 0 && !(c[pick] > 0); pick--)
     ;
   return pick;

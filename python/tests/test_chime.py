@@ -100,8 +100,9 @@ def test_array_views(client):
         info = b.info
         assert info.dtype.names == ("key", "probability", "times_sampled",
                                     "reserved", "insert_time_ns", "priority",
-                                    "table_size")
-        assert info.dtype.itemsize == 48
+                                    "table_size", "episode_id", "first_step",
+                                    "length")
+        assert info.dtype.itemsize == 64
         assert len(set(info["key"].tolist())) == 4
         assert (info["insert_time_ns"] > 0).all()
         assert (info["priority"] == 1.0).all()

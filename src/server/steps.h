@@ -1,0 +1,102 @@
+/* A sequence table's step store: episode steps in blocks of K steps, the
+ * oldest block evicted first, and the windows of sequence_length steps the
+ * episodes complete (docs/sequences.md).
+ *
+ * Each step is stored once, leaf-major (one array per leaf, indexed by a
+ * step slot = block * K + offset). Each open episode (one per writer)
+ * appends into its own current block, so its steps are contiguous within
+ * a block, and an episode's blocks are linked oldest to newest. Blocks are
+ * taken round a ring, so the oldest block is always the next one reused:
+ * the steps that leave are the oldest. A window of T consecutive steps is
+ * then at most T / K + 2 contiguous runs.
+ *
+ * A step starts at most one window, so a block lists the items starting in
+ * it: evicting the block makes exactly those items leave (items that start
+ * earlier in the same episode were in older blocks, gone already; items
+ * that start later only cover later, newer steps).
+ *
+ * Not thread-safe: the table calls it under its lock. */
+#ifndef CHIME_SERVER_STEPS_H
+#define CHIME_SERVER_STEPS_H
+
+#include <stdint.h>
+
+#include "chime/ring.h"
+
+typedef struct chime__steps_s chime__steps_t;
+
+#define CHIME__STEPS_NONE UINT32_MAX
+
+/* A window that became complete (or, padded, at an episode's end). */
+typedef struct {
+  uint64_t episode; /* episode id, from 1 */
+  uint32_t slot;    /* step slot of its first step */
+  uint32_t first;   /* index of its first step in the episode */
+  uint32_t len;     /* valid steps: sequence_length unless padded */
+} chime__window_t;
+
+typedef struct {
+  /* A window became an item: returns the item id to list with its first
+   * step (CHIME__STEPS_NONE: none was made). */
+  uint32_t (*window)(void *ctx, const chime__window_t *w);
+  /* The block holding item's first step leaves: the item must leave. */
+  void (*evict)(void *ctx, uint32_t item);
+  void *ctx;
+} chime__steps_cb_t;
+
+typedef struct {
+  uint64_t capacity_steps;
+  uint32_t sequence_length, stride; /* 1 <= stride <= sequence_length */
+  int pad;               /* an uncovered tail makes one padded window */
+  uint32_t max_episodes; /* open at once; the least recently used ends */
+} chime__steps_config_t;
+
+typedef struct {
+  uint64_t steps;              /* stored now */
+  uint64_t episodes;           /* open now */
+  uint64_t bytes;              /* of step storage (leaves only) */
+  uint64_t episodes_abandoned; /* ended because too many were open */
+  uint64_t steps_evicted;
+} chime__steps_stats_t;
+
+/* Steps per block for a capacity: up to 32, fewer for small stores so
+ * that there are at least 16 blocks. */
+uint32_t chime__steps_block(uint64_t capacity_steps);
+/* Bytes a store of this spec and config maps (leaves and bookkeeping),
+ * UINT64_MAX on overflow. */
+uint64_t chime__steps_bytes(const chime_spec_t *spec,
+                            const chime__steps_config_t *cfg);
+
+int chime__steps_create(chime__steps_t **out, const chime_spec_t *spec,
+                        const chime__steps_config_t *cfg,
+                        const chime__steps_cb_t *cb);
+void chime__steps_destroy(chime__steps_t *s); /* NULL-safe */
+
+/* The open episode of writer, a new one when it has none (the least
+ * recently used open episode is abandoned, without a padded window, when
+ * max_episodes are open). Returns an episode handle valid until the next
+ * call of this function or chime__steps_end. */
+uint32_t chime__steps_episode(chime__steps_t *s, uint64_t writer);
+/* Appends one step to episode ep: read(ctx, dst, n) is called once per
+ * leaf, in spec order, to write its n bytes at dst. Evicts the oldest
+ * block when every block is taken (cb->evict for its items), then makes
+ * the window the step completes (cb->window). */
+void chime__steps_append(chime__steps_t *s, uint32_t ep,
+                         void (*read)(void *ctx, uint8_t *dst, uint64_t n),
+                         void *ctx);
+/* Ends episode ep: with pad, an uncovered tail (or a short episode) makes
+ * one padded window. */
+void chime__steps_end(chime__steps_t *s, uint32_t ep);
+/* An item left by other means (sampled out, deleted): its first step no
+ * longer lists it. */
+void chime__steps_forget(chime__steps_t *s, uint32_t slot);
+
+/* Copies a window's len steps from slot, leaf l into dst[l] (each
+ * sequence_length steps long), then zeros up to sequence_length steps. The
+ * window's first step must be stored (its item is live). */
+void chime__steps_copy(const chime__steps_t *s, uint32_t slot, uint32_t len,
+                       uint8_t *const *dst);
+
+void chime__steps_get_stats(const chime__steps_t *s, chime__steps_stats_t *out);
+
+#endif

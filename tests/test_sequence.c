@@ -415,6 +415,52 @@ static void test_abandoned_episode(void **state) {
   chime__table_destroy(t);
 }
 
+/* The rate limiter counts windows: inserts of steps wait once the windows
+ * made outrun samples by the window, and go on after a batch. */
+static void test_rate_limiter(void **state) {
+  (void)state;
+  chime__table_config_t tc;
+  chime__table_t *t;
+  make_cfg(&tc, 256, 4, 4, 0, CHIME__SAMPLER_UNIFORM);
+  tc.samples_per_insert = 1;
+  tc.error_buffer = 2;
+  assert_int_equal(chime__table_create(&t, &tc), 0);
+  slot_t s;
+  slot_init(&s, t, 2);
+  uint8_t buf[4 * STEP];
+  uint64_t key, seq = 0;
+  int busy = 0, i;
+  for (i = 0; i < 20 && !busy; i++) {
+    for (uint32_t j = 0; j < 4; j++)
+      step_bytes(buf + j * STEP, 1, (uint32_t)i * 4 + j);
+    chime__span_t sp = {buf, sizeof(buf)};
+    chime__dedupe_req_t dq = {.writer = 3, .seq = ++seq};
+    int rc = chime__table_try_insert_spans(t, &sp, 1, 4, NULL, &key, &dq);
+    if (rc == CHIME_EBUSY) {
+      busy = 1;
+      seq--; /* not inserted: the same seq goes again */
+      i--;
+    } else {
+      assert_int_equal(rc, 0);
+    }
+  }
+  assert_true(busy); /* windows (one per request) outran the samples */
+  chime__table_stats_t st;
+  chime__table_get_stats(t, &st);
+  assert_int_equal(st.inserts, 3); /* min_size 1 + samples_per_insert x 2 */
+  assert_int_equal(st.steps, 12);
+  assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
+  check_window(&s, t, 0);
+  chime__span_t sp = {buf, sizeof(buf)};
+  chime__dedupe_req_t dq = {.writer = 3, .seq = ++seq};
+  for (uint32_t j = 0; j < 4; j++)
+    step_bytes(buf + j * STEP, 1, (uint32_t)i * 4 + j);
+  assert_int_equal(chime__table_try_insert_spans(t, &sp, 1, 4, NULL, &key, &dq),
+                   0);
+  free(s.mem);
+  chime__table_destroy(t);
+}
+
 /* The config's sequence keys: a valid table and each refusal, named. */
 static void expect_config(const char *table, const char *want_err) {
   static chime__config_t cfg;
@@ -492,6 +538,7 @@ int main(void) {
       cmocka_unit_test(test_priorities_and_mts),
       cmocka_unit_test(test_resend_and_writer),
       cmocka_unit_test(test_abandoned_episode),
+      cmocka_unit_test(test_rate_limiter),
       cmocka_unit_test(test_config),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

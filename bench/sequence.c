@@ -3,9 +3,8 @@
  * of 1000 steps interleaved, requests of 64 steps), windows sampled per
  * second into a slot of B windows of T steps (uniform sampler) and the
  * GB/s that is, against a plain table holding items of the same bytes
- * (T steps) sampled into the same slot in the same run. Sequence batches
- * are copied under the table's lock (docs/sequences.md): the time per
- * batch is also the lock's hold. */
+ * (T steps) sampled into the same slot in the same run. Both copy
+ * outside the table's lock (a sequence window's first block pinned). */
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -249,8 +248,8 @@ int chime__bench_sequence(int argc, char **argv) {
              ratio, cost / first_cost);
     else
       printf("%10" PRIu64 " steps of %u B: write %.2f M steps/s (%.2f GB/s); "
-             "sample %.0f windows/s = %.2f GB/s (%.0f us a batch of %d, the "
-             "lock's hold), plain %.2f GB/s (%.2fx); cost %.2fx the "
+             "sample %.0f windows/s = %.2f GB/s (%.0f us a batch of %d), "
+             "plain %.2f GB/s (%.2fx); cost %.2fx the "
              "smallest\n",
              sizes[i], step_bytes, r.write_steps_per_s / 1e6, r.write_gb_s,
              r.windows_per_s, r.seq_gb_s, r.ns_per_batch / 1e3, BATCH,

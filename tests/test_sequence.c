@@ -5,6 +5,7 @@
  * padded windows and their mask, dropped short tails; initial priority
  * "max", max_times_sampled and MutatePriorities on windows; resent
  * requests appended once. */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -461,6 +462,55 @@ static void test_rate_limiter(void **state) {
   chime__table_destroy(t);
 }
 
+/* A writer thread keeps evicting the oldest blocks of a small store while
+ * the test samples: windows are copied outside the lock (their first block
+ * pinned, inserts that would reuse it wait), so every byte must still be
+ * its window's. */
+typedef struct {
+  chime__table_t *t;
+  atomic_int stop;
+  uint64_t appended;
+} churn_t;
+
+static void *churn_main(void *arg) {
+  churn_t *c = arg;
+  writer_t w[3] = {{11, 0, 1, 0}, {12, 0, 2, 0}, {13, 0, 3, 0}};
+  uint64_t seed = 12345;
+  while (!atomic_load(&c->stop)) {
+    writer_t *wr = &w[rnd(&seed) % 3];
+    uint32_t n = 1 + rnd(&seed) % 7;
+    int end = wr->len + n >= 9 + wr->tag % 31;
+    if (append(c->t, wr, n, end) != 0)
+      break;
+    c->appended += n;
+  }
+  return NULL;
+}
+
+static void test_copy_while_evicting(void **state) {
+  (void)state;
+  chime__table_config_t tc;
+  churn_t c = {0};
+  make_cfg(&tc, 128, 8, 2, 1, CHIME__SAMPLER_UNIFORM);
+  assert_int_equal(chime__table_create(&c.t, &tc), 0);
+  slot_t s;
+  slot_init(&s, c.t, 16);
+  writer_t first = {10, 0, 4, 0};
+  assert_int_equal(append(c.t, &first, 8, 0), 0); /* min_size */
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, churn_main, &c), 0);
+  for (int i = 0; i < 10000; i++) {
+    assert_int_equal(chime__table_sample(c.t, &s.lay, &s.ws, NULL), 0);
+    for (uint32_t j = 0; j < 16; j++)
+      check_window(&s, c.t, j);
+  }
+  atomic_store(&c.stop, 1);
+  pthread_join(th, NULL);
+  assert_true(c.appended > 128); /* it did evict meanwhile */
+  free(s.mem);
+  chime__table_destroy(c.t);
+}
+
 /* The config's sequence keys: a valid table and each refusal, named. */
 static void expect_config(const char *table, const char *want_err) {
   static chime__config_t cfg;
@@ -539,6 +589,7 @@ int main(void) {
       cmocka_unit_test(test_resend_and_writer),
       cmocka_unit_test(test_abandoned_episode),
       cmocka_unit_test(test_rate_limiter),
+      cmocka_unit_test(test_copy_while_evicting),
       cmocka_unit_test(test_config),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -32,6 +32,7 @@ struct chime__steps_s {
   uint32_t *bnext; /* the episode's next (newer) block, NONE */
   uint32_t *bprev; /* the episode's previous block, NONE (may be reused) */
   uint32_t *bopen; /* open episode whose newest block it is, NONE */
+  uint32_t *bpin;  /* windows being copied from it right now */
   uint32_t *bitem; /* per step slot: the item starting there, NONE */
   void *map;
   size_t map_len;
@@ -54,7 +55,8 @@ static uint64_t align64(uint64_t n) {
   return (n + 63u) & ~UINT64_C(63);
 }
 
-/* Per block: bep (8), bstep bn bnext bprev bopen (4 each); per slot bitem. */
+/* Per block: bep (8), bstep bn bnext bprev bopen bpin (4 each); per slot
+ * bitem. */
 static uint64_t layout(const chime_spec_t *spec, uint64_t capacity_steps,
                        uint64_t *leaves_out) {
   uint64_t k = chime__steps_block(capacity_steps);
@@ -66,7 +68,7 @@ static uint64_t layout(const chime_spec_t *spec, uint64_t capacity_steps,
   }
   if (leaves_out != NULL)
     *leaves_out = total;
-  uint64_t meta = align64(nb * 8) + 5 * align64(nb * 4) + align64(slots * 4);
+  uint64_t meta = align64(nb * 8) + 6 * align64(nb * 4) + align64(slots * 4);
   if (__builtin_add_overflow(total, meta, &total))
     return UINT64_MAX;
   return total;
@@ -123,7 +125,8 @@ int chime__steps_create(chime__steps_t **out, const chime_spec_t *spec,
   }
   s->bep = (uint64_t *)p;
   p += align64((uint64_t)s->nblocks * 8);
-  uint32_t **u32[] = {&s->bstep, &s->bn, &s->bnext, &s->bprev, &s->bopen};
+  uint32_t **u32[] = {&s->bstep, &s->bn,    &s->bnext,
+                      &s->bprev, &s->bopen, &s->bpin};
   for (size_t i = 0; i < sizeof(u32) / sizeof(u32[0]); i++) {
     *u32[i] = (uint32_t *)p;
     p += align64((uint64_t)s->nblocks * 4);
@@ -289,6 +292,32 @@ void chime__steps_forget(chime__steps_t *s, uint32_t slot) {
   s->bitem[slot] = NONE;
 }
 
+int chime__steps_room(const chime__steps_t *s, uint32_t ep, uint32_t count) {
+  const episode_t *e = &s->eps[ep];
+  uint32_t left = e->last != NONE ? s->k - s->bn[e->last] : 0;
+  if (count <= left)
+    return 1;
+  uint64_t need = ((uint64_t)count - left + s->k - 1) / s->k;
+  if (need > s->nblocks)
+    need = s->nblocks;
+  /* Blocks are taken round the ring from head: these, in this order. */
+  for (uint64_t i = 0, b = s->head; i < need; i++) {
+    if (s->bpin[b] != 0)
+      return 0;
+    if (++b == s->nblocks)
+      b = 0;
+  }
+  return 1;
+}
+
+void chime__steps_pin(chime__steps_t *s, uint32_t slot) {
+  s->bpin[slot / s->k]++;
+}
+
+void chime__steps_unpin(chime__steps_t *s, uint32_t slot) {
+  s->bpin[slot / s->k]--;
+}
+
 void chime__steps_copy(const chime__steps_t *s, uint32_t slot, uint32_t len,
                        uint8_t *const *dst) {
   uint32_t t = s->cfg.sequence_length;
@@ -296,13 +325,17 @@ void chime__steps_copy(const chime__steps_t *s, uint32_t slot, uint32_t len,
     uint64_t lb = s->lbytes[l];
     uint32_t b = slot / s->k, off = slot % s->k, done = 0;
     while (done < len) {
-      uint32_t n = s->bn[b] - off;
+      /* Every block of a live window but its last is full: an episode
+       * takes a new block only once its last is full (or gone, and then
+       * no live window reaches back into it). */
+      uint32_t n = s->k - off;
       if (n > len - done)
         n = len - done;
       memcpy(dst[l] + (uint64_t)done * lb,
              s->leaf[l] + ((uint64_t)b * s->k + off) * lb, (size_t)(n * lb));
       done += n;
-      b = s->bnext[b]; /* newer than b: stored while b is */
+      if (done < len)
+        b = s->bnext[b]; /* set before the window was complete */
       off = 0;
     }
     if (len < t)

@@ -91,9 +91,20 @@ void chime__steps_end(chime__steps_t *s, uint32_t ep);
  * longer lists it. */
 void chime__steps_forget(chime__steps_t *s, uint32_t slot);
 
-/* Copies a window's len steps from slot, leaf l into dst[l] (each
- * sequence_length steps long), then zeros up to sequence_length steps. The
- * window's first step must be stored (its item is live). */
+/* Whether count more steps of episode ep can go in now: the blocks they
+ * would take (the oldest, when every block holds steps) are not pinned. */
+int chime__steps_room(const chime__steps_t *s, uint32_t ep, uint32_t count);
+
+/* Pins the block of a window's first step (its item is live): no append
+ * reuses it until chime__steps_unpin (an append that would, waits:
+ * chime__steps_room). Blocks are reused oldest first, so the window's
+ * later, newer blocks are safe too. */
+void chime__steps_pin(chime__steps_t *s, uint32_t slot);
+void chime__steps_unpin(chime__steps_t *s, uint32_t slot);
+/* Copies a pinned window's len steps from slot into dst[l] for each leaf
+ * l (sequence_length steps long), then zeros up to sequence_length steps.
+ * Needs no lock: it reads only the window's steps and the links between
+ * its full blocks, which no append changes while the first is pinned. */
 void chime__steps_copy(const chime__steps_t *s, uint32_t slot, uint32_t len,
                        uint8_t *const *dst);
 

@@ -725,11 +725,22 @@ static int seq_insert(chime__table_t *t, const chime__span_t *spans,
     if (rc != CHIME__DEDUPE_NEW)
       goto out;
     rc = 0;
-    if (rate_allows_insert(t))
+    int rate = rate_allows_insert(t);
+    /* The oldest blocks it would reuse may be pinned by a sampler's copy
+     * (for as long as the copy takes): checked before any step goes in. */
+    if (rate &&
+        chime__steps_room(t->steps, chime__steps_episode(t->steps, dq->writer),
+                          count))
       break;
     if ((abort != NULL && atomic_load(abort)) || nowait) {
       rc = nowait ? CHIME_EBUSY : CHIME_ESHUTDOWN;
       goto out;
+    }
+    if (rate) {
+      t->pin_waiters++;
+      wait_timed(&t->unpinned, &t->mu, &t->insert_wait_ns);
+      t->pin_waiters--;
+      continue;
     }
     t->inserts_waiting_rate++;
     wait_timed(&t->space, &t->mu, &t->rate_insert_wait_ns);
@@ -961,23 +972,38 @@ static void copy_rows(const chime__table_t *t, const chime_ring_layout_t *lay,
   }
 }
 
-/* A sequence table's batch: each window's steps copied into its
- * [T, *shape] place in every leaf, then the mask (1 for valid steps). */
-static void seq_copy(const chime__table_t *t, const chime_ring_layout_t *lay,
+/* A sequence table's batch, called and returning with t->mu held: each
+ * window's first block is pinned under the lock, then its steps are
+ * copied into the window's [T, *shape] place in every leaf (and the mask:
+ * 1 for valid steps) without it; an insert that would reuse a pinned
+ * block waits for the copy (chime__steps_room). */
+static void seq_copy(chime__table_t *t, const chime_ring_layout_t *lay,
                      chime_ring_wslot_t *slot, const uint32_t *rows) {
   uint32_t tl = t->cfg.sequence_length;
-  uint8_t *dst[CHIME_MAX_LEAVES];
-  for (uint64_t j = 0; j < lay->batch_size; j++) {
+  uint64_t batch = lay->batch_size;
+  for (uint64_t j = 0; j < batch; j++) {
     uint32_t k = row_at(slot, rows, j);
-    for (uint32_t l = 0; l < t->sleaves; l++)
-      dst[l] = (uint8_t *)slot->leaf[l] + j * tl * t->lbytes[l];
-    chime__steps_copy(t->steps, t->wslot[k], t->wlen[k], dst);
+    chime__steps_pin(t->steps, t->wslot[k]);
     if (t->cfg.episode_pad) {
       uint8_t *m = (uint8_t *)slot->leaf[t->sleaves] + j * tl;
       memset(m, 1, t->wlen[k]);
       memset(m + t->wlen[k], 0, tl - t->wlen[k]);
     }
   }
+  pthread_mutex_unlock(&t->mu);
+  /* The rows are pinned too (plan_batch): wslot and wlen stay theirs. */
+  uint8_t *dst[CHIME_MAX_LEAVES];
+  for (uint64_t j = 0; j < batch; j++) {
+    uint32_t k = row_at(slot, rows, j);
+    for (uint32_t l = 0; l < t->sleaves; l++)
+      dst[l] = (uint8_t *)slot->leaf[l] + j * tl * t->lbytes[l];
+    chime__steps_copy(t->steps, t->wslot[k], t->wlen[k], dst);
+  }
+  pthread_mutex_lock(&t->mu);
+  for (uint64_t j = 0; j < batch; j++)
+    chime__steps_unpin(t->steps, t->wslot[row_at(slot, rows, j)]);
+  if (t->pin_waiters > 0)
+    pthread_cond_broadcast(&t->unpinned);
 }
 
 static void unpin_row_locked(chime__table_t *t, uint32_t k) {
@@ -1024,9 +1050,7 @@ static void sample_locked(chime__table_t *t, const chime_ring_layout_t *lay,
     pins->given_back = 0;
   }
   if (t->steps != NULL) {
-    /* Under the lock: an insert may evict and overwrite the oldest steps
-     * at any time (no step pins yet, docs/sequences.md). */
-    seq_copy(t, lay, slot, rows);
+    seq_copy(t, lay, slot, rows); /* drops the lock for the copy */
   } else {
     pthread_mutex_unlock(&t->mu);
     copy_rows(t, lay, slot, rows, pins != NULL ? copy_min : UINT64_MAX);

@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 
 #include "chime/errors.h"
+#include "server/keyindex.h"
 
 #define NONE CHIME__STEPS_NONE
 
@@ -34,6 +35,7 @@ struct chime__steps_s {
   uint32_t *bopen; /* open episode whose newest block it is, NONE */
   uint32_t *bpin;  /* windows being copied from it right now */
   uint32_t *bitem; /* per step slot: the item starting there, NONE */
+  chime__keyindex_t *newest; /* episode id -> its newest stored block */
   void *map;
   size_t map_len;
   uint32_t head;  /* the next block to take: the oldest once all are */
@@ -77,7 +79,9 @@ static uint64_t layout(const chime_spec_t *spec, uint64_t capacity_steps,
 uint64_t chime__steps_bytes(const chime_spec_t *spec,
                             const chime__steps_config_t *cfg) {
   uint64_t total = layout(spec, cfg->capacity_steps, NULL);
-  uint64_t eps = (uint64_t)cfg->max_episodes * sizeof(episode_t);
+  uint64_t k = chime__steps_block(cfg->capacity_steps);
+  uint64_t eps = (uint64_t)cfg->max_episodes * sizeof(episode_t) +
+                 (cfg->capacity_steps + k - 1) / k * 18; /* newest */
   if (total == UINT64_MAX || total > UINT64_MAX - eps)
     return UINT64_MAX;
   return total + eps;
@@ -137,10 +141,13 @@ int chime__steps_create(chime__steps_t **out, const chime_spec_t *spec,
   for (uint64_t i = 0; i < slots; i++)
     s->bitem[i] = NONE;
   s->next_episode = 1;
+  if ((rc = chime__keyindex_create(&s->newest, s->nblocks)) != 0)
+    goto out;
   *out = s;
   s = NULL;
 out:
   if (s != NULL) {
+    chime__keyindex_destroy(s->newest);
     free(s->eps);
     if (s->map != NULL)
       munmap(s->map, s->map_len);
@@ -154,6 +161,7 @@ void chime__steps_destroy(chime__steps_t *s) {
     return;
   if (s->map != NULL)
     munmap(s->map, s->map_len);
+  chime__keyindex_destroy(s->newest);
   free(s->eps);
   free(s);
 }
@@ -206,8 +214,12 @@ static void evict_oldest(chime__steps_t *s) {
   }
   if (s->bopen[b] != NONE)
     s->eps[s->bopen[b]].last = NONE;
-  if (s->bnext[b] != NONE)
+  if (s->bnext[b] != NONE) {
     s->bprev[s->bnext[b]] = NONE;
+  } else { /* its episode's newest, so mapped: cannot fail */
+    int rc = chime__keyindex_remove(s->newest, s->bep[b], NULL);
+    (void)rc;
+  }
   s->steps -= s->bn[b];
   s->evicted += s->bn[b];
   s->nused--;
@@ -232,6 +244,11 @@ static uint32_t take_block(chime__steps_t *s, uint32_t ep) {
   }
   s->bopen[b] = ep;
   e->last = b;
+  /* One entry per episode with steps stored, at most one per block: the
+   * remove fails for an episode with none stored, the insert never. */
+  int rc = chime__keyindex_remove(s->newest, e->id, NULL);
+  rc = chime__keyindex_insert(s->newest, e->id, b);
+  (void)rc;
   return b;
 }
 
@@ -290,6 +307,27 @@ void chime__steps_end(chime__steps_t *s, uint32_t ep) {
 
 void chime__steps_forget(chime__steps_t *s, uint32_t slot) {
   s->bitem[slot] = NONE;
+}
+
+uint32_t chime__steps_find(const chime__steps_t *s, uint64_t episode,
+                           uint32_t first) {
+  uint32_t b;
+  if (chime__keyindex_lookup(s->newest, episode, &b) != 0)
+    return NONE;
+  while (b != NONE && s->bep[b] == episode) {
+    if (s->bstep[b] <= first) {
+      if (first >= s->bstep[b] + s->bn[b])
+        return NONE;
+      uint32_t slot = b * s->k + (first - s->bstep[b]);
+      return s->bitem[slot] == NONE ? slot : NONE;
+    }
+    b = s->bprev[b];
+  }
+  return NONE;
+}
+
+void chime__steps_relist(chime__steps_t *s, uint32_t slot, uint32_t item) {
+  s->bitem[slot] = item;
 }
 
 int chime__steps_room(const chime__steps_t *s, uint32_t ep, uint32_t count) {

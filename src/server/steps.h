@@ -90,6 +90,14 @@ void chime__steps_end(chime__steps_t *s, uint32_t ep);
 /* An item left by other means (sampled out, deleted): its first step no
  * longer lists it. */
 void chime__steps_forget(chime__steps_t *s, uint32_t slot);
+/* The slot of step `first` of episode `episode` while it is stored and
+ * starts no item (a window that left, to come back: given back), else
+ * CHIME__STEPS_NONE. */
+uint32_t chime__steps_find(const chime__steps_t *s, uint64_t episode,
+                           uint32_t first);
+/* The item starting at slot again (a window found with chime__steps_find
+ * came back). */
+void chime__steps_relist(chime__steps_t *s, uint32_t slot, uint32_t item);
 
 /* Whether count more steps of episode ep can go in now: the blocks they
  * would take (the oldest, when every block holds steps) are not pinned. */

@@ -1262,8 +1262,6 @@ int chime__table_give_back(chime__table_t *t, const chime_ring_layout_t *lay,
   const chime_sample_info_t *info =
       (const chime_sample_info_t *)(base + lay->info_offset);
   int rc = 0;
-  if (t->steps != NULL)
-    return 0; /* windows are not given back yet (docs/sequences.md) */
   pthread_mutex_lock(&t->mu);
   /* Last first, each to the front: the batch keeps its order. */
   for (uint64_t j = lay->batch_size; j-- > 0;) {
@@ -1271,6 +1269,23 @@ int chime__table_give_back(chime__table_t *t, const chime_ring_layout_t *lay,
       continue;
     if (t->rows - t->count - t->ndead == 0) {
       rc = CHIME_ENOMEM; /* every row live or pinned */
+      continue;
+    }
+    if (t->steps != NULL) { /* a window: back if its steps still are */
+      uint32_t at =
+          chime__steps_find(t->steps, info[j].episode_id, info[j].first_step);
+      if (at == NONE)
+        continue;
+      uint32_t r = free_pop(t);
+      t->key[r] = info[j].key;
+      t->itime[r] = info[j].insert_time_ns;
+      t->prio[r] = info[j].priority;
+      t->wslot[r] = at;
+      t->wfirst[r] = info[j].first_step;
+      t->wlen[r] = info[j].length;
+      t->wep[r] = info[j].episode_id;
+      chime__steps_relist(t->steps, at, r);
+      restore_locked(t, r, info[j].times_sampled - 1);
       continue;
     }
     uint32_t r = free_pop(t);
@@ -1292,8 +1307,6 @@ void chime__table_give_back_pinned(chime__table_t *t,
                                    const chime_ring_layout_t *lay,
                                    const chime_sample_info_t *info,
                                    chime__table_pins_t *pins) {
-  if (t->steps != NULL)
-    return; /* windows are not given back yet (docs/sequences.md) */
   pthread_mutex_lock(&t->mu);
   if (pins->n == 0 || pins->given_back) {
     pthread_mutex_unlock(&t->mu);
@@ -1304,6 +1317,12 @@ void chime__table_give_back_pinned(chime__table_t *t,
     uint32_t r = pins->rows[j];
     if (!took_out(t, &info[j]) || t->dpos[r] != NONE)
       continue;
+    if (t->steps != NULL) { /* a window: back if its steps still are */
+      uint32_t slot = chime__steps_find(t->steps, t->wep[r], t->wfirst[r]);
+      if (slot == NONE)
+        continue; /* the row is freed at unpin as before */
+      chime__steps_relist(t->steps, slot, r);
+    }
     t->ndead--; /* pinned and gone: this batch's item, its bytes intact */
     restore_locked(t, r, info[j].times_sampled - 1);
   }

@@ -203,7 +203,7 @@ static void test_storage_is_steps(void **state) {
     assert_int_equal(append(t, &w, 64, 0), 0); /* 960 steps, one episode */
   chime__table_stats_t st;
   chime__table_get_stats(t, &st);
-  uint32_t k = chime__steps_block(1000);
+  uint32_t k = chime__steps_block(1000, STEP);
   uint64_t slots = (1000 + k - 1) / k * k;
   assert_int_equal(st.step_bytes, slots * STEP);
   assert_true(slots < 1000 + k);

@@ -59,9 +59,9 @@ typedef struct {
   uint64_t steps_evicted;
 } chime__steps_stats_t;
 
-/* Steps per block for a capacity: up to 32, fewer for small stores so
- * that there are at least 16 blocks. */
-uint32_t chime__steps_block(uint64_t capacity_steps);
+/* Steps per block: 32, or up to 256 so a block holds 32 KiB of small
+ * steps; fewer for small stores so that there are at least 16 blocks. */
+uint32_t chime__steps_block(uint64_t capacity_steps, uint64_t step_bytes);
 /* Bytes a store of this spec and config maps (leaves and bookkeeping),
  * UINT64_MAX on overflow. */
 uint64_t chime__steps_bytes(const chime_spec_t *spec,

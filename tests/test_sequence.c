@@ -576,6 +576,41 @@ static void test_give_back(void **state) {
   }
 }
 
+/* Short episodes of one writer share its blocks: a store of 256 steps
+ * holds nearly 256 steps of 3-step episodes, not a block per episode, and
+ * their padded windows are whole and come back when given back. */
+static void test_short_episodes_share_blocks(void **state) {
+  (void)state;
+  chime__table_config_t tc;
+  chime__table_t *t;
+  make_cfg(&tc, 256, 4, 2, 1, CHIME__SAMPLER_FIFO);
+  tc.max_times_sampled = 1;
+  assert_int_equal(chime__table_create(&t, &tc), 0);
+  slot_t s;
+  slot_init(&s, t, 8);
+  writer_t w = {31, 0, 1, 0};
+  for (int i = 0; i < 100; i++)
+    assert_int_equal(append(t, &w, 3, 1), 0);
+  chime__table_stats_t st;
+  chime__table_get_stats(t, &st);
+  uint32_t k = chime__steps_block(256, STEP);
+  assert_true(st.steps > 256 - k && st.steps <= 256);
+  assert_int_equal(st.size, st.steps / 3); /* one window an episode */
+  assert_int_equal(st.episodes_open, 0);
+  assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
+  for (uint32_t j = 0; j < 8; j++) {
+    check_window(&s, t, j);
+    assert_int_equal(s.ws.info[j].length, 3);
+  }
+  assert_int_equal(chime__table_give_back(t, &s.lay, s.mem), 0);
+  chime__table_stats_t st2;
+  chime__table_get_stats(t, &st2);
+  assert_int_equal(st2.size, st.size);
+  assert_int_equal(st2.returned, 8);
+  free(s.mem);
+  chime__table_destroy(t);
+}
+
 /* The config's sequence keys: a valid table and each refusal, named. */
 static void expect_config(const char *table, const char *want_err) {
   static chime__config_t cfg;
@@ -656,6 +691,7 @@ int main(void) {
       cmocka_unit_test(test_rate_limiter),
       cmocka_unit_test(test_copy_while_evicting),
       cmocka_unit_test(test_give_back),
+      cmocka_unit_test(test_short_episodes_share_blocks),
       cmocka_unit_test(test_config),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

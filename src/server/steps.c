@@ -10,11 +10,14 @@
 
 #define NONE CHIME__STEPS_NONE
 
+/* A writer's lane: its episodes one after another, in its own chain of
+ * blocks (a new episode goes on in the block the last one ended in, so
+ * short episodes waste no block). */
 typedef struct {
-  uint64_t writer;   /* whose episode it is */
-  uint64_t id;       /* episode id */
+  uint64_t writer;   /* whose lane it is */
+  uint64_t id;       /* its open episode's id; 0: none open */
   uint64_t last_use; /* the store's append clock at its last append */
-  uint32_t len;      /* steps appended so far */
+  uint32_t len;      /* steps of the open episode so far */
   uint32_t last;     /* its newest block; NONE: none stored */
 } episode_t;
 
@@ -27,20 +30,21 @@ struct chime__steps_s {
   uint64_t lbytes[CHIME_MAX_LEAVES];
   uint8_t *leaf[CHIME_MAX_LEAVES]; /* nblocks * k steps each */
   /* Per block. */
-  uint64_t *bep;   /* episode id of its steps */
-  uint32_t *bstep; /* index in the episode of its first step */
   uint32_t *bn;    /* steps in it */
-  uint32_t *bnext; /* the episode's next (newer) block, NONE */
-  uint32_t *bprev; /* the episode's previous block, NONE (may be reused) */
-  uint32_t *bopen; /* open episode whose newest block it is, NONE */
+  uint32_t *bnext; /* the lane's next (newer) block, NONE */
+  uint32_t *bprev; /* the lane's previous block, NONE once reused */
+  uint32_t *bopen; /* lane whose newest block it is, NONE */
   uint32_t *bpin;  /* windows being copied from it right now */
-  uint32_t *bitem; /* per step slot: the item starting there, NONE */
-  chime__keyindex_t *newest; /* episode id -> its newest stored block */
+  /* Per step slot. */
+  uint32_t *bitem;           /* the item starting there, NONE */
+  uint64_t *sep;             /* the step's episode id */
+  uint32_t *sidx;            /* its index in the episode */
+  chime__keyindex_t *newest; /* episode id -> block of its newest step */
   void *map;
   size_t map_len;
   uint32_t head;  /* the next block to take: the oldest once all are */
   uint32_t nused; /* blocks holding steps */
-  episode_t *eps; /* open episodes, dense */
+  episode_t *eps; /* lanes, dense */
   uint32_t neps;
   uint64_t next_episode, clock;
   uint64_t steps, abandoned, evicted;
@@ -63,8 +67,8 @@ static uint64_t align64(uint64_t n) {
   return (n + 63u) & ~UINT64_C(63);
 }
 
-/* Per block: bep (8), bstep bn bnext bprev bopen bpin (4 each); per slot
- * bitem. */
+/* Per block: bn bnext bprev bopen bpin (4 each); per slot bitem, sidx (4
+ * each) and sep (8). */
 static uint64_t layout(const chime_spec_t *spec, uint64_t capacity_steps,
                        uint64_t *leaves_out) {
   uint64_t k =
@@ -77,7 +81,8 @@ static uint64_t layout(const chime_spec_t *spec, uint64_t capacity_steps,
   }
   if (leaves_out != NULL)
     *leaves_out = total;
-  uint64_t meta = align64(nb * 8) + 6 * align64(nb * 4) + align64(slots * 4);
+  uint64_t meta =
+      5 * align64(nb * 4) + 2 * align64(slots * 4) + align64(slots * 8);
   if (__builtin_add_overflow(total, meta, &total))
     return UINT64_MAX;
   return total;
@@ -89,7 +94,7 @@ uint64_t chime__steps_bytes(const chime_spec_t *spec,
   uint64_t k =
       chime__steps_block(cfg->capacity_steps, chime_spec_sample_bytes(spec));
   uint64_t eps = (uint64_t)cfg->max_episodes * sizeof(episode_t) +
-                 (cfg->capacity_steps + k - 1) / k * 18; /* newest */
+                 (cfg->capacity_steps + k - 1) / k * k * 18; /* newest */
   if (total == UINT64_MAX || total > UINT64_MAX - eps)
     return UINT64_MAX;
   return total + eps;
@@ -135,21 +140,23 @@ int chime__steps_create(chime__steps_t **out, const chime_spec_t *spec,
     s->leaf[i] = p;
     p += align64(slots * s->lbytes[i]);
   }
-  s->bep = (uint64_t *)p;
-  p += align64((uint64_t)s->nblocks * 8);
-  uint32_t **u32[] = {&s->bstep, &s->bn,    &s->bnext,
-                      &s->bprev, &s->bopen, &s->bpin};
+  uint32_t **u32[] = {&s->bn, &s->bnext, &s->bprev, &s->bopen, &s->bpin};
   for (size_t i = 0; i < sizeof(u32) / sizeof(u32[0]); i++) {
     *u32[i] = (uint32_t *)p;
     p += align64((uint64_t)s->nblocks * 4);
   }
   s->bitem = (uint32_t *)p;
+  p += align64(slots * 4);
+  s->sidx = (uint32_t *)p;
+  p += align64(slots * 4);
+  s->sep = (uint64_t *)p;
   for (uint32_t b = 0; b < s->nblocks; b++)
     s->bnext[b] = s->bprev[b] = s->bopen[b] = NONE;
   for (uint64_t i = 0; i < slots; i++)
     s->bitem[i] = NONE;
   s->next_episode = 1;
-  if ((rc = chime__keyindex_create(&s->newest, s->nblocks)) != 0)
+  /* As many episodes as steps at worst (short episodes share blocks). */
+  if ((rc = chime__keyindex_create(&s->newest, slots)) != 0)
     goto out;
   *out = s;
   s = NULL;
@@ -174,8 +181,8 @@ void chime__steps_destroy(chime__steps_t *s) {
   free(s);
 }
 
-/* Takes episode i off the open list (its slot reused by the last one). */
-static void close_episode(chime__steps_t *s, uint32_t i) {
+/* Takes lane i off the list (its place taken by the last one). */
+static void close_lane(chime__steps_t *s, uint32_t i) {
   if (s->eps[i].last != NONE)
     s->bopen[s->eps[i].last] = NONE;
   s->neps--;
@@ -186,7 +193,7 @@ static void close_episode(chime__steps_t *s, uint32_t i) {
   }
 }
 
-uint32_t chime__steps_episode(chime__steps_t *s, uint64_t writer) {
+uint32_t chime__steps_lane(chime__steps_t *s, uint64_t writer) {
   uint32_t lru = 0;
   for (uint32_t i = 0; i < s->neps; i++) {
     if (s->eps[i].writer == writer)
@@ -196,13 +203,14 @@ uint32_t chime__steps_episode(chime__steps_t *s, uint64_t writer) {
   }
   if (s->neps == s->cfg.max_episodes) {
     /* Its writer went quiet longest (likely gone): its complete windows
-     * stay, its tail makes none. */
-    close_episode(s, lru);
-    s->abandoned++;
+     * stay, an open episode's tail makes none. */
+    if (s->eps[lru].id != 0)
+      s->abandoned++;
+    close_lane(s, lru);
   }
   episode_t *e = &s->eps[s->neps];
   e->writer = writer;
-  e->id = s->next_episode++;
+  e->id = 0; /* its first append opens an episode */
   e->len = 0;
   e->last = NONE;
   e->last_use = s->clock;
@@ -222,11 +230,17 @@ static void evict_oldest(chime__steps_t *s) {
   }
   if (s->bopen[b] != NONE)
     s->eps[s->bopen[b]].last = NONE;
-  if (s->bnext[b] != NONE) {
+  if (s->bnext[b] != NONE)
     s->bprev[s->bnext[b]] = NONE;
-  } else { /* its episode's newest, so mapped: cannot fail */
-    int rc = chime__keyindex_remove(s->newest, s->bep[b], NULL);
-    (void)rc;
+  /* Episodes whose newest step was here have none left. */
+  uint64_t slot0 = (uint64_t)b * s->k;
+  for (uint32_t o = 0; o < s->bn[b]; o++) {
+    uint32_t at;
+    uint64_t e = s->sep[slot0 + o];
+    if ((o + 1 == s->bn[b] || s->sep[slot0 + o + 1] != e) &&
+        chime__keyindex_lookup(s->newest, e, &at) == 0 && at == b &&
+        chime__keyindex_remove(s->newest, e, NULL) != 0)
+      break; /* looked up just now: cannot fail */
   }
   s->steps -= s->bn[b];
   s->evicted += s->bn[b];
@@ -241,8 +255,6 @@ static uint32_t take_block(chime__steps_t *s, uint32_t ep) {
   if (++s->head == s->nblocks)
     s->head = 0;
   s->nused++;
-  s->bep[b] = e->id;
-  s->bstep[b] = e->len;
   s->bn[b] = 0;
   s->bnext[b] = NONE;
   s->bprev[b] = e->last;
@@ -252,23 +264,24 @@ static uint32_t take_block(chime__steps_t *s, uint32_t ep) {
   }
   s->bopen[b] = ep;
   e->last = b;
-  /* One entry per episode with steps stored, at most one per block: the
-   * remove fails for an episode with none stored, the insert never. */
-  int rc = chime__keyindex_remove(s->newest, e->id, NULL);
-  rc = chime__keyindex_insert(s->newest, e->id, b);
-  (void)rc;
   return b;
 }
 
-/* The slot of step `step` of episode ep, NONE when it left (evicted). */
+/* The slot of step `step` of lane e's open episode, NONE when it left
+ * (evicted). Its steps are the last of the lane's chain, so walking back
+ * from the newest block each block ends with them, until the one the
+ * episode began in. */
 static uint32_t find_step(const chime__steps_t *s, const episode_t *e,
                           uint32_t step) {
-  uint32_t b = e->last;
-  while (b != NONE && s->bep[b] == e->id) {
-    if (s->bstep[b] <= step) /* it is in b, if b still holds it */
-      return step < s->bstep[b] + s->bn[b] ? b * s->k + (step - s->bstep[b])
-                                           : NONE;
-    b = s->bprev[b]; /* NONE once the older block was reused */
+  for (uint32_t b = e->last; b != NONE; b = s->bprev[b]) {
+    uint64_t end = (uint64_t)b * s->k + s->bn[b] - 1; /* its last step */
+    if (s->sep[end] != e->id || s->sidx[end] < step)
+      return NONE;
+    uint32_t back = s->sidx[end] - step;
+    if (back < s->bn[b]) {
+      uint64_t at = end - back;
+      return s->sep[at] == e->id ? (uint32_t)at : NONE;
+    }
   }
   return NONE;
 }
@@ -286,12 +299,25 @@ void chime__steps_append(chime__steps_t *s, uint32_t ep,
                          void (*read)(void *ctx, uint8_t *dst, uint64_t n),
                          void *ctx) {
   episode_t *e = &s->eps[ep];
+  if (e->id == 0) {
+    e->id = s->next_episode++;
+    e->len = 0;
+  }
   uint32_t b = e->last;
   if (b == NONE || s->bn[b] == s->k)
     b = take_block(s, ep);
   uint64_t slot = (uint64_t)b * s->k + s->bn[b];
   for (uint32_t l = 0; l < s->nleaves; l++)
     read(ctx, s->leaf[l] + slot * s->lbytes[l], s->lbytes[l]);
+  s->sep[slot] = e->id;
+  s->sidx[slot] = e->len;
+  if (e->len == 0 || s->bn[b] == 0) {
+    /* The block of its newest step: one entry per episode with steps
+     * stored (the remove fails for a new episode, the insert never). */
+    int rc = chime__keyindex_remove(s->newest, e->id, NULL);
+    rc = chime__keyindex_insert(s->newest, e->id, b);
+    (void)rc;
+  }
   s->bn[b]++;
   s->steps++;
   e->len++;
@@ -304,13 +330,14 @@ void chime__steps_append(chime__steps_t *s, uint32_t ep,
 void chime__steps_end(chime__steps_t *s, uint32_t ep) {
   episode_t *e = &s->eps[ep];
   uint32_t t = s->cfg.sequence_length, st = s->cfg.stride;
-  if (s->cfg.pad && e->len > 0) {
+  if (s->cfg.pad && e->id != 0 && e->len > 0) {
     uint32_t n = e->len >= t ? (e->len - t) / st + 1 : 0; /* full windows */
     uint32_t covered = n > 0 ? (n - 1) * st + t : 0;
     if (e->len > covered) /* stride <= t: n * st < len */
       make_window(s, e, n * st, e->len - n * st);
   }
-  close_episode(s, ep);
+  e->id = 0; /* the lane goes on in its block with the next episode */
+  e->len = 0;
 }
 
 void chime__steps_forget(chime__steps_t *s, uint32_t slot) {
@@ -322,14 +349,20 @@ uint32_t chime__steps_find(const chime__steps_t *s, uint64_t episode,
   uint32_t b;
   if (chime__keyindex_lookup(s->newest, episode, &b) != 0)
     return NONE;
-  while (b != NONE && s->bep[b] == episode) {
-    if (s->bstep[b] <= first) {
-      if (first >= s->bstep[b] + s->bn[b])
-        return NONE;
-      uint32_t slot = b * s->k + (first - s->bstep[b]);
-      return s->bitem[slot] == NONE ? slot : NONE;
+  /* Back along the lane from the block of the episode's newest step: in
+   * each block its steps are contiguous and the block's newest of it. */
+  for (; b != NONE; b = s->bprev[b]) {
+    uint64_t slot0 = (uint64_t)b * s->k, end = slot0 + s->bn[b];
+    while (end > slot0 && s->sep[end - 1] != episode)
+      end--;
+    if (end == slot0 || s->sidx[end - 1] < first)
+      return NONE;
+    uint32_t back = s->sidx[end - 1] - first;
+    if (back < end - slot0) {
+      uint64_t at = end - 1 - back;
+      return s->sep[at] == episode && s->bitem[at] == NONE ? (uint32_t)at
+                                                           : NONE;
     }
-    b = s->bprev[b];
   }
   return NONE;
 }
@@ -395,7 +428,9 @@ void chime__steps_get_stats(const chime__steps_t *s,
   for (uint32_t l = 0; l < s->nleaves; l++)
     bytes += slots * s->lbytes[l];
   out->steps = s->steps;
-  out->episodes = s->neps;
+  out->episodes = 0;
+  for (uint32_t i = 0; i < s->neps; i++)
+    out->episodes += s->eps[i].id != 0;
   out->bytes = bytes;
   out->episodes_abandoned = s->abandoned;
   out->steps_evicted = s->evicted;

@@ -3,9 +3,10 @@
  * episodes complete (docs/sequences.md).
  *
  * Each step is stored once, leaf-major (one array per leaf, indexed by a
- * step slot = block * K + offset). Each open episode (one per writer)
- * appends into its own current block, so its steps are contiguous within
- * a block, and an episode's blocks are linked oldest to newest. Blocks are
+ * step slot = block * K + offset). Each writer appends into its own
+ * current block (its lane: a new episode goes on where the last ended), so
+ * an episode's steps are contiguous within a block, and a lane's blocks
+ * are linked oldest to newest. Blocks are
  * taken round a ring, so the oldest block is always the next one reused:
  * the steps that leave are the oldest. A window of T consecutive steps is
  * then at most T / K + 2 contiguous runs.
@@ -48,7 +49,7 @@ typedef struct {
   uint64_t capacity_steps;
   uint32_t sequence_length, stride; /* 1 <= stride <= sequence_length */
   int pad;               /* an uncovered tail makes one padded window */
-  uint32_t max_episodes; /* open at once; the least recently used ends */
+  uint32_t max_episodes; /* lanes (writers); the least recently used goes */
 } chime__steps_config_t;
 
 typedef struct {
@@ -72,20 +73,22 @@ int chime__steps_create(chime__steps_t **out, const chime_spec_t *spec,
                         const chime__steps_cb_t *cb);
 void chime__steps_destroy(chime__steps_t *s); /* NULL-safe */
 
-/* The open episode of writer, a new one when it has none (the least
- * recently used open episode is abandoned, without a padded window, when
- * max_episodes are open). Returns an episode handle valid until the next
- * call of this function or chime__steps_end. */
-uint32_t chime__steps_episode(chime__steps_t *s, uint64_t writer);
-/* Appends one step to episode ep: read(ctx, dst, n) is called once per
+/* The lane of writer, a new one when it has none (the least recently
+ * used lane is dropped when max_episodes lanes exist: its open episode is
+ * abandoned, without a padded window). Its next append opens an episode
+ * when none is open. Returns a handle valid until the next call. */
+uint32_t chime__steps_lane(chime__steps_t *s, uint64_t writer);
+/* Appends one step to lane ep's open episode (a new one if none is open):
+ * read(ctx, dst, n) is called once per
  * leaf, in spec order, to write its n bytes at dst. Evicts the oldest
  * block when every block is taken (cb->evict for its items), then makes
  * the window the step completes (cb->window). */
 void chime__steps_append(chime__steps_t *s, uint32_t ep,
                          void (*read)(void *ctx, uint8_t *dst, uint64_t n),
                          void *ctx);
-/* Ends episode ep: with pad, an uncovered tail (or a short episode) makes
- * one padded window. */
+/* Ends lane ep's open episode: with pad, an uncovered tail (or a short
+ * episode) makes one padded window. The lane's next episode goes on in
+ * the same block. */
 void chime__steps_end(chime__steps_t *s, uint32_t ep);
 /* An item left by other means (sampled out, deleted): its first step no
  * longer lists it. */
@@ -99,7 +102,7 @@ uint32_t chime__steps_find(const chime__steps_t *s, uint64_t episode,
  * came back). */
 void chime__steps_relist(chime__steps_t *s, uint32_t slot, uint32_t item);
 
-/* Whether count more steps of episode ep can go in now: the blocks they
+/* Whether count more steps of lane ep can go in now: the blocks they
  * would take (the oldest, when every block holds steps) are not pinned. */
 int chime__steps_room(const chime__steps_t *s, uint32_t ep, uint32_t count);
 

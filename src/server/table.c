@@ -728,9 +728,8 @@ static int seq_insert(chime__table_t *t, const chime__span_t *spans,
     int rate = rate_allows_insert(t);
     /* The oldest blocks it would reuse may be pinned by a sampler's copy
      * (for as long as the copy takes): checked before any step goes in. */
-    if (rate &&
-        chime__steps_room(t->steps, chime__steps_episode(t->steps, dq->writer),
-                          count))
+    if (rate && chime__steps_room(
+                    t->steps, chime__steps_lane(t->steps, dq->writer), count))
       break;
     if ((abort != NULL && atomic_load(abort)) || nowait) {
       rc = nowait ? CHIME_EBUSY : CHIME_ESHUTDOWN;
@@ -746,7 +745,7 @@ static int seq_insert(chime__table_t *t, const chime__span_t *spans,
     wait_timed(&t->space, &t->mu, &t->rate_insert_wait_ns);
     t->inserts_waiting_rate--;
   }
-  uint32_t ep = chime__steps_episode(t->steps, dq->writer);
+  uint32_t ep = chime__steps_lane(t->steps, dq->writer);
   for (uint32_t j = 0; j < count; j++)
     chime__steps_append(t->steps, ep, seq_read, &cur);
   if (dq->end_episode)

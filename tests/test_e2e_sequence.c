@@ -33,7 +33,10 @@ static int setup(void **state) {
       "\"episode_end\": \"pad\", \"sampler\": \"uniform\"},\n"
       " {\"name\": \"k\", \"spec\": \"id:u32[2], x:u8[200]\", "
       "\"capacity_steps\": 1024, \"sequence_length\": 8, \"stride\": 8, "
-      "\"episode_end\": \"drop\", \"sampler\": \"uniform\"}]}\n",
+      "\"episode_end\": \"drop\", \"sampler\": \"uniform\"},\n"
+      " {\"name\": \"q\", \"spec\": \"id:u32[2], x:u8[200]\", "
+      "\"capacity_steps\": 1024, \"sequence_length\": 4, \"stride\": 4, "
+      "\"sampler\": \"fifo\"}]}\n",
       &client);
   if (rc != 0)
     fprintf(stderr, "setup: %s\n", chime_strerror(rc));
@@ -251,6 +254,54 @@ static void test_writer_killed_mid_episode(void **state) {
   chime_stream_close(s);
 }
 
+/* A fifo sequence table (each window to one stream): windows of batches a
+ * learner never released come back when its stream closes (shm: from the
+ * ring; stream: from the pinned rows), and the next stream gets them
+ * first, in order, byte for byte. */
+static void test_give_back(void **state) {
+  (void)state;
+  chime_writer_t *w = NULL;
+  assert_int_equal(chime_writer_open(&w, client, "q", NULL), 0);
+  uint8_t buf[STEP];
+  for (uint32_t i = 0; i < 32; i++) { /* 8 windows: keys 1..8 */
+    step_bytes(buf, 5, i);
+    assert_int_equal(chime_writer_append(w, buf, STEP, 1.0), 0);
+  }
+  assert_int_equal(chime_writer_close(w), 0);
+  /* shm, then stream mode, unreleased; then stream mode, released. */
+  for (int round = 0; round < 3; round++) {
+    chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
+    so.batch_size = 4;
+    so.slots = 3; /* a learner may hold all but one */
+    so.mode = round == 0 ? CHIME_MODE_SHM : CHIME_MODE_STREAM;
+    chime_stream_t *s = NULL;
+    assert_int_equal(chime_stream_open(&s, client, "q", &so), 0);
+    for (uint32_t k = 0; k < 2; k++) {
+      chime_batch_t b;
+      assert_int_equal(chime_stream_next(s, &b, 30000), 0);
+      for (uint32_t j = 0; j < 4; j++) {
+        const chime_sample_info_t *in = &b.info[j];
+        assert_int_equal(in->key, 1 + 4 * k + j);
+        assert_int_equal(in->first_step, 4 * (4 * k + j));
+        const uint32_t *id = (const uint32_t *)b.leaf[0].data + (size_t)j * 8;
+        for (uint32_t i = 0; i < 4; i++) {
+          assert_int_equal(id[2 * i], 5);
+          assert_int_equal(id[2 * i + 1], in->first_step + i);
+        }
+      }
+      if (round == 2)
+        assert_int_equal(chime_batch_release(s, &b), 0);
+    }
+    chime_stream_close(s);
+  }
+  chime_stats_t *st = NULL;
+  assert_int_equal(chime_client_stats(&st, client), 0);
+  assert_string_equal(st->tables[2].name, "q");
+  assert_int_equal(st->tables[2].returned, 16);
+  assert_int_equal(st->tables[2].size, 0);
+  chime_stats_free(st);
+}
+
 /* Wrong uses are refused with a reason: end_episode on a plain table's
  * writer, a priority other than 1 for a step. */
 static void test_refusals(void **state) {
@@ -273,6 +324,7 @@ int main(int argc, char **argv) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_writer_killed_mid_episode, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_give_back, setup, teardown),
       cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -254,6 +254,19 @@ CHIME_EXTERN CHIME_NODISCARD int chime_writer_append(chime_writer_t *writer,
                                                      const void *sample,
                                                      size_t len,
                                                      double priority);
+/* Queues n samples given leaf by leaf, as columns: leaves[l] holds the n
+ * values of leaf l (n * its bytes, contiguous, spec order), priorities n
+ * priorities or NULL for all 1.0. The same as n appends, with one copy into
+ * the message and one check of the connection for the lot. A bad priority
+ * anywhere refuses the call before anything is queued (CHIME_EINVAL). On
+ * another error the first *taken samples were queued (taken may be NULL):
+ * acks come in order, so chime_writer_acked() then says how many of them
+ * are in the table. */
+CHIME_EXTERN CHIME_NODISCARD int chime_writer_extend(chime_writer_t *writer,
+                                                     uint32_t n,
+                                                     const void *const leaves[],
+                                                     const double *priorities,
+                                                     uint32_t *taken);
 /* A sequence table's writer: ends its open episode after the steps queued
  * so far (they are sent now, with the end; with episode_end "pad" an
  * uncovered tail makes one padded window). The next append starts a new
@@ -383,9 +396,15 @@ typedef struct {
   const char *config_path; /* JSON config, or NULL for the built-in default */
   const char *listen;      /* overrides the config's listen address */
   int pin_host_memory;     /* -1: as configured, 0 off, 1 on */
+  /* overrides the config's "metrics": host:port of the Prometheus endpoint
+   * (port 0 picks one), "" for none */
+  const char *metrics;
 } chime_server_opts_t;
 #define CHIME_SERVER_OPTS_INIT                                                 \
-  { .config_path = NULL, .listen = NULL, .pin_host_memory = -1 }
+  {                                                                            \
+    .config_path = NULL, .listen = NULL, .pin_host_memory = -1,                \
+    .metrics = NULL                                                            \
+  }
 
 /* Builds tables and the handoff socket from the config; serves nothing yet.
  * With pinning on it loads the CUDA runtime first: an err of CHIME_PIN_ERRLEN
@@ -401,6 +420,10 @@ chime_service_register(chime_server_t *srv, struct grpc_server *server,
                        struct grpc_completion_queue *cq);
 /* After grpc_server_start(): starts samplers and the call loop. */
 CHIME_EXTERN CHIME_NODISCARD int chime_server_start(chime_server_t *srv);
+/* The address the Prometheus endpoint (GET /metrics) was bound to once
+ * started ("127.0.0.1:9100"), or "" when there is none. */
+CHIME_EXTERN const char *
+chime_server_metrics_address(const chime_server_t *srv);
 /* Graceful stop: refuses new calls, finishes acked inserts, tells streams
  * "shutting down". The application then shuts its grpc_server down. */
 CHIME_EXTERN void chime_server_stop(chime_server_t *srv);

@@ -164,6 +164,15 @@ void chime__sender_send_ready(chime__sender_t *x) {
   pthread_mutex_unlock(&x->send_mu);
 }
 
+void chime__sender_published(chime__sender_t *x) {
+  pthread_mutex_lock(&x->send_mu);
+  chime__call_t *call = x->call;
+  int busy = call != NULL && chime__call_sending(call);
+  pthread_mutex_unlock(&x->send_mu);
+  if (!busy)
+    chime__sender_send_ready(x);
+}
+
 void chime__sender_start(chime__sender_t *x, chime__call_t *call) {
   pthread_mutex_lock(&x->send_mu);
   if (!atomic_load(&x->stopped)) {

@@ -71,6 +71,9 @@ void chime__sender_start(chime__sender_t *x, chime__call_t *call);
 chime__call_t *chime__sender_stop(chime__sender_t *x);
 /* Sends every published batch there is credit for, in order. */
 void chime__sender_send_ready(chime__sender_t *x);
+/* The same after a publish, unless a send is in flight: then the call's
+ * next completion sends it (on_sent), from the thread already awake. */
+void chime__sender_published(chime__sender_t *x);
 /* A Credit: n more batches; released names the seqs the learner released
  * (none: the oldest n held). Seqs not held are ignored. */
 void chime__sender_credit(chime__sender_t *x, uint32_t n,

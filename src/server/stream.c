@@ -65,16 +65,6 @@ void chime__stream_unhold(chime__stream_t *s) {
   free(s);
 }
 
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return rc;
-}
-
 static void stream_ref(void *s) {
   chime__stream_ref(s);
 }
@@ -119,57 +109,61 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
   chime__table_t *t = chime__server_table(srv, tname, NULL);
   if (t == NULL) {
     char pn[CHIME__PRINTABLE_LEN(64)];
-    return fail(err, errlen, CHIME_ENOTFOUND, "table '%s' not found",
-                chime__printable(pn, sizeof(pn), tname, 64));
+    return chime__fail(err, errlen, CHIME_ENOTFOUND, "table '%s' not found",
+                       chime__printable(pn, sizeof(pn), tname, 64));
   }
   const chime__table_config_t *tc = chime__table_config(t);
   if (open->batch_size == 0 || open->batch_size > CHIME_RING_MAX_BATCH)
-    return fail(err, errlen, CHIME_EINVAL, "batch_size %u: must be 1..%u",
-                open->batch_size, CHIME_RING_MAX_BATCH);
+    return chime__fail(err, errlen, CHIME_EINVAL,
+                       "batch_size %u: must be 1..%u", open->batch_size,
+                       CHIME_RING_MAX_BATCH);
   if (open->slots < 2 || open->slots > CHIME_RING_MAX_SLOTS)
-    return fail(err, errlen, CHIME_EINVAL, "slots %u: must be 2..%u",
-                open->slots, CHIME_RING_MAX_SLOTS);
+    return chime__fail(err, errlen, CHIME_EINVAL, "slots %u: must be 2..%u",
+                       open->slots, CHIME_RING_MAX_SLOTS);
   if (open->mode != CHIME__V1__MODE__MODE_SHM &&
       open->mode != CHIME__V1__MODE__MODE_STREAM)
-    return fail(err, errlen, CHIME_EINVAL,
-                "mode %d: must be MODE_SHM (1) or MODE_STREAM (2)",
-                (int)open->mode);
+    return chime__fail(err, errlen, CHIME_EINVAL,
+                       "mode %d: must be MODE_SHM (1) or MODE_STREAM (2)",
+                       (int)open->mode);
   if (open->prefetch > open->slots)
-    return fail(err, errlen, CHIME_EINVAL, "prefetch %u: must be 0..slots (%u)",
-                open->prefetch, open->slots);
+    return chime__fail(err, errlen, CHIME_EINVAL,
+                       "prefetch %u: must be 0..slots (%u)", open->prefetch,
+                       open->slots);
   /* Sampling removes items (fifo, max_times_sampled): a batch waits for
    * batch_size of them at once, which a smaller table never holds. */
   if (tc->max_times_sampled != 0 && open->batch_size > tc->capacity)
-    return fail(err, errlen, CHIME_EINVAL,
-                "batch_size %u exceeds the capacity %llu of table '%s' "
-                "(sampler %s, max_times_sampled %llu)",
-                open->batch_size, (unsigned long long)tc->capacity, tc->name,
-                chime__sampler_name(tc->sampler),
-                (unsigned long long)tc->max_times_sampled);
+    return chime__fail(err, errlen, CHIME_EINVAL,
+                       "batch_size %u exceeds the capacity %llu of table '%s' "
+                       "(sampler %s, max_times_sampled %llu)",
+                       open->batch_size, (unsigned long long)tc->capacity,
+                       tc->name, chime__sampler_name(tc->sampler),
+                       (unsigned long long)tc->max_times_sampled);
   if (atomic_load(&srv->stopping))
-    return fail(err, errlen, CHIME_ESHUTDOWN, "shutting down");
+    return chime__fail(err, errlen, CHIME_ESHUTDOWN, "shutting down");
 
   chime_ring_layout_t lay;
   uint64_t ring_bytes = 0;
   rc = chime_ring_layout(&lay, chime__table_item_spec(t), open->batch_size,
                          open->slots, lerr, sizeof(lerr));
   if (rc == 0 && chime_ring_bytes(&lay, &ring_bytes) != 0)
-    rc = fail(lerr, sizeof(lerr), CHIME_EOVERFLOW, "ring too large");
+    rc = chime__fail(lerr, sizeof(lerr), CHIME_EOVERFLOW, "ring too large");
   if (rc != 0)
-    return fail(err, errlen, rc, "ring for table '%s': %s", tc->name, lerr);
+    return chime__fail(err, errlen, rc, "ring for table '%s': %s", tc->name,
+                       lerr);
   /* Budgets are checked on the ring's whole size before anything is
    * created or page-locked: a refused stream costs no memory and no
    * registration. */
   if (ring_bytes > srv->cfg.stream_ring_bytes)
-    return fail(err, errlen, CHIME_ERESOURCE,
-                "stream needs %llu bytes of ring; per-stream budget is %llu "
-                "bytes",
-                (unsigned long long)ring_bytes,
-                (unsigned long long)srv->cfg.stream_ring_bytes);
+    return chime__fail(
+        err, errlen, CHIME_ERESOURCE,
+        "stream needs %llu bytes of ring; per-stream budget is %llu "
+        "bytes",
+        (unsigned long long)ring_bytes,
+        (unsigned long long)srv->cfg.stream_ring_bytes);
 
   s = calloc(1, sizeof(*s));
   if (s == NULL)
-    return fail(err, errlen, CHIME_ENOMEM, "out of memory");
+    return chime__fail(err, errlen, CHIME_ENOMEM, "out of memory");
   s->srv = srv;
   s->table = t;
   snprintf(s->table_name, sizeof(s->table_name), "%s", tc->name);
@@ -197,19 +191,21 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
   uint64_t left = srv->cfg.total_ring_bytes - srv->ring_bytes;
   if (ring_bytes > left) {
     pthread_mutex_unlock(&srv->mu);
-    rc = fail(err, errlen, CHIME_ERESOURCE,
-              "stream needs %llu bytes of ring; %llu of the total budget of "
-              "%llu bytes is left",
-              (unsigned long long)ring_bytes, (unsigned long long)left,
-              (unsigned long long)srv->cfg.total_ring_bytes);
+    rc = chime__fail(
+        err, errlen, CHIME_ERESOURCE,
+        "stream needs %llu bytes of ring; %llu of the total budget of "
+        "%llu bytes is left",
+        (unsigned long long)ring_bytes, (unsigned long long)left,
+        (unsigned long long)srv->cfg.total_ring_bytes);
     goto out;
   }
   /* Each stream has a thread: a cap keeps a flood of opens from exhausting
    * them (nstreams counts this one too, and streams still draining). */
   if (srv->nstreams > CHIME__MAX_STREAMS) {
     pthread_mutex_unlock(&srv->mu);
-    rc = fail(err, errlen, CHIME_ERESOURCE,
-              "too many streams: at most %d at once", CHIME__MAX_STREAMS);
+    rc =
+        chime__fail(err, errlen, CHIME_ERESOURCE,
+                    "too many streams: at most %d at once", CHIME__MAX_STREAMS);
     goto out;
   }
   srv->ring_bytes += ring_bytes;
@@ -230,23 +226,25 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
   }
   if (init_rc != 0 || (s->mode == CHIME_MODE_STREAM &&
                        (s->pins == NULL || s->pin_rows == NULL))) {
-    rc = fail(err, errlen, CHIME_ENOMEM, "out of memory");
+    rc = chime__fail(err, errlen, CHIME_ENOMEM, "out of memory");
     goto out;
   }
 
   rc = chime_ring_create(&s->ring, chime__table_item_spec(t), open->batch_size,
                          open->slots);
   if (rc != 0) {
-    rc = fail(err, errlen, rc, "cannot create a ring for table '%s': %s: %s",
-              tc->name, chime_strerror(rc), chime_ring_last_error());
+    rc = chime__fail(err, errlen, rc,
+                     "cannot create a ring for table '%s': %s: %s", tc->name,
+                     chime_strerror(rc), chime_ring_last_error());
     goto out;
   }
   s->lay = *chime_ring_get_layout(s->ring);
   size_t map_len = 0;
   chime_ring_map_base(s->ring, &map_len);
   if (map_len != s->ring_bytes) { /* the budget charged what is mapped */
-    rc = fail(err, errlen, CHIME_ESYS, "ring of %zu bytes, %llu expected",
-              map_len, (unsigned long long)s->ring_bytes);
+    rc =
+        chime__fail(err, errlen, CHIME_ESYS, "ring of %zu bytes, %llu expected",
+                    map_len, (unsigned long long)s->ring_bytes);
     goto out;
   }
   struct stat st;
@@ -268,10 +266,11 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
               "chimed: stream on table '%s': cannot page-lock the "
               "ring: %s\n",
               tc->name, pin_err);
-      rc = fail(err, errlen, rc,
-                "page-locking the ring failed on the server: %s; see the "
-                "server log",
-                chime__pin_error_name(pin_err, rc, what, sizeof(what)));
+      rc =
+          chime__fail(err, errlen, rc,
+                      "page-locking the ring failed on the server: %s; see the "
+                      "server log",
+                      chime__pin_error_name(pin_err, rc, what, sizeof(what)));
       goto out;
     }
     s->pinned_bytes = chime_ring_pinned_bytes(s->ring);
@@ -280,8 +279,8 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
   if (s->mode == CHIME_MODE_SHM &&
       (rc = chime__handoff_issue(srv->handoff, s, srv->cfg.handoff_expires_ms,
                                  s->token, &s->token_deadline_ns)) != 0) {
-    rc = fail(err, errlen, rc, "cannot issue a handoff token: %s",
-              chime_strerror(rc));
+    rc = chime__fail(err, errlen, rc, "cannot issue a handoff token: %s",
+                     chime_strerror(rc));
     goto out;
   }
   pthread_mutex_lock(&srv->mu);
@@ -390,12 +389,13 @@ static chime__fill_t stream_fill(chime__fill_job_t *j, chime__fill_wait_t *w) {
   }
   chime_ring_wslot_t ws;
   uint64_t seq;
-  int rc = chime_ring_try_acquire(s->ring, &ws, &w->bell, &w->bell_val);
-  if (rc == CHIME_EBUSY) {
-    if (s->mode == CHIME_MODE_STREAM)
-      w->bell = NULL; /* the sender kicks it (slot_freed) */
+  /* Stream mode: the sender kicks the job when slots come back
+   * (slot_freed), so no release needs to ring the ring's bell. */
+  int shm = s->mode == CHIME_MODE_SHM;
+  int rc = chime_ring_try_acquire(s->ring, &ws, shm ? &w->bell : NULL,
+                                  shm ? &w->bell_val : NULL);
+  if (rc == CHIME_EBUSY)
     return CHIME__FILL_WAIT_SLOT;
-  }
   if (rc != 0)
     return retire(s);
   if (s->mode == CHIME_MODE_STREAM) {
@@ -416,7 +416,7 @@ static chime__fill_t stream_fill(chime__fill_job_t *j, chime__fill_wait_t *w) {
   rc = chime_ring_publish(s->ring, ws.slot, &seq); /* cannot fail: acquired */
   (void)rc;
   if (s->mode == CHIME_MODE_STREAM)
-    chime__sender_send_ready(&s->sender);
+    chime__sender_published(&s->sender);
   return CHIME__FILL_AGAIN;
 }
 

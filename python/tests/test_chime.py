@@ -427,8 +427,8 @@ def test_sequence_windows(client):
         for s in range(3):
             w.append({"t": 1, "s": s})
         w.end_episode()
-        for s in range(6):
-            w.append({"t": 2, "s": s})
+        w.extend({"t": np.full(6, 2, np.uint32),
+                  "s": np.arange(6, dtype=np.uint32)})
         w.end_episode()
     with client.stream("seq", batch_size=3, mode="stream", slots=2) as st:
         b = st.next(timeout=20.0)

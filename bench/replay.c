@@ -3,7 +3,9 @@
  * samples per second into a batch of 256 (what a sampler does per slot),
  * and MutatePriorities updates per second (1024 keys a call). The figures
  * bound what chimed can serve per table; the per-sample cost at the
- * largest size over the smallest shows how sampling scales. */
+ * largest size over the smallest shows how sampling scales. On a shared
+ * machine the median over windows of 64 batches and the CPU time per
+ * sample are the steadier figures. */
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -44,7 +46,14 @@ static uint64_t rnd(uint64_t *s) {
 
 typedef struct {
   double insert_per_s, sample_per_s, mutate_per_s;
+  /* Per sample: the median over windows of WINDOW batches (a window the
+   * scheduler gave to another process's job does not move it), and CPU
+   * time over the whole run (time on no CPU is not counted). */
+  double median_ns, cpu_ns;
 } result_t;
+
+#define WINDOW 64
+#define MAX_WINDOWS 4096
 
 /* One selector at one size. */
 static int run_one(const selector_t *s, uint64_t items, double seconds,
@@ -104,16 +113,28 @@ static int run_one(const selector_t *s, uint64_t items, double seconds,
   uint64_t samples = 0;
   uint64_t max_batches =
       s->sel == CHIME__SAMPLER_FIFO ? items / BATCH : UINT64_MAX;
+  static double window[MAX_WINDOWS];
+  int nwin = 0;
+  double c0 = chime__bench_cpu_s(0);
   t0 = chime__bench_now_s();
-  double dt = 0;
+  double dt = 0, w0 = t0;
   while (samples / BATCH < max_batches && dt < seconds) {
     if (chime__table_sample(t, &lay, &ws, &stop) != 0)
       break;
     samples += BATCH;
-    if ((samples / BATCH) % 64 == 0)
-      dt = chime__bench_now_s() - t0;
+    if ((samples / BATCH) % WINDOW == 0) {
+      double now = chime__bench_now_s();
+      if (nwin < MAX_WINDOWS)
+        window[nwin++] = (now - w0) * 1e9 / (WINDOW * BATCH);
+      w0 = now;
+      dt = now - t0;
+    }
   }
   out->sample_per_s = (double)samples / (chime__bench_now_s() - t0);
+  out->cpu_ns = (chime__bench_cpu_s(0) - c0) * 1e9 / (double)samples;
+  /* A run too short for one window (a small fifo queue): the mean. */
+  out->median_ns =
+      nwin > 0 ? chime__bench_median(window, nwin) : 1e9 / out->sample_per_s;
 
   /* MutatePriorities: 1024 random live keys a call (not for fifo, whose
    * queue sampling drained and which has no use for priorities). */
@@ -142,6 +163,25 @@ static int run_one(const selector_t *s, uint64_t items, double seconds,
   return 0;
 }
 
+/* With name: 1 when the comma-separated list names it, else 0. Without:
+ * 0 when every name in the list is a selector's, else -1. */
+static int selector_listed(const char *list, const char *name) {
+  const size_t nsel = sizeof(selectors) / sizeof(selectors[0]);
+  for (const char *s = list; *s != '\0';) {
+    size_t len = strcspn(s, ",");
+    if (name != NULL && strlen(name) == len && !strncmp(s, name, len))
+      return 1;
+    size_t k = 0;
+    while (k < nsel && !(strlen(selectors[k].name) == len &&
+                         !strncmp(s, selectors[k].name, len)))
+      k++;
+    if (k == nsel)
+      return -1;
+    s += len + (s[len] == ',');
+  }
+  return 0;
+}
+
 static int parse_sizes(const char *s, uint64_t *sizes, int max) {
   int n = 0;
   while (*s && n < max) {
@@ -162,6 +202,7 @@ int chime__bench_replay(int argc, char **argv) {
   double seconds = 1.0;
   uint64_t sizes[4] = {10000, 1000000};
   int nsizes = 2;
+  const char *only = NULL; /* comma-separated selector names, NULL: all */
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--json")) {
       json = 1;
@@ -174,6 +215,13 @@ int chime__bench_replay(int argc, char **argv) {
                 BATCH);
         return 2;
       }
+    } else if (!strcmp(argv[i], "--selectors") && i + 1 < argc) {
+      only = argv[++i];
+      if (selector_listed(only, NULL) != 0) {
+        fprintf(stderr, "chime-bench replay: --selectors: names of fifo, "
+                        "lifo, uniform, prioritized, min_heap, max_heap\n");
+        return 2;
+      }
     } else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) {
       seconds = atof(argv[++i]);
       if (!(seconds > 0))
@@ -182,6 +230,7 @@ int chime__bench_replay(int argc, char **argv) {
       fprintf(stderr,
               "usage: chime-bench replay [--json] [--items 10000,1000000] "
               "[--seconds S]\n"
+              "                          [--selectors uniform,prioritized]\n"
               "  per selector and table size (items of 256 B): inserts/s, "
               "samples/s into\n"
               "  batches of 256, MutatePriorities updates/s (1024 keys a "
@@ -190,14 +239,19 @@ int chime__bench_replay(int argc, char **argv) {
     }
   }
   for (size_t k = 0; k < sizeof(selectors) / sizeof(selectors[0]); k++) {
-    double first_cost = 0;
+    if (only != NULL && selector_listed(only, selectors[k].name) != 1)
+      continue;
+    double first_cost = 0, first_median = 0, first_cpu = 0;
     for (int i = 0; i < nsizes; i++) {
       result_t r;
       if (run_one(&selectors[k], sizes[i], seconds, &r) != 0)
         return 1;
       double cost = 1e9 / r.sample_per_s; /* ns per sample */
-      if (i == 0)
+      if (i == 0) {
         first_cost = cost;
+        first_median = r.median_ns;
+        first_cpu = r.cpu_ns;
+      }
       char mut[32] = "null"; /* fifo: no priorities to mutate */
       if (r.mutate_per_s > 0)
         snprintf(mut, sizeof(mut), "%.0f", r.mutate_per_s);
@@ -205,14 +259,20 @@ int chime__bench_replay(int argc, char **argv) {
         printf("{\"bench\":\"replay\",\"selector\":\"%s\",\"items\":%" PRIu64
                ",\"sample_bytes\":%d,\"batch\":%d,\"insert_per_s\":%.0f,"
                "\"sample_per_s\":%.0f,\"mutate_per_s\":%s,"
-               "\"ns_per_sample\":%.1f,\"cost_vs_smallest\":%.2f}\n",
+               "\"ns_per_sample\":%.1f,\"cost_vs_smallest\":%.2f,"
+               "\"median_ns_per_sample\":%.1f,\"median_cost_vs_smallest\":"
+               "%.2f,\"cpu_ns_per_sample\":%.1f,\"cpu_cost_vs_smallest\":"
+               "%.2f}\n",
                selectors[k].name, sizes[i], SAMPLE_BYTES, BATCH, r.insert_per_s,
-               r.sample_per_s, mut, cost, cost / first_cost);
+               r.sample_per_s, mut, cost, cost / first_cost, r.median_ns,
+               r.median_ns / first_median, r.cpu_ns, r.cpu_ns / first_cpu);
       else
         printf("%-12s %10" PRIu64 " items: insert %6.2f M/s, sample %6.2f "
-               "M/s (%.0f ns, %.2fx the smallest), mutate %s/s\n",
+               "M/s (%.0f ns, %.2fx the smallest; median %.0f ns, %.2fx; "
+               "CPU %.0f ns, %.2fx), mutate %s/s\n",
                selectors[k].name, sizes[i], r.insert_per_s / 1e6,
-               r.sample_per_s / 1e6, cost, cost / first_cost, mut);
+               r.sample_per_s / 1e6, cost, cost / first_cost, r.median_ns,
+               r.median_ns / first_median, r.cpu_ns, r.cpu_ns / first_cpu, mut);
       fflush(stdout);
     }
   }

@@ -1,12 +1,15 @@
 /* Sum tree: totals against a naive array after many random sets (exact with
  * integer values, and bit for bit a fresh build's with real ones: no
- * drift), find's boundaries, empty slots never returned, the empirical
- * distribution of many seeded draws (chi-square), sizes 1, 2 and others
- * that are not powers of two, and a rough ns/op figure. */
+ * drift), find's boundaries, every slot's range hit exactly at sizes on
+ * either side of each level, empty slots never returned, one non-empty
+ * slot and none, the empirical distribution of many seeded draws
+ * (chi-square), sizes 1, 2 and others that are not powers of the fan-out,
+ * and a rough ns/op figure. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,6 +105,127 @@ static uint64_t find(const chime__sumtree_t *t, double p) {
   return s;
 }
 
+/* Sizes on either side of each level of the tree (8 children a node: a
+ * level more at 9, 65, 513, 4097, 32769 slots). */
+static const uint64_t level_sizes[] = {1,   7,   8,   9,    63,   64,   65,
+                                       511, 512, 513, 4095, 4096, 4097, 32769};
+
+/* With integer values every sum and every subtraction of a descent is
+ * exact, so find must hit each slot's range exactly: its first and last
+ * integer, for every non-empty slot, after many random sets. That checks
+ * every level's sums and the descent through each, at every size. */
+static void test_every_boundary_exact(void **state) {
+  (void)state;
+  uint64_t seed = 6;
+  for (size_t si = 0; si < sizeof(level_sizes) / sizeof(level_sizes[0]); si++) {
+    uint64_t n = level_sizes[si];
+    chime__sumtree_t *t;
+    assert_int_equal(chime__sumtree_create(&t, n), 0);
+    double *ref = calloc(n, sizeof(double));
+    assert_non_null(ref);
+    for (uint64_t op = 0; op < 4 * n + 100; op++) {
+      uint64_t s = rng_next(&seed) % n;
+      /* Half the sets 0: empty slots and empty groups between the rest. */
+      double v = rng_next(&seed) % 2 ? 0 : (double)(1 + rng_next(&seed) % 50);
+      assert_int_equal(chime__sumtree_set(t, s, v), 0);
+      ref[s] = v;
+    }
+    ref[n - 1] = 0; /* an empty tail: a prefix at the total must skip it */
+    assert_int_equal(chime__sumtree_set(t, n - 1, 0), 0);
+    double cum = 0;
+    uint64_t lastnz = UINT64_MAX;
+    for (uint64_t i = 0; i < n; i++) {
+      if (ref[i] == 0)
+        continue;
+      assert_int_equal(find(t, cum), i);
+      assert_int_equal(find(t, cum + ref[i] - 1), i);
+      assert_int_equal(find(t, cum + ref[i] - 0.5), i);
+      cum += ref[i];
+      lastnz = i;
+    }
+    assert_true(chime__sumtree_total(t) == cum);
+    if (lastnz == UINT64_MAX) {
+      uint64_t s;
+      assert_int_equal(chime__sumtree_find(t, 0, &s), CHIME_ENOTFOUND);
+    } else {
+      assert_int_equal(find(t, cum), lastnz);
+      assert_int_equal(find(t, 2 * cum + 1), lastnz);
+    }
+    free(ref);
+    chime__sumtree_destroy(t);
+  }
+}
+
+/* find_many gives what find gives, prefix by prefix: random prefixes,
+ * the ends, past the total, negative and NaN, in batches of every length
+ * up to 70 (not multiples of how many it runs together). */
+static void test_find_many_as_find(void **state) {
+  (void)state;
+  uint64_t seed = 8;
+  double prefix[70];
+  uint64_t got[70];
+  for (size_t si = 0; si < sizeof(level_sizes) / sizeof(level_sizes[0]); si++) {
+    uint64_t n = level_sizes[si];
+    chime__sumtree_t *t;
+    assert_int_equal(chime__sumtree_create(&t, n), 0);
+    uint64_t s = 77;
+    assert_int_equal(chime__sumtree_find_many(t, prefix, 3, &s),
+                     CHIME_ENOTFOUND);
+    assert_int_equal(s, 77);
+    for (uint64_t i = 0; i < n; i++)
+      assert_int_equal(
+          chime__sumtree_set(t, i, rng_next(&seed) % 3 ? 0 : rng_unit(&seed)),
+          0);
+    assert_int_equal(chime__sumtree_set(t, n / 2, 0.5), 0);
+    double total = chime__sumtree_total(t);
+    for (size_t len = 0; len <= 70; len++) {
+      for (size_t j = 0; j < len; j++) {
+        uint64_t r = rng_next(&seed) % 8;
+        prefix[j] = r == 0   ? total
+                    : r == 1 ? nextafter(total, 0)
+                    : r == 2 ? 2 * total
+                    : r == 3 ? (j % 2 ? -1 : NAN)
+                             : rng_unit(&seed) * total;
+      }
+      assert_int_equal(chime__sumtree_find_many(t, prefix, len, got), 0);
+      for (size_t j = 0; j < len; j++)
+        assert_int_equal(got[j], find(t, prefix[j]));
+    }
+    chime__sumtree_destroy(t);
+  }
+}
+
+/* One non-empty slot anywhere in a tree of several levels: every prefix
+ * finds it; emptied, nothing is found; and a tree emptied after being
+ * full finds nothing either (no sum left over). */
+static void test_single_and_all_zero(void **state) {
+  (void)state;
+  const uint64_t n = 4097;
+  chime__sumtree_t *t;
+  uint64_t s;
+  assert_int_equal(chime__sumtree_create(&t, n), 0);
+  const uint64_t at[] = {0, 1, 7, 8, 63, 64, 511, 512, 4095, 4096};
+  for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
+    assert_int_equal(chime__sumtree_set(t, at[i], 1e-300), 0);
+    double total = chime__sumtree_total(t);
+    assert_true(total == 1e-300);
+    const double p[] = {0, total / 2, total, 1, -1, NAN, INFINITY};
+    for (size_t k = 0; k < sizeof(p) / sizeof(p[0]); k++)
+      assert_int_equal(find(t, p[k]), at[i]);
+    assert_int_equal(chime__sumtree_set(t, at[i], 0), 0);
+    assert_true(chime__sumtree_total(t) == 0);
+    assert_int_equal(chime__sumtree_find(t, 0, &s), CHIME_ENOTFOUND);
+  }
+  for (uint64_t i = 0; i < n; i++)
+    assert_int_equal(chime__sumtree_set(t, i, 0.1 * (double)(i % 13)), 0);
+  assert_true(chime__sumtree_total(t) > 0);
+  for (uint64_t i = n; i-- > 0;)
+    assert_int_equal(chime__sumtree_set(t, i, 0), 0);
+  assert_true(chime__sumtree_total(t) == 0);
+  assert_int_equal(chime__sumtree_find(t, 0, &s), CHIME_ENOTFOUND);
+  chime__sumtree_destroy(t);
+}
+
 static void test_find_boundaries(void **state) {
   (void)state;
   chime__sumtree_t *t;
@@ -191,9 +315,8 @@ static void test_zero_slots_never_returned(void **state) {
  * them 0): a zero-weight slot is never drawn and the counts fit the weights:
  * chi-square below df + 5 sd (sd = sqrt(2 df)), p ~ 1e-6 for a correct
  * sampler. The seed is fixed, so the figure is the same every run. */
-static void test_distribution(void **state) {
-  (void)state;
-  uint64_t n = 1000, seed = 4, draws = 1000000;
+static void check_distribution(uint64_t n, uint64_t seed) {
+  uint64_t draws = 1000000;
   chime__sumtree_t *t;
   assert_int_equal(chime__sumtree_create(&t, n), 0);
   double *w = calloc(n, sizeof(double));
@@ -218,12 +341,21 @@ static void test_distribution(void **state) {
     chi2 += ((double)count[i] - e) * ((double)count[i] - e) / e;
     df++;
   }
-  printf("sumtree: chi-square %.1f, %d degrees of freedom\n", chi2, df);
-  assert_true(df > 700);
+  printf("sumtree, %" PRIu64 " slots: chi-square %.1f, %d degrees of "
+         "freedom\n",
+         n, chi2, df);
+  assert_true(df > (int)(n * 7 / 10));
   assert_true(chi2 < df + 5 * sqrt(2.0 * df));
   free(w);
   free(count);
   chime__sumtree_destroy(t);
+}
+
+/* 1000 slots (four levels), and 4100 (five, the top one nearly empty). */
+static void test_distribution(void **state) {
+  (void)state;
+  check_distribution(1000, 4);
+  check_distribution(4100, 14);
 }
 
 static double now_s(void) {
@@ -250,10 +382,20 @@ static void test_bench(void **state) {
   for (uint64_t i = 0; i < n; i++)
     acc += (double)find(t, rng_unit(&seed) * total);
   double t3 = now_s();
+  double p[256];
+  uint64_t got[256];
+  for (uint64_t i = 0; i < n; i += 256) {
+    for (int j = 0; j < 256; j++)
+      p[j] = rng_unit(&seed) * total;
+    assert_int_equal(chime__sumtree_find_many(t, p, 256, got), 0);
+    acc += (double)got[0];
+  }
+  double t4 = now_s();
   printf("sumtree, 10^6 slots: set in order %.0f ns, set at random %.0f ns, "
-         "find %.0f ns (%g)\n",
+         "find %.0f ns, find_many %.0f ns a prefix (%g)\n",
          (t1 - t0) * 1e9 / (double)n, (t2 - t1) * 1e9 / (double)n,
-         (t3 - t2) * 1e9 / (double)n, acc > 0 ? 1.0 : 0.0);
+         (t3 - t2) * 1e9 / (double)n, (t4 - t3) * 1e9 / (double)n,
+         acc > 0 ? 1.0 : 0.0);
   chime__sumtree_destroy(t);
 }
 
@@ -279,6 +421,9 @@ int main(void) {
       cmocka_unit_test(test_integer_sums_exact),
       cmocka_unit_test(test_real_sums_no_drift),
       cmocka_unit_test(test_find_boundaries),
+      cmocka_unit_test(test_every_boundary_exact),
+      cmocka_unit_test(test_find_many_as_find),
+      cmocka_unit_test(test_single_and_all_zero),
       cmocka_unit_test(test_small_and_odd_sizes),
       cmocka_unit_test(test_zero_slots_never_returned),
       cmocka_unit_test(test_distribution),

@@ -1,12 +1,12 @@
-/* Sum tree (see sumtree.h). Slots are grouped in blocks of 8 doubles (one
- * cache line); a complete binary tree of inner sums sits over the blocks,
- * node 1 the root, node i's children 2i and 2i + 1, and block b's sum at
- * node nblocks_pow2 + b. A set rewrites its block's sum from the 8 values
- * and every ancestor from its two children, so sums are always the same
- * function of the values (no drift); a find descends by comparing prefix
- * with left sums, then scans at most 8 values. Blocks past the last slot
- * stay 0. Compared with one leaf per slot this uses a quarter of the inner
- * nodes and finishes in one cache line. */
+/* Sum tree (see sumtree.h), FAN children a node. Level 0 is the values;
+ * level l + 1 holds one sum per FAN consecutive entries of level l, the top
+ * level one entry (the total). Every level is padded with zeros to a whole
+ * number of groups and starts on a group boundary, and a group is one or
+ * two cache lines, so a find reads one group per level: about
+ * log_FAN(n) lines where a binary tree reads log2(n) nodes on as many
+ * lines once it outgrows the cache. A set rewrites one sum per level from
+ * its group, always adding in the same order, so sums are the same
+ * function of the values whatever the history (no drift). */
 #include "server/sumtree.h"
 
 #include <math.h>
@@ -14,30 +14,51 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#define BLOCK 8u
+#ifndef CHIME__SUMTREE_FAN
+#define CHIME__SUMTREE_FAN 8
+#endif
+#define FAN ((uint64_t)CHIME__SUMTREE_FAN)
+/* Levels above the values: ceil(log_FAN(2^32)) at FAN 8 is 11. */
+#define MAX_LEVELS 40
+
+_Static_assert(CHIME__SUMTREE_FAN == 8 || CHIME__SUMTREE_FAN == 16,
+               "group_sum adds 8 or 16 children");
 
 struct chime__sumtree_s {
   uint64_t n;
-  uint64_t pow2; /* blocks rounded up to a power of two (the tree's leaves) */
-  double *value; /* pow2 * BLOCK, 64-byte aligned (the mapping's start) */
-  double *node;  /* 2 * pow2; node[0] unused */
+  uint32_t top;                     /* level[top][0] is the total */
+  double *level[MAX_LEVELS + 1];    /* level[0]: the values */
+  uint64_t entries[MAX_LEVELS + 1]; /* before padding */
+  void *map;
   size_t map_len;
 };
+
+static uint64_t groups(uint64_t n) {
+  return (n + FAN - 1) / FAN;
+}
 
 int chime__sumtree_create(chime__sumtree_t **out, uint64_t n) {
   *out = NULL;
   if (n == 0 || n > CHIME__SUMTREE_MAX_SLOTS)
     return CHIME_EINVAL;
-  chime__sumtree_t *t = malloc(sizeof(*t));
+  chime__sumtree_t *t = calloc(1, sizeof(*t));
   if (t == NULL)
     return CHIME_ENOMEM;
-  uint64_t blocks = (n + BLOCK - 1) / BLOCK;
-  uint64_t pow2 = 1;
-  while (pow2 < blocks)
-    pow2 *= 2;
   t->n = n;
-  t->pow2 = pow2;
-  t->map_len = (size_t)(pow2 * BLOCK + 2 * pow2) * sizeof(double);
+  /* At least one level of sums, so the total is never a value itself and
+   * find always scans a group. */
+  uint64_t len = n, words = 0;
+  uint32_t l = 0;
+  for (;;) {
+    t->entries[l] = len;
+    words += groups(len) * FAN;
+    if (l > 0 && len == 1)
+      break;
+    len = groups(len);
+    l++;
+  }
+  t->top = l;
+  t->map_len = (size_t)words * sizeof(double);
   /* Anonymous memory is zero (every sum 0) and committed as it is touched,
    * so a large, sparsely used tree costs little until it fills. */
   void *m = mmap(NULL, t->map_len, PROT_READ | PROT_WRITE,
@@ -46,8 +67,14 @@ int chime__sumtree_create(chime__sumtree_t **out, uint64_t n) {
     free(t);
     return CHIME_ENOMEM;
   }
-  t->value = m;
-  t->node = t->value + pow2 * BLOCK;
+  /* No MADV_HUGEPAGE: on this project's VMs it made a prioritized table's
+   * samples at 10^7 items 2.6 times slower (docs/benchmarks.md). */
+  t->map = m;
+  double *p = m;
+  for (uint32_t i = 0; i <= t->top; i++) {
+    t->level[i] = p;
+    p += groups(t->entries[i]) * FAN;
+  }
   *out = t;
   return 0;
 }
@@ -55,7 +82,7 @@ int chime__sumtree_create(chime__sumtree_t **out, uint64_t n) {
 void chime__sumtree_destroy(chime__sumtree_t *t) {
   if (t == NULL)
     return;
-  munmap(t->value, t->map_len);
+  munmap(t->map, t->map_len);
   free(t);
 }
 
@@ -63,81 +90,126 @@ uint64_t chime__sumtree_slots(const chime__sumtree_t *t) {
   return t->n;
 }
 
-/* Always summed in the same order, so a block's sum depends only on its
+/* Always summed in the same order, so a group's sum depends only on its
  * values. */
-static double block_sum(const double *v) {
+static double sum8(const double *v) {
   return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
 }
 
-static void refresh(chime__sumtree_t *t, uint64_t block) {
-  uint64_t i = t->pow2 + block;
-  t->node[i] = block_sum(t->value + block * BLOCK);
-  for (i /= 2; i >= 1; i /= 2)
-    t->node[i] = t->node[2 * i] + t->node[2 * i + 1];
+static double group_sum(const double *v) {
+#if CHIME__SUMTREE_FAN == 16
+  return sum8(v) + sum8(v + 8);
+#else
+  return sum8(v);
+#endif
+}
+
+static void refresh(chime__sumtree_t *t, uint64_t slot) {
+  uint64_t i = slot;
+  for (uint32_t l = 1; l <= t->top; l++) {
+    i /= FAN;
+    t->level[l][i] = group_sum(t->level[l - 1] + i * FAN);
+  }
 }
 
 int chime__sumtree_set(chime__sumtree_t *t, uint64_t slot, double value) {
   if (slot >= t->n || !(value >= 0) || isinf(value))
     return CHIME_EINVAL;
-  double old = t->value[slot];
-  t->value[slot] = value;
-  refresh(t, slot / BLOCK);
-  if (isinf(t->node[1])) {
-    t->value[slot] = old;
-    refresh(t, slot / BLOCK);
+  double *v = t->level[0];
+  double old = v[slot];
+  v[slot] = value;
+  refresh(t, slot);
+  if (isinf(t->level[t->top][0])) {
+    v[slot] = old;
+    refresh(t, slot);
     return CHIME_EOVERFLOW;
   }
   return 0;
 }
 
 double chime__sumtree_get(const chime__sumtree_t *t, uint64_t slot) {
-  return slot < t->n ? t->value[slot] : 0;
+  return slot < t->n ? t->level[0][slot] : 0;
 }
 
 double chime__sumtree_total(const chime__sumtree_t *t) {
-  return t->node[1];
+  return t->level[t->top][0];
+}
+
+/* One level of a descent: the child of group c to step into, with prefix
+ * made relative to it. Only ever a child whose sum is > 0: non-negative
+ * values sum to > 0 only if one of them is > 0, so every group scanned has
+ * one. When rounding (or a prefix at the total) leaves the prefix past the
+ * last non-empty child of a group, *last turns the rest of the descent
+ * into "the last non-empty slot here", which is where the prefix
+ * belongs. */
+static inline uint64_t step(const double *c, double *prefix, int *last) {
+  if (!*last) {
+    /* prefix >= 0, so prefix < c[k] only for a child > 0; an empty one
+     * subtracts nothing. */
+    double p = *prefix;
+    for (uint64_t k = 0; k < FAN; k++) {
+      if (p < c[k]) {
+        *prefix = p;
+        return k;
+      }
+      p -= c[k];
+    }
+    *last = 1; /* ran past the group: its last non-empty child */
+  }
+  uint64_t pick;
+  for (pick = FAN - 1; pick > 0 && !(c[pick] > 0); pick--)
+    ;
+  return pick;
 }
 
 int chime__sumtree_find(const chime__sumtree_t *t, double prefix,
                         uint64_t *slot) {
-  const double *node = t->node;
-  if (!(node[1] > 0))
+  double total = t->level[t->top][0];
+  if (!(total > 0))
     return CHIME_ENOTFOUND;
   if (!(prefix >= 0))
     prefix = 0;
-  /* Only ever step into a subtree whose sum is > 0: one of non-negative
-   * values sums to > 0 only if a value in it is > 0, so the scan below
-   * always finds one. When rounding (or a prefix at the total) leaves the
-   * prefix past a right subtree that is empty, or past the end of a block,
-   * `last` turns the rest of the descent into "the last non-empty slot
-   * here", which is where the prefix belongs. */
-  int last = prefix >= node[1];
-  uint64_t i = 1;
-  while (i < t->pow2) {
-    double l = node[2 * i], r = node[2 * i + 1];
-    if (last) {
-      i = r > 0 ? 2 * i + 1 : 2 * i;
-    } else if (prefix < l) {
-      i = 2 * i;
-    } else if (r > 0) {
-      prefix -= l;
-      i = 2 * i + 1;
-    } else {
-      last = 1;
-      i = 2 * i;
+  int last = prefix >= total;
+  uint64_t i = 0; /* the node at level l + 1 whose group is scanned */
+  for (uint32_t l = t->top; l-- > 0;)
+    i = i * FAN + step(t->level[l] + i * FAN, &prefix, &last);
+  *slot = i; /* every pick < FAN: each group scanned has a sum > 0 */
+  return 0;
+}
+
+/* Descents in flight together: enough to cover a memory latency with
+ * misses, few enough for the core's outstanding-miss buffers. */
+#define TOGETHER 16
+
+int chime__sumtree_find_many(const chime__sumtree_t *t, const double *prefix,
+                             size_t n, uint64_t *slot) {
+  double total = t->level[t->top][0];
+  if (!(total > 0))
+    return CHIME_ENOTFOUND;
+  for (size_t b = 0; b < n; b += TOGETHER) {
+    size_t m = n - b < TOGETHER ? n - b : TOGETHER;
+    double p[TOGETHER];
+    int last[TOGETHER];
+    uint64_t i[TOGETHER];
+    for (size_t j = 0; j < m; j++) {
+      p[j] = prefix[b + j] >= 0 ? prefix[b + j] : 0;
+      last[j] = p[j] >= total;
+      i[j] = 0;
     }
+    /* Level by level: ask for every descent's next group first, then scan
+     * them, so the misses of the m descents overlap. */
+    for (uint32_t l = t->top; l-- > 0;) {
+      const double *lv = t->level[l];
+      for (size_t j = 0; j < m; j++) {
+        __builtin_prefetch(lv + i[j] * FAN);
+#if CHIME__SUMTREE_FAN == 16
+        __builtin_prefetch(lv + i[j] * FAN + 8);
+#endif
+      }
+      for (size_t j = 0; j < m; j++)
+        i[j] = i[j] * FAN + step(lv + i[j] * FAN, &p[j], &last[j]);
+    }
+    memcpy(slot + b, i, m * sizeof(uint64_t));
   }
-  uint64_t b = i - t->pow2;
-  const double *v = t->value + b * BLOCK;
-  uint32_t pick = BLOCK;
-  for (uint32_t k = 0; k < BLOCK; k++) {
-    if (!(v[k] > 0))
-      continue;
-    pick = k;
-    if (!last && prefix < v[k])
-      break;
-    prefix -= v[k];
-  }
-  *slot = b * BLOCK + pick; /* pick < BLOCK: the block's sum is > 0 */
   return 0;
 }

@@ -3,6 +3,10 @@
  * computed by the caller). set, total and find are O(log n); nothing
  * allocates after create. Not thread-safe: the table calls it under its lock.
  *
+ * 8 children a node, each node's children's sums in one cache line: a find
+ * or set on a tree larger than the cache touches about log8(n) lines (8 at
+ * 10^7 slots, the top ones cached) where a binary tree touches log2(n).
+ *
  * No drift: every inner sum is recomputed from its children on each set
  * (never adjusted by a delta), so the tree is a pure function of the slots'
  * values, bit for bit the tree a fresh build would give. There is nothing
@@ -16,13 +20,13 @@
  * it may be the neighbouring non-empty slot, an error of order
  * ulp(total) / total in any slot's probability.
  *
- * Memory: 8 bytes per slot for the values and about 2 for the inner sums,
- * mapped lazily and committed as slots are set; the mapping reserves up to
- * twice that (the blocks are rounded up to a power of two), untouched past
- * the last slot. 10^8 slots: about 1 GB once all are set. */
+ * Memory: 8 bytes per slot for the values and about 1.2 for the inner
+ * sums, mapped lazily and committed as slots are set. 10^8 slots: about
+ * 0.9 GB once all are set. */
 #ifndef CHIME_SERVER_SUMTREE_H
 #define CHIME_SERVER_SUMTREE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "chime/errors.h"
@@ -52,5 +56,14 @@ double chime__sumtree_total(const chime__sumtree_t *t);
  * total is 0. */
 CHIME_NODISCARD int chime__sumtree_find(const chime__sumtree_t *t,
                                         double prefix, uint64_t *slot);
+/* n finds at once, slot[j] what chime__sumtree_find gives for prefix[j]:
+ * the descents go down the tree together, each level's groups asked for
+ * before any is read, so on a tree larger than the cache their misses
+ * overlap instead of queueing one behind another (a batch drawn from an
+ * unchanging tree: no max_times_sampled). CHIME_ENOTFOUND, slot
+ * untouched, when the total is 0. */
+CHIME_NODISCARD int chime__sumtree_find_many(const chime__sumtree_t *t,
+                                             const double *prefix, size_t n,
+                                             uint64_t *slot);
 
 #endif

@@ -9,6 +9,7 @@ int chime__bench_ring(int argc, char **argv);
 int chime__bench_service(int argc, char **argv);
 int chime__bench_ingest(int argc, char **argv);
 int chime__bench_replay(int argc, char **argv);
+int chime__bench_sequence(int argc, char **argv);
 #endif
 
 #endif

@@ -15,6 +15,8 @@ static int usage(void) {
           "  ingest    actors -> chimed Insert throughput\n"
           "  replay    a table alone, per selector: insert, sample, "
           "mutate rates\n"
+          "  sequence  a sequence table alone: steps written, windows "
+          "sampled\n"
 #else
           "  (service and ingest: built only with CHIME_WITH_SERVICE=ON)\n"
 #endif
@@ -38,6 +40,8 @@ int main(int argc, char **argv) {
     return chime__bench_ingest(argc - 1, argv + 1);
   if (strcmp(argv[1], "replay") == 0)
     return chime__bench_replay(argc - 1, argv + 1);
+  if (strcmp(argv[1], "sequence") == 0)
+    return chime__bench_sequence(argc - 1, argv + 1);
 #endif
   return usage();
 }

@@ -2,7 +2,8 @@
  *
  *   chime-actor --server ADDR --table T --count N [--seed S]
  *
- * The last line of stdout is JSON: {"inserted":N,"samples_per_s":...}. */
+ * The last line of stdout is JSON: {"inserted":N,"samples_per_s":...}.
+ * Into a sequence table the samples are steps of one episode. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,8 +80,9 @@ int main(int argc, char **argv) {
     goto cleanup;
   }
   for (uint32_t t = 0; t < info->ntables; t++)
-    if (!strcmp(info->tables[t].name, table))
-      spec = &info->tables[t].spec;
+    if (!strcmp(info->tables[t].name, table)) /* a sequence table: steps */
+      spec = info->tables[t].sequence_length > 0 ? &info->tables[t].step_spec
+                                                 : &info->tables[t].spec;
   if (!spec) {
     fprintf(stderr, "chime-actor: table '%s' not found on %s\n", table, server);
     goto cleanup;

@@ -40,6 +40,21 @@ static json_t *info_json(const chime_server_info_t *in) {
                   "max_times_sampled", (json_int_t)t->max_times_sampled,
                   "samples_per_insert", t->samples_per_insert, "error_buffer",
                   t->error_buffer));
+    if (t->sequence_length > 0) {
+      char step[4096];
+      if (chime_spec_format(&t->step_spec, step, sizeof(step)) != 0)
+        snprintf(step, sizeof(step), "?");
+      json_t *ip = t->initial_priority_max ? json_string("max")
+                                           : json_real(t->initial_priority);
+      json_object_set_new(
+          json_array_get(tables, json_array_size(tables) - 1), "sequence",
+          json_pack("{s:s, s:I, s:I, s:I, s:I, s:s, s:o}", "step_spec", step,
+                    "step_bytes", (json_int_t)t->step_bytes, "capacity_steps",
+                    (json_int_t)t->capacity_steps, "sequence_length",
+                    (json_int_t)t->sequence_length, "stride",
+                    (json_int_t)t->stride, "episode_end", t->episode_end,
+                    "initial_priority", ip));
+    }
   }
   json_t *rings = json_array();
   for (uint32_t i = 0; i < in->nrings; i++) {
@@ -83,6 +98,27 @@ static void info_text(const chime_server_info_t *in) {
            t->name, t->sampler, t->remover, exp, t->max_times_sampled, rate,
            t->size, t->capacity, t->min_size, t->sample_bytes, spec);
   }
+  /* A sequence table's items are windows of its steps (docs/sequences.md):
+   * SPEC above is one window's. */
+  int nseq = 0;
+  for (uint32_t i = 0; i < in->ntables; i++) {
+    const chime_table_info_t *t = &in->tables[i];
+    if (t->sequence_length == 0)
+      continue;
+    if (nseq++ == 0)
+      printf("\nSEQUENCES\n%-16s %14s %8s %6s %11s %8s %10s  %s\n", "TABLE",
+             "CAPACITY_STEPS", "LENGTH", "STRIDE", "EPISODE_END", "INITIAL",
+             "STEP_BYTES", "STEP_SPEC");
+    char step[4096], ip[32] = "max";
+    if (chime_spec_format(&t->step_spec, step, sizeof(step)) != 0)
+      snprintf(step, sizeof(step), "?");
+    if (!t->initial_priority_max)
+      snprintf(ip, sizeof(ip), "%g", t->initial_priority);
+    printf("%-16s %14" PRIu64 " %8" PRIu32 " %6" PRIu32 " %11s %8s %10" PRIu64
+           "  %s\n",
+           t->name, t->capacity_steps, t->sequence_length, t->stride,
+           t->episode_end, ip, t->step_bytes, step);
+  }
   /* One ring per open stream; pinned bytes are slots x slot_bytes of each
    * ring the server page-locked (docs/pinning.md). */
   printf("\nRINGS\n%-8s %-16s %14s %14s\n", "STREAM", "TABLE", "BYTES",
@@ -120,6 +156,14 @@ static json_t *stats_json(const chime_stats_t *st) {
                   (int)t->samplers_waiting_rate, "samplers_waiting_items",
                   (int)t->samplers_waiting_items, "left", (json_int_t)t->left,
                   "left_times_sampled", (json_int_t)t->left_times_sampled));
+    json_t *o = json_array_get(tables, json_array_size(tables) - 1);
+    json_object_set_new(o, "steps", json_integer((json_int_t)t->steps));
+    json_object_set_new(o, "steps_inserted",
+                        json_integer((json_int_t)t->steps_inserted));
+    json_object_set_new(o, "episodes_open",
+                        json_integer((json_int_t)t->episodes_open));
+    json_object_set_new(o, "step_bytes",
+                        json_integer((json_int_t)t->step_bytes));
   }
   for (uint32_t i = 0; i < st->nstreams; i++) {
     const chime_stream_stats_t *s = &st->streams[i];
@@ -156,6 +200,18 @@ static void stats_text(const chime_stats_t *st) {
            " %16.1f %15.1f\n",
            t->name, t->size, t->capacity, t->inserts, t->samples,
            ms(t->sampler_wait_ns), ms(t->insert_wait_ns));
+  }
+  int nseq = 0;
+  for (uint32_t i = 0; i < st->ntables; i++) {
+    const chime_table_stats_t *t = &st->tables[i];
+    if (t->step_bytes == 0)
+      continue; /* not a sequence table */
+    if (nseq++ == 0)
+      printf("\n%-16s %12s %14s %13s %14s\n", "SEQUENCE TABLE", "STEPS",
+             "STEPS_INSERTED", "EPISODES_OPEN", "STEP_BYTES");
+    printf("%-16s %12" PRIu64 " %14" PRIu64 " %13" PRIu64 " %14" PRIu64 "\n",
+           t->name, t->steps, t->steps_inserted, t->episodes_open,
+           t->step_bytes);
   }
   printf("\n%-8s %-16s %-7s %10s %14s %7s %10s %12s %7s %14s %14s\n", "STREAM",
          "TABLE", "MODE", "BATCHES", "BYTES", "LEASES", "MAX_LEASES",

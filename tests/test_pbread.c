@@ -92,6 +92,8 @@ static void assert_same(const Chime__V1__InsertRequest *m,
   assert_int_equal(pos, m->data.len);
   free(sp);
   free(data);
+  assert_int_equal(q->writer_id, m->writer_id);
+  assert_int_equal(q->end_episode, m->end_episode);
   assert_int_equal(q->n_priorities, m->n_priorities);
   if (m->n_priorities > 0)
     assert_memory_equal(q->priorities, m->priorities,
@@ -128,6 +130,8 @@ static size_t random_request(Chime__V1__InsertRequest *m, uint8_t **out) {
   m->table = table;
   m->count = (uint32_t)(below(3) ? below(1000) : rnd());
   m->id = below(2) ? rnd() : below(100);
+  m->writer_id = below(2) ? rnd() : 0;
+  m->end_episode = below(2) != 0;
   m->data.len = below(4) ? below(2000) : below(sizeof(data));
   for (size_t i = 0; i < m->data.len; i++)
     data[i] = (uint8_t)rnd();

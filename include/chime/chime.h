@@ -101,6 +101,17 @@ typedef struct {
   uint64_t max_times_sampled; /* an item leaves after so many; 0: never */
   double samples_per_insert;  /* rate limiter; 0: none */
   double error_buffer;
+  /* A sequence table (sequence_length > 0; docs/sequences.md): spec and
+   * sample_bytes are one item's ([sequence_length, *shape] per leaf, then
+   * mask: u8[T] when episode_end is "pad"); writers append steps of
+   * step_spec (step_bytes each). capacity is capacity_steps. */
+  chime_spec_t step_spec;
+  uint64_t step_bytes;
+  uint64_t capacity_steps;
+  uint32_t sequence_length, stride;
+  char episode_end[8];      /* "drop" or "pad"; "" for a plain table */
+  int initial_priority_max; /* else initial_priority */
+  double initial_priority;
 } chime_table_info_t;
 
 /* One open stream's ring on the server, as GetInfo reports it. */
@@ -142,6 +153,9 @@ typedef struct {
   /* Items that left the table (sampled out, evicted, deleted) and how many
    * times they were sampled in all (left_times_sampled / left: reuse). */
   uint64_t left, left_times_sampled;
+  /* A sequence table's steps: stored now, appended since start, episodes
+   * open, bytes of step storage. */
+  uint64_t steps, steps_inserted, episodes_open, step_bytes;
 } chime_table_stats_t;
 
 typedef struct {
@@ -253,6 +267,13 @@ CHIME_EXTERN CHIME_NODISCARD int chime_writer_extend(chime_writer_t *writer,
                                                      const void *const leaves[],
                                                      const double *priorities,
                                                      uint32_t *taken);
+/* A sequence table's writer: ends its open episode after the steps queued
+ * so far (they are sent now, with the end; with episode_end "pad" an
+ * uncovered tail makes one padded window). The next append starts a new
+ * episode. Does not wait for the ack (chime_writer_flush does).
+ * CHIME_EINVAL for a plain table's writer. */
+CHIME_EXTERN CHIME_NODISCARD int
+chime_writer_end_episode(chime_writer_t *writer);
 /* Sends what is queued and waits until every sample is acked (in the table). */
 CHIME_EXTERN CHIME_NODISCARD int chime_writer_flush(chime_writer_t *writer);
 /* Samples acked so far. */

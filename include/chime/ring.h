@@ -99,10 +99,13 @@ CHIME_EXTERN const char *chime_dtype_name(chime_dtype_t dtype);
 CHIME_EXTERN size_t chime_dtype_size(chime_dtype_t dtype); /* 0 if unknown */
 CHIME_EXTERN chime_dtype_t chime_dtype_from_name(const char *name);
 
-/* Per-sample information stored after the leaf arrays of a slot (48 bytes,
- * little-endian, no padding; ring version 2). probability is exact under
+/* Per-sample information stored after the leaf arrays of a slot (64 bytes,
+ * little-endian, no padding; ring version 3). probability is exact under
  * the table's sampler at the moment of the draw, priority and table_size
- * are the item's priority and the number of items in the table then. */
+ * are the item's priority and the number of items in the table then. For a
+ * sequence table's item (a window of steps of one episode), episode_id
+ * (from 1), first_step (its first step's index in the episode) and length
+ * (valid steps: sequence_length unless padded); all 0 for a plain table. */
 typedef struct {
   uint64_t key;
   double probability;
@@ -111,6 +114,9 @@ typedef struct {
   uint64_t insert_time_ns; /* CLOCK_REALTIME at insert */
   double priority;
   uint64_t table_size;
+  uint64_t episode_id;
+  uint32_t first_step;
+  uint32_t length;
 } chime_sample_info_t;
 
 /* Where things are inside one slot. Computed by chime_ring_layout(). */

@@ -127,6 +127,14 @@ static PyObject *info_dict(const chime_server_info_t *in) {
         set_item(td, "sample_bytes", U64(t->sample_bytes)) ||
         set_item(td, "sampler", PyUnicode_FromString(t->sampler)))
       goto fail;
+    if (t->sequence_length > 0 && /* docs/sequences.md */
+        (set_item(td, "step_spec", spec_text(&t->step_spec)) ||
+         set_item(td, "step_bytes", U64(t->step_bytes)) ||
+         set_item(td, "capacity_steps", U64(t->capacity_steps)) ||
+         set_item(td, "sequence_length", U64(t->sequence_length)) ||
+         set_item(td, "stride", U64(t->stride)) ||
+         set_item(td, "episode_end", PyUnicode_FromString(t->episode_end))))
+      goto fail;
   }
   for (uint32_t i = 0; i < in->nrings; i++) {
     const chime_ring_info_t *r = &in->rings[i];
@@ -187,6 +195,12 @@ static PyObject *stats_dict(const chime_stats_t *st) {
                  PyFloat_FromDouble(t->left ? (double)t->left_times_sampled /
                                                   (double)t->left
                                             : 0.0)))
+      goto fail;
+    if (t->step_bytes > 0 && /* a sequence table */
+        (set_item(td, "steps", U64(t->steps)) ||
+         set_item(td, "steps_inserted", U64(t->steps_inserted)) ||
+         set_item(td, "episodes_open", U64(t->episodes_open)) ||
+         set_item(td, "step_bytes", U64(t->step_bytes))))
       goto fail;
   }
   for (uint32_t i = 0; i < st->nstreams; i++) {
@@ -324,7 +338,9 @@ int chimepy_client_table_spec(chimepy_client_t *client, const char *table,
   int found = 0;
   for (uint32_t i = 0; i < info->ntables && !found; i++)
     if (!strcmp(info->tables[i].name, table)) {
-      *out = info->tables[i].spec;
+      /* A sequence table takes steps (its spec is a window's). */
+      *out = info->tables[i].sequence_length > 0 ? info->tables[i].step_spec
+                                                 : info->tables[i].spec;
       found = 1;
     }
   chime_server_info_free(info);

@@ -112,13 +112,17 @@ _Static_assert(offsetof(chime_sample_info_t, insert_time_ns) == 24,
                "info layout");
 _Static_assert(offsetof(chime_sample_info_t, priority) == 32, "info layout");
 _Static_assert(offsetof(chime_sample_info_t, table_size) == 40, "info layout");
-_Static_assert(sizeof(chime_sample_info_t) == 48, "info layout");
+_Static_assert(offsetof(chime_sample_info_t, episode_id) == 48, "info layout");
+_Static_assert(offsetof(chime_sample_info_t, first_step) == 56, "info layout");
+_Static_assert(offsetof(chime_sample_info_t, length) == 60, "info layout");
+_Static_assert(sizeof(chime_sample_info_t) == 64, "info layout");
 
 static int make_info_descr(void) {
-  PyObject *spec = Py_BuildValue("[(ss)(ss)(ss)(ss)(ss)(ss)(ss)]", "key", "<u8",
-                                 "probability", "<f8", "times_sampled", "<u4",
-                                 "reserved", "<u4", "insert_time_ns", "<u8",
-                                 "priority", "<f8", "table_size", "<u8");
+  PyObject *spec = Py_BuildValue(
+      "[(ss)(ss)(ss)(ss)(ss)(ss)(ss)(ss)(ss)(ss)]", "key", "<u8", "probability",
+      "<f8", "times_sampled", "<u4", "reserved", "<u4", "insert_time_ns", "<u8",
+      "priority", "<f8", "table_size", "<u8", "episode_id", "<u8", "first_step",
+      "<u4", "length", "<u4");
   if (!spec)
     return -1;
   int ok = PyArray_DescrConverter(spec, &info_descr);

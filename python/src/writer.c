@@ -329,6 +329,20 @@ static PyObject *writer_flush(PyObject *o, PyObject *unused) {
   Py_RETURN_NONE;
 }
 
+static PyObject *writer_end_episode(PyObject *o, PyObject *unused) {
+  (void)unused;
+  writer_t *self = (writer_t *)o;
+  if (writer_ready(self))
+    return NULL;
+  int rc;
+  self->busy = 1;
+  Py_BEGIN_ALLOW_THREADS rc = chime_writer_end_episode(self->w);
+  Py_END_ALLOW_THREADS self->busy = 0;
+  if (rc)
+    return chimepy_raise(rc, chime_writer_last_error(self->w));
+  Py_RETURN_NONE;
+}
+
 static PyObject *writer_close(PyObject *o, PyObject *unused) {
   (void)unused;
   writer_t *self = (writer_t *)o;
@@ -380,6 +394,9 @@ static PyMethodDef writer_methods[] = {
      "array [N, *leaf shape]; priorities None (all 1.0) or N floats."},
     {"flush", writer_flush, METH_NOARGS,
      "Sends what is queued and waits until every sample is in the table."},
+    {"end_episode", writer_end_episode, METH_NOARGS,
+     "A sequence table's writer: ends the open episode after the steps "
+     "appended so far (sent now); the next append starts a new one."},
     {"close", writer_close, METH_NOARGS, "Flushes and closes."},
     {"__enter__", writer_enter, METH_NOARGS, NULL},
     {"__exit__", writer_exit, METH_VARARGS, NULL},

@@ -40,6 +40,9 @@ TABLES.append({"name": "full", "spec": "x:u64[]", "capacity": 8,
                "sampler": "fifo", "min_size": 1})
 TABLES.append({"name": "reuse", "spec": "x:u64[]", "capacity": 100,
                "sampler": "lifo", "max_times_sampled": 2})
+TABLES.append({"name": "seq", "spec": "t:u32[], s:u32[]",
+               "capacity_steps": 256, "sequence_length": 4, "stride": 2,
+               "episode_end": "pad", "sampler": "fifo"})
 
 
 @contextlib.contextmanager

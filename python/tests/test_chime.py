@@ -100,8 +100,9 @@ def test_array_views(client):
         info = b.info
         assert info.dtype.names == ("key", "probability", "times_sampled",
                                     "reserved", "insert_time_ns", "priority",
-                                    "table_size")
-        assert info.dtype.itemsize == 48
+                                    "table_size", "episode_id", "first_step",
+                                    "length")
+        assert info.dtype.itemsize == 64
         assert len(set(info["key"].tolist())) == 4
         assert (info["insert_time_ns"] > 0).all()
         assert (info["priority"] == 1.0).all()
@@ -417,6 +418,41 @@ def test_mutate_priorities(client):
         assert list(b["x"]) == [3, 9, 8, 7, 4, 2, 1, 10]
         assert list(b.info["key"]) == [3, 9, 8, 7, 4, 2, 1, 10]
         b.release()
+
+
+def test_sequence_windows(client):
+    # Episode 1: 3 steps, one padded window. Episode 2: 6 steps, windows at
+    # 0 and 2 (covered: no padded one). fifo: in the order they were made.
+    with client.writer("seq") as w:
+        for s in range(3):
+            w.append({"t": 1, "s": s})
+        w.end_episode()
+        w.extend({"t": np.full(6, 2, np.uint32),
+                  "s": np.arange(6, dtype=np.uint32)})
+        w.end_episode()
+    with client.stream("seq", batch_size=3, mode="stream", slots=2) as st:
+        b = st.next(timeout=20.0)
+        assert b["t"].shape == (3, 4) and b["mask"].shape == (3, 4)
+        assert b["t"].tolist() == [[1, 1, 1, 0], [2, 2, 2, 2], [2, 2, 2, 2]]
+        assert b["s"].tolist() == [[0, 1, 2, 0], [0, 1, 2, 3], [2, 3, 4, 5]]
+        assert b["mask"].tolist() == [[1, 1, 1, 0], [1, 1, 1, 1],
+                                      [1, 1, 1, 1]]
+        assert list(b.info["first_step"]) == [0, 0, 2]
+        assert list(b.info["length"]) == [3, 4, 4]
+        e = b.info["episode_id"]
+        assert e[0] != e[1] and e[1] == e[2]
+        b.release()
+    with client.writer("misc") as w:
+        with pytest.raises(chime.InvalidArgumentError):
+            w.end_episode()
+    t = {t["name"]: t for t in client.info()["tables"]}["seq"]
+    assert t["spec"] == "t:u32[4],s:u32[4],mask:u8[4]"
+    assert t["step_spec"] == "t:u32[],s:u32[]" and t["step_bytes"] == 8
+    assert (t["sequence_length"], t["stride"], t["episode_end"],
+            t["capacity_steps"]) == (4, 2, "pad", 256)
+    t = {t["name"]: t for t in client.stats()["tables"]}["seq"]
+    assert (t["steps"], t["steps_inserted"], t["episodes_open"]) == (9, 9, 0)
+    assert t["step_bytes"] >= 256 * 8
 
 
 def test_ctrl_c_interrupts_next(client):

@@ -193,6 +193,21 @@ int chime_client_info(chime_server_info_t **out, chime_client_t *client) {
     o->max_times_sampled = t->max_times_sampled;
     o->samples_per_insert = t->samples_per_insert;
     o->error_buffer = t->error_buffer;
+    if (t->sequence_length > 0 &&
+        chime__spec_from_leaves(&o->step_spec, t->step_spec, t->n_step_spec,
+                                leaf_err, sizeof(leaf_err))) {
+      rc = chime__fail(err, sizeof(err), CHIME_EPROTO,
+                       "GetInfo: table '%s' has a bad step spec: %s", o->name,
+                       leaf_err);
+      goto cleanup;
+    }
+    o->step_bytes = t->step_bytes;
+    o->capacity_steps = t->capacity_steps;
+    o->sequence_length = t->sequence_length;
+    o->stride = t->stride;
+    copy_str(o->episode_end, sizeof(o->episode_end), t->episode_end);
+    o->initial_priority_max = t->initial_priority_max;
+    o->initial_priority = t->initial_priority;
     info->ntables++;
   }
   for (size_t i = 0; i < r->n_rings; i++) {
@@ -291,6 +306,10 @@ int chime_client_stats(chime_stats_t **out, chime_client_t *client) {
     o->rate_sample_wait_ns = t->rate_sample_wait_ns;
     o->left = t->left;
     o->left_times_sampled = t->left_times_sampled;
+    o->steps = t->steps;
+    o->steps_inserted = t->steps_inserted;
+    o->episodes_open = t->episodes_open;
+    o->step_bytes = t->step_bytes;
     o->inserts_waiting_rate = t->inserts_waiting_rate;
     o->samplers_waiting_rate = t->samplers_waiting_rate;
     o->samplers_waiting_items = t->samplers_waiting_items;

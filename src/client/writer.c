@@ -32,6 +32,10 @@ struct chime_writer_s {
   int resend;               /* resend unacked requests after a reconnect */
   int reconnect_timeout_ms; /* from the disconnect to the next ack */
   uint64_t writer_id;       /* 0 when resend is off: no dedupe */
+  /* A sequence table's writer appends steps; its episode is the server's
+   * per writer_id, which it then always has. */
+  int sequence;
+  int end_pending; /* the next request ends the episode */
 
   chime__rpc_t rpc; /* the Insert call; a new one after a reconnect */
 
@@ -344,6 +348,7 @@ static int send_batch(chime_writer_t *w) {
   }
   req.id = w->next_id;
   req.writer_id = w->writer_id;
+  req.end_episode = w->end_pending != 0;
   grpc_byte_buffer *bb = chime__pack(&req.base);
   if (!bb)
     return fail(w, CHIME_ENOMEM);
@@ -358,6 +363,7 @@ static int send_batch(chime_writer_t *w) {
   w->sent += w->queued;
   w->queued = 0;
   w->all_default = 1;
+  w->end_pending = 0;
   return kick(w);
 }
 
@@ -428,6 +434,11 @@ int chime_writer_open(chime_writer_t **out, chime_client_t *client,
   rc = chime__table_lookup(client, table, &ti, NULL, err, sizeof(err));
   if (rc)
     goto cleanup;
+  if (ti.sequence_length > 0) {
+    /* Steps go in; items (windows) come out. */
+    ti.spec = ti.step_spec;
+    ti.sample_bytes = ti.step_bytes;
+  }
   if (ti.sample_bytes == 0 ||
       ti.sample_bytes != chime_spec_sample_bytes(&ti.spec) ||
       ti.sample_bytes > client->max_message_bytes / 2) {
@@ -445,6 +456,7 @@ int chime_writer_open(chime_writer_t **out, chime_client_t *client,
   snprintf(w->table, sizeof(w->table), "%s", table);
   w->spec = ti.spec;
   w->sample_bytes = ti.sample_bytes;
+  w->sequence = ti.sequence_length > 0;
   uint64_t cap = opts->max_batch_bytes / ti.sample_bytes;
   if (cap > opts->max_batch_samples)
     cap = opts->max_batch_samples;
@@ -464,8 +476,9 @@ int chime_writer_open(chime_writer_t **out, chime_client_t *client,
     /* A resend must still be in the server's window to be recognised. */
     if (w->max_inflight > CHIME__INSERT_WINDOW)
       w->max_inflight = CHIME__INSERT_WINDOW;
-    w->writer_id = new_writer_id();
   }
+  if (w->resend || w->sequence)
+    w->writer_id = new_writer_id();
   w->next_id = w->acked_id = 1;
   w->all_default = 1;
   w->min_key = 1; /* keys start at 1 */
@@ -494,6 +507,13 @@ cleanup:
 }
 
 static int bad_priority(chime_writer_t *w, double priority) {
+  if (w->sequence && priority != 1.0) {
+    snprintf(w->err, sizeof(w->err),
+             "insert into '%s': a sequence table's items are windows: they "
+             "take the table's initial_priority, not a step's (pass 1.0)",
+             w->table);
+    return CHIME_EINVAL;
+  }
   if (isfinite(priority) && priority >= 0)
     return 0;
   snprintf(w->err, sizeof(w->err),
@@ -608,6 +628,21 @@ int chime_writer_extend(chime_writer_t *writer, uint32_t n,
       *taken = done;
   }
   return rc;
+}
+
+int chime_writer_end_episode(chime_writer_t *writer) {
+  chime_writer_t *w = writer;
+  if (!w)
+    return CHIME_EINVAL;
+  if (!w->sequence) {
+    snprintf(w->err, sizeof(w->err),
+             "end_episode: table '%s' is not a sequence table", w->table);
+    return CHIME_EINVAL;
+  }
+  if (w->failed)
+    return w->failed;
+  w->end_pending = 1;
+  return send_batch(w); /* the queued steps, possibly none, and the end */
 }
 
 int chime_writer_flush(chime_writer_t *writer) {

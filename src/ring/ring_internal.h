@@ -18,7 +18,7 @@
 
 /* "CHIMERNG" as a little-endian u64. */
 #define CHIME_RING_MAGIC UINT64_C(0x474E52454D494843)
-#define CHIME_RING_VERSION 2u /* 2: chime_sample_info_t grew to 48 bytes */
+#define CHIME_RING_VERSION 3u /* 3: chime_sample_info_t grew to 64 bytes */
 
 /* Rounds v up to a power-of-two align. CHIME_EOVERFLOW if it wraps. */
 int chime__align_up(uint64_t v, uint64_t align, uint64_t *out);

@@ -102,6 +102,56 @@ static int table_check(const chime__table_config_t *t, const char *where,
   return 0;
 }
 
+/* A sequence table's keys; its capacity (in items) becomes capacity_steps:
+ * a step starts at most one window. */
+static int sequence_check(chime__table_config_t *t, const char *where,
+                          int have_cap, int have_steps, int have_remover,
+                          char *err, size_t errlen) {
+  if (have_cap)
+    return fail(err, errlen,
+                "%s: 'capacity': a sequence table is sized by capacity_steps",
+                where);
+  if (!have_steps || t->sequence_length == 0)
+    return fail(err, errlen,
+                "%s: a sequence table needs both 'capacity_steps' and "
+                "'sequence_length'",
+                where);
+  if (t->capacity_steps == 0 || t->capacity_steps > CHIME__MAX_TABLE_STEPS)
+    return fail(err, errlen, "%s: 'capacity_steps': must be 1..%llu", where,
+                (unsigned long long)CHIME__MAX_TABLE_STEPS);
+  if (t->stride == 0)
+    t->stride = t->sequence_length;
+  if (t->stride > t->sequence_length)
+    return fail(err, errlen,
+                "%s: 'stride' %u exceeds sequence_length %u (steps between "
+                "windows would belong to no item)",
+                where, t->stride, t->sequence_length);
+  if (have_remover)
+    return fail(err, errlen,
+                "%s: 'remover': a sequence table's items leave with their "
+                "oldest steps (capacity_steps), no remover picks them",
+                where);
+  for (uint32_t i = 0; i < t->spec.nleaves; i++) {
+    if (t->spec.leaves[i].ndim >= CHIME_MAX_DIMS)
+      return fail(err, errlen,
+                  "%s: leaf '%s' has %u dimensions; a batch prepends the "
+                  "sequence's, at most %d in all",
+                  where, t->spec.leaves[i].name, t->spec.leaves[i].ndim,
+                  CHIME_MAX_DIMS);
+    if (t->episode_pad && strcmp(t->spec.leaves[i].name, "mask") == 0)
+      return fail(err, errlen,
+                  "%s: leaf 'mask': episode_end \"pad\" adds a leaf of that "
+                  "name",
+                  where);
+  }
+  if (t->episode_pad && t->spec.nleaves >= CHIME_MAX_LEAVES)
+    return fail(err, errlen,
+                "%s: episode_end \"pad\" adds a mask leaf: at most %d leaves",
+                where, CHIME_MAX_LEAVES - 1);
+  t->capacity = t->capacity_steps;
+  return 0;
+}
+
 static int name_ok(const char *s) {
   size_t n = strlen(s);
   if (n == 0 || n >= CHIME_MAX_NAME)
@@ -140,8 +190,9 @@ static int parse_table(chime__table_config_t *t, json_t *obj, uint32_t index,
   snprintf(where, sizeof(where), "table '%s'", t->name);
 
   int have_spec = 0, have_cap = 0, have_remover = 0, have_exp = 0, have_mts = 0;
-  int have_spi = 0, have_buf = 0;
+  int have_spi = 0, have_buf = 0, have_steps = 0, seq_keys = 0;
   t->min_size = 1;
+  t->initial_priority = 1.0;
   t->sampler = CHIME__SAMPLER_FIFO;
   t->remover = CHIME__SAMPLER_FIFO;
   t->priority_exponent = 1.0;
@@ -205,17 +256,62 @@ static int parse_table(chime__table_config_t *t, json_t *obj, uint32_t index,
         return fail(err, errlen, "%s: must be 0..%u (0: no limit)", kw,
                     UINT32_MAX);
       have_mts = 1;
+    } else if (strcmp(key, "capacity_steps") == 0) {
+      if (get_u64(v, kw, &t->capacity_steps, err, errlen) != 0)
+        return CHIME_EINVAL;
+      have_steps = 1;
+    } else if (strcmp(key, "sequence_length") == 0 ||
+               strcmp(key, "stride") == 0) {
+      uint64_t x = 0;
+      if (get_u64(v, kw, &x, err, errlen) != 0)
+        return CHIME_EINVAL;
+      if (x == 0 || x > CHIME__MAX_SEQUENCE_LENGTH)
+        return fail(err, errlen, "%s: must be 1..%u", kw,
+                    CHIME__MAX_SEQUENCE_LENGTH);
+      if (key[1] == 'e')
+        t->sequence_length = (uint32_t)x;
+      else
+        t->stride = (uint32_t)x;
+      seq_keys |= key[1] == 'e' ? 0 : 1;
+    } else if (strcmp(key, "episode_end") == 0) {
+      const char *e = json_is_string(v) ? json_string_value(v) : "";
+      if (strcmp(e, "pad") != 0 && strcmp(e, "drop") != 0)
+        return fail(err, errlen, "%s: expected \"drop\" or \"pad\"", kw);
+      t->episode_pad = e[0] == 'p';
+      seq_keys |= 2;
+    } else if (strcmp(key, "initial_priority") == 0) {
+      if (json_is_string(v) && strcmp(json_string_value(v), "max") == 0) {
+        t->initial_priority_max = 1;
+      } else if (json_is_number(v) && json_number_value(v) >= 0 &&
+                 json_number_value(v) <= 1e300) {
+        t->initial_priority = json_number_value(v);
+      } else {
+        return fail(err, errlen, "%s: expected \"max\" or a number >= 0", kw);
+      }
+      seq_keys |= 4;
     } else {
       return fail(err, errlen,
                   "%s: unknown key (known: name, spec, capacity, sampler, "
                   "remover, priority_exponent, max_times_sampled, min_size, "
-                  "samples_per_insert, error_buffer)",
+                  "samples_per_insert, error_buffer, capacity_steps, "
+                  "sequence_length, stride, episode_end, initial_priority)",
                   kw);
     }
   }
   if (!have_spec)
     return fail(err, errlen, "%s: 'spec' is required", where);
-  if (!have_cap)
+  if (t->sequence_length > 0 || have_steps) {
+    int rc = sequence_check(t, where, have_cap, have_steps, have_remover, err,
+                            errlen);
+    if (rc != 0)
+      return rc;
+  } else if (seq_keys != 0) {
+    return fail(err, errlen,
+                "%s: 'stride', 'episode_end' and 'initial_priority' are for "
+                "sequence tables (set sequence_length and capacity_steps)",
+                where);
+  }
+  if (!have_cap && t->sequence_length == 0)
     return fail(err, errlen, "%s: 'capacity' is required", where);
   /* A fifo sampler's full table makes inserts wait for samples to make
    * room (a queue): it removes nothing itself, and needs a limit. */

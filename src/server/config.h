@@ -25,6 +25,9 @@ typedef enum {
 
 /* Rows are 32-bit indexes with one value kept for "none". */
 #define CHIME__MAX_TABLE_ITEMS UINT64_C(0xfffffffe)
+/* Step slots too, rounded up to whole blocks of up to 32 steps. */
+#define CHIME__MAX_TABLE_STEPS UINT64_C(0xffffff00)
+#define CHIME__MAX_SEQUENCE_LENGTH 65536u
 
 typedef struct {
   char name[CHIME_MAX_NAME];
@@ -44,6 +47,16 @@ typedef struct {
   double samples_per_insert;
   double error_buffer;
   uint64_t seed; /* the table's random draws; 0: from the clock (tests) */
+  /* A sequence table (sequence_length > 0; docs/sequences.md): spec is one
+   * step's, capacity_steps steps are stored once each, and an item is a
+   * window of sequence_length consecutive steps of one episode, made every
+   * stride steps. capacity is set to capacity_steps (a step starts at most
+   * one window). */
+  uint64_t capacity_steps;
+  uint32_t sequence_length, stride;
+  int episode_pad;          /* 1: pad (mask leaf), 0: drop short tails */
+  int initial_priority_max; /* 1: the largest priority seen so far */
+  double initial_priority;  /* else this one (default 1) */
 } chime__table_config_t;
 
 /* Who may call what (auth.tokens): actor: Insert and GetInfo; learner:

@@ -19,6 +19,9 @@ typedef struct chime__dedupe_s chime__dedupe_t;
 typedef struct {
   uint64_t writer; /* 0: no dedupe */
   uint64_t seq;
+  /* In: a sequence table's episode (the writer's) ends with this request.
+   * Carried here because it is part of what a resend must not repeat. */
+  int end_episode;
   /* Out: 1 when the request was inserted before and acked again from
    * memory (nothing inserted). */
   int resent;

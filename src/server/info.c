@@ -12,6 +12,9 @@ typedef struct {
   Chime__V1__Leaf leaves[CHIME_MAX_LEAVES];
   Chime__V1__Leaf *lp[CHIME_MAX_LEAVES];
   char text[4096];
+  Chime__V1__Leaf sleaves[CHIME_MAX_LEAVES]; /* a sequence table's step */
+  Chime__V1__Leaf *slp[CHIME_MAX_LEAVES];
+  char stext[4096];
 } table_msg_t;
 
 /* The requests carry nothing, but a call without one, or with bytes that do
@@ -98,12 +101,29 @@ static void info_on_start(chime__call_t *c) {
     Chime__V1__TableInfo init = CHIME__V1__TABLE_INFO__INIT;
     tm[i].info = init;
     tm[i].info.name = (char *)tc->name;
-    chime__leaf_msgs(&tc->spec, tm[i].leaves, tm[i].lp);
-    tm[i].info.n_spec = tc->spec.nleaves;
+    /* What one item of a batch is: a sequence table's windows. */
+    const chime_spec_t *is = chime__table_item_spec(srv->tables[i]);
+    chime__leaf_msgs(is, tm[i].leaves, tm[i].lp);
+    tm[i].info.n_spec = is->nleaves;
     tm[i].info.spec = tm[i].lp;
-    if (chime_spec_format(&tc->spec, tm[i].text, sizeof(tm[i].text)) != 0)
+    if (chime_spec_format(is, tm[i].text, sizeof(tm[i].text)) != 0)
       tm[i].text[0] = '\0'; /* no truncated spec text */
     tm[i].info.spec_text = tm[i].text;
+    if (tc->sequence_length > 0) {
+      chime__leaf_msgs(&tc->spec, tm[i].sleaves, tm[i].slp);
+      tm[i].info.n_step_spec = tc->spec.nleaves;
+      tm[i].info.step_spec = tm[i].slp;
+      if (chime_spec_format(&tc->spec, tm[i].stext, sizeof(tm[i].stext)) != 0)
+        tm[i].stext[0] = '\0';
+      tm[i].info.step_spec_text = tm[i].stext;
+      tm[i].info.step_bytes = chime__table_sample_bytes(srv->tables[i]);
+      tm[i].info.capacity_steps = tc->capacity_steps;
+      tm[i].info.sequence_length = tc->sequence_length;
+      tm[i].info.stride = tc->stride;
+      tm[i].info.episode_end = tc->episode_pad ? "pad" : "drop";
+      tm[i].info.initial_priority_max = tc->initial_priority_max != 0;
+      tm[i].info.initial_priority = tc->initial_priority;
+    }
     tm[i].info.capacity = tc->capacity;
     tm[i].info.size = ts.size;
     tm[i].info.sampler = (char *)chime__sampler_name(tc->sampler);
@@ -113,7 +133,7 @@ static void info_on_start(chime__call_t *c) {
     tm[i].info.samples_per_insert = tc->samples_per_insert;
     tm[i].info.error_buffer = tc->error_buffer;
     tm[i].info.min_size = tc->min_size;
-    tm[i].info.sample_bytes = chime__table_sample_bytes(srv->tables[i]);
+    tm[i].info.sample_bytes = chime_spec_sample_bytes(is);
     tp[i] = &tm[i].info;
   }
   r.n_tables = srv->ntables;
@@ -186,6 +206,10 @@ int chime__stats_snap(chime_server_t *srv, chime__stats_snap_t *snap) {
     t->samplers_waiting_rate = st.samplers_waiting_rate;
     t->samplers_waiting_items = st.samplers_waiting_items;
     t->capacity = st.capacity;
+    t->steps = st.steps;
+    t->steps_inserted = st.steps_inserted;
+    t->episodes_open = st.episodes_open;
+    t->step_bytes = st.step_bytes;
     snap->tp[i] = t;
   }
   r->n_tables = srv->ntables;

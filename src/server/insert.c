@@ -103,6 +103,7 @@ typedef struct {
   uint64_t bytes; /* charged to the staging budget */
   uint32_t count;
   uint64_t id, writer_id;
+  int end_episode;
   double *priorities; /* NULL: all 1.0 */
   chime__staging_t *budget;
 } staged_t;
@@ -134,6 +135,7 @@ static int stage(staged_t **out, msg_t *m, chime__staging_t *budget) {
   sg->count = m->q.count;
   sg->id = m->q.id;
   sg->writer_id = m->q.writer_id;
+  sg->end_episode = m->q.end_episode;
   sg->priorities = m->q.priorities;
   m->q.priorities = NULL;
   sg->budget = budget;
@@ -479,7 +481,27 @@ static void insert_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
                   req->q.data_len, err, sizeof(err));
   if (rc != 0)
     goto fail;
-  if (tc->sampler == CHIME__SAMPLER_FIFO && req->q.count > tc->capacity) {
+  if (tc->sequence_length > 0 &&
+      (req->q.writer_id == 0 || req->q.n_priorities != 0)) {
+    snprintf(err, sizeof(err),
+             req->q.writer_id == 0
+                 ? "insert into '%s': a sequence table keeps one episode per "
+                   "writer: send writer_id"
+                 : "insert into '%s': a sequence table's items are windows: "
+                   "they take initial_priority (then MutatePriorities), not "
+                   "per-step priorities",
+             tc->name);
+    rc = CHIME_EINVAL;
+    goto fail;
+  }
+  if (tc->sequence_length == 0 && req->q.end_episode) {
+    snprintf(err, sizeof(err),
+             "insert into '%s': end_episode is for sequence tables", tc->name);
+    rc = CHIME_EINVAL;
+    goto fail;
+  }
+  if (tc->sampler == CHIME__SAMPLER_FIFO && tc->sequence_length == 0 &&
+      req->q.count > tc->capacity) {
     snprintf(err, sizeof(err),
              "insert into '%s': %u samples in one request; fifo table '%s' "
              "holds at most %llu and a request goes in whole",
@@ -509,7 +531,9 @@ static void insert_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
     uint64_t first_key = 0;
     uint64_t id = req->q.id;
     uint32_t count = req->q.count;
-    chime__dedupe_req_t dq = {.writer = req->q.writer_id, .seq = id};
+    chime__dedupe_req_t dq = {.writer = req->q.writer_id,
+                              .seq = id,
+                              .end_episode = req->q.end_episode};
     pthread_mutex_lock(&c->mu);
     if (st->stopping) {
       /* Not taken in, so never acked: the writer sees "shutting down". */
@@ -560,7 +584,8 @@ static void insert_done(chime__inserter_t *w, insert_t *st) {
   pthread_mutex_unlock(&st->call->mu);
   /* A call that ended before its request went in was never acked: the
    * request is dropped, and the writer's resend is the one that counts. */
-  chime__dedupe_req_t dq = {.writer = sg->writer_id, .seq = sg->id};
+  chime__dedupe_req_t dq = {
+      .writer = sg->writer_id, .seq = sg->id, .end_episode = sg->end_episode};
   int rc = ended
                ? CHIME_ECLOSED
                : chime__table_insert(w->t, sg->data, sg->count, sg->priorities,

@@ -19,6 +19,7 @@ enum {
   F_ID = 5,
   F_SPEC = 6,
   F_WRITER_ID = 7,
+  F_END_EPISODE = 8,
 };
 
 static int bad(char *err, size_t errlen, const char *what) {
@@ -126,6 +127,11 @@ int chime__insert_req_parse(chime__insert_req_t *q, chime__pb_reader_t *r,
       if ((rc = want_wire(&f, CHIME__PB_I64, err, errlen)) != 0)
         return rc;
       q->writer_id = f.value;
+      break;
+    case F_END_EPISODE:
+      if ((rc = want_wire(&f, CHIME__PB_VARINT, err, errlen)) != 0)
+        return rc;
+      q->end_episode = f.value != 0;
       break;
     case F_SPEC:
       if ((rc = want_wire(&f, CHIME__PB_LEN, err, errlen)) != 0 ||

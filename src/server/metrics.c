@@ -124,6 +124,15 @@ static const metric_t table_metrics[] = {
      0},
     {"chime_table_samplers_waiting_items", "gauge",
      "Samplers waiting for items now.", TF(samplers_waiting_items), 1, 0},
+    /* Sequence tables (docs/sequences.md); 0 for a plain table. */
+    {"chime_table_steps", "gauge", "Steps stored now (sequence tables).",
+     TF(steps), 0, 0},
+    {"chime_table_steps_inserted_total", "counter",
+     "Steps appended (sequence tables).", TF(steps_inserted), 0, 0},
+    {"chime_table_episodes_open", "gauge",
+     "Episodes open now (sequence tables).", TF(episodes_open), 0, 0},
+    {"chime_table_step_bytes", "gauge",
+     "Bytes of step storage (sequence tables).", TF(step_bytes), 0, 0},
 };
 #undef TF
 

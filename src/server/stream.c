@@ -143,8 +143,8 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
 
   chime_ring_layout_t lay;
   uint64_t ring_bytes = 0;
-  rc = chime_ring_layout(&lay, &tc->spec, open->batch_size, open->slots, lerr,
-                         sizeof(lerr));
+  rc = chime_ring_layout(&lay, chime__table_item_spec(t), open->batch_size,
+                         open->slots, lerr, sizeof(lerr));
   if (rc == 0 && chime_ring_bytes(&lay, &ring_bytes) != 0)
     rc = chime__fail(lerr, sizeof(lerr), CHIME_EOVERFLOW, "ring too large");
   if (rc != 0)
@@ -179,7 +179,7 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
   size_t max_spans = 0;
   if (s->mode == CHIME_MODE_STREAM)
     max_spans = 2 * CHIME__CHUNK_BYTES / SEND_COPY_BELOW +
-                2 * (size_t)tc->spec.nleaves + 4;
+                2 * (size_t)chime__table_item_spec(t)->nleaves + 4;
   int held = s->mode == CHIME_MODE_STREAM && tc->max_times_sampled != 0;
   int init_rc = chime__sender_init(
       &s->sender, NULL, 0,
@@ -230,7 +230,8 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
     goto out;
   }
 
-  rc = chime_ring_create(&s->ring, &tc->spec, open->batch_size, open->slots);
+  rc = chime_ring_create(&s->ring, chime__table_item_spec(t), open->batch_size,
+                         open->slots);
   if (rc != 0) {
     rc = chime__fail(err, errlen, rc,
                      "cannot create a ring for table '%s': %s: %s", tc->name,

@@ -18,6 +18,7 @@
  * reused first, so spare rows are touched only then. */
 #include "server/table.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -27,6 +28,7 @@
 #include "wire/insert.h"
 #include "server/heap.h"
 #include "server/keyindex.h"
+#include "server/steps.h"
 #include "server/sumtree.h"
 
 #include <math.h>
@@ -77,6 +79,16 @@ struct chime__table_s {
   uint64_t rate_sample_wait_ns; /* samplers held back by it */
   uint32_t inserts_waiting_rate;
   uint64_t left, left_times; /* items that left, and their times sampled */
+  /* A sequence table: rows hold windows (no leaf bytes), the steps are in
+   * the step store. nleaves is 0 then; the step spec's leaves are sleaves,
+   * their bytes in lbytes. */
+  chime__steps_t *steps;
+  chime_spec_t item_spec; /* a batch's: [T, *shape] per leaf (+ mask) */
+  uint32_t sleaves;
+  uint32_t *wslot, *wfirst, *wlen; /* a window's first step, index, length */
+  uint64_t *wep;                   /* its episode */
+  double max_prio;                 /* initial_priority "max" */
+  uint64_t step_key, windows_dropped;
 };
 
 #define NONE UINT32_MAX
@@ -106,6 +118,69 @@ static size_t align64(size_t n) {
   return (n + 63u) & ~(size_t)63u;
 }
 
+/* A sequence table's batch spec: each step leaf with sequence_length
+ * prepended to its shape, then mask: u8[T] when episodes end padded. */
+static int seq_spec(const chime__table_config_t *cfg, chime_spec_t *out) {
+  const chime_spec_t *st = &cfg->spec;
+  uint32_t n = st->nleaves;
+  if (cfg->stride == 0 || cfg->stride > cfg->sequence_length ||
+      n + (cfg->episode_pad ? 1u : 0u) > CHIME_MAX_LEAVES)
+    return CHIME_EINVAL;
+  *out = *st;
+  for (uint32_t i = 0; i < n; i++) {
+    chime_leaf_t *l = &out->leaves[i];
+    if (l->ndim >= CHIME_MAX_DIMS)
+      return CHIME_EINVAL;
+    memmove(&l->shape[1], &l->shape[0], l->ndim * sizeof(l->shape[0]));
+    l->shape[0] = cfg->sequence_length;
+    l->ndim++;
+  }
+  if (cfg->episode_pad) {
+    chime_leaf_t *m = &out->leaves[n];
+    memset(m, 0, sizeof(*m));
+    snprintf(m->name, sizeof(m->name), "mask");
+    m->dtype = CHIME_DTYPE_U8;
+    m->ndim = 1;
+    m->shape[0] = cfg->sequence_length;
+    out->nleaves = n + 1;
+  }
+  return chime_spec_validate(out, NULL, 0) == 0 ? 0 : CHIME_EINVAL;
+}
+
+static uint32_t seq_window(void *ctx, const chime__window_t *w);
+static void seq_evict(void *ctx, uint32_t row);
+
+static int seq_create(chime__table_t *t, size_t rows) {
+  chime__steps_config_t sc = {
+      .capacity_steps = t->cfg.capacity_steps,
+      .sequence_length = t->cfg.sequence_length,
+      .stride = t->cfg.stride,
+      .pad = t->cfg.episode_pad,
+      .max_episodes = CHIME__INSERT_WRITERS,
+  };
+  chime__steps_cb_t cb = {seq_window, seq_evict, t};
+  t->sleaves = t->cfg.spec.nleaves;
+  for (uint32_t i = 0; i < t->sleaves; i++)
+    t->lbytes[i] = chime_leaf_bytes(&t->cfg.spec.leaves[i]);
+  t->wslot = calloc(rows, sizeof(uint32_t));
+  t->wfirst = calloc(rows, sizeof(uint32_t));
+  t->wlen = calloc(rows, sizeof(uint32_t));
+  t->wep = calloc(rows, sizeof(uint64_t));
+  if (!t->wslot || !t->wfirst || !t->wlen || !t->wep)
+    return CHIME_ENOMEM;
+  t->max_prio = 1.0;
+  t->step_key = 1;
+  return chime__steps_create(&t->steps, &t->cfg.spec, &sc, &cb);
+}
+
+static void seq_destroy(chime__table_t *t) {
+  chime__steps_destroy(t->steps);
+  free(t->wslot);
+  free(t->wfirst);
+  free(t->wlen);
+  free(t->wep);
+}
+
 int chime__table_create(chime__table_t **out,
                         const chime__table_config_t *cfg) {
   int rc = 0;
@@ -114,16 +189,22 @@ int chime__table_create(chime__table_t **out,
   if (t == NULL)
     return CHIME_ENOMEM;
   t->cfg = *cfg;
+  int seq = cfg->sequence_length > 0;
+  if (seq)
+    t->cfg.capacity = cfg->capacity_steps; /* a step starts one window */
   if (t->cfg.remover == 0)
     t->cfg.remover = CHIME__SAMPLER_FIFO;
   if (t->cfg.sampler == CHIME__SAMPLER_FIFO && t->cfg.max_times_sampled == 0)
     t->cfg.max_times_sampled = 1;
   t->mts = t->cfg.max_times_sampled;
   t->sample_bytes = chime_spec_sample_bytes(&cfg->spec);
-  t->nleaves = cfg->spec.nleaves;
-  if (t->sample_bytes == 0 || cfg->capacity == 0 ||
-      cfg->capacity > CHIME__MAX_TABLE_ITEMS ||
-      cfg->capacity > CHIME__MAX_TABLE_BYTES / t->sample_bytes ||
+  t->nleaves = seq ? 0 : cfg->spec.nleaves;
+  t->item_spec = cfg->spec;
+  if (seq && (rc = seq_spec(&t->cfg, &t->item_spec)) != 0)
+    goto out;
+  if (t->sample_bytes == 0 || t->cfg.capacity == 0 ||
+      t->cfg.capacity > CHIME__MAX_TABLE_ITEMS ||
+      t->cfg.capacity > CHIME__MAX_TABLE_BYTES / t->sample_bytes ||
       t->cfg.sampler < CHIME__SAMPLER_FIFO ||
       t->cfg.sampler > CHIME__SAMPLER_MAX_HEAP ||
       t->cfg.remover < CHIME__SAMPLER_FIFO ||
@@ -134,8 +215,8 @@ int chime__table_create(chime__table_t **out,
     rc = CHIME_EINVAL;
     goto out;
   }
-  size_t cap = (size_t)cfg->capacity;
-  size_t rows = (size_t)rows_for(cfg->capacity);
+  size_t cap = (size_t)t->cfg.capacity;
+  size_t rows = (size_t)rows_for(t->cfg.capacity);
   size_t len = 0;
   uint64_t off = 0;
   for (uint32_t i = 0; i < t->nleaves; i++) {
@@ -204,6 +285,8 @@ int chime__table_create(chime__table_t **out,
   if (uses(&t->cfg, CHIME__SAMPLER_MAX_HEAP) &&
       (rc = chime__heap_create(&t->hmax, (uint32_t)rows, CHIME__HEAP_MAX)) != 0)
     goto out;
+  if (seq && (rc = seq_create(t, rows)) != 0)
+    goto out;
   t->next_key = 1;
   t->rng = (cfg->seed != 0 ? cfg->seed : now_ns(CLOCK_MONOTONIC)) | 1u;
   pthread_mutex_init(&t->mu, NULL);
@@ -221,6 +304,7 @@ out:
     chime__sumtree_destroy(t->sum);
     chime__heap_destroy(t->hmin);
     chime__heap_destroy(t->hmax);
+    seq_destroy(t);
   }
   free(t);
   return rc;
@@ -240,6 +324,7 @@ void chime__table_destroy(chime__table_t *t) {
   chime__sumtree_destroy(t->sum);
   chime__heap_destroy(t->hmin);
   chime__heap_destroy(t->hmax);
+  seq_destroy(t);
   free(t);
 }
 
@@ -249,6 +334,10 @@ const chime__table_config_t *chime__table_config(const chime__table_t *t) {
 
 uint64_t chime__table_sample_bytes(const chime__table_t *t) {
   return t->sample_bytes;
+}
+
+const chime_spec_t *chime__table_item_spec(const chime__table_t *t) {
+  return &t->item_spec;
 }
 
 void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out) {
@@ -266,6 +355,16 @@ void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out) {
   out->left_times_sampled = t->left_times;
   out->inserts_waiting_rate = t->inserts_waiting_rate;
   out->samplers_waiting_rate = out->samplers_waiting_items = 0;
+  out->steps = out->episodes_open = out->step_bytes = out->steps_inserted = 0;
+  out->windows_dropped = t->windows_dropped;
+  if (t->steps != NULL) {
+    chime__steps_stats_t ss;
+    chime__steps_get_stats(t->steps, &ss);
+    out->steps = ss.steps;
+    out->episodes_open = ss.episodes;
+    out->step_bytes = ss.bytes;
+    out->steps_inserted = t->step_key - 1;
+  }
   uint64_t now = now_ns(CLOCK_MONOTONIC);
   for (const chime__table_waiter_t *w = t->waiters; w != NULL; w = w->next) {
     if (w->rate)
@@ -481,6 +580,8 @@ static void live_remove(chime__table_t *t, uint32_t r) {
     e |= chime__heap_remove(t->hmax, r);
   e |= chime__keyindex_remove(t->keys, t->key[r], NULL);
   (void)e; /* r was live, so in each: cannot fail */
+  if (t->steps != NULL)
+    chime__steps_forget(t->steps, t->wslot[r]);
   if (t->pins[r] != 0)
     t->ndead++;
   else
@@ -563,6 +664,102 @@ static int check_priorities(const chime__table_t *t, const double *prio,
   return 0;
 }
 
+/* A window an episode completed becomes an item (the table lock held,
+ * from chime__steps_append or _end): the newest, with the table's initial
+ * priority. */
+static uint32_t seq_window(void *ctx, const chime__window_t *w) {
+  chime__table_t *t = ctx;
+  if (t->rows - t->count - t->ndead == 0) {
+    t->windows_dropped++; /* every row live or pinned: cannot happen while
+                             pinned rows stay under the spares */
+    return NONE;
+  }
+  uint32_t r = free_pop(t);
+  t->key[r] = t->next_key++;
+  t->itime[r] = now_ns(CLOCK_REALTIME);
+  t->times[r] = 0;
+  t->prio[r] =
+      t->cfg.initial_priority_max ? t->max_prio : t->cfg.initial_priority;
+  t->wslot[r] = w->slot;
+  t->wfirst[r] = w->first;
+  t->wlen[r] = w->len;
+  t->wep[r] = w->episode;
+  live_add(t, r, 0);
+  t->inserts++;
+  return r;
+}
+
+/* The block holding the window's first step leaves: so does the item. */
+static void seq_evict(void *ctx, uint32_t row) {
+  live_remove(ctx, row);
+}
+
+static void seq_read(void *ctx, uint8_t *dst, uint64_t n) {
+  cursor_read(ctx, dst, n);
+}
+
+/* A sequence table's insert: count steps appended to the writer's open
+ * episode (all under one lock hold, so samplers see the windows they make
+ * all or none), then the episode ends if the request says so. Never waits
+ * for room: the oldest steps leave, with the windows starting in them. */
+static int seq_insert(chime__table_t *t, const chime__span_t *spans,
+                      uint32_t count, const double *priorities,
+                      uint64_t *first_key, const atomic_int *abort,
+                      chime__dedupe_req_t *dq, int nowait) {
+  int rc = 0;
+  chime__table_waiter_t *arrived = NULL;
+  cursor_t cur = {spans, 0, 0};
+  if (priorities != NULL || dq == NULL || dq->writer == 0)
+    return CHIME_EINVAL; /* windows' priorities; episodes are per writer */
+  pthread_mutex_lock(&t->mu);
+  for (;;) {
+    if (t->closed) {
+      rc = CHIME_ESHUTDOWN;
+      goto out;
+    }
+    rc = chime__dedupe_check(t->dedupe, dq, count, first_key);
+    if (rc == CHIME__DEDUPE_RESENT) {
+      rc = 0;
+      goto out;
+    }
+    if (rc != CHIME__DEDUPE_NEW)
+      goto out;
+    rc = 0;
+    int rate = rate_allows_insert(t);
+    /* The oldest blocks it would reuse may be pinned by a sampler's copy
+     * (for as long as the copy takes): checked before any step goes in. */
+    if (rate && chime__steps_room(
+                    t->steps, chime__steps_lane(t->steps, dq->writer), count))
+      break;
+    if ((abort != NULL && atomic_load(abort)) || nowait) {
+      rc = nowait ? CHIME_EBUSY : CHIME_ESHUTDOWN;
+      goto out;
+    }
+    if (rate) {
+      t->pin_waiters++;
+      wait_timed(&t->unpinned, &t->mu, &t->insert_wait_ns);
+      t->pin_waiters--;
+      continue;
+    }
+    t->inserts_waiting_rate++;
+    wait_timed(&t->space, &t->mu, &t->rate_insert_wait_ns);
+    t->inserts_waiting_rate--;
+  }
+  uint32_t ep = chime__steps_lane(t->steps, dq->writer);
+  for (uint32_t j = 0; j < count; j++)
+    chime__steps_append(t->steps, ep, seq_read, &cur);
+  if (dq->end_episode)
+    chime__steps_end(t->steps, ep);
+  *first_key = t->step_key;
+  t->step_key += count;
+  chime__dedupe_record(t->dedupe, dq, count, *first_key);
+  arrived = items_arrived_locked(t);
+out:
+  pthread_mutex_unlock(&t->mu);
+  notify(arrived);
+  return rc;
+}
+
 static int insert_spans(chime__table_t *t, const chime__span_t *spans,
                         size_t nspans, uint32_t count, const double *priorities,
                         uint64_t *first_key, const atomic_int *abort,
@@ -575,6 +772,9 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
     have += spans[i].len;
   if (have != (uint64_t)count * t->sample_bytes)
     return CHIME_EINVAL;
+  if (t->steps != NULL)
+    return seq_insert(t, spans, count, priorities, first_key, abort, dq,
+                      nowait);
   uint64_t cap = t->cfg.capacity;
   int fifo = t->cfg.sampler == CHIME__SAMPLER_FIFO;
   uint64_t when = now_ns(CLOCK_REALTIME);
@@ -715,6 +915,14 @@ static void plan_batch(chime__table_t *t, const chime_ring_layout_t *lay,
     info->insert_time_ns = t->itime[k];
     info->priority = t->prio[k];
     info->table_size = t->count;
+    if (t->steps != NULL) {
+      info->episode_id = t->wep[k];
+      info->first_step = t->wfirst[k];
+      info->length = t->wlen[k];
+    } else {
+      info->episode_id = 0;
+      info->first_step = info->length = 0;
+    }
     if (rows != NULL) {
       rows[j] = k;
       info->key = t->key[k];
@@ -763,6 +971,40 @@ static void copy_rows(const chime__table_t *t, const chime_ring_layout_t *lay,
   }
 }
 
+/* A sequence table's batch, called and returning with t->mu held: each
+ * window's first block is pinned under the lock, then its steps are
+ * copied into the window's [T, *shape] place in every leaf (and the mask:
+ * 1 for valid steps) without it; an insert that would reuse a pinned
+ * block waits for the copy (chime__steps_room). */
+static void seq_copy(chime__table_t *t, const chime_ring_layout_t *lay,
+                     chime_ring_wslot_t *slot, const uint32_t *rows) {
+  uint32_t tl = t->cfg.sequence_length;
+  uint64_t batch = lay->batch_size;
+  for (uint64_t j = 0; j < batch; j++) {
+    uint32_t k = row_at(slot, rows, j);
+    chime__steps_pin(t->steps, t->wslot[k]);
+    if (t->cfg.episode_pad) {
+      uint8_t *m = (uint8_t *)slot->leaf[t->sleaves] + j * tl;
+      memset(m, 1, t->wlen[k]);
+      memset(m + t->wlen[k], 0, tl - t->wlen[k]);
+    }
+  }
+  pthread_mutex_unlock(&t->mu);
+  /* The rows are pinned too (plan_batch): wslot and wlen stay theirs. */
+  uint8_t *dst[CHIME_MAX_LEAVES];
+  for (uint64_t j = 0; j < batch; j++) {
+    uint32_t k = row_at(slot, rows, j);
+    for (uint32_t l = 0; l < t->sleaves; l++)
+      dst[l] = (uint8_t *)slot->leaf[l] + j * tl * t->lbytes[l];
+    chime__steps_copy(t->steps, t->wslot[k], t->wlen[k], dst);
+  }
+  pthread_mutex_lock(&t->mu);
+  for (uint64_t j = 0; j < batch; j++)
+    chime__steps_unpin(t->steps, t->wslot[row_at(slot, rows, j)]);
+  if (t->pin_waiters > 0)
+    pthread_cond_broadcast(&t->unpinned);
+}
+
 static void unpin_row_locked(chime__table_t *t, uint32_t k) {
   if (--t->pins[k] == 0 && t->dpos[k] == NONE) {
     t->ndead--; /* it left while pinned: free now */
@@ -806,9 +1048,13 @@ static void sample_locked(chime__table_t *t, const chime_ring_layout_t *lay,
     pins->n = lay->batch_size;
     pins->given_back = 0;
   }
-  pthread_mutex_unlock(&t->mu);
-  copy_rows(t, lay, slot, rows, pins != NULL ? copy_min : UINT64_MAX);
-  pthread_mutex_lock(&t->mu);
+  if (t->steps != NULL) {
+    seq_copy(t, lay, slot, rows); /* drops the lock for the copy */
+  } else {
+    pthread_mutex_unlock(&t->mu);
+    copy_rows(t, lay, slot, rows, pins != NULL ? copy_min : UINT64_MAX);
+    pthread_mutex_lock(&t->mu);
+  }
   if (pins == NULL)
     unpin_locked(t, lay, slot);
 }
@@ -923,6 +1169,12 @@ size_t chime__table_spans(const chime__table_t *t,
                           size_t max) {
   size_t n = 0;
   uint64_t end = off + len;
+  if (t->steps != NULL) { /* a sequence table's batch is whole in the slot */
+    if (max == 0)
+      return 0;
+    out[0] = (chime__span_t){slot_base + off, (size_t)len};
+    return 1;
+  }
   /* Appends [p, p + l), merged with the last span when they touch. */
 #define EMIT(ptr, l)                                                           \
   do {                                                                         \
@@ -1018,6 +1270,23 @@ int chime__table_give_back(chime__table_t *t, const chime_ring_layout_t *lay,
       rc = CHIME_ENOMEM; /* every row live or pinned */
       continue;
     }
+    if (t->steps != NULL) { /* a window: back if its steps still are */
+      uint32_t at =
+          chime__steps_find(t->steps, info[j].episode_id, info[j].first_step);
+      if (at == NONE)
+        continue;
+      uint32_t r = free_pop(t);
+      t->key[r] = info[j].key;
+      t->itime[r] = info[j].insert_time_ns;
+      t->prio[r] = info[j].priority;
+      t->wslot[r] = at;
+      t->wfirst[r] = info[j].first_step;
+      t->wlen[r] = info[j].length;
+      t->wep[r] = info[j].episode_id;
+      chime__steps_relist(t->steps, at, r);
+      restore_locked(t, r, info[j].times_sampled - 1);
+      continue;
+    }
     uint32_t r = free_pop(t);
     for (uint32_t l = 0; l < t->nleaves; l++)
       memcpy(t->leaf[l] + (size_t)r * t->lbytes[l],
@@ -1047,6 +1316,12 @@ void chime__table_give_back_pinned(chime__table_t *t,
     uint32_t r = pins->rows[j];
     if (!took_out(t, &info[j]) || t->dpos[r] != NONE)
       continue;
+    if (t->steps != NULL) { /* a window: back if its steps still are */
+      uint32_t slot = chime__steps_find(t->steps, t->wep[r], t->wfirst[r]);
+      if (slot == NONE)
+        continue; /* the row is freed at unpin as before */
+      chime__steps_relist(t->steps, slot, r);
+    }
     t->ndead--; /* pinned and gone: this batch's item, its bytes intact */
     restore_locked(t, r, info[j].times_sampled - 1);
   }
@@ -1078,6 +1353,8 @@ int chime__table_mutate(chime__table_t *t, const uint64_t *keys,
     }
     int e = 0;
     t->prio[r] = priorities[i];
+    if (priorities[i] > t->max_prio)
+      t->max_prio = priorities[i];
     if (t->sum != NULL)
       e |= chime__sumtree_set(t->sum, r, weight(t, priorities[i]));
     if (t->hmin != NULL)
@@ -1123,6 +1400,23 @@ void chime__table_close(chime__table_t *t) {
 uint64_t chime__table_bytes(const chime__table_config_t *cfg) {
   uint64_t cap = cfg->capacity, total = 0, b;
   uint32_t n = cfg->spec.nleaves;
+  if (cfg->sequence_length > 0) {
+    /* Rows hold windows (no leaf bytes; first step, index, length and
+     * episode: 20 bytes, spares included); the steps are stored once. */
+    chime__steps_config_t sc = {
+        .capacity_steps = cfg->capacity_steps,
+        .sequence_length = cfg->sequence_length,
+        .stride = cfg->stride,
+        .pad = cfg->episode_pad,
+        .max_episodes = CHIME__INSERT_WRITERS,
+    };
+    uint64_t sb = chime__steps_bytes(&cfg->spec, &sc);
+    cap = cfg->capacity_steps;
+    n = 0;
+    if (sb == UINT64_MAX || __builtin_mul_overflow(cap, UINT64_C(40), &b) ||
+        __builtin_add_overflow(sb, b, &total))
+      return UINT64_MAX;
+  }
   for (uint32_t i = 0; i < n + NMETA + 4; i++) {
     uint64_t per;
     if (i < n)

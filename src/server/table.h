@@ -27,6 +27,10 @@ typedef struct {
   /* Who waits now, for what: inserts on the rate limiter, samplers on it
    * and samplers on items (min_size, a whole batch). */
   uint32_t inserts_waiting_rate, samplers_waiting_rate, samplers_waiting_items;
+  /* A sequence table's steps (0 for a plain table): stored now, appended
+   * since start, episodes open, bytes of step storage; windows not made
+   * for want of a row. */
+  uint64_t steps, steps_inserted, episodes_open, step_bytes, windows_dropped;
 } chime__table_stats_t;
 
 int chime__table_create(chime__table_t **out, const chime__table_config_t *cfg);
@@ -38,7 +42,11 @@ void chime__table_destroy(chime__table_t *t);
 uint64_t chime__table_bytes(const chime__table_config_t *cfg);
 
 const chime__table_config_t *chime__table_config(const chime__table_t *t);
+/* Bytes of one inserted sample: a step's for a sequence table. */
 uint64_t chime__table_sample_bytes(const chime__table_t *t);
+/* The spec of one item in a batch: the config's, or for a sequence table
+ * each leaf as [sequence_length, *shape] and, when it pads, mask: u8[T]. */
+const chime_spec_t *chime__table_item_spec(const chime__table_t *t);
 void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out);
 
 /* Inserts `count` samples (sample-major, sample_bytes each) with keys

@@ -14,8 +14,9 @@ DTYPE_SIZE = {"u8": 1, "i8": 1, "bool": 1, "u16": 2, "i16": 2, "f16": 2,
               "bf16": 2, "u32": 4, "i32": 4, "f32": 4, "u64": 8, "i64": 8,
               "f64": 8}
 # chime_sample_info_t (include/chime/ring.h): key, probability,
-# times_sampled, reserved, insert_time_ns, priority, table_size.
-SAMPLE_INFO = struct.Struct("<QdIIQdQ")
+# times_sampled, reserved, insert_time_ns, priority, table_size, episode_id,
+# first_step, length.
+SAMPLE_INFO = struct.Struct("<QdIIQdQQII")
 # chimed's config (conftest.py, chimed). "interop" has a leaf big enough that
 # a batch of 8 goes out in several chunks (at most 1 MiB each) and a small one
 # whose array is not a multiple of 64 bytes, so leaf offsets matter.
@@ -142,11 +143,13 @@ def check_batch(layout, batch, by_key):
     keys = []
     for j in range(layout.batch_size):
         key, probability, times_sampled, _, insert_time_ns, priority, \
-            table_size = SAMPLE_INFO.unpack_from(
+            table_size, episode_id, first_step, length = \
+            SAMPLE_INFO.unpack_from(
                 batch, layout.info_offset + j * SAMPLE_INFO.size)
         assert key in by_key
         assert (probability, times_sampled, priority) == (1.0, 1, 1.0)
         assert table_size >= 1
+        assert (episode_id, first_step, length) == (0, 0, 0)
         assert insert_time_ns > 0
         sample, pos = by_key[key], 0
         for offset, size in zip(layout.leaf_offset, sizes):

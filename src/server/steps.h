@@ -1,0 +1,124 @@
+/* A sequence table's step store: episode steps in blocks of K steps, the
+ * oldest block evicted first, and the windows of sequence_length steps the
+ * episodes complete (docs/sequences.md).
+ *
+ * Each step is stored once, leaf-major (one array per leaf, indexed by a
+ * step slot = block * K + offset). Each writer appends into its own
+ * current block (its lane: a new episode goes on where the last ended), so
+ * an episode's steps are contiguous within a block, and a lane's blocks
+ * are linked oldest to newest. Blocks are
+ * taken round a ring, so the oldest block is always the next one reused:
+ * the steps that leave are the oldest. A window of T consecutive steps is
+ * then at most T / K + 2 contiguous runs.
+ *
+ * A step starts at most one window, so a block lists the items starting in
+ * it: evicting the block makes exactly those items leave (items that start
+ * earlier in the same episode were in older blocks, gone already; items
+ * that start later only cover later, newer steps).
+ *
+ * Not thread-safe: the table calls it under its lock. */
+#ifndef CHIME_SERVER_STEPS_H
+#define CHIME_SERVER_STEPS_H
+
+#include <stdint.h>
+
+#include "chime/ring.h"
+
+typedef struct chime__steps_s chime__steps_t;
+
+#define CHIME__STEPS_NONE UINT32_MAX
+
+/* A window that became complete (or, padded, at an episode's end). */
+typedef struct {
+  uint64_t episode; /* episode id, from 1 */
+  uint32_t slot;    /* step slot of its first step */
+  uint32_t first;   /* index of its first step in the episode */
+  uint32_t len;     /* valid steps: sequence_length unless padded */
+} chime__window_t;
+
+typedef struct {
+  /* A window became an item: returns the item id to list with its first
+   * step (CHIME__STEPS_NONE: none was made). */
+  uint32_t (*window)(void *ctx, const chime__window_t *w);
+  /* The block holding item's first step leaves: the item must leave. */
+  void (*evict)(void *ctx, uint32_t item);
+  void *ctx;
+} chime__steps_cb_t;
+
+typedef struct {
+  uint64_t capacity_steps;
+  uint32_t sequence_length, stride; /* 1 <= stride <= sequence_length */
+  int pad;               /* an uncovered tail makes one padded window */
+  uint32_t max_episodes; /* lanes (writers); the least recently used goes */
+} chime__steps_config_t;
+
+typedef struct {
+  uint64_t steps;              /* stored now */
+  uint64_t episodes;           /* open now */
+  uint64_t bytes;              /* of step storage (leaves only) */
+  uint64_t episodes_abandoned; /* ended because too many were open */
+  uint64_t steps_evicted;
+} chime__steps_stats_t;
+
+/* Steps per block: 32, or up to 256 so a block holds 32 KiB of small
+ * steps; fewer for small stores so that there are at least 16 blocks. */
+uint32_t chime__steps_block(uint64_t capacity_steps, uint64_t step_bytes);
+/* Bytes a store of this spec and config maps (leaves and bookkeeping),
+ * UINT64_MAX on overflow. */
+uint64_t chime__steps_bytes(const chime_spec_t *spec,
+                            const chime__steps_config_t *cfg);
+
+int chime__steps_create(chime__steps_t **out, const chime_spec_t *spec,
+                        const chime__steps_config_t *cfg,
+                        const chime__steps_cb_t *cb);
+void chime__steps_destroy(chime__steps_t *s); /* NULL-safe */
+
+/* The lane of writer, a new one when it has none (the least recently
+ * used lane is dropped when max_episodes lanes exist: its open episode is
+ * abandoned, without a padded window). Its next append opens an episode
+ * when none is open. Returns a handle valid until the next call. */
+uint32_t chime__steps_lane(chime__steps_t *s, uint64_t writer);
+/* Appends one step to lane ep's open episode (a new one if none is open):
+ * read(ctx, dst, n) is called once per
+ * leaf, in spec order, to write its n bytes at dst. Evicts the oldest
+ * block when every block is taken (cb->evict for its items), then makes
+ * the window the step completes (cb->window). */
+void chime__steps_append(chime__steps_t *s, uint32_t ep,
+                         void (*read)(void *ctx, uint8_t *dst, uint64_t n),
+                         void *ctx);
+/* Ends lane ep's open episode: with pad, an uncovered tail (or a short
+ * episode) makes one padded window. The lane's next episode goes on in
+ * the same block. */
+void chime__steps_end(chime__steps_t *s, uint32_t ep);
+/* An item left by other means (sampled out, deleted): its first step no
+ * longer lists it. */
+void chime__steps_forget(chime__steps_t *s, uint32_t slot);
+/* The slot of step `first` of episode `episode` while it is stored and
+ * starts no item (a window that left, to come back: given back), else
+ * CHIME__STEPS_NONE. */
+uint32_t chime__steps_find(const chime__steps_t *s, uint64_t episode,
+                           uint32_t first);
+/* The item starting at slot again (a window found with chime__steps_find
+ * came back). */
+void chime__steps_relist(chime__steps_t *s, uint32_t slot, uint32_t item);
+
+/* Whether count more steps of lane ep can go in now: the blocks they
+ * would take (the oldest, when every block holds steps) are not pinned. */
+int chime__steps_room(const chime__steps_t *s, uint32_t ep, uint32_t count);
+
+/* Pins the block of a window's first step (its item is live): no append
+ * reuses it until chime__steps_unpin (an append that would, waits:
+ * chime__steps_room). Blocks are reused oldest first, so the window's
+ * later, newer blocks are safe too. */
+void chime__steps_pin(chime__steps_t *s, uint32_t slot);
+void chime__steps_unpin(chime__steps_t *s, uint32_t slot);
+/* Copies a pinned window's len steps from slot into dst[l] for each leaf
+ * l (sequence_length steps long), then zeros up to sequence_length steps.
+ * Needs no lock: it reads only the window's steps and the links between
+ * its full blocks, which no append changes while the first is pinned. */
+void chime__steps_copy(const chime__steps_t *s, uint32_t slot, uint32_t len,
+                       uint8_t *const *dst);
+
+void chime__steps_get_stats(const chime__steps_t *s, chime__steps_stats_t *out);
+
+#endif

@@ -1,0 +1,698 @@
+/* Sequence tables in process: every sampled window is sequence_length
+ * consecutive steps of one episode (each step's bytes say its episode and
+ * index) across interleaved episodes of several writers and through
+ * eviction; step storage is capacity_steps steps whatever the overlap;
+ * padded windows and their mask, dropped short tails; initial priority
+ * "max", max_times_sampled and MutatePriorities on windows; resent
+ * requests appended once. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "chime/errors.h"
+#include "server/config.h"
+#include "server/steps.h"
+#include "server/table.h"
+
+/* A step: tag (the test's episode number) and index, then 3 bytes that
+ * depend on both (a second leaf, so leaf-major copies are checked). */
+#define SPEC "id:u32[2], x:u8[3]"
+#define STEP 11
+
+static void step_bytes(uint8_t *p, uint32_t tag, uint32_t idx) {
+  uint32_t id[2] = {tag, idx};
+  memcpy(p, id, 8);
+  for (int i = 0; i < 3; i++)
+    p[8 + i] = (uint8_t)(tag * 31 + idx * 7 + (uint32_t)i);
+}
+
+static void make_cfg(chime__table_config_t *tc, uint64_t steps, uint32_t t,
+                     uint32_t stride, int pad, chime__sampler_t s) {
+  memset(tc, 0, sizeof(*tc));
+  snprintf(tc->name, sizeof(tc->name), "seq");
+  assert_int_equal(chime_spec_parse(&tc->spec, SPEC, NULL, 0), 0);
+  tc->capacity_steps = steps;
+  tc->sequence_length = t;
+  tc->stride = stride;
+  tc->episode_pad = pad;
+  tc->sampler = s;
+  tc->min_size = 1;
+  tc->initial_priority = 1.0;
+}
+
+typedef struct {
+  chime_ring_layout_t lay;
+  uint8_t *mem;
+  chime_ring_wslot_t ws;
+} slot_t;
+
+static void slot_init(slot_t *s, const chime__table_t *t, uint32_t batch) {
+  const chime_spec_t *sp = chime__table_item_spec(t);
+  assert_int_equal(chime_ring_layout(&s->lay, sp, batch, 2, NULL, 0), 0);
+  s->mem = aligned_alloc(4096, s->lay.slot_bytes);
+  assert_non_null(s->mem);
+  memset(s->mem, 0xee, s->lay.slot_bytes);
+  memset(&s->ws, 0, sizeof(s->ws));
+  s->ws.base = s->mem;
+  for (uint32_t l = 0; l < sp->nleaves; l++)
+    s->ws.leaf[l] = s->mem + s->lay.leaf_offset[l];
+  s->ws.info = (chime_sample_info_t *)(s->mem + s->lay.info_offset);
+}
+
+/* A writer of episodes: its id (the exactly-once id the table keys
+ * episodes by), its request sequence, its open episode's tag and length. */
+typedef struct {
+  uint64_t id, seq;
+  uint32_t tag, len;
+} writer_t;
+
+static int append(chime__table_t *t, writer_t *w, uint32_t n, int end) {
+  uint8_t buf[64 * STEP];
+  uint64_t key;
+  assert_true(n <= 64);
+  for (uint32_t i = 0; i < n; i++)
+    step_bytes(buf + i * STEP, w->tag, w->len + i);
+  chime__dedupe_req_t dq = {.writer = w->id, .seq = ++w->seq};
+  dq.end_episode = end;
+  int rc = chime__table_insert(t, buf, n, NULL, &key, NULL, &dq);
+  if (rc == 0) {
+    w->len += n;
+    if (end) {
+      w->tag += 1000;
+      w->len = 0;
+    }
+  }
+  return rc;
+}
+
+/* Checks window j of a sampled batch: T (or info.length, then zeros and a
+ * mask) consecutive steps of one episode from info.first_step. Returns the
+ * steps' tag. */
+static uint32_t check_window(const slot_t *s, const chime__table_t *t,
+                             uint32_t j) {
+  const chime__table_config_t *tc = chime__table_config(t);
+  uint32_t tl = tc->sequence_length;
+  const chime_sample_info_t *in = &s->ws.info[j];
+  const uint32_t *id = (const uint32_t *)s->ws.leaf[0] + (size_t)j * tl * 2;
+  const uint8_t *x = (const uint8_t *)s->ws.leaf[1] + (size_t)j * tl * 3;
+  uint32_t tag = id[0];
+  assert_true(in->episode_id >= 1);
+  assert_true(in->length >= 1 && in->length <= tl);
+  if (!tc->episode_pad)
+    assert_int_equal(in->length, tl);
+  assert_int_equal(in->first_step % tc->stride, 0);
+  for (uint32_t i = 0; i < tl; i++) {
+    if (i < in->length) {
+      assert_int_equal(id[2 * i], tag);
+      assert_int_equal(id[2 * i + 1], in->first_step + i);
+      for (int b = 0; b < 3; b++)
+        assert_int_equal(
+            x[3 * i + b],
+            (uint8_t)(tag * 31 + (in->first_step + i) * 7 + (uint32_t)b));
+    } else {
+      assert_int_equal(id[2 * i], 0);
+      assert_int_equal(id[2 * i + 1], 0);
+      assert_int_equal(x[3 * i], 0);
+    }
+    if (tc->episode_pad) {
+      const uint8_t *m = (const uint8_t *)s->ws.leaf[2] + (size_t)j * tl;
+      assert_int_equal(m[i], i < in->length ? 1 : 0);
+    }
+  }
+  return tag;
+}
+
+static uint32_t rnd(uint64_t *x) {
+  *x ^= *x << 13;
+  *x ^= *x >> 7;
+  *x ^= *x << 17;
+  return (uint32_t)(*x >> 11);
+}
+
+/* Three writers' episodes interleaved, many times the capacity: every
+ * window sampled (uniform) holds one episode's consecutive steps, and an
+ * episode id always names the same episode. */
+static void check_interleaved(int pad, chime__sampler_t sampler) {
+  chime__table_config_t tc;
+  chime__table_t *t;
+  make_cfg(&tc, 256, 8, 4, pad, sampler);
+  assert_int_equal(chime__table_create(&t, &tc), 0);
+  slot_t s;
+  slot_init(&s, t, 16);
+  writer_t w[3] = {{101, 0, 1, 0}, {202, 0, 2, 0}, {303, 0, 3, 0}};
+  uint64_t seed = 88172645463325252ull, ep_tag[4096] = {0};
+  uint32_t sampled = 0;
+  for (int round = 0; round < 3000; round++) {
+    writer_t *wr = &w[rnd(&seed) % 3];
+    uint32_t n = 1 + rnd(&seed) % 9;
+    int end = wr->len + n >= 5 + (wr->tag % 53) ? 1 : 0;
+    assert_int_equal(append(t, wr, n, end), 0);
+    chime__table_stats_t st;
+    chime__table_get_stats(t, &st);
+    assert_true(st.steps <= 256);
+    assert_true(st.size <= st.steps);
+    if (st.size == 0)
+      continue;
+    assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
+    for (uint32_t j = 0; j < 16; j++) {
+      uint32_t tag = check_window(&s, t, j);
+      uint64_t e = s.ws.info[j].episode_id;
+      assert_true(e < 4096);
+      if (ep_tag[e] == 0)
+        ep_tag[e] = tag;
+      assert_int_equal(ep_tag[e], tag);
+      sampled++;
+    }
+  }
+  chime__table_stats_t st;
+  chime__table_get_stats(t, &st);
+  assert_true(st.steps_inserted > 10 * 256); /* evicted many times over */
+  assert_true(sampled > 10000);
+  free(s.mem);
+  chime__table_destroy(t);
+}
+
+static void test_interleaved_uniform(void **state) {
+  (void)state;
+  check_interleaved(0, CHIME__SAMPLER_UNIFORM);
+}
+
+static void test_interleaved_padded_prioritized(void **state) {
+  (void)state;
+  check_interleaved(1, CHIME__SAMPLER_PRIORITIZED);
+}
+
+/* Whatever the overlap (stride 1 makes T windows cover each step), step
+ * storage is capacity_steps steps (rounded up to whole blocks), and the
+ * table's memory is far below items x T steps. */
+static void test_storage_is_steps(void **state) {
+  (void)state;
+  chime__table_config_t tc;
+  chime__table_t *t;
+  make_cfg(&tc, 1000, 80, 1, 0, CHIME__SAMPLER_UNIFORM);
+  assert_int_equal(chime__table_create(&t, &tc), 0);
+  writer_t w = {7, 0, 1, 0};
+  for (int i = 0; i < 15; i++)
+    assert_int_equal(append(t, &w, 64, 0), 0); /* 960 steps, one episode */
+  chime__table_stats_t st;
+  chime__table_get_stats(t, &st);
+  uint32_t k = chime__steps_block(1000, STEP);
+  uint64_t slots = (1000 + k - 1) / k * k;
+  assert_int_equal(st.step_bytes, slots * STEP);
+  assert_true(slots < 1000 + k);
+  assert_int_equal(st.steps, 960);
+  assert_int_equal(st.size, 960 - 80 + 1); /* a window every step */
+  assert_int_equal(st.episodes_open, 1);
+  /* A table's memory is its steps and per-item bookkeeping, never items x
+   * T steps (here 10^5 x 80 x 11 bytes = 88 MB). */
+  tc.capacity_steps = 100000;
+  uint64_t bytes = chime__table_bytes(&tc);
+  assert_true(bytes >= 100000u * STEP);
+  assert_true(bytes < 100000u * 80u * STEP / 4);
+  chime__table_destroy(t);
+}
+
+/* Drains a fifo (max_times_sampled 1) table one window at a time into
+ * firsts/lens; returns how many. */
+static uint32_t drain(chime__table_t *t, slot_t *s, uint32_t *firsts,
+                      uint32_t *lens, uint32_t max) {
+  uint32_t n = 0;
+  chime__table_stats_t st;
+  chime__table_get_stats(t, &st);
+  while (st.size > 0 && n < max) {
+    assert_int_equal(chime__table_sample(t, &s->lay, &s->ws, NULL), 0);
+    check_window(s, t, 0);
+    firsts[n] = s->ws.info[0].first_step;
+    lens[n++] = s->ws.info[0].length;
+    chime__table_get_stats(t, &st);
+  }
+  return n;
+}
+
+static void test_pad_and_mask(void **state) {
+  (void)state;
+  chime__table_config_t tc;
+  chime__table_t *t;
+  make_cfg(&tc, 256, 4, 2, 1, CHIME__SAMPLER_FIFO);
+  tc.max_times_sampled = 1;
+  assert_int_equal(chime__table_create(&t, &tc), 0);
+  const chime_spec_t *sp = chime__table_item_spec(t);
+  assert_int_equal(sp->nleaves, 3);
+  assert_string_equal(sp->leaves[0].name, "id");
+  assert_int_equal(sp->leaves[0].ndim, 2);
+  assert_int_equal(sp->leaves[0].shape[0], 4);
+  assert_int_equal(sp->leaves[0].shape[1], 2);
+  assert_string_equal(sp->leaves[2].name, "mask");
+  assert_int_equal(sp->leaves[2].dtype, CHIME_DTYPE_U8);
+  assert_int_equal(sp->leaves[2].shape[0], 4);
+  slot_t s;
+  slot_init(&s, t, 1);
+  writer_t w = {9, 0, 1, 0};
+  uint32_t f[16], l[16];
+  /* A short episode: one padded window. */
+  assert_int_equal(append(t, &w, 3, 1), 0);
+  assert_int_equal(drain(t, &s, f, l, 16), 1);
+  assert_int_equal(f[0], 0);
+  assert_int_equal(l[0], 3);
+  /* 7 steps: windows at 0 and 2 cover 6, the tail makes one at 4 of 3. */
+  assert_int_equal(append(t, &w, 5, 0), 0);
+  assert_int_equal(append(t, &w, 2, 1), 0);
+  assert_int_equal(drain(t, &s, f, l, 16), 3);
+  assert_int_equal(f[0], 0);
+  assert_int_equal(l[0], 4);
+  assert_int_equal(f[1], 2);
+  assert_int_equal(l[1], 4);
+  assert_int_equal(f[2], 4);
+  assert_int_equal(l[2], 3);
+  /* 6 steps: covered exactly, no padded window. */
+  assert_int_equal(append(t, &w, 6, 1), 0);
+  assert_int_equal(drain(t, &s, f, l, 16), 2);
+  assert_int_equal(l[0], 4);
+  assert_int_equal(l[1], 4);
+  /* An end with no steps (the episode already had its windows). */
+  assert_int_equal(append(t, &w, 4, 0), 0);
+  assert_int_equal(append(t, &w, 0, 1), 0);
+  assert_int_equal(drain(t, &s, f, l, 16), 1);
+  free(s.mem);
+  chime__table_destroy(t);
+}
+
+static void test_drop(void **state) {
+  (void)state;
+  chime__table_config_t tc;
+  chime__table_t *t;
+  make_cfg(&tc, 256, 4, 2, 0, CHIME__SAMPLER_FIFO);
+  tc.max_times_sampled = 1;
+  assert_int_equal(chime__table_create(&t, &tc), 0);
+  assert_int_equal(chime__table_item_spec(t)->nleaves, 2); /* no mask */
+  slot_t s;
+  slot_init(&s, t, 1);
+  writer_t w = {9, 0, 1, 0};
+  uint32_t f[16], l[16];
+  assert_int_equal(append(t, &w, 3, 1), 0); /* short: no item */
+  chime__table_stats_t st;
+  chime__table_get_stats(t, &st);
+  assert_int_equal(st.size, 0);
+  assert_int_equal(st.steps, 3);
+  assert_int_equal(append(t, &w, 7, 1), 0); /* windows at 0 and 2 only */
+  assert_int_equal(drain(t, &s, f, l, 16), 2);
+  assert_int_equal(f[0], 0);
+  assert_int_equal(f[1], 2);
+  free(s.mem);
+  chime__table_destroy(t);
+}
+
+/* initial_priority "max": a window takes the largest priority seen;
+ * MutatePriorities by key on windows; max_times_sampled removes them. */
+static void test_priorities_and_mts(void **state) {
+  (void)state;
+  chime__table_config_t tc;
+  chime__table_t *t;
+  make_cfg(&tc, 256, 4, 4, 0, CHIME__SAMPLER_MAX_HEAP);
+  tc.initial_priority_max = 1;
+  tc.max_times_sampled = 2;
+  assert_int_equal(chime__table_create(&t, &tc), 0);
+  slot_t s;
+  slot_init(&s, t, 1);
+  writer_t w = {5, 0, 1, 0};
+  assert_int_equal(append(t, &w, 12, 0), 0); /* keys 1, 2, 3 */
+  uint64_t keys[2] = {2, 3};
+  double pr[2] = {5.0, 0.5};
+  chime__table_mutated_t m;
+  assert_int_equal(chime__table_mutate(t, keys, pr, 2, NULL, 0, &m), 0);
+  assert_int_equal(m.updated, 2);
+  assert_int_equal(append(t, &w, 4, 0), 0); /* key 4 takes priority 5 */
+  /* max heap, ties oldest first: 2 (5.0) twice, then 4 (5.0) twice. */
+  uint64_t want[4] = {2, 2, 4, 4};
+  for (int i = 0; i < 4; i++) {
+    assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
+    check_window(&s, t, 0);
+    assert_int_equal(s.ws.info[0].key, want[i]);
+    assert_true(s.ws.info[0].priority == 5.0);
+  }
+  chime__table_stats_t st;
+  chime__table_get_stats(t, &st);
+  assert_int_equal(st.size, 2); /* 2 and 4 left after two samples each */
+  assert_int_equal(st.left, 2);
+  /* A deleted window leaves; its steps stay for the windows over them. */
+  uint64_t del = 1;
+  assert_int_equal(chime__table_mutate(t, NULL, NULL, 0, &del, 1, &m), 0);
+  assert_int_equal(m.deleted, 1);
+  chime__table_get_stats(t, &st);
+  assert_int_equal(st.size, 1);
+  assert_int_equal(st.steps, 16);
+  free(s.mem);
+  chime__table_destroy(t);
+}
+
+/* A request resent (same writer and seq) is acked again, not appended
+ * again, and does not end the episode twice; no writer id is refused. */
+static void test_resend_and_writer(void **state) {
+  (void)state;
+  chime__table_config_t tc;
+  chime__table_t *t;
+  make_cfg(&tc, 256, 4, 4, 1, CHIME__SAMPLER_UNIFORM);
+  assert_int_equal(chime__table_create(&t, &tc), 0);
+  uint8_t buf[8 * STEP];
+  for (uint32_t i = 0; i < 8; i++)
+    step_bytes(buf + i * STEP, 1, i);
+  uint64_t k1, k2;
+  chime__dedupe_req_t dq = {.writer = 77, .seq = 1, .end_episode = 1};
+  assert_int_equal(chime__table_insert(t, buf, 6, NULL, &k1, NULL, &dq), 0);
+  chime__dedupe_req_t again = {.writer = 77, .seq = 1, .end_episode = 1};
+  assert_int_equal(chime__table_insert(t, buf, 6, NULL, &k2, NULL, &again), 0);
+  assert_int_equal(again.resent, 1);
+  assert_int_equal(k1, k2);
+  chime__table_stats_t st;
+  chime__table_get_stats(t, &st);
+  assert_int_equal(st.steps, 6);
+  assert_int_equal(st.size, 2); /* 0..3 and the padded 4..5 */
+  assert_int_equal(st.episodes_open, 0);
+  assert_int_equal(chime__table_insert(t, buf, 1, NULL, &k1, NULL, NULL),
+                   CHIME_EINVAL);
+  double p = 1.0;
+  chime__dedupe_req_t dq2 = {.writer = 78, .seq = 1};
+  assert_int_equal(chime__table_insert(t, buf, 1, &p, &k1, NULL, &dq2),
+                   CHIME_EINVAL);
+  chime__table_destroy(t);
+}
+
+/* A writer that stops mid-episode (killed): its complete windows are
+ * sampled whole, its tail never, and its steps leave in their turn. */
+static void test_abandoned_episode(void **state) {
+  (void)state;
+  chime__table_config_t tc;
+  chime__table_t *t;
+  make_cfg(&tc, 128, 8, 8, 1, CHIME__SAMPLER_FIFO);
+  tc.max_times_sampled = 1;
+  assert_int_equal(chime__table_create(&t, &tc), 0);
+  slot_t s;
+  slot_init(&s, t, 1);
+  writer_t dead = {1, 0, 1, 0}, live = {2, 0, 2, 0};
+  assert_int_equal(append(t, &dead, 13, 0), 0); /* one window, 5 steps left */
+  uint32_t f[64], l[64];
+  assert_int_equal(drain(t, &s, f, l, 64), 1);
+  assert_int_equal(l[0], 8);
+  for (int i = 0; i < 40; i++)
+    assert_int_equal(append(t, &live, 8, 0), 0); /* evicts the dead one's */
+  chime__table_stats_t st;
+  chime__table_get_stats(t, &st);
+  assert_true(st.steps <= 128);
+  assert_int_equal(st.episodes_open, 2);
+  while (st.size > 0) {
+    assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
+    assert_int_equal(check_window(&s, t, 0), 2);
+    assert_int_equal(s.ws.info[0].length, 8);
+    chime__table_get_stats(t, &st);
+  }
+  free(s.mem);
+  chime__table_destroy(t);
+}
+
+/* The rate limiter counts windows: inserts of steps wait once the windows
+ * made outrun samples by the window, and go on after a batch. */
+static void test_rate_limiter(void **state) {
+  (void)state;
+  chime__table_config_t tc;
+  chime__table_t *t;
+  make_cfg(&tc, 256, 4, 4, 0, CHIME__SAMPLER_UNIFORM);
+  tc.samples_per_insert = 1;
+  tc.error_buffer = 2;
+  assert_int_equal(chime__table_create(&t, &tc), 0);
+  slot_t s;
+  slot_init(&s, t, 2);
+  uint8_t buf[4 * STEP];
+  uint64_t key, seq = 0;
+  int busy = 0, i;
+  for (i = 0; i < 20 && !busy; i++) {
+    for (uint32_t j = 0; j < 4; j++)
+      step_bytes(buf + j * STEP, 1, (uint32_t)i * 4 + j);
+    chime__span_t sp = {buf, sizeof(buf)};
+    chime__dedupe_req_t dq = {.writer = 3, .seq = ++seq};
+    int rc = chime__table_try_insert_spans(t, &sp, 1, 4, NULL, &key, &dq);
+    if (rc == CHIME_EBUSY) {
+      busy = 1;
+      seq--; /* not inserted: the same seq goes again */
+      i--;
+    } else {
+      assert_int_equal(rc, 0);
+    }
+  }
+  assert_true(busy); /* windows (one per request) outran the samples */
+  chime__table_stats_t st;
+  chime__table_get_stats(t, &st);
+  assert_int_equal(st.inserts, 3); /* min_size 1 + samples_per_insert x 2 */
+  assert_int_equal(st.steps, 12);
+  assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
+  check_window(&s, t, 0);
+  chime__span_t sp = {buf, sizeof(buf)};
+  chime__dedupe_req_t dq = {.writer = 3, .seq = ++seq};
+  for (uint32_t j = 0; j < 4; j++)
+    step_bytes(buf + j * STEP, 1, (uint32_t)i * 4 + j);
+  assert_int_equal(chime__table_try_insert_spans(t, &sp, 1, 4, NULL, &key, &dq),
+                   0);
+  free(s.mem);
+  chime__table_destroy(t);
+}
+
+/* A writer thread keeps evicting the oldest blocks of a small store while
+ * the test samples: windows are copied outside the lock (their first block
+ * pinned, inserts that would reuse it wait), so every byte must still be
+ * its window's. */
+typedef struct {
+  chime__table_t *t;
+  atomic_int stop;
+  uint64_t appended;
+} churn_t;
+
+static void *churn_main(void *arg) {
+  churn_t *c = arg;
+  writer_t w[3] = {{11, 0, 1, 0}, {12, 0, 2, 0}, {13, 0, 3, 0}};
+  uint64_t seed = 12345;
+  while (!atomic_load(&c->stop)) {
+    writer_t *wr = &w[rnd(&seed) % 3];
+    uint32_t n = 1 + rnd(&seed) % 7;
+    int end = wr->len + n >= 9 + wr->tag % 31;
+    if (append(c->t, wr, n, end) != 0)
+      break;
+    c->appended += n;
+  }
+  return NULL;
+}
+
+static void test_copy_while_evicting(void **state) {
+  (void)state;
+  chime__table_config_t tc;
+  churn_t c = {0};
+  make_cfg(&tc, 128, 8, 2, 1, CHIME__SAMPLER_UNIFORM);
+  assert_int_equal(chime__table_create(&c.t, &tc), 0);
+  slot_t s;
+  slot_init(&s, c.t, 16);
+  writer_t first = {10, 0, 4, 0};
+  assert_int_equal(append(c.t, &first, 8, 0), 0); /* min_size */
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, churn_main, &c), 0);
+  for (int i = 0; i < 10000; i++) {
+    assert_int_equal(chime__table_sample(c.t, &s.lay, &s.ws, NULL), 0);
+    for (uint32_t j = 0; j < 16; j++)
+      check_window(&s, c.t, j);
+  }
+  atomic_store(&c.stop, 1);
+  pthread_join(th, NULL);
+  assert_true(c.appended > 128); /* it did evict meanwhile */
+  free(s.mem);
+  chime__table_destroy(c.t);
+}
+
+/* Windows a batch took out (fifo, max_times_sampled 1) come back when the
+ * batch is given back, from the slot (shm) or from its pinned rows
+ * (stream), in order, with their keys; a window whose steps left meanwhile
+ * does not. */
+static void test_give_back(void **state) {
+  (void)state;
+  for (int pinned = 0; pinned < 2; pinned++) {
+    chime__table_config_t tc;
+    chime__table_t *t;
+    make_cfg(&tc, 64, 4, 4, 1, CHIME__SAMPLER_FIFO);
+    tc.max_times_sampled = 1;
+    assert_int_equal(chime__table_create(&t, &tc), 0);
+    slot_t s;
+    slot_init(&s, t, 3);
+    uint32_t rows[3];
+    chime__table_pins_t pins = {rows, 0, 0};
+    chime__table_waiter_t w;
+    memset(&w, 0, sizeof(w));
+    writer_t wr = {21, 0, 1, 0};
+    assert_int_equal(append(t, &wr, 16, 0), 0); /* windows 0, 4, 8, 12 */
+    if (pinned)
+      assert_int_equal(
+          chime__table_try_sample_pinned(t, &s.lay, &s.ws, &pins, 4096, &w), 0);
+    else
+      assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
+    uint64_t keys[3];
+    for (uint32_t j = 0; j < 3; j++) {
+      check_window(&s, t, j);
+      keys[j] = s.ws.info[j].key;
+      assert_int_equal(s.ws.info[j].first_step, 4 * j);
+    }
+    chime__table_stats_t st;
+    chime__table_get_stats(t, &st);
+    assert_int_equal(st.size, 1);
+    if (pinned)
+      chime__table_give_back_pinned(t, &s.lay, s.ws.info, &pins);
+    else
+      assert_int_equal(chime__table_give_back(t, &s.lay, s.mem), 0);
+    chime__table_unpin(t, &pins);
+    chime__table_get_stats(t, &st);
+    assert_int_equal(st.size, 4);
+    assert_int_equal(st.returned, 3);
+    memset(s.mem, 0xee, s.lay.slot_bytes);
+    assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
+    for (uint32_t j = 0; j < 3; j++) {
+      check_window(&s, t, j);
+      assert_int_equal(s.ws.info[j].key, keys[j]);
+      assert_int_equal(s.ws.info[j].first_step, 4 * j);
+    }
+    /* Taken again, then 64 steps of another episode evict them all: a
+     * give-back now brings nothing back. */
+    writer_t other = {22, 0, 2, 0};
+    for (int i = 0; i < 4; i++)
+      assert_int_equal(append(t, &other, 16, 0), 0);
+    chime__table_get_stats(t, &st);
+    uint64_t size = st.size;
+    assert_int_equal(chime__table_give_back(t, &s.lay, s.mem), 0);
+    chime__table_get_stats(t, &st);
+    assert_int_equal(st.size, size);
+    assert_int_equal(st.returned, 3);
+    free(s.mem);
+    chime__table_destroy(t);
+  }
+}
+
+/* Short episodes of one writer share its blocks: a store of 256 steps
+ * holds nearly 256 steps of 3-step episodes, not a block per episode, and
+ * their padded windows are whole and come back when given back. */
+static void test_short_episodes_share_blocks(void **state) {
+  (void)state;
+  chime__table_config_t tc;
+  chime__table_t *t;
+  make_cfg(&tc, 256, 4, 2, 1, CHIME__SAMPLER_FIFO);
+  tc.max_times_sampled = 1;
+  assert_int_equal(chime__table_create(&t, &tc), 0);
+  slot_t s;
+  slot_init(&s, t, 8);
+  writer_t w = {31, 0, 1, 0};
+  for (int i = 0; i < 100; i++)
+    assert_int_equal(append(t, &w, 3, 1), 0);
+  chime__table_stats_t st;
+  chime__table_get_stats(t, &st);
+  uint32_t k = chime__steps_block(256, STEP);
+  assert_true(st.steps > 256 - k && st.steps <= 256);
+  assert_int_equal(st.size, st.steps / 3); /* one window an episode */
+  assert_int_equal(st.episodes_open, 0);
+  assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
+  for (uint32_t j = 0; j < 8; j++) {
+    check_window(&s, t, j);
+    assert_int_equal(s.ws.info[j].length, 3);
+  }
+  assert_int_equal(chime__table_give_back(t, &s.lay, s.mem), 0);
+  chime__table_stats_t st2;
+  chime__table_get_stats(t, &st2);
+  assert_int_equal(st2.size, st.size);
+  assert_int_equal(st2.returned, 8);
+  free(s.mem);
+  chime__table_destroy(t);
+}
+
+/* The config's sequence keys: a valid table and each refusal, named. */
+static void expect_config(const char *table, const char *want_err) {
+  static chime__config_t cfg;
+  char json[1024], err[512] = "";
+  snprintf(json, sizeof(json), "{\"tables\": [%s]}", table);
+  int rc = chime__config_parse(&cfg, json, err, sizeof(err));
+  if (want_err == NULL) {
+    if (rc != 0)
+      fail_msg("%s: %s", table, err);
+    return;
+  }
+  assert_int_equal(rc, CHIME_EINVAL);
+  if (strstr(err, want_err) == NULL)
+    fail_msg("%s: error '%s' does not say '%s'", table, err, want_err);
+}
+
+static void test_config(void **state) {
+  (void)state;
+  static chime__config_t cfg;
+  char err[512] = "";
+  const char *ok =
+      "{\"tables\": [{\"name\": \"s\", \"spec\": \"o:u8[4], r:f32\", "
+      "\"capacity_steps\": 1000, \"sequence_length\": 80, \"stride\": 40, "
+      "\"episode_end\": \"pad\", \"sampler\": \"prioritized\", "
+      "\"priority_exponent\": 0.9, \"initial_priority\": \"max\"}]}";
+  assert_int_equal(chime__config_parse(&cfg, ok, err, sizeof(err)), 0);
+  const chime__table_config_t *tc = &cfg.tables[0];
+  assert_int_equal(tc->capacity, 1000);
+  assert_int_equal(tc->capacity_steps, 1000);
+  assert_int_equal(tc->sequence_length, 80);
+  assert_int_equal(tc->stride, 40);
+  assert_int_equal(tc->episode_pad, 1);
+  assert_int_equal(tc->initial_priority_max, 1);
+#define S "\"name\": \"s\", \"spec\": \"o:u8[4]\", "
+  expect_config("{" S "\"capacity_steps\": 100, \"sequence_length\": 8}", NULL);
+  expect_config("{" S "\"capacity_steps\": 100, \"sequence_length\": 8, "
+                "\"initial_priority\": 2.5, \"episode_end\": \"drop\"}",
+                NULL);
+  expect_config("{" S "\"capacity\": 100, \"capacity_steps\": 100, "
+                "\"sequence_length\": 8}",
+                "sized by capacity_steps");
+  expect_config("{" S "\"capacity_steps\": 100}", "needs both");
+  expect_config("{" S "\"capacity\": 100, \"stride\": 2}",
+                "for sequence tables");
+  expect_config("{" S "\"capacity_steps\": 100, \"sequence_length\": 8, "
+                "\"stride\": 9}",
+                "exceeds sequence_length");
+  expect_config("{" S "\"capacity_steps\": 100, \"sequence_length\": 8, "
+                "\"sampler\": \"uniform\", \"remover\": \"fifo\"}",
+                "no remover");
+  expect_config("{" S "\"capacity_steps\": 100, \"sequence_length\": 8, "
+                "\"episode_end\": \"cut\"}",
+                "\"drop\" or \"pad\"");
+  expect_config("{" S "\"capacity_steps\": 100, \"sequence_length\": 8, "
+                "\"initial_priority\": -1}",
+                "\"max\" or a number");
+  expect_config("{\"name\": \"s\", \"spec\": \"mask:u8[4]\", "
+                "\"capacity_steps\": 100, \"sequence_length\": 8, "
+                "\"episode_end\": \"pad\"}",
+                "adds a leaf of that name");
+  expect_config("{" S "\"capacity_steps\": 0, \"sequence_length\": 8}",
+                "capacity_steps");
+  expect_config("{" S "\"capacity_steps\": 100, \"sequence_length\": 0}",
+                "must be 1..");
+#undef S
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_interleaved_uniform),
+      cmocka_unit_test(test_interleaved_padded_prioritized),
+      cmocka_unit_test(test_storage_is_steps),
+      cmocka_unit_test(test_pad_and_mask),
+      cmocka_unit_test(test_drop),
+      cmocka_unit_test(test_priorities_and_mts),
+      cmocka_unit_test(test_resend_and_writer),
+      cmocka_unit_test(test_abandoned_episode),
+      cmocka_unit_test(test_rate_limiter),
+      cmocka_unit_test(test_copy_while_evicting),
+      cmocka_unit_test(test_give_back),
+      cmocka_unit_test(test_short_episodes_share_blocks),
+      cmocka_unit_test(test_config),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -130,6 +130,10 @@ struct chime_server_s {
   chime__handoff_t *handoff;
   chime__pool_t *sampler;             /* fills every stream's ring */
   struct chime__acceptor_s *acceptor; /* chime_server_listen only */
+  /* With TLS: gRPC's handler for connections the acceptor hands over
+   * (server/tls.h); written by gRPC through a channel arg, so it lives as
+   * long as the grpc_server. */
+  void *tls_handler;
 
   grpc_server *gs;
   grpc_completion_queue *cq;

@@ -5,7 +5,8 @@
  * or with one from another CA and serves one with a good certificate; the
  * acceptor's guards hold with TLS (a connection that stalls in its
  * handshake is closed, and one that never sends is closed at the
- * first-bytes deadline, so they cannot keep clients out); a bad TLS config
+ * first-bytes deadline, so they cannot keep clients out; a flood that runs
+ * chimed out of fds leaves it serving); a bad TLS config
  * stops chimed at start; the warning beyond loopback accounts for TLS. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,6 +23,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -111,7 +113,7 @@ static int make_cert(const char *name, const char *ca_name, const char *cn,
   return openssl(req) != 0 ? -1 : openssl(sign);
 }
 
-static int start_chimed(chime__chimed_t *d, int mutual) {
+static int start_chimed(chime__chimed_t *d, int mutual, int max_conn) {
   char config[4096];
   snprintf(config, sizeof config,
            "{\"tls\": {\"cert\": \"%s\", \"key\": \"%s\"%s%s%s},\n"
@@ -119,7 +121,7 @@ static int start_chimed(chime__chimed_t *d, int mutual) {
            " \"tables\": [{\"name\": \"t\", \"spec\": \"" SPEC "\", "
            "\"capacity\": 1000}]}\n",
            srv_cert, srv_key, mutual ? ", \"client_ca\": \"" : "",
-           mutual ? ca : "", mutual ? "\"" : "", MAX_CONN);
+           mutual ? ca : "", mutual ? "\"" : "", max_conn);
   return chime__chimed_start(d, config, NULL, 30000);
 }
 
@@ -145,7 +147,8 @@ static int setup(void **state) {
     fprintf(stderr, "test_e2e_tls: openssl could not make the certificates\n");
     return -1;
   }
-  if (start_chimed(&tls_d, 0) != 0 || start_chimed(&mtls_d, 1) != 0)
+  if (start_chimed(&tls_d, 0, MAX_CONN) != 0 ||
+      start_chimed(&mtls_d, 1, MAX_CONN) != 0)
     return -1;
   return 0;
 }
@@ -320,6 +323,22 @@ static int tcp_connect(const char *addr) {
   return fd;
 }
 
+/* -1 when the connect fails (a full backlog is part of a flood). */
+static int tcp_connect_nofail(const char *addr) {
+  const char *colon = strrchr(addr, ':');
+  struct sockaddr_in sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons((uint16_t)atoi(colon + 1));
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+    close(fd);
+    fd = -1;
+  }
+  return fd;
+}
+
 /* Whether the server closed fd within ms (EOF or reset). */
 static int closed_within(int fd, int ms) {
   int64_t end = chime__now_ms() + ms;
@@ -367,6 +386,74 @@ static void test_stalled_connections(void **state) {
   /* A new client is served. */
   assert_int_equal(info_rc(&tls_d, ca, NULL, NULL), 0);
   chime_client_destroy(before);
+}
+
+/* The flood of test_e2e_flood, over TLS: chimed's fd limit is lowered under
+ * its connection cap once it runs, and FLOOD connections that each send the
+ * start of a TLS record (so they reach gRPC's handshaker) run it out of fds
+ * (EMFILE) while FLOOD_HOLD_MS. A client connected before keeps being
+ * served, and once the flood is closed a new client is served. */
+#define FLOOD 400
+#define FLOOD_HOLD_MS 1500
+#define RECOVER_WAIT_MS 60000
+
+static void test_flood_past_fd_limit(void **state) {
+  (void)state;
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_max < FLOOD + 128)
+    chime__skip("the hard fd limit is too low for the flood");
+  rl.rlim_cur = rl.rlim_max;
+  assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
+  chime__chimed_t d;
+  setenv("CHIME__HARNESS_NOFILE", "256", 1);
+  int rc = start_chimed(&d, 0, 4096); /* capped by the fd limit: 192 */
+  unsetenv("CHIME__HARNESS_NOFILE");
+  assert_int_equal(rc, 0);
+  struct rlimit low = {128, 128};
+  assert_int_equal(prlimit(d.proc.pid, RLIMIT_NOFILE, &low, NULL), 0);
+
+  chime_client_t *before = client(d.addr, ca, NULL, NULL);
+  chime_server_info_t *info = NULL;
+  assert_int_equal(chime_client_info(&info, before), 0);
+  chime_server_info_free(info);
+
+  static int fds[FLOOD];
+  for (int i = 0; i < FLOOD; i++) {
+    fds[i] = tcp_connect_nofail(d.addr);
+    if (fds[i] >= 0) /* a TLS handshake record's header, then nothing */
+      (void)send(fds[i], "\x16\x03\x01", 3, MSG_NOSIGNAL);
+  }
+  chime__sleep_ms(FLOOD_HOLD_MS);
+  int st = 0;
+  assert_int_equal(chime__proc_wait(&d.proc, 0, &st), CHIME_ETIMEDOUT);
+  if (chime_client_info(&info, before) != 0)
+    fail_msg("a connected client failed during the flood: %s",
+             chime_client_last_error(before));
+  chime_server_info_free(info);
+  chime_client_destroy(before);
+  for (int i = 0; i < FLOOD; i++)
+    if (fds[i] >= 0)
+      close(fds[i]);
+
+  int64_t t0 = chime__now_ms();
+  int attempts = 0;
+  for (rc = -1; rc != 0 && chime__now_ms() - t0 < RECOVER_WAIT_MS; attempts++) {
+    chime_client_t *c = client(d.addr, ca, NULL, NULL);
+    info = NULL;
+    rc = chime_client_info(&info, c);
+    chime_server_info_free(info);
+    chime_client_destroy(c);
+    if (rc != 0)
+      chime__sleep_ms(200);
+  }
+  if (rc != 0)
+    fail_msg("no new TLS client served within %d ms of the flood's end",
+             RECOVER_WAIT_MS);
+  printf("TLS flood past the fd limit: a new client served %lld ms after "
+         "the flood ended (%d attempts)\n",
+         (long long)(chime__now_ms() - t0), attempts);
+  assert_int_equal(chime__chimed_stop(&d, 20000, &st), 0);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
 /* chimed run to its exit with config text: the exit status and stderr. */
@@ -484,6 +571,7 @@ int main(void) {
       cmocka_unit_test(test_stream_round_trip),
       cmocka_unit_test(test_cli),
       cmocka_unit_test(test_stalled_connections),
+      cmocka_unit_test(test_flood_past_fd_limit),
       cmocka_unit_test(test_bad_config),
       cmocka_unit_test(test_warning),
   };

@@ -197,15 +197,32 @@ static void test_plaintext_refused(void **state) {
   assert_int_equal(info_rc(&mtls_d, NULL, NULL, NULL), CHIME_EUNAVAILABLE);
 }
 
+/* A client checking the server's certificate for another name. */
+static int info_rc_named(const chime__chimed_t *d, const char *name) {
+  chime_client_opts_t o = CHIME_CLIENT_OPTS_INIT;
+  o.tls_ca = ca;
+  o.tls_server_name = name;
+  o.timeout_ms = 10000;
+  chime_client_t *c = NULL;
+  assert_int_equal(chime_client_create(&c, d->addr, &o), 0);
+  chime_server_info_t *info = NULL;
+  int rc = chime_client_info(&info, c);
+  chime_server_info_free(info);
+  chime_client_destroy(c);
+  return rc;
+}
+
 static void test_wrong_ca_refused(void **state) {
   (void)state;
   assert_int_equal(info_rc(&tls_d, other_ca, NULL, NULL), CHIME_EUNAVAILABLE);
-  /* The right CA works, by IP address and by name. */
+  /* The right CA works, for the address's IP (a SAN of the certificate),
+   * for the certificate's DNS name given as the name to check (no DNS
+   * lookup: c-ares leaks a little under LeakSanitizer), and not for a
+   * name the certificate does not have. */
   assert_int_equal(info_rc(&tls_d, ca, NULL, NULL), 0);
-  chime__chimed_t alias = tls_d;
-  snprintf(alias.addr, sizeof alias.addr, "localhost%.16s",
-           strrchr(tls_d.addr, ':'));
-  assert_int_equal(info_rc(&alias, ca, NULL, NULL), 0);
+  assert_int_equal(info_rc_named(&tls_d, "localhost"), 0);
+  assert_int_equal(info_rc_named(&tls_d, "elsewhere.example"),
+                   CHIME_EUNAVAILABLE);
 }
 
 static void test_mutual(void **state) {

@@ -90,9 +90,10 @@ void chime__liveness_watch(chime__liveness_t *lv, chime__stream_t *s, pid_t pid,
   FUZZ_CHECK(pid == getpid());
   FUZZ_CHECK(sock >= 0);
   close(sock);
-  atomic_fetch_add(&watches, 1);
   chime__stream_unhold(s);
   chime__stream_unref(s);
+  /* Last: the target checks the counts once it sees the watch. */
+  atomic_fetch_add(&watches, 1);
 }
 void chime__liveness_check(chime__liveness_t *lv) {
   (void)lv;

@@ -59,14 +59,20 @@ out:
 }
 
 static void usage(void) {
-  fprintf(stderr, "usage: chime-bench ingest [--json] [--runs N] [--scale S]\n"
-                  "  256-byte and 64 KiB samples through one Insert stream;\n"
-                  "  --scale multiplies the samples per run (default 1)\n");
+  fprintf(stderr,
+          "usage: chime-bench ingest [--json] [--runs N] [--scale S]\n"
+          "                          [--addr ADDR [--only 256|64k]]\n"
+          "  256-byte and 64 KiB samples through one Insert stream;\n"
+          "  --scale multiplies the samples per run (default 1);\n"
+          "  --addr: into a running chimed that has the tables ingest_256\n"
+          "  and ingest_64k (as below) instead of one of its own\n"
+          "  (python/bench.py compares its Python writer with this)\n");
 }
 
 int chime__bench_ingest(int argc, char **argv) {
   int json = 0, runs = 3;
   double scale = 1.0;
+  const char *addr = NULL, *only = NULL;
   chime__bench_child_t chimed;
   int rc = 0, started = 0;
   ingest_case_t cases[] = {
@@ -83,6 +89,14 @@ int chime__bench_ingest(int argc, char **argv) {
     } else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc) {
       runs = atoi(argv[++i]);
       if (runs < 1 || runs > MAX_RUNS) {
+        usage();
+        return 2;
+      }
+    } else if (strcmp(argv[i], "--addr") == 0 && i + 1 < argc) {
+      addr = argv[++i];
+    } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+      only = argv[++i];
+      if (strcmp(only, "256") != 0 && strcmp(only, "64k") != 0) {
         usage();
         return 2;
       }
@@ -110,13 +124,18 @@ int chime__bench_ingest(int argc, char **argv) {
       "65536, \"min_size\": 65536, \"sampler\": \"uniform\"},\n"
       "  {\"name\": \"ingest_64k\", \"spec\": \"x:u8[65536]\", \"capacity\": "
       "512, \"min_size\": 512, \"sampler\": \"uniform\"}]}\n";
-  if ((rc = chime__bench_chimed_start(&chimed, config)) != 0)
-    goto out;
-  started = 1;
+  if (addr == NULL) {
+    if ((rc = chime__bench_chimed_start(&chimed, config)) != 0)
+      goto out;
+    started = 1;
+    addr = chimed.addr;
+  }
   for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
     double v[MAX_RUNS];
+    if (only != NULL && strcmp(cases[k].table + strlen("ingest_"), only) != 0)
+      continue;
     for (int r = 0; r < runs; r++)
-      if ((rc = ingest_run(chimed.addr, &cases[k], &wo, &v[r])) != 0)
+      if ((rc = ingest_run(addr, &cases[k], &wo, &v[r])) != 0)
         goto out;
     double per_s = chime__bench_median(v, runs);
     double gbps = per_s * cases[k].sample_bytes / 1e9;

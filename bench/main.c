@@ -1,5 +1,7 @@
 /* chime-bench <ring|service|ingest> [--json] [options] */
 #include <stdio.h>
+
+#include "common/malloc_tune.h"
 #include <string.h>
 
 #include "bench.h"
@@ -21,6 +23,10 @@ static int usage(void) {
 }
 
 int main(int argc, char **argv) {
+  /* Every case and its server process alike (the grpc_plain server is this
+   * binary again, chimed does the same): both sides of a ratio run with the
+   * same allocator settings. */
+  chime__malloc_tune();
   if (argc < 2)
     return usage();
   if (strcmp(argv[1], "ring") == 0)

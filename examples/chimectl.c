@@ -106,15 +106,16 @@ static json_t *stats_json(const chime_stats_t *st) {
     const chime_table_stats_t *t = &st->tables[i];
     json_array_append_new(
         tables,
-        json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:i, "
-                  "s:i, s:I, s:I}",
+        json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i, "
+                  "s:i, s:i, s:I, s:I}",
                   "name", t->name, "size", (json_int_t)t->size, "capacity",
                   (json_int_t)t->capacity, "inserts", (json_int_t)t->inserts,
                   "samples", (json_int_t)t->samples, "sampler_wait_ns",
                   (json_int_t)t->sampler_wait_ns, "insert_wait_ns",
                   (json_int_t)t->insert_wait_ns, "returned",
                   (json_int_t)t->returned, "rate_insert_wait_ns",
-                  (json_int_t)t->rate_insert_wait_ns, "inserts_waiting_rate",
+                  (json_int_t)t->rate_insert_wait_ns, "rate_sample_wait_ns",
+                  (json_int_t)t->rate_sample_wait_ns, "inserts_waiting_rate",
                   (int)t->inserts_waiting_rate, "samplers_waiting_rate",
                   (int)t->samplers_waiting_rate, "samplers_waiting_items",
                   (int)t->samplers_waiting_items, "left", (json_int_t)t->left,

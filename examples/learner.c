@@ -168,9 +168,18 @@ int main(int argc, char **argv) {
     }
     for (uint32_t l = 0; l < b.nleaves; l++)
       bytes += b.leaf[l].bytes;
-    if (idf)
+    if (idf) {
+      /* Written out before the release: a learner killed at any point has
+       * recorded every batch it gave back as read (scripts/soak.sh counts
+       * on it). */
       for (uint32_t i = 0; i < b.count; i++)
         fprintf(idf, "%" PRIu64 "\n", ids[i]);
+      if (fflush(idf) != 0) {
+        snprintf(err, sizeof(err), "writing %s failed", ids_out);
+        verified = 0;
+        break;
+      }
+    }
     rc = chime_batch_release(s, &b);
     if (rc) {
       snprintf(err, sizeof(err), "release: %s", chime_strerror(rc));

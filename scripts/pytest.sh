@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 
 build=${BUILD:-build}
 python=${CHIME_PYTHON:-/usr/bin/python3}
-if ! compgen -G "$build/python/chime.*.so" >/dev/null; then
+if ! compgen -G "$build/python/chime/_chime.*.so" >/dev/null; then
   echo "scripts/pytest.sh: $build/python has no chime module (configure with -DCHIME_PYTHON=ON)" >&2
   exit 1
 fi

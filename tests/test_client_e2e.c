@@ -414,6 +414,67 @@ static void test_fifo_exactly_once(void **state) {
   stop(&d, c);
 }
 
+/* chime_writer_extend: pattern samples split into columns go in as the
+ * appends would (fifo order, every byte, priorities), across batches of
+ * the writer's message size; a bad priority anywhere queues nothing; a
+ * missing column is refused. */
+static void test_writer_extend(void **state) {
+  (void)state;
+  enum { N = 1000 };
+  chime__chimed_t d;
+  chime_client_t *c;
+  start(&d, &c);
+  static uint8_t rows[N][SAMPLE_BYTES];
+  static float obs[N][64];
+  static int32_t act[N];
+  static float rew[N];
+  static double prio[N];
+  for (uint32_t i = 0; i < N; i++) {
+    chime__pattern_fill(&spec, chime__pattern_id(5, i), rows[i]);
+    memcpy(obs[i], rows[i], 256);
+    memcpy(&act[i], rows[i] + 256, 4);
+    memcpy(&rew[i], rows[i] + 260, 4);
+    prio[i] = 1.0 + i % 3;
+  }
+  const void *cols[3] = {obs, act, rew};
+  chime_writer_t *w = NULL;
+  chime_writer_opts_t o = CHIME_WRITER_OPTS_INIT;
+  o.max_batch_samples = 64; /* N spans many messages */
+  assert_int_equal(chime_writer_open(&w, c, "f", &o), 0);
+  uint32_t taken = 99;
+  prio[500] = -1.0;
+  assert_int_equal(chime_writer_extend(w, N, cols, prio, &taken), CHIME_EINVAL);
+  assert_int_equal(taken, 0);
+  assert_non_null(strstr(chime_writer_last_error(w), "priority -1"));
+  prio[500] = 2.0;
+  const void *missing[3] = {obs, NULL, rew};
+  assert_int_equal(chime_writer_extend(w, N, missing, NULL, NULL),
+                   CHIME_EINVAL);
+  assert_non_null(strstr(chime_writer_last_error(w), "'action'"));
+  assert_int_equal(chime_writer_extend(w, 7, cols, prio, &taken), 0);
+  assert_int_equal(taken, 7);
+  const void *rest[3] = {obs[7], &act[7], &rew[7]};
+  assert_int_equal(chime_writer_extend(w, N - 7, rest, prio + 7, &taken), 0);
+  assert_int_equal(taken, N - 7);
+  assert_int_equal(chime_writer_close(w), 0);
+
+  chime_stream_t *s = open_stream(c, "f", CHIME_MODE_STREAM, 4);
+  for (uint32_t n = 0; n < N / 8; n++) {
+    chime_batch_t b;
+    uint64_t ids[8];
+    char err[256];
+    assert_int_equal(chime_stream_next(s, &b, 10000), 0);
+    assert_int_equal(chime__pattern_verify(&b, ids, err, sizeof(err)), 0);
+    for (uint32_t i = 0; i < 8; i++) {
+      assert_int_equal(ids[i], chime__pattern_id(5, n * 8 + i));
+      assert_true(b.info[i].priority == prio[n * 8 + i]);
+    }
+    assert_int_equal(chime_batch_release(s, &b), 0);
+  }
+  chime_stream_close(s);
+  stop(&d, c);
+}
+
 /* NULL options are the defaults everywhere: a client, a writer and a stream
  * opened with none (the stream's batch size is then 256, its mode auto). */
 static void test_null_opts(void **state) {
@@ -466,6 +527,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_graceful_stop, teardown_each),
       cmocka_unit_test_teardown(test_server_killed, teardown_each),
       cmocka_unit_test_teardown(test_fifo_exactly_once, teardown_each),
+      cmocka_unit_test_teardown(test_writer_extend, teardown_each),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -271,6 +271,29 @@ static void test_busy_after_slots_minus_one(void **state) {
   chime_ring_destroy(ring);
 }
 
+/* try_acquire without a bell only tries: busy on a full ring, a slot once
+ * one is released; one of bell and bell_val alone is a bad call. */
+static void test_try_acquire_without_bell(void **state) {
+  chime_ring_t *ring = make_ring(2, 3);
+  chime_ring_wslot_t w;
+  chime_ring_view_t v;
+  uint32_t *bell = NULL, val = 0;
+  uint64_t seq;
+  (void)state;
+  for (uint64_t i = 0; i < 3; i++)
+    publish_one(ring, i);
+  assert_int_equal(chime_ring_try_acquire(ring, &w, NULL, NULL), CHIME_EBUSY);
+  assert_int_equal(chime_ring_try_acquire(ring, &w, &bell, NULL), CHIME_EINVAL);
+  assert_int_equal(chime_ring_try_acquire(ring, &w, NULL, &val), CHIME_EINVAL);
+  assert_int_equal(chime_ring_next(ring, &v, 0), 0);
+  assert_int_equal(chime_ring_release(ring, v.slot), 0);
+  assert_int_equal(chime_ring_try_acquire(ring, &w, NULL, NULL), 0);
+  assert_int_equal(w.slot, v.slot);
+  assert_int_equal(chime_ring_publish(ring, w.slot, &seq), 0);
+  assert_int_equal(seq, 3);
+  chime_ring_destroy(ring);
+}
+
 static void test_bad_calls(void **state) {
   chime_ring_t *ring = make_ring(2, 3);
   chime_ring_view_t v;
@@ -504,6 +527,7 @@ int main(void) {
       cmocka_unit_test(test_threads_two_slots),
       cmocka_unit_test(test_threads_many_slots),
       cmocka_unit_test(test_threads_try_acquire),
+      cmocka_unit_test(test_try_acquire_without_bell),
       cmocka_unit_test(test_threads_attached_consumer),
       cmocka_unit_test(test_leased_slot_never_reused),
       cmocka_unit_test(test_busy_after_slots_minus_one),

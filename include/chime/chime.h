@@ -148,10 +148,11 @@ CHIME_EXTERN void chime_server_info_free(chime_server_info_t *info);
 typedef struct {
   char name[CHIME_MAX_NAME];
   uint64_t size, capacity, inserts, samples, sampler_wait_ns, insert_wait_ns;
-  uint64_t returned; /* fifo items given back by streams that ended unread */
-  /* The rate limiter (samples_per_insert): time inserts waited on it, and
-   * who waits now: inserts on it, samplers on it, samplers for items. */
-  uint64_t rate_insert_wait_ns;
+  uint64_t returned; /* items given back by streams that ended unread */
+  /* The rate limiter (samples_per_insert): time inserts and samplers
+   * waited on it, and who waits now: inserts on it, samplers on it,
+   * samplers for items. */
+  uint64_t rate_insert_wait_ns, rate_sample_wait_ns;
   uint32_t inserts_waiting_rate, samplers_waiting_rate, samplers_waiting_items;
   /* Items that left the table (sampled out, evicted, deleted) and how many
    * times they were sampled in all (left_times_sampled / left: reuse). */
@@ -254,6 +255,19 @@ CHIME_EXTERN CHIME_NODISCARD int chime_writer_append(chime_writer_t *writer,
                                                      const void *sample,
                                                      size_t len,
                                                      double priority);
+/* Queues n samples given leaf by leaf, as columns: leaves[l] holds the n
+ * values of leaf l (n * its bytes, contiguous, spec order), priorities n
+ * priorities or NULL for all 1.0. The same as n appends, with one copy into
+ * the message and one check of the connection for the lot. A bad priority
+ * anywhere refuses the call before anything is queued (CHIME_EINVAL). On
+ * another error the first *taken samples were queued (taken may be NULL):
+ * acks come in order, so chime_writer_acked() then says how many of them
+ * are in the table. */
+CHIME_EXTERN CHIME_NODISCARD int chime_writer_extend(chime_writer_t *writer,
+                                                     uint32_t n,
+                                                     const void *const leaves[],
+                                                     const double *priorities,
+                                                     uint32_t *taken);
 /* Sends what is queued and waits until every sample is acked (in the table). */
 CHIME_EXTERN CHIME_NODISCARD int chime_writer_flush(chime_writer_t *writer);
 /* Samples acked so far. */
@@ -376,9 +390,15 @@ typedef struct {
   const char *config_path; /* JSON config, or NULL for the built-in default */
   const char *listen;      /* overrides the config's listen address */
   int pin_host_memory;     /* -1: as configured, 0 off, 1 on */
+  /* overrides the config's "metrics": host:port of the Prometheus endpoint
+   * (port 0 picks one), "" for none */
+  const char *metrics;
 } chime_server_opts_t;
 #define CHIME_SERVER_OPTS_INIT                                                 \
-  { .config_path = NULL, .listen = NULL, .pin_host_memory = -1 }
+  {                                                                            \
+    .config_path = NULL, .listen = NULL, .pin_host_memory = -1,                \
+    .metrics = NULL                                                            \
+  }
 
 /* Builds tables and the handoff socket from the config; serves nothing yet.
  * With pinning on it loads the CUDA runtime first: an err of CHIME_PIN_ERRLEN
@@ -394,6 +414,10 @@ chime_service_register(chime_server_t *srv, struct grpc_server *server,
                        struct grpc_completion_queue *cq);
 /* After grpc_server_start(): starts samplers and the call loop. */
 CHIME_EXTERN CHIME_NODISCARD int chime_server_start(chime_server_t *srv);
+/* The address the Prometheus endpoint (GET /metrics) was bound to once
+ * started ("127.0.0.1:9100"), or "" when there is none. */
+CHIME_EXTERN const char *
+chime_server_metrics_address(const chime_server_t *srv);
 /* Graceful stop: refuses new calls, finishes acked inserts, tells streams
  * "shutting down". The application then shuts its grpc_server down. */
 CHIME_EXTERN void chime_server_stop(chime_server_t *srv);

@@ -190,7 +190,9 @@ chime_ring_acquire(chime_ring_t *ring, chime_ring_wslot_t *out, int timeout_ms);
  * a free slot (0), or returns CHIME_EBUSY having told the consumer to ring
  * *bell, a futex word shared with it, on its next release: wait on it
  * (FUTEX_WAIT or futex_waitv, not private, while it still reads *bell_val)
- * and call again. CHIME_ESHUTDOWN once shut down. */
+ * and call again. With bell and bell_val NULL it only tries: no release
+ * rings (and pays for) a bell (a producer that hears of releases another
+ * way). CHIME_ESHUTDOWN once shut down. */
 CHIME_EXTERN CHIME_NODISCARD int chime_ring_try_acquire(chime_ring_t *ring,
                                                         chime_ring_wslot_t *out,
                                                         uint32_t **bell,

@@ -177,6 +177,7 @@ static PyObject *stats_dict(const chime_stats_t *st) {
         set_item(td, "insert_wait_ns", U64(t->insert_wait_ns)) ||
         set_item(td, "returned", U64(t->returned)) ||
         set_item(td, "rate_insert_wait_ns", U64(t->rate_insert_wait_ns)) ||
+        set_item(td, "rate_sample_wait_ns", U64(t->rate_sample_wait_ns)) ||
         set_item(td, "inserts_waiting_rate", U64(t->inserts_waiting_rate)) ||
         set_item(td, "samplers_waiting_rate", U64(t->samplers_waiting_rate)) ||
         set_item(td, "samplers_waiting_items",

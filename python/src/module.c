@@ -1,4 +1,5 @@
-/* The `chime` module: exception classes, dtype mapping, init. */
+/* `chime._chime`, the extension behind the `chime` package (python/chime/
+ * __init__.py re-exports it): exception classes, dtype mapping, init. */
 #define CHIMEPY_IMPORT_ARRAY
 #include "chimepy.h"
 
@@ -168,16 +169,40 @@ static int add_errors(PyObject *m) {
   return rc;
 }
 
+/* _raise(code, detail): raises what a failed call with that CHIME_E* code
+ * raises, so errors found by the Python half of the package (ensure_server)
+ * have the same classes, .code and .name. */
+static PyObject *py_raise(PyObject *self, PyObject *args) {
+  (void)self;
+  int code;
+  const char *detail;
+  if (!PyArg_ParseTuple(args, "is:_raise", &code, &detail))
+    return NULL;
+  if (code >= 0) {
+    PyErr_SetString(PyExc_ValueError, "_raise: a negative CHIME_E* code");
+    return NULL;
+  }
+  return chimepy_raise(code, detail);
+}
+
+static PyMethodDef module_methods[] = {
+    {"_raise", py_raise, METH_VARARGS,
+     "_raise(code, detail): raise the chime.Error subclass of a CHIME_E* "
+     "code (internal)."},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef chime_module = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "chime",
+    .m_methods = module_methods,
+    .m_name = "chime._chime",
     .m_doc = "chime: replay batches from chimed as zero-copy numpy views.\n"
              "See docs/python.md.",
     .m_size = -1,
 };
 
-PyMODINIT_FUNC PyInit_chime(void);
-PyMODINIT_FUNC PyInit_chime(void) {
+PyMODINIT_FUNC PyInit__chime(void);
+PyMODINIT_FUNC PyInit__chime(void) {
   import_array();
   PyObject *m = PyModule_Create(&chime_module);
   if (!m)

@@ -12,7 +12,40 @@ typedef struct {
   uint64_t sample_bytes;
   unsigned char *sample; /* one packed sample */
   int busy;              /* a call has the GIL released: one user at a time */
+  uint64_t taken;        /* samples chime_writer_append accepted */
+  uint64_t acked_at_close;
 } writer_t;
+
+/* Raises the error of a failed library call and says which samples made it:
+ * acks come in order, so the first `acked` samples this writer took are in
+ * the table and the rest are not known to be. The exception carries both
+ * counts as .acked and .taken. */
+static PyObject *writer_raise(writer_t *self, int code, const char *what,
+                              const char *detail, uint64_t acked) {
+  PyObject *msg = PyUnicode_FromFormat(
+      "%s%s; acked: the first %llu of the %llu samples this writer took "
+      "(acks come in order; the other %llu are not known to be in the table)",
+      what, detail && detail[0] ? detail : chime_strerror(code),
+      (unsigned long long)acked, (unsigned long long)self->taken,
+      (unsigned long long)(self->taken - acked));
+  if (!msg)
+    return NULL;
+  chimepy_raise(code, PyUnicode_AsUTF8(msg));
+  Py_DECREF(msg);
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  PyObject *a = PyLong_FromUnsignedLongLong(acked);
+  PyObject *t = PyLong_FromUnsignedLongLong(self->taken);
+  if (value && a && t) {
+    (void)PyObject_SetAttrString(value, "acked", a);
+    (void)PyObject_SetAttrString(value, "taken", t);
+  }
+  Py_XDECREF(a);
+  Py_XDECREF(t);
+  PyErr_Restore(type, value, tb);
+  return NULL;
+}
 
 static int writer_init(PyObject *o, PyObject *args, PyObject *kw) {
   writer_t *self = (writer_t *)o;
@@ -60,16 +93,20 @@ static int writer_init(PyObject *o, PyObject *args, PyObject *kw) {
   return 0;
 }
 
-/* Closes the C writer; returns its flush result. */
+/* Closes the C writer; returns its flush result. The flush runs first on
+ * its own so that the acked count can still be read (close frees the
+ * writer); close then returns at once with the flush's error, if any. */
 static int writer_shut(writer_t *self) {
   chime_writer_t *w = self->w;
   if (!w)
     return 0;
   self->w = NULL;
-  int rc;
-  Py_BEGIN_ALLOW_THREADS rc = chime_writer_close(w);
+  int rc, closed;
+  Py_BEGIN_ALLOW_THREADS rc = chime_writer_flush(w);
+  self->acked_at_close = chime_writer_acked(w);
+  closed = chime_writer_close(w);
   Py_END_ALLOW_THREADS chimepy_client_child_closed(self->client);
-  return rc;
+  return rc ? rc : closed;
 }
 
 static void writer_dealloc(PyObject *o) {
@@ -199,7 +236,9 @@ static PyObject *writer_append(PyObject *o, PyObject *args, PyObject *kw) {
       self->w, self->sample, (size_t)self->sample_bytes, priority);
   Py_END_ALLOW_THREADS self->busy = 0;
   if (rc)
-    return chimepy_raise(rc, chime_writer_last_error(self->w));
+    return writer_raise(self, rc, "", chime_writer_last_error(self->w),
+                        chime_writer_acked(self->w));
+  self->taken++;
   Py_RETURN_NONE;
 }
 
@@ -243,26 +282,27 @@ static PyObject *writer_extend(PyObject *o, PyObject *args, PyObject *kw) {
   Py_ssize_t done = 0;
   int rc = 0;
   self->busy = 1;
-  /* The arrays are ours (references held), so the packing loop runs
-   * without the GIL too. */
-  Py_BEGIN_ALLOW_THREADS for (; done < n[0] && rc == 0; done++) {
-    unsigned char *p = self->sample;
-    for (uint32_t i = 0; i < nl; i++) {
-      memcpy(p, src[i] + (size_t)done * leaf_bytes[i], leaf_bytes[i]);
-      p += leaf_bytes[i];
-    }
-    rc = chime_writer_append(self->w, self->sample, (size_t)self->sample_bytes,
-                             prio ? prio[done] : 1.0);
-    if (rc)
-      break;
+  /* The arrays are ours (references held), so the columns go to the C
+   * writer, which interleaves them into its message, without the GIL. */
+  Py_BEGIN_ALLOW_THREADS while (done < n[0] && rc == 0) {
+    const void *cols[CHIME_MAX_LEAVES];
+    Py_ssize_t left = n[0] - done;
+    uint32_t k = left > (1 << 20) ? (1u << 20) : (uint32_t)left, got = 0;
+    for (uint32_t i = 0; i < nl; i++)
+      cols[i] = src[i] + (size_t)done * leaf_bytes[i];
+    rc = chime_writer_extend(self->w, k, cols, prio ? prio + done : NULL, &got);
+    done += got;
   }
   Py_END_ALLOW_THREADS self->busy = 0;
+  self->taken += (uint64_t)done;
   if (rc) {
-    PyObject *msg =
-        PyUnicode_FromFormat("sample %zd (the ones before it were queued): %s",
-                             done, chime_writer_last_error(self->w));
-    chimepy_raise(rc, msg ? PyUnicode_AsUTF8(msg) : NULL);
-    Py_XDECREF(msg);
+    PyObject *what = PyUnicode_FromFormat(
+        "sample %zd of this extend (the ones before it were taken): ", done);
+    if (what)
+      writer_raise(self, rc, PyUnicode_AsUTF8(what),
+                   chime_writer_last_error(self->w),
+                   chime_writer_acked(self->w));
+    Py_XDECREF(what);
     goto cleanup;
   }
   result = Py_None;
@@ -284,7 +324,8 @@ static PyObject *writer_flush(PyObject *o, PyObject *unused) {
   Py_BEGIN_ALLOW_THREADS rc = chime_writer_flush(self->w);
   Py_END_ALLOW_THREADS self->busy = 0;
   if (rc)
-    return chimepy_raise(rc, chime_writer_last_error(self->w));
+    return writer_raise(self, rc, "flush: ", chime_writer_last_error(self->w),
+                        chime_writer_acked(self->w));
   Py_RETURN_NONE;
 }
 
@@ -298,14 +339,22 @@ static PyObject *writer_close(PyObject *o, PyObject *unused) {
   }
   int rc = writer_shut(self);
   if (rc)
-    return chimepy_raise(rc, "close: flushing what was queued failed");
+    return writer_raise(self, rc,
+                        "close: flushing what was queued failed: ", NULL,
+                        self->acked_at_close);
   Py_RETURN_NONE;
 }
 
 static PyObject *writer_acked(PyObject *o, void *unused) {
   (void)unused;
   writer_t *self = (writer_t *)o;
-  return PyLong_FromUnsignedLongLong(self->w ? chime_writer_acked(self->w) : 0);
+  return PyLong_FromUnsignedLongLong(self->w ? chime_writer_acked(self->w)
+                                             : self->acked_at_close);
+}
+
+static PyObject *writer_taken(PyObject *o, void *unused) {
+  (void)unused;
+  return PyLong_FromUnsignedLongLong(((writer_t *)o)->taken);
 }
 
 static PyObject *writer_enter(PyObject *o, PyObject *unused) {
@@ -338,7 +387,12 @@ static PyMethodDef writer_methods[] = {
 };
 
 static PyGetSetDef writer_getset[] = {
-    {"acked", writer_acked, NULL, "samples acked so far", NULL},
+    {"acked", writer_acked, NULL,
+     "samples acked so far (the first `acked` taken; after close, the "
+     "count at close)",
+     NULL},
+    {"taken", writer_taken, NULL,
+     "samples append/extend accepted (queued or sent)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -35,6 +35,9 @@ TABLES = [_table(n) for n in ("rt_shm", "rt_stream", "ext", "app", "misc",
 TABLES.append(_table("hold", spec="x:u8[256], id:u64[]"))
 TABLES.append({"name": "heap", "spec": "x:u64[]", "capacity": 100,
                "sampler": "max_heap", "max_times_sampled": 1})
+# fifo and small: inserts beyond 8 wait for room that never comes.
+TABLES.append({"name": "full", "spec": "x:u64[]", "capacity": 8,
+               "sampler": "fifo", "min_size": 1})
 TABLES.append({"name": "reuse", "spec": "x:u64[]", "capacity": 100,
                "sampler": "lifo", "max_times_sampled": 2})
 

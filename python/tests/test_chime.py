@@ -314,6 +314,34 @@ def test_shutdown(own_chimed):
     assert proc.wait(timeout=10) == 0
 
 
+def test_writer_closed_by_shutdown(own_chimed):
+    """A server shutdown ends a writer with ShutdownError, and the error
+    says which samples are in the table: the first `acked` it took."""
+    proc, addr = own_chimed
+    with chime.Client(addr) as c:
+        w = c.writer("full")
+        for x in range(5):
+            w.append({"x": x})
+        w.flush()
+        assert w.acked == 5 and w.taken == 5
+        # 20 more than the fifo table has room for: they wait, unacked
+        w.extend({"x": np.arange(5, 25, dtype=np.uint64)})
+        assert w.taken == 25
+        timer = threading.Timer(0.5, proc.send_signal, (signal.SIGTERM,))
+        timer.start()
+        with pytest.raises(chime.ShutdownError) as e:
+            w.flush()
+        timer.join()
+        assert e.value.acked == 5 and e.value.taken == 25
+        assert "the first 5 of the 25 samples" in str(e.value)
+        assert "other 20 are not known to be in the table" in str(e.value)
+        with pytest.raises(chime.ShutdownError) as e:
+            w.close()
+        assert e.value.acked == 5 and "first 5 of the 25" in str(e.value)
+        assert w.acked == 5
+    assert proc.wait(timeout=10) == 0
+
+
 @pytest.mark.parametrize("mode", ["shm", "stream"])
 def test_disconnected(own_chimed, mode):
     proc, addr = own_chimed

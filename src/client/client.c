@@ -363,6 +363,7 @@ int chime_client_stats(chime_stats_t **out, chime_client_t *client) {
     o->insert_wait_ns = t->insert_wait_ns;
     o->returned = t->returned;
     o->rate_insert_wait_ns = t->rate_insert_wait_ns;
+    o->rate_sample_wait_ns = t->rate_sample_wait_ns;
     o->left = t->left;
     o->left_times_sampled = t->left_times_sampled;
     o->inserts_waiting_rate = t->inserts_waiting_rate;

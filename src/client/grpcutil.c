@@ -6,14 +6,6 @@
 
 #include "client/internal.h"
 
-int chime__fail(char *buf, size_t len, int code, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  chime__verrf(buf, len, fmt, ap);
-  va_end(ap);
-  return code;
-}
-
 int64_t chime__mono_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

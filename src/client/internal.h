@@ -45,10 +45,6 @@ struct chime_client_s {
   char err[CHIME__ERRLEN];
 };
 
-/* Formats into buf (NULL-safe) and returns code, so failures read
- * `return chime__fail(err, len, CHIME_EINVAL, "...")`. */
-int chime__fail(char *buf, size_t len, int code, const char *fmt, ...)
-    CHIME__PRINTF(4, 5);
 /* Copies a detail text into the client's last error; returns code. */
 int chime__client_set_error(chime_client_t *client, int code, const char *text);
 

@@ -493,6 +493,47 @@ cleanup:
   return rc;
 }
 
+static int bad_priority(chime_writer_t *w, double priority) {
+  if (isfinite(priority) && priority >= 0)
+    return 0;
+  snprintf(w->err, sizeof(w->err),
+           "insert into '%s': priority %g: must be finite and at least 0",
+           w->table, priority);
+  return CHIME_EINVAL;
+}
+
+/* Before queueing: acks that already arrived are collected (no wait), a
+ * broken call is resumed, the sticky error returned. */
+static int ready(chime_writer_t *w) {
+  while ((w->inflight || sending(w)) && !w->broken &&
+         pump(w, gpr_inf_past(GPR_CLOCK_MONOTONIC)) == 0) {
+  }
+  if (w->broken && !w->failed)
+    reconnect(w);
+  return w->failed;
+}
+
+/* Room for a sample: a full batch that could not go yet goes first (this
+ * may wait), so an error here means nothing more was queued. */
+static int room(chime_writer_t *w) {
+  return w->queued == w->batch_cap ? send_batch(w) : 0;
+}
+
+/* k samples were queued: a batch they filled goes if it may. */
+static int queued(chime_writer_t *w, uint32_t k, const double *prio) {
+  for (uint32_t i = 0; prio != NULL && i < k; i++) {
+    w->priorities[w->queued + i] = prio[i];
+    if (prio[i] != 1.0)
+      w->all_default = 0;
+  }
+  for (uint32_t i = 0; prio == NULL && i < k; i++)
+    w->priorities[w->queued + i] = 1.0;
+  w->queued += k;
+  if (w->queued == w->batch_cap && can_send(w))
+    return send_batch(w);
+  return 0;
+}
+
 int chime_writer_append(chime_writer_t *writer, const void *sample, size_t len,
                         double priority) {
   chime_writer_t *w = writer;
@@ -504,35 +545,69 @@ int chime_writer_append(chime_writer_t *writer, const void *sample, size_t len,
     describe_size(w, len, w->err, sizeof(w->err));
     return CHIME_EINVAL;
   }
-  if (!isfinite(priority) || priority < 0) {
-    snprintf(w->err, sizeof(w->err),
-             "insert into '%s': priority %g: must be finite and at least 0",
-             w->table, priority);
+  int rc = bad_priority(w, priority);
+  if (rc == 0)
+    rc = ready(w);
+  if (rc == 0)
+    rc = room(w);
+  if (rc != 0)
+    return rc;
+  memcpy(w->data + (size_t)w->queued * w->sample_bytes, sample, len);
+  return queued(w, 1, &priority);
+}
+
+int chime_writer_extend(chime_writer_t *writer, uint32_t n,
+                        const void *const leaves[], const double *priorities,
+                        uint32_t *taken) {
+  chime_writer_t *w = writer;
+  uint32_t done = 0;
+  if (taken != NULL)
+    *taken = 0;
+  if (!w || (!leaves && n))
     return CHIME_EINVAL;
-  }
-  /* Collect completions that already arrived, without waiting. */
-  while ((w->inflight || sending(w)) && !w->broken &&
-         pump(w, gpr_inf_past(GPR_CLOCK_MONOTONIC)) == 0) {
-  }
-  if (w->broken && !w->failed)
-    reconnect(w);
   if (w->failed)
     return w->failed;
-  /* A full batch that could not go yet goes first (this may wait), so an
-   * error here always means this sample was not queued. */
-  if (w->queued == w->batch_cap) {
-    int rc = send_batch(w);
-    if (rc)
-      return rc;
+  uint32_t nl = w->spec.nleaves;
+  size_t lb[CHIME_MAX_LEAVES], off[CHIME_MAX_LEAVES], at = 0;
+  for (uint32_t l = 0; l < nl; l++) {
+    if (n > 0 && leaves[l] == NULL) {
+      snprintf(w->err, sizeof(w->err), "insert into '%s': leaf '%s': no data",
+               w->table, w->spec.leaves[l].name);
+      return CHIME_EINVAL;
+    }
+    lb[l] = (size_t)chime_leaf_bytes(&w->spec.leaves[l]);
+    off[l] = at;
+    at += lb[l];
   }
-  memcpy(w->data + (size_t)w->queued * w->sample_bytes, sample, len);
-  w->priorities[w->queued] = priority;
-  if (priority != 1.0)
-    w->all_default = 0;
-  w->queued++;
-  if (w->queued == w->batch_cap && can_send(w))
-    return send_batch(w);
-  return 0;
+  int rc = 0;
+  for (uint32_t i = 0; priorities != NULL && i < n && rc == 0; i++)
+    rc = bad_priority(w, priorities[i]);
+  if (rc == 0)
+    rc = ready(w);
+  /* Leaf-major in, sample-major out: each leaf's values go straight into
+   * the batch, one copy, a batch at a time. */
+  while (rc == 0 && done < n && (rc = room(w)) == 0) {
+    uint32_t k = w->batch_cap - w->queued;
+    if (k > n - done)
+      k = n - done;
+    uint8_t *dst = w->data + (size_t)w->queued * w->sample_bytes;
+    for (uint32_t l = 0; l < nl; l++) {
+      const uint8_t *src = (const uint8_t *)leaves[l] + (size_t)done * lb[l];
+      uint8_t *d = dst + off[l];
+      if (lb[l] == 4)
+        for (uint32_t i = 0; i < k; i++)
+          memcpy(d + (size_t)i * w->sample_bytes, src + 4 * (size_t)i, 4);
+      else
+        for (uint32_t i = 0; i < k; i++)
+          memcpy(d + (size_t)i * w->sample_bytes, src + (size_t)i * lb[l],
+                 lb[l]);
+    }
+    rc = queued(w, k, priorities != NULL ? priorities + done : NULL);
+    done += k; /* queued even when sending the full batch failed */
+    if (taken != NULL)
+      *taken = done;
+  }
+  return rc;
 }
 
 int chime_writer_flush(chime_writer_t *writer) {

@@ -9,6 +9,14 @@ void chime__verrf(char *err, size_t len, const char *fmt, va_list ap) {
   vsnprintf(err, len, fmt, ap);
 }
 
+int chime__fail(char *err, size_t len, int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  chime__verrf(err, len, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
 const char *chime__printable(char *out, size_t outlen, const char *in,
                              size_t max) {
   static const char hex[] = "0123456789abcdef";

@@ -19,6 +19,10 @@ void chime__errf(char *err, size_t len, const char *fmt, ...)
     CHIME__PRINTF(3, 4);
 void chime__verrf(char *err, size_t len, const char *fmt, va_list ap)
     CHIME__PRINTF(3, 0);
+/* chime__errf, returning code: failures read
+ * `return chime__fail(err, len, CHIME_EINVAL, "...")`. */
+int chime__fail(char *err, size_t len, int code, const char *fmt, ...)
+    CHIME__PRINTF(4, 5);
 
 /* A peer's string made safe to echo into a status detail or a log: bytes
  * outside printable ASCII become \xNN and a backslash \\ (so the text

@@ -273,7 +273,7 @@ static void take_slot(chime_ring_t *ring, uint32_t slot,
 
 int chime_ring_try_acquire(chime_ring_t *ring, chime_ring_wslot_t *out,
                            uint32_t **bell, uint32_t *bell_val) {
-  if (ring == NULL || out == NULL || bell == NULL || bell_val == NULL)
+  if (ring == NULL || out == NULL || (bell == NULL) != (bell_val == NULL))
     return CHIME_EINVAL;
   if (ring->consumer)
     return CHIME_EPERM;
@@ -281,6 +281,8 @@ int chime_ring_try_acquire(chime_ring_t *ring, chime_ring_wslot_t *out,
   if (load_acquire32(&prod->shutdown))
     return CHIME_ESHUTDOWN;
   int slot = find_free(ring, memory_order_acquire);
+  if (slot < 0 && bell == NULL) /* the caller learns of releases itself */
+    return CHIME_EBUSY;
   if (slot < 0) {
     /* As acquire() before it sleeps: read the bell, say we wait, look
      * again; a release after this rings the bell (no lost wake-up). */

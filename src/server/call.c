@@ -149,11 +149,21 @@ static void on_send_done(chime__tag_t *tag, int ok) {
     c->q_head = c->q_tail = NULL;
   }
   chime__send_t *refused = pump_locked(c);
+  int idle = ok && !c->sending && !c->closed && !c->finishing;
   pthread_mutex_unlock(&c->mu);
   free_sends(done);
   free_sends(dropped);
   free_sends(refused);
+  if (idle && c->vt != NULL && c->vt->on_sent != NULL)
+    c->vt->on_sent(c);
   chime__call_unref(c);
+}
+
+int chime__call_sending(chime__call_t *c) {
+  pthread_mutex_lock(&c->mu);
+  int busy = c->sending;
+  pthread_mutex_unlock(&c->mu);
+  return busy;
 }
 
 static int enqueue(chime__call_t *c, chime__send_t *s) {

@@ -463,6 +463,9 @@ int chime__config_parse(chime__config_t *cfg, const char *text, char *err,
   json_object_foreach(root, key, v) {
     if (strcmp(key, "listen") == 0) {
       rc = parse_string(cfg->listen, sizeof(cfg->listen), v, key, err, errlen);
+    } else if (strcmp(key, "metrics") == 0) {
+      rc =
+          parse_string(cfg->metrics, sizeof(cfg->metrics), v, key, err, errlen);
     } else if (strcmp(key, "handoff_socket") == 0) {
       rc = parse_string(cfg->handoff_socket, sizeof(cfg->handoff_socket), v,
                         key, err, errlen);
@@ -527,7 +530,7 @@ int chime__config_parse(chime__config_t *cfg, const char *text, char *err,
       }
     } else {
       rc = fail(err, errlen,
-                "'%s': unknown key (known: listen, handoff_socket, "
+                "'%s': unknown key (known: listen, metrics, handoff_socket, "
                 "handoff_expires_ms, max_connections, handshake_timeout_ms, "
                 "keepalive_time_ms, keepalive_timeout_ms, sampler_threads, "
                 "allowed_uids, auth, tls, budgets, pin_host_memory, tables)",

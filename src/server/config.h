@@ -76,6 +76,7 @@ typedef struct {
 
 typedef struct {
   char listen[CHIME__MAX_ADDR];
+  char metrics[CHIME__MAX_ADDR]; /* Prometheus endpoint host:port, "": off */
   /* "@auto": abstract socket with a random name; "@name": abstract; else a
    * filesystem path, unlinked at stop. */
   char handoff_socket[108];

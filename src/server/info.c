@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/info.h"
 #include "server/stream.h"
 #include "wire/leaf.h"
 
@@ -57,15 +58,18 @@ static int alloc_per_stream(const chime_server_t *srv, size_t msg_size,
   return 0;
 }
 
-/* Packed under srv->mu (the strings point into live streams), which it then
- * unlocks, and sent as the call's one answer. */
-static void send_unlock(chime__call_t *c, const ProtobufCMessage *m) {
+/* Packed under srv->mu (the strings point into live streams). */
+static grpc_byte_buffer *pack(const ProtobufCMessage *m) {
   size_t len = protobuf_c_message_get_packed_size(m);
   grpc_slice sl = grpc_slice_malloc(len);
   protobuf_c_message_pack(m, GRPC_SLICE_START_PTR(sl));
-  pthread_mutex_unlock(&c->srv->mu);
   grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&sl, 1);
   grpc_slice_unref(sl);
+  return bb;
+}
+
+/* The call's one answer. */
+static void answer(chime__call_t *c, grpc_byte_buffer *bb) {
   chime__call_send(c, bb);
   chime__call_finish(c, CHIME_OK, "%s", "");
 }
@@ -139,7 +143,9 @@ static void info_on_start(chime__call_t *c) {
   }
   r.n_rings = n;
   r.rings = rp;
-  send_unlock(c, &r.base);
+  grpc_byte_buffer *bb = pack(&r.base);
+  pthread_mutex_unlock(&srv->mu);
+  answer(c, bb);
   goto out;
 oom:
   chime__call_finish(c, CHIME_ENOMEM, "out of memory");
@@ -150,95 +156,113 @@ out:
   free(rp);
 }
 
-static void stats_on_start(chime__call_t *c) {
-  chime_server_t *srv = c->srv;
-  Chime__V1__TableStats *ts = NULL;
-  Chime__V1__TableStats **tp = NULL;
-  Chime__V1__StreamStats *ss = NULL;
-  Chime__V1__StreamStats **sp = NULL;
-  if (need_request(c, &chime__v1__stats_request__descriptor) != 0)
-    return;
-  Chime__V1__StatsResponse r = CHIME__V1__STATS_RESPONSE__INIT;
-  ts = calloc(srv->ntables, sizeof(*ts));
-  tp = calloc(srv->ntables, sizeof(*tp));
-  if (ts == NULL || tp == NULL)
+int chime__stats_snap(chime_server_t *srv, chime__stats_snap_t *snap) {
+  Chime__V1__StatsResponse init = CHIME__V1__STATS_RESPONSE__INIT;
+  memset(snap, 0, sizeof(*snap));
+  snap->r = init;
+  Chime__V1__StatsResponse *r = &snap->r;
+  snap->ts = calloc(srv->ntables, sizeof(*snap->ts));
+  snap->tp = calloc(srv->ntables, sizeof(*snap->tp));
+  if (snap->ts == NULL || snap->tp == NULL)
     goto oom;
   for (uint32_t i = 0; i < srv->ntables; i++) {
     chime__table_stats_t st;
-    Chime__V1__TableStats init = CHIME__V1__TABLE_STATS__INIT;
+    Chime__V1__TableStats tinit = CHIME__V1__TABLE_STATS__INIT;
+    Chime__V1__TableStats *t = &snap->ts[i];
     chime__table_get_stats(srv->tables[i], &st);
-    ts[i] = init;
-    ts[i].name = (char *)chime__table_config(srv->tables[i])->name;
-    ts[i].size = st.size;
-    ts[i].inserts = st.inserts;
-    ts[i].samples = st.samples;
-    ts[i].sampler_wait_ns = st.sampler_wait_ns;
-    ts[i].insert_wait_ns = st.insert_wait_ns;
-    ts[i].returned = st.returned;
-    ts[i].rate_insert_wait_ns = st.rate_insert_wait_ns;
-    ts[i].left = st.left;
-    ts[i].left_times_sampled = st.left_times_sampled;
-    ts[i].inserts_waiting_rate = st.inserts_waiting_rate;
-    ts[i].samplers_waiting_rate = st.samplers_waiting_rate;
-    ts[i].samplers_waiting_items = st.samplers_waiting_items;
-    ts[i].capacity = st.capacity;
-    tp[i] = &ts[i];
+    *t = tinit;
+    t->name = (char *)chime__table_config(srv->tables[i])->name;
+    t->size = st.size;
+    t->inserts = st.inserts;
+    t->samples = st.samples;
+    t->sampler_wait_ns = st.sampler_wait_ns;
+    t->insert_wait_ns = st.insert_wait_ns;
+    t->returned = st.returned;
+    t->rate_insert_wait_ns = st.rate_insert_wait_ns;
+    t->rate_sample_wait_ns = st.rate_sample_wait_ns;
+    t->left = st.left;
+    t->left_times_sampled = st.left_times_sampled;
+    t->inserts_waiting_rate = st.inserts_waiting_rate;
+    t->samplers_waiting_rate = st.samplers_waiting_rate;
+    t->samplers_waiting_items = st.samplers_waiting_items;
+    t->capacity = st.capacity;
+    snap->tp[i] = t;
   }
-  r.n_tables = srv->ntables;
-  r.tables = tp;
+  r->n_tables = srv->ntables;
+  r->tables = snap->tp;
   pthread_mutex_lock(&srv->mu);
   per_stream_t ps;
-  int rc = alloc_per_stream(srv, sizeof(*ss), &ps);
-  ss = ps.msgs;
-  sp = (Chime__V1__StreamStats **)ps.ptrs;
+  int rc = alloc_per_stream(srv, sizeof(*snap->ss), &ps);
+  snap->ss = ps.msgs;
+  snap->sp = (Chime__V1__StreamStats **)ps.ptrs;
   if (rc != 0) {
     pthread_mutex_unlock(&srv->mu);
     goto oom;
   }
   uint32_t n = 0;
   for (chime__stream_t *s = srv->streams; s != NULL; s = s->next) {
-    Chime__V1__StreamStats init = CHIME__V1__STREAM_STATS__INIT;
+    Chime__V1__StreamStats sinit = CHIME__V1__STREAM_STATS__INIT;
+    Chime__V1__StreamStats *o = &snap->ss[n];
     chime_ring_stats_t rs;
     chime_ring_get_stats(s->ring, &rs);
-    ss[n] = init;
-    ss[n].stream_id = s->id;
-    ss[n].table = s->table_name;
-    ss[n].mode = s->mode == CHIME_MODE_SHM ? CHIME__V1__MODE__MODE_SHM
-                                           : CHIME__V1__MODE__MODE_STREAM;
+    *o = sinit;
+    o->stream_id = s->id;
+    o->table = s->table_name;
+    o->mode = s->mode == CHIME_MODE_SHM ? CHIME__V1__MODE__MODE_SHM
+                                        : CHIME__V1__MODE__MODE_STREAM;
     if (s->mode == CHIME_MODE_SHM) {
-      ss[n].batches = rs.published;
-      ss[n].bytes = rs.published * s->send_bytes;
+      o->batches = rs.published;
+      o->bytes = rs.published * s->send_bytes;
     } else {
-      ss[n].batches = atomic_load(&s->sender.batches);
-      ss[n].bytes = atomic_load(&s->sender.bytes);
+      o->batches = atomic_load(&s->sender.batches);
+      o->bytes = atomic_load(&s->sender.bytes);
     }
-    ss[n].leases = rs.leases;
-    ss[n].max_leases = rs.max_leases;
-    ss[n].producer_wait_ns = rs.producer_wait_ns;
-    ss[n].consumer_wait_ns = rs.consumer_wait_ns;
-    ss[n].ring_bytes = s->ring_bytes;
-    ss[n].pinned = s->pinned_bytes > 0;
-    r.pinned_bytes += s->pinned_bytes;
-    sp[n] = &ss[n];
+    o->leases = rs.leases;
+    o->max_leases = rs.max_leases;
+    o->producer_wait_ns = rs.producer_wait_ns;
+    o->consumer_wait_ns = rs.consumer_wait_ns;
+    o->ring_bytes = s->ring_bytes;
+    o->pinned = s->pinned_bytes > 0;
+    r->pinned_bytes += s->pinned_bytes;
+    snap->sp[n] = o;
     n++;
   }
-  r.n_streams = n;
-  r.streams = sp;
-  r.ring_bytes_total = srv->ring_bytes;
+  r->n_streams = n;
+  r->streams = snap->sp;
+  r->ring_bytes_total = srv->ring_bytes;
   chime__staging_stats_t gs;
   chime__staging_get_stats(&srv->staging, &gs);
-  r.staged_insert_bytes = gs.bytes;
-  r.staged_insert_budget = gs.budget;
-  r.insert_calls_parked = (uint32_t)gs.parked;
-  send_unlock(c, &r.base);
-  goto out;
+  r->staged_insert_bytes = gs.bytes;
+  r->staged_insert_budget = gs.budget;
+  r->insert_calls_parked = (uint32_t)gs.parked;
+  return 0;
 oom:
-  chime__call_finish(c, CHIME_ENOMEM, "out of memory");
-out:
-  free(ts);
-  free(tp);
-  free(ss);
-  free(sp);
+  free(snap->ts);
+  free(snap->tp);
+  free(snap->ss);
+  free(snap->sp);
+  return CHIME_ENOMEM;
+}
+
+void chime__stats_snap_done(chime_server_t *srv, chime__stats_snap_t *snap) {
+  pthread_mutex_unlock(&srv->mu);
+  free(snap->ts);
+  free(snap->tp);
+  free(snap->ss);
+  free(snap->sp);
+}
+
+static void stats_on_start(chime__call_t *c) {
+  chime__stats_snap_t snap;
+  if (need_request(c, &chime__v1__stats_request__descriptor) != 0)
+    return;
+  if (chime__stats_snap(c->srv, &snap) != 0) {
+    chime__call_finish(c, CHIME_ENOMEM, "out of memory");
+    return;
+  }
+  grpc_byte_buffer *bb = pack(&snap.r.base);
+  chime__stats_snap_done(c->srv, &snap);
+  answer(c, bb);
 }
 
 static void unary_on_message(chime__call_t *c, grpc_byte_buffer *bb) {

@@ -10,16 +10,21 @@
 #include <uv.h>
 
 #include "chime/chime.h"
+#include "common/malloc_tune.h"
 
 static const char usage[] =
-    "usage: chimed [--config FILE] [--listen ADDR] [--pin-host-memory]\n"
+    "usage: chimed [--config FILE] [--listen ADDR] [--metrics ADDR]\n"
+    "              [--pin-host-memory]\n"
     "              [--help] [--version]\n"
     "  --config FILE      JSON configuration (see docs/operations.md);\n"
     "                     without it: table 'demo' on 127.0.0.1:50051\n"
     "  --listen ADDR      host:port (port 0 picks one) or unix:/path;\n"
     "                     overrides the config\n"
+    "  --metrics ADDR     serve Prometheus metrics on http://ADDR/metrics\n"
+    "                     (host:port; overrides the config's \"metrics\")\n"
     "  --pin-host-memory  page-lock every ring with the CUDA runtime\n"
-    "Prints 'listening on ADDR' once serving; exits 0 after SIGINT/SIGTERM.\n";
+    "Prints 'listening on ADDR' once serving (then 'metrics on ADDR' when\n"
+    "metrics are on); exits 0 after SIGINT/SIGTERM.\n";
 
 static void on_signal(uv_signal_t *h, int signum) {
   (void)signum;
@@ -88,6 +93,7 @@ static void close_handle(uv_handle_t *h, void *arg) {
 }
 
 int main(int argc, char **argv) {
+  chime__malloc_tune();
   chime_server_opts_t opts = CHIME_SERVER_OPTS_INIT;
   chime_server_t *srv = NULL;
   char err[CHIME_PIN_ERRLEN], bound[300]; /* a pinning error lists the ladder */
@@ -119,6 +125,12 @@ int main(int argc, char **argv) {
       opts.listen = v;
       continue;
     }
+    if ((r = flag_value(argc, argv, &i, "--metrics", &v)) != 0) {
+      if (r < 0)
+        goto bad;
+      opts.metrics = v;
+      continue;
+    }
   bad:
     fprintf(stderr, "chimed: bad argument '%s'\n%s", argv[i], usage);
     return 2;
@@ -145,6 +157,8 @@ int main(int argc, char **argv) {
     return 1;
   }
   printf("listening on %s\n", bound);
+  if (chime_server_metrics_address(srv)[0] != '\0')
+    printf("metrics on %s\n", chime_server_metrics_address(srv));
   fflush(stdout);
 
   uv_run(loop, UV_RUN_DEFAULT);

@@ -10,9 +10,9 @@
 #include "wire/chunk.h"
 #include "server/server.h"
 
-/* One batch sent: its chunks' slices point into the slot, which is
- * released when gRPC drops the last of them and, for a held batch, the
- * learner released it too (one reference each). */
+/* One batch sent: its chunks' slices point into its bytes (the slot, the
+ * table's rows), and the slot is released when gRPC drops the last of them
+ * and, for a held batch, the learner released it too (one reference each). */
 struct chime__sent_s {
   chime__sender_t *x;
   uint32_t slot;
@@ -21,10 +21,10 @@ struct chime__sent_s {
   chime__sent_t *next; /* the held list */
 };
 
-void chime__sender_init(chime__sender_t *x, chime_ring_t *ring,
-                        uint64_t send_bytes, uint32_t credits,
-                        uint32_t max_credits, int hold, void *owner,
-                        const chime__sender_owner_t *ops) {
+int chime__sender_init(chime__sender_t *x, chime_ring_t *ring,
+                       uint64_t send_bytes, uint32_t credits,
+                       uint32_t max_credits, int hold, size_t max_spans,
+                       void *owner, const chime__sender_owner_t *ops) {
   x->ring = ring;
   x->send_bytes = send_bytes;
   x->credits = credits;
@@ -40,11 +40,21 @@ void chime__sender_init(chime__sender_t *x, chime_ring_t *ring,
   atomic_init(&x->bytes, 0);
   pthread_mutex_init(&x->mu, NULL);
   pthread_mutex_init(&x->send_mu, NULL);
+  x->max_spans = max_spans;
+  x->span_buf = NULL;
+  x->slice_buf = NULL;
+  if (max_spans == 0)
+    return 0; /* sends nothing (shm) */
+  x->span_buf = malloc(max_spans * sizeof(chime__span_t));
+  x->slice_buf = malloc((max_spans + 1) * sizeof(grpc_slice));
+  return x->span_buf != NULL && x->slice_buf != NULL ? 0 : CHIME_ENOMEM;
 }
 
 void chime__sender_fini(chime__sender_t *x) {
   pthread_mutex_destroy(&x->mu);
   pthread_mutex_destroy(&x->send_mu);
+  free(x->span_buf);
+  free(x->slice_buf);
 }
 
 static void sent_put(chime__sent_t *b, unsigned n) {
@@ -65,9 +75,30 @@ static void slice_done(void *ud) {
   sent_put(ud, 1);
 }
 
+/* One chunk of b: its header and a slice per span of its bytes, each
+ * holding a reference to b. NULL when the spans do not fit. */
+static grpc_byte_buffer *chunk(chime__sender_t *x, chime__sent_t *b,
+                               uint64_t total, uint64_t off, uint64_t len) {
+  size_t n =
+      x->ops->spans(x->owner, b->slot, off, len, x->span_buf, x->max_spans);
+  if (n == 0)
+    return NULL;
+  grpc_slice *sl = x->slice_buf;
+  uint8_t hdr[CHIME_CHUNK_HEADER_MAX];
+  size_t hl = chime__chunk_header_encode(hdr, b->seq, off, total, len);
+  sl[0] = grpc_slice_from_copied_buffer((const char *)hdr, hl);
+  atomic_fetch_add(&b->refs, (unsigned)n);
+  for (size_t i = 0; i < n; i++)
+    sl[i + 1] = grpc_slice_new_with_user_data(
+        (void *)x->span_buf[i].p, x->span_buf[i].len, slice_done, b);
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(sl, n + 1);
+  for (size_t i = 0; i <= n; i++)
+    grpc_slice_unref(sl[i]);
+  return bb;
+}
+
 static void send_batch(chime__sender_t *x, chime__call_t *call,
                        const chime_ring_view_t *v) {
-  uint8_t *base = chime_ring_slot_base(x->ring, v->slot);
   uint64_t total = x->send_bytes;
   unsigned nchunks =
       (unsigned)((total + CHIME__CHUNK_BYTES - 1) / CHIME__CHUNK_BYTES);
@@ -88,7 +119,7 @@ static void send_batch(chime__sender_t *x, chime__call_t *call,
   b->slot = v->slot;
   b->seq = v->seq;
   b->next = NULL;
-  atomic_init(&b->refs, nchunks);
+  atomic_init(&b->refs, 1); /* ours until every chunk is made */
   x->ops->ref(x->owner);
   pthread_mutex_lock(&x->mu);
   if (x->hold && !x->unheld) {
@@ -100,26 +131,20 @@ static void send_batch(chime__sender_t *x, chime__call_t *call,
     x->held_tail = b;
   }
   pthread_mutex_unlock(&x->mu);
-  for (unsigned i = 0; i < nchunks; i++) {
+  int ok = 1;
+  for (unsigned i = 0; ok && i < nchunks; i++) {
     uint64_t off = (uint64_t)i * CHIME__CHUNK_BYTES;
     uint64_t len = i + 1 == nchunks ? total - off : CHIME__CHUNK_BYTES;
-    uint8_t hdr[CHIME_CHUNK_HEADER_MAX];
-    size_t hl = chime__chunk_header_encode(hdr, v->seq, off, total, len);
-    grpc_slice sl[2];
-    sl[0] = grpc_slice_from_copied_buffer((const char *)hdr, hl);
-    sl[1] = grpc_slice_new_with_user_data(base + off, len, slice_done, b);
-    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(sl, 2);
-    grpc_slice_unref(sl[0]);
-    grpc_slice_unref(sl[1]);
-    if (chime__call_send(call, bb) != 0) {
-      /* The call is finishing: the chunks never made drop their share. */
-      if (i + 1 < nchunks)
-        sent_put(b, nchunks - i - 1);
-      return;
-    }
+    grpc_byte_buffer *bb = chunk(x, b, total, off, len);
+    /* No chunk (cannot happen: max_spans bounds it), or the call is
+     * finishing: the learner gets no more of this stream. */
+    ok = bb != NULL && chime__call_send(call, bb) == 0;
   }
-  atomic_fetch_add(&x->batches, 1);
-  atomic_fetch_add(&x->bytes, total);
+  if (ok) {
+    atomic_fetch_add(&x->batches, 1);
+    atomic_fetch_add(&x->bytes, total);
+  }
+  sent_put(b, 1);
 }
 
 void chime__sender_send_ready(chime__sender_t *x) {
@@ -137,6 +162,15 @@ void chime__sender_send_ready(chime__sender_t *x) {
     send_batch(x, call, &v);
   }
   pthread_mutex_unlock(&x->send_mu);
+}
+
+void chime__sender_published(chime__sender_t *x) {
+  pthread_mutex_lock(&x->send_mu);
+  chime__call_t *call = x->call;
+  int busy = call != NULL && chime__call_sending(call);
+  pthread_mutex_unlock(&x->send_mu);
+  if (!busy)
+    chime__sender_send_ready(x);
 }
 
 void chime__sender_start(chime__sender_t *x, chime__call_t *call) {

@@ -1,7 +1,9 @@
 /* Stream mode's sending side: the server takes published slots on its own
- * consumer side of a stream's ring and sends each batch as chunks straight
- * from slot memory (no copy), within the learner's credits. A slot goes
- * back to the ring when gRPC drops the last slice pointing into it and,
+ * consumer side of a stream's ring and sends each batch as chunks within
+ * the learner's credits, without copying: the owner says where a batch's
+ * bytes are (spans of the table's rows, of the slot, of zeros) and the
+ * chunks' slices point there. A slot goes back to the ring when gRPC drops
+ * the last slice pointing into its batch and,
  * for a held batch (a fifo table's), when a Credit names it as released:
  * until then the batch is the learner's, and its owner can give its items
  * back if the stream ends first. Sending happens on whichever thread makes
@@ -15,6 +17,7 @@
 #include <stdint.h>
 
 #include "chime/ring.h"
+#include "wire/pbread.h"
 
 typedef struct chime__call_s chime__call_t;
 typedef struct chime__sent_s chime__sent_t;
@@ -26,6 +29,11 @@ typedef struct {
   void (*unref)(void *owner);
   /* A slot went back to the ring: the producer may fill it. */
   void (*slot_freed)(void *owner);
+  /* Where bytes [off, off + len) of the batch in slot are: at most max
+   * spans into out, returns how many (0: max too small). They stay put
+   * until the slot goes back to the ring. */
+  size_t (*spans)(void *owner, uint32_t slot, uint64_t off, uint64_t len,
+                  chime__span_t *out, size_t max);
 } chime__sender_owner_t;
 
 typedef struct {
@@ -42,14 +50,19 @@ typedef struct {
   int unheld;                           /* stopped holding: unhold_all ran */
   chime__sent_t *held_head, *held_tail; /* oldest first (mu) */
   chime__call_t *call;                  /* where batches go (send_mu) */
+  size_t max_spans;                     /* of one chunk */
+  chime__span_t *span_buf;              /* max_spans (send_mu) */
+  void *slice_buf;                      /* max_spans + 1 slices (send_mu) */
   atomic_int stopped;
   atomic_uint_fast64_t batches, bytes; /* sent */
 } chime__sender_t;
 
-void chime__sender_init(chime__sender_t *x, chime_ring_t *ring,
-                        uint64_t send_bytes, uint32_t credits,
-                        uint32_t max_credits, int hold, void *owner,
-                        const chime__sender_owner_t *ops);
+/* max_spans: the most spans one chunk's bytes can take (ops->spans).
+ * CHIME_ENOMEM, or 0. */
+int chime__sender_init(chime__sender_t *x, chime_ring_t *ring,
+                       uint64_t send_bytes, uint32_t credits,
+                       uint32_t max_credits, int hold, size_t max_spans,
+                       void *owner, const chime__sender_owner_t *ops);
 void chime__sender_fini(chime__sender_t *x);
 /* Batches go to call from now on (a reference is taken); ignored once
  * stopped. */
@@ -58,6 +71,9 @@ void chime__sender_start(chime__sender_t *x, chime__call_t *call);
 chime__call_t *chime__sender_stop(chime__sender_t *x);
 /* Sends every published batch there is credit for, in order. */
 void chime__sender_send_ready(chime__sender_t *x);
+/* The same after a publish, unless a send is in flight: then the call's
+ * next completion sends it (on_sent), from the thread already awake. */
+void chime__sender_published(chime__sender_t *x);
 /* A Credit: n more batches; released names the seqs the learner released
  * (none: the oldest n held). Seqs not held are ignored. */
 void chime__sender_credit(chime__sender_t *x, uint32_t n,

@@ -15,6 +15,7 @@
 #include "server/acceptor.h"
 #include "server/handoff.h"
 #include "server/memlimit.h"
+#include "server/metrics.h"
 #include "server/sampler.h"
 #include "server/stream.h"
 #include "server/tls.h"
@@ -132,6 +133,15 @@ int chime_server_create(chime_server_t **out, const chime_server_opts_t *opts,
   }
   if (opts->pin_host_memory >= 0)
     srv->cfg.pin_host_memory = opts->pin_host_memory != 0;
+  if (opts->metrics != NULL) {
+    if (strlen(opts->metrics) >= sizeof(srv->cfg.metrics)) {
+      snprintf(err, errlen, "metrics address must be at most %zu characters",
+               sizeof(srv->cfg.metrics) - 1);
+      rc = CHIME_EINVAL;
+      goto out;
+    }
+    snprintf(srv->cfg.metrics, sizeof(srv->cfg.metrics), "%s", opts->metrics);
+  }
   if (srv->cfg.pin_host_memory) {
     rc = chime__cuda_require(err, errlen);
     if (rc != 0)
@@ -152,6 +162,12 @@ int chime_server_create(chime_server_t **out, const chime_server_opts_t *opts,
   }
   rc = chime__handoff_create(&srv->handoff, srv, err, errlen);
   if (rc != 0)
+    goto out;
+  /* Stats only: it may answer before the service starts. */
+  if (srv->cfg.metrics[0] != '\0' &&
+      (rc = chime__metrics_start(&srv->metrics, srv, srv->cfg.metrics,
+                                 srv->metrics_addr, sizeof(srv->metrics_addr),
+                                 err, errlen)) != 0)
     goto out;
   *out = srv;
   srv = NULL;
@@ -293,9 +309,15 @@ static void wait_streams(chime_server_t *srv, int ms) {
   pthread_mutex_unlock(&srv->mu);
 }
 
+const char *chime_server_metrics_address(const chime_server_t *srv) {
+  return srv != NULL ? srv->metrics_addr : "";
+}
+
 void chime_server_destroy(chime_server_t *srv) {
   if (srv == NULL)
     return;
+  chime__metrics_stop(srv->metrics); /* no scrape reads what goes below */
+  srv->metrics = NULL;
   chime_server_stop(srv);
   /* No connection may reach gRPC once its shutdown began. */
   chime__acceptor_destroy(srv->acceptor);

@@ -54,6 +54,9 @@ typedef struct {
   void (*on_stop)(chime__call_t *c);
   /* Last reference gone: free c->state. */
   void (*on_free)(chime__call_t *c);
+  /* A send completed and nothing is queued: the handler may queue more
+   * (from the completion-queue thread, no lock held; may be NULL). */
+  void (*on_sent)(chime__call_t *c);
 } chime__call_vt_t;
 
 typedef struct chime__send_s chime__send_t;
@@ -88,6 +91,8 @@ void chime__call_unref(chime__call_t *c);
 void chime__call_recv(chime__call_t *c);
 /* Queues a message (takes bb). CHIME_ECLOSED once finishing or closed. */
 int chime__call_send(chime__call_t *c, grpc_byte_buffer *bb);
+/* Whether a send is in flight (on_sent follows its completion). */
+int chime__call_sending(chime__call_t *c);
 /* Packs a protobuf-c message and queues it. */
 int chime__call_send_msg(chime__call_t *c, const void *protobuf_c_msg);
 /* Queues the final status after what is queued; later sends fail. err is
@@ -130,6 +135,8 @@ struct chime_server_s {
   chime__handoff_t *handoff;
   chime__pool_t *sampler;             /* fills every stream's ring */
   struct chime__acceptor_s *acceptor; /* chime_server_listen only */
+  struct chime__metrics_s *metrics;   /* the Prometheus endpoint, or NULL */
+  char metrics_addr[CHIME__MAX_ADDR]; /* where it was bound, "" */
   /* With TLS: gRPC's handler for connections the acceptor hands over
    * (server/tls.h); written by gRPC through a channel arg, so it lives as
    * long as the grpc_server. */

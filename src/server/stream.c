@@ -1,7 +1,10 @@
 /* Streams: ring creation under the memory budgets, one fill step for the
  * sampler pool (wait for the attach, take a free slot, sample a batch into
  * it, publish, hand it to the sender in stream mode), and the end: what the
- * learner did not finish goes back to a fifo table. */
+ * learner did not finish goes back to the table. In stream mode a batch's
+ * rows stay pinned in the table and are sent from there (only runs shorter
+ * than SEND_COPY_BELOW bytes are copied into the slot, where a slice per
+ * row would cost more than the copy); the slot holds the sample info. */
 #include "server/stream.h"
 
 #include <stdarg.h>
@@ -15,6 +18,8 @@
 #include "ring/pin.h"
 #include "server/handoff.h"
 #include "server/sender.h"
+
+#define SEND_COPY_BELOW 4096u
 
 uint64_t chime__now_ns(void) {
   struct timespec ts;
@@ -30,6 +35,11 @@ void chime__stream_unref(chime__stream_t *s) {
   if (atomic_fetch_sub(&s->refs, 1) != 1)
     return;
   chime_server_t *srv = s->srv;
+  /* No slice points into the table any more: the last rows go. */
+  for (uint32_t i = 0; s->pins != NULL && i < s->lay.slots; i++)
+    chime__table_unpin(s->table, &s->pins[i]);
+  free(s->pins);
+  free(s->pin_rows);
   chime_ring_destroy(s->ring);
   s->ring = NULL;
   pthread_mutex_destroy(&s->mu);
@@ -55,16 +65,6 @@ void chime__stream_unhold(chime__stream_t *s) {
   free(s);
 }
 
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return rc;
-}
-
 static void stream_ref(void *s) {
   chime__stream_ref(s);
 }
@@ -73,15 +73,30 @@ static void stream_unref(void *s) {
   chime__stream_unref(s);
 }
 
-/* Stream mode frees slots in this process: its fill job is kicked at once
- * rather than through the ring's futex word and the pool's watcher. */
+/* Stream mode frees slots in this process: its fill job is kicked
+ * directly rather than through the ring's futex word and the pool's
+ * watcher, and only once kick_at slots are free, so a worker wakes once for
+ * a few batches instead of once for each (a wake-up costs both threads tens
+ * of microseconds here); the batches still published keep the sender busy
+ * meanwhile. */
 static void slot_freed(void *arg) {
   chime__stream_t *s = arg;
-  chime__pool_kick(s->srv->sampler, &s->job);
+  if (atomic_fetch_add(&s->free_slots, 1) + 1 >= s->kick_at)
+    chime__pool_kick(s->srv->sampler, &s->job);
 }
 
-static const chime__sender_owner_t sender_owner = {
-    .ref = stream_ref, .unref = stream_unref, .slot_freed = slot_freed};
+static size_t batch_spans(void *arg, uint32_t slot, uint64_t off, uint64_t len,
+                          chime__span_t *out, size_t max) {
+  chime__stream_t *s = arg;
+  return chime__table_spans(s->table, &s->lay, &s->pins[slot],
+                            chime_ring_slot_base(s->ring, slot),
+                            SEND_COPY_BELOW, off, len, out, max);
+}
+
+static const chime__sender_owner_t sender_owner = {.ref = stream_ref,
+                                                   .unref = stream_unref,
+                                                   .slot_freed = slot_freed,
+                                                   .spans = batch_spans};
 
 int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
                        chime__call_t *call, const Chime__V1__Open *open,
@@ -94,57 +109,61 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
   chime__table_t *t = chime__server_table(srv, tname, NULL);
   if (t == NULL) {
     char pn[CHIME__PRINTABLE_LEN(64)];
-    return fail(err, errlen, CHIME_ENOTFOUND, "table '%s' not found",
-                chime__printable(pn, sizeof(pn), tname, 64));
+    return chime__fail(err, errlen, CHIME_ENOTFOUND, "table '%s' not found",
+                       chime__printable(pn, sizeof(pn), tname, 64));
   }
   const chime__table_config_t *tc = chime__table_config(t);
   if (open->batch_size == 0 || open->batch_size > CHIME_RING_MAX_BATCH)
-    return fail(err, errlen, CHIME_EINVAL, "batch_size %u: must be 1..%u",
-                open->batch_size, CHIME_RING_MAX_BATCH);
+    return chime__fail(err, errlen, CHIME_EINVAL,
+                       "batch_size %u: must be 1..%u", open->batch_size,
+                       CHIME_RING_MAX_BATCH);
   if (open->slots < 2 || open->slots > CHIME_RING_MAX_SLOTS)
-    return fail(err, errlen, CHIME_EINVAL, "slots %u: must be 2..%u",
-                open->slots, CHIME_RING_MAX_SLOTS);
+    return chime__fail(err, errlen, CHIME_EINVAL, "slots %u: must be 2..%u",
+                       open->slots, CHIME_RING_MAX_SLOTS);
   if (open->mode != CHIME__V1__MODE__MODE_SHM &&
       open->mode != CHIME__V1__MODE__MODE_STREAM)
-    return fail(err, errlen, CHIME_EINVAL,
-                "mode %d: must be MODE_SHM (1) or MODE_STREAM (2)",
-                (int)open->mode);
+    return chime__fail(err, errlen, CHIME_EINVAL,
+                       "mode %d: must be MODE_SHM (1) or MODE_STREAM (2)",
+                       (int)open->mode);
   if (open->prefetch > open->slots)
-    return fail(err, errlen, CHIME_EINVAL, "prefetch %u: must be 0..slots (%u)",
-                open->prefetch, open->slots);
+    return chime__fail(err, errlen, CHIME_EINVAL,
+                       "prefetch %u: must be 0..slots (%u)", open->prefetch,
+                       open->slots);
   /* Sampling removes items (fifo, max_times_sampled): a batch waits for
    * batch_size of them at once, which a smaller table never holds. */
   if (tc->max_times_sampled != 0 && open->batch_size > tc->capacity)
-    return fail(err, errlen, CHIME_EINVAL,
-                "batch_size %u exceeds the capacity %llu of table '%s' "
-                "(sampler %s, max_times_sampled %llu)",
-                open->batch_size, (unsigned long long)tc->capacity, tc->name,
-                chime__sampler_name(tc->sampler),
-                (unsigned long long)tc->max_times_sampled);
+    return chime__fail(err, errlen, CHIME_EINVAL,
+                       "batch_size %u exceeds the capacity %llu of table '%s' "
+                       "(sampler %s, max_times_sampled %llu)",
+                       open->batch_size, (unsigned long long)tc->capacity,
+                       tc->name, chime__sampler_name(tc->sampler),
+                       (unsigned long long)tc->max_times_sampled);
   if (atomic_load(&srv->stopping))
-    return fail(err, errlen, CHIME_ESHUTDOWN, "shutting down");
+    return chime__fail(err, errlen, CHIME_ESHUTDOWN, "shutting down");
 
   chime_ring_layout_t lay;
   uint64_t ring_bytes = 0;
   rc = chime_ring_layout(&lay, &tc->spec, open->batch_size, open->slots, lerr,
                          sizeof(lerr));
   if (rc == 0 && chime_ring_bytes(&lay, &ring_bytes) != 0)
-    rc = fail(lerr, sizeof(lerr), CHIME_EOVERFLOW, "ring too large");
+    rc = chime__fail(lerr, sizeof(lerr), CHIME_EOVERFLOW, "ring too large");
   if (rc != 0)
-    return fail(err, errlen, rc, "ring for table '%s': %s", tc->name, lerr);
+    return chime__fail(err, errlen, rc, "ring for table '%s': %s", tc->name,
+                       lerr);
   /* Budgets are checked on the ring's whole size before anything is
    * created or page-locked: a refused stream costs no memory and no
    * registration. */
   if (ring_bytes > srv->cfg.stream_ring_bytes)
-    return fail(err, errlen, CHIME_ERESOURCE,
-                "stream needs %llu bytes of ring; per-stream budget is %llu "
-                "bytes",
-                (unsigned long long)ring_bytes,
-                (unsigned long long)srv->cfg.stream_ring_bytes);
+    return chime__fail(
+        err, errlen, CHIME_ERESOURCE,
+        "stream needs %llu bytes of ring; per-stream budget is %llu "
+        "bytes",
+        (unsigned long long)ring_bytes,
+        (unsigned long long)srv->cfg.stream_ring_bytes);
 
   s = calloc(1, sizeof(*s));
   if (s == NULL)
-    return fail(err, errlen, CHIME_ENOMEM, "out of memory");
+    return chime__fail(err, errlen, CHIME_ENOMEM, "out of memory");
   s->srv = srv;
   s->table = t;
   snprintf(s->table_name, sizeof(s->table_name), "%s", tc->name);
@@ -153,53 +172,78 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
   atomic_init(&s->refs, 1);
   atomic_init(&s->holds, 1);
   pthread_mutex_init(&s->mu, NULL);
-  /* The server side of the ring can lend at most slots - 1 batches. A fifo
-   * batch is the learner's until it says it released it: then a learner
-   * that dies holding batches loses no item (give_back). The ring is set
-   * once created. */
-  chime__sender_init(
+  /* The server side of the ring can lend at most slots - 1 batches. A batch
+   * that takes items out (fifo, max_times_sampled) is the learner's until it
+   * says it released it: then a learner that dies holding batches loses no
+   * item (give_back). The ring is set once created. */
+  size_t max_spans = 0;
+  if (s->mode == CHIME_MODE_STREAM)
+    max_spans = 2 * CHIME__CHUNK_BYTES / SEND_COPY_BELOW +
+                2 * (size_t)tc->spec.nleaves + 4;
+  int held = s->mode == CHIME_MODE_STREAM && tc->max_times_sampled != 0;
+  int init_rc = chime__sender_init(
       &s->sender, NULL, 0,
       open->prefetch && open->prefetch < open->slots ? open->prefetch
                                                      : open->slots - 1,
-      open->slots - 1,
-      s->mode == CHIME_MODE_STREAM && tc->sampler == CHIME__SAMPLER_FIFO, s,
-      &sender_owner);
+      open->slots - 1, held, max_spans, s, &sender_owner);
   pthread_mutex_lock(&srv->mu);
   srv->nstreams++;
   uint64_t left = srv->cfg.total_ring_bytes - srv->ring_bytes;
   if (ring_bytes > left) {
     pthread_mutex_unlock(&srv->mu);
-    rc = fail(err, errlen, CHIME_ERESOURCE,
-              "stream needs %llu bytes of ring; %llu of the total budget of "
-              "%llu bytes is left",
-              (unsigned long long)ring_bytes, (unsigned long long)left,
-              (unsigned long long)srv->cfg.total_ring_bytes);
+    rc = chime__fail(
+        err, errlen, CHIME_ERESOURCE,
+        "stream needs %llu bytes of ring; %llu of the total budget of "
+        "%llu bytes is left",
+        (unsigned long long)ring_bytes, (unsigned long long)left,
+        (unsigned long long)srv->cfg.total_ring_bytes);
     goto out;
   }
   /* Each stream has a thread: a cap keeps a flood of opens from exhausting
    * them (nstreams counts this one too, and streams still draining). */
   if (srv->nstreams > CHIME__MAX_STREAMS) {
     pthread_mutex_unlock(&srv->mu);
-    rc = fail(err, errlen, CHIME_ERESOURCE,
-              "too many streams: at most %d at once", CHIME__MAX_STREAMS);
+    rc =
+        chime__fail(err, errlen, CHIME_ERESOURCE,
+                    "too many streams: at most %d at once", CHIME__MAX_STREAMS);
     goto out;
   }
   srv->ring_bytes += ring_bytes;
   s->ring_bytes = ring_bytes;
   pthread_mutex_unlock(&srv->mu);
+  if (s->mode == CHIME_MODE_STREAM) {
+    atomic_init(&s->free_slots, (int)open->slots);
+    /* A third of what the sender may lend, at least 1: with the default
+     * slots (8, 7 lent) a wake fills 2 or more, and 5 stay published or
+     * sent meanwhile. */
+    s->kick_at = (open->slots - 1) / 3 > 1 ? (open->slots - 1) / 3 : 1;
+    s->pins = calloc(open->slots, sizeof(*s->pins));
+    s->pin_rows =
+        malloc((size_t)open->slots * open->batch_size * sizeof(*s->pin_rows));
+    for (uint32_t i = 0;
+         s->pins != NULL && s->pin_rows != NULL && i < open->slots; i++)
+      s->pins[i].rows = s->pin_rows + (size_t)i * open->batch_size;
+  }
+  if (init_rc != 0 || (s->mode == CHIME_MODE_STREAM &&
+                       (s->pins == NULL || s->pin_rows == NULL))) {
+    rc = chime__fail(err, errlen, CHIME_ENOMEM, "out of memory");
+    goto out;
+  }
 
   rc = chime_ring_create(&s->ring, &tc->spec, open->batch_size, open->slots);
   if (rc != 0) {
-    rc = fail(err, errlen, rc, "cannot create a ring for table '%s': %s: %s",
-              tc->name, chime_strerror(rc), chime_ring_last_error());
+    rc = chime__fail(err, errlen, rc,
+                     "cannot create a ring for table '%s': %s: %s", tc->name,
+                     chime_strerror(rc), chime_ring_last_error());
     goto out;
   }
   s->lay = *chime_ring_get_layout(s->ring);
   size_t map_len = 0;
   chime_ring_map_base(s->ring, &map_len);
   if (map_len != s->ring_bytes) { /* the budget charged what is mapped */
-    rc = fail(err, errlen, CHIME_ESYS, "ring of %zu bytes, %llu expected",
-              map_len, (unsigned long long)s->ring_bytes);
+    rc =
+        chime__fail(err, errlen, CHIME_ESYS, "ring of %zu bytes, %llu expected",
+                    map_len, (unsigned long long)s->ring_bytes);
     goto out;
   }
   struct stat st;
@@ -221,10 +265,11 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
               "chimed: stream on table '%s': cannot page-lock the "
               "ring: %s\n",
               tc->name, pin_err);
-      rc = fail(err, errlen, rc,
-                "page-locking the ring failed on the server: %s; see the "
-                "server log",
-                chime__pin_error_name(pin_err, rc, what, sizeof(what)));
+      rc =
+          chime__fail(err, errlen, rc,
+                      "page-locking the ring failed on the server: %s; see the "
+                      "server log",
+                      chime__pin_error_name(pin_err, rc, what, sizeof(what)));
       goto out;
     }
     s->pinned_bytes = chime_ring_pinned_bytes(s->ring);
@@ -233,8 +278,8 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
   if (s->mode == CHIME_MODE_SHM &&
       (rc = chime__handoff_issue(srv->handoff, s, srv->cfg.handoff_expires_ms,
                                  s->token, &s->token_deadline_ns)) != 0) {
-    rc = fail(err, errlen, rc, "cannot issue a handoff token: %s",
-              chime_strerror(rc));
+    rc = chime__fail(err, errlen, rc, "cannot issue a handoff token: %s",
+                     chime_strerror(rc));
     goto out;
   }
   pthread_mutex_lock(&srv->mu);
@@ -256,11 +301,12 @@ out:
   return rc;
 }
 
-/* The stream ended: fifo items in batches its learner never finished (not
+/* The stream ended: items that batches its learner never finished (not
  * taken, or taken and not released; in stream mode not yet sent or still
- * held by gRPC) go back to the table, so a learner's death loses nothing.
- * At least once: a batch the learner was reading as its stream ended may be
- * delivered again. */
+ * held by gRPC) took out of the table (fifo, max_times_sampled) go back,
+ * so a learner's death loses nothing. At least once: a batch the learner
+ * was reading as its stream ended may be delivered again. Newest first:
+ * each goes in front of the table's items, so they keep their order. */
 static void give_back(chime__stream_t *s) {
   uint32_t *slots = malloc(s->lay.slots * sizeof(*slots));
   if (slots == NULL) {
@@ -269,13 +315,21 @@ static void give_back(chime__stream_t *s) {
     return;
   }
   uint32_t n = chime_ring_unreleased(s->ring, slots, s->lay.slots);
-  for (uint32_t i = 0; i < n; i++)
-    if (chime__table_give_back(s->table, &s->lay,
-                               chime_ring_slot_base(s->ring, slots[i])) != 0)
+  for (uint32_t i = n; i-- > 0;) {
+    uint8_t *base = chime_ring_slot_base(s->ring, slots[i]);
+    if (s->pins != NULL) { /* stream mode: from its rows, still pinned */
+      chime__table_give_back_pinned(
+          s->table, &s->lay,
+          (const chime_sample_info_t *)(base + s->lay.info_offset),
+          &s->pins[slots[i]]);
+      continue;
+    }
+    if (chime__table_give_back(s->table, &s->lay, base) != 0)
       fprintf(stderr,
-              "chimed: stream %llu: out of memory giving back a batch of "
-              "%u items\n",
+              "chimed: stream %llu: no free row to give back items of a "
+              "batch of %u\n",
               (unsigned long long)s->id, s->lay.batch_size);
+  }
   free(slots);
 }
 
@@ -334,23 +388,34 @@ static chime__fill_t stream_fill(chime__fill_job_t *j, chime__fill_wait_t *w) {
   }
   chime_ring_wslot_t ws;
   uint64_t seq;
-  int rc = chime_ring_try_acquire(s->ring, &ws, &w->bell, &w->bell_val);
-  if (rc == CHIME_EBUSY) {
-    if (s->mode == CHIME_MODE_STREAM)
-      w->bell = NULL; /* the sender kicks it (slot_freed) */
+  /* Stream mode: the sender kicks the job when slots come back
+   * (slot_freed), so no release needs to ring the ring's bell. */
+  int shm = s->mode == CHIME_MODE_SHM;
+  int rc = chime_ring_try_acquire(s->ring, &ws, shm ? &w->bell : NULL,
+                                  shm ? &w->bell_val : NULL);
+  if (rc == CHIME_EBUSY)
     return CHIME__FILL_WAIT_SLOT;
-  }
   if (rc != 0)
     return retire(s);
-  rc = chime__table_try_sample(s->table, &s->lay, &ws, &s->twait);
+  if (s->mode == CHIME_MODE_STREAM) {
+    atomic_fetch_sub(&s->free_slots, 1);
+    /* The slot came back: its last batch is sent and released. */
+    chime__table_unpin(s->table, &s->pins[ws.slot]);
+    rc = chime__table_try_sample_pinned(
+        s->table, &s->lay, &ws, &s->pins[ws.slot], SEND_COPY_BELOW, &s->twait);
+  } else {
+    rc = chime__table_try_sample(s->table, &s->lay, &ws, &s->twait);
+  }
   if (rc != 0) {
     chime_ring_abandon(s->ring, ws.slot);
+    if (s->mode == CHIME_MODE_STREAM)
+      atomic_fetch_add(&s->free_slots, 1);
     return rc == CHIME_EBUSY ? CHIME__FILL_WAIT_ITEMS : retire(s);
   }
   rc = chime_ring_publish(s->ring, ws.slot, &seq); /* cannot fail: acquired */
   (void)rc;
   if (s->mode == CHIME_MODE_STREAM)
-    chime__sender_send_ready(&s->sender);
+    chime__sender_published(&s->sender);
   return CHIME__FILL_AGAIN;
 }
 

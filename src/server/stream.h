@@ -39,6 +39,12 @@ struct chime__stream_s {
   atomic_int closed;
   pthread_mutex_t mu;     /* attached */
   chime__sender_t sender; /* stream mode: chunks, credits, held batches */
+  /* stream mode: each slot's batch keeps its rows pinned in the table
+   * (sent from there) until the slot is filled again or the stream goes */
+  chime__table_pins_t *pins; /* [slots], rows in pin_rows */
+  uint32_t *pin_rows;        /* [slots * batch_size] */
+  atomic_int free_slots;     /* free in the ring (the fill job's hint) */
+  int kick_at;               /* free_slots that wake the fill job */
   /* shm: the ring is filled only once its learner holds it, so a handoff
    * that never happens strands no item (attached, under mu) */
   int attached;

@@ -187,10 +187,22 @@ static void sub_on_free(chime__call_t *c) {
   c->state = NULL;
 }
 
+/* The call can take the next batch: sending from here, the thread that
+ * polls the completion queue, costs no wake-up of another thread. */
+static void sub_on_sent(chime__call_t *c) {
+  pthread_mutex_lock(&c->mu);
+  sub_t *st = c->state;
+  chime__stream_t *s = st != NULL ? st->s : NULL; /* held until on_free */
+  pthread_mutex_unlock(&c->mu);
+  if (s != NULL && s->mode == CHIME_MODE_STREAM)
+    chime__sender_send_ready(&s->sender);
+}
+
 const chime__call_vt_t chime__subscribe_vt = {
     .on_start = sub_on_start,
     .on_message = sub_on_message,
     .on_close = sub_on_close,
     .on_stop = sub_on_stop,
     .on_free = sub_on_free,
+    .on_sent = sub_on_sent,
 };

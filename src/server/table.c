@@ -9,7 +9,13 @@
  * tree (prioritized) and heaps (min_heap, max_heap), all indexed by row.
  * A sampler chooses its rows under the table lock and copies them without
  * it: the rows are pinned meanwhile, and a row that leaves while pinned
- * returns to the free list only once unpinned, so no insert overwrites it. */
+ * returns to the free list only once unpinned, so no insert overwrites it.
+ * A stream-mode stream keeps its batches' rows pinned until gRPC has sent
+ * them (chime__table_pins_t): they go out straight from here. So that rows
+ * in flight never make inserts wait, the table has spare rows beyond its
+ * capacity (as many again, at most), used only while rows are pinned or
+ * items given back push it past its capacity; rows under the capacity are
+ * reused first, so spare rows are touched only then. */
 #include "server/table.h"
 
 #include <stdlib.h>
@@ -24,16 +30,6 @@
 #include "server/sumtree.h"
 
 #include <math.h>
-
-/* A fifo batch given back by a stream that ended before its learner was done
- * with it: the slot's bytes (leaf-major, as in the ring), taken again before
- * the table's own items (they are older), item by item. */
-typedef struct returned_s {
-  struct returned_s *next;
-  chime_ring_layout_t lay;
-  uint32_t n, taken;
-  uint8_t *slot; /* lay.info_offset + n infos */
-} returned_t;
 
 struct chime__table_s {
   chime__table_config_t cfg;
@@ -50,7 +46,8 @@ struct chime__table_s {
   uint32_t *dense; /* the live rows, in no order */
   uint32_t *dpos;  /* row -> its index in dense; NONE: not live */
   uint32_t *prev, *nx;   /* live rows in insert order */
-  uint32_t *freeq;       /* free rows, a ring in the order they were freed */
+  uint32_t *freeq;       /* free rows under the capacity, in the order freed */
+  uint32_t *fspare;      /* free spare rows, a stack */
   chime__sumtree_t *sum; /* priority^exponent by row (prioritized) */
   chime__heap_t *hmin, *hmax;
   chime__keyindex_t *keys; /* key -> live row (MutatePriorities) */
@@ -63,20 +60,21 @@ struct chime__table_s {
   pthread_cond_t items;
   pthread_cond_t unpinned; /* an insert waits for a pinned row */
   int pin_waiters;
-  uint32_t oldest, newest;       /* NONE when empty */
-  uint32_t free_head, free_tail; /* freeq ring, wrapped at the capacity */
-  int dense_on;                  /* a uniform selector needs dense */
-  uint64_t count;                /* live items */
+  uint32_t oldest, newest;   /* NONE when empty */
+  uint64_t rows;             /* capacity + spare rows */
+  uint32_t free_head, nfree; /* freeq ring, wrapped at the capacity */
+  uint32_t nspare;           /* fspare stack */
+  int dense_on;              /* a uniform selector needs dense */
+  uint64_t count;            /* live items */
   uint64_t ndead; /* rows whose item left while pinned: neither live nor free */
-  returned_t *ret_head, *ret_tail; /* fifo: given back, sampled first */
-  uint64_t nreturned;              /* items in them not yet taken again */
-  chime__table_waiter_t *waiters;  /* samplers told when items arrive */
+  chime__table_waiter_t *waiters; /* samplers told when items arrive */
   uint64_t next_key;
   uint64_t rng;
   int closed;
   chime__dedupe_t *dedupe; /* writers' requests, under mu */
   uint64_t inserts, samples, sampler_wait_ns, insert_wait_ns, returned;
   uint64_t rate_insert_wait_ns; /* inserts held back by the rate limiter */
+  uint64_t rate_sample_wait_ns; /* samplers held back by it */
   uint32_t inserts_waiting_rate;
   uint64_t left, left_times; /* items that left, and their times sampled */
 };
@@ -88,9 +86,15 @@ static int uses(const chime__table_config_t *cfg, chime__sampler_t s) {
 }
 
 /* Per-row bookkeeping in the mapping: key, insert time, priority, then the
- * 32-bit arrays times, pins, dense, dpos, prev, next, freeq. */
-#define NMETA 10
-static const uint64_t meta_bytes[NMETA] = {8, 8, 8, 4, 4, 4, 4, 4, 4, 4};
+ * 32-bit arrays times, pins, dense, dpos, prev, next, freeq, fspare. */
+#define NMETA 11
+static const uint64_t meta_bytes[NMETA] = {8, 8, 8, 4, 4, 4, 4, 4, 4, 4, 4};
+
+/* Spare rows: as many as the capacity, within 32-bit row numbers. */
+static uint64_t rows_for(uint64_t cap) {
+  uint64_t max = CHIME__MAX_TABLE_ITEMS; /* NONE stays out of range */
+  return cap + (cap < max - cap ? cap : max - cap);
+}
 
 static uint64_t now_ns(clockid_t clk) {
   struct timespec ts;
@@ -131,17 +135,18 @@ int chime__table_create(chime__table_t **out,
     goto out;
   }
   size_t cap = (size_t)cfg->capacity;
+  size_t rows = (size_t)rows_for(cfg->capacity);
   size_t len = 0;
   uint64_t off = 0;
   for (uint32_t i = 0; i < t->nleaves; i++) {
     t->lbytes[i] = chime_leaf_bytes(&cfg->spec.leaves[i]);
     t->loff[i] = off;
     off += t->lbytes[i];
-    len += align64(cap * t->lbytes[i]);
+    len += align64(rows * t->lbytes[i]);
   }
   size_t meta_off = len;
   for (int i = 0; i < NMETA; i++)
-    len += align64(cap * meta_bytes[i]);
+    len += align64(rows * meta_bytes[i]);
   /* Anonymous memory: pages are only committed once items land in them. */
   t->map = mmap(NULL, len, PROT_READ | PROT_WRITE,
                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -151,47 +156,53 @@ int chime__table_create(chime__table_t **out,
     goto out;
   }
   t->map_len = len;
+  t->rows = rows;
   rc = chime__dedupe_create(&t->dedupe, CHIME__INSERT_WRITERS);
   if (rc != 0)
     goto out;
   uint8_t *p = t->map;
   for (uint32_t i = 0; i < t->nleaves; i++) {
     t->leaf[i] = p;
-    p += align64(cap * t->lbytes[i]);
+    p += align64(rows * t->lbytes[i]);
   }
   p = (uint8_t *)t->map + meta_off;
   t->key = (uint64_t *)p;
-  p += align64(cap * sizeof(uint64_t));
+  p += align64(rows * sizeof(uint64_t));
   t->itime = (uint64_t *)p;
-  p += align64(cap * sizeof(uint64_t));
+  p += align64(rows * sizeof(uint64_t));
   t->prio = (double *)p;
-  p += align64(cap * sizeof(double));
+  p += align64(rows * sizeof(double));
   t->times = (uint32_t *)p;
-  p += align64(cap * sizeof(uint32_t));
-  uint32_t **u32[] = {&t->pins, &t->dense, &t->dpos,
-                      &t->prev, &t->nx,    &t->freeq};
+  p += align64(rows * sizeof(uint32_t));
+  uint32_t **u32[] = {&t->pins, &t->dense, &t->dpos,  &t->prev,
+                      &t->nx,   &t->freeq, &t->fspare};
   for (size_t i = 0; i < sizeof(u32) / sizeof(u32[0]); i++) {
     *u32[i] = (uint32_t *)p;
-    p += align64(cap * sizeof(uint32_t));
+    p += align64(rows * sizeof(uint32_t));
   }
-  for (size_t r = 0; r < cap; r++) {
-    t->freeq[r] = (uint32_t)r;
+  for (size_t r = 0; r < rows; r++)
     t->dpos[r] = NONE;
-  }
-  t->free_tail = 0; /* full: tail wrapped onto head */
+  for (size_t r = 0; r < cap; r++)
+    t->freeq[r] = (uint32_t)r;
+  t->nfree = (uint32_t)cap;
+  /* Popped last first: the lowest spare rows are the ones touched. */
+  for (size_t r = cap; r < rows; r++)
+    t->fspare[rows - 1 - r] = (uint32_t)r;
+  t->nspare = (uint32_t)(rows - cap);
   t->dense_on = uses(&t->cfg, CHIME__SAMPLER_UNIFORM) ||
                 uses(&t->cfg, CHIME__SAMPLER_PRIORITIZED); /* all-zero */
   t->oldest = t->newest = NONE;
-  if ((rc = chime__keyindex_create(&t->keys, cap)) != 0)
+  /* Indexed by row: items given back may take spare rows. */
+  if ((rc = chime__keyindex_create(&t->keys, rows)) != 0)
     goto out;
   if (uses(&t->cfg, CHIME__SAMPLER_PRIORITIZED) &&
-      (rc = chime__sumtree_create(&t->sum, cap)) != 0)
+      (rc = chime__sumtree_create(&t->sum, rows)) != 0)
     goto out;
   if (uses(&t->cfg, CHIME__SAMPLER_MIN_HEAP) &&
-      (rc = chime__heap_create(&t->hmin, (uint32_t)cap, CHIME__HEAP_MIN)) != 0)
+      (rc = chime__heap_create(&t->hmin, (uint32_t)rows, CHIME__HEAP_MIN)) != 0)
     goto out;
   if (uses(&t->cfg, CHIME__SAMPLER_MAX_HEAP) &&
-      (rc = chime__heap_create(&t->hmax, (uint32_t)cap, CHIME__HEAP_MAX)) != 0)
+      (rc = chime__heap_create(&t->hmax, (uint32_t)rows, CHIME__HEAP_MAX)) != 0)
     goto out;
   t->next_key = 1;
   t->rng = (cfg->seed != 0 ? cfg->seed : now_ns(CLOCK_MONOTONIC)) | 1u;
@@ -218,12 +229,6 @@ out:
 void chime__table_destroy(chime__table_t *t) {
   if (t == NULL)
     return;
-  while (t->ret_head != NULL) {
-    returned_t *r = t->ret_head;
-    t->ret_head = r->next;
-    free(r->slot);
-    free(r);
-  }
   pthread_mutex_destroy(&t->mu);
   pthread_cond_destroy(&t->space);
   pthread_cond_destroy(&t->items);
@@ -248,7 +253,7 @@ uint64_t chime__table_sample_bytes(const chime__table_t *t) {
 
 void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out) {
   pthread_mutex_lock(&t->mu);
-  out->size = t->count + t->nreturned;
+  out->size = t->count;
   out->capacity = t->cfg.capacity;
   out->inserts = t->inserts;
   out->samples = t->samples;
@@ -256,15 +261,20 @@ void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out) {
   out->insert_wait_ns = t->insert_wait_ns;
   out->returned = t->returned;
   out->rate_insert_wait_ns = t->rate_insert_wait_ns;
+  out->rate_sample_wait_ns = t->rate_sample_wait_ns;
   out->left = t->left;
   out->left_times_sampled = t->left_times;
   out->inserts_waiting_rate = t->inserts_waiting_rate;
   out->samplers_waiting_rate = out->samplers_waiting_items = 0;
-  for (const chime__table_waiter_t *w = t->waiters; w != NULL; w = w->next)
+  uint64_t now = now_ns(CLOCK_MONOTONIC);
+  for (const chime__table_waiter_t *w = t->waiters; w != NULL; w = w->next) {
     if (w->rate)
       out->samplers_waiting_rate++;
     else
       out->samplers_waiting_items++;
+    if (w->rate_since != 0) /* the waits going on count so far */
+      out->rate_sample_wait_ns += now - w->rate_since;
+  }
   pthread_mutex_unlock(&t->mu);
 }
 
@@ -375,19 +385,29 @@ static uint64_t next_rand(chime__table_t *t) {
   return x * UINT64_C(2685821657736338717);
 }
 
-/* No division on the hot path: the ring indexes wrap by comparison. The
- * count of free rows is cap - count - ndead, so head == tail is never
- * ambiguous to the callers. */
+/* Free rows: rows - count - ndead of them. Rows under the capacity go
+ * round a ring in the order they were freed (no division on the hot path:
+ * the index wraps by comparison); spare rows are taken only when none of
+ * those is free. */
 static void free_push(chime__table_t *t, uint32_t r) {
-  t->freeq[t->free_tail] = r;
-  if (++t->free_tail == t->cfg.capacity)
-    t->free_tail = 0;
+  if (r >= t->cfg.capacity) {
+    t->fspare[t->nspare++] = r;
+    return;
+  }
+  uint64_t tail = t->free_head + (uint64_t)t->nfree;
+  if (tail >= t->cfg.capacity)
+    tail -= t->cfg.capacity;
+  t->freeq[tail] = r;
+  t->nfree++;
 }
 
 static uint32_t free_pop(chime__table_t *t) {
+  if (t->nfree == 0)
+    return t->fspare[--t->nspare];
   uint32_t r = t->freeq[t->free_head];
   if (++t->free_head == t->cfg.capacity)
     t->free_head = 0;
+  t->nfree--;
   return r;
 }
 
@@ -397,19 +417,30 @@ static double weight(const chime__table_t *t, double prio) {
   return e == 1.0 ? prio : pow(prio, e);
 }
 
-/* Makes row r (its item written) live in every structure. */
-static void live_add(chime__table_t *t, uint32_t r) {
+/* Makes row r (its item written) live in every structure: the newest in
+ * insert order, or the oldest (an item given back). */
+static void live_add(chime__table_t *t, uint32_t r, int oldest) {
   t->dpos[r] = (uint32_t)t->count; /* also says "live" without dense */
   if (t->dense_on)
     t->dense[t->count] = r;
   t->count++;
-  t->prev[r] = t->newest;
-  t->nx[r] = NONE;
-  if (t->newest != NONE)
-    t->nx[t->newest] = r;
-  else
+  if (oldest) {
+    t->nx[r] = t->oldest;
+    t->prev[r] = NONE;
+    if (t->oldest != NONE)
+      t->prev[t->oldest] = r;
+    else
+      t->newest = r;
     t->oldest = r;
-  t->newest = r;
+  } else {
+    t->prev[r] = t->newest;
+    t->nx[r] = NONE;
+    if (t->newest != NONE)
+      t->nx[t->newest] = r;
+    else
+      t->oldest = r;
+    t->newest = r;
+  }
   int e = 0;
   if (t->sum != NULL && chime__sumtree_set(t->sum, r, weight(t, t->prio[r])))
     e = chime__sumtree_set(t->sum, r, 0.0); /* checked at insert: can't */
@@ -417,7 +448,7 @@ static void live_add(chime__table_t *t, uint32_t r) {
     e |= chime__heap_push(t->hmin, r, t->prio[r]);
   if (t->hmax != NULL)
     e |= chime__heap_push(t->hmax, r, t->prio[r]);
-  /* Keys are new and at most capacity items are live: it fits. */
+  /* Keys are new (or left: given back) and the index holds every row. */
   e |= chime__keyindex_insert(t->keys, t->key[r], r);
   (void)e; /* the row was free, the key checked: cannot fail */
 }
@@ -590,16 +621,16 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
       continue;
     }
     /* Items given back count against the capacity until taken again. */
-    int room = !fifo || (t->count + t->nreturned <= cap &&
-                         cap - t->count - t->nreturned >= need);
+    int room = !fifo || (t->count <= cap && cap - t->count >= need);
     if (!fifo) {
       double p;
       while (t->count + need > cap)
         live_remove(t, select_row(t, t->cfg.remover, &p));
     }
-    /* A row a sampler is copying is not reused meanwhile: an item that
-     * left while pinned holds its row until the copy is done. */
-    int pinned = room && cap - t->count - t->ndead < need;
+    /* A pinned row is not reused meanwhile: an item that left while
+     * pinned holds its row until unpinned (spare rows stand in, so this
+     * waits only when more rows than those are pinned). */
+    int pinned = room && t->rows - t->count - t->ndead < need;
     if (room && !pinned)
       break;
     if (abort != NULL && atomic_load(abort)) {
@@ -630,7 +661,7 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
     t->itime[r] = when;
     t->times[r] = 0;
     t->prio[r] = priorities != NULL ? priorities[j] : 1.0;
-    live_add(t, r);
+    live_add(t, r, 0);
   }
   t->inserts += count;
   if (dq != NULL && dq->writer != 0)
@@ -659,64 +690,38 @@ int chime__table_try_insert_spans(chime__table_t *t, const chime__span_t *spans,
                       1);
 }
 
-/* Takes the first `want` items given back into samples [0, want) of slot. */
-static void take_returned(chime__table_t *t, chime_ring_wslot_t *slot,
-                          uint64_t want) {
-  for (uint64_t j = 0; j < want; j++) {
-    returned_t *r = t->ret_head;
-    uint32_t i = r->taken++;
-    for (uint32_t l = 0; l < t->nleaves; l++) {
-      uint64_t lb = t->lbytes[l];
-      copy_leaf((uint8_t *)slot->leaf[l] + j * lb,
-                r->slot + r->lay.leaf_offset[l] + i * lb, lb);
-    }
-    chime_sample_info_t *info = &slot->info[j];
-    memcpy(info, r->slot + r->lay.info_offset + i * sizeof(*info),
-           sizeof(*info));
-    info->probability = 1.0;
-    info->times_sampled++;
-    info->table_size = t->count + t->nreturned;
-    if (r->taken == r->n) {
-      t->ret_head = r->next;
-      if (t->ret_head == NULL)
-        t->ret_tail = NULL;
-      free(r->slot);
-      free(r);
-    }
-  }
-  t->nreturned -= want;
-}
-
 /* A batch is chosen under the lock (rows, sample info, the rows pinned so
  * no insert reuses them) and copied without it, so inserts and other
- * streams' samplers do not wait behind a large copy. Each sample's row is
- * parked in info[j].key until the copy is done. */
-typedef struct {
-  uint64_t first; /* samples [0, first) came from given-back batches */
-} plan_t;
+ * streams' samplers do not wait behind a large copy. The rows go in rows[]
+ * (a stream's pins), or, when there is none, are parked in info[j].key
+ * until the copy is done. */
+static inline uint32_t row_at(const chime_ring_wslot_t *slot,
+                              const uint32_t *rows, uint64_t j) {
+  return rows != NULL ? rows[j] : (uint32_t)slot->info[j].key;
+}
 
 /* Draws samples one by one: an item that reaches max_times_sampled leaves
  * at once (its row stays pinned), so the next draw cannot pick it. */
 static void plan_batch(chime__table_t *t, const chime_ring_layout_t *lay,
-                       chime_ring_wslot_t *slot, plan_t *pl) {
-  pl->first = 0;
-  if (t->cfg.sampler == CHIME__SAMPLER_FIFO) {
-    pl->first = t->nreturned < lay->batch_size ? t->nreturned : lay->batch_size;
-    take_returned(t, slot, pl->first);
-  }
+                       chime_ring_wslot_t *slot, uint32_t *rows) {
   int left = 0;
-  for (uint64_t j = pl->first; j < lay->batch_size; j++) {
+  for (uint64_t j = 0; j < lay->batch_size; j++) {
     double p;
     uint32_t k = select_row(t, t->cfg.sampler, &p);
     chime_sample_info_t *info = &slot->info[j];
-    info->key = k; /* the row, until unpin_locked */
     info->probability = p;
     info->times_sampled = ++t->times[k];
     info->reserved = 0;
     info->insert_time_ns = t->itime[k];
     info->priority = t->prio[k];
-    info->table_size = t->count + t->nreturned;
-    t->pins[k]++; /* one per sample of each batch being copied */
+    info->table_size = t->count;
+    if (rows != NULL) {
+      rows[j] = k;
+      info->key = t->key[k];
+    } else {
+      info->key = k; /* the row, until unpin_locked */
+    }
+    t->pins[k]++; /* one per sample of each batch pinning it */
     if (t->mts != 0 && t->times[k] >= t->mts) {
       live_remove(t, k);
       left = 1;
@@ -726,19 +731,30 @@ static void plan_batch(chime__table_t *t, const chime_ring_layout_t *lay,
     pthread_cond_broadcast(&t->space);
 }
 
-/* No lock: the rows are pinned. Consecutive rows (a fifo batch, as rows are
- * reused in the order they were freed) are copied as one run per leaf. */
+/* Runs of consecutive rows (a fifo batch, as rows are reused in the order
+ * they were freed) are copied as one memcpy per leaf; with rows given, a
+ * run of copy_min bytes or more is left where it is (it is sent from the
+ * table). No lock: the rows are pinned. */
+static uint64_t run_at(const uint32_t *rows, const chime_ring_wslot_t *slot,
+                       uint64_t j, uint64_t batch) {
+  uint64_t k = row_at(slot, rows, j), n = 1;
+  while (j + n < batch && row_at(slot, rows, j + n) == k + n)
+    n++;
+  return n;
+}
+
 static void copy_rows(const chime__table_t *t, const chime_ring_layout_t *lay,
-                      chime_ring_wslot_t *slot, const plan_t *pl) {
+                      chime_ring_wslot_t *slot, const uint32_t *rows,
+                      uint64_t copy_min) {
   uint64_t batch = lay->batch_size;
   for (uint32_t l = 0; l < t->nleaves; l++) {
     uint64_t lb = t->lbytes[l];
     uint8_t *dst = (uint8_t *)slot->leaf[l];
-    for (uint64_t j = pl->first; j < batch;) {
-      uint64_t k = slot->info[j].key, n = 1;
-      while (j + n < batch && slot->info[j + n].key == k + n)
-        n++;
-      if (n == 1)
+    for (uint64_t j = 0; j < batch;) {
+      uint64_t k = row_at(slot, rows, j), n = run_at(rows, slot, j, batch);
+      if (n * lb >= copy_min)
+        ; /* sent from the table */
+      else if (n == 1)
         copy_leaf(dst + j * lb, t->leaf[l] + k * lb, lb);
       else
         memcpy(dst + j * lb, t->leaf[l] + k * lb, n * lb);
@@ -747,15 +763,19 @@ static void copy_rows(const chime__table_t *t, const chime_ring_layout_t *lay,
   }
 }
 
+static void unpin_row_locked(chime__table_t *t, uint32_t k) {
+  if (--t->pins[k] == 0 && t->dpos[k] == NONE) {
+    t->ndead--; /* it left while pinned: free now */
+    free_push(t, k);
+  }
+}
+
 static void unpin_locked(chime__table_t *t, const chime_ring_layout_t *lay,
-                         chime_ring_wslot_t *slot, const plan_t *pl) {
-  for (uint64_t j = pl->first; j < lay->batch_size; j++) {
+                         chime_ring_wslot_t *slot) {
+  for (uint64_t j = 0; j < lay->batch_size; j++) {
     uint32_t k = (uint32_t)slot->info[j].key;
     slot->info[j].key = t->key[k]; /* pinned: still the sampled item */
-    if (--t->pins[k] == 0 && t->dpos[k] == NONE) {
-      t->ndead--; /* it left while being copied: free now */
-      free_push(t, k);
-    }
+    unpin_row_locked(t, k);
   }
   if (t->pin_waiters > 0)
     pthread_cond_broadcast(&t->unpinned);
@@ -771,18 +791,26 @@ static uint64_t need_items(const chime__table_t *t,
   return need;
 }
 
-/* Called and returns with t->mu held; drops it for the copy. */
+/* Called and returns with t->mu held; drops it for the copy. With pins,
+ * the rows stay pinned (pins->n set) and runs of copy_min bytes or more
+ * are not copied. */
 static void sample_locked(chime__table_t *t, const chime_ring_layout_t *lay,
-                          chime_ring_wslot_t *slot) {
-  plan_t pl;
-  plan_batch(t, lay, slot, &pl);
+                          chime_ring_wslot_t *slot, chime__table_pins_t *pins,
+                          uint64_t copy_min) {
+  uint32_t *rows = pins != NULL ? pins->rows : NULL;
+  plan_batch(t, lay, slot, rows);
   t->samples += lay->batch_size;
   if (t->cfg.samples_per_insert > 0) /* inserts the ratio held back */
     pthread_cond_broadcast(&t->space);
+  if (pins != NULL) {
+    pins->n = lay->batch_size;
+    pins->given_back = 0;
+  }
   pthread_mutex_unlock(&t->mu);
-  copy_rows(t, lay, slot, &pl);
+  copy_rows(t, lay, slot, rows, pins != NULL ? copy_min : UINT64_MAX);
   pthread_mutex_lock(&t->mu);
-  unpin_locked(t, lay, slot, &pl);
+  if (pins == NULL)
+    unpin_locked(t, lay, slot);
 }
 
 int chime__table_sample(chime__table_t *t, const chime_ring_layout_t *lay,
@@ -797,29 +825,40 @@ int chime__table_sample(chime__table_t *t, const chime_ring_layout_t *lay,
       rc = CHIME_ESHUTDOWN;
       goto out;
     }
-    if (t->count + t->nreturned >= need && rate_allows_sample(t))
+    if (t->count >= need && rate_allows_sample(t))
       break;
-    wait_timed(&t->items, &t->mu, &t->sampler_wait_ns);
+    wait_timed(&t->items, &t->mu,
+               t->count >= need ? &t->rate_sample_wait_ns
+                                : &t->sampler_wait_ns);
   }
-  sample_locked(t, lay, slot);
+  sample_locked(t, lay, slot, NULL, 0);
 out:
   pthread_mutex_unlock(&t->mu);
   return rc;
 }
 
-int chime__table_try_sample(chime__table_t *t, const chime_ring_layout_t *lay,
-                            chime_ring_wslot_t *slot,
-                            chime__table_waiter_t *w) {
+static int try_sample(chime__table_t *t, const chime_ring_layout_t *lay,
+                      chime_ring_wslot_t *slot, chime__table_waiter_t *w,
+                      chime__table_pins_t *pins, uint64_t copy_min) {
   int rc = 0;
   uint64_t need = need_items(t, lay);
   if (need > t->cfg.capacity)
     return CHIME_EINVAL;
   pthread_mutex_lock(&t->mu);
+  /* A wait on the rate limiter ends when the sampler finds it open (or
+   * waits for items instead): the time between counts. */
+  int rate_open = rate_allows_sample(t);
+  if (w->rate_since != 0 && (rate_open || t->closed || t->count < need)) {
+    t->rate_sample_wait_ns += now_ns(CLOCK_MONOTONIC) - w->rate_since;
+    w->rate_since = 0;
+  }
   if (t->closed) {
     rc = CHIME_ESHUTDOWN;
-  } else if (t->count + t->nreturned < need || !rate_allows_sample(t)) {
+  } else if (t->count < need || !rate_open) {
     /* Checked and queued under one lock: an insert after this calls w. */
-    w->rate = t->count + t->nreturned >= need;
+    w->rate = t->count >= need;
+    if (w->rate && w->rate_since == 0)
+      w->rate_since = now_ns(CLOCK_MONOTONIC);
     if (!w->queued) {
       w->queued = 1;
       w->next = t->waiters;
@@ -827,10 +866,24 @@ int chime__table_try_sample(chime__table_t *t, const chime_ring_layout_t *lay,
     }
     rc = CHIME_EBUSY;
   } else {
-    sample_locked(t, lay, slot);
+    sample_locked(t, lay, slot, pins, copy_min);
   }
   pthread_mutex_unlock(&t->mu);
   return rc;
+}
+
+int chime__table_try_sample(chime__table_t *t, const chime_ring_layout_t *lay,
+                            chime_ring_wslot_t *slot,
+                            chime__table_waiter_t *w) {
+  return try_sample(t, lay, slot, w, NULL, 0);
+}
+
+int chime__table_try_sample_pinned(chime__table_t *t,
+                                   const chime_ring_layout_t *lay,
+                                   chime_ring_wslot_t *slot,
+                                   chime__table_pins_t *pins, uint64_t copy_min,
+                                   chime__table_waiter_t *w) {
+  return try_sample(t, lay, slot, w, pins, copy_min);
 }
 
 void chime__table_unwait(chime__table_t *t, chime__table_waiter_t *w) {
@@ -843,35 +896,163 @@ void chime__table_unwait(chime__table_t *t, chime__table_waiter_t *w) {
     }
   }
   w->queued = 0;
+  if (w->rate_since != 0) {
+    t->rate_sample_wait_ns += now_ns(CLOCK_MONOTONIC) - w->rate_since;
+    w->rate_since = 0;
+  }
   pthread_mutex_unlock(&t->mu);
+}
+
+void chime__table_unpin(chime__table_t *t, chime__table_pins_t *pins) {
+  pthread_mutex_lock(&t->mu);
+  for (uint32_t j = 0; j < pins->n; j++)
+    unpin_row_locked(t, pins->rows[j]);
+  if (pins->n > 0 && t->pin_waiters > 0)
+    pthread_cond_broadcast(&t->unpinned);
+  pins->n = 0;
+  pthread_mutex_unlock(&t->mu);
+}
+
+static const uint8_t zeros[4096];
+
+size_t chime__table_spans(const chime__table_t *t,
+                          const chime_ring_layout_t *lay,
+                          const chime__table_pins_t *pins,
+                          const uint8_t *slot_base, uint64_t copy_min,
+                          uint64_t off, uint64_t len, chime__span_t *out,
+                          size_t max) {
+  size_t n = 0;
+  uint64_t end = off + len;
+  /* Appends [p, p + l), merged with the last span when they touch. */
+#define EMIT(ptr, l)                                                           \
+  do {                                                                         \
+    const uint8_t *p_ = (ptr);                                                 \
+    size_t l_ = (size_t)(l);                                                   \
+    if (n > 0 && out[n - 1].p + out[n - 1].len == p_)                          \
+      out[n - 1].len += l_;                                                    \
+    else if (n < max)                                                          \
+      out[n++] = (chime__span_t){p_, l_};                                      \
+    else                                                                       \
+      return 0;                                                                \
+  } while (0)
+  uint64_t pos = off;
+  while (pos < end) {
+    /* Which part of the slot pos is in: a leaf, padding, or the info. */
+    uint32_t l = 0;
+    while (l < t->nleaves && !(pos >= lay->leaf_offset[l] &&
+                               pos < lay->leaf_offset[l] + lay->leaf_bytes[l]))
+      l++;
+    if (l == t->nleaves) {
+      uint64_t next = end; /* the next leaf after pos, or the end */
+      for (uint32_t i = 0; i < t->nleaves; i++)
+        if (lay->leaf_offset[i] > pos && lay->leaf_offset[i] < next)
+          next = lay->leaf_offset[i];
+      if (pos >= lay->info_offset) { /* the info: in the slot */
+        EMIT(slot_base + pos, next - pos);
+      } else { /* padding between leaves */
+        uint64_t stop = next < lay->info_offset ? next : lay->info_offset;
+        while (pos < stop) {
+          uint64_t z = stop - pos < sizeof(zeros) ? stop - pos : sizeof(zeros);
+          EMIT(zeros, z);
+          pos += z;
+        }
+        continue;
+      }
+      pos = next;
+      continue;
+    }
+    uint64_t lb = t->lbytes[l], base = lay->leaf_offset[l];
+    uint64_t lend = base + lay->leaf_bytes[l];
+    uint64_t stop = end < lend ? end : lend;
+    uint64_t j = (pos - base) / lb;
+    while (pos < stop) {
+      /* The run holding sample j, from its start: the same runs as
+       * copy_rows, so a run is copied or sent from the table whole. */
+      uint64_t j0 = j;
+      while (j0 > 0 && pins->rows[j0 - 1] + 1 == pins->rows[j0])
+        j0--;
+      uint64_t nrun = run_at(pins->rows, NULL, j0, lay->batch_size);
+      uint64_t rs = base + j0 * lb, re = rs + nrun * lb;
+      uint64_t upto = re < stop ? re : stop;
+      if (nrun * lb >= copy_min)
+        EMIT(t->leaf[l] + (uint64_t)pins->rows[j0] * lb + (pos - rs),
+             upto - pos);
+      else
+        EMIT(slot_base + pos, upto - pos);
+      pos = upto;
+      j = j0 + nrun;
+    }
+  }
+#undef EMIT
+  return n;
+}
+
+/* Brings back an item that left (row r, dead or just filled): the oldest
+ * in insert order, with times sampled as before the batch that took it. */
+static void restore_locked(chime__table_t *t, uint32_t r, uint32_t times) {
+  t->times[r] = times;
+  t->left--;
+  t->left_times -= times + 1u;
+  live_add(t, r, 1);
+  t->returned++;
+}
+
+/* Whether sample j of a batch that was never finished took its item out:
+ * that item comes back. */
+static int took_out(const chime__table_t *t, const chime_sample_info_t *info) {
+  return t->mts != 0 && info->times_sampled >= t->mts;
 }
 
 int chime__table_give_back(chime__table_t *t, const chime_ring_layout_t *lay,
                            const void *slot) {
-  if (t->cfg.sampler != CHIME__SAMPLER_FIFO)
-    return 0; /* sampling left the items in the table */
-  returned_t *r = calloc(1, sizeof(*r));
-  size_t len =
-      lay->info_offset + (size_t)lay->batch_size * sizeof(chime_sample_info_t);
-  if (r == NULL || (r->slot = malloc(len)) == NULL) {
-    free(r);
-    return CHIME_ENOMEM;
-  }
-  memcpy(r->slot, slot, len);
-  r->lay = *lay;
-  r->n = lay->batch_size;
+  const uint8_t *base = slot;
+  const chime_sample_info_t *info =
+      (const chime_sample_info_t *)(base + lay->info_offset);
+  int rc = 0;
   pthread_mutex_lock(&t->mu);
-  if (t->ret_tail != NULL)
-    t->ret_tail->next = r;
-  else
-    t->ret_head = r;
-  t->ret_tail = r;
-  t->nreturned += r->n;
-  t->returned += r->n;
+  /* Last first, each to the front: the batch keeps its order. */
+  for (uint64_t j = lay->batch_size; j-- > 0;) {
+    if (!took_out(t, &info[j]))
+      continue;
+    if (t->rows - t->count - t->ndead == 0) {
+      rc = CHIME_ENOMEM; /* every row live or pinned */
+      continue;
+    }
+    uint32_t r = free_pop(t);
+    for (uint32_t l = 0; l < t->nleaves; l++)
+      memcpy(t->leaf[l] + (size_t)r * t->lbytes[l],
+             base + lay->leaf_offset[l] + j * t->lbytes[l], t->lbytes[l]);
+    t->key[r] = info[j].key;
+    t->itime[r] = info[j].insert_time_ns;
+    t->prio[r] = info[j].priority;
+    restore_locked(t, r, info[j].times_sampled - 1);
+  }
   chime__table_waiter_t *arrived = items_arrived_locked(t);
   pthread_mutex_unlock(&t->mu);
   notify(arrived);
-  return 0;
+  return rc;
+}
+
+void chime__table_give_back_pinned(chime__table_t *t,
+                                   const chime_ring_layout_t *lay,
+                                   const chime_sample_info_t *info,
+                                   chime__table_pins_t *pins) {
+  pthread_mutex_lock(&t->mu);
+  if (pins->n == 0 || pins->given_back) {
+    pthread_mutex_unlock(&t->mu);
+    return; /* released meanwhile, or given back already */
+  }
+  pins->given_back = 1;
+  for (uint64_t j = lay->batch_size; j-- > 0;) {
+    uint32_t r = pins->rows[j];
+    if (!took_out(t, &info[j]) || t->dpos[r] != NONE)
+      continue;
+    t->ndead--; /* pinned and gone: this batch's item, its bytes intact */
+    restore_locked(t, r, info[j].times_sampled - 1);
+  }
+  chime__table_waiter_t *arrived = items_arrived_locked(t);
+  pthread_mutex_unlock(&t->mu);
+  notify(arrived);
 }
 
 int chime__table_mutate(chime__table_t *t, const uint64_t *keys,

@@ -18,8 +18,9 @@ typedef struct chime__table_s chime__table_t;
 
 typedef struct {
   uint64_t size, capacity, inserts, samples, sampler_wait_ns, insert_wait_ns;
-  uint64_t returned; /* fifo items given back by streams that ended */
+  uint64_t returned;            /* items given back by streams that ended */
   uint64_t rate_insert_wait_ns; /* inserts held back by the rate limiter */
+  uint64_t rate_sample_wait_ns; /* samplers held back by it */
   /* Items that left the table (sampled out, evicted, deleted) and how many
    * times they were sampled in all: their mean is the data's reuse. */
   uint64_t left, left_times_sampled;
@@ -30,9 +31,10 @@ typedef struct {
 
 int chime__table_create(chime__table_t **out, const chime__table_config_t *cfg);
 void chime__table_destroy(chime__table_t *t);
-/* What a table of this config maps, and holds once full: every leaf's
- * samples and the per-item bookkeeping (key, insert time, priority, times
- * sampled), each array 64-byte aligned. UINT64_MAX on overflow. */
+/* What a table of this config holds once full: every leaf's samples and
+ * the per-item bookkeeping (key, insert time, priority, times sampled),
+ * each array 64-byte aligned. UINT64_MAX on overflow. It maps as many rows
+ * again (spares), touched only while rows are pinned beyond the capacity. */
 uint64_t chime__table_bytes(const chime__table_config_t *cfg);
 
 const chime__table_config_t *chime__table_config(const chime__table_t *t);
@@ -81,10 +83,14 @@ int chime__table_try_insert_spans(chime__table_t *t, const chime__span_t *spans,
 int chime__table_sample(chime__table_t *t, const chime_ring_layout_t *lay,
                         chime_ring_wslot_t *slot, const atomic_int *stop);
 
-/* A fifo batch sampled into a ring slot (lay's layout, send_bytes long) that
- * its learner never finished: its items go back, to be sampled again before
- * the table's own (they count against the capacity meanwhile). A table that
- * keeps sampled items (uniform) ignores it. */
+/* A batch sampled into a ring slot (lay's layout, the info included) that
+ * its learner never finished: the items it took out of the table (fifo,
+ * max_times_sampled) come back as the oldest, with their keys, priorities
+ * and times sampled as before, in the batch's order (so give a learner's
+ * batches back newest first). A fifo table samples them before its own;
+ * they count against the capacity meanwhile. Samples that took nothing
+ * out (a uniform table's) are ignored. CHIME_ENOMEM when some could not
+ * come back: every row of the table (spares included) is live or pinned. */
 int chime__table_give_back(chime__table_t *t, const chime_ring_layout_t *lay,
                            const void *slot);
 
@@ -92,8 +98,9 @@ int chime__table_give_back(chime__table_t *t, const chime_ring_layout_t *lay,
 typedef struct chime__table_waiter_s {
   void (*fn)(struct chime__table_waiter_s *w);
   struct chime__table_waiter_s *next;
-  int queued; /* on the table's list (table lock) */
-  int rate;   /* it waits for the rate limiter, not for items */
+  int queued;          /* on the table's list (table lock) */
+  int rate;            /* it waits for the rate limiter, not for items */
+  uint64_t rate_since; /* when it began to (table lock), 0: it does not */
 } chime__table_waiter_t;
 
 /* chime__table_sample without waiting: CHIME_EBUSY when the table lacks
@@ -118,6 +125,46 @@ int chime__table_mutate(chime__table_t *t, const uint64_t *keys,
                         const double *priorities, size_t nupdates,
                         const uint64_t *deletes, size_t ndeletes,
                         chime__table_mutated_t *out);
+
+/* The rows of one batch sampled without copying them all (stream mode,
+ * which sends them from the table's memory): they stay pinned, so never
+ * overwritten, until chime__table_unpin. rows holds batch_size entries
+ * (the caller's); n and given_back are the table's, under its lock. */
+typedef struct {
+  uint32_t *rows;
+  uint32_t n; /* rows pinned now; 0: none */
+  int given_back;
+} chime__table_pins_t;
+
+/* chime__table_try_sample keeping the rows pinned in pins (which must hold
+ * none): of each leaf, only runs of consecutive rows shorter than copy_min
+ * bytes are copied into the slot; the rest is read from the table
+ * (chime__table_spans). The info is filled either way. */
+int chime__table_try_sample_pinned(chime__table_t *t,
+                                   const chime_ring_layout_t *lay,
+                                   chime_ring_wslot_t *slot,
+                                   chime__table_pins_t *pins, uint64_t copy_min,
+                                   chime__table_waiter_t *w);
+/* Lets the rows go (idempotent: pins->n becomes 0). */
+void chime__table_unpin(chime__table_t *t, chime__table_pins_t *pins);
+/* The bytes [off, off + len) of a batch sampled with pins into the slot at
+ * slot_base, as they would be in the slot: spans of table rows (runs of
+ * copy_min bytes or more), of the slot (copied runs, the info) and of
+ * zeros (padding between leaves), touching spans merged. Writes at most
+ * max; returns how many, 0 when max is too small. Lock-free: the rows are
+ * pinned. 2 * len / copy_min + 2 * nleaves + 4 spans always suffice. */
+size_t chime__table_spans(const chime__table_t *t,
+                          const chime_ring_layout_t *lay,
+                          const chime__table_pins_t *pins,
+                          const uint8_t *slot_base, uint64_t copy_min,
+                          uint64_t off, uint64_t len, chime__span_t *out,
+                          size_t max);
+/* chime__table_give_back for a batch still pinned (info: its samples),
+ * from its rows, no copy; once per pinning, and not after an unpin. */
+void chime__table_give_back_pinned(chime__table_t *t,
+                                   const chime_ring_layout_t *lay,
+                                   const chime_sample_info_t *info,
+                                   chime__table_pins_t *pins);
 
 /* Wakes every waiter so it re-reads its abort/stop flag. */
 void chime__table_wake(chime__table_t *t);

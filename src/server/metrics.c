@@ -1,0 +1,366 @@
+/* Prometheus metrics (metrics.h). Names follow Prometheus conventions:
+ * counters end in _total, times are in seconds, sizes in bytes. One
+ * snapshot of Stats per scrape, taken as the Stats rpc takes it. */
+#include "server/metrics.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <microhttpd.h>
+
+#include "chime/errors.h"
+#include "common/errfmt.h"
+#include "server/info.h"
+
+#define MAX_CONNECTIONS 16
+#define CONNECTION_TIMEOUT_S 10
+
+struct chime__metrics_s {
+  chime_server_t *srv;
+  struct MHD_Daemon *d;
+  int fd;
+};
+
+/* A growing text buffer; out of memory sticks. */
+typedef struct {
+  char *p;
+  size_t len, cap;
+  int oom;
+} text_t;
+
+static void put(text_t *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void put(text_t *t, const char *fmt, ...) {
+  for (;;) {
+    if (t->oom)
+      return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(t->p + t->len, t->cap - t->len, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+      t->oom = 1;
+      return;
+    }
+    if ((size_t)n < t->cap - t->len) {
+      t->len += (size_t)n;
+      return;
+    }
+    size_t cap = t->cap * 2 + (size_t)n;
+    char *p = realloc(t->p, cap);
+    if (p == NULL) {
+      t->oom = 1;
+      return;
+    }
+    t->p = p;
+    t->cap = cap;
+  }
+}
+
+/* A label value: backslash, quote and newline escaped. */
+static void put_label(text_t *t, const char *v) {
+  for (; *v != '\0'; v++) {
+    if (*v == '\\' || *v == '"')
+      put(t, "\\%c", *v);
+    else if (*v == '\n')
+      put(t, "\\n");
+    else
+      put(t, "%c", *v);
+  }
+}
+
+static void head(text_t *t, const char *name, const char *type,
+                 const char *help) {
+  put(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+typedef struct {
+  const char *name, *type, *help;
+  size_t off;   /* of the uint64_t or uint32_t field in the message */
+  int u32;      /* the field is a uint32_t */
+  double scale; /* 1e-9: nanoseconds to seconds; 0: as is */
+} metric_t;
+
+#define TF(f) offsetof(Chime__V1__TableStats, f)
+static const metric_t table_metrics[] = {
+    {"chime_table_size", "gauge", "Items in the table.", TF(size), 0, 0},
+    {"chime_table_capacity", "gauge", "Items the table holds at most.",
+     TF(capacity), 0, 0},
+    {"chime_table_inserts_total", "counter", "Items inserted.", TF(inserts), 0,
+     0},
+    {"chime_table_samples_total", "counter", "Items sampled into batches.",
+     TF(samples), 0, 0},
+    {"chime_table_sampler_wait_seconds_total", "counter",
+     "Time samplers waited for items.", TF(sampler_wait_ns), 0, 1e-9},
+    {"chime_table_insert_wait_seconds_total", "counter",
+     "Time inserts waited for room.", TF(insert_wait_ns), 0, 1e-9},
+    {"chime_table_rate_insert_wait_seconds_total", "counter",
+     "Time inserts waited on the rate limiter.", TF(rate_insert_wait_ns), 0,
+     1e-9},
+    {"chime_table_rate_sample_wait_seconds_total", "counter",
+     "Time samplers waited on the rate limiter.", TF(rate_sample_wait_ns), 0,
+     1e-9},
+    {"chime_table_returned_total", "counter",
+     "Items given back by streams that ended.", TF(returned), 0, 0},
+    {"chime_table_left_total", "counter",
+     "Items that left the table (sampled out, evicted, deleted).", TF(left), 0,
+     0},
+    {"chime_table_left_times_sampled_total", "counter",
+     "Times the items that left were sampled, in all.", TF(left_times_sampled),
+     0, 0},
+    {"chime_table_inserts_waiting_rate", "gauge",
+     "Inserts waiting on the rate limiter now.", TF(inserts_waiting_rate), 1,
+     0},
+    {"chime_table_samplers_waiting_rate", "gauge",
+     "Samplers waiting on the rate limiter now.", TF(samplers_waiting_rate), 1,
+     0},
+    {"chime_table_samplers_waiting_items", "gauge",
+     "Samplers waiting for items now.", TF(samplers_waiting_items), 1, 0},
+};
+#undef TF
+
+#define SF(f) offsetof(Chime__V1__StreamStats, f)
+static const metric_t stream_metrics[] = {
+    {"chime_stream_batches_total", "counter",
+     "Batches delivered (shm: published, stream: sent).", SF(batches), 0, 0},
+    {"chime_stream_bytes_total", "counter", "Bytes of batches delivered.",
+     SF(bytes), 0, 0},
+    {"chime_stream_leases", "gauge", "Batches the learner holds now.",
+     SF(leases), 1, 0},
+    {"chime_stream_producer_wait_seconds_total", "counter",
+     "Time the sampler waited for a free slot.", SF(producer_wait_ns), 0, 1e-9},
+    {"chime_stream_consumer_wait_seconds_total", "counter",
+     "Time the learner waited for a batch.", SF(consumer_wait_ns), 0, 1e-9},
+    {"chime_stream_ring_bytes", "gauge", "Bytes of the stream's ring.",
+     SF(ring_bytes), 0, 0},
+};
+#undef SF
+
+static void put_value(text_t *t, const void *msg, const metric_t *m) {
+  const char *p = (const char *)msg + m->off;
+  uint64_t v;
+  if (m->u32) {
+    uint32_t u;
+    memcpy(&u, p, sizeof(u));
+    v = u;
+  } else {
+    memcpy(&v, p, sizeof(v));
+  }
+  if (m->scale != 0)
+    put(t, " %.9f\n", (double)v * m->scale);
+  else
+    put(t, " %llu\n", (unsigned long long)v);
+}
+
+static const char *mode_name(Chime__V1__Mode m) {
+  return m == CHIME__V1__MODE__MODE_SHM ? "shm" : "stream";
+}
+
+char *chime__metrics_format(const Chime__V1__StatsResponse *r) {
+  text_t t = {malloc(4096), 0, 4096, 0};
+  if (t.p == NULL)
+    return NULL;
+  t.p[0] = '\0';
+  for (size_t k = 0; k < sizeof(table_metrics) / sizeof(table_metrics[0]);
+       k++) {
+    const metric_t *m = &table_metrics[k];
+    head(&t, m->name, m->type, m->help);
+    for (size_t i = 0; i < r->n_tables; i++) {
+      put(&t, "%s{table=\"", m->name);
+      put_label(&t, r->tables[i]->name);
+      put(&t, "\"}");
+      put_value(&t, r->tables[i], m);
+    }
+  }
+  for (size_t k = 0; k < sizeof(stream_metrics) / sizeof(stream_metrics[0]);
+       k++) {
+    const metric_t *m = &stream_metrics[k];
+    head(&t, m->name, m->type, m->help);
+    for (size_t i = 0; i < r->n_streams; i++) {
+      const Chime__V1__StreamStats *s = r->streams[i];
+      put(&t, "%s{stream=\"%llu\",table=\"", m->name,
+          (unsigned long long)s->stream_id);
+      put_label(&t, s->table);
+      put(&t, "\",mode=\"%s\"}", mode_name(s->mode));
+      put_value(&t, s, m);
+    }
+  }
+  head(&t, "chime_streams", "gauge", "Streams open now.");
+  put(&t, "chime_streams %zu\n", r->n_streams);
+  head(&t, "chime_ring_bytes", "gauge",
+       "Bytes of rings charged to the budget now.");
+  put(&t, "chime_ring_bytes %llu\n", (unsigned long long)r->ring_bytes_total);
+  head(&t, "chime_pinned_bytes", "gauge", "Bytes of rings page-locked now.");
+  put(&t, "chime_pinned_bytes %llu\n", (unsigned long long)r->pinned_bytes);
+  head(&t, "chime_staged_insert_bytes", "gauge",
+       "Bytes of insert requests staged to wait for room.");
+  put(&t, "chime_staged_insert_bytes %llu\n",
+      (unsigned long long)r->staged_insert_bytes);
+  head(&t, "chime_staged_insert_budget_bytes", "gauge",
+       "The budget of staged insert bytes.");
+  put(&t, "chime_staged_insert_budget_bytes %llu\n",
+      (unsigned long long)r->staged_insert_budget);
+  head(&t, "chime_insert_calls_parked", "gauge",
+       "Insert calls not read while the staging budget is spent.");
+  put(&t, "chime_insert_calls_parked %u\n", r->insert_calls_parked);
+  if (t.oom) {
+    free(t.p);
+    return NULL;
+  }
+  return t.p;
+}
+
+static enum MHD_Result reply(struct MHD_Connection *conn, unsigned code,
+                             const char *type, char *body, int owned) {
+  struct MHD_Response *resp = MHD_create_response_from_buffer(
+      strlen(body), body,
+      owned ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+  if (resp == NULL) {
+    if (owned)
+      free(body);
+    return MHD_NO;
+  }
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+  enum MHD_Result r = MHD_queue_response(conn, code, resp);
+  MHD_destroy_response(resp);
+  return r;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
+                                  const char *url, const char *method,
+                                  const char *version, const char *upload,
+                                  size_t *upload_size, void **state) {
+  chime__metrics_t *m = cls;
+  (void)version;
+  (void)upload;
+  if (*state == NULL) { /* headers only so far: answer once they are in */
+    *state = m;
+    return MHD_YES;
+  }
+  if (*upload_size != 0) {
+    *upload_size = 0; /* a body is not expected: ignored */
+    return MHD_YES;
+  }
+  if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
+    return reply(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain",
+                 "only GET /metrics\n", 0);
+  if (strcmp(url, "/metrics") != 0)
+    return reply(conn, MHD_HTTP_NOT_FOUND, "text/plain",
+                 "not found: try /metrics\n", 0);
+  chime__stats_snap_t snap;
+  if (chime__stats_snap(m->srv, &snap) != 0)
+    return reply(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "text/plain",
+                 "out of memory\n", 0);
+  char *body = chime__metrics_format(&snap.r);
+  chime__stats_snap_done(m->srv, &snap);
+  if (body == NULL)
+    return reply(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "text/plain",
+                 "out of memory\n", 0);
+  return reply(conn, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8",
+               body, 1);
+}
+
+/* A listening TCP socket on "host:port" ("[v6]:port" for IPv6). */
+static int listen_on(const char *addr, char *bound, size_t boundlen, char *err,
+                     size_t errlen) {
+  char host[256];
+  const char *colon = strrchr(addr, ':');
+  if (colon == NULL || colon == addr || colon[1] == '\0' ||
+      (size_t)(colon - addr) >= sizeof(host))
+    return chime__fail(err, errlen, CHIME_EINVAL,
+                       "metrics address '%s': want host:port", addr);
+  memcpy(host, addr, (size_t)(colon - addr));
+  host[colon - addr] = '\0';
+  if (host[0] == '[' && host[strlen(host) - 1] == ']') {
+    memmove(host, host + 1, strlen(host));
+    host[strlen(host) - 1] = '\0';
+  }
+  struct addrinfo hints, *res = NULL;
+  memset(&hints, 0, sizeof(hints));
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  int g = getaddrinfo(host, colon + 1, &hints, &res);
+  if (g != 0)
+    return chime__fail(err, errlen, CHIME_EINVAL, "metrics address '%s': %s",
+                       addr, gai_strerror(g));
+  int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int one = 1;
+  if (fd >= 0)
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen) != 0 ||
+      listen(fd, 64) != 0) {
+    int e = errno;
+    if (fd >= 0)
+      close(fd);
+    freeaddrinfo(res);
+    return chime__fail(err, errlen, CHIME_ESYS,
+                       "metrics: cannot listen on %s: %s", addr, strerror(e));
+  }
+  freeaddrinfo(res);
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof(ss);
+  char h[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
+    if (ss.ss_family == AF_INET6) {
+      struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
+      inet_ntop(AF_INET6, &a6->sin6_addr, h, sizeof(h));
+      port = ntohs(a6->sin6_port);
+      snprintf(bound, boundlen, "[%s]:%d", h, port);
+    } else {
+      struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
+      inet_ntop(AF_INET, &a4->sin_addr, h, sizeof(h));
+      port = ntohs(a4->sin_port);
+      snprintf(bound, boundlen, "%s:%d", h, port);
+    }
+  }
+  return fd;
+}
+
+int chime__metrics_start(chime__metrics_t **out, chime_server_t *srv,
+                         const char *addr, char *bound, size_t boundlen,
+                         char *err, size_t errlen) {
+  *out = NULL;
+  chime__metrics_t *m = calloc(1, sizeof(*m));
+  if (m == NULL)
+    return chime__fail(err, errlen, CHIME_ENOMEM, "metrics: out of memory");
+  m->srv = srv;
+  m->fd = listen_on(addr, bound, boundlen, err, errlen);
+  if (m->fd < 0) {
+    int rc = m->fd;
+    free(m);
+    return rc;
+  }
+  m->d =
+      MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, 0, NULL,
+                       NULL, on_request, m, MHD_OPTION_LISTEN_SOCKET,
+                       (MHD_socket)m->fd, MHD_OPTION_CONNECTION_LIMIT,
+                       (unsigned)MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
+                       (unsigned)CONNECTION_TIMEOUT_S, MHD_OPTION_END);
+  if (m->d == NULL) {
+    close(m->fd);
+    free(m);
+    return chime__fail(err, errlen, CHIME_ESYS,
+                       "metrics: cannot start the HTTP "
+                       "server on %s",
+                       addr);
+  }
+  *out = m;
+  return 0;
+}
+
+void chime__metrics_stop(chime__metrics_t *m) {
+  if (m == NULL)
+    return;
+  MHD_stop_daemon(m->d); /* closes the listening socket it was given */
+  free(m);
+}

@@ -197,6 +197,37 @@ static void test_plaintext_refused(void **state) {
   assert_int_equal(info_rc(&mtls_d, NULL, NULL, NULL), CHIME_EUNAVAILABLE);
 }
 
+/* chime_client_create refuses TLS options it cannot use. */
+static void test_client_opts(void **state) {
+  (void)state;
+  char notpem[600];
+  assert_int_equal(
+      chime__harness_write_file("notpem.txt", "hello\n", notpem, sizeof notpem),
+      0);
+  struct {
+    const char *ca, *cert, *key, *name;
+  } bad[] = {
+      {ca, cli_cert, NULL, NULL},      /* a certificate without its key */
+      {ca, NULL, cli_key, NULL},       /* a key without its certificate */
+      {NULL, NULL, NULL, "localhost"}, /* a name to check, no TLS */
+      {ca, NULL, NULL, ""},
+      {"/nonexistent/ca.pem", NULL, NULL, NULL},
+      {notpem, NULL, NULL, NULL},
+      {ca, notpem, cli_key, NULL},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    chime_client_opts_t o = CHIME_CLIENT_OPTS_INIT;
+    o.tls_ca = bad[i].ca;
+    o.tls_cert = bad[i].cert;
+    o.tls_key = bad[i].key;
+    o.tls_server_name = bad[i].name;
+    chime_client_t *c = (chime_client_t *)&o; /* must be reset to NULL */
+    if (chime_client_create(&c, tls_d.addr, &o) != CHIME_EINVAL)
+      fail_msg("bad TLS options %zu were taken", i);
+    assert_null(c);
+  }
+}
+
 /* A client checking the server's certificate for another name. */
 static int info_rc_named(const chime__chimed_t *d, const char *name) {
   chime_client_opts_t o = CHIME_CLIENT_OPTS_INIT;
@@ -308,7 +339,11 @@ static void test_cli(void **state) {
         "stats", mtls_d.addr, NULL},
        0},
       {&mtls_d, {bin, "--tls-ca", ca, "stats", mtls_d.addr, NULL}, 1},
-      /* A command-line mistake: a certificate without its key. */
+      /* Command-line mistakes: a file that is not there, a certificate
+       * without its key. */
+      {&tls_d,
+       {bin, "--tls-ca", "/nonexistent/ca.pem", "info", tls_d.addr, NULL},
+       2},
       {&mtls_d,
        {bin, "--tls-ca", ca, "--tls-cert", cli_cert, "info", mtls_d.addr, NULL},
        2},
@@ -582,6 +617,7 @@ static void test_warning(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_client_opts),
       cmocka_unit_test(test_plaintext_refused),
       cmocka_unit_test(test_wrong_ca_refused),
       cmocka_unit_test(test_mutual),

@@ -15,13 +15,14 @@
 
 static void usage(FILE *f) {
   fprintf(f, "usage: chime-actor --server ADDR --table T --count N [--seed S]\n"
-             "                   [--batch-samples B] [--inflight M] "
-             "[--token-file FILE]\n"
+             "                   [--batch-samples B] [--inflight M]\n"
+             "                   " CHIME__CLI_CONN_USAGE "\n"
              "Inserts N pattern samples with ids (S << 40) | i, i < N.\n");
 }
 
 int main(int argc, char **argv) {
-  const char *server = NULL, *table = "demo", *token_file = NULL;
+  const char *server = NULL, *table = "demo";
+  chime__cli_conn_t conn = {0};
   uint64_t count = 0, seed = 1, batch = 256, inflight = 8;
   int have_count = 0;
   for (int i = 1; i < argc; i++) {
@@ -33,8 +34,7 @@ int main(int argc, char **argv) {
       return 0;
     } else if (!strcmp(a, "--server") && v) {
       server = v;
-    } else if (!strcmp(a, "--token-file") && v) {
-      token_file = v;
+    } else if (chime__cli_conn_option(&conn, a, v)) {
     } else if (!strcmp(a, "--table") && v) {
       table = v;
     } else if (!strcmp(a, "--count") && v) {
@@ -66,7 +66,7 @@ int main(int argc, char **argv) {
   char err[512];
   const chime_spec_t *spec = NULL;
 
-  rc = chime__cli_client("chime-actor", server, token_file, &c);
+  rc = chime__cli_client("chime-actor", server, &conn, &c);
   if (rc == 2)
     return 2;
   if (rc) {

@@ -13,8 +13,8 @@
 #include "cli.h"
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: chimectl [--json] [--token-file FILE] info ADDR\n"
-             "       chimectl [--json] [--token-file FILE] stats ADDR\n");
+  fprintf(f, "usage: chimectl [--json] " CHIME__CLI_CONN_USAGE " info ADDR\n"
+             "       chimectl [--json] " CHIME__CLI_CONN_USAGE " stats ADDR\n");
 }
 
 static const char *mode_name(int mode) {
@@ -248,12 +248,14 @@ static int print_json(json_t *j) {
 
 int main(int argc, char **argv) {
   int as_json = 0;
-  const char *cmd = NULL, *addr = NULL, *token_file = NULL;
+  const char *cmd = NULL, *addr = NULL;
+  chime__cli_conn_t conn = {0};
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--json")) {
       as_json = 1;
-    } else if (!strcmp(argv[i], "--token-file") && i + 1 < argc) {
-      token_file = argv[++i];
+    } else if (chime__cli_conn_option(&conn, argv[i],
+                                      i + 1 < argc ? argv[i + 1] : NULL)) {
+      i++;
     } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
       usage(stdout);
       return 0;
@@ -279,7 +281,7 @@ int main(int argc, char **argv) {
   chime_client_t *c = NULL;
   chime_server_info_t *info = NULL;
   chime_stats_t *st = NULL;
-  int rc = chime__cli_client("chimectl", addr, token_file, &c);
+  int rc = chime__cli_client("chimectl", addr, &conn, &c);
   if (rc == 2)
     return 2;
   if (rc) {

@@ -15,13 +15,27 @@ int chime__cli_parse_u64(const char *s, uint64_t max, uint64_t *out);
 int chime__cli_unknown_option(const char *prog, const char *opt,
                               void (*usage)(FILE *));
 int chime__cli_bad_value(const char *prog, const char *opt, const char *value);
-/* The client for ADDR, sending the bearer token read from token_file (NULL:
- * none; a trailing newline dropped): 0; 2 after a "PROG: ..." line when the
- * token file cannot be used (a command-line mistake); else the CHIME_E code
- * of chime_client_create(). */
+/* How the tools connect: --token-file FILE, --tls-ca FILE, --tls-cert FILE,
+ * --tls-key FILE (each NULL when not given). */
+typedef struct {
+  const char *token_file;
+  const char *tls_ca;
+  const char *tls_cert;
+  const char *tls_key;
+} chime__cli_conn_t;
+#define CHIME__CLI_CONN_USAGE                                                  \
+  "[--token-file FILE] [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]"
+/* 1 when opt is one of the options above and takes value (value may be
+ * NULL: then it is incomplete, and this returns 0 so the caller reports
+ * it), else 0. */
+int chime__cli_conn_option(chime__cli_conn_t *conn, const char *opt,
+                           const char *value);
+/* The client for ADDR with conn's token and TLS files: 0; 2 after a
+ * "PROG: ..." line when a file cannot be used (a command-line mistake);
+ * else the CHIME_E code of chime_client_create(). */
 typedef struct chime_client_s chime_client_t;
 int chime__cli_client(const char *prog, const char *addr,
-                      const char *token_file, chime_client_t **out);
+                      const chime__cli_conn_t *conn, chime_client_t **out);
 /* Monotonic seconds, for throughput figures. */
 double chime__cli_now_s(void);
 

@@ -27,7 +27,7 @@ static void usage(FILE *f) {
              "                     [--mode auto|shm|stream] [--slots S] "
              "[--timeout-ms MS]\n"
              "                     [--ids-out FILE] [--pin] [--until-idle MS]\n"
-             "                     [--token-file FILE]\n");
+             "                     " CHIME__CLI_CONN_USAGE "\n");
 }
 
 /* A JSON string literal, or null. */
@@ -51,7 +51,7 @@ static void print_json_str(const char *s) {
 
 int main(int argc, char **argv) {
   const char *server = NULL, *table = "demo", *ids_out = NULL;
-  const char *token_file = NULL;
+  chime__cli_conn_t conn = {0};
   uint64_t batch_size = 0, batches = 0, slots = 8, timeout_ms = 30000;
   uint64_t idle_ms = 0;
   int have_batches = 0;
@@ -67,8 +67,7 @@ int main(int argc, char **argv) {
     } else if (!strcmp(a, "--pin")) {
       pin = 1;
       continue;
-    } else if (!strcmp(a, "--token-file") && v) {
-      token_file = v;
+    } else if (chime__cli_conn_option(&conn, a, v)) {
     } else if (!strcmp(a, "--server") && v) {
       server = v;
     } else if (!strcmp(a, "--table") && v) {
@@ -126,7 +125,7 @@ int main(int argc, char **argv) {
     snprintf(err, sizeof(err), "out of memory");
     goto cleanup;
   }
-  rc = chime__cli_client("chime-learner", server, token_file, &c);
+  rc = chime__cli_client("chime-learner", server, &conn, &c);
   if (rc == 2) {
     free(ids);
     return 2;

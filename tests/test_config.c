@@ -205,6 +205,37 @@ static void test_mistakes(void **state) {
   expect_bad("{\"listen\":\"a\",\"listen\":\"b\"," TA "}", "duplicate");
 }
 
+/* tls: cert and key together, client_ca optional, files that open; the
+ * paths are kept for chime_server_listen, which reads them. */
+static void test_tls(void **state) {
+  (void)state;
+  char err[512] = "", text[1024];
+  /* Any readable file passes here; PEM is checked when the server listens. */
+  const char *f = "/proc/self/status";
+  snprintf(text, sizeof(text),
+           "{\"tls\":{\"cert\":\"%s\",\"key\":\"%s\"}," TA "}", f, f);
+  assert_int_equal(chime__config_parse(&cfg, text, err, sizeof(err)), 0);
+  assert_string_equal(cfg.tls.cert, f);
+  assert_string_equal(cfg.tls.key, f);
+  assert_string_equal(cfg.tls.client_ca, "");
+  snprintf(text, sizeof(text),
+           "{\"tls\":{\"cert\":\"%s\",\"key\":\"%s\",\"client_ca\":"
+           "\"%s\"}," TA "}",
+           f, f, f);
+  assert_int_equal(chime__config_parse(&cfg, text, err, sizeof(err)), 0);
+  assert_string_equal(cfg.tls.client_ca, f);
+  assert_int_equal(chime__config_default(&cfg, err, sizeof(err)), 0);
+  assert_string_equal(cfg.tls.cert, "");
+  expect_bad("{\"tls\":{\"cert\":\"/proc/self/status\"}," TA "}",
+             "'tls': needs both 'cert' and 'key'");
+  expect_bad("{\"tls\":{\"cert\":\"/nonexistent/c.pem\",\"key\":"
+             "\"/proc/self/status\"}," TA "}",
+             "'tls.cert': cannot read '/nonexistent/c.pem'");
+  expect_bad("{\"tls\":{\"cert\":\"\"}," TA "}", "'tls.cert': expected");
+  expect_bad("{\"tls\":{\"ca\":\"x\"}," TA "}", "'tls.ca': unknown key");
+  expect_bad("{\"tls\":[]," TA "}", "'tls': expected an object");
+}
+
 /* NULL options are the built-in default config, and err may be NULL too. */
 static void test_server_null_opts(void **state) {
   (void)state;
@@ -228,6 +259,7 @@ int main(void) {
       cmocka_unit_test(test_selectors),
       cmocka_unit_test(test_example_file),
       cmocka_unit_test(test_mistakes),
+      cmocka_unit_test(test_tls),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -69,11 +69,26 @@ typedef struct {
    * without a known token (CHIME_EAUTH) and calls its role does not allow
    * (CHIME_EPERM). 1..256 printable ASCII bytes, no spaces. */
   const char *token;
+  /* TLS, with PEM files read at create (a file that cannot be read, or
+   * holds no PEM block, fails it with CHIME_EINVAL). The channel is TLS
+   * when tls_ca or tls_cert is set, else plaintext. tls_ca: the server's
+   * certificate must chain to these CAs (NULL: gRPC's default roots).
+   * tls_cert + tls_key (both or neither): this client's certificate and
+   * key, for a server that requires one (mutual TLS). tls_server_name: the
+   * name checked against the server's certificate when it is not the
+   * address's host (e.g. an IP address with a certificate for a DNS name).
+   * A TLS failure (an unknown CA, a refused certificate, a plaintext
+   * server) shows up as CHIME_EUNAVAILABLE from the first call. */
+  const char *tls_ca;
+  const char *tls_cert;
+  const char *tls_key;
+  const char *tls_server_name;
 } chime_client_opts_t;
 #define CHIME_CLIENT_OPTS_INIT                                                 \
   {                                                                            \
     .timeout_ms = 5000, .max_message_bytes = 64u << 20,                        \
-    .keepalive_time_ms = 0, .keepalive_timeout_ms = 0, .token = NULL           \
+    .keepalive_time_ms = 0, .keepalive_timeout_ms = 0, .token = NULL,          \
+    .tls_ca = NULL, .tls_cert = NULL, .tls_key = NULL, .tls_server_name = NULL \
   }
 
 /* Connects to "host:port" or "unix:/path". Calls gRPC's grpc_init(). The

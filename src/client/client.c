@@ -6,6 +6,63 @@
 #include "client/internal.h"
 #include "common/keepalive.h"
 
+/* A PEM file, whole and NUL-terminated (free with free_pem); NULL when it
+ * cannot be read, is over 1 MiB or holds no PEM block. */
+#define PEM_MAX (1u << 20)
+static char *read_pem(const char *path) {
+  FILE *f = fopen(path, "re");
+  if (f == NULL)
+    return NULL;
+  char *buf = malloc(PEM_MAX + 1);
+  size_t n = buf != NULL ? fread(buf, 1, PEM_MAX + 1, f) : 0;
+  int bad = buf == NULL || ferror(f) || n > PEM_MAX;
+  fclose(f);
+  if (!bad) {
+    buf[n] = '\0';
+    bad = strstr(buf, "-----BEGIN ") == NULL;
+  }
+  if (bad) {
+    free(buf);
+    return NULL;
+  }
+  return buf;
+}
+
+static void free_pem(char *p) {
+  if (p != NULL) {
+    memset(p, 0, strlen(p)); /* a private key does not outlive its use */
+    free(p);
+  }
+}
+
+/* The channel's credentials: TLS from opts' files, or insecure. */
+static int make_creds(const chime_client_opts_t *opts,
+                      grpc_channel_credentials **out) {
+  char *ca = NULL, *cert = NULL, *key = NULL;
+  int rc = 0;
+  *out = NULL;
+  if (opts->tls_ca == NULL && opts->tls_cert == NULL) {
+    *out = grpc_insecure_credentials_create();
+    return *out != NULL ? 0 : CHIME_ENOMEM;
+  }
+  if ((opts->tls_ca != NULL && (ca = read_pem(opts->tls_ca)) == NULL) ||
+      (opts->tls_cert != NULL && (cert = read_pem(opts->tls_cert)) == NULL) ||
+      (opts->tls_key != NULL && (key = read_pem(opts->tls_key)) == NULL)) {
+    rc = CHIME_EINVAL;
+    goto out;
+  }
+  grpc_ssl_pem_key_cert_pair pair = {.private_key = key, .cert_chain = cert};
+  *out = grpc_ssl_credentials_create_ex(ca, cert != NULL ? &pair : NULL, NULL,
+                                        NULL);
+  if (*out == NULL)
+    rc = CHIME_EINVAL;
+out:
+  free_pem(ca);
+  free_pem(cert);
+  free_pem(key);
+  return rc;
+}
+
 int chime_client_create(chime_client_t **out, const char *address,
                         const chime_client_opts_t *opts) {
   chime_client_opts_t def = CHIME_CLIENT_OPTS_INIT;
@@ -22,6 +79,12 @@ int chime_client_create(chime_client_t **out, const char *address,
   for (size_t i = 0; i < toklen; i++)
     if (opts->token[i] <= ' ' || opts->token[i] > '~')
       return CHIME_EINVAL;
+  if ((opts->tls_cert == NULL) != (opts->tls_key == NULL))
+    return CHIME_EINVAL;
+  if (opts->tls_server_name != NULL &&
+      (opts->tls_server_name[0] == '\0' ||
+       (opts->tls_ca == NULL && opts->tls_cert == NULL)))
+    return CHIME_EINVAL;
   chime_client_t *c = calloc(1, sizeof(*c));
   if (!c)
     return CHIME_ENOMEM;
@@ -30,7 +93,15 @@ int chime_client_create(chime_client_t **out, const char *address,
   pthread_mutex_init(&c->lock, NULL);
 
   grpc_init();
-  grpc_arg args[3 + CHIME__KEEPALIVE_ARGS];
+  grpc_channel_credentials *creds;
+  int rc = make_creds(opts, &creds);
+  if (rc != 0) {
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+    grpc_shutdown();
+    return rc;
+  }
+  grpc_arg args[4 + CHIME__KEEPALIVE_ARGS];
   args[0].type = GRPC_ARG_INTEGER;
   args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
   args[0].value.integer = (int)c->max_message_bytes;
@@ -51,8 +122,12 @@ int chime_client_create(chime_client_t **out, const char *address,
                                            opts->keepalive_timeout_ms > 0
                                                ? opts->keepalive_timeout_ms
                                                : CHIME_KEEPALIVE_TIMEOUT_MS);
+  if (opts->tls_server_name != NULL) {
+    args[nargs].type = GRPC_ARG_STRING;
+    args[nargs].key = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
+    args[nargs++].value.string = (char *)opts->tls_server_name;
+  }
   grpc_channel_args cargs = {nargs, args};
-  grpc_channel_credentials *creds = grpc_insecure_credentials_create();
   c->channel = grpc_channel_create(address, creds, &cargs);
   grpc_channel_credentials_release(creds);
   if (opts->token) {

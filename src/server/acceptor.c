@@ -24,6 +24,7 @@
 #include <uv.h>
 
 #include "chime/errors.h"
+#include "server/tls.h"
 
 #define MAX_LISTENERS 8
 /* fds kept out of the connection cap: rings, handoff connections, pidfd
@@ -46,6 +47,7 @@ typedef struct pending_s {
   uv_poll_t poll;
   uv_timer_t timer;
   int fd;
+  int lfd; /* the listener it came from */
   int handles;
   int hand; /* to gRPC once both handles are closed; else close */
   struct chime__acceptor_s *a;
@@ -67,6 +69,7 @@ struct chime__acceptor_s {
   uint32_t handshake_ms;
   grpc_server *gs;
   grpc_server_credentials *creds;
+  void *tls; /* gRPC's external TLS port (server/tls.h), or NULL */
 
   uv_loop_t loop;
   uv_async_t async;
@@ -372,7 +375,10 @@ static void pending_closed(uv_handle_t *hd) {
     a->handed[a->nhanded].ino = st.st_ino;
     a->nhanded++;
     /* gRPC owns the fd from here, and closes it with the connection. */
-    grpc_server_add_channel_from_fd(a->gs, p->fd, a->creds);
+    if (a->tls != NULL)
+      chime__tls_port_take(a->tls, p->lfd, p->fd);
+    else
+      grpc_server_add_channel_from_fd(a->gs, p->fd, a->creds);
   } else {
     close(p->fd);
   }
@@ -409,7 +415,7 @@ static void on_pending_readable(uv_poll_t *h, int status, int events) {
   pending_end(p, n > 0);
 }
 
-static void take(chime__acceptor_t *a, int fd) {
+static void take(chime__acceptor_t *a, int lfd, int fd) {
   int one = 1;
   if (a->npending + a->nhanded >= a->cap &&
       now_ms() - a->last_prune_ms >= PRUNE_MS)
@@ -425,6 +431,7 @@ static void take(chime__acceptor_t *a, int fd) {
   /* Small messages go out at once, as on gRPC's own connections. */
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   p->fd = fd;
+  p->lfd = lfd;
   p->a = a;
   p->handles = 2;
   p->next = a->pending;
@@ -464,7 +471,7 @@ static void on_accept(uv_poll_t *h, int status, int events) {
   for (int i = 0; i < ACCEPT_BURST; i++) {
     int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd >= 0) {
-      take(a, fd);
+      take(a, l->fd, fd);
       continue;
     }
     if (errno == EINTR || errno == ECONNABORTED)
@@ -510,10 +517,11 @@ static void *loop_main(void *arg) {
   return NULL;
 }
 
-int chime__acceptor_start(chime__acceptor_t *a, grpc_server *gs) {
+int chime__acceptor_start(chime__acceptor_t *a, grpc_server *gs, void *tls) {
   if (a == NULL || a->started)
     return CHIME_EINVAL;
   a->gs = gs;
+  a->tls = tls;
   a->creds = grpc_insecure_server_credentials_create();
   if (a->creds == NULL || uv_loop_init(&a->loop) != 0)
     return CHIME_ESYS;

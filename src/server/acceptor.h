@@ -10,7 +10,9 @@
  *    past the cap a connection is accepted and closed at once;
  *  - a connection is handed to gRPC only once its first bytes arrived,
  *    within the handshake timeout; a silent one is closed when it expires.
- * gRPC 1.51 takes only insecure credentials for a channel from an fd. */
+ * gRPC 1.51 takes only insecure credentials for a channel from an fd; with
+ * TLS the connections go to gRPC's external port instead (server/tls.h),
+ * behind the same guards. */
 #ifndef CHIME_SERVER_ACCEPTOR_H
 #define CHIME_SERVER_ACCEPTOR_H
 
@@ -34,8 +36,10 @@ int chime__acceptor_create(chime__acceptor_t **out, const char *addr,
                            size_t errlen);
 /* The connection cap in force (max_connections or less, for the fd limit). */
 uint32_t chime__acceptor_cap(const chime__acceptor_t *a);
-/* Starts the loop thread; gs must be started. */
-int chime__acceptor_start(chime__acceptor_t *a, grpc_server *gs);
+/* Starts the loop thread; gs must be started. tls: the handler of gRPC's
+ * external TLS port (server/tls.h) that takes every connection, or NULL for
+ * plaintext (grpc_server_add_channel_from_fd). */
+int chime__acceptor_start(chime__acceptor_t *a, grpc_server *gs, void *tls);
 /* Stops accepting, closes the listeners and connections not yet handed to
  * gRPC, unlinks a Unix socket path (NULL-safe). Call before gRPC's server
  * shutdown. */

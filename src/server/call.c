@@ -207,6 +207,9 @@ int chime__call_send_msg(chime__call_t *c, const void *msg) {
 }
 
 static void vfinish(chime__call_t *c, int err, grpc_status_code code,
+                    const char *fmt, va_list ap)
+    __attribute__((format(printf, 4, 0)));
+static void vfinish(chime__call_t *c, int err, grpc_status_code code,
                     const char *fmt, va_list ap) {
   va_list again;
   char *msg = NULL;
@@ -337,8 +340,12 @@ static void on_request_done(chime__tag_t *tag, int ok) {
   memset(&op, 0, sizeof(op));
   op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
   op.data.recv_close_on_server.cancelled = &c->cancelled;
+  /* The batch's reference, and ours until on_start returned: a client that
+   * cancels at once completes the batch on another completion-queue thread,
+   * whose on_close_done drops the batch's and the lifetime references while
+   * this thread still reads the call (found by fuzz_requests). */
   pthread_mutex_lock(&c->mu);
-  c->refs++;
+  c->refs += 2;
   grpc_call_error e =
       grpc_call_start_batch(c->call, &op, 1, &c->close_tag, NULL);
   pthread_mutex_unlock(&c->mu);
@@ -346,19 +353,21 @@ static void on_request_done(chime__tag_t *tag, int ok) {
     grpc_call_cancel(c->call, NULL);
     chime__call_unref(c);
     chime__call_unref(c);
-    return;
+    goto out;
   }
   if (atomic_load(&srv->stopping)) {
     chime__call_finish(c, CHIME_ESHUTDOWN, "shutting down");
-    return;
+    goto out;
   }
   char why[128];
   int rc = chime__auth_check(&srv->cfg, c->method, &c->md, why, sizeof(why));
   if (rc != 0) {
     chime__call_finish(c, rc, "%s", why);
-    return;
+    goto out;
   }
   c->vt->on_start(c);
+out:
+  chime__call_unref(c);
 }
 
 /* Any other method, when chime owns the grpc_server: without someone asking

@@ -469,6 +469,46 @@ static int parse_auth(chime__config_t *cfg, json_t *obj, char *err,
   return 0;
 }
 
+/* "tls": {"cert": PATH, "key": PATH, "client_ca": PATH}. The files are
+ * read when the server starts listening; here they must at least open, so
+ * a typo is a config error naming the key. */
+static int parse_tls(chime__config_t *cfg, json_t *obj, char *err,
+                     size_t errlen) {
+  const char *key;
+  json_t *v;
+  if (!json_is_object(obj))
+    return fail(err, errlen, "'tls': expected an object");
+  json_object_foreach(obj, key, v) {
+    char *dst;
+    if (strcmp(key, "cert") == 0)
+      dst = cfg->tls.cert;
+    else if (strcmp(key, "key") == 0)
+      dst = cfg->tls.key;
+    else if (strcmp(key, "client_ca") == 0)
+      dst = cfg->tls.client_ca;
+    else
+      return fail(err, errlen,
+                  "'tls.%.64s': unknown key (known: cert, key, client_ca)",
+                  key);
+    if (!json_is_string(v) || json_string_value(v)[0] == '\0' ||
+        strlen(json_string_value(v)) >= CHIME__MAX_PATH)
+      return fail(err, errlen, "'tls.%s': expected a file path (1-%d bytes)",
+                  key, CHIME__MAX_PATH - 1);
+    const char *path = json_string_value(v);
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+      return fail(err, errlen, "'tls.%s': cannot read '%s': %s", key, path,
+                  strerror(errno));
+    fclose(f);
+    snprintf(dst, CHIME__MAX_PATH, "%s", path);
+  }
+  if (cfg->tls.cert[0] == '\0' || cfg->tls.key[0] == '\0')
+    return fail(err, errlen,
+                "'tls': needs both 'cert' and 'key' (the server's certificate "
+                "chain and its private key, PEM)");
+  return 0;
+}
+
 static int parse_uids(chime__config_t *cfg, json_t *arr, char *err,
                       size_t errlen) {
   size_t i;
@@ -550,6 +590,8 @@ int chime__config_parse(chime__config_t *cfg, const char *text, char *err,
       rc = parse_uids(cfg, v, err, errlen);
     } else if (strcmp(key, "auth") == 0) {
       rc = parse_auth(cfg, v, err, errlen);
+    } else if (strcmp(key, "tls") == 0) {
+      rc = parse_tls(cfg, v, err, errlen);
     } else if (strcmp(key, "budgets") == 0) {
       rc = parse_budgets(cfg, v, err, errlen);
     } else if (strcmp(key, "pin_host_memory") == 0) {
@@ -587,7 +629,7 @@ int chime__config_parse(chime__config_t *cfg, const char *text, char *err,
                 "'%s': unknown key (known: listen, metrics, handoff_socket, "
                 "handoff_expires_ms, max_connections, handshake_timeout_ms, "
                 "keepalive_time_ms, keepalive_timeout_ms, sampler_threads, "
-                "allowed_uids, auth, budgets, pin_host_memory, tables)",
+                "allowed_uids, auth, tls, budgets, pin_host_memory, tables)",
                 key);
     }
     if (rc != 0)

@@ -76,6 +76,17 @@ typedef struct {
   chime__role_t role;
 } chime__token_config_t;
 
+#define CHIME__MAX_PATH 1024
+
+/* "tls": PEM files read when chime_server_listen starts serving. cert and
+ * key together turn TLS on; client_ca also makes it mutual (every client
+ * must present a certificate signed by it). "" when absent. */
+typedef struct {
+  char cert[CHIME__MAX_PATH];
+  char key[CHIME__MAX_PATH];
+  char client_ca[CHIME__MAX_PATH];
+} chime__tls_config_t;
+
 typedef struct {
   char listen[CHIME__MAX_ADDR];
   char metrics[CHIME__MAX_ADDR]; /* Prometheus endpoint host:port, "": off */
@@ -98,6 +109,7 @@ typedef struct {
   uint32_t sampler_threads; /* the pool filling every ring; 0: CPUs */
   uint32_t ntokens;         /* 0: no authentication */
   chime__token_config_t tokens[CHIME__MAX_TOKENS];
+  chime__tls_config_t tls; /* tls.cert[0] == 0: plaintext */
   int pin_host_memory;
   uint32_t ntables;
   chime__table_config_t tables[CHIME__MAX_TABLES];

@@ -18,6 +18,7 @@
 #include "server/metrics.h"
 #include "server/sampler.h"
 #include "server/stream.h"
+#include "server/tls.h"
 #include "wire/hostid.h"
 
 /* How long a graceful stop waits for calls to finish before cancelling. */
@@ -117,6 +118,19 @@ int chime_server_create(chime_server_t **out, const chime_server_opts_t *opts,
   rc = chime__listen_addr_check(srv->cfg.listen, err, errlen);
   if (rc != 0)
     goto out;
+  /* gRPC 1.51's external port (server/tls.h) names each connection by its
+   * peer's address, and a Unix socket's client has none: it would drop
+   * the connection unserved. A Unix socket is guarded by its file mode. */
+  if (srv->cfg.tls.cert[0] != '\0' &&
+      (strncmp(srv->cfg.listen, "unix:", 5) == 0 ||
+       strncmp(srv->cfg.listen, "unix-abstract:", 14) == 0)) {
+    snprintf(err, errlen,
+             "tls: needs a TCP listen address, not '%s' (a Unix socket is "
+             "guarded by its file permissions)",
+             srv->cfg.listen);
+    rc = CHIME_EINVAL;
+    goto out;
+  }
   if (opts->pin_host_memory >= 0)
     srv->cfg.pin_host_memory = opts->pin_host_memory != 0;
   if (opts->metrics != NULL) {
@@ -382,10 +396,33 @@ static int listen_is_local(const char *addr) {
          strncmp(addr, "[::1]:", 6) == 0 || strncmp(addr, "ipv4:127.", 9) == 0;
 }
 
+/* Beyond loopback, what is left open. Clients are authenticated by tokens
+ * or by certificates (mutual TLS); without TLS, tokens and data cross the
+ * network in clear. */
+static void warn_exposed(const chime__config_t *cfg) {
+  int tls = cfg->tls.cert[0] != '\0';
+  int mtls = tls && cfg->tls.client_ca[0] != '\0';
+  if (listen_is_local(cfg->listen))
+    return;
+  if (cfg->ntokens == 0 && !mtls)
+    fprintf(stderr,
+            "chimed: warning: listening on %s beyond loopback with no "
+            "auth.tokens and no tls.client_ca: anyone who reaches the port "
+            "can insert into, drain or stall every table%s\n",
+            cfg->listen, tls ? "" : " (and without TLS, read what crosses it)");
+  else if (!tls)
+    fprintf(stderr,
+            "chimed: warning: listening on %s beyond loopback without TLS: "
+            "tokens and batches cross the network in clear, and whoever "
+            "can read them can replay a token\n",
+            cfg->listen);
+}
+
 int chime_server_listen(chime_server_t *srv, char *bound, size_t boundlen,
                         char *err, size_t errlen) {
   int rc = 0;
-  grpc_arg args[3 + CHIME__KEEPALIVE_ARGS];
+  grpc_arg args[5 + CHIME__KEEPALIVE_ARGS];
+  grpc_server_credentials *tls = NULL;
   char tmp[1];
   if (err == NULL || errlen == 0) {
     err = tmp;
@@ -413,6 +450,20 @@ int chime_server_listen(chime_server_t *srv, char *bound, size_t boundlen,
   size_t nargs =
       3 + chime__keepalive_args(args + 3, (int)srv->cfg.keepalive_time_ms,
                                 (int)srv->cfg.keepalive_timeout_ms);
+  if (srv->cfg.tls.cert[0] != '\0') {
+    /* Read before anything listens: a bad file is a startup error. */
+    rc = chime__tls_server_credentials(&srv->cfg.tls, &tls, err, errlen);
+    if (rc != 0) {
+      grpc_shutdown_blocking();
+      return rc;
+    }
+    /* The whole handshake (TLS, then HTTP/2 settings) of a connection the
+     * acceptor handed over; gRPC's default is 120 s. */
+    args[nargs].type = GRPC_ARG_INTEGER;
+    args[nargs].key = (char *)GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS;
+    args[nargs++].value.integer = (int)srv->cfg.handshake_timeout_ms;
+    chime__tls_port_arg(&args[nargs++], &srv->tls_handler);
+  }
   grpc_channel_args ca = {nargs, args};
   grpc_server *gs = grpc_server_create(&ca, NULL);
   grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
@@ -422,6 +473,14 @@ int chime_server_listen(chime_server_t *srv, char *bound, size_t boundlen,
     snprintf(err, errlen, "cannot register the service: %s",
              chime_strerror(rc));
     goto fail;
+  }
+  if (tls != NULL) {
+    rc = chime__tls_port_add(gs, tls, &srv->cfg.tls, &srv->tls_handler, err,
+                             errlen);
+    grpc_server_credentials_release(tls); /* the port holds its own */
+    tls = NULL;
+    if (rc != 0)
+      goto fail;
   }
   /* Connections are accepted by chime (server/acceptor.h: gRPC 1.51's own
    * listener stops for good after one EMFILE), so gRPC listens on nothing. */
@@ -435,7 +494,7 @@ int chime_server_listen(chime_server_t *srv, char *bound, size_t boundlen,
   grpc_server_start(gs);
   rc = chime_server_start(srv);
   if (rc == 0)
-    rc = chime__acceptor_start(srv->acceptor, gs);
+    rc = chime__acceptor_start(srv->acceptor, gs, srv->tls_handler);
   if (rc != 0) {
     snprintf(err, errlen, "cannot start: %s", chime_strerror(rc));
     return rc; /* chime_server_destroy tears the started server down */
@@ -449,16 +508,12 @@ int chime_server_listen(chime_server_t *srv, char *bound, size_t boundlen,
     else
       snprintf(bound, boundlen, "%.*s:%d", (int)(colon - a), a, port);
   }
-  if (!listen_is_local(srv->cfg.listen) && srv->cfg.ntokens == 0)
-    fprintf(stderr,
-            "chimed: warning: listening on %s beyond loopback with no "
-            "auth.tokens (and no TLS): anyone who reaches the port can "
-            "insert into, drain or stall every table\n",
-            srv->cfg.listen);
+  warn_exposed(&srv->cfg);
   return 0;
 fail:
   chime__acceptor_destroy(srv->acceptor);
   srv->acceptor = NULL;
+  srv->tls_handler = NULL;
   srv->gs = NULL;
   srv->cq = NULL;
   grpc_server_destroy(gs);

@@ -137,6 +137,10 @@ struct chime_server_s {
   struct chime__acceptor_s *acceptor; /* chime_server_listen only */
   struct chime__metrics_s *metrics;   /* the Prometheus endpoint, or NULL */
   char metrics_addr[CHIME__MAX_ADDR]; /* where it was bound, "" */
+  /* With TLS: gRPC's handler for connections the acceptor hands over
+   * (server/tls.h); written by gRPC through a channel arg, so it lives as
+   * long as the grpc_server. */
+  void *tls_handler;
 
   grpc_server *gs;
   grpc_completion_queue *cq;

@@ -4,7 +4,8 @@
  * bugs the fuzzers found are added there by hand, named after the bug).
  *
  * Usage: fuzz_gen_seeds DIR   (writes DIR/insertreq, DIR/chunk,
- *                              DIR/ring_attach; the folders must exist) */
+ *                              DIR/ring_attach, DIR/config, DIR/handoff,
+ *                              DIR/requests; the folders must exist) */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,6 +16,7 @@
 #include "chime.pb-c.h"
 #include "chime/ring.h"
 #include "wire/chunk.h"
+#include "wire/handoff.h"
 #include "fuzz_common.h"
 
 static const char *out_dir;
@@ -265,6 +267,182 @@ static void ring_seeds(void) {
   put("ring_attach", "magic_only", magic, sizeof(magic));
 }
 
+/* --- config: the JSON text (files named "mem:BYTES" hold BYTES) --- */
+
+static void put_text(const char *target, const char *name, const char *text) {
+  put(target, name, (const uint8_t *)text, strlen(text));
+}
+
+static void config_seeds(void) {
+  put_text("config", "default",
+           "{\"tables\":[{\"name\":\"demo\",\"spec\":\"obs:f32[64], "
+           "action:i32[], reward:f32[]\",\"capacity\":65536,\"sampler\":"
+           "\"fifo\",\"min_size\":1}]}");
+  put_text(
+      "config", "every_key",
+      "{\"listen\": \"0.0.0.0:50051\", \"handoff_socket\": \"@auto\",\n"
+      " \"handoff_expires_ms\": 5000, \"max_connections\": 4096,\n"
+      " \"handshake_timeout_ms\": 10000, \"keepalive_time_ms\": 20000,\n"
+      " \"keepalive_timeout_ms\": 10000, \"sampler_threads\": 2,\n"
+      " \"allowed_uids\": [1000, 1001],\n"
+      " \"auth\": {\"tokens\": [{\"file\": \"mem:actor-token\", \"role\": "
+      "\"actor\"},\n"
+      "   {\"file\": \"mem:learner-token\\n\", \"role\": \"learner\"},\n"
+      "   {\"file\": \"mem:admin\", \"role\": \"admin\"}]},\n"
+      " \"tls\": {\"cert\": \"mem:cert\", \"key\": \"mem:key\", "
+      "\"client_ca\": \"mem:ca\"},\n"
+      " \"budgets\": {\"stream_ring_bytes\": 268435456, "
+      "\"total_ring_bytes\": 1073741824, \"staged_insert_bytes\": 1024},\n"
+      " \"pin_host_memory\": false,\n"
+      " \"tables\": [{\"name\": \"q\", \"spec\": \"x:u8[84,84,4], "
+      "a:i32\", \"capacity\": 1000, \"max_times_sampled\": 2},\n"
+      "  {\"name\": \"u\", \"spec\": \"x:f16[3]\", \"capacity\": 10, "
+      "\"sampler\": \"uniform\", \"remover\": \"lifo\", \"min_size\": 2},\n"
+      "  {\"name\": \"p\", \"spec\": \"x:bf16[2,2]\", \"capacity\": 5, "
+      "\"sampler\": \"prioritized\", \"remover\": \"min_heap\", "
+      "\"priority_exponent\": 0.6, \"samples_per_insert\": 4.5, "
+      "\"error_buffer\": 10},\n"
+      "  {\"name\": \"h\", \"spec\": \"b:bool\", \"capacity\": 1, "
+      "\"sampler\": \"max_heap\"}]}");
+  put_text("config", "bad_token",
+           "{\"auth\":{\"tokens\":[{\"file\":\"mem:a b\",\"role\":\"actor\"}]},"
+           "\"tables\":[{\"name\":\"t\",\"spec\":\"x:u8\",\"capacity\":1}]}");
+  put_text("config", "tls_without_key",
+           "{\"tls\":{\"cert\":\"mem:c\"},\"tables\":[{\"name\":\"t\","
+           "\"spec\":\"x:u8\",\"capacity\":1}]}");
+  put_text("config", "too_large",
+           "{\"tables\":[{\"name\":\"t\",\"spec\":\"x:f64[1048576]\","
+           "\"capacity\":4294967294}]}");
+  put_text("config", "not_json", "{\"tables\": [");
+}
+
+/* --- handoff: [n][n piece lengths][flags][bytes] --- */
+
+static void put_handoff(const char *name, const uint8_t *cuts, size_t ncuts,
+                        uint8_t flags, const uint8_t *msg, size_t len) {
+  uint8_t buf[256];
+  FUZZ_CHECK(2 + ncuts + len <= sizeof(buf) && ncuts < 8);
+  buf[0] = (uint8_t)ncuts;
+  memcpy(buf + 1, cuts, ncuts);
+  buf[1 + ncuts] = flags;
+  memcpy(buf + 2 + ncuts, msg, len);
+  put("handoff", name, buf, 2 + ncuts + len);
+}
+
+static void handoff_seeds(void) {
+  uint8_t req[CHIME__HANDOFF_REQUEST_BYTES + 16];
+  memset(req, 0, sizeof(req));
+  memcpy(req, CHIME__HANDOFF_MAGIC, CHIME__HANDOFF_MAGIC_BYTES);
+  const uint8_t cuts[] = {1, 7, 16};
+  put_handoff("valid", NULL, 0, 1, req, CHIME__HANDOFF_REQUEST_BYTES);
+  put_handoff("valid_cut", cuts, 3, 1, req, CHIME__HANDOFF_REQUEST_BYTES);
+  put_handoff("replayed", NULL, 0, 5, req, CHIME__HANDOFF_REQUEST_BYTES);
+  put_handoff("valid_then_more", NULL, 0, 1, req, sizeof(req));
+  put_handoff("unknown_token", NULL, 0, 0, req, CHIME__HANDOFF_REQUEST_BYTES);
+  put_handoff("short", NULL, 0, 1, req, CHIME__HANDOFF_REQUEST_BYTES - 1);
+  req[3] ^= 0x20;
+  put_handoff("wrong_magic", NULL, 0, 1, req, CHIME__HANDOFF_REQUEST_BYTES);
+  put_handoff("empty", NULL, 0, 0, req, 0);
+}
+
+/* --- requests: [method][flags][len lo][len hi][bytes]... --- */
+
+static uint8_t req_buf[4096];
+static size_t req_len;
+
+static void req_begin(uint8_t method, uint8_t flags) {
+  req_buf[0] = method;
+  req_buf[1] = flags;
+  req_len = 2;
+}
+
+static void req_add(const ProtobufCMessage *m) {
+  size_t len = m != NULL ? protobuf_c_message_get_packed_size(m) : 0;
+  FUZZ_CHECK(req_len + 2 + len <= sizeof(req_buf));
+  req_buf[req_len++] = (uint8_t)len;
+  req_buf[req_len++] = (uint8_t)(len >> 8);
+  if (m != NULL)
+    protobuf_c_message_pack(m, req_buf + req_len);
+  req_len += len;
+}
+
+static void req_open(const char *table, uint32_t batch, uint32_t slots,
+                     Chime__V1__Mode mode, uint32_t prefetch) {
+  Chime__V1__Open o = CHIME__V1__OPEN__INIT;
+  Chime__V1__SubscribeRequest r = CHIME__V1__SUBSCRIBE_REQUEST__INIT;
+  o.table = (char *)table;
+  o.batch_size = batch;
+  o.slots = slots;
+  o.mode = mode;
+  o.prefetch = prefetch;
+  r.kind_case = CHIME__V1__SUBSCRIBE_REQUEST__KIND_OPEN;
+  r.open = &o;
+  req_add(&r.base);
+}
+
+static void req_credit(uint32_t batches, uint64_t *released, size_t n) {
+  Chime__V1__Credit c = CHIME__V1__CREDIT__INIT;
+  Chime__V1__SubscribeRequest r = CHIME__V1__SUBSCRIBE_REQUEST__INIT;
+  c.batches = batches;
+  c.released = released;
+  c.n_released = n;
+  r.kind_case = CHIME__V1__SUBSCRIBE_REQUEST__KIND_CREDIT;
+  r.credit = &c;
+  req_add(&r.base);
+}
+
+static void requests_seeds(void) {
+  req_begin(0, 1);
+  req_add(NULL);
+  put("requests", "getinfo", req_buf, req_len);
+  req_begin(1, 1);
+  req_add(NULL);
+  put("requests", "stats", req_buf, req_len);
+
+  Chime__V1__MutatePrioritiesRequest m =
+      CHIME__V1__MUTATE_PRIORITIES_REQUEST__INIT;
+  Chime__V1__PriorityUpdate u[2] = {CHIME__V1__PRIORITY_UPDATE__INIT,
+                                    CHIME__V1__PRIORITY_UPDATE__INIT};
+  Chime__V1__PriorityUpdate *up[2] = {&u[0], &u[1]};
+  uint64_t del[2] = {3, 1u << 20};
+  u[0].key = 1;
+  u[0].priority = 2.5;
+  u[1].key = 2;
+  u[1].priority = 0;
+  m.table = "p";
+  m.n_updates = 2;
+  m.updates = up;
+  m.n_deletes = 2;
+  m.deletes = del;
+  req_begin(2, 1);
+  req_add(&m.base);
+  put("requests", "mutate", req_buf, req_len);
+  m.table = "nope";
+  req_begin(2, 1);
+  req_add(&m.base);
+  put("requests", "mutate_unknown_table", req_buf, req_len);
+
+  uint64_t rel[2] = {0, 1};
+  req_begin(3, 1);
+  req_open("u", 2, 4, CHIME__V1__MODE__MODE_STREAM, 0);
+  req_credit(2, rel, 2);
+  put("requests", "subscribe_stream", req_buf, req_len);
+  req_begin(3, 1);
+  req_open("q", 4, 2, CHIME__V1__MODE__MODE_STREAM, 2);
+  req_credit(1, rel, 1);
+  req_credit(1, rel + 1, 1);
+  put("requests", "subscribe_fifo", req_buf, req_len);
+  req_begin(3, 0);
+  req_open("p", 1, 8, CHIME__V1__MODE__MODE_SHM, 0);
+  put("requests", "subscribe_shm", req_buf, req_len);
+  req_begin(3, 1);
+  req_open("u", 2, 1, CHIME__V1__MODE__MODE_STREAM, 0);
+  put("requests", "subscribe_bad_slots", req_buf, req_len);
+  req_begin(3, 1);
+  req_credit(1, NULL, 0);
+  put("requests", "subscribe_credit_first", req_buf, req_len);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: %s DIR\n", argv[0]);
@@ -274,5 +452,8 @@ int main(int argc, char **argv) {
   insert_seeds();
   chunk_seeds();
   ring_seeds();
+  config_seeds();
+  handoff_seeds();
+  requests_seeds();
   return 0;
 }

@@ -1,6 +1,7 @@
 /* The listener of chime_server_listen (see acceptor.h for why it is ours
  * and not gRPC's). Everything but create and destroy runs on the loop
  * thread. */
+#include "common/errfmt.h"
 #include "server/acceptor.h"
 
 #include <errno.h>
@@ -92,17 +93,6 @@ static uint64_t now_ms(void) {
   return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  if (err != NULL && errlen > 0)
-    vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return rc;
-}
-
 /* Splits "host:port" / "[v6]:port" / ":port"; host without brackets. */
 static int split_host_port(const char *addr, char *host, size_t hostlen,
                            unsigned *port, char *err, size_t errlen) {
@@ -110,20 +100,20 @@ static int split_host_port(const char *addr, char *host, size_t hostlen,
   const char *h = addr;
   size_t hn;
   if (colon == NULL)
-    return fail(err, errlen, CHIME_EINVAL,
-                "listen address '%.64s': expected host:port or unix:/path",
-                addr);
+    return chime__fail(
+        err, errlen, CHIME_EINVAL,
+        "listen address '%.64s': expected host:port or unix:/path", addr);
   hn = (size_t)(colon - addr);
   if (hn > 0 && addr[0] == '[') {
     if (addr[hn - 1] != ']')
-      return fail(err, errlen, CHIME_EINVAL,
-                  "listen address '%.64s': expected [IPv6]:port", addr);
+      return chime__fail(err, errlen, CHIME_EINVAL,
+                         "listen address '%.64s': expected [IPv6]:port", addr);
     h = addr + 1;
     hn -= 2;
   }
   if (hn >= hostlen)
-    return fail(err, errlen, CHIME_EINVAL,
-                "listen address '%.64s': host too long", addr);
+    return chime__fail(err, errlen, CHIME_EINVAL,
+                       "listen address '%.64s': host too long", addr);
   memcpy(host, h, hn);
   host[hn] = '\0';
   const char *p = colon + 1;
@@ -132,10 +122,11 @@ static int split_host_port(const char *addr, char *host, size_t hostlen,
   for (; p[nd] >= '0' && p[nd] <= '9' && v <= 65535; nd++)
     v = v * 10 + (unsigned long)(p[nd] - '0');
   if (nd == 0 || p[nd] != '\0' || v > 65535)
-    return fail(err, errlen, CHIME_EINVAL,
-                "listen address '%.64s': port '%.16s' must be a number in "
-                "0..65535",
-                addr, p);
+    return chime__fail(
+        err, errlen, CHIME_EINVAL,
+        "listen address '%.64s': port '%.16s' must be a number in "
+        "0..65535",
+        addr, p);
   *port = (unsigned)v;
   return 0;
 }
@@ -153,13 +144,14 @@ int chime__listen_addr_check(const char *addr, char *err, size_t errlen) {
     /* gRPC binds "unix:" with an empty path as an abstract socket named by
      * sizeof(sun_path) NUL bytes: nobody could mean that. */
     if (name[0] == '\0')
-      return fail(err, errlen, CHIME_EINVAL,
-                  "listen address '%s': the socket path is empty", addr);
+      return chime__fail(err, errlen, CHIME_EINVAL,
+                         "listen address '%s': the socket path is empty", addr);
     if (strlen(name) >= sizeof(su.sun_path))
-      return fail(err, errlen, CHIME_EINVAL,
-                  "listen address '%.64s...': the socket path must be under "
-                  "%zu bytes",
-                  addr, sizeof(su.sun_path));
+      return chime__fail(
+          err, errlen, CHIME_EINVAL,
+          "listen address '%.64s...': the socket path must be under "
+          "%zu bytes",
+          addr, sizeof(su.sun_path));
     return 0;
   }
   return split_host_port(addr, host, sizeof(host), &port, err, errlen);
@@ -187,8 +179,8 @@ static int bind_unix(chime__acceptor_t *a, const char *addr, char *err,
       (socklen_t)(offsetof(struct sockaddr_un, sun_path) + abstract + n);
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0)
-    return fail(err, errlen, CHIME_ESYS, "cannot listen on '%s': %s", addr,
-                strerror(errno));
+    return chime__fail(err, errlen, CHIME_ESYS, "cannot listen on '%s': %s",
+                       addr, strerror(errno));
   if (!abstract) {
     /* The caller made sure no live server answers there (as gRPC would,
      * a stale socket file is replaced). */
@@ -199,8 +191,8 @@ static int bind_unix(chime__acceptor_t *a, const char *addr, char *err,
   if (bind(fd, (struct sockaddr *)&su, len) != 0 || listen_fd(a, fd) != 0) {
     int e = errno;
     close(fd);
-    return fail(err, errlen, CHIME_ESYS, "cannot listen on '%s': %s", addr,
-                strerror(e));
+    return chime__fail(err, errlen, CHIME_ESYS, "cannot listen on '%s': %s",
+                       addr, strerror(e));
   }
   if (!abstract)
     snprintf(a->unix_path, sizeof(a->unix_path), "%s", name);
@@ -224,8 +216,8 @@ static int bind_tcp(chime__acceptor_t *a, const char *addr, int *bound,
   snprintf(pstr, sizeof(pstr), "%u", port);
   int gai = getaddrinfo(host[0] ? host : NULL, pstr, &hints, &res);
   if (gai != 0)
-    return fail(err, errlen, CHIME_ESYS, "cannot listen on '%s': %s", addr,
-                gai_strerror(gai));
+    return chime__fail(err, errlen, CHIME_ESYS, "cannot listen on '%s': %s",
+                       addr, gai_strerror(gai));
   int e = 0;
   for (struct addrinfo *ai = res; ai != NULL && a->nls < MAX_LISTENERS;
        ai = ai->ai_next) {
@@ -265,8 +257,8 @@ static int bind_tcp(chime__acceptor_t *a, const char *addr, int *bound,
   }
   freeaddrinfo(res);
   if (a->nls == 0)
-    return fail(err, errlen, CHIME_ESYS, "cannot listen on '%s': %s", addr,
-                strerror(e ? e : EADDRNOTAVAIL));
+    return chime__fail(err, errlen, CHIME_ESYS, "cannot listen on '%s': %s",
+                       addr, strerror(e ? e : EADDRNOTAVAIL));
   return 0;
 }
 
@@ -294,7 +286,7 @@ int chime__acceptor_create(chime__acceptor_t **out, const char *addr,
     return rc;
   chime__acceptor_t *a = calloc(1, sizeof(*a));
   if (a == NULL)
-    return fail(err, errlen, CHIME_ENOMEM, "out of memory");
+    return chime__fail(err, errlen, CHIME_ENOMEM, "out of memory");
   a->reserve = -1;
   uint32_t fc = fd_cap();
   a->cap = max_connections < fc ? max_connections : fc;
@@ -304,8 +296,8 @@ int chime__acceptor_create(chime__acceptor_t **out, const char *addr,
   a->handed = calloc(a->cap, sizeof(*a->handed));
   a->reserve = open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (a->handed == NULL || a->reserve < 0) {
-    rc = fail(err, errlen, CHIME_ESYS, "cannot listen on '%s': %s", addr,
-              a->handed == NULL ? "out of memory" : strerror(errno));
+    rc = chime__fail(err, errlen, CHIME_ESYS, "cannot listen on '%s': %s", addr,
+                     a->handed == NULL ? "out of memory" : strerror(errno));
     goto out;
   }
   if (strncmp(addr, "unix:", 5) == 0 ||

@@ -649,6 +649,18 @@ static int rate_allows_sample(const chime__table_t *t) {
   return (double)t->inserts * spi - (double)(t->samples + 1) >= bottom;
 }
 
+/* A writer's request the table has seen: 1 when it went in before (its
+ * original first key in *first_key, dq->resent set: ack it again), 0 when
+ * it is new, a CHIME_E code when the table cannot tell (dedupe.h). Under
+ * mu, asked again after every wait: the answer holds only while mu is. */
+static int seen_locked(chime__table_t *t, chime__dedupe_req_t *dq,
+                       uint32_t count, uint64_t *first_key) {
+  int rc = chime__dedupe_check(t->dedupe, dq, count, first_key);
+  if (rc == CHIME__DEDUPE_RESENT)
+    return 1;
+  return rc == CHIME__DEDUPE_NEW ? 0 : rc;
+}
+
 /* A bad priority for this table's selectors, or 0. */
 static int check_priorities(const chime__table_t *t, const double *prio,
                             uint32_t from, uint32_t count) {
@@ -717,14 +729,10 @@ static int seq_insert(chime__table_t *t, const chime__span_t *spans,
       rc = CHIME_ESHUTDOWN;
       goto out;
     }
-    rc = chime__dedupe_check(t->dedupe, dq, count, first_key);
-    if (rc == CHIME__DEDUPE_RESENT) {
-      rc = 0;
+    if ((rc = seen_locked(t, dq, count, first_key)) != 0) {
+      rc = rc > 0 ? 0 : rc;
       goto out;
     }
-    if (rc != CHIME__DEDUPE_NEW)
-      goto out;
-    rc = 0;
     int rate = rate_allows_insert(t);
     /* The oldest blocks it would reuse may be pinned by a sampler's copy
      * (for as long as the copy takes): checked before any step goes in. */
@@ -795,16 +803,10 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
       rc = CHIME_ESHUTDOWN;
       goto out;
     }
-    /* Asked again after every wait: the answer holds only while mu is. */
-    if (dq != NULL && dq->writer != 0) {
-      rc = chime__dedupe_check(t->dedupe, dq, count, first_key);
-      if (rc == CHIME__DEDUPE_RESENT) {
-        rc = 0;
-        goto out;
-      }
-      if (rc != CHIME__DEDUPE_NEW)
-        goto out;
-      rc = 0;
+    if (dq != NULL && dq->writer != 0 &&
+        (rc = seen_locked(t, dq, count, first_key)) != 0) {
+      rc = rc > 0 ? 0 : rc;
+      goto out;
     }
     if (!rate_allows_insert(t)) {
       if (abort != NULL && atomic_load(abort)) {

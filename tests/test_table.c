@@ -1,6 +1,8 @@
 /* Tables: fifo order and removal, uniform eviction and probabilities,
- * leaf-major copies, blocking inserts and samples and how they end, and
- * requests resent by a writer acked again instead of inserted twice. */
+ * leaf-major copies, blocking inserts and samples and how they end,
+ * requests resent by a writer acked again instead of inserted twice, and
+ * batches drawn ahead of their bookkeeping giving the draws made one by
+ * one. */
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -814,6 +816,100 @@ static void test_rows_never_torn(void **state) {
   check_untorn(CHIME__SAMPLER_MAX_HEAP, CHIME__SAMPLER_MIN_HEAP);
 }
 
+static uint64_t rng_u64(uint64_t *s) {
+  uint64_t z = (*s += UINT64_C(0x9e3779b97f4a7c15));
+  z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+  z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+  return z ^ (z >> 31);
+}
+
+/* Samples one batch into s, through the stream-mode path (rows kept
+ * pinned, then let go) when pinned. */
+static void sample_batch(chime__table_t *t, slot_t *s, int pinned) {
+  if (!pinned) {
+    assert_int_equal(chime__table_sample(t, &s->lay, &s->ws, NULL), 0);
+    return;
+  }
+  uint32_t rows[300];
+  chime__table_pins_t pins = {.rows = rows};
+  chime__table_waiter_t w;
+  memset(&w, 0, sizeof(w));
+  assert_true(s->lay.batch_size <= 300);
+  assert_int_equal(
+      chime__table_try_sample_pinned(t, &s->lay, &s->ws, &pins, UINT64_MAX, &w),
+      0);
+  assert_int_equal(pins.n, s->lay.batch_size);
+  chime__table_unpin(t, &pins);
+}
+
+/* Without max_times_sampled a uniform or prioritized batch is drawn ahead
+ * of its bookkeeping (table.c, plan_batch); with one, draw by draw. A
+ * limit no item reaches changes nothing else, so two tables with the same
+ * seed and items, one with such a limit, must give the same samples, bit
+ * for bit, at batch sizes around the chunks the draws are made in, in
+ * shm and stream mode, after priority updates and deletes too. */
+static void test_batch_drawn_ahead_same_draws(void **state) {
+  (void)state;
+  chime__sampler_t kinds[2] = {CHIME__SAMPLER_UNIFORM,
+                               CHIME__SAMPLER_PRIORITIZED};
+  uint32_t sizes[] = {1, 7, 8, 9, 63, 64, 65, 72, 73, 128, 200, 300};
+  for (int kind = 0; kind < 2; kind++) {
+    chime__table_config_t tc;
+    chime__table_t *t[2];
+    /* A capacity far above the items: uniform draws ahead only in a
+     * table larger than the caches. */
+    t[0] = sel_table(&tc, 100000, kinds[kind], 0, 0, 0.6);
+    t[1] = sel_table(&tc, 100000, kinds[kind], 0, UINT32_MAX, 0.6);
+    double prio[16];
+    uint64_t seed = 99;
+    for (uint64_t first = 1; first <= 1000; first += 16) {
+      uint32_t n = 1000 - first + 1 < 16 ? (uint32_t)(1000 - first + 1) : 16;
+      for (uint32_t i = 0; i < n; i++)
+        prio[i] = (double)(rng_u64(&seed) % 1000) / 10.0; /* some 0 */
+      insert_prio(t[0], first, n, prio);
+      insert_prio(t[1], first, n, prio);
+    }
+    for (int round = 0; round < 2; round++) {
+      if (round == 1) { /* new priorities and deletes, the same on both */
+        uint64_t keys[100], dels[50];
+        double np[100];
+        for (int i = 0; i < 100; i++) {
+          keys[i] = 1 + rng_u64(&seed) % 1000;
+          np[i] = (double)(rng_u64(&seed) % 1000) / 10.0;
+        }
+        for (int i = 0; i < 50; i++)
+          dels[i] = 1 + rng_u64(&seed) % 1000;
+        for (int i = 0; i < 2; i++) {
+          chime__table_mutated_t m;
+          assert_int_equal(
+              chime__table_mutate(t[i], keys, np, 100, dels, 50, &m), 0);
+        }
+      }
+      for (size_t z = 0; z < sizeof(sizes) / sizeof(sizes[0]); z++) {
+        slot_t s[2];
+        for (int i = 0; i < 2; i++) {
+          slot_init(&s[i], t[i], sizes[z]);
+          sample_batch(t[i], &s[i], (int)(z % 2));
+        }
+        for (uint32_t j = 0; j < sizes[z]; j++) {
+          const chime_sample_info_t *a = &s[0].ws.info[j],
+                                    *b = &s[1].ws.info[j];
+          check_sample(&s[0], j, a->key);
+          assert_int_equal(a->key, b->key);
+          assert_memory_equal(&a->probability, &b->probability, sizeof(double));
+          assert_memory_equal(&a->priority, &b->priority, sizeof(double));
+          assert_int_equal(a->times_sampled, b->times_sampled);
+          assert_int_equal(a->table_size, b->table_size);
+        }
+        free(s[0].mem);
+        free(s[1].mem);
+      }
+    }
+    chime__table_destroy(t[0]);
+    chime__table_destroy(t[1]);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fifo_order_and_wrap),
@@ -835,6 +931,7 @@ int main(void) {
       cmocka_unit_test(test_max_times_sampled_exact),
       cmocka_unit_test(test_evictions_follow_remover),
       cmocka_unit_test(test_bad_priorities_refused),
+      cmocka_unit_test(test_batch_drawn_ahead_same_draws),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -902,14 +902,103 @@ static inline uint32_t row_at(const chime_ring_wslot_t *slot,
   return rows != NULL ? rows[j] : (uint32_t)slot->info[j].key;
 }
 
-/* Draws samples one by one: an item that reaches max_times_sampled leaves
- * at once (its row stays pinned), so the next draw cannot pick it. */
+/* A table of 10^7 items is far larger than the caches: each draw's sum
+ * tree path, dense entry and leaf bytes are misses, and one by one they
+ * queue (a descent cannot start before the draw ahead of it is known).
+ * With no max_times_sampled nothing changes the table while a batch is
+ * drawn, so a prioritized or (in a table larger than the caches) uniform
+ * batch is drawn DRAW_CHUNK draws at a time before any is read (the sum
+ * tree's descents side by side, uniform's dense entries asked for
+ * together), with the same random numbers in the same order: the same
+ * rows and probabilities as select_row one by one. The rows known, the
+ * core overlaps the misses of their bookkeeping by itself (asking for it
+ * ahead measured no faster), and copy_rows asks for each row's leaf bytes
+ * PREFETCH_AHEAD samples ahead of the copy. */
+#define DRAW_CHUNK 64
+#define PREFETCH_AHEAD 8
+/* Bytes of a table under which its rows are taken to be in the caches:
+ * about twice a core's L2 here (uniform at 10^4 items of 256 B, 3 MB,
+ * sampled 9-16% slower drawn ahead and with prefetches, at 3 x 10^4 as
+ * fast or faster). The per-row bookkeeping: key, insert time, priority,
+ * times, pins, dense, dpos. */
+#define CACHED_BYTES (4u << 20)
+#define ROW_META_BYTES 40u
+
+/* Whether a batch's rows are scattered over more memory than the caches
+ * hold: uniform and prioritized rows are random, fifo's follow one
+ * another and lifo's and the heaps' are the same few again and again. */
+static int scattered(const chime__table_t *t) {
+  if (t->cfg.sampler != CHIME__SAMPLER_UNIFORM &&
+      t->cfg.sampler != CHIME__SAMPLER_PRIORITIZED)
+    return 0;
+  return (double)t->cfg.capacity * (double)(t->sample_bytes + ROW_META_BYTES) >
+         (double)CACHED_BYTES;
+}
+
+/* Whether a batch's draws are made ahead. The sum tree's descents pay
+ * side by side even in the caches (their steps interleave); uniform's
+ * draws only where there are misses to overlap. A prioritized table
+ * whose priorities are all 0 draws uniformly through select_row. */
+static int draws_ahead(const chime__table_t *t) {
+  if (t->mts != 0)
+    return 0;
+  if (t->cfg.sampler == CHIME__SAMPLER_UNIFORM)
+    return scattered(t);
+  return t->cfg.sampler == CHIME__SAMPLER_PRIORITIZED &&
+         chime__sumtree_total(t->sum) > 0;
+}
+
+/* n <= DRAW_CHUNK draws (draws_ahead(t)): what n calls of select_row
+ * would give, from the same random numbers. */
+static void draw_chunk(chime__table_t *t, uint64_t n, uint32_t *row,
+                       double *prob) {
+  if (t->cfg.sampler == CHIME__SAMPLER_PRIORITIZED) {
+    double total = chime__sumtree_total(t->sum), px[DRAW_CHUNK];
+    uint64_t slot[DRAW_CHUNK];
+    for (uint64_t j = 0; j < n; j++)
+      px[j] = (double)(next_rand(t) >> 11) * 0x1p-53 * total;
+    if (chime__sumtree_find_many(t->sum, px, n, slot) == 0) {
+      for (uint64_t j = 0; j < n; j++) {
+        row[j] = (uint32_t)slot[j];
+        prob[j] = chime__sumtree_get(t->sum, slot[j]) / total;
+      }
+      return;
+    } /* total > 0 was checked under the lock held since: unreachable */
+  }
+  for (uint64_t j = 0; j < n; j++) {
+    row[j] = (uint32_t)(next_rand(t) % t->count);
+    __builtin_prefetch(&t->dense[row[j]]);
+  }
+  for (uint64_t j = 0; j < n; j++) {
+    row[j] = t->dense[row[j]];
+    prob[j] = 1.0 / (double)t->count;
+  }
+}
+
+/* Draws the batch's samples in order: an item that reaches
+ * max_times_sampled leaves at once (its row stays pinned), so the next
+ * draw cannot pick it. */
 static void plan_batch(chime__table_t *t, const chime_ring_layout_t *lay,
                        chime_ring_wslot_t *slot, uint32_t *rows) {
-  int left = 0;
+  int left = 0, ahead = draws_ahead(t);
+  uint32_t drawn[DRAW_CHUNK];
+  double dprob[DRAW_CHUNK];
+  uint64_t from = 0, have = 0; /* drawn[] holds draws [from, from + have) */
   for (uint64_t j = 0; j < lay->batch_size; j++) {
     double p;
-    uint32_t k = select_row(t, t->cfg.sampler, &p);
+    uint32_t k;
+    if (ahead) {
+      if (j == from + have) {
+        uint64_t n = lay->batch_size - j;
+        from = j;
+        have = n < DRAW_CHUNK ? n : DRAW_CHUNK;
+        draw_chunk(t, have, drawn, dprob);
+      }
+      k = drawn[j - from];
+      p = dprob[j - from];
+    } else {
+      k = select_row(t, t->cfg.sampler, &p);
+    }
     chime_sample_info_t *info = &slot->info[j];
     info->probability = p;
     info->times_sampled = ++t->times[k];
@@ -953,6 +1042,18 @@ static uint64_t run_at(const uint32_t *rows, const chime_ring_wslot_t *slot,
   return n;
 }
 
+/* Asks for row k's bytes of leaf l (their first 8 lines: the hardware
+ * follows a longer one by itself). */
+static inline void prefetch_leaf(const chime__table_t *t, uint32_t l,
+                                 uint64_t k) {
+  uint64_t lb = t->lbytes[l];
+  const uint8_t *p = t->leaf[l] + k * lb;
+  uintptr_t a = (uintptr_t)p & ~(uintptr_t)63;
+  uintptr_t end = (uintptr_t)p + (lb < 512 ? lb : 512);
+  for (; a < end; a += 64)
+    __builtin_prefetch((const void *)a);
+}
+
 static void copy_rows(const chime__table_t *t, const chime_ring_layout_t *lay,
                       chime_ring_wslot_t *slot, const uint32_t *rows,
                       uint64_t copy_min) {
@@ -960,7 +1061,13 @@ static void copy_rows(const chime__table_t *t, const chime_ring_layout_t *lay,
   for (uint32_t l = 0; l < t->nleaves; l++) {
     uint64_t lb = t->lbytes[l];
     uint8_t *dst = (uint8_t *)slot->leaf[l];
+    /* Rows sent from the table are not read here. */
+    int pf = scattered(t) && lb < copy_min;
+    for (uint64_t j = 0; pf && j < PREFETCH_AHEAD && j < batch; j++)
+      prefetch_leaf(t, l, row_at(slot, rows, j));
     for (uint64_t j = 0; j < batch;) {
+      if (pf && j + PREFETCH_AHEAD < batch)
+        prefetch_leaf(t, l, row_at(slot, rows, j + PREFETCH_AHEAD));
       uint64_t k = row_at(slot, rows, j), n = run_at(rows, slot, j, batch);
       if (n * lb >= copy_min)
         ; /* sent from the table */

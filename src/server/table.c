@@ -1467,6 +1467,12 @@ static int view_alloc(chime__table_view_t *v, uint64_t n) {
     view_free(v);
     return CHIME_ENOMEM;
   }
+  /* Touched here, so no page fault lengthens the hold of the lock. */
+  memset(v->rows, 0, m * sizeof(*v->rows));
+  memset(v->key, 0, m * sizeof(*v->key));
+  memset(v->itime, 0, m * sizeof(*v->itime));
+  memset(v->prio, 0, m * sizeof(*v->prio));
+  memset(v->times, 0, m * sizeof(*v->times));
   return 0;
 }
 

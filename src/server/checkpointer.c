@@ -163,9 +163,9 @@ void chime__ckpter_get_stats(chime__ckpter_t *k, chime__ckpter_stats_t *out) {
 static void ckpt_on_start(chime__call_t *c) {
   chime__ckpter_t *k = c->srv->ckpter;
   if (k == NULL) {
-    chime__call_finish(c, CHIME_EINVAL,
-                       "Checkpoint: this server has no checkpoint dir "
-                       "(config \"checkpoint\": {\"dir\": ...})");
+    chime__call_finish_as(c, CHIME_EINVAL, GRPC_STATUS_FAILED_PRECONDITION,
+                          "Checkpoint: this server has no checkpoint dir "
+                          "(config \"checkpoint\": {\"dir\": ...})");
     return;
   }
   pthread_mutex_lock(&k->mu);

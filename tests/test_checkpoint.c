@@ -425,6 +425,24 @@ static void test_sequence_refused(void **state) {
   chime__table_destroy(b);
 }
 
+/* A checkpoint that cannot be written fails naming the path (a file where
+ * the directory should be). */
+static void test_write_failure_named(void **state) {
+  (void)state;
+  char dir[300], err[512] = "";
+  make_dir(dir, sizeof(dir), "not-a-dir");
+  FILE *f = fopen(dir, "w");
+  assert_non_null(f);
+  fclose(f);
+  chime__table_t *a = new_table("a:u32[2], b:u8[]", 8, CHIME__SAMPLER_FIFO);
+  chime__ckpt_result_t res;
+  assert_int_equal(
+      chime__checkpoint_write(&a, 1, dir, 1, &res, err, sizeof(err)),
+      CHIME_ESYS);
+  assert_non_null(strstr(err, dir));
+  chime__table_destroy(a);
+}
+
 int main(void) {
   snprintf(root, sizeof(root), "/tmp/chime-test-ckpt-%d", (int)getpid());
   mkdir(root, 0755);
@@ -437,6 +455,7 @@ int main(void) {
       cmocka_unit_test(test_spec_mismatch_names_leaf),
       cmocka_unit_test(test_keep_and_done),
       cmocka_unit_test(test_sequence_refused),
+      cmocka_unit_test(test_write_failure_named),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   rm_rf(root);

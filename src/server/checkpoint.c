@@ -341,7 +341,7 @@ int chime__checkpoint_write(chime__table_t *const *tables, uint32_t ntables,
                             size_t errlen) {
   uint64_t t0 = now_ns(CLOCK_MONOTONIC);
   int rc = 0;
-  char tmp[CHIME__MAX_PATH + 64], fin[CHIME__MAX_PATH + 64];
+  char tmp[CHIME__MAX_PATH + 64] = "", fin[CHIME__MAX_PATH + 64] = "";
   char p[CHIME__MAX_PATH + 128];
   entry_t *ents = calloc(ntables ? ntables : 1, sizeof(*ents));
   wr_t w = {-1, malloc(WBUF), 0, 0, 0, 0};
@@ -434,7 +434,7 @@ int chime__checkpoint_write(chime__table_t *const *tables, uint32_t ntables,
   out->tables = ntables;
   prune(dir, keep ? keep : 1);
 out:
-  if (rc != 0)
+  if (rc != 0 && tmp[0] != '\0')
     remove_dir(tmp);
   free(manifest);
   json_decref(root);

@@ -22,7 +22,6 @@ struct chime__ckpter_s {
   int stop;
   chime__call_t *waiting[MAX_WAITING]; /* each holds a reference */
   uint32_t nwaiting;
-  chime__ckpter_stats_t st;
 };
 
 static uint64_t now_ns(clockid_t clk) {
@@ -87,15 +86,17 @@ static void *ckpt_main(void *arg) {
       answer(calls[i], rc, &res, err);
       chime__call_unref(calls[i]);
     }
-    pthread_mutex_lock(&k->mu);
+    pthread_mutex_lock(&srv->mu);
     if (rc == 0) {
-      k->st.written++;
-      k->st.last_unix_ns = now_ns(CLOCK_REALTIME);
-      k->st.last_duration_ns = res.duration_ns;
-      k->st.last_pause_ns = res.pause_ns;
+      srv->ckpt_stats.written++;
+      srv->ckpt_stats.last_unix_ns = now_ns(CLOCK_REALTIME);
+      srv->ckpt_stats.last_duration_ns = res.duration_ns;
+      srv->ckpt_stats.last_pause_ns = res.pause_ns;
     } else {
-      k->st.failed++;
+      srv->ckpt_stats.failed++;
     }
+    pthread_mutex_unlock(&srv->mu);
+    pthread_mutex_lock(&k->mu);
     if (period != 0) {
       /* The next one a whole period after this one began or ended,
        * whichever is later: a slow disk never queues them up. */
@@ -147,15 +148,6 @@ void chime__ckpter_stop(chime__ckpter_t *k) {
   pthread_mutex_destroy(&k->mu);
   pthread_cond_destroy(&k->cv);
   free(k);
-}
-
-void chime__ckpter_get_stats(chime__ckpter_t *k, chime__ckpter_stats_t *out) {
-  memset(out, 0, sizeof(*out));
-  if (k == NULL)
-    return;
-  pthread_mutex_lock(&k->mu);
-  *out = k->st;
-  pthread_mutex_unlock(&k->mu);
 }
 
 /* --- the Checkpoint call --- */

@@ -16,11 +16,12 @@ int chime__ckpter_start(chime__ckpter_t **out, chime_server_t *srv);
 void chime__ckpter_stop(chime__ckpter_t *k);
 
 /* The last checkpoint that completed: when (CLOCK_REALTIME ns, 0: none
- * yet), how long it took, and how many failed since start. */
+ * yet), how long it took, and how many were written and failed since
+ * start. Kept in the server (srv->ckpt_stats, under srv->mu), so Stats
+ * reads it whether or not the thread still runs. */
 typedef struct {
   uint64_t last_unix_ns, last_duration_ns, last_pause_ns;
   uint64_t written, failed;
 } chime__ckpter_stats_t;
-void chime__ckpter_get_stats(chime__ckpter_t *k, chime__ckpter_stats_t *out);
 
 #endif

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "chime/chime.h"
+#include "server/checkpointer.h"
 #include "server/config.h"
 #include "server/staging.h"
 #include "server/table.h"
@@ -137,6 +138,7 @@ struct chime_server_s {
   struct chime__acceptor_s *acceptor; /* chime_server_listen only */
   struct chime__metrics_s *metrics;   /* the Prometheus endpoint, or NULL */
   struct chime__ckpter_s *ckpter;     /* checkpoints: calls and interval */
+  chime__ckpter_stats_t ckpt_stats;   /* under mu */
   char metrics_addr[CHIME__MAX_ADDR]; /* where it was bound, "" */
   /* With TLS: gRPC's handler for connections the acceptor hands over
    * (server/tls.h); written by gRPC through a channel arg, so it lives as

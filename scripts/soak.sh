@@ -11,8 +11,11 @@
 # learner's unreleased batches go back to the table and are delivered
 # again, so duplicates are counted, not failures), and nothing else may be.
 # chimed takes a checkpoint a minute (checkpoint.interval_s 60, keep 2)
-# while all that goes on; a failed checkpoint fails the run, and at the end
-# a second chimed must start from the newest one (--restore latest).
+# while all that goes on, and one more is asked for with chimectl halfway
+# through the warm-up (a checkpoint's memory, spare rows taken by inserts
+# while rows are pinned and the view's arrays, is then part of the warm-up's
+# figures); a failed checkpoint fails the run, and at the end a second
+# chimed must start from the newest one (--restore latest).
 #
 # Usage: scripts/soak.sh [--minutes M] [--actors A] [--learners L]
 #        defaults: 30 minutes, 16 actors, 8 learners. Exits 0 on success.
@@ -27,7 +30,7 @@ while [ $# -gt 0 ]; do
   --minutes) minutes=$2; shift 2 ;;
   --actors) nactors=$2; shift 2 ;;
   --learners) nlearners=$2; shift 2 ;;
-  -h | --help) sed -n '2,18p' "$0"; exit 0 ;;
+  -h | --help) sed -n '2,21p' "$0"; exit 0 ;;
   *) echo "soak: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -146,6 +149,7 @@ warm=$((minutes * 60 / 5))
 next_sample=$t0
 base_rss=0 base_fds=0 base_thr=0
 max_rss=0 max_fds=0 max_thr=0
+early_ckpt=0
 echo "    t(s)   rss_kb  fds threads  actor-runs learner-runs killed"
 while :; do
   now=$(date +%s)
@@ -167,6 +171,11 @@ while :; do
       [ $((thr * 10)) -le $((base_thr * 11)) ] || fail "$thr threads > 110% of the warm-up's $base_thr"
     fi
     next_sample=$((next_sample + 10))
+  fi
+  if [ "$early_ckpt" = 0 ] && [ $((now - t0)) -ge $((warm / 2)) ]; then
+    "$chimectl" checkpoint "$addr" >>"$tmp/checkpoints.txt" 2>&1 ||
+      fail "chimectl checkpoint: $(tail -n1 "$tmp/checkpoints.txt")"
+    early_ckpt=1
   fi
   nowms=$(($(date +%s%N) / 1000000))
   for pid in "${!kids[@]}"; do
@@ -234,7 +243,7 @@ grep -q '^listening on ' "$tmp/restore.out" || fail "chimed --restore latest did
 kill -TERM "$chimed_pid"
 wait "$chimed_pid" || fail "restored chimed exited non-zero at SIGTERM"
 chimed_pid=""
-echo "soak: $nckpt checkpoints; $(sed -n 's/^chimed: restored //p' "$tmp/restore.err")"
+echo "soak: $nckpt checkpoints ($(cat "$tmp/checkpoints.txt")); $(sed -n 's/^chimed: restored //p' "$tmp/restore.err")"
 
 # Accounting for the fifo table.
 # ids are (seed << 40) | i: exact in awk's doubles while seed < 8192.

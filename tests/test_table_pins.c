@@ -90,8 +90,7 @@ static size_t send_bytes(const slot_t *s) {
 
 /* The batch as the sender would send it: spans of pieces of `piece`
  * bytes (chunk boundaries anywhere), concatenated. */
-static uint8_t *gather(const chime__table_t *t, const slot_t *s,
-                       size_t piece) {
+static uint8_t *gather(const chime__table_t *t, const slot_t *s, size_t piece) {
   size_t total = send_bytes(s);
   uint8_t *out = malloc(total);
   chime__span_t sp[64];

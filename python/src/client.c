@@ -28,11 +28,15 @@ int chimepy_client_check(chimepy_client_t *client) {
 
 static int client_init(PyObject *o, PyObject *args, PyObject *kw) {
   chimepy_client_t *self = (chimepy_client_t *)o;
-  static char *kwlist[] = {"address", "timeout", NULL};
+  static char *kwlist[] = {"address",  "timeout", "token",           "tls_ca",
+                           "tls_cert", "tls_key", "tls_server_name", NULL};
   const char *addr;
   double timeout = 5.0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "s|d:Client", kwlist, &addr,
-                                   &timeout))
+  const char *token = NULL, *tls_ca = NULL, *tls_cert = NULL, *tls_key = NULL,
+             *tls_name = NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "s|d$zzzzz:Client", kwlist, &addr,
+                                   &timeout, &token, &tls_ca, &tls_cert,
+                                   &tls_key, &tls_name))
     return -1;
   if (self->c) {
     PyErr_SetString(PyExc_RuntimeError, "Client already initialised");
@@ -44,11 +48,25 @@ static int client_init(PyObject *o, PyObject *args, PyObject *kw) {
   }
   chime_client_opts_t opts = CHIME_CLIENT_OPTS_INIT;
   opts.timeout_ms = (int)(timeout * 1000);
+  opts.token = token;
+  opts.tls_ca = tls_ca;
+  opts.tls_cert = tls_cert;
+  opts.tls_key = tls_key;
+  opts.tls_server_name = tls_name;
   int rc;
   Py_BEGIN_ALLOW_THREADS rc = chime_client_create(&self->c, addr, &opts);
   Py_END_ALLOW_THREADS if (rc) {
     self->c = NULL;
-    chimepy_raise(rc, addr);
+    /* An address, token or TLS file libchime refused (EINVAL: a file
+     * that cannot be read or holds no PEM block, tls_cert without tls_key,
+     * a token with spaces). */
+    char what[512];
+    snprintf(what, sizeof(what), "%s%s", addr,
+             rc == CHIME_EINVAL ? ": bad address, token or TLS option "
+                                  "(files must be readable PEM; tls_cert "
+                                  "and tls_key go together)"
+                                : "");
+    chimepy_raise(rc, what);
     return -1;
   }
   return 0;

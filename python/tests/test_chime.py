@@ -4,7 +4,9 @@ exceptions, info() and stats()."""
 import gc
 import os
 import re
+import shutil
 import signal
+import subprocess
 import threading
 import time
 
@@ -12,6 +14,7 @@ import numpy as np
 import pytest
 
 import chime
+import conftest
 from conftest import MIXED_SPEC
 
 DTYPES = {"u8": np.uint8, "i8": np.int8, "u16": np.uint16, "i16": np.int16,
@@ -467,3 +470,65 @@ def test_ctrl_c_interrupts_next(client):
             s.next(timeout=30.0)
         timer.join()
         assert time.monotonic() - t0 < 20.0
+
+
+def test_token_option(tmp_path):
+    """Client(token=...) is sent as a bearer token: a server with
+    auth.tokens refuses a client without one and serves one with it."""
+    tok = tmp_path / "admin.token"
+    tok.write_text("s3cret-token-for-python\n")
+    tables = [{"name": "t", "spec": "x:u64[]", "capacity": 10}]
+    with conftest.run_chimed(tmp_path, tables,
+                             extra={"auth": {"tokens": [
+                                 {"file": str(tok), "role": "admin"}]}}) as (
+                                     _, addr):
+        with chime.Client(addr) as anon:
+            with pytest.raises(chime.Error) as e:
+                anon.info()
+            assert "token" in str(e.value).lower() or "auth" in str(
+                e.value).lower()
+        with chime.Client(addr, token="s3cret-token-for-python") as c:
+            assert c.info()["tables"][0]["name"] == "t"
+        with pytest.raises(chime.InvalidArgumentError):
+            chime.Client(addr, token="has a space")
+
+
+def _openssl(*args):
+    subprocess.run(["openssl", *args], check=True, capture_output=True,
+                   timeout=60)
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="no openssl")
+def test_tls_options(tmp_path):
+    """Client(tls_ca=..., tls_server_name=...) talks TLS to a chimed with
+    tls configured; without tls_ca the plaintext client is refused; a file
+    that is not PEM is refused at once."""
+    d = tmp_path
+    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt",
+             "ec_paramgen_curve:prime256v1", "-nodes", "-keyout",
+             str(d / "ca.key"), "-out", str(d / "ca.pem"), "-days", "2",
+             "-subj", "/CN=ca")
+    (d / "srv.ext").write_text("subjectAltName=DNS:localhost\n"
+                               "extendedKeyUsage=serverAuth\n")
+    _openssl("req", "-newkey", "ec", "-pkeyopt",
+             "ec_paramgen_curve:prime256v1", "-nodes", "-keyout",
+             str(d / "srv.key"), "-out", str(d / "srv.csr"), "-subj",
+             "/CN=localhost")
+    _openssl("x509", "-req", "-in", str(d / "srv.csr"), "-CA",
+             str(d / "ca.pem"), "-CAkey", str(d / "ca.key"),
+             "-CAcreateserial", "-out", str(d / "srv.pem"), "-days", "2",
+             "-extfile", str(d / "srv.ext"))
+    tables = [{"name": "t", "spec": "x:u64[]", "capacity": 10}]
+    tls = {"tls": {"cert": str(d / "srv.pem"), "key": str(d / "srv.key")}}
+    with conftest.run_chimed(tmp_path, tables, extra=tls) as (_, addr):
+        with chime.Client(addr, tls_ca=str(d / "ca.pem"),
+                          tls_server_name="localhost") as c:
+            assert c.info()["tables"][0]["name"] == "t"
+            with c.writer("t") as w:
+                w.append({"x": 7})
+            assert c.stats()["tables"][0]["inserts"] == 1
+        with chime.Client(addr, timeout=2.0) as plain:
+            with pytest.raises(chime.Error):
+                plain.info()
+        with pytest.raises(chime.InvalidArgumentError):
+            chime.Client(addr, tls_ca=str(d / "srv.csr.missing"))

@@ -20,6 +20,7 @@ struct chime__ckpter_s {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   int stop;
+  int joined;
   chime__call_t *waiting[MAX_WAITING]; /* each holds a reference */
   uint32_t nwaiting;
 };
@@ -144,7 +145,16 @@ void chime__ckpter_stop(chime__ckpter_t *k) {
                        "Checkpoint: the server is shutting down");
     chime__call_unref(calls[i]);
   }
-  pthread_join(k->th, NULL);
+  if (!k->joined) {
+    pthread_join(k->th, NULL);
+    k->joined = 1;
+  }
+}
+
+void chime__ckpter_destroy(chime__ckpter_t *k) {
+  if (k == NULL)
+    return;
+  chime__ckpter_stop(k);
   pthread_mutex_destroy(&k->mu);
   pthread_cond_destroy(&k->cv);
   free(k);

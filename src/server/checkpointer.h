@@ -12,8 +12,11 @@ typedef struct chime__ckpter_s chime__ckpter_t;
 /* Starts the thread (none without a checkpoint dir: *out is NULL). */
 int chime__ckpter_start(chime__ckpter_t **out, chime_server_t *srv);
 /* Lets the checkpoint being written finish, ends the calls still waiting
- * (CHIME_ESHUTDOWN), joins the thread and frees. NULL-safe. */
+ * (CHIME_ESHUTDOWN) and joins the thread; later calls are refused the
+ * same way. NULL-safe, idempotent. */
 void chime__ckpter_stop(chime__ckpter_t *k);
+/* Frees, once no call handler can run any more. NULL-safe. */
+void chime__ckpter_destroy(chime__ckpter_t *k);
 
 /* The last checkpoint that completed: when (CLOCK_REALTIME ns, 0: none
  * yet), how long it took, and how many were written and failed since

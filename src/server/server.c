@@ -301,15 +301,13 @@ static void cancel_one(chime__call_t *c) {
 void chime_server_stop(chime_server_t *srv) {
   if (srv == NULL || atomic_exchange(&srv->stopping, 1))
     return;
-  if (!srv->started) {
-    chime__ckpter_stop(srv->ckpter);
-    srv->ckpter = NULL;
-    return;
-  }
   /* A checkpoint being written completes (its callers get their answer);
-   * calls still waiting for one are told the server is shutting down. */
+   * calls still waiting for one are told the server is shutting down, and
+   * so are later ones (the checkpointer is freed in destroy, once no
+   * handler can reach it). */
   chime__ckpter_stop(srv->ckpter);
-  srv->ckpter = NULL;
+  if (!srv->started)
+    return;
   /* Every ring is shut down before the first notice goes out, so a client
    * that heard "shutting down" on one stream can count on the others being
    * shut too (not still delivering for a few more batches). */
@@ -385,6 +383,8 @@ void chime_server_destroy(chime_server_t *srv) {
   }
   /* Embedded: the application shut its server and this queue down. */
   chime__service_join(srv);
+  chime__ckpter_destroy(srv->ckpter);
+  srv->ckpter = NULL;
   if (srv->owns_grpc && srv->cq != NULL)
     grpc_completion_queue_destroy(srv->cq);
   /* Streams whose learner still held them, or batches gRPC still held. */

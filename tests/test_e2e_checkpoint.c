@@ -252,6 +252,29 @@ static void test_corrupt_and_spec_refused(void **state) {
   stop(&d, c);
 }
 
+static int complete_ckpts(const char *dir, int *all);
+
+/* A ckpt-N without DONE in dir, or 0. */
+static int find_incomplete(const char *dir, char *out, size_t len) {
+  DIR *dd = opendir(dir);
+  struct dirent *de;
+  int found = 0;
+  while (dd != NULL && !found && (de = readdir(dd)) != NULL) {
+    struct stat st;
+    char p[1300];
+    if (strncmp(de->d_name, "ckpt-", 5) != 0)
+      continue;
+    snprintf(p, sizeof(p), "%s/%s/DONE", dir, de->d_name);
+    if (stat(p, &st) != 0) {
+      snprintf(out, len, "%s/%s", dir, de->d_name);
+      found = 1;
+    }
+  }
+  if (dd != NULL)
+    closedir(dd);
+  return found;
+}
+
 typedef struct {
   const char *addr;
   int rc;
@@ -289,6 +312,7 @@ static void test_sigkill_during_checkpoint(void **state) {
   srand(seed);
   /* Delays spread over a checkpoint's length and a little past it. */
   int span_us = (int)(r.duration_ns / 1000) * 3 / 2 + 1;
+  int cut = 0, incomplete = 0;
   for (int k = 0; k < 6; k++) {
     start(&d, &c, "latest");
     uint64_t size = 0, ins, smp;
@@ -301,7 +325,20 @@ static void test_sigkill_during_checkpoint(void **state) {
     chime_client_destroy(c);
     chime__proc_kill(&d.proc);
     pthread_join(th, NULL);
+    cut += a.rc != 0; /* killed before its answer */
+    /* Renamed into place but killed before DONE: never loaded. */
+    char part[1300], msg[4096];
+    if (find_incomplete(dir, part, sizeof(part))) {
+      incomplete++;
+      assert_int_not_equal(refused(part, msg, sizeof(msg)), 0);
+      if (strstr(msg, "no DONE marker") == NULL)
+        fail_msg("%s: said '%s'", part, msg);
+    }
   }
+  fprintf(stderr,
+          "sigkill: 6 kills, %d before the checkpoint's answer; %d times a "
+          "ckpt-N without DONE was there (refused when named)\n",
+          cut, incomplete);
   start(&d, &c, "latest");
   uint64_t size = 0, ins, smp;
   table_counts(c, &size, &ins, &smp);

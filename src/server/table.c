@@ -1504,10 +1504,8 @@ int chime__table_view(chime__table_t *t, chime__table_view_t *v) {
     for (uint32_t r = t->oldest; r != NONE; r = t->nx[r], i++) {
       t->pins[r]++;
       v->rows[i] = r;
-      v->key[i] = t->key[r];
-      v->itime[i] = t->itime[r];
-      v->prio[i] = t->prio[r];
-      v->times[i] = t->times[r];
+      v->prio[i] = t->prio[r];   /* MutatePriorities changes it */
+      v->times[i] = t->times[r]; /* every sample does */
     }
     v->count = i;
     v->next_key = t->next_key;
@@ -1518,6 +1516,12 @@ int chime__table_view(chime__table_t *t, chime__table_view_t *v) {
     v->rng = t->rng;
     v->pause_ns = now_ns(CLOCK_MONOTONIC) - t0;
     pthread_mutex_unlock(&t->mu);
+    /* A row's key and insert time are written only when the row is
+     * filled, and a pinned row is never filled: read them after. */
+    for (i = 0; i < v->count; i++) {
+      v->key[i] = t->key[v->rows[i]];
+      v->itime[i] = t->itime[v->rows[i]];
+    }
     return 0;
   }
 }

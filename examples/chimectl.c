@@ -286,6 +286,10 @@ int main(int argc, char **argv) {
   chime_client_t *c = NULL;
   chime_server_info_t *info = NULL;
   chime_stats_t *st = NULL;
+  /* A checkpoint of large tables takes as long as its disk does; the
+   * server finishes it even when the caller stops waiting. */
+  if (!strcmp(cmd, "checkpoint"))
+    conn.timeout_ms = 3600 * 1000;
   int rc = chime__cli_client("chimectl", addr, &conn, &c);
   if (rc == 2)
     return 2;

@@ -424,6 +424,42 @@ static void test_no_dir_refused(void **state) {
   assert_int_equal(chime__chimed_stop_client(&d, c), 0);
 }
 
+/* chimectl checkpoint ADDR, plain and --json. */
+static void test_chimectl(void **state) {
+  (void)state;
+  char dir[600], bin[1024], out[700], line[4096];
+  if (chime__harness_bin("examples/chimectl", bin, sizeof(bin)) == NULL)
+    chime__skip("chimectl is not built");
+  ckpt_dir(dir, sizeof(dir), "ctl");
+  make_config(dir, "", spec_f);
+  chime__chimed_t d;
+  chime_client_t *c;
+  start(&d, &c, NULL);
+  insert(c, 1, 10);
+  for (int json = 0; json < 2; json++) {
+    chime__proc_t p;
+    snprintf(out, sizeof(out), "%s/ctl-%d.out", chime__harness_tmpdir(), json);
+    const char *argv[] = {bin, json ? "--json" : "checkpoint",
+                          json ? "checkpoint" : d.addr, json ? d.addr : NULL,
+                          NULL};
+    assert_int_equal(chime__proc_spawn(&p, argv, out), 0);
+    int st = 0;
+    assert_int_equal(chime__proc_wait(&p, 60000, &st), 0);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    FILE *f = fopen(out, "r");
+    assert_non_null(f);
+    size_t n = fread(line, 1, sizeof(line) - 1, f);
+    line[n] = '\0';
+    fclose(f);
+    if (json)
+      assert_non_null(strstr(line, "\"items\": 10"));
+    else
+      assert_non_null(strstr(line, "2 tables, 10 items"));
+    assert_non_null(strstr(line, dir));
+  }
+  stop(&d, c);
+}
+
 static int teardown(void **state) {
   (void)state;
   chime__harness_kill_all();
@@ -437,6 +473,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_sigkill_during_checkpoint, teardown),
       cmocka_unit_test_teardown(test_interval_and_keep, teardown),
       cmocka_unit_test_teardown(test_no_dir_refused, teardown),
+      cmocka_unit_test_teardown(test_chimectl, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -218,14 +219,14 @@ static void test_prioritized_bookkeeping(void **state) {
 typedef struct {
   chime__table_t *t;
   atomic_int stop;
-  uint64_t inserted;
+  _Atomic uint64_t inserted;
 } ins_arg_t;
 
 static void *inserter(void *p) {
   ins_arg_t *a = p;
   while (!atomic_load(&a->stop)) {
-    insert_n(a->t, a->inserted + 1, 16, NULL);
-    a->inserted += 16;
+    insert_n(a->t, atomic_load(&a->inserted) + 1, 16, NULL);
+    atomic_fetch_add(&a->inserted, 16);
   }
   return NULL;
 }
@@ -241,7 +242,11 @@ static void test_inserts_continue(void **state) {
                    0, 0};
   pthread_t th;
   assert_int_equal(pthread_create(&th, NULL, inserter, &arg), 0);
-  for (int k = 0; k < 10; k++) {
+  while (atomic_load(&arg.inserted) == 0)
+    sched_yield();
+  uint64_t before = atomic_load(&arg.inserted);
+  /* At least 10, and until inserts went on while they were written. */
+  for (int k = 0; k < 10 || atomic_load(&arg.inserted) == before; k++) {
     chime__ckpt_result_t res;
     write_ok(arg.t, dir, 2, &res);
     chime__table_t *b =
@@ -264,7 +269,7 @@ static void test_inserts_continue(void **state) {
   }
   atomic_store(&arg.stop, 1);
   pthread_join(th, NULL);
-  assert_true(arg.inserted > 0);
+  assert_true(atomic_load(&arg.inserted) > before);
   chime__table_destroy(arg.t);
 }
 

@@ -83,10 +83,8 @@ static void *ckpt_main(void *arg) {
                                      cc->keep, &res, err, sizeof(err));
     if (rc != 0)
       fprintf(stderr, "chimed: checkpoint failed: %s\n", err);
-    for (uint32_t i = 0; i < n; i++) {
-      answer(calls[i], rc, &res, err);
-      chime__call_unref(calls[i]);
-    }
+    /* Stats first: a caller that asks for them after its answer sees
+     * this checkpoint. */
     pthread_mutex_lock(&srv->mu);
     if (rc == 0) {
       srv->ckpt_stats.written++;
@@ -97,6 +95,10 @@ static void *ckpt_main(void *arg) {
       srv->ckpt_stats.failed++;
     }
     pthread_mutex_unlock(&srv->mu);
+    for (uint32_t i = 0; i < n; i++) {
+      answer(calls[i], rc, &res, err);
+      chime__call_unref(calls[i]);
+    }
     pthread_mutex_lock(&k->mu);
     if (period != 0) {
       /* The next one a whole period after this one began or ended,

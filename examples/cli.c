@@ -107,6 +107,8 @@ int chime__cli_client(const char *prog, const char *addr,
   o.tls_ca = conn->tls_ca;
   o.tls_cert = conn->tls_cert;
   o.tls_key = conn->tls_key;
+  if (conn->timeout_ms > 0)
+    o.timeout_ms = conn->timeout_ms;
   if (conn->token_file != NULL) {
     if (read_token(prog, conn->token_file, token, sizeof(token)) != 0)
       return 2;

@@ -22,6 +22,7 @@ typedef struct {
   const char *tls_ca;
   const char *tls_cert;
   const char *tls_key;
+  int timeout_ms; /* per unary call; 0: the client's default (5 s) */
 } chime__cli_conn_t;
 #define CHIME__CLI_CONN_USAGE                                                  \
   "[--token-file FILE] [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]"

@@ -6,7 +6,8 @@
 # left in <build dir>/fuzz-artifacts/.
 #
 # Usage: scripts/fuzz.sh [seconds per target] [target...]
-#   targets: insertreq chunk ring_attach config handoff requests (default: all)
+#   targets: insertreq chunk ring_attach config handoff requests checkpoint
+#            (default: all)
 #   CHIME_FUZZ_BUILD_DIR  build dir (default build-fuzz)
 #   CHIME_FUZZ_KEEP=1     keep the grown corpora (printed at the end)
 set -euo pipefail
@@ -15,7 +16,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-15}
 [ $# -gt 0 ] && shift
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(insertreq chunk ring_attach config handoff requests)
+[ ${#targets[@]} -eq 0 ] && targets=(insertreq chunk ring_attach config handoff requests checkpoint)
 dir=${CHIME_FUZZ_BUILD_DIR:-build-fuzz}
 
 scripts/setup fuzz
@@ -25,7 +26,8 @@ cmake --build "$dir" -j "$(nproc)" --target fuzz
 
 # Largest input per target: the ring's header alone is about 10 KiB.
 declare -A max_len=([insertreq]=4096 [chunk]=4096 [ring_attach]=32768
-                    [config]=8192 [handoff]=256 [requests]=4096)
+                    [config]=8192 [handoff]=256 [requests]=4096
+                    [checkpoint]=4096)
 
 mkdir -p "$dir/fuzz-artifacts"
 work=$(mktemp -d)

@@ -236,6 +236,49 @@ static void test_tls(void **state) {
   expect_bad("{\"tls\":[]," TA "}", "'tls': expected an object");
 }
 
+/* checkpoint: dir required, interval_s and keep in range, defaults 0 and
+ * 3; --restore latest without a dir refused at create. */
+static void test_checkpoint(void **state) {
+  (void)state;
+  char err[512] = "";
+  assert_int_equal(chime__config_default(&cfg, err, sizeof(err)), 0);
+  assert_string_equal(cfg.checkpoint.dir, "");
+  assert_int_equal(cfg.checkpoint.keep, 3);
+  assert_int_equal(
+      chime__config_parse(&cfg, "{\"checkpoint\":{\"dir\":\"/tmp/c\"}," TA "}",
+                          err, sizeof(err)),
+      0);
+  assert_string_equal(cfg.checkpoint.dir, "/tmp/c");
+  assert_int_equal(cfg.checkpoint.interval_s, 0);
+  assert_int_equal(cfg.checkpoint.keep, 3);
+  assert_int_equal(
+      chime__config_parse(&cfg,
+                          "{\"checkpoint\":{\"dir\":\"d\",\"interval_s\":60,"
+                          "\"keep\":1}," TA "}",
+                          err, sizeof(err)),
+      0);
+  assert_int_equal(cfg.checkpoint.interval_s, 60);
+  assert_int_equal(cfg.checkpoint.keep, 1);
+  expect_bad("{\"checkpoint\":{\"keep\":2}," TA "}",
+             "'checkpoint': needs 'dir'");
+  expect_bad("{\"checkpoint\":{\"dir\":\"d\",\"keep\":0}," TA "}",
+             "'checkpoint.keep': must be 1..1000");
+  expect_bad("{\"checkpoint\":{\"dir\":\"d\",\"interval_s\":-1}," TA "}",
+             "'checkpoint.interval_s'");
+  expect_bad("{\"checkpoint\":{\"dir\":\"\"}," TA "}", "'checkpoint.dir'");
+  expect_bad("{\"checkpoint\":{\"dir\":\"d\",\"every\":1}," TA "}",
+             "'checkpoint.every': unknown key");
+  expect_bad("{\"checkpoint\":\"d\"," TA "}",
+             "'checkpoint': expected an object");
+  chime_server_t *srv = NULL;
+  chime_server_opts_t o = CHIME_SERVER_OPTS_INIT;
+  o.restore = "latest";
+  assert_int_equal(chime_server_create(&srv, &o, err, sizeof(err)),
+                   CHIME_EINVAL);
+  assert_null(srv);
+  assert_non_null(strstr(err, "no checkpoint dir"));
+}
+
 /* NULL options are the built-in default config, and err may be NULL too. */
 static void test_server_null_opts(void **state) {
   (void)state;
@@ -260,6 +303,7 @@ int main(void) {
       cmocka_unit_test(test_example_file),
       cmocka_unit_test(test_mistakes),
       cmocka_unit_test(test_tls),
+      cmocka_unit_test(test_checkpoint),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -38,9 +38,10 @@ static int setup(void **state) {
            "{\"auth\": {\"tokens\": [{\"file\": \"%s\", \"role\": "
            "\"actor\"},\n {\"file\": \"%s\", \"role\": \"learner\"},\n "
            "{\"file\": \"%s\", \"role\": \"admin\"}]},\n"
+           " \"checkpoint\": {\"dir\": \"%s/ckpt\"},\n"
            " \"tables\": [{\"name\": \"t\", \"spec\": \"x:u64[]\", "
            "\"capacity\": 1000, \"sampler\": \"fifo\"}]}\n",
-           a, l, m);
+           a, l, m, chime__harness_tmpdir());
   return chime__raw_fixture_start(&chimed, &ch, config);
 }
 
@@ -138,7 +139,16 @@ static void test_roles(void **state) {
   rc = chime_writer_close(w);
   assert_int_equal(rc, CHIME_EPERM);
 
+  /* Checkpoint is the admin's alone. */
+  assert_int_equal(chime_client_checkpoint(actor, NULL), CHIME_EPERM);
+  assert_non_null(strstr(chime_client_last_error(actor),
+                         "Checkpoint: role 'actor' may not"));
+  assert_int_equal(chime_client_checkpoint(learner, NULL), CHIME_EPERM);
+
   /* The admin may do everything. */
+  chime_checkpoint_result_t cr;
+  assert_int_equal(chime_client_checkpoint(admin, &cr), 0);
+  assert_int_equal(cr.tables, 1);
   assert_int_equal(chime_client_stats(&st, admin), 0);
   assert_int_equal(st->ntables, 1);
   assert_int_equal(st->tables[0].inserts, 8);

@@ -31,12 +31,15 @@ static chime_client_t *client;
 
 static int setup(void **state) {
   (void)state;
-  int rc = chime__chimed_start(
-      &chimed,
-      "{\"metrics\": \"127.0.0.1:0\", \"tables\": [{\"name\": \"demo\", "
-      "\"spec\": \"x:u64[]\", \"capacity\": 1000, \"sampler\": \"uniform\"},"
-      " {\"name\": \"q.2\", \"spec\": \"x:u64[]\", \"capacity\": 10}]}",
-      NULL, 30000);
+  static char cfg[1024];
+  snprintf(cfg, sizeof(cfg),
+           "{\"metrics\": \"127.0.0.1:0\", \"checkpoint\": {\"dir\": "
+           "\"%s/ckpt\"}, \"tables\": [{\"name\": \"demo\", "
+           "\"spec\": \"x:u64[]\", \"capacity\": 1000, \"sampler\": "
+           "\"uniform\"},"
+           " {\"name\": \"q.2\", \"spec\": \"x:u64[]\", \"capacity\": 10}]}",
+           chime__harness_tmpdir());
+  int rc = chime__chimed_start(&chimed, cfg, NULL, 30000);
   if (rc == CHIME_ENOTFOUND)
     chime__skip("chimed is not built");
   if (rc != 0)
@@ -165,7 +168,8 @@ static double parse_sample(const char *line, char *name, char *labels) {
 }
 
 typedef struct {
-  double inserts_demo, size_demo, streams, batches_total;
+  double inserts_demo, size_demo, streams, batches_total, checkpoints;
+  int saw_ckpt_age;
   int saw_q2, nfamilies;
 } seen_t;
 
@@ -208,6 +212,10 @@ static void parse_all(const char *body, seen_t *s) {
       s->saw_q2 = 1;
     if (strcmp(name, "chime_streams") == 0)
       s->streams = v;
+    if (strcmp(name, "chime_checkpoints_total") == 0)
+      s->checkpoints = v;
+    if (strcmp(name, "chime_checkpoint_age_seconds") == 0)
+      s->saw_ckpt_age = 1;
     if (strcmp(name, "chime_stream_batches_total") == 0)
       s->batches_total += v;
   }
@@ -229,6 +237,7 @@ static void test_scrape_matches_stats(void **state) {
   chime_batch_t b;
   assert_int_equal(chime_stream_open(&s, client, "demo", &so), 0);
   assert_int_equal(chime_stream_next(s, &b, 10000), 0);
+  assert_int_equal(chime_client_checkpoint(client, NULL), 0);
 
   char *resp = get("/metrics");
   assert_int_equal(status_of(resp), 200);
@@ -241,6 +250,8 @@ static void test_scrape_matches_stats(void **state) {
   assert_int_equal((int)seen.streams, 1);
   assert_true(seen.batches_total >= 1);
   assert_true(seen.saw_q2);
+  assert_int_equal((int)seen.checkpoints, 1);
+  assert_true(seen.saw_ckpt_age);
   assert_true(seen.nfamilies >= 20);
 
   assert_int_equal(chime_batch_release(s, &b), 0);

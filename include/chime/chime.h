@@ -217,6 +217,26 @@ chime_client_mutate_priorities(chime_client_t *client, const char *table,
                                size_t n, const uint64_t *deletes,
                                size_t ndeletes, chime_mutate_result_t *out);
 
+typedef struct {
+  char path[1100];      /* the checkpoint's directory on the server's host */
+  uint32_t tables;      /* tables written */
+  uint64_t items;       /* items written */
+  uint64_t bytes;       /* bytes of its table files */
+  uint64_t pause_ns;    /* the longest hold of one table's lock */
+  uint64_t duration_ns; /* the whole checkpoint, DONE included */
+} chime_checkpoint_result_t;
+
+/* Checkpoint: the server writes every table to its configured checkpoint
+ * dir (inserts and samples go on meanwhile) and answers once the
+ * checkpoint is complete (its DONE marker written). Needs the admin role
+ * when tokens are configured. CHIME_EINVAL when the server has no
+ * checkpoint dir, CHIME_ESYS when writing failed (the detail names the
+ * path), CHIME_ESHUTDOWN when the server stopped first. Bounded by the
+ * client's timeout_ms: a checkpoint that outlasts it still completes on
+ * the server. out may be NULL. Thread-safe. */
+CHIME_EXTERN CHIME_NODISCARD int
+chime_client_checkpoint(chime_client_t *client, chime_checkpoint_result_t *out);
+
 /* ---------------------------------------------------------------- writer */
 
 typedef struct chime_writer_s chime_writer_t;
@@ -414,11 +434,15 @@ typedef struct {
   /* overrides the config's "metrics": host:port of the Prometheus endpoint
    * (port 0 picks one), "" for none */
   const char *metrics;
+  /* a checkpoint directory to load into the tables before serving, or
+   * "latest": the newest complete one in the config's checkpoint.dir;
+   * NULL: start empty (docs/operations.md, Checkpoints) */
+  const char *restore;
 } chime_server_opts_t;
 #define CHIME_SERVER_OPTS_INIT                                                 \
   {                                                                            \
     .config_path = NULL, .listen = NULL, .pin_host_memory = -1,                \
-    .metrics = NULL                                                            \
+    .metrics = NULL, .restore = NULL                                           \
   }
 
 /* Builds tables and the handoff socket from the config; serves nothing yet.

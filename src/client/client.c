@@ -499,3 +499,31 @@ cleanup:
     chime__client_set_error(client, rc, err);
   return rc;
 }
+
+int chime_client_checkpoint(chime_client_t *client,
+                            chime_checkpoint_result_t *out) {
+  if (!client)
+    return CHIME_EINVAL;
+  char err[CHIME__ERRLEN] = "";
+  ProtobufCMessage *m = NULL;
+  Chime__V1__CheckpointRequest req = CHIME__V1__CHECKPOINT_REQUEST__INIT;
+  int rc = chime__unary(client, CHIME__M_CHECKPOINT, &req.base,
+                        &chime__v1__checkpoint_response__descriptor, &m, err,
+                        sizeof(err));
+  if (rc == 0 && out) {
+    const Chime__V1__CheckpointResponse *r =
+        (const Chime__V1__CheckpointResponse *)m;
+    memset(out, 0, sizeof(*out));
+    snprintf(out->path, sizeof(out->path), "%s", r->path ? r->path : "");
+    out->tables = r->tables;
+    out->items = r->items;
+    out->bytes = r->bytes;
+    out->pause_ns = r->pause_ns;
+    out->duration_ns = r->duration_ns;
+  }
+  if (m)
+    protobuf_c_message_free_unpacked(m, NULL);
+  if (rc)
+    chime__client_set_error(client, rc, err);
+  return rc;
+}

@@ -28,6 +28,7 @@ static const char *method_name(int method) {
       [CHIME__M_INSERT] = "Insert",
       [CHIME__M_SUBSCRIBE] = "Subscribe",
       [CHIME__M_MUTATE] = "MutatePriorities",
+      [CHIME__M_CHECKPOINT] = "Checkpoint",
   };
   return method >= 0 && method < CHIME__M_COUNT ? names[method] : "?";
 }

@@ -393,6 +393,7 @@ static const chime__call_vt_t *const method_vt[CHIME__M_COUNT + 1] = {
     [CHIME__M_GETINFO] = &chime__info_vt,
     [CHIME__M_STATS] = &chime__stats_vt,
     [CHIME__M_MUTATE] = &chime__mutate_vt,
+    [CHIME__M_CHECKPOINT] = &chime__checkpoint_vt,
     [CHIME__M_INSERT] = &chime__insert_vt,
     [CHIME__M_SUBSCRIBE] = &chime__subscribe_vt,
     [CHIME__M_COUNT] = &unknown_vt,

@@ -65,6 +65,7 @@ static void config_base(chime__config_t *cfg) {
   cfg->handshake_timeout_ms = CHIME__DEFAULT_HANDSHAKE_TIMEOUT_MS;
   cfg->keepalive_time_ms = CHIME__DEFAULT_KEEPALIVE_TIME_MS;
   cfg->keepalive_timeout_ms = CHIME__DEFAULT_KEEPALIVE_TIMEOUT_MS;
+  cfg->checkpoint.keep = 3;
 }
 
 /* A key that takes an integer in lo..hi. */
@@ -509,6 +510,43 @@ static int parse_tls(chime__config_t *cfg, json_t *obj, char *err,
   return 0;
 }
 
+/* "checkpoint": {"dir": PATH, "interval_s": 0, "keep": 3}. */
+static int parse_checkpoint(chime__config_t *cfg, json_t *obj, char *err,
+                            size_t errlen) {
+  const char *key;
+  json_t *v;
+  int rc = 0;
+  if (!json_is_object(obj))
+    return fail(err, errlen, "'checkpoint': expected an object");
+  json_object_foreach(obj, key, v) {
+    if (strcmp(key, "dir") == 0) {
+      if (!json_is_string(v) || json_string_value(v)[0] == '\0' ||
+          strlen(json_string_value(v)) >= CHIME__MAX_PATH)
+        return fail(err, errlen,
+                    "'checkpoint.dir': expected a directory path (1-%d bytes)",
+                    CHIME__MAX_PATH - 1);
+      snprintf(cfg->checkpoint.dir, CHIME__MAX_PATH, "%s",
+               json_string_value(v));
+    } else if (strcmp(key, "interval_s") == 0) {
+      rc = get_range(v, "'checkpoint.interval_s'", 0, 31536000,
+                     &cfg->checkpoint.interval_s, err, errlen);
+    } else if (strcmp(key, "keep") == 0) {
+      rc = get_range(v, "'checkpoint.keep'", 1, 1000, &cfg->checkpoint.keep,
+                     err, errlen);
+    } else {
+      return fail(err, errlen,
+                  "'checkpoint.%.64s': unknown key (known: dir, interval_s, "
+                  "keep)",
+                  key);
+    }
+    if (rc != 0)
+      return rc;
+  }
+  if (cfg->checkpoint.dir[0] == '\0')
+    return fail(err, errlen, "'checkpoint': needs 'dir'");
+  return 0;
+}
+
 static int parse_uids(chime__config_t *cfg, json_t *arr, char *err,
                       size_t errlen) {
   size_t i;
@@ -592,6 +630,8 @@ int chime__config_parse(chime__config_t *cfg, const char *text, char *err,
       rc = parse_auth(cfg, v, err, errlen);
     } else if (strcmp(key, "tls") == 0) {
       rc = parse_tls(cfg, v, err, errlen);
+    } else if (strcmp(key, "checkpoint") == 0) {
+      rc = parse_checkpoint(cfg, v, err, errlen);
     } else if (strcmp(key, "budgets") == 0) {
       rc = parse_budgets(cfg, v, err, errlen);
     } else if (strcmp(key, "pin_host_memory") == 0) {
@@ -625,12 +665,14 @@ int chime__config_parse(chime__config_t *cfg, const char *text, char *err,
         cfg->ntables++;
       }
     } else {
-      rc = fail(err, errlen,
-                "'%s': unknown key (known: listen, metrics, handoff_socket, "
-                "handoff_expires_ms, max_connections, handshake_timeout_ms, "
-                "keepalive_time_ms, keepalive_timeout_ms, sampler_threads, "
-                "allowed_uids, auth, tls, budgets, pin_host_memory, tables)",
-                key);
+      rc =
+          fail(err, errlen,
+               "'%s': unknown key (known: listen, metrics, handoff_socket, "
+               "handoff_expires_ms, max_connections, handshake_timeout_ms, "
+               "keepalive_time_ms, keepalive_timeout_ms, sampler_threads, "
+               "allowed_uids, auth, tls, checkpoint, budgets, pin_host_memory, "
+               "tables)",
+               key);
     }
     if (rc != 0)
       goto out;

@@ -87,6 +87,14 @@ typedef struct {
   char client_ca[CHIME__MAX_PATH];
 } chime__tls_config_t;
 
+/* "checkpoint": where checkpoints go, every how many seconds (0: only on
+ * request), how many complete ones stay. dir "" : none configured. */
+typedef struct {
+  char dir[CHIME__MAX_PATH];
+  uint32_t interval_s;
+  uint32_t keep;
+} chime__checkpoint_config_t;
+
 typedef struct {
   char listen[CHIME__MAX_ADDR];
   char metrics[CHIME__MAX_ADDR]; /* Prometheus endpoint host:port, "": off */
@@ -110,6 +118,7 @@ typedef struct {
   uint32_t ntokens;         /* 0: no authentication */
   chime__token_config_t tokens[CHIME__MAX_TOKENS];
   chime__tls_config_t tls; /* tls.cert[0] == 0: plaintext */
+  chime__checkpoint_config_t checkpoint;
   int pin_host_memory;
   uint32_t ntables;
   chime__table_config_t tables[CHIME__MAX_TABLES];

@@ -259,6 +259,11 @@ int chime__stats_snap(chime_server_t *srv, chime__stats_snap_t *snap) {
   r->staged_insert_bytes = gs.bytes;
   r->staged_insert_budget = gs.budget;
   r->insert_calls_parked = (uint32_t)gs.parked;
+  r->checkpoints = srv->ckpt_stats.written;
+  r->checkpoint_failures = srv->ckpt_stats.failed;
+  r->checkpoint_last_unix_ns = srv->ckpt_stats.last_unix_ns;
+  r->checkpoint_last_duration_ns = srv->ckpt_stats.last_duration_ns;
+  r->checkpoint_last_pause_ns = srv->ckpt_stats.last_pause_ns;
   return 0;
 oom:
   free(snap->ts);

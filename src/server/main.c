@@ -14,7 +14,7 @@
 
 static const char usage[] =
     "usage: chimed [--config FILE] [--listen ADDR] [--metrics ADDR]\n"
-    "              [--pin-host-memory]\n"
+    "              [--pin-host-memory] [--restore DIR|latest]\n"
     "              [--help] [--version]\n"
     "  --config FILE      JSON configuration (see docs/operations.md);\n"
     "                     without it: table 'demo' on 127.0.0.1:50051\n"
@@ -23,6 +23,8 @@ static const char usage[] =
     "  --metrics ADDR     serve Prometheus metrics on http://ADDR/metrics\n"
     "                     (host:port; overrides the config's \"metrics\")\n"
     "  --pin-host-memory  page-lock every ring with the CUDA runtime\n"
+    "  --restore DIR|latest  load a checkpoint before serving: its directory,\n"
+    "                     or the newest complete one in checkpoint.dir\n"
     "Prints 'listening on ADDR' once serving (then 'metrics on ADDR' when\n"
     "metrics are on); exits 0 after SIGINT/SIGTERM.\n";
 
@@ -123,6 +125,12 @@ int main(int argc, char **argv) {
       if (r < 0)
         goto bad;
       opts.listen = v;
+      continue;
+    }
+    if ((r = flag_value(argc, argv, &i, "--restore", &v)) != 0) {
+      if (r < 0)
+        goto bad;
+      opts.restore = v;
       continue;
     }
     if ((r = flag_value(argc, argv, &i, "--metrics", &v)) != 0) {

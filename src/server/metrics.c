@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -220,6 +221,30 @@ char *chime__metrics_format(const Chime__V1__StatsResponse *r) {
   head(&t, "chime_insert_calls_parked", "gauge",
        "Insert calls not read while the staging budget is spent.");
   put(&t, "chime_insert_calls_parked %u\n", r->insert_calls_parked);
+  head(&t, "chime_checkpoints_total", "counter",
+       "Checkpoints written since start.");
+  put(&t, "chime_checkpoints_total %llu\n", (unsigned long long)r->checkpoints);
+  head(&t, "chime_checkpoint_failures_total", "counter",
+       "Checkpoints that failed since start.");
+  put(&t, "chime_checkpoint_failures_total %llu\n",
+      (unsigned long long)r->checkpoint_failures);
+  if (r->checkpoint_last_unix_ns != 0) { /* absent until the first one */
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    double age = (double)now.tv_sec + (double)now.tv_nsec / 1e9 -
+                 (double)r->checkpoint_last_unix_ns / 1e9;
+    head(&t, "chime_checkpoint_age_seconds", "gauge",
+         "Seconds since the last checkpoint was written.");
+    put(&t, "chime_checkpoint_age_seconds %.3f\n", age > 0 ? age : 0.0);
+    head(&t, "chime_checkpoint_last_duration_seconds", "gauge",
+         "How long the last checkpoint took, DONE included.");
+    put(&t, "chime_checkpoint_last_duration_seconds %.6f\n",
+        (double)r->checkpoint_last_duration_ns / 1e9);
+    head(&t, "chime_checkpoint_last_pause_seconds", "gauge",
+         "The longest hold of one table's lock in the last checkpoint.");
+    put(&t, "chime_checkpoint_last_pause_seconds %.6f\n",
+        (double)r->checkpoint_last_pause_ns / 1e9);
+  }
   if (t.oom) {
     free(t.p);
     return NULL;

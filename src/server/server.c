@@ -13,6 +13,8 @@
 #include "common/keepalive.h"
 #include "ring/pin.h"
 #include "server/acceptor.h"
+#include "server/checkpoint.h"
+#include "server/checkpointer.h"
 #include "server/handoff.h"
 #include "server/memlimit.h"
 #include "server/metrics.h"
@@ -69,6 +71,41 @@ static int check_memory(const chime__config_t *cfg, char *err, size_t errlen) {
             "of the %llu bytes of %s\n",
             (unsigned long long)need, WARN_PERCENT, (unsigned long long)lim,
             what);
+  return 0;
+}
+
+/* --restore: a checkpoint directory, or "latest" in the config's dir. */
+static int restore(chime_server_t *srv, const char *what, char *err,
+                   size_t errlen) {
+  char path[CHIME__MAX_PATH + 64];
+  uint64_t items = 0;
+  if (strcmp(what, "latest") == 0) {
+    const char *dir = srv->cfg.checkpoint.dir;
+    if (dir[0] == '\0') {
+      snprintf(err, errlen,
+               "--restore latest: the config has no checkpoint dir "
+               "(\"checkpoint\": {\"dir\": ...})");
+      return CHIME_EINVAL;
+    }
+    if (chime__checkpoint_latest(dir, path, sizeof(path)) != 0) {
+      snprintf(err, errlen,
+               "--restore latest: no complete checkpoint (one with DONE) in "
+               "'%s'",
+               dir);
+      return CHIME_ENOTFOUND;
+    }
+  } else {
+    snprintf(path, sizeof(path), "%s", what);
+  }
+  char why[1536];
+  int rc = chime__checkpoint_restore(srv->tables, srv->ntables, path, &items,
+                                     why, sizeof(why));
+  if (rc != 0) {
+    snprintf(err, errlen, "restore from '%s' refused: %s", path, why);
+    return rc;
+  }
+  fprintf(stderr, "chimed: restored %llu items from %s\n",
+          (unsigned long long)items, path);
   return 0;
 }
 
@@ -160,6 +197,9 @@ int chime_server_create(chime_server_t **out, const chime_server_opts_t *opts,
     }
     srv->ntables++;
   }
+  if (opts->restore != NULL &&
+      (rc = restore(srv, opts->restore, err, errlen)) != 0)
+    goto out;
   rc = chime__handoff_create(&srv->handoff, srv, err, errlen);
   if (rc != 0)
     goto out;
@@ -192,6 +232,9 @@ int chime_server_start(chime_server_t *srv) {
   if (rc != 0)
     return rc;
   rc = chime__handoff_start(srv->handoff);
+  if (rc != 0)
+    return rc;
+  rc = chime__ckpter_start(&srv->ckpter, srv);
   if (rc != 0)
     return rc;
   rc = chime__service_start(srv);
@@ -258,6 +301,11 @@ static void cancel_one(chime__call_t *c) {
 void chime_server_stop(chime_server_t *srv) {
   if (srv == NULL || atomic_exchange(&srv->stopping, 1))
     return;
+  /* A checkpoint being written completes (its callers get their answer);
+   * calls still waiting for one are told the server is shutting down, and
+   * so are later ones (the checkpointer is freed in destroy, once no
+   * handler can reach it). */
+  chime__ckpter_stop(srv->ckpter);
   if (!srv->started)
     return;
   /* Every ring is shut down before the first notice goes out, so a client
@@ -335,6 +383,8 @@ void chime_server_destroy(chime_server_t *srv) {
   }
   /* Embedded: the application shut its server and this queue down. */
   chime__service_join(srv);
+  chime__ckpter_destroy(srv->ckpter);
+  srv->ckpter = NULL;
   if (srv->owns_grpc && srv->cq != NULL)
     grpc_completion_queue_destroy(srv->cq);
   /* Streams whose learner still held them, or batches gRPC still held. */

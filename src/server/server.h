@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "chime/chime.h"
+#include "server/checkpointer.h"
 #include "server/config.h"
 #include "server/staging.h"
 #include "server/table.h"
@@ -136,6 +137,8 @@ struct chime_server_s {
   chime__pool_t *sampler;             /* fills every stream's ring */
   struct chime__acceptor_s *acceptor; /* chime_server_listen only */
   struct chime__metrics_s *metrics;   /* the Prometheus endpoint, or NULL */
+  struct chime__ckpter_s *ckpter;     /* checkpoints: calls and interval */
+  chime__ckpter_stats_t ckpt_stats;   /* under mu */
   char metrics_addr[CHIME__MAX_ADDR]; /* where it was bound, "" */
   /* With TLS: gRPC's handler for connections the acceptor hands over
    * (server/tls.h); written by gRPC through a channel arg, so it lives as
@@ -172,6 +175,7 @@ chime__table_t *chime__server_table(chime_server_t *srv, const char *name,
 extern const chime__call_vt_t chime__info_vt;
 extern const chime__call_vt_t chime__stats_vt;
 extern const chime__call_vt_t chime__mutate_vt;
+extern const chime__call_vt_t chime__checkpoint_vt;
 extern const chime__call_vt_t chime__insert_vt;
 extern const chime__call_vt_t chime__subscribe_vt;
 

@@ -1547,3 +1547,154 @@ uint64_t chime__table_bytes(const chime__table_config_t *cfg) {
   }
   return total;
 }
+
+/* --- checkpoints: a pinned view, and items put back (checkpoint.c) --- */
+
+/* Rows unpinned per lock hold on release: inserts and samplers get the
+ * lock between chunks. */
+#define VIEW_UNPIN_CHUNK 65536u
+
+static void view_free(chime__table_view_t *v) {
+  free(v->rows);
+  free(v->key);
+  free(v->itime);
+  free(v->prio);
+  free(v->times);
+  memset(v, 0, sizeof(*v));
+}
+
+static int view_alloc(chime__table_view_t *v, uint64_t n) {
+  size_t m = n ? (size_t)n : 1;
+  v->rows = malloc(m * sizeof(*v->rows));
+  v->key = malloc(m * sizeof(*v->key));
+  v->itime = malloc(m * sizeof(*v->itime));
+  v->prio = malloc(m * sizeof(*v->prio));
+  v->times = malloc(m * sizeof(*v->times));
+  if (!v->rows || !v->key || !v->itime || !v->prio || !v->times) {
+    view_free(v);
+    return CHIME_ENOMEM;
+  }
+  /* Touched here, so no page fault lengthens the hold of the lock. */
+  memset(v->rows, 0, m * sizeof(*v->rows));
+  memset(v->key, 0, m * sizeof(*v->key));
+  memset(v->itime, 0, m * sizeof(*v->itime));
+  memset(v->prio, 0, m * sizeof(*v->prio));
+  memset(v->times, 0, m * sizeof(*v->times));
+  return 0;
+}
+
+int chime__table_view(chime__table_t *t, chime__table_view_t *v) {
+  memset(v, 0, sizeof(*v));
+  if (t->steps != NULL)
+    return CHIME_ENOTSUP;
+  /* The arrays are sized outside the lock; items may arrive meanwhile, so
+   * with some room to spare, and again if that was not enough. */
+  pthread_mutex_lock(&t->mu);
+  uint64_t want = t->count;
+  pthread_mutex_unlock(&t->mu);
+  for (;;) {
+    uint64_t room = want + want / 8 + 1024;
+    if (room > t->rows)
+      room = t->rows;
+    int rc = view_alloc(v, room);
+    if (rc != 0)
+      return rc;
+    pthread_mutex_lock(&t->mu);
+    uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+    if (t->count > room) {
+      want = t->count;
+      pthread_mutex_unlock(&t->mu);
+      view_free(v);
+      continue;
+    }
+    uint64_t i = 0;
+    for (uint32_t r = t->oldest; r != NONE; r = t->nx[r], i++) {
+      t->pins[r]++;
+      v->rows[i] = r;
+      v->prio[i] = t->prio[r];   /* MutatePriorities changes it */
+      v->times[i] = t->times[r]; /* every sample does */
+    }
+    v->count = i;
+    v->next_key = t->next_key;
+    v->inserts = t->inserts;
+    v->samples = t->samples;
+    v->left = t->left;
+    v->left_times = t->left_times;
+    v->rng = t->rng;
+    v->pause_ns = now_ns(CLOCK_MONOTONIC) - t0;
+    pthread_mutex_unlock(&t->mu);
+    /* A row's key and insert time are written only when the row is
+     * filled, and a pinned row is never filled: read them after. */
+    for (i = 0; i < v->count; i++) {
+      v->key[i] = t->key[v->rows[i]];
+      v->itime[i] = t->itime[v->rows[i]];
+    }
+    return 0;
+  }
+}
+
+const uint8_t *chime__table_view_leaf(const chime__table_t *t,
+                                      const chime__table_view_t *v, uint64_t i,
+                                      uint32_t l) {
+  return t->leaf[l] + (size_t)v->rows[i] * t->lbytes[l];
+}
+
+void chime__table_view_release(chime__table_t *t, chime__table_view_t *v) {
+  for (uint64_t i = 0; i < v->count;) {
+    uint64_t end =
+        i + VIEW_UNPIN_CHUNK < v->count ? i + VIEW_UNPIN_CHUNK : v->count;
+    pthread_mutex_lock(&t->mu);
+    for (; i < end; i++)
+      unpin_row_locked(t, v->rows[i]);
+    if (t->pin_waiters > 0)
+      pthread_cond_broadcast(&t->unpinned);
+    pthread_mutex_unlock(&t->mu);
+  }
+  view_free(v);
+}
+
+int chime__table_restore_item(chime__table_t *t, uint64_t key, uint64_t itime,
+                              double prio, uint32_t times,
+                              const uint8_t *sample) {
+  uint32_t dummy;
+  if (t->steps != NULL)
+    return CHIME_ENOTSUP;
+  if (check_priorities(t, &prio, 0, 1) != 0)
+    return CHIME_EINVAL;
+  pthread_mutex_lock(&t->mu);
+  int rc = 0;
+  if (chime__keyindex_lookup(t->keys, key, &dummy) == 0) {
+    rc = CHIME_EINVAL;
+  } else if (t->rows - t->count - t->ndead == 0) {
+    rc = CHIME_ENOMEM;
+  } else {
+    uint32_t r = free_pop(t);
+    for (uint32_t l = 0; l < t->nleaves; l++)
+      memcpy(t->leaf[l] + (size_t)r * t->lbytes[l], sample + t->loff[l],
+             t->lbytes[l]);
+    t->key[r] = key;
+    t->itime[r] = itime;
+    t->prio[r] = prio;
+    t->times[r] = times;
+    if (prio > t->max_prio)
+      t->max_prio = prio;
+    live_add(t, r, 0);
+  }
+  pthread_mutex_unlock(&t->mu);
+  return rc;
+}
+
+void chime__table_restore_counts(chime__table_t *t, uint64_t next_key,
+                                 uint64_t inserts, uint64_t samples,
+                                 uint64_t left, uint64_t left_times,
+                                 uint64_t rng) {
+  pthread_mutex_lock(&t->mu);
+  t->next_key = next_key;
+  t->inserts = inserts;
+  t->samples = samples;
+  t->left = left;
+  t->left_times = left_times;
+  if (rng != 0)
+    t->rng = rng;
+  pthread_mutex_unlock(&t->mu);
+}

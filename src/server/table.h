@@ -179,4 +179,46 @@ void chime__table_wake(chime__table_t *t);
 /* Makes every current and future wait return CHIME_ESHUTDOWN. */
 void chime__table_close(chime__table_t *t);
 
+/* --- checkpoints (checkpoint.c) --- */
+
+/* A consistent view of a plain table's items, taken in one short hold of
+ * its lock: the items oldest first with their bookkeeping copied out, and
+ * their rows pinned, so their bytes stay as they were (no insert reuses a
+ * pinned row; spare rows stand in) while a checkpoint writes them without
+ * the lock. The counts are the table's at that instant. */
+typedef struct {
+  uint64_t count; /* items */
+  uint32_t *rows; /* pinned, oldest first */
+  uint64_t *key, *itime;
+  double *prio;
+  uint32_t *times;
+  uint64_t next_key, inserts, samples, left, left_times, rng;
+  uint64_t pause_ns; /* how long the lock was held for the view */
+} chime__table_view_t;
+
+/* Fills *v (CHIME_ENOMEM; CHIME_ENOTSUP for a sequence table, whose items
+ * are windows of the step store). Release with chime__table_view_release. */
+int chime__table_view(chime__table_t *t, chime__table_view_t *v);
+/* Leaf l's bytes of the view's item i: stable until the release. */
+const uint8_t *chime__table_view_leaf(const chime__table_t *t,
+                                      const chime__table_view_t *v, uint64_t i,
+                                      uint32_t l);
+/* Unpins the rows (a bounded number per lock hold) and frees *v. */
+void chime__table_view_release(chime__table_t *t, chime__table_view_t *v);
+
+/* Restore, into a table no one uses yet: one item after the table's newest
+ * (sample: its leaves' bytes in spec order), with its key, insert time,
+ * priority and times sampled. CHIME_EINVAL for a priority the table cannot
+ * order or weigh, or a key already live; CHIME_ENOMEM when every row is
+ * taken. */
+int chime__table_restore_item(chime__table_t *t, uint64_t key, uint64_t itime,
+                              double prio, uint32_t times,
+                              const uint8_t *sample);
+/* Then the counters: the next key, the rate limiter's counts, the items
+ * that left and their times sampled, the random state (0: kept). */
+void chime__table_restore_counts(chime__table_t *t, uint64_t next_key,
+                                 uint64_t inserts, uint64_t samples,
+                                 uint64_t left, uint64_t left_times,
+                                 uint64_t rng);
+
 #endif

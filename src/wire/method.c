@@ -7,4 +7,5 @@ const char *const chime__method_path[CHIME__M_COUNT] = {
     [CHIME__M_INSERT] = "/chime.v1.Chime/Insert",
     [CHIME__M_SUBSCRIBE] = "/chime.v1.Chime/Subscribe",
     [CHIME__M_MUTATE] = "/chime.v1.Chime/MutatePriorities",
+    [CHIME__M_CHECKPOINT] = "/chime.v1.Chime/Checkpoint",
 };

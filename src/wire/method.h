@@ -10,17 +10,18 @@ enum {
   CHIME__M_INSERT,
   CHIME__M_SUBSCRIBE,
   CHIME__M_MUTATE, /* MutatePriorities */
+  CHIME__M_CHECKPOINT,
   CHIME__M_COUNT
 };
 
 /* "/chime.v1.Chime/GetInfo", ..., indexed by CHIME__M_*. */
 extern const char *const chime__method_path[CHIME__M_COUNT];
 
-/* GetInfo, Stats and MutatePriorities are unary; Insert and Subscribe are
- * bidi streams. */
+/* GetInfo, Stats, MutatePriorities and Checkpoint are unary; Insert and
+ * Subscribe are bidi streams. */
 static inline int chime__method_unary(int method) {
   return method == CHIME__M_GETINFO || method == CHIME__M_STATS ||
-         method == CHIME__M_MUTATE;
+         method == CHIME__M_MUTATE || method == CHIME__M_CHECKPOINT;
 }
 
 #endif

@@ -1,0 +1,86 @@
+/* libFuzzer target: a checkpoint's table file as restore reads it
+ * (chime__checkpoint_load_table, src/server/checkpoint.c), verified and
+ * loaded into a small table.
+ *
+ * Input: one byte of flags, then the file's bytes. Flag bit 0: the target
+ * writes a correct CRC-32C over the trailer first, so the fuzzer reaches
+ * the header and item parser behind the checksum (a file whose CRC is
+ * wrong is refused before anything else is read). Bit 1: the table is
+ * prioritized (priorities checked) rather than fifo.
+ *
+ * Beyond "no crash": the result is 0 or one of the codes restore gives
+ * (CHIME_ECORRUPT, CHIME_EINVAL, CHIME_ENOTSUP); a refusal has a message
+ * naming the file; a file with a wrong CRC is always refused; after a
+ * success the table holds exactly the items the file said, at most its
+ * rows.
+ *
+ * Seeds (tests/fuzz/corpus/checkpoint): checkpoints of a table of this
+ * spec holding 0, 5 and 16 items (fifo, prioritized), behind a flags
+ * byte. */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "chime/errors.h"
+#include "fuzz_common.h"
+#include "server/checkpoint.h"
+#include "server/crc32c.h"
+#include "server/table.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* The seeds' table: tests/fuzz/corpus/checkpoint was written from it. */
+#define FUZZ_CKPT_SPEC "x:u64[], y:u8[4]"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (size < 1)
+    return 0;
+  uint8_t flags = data[0];
+  size_t n = size - 1;
+  uint8_t *p = malloc(n ? n : 1);
+  FUZZ_CHECK(p != NULL);
+  memcpy(p, data + 1, n);
+  int crc_ok = 0;
+  if (n >= 4) {
+    uint32_t c = chime__crc32c(0, p, n - 4);
+    if (flags & 1) {
+      for (int i = 0; i < 4; i++)
+        p[n - 4 + i] = (uint8_t)(c >> (8 * i));
+    }
+    crc_ok = (uint32_t)p[n - 4] | (uint32_t)p[n - 3] << 8 |
+             (uint32_t)p[n - 2] << 16 | (uint32_t)p[n - 1] << 24 == c;
+  }
+  chime__table_config_t tc;
+  memset(&tc, 0, sizeof(tc));
+  snprintf(tc.name, sizeof(tc.name), "t");
+  FUZZ_CHECK(chime_spec_parse(&tc.spec, FUZZ_CKPT_SPEC, NULL, 0) == 0);
+  tc.capacity = 16;
+  tc.sampler = (flags & 2) ? CHIME__SAMPLER_PRIORITIZED : CHIME__SAMPLER_FIFO;
+  tc.min_size = 1;
+  tc.priority_exponent = 1.0;
+  tc.seed = 1;
+  chime__table_t *t = NULL;
+  FUZZ_CHECK(chime__table_create(&t, &tc) == 0);
+  char err[512];
+  uint64_t items = 0;
+  memset(err, 0x55, sizeof(err));
+  int rc = chime__checkpoint_load_table(p, n, &t, 1, "table-000.ckpt", &items,
+                                        err, sizeof(err));
+  FUZZ_CHECK(rc == 0 || rc == CHIME_ECORRUPT || rc == CHIME_EINVAL ||
+             rc == CHIME_ENOTSUP);
+  chime__table_stats_t st;
+  chime__table_get_stats(t, &st);
+  if (rc != 0) {
+    FUZZ_CHECK(memchr(err, 0, sizeof(err)) != NULL && err[0] != '\0');
+    FUZZ_CHECK(strstr(err, "table-000.ckpt") != NULL ||
+               strstr(err, "table '") != NULL);
+  } else {
+    FUZZ_CHECK(crc_ok);
+    FUZZ_CHECK(st.size == items && items <= 32);
+  }
+  if (!crc_ok)
+    FUZZ_CHECK(rc != 0);
+  chime__table_destroy(t);
+  free(p);
+  return 0;
+}

@@ -72,6 +72,9 @@ static void wr_flush(wr_t *w) {
   w->len = 0;
 }
 
+/* Items written between early unpins (chime__table_view_unpin). */
+#define UNPIN_EVERY 4096u
+
 static void wr_raw(wr_t *w, const void *p, size_t n) {
   const uint8_t *s = p;
   w->crc = chime__crc32c(w->crc, p, n);
@@ -197,6 +200,10 @@ static int write_table(chime__table_t *t, const char *path, wr_t *w, entry_t *e,
       for (uint32_t l = 0; l < nl; l++)
         wr_raw(w, chime__table_view_leaf(t, &v, i, l),
                chime_leaf_bytes(&cfg->spec.leaves[l]));
+      /* Written (copied into w's buffer): the rows may go, oldest first,
+       * so inserts meanwhile reuse them rather than spare rows. */
+      if (!seq && (i + 1) % UNPIN_EVERY == 0)
+        chime__table_view_unpin(t, &v, i + 1);
     }
     uint32_t crc = w->crc;
     wr_u32(w, crc);

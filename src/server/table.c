@@ -1639,10 +1639,12 @@ const uint8_t *chime__table_view_leaf(const chime__table_t *t,
   return t->leaf[l] + (size_t)v->rows[i] * t->lbytes[l];
 }
 
-void chime__table_view_release(chime__table_t *t, chime__table_view_t *v) {
-  for (uint64_t i = 0; i < v->count;) {
-    uint64_t end =
-        i + VIEW_UNPIN_CHUNK < v->count ? i + VIEW_UNPIN_CHUNK : v->count;
+void chime__table_view_unpin(chime__table_t *t, chime__table_view_t *v,
+                             uint64_t upto) {
+  if (upto > v->count)
+    upto = v->count;
+  for (uint64_t i = v->unpinned; i < upto;) {
+    uint64_t end = i + VIEW_UNPIN_CHUNK < upto ? i + VIEW_UNPIN_CHUNK : upto;
     pthread_mutex_lock(&t->mu);
     for (; i < end; i++)
       unpin_row_locked(t, v->rows[i]);
@@ -1650,6 +1652,12 @@ void chime__table_view_release(chime__table_t *t, chime__table_view_t *v) {
       pthread_cond_broadcast(&t->unpinned);
     pthread_mutex_unlock(&t->mu);
   }
+  if (upto > v->unpinned)
+    v->unpinned = upto;
+}
+
+void chime__table_view_release(chime__table_t *t, chime__table_view_t *v) {
+  chime__table_view_unpin(t, v, v->count);
   view_free(v);
 }
 

@@ -194,6 +194,7 @@ typedef struct {
   uint32_t *times;
   uint64_t next_key, inserts, samples, left, left_times, rng;
   uint64_t pause_ns; /* how long the lock was held for the view */
+  uint64_t unpinned; /* items [0, unpinned) already let go */
 } chime__table_view_t;
 
 /* Fills *v (CHIME_ENOMEM; CHIME_ENOTSUP for a sequence table, whose items
@@ -205,6 +206,12 @@ const uint8_t *chime__table_view_leaf(const chime__table_t *t,
                                       uint32_t l);
 /* Unpins the rows (a bounded number per lock hold) and frees *v. */
 void chime__table_view_release(chime__table_t *t, chime__table_view_t *v);
+/* Lets the rows of items [0, upto) go early, once their bytes are written:
+ * the items leave oldest first, like the view's order, so a checkpoint
+ * that does this as it goes holds few rows whose items left, and inserts
+ * during it take few spare rows. Their bytes may change afterwards. */
+void chime__table_view_unpin(chime__table_t *t, chime__table_view_t *v,
+                             uint64_t upto);
 
 /* Restore, into a table no one uses yet: one item after the table's newest
  * (sample: its leaves' bytes in spec order), with its key, insert time,

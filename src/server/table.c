@@ -181,6 +181,19 @@ static void seq_destroy(chime__table_t *t) {
   free(t->wep);
 }
 
+/* What create allocated (any part may be missing), and t itself. */
+static void free_parts(chime__table_t *t) {
+  if (t->map != NULL)
+    munmap(t->map, t->map_len);
+  chime__dedupe_destroy(t->dedupe);
+  chime__keyindex_destroy(t->keys);
+  chime__sumtree_destroy(t->sum);
+  chime__heap_destroy(t->hmin);
+  chime__heap_destroy(t->hmax);
+  seq_destroy(t);
+  free(t);
+}
+
 int chime__table_create(chime__table_t **out,
                         const chime__table_config_t *cfg) {
   int rc = 0;
@@ -296,17 +309,8 @@ int chime__table_create(chime__table_t **out,
   *out = t;
   t = NULL;
 out:
-  if (t != NULL) {
-    if (t->map != NULL)
-      munmap(t->map, t->map_len);
-    chime__dedupe_destroy(t->dedupe);
-    chime__keyindex_destroy(t->keys);
-    chime__sumtree_destroy(t->sum);
-    chime__heap_destroy(t->hmin);
-    chime__heap_destroy(t->hmax);
-    seq_destroy(t);
-  }
-  free(t);
+  if (t != NULL)
+    free_parts(t);
   return rc;
 }
 
@@ -317,15 +321,7 @@ void chime__table_destroy(chime__table_t *t) {
   pthread_cond_destroy(&t->space);
   pthread_cond_destroy(&t->items);
   pthread_cond_destroy(&t->unpinned);
-  if (t->map != NULL)
-    munmap(t->map, t->map_len);
-  chime__dedupe_destroy(t->dedupe);
-  chime__keyindex_destroy(t->keys);
-  chime__sumtree_destroy(t->sum);
-  chime__heap_destroy(t->hmin);
-  chime__heap_destroy(t->hmax);
-  seq_destroy(t);
-  free(t);
+  free_parts(t);
 }
 
 const chime__table_config_t *chime__table_config(const chime__table_t *t) {

@@ -458,6 +458,37 @@ int chime__chimed_start(chime__chimed_t *d, const char *config_json,
   return rc;
 }
 
+int chime__chimed_stderr_at_start(const char *const argv[], const char *name,
+                                  char *text, size_t len, int timeout_ms) {
+  char out[1024], errp[1024];
+  snprintf(out, sizeof out, "%s/%s.out", chime__harness_tmpdir(), name);
+  snprintf(errp, sizeof errp, "%s/%s.err", chime__harness_tmpdir(), name);
+  chime__proc_t p;
+  int rc = chime__proc_spawn_err(&p, argv, out, errp);
+  if (rc != 0)
+    return rc;
+  int64_t end = chime__now_ms() + timeout_ms;
+  for (rc = CHIME_ETIMEDOUT; chime__now_ms() <= end; chime__sleep_ms(20)) {
+    FILE *f = fopen(out, "r");
+    size_t n = f ? fread(text, 1, len - 1, f) : 0;
+    if (f)
+      fclose(f);
+    text[n] = '\0';
+    if (strstr(text, "listening on") != NULL) {
+      rc = 0;
+      break;
+    }
+  }
+  int status = 0;
+  chime__proc_stop(&p, SIGTERM, 20000, &status);
+  FILE *f = fopen(errp, "r");
+  size_t n = f ? fread(text, 1, len - 1, f) : 0;
+  if (f)
+    fclose(f);
+  text[n] = '\0';
+  return rc;
+}
+
 int chime__chimed_stop(chime__chimed_t *d, int timeout_ms, int *status) {
   return chime__proc_stop(&d->proc, SIGTERM, timeout_ms, status);
 }

@@ -92,6 +92,13 @@ int chime__chimed_start_client(chime__chimed_t *d, const char *config_json,
  * itself after SIGTERM. */
 int chime__chimed_stop_client(chime__chimed_t *d, chime_client_t *c);
 
+/* Runs argv (a chimed) until its stdout says "listening on", then stops it
+ * with SIGTERM and reads what it wrote on stderr into text (len bytes,
+ * NUL-terminated). name names its output files in the tmpdir. 0, or
+ * CHIME_ETIMEDOUT when it did not listen within timeout_ms. */
+int chime__chimed_stderr_at_start(const char *const argv[], const char *name,
+                                  char *text, size_t len, int timeout_ms);
+
 /* Milliseconds on CLOCK_MONOTONIC, for bounded polling loops. */
 int64_t chime__now_ms(void);
 void chime__sleep_ms(int ms);

@@ -196,42 +196,17 @@ static void test_bad_token_file(void **state) {
  * tokens: one that they cross the network in clear. */
 static void test_warning_beyond_loopback(void **state) {
   (void)state;
-  char chimed_bin[512], errp[1024], out[1024], text[2048];
+  char chimed_bin[512], text[2048];
   assert_non_null(
       chime__harness_bin("src/server/chimed", chimed_bin, sizeof chimed_bin));
   for (int with_auth = 0; with_auth < 2; with_auth++) {
-    snprintf(out, sizeof out, "%s/warn%d.out", chime__harness_tmpdir(),
-             with_auth);
-    snprintf(errp, sizeof errp, "%s/warn%d.err", chime__harness_tmpdir(),
-             with_auth);
     const char *argv_plain[] = {chimed_bin, "--listen", "0.0.0.0:0", NULL};
     const char *argv_auth[] = {chimed_bin, "--config",  chimed.config_path,
                                "--listen", "0.0.0.0:0", NULL};
-    chime__proc_t p;
-    assert_int_equal(chime__proc_spawn_err(
-                         &p, with_auth ? argv_auth : argv_plain, out, errp),
-                     0);
-    /* Wait until it listens, then stop it. */
-    int64_t end = chime__now_ms() + 20000;
-    for (;;) {
-      FILE *f = fopen(out, "r");
-      size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
-      if (f)
-        fclose(f);
-      text[n] = '\0';
-      if (strstr(text, "listening on") != NULL)
-        break;
-      if (chime__now_ms() > end)
-        fail_msg("chimed did not listen on 0.0.0.0:0");
-      chime__sleep_ms(20);
-    }
-    int status = 0;
-    chime__proc_stop(&p, SIGTERM, 20000, &status);
-    FILE *f = fopen(errp, "r");
-    assert_non_null(f);
-    size_t n = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    text[n] = '\0';
+    if (chime__chimed_stderr_at_start(with_auth ? argv_auth : argv_plain,
+                                      with_auth ? "warn1" : "warn0", text,
+                                      sizeof text, 20000) != 0)
+      fail_msg("chimed did not listen on 0.0.0.0:0");
     /* With tokens, only that they cross the network in clear without TLS
      * (test_e2e_tls: with TLS). */
     if (with_auth) {

@@ -567,7 +567,7 @@ static void test_bad_config(void **state) {
  * call with TLS alone (no tokens, no client_ca). */
 static void test_warning(void **state) {
   (void)state;
-  char bin[512], cfg[600], out[600], errp[600], text[4096];
+  char bin[512], cfg[600], text[4096];
   assert_non_null(chime__harness_bin("src/server/chimed", bin, sizeof bin));
   for (int mutual = 0; mutual < 2; mutual++) {
     char config[2048];
@@ -580,32 +580,9 @@ static void test_warning(void **state) {
     assert_int_equal(
         chime__harness_write_file("warn.json", config, cfg, sizeof cfg), 0);
     const char *argv[] = {bin, "--config", cfg, "--listen", "0.0.0.0:0", NULL};
-    chime__proc_t p;
-    assert_int_equal(chime__proc_spawn_err(&p, argv,
-                                           file(out, sizeof out, "warn.out"),
-                                           file(errp, sizeof errp, "warn.err")),
-                     0);
-    char line[256];
-    int64_t end = chime__now_ms() + 30000;
-    for (;;) {
-      FILE *f = fopen(out, "r");
-      size_t n = f ? fread(line, 1, sizeof line - 1, f) : 0;
-      if (f)
-        fclose(f);
-      line[n] = '\0';
-      if (strstr(line, "listening on") != NULL)
-        break;
-      if (chime__now_ms() > end)
-        fail_msg("chimed did not listen on 0.0.0.0:0");
-      chime__sleep_ms(20);
-    }
-    int status = 0;
-    chime__proc_stop(&p, SIGTERM, 20000, &status);
-    FILE *f = fopen(errp, "r");
-    assert_non_null(f);
-    size_t n = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    text[n] = '\0';
+    if (chime__chimed_stderr_at_start(argv, "warn", text, sizeof text, 30000) !=
+        0)
+      fail_msg("chimed did not listen on 0.0.0.0:0");
     if (mutual) {
       assert_null(strstr(text, "warning: listening on"));
     } else {

@@ -8,9 +8,11 @@
  *                 batch as the learners do and frees its slot
  *   tcp           raw 127.0.0.1 socket, writer thread -> reader thread
  *   grpc_plain    a plain gRPC C core server stream, one message per batch,
- *                 the server in another process (this binary re-executed),
- *                 the client copying each message out of its byte buffer
- *                 (as a learner must)
+ *                 the server in another process (this binary re-executed)
+ *                 sending random 64 KiB rows of a 64 MiB table as the
+ *                 message's slices (no copy, as chimed sends), the client
+ *                 copying each message out of its byte buffer (as a learner
+ *                 must)
  *   chime_shm     chimed (same build) with a pre-filled uniform table; the
  *                 learner maps the ring
  *   chime_stream  the same, batches streamed over gRPC into a local ring
@@ -144,14 +146,18 @@ typedef struct {
   pthread_cond_t cv;
 } gather_t;
 
-static uint64_t gather_rand(gather_t *g) {
-  /* xorshift64*, as the table's sampler */
-  uint64_t x = g->rng;
+/* xorshift64*, as the table's sampler */
+static uint64_t rand64(uint64_t *state) {
+  uint64_t x = *state;
   x ^= x >> 12;
   x ^= x << 25;
   x ^= x >> 27;
-  g->rng = x;
+  *state = x;
   return x * UINT64_C(2685821657736338717);
+}
+
+static uint64_t gather_rand(gather_t *g) {
+  return rand64(&g->rng);
 }
 
 /* Both sides wait as the ring's do: a short spin, then sleep. */
@@ -377,8 +383,10 @@ static uint64_t get_u64(const uint8_t *p) {
 }
 
 /* One call: the request says how many messages of how many bytes; the server
- * sends them from one buffer, without copying (as chimed sends from slots).
- * A request for 0 messages ends the server. */
+ * sends each as slices of random rows of a table as large as chimed's,
+ * without copying (as chimed sends from its table's rows): both read the
+ * same bytes from memory, not one buffer that stays in cache. A request for
+ * 0 messages ends the server. */
 static int plain_serve_call(grpc_server *srv, grpc_completion_queue *cq,
                             int *quit) {
   int rc;
@@ -390,6 +398,8 @@ static int plain_serve_call(grpc_server *srv, grpc_completion_queue *cq,
   int cancelled = 0;
   uint8_t params[16] = {0};
   grpc_op ops[2];
+  grpc_slice rows[POOL_BYTES / SAMPLE_BYTES];
+  uint64_t rng = UINT64_C(0x9e3779b97f4a7c15);
 
   grpc_call_details_init(&details);
   grpc_metadata_array_init(&md);
@@ -418,18 +428,25 @@ static int plain_serve_call(grpc_server *srv, grpc_completion_queue *cq,
     }
   }
   uint64_t count = get_u64(params), bytes = get_u64(params + 8);
-  if (count == 0 || bytes == 0 || bytes > (64 << 20)) {
+  if (count == 0 || bytes == 0 || bytes > POOL_BYTES ||
+      bytes % SAMPLE_BYTES != 0) {
     *quit = 1;
     count = 0;
     bytes = 0;
-  } else if ((buf = alloc_touched(bytes)) == NULL) {
+  } else if ((buf = alloc_touched(POOL_BYTES)) == NULL) {
     rc = CHIME_ENOMEM;
     goto out;
   }
+  size_t nrows = bytes / SAMPLE_BYTES;
   for (uint64_t i = 0; i < count; i++) {
-    grpc_slice s = grpc_slice_new(buf, bytes, noop_destroy);
-    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
-    grpc_slice_unref(s);
+    for (size_t j = 0; j < nrows; j++) {
+      uint64_t row = rand64(&rng) % (POOL_BYTES / SAMPLE_BYTES);
+      rows[j] =
+          grpc_slice_new(buf + row * SAMPLE_BYTES, SAMPLE_BYTES, noop_destroy);
+    }
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(rows, nrows);
+    for (size_t j = 0; j < nrows; j++)
+      grpc_slice_unref(rows[j]);
     memset(ops, 0, sizeof(ops));
     ops[0].op = GRPC_OP_SEND_MESSAGE;
     ops[0].data.send_message.send_message = bb;

@@ -5,6 +5,7 @@
  * is open: chunks and notices in, credits out, the final status. */
 #include <inttypes.h>
 #include <stdio.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -121,6 +122,7 @@ static int pump(chime_stream_t *s, gpr_timespec deadline) {
 }
 
 static void *stream_thread(void *arg) {
+  pthread_setname_np(pthread_self(), "chime-stream");
   chime_stream_t *s = arg;
   while (chime__rpc_busy(&s->rpc))
     pump(s, gpr_inf_future(GPR_CLOCK_MONOTONIC));

@@ -504,6 +504,7 @@ static void on_async(uv_async_t *as) {
 }
 
 static void *loop_main(void *arg) {
+  pthread_setname_np(pthread_self(), "chime-accept");
   chime__acceptor_t *a = arg;
   uv_run(&a->loop, UV_RUN_DEFAULT);
   return NULL;

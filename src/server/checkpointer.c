@@ -4,6 +4,7 @@
 #include "server/checkpointer.h"
 
 #include <stdio.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -49,6 +50,7 @@ static void answer(chime__call_t *c, int rc, const chime__ckpt_result_t *res,
 }
 
 static void *ckpt_main(void *arg) {
+  pthread_setname_np(pthread_self(), "chime-ckpt");
   chime__ckpter_t *k = arg;
   chime_server_t *srv = k->srv;
   const chime__checkpoint_config_t *cc = &srv->cfg.checkpoint;

@@ -19,6 +19,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -513,6 +514,7 @@ static void on_async(uv_async_t *a) {
 }
 
 static void *loop_main(void *arg) {
+  pthread_setname_np(pthread_self(), "chime-handoff");
   chime__handoff_t *h = arg;
   uv_run(&h->loop, UV_RUN_DEFAULT);
   return NULL;

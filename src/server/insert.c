@@ -17,6 +17,7 @@
  * against budgets.staged_insert_bytes (staging.c): past it, calls are not
  * read until staged requests go in or are dropped. */
 #include <stdio.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -600,6 +601,7 @@ static void insert_done(chime__inserter_t *w, insert_t *st) {
 }
 
 static void *inserter_main(void *arg) {
+  pthread_setname_np(pthread_self(), "chime-insert");
   chime__inserter_t *w = arg;
   pthread_mutex_lock(&w->mu);
   for (;;) {

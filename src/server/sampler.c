@@ -31,6 +31,7 @@
 
 #define MAX_WORKERS 64
 #define STEPS_PER_TURN 4
+#define STEPS_INLINE 16
 #define OVERFLOW_POLL_NS 1000000u
 
 enum { NEW, IDLE, QUEUED, RUNNING, DONE }; /* NEW: not added yet */
@@ -90,7 +91,44 @@ static void watch(chime__pool_t *p, chime__fill_job_t *j) {
   syscall(SYS_futex, &p->watch_seq, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
+/* Caller holds mu and has taken j off the queue and the watch list. */
+static void claim(chime__fill_job_t *j) {
+  j->state = RUNNING;
+  j->kicked = 0;
+}
+
+/* Runs up to `steps` fill steps of a claimed job (mu not held), then puts
+ * the job where its last step said: back on the queue (more to do, or
+ * kicked meanwhile), waiting, or done. Returns with mu held. */
+static void run_claimed(chime__pool_t *p, chime__fill_job_t *j, int steps) {
+  chime__fill_wait_t w;
+  chime__fill_t r = CHIME__FILL_AGAIN;
+  for (int i = 0; i < steps && r == CHIME__FILL_AGAIN; i++) {
+    memset(&w, 0, sizeof(w));
+    r = j->fill(j, &w);
+  }
+  if (r == CHIME__FILL_DONE) {
+    pthread_mutex_lock(&p->mu);
+    j->state = DONE;
+    pthread_mutex_unlock(&p->mu);
+    j->done(j);
+    pthread_mutex_lock(&p->mu);
+    return;
+  }
+  pthread_mutex_lock(&p->mu);
+  if (r == CHIME__FILL_AGAIN || j->kicked) {
+    enqueue(p, j);
+  } else {
+    j->state = IDLE;
+    j->wait = w;
+    if ((r == CHIME__FILL_WAIT_SLOT && w.bell != NULL) ||
+        (r == CHIME__FILL_WAIT_UNTIL && w.until_ns != 0))
+      watch(p, j);
+  }
+}
+
 static void *worker_main(void *arg) {
+  pthread_setname_np(pthread_self(), "chime-fill");
   chime__pool_t *p = arg;
   pthread_mutex_lock(&p->mu);
   for (;;) {
@@ -102,33 +140,9 @@ static void *worker_main(void *arg) {
     p->qhead = j->qnext;
     if (p->qhead == NULL)
       p->qtail = NULL;
-    j->state = RUNNING;
-    j->kicked = 0;
+    claim(j);
     pthread_mutex_unlock(&p->mu);
-    chime__fill_wait_t w;
-    chime__fill_t r = CHIME__FILL_AGAIN;
-    for (int i = 0; i < STEPS_PER_TURN && r == CHIME__FILL_AGAIN; i++) {
-      memset(&w, 0, sizeof(w));
-      r = j->fill(j, &w);
-    }
-    if (r == CHIME__FILL_DONE) {
-      pthread_mutex_lock(&p->mu);
-      j->state = DONE;
-      pthread_mutex_unlock(&p->mu);
-      j->done(j);
-      pthread_mutex_lock(&p->mu);
-      continue;
-    }
-    pthread_mutex_lock(&p->mu);
-    if (r == CHIME__FILL_AGAIN || j->kicked) {
-      enqueue(p, j);
-    } else {
-      j->state = IDLE;
-      j->wait = w;
-      if ((r == CHIME__FILL_WAIT_SLOT && w.bell != NULL) ||
-          (r == CHIME__FILL_WAIT_UNTIL && w.until_ns != 0))
-        watch(p, j);
-    }
+    run_claimed(p, j, STEPS_PER_TURN);
   }
   pthread_mutex_unlock(&p->mu);
   return NULL;
@@ -143,6 +157,7 @@ static int wait_over(const chime__fill_job_t *j, uint64_t now) {
 }
 
 static void *watcher_main(void *arg) {
+  pthread_setname_np(pthread_self(), "chime-watch");
   chime__pool_t *p = arg;
   struct futex_waitv wv[FUTEX_WAITV_MAX];
   pthread_mutex_lock(&p->mu);
@@ -209,6 +224,41 @@ void chime__pool_kick(chime__pool_t *p, chime__fill_job_t *j) {
     enqueue(p, j);
   }
   pthread_mutex_unlock(&p->mu);
+}
+
+/* Caller holds mu; j is queued. */
+static void unqueue(chime__pool_t *p, chime__fill_job_t *j) {
+  chime__fill_job_t *prev = NULL;
+  for (chime__fill_job_t *q = p->qhead; q != j; q = q->qnext)
+    prev = q;
+  if (prev != NULL)
+    prev->qnext = j->qnext;
+  else
+    p->qhead = j->qnext;
+  if (p->qtail == j)
+    p->qtail = prev;
+  j->qnext = NULL;
+}
+
+int chime__pool_run(chime__pool_t *p, chime__fill_job_t *j) {
+  if (p == NULL)
+    return 0;
+  pthread_mutex_lock(&p->mu);
+  if (j->state == IDLE) {
+    unwatch(p, j);
+  } else if (j->state == QUEUED) {
+    unqueue(p, j);
+  } else { /* running elsewhere: kicked, it runs again; not added; done */
+    if (j->state == RUNNING)
+      j->kicked = 1;
+    pthread_mutex_unlock(&p->mu);
+    return 0;
+  }
+  claim(j);
+  pthread_mutex_unlock(&p->mu);
+  run_claimed(p, j, STEPS_INLINE);
+  pthread_mutex_unlock(&p->mu);
+  return 1;
 }
 
 unsigned chime__pool_workers(const chime__pool_t *p) {

@@ -48,6 +48,12 @@ void chime__pool_add(chime__pool_t *p, chime__fill_job_t *j);
 /* What a job waits for may have changed (items, attach, stop): runs a
  * step soon. Harmless when the job is queued or running. */
 void chime__pool_kick(chime__pool_t *p, chime__fill_job_t *j);
+/* Runs a waiting or queued job's steps on the calling thread, as a worker
+ * would, sparing a worker's wake-up when the caller is already awake where
+ * the job can go on (stream mode's sends: a completion frees slots). The
+ * caller holds no lock a step takes. Returns 0 without running when a
+ * worker has the job (then it is kicked), or it is done. */
+int chime__pool_run(chime__pool_t *p, chime__fill_job_t *j);
 unsigned chime__pool_workers(const chime__pool_t *p);
 
 #endif

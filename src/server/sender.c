@@ -36,6 +36,7 @@ int chime__sender_init(chime__sender_t *x, chime_ring_t *ring,
   x->held_head = x->held_tail = NULL;
   x->call = NULL;
   atomic_init(&x->stopped, 0);
+  atomic_init(&x->awaiting, 0);
   atomic_init(&x->batches, 0);
   atomic_init(&x->bytes, 0);
   pthread_mutex_init(&x->mu, NULL);
@@ -132,6 +133,7 @@ static void send_batch(chime__sender_t *x, chime__call_t *call,
   }
   pthread_mutex_unlock(&x->mu);
   int ok = 1;
+  atomic_store(&x->awaiting, 1);
   for (unsigned i = 0; ok && i < nchunks; i++) {
     uint64_t off = (uint64_t)i * CHIME__CHUNK_BYTES;
     uint64_t len = i + 1 == nchunks ? total - off : CHIME__CHUNK_BYTES;
@@ -162,6 +164,15 @@ void chime__sender_send_ready(chime__sender_t *x) {
     send_batch(x, call, &v);
   }
   pthread_mutex_unlock(&x->send_mu);
+}
+
+void chime__sender_sent(chime__sender_t *x) {
+  atomic_store(&x->awaiting, 0);
+  chime__sender_send_ready(x);
+}
+
+int chime__sender_awaiting(chime__sender_t *x) {
+  return atomic_load(&x->awaiting);
 }
 
 void chime__sender_published(chime__sender_t *x) {

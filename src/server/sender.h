@@ -54,6 +54,7 @@ typedef struct {
   chime__span_t *span_buf;              /* max_spans (send_mu) */
   void *slice_buf;                      /* max_spans + 1 slices (send_mu) */
   atomic_int stopped;
+  atomic_int awaiting; /* a send started; chime__sender_sent() to come */
   atomic_uint_fast64_t batches, bytes; /* sent */
 } chime__sender_t;
 
@@ -74,6 +75,12 @@ void chime__sender_send_ready(chime__sender_t *x);
 /* The same after a publish, unless a send is in flight: then the call's
  * next completion sends it (on_sent), from the thread already awake. */
 void chime__sender_published(chime__sender_t *x);
+/* The call's sends completed and it can take more (its on_sent): clears
+ * awaiting and sends what is ready. */
+void chime__sender_sent(chime__sender_t *x);
+/* Whether a send started and chime__sender_sent() has not yet followed:
+ * a slot freed meanwhile can wait for that thread to fill it. */
+int chime__sender_awaiting(chime__sender_t *x);
 /* A Credit: n more batches; released names the seqs the learner released
  * (none: the oldest n held). Seqs not held are ignored. */
 void chime__sender_credit(chime__sender_t *x, uint32_t n,

@@ -25,6 +25,7 @@ int chime_service_register(chime_server_t *srv, struct grpc_server *server,
 }
 
 static void *cq_main(void *arg) {
+  pthread_setname_np(pthread_self(), "chime-cq");
   chime_server_t *srv = arg;
   for (;;) {
     grpc_event ev = grpc_completion_queue_next(

@@ -81,7 +81,11 @@ static void stream_unref(void *s) {
  * meanwhile. */
 static void slot_freed(void *arg) {
   chime__stream_t *s = arg;
-  if (atomic_fetch_add(&s->free_slots, 1) + 1 >= s->kick_at)
+  /* A send in flight comes back through chime__stream_sent, which fills
+   * what is free then, on its own thread (refill). Seen in the other order
+   * (flag cleared, then free_slots read there): one of the two acts. */
+  if (atomic_fetch_add(&s->free_slots, 1) + 1 >= s->kick_at &&
+      !chime__sender_awaiting(&s->sender))
     chime__pool_kick(s->srv->sampler, &s->job);
 }
 
@@ -445,9 +449,26 @@ int chime__stream_start(chime__stream_t *s, chime__call_t *call) {
   return 0;
 }
 
+/* Stream mode, on the thread that just learned the call can go on (a send
+ * completed, credits came): fills the slots that are free here and now
+ * instead of waking a worker for them, then sends what is ready. Slots
+ * free as gRPC lets go of a batch's bytes, mostly on this thread, so in
+ * steady state one thread samples, sends and completes each batch. */
+static void refill(chime__stream_t *s) {
+  if (atomic_load(&s->free_slots) > 0 &&
+      chime__pool_run(s->srv->sampler, &s->job))
+    chime__sender_send_ready(&s->sender);
+}
+
 void chime__stream_credit(chime__stream_t *s, uint32_t n,
                           const uint64_t *released, size_t nreleased) {
   chime__sender_credit(&s->sender, n, released, nreleased);
+  refill(s);
+}
+
+void chime__stream_sent(chime__stream_t *s) {
+  chime__sender_sent(&s->sender);
+  refill(s);
 }
 
 void chime__stream_close(chime__stream_t *s) {

@@ -195,7 +195,7 @@ static void sub_on_sent(chime__call_t *c) {
   chime__stream_t *s = st != NULL ? st->s : NULL; /* held until on_free */
   pthread_mutex_unlock(&c->mu);
   if (s != NULL && s->mode == CHIME_MODE_STREAM)
-    chime__sender_send_ready(&s->sender);
+    chime__stream_sent(s);
 }
 
 const chime__call_vt_t chime__subscribe_vt = {

@@ -46,7 +46,7 @@ echo "== ring only (no gRPC), TSan"
 build build-tsan -DCMAKE_BUILD_TYPE=Debug -DCHIME_WITH_SERVICE=OFF -DCHIME_SANITIZE=thread
 TSAN_OPTIONS=halt_on_error=1 run_ctest build-tsan -L ring
 
-echo "== fuzz (libFuzzer, ${CHIME_FUZZ_SECONDS:-15} s per target)"
-scripts/fuzz.sh "${CHIME_FUZZ_SECONDS:-15}"
+echo "== fuzz (libFuzzer, ${CHIME_FUZZ_SECONDS:-30} s per target)"
+scripts/fuzz.sh "${CHIME_FUZZ_SECONDS:-30}"
 
 echo "== all tests passed"

@@ -28,9 +28,9 @@
 /* Room for an error meant for a client: the longest is a pinning error
  * (CHIME_PIN_ERRLEN, it lists the whole ladder) behind a short prefix. */
 #define CHIME__CLIENT_ERRLEN (CHIME_PIN_ERRLEN + 256)
-/* Most threads polling the completion queue (CHIME_CQ_THREADS, default 2).
- * Handlers are thread-safe; a second poller lets gRPC's socket work and
- * chime's callbacks overlap. */
+/* Most threads polling the completion queue (default one per two CPUs,
+ * service.c; CHIME_CQ_THREADS overrides). Handlers are thread-safe; more
+ * pollers let calls' work (an insert's copy) run in parallel. */
 #ifndef CHIME__CQ_THREADS
 #define CHIME__CQ_THREADS 4
 #endif

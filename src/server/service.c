@@ -2,6 +2,7 @@
  * thread that polls the completion queue and runs each tag's callback. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "server/server.h"
 
@@ -52,8 +53,15 @@ int chime__service_start(chime_server_t *srv) {
         return rc;
     }
   }
-  int nthreads = 2;
-  const char *env = getenv("CHIME_CQ_THREADS"); /* tuning knob */
+  /* One poller per two CPUs: gRPC (1.51, epoll1) lets one poller at a time
+   * wait for sockets and hands that role to another waiting poller on each
+   * event, a wake-up each; pollers share the CPUs with the sampler pool and
+   * the inserters. CHIME_CQ_THREADS overrides (a tuning knob). */
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  int nthreads = cpus >= 2 ? (int)(cpus / 2) : 1;
+  if (nthreads > CHIME__CQ_THREADS)
+    nthreads = CHIME__CQ_THREADS;
+  const char *env = getenv("CHIME_CQ_THREADS");
   if (env != NULL && atoi(env) >= 1 && atoi(env) <= CHIME__CQ_THREADS)
     nthreads = atoi(env);
   for (int i = 0; i < nthreads; i++) {

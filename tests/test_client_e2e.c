@@ -288,6 +288,39 @@ static void test_leases_stream(void **state) {
   stop(&d, c);
 }
 
+/* Stream mode: a learner polls the call itself in next(), and the stream's
+ * thread takes over once it stays away (computing): the batches its
+ * credits allow arrive meanwhile, and next() then finds them without
+ * waiting. */
+static void test_stream_fills_while_learner_away(void **state) {
+  (void)state;
+  chime__chimed_t d;
+  chime_client_t *c;
+  start(&d, &c);
+  insert(c, "u", 6, 64);
+  chime_stream_t *s = open_stream(c, "u", CHIME_MODE_STREAM, 8);
+  chime_batch_t b;
+  assert_int_equal(chime_stream_next(s, &b, 10000), 0);
+  verify(&b);
+  assert_int_equal(chime_batch_release(s, &b), 0);
+  /* 7 batches lent (slots - 1); one taken, its credit not yet sent. */
+  uint64_t want = 7 * 8 * SAMPLE_BYTES;
+  chime_stream_local_stats_t st;
+  int64_t end = chime__now_ms() + 10000;
+  do {
+    usleep(10000);
+    assert_int_equal(chime_stream_get_stats(s, &st), 0);
+  } while (st.received_bytes < want && chime__now_ms() < end);
+  assert_true(st.received_bytes >= want);
+  for (int i = 0; i < 6; i++) {
+    assert_int_equal(chime_stream_next(s, &b, 0), 0);
+    verify(&b);
+    assert_int_equal(chime_batch_release(s, &b), 0);
+  }
+  chime_stream_close(s);
+  stop(&d, c);
+}
+
 /* Opens one stream per mode and takes one batch from each. */
 static void open_both(chime_client_t *c, chime_stream_t *s[2],
                       chime_batch_t b[2]) {
@@ -524,6 +557,8 @@ int main(void) {
       cmocka_unit_test_teardown(test_auto_fallback, teardown_each),
       cmocka_unit_test_teardown(test_leases_shm, teardown_each),
       cmocka_unit_test_teardown(test_leases_stream, teardown_each),
+      cmocka_unit_test_teardown(test_stream_fills_while_learner_away,
+                                teardown_each),
       cmocka_unit_test_teardown(test_graceful_stop, teardown_each),
       cmocka_unit_test_teardown(test_server_killed, teardown_each),
       cmocka_unit_test_teardown(test_fifo_exactly_once, teardown_each),

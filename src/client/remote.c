@@ -264,6 +264,7 @@ static void remote_fini(chime_stream_t *s) {
 
 const chime__transport_t chime__remote_transport = {
     .mode = CHIME_MODE_STREAM,
+    .learner_drives = 1,
     .fill_open = remote_fill_open,
     .setup = remote_setup,
     .on_message = remote_on_message,

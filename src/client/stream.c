@@ -1,13 +1,22 @@
 /* Stream: a Subscribe call and the ring the learner reads. The transport
  * (stream.h) says how the ring is filled; here are the learner's calls
- * (next, release, stats, close), which are ring calls in every mode, and the
- * thread that drives the call on its own completion queue once the stream
- * is open: chunks and notices in, credits out, the final status. */
+ * (next, release, stats, close), which are ring calls in every mode, and
+ * the polling of the call on its own completion queue once the stream is
+ * open: chunks and notices in, credits out, the final status.
+ *
+ * shm: the stream's thread polls. Stream mode (tp->learner_drives): a
+ * learner whose ring is empty polls in next() itself, as a plain gRPC client
+ * does, so a batch costs no wake-up of a second thread on its way in; the
+ * stream's thread polls only once the learner has stayed out of next() for
+ * DRIVE_IDLE_MS (it computes), so batches keep arriving meanwhile and the
+ * connection's pings are answered, and in slices of DRIVE_IDLE_MS so a
+ * learner back in next() takes over soon. drive_mu: whoever polls. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "client/stream.h"
 
@@ -121,12 +130,87 @@ static int pump(chime_stream_t *s, gpr_timespec deadline) {
   return 0;
 }
 
+#define DRIVE_IDLE_MS 5
+
+static gpr_timespec in_ms(int64_t ms) {
+  return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                      gpr_time_from_millis(ms, GPR_TIMESPAN));
+}
+
+/* The stream's thread: waits while the learner polls, or will soon. */
+static void wait_learner_idle(chime_stream_t *s) {
+  pthread_mutex_lock(&s->lock);
+  while (!s->closing &&
+         (s->in_next || chime__mono_ms() - s->left_ms < DRIVE_IDLE_MS)) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += DRIVE_IDLE_MS * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&s->idle_cv, &s->lock, &ts);
+  }
+  pthread_mutex_unlock(&s->lock);
+}
+
 static void *stream_thread(void *arg) {
   pthread_setname_np(pthread_self(), "chime-stream");
   chime_stream_t *s = arg;
-  while (chime__rpc_busy(&s->rpc))
-    pump(s, gpr_inf_future(GPR_CLOCK_MONOTONIC));
+  while (chime__rpc_busy(&s->rpc)) {
+    if (!s->tp->learner_drives) {
+      pump(s, gpr_inf_future(GPR_CLOCK_MONOTONIC));
+      continue;
+    }
+    wait_learner_idle(s);
+    pthread_mutex_lock(&s->drive_mu);
+    pump(s, in_ms(DRIVE_IDLE_MS));
+    pthread_mutex_unlock(&s->drive_mu);
+  }
   return NULL;
+}
+
+/* next() with an empty ring in stream mode: polls the call until a batch
+ * is ready, the stream ends or timeout_ms (-1: none) passes; while the
+ * stream's thread polls, waits on the ring in short slices instead. */
+static int drive_next(chime_stream_t *s, chime_ring_view_t *v, int timeout_ms) {
+  int64_t end = timeout_ms < 0 ? -1 : chime__mono_ms() + timeout_ms;
+  for (;;) {
+    int rc = chime_ring_next(s->ring, v, 0);
+    if (rc != CHIME_ETIMEDOUT)
+      return rc;
+    if (s->tp->before_wait)
+      s->tp->before_wait(s);
+    int64_t left = end < 0 ? INT64_MAX : end - chime__mono_ms();
+    if (left <= 0)
+      return CHIME_ETIMEDOUT;
+    if (chime__rpc_busy(&s->rpc) && pthread_mutex_trylock(&s->drive_mu) == 0) {
+      struct timespec t0, t1;
+      clock_gettime(CLOCK_MONOTONIC, &t0);
+      rc = pump(s, end < 0 ? gpr_inf_future(GPR_CLOCK_MONOTONIC) : in_ms(left));
+      pthread_mutex_unlock(&s->drive_mu);
+      clock_gettime(CLOCK_MONOTONIC, &t1);
+      s->drive_wait_ns += (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000LL +
+                                     (t1.tv_nsec - t0.tv_nsec));
+      if (rc != 0 && rc != CHIME_ETIMEDOUT)
+        return rc; /* the queue is shut: cannot happen while open */
+      continue;
+    }
+    /* The call is over (the ring says why), or the stream's thread polls:
+     * what it receives wakes this wait. */
+    rc = chime_ring_next(s->ring, v,
+                         left < DRIVE_IDLE_MS ? (int)left : DRIVE_IDLE_MS);
+    if (rc != CHIME_ETIMEDOUT)
+      return rc;
+  }
+}
+
+static void set_in_next(chime_stream_t *s, int in) {
+  pthread_mutex_lock(&s->lock);
+  s->in_next = in;
+  if (!in)
+    s->left_ms = chime__mono_ms();
+  pthread_mutex_unlock(&s->lock);
 }
 
 /* Cancels the call, waits for its operations and frees it. */
@@ -177,6 +261,8 @@ int chime_stream_open(chime_stream_t **out, chime_client_t *client,
   s->client = client;
   snprintf(s->table, sizeof(s->table), "%s", table);
   pthread_mutex_init(&s->lock, NULL);
+  pthread_mutex_init(&s->drive_mu, NULL);
+  pthread_cond_init(&s->idle_cv, NULL);
 
   s->opts = o;
   s->prefetch = prefetch;
@@ -219,12 +305,19 @@ int chime_stream_next(chime_stream_t *stream, chime_batch_t *out,
     return CHIME_EINVAL;
   chime_ring_view_t v;
   const chime__transport_t *tp = s->tp;
-  int rc = chime_ring_next(s->ring, &v, tp->before_wait ? 0 : timeout_ms);
-  if (rc == CHIME_ETIMEDOUT && tp->before_wait) {
-    /* About to wait: e.g. gathered credits go now if the server owes
-     * nothing (a completing send re-checks, see pump). */
-    tp->before_wait(s);
-    rc = chime_ring_next(s->ring, &v, timeout_ms);
+  int rc;
+  if (tp->learner_drives) {
+    set_in_next(s, 1);
+    rc = drive_next(s, &v, timeout_ms);
+    set_in_next(s, 0);
+  } else {
+    rc = chime_ring_next(s->ring, &v, tp->before_wait ? 0 : timeout_ms);
+    if (rc == CHIME_ETIMEDOUT && tp->before_wait) {
+      /* About to wait: e.g. gathered credits go now if the server owes
+       * nothing (a completing send re-checks, see pump). */
+      tp->before_wait(s);
+      rc = chime_ring_next(s->ring, &v, timeout_ms);
+    }
   }
   if (rc == CHIME_EDISCONNECTED || rc == CHIME_ESHUTDOWN) {
     int end = atomic_load(&s->end_code);
@@ -274,7 +367,7 @@ int chime_stream_get_stats(const chime_stream_t *stream,
   out->bytes = s->bytes;
   out->leases = rs.leases;
   out->max_leases = rs.max_leases;
-  out->consumer_wait_ns = rs.consumer_wait_ns;
+  out->consumer_wait_ns = rs.consumer_wait_ns + s->drive_wait_ns;
   out->pinned_bytes = chime_ring_pinned_bytes(s->ring);
   if (s->tp->stats)
     s->tp->stats(s, out);
@@ -305,6 +398,10 @@ void chime_stream_close(chime_stream_t *stream) {
   if (!s)
     return;
   const chime__transport_t *tp = s->tp;
+  pthread_mutex_lock(&s->lock);
+  s->closing = 1; /* the stream's thread polls from now on */
+  pthread_cond_broadcast(&s->idle_cv);
+  pthread_mutex_unlock(&s->lock);
   if (tp && tp->close)
     tp->close(s);
   call_teardown(s);
@@ -312,5 +409,7 @@ void chime_stream_close(chime_stream_t *stream) {
     tp->fini(s);
   chime_ring_destroy(s->ring);
   pthread_mutex_destroy(&s->lock);
+  pthread_mutex_destroy(&s->drive_mu);
+  pthread_cond_destroy(&s->idle_cv);
   free(s);
 }

@@ -33,7 +33,16 @@ struct chime_stream_s {
   chime__rpc_t rpc; /* the Subscribe call */
   pthread_t thread; /* pumps the call once open */
   int thread_started;
-  int notice_shutdown; /* the server's notice came (receive side) */
+  /* Who polls the call (tp->learner_drives, stream.c): whoever holds
+   * drive_mu. The learner's thread in next() while its ring is empty; the
+   * stream's thread once the learner stayed out of next() for a while. */
+  pthread_mutex_t drive_mu;
+  pthread_cond_t idle_cv; /* the stream's thread waits here (lock) */
+  int in_next;            /* the learner is in next() (lock) */
+  int64_t left_ms;        /* when it last left (lock) */
+  int closing;            /* close began: the stream's thread drives (lock) */
+  uint64_t drive_wait_ns; /* next()'s time polling (learner's thread) */
+  int notice_shutdown;    /* the server's notice came (receive side) */
 
   pthread_mutex_t lock; /* the send side (credits) and err */
   int ended;            /* the call's status arrived: no more sends */
@@ -45,6 +54,9 @@ struct chime_stream_s {
 
 struct chime__transport_s {
   chime_mode_t mode;
+  /* The learner's next() polls the call itself while nothing is ready (the
+   * ring is this process's to fill); else only the stream's thread does. */
+  int learner_drives;
   /* Its part of the Open request: mode, prefetch. */
   void (*fill_open)(const chime_stream_t *s, Chime__V1__Open *open);
   /* After Opened passed the layout check: makes s->ring the ring the learner
@@ -53,12 +65,12 @@ struct chime__transport_s {
    * same-host attach itself, so auto may fall back to stream mode. */
   int (*setup)(chime_stream_t *s, const Chime__V1__Opened *op,
                int *attach_failed, char *err, size_t errlen);
-  /* A message after Opened, on the stream's thread. 0: taken;
+  /* A message after Opened, on the thread polling the call. 0: taken;
    * CHIME_ENOTFOUND: not the transport's (stream.c reads it as a notice);
    * another code: the stream breaks, err says why. NULL: none are. */
   int (*on_message)(chime_stream_t *s, grpc_byte_buffer *bb, char *err,
                     size_t errlen);
-  /* A send completed (on the stream's thread): the next may go. */
+  /* A send completed (on the thread polling the call): the next may go. */
   void (*on_sent)(chime_stream_t *s);
   /* The server said it is shutting down (notice or status). NULL: the
    * server shuts its own ring, which the learner sees. */

@@ -455,7 +455,7 @@ int chime__stream_start(chime__stream_t *s, chime__call_t *call) {
  * free as gRPC lets go of a batch's bytes, mostly on this thread, so in
  * steady state one thread samples, sends and completes each batch. */
 static void refill(chime__stream_t *s) {
-  if (atomic_load(&s->free_slots) > 0 &&
+  if (s->mode == CHIME_MODE_STREAM && atomic_load(&s->free_slots) > 0 &&
       chime__pool_run(s->srv->sampler, &s->job))
     chime__sender_send_ready(&s->sender);
 }

@@ -321,6 +321,35 @@ static void test_stream_fills_while_learner_away(void **state) {
   stop(&d, c);
 }
 
+/* Stream mode: a learner that only looks (timeout 0), often enough that
+ * the stream's thread never takes over, is still served: each look takes
+ * what the call completed meanwhile. */
+static void test_stream_learner_only_looks(void **state) {
+  (void)state;
+  chime__chimed_t d;
+  chime_client_t *c;
+  start(&d, &c);
+  insert(c, "u", 7, 64);
+  chime_stream_t *s = open_stream(c, "u", CHIME_MODE_STREAM, 4);
+  int got = 0;
+  int64_t end = chime__now_ms() + 20000;
+  while (got < 50 && chime__now_ms() < end) {
+    chime_batch_t b;
+    int rc = chime_stream_next(s, &b, 0);
+    if (rc == CHIME_ETIMEDOUT) {
+      usleep(500);
+      continue;
+    }
+    assert_int_equal(rc, 0);
+    verify(&b);
+    assert_int_equal(chime_batch_release(s, &b), 0);
+    got++;
+  }
+  assert_int_equal(got, 50);
+  chime_stream_close(s);
+  stop(&d, c);
+}
+
 /* Opens one stream per mode and takes one batch from each. */
 static void open_both(chime_client_t *c, chime_stream_t *s[2],
                       chime_batch_t b[2]) {
@@ -559,6 +588,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_leases_stream, teardown_each),
       cmocka_unit_test_teardown(test_stream_fills_while_learner_away,
                                 teardown_each),
+      cmocka_unit_test_teardown(test_stream_learner_only_looks, teardown_each),
       cmocka_unit_test_teardown(test_graceful_stop, teardown_each),
       cmocka_unit_test_teardown(test_server_killed, teardown_each),
       cmocka_unit_test_teardown(test_fifo_exactly_once, teardown_each),

@@ -172,7 +172,9 @@ static void *stream_thread(void *arg) {
 
 /* next() with an empty ring in stream mode: polls the call until a batch
  * is ready, the stream ends or timeout_ms (-1: none) passes; while the
- * stream's thread polls, waits on the ring in short slices instead. */
+ * stream's thread polls, waits on the ring in short slices instead. Out of
+ * time (timeout 0 included) it still takes what completed already, so a
+ * learner that only ever looks without waiting is served too. */
 static int drive_next(chime_stream_t *s, chime_ring_view_t *v, int timeout_ms) {
   int64_t end = timeout_ms < 0 ? -1 : chime__mono_ms() + timeout_ms;
   for (;;) {
@@ -182,20 +184,25 @@ static int drive_next(chime_stream_t *s, chime_ring_view_t *v, int timeout_ms) {
     if (s->tp->before_wait)
       s->tp->before_wait(s);
     int64_t left = end < 0 ? INT64_MAX : end - chime__mono_ms();
-    if (left <= 0)
-      return CHIME_ETIMEDOUT;
     if (chime__rpc_busy(&s->rpc) && pthread_mutex_trylock(&s->drive_mu) == 0) {
+      gpr_timespec until = end < 0    ? gpr_inf_future(GPR_CLOCK_MONOTONIC)
+                           : left > 0 ? in_ms(left)
+                                      : gpr_inf_past(GPR_CLOCK_MONOTONIC);
       struct timespec t0, t1;
       clock_gettime(CLOCK_MONOTONIC, &t0);
-      rc = pump(s, end < 0 ? gpr_inf_future(GPR_CLOCK_MONOTONIC) : in_ms(left));
+      rc = pump(s, until);
       pthread_mutex_unlock(&s->drive_mu);
       clock_gettime(CLOCK_MONOTONIC, &t1);
       s->drive_wait_ns += (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000LL +
                                      (t1.tv_nsec - t0.tv_nsec));
+      if (rc == CHIME_ETIMEDOUT && left <= 0)
+        return chime_ring_next(s->ring, v, 0); /* nothing more came */
       if (rc != 0 && rc != CHIME_ETIMEDOUT)
         return rc; /* the queue is shut: cannot happen while open */
       continue;
     }
+    if (left <= 0)
+      return CHIME_ETIMEDOUT;
     /* The call is over (the ring says why), or the stream's thread polls:
      * what it receives wakes this wait. */
     rc = chime_ring_next(s->ring, v,

@@ -14,7 +14,6 @@
  * (one thread at a time per stream), so its slot is queued in `pending` and
  * given back by next() once it has the GIL again. */
 #include "chimepy.h"
-#include "dlpack.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -170,96 +169,25 @@ static int view_getbuffer(PyObject *o, Py_buffer *view, int flags) {
 
 static PyBufferProcs view_buffer = {.bf_getbuffer = view_getbuffer};
 
-/* DLPack: the managed tensor holds a reference to the View, so the slot
- * stays leased until the consumer (torch, numpy) calls the deleter. */
-typedef struct {
-  chimepy_dl_managed_t m;
-  int64_t shape[CHIME_MAX_DIMS + 1];
-} dl_export_t;
-
-static void dl_deleter(chimepy_dl_managed_t *m) {
-  PyGILState_STATE g = PyGILState_Ensure();
-  Py_XDECREF((PyObject *)m->manager_ctx);
-  free(m);
-  PyGILState_Release(g);
-}
-
-static void dl_capsule_destructor(PyObject *cap) {
-  /* Renamed "used_dltensor" by a consumer that took ownership. */
-  if (!PyCapsule_IsValid(cap, "dltensor"))
-    return;
-  chimepy_dl_managed_t *m = PyCapsule_GetPointer(cap, "dltensor");
-  if (m && m->deleter)
-    m->deleter(m);
-}
-
-static int dl_dtype(chime_dtype_t d, chimepy_dl_dtype_t *out) {
-  out->lanes = 1;
-  out->bits = (uint8_t)(8 * chime_dtype_size(d));
-  switch (d) {
-  case CHIME_DTYPE_I8:
-  case CHIME_DTYPE_I16:
-  case CHIME_DTYPE_I32:
-  case CHIME_DTYPE_I64:
-    out->code = CHIMEPY_DL_INT;
-    return 0;
-  case CHIME_DTYPE_U8:
-  case CHIME_DTYPE_U16:
-  case CHIME_DTYPE_U32:
-  case CHIME_DTYPE_U64:
-    out->code = CHIMEPY_DL_UINT;
-    return 0;
-  case CHIME_DTYPE_F16:
-  case CHIME_DTYPE_F32:
-  case CHIME_DTYPE_F64:
-    out->code = CHIMEPY_DL_FLOAT;
-    return 0;
-  case CHIME_DTYPE_BF16:
-    out->code = CHIMEPY_DL_BFLOAT;
-    return 0;
-  case CHIME_DTYPE_BOOL:
-    out->code = CHIMEPY_DL_BOOL;
-    return 0;
-  default:
-    return -1;
-  }
-}
-
+/* DLPack through the View (b.view(leaf)): the capsule's tensor holds the
+ * View, so the slot stays leased until the consumer calls the deleter. */
 static PyObject *view_dlpack(PyObject *o, PyObject *args, PyObject *kw) {
-  static char *kwlist[] = {"stream", NULL};
-  PyObject *stream = Py_None;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:__dlpack__", kwlist, &stream))
+  if (chimepy_dlpack_check_args(args, kw) < 0)
     return NULL;
   view_t *v = (view_t *)o;
   chimepy_dl_dtype_t dt;
-  if (v->leaf < 0 || dl_dtype(v->dtype, &dt) < 0)
-    return chimepy_raise(CHIME_ENOTSUP,
-                         "DLPack has no type for the info records");
-  dl_export_t *e = calloc(1, sizeof(*e));
-  if (!e)
-    return PyErr_NoMemory();
-  for (int i = 0; i < v->ndim; i++)
-    e->shape[i] = (int64_t)v->shape[i];
-  e->m.dl_tensor.data = (void *)v->data;
-  e->m.dl_tensor.device.device_type = CHIMEPY_DL_CPU;
-  e->m.dl_tensor.ndim = v->ndim;
-  e->m.dl_tensor.dtype = dt;
-  e->m.dl_tensor.shape = e->shape;
-  e->m.manager_ctx = o;
-  e->m.deleter = dl_deleter;
-  Py_INCREF(o);
-  PyObject *cap = PyCapsule_New(&e->m, "dltensor", dl_capsule_destructor);
-  if (!cap) {
-    Py_DECREF(o);
-    free(e);
+  if (v->leaf < 0 || chimepy_dl_dtype(v->dtype, &dt) < 0) {
+    PyErr_SetString(PyExc_BufferError,
+                    "DLPack has no type for the info records");
+    return NULL;
   }
-  return cap;
+  return chimepy_dlpack_export(o, v->data, v->ndim, v->shape, v->strides,
+                               v->itemsize, dt);
 }
 
-static PyObject *view_dlpack_device(PyObject *o, PyObject *unused) {
-  (void)o;
-  (void)unused;
-  return Py_BuildValue("(ii)", CHIMEPY_DL_CPU, 0);
+int chimepy_view_is_bf16(PyObject *o) {
+  return Py_TYPE(o) == &chimepy_view_type &&
+         ((view_t *)o)->dtype == CHIME_DTYPE_BF16;
 }
 
 static PyMethodDef view_methods[] = {
@@ -268,7 +196,7 @@ static PyMethodDef view_methods[] = {
      "A DLPack capsule over the leaf (CPU), holding the batch until the "
      "consumer's tensor is freed. DLPack cannot say read-only: do not write "
      "the tensor (in shm mode the ring is mapped read-only)."},
-    {"__dlpack_device__", view_dlpack_device, METH_NOARGS, NULL},
+    {"__dlpack_device__", chimepy_dlpack_device, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
@@ -368,9 +296,10 @@ static PyObject *batch_array(batch_t *bt, int leaf) {
     v->len *= v->shape[i];
   }
   /* No NPY_ARRAY_WRITEABLE; and the base refuses writable buffers, so numpy
-   * will not let it be set later either. */
+   * will not let it be set later either. A chime.Array so that it exports
+   * DLPack although read-only (array.c). */
   PyObject *arr = PyArray_NewFromDescr(
-      &PyArray_Type, descr, v->ndim, dims, NULL, (void *)v->data,
+      &chimepy_array_type, descr, v->ndim, dims, NULL, (void *)v->data,
       NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED, NULL);
   if (!arr) {
     Py_DECREF(v);

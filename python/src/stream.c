@@ -575,6 +575,53 @@ static uint64_t now_ms(void) {
 /* Waits of at most this long at a time, so Ctrl-C is seen. */
 #define SLICE_MS 200
 
+/* Waits for the next batch into *b with the GIL released, in slices so
+ * that Ctrl-C is seen: 0, or -1 with an exception set. */
+static int stream_wait(stream_t *self, chime_batch_t *b, int timeout_ms) {
+  uint64_t deadline = timeout_ms < 0 ? 0 : now_ms() + (uint64_t)timeout_ms;
+  int rc;
+  for (;;) {
+    int slice = SLICE_MS;
+    if (timeout_ms >= 0) {
+      uint64_t now = now_ms();
+      uint64_t left = deadline > now ? deadline - now : 0;
+      if (left < (uint64_t)slice)
+        slice = (int)left;
+    }
+    self->in_next = 1;
+    Py_BEGIN_ALLOW_THREADS rc = chime_stream_next(self->s, b, slice);
+    Py_END_ALLOW_THREADS self->in_next = 0;
+    unsigned drained = self->npending;
+    int rrc = drain_pending(self);
+    if (self->closing) {
+      if (rc == 0)
+        release_unreported(self->s, b);
+      maybe_finish_close(self);
+      chimepy_raise(CHIME_ECLOSED, "stream closed during next()");
+      return -1;
+    }
+    if (rrc && rc == 0) {
+      release_unreported(self->s, b);
+      chimepy_raise(rrc, chime_stream_last_error(self->s));
+      return -1;
+    }
+    if (rc == CHIME_ETIMEDOUT &&
+        (timeout_ms < 0 || (slice > 0 && now_ms() < deadline))) {
+      if (PyErr_CheckSignals() < 0)
+        return -1;
+      continue;
+    }
+    if (rc == CHIME_EBUSY && drained)
+      continue;
+    break;
+  }
+  if (rc) {
+    chimepy_raise(rc, chime_stream_last_error(self->s));
+    return -1;
+  }
+  return 0;
+}
+
 static PyObject *stream_next_ms(stream_t *self, int timeout_ms) {
   if (!self->s || self->closing)
     return chimepy_raise(CHIME_ECLOSED, "stream is closed");
@@ -590,52 +637,21 @@ static PyObject *stream_next_ms(stream_t *self, int timeout_ms) {
     if (rc)
       return chimepy_raise(rc, chime_stream_last_error(self->s));
   }
-  uint64_t deadline = timeout_ms < 0 ? 0 : now_ms() + (uint64_t)timeout_ms;
-  chime_batch_t b;
-  int rc;
-  for (;;) {
-    int slice = SLICE_MS;
-    if (timeout_ms >= 0) {
-      uint64_t now = now_ms();
-      uint64_t left = deadline > now ? deadline - now : 0;
-      if (left < (uint64_t)slice)
-        slice = (int)left;
-    }
-    self->in_next = 1;
-    Py_BEGIN_ALLOW_THREADS rc = chime_stream_next(self->s, &b, slice);
-    Py_END_ALLOW_THREADS self->in_next = 0;
-    unsigned drained = self->npending;
-    int rrc = drain_pending(self);
-    if (self->closing) {
-      if (rc == 0)
-        release_unreported(self->s, &b);
-      maybe_finish_close(self);
-      return chimepy_raise(CHIME_ECLOSED, "stream closed during next()");
-    }
-    if (rrc && rc == 0) {
-      release_unreported(self->s, &b);
-      return chimepy_raise(rrc, chime_stream_last_error(self->s));
-    }
-    if (rc == CHIME_ETIMEDOUT &&
-        (timeout_ms < 0 || (slice > 0 && now_ms() < deadline))) {
-      if (PyErr_CheckSignals() < 0)
-        return NULL;
-      continue;
-    }
-    if (rc == CHIME_EBUSY && drained)
-      continue;
-    break;
-  }
-  if (rc)
-    return chimepy_raise(rc, chime_stream_last_error(self->s));
+  /* The batch is written straight into its object (chime_batch_t is
+   * several KiB: no copy of it per batch). Until it is leased the object
+   * owns nothing, and its dealloc does nothing but free it. */
   batch_t *bt = PyObject_New(batch_t, &chimepy_batch_type);
-  if (!bt) {
-    release_unreported(self->s, &b);
+  if (!bt)
+    return NULL;
+  bt->stream = NULL;
+  bt->leased = 0;
+  int rc = stream_wait(self, &bt->b, timeout_ms);
+  if (rc) {
+    Py_DECREF(bt);
     return NULL;
   }
   Py_INCREF(self);
   bt->stream = self;
-  bt->b = b;
   bt->leased = 1;
   bt->release_asked = 0;
   bt->views = 0;

@@ -3,7 +3,8 @@
 chimed (docs/python.md, Benchmark).
 
     PYTHONPATH=build/python /usr/bin/python3 python/bench.py [--runs 5]
-        [--sizes 1,16] [--seconds 1.0] [--ingest-scale 1.0] [--json]
+        [--sizes 1,16] [--seconds 1.0] [--ingest-scale 1.0]
+        [--cases learn,batch,ingest] [--py-learner proc|inproc|both] [--json]
 
 Cases, each round (the figures are medians over --runs rounds, each ratio
 the median of the per-round ratios, so a noisy neighbour hits a case and
@@ -15,9 +16,13 @@ its reference alike):
           Python (numpy: x.view(uint64)[:, ::8].sum()) against the C
           learner of chime-bench (`chime-bench service --learner`,
           bench/learn.c, --touch line), each for --seconds after a
-          warm-up of one ring of batches. Ratios: Python GB/s / C GB/s,
-          and the learner process's CPU seconds per GB, Python / C (less
-          sensitive to a busy machine than GB/s).
+          warm-up of one ring of batches. Both learners run alike: a
+          fresh process with a client of its own that says "ready" after
+          the warm-up and starts its window when told (--py-learner
+          inproc runs the Python one in this process instead, on the
+          client that pre-filled the table; both runs the two). Ratios:
+          Python GB/s / C GB/s, and the learner process's CPU seconds per
+          GB, Python / C (less sensitive to a busy machine than GB/s).
   batch   the Python per-batch overhead of next() + b["x"] + b.info +
           release() (and of next() + release() alone), timed while the
           ring already holds published batches (1 sample of 64 B per

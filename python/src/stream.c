@@ -5,7 +5,8 @@
  * object outlives what its memory depends on. A Batch holds a lease on one
  * ring slot until it is given back; it is given back only when no View of it
  * is alive (numpy arrays and memoryviews keep their View alive through
- * their base), so no array can read a slot the server may refill. release()
+ * their base, DLPack tensors through the array or View they came from,
+ * array.c), so no array can read a slot the server may refill. release()
  * with views alive is deferred until the last view goes; so is closing the
  * stream (chime_stream_close() unmaps the ring) while any batch is leased.
  *

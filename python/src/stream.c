@@ -646,7 +646,18 @@ static PyObject *stream_next_ms(stream_t *self, int timeout_ms) {
     return NULL;
   bt->stream = NULL;
   bt->leased = 0;
-  int rc = stream_wait(self, &bt->b, timeout_ms);
+  /* A batch the ring already holds is taken without letting go of the
+   * GIL (timeout 0 does not wait). Only in shm mode: in stream mode a miss
+   * may send credits, which is not for under the GIL. */
+  int rc = CHIME_ETIMEDOUT;
+  if (self->mode == CHIME_MODE_SHM)
+    rc = chime_stream_next(self->s, &bt->b, 0);
+  if (rc == CHIME_ETIMEDOUT)
+    rc = stream_wait(self, &bt->b, timeout_ms);
+  else if (rc) {
+    chimepy_raise(rc, chime_stream_last_error(self->s));
+    rc = -1;
+  }
   if (rc) {
     Py_DECREF(bt);
     return NULL;
@@ -666,11 +677,26 @@ static PyObject *stream_next_ms(stream_t *self, int timeout_ms) {
   return (PyObject *)bt;
 }
 
-static PyObject *stream_next(PyObject *o, PyObject *args, PyObject *kw) {
-  static char *kwlist[] = {"timeout", NULL};
-  PyObject *t = NULL;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:next", kwlist, &t))
+/* next(timeout=1.0), parsed by hand (vectorcall): it runs once a batch. */
+static PyObject *stream_next(PyObject *o, PyObject *const *args,
+                             Py_ssize_t nargs, PyObject *kwnames) {
+  PyObject *t = nargs > 0 ? args[0] : NULL;
+  Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  if (nargs > 1 || nargs + nkw > 1) {
+    PyErr_SetString(PyExc_TypeError, "next() takes at most one argument, "
+                                     "timeout");
     return NULL;
+  }
+  if (nkw) {
+    PyObject *name = PyTuple_GET_ITEM(kwnames, 0);
+    if (!PyUnicode_Check(name) ||
+        PyUnicode_CompareWithASCIIString(name, "timeout") != 0) {
+      PyErr_Format(PyExc_TypeError,
+                   "next() got an unexpected keyword argument '%S'", name);
+      return NULL;
+    }
+    t = args[0];
+  }
   int ms = 1000;
   if (t && parse_timeout_ms(t, &ms))
     return NULL;
@@ -778,7 +804,7 @@ static PyObject *stream_get_closed(PyObject *o, void *unused) {
 
 static PyMethodDef stream_methods[] = {
     {"next", (PyCFunction)(void (*)(void))stream_next,
-     METH_VARARGS | METH_KEYWORDS,
+     METH_FASTCALL | METH_KEYWORDS,
      "next(timeout=1.0) -> Batch: releases the batch the previous next() "
      "returned (deferred while views of it are alive), then waits up to "
      "timeout seconds (None: forever) with the GIL released."},

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A learner: a small torch Q-network trained on batches from chime, read
-in place (torch.from_dlpack on the batch's views: no copy between the ring
-and the tensors).
+in place (torch.from_dlpack(b["obs"]): no copy between the ring and the
+tensors).
 
     PYTHONPATH=build/python python3 examples/python/learner_torch.py \\
         --actors 2 --updates 500
@@ -73,11 +73,11 @@ def main():
             for step, b in enumerate(s):
                 # Zero copy: each tensor shares the ring's memory and holds
                 # the batch's slot until it is freed (end of this iteration).
-                obs = torch.from_dlpack(b.view("obs"))
-                nxt = torch.from_dlpack(b.view("next_obs"))
-                act = torch.from_dlpack(b.view("action"))
-                rew = torch.from_dlpack(b.view("reward"))
-                done = torch.from_dlpack(b.view("done"))
+                obs = torch.from_dlpack(b["obs"])
+                nxt = torch.from_dlpack(b["next_obs"])
+                act = torch.from_dlpack(b["action"])
+                rew = torch.from_dlpack(b["reward"])
+                done = torch.from_dlpack(b["done"])
                 with torch.no_grad():
                     y = rew + args.gamma * (1 - done) * \
                         target(nxt).max(dim=1).values

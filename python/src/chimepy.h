@@ -16,6 +16,7 @@
 #include <numpy/arrayobject.h>
 
 #include "chime/chime.h"
+#include "dlpack.h"
 
 /* A client: the C client plus a count of writers and streams still open on
  * it. close() with children open is deferred until the last one closes,
@@ -31,6 +32,12 @@ extern PyTypeObject chimepy_writer_type;
 extern PyTypeObject chimepy_stream_type;
 extern PyTypeObject chimepy_batch_type;
 extern PyTypeObject chimepy_view_type;
+extern PyTypeObject chimepy_array_type;
+
+/* Readies chime.Array (an ndarray subclass: its base is numpy's type). */
+int chimepy_array_type_init(void);
+/* 1 if `o` is a chime.View over a bf16 leaf. */
+int chimepy_view_is_bf16(PyObject *o);
 
 /* Called when a writer or stream of the client has closed. */
 void chimepy_client_child_closed(chimepy_client_t *client);
@@ -51,5 +58,20 @@ PyArray_Descr *chimepy_descr(chime_dtype_t dtype);
 PyArray_Descr *chimepy_info_descr(void);
 
 int chimepy_init_types(PyObject *module);
+
+/* DLPack export (array.c), shared by chime.Array and chime.View. */
+/* The DLPack dtype of a leaf dtype; -1 if it has none. */
+int chimepy_dl_dtype(chime_dtype_t d, chimepy_dl_dtype_t *out);
+/* Checks __dlpack__'s keywords (stream, max_version, dl_device, copy):
+ * 0, or -1 with BufferError or TypeError set. */
+int chimepy_dlpack_check_args(PyObject *args, PyObject *kw);
+/* A "dltensor" capsule over `data` (byte strides), holding `owner` until
+ * the consumer's deleter runs. */
+PyObject *chimepy_dlpack_export(PyObject *owner, const void *data, int ndim,
+                                const Py_ssize_t *shape,
+                                const Py_ssize_t *strides, Py_ssize_t itemsize,
+                                chimepy_dl_dtype_t dtype);
+/* __dlpack_device__: (CPU, 0). */
+PyObject *chimepy_dlpack_device(PyObject *o, PyObject *unused);
 
 #endif

@@ -449,6 +449,24 @@ static PyObject *client_stream(PyObject *o, PyObject *args, PyObject *kw) {
   return make_child((PyObject *)&chimepy_stream_type, o, args, kw);
 }
 
+static PyObject *client_checkpoint(PyObject *o, PyObject *unused) {
+  (void)unused;
+  chimepy_client_t *self = (chimepy_client_t *)o;
+  if (chimepy_client_check(self))
+    return NULL;
+  chime_checkpoint_result_t r;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS rc = chime_client_checkpoint(self->c, &r);
+  Py_END_ALLOW_THREADS if (rc) {
+    return chimepy_raise(rc, chime_client_last_error(self->c));
+  }
+  return Py_BuildValue("{s:s,s:I,s:K,s:K,s:K,s:K}", "path", r.path, "tables",
+                       (unsigned)r.tables, "items", (unsigned long long)r.items,
+                       "bytes", (unsigned long long)r.bytes, "pause_ns",
+                       (unsigned long long)r.pause_ns, "duration_ns",
+                       (unsigned long long)r.duration_ns);
+}
+
 static PyMethodDef client_methods[] = {
     {"info", client_info, METH_NOARGS,
      "info() -> dict: GetInfo (version, host, tables with spec, rings), as "
@@ -465,6 +483,13 @@ static PyMethodDef client_methods[] = {
      "new priorities by key, then deletes (MutatePriorities); returns "
      "{'updated', 'deleted', 'unknown'}. A NaN, infinite or negative "
      "priority raises InvalidArgumentError and changes nothing."},
+    {"checkpoint", client_checkpoint, METH_NOARGS,
+     "checkpoint() -> dict: the server writes every table to its "
+     "configured checkpoint dir and answers once it is complete; returns "
+     "{'path' (on the server's host), 'tables', 'items', 'bytes', "
+     "'pause_ns', 'duration_ns'}. InvalidArgumentError when the server has "
+     "no checkpoint dir; bounded by the client's timeout (the checkpoint "
+     "still completes on the server)."},
     {"writer", (PyCFunction)(void (*)(void))client_writer,
      METH_VARARGS | METH_KEYWORDS,
      "writer(table, max_inflight=8, timeout=30.0) -> Writer"},
@@ -495,8 +520,11 @@ PyTypeObject chimepy_client_type = {
 int chimepy_init_types(PyObject *m) {
   PyTypeObject *types[] = {&chimepy_client_type, &chimepy_writer_type,
                            &chimepy_stream_type, &chimepy_batch_type,
-                           &chimepy_view_type};
-  const char *names[] = {"Client", "Writer", "Stream", "Batch", "View"};
+                           &chimepy_view_type,   &chimepy_array_type};
+  const char *names[] = {"Client", "Writer", "Stream",
+                         "Batch",  "View",   "Array"};
+  if (chimepy_array_type_init() < 0)
+    return -1;
   for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
     if (PyType_Ready(types[i]) < 0)
       return -1;

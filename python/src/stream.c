@@ -5,7 +5,8 @@
  * object outlives what its memory depends on. A Batch holds a lease on one
  * ring slot until it is given back; it is given back only when no View of it
  * is alive (numpy arrays and memoryviews keep their View alive through
- * their base), so no array can read a slot the server may refill. release()
+ * their base, DLPack tensors through the array or View they came from,
+ * array.c), so no array can read a slot the server may refill. release()
  * with views alive is deferred until the last view goes; so is closing the
  * stream (chime_stream_close() unmaps the ring) while any batch is leased.
  *
@@ -14,7 +15,6 @@
  * (one thread at a time per stream), so its slot is queued in `pending` and
  * given back by next() once it has the GIL again. */
 #include "chimepy.h"
-#include "dlpack.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -170,96 +170,25 @@ static int view_getbuffer(PyObject *o, Py_buffer *view, int flags) {
 
 static PyBufferProcs view_buffer = {.bf_getbuffer = view_getbuffer};
 
-/* DLPack: the managed tensor holds a reference to the View, so the slot
- * stays leased until the consumer (torch, numpy) calls the deleter. */
-typedef struct {
-  chimepy_dl_managed_t m;
-  int64_t shape[CHIME_MAX_DIMS + 1];
-} dl_export_t;
-
-static void dl_deleter(chimepy_dl_managed_t *m) {
-  PyGILState_STATE g = PyGILState_Ensure();
-  Py_XDECREF((PyObject *)m->manager_ctx);
-  free(m);
-  PyGILState_Release(g);
-}
-
-static void dl_capsule_destructor(PyObject *cap) {
-  /* Renamed "used_dltensor" by a consumer that took ownership. */
-  if (!PyCapsule_IsValid(cap, "dltensor"))
-    return;
-  chimepy_dl_managed_t *m = PyCapsule_GetPointer(cap, "dltensor");
-  if (m && m->deleter)
-    m->deleter(m);
-}
-
-static int dl_dtype(chime_dtype_t d, chimepy_dl_dtype_t *out) {
-  out->lanes = 1;
-  out->bits = (uint8_t)(8 * chime_dtype_size(d));
-  switch (d) {
-  case CHIME_DTYPE_I8:
-  case CHIME_DTYPE_I16:
-  case CHIME_DTYPE_I32:
-  case CHIME_DTYPE_I64:
-    out->code = CHIMEPY_DL_INT;
-    return 0;
-  case CHIME_DTYPE_U8:
-  case CHIME_DTYPE_U16:
-  case CHIME_DTYPE_U32:
-  case CHIME_DTYPE_U64:
-    out->code = CHIMEPY_DL_UINT;
-    return 0;
-  case CHIME_DTYPE_F16:
-  case CHIME_DTYPE_F32:
-  case CHIME_DTYPE_F64:
-    out->code = CHIMEPY_DL_FLOAT;
-    return 0;
-  case CHIME_DTYPE_BF16:
-    out->code = CHIMEPY_DL_BFLOAT;
-    return 0;
-  case CHIME_DTYPE_BOOL:
-    out->code = CHIMEPY_DL_BOOL;
-    return 0;
-  default:
-    return -1;
-  }
-}
-
+/* DLPack through the View (b.view(leaf)): the capsule's tensor holds the
+ * View, so the slot stays leased until the consumer calls the deleter. */
 static PyObject *view_dlpack(PyObject *o, PyObject *args, PyObject *kw) {
-  static char *kwlist[] = {"stream", NULL};
-  PyObject *stream = Py_None;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:__dlpack__", kwlist, &stream))
+  if (chimepy_dlpack_check_args(args, kw) < 0)
     return NULL;
   view_t *v = (view_t *)o;
   chimepy_dl_dtype_t dt;
-  if (v->leaf < 0 || dl_dtype(v->dtype, &dt) < 0)
-    return chimepy_raise(CHIME_ENOTSUP,
-                         "DLPack has no type for the info records");
-  dl_export_t *e = calloc(1, sizeof(*e));
-  if (!e)
-    return PyErr_NoMemory();
-  for (int i = 0; i < v->ndim; i++)
-    e->shape[i] = (int64_t)v->shape[i];
-  e->m.dl_tensor.data = (void *)v->data;
-  e->m.dl_tensor.device.device_type = CHIMEPY_DL_CPU;
-  e->m.dl_tensor.ndim = v->ndim;
-  e->m.dl_tensor.dtype = dt;
-  e->m.dl_tensor.shape = e->shape;
-  e->m.manager_ctx = o;
-  e->m.deleter = dl_deleter;
-  Py_INCREF(o);
-  PyObject *cap = PyCapsule_New(&e->m, "dltensor", dl_capsule_destructor);
-  if (!cap) {
-    Py_DECREF(o);
-    free(e);
+  if (v->leaf < 0 || chimepy_dl_dtype(v->dtype, &dt) < 0) {
+    PyErr_SetString(PyExc_BufferError,
+                    "DLPack has no type for the info records");
+    return NULL;
   }
-  return cap;
+  return chimepy_dlpack_export(o, v->data, v->ndim, v->shape, v->strides,
+                               v->itemsize, dt);
 }
 
-static PyObject *view_dlpack_device(PyObject *o, PyObject *unused) {
-  (void)o;
-  (void)unused;
-  return Py_BuildValue("(ii)", CHIMEPY_DL_CPU, 0);
+int chimepy_view_is_bf16(PyObject *o) {
+  return Py_TYPE(o) == &chimepy_view_type &&
+         ((view_t *)o)->dtype == CHIME_DTYPE_BF16;
 }
 
 static PyMethodDef view_methods[] = {
@@ -268,7 +197,7 @@ static PyMethodDef view_methods[] = {
      "A DLPack capsule over the leaf (CPU), holding the batch until the "
      "consumer's tensor is freed. DLPack cannot say read-only: do not write "
      "the tensor (in shm mode the ring is mapped read-only)."},
-    {"__dlpack_device__", view_dlpack_device, METH_NOARGS, NULL},
+    {"__dlpack_device__", chimepy_dlpack_device, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
@@ -368,9 +297,10 @@ static PyObject *batch_array(batch_t *bt, int leaf) {
     v->len *= v->shape[i];
   }
   /* No NPY_ARRAY_WRITEABLE; and the base refuses writable buffers, so numpy
-   * will not let it be set later either. */
+   * will not let it be set later either. A chime.Array so that it exports
+   * DLPack although read-only (array.c). */
   PyObject *arr = PyArray_NewFromDescr(
-      &PyArray_Type, descr, v->ndim, dims, NULL, (void *)v->data,
+      &chimepy_array_type, descr, v->ndim, dims, NULL, (void *)v->data,
       NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED, NULL);
   if (!arr) {
     Py_DECREF(v);
@@ -646,6 +576,53 @@ static uint64_t now_ms(void) {
 /* Waits of at most this long at a time, so Ctrl-C is seen. */
 #define SLICE_MS 200
 
+/* Waits for the next batch into *b with the GIL released, in slices so
+ * that Ctrl-C is seen: 0, or -1 with an exception set. */
+static int stream_wait(stream_t *self, chime_batch_t *b, int timeout_ms) {
+  uint64_t deadline = timeout_ms < 0 ? 0 : now_ms() + (uint64_t)timeout_ms;
+  int rc;
+  for (;;) {
+    int slice = SLICE_MS;
+    if (timeout_ms >= 0) {
+      uint64_t now = now_ms();
+      uint64_t left = deadline > now ? deadline - now : 0;
+      if (left < (uint64_t)slice)
+        slice = (int)left;
+    }
+    self->in_next = 1;
+    Py_BEGIN_ALLOW_THREADS rc = chime_stream_next(self->s, b, slice);
+    Py_END_ALLOW_THREADS self->in_next = 0;
+    unsigned drained = self->npending;
+    int rrc = drain_pending(self);
+    if (self->closing) {
+      if (rc == 0)
+        release_unreported(self->s, b);
+      maybe_finish_close(self);
+      chimepy_raise(CHIME_ECLOSED, "stream closed during next()");
+      return -1;
+    }
+    if (rrc && rc == 0) {
+      release_unreported(self->s, b);
+      chimepy_raise(rrc, chime_stream_last_error(self->s));
+      return -1;
+    }
+    if (rc == CHIME_ETIMEDOUT &&
+        (timeout_ms < 0 || (slice > 0 && now_ms() < deadline))) {
+      if (PyErr_CheckSignals() < 0)
+        return -1;
+      continue;
+    }
+    if (rc == CHIME_EBUSY && drained)
+      continue;
+    break;
+  }
+  if (rc) {
+    chimepy_raise(rc, chime_stream_last_error(self->s));
+    return -1;
+  }
+  return 0;
+}
+
 static PyObject *stream_next_ms(stream_t *self, int timeout_ms) {
   if (!self->s || self->closing)
     return chimepy_raise(CHIME_ECLOSED, "stream is closed");
@@ -661,52 +638,32 @@ static PyObject *stream_next_ms(stream_t *self, int timeout_ms) {
     if (rc)
       return chimepy_raise(rc, chime_stream_last_error(self->s));
   }
-  uint64_t deadline = timeout_ms < 0 ? 0 : now_ms() + (uint64_t)timeout_ms;
-  chime_batch_t b;
-  int rc;
-  for (;;) {
-    int slice = SLICE_MS;
-    if (timeout_ms >= 0) {
-      uint64_t now = now_ms();
-      uint64_t left = deadline > now ? deadline - now : 0;
-      if (left < (uint64_t)slice)
-        slice = (int)left;
-    }
-    self->in_next = 1;
-    Py_BEGIN_ALLOW_THREADS rc = chime_stream_next(self->s, &b, slice);
-    Py_END_ALLOW_THREADS self->in_next = 0;
-    unsigned drained = self->npending;
-    int rrc = drain_pending(self);
-    if (self->closing) {
-      if (rc == 0)
-        release_unreported(self->s, &b);
-      maybe_finish_close(self);
-      return chimepy_raise(CHIME_ECLOSED, "stream closed during next()");
-    }
-    if (rrc && rc == 0) {
-      release_unreported(self->s, &b);
-      return chimepy_raise(rrc, chime_stream_last_error(self->s));
-    }
-    if (rc == CHIME_ETIMEDOUT &&
-        (timeout_ms < 0 || (slice > 0 && now_ms() < deadline))) {
-      if (PyErr_CheckSignals() < 0)
-        return NULL;
-      continue;
-    }
-    if (rc == CHIME_EBUSY && drained)
-      continue;
-    break;
-  }
-  if (rc)
-    return chimepy_raise(rc, chime_stream_last_error(self->s));
+  /* The batch is written straight into its object (chime_batch_t is
+   * several KiB: no copy of it per batch). Until it is leased the object
+   * owns nothing, and its dealloc does nothing but free it. */
   batch_t *bt = PyObject_New(batch_t, &chimepy_batch_type);
-  if (!bt) {
-    release_unreported(self->s, &b);
+  if (!bt)
+    return NULL;
+  bt->stream = NULL;
+  bt->leased = 0;
+  /* A batch the ring already holds is taken without letting go of the
+   * GIL (timeout 0 does not wait). Only in shm mode: in stream mode a miss
+   * may send credits, which is not for under the GIL. */
+  int rc = CHIME_ETIMEDOUT;
+  if (self->mode == CHIME_MODE_SHM)
+    rc = chime_stream_next(self->s, &bt->b, 0);
+  if (rc == CHIME_ETIMEDOUT)
+    rc = stream_wait(self, &bt->b, timeout_ms);
+  else if (rc) {
+    chimepy_raise(rc, chime_stream_last_error(self->s));
+    rc = -1;
+  }
+  if (rc) {
+    Py_DECREF(bt);
     return NULL;
   }
   Py_INCREF(self);
   bt->stream = self;
-  bt->b = b;
   bt->leased = 1;
   bt->release_asked = 0;
   bt->views = 0;
@@ -720,11 +677,26 @@ static PyObject *stream_next_ms(stream_t *self, int timeout_ms) {
   return (PyObject *)bt;
 }
 
-static PyObject *stream_next(PyObject *o, PyObject *args, PyObject *kw) {
-  static char *kwlist[] = {"timeout", NULL};
-  PyObject *t = NULL;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:next", kwlist, &t))
+/* next(timeout=1.0), parsed by hand (vectorcall): it runs once a batch. */
+static PyObject *stream_next(PyObject *o, PyObject *const *args,
+                             Py_ssize_t nargs, PyObject *kwnames) {
+  PyObject *t = nargs > 0 ? args[0] : NULL;
+  Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  if (nargs > 1 || nargs + nkw > 1) {
+    PyErr_SetString(PyExc_TypeError, "next() takes at most one argument, "
+                                     "timeout");
     return NULL;
+  }
+  if (nkw) {
+    PyObject *name = PyTuple_GET_ITEM(kwnames, 0);
+    if (!PyUnicode_Check(name) ||
+        PyUnicode_CompareWithASCIIString(name, "timeout") != 0) {
+      PyErr_Format(PyExc_TypeError,
+                   "next() got an unexpected keyword argument '%S'", name);
+      return NULL;
+    }
+    t = args[0];
+  }
   int ms = 1000;
   if (t && parse_timeout_ms(t, &ms))
     return NULL;
@@ -832,7 +804,7 @@ static PyObject *stream_get_closed(PyObject *o, void *unused) {
 
 static PyMethodDef stream_methods[] = {
     {"next", (PyCFunction)(void (*)(void))stream_next,
-     METH_VARARGS | METH_KEYWORDS,
+     METH_FASTCALL | METH_KEYWORDS,
      "next(timeout=1.0) -> Batch: releases the batch the previous next() "
      "returned (deferred while views of it are alive), then waits up to "
      "timeout seconds (None: forever) with the GIL released."},

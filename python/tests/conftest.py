@@ -46,10 +46,10 @@ TABLES.append({"name": "seq", "spec": "t:u32[], s:u32[]",
 
 
 @contextlib.contextmanager
-def run_chimed(tmp, tables=TABLES, extra=None):
+def run_chimed(tmp, tables=TABLES, extra=None, args=()):
     """Yields (process, "127.0.0.1:PORT"); stops it with SIGTERM (SIGKILL
     after STOP_TIMEOUT_S) unless the test already did. extra: more config
-    keys (auth, tls)."""
+    keys (auth, tls, checkpoint); args: more chimed arguments."""
     binary = pathlib.Path(os.environ.get(
         "CHIMED", ROOT / "build" / "src" / "server" / "chimed"))
     if not os.access(binary, os.X_OK):
@@ -58,7 +58,8 @@ def run_chimed(tmp, tables=TABLES, extra=None):
     config.write_text(json.dumps({"listen": "127.0.0.1:0",
                                   "handoff_socket": "@auto",
                                   "tables": tables, **(extra or {})}))
-    argv = [str(binary), "--listen", "127.0.0.1:0", "--config", str(config)]
+    argv = [str(binary), "--listen", "127.0.0.1:0", "--config", str(config),
+            *args]
     # chimed dies with pytest even when pytest is killed before teardown.
     if shutil.which("setpriv"):
         argv = ["setpriv", "--pdeathsig", "KILL"] + argv

@@ -223,6 +223,10 @@ def test_next_releases_the_gil(client):
         assert got["b"].count == 4
 
 
+def v_addr(b, leaf):
+    return b[leaf].__array_interface__["data"][0]
+
+
 def test_dlpack_shares_the_ring(client):
     """numpy.from_dlpack (torch.from_dlpack works the same way) gets the
     ring's address, and its tensor holds the batch like an array does."""
@@ -233,8 +237,10 @@ def test_dlpack_shares_the_ring(client):
         b = s.next(timeout=10)
         v = b.view("m")
         assert v.__dlpack_device__() == (1, 0)
-        t = np.from_dlpack(v)
+        assert np.from_dlpack(v).ctypes.data == v_addr(b, "m")
         del v
+        assert b["m"].__dlpack_device__() == (1, 0)
+        t = np.from_dlpack(b["m"])  # the array itself, though read-only
         addr = b["m"].__array_interface__["data"][0]
         assert t.__array_interface__["data"][0] == addr
         assert t.dtype == np.float32 and t.shape == (4, 2, 3)

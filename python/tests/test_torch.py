@@ -1,5 +1,6 @@
 """The package with torch (Debian python3-torch; skipped without it):
-torch.from_dlpack on a batch's views shares the ring's memory, and
+torch.from_dlpack(batch["leaf"]) shares the ring's memory and holds the
+batch, for whole leaves and their slices, and
 examples/python/learner_torch.py runs end to end."""
 import gc
 import json
@@ -41,9 +42,15 @@ def test_from_dlpack_shares_the_ring(client, mode):
         for name, dt, shape in LEAVES:
             if name not in SPEC_DTYPES:
                 continue
-            t = torch.from_dlpack(b.view(name))
-            addr = b[name].__array_interface__["data"][0]
+            # verbatim: the array itself, read-only, exports
+            a = b[name]
+            assert isinstance(a, np.ndarray) and not a.flags.writeable
+            t = torch.from_dlpack(a)
+            addr = a.__array_interface__["data"][0]
+            del a
             assert t.data_ptr() == addr, name
+            # and through the exporter behind it, the same
+            assert torch.from_dlpack(b.view(name)).data_ptr() == addr
             assert t.dtype == TORCH_DTYPES[SPEC_DTYPES[name]]
             assert tuple(t.shape) == (4,) + shape
             # the same bytes as were inserted (bf16 compared as its bits)
@@ -64,6 +71,86 @@ def test_from_dlpack_shares_the_ring(client, mode):
             s.next(timeout=10).release()
         assert torch.equal(tensors["m"], before)
         tensors.clear()
+        gc.collect()
+        assert b.released
+
+
+def test_tensor_outlives_300_batches(client):
+    """A tensor of batch["x"] keeps its slot leased: with 3 slots a fifo
+    ring reuses a slot every two batches, so without the hold its bytes
+    would change many times over."""
+    n = 2 * 302
+    x = np.random.default_rng(31).integers(0, 256, size=(n, 256),
+                                           dtype=np.uint8)
+    with client.writer("hold") as w:
+        w.extend({"x": x, "id": np.arange(n, dtype=np.uint64)})
+    with client.stream("hold", batch_size=2, slots=3, mode="shm") as s:
+        assert s.mode == "shm"
+        first = s.next(timeout=10)
+        t = torch.from_dlpack(first["x"])
+        tid = torch.from_dlpack(first["id"].view(np.int64)[:])  # no u64
+        expect = x[tid.numpy()]
+        assert np.array_equal(t.numpy(), expect)
+        for _ in range(300):
+            b = s.next(timeout=10)
+        del b
+        assert not first.released
+        assert np.array_equal(t.numpy(), expect)
+        assert np.array_equal(x[tid.numpy()], expect)
+        del tid
+        gc.collect()
+        assert not first.released  # t still holds it
+        del t
+        gc.collect()
+        assert first.released
+        with pytest.raises(chime.Error):
+            first["x"]
+
+
+def test_slice_exports_what_it_shows(client):
+    samples = random_samples(4, seed=32)
+    with client.writer("misc") as w:
+        w.extend(samples)
+    with client.stream("misc", batch_size=4, mode="shm") as s:
+        b = s.next(timeout=10)
+        m = b["m"]                       # f32 [4, 2, 3]
+        for sl in (m[1:], m[:, 1], m[::2, :, 1:], m[2, 1], m.T, m[3:4],
+                   m.reshape(4, 6)[:, ::3], m[1:1]):
+            t = torch.from_dlpack(sl)
+            if sl.size:  # torch gives an empty tensor no address
+                assert t.data_ptr() == sl.__array_interface__["data"][0]
+            assert tuple(t.shape) == sl.shape
+            assert tuple(t.stride()) == tuple(
+                st // sl.itemsize for st in sl.strides)
+            assert t.numpy().tobytes() == sl.tobytes()
+        # a slice of a bf16 leaf is still bfloat16; a dtype view is not
+        k = b["k"]
+        assert torch.from_dlpack(k[1:]).dtype == torch.bfloat16
+        assert torch.from_dlpack(k.view(np.int16)).dtype == torch.int16
+        # a reversed slice would abort torch 1.13: refused instead
+        with pytest.raises(BufferError, match="negative"):
+            m[::-1].__dlpack__()
+        # a u8 view with strides that are not a multiple of u16's size
+        odd = b["a"][:, :, :4].view(np.uint16)
+        assert odd.strides[1] % 2 == 1
+        with pytest.raises(BufferError):
+            odd.__dlpack__()
+        # results of arithmetic are plain numpy, not batch memory
+        assert type(m * 2) is np.ndarray and type(m.sum(0)) is np.ndarray
+        assert isinstance(m.sum(), np.floating)
+        # a slice's tensor holds the batch: the release waits for it
+        t = torch.from_dlpack(b["n"][1:])
+        before = t.clone()
+        del m, k, odd, sl
+        gc.collect()
+        b.release()
+        assert not b.released
+        for _ in range(3):
+            with client.writer("misc") as w:
+                w.extend(random_samples(4, seed=33))
+            s.next(timeout=10).release()
+        assert torch.equal(t, before)
+        del t
         gc.collect()
         assert b.released
 

@@ -3,7 +3,9 @@
  * sampled, insert times; the counts), inserts going on while a checkpoint
  * is written, a flipped byte in any file refused naming the file, a spec
  * that differs refused naming the leaf, a checkpoint without DONE never
- * loaded, keep, and a sequence table refused at restore. */
+ * loaded, keep; sequence tables: the same batches after a restore, their
+ * windows' bookkeeping, appends going on during a checkpoint, a flipped
+ * byte and settings that change the items refused. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -401,33 +403,365 @@ static void test_keep_and_done(void **state) {
   chime__table_destroy(a);
 }
 
-/* A sequence table is written as its spec; restore refuses it. */
-static void test_sequence_refused(void **state) {
+/* --- sequence tables --- */
+
+/* A step: its writer's episode tag and index, then 3 bytes of both. */
+#define SEQ_SPEC "id:u32[2], x:u8[3]"
+#define STEP 11
+
+static void seq_cfg(chime__table_config_t *tc, uint64_t steps, uint32_t t,
+                    uint32_t stride, int pad, chime__sampler_t s) {
+  memset(tc, 0, sizeof(*tc));
+  snprintf(tc->name, sizeof(tc->name), "s");
+  assert_int_equal(chime_spec_parse(&tc->spec, SEQ_SPEC, NULL, 0), 0);
+  tc->capacity_steps = steps;
+  tc->sequence_length = t;
+  tc->stride = stride;
+  tc->episode_pad = pad;
+  tc->sampler = s;
+  tc->min_size = 1;
+  tc->priority_exponent = 1.0;
+  tc->initial_priority = 1.0;
+  tc->seed = 11;
+}
+
+static chime__table_t *seq_table(const chime__table_config_t *tc) {
+  chime__table_t *t;
+  assert_int_equal(chime__table_create(&t, tc), 0);
+  return t;
+}
+
+typedef struct {
+  uint64_t id, seq;
+  uint32_t tag, len;
+} writer_t;
+
+static void seq_append(chime__table_t *t, writer_t *w, uint32_t n, int end) {
+  uint8_t buf[64 * STEP];
+  uint64_t key;
+  assert_true(n <= 64);
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t id[2] = {w->tag, w->len + i};
+    memcpy(buf + i * STEP, id, 8);
+    for (int b = 0; b < 3; b++)
+      buf[i * STEP + 8 + b] = (uint8_t)(w->tag * 31 + (w->len + i) * 7 + b);
+  }
+  chime__dedupe_req_t dq = {.writer = w->id, .seq = ++w->seq};
+  dq.end_episode = end;
+  assert_int_equal(chime__table_insert(t, buf, n, NULL, &key, NULL, &dq), 0);
+  w->len += n;
+  if (end) {
+    w->tag += 1000;
+    w->len = 0;
+  }
+}
+
+static void seq_slot_init(slot_t *s, const chime__table_t *t, uint32_t batch) {
+  const chime_spec_t *sp = chime__table_item_spec(t);
+  assert_int_equal(chime_ring_layout(&s->lay, sp, batch, 2, NULL, 0), 0);
+  s->mem = aligned_alloc(4096, s->lay.slot_bytes);
+  assert_non_null(s->mem);
+  memset(s->mem, 0, s->lay.slot_bytes);
+  memset(&s->ws, 0, sizeof(s->ws));
+  s->ws.base = s->mem;
+  for (uint32_t l = 0; l < sp->nleaves; l++)
+    s->ws.leaf[l] = s->mem + s->lay.leaf_offset[l];
+  s->ws.info = (chime_sample_info_t *)(s->mem + s->lay.info_offset);
+}
+
+/* Window j of a batch holds its episode's steps first_step.. in order. */
+static void seq_check_window(const slot_t *s, uint32_t tl, uint32_t j) {
+  const chime_sample_info_t *in = &s->ws.info[j];
+  const uint32_t *id = (const uint32_t *)s->ws.leaf[0] + (size_t)j * tl * 2;
+  const uint8_t *x = (const uint8_t *)s->ws.leaf[1] + (size_t)j * tl * 3;
+  assert_true(in->length >= 1 && in->length <= tl);
+  for (uint32_t i = 0; i < in->length; i++) {
+    assert_int_equal(id[2 * i], id[0]);
+    assert_int_equal(id[2 * i + 1], in->first_step + i);
+    assert_int_equal(x[3 * i],
+                     (uint8_t)(id[0] * 31 + (in->first_step + i) * 7));
+  }
+}
+
+static void restore_ok(chime__table_t *t, const char *path, uint64_t *items) {
+  char err[512] = "";
+  int rc = chime__checkpoint_restore(&t, 1, path, items, err, sizeof(err));
+  if (rc != 0)
+    fail_msg("restore: %s", err);
+}
+
+/* Three writers interleaved over a store turned over several times (so
+ * blocks wrap round the ring and episodes span blocks), episodes ended
+ * padded and one left open, batches sampled out: the restored table has
+ * the same windows, steps and counts, hands out the same batches byte for
+ * byte, and goes on with the same keys and episode ids. The open
+ * episode's complete windows come back; its tail makes none. */
+static void fill_seq(chime__table_t *t, writer_t *w) {
+  for (int round = 0; round < 60; round++) {
+    for (int k = 0; k < 3; k++) {
+      uint32_t n = (uint32_t)(1 + (round * 7 + k * 5) % 13);
+      seq_append(t, &w[k], n, (round + k) % 4 == 3 && k != 2);
+    }
+  }
+}
+
+static void test_sequence_roundtrip(void **state) {
   (void)state;
-  char dir[300], err[512] = "";
+  char dir[300];
   make_dir(dir, sizeof(dir), "seq");
   chime__table_config_t tc;
-  memset(&tc, 0, sizeof(tc));
-  snprintf(tc.name, sizeof(tc.name), "s");
-  assert_int_equal(chime_spec_parse(&tc.spec, "x:f32[2]", NULL, 0), 0);
-  tc.capacity_steps = 256;
-  tc.sequence_length = 4;
-  tc.stride = 1;
-  tc.sampler = CHIME__SAMPLER_UNIFORM;
-  tc.min_size = 1;
-  tc.initial_priority = 1.0;
-  chime__table_t *a, *b;
-  assert_int_equal(chime__table_create(&a, &tc), 0);
-  assert_int_equal(chime__table_create(&b, &tc), 0);
+  seq_cfg(&tc, 256, 4, 2, 1, CHIME__SAMPLER_FIFO);
+  chime__table_t *a = seq_table(&tc), *b = seq_table(&tc);
+  writer_t w[3] = {{1, 0, 1, 0}, {2, 0, 2, 0}, {3, 0, 3, 0}};
+  fill_seq(a, w);
+  slot_t sa, sb;
+  seq_slot_init(&sa, a, 4);
+  seq_slot_init(&sb, b, 4);
+  for (int k = 0; k < 3; k++)
+    assert_int_equal(chime__table_sample(a, &sa.lay, &sa.ws, NULL), 0);
   chime__ckpt_result_t res;
-  write_ok(a, dir, 1, &res);
-  uint64_t items;
-  assert_int_equal(
-      chime__checkpoint_restore(&b, 1, res.path, &items, err, sizeof(err)),
-      CHIME_ENOTSUP);
-  assert_non_null(strstr(err, "sequence"));
+  write_ok(a, dir, 2, &res);
+  uint64_t items = 0;
+  restore_ok(b, res.path, &items);
+  chime__table_stats_t x, y;
+  chime__table_get_stats(a, &x);
+  chime__table_get_stats(b, &y);
+  assert_true(x.size > 20);
+  assert_int_equal(items, x.size);
+  assert_int_equal(x.size, y.size);
+  assert_int_equal(x.inserts, y.inserts);
+  assert_int_equal(x.samples, y.samples);
+  assert_int_equal(x.left, y.left);
+  assert_int_equal(x.left_times_sampled, y.left_times_sampled);
+  assert_int_equal(x.steps, y.steps);
+  assert_int_equal(x.steps_inserted, y.steps_inserted);
+  assert_int_equal(y.episodes_open, 0); /* the open episode is over */
+  assert_true(x.episodes_open > 0);
+  /* Drain both: the same batches. */
+  while (x.size >= 4) {
+    memset(sa.mem, 0, sa.lay.slot_bytes);
+    memset(sb.mem, 0, sb.lay.slot_bytes);
+    assert_int_equal(chime__table_sample(a, &sa.lay, &sa.ws, NULL), 0);
+    assert_int_equal(chime__table_sample(b, &sb.lay, &sb.ws, NULL), 0);
+    assert_memory_equal(sa.mem, sb.mem, sa.lay.slot_bytes);
+    for (uint32_t j = 0; j < 4; j++)
+      seq_check_window(&sb, 4, j);
+    chime__table_get_stats(a, &x);
+  }
+  /* New writers go on with the same keys and episode ids. */
+  writer_t na = {9, 0, 9000, 0}, nb = na;
+  seq_append(a, &na, 12, 1);
+  seq_append(b, &nb, 12, 1);
+  memset(sa.mem, 0, sa.lay.slot_bytes);
+  memset(sb.mem, 0, sb.lay.slot_bytes);
+  assert_int_equal(chime__table_sample(a, &sa.lay, &sa.ws, NULL), 0);
+  assert_int_equal(chime__table_sample(b, &sb.lay, &sb.ws, NULL), 0);
+  for (int j = 0; j < 4; j++) {
+    if (sa.ws.info[j].episode_id == sb.ws.info[j].episode_id &&
+        sa.ws.info[j].key == sb.ws.info[j].key)
+      sa.ws.info[j].insert_time_ns = sb.ws.info[j].insert_time_ns = 0;
+  }
+  assert_memory_equal(sa.mem, sb.mem, sa.lay.slot_bytes);
+  free(sa.mem);
+  free(sb.mem);
   chime__table_destroy(a);
   chime__table_destroy(b);
+}
+
+/* Prioritized, priorities mutated, "max" initial priority: every window's
+ * bookkeeping comes back in insert order, and two tables restored from one
+ * checkpoint hand out the same batches (the random state is saved). */
+static void test_sequence_prioritized(void **state) {
+  (void)state;
+  char dir[300];
+  make_dir(dir, sizeof(dir), "seqprio");
+  chime__table_config_t tc;
+  seq_cfg(&tc, 512, 5, 1, 0, CHIME__SAMPLER_PRIORITIZED);
+  tc.initial_priority_max = 1;
+  chime__table_t *a = seq_table(&tc);
+  writer_t w[3] = {{1, 0, 1, 0}, {2, 0, 2, 0}, {3, 0, 3, 0}};
+  fill_seq(a, w);
+  slot_t s;
+  seq_slot_init(&s, a, 8);
+  for (int k = 0; k < 5; k++)
+    assert_int_equal(chime__table_sample(a, &s.lay, &s.ws, NULL), 0);
+  uint64_t keys[2] = {s.ws.info[0].key, s.ws.info[1].key};
+  double prios[2] = {7.5, 0.25};
+  chime__table_mutated_t mo;
+  assert_int_equal(chime__table_mutate(a, keys, prios, 2, NULL, 0, &mo), 0);
+  chime__ckpt_result_t res;
+  write_ok(a, dir, 2, &res);
+  chime__table_t *b1 = seq_table(&tc), *b2 = seq_table(&tc);
+  uint64_t items;
+  restore_ok(b1, res.path, &items);
+  restore_ok(b2, res.path, &items);
+  chime__table_view_t va, vb;
+  assert_int_equal(chime__table_view(a, &va), 0);
+  assert_int_equal(chime__table_view(b1, &vb), 0);
+  assert_int_equal(va.count, vb.count);
+  assert_int_equal(va.count, items);
+  assert_int_equal(va.next_key, vb.next_key);
+  assert_int_equal(va.rng, vb.rng);
+  assert_int_equal(va.step_key, vb.step_key);
+  assert_true(va.max_prio == vb.max_prio && vb.max_prio == 7.5);
+  for (uint64_t i = 0; i < va.count; i++) {
+    assert_int_equal(va.key[i], vb.key[i]);
+    assert_int_equal(va.itime[i], vb.itime[i]);
+    assert_true(va.prio[i] == vb.prio[i]);
+    assert_int_equal(va.times[i], vb.times[i]);
+    assert_int_equal(va.wep[i], vb.wep[i]);
+    assert_int_equal(va.wfirst[i], vb.wfirst[i]);
+    assert_int_equal(va.wlen[i], vb.wlen[i]);
+  }
+  chime__table_view_release(a, &va);
+  chime__table_view_release(b1, &vb);
+  slot_t s1, s2;
+  seq_slot_init(&s1, b1, 8);
+  seq_slot_init(&s2, b2, 8);
+  for (int k = 0; k < 20; k++) {
+    assert_int_equal(chime__table_sample(b1, &s1.lay, &s1.ws, NULL), 0);
+    assert_int_equal(chime__table_sample(b2, &s2.lay, &s2.ws, NULL), 0);
+    assert_memory_equal(s1.mem, s2.mem, s1.lay.slot_bytes);
+    for (uint32_t j = 0; j < 8; j++)
+      seq_check_window(&s1, 5, j);
+  }
+  free(s.mem);
+  free(s1.mem);
+  free(s2.mem);
+  chime__table_destroy(a);
+  chime__table_destroy(b1);
+  chime__table_destroy(b2);
+}
+
+/* A flipped byte anywhere in a sequence table's file is refused naming
+ * it; settings that change the items are refused naming them. */
+static void test_sequence_refusals(void **state) {
+  (void)state;
+  char dir[300], err[512], p[2200];
+  make_dir(dir, sizeof(dir), "seqbad");
+  chime__table_config_t tc, bad;
+  /* Blocks of 256 steps (fewer in stores of under 16 blocks). */
+  seq_cfg(&tc, 4096, 4, 2, 1, CHIME__SAMPLER_UNIFORM);
+  chime__table_t *a = seq_table(&tc);
+  writer_t w[3] = {{1, 0, 1, 0}, {2, 0, 2, 0}, {3, 0, 3, 0}};
+  fill_seq(a, w);
+  chime__ckpt_result_t res;
+  write_ok(a, dir, 2, &res);
+  snprintf(p, sizeof(p), "%s/table-000.ckpt", res.path);
+  long n = file_size(p);
+  for (long at = 0; at < n; at += (n / 41) + 1) {
+    flip(p, at);
+    chime__table_t *b = seq_table(&tc);
+    uint64_t items;
+    err[0] = '\0';
+    int rc =
+        chime__checkpoint_restore(&b, 1, res.path, &items, err, sizeof(err));
+    if (rc == 0 || strstr(err, "table-000.ckpt") == NULL)
+      fail_msg("byte %ld: rc %d, '%s'", at, rc, err);
+    chime__table_destroy(b);
+    flip(p, at);
+  }
+  struct {
+    const char *what;
+    int rc;
+  } cases[] = {{"sequence_length", CHIME_EINVAL},
+               {"episode_end", CHIME_EINVAL},
+               {"capacity_steps", CHIME_EINVAL},
+               {"leaf 'x'", CHIME_EINVAL},
+               {"plain", CHIME_EINVAL}};
+  for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+    bad = tc;
+    if (c == 0)
+      bad.sequence_length = 5;
+    else if (c == 1)
+      bad.episode_pad = 0;
+    else if (c == 2)
+      bad.capacity_steps = 64;
+    else if (c == 3)
+      assert_int_equal(
+          chime_spec_parse(&bad.spec, "id:u32[2], x:u8[4]", NULL, 0), 0);
+    chime__table_t *b;
+    if (c == 4) {
+      bad.capacity_steps = bad.sequence_length = bad.stride = 0;
+      bad.capacity = 64;
+    }
+    assert_int_equal(chime__table_create(&b, &bad), 0);
+    uint64_t items;
+    err[0] = '\0';
+    int rc =
+        chime__checkpoint_restore(&b, 1, res.path, &items, err, sizeof(err));
+    if (rc != cases[c].rc || strstr(err, cases[c].what) == NULL)
+      fail_msg("case %s: rc %d, '%s'", cases[c].what, rc, err);
+    chime__table_destroy(b);
+  }
+  /* A larger store with blocks of the same size takes the steps. */
+  bad = tc;
+  bad.capacity_steps = 8192;
+  chime__table_t *b = seq_table(&bad);
+  uint64_t items;
+  restore_ok(b, res.path, &items);
+  chime__table_stats_t x, y;
+  chime__table_get_stats(a, &x);
+  chime__table_get_stats(b, &y);
+  assert_int_equal(x.size, y.size);
+  assert_int_equal(x.steps, y.steps);
+  chime__table_destroy(b);
+  chime__table_destroy(a);
+}
+
+typedef struct {
+  chime__table_t *t;
+  atomic_int stop;
+  _Atomic uint64_t appended;
+} seq_ins_t;
+
+static void *seq_inserter(void *p) {
+  seq_ins_t *a = p;
+  writer_t w[2] = {{1, 0, 1, 0}, {2, 0, 2, 0}};
+  for (uint32_t k = 0; !atomic_load(&a->stop); k++) {
+    uint32_t n = 1 + k % 29;
+    seq_append(a->t, &w[k % 2], n, k % 7 == 6);
+    atomic_fetch_add(&a->appended, n);
+  }
+  return NULL;
+}
+
+/* Steps go on being appended (the store turning over, so appends want
+ * the blocks the checkpoint holds) while checkpoints are written: each
+ * restores, its windows whole and consistent, and appends went on. */
+static void test_sequence_inserts_continue(void **state) {
+  (void)state;
+  char dir[300];
+  make_dir(dir, sizeof(dir), "seqbusy");
+  chime__table_config_t tc;
+  seq_cfg(&tc, 4096, 8, 4, 1, CHIME__SAMPLER_UNIFORM);
+  seq_ins_t arg = {seq_table(&tc), 0, 0};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, seq_inserter, &arg), 0);
+  while (atomic_load(&arg.appended) < 3 * 4096)
+    sched_yield();
+  uint64_t before = atomic_load(&arg.appended);
+  for (int k = 0; k < 8 || atomic_load(&arg.appended) == before; k++) {
+    chime__ckpt_result_t res;
+    write_ok(arg.t, dir, 2, &res);
+    chime__table_t *b = seq_table(&tc);
+    uint64_t items;
+    restore_ok(b, res.path, &items);
+    assert_true(items > 0);
+    slot_t s;
+    seq_slot_init(&s, b, 16);
+    for (int j = 0; j < 4; j++) {
+      assert_int_equal(chime__table_sample(b, &s.lay, &s.ws, NULL), 0);
+      for (uint32_t i = 0; i < 16; i++)
+        seq_check_window(&s, 8, i);
+    }
+    free(s.mem);
+    chime__table_destroy(b);
+  }
+  atomic_store(&arg.stop, 1);
+  pthread_join(th, NULL);
+  assert_true(atomic_load(&arg.appended) > before);
+  chime__table_destroy(arg.t);
 }
 
 /* A checkpoint that cannot be written fails naming the path (a file where
@@ -459,7 +793,10 @@ int main(void) {
       cmocka_unit_test(test_flipped_byte_refused),
       cmocka_unit_test(test_spec_mismatch_names_leaf),
       cmocka_unit_test(test_keep_and_done),
-      cmocka_unit_test(test_sequence_refused),
+      cmocka_unit_test(test_sequence_roundtrip),
+      cmocka_unit_test(test_sequence_prioritized),
+      cmocka_unit_test(test_sequence_refusals),
+      cmocka_unit_test(test_sequence_inserts_continue),
       cmocka_unit_test(test_write_failure_named),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -403,6 +404,52 @@ static void test_keep_and_done(void **state) {
   chime__table_destroy(a);
 }
 
+/* Spare rows taken while a view pins rows are given back by trim once
+ * free, and taken again later with their bytes intact; a trim while
+ * spare rows hold items leaves those alone. */
+static void check_items(chime__table_t *t, uint64_t first, uint64_t n) {
+  chime__table_view_t v;
+  assert_int_equal(chime__table_view(t, &v), 0);
+  assert_int_equal(v.count, n);
+  for (uint64_t i = 0; i < n; i++) {
+    uint32_t a[2];
+    assert_int_equal(v.key[i], first + i);
+    memcpy(a, chime__table_view_leaf(t, &v, i, 0), 8);
+    assert_int_equal(a[0], (uint32_t)(first + i) * 10);
+    assert_int_equal(a[1], (uint32_t)(first + i) * 10 + 1);
+    assert_int_equal(*chime__table_view_leaf(t, &v, i, 1),
+                     (uint8_t)(first + i));
+  }
+  chime__table_view_release(t, &v);
+}
+
+static void test_trim_spares(void **state) {
+  (void)state;
+  /* 2048 items of 9 bytes: the spare rows span whole pages. */
+  chime__table_t *t =
+      new_table("a:u32[2], b:u8[]", 2048, CHIME__SAMPLER_UNIFORM);
+  uint64_t next = 1;
+  for (int k = 0; k < 32; k++, next += 64)
+    insert_n(t, next, 64, NULL);
+  for (int round = 0; round < 3; round++) {
+    chime__table_view_t v;
+    assert_int_equal(chime__table_view(t, &v), 0);
+    /* Every item evicted while pinned: the new ones take spare rows. */
+    for (int k = 0; k < 32; k++, next += 64)
+      insert_n(t, next, 64, NULL);
+    chime__table_trim_spares(t); /* spares in use: nothing to give back */
+    check_items(t, next - 2048, 2048);
+    chime__table_view_release(t, &v);
+    /* The items in spare rows leave; rows under the capacity take the
+     * new ones; then the spare rows are all free. */
+    for (int k = 0; k < 32; k++, next += 64)
+      insert_n(t, next, 64, NULL);
+    chime__table_trim_spares(t);
+    check_items(t, next - 2048, 2048);
+  }
+  chime__table_destroy(t);
+}
+
 /* --- sequence tables --- */
 
 /* A step: its writer's episode tag and index, then 3 bytes of both. */
@@ -764,6 +811,168 @@ static void test_sequence_inserts_continue(void **state) {
   chime__table_destroy(arg.t);
 }
 
+/* With CHIME_CKPT_MEASURE=1: a sequence table of 10^6 steps of 64 B
+ * (T 80; stride 40, then 1: 25,000 and 10^6 windows) checkpointed alone
+ * and with a thread appending steps meanwhile; prints the pause (the lock
+ * held for the view), the write, and the longest append call. */
+typedef struct {
+  chime__table_t *t;
+  atomic_int stop;
+  _Atomic uint64_t appended, worst_ns;
+} meas_t;
+
+static uint64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void meas_append(chime__table_t *t, uint64_t writer, uint64_t *seq,
+                        uint32_t n, int end) {
+  static uint8_t buf[64 * 64];
+  uint64_t key;
+  chime__dedupe_req_t dq = {.writer = writer, .seq = ++*seq};
+  dq.end_episode = end;
+  assert_int_equal(chime__table_insert(t, buf, n, NULL, &key, NULL, &dq), 0);
+}
+
+static void *meas_inserter(void *p) {
+  meas_t *m = p;
+  uint64_t seq[4] = {0, 0, 0, 0};
+  for (uint32_t k = 0; !atomic_load(&m->stop); k++) {
+    uint64_t t0 = mono_ns();
+    meas_append(m->t, 1 + k % 4, &seq[k % 4], 64, k % 50 == 49);
+    uint64_t d = mono_ns() - t0;
+    if (d > atomic_load(&m->worst_ns))
+      atomic_store(&m->worst_ns, d);
+    atomic_fetch_add(&m->appended, 64);
+  }
+  return NULL;
+}
+
+static void test_measure_sequence(void **state) {
+  (void)state;
+  if (getenv("CHIME_CKPT_MEASURE") == NULL)
+    skip();
+  char dir[300];
+  make_dir(dir, sizeof(dir), "measure");
+  uint32_t strides[2] = {40, 1};
+  for (int si = 0; si < 2; si++) {
+    chime__table_config_t tc;
+    memset(&tc, 0, sizeof(tc));
+    snprintf(tc.name, sizeof(tc.name), "m");
+    assert_int_equal(chime_spec_parse(&tc.spec, "obs:u8[64]", NULL, 0), 0);
+    tc.capacity_steps = 1000000;
+    tc.sequence_length = 80;
+    tc.stride = strides[si];
+    tc.sampler = CHIME__SAMPLER_UNIFORM;
+    tc.min_size = 1;
+    tc.priority_exponent = 1.0;
+    tc.initial_priority = 1.0;
+    meas_t m = {seq_table(&tc), 0, 0, 0};
+    uint64_t seq[4] = {0, 0, 0, 0};
+    for (uint32_t k = 0; k < 1200000 / 64; k++)
+      meas_append(m.t, 1 + k % 4, &seq[k % 4], 64, k % 50 == 49);
+    for (int busy = 0; busy < 2; busy++) {
+      pthread_t th;
+      if (busy)
+        assert_int_equal(pthread_create(&th, NULL, meas_inserter, &m), 0);
+      for (int rep = 0; rep < 3; rep++) {
+        uint64_t before = atomic_load(&m.appended);
+        atomic_store(&m.worst_ns, 0);
+        chime__ckpt_result_t res;
+        write_ok(m.t, dir, 1, &res);
+        fprintf(stderr,
+                "stride %u%s: %llu windows, %.1f MB, pause %.3f ms, write "
+                "%.3f s, %llu steps appended meanwhile, longest append "
+                "%.3f ms\n",
+                strides[si], busy ? " (appending)" : "",
+                (unsigned long long)res.items, (double)res.bytes / 1e6,
+                (double)res.pause_ns / 1e6, (double)res.duration_ns / 1e9,
+                (unsigned long long)(atomic_load(&m.appended) - before),
+                (double)atomic_load(&m.worst_ns) / 1e6);
+      }
+      if (busy) {
+        atomic_store(&m.stop, 1);
+        pthread_join(th, NULL);
+        atomic_store(&m.stop, 0);
+      }
+    }
+    chime__table_destroy(m.t);
+  }
+  rm_rf(dir);
+}
+
+/* With CHIME_CKPT_SEEDS=DIR, writes fuzz_checkpoint's seeds of sequence
+ * tables there (tests/fuzz/corpus/checkpoint/seq_*): its flags byte (bit
+ * 2: a sequence table, bit 1: prioritized, bit 0: fix the CRC), then the
+ * table file of a table as that target makes it. */
+static void write_seed(const char *out, const char *name, uint8_t flags,
+                       chime__table_t *t) {
+  char dir[300], p[2200];
+  make_dir(dir, sizeof(dir), name);
+  chime__ckpt_result_t res;
+  write_ok(t, dir, 1, &res);
+  snprintf(p, sizeof(p), "%s/table-000.ckpt", res.path);
+  FILE *in = fopen(p, "rb");
+  assert_non_null(in);
+  snprintf(p, sizeof(p), "%s/%s", out, name);
+  FILE *o = fopen(p, "wb");
+  assert_non_null(o);
+  fputc(flags, o);
+  int ch;
+  while ((ch = fgetc(in)) != EOF)
+    fputc(ch, o);
+  fclose(in);
+  fclose(o);
+}
+
+static void test_fuzz_seeds(void **state) {
+  (void)state;
+  const char *out = getenv("CHIME_CKPT_SEEDS");
+  if (out == NULL)
+    skip();
+  for (int prio = 0; prio < 2; prio++) {
+    for (int fill = 0; fill < 2; fill++) {
+      chime__table_config_t tc;
+      memset(&tc, 0, sizeof(tc));
+      snprintf(tc.name, sizeof(tc.name), "t");
+      assert_int_equal(chime_spec_parse(&tc.spec, "x:u64[], y:u8[4]", NULL, 0),
+                       0);
+      tc.capacity_steps = 64;
+      tc.sequence_length = 4;
+      tc.stride = 2;
+      tc.episode_pad = 1;
+      tc.initial_priority = 1.0;
+      tc.min_size = 1;
+      tc.priority_exponent = 1.0;
+      tc.sampler = prio ? CHIME__SAMPLER_PRIORITIZED : CHIME__SAMPLER_FIFO;
+      chime__table_t *t = seq_table(&tc);
+      uint8_t step[12 * 16];
+      for (int k = 0; fill && k < 12; k++) {
+        uint32_t n = (uint32_t)(1 + (k * 5) % 16);
+        for (uint32_t i = 0; i < n * 12; i++)
+          step[i] = (uint8_t)(k * 16 + i);
+        chime__dedupe_req_t dq = {.writer = (uint64_t)(1 + k % 3),
+                                  .seq = (uint64_t)(1 + k)};
+        dq.end_episode = k % 4 == 1;
+        uint64_t key;
+        assert_int_equal(chime__table_insert(t, step, n, NULL, &key, NULL, &dq),
+                         0);
+      }
+      char name[64];
+      snprintf(name, sizeof(name), "seq_%s_%s", prio ? "prioritized" : "fifo",
+               fill ? "wrapped" : "empty");
+      write_seed(out, name, (uint8_t)(4 | (prio ? 2 : 0)), t);
+      if (fill && !prio) {
+        snprintf(name, sizeof(name), "seq_fifo_wrapped_fixcrc");
+        write_seed(out, name, 5, t);
+      }
+      chime__table_destroy(t);
+    }
+  }
+}
+
 /* A checkpoint that cannot be written fails naming the path (a file where
  * the directory should be). */
 static void test_write_failure_named(void **state) {
@@ -793,11 +1002,14 @@ int main(void) {
       cmocka_unit_test(test_flipped_byte_refused),
       cmocka_unit_test(test_spec_mismatch_names_leaf),
       cmocka_unit_test(test_keep_and_done),
+      cmocka_unit_test(test_trim_spares),
       cmocka_unit_test(test_sequence_roundtrip),
       cmocka_unit_test(test_sequence_prioritized),
       cmocka_unit_test(test_sequence_refusals),
       cmocka_unit_test(test_sequence_inserts_continue),
       cmocka_unit_test(test_write_failure_named),
+      cmocka_unit_test(test_fuzz_seeds),
+      cmocka_unit_test(test_measure_sequence),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   rm_rf(root);

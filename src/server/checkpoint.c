@@ -181,15 +181,17 @@ static void write_seq(chime__table_t *t, wr_t *w, chime__table_view_t *v) {
   wr_u64(w, sv->evicted);
   for (uint64_t i = 0; i < v->count && w->err == 0; i++) {
     uint64_t pb;
+    chime__table_view_item_t it;
+    chime__table_view_item(t, v, i, &it);
     memcpy(&pb, &v->prio[i], 8);
-    wr_u64(w, v->key[i]);
-    wr_u64(w, v->itime[i]);
+    wr_u64(w, it.key);
+    wr_u64(w, it.itime);
     wr_u64(w, pb);
     wr_u32(w, v->times[i]);
-    wr_u32(w, chime__steps_view_slot(sv, v->wslot[i]));
-    wr_u64(w, v->wep[i]);
-    wr_u32(w, v->wfirst[i]);
-    wr_u32(w, v->wlen[i]);
+    wr_u32(w, chime__steps_view_slot(sv, it.slot));
+    wr_u64(w, it.episode);
+    wr_u32(w, it.first);
+    wr_u32(w, it.len);
   }
   chime__table_view_unpin(t, v, v->count);
   for (uint32_t pos = 0; pos < sv->nused && w->err == 0; pos++) {
@@ -253,9 +255,11 @@ static int write_table(chime__table_t *t, const char *path, wr_t *w, entry_t *e,
       write_seq(t, w, &v);
     for (uint64_t i = 0; !seq && i < v.count && w->err == 0; i++) {
       uint64_t pb;
+      chime__table_view_item_t it;
+      chime__table_view_item(t, &v, i, &it);
       memcpy(&pb, &v.prio[i], 8);
-      wr_u64(w, v.key[i]);
-      wr_u64(w, v.itime[i]);
+      wr_u64(w, it.key);
+      wr_u64(w, it.itime);
       wr_u64(w, pb);
       wr_u32(w, v.times[i]);
       for (uint32_t l = 0; l < nl; l++)

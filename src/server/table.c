@@ -1569,11 +1569,9 @@ static void view_free(chime__table_view_t *v) {
 static int view_alloc(const chime__table_t *t, chime__table_view_t *v,
                       uint64_t n) {
   uint64_t m = n ? n : 1, nb = 0;
-  int seq = t->steps != NULL;
-  uint64_t per = 4 + 8 + 8 + 8 + 4 + (seq ? 4 + 4 + 4 + 8 : 0);
-  if (seq)
+  if (t->steps != NULL)
     nb = chime__steps_nblocks(t->steps);
-  uint64_t len = m * per + 4 * nb * 4 + 64 * 16;
+  uint64_t len = m * (4 + 8 + 4) + 4 * nb * 4 + 64 * 8;
   void *p = mmap(NULL, (size_t)len, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
   if (p == MAP_FAILED)
@@ -1586,16 +1584,10 @@ static int view_alloc(const chime__table_t *t, chime__table_view_t *v,
     v->field = (void *)c;                                                      \
     c += align64((size_t)(bytes));                                             \
   } while (0)
-  TAKE(key, m * 8);
-  TAKE(itime, m * 8);
   TAKE(prio, m * 8);
   TAKE(rows, m * 4);
   TAKE(times, m * 4);
-  if (seq) {
-    TAKE(wep, m * 8);
-    TAKE(wslot, m * 4);
-    TAKE(wfirst, m * 4);
-    TAKE(wlen, m * 4);
+  if (nb > 0) {
     TAKE(steps.block, nb * 4);
     TAKE(steps.bn, nb * 4);
     TAKE(steps.bnext, nb * 4);
@@ -1649,20 +1641,23 @@ int chime__table_view(chime__table_t *t, chime__table_view_t *v) {
     }
     v->pause_ns = now_ns(CLOCK_MONOTONIC) - t0;
     pthread_mutex_unlock(&t->mu);
-    /* A row's key, insert time and window are written only when the row
-     * is filled, and a pinned row is never filled: read them after. */
-    for (i = 0; i < v->count; i++) {
-      uint32_t r = v->rows[i];
-      v->key[i] = t->key[r];
-      v->itime[i] = t->itime[r];
-      if (t->steps != NULL) {
-        v->wslot[i] = t->wslot[r];
-        v->wfirst[i] = t->wfirst[r];
-        v->wlen[i] = t->wlen[r];
-        v->wep[i] = t->wep[r];
-      }
-    }
     return 0;
+  }
+}
+
+void chime__table_view_item(const chime__table_t *t,
+                            const chime__table_view_t *v, uint64_t i,
+                            chime__table_view_item_t *out) {
+  uint32_t r = v->rows[i];
+  out->key = t->key[r];
+  out->itime = t->itime[r];
+  out->episode = 0;
+  out->slot = out->first = out->len = 0;
+  if (t->steps != NULL) {
+    out->slot = t->wslot[r];
+    out->first = t->wfirst[r];
+    out->len = t->wlen[r];
+    out->episode = t->wep[r];
   }
 }
 

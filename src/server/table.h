@@ -190,19 +190,17 @@ void chime__table_close(chime__table_t *t);
  * table's view also has each window's first step, episode, index and
  * length, and the step store's blocks, pinned (steps.h): an insert that
  * would reuse one waits until the checkpoint let it go, oldest first. Its
- * arrays are one private mapping, given back to the system at release. */
+ * arrays (16 bytes an item, 16 a block) are one private mapping, given
+ * back to the system at release. */
 typedef struct {
   uint64_t count; /* items */
   uint32_t *rows; /* pinned, oldest first */
-  uint64_t *key, *itime;
   double *prio;
   uint32_t *times;
   uint64_t next_key, inserts, samples, left, left_times, rng;
   uint64_t pause_ns; /* how long the lock was held for the view */
   uint64_t unpinned; /* items [0, unpinned) already let go */
-  /* A sequence table's (NULL, 0 for a plain one). */
-  uint32_t *wslot, *wfirst, *wlen;
-  uint64_t *wep;
+  /* A sequence table's (zero for a plain one). */
   chime__steps_view_t steps;
   double max_prio;
   uint64_t step_key, windows_dropped;
@@ -217,6 +215,18 @@ int chime__table_view(chime__table_t *t, chime__table_view_t *v);
  * on. */
 void chime__table_view_unpin_steps(chime__table_t *t, chime__table_view_t *v,
                                    uint32_t upto);
+/* What the view's item i's row holds besides: written only when a row is
+ * filled, and a pinned row is never filled, so these are not copied under
+ * the lock but read here, while item i is pinned (before an unpin that
+ * lets it go). A sequence table's window: its first step's slot, episode,
+ * index and length (0 for a plain table). */
+typedef struct {
+  uint64_t key, itime, episode;
+  uint32_t slot, first, len;
+} chime__table_view_item_t;
+void chime__table_view_item(const chime__table_t *t,
+                            const chime__table_view_t *v, uint64_t i,
+                            chime__table_view_item_t *out);
 /* Leaf l's bytes of the view's item i: stable until the release. */
 const uint8_t *chime__table_view_leaf(const chime__table_t *t,
                                       const chime__table_view_t *v, uint64_t i,

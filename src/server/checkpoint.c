@@ -77,7 +77,7 @@ static void wr_flush(wr_t *w) {
 }
 
 /* Items written between early unpins (chime__table_view_unpin). */
-#define UNPIN_EVERY 4096u
+#define UNPIN_EVERY 1024u
 
 static void wr_raw(wr_t *w, const void *p, size_t n) {
   const uint8_t *s = p;

@@ -63,6 +63,7 @@ struct chime__table_s {
   pthread_cond_t items;
   pthread_cond_t unpinned; /* an insert waits for a pinned row */
   int pin_waiters;
+  int viewing; /* checkpoint views holding rows (chime__table_view) */
   uint32_t oldest, newest;   /* NONE when empty */
   uint64_t rows;             /* capacity + spare rows */
   uint32_t free_head, nfree; /* freeq ring, wrapped at the capacity */
@@ -835,6 +836,12 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
      * pinned holds its row until unpinned (spare rows stand in, so this
      * waits only when more rows than those are pinned). */
     int pinned = room && t->rows - t->count - t->ndead < need;
+    /* While a checkpoint's view holds rows, rows it will let go soon (it
+     * writes oldest first, the order items leave in) are waited for
+     * rather than spare rows taken: those would stay in the process's
+     * memory until their items leave (trim_spares). */
+    if (room && !pinned && t->viewing > 0 && t->nfree < need && t->ndead > 0)
+      pinned = 1;
     if (room && !pinned)
       break;
     if (abort != NULL && atomic_load(abort)) {
@@ -1633,6 +1640,7 @@ int chime__table_view(chime__table_t *t, chime__table_view_t *v) {
     v->left = t->left;
     v->left_times = t->left_times;
     v->rng = t->rng;
+    t->viewing++;
     if (t->steps != NULL) {
       chime__steps_view_take(t->steps, &v->steps);
       v->max_prio = t->max_prio;
@@ -1698,6 +1706,13 @@ void chime__table_view_unpin_steps(chime__table_t *t, chime__table_view_t *v,
 void chime__table_view_release(chime__table_t *t, chime__table_view_t *v) {
   chime__table_view_unpin(t, v, v->count);
   chime__table_view_unpin_steps(t, v, v->steps.nused);
+  if (v->map != NULL) { /* a view taken, not one that failed */
+    pthread_mutex_lock(&t->mu);
+    t->viewing--;
+    if (t->pin_waiters > 0)
+      pthread_cond_broadcast(&t->unpinned);
+    pthread_mutex_unlock(&t->mu);
+  }
   view_free(v);
 }
 

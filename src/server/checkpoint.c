@@ -158,9 +158,12 @@ typedef struct {
  * and counters, each window's first step (a position-based slot), episode,
  * index and length, then the blocks holding steps, oldest first (steps,
  * links as positions, each step's episode and index, then per leaf the
- * steps' bytes). Windows come first so that the rows can go before the
- * blocks are written; each block goes once written, oldest first, which
- * is the order inserts want them back in. */
+ * steps' bytes). Windows come first so that their rows go before the
+ * blocks are written (windows that leave meanwhile would otherwise hold
+ * rows until the end, and new windows could run out of rows); each block
+ * goes once written, oldest first, which is the order appends want them
+ * back in. An append into a full store waits for the windows' write and
+ * one block's (see docs/operations.md for figures). */
 static void write_seq(chime__table_t *t, wr_t *w, chime__table_view_t *v) {
   const chime__table_config_t *cfg = chime__table_config(t);
   const chime__steps_view_t *sv = &v->steps;
@@ -192,6 +195,8 @@ static void write_seq(chime__table_t *t, wr_t *w, chime__table_view_t *v) {
     wr_u64(w, it.episode);
     wr_u32(w, it.first);
     wr_u32(w, it.len);
+    if ((i + 1) % UNPIN_EVERY == 0)
+      chime__table_view_unpin(t, v, i + 1);
   }
   chime__table_view_unpin(t, v, v->count);
   for (uint32_t pos = 0; pos < sv->nused && w->err == 0; pos++) {
@@ -415,7 +420,11 @@ int chime__checkpoint_write(chime__table_t *const *tables, uint32_t ntables,
   char tmp[CHIME__MAX_PATH + 64] = "", fin[CHIME__MAX_PATH + 64] = "";
   char p[CHIME__MAX_PATH + 128];
   entry_t *ents = calloc(ntables ? ntables : 1, sizeof(*ents));
-  wr_t w = {-1, malloc(WBUF), 0, 0, 0, 0};
+  /* Mapped, not malloc'd: glibc keeps a freed MiB in the thread's arena
+   * (its mmap threshold rises after the first free), this goes back. */
+  void *wbuf = mmap(NULL, WBUF, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  wr_t w = {-1, wbuf == MAP_FAILED ? NULL : wbuf, 0, 0, 0, 0};
   char *manifest = NULL;
   json_t *root = NULL;
   memset(out, 0, sizeof(*out));
@@ -509,7 +518,8 @@ out:
     remove_dir(tmp);
   free(manifest);
   json_decref(root);
-  free(w.buf);
+  if (w.buf != NULL)
+    munmap(w.buf, WBUF);
   free(ents);
   out->duration_ns = now_ns(CLOCK_MONOTONIC) - t0;
   return rc;

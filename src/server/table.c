@@ -1569,8 +1569,8 @@ static void view_free(chime__table_view_t *v) {
   memset(v, 0, sizeof(*v));
 }
 
-/* The view's arrays for n items (and a sequence table's per window and
- * per block) in one private mapping: munmap gives it back to the system,
+/* The view's arrays for n items (and a sequence table's per block) in
+ * one private mapping: munmap gives it back to the system,
  * where freed heap memory of this size would stay in a thread's arena.
  * Populated here, so no page fault lengthens the hold of the lock. */
 static int view_alloc(const chime__table_t *t, chime__table_view_t *v,

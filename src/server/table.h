@@ -208,7 +208,10 @@ typedef struct {
   size_t map_len;
 } chime__table_view_t;
 
-/* Fills *v (CHIME_ENOMEM). Release with chime__table_view_release. */
+/* Fills *v (CHIME_ENOMEM). Release with chime__table_view_release.
+ * While it is held, a plain table's insert that would take a spare row
+ * while rows the view holds are dead waits for them to be let go
+ * (chime__table_view_unpin), so the holder must not insert into t. */
 int chime__table_view(chime__table_t *t, chime__table_view_t *v);
 /* Lets a sequence table's view's blocks [0, upto) go (positions, oldest
  * first), once their steps are written: inserts waiting to reuse them go

@@ -23,7 +23,8 @@
 # Usage: scripts/soak.sh [--minutes M] [--actors A] [--learners L]
 #        defaults: 30 minutes, 16 actors, 8 learners. Exits 0 on success.
 #        CHIME_SOAK_BUILD: the build dir (default build), CHIME_SOAK_KEEP=1
-#        keeps the run's files.
+#        keeps the run's files, CHIME_SOAK_NO_CHECKPOINTS=1 takes none (a
+#        run to compare with).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,7 +36,7 @@ while [ $# -gt 0 ]; do
   --minutes) minutes=$2; shift 2 ;;
   --actors) nactors=$2; shift 2 ;;
   --learners) nlearners=$2; shift 2 ;;
-  -h | --help) sed -n '2,26p' "$0"; exit 0 ;;
+  -h | --help) sed -n '2,27p' "$0"; exit 0 ;;
   *) echo "soak: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -44,6 +45,9 @@ for v in "$minutes" "$nactors" "$nlearners"; do
 done
 
 build=${CHIME_SOAK_BUILD:-build}
+# CHIME_SOAK_NO_CHECKPOINTS=1: no checkpoints at all, to compare with.
+ckpt_every=60
+[ -n "${CHIME_SOAK_NO_CHECKPOINTS:-}" ] && ckpt_every=0
 scripts/setup
 if [ ! -f "$build/CMakeCache.txt" ]; then
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -73,7 +77,7 @@ fail() {
 
 cat >"$tmp/chimed.json" <<EOF
 {"listen": "127.0.0.1:0",
- "checkpoint": {"dir": "$tmp/ckpt", "interval_s": 60, "keep": 2},
+ "checkpoint": {"dir": "$tmp/ckpt", "interval_s": $ckpt_every, "keep": 2},
  "budgets": {"stream_ring_bytes": 67108864, "total_ring_bytes": 1073741824},
  "tables": [
   {"name": "fifo", "spec": "obs:f32[64], action:i32[], reward:f32[]",
@@ -201,7 +205,7 @@ while :; do
     fi
     next_sample=$((next_sample + 10))
   fi
-  if [ "$early_ckpt" = 0 ] && [ $((now - t0)) -ge $((warm / 2)) ]; then
+  if [ "$early_ckpt" = 0 ] && [ "$ckpt_every" != 0 ] && [ $((now - t0)) -ge $((warm / 2)) ]; then
     "$chimectl" checkpoint "$addr" >>"$tmp/checkpoints.txt" 2>&1 ||
       fail "chimectl checkpoint: $(tail -n1 "$tmp/checkpoints.txt")"
     early_ckpt=1
@@ -260,23 +264,25 @@ chimed_pid=""
 [ "$st" -eq 0 ] || fail "chimed exited $st at SIGTERM"
 
 # Checkpoints: one a minute, none failed, the newest loads.
-grep -q "checkpoint failed" "$tmp/chimed.err" &&
-  fail "a checkpoint failed: $(grep "checkpoint failed" "$tmp/chimed.err" | head -n1)"
-last=$(ls -d "$tmp"/ckpt/ckpt-* 2>/dev/null | sort | tail -n1)
-nckpt=$((10#${last##*ckpt-}))
-[ "$nckpt" -ge $((minutes - 1)) ] || fail "$nckpt checkpoints in $minutes minutes"
-"$chimed" --config "$tmp/chimed.json" --restore latest >"$tmp/restore.out" 2>"$tmp/restore.err" &
-chimed_pid=$!
-for _ in $(seq 300); do
-  grep -q '^listening on ' "$tmp/restore.out" && break
-  kill -0 "$chimed_pid" 2>/dev/null || { cat "$tmp/restore.err" >&2; fail "chimed --restore latest exited"; }
-  sleep 0.1
-done
-grep -q '^listening on ' "$tmp/restore.out" || fail "chimed --restore latest did not start"
-kill -TERM "$chimed_pid"
-wait "$chimed_pid" || fail "restored chimed exited non-zero at SIGTERM"
-chimed_pid=""
-echo "soak: $nckpt checkpoints ($(cat "$tmp/checkpoints.txt")); $(sed -n 's/^chimed: restored //p' "$tmp/restore.err")"
+if [ "$ckpt_every" != 0 ]; then
+  grep -q "checkpoint failed" "$tmp/chimed.err" &&
+    fail "a checkpoint failed: $(grep "checkpoint failed" "$tmp/chimed.err" | head -n1)"
+  last=$(ls -d "$tmp"/ckpt/ckpt-* 2>/dev/null | sort | tail -n1)
+  nckpt=$((10#${last##*ckpt-}))
+  [ "$nckpt" -ge $((minutes - 1)) ] || fail "$nckpt checkpoints in $minutes minutes"
+  "$chimed" --config "$tmp/chimed.json" --restore latest >"$tmp/restore.out" 2>"$tmp/restore.err" &
+  chimed_pid=$!
+  for _ in $(seq 300); do
+    grep -q '^listening on ' "$tmp/restore.out" && break
+    kill -0 "$chimed_pid" 2>/dev/null || { cat "$tmp/restore.err" >&2; fail "chimed --restore latest exited"; }
+    sleep 0.1
+  done
+  grep -q '^listening on ' "$tmp/restore.out" || fail "chimed --restore latest did not start"
+  kill -TERM "$chimed_pid"
+  wait "$chimed_pid" || fail "restored chimed exited non-zero at SIGTERM"
+  chimed_pid=""
+  echo "soak: $nckpt checkpoints ($(cat "$tmp/checkpoints.txt")); $(sed -n 's/^chimed: restored //p' "$tmp/restore.err")"
+fi
 
 # Accounting for the fifo table.
 # ids are (seed << 40) | i: exact in awk's doubles while seed < 8192.

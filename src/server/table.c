@@ -1772,30 +1772,48 @@ static void drop_pages(uint8_t *base, uint64_t elem, uint64_t a, uint64_t b,
     (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
+/* Spare rows scanned (and their pages given back) per hold of the lock:
+ * a few MiB of madvise at most, so inserts and samplers get the lock
+ * between chunks. */
+#define TRIM_CHUNK 16384u
+
 void chime__table_trim_spares(chime__table_t *t) {
   uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
   pthread_mutex_lock(&t->mu);
   uint64_t cap = t->cfg.capacity, hw = t->spare_hw, top = cap;
+  pthread_mutex_unlock(&t->mu);
   /* Runs of free spare rows: a free row is not live (dpos) and not
    * pinned (a row that left while pinned is neither). Their leaves and
-   * bookkeeping are written whole when they are taken again. */
-  for (uint64_t r = cap; r < hw;) {
-    if (t->dpos[r] != NONE || t->pins[r] != 0) {
-      top = ++r;
-      continue;
+   * bookkeeping are written whole when they are taken again. A row is
+   * free or not only while the lock is held, so each chunk is looked at
+   * and given back in one hold. */
+  for (uint64_t c = cap; c < hw; c += TRIM_CHUNK) {
+    uint64_t end = c + TRIM_CHUNK < hw ? c + TRIM_CHUNK : hw;
+    pthread_mutex_lock(&t->mu);
+    for (uint64_t r = c; r < end;) {
+      if (t->dpos[r] != NONE || t->pins[r] != 0) {
+        top = ++r;
+        continue;
+      }
+      uint64_t e = r;
+      while (e < end && t->dpos[e] == NONE && t->pins[e] == 0)
+        e++;
+      for (uint32_t l = 0; l < t->nleaves; l++)
+        drop_pages(t->leaf[l], t->lbytes[l], r, e, pg);
+      drop_pages((uint8_t *)t->key, 8, r, e, pg);
+      drop_pages((uint8_t *)t->itime, 8, r, e, pg);
+      drop_pages((uint8_t *)t->prio, 8, r, e, pg);
+      drop_pages((uint8_t *)t->times, 4, r, e, pg);
+      r = e;
     }
-    uint64_t e = r;
-    while (e < hw && t->dpos[e] == NONE && t->pins[e] == 0)
-      e++;
-    for (uint32_t l = 0; l < t->nleaves; l++)
-      drop_pages(t->leaf[l], t->lbytes[l], r, e, pg);
-    drop_pages((uint8_t *)t->key, 8, r, e, pg);
-    drop_pages((uint8_t *)t->itime, 8, r, e, pg);
-    drop_pages((uint8_t *)t->prio, 8, r, e, pg);
-    drop_pages((uint8_t *)t->times, 4, r, e, pg);
-    r = e;
+    pthread_mutex_unlock(&t->mu);
   }
-  t->spare_hw = (uint32_t)top;
+  /* Rows taken meanwhile above the scan raised the mark themselves; one
+   * taken below it in a chunk already scanned is missed until a row
+   * above the mark is taken again (its pages stay: memory, not data). */
+  pthread_mutex_lock(&t->mu);
+  if (t->spare_hw == hw)
+    t->spare_hw = (uint32_t)top;
   pthread_mutex_unlock(&t->mu);
 }
 

@@ -267,9 +267,9 @@ int chime__table_restore_window(chime__table_t *t, uint64_t key, uint64_t itime,
 void chime__table_restore_seq_counts(chime__table_t *t, uint64_t step_key,
                                      double max_prio, uint64_t windows_dropped);
 /* Spare rows (beyond the capacity) that were touched and are free again
- * give their pages back to the system (a checkpoint's pins or a stream's
- * make inserts take them for a while); one hold of the lock, scanning
- * only the spare rows touched since the last call. */
+ * give their pages back to the system (a stream's pins or items given
+ * back make inserts take them for a while); a few holds of the lock,
+ * scanning only the spare rows touched since the last call. */
 void chime__table_trim_spares(chime__table_t *t);
 /* Then the counters: the next key, the rate limiter's counts, the items
  * that left and their times sampled, the random state (0: kept). */

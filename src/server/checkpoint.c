@@ -21,7 +21,11 @@
 #include "server/crc32c.h"
 
 #define MAGIC "CHIMECKT"
-#define VERSION 1u
+/* 2: sequence tables' steps and windows (a version 1 file holds a
+ * sequence table's name and spec only); plain tables' files are the same
+ * in both, and version 1 ones still load. */
+#define VERSION 2u
+#define MIN_VERSION 1u
 #define KIND_PLAIN 0u
 #define KIND_SEQUENCE 1u
 #define DONE_HEAD "chime checkpoint 1\nmanifest_crc32c "
@@ -73,7 +77,7 @@ static void wr_flush(wr_t *w) {
 }
 
 /* Items written between early unpins (chime__table_view_unpin). */
-#define UNPIN_EVERY 4096u
+#define UNPIN_EVERY 1024u
 
 static void wr_raw(wr_t *w, const void *p, size_t n) {
   const uint8_t *s = p;
@@ -150,8 +154,73 @@ typedef struct {
   uint32_t crc;
 } entry_t;
 
+/* A sequence table's part after the items' common fields: its settings
+ * and counters, each window's first step (a position-based slot), episode,
+ * index and length, then the blocks holding steps, oldest first (steps,
+ * links as positions, each step's episode and index, then per leaf the
+ * steps' bytes). Windows come first so that their rows go before the
+ * blocks are written (windows that leave meanwhile would otherwise hold
+ * rows until the end, and new windows could run out of rows); each block
+ * goes once written, oldest first, which is the order appends want them
+ * back in. An append into a full store waits for the windows' write and
+ * one block's (see docs/operations.md for figures). */
+static void write_seq(chime__table_t *t, wr_t *w, chime__table_view_t *v) {
+  const chime__table_config_t *cfg = chime__table_config(t);
+  const chime__steps_view_t *sv = &v->steps;
+  const chime_spec_t *spec = &cfg->spec;
+  uint64_t mp;
+  memcpy(&mp, &v->max_prio, 8);
+  wr_u32(w, cfg->sequence_length);
+  wr_u32(w, cfg->stride);
+  wr_u32(w, cfg->episode_pad ? 1u : 0u);
+  wr_u32(w, sv->k);
+  wr_u64(w, cfg->capacity_steps);
+  wr_u32(w, sv->nused);
+  wr_u64(w, sv->next_episode);
+  wr_u64(w, v->step_key);
+  wr_u64(w, v->windows_dropped);
+  wr_u64(w, mp);
+  wr_u64(w, sv->abandoned);
+  wr_u64(w, sv->evicted);
+  for (uint64_t i = 0; i < v->count && w->err == 0; i++) {
+    uint64_t pb;
+    chime__table_view_item_t it;
+    chime__table_view_item(t, v, i, &it);
+    memcpy(&pb, &v->prio[i], 8);
+    wr_u64(w, it.key);
+    wr_u64(w, it.itime);
+    wr_u64(w, pb);
+    wr_u32(w, v->times[i]);
+    wr_u32(w, chime__steps_view_slot(sv, it.slot));
+    wr_u64(w, it.episode);
+    wr_u32(w, it.first);
+    wr_u32(w, it.len);
+    if ((i + 1) % UNPIN_EVERY == 0)
+      chime__table_view_unpin(t, v, i + 1);
+  }
+  chime__table_view_unpin(t, v, v->count);
+  for (uint32_t pos = 0; pos < sv->nused && w->err == 0; pos++) {
+    const uint64_t *ep;
+    const uint32_t *idx;
+    const uint8_t *leaf[CHIME_MAX_LEAVES];
+    uint32_t bn = sv->bn[pos];
+    chime__steps_view_block(chime__table_steps(t), sv, pos, &ep, &idx, leaf);
+    wr_u32(w, bn);
+    wr_u32(w, sv->bnext[pos]);
+    wr_u32(w, sv->bprev[pos]);
+    for (uint32_t o = 0; o < bn; o++) {
+      wr_u64(w, ep[o]);
+      wr_u32(w, idx[o]);
+    }
+    for (uint32_t l = 0; l < spec->nleaves; l++)
+      wr_raw(w, leaf[l], (size_t)(bn * chime_leaf_bytes(&spec->leaves[l])));
+    chime__table_view_unpin_steps(t, v, pos + 1);
+  }
+}
+
 /* One table's file: the view taken (the pause), the bytes written from the
- * pinned rows, the view released, the file fsynced. */
+ * pinned rows (a sequence table's: from its pinned blocks), the view
+ * released, the file fsynced. */
 static int write_table(chime__table_t *t, const char *path, wr_t *w, entry_t *e,
                        uint64_t *pause_ns, char *err, size_t errlen) {
   const chime__table_config_t *cfg = chime__table_config(t);
@@ -161,14 +230,11 @@ static int write_table(chime__table_t *t, const char *path, wr_t *w, entry_t *e,
   if (chime_spec_format(&cfg->spec, spec, sizeof(spec)) != 0)
     return fail(err, errlen, CHIME_EINVAL, "table '%s': spec too long",
                 cfg->name);
-  memset(&v, 0, sizeof(v));
-  if (!seq) {
-    int rc = chime__table_view(t, &v);
-    if (rc != 0)
-      return fail(err, errlen, rc, "table '%s': %s", cfg->name,
-                  chime_strerror(rc));
-    *pause_ns = v.pause_ns;
-  }
+  int rc = chime__table_view(t, &v);
+  if (rc != 0)
+    return fail(err, errlen, rc, "table '%s': %s", cfg->name,
+                chime_strerror(rc));
+  *pause_ns = v.pause_ns;
   w->fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   w->len = 0;
   w->crc = 0;
@@ -189,12 +255,16 @@ static int write_table(chime__table_t *t, const char *path, wr_t *w, entry_t *e,
     wr_u64(w, v.left);
     wr_u64(w, v.left_times);
     wr_u64(w, v.rng);
-    wr_u64(w, seq ? 0 : sb);
-    for (uint64_t i = 0; i < v.count && w->err == 0; i++) {
+    wr_u64(w, sb); /* a sequence table's: one step's */
+    if (seq)
+      write_seq(t, w, &v);
+    for (uint64_t i = 0; !seq && i < v.count && w->err == 0; i++) {
       uint64_t pb;
+      chime__table_view_item_t it;
+      chime__table_view_item(t, &v, i, &it);
       memcpy(&pb, &v.prio[i], 8);
-      wr_u64(w, v.key[i]);
-      wr_u64(w, v.itime[i]);
+      wr_u64(w, it.key);
+      wr_u64(w, it.itime);
       wr_u64(w, pb);
       wr_u32(w, v.times[i]);
       for (uint32_t l = 0; l < nl; l++)
@@ -202,7 +272,7 @@ static int write_table(chime__table_t *t, const char *path, wr_t *w, entry_t *e,
                chime_leaf_bytes(&cfg->spec.leaves[l]));
       /* Written (copied into w's buffer): the rows may go, oldest first,
        * so inserts meanwhile reuse them rather than spare rows. */
-      if (!seq && (i + 1) % UNPIN_EVERY == 0)
+      if ((i + 1) % UNPIN_EVERY == 0)
         chime__table_view_unpin(t, &v, i + 1);
     }
     uint32_t crc = w->crc;
@@ -212,8 +282,7 @@ static int write_table(chime__table_t *t, const char *path, wr_t *w, entry_t *e,
     e->bytes = w->total;
   }
   e->items = v.count;
-  if (!seq)
-    chime__table_view_release(t, &v);
+  chime__table_view_release(t, &v);
   if (w->fd >= 0) {
     if (w->err == 0 && fsync(w->fd) != 0)
       w->err = errno;
@@ -351,7 +420,11 @@ int chime__checkpoint_write(chime__table_t *const *tables, uint32_t ntables,
   char tmp[CHIME__MAX_PATH + 64] = "", fin[CHIME__MAX_PATH + 64] = "";
   char p[CHIME__MAX_PATH + 128];
   entry_t *ents = calloc(ntables ? ntables : 1, sizeof(*ents));
-  wr_t w = {-1, malloc(WBUF), 0, 0, 0, 0};
+  /* Mapped, not malloc'd: glibc keeps a freed MiB in the thread's arena
+   * (its mmap threshold rises after the first free), this goes back. */
+  void *wbuf = mmap(NULL, WBUF, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  wr_t w = {-1, wbuf == MAP_FAILED ? NULL : wbuf, 0, 0, 0, 0};
   char *manifest = NULL;
   json_t *root = NULL;
   memset(out, 0, sizeof(*out));
@@ -445,7 +518,8 @@ out:
     remove_dir(tmp);
   free(manifest);
   json_decref(root);
-  free(w.buf);
+  if (w.buf != NULL)
+    munmap(w.buf, WBUF);
   free(ents);
   out->duration_ns = now_ns(CLOCK_MONOTONIC) - t0;
   return rc;
@@ -552,12 +626,163 @@ static int spec_check(const char *table, const chime_spec_t *ck,
   return 0;
 }
 
+/* A sequence table's window record and the fixed part of its section. */
+#define WIN_REC 48u
+
+typedef struct {
+  uint32_t t, stride, pad, k, nused;
+  uint64_t capacity_steps, next_episode, step_key, dropped, abandoned, evicted;
+  double max_prio;
+  size_t items_at, blocks_at; /* offsets of the windows, the blocks */
+} seqhdr_t;
+
+/* A sequence table's section, walked whole (windows and blocks, their
+ * sizes); what goes into the table is checked when it goes in. */
+static int seq_parse(rd_t *r, uint64_t count, uint64_t sb, uint32_t nl,
+                     seqhdr_t *h) {
+  h->t = rd_u32(r);
+  h->stride = rd_u32(r);
+  h->pad = rd_u32(r);
+  h->k = rd_u32(r);
+  h->capacity_steps = rd_u64(r);
+  h->nused = rd_u32(r);
+  h->next_episode = rd_u64(r);
+  h->step_key = rd_u64(r);
+  h->dropped = rd_u64(r);
+  uint64_t mp = rd_u64(r);
+  memcpy(&h->max_prio, &mp, 8);
+  h->abandoned = rd_u64(r);
+  h->evicted = rd_u64(r);
+  if (r->bad || h->t == 0 || h->stride == 0 || h->stride > h->t || h->pad > 1 ||
+      h->k == 0 || h->k > 4096 || nl == 0 || sb == 0)
+    return -1;
+  h->items_at = r->off;
+  if (count > (r->n - r->off) / WIN_REC)
+    return -1;
+  r->off += (size_t)count * WIN_REC;
+  h->blocks_at = r->off;
+  for (uint32_t pos = 0; pos < h->nused; pos++) {
+    uint32_t bn = rd_u32(r);
+    rd_u32(r);
+    rd_u32(r);
+    if (r->bad || bn == 0 || bn > h->k ||
+        (uint64_t)bn * (12 + sb) > r->n - r->off)
+      return -1;
+    r->off += (size_t)(bn * (12 + sb));
+  }
+  return r->off == r->n ? 0 : -1;
+}
+
+/* The config's sequence settings against the checkpoint's: T and the
+ * episode end shape the items; the steps' blocks must be the same size
+ * and fit (stride may differ: it shapes only windows made later). */
+static int seq_check(const char *table, const seqhdr_t *h,
+                     const chime__table_config_t *cfg, chime__steps_t *st,
+                     char *err, size_t errlen) {
+  if (h->t != cfg->sequence_length)
+    return fail(err, errlen, CHIME_EINVAL,
+                "table '%s': sequence_length is %u in the checkpoint, %u in "
+                "the config",
+                table, h->t, cfg->sequence_length);
+  if (h->pad != (cfg->episode_pad ? 1u : 0u))
+    return fail(err, errlen, CHIME_EINVAL,
+                "table '%s': episode_end is %s in the checkpoint, %s in the "
+                "config",
+                table, h->pad ? "pad" : "drop",
+                cfg->episode_pad ? "pad" : "drop");
+  if (h->k != chime__steps_k(st) || h->nused > chime__steps_nblocks(st))
+    return fail(err, errlen, CHIME_EINVAL,
+                "table '%s': capacity_steps %llu in the checkpoint (%u blocks "
+                "of %u steps stored), %llu in the config (%u blocks of %u): "
+                "the steps do not fit",
+                table, (unsigned long long)h->capacity_steps, h->nused, h->k,
+                (unsigned long long)cfg->capacity_steps,
+                chime__steps_nblocks(st), chime__steps_k(st));
+  return 0;
+}
+
+/* Loads a parsed sequence section into t: blocks, then windows. */
+static int seq_load(const uint8_t *p, size_t n, const seqhdr_t *h,
+                    chime__table_t *t, uint64_t count, const char *fname,
+                    const char *name, char *err, size_t errlen) {
+  const chime__table_config_t *cfg = chime__table_config(t);
+  chime__steps_t *st = chime__table_steps(t);
+  uint64_t *ep = malloc(h->k * sizeof(*ep));
+  uint32_t *idx = malloc(h->k * sizeof(*idx));
+  rd_t r = {p, n, h->blocks_at, 0};
+  int rc = 0;
+  if (ep == NULL || idx == NULL) {
+    rc = fail(err, errlen, CHIME_ENOMEM, "out of memory");
+    goto out;
+  }
+  if (chime__steps_restore_begin(st, h->nused) != 0) {
+    rc = fail(err, errlen, CHIME_EINVAL, "table '%s': not empty", name);
+    goto out;
+  }
+  for (uint32_t pos = 0; pos < h->nused; pos++) {
+    uint32_t bn = rd_u32(&r), next = rd_u32(&r), prev = rd_u32(&r);
+    const uint8_t *leaf[CHIME_MAX_LEAVES];
+    for (uint32_t o = 0; o < bn; o++) {
+      ep[o] = rd_u64(&r);
+      idx[o] = rd_u32(&r);
+    }
+    for (uint32_t l = 0; l < cfg->spec.nleaves; l++)
+      leaf[l] =
+          rd_take(&r, (size_t)(bn * chime_leaf_bytes(&cfg->spec.leaves[l])));
+    if (r.bad || chime__steps_restore_block(st, pos, bn, next, prev, ep, idx,
+                                            leaf) != 0) {
+      rc = fail(err, errlen, CHIME_ECORRUPT,
+                "%s: block %u of table '%s' does not hang together", fname, pos,
+                name);
+      goto out;
+    }
+  }
+  if (chime__steps_restore_finish(st, h->next_episode, h->abandoned,
+                                  h->evicted) != 0) {
+    rc = fail(err, errlen, CHIME_ECORRUPT,
+              "%s: the blocks of table '%s' do not hang together", fname, name);
+    goto out;
+  }
+  r.off = h->items_at;
+  for (uint64_t i = 0; i < count; i++) {
+    uint64_t key = rd_u64(&r), itime = rd_u64(&r), pb = rd_u64(&r);
+    uint32_t times = rd_u32(&r), slot = rd_u32(&r);
+    uint64_t episode = rd_u64(&r);
+    uint32_t first = rd_u32(&r), len = rd_u32(&r);
+    double prio;
+    memcpy(&prio, &pb, 8);
+    rc = chime__table_restore_window(t, key, itime, prio, times, slot, episode,
+                                     first, len);
+    if (rc == CHIME_ENOMEM) {
+      rc = fail(err, errlen, CHIME_EINVAL,
+                "table '%s': the checkpoint holds %llu windows, more than its "
+                "rows hold",
+                name, (unsigned long long)count);
+      goto out;
+    }
+    if (rc != 0) {
+      rc = fail(err, errlen, CHIME_ECORRUPT,
+                "%s: window %llu (key %llu): a duplicate key, a priority the "
+                "table cannot use, or steps it does not hold",
+                fname, (unsigned long long)i, (unsigned long long)key);
+      goto out;
+    }
+  }
+  chime__table_restore_seq_counts(t, h->step_key, h->max_prio, h->dropped);
+out:
+  free(ep);
+  free(idx);
+  return rc;
+}
+
 int chime__checkpoint_load_table(const uint8_t *p, size_t n,
                                  chime__table_t *const *tables,
                                  uint32_t ntables, const char *fname,
                                  uint64_t *items, char *err, size_t errlen) {
   char name[CHIME_MAX_NAME], spec_text[8192], perr[256];
   chime_spec_t spec;
+  seqhdr_t sh;
+  memset(&sh, 0, sizeof(sh));
   *items = 0;
   if (n < 12 || memcmp(p, MAGIC, 8) != 0)
     return fail(err, errlen, CHIME_ECORRUPT,
@@ -571,7 +796,7 @@ int chime__checkpoint_load_table(const uint8_t *p, size_t n,
                 stored);
   rd_t r = {p, n - 4, 8, 0};
   uint32_t ver = rd_u32(&r), kind = rd_u32(&r);
-  if (!r.bad && ver != VERSION)
+  if (!r.bad && (ver < MIN_VERSION || ver > VERSION))
     return fail(err, errlen, CHIME_ECORRUPT, "%s: version %u (this is %u)",
                 fname, ver, VERSION);
   rd_str(&r, name, sizeof(name));
@@ -585,12 +810,16 @@ int chime__checkpoint_load_table(const uint8_t *p, size_t n,
     return fail(err, errlen, CHIME_ECORRUPT, "%s: table '%s': bad spec: %s",
                 fname, name, perr);
   uint64_t rec = REC_FIXED + sb;
-  if (kind == KIND_PLAIN && sb != chime_spec_sample_bytes(&spec))
+  /* Version 1 wrote a sequence table's name and spec alone. */
+  int old_seq = kind == KIND_SEQUENCE && ver < 2;
+  if (!old_seq && sb != chime_spec_sample_bytes(&spec))
     return fail(err, errlen, CHIME_ECORRUPT,
                 "%s: sample bytes %llu, its spec's %llu", fname,
                 (unsigned long long)sb,
                 (unsigned long long)chime_spec_sample_bytes(&spec));
-  if ((kind == KIND_SEQUENCE && count != 0) ||
+  if ((old_seq && count != 0) ||
+      (kind == KIND_SEQUENCE && !old_seq &&
+       seq_parse(&r, count, sb, spec.nleaves, &sh) != 0) ||
       (kind == KIND_PLAIN &&
        (count > (r.n - r.off) / rec || count * rec != r.n - r.off)))
     return fail(err, errlen, CHIME_ECORRUPT,
@@ -604,15 +833,31 @@ int chime__checkpoint_load_table(const uint8_t *p, size_t n,
                 "%s: table '%s' is in the checkpoint but not in the config",
                 fname, name);
   const chime__table_config_t *cfg = chime__table_config(t);
-  if (kind == KIND_SEQUENCE || cfg->sequence_length > 0)
+  if (old_seq)
     return fail(err, errlen, CHIME_ENOTSUP,
-                "table '%s' is a sequence table: restoring sequence tables "
-                "is not supported yet (start without --restore, or drop the "
-                "table from the config and the checkpoint)",
+                "table '%s' is a sequence table in a version 1 checkpoint, "
+                "which holds no steps (start without --restore, or drop the "
+                "table from the config)",
                 name);
+  if ((kind == KIND_SEQUENCE) != (cfg->sequence_length > 0))
+    return fail(err, errlen, CHIME_EINVAL,
+                "table '%s' is a %s table in the checkpoint, a %s table in the "
+                "config",
+                name, kind == KIND_SEQUENCE ? "sequence" : "plain",
+                kind == KIND_SEQUENCE ? "plain" : "sequence");
   int rc = spec_check(name, &spec, &cfg->spec, err, errlen);
   if (rc != 0)
     return rc;
+  if (kind == KIND_SEQUENCE) {
+    if ((rc = seq_check(name, &sh, cfg, chime__table_steps(t), err, errlen)) !=
+            0 ||
+        (rc = seq_load(p, n - 4, &sh, t, count, fname, name, err, errlen)) != 0)
+      return rc;
+    chime__table_restore_counts(t, next_key, inserts, samples, left, left_times,
+                                rng);
+    *items = count;
+    return 0;
+  }
   for (uint64_t i = 0; i < count; i++) {
     uint64_t key = rd_u64(&r), itime = rd_u64(&r), pb = rd_u64(&r);
     uint32_t times = rd_u32(&r);
@@ -745,7 +990,8 @@ int chime__checkpoint_restore(chime__table_t *const *tables, uint32_t ntables,
   json_t *arr = root ? json_object_get(root, "tables") : NULL;
   json_t *ver = root ? json_object_get(root, "version") : NULL;
   if (!json_is_array(arr) || !json_is_integer(ver) ||
-      json_integer_value(ver) != VERSION) {
+      json_integer_value(ver) < MIN_VERSION ||
+      json_integer_value(ver) > VERSION) {
     rc = fail(err, errlen, CHIME_ECORRUPT, "%s: not a version %u manifest", p,
               VERSION);
     goto out;

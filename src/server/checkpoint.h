@@ -10,9 +10,14 @@
  *
  * A table file: "CHIMECKT", version, kind, name, spec (text), the counts,
  * the items oldest first (key, insert time, priority, times sampled, the
- * sample's bytes), and the CRC-32C of all that; little-endian. Restore
- * checks every file's CRC against its trailer and the manifest before it
- * reads any, so a flipped byte is refused naming the file. */
+ * sample's bytes), and the CRC-32C of all that; little-endian. A sequence
+ * table's file (version 2) has, after the counts, its settings and step
+ * counters, its windows oldest first (key, insert time, priority, times
+ * sampled, first step, episode, index, length) and the step store's
+ * blocks oldest first (steps, lane links, each step's episode and index,
+ * the steps' bytes leaf by leaf). Restore checks every file's CRC against
+ * its trailer and the manifest before it reads any, so a flipped byte is
+ * refused naming the file. */
 #ifndef CHIME_SERVER_CHECKPOINT_H
 #define CHIME_SERVER_CHECKPOINT_H
 
@@ -33,8 +38,8 @@ typedef struct {
 
 /* Writes a checkpoint of the tables into dir (created if missing) and
  * keeps the newest keep (>= 1). Inserts and samples go on meanwhile: each
- * table is held only for its view (chime__table_view). A sequence table
- * is written as its spec alone (restore refuses it: not supported yet).
+ * table is held only for its view (chime__table_view); a sequence
+ * table's appends that would reuse a block not yet written wait for it.
  * CHIME_ESYS with err naming the path and the system error. */
 int chime__checkpoint_write(chime__table_t *const *tables, uint32_t ntables,
                             const char *dir, uint32_t keep,
@@ -51,8 +56,11 @@ int chime__checkpoint_latest(const char *dir, char *path, size_t len);
  * its name, whose spec must be the same leaf for leaf. Config tables
  * absent from the checkpoint stay empty. CHIME_ECORRUPT naming the file,
  * CHIME_EINVAL naming the table and leaf (spec, a table the config lacks,
- * more items than it can hold), CHIME_ENOTSUP for a sequence table,
- * CHIME_ENOTFOUND without DONE; *items gets the items loaded. */
+ * more items than it can hold) or the sequence setting that differs,
+ * CHIME_ENOTSUP for a sequence table in a version 1 checkpoint (which
+ * held no steps), CHIME_ENOTFOUND without DONE; *items gets the items
+ * loaded. A sequence table's episodes that were open are over: their
+ * complete windows come back, their tails make none. */
 int chime__checkpoint_restore(chime__table_t *const *tables, uint32_t ntables,
                               const char *path, uint64_t *items, char *err,
                               size_t errlen);

@@ -49,6 +49,21 @@ static void answer(chime__call_t *c, int rc, const chime__ckpt_result_t *res,
   chime__call_finish(c, CHIME_OK, "%s", "");
 }
 
+/* How often the tables' spare rows are trimmed: rows a checkpoint's pins
+ * made inserts take (chime__table_trim_spares) hold items until those
+ * leave, which takes about one turnover of the table, so their pages are
+ * given back some time after the checkpoint, not at its end. */
+#define TRIM_EVERY_NS (UINT64_C(10) * 1000000000u)
+
+static void wait_until(chime__ckpter_t *k, uint64_t due) {
+  /* The condition variable's clock is CLOCK_REALTIME: wait for the
+   * remaining time measured from now on that clock. */
+  uint64_t now = now_ns(CLOCK_MONOTONIC);
+  uint64_t dl = now_ns(CLOCK_REALTIME) + (due > now ? due - now : 0);
+  struct timespec ts = {(time_t)(dl / 1000000000u), (long)(dl % 1000000000u)};
+  pthread_cond_timedwait(&k->cv, &k->mu, &ts);
+}
+
 static void *ckpt_main(void *arg) {
   pthread_setname_np(pthread_self(), "chime-ckpt");
   chime__ckpter_t *k = arg;
@@ -56,23 +71,21 @@ static void *ckpt_main(void *arg) {
   const chime__checkpoint_config_t *cc = &srv->cfg.checkpoint;
   uint64_t period = (uint64_t)cc->interval_s * 1000000000u;
   uint64_t due = period ? now_ns(CLOCK_MONOTONIC) + period : 0;
+  uint64_t trim_due = now_ns(CLOCK_MONOTONIC) + TRIM_EVERY_NS;
   pthread_mutex_lock(&k->mu);
   while (!k->stop) {
-    if (k->nwaiting == 0) {
-      if (period == 0) {
-        pthread_cond_wait(&k->cv, &k->mu);
-        continue;
-      }
-      uint64_t now = now_ns(CLOCK_MONOTONIC);
-      if (now < due) {
-        /* The condition variable's clock is CLOCK_REALTIME: wait for the
-         * remaining time measured from now on that clock. */
-        uint64_t dl = now_ns(CLOCK_REALTIME) + (due - now);
-        struct timespec ts = {(time_t)(dl / 1000000000u),
-                              (long)(dl % 1000000000u)};
-        pthread_cond_timedwait(&k->cv, &k->mu, &ts);
-        continue;
-      }
+    uint64_t now = now_ns(CLOCK_MONOTONIC);
+    if (now >= trim_due) {
+      pthread_mutex_unlock(&k->mu);
+      for (uint32_t i = 0; i < srv->ntables; i++)
+        chime__table_trim_spares(srv->tables[i]);
+      pthread_mutex_lock(&k->mu);
+      trim_due = now_ns(CLOCK_MONOTONIC) + TRIM_EVERY_NS;
+      continue;
+    }
+    if (k->nwaiting == 0 && (period == 0 || now < due)) {
+      wait_until(k, period != 0 && due < trim_due ? due : trim_due);
+      continue;
     }
     chime__call_t *calls[MAX_WAITING];
     uint32_t n = k->nwaiting;
@@ -105,8 +118,8 @@ static void *ckpt_main(void *arg) {
     if (period != 0) {
       /* The next one a whole period after this one began or ended,
        * whichever is later: a slow disk never queues them up. */
-      uint64_t now = now_ns(CLOCK_MONOTONIC);
-      due = due + period > now ? due + period : now + period;
+      uint64_t end = now_ns(CLOCK_MONOTONIC);
+      due = due + period > end ? due + period : end + period;
     }
   }
   pthread_mutex_unlock(&k->mu);

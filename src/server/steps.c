@@ -435,3 +435,165 @@ void chime__steps_get_stats(const chime__steps_t *s,
   out->episodes_abandoned = s->abandoned;
   out->steps_evicted = s->evicted;
 }
+
+/* --- checkpoints --- */
+
+uint32_t chime__steps_nblocks(const chime__steps_t *s) {
+  return s->nblocks;
+}
+
+uint32_t chime__steps_k(const chime__steps_t *s) {
+  return s->k;
+}
+
+/* Block b's position counted from the oldest. */
+static uint32_t pos_of(const chime__steps_view_t *v, uint32_t b) {
+  if (b == NONE)
+    return NONE;
+  return b >= v->oldest ? b - v->oldest : b + v->nblocks - v->oldest;
+}
+
+void chime__steps_view_take(chime__steps_t *s, chime__steps_view_t *v) {
+  v->k = s->k;
+  v->nblocks = s->nblocks;
+  v->nused = s->nused;
+  /* The used blocks are the nused before head, round the ring. */
+  v->oldest = s->head >= s->nused ? s->head - s->nused
+                                  : s->head + s->nblocks - s->nused;
+  v->unpinned = 0;
+  v->next_episode = s->next_episode;
+  v->abandoned = s->abandoned;
+  v->evicted = s->evicted;
+  for (uint32_t i = 0, b = v->oldest; i < v->nused; i++) {
+    v->block[i] = b;
+    v->bn[i] = s->bn[b];
+    /* A lane's next block is newer, so held too; its previous one is
+     * NONE once it was reused. */
+    v->bnext[i] = pos_of(v, s->bnext[b]);
+    v->bprev[i] = pos_of(v, s->bprev[b]);
+    s->bpin[b]++;
+    if (++b == s->nblocks)
+      b = 0;
+  }
+}
+
+void chime__steps_view_unpin(chime__steps_t *s, chime__steps_view_t *v,
+                             uint32_t upto) {
+  if (upto > v->nused)
+    upto = v->nused;
+  for (; v->unpinned < upto; v->unpinned++)
+    s->bpin[v->block[v->unpinned]]--;
+}
+
+void chime__steps_view_block(const chime__steps_t *s,
+                             const chime__steps_view_t *v, uint32_t pos,
+                             const uint64_t **ep, const uint32_t **idx,
+                             const uint8_t **leaf) {
+  uint64_t slot0 = (uint64_t)v->block[pos] * s->k;
+  *ep = s->sep + slot0;
+  *idx = s->sidx + slot0;
+  for (uint32_t l = 0; l < s->nleaves; l++)
+    leaf[l] = s->leaf[l] + slot0 * s->lbytes[l];
+}
+
+uint32_t chime__steps_view_slot(const chime__steps_view_t *v, uint32_t slot) {
+  return pos_of(v, slot / v->k) * v->k + slot % v->k;
+}
+
+int chime__steps_restore_begin(chime__steps_t *s, uint32_t nused) {
+  if (s->nused != 0 || s->neps != 0 || nused > s->nblocks)
+    return CHIME_EINVAL;
+  return 0;
+}
+
+int chime__steps_restore_block(chime__steps_t *s, uint32_t pos, uint32_t bn,
+                               uint32_t bnext, uint32_t bprev,
+                               const uint64_t *ep, const uint32_t *idx,
+                               const uint8_t *const *leaf) {
+  /* In order; links point to newer (next) and older (prev) positions,
+   * so no chain loops; next's range is checked at finish. */
+  if (pos != s->nused || pos >= s->nblocks || bn == 0 || bn > s->k ||
+      (bnext != NONE && bnext <= pos) || (bprev != NONE && bprev >= pos))
+    return CHIME_EINVAL;
+  uint64_t slot0 = (uint64_t)pos * s->k;
+  for (uint32_t o = 0; o < bn; o++) {
+    if (ep[o] == 0)
+      return CHIME_EINVAL;
+    s->sep[slot0 + o] = ep[o];
+    s->sidx[slot0 + o] = idx[o];
+  }
+  for (uint32_t l = 0; l < s->nleaves; l++)
+    memcpy(s->leaf[l] + slot0 * s->lbytes[l], leaf[l],
+           (size_t)(bn * s->lbytes[l]));
+  s->bn[pos] = bn;
+  s->bnext[pos] = bnext;
+  s->bprev[pos] = bprev;
+  s->bopen[pos] = NONE;
+  s->nused++;
+  s->steps += bn;
+  return 0;
+}
+
+int chime__steps_restore_finish(chime__steps_t *s, uint64_t next_episode,
+                                uint64_t abandoned, uint64_t evicted) {
+  for (uint32_t b = 0; b < s->nused; b++) {
+    uint32_t n = s->bnext[b], p = s->bprev[b];
+    /* Both ends of a link agree, and a block whose lane goes on is full
+     * (a window's copy runs to its end). */
+    if ((n != NONE &&
+         (n >= s->nused || s->bprev[n] != b || s->bn[b] != s->k)) ||
+        (p != NONE && s->bnext[p] != b))
+      return CHIME_EINVAL;
+    for (uint32_t o = 0; o < s->bn[b]; o++)
+      if (s->sep[(uint64_t)b * s->k + o] >= next_episode)
+        return CHIME_EINVAL;
+  }
+  /* Episodes' newest blocks, oldest block first so the newest wins. */
+  for (uint32_t b = 0; b < s->nused; b++) {
+    uint64_t slot0 = (uint64_t)b * s->k;
+    for (uint32_t o = 0; o < s->bn[b]; o++) {
+      uint64_t e = s->sep[slot0 + o];
+      if (o + 1 < s->bn[b] && s->sep[slot0 + o + 1] == e)
+        continue;
+      int rc = chime__keyindex_remove(s->newest, e, NULL);
+      rc = chime__keyindex_insert(s->newest, e, b);
+      if (rc != 0)
+        return CHIME_EINVAL; /* more episodes than slots: cannot be */
+    }
+  }
+  s->head = s->nused == s->nblocks ? 0 : s->nused;
+  s->next_episode = next_episode;
+  s->abandoned = abandoned;
+  s->evicted = evicted;
+  return 0;
+}
+
+int chime__steps_check_window(const chime__steps_t *s, uint32_t slot,
+                              uint64_t ep, uint32_t first, uint32_t len) {
+  uint32_t t = s->cfg.sequence_length;
+  uint32_t b = slot / s->k, off = slot % s->k, done = 0;
+  if (len == 0 || len > t || (len < t && !s->cfg.pad) || b >= s->nused ||
+      off >= s->bn[b] || s->sep[slot] != ep || s->sidx[slot] != first ||
+      s->bitem[slot] != NONE || first > UINT32_MAX - len)
+    return CHIME_EINVAL;
+  /* Along the lane as chime__steps_copy goes: whole blocks but the last;
+   * the window's last step is its episode's step first + len - 1. */
+  for (;;) {
+    uint32_t n = s->k - off;
+    if (n > len - done)
+      n = len - done;
+    if (off + n > s->bn[b])
+      return CHIME_EINVAL;
+    done += n;
+    if (done == len) {
+      uint64_t last = (uint64_t)b * s->k + off + n - 1;
+      return s->sep[last] == ep && s->sidx[last] == first + len - 1
+                 ? 0
+                 : CHIME_EINVAL;
+    }
+    b = s->bnext[b];
+    if (b == NONE)
+      return CHIME_EINVAL;
+    off = 0;
+  }
+}

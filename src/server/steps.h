@@ -121,4 +121,59 @@ void chime__steps_copy(const chime__steps_t *s, uint32_t slot, uint32_t len,
 
 void chime__steps_get_stats(const chime__steps_t *s, chime__steps_stats_t *out);
 
+/* --- checkpoints (checkpoint.c, through the table's view) --- */
+
+/* The blocks holding steps at one instant, oldest first: position i is
+ * block block[i]; bn[i] steps were in it then, and its lane's links are
+ * given as positions (CHIME__STEPS_NONE: none). The blocks are pinned
+ * (chime__steps_view_take), so no append reuses them and their first
+ * bn[i] steps stay as they were while a checkpoint writes them without
+ * the lock; appends meanwhile only add steps after those, in new blocks
+ * or in the free end of a lane's newest block. */
+typedef struct {
+  uint32_t k, nblocks;     /* the store's geometry */
+  uint32_t oldest, nused;  /* block of position 0; positions */
+  uint32_t *block, *bn;    /* nblocks entries each (the caller's) */
+  uint32_t *bnext, *bprev; /* likewise */
+  uint32_t unpinned;       /* positions [0, unpinned) let go */
+  uint64_t next_episode, abandoned, evicted;
+} chime__steps_view_t;
+
+uint32_t chime__steps_nblocks(const chime__steps_t *s);
+uint32_t chime__steps_k(const chime__steps_t *s);
+/* Fills v (its four arrays the caller's, nblocks entries) and pins every
+ * block holding steps; under the table's lock. */
+void chime__steps_view_take(chime__steps_t *s, chime__steps_view_t *v);
+/* Lets positions [v->unpinned, upto) go; under the table's lock. */
+void chime__steps_view_unpin(chime__steps_t *s, chime__steps_view_t *v,
+                             uint32_t upto);
+/* Position pos's steps, stable while it is pinned: episode ids and
+ * indices (bn[pos] each), and leaf l's bytes (bn[pos] steps, contiguous)
+ * in leaf[l]. */
+void chime__steps_view_block(const chime__steps_t *s,
+                             const chime__steps_view_t *v, uint32_t pos,
+                             const uint64_t **ep, const uint32_t **idx,
+                             const uint8_t **leaf);
+/* A step slot as a position-based slot (pos * k + offset), for a window's
+ * first step. */
+uint32_t chime__steps_view_slot(const chime__steps_view_t *v, uint32_t slot);
+
+/* Restore into an empty store no one uses yet (the blocks become
+ * positions 0 .. nused - 1, the oldest first; no lane is open: episodes
+ * that were open are over, their complete windows kept):
+ * begin, then each block in order, then finish, then the windows.
+ * Each returns CHIME_EINVAL for what does not fit or hang together. */
+int chime__steps_restore_begin(chime__steps_t *s, uint32_t nused);
+int chime__steps_restore_block(chime__steps_t *s, uint32_t pos, uint32_t bn,
+                               uint32_t bnext, uint32_t bprev,
+                               const uint64_t *ep, const uint32_t *idx,
+                               const uint8_t *const *leaf);
+int chime__steps_restore_finish(chime__steps_t *s, uint64_t next_episode,
+                                uint64_t abandoned, uint64_t evicted);
+/* Whether a window of len steps of episode ep from index first can start
+ * at slot (stored, contiguous along its lane, starting no item yet):
+ * 0 or CHIME_EINVAL. The caller lists it with chime__steps_relist. */
+int chime__steps_check_window(const chime__steps_t *s, uint32_t slot,
+                              uint64_t ep, uint32_t first, uint32_t len);
+
 #endif

@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "chime/errors.h"
 #include "wire/insert.h"
@@ -62,6 +63,7 @@ struct chime__table_s {
   pthread_cond_t items;
   pthread_cond_t unpinned; /* an insert waits for a pinned row */
   int pin_waiters;
+  int viewing; /* checkpoint views holding rows (chime__table_view) */
   uint32_t oldest, newest;   /* NONE when empty */
   uint64_t rows;             /* capacity + spare rows */
   uint32_t free_head, nfree; /* freeq ring, wrapped at the capacity */
@@ -89,6 +91,7 @@ struct chime__table_s {
   uint64_t *wep;                   /* its episode */
   double max_prio;                 /* initial_priority "max" */
   uint64_t step_key, windows_dropped;
+  uint32_t spare_hw; /* spare rows below it touched since the last trim */
 };
 
 #define NONE UINT32_MAX
@@ -497,8 +500,12 @@ static void free_push(chime__table_t *t, uint32_t r) {
 }
 
 static uint32_t free_pop(chime__table_t *t) {
-  if (t->nfree == 0)
-    return t->fspare[--t->nspare];
+  if (t->nfree == 0) {
+    uint32_t r = t->fspare[--t->nspare];
+    if (r >= t->spare_hw) /* pages to give back (trim_spares) */
+      t->spare_hw = r + 1;
+    return r;
+  }
   uint32_t r = t->freeq[t->free_head];
   if (++t->free_head == t->cfg.capacity)
     t->free_head = 0;
@@ -829,6 +836,12 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
      * pinned holds its row until unpinned (spare rows stand in, so this
      * waits only when more rows than those are pinned). */
     int pinned = room && t->rows - t->count - t->ndead < need;
+    /* While a checkpoint's view holds rows, rows it will let go soon (it
+     * writes oldest first, the order items leave in) are waited for
+     * rather than spare rows taken: those would stay in the process's
+     * memory until their items leave (trim_spares). */
+    if (room && !pinned && t->viewing > 0 && t->nfree < need && t->ndead > 0)
+      pinned = 1;
     if (room && !pinned)
       break;
     if (abort != NULL && atomic_load(abort)) {
@@ -1551,38 +1564,48 @@ uint64_t chime__table_bytes(const chime__table_config_t *cfg) {
 #define VIEW_UNPIN_CHUNK 65536u
 
 static void view_free(chime__table_view_t *v) {
-  free(v->rows);
-  free(v->key);
-  free(v->itime);
-  free(v->prio);
-  free(v->times);
+  if (v->map != NULL)
+    munmap(v->map, v->map_len);
   memset(v, 0, sizeof(*v));
 }
 
-static int view_alloc(chime__table_view_t *v, uint64_t n) {
-  size_t m = n ? (size_t)n : 1;
-  v->rows = malloc(m * sizeof(*v->rows));
-  v->key = malloc(m * sizeof(*v->key));
-  v->itime = malloc(m * sizeof(*v->itime));
-  v->prio = malloc(m * sizeof(*v->prio));
-  v->times = malloc(m * sizeof(*v->times));
-  if (!v->rows || !v->key || !v->itime || !v->prio || !v->times) {
-    view_free(v);
+/* The view's arrays for n items (and a sequence table's per block) in
+ * one private mapping: munmap gives it back to the system,
+ * where freed heap memory of this size would stay in a thread's arena.
+ * Populated here, so no page fault lengthens the hold of the lock. */
+static int view_alloc(const chime__table_t *t, chime__table_view_t *v,
+                      uint64_t n) {
+  uint64_t m = n ? n : 1, nb = 0;
+  if (t->steps != NULL)
+    nb = chime__steps_nblocks(t->steps);
+  uint64_t len = m * (4 + 8 + 4) + 4 * nb * 4 + 64 * 8;
+  void *p = mmap(NULL, (size_t)len, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (p == MAP_FAILED)
     return CHIME_ENOMEM;
+  v->map = p;
+  v->map_len = (size_t)len;
+  uint8_t *c = p;
+#define TAKE(field, bytes)                                                     \
+  do {                                                                         \
+    v->field = (void *)c;                                                      \
+    c += align64((size_t)(bytes));                                             \
+  } while (0)
+  TAKE(prio, m * 8);
+  TAKE(rows, m * 4);
+  TAKE(times, m * 4);
+  if (nb > 0) {
+    TAKE(steps.block, nb * 4);
+    TAKE(steps.bn, nb * 4);
+    TAKE(steps.bnext, nb * 4);
+    TAKE(steps.bprev, nb * 4);
   }
-  /* Touched here, so no page fault lengthens the hold of the lock. */
-  memset(v->rows, 0, m * sizeof(*v->rows));
-  memset(v->key, 0, m * sizeof(*v->key));
-  memset(v->itime, 0, m * sizeof(*v->itime));
-  memset(v->prio, 0, m * sizeof(*v->prio));
-  memset(v->times, 0, m * sizeof(*v->times));
+#undef TAKE
   return 0;
 }
 
 int chime__table_view(chime__table_t *t, chime__table_view_t *v) {
   memset(v, 0, sizeof(*v));
-  if (t->steps != NULL)
-    return CHIME_ENOTSUP;
   /* The arrays are sized outside the lock; items may arrive meanwhile, so
    * with some room to spare, and again if that was not enough. */
   pthread_mutex_lock(&t->mu);
@@ -1592,7 +1615,7 @@ int chime__table_view(chime__table_t *t, chime__table_view_t *v) {
     uint64_t room = want + want / 8 + 1024;
     if (room > t->rows)
       room = t->rows;
-    int rc = view_alloc(v, room);
+    int rc = view_alloc(t, v, room);
     if (rc != 0)
       return rc;
     pthread_mutex_lock(&t->mu);
@@ -1617,15 +1640,32 @@ int chime__table_view(chime__table_t *t, chime__table_view_t *v) {
     v->left = t->left;
     v->left_times = t->left_times;
     v->rng = t->rng;
+    t->viewing++;
+    if (t->steps != NULL) {
+      chime__steps_view_take(t->steps, &v->steps);
+      v->max_prio = t->max_prio;
+      v->step_key = t->step_key;
+      v->windows_dropped = t->windows_dropped;
+    }
     v->pause_ns = now_ns(CLOCK_MONOTONIC) - t0;
     pthread_mutex_unlock(&t->mu);
-    /* A row's key and insert time are written only when the row is
-     * filled, and a pinned row is never filled: read them after. */
-    for (i = 0; i < v->count; i++) {
-      v->key[i] = t->key[v->rows[i]];
-      v->itime[i] = t->itime[v->rows[i]];
-    }
     return 0;
+  }
+}
+
+void chime__table_view_item(const chime__table_t *t,
+                            const chime__table_view_t *v, uint64_t i,
+                            chime__table_view_item_t *out) {
+  uint32_t r = v->rows[i];
+  out->key = t->key[r];
+  out->itime = t->itime[r];
+  out->episode = 0;
+  out->slot = out->first = out->len = 0;
+  if (t->steps != NULL) {
+    out->slot = t->wslot[r];
+    out->first = t->wfirst[r];
+    out->len = t->wlen[r];
+    out->episode = t->wep[r];
   }
 }
 
@@ -1652,9 +1692,129 @@ void chime__table_view_unpin(chime__table_t *t, chime__table_view_t *v,
     v->unpinned = upto;
 }
 
+void chime__table_view_unpin_steps(chime__table_t *t, chime__table_view_t *v,
+                                   uint32_t upto) {
+  if (t->steps == NULL || upto <= v->steps.unpinned)
+    return;
+  pthread_mutex_lock(&t->mu);
+  chime__steps_view_unpin(t->steps, &v->steps, upto);
+  if (t->pin_waiters > 0)
+    pthread_cond_broadcast(&t->unpinned);
+  pthread_mutex_unlock(&t->mu);
+}
+
 void chime__table_view_release(chime__table_t *t, chime__table_view_t *v) {
   chime__table_view_unpin(t, v, v->count);
+  chime__table_view_unpin_steps(t, v, v->steps.nused);
+  if (v->map != NULL) { /* a view taken, not one that failed */
+    pthread_mutex_lock(&t->mu);
+    t->viewing--;
+    if (t->pin_waiters > 0)
+      pthread_cond_broadcast(&t->unpinned);
+    pthread_mutex_unlock(&t->mu);
+  }
   view_free(v);
+}
+
+chime__steps_t *chime__table_steps(chime__table_t *t) {
+  return t->steps;
+}
+
+int chime__table_restore_window(chime__table_t *t, uint64_t key, uint64_t itime,
+                                double prio, uint32_t times, uint32_t slot,
+                                uint64_t episode, uint32_t first,
+                                uint32_t len) {
+  uint32_t dummy;
+  if (t->steps == NULL || check_priorities(t, &prio, 0, 1) != 0)
+    return CHIME_EINVAL;
+  pthread_mutex_lock(&t->mu);
+  int rc = 0;
+  if (chime__keyindex_lookup(t->keys, key, &dummy) == 0 ||
+      chime__steps_check_window(t->steps, slot, episode, first, len) != 0) {
+    rc = CHIME_EINVAL;
+  } else if (t->rows - t->count - t->ndead == 0) {
+    rc = CHIME_ENOMEM;
+  } else {
+    uint32_t r = free_pop(t);
+    t->key[r] = key;
+    t->itime[r] = itime;
+    t->prio[r] = prio;
+    t->times[r] = times;
+    t->wslot[r] = slot;
+    t->wfirst[r] = first;
+    t->wlen[r] = len;
+    t->wep[r] = episode;
+    chime__steps_relist(t->steps, slot, r);
+    live_add(t, r, 0);
+  }
+  pthread_mutex_unlock(&t->mu);
+  return rc;
+}
+
+void chime__table_restore_seq_counts(chime__table_t *t, uint64_t step_key,
+                                     double max_prio,
+                                     uint64_t windows_dropped) {
+  pthread_mutex_lock(&t->mu);
+  t->step_key = step_key;
+  if (max_prio > t->max_prio)
+    t->max_prio = max_prio;
+  t->windows_dropped = windows_dropped;
+  pthread_mutex_unlock(&t->mu);
+}
+
+/* The whole pages of [base + a * elem, base + b * elem) back to the
+ * system (zero when touched again). */
+static void drop_pages(uint8_t *base, uint64_t elem, uint64_t a, uint64_t b,
+                       uintptr_t pg) {
+  uintptr_t lo = ((uintptr_t)(base + a * elem) + pg - 1) & ~(pg - 1);
+  uintptr_t hi = (uintptr_t)(base + b * elem) & ~(pg - 1);
+  if (hi > lo)
+    (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+/* Spare rows scanned (and their pages given back) per hold of the lock:
+ * a few MiB of madvise at most, so inserts and samplers get the lock
+ * between chunks. */
+#define TRIM_CHUNK 16384u
+
+void chime__table_trim_spares(chime__table_t *t) {
+  uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+  pthread_mutex_lock(&t->mu);
+  uint64_t cap = t->cfg.capacity, hw = t->spare_hw, top = cap;
+  pthread_mutex_unlock(&t->mu);
+  /* Runs of free spare rows: a free row is not live (dpos) and not
+   * pinned (a row that left while pinned is neither). Their leaves and
+   * bookkeeping are written whole when they are taken again. A row is
+   * free or not only while the lock is held, so each chunk is looked at
+   * and given back in one hold. */
+  for (uint64_t c = cap; c < hw; c += TRIM_CHUNK) {
+    uint64_t end = c + TRIM_CHUNK < hw ? c + TRIM_CHUNK : hw;
+    pthread_mutex_lock(&t->mu);
+    for (uint64_t r = c; r < end;) {
+      if (t->dpos[r] != NONE || t->pins[r] != 0) {
+        top = ++r;
+        continue;
+      }
+      uint64_t e = r;
+      while (e < end && t->dpos[e] == NONE && t->pins[e] == 0)
+        e++;
+      for (uint32_t l = 0; l < t->nleaves; l++)
+        drop_pages(t->leaf[l], t->lbytes[l], r, e, pg);
+      drop_pages((uint8_t *)t->key, 8, r, e, pg);
+      drop_pages((uint8_t *)t->itime, 8, r, e, pg);
+      drop_pages((uint8_t *)t->prio, 8, r, e, pg);
+      drop_pages((uint8_t *)t->times, 4, r, e, pg);
+      r = e;
+    }
+    pthread_mutex_unlock(&t->mu);
+  }
+  /* Rows taken meanwhile above the scan raised the mark themselves; one
+   * taken below it in a chunk already scanned is missed until a row
+   * above the mark is taken again (its pages stay: memory, not data). */
+  pthread_mutex_lock(&t->mu);
+  if (t->spare_hw == hw)
+    t->spare_hw = (uint32_t)top;
+  pthread_mutex_unlock(&t->mu);
 }
 
 int chime__table_restore_item(chime__table_t *t, uint64_t key, uint64_t itime,

@@ -13,6 +13,7 @@
 #include "wire/pbread.h"
 #include "server/config.h"
 #include "server/dedupe.h"
+#include "server/steps.h"
 
 typedef struct chime__table_s chime__table_t;
 
@@ -181,25 +182,54 @@ void chime__table_close(chime__table_t *t);
 
 /* --- checkpoints (checkpoint.c) --- */
 
-/* A consistent view of a plain table's items, taken in one short hold of
- * its lock: the items oldest first with their bookkeeping copied out, and
+/* A consistent view of a table's items, taken in one short hold of its
+ * lock: the items oldest first with their bookkeeping copied out, and
  * their rows pinned, so their bytes stay as they were (no insert reuses a
  * pinned row; spare rows stand in) while a checkpoint writes them without
- * the lock. The counts are the table's at that instant. */
+ * the lock. The counts are the table's at that instant. A sequence
+ * table's view also has each window's first step, episode, index and
+ * length, and the step store's blocks, pinned (steps.h): an insert that
+ * would reuse one waits until the checkpoint let it go, oldest first. Its
+ * arrays (16 bytes an item, 16 a block) are one private mapping, given
+ * back to the system at release. */
 typedef struct {
   uint64_t count; /* items */
   uint32_t *rows; /* pinned, oldest first */
-  uint64_t *key, *itime;
   double *prio;
   uint32_t *times;
   uint64_t next_key, inserts, samples, left, left_times, rng;
   uint64_t pause_ns; /* how long the lock was held for the view */
   uint64_t unpinned; /* items [0, unpinned) already let go */
+  /* A sequence table's (zero for a plain one). */
+  chime__steps_view_t steps;
+  double max_prio;
+  uint64_t step_key, windows_dropped;
+  void *map;
+  size_t map_len;
 } chime__table_view_t;
 
-/* Fills *v (CHIME_ENOMEM; CHIME_ENOTSUP for a sequence table, whose items
- * are windows of the step store). Release with chime__table_view_release. */
+/* Fills *v (CHIME_ENOMEM). Release with chime__table_view_release.
+ * While it is held, a plain table's insert that would take a spare row
+ * while rows the view holds are dead waits for them to be let go
+ * (chime__table_view_unpin), so the holder must not insert into t. */
 int chime__table_view(chime__table_t *t, chime__table_view_t *v);
+/* Lets a sequence table's view's blocks [0, upto) go (positions, oldest
+ * first), once their steps are written: inserts waiting to reuse them go
+ * on. */
+void chime__table_view_unpin_steps(chime__table_t *t, chime__table_view_t *v,
+                                   uint32_t upto);
+/* What the view's item i's row holds besides: written only when a row is
+ * filled, and a pinned row is never filled, so these are not copied under
+ * the lock but read here, while item i is pinned (before an unpin that
+ * lets it go). A sequence table's window: its first step's slot, episode,
+ * index and length (0 for a plain table). */
+typedef struct {
+  uint64_t key, itime, episode;
+  uint32_t slot, first, len;
+} chime__table_view_item_t;
+void chime__table_view_item(const chime__table_t *t,
+                            const chime__table_view_t *v, uint64_t i,
+                            chime__table_view_item_t *out);
 /* Leaf l's bytes of the view's item i: stable until the release. */
 const uint8_t *chime__table_view_leaf(const chime__table_t *t,
                                       const chime__table_view_t *v, uint64_t i,
@@ -221,6 +251,26 @@ void chime__table_view_unpin(chime__table_t *t, chime__table_view_t *v,
 int chime__table_restore_item(chime__table_t *t, uint64_t key, uint64_t itime,
                               double prio, uint32_t times,
                               const uint8_t *sample);
+/* A sequence table's step store, to restore its blocks into (steps.h);
+ * NULL for a plain table. */
+chime__steps_t *chime__table_steps(chime__table_t *t);
+/* A sequence table's window, after its blocks: an item after the table's
+ * newest whose first step is at slot (a restored position's). CHIME_EINVAL
+ * for a window the steps do not hold (chime__steps_check_window), a key
+ * already live or a priority the table cannot use; CHIME_ENOMEM when every
+ * row is taken. */
+int chime__table_restore_window(chime__table_t *t, uint64_t key, uint64_t itime,
+                                double prio, uint32_t times, uint32_t slot,
+                                uint64_t episode, uint32_t first, uint32_t len);
+/* And its counters: steps appended since start (the next step key), the
+ * largest priority seen (initial_priority "max"), windows dropped. */
+void chime__table_restore_seq_counts(chime__table_t *t, uint64_t step_key,
+                                     double max_prio, uint64_t windows_dropped);
+/* Spare rows (beyond the capacity) that were touched and are free again
+ * give their pages back to the system (a stream's pins or items given
+ * back make inserts take them for a while); a few holds of the lock,
+ * scanning only the spare rows touched since the last call. */
+void chime__table_trim_spares(chime__table_t *t);
 /* Then the counters: the next key, the rate limiter's counts, the items
  * that left and their times sampled, the random state (0: kept). */
 void chime__table_restore_counts(chime__table_t *t, uint64_t next_key,

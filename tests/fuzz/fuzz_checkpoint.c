@@ -6,7 +6,10 @@
  * writes a correct CRC-32C over the trailer first, so the fuzzer reaches
  * the header and item parser behind the checksum (a file whose CRC is
  * wrong is refused before anything else is read). Bit 1: the table is
- * prioritized (priorities checked) rather than fifo.
+ * prioritized (priorities checked) rather than fifo. Bit 2: it is a
+ * sequence table (capacity_steps 64, sequence_length 4, stride 2,
+ * episode_end pad: blocks of 4 steps), whose file holds windows and the
+ * step store's blocks.
  *
  * Beyond "no crash": the result is 0 or one of the codes restore gives
  * (CHIME_ECORRUPT, CHIME_EINVAL, CHIME_ENOTSUP); a refusal has a message
@@ -15,8 +18,9 @@
  * rows.
  *
  * Seeds (tests/fuzz/corpus/checkpoint): checkpoints of a table of this
- * spec holding 0, 5 and 16 items (fifo, prioritized), behind a flags
- * byte. */
+ * spec holding 0, 5 and 16 items (fifo, prioritized), and of sequence
+ * tables (seq_*: written by test_checkpoint with CHIME_CKPT_SEEDS=DIR),
+ * behind a flags byte. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -55,6 +59,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   snprintf(tc.name, sizeof(tc.name), "t");
   FUZZ_CHECK(chime_spec_parse(&tc.spec, FUZZ_CKPT_SPEC, NULL, 0) == 0);
   tc.capacity = 16;
+  if (flags & 4) {
+    tc.capacity = 0;
+    tc.capacity_steps = 64;
+    tc.sequence_length = 4;
+    tc.stride = 2;
+    tc.episode_pad = 1;
+    tc.initial_priority = 1.0;
+  }
   tc.sampler = (flags & 2) ? CHIME__SAMPLER_PRIORITIZED : CHIME__SAMPLER_FIFO;
   tc.min_size = 1;
   tc.priority_exponent = 1.0;
@@ -76,7 +88,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                strstr(err, "table '") != NULL);
   } else {
     FUZZ_CHECK(crc_ok);
-    FUZZ_CHECK(st.size == items && items <= 32);
+    /* The rows: twice the capacity (spares), a step's window each. */
+    FUZZ_CHECK(st.size == items && items <= ((flags & 4) ? 128u : 32u));
   }
   if (!crc_ok)
     FUZZ_CHECK(rc != 0);

@@ -39,15 +39,6 @@ static const selector_t selectors[] = {
     {"max_heap", CHIME__SAMPLER_MAX_HEAP},
 };
 
-static uint64_t rnd(uint64_t *s) {
-  uint64_t x = *s;
-  x ^= x >> 12;
-  x ^= x << 25;
-  x ^= x >> 27;
-  *s = x;
-  return x * UINT64_C(2685821657736338717);
-}
-
 typedef struct {
   double insert_per_s, sample_per_s, mutate_per_s;
   /* Per sample: the median over windows of WINDOW batches (a window the
@@ -134,7 +125,7 @@ static int floor_batch(void *ctx) {
   floor_t *f = ctx;
   const uint8_t *src[BATCH];
   for (int j = 0; j < BATCH; j++)
-    src[j] = f->rows + rnd(&f->seed) % f->items * SAMPLE_BYTES;
+    src[j] = f->rows + chime__bench_rand(&f->seed) % f->items * SAMPLE_BYTES;
   for (int j = 0; j < BATCH + FLOOR_AHEAD; j++) {
     if (j < BATCH)
       for (int b = 0; b < SAMPLE_BYTES; b += 64)
@@ -180,7 +171,7 @@ static int run_one(const selector_t *s, uint64_t items, double seconds,
   for (uint64_t n = 0; n < items; n += REQUEST) {
     uint32_t c = items - n < REQUEST ? (uint32_t)(items - n) : REQUEST;
     for (uint32_t i = 0; i < c; i++)
-      prio[i] = (double)(rnd(&seed) % 1000000) / 1000.0;
+      prio[i] = (double)(chime__bench_rand(&seed) % 1000000) / 1000.0;
     uint64_t k;
     if (chime__table_insert(t, req, c, prio, &k, NULL, NULL) != 0) {
       fprintf(stderr, "chime-bench replay: insert failed\n");
@@ -245,8 +236,8 @@ static int run_one(const selector_t *s, uint64_t items, double seconds,
   double dt = 0;
   while (s->sel != CHIME__SAMPLER_FIFO && dt < seconds / 2) {
     for (int i = 0; i < KEYS_PER_CALL; i++) {
-      keys[i] = first + rnd(&seed) % items;
-      prios[i] = (double)(rnd(&seed) % 1000000) / 1000.0;
+      keys[i] = first + chime__bench_rand(&seed) % items;
+      prios[i] = (double)(chime__bench_rand(&seed) % 1000000) / 1000.0;
     }
     chime__table_mutated_t m;
     if (chime__table_mutate(t, keys, prios, KEYS_PER_CALL, NULL, 0, &m) != 0)

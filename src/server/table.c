@@ -33,6 +33,17 @@
 
 #include <math.h>
 
+/* A row's bookkeeping, in one record: a sample reads and writes all of
+ * it, and in a table far larger than the caches each array it lived in
+ * was one more cache and TLB miss per sample. */
+typedef struct {
+  uint64_t key;
+  uint64_t itime; /* insert time, ns */
+  double prio;
+  uint32_t times; /* times sampled */
+  uint32_t pins;  /* samplers copying the row right now, without the lock */
+} row_meta_t;
+
 struct chime__table_s {
   chime__table_config_t cfg;
   uint64_t sample_bytes;
@@ -40,13 +51,9 @@ struct chime__table_s {
   uint64_t lbytes[CHIME_MAX_LEAVES];
   uint64_t loff[CHIME_MAX_LEAVES]; /* offset of the leaf in a sample */
   uint8_t *leaf[CHIME_MAX_LEAVES];
-  uint64_t *key;
-  uint64_t *itime;
-  uint32_t *times;
-  double *prio;
-  uint32_t *pins;  /* samplers copying the row right now, without the lock */
-  uint32_t *dense; /* the live rows, in no order */
-  uint32_t *dpos;  /* row -> its index in dense; NONE: not live */
+  row_meta_t *meta;
+  uint32_t *dense;       /* the live rows, in no order */
+  uint32_t *dpos;        /* row -> its index in dense; NONE: not live */
   uint32_t *prev, *nx;   /* live rows in insert order */
   uint32_t *freeq;       /* free rows under the capacity, in the order freed */
   uint32_t *fspare;      /* free spare rows, a stack */
@@ -97,10 +104,11 @@ static int uses(const chime__table_config_t *cfg, chime__sampler_t s) {
   return cfg->sampler == s || cfg->remover == s;
 }
 
-/* Per-row bookkeeping in the mapping: key, insert time, priority, then the
- * 32-bit arrays times, pins, dense, dpos, prev, next, freeq, fspare. */
-#define NMETA 11
-static const uint64_t meta_bytes[NMETA] = {8, 8, 8, 4, 4, 4, 4, 4, 4, 4, 4};
+/* Per-row bookkeeping in the mapping: the row_meta_t records, then the
+ * 32-bit arrays dense, dpos, prev, next, freeq, fspare. */
+#define NMETA 7
+static const uint64_t meta_bytes[NMETA] = {
+    sizeof(row_meta_t), 4, 4, 4, 4, 4, 4};
 
 /* Spare rows: as many as the capacity, within 32-bit row numbers. */
 static uint64_t rows_for(uint64_t cap) {
@@ -260,16 +268,10 @@ int chime__table_create(chime__table_t **out,
     p += align64(rows * t->lbytes[i]);
   }
   p = (uint8_t *)t->map + meta_off;
-  t->key = (uint64_t *)p;
-  p += align64(rows * sizeof(uint64_t));
-  t->itime = (uint64_t *)p;
-  p += align64(rows * sizeof(uint64_t));
-  t->prio = (double *)p;
-  p += align64(rows * sizeof(double));
-  t->times = (uint32_t *)p;
-  p += align64(rows * sizeof(uint32_t));
-  uint32_t **u32[] = {&t->pins, &t->dense, &t->dpos,  &t->prev,
-                      &t->nx,   &t->freeq, &t->fspare};
+  t->meta = (row_meta_t *)p;
+  p += align64(rows * sizeof(row_meta_t));
+  uint32_t **u32[] = {&t->dense, &t->dpos,  &t->prev,
+                      &t->nx,    &t->freeq, &t->fspare};
   for (size_t i = 0; i < sizeof(u32) / sizeof(u32[0]); i++) {
     *u32[i] = (uint32_t *)p;
     p += align64(rows * sizeof(uint32_t));
@@ -537,14 +539,15 @@ static void live_add(chime__table_t *t, uint32_t r, int oldest) {
     t->newest = r;
   }
   int e = 0;
-  if (t->sum != NULL && chime__sumtree_set(t->sum, r, weight(t, t->prio[r])))
+  if (t->sum != NULL &&
+      chime__sumtree_set(t->sum, r, weight(t, t->meta[r].prio)))
     e = chime__sumtree_set(t->sum, r, 0.0); /* checked at insert: can't */
   if (t->hmin != NULL)
-    e |= chime__heap_push(t->hmin, r, t->prio[r]);
+    e |= chime__heap_push(t->hmin, r, t->meta[r].prio);
   if (t->hmax != NULL)
-    e |= chime__heap_push(t->hmax, r, t->prio[r]);
+    e |= chime__heap_push(t->hmax, r, t->meta[r].prio);
   /* Keys are new (or left: given back) and the index holds every row. */
-  e |= chime__keyindex_insert(t->keys, t->key[r], r);
+  e |= chime__keyindex_insert(t->keys, t->meta[r].key, r);
   (void)e; /* the row was free, the key checked: cannot fail */
 }
 
@@ -552,7 +555,7 @@ static void live_add(chime__table_t *t, uint32_t r, int oldest) {
 static void live_remove(chime__table_t *t, uint32_t r) {
   --t->count;
   t->left++;
-  t->left_times += t->times[r];
+  t->left_times += t->meta[r].times;
   if (t->dense_on) {
     uint32_t last = t->dense[t->count];
     t->dense[t->dpos[r]] = last;
@@ -574,11 +577,11 @@ static void live_remove(chime__table_t *t, uint32_t r) {
     e |= chime__heap_remove(t->hmin, r);
   if (t->hmax != NULL)
     e |= chime__heap_remove(t->hmax, r);
-  e |= chime__keyindex_remove(t->keys, t->key[r], NULL);
+  e |= chime__keyindex_remove(t->keys, t->meta[r].key, NULL);
   (void)e; /* r was live, so in each: cannot fail */
   if (t->steps != NULL)
     chime__steps_forget(t->steps, t->wslot[r]);
-  if (t->pins[r] != 0)
+  if (t->meta[r].pins != 0)
     t->ndead++;
   else
     free_push(t, r);
@@ -683,10 +686,10 @@ static uint32_t seq_window(void *ctx, const chime__window_t *w) {
     return NONE;
   }
   uint32_t r = free_pop(t);
-  t->key[r] = t->next_key++;
-  t->itime[r] = now_ns(CLOCK_REALTIME);
-  t->times[r] = 0;
-  t->prio[r] =
+  t->meta[r].key = t->next_key++;
+  t->meta[r].itime = now_ns(CLOCK_REALTIME);
+  t->meta[r].times = 0;
+  t->meta[r].prio =
       t->cfg.initial_priority_max ? t->max_prio : t->cfg.initial_priority;
   t->wslot[r] = w->slot;
   t->wfirst[r] = w->first;
@@ -855,10 +858,10 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
     uint32_t r = free_pop(t);
     for (uint32_t l = 0; l < t->nleaves; l++)
       cursor_read(&cur, t->leaf[l] + (size_t)r * t->lbytes[l], t->lbytes[l]);
-    t->key[r] = key0 + j;
-    t->itime[r] = when;
-    t->times[r] = 0;
-    t->prio[r] = priorities != NULL ? priorities[j] : 1.0;
+    t->meta[r].key = key0 + j;
+    t->meta[r].itime = when;
+    t->meta[r].times = 0;
+    t->meta[r].prio = priorities != NULL ? priorities[j] : 1.0;
     live_add(t, r, 0);
   }
   t->inserts += count;
@@ -915,8 +918,7 @@ static inline uint32_t row_at(const chime_ring_wslot_t *slot,
 /* Bytes of a table under which its rows are taken to be in the caches:
  * about twice a core's L2 here (uniform at 10^4 items of 256 B, 3 MB,
  * sampled 9-16% slower drawn ahead and with prefetches, at 3 x 10^4 as
- * fast or faster). The per-row bookkeeping: key, insert time, priority,
- * times, pins, dense, dpos. */
+ * fast or faster). The per-row bookkeeping: its record, dense, dpos. */
 #define CACHED_BYTES (4u << 20)
 #define ROW_META_BYTES 40u
 
@@ -997,10 +999,10 @@ static void plan_batch(chime__table_t *t, const chime_ring_layout_t *lay,
     }
     chime_sample_info_t *info = &slot->info[j];
     info->probability = p;
-    info->times_sampled = ++t->times[k];
+    info->times_sampled = ++t->meta[k].times;
     info->reserved = 0;
-    info->insert_time_ns = t->itime[k];
-    info->priority = t->prio[k];
+    info->insert_time_ns = t->meta[k].itime;
+    info->priority = t->meta[k].prio;
     info->table_size = t->count;
     if (t->steps != NULL) {
       info->episode_id = t->wep[k];
@@ -1012,12 +1014,12 @@ static void plan_batch(chime__table_t *t, const chime_ring_layout_t *lay,
     }
     if (rows != NULL) {
       rows[j] = k;
-      info->key = t->key[k];
+      info->key = t->meta[k].key;
     } else {
       info->key = k; /* the row, until unpin_locked */
     }
-    t->pins[k]++; /* one per sample of each batch pinning it */
-    if (t->mts != 0 && t->times[k] >= t->mts) {
+    t->meta[k].pins++; /* one per sample of each batch pinning it */
+    if (t->mts != 0 && t->meta[k].times >= t->mts) {
       live_remove(t, k);
       left = 1;
     }
@@ -1111,7 +1113,7 @@ static void seq_copy(chime__table_t *t, const chime_ring_layout_t *lay,
 }
 
 static void unpin_row_locked(chime__table_t *t, uint32_t k) {
-  if (--t->pins[k] == 0 && t->dpos[k] == NONE) {
+  if (--t->meta[k].pins == 0 && t->dpos[k] == NONE) {
     t->ndead--; /* it left while pinned: free now */
     free_push(t, k);
   }
@@ -1121,7 +1123,7 @@ static void unpin_locked(chime__table_t *t, const chime_ring_layout_t *lay,
                          chime_ring_wslot_t *slot) {
   for (uint64_t j = 0; j < lay->batch_size; j++) {
     uint32_t k = (uint32_t)slot->info[j].key;
-    slot->info[j].key = t->key[k]; /* pinned: still the sampled item */
+    slot->info[j].key = t->meta[k].key; /* pinned: still the sampled item */
     unpin_row_locked(t, k);
   }
   if (t->pin_waiters > 0)
@@ -1347,7 +1349,7 @@ size_t chime__table_spans(const chime__table_t *t,
 /* Brings back an item that left (row r, dead or just filled): the oldest
  * in insert order, with times sampled as before the batch that took it. */
 static void restore_locked(chime__table_t *t, uint32_t r, uint32_t times) {
-  t->times[r] = times;
+  t->meta[r].times = times;
   t->left--;
   t->left_times -= times + 1u;
   live_add(t, r, 1);
@@ -1381,9 +1383,9 @@ int chime__table_give_back(chime__table_t *t, const chime_ring_layout_t *lay,
       if (at == NONE)
         continue;
       uint32_t r = free_pop(t);
-      t->key[r] = info[j].key;
-      t->itime[r] = info[j].insert_time_ns;
-      t->prio[r] = info[j].priority;
+      t->meta[r].key = info[j].key;
+      t->meta[r].itime = info[j].insert_time_ns;
+      t->meta[r].prio = info[j].priority;
       t->wslot[r] = at;
       t->wfirst[r] = info[j].first_step;
       t->wlen[r] = info[j].length;
@@ -1396,9 +1398,9 @@ int chime__table_give_back(chime__table_t *t, const chime_ring_layout_t *lay,
     for (uint32_t l = 0; l < t->nleaves; l++)
       memcpy(t->leaf[l] + (size_t)r * t->lbytes[l],
              base + lay->leaf_offset[l] + j * t->lbytes[l], t->lbytes[l]);
-    t->key[r] = info[j].key;
-    t->itime[r] = info[j].insert_time_ns;
-    t->prio[r] = info[j].priority;
+    t->meta[r].key = info[j].key;
+    t->meta[r].itime = info[j].insert_time_ns;
+    t->meta[r].prio = info[j].priority;
     restore_locked(t, r, info[j].times_sampled - 1);
   }
   chime__table_waiter_t *arrived = items_arrived_locked(t);
@@ -1457,7 +1459,7 @@ int chime__table_mutate(chime__table_t *t, const uint64_t *keys,
       continue;
     }
     int e = 0;
-    t->prio[r] = priorities[i];
+    t->meta[r].prio = priorities[i];
     if (priorities[i] > t->max_prio)
       t->max_prio = priorities[i];
     if (t->sum != NULL)
@@ -1605,10 +1607,10 @@ int chime__table_view(chime__table_t *t, chime__table_view_t *v) {
     }
     uint64_t i = 0;
     for (uint32_t r = t->oldest; r != NONE; r = t->nx[r], i++) {
-      t->pins[r]++;
+      t->meta[r].pins++;
       v->rows[i] = r;
-      v->prio[i] = t->prio[r];   /* MutatePriorities changes it */
-      v->times[i] = t->times[r]; /* every sample does */
+      v->prio[i] = t->meta[r].prio;   /* MutatePriorities changes it */
+      v->times[i] = t->meta[r].times; /* every sample does */
     }
     v->count = i;
     v->next_key = t->next_key;
@@ -1622,8 +1624,8 @@ int chime__table_view(chime__table_t *t, chime__table_view_t *v) {
     /* A row's key and insert time are written only when the row is
      * filled, and a pinned row is never filled: read them after. */
     for (i = 0; i < v->count; i++) {
-      v->key[i] = t->key[v->rows[i]];
-      v->itime[i] = t->itime[v->rows[i]];
+      v->key[i] = t->meta[v->rows[i]].key;
+      v->itime[i] = t->meta[v->rows[i]].itime;
     }
     return 0;
   }
@@ -1676,10 +1678,10 @@ int chime__table_restore_item(chime__table_t *t, uint64_t key, uint64_t itime,
     for (uint32_t l = 0; l < t->nleaves; l++)
       memcpy(t->leaf[l] + (size_t)r * t->lbytes[l], sample + t->loff[l],
              t->lbytes[l]);
-    t->key[r] = key;
-    t->itime[r] = itime;
-    t->prio[r] = prio;
-    t->times[r] = times;
+    t->meta[r].key = key;
+    t->meta[r].itime = itime;
+    t->meta[r].prio = prio;
+    t->meta[r].times = times;
     if (prio > t->max_prio)
       t->max_prio = prio;
     live_add(t, r, 0);

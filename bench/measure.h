@@ -3,6 +3,7 @@
 #ifndef CHIME_BENCH_MEASURE_H
 #define CHIME_BENCH_MEASURE_H
 
+#include <stdint.h>
 #include <sys/types.h>
 
 /* Monotonic seconds (CLOCK_MONOTONIC: the same clock in every process). */
@@ -15,6 +16,16 @@ void chime__bench_range(const double *v, int n, double *lo, double *hi);
  * from its CPU-time clock (nanoseconds, not /proc's clock ticks); -1 if it
  * cannot be read. */
 double chime__bench_cpu_s(pid_t pid);
+/* xorshift64*, the generator of the table's draws: the next number of
+ * the sequence seeded by *s (non-zero). */
+static inline uint64_t chime__bench_rand(uint64_t *s) {
+  uint64_t x = *s;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  *s = x;
+  return x * UINT64_C(2685821657736338717);
+}
 /* The Threads: line of /proc/<pid>/status; -1 if it cannot be read. */
 int chime__bench_threads(pid_t pid);
 

@@ -3,14 +3,18 @@
  * samples per second into a batch of 256 (what a sampler does per slot),
  * and MutatePriorities updates per second (1024 keys a call). The figures
  * bound what chimed can serve per table; the per-sample cost at the
- * largest size over the smallest shows how sampling scales. On a shared
- * machine the median over windows of 64 batches and the CPU time per
- * sample are the steadier figures. */
+ * largest size over the smallest shows how sampling scales. Beside each
+ * selector, in turns with it, the gather floor: the same copies with no
+ * table (random rows of a plain array of as many rows), so that how much
+ * of that scaling is the memory's and how much chime's can be read off.
+ * On a shared machine the median over windows of 64 batches and the CPU
+ * time per sample are the steadier figures. */
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "bench.h"
 #include "measure.h"
@@ -35,29 +39,108 @@ static const selector_t selectors[] = {
     {"max_heap", CHIME__SAMPLER_MAX_HEAP},
 };
 
-static uint64_t rnd(uint64_t *s) {
-  uint64_t x = *s;
-  x ^= x >> 12;
-  x ^= x << 25;
-  x ^= x >> 27;
-  *s = x;
-  return x * UINT64_C(2685821657736338717);
-}
-
 typedef struct {
   double insert_per_s, sample_per_s, mutate_per_s;
   /* Per sample: the median over windows of WINDOW batches (a window the
    * scheduler gave to another process's job does not move it), and CPU
    * time over the whole run (time on no CPU is not counted). */
   double median_ns, cpu_ns;
+  double floor_median_ns, floor_cpu_ns; /* the gather floor's, alike */
 } result_t;
 
 #define WINDOW 64
 #define MAX_WINDOWS 4096
+/* The table and its floor take turns, each ROUNDS times for a share of
+ * the run, so that a load that comes and goes weighs on both alike. */
+#define ROUNDS 4
+
+typedef struct {
+  uint64_t samples;
+  double wall_s, cpu_s;
+  int nwin;
+  double window[MAX_WINDOWS]; /* ns per sample */
+} timing_t;
+
+/* Takes batches with batch(ctx) for `seconds`, or until tm counts
+ * max_batches in all; adds them to tm. */
+static int time_batches(int (*batch)(void *), void *ctx, uint64_t max_batches,
+                        double seconds, timing_t *tm) {
+  double c0 = chime__bench_cpu_s(0), t0 = chime__bench_now_s();
+  double w0 = t0, dt = 0;
+  int n = 0; /* batches in this window */
+  while (tm->samples / BATCH < max_batches && dt < seconds) {
+    if (batch(ctx) != 0)
+      return -1;
+    tm->samples += BATCH;
+    if (++n == WINDOW) {
+      double now = chime__bench_now_s();
+      if (tm->nwin < MAX_WINDOWS)
+        tm->window[tm->nwin++] = (now - w0) * 1e9 / (WINDOW * BATCH);
+      w0 = now;
+      dt = now - t0;
+      n = 0;
+    }
+  }
+  tm->wall_s += chime__bench_now_s() - t0;
+  tm->cpu_s += chime__bench_cpu_s(0) - c0;
+  return 0;
+}
+
+/* The median over windows; a run too short for one window (a small fifo
+ * queue): the mean. */
+static double median_ns(timing_t *tm) {
+  return tm->nwin > 0 ? chime__bench_median(tm->window, tm->nwin)
+                      : tm->wall_s * 1e9 / (double)tm->samples;
+}
+
+typedef struct {
+  chime__table_t *t;
+  const chime_ring_layout_t *lay;
+  chime_ring_wslot_t *ws;
+} table_batch_t;
+
+static int table_batch(void *ctx) {
+  table_batch_t *b = ctx;
+  atomic_int stop = 0;
+  return chime__table_sample(b->t, b->lay, b->ws, &stop);
+}
+
+/* The gather floor: a sample's copy with nothing around it (no lock, no
+ * bookkeeping, no sample info). BATCH rows of SAMPLE_BYTES drawn
+ * uniformly (xorshift64*, as the table's draws) from a plain anonymous
+ * mapping of `items` rows (4 KiB pages, as the table's rows), written
+ * once before timing as inserts write the table's, are copied into a
+ * buffer the size of a ring slot. A batch's rows are drawn first and
+ * each is asked for FLOOR_AHEAD rows ahead of its copy, as the table's
+ * copy does: the fastest plain gather here at the sizes that miss (a
+ * loop without it took 1.6x the CPU at 10^6 items and 2.2x at 10^7, in
+ * turns; 0.83x at 10^4, so the floor's ratio is, if anything, low). */
+#define FLOOR_AHEAD 8
+
+typedef struct {
+  uint8_t *rows, *slot;
+  uint64_t items, seed;
+} floor_t;
+
+static int floor_batch(void *ctx) {
+  floor_t *f = ctx;
+  const uint8_t *src[BATCH];
+  for (int j = 0; j < BATCH; j++)
+    src[j] = f->rows + chime__bench_rand(&f->seed) % f->items * SAMPLE_BYTES;
+  for (int j = 0; j < BATCH + FLOOR_AHEAD; j++) {
+    if (j < BATCH)
+      for (int b = 0; b < SAMPLE_BYTES; b += 64)
+        __builtin_prefetch(src[j] + b);
+    if (j >= FLOOR_AHEAD)
+      memcpy(f->slot + (size_t)(j - FLOOR_AHEAD) * SAMPLE_BYTES,
+             src[j - FLOOR_AHEAD], SAMPLE_BYTES);
+  }
+  return 0;
+}
 
 /* One selector at one size. */
 static int run_one(const selector_t *s, uint64_t items, double seconds,
-                   result_t *out) {
+                   int huge_floor, result_t *out) {
   chime__table_config_t tc;
   memset(&tc, 0, sizeof(tc));
   snprintf(tc.name, sizeof(tc.name), "bench");
@@ -89,7 +172,7 @@ static int run_one(const selector_t *s, uint64_t items, double seconds,
   for (uint64_t n = 0; n < items; n += REQUEST) {
     uint32_t c = items - n < REQUEST ? (uint32_t)(items - n) : REQUEST;
     for (uint32_t i = 0; i < c; i++)
-      prio[i] = (double)(rnd(&seed) % 1000000) / 1000.0;
+      prio[i] = (double)(chime__bench_rand(&seed) % 1000000) / 1000.0;
     uint64_t k;
     if (chime__table_insert(t, req, c, prio, &k, NULL, NULL) != 0) {
       fprintf(stderr, "chime-bench replay: insert failed\n");
@@ -109,32 +192,40 @@ static int run_one(const selector_t *s, uint64_t items, double seconds,
   for (uint32_t l = 0; l < tc.spec.nleaves; l++)
     ws.leaf[l] = slot + lay.leaf_offset[l];
   ws.info = (chime_sample_info_t *)(slot + lay.info_offset);
-  atomic_int stop = 0;
-  uint64_t samples = 0;
   uint64_t max_batches =
       s->sel == CHIME__SAMPLER_FIFO ? items / BATCH : UINT64_MAX;
-  static double window[MAX_WINDOWS];
-  int nwin = 0;
-  double c0 = chime__bench_cpu_s(0);
-  t0 = chime__bench_now_s();
-  double dt = 0, w0 = t0;
-  while (samples / BATCH < max_batches && dt < seconds) {
-    if (chime__table_sample(t, &lay, &ws, &stop) != 0)
-      break;
-    samples += BATCH;
-    if ((samples / BATCH) % WINDOW == 0) {
-      double now = chime__bench_now_s();
-      if (nwin < MAX_WINDOWS)
-        window[nwin++] = (now - w0) * 1e9 / (WINDOW * BATCH);
-      w0 = now;
-      dt = now - t0;
-    }
+  table_batch_t tb = {t, &lay, &ws};
+
+  size_t floor_bytes = (size_t)items * SAMPLE_BYTES;
+  floor_t fl = {.items = items, .seed = 43};
+  fl.rows = mmap(NULL, floor_bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  fl.slot = aligned_alloc(4096, lay.slot_bytes);
+  if (fl.rows == MAP_FAILED || fl.slot == NULL) {
+    fprintf(stderr, "chime-bench replay: no memory for the floor\n");
+    return 1;
   }
-  out->sample_per_s = (double)samples / (chime__bench_now_s() - t0);
-  out->cpu_ns = (chime__bench_cpu_s(0) - c0) * 1e9 / (double)samples;
-  /* A run too short for one window (a small fifo queue): the mean. */
-  out->median_ns =
-      nwin > 0 ? chime__bench_median(window, nwin) : 1e9 / out->sample_per_s;
+  if (huge_floor)
+    madvise(fl.rows, floor_bytes, MADV_HUGEPAGE);
+  memset(fl.rows, 1, floor_bytes);
+  memset(fl.slot, 0, lay.slot_bytes);
+
+  /* Samples into a batch buffer laid out as a ring slot, and the floor,
+   * in turns. */
+  static timing_t tt, ft;
+  memset(&tt, 0, sizeof(tt));
+  memset(&ft, 0, sizeof(ft));
+  for (int r = 0; r < ROUNDS; r++)
+    if (time_batches(table_batch, &tb, max_batches, seconds / ROUNDS, &tt) ||
+        time_batches(floor_batch, &fl, UINT64_MAX, seconds / ROUNDS, &ft))
+      return 1;
+  out->sample_per_s = (double)tt.samples / tt.wall_s;
+  out->cpu_ns = tt.cpu_s * 1e9 / (double)tt.samples;
+  out->median_ns = median_ns(&tt);
+  out->floor_cpu_ns = ft.cpu_s * 1e9 / (double)ft.samples;
+  out->floor_median_ns = median_ns(&ft);
+  munmap(fl.rows, floor_bytes);
+  free(fl.slot);
 
   /* MutatePriorities: 1024 random live keys a call (not for fifo, whose
    * queue sampling drained and which has no use for priorities). */
@@ -143,11 +234,11 @@ static int run_one(const selector_t *s, uint64_t items, double seconds,
   uint64_t first = 1;
   uint64_t updates = 0;
   t0 = chime__bench_now_s();
-  dt = 0;
+  double dt = 0;
   while (s->sel != CHIME__SAMPLER_FIFO && dt < seconds / 2) {
     for (int i = 0; i < KEYS_PER_CALL; i++) {
-      keys[i] = first + rnd(&seed) % items;
-      prios[i] = (double)(rnd(&seed) % 1000000) / 1000.0;
+      keys[i] = first + chime__bench_rand(&seed) % items;
+      prios[i] = (double)(chime__bench_rand(&seed) % 1000000) / 1000.0;
     }
     chime__table_mutated_t m;
     if (chime__table_mutate(t, keys, prios, KEYS_PER_CALL, NULL, 0, &m) != 0)
@@ -198,7 +289,7 @@ static int parse_sizes(const char *s, uint64_t *sizes, int max) {
 }
 
 int chime__bench_replay(int argc, char **argv) {
-  int json = 0;
+  int json = 0, huge_floor = 0;
   double seconds = 1.0;
   uint64_t sizes[4] = {10000, 1000000};
   int nsizes = 2;
@@ -206,6 +297,8 @@ int chime__bench_replay(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--json")) {
       json = 1;
+    } else if (!strcmp(argv[i], "--huge-floor")) {
+      huge_floor = 1; /* what huge pages would take off the floor */
     } else if (!strcmp(argv[i], "--items") && i + 1 < argc) {
       nsizes = parse_sizes(argv[++i], sizes, 4);
       if (nsizes <= 0) {
@@ -230,11 +323,15 @@ int chime__bench_replay(int argc, char **argv) {
       fprintf(stderr,
               "usage: chime-bench replay [--json] [--items 10000,1000000] "
               "[--seconds S]\n"
-              "                          [--selectors uniform,prioritized]\n"
+              "                          [--selectors uniform,prioritized] "
+              "[--huge-floor]\n"
               "  per selector and table size (items of 256 B): inserts/s, "
               "samples/s into\n"
               "  batches of 256, MutatePriorities updates/s (1024 keys a "
-              "call)\n");
+              "call),\n"
+              "  and the gather floor: the same row copies from a plain array "
+              "(--huge-floor:\n"
+              "  on huge pages)\n");
       return !strcmp(argv[i], "--help") ? 0 : 2;
     }
   }
@@ -242,15 +339,18 @@ int chime__bench_replay(int argc, char **argv) {
     if (only != NULL && selector_listed(only, selectors[k].name) != 1)
       continue;
     double first_cost = 0, first_median = 0, first_cpu = 0;
+    double first_fmedian = 0, first_fcpu = 0;
     for (int i = 0; i < nsizes; i++) {
       result_t r;
-      if (run_one(&selectors[k], sizes[i], seconds, &r) != 0)
+      if (run_one(&selectors[k], sizes[i], seconds, huge_floor, &r) != 0)
         return 1;
       double cost = 1e9 / r.sample_per_s; /* ns per sample */
       if (i == 0) {
         first_cost = cost;
         first_median = r.median_ns;
         first_cpu = r.cpu_ns;
+        first_fmedian = r.floor_median_ns;
+        first_fcpu = r.floor_cpu_ns;
       }
       char mut[32] = "null"; /* fifo: no priorities to mutate */
       if (r.mutate_per_s > 0)
@@ -262,17 +362,29 @@ int chime__bench_replay(int argc, char **argv) {
                "\"ns_per_sample\":%.1f,\"cost_vs_smallest\":%.2f,"
                "\"median_ns_per_sample\":%.1f,\"median_cost_vs_smallest\":"
                "%.2f,\"cpu_ns_per_sample\":%.1f,\"cpu_cost_vs_smallest\":"
-               "%.2f}\n",
+               "%.2f,\"huge_floor\":%s,\"floor_median_ns_per_sample\":%.1f,"
+               "\"floor_median_cost_vs_smallest\":%.2f,"
+               "\"floor_cpu_ns_per_sample\":%.1f,"
+               "\"floor_cpu_cost_vs_smallest\":%.2f,"
+               "\"median_vs_floor\":%.2f,\"cpu_vs_floor\":%.2f}\n",
                selectors[k].name, sizes[i], SAMPLE_BYTES, BATCH, r.insert_per_s,
                r.sample_per_s, mut, cost, cost / first_cost, r.median_ns,
-               r.median_ns / first_median, r.cpu_ns, r.cpu_ns / first_cpu);
+               r.median_ns / first_median, r.cpu_ns, r.cpu_ns / first_cpu,
+               huge_floor ? "true" : "false", r.floor_median_ns,
+               r.floor_median_ns / first_fmedian, r.floor_cpu_ns,
+               r.floor_cpu_ns / first_fcpu, r.median_ns / r.floor_median_ns,
+               r.cpu_ns / r.floor_cpu_ns);
       else
         printf("%-12s %10" PRIu64 " items: insert %6.2f M/s, sample %6.2f "
                "M/s (%.0f ns, %.2fx the smallest; median %.0f ns, %.2fx; "
-               "CPU %.0f ns, %.2fx), mutate %s/s\n",
+               "CPU %.0f ns, %.2fx), mutate %s/s; floor median %.0f ns, "
+               "%.2fx, CPU %.0f ns, %.2fx; CPU %.2fx the floor\n",
                selectors[k].name, sizes[i], r.insert_per_s / 1e6,
                r.sample_per_s / 1e6, cost, cost / first_cost, r.median_ns,
-               r.median_ns / first_median, r.cpu_ns, r.cpu_ns / first_cpu, mut);
+               r.median_ns / first_median, r.cpu_ns, r.cpu_ns / first_cpu, mut,
+               r.floor_median_ns, r.floor_median_ns / first_fmedian,
+               r.floor_cpu_ns, r.floor_cpu_ns / first_fcpu,
+               r.cpu_ns / r.floor_cpu_ns);
       fflush(stdout);
     }
   }

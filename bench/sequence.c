@@ -4,13 +4,17 @@
  * second into a slot of B windows of T steps (uniform sampler) and the
  * GB/s that is, against a plain table holding items of the same bytes
  * (T steps, as many bytes in all as the steps stored, up to 4 GiB)
- * sampled into the same slot, in turns, medians of 3. Both copy
- * outside the table's lock (a sequence window's first block pinned). */
+ * sampled into the same slot, and the gather floor: B windows of T
+ * steps, each one contiguous run at a uniform random step, copied from a
+ * plain array of as many steps into a [B, T, step] buffer (no table),
+ * all in turns, medians of 3. Both tables copy outside their lock (a
+ * sequence window's first block pinned). */
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "bench.h"
 #include "measure.h"
@@ -25,12 +29,19 @@
 /* The plain table holds the bytes of the steps stored, at most this many
  * (both tables are alive at once). */
 #define PLAIN_MAX_BYTES (UINT64_C(4) << 30)
+/* The floor's array beside the tables up to this many bytes; a larger
+ * one is timed alone once they are freed (two stores of 10 GB do not
+ * fit this machine), not in turns with them. */
+#define FLOOR_TURNS_MAX_BYTES (UINT64_C(4) << 30)
 
 typedef struct {
   double write_steps_per_s, write_gb_s;
   double windows_per_s, seq_gb_s, ns_per_batch;
   double plain_items_per_s, plain_gb_s;
   uint64_t plain_items, step_storage;
+  double cpu_ns_per_window; /* CPU time over every batch timed */
+  double floor_windows_per_s, floor_gb_s, floor_cpu_ns_per_window;
+  int floor_in_turns;
 } result_t;
 
 typedef struct {
@@ -66,18 +77,81 @@ static double median3(const double *x) {
   return c < a ? a : c > b ? b : c;
 }
 
-/* Samples batches for `seconds`; returns batches per second. */
-static double sample_for(chime__table_t *t, slot_t *s, double seconds) {
-  atomic_int stop = 0;
+typedef struct {
+  uint64_t batches;
+  double cpu_s;
+} spent_t;
+
+/* Takes batches with batch(ctx) for `seconds`; returns batches per
+ * second (0: a batch failed) and adds the batches and their CPU time to
+ * *sp. */
+static double time_for(int (*batch)(void *), void *ctx, double seconds,
+                       spent_t *sp) {
   uint64_t n = 0;
-  double t0 = chime__bench_now_s(), dt = 0;
+  double c0 = chime__bench_cpu_s(0), t0 = chime__bench_now_s(), dt = 0;
   while (dt < seconds) {
-    if (chime__table_sample(t, &s->lay, &s->ws, &stop) != 0)
+    if (batch(ctx) != 0)
       return 0;
     if (++n % 16 == 0)
       dt = chime__bench_now_s() - t0;
   }
-  return (double)n / (chime__bench_now_s() - t0);
+  dt = chime__bench_now_s() - t0;
+  sp->batches += n;
+  sp->cpu_s += chime__bench_cpu_s(0) - c0;
+  return (double)n / dt;
+}
+
+typedef struct {
+  chime__table_t *t;
+  slot_t *s;
+} table_batch_t;
+
+static int table_batch(void *ctx) {
+  table_batch_t *b = ctx;
+  atomic_int stop = 0;
+  return chime__table_sample(b->t, &b->s->lay, &b->s->ws, &stop);
+}
+
+/* The gather floor: a batch's copies with nothing around them (no lock,
+ * no windows, no blocks, no info): BATCH windows of T consecutive steps,
+ * each starting at a uniform random step (xorshift64*, as the table's
+ * draws), from a plain anonymous mapping of the steps stored (4 KiB
+ * pages, as the step store), written once before timing as writes fill
+ * the store, into a [BATCH, T, step] buffer. */
+typedef struct {
+  uint8_t *steps, *dst;
+  uint64_t nsteps, seed;
+  size_t bytes, step_bytes;
+} floor_t;
+
+static int floor_batch(void *ctx) {
+  floor_t *f = ctx;
+  size_t wb = T * f->step_bytes;
+  for (size_t j = 0; j < BATCH; j++) {
+    uint64_t first = chime__bench_rand(&f->seed) % (f->nsteps - T + 1);
+    memcpy(f->dst + j * wb, f->steps + first * f->step_bytes, wb);
+  }
+  return 0;
+}
+
+static int floor_init(floor_t *f, uint64_t steps, uint32_t step_bytes) {
+  f->nsteps = steps;
+  f->seed = 43;
+  f->step_bytes = step_bytes;
+  f->bytes = (size_t)steps * step_bytes;
+  f->steps = mmap(NULL, f->bytes, PROT_READ | PROT_WRITE,
+                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  f->dst = aligned_alloc(4096, (size_t)BATCH * T * step_bytes);
+  if (f->steps == MAP_FAILED || f->dst == NULL)
+    return -1;
+  memset(f->steps, 1, f->bytes);
+  memset(f->dst, 0, (size_t)BATCH * T * step_bytes);
+  return 0;
+}
+
+static void floor_free(floor_t *f) {
+  munmap(f->steps, f->bytes);
+  free(f->dst);
 }
 
 static int run_one(uint64_t steps, uint32_t step_bytes, double seconds,
@@ -171,17 +245,26 @@ static int run_one(uint64_t steps, uint32_t step_bytes, double seconds,
       return 1;
     out->plain_items = items;
   }
-  /* Both tables alive, measured in turns (the median of each): a machine
-   * whose load changes meanwhile weighs on both alike. */
-  double sr[RUNS], pr[RUNS];
+  /* Both tables and the floor alive, measured in turns (the median of
+   * each): a machine whose load changes meanwhile weighs on all alike. */
+  floor_t fl = {0};
+  out->floor_in_turns = (uint64_t)steps * step_bytes <= FLOOR_TURNS_MAX_BYTES;
+  if (out->floor_in_turns && floor_init(&fl, steps, step_bytes) != 0)
+    return 1;
+  table_batch_t sb = {t, &s}, pb = {p, &ps};
+  spent_t sp = {0}, fsp = {0}, none = {0};
+  double sr[RUNS], pr[RUNS], fr[RUNS];
   for (int r = 0; r < RUNS; r++) {
-    sr[r] = sample_for(t, &s, seconds / RUNS);
-    pr[r] = p != NULL ? sample_for(p, &ps, seconds / RUNS) : 0;
+    sr[r] = time_for(table_batch, &sb, seconds / RUNS, &sp);
+    pr[r] = p != NULL ? time_for(table_batch, &pb, seconds / RUNS, &none) : 0;
+    if (out->floor_in_turns)
+      fr[r] = time_for(floor_batch, &fl, seconds / RUNS, &fsp);
   }
   double bps = median3(sr), pbps = median3(pr);
   out->windows_per_s = bps * BATCH;
   out->seq_gb_s = out->windows_per_s * window_bytes / 1e9;
   out->ns_per_batch = bps > 0 ? 1e9 / bps : 0;
+  out->cpu_ns_per_window = sp.cpu_s * 1e9 / (double)(sp.batches * BATCH);
   out->plain_items_per_s = pbps * BATCH;
   out->plain_gb_s = out->plain_items_per_s * window_bytes / 1e9;
   free(s.mem);
@@ -190,6 +273,17 @@ static int run_one(uint64_t steps, uint32_t step_bytes, double seconds,
     free(ps.mem);
     chime__table_destroy(p);
   }
+  if (!out->floor_in_turns) {
+    if (floor_init(&fl, steps, step_bytes) != 0)
+      return 1;
+    for (int r = 0; r < RUNS; r++)
+      fr[r] = time_for(floor_batch, &fl, seconds / RUNS, &fsp);
+  }
+  floor_free(&fl);
+  out->floor_windows_per_s = median3(fr) * BATCH;
+  out->floor_gb_s = out->floor_windows_per_s * window_bytes / 1e9;
+  out->floor_cpu_ns_per_window =
+      fsp.cpu_s * 1e9 / (double)(fsp.batches * BATCH);
   free(req);
   return 0;
 }
@@ -237,24 +331,32 @@ int chime__bench_sequence(int argc, char **argv) {
       if (!(seconds > 0))
         return 2;
     } else {
-      fprintf(stderr,
-              "usage: chime-bench sequence [--json] [--steps 10000,1000000] "
-              "[--step-bytes 1024] [--seconds S] [--no-plain]\n"
-              "  a sequence table alone (T = 80, stride 40, B = 32, uniform): "
-              "steps written/s,\n"
-              "  windows sampled/s and GB/s into a slot, vs a plain table of "
-              "items of T steps\n");
+      fprintf(
+          stderr,
+          "usage: chime-bench sequence [--json] [--steps 10000,1000000] "
+          "[--step-bytes 1024] [--seconds S] [--no-plain]\n"
+          "  a sequence table alone (T = 80, stride 40, B = 32, uniform): "
+          "steps written/s,\n"
+          "  windows sampled/s and GB/s into a slot, vs a plain table of "
+          "items of T steps\n"
+          "  and vs the gather floor (the same windows' bytes copied from a "
+          "plain array)\n");
       return !strcmp(argv[i], "--help") ? 0 : 2;
     }
   }
-  double first_cost = 0;
+  double first_cost = 0, first_cpu = 0, first_fcost = 0, first_fcpu = 0;
   for (int i = 0; i < nsizes; i++) {
     result_t r;
     if (run_one(sizes[i], step_bytes, seconds, plain, &r) != 0)
       return 1;
     double cost = r.windows_per_s > 0 ? 1e9 / r.windows_per_s : 0;
-    if (i == 0)
+    double fcost = 1e9 / r.floor_windows_per_s;
+    if (i == 0) {
       first_cost = cost;
+      first_cpu = r.cpu_ns_per_window;
+      first_fcost = fcost;
+      first_fcpu = r.floor_cpu_ns_per_window;
+    }
     double ratio = r.plain_gb_s > 0 ? r.seq_gb_s / r.plain_gb_s : 0;
     if (json)
       printf("{\"bench\":\"sequence\",\"steps\":%" PRIu64
@@ -264,19 +366,34 @@ int chime__bench_sequence(int argc, char **argv) {
              "\"windows_per_s\":%.0f,\"sample_gb_s\":%.2f,"
              "\"ns_per_batch\":%.0f,\"plain_items\":%" PRIu64
              ",\"plain_items_per_s\":%.0f,\"plain_gb_s\":%.2f,"
-             "\"vs_plain\":%.2f,\"cost_vs_smallest\":%.2f}\n",
+             "\"vs_plain\":%.2f,\"cost_vs_smallest\":%.2f,"
+             "\"cpu_ns_per_window\":%.0f,\"cpu_cost_vs_smallest\":%.2f,"
+             "\"floor_in_turns\":%s,\"floor_windows_per_s\":%.0f,"
+             "\"floor_gb_s\":%.2f,\"floor_cost_vs_smallest\":%.2f,"
+             "\"floor_cpu_ns_per_window\":%.0f,"
+             "\"floor_cpu_cost_vs_smallest\":%.2f,\"cost_vs_floor\":%.2f,"
+             "\"cpu_vs_floor\":%.2f}\n",
              sizes[i], step_bytes, T, STRIDE, BATCH, r.step_storage,
              r.write_steps_per_s, r.write_gb_s, r.windows_per_s, r.seq_gb_s,
              r.ns_per_batch, r.plain_items, r.plain_items_per_s, r.plain_gb_s,
-             ratio, cost / first_cost);
+             ratio, cost / first_cost, r.cpu_ns_per_window,
+             r.cpu_ns_per_window / first_cpu,
+             r.floor_in_turns ? "true" : "false", r.floor_windows_per_s,
+             r.floor_gb_s, fcost / first_fcost, r.floor_cpu_ns_per_window,
+             r.floor_cpu_ns_per_window / first_fcpu, cost / fcost,
+             r.cpu_ns_per_window / r.floor_cpu_ns_per_window);
     else
       printf("%10" PRIu64 " steps of %u B: write %.2f M steps/s (%.2f GB/s); "
              "sample %.0f windows/s = %.2f GB/s (%.0f us a batch of %d), "
-             "plain %.2f GB/s (%.2fx); cost %.2fx the "
-             "smallest\n",
+             "plain %.2f GB/s (%.2fx); cost %.2fx the smallest, CPU %.2fx; "
+             "floor %.2f GB/s, cost %.2fx the smallest%s; chime %.2fx the "
+             "floor, CPU %.2fx\n",
              sizes[i], step_bytes, r.write_steps_per_s / 1e6, r.write_gb_s,
              r.windows_per_s, r.seq_gb_s, r.ns_per_batch / 1e3, BATCH,
-             r.plain_gb_s, ratio, cost / first_cost);
+             r.plain_gb_s, ratio, cost / first_cost,
+             r.cpu_ns_per_window / first_cpu, r.floor_gb_s, fcost / first_fcost,
+             r.floor_in_turns ? "" : " (timed after)", cost / fcost,
+             r.cpu_ns_per_window / r.floor_cpu_ns_per_window);
     fflush(stdout);
   }
   return 0;

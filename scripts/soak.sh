@@ -285,10 +285,16 @@ if [ "$ckpt_every" != 0 ]; then
 fi
 
 # Accounting for the fifo table.
-# ids are (seed << 40) | i: exact in awk's doubles while seed < 8192.
-printf '%s\n' "${fifo_acked[@]}" | awk -v n="$per_round" \
-  'NF { for (i = 0; i < n; i++) printf "%.0f\n", $1 * 1099511627776 + i }' |
-  sort -u >"$tmp/expected"
+# ids are (seed << 40) | i, past 2^53 once seed >= 8192 (a 30-minute run
+# gets there): integers in Python, not awk's doubles.
+printf '%s\n' "${fifo_acked[@]}" | python3 -c '
+import sys
+n = int(sys.argv[1])
+for line in sys.stdin:
+    if line.strip():
+        base = int(line) << 40
+        sys.stdout.write("".join("%d\n" % (base + i) for i in range(n)))
+' "$per_round" | sort -u >"$tmp/expected"
 cat "$tmp"/ids.fifo.* 2>/dev/null | sort >"$tmp/delivered.all"
 sort -u "$tmp/delivered.all" >"$tmp/delivered"
 missing=$(comm -23 "$tmp/expected" "$tmp/delivered" | wc -l)

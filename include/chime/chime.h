@@ -385,7 +385,11 @@ chime_stream_open(chime_stream_t **out, chime_client_t *client,
  * held), CHIME_ESHUTDOWN (server shutting down), CHIME_EDISCONNECTED (server
  * gone), CHIME_EPROTO (the server broke the protocol). After an end, batches
  * not yet taken are dropped and held ones stay readable until close. The
- * detail is in chime_stream_last_error(). */
+ * detail is in chime_stream_last_error(). In stream mode a next() that finds
+ * its ring empty receives the batch on the calling thread (no hand-off from
+ * another); while the learner stays out of next() for more than a few
+ * milliseconds the stream's helper thread receives instead, so batches
+ * keep arriving up to the prefetch while it computes. */
 CHIME_EXTERN CHIME_NODISCARD int
 chime_stream_next(chime_stream_t *stream, chime_batch_t *out, int timeout_ms);
 /* Gives a batch back, in any order. In stream mode this also returns a credit

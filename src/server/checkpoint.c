@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "chime/errors.h"
+#include "common/errfmt.h"
 #include "server/crc32c.h"
 
 #define MAGIC "CHIMECKT"
@@ -584,15 +585,6 @@ static chime__table_t *find_table(chime__table_t *const *tables, uint32_t n,
   return NULL;
 }
 
-static void leaf_text(const chime_leaf_t *l, char *buf, size_t len) {
-  int k = snprintf(buf, len, "%s[", chime_dtype_name(l->dtype));
-  for (uint32_t d = 0; d < l->ndim && k > 0 && (size_t)k < len; d++)
-    k += snprintf(buf + k, len - (size_t)k, "%s%llu", d ? "," : "",
-                  (unsigned long long)l->shape[d]);
-  if (k > 0 && (size_t)k < len)
-    snprintf(buf + k, len - (size_t)k, "]");
-}
-
 /* The checkpoint's spec against the config's, leaf by leaf. */
 static int spec_check(const char *table, const chime_spec_t *ck,
                       const chime_spec_t *cf, char *err, size_t errlen) {
@@ -615,8 +607,8 @@ static int spec_check(const char *table, const chime_spec_t *ck,
                   "table '%s': leaf %u is '%s' in the checkpoint, '%s' in the "
                   "config",
                   table, i, x->name, y->name);
-    leaf_text(x, a, sizeof(a));
-    leaf_text(y, b, sizeof(b));
+    chime__leaf_type_text(x, a, sizeof(a));
+    chime__leaf_type_text(y, b, sizeof(b));
     if (strcmp(a, b) != 0)
       return fail(err, errlen, CHIME_EINVAL,
                   "table '%s': leaf '%s' is %s in the checkpoint, %s in the "

@@ -188,15 +188,6 @@ struct chime__inserter_s {
   int quit;
 };
 
-static void leaf_text(const chime_leaf_t *l, char *buf, size_t len) {
-  int n = snprintf(buf, len, "%s[", chime_dtype_name(l->dtype));
-  for (uint32_t d = 0; d < l->ndim && n > 0 && (size_t)n < len; d++)
-    n += snprintf(buf + n, len - (size_t)n, "%s%llu", d ? "," : "",
-                  (unsigned long long)l->shape[d]);
-  if (n > 0 && (size_t)n < len)
-    snprintf(buf + n, len - (size_t)n, "]");
-}
-
 /* The writer's belief about the spec, leaf by leaf; the first difference is
  * named. */
 static int check_spec(const chime__table_config_t *tc, Chime__V1__Leaf **w,
@@ -212,7 +203,7 @@ static int check_spec(const chime__table_config_t *tc, Chime__V1__Leaf **w,
       return CHIME_EINVAL;
     }
     const chime_leaf_t *tl = &ts->leaves[i];
-    leaf_text(tl, tt, sizeof(tt));
+    chime__leaf_type_text(tl, tt, sizeof(tt));
     if (i >= nw) {
       snprintf(err, errlen,
                "leaf '%s': table '%s' expects %llu bytes (%s), writer has no "
@@ -232,7 +223,7 @@ static int check_spec(const chime__table_config_t *tc, Chime__V1__Leaf **w,
                w[i]->n_shape);
       return CHIME_EINVAL;
     }
-    leaf_text(&wl, wt, sizeof(wt));
+    chime__leaf_type_text(&wl, wt, sizeof(wt));
     uint64_t tb = chime_leaf_bytes(tl), wb = chime_leaf_bytes(&wl);
     if (strcmp(tl->name, wname) != 0) {
       snprintf(err, errlen,
@@ -288,7 +279,7 @@ static int check_size(const chime__table_config_t *tc, uint64_t sb,
       /* The first missing byte falls in some leaf of some sample. */
       uint64_t off = len % count == 0 ? per : len % sb;
       uint32_t l = leaf_at(&tc->spec, off, &start);
-      leaf_text(&tc->spec.leaves[l], lt, sizeof(lt));
+      chime__leaf_type_text(&tc->spec.leaves[l], lt, sizeof(lt));
       snprintf(err, errlen,
                "insert into '%s': leaf '%s' (%s, %llu bytes at offset %llu) "
                "does not fit: expected %llu bytes per sample, got %llu "
@@ -300,7 +291,7 @@ static int check_size(const chime__table_config_t *tc, uint64_t sb,
     } else {
       uint32_t l = tc->spec.nleaves - 1;
       leaf_at(&tc->spec, sb - 1, &start);
-      leaf_text(&tc->spec.leaves[l], lt, sizeof(lt));
+      chime__leaf_type_text(&tc->spec.leaves[l], lt, sizeof(lt));
       snprintf(err, errlen,
                "insert into '%s': expected %llu bytes per sample ending with "
                "leaf '%s' (%s, %llu bytes at offset %llu), got %llu "

@@ -93,6 +93,23 @@ static void slot_init(slot_t *s, const chime__table_t *t, uint32_t batch) {
   s->ws.info = (chime_sample_info_t *)(s->mem + s->lay.info_offset);
 }
 
+/* One batch from each of two tables into their cleared slots. */
+static void sample_both(chime__table_t *a, slot_t *sa, chime__table_t *b,
+                        slot_t *sb) {
+  memset(sa->mem, 0, sa->lay.slot_bytes);
+  memset(sb->mem, 0, sb->lay.slot_bytes);
+  assert_int_equal(chime__table_sample(a, &sa->lay, &sa->ws, NULL), 0);
+  assert_int_equal(chime__table_sample(b, &sb->lay, &sb->ws, NULL), 0);
+}
+
+static void finish_both(chime__table_t *a, slot_t *sa, chime__table_t *b,
+                        slot_t *sb) {
+  free(sa->mem);
+  free(sb->mem);
+  chime__table_destroy(a);
+  chime__table_destroy(b);
+}
+
 /* Item i of a view: key, insert time and window (table.h). */
 static chime__table_view_item_t
 vitem(const chime__table_t *t, const chime__table_view_t *v, uint64_t i) {
@@ -161,19 +178,13 @@ static void test_fifo_roundtrip(void **state) {
   insert_n(a, 41, 8, NULL);
   insert_n(b, 41, 8, NULL);
   for (int k = 0; k < 5; k++) {
-    memset(sa.mem, 0, sa.lay.slot_bytes);
-    memset(sb.mem, 0, sb.lay.slot_bytes);
-    assert_int_equal(chime__table_sample(a, &sa.lay, &sa.ws, NULL), 0);
-    assert_int_equal(chime__table_sample(b, &sb.lay, &sb.ws, NULL), 0);
+    sample_both(a, &sa, b, &sb);
     if (k == 4) /* the items inserted after the restore: at other times */
       for (int j = 0; j < 8; j++)
         sa.ws.info[j].insert_time_ns = sb.ws.info[j].insert_time_ns = 0;
     assert_memory_equal(sa.mem, sb.mem, sa.lay.slot_bytes);
   }
-  free(sa.mem);
-  free(sb.mem);
-  chime__table_destroy(a);
-  chime__table_destroy(b);
+  finish_both(a, &sa, b, &sb);
 }
 
 /* Prioritized: every item's key, insert time, priority and times sampled
@@ -616,10 +627,7 @@ static void test_sequence_roundtrip(void **state) {
   assert_true(x.episodes_open > 0);
   /* Drain both: the same batches. */
   while (x.size >= 4) {
-    memset(sa.mem, 0, sa.lay.slot_bytes);
-    memset(sb.mem, 0, sb.lay.slot_bytes);
-    assert_int_equal(chime__table_sample(a, &sa.lay, &sa.ws, NULL), 0);
-    assert_int_equal(chime__table_sample(b, &sb.lay, &sb.ws, NULL), 0);
+    sample_both(a, &sa, b, &sb);
     assert_memory_equal(sa.mem, sb.mem, sa.lay.slot_bytes);
     for (uint32_t j = 0; j < 4; j++)
       seq_check_window(&sb, 4, j);
@@ -629,20 +637,14 @@ static void test_sequence_roundtrip(void **state) {
   writer_t na = {9, 0, 9000, 0}, nb = na;
   seq_append(a, &na, 12, 1);
   seq_append(b, &nb, 12, 1);
-  memset(sa.mem, 0, sa.lay.slot_bytes);
-  memset(sb.mem, 0, sb.lay.slot_bytes);
-  assert_int_equal(chime__table_sample(a, &sa.lay, &sa.ws, NULL), 0);
-  assert_int_equal(chime__table_sample(b, &sb.lay, &sb.ws, NULL), 0);
+  sample_both(a, &sa, b, &sb);
   for (int j = 0; j < 4; j++) {
     if (sa.ws.info[j].episode_id == sb.ws.info[j].episode_id &&
         sa.ws.info[j].key == sb.ws.info[j].key)
       sa.ws.info[j].insert_time_ns = sb.ws.info[j].insert_time_ns = 0;
   }
   assert_memory_equal(sa.mem, sb.mem, sa.lay.slot_bytes);
-  free(sa.mem);
-  free(sb.mem);
-  chime__table_destroy(a);
-  chime__table_destroy(b);
+  finish_both(a, &sa, b, &sb);
 }
 
 /* Prioritized, priorities mutated, "max" initial priority: every window's

@@ -279,7 +279,9 @@ chime_writer_open(chime_writer_t **out, chime_client_t *client,
  * with a priority. Sends a message when the batch is full; may block while
  * max_inflight messages wait for acks (up to timeout_ms: CHIME_ETIMEDOUT, and
  * the sample was not queued; call again). An error from the server (wrong size:
- * CHIME_EINVAL naming the leaf) is returned by this or the next call. A sample
+ * CHIME_EINVAL naming the leaf) is returned by the append that starts the next
+ * message (acks and errors are looked for once per message, not per sample),
+ * or by flush() and close(). A sample
  * of the wrong size is refused here, before sending, with CHIME_EINVAL and a
  * last error naming the leaf; the writer stays usable. So is a priority that
  * is NaN, infinite or negative (CHIME_EINVAL; the server refuses those too).

@@ -522,8 +522,10 @@ static int bad_priority(chime_writer_t *w, double priority) {
   return CHIME_EINVAL;
 }
 
-/* Before queueing: acks that already arrived are collected (no wait), a
- * broken call is resumed, the sticky error returned. */
+/* Before a batch starts: acks that already arrived are collected (no wait),
+ * a broken call is resumed, the sticky error returned. Once per message, not
+ * per sample: a poll of the completion queue (an epoll_wait and its locks)
+ * costs more than appending a small sample. */
 static int ready(chime_writer_t *w) {
   while ((w->inflight || sending(w)) && !w->broken &&
          pump(w, gpr_inf_past(GPR_CLOCK_MONOTONIC)) == 0) {
@@ -566,7 +568,7 @@ int chime_writer_append(chime_writer_t *writer, const void *sample, size_t len,
     return CHIME_EINVAL;
   }
   int rc = bad_priority(w, priority);
-  if (rc == 0)
+  if (rc == 0 && w->queued == 0)
     rc = ready(w);
   if (rc == 0)
     rc = room(w);

@@ -81,6 +81,14 @@ static uint64_t probe(const chime__keyindex_t *k, uint64_t key) {
   return i;
 }
 
+void chime__keyindex_prefetch(const chime__keyindex_t *k, uint64_t key) {
+  if (key == EMPTY)
+    return;
+  uint64_t i = home(k, key);
+  __builtin_prefetch(&k->keys[i], 1);
+  __builtin_prefetch(&k->rows[i], 1);
+}
+
 int chime__keyindex_insert(chime__keyindex_t *k, uint64_t key, uint32_t row) {
   if (key == EMPTY) {
     if (k->zero_in)

@@ -38,6 +38,10 @@ CHIME_NODISCARD int chime__keyindex_insert(chime__keyindex_t *k, uint64_t key,
 /* The key's row. CHIME_ENOTFOUND when it is not in. */
 CHIME_NODISCARD int chime__keyindex_lookup(const chime__keyindex_t *k,
                                            uint64_t key, uint32_t *row);
+/* Asks the caches for the bucket where key's probe starts (an insert's,
+ * lookup's or remove's first miss), so a caller that knows its next keys can
+ * have their misses overlap instead of paying them one after another. */
+void chime__keyindex_prefetch(const chime__keyindex_t *k, uint64_t key);
 /* Takes the key out; its row in *row when row is not NULL.
  * CHIME_ENOTFOUND when it is not in. */
 CHIME_NODISCARD int chime__keyindex_remove(chime__keyindex_t *k, uint64_t key,

@@ -476,6 +476,71 @@ static void test_fifo_exactly_once(void **state) {
   stop(&d, c);
 }
 
+static uint64_t table_size(chime_client_t *c, uint32_t table) {
+  chime_server_info_t *info = NULL;
+  assert_int_equal(chime_client_info(&info, c), 0);
+  assert_true(table < info->ntables);
+  uint64_t n = info->tables[table].size;
+  chime_server_info_free(info);
+  return n;
+}
+
+/* Insert calls complete on a queue of their own, whose thread waits in
+ * gRPC only while an Insert call is open (server/service.c): a writer that
+ * comes after that thread went back to waiting for one is served, and so
+ * are two writers open at once beside a stream. A thread that missed its
+ * wake-up would leave the writer without acks (CHIME_ETIMEDOUT). */
+static void test_insert_queue_wakes(void **state) {
+  (void)state;
+  chime__chimed_t d;
+  chime_client_t *c;
+  start(&d, &c);
+  insert(c, "f", 1, 50);
+  usleep(400 * 1000); /* past the thread's 100 ms linger */
+  insert(c, "f", 2, 50);
+  assert_int_equal(table_size(c, 1), 100);
+
+  chime_stream_t *s = open_stream(c, "f", CHIME_MODE_STREAM, 4);
+  chime_writer_t *w[2] = {NULL, NULL};
+  chime_writer_opts_t o = CHIME_WRITER_OPTS_INIT;
+  o.max_batch_samples = 8;
+  o.timeout_ms = 10000;
+  for (int k = 0; k < 2; k++)
+    assert_int_equal(chime_writer_open(&w[k], c, "u", &o), 0);
+  uint8_t sample[SAMPLE_BYTES];
+  for (uint64_t i = 0; i < 100; i++) {
+    for (int k = 0; k < 2; k++) {
+      chime__pattern_fill(&spec, chime__pattern_id(3 + (uint64_t)k, i), sample);
+      assert_int_equal(chime_writer_append(w[k], sample, sizeof(sample), 1.0),
+                       0);
+    }
+  }
+  for (int k = 0; k < 2; k++) {
+    assert_int_equal(chime_writer_flush(w[k]), 0);
+    assert_int_equal(chime_writer_acked(w[k]), 100);
+    assert_int_equal(chime_writer_close(w[k]), 0);
+  }
+  assert_int_equal(table_size(c, 0), 200);
+  /* The stream read the fifo table's 100 items meanwhile, each once. */
+  static uint8_t seen[2][50];
+  memset(seen, 0, sizeof(seen));
+  for (int n = 0; n < 100 / 8; n++) {
+    chime_batch_t b;
+    uint64_t ids[8];
+    char err[256];
+    assert_int_equal(chime_stream_next(s, &b, 10000), 0);
+    assert_int_equal(chime__pattern_verify(&b, ids, err, sizeof(err)), 0);
+    for (int i = 0; i < 8; i++) {
+      uint64_t seed = ids[i] >> 40, idx = ids[i] & CHIME__PATTERN_MAX_INDEX;
+      assert_true((seed == 1 || seed == 2) && idx < 50);
+      assert_int_equal(seen[seed - 1][idx]++, 0);
+    }
+    assert_int_equal(chime_batch_release(s, &b), 0);
+  }
+  chime_stream_close(s);
+  stop(&d, c);
+}
+
 /* chime_writer_extend: pattern samples split into columns go in as the
  * appends would (fifo order, every byte, priorities), across batches of
  * the writer's message size; a bad priority anywhere queues nothing; a
@@ -593,6 +658,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_server_killed, teardown_each),
       cmocka_unit_test_teardown(test_fifo_exactly_once, teardown_each),
       cmocka_unit_test_teardown(test_writer_extend, teardown_each),
+      cmocka_unit_test_teardown(test_insert_queue_wakes, teardown_each),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -66,6 +66,8 @@ static void call_free(chime__call_t *c) {
     if (c->next != NULL)
       c->next->prev = c->prev;
     srv->ncalls--;
+    if (c->method == CHIME__M_INSERT)
+      srv->insert_calls--;
     pthread_cond_broadcast(&srv->cond);
   }
   pthread_mutex_unlock(&srv->mu);
@@ -333,6 +335,10 @@ static void on_request_done(chime__tag_t *tag, int ok) {
     srv->calls->prev = c;
   srv->calls = c;
   srv->ncalls++;
+  if (c->method == CHIME__M_INSERT) {
+    srv->insert_calls++; /* before any of its operations can complete */
+    pthread_cond_broadcast(&srv->cond);
+  }
   pthread_mutex_unlock(&srv->mu);
   if (!atomic_load(&srv->stopping))
     chime__request_call(srv, c->method);
@@ -416,13 +422,16 @@ int chime__request_call(chime_server_t *srv, int method) {
   int unary = chime__method_unary(method);
   grpc_call_error e;
   grpc_call_details_init(&c->details);
+  /* The new call is announced on cq; its own operations complete where
+   * the service says (service.c). */
+  grpc_completion_queue *bound = chime__service_call_cq(srv, method);
   if (method == CHIME__M_COUNT)
-    e = grpc_server_request_call(srv->gs, &c->call, &c->details, &c->md,
-                                 srv->cq, srv->cq, &c->req_tag);
+    e = grpc_server_request_call(srv->gs, &c->call, &c->details, &c->md, bound,
+                                 srv->cq, &c->req_tag);
   else
     e = grpc_server_request_registered_call(
         srv->gs, srv->methods[method], &c->call, &c->deadline, &c->md,
-        unary ? &c->payload : NULL, srv->cq, srv->cq, &c->req_tag);
+        unary ? &c->payload : NULL, bound, srv->cq, &c->req_tag);
   if (e != GRPC_CALL_OK) {
     grpc_call_details_destroy(&c->details);
     grpc_metadata_array_destroy(&c->md);

@@ -567,6 +567,7 @@ fail:
   srv->gs = NULL;
   srv->cq = NULL;
   grpc_server_destroy(gs);
+  chime__service_join(srv); /* the insert queue, when registered */
   grpc_completion_queue_shutdown(cq);
   while (
       grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL)

@@ -147,6 +147,12 @@ struct chime_server_s {
 
   grpc_server *gs;
   grpc_completion_queue *cq;
+  /* Insert calls' queue and its thread (service.c), chime's own in either
+   * mode; insert_calls (under mu) counts the Insert calls open now. */
+  grpc_completion_queue *insert_cq;
+  pthread_t insert_thread;
+  int insert_thread_started, insert_quit;
+  uint32_t insert_calls;
   int owns_grpc;
   void *methods[CHIME__M_COUNT];
   pthread_t cq_thread[CHIME__CQ_THREADS];
@@ -186,6 +192,9 @@ void chime__inserter_destroy(chime__inserter_t *w);
 
 /* service.c */
 int chime__service_start(chime_server_t *srv);
-/* Returns once the completion queue was shut down and drained. */
+/* Returns once the completion queue was shut down and drained; ends the
+ * insert queue and its thread too (safe when never started). */
 void chime__service_join(chime_server_t *srv);
+/* Where a call of `method` completes: an Insert on the insert queue. */
+grpc_completion_queue *chime__service_call_cq(chime_server_t *srv, int method);
 #endif

@@ -1,5 +1,15 @@
 /* chime.v1.Chime on a grpc_server: method registration before start, and the
- * thread that polls the completion queue and runs each tag's callback. */
+ * threads that take completions off the queues and run each tag's callback.
+ *
+ * New calls are announced on `cq`, and every call but Insert completes
+ * there; a stream's fill runs on the cq thread that completed its send
+ * (stream.c). An Insert call's operations complete on `insert_cq`, drained
+ * by a thread of its own, so an insert's copy into its table runs beside
+ * the streams' sends and fills instead of queued behind them. That thread
+ * waits in gRPC (and so polls sockets, as every thread in a queue's next()
+ * does) only while an Insert call is open: a second poller costs a stream
+ * a wake-up per event, gRPC 1.51 (epoll1) handing the polling role between
+ * pollers on every event. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -20,23 +30,61 @@ int chime_service_register(chime_server_t *srv, struct grpc_server *server,
     if (srv->methods[m] == NULL)
       return CHIME_EEXIST;
   }
+  /* Only bound to calls, never announcing one: not the server's. */
+  srv->insert_cq = grpc_completion_queue_create_for_next(NULL);
+  if (srv->insert_cq == NULL)
+    return CHIME_ENOMEM;
   srv->gs = server;
   srv->cq = cq;
   return 0;
 }
 
+grpc_completion_queue *chime__service_call_cq(chime_server_t *srv, int method) {
+  return method == CHIME__M_INSERT && srv->insert_cq != NULL ? srv->insert_cq
+                                                             : srv->cq;
+}
+
+/* One completion (or none by the deadline): its tag's callback. 0 once the
+ * queue is shut down and empty. */
+static int run_next(grpc_completion_queue *cq, gpr_timespec deadline) {
+  grpc_event ev = grpc_completion_queue_next(cq, deadline, NULL);
+  if (ev.type == GRPC_QUEUE_SHUTDOWN)
+    return 0;
+  if (ev.type == GRPC_OP_COMPLETE) {
+    chime__tag_t *tag = ev.tag;
+    tag->fn(tag, ev.success);
+  }
+  return 1;
+}
+
 static void *cq_main(void *arg) {
   pthread_setname_np(pthread_self(), "chime-cq");
   chime_server_t *srv = arg;
+  while (run_next(srv->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC)))
+    ;
+  return NULL;
+}
+
+/* How long the insert thread stays in gRPC after the last Insert call
+ * ended, in case another comes. */
+#define INSERT_LINGER_MS 100
+
+static void *insert_main(void *arg) {
+  pthread_setname_np(pthread_self(), "chime-cq-ins");
+  chime_server_t *srv = arg;
   for (;;) {
-    grpc_event ev = grpc_completion_queue_next(
-        srv->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
-    if (ev.type == GRPC_QUEUE_SHUTDOWN)
+    pthread_mutex_lock(&srv->mu);
+    while (srv->insert_calls == 0 && !srv->insert_quit)
+      pthread_cond_wait(&srv->cond, &srv->mu);
+    int quit = srv->insert_quit;
+    pthread_mutex_unlock(&srv->mu);
+    gpr_timespec deadline =
+        quit ? gpr_inf_future(GPR_CLOCK_MONOTONIC)
+             : gpr_time_add(
+                   gpr_now(GPR_CLOCK_MONOTONIC),
+                   gpr_time_from_millis(INSERT_LINGER_MS, GPR_TIMESPAN));
+    if (!run_next(srv->insert_cq, deadline))
       break;
-    if (ev.type != GRPC_OP_COMPLETE)
-      continue;
-    chime__tag_t *tag = ev.tag;
-    tag->fn(tag, ev.success);
   }
   return NULL;
 }
@@ -64,6 +112,11 @@ int chime__service_start(chime_server_t *srv) {
   const char *env = getenv("CHIME_CQ_THREADS");
   if (env != NULL && atoi(env) >= 1 && atoi(env) <= CHIME__CQ_THREADS)
     nthreads = atoi(env);
+  if (srv->insert_cq != NULL) {
+    if (pthread_create(&srv->insert_thread, NULL, insert_main, srv) != 0)
+      return CHIME_ESYS;
+    srv->insert_thread_started = 1;
+  }
   for (int i = 0; i < nthreads; i++) {
     if (pthread_create(&srv->cq_thread[i], NULL, cq_main, srv) != 0)
       return srv->cq_threads > 0 ? 0 : CHIME_ESYS;
@@ -76,4 +129,21 @@ void chime__service_join(chime_server_t *srv) {
   for (int i = 0; i < srv->cq_threads; i++)
     pthread_join(srv->cq_thread[i], NULL);
   srv->cq_threads = 0;
+  if (srv->insert_cq == NULL)
+    return;
+  /* The grpc_server is shut down and its calls are gone: nothing is left
+   * to complete here. */
+  pthread_mutex_lock(&srv->mu);
+  srv->insert_quit = 1;
+  pthread_cond_broadcast(&srv->cond);
+  pthread_mutex_unlock(&srv->mu);
+  grpc_completion_queue_shutdown(srv->insert_cq);
+  if (srv->insert_thread_started)
+    pthread_join(srv->insert_thread, NULL);
+  else
+    while (run_next(srv->insert_cq, gpr_inf_future(GPR_CLOCK_MONOTONIC)))
+      ;
+  srv->insert_thread_started = 0;
+  grpc_completion_queue_destroy(srv->insert_cq);
+  srv->insert_cq = NULL;
 }

@@ -437,6 +437,31 @@ static void test_server_killed(void **state) {
 }
 
 /* fifo: what two writers insert reaches the streams exactly once. */
+/* Reads `batches` batches of 8 from a fifo stream: every id is one of
+ * seeds seed0 and seed0 + 1 with an index under per_seed, its bytes are its
+ * pattern, and none comes twice. */
+static void read_each_once(chime_stream_t *s, uint64_t seed0, uint64_t per_seed,
+                           int batches) {
+  uint8_t *seen = calloc(2 * per_seed, 1);
+  assert_non_null(seen);
+  for (int n = 0; n < batches; n++) {
+    chime_batch_t b;
+    uint64_t ids[8];
+    char err[256];
+    assert_int_equal(chime_stream_next(s, &b, 10000), 0);
+    assert_int_equal(chime__pattern_verify(&b, ids, err, sizeof(err)), 0);
+    for (int i = 0; i < 8; i++) {
+      uint64_t seed = ids[i] >> 40, idx = ids[i] & CHIME__PATTERN_MAX_INDEX;
+      assert_true(seed == seed0 || seed == seed0 + 1);
+      assert_true(idx < per_seed);
+      assert_int_equal(seen[(seed - seed0) * per_seed + idx]++, 0);
+      assert_true(b.info[i].probability > 0);
+    }
+    assert_int_equal(chime_batch_release(s, &b), 0);
+  }
+  free(seen);
+}
+
 static void test_fifo_exactly_once(void **state) {
   (void)state;
   enum { N = 400 };
@@ -446,24 +471,7 @@ static void test_fifo_exactly_once(void **state) {
   insert(c, "f", 8, N / 2);
   insert(c, "f", 9, N / 2);
   chime_stream_t *s = open_stream(c, "f", CHIME_MODE_STREAM, 4);
-  static uint8_t seen[2][N / 2];
-  memset(seen, 0, sizeof(seen));
-  for (int n = 0; n < N / 8; n++) {
-    chime_batch_t b;
-    uint64_t ids[8];
-    char err[256];
-    assert_int_equal(chime_stream_next(s, &b, 10000), 0);
-    assert_int_equal(chime__pattern_verify(&b, ids, err, sizeof(err)), 0);
-    for (int i = 0; i < 8; i++) {
-      uint64_t seed = ids[i] >> 40, idx = ids[i] & CHIME__PATTERN_MAX_INDEX;
-      assert_true(seed == 8 || seed == 9);
-      assert_true(idx < N / 2);
-      assert_int_equal(seen[seed - 8][idx], 0);
-      seen[seed - 8][idx] = 1;
-      assert_true(b.info[i].probability > 0);
-    }
-    assert_int_equal(chime_batch_release(s, &b), 0);
-  }
+  read_each_once(s, 8, N / 2, N / 8);
   chime_batch_t b;
   assert_int_equal(chime_stream_next(s, &b, 200), CHIME_ETIMEDOUT);
   chime_stats_t *st = NULL;
@@ -521,22 +529,8 @@ static void test_insert_queue_wakes(void **state) {
     assert_int_equal(chime_writer_close(w[k]), 0);
   }
   assert_int_equal(table_size(c, 0), 200);
-  /* The stream read the fifo table's 100 items meanwhile, each once. */
-  static uint8_t seen[2][50];
-  memset(seen, 0, sizeof(seen));
-  for (int n = 0; n < 100 / 8; n++) {
-    chime_batch_t b;
-    uint64_t ids[8];
-    char err[256];
-    assert_int_equal(chime_stream_next(s, &b, 10000), 0);
-    assert_int_equal(chime__pattern_verify(&b, ids, err, sizeof(err)), 0);
-    for (int i = 0; i < 8; i++) {
-      uint64_t seed = ids[i] >> 40, idx = ids[i] & CHIME__PATTERN_MAX_INDEX;
-      assert_true((seed == 1 || seed == 2) && idx < 50);
-      assert_int_equal(seen[seed - 1][idx]++, 0);
-    }
-    assert_int_equal(chime_batch_release(s, &b), 0);
-  }
+  /* The stream read the fifo table's items meanwhile, each once. */
+  read_each_once(s, 1, 50, 100 / 8);
   chime_stream_close(s);
   stop(&d, c);
 }

@@ -459,7 +459,9 @@ chime_server_create(chime_server_t **out, const chime_server_opts_t *opts,
                     char *err, size_t errlen);
 /* Registers chime.v1.Chime on an application's server. Must be called before
  * grpc_server_start(); `cq` is a completion queue registered on `server` that
- * chime polls on its own thread. */
+ * chime polls on its own thread. New calls are announced on `cq`; Insert
+ * calls then complete on a queue chime creates and drains itself, so actors'
+ * inserts do not wait behind learners' streams. */
 CHIME_EXTERN CHIME_NODISCARD int
 chime_service_register(chime_server_t *srv, struct grpc_server *server,
                        struct grpc_completion_queue *cq);

@@ -18,7 +18,8 @@
  *   chime_stream  the same, batches streamed over gRPC into a local ring
  *
  * GB/s are 1e9 bytes of batch payload per second. A run is one round of every
- * case and size, so a noisy neighbour hits a case and its baselines alike;
+ * case and size (each round's order rotated by one case), so a noisy
+ * neighbour hits a case and its baselines alike;
  * each figure is the median over --runs rounds, each ratio the median of the
  * per-round ratios. Every case's receiving side reads every batch the same
  * way (--touch, learn.h) and skips the same warm-up (as many batches as the
@@ -945,7 +946,11 @@ static void usage(void) {
 }
 
 /* One round: every case once for every size, so that a noisy neighbour
- * slows a case and its baselines alike; then the fan-out phase per size. */
+ * slows a case and its baselines alike; then the fan-out phase per size.
+ * Round r starts at case r % NCASES and goes round: over NCASES rounds
+ * every case runs after every other once, so what one case leaves behind
+ * (a warm or a cold cache, chimed's teardown of the stream before)
+ * favours none. */
 static int round_once(const opts_t *o, int r, plain_t *plain, pid_t chimed_pid,
                       const char *chimed_addr, results_t *res) {
   int rc = 0;
@@ -954,7 +959,8 @@ static int round_once(const opts_t *o, int r, plain_t *plain, pid_t chimed_pid,
     uint64_t bb = o->sizes[i];
     uint64_t n = batches_for(o, bb);
     uint32_t batch_size = (uint32_t)(bb / SAMPLE_BYTES);
-    for (int c = 0; c < NCASES && rc == 0; c++) {
+    for (int k = 0; k < NCASES && rc == 0; k++) {
+      int c = (r + k) % NCASES;
       window_t w = {
           .server = c == C_PLAIN ? plain->child.pid
                     : c >= C_SHM ? chimed_pid
@@ -964,7 +970,7 @@ static int round_once(const opts_t *o, int r, plain_t *plain, pid_t chimed_pid,
       };
       double *g = &res->v[c][i][r];
       if (c >= C_SHM && chimed_addr == NULL)
-        break;
+        continue;
       if (o->only >= 0 && c != o->only)
         continue;
       switch (c) {

@@ -136,14 +136,20 @@ def test_extend_and_append_agree(client):
     assert a == b == expected(samples)
 
 
+def fill_hold(client, n, seed):
+    """Writes n random 256-byte rows x, with ids 0..n-1, into table "hold";
+    returns x."""
+    x = np.random.default_rng(seed).integers(0, 256, size=(n, 256),
+                                             dtype=np.uint8)
+    with client.writer("hold") as w:
+        w.extend({"x": x, "id": np.arange(n, dtype=np.uint64)})
+    return x
+
+
 def test_view_outlives_200_batches(client):
     """A view keeps its slot leased: with 3 slots a fifo ring reuses a slot
     every two batches, so without the hold the bytes would change."""
-    n = 2 * 202
-    x = np.random.default_rng(5).integers(0, 256, size=(n, 256),
-                                          dtype=np.uint8)
-    with client.writer("hold") as w:
-        w.extend({"x": x, "id": np.arange(n, dtype=np.uint64)})
+    x = fill_hold(client, 2 * 202, seed=5)
     with client.stream("hold", batch_size=2, slots=3, mode="shm") as s:
         assert s.mode == "shm"
         first = s.next(timeout=10)

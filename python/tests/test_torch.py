@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import chime
-from test_chime import LEAVES, random_samples
+from test_chime import LEAVES, fill_hold, random_samples
 
 torch = pytest.importorskip(
     "torch", reason="torch is not installed (Debian: apt-get install "
@@ -79,11 +79,7 @@ def test_tensor_outlives_300_batches(client):
     """A tensor of batch["x"] keeps its slot leased: with 3 slots a fifo
     ring reuses a slot every two batches, so without the hold its bytes
     would change many times over."""
-    n = 2 * 302
-    x = np.random.default_rng(31).integers(0, 256, size=(n, 256),
-                                           dtype=np.uint8)
-    with client.writer("hold") as w:
-        w.extend({"x": x, "id": np.arange(n, dtype=np.uint64)})
+    x = fill_hold(client, 2 * 302, seed=31)
     with client.stream("hold", batch_size=2, slots=3, mode="shm") as s:
         assert s.mode == "shm"
         first = s.next(timeout=10)

@@ -28,6 +28,7 @@
 #include "server/checkpoint.h"
 #include "server/crc32c.h"
 #include "server/table.h"
+#include "seq_steps.h"
 
 #define SB 9 /* "a:u32[2], b:u8[]" */
 
@@ -493,23 +494,10 @@ static void test_trim_spares(void **state) {
 
 /* --- sequence tables --- */
 
-/* A step: its writer's episode tag and index, then 3 bytes of both. */
-#define SEQ_SPEC "id:u32[2], x:u8[3]"
-#define STEP 11
-
 static void seq_cfg(chime__table_config_t *tc, uint64_t steps, uint32_t t,
                     uint32_t stride, int pad, chime__sampler_t s) {
-  memset(tc, 0, sizeof(*tc));
-  snprintf(tc->name, sizeof(tc->name), "s");
-  assert_int_equal(chime_spec_parse(&tc->spec, SEQ_SPEC, NULL, 0), 0);
-  tc->capacity_steps = steps;
-  tc->sequence_length = t;
-  tc->stride = stride;
-  tc->episode_pad = pad;
-  tc->sampler = s;
-  tc->min_size = 1;
+  seq_table_cfg(tc, "s", steps, t, stride, pad, s);
   tc->priority_exponent = 1.0;
-  tc->initial_priority = 1.0;
   tc->seed = 11;
 }
 
@@ -517,31 +505,6 @@ static chime__table_t *seq_table(const chime__table_config_t *tc) {
   chime__table_t *t;
   assert_int_equal(chime__table_create(&t, tc), 0);
   return t;
-}
-
-typedef struct {
-  uint64_t id, seq;
-  uint32_t tag, len;
-} writer_t;
-
-static void seq_append(chime__table_t *t, writer_t *w, uint32_t n, int end) {
-  uint8_t buf[64 * STEP];
-  uint64_t key;
-  assert_true(n <= 64);
-  for (uint32_t i = 0; i < n; i++) {
-    uint32_t id[2] = {w->tag, w->len + i};
-    memcpy(buf + i * STEP, id, 8);
-    for (int b = 0; b < 3; b++)
-      buf[i * STEP + 8 + b] = (uint8_t)(w->tag * 31 + (w->len + i) * 7 + b);
-  }
-  chime__dedupe_req_t dq = {.writer = w->id, .seq = ++w->seq};
-  dq.end_episode = end;
-  assert_int_equal(chime__table_insert(t, buf, n, NULL, &key, NULL, &dq), 0);
-  w->len += n;
-  if (end) {
-    w->tag += 1000;
-    w->len = 0;
-  }
 }
 
 static void seq_slot_init(slot_t *s, const chime__table_t *t, uint32_t batch) {
@@ -584,11 +547,12 @@ static void restore_ok(chime__table_t *t, const char *path, uint64_t *items) {
  * the same windows, steps and counts, hands out the same batches byte for
  * byte, and goes on with the same keys and episode ids. The open
  * episode's complete windows come back; its tail makes none. */
-static void fill_seq(chime__table_t *t, writer_t *w) {
+static void fill_seq(chime__table_t *t, seq_writer_t *w) {
   for (int round = 0; round < 60; round++) {
     for (int k = 0; k < 3; k++) {
       uint32_t n = (uint32_t)(1 + (round * 7 + k * 5) % 13);
-      seq_append(t, &w[k], n, (round + k) % 4 == 3 && k != 2);
+      assert_int_equal(seq_append(t, &w[k], n, (round + k) % 4 == 3 && k != 2),
+                       0);
     }
   }
 }
@@ -600,7 +564,7 @@ static void test_sequence_roundtrip(void **state) {
   chime__table_config_t tc;
   seq_cfg(&tc, 256, 4, 2, 1, CHIME__SAMPLER_FIFO);
   chime__table_t *a = seq_table(&tc), *b = seq_table(&tc);
-  writer_t w[3] = {{1, 0, 1, 0}, {2, 0, 2, 0}, {3, 0, 3, 0}};
+  seq_writer_t w[3] = {{1, 0, 1, 0}, {2, 0, 2, 0}, {3, 0, 3, 0}};
   fill_seq(a, w);
   slot_t sa, sb;
   seq_slot_init(&sa, a, 4);
@@ -634,9 +598,9 @@ static void test_sequence_roundtrip(void **state) {
     chime__table_get_stats(a, &x);
   }
   /* New writers go on with the same keys and episode ids. */
-  writer_t na = {9, 0, 9000, 0}, nb = na;
-  seq_append(a, &na, 12, 1);
-  seq_append(b, &nb, 12, 1);
+  seq_writer_t na = {9, 0, 9000, 0}, nb = na;
+  assert_int_equal(seq_append(a, &na, 12, 1), 0);
+  assert_int_equal(seq_append(b, &nb, 12, 1), 0);
   sample_both(a, &sa, b, &sb);
   for (int j = 0; j < 4; j++) {
     if (sa.ws.info[j].episode_id == sb.ws.info[j].episode_id &&
@@ -658,7 +622,7 @@ static void test_sequence_prioritized(void **state) {
   seq_cfg(&tc, 512, 5, 1, 0, CHIME__SAMPLER_PRIORITIZED);
   tc.initial_priority_max = 1;
   chime__table_t *a = seq_table(&tc);
-  writer_t w[3] = {{1, 0, 1, 0}, {2, 0, 2, 0}, {3, 0, 3, 0}};
+  seq_writer_t w[3] = {{1, 0, 1, 0}, {2, 0, 2, 0}, {3, 0, 3, 0}};
   fill_seq(a, w);
   slot_t s;
   seq_slot_init(&s, a, 8);
@@ -723,7 +687,7 @@ static void test_sequence_refusals(void **state) {
   /* Blocks of 256 steps (fewer in stores of under 16 blocks). */
   seq_cfg(&tc, 4096, 4, 2, 1, CHIME__SAMPLER_UNIFORM);
   chime__table_t *a = seq_table(&tc);
-  writer_t w[3] = {{1, 0, 1, 0}, {2, 0, 2, 0}, {3, 0, 3, 0}};
+  seq_writer_t w[3] = {{1, 0, 1, 0}, {2, 0, 2, 0}, {3, 0, 3, 0}};
   fill_seq(a, w);
   chime__ckpt_result_t res;
   write_ok(a, dir, 2, &res);
@@ -797,10 +761,10 @@ typedef struct {
 
 static void *seq_inserter(void *p) {
   seq_ins_t *a = p;
-  writer_t w[2] = {{1, 0, 1, 0}, {2, 0, 2, 0}};
+  seq_writer_t w[2] = {{1, 0, 1, 0}, {2, 0, 2, 0}};
   for (uint32_t k = 0; !atomic_load(&a->stop); k++) {
     uint32_t n = 1 + k % 29;
-    seq_append(a->t, &w[k % 2], n, k % 7 == 6);
+    assert_int_equal(seq_append(a->t, &w[k % 2], n, k % 7 == 6), 0);
     atomic_fetch_add(&a->appended, n);
   }
   return NULL;

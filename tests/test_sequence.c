@@ -20,31 +20,11 @@
 #include "server/config.h"
 #include "server/steps.h"
 #include "server/table.h"
-
-/* A step: tag (the test's episode number) and index, then 3 bytes that
- * depend on both (a second leaf, so leaf-major copies are checked). */
-#define SPEC "id:u32[2], x:u8[3]"
-#define STEP 11
-
-static void step_bytes(uint8_t *p, uint32_t tag, uint32_t idx) {
-  uint32_t id[2] = {tag, idx};
-  memcpy(p, id, 8);
-  for (int i = 0; i < 3; i++)
-    p[8 + i] = (uint8_t)(tag * 31 + idx * 7 + (uint32_t)i);
-}
+#include "seq_steps.h"
 
 static void make_cfg(chime__table_config_t *tc, uint64_t steps, uint32_t t,
                      uint32_t stride, int pad, chime__sampler_t s) {
-  memset(tc, 0, sizeof(*tc));
-  snprintf(tc->name, sizeof(tc->name), "seq");
-  assert_int_equal(chime_spec_parse(&tc->spec, SPEC, NULL, 0), 0);
-  tc->capacity_steps = steps;
-  tc->sequence_length = t;
-  tc->stride = stride;
-  tc->episode_pad = pad;
-  tc->sampler = s;
-  tc->min_size = 1;
-  tc->initial_priority = 1.0;
+  seq_table_cfg(tc, "seq", steps, t, stride, pad, s);
 }
 
 typedef struct {
@@ -64,32 +44,6 @@ static void slot_init(slot_t *s, const chime__table_t *t, uint32_t batch) {
   for (uint32_t l = 0; l < sp->nleaves; l++)
     s->ws.leaf[l] = s->mem + s->lay.leaf_offset[l];
   s->ws.info = (chime_sample_info_t *)(s->mem + s->lay.info_offset);
-}
-
-/* A writer of episodes: its id (the exactly-once id the table keys
- * episodes by), its request sequence, its open episode's tag and length. */
-typedef struct {
-  uint64_t id, seq;
-  uint32_t tag, len;
-} writer_t;
-
-static int append(chime__table_t *t, writer_t *w, uint32_t n, int end) {
-  uint8_t buf[64 * STEP];
-  uint64_t key;
-  assert_true(n <= 64);
-  for (uint32_t i = 0; i < n; i++)
-    step_bytes(buf + i * STEP, w->tag, w->len + i);
-  chime__dedupe_req_t dq = {.writer = w->id, .seq = ++w->seq};
-  dq.end_episode = end;
-  int rc = chime__table_insert(t, buf, n, NULL, &key, NULL, &dq);
-  if (rc == 0) {
-    w->len += n;
-    if (end) {
-      w->tag += 1000;
-      w->len = 0;
-    }
-  }
-  return rc;
 }
 
 /* Checks window j of a sampled batch: T (or info.length, then zeros and a
@@ -146,14 +100,14 @@ static void check_interleaved(int pad, chime__sampler_t sampler) {
   assert_int_equal(chime__table_create(&t, &tc), 0);
   slot_t s;
   slot_init(&s, t, 16);
-  writer_t w[3] = {{101, 0, 1, 0}, {202, 0, 2, 0}, {303, 0, 3, 0}};
+  seq_writer_t w[3] = {{101, 0, 1, 0}, {202, 0, 2, 0}, {303, 0, 3, 0}};
   uint64_t seed = 88172645463325252ull, ep_tag[4096] = {0};
   uint32_t sampled = 0;
   for (int round = 0; round < 3000; round++) {
-    writer_t *wr = &w[rnd(&seed) % 3];
+    seq_writer_t *wr = &w[rnd(&seed) % 3];
     uint32_t n = 1 + rnd(&seed) % 9;
     int end = wr->len + n >= 5 + (wr->tag % 53) ? 1 : 0;
-    assert_int_equal(append(t, wr, n, end), 0);
+    assert_int_equal(seq_append(t, wr, n, end), 0);
     chime__table_stats_t st;
     chime__table_get_stats(t, &st);
     assert_true(st.steps <= 256);
@@ -198,14 +152,14 @@ static void test_storage_is_steps(void **state) {
   chime__table_t *t;
   make_cfg(&tc, 1000, 80, 1, 0, CHIME__SAMPLER_UNIFORM);
   assert_int_equal(chime__table_create(&t, &tc), 0);
-  writer_t w = {7, 0, 1, 0};
+  seq_writer_t w = {7, 0, 1, 0};
   for (int i = 0; i < 15; i++)
-    assert_int_equal(append(t, &w, 64, 0), 0); /* 960 steps, one episode */
+    assert_int_equal(seq_append(t, &w, 64, 0), 0); /* 960 steps, one episode */
   chime__table_stats_t st;
   chime__table_get_stats(t, &st);
-  uint32_t k = chime__steps_block(1000, STEP);
+  uint32_t k = chime__steps_block(1000, SEQ_STEP);
   uint64_t slots = (1000 + k - 1) / k * k;
-  assert_int_equal(st.step_bytes, slots * STEP);
+  assert_int_equal(st.step_bytes, slots * SEQ_STEP);
   assert_true(slots < 1000 + k);
   assert_int_equal(st.steps, 960);
   assert_int_equal(st.size, 960 - 80 + 1); /* a window every step */
@@ -214,8 +168,8 @@ static void test_storage_is_steps(void **state) {
    * T steps (here 10^5 x 80 x 11 bytes = 88 MB). */
   tc.capacity_steps = 100000;
   uint64_t bytes = chime__table_bytes(&tc);
-  assert_true(bytes >= 100000u * STEP);
-  assert_true(bytes < 100000u * 80u * STEP / 4);
+  assert_true(bytes >= 100000u * SEQ_STEP);
+  assert_true(bytes < 100000u * 80u * SEQ_STEP / 4);
   chime__table_destroy(t);
 }
 
@@ -254,16 +208,16 @@ static void test_pad_and_mask(void **state) {
   assert_int_equal(sp->leaves[2].shape[0], 4);
   slot_t s;
   slot_init(&s, t, 1);
-  writer_t w = {9, 0, 1, 0};
+  seq_writer_t w = {9, 0, 1, 0};
   uint32_t f[16], l[16];
   /* A short episode: one padded window. */
-  assert_int_equal(append(t, &w, 3, 1), 0);
+  assert_int_equal(seq_append(t, &w, 3, 1), 0);
   assert_int_equal(drain(t, &s, f, l, 16), 1);
   assert_int_equal(f[0], 0);
   assert_int_equal(l[0], 3);
   /* 7 steps: windows at 0 and 2 cover 6, the tail makes one at 4 of 3. */
-  assert_int_equal(append(t, &w, 5, 0), 0);
-  assert_int_equal(append(t, &w, 2, 1), 0);
+  assert_int_equal(seq_append(t, &w, 5, 0), 0);
+  assert_int_equal(seq_append(t, &w, 2, 1), 0);
   assert_int_equal(drain(t, &s, f, l, 16), 3);
   assert_int_equal(f[0], 0);
   assert_int_equal(l[0], 4);
@@ -272,13 +226,13 @@ static void test_pad_and_mask(void **state) {
   assert_int_equal(f[2], 4);
   assert_int_equal(l[2], 3);
   /* 6 steps: covered exactly, no padded window. */
-  assert_int_equal(append(t, &w, 6, 1), 0);
+  assert_int_equal(seq_append(t, &w, 6, 1), 0);
   assert_int_equal(drain(t, &s, f, l, 16), 2);
   assert_int_equal(l[0], 4);
   assert_int_equal(l[1], 4);
   /* An end with no steps (the episode already had its windows). */
-  assert_int_equal(append(t, &w, 4, 0), 0);
-  assert_int_equal(append(t, &w, 0, 1), 0);
+  assert_int_equal(seq_append(t, &w, 4, 0), 0);
+  assert_int_equal(seq_append(t, &w, 0, 1), 0);
   assert_int_equal(drain(t, &s, f, l, 16), 1);
   free(s.mem);
   chime__table_destroy(t);
@@ -294,14 +248,14 @@ static void test_drop(void **state) {
   assert_int_equal(chime__table_item_spec(t)->nleaves, 2); /* no mask */
   slot_t s;
   slot_init(&s, t, 1);
-  writer_t w = {9, 0, 1, 0};
+  seq_writer_t w = {9, 0, 1, 0};
   uint32_t f[16], l[16];
-  assert_int_equal(append(t, &w, 3, 1), 0); /* short: no item */
+  assert_int_equal(seq_append(t, &w, 3, 1), 0); /* short: no item */
   chime__table_stats_t st;
   chime__table_get_stats(t, &st);
   assert_int_equal(st.size, 0);
   assert_int_equal(st.steps, 3);
-  assert_int_equal(append(t, &w, 7, 1), 0); /* windows at 0 and 2 only */
+  assert_int_equal(seq_append(t, &w, 7, 1), 0); /* windows at 0 and 2 only */
   assert_int_equal(drain(t, &s, f, l, 16), 2);
   assert_int_equal(f[0], 0);
   assert_int_equal(f[1], 2);
@@ -321,14 +275,14 @@ static void test_priorities_and_mts(void **state) {
   assert_int_equal(chime__table_create(&t, &tc), 0);
   slot_t s;
   slot_init(&s, t, 1);
-  writer_t w = {5, 0, 1, 0};
-  assert_int_equal(append(t, &w, 12, 0), 0); /* keys 1, 2, 3 */
+  seq_writer_t w = {5, 0, 1, 0};
+  assert_int_equal(seq_append(t, &w, 12, 0), 0); /* keys 1, 2, 3 */
   uint64_t keys[2] = {2, 3};
   double pr[2] = {5.0, 0.5};
   chime__table_mutated_t m;
   assert_int_equal(chime__table_mutate(t, keys, pr, 2, NULL, 0, &m), 0);
   assert_int_equal(m.updated, 2);
-  assert_int_equal(append(t, &w, 4, 0), 0); /* key 4 takes priority 5 */
+  assert_int_equal(seq_append(t, &w, 4, 0), 0); /* key 4 takes priority 5 */
   /* max heap, ties oldest first: 2 (5.0) twice, then 4 (5.0) twice. */
   uint64_t want[4] = {2, 2, 4, 4};
   for (int i = 0; i < 4; i++) {
@@ -360,9 +314,9 @@ static void test_resend_and_writer(void **state) {
   chime__table_t *t;
   make_cfg(&tc, 256, 4, 4, 1, CHIME__SAMPLER_UNIFORM);
   assert_int_equal(chime__table_create(&t, &tc), 0);
-  uint8_t buf[8 * STEP];
+  uint8_t buf[8 * SEQ_STEP];
   for (uint32_t i = 0; i < 8; i++)
-    step_bytes(buf + i * STEP, 1, i);
+    seq_step_bytes(buf + i * SEQ_STEP, 1, i);
   uint64_t k1, k2;
   chime__dedupe_req_t dq = {.writer = 77, .seq = 1, .end_episode = 1};
   assert_int_equal(chime__table_insert(t, buf, 6, NULL, &k1, NULL, &dq), 0);
@@ -395,13 +349,14 @@ static void test_abandoned_episode(void **state) {
   assert_int_equal(chime__table_create(&t, &tc), 0);
   slot_t s;
   slot_init(&s, t, 1);
-  writer_t dead = {1, 0, 1, 0}, live = {2, 0, 2, 0};
-  assert_int_equal(append(t, &dead, 13, 0), 0); /* one window, 5 steps left */
+  seq_writer_t dead = {1, 0, 1, 0}, live = {2, 0, 2, 0};
+  assert_int_equal(seq_append(t, &dead, 13, 0),
+                   0); /* one window, 5 steps left */
   uint32_t f[64], l[64];
   assert_int_equal(drain(t, &s, f, l, 64), 1);
   assert_int_equal(l[0], 8);
   for (int i = 0; i < 40; i++)
-    assert_int_equal(append(t, &live, 8, 0), 0); /* evicts the dead one's */
+    assert_int_equal(seq_append(t, &live, 8, 0), 0); /* evicts the dead one's */
   chime__table_stats_t st;
   chime__table_get_stats(t, &st);
   assert_true(st.steps <= 128);
@@ -428,12 +383,12 @@ static void test_rate_limiter(void **state) {
   assert_int_equal(chime__table_create(&t, &tc), 0);
   slot_t s;
   slot_init(&s, t, 2);
-  uint8_t buf[4 * STEP];
+  uint8_t buf[4 * SEQ_STEP];
   uint64_t key, seq = 0;
   int busy = 0, i;
   for (i = 0; i < 20 && !busy; i++) {
     for (uint32_t j = 0; j < 4; j++)
-      step_bytes(buf + j * STEP, 1, (uint32_t)i * 4 + j);
+      seq_step_bytes(buf + j * SEQ_STEP, 1, (uint32_t)i * 4 + j);
     chime__span_t sp = {buf, sizeof(buf)};
     chime__dedupe_req_t dq = {.writer = 3, .seq = ++seq};
     int rc = chime__table_try_insert_spans(t, &sp, 1, 4, NULL, &key, &dq);
@@ -455,7 +410,7 @@ static void test_rate_limiter(void **state) {
   chime__span_t sp = {buf, sizeof(buf)};
   chime__dedupe_req_t dq = {.writer = 3, .seq = ++seq};
   for (uint32_t j = 0; j < 4; j++)
-    step_bytes(buf + j * STEP, 1, (uint32_t)i * 4 + j);
+    seq_step_bytes(buf + j * SEQ_STEP, 1, (uint32_t)i * 4 + j);
   assert_int_equal(chime__table_try_insert_spans(t, &sp, 1, 4, NULL, &key, &dq),
                    0);
   free(s.mem);
@@ -474,13 +429,13 @@ typedef struct {
 
 static void *churn_main(void *arg) {
   churn_t *c = arg;
-  writer_t w[3] = {{11, 0, 1, 0}, {12, 0, 2, 0}, {13, 0, 3, 0}};
+  seq_writer_t w[3] = {{11, 0, 1, 0}, {12, 0, 2, 0}, {13, 0, 3, 0}};
   uint64_t seed = 12345;
   while (!atomic_load(&c->stop)) {
-    writer_t *wr = &w[rnd(&seed) % 3];
+    seq_writer_t *wr = &w[rnd(&seed) % 3];
     uint32_t n = 1 + rnd(&seed) % 7;
     int end = wr->len + n >= 9 + wr->tag % 31;
-    if (append(c->t, wr, n, end) != 0)
+    if (seq_append(c->t, wr, n, end) != 0)
       break;
     c->appended += n;
   }
@@ -495,8 +450,8 @@ static void test_copy_while_evicting(void **state) {
   assert_int_equal(chime__table_create(&c.t, &tc), 0);
   slot_t s;
   slot_init(&s, c.t, 16);
-  writer_t first = {10, 0, 4, 0};
-  assert_int_equal(append(c.t, &first, 8, 0), 0); /* min_size */
+  seq_writer_t first = {10, 0, 4, 0};
+  assert_int_equal(seq_append(c.t, &first, 8, 0), 0); /* min_size */
   pthread_t th;
   assert_int_equal(pthread_create(&th, NULL, churn_main, &c), 0);
   for (int i = 0; i < 10000; i++) {
@@ -529,8 +484,8 @@ static void test_give_back(void **state) {
     chime__table_pins_t pins = {rows, 0, 0};
     chime__table_waiter_t w;
     memset(&w, 0, sizeof(w));
-    writer_t wr = {21, 0, 1, 0};
-    assert_int_equal(append(t, &wr, 16, 0), 0); /* windows 0, 4, 8, 12 */
+    seq_writer_t wr = {21, 0, 1, 0};
+    assert_int_equal(seq_append(t, &wr, 16, 0), 0); /* windows 0, 4, 8, 12 */
     if (pinned)
       assert_int_equal(
           chime__table_try_sample_pinned(t, &s.lay, &s.ws, &pins, 4096, &w), 0);
@@ -562,9 +517,9 @@ static void test_give_back(void **state) {
     }
     /* Taken again, then 64 steps of another episode evict them all: a
      * give-back now brings nothing back. */
-    writer_t other = {22, 0, 2, 0};
+    seq_writer_t other = {22, 0, 2, 0};
     for (int i = 0; i < 4; i++)
-      assert_int_equal(append(t, &other, 16, 0), 0);
+      assert_int_equal(seq_append(t, &other, 16, 0), 0);
     chime__table_get_stats(t, &st);
     uint64_t size = st.size;
     assert_int_equal(chime__table_give_back(t, &s.lay, s.mem), 0);
@@ -588,12 +543,12 @@ static void test_short_episodes_share_blocks(void **state) {
   assert_int_equal(chime__table_create(&t, &tc), 0);
   slot_t s;
   slot_init(&s, t, 8);
-  writer_t w = {31, 0, 1, 0};
+  seq_writer_t w = {31, 0, 1, 0};
   for (int i = 0; i < 100; i++)
-    assert_int_equal(append(t, &w, 3, 1), 0);
+    assert_int_equal(seq_append(t, &w, 3, 1), 0);
   chime__table_stats_t st;
   chime__table_get_stats(t, &st);
-  uint32_t k = chime__steps_block(256, STEP);
+  uint32_t k = chime__steps_block(256, SEQ_STEP);
   assert_true(st.steps > 256 - k && st.steps <= 256);
   assert_int_equal(st.size, st.steps / 3); /* one window an episode */
   assert_int_equal(st.episodes_open, 0);

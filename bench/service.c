@@ -88,25 +88,24 @@ typedef struct {
   chime__bench_touch_t touch;
   uint64_t warmup; /* batches read before the window opens */
   double t0, t1, cpu0, cpu1;
+  double srv0, srv1; /* the server process's part of cpu0, cpu1 */
 } window_t;
 
-static double case_cpu(pid_t server) {
-  double cpu = chime__bench_cpu_s(0);
-  if (server > 0)
-    cpu += chime__bench_cpu_s(server);
-  return cpu;
+static void case_cpu(pid_t server, double *all, double *srv) {
+  *srv = server > 0 ? chime__bench_cpu_s(server) : 0;
+  *all = chime__bench_cpu_s(0) + *srv;
 }
 
 static void window_open(void *arg) {
   window_t *w = arg;
-  w->cpu0 = case_cpu(w->server);
+  case_cpu(w->server, &w->cpu0, &w->srv0);
   w->t0 = chime__bench_now_s();
 }
 
 static void window_close(void *arg) {
   window_t *w = arg;
   w->t1 = chime__bench_now_s();
-  w->cpu1 = case_cpu(w->server);
+  case_cpu(w->server, &w->cpu1, &w->srv1);
 }
 
 static uint64_t batches_for(const opts_t *o, uint64_t batch_bytes) {
@@ -725,7 +724,9 @@ out:;
 
 typedef struct {
   double v[NCASES][MAX_SIZES][MAX_RUNS];
-  double cpu[NCASES][MAX_SIZES][MAX_RUNS]; /* CPU seconds per GB */
+  double cpu[NCASES][MAX_SIZES][MAX_RUNS];      /* CPU seconds per GB */
+  double srv_cpu[NCASES][MAX_SIZES][MAX_RUNS];  /* the server's part */
+  double srv_busy[NCASES][MAX_SIZES][MAX_RUNS]; /* server CPU / wall */
   chime__bench_fanout_result_t fan[MAX_SIZES][MAX_RUNS];
 } results_t;
 
@@ -775,6 +776,13 @@ static void emit_case(const opts_t *o, const results_t *res, int c, int size) {
     for (int r = 0; r < o->runs; r++)
       q[r] = res->cpu[c][size][r] / res->cpu[C_PLAIN][size][r];
     emit_stat(o, "cpu_ratio_vs_grpc_plain", q, 3);
+  }
+  /* The sending process's share: in grpc_plain and chime_stream one thread
+   * of it sends, and a busy near 1.0 says that thread is what bounds the
+   * case (docs/benchmarks.md). */
+  if (c >= C_PLAIN) {
+    emit_stat(o, "server_cpu_s_per_gb", res->srv_cpu[c][size], 3);
+    emit_stat(o, "server_busy", res->srv_busy[c][size], 3);
   }
   if (o->json) {
     if (c == C_MEMCPY || c >= C_SHM)
@@ -945,12 +953,25 @@ static void usage(void) {
       "  --learner-modes shm or stream: N learners of that mode alone\n");
 }
 
-/* One round: every case once for every size, so that a noisy neighbour
- * slows a case and its baselines alike; then the fan-out phase per size.
- * Round r starts at case r % NCASES and goes round: over NCASES rounds
- * every case runs after every other once, so what one case leaves behind
- * (a warm or a cold cache, chimed's teardown of the stream before)
- * favours none. */
+/* The k-th case of round r. The orders are a Williams design: rows r of
+ * 0, 1, n-1, 2, n-2, ... shifted by r, then the same rows reversed, so over
+ * 2 * NCASES rounds every case runs right after every other equally often
+ * (twice; a rotation of one order keeps each case behind the same one), and
+ * what one case leaves behind (a warm or a cold cache, chimed's teardown
+ * of the stream before) favours none. */
+static int case_at(int r, int k) {
+  int row = r % (2 * NCASES);
+  if (row >= NCASES) {
+    row -= NCASES;
+    k = NCASES - 1 - k;
+  }
+  int base = k % 2 ? (k + 1) / 2 : (NCASES - k / 2) % NCASES;
+  return (base + row) % NCASES;
+}
+
+/* One round: every case once for every size (in case_at's order), so that
+ * a noisy neighbour slows a case and its baselines alike; then the fan-out
+ * phase per size. */
 static int round_once(const opts_t *o, int r, plain_t *plain, pid_t chimed_pid,
                       const char *chimed_addr, results_t *res) {
   int rc = 0;
@@ -960,7 +981,7 @@ static int round_once(const opts_t *o, int r, plain_t *plain, pid_t chimed_pid,
     uint64_t n = batches_for(o, bb);
     uint32_t batch_size = (uint32_t)(bb / SAMPLE_BYTES);
     for (int k = 0; k < NCASES && rc == 0; k++) {
-      int c = (r + k) % NCASES;
+      int c = case_at(r, k);
       window_t w = {
           .server = c == C_PLAIN ? plain->child.pid
                     : c >= C_SHM ? chimed_pid
@@ -990,6 +1011,9 @@ static int round_once(const opts_t *o, int r, plain_t *plain, pid_t chimed_pid,
         break;
       }
       res->cpu[c][i][r] = (w.cpu1 - w.cpu0) / ((double)(bb * n) / 1e9);
+      res->srv_cpu[c][i][r] = (w.srv1 - w.srv0) / ((double)(bb * n) / 1e9);
+      res->srv_busy[c][i][r] =
+          w.t1 > w.t0 ? (w.srv1 - w.srv0) / (w.t1 - w.t0) : 0;
       if (rc != 0 && why[0] == '\0')
         snprintf(why, sizeof(why), "%s: %s", case_name[c], chime_strerror(rc));
     }

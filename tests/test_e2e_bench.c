@@ -148,6 +148,15 @@ static void test_service_output(void **state) {
           check_stat(j, "ratio_vs_grpc_plain");
           check_stat(j, "cpu_ratio_vs_grpc_plain");
         }
+        if (c >= 2) {
+          /* the sending process's share of the CPU, and how busy it was */
+          check_stat(j, "server_cpu_s_per_gb");
+          check_stat(j, "server_busy");
+          assert_true(num(j, "server_cpu_s_per_gb") >= 0);
+          assert_true(num(j, "server_cpu_s_per_gb") <= num(j, "cpu_s_per_gb"));
+        } else {
+          assert_null(json_object_get(j, "server_busy"));
+        }
         if (c == 0 || c >= 3) {
           /* memcpy gathers rows of a table as big as chimed's */
           assert_true(num(j, "sample_bytes") == 65536);

@@ -953,7 +953,7 @@ static void usage(void) {
       "  --learner-modes shm or stream: N learners of that mode alone\n");
 }
 
-/* The k-th case of round r. The orders are a Williams design: rows r of
+/* The k-th case of round r. The orders are a Williams design: the sequence
  * 0, 1, n-1, 2, n-2, ... shifted by r, then the same rows reversed, so over
  * 2 * NCASES rounds every case runs right after every other equally often
  * (twice; a rotation of one order keeps each case behind the same one), and

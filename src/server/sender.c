@@ -103,8 +103,8 @@ static void send_batch(chime__sender_t *x, chime__call_t *call,
   uint64_t total = x->send_bytes;
   unsigned nchunks =
       (unsigned)((total + CHIME__CHUNK_BYTES - 1) / CHIME__CHUNK_BYTES);
-  /* A batch of whole MiBs has a small tail (the sample info): it rides with
-   * the last chunk rather than costing a message of its own. */
+  /* A small tail (say, the sample info after whole chunks) rides with the
+   * last chunk rather than costing a message of its own. */
   if (nchunks > 1 && total - (uint64_t)(nchunks - 1) * CHIME__CHUNK_BYTES <=
                          CHIME__CHUNK_BYTES / 16)
     nchunks--;

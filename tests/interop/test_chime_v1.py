@@ -18,8 +18,8 @@ DTYPE_SIZE = {"u8": 1, "i8": 1, "bool": 1, "u16": 2, "i16": 2, "f16": 2,
 # first_step, length.
 SAMPLE_INFO = struct.Struct("<QdIIQdQQII")
 # chimed's config (conftest.py, chimed). "interop" has a leaf big enough that
-# a batch of 8 goes out in several chunks (at most 1 MiB each) and a small one
-# whose array is not a multiple of 64 bytes, so leaf offsets matter.
+# a batch of 8 goes out in several chunks (each message under 1 MiB) and a
+# small one whose array is not a multiple of 64 bytes, so leaf offsets matter.
 CONFIG = """{"tables": [
   {"name": "interop", "spec": "obs:u16[300,300], action:i32[], mask:u8[3]",
    "capacity": 256, "sampler": "fifo", "min_size": 1}
@@ -108,6 +108,8 @@ def test_insert_then_subscribe_stream(pb, stub):
             assert c.seq == seqs[-1], "a batch's chunks are not interleaved"
             assert c.offset == len(batch), "chunks of a batch arrive in order"
             assert c.total == layout.send_bytes
+            # chimed keeps each message under gRPC's 1 MiB write target.
+            assert resp.ByteSize() < 1 << 20, resp.ByteSize()
             batch += c.data
             chunks += 1
             if c.offset + len(c.data) < c.total:

@@ -23,12 +23,13 @@
 #include "wire/status.h"
 
 #define CHIME__MAX_MESSAGE_BYTES (64 << 20)
-/* Stream mode's chunk payload. Every message stays under 1 MiB, the size
- * gRPC's HTTP/2 writer aims each write at (chttp2 target_write_size): a
- * batch sent as one message of just over 1 MiB cost chimed's sender 10-25%
- * more per byte than the same batch as two smaller ones (docs/benchmarks.md,
- * "Chunks under 1 MiB"). The last chunk may carry a tail of up to 1/16 more
- * (sender.c), plus its header and the HTTP/2 frame headers. */
+/* Stream mode's chunk payload, so that every message stays under 1 MiB
+ * (the size gRPC's HTTP/2 writer aims a write at, chttp2's
+ * target_write_size): a batch sent as one message of just over 1 MiB cost
+ * chimed's sender 10-25% more per byte than the same batch as two smaller
+ * messages; why is not established (docs/benchmarks.md, "Chunks under
+ * 1 MiB"). The last chunk may carry a tail of up to 1/16 more (sender.c),
+ * plus its header and the HTTP/2 frame headers. */
 #define CHIME__CHUNK_BYTES (896u << 10)
 _Static_assert(CHIME__CHUNK_BYTES + CHIME__CHUNK_BYTES / 16 + (64u << 10) <=
                    (1u << 20),

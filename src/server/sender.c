@@ -106,7 +106,7 @@ static void send_batch(chime__sender_t *x, chime__call_t *call,
   /* A small tail (say, the sample info after whole chunks) rides with the
    * last chunk rather than costing a message of its own. */
   if (nchunks > 1 && total - (uint64_t)(nchunks - 1) * CHIME__CHUNK_BYTES <=
-                         CHIME__CHUNK_BYTES / 16)
+                         CHIME__CHUNK_TAIL_BYTES)
     nchunks--;
   chime__sent_t *b = malloc(sizeof(*b));
   if (b == NULL) {

@@ -28,10 +28,12 @@
  * target_write_size): a batch sent as one message of just over 1 MiB cost
  * chimed's sender 10-25% more per byte than the same batch as two smaller
  * messages; why is not established (docs/benchmarks.md, "Chunks under
- * 1 MiB"). The last chunk may carry a tail of up to 1/16 more (sender.c),
- * plus its header and the HTTP/2 frame headers. */
+ * 1 MiB"). The last chunk may carry a tail of CHIME__CHUNK_TAIL_BYTES
+ * more (sender.c), plus its header and the HTTP/2 frame headers. */
 #define CHIME__CHUNK_BYTES (896u << 10)
-_Static_assert(CHIME__CHUNK_BYTES + CHIME__CHUNK_BYTES / 16 + (64u << 10) <=
+/* A batch's last bytes up to this many ride in its last chunk. */
+#define CHIME__CHUNK_TAIL_BYTES (CHIME__CHUNK_BYTES / 16)
+_Static_assert(CHIME__CHUNK_BYTES + CHIME__CHUNK_TAIL_BYTES + (64u << 10) <=
                    (1u << 20),
                "a chunk message must stay under gRPC's 1 MiB write target");
 #define CHIME__MAX_STREAMS 1024

@@ -219,6 +219,12 @@ static int parse_table(chime__table_config_t *t, json_t *obj, uint32_t index,
     } else if (strcmp(key, "min_size") == 0) {
       if (get_u64(v, kw, &t->min_size, err, errlen) != 0)
         return CHIME_EINVAL;
+      /* As Reverb's limiters: a batch needs an item to draw from. */
+      if (t->min_size == 0)
+        return fail(err, errlen,
+                    "%s: must be at least 1 (sampling waits for this many "
+                    "items, and a batch needs one to draw from)",
+                    kw);
     } else if (strcmp(key, "sampler") == 0 || strcmp(key, "remover") == 0) {
       chime__sampler_t sel =
           chime__sampler_parse(json_is_string(v) ? json_string_value(v) : "");

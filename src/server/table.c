@@ -218,6 +218,8 @@ int chime__table_create(chime__table_t **out,
     t->cfg.capacity = cfg->capacity_steps; /* a step starts one window */
   if (t->cfg.remover == 0)
     t->cfg.remover = CHIME__SAMPLER_FIFO;
+  if (t->cfg.min_size == 0) /* config refuses it; in-process callers */
+    t->cfg.min_size = 1;
   if (t->cfg.sampler == CHIME__SAMPLER_FIFO && t->cfg.max_times_sampled == 0)
     t->cfg.max_times_sampled = 1;
   t->mts = t->cfg.max_times_sampled;
@@ -1180,7 +1182,7 @@ static void unpin_locked(chime__table_t *t, const chime_ring_layout_t *lay,
  * items (fifo, max_times_sampled), so a batch never runs dry halfway. */
 static uint64_t need_items(const chime__table_t *t,
                            const chime_ring_layout_t *lay) {
-  uint64_t need = t->cfg.min_size > 0 ? t->cfg.min_size : 1;
+  uint64_t need = t->cfg.min_size; /* at least 1 (create) */
   if (t->mts != 0 && need < lay->batch_size)
     need = lay->batch_size;
   return need;

@@ -752,30 +752,35 @@ static void check_left(chime__table_t *t, uint32_t n, const uint64_t *want) {
   free(s.mem);
 }
 
+/* As Reverb: a sample that finds the table full goes in, then its
+ * remover picks the item that leaves among all of them, the sample
+ * itself included (test_table_remover has the distributions). */
 static void test_evictions_follow_remover(void **state) {
   chime__table_config_t tc;
   (void)state;
   double prio[4] = {5, 1, 3, 4};
-  /* min_heap: the lowest priority leaves. */
+  /* min_heap: the lowest priority leaves: 2 (priority 1) for 5, then 6
+   * itself (0.5, the lowest of all). */
   chime__table_t *t =
       sel_table(&tc, 4, CHIME__SAMPLER_UNIFORM, CHIME__SAMPLER_MIN_HEAP, 0, 1);
   insert_prio(t, 1, 4, prio);
   insert_prio(t, 5, 1, (double[]){2});
   insert_prio(t, 6, 1, (double[]){0.5});
-  check_left(t, 4, (uint64_t[]){1, 3, 4, 6});
+  check_left(t, 4, (uint64_t[]){1, 3, 4, 5});
   chime__table_destroy(t);
-  /* max_heap: the highest. */
+  /* max_heap: the highest: 5 itself (9), then 1 (5) for 6. */
   t = sel_table(&tc, 4, CHIME__SAMPLER_UNIFORM, CHIME__SAMPLER_MAX_HEAP, 0, 1);
   insert_prio(t, 1, 4, prio);
   insert_prio(t, 5, 2, (double[]){9, 2});
-  check_left(t, 4, (uint64_t[]){2, 3, 5, 6});
+  check_left(t, 4, (uint64_t[]){2, 3, 4, 6});
   chime__table_destroy(t);
-  /* lifo: the newest. */
+  /* lifo: the newest, which is the sample coming in: a full table keeps
+   * what it holds (the inserts are still acked, with their keys). */
   t = sel_table(&tc, 3, CHIME__SAMPLER_UNIFORM, CHIME__SAMPLER_LIFO, 0, 1);
   insert_prio(t, 1, 3, NULL);
   insert_prio(t, 4, 1, NULL);
   insert_prio(t, 5, 1, NULL);
-  check_left(t, 3, (uint64_t[]){1, 2, 5});
+  check_left(t, 3, (uint64_t[]){1, 2, 3});
   chime__table_destroy(t);
   /* prioritized: only an item of non-zero priority can be drawn. */
   t = sel_table(&tc, 3, CHIME__SAMPLER_UNIFORM, CHIME__SAMPLER_PRIORITIZED, 0,

@@ -810,6 +810,51 @@ static void evict_oldest(chime__table_t *t, uint64_t need) {
   }
 }
 
+/* Reverb's rule for a full table (its Table inserts, then asks the
+ * remover over every item): the item that leaves is the remover's pick
+ * among the table's items and the one coming in, of priority prio. NONE:
+ * the new one, which then never goes in. The table holds an item at
+ * least (count >= capacity >= 1), so fifo's pick is never the new one;
+ * lifo's always is, a heap's when it is the extreme (of equal priorities
+ * the older item is on top), uniform's with chance 1 / (size + 1) and
+ * prioritized's with its weight's share of the sum, the new one's
+ * included (every weight 0: uniform). */
+static uint32_t choose_victim(chime__table_t *t, double prio) {
+  uint32_t r = NONE;
+  double top = 0;
+  switch (t->cfg.remover) {
+  case CHIME__SAMPLER_FIFO:
+    return t->oldest;
+  case CHIME__SAMPLER_LIFO:
+    return NONE;
+  case CHIME__SAMPLER_MIN_HEAP:
+    if (chime__heap_top(t->hmin, &r, &top) != 0)
+      return NONE; /* count >= 1: unreachable */
+    return prio < top ? NONE : r;
+  case CHIME__SAMPLER_MAX_HEAP:
+    if (chime__heap_top(t->hmax, &r, &top) != 0)
+      return NONE;
+    return prio > top ? NONE : r;
+  case CHIME__SAMPLER_PRIORITIZED: {
+    double total = chime__sumtree_total(t->sum);
+    double all = total + weight(t, prio);
+    double u = (double)(next_rand(t) >> 11) * 0x1p-53;
+    uint64_t slot;
+    if (!(all > 0))
+      break;              /* every weight 0: uniform */
+    if (u * all >= total) /* past the items' ranges: the new one's */
+      return NONE;
+    if (chime__sumtree_find(t->sum, u * all, &slot) == 0)
+      return (uint32_t)slot;
+    return NONE; /* total > 0 here: unreachable */
+  }
+  case CHIME__SAMPLER_UNIFORM:
+    break;
+  }
+  uint64_t k = next_rand(t) % (t->count + 1);
+  return k == t->count ? NONE : t->dense[k];
+}
+
 static int insert_spans(chime__table_t *t, const chime__span_t *spans,
                         size_t nspans, uint32_t count, const double *priorities,
                         uint64_t *first_key, const atomic_int *abort,
@@ -827,13 +872,23 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
                       nowait);
   uint64_t cap = t->cfg.capacity;
   int fifo = t->cfg.sampler == CHIME__SAMPLER_FIFO;
+  /* A fifo remover's picks are known before the request goes in: the
+   * oldest items, then (a request over the capacity) the request's own
+   * first samples, which take keys and count as inserted and as removed
+   * but are never written. Any other remover picks as each sample comes
+   * (choose_victim), the sample itself a candidate. */
+  int by_age = !fifo && t->cfg.remover == CHIME__SAMPLER_FIFO;
+  int choose = !fifo && !by_age;
   uint64_t when = now_ns(CLOCK_REALTIME);
   if (fifo && count > cap)
     return CHIME_EINVAL; /* could never go in whole */
-  /* Beyond the capacity a request would evict its own first samples: they
-   * take keys and count as inserted, but only the last cap go in. */
-  uint64_t skip = count > cap ? count - cap : 0;
+  uint64_t skip = by_age && count > cap ? count - cap : 0;
+  /* Rows the request may take: one per sample that stays. A chosen
+   * victim frees its row (unless pinned: one more), so past the capacity
+   * a request never needs more than the capacity's worth. */
   uint64_t need = count - skip;
+  if (choose && need > cap)
+    need = cap;
   if (check_priorities(t, priorities, (uint32_t)skip, count) != 0)
     return CHIME_EINVAL;
   pthread_mutex_lock(&t->mu);
@@ -866,11 +921,13 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
     }
     /* Items given back count against the capacity until taken again. */
     int room = !fifo || (t->count <= cap && cap - t->count >= need);
-    if (!fifo && t->cfg.remover == CHIME__SAMPLER_FIFO) {
+    if (by_age) {
       evict_oldest(t, need);
-    } else if (!fifo) {
+    } else if (choose) {
+      /* Items given back past the capacity leave first, the remover's
+       * picks among them and the rest, before the request's turn. */
       double p;
-      while (t->count + need > cap)
+      while (t->count > cap)
         live_remove(t, select_row(t, t->cfg.remover, &p));
     }
     /* A pinned row is not reused meanwhile: an item that left while
@@ -910,16 +967,30 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
   for (uint64_t j = skip; j < count; j++) {
     if (j + KEY_AHEAD < count)
       chime__keyindex_prefetch(t->keys, key0 + j + KEY_AHEAD);
+    double prio = priorities != NULL ? priorities[j] : 1.0;
+    if (choose && t->count >= cap) {
+      uint32_t v = choose_victim(t, prio);
+      if (v != NONE)
+        live_remove(t, v);
+      /* Room for one (need above): a row is free unless v was the new
+       * sample itself. */
+      if (v == NONE || t->rows - t->count - t->ndead == 0) {
+        cursor_skip(&cur, t->sample_bytes);
+        t->left++; /* inserted and removed at once */
+        continue;
+      }
+    }
     uint32_t r = free_pop(t);
     for (uint32_t l = 0; l < t->nleaves; l++)
       cursor_read(&cur, t->leaf[l] + (size_t)r * t->lbytes[l], t->lbytes[l]);
     t->meta[r].key = key0 + j;
     t->meta[r].itime = when;
     t->meta[r].times = 0;
-    t->meta[r].prio = priorities != NULL ? priorities[j] : 1.0;
+    t->meta[r].prio = prio;
     live_add(t, r, 0);
   }
   t->inserts += count;
+  t->left += skip; /* a fifo remover's picks among the request's own */
   if (dq != NULL && dq->writer != 0)
     chime__dedupe_record(t->dedupe, dq, count, key0);
   arrived = items_arrived_locked(t);

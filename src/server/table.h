@@ -17,6 +17,11 @@
 
 typedef struct chime__table_s chime__table_t;
 
+/* inserts counts every sample an insert took (a key each), those a
+ * remover picked at once included (a lifo remover's, or the first of a
+ * request over the capacity): they count as left too, so inserts - left
+ * is the size (less items given back, which are un-left), the count
+ * Reverb's rate limiter keeps as inserts - deletes. */
 typedef struct {
   uint64_t size, capacity, inserts, samples, sampler_wait_ns, insert_wait_ns;
   uint64_t returned;            /* items given back by streams that ended */
@@ -56,8 +61,10 @@ void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out);
  * heap cannot order (NaN) or a prioritized table cannot weigh (negative,
  * infinite, or infinite once raised to the exponent). A table with a fifo
  * sampler waits until all count samples fit (CHIME_EINVAL when count exceeds
- * its capacity); any other evicts the items its remover picks (a request
- * over the capacity, its own first samples). Returns CHIME_ESHUTDOWN, having
+ * its capacity); in any other, each sample that finds the table full makes
+ * its remover pick one item to leave among the table's and the sample
+ * itself, as Reverb does (a picked sample takes its key and counts as
+ * inserted and left, but never goes in). Returns CHIME_ESHUTDOWN, having
  * inserted nothing (items it evicted while waiting for a pinned row stay
  * evicted), when it would have to wait while *abort is non-zero or
  * once the table is closed.

@@ -678,19 +678,60 @@ static int seen_locked(chime__table_t *t, chime__dedupe_req_t *dq,
   return rc == CHIME__DEDUPE_NEW ? 0 : rc;
 }
 
-/* A bad priority for this table's selectors, or 0. */
+/* Why priority p does not suit this table, or NULL. A heap orders any
+ * but NaN; a sum tree weighs priority^exponent, which must be finite, at
+ * least 0 and at most CHIME__SUMTREE_MAX_VALUE, so that the sum over every
+ * row stays finite: an infinite total would draw one item every time and
+ * make every probability wrong. all: the same rules for any table
+ * (MutatePriorities: a priority is a number >= 0 everywhere). */
+static const char *priority_why(const chime__table_t *t, double p, int all) {
+  if (isnan(p) && (all || t->sum != NULL || t->hmin != NULL || t->hmax != NULL))
+    return "a priority must be a number";
+  if (!(all || t->sum != NULL))
+    return NULL;
+  if (p < 0 || isinf(p))
+    return "priorities must be finite and at least 0";
+  if (t->sum != NULL && !(weight(t, p) <= CHIME__SUMTREE_MAX_VALUE))
+    return "priority^priority_exponent exceeds the most an item may weigh "
+           "in a prioritized table";
+  return NULL;
+}
+
+/* A bad priority for this table's selectors among prio[0, count), or 0. */
 static int check_priorities(const chime__table_t *t, const double *prio,
-                            uint32_t from, uint32_t count) {
+                            uint64_t count) {
   if (prio == NULL || (t->sum == NULL && t->hmin == NULL && t->hmax == NULL))
     return 0;
-  for (uint32_t i = from; i < count; i++) {
-    if (isnan(prio[i]))
+  for (uint64_t i = 0; i < count; i++)
+    if (priority_why(t, prio[i], 0) != NULL)
       return CHIME_EINVAL;
-    if (t->sum != NULL &&
-        (prio[i] < 0 || isinf(prio[i]) || isinf(weight(t, prio[i]))))
-      return CHIME_EINVAL;
+  return 0;
+}
+
+static int priorities_why(const chime__table_t *t, const double *prio, size_t n,
+                          int all, char *err, size_t errlen) {
+  for (size_t i = 0; i < n; i++) {
+    const char *why = priority_why(t, prio[i], all);
+    if (why == NULL)
+      continue;
+    if (err != NULL && errlen > 0) {
+      if (t->sum != NULL && isfinite(prio[i]) && prio[i] >= 0)
+        snprintf(err, errlen,
+                 "priority %zu is %g: %s (%g^%g = %g, at most %g, so that "
+                 "the sum over the table stays finite)",
+                 i, prio[i], why, prio[i], t->cfg.priority_exponent,
+                 weight(t, prio[i]), CHIME__SUMTREE_MAX_VALUE);
+      else
+        snprintf(err, errlen, "priority %zu is %g: %s", i, prio[i], why);
+    }
+    return CHIME_EINVAL;
   }
   return 0;
+}
+
+int chime__table_check_priorities(const chime__table_t *t, const double *prio,
+                                  size_t n, char *err, size_t errlen) {
+  return priorities_why(t, prio, n, 0, err, errlen);
 }
 
 /* A window an episode completed becomes an item (the table lock held,
@@ -836,6 +877,8 @@ static uint32_t choose_victim(chime__table_t *t, double prio) {
       return NONE;
     return prio > top ? NONE : r;
   case CHIME__SAMPLER_PRIORITIZED: {
+    /* Within range: each weight is at most CHIME__SUMTREE_MAX_VALUE and
+     * the rows outnumber the items, the new one included. */
     double total = chime__sumtree_total(t->sum);
     double all = total + weight(t, prio);
     double u = (double)(next_rand(t) >> 11) * 0x1p-53;
@@ -889,7 +932,7 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
   uint64_t need = count - skip;
   if (choose && need > cap)
     need = cap;
-  if (check_priorities(t, priorities, (uint32_t)skip, count) != 0)
+  if (check_priorities(t, priorities, count) != 0)
     return CHIME_EINVAL;
   pthread_mutex_lock(&t->mu);
   /* All or nothing: a fifo request waits until every sample fits, so a
@@ -1570,16 +1613,11 @@ int chime__table_mutate(chime__table_t *t, const uint64_t *keys,
                         const uint64_t *deletes, size_t ndeletes,
                         chime__table_mutated_t *out) {
   memset(out, 0, sizeof(*out));
-  for (size_t i = 0; i < nupdates; i++)
-    if (isnan(priorities[i]) || isinf(priorities[i]) || priorities[i] < 0)
-      return CHIME_EINVAL;
+  /* Checked whole first, without the lock (the bound is the config's):
+   * a refused request changes nothing. */
+  if (priorities_why(t, priorities, nupdates, 1, NULL, 0) != 0)
+    return CHIME_EINVAL;
   pthread_mutex_lock(&t->mu);
-  for (size_t i = 0; i < nupdates; i++) {
-    if (t->sum != NULL && isinf(weight(t, priorities[i]))) {
-      pthread_mutex_unlock(&t->mu);
-      return CHIME_EINVAL; /* nothing changed yet: checked first */
-    }
-  }
   for (size_t i = 0; i < nupdates; i++) {
     uint32_t r;
     if (chime__keyindex_lookup(t->keys, keys[i], &r) != 0) {
@@ -1842,7 +1880,7 @@ int chime__table_restore_window(chime__table_t *t, uint64_t key, uint64_t itime,
                                 uint64_t episode, uint32_t first,
                                 uint32_t len) {
   uint32_t dummy;
-  if (t->steps == NULL || check_priorities(t, &prio, 0, 1) != 0)
+  if (t->steps == NULL || check_priorities(t, &prio, 1) != 0)
     return CHIME_EINVAL;
   pthread_mutex_lock(&t->mu);
   int rc = 0;
@@ -1935,7 +1973,7 @@ int chime__table_restore_item(chime__table_t *t, uint64_t key, uint64_t itime,
   uint32_t dummy;
   if (t->steps != NULL)
     return CHIME_ENOTSUP;
-  if (check_priorities(t, &prio, 0, 1) != 0)
+  if (check_priorities(t, &prio, 1) != 0)
     return CHIME_EINVAL;
   pthread_mutex_lock(&t->mu);
   int rc = 0;

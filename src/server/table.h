@@ -13,6 +13,7 @@
 #include "wire/pbread.h"
 #include "server/config.h"
 #include "server/dedupe.h"
+#include "server/sumtree.h"
 #include "server/steps.h"
 
 typedef struct chime__table_s chime__table_t;
@@ -59,7 +60,8 @@ void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out);
  * *first_key .. *first_key + count - 1, all or nothing: samplers see all of
  * them or none. priorities may be NULL (all 1.0); CHIME_EINVAL for one a
  * heap cannot order (NaN) or a prioritized table cannot weigh (negative,
- * infinite, or infinite once raised to the exponent). A table with a fifo
+ * infinite, or over CHIME__SUMTREE_MAX_VALUE once raised to the exponent:
+ * chime__table_check_priorities says which). A table with a fifo
  * sampler waits until all count samples fit (CHIME_EINVAL when count exceeds
  * its capacity); in any other, each sample that finds the table full makes
  * its remover pick one item to leave among the table's and the sample
@@ -128,6 +130,14 @@ int chime__table_try_sample(chime__table_t *t, const chime_ring_layout_t *lay,
 /* Takes w off the table's list if it is queued. */
 void chime__table_unwait(chime__table_t *t, chime__table_waiter_t *w);
 
+/* 0, or CHIME_EINVAL with the first of prio[0, n) this table's selectors
+ * cannot use and why in err: NaN (a heap, a sum tree), negative or
+ * infinite, or (a sum tree) priority^exponent over
+ * CHIME__SUMTREE_MAX_VALUE, the most an item may weigh so that the sum
+ * over every row stays finite. */
+int chime__table_check_priorities(const chime__table_t *t, const double *prio,
+                                  size_t n, char *err, size_t errlen);
+
 typedef struct {
   uint32_t updated, deleted, unknown;
 } chime__table_mutated_t;
@@ -136,7 +146,8 @@ typedef struct {
  * of each), then deletes. Keys not live (never inserted, gone, or in a
  * batch given back) are counted as unknown. CHIME_EINVAL, changing
  * nothing, for a priority that is NaN, infinite or negative, or whose
- * priority^exponent is infinite. */
+ * priority^exponent is over CHIME__SUMTREE_MAX_VALUE (a prioritized
+ * table). */
 int chime__table_mutate(chime__table_t *t, const uint64_t *keys,
                         const double *priorities, size_t nupdates,
                         const uint64_t *deletes, size_t ndeletes,

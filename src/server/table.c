@@ -69,7 +69,15 @@ struct chime__table_s {
   pthread_cond_t space;
   pthread_cond_t items;
   pthread_cond_t unpinned; /* an insert waits for a pinned row */
+  pthread_cond_t handoff;  /* a sliced mutation lets a waiter go first */
   int pin_waiters;
+  /* Threads queued for mu (lock_table), and how many took it after a
+   * wait: a mutation between two slices waits for one of them. */
+  atomic_uint lock_waiters;
+  uint64_t handoffs;
+  int yielding;                   /* mutations waiting on handoff */
+  void (*mutate_hook)(void *arg); /* tests: at each break of a mutation */
+  void *mutate_hook_arg;
   int viewing; /* checkpoint views holding rows (chime__table_view) */
   uint32_t oldest, newest;   /* NONE when empty */
   uint64_t rows;             /* capacity + spare rows */
@@ -102,6 +110,22 @@ struct chime__table_s {
 };
 
 #define NONE UINT32_MAX
+
+/* The table's lock, taken by everyone but a mutation's next slice. A
+ * large MutatePriorities holds it in slices (chime__table_mutate) and,
+ * between two, lets a thread that queued for it go first: glibc's mutexes
+ * are not fair, and the mutation would take the lock straight back while
+ * the waiter is still being woken. Uncontended, this is one trylock. */
+static void lock_table(chime__table_t *t) {
+  if (pthread_mutex_trylock(&t->mu) == 0)
+    return;
+  atomic_fetch_add(&t->lock_waiters, 1);
+  pthread_mutex_lock(&t->mu);
+  atomic_fetch_sub(&t->lock_waiters, 1);
+  t->handoffs++;
+  if (t->yielding > 0)
+    pthread_cond_broadcast(&t->handoff);
+}
 
 static int uses(const chime__table_config_t *cfg, chime__sampler_t s) {
   return cfg->sampler == s || cfg->remover == s;
@@ -313,6 +337,7 @@ int chime__table_create(chime__table_t **out,
   pthread_cond_init(&t->space, NULL);
   pthread_cond_init(&t->items, NULL);
   pthread_cond_init(&t->unpinned, NULL);
+  pthread_cond_init(&t->handoff, NULL);
   *out = t;
   t = NULL;
 out:
@@ -328,6 +353,7 @@ void chime__table_destroy(chime__table_t *t) {
   pthread_cond_destroy(&t->space);
   pthread_cond_destroy(&t->items);
   pthread_cond_destroy(&t->unpinned);
+  pthread_cond_destroy(&t->handoff);
   free_parts(t);
 }
 
@@ -344,7 +370,7 @@ const chime_spec_t *chime__table_item_spec(const chime__table_t *t) {
 }
 
 void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out) {
-  pthread_mutex_lock(&t->mu);
+  lock_table(t);
   out->size = t->count;
   out->capacity = t->cfg.capacity;
   out->inserts = t->inserts;
@@ -781,7 +807,7 @@ static int seq_insert(chime__table_t *t, const chime__span_t *spans,
   cursor_t cur = {spans, 0, 0};
   if (priorities != NULL || dq == NULL || dq->writer == 0)
     return CHIME_EINVAL; /* windows' priorities; episodes are per writer */
-  pthread_mutex_lock(&t->mu);
+  lock_table(t);
   for (;;) {
     if (t->closed) {
       rc = CHIME_ESHUTDOWN;
@@ -934,7 +960,7 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
     need = cap;
   if (check_priorities(t, priorities, count) != 0)
     return CHIME_EINVAL;
-  pthread_mutex_lock(&t->mu);
+  lock_table(t);
   /* All or nothing: a fifo request waits until every sample fits, so a
    * request ended by a stop leaves nothing behind that its writer would
    * send again (and a sampler can never take half of it). */
@@ -1276,7 +1302,7 @@ static void seq_copy(chime__table_t *t, const chime_ring_layout_t *lay,
       dst[l] = (uint8_t *)slot->leaf[l] + j * tl * t->lbytes[l];
     chime__steps_copy(t->steps, t->wslot[k], t->wlen[k], dst);
   }
-  pthread_mutex_lock(&t->mu);
+  lock_table(t);
   for (uint64_t j = 0; j < batch; j++)
     chime__steps_unpin(t->steps, t->wslot[row_at(slot, rows, j)]);
   if (t->pin_waiters > 0)
@@ -1331,7 +1357,7 @@ static void sample_locked(chime__table_t *t, const chime_ring_layout_t *lay,
   } else {
     pthread_mutex_unlock(&t->mu);
     copy_rows(t, lay, slot, rows, pins != NULL ? copy_min : UINT64_MAX);
-    pthread_mutex_lock(&t->mu);
+    lock_table(t);
   }
   if (pins == NULL)
     unpin_locked(t, lay, slot);
@@ -1343,7 +1369,7 @@ int chime__table_sample(chime__table_t *t, const chime_ring_layout_t *lay,
   uint64_t need = need_items(t, lay);
   if (need > t->cfg.capacity)
     return CHIME_EINVAL;
-  pthread_mutex_lock(&t->mu);
+  lock_table(t);
   for (;;) {
     if (t->closed || (stop != NULL && atomic_load(stop))) {
       rc = CHIME_ESHUTDOWN;
@@ -1368,7 +1394,7 @@ static int try_sample(chime__table_t *t, const chime_ring_layout_t *lay,
   uint64_t need = need_items(t, lay);
   if (need > t->cfg.capacity)
     return CHIME_EINVAL;
-  pthread_mutex_lock(&t->mu);
+  lock_table(t);
   /* A wait on the rate limiter ends when the sampler finds it open (or
    * waits for items instead): the time between counts. */
   int rate_open = rate_allows_sample(t);
@@ -1411,7 +1437,7 @@ int chime__table_try_sample_pinned(chime__table_t *t,
 }
 
 void chime__table_unwait(chime__table_t *t, chime__table_waiter_t *w) {
-  pthread_mutex_lock(&t->mu);
+  lock_table(t);
   for (chime__table_waiter_t **pp = &t->waiters; *pp != NULL;
        pp = &(*pp)->next) {
     if (*pp == w) {
@@ -1428,7 +1454,7 @@ void chime__table_unwait(chime__table_t *t, chime__table_waiter_t *w) {
 }
 
 void chime__table_unpin(chime__table_t *t, chime__table_pins_t *pins) {
-  pthread_mutex_lock(&t->mu);
+  lock_table(t);
   for (uint32_t j = 0; j < pins->n; j++)
     unpin_row_locked(t, pins->rows[j]);
   if (pins->n > 0 && t->pin_waiters > 0)
@@ -1539,7 +1565,7 @@ int chime__table_give_back(chime__table_t *t, const chime_ring_layout_t *lay,
   const chime_sample_info_t *info =
       (const chime_sample_info_t *)(base + lay->info_offset);
   int rc = 0;
-  pthread_mutex_lock(&t->mu);
+  lock_table(t);
   /* Last first, each to the front: the batch keeps its order. */
   for (uint64_t j = lay->batch_size; j-- > 0;) {
     if (!took_out(t, &info[j]))
@@ -1584,7 +1610,7 @@ void chime__table_give_back_pinned(chime__table_t *t,
                                    const chime_ring_layout_t *lay,
                                    const chime_sample_info_t *info,
                                    chime__table_pins_t *pins) {
-  pthread_mutex_lock(&t->mu);
+  lock_table(t);
   if (pins->n == 0 || pins->given_back) {
     pthread_mutex_unlock(&t->mu);
     return; /* released meanwhile, or given back already */
@@ -1608,6 +1634,22 @@ void chime__table_give_back_pinned(chime__table_t *t,
   notify(arrived);
 }
 
+/* Between two slices of a mutation (the lock held, and held again on
+ * return): the lock goes to whoever queued for it meanwhile, one of them
+ * at least before the mutation goes on, and woken waiters (inserts a
+ * delete made room for) get a chance at it. */
+static void mutate_break(chime__table_t *t) {
+  uint64_t seen = t->handoffs;
+  if (t->mutate_hook != NULL)
+    t->mutate_hook(t->mutate_hook_arg);
+  pthread_mutex_unlock(&t->mu);
+  pthread_mutex_lock(&t->mu);
+  t->yielding++;
+  while (atomic_load(&t->lock_waiters) > 0 && t->handoffs == seen)
+    pthread_cond_wait(&t->handoff, &t->mu);
+  t->yielding--;
+}
+
 int chime__table_mutate(chime__table_t *t, const uint64_t *keys,
                         const double *priorities, size_t nupdates,
                         const uint64_t *deletes, size_t ndeletes,
@@ -1618,8 +1660,12 @@ int chime__table_mutate(chime__table_t *t, const uint64_t *keys,
   if (priorities_why(t, priorities, nupdates, 1, NULL, 0) != 0)
     return CHIME_EINVAL;
   pthread_mutex_lock(&t->mu);
+  size_t done = 0; /* entries applied, updates then deletes */
   for (size_t i = 0; i < nupdates; i++) {
     uint32_t r;
+    if (done != 0 && done % CHIME__TABLE_MUTATE_SLICE == 0)
+      mutate_break(t);
+    done++;
     if (chime__keyindex_lookup(t->keys, keys[i], &r) != 0) {
       out->unknown++;
       continue;
@@ -1637,30 +1683,51 @@ int chime__table_mutate(chime__table_t *t, const uint64_t *keys,
     (void)e; /* live, valid: cannot fail */
     out->updated++;
   }
+  int deleted = 0; /* in this slice: inserts may wait for the room */
   for (size_t i = 0; i < ndeletes; i++) {
     uint32_t r;
+    if (done != 0 && done % CHIME__TABLE_MUTATE_SLICE == 0) {
+      if (deleted)
+        pthread_cond_broadcast(&t->space);
+      deleted = 0;
+      mutate_break(t);
+    }
+    done++;
     if (chime__keyindex_lookup(t->keys, deletes[i], &r) != 0) {
       out->unknown++;
       continue;
     }
     live_remove(t, r);
     out->deleted++;
+    deleted = 1;
   }
-  if (out->deleted > 0)
+  if (deleted)
     pthread_cond_broadcast(&t->space);
   pthread_mutex_unlock(&t->mu);
   return 0;
 }
 
-void chime__table_wake(chime__table_t *t) {
+void chime__table_set_mutate_hook(chime__table_t *t, void (*fn)(void *),
+                                  void *arg) {
   pthread_mutex_lock(&t->mu);
+  t->mutate_hook = fn;
+  t->mutate_hook_arg = arg;
+  pthread_mutex_unlock(&t->mu);
+}
+
+unsigned chime__table_lock_waiters(const chime__table_t *t) {
+  return atomic_load(&t->lock_waiters);
+}
+
+void chime__table_wake(chime__table_t *t) {
+  lock_table(t);
   pthread_cond_broadcast(&t->items);
   pthread_cond_broadcast(&t->space);
   pthread_mutex_unlock(&t->mu);
 }
 
 void chime__table_close(chime__table_t *t) {
-  pthread_mutex_lock(&t->mu);
+  lock_table(t);
   t->closed = 1;
   chime__table_waiter_t *arrived = items_arrived_locked(t);
   pthread_cond_broadcast(&t->space);
@@ -1763,7 +1830,7 @@ int chime__table_view(chime__table_t *t, chime__table_view_t *v) {
   memset(v, 0, sizeof(*v));
   /* The arrays are sized outside the lock; items may arrive meanwhile, so
    * with some room to spare, and again if that was not enough. */
-  pthread_mutex_lock(&t->mu);
+  lock_table(t);
   uint64_t want = t->count;
   pthread_mutex_unlock(&t->mu);
   for (;;) {
@@ -1773,7 +1840,7 @@ int chime__table_view(chime__table_t *t, chime__table_view_t *v) {
     int rc = view_alloc(t, v, room);
     if (rc != 0)
       return rc;
-    pthread_mutex_lock(&t->mu);
+    lock_table(t);
     uint64_t t0 = now_ns(CLOCK_MONOTONIC);
     if (t->count > room) {
       want = t->count;
@@ -1836,7 +1903,7 @@ void chime__table_view_unpin(chime__table_t *t, chime__table_view_t *v,
     upto = v->count;
   for (uint64_t i = v->unpinned; i < upto;) {
     uint64_t end = i + VIEW_UNPIN_CHUNK < upto ? i + VIEW_UNPIN_CHUNK : upto;
-    pthread_mutex_lock(&t->mu);
+    lock_table(t);
     for (; i < end; i++)
       unpin_row_locked(t, v->rows[i]);
     if (t->pin_waiters > 0)
@@ -1851,7 +1918,7 @@ void chime__table_view_unpin_steps(chime__table_t *t, chime__table_view_t *v,
                                    uint32_t upto) {
   if (t->steps == NULL || upto <= v->steps.unpinned)
     return;
-  pthread_mutex_lock(&t->mu);
+  lock_table(t);
   chime__steps_view_unpin(t->steps, &v->steps, upto);
   if (t->pin_waiters > 0)
     pthread_cond_broadcast(&t->unpinned);
@@ -1862,7 +1929,7 @@ void chime__table_view_release(chime__table_t *t, chime__table_view_t *v) {
   chime__table_view_unpin(t, v, v->count);
   chime__table_view_unpin_steps(t, v, v->steps.nused);
   if (v->map != NULL) { /* a view taken, not one that failed */
-    pthread_mutex_lock(&t->mu);
+    lock_table(t);
     t->viewing--;
     if (t->pin_waiters > 0)
       pthread_cond_broadcast(&t->unpinned);
@@ -1882,7 +1949,7 @@ int chime__table_restore_window(chime__table_t *t, uint64_t key, uint64_t itime,
   uint32_t dummy;
   if (t->steps == NULL || check_priorities(t, &prio, 1) != 0)
     return CHIME_EINVAL;
-  pthread_mutex_lock(&t->mu);
+  lock_table(t);
   int rc = 0;
   if (chime__keyindex_lookup(t->keys, key, &dummy) == 0 ||
       chime__steps_check_window(t->steps, slot, episode, first, len) != 0) {
@@ -1907,7 +1974,7 @@ int chime__table_restore_window(chime__table_t *t, uint64_t key, uint64_t itime,
 void chime__table_restore_seq_counts(chime__table_t *t, uint64_t step_key,
                                      double max_prio,
                                      uint64_t windows_dropped) {
-  pthread_mutex_lock(&t->mu);
+  lock_table(t);
   t->step_key = step_key;
   if (max_prio > t->max_prio)
     t->max_prio = max_prio;
@@ -1932,7 +1999,7 @@ static void drop_pages(uint8_t *base, uint64_t elem, uint64_t a, uint64_t b,
 
 void chime__table_trim_spares(chime__table_t *t) {
   uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-  pthread_mutex_lock(&t->mu);
+  lock_table(t);
   uint64_t cap = t->cfg.capacity, hw = t->spare_hw, top = cap;
   pthread_mutex_unlock(&t->mu);
   /* Runs of free spare rows: a free row is not live (dpos) and not
@@ -1942,7 +2009,7 @@ void chime__table_trim_spares(chime__table_t *t) {
    * and given back in one hold. */
   for (uint64_t c = cap; c < hw; c += TRIM_CHUNK) {
     uint64_t end = c + TRIM_CHUNK < hw ? c + TRIM_CHUNK : hw;
-    pthread_mutex_lock(&t->mu);
+    lock_table(t);
     for (uint64_t r = c; r < end;) {
       if (t->dpos[r] != NONE || t->meta[r].pins != 0) {
         top = ++r;
@@ -1961,7 +2028,7 @@ void chime__table_trim_spares(chime__table_t *t) {
   /* Rows taken meanwhile above the scan raised the mark themselves; one
    * taken below it in a chunk already scanned is missed until a row
    * above the mark is taken again (its pages stay: memory, not data). */
-  pthread_mutex_lock(&t->mu);
+  lock_table(t);
   if (t->spare_hw == hw)
     t->spare_hw = (uint32_t)top;
   pthread_mutex_unlock(&t->mu);
@@ -1975,7 +2042,7 @@ int chime__table_restore_item(chime__table_t *t, uint64_t key, uint64_t itime,
     return CHIME_ENOTSUP;
   if (check_priorities(t, &prio, 1) != 0)
     return CHIME_EINVAL;
-  pthread_mutex_lock(&t->mu);
+  lock_table(t);
   int rc = 0;
   if (chime__keyindex_lookup(t->keys, key, &dummy) == 0) {
     rc = CHIME_EINVAL;
@@ -2002,7 +2069,7 @@ void chime__table_restore_counts(chime__table_t *t, uint64_t next_key,
                                  uint64_t inserts, uint64_t samples,
                                  uint64_t left, uint64_t left_times,
                                  uint64_t rng) {
-  pthread_mutex_lock(&t->mu);
+  lock_table(t);
   t->next_key = next_key;
   t->inserts = inserts;
   t->samples = samples;

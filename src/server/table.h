@@ -142,16 +142,31 @@ typedef struct {
   uint32_t updated, deleted, unknown;
 } chime__table_mutated_t;
 
+/* Entries (updates, then deletes) a mutation applies per hold of the
+ * table's lock: about a millisecond's worth. */
+#define CHIME__TABLE_MUTATE_SLICE 1024u
+
 /* MutatePriorities: new priorities for the live items with keys (nupdates
  * of each), then deletes. Keys not live (never inserted, gone, or in a
  * batch given back) are counted as unknown. CHIME_EINVAL, changing
  * nothing, for a priority that is NaN, infinite or negative, or whose
  * priority^exponent is over CHIME__SUMTREE_MAX_VALUE (a prioritized
- * table). */
+ * table). Applied in slices of CHIME__TABLE_MUTATE_SLICE entries, the lock
+ * let go between two (a thread that queued for it meanwhile goes first),
+ * so inserts and samples wait for a slice, not the whole mutation: a
+ * batch sampled meanwhile may see the first slices' changes and not the
+ * rest's, and a key an insert or another mutation adds or removes
+ * meanwhile counts as what it is when its entry's turn comes. */
 int chime__table_mutate(chime__table_t *t, const uint64_t *keys,
                         const double *priorities, size_t nupdates,
                         const uint64_t *deletes, size_t ndeletes,
                         chime__table_mutated_t *out);
+/* Tests: fn(arg) runs at each break between a mutation's slices, the
+ * table's lock held (it must not call into t); NULL: none. And how many
+ * threads wait for the table's lock now. */
+void chime__table_set_mutate_hook(chime__table_t *t, void (*fn)(void *),
+                                  void *arg);
+unsigned chime__table_lock_waiters(const chime__table_t *t);
 
 /* The rows of one batch sampled without copying them all (stream mode,
  * which sends them from the table's memory): they stay pinned, so never

@@ -182,6 +182,19 @@ static void test_mistakes(void **state) {
              "table 'a': capacity 4294967295 exceeds 4294967294 items");
   expect_bad(T("a", "x:u8", ",\"capacity\":2,\"min_size\":3"),
              "table 'a': min_size 3 exceeds capacity 2");
+  /* As Reverb's limiters (it used to act as 1). */
+  expect_bad(T("a", "x:u8", ",\"capacity\":2,\"min_size\":0"),
+             "table 'a': 'min_size': must be at least 1");
+  /* A window's priority weighs in the sum tree like any item's. */
+  expect_bad(T("a", "x:u8",
+               ",\"capacity_steps\":8,\"sequence_length\":2,"
+               "\"sampler\":\"prioritized\",\"initial_priority\":1e300"),
+             "table 'a': 'initial_priority': 1e+300^1 exceeds 1e+298");
+  expect_bad(T("a", "x:u8",
+               ",\"capacity_steps\":8,\"sequence_length\":2,"
+               "\"sampler\":\"prioritized\",\"initial_priority\":1e200,"
+               "\"priority_exponent\":2"),
+             "table 'a': 'initial_priority': 1e+200^2 exceeds");
   expect_bad(T("a", "x:u8[1099511627776]", ",\"capacity\":2"), "table 'a'");
   expect_bad(T("a b", "x:u8", ",\"capacity\":2"), "tables[0]: name");
   expect_bad("{\"tables\":[{\"spec\":\"x:u8\",\"capacity\":1}]}",

@@ -752,30 +752,35 @@ static void check_left(chime__table_t *t, uint32_t n, const uint64_t *want) {
   free(s.mem);
 }
 
+/* As Reverb: a sample that finds the table full goes in, then its
+ * remover picks the item that leaves among all of them, the sample
+ * itself included (test_table_remover has the distributions). */
 static void test_evictions_follow_remover(void **state) {
   chime__table_config_t tc;
   (void)state;
   double prio[4] = {5, 1, 3, 4};
-  /* min_heap: the lowest priority leaves. */
+  /* min_heap: the lowest priority leaves: 2 (priority 1) for 5, then 6
+   * itself (0.5, the lowest of all). */
   chime__table_t *t =
       sel_table(&tc, 4, CHIME__SAMPLER_UNIFORM, CHIME__SAMPLER_MIN_HEAP, 0, 1);
   insert_prio(t, 1, 4, prio);
   insert_prio(t, 5, 1, (double[]){2});
   insert_prio(t, 6, 1, (double[]){0.5});
-  check_left(t, 4, (uint64_t[]){1, 3, 4, 6});
+  check_left(t, 4, (uint64_t[]){1, 3, 4, 5});
   chime__table_destroy(t);
-  /* max_heap: the highest. */
+  /* max_heap: the highest: 5 itself (9), then 1 (5) for 6. */
   t = sel_table(&tc, 4, CHIME__SAMPLER_UNIFORM, CHIME__SAMPLER_MAX_HEAP, 0, 1);
   insert_prio(t, 1, 4, prio);
   insert_prio(t, 5, 2, (double[]){9, 2});
-  check_left(t, 4, (uint64_t[]){2, 3, 5, 6});
+  check_left(t, 4, (uint64_t[]){2, 3, 4, 6});
   chime__table_destroy(t);
-  /* lifo: the newest. */
+  /* lifo: the newest, which is the sample coming in: a full table keeps
+   * what it holds (the inserts are still acked, with their keys). */
   t = sel_table(&tc, 3, CHIME__SAMPLER_UNIFORM, CHIME__SAMPLER_LIFO, 0, 1);
   insert_prio(t, 1, 3, NULL);
   insert_prio(t, 4, 1, NULL);
   insert_prio(t, 5, 1, NULL);
-  check_left(t, 3, (uint64_t[]){1, 2, 5});
+  check_left(t, 3, (uint64_t[]){1, 2, 3});
   chime__table_destroy(t);
   /* prioritized: only an item of non-zero priority can be drawn. */
   t = sel_table(&tc, 3, CHIME__SAMPLER_UNIFORM, CHIME__SAMPLER_PRIORITIZED, 0,
@@ -803,6 +808,77 @@ static void test_bad_priorities_refused(void **state) {
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
     assert_int_equal(chime__table_insert(t, buf, 1, &bad[i], &k, NULL, NULL),
                      CHIME_EINVAL);
+  chime__table_destroy(t);
+}
+
+/* Issue 20: four items of priority 1e308 were each accepted, the sum tree's
+ * total became infinite and every draw gave the first. A weight over
+ * CHIME__SUMTREE_MAX_VALUE is refused, at insert and at mutate, saying
+ * the bound; up to it the sum stays finite and draws follow the weights,
+ * however large. */
+static void test_priority_sum_stays_finite(void **state) {
+  chime__table_config_t tc;
+  uint8_t buf[4 * SB];
+  uint64_t k;
+  char err[256];
+  (void)state;
+  chime__table_t *t = sel_table(&tc, 4, CHIME__SAMPLER_PRIORITIZED, 0, 0, 1.0);
+  fill(buf, 1, 4);
+  double huge[4] = {1e308, 1e308, 1e308, 1e308};
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(chime__table_insert(t, buf, 1, huge, &k, NULL, NULL),
+                     CHIME_EINVAL);
+  assert_int_equal(chime__table_insert(t, buf, 4, huge, &k, NULL, NULL),
+                   CHIME_EINVAL);
+  assert_int_equal(chime__table_check_priorities(t, huge, 4, err, sizeof(err)),
+                   CHIME_EINVAL);
+  assert_non_null(strstr(err, "priority 0 is 1e+308"));
+  assert_non_null(strstr(err, "at most 1e+298"));
+  /* Each finite and under DBL_MAX / 4, but over the bound. */
+  double big[4] = {1, 1, 1, 4e307};
+  assert_int_equal(chime__table_check_priorities(t, big, 4, err, sizeof(err)),
+                   CHIME_EINVAL);
+  assert_non_null(strstr(err, "priority 3 is 4e+307"));
+  /* Up to the bound: four of the largest sum to 4e298, and the draws are
+   * even. */
+  double top[4] = {1e298, 1e298, 1e298, 1e298};
+  insert_prio(t, 1, 4, top);
+  check_distribution(t, 4, top, 40000);
+  /* A mutate past it is refused whole; to it, the draws follow. */
+  chime__table_mutated_t m;
+  uint64_t keys[4] = {1, 2, 3, 4};
+  assert_int_equal(chime__table_mutate(t, keys, huge, 4, NULL, 0, &m),
+                   CHIME_EINVAL);
+  check_distribution(t, 4, top, 10000);
+  double mixed[4] = {1e298, 5e297, 2.5e297, 2.5e297};
+  assert_int_equal(chime__table_mutate(t, keys, mixed, 4, NULL, 0, &m), 0);
+  assert_int_equal(m.updated, 4);
+  check_distribution(t, 4, mixed, 40000);
+  chime__table_destroy(t);
+  /* The bound is on priority^exponent. */
+  t = sel_table(&tc, 4, CHIME__SAMPLER_PRIORITIZED, 0, 0, 2.0);
+  double sq[4] = {1e148, 2e148, 3e148, 4e149};
+  assert_int_equal(chime__table_check_priorities(t, sq, 4, err, sizeof(err)),
+                   CHIME_EINVAL);
+  assert_non_null(strstr(err, "priority 3 is 4e+149"));
+  sq[3] = 4e148;
+  insert_prio(t, 1, 4, sq);
+  double w[4];
+  for (int i = 0; i < 4; i++)
+    w[i] = sq[i] * sq[i];
+  check_distribution(t, 4, w, 40000);
+  chime__table_destroy(t);
+  /* A prioritized remover weighs the sample coming in too: never past
+   * the bound either. */
+  t = sel_table(&tc, 4, CHIME__SAMPLER_UNIFORM, CHIME__SAMPLER_PRIORITIZED, 0,
+                1.0);
+  assert_int_equal(chime__table_insert(t, buf, 4, huge, &k, NULL, NULL),
+                   CHIME_EINVAL);
+  chime__table_destroy(t);
+  /* A heap orders any number: no bound there. */
+  t = sel_table(&tc, 4, CHIME__SAMPLER_MAX_HEAP, 0, 1, 1.0);
+  insert_prio(t, 1, 4, (double[]){1e308, 1, 2, 3});
+  sample_exact(t, 2, (uint64_t[]){1, 4});
   chime__table_destroy(t);
 }
 
@@ -931,6 +1007,7 @@ int main(void) {
       cmocka_unit_test(test_max_times_sampled_exact),
       cmocka_unit_test(test_evictions_follow_remover),
       cmocka_unit_test(test_bad_priorities_refused),
+      cmocka_unit_test(test_priority_sum_stays_finite),
       cmocka_unit_test(test_batch_drawn_ahead_same_draws),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -495,8 +496,10 @@ static void test_removers_after_mutate(void **state) {
   model_open(m, 4, CHIME__SAMPLER_UNIFORM, CHIME__SAMPLER_LIFO, 0, 1);
   model_insert(m, 4, NULL);
   model_mutate(m, NULL, NULL, 0, (uint64_t[]){4}, 1);
-  model_insert(m, 2, NULL); /* a request makes its room first: evicts 3 */
-  m->live[3] = 0;
+  /* 5 fills the place 4 left; 6 finds the table full and, the newest of
+   * all, is the one that leaves (Reverb's rule). */
+  model_insert(m, 2, NULL);
+  m->live[6] = 0;
   check_live(m);
   chime__table_destroy(m->t);
   free(m);
@@ -646,6 +649,110 @@ static void test_deletes_while_sampling(void **state) {
   check_churn(CHIME__SAMPLER_MAX_HEAP);
 }
 
+/* Issue 20: a maximal MutatePriorities (1,048,576 entries) held the
+ * table's lock for 0.76 s, and every insert waited for all of it. It is
+ * applied in slices: at the first break (the hook, the lock held) an
+ * insert starts and queues for the lock; the mutation must let it in
+ * before its next slice, whose first entry updates the new item's key.
+ * Deterministic: the hook waits for the insert to queue, and the
+ * mutation waits for it to take the lock (glibc's mutexes are not fair:
+ * without that wait the mutation takes the lock straight back). */
+typedef struct {
+  chime__table_t *t;
+  atomic_int go, queued_seen;
+  int breaks;
+  int rc;
+  uint64_t key;
+} slices_t;
+
+static void nap_us(long us) {
+  struct timespec ts = {0, us * 1000};
+  nanosleep(&ts, NULL);
+}
+
+static void slice_hook(void *arg) {
+  slices_t *a = arg;
+  if (a->breaks++ != 0)
+    return;
+  atomic_store(&a->go, 1);
+  /* Until the insert waits for the lock this hook holds (10 s: a bound
+   * for a liveness check, not a speed). */
+  for (int i = 0; i < 100000 && chime__table_lock_waiters(a->t) == 0; i++)
+    nap_us(100);
+  atomic_store(&a->queued_seen, chime__table_lock_waiters(a->t) > 0);
+}
+
+static void *slice_insert_main(void *arg) {
+  slices_t *a = arg;
+  uint64_t x = 51;
+  while (!atomic_load(&a->go))
+    nap_us(100);
+  a->rc = chime__table_insert(a->t, (const uint8_t *)&x, 1, NULL, &a->key, NULL,
+                              NULL);
+  return NULL;
+}
+
+static void test_large_mutation_in_slices(void **state) {
+  (void)state;
+  model_t *m = malloc(sizeof(*m));
+  assert_non_null(m);
+  model_open(m, 64, CHIME__SAMPLER_PRIORITIZED, 0, 0, 1.0);
+  model_insert(m, 50, NULL);
+  size_t n = (size_t)1 << 20;
+  uint64_t *keys = malloc(n * sizeof(*keys));
+  double *prio = malloc(n * sizeof(*prio));
+  assert_non_null(keys);
+  assert_non_null(prio);
+  for (size_t i = 0; i < n; i++) {
+    keys[i] = 1 + i % 50;
+    prio[i] = (double)(1 + i % 7);
+  }
+  /* The insert's key, the first entry after the first break: the insert
+   * must have gone in at that break, not just at some later one. */
+  keys[CHIME__TABLE_MUTATE_SLICE] = 51;
+  slices_t a = {.t = m->t};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, slice_insert_main, &a), 0);
+  chime__table_set_mutate_hook(m->t, slice_hook, &a);
+  chime__table_mutated_t r;
+  int rc = chime__table_mutate(m->t, keys, prio, n, NULL, 0, &r);
+  atomic_store(&a.go, 1); /* the hook never ran: let the insert end */
+  pthread_join(th, NULL);
+  chime__table_set_mutate_hook(m->t, NULL, NULL);
+  assert_int_equal(rc, 0);
+  assert_int_equal(a.rc, 0);
+  assert_int_equal(a.key, 51);
+  if (r.unknown != 0)
+    fail_msg("the insert did not go in at the first break (%u unknown)",
+             r.unknown);
+  assert_int_equal(a.breaks, (int)((n - 1) / CHIME__TABLE_MUTATE_SLICE));
+  assert_true(atomic_load(&a.queued_seen));
+  assert_int_equal(r.updated, n);
+  /* And the item is still there. */
+  chime__table_mutated_t r2;
+  uint64_t k51 = 51;
+  assert_int_equal(chime__table_mutate(m->t, NULL, NULL, 0, &k51, 1, &r2), 0);
+  assert_int_equal(r2.deleted, 1);
+  /* A slice's worth goes whole; one entry more breaks once, updates and
+   * deletes counted together. */
+  slices_t b = {.t = m->t, .breaks = 1}; /* past the first: only counts */
+  chime__table_set_mutate_hook(m->t, slice_hook, &b);
+  assert_int_equal(chime__table_mutate(m->t, keys, prio,
+                                       CHIME__TABLE_MUTATE_SLICE, NULL, 0, &r),
+                   0);
+  assert_int_equal(b.breaks, 1);
+  assert_int_equal(chime__table_mutate(m->t, keys, prio,
+                                       CHIME__TABLE_MUTATE_SLICE - 1, keys, 2,
+                                       &r),
+                   0);
+  assert_int_equal(b.breaks, 2);
+  chime__table_set_mutate_hook(m->t, NULL, NULL);
+  free(keys);
+  free(prio);
+  chime__table_destroy(m->t);
+  free(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_prioritized_after_mutate),
@@ -655,6 +762,7 @@ int main(void) {
       cmocka_unit_test(test_removers_after_mutate),
       cmocka_unit_test(test_refused_changes_nothing),
       cmocka_unit_test(test_deletes_while_sampling),
+      cmocka_unit_test(test_large_mutation_in_slices),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

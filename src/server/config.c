@@ -4,12 +4,14 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "chime/errors.h"
+#include "server/sumtree.h"
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -219,6 +221,12 @@ static int parse_table(chime__table_config_t *t, json_t *obj, uint32_t index,
     } else if (strcmp(key, "min_size") == 0) {
       if (get_u64(v, kw, &t->min_size, err, errlen) != 0)
         return CHIME_EINVAL;
+      /* As Reverb's limiters: a batch needs an item to draw from. */
+      if (t->min_size == 0)
+        return fail(err, errlen,
+                    "%s: must be at least 1 (sampling waits for this many "
+                    "items, and a batch needs one to draw from)",
+                    kw);
     } else if (strcmp(key, "sampler") == 0 || strcmp(key, "remover") == 0) {
       chime__sampler_t sel =
           chime__sampler_parse(json_is_string(v) ? json_string_value(v) : "");
@@ -347,6 +355,17 @@ static int parse_table(chime__table_config_t *t, json_t *obj, uint32_t index,
                 "= %g: inserts and samples could wait for each other for "
                 "ever",
                 where, t->error_buffer, least);
+  /* A window's priority weighs in the sum tree like any: it must stay
+   * within what every item may weigh. */
+  if (t->sequence_length > 0 && !t->initial_priority_max &&
+      t->sampler == CHIME__SAMPLER_PRIORITIZED &&
+      !(pow(t->initial_priority, t->priority_exponent) <=
+        CHIME__SUMTREE_MAX_VALUE))
+    return fail(err, errlen,
+                "%s: 'initial_priority': %g^%g exceeds %g, the most an item "
+                "may weigh in a prioritized table",
+                where, t->initial_priority, t->priority_exponent,
+                CHIME__SUMTREE_MAX_VALUE);
   if (have_exp && t->sampler != CHIME__SAMPLER_PRIORITIZED &&
       t->remover != CHIME__SAMPLER_PRIORITIZED)
     return fail(err, errlen,

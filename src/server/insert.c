@@ -511,8 +511,12 @@ static void insert_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
     goto fail;
   }
   {
-    char why2[160];
+    char why2[320];
     rc = chime__insert_req_check_priorities(&req->q, why2, sizeof(why2));
+    if (rc == 0) /* and what this table's selectors can use */
+      rc = chime__table_check_priorities(st->table, req->q.priorities,
+                                         req->q.n_priorities, why2,
+                                         sizeof(why2));
     if (rc != 0) {
       snprintf(err, sizeof(err), "insert into '%s': %s", tc->name, why2);
       goto fail;

@@ -56,12 +56,13 @@ static void mutate_on_start(chime__call_t *c) {
   chime__table_mutated_t m;
   int rc = chime__table_mutate(t, keys, prios, req->n_updates, req->deletes,
                                req->n_deletes, &m);
-  if (rc != 0) {
+  if (rc != 0) { /* CHIME_EINVAL: a priority; the table says which */
+    char why[320] = "a priority is NaN, infinite or negative";
+    (void)chime__table_check_priorities(t, prios, req->n_updates, why,
+                                        sizeof(why));
     chime__call_finish(c, rc,
-                       "MutatePriorities on '%s': a priority is NaN, "
-                       "infinite, negative or too large for the table's "
-                       "priority_exponent; nothing was changed",
-                       chime__table_config(t)->name);
+                       "MutatePriorities on '%s': %s; nothing was changed",
+                       chime__table_config(t)->name, why);
     goto out;
   }
   Chime__V1__MutatePrioritiesResponse resp =

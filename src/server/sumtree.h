@@ -33,6 +33,11 @@
 
 /* The most slots a tree takes (row indexes elsewhere are 32-bit). */
 #define CHIME__SUMTREE_MAX_SLOTS UINT64_C(0xffffffff)
+/* The most a slot should hold for the total to stay finite however many
+ * slots hold it: MAX_SLOTS of them sum to 4.3e307 (DBL_MAX is 1.8e308).
+ * set takes more (its total is checked), but then whether a value fits
+ * depends on the others; the table refuses weights above it up front. */
+#define CHIME__SUMTREE_MAX_VALUE 1e298
 
 typedef struct chime__sumtree_s chime__sumtree_t;
 

@@ -69,7 +69,15 @@ struct chime__table_s {
   pthread_cond_t space;
   pthread_cond_t items;
   pthread_cond_t unpinned; /* an insert waits for a pinned row */
+  pthread_cond_t handoff;  /* a sliced mutation lets a waiter go first */
   int pin_waiters;
+  /* Threads queued for mu (lock_table), and how many took it after a
+   * wait: a mutation between two slices waits for one of them. */
+  atomic_uint lock_waiters;
+  uint64_t handoffs;
+  int yielding;                   /* mutations waiting on handoff */
+  void (*mutate_hook)(void *arg); /* tests: at each break of a mutation */
+  void *mutate_hook_arg;
   int viewing; /* checkpoint views holding rows (chime__table_view) */
   uint32_t oldest, newest;   /* NONE when empty */
   uint64_t rows;             /* capacity + spare rows */
@@ -102,6 +110,22 @@ struct chime__table_s {
 };
 
 #define NONE UINT32_MAX
+
+/* The table's lock, taken by everyone but a mutation's next slice. A
+ * large MutatePriorities holds it in slices (chime__table_mutate) and,
+ * between two, lets a thread that queued for it go first: glibc's mutexes
+ * are not fair, and the mutation would take the lock straight back while
+ * the waiter is still being woken. Uncontended, this is one trylock. */
+static void lock_table(chime__table_t *t) {
+  if (pthread_mutex_trylock(&t->mu) == 0)
+    return;
+  atomic_fetch_add(&t->lock_waiters, 1);
+  pthread_mutex_lock(&t->mu);
+  atomic_fetch_sub(&t->lock_waiters, 1);
+  t->handoffs++;
+  if (t->yielding > 0)
+    pthread_cond_broadcast(&t->handoff);
+}
 
 static int uses(const chime__table_config_t *cfg, chime__sampler_t s) {
   return cfg->sampler == s || cfg->remover == s;
@@ -218,6 +242,8 @@ int chime__table_create(chime__table_t **out,
     t->cfg.capacity = cfg->capacity_steps; /* a step starts one window */
   if (t->cfg.remover == 0)
     t->cfg.remover = CHIME__SAMPLER_FIFO;
+  if (t->cfg.min_size == 0) /* config refuses it; in-process callers */
+    t->cfg.min_size = 1;
   if (t->cfg.sampler == CHIME__SAMPLER_FIFO && t->cfg.max_times_sampled == 0)
     t->cfg.max_times_sampled = 1;
   t->mts = t->cfg.max_times_sampled;
@@ -311,6 +337,7 @@ int chime__table_create(chime__table_t **out,
   pthread_cond_init(&t->space, NULL);
   pthread_cond_init(&t->items, NULL);
   pthread_cond_init(&t->unpinned, NULL);
+  pthread_cond_init(&t->handoff, NULL);
   *out = t;
   t = NULL;
 out:
@@ -326,6 +353,7 @@ void chime__table_destroy(chime__table_t *t) {
   pthread_cond_destroy(&t->space);
   pthread_cond_destroy(&t->items);
   pthread_cond_destroy(&t->unpinned);
+  pthread_cond_destroy(&t->handoff);
   free_parts(t);
 }
 
@@ -342,7 +370,7 @@ const chime_spec_t *chime__table_item_spec(const chime__table_t *t) {
 }
 
 void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out) {
-  pthread_mutex_lock(&t->mu);
+  lock_table(t);
   out->size = t->count;
   out->capacity = t->cfg.capacity;
   out->inserts = t->inserts;
@@ -631,15 +659,24 @@ static uint32_t select_row(chime__table_t *t, chime__sampler_t how,
   return t->dense[next_rand(t) % t->count];
 }
 
-/* The rate limiter (samples_per_insert, Reverb's SampleToInsertRatio):
- * samples - samples_per_insert * inserts stays within error_buffer of its
- * value at min_size. An insert may go in while one more item keeps the
- * difference under the top of the window, a batch may be taken while one
- * more sample keeps it over the bottom: a request or a batch can pass the
- * window by itself less one item. Checked under the table lock. */
+/* The rate limiter (samples_per_insert, Reverb's SampleToInsertRatio and
+ * its RateLimiter's rules): samples - samples_per_insert * inserts stays
+ * within error_buffer of its value at min_size. Reverb counts inserts,
+ * samples and deletes, every item that leaves (sampled out, evicted,
+ * deleted) a delete, so that inserts - deletes is the table's size:
+ * t->count here (an item given back is un-deleted, and counts again).
+ * An insert goes in while the table, with one more item, holds at most
+ * min_size (until the min size is reached, or removals brought the table
+ * back below it, inserts are free: else a table that sampling emptied
+ * below min_size would wait for ever, the sampler for items and the
+ * insert for samples), or else while one more item keeps the difference
+ * under the top of the window; a batch may be taken while the table holds
+ * min_size items and one more sample keeps it over the bottom. A request
+ * or a batch can pass the window by itself, less one item. Checked under
+ * the table lock. */
 static int rate_allows_insert(const chime__table_t *t) {
   double spi = t->cfg.samples_per_insert;
-  if (spi == 0 || t->inserts < t->cfg.min_size)
+  if (spi == 0 || t->count < t->cfg.min_size)
     return 1;
   double top = spi * (double)t->cfg.min_size + t->cfg.error_buffer;
   return (double)(t->inserts + 1) * spi - (double)t->samples <= top;
@@ -649,7 +686,7 @@ static int rate_allows_sample(const chime__table_t *t) {
   double spi = t->cfg.samples_per_insert;
   if (spi == 0)
     return 1;
-  if (t->inserts < t->cfg.min_size)
+  if (t->count < t->cfg.min_size)
     return 0;
   double bottom = spi * (double)t->cfg.min_size - t->cfg.error_buffer;
   return (double)t->inserts * spi - (double)(t->samples + 1) >= bottom;
@@ -667,19 +704,60 @@ static int seen_locked(chime__table_t *t, chime__dedupe_req_t *dq,
   return rc == CHIME__DEDUPE_NEW ? 0 : rc;
 }
 
-/* A bad priority for this table's selectors, or 0. */
+/* Why priority p does not suit this table, or NULL. A heap orders any
+ * but NaN; a sum tree weighs priority^exponent, which must be finite, at
+ * least 0 and at most CHIME__SUMTREE_MAX_VALUE, so that the sum over every
+ * row stays finite: an infinite total would draw one item every time and
+ * make every probability wrong. all: the same rules for any table
+ * (MutatePriorities: a priority is a number >= 0 everywhere). */
+static const char *priority_why(const chime__table_t *t, double p, int all) {
+  if (isnan(p) && (all || t->sum != NULL || t->hmin != NULL || t->hmax != NULL))
+    return "a priority must be a number";
+  if (!(all || t->sum != NULL))
+    return NULL;
+  if (p < 0 || isinf(p))
+    return "priorities must be finite and at least 0";
+  if (t->sum != NULL && !(weight(t, p) <= CHIME__SUMTREE_MAX_VALUE))
+    return "priority^priority_exponent exceeds the most an item may weigh "
+           "in a prioritized table";
+  return NULL;
+}
+
+/* A bad priority for this table's selectors among prio[0, count), or 0. */
 static int check_priorities(const chime__table_t *t, const double *prio,
-                            uint32_t from, uint32_t count) {
+                            uint64_t count) {
   if (prio == NULL || (t->sum == NULL && t->hmin == NULL && t->hmax == NULL))
     return 0;
-  for (uint32_t i = from; i < count; i++) {
-    if (isnan(prio[i]))
+  for (uint64_t i = 0; i < count; i++)
+    if (priority_why(t, prio[i], 0) != NULL)
       return CHIME_EINVAL;
-    if (t->sum != NULL &&
-        (prio[i] < 0 || isinf(prio[i]) || isinf(weight(t, prio[i]))))
-      return CHIME_EINVAL;
+  return 0;
+}
+
+static int priorities_why(const chime__table_t *t, const double *prio, size_t n,
+                          int all, char *err, size_t errlen) {
+  for (size_t i = 0; i < n; i++) {
+    const char *why = priority_why(t, prio[i], all);
+    if (why == NULL)
+      continue;
+    if (err != NULL && errlen > 0) {
+      if (t->sum != NULL && isfinite(prio[i]) && prio[i] >= 0)
+        snprintf(err, errlen,
+                 "priority %zu is %g: %s (%g^%g = %g, at most %g, so that "
+                 "the sum over the table stays finite)",
+                 i, prio[i], why, prio[i], t->cfg.priority_exponent,
+                 weight(t, prio[i]), CHIME__SUMTREE_MAX_VALUE);
+      else
+        snprintf(err, errlen, "priority %zu is %g: %s", i, prio[i], why);
+    }
+    return CHIME_EINVAL;
   }
   return 0;
+}
+
+int chime__table_check_priorities(const chime__table_t *t, const double *prio,
+                                  size_t n, char *err, size_t errlen) {
+  return priorities_why(t, prio, n, 0, err, errlen);
 }
 
 /* A window an episode completed becomes an item (the table lock held,
@@ -729,7 +807,7 @@ static int seq_insert(chime__table_t *t, const chime__span_t *spans,
   cursor_t cur = {spans, 0, 0};
   if (priorities != NULL || dq == NULL || dq->writer == 0)
     return CHIME_EINVAL; /* windows' priorities; episodes are per writer */
-  pthread_mutex_lock(&t->mu);
+  lock_table(t);
   for (;;) {
     if (t->closed) {
       rc = CHIME_ESHUTDOWN;
@@ -799,6 +877,53 @@ static void evict_oldest(chime__table_t *t, uint64_t need) {
   }
 }
 
+/* Reverb's rule for a full table (its Table inserts, then asks the
+ * remover over every item): the item that leaves is the remover's pick
+ * among the table's items and the one coming in, of priority prio. NONE:
+ * the new one, which then never goes in. The table holds an item at
+ * least (count >= capacity >= 1), so fifo's pick is never the new one;
+ * lifo's always is, a heap's when it is the extreme (of equal priorities
+ * the older item is on top), uniform's with chance 1 / (size + 1) and
+ * prioritized's with its weight's share of the sum, the new one's
+ * included (every weight 0: uniform). */
+static uint32_t choose_victim(chime__table_t *t, double prio) {
+  uint32_t r = NONE;
+  double top = 0;
+  switch (t->cfg.remover) {
+  case CHIME__SAMPLER_FIFO:
+    return t->oldest;
+  case CHIME__SAMPLER_LIFO:
+    return NONE;
+  case CHIME__SAMPLER_MIN_HEAP:
+    if (chime__heap_top(t->hmin, &r, &top) != 0)
+      return NONE; /* count >= 1: unreachable */
+    return prio < top ? NONE : r;
+  case CHIME__SAMPLER_MAX_HEAP:
+    if (chime__heap_top(t->hmax, &r, &top) != 0)
+      return NONE;
+    return prio > top ? NONE : r;
+  case CHIME__SAMPLER_PRIORITIZED: {
+    /* Within range: each weight is at most CHIME__SUMTREE_MAX_VALUE and
+     * the rows outnumber the items, the new one included. */
+    double total = chime__sumtree_total(t->sum);
+    double all = total + weight(t, prio);
+    double u = (double)(next_rand(t) >> 11) * 0x1p-53;
+    uint64_t slot;
+    if (!(all > 0))
+      break;              /* every weight 0: uniform */
+    if (u * all >= total) /* past the items' ranges: the new one's */
+      return NONE;
+    if (chime__sumtree_find(t->sum, u * all, &slot) == 0)
+      return (uint32_t)slot;
+    return NONE; /* total > 0 here: unreachable */
+  }
+  case CHIME__SAMPLER_UNIFORM:
+    break;
+  }
+  uint64_t k = next_rand(t) % (t->count + 1);
+  return k == t->count ? NONE : t->dense[k];
+}
+
 static int insert_spans(chime__table_t *t, const chime__span_t *spans,
                         size_t nspans, uint32_t count, const double *priorities,
                         uint64_t *first_key, const atomic_int *abort,
@@ -816,16 +941,26 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
                       nowait);
   uint64_t cap = t->cfg.capacity;
   int fifo = t->cfg.sampler == CHIME__SAMPLER_FIFO;
+  /* A fifo remover's picks are known before the request goes in: the
+   * oldest items, then (a request over the capacity) the request's own
+   * first samples, which take keys and count as inserted and as removed
+   * but are never written. Any other remover picks as each sample comes
+   * (choose_victim), the sample itself a candidate. */
+  int by_age = !fifo && t->cfg.remover == CHIME__SAMPLER_FIFO;
+  int choose = !fifo && !by_age;
   uint64_t when = now_ns(CLOCK_REALTIME);
   if (fifo && count > cap)
     return CHIME_EINVAL; /* could never go in whole */
-  /* Beyond the capacity a request would evict its own first samples: they
-   * take keys and count as inserted, but only the last cap go in. */
-  uint64_t skip = count > cap ? count - cap : 0;
+  uint64_t skip = by_age && count > cap ? count - cap : 0;
+  /* Rows the request may take: one per sample that stays. A chosen
+   * victim frees its row (unless pinned: one more), so past the capacity
+   * a request never needs more than the capacity's worth. */
   uint64_t need = count - skip;
-  if (check_priorities(t, priorities, (uint32_t)skip, count) != 0)
+  if (choose && need > cap)
+    need = cap;
+  if (check_priorities(t, priorities, count) != 0)
     return CHIME_EINVAL;
-  pthread_mutex_lock(&t->mu);
+  lock_table(t);
   /* All or nothing: a fifo request waits until every sample fits, so a
    * request ended by a stop leaves nothing behind that its writer would
    * send again (and a sampler can never take half of it). */
@@ -855,11 +990,13 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
     }
     /* Items given back count against the capacity until taken again. */
     int room = !fifo || (t->count <= cap && cap - t->count >= need);
-    if (!fifo && t->cfg.remover == CHIME__SAMPLER_FIFO) {
+    if (by_age) {
       evict_oldest(t, need);
-    } else if (!fifo) {
+    } else if (choose) {
+      /* Items given back past the capacity leave first, the remover's
+       * picks among them and the rest, before the request's turn. */
       double p;
-      while (t->count + need > cap)
+      while (t->count > cap)
         live_remove(t, select_row(t, t->cfg.remover, &p));
     }
     /* A pinned row is not reused meanwhile: an item that left while
@@ -899,16 +1036,30 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
   for (uint64_t j = skip; j < count; j++) {
     if (j + KEY_AHEAD < count)
       chime__keyindex_prefetch(t->keys, key0 + j + KEY_AHEAD);
+    double prio = priorities != NULL ? priorities[j] : 1.0;
+    if (choose && t->count >= cap) {
+      uint32_t v = choose_victim(t, prio);
+      if (v != NONE)
+        live_remove(t, v);
+      /* Room for one (need above): a row is free unless v was the new
+       * sample itself. */
+      if (v == NONE || t->rows - t->count - t->ndead == 0) {
+        cursor_skip(&cur, t->sample_bytes);
+        t->left++; /* inserted and removed at once */
+        continue;
+      }
+    }
     uint32_t r = free_pop(t);
     for (uint32_t l = 0; l < t->nleaves; l++)
       cursor_read(&cur, t->leaf[l] + (size_t)r * t->lbytes[l], t->lbytes[l]);
     t->meta[r].key = key0 + j;
     t->meta[r].itime = when;
     t->meta[r].times = 0;
-    t->meta[r].prio = priorities != NULL ? priorities[j] : 1.0;
+    t->meta[r].prio = prio;
     live_add(t, r, 0);
   }
   t->inserts += count;
+  t->left += skip; /* a fifo remover's picks among the request's own */
   if (dq != NULL && dq->writer != 0)
     chime__dedupe_record(t->dedupe, dq, count, key0);
   arrived = items_arrived_locked(t);
@@ -1151,7 +1302,7 @@ static void seq_copy(chime__table_t *t, const chime_ring_layout_t *lay,
       dst[l] = (uint8_t *)slot->leaf[l] + j * tl * t->lbytes[l];
     chime__steps_copy(t->steps, t->wslot[k], t->wlen[k], dst);
   }
-  pthread_mutex_lock(&t->mu);
+  lock_table(t);
   for (uint64_t j = 0; j < batch; j++)
     chime__steps_unpin(t->steps, t->wslot[row_at(slot, rows, j)]);
   if (t->pin_waiters > 0)
@@ -1180,7 +1331,7 @@ static void unpin_locked(chime__table_t *t, const chime_ring_layout_t *lay,
  * items (fifo, max_times_sampled), so a batch never runs dry halfway. */
 static uint64_t need_items(const chime__table_t *t,
                            const chime_ring_layout_t *lay) {
-  uint64_t need = t->cfg.min_size > 0 ? t->cfg.min_size : 1;
+  uint64_t need = t->cfg.min_size; /* at least 1 (create) */
   if (t->mts != 0 && need < lay->batch_size)
     need = lay->batch_size;
   return need;
@@ -1206,7 +1357,7 @@ static void sample_locked(chime__table_t *t, const chime_ring_layout_t *lay,
   } else {
     pthread_mutex_unlock(&t->mu);
     copy_rows(t, lay, slot, rows, pins != NULL ? copy_min : UINT64_MAX);
-    pthread_mutex_lock(&t->mu);
+    lock_table(t);
   }
   if (pins == NULL)
     unpin_locked(t, lay, slot);
@@ -1218,7 +1369,7 @@ int chime__table_sample(chime__table_t *t, const chime_ring_layout_t *lay,
   uint64_t need = need_items(t, lay);
   if (need > t->cfg.capacity)
     return CHIME_EINVAL;
-  pthread_mutex_lock(&t->mu);
+  lock_table(t);
   for (;;) {
     if (t->closed || (stop != NULL && atomic_load(stop))) {
       rc = CHIME_ESHUTDOWN;
@@ -1243,7 +1394,7 @@ static int try_sample(chime__table_t *t, const chime_ring_layout_t *lay,
   uint64_t need = need_items(t, lay);
   if (need > t->cfg.capacity)
     return CHIME_EINVAL;
-  pthread_mutex_lock(&t->mu);
+  lock_table(t);
   /* A wait on the rate limiter ends when the sampler finds it open (or
    * waits for items instead): the time between counts. */
   int rate_open = rate_allows_sample(t);
@@ -1286,7 +1437,7 @@ int chime__table_try_sample_pinned(chime__table_t *t,
 }
 
 void chime__table_unwait(chime__table_t *t, chime__table_waiter_t *w) {
-  pthread_mutex_lock(&t->mu);
+  lock_table(t);
   for (chime__table_waiter_t **pp = &t->waiters; *pp != NULL;
        pp = &(*pp)->next) {
     if (*pp == w) {
@@ -1303,7 +1454,7 @@ void chime__table_unwait(chime__table_t *t, chime__table_waiter_t *w) {
 }
 
 void chime__table_unpin(chime__table_t *t, chime__table_pins_t *pins) {
-  pthread_mutex_lock(&t->mu);
+  lock_table(t);
   for (uint32_t j = 0; j < pins->n; j++)
     unpin_row_locked(t, pins->rows[j]);
   if (pins->n > 0 && t->pin_waiters > 0)
@@ -1414,7 +1565,7 @@ int chime__table_give_back(chime__table_t *t, const chime_ring_layout_t *lay,
   const chime_sample_info_t *info =
       (const chime_sample_info_t *)(base + lay->info_offset);
   int rc = 0;
-  pthread_mutex_lock(&t->mu);
+  lock_table(t);
   /* Last first, each to the front: the batch keeps its order. */
   for (uint64_t j = lay->batch_size; j-- > 0;) {
     if (!took_out(t, &info[j]))
@@ -1459,7 +1610,7 @@ void chime__table_give_back_pinned(chime__table_t *t,
                                    const chime_ring_layout_t *lay,
                                    const chime_sample_info_t *info,
                                    chime__table_pins_t *pins) {
-  pthread_mutex_lock(&t->mu);
+  lock_table(t);
   if (pins->n == 0 || pins->given_back) {
     pthread_mutex_unlock(&t->mu);
     return; /* released meanwhile, or given back already */
@@ -1483,23 +1634,38 @@ void chime__table_give_back_pinned(chime__table_t *t,
   notify(arrived);
 }
 
+/* Between two slices of a mutation (the lock held, and held again on
+ * return): the lock goes to whoever queued for it meanwhile, one of them
+ * at least before the mutation goes on, and woken waiters (inserts a
+ * delete made room for) get a chance at it. */
+static void mutate_break(chime__table_t *t) {
+  uint64_t seen = t->handoffs;
+  if (t->mutate_hook != NULL)
+    t->mutate_hook(t->mutate_hook_arg);
+  pthread_mutex_unlock(&t->mu);
+  pthread_mutex_lock(&t->mu);
+  t->yielding++;
+  while (atomic_load(&t->lock_waiters) > 0 && t->handoffs == seen)
+    pthread_cond_wait(&t->handoff, &t->mu);
+  t->yielding--;
+}
+
 int chime__table_mutate(chime__table_t *t, const uint64_t *keys,
                         const double *priorities, size_t nupdates,
                         const uint64_t *deletes, size_t ndeletes,
                         chime__table_mutated_t *out) {
   memset(out, 0, sizeof(*out));
-  for (size_t i = 0; i < nupdates; i++)
-    if (isnan(priorities[i]) || isinf(priorities[i]) || priorities[i] < 0)
-      return CHIME_EINVAL;
+  /* Checked whole first, without the lock (the bound is the config's):
+   * a refused request changes nothing. */
+  if (priorities_why(t, priorities, nupdates, 1, NULL, 0) != 0)
+    return CHIME_EINVAL;
   pthread_mutex_lock(&t->mu);
-  for (size_t i = 0; i < nupdates; i++) {
-    if (t->sum != NULL && isinf(weight(t, priorities[i]))) {
-      pthread_mutex_unlock(&t->mu);
-      return CHIME_EINVAL; /* nothing changed yet: checked first */
-    }
-  }
+  size_t done = 0; /* entries applied, updates then deletes */
   for (size_t i = 0; i < nupdates; i++) {
     uint32_t r;
+    if (done != 0 && done % CHIME__TABLE_MUTATE_SLICE == 0)
+      mutate_break(t);
+    done++;
     if (chime__keyindex_lookup(t->keys, keys[i], &r) != 0) {
       out->unknown++;
       continue;
@@ -1517,30 +1683,51 @@ int chime__table_mutate(chime__table_t *t, const uint64_t *keys,
     (void)e; /* live, valid: cannot fail */
     out->updated++;
   }
+  int deleted = 0; /* in this slice: inserts may wait for the room */
   for (size_t i = 0; i < ndeletes; i++) {
     uint32_t r;
+    if (done != 0 && done % CHIME__TABLE_MUTATE_SLICE == 0) {
+      if (deleted)
+        pthread_cond_broadcast(&t->space);
+      deleted = 0;
+      mutate_break(t);
+    }
+    done++;
     if (chime__keyindex_lookup(t->keys, deletes[i], &r) != 0) {
       out->unknown++;
       continue;
     }
     live_remove(t, r);
     out->deleted++;
+    deleted = 1;
   }
-  if (out->deleted > 0)
+  if (deleted)
     pthread_cond_broadcast(&t->space);
   pthread_mutex_unlock(&t->mu);
   return 0;
 }
 
-void chime__table_wake(chime__table_t *t) {
+void chime__table_set_mutate_hook(chime__table_t *t, void (*fn)(void *),
+                                  void *arg) {
   pthread_mutex_lock(&t->mu);
+  t->mutate_hook = fn;
+  t->mutate_hook_arg = arg;
+  pthread_mutex_unlock(&t->mu);
+}
+
+unsigned chime__table_lock_waiters(const chime__table_t *t) {
+  return atomic_load(&t->lock_waiters);
+}
+
+void chime__table_wake(chime__table_t *t) {
+  lock_table(t);
   pthread_cond_broadcast(&t->items);
   pthread_cond_broadcast(&t->space);
   pthread_mutex_unlock(&t->mu);
 }
 
 void chime__table_close(chime__table_t *t) {
-  pthread_mutex_lock(&t->mu);
+  lock_table(t);
   t->closed = 1;
   chime__table_waiter_t *arrived = items_arrived_locked(t);
   pthread_cond_broadcast(&t->space);
@@ -1643,7 +1830,7 @@ int chime__table_view(chime__table_t *t, chime__table_view_t *v) {
   memset(v, 0, sizeof(*v));
   /* The arrays are sized outside the lock; items may arrive meanwhile, so
    * with some room to spare, and again if that was not enough. */
-  pthread_mutex_lock(&t->mu);
+  lock_table(t);
   uint64_t want = t->count;
   pthread_mutex_unlock(&t->mu);
   for (;;) {
@@ -1653,7 +1840,7 @@ int chime__table_view(chime__table_t *t, chime__table_view_t *v) {
     int rc = view_alloc(t, v, room);
     if (rc != 0)
       return rc;
-    pthread_mutex_lock(&t->mu);
+    lock_table(t);
     uint64_t t0 = now_ns(CLOCK_MONOTONIC);
     if (t->count > room) {
       want = t->count;
@@ -1716,7 +1903,7 @@ void chime__table_view_unpin(chime__table_t *t, chime__table_view_t *v,
     upto = v->count;
   for (uint64_t i = v->unpinned; i < upto;) {
     uint64_t end = i + VIEW_UNPIN_CHUNK < upto ? i + VIEW_UNPIN_CHUNK : upto;
-    pthread_mutex_lock(&t->mu);
+    lock_table(t);
     for (; i < end; i++)
       unpin_row_locked(t, v->rows[i]);
     if (t->pin_waiters > 0)
@@ -1731,7 +1918,7 @@ void chime__table_view_unpin_steps(chime__table_t *t, chime__table_view_t *v,
                                    uint32_t upto) {
   if (t->steps == NULL || upto <= v->steps.unpinned)
     return;
-  pthread_mutex_lock(&t->mu);
+  lock_table(t);
   chime__steps_view_unpin(t->steps, &v->steps, upto);
   if (t->pin_waiters > 0)
     pthread_cond_broadcast(&t->unpinned);
@@ -1742,7 +1929,7 @@ void chime__table_view_release(chime__table_t *t, chime__table_view_t *v) {
   chime__table_view_unpin(t, v, v->count);
   chime__table_view_unpin_steps(t, v, v->steps.nused);
   if (v->map != NULL) { /* a view taken, not one that failed */
-    pthread_mutex_lock(&t->mu);
+    lock_table(t);
     t->viewing--;
     if (t->pin_waiters > 0)
       pthread_cond_broadcast(&t->unpinned);
@@ -1760,9 +1947,9 @@ int chime__table_restore_window(chime__table_t *t, uint64_t key, uint64_t itime,
                                 uint64_t episode, uint32_t first,
                                 uint32_t len) {
   uint32_t dummy;
-  if (t->steps == NULL || check_priorities(t, &prio, 0, 1) != 0)
+  if (t->steps == NULL || check_priorities(t, &prio, 1) != 0)
     return CHIME_EINVAL;
-  pthread_mutex_lock(&t->mu);
+  lock_table(t);
   int rc = 0;
   if (chime__keyindex_lookup(t->keys, key, &dummy) == 0 ||
       chime__steps_check_window(t->steps, slot, episode, first, len) != 0) {
@@ -1787,7 +1974,7 @@ int chime__table_restore_window(chime__table_t *t, uint64_t key, uint64_t itime,
 void chime__table_restore_seq_counts(chime__table_t *t, uint64_t step_key,
                                      double max_prio,
                                      uint64_t windows_dropped) {
-  pthread_mutex_lock(&t->mu);
+  lock_table(t);
   t->step_key = step_key;
   if (max_prio > t->max_prio)
     t->max_prio = max_prio;
@@ -1812,7 +1999,7 @@ static void drop_pages(uint8_t *base, uint64_t elem, uint64_t a, uint64_t b,
 
 void chime__table_trim_spares(chime__table_t *t) {
   uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-  pthread_mutex_lock(&t->mu);
+  lock_table(t);
   uint64_t cap = t->cfg.capacity, hw = t->spare_hw, top = cap;
   pthread_mutex_unlock(&t->mu);
   /* Runs of free spare rows: a free row is not live (dpos) and not
@@ -1822,7 +2009,7 @@ void chime__table_trim_spares(chime__table_t *t) {
    * and given back in one hold. */
   for (uint64_t c = cap; c < hw; c += TRIM_CHUNK) {
     uint64_t end = c + TRIM_CHUNK < hw ? c + TRIM_CHUNK : hw;
-    pthread_mutex_lock(&t->mu);
+    lock_table(t);
     for (uint64_t r = c; r < end;) {
       if (t->dpos[r] != NONE || t->meta[r].pins != 0) {
         top = ++r;
@@ -1841,7 +2028,7 @@ void chime__table_trim_spares(chime__table_t *t) {
   /* Rows taken meanwhile above the scan raised the mark themselves; one
    * taken below it in a chunk already scanned is missed until a row
    * above the mark is taken again (its pages stay: memory, not data). */
-  pthread_mutex_lock(&t->mu);
+  lock_table(t);
   if (t->spare_hw == hw)
     t->spare_hw = (uint32_t)top;
   pthread_mutex_unlock(&t->mu);
@@ -1853,9 +2040,9 @@ int chime__table_restore_item(chime__table_t *t, uint64_t key, uint64_t itime,
   uint32_t dummy;
   if (t->steps != NULL)
     return CHIME_ENOTSUP;
-  if (check_priorities(t, &prio, 0, 1) != 0)
+  if (check_priorities(t, &prio, 1) != 0)
     return CHIME_EINVAL;
-  pthread_mutex_lock(&t->mu);
+  lock_table(t);
   int rc = 0;
   if (chime__keyindex_lookup(t->keys, key, &dummy) == 0) {
     rc = CHIME_EINVAL;
@@ -1882,7 +2069,7 @@ void chime__table_restore_counts(chime__table_t *t, uint64_t next_key,
                                  uint64_t inserts, uint64_t samples,
                                  uint64_t left, uint64_t left_times,
                                  uint64_t rng) {
-  pthread_mutex_lock(&t->mu);
+  lock_table(t);
   t->next_key = next_key;
   t->inserts = inserts;
   t->samples = samples;

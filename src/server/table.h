@@ -13,10 +13,16 @@
 #include "wire/pbread.h"
 #include "server/config.h"
 #include "server/dedupe.h"
+#include "server/sumtree.h"
 #include "server/steps.h"
 
 typedef struct chime__table_s chime__table_t;
 
+/* inserts counts every sample an insert took (a key each), those a
+ * remover picked at once included (a lifo remover's, or the first of a
+ * request over the capacity): they count as left too, so inserts - left
+ * is the size (less items given back, which are un-left), the count
+ * Reverb's rate limiter keeps as inserts - deletes. */
 typedef struct {
   uint64_t size, capacity, inserts, samples, sampler_wait_ns, insert_wait_ns;
   uint64_t returned;            /* items given back by streams that ended */
@@ -54,10 +60,13 @@ void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out);
  * *first_key .. *first_key + count - 1, all or nothing: samplers see all of
  * them or none. priorities may be NULL (all 1.0); CHIME_EINVAL for one a
  * heap cannot order (NaN) or a prioritized table cannot weigh (negative,
- * infinite, or infinite once raised to the exponent). A table with a fifo
+ * infinite, or over CHIME__SUMTREE_MAX_VALUE once raised to the exponent:
+ * chime__table_check_priorities says which). A table with a fifo
  * sampler waits until all count samples fit (CHIME_EINVAL when count exceeds
- * its capacity); any other evicts the items its remover picks (a request
- * over the capacity, its own first samples). Returns CHIME_ESHUTDOWN, having
+ * its capacity); in any other, each sample that finds the table full makes
+ * its remover pick one item to leave among the table's and the sample
+ * itself, as Reverb does (a picked sample takes its key and counts as
+ * inserted and left, but never goes in). Returns CHIME_ESHUTDOWN, having
  * inserted nothing (items it evicted while waiting for a pinned row stay
  * evicted), when it would have to wait while *abort is non-zero or
  * once the table is closed.
@@ -121,19 +130,43 @@ int chime__table_try_sample(chime__table_t *t, const chime_ring_layout_t *lay,
 /* Takes w off the table's list if it is queued. */
 void chime__table_unwait(chime__table_t *t, chime__table_waiter_t *w);
 
+/* 0, or CHIME_EINVAL with the first of prio[0, n) this table's selectors
+ * cannot use and why in err: NaN (a heap, a sum tree), negative or
+ * infinite, or (a sum tree) priority^exponent over
+ * CHIME__SUMTREE_MAX_VALUE, the most an item may weigh so that the sum
+ * over every row stays finite. */
+int chime__table_check_priorities(const chime__table_t *t, const double *prio,
+                                  size_t n, char *err, size_t errlen);
+
 typedef struct {
   uint32_t updated, deleted, unknown;
 } chime__table_mutated_t;
+
+/* Entries (updates, then deletes) a mutation applies per hold of the
+ * table's lock: about a millisecond's worth. */
+#define CHIME__TABLE_MUTATE_SLICE 1024u
 
 /* MutatePriorities: new priorities for the live items with keys (nupdates
  * of each), then deletes. Keys not live (never inserted, gone, or in a
  * batch given back) are counted as unknown. CHIME_EINVAL, changing
  * nothing, for a priority that is NaN, infinite or negative, or whose
- * priority^exponent is infinite. */
+ * priority^exponent is over CHIME__SUMTREE_MAX_VALUE (a prioritized
+ * table). Applied in slices of CHIME__TABLE_MUTATE_SLICE entries, the lock
+ * let go between two (a thread that queued for it meanwhile goes first),
+ * so inserts and samples wait for a slice, not the whole mutation: a
+ * batch sampled meanwhile may see the first slices' changes and not the
+ * rest's, and a key an insert or another mutation adds or removes
+ * meanwhile counts as what it is when its entry's turn comes. */
 int chime__table_mutate(chime__table_t *t, const uint64_t *keys,
                         const double *priorities, size_t nupdates,
                         const uint64_t *deletes, size_t ndeletes,
                         chime__table_mutated_t *out);
+/* Tests: fn(arg) runs at each break between a mutation's slices, the
+ * table's lock held (it must not call into t); NULL: none. And how many
+ * threads wait for the table's lock now. */
+void chime__table_set_mutate_hook(chime__table_t *t, void (*fn)(void *),
+                                  void *arg);
+unsigned chime__table_lock_waiters(const chime__table_t *t);
 
 /* The rows of one batch sampled without copying them all (stream mode,
  * which sends them from the table's memory): they stay pinned, so never

@@ -267,7 +267,7 @@ chimed_pid=""
 if [ "$ckpt_every" != 0 ]; then
   grep -q "checkpoint failed" "$tmp/chimed.err" &&
     fail "a checkpoint failed: $(grep "checkpoint failed" "$tmp/chimed.err" | head -n1)"
-  last=$(ls -d "$tmp"/ckpt/ckpt-* 2>/dev/null | sort | tail -n1)
+  last=$(ls -d "$tmp"/ckpt/ckpt-* 2>/dev/null | sort -V | tail -n1)
   nckpt=$((10#${last##*ckpt-}))
   [ "$nckpt" -ge $((minutes - 1)) ] || fail "$nckpt checkpoints in $minutes minutes"
   "$chimed" --config "$tmp/chimed.json" --restore latest >"$tmp/restore.out" 2>"$tmp/restore.err" &

@@ -5,7 +5,8 @@
  * that differs refused naming the leaf, a checkpoint without DONE never
  * loaded, keep; sequence tables: the same batches after a restore, their
  * windows' bookkeeping, appends going on during a checkpoint, a flipped
- * byte and settings that change the items refused. */
+ * byte and settings that change the items refused; names past 16 digits
+ * and a FIFO in place of a file (refused, never waited on). */
 #include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -988,6 +989,146 @@ static void test_write_failure_named(void **state) {
   chime__table_destroy(a);
 }
 
+/* The name of a checkpoint dir: its last path component. */
+static const char *base_of(const char *path) {
+  const char *b = strrchr(path, '/');
+  return b != NULL ? b + 1 : path;
+}
+
+/* Sequence numbers past 16 digits: after a complete
+ * ckpt-9999999999999999 the next checkpoints are ckpt-10000000000000000
+ * and ckpt-10000000000000001 (each found as the highest, so none reuses a
+ * name), latest is the newest, keep prunes by number, not by name order;
+ * at 2^64 - 1 the next checkpoint is refused by name, not wrapped to 0. */
+static void test_names_past_16_digits(void **state) {
+  (void)state;
+  char dir[300], p[2200], q[2200], latest[2048], err[512] = "";
+  make_dir(dir, sizeof(dir), "wide");
+  chime__table_t *a = new_table("a:u32[2], b:u8[]", 64, CHIME__SAMPLER_FIFO);
+  chime__ckpt_result_t r0, r1, r2, r3;
+  insert_n(a, 1, 1, NULL);
+  write_ok(a, dir, 3, &r0);
+  snprintf(p, sizeof(p), "%s/ckpt-9999999999999999", dir);
+  assert_int_equal(rename(r0.path, p), 0);
+  insert_n(a, 2, 1, NULL);
+  write_ok(a, dir, 3, &r1);
+  assert_string_equal(base_of(r1.path), "ckpt-10000000000000000");
+  insert_n(a, 3, 1, NULL);
+  write_ok(a, dir, 3, &r2);
+  assert_string_equal(base_of(r2.path), "ckpt-10000000000000001");
+  assert_int_equal(chime__checkpoint_latest(dir, latest, sizeof(latest)), 0);
+  assert_string_equal(latest, r2.path);
+  chime__table_t *b = new_table("a:u32[2], b:u8[]", 64, CHIME__SAMPLER_FIFO);
+  uint64_t items = 0;
+  restore_ok(b, latest, &items);
+  assert_int_equal(items, 3);
+  chime__table_destroy(b);
+  /* keep 2: the 16-digit one is the oldest and goes, though its name
+   * sorts last. */
+  write_ok(a, dir, 2, &r3);
+  assert_string_equal(base_of(r3.path), "ckpt-10000000000000002");
+  struct stat st;
+  assert_int_not_equal(stat(p, &st), 0);
+  assert_int_equal(stat(r2.path, &st), 0);
+  assert_int_equal(count_ckpts(dir), 2);
+  /* Today's 16-digit names and the wider ones side by side: a name with
+   * more leading zeros than that is not one of ours and is left alone. */
+  snprintf(q, sizeof(q), "%s/ckpt-00000000000000000005", dir);
+  assert_int_equal(mkdir(q, 0755), 0);
+  assert_int_equal(chime__checkpoint_latest(dir, latest, sizeof(latest)), 0);
+  assert_string_equal(latest, r3.path);
+  assert_int_equal(rmdir(q), 0);
+  /* The last number. */
+  snprintf(q, sizeof(q), "%s/ckpt-18446744073709551615", dir);
+  assert_int_equal(rename(r3.path, q), 0);
+  assert_int_equal(chime__checkpoint_latest(dir, latest, sizeof(latest)), 0);
+  assert_string_equal(latest, q);
+  chime__ckpt_result_t r4;
+  assert_int_equal(
+      chime__checkpoint_write(&a, 1, dir, 2, &r4, err, sizeof(err)),
+      CHIME_EOVERFLOW);
+  assert_non_null(strstr(err, "ckpt-18446744073709551615"));
+  assert_int_equal(chime__checkpoint_latest(dir, latest, sizeof(latest)), 0);
+  assert_string_equal(latest, q);
+  chime__table_destroy(a);
+}
+
+typedef struct {
+  chime__table_t *t;
+  const char *path;
+  int rc;
+  char err[512];
+  atomic_int done;
+} restore_job_t;
+
+static void *restore_main(void *arg) {
+  restore_job_t *j = arg;
+  uint64_t items = 0;
+  j->rc = chime__checkpoint_restore(&j->t, 1, j->path, &items, j->err,
+                                    sizeof(j->err));
+  atomic_store(&j->done, 1);
+  return NULL;
+}
+
+/* Restore with a FIFO in place of `file` (DONE, MANIFEST or a table's):
+ * refused at once naming the file, never a wait in open() for a writer
+ * that never comes. Without that, the test opens the FIFO's other end
+ * after 10 s so that the thread can be joined, and fails. */
+static void restore_with_fifo(const char *ckpt, const char *file) {
+  char p[2200], saved[2300];
+  snprintf(p, sizeof(p), "%s/%s", ckpt, file);
+  snprintf(saved, sizeof(saved), "%s.saved", p);
+  assert_int_equal(rename(p, saved), 0);
+  assert_int_equal(mkfifo(p, 0600), 0);
+  restore_job_t j = {.path = ckpt, .rc = 1};
+  j.t = new_table("a:u32[2], b:u8[]", 64, CHIME__SAMPLER_FIFO);
+  atomic_init(&j.done, 0);
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, restore_main, &j), 0);
+  struct timespec t0, now;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  do {
+    struct timespec ms = {0, 1000000};
+    nanosleep(&ms, NULL);
+    clock_gettime(CLOCK_MONOTONIC, &now);
+  } while (!atomic_load(&j.done) && now.tv_sec - t0.tv_sec < 10);
+  int hung = !atomic_load(&j.done);
+  if (hung) {
+    int w = open(p, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (w >= 0)
+      close(w);
+  }
+  pthread_join(th, NULL);
+  chime__table_destroy(j.t);
+  assert_int_equal(unlink(p), 0);
+  assert_int_equal(rename(saved, p), 0);
+  if (hung)
+    fail_msg("restore blocked on a FIFO in place of %s", file);
+  assert_int_equal(j.rc, CHIME_ECORRUPT);
+  if (strstr(j.err, file) == NULL ||
+      strstr(j.err, "not a regular file") == NULL)
+    fail_msg("%s: '%s'", file, j.err);
+}
+
+static void test_restore_fifo_refused(void **state) {
+  (void)state;
+  char dir[300];
+  make_dir(dir, sizeof(dir), "fifo-files");
+  chime__table_t *a = new_table("a:u32[2], b:u8[]", 64, CHIME__SAMPLER_FIFO);
+  insert_n(a, 1, 5, NULL);
+  chime__ckpt_result_t res;
+  write_ok(a, dir, 1, &res);
+  restore_with_fifo(res.path, "table-000.ckpt");
+  restore_with_fifo(res.path, "MANIFEST");
+  restore_with_fifo(res.path, "DONE");
+  chime__table_t *b = new_table("a:u32[2], b:u8[]", 64, CHIME__SAMPLER_FIFO);
+  uint64_t items = 0;
+  restore_ok(b, res.path, &items); /* the real files are back */
+  assert_int_equal(items, 5);
+  chime__table_destroy(b);
+  chime__table_destroy(a);
+}
+
 int main(void) {
   snprintf(root, sizeof(root), "/tmp/chime-test-ckpt-%d", (int)getpid());
   mkdir(root, 0755);
@@ -1005,6 +1146,8 @@ int main(void) {
       cmocka_unit_test(test_sequence_refusals),
       cmocka_unit_test(test_sequence_inserts_continue),
       cmocka_unit_test(test_write_failure_named),
+      cmocka_unit_test(test_names_past_16_digits),
+      cmocka_unit_test(test_restore_fifo_refused),
       cmocka_unit_test(test_fuzz_seeds),
       cmocka_unit_test(test_measure_sequence),
   };

@@ -5,7 +5,7 @@
  * spec that differs are refused at start, naming the file or the leaf;
  * interval_s makes checkpoints on its own and keep prunes them; Checkpoint
  * without a checkpoint dir is refused; a sequence table's windows come
- * back the same. */
+ * back the same; names past 16 digits, and a FIFO in place of a file. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -193,7 +193,10 @@ static int refused(const char *restore, char *msg, size_t len) {
                         cfg, "--restore", restore,       NULL};
   assert_int_equal(chime__proc_spawn_err(&p, argv, out, err), 0);
   int st = 0;
-  assert_int_equal(chime__proc_wait(&p, 60000, &st), 0);
+  if (chime__proc_wait(&p, 30000, &st) != 0) {
+    chime__proc_kill(&p);
+    fail_msg("chimed --restore %s did not exit within 30 s", restore);
+  }
   FILE *f = fopen(err, "r");
   assert_non_null(f);
   size_t k = fread(msg, 1, len - 1, f);
@@ -601,6 +604,51 @@ static void test_sequence_restore(void **state) {
   stop(&d, c);
 }
 
+/* Sequence numbers past 16 digits through chimed: with a complete
+ * ckpt-9999999999999999 in the dir, Checkpoint writes
+ * ckpt-10000000000000000 and then ckpt-10000000000000001, and --restore
+ * latest loads the newest. A FIFO in place of a table file stops a
+ * restore at once, naming the file (it used to wait in open() for ever). */
+static void test_wide_names_and_fifo(void **state) {
+  (void)state;
+  char dir[600], p[1400], msg[4096];
+  ckpt_dir(dir, sizeof(dir), "wide");
+  make_config(dir, "", spec_f);
+  chime__chimed_t d;
+  chime_client_t *c;
+  start(&d, &c, NULL);
+  insert(c, 1, 10);
+  chime_checkpoint_result_t r0, r1, r2;
+  assert_int_equal(chime_client_checkpoint(c, &r0), 0);
+  stop(&d, c);
+  snprintf(p, sizeof(p), "%s/ckpt-9999999999999999", dir);
+  assert_int_equal(rename(r0.path, p), 0);
+  start(&d, &c, "latest");
+  uint64_t size = 0, ins, smp;
+  table_counts(c, &size, &ins, &smp);
+  assert_int_equal(size, 10);
+  insert(c, 11, 5);
+  assert_int_equal(chime_client_checkpoint(c, &r1), 0);
+  assert_non_null(strstr(r1.path, "/ckpt-10000000000000000"));
+  insert(c, 16, 5);
+  if (chime_client_checkpoint(c, &r2) != 0)
+    fail_msg("second checkpoint: %s", chime_client_last_error(c));
+  assert_non_null(strstr(r2.path, "/ckpt-10000000000000001"));
+  stop(&d, c);
+  start(&d, &c, "latest");
+  table_counts(c, &size, &ins, &smp);
+  assert_int_equal(size, 20);
+  stop(&d, c);
+
+  snprintf(p, sizeof(p), "%s/table-001.ckpt", r2.path);
+  assert_int_equal(unlink(p), 0);
+  assert_int_equal(mkfifo(p, 0600), 0);
+  int ex = refused(r2.path, msg, sizeof(msg));
+  if (ex == 0 || strstr(msg, "table-001.ckpt") == NULL ||
+      strstr(msg, "not a regular file") == NULL)
+    fail_msg("FIFO: exit %d, said '%s'", ex, msg);
+}
+
 static int teardown(void **state) {
   (void)state;
   chime__harness_kill_all();
@@ -616,6 +664,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_no_dir_refused, teardown),
       cmocka_unit_test_teardown(test_chimectl, teardown),
       cmocka_unit_test_teardown(test_sequence_restore, teardown),
+      cmocka_unit_test_teardown(test_wide_names_and_fifo, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

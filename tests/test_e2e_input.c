@@ -1,8 +1,11 @@
 /* Smaller input faults against the real chimed: listen addresses (an empty
  * Unix path, a port past 65535), tables too large for the machine, a Unix
  * listen address that works, priorities that are not finite or negative,
- * GetInfo/Stats request bytes that do not parse, and control characters in
- * a client's table name (escaped in the status, never echoed raw). */
+ * GetInfo/Stats request bytes that do not parse, control characters in
+ * a client's table name (escaped in the status, never echoed raw), and
+ * limits checked before work: a 50 MB spec refused at its 65th leaf,
+ * requests larger than their method takes refused unparsed, a
+ * MutatePriorities full of unknown fields read without keeping them. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -26,6 +29,8 @@
 #define M_STATS "/chime.v1.Chime/Stats"
 #define M_INSERT "/chime.v1.Chime/Insert"
 #define M_SUBSCRIBE "/chime.v1.Chime/Subscribe"
+#define M_MUTATE "/chime.v1.Chime/MutatePriorities"
+#define M_CHECKPOINT "/chime.v1.Chime/Checkpoint"
 #define SAMPLE_BYTES 264 /* the default table: obs:f32[64], action, reward */
 
 static void assert_contains(const char *hay, const char *needle) {
@@ -268,6 +273,170 @@ static void test_control_chars_escaped(void **state) {
   assert_null(strchr(details, '\x1b'));
 }
 
+/* CPU seconds a process has used, user and system. */
+static double cpu_of(pid_t pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  const char *p = strrchr(buf, ')'); /* after the command name */
+  assert_non_null(p);
+  unsigned long long ut = 0, st = 0;
+  /* Fields 3-13 skipped, then utime (14) and stime (15). */
+  assert_int_equal(sscanf(p + 2,
+                          "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u "
+                          "%llu %llu",
+                          &ut, &st),
+                   2);
+  return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* The most memory a process has had resident (VmHWM), in bytes. */
+static uint64_t peak_rss_of(pid_t pid) {
+  char path[64], line[256];
+  unsigned long long kb = 0;
+  snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  while (fgets(line, sizeof(line), f) != NULL)
+    if (sscanf(line, "VmHWM: %llu kB", &kb) == 1)
+      break;
+  fclose(f);
+  assert_true(kb > 0);
+  return (uint64_t)kb << 10;
+}
+
+/* `table: name` and then n copies of the `per` bytes of one field. */
+static uint8_t *repeated(const char *table, const void *per, size_t perlen,
+                         size_t n, size_t *len) {
+  size_t tl = strlen(table);
+  uint8_t *b = malloc(2 + tl + perlen * n);
+  assert_non_null(b);
+  b[0] = 0x0a; /* field 1, LEN: the table in every request here */
+  b[1] = (uint8_t)tl;
+  memcpy(b + 2, table, tl);
+  for (size_t i = 0; i < n; i++)
+    memcpy(b + 2 + tl + i * perlen, per, perlen);
+  *len = 2 + tl + perlen * n;
+  return b;
+}
+
+/* An Insert whose spec is 50 MB of empty leaves: refused naming the limit
+ * of leaves at the first one too many, not after decoding 25 million of
+ * them (4 s of CPU before). */
+static void test_large_spec_refused(void **state) {
+  (void)state;
+  char details[512];
+  static const uint8_t leaf[2] = {0x32, 0x00}; /* field 6, LEN 0 */
+  size_t len;
+  uint8_t *b = repeated("demo", leaf, sizeof(leaf), 25000000, &len);
+  double cpu0 = cpu_of(chimed.proc.pid);
+  chime__raw_t r;
+  grpc_status_code st = GRPC_STATUS_UNKNOWN;
+  assert_int_equal(chime__raw_start(&r, ch, M_INSERT, 60000), 0);
+  assert_int_equal(chime__raw_send_bytes(&r, b, len), 0);
+  assert_int_equal(chime__raw_finish(&r, &st, details, sizeof(details), 60000),
+                   0);
+  chime__raw_destroy(&r);
+  free(b);
+  double cpu = cpu_of(chimed.proc.pid) - cpu0;
+  fprintf(stderr, "a %zu-byte spec: '%s', chimed used %.2f s of CPU\n", len,
+          details, cpu);
+  assert_int_equal(st, GRPC_STATUS_INVALID_ARGUMENT);
+  assert_contains(details, "more than 64 leaves");
+  assert_true(cpu < 2.0); /* a generous bound: it was 4 s */
+}
+
+/* GetInfo, Stats and Checkpoint carry nothing, Subscribe's requests are
+ * small: past their limits they are refused, naming it, before protobuf-c
+ * reads them (it kept every unknown field: seconds and gigabytes for
+ * 64 MiB). At the limit they are still read. */
+static void test_oversized_requests_refused(void **state) {
+  (void)state;
+  char details[512];
+  static const uint8_t unknown[3] = {0x98, 0x06, 0x00}; /* field 99 = 0 */
+  size_t len;
+  /* 1 MiB of unknown fields. */
+  uint8_t *b = repeated("x", unknown, sizeof(unknown), 350000, &len);
+  const char *const small[] = {M_INFO, M_STATS, M_CHECKPOINT};
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(unary_bytes(small[i], b, len, details, sizeof(details)),
+                     GRPC_STATUS_INVALID_ARGUMENT);
+    assert_contains(details, "this method takes at most 65536");
+  }
+  chime__raw_t r;
+  grpc_status_code st = GRPC_STATUS_UNKNOWN;
+  assert_int_equal(chime__raw_start(&r, ch, M_SUBSCRIBE, 20000), 0);
+  assert_int_equal(chime__raw_send_bytes(&r, b, len), 0);
+  assert_int_equal(chime__raw_finish(&r, &st, details, sizeof(details), 20000),
+                   0);
+  chime__raw_destroy(&r);
+  assert_int_equal(st, GRPC_STATUS_INVALID_ARGUMENT);
+  assert_contains(details, "Subscribe: a request of");
+  assert_contains(details, "at most 262144");
+  free(b);
+  /* 65,536 bytes exactly: an unknown field of that many bytes in all. */
+  b = malloc(65536);
+  assert_non_null(b);
+  b[0] = 0x9a; /* field 99, LEN */
+  b[1] = 0x06;
+  b[2] = 0xfb; /* 65531 */
+  b[3] = 0xff;
+  b[4] = 0x03;
+  memset(b + 5, 'x', 65531);
+  assert_int_equal(unary_bytes(M_INFO, b, 65536, details, sizeof(details)),
+                   GRPC_STATUS_OK);
+  free(b);
+}
+
+/* MutatePriorities is read by hand: 32 MiB of unknown fields cost a pass
+ * over them, not protobuf-c's copy and record of each (about 1.5 GB of
+ * memory before); more updates or deletes than a request may carry are
+ * refused by their count before any is decoded. */
+static void test_mutate_read_by_hand(void **state) {
+  (void)state;
+  char details[512];
+  static const uint8_t unknown[3] = {0x98, 0x06, 0x00}; /* field 99 = 0 */
+  size_t len;
+  uint8_t *b = repeated("demo", unknown, sizeof(unknown), 11000000, &len);
+  uint64_t peak0 = peak_rss_of(chimed.proc.pid);
+  assert_int_equal(unary_bytes(M_MUTATE, b, len, details, sizeof(details)),
+                   GRPC_STATUS_OK);
+  free(b);
+  uint64_t peak = peak_rss_of(chimed.proc.pid);
+  fprintf(stderr,
+          "MutatePriorities of %zu bytes of unknown fields: chimed's peak "
+          "RSS %llu -> %llu MiB\n",
+          len, (unsigned long long)peak0 >> 20, (unsigned long long)peak >> 20);
+#ifndef __SANITIZE_ADDRESS__
+  /* gRPC's copy and chime's (one slice) are 64 MiB; protobuf-c's records
+   * were about 1.5 GB. */
+  assert_true(peak < peak0 + (384u << 20));
+#endif
+  /* 2^20 + 1 deletes, packed: refused by their count. */
+  size_t n = (1u << 20) + 1;
+  b = malloc(16 + n);
+  assert_non_null(b);
+  size_t k = 0;
+  b[k++] = 0x0a;
+  b[k++] = 4;
+  memcpy(b + k, "demo", 4);
+  k += 4;
+  b[k++] = 0x1a; /* field 3, LEN */
+  size_t v = n;
+  for (; v >= 0x80; v >>= 7)
+    b[k++] = (uint8_t)(v | 0x80);
+  b[k++] = (uint8_t)v;
+  memset(b + k, 0x05, n); /* key 5, n times */
+  assert_int_equal(unary_bytes(M_MUTATE, b, k + n, details, sizeof(details)),
+                   GRPC_STATUS_INVALID_ARGUMENT);
+  assert_contains(details, "1048577 deletes; at most 1048576");
+  free(b);
+}
+
 int main(void) {
   const struct CMUnitTest spawned[] = {
       cmocka_unit_test(test_bad_listen),
@@ -278,6 +447,9 @@ int main(void) {
       cmocka_unit_test(test_unary_garbage),
       cmocka_unit_test(test_bad_priorities),
       cmocka_unit_test(test_control_chars_escaped),
+      cmocka_unit_test(test_large_spec_refused),
+      cmocka_unit_test(test_oversized_requests_refused),
+      cmocka_unit_test(test_mutate_read_by_hand),
   };
   int failed = cmocka_run_group_tests_name("spawned", spawned, NULL, NULL);
   failed += cmocka_run_group_tests_name("raw", raw, raw_setup, raw_teardown);

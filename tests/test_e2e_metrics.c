@@ -2,12 +2,17 @@
  * parses line by line (HELP and TYPE before every family, names and labels
  * as Prometheus wants them, every value a number) with the figures Stats
  * would give; other paths and methods, garbage requests and a flood of
- * idle connections get an answer or are dropped without harm; a bad
+ * idle connections get an answer or are dropped without harm; a
+ * connection trickling a byte at a time is closed at its deadline, and
+ * more trickling connections than the cap never hold a scrape out; a bad
  * address is a clear startup error. */
 #include <ctype.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -303,6 +308,184 @@ static void test_idle_flood(void **state) {
   assert_true(ok);
 }
 
+/* What src/server/metrics.c promises: a connection is closed this long
+ * after its accept, whatever it sends, and at most this many are served
+ * at once. */
+#define DEADLINE_MS 5000
+#define CAP 16
+
+/* A connection that has sent the start of a request and goes on one byte
+ * at a time, never finishing its headers. -1 when the connect failed. */
+static int trickle_open(void) {
+  struct sockaddr_in a;
+  memset(&a, 0, sizeof(a));
+  a.sin_family = AF_INET;
+  a.sin_port = htons((uint16_t)atoi(strrchr(metrics_addr, ':') + 1));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return -1;
+  const char head[] = "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+  if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+      send(fd, head, sizeof(head) - 1, MSG_NOSIGNAL) < 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* One more byte; 0 while the server keeps the connection, -1 once it has
+ * closed it (an end or a reset to read, or a send that fails). */
+static int trickle_byte(int fd) {
+  struct pollfd p = {fd, POLLIN, 0};
+  if (poll(&p, 1, 0) > 0) {
+    char b[64];
+    ssize_t n = recv(fd, b, sizeof(b), MSG_DONTWAIT);
+    if (n <= 0 && !(n < 0 && errno == EAGAIN))
+      return -1;
+  }
+  return send(fd, "a", 1, MSG_NOSIGNAL) == 1 ? 0 : -1;
+}
+
+/* A byte every 200 ms, far inside libmicrohttpd's idle timeout: the
+ * connection is closed by the server at its deadline, not kept for as
+ * long as the bytes come (it used to be: the idle timeout restarted with
+ * every byte). */
+static void test_trickle_closed_at_deadline(void **state) {
+  (void)state;
+  int fd = trickle_open();
+  assert_true(fd >= 0);
+  int64_t t0 = chime__now_ms(), closed = -1;
+  while (chime__now_ms() - t0 < 3 * DEADLINE_MS) {
+    if (trickle_byte(fd) != 0) {
+      closed = chime__now_ms() - t0;
+      break;
+    }
+    chime__sleep_ms(200);
+  }
+  close(fd);
+  fprintf(stderr, "trickling connection closed after %lld ms\n",
+          (long long)closed);
+  assert_true(closed >= 0);
+  assert_true(closed >= DEADLINE_MS - 1000 && closed <= DEADLINE_MS + 3000);
+}
+
+enum { TRICKLERS = CAP + 8 };
+
+typedef struct {
+  int fd[TRICKLERS];
+  atomic_int stop;
+  atomic_long bytes, closed, reopened;
+} flood_t;
+
+/* Keeps TRICKLERS connections trickling, opening a new one in place of
+ * each the server closes, until told to stop. */
+static void *flood_main(void *arg) {
+  flood_t *f = arg;
+  while (!atomic_load(&f->stop)) {
+    for (int i = 0; i < TRICKLERS; i++) {
+      if (f->fd[i] >= 0 && trickle_byte(f->fd[i]) == 0) {
+        atomic_fetch_add(&f->bytes, 1);
+        continue;
+      }
+      if (f->fd[i] >= 0) {
+        close(f->fd[i]);
+        atomic_fetch_add(&f->closed, 1);
+      }
+      f->fd[i] = trickle_open();
+      if (f->fd[i] >= 0)
+        atomic_fetch_add(&f->reopened, 1);
+    }
+    chime__sleep_ms(200);
+  }
+  return NULL;
+}
+
+/* One GET /metrics: its response, or NULL when the connection was refused,
+ * reset or closed without an answer, or nothing came within 10 s. */
+static char *try_get_metrics(void) {
+  const char req[] = "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n";
+  int fd = connect_metrics(); /* SO_RCVTIMEO 10 s */
+  if (send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL) !=
+      (ssize_t)sizeof(req) - 1) {
+    close(fd);
+    return NULL;
+  }
+  size_t cap = 1 << 16, len = 0;
+  char *buf = malloc(cap);
+  assert_non_null(buf);
+  for (;;) {
+    if (len + 1 == cap) {
+      cap *= 2;
+      buf = realloc(buf, cap);
+      assert_non_null(buf);
+    }
+    ssize_t n = recv(fd, buf + len, cap - len - 1, 0);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0) {
+      free(buf);
+      close(fd);
+      return NULL;
+    }
+    if (n == 0)
+      break;
+    len += (size_t)n;
+  }
+  close(fd);
+  buf[len] = '\0';
+  if (len == 0) {
+    free(buf);
+    return NULL;
+  }
+  return buf;
+}
+
+/* More trickling connections than the cap, reopened as soon as the server
+ * closes one: a scrape still gets its answer within 10 s while they go
+ * on (it used to wait behind them for as long as they trickled). */
+static void test_trickle_flood_scrape(void **state) {
+  (void)state;
+  flood_t f;
+  memset(&f, 0, sizeof(f));
+  for (int i = 0; i < TRICKLERS; i++)
+    f.fd[i] = trickle_open();
+  atomic_init(&f.stop, 0);
+  atomic_init(&f.bytes, 0);
+  atomic_init(&f.closed, 0);
+  atomic_init(&f.reopened, 0);
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, flood_main, &f), 0);
+  chime__sleep_ms(1500); /* every slot held, the oldest past any grace */
+  long bytes0 = atomic_load(&f.bytes);
+  int64_t t0 = chime__now_ms(), took = -1;
+  int tries = 0;
+  while (took < 0 && chime__now_ms() - t0 < 10000) {
+    char *r = try_get_metrics();
+    tries++;
+    if (r != NULL && status_of(r) == 200 &&
+        strstr(body_of(r), "chime_table_size") != NULL)
+      took = chime__now_ms() - t0;
+    free(r);
+    if (took < 0)
+      chime__sleep_ms(100);
+  }
+  long during = atomic_load(&f.bytes) - bytes0;
+  atomic_store(&f.stop, 1);
+  pthread_join(th, NULL);
+  for (int i = 0; i < TRICKLERS; i++)
+    if (f.fd[i] >= 0)
+      close(f.fd[i]);
+  fprintf(stderr,
+          "scrape answered after %lld ms (%d tries) beside %d trickling "
+          "connections (cap %d): %ld bytes trickled meanwhile, %ld closed "
+          "by the server\n",
+          (long long)took, tries, TRICKLERS, CAP, during,
+          atomic_load(&f.closed));
+  assert_true(took >= 0);
+  assert_true(during > 0); /* the trickle went on meanwhile */
+}
+
 /* A metrics address that is not host:port stops chimed at start (exit 2),
  * saying so. */
 static void test_bad_address(void **state) {
@@ -322,6 +505,8 @@ int main(void) {
       cmocka_unit_test(test_scrape_matches_stats),
       cmocka_unit_test(test_bad_requests_answered),
       cmocka_unit_test(test_idle_flood),
+      cmocka_unit_test(test_trickle_closed_at_deadline),
+      cmocka_unit_test(test_trickle_flood_scrape),
       cmocka_unit_test(test_bad_address),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

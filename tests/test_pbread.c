@@ -3,7 +3,11 @@
  * into random pieces read back field for field; unknown fields and
  * unpacked priorities as protobuf has them; malformed bytes refused; and
  * random, truncated and mutated bytes never crash it and never disagree
- * with protobuf-c where both accept. */
+ * with protobuf-c where both accept. Limits before work: a spec past
+ * CHIME_MAX_LEAVES leaves is refused at the first one too many, and a
+ * message of many small fields in many pieces is read in linear time.
+ * The MutatePrioritiesRequest reader (src/server/mutatereq.c) the same
+ * way against protobuf-c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +22,9 @@
 #include "chime/errors.h"
 #include "wire/pbread.h"
 #include "server/insertreq.h"
+#include "server/mutatereq.h"
+
+#include <time.h>
 
 static uint64_t rng = 0x9e3779b97f4a7c15u;
 
@@ -399,11 +406,257 @@ static void test_reader(void **state) {
   assert_int_equal(chime__pb_spans(&r, inner, 12, NULL, 0), 12);
 }
 
+/* A spec of CHIME_MAX_LEAVES leaves is read; one more is refused at that
+ * leaf, naming the limit: the bytes after it, which do not parse, are
+ * never looked at (the error would say so), so a spec of millions of
+ * leaves costs the same as one of 65. */
+static void test_spec_limit(void **state) {
+  (void)state;
+  static uint8_t buf[6 + 2 * (CHIME_MAX_LEAVES + 1) + 2];
+  size_t n = 0;
+  char err[128] = "";
+  n += put_tag(buf + n, 1, CHIME__PB_LEN);
+  n += put_varint(buf + n, 4);
+  memcpy(buf + n, "demo", 4);
+  n += 4;
+  for (int i = 0; i < CHIME_MAX_LEAVES; i++) {
+    n += put_tag(buf + n, 6, CHIME__PB_LEN);
+    n += put_varint(buf + n, 0);
+  }
+  chime__insert_req_t q;
+  chime__span_t one = {buf, n};
+  chime__pb_reader_t r;
+  chime__pb_reader_init(&r, &one, 1);
+  assert_int_equal(chime__insert_req_parse(&q, &r, err, sizeof(err)), 0);
+  assert_int_equal(q.n_spec, CHIME_MAX_LEAVES);
+  assert_string_equal(q.table, "demo");
+  chime__insert_req_free(&q);
+  n += put_tag(buf + n, 6, CHIME__PB_LEN);
+  n += put_varint(buf + n, 0);
+  buf[n++] = (2 << 3) | 7; /* wire type 7: malformed, if it were read */
+  buf[n++] = 0;
+  one.len = n;
+  chime__pb_reader_init(&r, &one, 1);
+  assert_int_equal(chime__insert_req_parse(&q, &r, err, sizeof(err)),
+                   CHIME_EPROTO);
+  if (strstr(err, "more than 64 leaves") == NULL)
+    fail_msg("refused as '%s'", err);
+  chime__insert_req_free(&q);
+}
+
+static double mono_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* 300,000 table names and 300,000 empty runs of packed priorities, one
+ * byte a piece: each field is found from where the reader is, not from
+ * the message's start (that was 300,000 x 1.5 million pieces walked, hours
+ * of work; a generous bound on a liveness check here). */
+static void test_many_fields_many_pieces(void **state) {
+  (void)state;
+  enum { N = 300000 };
+  size_t cap = (size_t)N * 5 + 16, n = 0;
+  uint8_t *buf = malloc(cap);
+  assert_non_null(buf);
+  for (int i = 0; i < N; i++) {
+    n += put_tag(buf + n, 1, CHIME__PB_LEN);
+    n += put_varint(buf + n, 1);
+    buf[n++] = (uint8_t)('a' + i % 26);
+    n += put_tag(buf + n, 4, CHIME__PB_LEN);
+    n += put_varint(buf + n, 0);
+  }
+  chime__span_t *sp = malloc(n * sizeof(*sp));
+  assert_non_null(sp);
+  for (size_t i = 0; i < n; i++) {
+    sp[i].p = buf + i;
+    sp[i].len = 1;
+  }
+  chime__insert_req_t q;
+  chime__pb_reader_t r;
+  char err[128] = "";
+  double t0 = mono_s();
+  chime__pb_reader_init(&r, sp, n);
+  assert_int_equal(chime__insert_req_parse(&q, &r, err, sizeof(err)), 0);
+  double took = mono_s() - t0;
+  fprintf(stderr, "%zu bytes in %zu pieces read in %.3f s\n", n, n, took);
+  char last[2] = {(char)('a' + (N - 1) % 26), '\0'};
+  assert_string_equal(q.table, last);
+  assert_int_equal(q.n_priorities, 0);
+  assert_true(took < 10.0);
+  chime__insert_req_free(&q);
+  free(sp);
+  free(buf);
+}
+
+static int mutate_parse(const uint8_t *buf, size_t len,
+                        chime__mutate_req_t *q) {
+  char err[128];
+  chime__span_t *spans = malloc((2 * len + 2) * sizeof(*spans));
+  assert_non_null(spans);
+  size_t n = cut(buf, len, spans);
+  chime__pb_reader_t r;
+  chime__pb_reader_init(&r, spans, n);
+  int rc = chime__mutate_req_scan(q, &r, err, sizeof(err));
+  if (rc == 0)
+    rc = chime__mutate_req_decode(q, &r);
+  free(spans);
+  return rc;
+}
+
+static void assert_same_mutate(const Chime__V1__MutatePrioritiesRequest *m,
+                               const chime__mutate_req_t *q) {
+  assert_string_equal(q->table, m->table ? m->table : "");
+  assert_int_equal(q->n_updates, m->n_updates);
+  for (size_t i = 0; i < m->n_updates; i++) {
+    assert_true(q->keys[i] == m->updates[i]->key);
+    assert_memory_equal(&q->priorities[i], &m->updates[i]->priority, 8);
+  }
+  assert_int_equal(q->n_deletes, m->n_deletes);
+  if (m->n_deletes > 0)
+    assert_memory_equal(q->deletes, m->deletes, m->n_deletes * 8);
+}
+
+/* Random MutatePrioritiesRequests packed by protobuf-c read back the
+ * same; unpacked deletes, unknown fields and a field seen twice as
+ * protobuf-c reads them; malformed bytes refused; mutated bytes never
+ * disagree with protobuf-c where both accept. */
+static void test_mutate_reader(void **state) {
+  (void)state;
+  static Chime__V1__PriorityUpdate ups[200];
+  static Chime__V1__PriorityUpdate *up[200];
+  static uint64_t dels[300];
+  static char table[40];
+  for (int it = 0; it < 1000; it++) {
+    Chime__V1__MutatePrioritiesRequest m =
+        CHIME__V1__MUTATE_PRIORITIES_REQUEST__INIT;
+    random_name(table, 30);
+    m.table = table;
+    m.n_updates = below(200);
+    for (size_t i = 0; i < m.n_updates; i++) {
+      chime__v1__priority_update__init(&ups[i]);
+      ups[i].key = below(2) ? rnd() : below(100);
+      ups[i].priority = (double)rnd() / 1e9;
+      up[i] = &ups[i];
+    }
+    m.updates = up;
+    m.n_deletes = below(300);
+    for (size_t i = 0; i < m.n_deletes; i++)
+      dels[i] = below(2) ? rnd() : below(1000);
+    m.deletes = dels;
+    size_t len = chime__v1__mutate_priorities_request__get_packed_size(&m);
+    uint8_t *buf = malloc(len + 1);
+    assert_non_null(buf);
+    assert_int_equal(chime__v1__mutate_priorities_request__pack(&m, buf), len);
+    chime__mutate_req_t q;
+    assert_int_equal(mutate_parse(buf, len, &q), 0);
+    assert_same_mutate(&m, &q);
+    chime__mutate_req_free(&q);
+    /* Mutated bytes: never a crash, the same as protobuf-c where both
+     * accept. */
+    for (int f = 0; f < 10 && len > 0; f++) {
+      size_t at = below(len);
+      uint8_t was = buf[at];
+      buf[at] = (uint8_t)rnd();
+      Chime__V1__MutatePrioritiesRequest *ref =
+          chime__v1__mutate_priorities_request__unpack(NULL, len, buf);
+      int rc = mutate_parse(buf, len, &q);
+      if (rc == 0 && ref != NULL && !q.table_too_long)
+        assert_same_mutate(ref, &q);
+      chime__mutate_req_free(&q);
+      if (ref != NULL)
+        chime__v1__mutate_priorities_request__free_unpacked(ref, NULL);
+      buf[at] = was;
+    }
+    free(buf);
+  }
+
+  /* Unpacked deletes around a packed run, an unknown field of each wire
+   * type, an update with an unknown field and its key twice, the table
+   * twice. */
+  uint8_t b[256];
+  size_t n = 0;
+  double p = 2.5;
+  n += put_tag(b + n, 1, CHIME__PB_LEN);
+  n += put_varint(b + n, 1);
+  b[n++] = 'x';
+  n += put_tag(b + n, 3, CHIME__PB_VARINT);
+  n += put_varint(b + n, 7);
+  n += put_tag(b + n, 3, CHIME__PB_LEN);
+  n += put_varint(b + n, 3);
+  n += put_varint(b + n, 300); /* 2 bytes */
+  n += put_varint(b + n, 1);
+  n += put_tag(b + n, 100, CHIME__PB_I64);
+  n += 8;
+  n += put_tag(b + n, 101, CHIME__PB_I32);
+  n += 4;
+  n += put_tag(b + n, 102, CHIME__PB_VARINT);
+  n += put_varint(b + n, 5);
+  n += put_tag(b + n, 2, CHIME__PB_LEN);
+  size_t at = n++;
+  n += put_tag(b + n, 1, CHIME__PB_VARINT);
+  n += put_varint(b + n, 11);
+  n += put_tag(b + n, 9, CHIME__PB_VARINT);
+  n += put_varint(b + n, 1);
+  n += put_tag(b + n, 2, CHIME__PB_I64);
+  memcpy(b + n, &p, 8);
+  n += 8;
+  n += put_tag(b + n, 1, CHIME__PB_VARINT);
+  n += put_varint(b + n, 12);
+  b[at] = (uint8_t)(n - at - 1);
+  n += put_tag(b + n, 3, CHIME__PB_VARINT);
+  n += put_varint(b + n, 9);
+  n += put_tag(b + n, 1, CHIME__PB_LEN);
+  n += put_varint(b + n, 4);
+  memcpy(b + n, "demo", 4);
+  n += 4;
+  Chime__V1__MutatePrioritiesRequest *ref =
+      chime__v1__mutate_priorities_request__unpack(NULL, n, b);
+  assert_non_null(ref);
+  assert_int_equal(ref->n_deletes, 4);
+  chime__mutate_req_t q;
+  for (int it = 0; it < 50; it++) {
+    assert_int_equal(mutate_parse(b, n, &q), 0);
+    assert_same_mutate(ref, &q);
+    assert_string_equal(q.table, "demo");
+    assert_true(q.keys[0] == 12 && q.priorities[0] == 2.5);
+    chime__mutate_req_free(&q);
+  }
+  chime__v1__mutate_priorities_request__free_unpacked(ref, NULL);
+
+  static const struct {
+    const char *what;
+    uint8_t bytes[16];
+    size_t len;
+  } bad[] = {
+      {"table as varint", {0x08, 0x01}, 2},
+      {"update as varint", {0x10, 0x01}, 2},
+      {"update with a key of wire type 1", {0x12, 0x09, 0x09}, 3},
+      {"update truncated", {0x12, 0x02, 0x08}, 3},
+      {"deletes as fixed64", {0x19, 1, 2, 3, 4, 5, 6, 7, 8}, 9},
+      {"packed deletes with a cut varint", {0x1a, 0x01, 0x80}, 3},
+      {"table with a NUL", {0x0a, 0x02, 'a', 0}, 4},
+      {"truncated", {0x0a, 0x05, 'a'}, 3},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    int rc = mutate_parse(bad[i].bytes, bad[i].len, &q);
+    chime__mutate_req_free(&q);
+    if (rc != CHIME_EPROTO)
+      fail_msg("%s: parsed (%d)", bad[i].what, rc);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_reader),         cmocka_unit_test(test_round_trip),
-      cmocka_unit_test(test_protobuf_rules), cmocka_unit_test(test_malformed),
+      cmocka_unit_test(test_reader),
+      cmocka_unit_test(test_round_trip),
+      cmocka_unit_test(test_protobuf_rules),
+      cmocka_unit_test(test_malformed),
       cmocka_unit_test(test_fuzz),
+      cmocka_unit_test(test_spec_limit),
+      cmocka_unit_test(test_many_fields_many_pieces),
+      cmocka_unit_test(test_mutate_reader),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

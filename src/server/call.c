@@ -266,6 +266,22 @@ void chime__call_drop_queued(chime__call_t *c) {
   free_sends(q);
 }
 
+/* A request larger than its method takes (wire/method.h) ends the call
+ * before its handler sees it: 1 then, with the call finished. */
+static int refuse_oversized(chime__call_t *c, grpc_byte_buffer *bb) {
+  unsigned max =
+      c->method < CHIME__M_COUNT ? chime__method_max_request[c->method] : 0;
+  size_t len = bb != NULL ? grpc_byte_buffer_length(bb) : 0;
+  if (max == 0 || len <= max)
+    return 0;
+  chime__call_finish(c, CHIME_EINVAL,
+                     "%s: a request of %zu bytes; this method takes at most "
+                     "%u",
+                     chime__method_path[c->method] + strlen("/chime.v1.Chime/"),
+                     len, max);
+  return 1;
+}
+
 static void on_recv_done(chime__tag_t *tag, int ok) {
   chime__call_t *c =
       (chime__call_t *)((char *)tag - offsetof(chime__call_t, recv_tag));
@@ -278,7 +294,10 @@ static void on_recv_done(chime__tag_t *tag, int ok) {
     grpc_byte_buffer_destroy(bb);
     bb = NULL;
   }
-  c->vt->on_message(c, bb);
+  if (refuse_oversized(c, bb))
+    grpc_byte_buffer_destroy(bb);
+  else
+    c->vt->on_message(c, bb);
   chime__call_unref(c);
 }
 
@@ -371,6 +390,8 @@ static void on_request_done(chime__tag_t *tag, int ok) {
     chime__call_finish(c, rc, "%s", why);
     goto out;
   }
+  if (refuse_oversized(c, c->payload))
+    goto out;
   c->vt->on_start(c);
 out:
   chime__call_unref(c);

@@ -297,14 +297,37 @@ static int write_table(chime__table_t *t, const char *path, wr_t *w, entry_t *e,
   return 0;
 }
 
+/* N of a DIR/ckpt-N as ckpt_name writes it: at least 16 digits (zero-padded
+ * below 10^16, as many as it takes above, up to 2^64 - 1), so that names
+ * past 9999999999999999 are read like the rest and every name we may write
+ * is recognised. Any other spelling (a sign, more leading zeros) is not
+ * ours. */
 static int ckpt_seq(const char *name, uint64_t *seq) {
-  unsigned long long n;
-  int end = 0;
-  if (sscanf(name, "ckpt-%16llu%n", &n, &end) != 1 || end != 21 ||
-      name[end] != '\0')
+  if (strncmp(name, "ckpt-", 5) != 0)
     return 0;
-  *seq = n;
+  const char *d = name + 5;
+  size_t n = strspn(d, "0123456789");
+  if (n < 16 || n > 20 || d[n] != '\0')
+    return 0;
+  uint64_t v = 0;
+  for (size_t i = 0; i < n; i++) {
+    unsigned digit = (unsigned)(d[i] - '0');
+    if (v > (UINT64_MAX - digit) / 10)
+      return 0;
+    v = v * 10 + digit;
+  }
+  char canon[24];
+  snprintf(canon, sizeof(canon), "%016llu", (unsigned long long)v);
+  if (strcmp(canon, d) != 0)
+    return 0;
+  *seq = v;
   return 1;
+}
+
+/* DIR/<prefix>N, N as ckpt_seq reads it. */
+static void ckpt_name(char *out, size_t len, const char *dir,
+                      const char *prefix, uint64_t seq) {
+  snprintf(out, len, "%s/%s%016llu", dir, prefix, (unsigned long long)seq);
 }
 
 static int has_done(const char *dir, const char *name) {
@@ -385,7 +408,7 @@ static void prune(const char *dir, uint32_t keep) {
   if (done != NULL)
     qsort(done, n, sizeof(*done), cmp_desc);
   for (size_t i = keep; i < n; i++) {
-    snprintf(p, sizeof(p), "%s/ckpt-%016llu", dir, (unsigned long long)done[i]);
+    ckpt_name(p, sizeof(p), dir, "ckpt-", done[i]);
     remove_dir(p);
   }
   free(done);
@@ -408,7 +431,7 @@ int chime__checkpoint_latest(const char *dir, char *path, size_t len) {
   closedir(d);
   if (!found)
     return CHIME_ENOTFOUND;
-  snprintf(path, len, "%s/ckpt-%016llu", dir, (unsigned long long)best);
+  ckpt_name(path, len, dir, "ckpt-", best);
   return 0;
 }
 
@@ -442,10 +465,19 @@ int chime__checkpoint_write(chime__table_t *const *tables, uint32_t ntables,
               strerror(errno));
     goto out;
   }
-  uint64_t seq = highest_seq(dir) + 1;
-  snprintf(tmp, sizeof(tmp), "%s/.tmp-ckpt-%016llu", dir,
-           (unsigned long long)seq);
-  snprintf(fin, sizeof(fin), "%s/ckpt-%016llu", dir, (unsigned long long)seq);
+  uint64_t hi = highest_seq(dir);
+  if (hi == UINT64_MAX) {
+    /* One more would wrap to 0 and sort below every checkpoint there. */
+    rc = fail(err, errlen, CHIME_EOVERFLOW,
+              "checkpoint dir '%s' holds ckpt-%llu, the last number there "
+              "is: move the checkpoints elsewhere (renumbered from 1) or "
+              "remove them",
+              dir, (unsigned long long)hi);
+    goto out;
+  }
+  uint64_t seq = hi + 1;
+  ckpt_name(tmp, sizeof(tmp), dir, ".tmp-ckpt-", seq);
+  ckpt_name(fin, sizeof(fin), dir, "ckpt-", seq);
   remove_dir(tmp); /* a leftover of a write cut short */
   if (mkdir(tmp, 0755) != 0) {
     rc = fail(err, errlen, CHIME_ESYS, "cannot create '%s': %s", tmp,
@@ -885,13 +917,47 @@ typedef struct {
   size_t len;
 } mfile_t;
 
+/* read_whole's and open_regular's "not a regular file" (errno values are
+ * positive). */
+#define E_NOT_REGULAR (-1)
+
+static const char *err_text(int e) {
+  return e == E_NOT_REGULAR ? "not a regular file" : strerror(e);
+}
+
+/* Opens a checkpoint's file for reading, only when it is a regular file:
+ * O_NONBLOCK so that a FIFO (or a device) in its place cannot hold restore
+ * in open() waiting for a writer, then fstat on what was opened (a check
+ * by name before the open could be raced). O_NONBLOCK changes nothing for
+ * a regular file's reads or mapping. The fd, or -1 with *e the errno value
+ * or E_NOT_REGULAR. */
+static int open_regular(const char *path, struct stat *st, int *e) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) {
+    *e = errno;
+    return -1;
+  }
+  if (fstat(fd, st) != 0) {
+    *e = errno;
+    close(fd);
+    return -1;
+  }
+  if (!S_ISREG(st->st_mode)) {
+    *e = E_NOT_REGULAR;
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* 0, or an errno value or E_NOT_REGULAR (err_text names it). */
 static int read_whole(const char *path, char **out, size_t *len, size_t max) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
   struct stat st;
+  int e = 0;
+  int fd = open_regular(path, &st, &e);
   if (fd < 0)
-    return errno;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
-      (uint64_t)st.st_size > max) {
+    return e;
+  if ((uint64_t)st.st_size > max) {
     close(fd);
     return EFBIG;
   }
@@ -944,8 +1010,9 @@ int chime__checkpoint_restore(chime__table_t *const *tables, uint32_t ntables,
                             "incomplete (or not a checkpoint) and is never "
                             "loaded",
                             path)
-                     : fail(err, errlen, CHIME_ESYS, "cannot read '%s': %s", p,
-                            strerror(e));
+                     : fail(err, errlen,
+                            e == E_NOT_REGULAR ? CHIME_ECORRUPT : CHIME_ESYS,
+                            "cannot read '%s': %s", p, err_text(e));
     goto out;
   }
   uint32_t mcrc = 0;
@@ -967,8 +1034,9 @@ int chime__checkpoint_restore(chime__table_t *const *tables, uint32_t ntables,
   }
   snprintf(p, sizeof(p), "%s/MANIFEST", path);
   if ((e = read_whole(p, &manifest, &mlen, MAX_MANIFEST)) != 0) {
-    rc = fail(err, errlen, e == ENOENT ? CHIME_ECORRUPT : CHIME_ESYS,
-              "cannot read '%s': %s", p, strerror(e));
+    rc = fail(err, errlen,
+              e == ENOENT || e == E_NOT_REGULAR ? CHIME_ECORRUPT : CHIME_ESYS,
+              "cannot read '%s': %s", p, err_text(e));
     goto out;
   }
   if (chime__crc32c(0, manifest, mlen) != mcrc) {
@@ -1017,13 +1085,13 @@ int chime__checkpoint_restore(chime__table_t *const *tables, uint32_t ntables,
     mfile_t *m = &files[i];
     struct stat st;
     snprintf(p, sizeof(p), "%s/%s", path, m->file);
-    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    int fd = open_regular(p, &st, &e);
     if (fd < 0) {
       rc = fail(err, errlen, CHIME_ECORRUPT, "cannot open '%s': %s", p,
-                strerror(errno));
+                err_text(e));
       goto out;
     }
-    if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != m->bytes) {
+    if ((uint64_t)st.st_size != m->bytes) {
       close(fd);
       rc = fail(err, errlen, CHIME_ECORRUPT,
                 "%s: %lld bytes, the manifest says %llu", p,

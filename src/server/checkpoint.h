@@ -3,8 +3,9 @@
  *
  * The directory protocol: a checkpoint is written into DIR/.tmp-ckpt-N,
  * one file per table and a MANIFEST, every file fsynced; the directory is
- * fsynced, renamed to DIR/ckpt-N (N: 16 digits, one more than the highest
- * there) and DIR fsynced; then DONE (the MANIFEST's CRC-32C) is written
+ * fsynced, renamed to DIR/ckpt-N (N: one more than the highest there, at
+ * least 16 digits, zero-padded; CHIME_EOVERFLOW past 2^64 - 1) and DIR
+ * fsynced; then DONE (the MANIFEST's CRC-32C) is written
  * and fsynced last. A checkpoint without DONE is never loaded and is
  * removed by the next one; only the newest `keep` complete ones stay.
  *
@@ -17,7 +18,8 @@
  * blocks oldest first (steps, lane links, each step's episode and index,
  * the steps' bytes leaf by leaf). Restore checks every file's CRC against
  * its trailer and the manifest before it reads any, so a flipped byte is
- * refused naming the file. */
+ * refused naming the file. Restore reads regular files only: anything else
+ * in a file's place (a FIFO, a device) is refused without blocking. */
 #ifndef CHIME_SERVER_CHECKPOINT_H
 #define CHIME_SERVER_CHECKPOINT_H
 

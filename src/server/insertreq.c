@@ -37,20 +37,14 @@ static int want_wire(const chime__pb_field_t *f, int wire, char *err,
 }
 
 static int read_leaf(chime__insert_req_t *q, const chime__pb_reader_t *r,
-                     const chime__pb_field_t *f, char *err, size_t errlen) {
+                     uint64_t offset, uint64_t len, char *err, size_t errlen) {
   uint8_t buf[CHIME__INSERT_LEAF_MAX];
-  if (f->value > sizeof(buf))
-    return bad(err, errlen, "spec leaf larger than 4096 bytes");
-  if (chime__pb_copy(r, f->offset, buf, f->value) != 0)
+  if (chime__pb_copy(r, offset, buf, len) != 0)
     return bad(err, errlen, "spec leaf outside the message");
-  Chime__V1__Leaf *leaf = chime__v1__leaf__unpack(NULL, (size_t)f->value, buf);
+  Chime__V1__Leaf *leaf = chime__v1__leaf__unpack(NULL, (size_t)len, buf);
   if (leaf == NULL)
     return bad(err, errlen, "malformed spec leaf");
-  if (q->n_spec < sizeof(q->spec) / sizeof(q->spec[0]))
-    q->spec[q->n_spec] = leaf;
-  else
-    chime__v1__leaf__free_unpacked(leaf, NULL);
-  q->n_spec++;
+  q->spec[q->n_spec++] = leaf;
   return 0;
 }
 
@@ -83,25 +77,29 @@ static int read_priorities(const chime__pb_reader_t *r,
   return 0;
 }
 
+/* The first pass only notes where the table name and the spec's leaves
+ * are and checks their sizes: a field costs the same however often it
+ * comes (a singular one keeps its last value), and a spec of more leaves
+ * than any table has is refused at the first one too many, before any is
+ * decoded (a 50 MB spec of empty leaves took 4 s of CPU, one protobuf-c
+ * unpack each). The table name and at most CHIME_MAX_LEAVES leaves are
+ * read afterwards. */
 int chime__insert_req_parse(chime__insert_req_t *q, chime__pb_reader_t *r,
                             char *err, size_t errlen) {
   chime__pb_reader_t start = *r;
   chime__pb_field_t f;
   int rc;
-  size_t nprio = 0;
+  size_t nprio = 0, nleaves = 0;
+  uint64_t table_at = 0, table_len = 0;
+  uint64_t leaf_at[CHIME_MAX_LEAVES], leaf_len[CHIME_MAX_LEAVES];
   memset(q, 0, sizeof(*q));
   while ((rc = chime__pb_next(r, &f)) == 1) {
     switch (f.number) {
     case F_TABLE:
       if ((rc = want_wire(&f, CHIME__PB_LEN, err, errlen)) != 0)
         return rc;
-      q->table_too_long = f.value > CHIME__INSERT_TABLE_MAX;
-      if (q->table_too_long)
-        f.value = CHIME__INSERT_TABLE_MAX;
-      chime__pb_copy(r, f.offset, q->table, f.value);
-      q->table[f.value] = '\0';
-      if (strlen(q->table) != f.value)
-        return bad(err, errlen, "table name holds a NUL byte");
+      table_at = f.offset;
+      table_len = f.value;
       break;
     case F_COUNT:
       if ((rc = want_wire(&f, CHIME__PB_VARINT, err, errlen)) != 0)
@@ -134,9 +132,18 @@ int chime__insert_req_parse(chime__insert_req_t *q, chime__pb_reader_t *r,
       q->end_episode = f.value != 0;
       break;
     case F_SPEC:
-      if ((rc = want_wire(&f, CHIME__PB_LEN, err, errlen)) != 0 ||
-          (rc = read_leaf(q, r, &f, err, errlen)) != 0)
+      if ((rc = want_wire(&f, CHIME__PB_LEN, err, errlen)) != 0)
         return rc;
+      if (f.value > CHIME__INSERT_LEAF_MAX)
+        return bad(err, errlen, "spec leaf larger than 4096 bytes");
+      if (nleaves == CHIME_MAX_LEAVES) {
+        snprintf(err, errlen,
+                 "spec of more than %d leaves (a table has at most %d)",
+                 CHIME_MAX_LEAVES, CHIME_MAX_LEAVES);
+        return CHIME_EPROTO;
+      }
+      leaf_at[nleaves] = f.offset;
+      leaf_len[nleaves++] = f.value;
       break;
     default:
       break; /* unknown: already stepped over */
@@ -144,6 +151,16 @@ int chime__insert_req_parse(chime__insert_req_t *q, chime__pb_reader_t *r,
   }
   if (rc != 0)
     return bad(err, errlen, "malformed protobuf");
+  q->table_too_long = table_len > CHIME__INSERT_TABLE_MAX;
+  if (q->table_too_long)
+    table_len = CHIME__INSERT_TABLE_MAX;
+  chime__pb_copy(r, table_at, q->table, table_len);
+  q->table[table_len] = '\0';
+  if (strlen(q->table) != table_len)
+    return bad(err, errlen, "table name holds a NUL byte");
+  for (size_t i = 0; i < nleaves; i++)
+    if ((rc = read_leaf(q, r, leaf_at[i], leaf_len[i], err, errlen)) != 0)
+      return rc;
   if (nprio == 0)
     return 0;
   /* Each priority took at least 8 bytes of the message: nprio is bounded
@@ -175,10 +192,7 @@ int chime__insert_req_check_priorities(const chime__insert_req_t *q, char *err,
 }
 
 void chime__insert_req_free(chime__insert_req_t *q) {
-  size_t kept = q->n_spec < sizeof(q->spec) / sizeof(q->spec[0])
-                    ? q->n_spec
-                    : sizeof(q->spec) / sizeof(q->spec[0]);
-  for (size_t i = 0; i < kept; i++)
+  for (size_t i = 0; i < q->n_spec; i++)
     chime__v1__leaf__free_unpacked(q->spec[i], NULL);
   free(q->priorities);
   memset(q, 0, sizeof(*q));

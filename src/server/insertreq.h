@@ -27,14 +27,18 @@ typedef struct {
   uint64_t data_offset, data_len; /* the data field in the message */
   double *priorities;             /* malloc'd; NULL when none */
   size_t n_priorities;
-  /* The writer's spec: n_spec leaves, the first CHIME_MAX_LEAVES + 1 kept
-   * (enough to name the first difference from any table's spec). */
-  Chime__V1__Leaf *spec[CHIME_MAX_LEAVES + 1];
+  /* The writer's spec: n_spec leaves (more than CHIME_MAX_LEAVES, more
+   * than any table has, is refused). */
+  Chime__V1__Leaf *spec[CHIME_MAX_LEAVES];
   size_t n_spec;
 } chime__insert_req_t;
 
-/* Parses the message r reads. Returns 0, CHIME_EPROTO (malformed; err says
- * how) or CHIME_ENOMEM. Free with chime__insert_req_free, on failure too. */
+/* Parses the message r reads. Returns 0, CHIME_EPROTO (malformed, or a
+ * spec past its limits: more than CHIME_MAX_LEAVES leaves, a leaf larger
+ * than CHIME__INSERT_LEAF_MAX; err says which) or CHIME_ENOMEM. Sizes are
+ * checked before anything is decoded, and each field costs the same
+ * whatever its size or however often it comes, so the work is linear in
+ * the message's fields. Free with chime__insert_req_free, on failure too. */
 int chime__insert_req_parse(chime__insert_req_t *q, chime__pb_reader_t *r,
                             char *err, size_t errlen);
 void chime__insert_req_free(chime__insert_req_t *q);

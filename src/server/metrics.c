@@ -1,13 +1,28 @@
 /* Prometheus metrics (metrics.h). Names follow Prometheus conventions:
  * counters end in _total, times are in seconds, sizes in bytes. One
- * snapshot of Stats per scrape, taken as the Stats rpc takes it. */
+ * snapshot of Stats per scrape, taken as the Stats rpc takes it.
+ *
+ * Connections: libmicrohttpd's own timeout is an idle one, restarted by
+ * every byte, so a client sending one byte a second held a connection for
+ * ever, and MAX_CONNECTIONS of them held every scrape out. So each
+ * connection carries one request (answers say "Connection: close") and
+ * gets REQUEST_DEADLINE_MS from its accept, whatever it sends, after
+ * which a reaper thread shuts its socket down (libmicrohttpd then sees
+ * the end of it and closes it). And past MAX_CONNECTIONS a new connection
+ * takes the place of the oldest one whose request is not in yet, once
+ * that one has had EVICT_AFTER_MS: the newest is the one most likely to be
+ * a scrape (whose request comes with it), a request that is in is being
+ * answered and is soon gone, and the grace gives a new connection time to
+ * send its request before a newer one may evict it. */
 #include "server/metrics.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,14 +36,142 @@
 #include "common/errfmt.h"
 #include "server/info.h"
 
+/* Connections served at once (docs/operations.md, Prometheus). */
 #define MAX_CONNECTIONS 16
-#define CONNECTION_TIMEOUT_S 10
+/* libmicrohttpd's own cap, above ours so that a new connection is still
+ * accepted (and can evict the oldest) while shut-down ones are being
+ * closed; it bounds the descriptors the endpoint holds. */
+#define ACCEPTED_MAX (2 * MAX_CONNECTIONS)
+/* From accept to the end of the answer, whatever the client sends. */
+#define REQUEST_DEADLINE_MS 5000
+/* How long a new connection is safe from eviction: time to send its
+ * request. */
+#define EVICT_AFTER_MS 500
+
+typedef struct {
+  int used;
+  int fd;
+  int shut;      /* shut down by us: closing, no longer counted */
+  int answering; /* its request is in: never evicted */
+  uint64_t start_ms;
+} conn_t;
 
 struct chime__metrics_s {
   chime_server_t *srv;
   struct MHD_Daemon *d;
   int fd;
+  /* The connections libmicrohttpd has, filled and emptied by its notify
+   * callback (its thread), read by the reaper; under mu. A socket is shut
+   * down only while its entry is used: libmicrohttpd calls CLOSED before
+   * it closes the descriptor, so the number is never someone else's. */
+  pthread_mutex_t mu;
+  pthread_cond_t cv; /* CLOCK_MONOTONIC */
+  pthread_t reaper;
+  int reaper_live, stop;
+  conn_t conns[ACCEPTED_MAX];
 };
+
+static uint64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Under mu. The peer sees the connection end; libmicrohttpd, polling the
+ * socket, reads its end and closes it. */
+static void shut(conn_t *c) {
+  shutdown(c->fd, SHUT_RDWR);
+  c->shut = 1;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn,
+                          void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe) {
+  chime__metrics_t *m = cls;
+  if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+    conn_t *c = *socket_context;
+    if (c != NULL) {
+      pthread_mutex_lock(&m->mu);
+      c->used = 0;
+      pthread_mutex_unlock(&m->mu);
+      *socket_context = NULL;
+    }
+    return;
+  }
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+  *socket_context = NULL;
+  if (ci == NULL)
+    return;
+  int fd = ci->connect_fd;
+  uint64_t now = now_ms();
+  pthread_mutex_lock(&m->mu);
+  conn_t *mine = NULL, *oldest = NULL;
+  unsigned live = 0;
+  for (size_t i = 0; i < ACCEPTED_MAX; i++) {
+    conn_t *c = &m->conns[i];
+    if (!c->used) {
+      if (mine == NULL)
+        mine = c;
+      continue;
+    }
+    if (c->shut)
+      continue;
+    live++;
+    if (!c->answering && (oldest == NULL || c->start_ms < oldest->start_ms))
+      oldest = c;
+  }
+  if (mine == NULL) { /* cannot happen below ACCEPTED_MAX: refused */
+    shutdown(fd, SHUT_RDWR);
+  } else {
+    mine->used = 1;
+    mine->fd = fd;
+    mine->shut = 0;
+    mine->answering = 0;
+    mine->start_ms = now;
+    *socket_context = mine;
+    if (live >= MAX_CONNECTIONS) {
+      if (oldest != NULL && now - oldest->start_ms >= EVICT_AFTER_MS)
+        shut(oldest);
+      else
+        shut(mine);
+    }
+    pthread_cond_signal(&m->cv);
+  }
+  pthread_mutex_unlock(&m->mu);
+}
+
+/* Shuts down every connection at its deadline. */
+static void *reaper_main(void *arg) {
+  chime__metrics_t *m = arg;
+  pthread_setname_np(pthread_self(), "chime-metrics");
+  pthread_mutex_lock(&m->mu);
+  while (!m->stop) {
+    uint64_t now = now_ms(), next = UINT64_MAX;
+    for (size_t i = 0; i < ACCEPTED_MAX; i++) {
+      conn_t *c = &m->conns[i];
+      if (!c->used || c->shut)
+        continue;
+      uint64_t due = c->start_ms + REQUEST_DEADLINE_MS;
+      if (due <= now)
+        shut(c);
+      else if (due < next)
+        next = due;
+    }
+    if (next == UINT64_MAX) {
+      pthread_cond_wait(&m->cv, &m->mu);
+      continue;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t ns = (uint64_t)ts.tv_nsec + (next - now) * 1000000u;
+    ts.tv_sec += (time_t)(ns / 1000000000u);
+    ts.tv_nsec = (long)(ns % 1000000000u);
+    pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+  }
+  pthread_mutex_unlock(&m->mu);
+  return NULL;
+}
 
 /* A growing text buffer; out of memory sticks. */
 typedef struct {
@@ -263,6 +406,8 @@ static enum MHD_Result reply(struct MHD_Connection *conn, unsigned code,
     return MHD_NO;
   }
   MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+  /* One request per connection: its deadline is the request's. */
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
   enum MHD_Result r = MHD_queue_response(conn, code, resp);
   MHD_destroy_response(resp);
   return r;
@@ -277,6 +422,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
   (void)upload;
   if (*state == NULL) { /* headers only so far: answer once they are in */
     *state = m;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    if (ci != NULL && ci->socket_context != NULL) {
+      pthread_mutex_lock(&m->mu);
+      ((conn_t *)ci->socket_context)->answering = 1;
+      pthread_mutex_unlock(&m->mu);
+    }
     return MHD_YES;
   }
   if (*upload_size != 0) {
@@ -360,6 +512,19 @@ static int listen_on(const char *addr, char *bound, size_t boundlen, char *err,
   return fd;
 }
 
+static void metrics_free(chime__metrics_t *m) {
+  if (m->reaper_live) {
+    pthread_mutex_lock(&m->mu);
+    m->stop = 1;
+    pthread_cond_signal(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+    pthread_join(m->reaper, NULL);
+  }
+  pthread_cond_destroy(&m->cv);
+  pthread_mutex_destroy(&m->mu);
+  free(m);
+}
+
 int chime__metrics_start(chime__metrics_t **out, chime_server_t *srv,
                          const char *addr, char *bound, size_t boundlen,
                          char *err, size_t errlen) {
@@ -368,21 +533,36 @@ int chime__metrics_start(chime__metrics_t **out, chime_server_t *srv,
   if (m == NULL)
     return chime__fail(err, errlen, CHIME_ENOMEM, "metrics: out of memory");
   m->srv = srv;
+  pthread_mutex_init(&m->mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&m->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  if (pthread_create(&m->reaper, NULL, reaper_main, m) != 0) {
+    metrics_free(m);
+    return chime__fail(err, errlen, CHIME_ESYS,
+                       "metrics: cannot start a thread");
+  }
+  m->reaper_live = 1;
   m->fd = listen_on(addr, bound, boundlen, err, errlen);
   if (m->fd < 0) {
     int rc = m->fd;
-    free(m);
+    metrics_free(m);
     return rc;
   }
-  m->d =
-      MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, 0, NULL,
-                       NULL, on_request, m, MHD_OPTION_LISTEN_SOCKET,
-                       (MHD_socket)m->fd, MHD_OPTION_CONNECTION_LIMIT,
-                       (unsigned)MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
-                       (unsigned)CONNECTION_TIMEOUT_S, MHD_OPTION_END);
+  /* The idle timeout too, in whole seconds: it can only come first for a
+   * connection the reaper has already shut. */
+  m->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, 0,
+                          NULL, NULL, on_request, m, MHD_OPTION_LISTEN_SOCKET,
+                          (MHD_socket)m->fd, MHD_OPTION_CONNECTION_LIMIT,
+                          (unsigned)ACCEPTED_MAX, MHD_OPTION_CONNECTION_TIMEOUT,
+                          (unsigned)((REQUEST_DEADLINE_MS + 999) / 1000),
+                          MHD_OPTION_NOTIFY_CONNECTION, on_connection, m,
+                          MHD_OPTION_END);
   if (m->d == NULL) {
     close(m->fd);
-    free(m);
+    metrics_free(m);
     return chime__fail(err, errlen, CHIME_ESYS,
                        "metrics: cannot start the HTTP "
                        "server on %s",
@@ -396,5 +576,5 @@ void chime__metrics_stop(chime__metrics_t *m) {
   if (m == NULL)
     return;
   MHD_stop_daemon(m->d); /* closes the listening socket it was given */
-  free(m);
+  metrics_free(m);
 }

@@ -1,9 +1,13 @@
 /* MutatePriorities (unary): new priorities and deletes by key for one
- * table (chime__table_mutate does the work under the table's lock). */
+ * table (chime__table_mutate does the work under the table's lock). The
+ * request is read by hand (mutatereq.h), its counts checked before
+ * anything is decoded. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "chime.pb-c.h"
 #include "common/errfmt.h"
+#include "server/mutatereq.h"
 #include "server/server.h"
 #include "server/table.h"
 
@@ -13,56 +17,51 @@
 
 static void mutate_on_start(chime__call_t *c) {
   grpc_slice sl;
-  Chime__V1__MutatePrioritiesRequest *req = NULL;
-  uint64_t *keys = NULL;
-  double *prios = NULL;
+  chime__mutate_req_t req;
+  char why[128];
+  memset(&req, 0, sizeof(req));
   if (c->payload == NULL || chime__bb_read(c->payload, &sl) != 0) {
     chime__call_finish(c, CHIME_EINVAL, "unreadable MutatePrioritiesRequest");
     return;
   }
-  req = chime__v1__mutate_priorities_request__unpack(
-      NULL, GRPC_SLICE_LENGTH(sl), GRPC_SLICE_START_PTR(sl));
-  grpc_slice_unref(sl);
-  if (req == NULL) {
-    chime__call_finish(c, CHIME_EINVAL, "malformed MutatePrioritiesRequest");
-    return;
+  chime__span_t span = {GRPC_SLICE_START_PTR(sl), GRPC_SLICE_LENGTH(sl)};
+  chime__pb_reader_t r;
+  chime__pb_reader_init(&r, &span, 1);
+  if (chime__mutate_req_scan(&req, &r, why, sizeof(why)) != 0) {
+    chime__call_finish(c, CHIME_EINVAL, "malformed MutatePrioritiesRequest: %s",
+                       why);
+    goto out;
   }
-  const char *tname = req->table ? req->table : "";
-  chime__table_t *t = chime__server_table(c->srv, tname, NULL);
+  chime__table_t *t =
+      req.table_too_long ? NULL : chime__server_table(c->srv, req.table, NULL);
   if (t == NULL) {
     char pn[CHIME__PRINTABLE_LEN(64)];
     chime__call_finish(c, CHIME_ENOTFOUND, "table '%s' not found",
-                       chime__printable(pn, sizeof(pn), tname, 64));
+                       chime__printable(pn, sizeof(pn), req.table, 64));
     goto out;
   }
-  if (req->n_updates > MAX_KEYS || req->n_deletes > MAX_KEYS) {
+  if (req.n_updates > MAX_KEYS || req.n_deletes > MAX_KEYS) {
     chime__call_finish(c, CHIME_EINVAL,
                        "MutatePriorities on '%s': %zu updates and %zu deletes; "
                        "at most %u of each in one request",
-                       chime__table_config(t)->name, req->n_updates,
-                       req->n_deletes, MAX_KEYS);
+                       chime__table_config(t)->name, req.n_updates,
+                       req.n_deletes, MAX_KEYS);
     goto out;
   }
-  keys = malloc((req->n_updates ? req->n_updates : 1) * sizeof(*keys));
-  prios = malloc((req->n_updates ? req->n_updates : 1) * sizeof(*prios));
-  if (keys == NULL || prios == NULL) {
+  if (chime__mutate_req_decode(&req, &r) != 0) {
     chime__call_finish(c, CHIME_ENOMEM, "out of memory");
     goto out;
   }
-  for (size_t i = 0; i < req->n_updates; i++) {
-    keys[i] = req->updates[i]->key;
-    prios[i] = req->updates[i]->priority;
-  }
   chime__table_mutated_t m;
-  int rc = chime__table_mutate(t, keys, prios, req->n_updates, req->deletes,
-                               req->n_deletes, &m);
+  int rc = chime__table_mutate(t, req.keys, req.priorities, req.n_updates,
+                               req.deletes, req.n_deletes, &m);
   if (rc != 0) { /* CHIME_EINVAL: a priority; the table says which */
-    char why[320] = "a priority is NaN, infinite or negative";
-    (void)chime__table_check_priorities(t, prios, req->n_updates, why,
-                                        sizeof(why));
+    char bad[320] = "a priority is NaN, infinite or negative";
+    (void)chime__table_check_priorities(t, req.priorities, req.n_updates, bad,
+                                        sizeof(bad));
     chime__call_finish(c, rc,
                        "MutatePriorities on '%s': %s; nothing was changed",
-                       chime__table_config(t)->name, why);
+                       chime__table_config(t)->name, bad);
     goto out;
   }
   Chime__V1__MutatePrioritiesResponse resp =
@@ -73,9 +72,8 @@ static void mutate_on_start(chime__call_t *c) {
   chime__call_send_msg(c, &resp);
   chime__call_finish(c, CHIME_OK, "%s", "");
 out:
-  free(keys);
-  free(prios);
-  chime__v1__mutate_priorities_request__free_unpacked(req, NULL);
+  chime__mutate_req_free(&req);
+  grpc_slice_unref(sl);
 }
 
 static void mutate_on_message(chime__call_t *c, grpc_byte_buffer *bb) {

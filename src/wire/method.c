@@ -9,3 +9,9 @@ const char *const chime__method_path[CHIME__M_COUNT] = {
     [CHIME__M_MUTATE] = "/chime.v1.Chime/MutatePriorities",
     [CHIME__M_CHECKPOINT] = "/chime.v1.Chime/Checkpoint",
 };
+
+const unsigned chime__method_max_request[CHIME__M_COUNT] = {
+    [CHIME__M_GETINFO] = 64u << 10, [CHIME__M_STATS] = 64u << 10,
+    [CHIME__M_INSERT] = 0,          [CHIME__M_SUBSCRIBE] = 256u << 10,
+    [CHIME__M_MUTATE] = 0,          [CHIME__M_CHECKPOINT] = 64u << 10,
+};

@@ -17,6 +17,16 @@ enum {
 /* "/chime.v1.Chime/GetInfo", ..., indexed by CHIME__M_*. */
 extern const char *const chime__method_path[CHIME__M_COUNT];
 
+/* The largest request message a method takes (docs/protocol.md), by
+ * CHIME__M_*: the server refuses a larger one with INVALID_ARGUMENT before
+ * it parses anything. GetInfo, Stats and Checkpoint carry nothing and
+ * Subscribe's messages are small (an Open, or credits naming at most a
+ * ring's slots), while protobuf-c, which reads them, keeps every unknown
+ * field it meets: 64 MiB of 2-byte fields cost it seconds and gigabytes.
+ * Insert and MutatePriorities are read by hand (linear, nothing kept per
+ * unknown field): 0, the whole message limit (64 MiB). */
+extern const unsigned chime__method_max_request[CHIME__M_COUNT];
+
 /* GetInfo, Stats, MutatePriorities and Checkpoint are unary; Insert and
  * Subscribe are bidi streams. */
 static inline int chime__method_unary(int method) {

@@ -14,6 +14,7 @@ void chime__pb_reader_init(chime__pb_reader_t *r, const chime__span_t *spans,
   r->spans = spans;
   r->nspans = nspans;
   r->end = total;
+  r->total = total;
 }
 
 uint64_t chime__pb_left(const chime__pb_reader_t *r) {
@@ -36,28 +37,29 @@ static void advance(chime__pb_reader_t *r, uint64_t n) {
   }
 }
 
-/* The span and offset in it of message byte `offset` (<= the total). */
+/* The span and offset in it of message byte `offset` (<= the total),
+ * walked to from r's cursor rather than from the start: parsing a message
+ * of many small fields in many pieces stays linear (from the start, every
+ * field cost every piece before it). Past the last piece: nspans, 0. */
 static void locate(const chime__pb_reader_t *r, uint64_t offset, size_t *span,
                    size_t *off) {
-  size_t i = 0;
-  while (i < r->nspans && offset >= r->spans[i].len) {
-    offset -= r->spans[i].len;
+  size_t i = r->span;
+  uint64_t start = r->pos - r->off; /* where spans[i] starts */
+  while (offset < start) {
+    i--;
+    start -= r->spans[i].len;
+  }
+  while (i < r->nspans && offset - start >= r->spans[i].len) {
+    start += r->spans[i].len;
     i++;
   }
   *span = i;
-  *off = (size_t)offset;
-}
-
-static uint64_t total_of(const chime__pb_reader_t *r) {
-  uint64_t total = 0;
-  for (size_t i = 0; i < r->nspans; i++)
-    total += r->spans[i].len;
-  return total;
+  *off = (size_t)(offset - start);
 }
 
 int chime__pb_reader_sub(chime__pb_reader_t *sub, const chime__pb_reader_t *r,
                          uint64_t offset, uint64_t len) {
-  uint64_t total = total_of(r);
+  uint64_t total = r->total;
   if (offset > total || len > total - offset)
     return CHIME_EPROTO;
   *sub = *r;
@@ -149,7 +151,7 @@ int chime__pb_next(chime__pb_reader_t *r, chime__pb_field_t *f) {
 
 int chime__pb_copy(const chime__pb_reader_t *r, uint64_t offset, void *dst,
                    uint64_t len) {
-  uint64_t total = total_of(r);
+  uint64_t total = r->total;
   size_t span, off;
   uint8_t *d = dst;
   if (offset > total || len > total - offset)

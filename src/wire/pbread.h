@@ -37,9 +37,10 @@ typedef struct {
 typedef struct {
   const chime__span_t *spans;
   size_t nspans;
-  size_t span, off; /* cursor */
+  size_t span, off; /* cursor: pos is off bytes into spans[span] */
   uint64_t pos;     /* from the message start */
   uint64_t end;     /* where this reader stops */
+  uint64_t total;   /* bytes of the whole message */
 } chime__pb_reader_t;
 
 /* A reader over the whole message: the spans in order. */
@@ -61,7 +62,10 @@ int chime__pb_varint(chime__pb_reader_t *r, uint64_t *v);
 int chime__pb_fixed64(chime__pb_reader_t *r, uint64_t *v);
 
 /* Copies len bytes at offset of r's message into dst. CHIME_EPROTO when
- * outside the message. */
+ * outside the message. Offsets are found from r's cursor, so the cost is
+ * the pieces between the two, not the whole message's: a field just read
+ * (it ends at the cursor) is found in the pieces it covers. The same for
+ * chime__pb_reader_sub and chime__pb_spans. */
 int chime__pb_copy(const chime__pb_reader_t *r, uint64_t offset, void *dst,
                    uint64_t len);
 /* The pieces of [offset, offset + len) of r's message, at most max of them;

@@ -410,7 +410,11 @@ typedef struct {
   uint64_t stream_id;      /* as in the server's stats */
   uint64_t batches;        /* taken by chime_stream_next() */
   uint64_t bytes;          /* leaf bytes of those batches */
-  uint64_t received_bytes; /* stream mode: chunk payload received */
+  /* Stream mode: batch payload received, per batch chime_ring_layout()'s
+   * info_offset + batch_size * sizeof(chime_sample_info_t) (leaf arrays,
+   * padding, sample info: more than `bytes` counts); a batch's last chunk
+   * counts once next() can see the batch. */
+  uint64_t received_bytes;
   uint64_t credits;        /* stream mode: batches granted, prefetch too */
   uint32_t leases;         /* batches held now */
   uint32_t max_leases;

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "chime/chime.h"
+#include "chime/ring.h"
 #include "harness.h"
 #include "pattern.h"
 
@@ -303,12 +304,18 @@ static void test_stream_fills_while_learner_away(void **state) {
   assert_int_equal(chime_stream_next(s, &b, 10000), 0);
   verify(&b);
   assert_int_equal(chime_batch_release(s, &b), 0);
-  /* 7 batches lent (slots - 1); one taken, its credit not yet sent. */
-  uint64_t want = 7 * 8 * SAMPLE_BYTES;
+  /* 7 batches lent (slots - 1); one taken, its credit not yet sent.
+   * received_bytes counts each batch's payload (its leaf arrays, padded,
+   * and its sample info: more than its leaf bytes), a batch's last bytes
+   * once next() can see it; with leaf bytes as the mark, 6 batches passed
+   * it and the 7th, still on its way on a busy machine, was not there. */
+  chime_ring_layout_t l;
+  assert_int_equal(chime_ring_layout(&l, &spec, 8, 8, NULL, 0), 0);
+  uint64_t want = 7 * (l.info_offset + 8 * sizeof(chime_sample_info_t));
   chime_stream_local_stats_t st;
   int64_t end = chime__now_ms() + 10000;
   do {
-    usleep(10000);
+    usleep(100); /* as soon as they are in, the stream's thread busy */
     assert_int_equal(chime_stream_get_stats(s, &st), 0);
   } while (st.received_bytes < want && chime__now_ms() < end);
   assert_true(st.received_bytes >= want);

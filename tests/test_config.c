@@ -218,6 +218,30 @@ static void test_mistakes(void **state) {
   expect_bad("{\"listen\":\"a\",\"listen\":\"b\"," TA "}", "duplicate");
 }
 
+/* The writer memory (docs/protocol.md, "Which writers the server
+ * remembers"): per table, 4096 writers and 60 s by default. */
+static void test_writer_memory(void **state) {
+  char err[256] = "";
+  (void)state;
+  const char *json =
+      "{\"tables\":[{\"name\":\"a\",\"spec\":\"x:u8\",\"capacity\":1},"
+      "{\"name\":\"b\",\"spec\":\"x:u8\",\"capacity\":1,"
+      "\"max_writers\":65536,\"writer_idle_ms\":0}]}";
+  assert_int_equal(chime__config_parse(&cfg, json, err, sizeof(err)), 0);
+  assert_int_equal(cfg.tables[0].max_writers, 4096);
+  assert_int_equal(cfg.tables[0].writer_idle_ms, 60000);
+  assert_int_equal(cfg.tables[1].max_writers, 65536);
+  assert_int_equal(cfg.tables[1].writer_idle_ms, 0);
+  expect_bad(T("a", "x:u8", ",\"capacity\":1,\"max_writers\":0"),
+             "table 'a': 'max_writers': must be 1..65536");
+  expect_bad(T("a", "x:u8", ",\"capacity\":1,\"max_writers\":65537"),
+             "table 'a': 'max_writers': must be 1..65536");
+  expect_bad(T("a", "x:u8", ",\"capacity\":1,\"writer_idle_ms\":-1"),
+             "table 'a': 'writer_idle_ms'");
+  expect_bad(T("a", "x:u8", ",\"capacity\":1,\"writer_idle_ms\":86400001"),
+             "table 'a': 'writer_idle_ms': must be 0..86400000");
+}
+
 /* tls: cert and key together, client_ca optional, files that open; the
  * paths are kept for chime_server_listen, which reads them. */
 static void test_tls(void **state) {
@@ -317,6 +341,7 @@ int main(void) {
       cmocka_unit_test(test_mistakes),
       cmocka_unit_test(test_tls),
       cmocka_unit_test(test_checkpoint),
+      cmocka_unit_test(test_writer_memory),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

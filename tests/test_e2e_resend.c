@@ -4,7 +4,12 @@
  * is not deduplicated. Then the C writer through a loopback proxy that cuts
  * its connection while requests and acks are in flight: every sample lands
  * exactly once; and a writer whose server never comes back gives up after
- * its reconnect timeout. */
+ * its reconnect timeout. Then which writers the server remembers (issue
+ * 20): 20,000 writer ids on one call and thousands more on later calls
+ * forget neither a writer idle on its open call nor one whose call just
+ * ended; writers per episode go on past the memory's size beside a
+ * long-lived one; a writer that was forgotten gets CHIME_EFORGOTTEN
+ * (ABORTED on the wire), which the C writer reports as such. */
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -40,7 +45,16 @@ static int setup(void **state) {
           "{\"tables\": [{\"name\": \"r\", \"spec\": \"x:u64[]\", "
           "\"capacity\": 100000, \"sampler\": \"uniform\"}, "
           "{\"name\": \"f\", \"spec\": \"x:u64[]\", "
-          "\"capacity\": 100000, \"sampler\": \"fifo\"}]}\n") != 0)
+          "\"capacity\": 100000, \"sampler\": \"fifo\"}, "
+          /* the writer memory's defaults: 4096 writers, 60 s */
+          "{\"name\": \"d\", \"spec\": \"x:u64[]\", "
+          "\"capacity\": 100000, \"sampler\": \"uniform\"}, "
+          "{\"name\": \"e\", \"spec\": \"x:u64[]\", "
+          "\"capacity\": 100000, \"sampler\": \"uniform\"}, "
+          /* one writer, forgotten as soon as no call carries it */
+          "{\"name\": \"tiny\", \"spec\": \"x:u64[]\", "
+          "\"capacity\": 1000, \"sampler\": \"uniform\", "
+          "\"max_writers\": 1, \"writer_idle_ms\": 0}]}\n") != 0)
     return -1;
   return 0;
 }
@@ -65,21 +79,27 @@ static uint64_t table_size(const char *addr, const char *name) {
   return size;
 }
 
-/* Sends request seq of writer to table "r": count samples valued val.. */
-static void send_req(chime__raw_t *r, uint64_t writer, uint64_t seq,
-                     uint32_t count, uint64_t val) {
+/* Sends request seq of writer to table `table`: count samples valued
+ * val.. */
+static void send_to(chime__raw_t *r, const char *table, uint64_t writer,
+                    uint64_t seq, uint32_t count, uint64_t val) {
   uint64_t data[64];
   assert_true(count <= 64);
   for (uint32_t i = 0; i < count; i++)
     data[i] = val + i;
   Chime__V1__InsertRequest req = CHIME__V1__INSERT_REQUEST__INIT;
-  req.table = (char *)"r";
+  req.table = (char *)table;
   req.count = count;
   req.data.data = (uint8_t *)data;
   req.data.len = count * sizeof(uint64_t);
   req.id = seq;
   req.writer_id = writer;
   assert_int_equal(chime__raw_send(r, &req.base), 0);
+}
+
+static void send_req(chime__raw_t *r, uint64_t writer, uint64_t seq,
+                     uint32_t count, uint64_t val) {
+  send_to(r, "r", writer, seq, count, val);
 }
 
 /* Receives the next ack and checks it answers seq with count samples;
@@ -443,11 +463,263 @@ static void test_writer_gives_up_when_server_gone(void **state) {
   chime_client_destroy(c);
 }
 
+/* --- which writers the server remembers (issue 20) --------------------- */
+
+#define CALL_WRITERS 16 /* CHIME__INSERT_CALL_WRITERS */
+
+/* The chime-error a finished raw call carried, 0 when none. */
+static int chime_error(const chime__raw_t *r) {
+  for (size_t i = 0; i < r->md_trail.count; i++) {
+    const grpc_metadata *m = &r->md_trail.metadata[i];
+    if (grpc_slice_str_cmp(m->key, "chime-error") == 0) {
+      char v[16] = "";
+      size_t n = GRPC_SLICE_LENGTH(m->value);
+      memcpy(v, GRPC_SLICE_START_PTR(m->value), n < 15 ? n : 15);
+      return atoi(v);
+    }
+  }
+  return 0;
+}
+
+/* Sends request seq of writer to `table` (one sample valued val) and reads
+ * the answer: 0 and *key for an ack, or the call's end as *status, its
+ * details and chime-error (the call destroyed). */
+static int try_req(chime__raw_t *r, const char *table, uint64_t writer,
+                   uint64_t seq, uint64_t val, uint64_t *key,
+                   grpc_status_code *status, char *details, size_t len,
+                   int *code) {
+  send_to(r, table, writer, seq, 1, val);
+  ProtobufCMessage *m = NULL;
+  assert_int_equal(
+      chime__raw_recv_msg(r, &chime__v1__insert_ack__descriptor, &m, 30000), 0);
+  if (m != NULL) {
+    Chime__V1__InsertAck *ack = (Chime__V1__InsertAck *)m;
+    assert_int_equal(ack->id, seq);
+    *key = ack->first_key;
+    protobuf_c_message_free_unpacked(m, NULL);
+    return 0;
+  }
+  assert_int_equal(chime__raw_finish(r, status, details, len, 30000), 0);
+  *code = chime_error(r);
+  chime__raw_destroy(r);
+  return -1;
+}
+
+/* The issue's attack: one Insert call of 20,000 one-sample requests with
+ * distinct writer ids (any actor token may), then calls of new ids until
+ * the memory is full. An earlier writer idle on its open call, and one
+ * whose call ended after its ack (it would reconnect and resend), are not
+ * forgotten: their next requests and resends are acked as before. The
+ * attacker's first call ends after CALL_WRITERS ids (RESOURCE_EXHAUSTED,
+ * that call only); later new ids are refused once every place is held by
+ * a writer with an open call or one idle for less than writer_idle_ms.
+ * Before: the earlier writers were "no longer remembered"
+ * (FAILED_PRECONDITION, read as CHIME_EINVAL). */
+static void test_writer_ids_flood_forgets_nobody(void **state) {
+  (void)state;
+  const uint64_t a = 0xa11ce00000000001u, b = 0xb0b0000000000001u;
+  uint64_t ka, kb, k;
+  grpc_status_code st;
+  char details[1024];
+  int code = 0;
+  chime__raw_t ra, rb, rx;
+  assert_int_equal(chime__raw_start(&ra, ch, "/chime.v1.Chime/Insert", 120000),
+                   0);
+  assert_int_equal(
+      try_req(&ra, "d", a, 1, 1, &ka, &st, details, sizeof details, &code), 0);
+  assert_int_equal(chime__raw_start(&rb, ch, "/chime.v1.Chime/Insert", 60000),
+                   0);
+  assert_int_equal(
+      try_req(&rb, "d", b, 1, 2, &kb, &st, details, sizeof details, &code), 0);
+  chime__raw_destroy(&rb); /* b's call is cancelled: it would resend */
+
+  /* One call, 20,000 writer ids. */
+  uint64_t in = 2, sent = 0;
+  assert_int_equal(chime__raw_start(&rx, ch, "/chime.v1.Chime/Insert", 120000),
+                   0);
+  for (uint64_t i = 0; i < 20000; i++, sent++)
+    if (try_req(&rx, "d", 0xa77ac00000000000u + i, 1, 100 + i, &k, &st, details,
+                sizeof details, &code) != 0)
+      break;
+  if (sent == 20000)
+    chime__raw_destroy(&rx);
+  assert_int_equal(sent, CALL_WRITERS);
+  assert_int_equal(st, GRPC_STATUS_RESOURCE_EXHAUSTED);
+  assert_int_equal(code, CHIME_ERESOURCE);
+  if (!strstr(details, "at most 16 writer ids"))
+    fail_msg("details '%s'", details);
+  in += sent;
+
+  /* Calls of CALL_WRITERS new ids each (ended by cancel: idle, not closed)
+   * until the table refuses a new one. */
+  uint64_t next = 0xa77ac10000000000u;
+  int refused = 0;
+  for (int c = 0; c < 20000 / CALL_WRITERS && !refused; c++) {
+    assert_int_equal(chime__raw_start(&rx, ch, "/chime.v1.Chime/Insert", 60000),
+                     0);
+    for (int i = 0; i < CALL_WRITERS && !refused; i++, next++) {
+      if (try_req(&rx, "d", next, 1, next, &k, &st, details, sizeof details,
+                  &code) != 0)
+        refused = 1;
+      else
+        in++;
+    }
+    if (!refused)
+      chime__raw_destroy(&rx);
+  }
+  if (!refused)
+    fail_msg("20,000 more writer ids taken: the table forgot live writers");
+  assert_int_equal(st, GRPC_STATUS_RESOURCE_EXHAUSTED);
+  assert_int_equal(code, CHIME_ERESOURCE);
+  if (!strstr(details, "not taken") || !strstr(details, "try again later"))
+    fail_msg("details '%s'", details);
+  assert_int_equal(in, 4096); /* every place held, none taken from another */
+
+  /* The earlier writers are remembered: a's next request on its open call,
+   * b's resend on a new call (acked again, not inserted) and its next. */
+  assert_int_equal(
+      try_req(&ra, "d", a, 2, 3, &k, &st, details, sizeof details, &code), 0);
+  finish_ok(&ra);
+  assert_int_equal(chime__raw_start(&rb, ch, "/chime.v1.Chime/Insert", 60000),
+                   0);
+  assert_int_equal(
+      try_req(&rb, "d", b, 1, 2, &k, &st, details, sizeof details, &code), 0);
+  assert_int_equal(k, kb);
+  assert_int_equal(
+      try_req(&rb, "d", b, 2, 4, &k, &st, details, sizeof details, &code), 0);
+  finish_ok(&rb);
+  assert_int_equal(table_size(chimed.addr, "d"), in + 2);
+  (void)ka;
+}
+
+/* Actors that open a writer per episode: thousands of C writers one after
+ * another, each closing, while a long-lived writer sits idle on its open
+ * call. Closed writers make room; the long-lived one is never forgotten.
+ * Before: after 4096 episodes its next request was refused. */
+static void test_writer_per_episode(void **state) {
+  (void)state;
+  enum { EPISODES = 4200, STEPS = 2 };
+  chime_client_t *c = NULL;
+  chime_writer_t *w0 = NULL, *w = NULL;
+  assert_int_equal(chime_client_create(&c, chimed.addr, NULL), 0);
+  assert_int_equal(chime_writer_open(&w0, c, "e", NULL), 0);
+  uint64_t v = 0;
+  assert_int_equal(chime_writer_append(w0, &v, sizeof(v), 1.0), 0);
+  assert_int_equal(chime_writer_flush(w0), 0);
+  for (int e = 0; e < EPISODES; e++) {
+    assert_int_equal(chime_writer_open(&w, c, "e", NULL), 0);
+    for (int i = 0; i < STEPS; i++) {
+      v++;
+      assert_int_equal(chime_writer_append(w, &v, sizeof(v), 1.0), 0);
+    }
+    int rc = chime_writer_close(w);
+    if (rc != 0)
+      fail_msg("episode %d: %s", e, chime_err_name(rc));
+  }
+  v++;
+  assert_int_equal(chime_writer_append(w0, &v, sizeof(v), 1.0), 0);
+  int rc = chime_writer_flush(w0);
+  if (rc != 0)
+    fail_msg("the long-lived writer: %s: %s", chime_err_name(rc),
+             chime_writer_last_error(w0));
+  assert_int_equal(chime_writer_acked(w0), 2);
+  assert_int_equal(chime_writer_close(w0), 0);
+  chime_client_destroy(c);
+  assert_int_equal(table_size(chimed.addr, "e"), 2 + EPISODES * STEPS);
+}
+
+/* A writer the server did forget (table "tiny": one writer, none kept once
+ * no call carries it): its call was cut, another writer took its place.
+ * Its next request ends its call with ABORTED and chime-error
+ * CHIME_EFORGOTTEN, which the C writer reports as that, with what is known
+ * of its samples, and keeps (the writer is done). */
+static void test_forgotten_writer_error(void **state) {
+  (void)state;
+  const char *colon = strrchr(chimed.addr, ':');
+  proxy_t p;
+  proxy_start(&p, atoi(colon + 1));
+  char addr[64];
+  snprintf(addr, sizeof(addr), "127.0.0.1:%d", p.port);
+  chime_client_t *cw = NULL, *c = NULL;
+  chime_writer_t *w = NULL, *f = NULL;
+  assert_int_equal(chime_client_create(&cw, addr, NULL), 0);
+  assert_int_equal(chime_client_create(&c, chimed.addr, NULL), 0);
+  assert_int_equal(chime_writer_open(&w, cw, "tiny", NULL), 0);
+  uint64_t v = 1;
+  assert_int_equal(chime_writer_append(w, &v, sizeof(v), 1.0), 0);
+  assert_int_equal(chime_writer_flush(w), 0);
+  proxy_cut(&p);
+  /* Another writer takes the one place once the server saw w's call end
+   * (until then w is bound and the newcomer refused). */
+  int rc = CHIME_ERESOURCE;
+  int64_t end = chime__now_ms() + 20000;
+  while (rc == CHIME_ERESOURCE && chime__now_ms() < end) {
+    assert_int_equal(chime_writer_open(&f, c, "tiny", NULL), 0);
+    assert_int_equal(chime_writer_append(f, &v, sizeof(v), 1.0), 0);
+    rc = chime_writer_flush(f);
+    if (rc == CHIME_ERESOURCE &&
+        !strstr(chime_writer_last_error(f), "not taken"))
+      fail_msg("refused: %s", chime_writer_last_error(f));
+    assert_int_equal(chime_writer_close(f), rc);
+    if (rc == CHIME_ERESOURCE)
+      chime__sleep_ms(10);
+  }
+  assert_int_equal(rc, 0);
+  v = 2;
+  rc = chime_writer_append(w, &v, sizeof(v), 1.0);
+  if (rc == 0)
+    rc = chime_writer_flush(w);
+  assert_int_equal(rc, CHIME_EFORGOTTEN);
+  const char *e = chime_writer_last_error(w);
+  if (!strstr(e, "insert into 'tiny': writer ") ||
+      !strstr(e, "no longer remembered") || !strstr(e, "new writer"))
+    fail_msg("last error '%s'", e);
+  assert_int_equal(chime_writer_acked(w), 1);
+  assert_int_equal(chime_writer_append(w, &v, sizeof(v), 1.0),
+                   CHIME_EFORGOTTEN);
+  assert_int_equal(chime_writer_close(w), CHIME_EFORGOTTEN);
+  chime_client_destroy(cw);
+  proxy_stop(&p);
+
+  /* On the wire: ABORTED with chime-error -20. A raw writer, then another
+   * in its place once its call ended. */
+  chime__raw_t r;
+  grpc_status_code st;
+  char details[1024];
+  int code = 0;
+  uint64_t k;
+  assert_int_equal(chime__raw_start(&r, ch, "/chime.v1.Chime/Insert", 60000),
+                   0);
+  assert_int_equal(
+      try_req(&r, "tiny", 0x77, 1, 1, &k, &st, details, sizeof details, &code),
+      0);
+  finish_ok(&r); /* closed: done */
+  assert_int_equal(chime__raw_start(&r, ch, "/chime.v1.Chime/Insert", 60000),
+                   0);
+  assert_int_equal(
+      try_req(&r, "tiny", 0x78, 1, 1, &k, &st, details, sizeof details, &code),
+      0);
+  finish_ok(&r);
+  assert_int_equal(chime__raw_start(&r, ch, "/chime.v1.Chime/Insert", 60000),
+                   0);
+  assert_int_equal(
+      try_req(&r, "tiny", 0x77, 2, 1, &k, &st, details, sizeof details, &code),
+      -1);
+  assert_int_equal(st, GRPC_STATUS_ABORTED);
+  assert_int_equal(code, CHIME_EFORGOTTEN);
+  if (!strstr(details, "writer 0000000000000077 is no longer remembered"))
+    fail_msg("details '%s'", details);
+  chime_client_destroy(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_raw_resend_acked_once),
       cmocka_unit_test(test_writer_resends_after_cut),
       cmocka_unit_test(test_writer_gives_up_when_server_gone),
+      cmocka_unit_test(test_writer_ids_flood_forgets_nobody),
+      cmocka_unit_test(test_writer_per_episode),
+      cmocka_unit_test(test_forgotten_writer_error),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -371,6 +371,37 @@ static void test_abandoned_episode(void **state) {
   chime__table_destroy(t);
 }
 
+/* More writers than lanes (max_writers), each ending its episode (a
+ * writer per episode), beside a writer with an open call mid-episode: the
+ * lanes of ended episodes make room, so the open episode goes on and ends
+ * as one window (before: the least recently used lane went, open episode
+ * and all). */
+static void test_lanes_of_ended_episodes_go_first(void **state) {
+  (void)state;
+  chime__table_config_t tc;
+  chime__table_t *t;
+  make_cfg(&tc, 8192, 8, 8, 1, CHIME__SAMPLER_UNIFORM); /* a block each */
+  tc.max_writers = 4;
+  assert_int_equal(chime__table_create(&t, &tc), 0);
+  seq_writer_t a = {1, 0, 1, 0};
+  assert_int_equal(chime__table_writer_bind(t, a.id, 1), 0);
+  assert_int_equal(seq_append(t, &a, 3, 0), 0);
+  for (uint64_t i = 0; i < 20; i++) {
+    seq_writer_t e = {100 + i, 0, (uint32_t)(100 + i), 0};
+    assert_int_equal(seq_append(t, &e, 8, 1), 0);
+  }
+  chime__table_stats_t st;
+  chime__table_get_stats(t, &st);
+  assert_int_equal(st.episodes_open, 1);
+  assert_int_equal(st.size, 20);
+  assert_int_equal(seq_append(t, &a, 5, 1), 0);
+  chime__table_get_stats(t, &st);
+  assert_int_equal(st.episodes_open, 0);
+  assert_int_equal(st.size, 21); /* a's 8 steps: one window, no padding */
+  chime__table_writer_unbind(t, a.id, 1);
+  chime__table_destroy(t);
+}
+
 /* The rate limiter counts windows: inserts of steps wait once the windows
  * made outrun samples by the window, and go on after a batch. */
 static void test_rate_limiter(void **state) {
@@ -643,6 +674,7 @@ int main(void) {
       cmocka_unit_test(test_priorities_and_mts),
       cmocka_unit_test(test_resend_and_writer),
       cmocka_unit_test(test_abandoned_episode),
+      cmocka_unit_test(test_lanes_of_ended_episodes_go_first),
       cmocka_unit_test(test_rate_limiter),
       cmocka_unit_test(test_copy_while_evicting),
       cmocka_unit_test(test_give_back),

@@ -160,6 +160,19 @@ static void test_bad_values(void **state) {
   assert_int_equal(chime__err_parse("-40", 1), 0); /* length counts */
 }
 
+/* A forgotten writer (docs/protocol.md, Insert) is ABORTED on the wire:
+ * its writer goes on under a new id. Only chime-error names it: a bare
+ * ABORTED (a proxy's) says nothing about writers. */
+static void test_forgotten_writer(void **state) {
+  (void)state;
+  assert_int_equal(chime__status_from_err(CHIME_EFORGOTTEN),
+                   GRPC_STATUS_ABORTED);
+  assert_string_equal(chime_err_name(CHIME_EFORGOTTEN), "CHIME_EFORGOTTEN");
+  assert_int_equal(chime__err_parse("-20", 3), CHIME_EFORGOTTEN);
+  assert_int_equal(chime__status_to_err(GRPC_STATUS_ABORTED, NULL),
+                   CHIME_EPROTO);
+}
+
 /* Subscribe notices: the code when the server sends one; an older server's
  * UNAVAILABLE notice is the shutdown notice. */
 static void test_notice(void **state) {
@@ -184,6 +197,7 @@ int main(void) {
       cmocka_unit_test(test_fallback_is_status_only),
       cmocka_unit_test(test_bad_values),
       cmocka_unit_test(test_notice),
+      cmocka_unit_test(test_forgotten_writer),
   };
   grpc_init();
   int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -286,7 +286,16 @@ chime_writer_open(chime_writer_t **out, chime_client_t *client,
  * last error naming the leaf; the writer stays usable. So is a priority that
  * is NaN, infinite or negative (CHIME_EINVAL; the server refuses those too).
  * Once the server ended
- * the call (e.g. CHIME_ESHUTDOWN) every later call returns that error. */
+ * the call (e.g. CHIME_ESHUTDOWN) every later call returns that error.
+ * With resend on, two errors concern the writer itself (docs/protocol.md,
+ * "Which writers the server remembers"): CHIME_ERESOURCE when the table
+ * remembers as many writers as it may (max_writers), all with an open call
+ * or recently active (nothing of this writer went in; open a new writer
+ * later), and CHIME_EFORGOTTEN when the server no longer remembers this
+ * writer (only after its connection was lost for longer than the table's
+ * writer_idle_ms): chime_writer_acked() samples are in the table, each
+ * request sent and not acked is either wholly in or not at all, which
+ * nobody can tell; go on with a new writer. */
 CHIME_EXTERN CHIME_NODISCARD int chime_writer_append(chime_writer_t *writer,
                                                      const void *sample,
                                                      size_t len,
@@ -410,7 +419,11 @@ typedef struct {
   uint64_t stream_id;      /* as in the server's stats */
   uint64_t batches;        /* taken by chime_stream_next() */
   uint64_t bytes;          /* leaf bytes of those batches */
-  uint64_t received_bytes; /* stream mode: chunk payload received */
+  /* Stream mode: batch payload received, per batch chime_ring_layout()'s
+   * info_offset + batch_size * sizeof(chime_sample_info_t) (leaf arrays,
+   * padding, sample info: more than `bytes` counts); a batch's last chunk
+   * counts once next() can see the batch. */
+  uint64_t received_bytes;
   uint64_t credits;        /* stream mode: batches granted, prefetch too */
   uint32_t leases;         /* batches held now */
   uint32_t max_leases;

@@ -44,7 +44,10 @@ extern "C" {
   X(ECUDA, -16, "CUDA runtime unavailable or failed")                          \
   X(EEXIST, -17, "already exists")                                             \
   X(ECLOSED, -18, "object closed")                                             \
-  X(EAUTH, -19, "not authenticated (missing or unknown token)")
+  X(EAUTH, -19, "not authenticated (missing or unknown token)")                \
+  X(EFORGOTTEN, -20,                                                           \
+    "writer forgotten by the server (its unacked requests may or may not be "  \
+    "in)")
 
 typedef enum {
   CHIME_OK = 0,

@@ -6,7 +6,7 @@
 #include <stddef.h>
 
 static PyObject *err_base, *err_shutdown, *err_disconnected, *err_timeout,
-    *err_notfound, *err_invalid;
+    *err_notfound, *err_invalid, *err_forgotten;
 static PyArray_Descr *info_descr;
 
 PyObject *chimepy_raise(int code, const char *detail) {
@@ -26,6 +26,9 @@ PyObject *chimepy_raise(int code, const char *detail) {
     break;
   case CHIME_EINVAL:
     type = err_invalid;
+    break;
+  case CHIME_EFORGOTTEN:
+    type = err_forgotten;
     break;
   default:
     break;
@@ -166,7 +169,12 @@ static int add_errors(PyObject *m) {
                 "No such table (CHIME_ENOTFOUND).") == 0 &&
       add_error(m, &err_invalid, "InvalidArgumentError", b,
                 "Bad input, e.g. a sample that does not fit the spec "
-                "(CHIME_EINVAL).") == 0)
+                "(CHIME_EINVAL).") == 0 &&
+      add_error(m, &err_forgotten, "WriterForgottenError", b,
+                "The server no longer remembers this writer "
+                "(CHIME_EFORGOTTEN): the acked samples are in the table, "
+                "each unacked request wholly or not at all, which nobody "
+                "can tell. Go on with a new writer.") == 0)
     rc = 0;
   Py_XDECREF(b);
   Py_XDECREF(bt);

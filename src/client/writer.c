@@ -85,7 +85,10 @@ static int live(const chime_writer_t *w) {
 }
 
 /* The call ended: the status says why. A lost connection (not a graceful
- * CHIME_ESHUTDOWN) leaves the writer to resume on a new call. */
+ * CHIME_ESHUTDOWN) leaves the writer to resume on a new call. Any other end
+ * is final; CHIME_EFORGOTTEN (the server no longer remembers this writer,
+ * so a resend could not be told from a new request) included: the caller
+ * goes on with a new writer. */
 static void on_status(chime_writer_t *w) {
   char text[CHIME__ERRLEN];
   int code = chime__rpc_result(&w->rpc, text, sizeof(text));
@@ -106,8 +109,15 @@ static void on_status(chime_writer_t *w) {
     char prefix[CHIME_MAX_NAME + 32];
     snprintf(prefix, sizeof(prefix), "insert into '%s': ", w->table);
     int named = strncmp(text, prefix, strlen(prefix)) == 0;
-    snprintf(w->err, sizeof(w->err), "%s%.400s", named ? "" : prefix,
-             text[0] ? text : chime_strerror(code));
+    int n = snprintf(w->err, sizeof(w->err), "%s%.700s", named ? "" : prefix,
+                     text[0] ? text : chime_strerror(code));
+    /* What this side knows: acks come in order, so the acked samples are
+     * the first ones, and each unacked request went in whole or not. */
+    if (code == CHIME_EFORGOTTEN && n > 0 && (size_t)n < sizeof(w->err))
+      snprintf(w->err + n, sizeof(w->err) - (size_t)n,
+               " (this writer: %" PRIu64 " samples acked, %" PRIu64
+               " sent in %" PRIu32 " requests not acked)",
+               w->acked, w->sent - w->acked, w->inflight);
     fail(w, code);
   }
 }

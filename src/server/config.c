@@ -12,6 +12,7 @@
 
 #include "chime/errors.h"
 #include "server/sumtree.h"
+#include "wire/insert.h"
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -199,6 +200,8 @@ static int parse_table(chime__table_config_t *t, json_t *obj, uint32_t index,
   t->sampler = CHIME__SAMPLER_FIFO;
   t->remover = CHIME__SAMPLER_FIFO;
   t->priority_exponent = 1.0;
+  t->max_writers = CHIME__INSERT_WRITERS;
+  t->writer_idle_ms = CHIME__INSERT_WRITER_IDLE_MS;
   const char *key;
   json_t *v;
   json_object_foreach(obj, key, v) {
@@ -298,12 +301,20 @@ static int parse_table(chime__table_config_t *t, json_t *obj, uint32_t index,
         return fail(err, errlen, "%s: expected \"max\" or a number >= 0", kw);
       }
       seq_keys |= 4;
+    } else if (strcmp(key, "max_writers") == 0) {
+      if (get_range(v, kw, 1, CHIME__INSERT_MAX_WRITERS, &t->max_writers, err,
+                    errlen) != 0)
+        return CHIME_EINVAL;
+    } else if (strcmp(key, "writer_idle_ms") == 0) {
+      if (get_range(v, kw, 0, 86400000, &t->writer_idle_ms, err, errlen) != 0)
+        return CHIME_EINVAL;
     } else {
       return fail(err, errlen,
                   "%s: unknown key (known: name, spec, capacity, sampler, "
                   "remover, priority_exponent, max_times_sampled, min_size, "
                   "samples_per_insert, error_buffer, capacity_steps, "
-                  "sequence_length, stride, episode_end, initial_priority)",
+                  "sequence_length, stride, episode_end, initial_priority, "
+                  "max_writers, writer_idle_ms)",
                   kw);
     }
   }

@@ -57,6 +57,12 @@ typedef struct {
   int episode_pad;          /* 1: pad (mask leaf), 0: drop short tails */
   int initial_priority_max; /* 1: the largest priority seen so far */
   double initial_priority;  /* else this one (default 1) */
+  /* Insert's writer memory (server/dedupe.h): writers remembered (0:
+   * CHIME__INSERT_WRITERS), and how long one that no open call carries is
+   * kept for sure (the config's default CHIME__INSERT_WRITER_IDLE_MS; 0:
+   * not at all). */
+  uint32_t max_writers;
+  uint32_t writer_idle_ms;
 } chime__table_config_t;
 
 /* Who may call what (auth.tokens): actor: Insert and GetInfo; learner:

@@ -1,10 +1,16 @@
 /* Per-writer request memory (see dedupe.h). A writer's window is a ring in
  * insertion order, which is also seq order: a new request must carry a seq
  * above every one remembered, so "older than the newest and not in the
- * window" means the server cannot tell whether it went in, and refuses. */
+ * window" means the server cannot tell whether it went in, and refuses.
+ *
+ * A writer no call binds is on one of two lists, newest at the head: idle
+ * (by the time it became idle) or closed (by the time it closed); a bound
+ * writer is on neither. A new writer's place comes from the tail of closed,
+ * then from the tail of idle when that one is old enough: O(1) either way. */
 #include "server/dedupe.h"
 
 #include <stdlib.h>
+#include <time.h>
 
 #include "chime/errors.h"
 #include "wire/insert.h"
@@ -14,32 +20,52 @@ typedef struct {
   uint32_t count;
 } entry_t;
 
+enum { ON_NONE, ON_IDLE, ON_CLOSED };
+
 typedef struct writer_s writer_t;
 struct writer_s {
   uint64_t id;
   writer_t *hnext;         /* bucket chain */
-  writer_t *newer, *older; /* LRU list */
+  writer_t *newer, *older; /* its list (idle or closed), while on one */
+  uint64_t since_ms;       /* idle or closed since */
+  uint32_t binds;          /* open calls that carried it */
+  int on;                  /* ON_* */
   uint32_t head, n;        /* window: win[head .. head + n), oldest first */
   entry_t win[CHIME__INSERT_WINDOW];
 };
 
+typedef struct {
+  writer_t *newest, *oldest;
+} list_t;
+
 struct chime__dedupe_s {
   writer_t **buckets;
   uint32_t mask;
-  uint32_t nwriters, max_writers;
-  writer_t *newest, *oldest;
+  uint32_t nwriters, max_writers, nbound;
+  uint64_t idle_ms;
+  list_t idle, closed;
   /* Once a writer was forgotten, an unknown writer may be a forgotten one. */
-  uint64_t forgotten;
+  uint64_t forgotten, refused;
+  uint64_t (*now_ms)(void *);
+  void *now_arg;
 };
 
-int chime__dedupe_create(chime__dedupe_t **out, uint32_t max_writers) {
+static uint64_t mono_ms(void *arg) {
+  (void)arg;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+int chime__dedupe_create(chime__dedupe_t **out, uint32_t max_writers,
+                         uint64_t idle_ms) {
   chime__dedupe_t *d = calloc(1, sizeof(*d));
   uint32_t nb = 16;
   *out = NULL;
-  if (d == NULL || max_writers == 0) {
-    free(d);
-    return d == NULL ? CHIME_ENOMEM : CHIME_EINVAL;
-  }
+  if (d == NULL)
+    return CHIME_ENOMEM;
+  if (max_writers == 0)
+    max_writers = CHIME__INSERT_WRITERS;
   while (nb < max_writers && nb < (1u << 30))
     nb *= 2;
   d->buckets = calloc(nb, sizeof(*d->buckets));
@@ -49,6 +75,8 @@ int chime__dedupe_create(chime__dedupe_t **out, uint32_t max_writers) {
   }
   d->mask = nb - 1;
   d->max_writers = max_writers;
+  d->idle_ms = idle_ms;
+  d->now_ms = mono_ms;
   *out = d;
   return 0;
 }
@@ -56,14 +84,20 @@ int chime__dedupe_create(chime__dedupe_t **out, uint32_t max_writers) {
 void chime__dedupe_destroy(chime__dedupe_t *d) {
   if (d == NULL)
     return;
-  writer_t *w = d->newest;
-  while (w != NULL) {
-    writer_t *next = w->older;
-    free(w);
-    w = next;
-  }
+  /* Every writer remembered is in a bucket (bound ones on no list). */
+  for (uint32_t i = 0; i <= d->mask; i++)
+    for (writer_t *w = d->buckets[i], *next; w != NULL; w = next) {
+      next = w->hnext;
+      free(w);
+    }
   free(d->buckets);
   free(d);
+}
+
+void chime__dedupe_set_clock(chime__dedupe_t *d, uint64_t (*now_ms)(void *),
+                             void *arg) {
+  d->now_ms = now_ms != NULL ? now_ms : mono_ms;
+  d->now_arg = arg;
 }
 
 static writer_t **bucket(chime__dedupe_t *d, uint64_t id) {
@@ -72,26 +106,38 @@ static writer_t **bucket(chime__dedupe_t *d, uint64_t id) {
   return &d->buckets[(uint32_t)(h >> 32) & d->mask];
 }
 
-static void lru_unlink(chime__dedupe_t *d, writer_t *w) {
+static list_t *list_of(chime__dedupe_t *d, const writer_t *w) {
+  return w->on == ON_IDLE ? &d->idle : &d->closed;
+}
+
+static void list_unlink(chime__dedupe_t *d, writer_t *w) {
+  if (w->on == ON_NONE)
+    return;
+  list_t *l = list_of(d, w);
   if (w->newer != NULL)
     w->newer->older = w->older;
   else
-    d->newest = w->older;
+    l->newest = w->older;
   if (w->older != NULL)
     w->older->newer = w->newer;
   else
-    d->oldest = w->newer;
+    l->oldest = w->newer;
   w->newer = w->older = NULL;
+  w->on = ON_NONE;
 }
 
-static void lru_push(chime__dedupe_t *d, writer_t *w) {
-  w->older = d->newest;
+/* Puts w (on no list) at the head of list `on`, since now. */
+static void list_push(chime__dedupe_t *d, writer_t *w, int on) {
+  w->on = on;
+  list_t *l = list_of(d, w);
+  w->since_ms = d->now_ms(d->now_arg);
+  w->older = l->newest;
   w->newer = NULL;
-  if (d->newest != NULL)
-    d->newest->newer = w;
+  if (l->newest != NULL)
+    l->newest->newer = w;
   else
-    d->oldest = w;
-  d->newest = w;
+    l->oldest = w;
+  l->newest = w;
 }
 
 static writer_t *find(chime__dedupe_t *d, uint64_t id) {
@@ -108,27 +154,73 @@ static void unhash(chime__dedupe_t *d, writer_t *w) {
   *p = w->hnext;
 }
 
-/* A new writer, taking the least recently used one's place when full. */
-static writer_t *add(chime__dedupe_t *d, uint64_t id) {
+/* The writer whose place a new one may take, or NULL: closed first, then
+ * idle for idle_ms or more; never a bound one. */
+static writer_t *victim(chime__dedupe_t *d) {
+  if (d->closed.oldest != NULL)
+    return d->closed.oldest;
+  writer_t *w = d->idle.oldest;
+  if (w != NULL && d->now_ms(d->now_arg) - w->since_ms >= d->idle_ms)
+    return w;
+  return NULL;
+}
+
+/* Takes in a writer not remembered (on no list yet), or says why not. */
+static int add(chime__dedupe_t *d, uint64_t id, uint64_t seq, writer_t **out) {
   writer_t *w;
+  /* A writer numbers its requests from 1 and resends only what followed
+   * its last ack: an unknown writer past its first request was forgotten,
+   * unless nobody ever was. */
+  if (seq > 1 && d->forgotten > 0)
+    return CHIME_EFORGOTTEN;
   if (d->nwriters == d->max_writers) {
-    w = d->oldest;
-    lru_unlink(d, w);
+    w = victim(d);
+    if (w == NULL) {
+      d->refused++;
+      return CHIME_ERESOURCE;
+    }
+    list_unlink(d, w);
     unhash(d, w);
     d->forgotten++;
   } else {
     w = malloc(sizeof(*w));
     if (w == NULL)
-      return NULL;
+      return CHIME_ENOMEM;
     d->nwriters++;
   }
   w->id = id;
+  w->newer = w->older = NULL;
+  w->on = ON_NONE;
+  w->binds = 0;
   w->head = w->n = 0;
   writer_t **b = bucket(d, id);
   w->hnext = *b;
   *b = w;
-  lru_push(d, w);
-  return w;
+  *out = w;
+  return 0;
+}
+
+int chime__dedupe_bind(chime__dedupe_t *d, uint64_t writer, uint64_t seq) {
+  writer_t *w = find(d, writer);
+  if (w == NULL) {
+    int rc = add(d, writer, seq, &w);
+    if (rc != 0)
+      return rc;
+  }
+  list_unlink(d, w);
+  if (w->binds++ == 0)
+    d->nbound++;
+  return 0;
+}
+
+void chime__dedupe_unbind(chime__dedupe_t *d, uint64_t writer, int closed) {
+  writer_t *w = find(d, writer);
+  if (w == NULL || w->binds == 0)
+    return; /* never bound: nothing to undo */
+  if (--w->binds > 0)
+    return;
+  d->nbound--;
+  list_push(d, w, closed ? ON_CLOSED : ON_IDLE);
 }
 
 int chime__dedupe_check(chime__dedupe_t *d, chime__dedupe_req_t *q,
@@ -136,18 +228,17 @@ int chime__dedupe_check(chime__dedupe_t *d, chime__dedupe_req_t *q,
   writer_t *w = find(d, q->writer);
   q->resent = q->refused = 0;
   if (w == NULL) {
-    /* A writer numbers its requests from 1 and resends only what followed
-     * its last ack: an unknown writer past its first request was
-     * forgotten, unless nobody ever was. */
-    if (q->seq > 1 && d->forgotten > 0) {
-      q->known = 0;
-      q->refused = 1;
-      return CHIME_EEXIST;
+    int rc = add(d, q->writer, q->seq, &w);
+    if (rc != 0) {
+      q->refused = rc != CHIME_ENOMEM;
+      return rc;
     }
-    return add(d, q->writer) != NULL ? CHIME__DEDUPE_NEW : CHIME_ENOMEM;
   }
-  lru_unlink(d, w);
-  lru_push(d, w);
+  if (w->binds == 0) {
+    /* Used without a call (in-process callers): idle from now. */
+    list_unlink(d, w);
+    list_push(d, w, ON_IDLE);
+  }
   if (w->n == 0)
     return CHIME__DEDUPE_NEW;
   const entry_t *newest = &w->win[(w->head + w->n - 1) % CHIME__INSERT_WINDOW];
@@ -187,4 +278,11 @@ void chime__dedupe_record(chime__dedupe_t *d, const chime__dedupe_req_t *q,
   e->seq = q->seq;
   e->first_key = first_key;
   e->count = count;
+}
+
+void chime__dedupe_stats(const chime__dedupe_t *d, chime__dedupe_stats_t *out) {
+  out->writers = d->nwriters;
+  out->bound = d->nbound;
+  out->forgotten = d->forgotten;
+  out->refused = d->refused;
 }

@@ -1,12 +1,28 @@
 /* What a table remembers of its writers' requests, so a request resent on a
  * new call (the writer lost its connection before the ack) is acked again
  * instead of inserted twice. Per writer: the last CHIME__INSERT_WINDOW
- * requests it inserted, {seq, first_key, count}; at most max_writers
- * writers, the least recently used forgotten first. Not thread-safe: the
+ * requests it inserted, {seq, first_key, count}. Not thread-safe: the
  * table calls it under its lock, in the same critical section as the
  * insert, so two copies of one request can never both go in.
  *
- * Memory: about 800 bytes per writer remembered (3.2 MiB per table at
+ * Which writers are remembered (docs/protocol.md, "Which writers the server
+ * remembers"): at most max_writers, and a writer is in one of three states:
+ * - bound: an Insert call that carried it is open (chime__dedupe_bind()
+ *   when a call first carries it, chime__dedupe_unbind() when that call
+ *   ends). Never forgotten.
+ * - closed: the last call that carried it ended with the writer's
+ *   half-close after its last ack. It is done: forgotten first.
+ * - idle: neither, since its last call ended or (used without a call) its
+ *   last request. Forgotten only once idle for idle_ms: a writer whose
+ *   connection broke comes back within that to resend.
+ * A new writer takes a free place, else the place of the writer closed
+ * longest ago, else of the writer idle longest if that is idle_ms or more.
+ * When every writer remembered is bound or idle for less than idle_ms, the
+ * new writer is refused (CHIME_ERESOURCE) and nobody is forgotten: a client
+ * that brings many writer ids can fill the memory, but never flush the
+ * writers of others out of it.
+ *
+ * Memory: about 830 bytes per writer remembered (3.3 MiB per table at
  * CHIME__INSERT_WRITERS), allocated as writers appear. */
 #ifndef CHIME_SERVER_DEDUPE_H
 #define CHIME_SERVER_DEDUPE_H
@@ -25,30 +41,59 @@ typedef struct {
   /* Out: 1 when the request was inserted before and acked again from
    * memory (nothing inserted). */
   int resent;
-  /* Out: 1 when the check refused it (CHIME_EEXIST or CHIME_EINVAL). */
+  /* Out: 1 when the check refused it (any CHIME_E code below but
+   * CHIME_ENOMEM). */
   int refused;
-  /* Out, on CHIME_EEXIST: the newest seq remembered for the writer, 0 when
-   * the writer was forgotten; on CHIME_EINVAL: the count first sent. */
+  /* Out, on CHIME_EEXIST: the newest seq remembered for the writer; on
+   * CHIME_EINVAL: the count first sent. */
   uint64_t known;
 } chime__dedupe_req_t;
 
 enum { CHIME__DEDUPE_NEW = 1, CHIME__DEDUPE_RESENT = 2 };
 
-int chime__dedupe_create(chime__dedupe_t **out, uint32_t max_writers);
+/* max_writers 0: CHIME__INSERT_WRITERS. idle_ms: how long an idle writer is
+ * kept for sure (0: a writer no call carries may go as soon as room is
+ * needed). */
+int chime__dedupe_create(chime__dedupe_t **out, uint32_t max_writers,
+                         uint64_t idle_ms);
 void chime__dedupe_destroy(chime__dedupe_t *d); /* NULL-safe */
+/* Tests: the clock idle time is measured with (milliseconds, any origin;
+ * default CLOCK_MONOTONIC). */
+void chime__dedupe_set_clock(chime__dedupe_t *d, uint64_t (*now_ms)(void *),
+                             void *arg);
 
-/* Looks a request up (q->writer non-zero). Returns
+/* A call carries writer for the first time (its request seq): the writer is
+ * bound until chime__dedupe_unbind(). 0, or (nothing bound):
+ * - CHIME_EFORGOTTEN: not remembered, seq is not its first request and
+ *   writers were forgotten before: it may be one of them;
+ * - CHIME_ERESOURCE: new, and no place is free or may be taken;
+ * - CHIME_ENOMEM. */
+int chime__dedupe_bind(chime__dedupe_t *d, uint64_t writer, uint64_t seq);
+/* The call that bound writer ended; closed: with the writer's half-close
+ * after its last ack (it is done). */
+void chime__dedupe_unbind(chime__dedupe_t *d, uint64_t writer, int closed);
+
+/* Looks a request up (q->writer non-zero). A writer no call bound is taken
+ * in as chime__dedupe_bind() would, and idle from now. Returns
  * - CHIME__DEDUPE_NEW: never inserted: insert it, then
  *   chime__dedupe_record() before the lock is released;
  * - CHIME__DEDUPE_RESENT: inserted before with *first_key (q->resent set);
- * - CHIME_EEXIST: cannot tell (older than the window, or the writer was
- *   forgotten and this is not its first request): refuse it;
+ * - CHIME_EEXIST: cannot tell (older than the window): refuse it;
  * - CHIME_EINVAL: inserted before with another count;
- * - CHIME_ENOMEM. */
+ * - CHIME_EFORGOTTEN, CHIME_ERESOURCE (a writer not remembered, as
+ *   chime__dedupe_bind()), CHIME_ENOMEM. */
 int chime__dedupe_check(chime__dedupe_t *d, chime__dedupe_req_t *q,
                         uint32_t count, uint64_t *first_key);
 /* Remembers a request chime__dedupe_check() found new and that went in. */
 void chime__dedupe_record(chime__dedupe_t *d, const chime__dedupe_req_t *q,
                           uint32_t count, uint64_t first_key);
+
+/* Counts since create. */
+typedef struct {
+  uint32_t writers, bound; /* remembered now, of them bound */
+  uint64_t forgotten;      /* places taken from closed or idle writers */
+  uint64_t refused;        /* new writers refused: no place */
+} chime__dedupe_stats_t;
+void chime__dedupe_stats(const chime__dedupe_t *d, chime__dedupe_stats_t *out);
 
 #endif

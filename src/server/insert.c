@@ -174,7 +174,12 @@ struct insert_s {
   atomic_int abort;
   int pending, half_closed, stopping;
   int ended;      /* the call is over: a request not yet in is dropped */
+  int closed_ok;  /* OK after the client closed its side, all acked */
   insert_t *next; /* worker queue */
+  /* The writers this call carried, bound to it in the table's memory until
+   * it ends (dedupe.h). Under c->mu. */
+  uint64_t writers[CHIME__INSERT_CALL_WRITERS];
+  uint32_t nwriters;
 };
 
 struct chime__inserter_s {
@@ -310,6 +315,33 @@ static void finish_err(chime__call_t *c, int rc, const char *msg) {
   chime__call_finish(c, rc, "%s", msg);
 }
 
+/* Why the table's memory would not take a writer it does not remember
+ * (dedupe.h): CHIME_EFORGOTTEN or CHIME_ERESOURCE. Says what is known of
+ * the writer's requests and what it can do. */
+static void writer_refused(char *err, size_t errlen,
+                           const chime__table_config_t *tc, int rc,
+                           uint64_t writer, uint64_t seq) {
+  unsigned long long w = (unsigned long long)writer;
+  unsigned max = tc->max_writers ? tc->max_writers : CHIME__INSERT_WRITERS;
+  if (rc == CHIME_EFORGOTTEN)
+    snprintf(err, errlen,
+             "insert into '%s': writer %016llx is no longer remembered (the "
+             "table keeps %u writers; one that closed its call, or had no "
+             "open call for %u ms, makes room for new ones) and request %llu "
+             "is not its first: this request was not inserted; each of its "
+             "requests that was not acked is either wholly in the table or "
+             "not at all, which the server cannot tell; go on with a new "
+             "writer",
+             tc->name, w, max, tc->writer_idle_ms, (unsigned long long)seq);
+  else
+    snprintf(err, errlen,
+             "insert into '%s': writer %016llx not taken: the table "
+             "remembers %u writers (max_writers), each carried by an open "
+             "Insert call or without one for less than %u ms "
+             "(writer_idle_ms); nothing was inserted; try again later",
+             tc->name, w, max, tc->writer_idle_ms);
+}
+
 /* A resent request the table would not take (dedupe.h): the writer hears
  * which, and that nothing was inserted. */
 static void finish_refused(chime__call_t *c, const insert_t *st,
@@ -318,18 +350,16 @@ static void finish_refused(chime__call_t *c, const insert_t *st,
   const char *tn = chime__table_config(st->table)->name;
   unsigned long long w = (unsigned long long)dq->writer;
   unsigned long long seq = (unsigned long long)dq->seq;
-  if (rc == CHIME_EINVAL)
+  if (rc == CHIME_EFORGOTTEN || rc == CHIME_ERESOURCE) {
+    char err[1024];
+    writer_refused(err, sizeof(err), chime__table_config(st->table), rc,
+                   dq->writer, dq->seq);
+    chime__call_finish(c, rc, "%s", err);
+  } else if (rc == CHIME_EINVAL)
     chime__call_finish(c, CHIME_EINVAL,
                        "insert into '%s': request %llu of writer %016llx was "
                        "inserted with %llu samples, resent with %u",
                        tn, seq, w, (unsigned long long)dq->known, count);
-  else if (dq->known == 0)
-    chime__call_finish_as(
-        c, CHIME_EINVAL, GRPC_STATUS_FAILED_PRECONDITION,
-        "insert into '%s': writer %016llx is no longer remembered (more than "
-        "%d writers wrote since) and request %llu is not its first: it may "
-        "be in the table already, so it was not inserted",
-        tn, w, CHIME__INSERT_WRITERS, seq);
   else
     chime__call_finish_as(
         c, CHIME_EINVAL, GRPC_STATUS_FAILED_PRECONDITION,
@@ -342,10 +372,56 @@ static void finish_refused(chime__call_t *c, const insert_t *st,
 /* The writer closed its side and everything it sent is acked. During a
  * shutdown it still hears "shutting down", whichever came first. */
 static void finish_closed(chime__call_t *c) {
-  if (atomic_load(&c->srv->stopping))
+  if (atomic_load(&c->srv->stopping)) {
     chime__call_finish(c, CHIME_ESHUTDOWN, "shutting down");
-  else
-    chime__call_finish(c, CHIME_OK, "%s", "");
+    return;
+  }
+  /* The writers it carried are done (dedupe.h: closed, forgotten first). */
+  insert_t *st = c->state;
+  pthread_mutex_lock(&c->mu);
+  st->closed_ok = 1;
+  pthread_mutex_unlock(&c->mu);
+  chime__call_finish(c, CHIME_OK, "%s", "");
+}
+
+/* Binds the request's writer to the call the first time the call carries
+ * it, so the table does not forget it while the call is open (dedupe.h). 0,
+ * or an error for the call with its text in err. */
+static int bind_writer(chime__call_t *c, insert_t *st, uint64_t writer,
+                       uint64_t seq, char *err, size_t errlen) {
+  const chime__table_config_t *tc = chime__table_config(st->table);
+  pthread_mutex_lock(&c->mu);
+  int full = st->nwriters == CHIME__INSERT_CALL_WRITERS;
+  for (uint32_t i = 0; i < st->nwriters; i++)
+    if (st->writers[i] == writer) {
+      pthread_mutex_unlock(&c->mu);
+      return 0;
+    }
+  pthread_mutex_unlock(&c->mu);
+  if (full) {
+    snprintf(err, errlen,
+             "insert into '%s': one Insert call carries at most %d writer "
+             "ids and writer %016llx would be one more; nothing of request "
+             "%llu was inserted; open a call per writer",
+             tc->name, CHIME__INSERT_CALL_WRITERS, (unsigned long long)writer,
+             (unsigned long long)seq);
+    return CHIME_ERESOURCE;
+  }
+  int rc = chime__table_writer_bind(st->table, writer, seq);
+  if (rc == CHIME_ENOMEM)
+    snprintf(err, errlen, "out of memory");
+  else if (rc != 0)
+    writer_refused(err, errlen, tc, rc, writer, seq);
+  if (rc != 0)
+    return rc;
+  pthread_mutex_lock(&c->mu);
+  int ended = st->ended; /* on_close unbound what it found already */
+  if (!ended)
+    st->writers[st->nwriters++] = writer;
+  pthread_mutex_unlock(&c->mu);
+  if (ended)
+    chime__table_writer_unbind(st->table, writer, 0);
+  return 0;
 }
 
 /* Acks a request that went in (rc 0), then reads the next one, or ends
@@ -522,6 +598,10 @@ static void insert_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
       goto fail;
     }
   }
+  if (req->q.writer_id != 0 &&
+      (rc = bind_writer(c, st, req->q.writer_id, req->q.id, err,
+                        sizeof(err))) != 0)
+    goto fail;
   {
     chime__inserter_t *w = srv->inserters[st->tindex];
     uint64_t first_key = 0;
@@ -679,14 +759,30 @@ static void insert_on_stop(chime__call_t *c) {
 }
 
 static void insert_on_close(chime__call_t *c) {
+  uint64_t writers[CHIME__INSERT_CALL_WRITERS];
+  uint32_t n = 0;
+  int closed = 0;
   pthread_mutex_lock(&c->mu);
   insert_t *st = c->state;
-  if (st != NULL)
+  if (st != NULL) {
     st->ended = 1;
+    n = st->nwriters;
+    memcpy(writers, st->writers, n * sizeof(writers[0]));
+    st->nwriters = 0;
+    /* Closed: its OK after the client's half-close reached the client.
+     * A cancelled call (the client or its connection gone) also reads as
+     * a half-close first, but its writers may come back to resend. */
+    closed = st->closed_ok && !c->cancelled;
+  }
   pthread_mutex_unlock(&c->mu);
   chime__staging_forget(&c->srv->staging, c);
   if (st != NULL)
     abort_wait(st);
+  /* A request of the call still in the works meets its writer idle, not
+   * forgotten: idle ones are kept writer_idle_ms (and a call with one in
+   * the works did not end closed). */
+  for (uint32_t i = 0; i < n; i++)
+    chime__table_writer_unbind(st->table, writers[i], closed);
 }
 
 static void insert_on_free(chime__call_t *c) {

@@ -193,17 +193,26 @@ static void close_lane(chime__steps_t *s, uint32_t i) {
   }
 }
 
+/* Whether lane a goes before lane b when one must: a lane with no open
+ * episode loses nothing (its writer's next episode starts in a new block),
+ * so it goes first (a writer per episode leaves such lanes behind); then
+ * the one whose writer went quiet longest. */
+static int goes_before(const episode_t *a, const episode_t *b) {
+  if ((a->id == 0) != (b->id == 0))
+    return a->id == 0;
+  return a->last_use < b->last_use;
+}
+
 uint32_t chime__steps_lane(chime__steps_t *s, uint64_t writer) {
   uint32_t lru = 0;
   for (uint32_t i = 0; i < s->neps; i++) {
     if (s->eps[i].writer == writer)
       return i;
-    if (s->eps[i].last_use < s->eps[lru].last_use)
+    if (goes_before(&s->eps[i], &s->eps[lru]))
       lru = i;
   }
   if (s->neps == s->cfg.max_episodes) {
-    /* Its writer went quiet longest (likely gone): its complete windows
-     * stay, an open episode's tail makes none. */
+    /* An open episode's tail makes no window; its complete windows stay. */
     if (s->eps[lru].id != 0)
       s->abandoned++;
     close_lane(s, lru);

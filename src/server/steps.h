@@ -73,9 +73,10 @@ int chime__steps_create(chime__steps_t **out, const chime_spec_t *spec,
                         const chime__steps_cb_t *cb);
 void chime__steps_destroy(chime__steps_t *s); /* NULL-safe */
 
-/* The lane of writer, a new one when it has none (the least recently
- * used lane is dropped when max_episodes lanes exist: its open episode is
- * abandoned, without a padded window). Its next append opens an episode
+/* The lane of writer, a new one when it has none (when max_episodes lanes
+ * exist one is dropped: the least recently used with no open episode, else
+ * the least recently used, whose open episode is abandoned without a padded
+ * window). Its next append opens an episode
  * when none is open. Returns a handle valid until the next call. */
 uint32_t chime__steps_lane(chime__steps_t *s, uint64_t writer);
 /* Appends one step to lane ep's open episode (a new one if none is open):

@@ -110,6 +110,9 @@ struct chime__table_s {
 };
 
 #define NONE UINT32_MAX
+/* Writers remembered (and a sequence table's lanes). */
+#define WRITERS(cfg)                                                           \
+  ((cfg)->max_writers ? (cfg)->max_writers : CHIME__INSERT_WRITERS)
 
 /* The table's lock, taken by everyone but a mutation's next slice. A
  * large MutatePriorities holds it in slices (chime__table_mutate) and,
@@ -191,7 +194,7 @@ static int seq_create(chime__table_t *t, size_t rows) {
       .sequence_length = t->cfg.sequence_length,
       .stride = t->cfg.stride,
       .pad = t->cfg.episode_pad,
-      .max_episodes = CHIME__INSERT_WRITERS,
+      .max_episodes = WRITERS(&t->cfg), /* a lane per writer remembered */
   };
   chime__steps_cb_t cb = {seq_window, seq_evict, t};
   t->sleaves = t->cfg.spec.nleaves;
@@ -288,7 +291,8 @@ int chime__table_create(chime__table_t **out,
   }
   t->map_len = len;
   t->rows = rows;
-  rc = chime__dedupe_create(&t->dedupe, CHIME__INSERT_WRITERS);
+  rc =
+      chime__dedupe_create(&t->dedupe, WRITERS(&t->cfg), t->cfg.writer_idle_ms);
   if (rc != 0)
     goto out;
   uint8_t *p = t->map;
@@ -1069,6 +1073,20 @@ out:
   return rc;
 }
 
+int chime__table_writer_bind(chime__table_t *t, uint64_t writer, uint64_t seq) {
+  pthread_mutex_lock(&t->mu);
+  int rc = chime__dedupe_bind(t->dedupe, writer, seq);
+  pthread_mutex_unlock(&t->mu);
+  return rc;
+}
+
+void chime__table_writer_unbind(chime__table_t *t, uint64_t writer,
+                                int closed) {
+  pthread_mutex_lock(&t->mu);
+  chime__dedupe_unbind(t->dedupe, writer, closed);
+  pthread_mutex_unlock(&t->mu);
+}
+
 int chime__table_insert_spans(chime__table_t *t, const chime__span_t *spans,
                               size_t nspans, uint32_t count,
                               const double *priorities, uint64_t *first_key,
@@ -1748,7 +1766,7 @@ uint64_t chime__table_bytes(const chime__table_config_t *cfg) {
         .sequence_length = cfg->sequence_length,
         .stride = cfg->stride,
         .pad = cfg->episode_pad,
-        .max_episodes = CHIME__INSERT_WRITERS,
+        .max_episodes = WRITERS(cfg),
     };
     uint64_t sb = chime__steps_bytes(&cfg->spec, &sc);
     cap = cfg->capacity_steps;

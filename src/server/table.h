@@ -73,8 +73,9 @@ void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out);
  * dq (NULL, or writer 0: none) names the request's writer and seq: one the
  * table inserted before is not inserted again; it returns 0 with its
  * original *first_key and dq->resent set. One it cannot tell about is
- * CHIME_EEXIST, a different count for a known one CHIME_EINVAL (dedupe.h);
- * both leave dq->known set. The check and the insert are one critical
+ * CHIME_EEXIST, a different count for a known one CHIME_EINVAL, a writer
+ * not remembered CHIME_EFORGOTTEN or CHIME_ERESOURCE (dedupe.h); all set
+ * dq->refused. The check and the insert are one critical
  * section, so no two copies of a request both go in. */
 int chime__table_insert(chime__table_t *t, const uint8_t *data, uint32_t count,
                         const double *priorities, uint64_t *first_key,
@@ -91,6 +92,12 @@ int chime__table_try_insert_spans(chime__table_t *t, const chime__span_t *spans,
                                   size_t nspans, uint32_t count,
                                   const double *priorities, uint64_t *first_key,
                                   chime__dedupe_req_t *dq);
+
+/* An Insert call carries writer for the first time (its request seq) /
+ * the call ended: chime__dedupe_bind() / _unbind() under the table's lock
+ * (dedupe.h: a bound writer is never forgotten). */
+int chime__table_writer_bind(chime__table_t *t, uint64_t writer, uint64_t seq);
+void chime__table_writer_unbind(chime__table_t *t, uint64_t writer, int closed);
 
 /* Fills the batch_size samples of a ring slot (leaf-major, layout from the
  * ring) once the table holds min_size items (and batch_size items when

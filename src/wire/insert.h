@@ -8,8 +8,16 @@
  * from memory, an older one refused. So a writer that resends keeps at most
  * this many requests in flight. */
 #define CHIME__INSERT_WINDOW 32
-/* Writers remembered per table; beyond it the least recently used is
- * forgotten (docs/protocol.md, Insert). */
+/* Writers remembered per table by default (the table key max_writers);
+ * docs/protocol.md, "Which writers the server remembers". */
 #define CHIME__INSERT_WRITERS 4096
+#define CHIME__INSERT_MAX_WRITERS 65536 /* max_writers at most */
+/* How long a writer no open call carries is remembered for sure, by
+ * default (the table key writer_idle_ms): a writer that lost its connection
+ * resends within this. */
+#define CHIME__INSERT_WRITER_IDLE_MS 60000
+/* Distinct writer_ids one Insert call may carry: a client cannot bring
+ * thousands of new writers on one call (the C writer uses one per call). */
+#define CHIME__INSERT_CALL_WRITERS 16
 
 #endif

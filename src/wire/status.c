@@ -34,6 +34,10 @@ grpc_status_code chime__status_from_err(int err) {
     return GRPC_STATUS_UNIMPLEMENTED;
   case CHIME_ECUDA:
     return GRPC_STATUS_FAILED_PRECONDITION;
+  case CHIME_EFORGOTTEN:
+    /* Retry at a higher level: the writer's requests go on under a new
+     * writer id (docs/protocol.md, Insert). */
+    return GRPC_STATUS_ABORTED;
   default:
     return GRPC_STATUS_INTERNAL;
   }

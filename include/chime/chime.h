@@ -421,8 +421,9 @@ typedef struct {
   uint64_t bytes;          /* leaf bytes of those batches */
   /* Stream mode: batch payload received, per batch chime_ring_layout()'s
    * info_offset + batch_size * sizeof(chime_sample_info_t) (leaf arrays,
-   * padding, sample info: more than `bytes` counts); a batch's last chunk
-   * counts once next() can see the batch. */
+   * padding, sample info: more than `bytes` counts). Counted as chunks
+   * arrive, so it covers every batch next() returned, and a batch's bytes
+   * count a moment before next() can see it. */
   uint64_t received_bytes;
   uint64_t credits;        /* stream mode: batches granted, prefetch too */
   uint32_t leases;         /* batches held now */

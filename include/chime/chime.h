@@ -416,16 +416,17 @@ CHIME_EXTERN const char *chime_stream_last_error(const chime_stream_t *stream);
 /* This process's view of one stream (the server's is chime_client_stats()). */
 typedef struct {
   chime_mode_t mode;
-  uint64_t stream_id;      /* as in the server's stats */
-  uint64_t batches;        /* taken by chime_stream_next() */
-  uint64_t bytes;          /* leaf bytes of those batches */
+  uint64_t stream_id; /* as in the server's stats */
+  uint64_t batches;   /* taken by chime_stream_next() */
+  uint64_t bytes;     /* leaf bytes of those batches */
   /* Stream mode: batch payload received, per batch chime_ring_layout()'s
    * info_offset + batch_size * sizeof(chime_sample_info_t) (leaf arrays,
-   * padding, sample info: more than `bytes` counts); a batch's last chunk
-   * counts once next() can see the batch. */
+   * padding, sample info: more than `bytes` counts). Counted as chunks
+   * arrive, so it covers every batch next() returned, and a batch's bytes
+   * count a moment before next() can see it. */
   uint64_t received_bytes;
-  uint64_t credits;        /* stream mode: batches granted, prefetch too */
-  uint32_t leases;         /* batches held now */
+  uint64_t credits; /* stream mode: batches granted, prefetch too */
+  uint32_t leases;  /* batches held now */
   uint32_t max_leases;
   uint64_t consumer_wait_ns; /* time next() spent waiting */
   uint64_t pinned_bytes;     /* page-locked by pin_host_memory */

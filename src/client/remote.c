@@ -88,6 +88,7 @@ int chime__remote_chunk(chime__remote_t *r, grpc_byte_buffer *bb, char *err,
     skip = 0;
   }
   r->received += c.data_len;
+  atomic_fetch_add_explicit(&r->bytes, c.data_len, memory_order_relaxed);
   if (r->received == r->send_bytes) {
     uint64_t seq;
     r->active = 0;
@@ -98,10 +99,6 @@ int chime__remote_chunk(chime__remote_t *r, grpc_byte_buffer *bb, char *err,
                          chime_strerror(rc));
     r->batches++;
   }
-  /* A batch's last bytes count once it is published (release, read with
-   * acquire by the stats): received_bytes of k whole batches means next()
-   * finds k, whichever thread reads it. */
-  atomic_fetch_add_explicit(&r->bytes, c.data_len, memory_order_release);
   return 0;
 }
 
@@ -217,7 +214,7 @@ static int remote_release(chime_stream_t *s, uint32_t slot) {
 static void remote_stats(const chime_stream_t *s,
                          chime_stream_local_stats_t *out) {
   out->received_bytes =
-      atomic_load_explicit(&s->remote.bytes, memory_order_acquire);
+      atomic_load_explicit(&s->remote.bytes, memory_order_relaxed);
   out->credits = atomic_load(&s->remote.granted);
 }
 

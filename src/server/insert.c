@@ -100,7 +100,8 @@ out:
  * before it): its samples, copied out of gRPC's buffers so those are never
  * held while an insert waits. */
 typedef struct {
-  uint8_t *data;
+  uint8_t *data; /* chime__staging_alloc'd */
+  size_t data_len;
   uint64_t bytes; /* charged to the staging budget */
   uint32_t count;
   uint64_t id, writer_id;
@@ -112,7 +113,7 @@ typedef struct {
 static void staged_free(staged_t *sg) {
   if (sg == NULL)
     return;
-  free(sg->data);
+  chime__staging_free(sg->data, sg->data_len);
   free(sg->priorities);
   chime__staging_release(sg->budget, sg->bytes);
   free(sg);
@@ -127,11 +128,12 @@ static int stage(staged_t **out, msg_t *m, chime__staging_t *budget) {
     return CHIME_ERESOURCE;
   staged_t *sg = calloc(1, sizeof(*sg));
   if (sg == NULL ||
-      (sg->data = malloc(m->q.data_len ? (size_t)m->q.data_len : 1)) == NULL) {
+      (sg->data = chime__staging_alloc((size_t)m->q.data_len)) == NULL) {
     free(sg);
     chime__staging_release(budget, bytes);
     return CHIME_ENOMEM;
   }
+  sg->data_len = (size_t)m->q.data_len;
   chime__pb_copy(&m->pr, m->q.data_offset, sg->data, m->q.data_len);
   sg->count = m->q.count;
   sg->id = m->q.id;

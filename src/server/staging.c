@@ -6,6 +6,7 @@
 #include "server/staging.h"
 
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #include "server/server.h"
 
@@ -132,4 +133,15 @@ void chime__staging_get_stats(chime__staging_t *g,
   out->parked = g->nparked;
   out->parked_total = g->parked_total;
   pthread_mutex_unlock(&g->mu);
+}
+
+void *chime__staging_alloc(size_t n) {
+  void *p = mmap(NULL, n ? n : 1, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+void chime__staging_free(void *p, size_t n) {
+  if (p != NULL)
+    munmap(p, n ? n : 1);
 }

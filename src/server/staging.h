@@ -44,6 +44,16 @@ int chime__staging_charge(chime__staging_t *g, uint64_t bytes);
 /* Gives bytes back and reads parked calls while the budget has room. */
 void chime__staging_release(chime__staging_t *g, uint64_t bytes);
 
+/* Memory for a staged request's samples (n bytes, 0 allowed), mapped on
+ * its own rather than taken from malloc's arenas, and given back to the
+ * system by chime__staging_free: chimed keeps up to 256 MiB of freed
+ * memory per arena for gRPC's buffers (common/malloc_tune.h), so staged
+ * copies freed there stayed resident after they went in, and the budget
+ * said less than chimed held. NULL when out of memory. */
+void *chime__staging_alloc(size_t n);
+/* NULL-safe; n as given to chime__staging_alloc. */
+void chime__staging_free(void *p, size_t n);
+
 typedef struct {
   uint64_t bytes, budget, parked, parked_total;
 } chime__staging_stats_t;

@@ -554,8 +554,10 @@ static double weight(const chime__table_t *t, double prio) {
 }
 
 /* Makes row r (its item written) live in every structure: the newest in
- * insert order, or the oldest (an item given back). */
-static void live_add(chime__table_t *t, uint32_t r, int oldest) {
+ * insert order, or the oldest (an item given back). w: its weight in the
+ * sum tree, weight(t, its priority), when there is one. */
+static void live_add_weighted(chime__table_t *t, uint32_t r, int oldest,
+                              double w) {
   t->dpos[r] = (uint32_t)t->count; /* also says "live" without dense */
   if (t->dense_on)
     t->dense[t->count] = r;
@@ -578,8 +580,7 @@ static void live_add(chime__table_t *t, uint32_t r, int oldest) {
     t->newest = r;
   }
   int e = 0;
-  if (t->sum != NULL &&
-      chime__sumtree_set(t->sum, r, weight(t, t->meta[r].prio)))
+  if (t->sum != NULL && chime__sumtree_set(t->sum, r, w))
     e = chime__sumtree_set(t->sum, r, 0.0); /* checked at insert: can't */
   if (t->hmin != NULL)
     e |= chime__heap_push(t->hmin, r, t->meta[r].prio);
@@ -588,6 +589,11 @@ static void live_add(chime__table_t *t, uint32_t r, int oldest) {
   /* Keys are new (or left: given back) and the index holds every row. */
   e |= chime__keyindex_insert(t->keys, t->meta[r].key, r);
   (void)e; /* the row was free, the key checked: cannot fail */
+}
+
+static void live_add(chime__table_t *t, uint32_t r, int oldest) {
+  live_add_weighted(t, r, oldest,
+                    t->sum != NULL ? weight(t, t->meta[r].prio) : 0.0);
 }
 
 /* Takes live row r out; it is free again once no sampler copies it. */
@@ -883,14 +889,15 @@ static void evict_oldest(chime__table_t *t, uint64_t need) {
 
 /* Reverb's rule for a full table (its Table inserts, then asks the
  * remover over every item): the item that leaves is the remover's pick
- * among the table's items and the one coming in, of priority prio. NONE:
+ * among the table's items and the one coming in, of priority prio and
+ * weight w (in a table with a sum tree: weight(t, prio)). NONE:
  * the new one, which then never goes in. The table holds an item at
  * least (count >= capacity >= 1), so fifo's pick is never the new one;
  * lifo's always is, a heap's when it is the extreme (of equal priorities
  * the older item is on top), uniform's with chance 1 / (size + 1) and
  * prioritized's with its weight's share of the sum, the new one's
  * included (every weight 0: uniform). */
-static uint32_t choose_victim(chime__table_t *t, double prio) {
+static uint32_t choose_victim(chime__table_t *t, double prio, double w) {
   uint32_t r = NONE;
   double top = 0;
   switch (t->cfg.remover) {
@@ -910,7 +917,7 @@ static uint32_t choose_victim(chime__table_t *t, double prio) {
     /* Within range: each weight is at most CHIME__SUMTREE_MAX_VALUE and
      * the rows outnumber the items, the new one included. */
     double total = chime__sumtree_total(t->sum);
-    double all = total + weight(t, prio);
+    double all = total + w;
     double u = (double)(next_rand(t) >> 11) * 0x1p-53;
     uint64_t slot;
     if (!(all > 0))
@@ -1041,8 +1048,10 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
     if (j + KEY_AHEAD < count)
       chime__keyindex_prefetch(t->keys, key0 + j + KEY_AHEAD);
     double prio = priorities != NULL ? priorities[j] : 1.0;
+    /* The weight once, for the remover and the sum tree alike. */
+    double w = t->sum != NULL ? weight(t, prio) : 0.0;
     if (choose && t->count >= cap) {
-      uint32_t v = choose_victim(t, prio);
+      uint32_t v = choose_victim(t, prio, w);
       if (v != NONE)
         live_remove(t, v);
       /* Room for one (need above): a row is free unless v was the new
@@ -1060,7 +1069,7 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
     t->meta[r].itime = when;
     t->meta[r].times = 0;
     t->meta[r].prio = prio;
-    live_add(t, r, 0);
+    live_add_weighted(t, r, 0, w);
   }
   t->inserts += count;
   t->left += skip; /* a fifo remover's picks among the request's own */

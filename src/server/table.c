@@ -32,6 +32,7 @@
 #include "server/steps.h"
 #include "server/sumtree.h"
 
+#include <float.h>
 #include <math.h>
 
 /* A row's bookkeeping, in one record: a sample reads and writes all of
@@ -62,6 +63,7 @@ struct chime__table_s {
   chime__heap_t *hmin, *hmax;
   chime__keyindex_t *keys; /* key -> live row (MutatePriorities) */
   uint64_t mts;            /* max_times_sampled, 0: no limit */
+  double prio_sure; /* priorities up to it weigh within bounds (surely) */
   void *map;
   size_t map_len;
 
@@ -232,6 +234,19 @@ static void free_parts(chime__table_t *t) {
   free(t);
 }
 
+/* A priority up to which priority^exponent is surely at most
+ * CHIME__SUMTREE_MAX_VALUE, for the fast check of a request's priorities
+ * (priority_why decides the rest exactly): a millionth under the exact
+ * bound, far more than pow's rounding; DBL_MAX when every finite priority
+ * is (exponent 0, or an exponent under log(MAX_VALUE) / log(DBL_MAX)). */
+static double sure_priority(const chime__table_config_t *cfg) {
+  double e = cfg->priority_exponent;
+  if (!(e > 0))
+    return DBL_MAX;
+  double b = pow(CHIME__SUMTREE_MAX_VALUE, 1.0 / e);
+  return isfinite(b) ? b * (1 - 1e-6) : DBL_MAX;
+}
+
 int chime__table_create(chime__table_t **out,
                         const chime__table_config_t *cfg) {
   int rc = 0;
@@ -250,6 +265,7 @@ int chime__table_create(chime__table_t **out,
   if (t->cfg.sampler == CHIME__SAMPLER_FIFO && t->cfg.max_times_sampled == 0)
     t->cfg.max_times_sampled = 1;
   t->mts = t->cfg.max_times_sampled;
+  t->prio_sure = sure_priority(&t->cfg);
   t->sample_bytes = chime_spec_sample_bytes(&cfg->spec);
   t->nleaves = seq ? 0 : cfg->spec.nleaves;
   t->item_spec = cfg->spec;
@@ -733,10 +749,28 @@ static const char *priority_why(const chime__table_t *t, double p, int all) {
   return NULL;
 }
 
+/* Whether every one of prio[0, n) is surely fine for the table (all: as
+ * for priority_why), in a loop cheap enough for every insert and update
+ * (no pow); when not, priority_why says. */
+static int priorities_fine(const chime__table_t *t, const double *prio,
+                           size_t n, int all) {
+  int bad = 0;
+  if (t->sum == NULL && !all) {
+    for (size_t i = 0; i < n; i++)
+      bad |= isnan(prio[i]);
+    return !bad;
+  }
+  double top = t->sum != NULL ? t->prio_sure : DBL_MAX;
+  for (size_t i = 0; i < n; i++)
+    bad |= !(prio[i] >= 0 && prio[i] <= top);
+  return !bad;
+}
+
 /* A bad priority for this table's selectors among prio[0, count), or 0. */
 static int check_priorities(const chime__table_t *t, const double *prio,
                             uint64_t count) {
-  if (prio == NULL || (t->sum == NULL && t->hmin == NULL && t->hmax == NULL))
+  if (prio == NULL || (t->sum == NULL && t->hmin == NULL && t->hmax == NULL) ||
+      priorities_fine(t, prio, (size_t)count, 0))
     return 0;
   for (uint64_t i = 0; i < count; i++)
     if (priority_why(t, prio[i], 0) != NULL)
@@ -1677,6 +1711,28 @@ static void mutate_break(chime__table_t *t) {
   t->yielding--;
 }
 
+/* One update of a mutation, under the lock. */
+static void mutate_update(chime__table_t *t, uint64_t key, double prio,
+                          chime__table_mutated_t *out) {
+  uint32_t r;
+  if (chime__keyindex_lookup(t->keys, key, &r) != 0) {
+    out->unknown++;
+    return;
+  }
+  int e = 0;
+  t->meta[r].prio = prio;
+  if (prio > t->max_prio)
+    t->max_prio = prio;
+  if (t->sum != NULL)
+    e |= chime__sumtree_set(t->sum, r, weight(t, prio));
+  if (t->hmin != NULL)
+    e |= chime__heap_update(t->hmin, r, prio);
+  if (t->hmax != NULL)
+    e |= chime__heap_update(t->hmax, r, prio);
+  (void)e; /* live, valid: cannot fail */
+  out->updated++;
+}
+
 int chime__table_mutate(chime__table_t *t, const uint64_t *keys,
                         const double *priorities, size_t nupdates,
                         const uint64_t *deletes, size_t ndeletes,
@@ -1684,52 +1740,33 @@ int chime__table_mutate(chime__table_t *t, const uint64_t *keys,
   memset(out, 0, sizeof(*out));
   /* Checked whole first, without the lock (the bound is the config's):
    * a refused request changes nothing. */
-  if (priorities_why(t, priorities, nupdates, 1, NULL, 0) != 0)
+  if (!priorities_fine(t, priorities, nupdates, 1) &&
+      priorities_why(t, priorities, nupdates, 1, NULL, 0) != 0)
     return CHIME_EINVAL;
   pthread_mutex_lock(&t->mu);
-  size_t done = 0; /* entries applied, updates then deletes */
-  for (size_t i = 0; i < nupdates; i++) {
-    uint32_t r;
-    if (done != 0 && done % CHIME__TABLE_MUTATE_SLICE == 0)
+  /* Entries [at, end) of updates then deletes, one slice a hold. */
+  size_t total = nupdates + ndeletes;
+  for (size_t at = 0; at < total; at += CHIME__TABLE_MUTATE_SLICE) {
+    size_t end = total - at > CHIME__TABLE_MUTATE_SLICE
+                     ? at + CHIME__TABLE_MUTATE_SLICE
+                     : total;
+    if (at > 0)
       mutate_break(t);
-    done++;
-    if (chime__keyindex_lookup(t->keys, keys[i], &r) != 0) {
-      out->unknown++;
-      continue;
+    for (size_t i = at; i < end && i < nupdates; i++)
+      mutate_update(t, keys[i], priorities[i], out);
+    uint32_t gone = out->deleted;
+    for (size_t i = at > nupdates ? at : nupdates; i < end; i++) {
+      uint32_t r;
+      if (chime__keyindex_lookup(t->keys, deletes[i - nupdates], &r) != 0) {
+        out->unknown++;
+        continue;
+      }
+      live_remove(t, r);
+      out->deleted++;
     }
-    int e = 0;
-    t->meta[r].prio = priorities[i];
-    if (priorities[i] > t->max_prio)
-      t->max_prio = priorities[i];
-    if (t->sum != NULL)
-      e |= chime__sumtree_set(t->sum, r, weight(t, priorities[i]));
-    if (t->hmin != NULL)
-      e |= chime__heap_update(t->hmin, r, priorities[i]);
-    if (t->hmax != NULL)
-      e |= chime__heap_update(t->hmax, r, priorities[i]);
-    (void)e; /* live, valid: cannot fail */
-    out->updated++;
+    if (out->deleted != gone) /* inserts may wait for the room */
+      pthread_cond_broadcast(&t->space);
   }
-  int deleted = 0; /* in this slice: inserts may wait for the room */
-  for (size_t i = 0; i < ndeletes; i++) {
-    uint32_t r;
-    if (done != 0 && done % CHIME__TABLE_MUTATE_SLICE == 0) {
-      if (deleted)
-        pthread_cond_broadcast(&t->space);
-      deleted = 0;
-      mutate_break(t);
-    }
-    done++;
-    if (chime__keyindex_lookup(t->keys, deletes[i], &r) != 0) {
-      out->unknown++;
-      continue;
-    }
-    live_remove(t, r);
-    out->deleted++;
-    deleted = 1;
-  }
-  if (deleted)
-    pthread_cond_broadcast(&t->space);
   pthread_mutex_unlock(&t->mu);
   return 0;
 }

@@ -142,6 +142,20 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
                        open->batch_size, (unsigned long long)tc->capacity,
                        tc->name, chime__sampler_name(tc->sampler),
                        (unsigned long long)tc->max_times_sampled);
+  /* With a rate limiter as well, inserts are free only below min_size:
+   * past it the window may hold them back before a batch's worth is in
+   * the table, and the batch and the inserts would wait for each other
+   * for good. Refused here rather than left to stall. */
+  if (tc->max_times_sampled != 0 && tc->samples_per_insert > 0 &&
+      open->batch_size > tc->min_size)
+    return chime__fail(err, errlen, CHIME_EINVAL,
+                       "batch_size %u exceeds min_size %llu of table '%s' "
+                       "(max_times_sampled %llu with samples_per_insert %g: "
+                       "a batch could wait for items the rate limiter holds "
+                       "back); give the table min_size >= batch_size",
+                       open->batch_size, (unsigned long long)tc->min_size,
+                       tc->name, (unsigned long long)tc->max_times_sampled,
+                       tc->samples_per_insert);
   if (atomic_load(&srv->stopping))
     return chime__fail(err, errlen, CHIME_ESHUTDOWN, "shutting down");
 

@@ -7,6 +7,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -482,6 +483,74 @@ def test_ctrl_c_interrupts_next(client):
             s.next(timeout=30.0)
         timer.join()
         assert time.monotonic() - t0 < 20.0
+
+
+# A writer blocked on a full fifo table ("full": capacity 8, never
+# sampled), in a process of its own: how it ends on SIGINT (Ctrl-C).
+_BLOCKED_WRITER = r"""
+import sys, numpy as np, chime
+addr, how = sys.argv[1], sys.argv[2]
+c = chime.Client(addr)
+w = c.writer("full", timeout=30.0)
+print("ready", flush=True)
+try:
+    if how == "with":
+        with w:
+            w.extend({"x": np.arange(200, dtype=np.uint64)})
+    elif how == "flush":
+        w.extend({"x": np.arange(40, dtype=np.uint64)})
+        w.flush()
+    else:
+        w.extend({"x": np.arange(200, dtype=np.uint64)})
+except KeyboardInterrupt as e:
+    notes = " | ".join(getattr(e, "__notes__", []))
+    print(f"interrupted acked={e.acked} taken={e.taken} notes={notes}",
+          flush=True)
+    raise
+print("not interrupted", flush=True)
+"""
+
+
+@pytest.mark.parametrize("how", ["with", "plain", "flush"])
+def test_ctrl_c_interrupts_blocked_writer(own_chimed, tmp_path, how):
+    """extend/flush waiting for acks that cannot come (a full fifo table)
+    end with KeyboardInterrupt soon after SIGINT, not after the writer's
+    30 s timeout, say how many samples were acked, and the process exits
+    at once (closing the interrupted writer does not wait again)."""
+    proc, addr = own_chimed
+    script = tmp_path / "blocked_writer.py"
+    script.write_text(_BLOCKED_WRITER)
+    child = subprocess.Popen(
+        [sys.executable, str(script), addr, how], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        # Blocked once the server holds an insert it has no room for.
+        with chime.Client(addr) as c:
+            deadline = time.monotonic() + 20
+            while c.stats()["staged_insert_bytes"] == 0:
+                assert time.monotonic() < deadline, "writer never blocked"
+                time.sleep(0.02)
+        t0 = time.monotonic()
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=20)
+        took = time.monotonic() - t0
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert "KeyboardInterrupt" in err, err
+    assert child.returncode == -signal.SIGINT, (child.returncode, err)
+    # Liveness, not speed: far below the 30 s the writer would wait.
+    assert took < 5.0, f"exited {took:.1f} s after SIGINT"
+    m = re.search(r"interrupted acked=(\d+) taken=(\d+) notes=(.*)", out)
+    assert m, out
+    acked, taken = int(m.group(1)), int(m.group(2))
+    # The table took 8 (one message of its capacity); the rest waits, and
+    # extend stopped taking samples when its messages were all in flight.
+    assert acked == 8
+    assert taken == 40 if how == "flush" else 8 < taken < 200
+    assert f"acked: the first {acked} of the {taken} samples" in m.group(3)
 
 
 def test_token_option(tmp_path):

@@ -2,7 +2,9 @@
 both modes, extend vs append, views that outlive their batch's turn, the
 exceptions, info() and stats()."""
 import gc
+import json
 import os
+import pathlib
 import re
 import shutil
 import signal
@@ -403,6 +405,47 @@ def test_info_and_stats(client):
     assert all(isinstance(v, (int, float)) for v in flat.values())
 
 
+def _chimectl_json(cmd, addr):
+    chimed = pathlib.Path(os.environ.get(
+        "CHIMED", conftest.ROOT / "build" / "src" / "server" / "chimed"))
+    chimectl = chimed.parents[2] / "examples" / "chimectl"
+    if not os.access(chimectl, os.X_OK):
+        pytest.fail(f"{chimectl} is not built")
+    out = subprocess.run([str(chimectl), "--json", cmd, addr], check=True,
+                         capture_output=True, text=True, timeout=30)
+    return json.loads(out.stdout)
+
+
+def _key_tree(v):
+    """The keys of nested dicts (and of the dicts in lists), not values."""
+    if isinstance(v, dict):
+        return {k: _key_tree(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_key_tree(x) for x in v]
+    return None
+
+
+def test_info_and_stats_keys_are_chimectls(chimed, client):
+    """info() and stats() have exactly the keys of `chimectl --json info`
+    and `stats` for the same server (tables of every kind: a sequence
+    table's "sequence" too, rings of open streams), as docs/python.md
+    promises; stats() adds only its documented per-table "reuse"."""
+    with client.stream("empty", batch_size=4, mode="stream"):
+        want = _key_tree(_chimectl_json("info", chimed))
+        got = _key_tree(client.info())
+        assert want["rings"], "a ring to compare"
+        assert got == want
+        want = _key_tree(_chimectl_json("stats", chimed))
+        got = _key_tree(client.stats())
+        for t in got["tables"]:
+            del t["reuse"]
+        assert got == want
+    t = {t["name"]: t for t in client.info()["tables"]}["heap"]
+    assert (t["sampler"], t["remover"], t["max_times_sampled"],
+            t["priority_exponent"], t["samples_per_insert"],
+            t["error_buffer"]) == ("max_heap", "fifo", 1, 1.0, 0.0, 0.0)
+
+
 def test_stats_reuse(client):
     # "reuse" is a lifo table with max_times_sampled 2: a batch of 8 drawn
     # one at a time takes the newest item twice, then the next: 4 items
@@ -463,9 +506,11 @@ def test_sequence_windows(client):
             w.end_episode()
     t = {t["name"]: t for t in client.info()["tables"]}["seq"]
     assert t["spec"] == "t:u32[4],s:u32[4],mask:u8[4]"
-    assert t["step_spec"] == "t:u32[],s:u32[]" and t["step_bytes"] == 8
-    assert (t["sequence_length"], t["stride"], t["episode_end"],
-            t["capacity_steps"]) == (4, 2, "pad", 256)
+    q = t["sequence"]
+    assert q["step_spec"] == "t:u32[],s:u32[]" and q["step_bytes"] == 8
+    assert (q["sequence_length"], q["stride"], q["episode_end"],
+            q["capacity_steps"], q["initial_priority"]) == (4, 2, "pad", 256,
+                                                            1.0)
     t = {t["name"]: t for t in client.stats()["tables"]}["seq"]
     assert (t["steps"], t["steps_inserted"], t["episodes_open"]) == (9, 9, 0)
     assert t["step_bytes"] >= 256 * 8

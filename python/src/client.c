@@ -60,12 +60,19 @@ static int client_init(PyObject *o, PyObject *args, PyObject *kw) {
     /* An address, token or TLS file libchime refused (EINVAL: a file
      * that cannot be read or holds no PEM block, tls_cert without tls_key,
      * a token with spaces). */
-    char what[512];
+    char what[768];
     snprintf(what, sizeof(what), "%s%s", addr,
-             rc == CHIME_EINVAL ? ": bad address, token or TLS option "
-                                  "(files must be readable PEM; tls_cert "
-                                  "and tls_key go together)"
-                                : "");
+             rc == CHIME_EINVAL
+                 ? ": bad address, token or TLS option (files must be "
+                   "readable PEM; tls_cert and tls_key go together)"
+             : rc == CHIME_ENOTSUP
+                 ? ": this process is a child of fork() whose parent used "
+                   "chime without gRPC's fork support (GRPC_POLL_STRATEGY "
+                   "or GRPC_ENABLE_FORK_SUPPORT set otherwise), or forked "
+                   "while a chime call stayed inside gRPC: it cannot make "
+                   "clients; start it with spawn or forkserver "
+                   "(docs/python.md, fork)"
+                 : "");
     chimepy_raise(rc, what);
     return -1;
   }

@@ -18,11 +18,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "client/fork.h"
 #include "client/internal.h"
 #include "wire/insert.h"
 
 struct chime_writer_s {
   chime_client_t *client;
+  uint32_t fork_gen; /* the client's: the writer is the parent's in a child */
+  int pid;           /* the client's process */
   char table[CHIME_MAX_NAME];
   chime_spec_t spec;
   uint64_t sample_bytes;
@@ -69,6 +72,15 @@ static int fail(chime_writer_t *w, int code) {
   if (!w->failed)
     w->failed = code;
   return w->failed;
+}
+
+/* CHIME_ENOTSUP in a child of fork(): the call and its acks are the
+ * parent's (fork.h). */
+static int inherited(chime_writer_t *w) {
+  return w->fork_gen == chime__fork_gen()
+             ? 0
+             : chime__fork_check(w->fork_gen, w->pid, "writer", w->err,
+                                 sizeof(w->err));
 }
 
 static struct inflight_s *fl_at(const chime_writer_t *w, uint32_t i) {
@@ -150,7 +162,7 @@ static int check_ack(const chime_writer_t *w, const Chime__V1__InsertAck *ack,
 static void on_ack(chime_writer_t *w) {
   Chime__V1__InsertAck *ack = (Chime__V1__InsertAck *)chime__unpack(
       &chime__v1__insert_ack__descriptor, w->rpc.recv_bb);
-  grpc_byte_buffer_destroy(w->rpc.recv_bb);
+  chime__bb_free(w->rpc.recv_bb);
   w->rpc.recv_bb = NULL;
   char why[256] = "malformed ack";
   if (!ack || check_ack(w, ack, why, sizeof(why))) {
@@ -160,7 +172,7 @@ static void on_ack(chime_writer_t *w) {
     chime__rpc_cancel(&w->rpc);
   } else {
     struct inflight_s *f = fl_at(w, 0);
-    grpc_byte_buffer_destroy(f->bb);
+    chime__bb_free(f->bb);
     f->bb = NULL;
     w->fl_head = (w->fl_head + 1) % w->fl_cap;
     w->acked_id++;
@@ -205,7 +217,7 @@ static int kick(chime_writer_t *w) {
       w->sent_on_call >= w->inflight)
     return 0;
   /* A copy shares the slices: the request's own buffer stays for a resend. */
-  grpc_byte_buffer *bb = grpc_byte_buffer_copy(fl_at(w, w->sent_on_call)->bb);
+  grpc_byte_buffer *bb = chime__bb_copy(fl_at(w, w->sent_on_call)->bb);
   if (!bb)
     return fail(w, CHIME_ENOMEM);
   if (chime__rpc_send(&w->rpc, bb)) {
@@ -422,6 +434,9 @@ int chime_writer_open(chime_writer_t **out, chime_client_t *client,
   if (!client || !table || !out)
     return CHIME_EINVAL;
   *out = NULL;
+  rc = chime__client_inherited(client);
+  if (rc)
+    return rc;
   if (!opts)
     opts = &def;
   if (strlen(table) >= CHIME_MAX_NAME || opts->max_inflight == 0 ||
@@ -453,6 +468,8 @@ int chime_writer_open(chime_writer_t **out, chime_client_t *client,
     goto cleanup;
   }
   w->client = client;
+  w->fork_gen = client->fork_gen;
+  w->pid = client->pid;
   snprintf(w->table, sizeof(w->table), "%s", table);
   w->spec = ti.spec;
   w->sample_bytes = ti.sample_bytes;
@@ -563,11 +580,14 @@ int chime_writer_append(chime_writer_t *writer, const void *sample, size_t len,
     return CHIME_EINVAL;
   if (w->failed)
     return w->failed;
+  int rc = inherited(w);
+  if (rc)
+    return rc;
   if (len != w->sample_bytes) {
     describe_size(w, len, w->err, sizeof(w->err));
     return CHIME_EINVAL;
   }
-  int rc = bad_priority(w, priority);
+  rc = bad_priority(w, priority);
   if (rc == 0 && w->queued == 0)
     rc = ready(w);
   if (rc == 0)
@@ -589,6 +609,9 @@ int chime_writer_extend(chime_writer_t *writer, uint32_t n,
     return CHIME_EINVAL;
   if (w->failed)
     return w->failed;
+  int rc = inherited(w);
+  if (rc)
+    return rc;
   uint32_t nl = w->spec.nleaves;
   size_t lb[CHIME_MAX_LEAVES], off[CHIME_MAX_LEAVES], at = 0;
   for (uint32_t l = 0; l < nl; l++) {
@@ -601,7 +624,6 @@ int chime_writer_extend(chime_writer_t *writer, uint32_t n,
     off[l] = at;
     at += lb[l];
   }
-  int rc = 0;
   for (uint32_t i = 0; priorities != NULL && i < n && rc == 0; i++)
     rc = bad_priority(w, priorities[i]);
   if (rc == 0)
@@ -643,6 +665,9 @@ int chime_writer_end_episode(chime_writer_t *writer) {
   }
   if (w->failed)
     return w->failed;
+  int rc = inherited(w);
+  if (rc)
+    return rc;
   w->end_pending = 1;
   return send_batch(w); /* the queued steps, possibly none, and the end */
 }
@@ -653,8 +678,11 @@ int chime_writer_flush(chime_writer_t *writer) {
     return CHIME_EINVAL;
   if (w->failed)
     return w->failed;
+  int rc = inherited(w);
+  if (rc)
+    return rc;
   if (w->queued) {
-    int rc = send_batch(w);
+    rc = send_batch(w);
     if (rc)
       return rc;
   }
@@ -673,6 +701,16 @@ int chime_writer_close(chime_writer_t *writer) {
   chime_writer_t *w = writer;
   if (!w)
     return 0;
+  if (w->fork_gen != chime__fork_gen()) {
+    /* In a child of fork(): only this process's copy goes; the call and
+     * its byte buffers are the parent's gRPC state. */
+    int rc = inherited(w);
+    free(w->data);
+    free(w->priorities);
+    free(w->fl);
+    free(w);
+    return rc;
+  }
   /* One timeout bounds a writer's end: after a flush that timed out with
    * no ack since, close does not wait a second time. */
   int rc = w->stalled && !w->failed ? CHIME_ETIMEDOUT
@@ -696,7 +734,7 @@ int chime_writer_close(chime_writer_t *writer) {
   free(w->data);
   free(w->priorities);
   for (uint32_t i = 0; i < w->inflight; i++)
-    grpc_byte_buffer_destroy(fl_at(w, i)->bb);
+    chime__bb_free(fl_at(w, i)->bb);
   free(w->fl);
   free(w);
   return rc;

@@ -107,8 +107,10 @@ typedef struct {
 
 /* Connects to "host:port" or "unix:/path". Calls gRPC's grpc_init(). The
  * connection is made lazily: an unreachable server shows up as
- * CHIME_EUNAVAILABLE from the first call. Each client has a connection of
- * its own. opts may be NULL (defaults). CHIME_ENOTSUP in a
+ * CHIME_EUNAVAILABLE from the first call; once a server this client reached
+ * is gone (stopped, killed, its connection lost), unary calls return
+ * CHIME_EDISCONNECTED, as streams and writers do. Each client has a
+ * connection of its own. opts may be NULL (defaults). CHIME_ENOTSUP in a
  * child of fork() that cannot use gRPC (see fork() above). */
 CHIME_EXTERN CHIME_NODISCARD int
 chime_client_create(chime_client_t **out, const char *address,

@@ -372,6 +372,24 @@ def test_disconnected(own_chimed, mode):
                 s.next(timeout=30)
 
 
+def test_unary_calls_after_server_killed(own_chimed):
+    """A killed server: unary calls of a client that reached it raise
+    DisconnectedError, as its streams do; a server that was never there
+    stays a plain chime.Error (test_unavailable_is_base_error)."""
+    proc, addr = own_chimed
+    with chime.Client(addr, timeout=3.0) as c:
+        c.info()
+        proc.kill()
+        proc.wait()
+        for _ in range(2):  # the broken connection, then the refused one
+            with pytest.raises(chime.DisconnectedError) as e:
+                c.info()
+            assert e.value.name == "CHIME_EDISCONNECTED"
+            assert "server is gone" in str(e.value)
+        with pytest.raises(chime.DisconnectedError):
+            c.stats()
+
+
 def test_info_and_stats(client):
     info = client.info()
     assert info["version"] == chime.__version__

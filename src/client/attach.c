@@ -77,6 +77,7 @@ static int subscribe(chime_stream_t *s, const chime__transport_t *tp,
       !(*resp)->opened->layout)
     return chime__fail(err, errlen, CHIME_EPROTO,
                        "Subscribe: first answer is not Opened");
+  atomic_store(&s->client->reached, 1);
   if ((*resp)->opened->mode != open.mode)
     return chime__fail(err, errlen, CHIME_EPROTO,
                        "Subscribe: asked for %s, server opened mode %d",

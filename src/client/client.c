@@ -233,6 +233,23 @@ int chime__unary(chime_client_t *client, int method,
   }
   char text[CHIME__ERRLEN];
   rc = chime__rpc_result(&r, text, sizeof(text));
+  if (rc != CHIME_EUNAVAILABLE && rc != CHIME_ETIMEDOUT)
+    atomic_store(&client->reached, 1);
+  if (rc == CHIME_EUNAVAILABLE && atomic_load(&client->reached)) {
+    /* As a stream or writer reports it: the server this client talked to
+     * is gone (its connection is down), e.g. stopped with its owner. */
+    chime__gate_enter();
+    grpc_connectivity_state st =
+        grpc_channel_check_connectivity_state(client->channel, 0);
+    chime__gate_leave();
+    if (st != GRPC_CHANNEL_READY) {
+      chime__fail(err, errlen, CHIME_EDISCONNECTED,
+                  "%s: the server is gone (connection lost): %s", path,
+                  text[0] ? text : chime_strerror(rc));
+      rc = CHIME_EDISCONNECTED;
+      goto cleanup;
+    }
+  }
   if (rc) {
     chime__fail(err, errlen, rc, "%s: %s", path,
                 text[0] ? text : chime_strerror(rc));

@@ -42,6 +42,10 @@ struct chime_client_s {
   grpc_metadata auth; /* authorization: Bearer <token> */
   size_t nmd;         /* 1 with a token, else 0 */
   int timeout_ms;
+  /* A call got an answer from the server: a later CHIME_EUNAVAILABLE with
+   * the connection down means the server went away (CHIME_EDISCONNECTED),
+   * not that it was never there. */
+  atomic_int reached;
   size_t max_message_bytes;
   pthread_mutex_t lock; /* guards err: a client is shared by threads */
   char err[CHIME__ERRLEN];

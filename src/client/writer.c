@@ -578,11 +578,11 @@ int chime_writer_append(chime_writer_t *writer, const void *sample, size_t len,
   chime_writer_t *w = writer;
   if (!w || (!sample && len))
     return CHIME_EINVAL;
-  if (w->failed)
-    return w->failed;
   int rc = inherited(w);
   if (rc)
     return rc;
+  if (w->failed)
+    return w->failed;
   if (len != w->sample_bytes) {
     describe_size(w, len, w->err, sizeof(w->err));
     return CHIME_EINVAL;
@@ -607,11 +607,11 @@ int chime_writer_extend(chime_writer_t *writer, uint32_t n,
     *taken = 0;
   if (!w || (!leaves && n))
     return CHIME_EINVAL;
-  if (w->failed)
-    return w->failed;
   int rc = inherited(w);
   if (rc)
     return rc;
+  if (w->failed)
+    return w->failed;
   uint32_t nl = w->spec.nleaves;
   size_t lb[CHIME_MAX_LEAVES], off[CHIME_MAX_LEAVES], at = 0;
   for (uint32_t l = 0; l < nl; l++) {
@@ -663,11 +663,11 @@ int chime_writer_end_episode(chime_writer_t *writer) {
              "end_episode: table '%s' is not a sequence table", w->table);
     return CHIME_EINVAL;
   }
-  if (w->failed)
-    return w->failed;
   int rc = inherited(w);
   if (rc)
     return rc;
+  if (w->failed)
+    return w->failed;
   w->end_pending = 1;
   return send_batch(w); /* the queued steps, possibly none, and the end */
 }
@@ -676,11 +676,11 @@ int chime_writer_flush(chime_writer_t *writer) {
   chime_writer_t *w = writer;
   if (!w)
     return CHIME_EINVAL;
-  if (w->failed)
-    return w->failed;
   int rc = inherited(w);
   if (rc)
     return rc;
+  if (w->failed)
+    return w->failed;
   if (w->queued) {
     rc = send_batch(w);
     if (rc)

@@ -443,6 +443,13 @@ static void test_server_killed(void **state) {
     verify(&b[i]); /* the mapping outlives the server */
     chime_stream_close(s[i]);
   }
+  /* Unary calls say so too (the connection lost, then refused), not the
+   * CHIME_EUNAVAILABLE of a server that was never there. */
+  for (int i = 0; i < 2; i++) {
+    chime_server_info_t *info = NULL;
+    assert_int_equal(chime_client_info(&info, c), CHIME_EDISCONNECTED);
+    assert_non_null(strstr(chime_client_last_error(c), "server is gone"));
+  }
   chime_client_destroy(c);
 }
 

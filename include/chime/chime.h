@@ -32,6 +32,21 @@
  * Thread safety: a client may be shared by threads (each writer and stream is
  * used by one thread at a time). A stream's next and release must be called
  * from one thread at a time; batches may be released in any order.
+ *
+ * fork(): a client, writer or stream belongs to the process that made it. In
+ * a child of fork() every call on one it inherited fails at once with
+ * CHIME_ENOTSUP (the detail says so); destroying or closing it frees the
+ * child's copy and leaves the parent's connection, ring and leases alone.
+ * The child makes its own client, which works in every mode, and the
+ * parent's objects are untouched. For that the library turns on gRPC's fork
+ * support when it starts gRPC in the process (GRPC_ENABLE_FORK_SUPPORT=1,
+ * GRPC_POLL_STRATEGY=poll, unless the application set them; gRPC 1.51's
+ * epoll1 poller cannot fork) and handles fork() with pthread_atfork (a fork
+ * waits for chime's threads to step out of gRPC: at most about 50 ms). If
+ * the application set either variable otherwise, or started gRPC first
+ * without them, chime_client_create in a child returns CHIME_ENOTSUP. The
+ * poll poller measured level with epoll1 for inserts and stream-mode
+ * batches (docs/python.md, fork).
  */
 #ifndef CHIME_CHIME_H
 #define CHIME_CHIME_H
@@ -93,7 +108,11 @@ typedef struct {
 
 /* Connects to "host:port" or "unix:/path". Calls gRPC's grpc_init(). The
  * connection is made lazily: an unreachable server shows up as
- * CHIME_EUNAVAILABLE from the first call. opts may be NULL (defaults). */
+ * CHIME_EUNAVAILABLE from the first call; once a server this client reached
+ * is gone (stopped, killed, its connection lost), unary calls return
+ * CHIME_EDISCONNECTED, as streams and writers do. Each client has a
+ * connection of its own. opts may be NULL (defaults). CHIME_ENOTSUP in a
+ * child of fork() that cannot use gRPC (see fork() above). */
 CHIME_EXTERN CHIME_NODISCARD int
 chime_client_create(chime_client_t **out, const char *address,
                     const chime_client_opts_t *opts);

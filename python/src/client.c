@@ -60,12 +60,19 @@ static int client_init(PyObject *o, PyObject *args, PyObject *kw) {
     /* An address, token or TLS file libchime refused (EINVAL: a file
      * that cannot be read or holds no PEM block, tls_cert without tls_key,
      * a token with spaces). */
-    char what[512];
+    char what[768];
     snprintf(what, sizeof(what), "%s%s", addr,
-             rc == CHIME_EINVAL ? ": bad address, token or TLS option "
-                                  "(files must be readable PEM; tls_cert "
-                                  "and tls_key go together)"
-                                : "");
+             rc == CHIME_EINVAL
+                 ? ": bad address, token or TLS option (files must be "
+                   "readable PEM; tls_cert and tls_key go together)"
+             : rc == CHIME_ENOTSUP
+                 ? ": this process is a child of fork() whose parent used "
+                   "chime without gRPC's fork support (GRPC_POLL_STRATEGY "
+                   "or GRPC_ENABLE_FORK_SUPPORT set otherwise), or forked "
+                   "while a chime call stayed inside gRPC: it cannot make "
+                   "clients; start it with spawn or forkserver "
+                   "(docs/python.md, fork)"
+                 : "");
     chimepy_raise(rc, what);
     return -1;
   }
@@ -143,16 +150,30 @@ static PyObject *info_dict(const chime_server_info_t *in) {
         set_item(td, "size", U64(t->size)) ||
         set_item(td, "min_size", U64(t->min_size)) ||
         set_item(td, "sample_bytes", U64(t->sample_bytes)) ||
-        set_item(td, "sampler", PyUnicode_FromString(t->sampler)))
+        set_item(td, "sampler", PyUnicode_FromString(t->sampler)) ||
+        set_item(td, "remover", PyUnicode_FromString(t->remover)) ||
+        set_item(td, "priority_exponent",
+                 PyFloat_FromDouble(t->priority_exponent)) ||
+        set_item(td, "max_times_sampled", U64(t->max_times_sampled)) ||
+        set_item(td, "samples_per_insert",
+                 PyFloat_FromDouble(t->samples_per_insert)) ||
+        set_item(td, "error_buffer", PyFloat_FromDouble(t->error_buffer)))
       goto fail;
-    if (t->sequence_length > 0 && /* docs/sequences.md */
-        (set_item(td, "step_spec", spec_text(&t->step_spec)) ||
-         set_item(td, "step_bytes", U64(t->step_bytes)) ||
-         set_item(td, "capacity_steps", U64(t->capacity_steps)) ||
-         set_item(td, "sequence_length", U64(t->sequence_length)) ||
-         set_item(td, "stride", U64(t->stride)) ||
-         set_item(td, "episode_end", PyUnicode_FromString(t->episode_end))))
-      goto fail;
+    if (t->sequence_length > 0) { /* docs/sequences.md */
+      PyObject *sq = PyDict_New();
+      if (set_item(td, "sequence", sq) ||
+          set_item(sq, "step_spec", spec_text(&t->step_spec)) ||
+          set_item(sq, "step_bytes", U64(t->step_bytes)) ||
+          set_item(sq, "capacity_steps", U64(t->capacity_steps)) ||
+          set_item(sq, "sequence_length", U64(t->sequence_length)) ||
+          set_item(sq, "stride", U64(t->stride)) ||
+          set_item(sq, "episode_end", PyUnicode_FromString(t->episode_end)) ||
+          set_item(sq, "initial_priority",
+                   t->initial_priority_max
+                       ? PyUnicode_FromString("max")
+                       : PyFloat_FromDouble(t->initial_priority)))
+        goto fail;
+    }
   }
   for (uint32_t i = 0; i < in->nrings; i++) {
     const chime_ring_info_t *r = &in->rings[i];
@@ -209,16 +230,15 @@ static PyObject *stats_dict(const chime_stats_t *st) {
         set_item(td, "samplers_waiting_items",
                  U64(t->samplers_waiting_items)) ||
         set_item(td, "left", U64(t->left)) ||
+        set_item(td, "left_times_sampled", U64(t->left_times_sampled)) ||
+        set_item(td, "steps", U64(t->steps)) ||
+        set_item(td, "steps_inserted", U64(t->steps_inserted)) ||
+        set_item(td, "episodes_open", U64(t->episodes_open)) ||
+        set_item(td, "step_bytes", U64(t->step_bytes)) ||
         set_item(td, "reuse",
                  PyFloat_FromDouble(t->left ? (double)t->left_times_sampled /
                                                   (double)t->left
                                             : 0.0)))
-      goto fail;
-    if (t->step_bytes > 0 && /* a sequence table */
-        (set_item(td, "steps", U64(t->steps)) ||
-         set_item(td, "steps_inserted", U64(t->steps_inserted)) ||
-         set_item(td, "episodes_open", U64(t->episodes_open)) ||
-         set_item(td, "step_bytes", U64(t->step_bytes))))
       goto fail;
   }
   for (uint32_t i = 0; i < st->nstreams; i++) {

@@ -573,8 +573,9 @@ static uint64_t now_ms(void) {
   return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-/* Waits of at most this long at a time, so Ctrl-C is seen. */
-#define SLICE_MS 200
+/* Waits of at most this long at a time, so Ctrl-C is seen within about
+ * that long (the writer's waits use the same). */
+#define SLICE_MS 50
 
 /* Waits for the next batch into *b with the GIL released, in slices so
  * that Ctrl-C is seen: 0, or -1 with an exception set. */

@@ -4,17 +4,36 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+/* The C writer waits for acks at most this long per call, so that Ctrl-C
+ * (a signal Python only acts on with the GIL) is seen between waits; the
+ * writer's own timeout is kept here, across the slices. */
+#define SLICE_MS 50
+/* A wait that ended because a signal handler raised (KeyboardInterrupt). */
+#define INTERRUPTED 1
 
 typedef struct {
   PyObject_HEAD chimepy_client_t *client;
   chime_writer_t *w;
   chime_spec_t spec;
+  char table[CHIME_MAX_NAME];
   uint64_t sample_bytes;
   unsigned char *sample; /* one packed sample */
   int busy;              /* a call has the GIL released: one user at a time */
-  uint64_t taken;        /* samples chime_writer_append accepted */
+  int timeout_ms;        /* without an ack for this long: TimeoutError */
+  /* A wait was interrupted (Ctrl-C) and nothing succeeded since: closing
+   * does not wait for acks again, so the program ends at once. */
+  int interrupted;
+  uint64_t taken; /* samples chime_writer_append accepted */
   uint64_t acked_at_close;
 } writer_t;
+
+static int64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 /* Raises the error of a failed library call and says which samples made it:
  * acks come in order, so the first `acked` samples this writer took are in
@@ -47,6 +66,82 @@ static PyObject *writer_raise(writer_t *self, int code, const char *what,
   return NULL;
 }
 
+/* The exception a signal handler raised during a wait (KeyboardInterrupt
+ * for Ctrl-C) gets .acked and .taken and a note saying which samples are
+ * in the table, as the writer's own errors do. */
+static void annotate_interrupt(writer_t *self, const char *what) {
+  uint64_t acked = self->w ? chime_writer_acked(self->w) : self->acked_at_close;
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  if (value != NULL) {
+    PyObject *a = PyLong_FromUnsignedLongLong(acked);
+    PyObject *t = PyLong_FromUnsignedLongLong(self->taken);
+    PyObject *note = PyUnicode_FromFormat(
+        "chime.Writer.%s interrupted while waiting for acks; acked: the "
+        "first %llu of the %llu samples this writer took (acks come in "
+        "order; the other %llu are not known to be in the table)",
+        what, (unsigned long long)acked, (unsigned long long)self->taken,
+        (unsigned long long)(self->taken - acked));
+    if (a && t && note) {
+      /* Best effort: the exception is what the handler raised. */
+      if (PyObject_SetAttrString(value, "acked", a) < 0 ||
+          PyObject_SetAttrString(value, "taken", t) < 0)
+        PyErr_Clear();
+      PyObject *r = PyObject_CallMethod(value, "add_note", "O", note);
+      if (r == NULL)
+        PyErr_Clear();
+      Py_XDECREF(r);
+    } else {
+      PyErr_Clear();
+    }
+    Py_XDECREF(a);
+    Py_XDECREF(t);
+    Py_XDECREF(note);
+  }
+  PyErr_Restore(type, value, tb);
+}
+
+/* One wait of the C writer, in slices: call() runs without the GIL with
+ * the C writer's SLICE_MS timeout; between slices signal handlers run
+ * (Ctrl-C). The timeout (self->timeout_ms) counts from the last progress:
+ * an ack, or samples taken (*progress, when not NULL). Returns call()'s
+ * result, CHIME_ETIMEDOUT with the writer's message in *why, or
+ * INTERRUPTED with the handler's exception set. */
+typedef int (*slice_fn)(writer_t *self, void *arg);
+static int in_slices(writer_t *self, slice_fn call, void *arg,
+                     const Py_ssize_t *progress, const char *what, char *why,
+                     size_t whylen) {
+  int64_t start = mono_ms();
+  uint64_t acked = chime_writer_acked(self->w);
+  Py_ssize_t moved = progress ? *progress : 0;
+  int rc;
+  self->busy = 1;
+  for (;;) {
+    Py_BEGIN_ALLOW_THREADS rc = call(self, arg);
+    Py_END_ALLOW_THREADS if (rc != CHIME_ETIMEDOUT) break;
+    uint64_t now_acked = chime_writer_acked(self->w);
+    if (now_acked != acked || (progress && *progress != moved)) {
+      acked = now_acked;
+      moved = progress ? *progress : 0;
+      start = mono_ms();
+    }
+    if (mono_ms() - start >= self->timeout_ms) {
+      snprintf(why, whylen, "insert into '%s': no ack within %d ms",
+               self->table, self->timeout_ms);
+      break;
+    }
+    if (PyErr_CheckSignals() < 0) {
+      self->interrupted = 1;
+      annotate_interrupt(self, what);
+      rc = INTERRUPTED;
+      break;
+    }
+  }
+  self->busy = 0;
+  return rc;
+}
+
 static int writer_init(PyObject *o, PyObject *args, PyObject *kw) {
   writer_t *self = (writer_t *)o;
   static char *kwlist[] = {"client", "table", "max_inflight", "timeout", NULL};
@@ -77,9 +172,11 @@ static int writer_init(PyObject *o, PyObject *args, PyObject *kw) {
     PyErr_NoMemory();
     return -1;
   }
+  snprintf(self->table, sizeof(self->table), "%s", table);
+  self->timeout_ms = (int)(timeout * 1000);
   chime_writer_opts_t opts = CHIME_WRITER_OPTS_INIT;
   opts.max_inflight = max_inflight;
-  opts.timeout_ms = (int)(timeout * 1000);
+  opts.timeout_ms = SLICE_MS;
   int rc;
   Py_BEGIN_ALLOW_THREADS rc = chime_writer_open(&self->w, c->c, table, &opts);
   Py_END_ALLOW_THREADS if (rc) {
@@ -93,25 +190,45 @@ static int writer_init(PyObject *o, PyObject *args, PyObject *kw) {
   return 0;
 }
 
-/* Closes the C writer; returns its flush result. The flush runs first on
- * its own so that the acked count can still be read (close frees the
- * writer); close then returns at once with the flush's error, if any. */
-static int writer_shut(writer_t *self) {
+static int flush_slice(writer_t *self, void *arg) {
+  (void)arg;
+  return chime_writer_flush(self->w);
+}
+
+/* Closes the C writer; returns its flush result (INTERRUPTED with the
+ * handler's exception set). The flush runs first, in slices, so that
+ * Ctrl-C ends it and the acked count can still be read (close frees the
+ * writer); the C close then returns at once with the flush's error, if
+ * any (after a timed-out slice it does not wait again). A writer whose
+ * wait was interrupted is closed without waiting: what is not acked is
+ * abandoned, as the KeyboardInterrupt said. */
+static int writer_shut(writer_t *self, char *why, size_t whylen) {
   chime_writer_t *w = self->w;
   if (!w)
     return 0;
+  int rc = 0, closed;
+  if (!self->interrupted)
+    rc = in_slices(self, flush_slice, NULL, NULL, "close()", why, whylen);
   self->w = NULL;
-  int rc, closed;
-  Py_BEGIN_ALLOW_THREADS rc = chime_writer_flush(w);
   self->acked_at_close = chime_writer_acked(w);
-  closed = chime_writer_close(w);
+  Py_BEGIN_ALLOW_THREADS closed = chime_writer_close(w);
   Py_END_ALLOW_THREADS chimepy_client_child_closed(self->client);
+  if (self->interrupted && rc != INTERRUPTED)
+    return 0;
   return rc ? rc : closed;
 }
 
 static void writer_dealloc(PyObject *o) {
   writer_t *self = (writer_t *)o;
-  (void)writer_shut(self); /* nobody left to tell of a failed flush */
+  char why[512];
+  /* Nobody is left to tell of a failed flush, or of a Ctrl-C during it
+   * (which ends the wait). An exception on its way (this may run while
+   * one unwinds) is kept. */
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  if (writer_shut(self, why, sizeof(why)) == INTERRUPTED)
+    PyErr_WriteUnraisable(o);
+  PyErr_Restore(type, value, tb);
   Py_XDECREF(self->client);
   free(self->sample);
   Py_TYPE(o)->tp_free(o);
@@ -209,6 +326,16 @@ static int check_keys(const chime_spec_t *spec, PyObject *dict) {
   return 0;
 }
 
+struct append_arg {
+  double priority;
+};
+
+static int append_slice(writer_t *self, void *arg) {
+  const struct append_arg *a = arg;
+  return chime_writer_append(self->w, self->sample, (size_t)self->sample_bytes,
+                             a->priority);
+}
+
 static PyObject *writer_append(PyObject *o, PyObject *args, PyObject *kw) {
   writer_t *self = (writer_t *)o;
   static char *kwlist[] = {"sample", "priority", NULL};
@@ -230,16 +357,47 @@ static PyObject *writer_append(PyObject *o, PyObject *args, PyObject *kw) {
     p += len;
     Py_DECREF(a);
   }
-  int rc;
-  self->busy = 1;
-  Py_BEGIN_ALLOW_THREADS rc = chime_writer_append(
-      self->w, self->sample, (size_t)self->sample_bytes, priority);
-  Py_END_ALLOW_THREADS self->busy = 0;
+  char why[512];
+  struct append_arg a = {priority};
+  int rc =
+      in_slices(self, append_slice, &a, NULL, "append()", why, sizeof(why));
+  if (rc == INTERRUPTED)
+    return NULL;
   if (rc)
-    return writer_raise(self, rc, "", chime_writer_last_error(self->w),
-                        chime_writer_acked(self->w));
+    return writer_raise(
+        self, rc, "",
+        rc == CHIME_ETIMEDOUT ? why : chime_writer_last_error(self->w),
+        chime_writer_acked(self->w));
   self->taken++;
+  self->interrupted = 0;
   Py_RETURN_NONE;
+}
+
+struct extend_arg {
+  Py_ssize_t n, done; /* done: taken so far (self->taken counts them too) */
+  uint32_t nl;
+  const unsigned char *src[CHIME_MAX_LEAVES];
+  size_t leaf_bytes[CHIME_MAX_LEAVES];
+  const double *prio;
+};
+
+/* Feeds the rest of the columns to chime_writer_extend, 2^20 at a time;
+ * without the GIL, so only plain fields (taken, done) are touched. */
+static int extend_slice(writer_t *self, void *arg) {
+  struct extend_arg *a = arg;
+  int rc = 0;
+  while (a->done < a->n && rc == 0) {
+    const void *cols[CHIME_MAX_LEAVES];
+    Py_ssize_t left = a->n - a->done;
+    uint32_t k = left > (1 << 20) ? (1u << 20) : (uint32_t)left, got = 0;
+    for (uint32_t i = 0; i < a->nl; i++)
+      cols[i] = a->src[i] + (size_t)a->done * a->leaf_bytes[i];
+    rc = chime_writer_extend(self->w, k, cols,
+                             a->prio ? a->prio + a->done : NULL, &got);
+    a->done += got;
+    self->taken += got;
+  }
+  return rc;
 }
 
 static PyObject *writer_extend(PyObject *o, PyObject *args, PyObject *kw) {
@@ -272,39 +430,32 @@ static PyObject *writer_extend(PyObject *o, PyObject *args, PyObject *kw) {
       goto cleanup;
     }
   }
-  const unsigned char *src[CHIME_MAX_LEAVES];
-  size_t leaf_bytes[CHIME_MAX_LEAVES];
-  for (uint32_t i = 0; i < nl; i++) {
-    src[i] = PyArray_DATA(arrays[i]);
-    leaf_bytes[i] = (size_t)chime_leaf_bytes(&self->spec.leaves[i]);
-  }
-  const double *prio = pri ? PyArray_DATA(pri) : NULL;
-  Py_ssize_t done = 0;
-  int rc = 0;
-  self->busy = 1;
   /* The arrays are ours (references held), so the columns go to the C
    * writer, which interleaves them into its message, without the GIL. */
-  Py_BEGIN_ALLOW_THREADS while (done < n[0] && rc == 0) {
-    const void *cols[CHIME_MAX_LEAVES];
-    Py_ssize_t left = n[0] - done;
-    uint32_t k = left > (1 << 20) ? (1u << 20) : (uint32_t)left, got = 0;
-    for (uint32_t i = 0; i < nl; i++)
-      cols[i] = src[i] + (size_t)done * leaf_bytes[i];
-    rc = chime_writer_extend(self->w, k, cols, prio ? prio + done : NULL, &got);
-    done += got;
+  struct extend_arg a = {
+      .n = n[0], .nl = nl, .prio = pri ? PyArray_DATA(pri) : NULL};
+  for (uint32_t i = 0; i < nl; i++) {
+    a.src[i] = PyArray_DATA(arrays[i]);
+    a.leaf_bytes[i] = (size_t)chime_leaf_bytes(&self->spec.leaves[i]);
   }
-  Py_END_ALLOW_THREADS self->busy = 0;
-  self->taken += (uint64_t)done;
+  char why[512];
+  int rc =
+      in_slices(self, extend_slice, &a, &a.done, "extend()", why, sizeof(why));
+  if (rc == INTERRUPTED)
+    goto cleanup;
   if (rc) {
     PyObject *what = PyUnicode_FromFormat(
-        "sample %zd of this extend (the ones before it were taken): ", done);
+        "sample %zd of this extend (the ones before it were taken): ",
+        (Py_ssize_t)a.done);
     if (what)
       writer_raise(self, rc, PyUnicode_AsUTF8(what),
-                   chime_writer_last_error(self->w),
+                   rc == CHIME_ETIMEDOUT ? why
+                                         : chime_writer_last_error(self->w),
                    chime_writer_acked(self->w));
     Py_XDECREF(what);
     goto cleanup;
   }
+  self->interrupted = 0;
   result = Py_None;
   Py_INCREF(result);
 cleanup:
@@ -319,14 +470,23 @@ static PyObject *writer_flush(PyObject *o, PyObject *unused) {
   writer_t *self = (writer_t *)o;
   if (writer_ready(self))
     return NULL;
-  int rc;
-  self->busy = 1;
-  Py_BEGIN_ALLOW_THREADS rc = chime_writer_flush(self->w);
-  Py_END_ALLOW_THREADS self->busy = 0;
+  char why[512];
+  int rc =
+      in_slices(self, flush_slice, NULL, NULL, "flush()", why, sizeof(why));
+  if (rc == INTERRUPTED)
+    return NULL;
   if (rc)
-    return writer_raise(self, rc, "flush: ", chime_writer_last_error(self->w),
-                        chime_writer_acked(self->w));
+    return writer_raise(
+        self, rc, "flush: ",
+        rc == CHIME_ETIMEDOUT ? why : chime_writer_last_error(self->w),
+        chime_writer_acked(self->w));
+  self->interrupted = 0;
   Py_RETURN_NONE;
+}
+
+static int end_slice(writer_t *self, void *arg) {
+  (void)arg;
+  return chime_writer_end_episode(self->w);
 }
 
 static PyObject *writer_end_episode(PyObject *o, PyObject *unused) {
@@ -334,12 +494,15 @@ static PyObject *writer_end_episode(PyObject *o, PyObject *unused) {
   writer_t *self = (writer_t *)o;
   if (writer_ready(self))
     return NULL;
-  int rc;
-  self->busy = 1;
-  Py_BEGIN_ALLOW_THREADS rc = chime_writer_end_episode(self->w);
-  Py_END_ALLOW_THREADS self->busy = 0;
+  char why[512];
+  int rc =
+      in_slices(self, end_slice, NULL, NULL, "end_episode()", why, sizeof(why));
+  if (rc == INTERRUPTED)
+    return NULL;
   if (rc)
-    return chimepy_raise(rc, chime_writer_last_error(self->w));
+    return chimepy_raise(
+        rc, rc == CHIME_ETIMEDOUT ? why : chime_writer_last_error(self->w));
+  self->interrupted = 0;
   Py_RETURN_NONE;
 }
 
@@ -351,10 +514,13 @@ static PyObject *writer_close(PyObject *o, PyObject *unused) {
                     "chime.Writer used by two threads at once");
     return NULL;
   }
-  int rc = writer_shut(self);
+  char why[512] = "";
+  int rc = writer_shut(self, why, sizeof(why));
+  if (rc == INTERRUPTED)
+    return NULL;
   if (rc)
-    return writer_raise(self, rc,
-                        "close: flushing what was queued failed: ", NULL,
+    return writer_raise(self, rc, "close: flushing what was queued failed: ",
+                        rc == CHIME_ETIMEDOUT ? why : NULL,
                         self->acked_at_close);
   Py_RETURN_NONE;
 }
@@ -378,7 +544,14 @@ static PyObject *writer_enter(PyObject *o, PyObject *unused) {
 }
 
 static PyObject *writer_exit(PyObject *o, PyObject *args) {
-  (void)args;
+  /* Left by Ctrl-C: close without waiting for acks, as after a wait that
+   * was interrupted (acked says what is in the table). */
+  PyObject *type =
+      PyTuple_GET_SIZE(args) > 0 ? PyTuple_GET_ITEM(args, 0) : NULL;
+  if (type != NULL && PyType_Check(type) &&
+      PyType_IsSubtype((PyTypeObject *)type,
+                       (PyTypeObject *)PyExc_KeyboardInterrupt))
+    ((writer_t *)o)->interrupted = 1;
   return writer_close(o, NULL);
 }
 
@@ -397,7 +570,10 @@ static PyMethodDef writer_methods[] = {
     {"end_episode", writer_end_episode, METH_NOARGS,
      "A sequence table's writer: ends the open episode after the steps "
      "appended so far (sent now); the next append starts a new one."},
-    {"close", writer_close, METH_NOARGS, "Flushes and closes."},
+    {"close", writer_close, METH_NOARGS,
+     "Flushes and closes. After Ctrl-C interrupted a wait of this writer "
+     "(or ended its `with` block) it closes without waiting: samples not "
+     "acked are abandoned (acked says which are in the table)."},
     {"__enter__", writer_enter, METH_NOARGS, NULL},
     {"__exit__", writer_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},

@@ -2,11 +2,14 @@
 both modes, extend vs append, views that outlive their batch's turn, the
 exceptions, info() and stats()."""
 import gc
+import json
 import os
+import pathlib
 import re
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -369,6 +372,24 @@ def test_disconnected(own_chimed, mode):
                 s.next(timeout=30)
 
 
+def test_unary_calls_after_server_killed(own_chimed):
+    """A killed server: unary calls of a client that reached it raise
+    DisconnectedError, as its streams do; a server that was never there
+    stays a plain chime.Error (test_unavailable_is_base_error)."""
+    proc, addr = own_chimed
+    with chime.Client(addr, timeout=3.0) as c:
+        c.info()
+        proc.kill()
+        proc.wait()
+        for _ in range(2):  # the broken connection, then the refused one
+            with pytest.raises(chime.DisconnectedError) as e:
+                c.info()
+            assert e.value.name == "CHIME_EDISCONNECTED"
+            assert "server is gone" in str(e.value)
+        with pytest.raises(chime.DisconnectedError):
+            c.stats()
+
+
 def test_info_and_stats(client):
     info = client.info()
     assert info["version"] == chime.__version__
@@ -400,6 +421,47 @@ def test_info_and_stats(client):
     assert isinstance(flat["chime/ring_bytes_total"], int)
     assert isinstance(flat["chime/streams"], int)
     assert all(isinstance(v, (int, float)) for v in flat.values())
+
+
+def _chimectl_json(cmd, addr):
+    chimed = pathlib.Path(os.environ.get(
+        "CHIMED", conftest.ROOT / "build" / "src" / "server" / "chimed"))
+    chimectl = chimed.parents[2] / "examples" / "chimectl"
+    if not os.access(chimectl, os.X_OK):
+        pytest.fail(f"{chimectl} is not built")
+    out = subprocess.run([str(chimectl), "--json", cmd, addr], check=True,
+                         capture_output=True, text=True, timeout=30)
+    return json.loads(out.stdout)
+
+
+def _key_tree(v):
+    """The keys of nested dicts (and of the dicts in lists), not values."""
+    if isinstance(v, dict):
+        return {k: _key_tree(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_key_tree(x) for x in v]
+    return None
+
+
+def test_info_and_stats_keys_are_chimectls(chimed, client):
+    """info() and stats() have exactly the keys of `chimectl --json info`
+    and `stats` for the same server (tables of every kind: a sequence
+    table's "sequence" too, rings of open streams), as docs/python.md
+    promises; stats() adds only its documented per-table "reuse"."""
+    with client.stream("empty", batch_size=4, mode="stream"):
+        want = _key_tree(_chimectl_json("info", chimed))
+        got = _key_tree(client.info())
+        assert want["rings"], "a ring to compare"
+        assert got == want
+        want = _key_tree(_chimectl_json("stats", chimed))
+        got = _key_tree(client.stats())
+        for t in got["tables"]:
+            del t["reuse"]
+        assert got == want
+    t = {t["name"]: t for t in client.info()["tables"]}["heap"]
+    assert (t["sampler"], t["remover"], t["max_times_sampled"],
+            t["priority_exponent"], t["samples_per_insert"],
+            t["error_buffer"]) == ("max_heap", "fifo", 1, 1.0, 0.0, 0.0)
 
 
 def test_stats_reuse(client):
@@ -462,9 +524,11 @@ def test_sequence_windows(client):
             w.end_episode()
     t = {t["name"]: t for t in client.info()["tables"]}["seq"]
     assert t["spec"] == "t:u32[4],s:u32[4],mask:u8[4]"
-    assert t["step_spec"] == "t:u32[],s:u32[]" and t["step_bytes"] == 8
-    assert (t["sequence_length"], t["stride"], t["episode_end"],
-            t["capacity_steps"]) == (4, 2, "pad", 256)
+    q = t["sequence"]
+    assert q["step_spec"] == "t:u32[],s:u32[]" and q["step_bytes"] == 8
+    assert (q["sequence_length"], q["stride"], q["episode_end"],
+            q["capacity_steps"], q["initial_priority"]) == (4, 2, "pad", 256,
+                                                            1.0)
     t = {t["name"]: t for t in client.stats()["tables"]}["seq"]
     assert (t["steps"], t["steps_inserted"], t["episodes_open"]) == (9, 9, 0)
     assert t["step_bytes"] >= 256 * 8
@@ -482,6 +546,74 @@ def test_ctrl_c_interrupts_next(client):
             s.next(timeout=30.0)
         timer.join()
         assert time.monotonic() - t0 < 20.0
+
+
+# A writer blocked on a full fifo table ("full": capacity 8, never
+# sampled), in a process of its own: how it ends on SIGINT (Ctrl-C).
+_BLOCKED_WRITER = r"""
+import sys, numpy as np, chime
+addr, how = sys.argv[1], sys.argv[2]
+c = chime.Client(addr)
+w = c.writer("full", timeout=30.0)
+print("ready", flush=True)
+try:
+    if how == "with":
+        with w:
+            w.extend({"x": np.arange(200, dtype=np.uint64)})
+    elif how == "flush":
+        w.extend({"x": np.arange(40, dtype=np.uint64)})
+        w.flush()
+    else:
+        w.extend({"x": np.arange(200, dtype=np.uint64)})
+except KeyboardInterrupt as e:
+    notes = " | ".join(getattr(e, "__notes__", []))
+    print(f"interrupted acked={e.acked} taken={e.taken} notes={notes}",
+          flush=True)
+    raise
+print("not interrupted", flush=True)
+"""
+
+
+@pytest.mark.parametrize("how", ["with", "plain", "flush"])
+def test_ctrl_c_interrupts_blocked_writer(own_chimed, tmp_path, how):
+    """extend/flush waiting for acks that cannot come (a full fifo table)
+    end with KeyboardInterrupt soon after SIGINT, not after the writer's
+    30 s timeout, say how many samples were acked, and the process exits
+    at once (closing the interrupted writer does not wait again)."""
+    proc, addr = own_chimed
+    script = tmp_path / "blocked_writer.py"
+    script.write_text(_BLOCKED_WRITER)
+    child = subprocess.Popen(
+        [sys.executable, str(script), addr, how], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        # Blocked once the server holds an insert it has no room for.
+        with chime.Client(addr) as c:
+            deadline = time.monotonic() + 20
+            while c.stats()["staged_insert_bytes"] == 0:
+                assert time.monotonic() < deadline, "writer never blocked"
+                time.sleep(0.02)
+        t0 = time.monotonic()
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=20)
+        took = time.monotonic() - t0
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert "KeyboardInterrupt" in err, err
+    assert child.returncode == -signal.SIGINT, (child.returncode, err)
+    # Liveness, not speed: far below the 30 s the writer would wait.
+    assert took < 5.0, f"exited {took:.1f} s after SIGINT"
+    m = re.search(r"interrupted acked=(\d+) taken=(\d+) notes=(.*)", out)
+    assert m, out
+    acked, taken = int(m.group(1)), int(m.group(2))
+    # The table took 8 (one message of its capacity); the rest waits, and
+    # extend stopped taking samples when its messages were all in flight.
+    assert acked == 8
+    assert taken == 40 if how == "flush" else 8 < taken < 200
+    assert f"acked: the first {acked} of the {taken} samples" in m.group(3)
 
 
 def test_token_option(tmp_path):

@@ -184,6 +184,33 @@ def test_owner_death_stops_server(job, sig):
     assert job.finish(other) == 0
 
 
+@pytest.mark.parametrize("how", ["exit", "SIGKILL"])
+def test_unary_calls_after_owner_left(job, how):
+    """Once the owner is gone (and its server with it), another rank's
+    unary calls raise what its streams and writers raise, ShutdownError or
+    DisconnectedError, not a plain chime.Error (CHIME_EUNAVAILABLE)."""
+    owner = job.spawn()
+    first = job.report(owner)
+    assert first["owner"]
+    with chime.ensure_server("job", mode="attach", run_dir=job.run_dir,
+                             timeout=10) as c:
+        assert c.info()["tables"][0]["name"] == "t"
+        if how == "exit":
+            assert job.finish(owner) == 0
+        else:
+            owner.kill()
+            owner.wait(WAIT_S)
+        assert _gone(first["chimed_pid"])
+        for call in (c.info, c.stats, c.checkpoint,
+                     lambda: c.mutate_priorities("t", keys=[1],
+                                                 priorities=[1.0]),
+                     lambda: c.writer("t"), lambda: c.stream("t")):
+            with pytest.raises((chime.ShutdownError,
+                                chime.DisconnectedError)) as e:
+                call()
+            assert e.value.name in ("CHIME_ESHUTDOWN", "CHIME_EDISCONNECTED")
+
+
 def test_supervisor_killed(job):
     """If the supervisor itself is SIGKILLed, chimed gets SIGTERM
     (PR_SET_PDEATHSIG) and stops; the lock is free once it has exited, and

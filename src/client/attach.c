@@ -70,13 +70,14 @@ static int subscribe(chime_stream_t *s, const chime__transport_t *tp,
   }
   *resp = (Chime__V1__SubscribeResponse *)chime__unpack(
       &chime__v1__subscribe_response__descriptor, s->rpc.recv_bb);
-  grpc_byte_buffer_destroy(s->rpc.recv_bb);
+  chime__bb_free(s->rpc.recv_bb);
   s->rpc.recv_bb = NULL;
   if (!*resp ||
       (*resp)->kind_case != CHIME__V1__SUBSCRIBE_RESPONSE__KIND_OPENED ||
       !(*resp)->opened->layout)
     return chime__fail(err, errlen, CHIME_EPROTO,
                        "Subscribe: first answer is not Opened");
+  atomic_store(&s->client->reached, 1);
   if ((*resp)->opened->mode != open.mode)
     return chime__fail(err, errlen, CHIME_EPROTO,
                        "Subscribe: asked for %s, server opened mode %d",

@@ -1,6 +1,7 @@
 /* One client gRPC call (see call.h). */
 #include <string.h>
 
+#include "client/fork.h"
 #include "client/internal.h"
 
 #define TAG(op) ((void *)(intptr_t)((op) + 1))
@@ -13,7 +14,9 @@ int chime__rpc_init(chime__rpc_t *r) {
   grpc_metadata_array_init(&r->md_trail);
   r->details = grpc_empty_slice();
   r->status = GRPC_STATUS_UNKNOWN;
+  chime__gate_enter();
   r->cq = grpc_completion_queue_create_for_next(NULL);
+  chime__gate_leave();
   return r->cq ? 0 : CHIME_ENOMEM;
 }
 
@@ -21,7 +24,10 @@ int chime__rpc_init(chime__rpc_t *r) {
 static int start(chime__rpc_t *r, chime__rpc_op_t op, const grpc_op *ops,
                  size_t n) {
   atomic_fetch_add(&r->pending[op], 1);
-  if (grpc_call_start_batch(r->call, ops, n, TAG(op), NULL) != GRPC_CALL_OK) {
+  chime__gate_enter();
+  grpc_call_error e = grpc_call_start_batch(r->call, ops, n, TAG(op), NULL);
+  chime__gate_leave();
+  if (e != GRPC_CALL_OK) {
     atomic_fetch_sub(&r->pending[op], 1);
     return CHIME_EPROTO;
   }
@@ -31,13 +37,14 @@ static int start(chime__rpc_t *r, chime__rpc_op_t op, const grpc_op *ops,
 int chime__rpc_start(chime__rpc_t *r, chime_client_t *client, int method,
                      gpr_timespec deadline, unsigned flags,
                      grpc_byte_buffer *first) {
+  chime__gate_enter();
   r->call = grpc_channel_create_call(
       client->channel, NULL, GRPC_PROPAGATE_DEFAULTS, r->cq,
       grpc_slice_from_static_string(chime__method_path[method]), NULL, deadline,
       NULL);
+  chime__gate_leave();
   if (!r->call) {
-    if (first)
-      grpc_byte_buffer_destroy(first);
+    chime__bb_free(first);
     return CHIME_EPROTO;
   }
   grpc_op ops[3];
@@ -65,8 +72,7 @@ int chime__rpc_start(chime__rpc_t *r, chime_client_t *client, int method,
   if (rc) {
     if (first)
       atomic_fetch_sub(&r->pending[CHIME__RPC_SEND], 1);
-    if (first)
-      grpc_byte_buffer_destroy(first);
+    chime__bb_free(first);
     r->start_bb = NULL;
     return rc;
   }
@@ -82,8 +88,7 @@ static int send_op(chime__rpc_t *r, grpc_byte_buffer *bb) {
   grpc_op op;
   memset(&op, 0, sizeof(op));
   if (atomic_load(&r->pending[CHIME__RPC_SEND])) {
-    if (bb)
-      grpc_byte_buffer_destroy(bb);
+    chime__bb_free(bb);
     return CHIME_EBUSY;
   }
   if (bb) {
@@ -95,7 +100,7 @@ static int send_op(chime__rpc_t *r, grpc_byte_buffer *bb) {
   r->send_bb = bb;
   int rc = start(r, CHIME__RPC_SEND, &op, 1);
   if (rc && bb) {
-    grpc_byte_buffer_destroy(bb);
+    chime__bb_free(bb);
     r->send_bb = NULL;
   }
   return rc;
@@ -127,7 +132,7 @@ int chime__rpc_recv(chime__rpc_t *r) {
 
 int chime__rpc_next(chime__rpc_t *r, gpr_timespec deadline, chime__rpc_op_t *op,
                     int *ok) {
-  grpc_event ev = grpc_completion_queue_next(r->cq, deadline, NULL);
+  grpc_event ev = chime__gate_next(r->cq, deadline);
   if (ev.type == GRPC_QUEUE_TIMEOUT)
     return CHIME_ETIMEDOUT;
   if (ev.type != GRPC_OP_COMPLETE)
@@ -136,11 +141,11 @@ int chime__rpc_next(chime__rpc_t *r, gpr_timespec deadline, chime__rpc_op_t *op,
   /* The message goes before the count drops: a sender that sees no send
    * in flight may set send_bb at once. */
   if (done == CHIME__RPC_START && r->start_bb) {
-    grpc_byte_buffer_destroy(r->start_bb);
+    chime__bb_free(r->start_bb);
     r->start_bb = NULL;
     atomic_fetch_sub(&r->pending[CHIME__RPC_SEND], 1);
   } else if (done == CHIME__RPC_SEND && r->send_bb) {
-    grpc_byte_buffer_destroy(r->send_bb);
+    chime__bb_free(r->send_bb);
     r->send_bb = NULL;
   }
   atomic_fetch_sub(&r->pending[done], 1);
@@ -167,8 +172,11 @@ int chime__rpc_result(const chime__rpc_t *r, char *text, size_t len) {
 }
 
 void chime__rpc_cancel(chime__rpc_t *r) {
-  if (r->call)
+  if (r->call) {
+    chime__gate_enter();
     grpc_call_cancel(r->call, NULL);
+    chime__gate_leave();
+  }
 }
 
 void chime__rpc_drain(chime__rpc_t *r) {
@@ -178,13 +186,13 @@ void chime__rpc_drain(chime__rpc_t *r) {
     int ok;
     chime__rpc_next(r, gpr_inf_future(GPR_CLOCK_MONOTONIC), &op, &ok);
   }
-  if (r->recv_bb)
-    grpc_byte_buffer_destroy(r->recv_bb);
+  chime__bb_free(r->recv_bb);
   r->recv_bb = NULL;
 }
 
 void chime__rpc_reset(chime__rpc_t *r) {
   chime__rpc_drain(r);
+  chime__gate_enter();
   if (r->call)
     grpc_call_unref(r->call);
   r->call = NULL;
@@ -194,6 +202,7 @@ void chime__rpc_reset(chime__rpc_t *r) {
   grpc_metadata_array_init(&r->md_trail);
   grpc_slice_unref(r->details);
   r->details = grpc_empty_slice();
+  chime__gate_leave();
   r->status = GRPC_STATUS_UNKNOWN;
   r->md_asked = 0;
 }
@@ -204,8 +213,10 @@ void chime__rpc_destroy(chime__rpc_t *r) {
   chime__rpc_reset(r);
   chime__cq_destroy(r->cq);
   r->cq = NULL;
+  chime__gate_enter();
   grpc_metadata_array_destroy(&r->md_init);
   grpc_metadata_array_destroy(&r->md_trail);
   grpc_slice_unref(r->details);
+  chime__gate_leave();
   r->details = grpc_empty_slice();
 }

@@ -9,7 +9,11 @@
  * while its thread pumps; the owner serialises operations of one kind (the
  * stream with its lock). Completions are handed back by chime__rpc_next()
  * for the owner to act on: the writer counts an ack that arrives while its
- * call is being torn down. */
+ * call is being torn down.
+ *
+ * Every gRPC call here passes the fork gate (fork.h), and so must every
+ * other gRPC call of the client library: chime__bb_free() and
+ * chime__bb_copy() (grpcutil.c) for byte buffers. */
 #ifndef CHIME_CLIENT_CALL_H
 #define CHIME_CLIENT_CALL_H
 

@@ -3,6 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
+#include "client/fork.h"
 #include "client/internal.h"
 #include "common/keepalive.h"
 
@@ -91,17 +94,26 @@ int chime_client_create(chime_client_t **out, const char *address,
   c->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : 5000;
   c->max_message_bytes = opts->max_message_bytes;
   pthread_mutex_init(&c->lock, NULL);
+  c->pid = (int)getpid();
 
-  grpc_init();
+  int rc = chime__fork_grpc_init(NULL, 0);
+  if (rc != 0) {
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+    return rc;
+  }
+  c->fork_gen = chime__fork_gen();
+  chime__gate_enter();
   grpc_channel_credentials *creds;
-  int rc = make_creds(opts, &creds);
+  rc = make_creds(opts, &creds);
   if (rc != 0) {
     pthread_mutex_destroy(&c->lock);
     free(c);
     grpc_shutdown();
+    chime__gate_leave();
     return rc;
   }
-  grpc_arg args[4 + CHIME__KEEPALIVE_ARGS];
+  grpc_arg args[5 + CHIME__KEEPALIVE_ARGS];
   args[0].type = GRPC_ARG_INTEGER;
   args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
   args[0].value.integer = (int)c->max_message_bytes;
@@ -122,6 +134,12 @@ int chime_client_create(chime_client_t **out, const char *address,
                                            opts->keepalive_timeout_ms > 0
                                                ? opts->keepalive_timeout_ms
                                                : CHIME_KEEPALIVE_TIMEOUT_MS);
+  /* A channel of its own connection: with gRPC's global subchannel pool a
+   * client made after fork() in a child would share the parent's socket
+   * (and its HTTP/2 stream state) with the parent's client. */
+  args[nargs].type = GRPC_ARG_INTEGER;
+  args[nargs].key = GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL;
+  args[nargs++].value.integer = 1;
   if (opts->tls_server_name != NULL) {
     args[nargs].type = GRPC_ARG_STRING;
     args[nargs].key = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
@@ -138,6 +156,7 @@ int chime_client_create(chime_client_t **out, const char *address,
     c->nmd = 1;
     memset(value, 0, sizeof(value));
   }
+  chime__gate_leave();
   *out = c;
   return 0;
 }
@@ -145,12 +164,28 @@ int chime_client_create(chime_client_t **out, const char *address,
 void chime_client_destroy(chime_client_t *client) {
   if (!client)
     return;
-  grpc_channel_destroy(client->channel);
-  if (client->nmd)
-    grpc_slice_unref(client->auth.value);
+  /* In a child of fork() the channel is the parent's: gRPC there closed
+   * its fds; this copy is left alone. */
+  int own = client->fork_gen == chime__fork_gen();
+  if (own) {
+    chime__gate_enter();
+    grpc_channel_destroy(client->channel);
+    if (client->nmd)
+      grpc_slice_unref(client->auth.value);
+  }
   pthread_mutex_destroy(&client->lock);
   free(client);
-  grpc_shutdown();
+  if (own) {
+    grpc_shutdown();
+    chime__gate_leave();
+  }
+}
+
+int chime__client_inherited(chime_client_t *client) {
+  char err[512];
+  int rc = chime__fork_check(client->fork_gen, client->pid, "client", err,
+                             sizeof(err));
+  return rc ? chime__client_set_error(client, rc, err) : 0;
 }
 
 const char *chime_client_last_error(const chime_client_t *client) {
@@ -172,11 +207,14 @@ int chime__unary(chime_client_t *client, int method,
   const char *path = chime__method_path[method];
   chime__rpc_t r;
   *resp = NULL;
-  int rc = chime__rpc_init(&r);
+  int rc =
+      chime__fork_check(client->fork_gen, client->pid, "client", err, errlen);
+  if (rc)
+    return rc;
+  rc = chime__rpc_init(&r);
   grpc_byte_buffer *send = chime__pack(req);
   if (rc || !send) {
-    if (send)
-      grpc_byte_buffer_destroy(send);
+    chime__bb_free(send);
     rc = chime__fail(err, errlen, CHIME_ENOMEM, "%s: cannot start call", path);
     goto cleanup;
   }
@@ -195,6 +233,23 @@ int chime__unary(chime_client_t *client, int method,
   }
   char text[CHIME__ERRLEN];
   rc = chime__rpc_result(&r, text, sizeof(text));
+  if (rc != CHIME_EUNAVAILABLE && rc != CHIME_ETIMEDOUT)
+    atomic_store(&client->reached, 1);
+  if (rc == CHIME_EUNAVAILABLE && atomic_load(&client->reached)) {
+    /* As a stream or writer reports it: the server this client talked to
+     * is gone (its connection is down), e.g. stopped with its owner. */
+    chime__gate_enter();
+    grpc_connectivity_state st =
+        grpc_channel_check_connectivity_state(client->channel, 0);
+    chime__gate_leave();
+    if (st != GRPC_CHANNEL_READY) {
+      chime__fail(err, errlen, CHIME_EDISCONNECTED,
+                  "%s: the server is gone (connection lost): %s", path,
+                  text[0] ? text : chime_strerror(rc));
+      rc = CHIME_EDISCONNECTED;
+      goto cleanup;
+    }
+  }
   if (rc) {
     chime__fail(err, errlen, rc, "%s: %s", path,
                 text[0] ? text : chime_strerror(rc));

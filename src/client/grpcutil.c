@@ -4,6 +4,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "client/fork.h"
 #include "client/internal.h"
 
 int64_t chime__mono_ms(void) {
@@ -21,23 +22,43 @@ gpr_timespec chime__deadline_ms(int timeout_ms) {
 
 grpc_byte_buffer *chime__pack(const ProtobufCMessage *msg) {
   size_t n = protobuf_c_message_get_packed_size(msg);
+  chime__gate_enter();
   grpc_slice s = grpc_slice_malloc(n);
   protobuf_c_message_pack(msg, GRPC_SLICE_START_PTR(s));
   grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
   grpc_slice_unref(s);
+  chime__gate_leave();
   return bb;
+}
+
+void chime__bb_free(grpc_byte_buffer *bb) {
+  if (!bb)
+    return;
+  chime__gate_enter();
+  grpc_byte_buffer_destroy(bb);
+  chime__gate_leave();
+}
+
+grpc_byte_buffer *chime__bb_copy(grpc_byte_buffer *bb) {
+  chime__gate_enter();
+  grpc_byte_buffer *copy = grpc_byte_buffer_copy(bb);
+  chime__gate_leave();
+  return copy;
 }
 
 ProtobufCMessage *chime__unpack(const ProtobufCMessageDescriptor *desc,
                                 grpc_byte_buffer *bb) {
   grpc_byte_buffer_reader r;
-  if (!grpc_byte_buffer_reader_init(&r, bb))
-    return NULL;
-  grpc_slice all = grpc_byte_buffer_reader_readall(&r);
-  grpc_byte_buffer_reader_destroy(&r);
-  ProtobufCMessage *m = protobuf_c_message_unpack(
-      desc, NULL, GRPC_SLICE_LENGTH(all), GRPC_SLICE_START_PTR(all));
-  grpc_slice_unref(all);
+  ProtobufCMessage *m = NULL;
+  chime__gate_enter();
+  if (grpc_byte_buffer_reader_init(&r, bb)) {
+    grpc_slice all = grpc_byte_buffer_reader_readall(&r);
+    grpc_byte_buffer_reader_destroy(&r);
+    m = protobuf_c_message_unpack(desc, NULL, GRPC_SLICE_LENGTH(all),
+                                  GRPC_SLICE_START_PTR(all));
+    grpc_slice_unref(all);
+  }
+  chime__gate_leave();
   return m;
 }
 
@@ -54,10 +75,14 @@ void chime__slice_str(grpc_slice slice, char *buf, size_t len) {
 void chime__cq_destroy(grpc_completion_queue *cq) {
   if (!cq)
     return;
+  /* Not woken by a fork: once nothing is in flight (the owner drained its
+   * call) the shutdown comes at once, a pending wake-up (fork.c) first. */
+  chime__gate_enter();
   grpc_completion_queue_shutdown(cq);
   while (
       grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL)
           .type != GRPC_QUEUE_SHUTDOWN) {
   }
   grpc_completion_queue_destroy(cq);
+  chime__gate_leave();
 }

@@ -37,9 +37,15 @@
 
 struct chime_client_s {
   grpc_channel *channel;
+  uint32_t fork_gen;  /* chime__fork_gen() at create (fork.h) */
+  int pid;            /* the process that made it, for messages */
   grpc_metadata auth; /* authorization: Bearer <token> */
   size_t nmd;         /* 1 with a token, else 0 */
   int timeout_ms;
+  /* A call got an answer from the server: a later CHIME_EUNAVAILABLE with
+   * the connection down means the server went away (CHIME_EDISCONNECTED),
+   * not that it was never there. */
+  atomic_int reached;
   size_t max_message_bytes;
   pthread_mutex_t lock; /* guards err: a client is shared by threads */
   char err[CHIME__ERRLEN];
@@ -47,6 +53,9 @@ struct chime_client_s {
 
 /* Copies a detail text into the client's last error; returns code. */
 int chime__client_set_error(chime_client_t *client, int code, const char *text);
+/* 0, or CHIME_ENOTSUP (with the client's last error set) when the client
+ * was made before a fork() in another process (fork.h). */
+int chime__client_inherited(chime_client_t *client);
 
 /* --- gRPC helpers (grpcutil.c) --- */
 
@@ -56,6 +65,10 @@ int64_t chime__mono_ms(void);
 gpr_timespec chime__deadline_ms(int timeout_ms);
 /* Serialises a message into a new byte buffer; NULL when out of memory. */
 grpc_byte_buffer *chime__pack(const ProtobufCMessage *msg);
+/* grpc_byte_buffer_destroy (NULL-safe) and grpc_byte_buffer_copy through
+ * the fork gate (fork.h). */
+void chime__bb_free(grpc_byte_buffer *bb);
+grpc_byte_buffer *chime__bb_copy(grpc_byte_buffer *bb);
 /* Unpacks a whole byte buffer; NULL when malformed. Free with
  * protobuf_c_message_free_unpacked(). */
 ProtobufCMessage *chime__unpack(const ProtobufCMessageDescriptor *desc,

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "client/fork.h"
 #include "client/stream.h"
 
 static void set_err(chime_stream_t *s, const char *text) {
@@ -114,7 +115,7 @@ static int pump(chime_stream_t *s, gpr_timespec deadline) {
       if (chime__rpc_recv(&s->rpc))
         protocol_error(s, "stream: cannot receive");
       on_message(s, bb);
-      grpc_byte_buffer_destroy(bb);
+      chime__bb_free(bb);
     } /* else the call is over; its status follows */
     break;
   case CHIME__RPC_STATUS:
@@ -242,6 +243,9 @@ int chime_stream_open(chime_stream_t **out, chime_client_t *client,
   if (!client || !table || !out)
     return CHIME_EINVAL;
   *out = NULL;
+  rc = chime__client_inherited(client);
+  if (rc)
+    return rc;
   if (opts)
     o = *opts;
   if (o.slots == 0)
@@ -266,6 +270,8 @@ int chime_stream_open(chime_stream_t **out, chime_client_t *client,
     goto cleanup;
   }
   s->client = client;
+  s->fork_gen = client->fork_gen;
+  s->pid = client->pid;
   snprintf(s->table, sizeof(s->table), "%s", table);
   pthread_mutex_init(&s->lock, NULL);
   pthread_mutex_init(&s->drive_mu, NULL);
@@ -305,14 +311,27 @@ cleanup:
   return rc;
 }
 
+/* CHIME_ENOTSUP in a child of fork(): the ring, its leases and the call
+ * are the parent's (fork.h). */
+static int inherited(chime_stream_t *s) {
+  if (s->fork_gen == chime__fork_gen())
+    return 0;
+  char err[512];
+  int rc = chime__fork_check(s->fork_gen, s->pid, "stream", err, sizeof(err));
+  set_err(s, err);
+  return rc;
+}
+
 int chime_stream_next(chime_stream_t *stream, chime_batch_t *out,
                       int timeout_ms) {
   chime_stream_t *s = stream;
   if (!s || !out)
     return CHIME_EINVAL;
+  int rc = inherited(s);
+  if (rc)
+    return rc;
   chime_ring_view_t v;
   const chime__transport_t *tp = s->tp;
-  int rc;
   if (tp->learner_drives) {
     set_in_next(s, 1);
     rc = drive_next(s, &v, timeout_ms);
@@ -365,6 +384,8 @@ int chime_stream_get_stats(const chime_stream_t *stream,
   const chime_stream_t *s = stream;
   if (!s || !out)
     return CHIME_EINVAL;
+  if (s->fork_gen != chime__fork_gen())
+    return CHIME_ENOTSUP; /* the ring's counters are the parent's */
   chime_ring_stats_t rs;
   chime_ring_get_stats(s->ring, &rs);
   memset(out, 0, sizeof(*out));
@@ -385,7 +406,8 @@ int chime_batch_release(chime_stream_t *stream, const chime_batch_t *batch) {
   chime_stream_t *s = stream;
   if (!s || !batch)
     return CHIME_EINVAL;
-  return s->tp->release(s, batch->slot);
+  int rc = inherited(s);
+  return rc ? rc : s->tp->release(s, batch->slot);
 }
 
 chime_mode_t chime_stream_mode(const chime_stream_t *stream) {
@@ -400,10 +422,25 @@ const char *chime_stream_last_error(const chime_stream_t *stream) {
   return stream ? stream->err : "no stream";
 }
 
+/* In a child of fork(): the call, its thread and the ring's control words
+ * are the parent's; only this process's mapping and memory go. A pinned
+ * mapping stays (unpinning would call CUDA in a forked child). */
+static void close_inherited(chime_stream_t *s) {
+  if (s->ring != NULL && chime_ring_pinned_bytes(s->ring) == 0)
+    chime_ring_destroy(s->ring);
+  free(s->remote.slot_seq);
+  free(s->remote.released);
+  free(s);
+}
+
 void chime_stream_close(chime_stream_t *stream) {
   chime_stream_t *s = stream;
   if (!s)
     return;
+  if (s->fork_gen != chime__fork_gen()) {
+    close_inherited(s);
+    return;
+  }
   const chime__transport_t *tp = s->tp;
   pthread_mutex_lock(&s->lock);
   s->closing = 1; /* the stream's thread polls from now on */

@@ -16,6 +16,8 @@ typedef struct chime__transport_s chime__transport_t;
 
 struct chime_stream_s {
   chime_client_t *client;
+  uint32_t fork_gen; /* the client's: the stream is the parent's in a child */
+  int pid;           /* the client's process */
   chime_mode_t mode; /* the transport's, once open */
   const chime__transport_t *tp;
   chime_stream_opts_t opts; /* with defaults filled in */

@@ -18,11 +18,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "client/fork.h"
 #include "client/internal.h"
 #include "wire/insert.h"
 
 struct chime_writer_s {
   chime_client_t *client;
+  uint32_t fork_gen; /* the client's: the writer is the parent's in a child */
+  int pid;           /* the client's process */
   char table[CHIME_MAX_NAME];
   chime_spec_t spec;
   uint64_t sample_bytes;
@@ -69,6 +72,15 @@ static int fail(chime_writer_t *w, int code) {
   if (!w->failed)
     w->failed = code;
   return w->failed;
+}
+
+/* CHIME_ENOTSUP in a child of fork(): the call and its acks are the
+ * parent's (fork.h). */
+static int inherited(chime_writer_t *w) {
+  return w->fork_gen == chime__fork_gen()
+             ? 0
+             : chime__fork_check(w->fork_gen, w->pid, "writer", w->err,
+                                 sizeof(w->err));
 }
 
 static struct inflight_s *fl_at(const chime_writer_t *w, uint32_t i) {
@@ -160,7 +172,7 @@ static int check_ack(const chime_writer_t *w, const Chime__V1__InsertAck *ack,
 static void on_ack(chime_writer_t *w) {
   Chime__V1__InsertAck *ack = (Chime__V1__InsertAck *)chime__unpack(
       &chime__v1__insert_ack__descriptor, w->rpc.recv_bb);
-  grpc_byte_buffer_destroy(w->rpc.recv_bb);
+  chime__bb_free(w->rpc.recv_bb);
   w->rpc.recv_bb = NULL;
   char why[256] = "malformed ack";
   if (!ack || check_ack(w, ack, why, sizeof(why))) {
@@ -170,7 +182,7 @@ static void on_ack(chime_writer_t *w) {
     chime__rpc_cancel(&w->rpc);
   } else {
     struct inflight_s *f = fl_at(w, 0);
-    grpc_byte_buffer_destroy(f->bb);
+    chime__bb_free(f->bb);
     f->bb = NULL;
     w->fl_head = (w->fl_head + 1) % w->fl_cap;
     w->acked_id++;
@@ -215,7 +227,7 @@ static int kick(chime_writer_t *w) {
       w->sent_on_call >= w->inflight)
     return 0;
   /* A copy shares the slices: the request's own buffer stays for a resend. */
-  grpc_byte_buffer *bb = grpc_byte_buffer_copy(fl_at(w, w->sent_on_call)->bb);
+  grpc_byte_buffer *bb = chime__bb_copy(fl_at(w, w->sent_on_call)->bb);
   if (!bb)
     return fail(w, CHIME_ENOMEM);
   if (chime__rpc_send(&w->rpc, bb)) {
@@ -432,6 +444,9 @@ int chime_writer_open(chime_writer_t **out, chime_client_t *client,
   if (!client || !table || !out)
     return CHIME_EINVAL;
   *out = NULL;
+  rc = chime__client_inherited(client);
+  if (rc)
+    return rc;
   if (!opts)
     opts = &def;
   if (strlen(table) >= CHIME_MAX_NAME || opts->max_inflight == 0 ||
@@ -463,6 +478,8 @@ int chime_writer_open(chime_writer_t **out, chime_client_t *client,
     goto cleanup;
   }
   w->client = client;
+  w->fork_gen = client->fork_gen;
+  w->pid = client->pid;
   snprintf(w->table, sizeof(w->table), "%s", table);
   w->spec = ti.spec;
   w->sample_bytes = ti.sample_bytes;
@@ -571,13 +588,16 @@ int chime_writer_append(chime_writer_t *writer, const void *sample, size_t len,
   chime_writer_t *w = writer;
   if (!w || (!sample && len))
     return CHIME_EINVAL;
+  int rc = inherited(w);
+  if (rc)
+    return rc;
   if (w->failed)
     return w->failed;
   if (len != w->sample_bytes) {
     describe_size(w, len, w->err, sizeof(w->err));
     return CHIME_EINVAL;
   }
-  int rc = bad_priority(w, priority);
+  rc = bad_priority(w, priority);
   if (rc == 0 && w->queued == 0)
     rc = ready(w);
   if (rc == 0)
@@ -597,6 +617,9 @@ int chime_writer_extend(chime_writer_t *writer, uint32_t n,
     *taken = 0;
   if (!w || (!leaves && n))
     return CHIME_EINVAL;
+  int rc = inherited(w);
+  if (rc)
+    return rc;
   if (w->failed)
     return w->failed;
   uint32_t nl = w->spec.nleaves;
@@ -611,7 +634,6 @@ int chime_writer_extend(chime_writer_t *writer, uint32_t n,
     off[l] = at;
     at += lb[l];
   }
-  int rc = 0;
   for (uint32_t i = 0; priorities != NULL && i < n && rc == 0; i++)
     rc = bad_priority(w, priorities[i]);
   if (rc == 0)
@@ -651,6 +673,9 @@ int chime_writer_end_episode(chime_writer_t *writer) {
              "end_episode: table '%s' is not a sequence table", w->table);
     return CHIME_EINVAL;
   }
+  int rc = inherited(w);
+  if (rc)
+    return rc;
   if (w->failed)
     return w->failed;
   w->end_pending = 1;
@@ -661,10 +686,13 @@ int chime_writer_flush(chime_writer_t *writer) {
   chime_writer_t *w = writer;
   if (!w)
     return CHIME_EINVAL;
+  int rc = inherited(w);
+  if (rc)
+    return rc;
   if (w->failed)
     return w->failed;
   if (w->queued) {
-    int rc = send_batch(w);
+    rc = send_batch(w);
     if (rc)
       return rc;
   }
@@ -683,6 +711,16 @@ int chime_writer_close(chime_writer_t *writer) {
   chime_writer_t *w = writer;
   if (!w)
     return 0;
+  if (w->fork_gen != chime__fork_gen()) {
+    /* In a child of fork(): only this process's copy goes; the call and
+     * its byte buffers are the parent's gRPC state. */
+    int rc = inherited(w);
+    free(w->data);
+    free(w->priorities);
+    free(w->fl);
+    free(w);
+    return rc;
+  }
   /* One timeout bounds a writer's end: after a flush that timed out with
    * no ack since, close does not wait a second time. */
   int rc = w->stalled && !w->failed ? CHIME_ETIMEDOUT
@@ -706,7 +744,7 @@ int chime_writer_close(chime_writer_t *writer) {
   free(w->data);
   free(w->priorities);
   for (uint32_t i = 0; i < w->inflight; i++)
-    grpc_byte_buffer_destroy(fl_at(w, i)->bb);
+    chime__bb_free(fl_at(w, i)->bb);
   free(w->fl);
   free(w);
   return rc;

@@ -1,0 +1,285 @@
+/* fork() with a client open (src/client/fork.h): a child gets CHIME_ENOTSUP
+ * at once from every object it inherited (client, writer, shm and stream
+ * mode streams, batches) and destroys them without touching the parent's
+ * connection; a client it makes itself works in both modes while the
+ * parent holds streams whose threads poll; the parent's client, streams
+ * and writer then work at once.
+ *
+ * These tests fork on purpose (the harness never does): the child reports
+ * through its exit status and stderr, never through CMocka. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "chime/chime.h"
+#include "harness.h"
+#include "pattern.h"
+
+#define SPEC "obs:f32[64], action:i32[], reward:f32[]"
+#define SAMPLE_BYTES 264
+
+static const char *config =
+    "{\"tables\": [{\"name\": \"u\", \"spec\": \"" SPEC "\", \"capacity\": "
+    "4096, \"min_size\": 1, \"sampler\": \"uniform\"}]}\n";
+
+static chime_spec_t spec;
+
+static int setup(void **state) {
+  (void)state;
+  char err[256];
+  return chime_spec_parse(&spec, SPEC, err, sizeof(err)) == 0 ? 0 : -1;
+}
+
+static int teardown_each(void **state) {
+  (void)state;
+  chime__harness_kill_all();
+  return 0;
+}
+
+static int insert(chime_client_t *c, uint64_t seed, uint64_t n,
+                  chime_writer_t *keep) {
+  chime_writer_t *w = keep;
+  uint8_t sample[SAMPLE_BYTES];
+  int rc = w ? 0 : chime_writer_open(&w, c, "u", NULL);
+  for (uint64_t i = 0; rc == 0 && i < n; i++) {
+    chime__pattern_fill(&spec, chime__pattern_id(seed, i), sample);
+    rc = chime_writer_append(w, sample, sizeof(sample), 1.0);
+  }
+  if (rc == 0)
+    rc = chime_writer_flush(w);
+  if (!keep) {
+    int closed = chime_writer_close(w);
+    rc = rc ? rc : closed;
+  }
+  return rc;
+}
+
+static int open_stream(chime_client_t *c, chime_mode_t mode,
+                       chime_stream_t **s) {
+  chime_stream_opts_t o = CHIME_STREAM_OPTS_INIT;
+  o.batch_size = 8;
+  o.slots = 4;
+  o.mode = mode;
+  return chime_stream_open(s, c, "u", &o);
+}
+
+/* One batch, checked against the pattern, released. */
+static int one_batch(chime_stream_t *s) {
+  chime_batch_t b;
+  uint64_t ids[8];
+  char err[256];
+  int rc = chime_stream_next(s, &b, 20000);
+  if (rc == 0 && chime__pattern_verify(&b, ids, err, sizeof(err)) != 0)
+    rc = CHIME_ECORRUPT;
+  if (rc == 0)
+    rc = chime_batch_release(s, &b);
+  return rc;
+}
+
+/* In the child: report and leave without atexit handlers (the harness's
+ * belong to the parent). */
+#define CHILD_CHECK(cond, ...)                                                 \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      fprintf(stderr, "child, line %d: ", __LINE__);                           \
+      fprintf(stderr, __VA_ARGS__);                                            \
+      fprintf(stderr, "\n");                                                   \
+      _exit(1);                                                                \
+    }                                                                          \
+  } while (0)
+
+static void child(const char *addr, chime_client_t *c, chime_stream_t *s[2],
+                  chime_writer_t *w) {
+  /* Inherited: CHIME_ENOTSUP at once, saying why. */
+  chime_server_info_t *info = NULL;
+  int rc = chime_client_info(&info, c);
+  CHILD_CHECK(rc == CHIME_ENOTSUP, "inherited client info: %s",
+              chime_err_name(rc));
+  CHILD_CHECK(strstr(chime_client_last_error(c), "fork()") != NULL,
+              "inherited client: '%s'", chime_client_last_error(c));
+  chime_stats_t *st = NULL;
+  CHILD_CHECK(chime_client_stats(&st, c) == CHIME_ENOTSUP, "stats");
+  chime_stream_t *s3 = NULL;
+  CHILD_CHECK(open_stream(c, CHIME_MODE_STREAM, &s3) == CHIME_ENOTSUP,
+              "stream open on an inherited client");
+  for (int i = 0; i < 2; i++) {
+    chime_batch_t b;
+    rc = chime_stream_next(s[i], &b, 0);
+    CHILD_CHECK(rc == CHIME_ENOTSUP, "inherited stream %d next: %s", i,
+                chime_err_name(rc));
+    CHILD_CHECK(strstr(chime_stream_last_error(s[i]), "fork()") != NULL,
+                "inherited stream: '%s'", chime_stream_last_error(s[i]));
+  }
+  uint8_t sample[SAMPLE_BYTES] = {0};
+  rc = chime_writer_append(w, sample, sizeof(sample), 1.0);
+  CHILD_CHECK(rc == CHIME_ENOTSUP, "inherited writer append: %s",
+              chime_err_name(rc));
+  CHILD_CHECK(chime_writer_flush(w) == CHIME_ENOTSUP, "inherited flush");
+
+  /* Its own client works, in both modes, while the parent's stream
+   * threads poll (the other order of the issue). */
+  chime_client_t *mine = NULL;
+  rc = chime_client_create(&mine, addr, NULL);
+  CHILD_CHECK(rc == 0, "own client: %s", chime_err_name(rc));
+  rc = chime_client_info(&info, mine);
+  CHILD_CHECK(rc == 0, "own info: %s", chime_client_last_error(mine));
+  chime_server_info_free(info);
+  rc = insert(mine, 7, 64, NULL);
+  CHILD_CHECK(rc == 0, "own writer: %s", chime_err_name(rc));
+  const chime_mode_t modes[2] = {CHIME_MODE_SHM, CHIME_MODE_STREAM};
+  for (int i = 0; i < 2; i++) {
+    chime_stream_t *own = NULL;
+    rc = open_stream(mine, modes[i], &own);
+    CHILD_CHECK(rc == 0, "own %s stream: %s", chime_mode_name(modes[i]),
+                chime_client_last_error(mine));
+    for (int k = 0; k < 3; k++) {
+      rc = one_batch(own);
+      CHILD_CHECK(rc == 0, "own %s batch: %s", chime_mode_name(modes[i]),
+                  chime_stream_last_error(own));
+    }
+    chime_stream_close(own);
+  }
+  chime_client_destroy(mine);
+
+  /* Ending the inherited objects frees this copy only. */
+  chime_stream_close(s[0]);
+  chime_stream_close(s[1]);
+  CHILD_CHECK(chime_writer_close(w) == CHIME_ENOTSUP, "inherited close");
+  chime_client_destroy(c);
+  _exit(0);
+}
+
+/* Waits for pid, at most timeout_ms; kills it when it overstays. */
+static int wait_child(pid_t pid, int timeout_ms) {
+  int64_t end = chime__now_ms() + timeout_ms;
+  int st = 0;
+  for (;;) {
+    pid_t r = waitpid(pid, &st, WNOHANG);
+    if (r == pid)
+      return st;
+    if (chime__now_ms() > end) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &st, 0);
+      fail_msg("child %d did not finish in %d ms", (int)pid, timeout_ms);
+    }
+    chime__sleep_ms(10);
+  }
+}
+
+static void fork_with_everything_open(int stream_thread_busy) {
+  chime__chimed_t d;
+  chime_client_t *c = NULL;
+  assert_int_equal(chime__chimed_start_client(&d, config, &c), 0);
+  assert_int_equal(insert(c, 5, 256, NULL), 0);
+  chime_stream_t *s[2] = {NULL, NULL};
+  assert_int_equal(open_stream(c, CHIME_MODE_SHM, &s[0]), 0);
+  assert_int_equal(open_stream(c, CHIME_MODE_STREAM, &s[1]), 0);
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(one_batch(s[i]), 0);
+  chime_writer_t *w = NULL;
+  assert_int_equal(chime_writer_open(&w, c, "u", NULL), 0);
+  assert_int_equal(insert(c, 6, 8, w), 0);
+  if (stream_thread_busy) {
+    /* A learner away from next(): the stream-mode stream's own thread
+     * receives meanwhile, so it is inside gRPC when fork() comes. */
+    chime__sleep_ms(50);
+  }
+
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0)
+    child(d.addr, c, s, w);
+  int st = wait_child(pid, 60000);
+  char why[64];
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+    fail_msg("child: %s", chime__status_str(st, why, sizeof(why)));
+
+  /* The parent's objects: untouched, and at once (the fault: a 3 s
+   * timeout of its next call, a corrupt HTTP/2 stream). */
+  chime_server_info_t *info = NULL;
+  int rc = chime_client_info(&info, c);
+  if (rc)
+    fail_msg("parent info after the fork: %s", chime_client_last_error(c));
+  chime_server_info_free(info);
+  for (int i = 0; i < 2; i++)
+    for (int k = 0; k < 5; k++)
+      if ((rc = one_batch(s[i])) != 0)
+        fail_msg("parent stream %d: %s", i, chime_stream_last_error(s[i]));
+  assert_int_equal(insert(c, 8, 64, w), 0);
+  assert_int_equal(chime_writer_close(w), 0);
+  chime_stream_close(s[0]);
+  chime_stream_close(s[1]);
+  assert_int_equal(chime__chimed_stop_client(&d, c), 0);
+}
+
+static void test_fork_child_makes_own_client(void **state) {
+  (void)state;
+  fork_with_everything_open(0);
+}
+
+static void test_fork_while_stream_thread_receives(void **state) {
+  (void)state;
+  fork_with_everything_open(1);
+}
+
+/* Two forks in a row and a grandchild: the generation moves on. */
+static void test_fork_twice(void **state) {
+  (void)state;
+  chime__chimed_t d;
+  chime_client_t *c = NULL;
+  assert_int_equal(chime__chimed_start_client(&d, config, &c), 0);
+  assert_int_equal(insert(c, 5, 64, NULL), 0);
+  for (int round = 0; round < 2; round++) {
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+      chime_client_t *mine = NULL;
+      CHILD_CHECK(chime_client_create(&mine, d.addr, NULL) == 0, "create");
+      CHILD_CHECK(insert(mine, 9, 16, NULL) == 0, "child insert");
+      pid_t g = fork();
+      CHILD_CHECK(g >= 0, "fork");
+      if (g == 0) {
+        chime_server_info_t *info = NULL;
+        CHILD_CHECK(chime_client_info(&info, mine) == CHIME_ENOTSUP,
+                    "grandchild, inherited");
+        chime_client_t *own = NULL;
+        CHILD_CHECK(chime_client_create(&own, d.addr, NULL) == 0, "g create");
+        CHILD_CHECK(insert(own, 10, 16, NULL) == 0, "grandchild insert");
+        chime_client_destroy(own);
+        _exit(0);
+      }
+      int gst = 0;
+      waitpid(g, &gst, 0);
+      CHILD_CHECK(WIFEXITED(gst) && WEXITSTATUS(gst) == 0, "grandchild");
+      CHILD_CHECK(insert(mine, 11, 16, NULL) == 0, "child after its fork");
+      chime_client_destroy(mine);
+      _exit(0);
+    }
+    int st = wait_child(pid, 60000);
+    char why[64];
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+      fail_msg("child: %s", chime__status_str(st, why, sizeof(why)));
+    assert_int_equal(insert(c, 12, 16, NULL), 0);
+  }
+  assert_int_equal(chime__chimed_stop_client(&d, c), 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_teardown(test_fork_child_makes_own_client,
+                                teardown_each),
+      cmocka_unit_test_teardown(test_fork_while_stream_thread_receives,
+                                teardown_each),
+      cmocka_unit_test_teardown(test_fork_twice, teardown_each),
+  };
+  return cmocka_run_group_tests(tests, setup, NULL);
+}

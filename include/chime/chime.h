@@ -169,7 +169,10 @@ typedef struct {
 } chime_server_info_t;
 
 /* GetInfo, bounded by opts.timeout_ms. Free *out with chime_server_info_free().
- * Thread-safe. */
+ * Thread-safe. GetInfo and Stats only read: one that finds the connection
+ * closed under it (an idle client's connection dropped by the server's
+ * keepalive) is sent once more on a new one; a server that is gone gives
+ * CHIME_EDISCONNECTED once this client had reached it. */
 CHIME_EXTERN CHIME_NODISCARD int chime_client_info(chime_server_info_t **out,
                                                    chime_client_t *client);
 CHIME_EXTERN void chime_server_info_free(chime_server_info_t *info);

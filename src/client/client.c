@@ -200,10 +200,10 @@ int chime__client_set_error(chime_client_t *client, int code,
   return code;
 }
 
-int chime__unary(chime_client_t *client, int method,
-                 const ProtobufCMessage *req,
-                 const ProtobufCMessageDescriptor *resp_desc,
-                 ProtobufCMessage **resp, char *err, size_t errlen) {
+static int unary_once(chime_client_t *client, int method,
+                      const ProtobufCMessage *req,
+                      const ProtobufCMessageDescriptor *resp_desc,
+                      ProtobufCMessage **resp, char *err, size_t errlen) {
   const char *path = chime__method_path[method];
   chime__rpc_t r;
   *resp = NULL;
@@ -266,6 +266,28 @@ int chime__unary(chime_client_t *client, int method,
 
 cleanup:
   chime__rpc_destroy(&r);
+  return rc;
+}
+
+/* A connection that sat idle can be closed under a call just sent on it:
+ * the server's keepalive drops a peer that did not answer its ping in time,
+ * and an idle client answers only when something polls its connection. The
+ * call then fails with "Socket closed" though the server is up. GetInfo and
+ * Stats only read, so they are sent once more on a new connection; the
+ * answer to that one stands (a server that is really gone refuses it at
+ * once). The other methods change state and are never sent twice. */
+static int unary_retries(int method) {
+  return method == CHIME__M_GETINFO || method == CHIME__M_STATS;
+}
+
+int chime__unary(chime_client_t *client, int method,
+                 const ProtobufCMessage *req,
+                 const ProtobufCMessageDescriptor *resp_desc,
+                 ProtobufCMessage **resp, char *err, size_t errlen) {
+  int rc = unary_once(client, method, req, resp_desc, resp, err, errlen);
+  if ((rc == CHIME_EUNAVAILABLE || rc == CHIME_EDISCONNECTED) &&
+      unary_retries(method) && atomic_load(&client->reached))
+    rc = unary_once(client, method, req, resp_desc, resp, err, errlen);
   return rc;
 }
 

@@ -11,7 +11,7 @@
 
 #include <stddef.h>
 
-#include "server/server.h"
+#include "server/state.h"
 #include "wire/handoff.h"
 
 /* Binds and listens (cfg->handoff_socket); err says why not. */

@@ -25,10 +25,11 @@
 
 #include "chime.pb-c.h"
 #include "common/errfmt.h"
+#include "common/spec.h"
 #include "wire/pbread.h"
 #include "wire/insert.h"
 #include "server/insertreq.h"
-#include "server/server.h"
+#include "server/insert.h"
 #include "server/staging.h"
 #include "wire/leaf.h"
 

@@ -16,6 +16,7 @@
 
 #include "common/errfmt.h"
 #include "ring/pin.h"
+#include "wire/chunk.h"
 #include "server/handoff.h"
 #include "server/sender.h"
 

@@ -17,7 +17,7 @@
 #include "chime.pb-c.h"
 #include "server/sampler.h"
 #include "server/sender.h"
-#include "server/server.h"
+#include "server/state.h"
 #include "wire/handoff.h"
 
 struct chime__stream_s {

@@ -192,7 +192,8 @@ int chime_server_create(chime_server_t **out, const chime_server_opts_t *opts,
   if (opts->restore != NULL &&
       (rc = restore(srv, opts->restore, err, errlen)) != 0)
     goto out;
-  rc = chime__handoff_create(&srv->handoff, srv, err, errlen);
+  rc = chime__handoff_create(&srv->handoff, &srv->cfg, &chime__stream_ops, err,
+                             errlen);
   if (rc != 0)
     goto out;
   /* Stats only: it may answer before the service starts. */

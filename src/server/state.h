@@ -43,14 +43,13 @@ typedef struct chime__stream_s chime__stream_t;
 
 typedef struct chime__inserter_s chime__inserter_t;
 typedef struct chime__pool_s chime__pool_t;
-typedef struct chime__handoff_s chime__handoff_t;
 
 struct chime_server_s {
   chime__config_t cfg;
   uint32_t ntables;
   chime__table_t *tables[CHIME__MAX_TABLES];
   chime__inserter_t *inserters[CHIME__MAX_TABLES];
-  chime__handoff_t *handoff;
+  struct chime__handoff_s *handoff;
   chime__pool_t *sampler;             /* fills every stream's ring */
   struct chime__acceptor_s *acceptor; /* chime_server_listen only */
   struct chime__metrics_s *metrics;   /* the Prometheus endpoint, or NULL */

@@ -1,3 +1,5 @@
+/* Error texts into a caller's buffer, and peers' strings made printable
+ * (errfmt.h). */
 #include "common/errfmt.h"
 
 #include <stdio.h>
@@ -58,13 +60,4 @@ void chime__errf(char *err, size_t len, const char *fmt, ...) {
   va_start(ap, fmt);
   chime__verrf(err, len, fmt, ap);
   va_end(ap);
-}
-
-void chime__leaf_type_text(const chime_leaf_t *l, char *buf, size_t len) {
-  int n = snprintf(buf, len, "%s[", chime_dtype_name(l->dtype));
-  for (uint32_t d = 0; d < l->ndim && n > 0 && (size_t)n < len; d++)
-    n += snprintf(buf + n, len - (size_t)n, "%s%llu", d ? "," : "",
-                  (unsigned long long)l->shape[d]);
-  if (n > 0 && (size_t)n < len)
-    snprintf(buf + n, len - (size_t)n, "]");
 }

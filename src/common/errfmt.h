@@ -35,8 +35,4 @@ int chime__fail(char *err, size_t len, int code, const char *fmt, ...)
 const char *chime__printable(char *out, size_t outlen, const char *in,
                              size_t max);
 
-/* A leaf's type for an error text: its dtype and shape, "f32[84,84]"
- * ("f32[]" for a scalar), cut to fit len. */
-void chime__leaf_type_text(const chime_leaf_t *l, char *buf, size_t len);
-
 #endif

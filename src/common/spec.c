@@ -8,6 +8,7 @@
 
 #include "chime/ring.h"
 #include "common/errfmt.h"
+#include "common/spec.h"
 
 const char *chime_dtype_name(chime_dtype_t dtype) {
   switch (dtype) {
@@ -365,4 +366,13 @@ int chime_spec_format(const chime_spec_t *spec, char *buf, size_t len) {
     buf[used] = '\0';
   }
   return 0;
+}
+
+void chime__leaf_type_text(const chime_leaf_t *l, char *buf, size_t len) {
+  int n = snprintf(buf, len, "%s[", chime_dtype_name(l->dtype));
+  for (uint32_t d = 0; d < l->ndim && n > 0 && (size_t)n < len; d++)
+    n += snprintf(buf + n, len - (size_t)n, "%s%llu", d ? "," : "",
+                  (unsigned long long)l->shape[d]);
+  if (n > 0 && (size_t)n < len)
+    snprintf(buf + n, len - (size_t)n, "]");
 }

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "server/auth.h"
-#include "server/server.h"
+#include "server/state.h"
 
 struct chime__send_s {
   chime__send_t *next;
@@ -416,15 +416,12 @@ static const chime__call_vt_t unknown_vt = {
     .on_message = unknown_on_message,
 };
 
-static const chime__call_vt_t *const method_vt[CHIME__M_COUNT + 1] = {
-    [CHIME__M_GETINFO] = &chime__info_vt,
-    [CHIME__M_STATS] = &chime__stats_vt,
-    [CHIME__M_MUTATE] = &chime__mutate_vt,
-    [CHIME__M_CHECKPOINT] = &chime__checkpoint_vt,
-    [CHIME__M_INSERT] = &chime__insert_vt,
-    [CHIME__M_SUBSCRIBE] = &chime__subscribe_vt,
-    [CHIME__M_COUNT] = &unknown_vt,
-};
+/* Where a call of `method` completes: an Insert on the insert queue, when
+ * the service made one (service.c), every other call on the server's. */
+static grpc_completion_queue *call_cq(chime_server_t *srv, int method) {
+  return method == CHIME__M_INSERT && srv->insert_cq != NULL ? srv->insert_cq
+                                                             : srv->cq;
+}
 
 int chime__request_call(chime_server_t *srv, int method) {
   chime__call_t *c = calloc(1, sizeof(*c));
@@ -432,7 +429,7 @@ int chime__request_call(chime_server_t *srv, int method) {
     return CHIME_ENOMEM;
   c->srv = srv;
   c->method = method;
-  c->vt = method_vt[method];
+  c->vt = method < CHIME__M_COUNT ? srv->method_vt[method] : &unknown_vt;
   c->refs = 1;
   c->req_tag.fn = on_request_done;
   c->recv_tag.fn = on_recv_done;
@@ -445,7 +442,7 @@ int chime__request_call(chime_server_t *srv, int method) {
   grpc_call_details_init(&c->details);
   /* The new call is announced on cq; its own operations complete where
    * the service says (service.c). */
-  grpc_completion_queue *bound = chime__service_call_cq(srv, method);
+  grpc_completion_queue *bound = call_cq(srv, method);
   if (method == CHIME__M_COUNT)
     e = grpc_server_request_call(srv->gs, &c->call, &c->details, &c->md, bound,
                                  srv->cq, &c->req_tag);

@@ -19,6 +19,7 @@
 
 #include "chime/errors.h"
 #include "common/errfmt.h"
+#include "common/spec.h"
 #include "server/crc32c.h"
 
 #define MAGIC "CHIMECKT"

@@ -11,7 +11,7 @@
 
 #include "chime.pb-c.h"
 #include "server/checkpoint.h"
-#include "server/server.h"
+#include "server/state.h"
 
 #define MAX_WAITING 64
 

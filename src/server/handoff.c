@@ -29,8 +29,9 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "chime/errors.h"
+#include "common/clock.h"
 #include "server/liveness.h"
-#include "server/stream.h"
 
 #define MAX_CONNS 64
 #define MAX_CONNS_PER_UID 8
@@ -41,7 +42,7 @@
 typedef struct token_s {
   uint8_t token[CHIME__HANDOFF_TOKEN_BYTES];
   uint64_t deadline_ns;
-  chime__stream_t *s;
+  void *s; /* the stream, through h->ops */
   struct token_s *next;
 } token_t;
 
@@ -59,7 +60,8 @@ typedef struct conn_s {
 } conn_t;
 
 struct chime__handoff_s {
-  chime_server_t *srv;
+  const chime__config_t *cfg;
+  const chime__stream_ops_t *ops;
   char path[108];
   int fs;
   int lfd;
@@ -106,16 +108,18 @@ static void remove_stale(const char *path) {
   close(fd);
 }
 
-int chime__handoff_create(chime__handoff_t **out, chime_server_t *srv,
-                          char *err, size_t errlen) {
+int chime__handoff_create(chime__handoff_t **out, const chime__config_t *cfg,
+                          const chime__stream_ops_t *ops, char *err,
+                          size_t errlen) {
   int rc = 0;
   struct sockaddr_un a;
-  const char *cfgpath = srv->cfg.handoff_socket;
+  const char *cfgpath = cfg->handoff_socket;
   chime__handoff_t *h = calloc(1, sizeof(*h));
   *out = NULL;
   if (h == NULL)
     return CHIME_ENOMEM;
-  h->srv = srv;
+  h->cfg = cfg;
+  h->ops = ops;
   h->lfd = -1;
   pthread_mutex_init(&h->mu, NULL);
   if (strcmp(cfgpath, "@auto") == 0) {
@@ -156,7 +160,7 @@ int chime__handoff_create(chime__handoff_t **out, chime_server_t *srv,
    * against allowed_uids) and the token decide, as for an abstract socket,
    * which has no permissions at all. Set before listening: nobody connects
    * under the umask's mode. */
-  if ((h->fs && chmod(h->path, srv->cfg.nuids > 0 ? 0666 : 0600) != 0) ||
+  if ((h->fs && chmod(h->path, cfg->nuids > 0 ? 0666 : 0600) != 0) ||
       listen(h->lfd, 64) != 0) {
     snprintf(err, errlen, "handoff socket '%s': %s", h->path, strerror(errno));
     if (h->fs)
@@ -205,11 +209,11 @@ static void conn_close(conn_t *c) {
   uv_close((uv_handle_t *)&c->timer, conn_handle_closed);
 }
 
-static int uid_allowed(const chime_server_t *srv, uid_t uid) {
+static int uid_allowed(const chime__config_t *cfg, uid_t uid) {
   if (uid == getuid() || uid == geteuid())
     return 1;
-  for (uint32_t i = 0; i < srv->cfg.nuids; i++)
-    if (srv->cfg.allowed_uids[i] == uid)
+  for (uint32_t i = 0; i < cfg->nuids; i++)
+    if (cfg->allowed_uids[i] == uid)
       return 1;
   return 0;
 }
@@ -221,8 +225,7 @@ static int token_eq(const uint8_t *a, const uint8_t *b) {
   return d == 0;
 }
 
-int chime__handoff_issue(chime__handoff_t *h, chime__stream_t *s,
-                         uint32_t expires_ms,
+int chime__handoff_issue(chime__handoff_t *h, void *s, uint32_t expires_ms,
                          uint8_t token[CHIME__HANDOFF_TOKEN_BYTES],
                          uint64_t *deadline_ns) {
   token_t *t = calloc(1, sizeof(*t));
@@ -233,7 +236,7 @@ int chime__handoff_issue(chime__handoff_t *h, chime__stream_t *s,
     return CHIME_ESYS;
   }
   t->deadline_ns = chime__now_ns() + (uint64_t)expires_ms * 1000000u;
-  chime__stream_ref(s);
+  h->ops->ref(s);
   t->s = s;
   memcpy(token, t->token, sizeof(t->token));
   *deadline_ns = t->deadline_ns;
@@ -246,7 +249,7 @@ int chime__handoff_issue(chime__handoff_t *h, chime__stream_t *s,
 
 /* Unlinks the entry that matches (tok, or else s). Caller holds h->mu. */
 static token_t *unlink_token(chime__handoff_t *h, const uint8_t *tok,
-                             const chime__stream_t *s) {
+                             const void *s) {
   for (token_t **pp = &h->tokens; *pp != NULL; pp = &(*pp)->next) {
     token_t *t = *pp;
     if (tok != NULL ? token_eq(t->token, tok) : t->s == s) {
@@ -257,18 +260,18 @@ static token_t *unlink_token(chime__handoff_t *h, const uint8_t *tok,
   return NULL;
 }
 
-int chime__handoff_revoke(chime__handoff_t *h, chime__stream_t *s) {
+int chime__handoff_revoke(chime__handoff_t *h, const void *s) {
   pthread_mutex_lock(&h->mu);
   token_t *t = unlink_token(h, NULL, s);
   pthread_mutex_unlock(&h->mu);
   if (t == NULL)
     return 0;
-  chime__stream_unref(t->s);
+  h->ops->unref(t->s);
   free(t);
   return 1;
 }
 
-int chime__handoff_pending(chime__handoff_t *h, const chime__stream_t *s) {
+int chime__handoff_pending(chime__handoff_t *h, const void *s) {
   int found = 0;
   pthread_mutex_lock(&h->mu);
   for (token_t *t = h->tokens; t != NULL && !found; t = t->next)
@@ -279,15 +282,15 @@ int chime__handoff_pending(chime__handoff_t *h, const chime__stream_t *s) {
 
 /* Single use: a token is consumed when presented, even if expired. Returns
  * its stream with the registry's reference, or NULL. */
-static chime__stream_t *take_token(chime__handoff_t *h, const uint8_t *tok) {
+static void *take_token(chime__handoff_t *h, const uint8_t *tok) {
   pthread_mutex_lock(&h->mu);
   token_t *t = unlink_token(h, tok, NULL);
   pthread_mutex_unlock(&h->mu);
   if (t == NULL)
     return NULL;
-  chime__stream_t *s = t->s;
+  void *s = t->s;
   if (chime__now_ns() > t->deadline_ns) {
-    chime__stream_unref(s);
+    h->ops->unref(s);
     s = NULL;
   }
   free(t);
@@ -329,24 +332,24 @@ static void handshake(chime__handoff_t *h, int fd, const uint8_t *req,
                       const struct ucred *cr) {
   if (memcmp(req, CHIME__HANDOFF_MAGIC, CHIME__HANDOFF_MAGIC_BYTES) != 0)
     return;
-  chime__stream_t *s = take_token(h, req + CHIME__HANDOFF_MAGIC_BYTES);
+  void *s = take_token(h, req + CHIME__HANDOFF_MAGIC_BYTES);
   if (s == NULL) {
     send_reply(fd, CHIME_EPERM, -1);
     return;
   }
   /* Held from before the fd leaves: the learner may map it at once. */
-  chime__stream_hold(s);
+  h->ops->hold(s);
   int sock = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-  if (sock < 0 || send_reply(fd, 0, chime_ring_fd(s->ring)) != 0) {
+  if (sock < 0 || send_reply(fd, 0, h->ops->ring_fd(s)) != 0) {
     /* Nothing sent (sendmsg passes the fd with the bytes or not at all). */
     if (sock >= 0)
       close(sock);
-    chime__stream_unref(s);
-    chime__stream_unhold(s);
+    h->ops->unref(s);
+    h->ops->unhold(s);
     return;
   }
   /* The learner holds the ring: its sampler may fill it now. */
-  chime__stream_attached(s);
+  h->ops->attached(s);
   /* The learner reads to the end: it sees it while our dup lives on. */
   shutdown(sock, SHUT_RDWR);
   /* Takes the reference and the hold. */
@@ -420,7 +423,7 @@ static void admit(chime__handoff_t *h, int fd) {
     close(fd);
     return;
   }
-  if (!uid_allowed(h->srv, cr.uid)) {
+  if (!uid_allowed(h->cfg, cr.uid)) {
     /* Told why, without reading a byte of it (the socket is fresh, the
      * answer fits); the peer reads it even after its send fails. */
     send_reply(fd, CHIME_EPERM, -1);
@@ -530,7 +533,7 @@ int chime__handoff_start(chime__handoff_t *h) {
   h->async.data = h;
   uv_timer_init(&h->loop, &h->backoff);
   h->backoff.data = h;
-  if (chime__liveness_create(&h->liveness, &h->loop) != 0) {
+  if (chime__liveness_create(&h->liveness, &h->loop, h->ops) != 0) {
     uv_close((uv_handle_t *)&h->lpoll, NULL);
     uv_close((uv_handle_t *)&h->async, NULL);
     uv_close((uv_handle_t *)&h->backoff, NULL);
@@ -578,7 +581,7 @@ void chime__handoff_destroy(chime__handoff_t *h) {
   while (h->tokens != NULL) { /* streams close revoke theirs: none left */
     token_t *t = h->tokens;
     h->tokens = t->next;
-    chime__stream_unref(t->s);
+    h->ops->unref(t->s);
     free(t);
   }
   pthread_mutex_destroy(&h->mu);

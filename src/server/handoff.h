@@ -11,26 +11,33 @@
 
 #include <stddef.h>
 
-#include "server/server.h"
+#include <stdint.h>
+
+#include "server/config.h"
+#include "server/streamops.h"
 #include "wire/handoff.h"
 
-/* Binds and listens (cfg->handoff_socket); err says why not. */
-int chime__handoff_create(chime__handoff_t **out, chime_server_t *srv,
-                          char *err, size_t errlen);
+typedef struct chime__handoff_s chime__handoff_t;
+
+/* Binds and listens (cfg->handoff_socket; cfg is read, and must outlive
+ * the handoff); err says why not. Streams are opaque here, reached through
+ * ops only (streamops.h), so the handoff stands alone. */
+int chime__handoff_create(chime__handoff_t **out, const chime__config_t *cfg,
+                          const chime__stream_ops_t *ops, char *err,
+                          size_t errlen);
 int chime__handoff_start(chime__handoff_t *h);
 /* The advertised address: "@name" (abstract) or a filesystem path. */
 const char *chime__handoff_path(const chime__handoff_t *h);
 /* Issues a single-use token for s's ring, valid expires_ms (the registry
  * holds a reference to s until the token is used or revoked). */
-int chime__handoff_issue(chime__handoff_t *h, chime__stream_t *s,
-                         uint32_t expires_ms,
+int chime__handoff_issue(chime__handoff_t *h, void *s, uint32_t expires_ms,
                          uint8_t token[CHIME__HANDOFF_TOKEN_BYTES],
                          uint64_t *deadline_ns);
 /* Withdraws s's token: 1 when it was still unused (it may have expired),
  * 0 when it was used (or never issued). */
-int chime__handoff_revoke(chime__handoff_t *h, chime__stream_t *s);
+int chime__handoff_revoke(chime__handoff_t *h, const void *s);
 /* 1 while s's token is unused and not revoked. */
-int chime__handoff_pending(chime__handoff_t *h, const chime__stream_t *s);
+int chime__handoff_pending(chime__handoff_t *h, const void *s);
 /* A stream closed: drop its pidfd watch (any thread). */
 void chime__handoff_notify(chime__handoff_t *h);
 /* Stops the thread, closes the socket, unlinks a filesystem path. */

@@ -3,7 +3,7 @@
 #define CHIME_SERVER_INFO_H
 
 #include "chime.pb-c.h"
-#include "server/server.h"
+#include "server/state.h"
 
 typedef struct {
   Chime__V1__StatsResponse r;

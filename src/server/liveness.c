@@ -11,7 +11,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "server/stream.h"
+#include "chime/errors.h"
 
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
@@ -26,13 +26,14 @@ struct watch_s {
   pid_t pid;
   int sock; /* our end of the handoff connection while the fd may be unread */
   int open; /* holds a stream reference: the stream is not closed yet */
-  chime__stream_t *s; /* always holds one of its budget holds */
+  void *s;  /* always holds one of its budget holds */
   chime__liveness_t *lv;
   watch_t *next;
 };
 
 struct chime__liveness_s {
   uv_loop_t *loop;
+  const chime__stream_ops_t *ops;
   uv_timer_t sweep;
   watch_t *watches;
 };
@@ -43,8 +44,8 @@ static void watch_closed(uv_handle_t *hd) {
   if (w->sock >= 0)
     close(w->sock);
   if (w->open)
-    chime__stream_unref(w->s);
-  chime__stream_unhold(w->s);
+    w->lv->ops->unref(w->s);
+  w->lv->ops->unhold(w->s);
   free(w);
 }
 
@@ -62,7 +63,7 @@ static void on_pid_exit(uv_poll_t *p, int status, int events) {
   (void)status;
   (void)events;
   if (w->open)
-    chime__stream_kill(w->s, "learner process exited");
+    w->lv->ops->kill(w->s, "learner process exited");
   watch_remove(w->lv, w);
 }
 
@@ -98,6 +99,13 @@ static int learner_holds(pid_t pid, dev_t dev, ino_t ino) {
   return found;
 }
 
+static int ring_held(chime__liveness_t *lv, watch_t *w) {
+  dev_t dev;
+  ino_t ino;
+  lv->ops->ring_id(w->s, &dev, &ino);
+  return learner_holds(w->pid, dev, ino);
+}
+
 static void on_sweep(uv_timer_t *t) {
   chime__liveness_t *lv = t->data;
   int waiting = 0;
@@ -110,7 +118,7 @@ static void on_sweep(uv_timer_t *t) {
        * its end, which drops the fd with it). */
       if (w->sock >= 0 && (ioctl(w->sock, SIOCOUTQ, &unread) != 0 || unread))
         waiting = 1;
-      else if (learner_holds(w->pid, w->s->ring_dev, w->s->ring_ino))
+      else if (ring_held(lv, w))
         waiting = 1;
       else
         watch_remove(lv, w);
@@ -121,7 +129,7 @@ static void on_sweep(uv_timer_t *t) {
     uv_timer_stop(&lv->sweep);
 }
 
-void chime__liveness_watch(chime__liveness_t *lv, chime__stream_t *s, pid_t pid,
+void chime__liveness_watch(chime__liveness_t *lv, void *s, pid_t pid,
                            int sock) {
   int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
   watch_t *w = pidfd >= 0 ? calloc(1, sizeof(*w)) : NULL;
@@ -131,9 +139,9 @@ void chime__liveness_watch(chime__liveness_t *lv, chime__stream_t *s, pid_t pid,
       close(pidfd);
     if (sock >= 0)
       close(sock);
-    chime__stream_kill(s, "learner process exited");
-    chime__stream_unref(s);
-    chime__stream_unhold(s);
+    lv->ops->kill(s, "learner process exited");
+    lv->ops->unref(s);
+    lv->ops->unhold(s);
     return;
   }
   w->pidfd = pidfd;
@@ -153,22 +161,24 @@ void chime__liveness_watch(chime__liveness_t *lv, chime__stream_t *s, pid_t pid,
 
 void chime__liveness_check(chime__liveness_t *lv) {
   for (watch_t *w = lv->watches; w != NULL; w = w->next) {
-    if (w->open && atomic_load(&w->s->closed)) {
+    if (w->open && lv->ops->closed(w->s)) {
       /* The stream is over; the learner may still hold the ring. */
       w->open = 0;
-      chime__stream_unref(w->s);
+      lv->ops->unref(w->s);
       if (!uv_is_active((uv_handle_t *)&lv->sweep))
         uv_timer_start(&lv->sweep, on_sweep, 0, SWEEP_MS);
     }
   }
 }
 
-int chime__liveness_create(chime__liveness_t **out, uv_loop_t *loop) {
+int chime__liveness_create(chime__liveness_t **out, uv_loop_t *loop,
+                           const chime__stream_ops_t *ops) {
   chime__liveness_t *lv = calloc(1, sizeof(*lv));
   *out = lv;
   if (lv == NULL)
     return CHIME_ENOMEM;
   lv->loop = loop;
+  lv->ops = ops;
   uv_timer_init(loop, &lv->sweep);
   lv->sweep.data = lv;
   return 0;

@@ -8,7 +8,7 @@
 #include "chime.pb-c.h"
 #include "common/errfmt.h"
 #include "server/mutatereq.h"
-#include "server/server.h"
+#include "server/state.h"
 #include "server/table.h"
 
 /* A request this large would be a client's mistake, not a workload: it is

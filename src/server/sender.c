@@ -8,7 +8,8 @@
 #include <grpc/grpc.h>
 
 #include "wire/chunk.h"
-#include "server/server.h"
+#include "server/call.h"
+#include "wire/chunk.h"
 
 /* One batch sent: its chunks' slices point into its bytes (the slot, the
  * table's rows), and the slot is released when gRPC drops the last of them

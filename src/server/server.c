@@ -16,9 +16,12 @@
 #include "server/checkpoint.h"
 #include "server/checkpointer.h"
 #include "server/handoff.h"
+#include "server/insert.h"
 #include "server/memlimit.h"
+#include "server/methods.h"
 #include "server/metrics.h"
 #include "server/sampler.h"
+#include "server/service.h"
 #include "server/stream.h"
 #include "server/tls.h"
 #include "wire/hostid.h"
@@ -27,18 +30,6 @@
 #define STOP_GRACE_MS 3000
 #define STOP_CANCEL_MS 2000
 #define STOP_LINGER_MS 200
-
-chime__table_t *chime__server_table(chime_server_t *srv, const char *name,
-                                    uint32_t *index) {
-  for (uint32_t i = 0; i < srv->ntables; i++) {
-    if (strcmp(chime__table_config(srv->tables[i])->name, name) == 0) {
-      if (index != NULL)
-        *index = i;
-      return srv->tables[i];
-    }
-  }
-  return NULL;
-}
 
 /* Tables map their whole capacity up front and commit it as they fill: a
  * configuration that cannot fit would start fine and be OOM-killed once
@@ -132,6 +123,7 @@ int chime_server_create(chime_server_t **out, const chime_server_opts_t *opts,
   chime_server_t *srv = calloc(1, sizeof(*srv));
   if (srv == NULL)
     return CHIME_ENOMEM;
+  srv->method_vt = chime__method_vt;
   pthread_mutex_init(&srv->mu, NULL);
   pthread_cond_init(&srv->cond, NULL);
   chime__staging_init(&srv->staging, 0); /* budget set once configured */
@@ -200,7 +192,8 @@ int chime_server_create(chime_server_t **out, const chime_server_opts_t *opts,
   if (opts->restore != NULL &&
       (rc = restore(srv, opts->restore, err, errlen)) != 0)
     goto out;
-  rc = chime__handoff_create(&srv->handoff, srv, err, errlen);
+  rc = chime__handoff_create(&srv->handoff, &srv->cfg, &chime__stream_ops, err,
+                             errlen);
   if (rc != 0)
     goto out;
   /* Stats only: it may answer before the service starts. */

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "server/server.h"
+#include "server/service.h"
 
 int chime_service_register(chime_server_t *srv, struct grpc_server *server,
                            struct grpc_completion_queue *cq) {
@@ -37,11 +37,6 @@ int chime_service_register(chime_server_t *srv, struct grpc_server *server,
   srv->gs = server;
   srv->cq = cq;
   return 0;
-}
-
-grpc_completion_queue *chime__service_call_cq(chime_server_t *srv, int method) {
-  return method == CHIME__M_INSERT && srv->insert_cq != NULL ? srv->insert_cq
-                                                             : srv->cq;
 }
 
 /* One completion (or none by the deadline): its tag's callback. 0 once the

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 
-#include "server/server.h"
+#include "server/state.h"
 
 struct chime__parked_s {
   chime__call_t *call;

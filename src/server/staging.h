@@ -12,7 +12,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
-/* server.h embeds the budget, so only the call type is named here. */
+/* state.h embeds the budget, so only the call type is named here. */
 typedef struct chime__call_s chime__call_t;
 
 typedef struct chime__parked_s chime__parked_t;

@@ -14,18 +14,14 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/errfmt.h"
 #include "ring/pin.h"
+#include "wire/chunk.h"
 #include "server/handoff.h"
 #include "server/sender.h"
 
 #define SEND_COPY_BELOW 4096u
-
-uint64_t chime__now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 void chime__stream_ref(chime__stream_t *s) {
   atomic_fetch_add(&s->refs, 1);
@@ -96,6 +92,46 @@ static size_t batch_spans(void *arg, uint32_t slot, uint64_t off, uint64_t len,
                             chime_ring_slot_base(s->ring, slot),
                             SEND_COPY_BELOW, off, len, out, max);
 }
+
+static void stream_hold(void *s) {
+  chime__stream_hold(s);
+}
+
+static void stream_unhold(void *s) {
+  chime__stream_unhold(s);
+}
+
+static int stream_ring_fd(void *s) {
+  return chime_ring_fd(((chime__stream_t *)s)->ring);
+}
+
+static void stream_ring_id(void *arg, dev_t *dev, ino_t *ino) {
+  chime__stream_t *s = arg;
+  *dev = s->ring_dev;
+  *ino = s->ring_ino;
+}
+
+static void stream_attached(void *s) {
+  chime__stream_attached(s);
+}
+
+static void stream_kill(void *s, const char *why) {
+  chime__stream_kill(s, why);
+}
+
+static int stream_closed(void *s) {
+  return atomic_load(&((chime__stream_t *)s)->closed);
+}
+
+const chime__stream_ops_t chime__stream_ops = {.ref = stream_ref,
+                                               .unref = stream_unref,
+                                               .hold = stream_hold,
+                                               .unhold = stream_unhold,
+                                               .ring_fd = stream_ring_fd,
+                                               .ring_id = stream_ring_id,
+                                               .attached = stream_attached,
+                                               .kill = stream_kill,
+                                               .closed = stream_closed};
 
 static const chime__sender_owner_t sender_owner = {.ref = stream_ref,
                                                    .unref = stream_unref,

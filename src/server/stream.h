@@ -17,7 +17,8 @@
 #include "chime.pb-c.h"
 #include "server/sampler.h"
 #include "server/sender.h"
-#include "server/server.h"
+#include "server/state.h"
+#include "server/streamops.h"
 #include "wire/handoff.h"
 
 struct chime__stream_s {
@@ -88,6 +89,7 @@ void chime__stream_unref(chime__stream_t *s);
 /* A learner was handed the ring: its charge stays until unhold. */
 void chime__stream_hold(chime__stream_t *s);
 void chime__stream_unhold(chime__stream_t *s);
-uint64_t chime__now_ns(void); /* CLOCK_MONOTONIC */
+/* What the handoff and the liveness watch may do to a stream. */
+extern const chime__stream_ops_t chime__stream_ops;
 
 #endif

@@ -12,6 +12,20 @@
  * tag and length, 4 * 11 for the fields; 48 was too small for huge values). */
 #define CHIME_CHUNK_HEADER_MAX 64
 
+/* Stream mode's chunk payload, so that every message stays under 1 MiB
+ * (the size gRPC's HTTP/2 writer aims a write at, chttp2's
+ * target_write_size): a batch sent as one message of just over 1 MiB cost
+ * chimed's sender 10-25% more per byte than the same batch as two smaller
+ * messages; why is not established (docs/benchmarks.md, "Chunks under
+ * 1 MiB"). The last chunk may carry a tail of CHIME__CHUNK_TAIL_BYTES
+ * more (sender.c), plus its header and the HTTP/2 frame headers. */
+#define CHIME__CHUNK_BYTES (896u << 10)
+/* A batch's last bytes up to this many ride in its last chunk. */
+#define CHIME__CHUNK_TAIL_BYTES (CHIME__CHUNK_BYTES / 16)
+_Static_assert(CHIME__CHUNK_BYTES + CHIME__CHUNK_TAIL_BYTES + (64u << 10) <=
+                   (1u << 20),
+               "a chunk message must stay under gRPC's 1 MiB write target");
+
 typedef struct {
   uint64_t seq;
   uint64_t offset;

@@ -1,8 +1,11 @@
 /* libFuzzer target: the handoff handshake as the server reads it
  * (src/server/handoff.c: the accept, the per-connection reads, the token
  * registry), over a real abstract Unix socket served by the handoff's own
- * loop thread. The stream, its ring and the learner watch (stream.c,
- * liveness.c) are stand-ins here that count what the handoff does to them.
+ * loop thread, with the real learner watch (liveness.c). The handoff and
+ * the watch reach the stream only through its ops table (streamops.h):
+ * here a table of stand-ins that count what they do to one stream, which
+ * ends as soon as it is watched and whose ring no /proc entry names, so
+ * the watch lets go of it at once.
  *
  * Input: [n][n piece lengths][flags][bytes a local client sends]
  * (pieces as in fuzz_common.h: each piece is one send()). The client then
@@ -18,7 +21,8 @@
  * a 4-byte 0 with exactly one fd (the ring's) for the valid, unused token,
  * else CHIME_EPERM and no fd. A token is consumed by the first request
  * that presents it and no other; every stream reference and budget hold
- * the handoff takes is given back or handed to the learner watch. */
+ * the handoff takes is given back or handed to the learner watch, which
+ * gives them back once the stream is over. */
 #include <errno.h>
 #include <poll.h>
 #include <stdatomic.h>
@@ -35,90 +39,79 @@
 
 #include "chime/errors.h"
 #include "fuzz_common.h"
+#include "server/config.h"
 #include "server/handoff.h"
-#include "server/liveness.h"
-#include "server/stream.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* --- stand-ins for stream.c, liveness.c and the ring --- */
+/* --- one stream, as the handoff and the watch see it (streamops.h) --- */
 
-static atomic_int holds, attached, watches;
+typedef struct {
+  atomic_int refs, holds, attached, kills;
+} fake_stream_t;
+
 static int ring_memfd = -1;
 
-uint64_t chime__now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+static void fake_ref(void *s) {
+  atomic_fetch_add(&((fake_stream_t *)s)->refs, 1);
 }
-
-void chime__stream_ref(chime__stream_t *s) {
-  atomic_fetch_add(&s->refs, 1);
+static void fake_unref(void *s) {
+  /* ours is the last */
+  FUZZ_CHECK(atomic_fetch_sub(&((fake_stream_t *)s)->refs, 1) > 1);
 }
-void chime__stream_unref(chime__stream_t *s) {
-  FUZZ_CHECK(atomic_fetch_sub(&s->refs, 1) > 1); /* ours is the last */
+static void fake_hold(void *s) {
+  atomic_fetch_add(&((fake_stream_t *)s)->holds, 1);
 }
-void chime__stream_hold(chime__stream_t *s) {
+static void fake_unhold(void *s) {
+  FUZZ_CHECK(atomic_fetch_sub(&((fake_stream_t *)s)->holds, 1) > 0);
+}
+static int fake_ring_fd(void *s) {
   (void)s;
-  atomic_fetch_add(&holds, 1);
-}
-void chime__stream_unhold(chime__stream_t *s) {
-  (void)s;
-  FUZZ_CHECK(atomic_fetch_sub(&holds, 1) > 0);
-}
-void chime__stream_attached(chime__stream_t *s) {
-  (void)s;
-  atomic_fetch_add(&attached, 1);
-}
-int chime_ring_fd(const chime_ring_t *ring) {
-  (void)ring;
   return ring_memfd;
 }
+/* No file has this identity: the learner (this process) holds nothing the
+ * watch's /proc sweep could find. */
+static void fake_ring_id(void *s, dev_t *dev, ino_t *ino) {
+  (void)s;
+  *dev = (dev_t)-1;
+  *ino = (ino_t)-1;
+}
+static void fake_attached(void *s) {
+  atomic_fetch_add(&((fake_stream_t *)s)->attached, 1);
+}
+static void fake_kill(void *s, const char *why) {
+  (void)why;
+  atomic_fetch_add(&((fake_stream_t *)s)->kills, 1);
+}
+/* The stream ends as soon as its learner is watched. */
+static int fake_closed(void *s) {
+  (void)s;
+  return 1;
+}
 
-struct chime__liveness_s {
-  int unused;
-};
-int chime__liveness_create(chime__liveness_t **out, uv_loop_t *loop) {
-  (void)loop;
-  *out = calloc(1, sizeof(**out));
-  return *out != NULL ? 0 : CHIME_ENOMEM;
-}
-/* The learner "exits" at once: the reference and the hold go back. */
-void chime__liveness_watch(chime__liveness_t *lv, chime__stream_t *s, pid_t pid,
-                           int sock) {
-  (void)lv;
-  FUZZ_CHECK(pid == getpid());
-  FUZZ_CHECK(sock >= 0);
-  close(sock);
-  chime__stream_unhold(s);
-  chime__stream_unref(s);
-  /* Last: the target checks the counts once it sees the watch. */
-  atomic_fetch_add(&watches, 1);
-}
-void chime__liveness_check(chime__liveness_t *lv) {
-  (void)lv;
-}
-void chime__liveness_close(chime__liveness_t *lv) {
-  (void)lv;
-}
-void chime__liveness_free(chime__liveness_t *lv) {
-  free(lv);
-}
+static const chime__stream_ops_t fake_ops = {.ref = fake_ref,
+                                             .unref = fake_unref,
+                                             .hold = fake_hold,
+                                             .unhold = fake_unhold,
+                                             .ring_fd = fake_ring_fd,
+                                             .ring_id = fake_ring_id,
+                                             .attached = fake_attached,
+                                             .kill = fake_kill,
+                                             .closed = fake_closed};
 
 /* --- the server and one stream, made once --- */
 
-static chime_server_t *srv;
+static chime__config_t cfg;
 static chime__handoff_t *ho;
-static chime__stream_t stream;
+static fake_stream_t stream;
 static struct sockaddr_un addr;
 static socklen_t addrlen;
 
 static void setup(void) {
   char err[256];
-  srv = calloc(1, sizeof(*srv));
-  FUZZ_CHECK(srv != NULL);
-  snprintf(srv->cfg.handoff_socket, sizeof(srv->cfg.handoff_socket), "@auto");
-  FUZZ_CHECK(chime__handoff_create(&ho, srv, err, sizeof(err)) == 0);
+  snprintf(cfg.handoff_socket, sizeof(cfg.handoff_socket), "@auto");
+  FUZZ_CHECK(chime__handoff_create(&ho, &cfg, &fake_ops, err, sizeof(err)) ==
+             0);
   FUZZ_CHECK(chime__handoff_start(ho) == 0);
   ring_memfd = memfd_create("fuzz-ring", MFD_CLOEXEC);
   FUZZ_CHECK(ring_memfd >= 0);
@@ -235,16 +228,19 @@ static void check_answer(const answer_t *a, const uint8_t *msg, size_t len,
   }
 }
 
-/* The watch comes after the answer's EOF (handoff.c shuts the connection
- * down first, so the learner can read on): wait for it, 10 s at most. */
-static void wait_watches(int want) {
-  for (int i = 0; i < 100000 && atomic_load(&watches) < want; i++)
+/* The watch takes the handshake's reference and hold after the answer's
+ * EOF (handoff.c shuts the connection down first, so the learner can read
+ * on) and gives them back once the learner read it all, on its sweep: wait
+ * for that, 10 s at most. */
+static void wait_returned(void) {
+  for (int i = 0; i < 100000 && (atomic_load(&stream.refs) != 1 ||
+                                 atomic_load(&stream.holds) != 0);
+       i++)
     usleep(100);
-  FUZZ_CHECK(atomic_load(&watches) == want);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  if (srv == NULL)
+  if (ho == NULL)
     setup();
   const uint8_t *cuts;
   size_t ncuts;
@@ -268,7 +264,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       len >= CHIME__HANDOFF_REQUEST_BYTES &&
       memcmp(msg, CHIME__HANDOFF_MAGIC, CHIME__HANDOFF_MAGIC_BYTES) == 0 &&
       memcmp(msg + CHIME__HANDOFF_MAGIC_BYTES, token, sizeof(token)) == 0;
-  int attached0 = atomic_load(&attached), watches0 = atomic_load(&watches);
+  int attached0 = atomic_load(&stream.attached);
 
   fuzz_piece_t pieces[FUZZ_MAX_PIECES];
   size_t n = fuzz_split(msg, len, cuts, ncuts, pieces);
@@ -288,12 +284,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   /* Consumed by the request that presented it, and only then. */
   FUZZ_CHECK(chime__handoff_pending(ho, &stream) == !valid);
   FUZZ_CHECK(chime__handoff_revoke(ho, &stream) == !valid);
-  wait_watches(watches0 + valid);
-  FUZZ_CHECK(atomic_load(&attached) - attached0 == valid);
-  /* Every reference and hold came back (the watch stand-in returns the
-   * learner's at once). */
+  wait_returned();
+  FUZZ_CHECK(atomic_load(&stream.attached) - attached0 == valid);
+  /* Every reference and hold came back; the learner (alive) was never
+   * taken for dead. */
   FUZZ_CHECK(atomic_load(&stream.refs) == 1);
-  FUZZ_CHECK(atomic_load(&holds) == 0);
+  FUZZ_CHECK(atomic_load(&stream.holds) == 0);
+  FUZZ_CHECK(atomic_load(&stream.kills) == 0);
   free(msg);
   return 0;
 }

@@ -40,7 +40,7 @@
 #include "chime/chime.h"
 #include "chime/errors.h"
 #include "fuzz_common.h"
-#include "server/server.h"
+#include "server/state.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

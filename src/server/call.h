@@ -1,0 +1,95 @@
+/* Internal: one gRPC call of chime.v1.Chime on the server, driven by the
+ * completion queue and handed to its method's handler through a small
+ * callback table (call.c); the server side's twin of client/call.h. */
+#ifndef CHIME_SERVER_CALL_H
+#define CHIME_SERVER_CALL_H
+
+#include <grpc/grpc.h>
+#include <pthread.h>
+
+#include "chime/chime.h"
+#include "wire/method.h"
+#include "wire/status.h"
+
+typedef struct chime__tag_s {
+  void (*fn)(struct chime__tag_s *tag, int ok);
+} chime__tag_t;
+
+typedef struct chime__call_s chime__call_t;
+
+typedef struct {
+  /* The call arrived (unary: c->payload holds the request). */
+  void (*on_start)(chime__call_t *c);
+  /* A message (owned by the handler), or NULL when the client closed its
+   * side or the call failed. */
+  void (*on_message)(chime__call_t *c, grpc_byte_buffer *bb);
+  /* The call is over (status sent, or cancelled / client gone). */
+  void (*on_close)(chime__call_t *c);
+  /* The server is stopping: finish the call soon with UNAVAILABLE. */
+  void (*on_stop)(chime__call_t *c);
+  /* Last reference gone: free c->state. */
+  void (*on_free)(chime__call_t *c);
+  /* A send completed and nothing is queued: the handler may queue more
+   * (from the completion-queue thread, no lock held; may be NULL). */
+  void (*on_sent)(chime__call_t *c);
+} chime__call_vt_t;
+
+typedef struct chime__send_s chime__send_t;
+
+struct chime__call_s {
+  chime_server_t *srv;
+  int method;
+  const chime__call_vt_t *vt;
+  grpc_call *call;
+  gpr_timespec deadline;
+  grpc_metadata_array md;
+  grpc_call_details details; /* unregistered methods only */
+  grpc_byte_buffer *payload;
+  chime__tag_t req_tag, recv_tag, send_tag, close_tag;
+  pthread_mutex_t mu;
+  int refs;
+  grpc_byte_buffer *recv_bb;
+  int cancelled;
+  int closed;
+  int recving;
+  int sending;
+  int meta_sent;
+  int finishing;
+  chime__send_t *q_head, *q_tail, *inflight;
+  chime__call_t *prev, *next; /* server's live calls */
+  void *state;
+};
+
+void chime__call_ref(chime__call_t *c);
+void chime__call_unref(chime__call_t *c);
+/* Asks for the next message (no-op once finishing or closed). */
+void chime__call_recv(chime__call_t *c);
+/* Queues a message (takes bb). CHIME_ECLOSED once finishing or closed. */
+int chime__call_send(chime__call_t *c, grpc_byte_buffer *bb);
+/* Whether a send is in flight (on_sent follows its completion). */
+int chime__call_sending(chime__call_t *c);
+/* Packs a protobuf-c message and queues it. */
+int chime__call_send_msg(chime__call_t *c, const void *protobuf_c_msg);
+/* Queues the final status after what is queued; later sends fail. err is
+ * the CHIME_E* code (CHIME_OK: success): the status is the one it maps to
+ * (src/wire/status.c), and a failure carries err itself in the trailing
+ * metadata, which is what clients read. The details are for people and are
+ * never cut (clients raise gRPC's metadata limit to match). */
+void chime__call_finish(chime__call_t *c, chime_errno_t err, const char *fmt,
+                        ...) __attribute__((format(printf, 3, 4)));
+/* The same with a status other than err's own, for a refusal the protocol
+ * gave its own status (docs/protocol.md: a resend outside the window is
+ * FAILED_PRECONDITION; clients hear err). */
+void chime__call_finish_as(chime__call_t *c, chime_errno_t err,
+                           grpc_status_code status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Drops queued messages not yet handed to gRPC (nothing once the final
+ * status is queued). */
+void chime__call_drop_queued(chime__call_t *c);
+/* Reads a whole message into one slice (a copy when it came in pieces). */
+int chime__bb_read(grpc_byte_buffer *bb, grpc_slice *out);
+/* Requests the next call of `method` (CHIME__M_COUNT: any unregistered
+ * method, answered UNIMPLEMENTED). */
+int chime__request_call(chime_server_t *srv, int method);
+
+#endif

@@ -1,0 +1,131 @@
+/* Whether an Insert request fits its table: the writer's spec, leaf by
+ * leaf, and the request's sizes, with the first difference named for the
+ * writer (insertcheck.h). */
+#include "server/insertcheck.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "common/errfmt.h"
+#include "common/spec.h"
+#include "wire/leaf.h"
+
+/* The writer's belief about the spec, leaf by leaf; the first difference is
+ * named. */
+int chime__insert_check_spec(const chime__table_config_t *tc,
+                             Chime__V1__Leaf **w, size_t nw, char *err,
+                             size_t errlen) {
+  const chime_spec_t *ts = &tc->spec;
+  for (size_t i = 0; i < nw || i < ts->nleaves; i++) {
+    char tt[128], wt[128], pn[CHIME__PRINTABLE_LEN(64)];
+    if (i >= ts->nleaves) {
+      snprintf(err, errlen,
+               "table '%s' has %u leaves; writer has %zu (extra leaf '%s')",
+               tc->name, ts->nleaves, nw,
+               chime__printable(pn, sizeof(pn), w[i]->name, 64));
+      return CHIME_EINVAL;
+    }
+    const chime_leaf_t *tl = &ts->leaves[i];
+    chime__leaf_type_text(tl, tt, sizeof(tt));
+    if (i >= nw) {
+      snprintf(err, errlen,
+               "leaf '%s': table '%s' expects %llu bytes (%s), writer has no "
+               "such leaf (%zu leaves)",
+               tl->name, tc->name, (unsigned long long)chime_leaf_bytes(tl), tt,
+               nw);
+      return CHIME_EINVAL;
+    }
+    chime_leaf_t wl;
+    const char *wname = w[i]->name ? w[i]->name : "";
+    if (chime__leaf_from_msg(&wl, w[i]) != 0) {
+      snprintf(err, errlen,
+               "leaf '%s': table '%s' expects %s, writer has an invalid leaf "
+               "(dtype '%s', %zu dims)",
+               tl->name, tc->name, tt,
+               chime__printable(pn, sizeof(pn), w[i]->dtype, 16),
+               w[i]->n_shape);
+      return CHIME_EINVAL;
+    }
+    chime__leaf_type_text(&wl, wt, sizeof(wt));
+    uint64_t tb = chime_leaf_bytes(tl), wb = chime_leaf_bytes(&wl);
+    if (strcmp(tl->name, wname) != 0) {
+      snprintf(err, errlen,
+               "leaf %zu: table '%s' expects '%s' (%s, %llu bytes), writer "
+               "has '%s' (%s, %llu bytes)",
+               i, tc->name, tl->name, tt, (unsigned long long)tb,
+               chime__printable(pn, sizeof(pn), wname, 64), wt,
+               (unsigned long long)wb);
+      return CHIME_EINVAL;
+    }
+    if (strcmp(tt, wt) != 0) {
+      snprintf(err, errlen,
+               "leaf '%s': table '%s' expects %llu bytes (%s), writer has "
+               "%llu bytes (%s)",
+               tl->name, tc->name, (unsigned long long)tb, tt,
+               (unsigned long long)wb, wt);
+      return CHIME_EINVAL;
+    }
+  }
+  return 0;
+}
+
+/* The leaf that holds byte `off` of a sample. */
+static uint32_t leaf_at(const chime_spec_t *s, uint64_t off, uint64_t *start) {
+  uint64_t pos = 0;
+  for (uint32_t i = 0; i < s->nleaves; i++) {
+    uint64_t b = chime_leaf_bytes(&s->leaves[i]);
+    if (off < pos + b || i + 1 == s->nleaves) {
+      *start = pos;
+      return i;
+    }
+    pos += b;
+  }
+  *start = 0;
+  return 0;
+}
+
+int chime__insert_check_size(const chime__table_config_t *tc, uint64_t sb,
+                             uint32_t count, uint64_t len, char *err,
+                             size_t errlen) {
+  uint64_t want;
+  char lt[128];
+  uint64_t start;
+  if (__builtin_mul_overflow((uint64_t)count, sb, &want) || want != len) {
+    if (count == 0) {
+      snprintf(err, errlen,
+               "insert into '%s': count is 0 but data has %llu bytes "
+               "(expected %llu bytes per sample)",
+               tc->name, (unsigned long long)len, (unsigned long long)sb);
+      return CHIME_EINVAL;
+    }
+    uint64_t per = len / count;
+    if (len < want) {
+      /* The first missing byte falls in some leaf of some sample. */
+      uint64_t off = len % count == 0 ? per : len % sb;
+      uint32_t l = leaf_at(&tc->spec, off, &start);
+      chime__leaf_type_text(&tc->spec.leaves[l], lt, sizeof(lt));
+      snprintf(err, errlen,
+               "insert into '%s': leaf '%s' (%s, %llu bytes at offset %llu) "
+               "does not fit: expected %llu bytes per sample, got %llu "
+               "(%llu bytes for %u samples)",
+               tc->name, tc->spec.leaves[l].name, lt,
+               (unsigned long long)chime_leaf_bytes(&tc->spec.leaves[l]),
+               (unsigned long long)start, (unsigned long long)sb,
+               (unsigned long long)per, (unsigned long long)len, count);
+    } else {
+      uint32_t l = tc->spec.nleaves - 1;
+      leaf_at(&tc->spec, sb - 1, &start);
+      chime__leaf_type_text(&tc->spec.leaves[l], lt, sizeof(lt));
+      snprintf(err, errlen,
+               "insert into '%s': expected %llu bytes per sample ending with "
+               "leaf '%s' (%s, %llu bytes at offset %llu), got %llu "
+               "(%llu bytes for %u samples)",
+               tc->name, (unsigned long long)sb, tc->spec.leaves[l].name, lt,
+               (unsigned long long)chime_leaf_bytes(&tc->spec.leaves[l]),
+               (unsigned long long)start, (unsigned long long)per,
+               (unsigned long long)len, count);
+    }
+    return CHIME_EINVAL;
+  }
+  return 0;
+}

@@ -1,0 +1,22 @@
+/* Internal: whether an Insert request fits its table (insertcheck.c). */
+#ifndef CHIME_SERVER_INSERTCHECK_H
+#define CHIME_SERVER_INSERTCHECK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "chime.pb-c.h"
+#include "server/table.h"
+
+/* The writer's belief about the spec (w, nw leaves) against the table's:
+ * 0, or CHIME_EINVAL with the first difference named in err. */
+int chime__insert_check_spec(const chime__table_config_t *tc,
+                             Chime__V1__Leaf **w, size_t nw, char *err,
+                             size_t errlen);
+/* count samples in len bytes against the table's sample of sb bytes: 0, or
+ * CHIME_EINVAL naming the leaf where they part. */
+int chime__insert_check_size(const chime__table_config_t *tc, uint64_t sb,
+                             uint32_t count, uint64_t len, char *err,
+                             size_t errlen);
+
+#endif

@@ -1,0 +1,11 @@
+/* chime.v1.Chime's method table: which handler serves each method. */
+#include "server/methods.h"
+
+const chime__call_vt_t *const chime__method_vt[CHIME__M_COUNT] = {
+    [CHIME__M_GETINFO] = &chime__info_vt,
+    [CHIME__M_STATS] = &chime__stats_vt,
+    [CHIME__M_MUTATE] = &chime__mutate_vt,
+    [CHIME__M_CHECKPOINT] = &chime__checkpoint_vt,
+    [CHIME__M_INSERT] = &chime__insert_vt,
+    [CHIME__M_SUBSCRIBE] = &chime__subscribe_vt,
+};

@@ -1,0 +1,108 @@
+/* Internal: the server's shared state, read by its handlers; its life
+ * (create, stop, destroy) is server.c. Threads, a
+ * fixed number whatever the number of streams: the completion-queue
+ * threads (all gRPC completions), one insert worker per table, the sampler
+ * pool (sampler_threads workers and a watcher) that fills every ring, the
+ * handoff thread (libuv: Unix socket, pidfds) and, for chimed, the
+ * acceptor. Locks are never held while calling into gRPC except a call's
+ * own mutex around start_batch; a stream's mutexes are never held while
+ * taking a call's. */
+#ifndef CHIME_SERVER_STATE_H
+#define CHIME_SERVER_STATE_H
+
+#include <grpc/grpc.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "chime/chime.h"
+#include "server/call.h"
+#include "server/checkpointer.h"
+#include "server/config.h"
+#include "server/staging.h"
+#include "server/table.h"
+#include "wire/method.h"
+#include "wire/status.h"
+
+#define CHIME__MAX_MESSAGE_BYTES (64 << 20)
+#define CHIME__MAX_STREAMS 1024
+/* Room for an error meant for a client: the longest is a pinning error
+ * (CHIME_PIN_ERRLEN, it lists the whole ladder) behind a short prefix. */
+#define CHIME__CLIENT_ERRLEN (CHIME_PIN_ERRLEN + 256)
+/* Most threads polling the completion queue (default one per two CPUs,
+ * service.c; CHIME_CQ_THREADS overrides). Handlers are thread-safe; more
+ * pollers let calls' work (an insert's copy) run in parallel. */
+#ifndef CHIME__CQ_THREADS
+#define CHIME__CQ_THREADS 4
+#endif
+
+typedef struct chime__stream_s chime__stream_t;
+
+/* --- the server (server.c) --- */
+
+typedef struct chime__inserter_s chime__inserter_t;
+typedef struct chime__pool_s chime__pool_t;
+
+struct chime_server_s {
+  chime__config_t cfg;
+  uint32_t ntables;
+  chime__table_t *tables[CHIME__MAX_TABLES];
+  chime__inserter_t *inserters[CHIME__MAX_TABLES];
+  struct chime__handoff_s *handoff;
+  chime__pool_t *sampler;             /* fills every stream's ring */
+  struct chime__acceptor_s *acceptor; /* chime_server_listen only */
+  struct chime__metrics_s *metrics;   /* the Prometheus endpoint, or NULL */
+  struct chime__ckpter_s *ckpter;     /* checkpoints: calls and interval */
+  chime__ckpter_stats_t ckpt_stats;   /* under mu */
+  char metrics_addr[CHIME__MAX_ADDR]; /* where it was bound, "" */
+  /* With TLS: gRPC's handler for connections the acceptor hands over
+   * (server/tls.h); written by gRPC through a channel arg, so it lives as
+   * long as the grpc_server. */
+  void *tls_handler;
+
+  grpc_server *gs;
+  grpc_completion_queue *cq;
+  /* Insert calls' queue and its thread (service.c), chime's own in either
+   * mode; insert_calls (under mu) counts the Insert calls open now. */
+  grpc_completion_queue *insert_cq;
+  pthread_t insert_thread;
+  int insert_thread_started, insert_quit;
+  uint32_t insert_calls;
+  int owns_grpc;
+  void *methods[CHIME__M_COUNT];
+  /* Each method's handler (methods.c), set by server.c. */
+  const chime__call_vt_t *const *method_vt;
+  pthread_t cq_thread[CHIME__CQ_THREADS];
+  int cq_threads; /* started */
+  int started;
+
+  pthread_mutex_t mu;
+  pthread_cond_t cond;
+  chime__call_t *calls; /* live calls */
+  uint32_t ncalls;
+  chime__stream_t *streams;
+  uint32_t nstreams;
+  uint64_t ring_bytes;
+  uint64_t next_stream_id;
+  atomic_int stopping;
+  chime__staging_t staging; /* staged insert bytes, parked Insert calls */
+
+  char boot_id[64];
+  char hostname[256];
+};
+
+/* The table called name (and its index), or NULL. */
+static inline chime__table_t *
+chime__server_table(chime_server_t *srv, const char *name, uint32_t *index) {
+  for (uint32_t i = 0; i < srv->ntables; i++) {
+    if (strcmp(chime__table_config(srv->tables[i])->name, name) == 0) {
+      if (index != NULL)
+        *index = i;
+      return srv->tables[i];
+    }
+  }
+  return NULL;
+}
+
+#endif

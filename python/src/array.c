@@ -23,6 +23,9 @@
 
 #include <stdlib.h>
 
+/* Set at init: whether a base object is a view over a bf16 leaf. */
+static int (*base_is_bf16)(PyObject *base);
+
 /* ---------------------------------------------------------------- export */
 
 typedef struct {
@@ -193,8 +196,8 @@ static int array_dl_dtype(PyArrayObject *a, chimepy_dl_dtype_t *out) {
     PyObject *base = PyArray_BASE(a);
     while (base && Py_TYPE(base) == &chimepy_array_type)
       base = PyArray_BASE((PyArrayObject *)base);
-    out->code = base && chimepy_view_is_bf16(base) ? CHIMEPY_DL_BFLOAT
-                                                   : CHIMEPY_DL_UINT;
+    out->code =
+        base && base_is_bf16(base) ? CHIMEPY_DL_BFLOAT : CHIMEPY_DL_UINT;
     return 0;
   }
   case NPY_FLOAT16:
@@ -275,7 +278,8 @@ PyTypeObject chimepy_array_type = {
     .tp_methods = array_methods,
 };
 
-int chimepy_array_type_init(void) {
+int chimepy_array_type_init(int (*is_bf16)(PyObject *base)) {
+  base_is_bf16 = is_bf16;
   chimepy_array_type.tp_base = &PyArray_Type;
   return PyType_Ready(&chimepy_array_type);
 }

@@ -34,8 +34,10 @@ extern PyTypeObject chimepy_batch_type;
 extern PyTypeObject chimepy_view_type;
 extern PyTypeObject chimepy_array_type;
 
-/* Readies chime.Array (an ndarray subclass: its base is numpy's type). */
-int chimepy_array_type_init(void);
+/* Readies chime.Array (an ndarray subclass: its base is numpy's type).
+ * `is_bf16` tells an Array's base view over a bf16 leaf (DLPack exports
+ * those as bfloat16): the views live above arrays, so it is handed in. */
+int chimepy_array_type_init(int (*is_bf16)(PyObject *base));
 /* 1 if `o` is a chime.View over a bf16 leaf. */
 int chimepy_view_is_bf16(PyObject *o);
 
@@ -57,7 +59,10 @@ PyArray_Descr *chimepy_descr(chime_dtype_t dtype);
 /* The structured dtype of chime_sample_info_t (borrowed). */
 PyArray_Descr *chimepy_info_descr(void);
 
-int chimepy_init_types(PyObject *module);
+/* Module init (module.c): the exception classes (errors.c), the info
+ * record's dtype (dtype.c). */
+int chimepy_errors_init(PyObject *module);
+int chimepy_dtype_init(void);
 
 /* DLPack export (array.c), shared by chime.Array and chime.View. */
 /* The DLPack dtype of a leaf dtype; -1 if it has none. */

@@ -536,23 +536,3 @@ PyTypeObject chimepy_client_type = {
     .tp_dealloc = client_dealloc,
     .tp_methods = client_methods,
 };
-
-int chimepy_init_types(PyObject *m) {
-  PyTypeObject *types[] = {&chimepy_client_type, &chimepy_writer_type,
-                           &chimepy_stream_type, &chimepy_batch_type,
-                           &chimepy_view_type,   &chimepy_array_type};
-  const char *names[] = {"Client", "Writer", "Stream",
-                         "Batch",  "View",   "Array"};
-  if (chimepy_array_type_init() < 0)
-    return -1;
-  for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
-    if (PyType_Ready(types[i]) < 0)
-      return -1;
-    Py_INCREF(types[i]);
-    if (PyModule_AddObject(m, names[i], (PyObject *)types[i]) < 0) {
-      Py_DECREF(types[i]);
-      return -1;
-    }
-  }
-  return 0;
-}

@@ -9,7 +9,7 @@
 #include "common/errfmt.h"
 #include "server/mutatereq.h"
 #include "server/server.h"
-#include "server/table.h"
+#include "replay/table.h"
 
 /* A request this large would be a client's mistake, not a workload: it is
  * refused rather than held in memory whole. */

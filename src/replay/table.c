@@ -16,7 +16,7 @@
  * capacity (as many again, at most), used only while rows are pinned or
  * items given back push it past its capacity; rows under the capacity are
  * reused first, so spare rows are touched only then. */
-#include "server/table.h"
+#include "replay/table.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,11 +26,11 @@
 #include <unistd.h>
 
 #include "chime/errors.h"
-#include "wire/insert.h"
-#include "server/heap.h"
-#include "server/keyindex.h"
-#include "server/steps.h"
-#include "server/sumtree.h"
+#include "common/insert_window.h"
+#include "replay/heap.h"
+#include "replay/keyindex.h"
+#include "replay/steps.h"
+#include "replay/sumtree.h"
 
 #include <float.h>
 #include <math.h>

@@ -18,18 +18,6 @@ int chime__table_insert(chime__table_t *t, const uint8_t *data, uint32_t count,
                                    abort, dq);
 }
 
-/* A writer's request the table has seen: 1 when it went in before (its
- * original first key in *first_key, dq->resent set: ack it again), 0 when
- * it is new, a CHIME_E code when the table cannot tell (dedupe.h). Under
- * mu, asked again after every wait: the answer holds only while mu is. */
-int chime__tbl_seen(chime__table_t *t, chime__dedupe_req_t *dq, uint32_t count,
-                    uint64_t *first_key) {
-  int rc = chime__dedupe_check(t->dedupe, dq, count, first_key);
-  if (rc == CHIME__DEDUPE_RESENT)
-    return 1;
-  return rc == CHIME__DEDUPE_NEW ? 0 : rc;
-}
-
 /* An insert's keys land on random buckets of the key index, which a stream
  * of inserted bytes keeps out of the caches: each insert and each eviction
  * paid a miss or two there one after another (a third of chimed's CPU for

@@ -11,78 +11,9 @@
 
 #include <float.h>
 
-/* Why priority p does not suit this table, or NULL. A heap orders any
- * but NaN; a sum tree weighs priority^exponent, which must be finite, at
- * least 0 and at most CHIME__SUMTREE_MAX_VALUE, so that the sum over every
- * row stays finite: an infinite total would draw one item every time and
- * make every probability wrong. all: the same rules for any table
- * (MutatePriorities: a priority is a number >= 0 everywhere). */
-static const char *priority_why(const chime__table_t *t, double p, int all) {
-  if (isnan(p) && (all || t->sum != NULL || t->hmin != NULL || t->hmax != NULL))
-    return "a priority must be a number";
-  if (!(all || t->sum != NULL))
-    return NULL;
-  if (p < 0 || isinf(p))
-    return "priorities must be finite and at least 0";
-  if (t->sum != NULL && !(chime__tbl_weight(t, p) <= CHIME__SUMTREE_MAX_VALUE))
-    return "priority^priority_exponent exceeds the most an item may weigh "
-           "in a prioritized table";
-  return NULL;
-}
-
-/* Whether every one of prio[0, n) is surely fine for the table (all: as
- * for priority_why), in a loop cheap enough for every insert and update
- * (no pow); when not, priority_why says. */
-static int priorities_fine(const chime__table_t *t, const double *prio,
-                           size_t n, int all) {
-  int bad = 0;
-  if (t->sum == NULL && !all) {
-    for (size_t i = 0; i < n; i++)
-      bad |= isnan(prio[i]);
-    return !bad;
-  }
-  double top = t->sum != NULL ? t->prio_sure : DBL_MAX;
-  for (size_t i = 0; i < n; i++)
-    bad |= !(prio[i] >= 0 && prio[i] <= top);
-  return !bad;
-}
-
-/* A bad priority for this table's selectors among prio[0, count), or 0. */
-int chime__tbl_check_priorities(const chime__table_t *t, const double *prio,
-                                uint64_t count) {
-  if (prio == NULL || (t->sum == NULL && t->hmin == NULL && t->hmax == NULL) ||
-      priorities_fine(t, prio, (size_t)count, 0))
-    return 0;
-  for (uint64_t i = 0; i < count; i++)
-    if (priority_why(t, prio[i], 0) != NULL)
-      return CHIME_EINVAL;
-  return 0;
-}
-
-static int priorities_why(const chime__table_t *t, const double *prio, size_t n,
-                          int all, char *err, size_t errlen) {
-  for (size_t i = 0; i < n; i++) {
-    const char *why = priority_why(t, prio[i], all);
-    if (why == NULL)
-      continue;
-    if (err != NULL && errlen > 0) {
-      if (t->sum != NULL && isfinite(prio[i]) && prio[i] >= 0)
-        snprintf(err, errlen,
-                 "priority %zu is %g: %s (%g^%g = %g, at most %g, so that "
-                 "the sum over the table stays finite)",
-                 i, prio[i], why, prio[i], t->cfg.priority_exponent,
-                 chime__tbl_weight(t, prio[i]), CHIME__SUMTREE_MAX_VALUE);
-      else
-        snprintf(err, errlen, "priority %zu is %g: %s", i, prio[i], why);
-    }
-    return CHIME_EINVAL;
-  }
-  return 0;
-}
-
 int chime__table_check_priorities(const chime__table_t *t, const double *prio,
                                   size_t n, char *err, size_t errlen) {
-  return priorities_why(t, prio, n, 0, err, errlen);
+  return chime__tbl_priorities_why(t, prio, n, 0, err, errlen);
 }
 
 /* Between two slices of a mutation (the lock held, and held again on
@@ -130,8 +61,8 @@ int chime__table_mutate(chime__table_t *t, const uint64_t *keys,
   memset(out, 0, sizeof(*out));
   /* Checked whole first, without the lock (the bound is the config's):
    * a refused request changes nothing. */
-  if (!priorities_fine(t, priorities, nupdates, 1) &&
-      priorities_why(t, priorities, nupdates, 1, NULL, 0) != 0)
+  if (!chime__tbl_priorities_fine(t, priorities, nupdates, 1) &&
+      chime__tbl_priorities_why(t, priorities, nupdates, 1, NULL, 0) != 0)
     return CHIME_EINVAL;
   pthread_mutex_lock(&t->mu);
   /* Entries [at, end) of updates then deletes, one slice a hold. */

@@ -287,7 +287,7 @@ static inline uint32_t chime__tbl_row_at(const chime_ring_wslot_t *slot,
   return rows != NULL ? rows[j] : (uint32_t)slot->info[j].key;
 }
 
-/* --- table.c: storage --- */
+/* --- table.c: storage, waits, checks --- */
 /* Makes row r (its item written) live in every index: the newest in
  * insert order, or the oldest (an item given back). w: its weight in the
  * sum tree, chime__tbl_weight(t, its priority), when there is one. */
@@ -304,7 +304,16 @@ void chime__tbl_notify(chime__table_waiter_t *w);
 void chime__tbl_wait_timed(pthread_cond_t *c, pthread_mutex_t *mu,
                            uint64_t *acc);
 
-/* --- insert.c --- */
+/* Priorities: 0 when every one is a priority the table takes, else
+ * CHIME_EINVAL; the quick check (1: all surely fine) and the exact one,
+ * which names the first bad one in err (all: 0 allowed too). */
+int chime__tbl_check_priorities(const chime__table_t *t, const double *prio,
+                                uint64_t count);
+int chime__tbl_priorities_fine(const chime__table_t *t, const double *prio,
+                               size_t n, int all);
+int chime__tbl_priorities_why(const chime__table_t *t, const double *prio,
+                              size_t n, int all, char *err, size_t errlen);
+
 /* A writer's request the table has seen: 1 when it went in before (its
  * original first key in *first_key, dq->resent set: ack it again), 0 when
  * it is new, a CHIME_E code when the table cannot tell (dedupe.h). Under
@@ -317,12 +326,8 @@ int chime__tbl_seen(chime__table_t *t, chime__dedupe_req_t *dq, uint32_t count,
  * meanwhile is free once its last pin goes. */
 void chime__tbl_unpin_row(chime__table_t *t, uint32_t k);
 
-/* --- mutate.c --- */
-/* 0 when every priority is one the table takes, else CHIME_EINVAL. */
-int chime__tbl_check_priorities(const chime__table_t *t, const double *prio,
-                                uint64_t count);
-
 /* --- table_seq.c: a sequence table's items are windows of steps --- */
+/* A sequence table's batch spec; its step store and window records. */
 int chime__tbl_seq_spec(const chime__table_config_t *cfg, chime_spec_t *out);
 int chime__tbl_seq_create(chime__table_t *t, size_t rows);
 void chime__tbl_seq_destroy(chime__table_t *t);

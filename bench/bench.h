@@ -5,11 +5,11 @@
 #define CHIME_BENCH_H
 
 int chime__bench_ring(int argc, char **argv);
+int chime__bench_replay(int argc, char **argv);
+int chime__bench_sequence(int argc, char **argv);
 #ifdef CHIME_BENCH_SERVICE
 int chime__bench_service(int argc, char **argv);
 int chime__bench_ingest(int argc, char **argv);
-int chime__bench_replay(int argc, char **argv);
-int chime__bench_sequence(int argc, char **argv);
 #endif
 
 #endif

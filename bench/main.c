@@ -1,4 +1,4 @@
-/* chime-bench <ring|service|ingest> [--json] [options] */
+/* chime-bench <ring|replay|sequence|service|ingest|...> [--json] [options] */
 #include <stdio.h>
 
 #include "common/malloc_tune.h"
@@ -10,13 +10,13 @@ static int usage(void) {
   fprintf(stderr,
           "usage: chime-bench <command> [--json] [options]\n"
           "  ring      producer thread -> ring -> consumer process, vs memcpy\n"
-#ifdef CHIME_BENCH_SERVICE
-          "  service   table -> learner over chimed (shm, stream), vs limits\n"
-          "  ingest    actors -> chimed Insert throughput\n"
           "  replay    a table alone, per selector: insert, sample, "
           "mutate rates\n"
           "  sequence  a sequence table alone: steps written, windows "
           "sampled\n"
+#ifdef CHIME_BENCH_SERVICE
+          "  service   table -> learner over chimed (shm, stream), vs limits\n"
+          "  ingest    actors -> chimed Insert throughput\n"
 #else
           "  (service and ingest: built only with CHIME_WITH_SERVICE=ON)\n"
 #endif
@@ -33,15 +33,15 @@ int main(int argc, char **argv) {
     return usage();
   if (strcmp(argv[1], "ring") == 0)
     return chime__bench_ring(argc - 1, argv + 1);
+  if (strcmp(argv[1], "replay") == 0)
+    return chime__bench_replay(argc - 1, argv + 1);
+  if (strcmp(argv[1], "sequence") == 0)
+    return chime__bench_sequence(argc - 1, argv + 1);
 #ifdef CHIME_BENCH_SERVICE
   if (strcmp(argv[1], "service") == 0)
     return chime__bench_service(argc - 1, argv + 1);
   if (strcmp(argv[1], "ingest") == 0)
     return chime__bench_ingest(argc - 1, argv + 1);
-  if (strcmp(argv[1], "replay") == 0)
-    return chime__bench_replay(argc - 1, argv + 1);
-  if (strcmp(argv[1], "sequence") == 0)
-    return chime__bench_sequence(argc - 1, argv + 1);
 #endif
   return usage();
 }

@@ -18,7 +18,7 @@
 
 #include "bench.h"
 #include "measure.h"
-#include "server/table.h"
+#include "replay/table.h"
 
 #define SAMPLE_BYTES 256
 #define BATCH 256

@@ -18,7 +18,7 @@
 
 #include "bench.h"
 #include "measure.h"
-#include "server/table.h"
+#include "replay/table.h"
 
 #define T 80
 #define STRIDE 40

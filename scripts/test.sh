@@ -4,7 +4,7 @@
 # generated from proto/chime.proto, against the Release chimed;
 # scripts/interop.sh), the tests of the `chime` Python package against the
 # Release build (python/tests; scripts/pytest.sh), the CTest suite in an
-# ASan+UBSan build, the ring tests under TSan, checks that the ring builds
+# ASan+UBSan build, the ring and replay-engine tests under TSan in a build
 # without the service (no gRPC), and runs each fuzz target briefly
 # (scripts/fuzz.sh; CHIME_FUZZ_SECONDS per target).
 # Exits non-zero on any failure.
@@ -42,9 +42,9 @@ echo "== ASan+UBSan"
 build build-asan -DCMAKE_BUILD_TYPE=Debug -DCHIME_SANITIZE=address,undefined
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 run_ctest build-asan
 
-echo "== ring only (no gRPC), TSan"
+echo "== ring and replay engine only (no gRPC), TSan"
 build build-tsan -DCMAKE_BUILD_TYPE=Debug -DCHIME_WITH_SERVICE=OFF -DCHIME_SANITIZE=thread
-TSAN_OPTIONS=halt_on_error=1 run_ctest build-tsan -L ring
+TSAN_OPTIONS=halt_on_error=1 run_ctest build-tsan -L "ring|replay"
 
 echo "== fuzz (libFuzzer, ${CHIME_FUZZ_SECONDS:-30} s per target)"
 scripts/fuzz.sh "${CHIME_FUZZ_SECONDS:-30}"

@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "server/table.h"
+#include "replay/table.h"
 
 #define SEQ_SPEC "id:u32[2], x:u8[3]"
 #define SEQ_STEP 11

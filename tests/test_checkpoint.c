@@ -27,8 +27,8 @@
 
 #include "chime/errors.h"
 #include "server/checkpoint.h"
-#include "server/crc32c.h"
-#include "server/table.h"
+#include "replay/crc32c.h"
+#include "replay/table.h"
 #include "seq_steps.h"
 
 #define SB 9 /* "a:u32[2], b:u8[]" */

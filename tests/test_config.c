@@ -331,6 +331,74 @@ static void test_server_null_opts(void **state) {
   assert_int_equal(chime_server_create(NULL, NULL, NULL, 0), CHIME_EINVAL);
 }
 
+/* The config's sequence keys: a valid table and each refusal, named. */
+static void expect_sequence(const char *table, const char *want_err) {
+  static chime__config_t seq_cfg;
+  char json[1024], err[512] = "";
+  snprintf(json, sizeof(json), "{\"tables\": [%s]}", table);
+  int rc = chime__config_parse(&seq_cfg, json, err, sizeof(err));
+  if (want_err == NULL) {
+    if (rc != 0)
+      fail_msg("%s: %s", table, err);
+    return;
+  }
+  assert_int_equal(rc, CHIME_EINVAL);
+  if (strstr(err, want_err) == NULL)
+    fail_msg("%s: error '%s' does not say '%s'", table, err, want_err);
+}
+
+static void test_sequence_keys(void **state) {
+  (void)state;
+  static chime__config_t seq_cfg;
+  char err[512] = "";
+  const char *ok =
+      "{\"tables\": [{\"name\": \"s\", \"spec\": \"o:u8[4], r:f32\", "
+      "\"capacity_steps\": 1000, \"sequence_length\": 80, \"stride\": 40, "
+      "\"episode_end\": \"pad\", \"sampler\": \"prioritized\", "
+      "\"priority_exponent\": 0.9, \"initial_priority\": \"max\"}]}";
+  assert_int_equal(chime__config_parse(&seq_cfg, ok, err, sizeof(err)), 0);
+  const chime__table_config_t *tc = &seq_cfg.tables[0];
+  assert_int_equal(tc->capacity, 1000);
+  assert_int_equal(tc->capacity_steps, 1000);
+  assert_int_equal(tc->sequence_length, 80);
+  assert_int_equal(tc->stride, 40);
+  assert_int_equal(tc->episode_pad, 1);
+  assert_int_equal(tc->initial_priority_max, 1);
+#define S "\"name\": \"s\", \"spec\": \"o:u8[4]\", "
+  expect_sequence("{" S "\"capacity_steps\": 100, \"sequence_length\": 8}",
+                  NULL);
+  expect_sequence("{" S "\"capacity_steps\": 100, \"sequence_length\": 8, "
+                  "\"initial_priority\": 2.5, \"episode_end\": \"drop\"}",
+                  NULL);
+  expect_sequence("{" S "\"capacity\": 100, \"capacity_steps\": 100, "
+                  "\"sequence_length\": 8}",
+                  "sized by capacity_steps");
+  expect_sequence("{" S "\"capacity_steps\": 100}", "needs both");
+  expect_sequence("{" S "\"capacity\": 100, \"stride\": 2}",
+                  "for sequence tables");
+  expect_sequence("{" S "\"capacity_steps\": 100, \"sequence_length\": 8, "
+                  "\"stride\": 9}",
+                  "exceeds sequence_length");
+  expect_sequence("{" S "\"capacity_steps\": 100, \"sequence_length\": 8, "
+                  "\"sampler\": \"uniform\", \"remover\": \"fifo\"}",
+                  "no remover");
+  expect_sequence("{" S "\"capacity_steps\": 100, \"sequence_length\": 8, "
+                  "\"episode_end\": \"cut\"}",
+                  "\"drop\" or \"pad\"");
+  expect_sequence("{" S "\"capacity_steps\": 100, \"sequence_length\": 8, "
+                  "\"initial_priority\": -1}",
+                  "\"max\" or a number");
+  expect_sequence("{\"name\": \"s\", \"spec\": \"mask:u8[4]\", "
+                  "\"capacity_steps\": 100, \"sequence_length\": 8, "
+                  "\"episode_end\": \"pad\"}",
+                  "adds a leaf of that name");
+  expect_sequence("{" S "\"capacity_steps\": 0, \"sequence_length\": 8}",
+                  "capacity_steps");
+  expect_sequence("{" S "\"capacity_steps\": 100, \"sequence_length\": 0}",
+                  "must be 1..");
+#undef S
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_server_null_opts),
@@ -342,6 +410,7 @@ int main(void) {
       cmocka_unit_test(test_tls),
       cmocka_unit_test(test_checkpoint),
       cmocka_unit_test(test_writer_memory),
+      cmocka_unit_test(test_sequence_keys),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

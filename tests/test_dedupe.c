@@ -1,4 +1,4 @@
-/* Which writers a table remembers (src/server/dedupe.h), on a clock the
+/* Which writers a table remembers (src/replay/dedupe.h), on a clock the
  * test moves: a writer bound to an open call is never forgotten, however
  * many new writers come; a closed writer makes room first, an idle one only
  * once idle for idle_ms; when every place is protected the new writer is
@@ -13,7 +13,7 @@
 #include <cmocka.h>
 
 #include "chime/errors.h"
-#include "server/dedupe.h"
+#include "replay/dedupe.h"
 
 static uint64_t clock_ms;
 

@@ -17,9 +17,8 @@
 #include <cmocka.h>
 
 #include "chime/errors.h"
-#include "server/config.h"
-#include "server/steps.h"
-#include "server/table.h"
+#include "replay/steps.h"
+#include "replay/table.h"
 #include "seq_steps.h"
 
 static void make_cfg(chime__table_config_t *tc, uint64_t steps, uint32_t t,
@@ -597,73 +596,6 @@ static void test_short_episodes_share_blocks(void **state) {
   chime__table_destroy(t);
 }
 
-/* The config's sequence keys: a valid table and each refusal, named. */
-static void expect_config(const char *table, const char *want_err) {
-  static chime__config_t cfg;
-  char json[1024], err[512] = "";
-  snprintf(json, sizeof(json), "{\"tables\": [%s]}", table);
-  int rc = chime__config_parse(&cfg, json, err, sizeof(err));
-  if (want_err == NULL) {
-    if (rc != 0)
-      fail_msg("%s: %s", table, err);
-    return;
-  }
-  assert_int_equal(rc, CHIME_EINVAL);
-  if (strstr(err, want_err) == NULL)
-    fail_msg("%s: error '%s' does not say '%s'", table, err, want_err);
-}
-
-static void test_config(void **state) {
-  (void)state;
-  static chime__config_t cfg;
-  char err[512] = "";
-  const char *ok =
-      "{\"tables\": [{\"name\": \"s\", \"spec\": \"o:u8[4], r:f32\", "
-      "\"capacity_steps\": 1000, \"sequence_length\": 80, \"stride\": 40, "
-      "\"episode_end\": \"pad\", \"sampler\": \"prioritized\", "
-      "\"priority_exponent\": 0.9, \"initial_priority\": \"max\"}]}";
-  assert_int_equal(chime__config_parse(&cfg, ok, err, sizeof(err)), 0);
-  const chime__table_config_t *tc = &cfg.tables[0];
-  assert_int_equal(tc->capacity, 1000);
-  assert_int_equal(tc->capacity_steps, 1000);
-  assert_int_equal(tc->sequence_length, 80);
-  assert_int_equal(tc->stride, 40);
-  assert_int_equal(tc->episode_pad, 1);
-  assert_int_equal(tc->initial_priority_max, 1);
-#define S "\"name\": \"s\", \"spec\": \"o:u8[4]\", "
-  expect_config("{" S "\"capacity_steps\": 100, \"sequence_length\": 8}", NULL);
-  expect_config("{" S "\"capacity_steps\": 100, \"sequence_length\": 8, "
-                "\"initial_priority\": 2.5, \"episode_end\": \"drop\"}",
-                NULL);
-  expect_config("{" S "\"capacity\": 100, \"capacity_steps\": 100, "
-                "\"sequence_length\": 8}",
-                "sized by capacity_steps");
-  expect_config("{" S "\"capacity_steps\": 100}", "needs both");
-  expect_config("{" S "\"capacity\": 100, \"stride\": 2}",
-                "for sequence tables");
-  expect_config("{" S "\"capacity_steps\": 100, \"sequence_length\": 8, "
-                "\"stride\": 9}",
-                "exceeds sequence_length");
-  expect_config("{" S "\"capacity_steps\": 100, \"sequence_length\": 8, "
-                "\"sampler\": \"uniform\", \"remover\": \"fifo\"}",
-                "no remover");
-  expect_config("{" S "\"capacity_steps\": 100, \"sequence_length\": 8, "
-                "\"episode_end\": \"cut\"}",
-                "\"drop\" or \"pad\"");
-  expect_config("{" S "\"capacity_steps\": 100, \"sequence_length\": 8, "
-                "\"initial_priority\": -1}",
-                "\"max\" or a number");
-  expect_config("{\"name\": \"s\", \"spec\": \"mask:u8[4]\", "
-                "\"capacity_steps\": 100, \"sequence_length\": 8, "
-                "\"episode_end\": \"pad\"}",
-                "adds a leaf of that name");
-  expect_config("{" S "\"capacity_steps\": 0, \"sequence_length\": 8}",
-                "capacity_steps");
-  expect_config("{" S "\"capacity_steps\": 100, \"sequence_length\": 0}",
-                "must be 1..");
-#undef S
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_interleaved_uniform),
@@ -679,7 +611,6 @@ int main(void) {
       cmocka_unit_test(test_copy_while_evicting),
       cmocka_unit_test(test_give_back),
       cmocka_unit_test(test_short_episodes_share_blocks),
-      cmocka_unit_test(test_config),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -18,7 +18,7 @@
 #include <cmocka.h>
 
 #include "chime/errors.h"
-#include "server/sumtree.h"
+#include "replay/sumtree.h"
 
 static uint64_t rng_next(uint64_t *s) {
   uint64_t z = (*s += UINT64_C(0x9e3779b97f4a7c15));

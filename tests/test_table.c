@@ -16,8 +16,8 @@
 #include <cmocka.h>
 
 #include "chime/errors.h"
-#include "wire/insert.h"
-#include "server/table.h"
+#include "common/insert_window.h"
+#include "replay/table.h"
 
 /* spec "a:u32[2], b:u8[]": 9 bytes a sample; a = {key*10, key*10+1}, b = key */
 #define SB 9

@@ -20,7 +20,7 @@
 #include <cmocka.h>
 
 #include "chime/errors.h"
-#include "server/table.h"
+#include "replay/table.h"
 
 #define MAXKEYS 4096
 

@@ -14,7 +14,7 @@
 #include <cmocka.h>
 
 #include "chime/errors.h"
-#include "server/table.h"
+#include "replay/table.h"
 
 /* spec "big:u8[5000], small:u32[]": big is sent from the table (a run of
  * 5000 bytes >= the 4096 copy threshold), small copied; both encode the key */

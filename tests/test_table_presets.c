@@ -13,7 +13,7 @@
 #include <cmocka.h>
 
 #include "chime/errors.h"
-#include "server/table.h"
+#include "replay/table.h"
 
 #define SIZE 4
 

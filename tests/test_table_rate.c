@@ -27,7 +27,7 @@
 #include <cmocka.h>
 
 #include "chime/errors.h"
-#include "server/table.h"
+#include "replay/table.h"
 #include "seq_steps.h"
 
 /* spec "x:u32[]": a sample is its key. */

@@ -19,7 +19,7 @@
 #include <cmocka.h>
 
 #include "chime/errors.h"
-#include "server/table.h"
+#include "replay/table.h"
 
 static chime__table_t *rm_table(uint64_t cap, chime__sampler_t remover,
                                 double exponent, uint64_t seed) {

@@ -20,7 +20,7 @@
 #include "chime/errors.h"
 #include "common/errfmt.h"
 #include "common/spec.h"
-#include "server/crc32c.h"
+#include "replay/crc32c.h"
 
 #define MAGIC "CHIMECKT"
 /* 2: sequence tables' steps and windows (a version 1 file holds a

@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 #include "server/config.h"
-#include "server/table.h"
+#include "replay/table.h"
 
 typedef struct {
   char path[CHIME__MAX_PATH + 64]; /* DIR/ckpt-N */

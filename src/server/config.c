@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "chime/errors.h"
-#include "server/sumtree.h"
+#include "replay/sumtree.h"
 #include "wire/insert.h"
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)
@@ -27,31 +27,9 @@ static int fail(char *err, size_t errlen, const char *fmt, ...) {
   return CHIME_EINVAL;
 }
 
-static const char *const selector_names[] = {
-    [CHIME__SAMPLER_FIFO] = "fifo",
-    [CHIME__SAMPLER_UNIFORM] = "uniform",
-    [CHIME__SAMPLER_LIFO] = "lifo",
-    [CHIME__SAMPLER_PRIORITIZED] = "prioritized",
-    [CHIME__SAMPLER_MIN_HEAP] = "min_heap",
-    [CHIME__SAMPLER_MAX_HEAP] = "max_heap",
-};
-#define NSELECTORS (sizeof(selector_names) / sizeof(selector_names[0]))
 #define SELECTOR_LIST                                                          \
   "\"fifo\", \"lifo\", \"uniform\", \"prioritized\", \"min_heap\" or "         \
   "\"max_heap\""
-
-const char *chime__sampler_name(chime__sampler_t s) {
-  if ((size_t)s < NSELECTORS && selector_names[s] != NULL)
-    return selector_names[s];
-  return "unknown";
-}
-
-chime__sampler_t chime__sampler_parse(const char *s) {
-  for (size_t i = 0; i < NSELECTORS; i++)
-    if (selector_names[i] != NULL && strcmp(s, selector_names[i]) == 0)
-      return (chime__sampler_t)i;
-  return 0;
-}
 
 static int get_u64(json_t *v, const char *key, uint64_t *out, char *err,
                    size_t errlen);

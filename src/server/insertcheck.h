@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #include "chime.pb-c.h"
-#include "server/table.h"
+#include "replay/table.h"
 
 /* The writer's belief about the spec (w, nw leaves) against the table's:
  * 0, or CHIME_EINVAL with the first difference named in err. */

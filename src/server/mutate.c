@@ -8,8 +8,8 @@
 #include "chime.pb-c.h"
 #include "common/errfmt.h"
 #include "server/mutatereq.h"
+#include "replay/table.h"
 #include "server/state.h"
-#include "server/table.h"
 
 /* A request this large would be a client's mistake, not a workload: it is
  * refused rather than held in memory whole. */

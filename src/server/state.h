@@ -21,7 +21,7 @@
 #include "server/checkpointer.h"
 #include "server/config.h"
 #include "server/staging.h"
-#include "server/table.h"
+#include "replay/table.h"
 #include "wire/method.h"
 #include "wire/status.h"
 

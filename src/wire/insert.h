@@ -1,21 +1,10 @@
-/* Insert's exactly-once window (docs/protocol.md, Insert): what the server
- * remembers and what a resending writer may therefore keep in flight. */
+/* Insert limits per call (docs/protocol.md, Insert); the exactly-once window
+ * itself is common/insert_window.h, shared with the replay engine. */
 #ifndef CHIME_WIRE_INSERT_H
 #define CHIME_WIRE_INSERT_H
 
-/* Insert requests the server remembers per writer (writer_id) and table: a
- * request resent within the last this many a writer inserted is acked again
- * from memory, an older one refused. So a writer that resends keeps at most
- * this many requests in flight. */
-#define CHIME__INSERT_WINDOW 32
-/* Writers remembered per table by default (the table key max_writers);
- * docs/protocol.md, "Which writers the server remembers". */
-#define CHIME__INSERT_WRITERS 4096
-#define CHIME__INSERT_MAX_WRITERS 65536 /* max_writers at most */
-/* How long a writer no open call carries is remembered for sure, by
- * default (the table key writer_idle_ms): a writer that lost its connection
- * resends within this. */
-#define CHIME__INSERT_WRITER_IDLE_MS 60000
+#include "common/insert_window.h"
+
 /* Distinct writer_ids one Insert call may carry: a client cannot bring
  * thousands of new writers on one call (the C writer uses one per call). */
 #define CHIME__INSERT_CALL_WRITERS 16

@@ -14,11 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* A piece of a message. */
-typedef struct {
-  const uint8_t *p;
-  size_t len;
-} chime__span_t;
+#include "common/span.h"
 
 enum {
   CHIME__PB_VARINT = 0,

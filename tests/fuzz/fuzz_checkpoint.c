@@ -28,8 +28,8 @@
 #include "chime/errors.h"
 #include "fuzz_common.h"
 #include "server/checkpoint.h"
-#include "server/crc32c.h"
-#include "server/table.h"
+#include "replay/crc32c.h"
+#include "replay/table.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -6,7 +6,7 @@
  * finaliser) before it is mapped onto the buckets with a multiply-high,
  * which needs no power-of-two size: the buckets are exactly 10/7 of the
  * items, not up to twice that. */
-#include "server/keyindex.h"
+#include "replay/keyindex.h"
 
 #include <stdlib.h>
 #include <sys/mman.h>

@@ -3,7 +3,7 @@
  * its entry. A max heap stores negated keys (exact for doubles) and runs the
  * same min-heap code. Sifts move a hole instead of swapping, one write of
  * each moved entry and its position. */
-#include "server/heap.h"
+#include "replay/heap.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -7,13 +7,13 @@
  * (by the time it became idle) or closed (by the time it closed); a bound
  * writer is on neither. A new writer's place comes from the tail of closed,
  * then from the tail of idle when that one is old enough: O(1) either way. */
-#include "server/dedupe.h"
+#include "replay/dedupe.h"
 
 #include <stdlib.h>
 #include <time.h>
 
 #include "chime/errors.h"
-#include "wire/insert.h"
+#include "common/insert_window.h"
 
 typedef struct {
   uint64_t seq, first_key;

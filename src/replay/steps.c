@@ -1,12 +1,12 @@
 /* Episode steps in blocks, the oldest block evicted first (steps.h). */
-#include "server/steps.h"
+#include "replay/steps.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
 #include "chime/errors.h"
-#include "server/keyindex.h"
+#include "replay/keyindex.h"
 
 #define NONE CHIME__STEPS_NONE
 

@@ -7,7 +7,7 @@
  * lines once it outgrows the cache. A set rewrites one sum per level from
  * its group, always adding in the same order, so sums are the same
  * function of the values whatever the history (no drift). */
-#include "server/sumtree.h"
+#include "replay/sumtree.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* CRC-32C (crc32c.h). */
-#include "server/crc32c.h"
+#include "replay/crc32c.h"
 
 #include <pthread.h>
 #include <string.h>

@@ -10,11 +10,11 @@
 #include <stdint.h>
 
 #include "chime/ring.h"
-#include "wire/pbread.h"
-#include "server/config.h"
-#include "server/dedupe.h"
-#include "server/sumtree.h"
-#include "server/steps.h"
+#include "common/span.h"
+#include "replay/config.h"
+#include "replay/dedupe.h"
+#include "replay/sumtree.h"
+#include "replay/steps.h"
 
 typedef struct chime__table_s chime__table_t;
 

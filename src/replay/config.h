@@ -1,0 +1,72 @@
+/* A replay table's configuration and the limits it is checked against: what
+ * the engine needs to build a table, whoever reads it from where (chimed's
+ * JSON file is parsed into it by server/config.c). */
+#ifndef CHIME_REPLAY_CONFIG_H
+#define CHIME_REPLAY_CONFIG_H
+
+#include <stdint.h>
+
+#include "chime/ring.h"
+
+/* A selector: how a table's sampler picks an item, and how its remover
+ * picks the item that leaves when a full table needs room (Reverb's
+ * selectors; docs/replay.md). */
+typedef enum {
+  CHIME__SAMPLER_FIFO = 1,
+  CHIME__SAMPLER_UNIFORM = 2,
+  CHIME__SAMPLER_LIFO = 3,
+  CHIME__SAMPLER_PRIORITIZED = 4, /* priority^exponent / sum */
+  CHIME__SAMPLER_MIN_HEAP = 5,    /* lowest priority first */
+  CHIME__SAMPLER_MAX_HEAP = 6,    /* highest priority first */
+} chime__sampler_t;
+
+/* Rows are 32-bit indexes with one value kept for "none". */
+#define CHIME__MAX_TABLE_ITEMS UINT64_C(0xfffffffe)
+/* Step slots too, rounded up to whole blocks of up to 32 steps. */
+#define CHIME__MAX_TABLE_STEPS UINT64_C(0xffffff00)
+#define CHIME__MAX_SEQUENCE_LENGTH 65536u
+
+typedef struct {
+  char name[CHIME_MAX_NAME];
+  chime_spec_t spec;
+  uint64_t capacity;
+  uint64_t min_size;
+  chime__sampler_t sampler;
+  /* 0: fifo. A fifo sampler's full table makes inserts wait instead. */
+  chime__sampler_t remover;
+  double priority_exponent; /* prioritized sampler or remover only */
+  /* An item leaves once sampled this many times; 0: never. 0 with a fifo
+   * sampler means 1 (a queue, the fifo table's behaviour before the key). */
+  uint64_t max_times_sampled;
+  /* Rate limiter (Reverb's SampleToInsertRatio): samples per inserted
+   * item, kept within error_buffer of samples_per_insert * inserts. 0: no
+   * ratio limit (min_size still gates sampling). */
+  double samples_per_insert;
+  double error_buffer;
+  uint64_t seed; /* the table's random draws; 0: from the clock (tests) */
+  /* A sequence table (sequence_length > 0; docs/sequences.md): spec is one
+   * step's, capacity_steps steps are stored once each, and an item is a
+   * window of sequence_length consecutive steps of one episode, made every
+   * stride steps. capacity is set to capacity_steps (a step starts at most
+   * one window). */
+  uint64_t capacity_steps;
+  uint32_t sequence_length, stride;
+  int episode_pad;          /* 1: pad (mask leaf), 0: drop short tails */
+  int initial_priority_max; /* 1: the largest priority seen so far */
+  double initial_priority;  /* else this one (default 1) */
+  /* Insert's writer memory (replay/dedupe.h): writers remembered (0:
+   * CHIME__INSERT_WRITERS), and how long one that no open call carries is
+   * kept for sure (the config's default CHIME__INSERT_WRITER_IDLE_MS; 0:
+   * not at all). */
+  uint32_t max_writers;
+  uint32_t writer_idle_ms;
+} chime__table_config_t;
+
+/* A table's storage (capacity * sample bytes) is reserved up front. */
+#define CHIME__MAX_TABLE_BYTES (UINT64_C(1) << 40)
+
+const char *chime__sampler_name(chime__sampler_t s);
+/* The selector named s (a config value), or 0. */
+chime__sampler_t chime__sampler_parse(const char *s);
+
+#endif

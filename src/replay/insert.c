@@ -1,0 +1,223 @@
+/* Insert: samples copied into the table from the pieces of a message, the
+ * remover making room in a full table, writers' resends acked again from
+ * the dedupe memory, and inserts that wait for room or for the limiter. */
+#include "replay/table_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "chime/errors.h"
+
+int chime__table_insert(chime__table_t *t, const uint8_t *data, uint32_t count,
+                        const double *priorities, uint64_t *first_key,
+                        const atomic_int *abort, chime__dedupe_req_t *dq) {
+  chime__span_t one = {data, (size_t)(count * t->sample_bytes)};
+  return chime__table_insert_spans(t, &one, 1, count, priorities, first_key,
+                                   abort, dq);
+}
+
+/* An insert's keys land on random buckets of the key index, which a stream
+ * of inserted bytes keeps out of the caches: each insert and each eviction
+ * paid a miss or two there one after another (a third of chimed's CPU for
+ * 256-B samples). Their buckets are asked for KEY_AHEAD items ahead. */
+#define KEY_AHEAD 16
+
+/* Evicts the table's oldest items until `need` more fit (remover fifo),
+ * asking for each evicted key's bucket KEY_AHEAD items ahead: a scout walks
+ * the age list ahead of the removals. */
+static void evict_oldest(chime__table_t *t, uint64_t need) {
+  uint64_t cap = t->cfg.capacity;
+  uint32_t scout = t->oldest;
+  for (int i = 0; i < KEY_AHEAD && scout != NONE; i++) {
+    chime__keyindex_prefetch(t->keys, t->meta[scout].key);
+    scout = t->nx[scout];
+  }
+  while (t->count + need > cap) {
+    if (scout != NONE) {
+      chime__keyindex_prefetch(t->keys, t->meta[scout].key);
+      scout = t->nx[scout];
+    }
+    chime__tbl_live_remove(t, t->oldest);
+  }
+}
+
+static int insert_spans(chime__table_t *t, const chime__span_t *spans,
+                        size_t nspans, uint32_t count, const double *priorities,
+                        uint64_t *first_key, const atomic_int *abort,
+                        chime__dedupe_req_t *dq, int nowait) {
+  int rc = 0;
+  chime__table_waiter_t *arrived = NULL;
+  chime__tbl_cursor_t cur = {spans, 0, 0};
+  uint64_t have = 0;
+  for (size_t i = 0; i < nspans; i++)
+    have += spans[i].len;
+  if (have != (uint64_t)count * t->sample_bytes)
+    return CHIME_EINVAL;
+  if (t->steps != NULL)
+    return chime__tbl_seq_insert(t, spans, count, priorities, first_key, abort,
+                                 dq, nowait);
+  uint64_t cap = t->cfg.capacity;
+  int fifo = t->cfg.sampler == CHIME__SAMPLER_FIFO;
+  /* A fifo remover's picks are known before the request goes in: the
+   * oldest items, then (a request over the capacity) the request's own
+   * first samples, which take keys and count as inserted and as removed
+   * but are never written. Any other remover picks as each sample comes
+   * (choose_victim), the sample itself a candidate. */
+  int by_age = !fifo && t->cfg.remover == CHIME__SAMPLER_FIFO;
+  int choose = !fifo && !by_age;
+  uint64_t when = chime__tbl_now_ns(CLOCK_REALTIME);
+  if (fifo && count > cap)
+    return CHIME_EINVAL; /* could never go in whole */
+  uint64_t skip = by_age && count > cap ? count - cap : 0;
+  /* Rows the request may take: one per sample that stays. A chosen
+   * victim frees its row (unless pinned: one more), so past the capacity
+   * a request never needs more than the capacity's worth. */
+  uint64_t need = count - skip;
+  if (choose && need > cap)
+    need = cap;
+  if (chime__tbl_check_priorities(t, priorities, count) != 0)
+    return CHIME_EINVAL;
+  chime__tbl_lock(t);
+  /* All or nothing: a fifo request waits until every sample fits, so a
+   * request ended by a stop leaves nothing behind that its writer would
+   * send again (and a sampler can never take half of it). */
+  for (;;) {
+    if (t->closed) {
+      rc = CHIME_ESHUTDOWN;
+      goto out;
+    }
+    if (dq != NULL && dq->writer != 0 &&
+        (rc = chime__tbl_seen(t, dq, count, first_key)) != 0) {
+      rc = rc > 0 ? 0 : rc;
+      goto out;
+    }
+    if (!t->lim->allows_insert(t)) {
+      if (abort != NULL && atomic_load(abort)) {
+        rc = CHIME_ESHUTDOWN;
+        goto out;
+      }
+      if (nowait) {
+        rc = CHIME_EBUSY;
+        goto out;
+      }
+      t->inserts_waiting_rate++;
+      chime__tbl_wait_timed(&t->space, &t->mu, &t->rate_insert_wait_ns);
+      t->inserts_waiting_rate--;
+      continue;
+    }
+    /* Items given back count against the capacity until taken again. */
+    int room = !fifo || (t->count <= cap && cap - t->count >= need);
+    if (by_age) {
+      evict_oldest(t, need);
+    } else if (choose) {
+      /* Items given back past the capacity leave first, the remover's
+       * picks among them and the rest, before the request's turn. */
+      double p;
+      while (t->count > cap)
+        chime__tbl_live_remove(t, t->rem->pick(t, &p));
+    }
+    /* A pinned row is not reused meanwhile: an item that left while
+     * pinned holds its row until unpinned (spare rows stand in, so this
+     * waits only when more rows than those are pinned). */
+    int pinned = room && t->rows - t->count - t->ndead < need;
+    /* While a checkpoint's view holds rows, rows it will let go soon (it
+     * writes oldest first, the order items leave in) are waited for
+     * rather than spare rows taken: those would stay in the process's
+     * memory until their items leave (trim_spares). */
+    if (room && !pinned && t->viewing > 0 && t->nfree < need && t->ndead > 0)
+      pinned = 1;
+    if (room && !pinned)
+      break;
+    if (abort != NULL && atomic_load(abort)) {
+      rc = CHIME_ESHUTDOWN;
+      goto out;
+    }
+    if (nowait) {
+      rc = CHIME_EBUSY;
+      goto out;
+    }
+    if (pinned) {
+      t->pin_waiters++;
+      chime__tbl_wait_timed(&t->unpinned, &t->mu, &t->insert_wait_ns);
+      t->pin_waiters--;
+    } else {
+      chime__tbl_wait_timed(&t->space, &t->mu, &t->insert_wait_ns);
+    }
+  }
+  uint64_t key0 = t->next_key;
+  t->next_key += count;
+  *first_key = key0;
+  chime__tbl_cursor_skip(&cur, skip * t->sample_bytes);
+  for (uint64_t j = skip; j < count && j < skip + KEY_AHEAD; j++)
+    chime__keyindex_prefetch(t->keys, key0 + j);
+  for (uint64_t j = skip; j < count; j++) {
+    if (j + KEY_AHEAD < count)
+      chime__keyindex_prefetch(t->keys, key0 + j + KEY_AHEAD);
+    double prio = priorities != NULL ? priorities[j] : 1.0;
+    /* The weight once, for the remover and the sum tree alike. */
+    double w = t->sum != NULL ? chime__tbl_weight(t, prio) : 0.0;
+    if (choose && t->count >= cap) {
+      uint32_t v = t->rem->victim(t, prio, w);
+      if (v != NONE)
+        chime__tbl_live_remove(t, v);
+      /* Room for one (need above): a row is free unless v was the new
+       * sample itself. */
+      if (v == NONE || t->rows - t->count - t->ndead == 0) {
+        chime__tbl_cursor_skip(&cur, t->sample_bytes);
+        t->left++; /* inserted and removed at once */
+        continue;
+      }
+    }
+    uint32_t r = chime__tbl_free_pop(t);
+    for (uint32_t l = 0; l < t->nleaves; l++)
+      chime__tbl_cursor_read(&cur, t->leaf[l] + (size_t)r * t->lbytes[l],
+                             t->lbytes[l]);
+    t->meta[r].key = key0 + j;
+    t->meta[r].itime = when;
+    t->meta[r].times = 0;
+    t->meta[r].prio = prio;
+    chime__tbl_live_add_weighted(t, r, 0, w);
+  }
+  t->inserts += count;
+  t->left += skip; /* a fifo remover's picks among the request's own */
+  if (dq != NULL && dq->writer != 0)
+    chime__dedupe_record(t->dedupe, dq, count, key0);
+  arrived = chime__tbl_items_arrived(t);
+out:
+  pthread_mutex_unlock(&t->mu);
+  chime__tbl_notify(arrived);
+  return rc;
+}
+
+int chime__table_writer_bind(chime__table_t *t, uint64_t writer, uint64_t seq) {
+  pthread_mutex_lock(&t->mu);
+  int rc = chime__dedupe_bind(t->dedupe, writer, seq);
+  pthread_mutex_unlock(&t->mu);
+  return rc;
+}
+
+void chime__table_writer_unbind(chime__table_t *t, uint64_t writer,
+                                int closed) {
+  pthread_mutex_lock(&t->mu);
+  chime__dedupe_unbind(t->dedupe, writer, closed);
+  pthread_mutex_unlock(&t->mu);
+}
+
+int chime__table_insert_spans(chime__table_t *t, const chime__span_t *spans,
+                              size_t nspans, uint32_t count,
+                              const double *priorities, uint64_t *first_key,
+                              const atomic_int *abort,
+                              chime__dedupe_req_t *dq) {
+  return insert_spans(t, spans, nspans, count, priorities, first_key, abort, dq,
+                      0);
+}
+
+int chime__table_try_insert_spans(chime__table_t *t, const chime__span_t *spans,
+                                  size_t nspans, uint32_t count,
+                                  const double *priorities, uint64_t *first_key,
+                                  chime__dedupe_req_t *dq) {
+  return insert_spans(t, spans, nspans, count, priorities, first_key, NULL, dq,
+                      1);
+}

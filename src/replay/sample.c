@@ -1,0 +1,457 @@
+/* Sampling: a batch drawn by the sampler under the lock, its rows pinned
+ * and copied into a ring slot without it (or left pinned and sent from
+ * the table: spans), and items a learner never took given back. */
+#include "replay/table_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "chime/errors.h"
+
+/* A batch is chosen under the lock (rows, sample info, the rows pinned so
+ * no insert reuses them) and copied without it, so inserts and other
+ * streams' samplers do not wait behind a large copy. The rows go in rows[]
+ * (a stream's pins), or, when there is none, are parked in info[j].key
+ * until the copy is done. */
+
+/* Whether a batch's draws are made ahead (the selector's say), never when
+ * a draw may change the table (max_times_sampled). */
+static int draws_ahead(const chime__table_t *t) {
+  return t->mts == 0 && t->sel->draws_ahead != NULL && t->sel->draws_ahead(t);
+}
+
+/* Draws the batch's samples in order: an item that reaches
+ * max_times_sampled leaves at once (its row stays pinned), so the next
+ * draw cannot pick it. */
+static void plan_batch(chime__table_t *t, const chime_ring_layout_t *lay,
+                       chime_ring_wslot_t *slot, uint32_t *rows) {
+  int left = 0, ahead = draws_ahead(t);
+  uint32_t drawn[CHIME__TBL_DRAW_CHUNK];
+  double dprob[CHIME__TBL_DRAW_CHUNK];
+  uint64_t from = 0, have = 0; /* drawn[] holds draws [from, from + have) */
+  for (uint64_t j = 0; j < lay->batch_size; j++) {
+    double p;
+    uint32_t k;
+    if (ahead) {
+      if (j == from + have) {
+        uint64_t n = lay->batch_size - j;
+        from = j;
+        have = n < CHIME__TBL_DRAW_CHUNK ? n : CHIME__TBL_DRAW_CHUNK;
+        t->sel->draw_many(t, have, drawn, dprob);
+      }
+      k = drawn[j - from];
+      p = dprob[j - from];
+    } else {
+      k = t->sel->pick(t, &p);
+    }
+    chime_sample_info_t *info = &slot->info[j];
+    info->probability = p;
+    info->times_sampled = ++t->meta[k].times;
+    info->reserved = 0;
+    info->insert_time_ns = t->meta[k].itime;
+    info->priority = t->meta[k].prio;
+    info->table_size = t->count;
+    if (t->steps != NULL) {
+      info->episode_id = t->wep[k];
+      info->first_step = t->wfirst[k];
+      info->length = t->wlen[k];
+    } else {
+      info->episode_id = 0;
+      info->first_step = info->length = 0;
+    }
+    if (rows != NULL) {
+      rows[j] = k;
+      info->key = t->meta[k].key;
+    } else {
+      info->key = k; /* the row, until unpin_locked */
+    }
+    t->meta[k].pins++; /* one per sample of each batch pinning it */
+    if (t->mts != 0 && t->meta[k].times >= t->mts) {
+      chime__tbl_live_remove(t, k);
+      left = 1;
+    }
+  }
+  if (left)
+    pthread_cond_broadcast(&t->space);
+}
+
+/* Runs of consecutive rows (a fifo batch, as rows are reused in the order
+ * they were freed) are copied as one memcpy per leaf; with rows given, a
+ * run of copy_min bytes or more is left where it is (it is sent from the
+ * table). No lock: the rows are pinned. */
+static uint64_t run_at(const uint32_t *rows, const chime_ring_wslot_t *slot,
+                       uint64_t j, uint64_t batch) {
+  uint64_t k = chime__tbl_row_at(slot, rows, j), n = 1;
+  while (j + n < batch && chime__tbl_row_at(slot, rows, j + n) == k + n)
+    n++;
+  return n;
+}
+
+/* Asks for row k's bytes of leaf l (their first 8 lines: the hardware
+ * follows a longer one by itself). */
+static inline void prefetch_leaf(const chime__table_t *t, uint32_t l,
+                                 uint64_t k) {
+  uint64_t lb = t->lbytes[l];
+  const uint8_t *p = t->leaf[l] + k * lb;
+  uintptr_t a = (uintptr_t)p & ~(uintptr_t)63;
+  uintptr_t end = (uintptr_t)p + (lb < 512 ? lb : 512);
+  for (; a < end; a += 64)
+    __builtin_prefetch((const void *)a);
+}
+
+static void copy_rows(const chime__table_t *t, const chime_ring_layout_t *lay,
+                      chime_ring_wslot_t *slot, const uint32_t *rows,
+                      uint64_t copy_min) {
+  uint64_t batch = lay->batch_size;
+  for (uint32_t l = 0; l < t->nleaves; l++) {
+    uint64_t lb = t->lbytes[l];
+    uint8_t *dst = (uint8_t *)slot->leaf[l];
+    /* Rows sent from the table are not read here. */
+    int pf = chime__tbl_scattered(t) && lb < copy_min;
+    for (uint64_t j = 0; pf && j < CHIME__TBL_PREFETCH_AHEAD && j < batch; j++)
+      prefetch_leaf(t, l, chime__tbl_row_at(slot, rows, j));
+    for (uint64_t j = 0; j < batch;) {
+      if (pf && j + CHIME__TBL_PREFETCH_AHEAD < batch)
+        prefetch_leaf(
+            t, l, chime__tbl_row_at(slot, rows, j + CHIME__TBL_PREFETCH_AHEAD));
+      uint64_t k = chime__tbl_row_at(slot, rows, j),
+               n = run_at(rows, slot, j, batch);
+      if (n * lb >= copy_min)
+        ; /* sent from the table */
+      else if (n == 1)
+        chime__tbl_copy_leaf(dst + j * lb, t->leaf[l] + k * lb, lb);
+      else
+        memcpy(dst + j * lb, t->leaf[l] + k * lb, n * lb);
+      j += n;
+    }
+  }
+}
+
+void chime__tbl_unpin_row(chime__table_t *t, uint32_t k) {
+  if (--t->meta[k].pins == 0 && t->dpos[k] == NONE) {
+    t->ndead--; /* it left while pinned: free now */
+    chime__tbl_free_push(t, k);
+  }
+}
+
+static void unpin_locked(chime__table_t *t, const chime_ring_layout_t *lay,
+                         chime_ring_wslot_t *slot) {
+  for (uint64_t j = 0; j < lay->batch_size; j++) {
+    uint32_t k = (uint32_t)slot->info[j].key;
+    slot->info[j].key = t->meta[k].key; /* pinned: still the sampled item */
+    chime__tbl_unpin_row(t, k);
+  }
+  if (t->pin_waiters > 0)
+    pthread_cond_broadcast(&t->unpinned);
+}
+
+/* Items a batch needs: min_size, and a whole batch when sampling removes
+ * items (fifo, max_times_sampled), so a batch never runs dry halfway. */
+static uint64_t need_items(const chime__table_t *t,
+                           const chime_ring_layout_t *lay) {
+  uint64_t need = t->cfg.min_size; /* at least 1 (create) */
+  if (t->mts != 0 && need < lay->batch_size)
+    need = lay->batch_size;
+  return need;
+}
+
+/* Called and returns with t->mu held; drops it for the copy. With pins,
+ * the rows stay pinned (pins->n set) and runs of copy_min bytes or more
+ * are not copied. */
+static void sample_locked(chime__table_t *t, const chime_ring_layout_t *lay,
+                          chime_ring_wslot_t *slot, chime__table_pins_t *pins,
+                          uint64_t copy_min) {
+  uint32_t *rows = pins != NULL ? pins->rows : NULL;
+  plan_batch(t, lay, slot, rows);
+  t->samples += lay->batch_size;
+  if (t->cfg.samples_per_insert > 0) /* inserts the ratio held back */
+    pthread_cond_broadcast(&t->space);
+  if (pins != NULL) {
+    pins->n = lay->batch_size;
+    pins->given_back = 0;
+  }
+  if (t->steps != NULL) {
+    chime__tbl_seq_copy(t, lay, slot, rows); /* drops the lock for the copy */
+  } else {
+    pthread_mutex_unlock(&t->mu);
+    copy_rows(t, lay, slot, rows, pins != NULL ? copy_min : UINT64_MAX);
+    chime__tbl_lock(t);
+  }
+  if (pins == NULL)
+    unpin_locked(t, lay, slot);
+}
+
+int chime__table_sample(chime__table_t *t, const chime_ring_layout_t *lay,
+                        chime_ring_wslot_t *slot, const atomic_int *stop) {
+  int rc = 0;
+  uint64_t need = need_items(t, lay);
+  if (need > t->cfg.capacity)
+    return CHIME_EINVAL;
+  chime__tbl_lock(t);
+  for (;;) {
+    if (t->closed || (stop != NULL && atomic_load(stop))) {
+      rc = CHIME_ESHUTDOWN;
+      goto out;
+    }
+    if (t->count >= need && t->lim->allows_sample(t))
+      break;
+    chime__tbl_wait_timed(&t->items, &t->mu,
+                          t->count >= need ? &t->rate_sample_wait_ns
+                                           : &t->sampler_wait_ns);
+  }
+  sample_locked(t, lay, slot, NULL, 0);
+out:
+  pthread_mutex_unlock(&t->mu);
+  return rc;
+}
+
+static int try_sample(chime__table_t *t, const chime_ring_layout_t *lay,
+                      chime_ring_wslot_t *slot, chime__table_waiter_t *w,
+                      chime__table_pins_t *pins, uint64_t copy_min) {
+  int rc = 0;
+  uint64_t need = need_items(t, lay);
+  if (need > t->cfg.capacity)
+    return CHIME_EINVAL;
+  chime__tbl_lock(t);
+  /* A wait on the rate limiter ends when the sampler finds it open (or
+   * waits for items instead): the time between counts. */
+  int rate_open = t->lim->allows_sample(t);
+  if (w->rate_since != 0 && (rate_open || t->closed || t->count < need)) {
+    t->rate_sample_wait_ns +=
+        chime__tbl_now_ns(CLOCK_MONOTONIC) - w->rate_since;
+    w->rate_since = 0;
+  }
+  if (t->closed) {
+    rc = CHIME_ESHUTDOWN;
+  } else if (t->count < need || !rate_open) {
+    /* Checked and queued under one lock: an insert after this calls w. */
+    w->rate = t->count >= need;
+    if (w->rate && w->rate_since == 0)
+      w->rate_since = chime__tbl_now_ns(CLOCK_MONOTONIC);
+    if (!w->queued) {
+      w->queued = 1;
+      w->next = t->waiters;
+      t->waiters = w;
+    }
+    rc = CHIME_EBUSY;
+  } else {
+    sample_locked(t, lay, slot, pins, copy_min);
+  }
+  pthread_mutex_unlock(&t->mu);
+  return rc;
+}
+
+int chime__table_try_sample(chime__table_t *t, const chime_ring_layout_t *lay,
+                            chime_ring_wslot_t *slot,
+                            chime__table_waiter_t *w) {
+  return try_sample(t, lay, slot, w, NULL, 0);
+}
+
+int chime__table_try_sample_pinned(chime__table_t *t,
+                                   const chime_ring_layout_t *lay,
+                                   chime_ring_wslot_t *slot,
+                                   chime__table_pins_t *pins, uint64_t copy_min,
+                                   chime__table_waiter_t *w) {
+  return try_sample(t, lay, slot, w, pins, copy_min);
+}
+
+void chime__table_unwait(chime__table_t *t, chime__table_waiter_t *w) {
+  chime__tbl_lock(t);
+  for (chime__table_waiter_t **pp = &t->waiters; *pp != NULL;
+       pp = &(*pp)->next) {
+    if (*pp == w) {
+      *pp = w->next;
+      break;
+    }
+  }
+  w->queued = 0;
+  if (w->rate_since != 0) {
+    t->rate_sample_wait_ns +=
+        chime__tbl_now_ns(CLOCK_MONOTONIC) - w->rate_since;
+    w->rate_since = 0;
+  }
+  pthread_mutex_unlock(&t->mu);
+}
+
+void chime__table_unpin(chime__table_t *t, chime__table_pins_t *pins) {
+  chime__tbl_lock(t);
+  for (uint32_t j = 0; j < pins->n; j++)
+    chime__tbl_unpin_row(t, pins->rows[j]);
+  if (pins->n > 0 && t->pin_waiters > 0)
+    pthread_cond_broadcast(&t->unpinned);
+  pins->n = 0;
+  pthread_mutex_unlock(&t->mu);
+}
+
+static const uint8_t zeros[4096];
+
+size_t chime__table_spans(const chime__table_t *t,
+                          const chime_ring_layout_t *lay,
+                          const chime__table_pins_t *pins,
+                          const uint8_t *slot_base, uint64_t copy_min,
+                          uint64_t off, uint64_t len, chime__span_t *out,
+                          size_t max) {
+  size_t n = 0;
+  uint64_t end = off + len;
+  if (t->steps != NULL) { /* a sequence table's batch is whole in the slot */
+    if (max == 0)
+      return 0;
+    out[0] = (chime__span_t){slot_base + off, (size_t)len};
+    return 1;
+  }
+  /* Appends [p, p + l), merged with the last span when they touch. */
+#define EMIT(ptr, l)                                                           \
+  do {                                                                         \
+    const uint8_t *p_ = (ptr);                                                 \
+    size_t l_ = (size_t)(l);                                                   \
+    if (n > 0 && out[n - 1].p + out[n - 1].len == p_)                          \
+      out[n - 1].len += l_;                                                    \
+    else if (n < max)                                                          \
+      out[n++] = (chime__span_t){p_, l_};                                      \
+    else                                                                       \
+      return 0;                                                                \
+  } while (0)
+  uint64_t pos = off;
+  while (pos < end) {
+    /* Which part of the slot pos is in: a leaf, padding, or the info. */
+    uint32_t l = 0;
+    while (l < t->nleaves && !(pos >= lay->leaf_offset[l] &&
+                               pos < lay->leaf_offset[l] + lay->leaf_bytes[l]))
+      l++;
+    if (l == t->nleaves) {
+      uint64_t next = end; /* the next leaf after pos, or the end */
+      for (uint32_t i = 0; i < t->nleaves; i++)
+        if (lay->leaf_offset[i] > pos && lay->leaf_offset[i] < next)
+          next = lay->leaf_offset[i];
+      if (pos >= lay->info_offset) { /* the info: in the slot */
+        EMIT(slot_base + pos, next - pos);
+      } else { /* padding between leaves */
+        uint64_t stop = next < lay->info_offset ? next : lay->info_offset;
+        while (pos < stop) {
+          uint64_t z = stop - pos < sizeof(zeros) ? stop - pos : sizeof(zeros);
+          EMIT(zeros, z);
+          pos += z;
+        }
+        continue;
+      }
+      pos = next;
+      continue;
+    }
+    uint64_t lb = t->lbytes[l], base = lay->leaf_offset[l];
+    uint64_t lend = base + lay->leaf_bytes[l];
+    uint64_t stop = end < lend ? end : lend;
+    uint64_t j = (pos - base) / lb;
+    while (pos < stop) {
+      /* The run holding sample j, from its start: the same runs as
+       * copy_rows, so a run is copied or sent from the table whole. */
+      uint64_t j0 = j;
+      while (j0 > 0 && pins->rows[j0 - 1] + 1 == pins->rows[j0])
+        j0--;
+      uint64_t nrun = run_at(pins->rows, NULL, j0, lay->batch_size);
+      uint64_t rs = base + j0 * lb, re = rs + nrun * lb;
+      uint64_t upto = re < stop ? re : stop;
+      if (nrun * lb >= copy_min)
+        EMIT(t->leaf[l] + (uint64_t)pins->rows[j0] * lb + (pos - rs),
+             upto - pos);
+      else
+        EMIT(slot_base + pos, upto - pos);
+      pos = upto;
+      j = j0 + nrun;
+    }
+  }
+#undef EMIT
+  return n;
+}
+
+/* Brings back an item that left (row r, dead or just filled): the oldest
+ * in insert order, with times sampled as before the batch that took it. */
+static void restore_locked(chime__table_t *t, uint32_t r, uint32_t times) {
+  t->meta[r].times = times;
+  t->left--;
+  t->left_times -= times + 1u;
+  chime__tbl_live_add(t, r, 1);
+  t->returned++;
+}
+
+/* Whether sample j of a batch that was never finished took its item out:
+ * that item comes back. */
+static int took_out(const chime__table_t *t, const chime_sample_info_t *info) {
+  return t->mts != 0 && info->times_sampled >= t->mts;
+}
+
+int chime__table_give_back(chime__table_t *t, const chime_ring_layout_t *lay,
+                           const void *slot) {
+  const uint8_t *base = slot;
+  const chime_sample_info_t *info =
+      (const chime_sample_info_t *)(base + lay->info_offset);
+  int rc = 0;
+  chime__tbl_lock(t);
+  /* Last first, each to the front: the batch keeps its order. */
+  for (uint64_t j = lay->batch_size; j-- > 0;) {
+    if (!took_out(t, &info[j]))
+      continue;
+    if (t->rows - t->count - t->ndead == 0) {
+      rc = CHIME_ENOMEM; /* every row live or pinned */
+      continue;
+    }
+    if (t->steps != NULL) { /* a window: back if its steps still are */
+      uint32_t at =
+          chime__steps_find(t->steps, info[j].episode_id, info[j].first_step);
+      if (at == NONE)
+        continue;
+      uint32_t r = chime__tbl_free_pop(t);
+      t->meta[r].key = info[j].key;
+      t->meta[r].itime = info[j].insert_time_ns;
+      t->meta[r].prio = info[j].priority;
+      t->wslot[r] = at;
+      t->wfirst[r] = info[j].first_step;
+      t->wlen[r] = info[j].length;
+      t->wep[r] = info[j].episode_id;
+      chime__steps_relist(t->steps, at, r);
+      restore_locked(t, r, info[j].times_sampled - 1);
+      continue;
+    }
+    uint32_t r = chime__tbl_free_pop(t);
+    for (uint32_t l = 0; l < t->nleaves; l++)
+      memcpy(t->leaf[l] + (size_t)r * t->lbytes[l],
+             base + lay->leaf_offset[l] + j * t->lbytes[l], t->lbytes[l]);
+    t->meta[r].key = info[j].key;
+    t->meta[r].itime = info[j].insert_time_ns;
+    t->meta[r].prio = info[j].priority;
+    restore_locked(t, r, info[j].times_sampled - 1);
+  }
+  chime__table_waiter_t *arrived = chime__tbl_items_arrived(t);
+  pthread_mutex_unlock(&t->mu);
+  chime__tbl_notify(arrived);
+  return rc;
+}
+
+void chime__table_give_back_pinned(chime__table_t *t,
+                                   const chime_ring_layout_t *lay,
+                                   const chime_sample_info_t *info,
+                                   chime__table_pins_t *pins) {
+  chime__tbl_lock(t);
+  if (pins->n == 0 || pins->given_back) {
+    pthread_mutex_unlock(&t->mu);
+    return; /* released meanwhile, or given back already */
+  }
+  pins->given_back = 1;
+  for (uint64_t j = lay->batch_size; j-- > 0;) {
+    uint32_t r = pins->rows[j];
+    if (!took_out(t, &info[j]) || t->dpos[r] != NONE)
+      continue;
+    if (t->steps != NULL) { /* a window: back if its steps still are */
+      uint32_t slot = chime__steps_find(t->steps, t->wep[r], t->wfirst[r]);
+      if (slot == NONE)
+        continue; /* the row is freed at unpin as before */
+      chime__steps_relist(t->steps, slot, r);
+    }
+    t->ndead--; /* pinned and gone: this batch's item, its bytes intact */
+    restore_locked(t, r, info[j].times_sampled - 1);
+  }
+  chime__table_waiter_t *arrived = chime__tbl_items_arrived(t);
+  pthread_mutex_unlock(&t->mu);
+  chime__tbl_notify(arrived);
+}

@@ -1,0 +1,231 @@
+/* A table made from its config (storage laid out in one mapping, the
+ * indexes its selectors need, the limiter, a sequence table's step store)
+ * and unmade; chime__table_bytes sums the same layout beforehand. */
+#include "replay/table_internal.h"
+
+#include <float.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "chime/errors.h"
+
+/* The indexes (CHIME__SEL_*) the table's sampler and remover read. */
+static unsigned needs(const chime__table_config_t *cfg) {
+  const chime__selector_t *s = chime__selector(cfg->sampler);
+  const chime__selector_t *r = chime__selector(cfg->remover);
+  return (s != NULL ? s->needs : 0) | (r != NULL ? r->needs : 0);
+}
+
+/* Per-row bookkeeping in the mapping: the row_meta_t records, then the
+ * 32-bit arrays dense, dpos, prev, next, freeq, fspare. */
+#define NMETA 7
+static const uint64_t meta_bytes[NMETA] = {
+    sizeof(row_meta_t), 4, 4, 4, 4, 4, 4};
+
+/* Spare rows: as many as the capacity, within 32-bit row numbers. */
+static uint64_t rows_for(uint64_t cap) {
+  uint64_t max = CHIME__MAX_TABLE_ITEMS; /* NONE stays out of range */
+  return cap + (cap < max - cap ? cap : max - cap);
+}
+
+/* What create allocated (any part may be missing), and t itself. */
+static void free_parts(chime__table_t *t) {
+  if (t->map != NULL)
+    munmap(t->map, t->map_len);
+  chime__dedupe_destroy(t->dedupe);
+  chime__keyindex_destroy(t->keys);
+  chime__sumtree_destroy(t->sum);
+  chime__heap_destroy(t->hmin);
+  chime__heap_destroy(t->hmax);
+  chime__tbl_seq_destroy(t);
+  free(t);
+}
+
+/* A priority up to which priority^exponent is surely at most
+ * CHIME__SUMTREE_MAX_VALUE, for the fast check of a request's priorities
+ * (priority_why decides the rest exactly): a millionth under the exact
+ * bound, far more than pow's rounding; DBL_MAX when every finite priority
+ * is (exponent 0, or an exponent under log(MAX_VALUE) / log(DBL_MAX)). */
+static double sure_priority(const chime__table_config_t *cfg) {
+  double e = cfg->priority_exponent;
+  if (!(e > 0))
+    return DBL_MAX;
+  double b = pow(CHIME__SUMTREE_MAX_VALUE, 1.0 / e);
+  return isfinite(b) ? b * (1 - 1e-6) : DBL_MAX;
+}
+
+int chime__table_create(chime__table_t **out,
+                        const chime__table_config_t *cfg) {
+  int rc = 0;
+  chime__table_t *t = calloc(1, sizeof(*t));
+  *out = NULL;
+  if (t == NULL)
+    return CHIME_ENOMEM;
+  t->cfg = *cfg;
+  int seq = cfg->sequence_length > 0;
+  if (seq)
+    t->cfg.capacity = cfg->capacity_steps; /* a step starts one window */
+  if (t->cfg.remover == 0)
+    t->cfg.remover = CHIME__SAMPLER_FIFO;
+  if (t->cfg.min_size == 0) /* config refuses it; in-process callers */
+    t->cfg.min_size = 1;
+  if (t->cfg.sampler == CHIME__SAMPLER_FIFO && t->cfg.max_times_sampled == 0)
+    t->cfg.max_times_sampled = 1;
+  t->mts = t->cfg.max_times_sampled;
+  t->prio_sure = sure_priority(&t->cfg);
+  t->sample_bytes = chime_spec_sample_bytes(&cfg->spec);
+  t->nleaves = seq ? 0 : cfg->spec.nleaves;
+  t->item_spec = cfg->spec;
+  if (seq && (rc = chime__tbl_seq_spec(&t->cfg, &t->item_spec)) != 0)
+    goto out;
+  if (t->sample_bytes == 0 || t->cfg.capacity == 0 ||
+      t->cfg.capacity > CHIME__MAX_TABLE_ITEMS ||
+      t->cfg.capacity > CHIME__MAX_TABLE_BYTES / t->sample_bytes ||
+      (t->sel = chime__selector(t->cfg.sampler)) == NULL ||
+      (t->rem = chime__selector(t->cfg.remover)) == NULL ||
+      (t->cfg.sampler == CHIME__SAMPLER_FIFO &&
+       t->cfg.remover != CHIME__SAMPLER_FIFO) ||
+      !(t->cfg.priority_exponent >= 0) || isinf(t->cfg.priority_exponent)) {
+    rc = CHIME_EINVAL;
+    goto out;
+  }
+  size_t cap = (size_t)t->cfg.capacity;
+  size_t rows = (size_t)rows_for(t->cfg.capacity);
+  size_t len = 0;
+  uint64_t off = 0;
+  for (uint32_t i = 0; i < t->nleaves; i++) {
+    t->lbytes[i] = chime_leaf_bytes(&cfg->spec.leaves[i]);
+    t->loff[i] = off;
+    off += t->lbytes[i];
+    len += chime__tbl_align64(rows * t->lbytes[i]);
+  }
+  size_t meta_off = len;
+  for (int i = 0; i < NMETA; i++)
+    len += chime__tbl_align64(rows * meta_bytes[i]);
+  /* Anonymous memory: pages are only committed once items land in them. */
+  t->map = mmap(NULL, len, PROT_READ | PROT_WRITE,
+                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (t->map == MAP_FAILED) {
+    t->map = NULL;
+    rc = CHIME_ENOMEM;
+    goto out;
+  }
+  t->map_len = len;
+  t->rows = rows;
+  rc =
+      chime__dedupe_create(&t->dedupe, WRITERS(&t->cfg), t->cfg.writer_idle_ms);
+  if (rc != 0)
+    goto out;
+  uint8_t *p = t->map;
+  for (uint32_t i = 0; i < t->nleaves; i++) {
+    t->leaf[i] = p;
+    p += chime__tbl_align64(rows * t->lbytes[i]);
+  }
+  p = (uint8_t *)t->map + meta_off;
+  t->meta = (row_meta_t *)p;
+  p += chime__tbl_align64(rows * sizeof(row_meta_t));
+  uint32_t **u32[] = {&t->dense, &t->dpos,  &t->prev,
+                      &t->nx,    &t->freeq, &t->fspare};
+  for (size_t i = 0; i < sizeof(u32) / sizeof(u32[0]); i++) {
+    *u32[i] = (uint32_t *)p;
+    p += chime__tbl_align64(rows * sizeof(uint32_t));
+  }
+  for (size_t r = 0; r < rows; r++)
+    t->dpos[r] = NONE;
+  for (size_t r = 0; r < cap; r++)
+    t->freeq[r] = (uint32_t)r;
+  t->nfree = (uint32_t)cap;
+  /* Popped last first: the lowest spare rows are the ones touched. */
+  for (size_t r = cap; r < rows; r++)
+    t->fspare[rows - 1 - r] = (uint32_t)r;
+  t->nspare = (uint32_t)(rows - cap);
+  t->lim = &chime__limiter_ratio;
+  unsigned need = needs(&t->cfg);
+  t->dense_on = (need & CHIME__SEL_DENSE) != 0;
+  t->oldest = t->newest = NONE;
+  /* Indexed by row: items given back may take spare rows. */
+  if ((rc = chime__keyindex_create(&t->keys, rows)) != 0)
+    goto out;
+  if ((need & CHIME__SEL_SUM) &&
+      (rc = chime__sumtree_create(&t->sum, rows)) != 0)
+    goto out;
+  if ((need & CHIME__SEL_MIN_HEAP) &&
+      (rc = chime__heap_create(&t->hmin, (uint32_t)rows, CHIME__HEAP_MIN)) != 0)
+    goto out;
+  if ((need & CHIME__SEL_MAX_HEAP) &&
+      (rc = chime__heap_create(&t->hmax, (uint32_t)rows, CHIME__HEAP_MAX)) != 0)
+    goto out;
+  if (seq && (rc = chime__tbl_seq_create(t, rows)) != 0)
+    goto out;
+  t->next_key = 1;
+  t->rng =
+      (cfg->seed != 0 ? cfg->seed : chime__tbl_now_ns(CLOCK_MONOTONIC)) | 1u;
+  pthread_mutex_init(&t->mu, NULL);
+  pthread_cond_init(&t->space, NULL);
+  pthread_cond_init(&t->items, NULL);
+  pthread_cond_init(&t->unpinned, NULL);
+  pthread_cond_init(&t->handoff, NULL);
+  *out = t;
+  t = NULL;
+out:
+  if (t != NULL)
+    free_parts(t);
+  return rc;
+}
+
+void chime__table_destroy(chime__table_t *t) {
+  if (t == NULL)
+    return;
+  pthread_mutex_destroy(&t->mu);
+  pthread_cond_destroy(&t->space);
+  pthread_cond_destroy(&t->items);
+  pthread_cond_destroy(&t->unpinned);
+  pthread_cond_destroy(&t->handoff);
+  free_parts(t);
+}
+
+/* The same sums as chime__table_create's layout; keep the two in step.
+ * The sum tree and heaps are allocated beside it and counted here too. */
+uint64_t chime__table_bytes(const chime__table_config_t *cfg) {
+  uint64_t cap = cfg->capacity, total = 0, b;
+  uint32_t n = cfg->spec.nleaves;
+  if (cfg->sequence_length > 0) {
+    /* Rows hold windows (no leaf bytes; first step, index, length and
+     * episode: 20 bytes, spares included); the steps are stored once. */
+    chime__steps_config_t sc = {
+        .capacity_steps = cfg->capacity_steps,
+        .sequence_length = cfg->sequence_length,
+        .stride = cfg->stride,
+        .pad = cfg->episode_pad,
+        .max_episodes = WRITERS(cfg),
+    };
+    uint64_t sb = chime__steps_bytes(&cfg->spec, &sc);
+    cap = cfg->capacity_steps;
+    n = 0;
+    if (sb == UINT64_MAX || __builtin_mul_overflow(cap, UINT64_C(40), &b) ||
+        __builtin_add_overflow(sb, b, &total))
+      return UINT64_MAX;
+  }
+  for (uint32_t i = 0; i < n + NMETA + 4; i++) {
+    uint64_t per;
+    if (i < n)
+      per = chime_leaf_bytes(&cfg->spec.leaves[i]);
+    else if (i < n + NMETA)
+      per = meta_bytes[i - n];
+    else if (i == n + NMETA)
+      per = needs(cfg) & CHIME__SEL_SUM ? 16 : 0;
+    else if (i == n + NMETA + 3)
+      per = 18; /* the key index: 12 bytes a bucket, 10/7 buckets an item */
+    else
+      per = needs(cfg) & (i == n + NMETA + 1 ? CHIME__SEL_MIN_HEAP
+                                             : CHIME__SEL_MAX_HEAP)
+                ? 28
+                : 0;
+    if (__builtin_mul_overflow(cap, per, &b) || b > UINT64_MAX - 63 ||
+        __builtin_add_overflow(total, (b + 63) & ~UINT64_C(63), &total))
+      return UINT64_MAX;
+  }
+  return total;
+}

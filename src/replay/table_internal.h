@@ -1,0 +1,341 @@
+/* A table's state as the engine's files share it: the storage record, the
+ * helpers on its hot paths (inline), and what one file of the table calls
+ * in another. Only src/replay includes it; everyone else has table.h. */
+#ifndef CHIME_REPLAY_TABLE_INTERNAL_H
+#define CHIME_REPLAY_TABLE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/insert_window.h"
+#include "replay/heap.h"
+#include "replay/keyindex.h"
+#include "replay/limiter.h"
+#include "replay/selector.h"
+#include "replay/steps.h"
+#include "replay/sumtree.h"
+#include "replay/table.h"
+
+#include <math.h>
+
+/* A row's bookkeeping, in one record: a sample reads and writes all of
+ * it, and in a table far larger than the caches each array it lived in
+ * was one more cache and TLB miss per sample. */
+typedef struct {
+  uint64_t key;
+  uint64_t itime; /* insert time, ns */
+  double prio;
+  uint32_t times; /* times sampled */
+  uint32_t pins;  /* samplers copying the row right now, without the lock */
+} row_meta_t;
+
+struct chime__table_s {
+  chime__table_config_t cfg;
+  const chime__selector_t *sel, *rem; /* sampler, remover */
+  const chime__limiter_t *lim;
+  uint64_t sample_bytes;
+  uint32_t nleaves;
+  uint64_t lbytes[CHIME_MAX_LEAVES];
+  uint64_t loff[CHIME_MAX_LEAVES]; /* offset of the leaf in a sample */
+  uint8_t *leaf[CHIME_MAX_LEAVES];
+  row_meta_t *meta;
+  uint32_t *dense;       /* the live rows, in no order */
+  uint32_t *dpos;        /* row -> its index in dense; NONE: not live */
+  uint32_t *prev, *nx;   /* live rows in insert order */
+  uint32_t *freeq;       /* free rows under the capacity, in the order freed */
+  uint32_t *fspare;      /* free spare rows, a stack */
+  chime__sumtree_t *sum; /* priority^exponent by row (prioritized) */
+  chime__heap_t *hmin, *hmax;
+  chime__keyindex_t *keys; /* key -> live row (MutatePriorities) */
+  uint64_t mts;            /* max_times_sampled, 0: no limit */
+  double prio_sure; /* priorities up to it weigh within bounds (surely) */
+  void *map;
+  size_t map_len;
+
+  pthread_mutex_t mu;
+  pthread_cond_t space;
+  pthread_cond_t items;
+  pthread_cond_t unpinned; /* an insert waits for a pinned row */
+  pthread_cond_t handoff;  /* a sliced mutation lets a waiter go first */
+  int pin_waiters;
+  /* Threads queued for mu (lock_table), and how many took it after a
+   * wait: a mutation between two slices waits for one of them. */
+  atomic_uint lock_waiters;
+  uint64_t handoffs;
+  int yielding;                   /* mutations waiting on handoff */
+  void (*mutate_hook)(void *arg); /* tests: at each break of a mutation */
+  void *mutate_hook_arg;
+  int viewing; /* checkpoint views holding rows (chime__table_view) */
+  uint32_t oldest, newest;   /* NONE when empty */
+  uint64_t rows;             /* capacity + spare rows */
+  uint32_t free_head, nfree; /* freeq ring, wrapped at the capacity */
+  uint32_t nspare;           /* fspare stack */
+  int dense_on;              /* a uniform selector needs dense */
+  uint64_t count;            /* live items */
+  uint64_t ndead; /* rows whose item left while pinned: neither live nor free */
+  chime__table_waiter_t *waiters; /* samplers told when items arrive */
+  uint64_t next_key;
+  uint64_t rng;
+  int closed;
+  chime__dedupe_t *dedupe; /* writers' requests, under mu */
+  uint64_t inserts, samples, sampler_wait_ns, insert_wait_ns, returned;
+  uint64_t rate_insert_wait_ns; /* inserts held back by the rate limiter */
+  uint64_t rate_sample_wait_ns; /* samplers held back by it */
+  uint32_t inserts_waiting_rate;
+  uint64_t left, left_times; /* items that left, and their times sampled */
+  /* A sequence table: rows hold windows (no leaf bytes), the steps are in
+   * the step store. nleaves is 0 then; the step spec's leaves are sleaves,
+   * their bytes in lbytes. */
+  chime__steps_t *steps;
+  chime_spec_t item_spec; /* a batch's: [T, *shape] per leaf (+ mask) */
+  uint32_t sleaves;
+  uint32_t *wslot, *wfirst, *wlen; /* a window's first step, index, length */
+  uint64_t *wep;                   /* its episode */
+  double max_prio;                 /* initial_priority "max" */
+  uint64_t step_key, windows_dropped;
+  uint32_t spare_hw; /* spare rows below it touched since the last trim */
+};
+
+#define NONE UINT32_MAX
+/* Writers remembered (and a sequence table's lanes). */
+#define WRITERS(cfg)                                                           \
+  ((cfg)->max_writers ? (cfg)->max_writers : CHIME__INSERT_WRITERS)
+
+/* The table's lock, taken by everyone but a mutation's next slice. A
+ * large MutatePriorities holds it in slices (chime__table_mutate) and,
+ * between two, lets a thread that queued for it go first: glibc's mutexes
+ * are not fair, and the mutation would take the lock straight back while
+ * the waiter is still being woken. Uncontended, this is one trylock. */
+static inline void chime__tbl_lock(chime__table_t *t) {
+  if (pthread_mutex_trylock(&t->mu) == 0)
+    return;
+  atomic_fetch_add(&t->lock_waiters, 1);
+  pthread_mutex_lock(&t->mu);
+  atomic_fetch_sub(&t->lock_waiters, 1);
+  t->handoffs++;
+  if (t->yielding > 0)
+    pthread_cond_broadcast(&t->handoff);
+}
+
+static inline uint64_t chime__tbl_now_ns(clockid_t clk) {
+  struct timespec ts;
+  clock_gettime(clk, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline size_t chime__tbl_align64(size_t n) {
+  return (n + 63u) & ~(size_t)63u;
+}
+
+static inline uint64_t chime__tbl_rand(chime__table_t *t) {
+  /* xorshift64*: quality is ample for replay sampling and it is cheap. */
+  uint64_t x = t->rng;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  t->rng = x;
+  return x * UINT64_C(2685821657736338717);
+}
+
+/* 53 random bits: a double in [0, 1). */
+static inline double chime__tbl_rand_unit(chime__table_t *t) {
+  return (double)(chime__tbl_rand(t) >> 11) * 0x1p-53;
+}
+
+/* Free rows: rows - count - ndead of them. Rows under the capacity go
+ * round a ring in the order they were freed (no division on the hot path:
+ * the index wraps by comparison); spare rows are taken only when none of
+ * those is free. */
+static inline void chime__tbl_free_push(chime__table_t *t, uint32_t r) {
+  if (r >= t->cfg.capacity) {
+    t->fspare[t->nspare++] = r;
+    return;
+  }
+  uint64_t tail = t->free_head + (uint64_t)t->nfree;
+  if (tail >= t->cfg.capacity)
+    tail -= t->cfg.capacity;
+  t->freeq[tail] = r;
+  t->nfree++;
+}
+
+static inline uint32_t chime__tbl_free_pop(chime__table_t *t) {
+  if (t->nfree == 0) {
+    uint32_t r = t->fspare[--t->nspare];
+    if (r >= t->spare_hw) /* pages to give back (trim_spares) */
+      t->spare_hw = r + 1;
+    return r;
+  }
+  uint32_t r = t->freeq[t->free_head];
+  if (++t->free_head == t->cfg.capacity)
+    t->free_head = 0;
+  t->nfree--;
+  return r;
+}
+
+/* The value a row weighs in the sum tree. */
+static inline double chime__tbl_weight(const chime__table_t *t, double prio) {
+  double e = t->cfg.priority_exponent;
+  return e == 1.0 ? prio : pow(prio, e);
+}
+
+/* Small leaves (scalars) are the common case; a fixed-size memcpy is inlined
+ * by the compiler where a variable one is a call. */
+static inline void chime__tbl_copy_leaf(uint8_t *dst, const uint8_t *src,
+                                        uint64_t n) {
+  switch (n) {
+  case 1:
+    *dst = *src;
+    break;
+  case 2:
+    memcpy(dst, src, 2);
+    break;
+  case 4:
+    memcpy(dst, src, 4);
+    break;
+  case 8:
+    memcpy(dst, src, 8);
+    break;
+  default:
+    memcpy(dst, src, n);
+  }
+}
+
+/* Reads a sample's bytes in order from pieces of a message; a leaf that
+ * straddles two pieces is the rare case. */
+typedef struct {
+  const chime__span_t *sp;
+  size_t i, off;
+} chime__tbl_cursor_t;
+
+static inline void chime__tbl_cursor_read(chime__tbl_cursor_t *c, uint8_t *dst,
+                                          uint64_t n) {
+  const chime__span_t *s = &c->sp[c->i];
+  if (s->len - c->off >= n) {
+    chime__tbl_copy_leaf(dst, s->p + c->off, n);
+    c->off += (size_t)n;
+    return;
+  }
+  while (n > 0) {
+    size_t avail = c->sp[c->i].len - c->off;
+    if (avail == 0) {
+      c->i++;
+      c->off = 0;
+      continue;
+    }
+    size_t take = n < avail ? (size_t)n : avail;
+    memcpy(dst, c->sp[c->i].p + c->off, take);
+    dst += take;
+    c->off += take;
+    n -= take;
+  }
+}
+
+static inline void chime__tbl_cursor_skip(chime__tbl_cursor_t *c, uint64_t n) {
+  while (n > 0) {
+    size_t avail = c->sp[c->i].len - c->off;
+    if (avail == 0) {
+      c->i++;
+      c->off = 0;
+      continue;
+    }
+    size_t take = n < avail ? (size_t)n : avail;
+    c->off += take;
+    n -= take;
+  }
+}
+
+/* A table of 10^7 items is far larger than the caches: each draw's sum
+ * tree path, dense entry and leaf bytes are misses, and one by one they
+ * queue (a descent cannot start before the draw ahead of it is known).
+ * With no max_times_sampled nothing changes the table while a batch is
+ * drawn, so a prioritized or (in a table larger than the caches) uniform
+ * batch is drawn CHIME__TBL_DRAW_CHUNK draws at a time before any is read (the
+ * sum tree's descents side by side, uniform's dense entries asked for
+ * together), with the same random numbers in the same order: the same
+ * rows and probabilities as select_row one by one. A uniform chunk's
+ * records are asked for as their rows are known (CPU per sample over the
+ * gather floor 0.88-0.90x at 10^6 and 10^7 items; for prioritized, after
+ * find_many, it measured no faster), and copy_rows asks for each row's
+ * leaf bytes CHIME__TBL_PREFETCH_AHEAD samples ahead of the copy. */
+#define CHIME__TBL_DRAW_CHUNK 64
+#define CHIME__TBL_PREFETCH_AHEAD 8
+/* Bytes of a table under which its rows are taken to be in the caches:
+ * about twice a core's L2 here (uniform at 10^4 items of 256 B, 3 MB,
+ * sampled 9-16% slower drawn ahead and with prefetches, at 3 x 10^4 as
+ * fast or faster). The per-row bookkeeping: its record, dense, dpos. */
+#define CHIME__TBL_CACHED_BYTES (4u << 20)
+#define CHIME__TBL_ROW_META_BYTES 40u
+
+/* Whether a batch's rows are scattered over more memory than the caches
+ * hold: uniform and prioritized rows are random, fifo's follow one
+ * another and lifo's and the heaps' are the same few again and again. */
+static inline int chime__tbl_scattered(const chime__table_t *t) {
+  if (!t->sel->random)
+    return 0;
+  return (double)t->cfg.capacity *
+             (double)(t->sample_bytes + CHIME__TBL_ROW_META_BYTES) >
+         (double)CHIME__TBL_CACHED_BYTES;
+}
+
+/* A batch's j-th row: rows[j], or (rows NULL) kept in the slot's key
+ * until the copy is done. */
+static inline uint32_t chime__tbl_row_at(const chime_ring_wslot_t *slot,
+                                         const uint32_t *rows, uint64_t j) {
+  return rows != NULL ? rows[j] : (uint32_t)slot->info[j].key;
+}
+
+/* --- table.c: storage, waits, checks --- */
+/* Makes row r (its item written) live in every index: the newest in
+ * insert order, or the oldest (an item given back). w: its weight in the
+ * sum tree, chime__tbl_weight(t, its priority), when there is one. */
+void chime__tbl_live_add_weighted(chime__table_t *t, uint32_t r, int oldest,
+                                  double w);
+void chime__tbl_live_add(chime__table_t *t, uint32_t r, int oldest);
+/* Takes live row r out; it is free again once no sampler copies it. */
+void chime__tbl_live_remove(chime__table_t *t, uint32_t r);
+/* Items arrived (or the table closed): wakes blocked samplers and hands
+ * back the waiters to call (chime__tbl_notify) once the lock is released. */
+chime__table_waiter_t *chime__tbl_items_arrived(chime__table_t *t);
+void chime__tbl_notify(chime__table_waiter_t *w);
+/* pthread_cond_wait, its time added to *acc. */
+void chime__tbl_wait_timed(pthread_cond_t *c, pthread_mutex_t *mu,
+                           uint64_t *acc);
+
+/* Priorities: 0 when every one is a priority the table takes, else
+ * CHIME_EINVAL; the quick check (1: all surely fine) and the exact one,
+ * which names the first bad one in err (all: 0 allowed too). */
+int chime__tbl_check_priorities(const chime__table_t *t, const double *prio,
+                                uint64_t count);
+int chime__tbl_priorities_fine(const chime__table_t *t, const double *prio,
+                               size_t n, int all);
+int chime__tbl_priorities_why(const chime__table_t *t, const double *prio,
+                              size_t n, int all, char *err, size_t errlen);
+
+/* A writer's request the table has seen: 1 when it went in before (its
+ * original first key in *first_key, dq->resent set: ack it again), 0 when
+ * it is new, a CHIME_E code when the table cannot tell (dedupe.h). Under
+ * the lock, asked again after every wait. */
+int chime__tbl_seen(chime__table_t *t, chime__dedupe_req_t *dq, uint32_t count,
+                    uint64_t *first_key);
+
+/* --- sample.c --- */
+/* One sample's pin of row k let go, under the lock: a row whose item left
+ * meanwhile is free once its last pin goes. */
+void chime__tbl_unpin_row(chime__table_t *t, uint32_t k);
+
+/* --- table_seq.c: a sequence table's items are windows of steps --- */
+/* A sequence table's batch spec; its step store and window records. */
+int chime__tbl_seq_spec(const chime__table_config_t *cfg, chime_spec_t *out);
+int chime__tbl_seq_create(chime__table_t *t, size_t rows);
+void chime__tbl_seq_destroy(chime__table_t *t);
+int chime__tbl_seq_insert(chime__table_t *t, const chime__span_t *spans,
+                          uint32_t count, const double *priorities,
+                          uint64_t *first_key, const atomic_int *abort,
+                          chime__dedupe_req_t *dq, int nowait);
+void chime__tbl_seq_copy(chime__table_t *t, const chime_ring_layout_t *lay,
+                         chime_ring_wslot_t *slot, const uint32_t *rows);
+
+#endif

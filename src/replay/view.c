@@ -1,0 +1,215 @@
+/* Checkpoints: a table's view (the items' bookkeeping copied and their
+ * rows pinned in one hold of the lock) and items put back at restore. */
+#include "replay/table_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "chime/errors.h"
+
+/* --- checkpoints: a pinned view, and items put back (checkpoint.c) --- */
+
+/* Rows unpinned per lock hold on release: inserts and samplers get the
+ * lock between chunks. */
+#define VIEW_UNPIN_CHUNK 65536u
+
+static void view_free(chime__table_view_t *v) {
+  if (v->map != NULL)
+    munmap(v->map, v->map_len);
+  memset(v, 0, sizeof(*v));
+}
+
+/* The view's arrays for n items (and a sequence table's per block) in
+ * one private mapping: munmap gives it back to the system,
+ * where freed heap memory of this size would stay in a thread's arena.
+ * Populated here, so no page fault lengthens the hold of the lock. */
+static int view_alloc(const chime__table_t *t, chime__table_view_t *v,
+                      uint64_t n) {
+  uint64_t m = n ? n : 1, nb = 0;
+  if (t->steps != NULL)
+    nb = chime__steps_nblocks(t->steps);
+  uint64_t len = m * (4 + 8 + 4) + 4 * nb * 4 + 64 * 8;
+  void *p = mmap(NULL, (size_t)len, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (p == MAP_FAILED)
+    return CHIME_ENOMEM;
+  v->map = p;
+  v->map_len = (size_t)len;
+  uint8_t *c = p;
+#define TAKE(field, bytes)                                                     \
+  do {                                                                         \
+    v->field = (void *)c;                                                      \
+    c += chime__tbl_align64((size_t)(bytes));                                  \
+  } while (0)
+  TAKE(prio, m * 8);
+  TAKE(rows, m * 4);
+  TAKE(times, m * 4);
+  if (nb > 0) {
+    TAKE(steps.block, nb * 4);
+    TAKE(steps.bn, nb * 4);
+    TAKE(steps.bnext, nb * 4);
+    TAKE(steps.bprev, nb * 4);
+  }
+#undef TAKE
+  return 0;
+}
+
+int chime__table_view(chime__table_t *t, chime__table_view_t *v) {
+  memset(v, 0, sizeof(*v));
+  /* The arrays are sized outside the lock; items may arrive meanwhile, so
+   * with some room to spare, and again if that was not enough. */
+  chime__tbl_lock(t);
+  uint64_t want = t->count;
+  pthread_mutex_unlock(&t->mu);
+  for (;;) {
+    uint64_t room = want + want / 8 + 1024;
+    if (room > t->rows)
+      room = t->rows;
+    int rc = view_alloc(t, v, room);
+    if (rc != 0)
+      return rc;
+    chime__tbl_lock(t);
+    uint64_t t0 = chime__tbl_now_ns(CLOCK_MONOTONIC);
+    if (t->count > room) {
+      want = t->count;
+      pthread_mutex_unlock(&t->mu);
+      view_free(v);
+      continue;
+    }
+    uint64_t i = 0;
+    for (uint32_t r = t->oldest; r != NONE; r = t->nx[r], i++) {
+      t->meta[r].pins++;
+      v->rows[i] = r;
+      v->prio[i] = t->meta[r].prio;   /* MutatePriorities changes it */
+      v->times[i] = t->meta[r].times; /* every sample does */
+    }
+    v->count = i;
+    v->next_key = t->next_key;
+    v->inserts = t->inserts;
+    v->samples = t->samples;
+    v->left = t->left;
+    v->left_times = t->left_times;
+    v->rng = t->rng;
+    t->viewing++;
+    if (t->steps != NULL) {
+      chime__steps_view_take(t->steps, &v->steps);
+      v->max_prio = t->max_prio;
+      v->step_key = t->step_key;
+      v->windows_dropped = t->windows_dropped;
+    }
+    v->pause_ns = chime__tbl_now_ns(CLOCK_MONOTONIC) - t0;
+    pthread_mutex_unlock(&t->mu);
+    return 0;
+  }
+}
+
+void chime__table_view_item(const chime__table_t *t,
+                            const chime__table_view_t *v, uint64_t i,
+                            chime__table_view_item_t *out) {
+  uint32_t r = v->rows[i];
+  out->key = t->meta[r].key;
+  out->itime = t->meta[r].itime;
+  out->episode = 0;
+  out->slot = out->first = out->len = 0;
+  if (t->steps != NULL) {
+    out->slot = t->wslot[r];
+    out->first = t->wfirst[r];
+    out->len = t->wlen[r];
+    out->episode = t->wep[r];
+  }
+}
+
+const uint8_t *chime__table_view_leaf(const chime__table_t *t,
+                                      const chime__table_view_t *v, uint64_t i,
+                                      uint32_t l) {
+  return t->leaf[l] + (size_t)v->rows[i] * t->lbytes[l];
+}
+
+void chime__table_view_unpin(chime__table_t *t, chime__table_view_t *v,
+                             uint64_t upto) {
+  if (upto > v->count)
+    upto = v->count;
+  for (uint64_t i = v->unpinned; i < upto;) {
+    uint64_t end = i + VIEW_UNPIN_CHUNK < upto ? i + VIEW_UNPIN_CHUNK : upto;
+    chime__tbl_lock(t);
+    for (; i < end; i++)
+      chime__tbl_unpin_row(t, v->rows[i]);
+    if (t->pin_waiters > 0)
+      pthread_cond_broadcast(&t->unpinned);
+    pthread_mutex_unlock(&t->mu);
+  }
+  if (upto > v->unpinned)
+    v->unpinned = upto;
+}
+
+void chime__table_view_unpin_steps(chime__table_t *t, chime__table_view_t *v,
+                                   uint32_t upto) {
+  if (t->steps == NULL || upto <= v->steps.unpinned)
+    return;
+  chime__tbl_lock(t);
+  chime__steps_view_unpin(t->steps, &v->steps, upto);
+  if (t->pin_waiters > 0)
+    pthread_cond_broadcast(&t->unpinned);
+  pthread_mutex_unlock(&t->mu);
+}
+
+void chime__table_view_release(chime__table_t *t, chime__table_view_t *v) {
+  chime__table_view_unpin(t, v, v->count);
+  chime__table_view_unpin_steps(t, v, v->steps.nused);
+  if (v->map != NULL) { /* a view taken, not one that failed */
+    chime__tbl_lock(t);
+    t->viewing--;
+    if (t->pin_waiters > 0)
+      pthread_cond_broadcast(&t->unpinned);
+    pthread_mutex_unlock(&t->mu);
+  }
+  view_free(v);
+}
+
+int chime__table_restore_item(chime__table_t *t, uint64_t key, uint64_t itime,
+                              double prio, uint32_t times,
+                              const uint8_t *sample) {
+  uint32_t dummy;
+  if (t->steps != NULL)
+    return CHIME_ENOTSUP;
+  if (chime__tbl_check_priorities(t, &prio, 1) != 0)
+    return CHIME_EINVAL;
+  chime__tbl_lock(t);
+  int rc = 0;
+  if (chime__keyindex_lookup(t->keys, key, &dummy) == 0) {
+    rc = CHIME_EINVAL;
+  } else if (t->rows - t->count - t->ndead == 0) {
+    rc = CHIME_ENOMEM;
+  } else {
+    uint32_t r = chime__tbl_free_pop(t);
+    for (uint32_t l = 0; l < t->nleaves; l++)
+      memcpy(t->leaf[l] + (size_t)r * t->lbytes[l], sample + t->loff[l],
+             t->lbytes[l]);
+    t->meta[r].key = key;
+    t->meta[r].itime = itime;
+    t->meta[r].prio = prio;
+    t->meta[r].times = times;
+    if (prio > t->max_prio)
+      t->max_prio = prio;
+    chime__tbl_live_add(t, r, 0);
+  }
+  pthread_mutex_unlock(&t->mu);
+  return rc;
+}
+
+void chime__table_restore_counts(chime__table_t *t, uint64_t next_key,
+                                 uint64_t inserts, uint64_t samples,
+                                 uint64_t left, uint64_t left_times,
+                                 uint64_t rng) {
+  chime__tbl_lock(t);
+  t->next_key = next_key;
+  t->inserts = inserts;
+  t->samples = samples;
+  t->left = left;
+  t->left_times = left_times;
+  if (rng != 0)
+    t->rng = rng;
+  pthread_mutex_unlock(&t->mu);
+}

@@ -40,10 +40,7 @@ void chime__stream_unref(chime__stream_t *s) {
   s->ring = NULL;
   pthread_mutex_destroy(&s->mu);
   chime__sender_fini(&s->sender);
-  pthread_mutex_lock(&srv->mu);
-  srv->nstreams--;
-  pthread_cond_broadcast(&srv->cond);
-  pthread_mutex_unlock(&srv->mu);
+  chime__registry_exit(&srv->streams);
   chime__stream_unhold(s); /* chimed's own mapping is gone */
 }
 
@@ -54,10 +51,8 @@ void chime__stream_hold(chime__stream_t *s) {
 void chime__stream_unhold(chime__stream_t *s) {
   if (atomic_fetch_sub(&s->holds, 1) != 1)
     return;
-  chime_server_t *srv = s->srv;
-  pthread_mutex_lock(&srv->mu);
-  srv->ring_bytes -= s->ring_bytes; /* 0 when it was never charged */
-  pthread_mutex_unlock(&srv->mu);
+  /* 0 when it was never charged */
+  chime__registry_uncharge(&s->srv->streams, s->ring_bytes);
   free(s);
 }
 
@@ -207,13 +202,8 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
   /* Budgets are checked on the ring's whole size before anything is
    * created or page-locked: a refused stream costs no memory and no
    * registration. */
-  if (ring_bytes > srv->cfg.stream_ring_bytes)
-    return chime__fail(
-        err, errlen, CHIME_ERESOURCE,
-        "stream needs %llu bytes of ring; per-stream budget is %llu "
-        "bytes",
-        (unsigned long long)ring_bytes,
-        (unsigned long long)srv->cfg.stream_ring_bytes);
+  if ((rc = chime__registry_check(&srv->streams, ring_bytes, err, errlen)) != 0)
+    return rc;
 
   s = calloc(1, sizeof(*s));
   if (s == NULL)
@@ -240,31 +230,11 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
       open->prefetch && open->prefetch < open->slots ? open->prefetch
                                                      : open->slots - 1,
       open->slots - 1, held, max_spans, s, &sender_owner);
-  pthread_mutex_lock(&srv->mu);
-  srv->nstreams++;
-  uint64_t left = srv->cfg.total_ring_bytes - srv->ring_bytes;
-  if (ring_bytes > left) {
-    pthread_mutex_unlock(&srv->mu);
-    rc = chime__fail(
-        err, errlen, CHIME_ERESOURCE,
-        "stream needs %llu bytes of ring; %llu of the total budget of "
-        "%llu bytes is left",
-        (unsigned long long)ring_bytes, (unsigned long long)left,
-        (unsigned long long)srv->cfg.total_ring_bytes);
+  /* Counted from here (the last unref uncounts it), charged only if it
+   * fits. */
+  if ((rc = chime__registry_enter(&srv->streams, ring_bytes, err, errlen)) != 0)
     goto out;
-  }
-  /* Each stream has a thread: a cap keeps a flood of opens from exhausting
-   * them (nstreams counts this one too, and streams still draining). */
-  if (srv->nstreams > CHIME__MAX_STREAMS) {
-    pthread_mutex_unlock(&srv->mu);
-    rc =
-        chime__fail(err, errlen, CHIME_ERESOURCE,
-                    "too many streams: at most %d at once", CHIME__MAX_STREAMS);
-    goto out;
-  }
-  srv->ring_bytes += ring_bytes;
   s->ring_bytes = ring_bytes;
-  pthread_mutex_unlock(&srv->mu);
   if (s->mode == CHIME_MODE_STREAM) {
     atomic_init(&s->free_slots, (int)open->slots);
     /* A third of what the sender may lend, at least 1: with the default
@@ -337,13 +307,7 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
                      chime_strerror(rc));
     goto out;
   }
-  pthread_mutex_lock(&srv->mu);
-  s->id = ++srv->next_stream_id;
-  s->next = srv->streams;
-  if (srv->streams != NULL)
-    srv->streams->prev = s;
-  srv->streams = s;
-  pthread_mutex_unlock(&srv->mu);
+  s->id = chime__registry_add(&srv->streams, &s->node, s);
   chime__call_ref(call);
   s->call = call;
   *out = s;
@@ -529,14 +493,8 @@ void chime__stream_close(chime__stream_t *s) {
   chime_ring_shutdown(s->ring);
   /* Once started, its next fill step retires it. */
   chime__pool_kick(srv->sampler, &s->job);
+  chime__registry_remove(&srv->streams, &s->node);
   pthread_mutex_lock(&srv->mu);
-  if (s->prev != NULL)
-    s->prev->next = s->next;
-  else
-    srv->streams = s->next;
-  if (s->next != NULL)
-    s->next->prev = s->prev;
-  s->prev = s->next = NULL;
   chime__call_t *call = s->call; /* guarded by srv->mu, see stream_kill */
   s->call = NULL;
   pthread_mutex_unlock(&srv->mu);

@@ -56,7 +56,7 @@ struct chime__stream_s {
    * which owns its use) and its deadline */
   uint8_t token[CHIME__HANDOFF_TOKEN_BYTES];
   uint64_t token_deadline_ns;
-  chime__stream_t *prev, *next; /* server's live streams */
+  chime__registry_node_t node; /* on the server's registry while open */
 };
 
 /* Checks the Open request against the table and budgets, creates and pins

@@ -237,15 +237,8 @@ int chime__stats_snap(chime_server_t *srv, chime__stats_snap_t *snap) {
     *o = sinit;
     o->stream_id = s->id;
     o->table = s->table_name;
-    o->mode = s->mode == CHIME_MODE_SHM ? CHIME__V1__MODE__MODE_SHM
-                                        : CHIME__V1__MODE__MODE_STREAM;
-    if (s->mode == CHIME_MODE_SHM) {
-      o->batches = rs.published;
-      o->bytes = rs.published * s->send_bytes;
-    } else {
-      o->batches = atomic_load(&s->sender.batches);
-      o->bytes = atomic_load(&s->sender.bytes);
-    }
+    o->mode = s->ops->wire;
+    s->ops->counts(s, &rs, &o->batches, &o->bytes);
     o->leases = rs.leases;
     o->max_leases = rs.max_leases;
     o->producer_wait_ns = rs.producer_wait_ns;

@@ -56,8 +56,7 @@ static void send_opened(chime__call_t *c, chime__stream_t *s) {
   uint8_t nonce[CHIME__HANDOFF_NONCE_BYTES];
   Chime__V1__Opened op = CHIME__V1__OPENED__INIT;
   op.stream_id = s->id;
-  op.mode = s->mode == CHIME_MODE_SHM ? CHIME__V1__MODE__MODE_SHM
-                                      : CHIME__V1__MODE__MODE_STREAM;
+  op.mode = s->ops->wire;
   op.layout = &lay;
   if (s->mode == CHIME_MODE_SHM) {
     chime_ring_nonce(s->ring, nonce);
@@ -73,6 +72,19 @@ static void send_opened(chime__call_t *c, chime__stream_t *s) {
   resp.kind_case = CHIME__V1__SUBSCRIBE_RESPONSE__KIND_OPENED;
   resp.opened = &op;
   chime__call_send_msg(c, &resp);
+}
+
+/* The mode table for the request's mode, or NULL for none of them
+ * (chime__stream_open refuses it among its other checks). */
+static const chime__stream_mode_ops_t *mode_of(const Chime__V1__Open *open) {
+  switch (open->mode) {
+  case CHIME__V1__MODE__MODE_SHM:
+    return &chime__stream_mode_shm;
+  case CHIME__V1__MODE__MODE_STREAM:
+    return &chime__stream_mode_send;
+  default:
+    return NULL;
+  }
 }
 
 static void sub_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
@@ -113,7 +125,8 @@ static void sub_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
                          "the first SubscribeRequest must be 'open'");
       goto out;
     }
-    rc = chime__stream_open(&s, c->srv, c, req->open, err, sizeof(err));
+    rc = chime__stream_open(&s, c->srv, c, req->open, mode_of(req->open), err,
+                            sizeof(err));
     if (rc != 0) {
       chime__call_finish(c, rc, "%s", err);
       goto out;

@@ -76,8 +76,8 @@ int chime__stream_start(chime__stream_t *s, chime__call_t *call);
  * batches the learner released (none: the oldest n held). */
 void chime__stream_credit(chime__stream_t *s, uint32_t n,
                           const uint64_t *released, size_t nreleased);
-/* Stream mode: the call sent what it had and can take more (from the
- * completion queue's thread, no lock held). */
+/* The call sent what it had and can take more (from the completion
+ * queue's thread, no lock held); in stream mode the next batches go. */
 void chime__stream_sent(chime__stream_t *s);
 /* Shuts the ring down and ends the filling and sending; idempotent, from
  * any thread.

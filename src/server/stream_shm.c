@@ -125,8 +125,9 @@ static void shm_credit(chime__stream_t *s, uint32_t n, const uint64_t *released,
   chime__sender_credit(&s->sender, n, released, nreleased);
 }
 
+/* The call's sends are Opened and notices: the sender has no part. */
 static void shm_sent(chime__stream_t *s) {
-  chime__sender_sent(&s->sender);
+  (void)s;
 }
 
 static void shm_counts(chime__stream_t *s, const chime_ring_stats_t *rs,
@@ -150,6 +151,7 @@ static void shm_fini(chime__stream_t *s) {
 const chime__stream_mode_ops_t chime__stream_mode_shm = {
     .mode = CHIME_MODE_SHM,
     .wire = CHIME__V1__MODE__MODE_SHM,
+    .ends_on_half_close = 0,
     .init = shm_init,
     .expose = shm_expose,
     .start = shm_start,

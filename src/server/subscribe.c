@@ -98,7 +98,7 @@ static void sub_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
      * ending stands: "shutting down" (its notice may be what made the
      * client close). */
     chime__stream_t *s = sub_stream(c);
-    if (s != NULL && s->mode == CHIME_MODE_STREAM) {
+    if (s != NULL && s->ops->ends_on_half_close) {
       chime__stream_close(s);
       if (!atomic_load(&c->srv->stopping))
         chime__call_finish(c, CHIME_OK, "%s", "");
@@ -207,7 +207,7 @@ static void sub_on_sent(chime__call_t *c) {
   sub_t *st = c->state;
   chime__stream_t *s = st != NULL ? st->s : NULL; /* held until on_free */
   pthread_mutex_unlock(&c->mu);
-  if (s != NULL && s->mode == CHIME_MODE_STREAM)
+  if (s != NULL)
     chime__stream_sent(s);
 }
 

@@ -82,6 +82,12 @@ static int send_expose(chime__stream_t *s, char *err, size_t errlen) {
   return 0;
 }
 
+static int send_handoff(chime__stream_t *s, Chime__V1__Handoff *ho,
+                        uint8_t nonce[CHIME__HANDOFF_NONCE_BYTES]) {
+  (void)s, (void)ho, (void)nonce;
+  return 0;
+}
+
 static void send_start(chime__stream_t *s, chime__call_t *call) {
   chime__sender_start(&s->sender, call);
 }
@@ -174,6 +180,7 @@ const chime__stream_mode_ops_t chime__stream_mode_send = {
     .ends_on_half_close = 1,
     .init = send_init,
     .expose = send_expose,
+    .handoff = send_handoff,
     .start = send_start,
     .gate = send_gate,
     .acquire = send_acquire,

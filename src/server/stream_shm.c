@@ -54,6 +54,19 @@ static int shm_expose(chime__stream_t *s, char *err, size_t errlen) {
   return 0;
 }
 
+static int shm_handoff(chime__stream_t *s, Chime__V1__Handoff *ho,
+                       uint8_t nonce[CHIME__HANDOFF_NONCE_BYTES]) {
+  chime_server_t *srv = s->srv;
+  chime_ring_nonce(s->ring, nonce);
+  ho->socket_path = (char *)chime__handoff_path(srv->handoff);
+  ho->token.data = s->token;
+  ho->token.len = sizeof(s->token);
+  ho->expires_ms = srv->cfg.handoff_expires_ms;
+  ho->nonce.data = nonce;
+  ho->nonce.len = CHIME__HANDOFF_NONCE_BYTES;
+  return 1;
+}
+
 static void shm_start(chime__stream_t *s, chime__call_t *call) {
   (void)s, (void)call;
 }
@@ -154,6 +167,7 @@ const chime__stream_mode_ops_t chime__stream_mode_shm = {
     .ends_on_half_close = 0,
     .init = shm_init,
     .expose = shm_expose,
+    .handoff = shm_handoff,
     .start = shm_start,
     .gate = shm_gate,
     .acquire = shm_acquire,

@@ -17,6 +17,7 @@
 #include "chime/ring.h"
 #include "server/call.h"
 #include "server/sampler.h"
+#include "wire/handoff.h"
 
 typedef struct chime__stream_s chime__stream_t;
 
@@ -36,6 +37,11 @@ typedef struct {
    * fails after it. shm: issues the handoff token sent in Opened. 0, or a
    * CHIME_E code with err meant for the client. */
   int (*expose)(chime__stream_t *s, char *err, size_t errlen);
+  /* Opened's handoff part, pointing into s and nonce (which must outlive
+   * the message): 1 when filled (shm: socket path, token, expiry, the
+   * ring's nonce), 0 when the mode has none. */
+  int (*handoff)(chime__stream_t *s, Chime__V1__Handoff *ho,
+                 uint8_t nonce[CHIME__HANDOFF_NONCE_BYTES]);
   /* The Subscribe call is the stream's: batches may go to it. */
   void (*start)(chime__stream_t *s, chime__call_t *call);
   /* At the head of each fill step: CHIME__FILL_AGAIN when filling may go

@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/handoff.h"
 #include "server/stream.h"
 #include "wire/leaf.h"
 
@@ -35,7 +34,6 @@ static void sub_on_start(chime__call_t *c) {
 }
 
 static void send_opened(chime__call_t *c, chime__stream_t *s) {
-  chime_server_t *srv = c->srv;
   const chime_spec_t *spec = chime_ring_spec(s->ring);
   Chime__V1__Leaf leaves[CHIME_MAX_LEAVES];
   Chime__V1__Leaf *lp[CHIME_MAX_LEAVES];
@@ -58,16 +56,8 @@ static void send_opened(chime__call_t *c, chime__stream_t *s) {
   op.stream_id = s->id;
   op.mode = s->ops->wire;
   op.layout = &lay;
-  if (s->mode == CHIME_MODE_SHM) {
-    chime_ring_nonce(s->ring, nonce);
-    ho.socket_path = (char *)chime__handoff_path(srv->handoff);
-    ho.token.data = s->token;
-    ho.token.len = sizeof(s->token);
-    ho.expires_ms = srv->cfg.handoff_expires_ms;
-    ho.nonce.data = nonce;
-    ho.nonce.len = sizeof(nonce);
+  if (s->ops->handoff(s, &ho, nonce))
     op.handoff = &ho;
-  }
   Chime__V1__SubscribeResponse resp = CHIME__V1__SUBSCRIBE_RESPONSE__INIT;
   resp.kind_case = CHIME__V1__SUBSCRIBE_RESPONSE__KIND_OPENED;
   resp.opened = &op;

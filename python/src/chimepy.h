@@ -1,7 +1,7 @@
 /* What the files of the `chime` extension share: the object types, the
  * exception classes and the dtype mapping. The module is a thin layer over
  * libchime's public API (include/chime/chime.h); everything about memory
- * safety of zero-copy views lives in stream.c. */
+ * safety of zero-copy views lives in stream.c (view.c exports them). */
 #ifndef CHIMEPY_H
 #define CHIMEPY_H
 
@@ -33,6 +33,27 @@ extern PyTypeObject chimepy_stream_type;
 extern PyTypeObject chimepy_batch_type;
 extern PyTypeObject chimepy_view_type;
 extern PyTypeObject chimepy_array_type;
+
+/* A chime.View (view.c) over `data`: what stream.c fills in after
+ * chimepy_view_new. */
+typedef struct {
+  PyObject_HEAD PyObject *owner; /* held; told by gone() when the View goes */
+  void (*gone)(PyObject *owner);
+  int leaf; /* -1: the sample info records */
+  const void *data;
+  int ndim;
+  Py_ssize_t shape[CHIME_MAX_DIMS + 1];
+  Py_ssize_t strides[CHIME_MAX_DIMS + 1];
+  Py_ssize_t itemsize, len;
+  const char *format;
+  chime_dtype_t dtype; /* CHIME_DTYPE_INVALID for the info records */
+} chimepy_view_t;
+
+/* A new View holding `owner`; gone(owner) runs when it is freed (before
+ * the reference is dropped). NULL with an exception set. */
+chimepy_view_t *chimepy_view_new(PyObject *owner, void (*gone)(PyObject *));
+/* The buffer-protocol format character of a leaf dtype (bf16 as "H"). */
+const char *chimepy_buffer_format(chime_dtype_t d);
 
 /* Readies chime.Array (an ndarray subclass: its base is numpy's type).
  * `is_bf16` tells an Array's base view over a bf16 leaf (DLPack exports

@@ -1,5 +1,6 @@
-/* chime.Stream, chime.Batch and chime.View: batches as zero-copy numpy views
- * into the ring, and the rules that keep those views safe.
+/* chime.Stream and chime.Batch: batches as zero-copy numpy views into the
+ * ring (over chime.View, view.c), and the rules that keep those views
+ * safe.
  *
  * Ownership: View -> Batch -> Stream -> Client (strong references), so no
  * object outlives what its memory depends on. A Batch holds a lease on one
@@ -45,18 +46,6 @@ struct batch_s {
   unsigned views;    /* live View objects */
   batch_t *prev, *next;
 };
-
-typedef struct {
-  PyObject_HEAD batch_t *batch;
-  int leaf; /* -1: the sample info records */
-  const void *data;
-  int ndim;
-  Py_ssize_t shape[CHIME_MAX_DIMS + 1];
-  Py_ssize_t strides[CHIME_MAX_DIMS + 1];
-  Py_ssize_t itemsize, len;
-  const char *format;
-  chime_dtype_t dtype; /* CHIME_DTYPE_INVALID for the info records */
-} view_t;
 
 /* ------------------------------------------------------------- stream end */
 
@@ -124,124 +113,12 @@ static int batch_request_release(batch_t *bt) {
   return 0;
 }
 
-/* ------------------------------------------------------------------ View */
-
-static void view_dealloc(PyObject *o) {
-  view_t *v = (view_t *)o;
-  batch_t *bt = v->batch;
-  if (bt) {
-    if (--bt->views == 0 && bt->release_asked)
-      (void)batch_give_back(bt); /* a dealloc cannot report it */
-    Py_DECREF(bt);
-  }
-  Py_TYPE(o)->tp_free(o);
-}
-
-static int view_getbuffer(PyObject *o, Py_buffer *view, int flags) {
-  view_t *v = (view_t *)o;
-  if (flags & PyBUF_WRITABLE) {
-    PyErr_SetString(PyExc_BufferError,
-                    "chime batch memory is read-only (the ring's)");
-    view->obj = NULL;
-    return -1;
-  }
-  view->buf = (void *)v->data;
-  view->obj = o;
-  Py_INCREF(o);
-  view->len = v->len;
-  view->readonly = 1;
-  view->suboffsets = NULL;
-  view->internal = NULL;
-  if (!(flags & PyBUF_ND)) { /* plain bytes, as PyBuffer_FillInfo gives */
-    view->itemsize = 1;
-    view->format = (flags & PyBUF_FORMAT) ? "B" : NULL;
-    view->ndim = 1;
-    view->shape = NULL;
-    view->strides = NULL;
-    return 0;
-  }
-  view->itemsize = v->itemsize;
-  view->format = (flags & PyBUF_FORMAT) ? (char *)v->format : NULL;
-  view->ndim = v->ndim;
-  view->shape = v->shape;
-  view->strides = (flags & PyBUF_STRIDES) ? v->strides : NULL;
-  return 0;
-}
-
-static PyBufferProcs view_buffer = {.bf_getbuffer = view_getbuffer};
-
-/* DLPack through the View (b.view(leaf)): the capsule's tensor holds the
- * View, so the slot stays leased until the consumer calls the deleter. */
-static PyObject *view_dlpack(PyObject *o, PyObject *args, PyObject *kw) {
-  if (chimepy_dlpack_check_args(args, kw) < 0)
-    return NULL;
-  view_t *v = (view_t *)o;
-  chimepy_dl_dtype_t dt;
-  if (v->leaf < 0 || chimepy_dl_dtype(v->dtype, &dt) < 0) {
-    PyErr_SetString(PyExc_BufferError,
-                    "DLPack has no type for the info records");
-    return NULL;
-  }
-  return chimepy_dlpack_export(o, v->data, v->ndim, v->shape, v->strides,
-                               v->itemsize, dt);
-}
-
-int chimepy_view_is_bf16(PyObject *o) {
-  return Py_TYPE(o) == &chimepy_view_type &&
-         ((view_t *)o)->dtype == CHIME_DTYPE_BF16;
-}
-
-static PyMethodDef view_methods[] = {
-    {"__dlpack__", (PyCFunction)(void (*)(void))view_dlpack,
-     METH_VARARGS | METH_KEYWORDS,
-     "A DLPack capsule over the leaf (CPU), holding the batch until the "
-     "consumer's tensor is freed. DLPack cannot say read-only: do not write "
-     "the tensor (in shm mode the ring is mapped read-only)."},
-    {"__dlpack_device__", chimepy_dlpack_device, METH_NOARGS, NULL},
-    {NULL, NULL, 0, NULL},
-};
-
-PyTypeObject chimepy_view_type = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "chime.View",
-    .tp_basicsize = sizeof(view_t),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Read-only buffer over one leaf of a leased batch; keeps the "
-              "batch's slot leased while alive (the base of its arrays).",
-    .tp_dealloc = view_dealloc,
-    .tp_as_buffer = &view_buffer,
-    .tp_methods = view_methods,
-};
-
-static const char *format_of(chime_dtype_t d) {
-  switch (d) {
-  case CHIME_DTYPE_U8:
-    return "B";
-  case CHIME_DTYPE_I8:
-    return "b";
-  case CHIME_DTYPE_U16:
-  case CHIME_DTYPE_BF16:
-    return "H";
-  case CHIME_DTYPE_I16:
-    return "h";
-  case CHIME_DTYPE_U32:
-    return "I";
-  case CHIME_DTYPE_I32:
-    return "i";
-  case CHIME_DTYPE_U64:
-    return "Q";
-  case CHIME_DTYPE_I64:
-    return "q";
-  case CHIME_DTYPE_F16:
-    return "e";
-  case CHIME_DTYPE_F32:
-    return "f";
-  case CHIME_DTYPE_F64:
-    return "d";
-  case CHIME_DTYPE_BOOL:
-    return "?";
-  default:
-    return "B";
-  }
+/* The last View of the batch went (view.c): a release asked meanwhile
+ * happens now. */
+static void batch_view_gone(PyObject *o) {
+  batch_t *bt = (batch_t *)o;
+  if (--bt->views == 0 && bt->release_asked)
+    (void)batch_give_back(bt); /* a dealloc cannot report it */
 }
 
 /* ----------------------------------------------------------------- Batch */
@@ -255,11 +132,9 @@ static PyObject *batch_not_leased(void) {
 static PyObject *batch_array(batch_t *bt, int leaf) {
   if (!bt->leased || bt->release_asked)
     return batch_not_leased();
-  view_t *v = PyObject_New(view_t, &chimepy_view_type);
+  chimepy_view_t *v = chimepy_view_new((PyObject *)bt, batch_view_gone);
   if (!v)
     return NULL;
-  Py_INCREF(bt);
-  v->batch = bt;
   bt->views++;
   v->leaf = leaf;
   npy_intp dims[CHIME_MAX_DIMS + 1];
@@ -269,7 +144,7 @@ static PyObject *batch_array(batch_t *bt, int leaf) {
     descr = chimepy_descr(l->dtype);
     v->data = l->data;
     v->ndim = (int)l->ndim;
-    v->format = format_of(l->dtype);
+    v->format = chimepy_buffer_format(l->dtype);
     v->dtype = l->dtype;
     v->itemsize = (Py_ssize_t)chime_dtype_size(l->dtype);
     for (int i = 0; i < v->ndim; i++)

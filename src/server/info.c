@@ -41,9 +41,9 @@ static int need_request(chime__call_t *c, const ProtobufCMessageDescriptor *d) {
   return 0;
 }
 
-/* One message and one pointer a live stream, taken under srv->mu so that the
- * count holds while they are filled; at least one each, since calloc(0) may
- * give NULL, which would read as out of memory. */
+/* One message and one pointer a live stream, taken under the registry's
+ * lock so that the count holds while they are filled; at least one each, since
+ * calloc(0) may give NULL, which would read as out of memory. */
 typedef struct {
   void *msgs;
   void **ptrs;
@@ -51,9 +51,7 @@ typedef struct {
 
 static int alloc_per_stream(const chime_server_t *srv, size_t msg_size,
                             per_stream_t *ps) {
-  uint32_t n = 0;
-  for (chime__stream_t *s = srv->streams; s != NULL; s = s->next)
-    n++;
+  uint32_t n = chime__registry_listed(&srv->streams);
   ps->msgs = calloc(n ? n : 1, msg_size);
   ps->ptrs = calloc(n ? n : 1, sizeof(*ps->ptrs));
   if (ps->msgs == NULL || ps->ptrs == NULL)
@@ -61,7 +59,8 @@ static int alloc_per_stream(const chime_server_t *srv, size_t msg_size,
   return 0;
 }
 
-/* Packed under srv->mu (the strings point into live streams). */
+/* Packed under the registry's lock (the strings point into live
+ * streams). */
 static grpc_byte_buffer *pack(const ProtobufCMessage *m) {
   size_t len = protobuf_c_message_get_packed_size(m);
   grpc_slice sl = grpc_slice_malloc(len);
@@ -139,17 +138,19 @@ static void info_on_start(chime__call_t *c) {
   r.n_tables = srv->ntables;
   r.tables = tp;
 
-  pthread_mutex_lock(&srv->mu);
+  chime__registry_lock(&srv->streams);
   per_stream_t ps;
   int rc = alloc_per_stream(srv, sizeof(*rings), &ps);
   rings = ps.msgs;
   rp = (Chime__V1__RingInfo **)ps.ptrs;
   if (rc != 0) {
-    pthread_mutex_unlock(&srv->mu);
+    chime__registry_unlock(&srv->streams);
     goto oom;
   }
   uint32_t n = 0;
-  for (chime__stream_t *s = srv->streams; s != NULL; s = s->next) {
+  chime__registry_node_t *it;
+  for (chime__stream_t *s = chime__registry_first(&srv->streams, &it);
+       s != NULL; s = chime__registry_next(&it)) {
     Chime__V1__RingInfo init = CHIME__V1__RING_INFO__INIT;
     rings[n] = init;
     rings[n].stream_id = s->id;
@@ -164,7 +165,7 @@ static void info_on_start(chime__call_t *c) {
   r.n_rings = n;
   r.rings = rp;
   grpc_byte_buffer *bb = pack(&r.base);
-  pthread_mutex_unlock(&srv->mu);
+  chime__registry_unlock(&srv->streams);
   answer(c, bb);
   goto out;
 oom:
@@ -214,17 +215,21 @@ int chime__stats_snap(chime_server_t *srv, chime__stats_snap_t *snap) {
   }
   r->n_tables = srv->ntables;
   r->tables = snap->tp;
-  pthread_mutex_lock(&srv->mu);
+  pthread_mutex_lock(&srv->mu); /* checkpoint stats */
+  chime__registry_lock(&srv->streams);
   per_stream_t ps;
   int rc = alloc_per_stream(srv, sizeof(*snap->ss), &ps);
   snap->ss = ps.msgs;
   snap->sp = (Chime__V1__StreamStats **)ps.ptrs;
   if (rc != 0) {
+    chime__registry_unlock(&srv->streams);
     pthread_mutex_unlock(&srv->mu);
     goto oom;
   }
   uint32_t n = 0;
-  for (chime__stream_t *s = srv->streams; s != NULL; s = s->next) {
+  chime__registry_node_t *it;
+  for (chime__stream_t *s = chime__registry_first(&srv->streams, &it);
+       s != NULL; s = chime__registry_next(&it)) {
     Chime__V1__StreamStats sinit = CHIME__V1__STREAM_STATS__INIT;
     Chime__V1__StreamStats *o = &snap->ss[n];
     chime_ring_stats_t rs;
@@ -232,15 +237,8 @@ int chime__stats_snap(chime_server_t *srv, chime__stats_snap_t *snap) {
     *o = sinit;
     o->stream_id = s->id;
     o->table = s->table_name;
-    o->mode = s->mode == CHIME_MODE_SHM ? CHIME__V1__MODE__MODE_SHM
-                                        : CHIME__V1__MODE__MODE_STREAM;
-    if (s->mode == CHIME_MODE_SHM) {
-      o->batches = rs.published;
-      o->bytes = rs.published * s->send_bytes;
-    } else {
-      o->batches = atomic_load(&s->sender.batches);
-      o->bytes = atomic_load(&s->sender.bytes);
-    }
+    o->mode = s->ops->wire;
+    s->ops->counts(s, &rs, &o->batches, &o->bytes);
     o->leases = rs.leases;
     o->max_leases = rs.max_leases;
     o->producer_wait_ns = rs.producer_wait_ns;
@@ -253,7 +251,7 @@ int chime__stats_snap(chime_server_t *srv, chime__stats_snap_t *snap) {
   }
   r->n_streams = n;
   r->streams = snap->sp;
-  r->ring_bytes_total = srv->ring_bytes;
+  r->ring_bytes_total = chime__registry_ring_bytes(&srv->streams);
   chime__staging_stats_t gs;
   chime__staging_get_stats(&srv->staging, &gs);
   r->staged_insert_bytes = gs.bytes;
@@ -274,6 +272,7 @@ oom:
 }
 
 void chime__stats_snap_done(chime_server_t *srv, chime__stats_snap_t *snap) {
+  chime__registry_unlock(&srv->streams);
   pthread_mutex_unlock(&srv->mu);
   free(snap->ts);
   free(snap->tp);

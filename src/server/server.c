@@ -127,6 +127,7 @@ int chime_server_create(chime_server_t **out, const chime_server_opts_t *opts,
   pthread_mutex_init(&srv->mu, NULL);
   pthread_cond_init(&srv->cond, NULL);
   chime__staging_init(&srv->staging, 0); /* budget set once configured */
+  chime__registry_init(&srv->streams, 0, 0);
   if (opts->config_path != NULL)
     rc = chime__config_load(&srv->cfg, opts->config_path, err, errlen);
   else
@@ -134,6 +135,8 @@ int chime_server_create(chime_server_t **out, const chime_server_opts_t *opts,
   if (rc != 0)
     goto out;
   srv->staging.budget = srv->cfg.staged_insert_bytes;
+  chime__registry_set_budgets(&srv->streams, srv->cfg.stream_ring_bytes,
+                              srv->cfg.total_ring_bytes);
   if (opts->listen != NULL) {
     if (opts->listen[0] == '\0' ||
         strlen(opts->listen) >= sizeof(srv->cfg.listen)) {
@@ -306,11 +309,15 @@ void chime_server_stop(chime_server_t *srv) {
    * shut too (not still delivering for a few more batches). */
   pthread_mutex_lock(&srv->mu);
   int had_calls = srv->ncalls > 0;
-  for (chime__stream_t *s = srv->streams; s != NULL; s = s->next) {
+  pthread_mutex_unlock(&srv->mu);
+  chime__registry_node_t *it;
+  chime__registry_lock(&srv->streams);
+  for (chime__stream_t *s = chime__registry_first(&srv->streams, &it);
+       s != NULL; s = chime__registry_next(&it)) {
     atomic_store(&s->stop, 1);
     chime_ring_shutdown(s->ring);
   }
-  pthread_mutex_unlock(&srv->mu);
+  chime__registry_unlock(&srv->streams);
   /* With every sampler stopped, an insert waiting for room in a full fifo
    * table would wait forever: its call's stop ends it (not acked); inserts
    * that fit still complete and are acked. */
@@ -338,16 +345,24 @@ void chime_server_stop(chime_server_t *srv) {
   }
 }
 
-static void wait_streams(chime_server_t *srv, int ms) {
-  struct timespec dl;
-  clock_gettime(CLOCK_REALTIME, &dl);
-  dl.tv_sec += ms / 1000;
-  pthread_mutex_lock(&srv->mu);
-  while (srv->nstreams > 0) {
-    if (pthread_cond_timedwait(&srv->cond, &srv->mu, &dl) != 0)
-      break;
+/* Closes every stream listed: each is held by a reference taken under the
+ * registry's lock and closed outside it (a close takes it again). */
+static void close_streams(chime_server_t *srv) {
+  chime__registry_node_t *it;
+  chime__registry_lock(&srv->streams);
+  uint32_t n = chime__registry_listed(&srv->streams), k = 0;
+  chime__stream_t **all = calloc(n ? n : 1, sizeof(*all));
+  for (chime__stream_t *s = chime__registry_first(&srv->streams, &it);
+       all != NULL && s != NULL; s = chime__registry_next(&it)) {
+    chime__stream_ref(s);
+    all[k++] = s;
   }
-  pthread_mutex_unlock(&srv->mu);
+  chime__registry_unlock(&srv->streams);
+  for (uint32_t i = 0; i < k; i++) {
+    chime__stream_close(all[i]);
+    chime__stream_unref(all[i]);
+  }
+  free(all);
 }
 
 const char *chime_server_metrics_address(const chime_server_t *srv) {
@@ -381,16 +396,13 @@ void chime_server_destroy(chime_server_t *srv) {
   if (srv->owns_grpc && srv->cq != NULL)
     grpc_completion_queue_destroy(srv->cq);
   /* Streams whose learner still held them, or batches gRPC still held. */
-  for (chime__stream_t *s = srv->streams; s != NULL;) {
-    chime__stream_t *n = s->next;
-    chime__stream_close(s);
-    s = n;
-  }
-  wait_streams(srv, 10);
+  close_streams(srv);
+  chime__registry_wait_empty(&srv->streams, 10);
   chime__handoff_destroy(srv->handoff);
   for (uint32_t i = 0; i < srv->ntables; i++)
     chime__inserter_destroy(srv->inserters[i]);
-  int leak = srv->nstreams > 0; /* a sampler still running: keep tables */
+  int leak = chime__registry_count(&srv->streams) >
+             0; /* a sampler still running: keep tables */
   if (!leak)
     chime__pool_destroy(srv->sampler);
   for (uint32_t i = 0; i < srv->ntables && !leak; i++)
@@ -399,6 +411,7 @@ void chime_server_destroy(chime_server_t *srv) {
     grpc_shutdown_blocking();
   if (!leak) {
     chime__staging_fini(&srv->staging);
+    chime__registry_fini(&srv->streams);
     pthread_mutex_destroy(&srv->mu);
     pthread_cond_destroy(&srv->cond);
     free(srv);

@@ -20,13 +20,13 @@
 #include "server/call.h"
 #include "server/checkpointer.h"
 #include "server/config.h"
+#include "server/registry.h"
 #include "server/staging.h"
 #include "replay/table.h"
 #include "wire/method.h"
 #include "wire/status.h"
 
 #define CHIME__MAX_MESSAGE_BYTES (64 << 20)
-#define CHIME__MAX_STREAMS 1024
 /* Room for an error meant for a client: the longest is a pinning error
  * (CHIME_PIN_ERRLEN, it lists the whole ladder) behind a short prefix. */
 #define CHIME__CLIENT_ERRLEN (CHIME_PIN_ERRLEN + 256)
@@ -81,10 +81,7 @@ struct chime_server_s {
   pthread_cond_t cond;
   chime__call_t *calls; /* live calls */
   uint32_t ncalls;
-  chime__stream_t *streams;
-  uint32_t nstreams;
-  uint64_t ring_bytes;
-  uint64_t next_stream_id;
+  chime__registry_t streams; /* open streams, their count and ring bytes */
   atomic_int stopping;
   chime__staging_t staging; /* staged insert bytes, parked Insert calls */
 

@@ -1,10 +1,9 @@
-/* Streams: ring creation under the memory budgets, one fill step for the
- * sampler pool (wait for the attach, take a free slot, sample a batch into
- * it, publish, hand it to the sender in stream mode), and the end: what the
- * learner did not finish goes back to the table. In stream mode a batch's
- * rows stay pinned in the table and are sent from there (only runs shorter
- * than SEND_COPY_BELOW bytes are copied into the slot, where a slice per
- * row would cost more than the copy); the slot holds the sample info. */
+/* Streams: ring creation under the memory budgets (the registry's), one
+ * fill step for the sampler pool (wait for the attach, take a free slot,
+ * sample a batch into it, publish), and the end: what the learner did not
+ * finish goes back to the table. Where the two modes part, the stream's
+ * mode table decides (streammode.h: stream_shm.c, stream_send.c); this
+ * file never names a mode. */
 #include "server/stream.h"
 
 #include <stdarg.h>
@@ -14,14 +13,9 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "common/clock.h"
 #include "common/errfmt.h"
 #include "ring/pin.h"
-#include "wire/chunk.h"
-#include "server/handoff.h"
 #include "server/sender.h"
-
-#define SEND_COPY_BELOW 4096u
 
 void chime__stream_ref(chime__stream_t *s) {
   atomic_fetch_add(&s->refs, 1);
@@ -31,19 +25,12 @@ void chime__stream_unref(chime__stream_t *s) {
   if (atomic_fetch_sub(&s->refs, 1) != 1)
     return;
   chime_server_t *srv = s->srv;
-  /* No slice points into the table any more: the last rows go. */
-  for (uint32_t i = 0; s->pins != NULL && i < s->lay.slots; i++)
-    chime__table_unpin(s->table, &s->pins[i]);
-  free(s->pins);
-  free(s->pin_rows);
+  s->ops->fini(s);
   chime_ring_destroy(s->ring);
   s->ring = NULL;
   pthread_mutex_destroy(&s->mu);
   chime__sender_fini(&s->sender);
-  pthread_mutex_lock(&srv->mu);
-  srv->nstreams--;
-  pthread_cond_broadcast(&srv->cond);
-  pthread_mutex_unlock(&srv->mu);
+  chime__registry_exit(&srv->streams);
   chime__stream_unhold(s); /* chimed's own mapping is gone */
 }
 
@@ -54,10 +41,8 @@ void chime__stream_hold(chime__stream_t *s) {
 void chime__stream_unhold(chime__stream_t *s) {
   if (atomic_fetch_sub(&s->holds, 1) != 1)
     return;
-  chime_server_t *srv = s->srv;
-  pthread_mutex_lock(&srv->mu);
-  srv->ring_bytes -= s->ring_bytes; /* 0 when it was never charged */
-  pthread_mutex_unlock(&srv->mu);
+  /* 0 when it was never charged */
+  chime__registry_uncharge(&s->srv->streams, s->ring_bytes);
   free(s);
 }
 
@@ -67,30 +52,6 @@ static void stream_ref(void *s) {
 
 static void stream_unref(void *s) {
   chime__stream_unref(s);
-}
-
-/* Stream mode frees slots in this process: its fill job is kicked
- * directly rather than through the ring's futex word and the pool's
- * watcher, and only once kick_at slots are free, so a worker wakes once for
- * a few batches instead of once for each (a wake-up costs both threads tens
- * of microseconds here); the batches still published keep the sender busy
- * meanwhile. */
-static void slot_freed(void *arg) {
-  chime__stream_t *s = arg;
-  /* A send in flight comes back through chime__stream_sent, which fills
-   * what is free then, on its own thread (refill). Seen in the other order
-   * (flag cleared, then free_slots read there): one of the two acts. */
-  if (atomic_fetch_add(&s->free_slots, 1) + 1 >= s->kick_at &&
-      !chime__sender_awaiting(&s->sender))
-    chime__pool_kick(s->srv->sampler, &s->job);
-}
-
-static size_t batch_spans(void *arg, uint32_t slot, uint64_t off, uint64_t len,
-                          chime__span_t *out, size_t max) {
-  chime__stream_t *s = arg;
-  return chime__table_spans(s->table, &s->lay, &s->pins[slot],
-                            chime_ring_slot_base(s->ring, slot),
-                            SEND_COPY_BELOW, off, len, out, max);
 }
 
 static void stream_hold(void *s) {
@@ -133,14 +94,10 @@ const chime__stream_ops_t chime__stream_ops = {.ref = stream_ref,
                                                .kill = stream_kill,
                                                .closed = stream_closed};
 
-static const chime__sender_owner_t sender_owner = {.ref = stream_ref,
-                                                   .unref = stream_unref,
-                                                   .slot_freed = slot_freed,
-                                                   .spans = batch_spans};
-
 int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
                        chime__call_t *call, const Chime__V1__Open *open,
-                       char *err, size_t errlen) {
+                       const chime__stream_mode_ops_t *mode, char *err,
+                       size_t errlen) {
   int rc = 0;
   char lerr[256], pin_err[CHIME_PIN_ERRLEN];
   chime__stream_t *s = NULL;
@@ -160,8 +117,7 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
   if (open->slots < 2 || open->slots > CHIME_RING_MAX_SLOTS)
     return chime__fail(err, errlen, CHIME_EINVAL, "slots %u: must be 2..%u",
                        open->slots, CHIME_RING_MAX_SLOTS);
-  if (open->mode != CHIME__V1__MODE__MODE_SHM &&
-      open->mode != CHIME__V1__MODE__MODE_STREAM)
+  if (mode == NULL)
     return chime__fail(err, errlen, CHIME_EINVAL,
                        "mode %d: must be MODE_SHM (1) or MODE_STREAM (2)",
                        (int)open->mode);
@@ -207,13 +163,8 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
   /* Budgets are checked on the ring's whole size before anything is
    * created or page-locked: a refused stream costs no memory and no
    * registration. */
-  if (ring_bytes > srv->cfg.stream_ring_bytes)
-    return chime__fail(
-        err, errlen, CHIME_ERESOURCE,
-        "stream needs %llu bytes of ring; per-stream budget is %llu "
-        "bytes",
-        (unsigned long long)ring_bytes,
-        (unsigned long long)srv->cfg.stream_ring_bytes);
+  if ((rc = chime__registry_check(&srv->streams, ring_bytes, err, errlen)) != 0)
+    return rc;
 
   s = calloc(1, sizeof(*s));
   if (s == NULL)
@@ -221,65 +172,21 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
   s->srv = srv;
   s->table = t;
   snprintf(s->table_name, sizeof(s->table_name), "%s", tc->name);
-  s->mode = open->mode == CHIME__V1__MODE__MODE_SHM ? CHIME_MODE_SHM
-                                                    : CHIME_MODE_STREAM;
+  s->ops = mode;
+  s->mode = mode->mode;
   atomic_init(&s->refs, 1);
   atomic_init(&s->holds, 1);
   pthread_mutex_init(&s->mu, NULL);
-  /* The server side of the ring can lend at most slots - 1 batches. A batch
-   * that takes items out (fifo, max_times_sampled) is the learner's until it
-   * says it released it: then a learner that dies holding batches loses no
-   * item (give_back). The ring is set once created. */
-  size_t max_spans = 0;
-  if (s->mode == CHIME_MODE_STREAM)
-    max_spans = 2 * CHIME__CHUNK_BYTES / SEND_COPY_BELOW +
-                2 * (size_t)chime__table_item_spec(t)->nleaves + 4;
-  int held = s->mode == CHIME_MODE_STREAM && tc->max_times_sampled != 0;
-  int init_rc = chime__sender_init(
-      &s->sender, NULL, 0,
-      open->prefetch && open->prefetch < open->slots ? open->prefetch
-                                                     : open->slots - 1,
-      open->slots - 1, held, max_spans, s, &sender_owner);
-  pthread_mutex_lock(&srv->mu);
-  srv->nstreams++;
-  uint64_t left = srv->cfg.total_ring_bytes - srv->ring_bytes;
-  if (ring_bytes > left) {
-    pthread_mutex_unlock(&srv->mu);
-    rc = chime__fail(
-        err, errlen, CHIME_ERESOURCE,
-        "stream needs %llu bytes of ring; %llu of the total budget of "
-        "%llu bytes is left",
-        (unsigned long long)ring_bytes, (unsigned long long)left,
-        (unsigned long long)srv->cfg.total_ring_bytes);
+  /* The sender and the mode's state (the last unref finishes them, made or
+   * not); the sender's ring is set once created. Its failure is told after
+   * the budgets'. */
+  int init_rc = mode->init(s, open);
+  /* Counted from here (the last unref uncounts it), charged only if it
+   * fits. */
+  if ((rc = chime__registry_enter(&srv->streams, ring_bytes, err, errlen)) != 0)
     goto out;
-  }
-  /* Each stream has a thread: a cap keeps a flood of opens from exhausting
-   * them (nstreams counts this one too, and streams still draining). */
-  if (srv->nstreams > CHIME__MAX_STREAMS) {
-    pthread_mutex_unlock(&srv->mu);
-    rc =
-        chime__fail(err, errlen, CHIME_ERESOURCE,
-                    "too many streams: at most %d at once", CHIME__MAX_STREAMS);
-    goto out;
-  }
-  srv->ring_bytes += ring_bytes;
   s->ring_bytes = ring_bytes;
-  pthread_mutex_unlock(&srv->mu);
-  if (s->mode == CHIME_MODE_STREAM) {
-    atomic_init(&s->free_slots, (int)open->slots);
-    /* A third of what the sender may lend, at least 1: with the default
-     * slots (8, 7 lent) a wake fills 2 or more, and 5 stay published or
-     * sent meanwhile. */
-    s->kick_at = (open->slots - 1) / 3 > 1 ? (open->slots - 1) / 3 : 1;
-    s->pins = calloc(open->slots, sizeof(*s->pins));
-    s->pin_rows =
-        malloc((size_t)open->slots * open->batch_size * sizeof(*s->pin_rows));
-    for (uint32_t i = 0;
-         s->pins != NULL && s->pin_rows != NULL && i < open->slots; i++)
-      s->pins[i].rows = s->pin_rows + (size_t)i * open->batch_size;
-  }
-  if (init_rc != 0 || (s->mode == CHIME_MODE_STREAM &&
-                       (s->pins == NULL || s->pin_rows == NULL))) {
+  if (init_rc != 0) {
     rc = chime__fail(err, errlen, CHIME_ENOMEM, "out of memory");
     goto out;
   }
@@ -330,20 +237,9 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
     s->pinned_bytes = chime_ring_pinned_bytes(s->ring);
   }
   /* Last: nothing fails after it (the registry holds a reference). */
-  if (s->mode == CHIME_MODE_SHM &&
-      (rc = chime__handoff_issue(srv->handoff, s, srv->cfg.handoff_expires_ms,
-                                 s->token, &s->token_deadline_ns)) != 0) {
-    rc = chime__fail(err, errlen, rc, "cannot issue a handoff token: %s",
-                     chime_strerror(rc));
+  if ((rc = mode->expose(s, err, errlen)) != 0)
     goto out;
-  }
-  pthread_mutex_lock(&srv->mu);
-  s->id = ++srv->next_stream_id;
-  s->next = srv->streams;
-  if (srv->streams != NULL)
-    srv->streams->prev = s;
-  srv->streams = s;
-  pthread_mutex_unlock(&srv->mu);
+  s->id = chime__registry_add(&srv->streams, &s->node, s);
   chime__call_ref(call);
   s->call = call;
   *out = s;
@@ -372,42 +268,9 @@ static void give_back(chime__stream_t *s) {
   uint32_t n = chime_ring_unreleased(s->ring, slots, s->lay.slots);
   for (uint32_t i = n; i-- > 0;) {
     uint8_t *base = chime_ring_slot_base(s->ring, slots[i]);
-    if (s->pins != NULL) { /* stream mode: from its rows, still pinned */
-      chime__table_give_back_pinned(
-          s->table, &s->lay,
-          (const chime_sample_info_t *)(base + s->lay.info_offset),
-          &s->pins[slots[i]]);
-      continue;
-    }
-    if (chime__table_give_back(s->table, &s->lay, base) != 0)
-      fprintf(stderr,
-              "chimed: stream %llu: no free row to give back items of a "
-              "batch of %u\n",
-              (unsigned long long)s->id, s->lay.batch_size);
+    s->ops->give_back(s, slots[i], base);
   }
   free(slots);
-}
-
-/* A token that expired unused ends its stream: nobody can attach any more,
- * and the ring would hold its budget until the call ends. 0 when the token
- * was taken instead (the handoff is under way and decides). */
-static int expire_unused(chime__stream_t *s) {
-  chime_server_t *srv = s->srv;
-  if (!chime__handoff_revoke(srv->handoff, s))
-    return 0;
-  pthread_mutex_lock(&srv->mu);
-  chime__call_t *call = s->call;
-  if (call != NULL)
-    chime__call_ref(call);
-  pthread_mutex_unlock(&srv->mu);
-  chime__stream_close(s);
-  if (call != NULL) {
-    chime__call_finish(call, CHIME_ETIMEDOUT,
-                       "handoff token expired unused after %u ms",
-                       (unsigned)srv->cfg.handoff_expires_ms);
-    chime__call_unref(call);
-  }
-  return 1;
 }
 
 /* The stream is over: what its learner did not finish goes back. */
@@ -418,59 +281,33 @@ static chime__fill_t retire(chime__stream_t *s) {
   return CHIME__FILL_DONE;
 }
 
-/* One fill step (sampler.h): never blocks. shm: items sampled into a ring
- * its learner never maps would be lost, so nothing is sampled before the
- * handoff passed the ring (or the token expired unused, which ends the
- * stream). */
+/* One fill step (sampler.h): never blocks; the mode's gate may hold it
+ * back (shm: until the learner holds the ring). */
 static chime__fill_t stream_fill(chime__fill_job_t *j, chime__fill_wait_t *w) {
   chime__stream_t *s =
       (chime__stream_t *)((char *)j - offsetof(chime__stream_t, job));
   if (atomic_load(&s->stop))
     return retire(s);
-  if (s->mode == CHIME_MODE_SHM) {
-    pthread_mutex_lock(&s->mu);
-    int attached = s->attached;
-    pthread_mutex_unlock(&s->mu);
-    if (!attached) {
-      int live = chime__handoff_pending(s->srv->handoff, s);
-      /* A token taken but not yet answered: the handoff decides and
-       * kicks. */
-      w->until_ns = live ? s->token_deadline_ns : 0;
-      if (live && chime__now_ns() >= s->token_deadline_ns && expire_unused(s))
-        return retire(s);
-      return CHIME__FILL_WAIT_UNTIL;
-    }
-  }
+  chime__fill_t g = s->ops->gate(s, w);
+  if (g == CHIME__FILL_DONE)
+    return retire(s);
+  if (g != CHIME__FILL_AGAIN)
+    return g;
   chime_ring_wslot_t ws;
   uint64_t seq;
-  /* Stream mode: the sender kicks the job when slots come back
-   * (slot_freed), so no release needs to ring the ring's bell. */
-  int shm = s->mode == CHIME_MODE_SHM;
-  int rc = chime_ring_try_acquire(s->ring, &ws, shm ? &w->bell : NULL,
-                                  shm ? &w->bell_val : NULL);
+  int rc = s->ops->acquire(s, &ws, w);
   if (rc == CHIME_EBUSY)
     return CHIME__FILL_WAIT_SLOT;
   if (rc != 0)
     return retire(s);
-  if (s->mode == CHIME_MODE_STREAM) {
-    atomic_fetch_sub(&s->free_slots, 1);
-    /* The slot came back: its last batch is sent and released. */
-    chime__table_unpin(s->table, &s->pins[ws.slot]);
-    rc = chime__table_try_sample_pinned(
-        s->table, &s->lay, &ws, &s->pins[ws.slot], SEND_COPY_BELOW, &s->twait);
-  } else {
-    rc = chime__table_try_sample(s->table, &s->lay, &ws, &s->twait);
-  }
+  rc = s->ops->sample(s, &ws);
   if (rc != 0) {
-    chime_ring_abandon(s->ring, ws.slot);
-    if (s->mode == CHIME_MODE_STREAM)
-      atomic_fetch_add(&s->free_slots, 1);
+    s->ops->abandon(s, ws.slot);
     return rc == CHIME_EBUSY ? CHIME__FILL_WAIT_ITEMS : retire(s);
   }
   rc = chime_ring_publish(s->ring, ws.slot, &seq); /* cannot fail: acquired */
   (void)rc;
-  if (s->mode == CHIME_MODE_STREAM)
-    chime__sender_published(&s->sender);
+  s->ops->published(s);
   return CHIME__FILL_AGAIN;
 }
 
@@ -489,8 +326,7 @@ static void items_arrived(chime__table_waiter_t *w) {
 int chime__stream_start(chime__stream_t *s, chime__call_t *call) {
   /* The caller holds `call`; a close that already ran (server stopping)
    * leaves nothing to send to, a later one drops this reference. */
-  if (s->mode == CHIME_MODE_STREAM)
-    chime__sender_start(&s->sender, call);
+  s->ops->start(s, call);
   s->job.fill = stream_fill;
   s->job.done = stream_fill_done;
   s->twait.fn = items_arrived;
@@ -499,26 +335,13 @@ int chime__stream_start(chime__stream_t *s, chime__call_t *call) {
   return 0;
 }
 
-/* Stream mode, on the thread that just learned the call can go on (a send
- * completed, credits came): fills the slots that are free here and now
- * instead of waking a worker for them, then sends what is ready. Slots
- * free as gRPC lets go of a batch's bytes, mostly on this thread, so in
- * steady state one thread samples, sends and completes each batch. */
-static void refill(chime__stream_t *s) {
-  if (s->mode == CHIME_MODE_STREAM && atomic_load(&s->free_slots) > 0 &&
-      chime__pool_run(s->srv->sampler, &s->job))
-    chime__sender_send_ready(&s->sender);
-}
-
 void chime__stream_credit(chime__stream_t *s, uint32_t n,
                           const uint64_t *released, size_t nreleased) {
-  chime__sender_credit(&s->sender, n, released, nreleased);
-  refill(s);
+  s->ops->credit(s, n, released, nreleased);
 }
 
 void chime__stream_sent(chime__stream_t *s) {
-  chime__sender_sent(&s->sender);
-  refill(s);
+  s->ops->sent(s);
 }
 
 void chime__stream_close(chime__stream_t *s) {
@@ -529,22 +352,13 @@ void chime__stream_close(chime__stream_t *s) {
   chime_ring_shutdown(s->ring);
   /* Once started, its next fill step retires it. */
   chime__pool_kick(srv->sampler, &s->job);
+  chime__registry_remove(&srv->streams, &s->node);
   pthread_mutex_lock(&srv->mu);
-  if (s->prev != NULL)
-    s->prev->next = s->next;
-  else
-    srv->streams = s->next;
-  if (s->next != NULL)
-    s->next->prev = s->prev;
-  s->prev = s->next = NULL;
   chime__call_t *call = s->call; /* guarded by srv->mu, see stream_kill */
   s->call = NULL;
   pthread_mutex_unlock(&srv->mu);
   chime__call_t *sender_call = chime__sender_stop(&s->sender);
-  if (srv->handoff != NULL) {
-    chime__handoff_revoke(srv->handoff, s); /* nobody may attach any more */
-    chime__handoff_notify(srv->handoff);
-  }
+  s->ops->close(s);
   if (call != NULL)
     chime__call_unref(call);
   if (sender_call != NULL)

@@ -18,6 +18,7 @@
 #include "server/sampler.h"
 #include "server/sender.h"
 #include "server/state.h"
+#include "server/streammode.h"
 #include "server/streamops.h"
 #include "wire/handoff.h"
 
@@ -26,7 +27,8 @@ struct chime__stream_s {
   uint64_t id;
   chime__table_t *table;
   char table_name[CHIME_MAX_NAME];
-  int mode; /* CHIME_MODE_SHM or CHIME_MODE_STREAM */
+  const chime__stream_mode_ops_t *ops; /* what its mode does */
+  int mode;                            /* ops->mode */
   chime_ring_t *ring;
   chime_ring_layout_t lay;
   uint64_t ring_bytes;
@@ -56,15 +58,17 @@ struct chime__stream_s {
    * which owns its use) and its deadline */
   uint8_t token[CHIME__HANDOFF_TOKEN_BYTES];
   uint64_t token_deadline_ns;
-  chime__stream_t *prev, *next; /* server's live streams */
+  chime__registry_node_t node; /* on the server's registry while open */
 };
 
 /* Checks the Open request against the table and budgets, creates and pins
- * the ring and fills `opened`. On failure returns a CHIME_E code with err
- * meant for the client: CHIME__CLIENT_ERRLEN bytes hold all of it. */
+ * the ring in the given mode (NULL: the request's mode is none of them,
+ * refused in its turn among the checks). On failure returns a CHIME_E code with
+ * err meant for the client: CHIME__CLIENT_ERRLEN bytes hold all of it. */
 int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
                        chime__call_t *call, const Chime__V1__Open *open,
-                       char *err, size_t errlen);
+                       const chime__stream_mode_ops_t *mode, char *err,
+                       size_t errlen);
 /* Hands the stream to the sampler pool (and, in stream mode, the call to
  * its sender). */
 int chime__stream_start(chime__stream_t *s, chime__call_t *call);
@@ -72,8 +76,8 @@ int chime__stream_start(chime__stream_t *s, chime__call_t *call);
  * batches the learner released (none: the oldest n held). */
 void chime__stream_credit(chime__stream_t *s, uint32_t n,
                           const uint64_t *released, size_t nreleased);
-/* Stream mode: the call sent what it had and can take more (from the
- * completion queue's thread, no lock held). */
+/* The call sent what it had and can take more (from the completion
+ * queue's thread, no lock held); in stream mode the next batches go. */
 void chime__stream_sent(chime__stream_t *s);
 /* Shuts the ring down and ends the filling and sending; idempotent, from
  * any thread.

@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/handoff.h"
 #include "server/stream.h"
 #include "wire/leaf.h"
 
@@ -35,7 +34,6 @@ static void sub_on_start(chime__call_t *c) {
 }
 
 static void send_opened(chime__call_t *c, chime__stream_t *s) {
-  chime_server_t *srv = c->srv;
   const chime_spec_t *spec = chime_ring_spec(s->ring);
   Chime__V1__Leaf leaves[CHIME_MAX_LEAVES];
   Chime__V1__Leaf *lp[CHIME_MAX_LEAVES];
@@ -56,23 +54,27 @@ static void send_opened(chime__call_t *c, chime__stream_t *s) {
   uint8_t nonce[CHIME__HANDOFF_NONCE_BYTES];
   Chime__V1__Opened op = CHIME__V1__OPENED__INIT;
   op.stream_id = s->id;
-  op.mode = s->mode == CHIME_MODE_SHM ? CHIME__V1__MODE__MODE_SHM
-                                      : CHIME__V1__MODE__MODE_STREAM;
+  op.mode = s->ops->wire;
   op.layout = &lay;
-  if (s->mode == CHIME_MODE_SHM) {
-    chime_ring_nonce(s->ring, nonce);
-    ho.socket_path = (char *)chime__handoff_path(srv->handoff);
-    ho.token.data = s->token;
-    ho.token.len = sizeof(s->token);
-    ho.expires_ms = srv->cfg.handoff_expires_ms;
-    ho.nonce.data = nonce;
-    ho.nonce.len = sizeof(nonce);
+  if (s->ops->handoff(s, &ho, nonce))
     op.handoff = &ho;
-  }
   Chime__V1__SubscribeResponse resp = CHIME__V1__SUBSCRIBE_RESPONSE__INIT;
   resp.kind_case = CHIME__V1__SUBSCRIBE_RESPONSE__KIND_OPENED;
   resp.opened = &op;
   chime__call_send_msg(c, &resp);
+}
+
+/* The mode table for the request's mode, or NULL for none of them
+ * (chime__stream_open refuses it among its other checks). */
+static const chime__stream_mode_ops_t *mode_of(const Chime__V1__Open *open) {
+  switch (open->mode) {
+  case CHIME__V1__MODE__MODE_SHM:
+    return &chime__stream_mode_shm;
+  case CHIME__V1__MODE__MODE_STREAM:
+    return &chime__stream_mode_send;
+  default:
+    return NULL;
+  }
 }
 
 static void sub_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
@@ -86,7 +88,7 @@ static void sub_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
      * ending stands: "shutting down" (its notice may be what made the
      * client close). */
     chime__stream_t *s = sub_stream(c);
-    if (s != NULL && s->mode == CHIME_MODE_STREAM) {
+    if (s != NULL && s->ops->ends_on_half_close) {
       chime__stream_close(s);
       if (!atomic_load(&c->srv->stopping))
         chime__call_finish(c, CHIME_OK, "%s", "");
@@ -113,7 +115,8 @@ static void sub_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
                          "the first SubscribeRequest must be 'open'");
       goto out;
     }
-    rc = chime__stream_open(&s, c->srv, c, req->open, err, sizeof(err));
+    rc = chime__stream_open(&s, c->srv, c, req->open, mode_of(req->open), err,
+                            sizeof(err));
     if (rc != 0) {
       chime__call_finish(c, rc, "%s", err);
       goto out;
@@ -194,7 +197,7 @@ static void sub_on_sent(chime__call_t *c) {
   sub_t *st = c->state;
   chime__stream_t *s = st != NULL ? st->s : NULL; /* held until on_free */
   pthread_mutex_unlock(&c->mu);
-  if (s != NULL && s->mode == CHIME_MODE_STREAM)
+  if (s != NULL)
     chime__stream_sent(s);
 }
 

@@ -1,0 +1,196 @@
+/* stream mode (streammode.h): the server sends each batch over the
+ * Subscribe call. A batch's rows stay pinned in the table and are sent from
+ * there (only runs shorter than SEND_COPY_BELOW bytes are copied into the
+ * slot, where a slice per row would cost more than the copy); the slot
+ * holds the sample info. Slots are freed in this process, by the sender,
+ * so the fill job is kicked directly rather than through the ring's futex
+ * word; a Credit or a completed send fills what is free on the thread that
+ * learned of it (refill). */
+#include <stdlib.h>
+
+#include "server/sender.h"
+#include "server/stream.h"
+#include "wire/chunk.h"
+
+#define SEND_COPY_BELOW 4096u
+
+static void send_ref(void *s) {
+  chime__stream_ref(s);
+}
+
+static void send_unref(void *s) {
+  chime__stream_unref(s);
+}
+
+/* The fill job is kicked only once kick_at slots are free, so a worker
+ * wakes once for a few batches instead of once for each (a wake-up costs
+ * both threads tens of microseconds here); the batches still published
+ * keep the sender busy meanwhile. */
+static void slot_freed(void *arg) {
+  chime__stream_t *s = arg;
+  /* A send in flight comes back through chime__stream_sent, which fills
+   * what is free then, on its own thread (refill). Seen in the other order
+   * (flag cleared, then free_slots read there): one of the two acts. */
+  if (atomic_fetch_add(&s->free_slots, 1) + 1 >= s->kick_at &&
+      !chime__sender_awaiting(&s->sender))
+    chime__pool_kick(s->srv->sampler, &s->job);
+}
+
+static size_t batch_spans(void *arg, uint32_t slot, uint64_t off, uint64_t len,
+                          chime__span_t *out, size_t max) {
+  chime__stream_t *s = arg;
+  return chime__table_spans(s->table, &s->lay, &s->pins[slot],
+                            chime_ring_slot_base(s->ring, slot),
+                            SEND_COPY_BELOW, off, len, out, max);
+}
+
+static const chime__sender_owner_t send_owner = {.ref = send_ref,
+                                                 .unref = send_unref,
+                                                 .slot_freed = slot_freed,
+                                                 .spans = batch_spans};
+
+static int send_init(chime__stream_t *s, const Chime__V1__Open *open) {
+  /* A batch that takes items out (fifo, max_times_sampled) is the
+   * learner's until it says it released it: then a learner that dies
+   * holding batches loses no item (give_back). */
+  size_t max_spans = 2 * CHIME__CHUNK_BYTES / SEND_COPY_BELOW +
+                     2 * (size_t)chime__table_item_spec(s->table)->nleaves + 4;
+  int held = chime__table_config(s->table)->max_times_sampled != 0;
+  int rc = chime__sender_init(&s->sender, NULL, 0,
+                              open->prefetch && open->prefetch < open->slots
+                                  ? open->prefetch
+                                  : open->slots - 1,
+                              open->slots - 1, held, max_spans, s, &send_owner);
+  atomic_init(&s->free_slots, (int)open->slots);
+  /* A third of what the sender may lend, at least 1: with the default
+   * slots (8, 7 lent) a wake fills 2 or more, and 5 stay published or
+   * sent meanwhile. */
+  s->kick_at = (open->slots - 1) / 3 > 1 ? (open->slots - 1) / 3 : 1;
+  s->pins = calloc(open->slots, sizeof(*s->pins));
+  s->pin_rows =
+      malloc((size_t)open->slots * open->batch_size * sizeof(*s->pin_rows));
+  for (uint32_t i = 0;
+       s->pins != NULL && s->pin_rows != NULL && i < open->slots; i++)
+    s->pins[i].rows = s->pin_rows + (size_t)i * open->batch_size;
+  if (rc != 0 || s->pins == NULL || s->pin_rows == NULL)
+    return CHIME_ENOMEM;
+  return 0;
+}
+
+static int send_expose(chime__stream_t *s, char *err, size_t errlen) {
+  (void)s, (void)err, (void)errlen;
+  return 0;
+}
+
+static int send_handoff(chime__stream_t *s, Chime__V1__Handoff *ho,
+                        uint8_t nonce[CHIME__HANDOFF_NONCE_BYTES]) {
+  (void)s, (void)ho, (void)nonce;
+  return 0;
+}
+
+static void send_start(chime__stream_t *s, chime__call_t *call) {
+  chime__sender_start(&s->sender, call);
+}
+
+static chime__fill_t send_gate(chime__stream_t *s, chime__fill_wait_t *w) {
+  (void)s, (void)w;
+  return CHIME__FILL_AGAIN;
+}
+
+/* No release needs to ring the ring's bell: the sender kicks the job when
+ * slots come back (slot_freed). */
+static int send_acquire(chime__stream_t *s, chime_ring_wslot_t *ws,
+                        chime__fill_wait_t *w) {
+  (void)w;
+  int rc = chime_ring_try_acquire(s->ring, ws, NULL, NULL);
+  if (rc == 0)
+    atomic_fetch_sub(&s->free_slots, 1);
+  return rc;
+}
+
+static int send_sample(chime__stream_t *s, chime_ring_wslot_t *ws) {
+  /* The slot came back: its last batch is sent and released. */
+  chime__table_unpin(s->table, &s->pins[ws->slot]);
+  return chime__table_try_sample_pinned(
+      s->table, &s->lay, ws, &s->pins[ws->slot], SEND_COPY_BELOW, &s->twait);
+}
+
+static void send_abandon(chime__stream_t *s, uint32_t slot) {
+  chime_ring_abandon(s->ring, slot);
+  atomic_fetch_add(&s->free_slots, 1);
+}
+
+static void send_published(chime__stream_t *s) {
+  chime__sender_published(&s->sender);
+}
+
+/* From its rows, still pinned. */
+static void send_give_back(chime__stream_t *s, uint32_t slot, uint8_t *base) {
+  chime__table_give_back_pinned(
+      s->table, &s->lay,
+      (const chime_sample_info_t *)(base + s->lay.info_offset), &s->pins[slot]);
+}
+
+/* On the thread that just learned the call can go on (a send completed,
+ * credits came): fills the slots that are free here and now instead of
+ * waking a worker for them, then sends what is ready. Slots free as gRPC
+ * lets go of a batch's bytes, mostly on this thread, so in steady state
+ * one thread samples, sends and completes each batch. */
+static void refill(chime__stream_t *s) {
+  if (atomic_load(&s->free_slots) > 0 &&
+      chime__pool_run(s->srv->sampler, &s->job))
+    chime__sender_send_ready(&s->sender);
+}
+
+static void send_credit(chime__stream_t *s, uint32_t n,
+                        const uint64_t *released, size_t nreleased) {
+  chime__sender_credit(&s->sender, n, released, nreleased);
+  refill(s);
+}
+
+static void send_sent(chime__stream_t *s) {
+  chime__sender_sent(&s->sender);
+  refill(s);
+}
+
+static void send_counts(chime__stream_t *s, const chime_ring_stats_t *rs,
+                        uint64_t *batches, uint64_t *bytes) {
+  (void)rs;
+  *batches = atomic_load(&s->sender.batches);
+  *bytes = atomic_load(&s->sender.bytes);
+}
+
+static void send_close(chime__stream_t *s) {
+  (void)s;
+}
+
+/* No slice points into the table any more: the last rows go. */
+static void send_fini(chime__stream_t *s) {
+  for (uint32_t i = 0; s->pins != NULL && i < s->lay.slots; i++)
+    chime__table_unpin(s->table, &s->pins[i]);
+  free(s->pins);
+  free(s->pin_rows);
+  s->pins = NULL;
+  s->pin_rows = NULL;
+}
+
+const chime__stream_mode_ops_t chime__stream_mode_send = {
+    .mode = CHIME_MODE_STREAM,
+    .wire = CHIME__V1__MODE__MODE_STREAM,
+    .ends_on_half_close = 1,
+    .init = send_init,
+    .expose = send_expose,
+    .handoff = send_handoff,
+    .start = send_start,
+    .gate = send_gate,
+    .acquire = send_acquire,
+    .sample = send_sample,
+    .abandon = send_abandon,
+    .published = send_published,
+    .give_back = send_give_back,
+    .credit = send_credit,
+    .sent = send_sent,
+    .counts = send_counts,
+    .close = send_close,
+    .fini = send_fini,
+};

@@ -1,0 +1,183 @@
+/* shm mode (streammode.h): the learner maps the ring itself. The open
+ * issues a handoff token for it; nothing is sampled until the handoff
+ * passed the ring's memfd (items sampled into a ring nobody maps would be
+ * lost), and a token that expires unused ends the stream. The learner's
+ * releases ring the ring's futex word, which the pool's watcher sleeps on;
+ * credits only count. */
+#include <stdio.h>
+
+#include "common/clock.h"
+#include "common/errfmt.h"
+#include "server/handoff.h"
+#include "server/stream.h"
+
+static void shm_ref(void *s) {
+  chime__stream_ref(s);
+}
+
+static void shm_unref(void *s) {
+  chime__stream_unref(s);
+}
+
+/* The sender only counts credits here: it is never started, so it frees
+ * no slot and sends no span. */
+static void shm_slot_freed(void *s) {
+  (void)s;
+}
+
+static size_t shm_spans(void *s, uint32_t slot, uint64_t off, uint64_t len,
+                        chime__span_t *out, size_t max) {
+  (void)s, (void)slot, (void)off, (void)len, (void)out, (void)max;
+  return 0;
+}
+
+static const chime__sender_owner_t shm_owner = {.ref = shm_ref,
+                                                .unref = shm_unref,
+                                                .slot_freed = shm_slot_freed,
+                                                .spans = shm_spans};
+
+static int shm_init(chime__stream_t *s, const Chime__V1__Open *open) {
+  return chime__sender_init(&s->sender, NULL, 0,
+                            open->prefetch && open->prefetch < open->slots
+                                ? open->prefetch
+                                : open->slots - 1,
+                            open->slots - 1, 0, 0, s, &shm_owner);
+}
+
+static int shm_expose(chime__stream_t *s, char *err, size_t errlen) {
+  chime_server_t *srv = s->srv;
+  int rc = chime__handoff_issue(srv->handoff, s, srv->cfg.handoff_expires_ms,
+                                s->token, &s->token_deadline_ns);
+  if (rc != 0)
+    return chime__fail(err, errlen, rc, "cannot issue a handoff token: %s",
+                       chime_strerror(rc));
+  return 0;
+}
+
+static int shm_handoff(chime__stream_t *s, Chime__V1__Handoff *ho,
+                       uint8_t nonce[CHIME__HANDOFF_NONCE_BYTES]) {
+  chime_server_t *srv = s->srv;
+  chime_ring_nonce(s->ring, nonce);
+  ho->socket_path = (char *)chime__handoff_path(srv->handoff);
+  ho->token.data = s->token;
+  ho->token.len = sizeof(s->token);
+  ho->expires_ms = srv->cfg.handoff_expires_ms;
+  ho->nonce.data = nonce;
+  ho->nonce.len = CHIME__HANDOFF_NONCE_BYTES;
+  return 1;
+}
+
+static void shm_start(chime__stream_t *s, chime__call_t *call) {
+  (void)s, (void)call;
+}
+
+/* A token that expired unused ends its stream: nobody can attach any more,
+ * and the ring would hold its budget until the call ends. 0 when the token
+ * was taken instead (the handoff is under way and decides). */
+static int expire_unused(chime__stream_t *s) {
+  chime_server_t *srv = s->srv;
+  if (!chime__handoff_revoke(srv->handoff, s))
+    return 0;
+  pthread_mutex_lock(&srv->mu);
+  chime__call_t *call = s->call;
+  if (call != NULL)
+    chime__call_ref(call);
+  pthread_mutex_unlock(&srv->mu);
+  chime__stream_close(s);
+  if (call != NULL) {
+    chime__call_finish(call, CHIME_ETIMEDOUT,
+                       "handoff token expired unused after %u ms",
+                       (unsigned)srv->cfg.handoff_expires_ms);
+    chime__call_unref(call);
+  }
+  return 1;
+}
+
+static chime__fill_t shm_gate(chime__stream_t *s, chime__fill_wait_t *w) {
+  pthread_mutex_lock(&s->mu);
+  int attached = s->attached;
+  pthread_mutex_unlock(&s->mu);
+  if (attached)
+    return CHIME__FILL_AGAIN;
+  int live = chime__handoff_pending(s->srv->handoff, s);
+  /* A token taken but not yet answered: the handoff decides and kicks. */
+  w->until_ns = live ? s->token_deadline_ns : 0;
+  if (live && chime__now_ns() >= s->token_deadline_ns && expire_unused(s))
+    return CHIME__FILL_DONE;
+  return CHIME__FILL_WAIT_UNTIL;
+}
+
+static int shm_acquire(chime__stream_t *s, chime_ring_wslot_t *ws,
+                       chime__fill_wait_t *w) {
+  return chime_ring_try_acquire(s->ring, ws, &w->bell, &w->bell_val);
+}
+
+static int shm_sample(chime__stream_t *s, chime_ring_wslot_t *ws) {
+  return chime__table_try_sample(s->table, &s->lay, ws, &s->twait);
+}
+
+static void shm_abandon(chime__stream_t *s, uint32_t slot) {
+  chime_ring_abandon(s->ring, slot);
+}
+
+static void shm_published(chime__stream_t *s) {
+  (void)s;
+}
+
+static void shm_give_back(chime__stream_t *s, uint32_t slot, uint8_t *base) {
+  (void)slot;
+  if (chime__table_give_back(s->table, &s->lay, base) != 0)
+    fprintf(stderr,
+            "chimed: stream %llu: no free row to give back items of a "
+            "batch of %u\n",
+            (unsigned long long)s->id, s->lay.batch_size);
+}
+
+static void shm_credit(chime__stream_t *s, uint32_t n, const uint64_t *released,
+                       size_t nreleased) {
+  chime__sender_credit(&s->sender, n, released, nreleased);
+}
+
+/* The call's sends are Opened and notices: the sender has no part. */
+static void shm_sent(chime__stream_t *s) {
+  (void)s;
+}
+
+static void shm_counts(chime__stream_t *s, const chime_ring_stats_t *rs,
+                       uint64_t *batches, uint64_t *bytes) {
+  *batches = rs->published;
+  *bytes = rs->published * s->send_bytes;
+}
+
+static void shm_close(chime__stream_t *s) {
+  chime_server_t *srv = s->srv;
+  if (srv->handoff != NULL) {
+    chime__handoff_revoke(srv->handoff, s); /* nobody may attach any more */
+    chime__handoff_notify(srv->handoff);
+  }
+}
+
+static void shm_fini(chime__stream_t *s) {
+  (void)s;
+}
+
+const chime__stream_mode_ops_t chime__stream_mode_shm = {
+    .mode = CHIME_MODE_SHM,
+    .wire = CHIME__V1__MODE__MODE_SHM,
+    .ends_on_half_close = 0,
+    .init = shm_init,
+    .expose = shm_expose,
+    .handoff = shm_handoff,
+    .start = shm_start,
+    .gate = shm_gate,
+    .acquire = shm_acquire,
+    .sample = shm_sample,
+    .abandon = shm_abandon,
+    .published = shm_published,
+    .give_back = shm_give_back,
+    .credit = shm_credit,
+    .sent = shm_sent,
+    .counts = shm_counts,
+    .close = shm_close,
+    .fini = shm_fini,
+};

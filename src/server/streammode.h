@@ -1,0 +1,84 @@
+/* Internal: what differs between a stream's two modes, as one table of
+ * functions per mode (nng's transport habit, as the client's
+ * src/client/stream.h): shm (stream_shm.c: the learner maps the ring, handed
+ * over by the handoff socket) and stream (stream_send.c: the server sends
+ * each batch over the call, from the table's pinned rows). stream.c runs a
+ * stream's life and calls these at the points where the modes part; it
+ * never names a mode. The Subscribe handler picks the table from the Open
+ * request's mode (subscribe.c). Every member is called with no lock
+ * of the server's or the stream's held. */
+#ifndef CHIME_SERVER_STREAMMODE_H
+#define CHIME_SERVER_STREAMMODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "chime.pb-c.h"
+#include "chime/ring.h"
+#include "server/call.h"
+#include "server/sampler.h"
+#include "wire/handoff.h"
+
+typedef struct chime__stream_s chime__stream_t;
+
+typedef struct {
+  int mode;             /* CHIME_MODE_SHM or CHIME_MODE_STREAM */
+  Chime__V1__Mode wire; /* as Opened and Stats name it */
+  /* 1: the client's half-close ends the stream (stream mode: every credit
+   * it sent has been read, so what its learner did not release is known);
+   * 0: the call lives on as the lease's liveness (shm). */
+  int ends_on_half_close;
+  /* Before the stream is counted and before its ring exists: the sender
+   * (credits, at most slots - 1 lent; in stream mode its spans and held
+   * batches) and the mode's own state for `open`. 0 or CHIME_ENOMEM; what
+   * it made goes in fini, whether it failed or not. */
+  int (*init)(chime__stream_t *s, const Chime__V1__Open *open);
+  /* The last step of a successful open, once the ring is made: nothing
+   * fails after it. shm: issues the handoff token sent in Opened. 0, or a
+   * CHIME_E code with err meant for the client. */
+  int (*expose)(chime__stream_t *s, char *err, size_t errlen);
+  /* Opened's handoff part, pointing into s and nonce (which must outlive
+   * the message): 1 when filled (shm: socket path, token, expiry, the
+   * ring's nonce), 0 when the mode has none. */
+  int (*handoff)(chime__stream_t *s, Chime__V1__Handoff *ho,
+                 uint8_t nonce[CHIME__HANDOFF_NONCE_BYTES]);
+  /* The Subscribe call is the stream's: batches may go to it. */
+  void (*start)(chime__stream_t *s, chime__call_t *call);
+  /* At the head of each fill step: CHIME__FILL_AGAIN when filling may go
+   * on; else what the step returns (w set), CHIME__FILL_DONE to end the
+   * stream. shm: nothing is sampled before the learner holds the ring. */
+  chime__fill_t (*gate)(chime__stream_t *s, chime__fill_wait_t *w);
+  /* Takes a free slot (chime_ring_try_acquire's codes); shm arms w's bell
+   * when there is none, stream mode is kicked by its sender instead. */
+  int (*acquire)(chime__stream_t *s, chime_ring_wslot_t *ws,
+                 chime__fill_wait_t *w);
+  /* Samples a batch into the acquired slot (chime__table_try_sample's
+   * codes: CHIME_EBUSY waits on s->twait). */
+  int (*sample)(chime__stream_t *s, chime_ring_wslot_t *ws);
+  /* The slot acquired goes back unfilled. */
+  void (*abandon)(chime__stream_t *s, uint32_t slot);
+  /* The slot was published (the sender may send it). */
+  void (*published)(chime__stream_t *s);
+  /* The stream is over: the items of the unreleased batch in slot (its
+   * bytes at base) go back to the table. */
+  void (*give_back)(chime__stream_t *s, uint32_t slot, uint8_t *base);
+  /* A Credit: n more batches; released the seqs the learner let go. */
+  void (*credit)(chime__stream_t *s, uint32_t n, const uint64_t *released,
+                 size_t nreleased);
+  /* The call sent what it had (completion queue's thread): shm has
+   * nothing to send after it. */
+  void (*sent)(chime__stream_t *s);
+  /* Batches and bytes delivered so far, for Stats; rs is the ring's. */
+  void (*counts)(chime__stream_t *s, const chime_ring_stats_t *rs,
+                 uint64_t *batches, uint64_t *bytes);
+  /* The stream closed: nobody may reach its ring any more. */
+  void (*close)(chime__stream_t *s);
+  /* The last reference went, before the ring is destroyed: what init
+   * made goes. */
+  void (*fini)(chime__stream_t *s);
+} chime__stream_mode_ops_t;
+
+extern const chime__stream_mode_ops_t chime__stream_mode_shm;
+extern const chime__stream_mode_ops_t chime__stream_mode_send;
+
+#endif

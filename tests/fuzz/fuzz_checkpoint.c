@@ -27,7 +27,7 @@
 
 #include "chime/errors.h"
 #include "fuzz_common.h"
-#include "server/checkpoint.h"
+#include "replay/ckpt_format.h"
 #include "replay/crc32c.h"
 #include "replay/table.h"
 

@@ -122,7 +122,7 @@ void chime__steps_copy(const chime__steps_t *s, uint32_t slot, uint32_t len,
 
 void chime__steps_get_stats(const chime__steps_t *s, chime__steps_stats_t *out);
 
-/* --- checkpoints (checkpoint.c, through the table's view) --- */
+/* --- checkpoints (ckpt_format.c, through the table's view) --- */
 
 /* The blocks holding steps at one instant, oldest first: position i is
  * block block[i]; bn[i] steps were in it then, and its lane's links are

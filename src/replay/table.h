@@ -220,7 +220,7 @@ void chime__table_wake(chime__table_t *t);
 /* Makes every current and future wait return CHIME_ESHUTDOWN. */
 void chime__table_close(chime__table_t *t);
 
-/* --- checkpoints (checkpoint.c) --- */
+/* --- checkpoints (ckpt_format.c) --- */
 
 /* A consistent view of a table's items, taken in one short hold of its
  * lock: the items oldest first with their bookkeeping copied out, and

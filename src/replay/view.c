@@ -9,7 +9,7 @@
 
 #include "chime/errors.h"
 
-/* --- checkpoints: a pinned view, and items put back (checkpoint.c) --- */
+/* --- checkpoints: a pinned view, and items put back (ckpt_format.c) --- */
 
 /* Rows unpinned per lock hold on release: inserts and samplers get the
  * lock between chunks. */

@@ -1,14 +1,14 @@
-/* Checkpoints (checkpoint.h): the directory protocol, the table files, and
- * restore. The tables are written from their own memory: a view pins the
- * items' rows in one short hold of the table's lock, and the bytes are
- * written without it. */
+/* Checkpoints (checkpoint.h): the directory protocol (ckpt-N names,
+ * MANIFEST, DONE, fsyncs, the rename, keep) and restore's checks of the
+ * files before any is loaded. Each table file's bytes, both directions,
+ * are src/replay/ckpt_format.c's; this file creates, fsyncs and names the
+ * files and reads them back whole. */
 #include "server/checkpoint.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,100 +19,20 @@
 
 #include "chime/errors.h"
 #include "common/errfmt.h"
-#include "common/spec.h"
 #include "replay/crc32c.h"
 
-#define MAGIC "CHIMECKT"
-/* 2: sequence tables' steps and windows (a version 1 file holds a
- * sequence table's name and spec only); plain tables' files are the same
- * in both, and version 1 ones still load. */
-#define VERSION 2u
-#define MIN_VERSION 1u
-#define KIND_PLAIN 0u
-#define KIND_SEQUENCE 1u
+#define VERSION CHIME__CKPT_VERSION
+#define MIN_VERSION CHIME__CKPT_MIN_VERSION
 #define DONE_HEAD "chime checkpoint 1\nmanifest_crc32c "
 #define MAX_MANIFEST (16u << 20)
-#define WBUF (1u << 20)
-/* A record's fixed part: key, insert time, priority, times sampled. */
-#define REC_FIXED 28u
+#define WBUF CHIME__CKPT_WBUF
 
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  if (err != NULL && errlen > 0)
-    vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return code;
-}
+#define fail chime__fail
 
 static uint64_t now_ns(clockid_t clk) {
   struct timespec ts;
   clock_gettime(clk, &ts);
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* ---------------------------------------------------------------- writing */
-
-typedef struct {
-  int fd;
-  uint8_t *buf;
-  size_t len;
-  uint32_t crc;
-  uint64_t total;
-  int err; /* errno of the first failed write */
-} wr_t;
-
-static void wr_flush(wr_t *w) {
-  size_t off = 0;
-  while (off < w->len && w->err == 0) {
-    ssize_t k = write(w->fd, w->buf + off, w->len - off);
-    if (k < 0 && errno == EINTR)
-      continue;
-    if (k <= 0)
-      w->err = k < 0 ? errno : EIO;
-    else
-      off += (size_t)k;
-  }
-  w->len = 0;
-}
-
-/* Items written between early unpins (chime__table_view_unpin). */
-#define UNPIN_EVERY 1024u
-
-static void wr_raw(wr_t *w, const void *p, size_t n) {
-  const uint8_t *s = p;
-  w->crc = chime__crc32c(w->crc, p, n);
-  w->total += n;
-  while (n > 0) {
-    size_t take = WBUF - w->len < n ? WBUF - w->len : n;
-    memcpy(w->buf + w->len, s, take);
-    w->len += take;
-    s += take;
-    n -= take;
-    if (w->len == WBUF)
-      wr_flush(w);
-  }
-}
-
-static void wr_u32(wr_t *w, uint32_t v) {
-  uint8_t b[4];
-  for (int i = 0; i < 4; i++)
-    b[i] = (uint8_t)(v >> (8 * i));
-  wr_raw(w, b, 4);
-}
-
-static void wr_u64(wr_t *w, uint64_t v) {
-  uint8_t b[8];
-  for (int i = 0; i < 8; i++)
-    b[i] = (uint8_t)(v >> (8 * i));
-  wr_raw(w, b, 8);
-}
-
-static void wr_str(wr_t *w, const char *s) {
-  wr_u32(w, (uint32_t)strlen(s));
-  wr_raw(w, s, strlen(s));
 }
 
 static int fsync_path(const char *path, int dir) {
@@ -129,7 +49,7 @@ static int write_small(const char *path, const void *p, size_t n) {
   int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0)
     return errno;
-  wr_t w = {fd, NULL, 0, 0, 0, 0};
+  int e = 0;
   const uint8_t *s = p;
   size_t off = 0;
   while (off < n) {
@@ -137,16 +57,16 @@ static int write_small(const char *path, const void *p, size_t n) {
     if (k < 0 && errno == EINTR)
       continue;
     if (k <= 0) {
-      w.err = k < 0 ? errno : EIO;
+      e = k < 0 ? errno : EIO;
       break;
     }
     off += (size_t)k;
   }
-  if (w.err == 0 && fsync(fd) != 0)
-    w.err = errno;
-  if (close(fd) != 0 && w.err == 0)
-    w.err = errno;
-  return w.err;
+  if (e == 0 && fsync(fd) != 0)
+    e = errno;
+  if (close(fd) != 0 && e == 0)
+    e = errno;
+  return e;
 }
 
 typedef struct {
@@ -156,145 +76,31 @@ typedef struct {
   uint32_t crc;
 } entry_t;
 
-/* A sequence table's part after the items' common fields: its settings
- * and counters, each window's first step (a position-based slot), episode,
- * index and length, then the blocks holding steps, oldest first (steps,
- * links as positions, each step's episode and index, then per leaf the
- * steps' bytes). Windows come first so that their rows go before the
- * blocks are written (windows that leave meanwhile would otherwise hold
- * rows until the end, and new windows could run out of rows); each block
- * goes once written, oldest first, which is the order appends want them
- * back in. An append into a full store waits for the windows' write and
- * one block's (see docs/operations.md for figures). */
-static void write_seq(chime__table_t *t, wr_t *w, chime__table_view_t *v) {
-  const chime__table_config_t *cfg = chime__table_config(t);
-  const chime__steps_view_t *sv = &v->steps;
-  const chime_spec_t *spec = &cfg->spec;
-  uint64_t mp;
-  memcpy(&mp, &v->max_prio, 8);
-  wr_u32(w, cfg->sequence_length);
-  wr_u32(w, cfg->stride);
-  wr_u32(w, cfg->episode_pad ? 1u : 0u);
-  wr_u32(w, sv->k);
-  wr_u64(w, cfg->capacity_steps);
-  wr_u32(w, sv->nused);
-  wr_u64(w, sv->next_episode);
-  wr_u64(w, v->step_key);
-  wr_u64(w, v->windows_dropped);
-  wr_u64(w, mp);
-  wr_u64(w, sv->abandoned);
-  wr_u64(w, sv->evicted);
-  for (uint64_t i = 0; i < v->count && w->err == 0; i++) {
-    uint64_t pb;
-    chime__table_view_item_t it;
-    chime__table_view_item(t, v, i, &it);
-    memcpy(&pb, &v->prio[i], 8);
-    wr_u64(w, it.key);
-    wr_u64(w, it.itime);
-    wr_u64(w, pb);
-    wr_u32(w, v->times[i]);
-    wr_u32(w, chime__steps_view_slot(sv, it.slot));
-    wr_u64(w, it.episode);
-    wr_u32(w, it.first);
-    wr_u32(w, it.len);
-    if ((i + 1) % UNPIN_EVERY == 0)
-      chime__table_view_unpin(t, v, i + 1);
-  }
-  chime__table_view_unpin(t, v, v->count);
-  for (uint32_t pos = 0; pos < sv->nused && w->err == 0; pos++) {
-    const uint64_t *ep;
-    const uint32_t *idx;
-    const uint8_t *leaf[CHIME_MAX_LEAVES];
-    uint32_t bn = sv->bn[pos];
-    chime__steps_view_block(chime__table_steps(t), sv, pos, &ep, &idx, leaf);
-    wr_u32(w, bn);
-    wr_u32(w, sv->bnext[pos]);
-    wr_u32(w, sv->bprev[pos]);
-    for (uint32_t o = 0; o < bn; o++) {
-      wr_u64(w, ep[o]);
-      wr_u32(w, idx[o]);
-    }
-    for (uint32_t l = 0; l < spec->nleaves; l++)
-      wr_raw(w, leaf[l], (size_t)(bn * chime_leaf_bytes(&spec->leaves[l])));
-    chime__table_view_unpin_steps(t, v, pos + 1);
-  }
-}
-
-/* One table's file: the view taken (the pause), the bytes written from the
- * pinned rows (a sequence table's: from its pinned blocks), the view
- * released, the file fsynced. */
-static int write_table(chime__table_t *t, const char *path, wr_t *w, entry_t *e,
-                       uint64_t *pause_ns, char *err, size_t errlen) {
-  const chime__table_config_t *cfg = chime__table_config(t);
-  chime__table_view_t v;
-  int seq = cfg->sequence_length > 0;
-  char spec[8192];
-  if (chime_spec_format(&cfg->spec, spec, sizeof(spec)) != 0)
-    return fail(err, errlen, CHIME_EINVAL, "table '%s': spec too long",
-                cfg->name);
-  int rc = chime__table_view(t, &v);
-  if (rc != 0)
-    return fail(err, errlen, rc, "table '%s': %s", cfg->name,
-                chime_strerror(rc));
-  *pause_ns = v.pause_ns;
-  w->fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  w->len = 0;
-  w->crc = 0;
-  w->total = 0;
-  w->err = w->fd < 0 ? errno : 0;
-  if (w->fd >= 0) {
-    uint32_t nl = cfg->spec.nleaves;
-    uint64_t sb = chime_spec_sample_bytes(&cfg->spec);
-    wr_raw(w, MAGIC, 8);
-    wr_u32(w, VERSION);
-    wr_u32(w, seq ? KIND_SEQUENCE : KIND_PLAIN);
-    wr_str(w, cfg->name);
-    wr_str(w, spec);
-    wr_u64(w, v.count);
-    wr_u64(w, v.next_key);
-    wr_u64(w, v.inserts);
-    wr_u64(w, v.samples);
-    wr_u64(w, v.left);
-    wr_u64(w, v.left_times);
-    wr_u64(w, v.rng);
-    wr_u64(w, sb); /* a sequence table's: one step's */
-    if (seq)
-      write_seq(t, w, &v);
-    for (uint64_t i = 0; !seq && i < v.count && w->err == 0; i++) {
-      uint64_t pb;
-      chime__table_view_item_t it;
-      chime__table_view_item(t, &v, i, &it);
-      memcpy(&pb, &v.prio[i], 8);
-      wr_u64(w, it.key);
-      wr_u64(w, it.itime);
-      wr_u64(w, pb);
-      wr_u32(w, v.times[i]);
-      for (uint32_t l = 0; l < nl; l++)
-        wr_raw(w, chime__table_view_leaf(t, &v, i, l),
-               chime_leaf_bytes(&cfg->spec.leaves[l]));
-      /* Written (copied into w's buffer): the rows may go, oldest first,
-       * so inserts meanwhile reuse them rather than spare rows. */
-      if ((i + 1) % UNPIN_EVERY == 0)
-        chime__table_view_unpin(t, &v, i + 1);
-    }
-    uint32_t crc = w->crc;
-    wr_u32(w, crc);
-    wr_flush(w);
-    e->crc = crc;
-    e->bytes = w->total;
-  }
-  e->items = v.count;
-  chime__table_view_release(t, &v);
-  if (w->fd >= 0) {
-    if (w->err == 0 && fsync(w->fd) != 0)
-      w->err = errno;
-    if (close(w->fd) != 0 && w->err == 0)
-      w->err = errno;
-  }
-  if (w->err != 0)
+/* One table's file: created, filled (ckpt_format.c), fsynced, closed. */
+static int write_table(chime__table_t *t, const char *path, uint8_t *buf,
+                       entry_t *e, uint64_t *pause_ns, char *err,
+                       size_t errlen) {
+  chime__ckpt_file_t f;
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0)
     return fail(err, errlen, CHIME_ESYS, "cannot write '%s': %s", path,
-                strerror(w->err));
-  snprintf(e->name, sizeof(e->name), "%s", cfg->name);
+                strerror(errno));
+  int rc = chime__checkpoint_write_table(t, fd, buf, path, &f, err, errlen);
+  int se = 0;
+  if (rc == 0 && fsync(fd) != 0)
+    se = errno;
+  if (close(fd) != 0 && se == 0)
+    se = errno;
+  if (rc != 0)
+    return rc;
+  if (se != 0)
+    return fail(err, errlen, CHIME_ESYS, "cannot write '%s': %s", path,
+                strerror(se));
+  *pause_ns = f.pause_ns;
+  e->bytes = f.bytes;
+  e->items = f.items;
+  e->crc = f.crc;
+  snprintf(e->name, sizeof(e->name), "%s", chime__table_config(t)->name);
   return 0;
 }
 
@@ -449,11 +255,11 @@ int chime__checkpoint_write(chime__table_t *const *tables, uint32_t ntables,
    * (its mmap threshold rises after the first free), this goes back. */
   void *wbuf = mmap(NULL, WBUF, PROT_READ | PROT_WRITE,
                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  wr_t w = {-1, wbuf == MAP_FAILED ? NULL : wbuf, 0, 0, 0, 0};
+  uint8_t *buf = wbuf == MAP_FAILED ? NULL : wbuf;
   char *manifest = NULL;
   json_t *root = NULL;
   memset(out, 0, sizeof(*out));
-  if (ents == NULL || w.buf == NULL) {
+  if (ents == NULL || buf == NULL) {
     rc = fail(err, errlen, CHIME_ENOMEM, "out of memory");
     goto out;
   }
@@ -489,7 +295,7 @@ int chime__checkpoint_write(chime__table_t *const *tables, uint32_t ntables,
     uint64_t pause = 0;
     snprintf(ents[i].file, sizeof(ents[i].file), "table-%03u.ckpt", i);
     snprintf(p, sizeof(p), "%s/%s", tmp, ents[i].file);
-    rc = write_table(tables[i], p, &w, &ents[i], &pause, err, errlen);
+    rc = write_table(tables[i], p, buf, &ents[i], &pause, err, errlen);
     if (rc != 0)
       goto out;
     if (pause > out->pause_ns)
@@ -552,362 +358,11 @@ out:
     remove_dir(tmp);
   free(manifest);
   json_decref(root);
-  if (w.buf != NULL)
-    munmap(w.buf, WBUF);
+  if (buf != NULL)
+    munmap(buf, WBUF);
   free(ents);
   out->duration_ns = now_ns(CLOCK_MONOTONIC) - t0;
   return rc;
-}
-
-/* ---------------------------------------------------------------- reading */
-
-typedef struct {
-  const uint8_t *p;
-  size_t n, off;
-  int bad;
-} rd_t;
-
-static const uint8_t *rd_take(rd_t *r, size_t n) {
-  if (r->bad || r->n - r->off < n) {
-    r->bad = 1;
-    return NULL;
-  }
-  const uint8_t *s = r->p + r->off;
-  r->off += n;
-  return s;
-}
-
-static uint32_t rd_u32(rd_t *r) {
-  const uint8_t *s = rd_take(r, 4);
-  uint32_t v = 0;
-  for (int i = 0; s != NULL && i < 4; i++)
-    v |= (uint32_t)s[i] << (8 * i);
-  return v;
-}
-
-static uint64_t rd_u64(rd_t *r) {
-  const uint8_t *s = rd_take(r, 8);
-  uint64_t v = 0;
-  for (int i = 0; s != NULL && i < 8; i++)
-    v |= (uint64_t)s[i] << (8 * i);
-  return v;
-}
-
-/* A length-prefixed string of at most max - 1 bytes, no NUL inside. */
-static int rd_str(rd_t *r, char *dst, size_t max) {
-  uint32_t n = rd_u32(r);
-  if (r->bad || n >= max) {
-    r->bad = 1;
-    return -1;
-  }
-  const uint8_t *s = rd_take(r, n);
-  if (s == NULL || memchr(s, '\0', n) != NULL) {
-    r->bad = 1;
-    return -1;
-  }
-  memcpy(dst, s, n);
-  dst[n] = '\0';
-  return 0;
-}
-
-static chime__table_t *find_table(chime__table_t *const *tables, uint32_t n,
-                                  const char *name) {
-  for (uint32_t i = 0; i < n; i++)
-    if (strcmp(chime__table_config(tables[i])->name, name) == 0)
-      return tables[i];
-  return NULL;
-}
-
-/* The checkpoint's spec against the config's, leaf by leaf. */
-static int spec_check(const char *table, const chime_spec_t *ck,
-                      const chime_spec_t *cf, char *err, size_t errlen) {
-  uint32_t n = ck->nleaves > cf->nleaves ? ck->nleaves : cf->nleaves;
-  for (uint32_t i = 0; i < n; i++) {
-    char a[256], b[256];
-    if (i >= cf->nleaves)
-      return fail(err, errlen, CHIME_EINVAL,
-                  "table '%s': leaf '%s' (leaf %u) is in the checkpoint but "
-                  "not in the config's spec",
-                  table, ck->leaves[i].name, i);
-    if (i >= ck->nleaves)
-      return fail(err, errlen, CHIME_EINVAL,
-                  "table '%s': leaf '%s' (leaf %u) is in the config's spec "
-                  "but not in the checkpoint",
-                  table, cf->leaves[i].name, i);
-    const chime_leaf_t *x = &ck->leaves[i], *y = &cf->leaves[i];
-    if (strcmp(x->name, y->name) != 0)
-      return fail(err, errlen, CHIME_EINVAL,
-                  "table '%s': leaf %u is '%s' in the checkpoint, '%s' in the "
-                  "config",
-                  table, i, x->name, y->name);
-    chime__leaf_type_text(x, a, sizeof(a));
-    chime__leaf_type_text(y, b, sizeof(b));
-    if (strcmp(a, b) != 0)
-      return fail(err, errlen, CHIME_EINVAL,
-                  "table '%s': leaf '%s' is %s in the checkpoint, %s in the "
-                  "config",
-                  table, x->name, a, b);
-  }
-  return 0;
-}
-
-/* A sequence table's window record and the fixed part of its section. */
-#define WIN_REC 48u
-
-typedef struct {
-  uint32_t t, stride, pad, k, nused;
-  uint64_t capacity_steps, next_episode, step_key, dropped, abandoned, evicted;
-  double max_prio;
-  size_t items_at, blocks_at; /* offsets of the windows, the blocks */
-} seqhdr_t;
-
-/* A sequence table's section, walked whole (windows and blocks, their
- * sizes); what goes into the table is checked when it goes in. */
-static int seq_parse(rd_t *r, uint64_t count, uint64_t sb, uint32_t nl,
-                     seqhdr_t *h) {
-  h->t = rd_u32(r);
-  h->stride = rd_u32(r);
-  h->pad = rd_u32(r);
-  h->k = rd_u32(r);
-  h->capacity_steps = rd_u64(r);
-  h->nused = rd_u32(r);
-  h->next_episode = rd_u64(r);
-  h->step_key = rd_u64(r);
-  h->dropped = rd_u64(r);
-  uint64_t mp = rd_u64(r);
-  memcpy(&h->max_prio, &mp, 8);
-  h->abandoned = rd_u64(r);
-  h->evicted = rd_u64(r);
-  if (r->bad || h->t == 0 || h->stride == 0 || h->stride > h->t || h->pad > 1 ||
-      h->k == 0 || h->k > 4096 || nl == 0 || sb == 0)
-    return -1;
-  h->items_at = r->off;
-  if (count > (r->n - r->off) / WIN_REC)
-    return -1;
-  r->off += (size_t)count * WIN_REC;
-  h->blocks_at = r->off;
-  for (uint32_t pos = 0; pos < h->nused; pos++) {
-    uint32_t bn = rd_u32(r);
-    rd_u32(r);
-    rd_u32(r);
-    if (r->bad || bn == 0 || bn > h->k ||
-        (uint64_t)bn * (12 + sb) > r->n - r->off)
-      return -1;
-    r->off += (size_t)(bn * (12 + sb));
-  }
-  return r->off == r->n ? 0 : -1;
-}
-
-/* The config's sequence settings against the checkpoint's: T and the
- * episode end shape the items; the steps' blocks must be the same size
- * and fit (stride may differ: it shapes only windows made later). */
-static int seq_check(const char *table, const seqhdr_t *h,
-                     const chime__table_config_t *cfg, chime__steps_t *st,
-                     char *err, size_t errlen) {
-  if (h->t != cfg->sequence_length)
-    return fail(err, errlen, CHIME_EINVAL,
-                "table '%s': sequence_length is %u in the checkpoint, %u in "
-                "the config",
-                table, h->t, cfg->sequence_length);
-  if (h->pad != (cfg->episode_pad ? 1u : 0u))
-    return fail(err, errlen, CHIME_EINVAL,
-                "table '%s': episode_end is %s in the checkpoint, %s in the "
-                "config",
-                table, h->pad ? "pad" : "drop",
-                cfg->episode_pad ? "pad" : "drop");
-  if (h->k != chime__steps_k(st) || h->nused > chime__steps_nblocks(st))
-    return fail(err, errlen, CHIME_EINVAL,
-                "table '%s': capacity_steps %llu in the checkpoint (%u blocks "
-                "of %u steps stored), %llu in the config (%u blocks of %u): "
-                "the steps do not fit",
-                table, (unsigned long long)h->capacity_steps, h->nused, h->k,
-                (unsigned long long)cfg->capacity_steps,
-                chime__steps_nblocks(st), chime__steps_k(st));
-  return 0;
-}
-
-/* Loads a parsed sequence section into t: blocks, then windows. */
-static int seq_load(const uint8_t *p, size_t n, const seqhdr_t *h,
-                    chime__table_t *t, uint64_t count, const char *fname,
-                    const char *name, char *err, size_t errlen) {
-  const chime__table_config_t *cfg = chime__table_config(t);
-  chime__steps_t *st = chime__table_steps(t);
-  uint64_t *ep = malloc(h->k * sizeof(*ep));
-  uint32_t *idx = malloc(h->k * sizeof(*idx));
-  rd_t r = {p, n, h->blocks_at, 0};
-  int rc = 0;
-  if (ep == NULL || idx == NULL) {
-    rc = fail(err, errlen, CHIME_ENOMEM, "out of memory");
-    goto out;
-  }
-  if (chime__steps_restore_begin(st, h->nused) != 0) {
-    rc = fail(err, errlen, CHIME_EINVAL, "table '%s': not empty", name);
-    goto out;
-  }
-  for (uint32_t pos = 0; pos < h->nused; pos++) {
-    uint32_t bn = rd_u32(&r), next = rd_u32(&r), prev = rd_u32(&r);
-    const uint8_t *leaf[CHIME_MAX_LEAVES];
-    for (uint32_t o = 0; o < bn; o++) {
-      ep[o] = rd_u64(&r);
-      idx[o] = rd_u32(&r);
-    }
-    for (uint32_t l = 0; l < cfg->spec.nleaves; l++)
-      leaf[l] =
-          rd_take(&r, (size_t)(bn * chime_leaf_bytes(&cfg->spec.leaves[l])));
-    if (r.bad || chime__steps_restore_block(st, pos, bn, next, prev, ep, idx,
-                                            leaf) != 0) {
-      rc = fail(err, errlen, CHIME_ECORRUPT,
-                "%s: block %u of table '%s' does not hang together", fname, pos,
-                name);
-      goto out;
-    }
-  }
-  if (chime__steps_restore_finish(st, h->next_episode, h->abandoned,
-                                  h->evicted) != 0) {
-    rc = fail(err, errlen, CHIME_ECORRUPT,
-              "%s: the blocks of table '%s' do not hang together", fname, name);
-    goto out;
-  }
-  r.off = h->items_at;
-  for (uint64_t i = 0; i < count; i++) {
-    uint64_t key = rd_u64(&r), itime = rd_u64(&r), pb = rd_u64(&r);
-    uint32_t times = rd_u32(&r), slot = rd_u32(&r);
-    uint64_t episode = rd_u64(&r);
-    uint32_t first = rd_u32(&r), len = rd_u32(&r);
-    double prio;
-    memcpy(&prio, &pb, 8);
-    rc = chime__table_restore_window(t, key, itime, prio, times, slot, episode,
-                                     first, len);
-    if (rc == CHIME_ENOMEM) {
-      rc = fail(err, errlen, CHIME_EINVAL,
-                "table '%s': the checkpoint holds %llu windows, more than its "
-                "rows hold",
-                name, (unsigned long long)count);
-      goto out;
-    }
-    if (rc != 0) {
-      rc = fail(err, errlen, CHIME_ECORRUPT,
-                "%s: window %llu (key %llu): a duplicate key, a priority the "
-                "table cannot use, or steps it does not hold",
-                fname, (unsigned long long)i, (unsigned long long)key);
-      goto out;
-    }
-  }
-  chime__table_restore_seq_counts(t, h->step_key, h->max_prio, h->dropped);
-out:
-  free(ep);
-  free(idx);
-  return rc;
-}
-
-int chime__checkpoint_load_table(const uint8_t *p, size_t n,
-                                 chime__table_t *const *tables,
-                                 uint32_t ntables, const char *fname,
-                                 uint64_t *items, char *err, size_t errlen) {
-  char name[CHIME_MAX_NAME], spec_text[8192], perr[256];
-  chime_spec_t spec;
-  seqhdr_t sh;
-  memset(&sh, 0, sizeof(sh));
-  *items = 0;
-  if (n < 12 || memcmp(p, MAGIC, 8) != 0)
-    return fail(err, errlen, CHIME_ECORRUPT,
-                "%s: not a chime checkpoint table file (bad magic)", fname);
-  uint32_t stored = (uint32_t)p[n - 4] | (uint32_t)p[n - 3] << 8 |
-                    (uint32_t)p[n - 2] << 16 | (uint32_t)p[n - 1] << 24;
-  uint32_t crc = chime__crc32c(0, p, n - 4);
-  if (crc != stored)
-    return fail(err, errlen, CHIME_ECORRUPT,
-                "%s: corrupt (CRC-32C %08x, the file says %08x)", fname, crc,
-                stored);
-  rd_t r = {p, n - 4, 8, 0};
-  uint32_t ver = rd_u32(&r), kind = rd_u32(&r);
-  if (!r.bad && (ver < MIN_VERSION || ver > VERSION))
-    return fail(err, errlen, CHIME_ECORRUPT, "%s: version %u (this is %u)",
-                fname, ver, VERSION);
-  rd_str(&r, name, sizeof(name));
-  rd_str(&r, spec_text, sizeof(spec_text));
-  uint64_t count = rd_u64(&r), next_key = rd_u64(&r), inserts = rd_u64(&r);
-  uint64_t samples = rd_u64(&r), left = rd_u64(&r), left_times = rd_u64(&r);
-  uint64_t rng = rd_u64(&r), sb = rd_u64(&r);
-  if (r.bad || (kind != KIND_PLAIN && kind != KIND_SEQUENCE))
-    return fail(err, errlen, CHIME_ECORRUPT, "%s: malformed header", fname);
-  if (chime_spec_parse(&spec, spec_text, perr, sizeof(perr)) != 0)
-    return fail(err, errlen, CHIME_ECORRUPT, "%s: table '%s': bad spec: %s",
-                fname, name, perr);
-  uint64_t rec = REC_FIXED + sb;
-  /* Version 1 wrote a sequence table's name and spec alone. */
-  int old_seq = kind == KIND_SEQUENCE && ver < 2;
-  if (!old_seq && sb != chime_spec_sample_bytes(&spec))
-    return fail(err, errlen, CHIME_ECORRUPT,
-                "%s: sample bytes %llu, its spec's %llu", fname,
-                (unsigned long long)sb,
-                (unsigned long long)chime_spec_sample_bytes(&spec));
-  if ((old_seq && count != 0) ||
-      (kind == KIND_SEQUENCE && !old_seq &&
-       seq_parse(&r, count, sb, spec.nleaves, &sh) != 0) ||
-      (kind == KIND_PLAIN &&
-       (count > (r.n - r.off) / rec || count * rec != r.n - r.off)))
-    return fail(err, errlen, CHIME_ECORRUPT,
-                "%s: %llu items do not fill its %zu bytes", fname,
-                (unsigned long long)count, n);
-  if (tables == NULL)
-    return 0;
-  chime__table_t *t = find_table(tables, ntables, name);
-  if (t == NULL)
-    return fail(err, errlen, CHIME_EINVAL,
-                "%s: table '%s' is in the checkpoint but not in the config",
-                fname, name);
-  const chime__table_config_t *cfg = chime__table_config(t);
-  if (old_seq)
-    return fail(err, errlen, CHIME_ENOTSUP,
-                "table '%s' is a sequence table in a version 1 checkpoint, "
-                "which holds no steps (start without --restore, or drop the "
-                "table from the config)",
-                name);
-  if ((kind == KIND_SEQUENCE) != (cfg->sequence_length > 0))
-    return fail(err, errlen, CHIME_EINVAL,
-                "table '%s' is a %s table in the checkpoint, a %s table in the "
-                "config",
-                name, kind == KIND_SEQUENCE ? "sequence" : "plain",
-                kind == KIND_SEQUENCE ? "plain" : "sequence");
-  int rc = spec_check(name, &spec, &cfg->spec, err, errlen);
-  if (rc != 0)
-    return rc;
-  if (kind == KIND_SEQUENCE) {
-    if ((rc = seq_check(name, &sh, cfg, chime__table_steps(t), err, errlen)) !=
-            0 ||
-        (rc = seq_load(p, n - 4, &sh, t, count, fname, name, err, errlen)) != 0)
-      return rc;
-    chime__table_restore_counts(t, next_key, inserts, samples, left, left_times,
-                                rng);
-    *items = count;
-    return 0;
-  }
-  for (uint64_t i = 0; i < count; i++) {
-    uint64_t key = rd_u64(&r), itime = rd_u64(&r), pb = rd_u64(&r);
-    uint32_t times = rd_u32(&r);
-    const uint8_t *sample = rd_take(&r, (size_t)sb);
-    double prio;
-    memcpy(&prio, &pb, 8);
-    if (sample == NULL)
-      return fail(err, errlen, CHIME_ECORRUPT, "%s: truncated", fname);
-    rc = chime__table_restore_item(t, key, itime, prio, times, sample);
-    if (rc == CHIME_ENOMEM)
-      return fail(err, errlen, CHIME_EINVAL,
-                  "table '%s': the checkpoint holds %llu items, more than its "
-                  "capacity %llu (and spare rows) allow",
-                  name, (unsigned long long)count,
-                  (unsigned long long)cfg->capacity);
-    if (rc != 0)
-      return fail(err, errlen, CHIME_ECORRUPT,
-                  "%s: item %llu (key %llu): a duplicate key or a priority "
-                  "the table cannot use",
-                  fname, (unsigned long long)i, (unsigned long long)key);
-  }
-  chime__table_restore_counts(t, next_key, inserts, samples, left, left_times,
-                              rng);
-  *items = count;
-  return 0;
 }
 
 typedef struct {

@@ -9,17 +9,12 @@
  * and fsynced last. A checkpoint without DONE is never loaded and is
  * removed by the next one; only the newest `keep` complete ones stay.
  *
- * A table file: "CHIMECKT", version, kind, name, spec (text), the counts,
- * the items oldest first (key, insert time, priority, times sampled, the
- * sample's bytes), and the CRC-32C of all that; little-endian. A sequence
- * table's file (version 2) has, after the counts, its settings and step
- * counters, its windows oldest first (key, insert time, priority, times
- * sampled, first step, episode, index, length) and the step store's
- * blocks oldest first (steps, lane links, each step's episode and index,
- * the steps' bytes leaf by leaf). Restore checks every file's CRC against
- * its trailer and the manifest before it reads any, so a flipped byte is
- * refused naming the file. Restore reads regular files only: anything else
- * in a file's place (a FIFO, a device) is refused without blocking. */
+ * A table file's format (both directions) is src/replay/ckpt_format.h's;
+ * the MANIFEST lists each file with its size and CRC-32C. Restore checks every
+ * file's CRC against its trailer and the manifest before it reads any, so a
+ * flipped byte is refused naming the file. Restore reads regular files only:
+ * anything else in a file's place (a FIFO, a device) is refused without
+ * blocking. */
 #ifndef CHIME_SERVER_CHECKPOINT_H
 #define CHIME_SERVER_CHECKPOINT_H
 
@@ -27,6 +22,7 @@
 #include <stdint.h>
 
 #include "server/config.h"
+#include "replay/ckpt_format.h"
 #include "replay/table.h"
 
 typedef struct {
@@ -67,12 +63,7 @@ int chime__checkpoint_restore(chime__table_t *const *tables, uint32_t ntables,
                               const char *path, uint64_t *items, char *err,
                               size_t errlen);
 
-/* One table file's bytes (the fuzz target's way in): verified and, when
- * tables is not NULL, loaded as chime__checkpoint_restore would. fname
- * names the file in errors. */
-int chime__checkpoint_load_table(const uint8_t *p, size_t n,
-                                 chime__table_t *const *tables,
-                                 uint32_t ntables, const char *fname,
-                                 uint64_t *items, char *err, size_t errlen);
+/* chime__checkpoint_load_table (one table file's bytes, the fuzz target's
+ * way in) is declared in replay/ckpt_format.h, included above. */
 
 #endif

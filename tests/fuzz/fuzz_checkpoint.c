@@ -1,5 +1,5 @@
 /* libFuzzer target: a checkpoint's table file as restore reads it
- * (chime__checkpoint_load_table, src/server/checkpoint.c), verified and
+ * (chime__checkpoint_load_table, src/replay/ckpt_format.c), verified and
  * loaded into a small table.
  *
  * Input: one byte of flags, then the file's bytes. Flag bit 0: the target
@@ -27,7 +27,7 @@
 
 #include "chime/errors.h"
 #include "fuzz_common.h"
-#include "server/checkpoint.h"
+#include "replay/ckpt_format.h"
 #include "replay/crc32c.h"
 #include "replay/table.h"
 

@@ -1,0 +1,61 @@
+/* A checkpoint's table file: one table's bytes, written from its view and
+ * read back into a table. Only the file's format lives here (no files
+ * named, no directories, no fsync): src/server/checkpoint.c owns the
+ * directory a checkpoint goes into (names, MANIFEST, DONE, keep) and
+ * hands this an open file to fill, or a file's bytes to read.
+ *
+ * The format: "CHIMECKT", version, kind, name, spec (text), the counts,
+ * the items oldest first (key, insert time, priority, times sampled, the
+ * sample's bytes), and the CRC-32C of all that; little-endian. A sequence
+ * table's file (version 2) has, after the counts, its settings and step
+ * counters, its windows oldest first (key, insert time, priority, times
+ * sampled, first step, episode, index, length) and the step store's
+ * blocks oldest first (steps, lane links, each step's episode and index,
+ * the steps' bytes leaf by leaf). */
+#ifndef CHIME_REPLAY_CKPT_FORMAT_H
+#define CHIME_REPLAY_CKPT_FORMAT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "replay/table.h"
+
+/* 2: sequence tables' steps and windows (a version 1 file holds a
+ * sequence table's name and spec only); plain tables' files are the same
+ * in both, and version 1 ones still load. The MANIFEST carries it too. */
+#define CHIME__CKPT_VERSION 2u
+#define CHIME__CKPT_MIN_VERSION 1u
+/* The writer's buffer: chime__checkpoint_write_table wants this many
+ * bytes at buf. */
+#define CHIME__CKPT_WBUF (1u << 20)
+
+/* What a table file holds, for the MANIFEST and the checkpoint's figures. */
+typedef struct {
+  uint64_t bytes, items;
+  uint32_t crc;      /* the file's CRC-32C (its trailer) */
+  uint64_t pause_ns; /* the view's hold of the table's lock */
+} chime__ckpt_file_t;
+
+/* Writes table t's file into fd (opened for writing, empty) through buf
+ * (CHIME__CKPT_WBUF bytes): the view taken (the pause), the bytes written
+ * from the pinned rows (a sequence table's: from its pinned blocks, each
+ * let go once written), the view released. fd is neither fsynced nor
+ * closed. fname names the file in errors: CHIME_ESYS for a failed write,
+ * CHIME_EINVAL for a spec too long, the view's error. */
+int chime__checkpoint_write_table(chime__table_t *t, int fd, uint8_t *buf,
+                                  const char *fname, chime__ckpt_file_t *out,
+                                  char *err, size_t errlen);
+
+/* One table file's bytes: verified (magic, CRC-32C, version, header,
+ * sizes) and, when tables is not NULL, loaded into the table of its name,
+ * whose spec must be the same leaf for leaf (and a sequence table's
+ * settings the same). fname names the file in errors: CHIME_ECORRUPT,
+ * CHIME_EINVAL (a table the config lacks, a spec or setting that differs,
+ * more items than the table holds), CHIME_ENOTSUP (a sequence table in a
+ * version 1 file). *items gets the items loaded. */
+int chime__checkpoint_load_table(const uint8_t *p, size_t n,
+                                 chime__table_t *const *tables,
+                                 uint32_t ntables, const char *fname,
+                                 uint64_t *items, char *err, size_t errlen);
+
+#endif

@@ -1,3 +1,5 @@
+/* How much memory chimed may fill (memlimit.h): physical memory or the
+ * cgroup limit, read from /proc and /sys. */
 #include "server/memlimit.h"
 
 #include <inttypes.h>

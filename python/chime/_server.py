@@ -92,8 +92,9 @@ class _Paths:
         self.config = base + ".config.json"
 
 
-# CHIME_E* codes (include/chime/errors.h; never renumbered).
-EINVAL, ETIMEDOUT, ESYS, ENOTFOUND, EUNAVAILABLE = -1, -3, -8, -9, -14
+# CHIME_E* codes, from the C library's one list (include/chime/errors.h).
+EINVAL, ETIMEDOUT, ESYS = _chime.EINVAL, _chime.ETIMEDOUT, _chime.ESYS
+ENOTFOUND, EUNAVAILABLE = _chime.ENOTFOUND, _chime.EUNAVAILABLE
 
 
 def _chime_error(msg, code=EUNAVAILABLE):

@@ -67,7 +67,21 @@ static int add_error(PyObject *m, PyObject **slot, const char *name,
   return 0;
 }
 
+/* chime.EINVAL, chime.EBUSY, ...: every CHIME_E* code under its name
+ * without the prefix, from the one list that makes the C enum, so Python
+ * never restates a value. */
+static int add_codes(PyObject *m) {
+#define CHIMEPY_ADD_CODE(name, value, msg)                                     \
+  if (PyModule_AddIntConstant(m, #name, value) < 0)                            \
+    return -1;
+  CHIME_ERRNO_MAP(CHIMEPY_ADD_CODE)
+#undef CHIMEPY_ADD_CODE
+  return 0;
+}
+
 int chimepy_errors_init(PyObject *m) {
+  if (add_codes(m) < 0)
+    return -1;
   if (add_error(m, &err_base, "Error", NULL,
                 "A chime call failed. .code is the CHIME_E* code (negative "
                 "int), .name its symbolic name; the message is the "

@@ -676,3 +676,17 @@ def test_tls_options(tmp_path):
                 plain.info()
         with pytest.raises(chime.InvalidArgumentError):
             chime.Client(addr, tls_ca=str(d / "srv.csr.missing"))
+
+
+def test_error_codes_come_from_the_c_list():
+    # Every CHIME_E* code is exported under its name, with the value the
+    # C library names so (chime_err_name), and raises with that name.
+    codes = {n: v for n, v in vars(chime).items()
+             if n.startswith("E") and isinstance(v, int)}
+    assert {"EINVAL", "ETIMEDOUT", "EBUSY", "EFORGOTTEN"} <= set(codes)
+    for name, value in codes.items():
+        assert value < 0
+        with pytest.raises(chime.Error) as e:
+            chime._chime._raise(value, "x")
+        assert e.value.code == value and e.value.name == "CHIME_" + name
+    assert len(set(codes.values())) == len(codes)

@@ -12,8 +12,9 @@ typedef struct chime__metrics_s chime__metrics_t;
 typedef struct chime_server_s chime_server_t;
 
 /* Listens on addr ("127.0.0.1:9100", "[::1]:0"; port 0 picks one) and
- * serves srv's stats from a thread of its own. bound receives the address
- * bound. On failure a CHIME_E code with err filled. */
+ * serves srv's stats from a thread of its own (and a second that ends each
+ * connection 5 s after its accept: metrics.c, Connections). bound receives
+ * the address bound. On failure a CHIME_E code with err filled. */
 int chime__metrics_start(chime__metrics_t **out, chime_server_t *srv,
                          const char *addr, char *bound, size_t boundlen,
                          char *err, size_t errlen);

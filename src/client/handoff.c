@@ -42,9 +42,11 @@ static void close_passed_fds(struct msghdr *msg) {
 }
 
 /* One handshake. *dropped is set when the server closed the connection
- * without a byte of answer: it never read the whole request (a flood of
- * handshakes of this uid made the idlest one give way, server/handoff.c),
- * so the token was not consumed and may be presented again. */
+ * before the request was sent whole, and answered nothing: it never read
+ * the token (a flood of handshakes of this uid made this, the idlest, give
+ * way: server/handoff.c), so the token was not consumed and may be
+ * presented again. A request sent whole is read even by a handshake that
+ * gives way, so a close after it is an answer of its own (CHIME_EPROTO). */
 static int fetch_once(const char *socket_path, const uint8_t *token,
                       size_t token_len, int timeout_ms, int *fd_out,
                       int *dropped, char *err, size_t errlen) {
@@ -145,7 +147,6 @@ static int fetch_once(const char *socket_path, const uint8_t *token,
       goto cleanup;
     }
     if (k == 0) {
-      *dropped = got == 0;
       rc = chime__fail(err, errlen, CHIME_EPROTO,
                        "handoff: server closed the connection after %zu of 4 "
                        "status bytes",

@@ -76,11 +76,9 @@ static int connect_metrics(void) {
   return fd;
 }
 
-/* Sends req as is and reads the whole answer (HTTP/1.0: the server closes).
- * Returns the malloc'd response, "" when the server closed without one. */
-static char *http(const char *req, size_t reqlen) {
-  int fd = connect_metrics();
-  assert_int_equal(send(fd, req, reqlen, MSG_NOSIGNAL), (ssize_t)reqlen);
+/* Reads fd to its end and closes it: the bytes, NUL-terminated, in *len
+ * and malloc'd; NULL when a recv failed (a timeout: SO_RCVTIMEO 10 s). */
+static char *recv_all(int fd, size_t *lenp) {
   size_t cap = 1 << 16, len = 0;
   char *buf = malloc(cap);
   assert_non_null(buf);
@@ -93,13 +91,29 @@ static char *http(const char *req, size_t reqlen) {
     ssize_t n = recv(fd, buf + len, cap - len - 1, 0);
     if (n < 0 && errno == EINTR)
       continue;
-    assert_true(n >= 0); /* a timeout (10 s) is a failure */
+    if (n < 0) {
+      free(buf);
+      close(fd);
+      return NULL;
+    }
     if (n == 0)
       break;
     len += (size_t)n;
   }
   buf[len] = '\0';
   close(fd);
+  *lenp = len;
+  return buf;
+}
+
+/* Sends req as is and reads the whole answer (HTTP/1.0: the server closes).
+ * Returns the malloc'd response, "" when the server closed without one. */
+static char *http(const char *req, size_t reqlen) {
+  int fd = connect_metrics();
+  assert_int_equal(send(fd, req, reqlen, MSG_NOSIGNAL), (ssize_t)reqlen);
+  size_t len;
+  char *buf = recv_all(fd, &len);
+  assert_non_null(buf); /* a timeout (10 s) is a failure */
   return buf;
 }
 
@@ -411,29 +425,10 @@ static char *try_get_metrics(void) {
     close(fd);
     return NULL;
   }
-  size_t cap = 1 << 16, len = 0;
-  char *buf = malloc(cap);
-  assert_non_null(buf);
-  for (;;) {
-    if (len + 1 == cap) {
-      cap *= 2;
-      buf = realloc(buf, cap);
-      assert_non_null(buf);
-    }
-    ssize_t n = recv(fd, buf + len, cap - len - 1, 0);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0) {
-      free(buf);
-      close(fd);
-      return NULL;
-    }
-    if (n == 0)
-      break;
-    len += (size_t)n;
-  }
-  close(fd);
-  buf[len] = '\0';
+  size_t len;
+  char *buf = recv_all(fd, &len);
+  if (buf == NULL)
+    return NULL;
   if (len == 0) {
     free(buf);
     return NULL;

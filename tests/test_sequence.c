@@ -20,29 +20,11 @@
 #include "replay/steps.h"
 #include "replay/table.h"
 #include "seq_steps.h"
+#include "table_slot.h"
 
 static void make_cfg(chime__table_config_t *tc, uint64_t steps, uint32_t t,
                      uint32_t stride, int pad, chime__sampler_t s) {
   seq_table_cfg(tc, "seq", steps, t, stride, pad, s);
-}
-
-typedef struct {
-  chime_ring_layout_t lay;
-  uint8_t *mem;
-  chime_ring_wslot_t ws;
-} slot_t;
-
-static void slot_init(slot_t *s, const chime__table_t *t, uint32_t batch) {
-  const chime_spec_t *sp = chime__table_item_spec(t);
-  assert_int_equal(chime_ring_layout(&s->lay, sp, batch, 2, NULL, 0), 0);
-  s->mem = aligned_alloc(4096, s->lay.slot_bytes);
-  assert_non_null(s->mem);
-  memset(s->mem, 0xee, s->lay.slot_bytes);
-  memset(&s->ws, 0, sizeof(s->ws));
-  s->ws.base = s->mem;
-  for (uint32_t l = 0; l < sp->nleaves; l++)
-    s->ws.leaf[l] = s->mem + s->lay.leaf_offset[l];
-  s->ws.info = (chime_sample_info_t *)(s->mem + s->lay.info_offset);
 }
 
 /* Checks window j of a sampled batch: T (or info.length, then zeros and a

@@ -29,6 +29,7 @@
 #include "chime/errors.h"
 #include "replay/table.h"
 #include "seq_steps.h"
+#include "table_slot.h"
 
 /* spec "x:u32[]": a sample is its key. */
 #define SB 4
@@ -50,24 +51,6 @@ static chime__table_t *rate_table(chime__sampler_t s, uint64_t cap,
   chime__table_t *t;
   assert_int_equal(chime__table_create(&t, &tc), 0);
   return t;
-}
-
-typedef struct {
-  chime_ring_layout_t lay;
-  uint8_t *mem;
-  chime_ring_wslot_t ws;
-} slot_t;
-
-static void slot_init(slot_t *s, const chime__table_t *t, uint32_t batch) {
-  const chime_spec_t *sp = chime__table_item_spec(t);
-  assert_int_equal(chime_ring_layout(&s->lay, sp, batch, 2, NULL, 0), 0);
-  s->mem = aligned_alloc(4096, s->lay.slot_bytes);
-  assert_non_null(s->mem);
-  memset(&s->ws, 0, sizeof(s->ws));
-  s->ws.base = s->mem;
-  for (uint32_t l = 0; l < sp->nleaves; l++)
-    s->ws.leaf[l] = s->mem + s->lay.leaf_offset[l];
-  s->ws.info = (chime_sample_info_t *)(s->mem + s->lay.info_offset);
 }
 
 /* One item, without waiting: 0, or CHIME_EBUSY when the limiter (or a

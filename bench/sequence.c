@@ -47,7 +47,7 @@ typedef struct {
 typedef struct {
   chime_ring_layout_t lay;
   uint8_t *mem;
-  chime_ring_wslot_t ws;
+  chime__ring_wslot_t ws;
 } slot_t;
 
 static int slot_init(slot_t *s, const chime_spec_t *spec) {

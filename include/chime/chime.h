@@ -55,7 +55,7 @@
 #include <stdint.h>
 
 #include "chime/errors.h"
-#include "chime/ring.h"
+#include "chime/spec.h"
 #include "chime/version.h"
 
 #ifdef __cplusplus

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "chime/ring.h"
+#include "ring/producer.h"
 
 /* Alignment of each leaf array inside a slot, and of slots. The slot page is
  * fixed (not the host's page size) so a slot's layout is the same on every
@@ -35,7 +36,7 @@ uint64_t chime__page_size(void);
  * Each region starts on a host page. The consumer maps everything read-only
  * except region 1. */
 
-/* Written once by chime_ring_create(), read-only afterwards. */
+/* Written once by chime__ring_create(), read-only afterwards. */
 typedef struct {
   uint64_t magic;
   uint32_t version;
@@ -140,7 +141,7 @@ void chime__ring_set_unpin(chime_ring_t *ring, void (*fn)(void *arg),
                            void *arg);
 /* The arg given to chime__ring_set_unpin(), NULL when none was set. */
 void *chime__ring_unpin_arg(const chime_ring_t *ring);
-/* 1 for a handle from chime_ring_attach(), 0 for chime_ring_create(). */
+/* 1 for a handle from chime_ring_attach(), 0 for chime__ring_create(). */
 int chime__ring_is_consumer(const chime_ring_t *ring);
 /* The data region (all slots) of this side's mapping. */
 void *chime__ring_data(const chime_ring_t *ring, size_t *len);

@@ -43,7 +43,7 @@ uint64_t chime__page_size(void) {
   return p > (long)CHIME_RING_PAGE ? (uint64_t)p : CHIME_RING_PAGE;
 }
 
-int chime_ring_bytes(const chime_ring_layout_t *layout, uint64_t *out) {
+int chime__ring_bytes(const chime_ring_layout_t *layout, uint64_t *out) {
   chime__ring_regions_t reg;
   if (layout == NULL || out == NULL)
     return CHIME_EINVAL;

@@ -33,7 +33,7 @@ static int setup(void **state) {
   chime_spec_t spec;
   void *base;
   if (f == NULL || chime_spec_parse(&spec, SPEC, NULL, 0) != 0 ||
-      chime_ring_create(&f->ring, &spec, 8, 4) != 0)
+      chime__ring_create(&f->ring, &spec, 8, 4) != 0)
     return -1;
   base = chime_ring_map_base(f->ring, &f->len);
   f->image = malloc(f->len);
@@ -325,13 +325,13 @@ static void test_hostile_publish_words(void **state) {
   chime__ring_prod_t *prod = (chime__ring_prod_t *)(base + h->prod_offset);
   chime__ring_pubent_t *q = (chime__ring_pubent_t *)(base + h->queue_offset);
   chime_ring_t *cons = NULL;
-  chime_ring_wslot_t w;
+  chime__ring_wslot_t w;
   chime_ring_view_t v;
   uint64_t pub;
 
   assert_int_equal(chime_ring_attach(&cons, chime_ring_fd(f->ring), NULL), 0);
-  assert_int_equal(chime_ring_acquire(f->ring, &w, 0), 0);
-  assert_int_equal(chime_ring_publish(f->ring, w.slot, NULL), 0);
+  assert_int_equal(chime__ring_acquire(f->ring, &w, 0), 0);
+  assert_int_equal(chime__ring_publish(f->ring, w.slot, NULL), 0);
 
   atomic_store(&q[0].slot, 4); /* slot index out of range */
   assert_int_equal(chime_ring_next(cons, &v, 0), CHIME_ECORRUPT);

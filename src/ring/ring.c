@@ -228,10 +228,10 @@ int chime__ring_create(chime_ring_t **out, const chime_spec_t *spec,
     rc = chime__ring_fail(CHIME_ENOMEM, "ring create: out of memory");
     goto out;
   }
-  rc = chime__segment_create(&ring->seg, spec, &ring->layout, &regions, page);
+  rc = chime__segment_create(&ring->seg, spec, &ring->layout, &regions, page,
+                             &ring->spec);
   if (rc != 0)
     goto out;
-  ring->spec = ring->seg.hdr->spec;
   memcpy(ring->nonce, ring->seg.hdr->nonce, sizeof(ring->nonce));
   *out = ring;
   ring = NULL;

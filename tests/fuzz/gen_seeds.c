@@ -7,6 +7,7 @@
  *                              DIR/ring_attach, DIR/config, DIR/handoff,
  *                              DIR/requests; the folders must exist) */
 #include <errno.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 #include "chime.pb-c.h"
 #include "chime/ring.h"
 #include "ring/producer.h"
+#include "ring/ring_internal.h"
 #include "wire/chunk.h"
 #include "wire/handoff.h"
 #include "fuzz_common.h"
@@ -244,6 +246,17 @@ static void ring_seeds(void) {
                               sizeof(err)) == 0);
   FUZZ_CHECK(chime__ring_create(&ring, &spec, 2, 3) == 0);
   put_ring("fresh", ring);
+
+  /* The same ring claiming another format version: refused by it. */
+  {
+    size_t len;
+    const uint8_t *base = chime_ring_map_base(ring, &len);
+    uint8_t head[sizeof(chime__ring_header_t)];
+    const uint32_t v3 = 3;
+    memcpy(head, base, sizeof(head));
+    memcpy(head + offsetof(chime__ring_header_t, version), &v3, sizeof(v3));
+    put("ring_attach", "other_version", head, sizeof(head));
+  }
 
   /* Two batches published, not yet taken. (Slot bytes and the consumer's
    * words stay zero so the seed ends with the publish queue.) */

@@ -239,6 +239,13 @@ chime_client_mutate_priorities(chime_client_t *client, const char *table,
                                size_t n, const uint64_t *deletes,
                                size_t ndeletes, chime_mutate_result_t *out);
 
+/* Which shard issued `key`: the server's `shard` (1..65535), or 0 for an
+ * unsharded server. Every key a server issues carries its shard in the top
+ * 16 bits and a count from 1 per table in the other 48, so a key says where
+ * its item lives; a server refuses a MutatePriorities naming another
+ * shard's key with CHIME_EINVAL (docs/protocol.md, Keys). */
+CHIME_EXTERN uint32_t chime_key_shard(uint64_t key);
+
 typedef struct {
   char path[1100];      /* the checkpoint's directory on the server's host */
   uint32_t tables;      /* tables written */

@@ -13,6 +13,7 @@
 
 #include "chime/errors.h"
 #include "common/errfmt.h"
+#include "common/key.h"
 #include "common/spec.h"
 #include "replay/crc32c.h"
 
@@ -177,6 +178,7 @@ int chime__checkpoint_write_table(chime__table_t *t, int fd, uint8_t *buf,
   wr_raw(w, MAGIC, 8);
   wr_u32(w, VERSION);
   wr_u32(w, seq ? KIND_SEQUENCE : KIND_PLAIN);
+  wr_u32(w, cfg->shard);
   wr_str(w, cfg->name);
   wr_str(w, spec);
   wr_u64(w, v.count);
@@ -268,6 +270,13 @@ static int rd_str(rd_t *r, char *dst, size_t max) {
   memcpy(dst, s, n);
   dst[n] = '\0';
   return 0;
+}
+
+/* A next key (or step key) of the file's shard: one of its keys, or the
+ * one past its last count (a table that issued every key it has). */
+static int next_ok(uint64_t next, uint32_t shard) {
+  return chime__key_shard(next) == shard ||
+         next == chime__key_make(shard, CHIME__KEY_MAX_COUNT) + 1;
 }
 
 static chime__table_t *find_table(chime__table_t *const *tables, uint32_t n,
@@ -436,6 +445,14 @@ static int seq_load(const uint8_t *p, size_t n, const seqhdr_t *h,
     uint32_t first = rd_u32(&r), len = rd_u32(&r);
     double prio;
     memcpy(&prio, &pb, 8);
+    if (chime__key_shard(key) != cfg->shard) {
+      rc = fail(err, errlen, CHIME_ECORRUPT,
+                "%s: window %llu (key %llu) is shard %u's in a file of shard "
+                "%u",
+                fname, (unsigned long long)i, (unsigned long long)key,
+                chime__key_shard(key), cfg->shard);
+      goto out;
+    }
     rc = chime__table_restore_window(t, key, itime, prio, times, slot, episode,
                                      first, len);
     if (rc == CHIME_ENOMEM) {
@@ -484,12 +501,15 @@ int chime__checkpoint_load_table(const uint8_t *p, size_t n,
   if (!r.bad && (ver < MIN_VERSION || ver > VERSION))
     return fail(err, errlen, CHIME_ECORRUPT, "%s: version %u (this is %u)",
                 fname, ver, VERSION);
+  /* Versions 1 and 2 came before shards: an unsharded server's. */
+  uint32_t shard = ver >= 3 ? rd_u32(&r) : 0;
   rd_str(&r, name, sizeof(name));
   rd_str(&r, spec_text, sizeof(spec_text));
   uint64_t count = rd_u64(&r), next_key = rd_u64(&r), inserts = rd_u64(&r);
   uint64_t samples = rd_u64(&r), left = rd_u64(&r), left_times = rd_u64(&r);
   uint64_t rng = rd_u64(&r), sb = rd_u64(&r);
-  if (r.bad || (kind != KIND_PLAIN && kind != KIND_SEQUENCE))
+  if (r.bad || (kind != KIND_PLAIN && kind != KIND_SEQUENCE) ||
+      shard > CHIME__KEY_MAX_SHARD || !next_ok(next_key, shard))
     return fail(err, errlen, CHIME_ECORRUPT, "%s: malformed header", fname);
   if (chime_spec_parse(&spec, spec_text, perr, sizeof(perr)) != 0)
     return fail(err, errlen, CHIME_ECORRUPT, "%s: table '%s': bad spec: %s",
@@ -510,6 +530,8 @@ int chime__checkpoint_load_table(const uint8_t *p, size_t n,
     return fail(err, errlen, CHIME_ECORRUPT,
                 "%s: %llu items do not fill its %zu bytes", fname,
                 (unsigned long long)count, n);
+  if (kind == KIND_SEQUENCE && !old_seq && !next_ok(sh.step_key, shard))
+    return fail(err, errlen, CHIME_ECORRUPT, "%s: malformed header", fname);
   if (tables == NULL)
     return 0;
   chime__table_t *t = find_table(tables, ntables, name);
@@ -530,6 +552,13 @@ int chime__checkpoint_load_table(const uint8_t *p, size_t n,
                 "config",
                 name, kind == KIND_SEQUENCE ? "sequence" : "plain",
                 kind == KIND_SEQUENCE ? "plain" : "sequence");
+  if (shard != cfg->shard)
+    return fail(err, errlen, CHIME_EINVAL,
+                "table '%s': the checkpoint was written by shard %u, this "
+                "server is shard %u (0: unsharded); a key names the shard "
+                "that holds its item, so a checkpoint goes back into the "
+                "shard that wrote it only",
+                name, shard, cfg->shard);
   int rc = spec_check(name, &spec, &cfg->spec, err, errlen);
   if (rc != 0)
     return rc;
@@ -551,6 +580,12 @@ int chime__checkpoint_load_table(const uint8_t *p, size_t n,
     memcpy(&prio, &pb, 8);
     if (sample == NULL)
       return fail(err, errlen, CHIME_ECORRUPT, "%s: truncated", fname);
+    if (chime__key_shard(key) != shard)
+      return fail(err, errlen, CHIME_ECORRUPT,
+                  "%s: item %llu (key %llu) is shard %u's in a file of shard "
+                  "%u",
+                  fname, (unsigned long long)i, (unsigned long long)key,
+                  chime__key_shard(key), shard);
     rc = chime__table_restore_item(t, key, itime, prio, times, sample);
     if (rc == CHIME_ENOMEM)
       return fail(err, errlen, CHIME_EINVAL,

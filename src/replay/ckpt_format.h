@@ -4,7 +4,8 @@
  * directory a checkpoint goes into (names, MANIFEST, DONE, keep) and
  * hands this an open file to fill, or a file's bytes to read.
  *
- * The format: "CHIMECKT", version, kind, name, spec (text), the counts,
+ * The format: "CHIMECKT", version, kind, the shard that wrote it (version
+ * 3; 0 in older files: an unsharded server's), name, spec (text), the counts,
  * the items oldest first (key, insert time, priority, times sampled, the
  * sample's bytes), and the CRC-32C of all that; little-endian. A sequence
  * table's file (version 2) has, after the counts, its settings and step
@@ -22,8 +23,10 @@
 
 /* 2: sequence tables' steps and windows (a version 1 file holds a
  * sequence table's name and spec only); plain tables' files are the same
- * in both, and version 1 ones still load. The MANIFEST carries it too. */
-#define CHIME__CKPT_VERSION 2u
+ * in both, and version 1 ones still load. 3: the shard that wrote the
+ * file (its keys carry it, common/key.h); older files are shard 0's. The
+ * MANIFEST carries the version too. */
+#define CHIME__CKPT_VERSION 3u
 #define CHIME__CKPT_MIN_VERSION 1u
 /* The writer's buffer: chime__checkpoint_write_table wants this many
  * bytes at buf. */
@@ -49,10 +52,14 @@ int chime__checkpoint_write_table(chime__table_t *t, int fd, uint8_t *buf,
 /* One table file's bytes: verified (magic, CRC-32C, version, header,
  * sizes) and, when tables is not NULL, loaded into the table of its name,
  * whose spec must be the same leaf for leaf (and a sequence table's
- * settings the same). fname names the file in errors: CHIME_ECORRUPT,
- * CHIME_EINVAL (a table the config lacks, a spec or setting that differs,
- * more items than the table holds), CHIME_ENOTSUP (a sequence table in a
- * version 1 file). *items gets the items loaded. */
+ * settings the same), and whose shard the one that wrote the file: keys
+ * name the shard that holds their item, so a checkpoint goes back into
+ * the shard that wrote it only (an unsharded server's, shard 0, included).
+ * fname names the file in errors: CHIME_ECORRUPT (a key of another shard
+ * than the file's, too), CHIME_EINVAL (a table the config lacks, a spec,
+ * setting or shard that differs, more items than the table holds),
+ * CHIME_ENOTSUP (a sequence table in a version 1 file). *items gets the
+ * items loaded. */
 int chime__checkpoint_load_table(const uint8_t *p, size_t n,
                                  chime__table_t *const *tables,
                                  uint32_t ntables, const char *fname,

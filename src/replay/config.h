@@ -60,6 +60,12 @@ typedef struct {
    * not at all). */
   uint32_t max_writers;
   uint32_t writer_idle_ms;
+  /* The shard whose keys the table issues (common/key.h): its keys are
+   * chime__key_make(shard, 1), (shard, 2), ...; 0: an unsharded server's.
+   * A key of another shard is refused by MutatePriorities and restore, and
+   * a table that issued its last count refuses inserts (CHIME_EOVERFLOW).
+   * chimed sets every table's from its own `shard`. */
+  uint32_t shard;
 } chime__table_config_t;
 
 /* A table's storage (capacity * sample bytes) is reserved up front. */

@@ -93,6 +93,11 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
       rc = rc > 0 ? 0 : rc;
       goto out;
     }
+    /* Every sample takes a key, those a fifo remover skips too. */
+    if (chime__tbl_keys_out(t, t->next_key, count)) {
+      rc = CHIME_EOVERFLOW;
+      goto out;
+    }
     if (!t->lim->allows_insert(t)) {
       if (abort != NULL && atomic_load(abort)) {
         rc = CHIME_ESHUTDOWN;

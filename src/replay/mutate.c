@@ -54,13 +54,29 @@ static void mutate_update(chime__table_t *t, uint64_t key, double prio,
   out->updated++;
 }
 
+int chime__table_check_keys(const chime__table_t *t, const uint64_t *keys,
+                            size_t n, uint64_t *bad) {
+  uint32_t shard = t->cfg.shard;
+  for (size_t i = 0; i < n; i++) {
+    if (chime__key_shard(keys[i]) != shard) {
+      if (bad != NULL)
+        *bad = keys[i];
+      return CHIME_EINVAL;
+    }
+  }
+  return 0;
+}
+
 int chime__table_mutate(chime__table_t *t, const uint64_t *keys,
                         const double *priorities, size_t nupdates,
                         const uint64_t *deletes, size_t ndeletes,
                         chime__table_mutated_t *out) {
   memset(out, 0, sizeof(*out));
-  /* Checked whole first, without the lock (the bound is the config's):
-   * a refused request changes nothing. */
+  /* Checked whole first, without the lock (the bound and the shard are
+   * the config's): a refused request changes nothing. */
+  if (chime__table_check_keys(t, keys, nupdates, NULL) != 0 ||
+      chime__table_check_keys(t, deletes, ndeletes, NULL) != 0)
+    return CHIME_EINVAL;
   if (!chime__tbl_priorities_fine(t, priorities, nupdates, 1) &&
       chime__tbl_priorities_why(t, priorities, nupdates, 1, NULL, 0) != 0)
     return CHIME_EINVAL;

@@ -69,7 +69,10 @@ void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out);
  * inserted and left, but never goes in). Returns CHIME_ESHUTDOWN, having
  * inserted nothing (items it evicted while waiting for a pinned row stay
  * evicted), when it would have to wait while *abort is non-zero or
- * once the table is closed.
+ * once the table is closed. CHIME_EOVERFLOW, inserting nothing, when the
+ * keys would run past the table's shard's last count (2^48 - 1,
+ * common/key.h; a sequence table's step keys or window keys): keys never
+ * wrap into another shard's.
  * dq (NULL, or writer 0: none) names the request's writer and seq: one the
  * table inserted before is not inserted again; it returns 0 with its
  * original *first_key and dq->resent set. One it cannot tell about is
@@ -154,14 +157,22 @@ typedef struct {
  * table's lock: about a millisecond's worth. */
 #define CHIME__TABLE_MUTATE_SLICE 1024u
 
+/* 0, or CHIME_EINVAL with the first of keys[0, n) that another shard
+ * issued (its shard bits, common/key.h, are not the table's shard) in
+ * *bad: no key of this table's could be that item's. */
+int chime__table_check_keys(const chime__table_t *t, const uint64_t *keys,
+                            size_t n, uint64_t *bad);
+
 /* MutatePriorities: new priorities for the live items with keys (nupdates
- * of each), then deletes. Keys not live (never inserted, gone, or in a
- * batch given back) are counted as unknown. CHIME_EINVAL, changing
- * nothing, for a priority that is NaN, infinite or negative, or whose
- * priority^exponent is over CHIME__SUMTREE_MAX_VALUE (a prioritized
- * table). Applied in slices of CHIME__TABLE_MUTATE_SLICE entries, the lock
- * let go between two (a thread that queued for it meanwhile goes first),
- * so inserts and samples wait for a slice, not the whole mutation: a
+ * of each), then deletes. Keys of this table's shard that are not live
+ * (never inserted, gone, or in a batch given back) are counted as unknown.
+ * CHIME_EINVAL, changing nothing, for a key of another shard
+ * (chime__table_check_keys: an update sent to the wrong server is an
+ * error, never a silent no-op), or a priority that is NaN, infinite or
+ * negative, or whose priority^exponent is over CHIME__SUMTREE_MAX_VALUE (a
+ * prioritized table). Applied in slices of CHIME__TABLE_MUTATE_SLICE entries,
+ * the lock let go between two (a thread that queued for it meanwhile goes
+ * first), so inserts and samples wait for a slice, not the whole mutation: a
  * batch sampled meanwhile may see the first slices' changes and not the
  * rest's, and a key an insert or another mutation adds or removes
  * meanwhile counts as what it is when its entry's turn comes. */

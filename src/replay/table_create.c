@@ -87,7 +87,8 @@ int chime__table_create(chime__table_t **out,
       (t->rem = chime__selector(t->cfg.remover)) == NULL ||
       (t->cfg.sampler == CHIME__SAMPLER_FIFO &&
        t->cfg.remover != CHIME__SAMPLER_FIFO) ||
-      !(t->cfg.priority_exponent >= 0) || isinf(t->cfg.priority_exponent)) {
+      !(t->cfg.priority_exponent >= 0) || isinf(t->cfg.priority_exponent) ||
+      t->cfg.shard > CHIME__KEY_MAX_SHARD) {
     rc = CHIME_EINVAL;
     goto out;
   }
@@ -159,7 +160,7 @@ int chime__table_create(chime__table_t **out,
     goto out;
   if (seq && (rc = chime__tbl_seq_create(t, rows)) != 0)
     goto out;
-  t->next_key = 1;
+  t->next_key = chime__key_make(t->cfg.shard, 1);
   t->rng =
       (cfg->seed != 0 ? cfg->seed : chime__tbl_now_ns(CLOCK_MONOTONIC)) | 1u;
   pthread_mutex_init(&t->mu, NULL);

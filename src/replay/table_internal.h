@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "common/insert_window.h"
+#include "common/key.h"
 #include "replay/heap.h"
 #include "replay/keyindex.h"
 #include "replay/limiter.h"
@@ -124,6 +125,18 @@ static inline uint64_t chime__tbl_now_ns(clockid_t clk) {
   struct timespec ts;
   clock_gettime(clk, &ts);
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Whether n more keys from next (a table's next_key or step_key) would run
+ * past t's shard's last count (common/key.h): the table refuses the insert
+ * (CHIME_EOVERFLOW) rather than issue another shard's keys. Once the last
+ * count is issued, next is the next shard's first key (0 after shard
+ * 65535's): none left. */
+static inline int chime__tbl_keys_out(const chime__table_t *t, uint64_t next,
+                                      uint64_t n) {
+  if (chime__key_shard(next) != t->cfg.shard)
+    return n > 0;
+  return n > CHIME__KEY_MAX_COUNT - chime__key_count(next) + 1;
 }
 
 static inline size_t chime__tbl_align64(size_t n) {

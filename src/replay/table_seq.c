@@ -61,7 +61,7 @@ int chime__tbl_seq_create(chime__table_t *t, size_t rows) {
   if (!t->wslot || !t->wfirst || !t->wlen || !t->wep)
     return CHIME_ENOMEM;
   t->max_prio = 1.0;
-  t->step_key = 1;
+  t->step_key = chime__key_make(t->cfg.shard, 1);
   return chime__steps_create(&t->steps, &t->cfg.spec, &sc, &cb);
 }
 
@@ -128,6 +128,13 @@ int chime__tbl_seq_insert(chime__table_t *t, const chime__span_t *spans,
     }
     if ((rc = chime__tbl_seen(t, dq, count, first_key)) != 0) {
       rc = rc > 0 ? 0 : rc;
+      goto out;
+    }
+    /* Each step takes a step key and starts at most one window, and an
+     * episode's end may make one more (a padded tail). */
+    if (chime__tbl_keys_out(t, t->step_key, count) ||
+        chime__tbl_keys_out(t, t->next_key, (uint64_t)count + 1)) {
+      rc = CHIME_EOVERFLOW;
       goto out;
     }
     int rate = t->lim->allows_insert(t);

@@ -2,8 +2,11 @@
  * no checkpoint directory and no server: a table written into a file and
  * loaded back into a fresh one writes the very same bytes again (plain and
  * sequence tables), the file's size, items and CRC-32C are what the writer
- * reports, and damage is refused naming the file. test_checkpoint covers
- * the directory protocol and restore through it. */
+ * reports, and damage is refused naming the file; the shard that wrote a
+ * file is recorded and a file goes back into that shard's table only;
+ * version 1 and 2 files (tests/fuzz/corpus/checkpoint, from before shards)
+ * still load, as shard 0's. test_checkpoint covers the directory protocol
+ * and restore through it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +19,7 @@
 #include <cmocka.h>
 
 #include "chime/errors.h"
+#include "common/key.h"
 #include "replay/ckpt_format.h"
 #include "replay/crc32c.h"
 #include "replay/table.h"
@@ -56,7 +60,7 @@ static void write_file(chime__table_t *t, file_t *out) {
   assert_int_equal(out->f.crc, stored);
 }
 
-static chime__table_t *plain_table(const char *name) {
+static chime__table_t *plain_table_of(const char *name, uint32_t shard) {
   chime__table_config_t tc;
   chime__table_t *t;
   memset(&tc, 0, sizeof(tc));
@@ -67,8 +71,13 @@ static chime__table_t *plain_table(const char *name) {
   tc.min_size = 1;
   tc.priority_exponent = 1.0;
   tc.seed = 7;
+  tc.shard = shard;
   assert_int_equal(chime__table_create(&t, &tc), 0);
   return t;
+}
+
+static chime__table_t *plain_table(const char *name) {
+  return plain_table_of(name, 0);
 }
 
 /* Loads f into t (verifying first, as restore does), expecting rc. */
@@ -102,7 +111,7 @@ static void test_plain_roundtrip(void **state) {
   char spec[256];
   assert_int_equal(
       chime_spec_format(&chime__table_config(a)->spec, spec, sizeof(spec)), 0);
-  assert_int_equal(fa.n, 8 + 4 + 4 + (4 + 1) + (4 + strlen(spec)) + 8 * 8 +
+  assert_int_equal(fa.n, 8 + 4 + 4 + 4 + (4 + 1) + (4 + strlen(spec)) + 8 * 8 +
                              12 * (28 + 9) + 4);
   if (load(&fa, b, &items, err, sizeof(err)) != 0)
     fail_msg("load: %s", err);
@@ -173,10 +182,204 @@ static void test_sequence_roundtrip(void **state) {
   chime__table_destroy(c);
 }
 
+/* The u32 at off in f, little-endian. */
+static uint32_t file_u32(const file_t *f, size_t off) {
+  return (uint32_t)f->p[off] | (uint32_t)f->p[off + 1] << 8 |
+         (uint32_t)f->p[off + 2] << 16 | (uint32_t)f->p[off + 3] << 24;
+}
+
+/* Rewrites f's CRC-32C trailer after an edit. */
+static void fix_crc(file_t *f) {
+  uint32_t c = chime__crc32c(0, f->p, f->n - 4);
+  for (int i = 0; i < 4; i++)
+    f->p[f->n - 4 + i] = (uint8_t)(c >> (8 * i));
+}
+
+/* A table file records its shard (after the version and kind): it goes
+ * back into a table of that shard, byte for byte, and into one of any
+ * other shard (unsharded included) never, the error naming both; a key
+ * of another shard inside a file is damage. */
+static void test_shard_recorded(void **state) {
+  (void)state;
+  char err[512] = "";
+  chime__table_t *a = plain_table_of("t", 6), *b = plain_table_of("t", 6);
+  uint8_t rows[3 * 9] = {0};
+  uint64_t key, items = 0;
+  assert_int_equal(chime__table_insert(a, rows, 3, NULL, &key, NULL, NULL), 0);
+  assert_true(key == chime__key_make(6, 1));
+  file_t fa, fb;
+  write_file(a, &fa);
+  assert_int_equal(file_u32(&fa, 8), CHIME__CKPT_VERSION);
+  assert_int_equal(CHIME__CKPT_VERSION, 3);
+  assert_int_equal(file_u32(&fa, 16), 6);
+  if (load(&fa, b, &items, err, sizeof(err)) != 0)
+    fail_msg("load: %s", err);
+  assert_int_equal(items, 3);
+  write_file(b, &fb);
+  assert_memory_equal(fb.p, fa.p, fa.n);
+  free(fb.p);
+  const uint32_t others[] = {0, 7, 65535};
+  for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++) {
+    chime__table_t *c = plain_table_of("t", others[i]);
+    char want[32];
+    assert_int_equal(load(&fa, c, &items, err, sizeof(err)), CHIME_EINVAL);
+    snprintf(want, sizeof(want), "shard %u", others[i]);
+    if (strstr(err, "shard 6") == NULL || strstr(err, want) == NULL)
+      fail_msg("into shard %u: '%s'", others[i], err);
+    chime__table_stats_t st;
+    chime__table_get_stats(c, &st);
+    assert_int_equal(st.size, 0);
+    chime__table_destroy(c);
+  }
+  /* The last record's key (its first 8 bytes) made shard 5's. */
+  size_t last = fa.n - 4 - (28 + 9);
+  fa.p[last + 6] = 5;
+  fix_crc(&fa);
+  chime__table_t *d = plain_table_of("t", 6);
+  assert_int_equal(load(&fa, d, &items, err, sizeof(err)), CHIME_ECORRUPT);
+  assert_non_null(strstr(err, "table-000.ckpt"));
+  free(fa.p);
+  chime__table_destroy(a);
+  chime__table_destroy(b);
+  chime__table_destroy(d);
+
+  /* A sequence table's too: its windows' and steps' keys are shard 2's. */
+  chime__table_config_t tc;
+  chime__table_t *sa, *sb, *sc;
+  seq_table_cfg(&tc, "s", 64, 4, 2, 1, CHIME__SAMPLER_FIFO);
+  tc.shard = 2;
+  assert_int_equal(chime__table_create(&sa, &tc), 0);
+  assert_int_equal(chime__table_create(&sb, &tc), 0);
+  tc.shard = 0;
+  assert_int_equal(chime__table_create(&sc, &tc), 0);
+  seq_writer_t w = {.id = 1, .tag = 1};
+  for (int k = 0; k < 6; k++)
+    assert_int_equal(seq_append(sa, &w, 5, k % 2), 0);
+  write_file(sa, &fa);
+  assert_int_equal(file_u32(&fa, 16), 2);
+  if (load(&fa, sb, &items, err, sizeof(err)) != 0)
+    fail_msg("load: %s", err);
+  assert_true(items > 0);
+  assert_int_equal(load(&fa, sc, &items, err, sizeof(err)), CHIME_EINVAL);
+  assert_non_null(strstr(err, "shard 2"));
+  free(fa.p);
+  chime__table_destroy(sa);
+  chime__table_destroy(sb);
+  chime__table_destroy(sc);
+}
+
+/* A table that issued its shard's last key: its next key is the next
+ * shard's first, which a file may hold; restored, it still refuses
+ * inserts. */
+static void test_exhausted_roundtrip(void **state) {
+  (void)state;
+  char err[512] = "";
+  const uint32_t shards[] = {4, 65535};
+  for (size_t i = 0; i < 2; i++) {
+    chime__table_t *a = plain_table_of("t", shards[i]);
+    chime__table_t *b = plain_table_of("t", shards[i]);
+    uint8_t row[9] = {0};
+    uint64_t key, items = 0;
+    chime__table_restore_counts(
+        a, chime__key_make(shards[i], CHIME__KEY_MAX_COUNT), 0, 0, 0, 0, 0);
+    assert_int_equal(chime__table_insert(a, row, 1, NULL, &key, NULL, NULL), 0);
+    assert_int_equal(chime__table_insert(a, row, 1, NULL, &key, NULL, NULL),
+                     CHIME_EOVERFLOW);
+    file_t fa;
+    write_file(a, &fa);
+    if (load(&fa, b, &items, err, sizeof(err)) != 0)
+      fail_msg("load: %s", err);
+    assert_int_equal(items, 1);
+    assert_int_equal(chime__table_insert(b, row, 1, NULL, &key, NULL, NULL),
+                     CHIME_EOVERFLOW);
+    free(fa.p);
+    chime__table_destroy(a);
+    chime__table_destroy(b);
+  }
+}
+
+/* tests/fuzz/corpus/checkpoint holds files of versions 1 (plain tables)
+ * and 2 (sequence tables), written before shards: each still loads into
+ * the fuzz target's table as shard 0's, and into a shard's table never. */
+static void test_old_versions_load(void **state) {
+  (void)state;
+  const char *srcdir = getenv("CHIME_SOURCE_DIR");
+  static const struct {
+    const char *name;
+    uint32_t version;
+    uint64_t items;
+  } files[] = {{"fifo_empty", 1, 0},       {"fifo_5", 1, 5},
+               {"prioritized_16", 1, 16},  {"seq_fifo_empty", 2, 0},
+               {"seq_fifo_wrapped", 2, 0}, {"seq_prioritized_wrapped", 2, 0}};
+  if (srcdir == NULL)
+    skip();
+  for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+    char path[1024], err[512] = "";
+    snprintf(path, sizeof(path), "%s/tests/fuzz/corpus/checkpoint/%s", srcdir,
+             files[i].name);
+    FILE *in = fopen(path, "rb");
+    assert_non_null(in);
+    uint8_t raw[8192];
+    size_t n = fread(raw, 1, sizeof(raw), in);
+    fclose(in);
+    assert_true(n > 13 && n < sizeof(raw));
+    /* fuzz_checkpoint's input: a flags byte (bit 0: fix the CRC; bit 1:
+     * prioritized; bit 2: a sequence table), then the file. */
+    uint8_t flags = raw[0];
+    file_t f = {raw + 1, n - 1, {0}};
+    if (flags & 1)
+      fix_crc(&f);
+    assert_int_equal(file_u32(&f, 8), files[i].version);
+    for (uint32_t shard = 0; shard < 2; shard++) {
+      chime__table_config_t tc;
+      chime__table_t *t;
+      memset(&tc, 0, sizeof(tc));
+      snprintf(tc.name, sizeof(tc.name), "t");
+      assert_int_equal(chime_spec_parse(&tc.spec, "x:u64[], y:u8[4]", NULL, 0),
+                       0);
+      tc.capacity = 16;
+      if (flags & 4) {
+        tc.capacity = 0;
+        tc.capacity_steps = 64;
+        tc.sequence_length = 4;
+        tc.stride = 2;
+        tc.episode_pad = 1;
+        tc.initial_priority = 1.0;
+      }
+      tc.sampler =
+          (flags & 2) ? CHIME__SAMPLER_PRIORITIZED : CHIME__SAMPLER_FIFO;
+      tc.min_size = 1;
+      tc.priority_exponent = 1.0;
+      tc.seed = 1;
+      tc.shard = shard * 9;
+      assert_int_equal(chime__table_create(&t, &tc), 0);
+      uint64_t items = 0;
+      int rc = load(&f, t, &items, err, sizeof(err));
+      if (shard == 0) {
+        if (rc != 0)
+          fail_msg("%s: %s", files[i].name, err);
+        if (files[i].items > 0)
+          assert_int_equal(items, files[i].items);
+        if (strncmp(files[i].name, "seq_", 4) == 0 &&
+            strstr(files[i].name, "wrapped") != NULL)
+          assert_true(items > 0);
+      } else {
+        assert_int_equal(rc, CHIME_EINVAL);
+        if (strstr(err, "shard 0") == NULL || strstr(err, "shard 9") == NULL)
+          fail_msg("%s into shard 9: '%s'", files[i].name, err);
+      }
+      chime__table_destroy(t);
+    }
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_plain_roundtrip),
       cmocka_unit_test(test_sequence_roundtrip),
+      cmocka_unit_test(test_shard_recorded),
+      cmocka_unit_test(test_exhausted_roundtrip),
+      cmocka_unit_test(test_old_versions_load),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

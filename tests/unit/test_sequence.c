@@ -4,7 +4,8 @@
  * eviction; step storage is capacity_steps steps whatever the overlap;
  * padded windows and their mask, dropped short tails; initial priority
  * "max", max_times_sampled and MutatePriorities on windows; resent
- * requests appended once. */
+ * requests appended once; step and window keys carrying the table's shard,
+ * and appends refused rather than run into the next shard's keys. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +18,7 @@
 #include <cmocka.h>
 
 #include "chime/errors.h"
+#include "common/key.h"
 #include "replay/steps.h"
 #include "replay/table.h"
 #include "seq_steps.h"
@@ -578,6 +580,53 @@ static void test_short_episodes_share_blocks(void **state) {
   chime__table_destroy(t);
 }
 
+/* A sequence table of shard 3: the acks' step keys and the windows' keys
+ * are shard 3's; an append whose steps (or the windows they may make: one
+ * a step, one more for a padded tail) would run past the shard's last
+ * count is refused whole (CHIME_EOVERFLOW). */
+static void test_keys_carry_shard(void **state) {
+  (void)state;
+  chime__table_config_t tc;
+  chime__table_t *t;
+  uint64_t max = CHIME__KEY_MAX_COUNT;
+  make_cfg(&tc, 256, 4, 4, 1, CHIME__SAMPLER_FIFO);
+  tc.shard = 3;
+  assert_int_equal(chime__table_create(&t, &tc), 0);
+  uint8_t buf[8 * SEQ_STEP];
+  for (uint32_t i = 0; i < 8; i++)
+    seq_step_bytes(buf + i * SEQ_STEP, 1, i);
+  uint64_t k;
+  chime__dedupe_req_t dq = {.writer = 9, .seq = 1, .end_episode = 1};
+  assert_int_equal(chime__table_insert(t, buf, 6, NULL, &k, NULL, &dq), 0);
+  assert_true(k == chime__key_make(3, 1)); /* steps 1..6 */
+  slot_t s;
+  slot_init(&s, t, 2);
+  assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
+  assert_true(s.ws.info[0].key == chime__key_make(3, 1));
+  assert_true(s.ws.info[1].key == chime__key_make(3, 2)); /* padded 4..5 */
+  free(s.mem);
+  /* Step keys: 2 left, 3 steps refused, 2 taken. */
+  chime__table_restore_seq_counts(t, chime__key_make(3, max - 1), 1.0, 0);
+  chime__dedupe_req_t d2 = {.writer = 9, .seq = 2};
+  assert_int_equal(chime__table_insert(t, buf, 3, NULL, &k, NULL, &d2),
+                   CHIME_EOVERFLOW);
+  chime__table_stats_t st;
+  chime__table_get_stats(t, &st);
+  assert_int_equal(st.steps, 6);
+  chime__dedupe_req_t d3 = {.writer = 9, .seq = 3};
+  assert_int_equal(chime__table_insert(t, buf, 2, NULL, &k, NULL, &d3), 0);
+  assert_true(k == chime__key_make(3, max - 1));
+  /* Window keys: 3 left covers 2 steps and a padded tail, not 3 steps. */
+  chime__table_restore_seq_counts(t, chime__key_make(3, 100), 1.0, 0);
+  chime__table_restore_counts(t, chime__key_make(3, max - 2), 0, 0, 0, 0, 0);
+  chime__dedupe_req_t d4 = {.writer = 9, .seq = 4};
+  assert_int_equal(chime__table_insert(t, buf, 3, NULL, &k, NULL, &d4),
+                   CHIME_EOVERFLOW);
+  chime__dedupe_req_t d5 = {.writer = 9, .seq = 5, .end_episode = 1};
+  assert_int_equal(chime__table_insert(t, buf, 2, NULL, &k, NULL, &d5), 0);
+  chime__table_destroy(t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_interleaved_uniform),
@@ -593,6 +642,7 @@ int main(void) {
       cmocka_unit_test(test_copy_while_evicting),
       cmocka_unit_test(test_give_back),
       cmocka_unit_test(test_short_episodes_share_blocks),
+      cmocka_unit_test(test_keys_carry_shard),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,7 +2,8 @@
  * leaf-major copies, blocking inserts and samples and how they end,
  * requests resent by a writer acked again instead of inserted twice, and
  * batches drawn ahead of their bookkeeping giving the draws made one by
- * one. */
+ * one; keys that carry the table's shard, and a table that refuses inserts
+ * rather than run into the next shard's keys. */
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -17,6 +18,7 @@
 
 #include "chime/errors.h"
 #include "common/insert_window.h"
+#include "common/key.h"
 #include "replay/table.h"
 
 /* spec "a:u32[2], b:u8[]": 9 bytes a sample; a = {key*10, key*10+1}, b = key */
@@ -987,6 +989,78 @@ static void test_batch_drawn_ahead_same_draws(void **state) {
   }
 }
 
+/* A table of shard 5 issues shard 5's keys, counting from 1 as an
+ * unsharded table does; batches carry them. */
+static void test_keys_carry_shard(void **state) {
+  chime__table_config_t tc;
+  chime__table_t *t;
+  slot_t s;
+  uint8_t buf[8 * SB];
+  uint64_t k;
+  (void)state;
+  make_cfg(&tc, 16, CHIME__SAMPLER_FIFO, 1);
+  tc.shard = 5;
+  assert_int_equal(chime__table_create(&t, &tc), 0);
+  slot_init(&s, t, 5);
+  fill(buf, 1, 3);
+  assert_int_equal(chime__table_insert(t, buf, 3, NULL, &k, NULL, NULL), 0);
+  assert_true(k == chime__key_make(5, 1));
+  fill(buf, 4, 2);
+  assert_int_equal(chime__table_insert(t, buf, 2, NULL, &k, NULL, NULL), 0);
+  assert_true(k == chime__key_make(5, 4));
+  assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
+  for (uint32_t j = 0; j < 5; j++) {
+    assert_true(s.ws.info[j].key == chime__key_make(5, 1 + j));
+    assert_int_equal(((const uint8_t *)s.ws.leaf[1])[j], 1 + j); /* its bytes */
+  }
+  free(s.mem);
+  chime__table_destroy(t);
+  /* A shard past 16 bits is no table's. */
+  tc.shard = 65536;
+  assert_int_equal(chime__table_create(&t, &tc), CHIME_EINVAL);
+}
+
+/* Keys never wrap into the next shard's: a table whose next key is near
+ * its shard's last count takes a request only if every sample's key fits
+ * (CHIME_EOVERFLOW, nothing inserted, otherwise), and issues the last
+ * count itself. Shard 0 too: its next key would be shard 1's first. */
+static void test_keys_run_out(void **state) {
+  const uint32_t shards[] = {2, 0, 65535};
+  (void)state;
+  for (size_t i = 0; i < sizeof(shards) / sizeof(shards[0]); i++) {
+    chime__table_config_t tc;
+    chime__table_t *t;
+    chime__table_stats_t st;
+    uint8_t buf[8 * SB];
+    uint64_t k = 0, max = CHIME__KEY_MAX_COUNT;
+    make_cfg(&tc, 8, CHIME__SAMPLER_UNIFORM, 1);
+    tc.shard = shards[i];
+    assert_int_equal(chime__table_create(&t, &tc), 0);
+    /* Where a restored checkpoint would leave it. */
+    chime__table_restore_counts(t, chime__key_make(shards[i], max - 2), 0, 0, 0,
+                                0, 0);
+    fill(buf, 1, 4);
+    assert_int_equal(chime__table_insert(t, buf, 4, NULL, &k, NULL, NULL),
+                     CHIME_EOVERFLOW);
+    chime__table_get_stats(t, &st);
+    assert_int_equal(st.size, 0);
+    assert_int_equal(st.inserts, 0);
+    assert_int_equal(chime__table_insert(t, buf, 3, NULL, &k, NULL, NULL), 0);
+    assert_true(k == chime__key_make(shards[i], max - 2));
+    assert_int_equal(chime__table_insert(t, buf, 1, NULL, &k, NULL, NULL),
+                     CHIME_EOVERFLOW);
+    /* The last count is an item like any. */
+    chime__table_mutated_t m;
+    uint64_t last = chime__key_make(shards[i], max);
+    double p = 2.0;
+    assert_int_equal(chime__table_mutate(t, &last, &p, 1, NULL, 0, &m), 0);
+    assert_int_equal(m.updated, 1);
+    chime__table_get_stats(t, &st);
+    assert_int_equal(st.size, 3);
+    chime__table_destroy(t);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fifo_order_and_wrap),
@@ -1010,6 +1084,8 @@ int main(void) {
       cmocka_unit_test(test_bad_priorities_refused),
       cmocka_unit_test(test_priority_sum_stays_finite),
       cmocka_unit_test(test_batch_drawn_ahead_same_draws),
+      cmocka_unit_test(test_keys_carry_shard),
+      cmocka_unit_test(test_keys_run_out),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

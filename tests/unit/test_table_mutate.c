@@ -3,7 +3,8 @@
  * items left (chi-square, fixed seeds, a fixed threshold) with each
  * sample's probability, priority and table size exact; fifo, lifo and
  * heap orders are exact; removers evict by the new priorities; keys that
- * left are unknown; a refused request changes nothing; deletes while a
+ * left are unknown; a refused request changes nothing; a key of another
+ * shard refuses the whole request (never a silent no-op); deletes while a
  * sampler copies rows tear none. The samples' bytes are their keys, so
  * every draw also checks its row. */
 #include <math.h>
@@ -20,6 +21,7 @@
 #include <cmocka.h>
 
 #include "chime/errors.h"
+#include "common/key.h"
 #include "replay/table.h"
 
 #define MAXKEYS 4096
@@ -620,7 +622,10 @@ static void check_churn(chime__sampler_t sampler) {
     next++;
     if (i == 0)
       assert_int_equal(pthread_create(&th, NULL, sampler_main, &c), 0);
-    uint64_t victim = next - 1 - rng_next(&seed) % 8;
+    /* One of the last 8 keys (0 early on: never issued, unknown; a key
+     * below 0 would be another shard's, which is refused). */
+    uint64_t back = rng_next(&seed) % 8;
+    uint64_t victim = back < next ? next - 1 - back : 0;
     double np = (double)(rng_next(&seed) % 5);
     chime__table_mutated_t r;
     if (rng_next(&seed) % 3)
@@ -753,6 +758,73 @@ static void test_large_mutation_in_slices(void **state) {
   free(m);
 }
 
+/* A key whose shard bits are not the table's is an update sent to the
+ * wrong server: the whole request is refused (CHIME_EINVAL) and nothing
+ * changes, updates and deletes alike, wherever in the request it is;
+ * chime__table_check_keys names it. A key of the table's own shard that
+ * is not in the table is unknown, as ever. Shard 0 (unsharded) refuses
+ * other shards' keys too. */
+static void test_foreign_shard_refused(void **state) {
+  (void)state;
+  const uint32_t shards[] = {3, 0};
+  for (size_t i = 0; i < sizeof(shards) / sizeof(shards[0]); i++) {
+    uint32_t me = shards[i], other = me == 3 ? 4 : 1;
+    chime__table_config_t tc;
+    chime__table_t *t;
+    chime__table_mutated_t r;
+    memset(&tc, 0, sizeof(tc));
+    snprintf(tc.name, sizeof(tc.name), "m");
+    assert_int_equal(chime_spec_parse(&tc.spec, "k:u64[]", NULL, 0), 0);
+    tc.capacity = 8;
+    tc.min_size = 1;
+    tc.sampler = CHIME__SAMPLER_MAX_HEAP;
+    tc.shard = me;
+    assert_int_equal(chime__table_create(&t, &tc), 0);
+    uint64_t data[4] = {1, 2, 3, 4}, first;
+    double prio[4] = {4, 3, 2, 1};
+    assert_int_equal(chime__table_insert(t, (const uint8_t *)data, 4, prio,
+                                         &first, NULL, NULL),
+                     0);
+    assert_true(first == chime__key_make(me, 1));
+    uint64_t k1 = chime__key_make(me, 1), k4 = chime__key_make(me, 4);
+    uint64_t theirs = chime__key_make(other, 4); /* "4" of another shard */
+    uint64_t bad = 0;
+    uint64_t upd[3] = {k4, theirs, k1};
+    double np[3] = {100, 100, 0.5};
+    assert_int_equal(chime__table_check_keys(t, upd, 3, &bad), CHIME_EINVAL);
+    assert_true(bad == theirs);
+    assert_int_equal(chime__table_mutate(t, upd, np, 3, NULL, 0, &r),
+                     CHIME_EINVAL);
+    assert_int_equal(chime__table_mutate(t, &k4, np, 1, &theirs, 1, &r),
+                     CHIME_EINVAL);
+    uint64_t dels[2] = {k1, theirs};
+    assert_int_equal(chime__table_mutate(t, NULL, NULL, 0, dels, 2, &r),
+                     CHIME_EINVAL);
+    /* Nothing changed: all four in, the max-heap order the inserted one. */
+    chime__table_stats_t st;
+    chime__table_get_stats(t, &st);
+    assert_int_equal(st.size, 4);
+    slot_t s;
+    model_t *mm = calloc(1, sizeof(*mm));
+    assert_non_null(mm);
+    mm->t = t;
+    slot_open(&s, mm, 1);
+    free(mm);
+    assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
+    assert_true(s.ws.info[0].key == k1);
+    assert_true(s.ws.info[0].priority == 4);
+    free(s.mem);
+    /* This shard's key that is not in: unknown, not refused. */
+    uint64_t gone[2] = {chime__key_make(me, 99), k4};
+    double two[2] = {7, 7};
+    assert_int_equal(chime__table_check_keys(t, gone, 2, &bad), 0);
+    assert_int_equal(chime__table_mutate(t, gone, two, 2, NULL, 0, &r), 0);
+    assert_int_equal(r.unknown, 1);
+    assert_int_equal(r.updated, 1);
+    chime__table_destroy(t);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_prioritized_after_mutate),
@@ -761,6 +833,7 @@ int main(void) {
       cmocka_unit_test(test_fifo_lifo_after_deletes),
       cmocka_unit_test(test_removers_after_mutate),
       cmocka_unit_test(test_refused_changes_nothing),
+      cmocka_unit_test(test_foreign_shard_refused),
       cmocka_unit_test(test_deletes_while_sampling),
       cmocka_unit_test(test_large_mutation_in_slices),
   };

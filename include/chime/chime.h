@@ -160,6 +160,7 @@ typedef struct {
   char version[32];
   char boot_id[64];
   char hostname[256];
+  uint32_t shard; /* the server's shard, 0: unsharded (chime_key_shard) */
   int pin_host_memory;
   uint64_t pinned_bytes; /* the sum over rings */
   uint32_t ntables;
@@ -487,11 +488,14 @@ typedef struct {
    * "latest": the newest complete one in the config's checkpoint.dir;
    * NULL: start empty (docs/operations.md, Checkpoints) */
   const char *restore;
+  /* overrides the config's "shard": 1..65535, the shard every key this
+   * server issues carries (docs/operations.md, Shards); -1: as configured */
+  int shard;
 } chime_server_opts_t;
 #define CHIME_SERVER_OPTS_INIT                                                 \
   {                                                                            \
     .config_path = NULL, .listen = NULL, .pin_host_memory = -1,                \
-    .metrics = NULL, .restore = NULL                                           \
+    .metrics = NULL, .restore = NULL, .shard = -1                              \
   }
 
 /* Builds tables and the handoff socket from the config; serves nothing yet.

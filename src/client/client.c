@@ -321,6 +321,7 @@ int chime_client_info(chime_server_info_t **out, chime_client_t *client) {
   copy_str(info->version, sizeof(info->version), r->version);
   copy_str(info->boot_id, sizeof(info->boot_id), r->boot_id);
   copy_str(info->hostname, sizeof(info->hostname), r->hostname);
+  info->shard = r->shard;
   info->pin_host_memory = r->pin_host_memory;
   info->pinned_bytes = r->pinned_bytes;
   for (size_t i = 0; i < r->n_tables; i++) {

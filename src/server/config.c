@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "chime/errors.h"
+#include "common/key.h"
 #include "replay/sumtree.h"
 #include "wire/insert.h"
 
@@ -584,11 +585,21 @@ static int parse_string(char *dst, size_t cap, json_t *v, const char *key,
   return 0;
 }
 
+/* "shard": which shard this server is, 1..CHIME__KEY_MAX_SHARD. */
+static int parse_shard(chime__config_t *cfg, json_t *v, char *err,
+                       size_t errlen) {
+  if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+      json_integer_value(v) > CHIME__KEY_MAX_SHARD)
+    return fail(err, errlen, CHIME__SHARD_RANGE_ERROR, "'shard'");
+  cfg->shard = (uint32_t)json_integer_value(v);
+  return 0;
+}
+
 int chime__config_parse(chime__config_t *cfg, const char *text, char *err,
                         size_t errlen) {
   json_error_t jerr;
   int rc = 0;
-  int have_tables = 0;
+  int have_tables = 0, have_grace = 0;
   json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
   config_base(cfg);
   if (root == NULL) {
@@ -629,6 +640,17 @@ int chime__config_parse(chime__config_t *cfg, const char *text, char *err,
     } else if (strcmp(key, "keepalive_timeout_ms") == 0) {
       rc = get_range(v, "'keepalive_timeout_ms'", 1, 3600000,
                      &cfg->keepalive_timeout_ms, err, errlen);
+    } else if (strcmp(key, "max_connection_age_ms") == 0) {
+      rc = get_range(v, "'max_connection_age_ms'", 0, INT32_MAX,
+                     &cfg->max_connection_age_ms, err, errlen);
+    } else if (strcmp(key, "max_connection_age_grace_ms") == 0) {
+      /* 0 would cut every call the moment its connection ages: left out,
+       * calls run their course. */
+      rc = get_range(v, "'max_connection_age_grace_ms'", 1, INT32_MAX,
+                     &cfg->max_connection_age_grace_ms, err, errlen);
+      have_grace = 1;
+    } else if (strcmp(key, "shard") == 0) {
+      rc = parse_shard(cfg, v, err, errlen);
     } else if (strcmp(key, "handshake_timeout_ms") == 0) {
       rc = get_range(v, "'handshake_timeout_ms'", 1, 3600000,
                      &cfg->handshake_timeout_ms, err, errlen);
@@ -673,20 +695,26 @@ int chime__config_parse(chime__config_t *cfg, const char *text, char *err,
         cfg->ntables++;
       }
     } else {
-      rc =
-          fail(err, errlen,
-               "'%s': unknown key (known: listen, metrics, handoff_socket, "
-               "handoff_expires_ms, max_connections, handshake_timeout_ms, "
-               "keepalive_time_ms, keepalive_timeout_ms, sampler_threads, "
-               "allowed_uids, auth, tls, checkpoint, budgets, pin_host_memory, "
-               "tables)",
-               key);
+      rc = fail(err, errlen,
+                "'%s': unknown key (known: listen, metrics, handoff_socket, "
+                "handoff_expires_ms, max_connections, handshake_timeout_ms, "
+                "keepalive_time_ms, keepalive_timeout_ms, "
+                "max_connection_age_ms, max_connection_age_grace_ms, "
+                "sampler_threads, shard, allowed_uids, auth, tls, checkpoint, "
+                "budgets, pin_host_memory, tables)",
+                key);
     }
     if (rc != 0)
       goto out;
   }
   if (!have_tables) {
     rc = fail(err, errlen, "'tables' is required");
+    goto out;
+  }
+  if (have_grace && cfg->max_connection_age_ms == 0) {
+    rc = fail(err, errlen,
+              "'max_connection_age_grace_ms': only a connection age uses it "
+              "(set max_connection_age_ms)");
     goto out;
   }
   if (cfg->stream_ring_bytes > cfg->total_ring_bytes)

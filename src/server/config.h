@@ -67,6 +67,15 @@ typedef struct {
    * timeout is dropped with its calls (0: no pings). */
   uint32_t keepalive_time_ms;
   uint32_t keepalive_timeout_ms;
+  /* gRPC's connection age: a connection older than age_ms (0: no limit)
+   * is sent GOAWAY, so its client's channel connects anew (and resolves
+   * its target again); calls open on it may go on for grace_ms more (0:
+   * for as long as they last) and are then cut. */
+  uint32_t max_connection_age_ms;
+  uint32_t max_connection_age_grace_ms;
+  /* The shard every key of this server carries (common/key.h): 1..65535,
+   * or 0, an unsharded server. Copied into each table's config. */
+  uint32_t shard;
   uint32_t sampler_threads; /* the pool filling every ring; 0: CPUs */
   uint32_t ntokens;         /* 0: no authentication */
   chime__token_config_t tokens[CHIME__MAX_TOKENS];
@@ -89,6 +98,12 @@ typedef struct {
 #define CHIME__DEFAULT_HANDSHAKE_TIMEOUT_MS 10000u
 #define CHIME__DEFAULT_KEEPALIVE_TIME_MS 20000u
 #define CHIME__DEFAULT_KEEPALIVE_TIMEOUT_MS 10000u
+
+/* What a bad shard is told, "%s" naming where it came from ("'shard'",
+ * "--shard"). */
+#define CHIME__SHARD_RANGE_ERROR                                               \
+  "%s: must be an integer 1..65535 (leave it out for an unsharded server; "    \
+  "a StatefulSet's pod ordinal counts from 0: give ordinal + 1)"
 
 /* The built-in configuration: table demo on 127.0.0.1:50051. */
 int chime__config_default(chime__config_t *cfg, char *err, size_t errlen);

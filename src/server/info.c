@@ -92,6 +92,7 @@ static void info_on_start(chime__call_t *c) {
   r.version = (char *)CHIME_VERSION_STRING;
   r.boot_id = srv->boot_id;
   r.hostname = srv->hostname;
+  r.shard = srv->cfg.shard;
   r.pin_host_memory = srv->cfg.pin_host_memory != 0;
   for (uint32_t i = 0; i < srv->ntables; i++) {
     const chime__table_config_t *tc = chime__table_config(srv->tables[i]);

@@ -333,6 +333,14 @@ static void insert_finish(chime__call_t *c, insert_t *st, int rc,
     finish_err(c, rc,
                rc == CHIME_ENOMEM ? "out of memory"
                                   : "request larger than the table");
+  else if (rc == CHIME_EOVERFLOW)
+    chime__call_finish_as(
+        c, CHIME_EOVERFLOW, GRPC_STATUS_RESOURCE_EXHAUSTED,
+        "insert into '%s': request %llu not inserted: the table issued the "
+        "last of its 2^48 - 1 keys (a key is the shard in 16 bits and a "
+        "count in 48, and never runs into the next shard's); start the "
+        "server without --restore to count from 1 again",
+        chime__table_config(st->table)->name, (unsigned long long)id);
   else if (rc == CHIME_ERESOURCE)
     chime__call_finish(
         c, CHIME_ERESOURCE,

@@ -11,10 +11,11 @@
 
 #include "chime/chime.h"
 #include "common/malloc_tune.h"
+#include "server/config.h"
 
 static const char usage[] =
     "usage: chimed [--config FILE] [--listen ADDR] [--metrics ADDR]\n"
-    "              [--pin-host-memory] [--restore DIR|latest]\n"
+    "              [--pin-host-memory] [--restore DIR|latest] [--shard N]\n"
     "              [--help] [--version]\n"
     "  --config FILE      JSON configuration (see docs/operations.md);\n"
     "                     without it: table 'demo' on 127.0.0.1:50051\n"
@@ -25,6 +26,10 @@ static const char usage[] =
     "  --pin-host-memory  page-lock every ring with the CUDA runtime\n"
     "  --restore DIR|latest  load a checkpoint before serving: its directory,\n"
     "                     or the newest complete one in checkpoint.dir\n"
+    "  --shard N          this server's shard, 1..65535, carried by every key\n"
+    "                     it issues (overrides the config's \"shard\"; one "
+    "per\n"
+    "                     server of a sharded deployment)\n"
     "Prints 'listening on ADDR' once serving (then 'metrics on ADDR' when\n"
     "metrics are on); exits 0 after SIGINT/SIGTERM.\n";
 
@@ -32,6 +37,20 @@ static void on_signal(uv_signal_t *h, int signum) {
   (void)signum;
   fprintf(stderr, "chimed: shutting down\n");
   uv_stop(h->loop);
+}
+
+/* --shard's value: a decimal 1..65535, nothing else (no sign, no
+ * spaces, no trailing text). -1 when it is not one. */
+static int shard_value(const char *s) {
+  long v = 0;
+  if (*s == '\0' || strlen(s) > 5)
+    return -1;
+  for (; *s != '\0'; s++) {
+    if (*s < '0' || *s > '9')
+      return -1;
+    v = v * 10 + (*s - '0');
+  }
+  return v >= 1 && v <= 65535 ? (int)v : -1;
 }
 
 /* Accepts "--name VALUE" and "--name=VALUE". */
@@ -137,6 +156,17 @@ int main(int argc, char **argv) {
       if (r < 0)
         goto bad;
       opts.metrics = v;
+      continue;
+    }
+    if ((r = flag_value(argc, argv, &i, "--shard", &v)) != 0) {
+      if (r < 0)
+        goto bad;
+      if ((opts.shard = shard_value(v)) < 0) {
+        char what[64];
+        snprintf(what, sizeof(what), "--shard '%.32s'", v);
+        fprintf(stderr, "chimed: " CHIME__SHARD_RANGE_ERROR "\n", what);
+        return 2;
+      }
       continue;
     }
   bad:

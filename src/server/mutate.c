@@ -7,6 +7,7 @@
 
 #include "chime.pb-c.h"
 #include "common/errfmt.h"
+#include "common/key.h"
 #include "server/mutatereq.h"
 #include "replay/table.h"
 #include "server/state.h"
@@ -53,6 +54,20 @@ static void mutate_on_start(chime__call_t *c) {
     goto out;
   }
   chime__table_mutated_t m;
+  uint64_t foreign = 0;
+  if (chime__table_check_keys(t, req.keys, req.n_updates, &foreign) != 0 ||
+      chime__table_check_keys(t, req.deletes, req.n_deletes, &foreign) != 0) {
+    /* Another shard's item: a sharded client sends each key to the shard
+     * its top bits name (docs/protocol.md, Keys). */
+    chime__call_finish(c, CHIME_EINVAL,
+                       "MutatePriorities on '%s': key %llu was issued by "
+                       "shard %u (its top 16 bits), and this server is shard "
+                       "%u; nothing was changed",
+                       chime__table_config(t)->name,
+                       (unsigned long long)foreign, chime__key_shard(foreign),
+                       chime__table_config(t)->shard);
+    goto out;
+  }
   int rc = chime__table_mutate(t, req.keys, req.priorities, req.n_updates,
                                req.deletes, req.n_deletes, &m);
   if (rc != 0) { /* CHIME_EINVAL: a priority; the table says which */

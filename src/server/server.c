@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/keepalive.h"
+#include "common/key.h"
 #include "ring/pin.h"
 #include "server/acceptor.h"
 #include "server/checkpoint.h"
@@ -165,6 +166,14 @@ int chime_server_create(chime_server_t **out, const chime_server_opts_t *opts,
   }
   if (opts->pin_host_memory >= 0)
     srv->cfg.pin_host_memory = opts->pin_host_memory != 0;
+  if (opts->shard >= 0) {
+    if (opts->shard < 1 || opts->shard > (int)CHIME__KEY_MAX_SHARD) {
+      snprintf(err, errlen, CHIME__SHARD_RANGE_ERROR, "shard");
+      rc = CHIME_EINVAL;
+      goto out;
+    }
+    srv->cfg.shard = (uint32_t)opts->shard;
+  }
   if (opts->metrics != NULL) {
     if (strlen(opts->metrics) >= sizeof(srv->cfg.metrics)) {
       snprintf(err, errlen, "metrics address must be at most %zu characters",
@@ -184,6 +193,7 @@ int chime_server_create(chime_server_t **out, const chime_server_opts_t *opts,
     goto out;
   read_identity(srv);
   for (uint32_t i = 0; i < srv->cfg.ntables; i++) {
+    srv->cfg.tables[i].shard = srv->cfg.shard; /* the keys it issues */
     rc = chime__table_create(&srv->tables[i], &srv->cfg.tables[i]);
     if (rc != 0) {
       snprintf(err, errlen, "table '%s': cannot reserve its storage: %s",
@@ -477,7 +487,7 @@ static void warn_exposed(const chime__config_t *cfg) {
 int chime_server_listen(chime_server_t *srv, char *bound, size_t boundlen,
                         char *err, size_t errlen) {
   int rc = 0;
-  grpc_arg args[5 + CHIME__KEEPALIVE_ARGS];
+  grpc_arg args[7 + CHIME__KEEPALIVE_ARGS];
   grpc_server_credentials *tls = NULL;
   char tmp[1];
   if (err == NULL || errlen == 0) {
@@ -506,6 +516,19 @@ int chime_server_listen(chime_server_t *srv, char *bound, size_t boundlen,
   size_t nargs =
       3 + chime__keepalive_args(args + 3, (int)srv->cfg.keepalive_time_ms,
                                 (int)srv->cfg.keepalive_timeout_ms);
+  if (srv->cfg.max_connection_age_ms > 0) {
+    /* Clients' channels connect anew (re-resolving a dns:/// target, so
+     * shards that came or went are seen); calls on the old connection go
+     * on for the grace, by default for as long as they last (INT_MAX:
+     * gRPC's "no limit"). */
+    uint32_t grace = srv->cfg.max_connection_age_grace_ms;
+    args[nargs].type = GRPC_ARG_INTEGER;
+    args[nargs].key = (char *)GRPC_ARG_MAX_CONNECTION_AGE_MS;
+    args[nargs++].value.integer = (int)srv->cfg.max_connection_age_ms;
+    args[nargs].type = GRPC_ARG_INTEGER;
+    args[nargs].key = (char *)GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS;
+    args[nargs++].value.integer = grace > 0 ? (int)grace : INT32_MAX;
+  }
   if (srv->cfg.tls.cert[0] != '\0') {
     /* Read before anything listens: a bad file is a startup error. */
     rc = chime__tls_server_credentials(&srv->cfg.tls, &tls, err, errlen);

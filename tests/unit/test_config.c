@@ -1,5 +1,6 @@
 /* chimed's config: the default, the example file, and every kind of mistake
- * named by key or table. */
+ * named by key or table; the shard (config and server option) reaching
+ * every table, and the connection age. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,8 +11,11 @@
 
 #include <cmocka.h>
 
+#include <unistd.h>
+
 #include "chime/chime.h"
 #include "server/config.h"
+#include "server/state.h"
 
 static chime__config_t cfg;
 
@@ -399,6 +403,83 @@ static void test_sequence_keys(void **state) {
 #undef S
 }
 
+/* "shard" (1..65535; absent: 0, unsharded) and the connection age keys:
+ * good values land, bad ones are named; the server option overrides the
+ * config's shard and every table gets it. */
+static void test_shard_and_age(void **state) {
+  char err[512] = "";
+  (void)state;
+  assert_int_equal(chime__config_parse(&cfg, "{" TA "}", err, sizeof(err)), 0);
+  assert_int_equal(cfg.shard, 0);
+  assert_int_equal(cfg.max_connection_age_ms, 0);
+  assert_int_equal(cfg.max_connection_age_grace_ms, 0);
+  const char *good = "{\"shard\": 65535, \"max_connection_age_grace_ms\": "
+                     "60000, \"max_connection_age_ms\": 1800000," TA "}";
+  assert_int_equal(chime__config_parse(&cfg, good, err, sizeof(err)), 0);
+  assert_int_equal(cfg.shard, 65535);
+  assert_int_equal(cfg.max_connection_age_ms, 1800000);
+  assert_int_equal(cfg.max_connection_age_grace_ms, 60000);
+  assert_int_equal(
+      chime__config_parse(&cfg, "{\"shard\": 1," TA "}", err, sizeof(err)), 0);
+  assert_int_equal(cfg.shard, 1);
+  const char *bad[] = {"0",     "65536", "-1",   "1.5",
+                       "\"3\"", "true",  "null", "4294967297"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    char json[256];
+    snprintf(json, sizeof(json), "{\"shard\": %s," TA "}", bad[i]);
+    expect_bad(json, "'shard': must be an integer 1..65535");
+  }
+  expect_bad("{\"shard\": 0," TA "}", "ordinal + 1");
+  expect_bad("{\"max_connection_age_ms\": -1," TA "}",
+             "'max_connection_age_ms'");
+  expect_bad("{\"max_connection_age_ms\": 2147483648," TA "}",
+             "'max_connection_age_ms': must be 0..2147483647");
+  expect_bad("{\"max_connection_age_ms\": 1000, "
+             "\"max_connection_age_grace_ms\": 0," TA "}",
+             "'max_connection_age_grace_ms': must be 1..2147483647");
+  expect_bad("{\"max_connection_age_grace_ms\": 5000," TA "}",
+             "only a connection age uses it");
+  expect_bad("{\"shards\": 2," TA "}", "'shards': unknown key");
+
+  /* chime_server_create: the option over the config, on every table. */
+  char path[512];
+  const char *two = "{\"shard\": 7, \"tables\": ["
+                    "{\"name\": \"a\", \"spec\": \"x:u8\", \"capacity\": 4},"
+                    "{\"name\": \"b\", \"spec\": \"x:u8\", \"capacity\": 4}]}";
+  snprintf(path, sizeof(path), "/tmp/chime-test-config-%d.json", (int)getpid());
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(two, f);
+  fclose(f);
+  const int opt[] = {-1, 300};
+  const uint32_t want[] = {7, 300};
+  for (int i = 0; i < 2; i++) {
+    chime_server_t *srv = NULL;
+    chime_server_opts_t o = CHIME_SERVER_OPTS_INIT;
+    o.config_path = path;
+    o.shard = opt[i];
+    if (chime_server_create(&srv, &o, err, sizeof(err)) != 0)
+      fail_msg("create: %s", err);
+    const chime__config_t *sc = &srv->cfg;
+    assert_int_equal(sc->shard, want[i]);
+    for (uint32_t t = 0; t < sc->ntables; t++)
+      assert_int_equal(sc->tables[t].shard, want[i]);
+    chime_server_destroy(srv);
+  }
+  const int wrong[] = {0, 65536};
+  for (int i = 0; i < 2; i++) {
+    chime_server_t *srv = NULL;
+    chime_server_opts_t o = CHIME_SERVER_OPTS_INIT;
+    o.config_path = path;
+    o.shard = wrong[i];
+    assert_int_equal(chime_server_create(&srv, &o, err, sizeof(err)),
+                     CHIME_EINVAL);
+    assert_null(srv);
+    assert_non_null(strstr(err, "must be an integer 1..65535"));
+  }
+  unlink(path);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_server_null_opts),
@@ -411,6 +492,7 @@ int main(void) {
       cmocka_unit_test(test_checkpoint),
       cmocka_unit_test(test_writer_memory),
       cmocka_unit_test(test_sequence_keys),
+      cmocka_unit_test(test_shard_and_age),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

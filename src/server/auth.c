@@ -29,6 +29,7 @@ static const char *method_name(int method) {
       [CHIME__M_SUBSCRIBE] = "Subscribe",
       [CHIME__M_MUTATE] = "MutatePriorities",
       [CHIME__M_CHECKPOINT] = "Checkpoint",
+      [CHIME__M_HEALTH] = "Health/Check",
   };
   return method >= 0 && method < CHIME__M_COUNT ? names[method] : "?";
 }

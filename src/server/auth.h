@@ -3,7 +3,9 @@
  * CHIME_EAUTH (UNAUTHENTICATED), a role without the method CHIME_EPERM
  * (PERMISSION_DENIED). Tokens are compared in constant time, against every
  * configured token, and never logged or echoed. With no tokens configured
- * every call is let through. */
+ * every call is let through. The health check is never asked for one
+ * (call.h, open): a probe has none, and it learns only whether the
+ * server serves. */
 #ifndef CHIME_SERVER_AUTH_H
 #define CHIME_SERVER_AUTH_H
 

@@ -277,8 +277,7 @@ static int refuse_oversized(chime__call_t *c, grpc_byte_buffer *bb) {
   chime__call_finish(c, CHIME_EINVAL,
                      "%s: a request of %zu bytes; this method takes at most "
                      "%u",
-                     chime__method_path[c->method] + strlen("/chime.v1.Chime/"),
-                     len, max);
+                     strrchr(chime__method_path[c->method], '/') + 1, len, max);
   return 1;
 }
 
@@ -338,6 +337,16 @@ static void on_close_done(chime__tag_t *tag, int ok) {
   chime__call_unref(c); /* the call's lifetime reference */
 }
 
+/* Once stopping, only an open method (health) is asked for again, and only
+ * until the grpc_server shuts down (server.c sets grpc_closing under mu
+ * first): a probe during the stop hears NOT_SERVING instead of waiting. */
+static void request_while_stopping(chime_server_t *srv, int method) {
+  pthread_mutex_lock(&srv->mu);
+  if (!srv->grpc_closing)
+    chime__request_call(srv, method);
+  pthread_mutex_unlock(&srv->mu);
+}
+
 /* The call arrived: watch for its end, then hand it to its method. */
 static void on_request_done(chime__tag_t *tag, int ok) {
   chime__call_t *c =
@@ -361,6 +370,8 @@ static void on_request_done(chime__tag_t *tag, int ok) {
   pthread_mutex_unlock(&srv->mu);
   if (!atomic_load(&srv->stopping))
     chime__request_call(srv, c->method);
+  else if (c->vt->open)
+    request_while_stopping(srv, c->method);
 
   memset(&op, 0, sizeof(op));
   op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
@@ -380,12 +391,14 @@ static void on_request_done(chime__tag_t *tag, int ok) {
     chime__call_unref(c);
     goto out;
   }
-  if (atomic_load(&srv->stopping)) {
+  if (atomic_load(&srv->stopping) && !c->vt->open) {
     chime__call_finish(c, CHIME_ESHUTDOWN, "shutting down");
     goto out;
   }
   char why[128];
-  int rc = chime__auth_check(&srv->cfg, c->method, &c->md, why, sizeof(why));
+  int rc = c->vt->open ? 0
+                       : chime__auth_check(&srv->cfg, c->method, &c->md, why,
+                                           sizeof(why));
   if (rc != 0) {
     chime__call_finish(c, rc, "%s", why);
     goto out;
@@ -402,7 +415,8 @@ out:
 static void unknown_on_start(chime__call_t *c) {
   chime__call_finish(c, CHIME_ENOTSUP,
                      "unknown method (chime.v1.Chime has GetInfo, Stats, "
-                     "Insert, Subscribe, MutatePriorities)");
+                     "Insert, Subscribe, MutatePriorities, Checkpoint; "
+                     "grpc.health.v1.Health has Check)");
 }
 
 static void unknown_on_message(chime__call_t *c, grpc_byte_buffer *bb) {

@@ -32,6 +32,11 @@ typedef struct {
   /* A send completed and nothing is queued: the handler may queue more
    * (from the completion-queue thread, no lock held; may be NULL). */
   void (*on_sent)(chime__call_t *c);
+  /* Non-zero: the method is answered without a token and while the server
+   * stops (its on_start sees srv->stopping), and is asked for again
+   * until the grpc_server shuts down. For a probe (health), which must
+   * tell nothing but whether the server serves. */
+  int open;
 } chime__call_vt_t;
 
 typedef struct chime__send_s chime__send_t;

@@ -1,4 +1,5 @@
-/* chime.v1.Chime's method table: which handler serves each method. */
+/* chime.v1.Chime's method table, and the health check's: which handler
+ * serves each method. */
 #include "server/methods.h"
 
 const chime__call_vt_t *const chime__method_vt[CHIME__M_COUNT] = {
@@ -8,4 +9,5 @@ const chime__call_vt_t *const chime__method_vt[CHIME__M_COUNT] = {
     [CHIME__M_CHECKPOINT] = &chime__checkpoint_vt,
     [CHIME__M_INSERT] = &chime__insert_vt,
     [CHIME__M_SUBSCRIBE] = &chime__subscribe_vt,
+    [CHIME__M_HEALTH] = &chime__health_vt,
 };

@@ -1,5 +1,6 @@
-/* Internal: chime.v1.Chime's method table, the one place that says which
- * handler serves each method (methods.c). The server hands it to the call
+/* Internal: chime.v1.Chime's method table (and grpc.health.v1.Health's
+ * Check), the one place that says which handler serves each method
+ * (methods.c). The server hands it to the call
  * machinery (call.h), which knows no handler. */
 #ifndef CHIME_SERVER_METHODS_H
 #define CHIME_SERVER_METHODS_H
@@ -13,6 +14,7 @@ extern const chime__call_vt_t chime__mutate_vt;
 extern const chime__call_vt_t chime__checkpoint_vt;
 extern const chime__call_vt_t chime__insert_vt;
 extern const chime__call_vt_t chime__subscribe_vt;
+extern const chime__call_vt_t chime__health_vt;
 
 /* Indexed by CHIME__M_*: every registered method's handler. */
 extern const chime__call_vt_t *const chime__method_vt[CHIME__M_COUNT];

@@ -389,6 +389,10 @@ void chime_server_destroy(chime_server_t *srv) {
   chime__acceptor_destroy(srv->acceptor);
   srv->acceptor = NULL;
   if (srv->owns_grpc && srv->gs != NULL) {
+    /* No health call is asked for once the shutdown begins (call.c). */
+    pthread_mutex_lock(&srv->mu);
+    srv->grpc_closing = 1;
+    pthread_mutex_unlock(&srv->mu);
     grpc_completion_queue *sq = grpc_completion_queue_create_for_pluck(NULL);
     grpc_server_shutdown_and_notify(srv->gs, sq, srv);
     grpc_server_cancel_all_calls(srv->gs);
@@ -547,6 +551,7 @@ int chime_server_listen(chime_server_t *srv, char *bound, size_t boundlen,
   grpc_server *gs = grpc_server_create(&ca, NULL);
   grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
   grpc_server_register_completion_queue(gs, cq, NULL);
+  srv->serve_health = 1; /* the grpc_server is chime's alone */
   rc = chime_service_register(srv, gs, cq);
   if (rc != 0) {
     snprintf(err, errlen, "cannot register the service: %s",

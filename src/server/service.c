@@ -21,6 +21,12 @@ int chime_service_register(chime_server_t *srv, struct grpc_server *server,
   if (srv == NULL || server == NULL || cq == NULL || srv->gs != NULL)
     return CHIME_EINVAL;
   for (int m = 0; m < CHIME__M_COUNT; m++) {
+    /* grpc.health.v1.Health is one per grpc_server: an application's
+     * server has its own (gRPC core refuses a second registration of the
+     * path, and ours would answer for the whole application), so only
+     * chimed's serves it (docs/protocol.md, Health). */
+    if (m == CHIME__M_HEALTH && !srv->serve_health)
+      continue;
     int unary = chime__method_unary(m);
     srv->methods[m] = grpc_server_register_method(
         server, chime__method_path[m], NULL,
@@ -90,6 +96,8 @@ int chime__service_start(chime_server_t *srv) {
   /* Unregistered methods are the application's business when embedded. */
   int last = srv->owns_grpc ? CHIME__M_COUNT : CHIME__M_COUNT - 1;
   for (int m = 0; m <= last; m++) {
+    if (m < CHIME__M_COUNT && srv->methods[m] == NULL)
+      continue; /* not registered (health, embedded) */
     for (int k = 0; k < 2; k++) {
       int rc = chime__request_call(srv, m);
       if (rc != 0)

@@ -70,6 +70,9 @@ struct chime_server_s {
   int insert_thread_started, insert_quit;
   uint32_t insert_calls;
   int owns_grpc;
+  /* Health/Check is registered (chimed's own grpc_server, service.c);
+   * grpc_closing (under mu): its shutdown began, nothing is asked for. */
+  int serve_health, grpc_closing;
   void *methods[CHIME__M_COUNT];
   /* Each method's handler (methods.c), set by server.c. */
   const chime__call_vt_t *const *method_vt;

@@ -1,6 +1,7 @@
-/* The gRPC methods of chime.v1.Chime. protoc-c generates message code only,
- * so the paths and which methods stream are written by hand, here, once for
- * both ends. */
+/* The gRPC methods of chime.v1.Chime, and the standard health check
+ * chimed serves beside them (grpc.health.v1.Health/Check, proto/health.proto).
+ * protoc-c generates message code only, so the paths and which methods
+ * stream are written by hand, here, once for both ends. */
 #ifndef CHIME_WIRE_METHOD_H
 #define CHIME_WIRE_METHOD_H
 
@@ -11,15 +12,20 @@ enum {
   CHIME__M_SUBSCRIBE,
   CHIME__M_MUTATE, /* MutatePriorities */
   CHIME__M_CHECKPOINT,
+  /* grpc.health.v1.Health/Check: chimed's own grpc_server only (an
+   * application's server has its own health service, docs/protocol.md). */
+  CHIME__M_HEALTH,
   CHIME__M_COUNT
 };
 
-/* "/chime.v1.Chime/GetInfo", ..., indexed by CHIME__M_*. */
+/* "/chime.v1.Chime/GetInfo", ..., "/grpc.health.v1.Health/Check", indexed
+ * by CHIME__M_*. */
 extern const char *const chime__method_path[CHIME__M_COUNT];
 
 /* The largest request message a method takes (docs/protocol.md), by
  * CHIME__M_*: the server refuses a larger one with INVALID_ARGUMENT before
- * it parses anything. GetInfo, Stats and Checkpoint carry nothing and
+ * it parses anything. GetInfo, Stats and Checkpoint carry nothing, a
+ * health check a service name, and
  * Subscribe's messages are small (an Open, or credits naming at most a
  * ring's slots), while protobuf-c, which reads them, keeps every unknown
  * field it meets: 64 MiB of 2-byte fields cost it seconds and gigabytes.
@@ -27,11 +33,12 @@ extern const char *const chime__method_path[CHIME__M_COUNT];
  * unknown field): 0, the whole message limit (64 MiB). */
 extern const unsigned chime__method_max_request[CHIME__M_COUNT];
 
-/* GetInfo, Stats, MutatePriorities and Checkpoint are unary; Insert and
- * Subscribe are bidi streams. */
+/* GetInfo, Stats, MutatePriorities, Checkpoint and the health Check are
+ * unary; Insert and Subscribe are bidi streams. */
 static inline int chime__method_unary(int method) {
   return method == CHIME__M_GETINFO || method == CHIME__M_STATS ||
-         method == CHIME__M_MUTATE || method == CHIME__M_CHECKPOINT;
+         method == CHIME__M_MUTATE || method == CHIME__M_CHECKPOINT ||
+         method == CHIME__M_HEALTH;
 }
 
 #endif

@@ -63,6 +63,11 @@ grpc_channel *chime__raw_channel(const char *addr) {
 
 int chime__raw_start(chime__raw_t *r, grpc_channel *ch, const char *method,
                      int deadline_ms) {
+  return chime__raw_start_md(r, ch, method, deadline_ms, NULL, 0);
+}
+
+int chime__raw_start_md(chime__raw_t *r, grpc_channel *ch, const char *method,
+                        int deadline_ms, grpc_metadata *md, size_t nmd) {
   memset(r, 0, sizeof(*r));
   r->details = grpc_empty_slice();
   grpc_metadata_array_init(&r->md_in);
@@ -80,6 +85,8 @@ int chime__raw_start(chime__raw_t *r, grpc_channel *ch, const char *method,
   grpc_op op;
   memset(&op, 0, sizeof(op));
   op.op = GRPC_OP_SEND_INITIAL_METADATA;
+  op.data.send_initial_metadata.count = nmd;
+  op.data.send_initial_metadata.metadata = md;
   int rc = batch(r, &op, 1, TAG_START);
   return rc != 0 ? rc : pluck(r, TAG_START, -1);
 }

@@ -42,6 +42,10 @@ grpc_channel *chime__raw_channel(const char *addr);
  * must end within deadline_ms. Sends initial metadata. */
 int chime__raw_start(chime__raw_t *r, grpc_channel *ch, const char *method,
                      int deadline_ms);
+/* The same, sending md (nmd entries, e.g. `authorization`) as its initial
+ * metadata. */
+int chime__raw_start_md(chime__raw_t *r, grpc_channel *ch, const char *method,
+                        int deadline_ms, grpc_metadata *md, size_t nmd);
 /* Sends one message (packed msg, or raw bytes). CHIME_EDISCONNECTED when the
  * call is already over. */
 int chime__raw_send(chime__raw_t *r, const ProtobufCMessage *msg);

@@ -1,0 +1,251 @@
+/* max_connection_age against the real chimed: connections are aged out
+ * (an idle channel is sent GOAWAY and goes IDLE, so its next call connects
+ * and resolves anew), and a writer and a learner (stream and shm mode)
+ * that run across many ages lose nothing. With the default grace (none:
+ * calls run their course) the learner's stream is never cut and every
+ * item arrives exactly once; with a short grace the stream is cut at each
+ * age, the learner opens a new one, and every acked item still arrives
+ * (at least once: items of batches the cut stream had not finished go
+ * back to the table), while the writer's resends keep its items exactly
+ * once in the table. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "chime.pb-c.h"
+#include "chime/chime.h"
+#include "harness.h"
+#include "rawcall.h"
+
+#define AGE_MS 400
+#define MAX_ITEMS (1u << 20)
+
+typedef struct {
+  const char *addr;
+  chime_mode_t mode;
+  atomic_int stop;
+  atomic_uint_fast64_t distinct;
+  uint8_t *seen; /* by key, saturating */
+  uint64_t delivered, dups, bad, ends, last_error;
+  char why[256];
+} learner_t;
+
+/* Reads batches, and when its stream ends (cut with its connection)
+ * opens another, until told to stop. */
+static void *learner_main(void *arg) {
+  learner_t *l = arg;
+  chime_client_t *c = NULL;
+  chime_stream_t *s = NULL;
+  chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
+  so.batch_size = 16;
+  so.mode = l->mode;
+  if (chime_client_create(&c, l->addr, NULL) != 0)
+    return NULL;
+  while (!atomic_load(&l->stop)) {
+    if (s == NULL) {
+      int rc = chime_stream_open(&s, c, "q", &so);
+      if (rc != 0) { /* the connection may be going: try again */
+        s = NULL;
+        snprintf(l->why, sizeof l->why, "open: %s", chime_client_last_error(c));
+        chime__sleep_ms(10);
+        continue;
+      }
+    }
+    chime_batch_t b;
+    int rc = chime_stream_next(s, &b, 100);
+    if (rc == CHIME_ETIMEDOUT)
+      continue;
+    if (rc != 0) {
+      l->ends++;
+      l->last_error = (uint64_t)-rc;
+      snprintf(l->why, sizeof l->why, "%s: %s", chime_err_name(rc),
+               chime_stream_last_error(s));
+      chime_stream_close(s);
+      s = NULL;
+      continue;
+    }
+    const uint64_t *x = b.leaf[0].data;
+    for (uint32_t j = 0; j < b.count; j++) {
+      uint64_t k = b.info[j].key;
+      l->delivered++;
+      if (k == 0 || k >= MAX_ITEMS || x[j] != k) {
+        l->bad++;
+        continue;
+      }
+      if (l->seen[k] == 0)
+        atomic_fetch_add(&l->distinct, 1);
+      else
+        l->dups++;
+      if (l->seen[k] < 255)
+        l->seen[k]++;
+    }
+    if (chime_batch_release(s, &b) != 0)
+      l->bad++;
+  }
+  chime_stream_close(s);
+  chime_client_destroy(c);
+  return NULL;
+}
+
+/* Waits until a channel that made one call is no longer READY: the
+ * server aged its connection out (GOAWAY) and it went IDLE. */
+static void expect_aged(const char *addr) {
+  grpc_channel *ch = chime__raw_channel(addr);
+  Chime__V1__GetInfoRequest req = CHIME__V1__GET_INFO_REQUEST__INIT;
+  ProtobufCMessage *resp = NULL;
+  grpc_status_code st;
+  char details[256];
+  assert_int_equal(chime__raw_unary(ch, "/chime.v1.Chime/GetInfo", &req.base,
+                                    &chime__v1__get_info_response__descriptor,
+                                    &resp, &st, details, sizeof details),
+                   0);
+  assert_int_equal(st, GRPC_STATUS_OK);
+  protobuf_c_message_free_unpacked(resp, NULL);
+  int64_t t0 = chime__now_ms();
+  while (grpc_channel_check_connectivity_state(ch, 0) == GRPC_CHANNEL_READY) {
+    if (chime__now_ms() - t0 > 10 * AGE_MS + 5000)
+      fail_msg("the connection was not aged out within %d ms",
+               10 * AGE_MS + 5000);
+    chime__sleep_ms(20);
+  }
+  grpc_channel_destroy(ch);
+}
+
+/* A writer and a learner across at least 5 ages. grace_ms 0: the
+ * default (no limit). */
+static void run(chime_mode_t mode, int grace_ms) {
+  char config[512], grace[64] = "";
+  if (grace_ms > 0)
+    snprintf(grace, sizeof grace, "\"max_connection_age_grace_ms\": %d, ",
+             grace_ms);
+  snprintf(config, sizeof config,
+           "{\"max_connection_age_ms\": %d, %s\n"
+           " \"tables\": [{\"name\": \"q\", \"spec\": \"x:u64[]\", "
+           "\"capacity\": 100000, \"sampler\": \"fifo\"}]}",
+           AGE_MS, grace);
+  chime__chimed_t d;
+  int rc = chime__chimed_start(&d, config, NULL, 30000);
+  if (rc == CHIME_ENOTFOUND)
+    skip();
+  assert_int_equal(rc, 0);
+  grpc_init();
+  expect_aged(d.addr);
+
+  learner_t l;
+  memset(&l, 0, sizeof l);
+  l.addr = d.addr;
+  l.mode = mode;
+  l.seen = calloc(MAX_ITEMS, 1);
+  assert_non_null(l.seen);
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, learner_main, &l), 0);
+
+  chime_client_t *c = NULL;
+  chime_writer_t *w = NULL;
+  chime_writer_opts_t wo = CHIME_WRITER_OPTS_INIT;
+  wo.max_batch_samples = 32;
+  assert_int_equal(chime_client_create(&c, d.addr, NULL), 0);
+  assert_int_equal(chime_writer_open(&w, c, "q", &wo), 0);
+  uint64_t n = 0;
+  int64_t t0 = chime__now_ms();
+  /* Keys count from 1 in insert order: item k holds x = k. */
+  while (n < 2000 || chime__now_ms() - t0 < 5 * AGE_MS) {
+    assert_true(n + 1 < MAX_ITEMS);
+    uint64_t x = n + 1;
+    rc = chime_writer_append(w, &x, sizeof x, 1.0);
+    if (rc != 0)
+      fail_msg("append %llu: %s", (unsigned long long)x,
+               chime_writer_last_error(w));
+    n++;
+    /* Requests of 64 at most a millisecond apart: a steady load across
+     * the ages, not a race for throughput. */
+    if (n % 64 == 0) {
+      if ((rc = chime_writer_flush(w)) != 0)
+        fail_msg("flush: %s", chime_writer_last_error(w));
+      chime__sleep_ms(1);
+    }
+  }
+  rc = chime_writer_close(w);
+  assert_int_equal(rc, 0);
+  int64_t t1 = chime__now_ms();
+  while (atomic_load(&l.distinct) < n && chime__now_ms() - t1 < 30000)
+    chime__sleep_ms(10);
+  atomic_store(&l.stop, 1);
+  pthread_join(th, NULL);
+
+  chime_stats_t *st = NULL;
+  assert_int_equal(chime_client_stats(&st, c), 0);
+  uint64_t inserts = st->tables[0].inserts;
+  chime_stats_free(st);
+  chime_client_destroy(c);
+  printf("%s, grace %s: %llu items over %lld ms, %llu delivered (%llu "
+         "again), %llu stream ends%s%s\n",
+         chime_mode_name(mode), grace_ms ? "short" : "none",
+         (unsigned long long)n, (long long)(t1 - t0),
+         (unsigned long long)l.delivered, (unsigned long long)l.dups,
+         (unsigned long long)l.ends, l.ends ? ", last: " : "",
+         l.ends ? l.why : "");
+  /* The writer's items went in once each, and every one came out. */
+  assert_int_equal(inserts, n);
+  assert_int_equal(l.bad, 0);
+  if (atomic_load(&l.distinct) != n)
+    fail_msg("%llu of %llu items delivered (%s)",
+             (unsigned long long)atomic_load(&l.distinct),
+             (unsigned long long)n, l.why);
+  if (grace_ms == 0) {
+    /* Calls outlive their connection's age: nothing was cut. */
+    assert_int_equal(l.ends, 0);
+    assert_int_equal(l.dups, 0);
+  } else {
+    /* Cut at each age past the grace, and opened again. */
+    assert_true(l.ends >= 1);
+  }
+  free(l.seen);
+  int status = 0;
+  assert_int_equal(chime__chimed_stop(&d, 20000, &status), 0);
+  grpc_shutdown_blocking();
+}
+
+static void test_stream_mode_no_grace(void **state) {
+  (void)state;
+  run(CHIME_MODE_STREAM, 0);
+}
+
+static void test_shm_mode_no_grace(void **state) {
+  (void)state;
+  run(CHIME_MODE_SHM, 0);
+}
+
+static void test_stream_mode_short_grace(void **state) {
+  (void)state;
+  run(CHIME_MODE_STREAM, 200);
+}
+
+static void test_shm_mode_short_grace(void **state) {
+  (void)state;
+  run(CHIME_MODE_SHM, 200);
+}
+
+static int teardown(void **state) {
+  (void)state;
+  chime__harness_kill_all();
+  return 0;
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_teardown(test_stream_mode_no_grace, teardown),
+      cmocka_unit_test_teardown(test_shm_mode_no_grace, teardown),
+      cmocka_unit_test_teardown(test_stream_mode_short_grace, teardown),
+      cmocka_unit_test_teardown(test_shm_mode_short_grace, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

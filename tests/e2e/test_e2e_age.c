@@ -20,6 +20,8 @@
 
 #include <cmocka.h>
 
+#include <grpc/support/time.h>
+
 #include "chime.pb-c.h"
 #include "chime/chime.h"
 #include "harness.h"
@@ -109,14 +111,29 @@ static void expect_aged(const char *addr) {
                    0);
   assert_int_equal(st, GRPC_STATUS_OK);
   protobuf_c_message_free_unpacked(resp, NULL);
-  int64_t t0 = chime__now_ms();
-  while (grpc_channel_check_connectivity_state(ch, 0) == GRPC_CHANNEL_READY) {
-    if (chime__now_ms() - t0 > 10 * AGE_MS + 5000)
-      fail_msg("the connection was not aged out within %d ms",
-               10 * AGE_MS + 5000);
-    chime__sleep_ms(20);
-  }
+  /* Watched (a queue waited on polls the connection, so the GOAWAY is
+   * read when it comes rather than by gRPC's backup poller). */
+  assert_int_equal(grpc_channel_check_connectivity_state(ch, 0),
+                   GRPC_CHANNEL_READY);
+  grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
+  gpr_timespec dl =
+      gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                   gpr_time_from_millis(10 * AGE_MS + 5000, GPR_TIMESPAN));
+  grpc_channel_watch_connectivity_state(ch, GRPC_CHANNEL_READY, dl, cq, ch);
+  grpc_event ev = grpc_completion_queue_pluck(
+      cq, ch, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+  if (ev.type != GRPC_OP_COMPLETE || !ev.success)
+    fail_msg("the connection was not aged out within %d ms",
+             10 * AGE_MS + 5000);
+  assert_true(grpc_channel_check_connectivity_state(ch, 0) !=
+              GRPC_CHANNEL_READY);
   grpc_channel_destroy(ch);
+  grpc_completion_queue_shutdown(cq);
+  while (grpc_completion_queue_pluck(cq, NULL,
+                                     gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL)
+             .type != GRPC_QUEUE_SHUTDOWN)
+    ;
+  grpc_completion_queue_destroy(cq);
 }
 
 /* A writer and a learner across at least 5 ages. grace_ms 0: the

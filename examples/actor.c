@@ -73,7 +73,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "chime-actor: %s: %s\n", server, chime_strerror(rc));
     goto cleanup;
   }
-  rc = chime_client_info(&info, c);
+  rc = chime_client_info(c, &info);
   if (rc) {
     fprintf(stderr, "chime-actor: GetInfo from %s: %s\n", server,
             chime_client_last_error(c));

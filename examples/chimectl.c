@@ -298,7 +298,7 @@ int main(int argc, char **argv) {
     goto cleanup;
   }
   if (!strcmp(cmd, "info")) {
-    rc = chime_client_info(&info, c);
+    rc = chime_client_info(c, &info);
     if (rc) {
       fprintf(stderr, "chimectl: info %s: %s\n", addr,
               chime_client_last_error(c));
@@ -329,7 +329,7 @@ int main(int argc, char **argv) {
              (double)r.pause_ns / 1e6);
     }
   } else {
-    rc = chime_client_stats(&st, c);
+    rc = chime_client_stats(c, &st);
     if (rc) {
       fprintf(stderr, "chimectl: stats %s: %s\n", addr,
               chime_client_last_error(c));

@@ -126,7 +126,7 @@ int main(int argc, char **argv) {
   /* What the server page-locked for this stream (docs/pinning.md). */
   uint64_t pinned = 0;
   chime_server_info_t *info = NULL;
-  if (chime_client_info(&info, client) == 0)
+  if (chime_client_info(client, &info) == 0)
     pinned = info->pinned_bytes;
   chime_server_info_free(info);
   uint64_t got = 0, samples = 0, first = 0, last = 0;

@@ -24,10 +24,17 @@
  * about the last failure of an object is in chime_*_last_error(). Fallible
  * calls are CHIME_NODISCARD. Options structs start from their
  * CHIME_*_OPTS_INIT (designated, so new fields keep their defaults), and a
- * NULL options pointer means exactly those defaults. A call that makes a
- * new object or result for the caller to free (create, open, info, stats)
- * returns it through its first parameter; a call on an existing object takes
- * that object first and fills any output last.
+ * NULL options pointer means exactly those defaults.
+ *
+ * Argument order: a constructor (chime_client_create, chime_writer_open,
+ * chime_stream_open, chime_server_create; and the calls that make a value
+ * from their inputs alone, chime_spec_parse, chime_ring_layout) returns what
+ * it makes through its first parameter. Every other call is a call on an
+ * existing object and takes
+ * that object first, then its inputs, then the outputs it fills
+ * (chime_client_info(client, &info), chime_client_checkpoint(client, &res));
+ * a wait's timeout_ms alone comes after the output, last of all, as in poll()
+ * (chime_stream_next(stream, &batch, timeout_ms)).
  *
  * Thread safety: a client may be shared by threads (each writer and stream is
  * used by one thread at a time). A stream's next and release must be called
@@ -173,8 +180,8 @@ typedef struct {
  * closed under it (an idle client's connection dropped by the server's
  * keepalive) is sent once more on a new one; a server that is gone gives
  * CHIME_EDISCONNECTED once this client had reached it. */
-CHIME_EXTERN CHIME_NODISCARD int chime_client_info(chime_server_info_t **out,
-                                                   chime_client_t *client);
+CHIME_EXTERN CHIME_NODISCARD int chime_client_info(chime_client_t *client,
+                                                   chime_server_info_t **out);
 CHIME_EXTERN void chime_server_info_free(chime_server_info_t *info);
 
 /* Stats as the server's JSON-able view: filled by chime_client_stats(). */
@@ -217,8 +224,8 @@ typedef struct {
   uint32_t insert_calls_parked;
 } chime_stats_t;
 
-CHIME_EXTERN CHIME_NODISCARD int chime_client_stats(chime_stats_t **out,
-                                                    chime_client_t *client);
+CHIME_EXTERN CHIME_NODISCARD int chime_client_stats(chime_client_t *client,
+                                                    chime_stats_t **out);
 CHIME_EXTERN void chime_stats_free(chime_stats_t *stats);
 
 typedef struct {

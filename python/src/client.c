@@ -287,7 +287,7 @@ static PyObject *client_info(PyObject *o, PyObject *unused) {
     return NULL;
   chime_server_info_t *info = NULL;
   int rc;
-  Py_BEGIN_ALLOW_THREADS rc = chime_client_info(&info, self->c);
+  Py_BEGIN_ALLOW_THREADS rc = chime_client_info(self->c, &info);
   Py_END_ALLOW_THREADS if (rc) return chimepy_raise(
       rc, chime_client_last_error(self->c));
   PyObject *d = info_dict(info);
@@ -352,7 +352,7 @@ static PyObject *client_stats(PyObject *o, PyObject *args, PyObject *kw) {
     return NULL;
   chime_stats_t *st = NULL;
   int rc;
-  Py_BEGIN_ALLOW_THREADS rc = chime_client_stats(&st, self->c);
+  Py_BEGIN_ALLOW_THREADS rc = chime_client_stats(self->c, &st);
   Py_END_ALLOW_THREADS if (rc) return chimepy_raise(
       rc, chime_client_last_error(self->c));
   PyObject *d = stats_dict(st);
@@ -368,7 +368,7 @@ int chimepy_client_table_spec(chimepy_client_t *client, const char *table,
                               chime_spec_t *out) {
   chime_server_info_t *info = NULL;
   int rc;
-  Py_BEGIN_ALLOW_THREADS rc = chime_client_info(&info, client->c);
+  Py_BEGIN_ALLOW_THREADS rc = chime_client_info(client->c, &info);
   Py_END_ALLOW_THREADS if (rc) {
     chimepy_raise(rc, chime_client_last_error(client->c));
     return -1;

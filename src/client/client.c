@@ -295,7 +295,7 @@ static void copy_str(char *dst, size_t len, const char *src) {
   snprintf(dst, len, "%s", src ? src : "");
 }
 
-int chime_client_info(chime_server_info_t **out, chime_client_t *client) {
+int chime_client_info(chime_client_t *client, chime_server_info_t **out) {
   if (!client || !out)
     return CHIME_EINVAL;
   *out = NULL;
@@ -387,7 +387,7 @@ int chime__table_lookup(chime_client_t *client, const char *table,
                         chime_table_info_t *out, chime_server_info_t **info,
                         char *err, size_t errlen) {
   chime_server_info_t *si = NULL;
-  int rc = chime_client_info(&si, client);
+  int rc = chime_client_info(client, &si);
   if (rc) {
     chime__fail(err, errlen, rc, "%s", chime_client_last_error(client));
     goto cleanup;
@@ -419,7 +419,7 @@ void chime_server_info_free(chime_server_info_t *info) {
   free(info);
 }
 
-int chime_client_stats(chime_stats_t **out, chime_client_t *client) {
+int chime_client_stats(chime_client_t *client, chime_stats_t **out) {
   if (!client || !out)
     return CHIME_EINVAL;
   *out = NULL;

@@ -130,7 +130,7 @@ static void wait_no_ring_bytes(chime_client_t *c) {
   int64_t deadline = chime__now_ms() + 10000;
   for (;;) {
     chime_stats_t *st = NULL;
-    assert_int_equal(chime_client_stats(&st, c), 0);
+    assert_int_equal(chime_client_stats(c, &st), 0);
     uint64_t v = st->ring_bytes_total;
     chime_stats_free(st);
     if (v == 0)

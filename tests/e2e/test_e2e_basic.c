@@ -69,7 +69,7 @@ static void wait_no_streams(void) {
   int64_t deadline = chime__now_ms() + 10000;
   for (;;) {
     chime_stats_t *st = NULL;
-    assert_int_equal(chime_client_stats(&st, client), 0);
+    assert_int_equal(chime_client_stats(client, &st), 0);
     uint32_t n = st->nstreams;
     chime_stats_free(st);
     if (n == 0)
@@ -164,7 +164,7 @@ static void test_get_info(void **state) {
   boot[strcspn(boot, "\n")] = '\0';
   assert_int_equal(gethostname(host, sizeof(host)), 0);
 
-  assert_int_equal(chime_client_info(&info, client), 0);
+  assert_int_equal(chime_client_info(client, &info), 0);
   assert_string_equal(info->version, CHIME_VERSION_STRING);
   assert_string_equal(info->boot_id, boot);
   assert_string_equal(info->hostname, host);
@@ -210,7 +210,7 @@ static void check_mode(chime_mode_t mode, chime_mode_t want, uint64_t seed) {
     assert_int_equal(ids[i], chime__pattern_id(seed, i));
   free(bytes);
   chime_stats_t *st = NULL;
-  assert_int_equal(chime_client_stats(&st, client), 0);
+  assert_int_equal(chime_client_stats(client, &st), 0);
   assert_int_equal(st->ntables, 3);
   for (uint32_t i = 0; i < st->ntables; i++)
     if (strcmp(st->tables[i].name, "demo") == 0)

@@ -110,7 +110,7 @@ static uint8_t *drain(chime_client_t *c, int nb, size_t *len) {
 static void table_counts(chime_client_t *c, uint64_t *size, uint64_t *inserts,
                          uint64_t *samples) {
   chime_stats_t *st = NULL;
-  assert_int_equal(chime_client_stats(&st, c), 0);
+  assert_int_equal(chime_client_stats(c, &st), 0);
   for (uint32_t i = 0; i < st->ntables; i++) {
     if (strcmp(st->tables[i].name, "f") == 0) {
       *size = st->tables[i].size;
@@ -493,7 +493,7 @@ static void seq_append(chime_writer_t *w, uint32_t tag, uint32_t from,
 static void seq_counts(chime_client_t *c, uint64_t *size, uint64_t *steps,
                        uint64_t *inserts) {
   chime_stats_t *st = NULL;
-  assert_int_equal(chime_client_stats(&st, c), 0);
+  assert_int_equal(chime_client_stats(c, &st), 0);
   assert_int_equal(st->ntables, 1);
   *size = st->tables[0].size;
   *steps = st->tables[0].steps;

@@ -172,7 +172,7 @@ static void test_writer(void **state) {
   assert_int_equal(chime_writer_close(w), 0);
 
   chime_server_info_t *info = NULL;
-  assert_int_equal(chime_client_info(&info, c), 0);
+  assert_int_equal(chime_client_info(c, &info), 0);
   assert_int_equal(info->ntables, 3);
   assert_string_equal(info->tables[0].name, "u");
   assert_int_equal(info->tables[0].size, 101);
@@ -447,7 +447,7 @@ static void test_server_killed(void **state) {
    * CHIME_EUNAVAILABLE of a server that was never there. */
   for (int i = 0; i < 2; i++) {
     chime_server_info_t *info = NULL;
-    assert_int_equal(chime_client_info(&info, c), CHIME_EDISCONNECTED);
+    assert_int_equal(chime_client_info(c, &info), CHIME_EDISCONNECTED);
     assert_non_null(strstr(chime_client_last_error(c), "server is gone"));
   }
   chime_client_destroy(c);
@@ -492,7 +492,7 @@ static void test_fifo_exactly_once(void **state) {
   chime_batch_t b;
   assert_int_equal(chime_stream_next(s, &b, 200), CHIME_ETIMEDOUT);
   chime_stats_t *st = NULL;
-  assert_int_equal(chime_client_stats(&st, c), 0);
+  assert_int_equal(chime_client_stats(c, &st), 0);
   assert_int_equal(st->nstreams, 1);
   assert_int_equal(st->streams[0].mode, CHIME_MODE_STREAM);
   assert_string_equal(st->streams[0].table, "f");
@@ -503,7 +503,7 @@ static void test_fifo_exactly_once(void **state) {
 
 static uint64_t table_size(chime_client_t *c, uint32_t table) {
   chime_server_info_t *info = NULL;
-  assert_int_equal(chime_client_info(&info, c), 0);
+  assert_int_equal(chime_client_info(c, &info), 0);
   assert_true(table < info->ntables);
   uint64_t n = info->tables[table].size;
   chime_server_info_free(info);

@@ -81,7 +81,7 @@ static void insert(uint64_t seed, uint64_t n) {
 
 static chime_stats_t *stats(void) {
   chime_stats_t *st = NULL;
-  int rc = chime_client_stats(&st, client);
+  int rc = chime_client_stats(client, &st);
   if (rc != 0)
     fail_msg("Stats: %s", chime_client_last_error(client));
   return st;
@@ -497,7 +497,7 @@ static void test_idle_client_reads_again(void **state) {
   }
   chime_server_info_t *info = NULL;
   chime__sleep_ms(1500);
-  if (chime_client_info(&info, client) != 0)
+  if (chime_client_info(client, &info) != 0)
     fail_msg("GetInfo: %s", chime_client_last_error(client));
   chime_server_info_free(info);
 }

@@ -128,7 +128,7 @@ static void assert_new_client_served(const char *what) {
     chime_server_info_t *info = NULL;
     attempts++;
     assert_int_equal(chime_client_create(&c, chimed.addr, &o), 0);
-    rc = chime_client_info(&info, c);
+    rc = chime_client_info(c, &info);
     if (rc != 0)
       snprintf(last, sizeof(last), "%s", chime_client_last_error(c));
     chime_server_info_free(info);
@@ -159,7 +159,7 @@ static void flood_and_recover(int speak, int lower_to, const char *what) {
   }
   /* A client from before the flood, connected. */
   assert_int_equal(chime_client_create(&old, chimed.addr, NULL), 0);
-  assert_int_equal(chime_client_info(&info, old), 0);
+  assert_int_equal(chime_client_info(old, &info), 0);
   chime_server_info_free(info);
 
   open_flood(speak);
@@ -170,7 +170,7 @@ static void flood_and_recover(int speak, int lower_to, const char *what) {
   }
   /* The connected client keeps being served while the flood lasts. */
   info = NULL;
-  if (chime_client_info(&info, old) != 0)
+  if (chime_client_info(old, &info) != 0)
     fail_msg("%s: a connected client failed during the flood: %s", what,
              chime_client_last_error(old));
   chime_server_info_free(info);

@@ -101,13 +101,13 @@ static void child(const char *addr, chime_client_t *c, chime_stream_t *s[2],
                   chime_writer_t *w) {
   /* Inherited: CHIME_ENOTSUP at once, saying why. */
   chime_server_info_t *info = NULL;
-  int rc = chime_client_info(&info, c);
+  int rc = chime_client_info(c, &info);
   CHILD_CHECK(rc == CHIME_ENOTSUP, "inherited client info: %s",
               chime_err_name(rc));
   CHILD_CHECK(strstr(chime_client_last_error(c), "fork()") != NULL,
               "inherited client: '%s'", chime_client_last_error(c));
   chime_stats_t *st = NULL;
-  CHILD_CHECK(chime_client_stats(&st, c) == CHIME_ENOTSUP, "stats");
+  CHILD_CHECK(chime_client_stats(c, &st) == CHIME_ENOTSUP, "stats");
   chime_stream_t *s3 = NULL;
   CHILD_CHECK(open_stream(c, CHIME_MODE_STREAM, &s3) == CHIME_ENOTSUP,
               "stream open on an inherited client");
@@ -130,7 +130,7 @@ static void child(const char *addr, chime_client_t *c, chime_stream_t *s[2],
   chime_client_t *mine = NULL;
   rc = chime_client_create(&mine, addr, NULL);
   CHILD_CHECK(rc == 0, "own client: %s", chime_err_name(rc));
-  rc = chime_client_info(&info, mine);
+  rc = chime_client_info(mine, &info);
   CHILD_CHECK(rc == 0, "own info: %s", chime_client_last_error(mine));
   chime_server_info_free(info);
   rc = insert(mine, 7, 64, NULL);
@@ -206,7 +206,7 @@ static void fork_with_everything_open(int stream_thread_busy) {
   /* The parent's objects: untouched, and at once (the fault: a 3 s
    * timeout of its next call, a corrupt HTTP/2 stream). */
   chime_server_info_t *info = NULL;
-  int rc = chime_client_info(&info, c);
+  int rc = chime_client_info(c, &info);
   if (rc)
     fail_msg("parent info after the fork: %s", chime_client_last_error(c));
   chime_server_info_free(info);
@@ -249,7 +249,7 @@ static void test_fork_twice(void **state) {
       CHILD_CHECK(g >= 0, "fork");
       if (g == 0) {
         chime_server_info_t *info = NULL;
-        CHILD_CHECK(chime_client_info(&info, mine) == CHIME_ENOTSUP,
+        CHILD_CHECK(chime_client_info(mine, &info) == CHIME_ENOTSUP,
                     "grandchild, inherited");
         chime_client_t *own = NULL;
         CHILD_CHECK(chime_client_create(&own, d.addr, NULL) == 0, "g create");

@@ -128,7 +128,7 @@ static void test_unix_listen(void **state) {
   assert_int_equal(rc, 0);
   assert_string_equal(d.addr, addr);
   assert_int_equal(chime_client_create(&c, d.addr, NULL), 0);
-  assert_int_equal(chime_client_info(&info, c), 0);
+  assert_int_equal(chime_client_info(c, &info), 0);
   assert_int_equal(info->ntables, 1);
   chime_server_info_free(info);
   chime_client_destroy(c);

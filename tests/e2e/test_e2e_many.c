@@ -106,7 +106,7 @@ static void test_256_streams_few_threads(void **state) {
       take_one(s[i], i);
   int many = threads_of(chimed.proc.pid);
   chime_stats_t *st = NULL;
-  assert_int_equal(chime_client_stats(&st, client), 0);
+  assert_int_equal(chime_client_stats(client, &st), 0);
   assert_int_equal(st->nstreams, STREAMS);
   chime_stats_free(st);
   fprintf(stderr, "chimed threads: %d with one stream, %d with %d\n", one, many,

@@ -307,7 +307,7 @@ static void test_idle_flood(void **state) {
   for (int i = 0; i < 40; i++)
     fds[i] = connect_metrics();
   chime_server_info_t *info = NULL;
-  assert_int_equal(chime_client_info(&info, client), 0);
+  assert_int_equal(chime_client_info(client, &info), 0);
   chime_server_info_free(info);
   for (int i = 0; i < 40; i++)
     close(fds[i]);

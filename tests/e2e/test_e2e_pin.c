@@ -161,7 +161,7 @@ static void check_info_rings(const char *addr, chime_client_t *client,
 
   for (size_t k = 0; k < n; k++)
     total += want[k];
-  assert_int_equal(chime_client_info(&info, client), 0);
+  assert_int_equal(chime_client_info(client, &info), 0);
   assert_int_equal(info->nrings, n);
   assert_int_equal(info->pinned_bytes, total);
   for (size_t k = 0; k < n; k++) {
@@ -434,7 +434,7 @@ static void test_pins_rings_end_to_end(void **state) {
   assert_true(pid_maps_cudart(d.proc.pid));
 
   assert_int_equal(chime_client_create(&client, d.addr, NULL), 0);
-  assert_int_equal(chime_client_info(&info, client), 0);
+  assert_int_equal(chime_client_info(client, &info), 0);
   assert_int_equal(info->pin_host_memory, 1);
   assert_int_equal(info->pinned_bytes, 0); /* no ring yet */
   chime_server_info_free(info);
@@ -447,7 +447,7 @@ static void test_pins_rings_end_to_end(void **state) {
   rc = chime_stream_open(&s, client, "demo", &so);
   assert_int_equal(rc, 0);
   assert_int_equal(chime_stream_mode(s), CHIME_MODE_SHM);
-  assert_int_equal(chime_client_stats(&stats, client), 0);
+  assert_int_equal(chime_client_stats(client, &stats), 0);
   assert_int_equal(stats->pinned_bytes, (uint64_t)SLOTS * lay.slot_bytes);
   assert_int_equal(stats->nstreams, 1);
   assert_int_equal(stats->streams[0].pinned, 1);
@@ -526,14 +526,14 @@ static void test_off_maps_no_cuda(void **state) {
   so.slots = SLOTS;
   so.mode = CHIME_MODE_SHM;
   assert_int_equal(chime_stream_open(&s, client, "demo", &so), 0);
-  assert_int_equal(chime_client_info(&info, client), 0);
+  assert_int_equal(chime_client_info(client, &info), 0);
   assert_int_equal(info->pin_host_memory, 0);
   assert_int_equal(info->pinned_bytes, 0);
   chime_server_info_free(info);
   /* The ring is listed, with nothing pinned. */
   assert_int_equal(chime_stream_get_stats(s, &ls), 0);
   check_info_rings(d.addr, client, &ls.stream_id, &zero, 1);
-  assert_int_equal(chime_client_stats(&stats, client), 0);
+  assert_int_equal(chime_client_stats(client, &stats), 0);
   assert_int_equal(stats->nstreams, 1);
   assert_int_equal(stats->streams[0].pinned, 0);
   assert_int_equal(stats->pinned_bytes, 0);
@@ -598,7 +598,7 @@ static void test_info_reports_ring_footprint(void **state) {
     chime_server_info_t *info = NULL;
     uint32_t n;
 
-    assert_int_equal(chime_client_info(&info, client), 0);
+    assert_int_equal(chime_client_info(client, &info), 0);
     n = info->nrings;
     chime_server_info_free(info);
     if (n == 1 || chime__now_ms() > end)

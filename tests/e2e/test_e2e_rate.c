@@ -34,7 +34,7 @@ static const char *config =
 
 static chime_table_stats_t table_stats(chime_client_t *c) {
   chime_stats_t *st = NULL;
-  int rc = chime_client_stats(&st, c);
+  int rc = chime_client_stats(c, &st);
   if (rc != 0)
     fail_msg("Stats: %s", chime_client_last_error(c));
   assert_int_equal(st->ntables, 1);

@@ -70,7 +70,7 @@ static uint64_t table_size(const char *addr, const char *name) {
   chime_server_info_t *info = NULL;
   uint64_t size = UINT64_MAX;
   assert_int_equal(chime_client_create(&c, addr, NULL), 0);
-  assert_int_equal(chime_client_info(&info, c), 0);
+  assert_int_equal(chime_client_info(c, &info), 0);
   for (uint32_t i = 0; i < info->ntables; i++)
     if (strcmp(info->tables[i].name, name) == 0)
       size = info->tables[i].size;

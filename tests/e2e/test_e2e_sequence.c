@@ -117,7 +117,7 @@ static uint32_t check_batch(const chime_batch_t *b) {
 static void test_two_writers_shm_and_stream(void **state) {
   (void)state;
   chime_server_info_t *info = NULL;
-  assert_int_equal(chime_client_info(&info, client), 0);
+  assert_int_equal(chime_client_info(client, &info), 0);
   const chime_table_info_t *ti = &info->tables[0];
   assert_string_equal(ti->name, "seq");
   assert_int_equal(ti->sequence_length, T);
@@ -168,7 +168,7 @@ static void test_two_writers_shm_and_stream(void **state) {
   assert_int_equal(windows[1], 480);
 
   chime_stats_t *st = NULL;
-  assert_int_equal(chime_client_stats(&st, client), 0);
+  assert_int_equal(chime_client_stats(client, &st), 0);
   const chime_table_stats_t *ts = &st->tables[0];
   assert_true(ts->steps > 0 && ts->steps <= 512);
   assert_true(ts->steps_inserted > 4 * 512); /* evicted over and over */
@@ -221,7 +221,7 @@ static void test_writer_killed_mid_episode(void **state) {
   chime__proc_kill(&p);
 
   chime_stats_t *st = NULL;
-  assert_int_equal(chime_client_stats(&st, client), 0);
+  assert_int_equal(chime_client_stats(client, &st), 0);
   const chime_table_stats_t *ts = &st->tables[1];
   assert_string_equal(ts->name, "k");
   assert_int_equal(ts->steps, 21);
@@ -295,7 +295,7 @@ static void test_give_back(void **state) {
     chime_stream_close(s);
   }
   chime_stats_t *st = NULL;
-  assert_int_equal(chime_client_stats(&st, client), 0);
+  assert_int_equal(chime_client_stats(client, &st), 0);
   assert_string_equal(st->tables[2].name, "q");
   assert_int_equal(st->tables[2].returned, 16);
   assert_int_equal(st->tables[2].size, 0);

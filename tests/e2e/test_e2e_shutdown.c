@@ -203,7 +203,7 @@ static void test_sigterm(void **state) {
     int64_t deadline = chime__now_ms() + 60000;
     for (;;) {
       chime_stats_t *stats = NULL;
-      assert_int_equal(chime_client_stats(&stats, client), 0);
+      assert_int_equal(chime_client_stats(client, &stats), 0);
       uint32_t n = stats->nstreams;
       uint64_t inserts = stats->tables[0].inserts;
       chime_stats_free(stats);

@@ -478,7 +478,7 @@ static void test_unreachable_server(void **state) {
   assert_int_equal(chime_client_create(&c, "unix:/nonexistent/chime.sock", &o),
                    0);
   chime_server_info_t *info = NULL;
-  int rc = chime_client_info(&info, c);
+  int rc = chime_client_info(c, &info);
   assert_true(rc == CHIME_EUNAVAILABLE || rc == CHIME_ETIMEDOUT);
   assert_null(info);
   assert_non_null(strstr(chime_client_last_error(c), "GetInfo"));

@@ -608,7 +608,7 @@ static void test_error_codes(void **state) {
   for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
     chime_server_info_t *info = NULL;
     fake.error = codes[i];
-    int rc = chime_client_info(&info, c);
+    int rc = chime_client_info(c, &info);
     if (rc != codes[i])
       fail_msg("server sent %s, client returned %s (%s)",
                chime_err_name(codes[i]), chime_err_name(rc),
@@ -619,11 +619,11 @@ static void test_error_codes(void **state) {
   fake.with_md = 0;
   chime_server_info_t *info = NULL;
   fake.error = CHIME_ESHUTDOWN;
-  assert_int_equal(chime_client_info(&info, c), CHIME_EUNAVAILABLE);
+  assert_int_equal(chime_client_info(c, &info), CHIME_EUNAVAILABLE);
   fake.error = CHIME_ECUDA;
-  assert_int_equal(chime_client_info(&info, c), CHIME_EINVAL);
+  assert_int_equal(chime_client_info(c, &info), CHIME_EINVAL);
   fake.error = CHIME_ENOTFOUND;
-  assert_int_equal(chime_client_info(&info, c), CHIME_ENOTFOUND);
+  assert_int_equal(chime_client_info(c, &info), CHIME_ENOTFOUND);
   chime_client_destroy(c);
 }
 

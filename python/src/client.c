@@ -288,8 +288,7 @@ static PyObject *client_info(PyObject *o, PyObject *unused) {
   chime_server_info_t *info = NULL;
   int rc;
   Py_BEGIN_ALLOW_THREADS rc = chime_client_info(self->c, &info);
-  Py_END_ALLOW_THREADS if (rc) return chimepy_raise(
-      rc, chime_client_last_error(self->c));
+  Py_END_ALLOW_THREADS if (rc) return chimepy_raise(rc, chime_last_error());
   PyObject *d = info_dict(info);
   chime_server_info_free(info);
   return d;
@@ -353,8 +352,7 @@ static PyObject *client_stats(PyObject *o, PyObject *args, PyObject *kw) {
   chime_stats_t *st = NULL;
   int rc;
   Py_BEGIN_ALLOW_THREADS rc = chime_client_stats(self->c, &st);
-  Py_END_ALLOW_THREADS if (rc) return chimepy_raise(
-      rc, chime_client_last_error(self->c));
+  Py_END_ALLOW_THREADS if (rc) return chimepy_raise(rc, chime_last_error());
   PyObject *d = stats_dict(st);
   chime_stats_free(st);
   if (d == NULL || !flat)
@@ -370,7 +368,7 @@ int chimepy_client_table_spec(chimepy_client_t *client, const char *table,
   int rc;
   Py_BEGIN_ALLOW_THREADS rc = chime_client_info(client->c, &info);
   Py_END_ALLOW_THREADS if (rc) {
-    chimepy_raise(rc, chime_client_last_error(client->c));
+    chimepy_raise(rc, chime_last_error());
     return -1;
   }
   int found = 0;
@@ -449,7 +447,7 @@ static PyObject *client_mutate(PyObject *o, PyObject *args, PyObject *kw) {
       (const double *)PyArray_DATA(prios), (size_t)PyArray_SIZE(keys),
       (const uint64_t *)PyArray_DATA(dels), (size_t)PyArray_SIZE(dels), &r);
   Py_END_ALLOW_THREADS if (rc) {
-    chimepy_raise(rc, chime_client_last_error(self->c));
+    chimepy_raise(rc, chime_last_error());
     goto out;
   }
   ret = Py_BuildValue("{s:I,s:I,s:I}", "updated", r.updated, "deleted",
@@ -478,7 +476,7 @@ static PyObject *client_checkpoint(PyObject *o, PyObject *unused) {
   int rc;
   Py_BEGIN_ALLOW_THREADS rc = chime_client_checkpoint(self->c, &r);
   Py_END_ALLOW_THREADS if (rc) {
-    return chimepy_raise(rc, chime_client_last_error(self->c));
+    return chimepy_raise(rc, chime_last_error());
   }
   return Py_BuildValue("{s:s,s:I,s:K,s:K,s:K,s:K}", "path", r.path, "tables",
                        (unsigned)r.tables, "items", (unsigned long long)r.items,

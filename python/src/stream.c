@@ -411,7 +411,7 @@ static int stream_init(PyObject *o, PyObject *args, PyObject *kw) {
   Py_BEGIN_ALLOW_THREADS rc = chime_stream_open(&self->s, c->c, table, &opts);
   Py_END_ALLOW_THREADS if (rc) {
     self->s = NULL;
-    chimepy_raise(rc, chime_client_last_error(c->c));
+    chimepy_raise(rc, chime_last_error());
     return -1;
   }
   self->mode = chime_stream_mode(self->s);
@@ -457,6 +457,9 @@ static uint64_t now_ms(void) {
 static int stream_wait(stream_t *self, chime_batch_t *b, int timeout_ms) {
   uint64_t deadline = timeout_ms < 0 ? 0 : now_ms() + (uint64_t)timeout_ms;
   int rc;
+  /* next()'s detail, kept when releases follow it (a failed release would
+   * make chime_last_error() its own). */
+  char detail[1024] = "";
   for (;;) {
     int slice = SLICE_MS;
     if (timeout_ms >= 0) {
@@ -469,6 +472,9 @@ static int stream_wait(stream_t *self, chime_batch_t *b, int timeout_ms) {
     Py_BEGIN_ALLOW_THREADS rc = chime_stream_next(self->s, b, slice);
     Py_END_ALLOW_THREADS self->in_next = 0;
     unsigned drained = self->npending;
+    detail[0] = '\0';
+    if (rc && drained)
+      snprintf(detail, sizeof(detail), "%s", chime_last_error());
     int rrc = drain_pending(self);
     if (self->closing) {
       if (rc == 0)
@@ -478,8 +484,8 @@ static int stream_wait(stream_t *self, chime_batch_t *b, int timeout_ms) {
       return -1;
     }
     if (rrc && rc == 0) {
+      chimepy_raise(rrc, chime_last_error()); /* before another release */
       release_unreported(self->s, b);
-      chimepy_raise(rrc, chime_stream_last_error(self->s));
       return -1;
     }
     if (rc == CHIME_ETIMEDOUT &&
@@ -493,7 +499,7 @@ static int stream_wait(stream_t *self, chime_batch_t *b, int timeout_ms) {
     break;
   }
   if (rc) {
-    chimepy_raise(rc, chime_stream_last_error(self->s));
+    chimepy_raise(rc, detail[0] ? detail : chime_last_error());
     return -1;
   }
   return 0;
@@ -512,7 +518,7 @@ static PyObject *stream_next_ms(stream_t *self, int timeout_ms) {
     self->last = NULL;
     int rc = batch_request_release(prev);
     if (rc)
-      return chimepy_raise(rc, chime_stream_last_error(self->s));
+      return chimepy_raise(rc, chime_last_error());
   }
   /* The batch is written straight into its object (chime_batch_t is
    * several KiB: no copy of it per batch). Until it is leased the object
@@ -531,7 +537,7 @@ static PyObject *stream_next_ms(stream_t *self, int timeout_ms) {
   if (rc == CHIME_ETIMEDOUT)
     rc = stream_wait(self, &bt->b, timeout_ms);
   else if (rc) {
-    chimepy_raise(rc, chime_stream_last_error(self->s));
+    chimepy_raise(rc, chime_last_error());
     rc = -1;
   }
   if (rc) {
@@ -631,7 +637,7 @@ static PyObject *stream_stats(PyObject *o, PyObject *unused) {
   chime_stream_local_stats_t st;
   int rc = chime_stream_get_stats(self->s, &st);
   if (rc)
-    return chimepy_raise(rc, chime_stream_last_error(self->s));
+    return chimepy_raise(rc, chime_last_error());
   return Py_BuildValue(
       "{s:s,s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:K,s:K}", "mode",
       chime_mode_name(st.mode), "stream_id", (unsigned long long)st.stream_id,

@@ -72,7 +72,7 @@ static void test_unknown_or_missing_token(void **state) {
     chime_client_t *c = client_with(tokens[i]);
     chime_server_info_t *info = NULL;
     assert_int_equal(chime_client_info(c, &info), CHIME_EAUTH);
-    const char *e = chime_client_last_error(c);
+    const char *e = chime_last_error();
     assert_non_null(strstr(e, tokens[i] ? "unknown token" : "no token"));
     assert_no_token_in(e);
     chime_client_destroy(c);
@@ -116,8 +116,7 @@ static void test_roles(void **state) {
   so.mode = CHIME_MODE_STREAM;
   chime_stream_t *s = NULL;
   assert_int_equal(chime_stream_open(&s, actor, "t", &so), CHIME_EPERM);
-  assert_non_null(
-      strstr(chime_client_last_error(actor), "role 'actor' may not"));
+  assert_non_null(strstr(chime_last_error(), "role 'actor' may not"));
   chime_stats_t *st = NULL;
   assert_int_equal(chime_client_stats(actor, &st), CHIME_EPERM);
 
@@ -134,15 +133,15 @@ static void test_roles(void **state) {
   if (rc == 0)
     rc = chime_writer_flush(w);
   assert_int_equal(rc, CHIME_EPERM);
-  assert_non_null(strstr(chime_writer_last_error(w), "role 'learner'"));
-  assert_no_token_in(chime_writer_last_error(w));
+  assert_non_null(strstr(chime_last_error(), "role 'learner'"));
+  assert_no_token_in(chime_last_error());
   rc = chime_writer_close(w);
   assert_int_equal(rc, CHIME_EPERM);
 
   /* Checkpoint is the admin's alone. */
   assert_int_equal(chime_client_checkpoint(actor, NULL), CHIME_EPERM);
-  assert_non_null(strstr(chime_client_last_error(actor),
-                         "Checkpoint: role 'actor' may not"));
+  assert_non_null(
+      strstr(chime_last_error(), "Checkpoint: role 'actor' may not"));
   assert_int_equal(chime_client_checkpoint(learner, NULL), CHIME_EPERM);
 
   /* The admin may do everything. */

@@ -424,7 +424,7 @@ static void test_no_dir_refused(void **state) {
       &c);
   assert_int_equal(rc, 0);
   assert_int_equal(chime_client_checkpoint(c, NULL), CHIME_EINVAL);
-  assert_non_null(strstr(chime_client_last_error(c), "checkpoint dir"));
+  assert_non_null(strstr(chime_last_error(), "checkpoint dir"));
   assert_int_equal(chime__chimed_stop_client(&d, c), 0);
 }
 
@@ -632,7 +632,7 @@ static void test_wide_names_and_fifo(void **state) {
   assert_non_null(strstr(r1.path, "/ckpt-10000000000000000"));
   insert(c, 16, 5);
   if (chime_client_checkpoint(c, &r2) != 0)
-    fail_msg("second checkpoint: %s", chime_client_last_error(c));
+    fail_msg("second checkpoint: %s", chime_last_error());
   assert_non_null(strstr(r2.path, "/ckpt-10000000000000001"));
   stop(&d, c);
   start(&d, &c, "latest");

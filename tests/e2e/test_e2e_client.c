@@ -102,7 +102,7 @@ static void test_writer_small_fifo(void **state) {
   }
   int rc = chime_writer_flush(w);
   if (rc)
-    fprintf(stderr, "flush: %s\n", chime_writer_last_error(w));
+    fprintf(stderr, "flush: %s\n", chime_last_error());
   assert_int_equal(rc, 0);
   assert_int_equal(chime_writer_acked(w), 96);
   assert_int_equal(chime_writer_close(w), 0);
@@ -120,7 +120,7 @@ static chime_stream_t *open_stream(chime_client_t *c, const char *table,
   chime_stream_t *s = NULL;
   int rc = chime_stream_open(&s, c, table, &o);
   if (rc)
-    fprintf(stderr, "open: %s\n", chime_client_last_error(c));
+    fprintf(stderr, "open: %s\n", chime_last_error());
   assert_int_equal(rc, 0);
   return s;
 }
@@ -156,15 +156,15 @@ static void test_writer(void **state) {
   chime_writer_t *w = NULL;
   assert_int_equal(chime_writer_open(&w, c, "nope", NULL), CHIME_ENOTFOUND);
   assert_null(w);
-  assert_non_null(strstr(chime_client_last_error(c), "'nope'"));
+  assert_non_null(strstr(chime_last_error(), "'nope'"));
 
   assert_int_equal(chime_writer_open(&w, c, "u", NULL), 0);
   uint8_t sample[SAMPLE_BYTES + 8];
   chime__pattern_fill(&spec, chime__pattern_id(7, 100), sample);
   /* Too short: the leaf that does not fit is named; nothing is sent. */
   assert_int_equal(chime_writer_append(w, sample, 260, 1.0), CHIME_EINVAL);
-  assert_non_null(strstr(chime_writer_last_error(w), "leaf 'reward'"));
-  assert_non_null(strstr(chime_writer_last_error(w), "260"));
+  assert_non_null(strstr(chime_last_error(), "leaf 'reward'"));
+  assert_non_null(strstr(chime_last_error(), "260"));
   assert_int_equal(chime_writer_append(w, sample, SAMPLE_BYTES + 8, 1.0),
                    CHIME_EINVAL);
   /* The writer is still usable, with priorities. */
@@ -211,7 +211,7 @@ static void test_auto_fallback(void **state) {
   s = NULL;
   assert_int_equal(chime_stream_open(&s, c, "u", &o), CHIME_ENOTSUP);
   assert_null(s);
-  assert_non_null(strstr(chime_client_last_error(c), "boot_id differs"));
+  assert_non_null(strstr(chime_last_error(), "boot_id differs"));
   unsetenv("CHIME_BOOT_ID");
   stop(&d, c);
 }
@@ -411,12 +411,12 @@ static void test_graceful_stop(void **state) {
       rc = chime_writer_flush(live);
   }
   assert_int_equal(rc, CHIME_ESHUTDOWN);
-  assert_non_null(strstr(chime_writer_last_error(live), "shutting down"));
+  assert_non_null(strstr(chime_last_error(), "shutting down"));
   assert_int_equal(chime_writer_close(live), CHIME_ESHUTDOWN);
   for (int i = 0; i < 2; i++) {
     assert_int_equal(next_until_error(s[i]), CHIME_ESHUTDOWN);
     verify(&b[i]); /* still readable */
-    assert_non_null(strstr(chime_stream_last_error(s[i]), "shutting down"));
+    assert_non_null(strstr(chime_last_error(), "shutting down"));
     chime_stream_close(s[i]);
   }
   /* A writer to a server that is gone fails with a clear error. */
@@ -448,7 +448,7 @@ static void test_server_killed(void **state) {
   for (int i = 0; i < 2; i++) {
     chime_server_info_t *info = NULL;
     assert_int_equal(chime_client_info(c, &info), CHIME_EDISCONNECTED);
-    assert_non_null(strstr(chime_client_last_error(c), "server is gone"));
+    assert_non_null(strstr(chime_last_error(), "server is gone"));
   }
   chime_client_destroy(c);
 }
@@ -583,12 +583,12 @@ static void test_writer_extend(void **state) {
   prio[500] = -1.0;
   assert_int_equal(chime_writer_extend(w, N, cols, prio, &taken), CHIME_EINVAL);
   assert_int_equal(taken, 0);
-  assert_non_null(strstr(chime_writer_last_error(w), "priority -1"));
+  assert_non_null(strstr(chime_last_error(), "priority -1"));
   prio[500] = 2.0;
   const void *missing[3] = {obs, NULL, rew};
   assert_int_equal(chime_writer_extend(w, N, missing, NULL, NULL),
                    CHIME_EINVAL);
-  assert_non_null(strstr(chime_writer_last_error(w), "'action'"));
+  assert_non_null(strstr(chime_last_error(), "'action'"));
   assert_int_equal(chime_writer_extend(w, 7, cols, prio, &taken), 0);
   assert_int_equal(taken, 7);
   const void *rest[3] = {obs[7], &act[7], &rew[7]};
@@ -632,7 +632,7 @@ static void test_null_opts(void **state) {
   chime_stream_t *s = NULL;
   int rc = chime_stream_open(&s, c, "f", NULL);
   if (rc)
-    fail_msg("open: %s", chime_client_last_error(c));
+    fail_msg("open: %s", chime_last_error());
   assert_int_equal(chime_stream_mode(s), CHIME_MODE_SHM); /* auto, same host */
   for (int i = 0; i < 2; i++) {
     chime_batch_t b;

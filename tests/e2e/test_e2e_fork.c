@@ -104,8 +104,8 @@ static void child(const char *addr, chime_client_t *c, chime_stream_t *s[2],
   int rc = chime_client_info(c, &info);
   CHILD_CHECK(rc == CHIME_ENOTSUP, "inherited client info: %s",
               chime_err_name(rc));
-  CHILD_CHECK(strstr(chime_client_last_error(c), "fork()") != NULL,
-              "inherited client: '%s'", chime_client_last_error(c));
+  CHILD_CHECK(strstr(chime_last_error(), "fork()") != NULL,
+              "inherited client: '%s'", chime_last_error());
   chime_stats_t *st = NULL;
   CHILD_CHECK(chime_client_stats(c, &st) == CHIME_ENOTSUP, "stats");
   chime_stream_t *s3 = NULL;
@@ -116,8 +116,8 @@ static void child(const char *addr, chime_client_t *c, chime_stream_t *s[2],
     rc = chime_stream_next(s[i], &b, 0);
     CHILD_CHECK(rc == CHIME_ENOTSUP, "inherited stream %d next: %s", i,
                 chime_err_name(rc));
-    CHILD_CHECK(strstr(chime_stream_last_error(s[i]), "fork()") != NULL,
-                "inherited stream: '%s'", chime_stream_last_error(s[i]));
+    CHILD_CHECK(strstr(chime_last_error(), "fork()") != NULL,
+                "inherited stream: '%s'", chime_last_error());
   }
   uint8_t sample[SAMPLE_BYTES] = {0};
   rc = chime_writer_append(w, sample, sizeof(sample), 1.0);
@@ -131,7 +131,7 @@ static void child(const char *addr, chime_client_t *c, chime_stream_t *s[2],
   rc = chime_client_create(&mine, addr, NULL);
   CHILD_CHECK(rc == 0, "own client: %s", chime_err_name(rc));
   rc = chime_client_info(mine, &info);
-  CHILD_CHECK(rc == 0, "own info: %s", chime_client_last_error(mine));
+  CHILD_CHECK(rc == 0, "own info: %s", chime_last_error());
   chime_server_info_free(info);
   rc = insert(mine, 7, 64, NULL);
   CHILD_CHECK(rc == 0, "own writer: %s", chime_err_name(rc));
@@ -140,11 +140,11 @@ static void child(const char *addr, chime_client_t *c, chime_stream_t *s[2],
     chime_stream_t *own = NULL;
     rc = open_stream(mine, modes[i], &own);
     CHILD_CHECK(rc == 0, "own %s stream: %s", chime_mode_name(modes[i]),
-                chime_client_last_error(mine));
+                chime_last_error());
     for (int k = 0; k < 3; k++) {
       rc = one_batch(own);
       CHILD_CHECK(rc == 0, "own %s batch: %s", chime_mode_name(modes[i]),
-                  chime_stream_last_error(own));
+                  chime_last_error());
     }
     chime_stream_close(own);
   }
@@ -208,12 +208,12 @@ static void fork_with_everything_open(int stream_thread_busy) {
   chime_server_info_t *info = NULL;
   int rc = chime_client_info(c, &info);
   if (rc)
-    fail_msg("parent info after the fork: %s", chime_client_last_error(c));
+    fail_msg("parent info after the fork: %s", chime_last_error());
   chime_server_info_free(info);
   for (int i = 0; i < 2; i++)
     for (int k = 0; k < 5; k++)
       if ((rc = one_batch(s[i])) != 0)
-        fail_msg("parent stream %d: %s", i, chime_stream_last_error(s[i]));
+        fail_msg("parent stream %d: %s", i, chime_last_error());
   assert_int_equal(insert(c, 8, 64, w), 0);
   assert_int_equal(chime_writer_close(w), 0);
   chime_stream_close(s[0]);

@@ -226,7 +226,7 @@ static void test_bad_priorities(void **state) {
   assert_int_equal(chime_writer_open(&w, c, "demo", NULL), 0);
   assert_int_equal(chime_writer_append(w, sample, sizeof(sample), NAN),
                    CHIME_EINVAL);
-  assert_contains(chime_writer_last_error(w), "priority nan");
+  assert_contains(chime_last_error(), "priority nan");
   assert_int_equal(chime_writer_append(w, sample, sizeof(sample), -INFINITY),
                    CHIME_EINVAL);
   assert_int_equal(chime_writer_append(w, sample, sizeof(sample), 0.5), 0);

@@ -780,10 +780,10 @@ static void test_ring_pin_error_reaches_client(void **state) {
    * error and a pointer to the server's log (test_e2e_budget checks that
    * log), never the paths. */
   assert_int_equal(rc, CHIME_ECUDA);
-  assert_non_null(strstr(chime_client_last_error(client),
+  assert_non_null(strstr(chime_last_error(),
                          "page-locking the ring failed on the server: "
                          "cudaErrorMemoryAllocation (2); see the server log"));
-  assert_null(strstr(chime_client_last_error(client), "dddd"));
+  assert_null(strstr(chime_last_error(), "dddd"));
 
   /* Still serving, and the next ring pins (the fake fails one call only). */
   rc = chime_stream_open(&s, client, "demo", &so);
@@ -802,7 +802,7 @@ static void test_ring_pin_error_reaches_client(void **state) {
   unsetenv("FAKE_CUDART_FAIL_REGISTER_AT");
   unsetenv("CHIME_CUDART");
   assert_null(s);
-  assert_whole_pin_error(rc, chime_client_last_error(client),
+  assert_whole_pin_error(rc, chime_last_error(),
                          "pin_host_memory: ", "portable|read-only", dir);
   chime_client_destroy(client);
   assert_int_equal(chime__chimed_stop(&d, 20000, &st), 0);

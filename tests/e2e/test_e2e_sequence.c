@@ -189,7 +189,7 @@ static int write_main(const char *addr) {
   chime_writer_t *w = NULL;
   if (chime_client_create(&c, addr, NULL) != 0 ||
       chime_writer_open(&w, c, "k", NULL) != 0) {
-    fprintf(stderr, "write: open: %s\n", chime_client_last_error(c));
+    fprintf(stderr, "write: open: %s\n", chime_last_error());
     return 1;
   }
   uint8_t buf[STEP];
@@ -311,7 +311,7 @@ static void test_refusals(void **state) {
   uint8_t buf[STEP];
   step_bytes(buf, 9, 0);
   assert_int_equal(chime_writer_append(w, buf, STEP, 2.0), CHIME_EINVAL);
-  assert_non_null(strstr(chime_writer_last_error(w), "initial_priority"));
+  assert_non_null(strstr(chime_last_error(), "initial_priority"));
   assert_int_equal(chime_writer_append(w, buf, STEP - 1, 1.0), CHIME_EINVAL);
   assert_int_equal(chime_writer_close(w), 0);
 }

@@ -480,7 +480,7 @@ static void test_flood_past_fd_limit(void **state) {
   assert_int_equal(chime__proc_wait(&d.proc, 0, &st), CHIME_ETIMEDOUT);
   if (chime_client_info(before, &info) != 0)
     fail_msg("a connected client failed during the flood: %s",
-             chime_client_last_error(before));
+             chime_last_error());
   chime_server_info_free(info);
   chime_client_destroy(before);
   for (int i = 0; i < FLOOD; i++)

@@ -82,7 +82,7 @@ int chime__bench_learn(const chime__bench_learn_opts_t *o,
       sink += chime__bench_touch(b.leaf[l].data, b.leaf[l].bytes, o->touch);
       n += b.leaf[l].bytes;
     }
-    if ((rc = chime_batch_release(s, &b)) != 0) {
+    if ((rc = chime_stream_release(s, &b)) != 0) {
       snprintf(why, whylen, "release: %s", chime_strerror(rc));
       goto out;
     }

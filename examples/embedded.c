@@ -142,7 +142,7 @@ int main(int argc, char **argv) {
     last = b.info[b.count - 1].key;
     samples += b.count;
     got++;
-    if (chime_batch_release(stream, &b) != 0) {
+    if (chime_stream_release(stream, &b) != 0) {
       fprintf(stderr, "chime-embedded: release: %s\n", chime_last_error());
       break;
     }

@@ -180,7 +180,7 @@ int main(int argc, char **argv) {
         break;
       }
     }
-    rc = chime_batch_release(s, &b);
+    rc = chime_stream_release(s, &b);
     if (rc) {
       snprintf(err, sizeof(err), "release: %s", chime_strerror(rc));
       verified = 0;

@@ -15,7 +15,7 @@
  *   while (chime_stream_next(s, &b, 1000) == 0) {
  *     const float *obs = b.leaf[0].data;   // [256, 64] floats, in place
  *     ...
- *     chime_batch_release(s, &b);
+ *     chime_stream_release(s, &b);
  *   }
  *   chime_stream_close(s);
  *   chime_client_destroy(c);
@@ -431,10 +431,11 @@ chime_stream_open(chime_stream_t **out, chime_client_t *client,
  * keep arriving up to the prefetch while it computes. */
 CHIME_EXTERN CHIME_NODISCARD int
 chime_stream_next(chime_stream_t *stream, chime_batch_t *out, int timeout_ms);
-/* Gives a batch back, in any order. In stream mode this also returns a credit
- * to the server. Call from the thread that calls next. */
+/* Gives back a batch this stream's next() returned, in any order (named
+ * after the handle it takes: the stream). In stream mode this also returns
+ * a credit to the server. Call from the thread that calls next. */
 CHIME_EXTERN CHIME_NODISCARD int
-chime_batch_release(chime_stream_t *stream, const chime_batch_t *batch);
+chime_stream_release(chime_stream_t *stream, const chime_batch_t *batch);
 CHIME_EXTERN chime_mode_t chime_stream_mode(const chime_stream_t *stream);
 /* NULL when the requested mode was used; else why auto fell back. */
 CHIME_EXTERN const char *

@@ -12,7 +12,7 @@
  * stream (chime_stream_close() unmaps the ring) while any batch is leased.
  *
  * Threads: chime_stream_next() runs without the GIL. A view dropped in
- * another thread meanwhile must not call chime_batch_release() concurrently
+ * another thread meanwhile must not call chime_stream_release() concurrently
  * (one thread at a time per stream), so its slot is queued in `pending` and
  * given back by next() once it has the GIL again. */
 #include "chimepy.h"
@@ -51,7 +51,7 @@ struct batch_s {
 
 /* For a batch the caller never saw, on a path that already raises. */
 static void release_unreported(chime_stream_t *s, const chime_batch_t *b) {
-  if (chime_batch_release(s, b) != 0) {
+  if (chime_stream_release(s, b) != 0) {
     /* the stream ended: the slot goes back with it */
   }
 }
@@ -68,7 +68,7 @@ static void stream_shut(stream_t *self) {
 static int drain_pending(stream_t *self) {
   int first = 0;
   for (unsigned i = 0; i < self->npending; i++) {
-    int rc = chime_batch_release(self->s, &self->pending[i]);
+    int rc = chime_stream_release(self->s, &self->pending[i]);
     if (rc && !first)
       first = rc;
   }
@@ -100,7 +100,7 @@ static int batch_give_back(batch_t *bt) {
   if (st->in_next)
     st->pending[st->npending++] = bt->b; /* cap >= slots: never overflows */
   else
-    rc = chime_batch_release(st->s, &bt->b);
+    rc = chime_stream_release(st->s, &bt->b);
   st->leased--;
   maybe_finish_close(st);
   return rc;

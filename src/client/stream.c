@@ -420,11 +420,11 @@ int chime_stream_get_stats(const chime_stream_t *stream,
   return 0;
 }
 
-int chime_batch_release(chime_stream_t *stream, const chime_batch_t *batch) {
+int chime_stream_release(chime_stream_t *stream, const chime_batch_t *batch) {
   chime_stream_t *s = stream;
   if (!s || !batch)
     return chime__detail(CHIME_EINVAL,
-                         "chime_batch_release: needs a stream and a batch");
+                         "chime_stream_release: needs a stream and a batch");
   int rc = inherited(s);
   if (rc == 0 && (rc = s->tp->release(s, batch->slot)) != 0)
     chime__detailf(rc, "stream %" PRIu64 " on '%s': batch %" PRIu64 ": %s",

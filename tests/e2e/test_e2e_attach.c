@@ -106,7 +106,7 @@ static void read_all(chime_stream_t *s, uint64_t seed) {
       seen[idx] = 1;
       got++;
     }
-    assert_int_equal(chime_batch_release(s, &b), 0);
+    assert_int_equal(chime_stream_release(s, &b), 0);
   }
   chime_batch_t b;
   assert_int_equal(chime_stream_next(s, &b, 200), CHIME_ETIMEDOUT);

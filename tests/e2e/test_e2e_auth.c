@@ -125,7 +125,7 @@ static void test_roles(void **state) {
   chime_batch_t b;
   assert_int_equal(chime_stream_next(s, &b, 20000), 0);
   assert_int_equal(b.count, 4);
-  assert_int_equal(chime_batch_release(s, &b), 0);
+  assert_int_equal(chime_stream_release(s, &b), 0);
   chime_stream_close(s);
   assert_int_equal(chime_writer_open(&w, learner, "t", NULL), 0);
   uint64_t x = 1;

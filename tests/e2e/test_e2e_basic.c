@@ -146,7 +146,7 @@ static void consume(chime_mode_t mode, chime_mode_t want_mode, uint64_t n,
         off += lb;
       }
     }
-    assert_int_equal(chime_batch_release(s, &b), 0);
+    assert_int_equal(chime_stream_release(s, &b), 0);
   }
   chime_stream_close(s);
 }
@@ -282,7 +282,7 @@ static void test_uniform_evicts_oldest(void **state) {
       assert_true(b.info[i].probability == 1.0 / 16);
       assert_true(b.info[i].times_sampled >= 1);
     }
-    assert_int_equal(chime_batch_release(s, &b), 0);
+    assert_int_equal(chime_stream_release(s, &b), 0);
   }
   chime_stream_close(s);
 }

@@ -100,7 +100,7 @@ static uint8_t *drain(chime_client_t *c, int nb, size_t *len) {
       memcpy(p, &in, sizeof(in));
       p += sizeof(in);
     }
-    assert_int_equal(chime_batch_release(s, &b), 0);
+    assert_int_equal(chime_stream_release(s, &b), 0);
   }
   chime_stream_close(s);
   *len = per * (size_t)nb;
@@ -528,7 +528,7 @@ static uint8_t *seq_drain(chime_client_t *c, int nb, size_t *len) {
       memcpy(p, &in, sizeof(in));
       p += sizeof(in);
     }
-    assert_int_equal(chime_batch_release(s, &b), 0);
+    assert_int_equal(chime_stream_release(s, &b), 0);
   }
   chime_stream_close(s);
   *len = (size_t)(p - out);

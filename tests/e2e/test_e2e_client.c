@@ -76,7 +76,7 @@ static void *drain_main(void *arg) {
     chime_batch_t b;
     d->rc = chime_stream_next(s, &b, 20000);
     if (d->rc == 0)
-      d->rc = chime_batch_release(s, &b);
+      d->rc = chime_stream_release(s, &b);
   }
   chime_stream_close(s);
   return NULL;
@@ -202,7 +202,7 @@ static void test_auto_fallback(void **state) {
   chime_batch_t b;
   assert_int_equal(chime_stream_next(s, &b, 10000), 0);
   verify(&b);
-  assert_int_equal(chime_batch_release(s, &b), 0);
+  assert_int_equal(chime_stream_release(s, &b), 0);
   chime_stream_close(s);
 
   chime_stream_opts_t o = CHIME_STREAM_OPTS_INIT;
@@ -262,7 +262,7 @@ static void leases(chime_client_t *c, chime_mode_t mode, uint32_t slots) {
     /* HOLD - 1 is coprime with HOLD: a permutation, shifted each round. */
     for (int i = 0; i < HOLD; i++)
       assert_int_equal(
-          chime_batch_release(s, &held[(round + (HOLD - 1) * i) % HOLD]), 0);
+          chime_stream_release(s, &held[(round + (HOLD - 1) * i) % HOLD]), 0);
   }
   chime_stream_close(s);
 }
@@ -303,7 +303,7 @@ static void test_stream_fills_while_learner_away(void **state) {
   chime_batch_t b;
   assert_int_equal(chime_stream_next(s, &b, 10000), 0);
   verify(&b);
-  assert_int_equal(chime_batch_release(s, &b), 0);
+  assert_int_equal(chime_stream_release(s, &b), 0);
   /* 7 batches lent (slots - 1); one taken, its credit not yet sent, so
    * the server sends 7 and no more. received_bytes counts each batch's
    * payload: its leaf arrays, padded, and its sample info, more than its
@@ -325,7 +325,7 @@ static void test_stream_fills_while_learner_away(void **state) {
   for (int i = 0; i < 6; i++) {
     assert_int_equal(chime_stream_next(s, &b, 10000), 0);
     verify(&b);
-    assert_int_equal(chime_batch_release(s, &b), 0);
+    assert_int_equal(chime_stream_release(s, &b), 0);
   }
   chime_stream_close(s);
   stop(&d, c);
@@ -352,7 +352,7 @@ static void test_stream_learner_only_looks(void **state) {
     }
     assert_int_equal(rc, 0);
     verify(&b);
-    assert_int_equal(chime_batch_release(s, &b), 0);
+    assert_int_equal(chime_stream_release(s, &b), 0);
     got++;
   }
   assert_int_equal(got, 50);
@@ -380,7 +380,7 @@ static int next_until_error(chime_stream_t *s) {
     int rc = chime_stream_next(s, &b, 20000);
     if (rc)
       return rc;
-    if ((rc = chime_batch_release(s, &b)) != 0)
+    if ((rc = chime_stream_release(s, &b)) != 0)
       return rc;
   }
   return 0;
@@ -474,7 +474,7 @@ static void read_each_once(chime_stream_t *s, uint64_t seed0, uint64_t per_seed,
       assert_int_equal(seen[(seed - seed0) * per_seed + idx]++, 0);
       assert_true(b.info[i].probability > 0);
     }
-    assert_int_equal(chime_batch_release(s, &b), 0);
+    assert_int_equal(chime_stream_release(s, &b), 0);
   }
   free(seen);
 }
@@ -607,7 +607,7 @@ static void test_writer_extend(void **state) {
       assert_int_equal(ids[i], chime__pattern_id(5, n * 8 + i));
       assert_true(b.info[i].priority == prio[n * 8 + i]);
     }
-    assert_int_equal(chime_batch_release(s, &b), 0);
+    assert_int_equal(chime_stream_release(s, &b), 0);
   }
   chime_stream_close(s);
   stop(&d, c);
@@ -640,7 +640,7 @@ static void test_null_opts(void **state) {
     assert_int_equal(chime_stream_next(s, &b, 20000), 0);
     assert_int_equal(b.count, 256);
     assert_int_equal(chime__pattern_verify(&b, NULL, err, sizeof(err)), 0);
-    assert_int_equal(chime_batch_release(s, &b), 0);
+    assert_int_equal(chime_stream_release(s, &b), 0);
   }
   chime_stream_local_stats_t ls;
   assert_int_equal(chime_stream_get_stats(s, &ls), 0);

@@ -186,7 +186,7 @@ static void test_learner_killed(void **state) {
     if (rc != 0)
       fail_msg("new learner: %s", chime_last_error());
     assert_int_equal(chime__pattern_verify(&b, NULL, err, sizeof(err)), 0);
-    assert_int_equal(chime_batch_release(s, &b), 0);
+    assert_int_equal(chime_stream_release(s, &b), 0);
     chime_stream_close(s);
   }
 }
@@ -233,7 +233,7 @@ static void test_chimed_killed(void **state) {
       chime_batch_t b;
       rc = chime_stream_next(s[m], &b, 10000);
       if (rc == 0)
-        assert_int_equal(chime_batch_release(s[m], &b), 0);
+        assert_int_equal(chime_stream_release(s[m], &b), 0);
     }
     if (rc != CHIME_EDISCONNECTED)
       fail_msg("%s: next after chimed died: %s (%s)", m ? "stream" : "shm",
@@ -247,7 +247,7 @@ static void test_chimed_killed(void **state) {
     }
     assert_int_equal(chime__pattern_verify(&held[m], NULL, err, sizeof(err)),
                      0);
-    assert_int_equal(chime_batch_release(s[m], &held[m]), 0);
+    assert_int_equal(chime_stream_release(s[m], &held[m]), 0);
     chime_stream_close(s[m]);
     free(copy[m]);
   }
@@ -338,7 +338,7 @@ static void test_writer_killed(void **state) {
     for (uint32_t i = 0; i < b.count; i++)
       if (ids[i] >> 40 == 9)
         assert_int_equal(ids[i], chime__pattern_id(9, seen++));
-    assert_int_equal(chime_batch_release(s, &b), 0);
+    assert_int_equal(chime_stream_release(s, &b), 0);
   }
   pthread_join(th, NULL);
   if (lw.rc != 0)
@@ -370,7 +370,7 @@ static void drain(uint64_t seed, uint64_t n, uint8_t *seen) {
         fail_msg("unexpected sample id %llx", (unsigned long long)id);
       seen[id & CHIME__PATTERN_MAX_INDEX]++;
     }
-    assert_int_equal(chime_batch_release(s, &b), 0);
+    assert_int_equal(chime_stream_release(s, &b), 0);
   }
   chime_stream_close(s);
 }

@@ -81,7 +81,7 @@ static int one_batch(chime_stream_t *s) {
   if (rc == 0 && chime__pattern_verify(&b, ids, err, sizeof(err)) != 0)
     rc = CHIME_ECORRUPT;
   if (rc == 0)
-    rc = chime_batch_release(s, &b);
+    rc = chime_stream_release(s, &b);
   return rc;
 }
 

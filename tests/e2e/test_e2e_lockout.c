@@ -130,7 +130,7 @@ static void attach_and_read(chime_client_t *c, chime__proc_t *flooder) {
       char err[256];
       assert_int_equal(chime_stream_next(s, &b, 10000), 0);
       assert_int_equal(chime__pattern_verify(&b, NULL, err, sizeof(err)), 0);
-      assert_int_equal(chime_batch_release(s, &b), 0);
+      assert_int_equal(chime_stream_release(s, &b), 0);
     }
     chime_stream_close(s);
   }

@@ -80,7 +80,7 @@ static void take_one(chime_stream_t *s, int i) {
     memcpy(&id, (const uint8_t *)b.leaf[0].data + k * 8, 8);
     assert_true(id < 64);
   }
-  assert_int_equal(chime_batch_release(s, &b), 0);
+  assert_int_equal(chime_stream_release(s, &b), 0);
 }
 
 static void test_256_streams_few_threads(void **state) {

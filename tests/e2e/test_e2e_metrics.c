@@ -273,7 +273,7 @@ static void test_scrape_matches_stats(void **state) {
   assert_true(seen.saw_ckpt_age);
   assert_true(seen.nfamilies >= 20);
 
-  assert_int_equal(chime_batch_release(s, &b), 0);
+  assert_int_equal(chime_stream_release(s, &b), 0);
   chime_stream_close(s);
 }
 

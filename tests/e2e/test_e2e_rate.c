@@ -226,7 +226,7 @@ static void test_batch_over_min_size_refused(void **state) {
       assert_int_equal(b.count, 2);
       const uint64_t *x = b.leaf[0].data;
       seen |= (1ull << x[0]) | (1ull << x[1]);
-      assert_int_equal(chime_batch_release(s, &b), 0);
+      assert_int_equal(chime_stream_release(s, &b), 0);
     }
   }
   assert_int_equal(seen, 0x3ff);

@@ -416,7 +416,7 @@ static void test_writer_resends_after_cut(void **state) {
       assert_int_equal(b.info[j].key, last_key + 1);
       last_key = b.info[j].key;
     }
-    assert_int_equal(chime_batch_release(s, &b), 0);
+    assert_int_equal(chime_stream_release(s, &b), 0);
   }
   for (uint64_t i = 0; i < N; i++)
     if (!seen[i])

@@ -161,7 +161,7 @@ static void test_two_writers_shm_and_stream(void **state) {
       chime_batch_t b;
       assert_int_equal(chime_stream_next(s[i], &b, 30000), 0);
       windows[i] += check_batch(&b);
-      assert_int_equal(chime_batch_release(s[i], &b), 0);
+      assert_int_equal(chime_stream_release(s[i], &b), 0);
     }
   }
   assert_int_equal(windows[0], 480);
@@ -249,7 +249,7 @@ static void test_writer_killed_mid_episode(void **state) {
         assert_int_equal(id[2 * i + 1], in->first_step + i);
       }
     }
-    assert_int_equal(chime_batch_release(s, &b), 0);
+    assert_int_equal(chime_stream_release(s, &b), 0);
   }
   chime_stream_close(s);
 }
@@ -290,7 +290,7 @@ static void test_give_back(void **state) {
         }
       }
       if (round == 2)
-        assert_int_equal(chime_batch_release(s, &b), 0);
+        assert_int_equal(chime_stream_release(s, &b), 0);
     }
     chime_stream_close(s);
   }

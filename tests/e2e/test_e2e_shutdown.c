@@ -173,7 +173,7 @@ static void test_sigterm(void **state) {
     int rc = chime_stream_next(s[m], &b, 30000);
     if (rc != 0)
       fail_msg("next: %s", chime_last_error());
-    assert_int_equal(chime_batch_release(s[m], &b), 0);
+    assert_int_equal(chime_stream_release(s[m], &b), 0);
   }
 
   /* And as separate processes: a chime-actor inserting for ever and a
@@ -305,7 +305,7 @@ static void test_sigterm(void **state) {
       chime_batch_t b;
       rc = chime_stream_next(s[k], &b, 30000);
       if (rc == 0)
-        rc = chime_batch_release(s[k], &b);
+        rc = chime_stream_release(s[k], &b);
     }
     if (rc != CHIME_ESHUTDOWN)
       fail_msg("%s learner: %s (%s)", k ? "stream" : "shm", chime_err_name(rc),

@@ -195,7 +195,7 @@ static void test_unacked_request_never_goes_in(void **state) {
       if (id >= CAP || seen[id]++)
         fail_msg("sample id %" PRIu64 " delivered (not acked, or twice)", id);
     }
-    assert_int_equal(chime_batch_release(s, &bt), 0);
+    assert_int_equal(chime_stream_release(s, &bt), 0);
   }
   chime_stream_close(s);
   chime__sleep_ms(300);

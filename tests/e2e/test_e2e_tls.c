@@ -309,7 +309,7 @@ static void round_trip(const chime__chimed_t *d, const char *cert,
       sample(w, next, want);
       assert_memory_equal(got + 4 * j, want, sizeof want);
     }
-    assert_int_equal(chime_batch_release(s, &b), 0);
+    assert_int_equal(chime_stream_release(s, &b), 0);
   }
   chime_stream_close(s);
   chime_client_destroy(cw);

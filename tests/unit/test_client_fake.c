@@ -585,7 +585,7 @@ static void test_notice(void **state) {
   /* The batch taken before stays readable. */
   const uint8_t *p = b.leaf[0].data;
   assert_int_equal(p[0] | p[b.leaf[0].bytes - 1], 0);
-  assert_int_equal(chime_batch_release(s, &b), 0);
+  assert_int_equal(chime_stream_release(s, &b), 0);
   chime_stream_close(s);
   chime_client_destroy(c);
 }
@@ -663,7 +663,7 @@ static void test_auto_falls_back_when_handoff_fails(void **state) {
   assert_non_null(strstr(why, "shm attach failed: handoff: cannot connect"));
   chime_batch_t b;
   assert_int_equal(chime_stream_next(s, &b, 10000), 0);
-  assert_int_equal(chime_batch_release(s, &b), 0);
+  assert_int_equal(chime_stream_release(s, &b), 0);
   chime_stream_close(s);
   chime_client_destroy(c);
 

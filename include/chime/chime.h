@@ -399,7 +399,6 @@ typedef struct {
   uint32_t nleaves;
   chime_batch_leaf_t leaf[CHIME_MAX_LEAVES];
   const chime_sample_info_t *info; /* count records */
-  uint32_t slot;                   /* internal: which ring slot */
 } chime_batch_t;
 
 /* Opens a stream of batches from `table`. In auto mode it maps the server's
@@ -433,7 +432,10 @@ CHIME_EXTERN CHIME_NODISCARD int
 chime_stream_next(chime_stream_t *stream, chime_batch_t *out, int timeout_ms);
 /* Gives back a batch this stream's next() returned, in any order (named
  * after the handle it takes: the stream). In stream mode this also returns
- * a credit to the server. Call from the thread that calls next. */
+ * a credit to the server. Call from the thread that calls next. The batch
+ * is found by its info pointer and seq, as next() filled them (a copy of
+ * the struct will do): CHIME_EINVAL for one given back already or not lent
+ * by this stream, and nothing is released. */
 CHIME_EXTERN CHIME_NODISCARD int
 chime_stream_release(chime_stream_t *stream, const chime_batch_t *batch);
 CHIME_EXTERN chime_mode_t chime_stream_mode(const chime_stream_t *stream);

@@ -294,6 +294,11 @@ int chime_stream_open(chime_stream_t **out, chime_client_t *client,
   rc = chime__stream_attach(s, err, sizeof(err));
   if (rc)
     goto cleanup;
+  s->lent = calloc(chime_ring_get_layout(s->ring)->slots, sizeof(*s->lent));
+  if (!s->lent) {
+    rc = chime__fail(err, sizeof(err), CHIME_ENOMEM, "out of memory");
+    goto cleanup;
+  }
   /* The call may have ended while it was opening: the status is read now
    * that the ring is there to be cut off. */
   if (!chime__rpc_pending(&s->rpc, CHIME__RPC_STATUS))
@@ -376,8 +381,8 @@ int chime_stream_next(chime_stream_t *stream, chime_batch_t *out,
   out->seq = v.seq;
   out->count = v.count;
   out->nleaves = s->spec.nleaves;
-  out->slot = v.slot;
   out->info = v.info;
+  s->lent[v.slot] = v.seq + 1;
   for (uint32_t i = 0; i < s->spec.nleaves; i++) {
     const chime_leaf_t *l = &s->spec.leaves[i];
     chime_batch_leaf_t *b = &out->leaf[i];
@@ -420,19 +425,47 @@ int chime_stream_get_stats(const chime_stream_t *stream,
   return 0;
 }
 
+/* The ring slot that a batch next() lent lives in: a batch carries no slot
+ * number, but its sample info lies at info_offset in its slot of this
+ * stream's mapping, so the slot is one division away (O(1), in any order).
+ * CHIME_EINVAL for a batch this stream did not lend (its info elsewhere,
+ * or its slot lending another seq: given back already). */
+static int lent_slot(const chime_stream_t *s, const chime_batch_t *b,
+                     uint32_t *slot) {
+  const chime_ring_layout_t *l = chime_ring_get_layout(s->ring);
+  uintptr_t first = (uintptr_t)chime_ring_slot_base(s->ring, 0);
+  uintptr_t at = (uintptr_t)b->info;
+  if (first == 0 || at < first + l->info_offset)
+    return CHIME_EINVAL;
+  uint64_t off = (uint64_t)(at - first - l->info_offset);
+  if (off % l->slot_bytes != 0 || off / l->slot_bytes >= l->slots)
+    return CHIME_EINVAL;
+  *slot = (uint32_t)(off / l->slot_bytes);
+  return s->lent[*slot] == b->seq + 1 ? 0 : CHIME_EINVAL;
+}
+
 int chime_stream_release(chime_stream_t *stream, const chime_batch_t *batch) {
   chime_stream_t *s = stream;
   if (!s || !batch)
     return chime__detail(CHIME_EINVAL,
                          "chime_stream_release: needs a stream and a batch");
   int rc = inherited(s);
-  if (rc == 0 && (rc = s->tp->release(s, batch->slot)) != 0)
-    chime__detailf(rc, "stream %" PRIu64 " on '%s': batch %" PRIu64 ": %s",
-                   s->stream_id, s->table, batch->seq,
-                   rc == CHIME_EINVAL ? "not held by this stream (released "
-                                        "twice, or not from its next())"
-                                      : chime_strerror(rc));
-  return rc;
+  if (rc)
+    return rc;
+  uint32_t slot;
+  if (lent_slot(s, batch, &slot) != 0)
+    return chime__detailf(CHIME_EINVAL,
+                          "stream %" PRIu64 " on '%s': batch %" PRIu64
+                          " is not lent by this stream now (given back "
+                          "already, or not from its next())",
+                          s->stream_id, s->table, batch->seq);
+  rc = s->tp->release(s, slot);
+  if (rc)
+    return chime__detailf(
+        rc, "stream %" PRIu64 " on '%s': batch %" PRIu64 ": %s", s->stream_id,
+        s->table, batch->seq, chime_strerror(rc));
+  s->lent[slot] = 0;
+  return 0;
 }
 
 chime_mode_t chime_stream_mode(const chime_stream_t *stream) {
@@ -449,6 +482,7 @@ const char *chime_stream_fallback_reason(const chime_stream_t *stream) {
 static void close_inherited(chime_stream_t *s) {
   if (s->ring != NULL && chime_ring_pinned_bytes(s->ring) == 0)
     chime_ring_destroy(s->ring);
+  free(s->lent);
   free(s->remote.slot_seq);
   free(s->remote.released);
   free(s);
@@ -473,6 +507,7 @@ void chime_stream_close(chime_stream_t *stream) {
   if (tp && tp->fini)
     tp->fini(s);
   chime_ring_destroy(s->ring);
+  free(s->lent);
   pthread_mutex_destroy(&s->lock);
   pthread_mutex_destroy(&s->drive_mu);
   pthread_cond_destroy(&s->idle_cv);

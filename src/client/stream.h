@@ -52,6 +52,11 @@ struct chime_stream_s {
   atomic_int end_code;         /* why next fails once the ring is cut off */
   uint64_t batches, bytes;     /* taken by next (learner's thread) */
   char end_why[CHIME__ERRLEN]; /* end_code's sentence (lock) */
+  /* Per ring slot: seq + 1 of the batch next() lent from it, 0 when none
+   * is lent (learner's thread). Release finds a batch's slot from where
+   * its sample info lies and checks it here, so a batch given back twice
+   * never gives back the batch lent from that slot since. */
+  uint64_t *lent;
 };
 
 struct chime__transport_s {

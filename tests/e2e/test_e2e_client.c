@@ -289,6 +289,76 @@ static void test_leases_stream(void **state) {
   stop(&d, c);
 }
 
+/* Release finds a batch's slot without being told it, and refuses a batch
+ * it did not lend now: given back twice (also once its slot lends the next
+ * batch, which stays held), forged, or another stream's. Nothing is
+ * released by a refusal. */
+static void expect_refused(chime_stream_t *s, const chime_batch_t *b) {
+  assert_int_equal(chime_stream_release(s, b), CHIME_EINVAL);
+  if (strstr(chime_last_error(), "not lent by this stream") == NULL)
+    fail_msg("detail '%s'", chime_last_error());
+}
+
+static void release_checks(chime_client_t *c, chime_mode_t mode) {
+  chime_stream_t *s = open_stream(c, "u", mode, 4);
+  chime_stream_t *other = open_stream(c, "u", mode, 4);
+  chime_batch_t a, b, o;
+  assert_int_equal(chime_stream_next(s, &a, 10000), 0);
+  assert_int_equal(chime_stream_release(s, &a), 0);
+  expect_refused(s, &a);
+  /* The next batch lent from a's slot (its info where a's was). */
+  int found = 0;
+  for (int i = 0; i < 64 && !found; i++) {
+    assert_int_equal(chime_stream_next(s, &b, 10000), 0);
+    found = b.info == a.info;
+    if (!found)
+      assert_int_equal(chime_stream_release(s, &b), 0);
+  }
+  assert_true(found);
+  expect_refused(s, &a); /* would give back b */
+  chime_stream_local_stats_t st;
+  assert_int_equal(chime_stream_get_stats(s, &st), 0);
+  assert_int_equal(st.leases, 1);
+  chime_batch_t forged = b;
+  forged.info = (const chime_sample_info_t *)((const char *)b.info + 8);
+  expect_refused(s, &forged);
+  forged = b;
+  forged.info = NULL;
+  expect_refused(s, &forged);
+  forged = b;
+  forged.seq++;
+  expect_refused(s, &forged);
+  assert_int_equal(chime_stream_next(other, &o, 10000), 0);
+  expect_refused(s, &o);
+  assert_int_equal(chime_stream_get_stats(s, &st), 0);
+  assert_int_equal(st.leases, 1);
+  verify(&b); /* still lent: its data is b's */
+  assert_int_equal(chime_stream_release(s, &b), 0);
+  assert_int_equal(chime_stream_release(other, &o), 0);
+  chime_stream_close(other);
+  chime_stream_close(s);
+}
+
+static void test_release_checks_shm(void **state) {
+  (void)state;
+  chime__chimed_t d;
+  chime_client_t *c;
+  start(&d, &c);
+  insert(c, "u", 4, 64);
+  release_checks(c, CHIME_MODE_SHM);
+  stop(&d, c);
+}
+
+static void test_release_checks_stream(void **state) {
+  (void)state;
+  chime__chimed_t d;
+  chime_client_t *c;
+  start(&d, &c);
+  insert(c, "u", 5, 64);
+  release_checks(c, CHIME_MODE_STREAM);
+  stop(&d, c);
+}
+
 /* Stream mode: a learner polls the call itself in next(), and the stream's
  * thread takes over once it stays away (computing): the batches its
  * credits allow arrive meanwhile, while the learner is not in next(), and
@@ -662,6 +732,8 @@ int main(void) {
       cmocka_unit_test_teardown(test_auto_fallback, teardown_each),
       cmocka_unit_test_teardown(test_leases_shm, teardown_each),
       cmocka_unit_test_teardown(test_leases_stream, teardown_each),
+      cmocka_unit_test_teardown(test_release_checks_shm, teardown_each),
+      cmocka_unit_test_teardown(test_release_checks_stream, teardown_each),
       cmocka_unit_test_teardown(test_stream_fills_while_learner_away,
                                 teardown_each),
       cmocka_unit_test_teardown(test_stream_learner_only_looks, teardown_each),

@@ -310,7 +310,7 @@ chime_writer_open(chime_writer_t **out, chime_client_t *client,
  * message (acks and errors are looked for once per message, not per sample),
  * or by flush() and close(). A sample
  * of the wrong size is refused here, before sending, with CHIME_EINVAL and a
- * last error naming the leaf; the writer stays usable. So is a priority that
+ * detail naming the leaf; the writer stays usable. So is a priority that
  * is NaN, infinite or negative (CHIME_EINVAL; the server refuses those too).
  * Once the server ended
  * the call (e.g. CHIME_ESHUTDOWN) every later call returns that error.

@@ -80,7 +80,7 @@ static int fail(chime_writer_t *w, int code) {
 /* A public call begins: what an earlier call's failure said is not this
  * one's (a sticky failure's text stays: every later call returns it). */
 static void begin(chime_writer_t *w) {
-  if (!w->failed)
+  if (!w->failed && w->err[0] != '\0') /* an append costs no store */
     w->err[0] = '\0';
 }
 

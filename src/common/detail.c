@@ -21,7 +21,12 @@ static _Thread_local char *t_detail;
  * stale one. */
 static _Thread_local const char *t_fixed;
 
+/* At the thread's exit, on that thread. A failure in a destructor run after
+ * this one (another key's, the application's) gets a new buffer, which
+ * POSIX's next round of destructors frees, instead of a freed one. */
 static void free_detail(void *p) {
+  if (p == t_detail)
+    t_detail = NULL;
   free(p);
 }
 

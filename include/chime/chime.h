@@ -23,18 +23,18 @@
  * Every call returns 0 or a negative CHIME_E* code (chime/errors.h); the
  * sentence about a failure is chime_last_error(), read on the thread that
  * made the call (each thread has its own, as errno). Fallible calls are
- * CHIME_NODISCARD. Options structs start from their
- * CHIME_*_OPTS_INIT (designated, so new fields keep their defaults), and a
- * NULL options pointer means exactly those defaults.
+ * CHIME_NODISCARD. Options structs start from their CHIME_*_OPTS_INIT
+ * (designated, so new fields keep their defaults), and a NULL options
+ * pointer means exactly those defaults.
  *
  * Argument order: a constructor (chime_client_create, chime_writer_open,
  * chime_stream_open, chime_server_create; and the calls that make a value
  * from their inputs alone, chime_spec_parse, chime_ring_layout) returns what
  * it makes through its first parameter. Every other call is a call on an
- * existing object and takes
- * that object first, then its inputs, then the outputs it fills
- * (chime_client_info(client, &info), chime_client_checkpoint(client, &res));
- * a wait's timeout_ms alone comes after the output, last of all, as in poll()
+ * existing object: it takes that object first, then its inputs, then the
+ * outputs it fills (chime_client_info(client, &info),
+ * chime_client_checkpoint(client, &result)). A wait's timeout_ms alone comes
+ * after the output, last of all, as poll() has it
  * (chime_stream_next(stream, &batch, timeout_ms)).
  *
  * Thread safety: a client may be shared by threads (each writer and stream is

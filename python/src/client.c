@@ -57,22 +57,10 @@ static int client_init(PyObject *o, PyObject *args, PyObject *kw) {
   Py_BEGIN_ALLOW_THREADS rc = chime_client_create(&self->c, addr, &opts);
   Py_END_ALLOW_THREADS if (rc) {
     self->c = NULL;
-    /* An address, token or TLS file libchime refused (EINVAL: a file
-     * that cannot be read or holds no PEM block, tls_cert without tls_key,
-     * a token with spaces). */
-    char what[768];
-    snprintf(what, sizeof(what), "%s%s", addr,
-             rc == CHIME_EINVAL
-                 ? ": bad address, token or TLS option (files must be "
-                   "readable PEM; tls_cert and tls_key go together)"
-             : rc == CHIME_ENOTSUP
-                 ? ": this process is a child of fork() whose parent used "
-                   "chime without gRPC's fork support (GRPC_POLL_STRATEGY "
-                   "or GRPC_ENABLE_FORK_SUPPORT set otherwise), or forked "
-                   "while a chime call stayed inside gRPC: it cannot make "
-                   "clients; start it with spawn or forkserver "
-                   "(docs/python.md, fork)"
-                 : "");
+    /* libchime's detail names what it refused (an address, a token, a TLS
+     * file or option, a child of fork() that cannot use gRPC). */
+    char what[1024];
+    snprintf(what, sizeof(what), "%s: %s", addr, chime_last_error());
     chimepy_raise(rc, what);
     return -1;
   }

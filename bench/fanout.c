@@ -95,9 +95,7 @@ static void *actor_thread(void *arg) {
 out:
   if (a->rc != 0)
     snprintf(a->why, sizeof(a->why), "actor: %s",
-             w != NULL   ? chime_writer_last_error(w)
-             : c != NULL ? chime_client_last_error(c)
-                         : chime_strerror(a->rc));
+             sample == NULL ? chime_strerror(a->rc) : chime_last_error());
   int closed = chime_writer_close(w); /* flushed above: a->rc says */
   (void)closed;
   chime_client_destroy(c);

@@ -26,9 +26,12 @@ static int ingest_run(const char *addr, const ingest_case_t *ic,
   chime_client_t *c = NULL;
   chime_writer_t *w = NULL;
   uint8_t *sample = calloc(1, ic->sample_bytes);
+  char why[128] = ""; /* a failure that is not a chime call's */
   int rc = CHIME_ENOMEM;
-  if (sample == NULL)
+  if (sample == NULL) {
+    snprintf(why, sizeof(why), "out of memory");
     goto out;
+  }
   if ((rc = chime_client_create(&c, addr, NULL)) != 0 ||
       (rc = chime_writer_open(&w, c, ic->table, wo)) != 0)
     goto out;
@@ -40,16 +43,18 @@ static int ingest_run(const char *addr, const ingest_case_t *ic,
   if (rc == 0)
     rc = chime_writer_flush(w);
   double dt = chime__bench_now_s() - t0;
-  if (rc == 0 && chime_writer_acked(w) != ic->samples)
+  if (rc == 0 && chime_writer_acked(w) != ic->samples) {
+    snprintf(why, sizeof(why),
+             "%" PRIu64 " of %" PRIu64 " samples acked after flush",
+             chime_writer_acked(w), ic->samples);
     rc = CHIME_EPROTO;
+  }
   if (rc == 0)
     *per_s = (double)ic->samples / dt;
 out:
   if (rc != 0)
     fprintf(stderr, "chime-bench ingest: %s: %s\n", ic->table,
-            w != NULL   ? chime_writer_last_error(w)
-            : c != NULL ? chime_client_last_error(c)
-                        : chime_strerror(rc));
+            why[0] ? why : chime_last_error());
   int closed = chime_writer_close(w); /* the last flush */
   if (rc == 0)
     rc = closed;

@@ -53,7 +53,7 @@ int chime__bench_learn(const chime__bench_learn_opts_t *o,
   so.slots = o->slots;
   so.mode = o->mode;
   if ((rc = chime_stream_open(&s, c, o->table, &so)) != 0) {
-    snprintf(why, whylen, "open: %s", chime_client_last_error(c));
+    snprintf(why, whylen, "open: %s", chime_last_error());
     goto out;
   }
   if (chime_stream_mode(s) != o->mode) {
@@ -74,7 +74,7 @@ int chime__bench_learn(const chime__bench_learn_opts_t *o,
         break;
     }
     if ((rc = chime_stream_next(s, &b, 30000)) != 0) {
-      snprintf(why, whylen, "next: %s", chime_stream_last_error(s));
+      snprintf(why, whylen, "next: %s", chime_last_error());
       goto out;
     }
     uint64_t n = 0;
@@ -82,7 +82,7 @@ int chime__bench_learn(const chime__bench_learn_opts_t *o,
       sink += chime__bench_touch(b.leaf[l].data, b.leaf[l].bytes, o->touch);
       n += b.leaf[l].bytes;
     }
-    if ((rc = chime_batch_release(s, &b)) != 0) {
+    if ((rc = chime_stream_release(s, &b)) != 0) {
       snprintf(why, whylen, "release: %s", chime_strerror(rc));
       goto out;
     }

@@ -708,9 +708,7 @@ static int prefill(const char *addr, uint64_t samples) {
   if (rc == 0)
     rc = chime_writer_flush(w);
   if (rc != 0)
-    fprintf(stderr, "chime-bench: prefill: %s\n",
-            w != NULL ? chime_writer_last_error(w)
-                      : chime_client_last_error(c));
+    fprintf(stderr, "chime-bench: prefill: %s\n", chime_last_error());
 out:;
   int closed = chime_writer_close(w); /* the last flush */
   if (rc == 0)

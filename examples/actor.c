@@ -73,10 +73,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "chime-actor: %s: %s\n", server, chime_strerror(rc));
     goto cleanup;
   }
-  rc = chime_client_info(&info, c);
+  rc = chime_client_info(c, &info);
   if (rc) {
     fprintf(stderr, "chime-actor: GetInfo from %s: %s\n", server,
-            chime_client_last_error(c));
+            chime_last_error());
     goto cleanup;
   }
   for (uint32_t t = 0; t < info->ntables; t++)
@@ -102,7 +102,7 @@ int main(int argc, char **argv) {
     wo.max_batch_bytes = sb * batch;
   rc = chime_writer_open(&w, c, table, &wo);
   if (rc) {
-    fprintf(stderr, "chime-actor: %s\n", chime_client_last_error(c));
+    fprintf(stderr, "chime-actor: %s\n", chime_last_error());
     goto cleanup;
   }
   double t0 = chime__cli_now_s();
@@ -111,13 +111,13 @@ int main(int argc, char **argv) {
     rc = chime_writer_append(w, sample, sb, 1.0);
     if (rc) {
       fprintf(stderr, "chime-actor: sample %" PRIu64 ": %s\n", i,
-              chime_writer_last_error(w));
+              chime_last_error());
       goto cleanup;
     }
   }
   rc = chime_writer_flush(w);
   if (rc) {
-    fprintf(stderr, "chime-actor: flush: %s\n", chime_writer_last_error(w));
+    fprintf(stderr, "chime-actor: flush: %s\n", chime_last_error());
     goto cleanup;
   }
   double dt = chime__cli_now_s() - t0;

@@ -298,10 +298,9 @@ int main(int argc, char **argv) {
     goto cleanup;
   }
   if (!strcmp(cmd, "info")) {
-    rc = chime_client_info(&info, c);
+    rc = chime_client_info(c, &info);
     if (rc) {
-      fprintf(stderr, "chimectl: info %s: %s\n", addr,
-              chime_client_last_error(c));
+      fprintf(stderr, "chimectl: info %s: %s\n", addr, chime_last_error());
       goto cleanup;
     }
     if (as_json ? print_json(info_json(info)) : (info_text(info), 0))
@@ -311,7 +310,7 @@ int main(int argc, char **argv) {
     rc = chime_client_checkpoint(c, &r);
     if (rc) {
       fprintf(stderr, "chimectl: checkpoint %s: %s\n", addr,
-              chime_client_last_error(c));
+              chime_last_error());
       goto cleanup;
     }
     if (as_json) {
@@ -329,10 +328,9 @@ int main(int argc, char **argv) {
              (double)r.pause_ns / 1e6);
     }
   } else {
-    rc = chime_client_stats(&st, c);
+    rc = chime_client_stats(c, &st);
     if (rc) {
-      fprintf(stderr, "chimectl: stats %s: %s\n", addr,
-              chime_client_last_error(c));
+      fprintf(stderr, "chimectl: stats %s: %s\n", addr, chime_last_error());
       goto cleanup;
     }
     if (as_json ? print_json(stats_json(st)) : (stats_text(st), 0))

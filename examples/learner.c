@@ -141,7 +141,7 @@ int main(int argc, char **argv) {
   so.pin_host_memory = pin;
   rc = chime_stream_open(&s, c, table, &so);
   if (rc) {
-    snprintf(err, sizeof(err), "open: %s", chime_client_last_error(c));
+    snprintf(err, sizeof(err), "open: %s", chime_last_error());
     goto cleanup;
   }
   verified = 1;
@@ -154,7 +154,7 @@ int main(int argc, char **argv) {
       break; /* idle: the table has nothing more for us */
     if (rc) {
       snprintf(err, sizeof(err), "next after %" PRIu64 " batches: %s (%s)",
-               done, chime_err_name(rc), chime_stream_last_error(s));
+               done, chime_err_name(rc), chime_last_error());
       verified = 0;
       break;
     }
@@ -180,7 +180,7 @@ int main(int argc, char **argv) {
         break;
       }
     }
-    rc = chime_batch_release(s, &b);
+    rc = chime_stream_release(s, &b);
     if (rc) {
       snprintf(err, sizeof(err), "release: %s", chime_strerror(rc));
       verified = 0;

@@ -15,19 +15,27 @@
  *   while (chime_stream_next(s, &b, 1000) == 0) {
  *     const float *obs = b.leaf[0].data;   // [256, 64] floats, in place
  *     ...
- *     chime_batch_release(s, &b);
+ *     chime_stream_release(s, &b);
  *   }
  *   chime_stream_close(s);
  *   chime_client_destroy(c);
  *
- * Every call returns 0 or a negative CHIME_E* code (chime/errors.h); a sentence
- * about the last failure of an object is in chime_*_last_error(). Fallible
- * calls are CHIME_NODISCARD. Options structs start from their
- * CHIME_*_OPTS_INIT (designated, so new fields keep their defaults), and a
- * NULL options pointer means exactly those defaults. A call that makes a
- * new object or result for the caller to free (create, open, info, stats)
- * returns it through its first parameter; a call on an existing object takes
- * that object first and fills any output last.
+ * Every call returns 0 or a negative CHIME_E* code (chime/errors.h); the
+ * sentence about a failure is chime_last_error(), read on the thread that
+ * made the call (each thread has its own, as errno). Fallible calls are
+ * CHIME_NODISCARD. Options structs start from their CHIME_*_OPTS_INIT
+ * (designated, so new fields keep their defaults), and a NULL options
+ * pointer means exactly those defaults.
+ *
+ * Argument order: a constructor (chime_client_create, chime_writer_open,
+ * chime_stream_open, chime_server_create; and the calls that make a value
+ * from their inputs alone, chime_spec_parse, chime_ring_layout) returns what
+ * it makes through its first parameter. Every other call is a call on an
+ * existing object: it takes that object first, then its inputs, then the
+ * outputs it fills (chime_client_info(client, &info),
+ * chime_client_checkpoint(client, &result)). A wait's timeout_ms alone comes
+ * after the output, last of all, as poll() has it
+ * (chime_stream_next(stream, &batch, timeout_ms)).
  *
  * Thread safety: a client may be shared by threads (each writer and stream is
  * used by one thread at a time). A stream's next and release must be called
@@ -118,9 +126,6 @@ chime_client_create(chime_client_t **out, const char *address,
                     const chime_client_opts_t *opts);
 /* Close every writer and stream of the client first. Calls grpc_shutdown(). */
 CHIME_EXTERN void chime_client_destroy(chime_client_t *client); /* NULL-safe */
-/* The detail of the most recent failure of a call on this client (GetInfo,
- * Stats, writer or stream open), from whichever thread made it. */
-CHIME_EXTERN const char *chime_client_last_error(const chime_client_t *client);
 
 typedef struct {
   char name[CHIME_MAX_NAME];
@@ -174,8 +179,8 @@ typedef struct {
  * closed under it (an idle client's connection dropped by the server's
  * keepalive) is sent once more on a new one; a server that is gone gives
  * CHIME_EDISCONNECTED once this client had reached it. */
-CHIME_EXTERN CHIME_NODISCARD int chime_client_info(chime_server_info_t **out,
-                                                   chime_client_t *client);
+CHIME_EXTERN CHIME_NODISCARD int chime_client_info(chime_client_t *client,
+                                                   chime_server_info_t **out);
 CHIME_EXTERN void chime_server_info_free(chime_server_info_t *info);
 
 /* Stats as the server's JSON-able view: filled by chime_client_stats(). */
@@ -218,8 +223,8 @@ typedef struct {
   uint32_t insert_calls_parked;
 } chime_stats_t;
 
-CHIME_EXTERN CHIME_NODISCARD int chime_client_stats(chime_stats_t **out,
-                                                    chime_client_t *client);
+CHIME_EXTERN CHIME_NODISCARD int chime_client_stats(chime_client_t *client,
+                                                    chime_stats_t **out);
 CHIME_EXTERN void chime_stats_free(chime_stats_t *stats);
 
 typedef struct {
@@ -313,7 +318,7 @@ chime_writer_open(chime_writer_t **out, chime_client_t *client,
  * message (acks and errors are looked for once per message, not per sample),
  * or by flush() and close(). A sample
  * of the wrong size is refused here, before sending, with CHIME_EINVAL and a
- * last error naming the leaf; the writer stays usable. So is a priority that
+ * detail naming the leaf; the writer stays usable. So is a priority that
  * is NaN, infinite or negative (CHIME_EINVAL; the server refuses those too).
  * Once the server ended
  * the call (e.g. CHIME_ESHUTDOWN) every later call returns that error.
@@ -354,7 +359,6 @@ chime_writer_end_episode(chime_writer_t *writer);
 CHIME_EXTERN CHIME_NODISCARD int chime_writer_flush(chime_writer_t *writer);
 /* Samples acked so far. */
 CHIME_EXTERN uint64_t chime_writer_acked(const chime_writer_t *writer);
-CHIME_EXTERN const char *chime_writer_last_error(const chime_writer_t *writer);
 /* Flushes, closes the stream and frees. Returns the flush result. NULL-safe.
  * One timeout bounds it: after a flush or append that timed out with no ack
  * since (e.g. a hung server), close does not wait again and returns
@@ -403,7 +407,6 @@ typedef struct {
   uint32_t nleaves;
   chime_batch_leaf_t leaf[CHIME_MAX_LEAVES];
   const chime_sample_info_t *info; /* count records */
-  uint32_t slot;                   /* internal: which ring slot */
 } chime_batch_t;
 
 /* Opens a stream of batches from `table`. In auto mode it maps the server's
@@ -414,9 +417,9 @@ typedef struct {
  * $CHIME_BOOT_ID when set, which lets tests play another host) and hostname.
  * Explicit CHIME_MODE_SHM never falls back: CHIME_ENOTSUP for another host, or
  * the attach error. With pin_host_memory the ring this process reads is
- * page-locked (chime_ring_pin) or the open fails with the reason in
- * chime_client_last_error(). On failure the reason is in
- * chime_client_last_error(). Each stream runs one helper thread. */
+ * page-locked (chime_ring_pin) or the open fails with the whole pinning
+ * error in chime_last_error(). On any failure the reason is in
+ * chime_last_error(). Each stream runs one helper thread. */
 CHIME_EXTERN CHIME_NODISCARD int
 chime_stream_open(chime_stream_t **out, chime_client_t *client,
                   const char *table, const chime_stream_opts_t *opts);
@@ -426,22 +429,27 @@ chime_stream_open(chime_stream_t **out, chime_client_t *client,
  * held), CHIME_ESHUTDOWN (server shutting down), CHIME_EDISCONNECTED (server
  * gone), CHIME_EPROTO (the server broke the protocol). After an end, batches
  * not yet taken are dropped and held ones stay readable until close. The
- * detail is in chime_stream_last_error(). In stream mode a next() that finds
+ * detail is in chime_last_error(): once the stream ended, why it ended (the
+ * server's status, or the protocol error the stream's helper thread found),
+ * on whichever thread calls next. In stream mode a next() that finds
  * its ring empty receives the batch on the calling thread (no hand-off from
  * another); while the learner stays out of next() for more than a few
  * milliseconds the stream's helper thread receives instead, so batches
  * keep arriving up to the prefetch while it computes. */
 CHIME_EXTERN CHIME_NODISCARD int
 chime_stream_next(chime_stream_t *stream, chime_batch_t *out, int timeout_ms);
-/* Gives a batch back, in any order. In stream mode this also returns a credit
- * to the server. Call from the thread that calls next. */
+/* Gives back a batch this stream's next() returned, in any order (named
+ * after the handle it takes: the stream). In stream mode this also returns
+ * a credit to the server. Call from the thread that calls next. The batch
+ * is found by its info pointer and seq, as next() filled them (a copy of
+ * the struct will do): CHIME_EINVAL for one given back already or not lent
+ * by this stream, and nothing is released. */
 CHIME_EXTERN CHIME_NODISCARD int
-chime_batch_release(chime_stream_t *stream, const chime_batch_t *batch);
+chime_stream_release(chime_stream_t *stream, const chime_batch_t *batch);
 CHIME_EXTERN chime_mode_t chime_stream_mode(const chime_stream_t *stream);
 /* NULL when the requested mode was used; else why auto fell back. */
 CHIME_EXTERN const char *
 chime_stream_fallback_reason(const chime_stream_t *stream);
-CHIME_EXTERN const char *chime_stream_last_error(const chime_stream_t *stream);
 
 /* This process's view of one stream (the server's is chime_client_stats()). */
 typedef struct {
@@ -499,11 +507,11 @@ typedef struct {
   }
 
 /* Builds tables and the handoff socket from the config; serves nothing yet.
- * With pinning on it loads the CUDA runtime first: an err of CHIME_PIN_ERRLEN
- * bytes holds the whole error when that fails. */
+ * With pinning on it loads the CUDA runtime first; when that fails,
+ * chime_last_error() holds the whole error (every place the runtime was
+ * looked for, and the CUDA error by name). */
 CHIME_EXTERN CHIME_NODISCARD int
-chime_server_create(chime_server_t **out, const chime_server_opts_t *opts,
-                    char *err, size_t errlen);
+chime_server_create(chime_server_t **out, const chime_server_opts_t *opts);
 /* Registers chime.v1.Chime on an application's server. Must be called before
  * grpc_server_start(); `cq` is a completion queue registered on `server` that
  * chime polls on its own thread. New calls are announced on `cq`; Insert
@@ -531,12 +539,10 @@ CHIME_EXTERN void chime_server_destroy(chime_server_t *srv);
  * grpc_init(), creates a server on the configured listen address with 64 MiB
  * message limits, registers the service and starts everything. `bound`
  * receives the address actually bound ("127.0.0.1:41234" for port 0, or
- * "unix:/path"). chime_server_destroy() then shuts the grpc_server down and
- * calls grpc_shutdown_blocking(). */
-CHIME_EXTERN CHIME_NODISCARD int chime_server_listen(chime_server_t *srv,
-                                                     char *bound,
-                                                     size_t boundlen, char *err,
-                                                     size_t errlen);
+ * "unix:/path"; bound may be NULL). chime_server_destroy() then shuts the
+ * grpc_server down and calls grpc_shutdown_blocking(). */
+CHIME_EXTERN CHIME_NODISCARD int
+chime_server_listen(chime_server_t *srv, char *bound, size_t boundlen);
 
 #ifdef __cplusplus
 }

@@ -1,9 +1,10 @@
 /* chime error codes.
  *
  * Every public call returns an int: 0 on success or a negative CHIME_E* code.
- * No call sets errno. chime_strerror() gives a sentence, chime_err_name() the
- * symbolic name ("CHIME_ETIMEDOUT"). Objects keep a detail string for their
- * last error (see e.g. chime_client_last_error()).
+ * No call sets errno. chime_strerror() gives a sentence for the code,
+ * chime_err_name() the symbolic name ("CHIME_ETIMEDOUT"), and
+ * chime_last_error() the detail of the calling thread's last failure
+ * ("insert into 'demo': leaf 'obs' (f32[64], ...) does not fit ...").
  */
 #ifndef CHIME_ERRORS_H
 #define CHIME_ERRORS_H
@@ -66,6 +67,17 @@ typedef enum {
 CHIME_EXTERN const char *chime_strerror(int err);
 /* The symbolic name ("CHIME_EBUSY"), or "CHIME_UNKNOWN". */
 CHIME_EXTERN const char *chime_err_name(int err);
+/* The sentence about the most recent failed chime call made by the calling
+ * thread, or "" when it has made none. Every call of chime.h (client,
+ * writer, stream, server) that returns a CHIME_E* code sets it; a call that
+ * succeeds leaves it as it was. That includes the failures a stream's
+ * helper thread found, read after the chime_stream_next() that reports
+ * them, and the server's errors a writer's append, flush or close returns.
+ * Each thread has its own (as errno): threads sharing a client read their
+ * own failures, with no lock. The text is valid until the calling thread's
+ * next chime call, and never NULL. (ring.h's calls keep their own:
+ * chime_ring_last_error() and err buffers.) */
+CHIME_EXTERN const char *chime_last_error(void);
 
 #ifdef __cplusplus
 }

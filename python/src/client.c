@@ -57,22 +57,10 @@ static int client_init(PyObject *o, PyObject *args, PyObject *kw) {
   Py_BEGIN_ALLOW_THREADS rc = chime_client_create(&self->c, addr, &opts);
   Py_END_ALLOW_THREADS if (rc) {
     self->c = NULL;
-    /* An address, token or TLS file libchime refused (EINVAL: a file
-     * that cannot be read or holds no PEM block, tls_cert without tls_key,
-     * a token with spaces). */
-    char what[768];
-    snprintf(what, sizeof(what), "%s%s", addr,
-             rc == CHIME_EINVAL
-                 ? ": bad address, token or TLS option (files must be "
-                   "readable PEM; tls_cert and tls_key go together)"
-             : rc == CHIME_ENOTSUP
-                 ? ": this process is a child of fork() whose parent used "
-                   "chime without gRPC's fork support (GRPC_POLL_STRATEGY "
-                   "or GRPC_ENABLE_FORK_SUPPORT set otherwise), or forked "
-                   "while a chime call stayed inside gRPC: it cannot make "
-                   "clients; start it with spawn or forkserver "
-                   "(docs/python.md, fork)"
-                 : "");
+    /* libchime's detail names what it refused (an address, a token, a TLS
+     * file or option, a child of fork() that cannot use gRPC). */
+    char what[1024];
+    snprintf(what, sizeof(what), "%s: %s", addr, chime_last_error());
     chimepy_raise(rc, what);
     return -1;
   }
@@ -287,9 +275,8 @@ static PyObject *client_info(PyObject *o, PyObject *unused) {
     return NULL;
   chime_server_info_t *info = NULL;
   int rc;
-  Py_BEGIN_ALLOW_THREADS rc = chime_client_info(&info, self->c);
-  Py_END_ALLOW_THREADS if (rc) return chimepy_raise(
-      rc, chime_client_last_error(self->c));
+  Py_BEGIN_ALLOW_THREADS rc = chime_client_info(self->c, &info);
+  Py_END_ALLOW_THREADS if (rc) return chimepy_raise(rc, chime_last_error());
   PyObject *d = info_dict(info);
   chime_server_info_free(info);
   return d;
@@ -352,9 +339,8 @@ static PyObject *client_stats(PyObject *o, PyObject *args, PyObject *kw) {
     return NULL;
   chime_stats_t *st = NULL;
   int rc;
-  Py_BEGIN_ALLOW_THREADS rc = chime_client_stats(&st, self->c);
-  Py_END_ALLOW_THREADS if (rc) return chimepy_raise(
-      rc, chime_client_last_error(self->c));
+  Py_BEGIN_ALLOW_THREADS rc = chime_client_stats(self->c, &st);
+  Py_END_ALLOW_THREADS if (rc) return chimepy_raise(rc, chime_last_error());
   PyObject *d = stats_dict(st);
   chime_stats_free(st);
   if (d == NULL || !flat)
@@ -368,9 +354,9 @@ int chimepy_client_table_spec(chimepy_client_t *client, const char *table,
                               chime_spec_t *out) {
   chime_server_info_t *info = NULL;
   int rc;
-  Py_BEGIN_ALLOW_THREADS rc = chime_client_info(&info, client->c);
+  Py_BEGIN_ALLOW_THREADS rc = chime_client_info(client->c, &info);
   Py_END_ALLOW_THREADS if (rc) {
-    chimepy_raise(rc, chime_client_last_error(client->c));
+    chimepy_raise(rc, chime_last_error());
     return -1;
   }
   int found = 0;
@@ -449,7 +435,7 @@ static PyObject *client_mutate(PyObject *o, PyObject *args, PyObject *kw) {
       (const double *)PyArray_DATA(prios), (size_t)PyArray_SIZE(keys),
       (const uint64_t *)PyArray_DATA(dels), (size_t)PyArray_SIZE(dels), &r);
   Py_END_ALLOW_THREADS if (rc) {
-    chimepy_raise(rc, chime_client_last_error(self->c));
+    chimepy_raise(rc, chime_last_error());
     goto out;
   }
   ret = Py_BuildValue("{s:I,s:I,s:I}", "updated", r.updated, "deleted",
@@ -478,7 +464,7 @@ static PyObject *client_checkpoint(PyObject *o, PyObject *unused) {
   int rc;
   Py_BEGIN_ALLOW_THREADS rc = chime_client_checkpoint(self->c, &r);
   Py_END_ALLOW_THREADS if (rc) {
-    return chimepy_raise(rc, chime_client_last_error(self->c));
+    return chimepy_raise(rc, chime_last_error());
   }
   return Py_BuildValue("{s:s,s:I,s:K,s:K,s:K,s:K}", "path", r.path, "tables",
                        (unsigned)r.tables, "items", (unsigned long long)r.items,

@@ -85,7 +85,7 @@ int chimepy_errors_init(PyObject *m) {
   if (add_error(m, &err_base, "Error", NULL,
                 "A chime call failed. .code is the CHIME_E* code (negative "
                 "int), .name its symbolic name; the message is the "
-                "library's last error.") < 0)
+                "library's detail (chime_last_error()).") < 0)
     return -1;
   PyObject *b = PyTuple_Pack(1, err_base);
   PyObject *bt = PyTuple_Pack(2, err_base, PyExc_TimeoutError);

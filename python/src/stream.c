@@ -12,7 +12,7 @@
  * stream (chime_stream_close() unmaps the ring) while any batch is leased.
  *
  * Threads: chime_stream_next() runs without the GIL. A view dropped in
- * another thread meanwhile must not call chime_batch_release() concurrently
+ * another thread meanwhile must not call chime_stream_release() concurrently
  * (one thread at a time per stream), so its slot is queued in `pending` and
  * given back by next() once it has the GIL again. */
 #include "chimepy.h"
@@ -51,7 +51,7 @@ struct batch_s {
 
 /* For a batch the caller never saw, on a path that already raises. */
 static void release_unreported(chime_stream_t *s, const chime_batch_t *b) {
-  if (chime_batch_release(s, b) != 0) {
+  if (chime_stream_release(s, b) != 0) {
     /* the stream ended: the slot goes back with it */
   }
 }
@@ -68,7 +68,7 @@ static void stream_shut(stream_t *self) {
 static int drain_pending(stream_t *self) {
   int first = 0;
   for (unsigned i = 0; i < self->npending; i++) {
-    int rc = chime_batch_release(self->s, &self->pending[i]);
+    int rc = chime_stream_release(self->s, &self->pending[i]);
     if (rc && !first)
       first = rc;
   }
@@ -100,7 +100,7 @@ static int batch_give_back(batch_t *bt) {
   if (st->in_next)
     st->pending[st->npending++] = bt->b; /* cap >= slots: never overflows */
   else
-    rc = chime_batch_release(st->s, &bt->b);
+    rc = chime_stream_release(st->s, &bt->b);
   st->leased--;
   maybe_finish_close(st);
   return rc;
@@ -411,7 +411,7 @@ static int stream_init(PyObject *o, PyObject *args, PyObject *kw) {
   Py_BEGIN_ALLOW_THREADS rc = chime_stream_open(&self->s, c->c, table, &opts);
   Py_END_ALLOW_THREADS if (rc) {
     self->s = NULL;
-    chimepy_raise(rc, chime_client_last_error(c->c));
+    chimepy_raise(rc, chime_last_error());
     return -1;
   }
   self->mode = chime_stream_mode(self->s);
@@ -457,6 +457,9 @@ static uint64_t now_ms(void) {
 static int stream_wait(stream_t *self, chime_batch_t *b, int timeout_ms) {
   uint64_t deadline = timeout_ms < 0 ? 0 : now_ms() + (uint64_t)timeout_ms;
   int rc;
+  /* next()'s detail, kept when releases follow it (a failed release would
+   * make chime_last_error() its own). */
+  char detail[1024] = "";
   for (;;) {
     int slice = SLICE_MS;
     if (timeout_ms >= 0) {
@@ -469,6 +472,9 @@ static int stream_wait(stream_t *self, chime_batch_t *b, int timeout_ms) {
     Py_BEGIN_ALLOW_THREADS rc = chime_stream_next(self->s, b, slice);
     Py_END_ALLOW_THREADS self->in_next = 0;
     unsigned drained = self->npending;
+    detail[0] = '\0';
+    if (rc && drained)
+      snprintf(detail, sizeof(detail), "%s", chime_last_error());
     int rrc = drain_pending(self);
     if (self->closing) {
       if (rc == 0)
@@ -478,8 +484,8 @@ static int stream_wait(stream_t *self, chime_batch_t *b, int timeout_ms) {
       return -1;
     }
     if (rrc && rc == 0) {
+      chimepy_raise(rrc, chime_last_error()); /* before another release */
       release_unreported(self->s, b);
-      chimepy_raise(rrc, chime_stream_last_error(self->s));
       return -1;
     }
     if (rc == CHIME_ETIMEDOUT &&
@@ -493,7 +499,7 @@ static int stream_wait(stream_t *self, chime_batch_t *b, int timeout_ms) {
     break;
   }
   if (rc) {
-    chimepy_raise(rc, chime_stream_last_error(self->s));
+    chimepy_raise(rc, detail[0] ? detail : chime_last_error());
     return -1;
   }
   return 0;
@@ -512,7 +518,7 @@ static PyObject *stream_next_ms(stream_t *self, int timeout_ms) {
     self->last = NULL;
     int rc = batch_request_release(prev);
     if (rc)
-      return chimepy_raise(rc, chime_stream_last_error(self->s));
+      return chimepy_raise(rc, chime_last_error());
   }
   /* The batch is written straight into its object (chime_batch_t is
    * several KiB: no copy of it per batch). Until it is leased the object
@@ -531,7 +537,7 @@ static PyObject *stream_next_ms(stream_t *self, int timeout_ms) {
   if (rc == CHIME_ETIMEDOUT)
     rc = stream_wait(self, &bt->b, timeout_ms);
   else if (rc) {
-    chimepy_raise(rc, chime_stream_last_error(self->s));
+    chimepy_raise(rc, chime_last_error());
     rc = -1;
   }
   if (rc) {
@@ -631,7 +637,7 @@ static PyObject *stream_stats(PyObject *o, PyObject *unused) {
   chime_stream_local_stats_t st;
   int rc = chime_stream_get_stats(self->s, &st);
   if (rc)
-    return chimepy_raise(rc, chime_stream_last_error(self->s));
+    return chimepy_raise(rc, chime_last_error());
   return Py_BuildValue(
       "{s:s,s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:K,s:K}", "mode",
       chime_mode_name(st.mode), "stream_id", (unsigned long long)st.stream_id,

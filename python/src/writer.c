@@ -181,7 +181,7 @@ static int writer_init(PyObject *o, PyObject *args, PyObject *kw) {
   Py_BEGIN_ALLOW_THREADS rc = chime_writer_open(&self->w, c->c, table, &opts);
   Py_END_ALLOW_THREADS if (rc) {
     self->w = NULL;
-    chimepy_raise(rc, chime_client_last_error(c->c));
+    chimepy_raise(rc, chime_last_error());
     return -1;
   }
   Py_INCREF(client);
@@ -364,10 +364,9 @@ static PyObject *writer_append(PyObject *o, PyObject *args, PyObject *kw) {
   if (rc == INTERRUPTED)
     return NULL;
   if (rc)
-    return writer_raise(
-        self, rc, "",
-        rc == CHIME_ETIMEDOUT ? why : chime_writer_last_error(self->w),
-        chime_writer_acked(self->w));
+    return writer_raise(self, rc, "",
+                        rc == CHIME_ETIMEDOUT ? why : chime_last_error(),
+                        chime_writer_acked(self->w));
   self->taken++;
   self->interrupted = 0;
   Py_RETURN_NONE;
@@ -449,8 +448,7 @@ static PyObject *writer_extend(PyObject *o, PyObject *args, PyObject *kw) {
         (Py_ssize_t)a.done);
     if (what)
       writer_raise(self, rc, PyUnicode_AsUTF8(what),
-                   rc == CHIME_ETIMEDOUT ? why
-                                         : chime_writer_last_error(self->w),
+                   rc == CHIME_ETIMEDOUT ? why : chime_last_error(),
                    chime_writer_acked(self->w));
     Py_XDECREF(what);
     goto cleanup;
@@ -477,8 +475,7 @@ static PyObject *writer_flush(PyObject *o, PyObject *unused) {
     return NULL;
   if (rc)
     return writer_raise(
-        self, rc, "flush: ",
-        rc == CHIME_ETIMEDOUT ? why : chime_writer_last_error(self->w),
+        self, rc, "flush: ", rc == CHIME_ETIMEDOUT ? why : chime_last_error(),
         chime_writer_acked(self->w));
   self->interrupted = 0;
   Py_RETURN_NONE;
@@ -500,8 +497,7 @@ static PyObject *writer_end_episode(PyObject *o, PyObject *unused) {
   if (rc == INTERRUPTED)
     return NULL;
   if (rc)
-    return chimepy_raise(
-        rc, rc == CHIME_ETIMEDOUT ? why : chime_writer_last_error(self->w));
+    return chimepy_raise(rc, rc == CHIME_ETIMEDOUT ? why : chime_last_error());
   self->interrupted = 0;
   Py_RETURN_NONE;
 }
@@ -520,7 +516,7 @@ static PyObject *writer_close(PyObject *o, PyObject *unused) {
     return NULL;
   if (rc)
     return writer_raise(self, rc, "close: flushing what was queued failed: ",
-                        rc == CHIME_ETIMEDOUT ? why : NULL,
+                        rc == CHIME_ETIMEDOUT ? why : chime_last_error(),
                         self->acked_at_close);
   Py_RETURN_NONE;
 }

@@ -7,6 +7,7 @@
 
 #include "client/fork.h"
 #include "client/internal.h"
+#include "common/detail.h"
 #include "common/keepalive.h"
 
 /* A PEM file, whole and NUL-terminated (free with free_pem); NULL when it
@@ -70,48 +71,57 @@ int chime_client_create(chime_client_t **out, const char *address,
                         const chime_client_opts_t *opts) {
   chime_client_opts_t def = CHIME_CLIENT_OPTS_INIT;
   if (!out || !address || !*address)
-    return CHIME_EINVAL;
+    return chime__detail(CHIME_EINVAL,
+                         "chime_client_create: needs out and an address");
   *out = NULL;
   if (!opts)
     opts = &def;
   if (opts->max_message_bytes == 0 || opts->max_message_bytes > INT32_MAX)
-    return CHIME_EINVAL;
+    return chime__detailf(CHIME_EINVAL,
+                          "client: max_message_bytes must be 1..%d", INT32_MAX);
   size_t toklen = opts->token ? strlen(opts->token) : 0;
-  if (opts->token && (toklen == 0 || toklen > 256))
-    return CHIME_EINVAL;
+  int bad_token = opts->token && (toklen == 0 || toklen > 256);
   for (size_t i = 0; i < toklen; i++)
     if (opts->token[i] <= ' ' || opts->token[i] > '~')
-      return CHIME_EINVAL;
+      bad_token = 1;
+  if (bad_token)
+    return chime__detail(CHIME_EINVAL, "client: the token must be 1..256 "
+                                       "printable ASCII bytes, no spaces");
   if ((opts->tls_cert == NULL) != (opts->tls_key == NULL))
-    return CHIME_EINVAL;
+    return chime__detail(CHIME_EINVAL,
+                         "client: tls_cert and tls_key go together");
   if (opts->tls_server_name != NULL &&
       (opts->tls_server_name[0] == '\0' ||
        (opts->tls_ca == NULL && opts->tls_cert == NULL)))
-    return CHIME_EINVAL;
+    return chime__detail(CHIME_EINVAL,
+                         "client: tls_server_name must not be empty and "
+                         "needs TLS (tls_ca or tls_cert)");
   chime_client_t *c = calloc(1, sizeof(*c));
   if (!c)
-    return CHIME_ENOMEM;
+    return chime__detail(CHIME_ENOMEM, "client: out of memory");
   c->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : 5000;
   c->max_message_bytes = opts->max_message_bytes;
-  pthread_mutex_init(&c->lock, NULL);
   c->pid = (int)getpid();
 
-  int rc = chime__fork_grpc_init(NULL, 0);
+  char err[512] = "";
+  int rc = chime__fork_grpc_init(err, sizeof(err));
   if (rc != 0) {
-    pthread_mutex_destroy(&c->lock);
     free(c);
-    return rc;
+    return chime__detail(rc, err);
   }
   c->fork_gen = chime__fork_gen();
   chime__gate_enter();
   grpc_channel_credentials *creds;
   rc = make_creds(opts, &creds);
   if (rc != 0) {
-    pthread_mutex_destroy(&c->lock);
     free(c);
     grpc_shutdown();
     chime__gate_leave();
-    return rc;
+    return chime__detail(rc, rc == CHIME_EINVAL
+                                 ? "client: a TLS file (tls_ca, tls_cert or "
+                                   "tls_key) cannot be read or holds no PEM "
+                                   "block"
+                                 : "client: out of memory");
   }
   grpc_arg args[5 + CHIME__KEEPALIVE_ARGS];
   args[0].type = GRPC_ARG_INTEGER;
@@ -173,7 +183,6 @@ void chime_client_destroy(chime_client_t *client) {
     if (client->nmd)
       grpc_slice_unref(client->auth.value);
   }
-  pthread_mutex_destroy(&client->lock);
   free(client);
   if (own) {
     grpc_shutdown();
@@ -185,19 +194,7 @@ int chime__client_inherited(chime_client_t *client) {
   char err[512];
   int rc = chime__fork_check(client->fork_gen, client->pid, "client", err,
                              sizeof(err));
-  return rc ? chime__client_set_error(client, rc, err) : 0;
-}
-
-const char *chime_client_last_error(const chime_client_t *client) {
-  return client ? client->err : "no client";
-}
-
-int chime__client_set_error(chime_client_t *client, int code,
-                            const char *text) {
-  pthread_mutex_lock(&client->lock);
-  snprintf(client->err, sizeof(client->err), "%s", text);
-  pthread_mutex_unlock(&client->lock);
-  return code;
+  return rc ? chime__detail(rc, err) : 0;
 }
 
 static int unary_once(chime_client_t *client, int method,
@@ -295,9 +292,10 @@ static void copy_str(char *dst, size_t len, const char *src) {
   snprintf(dst, len, "%s", src ? src : "");
 }
 
-int chime_client_info(chime_server_info_t **out, chime_client_t *client) {
+int chime_client_info(chime_client_t *client, chime_server_info_t **out) {
   if (!client || !out)
-    return CHIME_EINVAL;
+    return chime__detail(CHIME_EINVAL,
+                         "chime_client_info: needs a client and out");
   *out = NULL;
   char err[CHIME__ERRLEN] = "";
   Chime__V1__GetInfoRequest req = CHIME__V1__GET_INFO_REQUEST__INIT;
@@ -380,7 +378,7 @@ cleanup:
     protobuf_c_message_free_unpacked(m, NULL);
   chime_server_info_free(info);
   if (rc)
-    chime__client_set_error(client, rc, err);
+    chime__detail(rc, err);
   return rc;
 }
 
@@ -388,9 +386,9 @@ int chime__table_lookup(chime_client_t *client, const char *table,
                         chime_table_info_t *out, chime_server_info_t **info,
                         char *err, size_t errlen) {
   chime_server_info_t *si = NULL;
-  int rc = chime_client_info(&si, client);
+  int rc = chime_client_info(client, &si);
   if (rc) {
-    chime__fail(err, errlen, rc, "%s", chime_client_last_error(client));
+    chime__fail(err, errlen, rc, "%s", chime_last_error());
     goto cleanup;
   }
   rc = CHIME_ENOTFOUND;
@@ -420,9 +418,10 @@ void chime_server_info_free(chime_server_info_t *info) {
   free(info);
 }
 
-int chime_client_stats(chime_stats_t **out, chime_client_t *client) {
+int chime_client_stats(chime_client_t *client, chime_stats_t **out) {
   if (!client || !out)
-    return CHIME_EINVAL;
+    return chime__detail(CHIME_EINVAL,
+                         "chime_client_stats: needs a client and out");
   *out = NULL;
   char err[CHIME__ERRLEN] = "";
   Chime__V1__StatsRequest req = CHIME__V1__STATS_REQUEST__INIT;
@@ -496,7 +495,7 @@ cleanup:
     protobuf_c_message_free_unpacked(m, NULL);
   chime_stats_free(st);
   if (rc)
-    chime__client_set_error(client, rc, err);
+    chime__detail(rc, err);
   return rc;
 }
 
@@ -527,7 +526,10 @@ int chime_client_mutate_priorities(chime_client_t *client, const char *table,
                                    chime_mutate_result_t *out) {
   if (!client || !table || (n && (!keys || !priorities)) ||
       (ndeletes && !deletes))
-    return CHIME_EINVAL;
+    return chime__detail(CHIME_EINVAL,
+                         "chime_client_mutate_priorities: needs a client, a "
+                         "table, and keys, priorities and deletes for their "
+                         "counts");
   char err[CHIME__ERRLEN] = "";
   int rc = 0;
   ProtobufCMessage *m = NULL;
@@ -574,14 +576,14 @@ cleanup:
   free(ups);
   free(upp);
   if (rc)
-    chime__client_set_error(client, rc, err);
+    chime__detail(rc, err);
   return rc;
 }
 
 int chime_client_checkpoint(chime_client_t *client,
                             chime_checkpoint_result_t *out) {
   if (!client)
-    return CHIME_EINVAL;
+    return chime__detail(CHIME_EINVAL, "chime_client_checkpoint: no client");
   char err[CHIME__ERRLEN] = "";
   ProtobufCMessage *m = NULL;
   Chime__V1__CheckpointRequest req = CHIME__V1__CHECKPOINT_REQUEST__INIT;
@@ -602,6 +604,6 @@ int chime_client_checkpoint(chime_client_t *client,
   if (m)
     protobuf_c_message_free_unpacked(m, NULL);
   if (rc)
-    chime__client_set_error(client, rc, err);
+    chime__detail(rc, err);
   return rc;
 }

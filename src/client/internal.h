@@ -23,15 +23,16 @@
 #include "chime/chime.h"
 #include "ring/producer.h"
 #include "client/call.h"
+#include "common/detail.h"
 #include "common/errfmt.h" /* CHIME__PRINTF, chime__verrf */
 #include "wire/hostid.h"
 #include "wire/leaf.h"
 #include "wire/method.h"
 #include "wire/status.h"
 
-/* Room for a last error: the longest is a pinning error (CHIME_PIN_ERRLEN,
- * from this process or in a server's status) behind a short prefix. */
-#define CHIME__ERRLEN (CHIME_PIN_ERRLEN + 1024)
+/* Room for an error text: as much as chime_last_error() keeps (a pinning
+ * error, from this process or in a server's status, behind a prefix). */
+#define CHIME__ERRLEN CHIME__DETAIL_LEN
 /* Metadata a client accepts: a status whose details are that long, even
  * percent-encoded, with room to spare. */
 #define CHIME__MAX_METADATA_BYTES (4 * CHIME__ERRLEN)
@@ -48,14 +49,10 @@ struct chime_client_s {
    * not that it was never there. */
   atomic_int reached;
   size_t max_message_bytes;
-  pthread_mutex_t lock; /* guards err: a client is shared by threads */
-  char err[CHIME__ERRLEN];
 };
 
-/* Copies a detail text into the client's last error; returns code. */
-int chime__client_set_error(chime_client_t *client, int code, const char *text);
-/* 0, or CHIME_ENOTSUP (with the client's last error set) when the client
- * was made before a fork() in another process (fork.h). */
+/* 0, or CHIME_ENOTSUP (with the calling thread's detail set) when the
+ * client was made before a fork() in another process (fork.h). */
 int chime__client_inherited(chime_client_t *client);
 
 /* --- gRPC helpers (grpcutil.c) --- */

@@ -21,29 +21,40 @@
 #include "client/fork.h"
 #include "client/stream.h"
 
-static void set_err(chime_stream_t *s, const char *text) {
-  pthread_mutex_lock(&s->lock);
-  snprintf(s->err, sizeof(s->err), "%.*s", (int)sizeof(s->err) - 1, text);
-  pthread_mutex_unlock(&s->lock);
-}
-
-/* A learner-side error (all slots held, a timeout) must not overwrite why the
- * stream ended: end_stream() sets end_code before its text, so checking it
- * under the lock leaves the end reason last. */
-static void set_err_unless_ended(chime_stream_t *s, const char *text) {
-  pthread_mutex_lock(&s->lock);
-  if (atomic_load(&s->end_code) == 0)
-    snprintf(s->err, sizeof(s->err), "%.*s", (int)sizeof(s->err) - 1, text);
-  pthread_mutex_unlock(&s->lock);
-}
-
-/* Cuts the learner off the ring: next then reports end_code. */
+/* Cuts the learner off the ring: next then reports end_code, with end_why
+ * as the learner's detail. The first end wins; code and text are set
+ * together, under the lock, so a learner never reads one without the
+ * other. Usually called on the stream's thread (the status, a protocol
+ * error), whose own detail is nobody's business. */
 static void end_stream(chime_stream_t *s, int code, const char *why) {
-  int expected = 0;
-  if (atomic_compare_exchange_strong(&s->end_code, &expected, code) && why)
-    set_err(s, why);
+  pthread_mutex_lock(&s->lock);
+  if (atomic_load(&s->end_code) == 0) {
+    snprintf(s->end_why, sizeof(s->end_why), "%.*s",
+             (int)sizeof(s->end_why) - 1, why ? why : chime_strerror(code));
+    atomic_store(&s->end_code, code);
+  }
+  pthread_mutex_unlock(&s->lock);
   if (s->ring)
     chime_ring_set_disconnected(s->ring);
+}
+
+/* next() found the ring cut off (rc: CHIME_EDISCONNECTED or
+ * CHIME_ESHUTDOWN): the end's own code and reason, as the calling thread's
+ * detail. A server that shut its ring (shm) may do so before its status
+ * arrives: then the ring's code says it. */
+static int report_end(chime_stream_t *s, int rc) {
+  pthread_mutex_lock(&s->lock);
+  int end = atomic_load(&s->end_code);
+  if (end != 0 && rc == CHIME_EDISCONNECTED)
+    rc = end;
+  if (end != 0)
+    chime__detail(rc, s->end_why);
+  else
+    chime__detailf(rc, "stream %" PRIu64 " on '%s': %s", s->stream_id, s->table,
+                   rc == CHIME_ESHUTDOWN ? "server shutting down"
+                                         : "server disconnected");
+  pthread_mutex_unlock(&s->lock);
+  return rc;
 }
 
 static void on_status(chime_stream_t *s) {
@@ -241,7 +252,8 @@ int chime_stream_open(chime_stream_t **out, chime_client_t *client,
   chime_stream_t *s = NULL;
   int rc = 0;
   if (!client || !table || !out)
-    return CHIME_EINVAL;
+    return chime__detail(CHIME_EINVAL,
+                         "chime_stream_open: needs out, a client and a table");
   *out = NULL;
   rc = chime__client_inherited(client);
   if (rc)
@@ -282,6 +294,11 @@ int chime_stream_open(chime_stream_t **out, chime_client_t *client,
   rc = chime__stream_attach(s, err, sizeof(err));
   if (rc)
     goto cleanup;
+  s->lent = calloc(chime_ring_get_layout(s->ring)->slots, sizeof(*s->lent));
+  if (!s->lent) {
+    rc = chime__fail(err, sizeof(err), CHIME_ENOMEM, "out of memory");
+    goto cleanup;
+  }
   /* The call may have ended while it was opening: the status is read now
    * that the ring is there to be cut off. */
   if (!chime__rpc_pending(&s->rpc, CHIME__RPC_STATUS))
@@ -305,7 +322,7 @@ int chime_stream_open(chime_stream_t **out, chime_client_t *client,
 
 cleanup:
   if (rc) {
-    chime__client_set_error(client, rc, err);
+    chime__detail(rc, err);
     chime_stream_close(s);
   }
   return rc;
@@ -313,20 +330,20 @@ cleanup:
 
 /* CHIME_ENOTSUP in a child of fork(): the ring, its leases and the call
  * are the parent's (fork.h). */
-static int inherited(chime_stream_t *s) {
+static int inherited(const chime_stream_t *s) {
   if (s->fork_gen == chime__fork_gen())
     return 0;
   char err[512];
   int rc = chime__fork_check(s->fork_gen, s->pid, "stream", err, sizeof(err));
-  set_err(s, err);
-  return rc;
+  return chime__detail(rc, err);
 }
 
 int chime_stream_next(chime_stream_t *stream, chime_batch_t *out,
                       int timeout_ms) {
   chime_stream_t *s = stream;
   if (!s || !out)
-    return CHIME_EINVAL;
+    return chime__detail(CHIME_EINVAL,
+                         "chime_stream_next: needs a stream and out");
   int rc = inherited(s);
   if (rc)
     return rc;
@@ -345,23 +362,27 @@ int chime_stream_next(chime_stream_t *stream, chime_batch_t *out,
       rc = chime_ring_next(s->ring, &v, timeout_ms);
     }
   }
-  if (rc == CHIME_EDISCONNECTED || rc == CHIME_ESHUTDOWN) {
-    int end = atomic_load(&s->end_code);
-    if (rc == CHIME_EDISCONNECTED && end)
-      rc = end;
-    set_err_unless_ended(s, rc == CHIME_ESHUTDOWN ? "server shutting down"
-                                                  : "server disconnected");
-    return rc;
-  }
-  if (rc) {
-    set_err_unless_ended(s, chime_strerror(rc));
-    return rc;
-  }
+  if (rc == CHIME_EDISCONNECTED || rc == CHIME_ESHUTDOWN)
+    return report_end(s, rc);
+  if (rc == CHIME_ETIMEDOUT)
+    return chime__detailf(rc,
+                          "stream %" PRIu64 " on '%s': no batch within %d ms",
+                          s->stream_id, s->table, timeout_ms);
+  if (rc == CHIME_EBUSY)
+    return chime__detailf(rc,
+                          "stream %" PRIu64 " on '%s': %" PRIu32
+                          " batches held, all a ring of %" PRIu32
+                          " slots lends: release one first",
+                          s->stream_id, s->table, s->layout.slots - 1,
+                          s->layout.slots);
+  if (rc)
+    return chime__detailf(rc, "stream %" PRIu64 " on '%s': %s", s->stream_id,
+                          s->table, chime_strerror(rc));
   out->seq = v.seq;
   out->count = v.count;
   out->nleaves = s->spec.nleaves;
-  out->slot = v.slot;
   out->info = v.info;
+  s->lent[v.slot] = v.seq + 1;
   for (uint32_t i = 0; i < s->spec.nleaves; i++) {
     const chime_leaf_t *l = &s->spec.leaves[i];
     chime_batch_leaf_t *b = &out->leaf[i];
@@ -383,9 +404,11 @@ int chime_stream_get_stats(const chime_stream_t *stream,
                            chime_stream_local_stats_t *out) {
   const chime_stream_t *s = stream;
   if (!s || !out)
-    return CHIME_EINVAL;
-  if (s->fork_gen != chime__fork_gen())
-    return CHIME_ENOTSUP; /* the ring's counters are the parent's */
+    return chime__detail(CHIME_EINVAL,
+                         "chime_stream_get_stats: needs a stream and out");
+  int rc = inherited(s); /* the ring's counters are the parent's */
+  if (rc)
+    return rc;
   chime_ring_stats_t rs;
   chime_ring_get_stats(s->ring, &rs);
   memset(out, 0, sizeof(*out));
@@ -402,12 +425,47 @@ int chime_stream_get_stats(const chime_stream_t *stream,
   return 0;
 }
 
-int chime_batch_release(chime_stream_t *stream, const chime_batch_t *batch) {
+/* The ring slot that a batch next() lent lives in: a batch carries no slot
+ * number, but its sample info lies at info_offset in its slot of this
+ * stream's mapping, so the slot is one division away (O(1), in any order).
+ * CHIME_EINVAL for a batch this stream did not lend (its info elsewhere,
+ * or its slot lending another seq: given back already). */
+static int lent_slot(const chime_stream_t *s, const chime_batch_t *b,
+                     uint32_t *slot) {
+  const chime_ring_layout_t *l = chime_ring_get_layout(s->ring);
+  uintptr_t first = (uintptr_t)chime_ring_slot_base(s->ring, 0);
+  uintptr_t at = (uintptr_t)b->info;
+  if (first == 0 || at < first + l->info_offset)
+    return CHIME_EINVAL;
+  uint64_t off = (uint64_t)(at - first - l->info_offset);
+  if (off % l->slot_bytes != 0 || off / l->slot_bytes >= l->slots)
+    return CHIME_EINVAL;
+  *slot = (uint32_t)(off / l->slot_bytes);
+  return s->lent[*slot] == b->seq + 1 ? 0 : CHIME_EINVAL;
+}
+
+int chime_stream_release(chime_stream_t *stream, const chime_batch_t *batch) {
   chime_stream_t *s = stream;
   if (!s || !batch)
-    return CHIME_EINVAL;
+    return chime__detail(CHIME_EINVAL,
+                         "chime_stream_release: needs a stream and a batch");
   int rc = inherited(s);
-  return rc ? rc : s->tp->release(s, batch->slot);
+  if (rc)
+    return rc;
+  uint32_t slot;
+  if (lent_slot(s, batch, &slot) != 0)
+    return chime__detailf(CHIME_EINVAL,
+                          "stream %" PRIu64 " on '%s': batch %" PRIu64
+                          " is not lent by this stream now (given back "
+                          "already, or not from its next())",
+                          s->stream_id, s->table, batch->seq);
+  rc = s->tp->release(s, slot);
+  if (rc)
+    return chime__detailf(
+        rc, "stream %" PRIu64 " on '%s': batch %" PRIu64 ": %s", s->stream_id,
+        s->table, batch->seq, chime_strerror(rc));
+  s->lent[slot] = 0;
+  return 0;
 }
 
 chime_mode_t chime_stream_mode(const chime_stream_t *stream) {
@@ -418,16 +476,13 @@ const char *chime_stream_fallback_reason(const chime_stream_t *stream) {
   return stream && stream->has_fallback ? stream->fallback : NULL;
 }
 
-const char *chime_stream_last_error(const chime_stream_t *stream) {
-  return stream ? stream->err : "no stream";
-}
-
 /* In a child of fork(): the call, its thread and the ring's control words
  * are the parent's; only this process's mapping and memory go. A pinned
  * mapping stays (unpinning would call CUDA in a forked child). */
 static void close_inherited(chime_stream_t *s) {
   if (s->ring != NULL && chime_ring_pinned_bytes(s->ring) == 0)
     chime_ring_destroy(s->ring);
+  free(s->lent);
   free(s->remote.slot_seq);
   free(s->remote.released);
   free(s);
@@ -452,6 +507,7 @@ void chime_stream_close(chime_stream_t *stream) {
   if (tp && tp->fini)
     tp->fini(s);
   chime_ring_destroy(s->ring);
+  free(s->lent);
   pthread_mutex_destroy(&s->lock);
   pthread_mutex_destroy(&s->drive_mu);
   pthread_cond_destroy(&s->idle_cv);

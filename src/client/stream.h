@@ -46,12 +46,17 @@ struct chime_stream_s {
   uint64_t drive_wait_ns; /* next()'s time polling (learner's thread) */
   int notice_shutdown;    /* the server's notice came (receive side) */
 
-  pthread_mutex_t lock; /* the send side (credits) and err */
+  pthread_mutex_t lock; /* the send side (credits), end_code and end_why */
   int ended;            /* the call's status arrived: no more sends */
 
-  atomic_int end_code;     /* why next fails once the ring is cut off */
-  uint64_t batches, bytes; /* taken by next (learner's thread) */
-  char err[CHIME__ERRLEN];
+  atomic_int end_code;         /* why next fails once the ring is cut off */
+  uint64_t batches, bytes;     /* taken by next (learner's thread) */
+  char end_why[CHIME__ERRLEN]; /* end_code's sentence (lock) */
+  /* Per ring slot: seq + 1 of the batch next() lent from it, 0 when none
+   * is lent (learner's thread). Release finds a batch's slot from where
+   * its sample info lies and checks it here, so a batch given back twice
+   * never gives back the batch lent from that slot since. */
+  uint64_t *lent;
 };
 
 struct chime__transport_s {

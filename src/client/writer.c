@@ -65,6 +65,9 @@ struct chime_writer_s {
   uint64_t sent;    /* samples */
   int failed;       /* sticky error code */
   int stalled;      /* a wait timed out and no ack came since */
+  /* The sentence for the current call's failure, or the sticky one's: the
+   * public calls clear it as they begin (unless failed) and hand it to the
+   * calling thread's detail as they fail (report). */
   char err[CHIME__ERRLEN];
 };
 
@@ -72,6 +75,19 @@ static int fail(chime_writer_t *w, int code) {
   if (!w->failed)
     w->failed = code;
   return w->failed;
+}
+
+/* A public call begins: what an earlier call's failure said is not this
+ * one's (a sticky failure's text stays: every later call returns it). */
+static void begin(chime_writer_t *w) {
+  if (!w->failed && w->err[0] != '\0') /* an append costs no store */
+    w->err[0] = '\0';
+}
+
+/* A public call ends: a failure's sentence becomes the calling thread's
+ * detail (the code's own sentence when no step wrote one). */
+static int report(const chime_writer_t *w, int rc) {
+  return rc ? chime__detail(rc, w->err) : 0;
 }
 
 /* CHIME_ENOTSUP in a child of fork(): the call and its acks are the
@@ -442,7 +458,8 @@ int chime_writer_open(chime_writer_t **out, chime_client_t *client,
   int rc = 0;
   chime_writer_t *w = NULL;
   if (!client || !table || !out)
-    return CHIME_EINVAL;
+    return chime__detail(CHIME_EINVAL,
+                         "chime_writer_open: needs out, a client and a table");
   *out = NULL;
   rc = chime__client_inherited(client);
   if (rc)
@@ -528,9 +545,7 @@ cleanup:
     int closed = chime_writer_close(w); /* rc, as w->failed says */
     (void)closed;
   }
-  if (rc)
-    chime__client_set_error(client, rc, err);
-  return rc;
+  return rc ? chime__detail(rc, err) : 0;
 }
 
 static int bad_priority(chime_writer_t *w, double priority) {
@@ -583,11 +598,8 @@ static int queued(chime_writer_t *w, uint32_t k, const double *prio) {
   return 0;
 }
 
-int chime_writer_append(chime_writer_t *writer, const void *sample, size_t len,
-                        double priority) {
-  chime_writer_t *w = writer;
-  if (!w || (!sample && len))
-    return CHIME_EINVAL;
+static int append(chime_writer_t *w, const void *sample, size_t len,
+                  double priority) {
   int rc = inherited(w);
   if (rc)
     return rc;
@@ -608,15 +620,19 @@ int chime_writer_append(chime_writer_t *writer, const void *sample, size_t len,
   return queued(w, 1, &priority);
 }
 
-int chime_writer_extend(chime_writer_t *writer, uint32_t n,
-                        const void *const leaves[], const double *priorities,
-                        uint32_t *taken) {
+int chime_writer_append(chime_writer_t *writer, const void *sample, size_t len,
+                        double priority) {
   chime_writer_t *w = writer;
+  if (!w || (!sample && len))
+    return chime__detail(CHIME_EINVAL,
+                         "chime_writer_append: needs a writer and a sample");
+  begin(w);
+  return report(w, append(w, sample, len, priority));
+}
+
+static int extend(chime_writer_t *w, uint32_t n, const void *const leaves[],
+                  const double *priorities, uint32_t *taken) {
   uint32_t done = 0;
-  if (taken != NULL)
-    *taken = 0;
-  if (!w || (!leaves && n))
-    return CHIME_EINVAL;
   int rc = inherited(w);
   if (rc)
     return rc;
@@ -664,10 +680,20 @@ int chime_writer_extend(chime_writer_t *writer, uint32_t n,
   return rc;
 }
 
-int chime_writer_end_episode(chime_writer_t *writer) {
+int chime_writer_extend(chime_writer_t *writer, uint32_t n,
+                        const void *const leaves[], const double *priorities,
+                        uint32_t *taken) {
   chime_writer_t *w = writer;
-  if (!w)
-    return CHIME_EINVAL;
+  if (taken != NULL)
+    *taken = 0;
+  if (!w || (!leaves && n))
+    return chime__detail(CHIME_EINVAL,
+                         "chime_writer_extend: needs a writer and leaves");
+  begin(w);
+  return report(w, extend(w, n, leaves, priorities, taken));
+}
+
+static int end_episode(chime_writer_t *w) {
   if (!w->sequence) {
     snprintf(w->err, sizeof(w->err),
              "end_episode: table '%s' is not a sequence table", w->table);
@@ -682,10 +708,15 @@ int chime_writer_end_episode(chime_writer_t *writer) {
   return send_batch(w); /* the queued steps, possibly none, and the end */
 }
 
-int chime_writer_flush(chime_writer_t *writer) {
+int chime_writer_end_episode(chime_writer_t *writer) {
   chime_writer_t *w = writer;
   if (!w)
-    return CHIME_EINVAL;
+    return chime__detail(CHIME_EINVAL, "chime_writer_end_episode: no writer");
+  begin(w);
+  return report(w, end_episode(w));
+}
+
+static int flush(chime_writer_t *w) {
   int rc = inherited(w);
   if (rc)
     return rc;
@@ -699,22 +730,27 @@ int chime_writer_flush(chime_writer_t *writer) {
   return wait_until(w, all_acked, w->timeout_ms);
 }
 
-uint64_t chime_writer_acked(const chime_writer_t *writer) {
-  return writer ? writer->acked : 0;
+int chime_writer_flush(chime_writer_t *writer) {
+  chime_writer_t *w = writer;
+  if (!w)
+    return chime__detail(CHIME_EINVAL, "chime_writer_flush: no writer");
+  begin(w);
+  return report(w, flush(w));
 }
 
-const char *chime_writer_last_error(const chime_writer_t *writer) {
-  return writer ? writer->err : "no writer";
+uint64_t chime_writer_acked(const chime_writer_t *writer) {
+  return writer ? writer->acked : 0;
 }
 
 int chime_writer_close(chime_writer_t *writer) {
   chime_writer_t *w = writer;
   if (!w)
     return 0;
+  begin(w);
   if (w->fork_gen != chime__fork_gen()) {
     /* In a child of fork(): only this process's copy goes; the call and
      * its byte buffers are the parent's gRPC state. */
-    int rc = inherited(w);
+    int rc = report(w, inherited(w));
     free(w->data);
     free(w->priorities);
     free(w->fl);
@@ -724,8 +760,14 @@ int chime_writer_close(chime_writer_t *writer) {
   /* One timeout bounds a writer's end: after a flush that timed out with
    * no ack since, close does not wait a second time. */
   int rc = w->stalled && !w->failed ? CHIME_ETIMEDOUT
-           : w->rpc.call            ? chime_writer_flush(w)
+           : w->rpc.call            ? flush(w)
                                     : w->failed;
+  if (rc == CHIME_ETIMEDOUT && w->stalled && w->err[0] == '\0')
+    snprintf(w->err, sizeof(w->err),
+             "insert into '%s': close after a wait that timed out with no ack "
+             "since (%" PRIu32 " messages in flight): not waiting again",
+             w->table, w->inflight);
+  report(w, rc);
   if (w->rpc.call) {
     if (rc == 0 && !sending(w) && live(w)) {
       chime__rpc_half_close(&w->rpc);

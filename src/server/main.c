@@ -117,7 +117,7 @@ int main(int argc, char **argv) {
   chime__malloc_tune();
   chime_server_opts_t opts = CHIME_SERVER_OPTS_INIT;
   chime_server_t *srv = NULL;
-  char err[CHIME_PIN_ERRLEN], bound[300]; /* a pinning error lists the ladder */
+  char bound[300];
   int rc;
   for (int i = 1; i < argc; i++) {
     const char *v = NULL;
@@ -183,14 +183,14 @@ int main(int argc, char **argv) {
   uv_signal_start(&sigint, on_signal, SIGINT);
   uv_signal_start(&sigterm, on_signal, SIGTERM);
 
-  rc = chime_server_create(&srv, &opts, err, sizeof(err));
+  rc = chime_server_create(&srv, &opts);
   if (rc != 0) {
-    fprintf(stderr, "chimed: %s\n", err[0] ? err : chime_strerror(rc));
+    fprintf(stderr, "chimed: %s\n", chime_last_error());
     return rc == CHIME_EINVAL ? 2 : 1;
   }
-  rc = chime_server_listen(srv, bound, sizeof(bound), err, sizeof(err));
+  rc = chime_server_listen(srv, bound, sizeof(bound));
   if (rc != 0) {
-    fprintf(stderr, "chimed: %s\n", err[0] ? err : chime_strerror(rc));
+    fprintf(stderr, "chimed: %s\n", chime_last_error());
     chime_server_destroy(srv);
     return 1;
   }

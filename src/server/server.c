@@ -10,6 +10,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "common/detail.h"
 #include "common/keepalive.h"
 #include "common/key.h"
 #include "ring/pin.h"
@@ -106,24 +107,20 @@ static void read_identity(chime_server_t *srv) {
                        sizeof(srv->hostname));
 }
 
-int chime_server_create(chime_server_t **out, const chime_server_opts_t *opts,
-                        char *err, size_t errlen) {
+int chime_server_create(chime_server_t **out, const chime_server_opts_t *opts) {
   int rc = 0;
-  char tmp[1];
+  /* chime_last_error()'s room: a pinning error lists the whole ladder. */
+  char err[CHIME__DETAIL_LEN] = "";
+  const size_t errlen = sizeof(err);
   chime_server_opts_t dflt = CHIME_SERVER_OPTS_INIT;
-  if (err == NULL || errlen == 0) {
-    err = tmp;
-    errlen = sizeof(tmp);
-  }
-  err[0] = '\0';
   if (out == NULL)
-    return CHIME_EINVAL;
+    return chime__detail(CHIME_EINVAL, "chime_server_create: needs out");
   *out = NULL;
   if (opts == NULL)
     opts = &dflt;
   chime_server_t *srv = calloc(1, sizeof(*srv));
   if (srv == NULL)
-    return CHIME_ENOMEM;
+    return chime__detail(CHIME_ENOMEM, "server: out of memory");
   srv->method_vt = chime__method_vt;
   pthread_mutex_init(&srv->mu, NULL);
   pthread_cond_init(&srv->cond, NULL);
@@ -219,33 +216,42 @@ int chime_server_create(chime_server_t **out, const chime_server_opts_t *opts,
   srv = NULL;
 out:
   chime_server_destroy(srv);
-  return rc;
+  return rc ? chime__detail(rc, err) : 0;
 }
 
 int chime_server_start(chime_server_t *srv) {
   int rc;
   if (srv == NULL || srv->gs == NULL || srv->started)
-    return CHIME_EINVAL;
+    return chime__detail(CHIME_EINVAL,
+                         "chime_server_start: needs a server registered on a "
+                         "grpc_server and not yet started");
   for (uint32_t i = 0; i < srv->ntables; i++) {
     rc = chime__inserter_create(&srv->inserters[i], srv, srv->tables[i]);
     if (rc != 0)
-      return rc;
+      return chime__detailf(rc,
+                            "server: table '%s': cannot start its "
+                            "inserter: %s",
+                            srv->cfg.tables[i].name, chime_strerror(rc));
   }
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   rc = chime__pool_create(&srv->sampler, srv->cfg.sampler_threads
                                              ? srv->cfg.sampler_threads
                                              : (unsigned)(ncpu > 0 ? ncpu : 1));
   if (rc != 0)
-    return rc;
+    return chime__detailf(rc, "server: cannot start the sampler threads: %s",
+                          chime_strerror(rc));
   rc = chime__handoff_start(srv->handoff);
   if (rc != 0)
-    return rc;
+    return chime__detailf(rc, "server: cannot start the handoff thread: %s",
+                          chime_strerror(rc));
   rc = chime__ckpter_start(&srv->ckpter, srv);
   if (rc != 0)
-    return rc;
+    return chime__detailf(rc, "server: cannot start the checkpointer: %s",
+                          chime_strerror(rc));
   rc = chime__service_start(srv);
   if (rc != 0)
-    return rc;
+    return chime__detailf(rc, "server: cannot start the call threads: %s",
+                          chime_strerror(rc));
   srv->started = 1;
   return 0;
 }
@@ -488,18 +494,17 @@ static void warn_exposed(const chime__config_t *cfg) {
             cfg->listen);
 }
 
-int chime_server_listen(chime_server_t *srv, char *bound, size_t boundlen,
-                        char *err, size_t errlen) {
+static int listen_on(chime_server_t *srv, char *bound, size_t boundlen,
+                     char *err, size_t errlen) {
   int rc = 0;
   grpc_arg args[7 + CHIME__KEEPALIVE_ARGS];
   grpc_server_credentials *tls = NULL;
-  char tmp[1];
-  if (err == NULL || errlen == 0) {
-    err = tmp;
-    errlen = sizeof(tmp);
-  }
-  if (srv == NULL || srv->gs != NULL)
+  if (srv == NULL || srv->gs != NULL) {
+    snprintf(err, errlen,
+             "chime_server_listen: needs a server that is not "
+             "registered on a grpc_server yet");
     return CHIME_EINVAL;
+  }
   if (unix_path_in_use(srv->cfg.listen)) {
     snprintf(err, errlen, "cannot listen on '%s': a server is listening there",
              srv->cfg.listen);
@@ -555,7 +560,7 @@ int chime_server_listen(chime_server_t *srv, char *bound, size_t boundlen,
   rc = chime_service_register(srv, gs, cq);
   if (rc != 0) {
     snprintf(err, errlen, "cannot register the service: %s",
-             chime_strerror(rc));
+             chime_last_error());
     goto fail;
   }
   if (tls != NULL) {
@@ -577,11 +582,15 @@ int chime_server_listen(chime_server_t *srv, char *bound, size_t boundlen,
   srv->owns_grpc = 1;
   grpc_server_start(gs);
   rc = chime_server_start(srv);
-  if (rc == 0)
-    rc = chime__acceptor_start(srv->acceptor, gs, srv->tls_handler);
   if (rc != 0) {
-    snprintf(err, errlen, "cannot start: %s", chime_strerror(rc));
+    snprintf(err, errlen, "cannot start: %s", chime_last_error());
     return rc; /* chime_server_destroy tears the started server down */
+  }
+  rc = chime__acceptor_start(srv->acceptor, gs, srv->tls_handler);
+  if (rc != 0) {
+    snprintf(err, errlen, "cannot start accepting connections: %s",
+             chime_strerror(rc));
+    return rc;
   }
   if (bound != NULL && boundlen > 0) {
     const char *a = srv->cfg.listen;
@@ -610,4 +619,12 @@ fail:
   grpc_completion_queue_destroy(cq);
   grpc_shutdown_blocking();
   return rc;
+}
+
+int chime_server_listen(chime_server_t *srv, char *bound, size_t boundlen) {
+  /* chime_last_error()'s room: a TLS or bind error names files and
+   * addresses. */
+  char err[CHIME__DETAIL_LEN] = "";
+  int rc = listen_on(srv, bound, boundlen, err, sizeof(err));
+  return rc ? chime__detail(rc, err) : 0;
 }

@@ -14,12 +14,15 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "common/detail.h"
 #include "server/service.h"
 
 int chime_service_register(chime_server_t *srv, struct grpc_server *server,
                            struct grpc_completion_queue *cq) {
   if (srv == NULL || server == NULL || cq == NULL || srv->gs != NULL)
-    return CHIME_EINVAL;
+    return chime__detail(CHIME_EINVAL,
+                         "chime_service_register: needs a server not yet "
+                         "registered, a grpc_server and a completion queue");
   for (int m = 0; m < CHIME__M_COUNT; m++) {
     /* grpc.health.v1.Health is one per grpc_server: an application's
      * server has its own (gRPC core refuses a second registration of the
@@ -34,12 +37,16 @@ int chime_service_register(chime_server_t *srv, struct grpc_server *server,
               : GRPC_SRM_PAYLOAD_NONE,
         0);
     if (srv->methods[m] == NULL)
-      return CHIME_EEXIST;
+      return chime__detailf(CHIME_EEXIST,
+                            "chime_service_register: %s is registered on "
+                            "this grpc_server already",
+                            chime__method_path[m]);
   }
   /* Only bound to calls, never announcing one: not the server's. */
   srv->insert_cq = grpc_completion_queue_create_for_next(NULL);
   if (srv->insert_cq == NULL)
-    return CHIME_ENOMEM;
+    return chime__detail(CHIME_ENOMEM,
+                         "chime_service_register: cannot create a queue");
   srv->gs = server;
   srv->cq = cq;
   return 0;

@@ -95,7 +95,7 @@ static void read_all(chime_stream_t *s, uint64_t seed) {
     int rc = chime_stream_next(s, &b, 10000);
     if (rc != 0)
       fail_msg("%d of %d items delivered, then %s: %s", got, ITEMS,
-               chime_err_name(rc), chime_stream_last_error(s));
+               chime_err_name(rc), chime_last_error());
     assert_int_equal(b.count, BATCH);
     assert_int_equal(chime__pattern_verify(&b, ids, err, sizeof(err)), 0);
     for (int i = 0; i < BATCH; i++) {
@@ -106,7 +106,7 @@ static void read_all(chime_stream_t *s, uint64_t seed) {
       seen[idx] = 1;
       got++;
     }
-    assert_int_equal(chime_batch_release(s, &b), 0);
+    assert_int_equal(chime_stream_release(s, &b), 0);
   }
   chime_batch_t b;
   assert_int_equal(chime_stream_next(s, &b, 200), CHIME_ETIMEDOUT);
@@ -120,8 +120,7 @@ static chime_stream_t *open_stream(chime_client_t *c, chime_mode_t mode) {
   chime_stream_t *s = NULL;
   int rc = chime_stream_open(&s, c, "f", &o);
   if (rc != 0)
-    fail_msg("stream open: %s: %s", chime_err_name(rc),
-             chime_client_last_error(c));
+    fail_msg("stream open: %s: %s", chime_err_name(rc), chime_last_error());
   return s;
 }
 
@@ -130,7 +129,7 @@ static void wait_no_ring_bytes(chime_client_t *c) {
   int64_t deadline = chime__now_ms() + 10000;
   for (;;) {
     chime_stats_t *st = NULL;
-    assert_int_equal(chime_client_stats(&st, c), 0);
+    assert_int_equal(chime_client_stats(c, &st), 0);
     uint64_t v = st->ring_bytes_total;
     chime_stats_free(st);
     if (v == 0)

@@ -69,7 +69,7 @@ static void wait_no_streams(void) {
   int64_t deadline = chime__now_ms() + 10000;
   for (;;) {
     chime_stats_t *st = NULL;
-    assert_int_equal(chime_client_stats(&st, client), 0);
+    assert_int_equal(chime_client_stats(client, &st), 0);
     uint32_t n = st->nstreams;
     chime_stats_free(st);
     if (n == 0)
@@ -89,8 +89,7 @@ static void insert_into(const char *table, uint64_t seed, uint64_t n) {
     chime__pattern_fill(&spec, chime__pattern_id(seed, i), sample);
     int rc = chime_writer_append(w, sample, sizeof(sample), 1.0);
     if (rc != 0)
-      fail_msg("append %llu: %s", (unsigned long long)i,
-               chime_writer_last_error(w));
+      fail_msg("append %llu: %s", (unsigned long long)i, chime_last_error());
   }
   assert_int_equal(chime_writer_flush(w), 0);
   assert_int_equal(chime_writer_acked(w), n);
@@ -112,8 +111,7 @@ static void consume(chime_mode_t mode, chime_mode_t want_mode, uint64_t n,
   so.mode = mode;
   int rc = chime_stream_open(&s, client, "demo", &so);
   if (rc != 0)
-    fail_msg("open %s: %s", chime_mode_name(mode),
-             chime_client_last_error(client));
+    fail_msg("open %s: %s", chime_mode_name(mode), chime_last_error());
   assert_int_equal(chime_stream_mode(s), want_mode);
   assert_null(chime_stream_fallback_reason(s));
   uint64_t prev_key = 0;
@@ -123,7 +121,7 @@ static void consume(chime_mode_t mode, chime_mode_t want_mode, uint64_t n,
     rc = chime_stream_next(s, &b, 20000);
     if (rc != 0)
       fail_msg("next (%s) after %llu samples: %s", chime_mode_name(mode),
-               (unsigned long long)got, chime_stream_last_error(s));
+               (unsigned long long)got, chime_last_error());
     assert_int_equal(b.count, BATCH);
     assert_int_equal(b.nleaves, 3);
     if (chime__pattern_verify(&b, ids + got, err, sizeof(err)) != 0)
@@ -148,7 +146,7 @@ static void consume(chime_mode_t mode, chime_mode_t want_mode, uint64_t n,
         off += lb;
       }
     }
-    assert_int_equal(chime_batch_release(s, &b), 0);
+    assert_int_equal(chime_stream_release(s, &b), 0);
   }
   chime_stream_close(s);
 }
@@ -164,7 +162,7 @@ static void test_get_info(void **state) {
   boot[strcspn(boot, "\n")] = '\0';
   assert_int_equal(gethostname(host, sizeof(host)), 0);
 
-  assert_int_equal(chime_client_info(&info, client), 0);
+  assert_int_equal(chime_client_info(client, &info), 0);
   assert_string_equal(info->version, CHIME_VERSION_STRING);
   assert_string_equal(info->boot_id, boot);
   assert_string_equal(info->hostname, host);
@@ -210,7 +208,7 @@ static void check_mode(chime_mode_t mode, chime_mode_t want, uint64_t seed) {
     assert_int_equal(ids[i], chime__pattern_id(seed, i));
   free(bytes);
   chime_stats_t *st = NULL;
-  assert_int_equal(chime_client_stats(&st, client), 0);
+  assert_int_equal(chime_client_stats(client, &st), 0);
   assert_int_equal(st->ntables, 3);
   for (uint32_t i = 0; i < st->ntables; i++)
     if (strcmp(st->tables[i].name, "demo") == 0)
@@ -271,7 +269,7 @@ static void test_uniform_evicts_oldest(void **state) {
     chime_batch_t b;
     int rc = chime_stream_next(s, &b, 20000);
     if (rc != 0)
-      fail_msg("next: %s", chime_stream_last_error(s));
+      fail_msg("next: %s", chime_last_error());
     if (chime__pattern_verify(&b, ids, err, sizeof(err)) != 0)
       fail_msg("%s", err);
     for (uint32_t i = 0; i < b.count; i++) {
@@ -284,7 +282,7 @@ static void test_uniform_evicts_oldest(void **state) {
       assert_true(b.info[i].probability == 1.0 / 16);
       assert_true(b.info[i].times_sampled >= 1);
     }
-    assert_int_equal(chime_batch_release(s, &b), 0);
+    assert_int_equal(chime_stream_release(s, &b), 0);
   }
   chime_stream_close(s);
 }

@@ -100,7 +100,7 @@ static uint8_t *drain(chime_client_t *c, int nb, size_t *len) {
       memcpy(p, &in, sizeof(in));
       p += sizeof(in);
     }
-    assert_int_equal(chime_batch_release(s, &b), 0);
+    assert_int_equal(chime_stream_release(s, &b), 0);
   }
   chime_stream_close(s);
   *len = per * (size_t)nb;
@@ -110,7 +110,7 @@ static uint8_t *drain(chime_client_t *c, int nb, size_t *len) {
 static void table_counts(chime_client_t *c, uint64_t *size, uint64_t *inserts,
                          uint64_t *samples) {
   chime_stats_t *st = NULL;
-  assert_int_equal(chime_client_stats(&st, c), 0);
+  assert_int_equal(chime_client_stats(c, &st), 0);
   for (uint32_t i = 0; i < st->ntables; i++) {
     if (strcmp(st->tables[i].name, "f") == 0) {
       *size = st->tables[i].size;
@@ -424,7 +424,7 @@ static void test_no_dir_refused(void **state) {
       &c);
   assert_int_equal(rc, 0);
   assert_int_equal(chime_client_checkpoint(c, NULL), CHIME_EINVAL);
-  assert_non_null(strstr(chime_client_last_error(c), "checkpoint dir"));
+  assert_non_null(strstr(chime_last_error(), "checkpoint dir"));
   assert_int_equal(chime__chimed_stop_client(&d, c), 0);
 }
 
@@ -493,7 +493,7 @@ static void seq_append(chime_writer_t *w, uint32_t tag, uint32_t from,
 static void seq_counts(chime_client_t *c, uint64_t *size, uint64_t *steps,
                        uint64_t *inserts) {
   chime_stats_t *st = NULL;
-  assert_int_equal(chime_client_stats(&st, c), 0);
+  assert_int_equal(chime_client_stats(c, &st), 0);
   assert_int_equal(st->ntables, 1);
   *size = st->tables[0].size;
   *steps = st->tables[0].steps;
@@ -528,7 +528,7 @@ static uint8_t *seq_drain(chime_client_t *c, int nb, size_t *len) {
       memcpy(p, &in, sizeof(in));
       p += sizeof(in);
     }
-    assert_int_equal(chime_batch_release(s, &b), 0);
+    assert_int_equal(chime_stream_release(s, &b), 0);
   }
   chime_stream_close(s);
   *len = (size_t)(p - out);
@@ -632,7 +632,7 @@ static void test_wide_names_and_fifo(void **state) {
   assert_non_null(strstr(r1.path, "/ckpt-10000000000000000"));
   insert(c, 16, 5);
   if (chime_client_checkpoint(c, &r2) != 0)
-    fail_msg("second checkpoint: %s", chime_client_last_error(c));
+    fail_msg("second checkpoint: %s", chime_last_error());
   assert_non_null(strstr(r2.path, "/ckpt-10000000000000001"));
   stop(&d, c);
   start(&d, &c, "latest");

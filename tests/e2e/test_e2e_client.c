@@ -76,7 +76,7 @@ static void *drain_main(void *arg) {
     chime_batch_t b;
     d->rc = chime_stream_next(s, &b, 20000);
     if (d->rc == 0)
-      d->rc = chime_batch_release(s, &b);
+      d->rc = chime_stream_release(s, &b);
   }
   chime_stream_close(s);
   return NULL;
@@ -102,7 +102,7 @@ static void test_writer_small_fifo(void **state) {
   }
   int rc = chime_writer_flush(w);
   if (rc)
-    fprintf(stderr, "flush: %s\n", chime_writer_last_error(w));
+    fprintf(stderr, "flush: %s\n", chime_last_error());
   assert_int_equal(rc, 0);
   assert_int_equal(chime_writer_acked(w), 96);
   assert_int_equal(chime_writer_close(w), 0);
@@ -120,7 +120,7 @@ static chime_stream_t *open_stream(chime_client_t *c, const char *table,
   chime_stream_t *s = NULL;
   int rc = chime_stream_open(&s, c, table, &o);
   if (rc)
-    fprintf(stderr, "open: %s\n", chime_client_last_error(c));
+    fprintf(stderr, "open: %s\n", chime_last_error());
   assert_int_equal(rc, 0);
   return s;
 }
@@ -156,15 +156,15 @@ static void test_writer(void **state) {
   chime_writer_t *w = NULL;
   assert_int_equal(chime_writer_open(&w, c, "nope", NULL), CHIME_ENOTFOUND);
   assert_null(w);
-  assert_non_null(strstr(chime_client_last_error(c), "'nope'"));
+  assert_non_null(strstr(chime_last_error(), "'nope'"));
 
   assert_int_equal(chime_writer_open(&w, c, "u", NULL), 0);
   uint8_t sample[SAMPLE_BYTES + 8];
   chime__pattern_fill(&spec, chime__pattern_id(7, 100), sample);
   /* Too short: the leaf that does not fit is named; nothing is sent. */
   assert_int_equal(chime_writer_append(w, sample, 260, 1.0), CHIME_EINVAL);
-  assert_non_null(strstr(chime_writer_last_error(w), "leaf 'reward'"));
-  assert_non_null(strstr(chime_writer_last_error(w), "260"));
+  assert_non_null(strstr(chime_last_error(), "leaf 'reward'"));
+  assert_non_null(strstr(chime_last_error(), "260"));
   assert_int_equal(chime_writer_append(w, sample, SAMPLE_BYTES + 8, 1.0),
                    CHIME_EINVAL);
   /* The writer is still usable, with priorities. */
@@ -172,7 +172,7 @@ static void test_writer(void **state) {
   assert_int_equal(chime_writer_close(w), 0);
 
   chime_server_info_t *info = NULL;
-  assert_int_equal(chime_client_info(&info, c), 0);
+  assert_int_equal(chime_client_info(c, &info), 0);
   assert_int_equal(info->ntables, 3);
   assert_string_equal(info->tables[0].name, "u");
   assert_int_equal(info->tables[0].size, 101);
@@ -202,7 +202,7 @@ static void test_auto_fallback(void **state) {
   chime_batch_t b;
   assert_int_equal(chime_stream_next(s, &b, 10000), 0);
   verify(&b);
-  assert_int_equal(chime_batch_release(s, &b), 0);
+  assert_int_equal(chime_stream_release(s, &b), 0);
   chime_stream_close(s);
 
   chime_stream_opts_t o = CHIME_STREAM_OPTS_INIT;
@@ -211,7 +211,7 @@ static void test_auto_fallback(void **state) {
   s = NULL;
   assert_int_equal(chime_stream_open(&s, c, "u", &o), CHIME_ENOTSUP);
   assert_null(s);
-  assert_non_null(strstr(chime_client_last_error(c), "boot_id differs"));
+  assert_non_null(strstr(chime_last_error(), "boot_id differs"));
   unsetenv("CHIME_BOOT_ID");
   stop(&d, c);
 }
@@ -262,7 +262,7 @@ static void leases(chime_client_t *c, chime_mode_t mode, uint32_t slots) {
     /* HOLD - 1 is coprime with HOLD: a permutation, shifted each round. */
     for (int i = 0; i < HOLD; i++)
       assert_int_equal(
-          chime_batch_release(s, &held[(round + (HOLD - 1) * i) % HOLD]), 0);
+          chime_stream_release(s, &held[(round + (HOLD - 1) * i) % HOLD]), 0);
   }
   chime_stream_close(s);
 }
@@ -289,6 +289,76 @@ static void test_leases_stream(void **state) {
   stop(&d, c);
 }
 
+/* Release finds a batch's slot without being told it, and refuses a batch
+ * it did not lend now: given back twice (also once its slot lends the next
+ * batch, which stays held), forged, or another stream's. Nothing is
+ * released by a refusal. */
+static void expect_refused(chime_stream_t *s, const chime_batch_t *b) {
+  assert_int_equal(chime_stream_release(s, b), CHIME_EINVAL);
+  if (strstr(chime_last_error(), "not lent by this stream") == NULL)
+    fail_msg("detail '%s'", chime_last_error());
+}
+
+static void release_checks(chime_client_t *c, chime_mode_t mode) {
+  chime_stream_t *s = open_stream(c, "u", mode, 4);
+  chime_stream_t *other = open_stream(c, "u", mode, 4);
+  chime_batch_t a, b, o;
+  assert_int_equal(chime_stream_next(s, &a, 10000), 0);
+  assert_int_equal(chime_stream_release(s, &a), 0);
+  expect_refused(s, &a);
+  /* The next batch lent from a's slot (its info where a's was). */
+  int found = 0;
+  for (int i = 0; i < 64 && !found; i++) {
+    assert_int_equal(chime_stream_next(s, &b, 10000), 0);
+    found = b.info == a.info;
+    if (!found)
+      assert_int_equal(chime_stream_release(s, &b), 0);
+  }
+  assert_true(found);
+  expect_refused(s, &a); /* would give back b */
+  chime_stream_local_stats_t st;
+  assert_int_equal(chime_stream_get_stats(s, &st), 0);
+  assert_int_equal(st.leases, 1);
+  chime_batch_t forged = b;
+  forged.info = (const chime_sample_info_t *)((const char *)b.info + 8);
+  expect_refused(s, &forged);
+  forged = b;
+  forged.info = NULL;
+  expect_refused(s, &forged);
+  forged = b;
+  forged.seq++;
+  expect_refused(s, &forged);
+  assert_int_equal(chime_stream_next(other, &o, 10000), 0);
+  expect_refused(s, &o);
+  assert_int_equal(chime_stream_get_stats(s, &st), 0);
+  assert_int_equal(st.leases, 1);
+  verify(&b); /* still lent: its data is b's */
+  assert_int_equal(chime_stream_release(s, &b), 0);
+  assert_int_equal(chime_stream_release(other, &o), 0);
+  chime_stream_close(other);
+  chime_stream_close(s);
+}
+
+static void test_release_checks_shm(void **state) {
+  (void)state;
+  chime__chimed_t d;
+  chime_client_t *c;
+  start(&d, &c);
+  insert(c, "u", 4, 64);
+  release_checks(c, CHIME_MODE_SHM);
+  stop(&d, c);
+}
+
+static void test_release_checks_stream(void **state) {
+  (void)state;
+  chime__chimed_t d;
+  chime_client_t *c;
+  start(&d, &c);
+  insert(c, "u", 5, 64);
+  release_checks(c, CHIME_MODE_STREAM);
+  stop(&d, c);
+}
+
 /* Stream mode: a learner polls the call itself in next(), and the stream's
  * thread takes over once it stays away (computing): the batches its
  * credits allow arrive meanwhile, while the learner is not in next(), and
@@ -303,7 +373,7 @@ static void test_stream_fills_while_learner_away(void **state) {
   chime_batch_t b;
   assert_int_equal(chime_stream_next(s, &b, 10000), 0);
   verify(&b);
-  assert_int_equal(chime_batch_release(s, &b), 0);
+  assert_int_equal(chime_stream_release(s, &b), 0);
   /* 7 batches lent (slots - 1); one taken, its credit not yet sent, so
    * the server sends 7 and no more. received_bytes counts each batch's
    * payload: its leaf arrays, padded, and its sample info, more than its
@@ -325,7 +395,7 @@ static void test_stream_fills_while_learner_away(void **state) {
   for (int i = 0; i < 6; i++) {
     assert_int_equal(chime_stream_next(s, &b, 10000), 0);
     verify(&b);
-    assert_int_equal(chime_batch_release(s, &b), 0);
+    assert_int_equal(chime_stream_release(s, &b), 0);
   }
   chime_stream_close(s);
   stop(&d, c);
@@ -352,7 +422,7 @@ static void test_stream_learner_only_looks(void **state) {
     }
     assert_int_equal(rc, 0);
     verify(&b);
-    assert_int_equal(chime_batch_release(s, &b), 0);
+    assert_int_equal(chime_stream_release(s, &b), 0);
     got++;
   }
   assert_int_equal(got, 50);
@@ -380,7 +450,7 @@ static int next_until_error(chime_stream_t *s) {
     int rc = chime_stream_next(s, &b, 20000);
     if (rc)
       return rc;
-    if ((rc = chime_batch_release(s, &b)) != 0)
+    if ((rc = chime_stream_release(s, &b)) != 0)
       return rc;
   }
   return 0;
@@ -411,12 +481,12 @@ static void test_graceful_stop(void **state) {
       rc = chime_writer_flush(live);
   }
   assert_int_equal(rc, CHIME_ESHUTDOWN);
-  assert_non_null(strstr(chime_writer_last_error(live), "shutting down"));
+  assert_non_null(strstr(chime_last_error(), "shutting down"));
   assert_int_equal(chime_writer_close(live), CHIME_ESHUTDOWN);
   for (int i = 0; i < 2; i++) {
     assert_int_equal(next_until_error(s[i]), CHIME_ESHUTDOWN);
     verify(&b[i]); /* still readable */
-    assert_non_null(strstr(chime_stream_last_error(s[i]), "shutting down"));
+    assert_non_null(strstr(chime_last_error(), "shutting down"));
     chime_stream_close(s[i]);
   }
   /* A writer to a server that is gone fails with a clear error. */
@@ -447,8 +517,8 @@ static void test_server_killed(void **state) {
    * CHIME_EUNAVAILABLE of a server that was never there. */
   for (int i = 0; i < 2; i++) {
     chime_server_info_t *info = NULL;
-    assert_int_equal(chime_client_info(&info, c), CHIME_EDISCONNECTED);
-    assert_non_null(strstr(chime_client_last_error(c), "server is gone"));
+    assert_int_equal(chime_client_info(c, &info), CHIME_EDISCONNECTED);
+    assert_non_null(strstr(chime_last_error(), "server is gone"));
   }
   chime_client_destroy(c);
 }
@@ -474,7 +544,7 @@ static void read_each_once(chime_stream_t *s, uint64_t seed0, uint64_t per_seed,
       assert_int_equal(seen[(seed - seed0) * per_seed + idx]++, 0);
       assert_true(b.info[i].probability > 0);
     }
-    assert_int_equal(chime_batch_release(s, &b), 0);
+    assert_int_equal(chime_stream_release(s, &b), 0);
   }
   free(seen);
 }
@@ -492,7 +562,7 @@ static void test_fifo_exactly_once(void **state) {
   chime_batch_t b;
   assert_int_equal(chime_stream_next(s, &b, 200), CHIME_ETIMEDOUT);
   chime_stats_t *st = NULL;
-  assert_int_equal(chime_client_stats(&st, c), 0);
+  assert_int_equal(chime_client_stats(c, &st), 0);
   assert_int_equal(st->nstreams, 1);
   assert_int_equal(st->streams[0].mode, CHIME_MODE_STREAM);
   assert_string_equal(st->streams[0].table, "f");
@@ -503,7 +573,7 @@ static void test_fifo_exactly_once(void **state) {
 
 static uint64_t table_size(chime_client_t *c, uint32_t table) {
   chime_server_info_t *info = NULL;
-  assert_int_equal(chime_client_info(&info, c), 0);
+  assert_int_equal(chime_client_info(c, &info), 0);
   assert_true(table < info->ntables);
   uint64_t n = info->tables[table].size;
   chime_server_info_free(info);
@@ -583,12 +653,12 @@ static void test_writer_extend(void **state) {
   prio[500] = -1.0;
   assert_int_equal(chime_writer_extend(w, N, cols, prio, &taken), CHIME_EINVAL);
   assert_int_equal(taken, 0);
-  assert_non_null(strstr(chime_writer_last_error(w), "priority -1"));
+  assert_non_null(strstr(chime_last_error(), "priority -1"));
   prio[500] = 2.0;
   const void *missing[3] = {obs, NULL, rew};
   assert_int_equal(chime_writer_extend(w, N, missing, NULL, NULL),
                    CHIME_EINVAL);
-  assert_non_null(strstr(chime_writer_last_error(w), "'action'"));
+  assert_non_null(strstr(chime_last_error(), "'action'"));
   assert_int_equal(chime_writer_extend(w, 7, cols, prio, &taken), 0);
   assert_int_equal(taken, 7);
   const void *rest[3] = {obs[7], &act[7], &rew[7]};
@@ -607,7 +677,7 @@ static void test_writer_extend(void **state) {
       assert_int_equal(ids[i], chime__pattern_id(5, n * 8 + i));
       assert_true(b.info[i].priority == prio[n * 8 + i]);
     }
-    assert_int_equal(chime_batch_release(s, &b), 0);
+    assert_int_equal(chime_stream_release(s, &b), 0);
   }
   chime_stream_close(s);
   stop(&d, c);
@@ -632,7 +702,7 @@ static void test_null_opts(void **state) {
   chime_stream_t *s = NULL;
   int rc = chime_stream_open(&s, c, "f", NULL);
   if (rc)
-    fail_msg("open: %s", chime_client_last_error(c));
+    fail_msg("open: %s", chime_last_error());
   assert_int_equal(chime_stream_mode(s), CHIME_MODE_SHM); /* auto, same host */
   for (int i = 0; i < 2; i++) {
     chime_batch_t b;
@@ -640,7 +710,7 @@ static void test_null_opts(void **state) {
     assert_int_equal(chime_stream_next(s, &b, 20000), 0);
     assert_int_equal(b.count, 256);
     assert_int_equal(chime__pattern_verify(&b, NULL, err, sizeof(err)), 0);
-    assert_int_equal(chime_batch_release(s, &b), 0);
+    assert_int_equal(chime_stream_release(s, &b), 0);
   }
   chime_stream_local_stats_t ls;
   assert_int_equal(chime_stream_get_stats(s, &ls), 0);
@@ -662,6 +732,8 @@ int main(void) {
       cmocka_unit_test_teardown(test_auto_fallback, teardown_each),
       cmocka_unit_test_teardown(test_leases_shm, teardown_each),
       cmocka_unit_test_teardown(test_leases_stream, teardown_each),
+      cmocka_unit_test_teardown(test_release_checks_shm, teardown_each),
+      cmocka_unit_test_teardown(test_release_checks_stream, teardown_each),
       cmocka_unit_test_teardown(test_stream_fills_while_learner_away,
                                 teardown_each),
       cmocka_unit_test_teardown(test_stream_learner_only_looks, teardown_each),

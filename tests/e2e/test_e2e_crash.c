@@ -81,9 +81,9 @@ static void insert(uint64_t seed, uint64_t n) {
 
 static chime_stats_t *stats(void) {
   chime_stats_t *st = NULL;
-  int rc = chime_client_stats(&st, client);
+  int rc = chime_client_stats(client, &st);
   if (rc != 0)
-    fail_msg("Stats: %s", chime_client_last_error(client));
+    fail_msg("Stats: %s", chime_last_error());
   return st;
 }
 
@@ -98,13 +98,13 @@ static int hold_main(const char *addr, const char *mode) {
   so.mode = strcmp(mode, "shm") == 0 ? CHIME_MODE_SHM : CHIME_MODE_STREAM;
   if (chime_client_create(&c, addr, NULL) != 0 ||
       chime_stream_open(&s, c, "demo", &so) != 0) {
-    fprintf(stderr, "hold: open: %s\n", chime_client_last_error(c));
+    fprintf(stderr, "hold: open: %s\n", chime_last_error());
     return 1;
   }
   for (int i = 0; i < HELD; i++) {
     chime_batch_t b;
     if (chime_stream_next(s, &b, 30000) != 0) {
-      fprintf(stderr, "hold: next: %s\n", chime_stream_last_error(s));
+      fprintf(stderr, "hold: next: %s\n", chime_last_error());
       return 1;
     }
   }
@@ -184,9 +184,9 @@ static void test_learner_killed(void **state) {
     char err[256];
     int rc = chime_stream_next(s, &b, 30000);
     if (rc != 0)
-      fail_msg("new learner: %s", chime_stream_last_error(s));
+      fail_msg("new learner: %s", chime_last_error());
     assert_int_equal(chime__pattern_verify(&b, NULL, err, sizeof(err)), 0);
-    assert_int_equal(chime_batch_release(s, &b), 0);
+    assert_int_equal(chime_stream_release(s, &b), 0);
     chime_stream_close(s);
   }
 }
@@ -208,7 +208,7 @@ static void test_chimed_killed(void **state) {
     assert_int_equal(chime_stream_open(&s[m], client, "demo", &so), 0);
     int rc = chime_stream_next(s[m], &held[m], 30000);
     if (rc != 0)
-      fail_msg("next: %s", chime_stream_last_error(s[m]));
+      fail_msg("next: %s", chime_last_error());
     copy_len[m] = 0;
     for (uint32_t l = 0; l < held[m].nleaves; l++)
       copy_len[m] += held[m].leaf[l].bytes;
@@ -233,11 +233,11 @@ static void test_chimed_killed(void **state) {
       chime_batch_t b;
       rc = chime_stream_next(s[m], &b, 10000);
       if (rc == 0)
-        assert_int_equal(chime_batch_release(s[m], &b), 0);
+        assert_int_equal(chime_stream_release(s[m], &b), 0);
     }
     if (rc != CHIME_EDISCONNECTED)
       fail_msg("%s: next after chimed died: %s (%s)", m ? "stream" : "shm",
-               chime_err_name(rc), chime_stream_last_error(s[m]));
+               chime_err_name(rc), chime_last_error());
     /* The held batch is still mapped and unchanged. */
     uint64_t off = 0;
     for (uint32_t l = 0; l < held[m].nleaves; l++) {
@@ -247,7 +247,7 @@ static void test_chimed_killed(void **state) {
     }
     assert_int_equal(chime__pattern_verify(&held[m], NULL, err, sizeof(err)),
                      0);
-    assert_int_equal(chime_batch_release(s[m], &held[m]), 0);
+    assert_int_equal(chime_stream_release(s[m], &held[m]), 0);
     chime_stream_close(s[m]);
     free(copy[m]);
   }
@@ -275,7 +275,7 @@ static void *late_writer(void *arg) {
   if (lw->rc == 0)
     lw->rc = chime_writer_flush(w);
   if (w != NULL)
-    snprintf(lw->err, sizeof(lw->err), "%s", chime_writer_last_error(w));
+    snprintf(lw->err, sizeof(lw->err), "%s", chime_last_error());
   int rc = chime_writer_close(w);
   if (lw->rc == 0)
     lw->rc = rc;
@@ -333,12 +333,12 @@ static void test_writer_killed(void **state) {
     int rc = chime_stream_next(s, &b, 30000);
     if (rc != 0)
       fail_msg("next after %llu of the new items: %s", (unsigned long long)seen,
-               chime_stream_last_error(s));
+               chime_last_error());
     assert_int_equal(chime__pattern_verify(&b, ids, err, sizeof(err)), 0);
     for (uint32_t i = 0; i < b.count; i++)
       if (ids[i] >> 40 == 9)
         assert_int_equal(ids[i], chime__pattern_id(9, seen++));
-    assert_int_equal(chime_batch_release(s, &b), 0);
+    assert_int_equal(chime_stream_release(s, &b), 0);
   }
   pthread_join(th, NULL);
   if (lw.rc != 0)
@@ -370,7 +370,7 @@ static void drain(uint64_t seed, uint64_t n, uint8_t *seen) {
         fail_msg("unexpected sample id %llx", (unsigned long long)id);
       seen[id & CHIME__PATTERN_MAX_INDEX]++;
     }
-    assert_int_equal(chime_batch_release(s, &b), 0);
+    assert_int_equal(chime_stream_release(s, &b), 0);
   }
   chime_stream_close(s);
 }
@@ -472,7 +472,7 @@ static void test_writer_close_bounded(void **state) {
   int64_t t0 = chime__now_ms();
   assert_int_equal(chime_writer_flush(w), CHIME_ETIMEDOUT);
   int64_t t1 = chime__now_ms();
-  assert_non_null(strstr(chime_writer_last_error(w), "no ack within"));
+  assert_non_null(strstr(chime_last_error(), "no ack within"));
   assert_int_equal(chime_writer_close(w), CHIME_ETIMEDOUT);
   int64_t t2 = chime__now_ms();
   fprintf(stderr, "flush gave up after %lld ms, close took %lld ms\n",
@@ -497,8 +497,8 @@ static void test_idle_client_reads_again(void **state) {
   }
   chime_server_info_t *info = NULL;
   chime__sleep_ms(1500);
-  if (chime_client_info(&info, client) != 0)
-    fail_msg("GetInfo: %s", chime_client_last_error(client));
+  if (chime_client_info(client, &info) != 0)
+    fail_msg("GetInfo: %s", chime_last_error());
   chime_server_info_free(info);
 }
 

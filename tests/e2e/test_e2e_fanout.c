@@ -120,7 +120,7 @@ static void test_three_actors_four_learners(void **state) {
   int64_t deadline = chime__now_ms() + 60000;
   for (;;) {
     chime_stats_t *st = NULL;
-    assert_int_equal(chime_client_stats(&st, client), 0);
+    assert_int_equal(chime_client_stats(client, &st), 0);
     uint32_t n = st->nstreams;
     chime_stats_free(st);
     if (n == LEARNERS)

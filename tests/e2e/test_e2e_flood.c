@@ -128,9 +128,9 @@ static void assert_new_client_served(const char *what) {
     chime_server_info_t *info = NULL;
     attempts++;
     assert_int_equal(chime_client_create(&c, chimed.addr, &o), 0);
-    rc = chime_client_info(&info, c);
+    rc = chime_client_info(c, &info);
     if (rc != 0)
-      snprintf(last, sizeof(last), "%s", chime_client_last_error(c));
+      snprintf(last, sizeof(last), "%s", chime_last_error());
     chime_server_info_free(info);
     chime_client_destroy(c);
     if (rc == 0)
@@ -159,7 +159,7 @@ static void flood_and_recover(int speak, int lower_to, const char *what) {
   }
   /* A client from before the flood, connected. */
   assert_int_equal(chime_client_create(&old, chimed.addr, NULL), 0);
-  assert_int_equal(chime_client_info(&info, old), 0);
+  assert_int_equal(chime_client_info(old, &info), 0);
   chime_server_info_free(info);
 
   open_flood(speak);
@@ -170,9 +170,9 @@ static void flood_and_recover(int speak, int lower_to, const char *what) {
   }
   /* The connected client keeps being served while the flood lasts. */
   info = NULL;
-  if (chime_client_info(&info, old) != 0)
+  if (chime_client_info(old, &info) != 0)
     fail_msg("%s: a connected client failed during the flood: %s", what,
-             chime_client_last_error(old));
+             chime_last_error());
   chime_server_info_free(info);
   /* Gone before the new clients: gRPC shares one connection among a
    * process's channels to the same address, and a new client must make its

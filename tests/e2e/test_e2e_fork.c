@@ -81,7 +81,7 @@ static int one_batch(chime_stream_t *s) {
   if (rc == 0 && chime__pattern_verify(&b, ids, err, sizeof(err)) != 0)
     rc = CHIME_ECORRUPT;
   if (rc == 0)
-    rc = chime_batch_release(s, &b);
+    rc = chime_stream_release(s, &b);
   return rc;
 }
 
@@ -101,13 +101,13 @@ static void child(const char *addr, chime_client_t *c, chime_stream_t *s[2],
                   chime_writer_t *w) {
   /* Inherited: CHIME_ENOTSUP at once, saying why. */
   chime_server_info_t *info = NULL;
-  int rc = chime_client_info(&info, c);
+  int rc = chime_client_info(c, &info);
   CHILD_CHECK(rc == CHIME_ENOTSUP, "inherited client info: %s",
               chime_err_name(rc));
-  CHILD_CHECK(strstr(chime_client_last_error(c), "fork()") != NULL,
-              "inherited client: '%s'", chime_client_last_error(c));
+  CHILD_CHECK(strstr(chime_last_error(), "fork()") != NULL,
+              "inherited client: '%s'", chime_last_error());
   chime_stats_t *st = NULL;
-  CHILD_CHECK(chime_client_stats(&st, c) == CHIME_ENOTSUP, "stats");
+  CHILD_CHECK(chime_client_stats(c, &st) == CHIME_ENOTSUP, "stats");
   chime_stream_t *s3 = NULL;
   CHILD_CHECK(open_stream(c, CHIME_MODE_STREAM, &s3) == CHIME_ENOTSUP,
               "stream open on an inherited client");
@@ -116,8 +116,8 @@ static void child(const char *addr, chime_client_t *c, chime_stream_t *s[2],
     rc = chime_stream_next(s[i], &b, 0);
     CHILD_CHECK(rc == CHIME_ENOTSUP, "inherited stream %d next: %s", i,
                 chime_err_name(rc));
-    CHILD_CHECK(strstr(chime_stream_last_error(s[i]), "fork()") != NULL,
-                "inherited stream: '%s'", chime_stream_last_error(s[i]));
+    CHILD_CHECK(strstr(chime_last_error(), "fork()") != NULL,
+                "inherited stream: '%s'", chime_last_error());
   }
   uint8_t sample[SAMPLE_BYTES] = {0};
   rc = chime_writer_append(w, sample, sizeof(sample), 1.0);
@@ -130,8 +130,8 @@ static void child(const char *addr, chime_client_t *c, chime_stream_t *s[2],
   chime_client_t *mine = NULL;
   rc = chime_client_create(&mine, addr, NULL);
   CHILD_CHECK(rc == 0, "own client: %s", chime_err_name(rc));
-  rc = chime_client_info(&info, mine);
-  CHILD_CHECK(rc == 0, "own info: %s", chime_client_last_error(mine));
+  rc = chime_client_info(mine, &info);
+  CHILD_CHECK(rc == 0, "own info: %s", chime_last_error());
   chime_server_info_free(info);
   rc = insert(mine, 7, 64, NULL);
   CHILD_CHECK(rc == 0, "own writer: %s", chime_err_name(rc));
@@ -140,11 +140,11 @@ static void child(const char *addr, chime_client_t *c, chime_stream_t *s[2],
     chime_stream_t *own = NULL;
     rc = open_stream(mine, modes[i], &own);
     CHILD_CHECK(rc == 0, "own %s stream: %s", chime_mode_name(modes[i]),
-                chime_client_last_error(mine));
+                chime_last_error());
     for (int k = 0; k < 3; k++) {
       rc = one_batch(own);
       CHILD_CHECK(rc == 0, "own %s batch: %s", chime_mode_name(modes[i]),
-                  chime_stream_last_error(own));
+                  chime_last_error());
     }
     chime_stream_close(own);
   }
@@ -206,14 +206,14 @@ static void fork_with_everything_open(int stream_thread_busy) {
   /* The parent's objects: untouched, and at once (the fault: a 3 s
    * timeout of its next call, a corrupt HTTP/2 stream). */
   chime_server_info_t *info = NULL;
-  int rc = chime_client_info(&info, c);
+  int rc = chime_client_info(c, &info);
   if (rc)
-    fail_msg("parent info after the fork: %s", chime_client_last_error(c));
+    fail_msg("parent info after the fork: %s", chime_last_error());
   chime_server_info_free(info);
   for (int i = 0; i < 2; i++)
     for (int k = 0; k < 5; k++)
       if ((rc = one_batch(s[i])) != 0)
-        fail_msg("parent stream %d: %s", i, chime_stream_last_error(s[i]));
+        fail_msg("parent stream %d: %s", i, chime_last_error());
   assert_int_equal(insert(c, 8, 64, w), 0);
   assert_int_equal(chime_writer_close(w), 0);
   chime_stream_close(s[0]);
@@ -249,7 +249,7 @@ static void test_fork_twice(void **state) {
       CHILD_CHECK(g >= 0, "fork");
       if (g == 0) {
         chime_server_info_t *info = NULL;
-        CHILD_CHECK(chime_client_info(&info, mine) == CHIME_ENOTSUP,
+        CHILD_CHECK(chime_client_info(mine, &info) == CHIME_ENOTSUP,
                     "grandchild, inherited");
         chime_client_t *own = NULL;
         CHILD_CHECK(chime_client_create(&own, d.addr, NULL) == 0, "g create");

@@ -131,7 +131,7 @@ static void test_big_request_lands_whole(void **state) {
   assert_int_equal(bad, 0);
   assert_int_equal(b.info[0].key, 1);
   assert_int_equal(b.info[COUNT - 1].key, COUNT);
-  assert_int_equal(chime_batch_release(s, &b), 0);
+  assert_int_equal(chime_stream_release(s, &b), 0);
   chime_stream_close(s);
   chime_client_destroy(client);
 }

@@ -123,14 +123,14 @@ static void attach_and_read(chime_client_t *c, chime__proc_t *flooder) {
     int rc = chime_stream_open(&s, c, "u", &o);
     if (rc != 0)
       fail_msg("attach %d of %d during the flood: %s: %s", a + 1, ATTACHES,
-               chime_err_name(rc), chime_client_last_error(c));
+               chime_err_name(rc), chime_last_error());
     assert_int_equal(chime_stream_mode(s), CHIME_MODE_SHM);
     for (int i = 0; i < 4; i++) {
       chime_batch_t b;
       char err[256];
       assert_int_equal(chime_stream_next(s, &b, 10000), 0);
       assert_int_equal(chime__pattern_verify(&b, NULL, err, sizeof(err)), 0);
-      assert_int_equal(chime_batch_release(s, &b), 0);
+      assert_int_equal(chime_stream_release(s, &b), 0);
     }
     chime_stream_close(s);
   }

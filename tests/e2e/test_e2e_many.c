@@ -64,8 +64,7 @@ static void open_stream(chime_stream_t **s, int i) {
   so.mode = i % 4 == 0 ? CHIME_MODE_SHM : CHIME_MODE_STREAM;
   int rc = chime_stream_open(s, client, "u", &so);
   if (rc != 0)
-    fail_msg("stream %d: %s (%s)", i, chime_strerror(rc),
-             chime_client_last_error(client));
+    fail_msg("stream %d: %s (%s)", i, chime_strerror(rc), chime_last_error());
 }
 
 /* Takes one batch and checks it came from the table. */
@@ -74,14 +73,14 @@ static void take_one(chime_stream_t *s, int i) {
   int rc = chime_stream_next(s, &b, 30000);
   if (rc != 0)
     fail_msg("stream %d: next: %s (%s)", i, chime_strerror(rc),
-             chime_stream_last_error(s));
+             chime_last_error());
   assert_int_equal(b.count, 4);
   for (uint32_t k = 0; k < b.count; k++) {
     uint64_t id;
     memcpy(&id, (const uint8_t *)b.leaf[0].data + k * 8, 8);
     assert_true(id < 64);
   }
-  assert_int_equal(chime_batch_release(s, &b), 0);
+  assert_int_equal(chime_stream_release(s, &b), 0);
 }
 
 static void test_256_streams_few_threads(void **state) {
@@ -106,7 +105,7 @@ static void test_256_streams_few_threads(void **state) {
       take_one(s[i], i);
   int many = threads_of(chimed.proc.pid);
   chime_stats_t *st = NULL;
-  assert_int_equal(chime_client_stats(&st, client), 0);
+  assert_int_equal(chime_client_stats(client, &st), 0);
   assert_int_equal(st->nstreams, STREAMS);
   chime_stats_free(st);
   fprintf(stderr, "chimed threads: %d with one stream, %d with %d\n", one, many,

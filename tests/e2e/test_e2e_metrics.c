@@ -273,7 +273,7 @@ static void test_scrape_matches_stats(void **state) {
   assert_true(seen.saw_ckpt_age);
   assert_true(seen.nfamilies >= 20);
 
-  assert_int_equal(chime_batch_release(s, &b), 0);
+  assert_int_equal(chime_stream_release(s, &b), 0);
   chime_stream_close(s);
 }
 
@@ -307,7 +307,7 @@ static void test_idle_flood(void **state) {
   for (int i = 0; i < 40; i++)
     fds[i] = connect_metrics();
   chime_server_info_t *info = NULL;
-  assert_int_equal(chime_client_info(&info, client), 0);
+  assert_int_equal(chime_client_info(client, &info), 0);
   chime_server_info_free(info);
   for (int i = 0; i < 40; i++)
     close(fds[i]);

@@ -87,7 +87,7 @@ static void test_max_heap_order_after_mutate(void **state) {
     assert_true(b.info[i].priority == prio);
     assert_int_equal(b.info[i].table_size, 8 - i);
   }
-  assert_int_equal(chime_batch_release(s, &b), 0);
+  assert_int_equal(chime_stream_release(s, &b), 0);
   chime_stream_close(s);
 }
 
@@ -115,7 +115,7 @@ static void test_prioritized_zero_is_never_drawn(void **state) {
       assert_true(b.info[i].priority == 4.0);
       assert_int_equal(b.info[i].table_size, 4);
     }
-    assert_int_equal(chime_batch_release(s, &b), 0);
+    assert_int_equal(chime_stream_release(s, &b), 0);
   }
   chime_stream_close(s);
 }
@@ -165,7 +165,7 @@ static void test_refused_with_nothing_changed(void **state) {
   chime_batch_t b;
   assert_int_equal(chime_stream_next(s, &b, 20000), 0);
   assert_int_equal(b.info[0].key, 4);
-  assert_int_equal(chime_batch_release(s, &b), 0);
+  assert_int_equal(chime_stream_release(s, &b), 0);
   chime_stream_close(s);
 }
 
@@ -213,7 +213,7 @@ static void test_streams_share_one_selector(void **state) {
                    b.info[j].priority, b.info[j - 1].priority);
       }
       got += b.count;
-      assert_int_equal(chime_batch_release(s[i], &b), 0);
+      assert_int_equal(chime_stream_release(s[i], &b), 0);
     }
   }
   assert_int_equal(got, N);

@@ -162,7 +162,7 @@ static void check_info_rings(const char *addr, chime_client_t *client,
 
   for (size_t k = 0; k < n; k++)
     total += want[k];
-  assert_int_equal(chime_client_info(&info, client), 0);
+  assert_int_equal(chime_client_info(client, &info), 0);
   assert_int_equal(info->nrings, n);
   assert_int_equal(info->pinned_bytes, total);
   for (size_t k = 0; k < n; k++) {
@@ -435,7 +435,7 @@ static void test_pins_rings_end_to_end(void **state) {
   assert_true(pid_maps_cudart(d.proc.pid));
 
   assert_int_equal(chime_client_create(&client, d.addr, NULL), 0);
-  assert_int_equal(chime_client_info(&info, client), 0);
+  assert_int_equal(chime_client_info(client, &info), 0);
   assert_int_equal(info->pin_host_memory, 1);
   assert_int_equal(info->pinned_bytes, 0); /* no ring yet */
   chime_server_info_free(info);
@@ -448,7 +448,7 @@ static void test_pins_rings_end_to_end(void **state) {
   rc = chime_stream_open(&s, client, "demo", &so);
   assert_int_equal(rc, 0);
   assert_int_equal(chime_stream_mode(s), CHIME_MODE_SHM);
-  assert_int_equal(chime_client_stats(&stats, client), 0);
+  assert_int_equal(chime_client_stats(client, &stats), 0);
   assert_int_equal(stats->pinned_bytes, (uint64_t)SLOTS * lay.slot_bytes);
   assert_int_equal(stats->nstreams, 1);
   assert_int_equal(stats->streams[0].pinned, 1);
@@ -527,14 +527,14 @@ static void test_off_maps_no_cuda(void **state) {
   so.slots = SLOTS;
   so.mode = CHIME_MODE_SHM;
   assert_int_equal(chime_stream_open(&s, client, "demo", &so), 0);
-  assert_int_equal(chime_client_info(&info, client), 0);
+  assert_int_equal(chime_client_info(client, &info), 0);
   assert_int_equal(info->pin_host_memory, 0);
   assert_int_equal(info->pinned_bytes, 0);
   chime_server_info_free(info);
   /* The ring is listed, with nothing pinned. */
   assert_int_equal(chime_stream_get_stats(s, &ls), 0);
   check_info_rings(d.addr, client, &ls.stream_id, &zero, 1);
-  assert_int_equal(chime_client_stats(&stats, client), 0);
+  assert_int_equal(chime_client_stats(client, &stats), 0);
   assert_int_equal(stats->nstreams, 1);
   assert_int_equal(stats->streams[0].pinned, 0);
   assert_int_equal(stats->pinned_bytes, 0);
@@ -599,7 +599,7 @@ static void test_info_reports_ring_footprint(void **state) {
     chime_server_info_t *info = NULL;
     uint32_t n;
 
-    assert_int_equal(chime_client_info(&info, client), 0);
+    assert_int_equal(chime_client_info(client, &info), 0);
     n = info->nrings;
     chime_server_info_free(info);
     if (n == 1 || chime__now_ms() > end)
@@ -781,10 +781,10 @@ static void test_ring_pin_error_reaches_client(void **state) {
    * error and a pointer to the server's log (test_e2e_budget checks that
    * log), never the paths. */
   assert_int_equal(rc, CHIME_ECUDA);
-  assert_non_null(strstr(chime_client_last_error(client),
+  assert_non_null(strstr(chime_last_error(),
                          "page-locking the ring failed on the server: "
                          "cudaErrorMemoryAllocation (2); see the server log"));
-  assert_null(strstr(chime_client_last_error(client), "dddd"));
+  assert_null(strstr(chime_last_error(), "dddd"));
 
   /* Still serving, and the next ring pins (the fake fails one call only). */
   rc = chime_stream_open(&s, client, "demo", &so);
@@ -803,7 +803,7 @@ static void test_ring_pin_error_reaches_client(void **state) {
   unsetenv("FAKE_CUDART_FAIL_REGISTER_AT");
   unsetenv("CHIME_CUDART");
   assert_null(s);
-  assert_whole_pin_error(rc, chime_client_last_error(client),
+  assert_whole_pin_error(rc, chime_last_error(),
                          "pin_host_memory: ", "portable|read-only", dir);
   chime_client_destroy(client);
   assert_int_equal(chime__chimed_stop(&d, 20000, &st), 0);

@@ -34,9 +34,9 @@ static const char *config =
 
 static chime_table_stats_t table_stats(chime_client_t *c) {
   chime_stats_t *st = NULL;
-  int rc = chime_client_stats(&st, c);
+  int rc = chime_client_stats(c, &st);
   if (rc != 0)
-    fail_msg("Stats: %s", chime_client_last_error(c));
+    fail_msg("Stats: %s", chime_last_error());
   assert_int_equal(st->ntables, 1);
   chime_table_stats_t t = st->tables[0];
   chime_stats_free(st);
@@ -209,7 +209,7 @@ static void test_batch_over_min_size_refused(void **state) {
   so.mode = CHIME_MODE_STREAM;
   chime_stream_t *s = NULL;
   assert_int_equal(chime_stream_open(&s, c, "q", &so), CHIME_EINVAL);
-  assert_non_null(strstr(chime_client_last_error(c),
+  assert_non_null(strstr(chime_last_error(),
                          "batch_size 3 exceeds min_size 2 of table 'q'"));
 
   so.batch_size = 2;
@@ -226,7 +226,7 @@ static void test_batch_over_min_size_refused(void **state) {
       assert_int_equal(b.count, 2);
       const uint64_t *x = b.leaf[0].data;
       seen |= (1ull << x[0]) | (1ull << x[1]);
-      assert_int_equal(chime_batch_release(s, &b), 0);
+      assert_int_equal(chime_stream_release(s, &b), 0);
     }
   }
   assert_int_equal(seen, 0x3ff);

@@ -70,7 +70,7 @@ static uint64_t table_size(const char *addr, const char *name) {
   chime_server_info_t *info = NULL;
   uint64_t size = UINT64_MAX;
   assert_int_equal(chime_client_create(&c, addr, NULL), 0);
-  assert_int_equal(chime_client_info(&info, c), 0);
+  assert_int_equal(chime_client_info(c, &info), 0);
   for (uint32_t i = 0; i < info->ntables; i++)
     if (strcmp(info->tables[i].name, name) == 0)
       size = info->tables[i].size;
@@ -375,7 +375,7 @@ static void test_writer_resends_after_cut(void **state) {
     int rc = chime_writer_append(w, &i, sizeof(i), 1.0);
     if (rc != 0)
       fail_msg("append %llu: %s: %s", (unsigned long long)i, chime_err_name(rc),
-               chime_writer_last_error(w));
+               chime_last_error());
     /* Right after a request went out: requests and acks are in flight. */
     if (i % (N / CUTS) == N / CUTS / 2) {
       proxy_cut(&p);
@@ -384,7 +384,7 @@ static void test_writer_resends_after_cut(void **state) {
   }
   int rc = chime_writer_flush(w);
   if (rc != 0)
-    fail_msg("flush: %s: %s", chime_err_name(rc), chime_writer_last_error(w));
+    fail_msg("flush: %s: %s", chime_err_name(rc), chime_last_error());
   assert_int_equal(chime_writer_acked(w), N);
   assert_int_equal(chime_writer_close(w), 0);
   chime_client_destroy(c);
@@ -416,7 +416,7 @@ static void test_writer_resends_after_cut(void **state) {
       assert_int_equal(b.info[j].key, last_key + 1);
       last_key = b.info[j].key;
     }
-    assert_int_equal(chime_batch_release(s, &b), 0);
+    assert_int_equal(chime_stream_release(s, &b), 0);
   }
   for (uint64_t i = 0; i < N; i++)
     if (!seen[i])
@@ -455,8 +455,8 @@ static void test_writer_gives_up_when_server_gone(void **state) {
     rc = chime_writer_flush(w);
   int64_t took = chime__now_ms() - t0;
   assert_int_equal(rc, CHIME_EDISCONNECTED);
-  if (!strstr(chime_writer_last_error(w), "not back within 1500 ms"))
-    fail_msg("last error '%s'", chime_writer_last_error(w));
+  if (!strstr(chime_last_error(), "not back within 1500 ms"))
+    fail_msg("last error '%s'", chime_last_error());
   assert_true(took >= 1400 && took < 10000);
   assert_int_equal(chime_writer_acked(w), 8);
   assert_int_equal(chime_writer_close(w), CHIME_EDISCONNECTED);
@@ -621,7 +621,7 @@ static void test_writer_per_episode(void **state) {
   int rc = chime_writer_flush(w0);
   if (rc != 0)
     fail_msg("the long-lived writer: %s: %s", chime_err_name(rc),
-             chime_writer_last_error(w0));
+             chime_last_error());
   assert_int_equal(chime_writer_acked(w0), 2);
   assert_int_equal(chime_writer_close(w0), 0);
   chime_client_destroy(c);
@@ -657,9 +657,8 @@ static void test_forgotten_writer_error(void **state) {
     assert_int_equal(chime_writer_open(&f, c, "tiny", NULL), 0);
     assert_int_equal(chime_writer_append(f, &v, sizeof(v), 1.0), 0);
     rc = chime_writer_flush(f);
-    if (rc == CHIME_ERESOURCE &&
-        !strstr(chime_writer_last_error(f), "not taken"))
-      fail_msg("refused: %s", chime_writer_last_error(f));
+    if (rc == CHIME_ERESOURCE && !strstr(chime_last_error(), "not taken"))
+      fail_msg("refused: %s", chime_last_error());
     assert_int_equal(chime_writer_close(f), rc);
     if (rc == CHIME_ERESOURCE)
       chime__sleep_ms(10);
@@ -670,7 +669,7 @@ static void test_forgotten_writer_error(void **state) {
   if (rc == 0)
     rc = chime_writer_flush(w);
   assert_int_equal(rc, CHIME_EFORGOTTEN);
-  const char *e = chime_writer_last_error(w);
+  const char *e = chime_last_error();
   if (!strstr(e, "insert into 'tiny': writer ") ||
       !strstr(e, "no longer remembered") || !strstr(e, "new writer"))
     fail_msg("last error '%s'", e);

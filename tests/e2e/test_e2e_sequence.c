@@ -117,7 +117,7 @@ static uint32_t check_batch(const chime_batch_t *b) {
 static void test_two_writers_shm_and_stream(void **state) {
   (void)state;
   chime_server_info_t *info = NULL;
-  assert_int_equal(chime_client_info(&info, client), 0);
+  assert_int_equal(chime_client_info(client, &info), 0);
   const chime_table_info_t *ti = &info->tables[0];
   assert_string_equal(ti->name, "seq");
   assert_int_equal(ti->sequence_length, T);
@@ -161,14 +161,14 @@ static void test_two_writers_shm_and_stream(void **state) {
       chime_batch_t b;
       assert_int_equal(chime_stream_next(s[i], &b, 30000), 0);
       windows[i] += check_batch(&b);
-      assert_int_equal(chime_batch_release(s[i], &b), 0);
+      assert_int_equal(chime_stream_release(s[i], &b), 0);
     }
   }
   assert_int_equal(windows[0], 480);
   assert_int_equal(windows[1], 480);
 
   chime_stats_t *st = NULL;
-  assert_int_equal(chime_client_stats(&st, client), 0);
+  assert_int_equal(chime_client_stats(client, &st), 0);
   const chime_table_stats_t *ts = &st->tables[0];
   assert_true(ts->steps > 0 && ts->steps <= 512);
   assert_true(ts->steps_inserted > 4 * 512); /* evicted over and over */
@@ -189,7 +189,7 @@ static int write_main(const char *addr) {
   chime_writer_t *w = NULL;
   if (chime_client_create(&c, addr, NULL) != 0 ||
       chime_writer_open(&w, c, "k", NULL) != 0) {
-    fprintf(stderr, "write: open: %s\n", chime_client_last_error(c));
+    fprintf(stderr, "write: open: %s\n", chime_last_error());
     return 1;
   }
   uint8_t buf[STEP];
@@ -221,7 +221,7 @@ static void test_writer_killed_mid_episode(void **state) {
   chime__proc_kill(&p);
 
   chime_stats_t *st = NULL;
-  assert_int_equal(chime_client_stats(&st, client), 0);
+  assert_int_equal(chime_client_stats(client, &st), 0);
   const chime_table_stats_t *ts = &st->tables[1];
   assert_string_equal(ts->name, "k");
   assert_int_equal(ts->steps, 21);
@@ -249,7 +249,7 @@ static void test_writer_killed_mid_episode(void **state) {
         assert_int_equal(id[2 * i + 1], in->first_step + i);
       }
     }
-    assert_int_equal(chime_batch_release(s, &b), 0);
+    assert_int_equal(chime_stream_release(s, &b), 0);
   }
   chime_stream_close(s);
 }
@@ -290,12 +290,12 @@ static void test_give_back(void **state) {
         }
       }
       if (round == 2)
-        assert_int_equal(chime_batch_release(s, &b), 0);
+        assert_int_equal(chime_stream_release(s, &b), 0);
     }
     chime_stream_close(s);
   }
   chime_stats_t *st = NULL;
-  assert_int_equal(chime_client_stats(&st, client), 0);
+  assert_int_equal(chime_client_stats(client, &st), 0);
   assert_string_equal(st->tables[2].name, "q");
   assert_int_equal(st->tables[2].returned, 16);
   assert_int_equal(st->tables[2].size, 0);
@@ -311,7 +311,7 @@ static void test_refusals(void **state) {
   uint8_t buf[STEP];
   step_bytes(buf, 9, 0);
   assert_int_equal(chime_writer_append(w, buf, STEP, 2.0), CHIME_EINVAL);
-  assert_non_null(strstr(chime_writer_last_error(w), "initial_priority"));
+  assert_non_null(strstr(chime_last_error(), "initial_priority"));
   assert_int_equal(chime_writer_append(w, buf, STEP - 1, 1.0), CHIME_EINVAL);
   assert_int_equal(chime_writer_close(w), 0);
 }

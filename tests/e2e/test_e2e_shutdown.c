@@ -133,7 +133,7 @@ static void *writer_main(void *arg) {
   if (w->rc == 0)
     w->rc = chime_writer_flush(wr);
   if (wr != NULL) {
-    snprintf(w->err, sizeof(w->err), "%s", chime_writer_last_error(wr));
+    snprintf(w->err, sizeof(w->err), "%s", chime_last_error());
     w->acked = chime_writer_acked(wr);
   }
   int closed = chime_writer_close(wr); /* the server is gone: w->rc says */
@@ -172,8 +172,8 @@ static void test_sigterm(void **state) {
     chime_batch_t b;
     int rc = chime_stream_next(s[m], &b, 30000);
     if (rc != 0)
-      fail_msg("next: %s", chime_stream_last_error(s[m]));
-    assert_int_equal(chime_batch_release(s[m], &b), 0);
+      fail_msg("next: %s", chime_last_error());
+    assert_int_equal(chime_stream_release(s[m], &b), 0);
   }
 
   /* And as separate processes: a chime-actor inserting for ever and a
@@ -203,7 +203,7 @@ static void test_sigterm(void **state) {
     int64_t deadline = chime__now_ms() + 60000;
     for (;;) {
       chime_stats_t *stats = NULL;
-      assert_int_equal(chime_client_stats(&stats, client), 0);
+      assert_int_equal(chime_client_stats(client, &stats), 0);
       uint32_t n = stats->nstreams;
       uint64_t inserts = stats->tables[0].inserts;
       chime_stats_free(stats);
@@ -305,11 +305,11 @@ static void test_sigterm(void **state) {
       chime_batch_t b;
       rc = chime_stream_next(s[k], &b, 30000);
       if (rc == 0)
-        rc = chime_batch_release(s[k], &b);
+        rc = chime_stream_release(s[k], &b);
     }
     if (rc != CHIME_ESHUTDOWN)
       fail_msg("%s learner: %s (%s)", k ? "stream" : "shm", chime_err_name(rc),
-               chime_stream_last_error(s[k]));
+               chime_last_error());
     chime_stream_close(s[k]);
   }
   pthread_join(th, NULL);

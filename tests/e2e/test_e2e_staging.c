@@ -111,7 +111,7 @@ static uint64_t rss_of(pid_t pid) {
 
 static chime_stats_t *stats(void) {
   chime_stats_t *s = NULL;
-  assert_int_equal(chime_client_stats(&s, client), 0);
+  assert_int_equal(chime_client_stats(client, &s), 0);
   return s;
 }
 
@@ -195,7 +195,7 @@ static void test_unacked_request_never_goes_in(void **state) {
       if (id >= CAP || seen[id]++)
         fail_msg("sample id %" PRIu64 " delivered (not acked, or twice)", id);
     }
-    assert_int_equal(chime_batch_release(s, &bt), 0);
+    assert_int_equal(chime_stream_release(s, &bt), 0);
   }
   chime_stream_close(s);
   chime__sleep_ms(300);
@@ -430,7 +430,7 @@ static void test_measure_rss(void **state) {
     for (int64_t end = chime__now_ms() + 60000;
          one_by_one && chime__now_ms() < end; chime__sleep_ms(20)) {
       chime_stats_t *st = NULL;
-      assert_int_equal(chime_client_stats(&st, cl), 0);
+      assert_int_equal(chime_client_stats(cl, &st), 0);
       uint64_t n = st->staged_insert_bytes / (sb + 8) + st->insert_calls_parked;
       chime_stats_free(st);
       for (unsigned k = 0; k <= i; k++)
@@ -445,7 +445,7 @@ static void test_measure_rss(void **state) {
   for (int64_t end = chime__now_ms() + 120000;
        same < 10 && chime__now_ms() < end; chime__sleep_ms(100)) {
     chime_stats_t *st = NULL;
-    assert_int_equal(chime_client_stats(&st, cl), 0);
+    assert_int_equal(chime_client_stats(cl, &st), 0);
     staged = st->staged_insert_bytes;
     parked = st->insert_calls_parked;
     chime_stats_free(st);

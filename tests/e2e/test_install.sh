@@ -74,6 +74,14 @@ so=$(readlink -f "$prefix/$libdir/libchime.so")
 soname=$(readelf -d "$so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 [ -n "$soname" ] && [ -e "$prefix/$libdir/$soname" ] ||
   fail "libchime.so has no SONAME link ($soname)"
+# While the version is 0.x a minor release may break the ABI: the soname
+# carries the minor version, so a program built against 0.1 never loads 0.2.
+vh="$prefix/include/chime/version.h"
+major=$(sed -n 's/^#define CHIME_VERSION_MAJOR \([0-9]*\)$/\1/p' "$vh")
+minor=$(sed -n 's/^#define CHIME_VERSION_MINOR \([0-9]*\)$/\1/p' "$vh")
+want=libchime.so.$major
+[ "$major" = 0 ] && want=libchime.so.0.$minor
+[ "$soname" = "$want" ] || fail "soname $soname, expected $want"
 
 echo "== public headers"
 # Only the C library and each other: no src/ header, no gRPC, no protobuf.
@@ -167,7 +175,7 @@ cp "$tmp/app.c" "$tmp/proj/app.c"
 cat >"$tmp/proj/CMakeLists.txt" <<'EOF'
 cmake_minimum_required(VERSION 3.18)
 project(chime_quickstart C)
-find_package(chime 0.1 REQUIRED COMPONENTS shared static)
+find_package(chime 0.2 REQUIRED COMPONENTS shared static)
 add_executable(app_cmake app.c)
 target_link_libraries(app_cmake PRIVATE chime::chime)
 add_executable(app_cmake_static app.c)

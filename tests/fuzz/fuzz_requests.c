@@ -285,7 +285,7 @@ static void check_alive(void) {
 
 static void setup(void) {
   char path[] = "/tmp/chime-fuzz-requests-XXXXXX";
-  char err[1024], bound[256];
+  char bound[256];
   int fd = mkstemp(path);
   FUZZ_CHECK(fd >= 0);
   FUZZ_CHECK(write(fd, config, sizeof(config) - 1) ==
@@ -293,9 +293,9 @@ static void setup(void) {
   close(fd);
   chime_server_opts_t o = CHIME_SERVER_OPTS_INIT;
   o.config_path = path;
-  if (chime_server_create(&srv, &o, err, sizeof(err)) != 0 ||
-      chime_server_listen(srv, bound, sizeof(bound), err, sizeof(err)) != 0) {
-    fprintf(stderr, "fuzz_requests: %s\n", err);
+  if (chime_server_create(&srv, &o) != 0 ||
+      chime_server_listen(srv, bound, sizeof(bound)) != 0) {
+    fprintf(stderr, "fuzz_requests: %s\n", chime_last_error());
     abort();
   }
   unlink(path);

@@ -478,10 +478,10 @@ static void test_unreachable_server(void **state) {
   assert_int_equal(chime_client_create(&c, "unix:/nonexistent/chime.sock", &o),
                    0);
   chime_server_info_t *info = NULL;
-  int rc = chime_client_info(&info, c);
+  int rc = chime_client_info(c, &info);
   assert_true(rc == CHIME_EUNAVAILABLE || rc == CHIME_ETIMEDOUT);
   assert_null(info);
-  assert_non_null(strstr(chime_client_last_error(c), "GetInfo"));
+  assert_non_null(strstr(chime_last_error(), "GetInfo"));
   chime_writer_t *w = NULL;
   assert_int_not_equal(chime_writer_open(&w, c, "demo", NULL), 0);
   assert_null(w);
@@ -492,6 +492,130 @@ static void test_unreachable_server(void **state) {
   assert_null(s);
   so.batch_size = 0;
   assert_int_equal(chime_stream_open(&s, c, "demo", &so), CHIME_EINVAL);
+  chime_client_destroy(c);
+}
+
+/* Two threads share one client and fail their own calls in lockstep: each
+ * reads the detail of its own failure, not the other's. Every round both
+ * fail first and then both read, so a detail kept per client (one buffer
+ * for both threads) hands one of them the other's sentence every round. */
+#define DETAIL_ROUNDS 200
+
+typedef struct {
+  chime_client_t *c;
+  const char *table;
+  pthread_barrier_t *both;
+  int wrong_code, wrong_detail;
+  char last[256];
+} detail_thread_t;
+
+static void *fail_in_lockstep(void *arg) {
+  detail_thread_t *t = arg;
+  const uint64_t key = 1;
+  const double nan = __builtin_nan("");
+  char mine[64];
+  snprintf(mine, sizeof(mine), "'%s'", t->table);
+  if (chime_last_error()[0] != '\0') /* a new thread has failed nothing */
+    t->wrong_detail++;
+  for (int i = 0; i < DETAIL_ROUNDS; i++) {
+    /* Refused before anything is sent: no server is needed. */
+    int rc = chime_client_mutate_priorities(t->c, t->table, &key, &nan, 1, NULL,
+                                            0, NULL);
+    if (rc != CHIME_EINVAL)
+      t->wrong_code++;
+    pthread_barrier_wait(t->both); /* both failed */
+    const char *d = chime_last_error();
+    if (strstr(d, mine) == NULL) {
+      t->wrong_detail++;
+      snprintf(t->last, sizeof(t->last), "%s", d);
+    }
+    pthread_barrier_wait(t->both); /* both read */
+  }
+  return NULL;
+}
+
+static void test_detail_per_thread_on_shared_client(void **state) {
+  (void)state;
+  chime_client_t *c = NULL;
+  assert_int_equal(chime_client_create(&c, "127.0.0.1:1", NULL), 0);
+  pthread_barrier_t both;
+  pthread_barrier_init(&both, NULL, 2);
+  detail_thread_t t[2] = {{.c = c, .table = "table_a", .both = &both},
+                          {.c = c, .table = "table_b", .both = &both}};
+  pthread_t th[2];
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(pthread_create(&th[i], NULL, fail_in_lockstep, &t[i]), 0);
+  for (int i = 0; i < 2; i++)
+    pthread_join(th[i], NULL);
+  pthread_barrier_destroy(&both);
+  chime_client_destroy(c);
+  for (int i = 0; i < 2; i++) {
+    if (t[i].wrong_detail)
+      print_error("%s read another thread's detail %d times: \"%s\"\n",
+                  t[i].table, t[i].wrong_detail, t[i].last);
+    assert_int_equal(t[i].wrong_code, 0);
+    assert_int_equal(t[i].wrong_detail, 0);
+  }
+}
+
+/* Every failing call writes its own sentence, even one refused at its
+ * first check: never the previous failure's. */
+static void expect_detail(int rc, int want, const char *names) {
+  assert_int_equal(rc, want);
+  if (strstr(chime_last_error(), names) == NULL)
+    fail_msg("detail '%s' does not name '%s'", chime_last_error(), names);
+}
+
+static void test_every_failure_sets_detail(void **state) {
+  (void)state;
+  chime_client_t *c = NULL;
+  chime_stream_t *s = NULL;
+  chime_writer_t *w = NULL;
+  chime_batch_t b;
+  chime_stream_local_stats_t ls;
+  chime_server_info_t *info = NULL;
+  chime_stats_t *st = NULL;
+  chime_client_opts_t o = CHIME_CLIENT_OPTS_INIT;
+  o.token = "has space";
+  expect_detail(chime_client_create(&c, "127.0.0.1:1", &o), CHIME_EINVAL,
+                "token");
+  expect_detail(chime_client_create(&c, NULL, NULL), CHIME_EINVAL,
+                "chime_client_create");
+  expect_detail(chime_client_info(NULL, &info), CHIME_EINVAL,
+                "chime_client_info");
+  expect_detail(chime_client_stats(NULL, &st), CHIME_EINVAL,
+                "chime_client_stats");
+  expect_detail(chime_client_checkpoint(NULL, NULL), CHIME_EINVAL,
+                "chime_client_checkpoint");
+  expect_detail(
+      chime_client_mutate_priorities(NULL, "t", NULL, NULL, 0, NULL, 0, NULL),
+      CHIME_EINVAL, "chime_client_mutate_priorities");
+  expect_detail(chime_writer_open(&w, NULL, "t", NULL), CHIME_EINVAL,
+                "chime_writer_open");
+  expect_detail(chime_writer_append(NULL, NULL, 0, 1.0), CHIME_EINVAL,
+                "chime_writer_append");
+  expect_detail(chime_writer_extend(NULL, 0, NULL, NULL, NULL), CHIME_EINVAL,
+                "chime_writer_extend");
+  expect_detail(chime_writer_end_episode(NULL), CHIME_EINVAL,
+                "chime_writer_end_episode");
+  expect_detail(chime_writer_flush(NULL), CHIME_EINVAL, "chime_writer_flush");
+  expect_detail(chime_stream_open(&s, NULL, "t", NULL), CHIME_EINVAL,
+                "chime_stream_open");
+  expect_detail(chime_stream_next(NULL, &b, 0), CHIME_EINVAL,
+                "chime_stream_next");
+  expect_detail(chime_stream_get_stats(NULL, &ls), CHIME_EINVAL,
+                "chime_stream_get_stats");
+  expect_detail(chime_server_create(NULL, NULL), CHIME_EINVAL,
+                "chime_server_create");
+  expect_detail(chime_server_start(NULL), CHIME_EINVAL, "chime_server_start");
+  expect_detail(chime_server_listen(NULL, NULL, 0), CHIME_EINVAL,
+                "chime_server_listen");
+  /* A call that succeeds leaves the detail as it was (errno's rule). */
+  assert_int_equal(chime_client_create(&c, "127.0.0.1:1", NULL), 0);
+  assert_non_null(strstr(chime_last_error(), "chime_server_listen"));
+  chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
+  so.batch_size = 0;
+  expect_detail(chime_stream_open(&s, c, "t", &so), CHIME_EINVAL, "batch_size");
   chime_client_destroy(c);
 }
 
@@ -506,6 +630,8 @@ int main(void) {
       cmocka_unit_test(test_pattern),
       cmocka_unit_test(test_pattern_ids_differ_by_seed),
       cmocka_unit_test(test_unreachable_server),
+      cmocka_unit_test(test_detail_per_thread_on_shared_client),
+      cmocka_unit_test(test_every_failure_sets_detail),
   };
   grpc_init();
   int rc = cmocka_run_group_tests(tests, NULL, NULL);

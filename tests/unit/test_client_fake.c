@@ -512,7 +512,7 @@ static void test_bad_layout(void **state) {
   assert_int_equal(open_as(FAKE_BAD_LAYOUT, CHIME_MODE_STREAM, &c, &s),
                    CHIME_EPROTO);
   assert_null(s);
-  assert_non_null(strstr(chime_client_last_error(c), "layout differs"));
+  assert_non_null(strstr(chime_last_error(), "layout differs"));
   chime_client_destroy(c);
 }
 
@@ -552,7 +552,7 @@ static void test_not_opened(void **state) {
   chime_stream_t *s;
   assert_int_equal(open_as(FAKE_NOT_OPENED, CHIME_MODE_STREAM, &c, &s),
                    CHIME_EPROTO);
-  assert_non_null(strstr(chime_client_last_error(c), "not Opened"));
+  assert_non_null(strstr(chime_last_error(), "not Opened"));
   chime_client_destroy(c);
 }
 
@@ -562,7 +562,7 @@ static void test_refused(void **state) {
   chime_stream_t *s;
   assert_int_equal(open_as(FAKE_REFUSE, CHIME_MODE_STREAM, &c, &s),
                    CHIME_ENOTFOUND);
-  assert_non_null(strstr(chime_client_last_error(c), "table 'zz' not found"));
+  assert_non_null(strstr(chime_last_error(), "table 'zz' not found"));
   chime_client_destroy(c);
 }
 
@@ -593,9 +593,8 @@ static void test_over_credit(void **state) {
   int got;
   assert_int_equal(next_until_error(s, &got), CHIME_EPROTO);
   assert_true(got <= SLOTS - 1);
-  if (!strstr(chime_stream_last_error(s), "credits"))
-    fail_msg("last error '%s' after %d batches", chime_stream_last_error(s),
-             got);
+  if (!strstr(chime_last_error(), "credits"))
+    fail_msg("last error '%s' after %d batches", chime_last_error(), got);
   chime_stream_close(s);
   chime_client_destroy(c);
 }
@@ -608,7 +607,7 @@ static void test_bad_chunk(void **state) {
   int got;
   assert_int_equal(next_until_error(s, &got), CHIME_EPROTO);
   assert_int_equal(got, 0);
-  assert_non_null(strstr(chime_stream_last_error(s), "the layout says"));
+  assert_non_null(strstr(chime_last_error(), "the layout says"));
   chime_stream_close(s);
   chime_client_destroy(c);
 }
@@ -627,7 +626,7 @@ static void test_notice(void **state) {
   /* The batch taken before stays readable. */
   const uint8_t *p = b.leaf[0].data;
   assert_int_equal(p[0] | p[b.leaf[0].bytes - 1], 0);
-  assert_int_equal(chime_batch_release(s, &b), 0);
+  assert_int_equal(chime_stream_release(s, &b), 0);
   chime_stream_close(s);
   chime_client_destroy(c);
 }
@@ -649,22 +648,22 @@ static void test_error_codes(void **state) {
   for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
     chime_server_info_t *info = NULL;
     fake.error = codes[i];
-    int rc = chime_client_info(&info, c);
+    int rc = chime_client_info(c, &info);
     if (rc != codes[i])
       fail_msg("server sent %s, client returned %s (%s)",
                chime_err_name(codes[i]), chime_err_name(rc),
-               chime_client_last_error(c));
+               chime_last_error());
     assert_null(info);
-    assert_non_null(strstr(chime_client_last_error(c), "page-lock failed"));
+    assert_non_null(strstr(chime_last_error(), "page-lock failed"));
   }
   fake.with_md = 0;
   chime_server_info_t *info = NULL;
   fake.error = CHIME_ESHUTDOWN;
-  assert_int_equal(chime_client_info(&info, c), CHIME_EUNAVAILABLE);
+  assert_int_equal(chime_client_info(c, &info), CHIME_EUNAVAILABLE);
   fake.error = CHIME_ECUDA;
-  assert_int_equal(chime_client_info(&info, c), CHIME_EINVAL);
+  assert_int_equal(chime_client_info(c, &info), CHIME_EINVAL);
   fake.error = CHIME_ENOTFOUND;
-  assert_int_equal(chime_client_info(&info, c), CHIME_ENOTFOUND);
+  assert_int_equal(chime_client_info(c, &info), CHIME_ENOTFOUND);
   chime_client_destroy(c);
 }
 
@@ -684,8 +683,8 @@ static void test_ends_after_opened(void **state) {
     if (rc != codes[i])
       fail_msg("server ended with %s, next returned %s (%s)",
                chime_err_name(codes[i]), chime_err_name(rc),
-               chime_stream_last_error(s));
-    assert_non_null(strstr(chime_stream_last_error(s), "page-lock failed"));
+               chime_last_error());
+    assert_non_null(strstr(chime_last_error(), "page-lock failed"));
     chime_stream_close(s);
     chime_client_destroy(c);
   }
@@ -705,7 +704,7 @@ static void test_auto_falls_back_when_handoff_fails(void **state) {
   assert_non_null(strstr(why, "shm attach failed: handoff: cannot connect"));
   chime_batch_t b;
   assert_int_equal(chime_stream_next(s, &b, 10000), 0);
-  assert_int_equal(chime_batch_release(s, &b), 0);
+  assert_int_equal(chime_stream_release(s, &b), 0);
   chime_stream_close(s);
   chime_client_destroy(c);
 
@@ -715,7 +714,7 @@ static void test_auto_falls_back_when_handoff_fails(void **state) {
                    CHIME_EUNAVAILABLE);
   assert_null(s);
   assert_int_equal(fake.subscribes, before + 1);
-  assert_non_null(strstr(chime_client_last_error(c), "handoff"));
+  assert_non_null(strstr(chime_last_error(), "handoff"));
   chime_client_destroy(c);
 }
 
@@ -739,7 +738,7 @@ static void test_bad_ring_detail_reaches_caller(void **state) {
   assert_int_equal(open_as(FAKE_BAD_RING, CHIME_MODE_SHM, &c, &s),
                    CHIME_ECORRUPT);
   assert_null(s);
-  const char *e = chime_client_last_error(c);
+  const char *e = chime_last_error();
   if (!strstr(e, "ring attach:") || !strstr(e, "bad magic"))
     fail_msg("last error: '%s'", e);
   chime_client_destroy(c);
@@ -770,7 +769,7 @@ static void expect_bad_second_ack(fake_script_t script, const char *why) {
     assert_int_equal(chime_writer_append(w, sample, len, 1.0), 0);
   assert_int_equal(chime_writer_flush(w), CHIME_EPROTO);
   assert_int_equal(chime_writer_acked(w), 2);
-  const char *e = chime_writer_last_error(w);
+  const char *e = chime_last_error();
   if (!strstr(e, why))
     fail_msg("last error '%s' does not say '%s'", e, why);
   /* Sticky: the writer stays failed. */

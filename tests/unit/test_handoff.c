@@ -29,7 +29,7 @@ static grpc_channel *ch;
 static char cfg_path[] = "/tmp/chime-test-handoff-XXXXXX";
 
 static int setup(void **state) {
-  char err[512], bound[300];
+  char bound[300];
   static const char cfg[] =
       "{\"listen\": \"127.0.0.1:0\", \"handoff_expires_ms\": 300,"
       " \"tables\": [{\"name\": \"demo\", \"spec\": \"x:u8[100]\","
@@ -41,9 +41,9 @@ static int setup(void **state) {
   close(fd);
   chime_server_opts_t o = CHIME_SERVER_OPTS_INIT;
   o.config_path = cfg_path;
-  if (chime_server_create(&srv, &o, err, sizeof(err)) != 0 ||
-      chime_server_listen(srv, bound, sizeof(bound), err, sizeof(err)) != 0) {
-    fprintf(stderr, "server: %s\n", err);
+  if (chime_server_create(&srv, &o) != 0 ||
+      chime_server_listen(srv, bound, sizeof(bound)) != 0) {
+    fprintf(stderr, "server: %s\n", chime_last_error());
     return -1;
   }
   grpc_init();
@@ -239,7 +239,7 @@ static void test_expired_token(void **state) {
  * allowed_uids names others, who need write access to connect (SO_PEERCRED
  * and the token decide then). */
 static mode_t socket_mode(const char *uids_json) {
-  char dir[] = "/tmp/chime-test-hosock-XXXXXX", path[256], cfg[512], err[512];
+  char dir[] = "/tmp/chime-test-hosock-XXXXXX", path[256], cfg[512];
   char cfgfile[300];
   struct stat st;
   chime_server_t *s = NULL;
@@ -257,8 +257,8 @@ static mode_t socket_mode(const char *uids_json) {
   assert_int_equal(fclose(f), 0);
   chime_server_opts_t o = CHIME_SERVER_OPTS_INIT;
   o.config_path = cfgfile;
-  if (chime_server_create(&s, &o, err, sizeof(err)) != 0)
-    fail_msg("server: %s", err);
+  if (chime_server_create(&s, &o) != 0)
+    fail_msg("server: %s", chime_last_error());
   assert_int_equal(stat(path, &st), 0);
   assert_true(S_ISSOCK(st.st_mode));
   mode_t mode = st.st_mode & 0777;

@@ -56,7 +56,7 @@ static void *learner_main(void *arg) {
       int rc = chime_stream_open(&s, c, "q", &so);
       if (rc != 0) { /* the connection may be going: try again */
         s = NULL;
-        snprintf(l->why, sizeof l->why, "open: %s", chime_client_last_error(c));
+        snprintf(l->why, sizeof l->why, "open: %s", chime_last_error());
         chime__sleep_ms(10);
         continue;
       }
@@ -69,7 +69,7 @@ static void *learner_main(void *arg) {
       l->ends++;
       l->last_error = (uint64_t)-rc;
       snprintf(l->why, sizeof l->why, "%s: %s", chime_err_name(rc),
-               chime_stream_last_error(s));
+               chime_last_error());
       chime_stream_close(s);
       s = NULL;
       continue;
@@ -89,7 +89,7 @@ static void *learner_main(void *arg) {
       if (l->seen[k] < 255)
         l->seen[k]++;
     }
-    if (chime_batch_release(s, &b) != 0)
+    if (chime_stream_release(s, &b) != 0)
       l->bad++;
   }
   chime_stream_close(s);
@@ -179,14 +179,13 @@ static void run(chime_mode_t mode, int grace_ms) {
     uint64_t x = n + 1;
     rc = chime_writer_append(w, &x, sizeof x, 1.0);
     if (rc != 0)
-      fail_msg("append %llu: %s", (unsigned long long)x,
-               chime_writer_last_error(w));
+      fail_msg("append %llu: %s", (unsigned long long)x, chime_last_error());
     n++;
     /* Requests of 64 at most a millisecond apart: a steady load across
      * the ages, not a race for throughput. */
     if (n % 64 == 0) {
       if ((rc = chime_writer_flush(w)) != 0)
-        fail_msg("flush: %s", chime_writer_last_error(w));
+        fail_msg("flush: %s", chime_last_error());
       chime__sleep_ms(1);
     }
   }
@@ -199,7 +198,7 @@ static void run(chime_mode_t mode, int grace_ms) {
   pthread_join(th, NULL);
 
   chime_stats_t *st = NULL;
-  assert_int_equal(chime_client_stats(&st, c), 0);
+  assert_int_equal(chime_client_stats(c, &st), 0);
   uint64_t inserts = st->tables[0].inserts;
   chime_stats_free(st);
   chime_client_destroy(c);

@@ -525,7 +525,7 @@ static void test_info_record_size_differs(void **state) {
   assert_int_equal(open_as(FAKE_RECORD_32, CHIME_MODE_STREAM, &c, &s),
                    CHIME_EPROTO);
   assert_null(s);
-  const char *e = chime_client_last_error(c);
+  const char *e = chime_last_error();
   if (!strstr(e, "sample info records are 32 bytes, this library's are 64"))
     fail_msg("last error: '%s'", e);
   chime_client_destroy(c);
@@ -541,7 +541,7 @@ static void test_info_record_size_unstated(void **state) {
   chime_batch_t b;
   assert_int_equal(chime_stream_next(s, &b, 10000), 0);
   assert_int_equal(b.count, BATCH);
-  assert_int_equal(chime_batch_release(s, &b), 0);
+  assert_int_equal(chime_stream_release(s, &b), 0);
   chime_stream_close(s);
   chime_client_destroy(c);
 }

@@ -454,8 +454,8 @@ static void test_shard_and_age(void **state) {
     chime_server_opts_t o = CHIME_SERVER_OPTS_INIT;
     o.config_path = path;
     o.shard = opt[i];
-    if (chime_server_create(&srv, &o, err, sizeof(err)) != 0)
-      fail_msg("create: %s", err);
+    if (chime_server_create(&srv, &o) != 0)
+      fail_msg("create: %s", chime_last_error());
     const chime__config_t *sc = &srv->cfg;
     assert_int_equal(sc->shard, want[i]);
     for (uint32_t t = 0; t < sc->ntables; t++)
@@ -468,10 +468,9 @@ static void test_shard_and_age(void **state) {
     chime_server_opts_t o = CHIME_SERVER_OPTS_INIT;
     o.config_path = path;
     o.shard = wrong[i];
-    assert_int_equal(chime_server_create(&srv, &o, err, sizeof(err)),
-                     CHIME_EINVAL);
+    assert_int_equal(chime_server_create(&srv, &o), CHIME_EINVAL);
     assert_null(srv);
-    assert_non_null(strstr(err, "must be an integer 1..65535"));
+    assert_non_null(strstr(chime_last_error(), "must be an integer 1..65535"));
   }
   unlink(path);
 }

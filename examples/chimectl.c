@@ -4,6 +4,7 @@
  *   chimectl [--json] stats ADDR
  *   chimectl [--json] checkpoint ADDR */
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,102 +140,171 @@ static void info_text(const chime_server_info_t *in) {
          in->pinned_bytes);
 }
 
+/* The stats lists (chime/stats.h) over the public structs: every
+ * field is in the JSON under its name; the text tables show the columns
+ * named below, headed by the name (an NS field in ms). */
+enum { UNIT_COUNT, UNIT_NS, UNIT_BYTES, UNIT_FLAG };
+
+typedef struct {
+  const char *name;
+  size_t off, size;
+  int unit;
+} field_t;
+
+#define FIELD(st, type, name, kind, unit, help)                                \
+  {#name, offsetof(st, name), sizeof(type), UNIT_##unit},
+#define TABLE_FIELD(type, name, kind, unit, help)                              \
+  FIELD(chime_table_stats_t, type, name, kind, unit, help)
+#define STREAM_FIELD(type, name, kind, unit, help)                             \
+  FIELD(chime_stream_stats_t, type, name, kind, unit, help)
+#define SERVER_FIELD(type, name, kind, unit, help)                             \
+  FIELD(chime_stats_t, type, name, kind, unit, help)
+static const field_t table_fields[] = {CHIME_TABLE_STATS_FIELDS(TABLE_FIELD)};
+static const field_t stream_fields[] = {
+    CHIME_STREAM_STATS_FIELDS(STREAM_FIELD)};
+static const field_t server_fields[] = {
+    CHIME_SERVER_STATS_FIELDS(SERVER_FIELD)};
+#define NFIELDS(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Columns of the text view: a plain table's, a sequence table's, a
+ * stream's (NULL: all). */
+static const char *const table_cols[] = {
+    "size",           "capacity", "inserts", "samples", "sampler_wait_ns",
+    "insert_wait_ns", NULL};
+static const char *const sequence_cols[] = {
+    "steps", "steps_inserted", "episodes_open", "step_bytes", NULL};
+
+static uint64_t field_value(const void *st, const field_t *f) {
+  const char *p = (const char *)st + f->off;
+  if (f->size == sizeof(uint32_t)) {
+    uint32_t u;
+    memcpy(&u, p, sizeof(u));
+    return u;
+  }
+  uint64_t v;
+  memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+static void fields_json(json_t *o, const void *st, const field_t *fs,
+                        size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    uint64_t v = field_value(st, &fs[i]);
+    json_object_set_new(o, fs[i].name,
+                        fs[i].unit == UNIT_FLAG ? json_boolean(v != 0)
+                                                : json_integer((json_int_t)v));
+  }
+}
+
 static json_t *stats_json(const chime_stats_t *st) {
   json_t *tables = json_array(), *streams = json_array();
   for (uint32_t i = 0; i < st->ntables; i++) {
     const chime_table_stats_t *t = &st->tables[i];
-    json_array_append_new(
-        tables,
-        json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i, "
-                  "s:i, s:i, s:I, s:I}",
-                  "name", t->name, "size", (json_int_t)t->size, "capacity",
-                  (json_int_t)t->capacity, "inserts", (json_int_t)t->inserts,
-                  "samples", (json_int_t)t->samples, "sampler_wait_ns",
-                  (json_int_t)t->sampler_wait_ns, "insert_wait_ns",
-                  (json_int_t)t->insert_wait_ns, "returned",
-                  (json_int_t)t->returned, "rate_insert_wait_ns",
-                  (json_int_t)t->rate_insert_wait_ns, "rate_sample_wait_ns",
-                  (json_int_t)t->rate_sample_wait_ns, "inserts_waiting_rate",
-                  (int)t->inserts_waiting_rate, "samplers_waiting_rate",
-                  (int)t->samplers_waiting_rate, "samplers_waiting_items",
-                  (int)t->samplers_waiting_items, "left", (json_int_t)t->left,
-                  "left_times_sampled", (json_int_t)t->left_times_sampled));
-    json_t *o = json_array_get(tables, json_array_size(tables) - 1);
-    json_object_set_new(o, "steps", json_integer((json_int_t)t->steps));
-    json_object_set_new(o, "steps_inserted",
-                        json_integer((json_int_t)t->steps_inserted));
-    json_object_set_new(o, "episodes_open",
-                        json_integer((json_int_t)t->episodes_open));
-    json_object_set_new(o, "step_bytes",
-                        json_integer((json_int_t)t->step_bytes));
+    json_t *o = json_pack("{s:s}", "name", t->name);
+    fields_json(o, t, table_fields, NFIELDS(table_fields));
+    json_array_append_new(tables, o);
   }
   for (uint32_t i = 0; i < st->nstreams; i++) {
     const chime_stream_stats_t *s = &st->streams[i];
-    json_array_append_new(
-        streams,
-        json_pack("{s:I, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:i, s:i, s:b}",
-                  "stream_id", (json_int_t)s->stream_id, "table", s->table,
-                  "mode", mode_name(s->mode), "batches", (json_int_t)s->batches,
-                  "bytes", (json_int_t)s->bytes, "producer_wait_ns",
-                  (json_int_t)s->producer_wait_ns, "consumer_wait_ns",
-                  (json_int_t)s->consumer_wait_ns, "ring_bytes",
-                  (json_int_t)s->ring_bytes, "leases", (int)s->leases,
-                  "max_leases", (int)s->max_leases, "pinned", s->pinned));
+    json_t *o =
+        json_pack("{s:I, s:s, s:s}", "stream_id", (json_int_t)s->stream_id,
+                  "table", s->table, "mode", mode_name(s->mode));
+    fields_json(o, s, stream_fields, NFIELDS(stream_fields));
+    json_array_append_new(streams, o);
   }
-  return json_pack("{s:o, s:o, s:I, s:I, s:I, s:I, s:i}", "tables", tables,
-                   "streams", streams, "ring_bytes_total",
-                   (json_int_t)st->ring_bytes_total, "pinned_bytes",
-                   (json_int_t)st->pinned_bytes, "staged_insert_bytes",
-                   (json_int_t)st->staged_insert_bytes, "staged_insert_budget",
-                   (json_int_t)st->staged_insert_budget, "insert_calls_parked",
-                   (int)st->insert_calls_parked);
+  json_t *o = json_pack("{s:o, s:o}", "tables", tables, "streams", streams);
+  fields_json(o, st, server_fields, NFIELDS(server_fields));
+  return o;
 }
 
-static double ms(uint64_t ns) {
-  return (double)ns / 1e6;
+/* The fields named in cols (NULL: all of fs), at most 16. */
+static size_t pick(const field_t *fs, size_t n, const char *const *cols,
+                   const field_t **out) {
+  size_t k = 0;
+  for (size_t i = 0; i < n && k < 16; i++) {
+    int want = cols == NULL;
+    for (size_t c = 0; cols != NULL && cols[c] != NULL; c++)
+      want |= strcmp(cols[c], fs[i].name) == 0;
+    if (want)
+      out[k++] = &fs[i];
+  }
+  return k;
+}
+
+/* A column's head: the name in capitals, an NS field's in ms. */
+static int col_head(const field_t *f, char *buf, size_t len) {
+  size_t n = strlen(f->name);
+  if (f->unit == UNIT_NS && n > 3)
+    n -= 3;
+  int w = snprintf(buf, len, "%.*s%s", (int)n, f->name,
+                   f->unit == UNIT_NS ? "_ms" : "");
+  for (char *p = buf; *p != '\0'; p++)
+    if (*p >= 'a' && *p <= 'z')
+      *p = (char)(*p - 'a' + 'A');
+  return w < 10 ? 10 : w;
+}
+
+static void cols_head(const field_t *const *cols, size_t n) {
+  char h[64];
+  for (size_t i = 0; i < n; i++) {
+    int w = col_head(cols[i], h, sizeof(h));
+    printf(" %*s", w, h);
+  }
+  printf("\n");
+}
+
+static void cols_row(const void *st, const field_t *const *cols, size_t n) {
+  char h[64];
+  for (size_t i = 0; i < n; i++) {
+    int w = col_head(cols[i], h, sizeof(h));
+    uint64_t v = field_value(st, cols[i]);
+    if (cols[i]->unit == UNIT_NS)
+      printf(" %*.1f", w, (double)v / 1e6);
+    else if (cols[i]->unit == UNIT_FLAG)
+      printf(" %*s", w, v ? "yes" : "no");
+    else
+      printf(" %*" PRIu64, w, v);
+  }
+  printf("\n");
 }
 
 static void stats_text(const chime_stats_t *st) {
-  printf("%-16s %10s %10s %12s %12s %16s %15s\n", "TABLE", "SIZE", "CAPACITY",
-         "INSERTS", "SAMPLES", "SAMPLER_WAIT_MS", "INSERT_WAIT_MS");
+  const field_t *cols[16];
+  size_t n = pick(table_fields, NFIELDS(table_fields), table_cols, cols);
+  printf("%-16s", "TABLE");
+  cols_head(cols, n);
   for (uint32_t i = 0; i < st->ntables; i++) {
-    const chime_table_stats_t *t = &st->tables[i];
-    printf("%-16s %10" PRIu64 " %10" PRIu64 " %12" PRIu64 " %12" PRIu64
-           " %16.1f %15.1f\n",
-           t->name, t->size, t->capacity, t->inserts, t->samples,
-           ms(t->sampler_wait_ns), ms(t->insert_wait_ns));
+    printf("%-16s", st->tables[i].name);
+    cols_row(&st->tables[i], cols, n);
   }
+  n = pick(table_fields, NFIELDS(table_fields), sequence_cols, cols);
   int nseq = 0;
   for (uint32_t i = 0; i < st->ntables; i++) {
     const chime_table_stats_t *t = &st->tables[i];
     if (t->step_bytes == 0)
       continue; /* not a sequence table */
-    if (nseq++ == 0)
-      printf("\n%-16s %12s %14s %13s %14s\n", "SEQUENCE TABLE", "STEPS",
-             "STEPS_INSERTED", "EPISODES_OPEN", "STEP_BYTES");
-    printf("%-16s %12" PRIu64 " %14" PRIu64 " %13" PRIu64 " %14" PRIu64 "\n",
-           t->name, t->steps, t->steps_inserted, t->episodes_open,
-           t->step_bytes);
+    if (nseq++ == 0) {
+      printf("\n%-16s", "SEQUENCE TABLE");
+      cols_head(cols, n);
+    }
+    printf("%-16s", t->name);
+    cols_row(t, cols, n);
   }
-  printf("\n%-8s %-16s %-7s %10s %14s %7s %10s %12s %7s %14s %14s\n", "STREAM",
-         "TABLE", "MODE", "BATCHES", "BYTES", "LEASES", "MAX_LEASES",
-         "RING_BYTES", "PINNED", "PROD_WAIT_MS", "CONS_WAIT_MS");
+  n = pick(stream_fields, NFIELDS(stream_fields), NULL, cols);
+  printf("\n%-8s %-16s %-7s", "STREAM", "TABLE", "MODE");
+  cols_head(cols, n);
   for (uint32_t i = 0; i < st->nstreams; i++) {
     const chime_stream_stats_t *s = &st->streams[i];
-    printf("%-8" PRIu64 " %-16s %-7s %10" PRIu64 " %14" PRIu64 " %7" PRIu32
-           " %10" PRIu32 " %12" PRIu64 " %7s %14.1f %14.1f\n",
-           s->stream_id, s->table, mode_name(s->mode), s->batches, s->bytes,
-           s->leases, s->max_leases, s->ring_bytes, s->pinned ? "yes" : "no",
-           ms(s->producer_wait_ns), ms(s->consumer_wait_ns));
+    printf("%-8" PRIu64 " %-16s %-7s", s->stream_id, s->table,
+           mode_name(s->mode));
+    cols_row(s, cols, n);
   }
   if (st->nstreams == 0)
     printf("(no streams)\n");
-  printf("\nring bytes total: %" PRIu64 ", pinned bytes: %" PRIu64 "\n",
-         st->ring_bytes_total, st->pinned_bytes);
-  printf("staged insert bytes: %" PRIu64 " of %" PRIu64
-         ", insert calls parked: %" PRIu32 "\n",
-         st->staged_insert_bytes, st->staged_insert_budget,
-         st->insert_calls_parked);
+  printf("\n");
+  for (size_t i = 0; i < NFIELDS(server_fields); i++)
+    printf("%s: %" PRIu64 "\n", server_fields[i].name,
+           field_value(st, &server_fields[i]));
 }
 
 static int print_json(json_t *j) {

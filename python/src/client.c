@@ -206,6 +206,31 @@ fail:
   return NULL;
 }
 
+/* The stats lists (chime/stats.h) as dict items, keyed by field
+ * name: a FLAG is a bool, every other field an int. */
+#define STAT_PY_COUNT(v) U64(v)
+#define STAT_PY_NS(v) U64(v)
+#define STAT_PY_BYTES(v) U64(v)
+#define STAT_PY_FLAG(v) PyBool_FromLong(v)
+#define SET_STAT(type, name, kind, unit, help)                                 \
+  if (set_item(d, #name, STAT_PY_##unit(s->name)) < 0)                         \
+    return -1;
+
+static int table_stats_items(PyObject *d, const chime_table_stats_t *s) {
+  CHIME_TABLE_STATS_FIELDS(SET_STAT)
+  return 0;
+}
+
+static int stream_stats_items(PyObject *d, const chime_stream_stats_t *s) {
+  CHIME_STREAM_STATS_FIELDS(SET_STAT)
+  return 0;
+}
+
+static int server_stats_items(PyObject *d, const chime_stats_t *s) {
+  CHIME_SERVER_STATS_FIELDS(SET_STAT)
+  return 0;
+}
+
 static PyObject *stats_dict(const chime_stats_t *st) {
   PyObject *d = PyDict_New(), *tables = PyList_New(0), *streams = PyList_New(0);
   if (!d || !tables || !streams)
@@ -216,25 +241,7 @@ static PyObject *stats_dict(const chime_stats_t *st) {
     if (!td)
       goto fail;
     if (set_item(td, "name", PyUnicode_FromString(t->name)) ||
-        set_item(td, "size", U64(t->size)) ||
-        set_item(td, "capacity", U64(t->capacity)) ||
-        set_item(td, "inserts", U64(t->inserts)) ||
-        set_item(td, "samples", U64(t->samples)) ||
-        set_item(td, "sampler_wait_ns", U64(t->sampler_wait_ns)) ||
-        set_item(td, "insert_wait_ns", U64(t->insert_wait_ns)) ||
-        set_item(td, "returned", U64(t->returned)) ||
-        set_item(td, "rate_insert_wait_ns", U64(t->rate_insert_wait_ns)) ||
-        set_item(td, "rate_sample_wait_ns", U64(t->rate_sample_wait_ns)) ||
-        set_item(td, "inserts_waiting_rate", U64(t->inserts_waiting_rate)) ||
-        set_item(td, "samplers_waiting_rate", U64(t->samplers_waiting_rate)) ||
-        set_item(td, "samplers_waiting_items",
-                 U64(t->samplers_waiting_items)) ||
-        set_item(td, "left", U64(t->left)) ||
-        set_item(td, "left_times_sampled", U64(t->left_times_sampled)) ||
-        set_item(td, "steps", U64(t->steps)) ||
-        set_item(td, "steps_inserted", U64(t->steps_inserted)) ||
-        set_item(td, "episodes_open", U64(t->episodes_open)) ||
-        set_item(td, "step_bytes", U64(t->step_bytes)) ||
+        table_stats_items(td, t) ||
         set_item(td, "reuse",
                  PyFloat_FromDouble(t->left ? (double)t->left_times_sampled /
                                                   (double)t->left
@@ -251,24 +258,13 @@ static PyObject *stats_dict(const chime_stats_t *st) {
         set_item(
             sd, "mode",
             PyUnicode_FromString(chime_mode_name((chime_mode_t)s->mode))) ||
-        set_item(sd, "batches", U64(s->batches)) ||
-        set_item(sd, "bytes", U64(s->bytes)) ||
-        set_item(sd, "producer_wait_ns", U64(s->producer_wait_ns)) ||
-        set_item(sd, "consumer_wait_ns", U64(s->consumer_wait_ns)) ||
-        set_item(sd, "ring_bytes", U64(s->ring_bytes)) ||
-        set_item(sd, "leases", U64(s->leases)) ||
-        set_item(sd, "max_leases", U64(s->max_leases)) ||
-        set_item(sd, "pinned", PyBool_FromLong(s->pinned)))
+        stream_stats_items(sd, s))
       goto fail;
   }
   Py_INCREF(tables);
   Py_INCREF(streams);
   if (set_item(d, "tables", tables) || set_item(d, "streams", streams) ||
-      set_item(d, "ring_bytes_total", U64(st->ring_bytes_total)) ||
-      set_item(d, "pinned_bytes", U64(st->pinned_bytes)) ||
-      set_item(d, "staged_insert_bytes", U64(st->staged_insert_bytes)) ||
-      set_item(d, "staged_insert_budget", U64(st->staged_insert_budget)) ||
-      set_item(d, "insert_calls_parked", U64(st->insert_calls_parked)))
+      server_stats_items(d, st))
     goto fail;
   Py_DECREF(tables);
   Py_DECREF(streams);

@@ -419,6 +419,28 @@ void chime_server_info_free(chime_server_info_t *info) {
   free(info);
 }
 
+/* The stats lists (chime/stats.h) from the wire: each field from
+ * the message's field of the same name, which must be of the same size. */
+#define FROM_MSG(type, name, kind, unit, help)                                 \
+  _Static_assert(sizeof(m->name) == sizeof(type), #name " differs on the "     \
+                                                        "wire");               \
+  o->name = m->name;
+
+static void table_from_msg(chime_table_stats_t *o,
+                           const Chime__V1__TableStats *m) {
+  CHIME_TABLE_STATS_FIELDS(FROM_MSG)
+}
+
+static void stream_from_msg(chime_stream_stats_t *o,
+                            const Chime__V1__StreamStats *m) {
+  CHIME_STREAM_STATS_FIELDS(FROM_MSG)
+}
+
+static void server_from_msg(chime_stats_t *o,
+                            const Chime__V1__StatsResponse *m) {
+  CHIME_SERVER_STATS_FIELDS(FROM_MSG)
+}
+
 int chime_client_stats(chime_stats_t **out, chime_client_t *client) {
   if (!client || !out)
     return CHIME_EINVAL;
@@ -447,24 +469,7 @@ int chime_client_stats(chime_stats_t **out, chime_client_t *client) {
     const Chime__V1__TableStats *t = r->tables[i];
     chime_table_stats_t *o = &st->tables[i];
     copy_str(o->name, sizeof(o->name), t->name);
-    o->size = t->size;
-    o->capacity = t->capacity;
-    o->inserts = t->inserts;
-    o->samples = t->samples;
-    o->sampler_wait_ns = t->sampler_wait_ns;
-    o->insert_wait_ns = t->insert_wait_ns;
-    o->returned = t->returned;
-    o->rate_insert_wait_ns = t->rate_insert_wait_ns;
-    o->rate_sample_wait_ns = t->rate_sample_wait_ns;
-    o->left = t->left;
-    o->left_times_sampled = t->left_times_sampled;
-    o->steps = t->steps;
-    o->steps_inserted = t->steps_inserted;
-    o->episodes_open = t->episodes_open;
-    o->step_bytes = t->step_bytes;
-    o->inserts_waiting_rate = t->inserts_waiting_rate;
-    o->samplers_waiting_rate = t->samplers_waiting_rate;
-    o->samplers_waiting_items = t->samplers_waiting_items;
+    table_from_msg(o, t);
   }
   st->nstreams = (uint32_t)r->n_streams;
   for (size_t i = 0; i < r->n_streams; i++) {
@@ -473,20 +478,9 @@ int chime_client_stats(chime_stats_t **out, chime_client_t *client) {
     o->stream_id = s->stream_id;
     copy_str(o->table, sizeof(o->table), s->table);
     o->mode = (int)s->mode;
-    o->batches = s->batches;
-    o->bytes = s->bytes;
-    o->producer_wait_ns = s->producer_wait_ns;
-    o->consumer_wait_ns = s->consumer_wait_ns;
-    o->ring_bytes = s->ring_bytes;
-    o->leases = s->leases;
-    o->max_leases = s->max_leases;
-    o->pinned = s->pinned;
+    stream_from_msg(o, s);
   }
-  st->ring_bytes_total = r->ring_bytes_total;
-  st->pinned_bytes = r->pinned_bytes;
-  st->staged_insert_bytes = r->staged_insert_bytes;
-  st->staged_insert_budget = r->staged_insert_budget;
-  st->insert_calls_parked = r->insert_calls_parked;
+  server_from_msg(st, r);
   *out = st;
   st = NULL;
 

@@ -42,6 +42,7 @@ const chime_spec_t *chime__table_item_spec(const chime__table_t *t) {
 }
 
 void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out) {
+  memset(out, 0, sizeof(*out)); /* a field this does not count reads 0 */
   chime__tbl_lock(t);
   out->size = t->count;
   out->capacity = t->cfg.capacity;
@@ -55,8 +56,6 @@ void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out) {
   out->left = t->left;
   out->left_times_sampled = t->left_times;
   out->inserts_waiting_rate = t->inserts_waiting_rate;
-  out->samplers_waiting_rate = out->samplers_waiting_items = 0;
-  out->steps = out->episodes_open = out->step_bytes = out->steps_inserted = 0;
   out->windows_dropped = t->windows_dropped;
   if (t->steps != NULL) {
     chime__steps_stats_t ss;

@@ -31,7 +31,8 @@ static int client_init(PyObject *o, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"address",  "timeout", "token",           "tls_ca",
                            "tls_cert", "tls_key", "tls_server_name", NULL};
   const char *addr;
-  double timeout = 5.0;
+  chime_client_opts_t opts = CHIME_CLIENT_OPTS_INIT;
+  double timeout = opts.timeout_ms / 1000.0;
   const char *token = NULL, *tls_ca = NULL, *tls_cert = NULL, *tls_key = NULL,
              *tls_name = NULL;
   if (!PyArg_ParseTupleAndKeywords(args, kw, "s|d$zzzzz:Client", kwlist, &addr,
@@ -46,7 +47,6 @@ static int client_init(PyObject *o, PyObject *args, PyObject *kw) {
     chimepy_raise(CHIME_EINVAL, "timeout must be positive seconds");
     return -1;
   }
-  chime_client_opts_t opts = CHIME_CLIENT_OPTS_INIT;
   opts.timeout_ms = (int)(timeout * 1000);
   opts.token = token;
   opts.tls_ca = tls_ca;
@@ -483,6 +483,40 @@ static PyObject *client_checkpoint(PyObject *o, PyObject *unused) {
                        (unsigned long long)r.duration_ns);
 }
 
+/* The signatures' defaults are the C library's (CHIME_*_OPTS_INIT), written
+ * into the docstrings at import. */
+static char client_doc[256], writer_doc[128], stream_doc[256];
+
+/* Seconds as Python writes a float: 5.0, 2.5. */
+static const char *secs(char *buf, size_t len, int ms) {
+  snprintf(buf, len, "%.15g", ms / 1000.0);
+  if (strpbrk(buf, ".e") == NULL)
+    snprintf(buf + strlen(buf), len - strlen(buf), ".0");
+  return buf;
+}
+
+void chimepy_client_docs_init(void) {
+  const chime_client_opts_t co = CHIME_CLIENT_OPTS_INIT;
+  const chime_writer_opts_t wo = CHIME_WRITER_OPTS_INIT;
+  const chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
+  char a[32], b[32];
+  snprintf(client_doc, sizeof(client_doc),
+           "Client(address, timeout=%s): a connection to chimed at "
+           "\"host:port\" or \"unix:/path\" (made lazily: an unreachable "
+           "server shows at the first call). timeout bounds unary calls.",
+           secs(a, sizeof(a), co.timeout_ms));
+  snprintf(writer_doc, sizeof(writer_doc),
+           "writer(table, max_inflight=%u, timeout=%s) -> Writer",
+           (unsigned)wo.max_inflight, secs(a, sizeof(a), wo.timeout_ms));
+  snprintf(stream_doc, sizeof(stream_doc),
+           "stream(table, batch_size=%u, mode='%s', slots=%u, prefetch=%u, "
+           "open_timeout=%s, pin_host_memory=%s, timeout=None) -> Stream",
+           (unsigned)so.batch_size, chime_mode_name(so.mode),
+           (unsigned)so.slots, (unsigned)so.prefetch,
+           secs(b, sizeof(b), so.open_timeout_ms),
+           so.pin_host_memory ? "True" : "False");
+}
+
 static PyMethodDef client_methods[] = {
     {"info", client_info, METH_NOARGS,
      "info() -> dict: GetInfo (version, host, tables with spec, rings), as "
@@ -507,12 +541,9 @@ static PyMethodDef client_methods[] = {
      "no checkpoint dir; bounded by the client's timeout (the checkpoint "
      "still completes on the server)."},
     {"writer", (PyCFunction)(void (*)(void))client_writer,
-     METH_VARARGS | METH_KEYWORDS,
-     "writer(table, max_inflight=8, timeout=30.0) -> Writer"},
+     METH_VARARGS | METH_KEYWORDS, writer_doc},
     {"stream", (PyCFunction)(void (*)(void))client_stream,
-     METH_VARARGS | METH_KEYWORDS,
-     "stream(table, batch_size=256, mode='auto', slots=8, prefetch=0, "
-     "open_timeout=10.0, pin_host_memory=False, timeout=None) -> Stream"},
+     METH_VARARGS | METH_KEYWORDS, stream_doc},
     {"close", client_close, METH_NOARGS,
      "Closes the connection once every writer and stream of it is closed."},
     {"__enter__", client_enter, METH_NOARGS, NULL},
@@ -524,9 +555,7 @@ PyTypeObject chimepy_client_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "chime.Client",
     .tp_basicsize = sizeof(chimepy_client_t),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Client(address, timeout=5.0): a connection to chimed at "
-              "\"host:port\" or \"unix:/path\" (made lazily: an unreachable "
-              "server shows at the first call). timeout bounds unary calls.",
+    .tp_doc = client_doc,
     .tp_new = PyType_GenericNew,
     .tp_init = client_init,
     .tp_dealloc = client_dealloc,

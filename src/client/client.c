@@ -91,7 +91,7 @@ int chime_client_create(chime_client_t **out, const char *address,
   chime_client_t *c = calloc(1, sizeof(*c));
   if (!c)
     return CHIME_ENOMEM;
-  c->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : 5000;
+  c->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : def.timeout_ms;
   c->max_message_bytes = opts->max_message_bytes;
   pthread_mutex_init(&c->lock, NULL);
   c->pid = (int)getpid();

@@ -7,12 +7,6 @@
 #include "client/fork.h"
 #include "client/internal.h"
 
-int64_t chime__mono_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 gpr_timespec chime__deadline_ms(int timeout_ms) {
   if (timeout_ms < 0)
     return gpr_inf_future(GPR_CLOCK_MONOTONIC);

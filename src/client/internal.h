@@ -22,6 +22,7 @@
 #include "chime.pb-c.h"
 #include "chime/chime.h"
 #include "client/call.h"
+#include "common/clock.h"
 #include "common/errfmt.h" /* CHIME__PRINTF, chime__verrf */
 #include "wire/hostid.h"
 #include "wire/leaf.h"
@@ -59,8 +60,6 @@ int chime__client_inherited(chime_client_t *client);
 
 /* --- gRPC helpers (grpcutil.c) --- */
 
-/* CLOCK_MONOTONIC in milliseconds, for bounded waits. */
-int64_t chime__mono_ms(void);
 /* timeout_ms < 0: forever. */
 gpr_timespec chime__deadline_ms(int timeout_ms);
 /* Serialises a message into a new byte buffer; NULL when out of memory. */

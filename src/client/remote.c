@@ -227,10 +227,10 @@ static void remote_stats(const chime_stream_t *s,
 static void remote_close(chime_stream_t *s) {
   chime__remote_t *r = &s->remote;
   if (s->rpc.call && s->thread_started) {
-    int64_t end = chime__mono_ms() + CLOSE_WAIT_MS;
+    int64_t end = chime__now_ms() + CLOSE_WAIT_MS;
     pthread_mutex_lock(&s->lock);
     r->closing = 1;
-    while (!s->ended && chime__mono_ms() < end) {
+    while (!s->ended && chime__now_ms() < end) {
       send_credit_locked(s);
       if (!chime__rpc_pending(&s->rpc, CHIME__RPC_SEND) &&
           r->credit_pending == 0 && !r->half_closed) {

@@ -65,7 +65,7 @@ void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out) {
     out->step_bytes = ss.bytes;
     out->steps_inserted = t->step_key - 1;
   }
-  uint64_t now = chime__tbl_now_ns(CLOCK_MONOTONIC);
+  uint64_t now = chime__clock_ns(CLOCK_MONOTONIC);
   for (const chime__table_waiter_t *w = t->waiters; w != NULL; w = w->next) {
     if (w->rate)
       out->samplers_waiting_rate++;
@@ -98,9 +98,9 @@ void chime__tbl_notify(chime__table_waiter_t *w) {
 
 void chime__tbl_wait_timed(pthread_cond_t *c, pthread_mutex_t *mu,
                            uint64_t *acc) {
-  uint64_t t0 = chime__tbl_now_ns(CLOCK_MONOTONIC);
+  uint64_t t0 = chime__clock_ns(CLOCK_MONOTONIC);
   pthread_cond_wait(c, mu);
-  *acc += chime__tbl_now_ns(CLOCK_MONOTONIC) - t0;
+  *acc += chime__clock_ns(CLOCK_MONOTONIC) - t0;
 }
 
 /* Makes row r (its item written) live in every structure: the newest in

@@ -25,6 +25,7 @@
 #include <uv.h>
 
 #include "chime/errors.h"
+#include "common/clock.h"
 #include "server/tls.h"
 
 #define MAX_LISTENERS 8
@@ -86,12 +87,6 @@ struct chime__acceptor_s {
   /* Refusals since the last report, and when it was. */
   uint64_t refused_cap, refused_fds, last_report_ms;
 };
-
-static uint64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 /* Splits "host:port" / "[v6]:port" / ":port"; host without brackets. */
 static int split_host_port(const char *addr, char *host, size_t hostlen,
@@ -321,7 +316,7 @@ uint32_t chime__acceptor_cap(const chime__acceptor_t *a) {
 /* --- on the loop thread --- */
 
 static void report(chime__acceptor_t *a, int force) {
-  uint64_t now = now_ms();
+  uint64_t now = (uint64_t)chime__now_ms();
   if (a->refused_cap + a->refused_fds == 0 ||
       (!force && now - a->last_report_ms < REPORT_MS))
     return;
@@ -339,7 +334,7 @@ static void report(chime__acceptor_t *a, int force) {
 static void prune(chime__acceptor_t *a) {
   struct stat st;
   uint32_t k = 0;
-  a->last_prune_ms = now_ms();
+  a->last_prune_ms = (uint64_t)chime__now_ms();
   for (uint32_t i = 0; i < a->nhanded; i++) {
     handed_t *h = &a->handed[i];
     if (fstat(h->fd, &st) == 0 && st.st_dev == h->dev && st.st_ino == h->ino)
@@ -410,7 +405,7 @@ static void on_pending_readable(uv_poll_t *h, int status, int events) {
 static void take(chime__acceptor_t *a, int lfd, int fd) {
   int one = 1;
   if (a->npending + a->nhanded >= a->cap &&
-      now_ms() - a->last_prune_ms >= PRUNE_MS)
+      (uint64_t)chime__now_ms() - a->last_prune_ms >= PRUNE_MS)
     prune(a);
   pending_t *p =
       a->npending + a->nhanded < a->cap ? calloc(1, sizeof(*p)) : NULL;

@@ -35,6 +35,7 @@
 
 #include "chime/errors.h"
 #include "chime/stats.h"
+#include "common/clock.h"
 #include "common/errfmt.h"
 #include "server/info.h"
 
@@ -73,12 +74,6 @@ struct chime__metrics_s {
   conn_t conns[ACCEPTED_MAX];
 };
 
-static uint64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 /* Under mu. The peer sees the connection end; libmicrohttpd, polling the
  * socket, reads its end and closes it. */
 static void shut(conn_t *c) {
@@ -106,7 +101,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn,
   if (ci == NULL)
     return;
   int fd = ci->connect_fd;
-  uint64_t now = now_ms();
+  uint64_t now = (uint64_t)chime__now_ms();
   pthread_mutex_lock(&m->mu);
   conn_t *mine = NULL, *oldest = NULL;
   unsigned live = 0;
@@ -149,7 +144,7 @@ static void *reaper_main(void *arg) {
   pthread_setname_np(pthread_self(), "chime-metrics");
   pthread_mutex_lock(&m->mu);
   while (!m->stop) {
-    uint64_t now = now_ms(), next = UINT64_MAX;
+    uint64_t now = (uint64_t)chime__now_ms(), next = UINT64_MAX;
     for (size_t i = 0; i < ACCEPTED_MAX; i++) {
       conn_t *c = &m->conns[i];
       if (!c->used || c->shut)
@@ -164,11 +159,7 @@ static void *reaper_main(void *arg) {
       pthread_cond_wait(&m->cv, &m->mu);
       continue;
     }
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    uint64_t ns = (uint64_t)ts.tv_nsec + (next - now) * 1000000u;
-    ts.tv_sec += (time_t)(ns / 1000000000u);
-    ts.tv_nsec = (long)(ns % 1000000000u);
+    struct timespec ts = chime__clock_after_ms(CLOCK_MONOTONIC, next - now);
     pthread_cond_timedwait(&m->cv, &m->mu, &ts);
   }
   pthread_mutex_unlock(&m->mu);
@@ -376,9 +367,7 @@ char *chime__metrics_format(const Chime__V1__StatsResponse *r) {
   put(&t, "chime_checkpoint_failures_total %llu\n",
       (unsigned long long)r->checkpoint_failures);
   if (r->checkpoint_last_unix_ns != 0) { /* absent until the first one */
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    double age = (double)now.tv_sec + (double)now.tv_nsec / 1e9 -
+    double age = (double)chime__clock_ns(CLOCK_REALTIME) / 1e9 -
                  (double)r->checkpoint_last_unix_ns / 1e9;
     head(&t, "chime_checkpoint_age_seconds", "gauge",
          "Seconds since the last checkpoint was written.");

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "chime/chime.h"
+#include "common/clock.h"
 #include "common/errfmt.h"
 
 void chime__registry_init(chime__registry_t *r, uint64_t stream_budget,
@@ -145,9 +146,7 @@ uint32_t chime__registry_count(chime__registry_t *r) {
 }
 
 uint32_t chime__registry_wait_empty(chime__registry_t *r, int ms) {
-  struct timespec dl;
-  clock_gettime(CLOCK_REALTIME, &dl);
-  dl.tv_sec += ms / 1000;
+  struct timespec dl = chime__clock_after_ms(CLOCK_REALTIME, (uint64_t)ms);
   pthread_mutex_lock(&r->mu);
   while (r->count > 0) {
     if (pthread_cond_timedwait(&r->cond, &r->mu, &dl) != 0)

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "chime/errors.h"
+#include "common/clock.h"
 
 #ifndef SYS_futex_waitv
 #define SYS_futex_waitv 449
@@ -48,12 +49,6 @@ struct chime__pool_s {
   pthread_t watcher;
   int watcher_started;
 };
-
-static uint64_t mono_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* Caller holds mu. */
 static void enqueue(chime__pool_t *p, chime__fill_job_t *j) {
@@ -162,7 +157,7 @@ static void *watcher_main(void *arg) {
   struct futex_waitv wv[FUTEX_WAITV_MAX];
   pthread_mutex_lock(&p->mu);
   while (!p->quit) {
-    uint64_t now = mono_ns();
+    uint64_t now = chime__now_ns();
     for (chime__fill_job_t *j = p->watch, *n; j != NULL; j = n) {
       n = j->wnext;
       if (wait_over(j, now)) {
@@ -194,8 +189,7 @@ static void *watcher_main(void *arg) {
     if (overflow && (until == 0 || until > now + OVERFLOW_POLL_NS))
       until = now + OVERFLOW_POLL_NS;
     pthread_mutex_unlock(&p->mu);
-    struct timespec ts = {(time_t)(until / 1000000000u),
-                          (long)(until % 1000000000u)};
+    struct timespec ts = chime__ts_from_ns(until);
     /* EAGAIN: a word already moved; the loop above sorts it out. */
     (void)syscall(SYS_futex_waitv, wv, n, 0, until ? &ts : NULL,
                   CLOCK_MONOTONIC);

@@ -10,6 +10,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/keepalive.h"
 #include "ring/pin.h"
 #include "server/acceptor.h"
@@ -241,14 +242,7 @@ int chime_server_start(chime_server_t *srv) {
 }
 
 static int wait_calls(chime_server_t *srv, int ms) {
-  struct timespec dl;
-  clock_gettime(CLOCK_REALTIME, &dl);
-  dl.tv_sec += ms / 1000;
-  dl.tv_nsec += (long)(ms % 1000) * 1000000L;
-  if (dl.tv_nsec >= 1000000000L) {
-    dl.tv_sec++;
-    dl.tv_nsec -= 1000000000L;
-  }
+  struct timespec dl = chime__clock_after_ms(CLOCK_REALTIME, (uint64_t)ms);
   pthread_mutex_lock(&srv->mu);
   while (srv->ncalls > 0) {
     if (pthread_cond_timedwait(&srv->cond, &srv->mu, &dl) != 0)

@@ -67,8 +67,12 @@ extern "C" {
 
 typedef struct chime_client_s chime_client_t;
 
+/* Defaults of both ends: chimed's keepalive (its config's keepalive_*)
+ * and a client's; and the largest gRPC message chimed sends or receives,
+ * a client's default max_message_bytes. */
 #define CHIME_KEEPALIVE_TIME_MS 20000
 #define CHIME_KEEPALIVE_TIMEOUT_MS 10000
+#define CHIME_MAX_MESSAGE_BYTES (64u << 20)
 
 typedef struct {
   int timeout_ms;           /* per unary call; default 5000 */
@@ -102,7 +106,7 @@ typedef struct {
 } chime_client_opts_t;
 #define CHIME_CLIENT_OPTS_INIT                                                 \
   {                                                                            \
-    .timeout_ms = 5000, .max_message_bytes = 64u << 20,                        \
+    .timeout_ms = 5000, .max_message_bytes = CHIME_MAX_MESSAGE_BYTES,          \
     .keepalive_time_ms = 0, .keepalive_timeout_ms = 0, .token = NULL,          \
     .tls_ca = NULL, .tls_cert = NULL, .tls_key = NULL, .tls_server_name = NULL \
   }

@@ -29,11 +29,8 @@
 #include "wire/method.h"
 #include "wire/status.h"
 
-/* Room for a last error: the longest is a pinning error (CHIME_PIN_ERRLEN,
- * from this process or in a server's status) behind a short prefix. */
-#define CHIME__ERRLEN (CHIME_PIN_ERRLEN + 1024)
-/* Metadata a client accepts: a status whose details are that long, even
- * percent-encoded, with room to spare. */
+/* Metadata a client accepts: a status whose details are CHIME__ERRLEN
+ * (common/errfmt.h) long, even percent-encoded, with room to spare. */
 #define CHIME__MAX_METADATA_BYTES (4 * CHIME__ERRLEN)
 
 struct chime_client_s {

@@ -87,8 +87,8 @@ typedef struct {
 #define CHIME__DEFAULT_EXPIRES_MS 5000u
 #define CHIME__DEFAULT_MAX_CONNECTIONS 4096u
 #define CHIME__DEFAULT_HANDSHAKE_TIMEOUT_MS 10000u
-#define CHIME__DEFAULT_KEEPALIVE_TIME_MS 20000u
-#define CHIME__DEFAULT_KEEPALIVE_TIMEOUT_MS 10000u
+/* Keepalive: CHIME_KEEPALIVE_TIME_MS, CHIME_KEEPALIVE_TIMEOUT_MS (chime.h),
+ * the same as a client's. */
 
 /* The built-in configuration: table demo on 127.0.0.1:50051. */
 int chime__config_default(chime__config_t *cfg, char *err, size_t errlen);

@@ -488,10 +488,10 @@ int chime_server_listen(chime_server_t *srv, char *bound, size_t boundlen,
   grpc_init();
   args[0].type = GRPC_ARG_INTEGER;
   args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-  args[0].value.integer = CHIME__MAX_MESSAGE_BYTES;
+  args[0].value.integer = (int)CHIME_MAX_MESSAGE_BYTES;
   args[1].type = GRPC_ARG_INTEGER;
   args[1].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
-  args[1].value.integer = CHIME__MAX_MESSAGE_BYTES;
+  args[1].value.integer = (int)CHIME_MAX_MESSAGE_BYTES;
   /* gRPC sets SO_REUSEPORT by default: a second chimed on the same port would
    * bind too and take half the connections. */
   args[2].type = GRPC_ARG_INTEGER;

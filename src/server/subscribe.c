@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/errfmt.h"
 #include "server/stream.h"
 #include "wire/leaf.h"
 
@@ -78,7 +79,7 @@ static const chime__stream_mode_ops_t *mode_of(const Chime__V1__Open *open) {
 }
 
 static void sub_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
-  char err[CHIME__CLIENT_ERRLEN];
+  char err[CHIME__ERRLEN];
   grpc_slice sl;
   if (bb == NULL) {
     /* The client closed its side. In stream mode every credit it sent has

@@ -10,6 +10,7 @@
 
 #include "client/stream.h"
 #include "wire/chunk.h"
+#include "wire/credit.h"
 
 /* How long chime_stream_close() waits for the server to take the last
  * releases before it cancels the call. */
@@ -174,8 +175,7 @@ static int remote_setup(chime_stream_t *s, const Chime__V1__Opened *op,
   r->released = calloc(slots, sizeof(uint64_t));
   if (!r->slot_seq || !r->released)
     return chime__fail(err, errlen, CHIME_ENOMEM, "out of memory");
-  /* The server lends at most slots - 1 batches whatever the prefetch. */
-  uint32_t lent = s->prefetch < slots ? s->prefetch : slots - 1;
+  uint32_t lent = chime__credits_initial(s->prefetch, slots);
   atomic_store(&r->granted, lent);
   r->credit_batch = lent / 2 > 1 ? lent / 2 : 1;
   return 0;

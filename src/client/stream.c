@@ -20,6 +20,7 @@
 
 #include "client/fork.h"
 #include "client/stream.h"
+#include "wire/credit.h"
 
 static void set_err(chime_stream_t *s, const char *text) {
   pthread_mutex_lock(&s->lock);
@@ -244,10 +245,9 @@ int chime_stream_open(chime_stream_t **out, chime_client_t *client,
     o.slots = def.slots;
   if (o.open_timeout_ms <= 0)
     o.open_timeout_ms = def.open_timeout_ms;
-  uint32_t prefetch = o.prefetch ? o.prefetch : o.slots - 1;
   if (strlen(table) >= CHIME_MAX_NAME || o.batch_size == 0 ||
       o.batch_size > CHIME_RING_MAX_BATCH || o.slots < 2 ||
-      o.slots > CHIME_RING_MAX_SLOTS || prefetch > o.slots ||
+      o.slots > CHIME_RING_MAX_SLOTS || o.prefetch > o.slots ||
       (o.mode != CHIME_MODE_AUTO && o.mode != CHIME_MODE_SHM &&
        o.mode != CHIME_MODE_STREAM)) {
     rc = chime__fail(err, sizeof(err), CHIME_EINVAL,
@@ -270,7 +270,7 @@ int chime_stream_open(chime_stream_t **out, chime_client_t *client,
   pthread_cond_init(&s->idle_cv, NULL);
 
   s->opts = o;
-  s->prefetch = prefetch;
+  s->prefetch = chime__credits_initial(o.prefetch, o.slots);
   rc = chime__stream_attach(s, err, sizeof(err));
   if (rc)
     goto cleanup;

@@ -8,35 +8,7 @@
 #include "client/fork.h"
 #include "client/internal.h"
 #include "common/keepalive.h"
-
-/* A PEM file, whole and NUL-terminated (free with free_pem); NULL when it
- * cannot be read, is over 1 MiB or holds no PEM block. */
-#define PEM_MAX (1u << 20)
-static char *read_pem(const char *path) {
-  FILE *f = fopen(path, "re");
-  if (f == NULL)
-    return NULL;
-  char *buf = malloc(PEM_MAX + 1);
-  size_t n = buf != NULL ? fread(buf, 1, PEM_MAX + 1, f) : 0;
-  int bad = buf == NULL || ferror(f) || n > PEM_MAX;
-  fclose(f);
-  if (!bad) {
-    buf[n] = '\0';
-    bad = strstr(buf, "-----BEGIN ") == NULL;
-  }
-  if (bad) {
-    free(buf);
-    return NULL;
-  }
-  return buf;
-}
-
-static void free_pem(char *p) {
-  if (p != NULL) {
-    memset(p, 0, strlen(p)); /* a private key does not outlive its use */
-    free(p);
-  }
-}
+#include "common/pem.h"
 
 /* The channel's credentials: TLS from opts' files, or insecure. */
 static int make_creds(const chime_client_opts_t *opts,
@@ -48,21 +20,24 @@ static int make_creds(const chime_client_opts_t *opts,
     *out = grpc_insecure_credentials_create();
     return *out != NULL ? 0 : CHIME_ENOMEM;
   }
-  if ((opts->tls_ca != NULL && (ca = read_pem(opts->tls_ca)) == NULL) ||
-      (opts->tls_cert != NULL && (cert = read_pem(opts->tls_cert)) == NULL) ||
-      (opts->tls_key != NULL && (key = read_pem(opts->tls_key)) == NULL)) {
-    rc = CHIME_EINVAL;
+  /* There is no client yet to keep why on: CHIME_EINVAL says it. */
+  char why[256];
+  if ((opts->tls_ca != NULL &&
+       (rc = chime__pem_read(opts->tls_ca, &ca, why, sizeof(why))) != 0) ||
+      (opts->tls_cert != NULL &&
+       (rc = chime__pem_read(opts->tls_cert, &cert, why, sizeof(why))) != 0) ||
+      (opts->tls_key != NULL &&
+       (rc = chime__pem_read(opts->tls_key, &key, why, sizeof(why))) != 0))
     goto out;
-  }
   grpc_ssl_pem_key_cert_pair pair = {.private_key = key, .cert_chain = cert};
   *out = grpc_ssl_credentials_create_ex(ca, cert != NULL ? &pair : NULL, NULL,
                                         NULL);
   if (*out == NULL)
     rc = CHIME_EINVAL;
 out:
-  free_pem(ca);
-  free_pem(cert);
-  free_pem(key);
+  chime__pem_free(ca);
+  chime__pem_free(cert);
+  chime__pem_free(key);
   return rc;
 }
 

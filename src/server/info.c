@@ -21,20 +21,16 @@ typedef struct {
  * not parse as the request message, is refused rather than answered as if
  * it had asked. */
 static int need_request(chime__call_t *c, const ProtobufCMessageDescriptor *d) {
-  grpc_slice sl;
+  ProtobufCMessage *m;
   if (c->payload == NULL) {
     chime__call_finish(c, CHIME_EINVAL, "missing request");
     return -1;
   }
-  if (chime__bb_read(c->payload, &sl) != 0) {
-    chime__call_finish(c, CHIME_EINVAL, "unreadable %s", d->short_name);
-    return -1;
-  }
-  ProtobufCMessage *m = protobuf_c_message_unpack(
-      d, NULL, GRPC_SLICE_LENGTH(sl), GRPC_SLICE_START_PTR(sl));
-  grpc_slice_unref(sl);
-  if (m == NULL) {
-    chime__call_finish(c, CHIME_EINVAL, "malformed %s", d->short_name);
+  int rc = chime__msg_unpack(d, c->payload, &m);
+  if (rc != 0) {
+    chime__call_finish(c, CHIME_EINVAL, "%s %s",
+                       rc == CHIME_EPROTO ? "unreadable" : "malformed",
+                       d->short_name);
     return -1;
   }
   protobuf_c_message_free_unpacked(m, NULL);
@@ -57,17 +53,6 @@ static int alloc_per_stream(const chime_server_t *srv, size_t msg_size,
   if (ps->msgs == NULL || ps->ptrs == NULL)
     return CHIME_ENOMEM;
   return 0;
-}
-
-/* Packed under the registry's lock (the strings point into live
- * streams). */
-static grpc_byte_buffer *pack(const ProtobufCMessage *m) {
-  size_t len = protobuf_c_message_get_packed_size(m);
-  grpc_slice sl = grpc_slice_malloc(len);
-  protobuf_c_message_pack(m, GRPC_SLICE_START_PTR(sl));
-  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&sl, 1);
-  grpc_slice_unref(sl);
-  return bb;
 }
 
 /* The call's one answer. */
@@ -164,7 +149,8 @@ static void info_on_start(chime__call_t *c) {
   }
   r.n_rings = n;
   r.rings = rp;
-  grpc_byte_buffer *bb = pack(&r.base);
+  /* Packed under the registry's lock: the strings point into live streams. */
+  grpc_byte_buffer *bb = chime__msg_pack(&r.base);
   chime__registry_unlock(&srv->streams);
   answer(c, bb);
   goto out;
@@ -315,7 +301,7 @@ static void stats_on_start(chime__call_t *c) {
     chime__call_finish(c, CHIME_ENOMEM, "out of memory");
     return;
   }
-  grpc_byte_buffer *bb = pack(&snap.r.base);
+  grpc_byte_buffer *bb = chime__msg_pack(&snap.r.base);
   chime__stats_snap_done(c->srv, &snap);
   answer(c, bb);
 }

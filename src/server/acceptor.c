@@ -26,6 +26,7 @@
 
 #include "chime/errors.h"
 #include "common/clock.h"
+#include "server/accept.h"
 #include "server/tls.h"
 
 #define MAX_LISTENERS 8
@@ -34,7 +35,6 @@
 #define FD_HEADROOM_MIN 64
 /* Accepts per wakeup, so one flooded listener cannot starve the others. */
 #define ACCEPT_BURST 128
-#define BACKOFF_MS 100
 /* Handed connections are checked for closure at most this often. */
 #define PRUNE_MS 50
 #define REPORT_MS 10000
@@ -447,7 +447,7 @@ static void on_backoff(uv_timer_t *t) {
 static void pause_accepting(chime__acceptor_t *a) {
   for (int i = 0; i < a->nls; i++)
     uv_poll_stop(&a->ls[i].poll);
-  uv_timer_start(&a->backoff, on_backoff, BACKOFF_MS, 0);
+  chime__accept_pause(&a->backoff, on_backoff);
 }
 
 static void on_accept(uv_poll_t *h, int status, int events) {
@@ -456,14 +456,15 @@ static void on_accept(uv_poll_t *h, int status, int events) {
   (void)status;
   (void)events;
   for (int i = 0; i < ACCEPT_BURST; i++) {
-    int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd >= 0) {
+    int fd;
+    chime__accept_t r = chime__accept_next(l->fd, &fd);
+    if (r == CHIME__ACCEPT_OK) {
       take(a, l->fd, fd);
       continue;
     }
-    if (errno == EINTR || errno == ECONNABORTED)
+    if (r == CHIME__ACCEPT_AGAIN)
       continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK)
+    if (r == CHIME__ACCEPT_EMPTY)
       break;
     if ((errno == EMFILE || errno == ENFILE) && a->reserve >= 0) {
       /* Out of fds: the reserve makes room to take the connection off the

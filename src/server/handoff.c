@@ -31,6 +31,7 @@
 
 #include "chime/errors.h"
 #include "common/clock.h"
+#include "server/accept.h"
 #include "server/liveness.h"
 
 #define MAX_CONNS 64
@@ -481,18 +482,20 @@ static void on_accept(uv_poll_t *p, int status, int events) {
   /* A bounded round: the connections that gave way are freed when the loop
    * turns, and the listening socket, still readable, brings us back. */
   for (int i = 0; i < MAX_CONNS; i++) {
-    int fd = accept4(h->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EMFILE || errno == ENFILE || errno == ENOMEM ||
-          errno == ENOBUFS) {
-        /* The pending connection stays readable: pause instead of spinning
-         * until descriptors are free again. */
-        uv_poll_stop(&h->lpoll);
-        uv_timer_start(&h->backoff, on_backoff, 100, 0);
-      }
+    int fd;
+    switch (chime__accept_next(h->lfd, &fd)) {
+    case CHIME__ACCEPT_OK:
+      admit(h, fd);
+      break;
+    case CHIME__ACCEPT_AGAIN:
+      break;
+    case CHIME__ACCEPT_EMPTY:
+      return;
+    case CHIME__ACCEPT_PAUSE:
+      uv_poll_stop(&h->lpoll);
+      chime__accept_pause(&h->backoff, on_backoff);
       return;
     }
-    admit(h, fd);
   }
 }
 

@@ -26,6 +26,7 @@
 
 #include "chime/errors.h"
 #include "common/clock.h"
+#include "common/list.h"
 #include "server/accept.h"
 #include "server/tls.h"
 
@@ -53,7 +54,7 @@ typedef struct pending_s {
   int handles;
   int hand; /* to gRPC once both handles are closed; else close */
   struct chime__acceptor_s *a;
-  struct pending_s *prev, *next;
+  chime__link_t link; /* on a->pending */
 } pending_t;
 
 typedef struct {
@@ -79,7 +80,7 @@ struct chime__acceptor_s {
   pthread_t th;
   int started;
 
-  pending_t *pending;
+  chime__list_t pending; /* pending_t's */
   uint32_t npending;
   handed_t *handed; /* cap entries */
   uint32_t nhanded;
@@ -349,12 +350,7 @@ static void pending_closed(uv_handle_t *hd) {
   struct stat st;
   if (--p->handles > 0)
     return;
-  if (p->prev != NULL)
-    p->prev->next = p->next;
-  else
-    a->pending = p->next;
-  if (p->next != NULL)
-    p->next->prev = p->prev;
+  chime__list_remove(&a->pending, &p->link);
   a->npending--;
   if (p->hand && a->nhanded < a->cap && fstat(p->fd, &st) == 0) {
     a->handed[a->nhanded].fd = p->fd;
@@ -421,10 +417,7 @@ static void take(chime__acceptor_t *a, int lfd, int fd) {
   p->lfd = lfd;
   p->a = a;
   p->handles = 2;
-  p->next = a->pending;
-  if (a->pending != NULL)
-    a->pending->prev = p;
-  a->pending = p;
+  chime__list_push(&a->pending, &p->link);
   a->npending++;
   uv_poll_init(&a->loop, &p->poll, fd);
   uv_timer_init(&a->loop, &p->timer);
@@ -490,8 +483,8 @@ static void on_accept(uv_poll_t *h, int status, int events) {
 
 static void on_async(uv_async_t *as) {
   chime__acceptor_t *a = as->data;
-  for (pending_t *p = a->pending; p != NULL; p = p->next)
-    pending_end(p, 0);
+  CHIME__LIST_EACH(l, &a->pending)
+    pending_end(CHIME__CONTAINER(l, pending_t, link), 0);
   for (int i = 0; i < a->nls; i++)
     uv_close((uv_handle_t *)&a->ls[i].poll, NULL);
   uv_close((uv_handle_t *)&a->backoff, NULL);

@@ -59,13 +59,8 @@ static void call_free(chime__call_t *c) {
   if (c->call != NULL)
     grpc_call_unref(c->call);
   pthread_mutex_lock(&srv->mu);
-  if (c->prev != NULL || c->next != NULL || srv->calls == c) {
-    if (c->prev != NULL)
-      c->prev->next = c->next;
-    else
-      srv->calls = c->next;
-    if (c->next != NULL)
-      c->next->prev = c->prev;
+  if (chime__list_has(&srv->calls, &c->link)) {
+    chime__list_remove(&srv->calls, &c->link);
     srv->ncalls--;
     if (c->method == CHIME__M_INSERT)
       srv->insert_calls--;
@@ -344,10 +339,7 @@ static void on_request_done(chime__tag_t *tag, int ok) {
     return;
   }
   pthread_mutex_lock(&srv->mu);
-  c->next = srv->calls;
-  if (srv->calls != NULL)
-    srv->calls->prev = c;
-  srv->calls = c;
+  chime__list_push(&srv->calls, &c->link);
   srv->ncalls++;
   if (c->method == CHIME__M_INSERT) {
     srv->insert_calls++; /* before any of its operations can complete */

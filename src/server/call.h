@@ -8,6 +8,7 @@
 #include <pthread.h>
 
 #include "chime/chime.h"
+#include "common/list.h"
 #include "wire/message.h" /* chime__bb_read, for the handlers */
 #include "wire/method.h"
 #include "wire/status.h"
@@ -57,7 +58,7 @@ struct chime__call_s {
   int meta_sent;
   int finishing;
   chime__send_t *q_head, *q_tail, *inflight;
-  chime__call_t *prev, *next; /* server's live calls */
+  chime__link_t link; /* on the server's live calls */
   void *state;
 };
 

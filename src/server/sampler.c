@@ -41,7 +41,7 @@ struct chime__pool_s {
   pthread_mutex_t mu;
   pthread_cond_t ready_cond;
   chime__fill_job_t *qhead, *qtail;
-  chime__fill_job_t *watch;   /* jobs waiting on a futex word or a time */
+  chime__list_t watch;        /* jobs waiting on a futex word or a time */
   _Atomic uint32_t watch_seq; /* the watcher's own futex word */
   int quit;
   unsigned nworkers;
@@ -64,24 +64,12 @@ static void enqueue(chime__pool_t *p, chime__fill_job_t *j) {
 
 /* Caller holds mu. */
 static void unwatch(chime__pool_t *p, chime__fill_job_t *j) {
-  if (j->wprev != NULL)
-    j->wprev->wnext = j->wnext;
-  else if (p->watch == j)
-    p->watch = j->wnext;
-  else
-    return; /* not on the list */
-  if (j->wnext != NULL)
-    j->wnext->wprev = j->wprev;
-  j->wprev = j->wnext = NULL;
+  chime__list_remove(&p->watch, &j->watch); /* when it is on it */
 }
 
 /* Caller holds mu. The watcher rebuilds what it waits on. */
 static void watch(chime__pool_t *p, chime__fill_job_t *j) {
-  j->wprev = NULL;
-  j->wnext = p->watch;
-  if (p->watch != NULL)
-    p->watch->wprev = j;
-  p->watch = j;
+  chime__list_push(&p->watch, &j->watch);
   atomic_fetch_add(&p->watch_seq, 1);
   syscall(SYS_futex, &p->watch_seq, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
@@ -158,8 +146,8 @@ static void *watcher_main(void *arg) {
   pthread_mutex_lock(&p->mu);
   while (!p->quit) {
     uint64_t now = chime__now_ns();
-    for (chime__fill_job_t *j = p->watch, *n; j != NULL; j = n) {
-      n = j->wnext;
+    CHIME__LIST_EACH(l, &p->watch) {
+      chime__fill_job_t *j = CHIME__CONTAINER(l, chime__fill_job_t, watch);
       if (wait_over(j, now)) {
         unwatch(p, j);
         enqueue(p, j);
@@ -173,7 +161,9 @@ static void *watcher_main(void *arg) {
     wv[n].uaddr = (uintptr_t)&p->watch_seq;
     wv[n].val = atomic_load(&p->watch_seq);
     wv[n++].flags = FUTEX_32 | FUTEX_PRIVATE_FLAG;
-    for (chime__fill_job_t *j = p->watch; j != NULL; j = j->wnext) {
+    CHIME__LIST_EACH(l, &p->watch) {
+      const chime__fill_job_t *j =
+          CHIME__CONTAINER(l, chime__fill_job_t, watch);
       if (j->wait.until_ns != 0 && (until == 0 || j->wait.until_ns < until))
         until = j->wait.until_ns;
       if (j->wait.bell == NULL)
@@ -202,7 +192,7 @@ static void *watcher_main(void *arg) {
 void chime__pool_add(chime__pool_t *p, chime__fill_job_t *j) {
   pthread_mutex_lock(&p->mu);
   j->kicked = 0;
-  j->wprev = j->wnext = NULL;
+  j->watch.prev = j->watch.next = NULL;
   enqueue(p, j);
   pthread_mutex_unlock(&p->mu);
 }

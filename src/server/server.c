@@ -258,8 +258,10 @@ static void for_each_call(chime_server_t *srv, void (*fn)(chime__call_t *)) {
   pthread_mutex_lock(&srv->mu);
   uint32_t n = srv->ncalls, i = 0;
   chime__call_t **v = calloc(n ? n : 1, sizeof(*v));
-  for (chime__call_t *c = srv->calls; c != NULL && v != NULL && i < n;
-       c = c->next) {
+  CHIME__LIST_EACH(l, &srv->calls) {
+    if (v == NULL || i >= n)
+      break;
+    chime__call_t *c = CHIME__CONTAINER(l, chime__call_t, link);
     /* A call whose last reference is gone is being freed: not ours to
      * revive. */
     pthread_mutex_lock(&c->mu);

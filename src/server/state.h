@@ -75,7 +75,7 @@ struct chime_server_s {
 
   pthread_mutex_t mu;
   pthread_cond_t cond;
-  chime__call_t *calls; /* live calls */
+  chime__list_t calls; /* live calls (chime__call_t's link) */
   uint32_t ncalls;
   chime__registry_t streams; /* open streams, their count and ring bytes */
   atomic_int stopping;

@@ -4,7 +4,6 @@
  *   chimectl [--json] stats ADDR
  *   chimectl [--json] checkpoint ADDR */
 #include <inttypes.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,60 +139,28 @@ static void info_text(const chime_server_info_t *in) {
          in->pinned_bytes);
 }
 
-/* The stats lists (chime/stats.h) over the public structs: every
- * field is in the JSON under its name; the text tables show the columns
- * named below, headed by the name (an NS field in ms). */
+/* The stats lists (chime/stats.h) over the public structs: every field is
+ * in the JSON under its name (a FLAG as a bool); the text tables show the
+ * columns named below, headed by the name in capitals (an NS field in
+ * ms). */
 enum { UNIT_COUNT, UNIT_NS, UNIT_BYTES, UNIT_FLAG };
 
-typedef struct {
-  const char *name;
-  size_t off, size;
-  int unit;
-} field_t;
+#define JSON_FIELD(type, name, kind, unit, help)                               \
+  json_object_set_new(o, #name,                                                \
+                      UNIT_##unit == UNIT_FLAG                                 \
+                          ? json_boolean(s->name != 0)                         \
+                          : json_integer((json_int_t)s->name));
 
-#define FIELD(st, type, name, kind, unit, help)                                \
-  {#name, offsetof(st, name), sizeof(type), UNIT_##unit},
-#define TABLE_FIELD(type, name, kind, unit, help)                              \
-  FIELD(chime_table_stats_t, type, name, kind, unit, help)
-#define STREAM_FIELD(type, name, kind, unit, help)                             \
-  FIELD(chime_stream_stats_t, type, name, kind, unit, help)
-#define SERVER_FIELD(type, name, kind, unit, help)                             \
-  FIELD(chime_stats_t, type, name, kind, unit, help)
-static const field_t table_fields[] = {CHIME_TABLE_STATS_FIELDS(TABLE_FIELD)};
-static const field_t stream_fields[] = {
-    CHIME_STREAM_STATS_FIELDS(STREAM_FIELD)};
-static const field_t server_fields[] = {
-    CHIME_SERVER_STATS_FIELDS(SERVER_FIELD)};
-#define NFIELDS(a) (sizeof(a) / sizeof((a)[0]))
-
-/* Columns of the text view: a plain table's, a sequence table's, a
- * stream's (NULL: all). */
-static const char *const table_cols[] = {
-    "size",           "capacity", "inserts", "samples", "sampler_wait_ns",
-    "insert_wait_ns", NULL};
-static const char *const sequence_cols[] = {
-    "steps", "steps_inserted", "episodes_open", "step_bytes", NULL};
-
-static uint64_t field_value(const void *st, const field_t *f) {
-  const char *p = (const char *)st + f->off;
-  if (f->size == sizeof(uint32_t)) {
-    uint32_t u;
-    memcpy(&u, p, sizeof(u));
-    return u;
-  }
-  uint64_t v;
-  memcpy(&v, p, sizeof(v));
-  return v;
+static void table_json(json_t *o, const chime_table_stats_t *s) {
+  CHIME_TABLE_STATS_FIELDS(JSON_FIELD)
 }
 
-static void fields_json(json_t *o, const void *st, const field_t *fs,
-                        size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    uint64_t v = field_value(st, &fs[i]);
-    json_object_set_new(o, fs[i].name,
-                        fs[i].unit == UNIT_FLAG ? json_boolean(v != 0)
-                                                : json_integer((json_int_t)v));
-  }
+static void stream_json(json_t *o, const chime_stream_stats_t *s) {
+  CHIME_STREAM_STATS_FIELDS(JSON_FIELD)
+}
+
+static void server_json(json_t *o, const chime_stats_t *s) {
+  CHIME_SERVER_STATS_FIELDS(JSON_FIELD)
 }
 
 static json_t *stats_json(const chime_stats_t *st) {
@@ -201,7 +168,7 @@ static json_t *stats_json(const chime_stats_t *st) {
   for (uint32_t i = 0; i < st->ntables; i++) {
     const chime_table_stats_t *t = &st->tables[i];
     json_t *o = json_pack("{s:s}", "name", t->name);
-    fields_json(o, t, table_fields, NFIELDS(table_fields));
+    table_json(o, t);
     json_array_append_new(tables, o);
   }
   for (uint32_t i = 0; i < st->nstreams; i++) {
@@ -209,75 +176,73 @@ static json_t *stats_json(const chime_stats_t *st) {
     json_t *o =
         json_pack("{s:I, s:s, s:s}", "stream_id", (json_int_t)s->stream_id,
                   "table", s->table, "mode", mode_name(s->mode));
-    fields_json(o, s, stream_fields, NFIELDS(stream_fields));
+    stream_json(o, s);
     json_array_append_new(streams, o);
   }
   json_t *o = json_pack("{s:o, s:o}", "tables", tables, "streams", streams);
-  fields_json(o, st, server_fields, NFIELDS(server_fields));
+  server_json(o, st);
   return o;
 }
 
-/* The fields named in cols (NULL: all of fs), at most 16. */
-static size_t pick(const field_t *fs, size_t n, const char *const *cols,
-                   const field_t **out) {
-  size_t k = 0;
-  for (size_t i = 0; i < n && k < 16; i++) {
-    int want = cols == NULL;
-    for (size_t c = 0; cols != NULL && cols[c] != NULL; c++)
-      want |= strcmp(cols[c], fs[i].name) == 0;
-    if (want)
-      out[k++] = &fs[i];
-  }
-  return k;
-}
+/* Columns of the text view: a plain table's, a sequence table's (NULL:
+ * every field). */
+static const char *const table_cols[] = {
+    "size",           "capacity", "inserts", "samples", "sampler_wait_ns",
+    "insert_wait_ns", NULL};
+static const char *const sequence_cols[] = {
+    "steps", "steps_inserted", "episodes_open", "step_bytes", NULL};
 
-/* A column's head: the name in capitals, an NS field's in ms. */
-static int col_head(const field_t *f, char *buf, size_t len) {
-  size_t n = strlen(f->name);
-  if (f->unit == UNIT_NS && n > 3)
-    n -= 3;
-  int w = snprintf(buf, len, "%.*s%s", (int)n, f->name,
-                   f->unit == UNIT_NS ? "_ms" : "");
-  for (char *p = buf; *p != '\0'; p++)
+/* One cell of a text row, or of its head (head: the field's name), when
+ * cols names the field. */
+static void cell(const char *const *cols, int head, const char *name, int unit,
+                 uint64_t v) {
+  int want = cols == NULL;
+  for (size_t c = 0; cols != NULL && cols[c] != NULL; c++)
+    want |= strcmp(cols[c], name) == 0;
+  if (!want)
+    return;
+  char h[64];
+  size_t n = strlen(name);
+  if (unit == UNIT_NS && n > 3)
+    n -= 3; /* _ns: shown in ms */
+  int w = snprintf(h, sizeof(h), "%.*s%s", (int)n, name,
+                   unit == UNIT_NS ? "_ms" : "");
+  for (char *p = h; *p != '\0'; p++)
     if (*p >= 'a' && *p <= 'z')
       *p = (char)(*p - 'a' + 'A');
-  return w < 10 ? 10 : w;
+  w = w < 10 ? 10 : w;
+  if (head)
+    printf(" %*s", w, h);
+  else if (unit == UNIT_NS)
+    printf(" %*.1f", w, (double)v / 1e6);
+  else if (unit == UNIT_FLAG)
+    printf(" %*s", w, v ? "yes" : "no");
+  else
+    printf(" %*" PRIu64, w, v);
 }
 
-static void cols_head(const field_t *const *cols, size_t n) {
-  char h[64];
-  for (size_t i = 0; i < n; i++) {
-    int w = col_head(cols[i], h, sizeof(h));
-    printf(" %*s", w, h);
-  }
+#define TEXT_CELL(type, name, kind, unit, help)                                \
+  cell(cols, s == NULL, #name, UNIT_##unit, s != NULL ? (uint64_t)s->name : 0);
+
+/* A row of s, or the head (s NULL). */
+static void table_row(const chime_table_stats_t *s, const char *const *cols) {
+  CHIME_TABLE_STATS_FIELDS(TEXT_CELL)
   printf("\n");
 }
 
-static void cols_row(const void *st, const field_t *const *cols, size_t n) {
-  char h[64];
-  for (size_t i = 0; i < n; i++) {
-    int w = col_head(cols[i], h, sizeof(h));
-    uint64_t v = field_value(st, cols[i]);
-    if (cols[i]->unit == UNIT_NS)
-      printf(" %*.1f", w, (double)v / 1e6);
-    else if (cols[i]->unit == UNIT_FLAG)
-      printf(" %*s", w, v ? "yes" : "no");
-    else
-      printf(" %*" PRIu64, w, v);
-  }
+static void stream_row(const chime_stream_stats_t *s) {
+  const char *const *cols = NULL;
+  CHIME_STREAM_STATS_FIELDS(TEXT_CELL)
   printf("\n");
 }
 
 static void stats_text(const chime_stats_t *st) {
-  const field_t *cols[16];
-  size_t n = pick(table_fields, NFIELDS(table_fields), table_cols, cols);
   printf("%-16s", "TABLE");
-  cols_head(cols, n);
+  table_row(NULL, table_cols);
   for (uint32_t i = 0; i < st->ntables; i++) {
     printf("%-16s", st->tables[i].name);
-    cols_row(&st->tables[i], cols, n);
+    table_row(&st->tables[i], table_cols);
   }
-  n = pick(table_fields, NFIELDS(table_fields), sequence_cols, cols);
   int nseq = 0;
   for (uint32_t i = 0; i < st->ntables; i++) {
     const chime_table_stats_t *t = &st->tables[i];
@@ -285,26 +250,25 @@ static void stats_text(const chime_stats_t *st) {
       continue; /* not a sequence table */
     if (nseq++ == 0) {
       printf("\n%-16s", "SEQUENCE TABLE");
-      cols_head(cols, n);
+      table_row(NULL, sequence_cols);
     }
     printf("%-16s", t->name);
-    cols_row(t, cols, n);
+    table_row(t, sequence_cols);
   }
-  n = pick(stream_fields, NFIELDS(stream_fields), NULL, cols);
   printf("\n%-8s %-16s %-7s", "STREAM", "TABLE", "MODE");
-  cols_head(cols, n);
+  stream_row(NULL);
   for (uint32_t i = 0; i < st->nstreams; i++) {
     const chime_stream_stats_t *s = &st->streams[i];
     printf("%-8" PRIu64 " %-16s %-7s", s->stream_id, s->table,
            mode_name(s->mode));
-    cols_row(s, cols, n);
+    stream_row(s);
   }
   if (st->nstreams == 0)
     printf("(no streams)\n");
   printf("\n");
-  for (size_t i = 0; i < NFIELDS(server_fields); i++)
-    printf("%s: %" PRIu64 "\n", server_fields[i].name,
-           field_value(st, &server_fields[i]));
+#define SERVER_LINE(type, name, kind, unit, help)                              \
+  printf("%s: %" PRIu64 "\n", #name, (uint64_t)st->name);
+  CHIME_SERVER_STATS_FIELDS(SERVER_LINE)
 }
 
 static int print_json(json_t *j) {

@@ -96,7 +96,7 @@ static double median_ns(timing_t *tm) {
 typedef struct {
   chime__table_t *t;
   const chime_ring_layout_t *lay;
-  chime_ring_wslot_t *ws;
+  chime__ring_wslot_t *ws;
 } table_batch_t;
 
 static int table_batch(void *ctx) {
@@ -186,7 +186,7 @@ static int run_one(const selector_t *s, uint64_t items, double seconds,
   if (chime_ring_layout(&lay, &tc.spec, BATCH, 2, NULL, 0) != 0)
     return 1;
   uint8_t *slot = aligned_alloc(4096, lay.slot_bytes);
-  chime_ring_wslot_t ws;
+  chime__ring_wslot_t ws;
   memset(&ws, 0, sizeof(ws));
   ws.base = slot;
   for (uint32_t l = 0; l < tc.spec.nleaves; l++)

@@ -28,6 +28,7 @@
 #include "bench.h"
 #include "chime/ring.h"
 #include "measure.h"
+#include "ring/producer.h"
 
 extern char **environ;
 
@@ -263,14 +264,14 @@ static double run_memcpy(chime_ring_t *ring, const uint8_t *src, uint64_t bb,
 }
 
 static int produce(chime_ring_t *ring, const uint8_t *src, uint64_t bb) {
-  chime_ring_wslot_t w;
-  int rc = chime_ring_acquire(ring, &w, 60000);
+  chime__ring_wslot_t w;
+  int rc = chime__ring_acquire(ring, &w, 60000);
   if (rc != 0)
     return rc;
   if (src != NULL)
     memcpy(w.leaf[0], src, bb);
   w.info[0].insert_time_ns = now_ns();
-  return chime_ring_publish(ring, w.slot, NULL);
+  return chime__ring_publish(ring, w.slot, NULL);
 }
 
 static int run_once(const opts_t *o, uint64_t bb, int touch, const uint8_t *src,
@@ -287,8 +288,8 @@ static int run_once(const opts_t *o, uint64_t bb, int touch, const uint8_t *src,
     n = 16;
   snprintf(line, sizeof(line), "x:u8[%u]", SAMPLE_BYTES);
   if (chime_spec_parse(&spec, line, NULL, 0) != 0 ||
-      chime_ring_create(&ring, &spec, (uint32_t)(bb / SAMPLE_BYTES),
-                        o->slots) != 0) {
+      chime__ring_create(&ring, &spec, (uint32_t)(bb / SAMPLE_BYTES),
+                         o->slots) != 0) {
     fprintf(stderr,
             "chime-bench ring: cannot create a ring of %" PRIu64
             " byte batches\n",

@@ -1,13 +1,18 @@
 /* chime-bench sequence: a sequence table alone (no gRPC, no ring), per
  * number of stored steps: steps written per second (4 writers' episodes
- * of 1000 steps interleaved, requests of 64 steps), windows sampled per
- * second into a slot of B windows of T steps (uniform sampler) and the
- * GB/s that is, against a plain table holding items of the same bytes
- * (T steps, as many bytes in all as the steps stored, up to 4 GiB)
- * sampled into the same slot, and the gather floor: B windows of T
- * steps, each one contiguous run at a uniform random step, copied from a
- * plain array of as many steps into a [B, T, step] buffer (no table),
- * all in turns, medians of 3. Both tables copy outside their lock (a
+ * of 1000 steps interleaved, requests of 64 steps), first into the empty
+ * store (the fill: every page of it touched for the first time, so the
+ * machine's page-fault cost is in it) and then into the full store (every
+ * append reuses the oldest block and evicts its windows, as a server does
+ * for its life), windows sampled per second into a slot of B windows of
+ * T steps (uniform sampler) and the GB/s that is, against a plain table
+ * holding items of the same bytes (T steps, as many bytes in all as the
+ * steps stored, up to 4 GiB) sampled into the same slot, and the gather
+ * floor: B windows of T steps, each one contiguous run at a uniform
+ * random step, copied from a plain array of as many steps into a
+ * [B, T, step] buffer (no table), all in turns, medians of 3, with the
+ * CPU time of each (a ratio of CPU times is steadier than one of wall
+ * times on a shared machine). Both tables copy outside their lock (a
  * sequence window's first block pinned). */
 #include <inttypes.h>
 #include <stdatomic.h>
@@ -26,6 +31,10 @@
 #define REQUEST 64
 #define WRITERS 4
 #define EPISODE 1000
+/* Steps written into the full store: a quarter of its capacity, and at
+ * least this many, so that a small store's figure is not a few requests'
+ * time. */
+#define WRITE_MIN_STEPS 250000
 /* The plain table holds the bytes of the steps stored, at most this many
  * (both tables are alive at once). */
 #define PLAIN_MAX_BYTES (UINT64_C(4) << 30)
@@ -35,11 +44,14 @@
 #define FLOOR_TURNS_MAX_BYTES (UINT64_C(4) << 30)
 
 typedef struct {
-  double write_steps_per_s, write_gb_s;
+  double fill_steps_per_s, fill_gb_s;   /* into the empty store */
+  double write_steps_per_s, write_gb_s; /* into the full store */
+  uint64_t write_steps;
   double windows_per_s, seq_gb_s, ns_per_batch;
   double plain_items_per_s, plain_gb_s;
   uint64_t plain_items, step_storage;
   double cpu_ns_per_window; /* CPU time over every batch timed */
+  double plain_cpu_ns_per_window;
   double floor_windows_per_s, floor_gb_s, floor_cpu_ns_per_window;
   int floor_in_turns;
 } result_t;
@@ -47,7 +59,7 @@ typedef struct {
 typedef struct {
   chime_ring_layout_t lay;
   uint8_t *mem;
-  chime_ring_wslot_t ws;
+  chime__ring_wslot_t ws;
 } slot_t;
 
 static int slot_init(slot_t *s, const chime_spec_t *spec) {
@@ -154,6 +166,39 @@ static void floor_free(floor_t *f) {
   free(f->dst);
 }
 
+/* The bench's actors: WRITERS writers' episodes of EPISODE steps,
+ * interleaved a request of REQUEST steps at a time. */
+typedef struct {
+  chime__table_t *t;
+  const uint8_t *req;
+  uint64_t seq[WRITERS], len[WRITERS];
+  uint32_t next;
+} writers_t;
+
+/* Writes at least n steps, in whole requests: returns how many (0: an
+ * insert failed) and their wall time in *seconds. */
+static uint64_t write_steps(writers_t *wr, uint64_t n, double *seconds) {
+  double t0 = chime__bench_now_s();
+  uint64_t written = 0;
+  for (; written < n; written += REQUEST) {
+    uint32_t w = wr->next;
+    uint64_t k;
+    wr->next = (w + 1) % WRITERS;
+    chime__dedupe_req_t dq = {.writer = w + 1, .seq = ++wr->seq[w]};
+    wr->len[w] += REQUEST;
+    dq.end_episode = wr->len[w] >= EPISODE;
+    if (dq.end_episode)
+      wr->len[w] = 0;
+    if (chime__table_insert(wr->t, wr->req, REQUEST, NULL, &k, NULL, &dq) !=
+        0) {
+      fprintf(stderr, "chime-bench sequence: insert failed\n");
+      return 0;
+    }
+  }
+  *seconds = chime__bench_now_s() - t0;
+  return written;
+}
+
 static int run_one(uint64_t steps, uint32_t step_bytes, double seconds,
                    int with_plain, result_t *out) {
   char spec[128];
@@ -180,27 +225,20 @@ static int run_one(uint64_t steps, uint32_t step_bytes, double seconds,
   uint8_t *req = malloc((size_t)REQUEST * step_bytes);
   for (size_t i = 0; i < (size_t)REQUEST * step_bytes; i++)
     req[i] = (uint8_t)i;
-  /* Writes: 4 writers round robin until the store is full once and a
-   * quarter (the last quarter evicts). */
-  uint64_t seq[WRITERS] = {0}, len[WRITERS] = {0}, written = 0;
-  uint64_t target = steps + steps / 4;
-  double t0 = chime__bench_now_s();
-  for (uint32_t w = 0; written < target; w = (w + 1) % WRITERS) {
-    uint64_t k;
-    chime__dedupe_req_t dq = {.writer = w + 1, .seq = ++seq[w]};
-    len[w] += REQUEST;
-    dq.end_episode = len[w] >= EPISODE;
-    if (dq.end_episode)
-      len[w] = 0;
-    if (chime__table_insert(t, req, REQUEST, NULL, &k, NULL, &dq) != 0) {
-      fprintf(stderr, "chime-bench sequence: insert failed\n");
-      return 1;
-    }
-    written += REQUEST;
-  }
-  double dt = chime__bench_now_s() - t0;
-  out->write_steps_per_s = (double)written / dt;
-  out->write_gb_s = (double)written * step_bytes / dt / 1e9;
+  /* Writes: 4 writers round robin, first until the store is full (the
+   * fill), then a quarter of its capacity more, at least WRITE_MIN_STEPS,
+   * each append reusing the oldest block (the writes). */
+  writers_t wr = {.t = t, .req = req};
+  double fill_s = 0, write_s = 0;
+  uint64_t filled = write_steps(&wr, steps, &fill_s);
+  out->write_steps = write_steps(
+      &wr, steps / 4 > WRITE_MIN_STEPS ? steps / 4 : WRITE_MIN_STEPS, &write_s);
+  if (filled == 0 || out->write_steps == 0)
+    return 1;
+  out->fill_steps_per_s = (double)filled / fill_s;
+  out->fill_gb_s = (double)filled * step_bytes / fill_s / 1e9;
+  out->write_steps_per_s = (double)out->write_steps / write_s;
+  out->write_gb_s = (double)out->write_steps * step_bytes / write_s / 1e9;
   chime__table_stats_t st;
   chime__table_get_stats(t, &st);
   out->step_storage = st.step_bytes;
@@ -252,11 +290,11 @@ static int run_one(uint64_t steps, uint32_t step_bytes, double seconds,
   if (out->floor_in_turns && floor_init(&fl, steps, step_bytes) != 0)
     return 1;
   table_batch_t sb = {t, &s}, pb = {p, &ps};
-  spent_t sp = {0}, fsp = {0}, none = {0};
+  spent_t sp = {0}, fsp = {0}, psp = {0};
   double sr[RUNS], pr[RUNS], fr[RUNS];
   for (int r = 0; r < RUNS; r++) {
     sr[r] = time_for(table_batch, &sb, seconds / RUNS, &sp);
-    pr[r] = p != NULL ? time_for(table_batch, &pb, seconds / RUNS, &none) : 0;
+    pr[r] = p != NULL ? time_for(table_batch, &pb, seconds / RUNS, &psp) : 0;
     if (out->floor_in_turns)
       fr[r] = time_for(floor_batch, &fl, seconds / RUNS, &fsp);
   }
@@ -265,6 +303,8 @@ static int run_one(uint64_t steps, uint32_t step_bytes, double seconds,
   out->seq_gb_s = out->windows_per_s * window_bytes / 1e9;
   out->ns_per_batch = bps > 0 ? 1e9 / bps : 0;
   out->cpu_ns_per_window = sp.cpu_s * 1e9 / (double)(sp.batches * BATCH);
+  out->plain_cpu_ns_per_window =
+      psp.batches > 0 ? psp.cpu_s * 1e9 / (double)(psp.batches * BATCH) : 0;
   out->plain_items_per_s = pbps * BATCH;
   out->plain_gb_s = out->plain_items_per_s * window_bytes / 1e9;
   free(s.mem);
@@ -336,7 +376,8 @@ int chime__bench_sequence(int argc, char **argv) {
           "usage: chime-bench sequence [--json] [--steps 10000,1000000] "
           "[--step-bytes 1024] [--seconds S] [--no-plain]\n"
           "  a sequence table alone (T = 80, stride 40, B = 32, uniform): "
-          "steps written/s,\n"
+          "steps written/s\n"
+          "  into the empty store (fill) and into the full one (write),\n"
           "  windows sampled/s and GB/s into a slot, vs a plain table of "
           "items of T steps\n"
           "  and vs the gather floor (the same windows' bytes copied from a "
@@ -358,15 +399,23 @@ int chime__bench_sequence(int argc, char **argv) {
       first_fcpu = r.floor_cpu_ns_per_window;
     }
     double ratio = r.plain_gb_s > 0 ? r.seq_gb_s / r.plain_gb_s : 0;
+    /* Like work (the same bytes a window), so CPU per window compares. */
+    double cpu_ratio = r.plain_cpu_ns_per_window > 0
+                           ? r.cpu_ns_per_window / r.plain_cpu_ns_per_window
+                           : 0;
     if (json)
       printf("{\"bench\":\"sequence\",\"steps\":%" PRIu64
              ",\"step_bytes\":%u,\"sequence_length\":%d,\"stride\":%d,"
              "\"batch\":%d,\"step_storage_bytes\":%" PRIu64
-             ",\"write_steps_per_s\":%.0f,\"write_gb_s\":%.2f,"
+             ",\"fill_steps_per_s\":%.0f,\"fill_gb_s\":%.2f,"
+             "\"write_steps\":%" PRIu64 ",\"write_steps_per_s\":%.0f,"
+             "\"write_gb_s\":%.2f,"
              "\"windows_per_s\":%.0f,\"sample_gb_s\":%.2f,"
              "\"ns_per_batch\":%.0f,\"plain_items\":%" PRIu64
              ",\"plain_items_per_s\":%.0f,\"plain_gb_s\":%.2f,"
-             "\"vs_plain\":%.2f,\"cost_vs_smallest\":%.2f,"
+             "\"plain_cpu_ns_per_window\":%.0f,"
+             "\"vs_plain\":%.2f,\"cpu_vs_plain\":%.2f,"
+             "\"cost_vs_smallest\":%.2f,"
              "\"cpu_ns_per_window\":%.0f,\"cpu_cost_vs_smallest\":%.2f,"
              "\"floor_in_turns\":%s,\"floor_windows_per_s\":%.0f,"
              "\"floor_gb_s\":%.2f,\"floor_cost_vs_smallest\":%.2f,"
@@ -374,24 +423,27 @@ int chime__bench_sequence(int argc, char **argv) {
              "\"floor_cpu_cost_vs_smallest\":%.2f,\"cost_vs_floor\":%.2f,"
              "\"cpu_vs_floor\":%.2f}\n",
              sizes[i], step_bytes, T, STRIDE, BATCH, r.step_storage,
+             r.fill_steps_per_s, r.fill_gb_s, r.write_steps,
              r.write_steps_per_s, r.write_gb_s, r.windows_per_s, r.seq_gb_s,
              r.ns_per_batch, r.plain_items, r.plain_items_per_s, r.plain_gb_s,
-             ratio, cost / first_cost, r.cpu_ns_per_window,
-             r.cpu_ns_per_window / first_cpu,
+             r.plain_cpu_ns_per_window, ratio, cpu_ratio, cost / first_cost,
+             r.cpu_ns_per_window, r.cpu_ns_per_window / first_cpu,
              r.floor_in_turns ? "true" : "false", r.floor_windows_per_s,
              r.floor_gb_s, fcost / first_fcost, r.floor_cpu_ns_per_window,
              r.floor_cpu_ns_per_window / first_fcpu, cost / fcost,
              r.cpu_ns_per_window / r.floor_cpu_ns_per_window);
     else
-      printf("%10" PRIu64 " steps of %u B: write %.2f M steps/s (%.2f GB/s); "
+      printf("%10" PRIu64 " steps of %u B: fill %.2f M steps/s (%.2f GB/s), "
+             "write %.2f M steps/s (%.2f GB/s); "
              "sample %.0f windows/s = %.2f GB/s (%.0f us a batch of %d), "
-             "plain %.2f GB/s (%.2fx); cost %.2fx the smallest, CPU %.2fx; "
-             "floor %.2f GB/s, cost %.2fx the smallest%s; chime %.2fx the "
-             "floor, CPU %.2fx\n",
-             sizes[i], step_bytes, r.write_steps_per_s / 1e6, r.write_gb_s,
-             r.windows_per_s, r.seq_gb_s, r.ns_per_batch / 1e3, BATCH,
-             r.plain_gb_s, ratio, cost / first_cost,
-             r.cpu_ns_per_window / first_cpu, r.floor_gb_s, fcost / first_fcost,
+             "plain %.2f GB/s (%.2fx, CPU %.2fx); cost %.2fx the smallest, "
+             "CPU %.2fx; floor %.2f GB/s, cost %.2fx the smallest%s; chime "
+             "%.2fx the floor, CPU %.2fx\n",
+             sizes[i], step_bytes, r.fill_steps_per_s / 1e6, r.fill_gb_s,
+             r.write_steps_per_s / 1e6, r.write_gb_s, r.windows_per_s,
+             r.seq_gb_s, r.ns_per_batch / 1e3, BATCH, r.plain_gb_s, ratio,
+             cpu_ratio, cost / first_cost, r.cpu_ns_per_window / first_cpu,
+             r.floor_gb_s, fcost / first_fcost,
              r.floor_in_turns ? "" : " (timed after)", cost / fcost,
              r.cpu_ns_per_window / r.floor_cpu_ns_per_window);
     fflush(stdout);

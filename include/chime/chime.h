@@ -55,7 +55,7 @@
 #include <stdint.h>
 
 #include "chime/errors.h"
-#include "chime/ring.h"
+#include "chime/spec.h"
 #include "chime/stats.h"
 #include "chime/version.h"
 

@@ -56,6 +56,12 @@ typedef enum {
 #undef CHIME__ERR_ENUM
 } chime_errno_t;
 
+/* Room for the longest error text chime writes: a page-locking failure
+ * names every place the CUDA runtime was looked for (docs/pinning.md). An
+ * err buffer of CHIME_PIN_ERRLEN bytes (chime_server_create, chime_ring_pin)
+ * holds the whole message. */
+#define CHIME_PIN_ERRLEN 16384
+
 /* A sentence for the code; "unknown error" for codes chime never returns. */
 CHIME_EXTERN const char *chime_strerror(int err);
 /* The symbolic name ("CHIME_EBUSY"), or "CHIME_UNKNOWN". */

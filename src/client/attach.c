@@ -90,6 +90,16 @@ static int check_layout(chime_stream_t *s, const Chime__V1__Layout *l,
                         char *err, size_t errlen) {
   const chime_stream_opts_t *o = &s->opts;
   char why[256];
+  /* Each record is read in place as a chime_sample_info_t: another size
+   * would be read as garbage. A server before 0.2 does not say (0); its
+   * records are ours, and send_bytes below pins that. */
+  if (l->info_record_bytes != 0 &&
+      l->info_record_bytes != sizeof(chime_sample_info_t))
+    return chime__fail(err, errlen, CHIME_EPROTO,
+                       "Opened: the server's sample info records are %u "
+                       "bytes, this library's are %zu (another chime "
+                       "release?)",
+                       l->info_record_bytes, sizeof(chime_sample_info_t));
   int rc =
       chime__spec_from_leaves(&s->spec, l->spec, l->n_spec, why, sizeof(why));
   if (rc)

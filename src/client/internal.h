@@ -21,6 +21,7 @@
 
 #include "chime.pb-c.h"
 #include "chime/chime.h"
+#include "ring/producer.h"
 #include "client/call.h"
 #include "common/clock.h"
 #include "common/errfmt.h" /* CHIME__PRINTF, chime__verrf */
@@ -106,7 +107,7 @@ typedef struct {
   _Atomic uint64_t started; /* batches the server has begun to send */
   uint64_t send_bytes;      /* bytes of a slot each batch carries */
   int active;               /* a slot is being filled */
-  chime_ring_wslot_t w;
+  chime__ring_wslot_t w;
   uint64_t seq;           /* server seq of the batch being filled */
   uint64_t *slot_seq;     /* server seq of the batch in each local slot */
   uint64_t received;      /* bytes of it so far */

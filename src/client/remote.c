@@ -60,7 +60,7 @@ int chime__remote_chunk(chime__remote_t *r, grpc_byte_buffer *bb, char *err,
                          c.seq, started);
     /* Credits keep a slot free; waiting only happens on a ring that reuses
      * slots in order, and chime_stream_close() shuts the ring to end it. */
-    rc = chime_ring_acquire(r->ring, &r->w, -1);
+    rc = chime__ring_acquire(r->ring, &r->w, -1);
     if (rc)
       return chime__fail(err, errlen, rc, "stream: local ring: %s",
                          chime_strerror(rc));
@@ -94,7 +94,7 @@ int chime__remote_chunk(chime__remote_t *r, grpc_byte_buffer *bb, char *err,
     uint64_t seq;
     r->active = 0;
     r->slot_seq[r->w.slot] = r->seq;
-    rc = chime_ring_publish(r->ring, r->w.slot, &seq);
+    rc = chime__ring_publish(r->ring, r->w.slot, &seq);
     if (rc)
       return chime__fail(err, errlen, rc, "stream: local ring publish: %s",
                          chime_strerror(rc));
@@ -105,7 +105,7 @@ int chime__remote_chunk(chime__remote_t *r, grpc_byte_buffer *bb, char *err,
 
 void chime__remote_abandon(chime__remote_t *r) {
   if (r->active)
-    chime_ring_abandon(r->ring, r->w.slot);
+    chime__ring_abandon(r->ring, r->w.slot);
   r->active = 0;
 }
 
@@ -165,7 +165,7 @@ static int remote_setup(chime_stream_t *s, const Chime__V1__Opened *op,
   uint32_t slots = s->opts.slots;
   (void)op;
   *attach_failed = 0;
-  int rc = chime_ring_create(&s->ring, &s->spec, s->opts.batch_size, slots);
+  int rc = chime__ring_create(&s->ring, &s->spec, s->opts.batch_size, slots);
   if (rc)
     return chime__fail(err, errlen, rc, "local ring: %s: %s",
                        chime_strerror(rc), chime_ring_last_error());
@@ -190,7 +190,7 @@ static int remote_on_message(chime_stream_t *s, grpc_byte_buffer *bb, char *err,
 /* The local ring is this side's: nobody else tells its learner. */
 static void remote_on_shutdown(chime_stream_t *s) {
   if (s->ring)
-    chime_ring_shutdown(s->ring);
+    chime__ring_shutdown(s->ring);
 }
 
 static int remote_release(chime_stream_t *s, uint32_t slot) {
@@ -246,7 +246,7 @@ static void remote_close(chime_stream_t *s) {
     pthread_mutex_unlock(&s->lock);
   }
   if (s->ring)
-    chime_ring_shutdown(s->ring);
+    chime__ring_shutdown(s->ring);
 }
 
 static void remote_fini(chime_stream_t *s) {

@@ -7,7 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 
-#include "chime/ring.h"
+#include "chime/errors.h"
 
 #if defined(__GNUC__)
 #define CHIME__PRINTF(f, a) __attribute__((format(printf, f, a)))

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "chime/ring.h"
+#include "chime/spec.h"
 #include "common/errfmt.h"
 #include "common/spec.h"
 

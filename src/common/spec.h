@@ -1,11 +1,11 @@
-/* Internal: spec helpers beyond the public ones in chime/ring.h (spec.c). */
+/* Internal: spec helpers beyond the public ones in chime/spec.h (spec.c). */
 #ifndef CHIME_COMMON_SPEC_H
 #define CHIME_COMMON_SPEC_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "chime/ring.h"
+#include "chime/spec.h"
 
 /* A leaf's type for an error text: its dtype and shape, "f32[84,84]"
  * ("f32[]" for a scalar), cut to fit len. */

@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "chime/ring.h"
+#include "chime/spec.h"
 
 /* A selector: how a table's sampler picks an item, and how its remover
  * picks the item that leaves when a full table needs room (Reverb's

@@ -26,7 +26,7 @@ static int draws_ahead(const chime__table_t *t) {
  * max_times_sampled leaves at once (its row stays pinned), so the next
  * draw cannot pick it. */
 static void plan_batch(chime__table_t *t, const chime_ring_layout_t *lay,
-                       chime_ring_wslot_t *slot, uint32_t *rows) {
+                       chime__ring_wslot_t *slot, uint32_t *rows) {
   int left = 0, ahead = draws_ahead(t);
   uint32_t drawn[CHIME__TBL_DRAW_CHUNK];
   double dprob[CHIME__TBL_DRAW_CHUNK];
@@ -81,7 +81,7 @@ static void plan_batch(chime__table_t *t, const chime_ring_layout_t *lay,
  * they were freed) are copied as one memcpy per leaf; with rows given, a
  * run of copy_min bytes or more is left where it is (it is sent from the
  * table). No lock: the rows are pinned. */
-static uint64_t run_at(const uint32_t *rows, const chime_ring_wslot_t *slot,
+static uint64_t run_at(const uint32_t *rows, const chime__ring_wslot_t *slot,
                        uint64_t j, uint64_t batch) {
   uint64_t k = chime__tbl_row_at(slot, rows, j), n = 1;
   while (j + n < batch && chime__tbl_row_at(slot, rows, j + n) == k + n)
@@ -102,7 +102,7 @@ static inline void prefetch_leaf(const chime__table_t *t, uint32_t l,
 }
 
 static void copy_rows(const chime__table_t *t, const chime_ring_layout_t *lay,
-                      chime_ring_wslot_t *slot, const uint32_t *rows,
+                      chime__ring_wslot_t *slot, const uint32_t *rows,
                       uint64_t copy_min) {
   uint64_t batch = lay->batch_size;
   for (uint32_t l = 0; l < t->nleaves; l++) {
@@ -137,7 +137,7 @@ void chime__tbl_unpin_row(chime__table_t *t, uint32_t k) {
 }
 
 static void unpin_locked(chime__table_t *t, const chime_ring_layout_t *lay,
-                         chime_ring_wslot_t *slot) {
+                         chime__ring_wslot_t *slot) {
   for (uint64_t j = 0; j < lay->batch_size; j++) {
     uint32_t k = (uint32_t)slot->info[j].key;
     slot->info[j].key = t->meta[k].key; /* pinned: still the sampled item */
@@ -161,7 +161,7 @@ static uint64_t need_items(const chime__table_t *t,
  * the rows stay pinned (pins->n set) and runs of copy_min bytes or more
  * are not copied. */
 static void sample_locked(chime__table_t *t, const chime_ring_layout_t *lay,
-                          chime_ring_wslot_t *slot, chime__table_pins_t *pins,
+                          chime__ring_wslot_t *slot, chime__table_pins_t *pins,
                           uint64_t copy_min) {
   uint32_t *rows = pins != NULL ? pins->rows : NULL;
   plan_batch(t, lay, slot, rows);
@@ -184,7 +184,7 @@ static void sample_locked(chime__table_t *t, const chime_ring_layout_t *lay,
 }
 
 int chime__table_sample(chime__table_t *t, const chime_ring_layout_t *lay,
-                        chime_ring_wslot_t *slot, const atomic_int *stop) {
+                        chime__ring_wslot_t *slot, const atomic_int *stop) {
   int rc = 0;
   uint64_t need = need_items(t, lay);
   if (need > t->cfg.capacity)
@@ -208,7 +208,7 @@ out:
 }
 
 static int try_sample(chime__table_t *t, const chime_ring_layout_t *lay,
-                      chime_ring_wslot_t *slot, chime__table_waiter_t *w,
+                      chime__ring_wslot_t *slot, chime__table_waiter_t *w,
                       chime__table_pins_t *pins, uint64_t copy_min) {
   int rc = 0;
   uint64_t need = need_items(t, lay);
@@ -243,14 +243,14 @@ static int try_sample(chime__table_t *t, const chime_ring_layout_t *lay,
 }
 
 int chime__table_try_sample(chime__table_t *t, const chime_ring_layout_t *lay,
-                            chime_ring_wslot_t *slot,
+                            chime__ring_wslot_t *slot,
                             chime__table_waiter_t *w) {
   return try_sample(t, lay, slot, w, NULL, 0);
 }
 
 int chime__table_try_sample_pinned(chime__table_t *t,
                                    const chime_ring_layout_t *lay,
-                                   chime_ring_wslot_t *slot,
+                                   chime__ring_wslot_t *slot,
                                    chime__table_pins_t *pins, uint64_t copy_min,
                                    chime__table_waiter_t *w) {
   return try_sample(t, lay, slot, w, pins, copy_min);

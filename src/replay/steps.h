@@ -22,7 +22,7 @@
 
 #include <stdint.h>
 
-#include "chime/ring.h"
+#include "chime/spec.h"
 
 typedef struct chime__steps_s chime__steps_t;
 

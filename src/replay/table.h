@@ -9,8 +9,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "chime/ring.h"
 #include "chime/stats.h"
+#include "ring/producer.h"
 #include "common/span.h"
 #include "replay/config.h"
 #include "replay/dedupe.h"
@@ -96,7 +96,7 @@ void chime__table_writer_unbind(chime__table_t *t, uint64_t writer, int closed);
  * max_times_sampled leaves before the next draw. Returns
  * CHIME_ESHUTDOWN when *stop becomes non-zero or the table closes. */
 int chime__table_sample(chime__table_t *t, const chime_ring_layout_t *lay,
-                        chime_ring_wslot_t *slot, const atomic_int *stop);
+                        chime__ring_wslot_t *slot, const atomic_int *stop);
 
 /* A batch sampled into a ring slot (lay's layout, the info included) that
  * its learner never finished: the items it took out of the table (fifo,
@@ -123,7 +123,8 @@ typedef struct chime__table_waiter_s {
  * the thread that added items or closed the table) when that may have
  * changed. CHIME_ESHUTDOWN once the table is closed. */
 int chime__table_try_sample(chime__table_t *t, const chime_ring_layout_t *lay,
-                            chime_ring_wslot_t *slot, chime__table_waiter_t *w);
+                            chime__ring_wslot_t *slot,
+                            chime__table_waiter_t *w);
 /* Takes w off the table's list if it is queued. */
 void chime__table_unwait(chime__table_t *t, chime__table_waiter_t *w);
 
@@ -181,7 +182,7 @@ typedef struct {
  * (chime__table_spans). The info is filled either way. */
 int chime__table_try_sample_pinned(chime__table_t *t,
                                    const chime_ring_layout_t *lay,
-                                   chime_ring_wslot_t *slot,
+                                   chime__ring_wslot_t *slot,
                                    chime__table_pins_t *pins, uint64_t copy_min,
                                    chime__table_waiter_t *w);
 /* Lets the rows go (idempotent: pins->n becomes 0). */

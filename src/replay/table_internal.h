@@ -277,7 +277,7 @@ static inline int chime__tbl_scattered(const chime__table_t *t) {
 
 /* A batch's j-th row: rows[j], or (rows NULL) kept in the slot's key
  * until the copy is done. */
-static inline uint32_t chime__tbl_row_at(const chime_ring_wslot_t *slot,
+static inline uint32_t chime__tbl_row_at(const chime__ring_wslot_t *slot,
                                          const uint32_t *rows, uint64_t j) {
   return rows != NULL ? rows[j] : (uint32_t)slot->info[j].key;
 }
@@ -331,6 +331,6 @@ int chime__tbl_seq_insert(chime__table_t *t, const chime__span_t *spans,
                           uint64_t *first_key, const atomic_int *abort,
                           chime__dedupe_req_t *dq, int nowait);
 void chime__tbl_seq_copy(chime__table_t *t, const chime_ring_layout_t *lay,
-                         chime_ring_wslot_t *slot, const uint32_t *rows);
+                         chime__ring_wslot_t *slot, const uint32_t *rows);
 
 #endif

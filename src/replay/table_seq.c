@@ -171,7 +171,7 @@ out:
  * 1 for valid steps) without it; an insert that would reuse a pinned
  * block waits for the copy (chime__steps_room). */
 void chime__tbl_seq_copy(chime__table_t *t, const chime_ring_layout_t *lay,
-                         chime_ring_wslot_t *slot, const uint32_t *rows) {
+                         chime__ring_wslot_t *slot, const uint32_t *rows) {
   uint32_t tl = t->cfg.sequence_length;
   uint64_t batch = lay->batch_size;
   for (uint64_t j = 0; j < batch; j++) {

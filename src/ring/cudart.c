@@ -15,7 +15,6 @@
 #include <sys/stat.h>
 
 #include "chime/errors.h"
-#include "chime/ring.h"
 #include "ring/pin.h"
 
 /* A bounded string being appended to; output past the end is dropped, never

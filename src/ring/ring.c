@@ -185,8 +185,8 @@ static uint8_t *slot_ptr(const chime_ring_t *ring, uint32_t slot) {
 
 /* --- producer --- */
 
-int chime_ring_create(chime_ring_t **out, const chime_spec_t *spec,
-                      uint32_t batch_size, uint32_t slots) {
+int chime__ring_create(chime_ring_t **out, const chime_spec_t *spec,
+                       uint32_t batch_size, uint32_t slots) {
   chime__ring_regions_t regions;
   chime_ring_t *ring = NULL;
   uint64_t page = chime__page_size();
@@ -223,10 +223,10 @@ int chime_ring_create(chime_ring_t **out, const chime_spec_t *spec,
     rc = chime__ring_fail(CHIME_ENOMEM, "ring create: out of memory");
     goto out;
   }
-  rc = chime__segment_create(&ring->seg, spec, &ring->layout, &regions, page);
+  rc = chime__segment_create(&ring->seg, spec, &ring->layout, &regions, page,
+                             &ring->spec);
   if (rc != 0)
     goto out;
-  ring->spec = ring->seg.hdr->spec;
   memcpy(ring->nonce, ring->seg.hdr->nonce, sizeof(ring->nonce));
   *out = ring;
   ring = NULL;
@@ -255,7 +255,7 @@ static int find_free(chime_ring_t *ring, memory_order mo) {
 }
 
 static void take_slot(chime_ring_t *ring, uint32_t slot,
-                      chime_ring_wslot_t *out) {
+                      chime__ring_wslot_t *out) {
   ring->acquired[slot] = 1;
   memset(out, 0, sizeof(*out));
   out->slot = slot;
@@ -266,8 +266,8 @@ static void take_slot(chime_ring_t *ring, uint32_t slot,
       (chime_sample_info_t *)((uint8_t *)out->base + ring->layout.info_offset);
 }
 
-int chime_ring_try_acquire(chime_ring_t *ring, chime_ring_wslot_t *out,
-                           uint32_t **bell, uint32_t *bell_val) {
+int chime__ring_try_acquire(chime_ring_t *ring, chime__ring_wslot_t *out,
+                            uint32_t **bell, uint32_t *bell_val) {
   if (ring == NULL || out == NULL || (bell == NULL) != (bell_val == NULL))
     return CHIME_EINVAL;
   if (ring->consumer)
@@ -296,8 +296,8 @@ int chime_ring_try_acquire(chime_ring_t *ring, chime_ring_wslot_t *out,
   return 0;
 }
 
-int chime_ring_acquire(chime_ring_t *ring, chime_ring_wslot_t *out,
-                       int timeout_ms) {
+int chime__ring_acquire(chime_ring_t *ring, chime__ring_wslot_t *out,
+                        int timeout_ms) {
   waiter_t w = {timeout_ms, NULL, 0, 0, 0, 0};
   chime__ring_prod_t *prod;
   int slot, rc = 0;
@@ -349,7 +349,7 @@ out:
   return rc;
 }
 
-int chime_ring_publish(chime_ring_t *ring, uint32_t slot, uint64_t *seq) {
+int chime__ring_publish(chime_ring_t *ring, uint32_t slot, uint64_t *seq) {
   chime__ring_pubent_t *ent;
   uint64_t n;
 
@@ -376,13 +376,13 @@ int chime_ring_publish(chime_ring_t *ring, uint32_t slot, uint64_t *seq) {
   return 0;
 }
 
-void chime_ring_abandon(chime_ring_t *ring, uint32_t slot) {
+void chime__ring_abandon(chime_ring_t *ring, uint32_t slot) {
   if (ring == NULL || ring->consumer || slot >= ring->layout.slots)
     return;
   ring->acquired[slot] = 0;
 }
 
-void chime_ring_shutdown(chime_ring_t *ring) {
+void chime__ring_shutdown(chime_ring_t *ring) {
   /* A consumer maps the flag read-only; its way out is set_disconnected. */
   if (ring == NULL || ring->consumer)
     return;
@@ -391,7 +391,7 @@ void chime_ring_shutdown(chime_ring_t *ring) {
   bell_ring(&ring->seg.ctrl->prod_bell, INT_MAX);
 }
 
-uint32_t chime_ring_reclaim(chime_ring_t *ring) {
+uint32_t chime__ring_reclaim(chime_ring_t *ring) {
   chime__ring_ctrl_t *ctrl;
   uint32_t n = 0;
 
@@ -411,8 +411,8 @@ uint32_t chime_ring_reclaim(chime_ring_t *ring) {
   return n;
 }
 
-uint32_t chime_ring_unreleased(const chime_ring_t *ring, uint32_t *slots,
-                               uint32_t max) {
+uint32_t chime__ring_unreleased(const chime_ring_t *ring, uint32_t *slots,
+                                uint32_t max) {
   uint32_t n = 0;
   if (ring == NULL || ring->consumer)
     return 0;

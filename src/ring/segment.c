@@ -43,7 +43,7 @@ uint64_t chime__page_size(void) {
   return p > (long)CHIME_RING_PAGE ? (uint64_t)p : CHIME_RING_PAGE;
 }
 
-int chime_ring_bytes(const chime_ring_layout_t *layout, uint64_t *out) {
+int chime__ring_bytes(const chime_ring_layout_t *layout, uint64_t *out) {
   chime__ring_regions_t reg;
   if (layout == NULL || out == NULL)
     return CHIME_EINVAL;
@@ -91,26 +91,93 @@ static void segment_point(chime__segment_t *seg,
   seg->data = seg->base + r->data_offset;
 }
 
-/* A copy of spec with every unused byte zero, so the header is canonical. */
-static void spec_normalize(chime_spec_t *dst, const chime_spec_t *src) {
-  memset(dst, 0, sizeof(*dst));
-  dst->nleaves = src->nleaves;
-  for (uint32_t i = 0; i < src->nleaves; i++) {
-    const chime_leaf_t *s = &src->leaves[i];
-    chime_leaf_t *d = &dst->leaves[i];
-    strncpy(d->name, s->name, CHIME_MAX_NAME - 1);
-    d->dtype = s->dtype;
+/* The spec in the format's types, every unused byte zero (the header is
+ * canonical). spec is valid, so it fits: format.h asserts the limits. */
+static void fmt_put_spec(chime__ring_header_t *h, const chime_spec_t *spec) {
+  h->nleaves = spec->nleaves;
+  for (uint32_t i = 0; i < spec->nleaves; i++) {
+    const chime_leaf_t *s = &spec->leaves[i];
+    chime__ring_fmt_leaf_t *d = &h->leaves[i];
+    strncpy(d->name, s->name, sizeof(d->name) - 1);
+    d->dtype = (uint32_t)s->dtype;
     d->ndim = s->ndim;
     for (uint32_t k = 0; k < s->ndim; k++)
       d->shape[k] = s->shape[k];
   }
 }
 
+/* The header's spec in the public types, or why it cannot be: this library
+ * holds at most CHIME_MAX_* of each, and a name must end within its field.
+ * The values themselves are checked by chime_spec_validate() after. */
+static int fmt_get_spec(const chime__ring_header_t *h, chime_spec_t *spec,
+                        char *why, size_t len) {
+  memset(spec, 0, sizeof(*spec));
+  if (h->nleaves == 0 || h->nleaves > CHIME_MAX_LEAVES) {
+    snprintf(why, len, "%u leaves, expected 1..%u", h->nleaves,
+             (unsigned)CHIME_MAX_LEAVES);
+    return CHIME_ECORRUPT;
+  }
+  spec->nleaves = h->nleaves;
+  for (uint32_t i = 0; i < h->nleaves; i++) {
+    const chime__ring_fmt_leaf_t *s = &h->leaves[i];
+    chime_leaf_t *d = &spec->leaves[i];
+    const char *nul = memchr(s->name, '\0', sizeof(s->name));
+    if (nul == NULL || (size_t)(nul - s->name) >= CHIME_MAX_NAME) {
+      snprintf(why, len, "leaf %u: name without NUL", i);
+      return CHIME_ECORRUPT;
+    }
+    if (s->ndim > CHIME_MAX_DIMS) {
+      snprintf(why, len, "leaf %u: %u dims, at most %u", i, s->ndim,
+               (unsigned)CHIME_MAX_DIMS);
+      return CHIME_ECORRUPT;
+    }
+    memcpy(d->name, s->name, (size_t)(nul - s->name));
+    /* Any value: chime_spec_validate() refuses what is no CHIME_DTYPE_*. */
+    d->dtype = (chime_dtype_t)s->dtype;
+    d->ndim = s->ndim;
+    for (uint32_t k = 0; k < s->ndim; k++)
+      d->shape[k] = s->shape[k];
+  }
+  return 0;
+}
+
+/* Every byte of a header but the magic, from what determines it. The
+ * producer writes this; the consumer builds it again from the facts it
+ * has checked and compares the whole. */
+static void header_fill(chime__ring_header_t *h, const chime_spec_t *spec,
+                        const chime_ring_layout_t *layout,
+                        const chime__ring_regions_t *regions,
+                        uint64_t page_size, const uint8_t nonce[16]) {
+  memset(h, 0, sizeof(*h));
+  h->version = CHIME_RING_VERSION;
+  h->header_bytes = (uint32_t)sizeof(*h);
+  h->total_bytes = regions->total_bytes;
+  h->prod_offset = regions->prod_offset;
+  h->queue_offset = regions->queue_offset;
+  h->ctrl_offset = regions->ctrl_offset;
+  h->ctrl_bytes = regions->ctrl_bytes;
+  h->data_offset = regions->data_offset;
+  h->data_bytes = regions->data_bytes;
+  h->page_size = page_size;
+  memcpy(h->nonce, nonce, sizeof(h->nonce));
+  h->slots = layout->slots;
+  h->batch_size = layout->batch_size;
+  h->slot_bytes = layout->slot_bytes;
+  h->info_offset = layout->info_offset;
+  h->info_record_bytes = (uint32_t)sizeof(chime_sample_info_t);
+  for (uint32_t i = 0; i < spec->nleaves; i++) {
+    h->leaf_offset[i] = layout->leaf_offset[i];
+    h->leaf_bytes[i] = layout->leaf_bytes[i];
+  }
+  fmt_put_spec(h, spec);
+}
+
 int chime__segment_create(chime__segment_t *seg, const chime_spec_t *spec,
                           const chime_ring_layout_t *layout,
                           const chime__ring_regions_t *regions,
-                          uint64_t page_size) {
+                          uint64_t page_size, chime_spec_t *canon) {
   chime__ring_header_t *hdr;
+  uint8_t nonce[16];
   int rc = 0;
   void *base;
 
@@ -144,22 +211,15 @@ int chime__segment_create(chime__segment_t *seg, const chime_spec_t *spec,
   seg->base = base;
   segment_point(seg, regions);
 
-  hdr = seg->hdr;
-  hdr->version = CHIME_RING_VERSION;
-  hdr->header_bytes = (uint32_t)sizeof(*hdr);
-  hdr->total_bytes = regions->total_bytes;
-  hdr->prod_offset = regions->prod_offset;
-  hdr->queue_offset = regions->queue_offset;
-  hdr->ctrl_offset = regions->ctrl_offset;
-  hdr->ctrl_bytes = regions->ctrl_bytes;
-  hdr->data_offset = regions->data_offset;
-  hdr->data_bytes = regions->data_bytes;
-  hdr->page_size = page_size;
-  hdr->layout = *layout;
-  spec_normalize(&hdr->spec, spec);
-  if (getrandom(hdr->nonce, sizeof(hdr->nonce), 0) !=
-      (ssize_t)sizeof(hdr->nonce)) {
+  if (getrandom(nonce, sizeof(nonce), 0) != (ssize_t)sizeof(nonce)) {
     rc = fail(CHIME_ESYS, "getrandom: %s", strerror(errno));
+    goto out;
+  }
+  hdr = seg->hdr;
+  header_fill(hdr, spec, layout, regions, page_size, nonce);
+  rc = fmt_get_spec(hdr, canon, NULL, 0); /* cannot fail: spec is valid */
+  if (rc != 0) {
+    rc = fail(CHIME_EINVAL, "ring create: spec does not fit the format");
     goto out;
   }
   /* Magic last: a header is either complete or not a ring. */
@@ -172,20 +232,20 @@ out:
 }
 
 /* Every check the consumer makes before it believes a header. `hdr` is a
- * private copy, so the producer cannot change it between check and use. */
-static int header_check(const chime__ring_header_t *hdr, uint64_t file_size,
+ * private copy, so the producer cannot change it between check and use;
+ * `want` is scratch for the canonical header. */
+static int header_check(const chime__ring_header_t *hdr,
+                        chime__ring_header_t *want, uint64_t file_size,
                         const uint8_t nonce[16], chime_spec_t *spec,
                         chime_ring_layout_t *layout,
                         chime__ring_regions_t *regions) {
+  const size_t lay_at = offsetof(chime__ring_header_t, slots);
+  const size_t lay_end = offsetof(chime__ring_header_t, leaves);
+  const size_t reg_at = offsetof(chime__ring_header_t, total_bytes);
+  const size_t reg_end = offsetof(chime__ring_header_t, page_size);
   char why[160];
   int rc;
 
-  if (hdr->magic != CHIME_RING_MAGIC)
-    return fail(CHIME_ECORRUPT, "ring header: bad magic %#llx",
-                (unsigned long long)hdr->magic);
-  if (hdr->version != CHIME_RING_VERSION)
-    return fail(CHIME_ECORRUPT, "ring header: version %u, expected %u",
-                hdr->version, CHIME_RING_VERSION);
   if (hdr->header_bytes != sizeof(*hdr))
     return fail(CHIME_ECORRUPT, "ring header: header size %u, expected %zu",
                 hdr->header_bytes, sizeof(*hdr));
@@ -197,38 +257,64 @@ static int header_check(const chime__ring_header_t *hdr, uint64_t file_size,
     return fail(
         CHIME_ECORRUPT, "ring header: says %llu bytes, segment has %llu",
         (unsigned long long)hdr->total_bytes, (unsigned long long)file_size);
-  *spec = hdr->spec;
-  rc = chime_spec_validate(spec, why, sizeof(why));
+  if (hdr->info_record_bytes != sizeof(chime_sample_info_t))
+    return fail(CHIME_ECORRUPT,
+                "ring header: sample info records of %u bytes, this "
+                "library's are %zu",
+                hdr->info_record_bytes, sizeof(chime_sample_info_t));
+  why[0] = '\0';
+  rc = fmt_get_spec(hdr, spec, why, sizeof(why));
+  if (rc == 0)
+    rc = chime_spec_validate(spec, why, sizeof(why));
   if (rc != 0)
     return fail(CHIME_ECORRUPT, "ring header: bad spec: %s", why);
-  rc = chime_ring_layout(layout, spec, hdr->layout.batch_size,
-                         hdr->layout.slots, why, sizeof(why));
+  rc = chime_ring_layout(layout, spec, hdr->batch_size, hdr->slots, why,
+                         sizeof(why));
   if (rc != 0)
     return fail(CHIME_ECORRUPT, "ring header: bad layout: %s", why);
-  if (memcmp(layout, &hdr->layout, sizeof(*layout)) != 0)
-    return fail(CHIME_ECORRUPT,
-                "ring header: layout differs from the one its spec implies");
   rc = chime__ring_regions(layout, hdr->page_size, regions);
   if (rc != 0)
     return fail(CHIME_ECORRUPT, "ring header: regions overflow");
-  if (hdr->prod_offset != regions->prod_offset ||
-      hdr->queue_offset != regions->queue_offset ||
-      hdr->ctrl_offset != regions->ctrl_offset ||
-      hdr->ctrl_bytes != regions->ctrl_bytes ||
-      hdr->data_offset != regions->data_offset ||
-      hdr->data_bytes != regions->data_bytes ||
-      hdr->total_bytes != regions->total_bytes)
+  /* Everything else follows from what was just checked: the header must be
+   * the one a producer writes for it, byte for byte. */
+  header_fill(want, spec, layout, regions, hdr->page_size, hdr->nonce);
+  want->magic = hdr->magic;
+  if (memcmp((const uint8_t *)want + lay_at, (const uint8_t *)hdr + lay_at,
+             lay_end - lay_at) != 0)
+    return fail(CHIME_ECORRUPT,
+                "ring header: layout differs from the one its spec implies");
+  if (memcmp((const uint8_t *)want + reg_at, (const uint8_t *)hdr + reg_at,
+             reg_end - reg_at) != 0)
     return fail(CHIME_ECORRUPT,
                 "ring header: region offsets or sizes differ from the layout");
+  if (memcmp(want, hdr, sizeof(*hdr)) != 0)
+    return fail(CHIME_ECORRUPT, "ring header: bytes past the spec's leaves "
+                                "or names are not zero");
   if (nonce != NULL && memcmp(nonce, hdr->nonce, sizeof(hdr->nonce)) != 0)
     return fail(CHIME_EPERM, "ring nonce does not match the descriptor");
+  return 0;
+}
+
+/* The first thing a consumer reads, in every format version: the magic
+ * and the version at 0 and 8. Another version's header is refused by name
+ * before its size or anything else is looked at. */
+static int header_version_check(const chime__ring_header_t *hdr) {
+  if (hdr->magic != CHIME_RING_MAGIC)
+    return fail(CHIME_ECORRUPT, "ring header: bad magic %#llx",
+                (unsigned long long)hdr->magic);
+  if (hdr->version != CHIME_RING_VERSION)
+    return fail(CHIME_ECORRUPT,
+                "ring header: format version %u, this library reads version "
+                "%u (the ring's producer is another chime release)",
+                hdr->version, CHIME_RING_VERSION);
   return 0;
 }
 
 int chime__segment_attach(chime__segment_t *seg, int fd,
                           const uint8_t nonce[16], chime_spec_t *spec,
                           chime_ring_layout_t *layout) {
-  chime__ring_header_t *hdr = NULL;
+  const size_t prefix = offsetof(chime__ring_header_t, header_bytes);
+  chime__ring_header_t *hdr = NULL, *want = NULL;
   chime__ring_regions_t regions;
   size_t hdr_len = 0;
   struct stat st;
@@ -254,25 +340,37 @@ int chime__segment_attach(chime__segment_t *seg, int fd,
     rc = fail(CHIME_ECORRUPT, "ring segment is not sealed against resizing");
     goto out;
   }
-  if (st.st_size < 0 || (uint64_t)st.st_size < sizeof(*hdr)) {
+  if (st.st_size < 0 || (uint64_t)st.st_size < prefix) {
     rc = fail(CHIME_ECORRUPT, "ring segment of %lld bytes has no header",
               (long long)st.st_size);
     goto out;
   }
-  hdr = malloc(sizeof(*hdr));
-  if (hdr == NULL) {
-    rc = CHIME_ENOMEM;
+  hdr = calloc(1, sizeof(*hdr));
+  want = malloc(sizeof(*want));
+  if (hdr == NULL || want == NULL) {
+    rc = fail(CHIME_ENOMEM, "ring attach: out of memory");
     goto out;
   }
-  hdr_len = sizeof(*hdr);
+  /* No more than the file: a mapped page past its end would SIGBUS. */
+  hdr_len =
+      (uint64_t)st.st_size < sizeof(*hdr) ? (size_t)st.st_size : sizeof(*hdr);
   p = mmap(NULL, hdr_len, PROT_READ, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
     rc = fail(CHIME_ESYS, "mmap ring header: %s", strerror(errno));
     goto out;
   }
-  memcpy(hdr, p, sizeof(*hdr));
+  memcpy(hdr, p, hdr_len);
   munmap(p, hdr_len);
-  rc = header_check(hdr, (uint64_t)st.st_size, nonce, spec, layout, &regions);
+  rc = header_version_check(hdr);
+  if (rc != 0)
+    goto out;
+  if (hdr_len < sizeof(*hdr)) {
+    rc = fail(CHIME_ECORRUPT, "ring segment of %lld bytes has no header",
+              (long long)st.st_size);
+    goto out;
+  }
+  rc = header_check(hdr, want, (uint64_t)st.st_size, nonce, spec, layout,
+                    &regions);
   if (rc != 0)
     goto out;
 
@@ -301,6 +399,7 @@ int chime__segment_attach(chime__segment_t *seg, int fd,
   segment_point(seg, &regions);
 out:
   free(hdr);
+  free(want);
   if (rc != 0)
     chime__segment_close(seg);
   return rc;

@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "chime/ring.h"
+#include "chime/spec.h"
 #include "replay/config.h"
 
 #define CHIME__MAX_TABLES 64

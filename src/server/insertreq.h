@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "chime.pb-c.h"
-#include "chime/ring.h"
+#include "chime/spec.h"
 #include "wire/pbread.h"
 
 /* Longest table name kept; a longer one matches no table. */

@@ -311,7 +311,7 @@ void chime_server_stop(chime_server_t *srv) {
   for (chime__stream_t *s = chime__registry_first(&srv->streams, &it);
        s != NULL; s = chime__registry_next(&it)) {
     atomic_store(&s->stop, 1);
-    chime_ring_shutdown(s->ring);
+    chime__ring_shutdown(s->ring);
   }
   chime__registry_unlock(&srv->streams);
   /* With every sampler stopped, an insert waiting for room in a full fifo

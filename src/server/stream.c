@@ -155,7 +155,7 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
   uint64_t ring_bytes = 0;
   rc = chime_ring_layout(&lay, chime__table_item_spec(t), open->batch_size,
                          open->slots, lerr, sizeof(lerr));
-  if (rc == 0 && chime_ring_bytes(&lay, &ring_bytes) != 0)
+  if (rc == 0 && chime__ring_bytes(&lay, &ring_bytes) != 0)
     rc = chime__fail(lerr, sizeof(lerr), CHIME_EOVERFLOW, "ring too large");
   if (rc != 0)
     return chime__fail(err, errlen, rc, "ring for table '%s': %s", tc->name,
@@ -191,8 +191,8 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
     goto out;
   }
 
-  rc = chime_ring_create(&s->ring, chime__table_item_spec(t), open->batch_size,
-                         open->slots);
+  rc = chime__ring_create(&s->ring, chime__table_item_spec(t), open->batch_size,
+                          open->slots);
   if (rc != 0) {
     rc = chime__fail(err, errlen, rc,
                      "cannot create a ring for table '%s': %s: %s", tc->name,
@@ -265,7 +265,7 @@ static void give_back(chime__stream_t *s) {
             (unsigned long long)s->id);
     return;
   }
-  uint32_t n = chime_ring_unreleased(s->ring, slots, s->lay.slots);
+  uint32_t n = chime__ring_unreleased(s->ring, slots, s->lay.slots);
   for (uint32_t i = n; i-- > 0;) {
     uint8_t *base = chime_ring_slot_base(s->ring, slots[i]);
     s->ops->give_back(s, slots[i], base);
@@ -293,7 +293,7 @@ static chime__fill_t stream_fill(chime__fill_job_t *j, chime__fill_wait_t *w) {
     return retire(s);
   if (g != CHIME__FILL_AGAIN)
     return g;
-  chime_ring_wslot_t ws;
+  chime__ring_wslot_t ws;
   uint64_t seq;
   int rc = s->ops->acquire(s, &ws, w);
   if (rc == CHIME_EBUSY)
@@ -305,7 +305,7 @@ static chime__fill_t stream_fill(chime__fill_job_t *j, chime__fill_wait_t *w) {
     s->ops->abandon(s, ws.slot);
     return rc == CHIME_EBUSY ? CHIME__FILL_WAIT_ITEMS : retire(s);
   }
-  rc = chime_ring_publish(s->ring, ws.slot, &seq); /* cannot fail: acquired */
+  rc = chime__ring_publish(s->ring, ws.slot, &seq); /* cannot fail: acquired */
   (void)rc;
   s->ops->published(s);
   return CHIME__FILL_AGAIN;
@@ -349,7 +349,7 @@ void chime__stream_close(chime__stream_t *s) {
   if (atomic_exchange(&s->closed, 1))
     return;
   atomic_store(&s->stop, 1);
-  chime_ring_shutdown(s->ring);
+  chime__ring_shutdown(s->ring);
   /* Once started, its next fill step retires it. */
   chime__pool_kick(srv->sampler, &s->job);
   chime__registry_remove(&srv->streams, &s->node);

@@ -98,16 +98,16 @@ static chime__fill_t send_gate(chime__stream_t *s, chime__fill_wait_t *w) {
 
 /* No release needs to ring the ring's bell: the sender kicks the job when
  * slots come back (slot_freed). */
-static int send_acquire(chime__stream_t *s, chime_ring_wslot_t *ws,
+static int send_acquire(chime__stream_t *s, chime__ring_wslot_t *ws,
                         chime__fill_wait_t *w) {
   (void)w;
-  int rc = chime_ring_try_acquire(s->ring, ws, NULL, NULL);
+  int rc = chime__ring_try_acquire(s->ring, ws, NULL, NULL);
   if (rc == 0)
     atomic_fetch_sub(&s->free_slots, 1);
   return rc;
 }
 
-static int send_sample(chime__stream_t *s, chime_ring_wslot_t *ws) {
+static int send_sample(chime__stream_t *s, chime__ring_wslot_t *ws) {
   /* The slot came back: its last batch is sent and released. */
   chime__table_unpin(s->table, &s->pins[ws->slot]);
   return chime__table_try_sample_pinned(
@@ -115,7 +115,7 @@ static int send_sample(chime__stream_t *s, chime_ring_wslot_t *ws) {
 }
 
 static void send_abandon(chime__stream_t *s, uint32_t slot) {
-  chime_ring_abandon(s->ring, slot);
+  chime__ring_abandon(s->ring, slot);
   atomic_fetch_add(&s->free_slots, 1);
 }
 

@@ -106,17 +106,17 @@ static chime__fill_t shm_gate(chime__stream_t *s, chime__fill_wait_t *w) {
   return CHIME__FILL_WAIT_UNTIL;
 }
 
-static int shm_acquire(chime__stream_t *s, chime_ring_wslot_t *ws,
+static int shm_acquire(chime__stream_t *s, chime__ring_wslot_t *ws,
                        chime__fill_wait_t *w) {
-  return chime_ring_try_acquire(s->ring, ws, &w->bell, &w->bell_val);
+  return chime__ring_try_acquire(s->ring, ws, &w->bell, &w->bell_val);
 }
 
-static int shm_sample(chime__stream_t *s, chime_ring_wslot_t *ws) {
+static int shm_sample(chime__stream_t *s, chime__ring_wslot_t *ws) {
   return chime__table_try_sample(s->table, &s->lay, ws, &s->twait);
 }
 
 static void shm_abandon(chime__stream_t *s, uint32_t slot) {
-  chime_ring_abandon(s->ring, slot);
+  chime__ring_abandon(s->ring, slot);
 }
 
 static void shm_published(chime__stream_t *s) {

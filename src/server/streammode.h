@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #include "chime.pb-c.h"
-#include "chime/ring.h"
+#include "ring/producer.h"
 #include "server/call.h"
 #include "server/sampler.h"
 #include "wire/handoff.h"
@@ -48,13 +48,13 @@ typedef struct {
    * on; else what the step returns (w set), CHIME__FILL_DONE to end the
    * stream. shm: nothing is sampled before the learner holds the ring. */
   chime__fill_t (*gate)(chime__stream_t *s, chime__fill_wait_t *w);
-  /* Takes a free slot (chime_ring_try_acquire's codes); shm arms w's bell
+  /* Takes a free slot (chime__ring_try_acquire's codes); shm arms w's bell
    * when there is none, stream mode is kicked by its sender instead. */
-  int (*acquire)(chime__stream_t *s, chime_ring_wslot_t *ws,
+  int (*acquire)(chime__stream_t *s, chime__ring_wslot_t *ws,
                  chime__fill_wait_t *w);
   /* Samples a batch into the acquired slot (chime__table_try_sample's
    * codes: CHIME_EBUSY waits on s->twait). */
-  int (*sample)(chime__stream_t *s, chime_ring_wslot_t *ws);
+  int (*sample)(chime__stream_t *s, chime__ring_wslot_t *ws);
   /* The slot acquired goes back unfilled. */
   void (*abandon)(chime__stream_t *s, uint32_t slot);
   /* The slot was published (the sender may send it). */

@@ -50,6 +50,7 @@ static void send_opened(chime__call_t *c, chime__stream_t *s) {
   lay.n_spec = spec->nleaves;
   lay.spec = lp;
   lay.send_bytes = s->send_bytes;
+  lay.info_record_bytes = (uint32_t)sizeof(chime_sample_info_t);
 
   Chime__V1__Handoff ho = CHIME__V1__HANDOFF__INIT;
   uint8_t nonce[CHIME__HANDOFF_NONCE_BYTES];

@@ -7,7 +7,7 @@
 #include <stddef.h>
 
 #include "chime.pb-c.h"
-#include "chime/ring.h"
+#include "chime/spec.h"
 
 /* Leaf messages pointing into spec (no copy; valid while spec is):
  * leaves[i] and ptrs[i] = &leaves[i] for each of spec->nleaves. */

@@ -164,6 +164,13 @@ static void raw_open_shm(chime__raw_t *r, grpc_channel *ch, uint8_t token[16],
   assert_non_null(m);
   Chime__V1__SubscribeResponse *resp = (Chime__V1__SubscribeResponse *)m;
   assert_int_equal(resp->kind_case, CHIME__V1__SUBSCRIBE_RESPONSE__KIND_OPENED);
+  /* The Layout states the sample info record's size, which a reader in
+   * any language uses to find sample j's record (docs/protocol.md). */
+  const Chime__V1__Layout *l = resp->opened->layout;
+  assert_non_null(l);
+  assert_int_equal(l->info_record_bytes, sizeof(chime_sample_info_t));
+  assert_int_equal(l->send_bytes,
+                   l->info_offset + (uint64_t)BATCH * l->info_record_bytes);
   Chime__V1__Handoff *h = resp->opened->handoff;
   assert_non_null(h);
   assert_int_equal(h->token.len, 16);

@@ -25,6 +25,7 @@
 
 #include "chime.pb-c.h"
 #include "chime/chime.h"
+#include "chime/ring.h"
 #include "harness.h"
 #include "rawcall.h"
 

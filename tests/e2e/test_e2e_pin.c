@@ -29,6 +29,7 @@
 #include <jansson.h>
 
 #include "chime/chime.h"
+#include "chime/ring.h"
 #include "harness.h"
 
 extern char **environ;

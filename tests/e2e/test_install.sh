@@ -3,7 +3,8 @@
 # (cmake --install build --prefix P) and checks what a C user gets there:
 #   - the layout: bin/ tools, include/chime/, libchime.so + .a, chime.pc,
 #     chime-static.pc, lib/cmake/chime/;
-#   - public headers that include nothing but the C library and each other;
+#   - public headers that include nothing but the C library and each other,
+#     a chime.h without the ring's calls, and no ring producer call public;
 #   - a libchime.so that exports exactly the CHIME_EXTERN functions;
 #   - README.md's quickstart (its C block, taken from the README so the two
 #     cannot drift) built with pkg-config (chime, chime-static, and
@@ -58,8 +59,9 @@ run_logged "$tmp/install.log" "$cmake" --install "$build" --prefix "$prefix"
 
 echo "== layout"
 for f in bin/chimed bin/chimectl bin/chime-actor bin/chime-learner \
-  include/chime/chime.h include/chime/ring.h include/chime/errors.h \
-  include/chime/version.h "$libdir/libchime.a" "$libdir/libchime.so" \
+  include/chime/chime.h include/chime/ring.h include/chime/spec.h \
+  include/chime/errors.h include/chime/version.h \
+  "$libdir/libchime.a" "$libdir/libchime.so" \
   "$libdir/pkgconfig/chime.pc" "$libdir/pkgconfig/chime-static.pc" \
   "$libdir/cmake/chime/chimeConfig.cmake" \
   "$libdir/cmake/chime/chimeConfigVersion.cmake"; do
@@ -85,6 +87,26 @@ for h in "$prefix"/include/chime/*.h; do
   run_logged "$tmp/hdr.log" "$cc" -std=c11 -Wall -Wextra -Wpedantic -Werror \
     -fsyntax-only -I"$prefix/include" "$tmp/hdr.c"
 done
+# What each header declares (comments dropped by the preprocessor): the
+# client API has the spec and no ring calls (those are ring.h's, for
+# programs that use rings directly), and no public header has a producer
+# call (only chime produces into a ring).
+declares() { # header -> its preprocessed text in $tmp/decl.i
+  printf '#include <chime/%s>\n' "$1" >"$tmp/decl.c"
+  run_logged "$tmp/decl.log" "$cc" -std=c11 -E -I"$prefix/include" \
+    "$tmp/decl.c" -o "$tmp/decl.i"
+}
+declares chime.h
+grep -qw chime_spec_parse "$tmp/decl.i" || fail "chime/chime.h lacks the spec"
+if grep -qw chime_ring_attach "$tmp/decl.i"; then
+  fail "chime/chime.h declares the ring's calls (chime_ring_attach)"
+fi
+declares ring.h
+grep -qw chime_ring_attach "$tmp/decl.i" || fail "chime/ring.h lacks attach"
+producer='chime_ring_(create|acquire|try_acquire|publish|abandon|shutdown|reclaim|unreleased|bytes)'
+if grep -qwE "$producer" "$tmp/decl.i"; then
+  fail "chime/ring.h declares a producer call: $(grep -owE "$producer" "$tmp/decl.i" | head -n1)"
+fi
 
 echo "== exported symbols"
 nm -D --defined-only "$so" | awk '{print $3}' | sort >"$tmp/exported"

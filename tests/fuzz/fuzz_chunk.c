@@ -113,8 +113,8 @@ static int notice_code(grpc_byte_buffer *bb) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   chime_ring_t *ring;
-  FUZZ_CHECK(
-      chime_ring_create(&ring, &spec, FUZZ_CHUNK_BATCH, FUZZ_CHUNK_SLOTS) == 0);
+  FUZZ_CHECK(chime__ring_create(&ring, &spec, FUZZ_CHUNK_BATCH,
+                                FUZZ_CHUNK_SLOTS) == 0);
   const chime_ring_layout_t *l = chime_ring_get_layout(ring);
   chime__remote_t r;
   uint64_t slot_seq[FUZZ_CHUNK_SLOTS];
@@ -165,7 +165,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         (rc == CHIME_ENOTFOUND && notice < 0))
       break;
     if (notice == GRPC_STATUS_UNAVAILABLE)
-      chime_ring_shutdown(ring); /* as on_message() in stream.c */
+      chime__ring_shutdown(ring); /* as on_message() in stream.c */
     if (rc == 0) {
       memcpy(image + c.offset, msg + c.header_len, c.data_len);
       if (r.batches != batches) {

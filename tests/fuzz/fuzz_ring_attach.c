@@ -8,11 +8,17 @@
  * FUZZ_RING_MAX (the rest reads as zeros, so seeds stay small), else as long
  * as the input.
  *
- * Attach must fail with an error or succeed; after a success every slot,
+ * The header is the ring format's own (src/ring/format.h, docs/ring.md):
+ * magic and version first, in every version. Attach must fail with an error
+ * or succeed; a header of another format version must fail as such, naming
+ * both versions, whatever follows it; after a success the header holds this
+ * version and this library's sample info record size, and every slot,
  * every leaf array and the sample records of every batch next() hands out
  * must lie inside the mapping (touching them would fault otherwise). */
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -83,14 +89,37 @@ static void use(chime_ring_t *ring) {
   chime_ring_get_stats(ring, &st);
 }
 
+/* 1 when the input starts with the magic and another version: attach
+ * must then refuse it by the version, naming both. */
+static int other_version(const uint8_t *data, size_t size, uint32_t *version) {
+  uint64_t magic;
+  if (size < offsetof(chime__ring_header_t, header_bytes))
+    return 0;
+  memcpy(&magic, data + offsetof(chime__ring_header_t, magic), 8);
+  memcpy(version, data + offsetof(chime__ring_header_t, version), 4);
+  return magic == CHIME_RING_MAGIC && *version != CHIME_RING_VERSION;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int fd = segment(data, size);
   chime_ring_t *ring = NULL;
+  uint32_t version;
   int rc = chime_ring_attach(&ring, fd, NULL);
   FUZZ_CHECK(rc == 0 || rc == CHIME_ECORRUPT || rc == CHIME_ERESOURCE);
   FUZZ_CHECK((rc == 0) == (ring != NULL));
+  if (other_version(data, size, &version)) {
+    char want[96];
+    snprintf(want, sizeof(want),
+             "format version %u, this library reads version %u", version,
+             CHIME_RING_VERSION);
+    FUZZ_CHECK(rc == CHIME_ECORRUPT);
+    FUZZ_CHECK(strstr(chime_ring_last_error(), want) != NULL);
+  }
   if (rc == 0) {
+    const chime__ring_header_t *h = chime_ring_map_base(ring, NULL);
     uint8_t nonce[16];
+    FUZZ_CHECK(h->version == CHIME_RING_VERSION);
+    FUZZ_CHECK(h->info_record_bytes == sizeof(chime_sample_info_t));
     use(ring);
     /* The nonce check: the segment's own passes, another does not. */
     chime_ring_nonce(ring, nonce);

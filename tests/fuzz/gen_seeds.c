@@ -7,6 +7,7 @@
  *                              DIR/ring_attach, DIR/config, DIR/handoff,
  *                              DIR/requests; the folders must exist) */
 #include <errno.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,8 @@
 
 #include "chime.pb-c.h"
 #include "chime/ring.h"
+#include "ring/producer.h"
+#include "ring/ring_internal.h"
 #include "wire/chunk.h"
 #include "wire/handoff.h"
 #include "fuzz_common.h"
@@ -241,24 +244,35 @@ static void ring_seeds(void) {
   char err[128];
   FUZZ_CHECK(chime_spec_parse(&spec, "obs:f32[3],action:i32[]", err,
                               sizeof(err)) == 0);
-  FUZZ_CHECK(chime_ring_create(&ring, &spec, 2, 3) == 0);
+  FUZZ_CHECK(chime__ring_create(&ring, &spec, 2, 3) == 0);
   put_ring("fresh", ring);
+
+  /* The same ring claiming another format version: refused by it. */
+  {
+    size_t len;
+    const uint8_t *base = chime_ring_map_base(ring, &len);
+    uint8_t head[sizeof(chime__ring_header_t)];
+    const uint32_t v3 = 3;
+    memcpy(head, base, sizeof(head));
+    memcpy(head + offsetof(chime__ring_header_t, version), &v3, sizeof(v3));
+    put("ring_attach", "other_version", head, sizeof(head));
+  }
 
   /* Two batches published, not yet taken. (Slot bytes and the consumer's
    * words stay zero so the seed ends with the publish queue.) */
   for (int i = 0; i < 2; i++) {
-    chime_ring_wslot_t w;
+    chime__ring_wslot_t w;
     uint64_t seq;
-    FUZZ_CHECK(chime_ring_acquire(ring, &w, 0) == 0);
-    FUZZ_CHECK(chime_ring_publish(ring, w.slot, &seq) == 0);
+    FUZZ_CHECK(chime__ring_acquire(ring, &w, 0) == 0);
+    FUZZ_CHECK(chime__ring_publish(ring, w.slot, &seq) == 0);
   }
   put_ring("published", ring);
-  chime_ring_shutdown(ring);
+  chime__ring_shutdown(ring);
   put_ring("shut_down", ring);
   chime_ring_destroy(ring);
 
   FUZZ_CHECK(chime_spec_parse(&spec, "x:u8", err, sizeof(err)) == 0);
-  FUZZ_CHECK(chime_ring_create(&ring, &spec, 1, 2) == 0);
+  FUZZ_CHECK(chime__ring_create(&ring, &spec, 1, 2) == 0);
   put_ring("smallest", ring);
   chime_ring_destroy(ring);
 

@@ -25,6 +25,7 @@
 #include "chime/ring.h"
 #include "ring/cudart.h"
 #include "ring/pin.h"
+#include "ring/producer.h"
 
 #define CUDA_MEMCPY_HOST_TO_DEVICE 1
 #define CUDA_MEMCPY_DEVICE_TO_HOST 2
@@ -230,8 +231,8 @@ static void run_size(size_t bytes, cuda_stream_t stream) {
 
   snprintf(spec_text, sizeof spec_text, "x:u8[%zu]", bytes);
   if (chime_spec_parse(&spec, spec_text, NULL, 0) != 0 ||
-      chime_ring_create(&prod, &spec, 1, 4) != 0 ||
-      chime_ring_create(&other, &spec, 1, 4) != 0) {
+      chime__ring_create(&prod, &spec, 1, 4) != 0 ||
+      chime__ring_create(&other, &spec, 1, 4) != 0) {
     printf("{\"check\":\"ring\",\"ok\":false}\n");
     g_failed = 1;
     goto cleanup;

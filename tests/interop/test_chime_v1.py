@@ -13,9 +13,11 @@ SPEC = [("obs", "u16", [300, 300]), ("action", "i32", []), ("mask", "u8", [3])]
 DTYPE_SIZE = {"u8": 1, "i8": 1, "bool": 1, "u16": 2, "i16": 2, "f16": 2,
               "bf16": 2, "u32": 4, "i32": 4, "f32": 4, "u64": 8, "i64": 8,
               "f64": 8}
-# chime_sample_info_t (include/chime/ring.h): key, probability,
-# times_sampled, reserved, insert_time_ns, priority, table_size, episode_id,
-# first_step, length.
+# The fields of a sample info record this client knows (chime_sample_info_t,
+# include/chime/spec.h): key, probability, times_sampled, reserved,
+# insert_time_ns, priority, table_size, episode_id, first_step, length. The
+# records' size comes from the Layout (info_record_bytes); a larger record
+# keeps these fields first.
 SAMPLE_INFO = struct.Struct("<QdIIQdQQII")
 # chimed's config (conftest.py, chimed). "interop" has a leaf big enough that
 # a batch of 8 goes out in several chunks (each message under 1 MiB) and a
@@ -97,6 +99,10 @@ def test_insert_then_subscribe_stream(pb, stub):
         assert (layout.slots, layout.batch_size) == (4, BATCH)
         assert spec_tuples(layout.spec) == SPEC
         assert len(layout.leaf_offset) == len(SPEC)
+        # The Layout states the record size: no guessing from send_bytes.
+        assert layout.info_record_bytes >= SAMPLE_INFO.size
+        assert layout.send_bytes == (layout.info_offset +
+                                     BATCH * layout.info_record_bytes)
 
         got_keys, seqs, released = [], [], []
         batch, chunks = bytearray(), 0
@@ -147,7 +153,7 @@ def check_batch(layout, batch, by_key):
         key, probability, times_sampled, _, insert_time_ns, priority, \
             table_size, episode_id, first_step, length = \
             SAMPLE_INFO.unpack_from(
-                batch, layout.info_offset + j * SAMPLE_INFO.size)
+                batch, layout.info_offset + j * layout.info_record_bytes)
         assert key in by_key
         assert (probability, times_sampled, priority) == (1.0, 1, 1.0)
         assert table_size >= 1

@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "chime/ring.h"
+#include "ring/producer.h"
 
 static inline uint8_t ring_pattern_byte(uint64_t seq, uint32_t leaf,
                                         uint64_t i) {
@@ -18,7 +18,7 @@ static inline uint8_t ring_pattern_byte(uint64_t seq, uint32_t leaf,
 }
 
 static inline void ring_pattern_fill(const chime_ring_layout_t *l,
-                                     uint32_t nleaves, chime_ring_wslot_t *w,
+                                     uint32_t nleaves, chime__ring_wslot_t *w,
                                      uint64_t seq) {
   for (uint32_t k = 0; k < nleaves; k++) {
     uint8_t *p = w->leaf[k];

@@ -7,13 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chime/ring.h"
+#include "ring/producer.h"
 #include "replay/table.h"
 
 typedef struct {
   chime_ring_layout_t lay;
   uint8_t *mem;
-  chime_ring_wslot_t ws;
+  chime__ring_wslot_t ws;
 } slot_t;
 
 /* A slot for `batch` items of t's item spec, filled with 0xee so bytes a

@@ -78,7 +78,7 @@ static void insert_n(chime__table_t *t, uint64_t first, uint32_t n,
 typedef struct {
   chime_ring_layout_t lay;
   uint8_t *mem;
-  chime_ring_wslot_t ws;
+  chime__ring_wslot_t ws;
 } slot_t;
 
 static void slot_init(slot_t *s, const chime__table_t *t, uint32_t batch) {

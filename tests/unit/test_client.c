@@ -267,7 +267,7 @@ static void remote_setup(remote_fx_t *fx, uint64_t credits) {
                                     "reward:f32[]",
                                     err, sizeof(err)),
                    0);
-  assert_int_equal(chime_ring_create(&fx->ring, &fx->spec, 4, 4), 0);
+  assert_int_equal(chime__ring_create(&fx->ring, &fx->spec, 4, 4), 0);
   const chime_ring_layout_t *l = chime_ring_get_layout(fx->ring);
   fx->send_bytes = l->info_offset + 4 * sizeof(chime_sample_info_t);
   fx->r.ring = fx->ring;

@@ -44,6 +44,8 @@ typedef enum {
   FAKE_ACK_ID,      /* Insert: the second ack repeats the first one's id */
   FAKE_ERROR,       /* GetInfo fails with fake.error (chime-error if with_md) */
   FAKE_OPEN_END,    /* Opened, then at once the status (fake.error, md) */
+  FAKE_RECORD_32,   /* Opened for 32-byte sample info records */
+  FAKE_RECORD_UNSTATED, /* Opened without info_record_bytes (before 0.2) */
 } fake_script_t;
 
 static struct {
@@ -231,7 +233,15 @@ static void serve_subscribe(grpc_call *call, grpc_byte_buffer *first) {
   assert_int_equal(chime_spec_parse(&spec, SPEC, err, sizeof(err)), 0);
   assert_int_equal(
       chime_ring_layout(&lay, &spec, BATCH, SLOTS, err, sizeof(err)), 0);
-  uint64_t send_bytes = lay.info_offset + BATCH * sizeof(chime_sample_info_t);
+  /* A server whose records were 32 bytes, consistent in itself: only the
+   * record size it states tells the client it cannot read them. */
+  uint32_t record = fake.script == FAKE_RECORD_32 ? 32
+                    : fake.script == FAKE_RECORD_UNSTATED
+                        ? 0
+                        : (uint32_t)sizeof(chime_sample_info_t);
+  uint64_t send_bytes =
+      lay.info_offset +
+      BATCH * (record ? record : (uint32_t)sizeof(chime_sample_info_t));
   Chime__V1__Leaf leaves[3], *ptrs[3];
   leaf_msgs(&spec, leaves, ptrs);
   Chime__V1__Layout l = CHIME__V1__LAYOUT__INIT;
@@ -244,6 +254,7 @@ static void serve_subscribe(grpc_call *call, grpc_byte_buffer *first) {
   l.n_spec = 3;
   l.spec = ptrs;
   l.send_bytes = send_bytes;
+  l.info_record_bytes = record;
   uint8_t token[16] = {0}, nonce[16] = {0};
   Chime__V1__Handoff h = CHIME__V1__HANDOFF__INIT;
   h.socket_path = fake.script == FAKE_BAD_RING ? fake.ring_sock
@@ -505,6 +516,36 @@ static void test_bad_layout(void **state) {
   chime_client_destroy(c);
 }
 
+/* The Layout states 32-byte sample info records: the client cannot read
+ * them as its own 64-byte ones and says so, naming both sizes. */
+static void test_info_record_size_differs(void **state) {
+  (void)state;
+  chime_client_t *c;
+  chime_stream_t *s;
+  assert_int_equal(open_as(FAKE_RECORD_32, CHIME_MODE_STREAM, &c, &s),
+                   CHIME_EPROTO);
+  assert_null(s);
+  const char *e = chime_client_last_error(c);
+  if (!strstr(e, "sample info records are 32 bytes, this library's are 64"))
+    fail_msg("last error: '%s'", e);
+  chime_client_destroy(c);
+}
+
+/* A server before 0.2 does not state the size (0): its records are the
+ * 64-byte ones (send_bytes agrees), and its batches are read. */
+static void test_info_record_size_unstated(void **state) {
+  (void)state;
+  chime_client_t *c;
+  chime_stream_t *s;
+  assert_int_equal(open_as(FAKE_RECORD_UNSTATED, CHIME_MODE_STREAM, &c, &s), 0);
+  chime_batch_t b;
+  assert_int_equal(chime_stream_next(s, &b, 10000), 0);
+  assert_int_equal(b.count, BATCH);
+  assert_int_equal(chime_batch_release(s, &b), 0);
+  chime_stream_close(s);
+  chime_client_destroy(c);
+}
+
 static void test_not_opened(void **state) {
   (void)state;
   chime_client_t *c;
@@ -758,6 +799,8 @@ static void test_ack_repeated_id(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bad_layout),
+      cmocka_unit_test(test_info_record_size_differs),
+      cmocka_unit_test(test_info_record_size_unstated),
       cmocka_unit_test(test_not_opened),
       cmocka_unit_test(test_refused),
       cmocka_unit_test(test_over_credit),

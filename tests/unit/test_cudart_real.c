@@ -17,6 +17,7 @@
 #include "chime/ring.h"
 #include "ring/cudart.h"
 #include "ring/pin.h"
+#include "ring/producer.h"
 
 static int g_rc;
 static char g_err[CHIME__CUDA_MSG_MAX * 2];
@@ -49,7 +50,7 @@ static void test_ring_pin_fails_whole(void **state) {
 
   (void)state;
   assert_int_equal(chime_spec_parse(&spec, "x:u8[4096]", NULL, 0), 0);
-  assert_int_equal(chime_ring_create(&ring, &spec, 2, 4), 0);
+  assert_int_equal(chime__ring_create(&ring, &spec, 2, 4), 0);
   assert_int_equal(chime_ring_pin(ring, err, sizeof err), CHIME_ECUDA);
   assert_non_null(strstr(err, "cudaErrorInsufficientDriver (35)"));
   assert_int_equal(chime_ring_pinned_bytes(ring), 0);

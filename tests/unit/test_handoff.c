@@ -21,6 +21,7 @@
 
 #include "chime.pb-c.h"
 #include "chime/chime.h"
+#include "chime/ring.h"
 #include "rawcall.h"
 
 static chime_server_t *srv;

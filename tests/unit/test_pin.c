@@ -32,6 +32,7 @@
 #include "chime/ring.h"
 #include "ring/cudart.h"
 #include "ring/pin.h"
+#include "ring/producer.h"
 
 extern char **environ;
 
@@ -370,7 +371,7 @@ static chime_ring_t *make_ring(uint32_t slots) {
 
   rc = chime_spec_parse(&spec, "obs:f32[16], act:i32", NULL, 0);
   CHECK(rc == 0, "spec %d", rc);
-  rc = chime_ring_create(&ring, &spec, 4, slots);
+  rc = chime__ring_create(&ring, &spec, 4, slots);
   CHECK(rc == 0, "create %d", rc);
   return ring;
 }
@@ -390,15 +391,15 @@ static chime_ring_t *attach_ring(chime_ring_t *prod) {
  * first check can fail). */
 static int child_off_then_on(void) {
   chime_ring_t *prod = make_ring(4), *cons = attach_ring(prod);
-  chime_ring_wslot_t w;
+  chime__ring_wslot_t w;
   chime_ring_view_t v;
   char err[CHIME__CUDA_MSG_MAX * 2];
   uint64_t seq;
   int rc;
 
-  CHECK(chime_ring_acquire(prod, &w, 1000) == 0, "acquire");
+  CHECK(chime__ring_acquire(prod, &w, 1000) == 0, "acquire");
   memset(w.base, 7, chime_ring_get_layout(prod)->slot_bytes);
-  CHECK(chime_ring_publish(prod, w.slot, &seq) == 0, "publish");
+  CHECK(chime__ring_publish(prod, w.slot, &seq) == 0, "publish");
   CHECK(chime_ring_next(cons, &v, 1000) == 0, "next");
   CHECK(((const uint8_t *)v.leaf[0])[0] == 7, "data");
   CHECK(chime_ring_release(cons, v.slot) == 0, "release");

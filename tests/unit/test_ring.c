@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "chime/ring.h"
+#include "ring/producer.h"
 #include "ring_pattern.h"
 
 #define SPEC "a:u8[37], b:f32[5], c:u64"
@@ -24,7 +25,7 @@ static chime_ring_t *make_ring(uint32_t batch, uint32_t slots) {
   chime_spec_t spec;
   chime_ring_t *ring = NULL;
   assert_int_equal(chime_spec_parse(&spec, SPEC, NULL, 0), 0);
-  assert_int_equal(chime_ring_create(&ring, &spec, batch, slots), 0);
+  assert_int_equal(chime__ring_create(&ring, &spec, batch, slots), 0);
   assert_non_null(ring);
   return ring;
 }
@@ -57,10 +58,10 @@ typedef struct {
 
 /* acquire() the way chimed's sampler pool does it: try, and on EBUSY sleep
  * on the bell it armed (a wake-up lost between the two would sleep 5 s). */
-static int acquire_by_bell(producer_arg_t *a, chime_ring_wslot_t *w) {
+static int acquire_by_bell(producer_arg_t *a, chime__ring_wslot_t *w) {
   for (;;) {
     uint32_t *bell, val;
-    int rc = chime_ring_try_acquire(a->ring, w, &bell, &val);
+    int rc = chime__ring_try_acquire(a->ring, w, &bell, &val);
     if (rc != CHIME_EBUSY)
       return rc;
     a->waits++;
@@ -77,14 +78,14 @@ static void *producer_main(void *p) {
   uint32_t nleaves = chime_ring_spec(a->ring)->nleaves;
   a->bad_seq = UINT64_MAX;
   for (uint64_t i = 0; i < a->n; i++) {
-    chime_ring_wslot_t w;
+    chime__ring_wslot_t w;
     uint64_t seq;
     a->rc = a->use_try ? acquire_by_bell(a, &w)
-                       : chime_ring_acquire(a->ring, &w, -1);
+                       : chime__ring_acquire(a->ring, &w, -1);
     if (a->rc != 0)
       return NULL;
     ring_pattern_fill(l, nleaves, &w, i);
-    a->rc = chime_ring_publish(a->ring, w.slot, &seq);
+    a->rc = chime__ring_publish(a->ring, w.slot, &seq);
     if (a->rc != 0)
       return NULL;
     if (seq != i && a->bad_seq == UINT64_MAX)
@@ -212,12 +213,12 @@ static void test_threads_attached_consumer(void **state) {
 /* ---- lease rules ---- */
 
 static uint32_t publish_one(chime_ring_t *ring, uint64_t expect_seq) {
-  chime_ring_wslot_t w;
+  chime__ring_wslot_t w;
   uint64_t seq = UINT64_MAX;
-  assert_int_equal(chime_ring_acquire(ring, &w, 0), 0);
+  assert_int_equal(chime__ring_acquire(ring, &w, 0), 0);
   ring_pattern_fill(chime_ring_get_layout(ring), chime_ring_spec(ring)->nleaves,
                     &w, expect_seq);
-  assert_int_equal(chime_ring_publish(ring, w.slot, &seq), 0);
+  assert_int_equal(chime__ring_publish(ring, w.slot, &seq), 0);
   assert_int_equal(seq, expect_seq);
   return w.slot;
 }
@@ -226,26 +227,26 @@ static void test_leased_slot_never_reused(void **state) {
   chime_ring_t *ring = make_ring(4, 4);
   const chime_ring_layout_t *l = chime_ring_get_layout(ring);
   chime_ring_view_t v[3];
-  chime_ring_wslot_t w;
+  chime__ring_wslot_t w;
   (void)state;
   for (uint64_t i = 0; i < 4; i++)
     publish_one(ring, i);
   for (int i = 0; i < 3; i++)
     assert_int_equal(chime_ring_next(ring, &v[i], 0), 0);
   /* Three leased, one published and not taken: nothing is free. */
-  assert_int_equal(chime_ring_acquire(ring, &w, 0), CHIME_ETIMEDOUT);
-  assert_int_equal(chime_ring_acquire(ring, &w, 30), CHIME_ETIMEDOUT);
+  assert_int_equal(chime__ring_acquire(ring, &w, 0), CHIME_ETIMEDOUT);
+  assert_int_equal(chime__ring_acquire(ring, &w, 30), CHIME_ETIMEDOUT);
   assert_int_equal(chime_ring_release(ring, v[1].slot), 0);
-  assert_int_equal(chime_ring_acquire(ring, &w, 0), 0);
+  assert_int_equal(chime__ring_acquire(ring, &w, 0), 0);
   assert_int_equal(w.slot, v[1].slot);
-  assert_int_equal(chime_ring_acquire(ring, &w, 0), CHIME_ETIMEDOUT);
+  assert_int_equal(chime__ring_acquire(ring, &w, 0), CHIME_ETIMEDOUT);
   memset(w.base, 0xEE, l->slot_bytes);
-  chime_ring_abandon(ring, v[1].slot);
+  chime__ring_abandon(ring, v[1].slot);
   /* The other leases are untouched by the write to the freed slot. */
   assert_int_equal(ring_pattern_check(l, 3, &v[0], 0), -1);
   assert_int_equal(ring_pattern_check(l, 3, &v[2], 2), -1);
   /* The abandoned slot is free again. */
-  assert_int_equal(chime_ring_acquire(ring, &w, 0), 0);
+  assert_int_equal(chime__ring_acquire(ring, &w, 0), 0);
   assert_int_equal(w.slot, v[1].slot);
   chime_ring_destroy(ring);
 }
@@ -275,21 +276,22 @@ static void test_busy_after_slots_minus_one(void **state) {
  * one is released; one of bell and bell_val alone is a bad call. */
 static void test_try_acquire_without_bell(void **state) {
   chime_ring_t *ring = make_ring(2, 3);
-  chime_ring_wslot_t w;
+  chime__ring_wslot_t w;
   chime_ring_view_t v;
   uint32_t *bell = NULL, val = 0;
   uint64_t seq;
   (void)state;
   for (uint64_t i = 0; i < 3; i++)
     publish_one(ring, i);
-  assert_int_equal(chime_ring_try_acquire(ring, &w, NULL, NULL), CHIME_EBUSY);
-  assert_int_equal(chime_ring_try_acquire(ring, &w, &bell, NULL), CHIME_EINVAL);
-  assert_int_equal(chime_ring_try_acquire(ring, &w, NULL, &val), CHIME_EINVAL);
+  assert_int_equal(chime__ring_try_acquire(ring, &w, NULL, NULL), CHIME_EBUSY);
+  assert_int_equal(chime__ring_try_acquire(ring, &w, &bell, NULL),
+                   CHIME_EINVAL);
+  assert_int_equal(chime__ring_try_acquire(ring, &w, NULL, &val), CHIME_EINVAL);
   assert_int_equal(chime_ring_next(ring, &v, 0), 0);
   assert_int_equal(chime_ring_release(ring, v.slot), 0);
-  assert_int_equal(chime_ring_try_acquire(ring, &w, NULL, NULL), 0);
+  assert_int_equal(chime__ring_try_acquire(ring, &w, NULL, NULL), 0);
   assert_int_equal(w.slot, v.slot);
-  assert_int_equal(chime_ring_publish(ring, w.slot, &seq), 0);
+  assert_int_equal(chime__ring_publish(ring, w.slot, &seq), 0);
   assert_int_equal(seq, 3);
   chime_ring_destroy(ring);
 }
@@ -297,26 +299,26 @@ static void test_try_acquire_without_bell(void **state) {
 static void test_bad_calls(void **state) {
   chime_ring_t *ring = make_ring(2, 3);
   chime_ring_view_t v;
-  chime_ring_wslot_t w;
+  chime__ring_wslot_t w;
   uint32_t slot;
   (void)state;
   assert_int_equal(chime_ring_release(ring, 0), CHIME_EINVAL);
   assert_int_equal(chime_ring_release(ring, 3), CHIME_EINVAL);
   assert_int_equal(chime_ring_release(ring, UINT32_MAX), CHIME_EINVAL);
-  assert_int_equal(chime_ring_publish(ring, 0, NULL), CHIME_EINVAL);
-  assert_int_equal(chime_ring_publish(ring, 7, NULL), CHIME_EINVAL);
+  assert_int_equal(chime__ring_publish(ring, 0, NULL), CHIME_EINVAL);
+  assert_int_equal(chime__ring_publish(ring, 7, NULL), CHIME_EINVAL);
   slot = publish_one(ring, 0);
-  assert_int_equal(chime_ring_publish(ring, slot, NULL), CHIME_EINVAL);
+  assert_int_equal(chime__ring_publish(ring, slot, NULL), CHIME_EINVAL);
   assert_int_equal(chime_ring_next(ring, &v, 0), 0);
   assert_int_equal(chime_ring_release(ring, v.slot), 0);
   assert_int_equal(chime_ring_release(ring, v.slot), CHIME_EINVAL);
   assert_int_equal(chime_ring_next(ring, NULL, 0), CHIME_EINVAL);
-  assert_int_equal(chime_ring_acquire(ring, NULL, 0), CHIME_EINVAL);
-  assert_int_equal(chime_ring_acquire(NULL, &w, 0), CHIME_EINVAL);
+  assert_int_equal(chime__ring_acquire(ring, NULL, 0), CHIME_EINVAL);
+  assert_int_equal(chime__ring_acquire(NULL, &w, 0), CHIME_EINVAL);
   assert_int_equal(chime_ring_next(NULL, &v, 0), CHIME_EINVAL);
   assert_null(chime_ring_slot_base(ring, 3));
   assert_non_null(chime_ring_slot_base(ring, 2));
-  chime_ring_abandon(ring, 99);
+  chime__ring_abandon(ring, 99);
   chime_ring_destroy(NULL);
   chime_ring_destroy(ring);
 }
@@ -327,16 +329,16 @@ static void test_create_rejects(void **state) {
   (void)state;
   memset(&empty, 0, sizeof(empty));
   assert_int_equal(chime_spec_parse(&spec, SPEC, NULL, 0), 0);
-  assert_int_equal(chime_ring_create(&ring, &spec, 0, 4), CHIME_EINVAL);
+  assert_int_equal(chime__ring_create(&ring, &spec, 0, 4), CHIME_EINVAL);
   assert_null(ring);
   /* The reason stays with the calling thread until its next create. */
   assert_non_null(strstr(chime_ring_last_error(), "batch"));
-  assert_int_equal(chime_ring_create(&ring, &spec, 4, 1), CHIME_EINVAL);
+  assert_int_equal(chime__ring_create(&ring, &spec, 4, 1), CHIME_EINVAL);
   assert_non_null(strstr(chime_ring_last_error(), "slot count 1"));
-  assert_int_equal(chime_ring_create(&ring, &empty, 4, 4), CHIME_EINVAL);
-  assert_int_equal(chime_ring_create(NULL, &spec, 4, 4), CHIME_EINVAL);
-  assert_int_equal(chime_ring_create(&ring, NULL, 4, 4), CHIME_EINVAL);
-  assert_int_equal(chime_ring_create(&ring, &spec, 4, 4), 0);
+  assert_int_equal(chime__ring_create(&ring, &empty, 4, 4), CHIME_EINVAL);
+  assert_int_equal(chime__ring_create(NULL, &spec, 4, 4), CHIME_EINVAL);
+  assert_int_equal(chime__ring_create(&ring, NULL, 4, 4), CHIME_EINVAL);
+  assert_int_equal(chime__ring_create(&ring, &spec, 4, 4), 0);
   assert_string_equal(chime_ring_last_error(), ""); /* cleared by success */
   chime_ring_destroy(ring);
 }
@@ -344,15 +346,15 @@ static void test_create_rejects(void **state) {
 static void test_timeouts(void **state) {
   chime_ring_t *ring = make_ring(2, 3);
   chime_ring_view_t v;
-  chime_ring_wslot_t w[3];
+  chime__ring_wslot_t w[3];
   chime_ring_stats_t st;
   (void)state;
   assert_int_equal(chime_ring_next(ring, &v, 0), CHIME_ETIMEDOUT);
   assert_int_equal(chime_ring_next(ring, &v, 25), CHIME_ETIMEDOUT);
   for (int i = 0; i < 3; i++)
-    assert_int_equal(chime_ring_acquire(ring, &w[i], 0), 0);
-  assert_int_equal(chime_ring_acquire(ring, &w[0], 0), CHIME_ETIMEDOUT);
-  assert_int_equal(chime_ring_acquire(ring, &w[0], 25), CHIME_ETIMEDOUT);
+    assert_int_equal(chime__ring_acquire(ring, &w[i], 0), 0);
+  assert_int_equal(chime__ring_acquire(ring, &w[0], 0), CHIME_ETIMEDOUT);
+  assert_int_equal(chime__ring_acquire(ring, &w[0], 25), CHIME_ETIMEDOUT);
   chime_ring_get_stats(ring, &st);
   assert_true(st.producer_wait_ns > 0);
   assert_true(st.consumer_wait_ns > 0);
@@ -376,8 +378,8 @@ static void *next_forever(void *p) {
 
 static void *acquire_forever(void *p) {
   waiter_arg_t *a = p;
-  chime_ring_wslot_t w;
-  a->rc = chime_ring_acquire(a->ring, &w, -1);
+  chime__ring_wslot_t w;
+  a->rc = chime__ring_acquire(a->ring, &w, -1);
   return NULL;
 }
 
@@ -389,7 +391,7 @@ static void test_shutdown_wakes_consumer(void **state) {
   (void)state;
   assert_int_equal(pthread_create(&t, NULL, next_forever, &a), 0);
   sleep_ms(50); /* usually blocked in the futex by now; either way must work */
-  chime_ring_shutdown(ring);
+  chime__ring_shutdown(ring);
   join_within(t, 10);
   assert_int_equal(a.rc, CHIME_ESHUTDOWN);
   chime_ring_get_stats(ring, &st);
@@ -406,7 +408,7 @@ static void test_shutdown_wakes_producer(void **state) {
     publish_one(ring, i);
   assert_int_equal(pthread_create(&t, NULL, acquire_forever, &a), 0);
   sleep_ms(50);
-  chime_ring_shutdown(ring);
+  chime__ring_shutdown(ring);
   join_within(t, 10);
   assert_int_equal(a.rc, CHIME_ESHUTDOWN);
   chime_ring_destroy(ring);
@@ -416,16 +418,16 @@ static void test_shutdown_wins_but_leases_stay(void **state) {
   chime_ring_t *ring = make_ring(2, 4);
   const chime_ring_layout_t *l = chime_ring_get_layout(ring);
   chime_ring_view_t v, rest;
-  chime_ring_wslot_t w;
+  chime__ring_wslot_t w;
   (void)state;
   for (uint64_t i = 0; i < 3; i++)
     publish_one(ring, i);
   assert_int_equal(chime_ring_next(ring, &v, 0), 0);
-  chime_ring_shutdown(ring);
-  chime_ring_shutdown(ring); /* idempotent */
+  chime__ring_shutdown(ring);
+  chime__ring_shutdown(ring); /* idempotent */
   assert_int_equal(chime_ring_next(ring, &rest, 0), CHIME_ESHUTDOWN);
   assert_int_equal(chime_ring_next(ring, &rest, -1), CHIME_ESHUTDOWN);
-  assert_int_equal(chime_ring_acquire(ring, &w, -1), CHIME_ESHUTDOWN);
+  assert_int_equal(chime__ring_acquire(ring, &w, -1), CHIME_ESHUTDOWN);
   assert_int_equal(ring_pattern_check(l, 3, &v, 0), -1);
   assert_int_equal(chime_ring_release(ring, v.slot), 0);
   chime_ring_destroy(ring);
@@ -455,7 +457,7 @@ static void test_disconnect_wakes_consumer(void **state) {
 static void test_attach_checks_nonce_and_roles(void **state) {
   chime_ring_t *ring = make_ring(2, 3), *cons = NULL;
   uint8_t nonce[16], other[16];
-  chime_ring_wslot_t w;
+  chime__ring_wslot_t w;
   chime_ring_stats_t st;
   size_t len = 0;
   (void)state;
@@ -475,10 +477,10 @@ static void test_attach_checks_nonce_and_roles(void **state) {
                       sizeof(chime_spec_t));
   assert_non_null(chime_ring_map_base(cons, &len));
   assert_true(len > chime_ring_get_layout(cons)->data_bytes);
-  assert_int_equal(chime_ring_acquire(cons, &w, 0), CHIME_EPERM);
-  assert_int_equal(chime_ring_publish(cons, 0, NULL), CHIME_EPERM);
-  assert_int_equal(chime_ring_reclaim(cons), 0);
-  chime_ring_shutdown(cons); /* no effect from the consumer side */
+  assert_int_equal(chime__ring_acquire(cons, &w, 0), CHIME_EPERM);
+  assert_int_equal(chime__ring_publish(cons, 0, NULL), CHIME_EPERM);
+  assert_int_equal(chime__ring_reclaim(cons), 0);
+  chime__ring_shutdown(cons); /* no effect from the consumer side */
   chime_ring_get_stats(cons, &st);
   assert_int_equal(st.shutdown, 0);
   chime_ring_destroy(cons);
@@ -488,7 +490,7 @@ static void test_attach_checks_nonce_and_roles(void **state) {
 static void test_reclaim(void **state) {
   chime_ring_t *ring = make_ring(2, 4), *cons = NULL;
   chime_ring_view_t v;
-  chime_ring_wslot_t w[4];
+  chime__ring_wslot_t w[4];
   chime_ring_stats_t st;
   (void)state;
   assert_int_equal(chime_ring_attach(&cons, chime_ring_fd(ring), NULL), 0);
@@ -499,24 +501,24 @@ static void test_reclaim(void **state) {
   assert_int_equal(chime_ring_release(cons, v.slot), 0);
   /* The consumer "dies": one lease held, two batches never taken. */
   chime_ring_destroy(cons);
-  assert_int_equal(chime_ring_acquire(ring, &w[0], 0), 0);
-  chime_ring_abandon(ring, w[0].slot);
-  assert_int_equal(chime_ring_acquire(ring, &w[0], 0), 0);
-  assert_int_equal(chime_ring_acquire(ring, &w[1], 0), CHIME_ETIMEDOUT);
-  chime_ring_abandon(ring, w[0].slot);
-  assert_int_equal(chime_ring_reclaim(ring), 3);
+  assert_int_equal(chime__ring_acquire(ring, &w[0], 0), 0);
+  chime__ring_abandon(ring, w[0].slot);
+  assert_int_equal(chime__ring_acquire(ring, &w[0], 0), 0);
+  assert_int_equal(chime__ring_acquire(ring, &w[1], 0), CHIME_ETIMEDOUT);
+  chime__ring_abandon(ring, w[0].slot);
+  assert_int_equal(chime__ring_reclaim(ring), 3);
   chime_ring_get_stats(ring, &st);
   assert_int_equal(st.generation, 1);
   assert_int_equal(st.leases, 0);
   for (int i = 0; i < 4; i++)
-    assert_int_equal(chime_ring_acquire(ring, &w[i], 0), 0);
+    assert_int_equal(chime__ring_acquire(ring, &w[i], 0), 0);
   for (int i = 0; i < 4; i++)
-    assert_int_equal(chime_ring_publish(ring, w[i].slot, NULL), 0);
+    assert_int_equal(chime__ring_publish(ring, w[i].slot, NULL), 0);
   /* A new consumer starts after what the dead one left. */
   assert_int_equal(chime_ring_attach(&cons, chime_ring_fd(ring), NULL), 0);
   assert_int_equal(chime_ring_next(cons, &v, 0), 0);
   assert_int_equal(v.seq, 4);
-  assert_int_equal(chime_ring_reclaim(ring), 4);
+  assert_int_equal(chime__ring_reclaim(ring), 4);
   chime_ring_destroy(cons);
   chime_ring_destroy(ring);
 }

@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "chime/ring.h"
+#include "ring/producer.h"
 #include "ring_pattern.h"
 
 #ifndef CHIME_RING_CONSUMER
@@ -42,7 +43,7 @@ static chime_ring_t *make_ring(uint32_t batch, uint32_t slots) {
   chime_spec_t spec;
   chime_ring_t *ring = NULL;
   assert_int_equal(chime_spec_parse(&spec, SPEC, NULL, 0), 0);
-  assert_int_equal(chime_ring_create(&ring, &spec, batch, slots), 0);
+  assert_int_equal(chime__ring_create(&ring, &spec, batch, slots), 0);
   return ring;
 }
 
@@ -135,14 +136,14 @@ static void test_consumer_process_verifies_10000(void **state) {
   (void)state;
   c = spawn_consumer(ring, "verify", "10000", 0);
   for (uint64_t i = 0; i < n; i++) {
-    chime_ring_wslot_t w;
+    chime__ring_wslot_t w;
     uint64_t seq;
-    int rc = chime_ring_acquire(ring, &w, 10000);
+    int rc = chime__ring_acquire(ring, &w, 10000);
     if (rc != 0)
       fail_msg("acquire at batch %llu: %s (consumer died?)",
                (unsigned long long)i, chime_err_name(rc));
     ring_pattern_fill(l, 3, &w, i);
-    assert_int_equal(chime_ring_publish(ring, w.slot, &seq), 0);
+    assert_int_equal(chime__ring_publish(ring, w.slot, &seq), 0);
     assert_int_equal(seq, i);
   }
   status = wait_child(c, 60);
@@ -157,28 +158,28 @@ static void test_consumer_process_verifies_10000(void **state) {
 
 static void test_kill9_consumer_then_reclaim(void **state) {
   chime_ring_t *ring = make_ring(4, 4);
-  chime_ring_wslot_t w[4];
+  chime__ring_wslot_t w[4];
   chime_ring_stats_t st;
   child_t *c;
   int status;
   (void)state;
   for (uint64_t i = 0; i < 4; i++) {
-    assert_int_equal(chime_ring_acquire(ring, &w[0], 0), 0);
-    assert_int_equal(chime_ring_publish(ring, w[0].slot, NULL), 0);
+    assert_int_equal(chime__ring_acquire(ring, &w[0], 0), 0);
+    assert_int_equal(chime__ring_publish(ring, w[0].slot, NULL), 0);
   }
   c = spawn_consumer(ring, "hold", "3", 1);
   read_ready(c);
   chime_ring_get_stats(ring, &st);
   assert_int_equal(st.leases, 3);
-  assert_int_equal(chime_ring_acquire(ring, &w[0], 0), CHIME_ETIMEDOUT);
+  assert_int_equal(chime__ring_acquire(ring, &w[0], 0), CHIME_ETIMEDOUT);
   assert_int_equal(kill(c->pid, SIGKILL), 0);
   status = wait_child(c, 10);
   assert_true(WIFSIGNALED(status));
   /* Still nothing free: a dead consumer's leases stay until reclaimed. */
-  assert_int_equal(chime_ring_acquire(ring, &w[0], 0), CHIME_ETIMEDOUT);
-  assert_int_equal(chime_ring_reclaim(ring), 4);
+  assert_int_equal(chime__ring_acquire(ring, &w[0], 0), CHIME_ETIMEDOUT);
+  assert_int_equal(chime__ring_reclaim(ring), 4);
   for (int i = 0; i < 4; i++)
-    assert_int_equal(chime_ring_acquire(ring, &w[i], 0), 0);
+    assert_int_equal(chime__ring_acquire(ring, &w[i], 0), 0);
   chime_ring_get_stats(ring, &st);
   assert_int_equal(st.generation, 1);
   assert_int_equal(st.leases, 0);
@@ -205,7 +206,7 @@ static void test_shutdown_wakes_other_process(void **state) {
   (void)state;
   c = spawn_consumer(ring, "shutdown", NULL, 0);
   nanosleep(&ts, NULL); /* usually asleep in the futex by now */
-  chime_ring_shutdown(ring);
+  chime__ring_shutdown(ring);
   status = wait_child(c, 30);
   assert_true(WIFEXITED(status));
   assert_int_equal(WEXITSTATUS(status), 0);

@@ -44,7 +44,7 @@ static void fill(uint8_t *buf, uint64_t first, uint32_t n) {
 typedef struct {
   chime_ring_layout_t lay;
   uint8_t *mem;
-  chime_ring_wslot_t ws;
+  chime__ring_wslot_t ws;
 } slot_t;
 
 static void slot_init(slot_t *s, const chime__table_t *t, uint32_t batch) {
@@ -530,7 +530,7 @@ static void check_untorn(chime__sampler_t sampler, chime__sampler_t remover) {
   assert_int_equal(chime_ring_layout(&lay, &tc.spec, 2, 2, NULL, 0), 0);
   uint8_t *mem = aligned_alloc(4096, lay.slot_bytes);
   assert_non_null(mem);
-  chime_ring_wslot_t ws;
+  chime__ring_wslot_t ws;
   memset(&ws, 0, sizeof(ws));
   ws.base = mem;
   ws.leaf[0] = mem + lay.leaf_offset[0];

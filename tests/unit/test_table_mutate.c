@@ -128,7 +128,7 @@ static double model_weight(const model_t *m, uint64_t k) {
 typedef struct {
   chime_ring_layout_t lay;
   uint8_t *mem;
-  chime_ring_wslot_t ws;
+  chime__ring_wslot_t ws;
 } slot_t;
 
 static void slot_open(slot_t *s, const model_t *m, uint32_t batch) {
@@ -562,7 +562,7 @@ typedef struct {
 static void *sampler_main(void *arg) {
   churn_t *c = arg;
   chime_ring_layout_t lay;
-  chime_ring_wslot_t ws;
+  chime__ring_wslot_t ws;
   if (chime_ring_layout(&lay, &chime__table_config(c->t)->spec, 4, 2, NULL,
                         0) != 0)
     return NULL;

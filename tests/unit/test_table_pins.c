@@ -25,7 +25,7 @@
 typedef struct {
   chime_ring_layout_t lay;
   uint8_t *mem;
-  chime_ring_wslot_t ws;
+  chime__ring_wslot_t ws;
   uint32_t *rows;
   chime__table_pins_t pins;
 } slot_t;

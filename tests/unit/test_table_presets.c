@@ -57,7 +57,7 @@ static uint64_t try_sample(chime__table_t *t) {
       chime_ring_layout(&lay, &chime__table_config(t)->spec, 1, 2, NULL, 0), 0);
   uint8_t *mem = aligned_alloc(4096, lay.slot_bytes);
   assert_non_null(mem);
-  chime_ring_wslot_t ws;
+  chime__ring_wslot_t ws;
   memset(&ws, 0, sizeof(ws));
   ws.base = mem;
   ws.leaf[0] = mem + lay.leaf_offset[0];

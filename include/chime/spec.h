@@ -1,0 +1,113 @@
+/* chime specs: what a sample is (its leaves: names, dtypes, shapes), the
+ * record that comes with each sampled one, and the limits of a batch.
+ *
+ * Every chime program needs these, learner and actor alike: chime/chime.h
+ * (the client API) and chime/ring.h (direct ring use) both include this
+ * header, and neither needs the other.
+ */
+#ifndef CHIME_SPEC_H
+#define CHIME_SPEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "chime/errors.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CHIME_MAX_LEAVES 64
+#define CHIME_MAX_DIMS 8
+#define CHIME_MAX_NAME 64 /* bytes including the terminating NUL */
+
+/* Leaf element types. Values are part of the wire and ring format. */
+#define CHIME_DTYPE_MAP(X)                                                     \
+  X(U8, 1, "u8", 1)                                                            \
+  X(I8, 2, "i8", 1)                                                            \
+  X(U16, 3, "u16", 2)                                                          \
+  X(I16, 4, "i16", 2)                                                          \
+  X(U32, 5, "u32", 4)                                                          \
+  X(I32, 6, "i32", 4)                                                          \
+  X(U64, 7, "u64", 8)                                                          \
+  X(I64, 8, "i64", 8)                                                          \
+  X(F16, 9, "f16", 2)                                                          \
+  X(BF16, 10, "bf16", 2)                                                       \
+  X(F32, 11, "f32", 4)                                                         \
+  X(F64, 12, "f64", 8)                                                         \
+  X(BOOL, 13, "bool", 1)
+
+typedef enum {
+  CHIME_DTYPE_INVALID = 0,
+#define CHIME__DTYPE_ENUM(name, value, str, size) CHIME_DTYPE_##name = value,
+  CHIME_DTYPE_MAP(CHIME__DTYPE_ENUM)
+#undef CHIME__DTYPE_ENUM
+} chime_dtype_t;
+
+/* One leaf: a named array per sample. A scalar has ndim 0. */
+typedef struct {
+  char name[CHIME_MAX_NAME];
+  chime_dtype_t dtype;
+  uint32_t ndim;
+  uint64_t shape[CHIME_MAX_DIMS];
+} chime_leaf_t;
+
+/* An ordered list of leaves. A sample's bytes are its leaves' bytes in order.
+ */
+typedef struct {
+  uint32_t nleaves;
+  chime_leaf_t leaves[CHIME_MAX_LEAVES];
+} chime_spec_t;
+
+/* Parses "obs:f32[64], action:i32[], reward:f32[]" (also "f32[84,84]", and
+ * "reward:f32" for a scalar). On error returns CHIME_EINVAL and, if err is not
+ * NULL, writes a sentence naming the offending leaf into err. */
+CHIME_EXTERN CHIME_NODISCARD int chime_spec_parse(chime_spec_t *spec,
+                                                  const char *text, char *err,
+                                                  size_t errlen);
+/* Writes the canonical text form of spec into buf ("obs:f32[64],..."). */
+CHIME_EXTERN CHIME_NODISCARD int chime_spec_format(const chime_spec_t *spec,
+                                                   char *buf, size_t len);
+/* Checks names (non-empty, unique, [A-Za-z0-9_./-]), dtypes, dims (each > 0)
+ * and that every size fits in 64 bits. err as for chime_spec_parse. */
+CHIME_EXTERN CHIME_NODISCARD int chime_spec_validate(const chime_spec_t *spec,
+                                                     char *err, size_t errlen);
+/* Bytes of one sample of leaf i / of the whole spec (0 if invalid). */
+CHIME_EXTERN uint64_t chime_leaf_bytes(const chime_leaf_t *leaf);
+CHIME_EXTERN uint64_t chime_spec_sample_bytes(const chime_spec_t *spec);
+CHIME_EXTERN const char *chime_dtype_name(chime_dtype_t dtype);
+CHIME_EXTERN size_t chime_dtype_size(chime_dtype_t dtype); /* 0 if unknown */
+CHIME_EXTERN chime_dtype_t chime_dtype_from_name(const char *name);
+
+/* Per-sample information, one record per sample of a batch (the batch's
+ * `info`), stored after the leaf arrays of a ring slot: 64 bytes,
+ * little-endian, no padding. The record is read in place from the ring, so
+ * its size and field offsets are part of the ring format (src/ring/format.h
+ * pins them) and of the stream Layout (info_record_bytes). probability is exact
+ * under the table's sampler at the moment of the draw, priority and table_size
+ * are the item's priority and the number of items in the table then. For a
+ * sequence table's item (a window of steps of one episode), episode_id
+ * (from 1), first_step (its first step's index in the episode) and length
+ * (valid steps: sequence_length unless padded); all 0 for a plain table. */
+typedef struct {
+  uint64_t key;
+  double probability;
+  uint32_t times_sampled;
+  uint32_t reserved;
+  uint64_t insert_time_ns; /* CLOCK_REALTIME at insert */
+  double priority;
+  uint64_t table_size;
+  uint64_t episode_id;
+  uint32_t first_step;
+  uint32_t length;
+} chime_sample_info_t;
+
+/* A stream's batches (and the ring behind them): batch_size
+ * 1..CHIME_RING_MAX_BATCH samples, slots 2..CHIME_RING_MAX_SLOTS. */
+#define CHIME_RING_MAX_SLOTS 4096u
+#define CHIME_RING_MAX_BATCH (1u << 24)
+
+#ifdef __cplusplus
+}
+#endif
+#endif

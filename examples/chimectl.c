@@ -139,102 +139,136 @@ static void info_text(const chime_server_info_t *in) {
          in->pinned_bytes);
 }
 
+/* The stats lists (chime/stats.h) over the public structs: every field is
+ * in the JSON under its name (a FLAG as a bool); the text tables show the
+ * columns named below, headed by the name in capitals (an NS field in
+ * ms). */
+enum { UNIT_COUNT, UNIT_NS, UNIT_BYTES, UNIT_FLAG };
+
+#define JSON_FIELD(type, name, kind, unit, help)                               \
+  json_object_set_new(o, #name,                                                \
+                      UNIT_##unit == UNIT_FLAG                                 \
+                          ? json_boolean(s->name != 0)                         \
+                          : json_integer((json_int_t)s->name));
+
+static void table_json(json_t *o, const chime_table_stats_t *s) {
+  CHIME_TABLE_STATS_FIELDS(JSON_FIELD)
+}
+
+static void stream_json(json_t *o, const chime_stream_stats_t *s) {
+  CHIME_STREAM_STATS_FIELDS(JSON_FIELD)
+}
+
+static void server_json(json_t *o, const chime_stats_t *s) {
+  CHIME_SERVER_STATS_FIELDS(JSON_FIELD)
+}
+
 static json_t *stats_json(const chime_stats_t *st) {
   json_t *tables = json_array(), *streams = json_array();
   for (uint32_t i = 0; i < st->ntables; i++) {
     const chime_table_stats_t *t = &st->tables[i];
-    json_array_append_new(
-        tables,
-        json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i, "
-                  "s:i, s:i, s:I, s:I}",
-                  "name", t->name, "size", (json_int_t)t->size, "capacity",
-                  (json_int_t)t->capacity, "inserts", (json_int_t)t->inserts,
-                  "samples", (json_int_t)t->samples, "sampler_wait_ns",
-                  (json_int_t)t->sampler_wait_ns, "insert_wait_ns",
-                  (json_int_t)t->insert_wait_ns, "returned",
-                  (json_int_t)t->returned, "rate_insert_wait_ns",
-                  (json_int_t)t->rate_insert_wait_ns, "rate_sample_wait_ns",
-                  (json_int_t)t->rate_sample_wait_ns, "inserts_waiting_rate",
-                  (int)t->inserts_waiting_rate, "samplers_waiting_rate",
-                  (int)t->samplers_waiting_rate, "samplers_waiting_items",
-                  (int)t->samplers_waiting_items, "left", (json_int_t)t->left,
-                  "left_times_sampled", (json_int_t)t->left_times_sampled));
-    json_t *o = json_array_get(tables, json_array_size(tables) - 1);
-    json_object_set_new(o, "steps", json_integer((json_int_t)t->steps));
-    json_object_set_new(o, "steps_inserted",
-                        json_integer((json_int_t)t->steps_inserted));
-    json_object_set_new(o, "episodes_open",
-                        json_integer((json_int_t)t->episodes_open));
-    json_object_set_new(o, "step_bytes",
-                        json_integer((json_int_t)t->step_bytes));
+    json_t *o = json_pack("{s:s}", "name", t->name);
+    table_json(o, t);
+    json_array_append_new(tables, o);
   }
   for (uint32_t i = 0; i < st->nstreams; i++) {
     const chime_stream_stats_t *s = &st->streams[i];
-    json_array_append_new(
-        streams,
-        json_pack("{s:I, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:i, s:i, s:b}",
-                  "stream_id", (json_int_t)s->stream_id, "table", s->table,
-                  "mode", mode_name(s->mode), "batches", (json_int_t)s->batches,
-                  "bytes", (json_int_t)s->bytes, "producer_wait_ns",
-                  (json_int_t)s->producer_wait_ns, "consumer_wait_ns",
-                  (json_int_t)s->consumer_wait_ns, "ring_bytes",
-                  (json_int_t)s->ring_bytes, "leases", (int)s->leases,
-                  "max_leases", (int)s->max_leases, "pinned", s->pinned));
+    json_t *o =
+        json_pack("{s:I, s:s, s:s}", "stream_id", (json_int_t)s->stream_id,
+                  "table", s->table, "mode", mode_name(s->mode));
+    stream_json(o, s);
+    json_array_append_new(streams, o);
   }
-  return json_pack("{s:o, s:o, s:I, s:I, s:I, s:I, s:i}", "tables", tables,
-                   "streams", streams, "ring_bytes_total",
-                   (json_int_t)st->ring_bytes_total, "pinned_bytes",
-                   (json_int_t)st->pinned_bytes, "staged_insert_bytes",
-                   (json_int_t)st->staged_insert_bytes, "staged_insert_budget",
-                   (json_int_t)st->staged_insert_budget, "insert_calls_parked",
-                   (int)st->insert_calls_parked);
+  json_t *o = json_pack("{s:o, s:o}", "tables", tables, "streams", streams);
+  server_json(o, st);
+  return o;
 }
 
-static double ms(uint64_t ns) {
-  return (double)ns / 1e6;
+/* Columns of the text view: a plain table's, a sequence table's (NULL:
+ * every field). */
+static const char *const table_cols[] = {
+    "size",           "capacity", "inserts", "samples", "sampler_wait_ns",
+    "insert_wait_ns", NULL};
+static const char *const sequence_cols[] = {
+    "steps", "steps_inserted", "episodes_open", "step_bytes", NULL};
+
+/* One cell of a text row, or of its head (head: the field's name), when
+ * cols names the field. */
+static void cell(const char *const *cols, int head, const char *name, int unit,
+                 uint64_t v) {
+  int want = cols == NULL;
+  for (size_t c = 0; cols != NULL && cols[c] != NULL; c++)
+    want |= strcmp(cols[c], name) == 0;
+  if (!want)
+    return;
+  char h[64];
+  size_t n = strlen(name);
+  if (unit == UNIT_NS && n > 3)
+    n -= 3; /* _ns: shown in ms */
+  int w = snprintf(h, sizeof(h), "%.*s%s", (int)n, name,
+                   unit == UNIT_NS ? "_ms" : "");
+  for (char *p = h; *p != '\0'; p++)
+    if (*p >= 'a' && *p <= 'z')
+      *p = (char)(*p - 'a' + 'A');
+  w = w < 10 ? 10 : w;
+  if (head)
+    printf(" %*s", w, h);
+  else if (unit == UNIT_NS)
+    printf(" %*.1f", w, (double)v / 1e6);
+  else if (unit == UNIT_FLAG)
+    printf(" %*s", w, v ? "yes" : "no");
+  else
+    printf(" %*" PRIu64, w, v);
+}
+
+#define TEXT_CELL(type, name, kind, unit, help)                                \
+  cell(cols, s == NULL, #name, UNIT_##unit, s != NULL ? (uint64_t)s->name : 0);
+
+/* A row of s, or the head (s NULL). */
+static void table_row(const chime_table_stats_t *s, const char *const *cols) {
+  CHIME_TABLE_STATS_FIELDS(TEXT_CELL)
+  printf("\n");
+}
+
+static void stream_row(const chime_stream_stats_t *s) {
+  const char *const *cols = NULL;
+  CHIME_STREAM_STATS_FIELDS(TEXT_CELL)
+  printf("\n");
 }
 
 static void stats_text(const chime_stats_t *st) {
-  printf("%-16s %10s %10s %12s %12s %16s %15s\n", "TABLE", "SIZE", "CAPACITY",
-         "INSERTS", "SAMPLES", "SAMPLER_WAIT_MS", "INSERT_WAIT_MS");
+  printf("%-16s", "TABLE");
+  table_row(NULL, table_cols);
   for (uint32_t i = 0; i < st->ntables; i++) {
-    const chime_table_stats_t *t = &st->tables[i];
-    printf("%-16s %10" PRIu64 " %10" PRIu64 " %12" PRIu64 " %12" PRIu64
-           " %16.1f %15.1f\n",
-           t->name, t->size, t->capacity, t->inserts, t->samples,
-           ms(t->sampler_wait_ns), ms(t->insert_wait_ns));
+    printf("%-16s", st->tables[i].name);
+    table_row(&st->tables[i], table_cols);
   }
   int nseq = 0;
   for (uint32_t i = 0; i < st->ntables; i++) {
     const chime_table_stats_t *t = &st->tables[i];
     if (t->step_bytes == 0)
       continue; /* not a sequence table */
-    if (nseq++ == 0)
-      printf("\n%-16s %12s %14s %13s %14s\n", "SEQUENCE TABLE", "STEPS",
-             "STEPS_INSERTED", "EPISODES_OPEN", "STEP_BYTES");
-    printf("%-16s %12" PRIu64 " %14" PRIu64 " %13" PRIu64 " %14" PRIu64 "\n",
-           t->name, t->steps, t->steps_inserted, t->episodes_open,
-           t->step_bytes);
+    if (nseq++ == 0) {
+      printf("\n%-16s", "SEQUENCE TABLE");
+      table_row(NULL, sequence_cols);
+    }
+    printf("%-16s", t->name);
+    table_row(t, sequence_cols);
   }
-  printf("\n%-8s %-16s %-7s %10s %14s %7s %10s %12s %7s %14s %14s\n", "STREAM",
-         "TABLE", "MODE", "BATCHES", "BYTES", "LEASES", "MAX_LEASES",
-         "RING_BYTES", "PINNED", "PROD_WAIT_MS", "CONS_WAIT_MS");
+  printf("\n%-8s %-16s %-7s", "STREAM", "TABLE", "MODE");
+  stream_row(NULL);
   for (uint32_t i = 0; i < st->nstreams; i++) {
     const chime_stream_stats_t *s = &st->streams[i];
-    printf("%-8" PRIu64 " %-16s %-7s %10" PRIu64 " %14" PRIu64 " %7" PRIu32
-           " %10" PRIu32 " %12" PRIu64 " %7s %14.1f %14.1f\n",
-           s->stream_id, s->table, mode_name(s->mode), s->batches, s->bytes,
-           s->leases, s->max_leases, s->ring_bytes, s->pinned ? "yes" : "no",
-           ms(s->producer_wait_ns), ms(s->consumer_wait_ns));
+    printf("%-8" PRIu64 " %-16s %-7s", s->stream_id, s->table,
+           mode_name(s->mode));
+    stream_row(s);
   }
   if (st->nstreams == 0)
     printf("(no streams)\n");
-  printf("\nring bytes total: %" PRIu64 ", pinned bytes: %" PRIu64 "\n",
-         st->ring_bytes_total, st->pinned_bytes);
-  printf("staged insert bytes: %" PRIu64 " of %" PRIu64
-         ", insert calls parked: %" PRIu32 "\n",
-         st->staged_insert_bytes, st->staged_insert_budget,
-         st->insert_calls_parked);
+  printf("\n");
+#define SERVER_LINE(type, name, kind, unit, help)                              \
+  printf("%s: %" PRIu64 "\n", #name, (uint64_t)st->name);
+  CHIME_SERVER_STATS_FIELDS(SERVER_LINE)
 }
 
 static int print_json(json_t *j) {

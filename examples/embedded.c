@@ -19,10 +19,10 @@ static grpc_server *make_grpc_server(void) {
   grpc_arg args[3];
   args[0].type = GRPC_ARG_INTEGER;
   args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-  args[0].value.integer = 64 << 20;
+  args[0].value.integer = (int)CHIME_MAX_MESSAGE_BYTES;
   args[1].type = GRPC_ARG_INTEGER;
   args[1].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
-  args[1].value.integer = 64 << 20;
+  args[1].value.integer = (int)CHIME_MAX_MESSAGE_BYTES;
   /* Without this gRPC sets SO_REUSEPORT: a second process could bind the
    * same port and take half the connections. */
   args[2].type = GRPC_ARG_INTEGER;

@@ -64,6 +64,7 @@
 
 #include "chime/errors.h"
 #include "chime/spec.h"
+#include "chime/stats.h"
 #include "chime/version.h"
 
 #ifdef __cplusplus
@@ -74,8 +75,12 @@ extern "C" {
 
 typedef struct chime_client_s chime_client_t;
 
+/* Defaults of both ends: chimed's keepalive (its config's keepalive_*)
+ * and a client's; and the largest gRPC message chimed sends or receives,
+ * a client's default max_message_bytes. */
 #define CHIME_KEEPALIVE_TIME_MS 20000
 #define CHIME_KEEPALIVE_TIMEOUT_MS 10000
+#define CHIME_MAX_MESSAGE_BYTES (64u << 20)
 
 typedef struct {
   int timeout_ms;           /* per unary call; default 5000 */
@@ -109,7 +114,7 @@ typedef struct {
 } chime_client_opts_t;
 #define CHIME_CLIENT_OPTS_INIT                                                 \
   {                                                                            \
-    .timeout_ms = 5000, .max_message_bytes = 64u << 20,                        \
+    .timeout_ms = 5000, .max_message_bytes = CHIME_MAX_MESSAGE_BYTES,          \
     .keepalive_time_ms = 0, .keepalive_timeout_ms = 0, .token = NULL,          \
     .tls_ca = NULL, .tls_cert = NULL, .tls_key = NULL, .tls_server_name = NULL \
   }
@@ -183,31 +188,20 @@ CHIME_EXTERN CHIME_NODISCARD int chime_client_info(chime_client_t *client,
                                                    chime_server_info_t **out);
 CHIME_EXTERN void chime_server_info_free(chime_server_info_t *info);
 
-/* Stats as the server's JSON-able view: filled by chime_client_stats(). */
+/* Stats as the server's JSON-able view: filled by chime_client_stats().
+ * The counters are the lists of chime/stats.h, which says what each
+ * one counts; the structs are those lists' fields in order. */
+#define CHIME__STATS_FIELD(type, name, kind, unit, help) type name;
 typedef struct {
   char name[CHIME_MAX_NAME];
-  uint64_t size, capacity, inserts, samples, sampler_wait_ns, insert_wait_ns;
-  uint64_t returned; /* items given back by streams that ended unread */
-  /* The rate limiter (samples_per_insert): time inserts and samplers
-   * waited on it, and who waits now: inserts on it, samplers on it,
-   * samplers for items. */
-  uint64_t rate_insert_wait_ns, rate_sample_wait_ns;
-  uint32_t inserts_waiting_rate, samplers_waiting_rate, samplers_waiting_items;
-  /* Items that left the table (sampled out, evicted, deleted) and how many
-   * times they were sampled in all (left_times_sampled / left: reuse). */
-  uint64_t left, left_times_sampled;
-  /* A sequence table's steps: stored now, appended since start, episodes
-   * open, bytes of step storage. */
-  uint64_t steps, steps_inserted, episodes_open, step_bytes;
+  CHIME_TABLE_STATS_FIELDS(CHIME__STATS_FIELD)
 } chime_table_stats_t;
 
 typedef struct {
   uint64_t stream_id;
   char table[CHIME_MAX_NAME];
   int mode; /* chime_mode_t */
-  uint64_t batches, bytes, producer_wait_ns, consumer_wait_ns, ring_bytes;
-  uint32_t leases, max_leases;
-  int pinned;
+  CHIME_STREAM_STATS_FIELDS(CHIME__STATS_FIELD)
 } chime_stream_stats_t;
 
 typedef struct {
@@ -215,13 +209,9 @@ typedef struct {
   chime_table_stats_t *tables;
   uint32_t nstreams;
   chime_stream_stats_t *streams;
-  uint64_t ring_bytes_total;
-  uint64_t pinned_bytes;
-  /* Insert requests waiting for room in full fifo tables (bytes held by the
-   * server) against its budget, and Insert calls it does not read meanwhile. */
-  uint64_t staged_insert_bytes, staged_insert_budget;
-  uint32_t insert_calls_parked;
+  CHIME_SERVER_STATS_FIELDS(CHIME__STATS_FIELD)
 } chime_stats_t;
+#undef CHIME__STATS_FIELD
 
 CHIME_EXTERN CHIME_NODISCARD int chime_client_stats(chime_client_t *client,
                                                     chime_stats_t **out);

@@ -169,7 +169,9 @@ def _alive(pid):
 def _connect(st, client_timeout):
     """A Client on the state's address, or None if it does not answer."""
     try:
-        c = _chime.Client(st["address"], timeout=client_timeout)
+        # None: the Client's own default (the C library's)
+        kw = {} if client_timeout is None else {"timeout": client_timeout}
+        c = _chime.Client(st["address"], **kw)
     except _chime.Error:
         return None
     try:
@@ -286,7 +288,7 @@ _keep_fds = []
 
 def ensure_server(name, config=None, mode="auto", *, chimed=None,
                   listen=None, run_dir=None, timeout=60.0,
-                  client_timeout=5.0, stop_timeout=30.0, chimed_args=()):
+                  client_timeout=None, stop_timeout=30.0, chimed_args=()):
     """Returns a chime.Client connected to the node's chimed named `name`,
     started by whichever rank gets there first.
 
@@ -305,7 +307,7 @@ def ensure_server(name, config=None, mode="auto", *, chimed=None,
     lock, state, log and socket; default $CHIME_RUN_DIR, else
     $XDG_RUNTIME_DIR/chime, else /tmp/chime-UID. timeout: seconds to wait
     for a server to listen (chime.TimeoutError). client_timeout: the
-    Client's timeout for unary calls. stop_timeout: how long the supervisor
+    Client's timeout for unary calls (None: the Client's default). stop_timeout: how long the supervisor
     waits for chimed's graceful stop before SIGKILL.
     """
     if not isinstance(name, str) or not _NAME_RE.match(name):

@@ -49,38 +49,6 @@ static void dl_capsule_destructor(PyObject *cap) {
     m->deleter(m);
 }
 
-int chimepy_dl_dtype(chime_dtype_t d, chimepy_dl_dtype_t *out) {
-  out->lanes = 1;
-  out->bits = (uint8_t)(8 * chime_dtype_size(d));
-  switch (d) {
-  case CHIME_DTYPE_I8:
-  case CHIME_DTYPE_I16:
-  case CHIME_DTYPE_I32:
-  case CHIME_DTYPE_I64:
-    out->code = CHIMEPY_DL_INT;
-    return 0;
-  case CHIME_DTYPE_U8:
-  case CHIME_DTYPE_U16:
-  case CHIME_DTYPE_U32:
-  case CHIME_DTYPE_U64:
-    out->code = CHIMEPY_DL_UINT;
-    return 0;
-  case CHIME_DTYPE_F16:
-  case CHIME_DTYPE_F32:
-  case CHIME_DTYPE_F64:
-    out->code = CHIMEPY_DL_FLOAT;
-    return 0;
-  case CHIME_DTYPE_BF16:
-    out->code = CHIMEPY_DL_BFLOAT;
-    return 0;
-  case CHIME_DTYPE_BOOL:
-    out->code = CHIMEPY_DL_BOOL;
-    return 0;
-  default:
-    return -1;
-  }
-}
-
 int chimepy_dlpack_check_args(PyObject *args, PyObject *kw) {
   /* The array API's keywords. A CPU exporter has no stream to order
    * against; max_version is answered with an unversioned capsule, which

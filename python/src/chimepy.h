@@ -52,8 +52,6 @@ typedef struct {
 /* A new View holding `owner`; gone(owner) runs when it is freed (before
  * the reference is dropped). NULL with an exception set. */
 chimepy_view_t *chimepy_view_new(PyObject *owner, void (*gone)(PyObject *));
-/* The buffer-protocol format character of a leaf dtype (bf16 as "H"). */
-const char *chimepy_buffer_format(chime_dtype_t d);
 
 /* Readies chime.Array (an ndarray subclass: its base is numpy's type).
  * `is_bf16` tells an Array's base view over a bf16 leaf (DLPack exports
@@ -66,6 +64,9 @@ int chimepy_view_is_bf16(PyObject *o);
 void chimepy_client_child_closed(chimepy_client_t *client);
 /* Raises ClosedError-like chime.Error when the client was closed. */
 int chimepy_client_check(chimepy_client_t *client);
+/* Writes the C defaults into Client's docstrings; before the types are
+ * readied. */
+void chimepy_client_docs_init(void);
 /* The table's spec from GetInfo (GIL released while waiting). */
 int chimepy_client_table_spec(chimepy_client_t *client, const char *table,
                               chime_spec_t *out);
@@ -74,9 +75,13 @@ int chimepy_client_table_spec(chimepy_client_t *client, const char *table,
  * CHIME_ETIMEDOUT, ...) with `detail` as its message, and returns NULL. */
 PyObject *chimepy_raise(int code, const char *detail);
 
-/* numpy dtype for a leaf dtype (bf16 as uint16: numpy has no bfloat16).
- * New reference, or NULL with an exception set. */
+/* A leaf dtype as Python sees it (dtype.c, from the C library's table):
+ * numpy's dtype (bf16 as uint16: numpy has no bfloat16), new reference or
+ * NULL with an exception set; the buffer protocol's format ("H" for bf16;
+ * "B" for an unknown one); DLPack's type (-1 for an unknown one). */
 PyArray_Descr *chimepy_descr(chime_dtype_t dtype);
+const char *chimepy_buffer_format(chime_dtype_t d);
+int chimepy_dl_dtype(chime_dtype_t d, chimepy_dl_dtype_t *out);
 /* The structured dtype of chime_sample_info_t (borrowed). */
 PyArray_Descr *chimepy_info_descr(void);
 
@@ -86,8 +91,6 @@ int chimepy_errors_init(PyObject *module);
 int chimepy_dtype_init(void);
 
 /* DLPack export (array.c), shared by chime.Array and chime.View. */
-/* The DLPack dtype of a leaf dtype; -1 if it has none. */
-int chimepy_dl_dtype(chime_dtype_t d, chimepy_dl_dtype_t *out);
 /* Checks __dlpack__'s keywords (stream, max_version, dl_device, copy):
  * 0, or -1 with BufferError or TypeError set. */
 int chimepy_dlpack_check_args(PyObject *args, PyObject *kw);

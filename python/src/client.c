@@ -31,7 +31,8 @@ static int client_init(PyObject *o, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"address",  "timeout", "token",           "tls_ca",
                            "tls_cert", "tls_key", "tls_server_name", NULL};
   const char *addr;
-  double timeout = 5.0;
+  chime_client_opts_t opts = CHIME_CLIENT_OPTS_INIT;
+  double timeout = opts.timeout_ms / 1000.0;
   const char *token = NULL, *tls_ca = NULL, *tls_cert = NULL, *tls_key = NULL,
              *tls_name = NULL;
   if (!PyArg_ParseTupleAndKeywords(args, kw, "s|d$zzzzz:Client", kwlist, &addr,
@@ -46,7 +47,6 @@ static int client_init(PyObject *o, PyObject *args, PyObject *kw) {
     chimepy_raise(CHIME_EINVAL, "timeout must be positive seconds");
     return -1;
   }
-  chime_client_opts_t opts = CHIME_CLIENT_OPTS_INIT;
   opts.timeout_ms = (int)(timeout * 1000);
   opts.token = token;
   opts.tls_ca = tls_ca;
@@ -194,6 +194,31 @@ fail:
   return NULL;
 }
 
+/* The stats lists (chime/stats.h) as dict items, keyed by field
+ * name: a FLAG is a bool, every other field an int. */
+#define STAT_PY_COUNT(v) U64(v)
+#define STAT_PY_NS(v) U64(v)
+#define STAT_PY_BYTES(v) U64(v)
+#define STAT_PY_FLAG(v) PyBool_FromLong(v)
+#define SET_STAT(type, name, kind, unit, help)                                 \
+  if (set_item(d, #name, STAT_PY_##unit(s->name)) < 0)                         \
+    return -1;
+
+static int table_stats_items(PyObject *d, const chime_table_stats_t *s) {
+  CHIME_TABLE_STATS_FIELDS(SET_STAT)
+  return 0;
+}
+
+static int stream_stats_items(PyObject *d, const chime_stream_stats_t *s) {
+  CHIME_STREAM_STATS_FIELDS(SET_STAT)
+  return 0;
+}
+
+static int server_stats_items(PyObject *d, const chime_stats_t *s) {
+  CHIME_SERVER_STATS_FIELDS(SET_STAT)
+  return 0;
+}
+
 static PyObject *stats_dict(const chime_stats_t *st) {
   PyObject *d = PyDict_New(), *tables = PyList_New(0), *streams = PyList_New(0);
   if (!d || !tables || !streams)
@@ -204,25 +229,7 @@ static PyObject *stats_dict(const chime_stats_t *st) {
     if (!td)
       goto fail;
     if (set_item(td, "name", PyUnicode_FromString(t->name)) ||
-        set_item(td, "size", U64(t->size)) ||
-        set_item(td, "capacity", U64(t->capacity)) ||
-        set_item(td, "inserts", U64(t->inserts)) ||
-        set_item(td, "samples", U64(t->samples)) ||
-        set_item(td, "sampler_wait_ns", U64(t->sampler_wait_ns)) ||
-        set_item(td, "insert_wait_ns", U64(t->insert_wait_ns)) ||
-        set_item(td, "returned", U64(t->returned)) ||
-        set_item(td, "rate_insert_wait_ns", U64(t->rate_insert_wait_ns)) ||
-        set_item(td, "rate_sample_wait_ns", U64(t->rate_sample_wait_ns)) ||
-        set_item(td, "inserts_waiting_rate", U64(t->inserts_waiting_rate)) ||
-        set_item(td, "samplers_waiting_rate", U64(t->samplers_waiting_rate)) ||
-        set_item(td, "samplers_waiting_items",
-                 U64(t->samplers_waiting_items)) ||
-        set_item(td, "left", U64(t->left)) ||
-        set_item(td, "left_times_sampled", U64(t->left_times_sampled)) ||
-        set_item(td, "steps", U64(t->steps)) ||
-        set_item(td, "steps_inserted", U64(t->steps_inserted)) ||
-        set_item(td, "episodes_open", U64(t->episodes_open)) ||
-        set_item(td, "step_bytes", U64(t->step_bytes)) ||
+        table_stats_items(td, t) ||
         set_item(td, "reuse",
                  PyFloat_FromDouble(t->left ? (double)t->left_times_sampled /
                                                   (double)t->left
@@ -239,24 +246,13 @@ static PyObject *stats_dict(const chime_stats_t *st) {
         set_item(
             sd, "mode",
             PyUnicode_FromString(chime_mode_name((chime_mode_t)s->mode))) ||
-        set_item(sd, "batches", U64(s->batches)) ||
-        set_item(sd, "bytes", U64(s->bytes)) ||
-        set_item(sd, "producer_wait_ns", U64(s->producer_wait_ns)) ||
-        set_item(sd, "consumer_wait_ns", U64(s->consumer_wait_ns)) ||
-        set_item(sd, "ring_bytes", U64(s->ring_bytes)) ||
-        set_item(sd, "leases", U64(s->leases)) ||
-        set_item(sd, "max_leases", U64(s->max_leases)) ||
-        set_item(sd, "pinned", PyBool_FromLong(s->pinned)))
+        stream_stats_items(sd, s))
       goto fail;
   }
   Py_INCREF(tables);
   Py_INCREF(streams);
   if (set_item(d, "tables", tables) || set_item(d, "streams", streams) ||
-      set_item(d, "ring_bytes_total", U64(st->ring_bytes_total)) ||
-      set_item(d, "pinned_bytes", U64(st->pinned_bytes)) ||
-      set_item(d, "staged_insert_bytes", U64(st->staged_insert_bytes)) ||
-      set_item(d, "staged_insert_budget", U64(st->staged_insert_budget)) ||
-      set_item(d, "insert_calls_parked", U64(st->insert_calls_parked)))
+      server_stats_items(d, st))
     goto fail;
   Py_DECREF(tables);
   Py_DECREF(streams);
@@ -473,6 +469,40 @@ static PyObject *client_checkpoint(PyObject *o, PyObject *unused) {
                        (unsigned long long)r.duration_ns);
 }
 
+/* The signatures' defaults are the C library's (CHIME_*_OPTS_INIT), written
+ * into the docstrings at import. */
+static char client_doc[256], writer_doc[128], stream_doc[256];
+
+/* Seconds as Python writes a float: 5.0, 2.5. */
+static const char *secs(char *buf, size_t len, int ms) {
+  snprintf(buf, len, "%.15g", ms / 1000.0);
+  if (strpbrk(buf, ".e") == NULL)
+    snprintf(buf + strlen(buf), len - strlen(buf), ".0");
+  return buf;
+}
+
+void chimepy_client_docs_init(void) {
+  const chime_client_opts_t co = CHIME_CLIENT_OPTS_INIT;
+  const chime_writer_opts_t wo = CHIME_WRITER_OPTS_INIT;
+  const chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
+  char a[32], b[32];
+  snprintf(client_doc, sizeof(client_doc),
+           "Client(address, timeout=%s): a connection to chimed at "
+           "\"host:port\" or \"unix:/path\" (made lazily: an unreachable "
+           "server shows at the first call). timeout bounds unary calls.",
+           secs(a, sizeof(a), co.timeout_ms));
+  snprintf(writer_doc, sizeof(writer_doc),
+           "writer(table, max_inflight=%u, timeout=%s) -> Writer",
+           (unsigned)wo.max_inflight, secs(a, sizeof(a), wo.timeout_ms));
+  snprintf(stream_doc, sizeof(stream_doc),
+           "stream(table, batch_size=%u, mode='%s', slots=%u, prefetch=%u, "
+           "open_timeout=%s, pin_host_memory=%s, timeout=None) -> Stream",
+           (unsigned)so.batch_size, chime_mode_name(so.mode),
+           (unsigned)so.slots, (unsigned)so.prefetch,
+           secs(b, sizeof(b), so.open_timeout_ms),
+           so.pin_host_memory ? "True" : "False");
+}
+
 static PyMethodDef client_methods[] = {
     {"info", client_info, METH_NOARGS,
      "info() -> dict: GetInfo (version, host, tables with spec, rings), as "
@@ -497,12 +527,9 @@ static PyMethodDef client_methods[] = {
      "no checkpoint dir; bounded by the client's timeout (the checkpoint "
      "still completes on the server)."},
     {"writer", (PyCFunction)(void (*)(void))client_writer,
-     METH_VARARGS | METH_KEYWORDS,
-     "writer(table, max_inflight=8, timeout=30.0) -> Writer"},
+     METH_VARARGS | METH_KEYWORDS, writer_doc},
     {"stream", (PyCFunction)(void (*)(void))client_stream,
-     METH_VARARGS | METH_KEYWORDS,
-     "stream(table, batch_size=256, mode='auto', slots=8, prefetch=0, "
-     "open_timeout=10.0, pin_host_memory=False, timeout=None) -> Stream"},
+     METH_VARARGS | METH_KEYWORDS, stream_doc},
     {"close", client_close, METH_NOARGS,
      "Closes the connection once every writer and stream of it is closed."},
     {"__enter__", client_enter, METH_NOARGS, NULL},
@@ -514,9 +541,7 @@ PyTypeObject chimepy_client_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "chime.Client",
     .tp_basicsize = sizeof(chimepy_client_t),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Client(address, timeout=5.0): a connection to chimed at "
-              "\"host:port\" or \"unix:/path\" (made lazily: an unreachable "
-              "server shows at the first call). timeout bounds unary calls.",
+    .tp_doc = client_doc,
     .tp_new = PyType_GenericNew,
     .tp_init = client_init,
     .tp_dealloc = client_dealloc,

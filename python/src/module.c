@@ -11,6 +11,7 @@ static int init_types(PyObject *m) {
                          "Batch",  "View",   "Array"};
   if (chimepy_array_type_init(chimepy_view_is_bf16) < 0)
     return -1;
+  chimepy_client_docs_init();
   for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
     if (PyType_Ready(types[i]) < 0)
       return -1;

@@ -360,10 +360,12 @@ static int stream_init(PyObject *o, PyObject *args, PyObject *kw) {
       "client",   "table",        "batch_size",      "mode",    "slots",
       "prefetch", "open_timeout", "pin_host_memory", "timeout", NULL};
   PyObject *client, *iter_timeout = Py_None;
-  const char *table, *mode = "auto";
-  unsigned batch_size = 256, slots = 8, prefetch = 0;
-  double open_timeout = 10.0;
-  int pin = 0;
+  const chime_stream_opts_t def = CHIME_STREAM_OPTS_INIT;
+  const char *table, *mode = chime_mode_name(def.mode);
+  unsigned batch_size = def.batch_size, slots = def.slots,
+           prefetch = def.prefetch;
+  double open_timeout = def.open_timeout_ms / 1000.0;
+  int pin = def.pin_host_memory;
   if (!PyArg_ParseTupleAndKeywords(args, kw, "O!s|IsIIdpO:Stream", kwlist,
                                    &chimepy_client_type, &client, &table,
                                    &batch_size, &mode, &slots, &prefetch,
@@ -377,17 +379,17 @@ static int stream_init(PyObject *o, PyObject *args, PyObject *kw) {
   if (chimepy_client_check(c) ||
       parse_timeout_ms(iter_timeout, &self->iter_timeout_ms))
     return -1;
-  chime_stream_opts_t opts = CHIME_STREAM_OPTS_INIT;
-  if (!strcmp(mode, "auto"))
-    opts.mode = CHIME_MODE_AUTO;
-  else if (!strcmp(mode, "shm"))
-    opts.mode = CHIME_MODE_SHM;
-  else if (!strcmp(mode, "stream"))
-    opts.mode = CHIME_MODE_STREAM;
-  else {
+  chime_stream_opts_t opts = def;
+  /* The modes by the library's names for them. */
+  int m = CHIME_MODE_AUTO;
+  while (m <= CHIME_MODE_STREAM &&
+         strcmp(mode, chime_mode_name((chime_mode_t)m)) != 0)
+    m++;
+  if (m > CHIME_MODE_STREAM) {
     chimepy_raise(CHIME_EINVAL, "mode must be 'auto', 'shm' or 'stream'");
     return -1;
   }
+  opts.mode = (chime_mode_t)m;
   if (!(open_timeout > 0 && open_timeout < 2e6)) {
     chimepy_raise(CHIME_EINVAL, "open_timeout must be positive seconds");
     return -1;
@@ -399,7 +401,7 @@ static int stream_init(PyObject *o, PyObject *args, PyObject *kw) {
   opts.pin_host_memory = pin;
   /* At most slots - 1 batches are leased, so a queue of `slots` entries
    * always has room for the slots given back during one next(). */
-  self->cap = slots ? slots : 8;
+  self->cap = slots ? slots : def.slots; /* 0: the default */
   if (self->cap > CHIME_RING_MAX_SLOTS)
     self->cap = CHIME_RING_MAX_SLOTS;
   self->pending = calloc(self->cap, sizeof(*self->pending));

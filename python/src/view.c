@@ -99,35 +99,3 @@ PyTypeObject chimepy_view_type = {
     .tp_as_buffer = &view_buffer,
     .tp_methods = view_methods,
 };
-
-const char *chimepy_buffer_format(chime_dtype_t d) {
-  switch (d) {
-  case CHIME_DTYPE_U8:
-    return "B";
-  case CHIME_DTYPE_I8:
-    return "b";
-  case CHIME_DTYPE_U16:
-  case CHIME_DTYPE_BF16:
-    return "H";
-  case CHIME_DTYPE_I16:
-    return "h";
-  case CHIME_DTYPE_U32:
-    return "I";
-  case CHIME_DTYPE_I32:
-    return "i";
-  case CHIME_DTYPE_U64:
-    return "Q";
-  case CHIME_DTYPE_I64:
-    return "q";
-  case CHIME_DTYPE_F16:
-    return "e";
-  case CHIME_DTYPE_F32:
-    return "f";
-  case CHIME_DTYPE_F64:
-    return "d";
-  case CHIME_DTYPE_BOOL:
-    return "?";
-  default:
-    return "B";
-  }
-}

@@ -147,8 +147,9 @@ static int writer_init(PyObject *o, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"client", "table", "max_inflight", "timeout", NULL};
   PyObject *client;
   const char *table;
-  unsigned max_inflight = 8;
-  double timeout = 30.0;
+  chime_writer_opts_t opts = CHIME_WRITER_OPTS_INIT;
+  unsigned max_inflight = opts.max_inflight;
+  double timeout = opts.timeout_ms / 1000.0;
   if (!PyArg_ParseTupleAndKeywords(args, kw, "O!s|Id:Writer", kwlist,
                                    &chimepy_client_type, &client, &table,
                                    &max_inflight, &timeout))
@@ -174,7 +175,6 @@ static int writer_init(PyObject *o, PyObject *args, PyObject *kw) {
   }
   snprintf(self->table, sizeof(self->table), "%s", table);
   self->timeout_ms = (int)(timeout * 1000);
-  chime_writer_opts_t opts = CHIME_WRITER_OPTS_INIT;
   opts.max_inflight = max_inflight;
   opts.timeout_ms = SLICE_MS;
   int rc;

@@ -8,6 +8,7 @@ import pathlib
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import threading
@@ -24,6 +25,9 @@ DTYPES = {"u8": np.uint8, "i8": np.int8, "u16": np.uint16, "i16": np.int16,
           "u32": np.uint32, "i32": np.int32, "u64": np.uint64,
           "i64": np.int64, "f16": np.float16, "bf16": np.uint16,
           "f32": np.float32, "f64": np.float64, "bool": np.bool_}
+FORMATS = {"u8": "B", "i8": "b", "u16": "H", "i16": "h", "u32": "I",
+           "i32": "i", "u64": "Q", "i64": "q", "f16": "e", "bf16": "H",
+           "f32": "f", "f64": "d", "bool": "?"}
 
 
 def parse_spec(text):
@@ -121,6 +125,13 @@ def test_array_views(client):
         assert np.frombuffer(b["a"].base, np.uint8).tobytes() == \
             b["a"].tobytes()
         assert memoryview(b["h"].base).format == "e"
+        # every leaf's format, as the struct module names its dtype (bf16:
+        # its bits as uint16)
+        spec = dict(re.findall(r"(\w+):(\w+)\[", MIXED_SPEC))
+        for name, dt, _ in LEAVES:
+            fmt = memoryview(b[name].base).format
+            assert fmt == FORMATS[spec[name]], (name, fmt)
+            assert struct.calcsize(fmt) == dt.itemsize
         with pytest.raises(ValueError):
             np.frombuffer(b["a"].base, dtype=np.uint8).setflags(write=True)
 

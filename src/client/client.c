@@ -9,35 +9,7 @@
 #include "client/internal.h"
 #include "common/detail.h"
 #include "common/keepalive.h"
-
-/* A PEM file, whole and NUL-terminated (free with free_pem); NULL when it
- * cannot be read, is over 1 MiB or holds no PEM block. */
-#define PEM_MAX (1u << 20)
-static char *read_pem(const char *path) {
-  FILE *f = fopen(path, "re");
-  if (f == NULL)
-    return NULL;
-  char *buf = malloc(PEM_MAX + 1);
-  size_t n = buf != NULL ? fread(buf, 1, PEM_MAX + 1, f) : 0;
-  int bad = buf == NULL || ferror(f) || n > PEM_MAX;
-  fclose(f);
-  if (!bad) {
-    buf[n] = '\0';
-    bad = strstr(buf, "-----BEGIN ") == NULL;
-  }
-  if (bad) {
-    free(buf);
-    return NULL;
-  }
-  return buf;
-}
-
-static void free_pem(char *p) {
-  if (p != NULL) {
-    memset(p, 0, strlen(p)); /* a private key does not outlive its use */
-    free(p);
-  }
-}
+#include "common/pem.h"
 
 /* The channel's credentials: TLS from opts' files, or insecure. */
 static int make_creds(const chime_client_opts_t *opts,
@@ -49,21 +21,24 @@ static int make_creds(const chime_client_opts_t *opts,
     *out = grpc_insecure_credentials_create();
     return *out != NULL ? 0 : CHIME_ENOMEM;
   }
-  if ((opts->tls_ca != NULL && (ca = read_pem(opts->tls_ca)) == NULL) ||
-      (opts->tls_cert != NULL && (cert = read_pem(opts->tls_cert)) == NULL) ||
-      (opts->tls_key != NULL && (key = read_pem(opts->tls_key)) == NULL)) {
-    rc = CHIME_EINVAL;
+  /* There is no client yet to keep why on: CHIME_EINVAL says it. */
+  char why[256];
+  if ((opts->tls_ca != NULL &&
+       (rc = chime__pem_read(opts->tls_ca, &ca, why, sizeof(why))) != 0) ||
+      (opts->tls_cert != NULL &&
+       (rc = chime__pem_read(opts->tls_cert, &cert, why, sizeof(why))) != 0) ||
+      (opts->tls_key != NULL &&
+       (rc = chime__pem_read(opts->tls_key, &key, why, sizeof(why))) != 0))
     goto out;
-  }
   grpc_ssl_pem_key_cert_pair pair = {.private_key = key, .cert_chain = cert};
   *out = grpc_ssl_credentials_create_ex(ca, cert != NULL ? &pair : NULL, NULL,
                                         NULL);
   if (*out == NULL)
     rc = CHIME_EINVAL;
 out:
-  free_pem(ca);
-  free_pem(cert);
-  free_pem(key);
+  chime__pem_free(ca);
+  chime__pem_free(cert);
+  chime__pem_free(key);
   return rc;
 }
 
@@ -99,7 +74,7 @@ int chime_client_create(chime_client_t **out, const char *address,
   chime_client_t *c = calloc(1, sizeof(*c));
   if (!c)
     return chime__detail(CHIME_ENOMEM, "client: out of memory");
-  c->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : 5000;
+  c->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : def.timeout_ms;
   c->max_message_bytes = opts->max_message_bytes;
   c->pid = (int)getpid();
 
@@ -418,6 +393,28 @@ void chime_server_info_free(chime_server_info_t *info) {
   free(info);
 }
 
+/* The stats lists (chime/stats.h) from the wire: each field from
+ * the message's field of the same name, which must be of the same size. */
+#define FROM_MSG(type, name, kind, unit, help)                                 \
+  _Static_assert(sizeof(m->name) == sizeof(type), #name " differs on the "     \
+                                                        "wire");               \
+  o->name = m->name;
+
+static void table_from_msg(chime_table_stats_t *o,
+                           const Chime__V1__TableStats *m) {
+  CHIME_TABLE_STATS_FIELDS(FROM_MSG)
+}
+
+static void stream_from_msg(chime_stream_stats_t *o,
+                            const Chime__V1__StreamStats *m) {
+  CHIME_STREAM_STATS_FIELDS(FROM_MSG)
+}
+
+static void server_from_msg(chime_stats_t *o,
+                            const Chime__V1__StatsResponse *m) {
+  CHIME_SERVER_STATS_FIELDS(FROM_MSG)
+}
+
 int chime_client_stats(chime_client_t *client, chime_stats_t **out) {
   if (!client || !out)
     return chime__detail(CHIME_EINVAL,
@@ -447,24 +444,7 @@ int chime_client_stats(chime_client_t *client, chime_stats_t **out) {
     const Chime__V1__TableStats *t = r->tables[i];
     chime_table_stats_t *o = &st->tables[i];
     copy_str(o->name, sizeof(o->name), t->name);
-    o->size = t->size;
-    o->capacity = t->capacity;
-    o->inserts = t->inserts;
-    o->samples = t->samples;
-    o->sampler_wait_ns = t->sampler_wait_ns;
-    o->insert_wait_ns = t->insert_wait_ns;
-    o->returned = t->returned;
-    o->rate_insert_wait_ns = t->rate_insert_wait_ns;
-    o->rate_sample_wait_ns = t->rate_sample_wait_ns;
-    o->left = t->left;
-    o->left_times_sampled = t->left_times_sampled;
-    o->steps = t->steps;
-    o->steps_inserted = t->steps_inserted;
-    o->episodes_open = t->episodes_open;
-    o->step_bytes = t->step_bytes;
-    o->inserts_waiting_rate = t->inserts_waiting_rate;
-    o->samplers_waiting_rate = t->samplers_waiting_rate;
-    o->samplers_waiting_items = t->samplers_waiting_items;
+    table_from_msg(o, t);
   }
   st->nstreams = (uint32_t)r->n_streams;
   for (size_t i = 0; i < r->n_streams; i++) {
@@ -473,20 +453,9 @@ int chime_client_stats(chime_client_t *client, chime_stats_t **out) {
     o->stream_id = s->stream_id;
     copy_str(o->table, sizeof(o->table), s->table);
     o->mode = (int)s->mode;
-    o->batches = s->batches;
-    o->bytes = s->bytes;
-    o->producer_wait_ns = s->producer_wait_ns;
-    o->consumer_wait_ns = s->consumer_wait_ns;
-    o->ring_bytes = s->ring_bytes;
-    o->leases = s->leases;
-    o->max_leases = s->max_leases;
-    o->pinned = s->pinned;
+    stream_from_msg(o, s);
   }
-  st->ring_bytes_total = r->ring_bytes_total;
-  st->pinned_bytes = r->pinned_bytes;
-  st->staged_insert_bytes = r->staged_insert_bytes;
-  st->staged_insert_budget = r->staged_insert_budget;
-  st->insert_calls_parked = r->insert_calls_parked;
+  server_from_msg(st, r);
   *out = st;
   st = NULL;
 

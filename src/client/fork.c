@@ -12,6 +12,7 @@
 #include <grpc/support/time.h>
 
 #include "client/fork.h"
+#include "common/clock.h"
 #include "common/errfmt.h"
 #include "chime/errors.h"
 
@@ -64,9 +65,7 @@ static char child_why[256]; /* why not */
 static void prepare(void) {
   pthread_mutex_lock(&gate_mu);
   forking = 1;
-  struct timespec until;
-  clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += QUIESCE_MS / 1000;
+  struct timespec until = chime__clock_after_ms(CLOCK_REALTIME, QUIESCE_MS);
   int rc = 0;
   while (active > 0 && rc != ETIMEDOUT)
     rc = pthread_cond_timedwait(&gate_idle, &gate_mu, &until);

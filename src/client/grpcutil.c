@@ -6,12 +6,7 @@
 
 #include "client/fork.h"
 #include "client/internal.h"
-
-int64_t chime__mono_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+#include "wire/message.h"
 
 gpr_timespec chime__deadline_ms(int timeout_ms) {
   if (timeout_ms < 0)
@@ -21,12 +16,8 @@ gpr_timespec chime__deadline_ms(int timeout_ms) {
 }
 
 grpc_byte_buffer *chime__pack(const ProtobufCMessage *msg) {
-  size_t n = protobuf_c_message_get_packed_size(msg);
   chime__gate_enter();
-  grpc_slice s = grpc_slice_malloc(n);
-  protobuf_c_message_pack(msg, GRPC_SLICE_START_PTR(s));
-  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
-  grpc_slice_unref(s);
+  grpc_byte_buffer *bb = chime__msg_pack(msg);
   chime__gate_leave();
   return bb;
 }
@@ -48,16 +39,9 @@ grpc_byte_buffer *chime__bb_copy(grpc_byte_buffer *bb) {
 
 ProtobufCMessage *chime__unpack(const ProtobufCMessageDescriptor *desc,
                                 grpc_byte_buffer *bb) {
-  grpc_byte_buffer_reader r;
-  ProtobufCMessage *m = NULL;
+  ProtobufCMessage *m;
   chime__gate_enter();
-  if (grpc_byte_buffer_reader_init(&r, bb)) {
-    grpc_slice all = grpc_byte_buffer_reader_readall(&r);
-    grpc_byte_buffer_reader_destroy(&r);
-    m = protobuf_c_message_unpack(desc, NULL, GRPC_SLICE_LENGTH(all),
-                                  GRPC_SLICE_START_PTR(all));
-    grpc_slice_unref(all);
-  }
+  (void)chime__msg_unpack(desc, bb, &m); /* m: NULL when it failed */
   chime__gate_leave();
   return m;
 }

@@ -23,6 +23,7 @@
 #include "chime/chime.h"
 #include "ring/producer.h"
 #include "client/call.h"
+#include "common/clock.h"
 #include "common/detail.h"
 #include "common/errfmt.h" /* CHIME__PRINTF, chime__verrf */
 #include "wire/hostid.h"
@@ -30,11 +31,8 @@
 #include "wire/method.h"
 #include "wire/status.h"
 
-/* Room for an error text: as much as chime_last_error() keeps (a pinning
- * error, from this process or in a server's status, behind a prefix). */
-#define CHIME__ERRLEN CHIME__DETAIL_LEN
-/* Metadata a client accepts: a status whose details are that long, even
- * percent-encoded, with room to spare. */
+/* Metadata a client accepts: a status whose details are CHIME__ERRLEN
+ * (common/errfmt.h) long, even percent-encoded, with room to spare. */
 #define CHIME__MAX_METADATA_BYTES (4 * CHIME__ERRLEN)
 
 struct chime_client_s {
@@ -57,8 +55,6 @@ int chime__client_inherited(chime_client_t *client);
 
 /* --- gRPC helpers (grpcutil.c) --- */
 
-/* CLOCK_MONOTONIC in milliseconds, for bounded waits. */
-int64_t chime__mono_ms(void);
 /* timeout_ms < 0: forever. */
 gpr_timespec chime__deadline_ms(int timeout_ms);
 /* Serialises a message into a new byte buffer; NULL when out of memory. */

@@ -10,6 +10,7 @@
 
 #include "client/stream.h"
 #include "wire/chunk.h"
+#include "wire/credit.h"
 
 /* How long chime_stream_close() waits for the server to take the last
  * releases before it cancels the call. */
@@ -174,8 +175,7 @@ static int remote_setup(chime_stream_t *s, const Chime__V1__Opened *op,
   r->released = calloc(slots, sizeof(uint64_t));
   if (!r->slot_seq || !r->released)
     return chime__fail(err, errlen, CHIME_ENOMEM, "out of memory");
-  /* The server lends at most slots - 1 batches whatever the prefetch. */
-  uint32_t lent = s->prefetch < slots ? s->prefetch : slots - 1;
+  uint32_t lent = chime__credits_initial(s->prefetch, slots);
   atomic_store(&r->granted, lent);
   r->credit_batch = lent / 2 > 1 ? lent / 2 : 1;
   return 0;
@@ -227,10 +227,10 @@ static void remote_stats(const chime_stream_t *s,
 static void remote_close(chime_stream_t *s) {
   chime__remote_t *r = &s->remote;
   if (s->rpc.call && s->thread_started) {
-    int64_t end = chime__mono_ms() + CLOSE_WAIT_MS;
+    int64_t end = chime__now_ms() + CLOSE_WAIT_MS;
     pthread_mutex_lock(&s->lock);
     r->closing = 1;
-    while (!s->ended && chime__mono_ms() < end) {
+    while (!s->ended && chime__now_ms() < end) {
       send_credit_locked(s);
       if (!chime__rpc_pending(&s->rpc, CHIME__RPC_SEND) &&
           r->credit_pending == 0 && !r->half_closed) {

@@ -20,6 +20,7 @@
 
 #include "client/fork.h"
 #include "client/stream.h"
+#include "wire/credit.h"
 
 /* Cuts the learner off the ring: next then reports end_code, with end_why
  * as the learner's detail. The first end wins; code and text are set
@@ -153,14 +154,8 @@ static gpr_timespec in_ms(int64_t ms) {
 static void wait_learner_idle(chime_stream_t *s) {
   pthread_mutex_lock(&s->lock);
   while (!s->closing &&
-         (s->in_next || chime__mono_ms() - s->left_ms < DRIVE_IDLE_MS)) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += DRIVE_IDLE_MS * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000L;
-    }
+         (s->in_next || chime__now_ms() - s->left_ms < DRIVE_IDLE_MS)) {
+    struct timespec ts = chime__clock_after_ms(CLOCK_REALTIME, DRIVE_IDLE_MS);
     pthread_cond_timedwait(&s->idle_cv, &s->lock, &ts);
   }
   pthread_mutex_unlock(&s->lock);
@@ -188,25 +183,22 @@ static void *stream_thread(void *arg) {
  * time (timeout 0 included) it still takes what completed already, so a
  * learner that only ever looks without waiting is served too. */
 static int drive_next(chime_stream_t *s, chime_ring_view_t *v, int timeout_ms) {
-  int64_t end = timeout_ms < 0 ? -1 : chime__mono_ms() + timeout_ms;
+  int64_t end = timeout_ms < 0 ? -1 : chime__now_ms() + timeout_ms;
   for (;;) {
     int rc = chime_ring_next(s->ring, v, 0);
     if (rc != CHIME_ETIMEDOUT)
       return rc;
     if (s->tp->before_wait)
       s->tp->before_wait(s);
-    int64_t left = end < 0 ? INT64_MAX : end - chime__mono_ms();
+    int64_t left = end < 0 ? INT64_MAX : end - chime__now_ms();
     if (chime__rpc_busy(&s->rpc) && pthread_mutex_trylock(&s->drive_mu) == 0) {
       gpr_timespec until = end < 0    ? gpr_inf_future(GPR_CLOCK_MONOTONIC)
                            : left > 0 ? in_ms(left)
                                       : gpr_inf_past(GPR_CLOCK_MONOTONIC);
-      struct timespec t0, t1;
-      clock_gettime(CLOCK_MONOTONIC, &t0);
+      uint64_t t0 = chime__now_ns();
       rc = pump(s, until);
       pthread_mutex_unlock(&s->drive_mu);
-      clock_gettime(CLOCK_MONOTONIC, &t1);
-      s->drive_wait_ns += (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000LL +
-                                     (t1.tv_nsec - t0.tv_nsec));
+      s->drive_wait_ns += chime__now_ns() - t0;
       if (rc == CHIME_ETIMEDOUT && left <= 0)
         return chime_ring_next(s->ring, v, 0); /* nothing more came */
       if (rc != 0 && rc != CHIME_ETIMEDOUT)
@@ -228,7 +220,7 @@ static void set_in_next(chime_stream_t *s, int in) {
   pthread_mutex_lock(&s->lock);
   s->in_next = in;
   if (!in)
-    s->left_ms = chime__mono_ms();
+    s->left_ms = chime__now_ms();
   pthread_mutex_unlock(&s->lock);
 }
 
@@ -247,7 +239,8 @@ static void call_teardown(chime_stream_t *s) {
 
 int chime_stream_open(chime_stream_t **out, chime_client_t *client,
                       const char *table, const chime_stream_opts_t *opts) {
-  chime_stream_opts_t o = CHIME_STREAM_OPTS_INIT;
+  const chime_stream_opts_t def = CHIME_STREAM_OPTS_INIT;
+  chime_stream_opts_t o = def;
   char err[CHIME__ERRLEN] = "";
   chime_stream_t *s = NULL;
   int rc = 0;
@@ -260,14 +253,13 @@ int chime_stream_open(chime_stream_t **out, chime_client_t *client,
     return rc;
   if (opts)
     o = *opts;
-  if (o.slots == 0)
-    o.slots = 8;
+  if (o.slots == 0) /* a zero means its default */
+    o.slots = def.slots;
   if (o.open_timeout_ms <= 0)
-    o.open_timeout_ms = 10000;
-  uint32_t prefetch = o.prefetch ? o.prefetch : o.slots - 1;
+    o.open_timeout_ms = def.open_timeout_ms;
   if (strlen(table) >= CHIME_MAX_NAME || o.batch_size == 0 ||
       o.batch_size > CHIME_RING_MAX_BATCH || o.slots < 2 ||
-      o.slots > CHIME_RING_MAX_SLOTS || prefetch > o.slots ||
+      o.slots > CHIME_RING_MAX_SLOTS || o.prefetch > o.slots ||
       (o.mode != CHIME_MODE_AUTO && o.mode != CHIME_MODE_SHM &&
        o.mode != CHIME_MODE_STREAM)) {
     rc = chime__fail(err, sizeof(err), CHIME_EINVAL,
@@ -290,7 +282,7 @@ int chime_stream_open(chime_stream_t **out, chime_client_t *client,
   pthread_cond_init(&s->idle_cv, NULL);
 
   s->opts = o;
-  s->prefetch = prefetch;
+  s->prefetch = chime__credits_initial(o.prefetch, o.slots);
   rc = chime__stream_attach(s, err, sizeof(err));
   if (rc)
     goto cleanup;

@@ -305,7 +305,7 @@ static int reconnect(chime_writer_t *w) {
   if (w->failed)
     return w->failed;
   if (w->reconnect_deadline == 0)
-    w->reconnect_deadline = chime__mono_ms() + w->reconnect_timeout_ms;
+    w->reconnect_deadline = chime__now_ms() + w->reconnect_timeout_ms;
   w->broken = 0;
   w->sent_on_call = 0;
   w->reconnects++;
@@ -321,7 +321,7 @@ static int reconnect(chime_writer_t *w) {
  * lost on the way is resumed on a new one, up to the reconnect deadline. */
 static int wait_until(chime_writer_t *w, int (*cond)(const chime_writer_t *),
                       int timeout_ms) {
-  int64_t end = chime__mono_ms() + timeout_ms;
+  int64_t end = chime__now_ms() + timeout_ms;
   while (!cond(w)) {
     if (w->failed)
       return w->failed;
@@ -334,11 +334,11 @@ static int wait_until(chime_writer_t *w, int (*cond)(const chime_writer_t *),
     int64_t until = end;
     if (w->reconnect_deadline && w->reconnect_deadline < until)
       until = w->reconnect_deadline;
-    int64_t left = until - chime__mono_ms();
+    int64_t left = until - chime__now_ms();
     int rc = pump(w, chime__deadline_ms(left > 0 ? (int)left : 0));
     if (rc != CHIME_ETIMEDOUT)
       continue;
-    if (w->reconnect_deadline && chime__mono_ms() >= w->reconnect_deadline) {
+    if (w->reconnect_deadline && chime__now_ms() >= w->reconnect_deadline) {
       snprintf(w->err, sizeof(w->err),
                "insert into '%s': connection lost and not back within %d ms "
                "(%" PRIu32 " requests unacked)",
@@ -346,7 +346,7 @@ static int wait_until(chime_writer_t *w, int (*cond)(const chime_writer_t *),
       chime__rpc_cancel(&w->rpc);
       return fail(w, CHIME_EDISCONNECTED);
     }
-    if (chime__mono_ms() >= end) {
+    if (chime__now_ms() >= end) {
       snprintf(w->err, sizeof(w->err),
                "insert into '%s': no ack within %d ms (%" PRIu32
                " messages in flight)",
@@ -392,7 +392,7 @@ static int send_batch(chime_writer_t *w) {
     return fail(w, CHIME_ENOMEM);
   /* Nothing was at stake while idle: a reconnect clock starts now. */
   if (w->reconnect_deadline && w->inflight == 0)
-    w->reconnect_deadline = chime__mono_ms() + w->reconnect_timeout_ms;
+    w->reconnect_deadline = chime__now_ms() + w->reconnect_timeout_ms;
   struct inflight_s *f = fl_at(w, w->inflight);
   f->bb = bb;
   f->count = w->queued;
@@ -411,10 +411,7 @@ static uint64_t new_writer_id(void) {
   while (id == 0) {
     if (getrandom(&id, sizeof(id), 0) != (ssize_t)sizeof(id)) {
       /* No entropy source: time and pid still tell writers apart. */
-      struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
-      id = ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^
-           ((uint64_t)getpid() << 40);
+      id = chime__clock_ns(CLOCK_REALTIME) ^ ((uint64_t)getpid() << 40);
       id *= UINT64_C(0x9E3779B97F4A7C15);
     }
   }
@@ -512,10 +509,11 @@ int chime_writer_open(chime_writer_t **out, chime_client_t *client,
     cap = ti.capacity;
   w->batch_cap = cap ? (uint32_t)cap : 1;
   w->max_inflight = opts->max_inflight;
-  w->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : 30000;
+  w->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : def.timeout_ms;
   w->resend = opts->resend != 0;
-  w->reconnect_timeout_ms =
-      opts->reconnect_timeout_ms > 0 ? opts->reconnect_timeout_ms : 10000;
+  w->reconnect_timeout_ms = opts->reconnect_timeout_ms > 0
+                                ? opts->reconnect_timeout_ms
+                                : def.reconnect_timeout_ms;
   if (w->resend) {
     /* A resend must still be in the server's window to be recognised. */
     if (w->max_inflight > CHIME__INSERT_WINDOW)

@@ -11,9 +11,9 @@
 #include "chime/ring.h"
 #include "common/errfmt.h" /* CHIME__PRINTF */
 
-/* Room for one detail: the longest is a pinning error (CHIME_PIN_ERRLEN, it
- * lists the whole CUDA ladder) behind a short prefix. Longer text is cut. */
-#define CHIME__DETAIL_LEN (CHIME_PIN_ERRLEN + 1024)
+/* Room for one detail: as much as any error text (common/errfmt.h: a
+ * pinning error behind a short prefix). Longer text is cut. */
+#define CHIME__DETAIL_LEN CHIME__ERRLEN
 
 /* Sets the calling thread's detail to text, or to chime_strerror(code) when
  * text is NULL or empty (a failure never leaves the previous one's

@@ -15,6 +15,11 @@
 #define CHIME__PRINTF(f, a)
 #endif
 
+/* Room for an error's text on either end (a client's last error, the
+ * details a server sends): the longest is a pinning error
+ * (CHIME_PIN_ERRLEN, it lists the whole ladder) behind a prefix. */
+#define CHIME__ERRLEN (CHIME_PIN_ERRLEN + 1024)
+
 /* Writes nothing when err is NULL or len is 0: callers may pass no buffer
  * when they only want the code. */
 void chime__errf(char *err, size_t len, const char *fmt, ...)

@@ -368,6 +368,31 @@ int chime_spec_format(const chime_spec_t *spec, char *buf, size_t len) {
   return 0;
 }
 
+static int same_type(const chime_leaf_t *a, const chime_leaf_t *b) {
+  if (a->dtype != b->dtype || a->ndim != b->ndim || a->ndim > CHIME_MAX_DIMS)
+    return 0;
+  for (uint32_t d = 0; d < a->ndim; d++)
+    if (a->shape[d] != b->shape[d])
+      return 0;
+  return 1;
+}
+
+chime__spec_diff_t chime__spec_diff(const chime_spec_t *a,
+                                    const chime_spec_t *b, uint32_t *at) {
+  uint32_t i = 0;
+  for (; i < a->nleaves && i < b->nleaves; i++) {
+    *at = i;
+    if (strcmp(a->leaves[i].name, b->leaves[i].name) != 0)
+      return CHIME__SPEC_NAME;
+    if (!same_type(&a->leaves[i], &b->leaves[i]))
+      return CHIME__SPEC_TYPE;
+  }
+  *at = i;
+  return i < a->nleaves   ? CHIME__SPEC_ONLY_A
+         : i < b->nleaves ? CHIME__SPEC_ONLY_B
+                          : CHIME__SPEC_SAME;
+}
+
 void chime__leaf_type_text(const chime_leaf_t *l, char *buf, size_t len) {
   int n = snprintf(buf, len, "%s[", chime_dtype_name(l->dtype));
   for (uint32_t d = 0; d < l->ndim && n > 0 && (size_t)n < len; d++)

@@ -290,34 +290,36 @@ static chime__table_t *find_table(chime__table_t *const *tables, uint32_t n,
 /* The checkpoint's spec against the config's, leaf by leaf. */
 static int spec_check(const char *table, const chime_spec_t *ck,
                       const chime_spec_t *cf, char *err, size_t errlen) {
-  uint32_t n = ck->nleaves > cf->nleaves ? ck->nleaves : cf->nleaves;
-  for (uint32_t i = 0; i < n; i++) {
-    char a[256], b[256];
-    if (i >= cf->nleaves)
-      return fail(err, errlen, CHIME_EINVAL,
-                  "table '%s': leaf '%s' (leaf %u) is in the checkpoint but "
-                  "not in the config's spec",
-                  table, ck->leaves[i].name, i);
-    if (i >= ck->nleaves)
-      return fail(err, errlen, CHIME_EINVAL,
-                  "table '%s': leaf '%s' (leaf %u) is in the config's spec "
-                  "but not in the checkpoint",
-                  table, cf->leaves[i].name, i);
-    const chime_leaf_t *x = &ck->leaves[i], *y = &cf->leaves[i];
-    if (strcmp(x->name, y->name) != 0)
-      return fail(err, errlen, CHIME_EINVAL,
-                  "table '%s': leaf %u is '%s' in the checkpoint, '%s' in the "
-                  "config",
-                  table, i, x->name, y->name);
-    chime__leaf_type_text(x, a, sizeof(a));
-    chime__leaf_type_text(y, b, sizeof(b));
-    if (strcmp(a, b) != 0)
-      return fail(err, errlen, CHIME_EINVAL,
-                  "table '%s': leaf '%s' is %s in the checkpoint, %s in the "
-                  "config",
-                  table, x->name, a, b);
+  uint32_t i;
+  char a[256], b[256];
+  const chime_leaf_t *x = &ck->leaves[0], *y = &cf->leaves[0];
+  switch (chime__spec_diff(ck, cf, &i)) {
+  case CHIME__SPEC_SAME:
+    return 0;
+  case CHIME__SPEC_ONLY_A:
+    return fail(err, errlen, CHIME_EINVAL,
+                "table '%s': leaf '%s' (leaf %u) is in the checkpoint but "
+                "not in the config's spec",
+                table, ck->leaves[i].name, i);
+  case CHIME__SPEC_ONLY_B:
+    return fail(err, errlen, CHIME_EINVAL,
+                "table '%s': leaf '%s' (leaf %u) is in the config's spec "
+                "but not in the checkpoint",
+                table, cf->leaves[i].name, i);
+  case CHIME__SPEC_NAME:
+    return fail(err, errlen, CHIME_EINVAL,
+                "table '%s': leaf %u is '%s' in the checkpoint, '%s' in the "
+                "config",
+                table, i, x[i].name, y[i].name);
+  case CHIME__SPEC_TYPE:
+    break;
   }
-  return 0;
+  chime__leaf_type_text(&x[i], a, sizeof(a));
+  chime__leaf_type_text(&y[i], b, sizeof(b));
+  return fail(err, errlen, CHIME_EINVAL,
+              "table '%s': leaf '%s' is %s in the checkpoint, %s in the "
+              "config",
+              table, x[i].name, a, b);
 }
 
 /* A sequence table's window record and the fixed part of its section. */

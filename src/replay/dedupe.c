@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "chime/errors.h"
+#include "common/clock.h"
 #include "common/insert_window.h"
 
 typedef struct {
@@ -52,9 +53,7 @@ struct chime__dedupe_s {
 
 static uint64_t mono_ms(void *arg) {
   (void)arg;
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+  return (uint64_t)chime__now_ms();
 }
 
 int chime__dedupe_create(chime__dedupe_t **out, uint32_t max_writers,

@@ -67,7 +67,7 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
    * (choose_victim), the sample itself a candidate. */
   int by_age = !fifo && t->cfg.remover == CHIME__SAMPLER_FIFO;
   int choose = !fifo && !by_age;
-  uint64_t when = chime__tbl_now_ns(CLOCK_REALTIME);
+  uint64_t when = chime__clock_ns(CLOCK_REALTIME);
   if (fifo && count > cap)
     return CHIME_EINVAL; /* could never go in whole */
   uint64_t skip = by_age && count > cap ? count - cap : 0;

@@ -219,8 +219,7 @@ static int try_sample(chime__table_t *t, const chime_ring_layout_t *lay,
    * waits for items instead): the time between counts. */
   int rate_open = t->lim->allows_sample(t);
   if (w->rate_since != 0 && (rate_open || t->closed || t->count < need)) {
-    t->rate_sample_wait_ns +=
-        chime__tbl_now_ns(CLOCK_MONOTONIC) - w->rate_since;
+    t->rate_sample_wait_ns += chime__clock_ns(CLOCK_MONOTONIC) - w->rate_since;
     w->rate_since = 0;
   }
   if (t->closed) {
@@ -229,7 +228,7 @@ static int try_sample(chime__table_t *t, const chime_ring_layout_t *lay,
     /* Checked and queued under one lock: an insert after this calls w. */
     w->rate = t->count >= need;
     if (w->rate && w->rate_since == 0)
-      w->rate_since = chime__tbl_now_ns(CLOCK_MONOTONIC);
+      w->rate_since = chime__clock_ns(CLOCK_MONOTONIC);
     if (!w->queued) {
       w->queued = 1;
       w->next = t->waiters;
@@ -268,8 +267,7 @@ void chime__table_unwait(chime__table_t *t, chime__table_waiter_t *w) {
   }
   w->queued = 0;
   if (w->rate_since != 0) {
-    t->rate_sample_wait_ns +=
-        chime__tbl_now_ns(CLOCK_MONOTONIC) - w->rate_since;
+    t->rate_sample_wait_ns += chime__clock_ns(CLOCK_MONOTONIC) - w->rate_since;
     w->rate_since = 0;
   }
   pthread_mutex_unlock(&t->mu);

@@ -42,6 +42,7 @@ const chime_spec_t *chime__table_item_spec(const chime__table_t *t) {
 }
 
 void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out) {
+  memset(out, 0, sizeof(*out)); /* a field this does not count reads 0 */
   chime__tbl_lock(t);
   out->size = t->count;
   out->capacity = t->cfg.capacity;
@@ -55,8 +56,6 @@ void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out) {
   out->left = t->left;
   out->left_times_sampled = t->left_times;
   out->inserts_waiting_rate = t->inserts_waiting_rate;
-  out->samplers_waiting_rate = out->samplers_waiting_items = 0;
-  out->steps = out->episodes_open = out->step_bytes = out->steps_inserted = 0;
   out->windows_dropped = t->windows_dropped;
   if (t->steps != NULL) {
     chime__steps_stats_t ss;
@@ -66,7 +65,7 @@ void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out) {
     out->step_bytes = ss.bytes;
     out->steps_inserted = t->step_key - 1;
   }
-  uint64_t now = chime__tbl_now_ns(CLOCK_MONOTONIC);
+  uint64_t now = chime__clock_ns(CLOCK_MONOTONIC);
   for (const chime__table_waiter_t *w = t->waiters; w != NULL; w = w->next) {
     if (w->rate)
       out->samplers_waiting_rate++;
@@ -99,9 +98,9 @@ void chime__tbl_notify(chime__table_waiter_t *w) {
 
 void chime__tbl_wait_timed(pthread_cond_t *c, pthread_mutex_t *mu,
                            uint64_t *acc) {
-  uint64_t t0 = chime__tbl_now_ns(CLOCK_MONOTONIC);
+  uint64_t t0 = chime__clock_ns(CLOCK_MONOTONIC);
   pthread_cond_wait(c, mu);
-  *acc += chime__tbl_now_ns(CLOCK_MONOTONIC) - t0;
+  *acc += chime__clock_ns(CLOCK_MONOTONIC) - t0;
 }
 
 /* Makes row r (its item written) live in every structure: the newest in

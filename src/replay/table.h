@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "chime/stats.h"
 #include "ring/producer.h"
 #include "common/span.h"
 #include "replay/config.h"
@@ -18,26 +19,15 @@
 
 typedef struct chime__table_s chime__table_t;
 
-/* inserts counts every sample an insert took (a key each), those a
- * remover picked at once included (a lifo remover's, or the first of a
- * request over the capacity): they count as left too, so inserts - left
- * is the size (less items given back, which are un-left), the count
- * Reverb's rate limiter keeps as inserts - deletes. */
+/* A table's stats: the fields of CHIME_TABLE_STATS_FIELDS
+ * (chime/stats.h says what each counts), which the server reports
+ * as they are, and what only the engine keeps. */
 typedef struct {
-  uint64_t size, capacity, inserts, samples, sampler_wait_ns, insert_wait_ns;
-  uint64_t returned;            /* items given back by streams that ended */
-  uint64_t rate_insert_wait_ns; /* inserts held back by the rate limiter */
-  uint64_t rate_sample_wait_ns; /* samplers held back by it */
-  /* Items that left the table (sampled out, evicted, deleted) and how many
-   * times they were sampled in all: their mean is the data's reuse. */
-  uint64_t left, left_times_sampled;
-  /* Who waits now, for what: inserts on the rate limiter, samplers on it
-   * and samplers on items (min_size, a whole batch). */
-  uint32_t inserts_waiting_rate, samplers_waiting_rate, samplers_waiting_items;
-  /* A sequence table's steps (0 for a plain table): stored now, appended
-   * since start, episodes open, bytes of step storage; windows not made
-   * for want of a row. */
-  uint64_t steps, steps_inserted, episodes_open, step_bytes, windows_dropped;
+#define CHIME__TABLE_STATS_FIELD(type, name, kind, unit, help) type name;
+  CHIME_TABLE_STATS_FIELDS(CHIME__TABLE_STATS_FIELD)
+#undef CHIME__TABLE_STATS_FIELD
+  /* A sequence table's windows not made for want of a row. */
+  uint64_t windows_dropped;
 } chime__table_stats_t;
 
 int chime__table_create(chime__table_t **out, const chime__table_config_t *cfg);

@@ -161,8 +161,7 @@ int chime__table_create(chime__table_t **out,
   if (seq && (rc = chime__tbl_seq_create(t, rows)) != 0)
     goto out;
   t->next_key = chime__key_make(t->cfg.shard, 1);
-  t->rng =
-      (cfg->seed != 0 ? cfg->seed : chime__tbl_now_ns(CLOCK_MONOTONIC)) | 1u;
+  t->rng = (cfg->seed != 0 ? cfg->seed : chime__clock_ns(CLOCK_MONOTONIC)) | 1u;
   pthread_mutex_init(&t->mu, NULL);
   pthread_cond_init(&t->space, NULL);
   pthread_cond_init(&t->items, NULL);

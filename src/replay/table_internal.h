@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/insert_window.h"
 #include "common/key.h"
 #include "replay/heap.h"
@@ -119,12 +120,6 @@ static inline void chime__tbl_lock(chime__table_t *t) {
   t->handoffs++;
   if (t->yielding > 0)
     pthread_cond_broadcast(&t->handoff);
-}
-
-static inline uint64_t chime__tbl_now_ns(clockid_t clk) {
-  struct timespec ts;
-  clock_gettime(clk, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 /* Whether n more keys from next (a table's next_key or step_key) would run

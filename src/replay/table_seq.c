@@ -85,7 +85,7 @@ static uint32_t seq_window(void *ctx, const chime__window_t *w) {
   }
   uint32_t r = chime__tbl_free_pop(t);
   t->meta[r].key = t->next_key++;
-  t->meta[r].itime = chime__tbl_now_ns(CLOCK_REALTIME);
+  t->meta[r].itime = chime__clock_ns(CLOCK_REALTIME);
   t->meta[r].times = 0;
   t->meta[r].prio =
       t->cfg.initial_priority_max ? t->max_prio : t->cfg.initial_priority;

@@ -71,7 +71,7 @@ int chime__table_view(chime__table_t *t, chime__table_view_t *v) {
     if (rc != 0)
       return rc;
     chime__tbl_lock(t);
-    uint64_t t0 = chime__tbl_now_ns(CLOCK_MONOTONIC);
+    uint64_t t0 = chime__clock_ns(CLOCK_MONOTONIC);
     if (t->count > room) {
       want = t->count;
       pthread_mutex_unlock(&t->mu);
@@ -99,7 +99,7 @@ int chime__table_view(chime__table_t *t, chime__table_view_t *v) {
       v->step_key = t->step_key;
       v->windows_dropped = t->windows_dropped;
     }
-    v->pause_ns = chime__tbl_now_ns(CLOCK_MONOTONIC) - t0;
+    v->pause_ns = chime__clock_ns(CLOCK_MONOTONIC) - t0;
     pthread_mutex_unlock(&t->mu);
     return 0;
   }

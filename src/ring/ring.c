@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "ring/ring_internal.h"
 
 /* Polls before sleeping, adapted per side to how long waits turn out to be.
@@ -84,17 +85,10 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Not the _PRIVATE variants: the other side may be another process. */
 static void futex_wait(_Atomic uint32_t *word, uint32_t expected,
                        uint64_t timeout_ns, int forever) {
-  struct timespec ts = {(time_t)(timeout_ns / 1000000000u),
-                        (long)(timeout_ns % 1000000000u)};
+  struct timespec ts = chime__ts_from_ns(timeout_ns);
   int saved = errno;
   syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, expected,
           forever ? NULL : &ts, NULL, 0);
@@ -127,7 +121,7 @@ static int waiter_miss(waiter_t *w) {
   if (w->timeout_ms == 0)
     return CHIME_ETIMEDOUT;
   if (w->start == 0) {
-    w->start = now_ns();
+    w->start = chime__now_ns();
     w->now = w->start;
     if (w->timeout_ms > 0)
       w->deadline = w->start + (uint64_t)w->timeout_ms * 1000000u;
@@ -144,12 +138,12 @@ static int waiter_spin(waiter_t *w) {
    * waiting for this CPU, spinning would only delay the batch we wait for. */
   if (w->now - w->start >= CHIME_RING_SPIN_MIN_NS) {
     sched_yield();
-    w->now = now_ns();
+    w->now = chime__now_ns();
     return 1;
   }
   for (int i = 0; i < 8; i++)
     cpu_relax();
-  w->now = now_ns();
+  w->now = chime__now_ns();
   return 1;
 }
 
@@ -159,7 +153,7 @@ static void waiter_adapt(const waiter_t *w) {
   uint64_t waited;
   if (w->start == 0)
     return;
-  waited = now_ns() - w->start;
+  waited = chime__now_ns() - w->start;
   if (waited <= *w->spin_ns)
     return;
   if (waited < CHIME_RING_SPIN_MAX_NS)
@@ -175,13 +169,14 @@ static uint64_t waiter_left(const waiter_t *w) {
   uint64_t now;
   if (w->timeout_ms < 0)
     return UINT64_MAX;
-  now = now_ns();
+  now = chime__now_ns();
   return now >= w->deadline ? 0 : w->deadline - now;
 }
 
 static void waiter_account(const waiter_t *w, _Atomic uint64_t *total) {
   if (w->start != 0)
-    atomic_fetch_add_explicit(total, now_ns() - w->start, memory_order_relaxed);
+    atomic_fetch_add_explicit(total, chime__now_ns() - w->start,
+                              memory_order_relaxed);
 }
 
 static uint8_t *slot_ptr(const chime_ring_t *ring, uint32_t slot) {

@@ -25,6 +25,9 @@
 #include <uv.h>
 
 #include "chime/errors.h"
+#include "common/clock.h"
+#include "common/list.h"
+#include "server/accept.h"
 #include "server/tls.h"
 
 #define MAX_LISTENERS 8
@@ -33,7 +36,6 @@
 #define FD_HEADROOM_MIN 64
 /* Accepts per wakeup, so one flooded listener cannot starve the others. */
 #define ACCEPT_BURST 128
-#define BACKOFF_MS 100
 /* Handed connections are checked for closure at most this often. */
 #define PRUNE_MS 50
 #define REPORT_MS 10000
@@ -52,7 +54,7 @@ typedef struct pending_s {
   int handles;
   int hand; /* to gRPC once both handles are closed; else close */
   struct chime__acceptor_s *a;
-  struct pending_s *prev, *next;
+  chime__link_t link; /* on a->pending */
 } pending_t;
 
 typedef struct {
@@ -78,7 +80,7 @@ struct chime__acceptor_s {
   pthread_t th;
   int started;
 
-  pending_t *pending;
+  chime__list_t pending; /* pending_t's */
   uint32_t npending;
   handed_t *handed; /* cap entries */
   uint32_t nhanded;
@@ -86,12 +88,6 @@ struct chime__acceptor_s {
   /* Refusals since the last report, and when it was. */
   uint64_t refused_cap, refused_fds, last_report_ms;
 };
-
-static uint64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 /* Splits "host:port" / "[v6]:port" / ":port"; host without brackets. */
 static int split_host_port(const char *addr, char *host, size_t hostlen,
@@ -321,7 +317,7 @@ uint32_t chime__acceptor_cap(const chime__acceptor_t *a) {
 /* --- on the loop thread --- */
 
 static void report(chime__acceptor_t *a, int force) {
-  uint64_t now = now_ms();
+  uint64_t now = (uint64_t)chime__now_ms();
   if (a->refused_cap + a->refused_fds == 0 ||
       (!force && now - a->last_report_ms < REPORT_MS))
     return;
@@ -339,7 +335,7 @@ static void report(chime__acceptor_t *a, int force) {
 static void prune(chime__acceptor_t *a) {
   struct stat st;
   uint32_t k = 0;
-  a->last_prune_ms = now_ms();
+  a->last_prune_ms = (uint64_t)chime__now_ms();
   for (uint32_t i = 0; i < a->nhanded; i++) {
     handed_t *h = &a->handed[i];
     if (fstat(h->fd, &st) == 0 && st.st_dev == h->dev && st.st_ino == h->ino)
@@ -354,12 +350,7 @@ static void pending_closed(uv_handle_t *hd) {
   struct stat st;
   if (--p->handles > 0)
     return;
-  if (p->prev != NULL)
-    p->prev->next = p->next;
-  else
-    a->pending = p->next;
-  if (p->next != NULL)
-    p->next->prev = p->prev;
+  chime__list_remove(&a->pending, &p->link);
   a->npending--;
   if (p->hand && a->nhanded < a->cap && fstat(p->fd, &st) == 0) {
     a->handed[a->nhanded].fd = p->fd;
@@ -410,7 +401,7 @@ static void on_pending_readable(uv_poll_t *h, int status, int events) {
 static void take(chime__acceptor_t *a, int lfd, int fd) {
   int one = 1;
   if (a->npending + a->nhanded >= a->cap &&
-      now_ms() - a->last_prune_ms >= PRUNE_MS)
+      (uint64_t)chime__now_ms() - a->last_prune_ms >= PRUNE_MS)
     prune(a);
   pending_t *p =
       a->npending + a->nhanded < a->cap ? calloc(1, sizeof(*p)) : NULL;
@@ -426,10 +417,7 @@ static void take(chime__acceptor_t *a, int lfd, int fd) {
   p->lfd = lfd;
   p->a = a;
   p->handles = 2;
-  p->next = a->pending;
-  if (a->pending != NULL)
-    a->pending->prev = p;
-  a->pending = p;
+  chime__list_push(&a->pending, &p->link);
   a->npending++;
   uv_poll_init(&a->loop, &p->poll, fd);
   uv_timer_init(&a->loop, &p->timer);
@@ -452,7 +440,7 @@ static void on_backoff(uv_timer_t *t) {
 static void pause_accepting(chime__acceptor_t *a) {
   for (int i = 0; i < a->nls; i++)
     uv_poll_stop(&a->ls[i].poll);
-  uv_timer_start(&a->backoff, on_backoff, BACKOFF_MS, 0);
+  chime__accept_pause(&a->backoff, on_backoff);
 }
 
 static void on_accept(uv_poll_t *h, int status, int events) {
@@ -461,14 +449,15 @@ static void on_accept(uv_poll_t *h, int status, int events) {
   (void)status;
   (void)events;
   for (int i = 0; i < ACCEPT_BURST; i++) {
-    int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd >= 0) {
+    int fd;
+    chime__accept_t r = chime__accept_next(l->fd, &fd);
+    if (r == CHIME__ACCEPT_OK) {
       take(a, l->fd, fd);
       continue;
     }
-    if (errno == EINTR || errno == ECONNABORTED)
+    if (r == CHIME__ACCEPT_AGAIN)
       continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK)
+    if (r == CHIME__ACCEPT_EMPTY)
       break;
     if ((errno == EMFILE || errno == ENFILE) && a->reserve >= 0) {
       /* Out of fds: the reserve makes room to take the connection off the
@@ -494,8 +483,8 @@ static void on_accept(uv_poll_t *h, int status, int events) {
 
 static void on_async(uv_async_t *as) {
   chime__acceptor_t *a = as->data;
-  for (pending_t *p = a->pending; p != NULL; p = p->next)
-    pending_end(p, 0);
+  CHIME__LIST_EACH(l, &a->pending)
+    pending_end(CHIME__CONTAINER(l, pending_t, link), 0);
   for (int i = 0; i < a->nls; i++)
     uv_close((uv_handle_t *)&a->ls[i].poll, NULL);
   uv_close((uv_handle_t *)&a->backoff, NULL);

@@ -12,6 +12,7 @@
 
 #include "server/auth.h"
 #include "server/state.h"
+#include "wire/message.h"
 
 struct chime__send_s {
   chime__send_t *next;
@@ -58,13 +59,8 @@ static void call_free(chime__call_t *c) {
   if (c->call != NULL)
     grpc_call_unref(c->call);
   pthread_mutex_lock(&srv->mu);
-  if (c->prev != NULL || c->next != NULL || srv->calls == c) {
-    if (c->prev != NULL)
-      c->prev->next = c->next;
-    else
-      srv->calls = c->next;
-    if (c->next != NULL)
-      c->next->prev = c->prev;
+  if (chime__list_has(&srv->calls, &c->link)) {
+    chime__list_remove(&srv->calls, &c->link);
     srv->ncalls--;
     if (c->method == CHIME__M_INSERT)
       srv->insert_calls--;
@@ -199,13 +195,7 @@ int chime__call_send(chime__call_t *c, grpc_byte_buffer *bb) {
 }
 
 int chime__call_send_msg(chime__call_t *c, const void *msg) {
-  const ProtobufCMessage *m = msg;
-  size_t len = protobuf_c_message_get_packed_size(m);
-  grpc_slice sl = grpc_slice_malloc(len);
-  protobuf_c_message_pack(m, GRPC_SLICE_START_PTR(sl));
-  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&sl, 1);
-  grpc_slice_unref(sl);
-  return chime__call_send(c, bb);
+  return chime__call_send(c, chime__msg_pack(msg));
 }
 
 static void vfinish(chime__call_t *c, int err, grpc_status_code code,
@@ -358,10 +348,7 @@ static void on_request_done(chime__tag_t *tag, int ok) {
     return;
   }
   pthread_mutex_lock(&srv->mu);
-  c->next = srv->calls;
-  if (srv->calls != NULL)
-    srv->calls->prev = c;
-  srv->calls = c;
+  chime__list_push(&srv->calls, &c->link);
   srv->ncalls++;
   if (c->method == CHIME__M_INSERT) {
     srv->insert_calls++; /* before any of its operations can complete */
@@ -471,14 +458,5 @@ int chime__request_call(chime_server_t *srv, int method) {
     free(c);
     return CHIME_EUNAVAILABLE;
   }
-  return 0;
-}
-
-int chime__bb_read(grpc_byte_buffer *bb, grpc_slice *out) {
-  grpc_byte_buffer_reader r;
-  if (!grpc_byte_buffer_reader_init(&r, bb))
-    return CHIME_EPROTO;
-  *out = grpc_byte_buffer_reader_readall(&r);
-  grpc_byte_buffer_reader_destroy(&r);
   return 0;
 }

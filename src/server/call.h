@@ -8,6 +8,8 @@
 #include <pthread.h>
 
 #include "chime/chime.h"
+#include "common/list.h"
+#include "wire/message.h" /* chime__bb_read, for the handlers */
 #include "wire/method.h"
 #include "wire/status.h"
 
@@ -61,7 +63,7 @@ struct chime__call_s {
   int meta_sent;
   int finishing;
   chime__send_t *q_head, *q_tail, *inflight;
-  chime__call_t *prev, *next; /* server's live calls */
+  chime__link_t link; /* on the server's live calls */
   void *state;
 };
 
@@ -91,8 +93,6 @@ void chime__call_finish_as(chime__call_t *c, chime_errno_t err,
 /* Drops queued messages not yet handed to gRPC (nothing once the final
  * status is queued). */
 void chime__call_drop_queued(chime__call_t *c);
-/* Reads a whole message into one slice (a copy when it came in pieces). */
-int chime__bb_read(grpc_byte_buffer *bb, grpc_slice *out);
 /* Requests the next call of `method` (CHIME__M_COUNT: any unregistered
  * method, answered UNIMPLEMENTED). */
 int chime__request_call(chime_server_t *srv, int method);

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "chime/errors.h"
+#include "common/clock.h"
 #include "common/errfmt.h"
 #include "replay/crc32c.h"
 
@@ -28,12 +29,6 @@
 #define WBUF CHIME__CKPT_WBUF
 
 #define fail chime__fail
-
-static uint64_t now_ns(clockid_t clk) {
-  struct timespec ts;
-  clock_gettime(clk, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static int fsync_path(const char *path, int dir) {
   int fd = open(path, (dir ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
@@ -246,7 +241,7 @@ int chime__checkpoint_write(chime__table_t *const *tables, uint32_t ntables,
                             const char *dir, uint32_t keep,
                             chime__ckpt_result_t *out, char *err,
                             size_t errlen) {
-  uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+  uint64_t t0 = chime__clock_ns(CLOCK_MONOTONIC);
   int rc = 0;
   char tmp[CHIME__MAX_PATH + 64] = "", fin[CHIME__MAX_PATH + 64] = "";
   char p[CHIME__MAX_PATH + 128];
@@ -307,8 +302,9 @@ int chime__checkpoint_write(chime__table_t *const *tables, uint32_t ntables,
   json_t *arr = json_array();
   json_object_set_new(root, "format", json_string("chime-checkpoint"));
   json_object_set_new(root, "version", json_integer(VERSION));
-  json_object_set_new(root, "created_unix_ns",
-                      json_integer((json_int_t)now_ns(CLOCK_REALTIME)));
+  json_object_set_new(
+      root, "created_unix_ns",
+      json_integer((json_int_t)chime__clock_ns(CLOCK_REALTIME)));
   for (uint32_t i = 0; i < ntables; i++) {
     json_t *e = json_object();
     json_object_set_new(e, "name", json_string(ents[i].name));
@@ -361,7 +357,7 @@ out:
   if (buf != NULL)
     munmap(buf, WBUF);
   free(ents);
-  out->duration_ns = now_ns(CLOCK_MONOTONIC) - t0;
+  out->duration_ns = chime__clock_ns(CLOCK_MONOTONIC) - t0;
   return rc;
 }
 

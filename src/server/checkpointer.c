@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "chime.pb-c.h"
+#include "common/clock.h"
 #include "server/checkpoint.h"
 #include "server/state.h"
 
@@ -25,12 +26,6 @@ struct chime__ckpter_s {
   chime__call_t *waiting[MAX_WAITING]; /* each holds a reference */
   uint32_t nwaiting;
 };
-
-static uint64_t now_ns(clockid_t clk) {
-  struct timespec ts;
-  clock_gettime(clk, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static void answer(chime__call_t *c, int rc, const chime__ckpt_result_t *res,
                    const char *err) {
@@ -58,9 +53,9 @@ static void answer(chime__call_t *c, int rc, const chime__ckpt_result_t *res,
 static void wait_until(chime__ckpter_t *k, uint64_t due) {
   /* The condition variable's clock is CLOCK_REALTIME: wait for the
    * remaining time measured from now on that clock. */
-  uint64_t now = now_ns(CLOCK_MONOTONIC);
-  uint64_t dl = now_ns(CLOCK_REALTIME) + (due > now ? due - now : 0);
-  struct timespec ts = {(time_t)(dl / 1000000000u), (long)(dl % 1000000000u)};
+  uint64_t now = chime__clock_ns(CLOCK_MONOTONIC);
+  uint64_t dl = chime__clock_ns(CLOCK_REALTIME) + (due > now ? due - now : 0);
+  struct timespec ts = chime__ts_from_ns(dl);
   pthread_cond_timedwait(&k->cv, &k->mu, &ts);
 }
 
@@ -70,17 +65,17 @@ static void *ckpt_main(void *arg) {
   chime_server_t *srv = k->srv;
   const chime__checkpoint_config_t *cc = &srv->cfg.checkpoint;
   uint64_t period = (uint64_t)cc->interval_s * 1000000000u;
-  uint64_t due = period ? now_ns(CLOCK_MONOTONIC) + period : 0;
-  uint64_t trim_due = now_ns(CLOCK_MONOTONIC) + TRIM_EVERY_NS;
+  uint64_t due = period ? chime__clock_ns(CLOCK_MONOTONIC) + period : 0;
+  uint64_t trim_due = chime__clock_ns(CLOCK_MONOTONIC) + TRIM_EVERY_NS;
   pthread_mutex_lock(&k->mu);
   while (!k->stop) {
-    uint64_t now = now_ns(CLOCK_MONOTONIC);
+    uint64_t now = chime__clock_ns(CLOCK_MONOTONIC);
     if (now >= trim_due) {
       pthread_mutex_unlock(&k->mu);
       for (uint32_t i = 0; i < srv->ntables; i++)
         chime__table_trim_spares(srv->tables[i]);
       pthread_mutex_lock(&k->mu);
-      trim_due = now_ns(CLOCK_MONOTONIC) + TRIM_EVERY_NS;
+      trim_due = chime__clock_ns(CLOCK_MONOTONIC) + TRIM_EVERY_NS;
       continue;
     }
     if (k->nwaiting == 0 && (period == 0 || now < due)) {
@@ -103,7 +98,7 @@ static void *ckpt_main(void *arg) {
     pthread_mutex_lock(&srv->mu);
     if (rc == 0) {
       srv->ckpt_stats.written++;
-      srv->ckpt_stats.last_unix_ns = now_ns(CLOCK_REALTIME);
+      srv->ckpt_stats.last_unix_ns = chime__clock_ns(CLOCK_REALTIME);
       srv->ckpt_stats.last_duration_ns = res.duration_ns;
       srv->ckpt_stats.last_pause_ns = res.pause_ns;
     } else {
@@ -118,7 +113,7 @@ static void *ckpt_main(void *arg) {
     if (period != 0) {
       /* The next one a whole period after this one began or ended,
        * whichever is later: a slow disk never queues them up. */
-      uint64_t end = now_ns(CLOCK_MONOTONIC);
+      uint64_t end = chime__clock_ns(CLOCK_MONOTONIC);
       due = due + period > end ? due + period : end + period;
     }
   }

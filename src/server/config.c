@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chime/chime.h"
 #include "chime/errors.h"
 #include "common/key.h"
 #include "replay/sumtree.h"
@@ -45,8 +46,8 @@ static void config_base(chime__config_t *cfg) {
   cfg->staged_insert_bytes = CHIME__DEFAULT_STAGED_INSERT_BYTES;
   cfg->max_connections = CHIME__DEFAULT_MAX_CONNECTIONS;
   cfg->handshake_timeout_ms = CHIME__DEFAULT_HANDSHAKE_TIMEOUT_MS;
-  cfg->keepalive_time_ms = CHIME__DEFAULT_KEEPALIVE_TIME_MS;
-  cfg->keepalive_timeout_ms = CHIME__DEFAULT_KEEPALIVE_TIMEOUT_MS;
+  cfg->keepalive_time_ms = CHIME_KEEPALIVE_TIME_MS;
+  cfg->keepalive_timeout_ms = CHIME_KEEPALIVE_TIMEOUT_MS;
   cfg->checkpoint.keep = 3;
 }
 

@@ -96,8 +96,8 @@ typedef struct {
 #define CHIME__DEFAULT_EXPIRES_MS 5000u
 #define CHIME__DEFAULT_MAX_CONNECTIONS 4096u
 #define CHIME__DEFAULT_HANDSHAKE_TIMEOUT_MS 10000u
-#define CHIME__DEFAULT_KEEPALIVE_TIME_MS 20000u
-#define CHIME__DEFAULT_KEEPALIVE_TIMEOUT_MS 10000u
+/* Keepalive: CHIME_KEEPALIVE_TIME_MS, CHIME_KEEPALIVE_TIMEOUT_MS (chime.h),
+ * the same as a client's. */
 
 /* What a bad shard is told, "%s" naming where it came from ("'shard'",
  * "--shard"). */

@@ -31,6 +31,8 @@
 
 #include "chime/errors.h"
 #include "common/clock.h"
+#include "common/list.h"
+#include "server/accept.h"
 #include "server/liveness.h"
 
 #define MAX_CONNS 64
@@ -56,7 +58,7 @@ typedef struct conn_s {
   size_t got;
   uint8_t buf[CHIME__HANDOFF_REQUEST_BYTES];
   chime__handoff_t *h;
-  struct conn_s *prev, *next;
+  chime__link_t link; /* on h->conns */
 } conn_t;
 
 struct chime__handoff_s {
@@ -73,9 +75,9 @@ struct chime__handoff_s {
   int started;
   pthread_mutex_t mu;
   int quit;
-  token_t *tokens; /* issued, not yet used, revoked or expired-and-used */
-  int nwaiting;    /* conns not closing: the slots in use */
-  conn_t *conns;   /* newest first */
+  token_t *tokens;     /* issued, not yet used, revoked or expired-and-used */
+  int nwaiting;        /* conns not closing: the slots in use */
+  chime__list_t conns; /* conn_t's, newest first */
   chime__liveness_t *liveness; /* learners handed a ring (loop thread) */
 };
 
@@ -189,12 +191,7 @@ static void conn_handle_closed(uv_handle_t *hd) {
   if (--c->handles > 0)
     return;
   close(c->fd);
-  if (c->prev != NULL)
-    c->prev->next = c->next;
-  else
-    c->h->conns = c->next;
-  if (c->next != NULL)
-    c->next->prev = c->prev;
+  chime__list_remove(&c->h->conns, &c->link);
   free(c);
 }
 
@@ -398,7 +395,8 @@ static void give_way(conn_t *c) {
 static void make_room(chime__handoff_t *h, uid_t uid) {
   conn_t *oldest = NULL, *oldest_same = NULL;
   int same = 0;
-  for (conn_t *c = h->conns; c != NULL; c = c->next) {
+  CHIME__LIST_EACH(l, &h->conns) {
+    conn_t *c = CHIME__CONTAINER(l, conn_t, link);
     if (c->closing)
       continue;
     oldest = c;
@@ -455,10 +453,7 @@ static void admit(chime__handoff_t *h, int fd) {
     c->got = (size_t)n;
   }
   h->nwaiting++;
-  c->next = h->conns;
-  if (h->conns != NULL)
-    h->conns->prev = c;
-  h->conns = c;
+  chime__list_push(&h->conns, &c->link);
   uv_poll_init(&h->loop, &c->poll, fd);
   uv_timer_init(&h->loop, &c->timer);
   c->poll.data = c;
@@ -481,18 +476,20 @@ static void on_accept(uv_poll_t *p, int status, int events) {
   /* A bounded round: the connections that gave way are freed when the loop
    * turns, and the listening socket, still readable, brings us back. */
   for (int i = 0; i < MAX_CONNS; i++) {
-    int fd = accept4(h->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EMFILE || errno == ENFILE || errno == ENOMEM ||
-          errno == ENOBUFS) {
-        /* The pending connection stays readable: pause instead of spinning
-         * until descriptors are free again. */
-        uv_poll_stop(&h->lpoll);
-        uv_timer_start(&h->backoff, on_backoff, 100, 0);
-      }
+    int fd;
+    switch (chime__accept_next(h->lfd, &fd)) {
+    case CHIME__ACCEPT_OK:
+      admit(h, fd);
+      break;
+    case CHIME__ACCEPT_AGAIN:
+      break;
+    case CHIME__ACCEPT_EMPTY:
+      return;
+    case CHIME__ACCEPT_PAUSE:
+      uv_poll_stop(&h->lpoll);
+      chime__accept_pause(&h->backoff, on_backoff);
       return;
     }
-    admit(h, fd);
   }
 }
 
@@ -507,8 +504,8 @@ static void on_async(uv_async_t *a) {
     chime__liveness_check(h->liveness);
   if (!quit)
     return;
-  for (conn_t *c = h->conns; c != NULL; c = c->next)
-    conn_close(c);
+  CHIME__LIST_EACH(l, &h->conns)
+    conn_close(CHIME__CONTAINER(l, conn_t, link));
   uv_poll_stop(&h->lpoll);
   uv_timer_stop(&h->backoff);
   uv_close((uv_handle_t *)&h->lpoll, NULL);

@@ -21,20 +21,16 @@ typedef struct {
  * not parse as the request message, is refused rather than answered as if
  * it had asked. */
 static int need_request(chime__call_t *c, const ProtobufCMessageDescriptor *d) {
-  grpc_slice sl;
+  ProtobufCMessage *m;
   if (c->payload == NULL) {
     chime__call_finish(c, CHIME_EINVAL, "missing request");
     return -1;
   }
-  if (chime__bb_read(c->payload, &sl) != 0) {
-    chime__call_finish(c, CHIME_EINVAL, "unreadable %s", d->short_name);
-    return -1;
-  }
-  ProtobufCMessage *m = protobuf_c_message_unpack(
-      d, NULL, GRPC_SLICE_LENGTH(sl), GRPC_SLICE_START_PTR(sl));
-  grpc_slice_unref(sl);
-  if (m == NULL) {
-    chime__call_finish(c, CHIME_EINVAL, "malformed %s", d->short_name);
+  int rc = chime__msg_unpack(d, c->payload, &m);
+  if (rc != 0) {
+    chime__call_finish(c, CHIME_EINVAL, "%s %s",
+                       rc == CHIME_EPROTO ? "unreadable" : "malformed",
+                       d->short_name);
     return -1;
   }
   protobuf_c_message_free_unpacked(m, NULL);
@@ -57,17 +53,6 @@ static int alloc_per_stream(const chime_server_t *srv, size_t msg_size,
   if (ps->msgs == NULL || ps->ptrs == NULL)
     return CHIME_ENOMEM;
   return 0;
-}
-
-/* Packed under the registry's lock (the strings point into live
- * streams). */
-static grpc_byte_buffer *pack(const ProtobufCMessage *m) {
-  size_t len = protobuf_c_message_get_packed_size(m);
-  grpc_slice sl = grpc_slice_malloc(len);
-  protobuf_c_message_pack(m, GRPC_SLICE_START_PTR(sl));
-  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&sl, 1);
-  grpc_slice_unref(sl);
-  return bb;
 }
 
 /* The call's one answer. */
@@ -165,7 +150,8 @@ static void info_on_start(chime__call_t *c) {
   }
   r.n_rings = n;
   r.rings = rp;
-  grpc_byte_buffer *bb = pack(&r.base);
+  /* Packed under the registry's lock: the strings point into live streams. */
+  grpc_byte_buffer *bb = chime__msg_pack(&r.base);
   chime__registry_unlock(&srv->streams);
   answer(c, bb);
   goto out;
@@ -178,8 +164,57 @@ out:
   free(rp);
 }
 
+/* The stats lists (chime/stats.h) as the server fills them: a
+ * table's from its snapshot, a stream's and the server's from the structs
+ * below. Each field goes to the message's field of the same name, which
+ * must be of the same size. */
+#define FIELD(type, name, kind, unit, help) type name;
+#define TO_MSG(type, name, kind, unit, help)                                   \
+  _Static_assert(sizeof(m->name) == sizeof(type), #name " differs on the "     \
+                                                        "wire");               \
+  m->name = st->name;
+
+typedef struct {
+  CHIME_STREAM_STATS_FIELDS(FIELD)
+} stream_counts_t;
+
+typedef struct {
+  CHIME_SERVER_STATS_FIELDS(FIELD)
+} server_counts_t;
+
+static void table_to_msg(Chime__V1__TableStats *m,
+                         const chime__table_stats_t *st) {
+  CHIME_TABLE_STATS_FIELDS(TO_MSG)
+}
+
+static void stream_to_msg(Chime__V1__StreamStats *m,
+                          const stream_counts_t *st) {
+  CHIME_STREAM_STATS_FIELDS(TO_MSG)
+}
+
+static void server_to_msg(Chime__V1__StatsResponse *m,
+                          const server_counts_t *st) {
+  CHIME_SERVER_STATS_FIELDS(TO_MSG)
+}
+
+/* Under the registry's lock. */
+static void stream_counts(chime__stream_t *s, stream_counts_t *out) {
+  chime_ring_stats_t rs;
+  memset(out, 0, sizeof(*out));
+  chime_ring_get_stats(s->ring, &rs);
+  s->ops->counts(s, &rs, &out->batches, &out->bytes);
+  out->leases = rs.leases;
+  out->max_leases = rs.max_leases;
+  out->producer_wait_ns = rs.producer_wait_ns;
+  out->consumer_wait_ns = rs.consumer_wait_ns;
+  out->ring_bytes = s->ring_bytes;
+  out->pinned = s->pinned_bytes > 0;
+}
+
 int chime__stats_snap(chime_server_t *srv, chime__stats_snap_t *snap) {
   Chime__V1__StatsResponse init = CHIME__V1__STATS_RESPONSE__INIT;
+  server_counts_t server;
+  memset(&server, 0, sizeof(server));
   memset(snap, 0, sizeof(*snap));
   snap->r = init;
   Chime__V1__StatsResponse *r = &snap->r;
@@ -194,24 +229,7 @@ int chime__stats_snap(chime_server_t *srv, chime__stats_snap_t *snap) {
     chime__table_get_stats(srv->tables[i], &st);
     *t = tinit;
     t->name = (char *)chime__table_config(srv->tables[i])->name;
-    t->size = st.size;
-    t->inserts = st.inserts;
-    t->samples = st.samples;
-    t->sampler_wait_ns = st.sampler_wait_ns;
-    t->insert_wait_ns = st.insert_wait_ns;
-    t->returned = st.returned;
-    t->rate_insert_wait_ns = st.rate_insert_wait_ns;
-    t->rate_sample_wait_ns = st.rate_sample_wait_ns;
-    t->left = st.left;
-    t->left_times_sampled = st.left_times_sampled;
-    t->inserts_waiting_rate = st.inserts_waiting_rate;
-    t->samplers_waiting_rate = st.samplers_waiting_rate;
-    t->samplers_waiting_items = st.samplers_waiting_items;
-    t->capacity = st.capacity;
-    t->steps = st.steps;
-    t->steps_inserted = st.steps_inserted;
-    t->episodes_open = st.episodes_open;
-    t->step_bytes = st.step_bytes;
+    table_to_msg(t, &st);
     snap->tp[i] = t;
   }
   r->n_tables = srv->ntables;
@@ -233,31 +251,26 @@ int chime__stats_snap(chime_server_t *srv, chime__stats_snap_t *snap) {
        s != NULL; s = chime__registry_next(&it)) {
     Chime__V1__StreamStats sinit = CHIME__V1__STREAM_STATS__INIT;
     Chime__V1__StreamStats *o = &snap->ss[n];
-    chime_ring_stats_t rs;
-    chime_ring_get_stats(s->ring, &rs);
+    stream_counts_t st;
+    stream_counts(s, &st);
     *o = sinit;
     o->stream_id = s->id;
     o->table = s->table_name;
     o->mode = s->ops->wire;
-    s->ops->counts(s, &rs, &o->batches, &o->bytes);
-    o->leases = rs.leases;
-    o->max_leases = rs.max_leases;
-    o->producer_wait_ns = rs.producer_wait_ns;
-    o->consumer_wait_ns = rs.consumer_wait_ns;
-    o->ring_bytes = s->ring_bytes;
-    o->pinned = s->pinned_bytes > 0;
-    r->pinned_bytes += s->pinned_bytes;
+    stream_to_msg(o, &st);
+    server.pinned_bytes += s->pinned_bytes;
     snap->sp[n] = o;
     n++;
   }
   r->n_streams = n;
   r->streams = snap->sp;
-  r->ring_bytes_total = chime__registry_ring_bytes(&srv->streams);
+  server.ring_bytes_total = chime__registry_ring_bytes(&srv->streams);
   chime__staging_stats_t gs;
   chime__staging_get_stats(&srv->staging, &gs);
-  r->staged_insert_bytes = gs.bytes;
-  r->staged_insert_budget = gs.budget;
-  r->insert_calls_parked = (uint32_t)gs.parked;
+  server.staged_insert_bytes = gs.bytes;
+  server.staged_insert_budget = gs.budget;
+  server.insert_calls_parked = (uint32_t)gs.parked;
+  server_to_msg(r, &server);
   r->checkpoints = srv->ckpt_stats.written;
   r->checkpoint_failures = srv->ckpt_stats.failed;
   r->checkpoint_last_unix_ns = srv->ckpt_stats.last_unix_ns;
@@ -289,7 +302,7 @@ static void stats_on_start(chime__call_t *c) {
     chime__call_finish(c, CHIME_ENOMEM, "out of memory");
     return;
   }
-  grpc_byte_buffer *bb = pack(&snap.r.base);
+  grpc_byte_buffer *bb = chime__msg_pack(&snap.r.base);
   chime__stats_snap_done(c->srv, &snap);
   answer(c, bb);
 }

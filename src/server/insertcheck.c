@@ -10,63 +10,77 @@
 #include "common/spec.h"
 #include "wire/leaf.h"
 
+/* The writer's leaves as a spec, up to the first one it got wrong (an
+ * unknown dtype, too many dims): how many. A name too long for any table's
+ * leaf is kept as "", which no leaf is named, so that it differs. */
+static uint32_t writer_spec(chime_spec_t *ws, Chime__V1__Leaf **w, size_t nw) {
+  uint32_t n = 0;
+  for (; n < nw && n < CHIME_MAX_LEAVES; n++) {
+    if (chime__leaf_from_msg(&ws->leaves[n], w[n]) != 0)
+      break;
+    if (w[n]->name != NULL && strlen(w[n]->name) >= CHIME_MAX_NAME)
+      ws->leaves[n].name[0] = '\0';
+  }
+  ws->nleaves = n;
+  return n;
+}
+
 /* The writer's belief about the spec, leaf by leaf; the first difference is
  * named. */
 int chime__insert_check_spec(const chime__table_config_t *tc,
                              Chime__V1__Leaf **w, size_t nw, char *err,
                              size_t errlen) {
   const chime_spec_t *ts = &tc->spec;
-  for (size_t i = 0; i < nw || i < ts->nleaves; i++) {
-    char tt[128], wt[128], pn[CHIME__PRINTABLE_LEN(64)];
-    if (i >= ts->nleaves) {
-      snprintf(err, errlen,
-               "table '%s' has %u leaves; writer has %zu (extra leaf '%s')",
-               tc->name, ts->nleaves, nw,
-               chime__printable(pn, sizeof(pn), w[i]->name, 64));
-      return CHIME_EINVAL;
-    }
-    const chime_leaf_t *tl = &ts->leaves[i];
-    chime__leaf_type_text(tl, tt, sizeof(tt));
-    if (i >= nw) {
-      snprintf(err, errlen,
-               "leaf '%s': table '%s' expects %llu bytes (%s), writer has no "
-               "such leaf (%zu leaves)",
-               tl->name, tc->name, (unsigned long long)chime_leaf_bytes(tl), tt,
-               nw);
-      return CHIME_EINVAL;
-    }
-    chime_leaf_t wl;
-    const char *wname = w[i]->name ? w[i]->name : "";
-    if (chime__leaf_from_msg(&wl, w[i]) != 0) {
-      snprintf(err, errlen,
-               "leaf '%s': table '%s' expects %s, writer has an invalid leaf "
-               "(dtype '%s', %zu dims)",
-               tl->name, tc->name, tt,
-               chime__printable(pn, sizeof(pn), w[i]->dtype, 16),
-               w[i]->n_shape);
-      return CHIME_EINVAL;
-    }
-    chime__leaf_type_text(&wl, wt, sizeof(wt));
-    uint64_t tb = chime_leaf_bytes(tl), wb = chime_leaf_bytes(&wl);
-    if (strcmp(tl->name, wname) != 0) {
-      snprintf(err, errlen,
-               "leaf %zu: table '%s' expects '%s' (%s, %llu bytes), writer "
-               "has '%s' (%s, %llu bytes)",
-               i, tc->name, tl->name, tt, (unsigned long long)tb,
-               chime__printable(pn, sizeof(pn), wname, 64), wt,
-               (unsigned long long)wb);
-      return CHIME_EINVAL;
-    }
-    if (strcmp(tt, wt) != 0) {
-      snprintf(err, errlen,
-               "leaf '%s': table '%s' expects %llu bytes (%s), writer has "
-               "%llu bytes (%s)",
-               tl->name, tc->name, (unsigned long long)tb, tt,
-               (unsigned long long)wb, wt);
-      return CHIME_EINVAL;
-    }
+  chime_spec_t ws;
+  char tt[128], wt[128], pn[CHIME__PRINTABLE_LEN(64)];
+  uint32_t i, valid = writer_spec(&ws, w, nw);
+  chime__spec_diff_t d = chime__spec_diff(ts, &ws, &i);
+  if (d == CHIME__SPEC_SAME && valid == nw)
+    return 0;
+  if (i >= valid && valid < nw) /* the first leaf it got wrong decides */
+    d = valid >= ts->nleaves ? CHIME__SPEC_ONLY_B : CHIME__SPEC_TYPE;
+  if (d == CHIME__SPEC_ONLY_B) {
+    snprintf(err, errlen,
+             "table '%s' has %u leaves; writer has %zu (extra leaf '%s')",
+             tc->name, ts->nleaves, nw,
+             chime__printable(pn, sizeof(pn), w[i]->name, 64));
+    return CHIME_EINVAL;
   }
-  return 0;
+  const chime_leaf_t *tl = &ts->leaves[i];
+  chime__leaf_type_text(tl, tt, sizeof(tt));
+  if (d == CHIME__SPEC_ONLY_A) {
+    snprintf(err, errlen,
+             "leaf '%s': table '%s' expects %llu bytes (%s), writer has no "
+             "such leaf (%zu leaves)",
+             tl->name, tc->name, (unsigned long long)chime_leaf_bytes(tl), tt,
+             nw);
+    return CHIME_EINVAL;
+  }
+  if (i >= valid) {
+    snprintf(err, errlen,
+             "leaf '%s': table '%s' expects %s, writer has an invalid leaf "
+             "(dtype '%s', %zu dims)",
+             tl->name, tc->name, tt,
+             chime__printable(pn, sizeof(pn), w[i]->dtype, 16), w[i]->n_shape);
+    return CHIME_EINVAL;
+  }
+  const chime_leaf_t *wl = &ws.leaves[i];
+  chime__leaf_type_text(wl, wt, sizeof(wt));
+  uint64_t tb = chime_leaf_bytes(tl), wb = chime_leaf_bytes(wl);
+  if (d == CHIME__SPEC_NAME)
+    snprintf(err, errlen,
+             "leaf %u: table '%s' expects '%s' (%s, %llu bytes), writer "
+             "has '%s' (%s, %llu bytes)",
+             i, tc->name, tl->name, tt, (unsigned long long)tb,
+             chime__printable(pn, sizeof(pn), w[i]->name ? w[i]->name : "", 64),
+             wt, (unsigned long long)wb);
+  else
+    snprintf(err, errlen,
+             "leaf '%s': table '%s' expects %llu bytes (%s), writer has "
+             "%llu bytes (%s)",
+             tl->name, tc->name, (unsigned long long)tb, tt,
+             (unsigned long long)wb, wt);
+  return CHIME_EINVAL;
 }
 
 /* The leaf that holds byte `off` of a sample. */

@@ -22,6 +22,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +34,8 @@
 #include <microhttpd.h>
 
 #include "chime/errors.h"
+#include "chime/stats.h"
+#include "common/clock.h"
 #include "common/errfmt.h"
 #include "server/info.h"
 
@@ -71,12 +74,6 @@ struct chime__metrics_s {
   conn_t conns[ACCEPTED_MAX];
 };
 
-static uint64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 /* Under mu. The peer sees the connection end; libmicrohttpd, polling the
  * socket, reads its end and closes it. */
 static void shut(conn_t *c) {
@@ -104,7 +101,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn,
   if (ci == NULL)
     return;
   int fd = ci->connect_fd;
-  uint64_t now = now_ms();
+  uint64_t now = (uint64_t)chime__now_ms();
   pthread_mutex_lock(&m->mu);
   conn_t *mine = NULL, *oldest = NULL;
   unsigned live = 0;
@@ -147,7 +144,7 @@ static void *reaper_main(void *arg) {
   pthread_setname_np(pthread_self(), "chime-metrics");
   pthread_mutex_lock(&m->mu);
   while (!m->stop) {
-    uint64_t now = now_ms(), next = UINT64_MAX;
+    uint64_t now = (uint64_t)chime__now_ms(), next = UINT64_MAX;
     for (size_t i = 0; i < ACCEPTED_MAX; i++) {
       conn_t *c = &m->conns[i];
       if (!c->used || c->shut)
@@ -162,11 +159,7 @@ static void *reaper_main(void *arg) {
       pthread_cond_wait(&m->cv, &m->mu);
       continue;
     }
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    uint64_t ns = (uint64_t)ts.tv_nsec + (next - now) * 1000000u;
-    ts.tv_sec += (time_t)(ns / 1000000000u);
-    ts.tv_nsec = (long)(ns % 1000000000u);
+    struct timespec ts = chime__clock_after_ms(CLOCK_MONOTONIC, next - now);
     pthread_cond_timedwait(&m->cv, &m->mu, &ts);
   }
   pthread_mutex_unlock(&m->mu);
@@ -226,89 +219,72 @@ static void head(text_t *t, const char *name, const char *type,
   put(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+/* One field of a stats list (chime/stats.h) in its message. */
+typedef enum { KIND_COUNTER, KIND_GAUGE, KIND_NONE } kind_t;
+typedef enum { UNIT_COUNT, UNIT_NS, UNIT_BYTES, UNIT_FLAG } unit_t;
+
 typedef struct {
-  const char *name, *type, *help;
-  size_t off;   /* of the uint64_t or uint32_t field in the message */
-  int u32;      /* the field is a uint32_t */
-  double scale; /* 1e-9: nanoseconds to seconds; 0: as is */
+  const char *field, *help;
+  kind_t kind;
+  unit_t unit;
+  size_t off, size; /* of the field in the message: 4 or 8 bytes */
 } metric_t;
 
-#define TF(f) offsetof(Chime__V1__TableStats, f)
+#define METRIC(msg, type, name, kind, unit, help)                              \
+  {#name,                                                                      \
+   help,                                                                       \
+   KIND_##kind,                                                                \
+   UNIT_##unit,                                                                \
+   offsetof(msg, name),                                                        \
+   sizeof(((msg *)0)->name)},
+#define TABLE_METRIC(type, name, kind, unit, help)                             \
+  METRIC(Chime__V1__TableStats, type, name, kind, unit, help)
+#define STREAM_METRIC(type, name, kind, unit, help)                            \
+  METRIC(Chime__V1__StreamStats, type, name, kind, unit, help)
+#define SERVER_METRIC(type, name, kind, unit, help)                            \
+  METRIC(Chime__V1__StatsResponse, type, name, kind, unit, help)
 static const metric_t table_metrics[] = {
-    {"chime_table_size", "gauge", "Items in the table.", TF(size), 0, 0},
-    {"chime_table_capacity", "gauge", "Items the table holds at most.",
-     TF(capacity), 0, 0},
-    {"chime_table_inserts_total", "counter", "Items inserted.", TF(inserts), 0,
-     0},
-    {"chime_table_samples_total", "counter", "Items sampled into batches.",
-     TF(samples), 0, 0},
-    {"chime_table_sampler_wait_seconds_total", "counter",
-     "Time samplers waited for items.", TF(sampler_wait_ns), 0, 1e-9},
-    {"chime_table_insert_wait_seconds_total", "counter",
-     "Time inserts waited for room.", TF(insert_wait_ns), 0, 1e-9},
-    {"chime_table_rate_insert_wait_seconds_total", "counter",
-     "Time inserts waited on the rate limiter.", TF(rate_insert_wait_ns), 0,
-     1e-9},
-    {"chime_table_rate_sample_wait_seconds_total", "counter",
-     "Time samplers waited on the rate limiter.", TF(rate_sample_wait_ns), 0,
-     1e-9},
-    {"chime_table_returned_total", "counter",
-     "Items given back by streams that ended.", TF(returned), 0, 0},
-    {"chime_table_left_total", "counter",
-     "Items that left the table (sampled out, evicted, deleted).", TF(left), 0,
-     0},
-    {"chime_table_left_times_sampled_total", "counter",
-     "Times the items that left were sampled, in all.", TF(left_times_sampled),
-     0, 0},
-    {"chime_table_inserts_waiting_rate", "gauge",
-     "Inserts waiting on the rate limiter now.", TF(inserts_waiting_rate), 1,
-     0},
-    {"chime_table_samplers_waiting_rate", "gauge",
-     "Samplers waiting on the rate limiter now.", TF(samplers_waiting_rate), 1,
-     0},
-    {"chime_table_samplers_waiting_items", "gauge",
-     "Samplers waiting for items now.", TF(samplers_waiting_items), 1, 0},
-    /* Sequence tables (docs/sequences.md); 0 for a plain table. */
-    {"chime_table_steps", "gauge", "Steps stored now (sequence tables).",
-     TF(steps), 0, 0},
-    {"chime_table_steps_inserted_total", "counter",
-     "Steps appended (sequence tables).", TF(steps_inserted), 0, 0},
-    {"chime_table_episodes_open", "gauge",
-     "Episodes open now (sequence tables).", TF(episodes_open), 0, 0},
-    {"chime_table_step_bytes", "gauge",
-     "Bytes of step storage (sequence tables).", TF(step_bytes), 0, 0},
-};
-#undef TF
-
-#define SF(f) offsetof(Chime__V1__StreamStats, f)
+    CHIME_TABLE_STATS_FIELDS(TABLE_METRIC)};
 static const metric_t stream_metrics[] = {
-    {"chime_stream_batches_total", "counter",
-     "Batches delivered (shm: published, stream: sent).", SF(batches), 0, 0},
-    {"chime_stream_bytes_total", "counter", "Bytes of batches delivered.",
-     SF(bytes), 0, 0},
-    {"chime_stream_leases", "gauge", "Batches the learner holds now.",
-     SF(leases), 1, 0},
-    {"chime_stream_producer_wait_seconds_total", "counter",
-     "Time the sampler waited for a free slot.", SF(producer_wait_ns), 0, 1e-9},
-    {"chime_stream_consumer_wait_seconds_total", "counter",
-     "Time the learner waited for a batch.", SF(consumer_wait_ns), 0, 1e-9},
-    {"chime_stream_ring_bytes", "gauge", "Bytes of the stream's ring.",
-     SF(ring_bytes), 0, 0},
-};
-#undef SF
+    CHIME_STREAM_STATS_FIELDS(STREAM_METRIC)};
+static const metric_t server_metrics[] = {
+    CHIME_SERVER_STATS_FIELDS(SERVER_METRIC)};
+
+static int ends_with(const char *s, size_t n, const char *end) {
+  size_t e = strlen(end);
+  return n >= e && memcmp(s + n - e, end, e) == 0;
+}
+
+/* The metric's name from the field's (chime/stats.h): an NS field's
+ * _ns becomes _seconds, a BYTES field ends in _bytes, a gauge drops a
+ * trailing _total and a counter gains one. */
+static void metric_name(char *buf, size_t len, const char *prefix,
+                        const metric_t *m) {
+  size_t n = strlen(m->field);
+  if (m->kind == KIND_GAUGE && ends_with(m->field, n, "_total"))
+    n -= strlen("_total");
+  if (m->unit == UNIT_NS && ends_with(m->field, n, "_ns"))
+    n -= strlen("_ns");
+  snprintf(buf, len, "%s%.*s%s%s", prefix, (int)n, m->field,
+           m->unit == UNIT_NS ? "_seconds"
+           : m->unit == UNIT_BYTES && !ends_with(m->field, n, "bytes")
+               ? "_bytes"
+               : "",
+           m->kind == KIND_COUNTER ? "_total" : "");
+}
 
 static void put_value(text_t *t, const void *msg, const metric_t *m) {
   const char *p = (const char *)msg + m->off;
   uint64_t v;
-  if (m->u32) {
+  if (m->size == sizeof(uint32_t)) {
     uint32_t u;
     memcpy(&u, p, sizeof(u));
     v = u;
   } else {
     memcpy(&v, p, sizeof(v));
   }
-  if (m->scale != 0)
-    put(t, " %.9f\n", (double)v * m->scale);
+  if (m->unit == UNIT_NS)
+    put(t, " %.9f\n", (double)v * 1e-9);
   else
     put(t, " %llu\n", (unsigned long long)v);
 }
@@ -317,53 +293,72 @@ static const char *mode_name(Chime__V1__Mode m) {
   return m == CHIME__V1__MODE__MODE_SHM ? "shm" : "stream";
 }
 
+static void table_labels(text_t *t, const void *msg) {
+  const Chime__V1__TableStats *m = msg;
+  put(t, "{table=\"");
+  put_label(t, m->name);
+  put(t, "\"}");
+}
+
+static void stream_labels(text_t *t, const void *msg) {
+  const Chime__V1__StreamStats *s = msg;
+  put(t, "{stream=\"%llu\",table=\"", (unsigned long long)s->stream_id);
+  put_label(t, s->table);
+  put(t, "\",mode=\"%s\"}", mode_name(s->mode));
+}
+
+static const void *table_at(const Chime__V1__StatsResponse *r, size_t i) {
+  return r->tables[i];
+}
+
+static const void *stream_at(const Chime__V1__StatsResponse *r, size_t i) {
+  return r->streams[i];
+}
+
+static const void *server_at(const Chime__V1__StatsResponse *r, size_t i) {
+  (void)i;
+  return r;
+}
+
+/* One family per metric of a list (HELP, TYPE), and its value in each of
+ * the n messages at(r, i), labelled by labels (NULL: none). */
+static void families(text_t *t, const char *prefix, const metric_t *ms,
+                     size_t nm, const Chime__V1__StatsResponse *r,
+                     const void *(*at)(const Chime__V1__StatsResponse *r,
+                                       size_t i),
+                     size_t n, void (*labels)(text_t *t, const void *msg)) {
+  char name[128];
+  for (size_t k = 0; k < nm; k++) {
+    const metric_t *m = &ms[k];
+    if (m->kind == KIND_NONE)
+      continue;
+    metric_name(name, sizeof(name), prefix, m);
+    head(t, name, m->kind == KIND_COUNTER ? "counter" : "gauge", m->help);
+    for (size_t i = 0; i < n; i++) {
+      const void *msg = at(r, i);
+      put(t, "%s", name);
+      if (labels != NULL)
+        labels(t, msg);
+      put_value(t, msg, m);
+    }
+  }
+}
+
+#define N(a) (sizeof(a) / sizeof((a)[0]))
+
 char *chime__metrics_format(const Chime__V1__StatsResponse *r) {
   text_t t = {malloc(4096), 0, 4096, 0};
   if (t.p == NULL)
     return NULL;
   t.p[0] = '\0';
-  for (size_t k = 0; k < sizeof(table_metrics) / sizeof(table_metrics[0]);
-       k++) {
-    const metric_t *m = &table_metrics[k];
-    head(&t, m->name, m->type, m->help);
-    for (size_t i = 0; i < r->n_tables; i++) {
-      put(&t, "%s{table=\"", m->name);
-      put_label(&t, r->tables[i]->name);
-      put(&t, "\"}");
-      put_value(&t, r->tables[i], m);
-    }
-  }
-  for (size_t k = 0; k < sizeof(stream_metrics) / sizeof(stream_metrics[0]);
-       k++) {
-    const metric_t *m = &stream_metrics[k];
-    head(&t, m->name, m->type, m->help);
-    for (size_t i = 0; i < r->n_streams; i++) {
-      const Chime__V1__StreamStats *s = r->streams[i];
-      put(&t, "%s{stream=\"%llu\",table=\"", m->name,
-          (unsigned long long)s->stream_id);
-      put_label(&t, s->table);
-      put(&t, "\",mode=\"%s\"}", mode_name(s->mode));
-      put_value(&t, s, m);
-    }
-  }
+  families(&t, "chime_table_", table_metrics, N(table_metrics), r, table_at,
+           r->n_tables, table_labels);
+  families(&t, "chime_stream_", stream_metrics, N(stream_metrics), r, stream_at,
+           r->n_streams, stream_labels);
   head(&t, "chime_streams", "gauge", "Streams open now.");
   put(&t, "chime_streams %zu\n", r->n_streams);
-  head(&t, "chime_ring_bytes", "gauge",
-       "Bytes of rings charged to the budget now.");
-  put(&t, "chime_ring_bytes %llu\n", (unsigned long long)r->ring_bytes_total);
-  head(&t, "chime_pinned_bytes", "gauge", "Bytes of rings page-locked now.");
-  put(&t, "chime_pinned_bytes %llu\n", (unsigned long long)r->pinned_bytes);
-  head(&t, "chime_staged_insert_bytes", "gauge",
-       "Bytes of insert requests staged to wait for room.");
-  put(&t, "chime_staged_insert_bytes %llu\n",
-      (unsigned long long)r->staged_insert_bytes);
-  head(&t, "chime_staged_insert_budget_bytes", "gauge",
-       "The budget of staged insert bytes.");
-  put(&t, "chime_staged_insert_budget_bytes %llu\n",
-      (unsigned long long)r->staged_insert_budget);
-  head(&t, "chime_insert_calls_parked", "gauge",
-       "Insert calls not read while the staging budget is spent.");
-  put(&t, "chime_insert_calls_parked %u\n", r->insert_calls_parked);
+  families(&t, "chime_", server_metrics, N(server_metrics), r, server_at, 1,
+           NULL);
   head(&t, "chime_checkpoints_total", "counter",
        "Checkpoints written since start.");
   put(&t, "chime_checkpoints_total %llu\n", (unsigned long long)r->checkpoints);
@@ -372,9 +367,7 @@ char *chime__metrics_format(const Chime__V1__StatsResponse *r) {
   put(&t, "chime_checkpoint_failures_total %llu\n",
       (unsigned long long)r->checkpoint_failures);
   if (r->checkpoint_last_unix_ns != 0) { /* absent until the first one */
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    double age = (double)now.tv_sec + (double)now.tv_nsec / 1e9 -
+    double age = (double)chime__clock_ns(CLOCK_REALTIME) / 1e9 -
                  (double)r->checkpoint_last_unix_ns / 1e9;
     head(&t, "chime_checkpoint_age_seconds", "gauge",
          "Seconds since the last checkpoint was written.");

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "chime/chime.h"
+#include "common/clock.h"
 #include "common/errfmt.h"
 
 void chime__registry_init(chime__registry_t *r, uint64_t stream_budget,
@@ -83,11 +84,7 @@ uint64_t chime__registry_add(chime__registry_t *r, chime__registry_node_t *node,
   pthread_mutex_lock(&r->mu);
   uint64_t id = ++r->next_id;
   node->owner = owner;
-  node->prev = NULL;
-  node->next = r->head;
-  if (r->head != NULL)
-    r->head->prev = node;
-  r->head = node;
+  chime__list_push(&r->list, &node->link);
   node->listed = 1;
   r->listed++;
   pthread_mutex_unlock(&r->mu);
@@ -98,13 +95,7 @@ void chime__registry_remove(chime__registry_t *r,
                             chime__registry_node_t *node) {
   pthread_mutex_lock(&r->mu);
   if (node->listed) {
-    if (node->prev != NULL)
-      node->prev->next = node->next;
-    else
-      r->head = node->next;
-    if (node->next != NULL)
-      node->next->prev = node->prev;
-    node->prev = node->next = NULL;
+    chime__list_remove(&r->list, &node->link);
     node->listed = 0;
     r->listed--;
   }
@@ -119,14 +110,18 @@ void chime__registry_unlock(chime__registry_t *r) {
   pthread_mutex_unlock(&r->mu);
 }
 
-void *chime__registry_first(chime__registry_t *r, chime__registry_node_t **it) {
-  *it = r->head;
+/* The node at link k and its stream; NULL at the end. */
+static void *at(chime__link_t *k, chime__registry_node_t **it) {
+  *it = k != NULL ? CHIME__CONTAINER(k, chime__registry_node_t, link) : NULL;
   return *it != NULL ? (*it)->owner : NULL;
 }
 
+void *chime__registry_first(chime__registry_t *r, chime__registry_node_t **it) {
+  return at(r->list.head, it);
+}
+
 void *chime__registry_next(chime__registry_node_t **it) {
-  *it = (*it)->next;
-  return *it != NULL ? (*it)->owner : NULL;
+  return at((*it)->link.next, it);
 }
 
 uint32_t chime__registry_listed(const chime__registry_t *r) {
@@ -145,9 +140,7 @@ uint32_t chime__registry_count(chime__registry_t *r) {
 }
 
 uint32_t chime__registry_wait_empty(chime__registry_t *r, int ms) {
-  struct timespec dl;
-  clock_gettime(CLOCK_REALTIME, &dl);
-  dl.tv_sec += ms / 1000;
+  struct timespec dl = chime__clock_after_ms(CLOCK_REALTIME, (uint64_t)ms);
   pthread_mutex_lock(&r->mu);
   while (r->count > 0) {
     if (pthread_cond_timedwait(&r->cond, &r->mu, &dl) != 0)

@@ -12,13 +12,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/list.h"
+
 /* Each stream has a sampler job and buffers: a cap keeps a flood of opens
  * from exhausting them. */
 #define CHIME__MAX_STREAMS 1024
 
 /* A stream's place in the list, embedded in the stream. */
 typedef struct chime__registry_node_s {
-  struct chime__registry_node_s *prev, *next;
+  chime__link_t link;
   void *owner; /* the stream */
   int listed;
 } chime__registry_node_t;
@@ -26,7 +28,7 @@ typedef struct chime__registry_node_s {
 typedef struct {
   pthread_mutex_t mu;
   pthread_cond_t cond; /* count fell */
-  chime__registry_node_t *head;
+  chime__list_t list;
   uint32_t count;      /* streams entered and not yet exited */
   uint32_t listed;     /* on the list */
   uint64_t ring_bytes; /* charged now */

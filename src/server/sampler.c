@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "chime/errors.h"
+#include "common/clock.h"
 
 #ifndef SYS_futex_waitv
 #define SYS_futex_waitv 449
@@ -40,7 +41,7 @@ struct chime__pool_s {
   pthread_mutex_t mu;
   pthread_cond_t ready_cond;
   chime__fill_job_t *qhead, *qtail;
-  chime__fill_job_t *watch;   /* jobs waiting on a futex word or a time */
+  chime__list_t watch;        /* jobs waiting on a futex word or a time */
   _Atomic uint32_t watch_seq; /* the watcher's own futex word */
   int quit;
   unsigned nworkers;
@@ -48,12 +49,6 @@ struct chime__pool_s {
   pthread_t watcher;
   int watcher_started;
 };
-
-static uint64_t mono_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* Caller holds mu. */
 static void enqueue(chime__pool_t *p, chime__fill_job_t *j) {
@@ -69,24 +64,12 @@ static void enqueue(chime__pool_t *p, chime__fill_job_t *j) {
 
 /* Caller holds mu. */
 static void unwatch(chime__pool_t *p, chime__fill_job_t *j) {
-  if (j->wprev != NULL)
-    j->wprev->wnext = j->wnext;
-  else if (p->watch == j)
-    p->watch = j->wnext;
-  else
-    return; /* not on the list */
-  if (j->wnext != NULL)
-    j->wnext->wprev = j->wprev;
-  j->wprev = j->wnext = NULL;
+  chime__list_remove(&p->watch, &j->watch); /* when it is on it */
 }
 
 /* Caller holds mu. The watcher rebuilds what it waits on. */
 static void watch(chime__pool_t *p, chime__fill_job_t *j) {
-  j->wprev = NULL;
-  j->wnext = p->watch;
-  if (p->watch != NULL)
-    p->watch->wprev = j;
-  p->watch = j;
+  chime__list_push(&p->watch, &j->watch);
   atomic_fetch_add(&p->watch_seq, 1);
   syscall(SYS_futex, &p->watch_seq, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
@@ -162,9 +145,9 @@ static void *watcher_main(void *arg) {
   struct futex_waitv wv[FUTEX_WAITV_MAX];
   pthread_mutex_lock(&p->mu);
   while (!p->quit) {
-    uint64_t now = mono_ns();
-    for (chime__fill_job_t *j = p->watch, *n; j != NULL; j = n) {
-      n = j->wnext;
+    uint64_t now = chime__now_ns();
+    CHIME__LIST_EACH(l, &p->watch) {
+      chime__fill_job_t *j = CHIME__CONTAINER(l, chime__fill_job_t, watch);
       if (wait_over(j, now)) {
         unwatch(p, j);
         enqueue(p, j);
@@ -178,7 +161,9 @@ static void *watcher_main(void *arg) {
     wv[n].uaddr = (uintptr_t)&p->watch_seq;
     wv[n].val = atomic_load(&p->watch_seq);
     wv[n++].flags = FUTEX_32 | FUTEX_PRIVATE_FLAG;
-    for (chime__fill_job_t *j = p->watch; j != NULL; j = j->wnext) {
+    CHIME__LIST_EACH(l, &p->watch) {
+      const chime__fill_job_t *j =
+          CHIME__CONTAINER(l, chime__fill_job_t, watch);
       if (j->wait.until_ns != 0 && (until == 0 || j->wait.until_ns < until))
         until = j->wait.until_ns;
       if (j->wait.bell == NULL)
@@ -194,8 +179,7 @@ static void *watcher_main(void *arg) {
     if (overflow && (until == 0 || until > now + OVERFLOW_POLL_NS))
       until = now + OVERFLOW_POLL_NS;
     pthread_mutex_unlock(&p->mu);
-    struct timespec ts = {(time_t)(until / 1000000000u),
-                          (long)(until % 1000000000u)};
+    struct timespec ts = chime__ts_from_ns(until);
     /* EAGAIN: a word already moved; the loop above sorts it out. */
     (void)syscall(SYS_futex_waitv, wv, n, 0, until ? &ts : NULL,
                   CLOCK_MONOTONIC);
@@ -208,7 +192,7 @@ static void *watcher_main(void *arg) {
 void chime__pool_add(chime__pool_t *p, chime__fill_job_t *j) {
   pthread_mutex_lock(&p->mu);
   j->kicked = 0;
-  j->wprev = j->wnext = NULL;
+  j->watch.prev = j->watch.next = NULL;
   enqueue(p, j);
   pthread_mutex_unlock(&p->mu);
 }

@@ -11,6 +11,8 @@
 
 #include <stdint.h>
 
+#include "common/list.h"
+
 typedef enum {
   CHIME__FILL_AGAIN,      /* filled a slot: more may be possible */
   CHIME__FILL_WAIT_SLOT,  /* the ring is full: watch wait.bell */
@@ -34,8 +36,8 @@ struct chime__fill_job_s {
   /* The pool's, under its lock. */
   int state, kicked;
   chime__fill_wait_t wait;
-  chime__fill_job_t *qnext;         /* ready queue */
-  chime__fill_job_t *wprev, *wnext; /* watch list */
+  chime__fill_job_t *qnext; /* ready queue */
+  chime__link_t watch;      /* on the watch list */
 };
 
 typedef struct chime__pool_s chime__pool_t;

@@ -10,6 +10,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/detail.h"
 #include "common/keepalive.h"
 #include "common/key.h"
@@ -257,14 +258,7 @@ int chime_server_start(chime_server_t *srv) {
 }
 
 static int wait_calls(chime_server_t *srv, int ms) {
-  struct timespec dl;
-  clock_gettime(CLOCK_REALTIME, &dl);
-  dl.tv_sec += ms / 1000;
-  dl.tv_nsec += (long)(ms % 1000) * 1000000L;
-  if (dl.tv_nsec >= 1000000000L) {
-    dl.tv_sec++;
-    dl.tv_nsec -= 1000000000L;
-  }
+  struct timespec dl = chime__clock_after_ms(CLOCK_REALTIME, (uint64_t)ms);
   pthread_mutex_lock(&srv->mu);
   while (srv->ncalls > 0) {
     if (pthread_cond_timedwait(&srv->cond, &srv->mu, &dl) != 0)
@@ -280,8 +274,10 @@ static void for_each_call(chime_server_t *srv, void (*fn)(chime__call_t *)) {
   pthread_mutex_lock(&srv->mu);
   uint32_t n = srv->ncalls, i = 0;
   chime__call_t **v = calloc(n ? n : 1, sizeof(*v));
-  for (chime__call_t *c = srv->calls; c != NULL && v != NULL && i < n;
-       c = c->next) {
+  CHIME__LIST_EACH(l, &srv->calls) {
+    if (v == NULL || i >= n)
+      break;
+    chime__call_t *c = CHIME__CONTAINER(l, chime__call_t, link);
     /* A call whose last reference is gone is being freed: not ours to
      * revive. */
     pthread_mutex_lock(&c->mu);
@@ -513,10 +509,10 @@ static int listen_on(chime_server_t *srv, char *bound, size_t boundlen,
   grpc_init();
   args[0].type = GRPC_ARG_INTEGER;
   args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-  args[0].value.integer = CHIME__MAX_MESSAGE_BYTES;
+  args[0].value.integer = (int)CHIME_MAX_MESSAGE_BYTES;
   args[1].type = GRPC_ARG_INTEGER;
   args[1].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
-  args[1].value.integer = CHIME__MAX_MESSAGE_BYTES;
+  args[1].value.integer = (int)CHIME_MAX_MESSAGE_BYTES;
   /* gRPC sets SO_REUSEPORT by default: a second chimed on the same port would
    * bind too and take half the connections. */
   args[2].type = GRPC_ARG_INTEGER;

@@ -26,10 +26,6 @@
 #include "wire/method.h"
 #include "wire/status.h"
 
-#define CHIME__MAX_MESSAGE_BYTES (64 << 20)
-/* Room for an error meant for a client: the longest is a pinning error
- * (CHIME_PIN_ERRLEN, it lists the whole ladder) behind a short prefix. */
-#define CHIME__CLIENT_ERRLEN (CHIME_PIN_ERRLEN + 256)
 /* Most threads polling the completion queue (default one per two CPUs,
  * service.c; CHIME_CQ_THREADS overrides). Handlers are thread-safe; more
  * pollers let calls' work (an insert's copy) run in parallel. */
@@ -82,7 +78,7 @@ struct chime_server_s {
 
   pthread_mutex_t mu;
   pthread_cond_t cond;
-  chime__call_t *calls; /* live calls */
+  chime__list_t calls; /* live calls (chime__call_t's link) */
   uint32_t ncalls;
   chime__registry_t streams; /* open streams, their count and ring bytes */
   atomic_int stopping;

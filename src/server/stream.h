@@ -64,7 +64,7 @@ struct chime__stream_s {
 /* Checks the Open request against the table and budgets, creates and pins
  * the ring in the given mode (NULL: the request's mode is none of them,
  * refused in its turn among the checks). On failure returns a CHIME_E code with
- * err meant for the client: CHIME__CLIENT_ERRLEN bytes hold all of it. */
+ * err meant for the client: CHIME__ERRLEN bytes hold all of it. */
 int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
                        chime__call_t *call, const Chime__V1__Open *open,
                        const chime__stream_mode_ops_t *mode, char *err,

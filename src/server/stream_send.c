@@ -11,6 +11,7 @@
 #include "server/sender.h"
 #include "server/stream.h"
 #include "wire/chunk.h"
+#include "wire/credit.h"
 
 #define SEND_COPY_BELOW 4096u
 
@@ -56,11 +57,9 @@ static int send_init(chime__stream_t *s, const Chime__V1__Open *open) {
   size_t max_spans = 2 * CHIME__CHUNK_BYTES / SEND_COPY_BELOW +
                      2 * (size_t)chime__table_item_spec(s->table)->nleaves + 4;
   int held = chime__table_config(s->table)->max_times_sampled != 0;
-  int rc = chime__sender_init(&s->sender, NULL, 0,
-                              open->prefetch && open->prefetch < open->slots
-                                  ? open->prefetch
-                                  : open->slots - 1,
-                              open->slots - 1, held, max_spans, s, &send_owner);
+  int rc = chime__sender_init(
+      &s->sender, NULL, 0, chime__credits_initial(open->prefetch, open->slots),
+      chime__credits_max(open->slots), held, max_spans, s, &send_owner);
   atomic_init(&s->free_slots, (int)open->slots);
   /* A third of what the sender may lend, at least 1: with the default
    * slots (8, 7 lent) a wake fills 2 or more, and 5 stay published or

@@ -10,6 +10,7 @@
 #include "common/errfmt.h"
 #include "server/handoff.h"
 #include "server/stream.h"
+#include "wire/credit.h"
 
 static void shm_ref(void *s) {
   chime__stream_ref(s);
@@ -37,11 +38,9 @@ static const chime__sender_owner_t shm_owner = {.ref = shm_ref,
                                                 .spans = shm_spans};
 
 static int shm_init(chime__stream_t *s, const Chime__V1__Open *open) {
-  return chime__sender_init(&s->sender, NULL, 0,
-                            open->prefetch && open->prefetch < open->slots
-                                ? open->prefetch
-                                : open->slots - 1,
-                            open->slots - 1, 0, 0, s, &shm_owner);
+  return chime__sender_init(
+      &s->sender, NULL, 0, chime__credits_initial(open->prefetch, open->slots),
+      chime__credits_max(open->slots), 0, 0, s, &shm_owner);
 }
 
 static int shm_expose(chime__stream_t *s, char *err, size_t errlen) {

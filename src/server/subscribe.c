@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/errfmt.h"
 #include "server/stream.h"
 #include "wire/leaf.h"
 
@@ -79,8 +80,7 @@ static const chime__stream_mode_ops_t *mode_of(const Chime__V1__Open *open) {
 }
 
 static void sub_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
-  char err[CHIME__CLIENT_ERRLEN];
-  grpc_slice sl;
+  char err[CHIME__ERRLEN];
   if (bb == NULL) {
     /* The client closed its side. In stream mode every credit it sent has
      * been read (one message at a time), so the stream can end now and
@@ -96,19 +96,15 @@ static void sub_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
     }
     return;
   }
-  int rc = chime__bb_read(bb, &sl);
+  ProtobufCMessage *m;
+  int rc = chime__msg_unpack(&chime__v1__subscribe_request__descriptor, bb, &m);
   grpc_byte_buffer_destroy(bb);
   if (rc != 0) {
-    chime__call_finish(c, CHIME_EINVAL, "unreadable SubscribeRequest");
+    chime__call_finish(c, CHIME_EINVAL, "%s SubscribeRequest",
+                       rc == CHIME_EPROTO ? "unreadable" : "malformed");
     return;
   }
-  Chime__V1__SubscribeRequest *req = chime__v1__subscribe_request__unpack(
-      NULL, GRPC_SLICE_LENGTH(sl), GRPC_SLICE_START_PTR(sl));
-  grpc_slice_unref(sl);
-  if (req == NULL) {
-    chime__call_finish(c, CHIME_EINVAL, "malformed SubscribeRequest");
-    return;
-  }
+  Chime__V1__SubscribeRequest *req = (Chime__V1__SubscribeRequest *)m;
   chime__stream_t *s = sub_stream(c);
   if (s == NULL) {
     if (req->kind_case != CHIME__V1__SUBSCRIBE_REQUEST__KIND_OPEN) {

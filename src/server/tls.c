@@ -1,62 +1,25 @@
 /* TLS credentials and gRPC's external port (see tls.h for why). */
 #include "server/tls.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "chime/errors.h"
+#include "common/pem.h"
 
 /* The port's address; the pointer arg has the same name (gRPC looks the
  * arg up by the whole address). */
 #define PORT_NAME "external:chime-tls"
 
-/* Most bytes of one PEM file: a long certificate chain fits many times. */
-#define PEM_MAX (1u << 20)
-
+/* A PEM file of the config's tls.key, errors named after the key. */
 static int read_pem(const char *key, const char *path, char **out, char *err,
                     size_t errlen) {
-  FILE *f = fopen(path, "re");
-  char *buf = NULL;
-  size_t n = 0;
-  *out = NULL;
-  if (f == NULL) {
-    snprintf(err, errlen, "tls.%s: cannot read '%s': %s", key, path,
-             strerror(errno));
-    return CHIME_EINVAL;
-  }
-  buf = malloc(PEM_MAX + 1);
-  if (buf != NULL)
-    n = fread(buf, 1, PEM_MAX + 1, f);
-  int bad = buf == NULL || ferror(f) || n > PEM_MAX;
-  fclose(f);
-  if (bad) {
-    snprintf(err, errlen, "tls.%s: cannot read '%s': %s", key, path,
-             buf == NULL   ? "out of memory"
-             : n > PEM_MAX ? "larger than 1 MiB"
-                           : "read error");
-    free(buf);
-    return CHIME_EINVAL;
-  }
-  buf[n] = '\0';
-  /* gRPC (BoringSSL/OpenSSL) takes PEM text; a DER file or an empty one
-   * would only fail at the first handshake, far from the config. */
-  if (strstr(buf, "-----BEGIN ") == NULL) {
-    snprintf(err, errlen, "tls.%s: '%s' holds no PEM block", key, path);
-    free(buf);
-    return CHIME_EINVAL;
-  }
-  *out = buf;
-  return 0;
-}
-
-static void free_pem(char *p) {
-  if (p == NULL)
-    return;
-  /* The key's bytes do not outlive their use. */
-  memset(p, 0, strlen(p));
-  free(p);
+  char why[CHIME__MAX_PATH + 128];
+  int rc = chime__pem_read(path, out, why, sizeof(why));
+  if (rc != 0)
+    snprintf(err, errlen, "tls.%s: %s", key, why);
+  return rc;
 }
 
 int chime__tls_server_credentials(const chime__tls_config_t *tls,
@@ -84,9 +47,9 @@ int chime__tls_server_credentials(const chime__tls_config_t *tls,
     rc = CHIME_EINVAL;
   }
 out:
-  free_pem(cert);
-  free_pem(key);
-  free_pem(ca);
+  chime__pem_free(cert);
+  chime__pem_free(key);
+  chime__pem_free(ca);
   return rc;
 }
 

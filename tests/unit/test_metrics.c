@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,7 +53,123 @@ static void test_format(void **state) {
   free(text);
 }
 
+/* Every family's name, type and HELP text as they were before the names
+ * were made from chime/stats.h: they are what dashboards and alerts
+ * query, so the list may grow but never rename. */
+static const struct {
+  const char *name, *type, *help;
+} families[] = {
+    {"chime_table_size", "gauge", "Items in the table."},
+    {"chime_table_capacity", "gauge", "Items the table holds at most."},
+    {"chime_table_inserts_total", "counter", "Items inserted."},
+    {"chime_table_samples_total", "counter", "Items sampled into batches."},
+    {"chime_table_sampler_wait_seconds_total", "counter",
+     "Time samplers waited for items."},
+    {"chime_table_insert_wait_seconds_total", "counter",
+     "Time inserts waited for room."},
+    {"chime_table_rate_insert_wait_seconds_total", "counter",
+     "Time inserts waited on the rate limiter."},
+    {"chime_table_rate_sample_wait_seconds_total", "counter",
+     "Time samplers waited on the rate limiter."},
+    {"chime_table_returned_total", "counter",
+     "Items given back by streams that ended."},
+    {"chime_table_left_total", "counter",
+     "Items that left the table (sampled out, evicted, deleted)."},
+    {"chime_table_left_times_sampled_total", "counter",
+     "Times the items that left were sampled, in all."},
+    {"chime_table_inserts_waiting_rate", "gauge",
+     "Inserts waiting on the rate limiter now."},
+    {"chime_table_samplers_waiting_rate", "gauge",
+     "Samplers waiting on the rate limiter now."},
+    {"chime_table_samplers_waiting_items", "gauge",
+     "Samplers waiting for items now."},
+    {"chime_table_steps", "gauge", "Steps stored now (sequence tables)."},
+    {"chime_table_steps_inserted_total", "counter",
+     "Steps appended (sequence tables)."},
+    {"chime_table_episodes_open", "gauge",
+     "Episodes open now (sequence tables)."},
+    {"chime_table_step_bytes", "gauge",
+     "Bytes of step storage (sequence tables)."},
+    {"chime_stream_batches_total", "counter",
+     "Batches delivered (shm: published, stream: sent)."},
+    {"chime_stream_bytes_total", "counter", "Bytes of batches delivered."},
+    {"chime_stream_leases", "gauge", "Batches the learner holds now."},
+    {"chime_stream_producer_wait_seconds_total", "counter",
+     "Time the sampler waited for a free slot."},
+    {"chime_stream_consumer_wait_seconds_total", "counter",
+     "Time the learner waited for a batch."},
+    {"chime_stream_ring_bytes", "gauge", "Bytes of the stream's ring."},
+    {"chime_streams", "gauge", "Streams open now."},
+    {"chime_ring_bytes", "gauge", "Bytes of rings charged to the budget now."},
+    {"chime_pinned_bytes", "gauge", "Bytes of rings page-locked now."},
+    {"chime_staged_insert_bytes", "gauge",
+     "Bytes of insert requests staged to wait for room."},
+    {"chime_staged_insert_budget_bytes", "gauge",
+     "The budget of staged insert bytes."},
+    {"chime_insert_calls_parked", "gauge",
+     "Insert calls not read while the staging budget is spent."},
+    {"chime_checkpoints_total", "counter", "Checkpoints written since start."},
+    {"chime_checkpoint_failures_total", "counter",
+     "Checkpoints that failed since start."},
+    {"chime_checkpoint_age_seconds", "gauge",
+     "Seconds since the last checkpoint was written."},
+    {"chime_checkpoint_last_duration_seconds", "gauge",
+     "How long the last checkpoint took, DONE included."},
+    {"chime_checkpoint_last_pause_seconds", "gauge",
+     "The longest hold of one table's lock in the last checkpoint."},
+};
+
+static void test_families_as_before(void **state) {
+  (void)state;
+  Chime__V1__TableStats t = CHIME__V1__TABLE_STATS__INIT;
+  Chime__V1__TableStats *tp[] = {&t};
+  Chime__V1__StreamStats s = CHIME__V1__STREAM_STATS__INIT;
+  Chime__V1__StreamStats *sp[] = {&s};
+  Chime__V1__StatsResponse r = CHIME__V1__STATS_RESPONSE__INIT;
+  t.name = "t";
+  t.left_times_sampled = 14;
+  t.step_bytes = 19;
+  t.inserts_waiting_rate = 10;
+  s.table = "t";
+  s.ring_bytes = 10;
+  s.max_leases = 9;
+  s.pinned = 1;
+  r.n_tables = 1;
+  r.tables = tp;
+  r.n_streams = 1;
+  r.streams = sp;
+  r.staged_insert_budget = 6;
+  r.insert_calls_parked = 7;
+  r.checkpoint_last_unix_ns = 1; /* the checkpoint gauges show */
+  char *text = chime__metrics_format(&r);
+  assert_non_null(text);
+  size_t n = sizeof(families) / sizeof(families[0]), lines = 0;
+  char want[512];
+  for (size_t i = 0; i < n; i++) {
+    snprintf(want, sizeof(want), "# HELP %s %s\n# TYPE %s %s\n",
+             families[i].name, families[i].help, families[i].name,
+             families[i].type);
+    if (strstr(text, want) == NULL)
+      fail_msg("missing or changed: %s", want);
+  }
+  for (const char *p = text; (p = strstr(p, "# TYPE ")) != NULL; p++)
+    lines++;
+  assert_int_equal(lines, n); /* and nothing else */
+  /* Values from the fields of the same name, in their unit. */
+  assert_non_null(
+      strstr(text, "\nchime_table_left_times_sampled_total{table=\"t\"} 14\n"));
+  assert_non_null(strstr(text, "\nchime_table_step_bytes{table=\"t\"} 19\n"));
+  assert_non_null(
+      strstr(text, "\nchime_table_inserts_waiting_rate{table=\"t\"} 10\n"));
+  assert_non_null(strstr(text, "\nchime_stream_ring_bytes{stream=\"0\",table="
+                               "\"t\",mode=\"stream\"} 10\n"));
+  assert_non_null(strstr(text, "\nchime_staged_insert_budget_bytes 6\n"));
+  assert_non_null(strstr(text, "\nchime_insert_calls_parked 7\n"));
+  free(text);
+}
+
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_format)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_format),
+                                     cmocka_unit_test(test_families_as_before)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "chime/ring.h"
+#include "common/spec.h"
 
 static void parse_ok(const char *text, chime_spec_t *spec) {
   char err[256] = "";
@@ -196,6 +197,32 @@ static void test_format_round_trip(void **state) {
   assert_int_equal(chime_spec_format(&t, buf, sizeof(buf)), CHIME_EINVAL);
 }
 
+/* Where two specs part (a checkpoint's against its config, a writer's
+ * against its table): the first leaf that differs, and how. */
+static void test_diff(void **state) {
+  (void)state;
+  chime_spec_t a, b;
+  uint32_t at = 99;
+  assert_int_equal(chime_spec_parse(&a, "x:f32[2,3], y:i64[]", NULL, 0), 0);
+  assert_int_equal(chime_spec_parse(&b, "x:f32[2,3], y:i64[]", NULL, 0), 0);
+  assert_int_equal(chime__spec_diff(&a, &b, &at), CHIME__SPEC_SAME);
+  assert_int_equal(chime_spec_parse(&b, "x:f32[2,3], z:i64[]", NULL, 0), 0);
+  assert_int_equal(chime__spec_diff(&a, &b, &at), CHIME__SPEC_NAME);
+  assert_int_equal(at, 1);
+  assert_int_equal(chime_spec_parse(&b, "x:f32[3,2], y:i64[]", NULL, 0), 0);
+  assert_int_equal(chime__spec_diff(&a, &b, &at), CHIME__SPEC_TYPE);
+  assert_int_equal(at, 0);
+  assert_int_equal(chime_spec_parse(&b, "x:f32[2,3,1], y:i64[]", NULL, 0), 0);
+  assert_int_equal(chime__spec_diff(&a, &b, &at), CHIME__SPEC_TYPE);
+  assert_int_equal(chime_spec_parse(&b, "x:f64[2,3], y:i64[]", NULL, 0), 0);
+  assert_int_equal(chime__spec_diff(&a, &b, &at), CHIME__SPEC_TYPE);
+  assert_int_equal(chime_spec_parse(&b, "x:f32[2,3]", NULL, 0), 0);
+  assert_int_equal(chime__spec_diff(&a, &b, &at), CHIME__SPEC_ONLY_A);
+  assert_int_equal(at, 1);
+  assert_int_equal(chime__spec_diff(&b, &a, &at), CHIME__SPEC_ONLY_B);
+  assert_int_equal(at, 1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_parse_basic),
@@ -205,6 +232,7 @@ int main(void) {
       cmocka_unit_test(test_max_leaves_and_dims_accepted),
       cmocka_unit_test(test_validate_struct),
       cmocka_unit_test(test_format_round_trip),
+      cmocka_unit_test(test_diff),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

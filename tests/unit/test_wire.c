@@ -13,6 +13,7 @@
 #include "chime.pb-c.h"
 #include "chime/errors.h"
 #include "wire/chunk.h"
+#include "wire/credit.h"
 
 /* header + payload in one buffer; returns its length. */
 static size_t build(uint8_t *buf, uint64_t seq, uint64_t off, uint64_t total,
@@ -169,6 +170,18 @@ static void test_garbage(void **state) {
   }
 }
 
+/* docs/protocol.md, Credits: the server lends at most slots - 1 batches;
+ * at open the prefetch, 0 or slots meaning slots - 1. */
+static void test_credits(void **state) {
+  (void)state;
+  assert_int_equal(chime__credits_max(8), 7);
+  assert_int_equal(chime__credits_initial(0, 8), 7);
+  assert_int_equal(chime__credits_initial(3, 8), 3);
+  assert_int_equal(chime__credits_initial(7, 8), 7);
+  assert_int_equal(chime__credits_initial(8, 8), 7);
+  assert_int_equal(chime__credits_initial(1, 2), 1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_roundtrip),
@@ -177,6 +190,7 @@ int main(void) {
       cmocka_unit_test(test_not_a_chunk),
       cmocka_unit_test(test_malformed),
       cmocka_unit_test(test_garbage),
+      cmocka_unit_test(test_credits),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -30,6 +30,7 @@
 #include "replay/crc32c.h"
 #include "replay/table.h"
 #include "seq_steps.h"
+#include "table_slot.h"
 
 #define SB 9 /* "a:u32[2], b:u8[]" */
 
@@ -73,26 +74,6 @@ static void insert_n(chime__table_t *t, uint64_t first, uint32_t n,
     buf[i * SB + 8] = (uint8_t)(first + i);
   }
   assert_int_equal(chime__table_insert(t, buf, n, prio, &k, NULL, NULL), 0);
-}
-
-typedef struct {
-  chime_ring_layout_t lay;
-  uint8_t *mem;
-  chime__ring_wslot_t ws;
-} slot_t;
-
-static void slot_init(slot_t *s, const chime__table_t *t, uint32_t batch) {
-  assert_int_equal(chime_ring_layout(&s->lay, &chime__table_config(t)->spec,
-                                     batch, 2, NULL, 0),
-                   0);
-  s->mem = aligned_alloc(4096, s->lay.slot_bytes);
-  assert_non_null(s->mem);
-  memset(s->mem, 0, s->lay.slot_bytes);
-  memset(&s->ws, 0, sizeof(s->ws));
-  s->ws.base = s->mem;
-  for (uint32_t l = 0; l < 2; l++)
-    s->ws.leaf[l] = s->mem + s->lay.leaf_offset[l];
-  s->ws.info = (chime_sample_info_t *)(s->mem + s->lay.info_offset);
 }
 
 /* One batch from each of two tables into their cleared slots. */
@@ -508,19 +489,6 @@ static chime__table_t *seq_table(const chime__table_config_t *tc) {
   return t;
 }
 
-static void seq_slot_init(slot_t *s, const chime__table_t *t, uint32_t batch) {
-  const chime_spec_t *sp = chime__table_item_spec(t);
-  assert_int_equal(chime_ring_layout(&s->lay, sp, batch, 2, NULL, 0), 0);
-  s->mem = aligned_alloc(4096, s->lay.slot_bytes);
-  assert_non_null(s->mem);
-  memset(s->mem, 0, s->lay.slot_bytes);
-  memset(&s->ws, 0, sizeof(s->ws));
-  s->ws.base = s->mem;
-  for (uint32_t l = 0; l < sp->nleaves; l++)
-    s->ws.leaf[l] = s->mem + s->lay.leaf_offset[l];
-  s->ws.info = (chime_sample_info_t *)(s->mem + s->lay.info_offset);
-}
-
 /* Window j of a batch holds its episode's steps first_step.. in order. */
 static void seq_check_window(const slot_t *s, uint32_t tl, uint32_t j) {
   const chime_sample_info_t *in = &s->ws.info[j];
@@ -568,8 +536,8 @@ static void test_sequence_roundtrip(void **state) {
   seq_writer_t w[3] = {{1, 0, 1, 0}, {2, 0, 2, 0}, {3, 0, 3, 0}};
   fill_seq(a, w);
   slot_t sa, sb;
-  seq_slot_init(&sa, a, 4);
-  seq_slot_init(&sb, b, 4);
+  slot_init(&sa, a, 4);
+  slot_init(&sb, b, 4);
   for (int k = 0; k < 3; k++)
     assert_int_equal(chime__table_sample(a, &sa.lay, &sa.ws, NULL), 0);
   chime__ckpt_result_t res;
@@ -626,7 +594,7 @@ static void test_sequence_prioritized(void **state) {
   seq_writer_t w[3] = {{1, 0, 1, 0}, {2, 0, 2, 0}, {3, 0, 3, 0}};
   fill_seq(a, w);
   slot_t s;
-  seq_slot_init(&s, a, 8);
+  slot_init(&s, a, 8);
   for (int k = 0; k < 5; k++)
     assert_int_equal(chime__table_sample(a, &s.lay, &s.ws, NULL), 0);
   uint64_t keys[2] = {s.ws.info[0].key, s.ws.info[1].key};
@@ -661,8 +629,8 @@ static void test_sequence_prioritized(void **state) {
   chime__table_view_release(a, &va);
   chime__table_view_release(b1, &vb);
   slot_t s1, s2;
-  seq_slot_init(&s1, b1, 8);
-  seq_slot_init(&s2, b2, 8);
+  slot_init(&s1, b1, 8);
+  slot_init(&s2, b2, 8);
   for (int k = 0; k < 20; k++) {
     assert_int_equal(chime__table_sample(b1, &s1.lay, &s1.ws, NULL), 0);
     assert_int_equal(chime__table_sample(b2, &s2.lay, &s2.ws, NULL), 0);
@@ -794,7 +762,7 @@ static void test_sequence_inserts_continue(void **state) {
     restore_ok(b, res.path, &items);
     assert_true(items > 0);
     slot_t s;
-    seq_slot_init(&s, b, 16);
+    slot_init(&s, b, 16);
     for (int j = 0; j < 4; j++) {
       assert_int_equal(chime__table_sample(b, &s.lay, &s.ws, NULL), 0);
       for (uint32_t i = 0; i < 16; i++)

@@ -20,6 +20,7 @@
 #include "common/insert_window.h"
 #include "common/key.h"
 #include "replay/table.h"
+#include "table_slot.h"
 
 /* spec "a:u32[2], b:u8[]": 9 bytes a sample; a = {key*10, key*10+1}, b = key */
 #define SB 9
@@ -41,25 +42,6 @@ static void fill(uint8_t *buf, uint64_t first, uint32_t n) {
     memcpy(buf + i * SB, a, 8);
     buf[i * SB + 8] = (uint8_t)(first + i);
   }
-}
-
-typedef struct {
-  chime_ring_layout_t lay;
-  uint8_t *mem;
-  chime__ring_wslot_t ws;
-} slot_t;
-
-static void slot_init(slot_t *s, const chime__table_t *t, uint32_t batch) {
-  assert_int_equal(chime_ring_layout(&s->lay, &chime__table_config(t)->spec,
-                                     batch, 2, NULL, 0),
-                   0);
-  s->mem = aligned_alloc(4096, s->lay.slot_bytes);
-  assert_non_null(s->mem);
-  memset(&s->ws, 0, sizeof(s->ws));
-  s->ws.base = s->mem;
-  s->ws.leaf[0] = s->mem + s->lay.leaf_offset[0];
-  s->ws.leaf[1] = s->mem + s->lay.leaf_offset[1];
-  s->ws.info = (chime_sample_info_t *)(s->mem + s->lay.info_offset);
 }
 
 /* Checks sample j of the slot is the item with `key`, leaf-major. */
@@ -274,42 +256,19 @@ static void test_fifo_insert_all_or_nothing(void **state) {
   chime__table_destroy(t);
 }
 
-typedef struct {
-  chime__table_t *t;
-  slot_t *s;
-  atomic_int stop;
-  int rc;
-} smp_t;
-
-static void *sample_thread(void *arg) {
-  smp_t *a = arg;
-  a->rc = chime__table_sample(a->t, &a->s->lay, &a->s->ws, &a->stop);
-  return NULL;
-}
-
-/* Starts one sample into `s` on a thread of its own; rc 99 until it ends. */
-static void start_sample(smp_t *a, pthread_t *th, chime__table_t *t,
-                         slot_t *s) {
-  memset(a, 0, sizeof(*a));
-  a->t = t;
-  a->s = s;
-  a->rc = 99;
-  assert_int_equal(pthread_create(th, NULL, sample_thread, a), 0);
-}
-
 static void test_sample_waits_for_min_size(void **state) {
   chime__table_config_t tc;
   chime__table_t *t;
   slot_t s;
   uint8_t buf[4 * SB];
   uint64_t k;
-  smp_t a;
+  slot_sampler_t a;
   pthread_t th;
   (void)state;
   t = new_table(&tc, 8, CHIME__SAMPLER_UNIFORM, 3);
   slot_init(&s, t, 4);
   insert_keys(t, 1, 2);
-  start_sample(&a, &th, t, &s);
+  slot_sampler_start(&a, &th, t, &s, 1);
   insert_keys(t, 3, 1); /* the third item reaches min_size */
   pthread_join(th, NULL);
   assert_int_equal(a.rc, 0);
@@ -318,12 +277,12 @@ static void test_sample_waits_for_min_size(void **state) {
   /* Below min_size again (new table): stop ends the wait. */
   chime__table_destroy(t);
   assert_int_equal(chime__table_create(&t, &tc), 0);
-  start_sample(&a, &th, t, &s);
+  slot_sampler_start(&a, &th, t, &s, 1);
   stop_and_join(t, &a.stop, th);
   assert_int_equal(a.rc, CHIME_ESHUTDOWN);
 
   /* And close ends every wait for good. */
-  start_sample(&a, &th, t, &s);
+  slot_sampler_start(&a, &th, t, &s, 1);
   chime__table_close(t);
   pthread_join(th, NULL);
   assert_int_equal(a.rc, CHIME_ESHUTDOWN);
@@ -338,13 +297,13 @@ static void test_fifo_batch_taken_whole(void **state) {
   chime__table_config_t tc;
   chime__table_t *t;
   slot_t s;
-  smp_t a;
+  slot_sampler_t a;
   pthread_t th;
   (void)state;
   t = new_table(&tc, 8, CHIME__SAMPLER_FIFO, 1);
   slot_init(&s, t, 4);
   insert_keys(t, 1, 3);
-  start_sample(&a, &th, t, &s);
+  slot_sampler_start(&a, &th, t, &s, 1);
   stop_and_join(t, &a.stop, th);
   assert_int_equal(a.rc, CHIME_ESHUTDOWN);
   /* Three items were fewer than a batch: none was taken. */
@@ -528,34 +487,28 @@ static void check_untorn(chime__sampler_t sampler, chime__sampler_t remover) {
   churn_t c = {t, 3000, 0};
   pthread_t th;
   assert_int_equal(pthread_create(&th, NULL, churn_main, &c), 0);
-  chime_ring_layout_t lay;
-  assert_int_equal(chime_ring_layout(&lay, &tc.spec, 2, 2, NULL, 0), 0);
-  uint8_t *mem = aligned_alloc(4096, lay.slot_bytes);
-  assert_non_null(mem);
-  chime__ring_wslot_t ws;
-  memset(&ws, 0, sizeof(ws));
-  ws.base = mem;
-  ws.leaf[0] = mem + lay.leaf_offset[0];
-  ws.info = (chime_sample_info_t *)(mem + lay.info_offset);
+  slot_t s;
+  slot_init(&s, t, 2);
   atomic_int stop = 0;
   uint64_t torn = 0, batches = 0;
   /* fifo takes every item once (1500 batches of 2); uniform samples while
    * the inserter runs. */
   for (int b = 0; b < 1500; b++) {
-    if (chime__table_sample(t, &lay, &ws, &stop) != 0)
+    if (chime__table_sample(t, &s.lay, &s.ws, &stop) != 0)
       break;
     batches++;
     for (uint32_t j = 0; j < 2; j++) {
-      const uint64_t *x = (const uint64_t *)ws.leaf[0] + (size_t)j * BIG_WORDS;
+      const uint64_t *x =
+          (const uint64_t *)s.ws.leaf[0] + (size_t)j * BIG_WORDS;
       for (int w = 0; w < BIG_WORDS; w++)
-        torn += x[w] != ws.info[j].key;
+        torn += x[w] != s.ws.info[j].key;
     }
   }
   pthread_join(th, NULL);
   assert_int_equal(c.rc, 0);
   assert_int_equal(batches, 1500);
   assert_int_equal(torn, 0);
-  free(mem);
+  slot_fini(&s);
   chime__table_destroy(t);
 }
 

@@ -23,6 +23,7 @@
 #include "chime/errors.h"
 #include "common/key.h"
 #include "replay/table.h"
+#include "table_slot.h"
 
 #define MAXKEYS 4096
 
@@ -127,24 +128,6 @@ static double model_weight(const model_t *m, uint64_t k) {
   return m->exponent == 1.0 ? m->prio[k] : pow(m->prio[k], m->exponent);
 }
 
-typedef struct {
-  chime_ring_layout_t lay;
-  uint8_t *mem;
-  chime__ring_wslot_t ws;
-} slot_t;
-
-static void slot_open(slot_t *s, const model_t *m, uint32_t batch) {
-  assert_int_equal(chime_ring_layout(&s->lay, &chime__table_config(m->t)->spec,
-                                     batch, 2, NULL, 0),
-                   0);
-  s->mem = aligned_alloc(4096, s->lay.slot_bytes);
-  assert_non_null(s->mem);
-  memset(&s->ws, 0, sizeof(s->ws));
-  s->ws.base = s->mem;
-  s->ws.leaf[0] = s->mem + s->lay.leaf_offset[0];
-  s->ws.info = (chime_sample_info_t *)(s->mem + s->lay.info_offset);
-}
-
 /* One batch; every sample's bytes are its key, a live one, its info's
  * priority the current one. */
 static void slot_sample(slot_t *s, const model_t *m) {
@@ -181,7 +164,7 @@ static void check_draws(const model_t *m, int uniform, uint32_t draws) {
   if (sum == 0) /* every weight 0: the draw is uniform */
     for (uint64_t k = 1; k < m->next_key; k++)
       sum += w[k] = m->live[k];
-  slot_open(&s, m, 256);
+  slot_init(&s, m->t, 256);
   for (uint32_t b = 0; b < draws / 256; b++) {
     slot_sample(&s, m);
     for (uint32_t j = 0; j < 256; j++) {
@@ -315,7 +298,7 @@ static void test_uniform_after_deletes(void **state) {
  * want. */
 static void drain_exact(model_t *m, uint32_t n, const uint64_t *want) {
   slot_t s;
-  slot_open(&s, m, n);
+  slot_init(&s, m->t, n);
   slot_sample(&s, m);
   for (uint32_t j = 0; j < n; j++) {
     if (s.ws.info[j].key != want[j])
@@ -391,7 +374,7 @@ static void test_heaps_after_mutate(void **state) {
   assert_non_null(m);
   model_open(m, 8, CHIME__SAMPLER_MAX_HEAP, 0, 0, 1.0);
   model_insert(m, 4, (double[]){1, 5, 3, 5});
-  slot_open(&s, m, 3);
+  slot_init(&s, m->t, 3);
   slot_sample(&s, m);
   for (int j = 0; j < 3; j++)
     assert_int_equal(s.ws.info[j].key, 2);
@@ -538,7 +521,7 @@ static void test_refused_changes_nothing(void **state) {
   model_mutate(m, NULL, NULL, 0, (uint64_t[]){1, 2, 3}, 3);
   slot_t s;
   chime__table_waiter_t w = {0};
-  slot_open(&s, m, 1);
+  slot_init(&s, m->t, 1);
   assert_int_equal(chime__table_try_sample(m->t, &s.lay, &s.ws, &w),
                    CHIME_EBUSY);
   chime__table_unwait(m->t, &w);
@@ -563,27 +546,21 @@ typedef struct {
 
 static void *sampler_main(void *arg) {
   churn_t *c = arg;
-  chime_ring_layout_t lay;
-  chime__ring_wslot_t ws;
-  if (chime_ring_layout(&lay, &chime__table_config(c->t)->spec, 4, 2, NULL,
-                        0) != 0)
-    return NULL;
-  uint8_t *mem = aligned_alloc(4096, lay.slot_bytes);
-  memset(&ws, 0, sizeof(ws));
-  ws.base = mem;
-  ws.leaf[0] = mem + lay.leaf_offset[0];
-  ws.info = (chime_sample_info_t *)(mem + lay.info_offset);
-  while (chime__table_sample(c->t, &lay, &ws, &c->stop) == 0) {
+  slot_t s;
+  if (slot_make(&s, c->t, 4) != 0)
+    return NULL; /* no batches: the churn runs out of rounds and fails */
+  while (chime__table_sample(c->t, &s.lay, &s.ws, &c->stop) == 0) {
     uint64_t top = atomic_load(&c->inserted);
     atomic_fetch_add(&c->batches, 1);
     for (uint32_t j = 0; j < 4; j++) {
-      const uint64_t *x = (const uint64_t *)ws.leaf[0] + (size_t)j * BIG_WORDS;
+      const uint64_t *x =
+          (const uint64_t *)s.ws.leaf[0] + (size_t)j * BIG_WORDS;
       for (int w = 0; w < BIG_WORDS; w++)
-        c->torn += x[w] != ws.info[j].key;
-      c->bad_key += ws.info[j].key == 0 || ws.info[j].key > top;
+        c->torn += x[w] != s.ws.info[j].key;
+      c->bad_key += s.ws.info[j].key == 0 || s.ws.info[j].key > top;
     }
   }
-  free(mem);
+  slot_fini(&s);
   return NULL;
 }
 
@@ -805,11 +782,7 @@ static void test_foreign_shard_refused(void **state) {
     chime__table_get_stats(t, &st);
     assert_int_equal(st.size, 4);
     slot_t s;
-    model_t *mm = calloc(1, sizeof(*mm));
-    assert_non_null(mm);
-    mm->t = t;
-    slot_open(&s, mm, 1);
-    free(mm);
+    slot_init(&s, t, 1);
     assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
     assert_true(s.ws.info[0].key == k1);
     assert_true(s.ws.info[0].priority == 4);

@@ -15,20 +15,13 @@
 
 #include "chime/errors.h"
 #include "replay/table.h"
+#include "table_slot.h"
 
 /* spec "big:u8[5000], small:u32[]": big is sent from the table (a run of
  * 5000 bytes >= the 4096 copy threshold), small copied; both encode the key */
 #define BIG 5000u
 #define COPY_MIN 4096u
 #define SB (BIG + 4u)
-
-typedef struct {
-  chime_ring_layout_t lay;
-  uint8_t *mem;
-  chime__ring_wslot_t ws;
-  uint32_t *rows;
-  chime__table_pins_t pins;
-} slot_t;
 
 static chime__table_t *new_table(uint64_t cap, chime__sampler_t sampler,
                                  uint64_t mts) {
@@ -46,27 +39,10 @@ static chime__table_t *new_table(uint64_t cap, chime__sampler_t sampler,
   return t;
 }
 
-static void slot_init(slot_t *s, const chime__table_t *t, uint32_t batch) {
-  assert_int_equal(chime_ring_layout(&s->lay, &chime__table_config(t)->spec,
-                                     batch, 2, NULL, 0),
-                   0);
-  s->mem = aligned_alloc(4096, s->lay.slot_bytes);
-  assert_non_null(s->mem);
-  memset(s->mem, 0xee, s->lay.slot_bytes); /* not zero: padding must be */
-  memset(&s->ws, 0, sizeof(s->ws));
-  s->ws.base = s->mem;
-  s->ws.leaf[0] = s->mem + s->lay.leaf_offset[0];
-  s->ws.leaf[1] = s->mem + s->lay.leaf_offset[1];
-  s->ws.info = (chime_sample_info_t *)(s->mem + s->lay.info_offset);
-  s->rows = calloc(batch, sizeof(*s->rows));
-  assert_non_null(s->rows);
-  memset(&s->pins, 0, sizeof(s->pins));
-  s->pins.rows = s->rows;
-}
-
-static void slot_fini(slot_t *s) {
-  free(s->mem);
-  free(s->rows);
+/* Every slot here keeps its batch's rows pinned (stream mode's path). */
+static void pinned_slot(slot_t *s, const chime__table_t *t, uint32_t batch) {
+  slot_init(s, t, batch);
+  slot_pin(s);
 }
 
 static void insert_keys(chime__table_t *t, uint64_t first, uint32_t n) {
@@ -150,7 +126,7 @@ static void test_spans_match_copy(void **state) {
   for (int k = 0; k < 2; k++) {
     chime__table_t *t = new_table(64, kinds[k], 0);
     slot_t s;
-    slot_init(&s, t, 16);
+    pinned_slot(&s, t, 16);
     insert_keys(t, 1, 40);
     assert_int_equal(sample_pinned(t, &s), 0);
     assert_int_equal(s.pins.n, 16);
@@ -174,7 +150,7 @@ static void test_pinned_rows_survive_eviction(void **state) {
   (void)state;
   chime__table_t *t = new_table(8, CHIME__SAMPLER_UNIFORM, 0);
   slot_t s;
-  slot_init(&s, t, 8);
+  pinned_slot(&s, t, 8);
   insert_keys(t, 1, 8);
   assert_int_equal(sample_pinned(t, &s), 0);
   /* Every item evicted twice over; a wait for a pinned row would hang
@@ -203,8 +179,8 @@ static void test_give_back_pinned_fifo(void **state) {
   (void)state;
   chime__table_t *t = new_table(16, CHIME__SAMPLER_FIFO, 0);
   slot_t a, b;
-  slot_init(&a, t, 4);
-  slot_init(&b, t, 4);
+  pinned_slot(&a, t, 4);
+  pinned_slot(&b, t, 4);
   insert_keys(t, 1, 10);
   assert_int_equal(sample_pinned(t, &a), 0); /* keys 1..4 */
   assert_int_equal(sample_pinned(t, &b), 0); /* keys 5..8 */
@@ -226,7 +202,7 @@ static void test_give_back_pinned_fifo(void **state) {
   chime__table_unpin(t, &b.pins);
   /* Live again, not freed by the unpin: 1..10 come out in order. */
   slot_t c;
-  slot_init(&c, t, 10);
+  pinned_slot(&c, t, 10);
   assert_int_equal(chime__table_sample(t, &c.lay, &c.ws, NULL), 0);
   for (uint32_t j = 0; j < 10; j++) {
     assert_int_equal(c.ws.info[j].key, 1 + j);
@@ -250,7 +226,7 @@ static void test_give_back_bytes_mts(void **state) {
   (void)state;
   chime__table_t *t = new_table(32, CHIME__SAMPLER_UNIFORM, 1);
   slot_t s;
-  slot_init(&s, t, 8);
+  pinned_slot(&s, t, 8);
   insert_keys(t, 1, 8);
   assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
   chime__table_stats_t st;
@@ -274,7 +250,7 @@ static void test_give_back_bytes_mts(void **state) {
   assert_int_equal(m.unknown, 0);
   /* Every item once more, bytes intact. */
   slot_t all;
-  slot_init(&all, t, 16);
+  pinned_slot(&all, t, 16);
   assert_int_equal(chime__table_sample(t, &all.lay, &all.ws, NULL), 0);
   int seen[17] = {0};
   for (uint32_t j = 0; j < 16; j++) {

@@ -14,6 +14,7 @@
 
 #include "chime/errors.h"
 #include "replay/table.h"
+#include "table_slot.h"
 
 #define SIZE 4
 
@@ -51,27 +52,19 @@ static int try_insert(chime__table_t *t, uint64_t key) {
 /* One sample without waiting: its key, or 0 when the table makes it
  * wait. */
 static uint64_t try_sample(chime__table_t *t) {
-  chime_ring_layout_t lay;
+  slot_t s;
   chime__table_waiter_t w = {0};
-  assert_int_equal(
-      chime_ring_layout(&lay, &chime__table_config(t)->spec, 1, 2, NULL, 0), 0);
-  uint8_t *mem = aligned_alloc(4096, lay.slot_bytes);
-  assert_non_null(mem);
-  chime__ring_wslot_t ws;
-  memset(&ws, 0, sizeof(ws));
-  ws.base = mem;
-  ws.leaf[0] = mem + lay.leaf_offset[0];
-  ws.info = (chime_sample_info_t *)(mem + lay.info_offset);
+  slot_init(&s, t, 1);
   uint64_t key = 0;
-  int rc = chime__table_try_sample(t, &lay, &ws, &w);
+  int rc = chime__table_try_sample(t, &s.lay, &s.ws, &w);
   if (rc == 0) {
-    key = ws.info[0].key;
-    assert_int_equal(*(const uint64_t *)ws.leaf[0], key);
+    key = s.ws.info[0].key;
+    assert_int_equal(*(const uint64_t *)s.ws.leaf[0], key);
   } else {
     assert_int_equal(rc, CHIME_EBUSY);
     chime__table_unwait(t, &w);
   }
-  free(mem);
+  slot_fini(&s);
   return key;
 }
 

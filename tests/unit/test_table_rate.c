@@ -332,20 +332,6 @@ static void test_sampled_out_unblocks_inserts(void **state) {
  * inserts. */
 typedef struct {
   chime__table_t *t;
-  slot_t *s;
-  atomic_int stop;
-  uint64_t batches;
-} smp_t;
-
-static void *sampler_main(void *arg) {
-  smp_t *a = arg;
-  while (chime__table_sample(a->t, &a->s->lay, &a->s->ws, &a->stop) == 0)
-    a->batches++;
-  return NULL;
-}
-
-typedef struct {
-  chime__table_t *t;
   int seq; /* a sequence table: steps of writer 1 */
   atomic_int abort, done;
   int inserted, rc;
@@ -373,10 +359,10 @@ static void *writer_main(void *arg) {
 static void check_no_stall(chime__table_t *t, int seq) {
   slot_t s;
   slot_init(&s, t, 2);
-  smp_t sm = {.t = t, .s = &s};
+  slot_sampler_t sm;
   writer_t w = {.t = t, .seq = seq};
   pthread_t ts, tw;
-  assert_int_equal(pthread_create(&ts, NULL, sampler_main, &sm), 0);
+  slot_sampler_start(&sm, &ts, t, &s, 0);
   assert_int_equal(pthread_create(&tw, NULL, writer_main, &w), 0);
   double t0 = now_s();
   while (!atomic_load(&w.done) && now_s() - t0 < 10)

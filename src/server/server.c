@@ -108,6 +108,13 @@ static void read_identity(chime_server_t *srv) {
                        sizeof(srv->hostname));
 }
 
+/* Insert calls parked by the staging budget are the call machinery's. */
+static const chime__staging_calls_t staging_calls = {
+    .ref = chime__call_ref,
+    .unref = chime__call_unref,
+    .recv = chime__call_recv,
+};
+
 int chime_server_create(chime_server_t **out, const chime_server_opts_t *opts) {
   int rc = 0;
   /* chime_last_error()'s room: a pinning error lists the whole ladder. */
@@ -125,7 +132,8 @@ int chime_server_create(chime_server_t **out, const chime_server_opts_t *opts) {
   srv->method_vt = chime__method_vt;
   pthread_mutex_init(&srv->mu, NULL);
   pthread_cond_init(&srv->cond, NULL);
-  chime__staging_init(&srv->staging, 0); /* budget set once configured */
+  /* The budget is set once configured. */
+  chime__staging_init(&srv->staging, 0, &staging_calls);
   chime__registry_init(&srv->streams, 0, 0);
   if (opts->config_path != NULL)
     rc = chime__config_load(&srv->cfg, opts->config_path, err, errlen);

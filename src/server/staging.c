@@ -8,14 +8,16 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 
-#include "server/state.h"
+#include "chime/errors.h"
 
 struct chime__parked_s {
   chime__call_t *call;
   chime__parked_t *next;
 };
 
-void chime__staging_init(chime__staging_t *g, uint64_t budget) {
+void chime__staging_init(chime__staging_t *g, uint64_t budget,
+                         const chime__staging_calls_t *calls) {
+  g->calls = calls;
   pthread_mutex_init(&g->mu, NULL);
   g->budget = budget;
   g->bytes = 0;
@@ -30,7 +32,7 @@ void chime__staging_fini(chime__staging_t *g) {
   g->head = g->tail = NULL;
   while (p != NULL) {
     chime__parked_t *n = p->next;
-    chime__call_unref(p->call);
+    g->calls->unref(p->call);
     free(p);
     p = n;
   }
@@ -49,7 +51,7 @@ void chime__staging_recv(chime__staging_t *g, chime__call_t *c) {
   if (full(g) || g->head != NULL)
     p = malloc(sizeof(*p));
   if (p != NULL) {
-    chime__call_ref(c);
+    g->calls->ref(c);
     p->call = c;
     p->next = NULL;
     if (g->tail != NULL)
@@ -64,7 +66,7 @@ void chime__staging_recv(chime__staging_t *g, chime__call_t *c) {
   /* Without memory for the list entry the call is read: one request more
    * beats a call that hangs for good. */
   if (p == NULL)
-    chime__call_recv(c);
+    g->calls->recv(c);
 }
 
 void chime__staging_forget(chime__staging_t *g, chime__call_t *c) {
@@ -83,7 +85,7 @@ void chime__staging_forget(chime__staging_t *g, chime__call_t *c) {
   }
   pthread_mutex_unlock(&g->mu);
   if (found != NULL) {
-    chime__call_unref(found->call);
+    g->calls->unref(found->call);
     free(found);
   }
 }
@@ -119,8 +121,8 @@ void chime__staging_release(chime__staging_t *g, uint64_t bytes) {
     pthread_mutex_unlock(&g->mu);
     if (p == NULL)
       return;
-    chime__call_recv(p->call);
-    chime__call_unref(p->call);
+    g->calls->recv(p->call);
+    g->calls->unref(p->call);
     free(p);
   }
 }

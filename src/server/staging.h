@@ -15,9 +15,20 @@
 /* state.h embeds the budget, so only the call type is named here. */
 typedef struct chime__call_s chime__call_t;
 
+/* What the budget does to an Insert call, handed to it at init (the
+ * server's are call.h's functions; test_staging gives its own): a parked
+ * call is held by a reference, and read once there is room. */
+typedef struct {
+  void (*ref)(chime__call_t *c);
+  void (*unref)(chime__call_t *c);
+  /* Asks for the call's next message. */
+  void (*recv)(chime__call_t *c);
+} chime__staging_calls_t;
+
 typedef struct chime__parked_s chime__parked_t;
 
 typedef struct chime__staging_s {
+  const chime__staging_calls_t *calls;
   pthread_mutex_t mu;
   uint64_t budget;
   uint64_t bytes;        /* staged now */
@@ -27,7 +38,8 @@ typedef struct chime__staging_s {
   chime__parked_t *head, *tail; /* parked calls, oldest first */
 } chime__staging_t;
 
-void chime__staging_init(chime__staging_t *g, uint64_t budget);
+void chime__staging_init(chime__staging_t *g, uint64_t budget,
+                         const chime__staging_calls_t *calls);
 /* Drops the reference of every call still parked. */
 void chime__staging_fini(chime__staging_t *g);
 

@@ -7,8 +7,7 @@
 
 #include <grpc/grpc.h>
 
-#include "wire/chunk.h"
-#include "server/call.h"
+#include "chime/errors.h"
 #include "wire/chunk.h"
 
 /* One batch sent: its chunks' slices point into its bytes (the slot, the
@@ -141,7 +140,7 @@ static void send_batch(chime__sender_t *x, chime__call_t *call,
     grpc_byte_buffer *bb = chunk(x, b, total, off, len);
     /* No chunk (cannot happen: max_spans bounds it), or the call is
      * finishing: the learner gets no more of this stream. */
-    ok = bb != NULL && chime__call_send(call, bb) == 0;
+    ok = bb != NULL && x->ops->call_send(call, bb) == 0;
   }
   if (ok) {
     atomic_fetch_add(&x->batches, 1);
@@ -179,7 +178,7 @@ int chime__sender_awaiting(chime__sender_t *x) {
 void chime__sender_published(chime__sender_t *x) {
   pthread_mutex_lock(&x->send_mu);
   chime__call_t *call = x->call;
-  int busy = call != NULL && chime__call_sending(call);
+  int busy = call != NULL && x->ops->call_sending(call);
   pthread_mutex_unlock(&x->send_mu);
   if (!busy)
     chime__sender_send_ready(x);
@@ -189,7 +188,7 @@ void chime__sender_start(chime__sender_t *x, chime__call_t *call) {
   pthread_mutex_lock(&x->send_mu);
   if (!atomic_load(&x->stopped)) {
     x->call = call;
-    chime__call_ref(call);
+    x->ops->call_ref(call);
   }
   pthread_mutex_unlock(&x->send_mu);
 }

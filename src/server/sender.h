@@ -21,6 +21,7 @@
 
 typedef struct chime__call_s chime__call_t;
 typedef struct chime__sent_s chime__sent_t;
+struct grpc_byte_buffer;
 
 /* What the sender needs of its owner (the stream, whose ring it is). */
 typedef struct {
@@ -34,6 +35,16 @@ typedef struct {
    * until the slot goes back to the ring. */
   size_t (*spans)(void *owner, uint32_t slot, uint64_t off, uint64_t len,
                   chime__span_t *out, size_t max);
+  /* The call batches go to (chime__sender_start's): the owner's call
+   * machinery (stream mode: call.h's functions; test_sender: its own), so
+   * the sender is built without it. Only a started sender uses them.
+   * A reference, dropped by whoever chime__sender_stop returns it to. */
+  void (*call_ref)(chime__call_t *c);
+  /* Queues a message (takes bb): 0, or nonzero once the call is
+   * finishing (the learner gets no more). */
+  int (*call_send)(chime__call_t *c, struct grpc_byte_buffer *bb);
+  /* Whether a send is in flight. */
+  int (*call_sending)(chime__call_t *c);
 } chime__sender_owner_t;
 
 typedef struct {

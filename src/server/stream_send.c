@@ -45,10 +45,15 @@ static size_t batch_spans(void *arg, uint32_t slot, uint64_t off, uint64_t len,
                             SEND_COPY_BELOW, off, len, out, max);
 }
 
-static const chime__sender_owner_t send_owner = {.ref = send_ref,
-                                                 .unref = send_unref,
-                                                 .slot_freed = slot_freed,
-                                                 .spans = batch_spans};
+static const chime__sender_owner_t send_owner = {
+    .ref = send_ref,
+    .unref = send_unref,
+    .slot_freed = slot_freed,
+    .spans = batch_spans,
+    .call_ref = chime__call_ref,
+    .call_send = chime__call_send,
+    .call_sending = chime__call_sending,
+};
 
 static int send_init(chime__stream_t *s, const Chime__V1__Open *open) {
   /* A batch that takes items out (fifo, max_times_sampled) is the

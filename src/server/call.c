@@ -10,8 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/auth.h"
-#include "server/state.h"
+#include "server/call.h"
 #include "wire/message.h"
 
 struct chime__send_s {
@@ -45,7 +44,7 @@ void chime__call_ref(chime__call_t *c) {
 }
 
 static void call_free(chime__call_t *c) {
-  chime_server_t *srv = c->srv;
+  chime__callhost_t *h = c->host;
   if (c->vt != NULL && c->vt->on_free != NULL)
     c->vt->on_free(c);
   free_sends(c->q_head);
@@ -58,15 +57,15 @@ static void call_free(chime__call_t *c) {
   grpc_call_details_destroy(&c->details);
   if (c->call != NULL)
     grpc_call_unref(c->call);
-  pthread_mutex_lock(&srv->mu);
-  if (chime__list_has(&srv->calls, &c->link)) {
-    chime__list_remove(&srv->calls, &c->link);
-    srv->ncalls--;
+  pthread_mutex_lock(h->mu);
+  if (chime__list_has(&h->calls, &c->link)) {
+    chime__list_remove(&h->calls, &c->link);
+    h->ncalls--;
     if (c->method == CHIME__M_INSERT)
-      srv->insert_calls--;
-    pthread_cond_broadcast(&srv->cond);
+      h->insert_calls--;
+    pthread_cond_broadcast(h->cond);
   }
-  pthread_mutex_unlock(&srv->mu);
+  pthread_mutex_unlock(h->mu);
   pthread_mutex_destroy(&c->mu);
   free(c);
 }
@@ -328,37 +327,37 @@ static void on_close_done(chime__tag_t *tag, int ok) {
 }
 
 /* Once stopping, only an open method (health) is asked for again, and only
- * until the grpc_server shuts down (server.c sets grpc_closing under mu
+ * until the grpc_server shuts down (server.c sets host.closing under mu
  * first): a probe during the stop hears NOT_SERVING instead of waiting. */
-static void request_while_stopping(chime_server_t *srv, int method) {
-  pthread_mutex_lock(&srv->mu);
-  if (!srv->grpc_closing)
-    chime__request_call(srv, method);
-  pthread_mutex_unlock(&srv->mu);
+static void request_while_stopping(chime__callhost_t *h, int method) {
+  pthread_mutex_lock(h->mu);
+  if (!h->closing)
+    chime__request_call(h, method);
+  pthread_mutex_unlock(h->mu);
 }
 
 /* The call arrived: watch for its end, then hand it to its method. */
 static void on_request_done(chime__tag_t *tag, int ok) {
   chime__call_t *c =
       (chime__call_t *)((char *)tag - offsetof(chime__call_t, req_tag));
-  chime_server_t *srv = c->srv;
+  chime__callhost_t *h = c->host;
   grpc_op op;
   if (!ok) { /* the server is shutting down */
     call_free(c);
     return;
   }
-  pthread_mutex_lock(&srv->mu);
-  chime__list_push(&srv->calls, &c->link);
-  srv->ncalls++;
+  pthread_mutex_lock(h->mu);
+  chime__list_push(&h->calls, &c->link);
+  h->ncalls++;
   if (c->method == CHIME__M_INSERT) {
-    srv->insert_calls++; /* before any of its operations can complete */
-    pthread_cond_broadcast(&srv->cond);
+    h->insert_calls++; /* before any of its operations can complete */
+    pthread_cond_broadcast(h->cond);
   }
-  pthread_mutex_unlock(&srv->mu);
-  if (!atomic_load(&srv->stopping))
-    chime__request_call(srv, c->method);
+  pthread_mutex_unlock(h->mu);
+  if (!atomic_load(h->stopping))
+    chime__request_call(h, c->method);
   else if (c->vt->open)
-    request_while_stopping(srv, c->method);
+    request_while_stopping(h, c->method);
 
   memset(&op, 0, sizeof(op));
   op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
@@ -378,16 +377,16 @@ static void on_request_done(chime__tag_t *tag, int ok) {
     chime__call_unref(c);
     goto out;
   }
-  if (atomic_load(&srv->stopping) && !c->vt->open) {
+  if (atomic_load(h->stopping) && !c->vt->open) {
     chime__call_finish(c, CHIME_ESHUTDOWN, "shutting down");
     goto out;
   }
   char why[128];
-  int rc = c->vt->open ? 0
-                       : chime__auth_check(&srv->cfg, c->method, &c->md, why,
-                                           sizeof(why));
+  int rc = c->vt->open || h->admit == NULL
+               ? 0
+               : h->admit(h->admit_arg, c->method, &c->md, why, sizeof(why));
   if (rc != 0) {
-    chime__call_finish(c, rc, "%s", why);
+    chime__call_finish(c, (chime_errno_t)rc, "%s", why);
     goto out;
   }
   if (refuse_oversized(c, c->payload))
@@ -418,19 +417,20 @@ static const chime__call_vt_t unknown_vt = {
 };
 
 /* Where a call of `method` completes: an Insert on the insert queue, when
- * the service made one (service.c), every other call on the server's. */
-static grpc_completion_queue *call_cq(chime_server_t *srv, int method) {
-  return method == CHIME__M_INSERT && srv->insert_cq != NULL ? srv->insert_cq
-                                                             : srv->cq;
+ * the service made one (service.c), every other call on the host's. */
+static grpc_completion_queue *call_cq(chime__callhost_t *h, int method) {
+  return method == CHIME__M_INSERT && h->insert_cq != NULL ? h->insert_cq
+                                                           : h->cq;
 }
 
-int chime__request_call(chime_server_t *srv, int method) {
+int chime__request_call(chime__callhost_t *h, int method) {
   chime__call_t *c = calloc(1, sizeof(*c));
   if (c == NULL)
     return CHIME_ENOMEM;
-  c->srv = srv;
+  c->host = h;
+  c->srv = h->srv;
   c->method = method;
-  c->vt = method < CHIME__M_COUNT ? srv->method_vt[method] : &unknown_vt;
+  c->vt = method < CHIME__M_COUNT ? h->vt[method] : &unknown_vt;
   c->refs = 1;
   c->req_tag.fn = on_request_done;
   c->recv_tag.fn = on_recv_done;
@@ -443,14 +443,14 @@ int chime__request_call(chime_server_t *srv, int method) {
   grpc_call_details_init(&c->details);
   /* The new call is announced on cq; its own operations complete where
    * the service says (service.c). */
-  grpc_completion_queue *bound = call_cq(srv, method);
+  grpc_completion_queue *bound = call_cq(h, method);
   if (method == CHIME__M_COUNT)
-    e = grpc_server_request_call(srv->gs, &c->call, &c->details, &c->md, bound,
-                                 srv->cq, &c->req_tag);
+    e = grpc_server_request_call(h->gs, &c->call, &c->details, &c->md, bound,
+                                 h->cq, &c->req_tag);
   else
     e = grpc_server_request_registered_call(
-        srv->gs, srv->methods[method], &c->call, &c->deadline, &c->md,
-        unary ? &c->payload : NULL, bound, srv->cq, &c->req_tag);
+        h->gs, h->methods[method], &c->call, &c->deadline, &c->md,
+        unary ? &c->payload : NULL, bound, h->cq, &c->req_tag);
   if (e != GRPC_CALL_OK) {
     grpc_call_details_destroy(&c->details);
     grpc_metadata_array_destroy(&c->md);

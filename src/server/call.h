@@ -6,6 +6,8 @@
 
 #include <grpc/grpc.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
 
 #include "chime/chime.h"
 #include "common/list.h"
@@ -43,8 +45,45 @@ typedef struct {
 
 typedef struct chime__send_s chime__send_t;
 
+/* What the call machinery needs of the server that owns it, in one struct
+ * it is handed (state.h embeds the server's; test_call makes its own), so
+ * call.c knows nothing else of the server: where calls come from and
+ * complete, which handler serves each method, whether a call may go on,
+ * and the live calls. */
+typedef struct chime__callhost_s {
+  chime_server_t *srv; /* handed to the handlers as c->srv */
+  grpc_server *gs;
+  /* New calls are announced on cq, and every call's operations complete
+   * there but an Insert call's: on insert_cq when not NULL (service.c). */
+  grpc_completion_queue *cq, *insert_cq;
+  void *methods[CHIME__M_COUNT];     /* grpc_server_register_method's */
+  const chime__call_vt_t *const *vt; /* each method's handler, by CHIME__M_* */
+  /* Whether a call may go on: 0, or a CHIME_E* code with a sentence for
+   * the client, and the call ends with it before its handler sees it (the
+   * server: the tokens, auth.h). An open method is not asked about; NULL
+   * lets every call through. */
+  int (*admit)(void *arg, int method, const grpc_metadata_array *md, char *err,
+               size_t errlen);
+  void *admit_arg;
+  /* The owner's flag: nonzero, a new call is told "shutting down" (unless
+   * its method is open). */
+  atomic_int *stopping;
+  /* The owner's lock and cond (srv->mu, srv->cond): the lock guards what
+   * follows, the cond is broadcast when the live calls fall and when an
+   * Insert call arrives. */
+  pthread_mutex_t *mu;
+  pthread_cond_t *cond;
+  /* The grpc_server's shutdown began: no call is asked for any more (not
+   * even an open method's). */
+  int closing;
+  chime__list_t calls; /* live (chime__call_t's link) */
+  uint32_t ncalls;
+  uint32_t insert_calls; /* the Insert calls among them */
+} chime__callhost_t;
+
 struct chime__call_s {
-  chime_server_t *srv;
+  chime__callhost_t *host;
+  chime_server_t *srv; /* host->srv, for the handler */
   int method;
   const chime__call_vt_t *vt;
   grpc_call *call;
@@ -63,7 +102,7 @@ struct chime__call_s {
   int meta_sent;
   int finishing;
   chime__send_t *q_head, *q_tail, *inflight;
-  chime__link_t link; /* on the server's live calls */
+  chime__link_t link; /* on the host's live calls */
   void *state;
 };
 
@@ -94,7 +133,7 @@ void chime__call_finish_as(chime__call_t *c, chime_errno_t err,
  * status is queued). */
 void chime__call_drop_queued(chime__call_t *c);
 /* Requests the next call of `method` (CHIME__M_COUNT: any unregistered
- * method, answered UNIMPLEMENTED). */
-int chime__request_call(chime_server_t *srv, int method);
+ * method, answered UNIMPLEMENTED) from host->gs. */
+int chime__request_call(chime__callhost_t *host, int method);
 
 #endif

@@ -16,6 +16,7 @@
 #include "common/key.h"
 #include "ring/pin.h"
 #include "server/acceptor.h"
+#include "server/auth.h"
 #include "server/checkpoint.h"
 #include "server/checkpointer.h"
 #include "server/handoff.h"
@@ -108,6 +109,13 @@ static void read_identity(chime_server_t *srv) {
                        sizeof(srv->hostname));
 }
 
+/* Every call presents a token the config knows, with a role that may
+ * call its method, before its handler sees it. */
+static int admit_call(void *cfg, int method, const grpc_metadata_array *md,
+                      char *err, size_t errlen) {
+  return chime__auth_check(cfg, method, md, err, errlen);
+}
+
 /* Insert calls parked by the staging budget are the call machinery's. */
 static const chime__staging_calls_t staging_calls = {
     .ref = chime__call_ref,
@@ -129,9 +137,17 @@ int chime_server_create(chime_server_t **out, const chime_server_opts_t *opts) {
   chime_server_t *srv = calloc(1, sizeof(*srv));
   if (srv == NULL)
     return chime__detail(CHIME_ENOMEM, "server: out of memory");
-  srv->method_vt = chime__method_vt;
   pthread_mutex_init(&srv->mu, NULL);
   pthread_cond_init(&srv->cond, NULL);
+  srv->host = (chime__callhost_t){
+      .srv = srv,
+      .vt = chime__method_vt,
+      .admit = admit_call,
+      .admit_arg = &srv->cfg,
+      .stopping = &srv->stopping,
+      .mu = &srv->mu,
+      .cond = &srv->cond,
+  };
   /* The budget is set once configured. */
   chime__staging_init(&srv->staging, 0, &staging_calls);
   chime__registry_init(&srv->streams, 0, 0);
@@ -230,7 +246,7 @@ out:
 
 int chime_server_start(chime_server_t *srv) {
   int rc;
-  if (srv == NULL || srv->gs == NULL || srv->started)
+  if (srv == NULL || srv->host.gs == NULL || srv->started)
     return chime__detail(CHIME_EINVAL,
                          "chime_server_start: needs a server registered on a "
                          "grpc_server and not yet started");
@@ -268,11 +284,11 @@ int chime_server_start(chime_server_t *srv) {
 static int wait_calls(chime_server_t *srv, int ms) {
   struct timespec dl = chime__clock_after_ms(CLOCK_REALTIME, (uint64_t)ms);
   pthread_mutex_lock(&srv->mu);
-  while (srv->ncalls > 0) {
+  while (srv->host.ncalls > 0) {
     if (pthread_cond_timedwait(&srv->cond, &srv->mu, &dl) != 0)
       break;
   }
-  int left = (int)srv->ncalls;
+  int left = (int)srv->host.ncalls;
   pthread_mutex_unlock(&srv->mu);
   return left;
 }
@@ -280,9 +296,9 @@ static int wait_calls(chime_server_t *srv, int ms) {
 /* Runs fn on every live call, each held by a reference while it runs. */
 static void for_each_call(chime_server_t *srv, void (*fn)(chime__call_t *)) {
   pthread_mutex_lock(&srv->mu);
-  uint32_t n = srv->ncalls, i = 0;
+  uint32_t n = srv->host.ncalls, i = 0;
   chime__call_t **v = calloc(n ? n : 1, sizeof(*v));
-  CHIME__LIST_EACH(l, &srv->calls) {
+  CHIME__LIST_EACH(l, &srv->host.calls) {
     if (v == NULL || i >= n)
       break;
     chime__call_t *c = CHIME__CONTAINER(l, chime__call_t, link);
@@ -328,7 +344,7 @@ void chime_server_stop(chime_server_t *srv) {
    * that heard "shutting down" on one stream can count on the others being
    * shut too (not still delivering for a few more batches). */
   pthread_mutex_lock(&srv->mu);
-  int had_calls = srv->ncalls > 0;
+  int had_calls = srv->host.ncalls > 0;
   pthread_mutex_unlock(&srv->mu);
   chime__registry_node_t *it;
   chime__registry_lock(&srv->streams);
@@ -398,27 +414,27 @@ void chime_server_destroy(chime_server_t *srv) {
   /* No connection may reach gRPC once its shutdown began. */
   chime__acceptor_destroy(srv->acceptor);
   srv->acceptor = NULL;
-  if (srv->owns_grpc && srv->gs != NULL) {
+  if (srv->owns_grpc && srv->host.gs != NULL) {
     /* No health call is asked for once the shutdown begins (call.c). */
     pthread_mutex_lock(&srv->mu);
-    srv->grpc_closing = 1;
+    srv->host.closing = 1;
     pthread_mutex_unlock(&srv->mu);
     grpc_completion_queue *sq = grpc_completion_queue_create_for_pluck(NULL);
-    grpc_server_shutdown_and_notify(srv->gs, sq, srv);
-    grpc_server_cancel_all_calls(srv->gs);
+    grpc_server_shutdown_and_notify(srv->host.gs, sq, srv);
+    grpc_server_cancel_all_calls(srv->host.gs);
     grpc_completion_queue_pluck(sq, srv, gpr_inf_future(GPR_CLOCK_REALTIME),
                                 NULL);
-    grpc_server_destroy(srv->gs);
+    grpc_server_destroy(srv->host.gs);
     grpc_completion_queue_shutdown(sq);
     grpc_completion_queue_destroy(sq);
-    grpc_completion_queue_shutdown(srv->cq);
+    grpc_completion_queue_shutdown(srv->host.cq);
   }
   /* Embedded: the application shut its server and this queue down. */
   chime__service_join(srv);
   chime__ckpter_destroy(srv->ckpter);
   srv->ckpter = NULL;
-  if (srv->owns_grpc && srv->cq != NULL)
-    grpc_completion_queue_destroy(srv->cq);
+  if (srv->owns_grpc && srv->host.cq != NULL)
+    grpc_completion_queue_destroy(srv->host.cq);
   /* Streams whose learner still held them, or batches gRPC still held. */
   close_streams(srv);
   chime__registry_wait_empty(&srv->streams, 10);
@@ -503,7 +519,7 @@ static int listen_on(chime_server_t *srv, char *bound, size_t boundlen,
   int rc = 0;
   grpc_arg args[7 + CHIME__KEEPALIVE_ARGS];
   grpc_server_credentials *tls = NULL;
-  if (srv == NULL || srv->gs != NULL) {
+  if (srv == NULL || srv->host.gs != NULL) {
     snprintf(err, errlen,
              "chime_server_listen: needs a server that is not "
              "registered on a grpc_server yet");
@@ -611,8 +627,8 @@ fail:
   chime__acceptor_destroy(srv->acceptor);
   srv->acceptor = NULL;
   srv->tls_handler = NULL;
-  srv->gs = NULL;
-  srv->cq = NULL;
+  srv->host.gs = NULL;
+  srv->host.cq = NULL;
   grpc_server_destroy(gs);
   chime__service_join(srv); /* the insert queue, when registered */
   grpc_completion_queue_shutdown(cq);

@@ -19,7 +19,7 @@
 
 int chime_service_register(chime_server_t *srv, struct grpc_server *server,
                            struct grpc_completion_queue *cq) {
-  if (srv == NULL || server == NULL || cq == NULL || srv->gs != NULL)
+  if (srv == NULL || server == NULL || cq == NULL || srv->host.gs != NULL)
     return chime__detail(CHIME_EINVAL,
                          "chime_service_register: needs a server not yet "
                          "registered, a grpc_server and a completion queue");
@@ -31,24 +31,24 @@ int chime_service_register(chime_server_t *srv, struct grpc_server *server,
     if (m == CHIME__M_HEALTH && !srv->serve_health)
       continue;
     int unary = chime__method_unary(m);
-    srv->methods[m] = grpc_server_register_method(
+    srv->host.methods[m] = grpc_server_register_method(
         server, chime__method_path[m], NULL,
         unary ? GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER
               : GRPC_SRM_PAYLOAD_NONE,
         0);
-    if (srv->methods[m] == NULL)
+    if (srv->host.methods[m] == NULL)
       return chime__detailf(CHIME_EEXIST,
                             "chime_service_register: %s is registered on "
                             "this grpc_server already",
                             chime__method_path[m]);
   }
   /* Only bound to calls, never announcing one: not the server's. */
-  srv->insert_cq = grpc_completion_queue_create_for_next(NULL);
-  if (srv->insert_cq == NULL)
+  srv->host.insert_cq = grpc_completion_queue_create_for_next(NULL);
+  if (srv->host.insert_cq == NULL)
     return chime__detail(CHIME_ENOMEM,
                          "chime_service_register: cannot create a queue");
-  srv->gs = server;
-  srv->cq = cq;
+  srv->host.gs = server;
+  srv->host.cq = cq;
   return 0;
 }
 
@@ -68,7 +68,7 @@ static int run_next(grpc_completion_queue *cq, gpr_timespec deadline) {
 static void *cq_main(void *arg) {
   pthread_setname_np(pthread_self(), "chime-cq");
   chime_server_t *srv = arg;
-  while (run_next(srv->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC)))
+  while (run_next(srv->host.cq, gpr_inf_future(GPR_CLOCK_MONOTONIC)))
     ;
   return NULL;
 }
@@ -82,7 +82,7 @@ static void *insert_main(void *arg) {
   chime_server_t *srv = arg;
   for (;;) {
     pthread_mutex_lock(&srv->mu);
-    while (srv->insert_calls == 0 && !srv->insert_quit)
+    while (srv->host.insert_calls == 0 && !srv->insert_quit)
       pthread_cond_wait(&srv->cond, &srv->mu);
     int quit = srv->insert_quit;
     pthread_mutex_unlock(&srv->mu);
@@ -91,7 +91,7 @@ static void *insert_main(void *arg) {
              : gpr_time_add(
                    gpr_now(GPR_CLOCK_MONOTONIC),
                    gpr_time_from_millis(INSERT_LINGER_MS, GPR_TIMESPAN));
-    if (!run_next(srv->insert_cq, deadline))
+    if (!run_next(srv->host.insert_cq, deadline))
       break;
   }
   return NULL;
@@ -103,10 +103,10 @@ int chime__service_start(chime_server_t *srv) {
   /* Unregistered methods are the application's business when embedded. */
   int last = srv->owns_grpc ? CHIME__M_COUNT : CHIME__M_COUNT - 1;
   for (int m = 0; m <= last; m++) {
-    if (m < CHIME__M_COUNT && srv->methods[m] == NULL)
+    if (m < CHIME__M_COUNT && srv->host.methods[m] == NULL)
       continue; /* not registered (health, embedded) */
     for (int k = 0; k < 2; k++) {
-      int rc = chime__request_call(srv, m);
+      int rc = chime__request_call(&srv->host, m);
       if (rc != 0)
         return rc;
     }
@@ -122,7 +122,7 @@ int chime__service_start(chime_server_t *srv) {
   const char *env = getenv("CHIME_CQ_THREADS");
   if (env != NULL && atoi(env) >= 1 && atoi(env) <= CHIME__CQ_THREADS)
     nthreads = atoi(env);
-  if (srv->insert_cq != NULL) {
+  if (srv->host.insert_cq != NULL) {
     if (pthread_create(&srv->insert_thread, NULL, insert_main, srv) != 0)
       return CHIME_ESYS;
     srv->insert_thread_started = 1;
@@ -139,7 +139,7 @@ void chime__service_join(chime_server_t *srv) {
   for (int i = 0; i < srv->cq_threads; i++)
     pthread_join(srv->cq_thread[i], NULL);
   srv->cq_threads = 0;
-  if (srv->insert_cq == NULL)
+  if (srv->host.insert_cq == NULL)
     return;
   /* The grpc_server is shut down and its calls are gone: nothing is left
    * to complete here. */
@@ -147,13 +147,13 @@ void chime__service_join(chime_server_t *srv) {
   srv->insert_quit = 1;
   pthread_cond_broadcast(&srv->cond);
   pthread_mutex_unlock(&srv->mu);
-  grpc_completion_queue_shutdown(srv->insert_cq);
+  grpc_completion_queue_shutdown(srv->host.insert_cq);
   if (srv->insert_thread_started)
     pthread_join(srv->insert_thread, NULL);
   else
-    while (run_next(srv->insert_cq, gpr_inf_future(GPR_CLOCK_MONOTONIC)))
+    while (run_next(srv->host.insert_cq, gpr_inf_future(GPR_CLOCK_MONOTONIC)))
       ;
   srv->insert_thread_started = 0;
-  grpc_completion_queue_destroy(srv->insert_cq);
-  srv->insert_cq = NULL;
+  grpc_completion_queue_destroy(srv->host.insert_cq);
+  srv->host.insert_cq = NULL;
 }

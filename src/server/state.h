@@ -57,29 +57,24 @@ struct chime_server_s {
    * long as the grpc_server. */
   void *tls_handler;
 
-  grpc_server *gs;
-  grpc_completion_queue *cq;
-  /* Insert calls' queue and its thread (service.c), chime's own in either
-   * mode; insert_calls (under mu) counts the Insert calls open now. */
-  grpc_completion_queue *insert_cq;
+  /* The call machinery's part (call.h): the grpc_server, its queues, the
+   * registered methods, each method's handler (methods.c, set by
+   * server.c), the admission check (auth.h) and the live calls, under mu.
+   * Insert calls' queue, host.insert_cq, is chime's own in either mode,
+   * drained by its own thread (service.c); host.insert_calls counts the
+   * Insert calls open now. */
+  chime__callhost_t host;
   pthread_t insert_thread;
-  int insert_thread_started, insert_quit;
-  uint32_t insert_calls;
+  int insert_thread_started, insert_quit; /* insert_quit: under mu */
   int owns_grpc;
-  /* Health/Check is registered (chimed's own grpc_server, service.c);
-   * grpc_closing (under mu): its shutdown began, nothing is asked for. */
-  int serve_health, grpc_closing;
-  void *methods[CHIME__M_COUNT];
-  /* Each method's handler (methods.c), set by server.c. */
-  const chime__call_vt_t *const *method_vt;
+  /* Health/Check is registered (chimed's own grpc_server, service.c). */
+  int serve_health;
   pthread_t cq_thread[CHIME__CQ_THREADS];
   int cq_threads; /* started */
   int started;
 
   pthread_mutex_t mu;
   pthread_cond_t cond;
-  chime__list_t calls; /* live calls (chime__call_t's link) */
-  uint32_t ncalls;
   chime__registry_t streams; /* open streams, their count and ring bytes */
   atomic_int stopping;
   chime__staging_t staging; /* staged insert bytes, parked Insert calls */

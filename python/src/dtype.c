@@ -47,7 +47,7 @@ static int dtype_add(chime_dtype_t d) {
   }
   /* numpy and the struct module by kind and size; numpy has no bfloat16,
    * so a bf16 leaf is its bits as uint16 (DLPack still exports bfloat16). */
-  char np[8];
+  char np[24]; /* "=" a kind letter and any size_t: no truncation to warn of */
   snprintf(np, sizeof(np), "=%c%zu",
            kind == CHIMEPY_DL_INT     ? 'i'
            : kind == CHIMEPY_DL_FLOAT ? 'f'

@@ -57,7 +57,7 @@ static char *buffer(void) {
   return b;
 }
 
-static void vset(int code, const char *fmt, va_list ap) {
+static CHIME__PRINTF(2, 0) void vset(int code, const char *fmt, va_list ap) {
   char *b = buffer();
   if (b == NULL) {
     t_fixed = "out of memory (the error's detail was lost)";

@@ -173,8 +173,10 @@ static void run(chime_mode_t mode, int grace_ms) {
   assert_int_equal(chime_writer_open(&w, c, "q", &wo), 0);
   uint64_t n = 0;
   int64_t t0 = chime__now_ms();
-  /* Keys count from 1 in insert order: item k holds x = k. */
-  while (n < 2000 || chime__now_ms() - t0 < 5 * AGE_MS) {
+  /* Keys count from 1 in insert order: item k holds x = k. The writer
+   * stops at a multiple of 64 items: the queue hands out whole batches
+   * of 16 only, so a remainder would never be delivered. */
+  while (n < 2000 || chime__now_ms() - t0 < 5 * AGE_MS || n % 64 != 0) {
     assert_true(n + 1 < MAX_ITEMS);
     uint64_t x = n + 1;
     rc = chime_writer_append(w, &x, sizeof x, 1.0);

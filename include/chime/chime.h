@@ -111,15 +111,34 @@ typedef struct {
   const char *tls_cert;
   const char *tls_key;
   const char *tls_server_name;
+  /* A dns: target (below) is resolved again this often, and at once when
+   * a shard fails; 0: CHIME_RESOLVE_INTERVAL_MS. */
+  int resolve_interval_ms;
 } chime_client_opts_t;
+#define CHIME_RESOLVE_INTERVAL_MS 10000
 #define CHIME_CLIENT_OPTS_INIT                                                 \
   {                                                                            \
     .timeout_ms = 5000, .max_message_bytes = CHIME_MAX_MESSAGE_BYTES,          \
     .keepalive_time_ms = 0, .keepalive_timeout_ms = 0, .token = NULL,          \
-    .tls_ca = NULL, .tls_cert = NULL, .tls_key = NULL, .tls_server_name = NULL \
+    .tls_ca = NULL, .tls_cert = NULL, .tls_key = NULL,                         \
+    .tls_server_name = NULL, .resolve_interval_ms = 0                          \
   }
 
-/* Connects to "host:port" or "unix:/path". Calls gRPC's grpc_init(). The
+/* Connects to "host:port" or "unix:/path" (any one-server gRPC target), or
+ * to many shards of one replay service (docs/scaling.md):
+ *   - a comma-separated list: "10.0.0.1:7001,10.0.0.2:7001";
+ *   - gRPC's ipv4:/ipv6: lists: "ipv4:10.0.0.1:7001,10.0.0.2:7001";
+ *   - "dns:///name:port": every address the name resolves to (a Kubernetes
+ *     headless Service gives one per pod), resolved again every
+ *     resolve_interval_ms and when a shard fails, so shards that come and
+ *     go are followed without a new client.
+ * A sharded client keeps a one-server client per shard
+ * (chime_client_shard); its tables are the union of the shards' tables
+ * (the same name and spec on each): writers bind to one shard each,
+ * streams sample the union, MutatePriorities goes to each key's shard,
+ * info and stats are sums over the shards. Calls the shards' servers
+ * must each answer fail with the first shard's error, naming it.
+ * Calls gRPC's grpc_init(). The
  * connection is made lazily: an unreachable server shows up as
  * CHIME_EUNAVAILABLE from the first call; once a server this client reached
  * is gone (stopped, killed, its connection lost), unary calls return
@@ -131,6 +150,21 @@ chime_client_create(chime_client_t **out, const char *address,
                     const chime_client_opts_t *opts);
 /* Close every writer and stream of the client first. Calls grpc_shutdown(). */
 CHIME_EXTERN void chime_client_destroy(chime_client_t *client); /* NULL-safe */
+
+/* Shards the client follows now: 1 for a one-server target; for a sharded
+ * one every address it has named so far (a dns: address that stopped
+ * resolving is still counted, and its client kept, until destroy). */
+CHIME_EXTERN uint32_t chime_client_nshards(chime_client_t *client);
+/* Shard i's own one-server client (i < chime_client_nshards; NULL past
+ * it), for a call on one shard (chimectl's per-shard rows, a checkpoint of
+ * one shard). The client itself for a one-server target. Owned by client:
+ * valid until it is destroyed; never destroy it. */
+CHIME_EXTERN chime_client_t *chime_client_shard(chime_client_t *client,
+                                                uint32_t i);
+/* Shard i's address as the client uses it ("ipv4:10.0.0.1:7001"); NULL
+ * past the end. */
+CHIME_EXTERN const char *chime_client_shard_address(chime_client_t *client,
+                                                    uint32_t i);
 
 typedef struct {
   char name[CHIME_MAX_NAME];

@@ -6,7 +6,10 @@
 #include <unistd.h>
 
 #include "client/fork.h"
+#include "client/fanout.h"
 #include "client/internal.h"
+#include "client/shards.h"
+#include "client/target.h"
 #include "common/detail.h"
 #include "common/keepalive.h"
 #include "common/pem.h"
@@ -71,24 +74,45 @@ int chime_client_create(chime_client_t **out, const char *address,
     return chime__detail(CHIME_EINVAL,
                          "client: tls_server_name must not be empty and "
                          "needs TLS (tls_ca or tls_cert)");
+  chime__target_t target;
+  char err[512] = "";
+  int rc = chime__target_parse(address, CHIME__MAX_SHARDS, &target, err,
+                               sizeof(err));
+  if (rc)
+    return chime__detail(rc, err);
   chime_client_t *c = calloc(1, sizeof(*c));
-  if (!c)
+  if (!c || !(c->address = strdup(address))) {
+    chime__target_free(&target);
+    free(c);
     return chime__detail(CHIME_ENOMEM, "client: out of memory");
+  }
   c->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : def.timeout_ms;
   c->max_message_bytes = opts->max_message_bytes;
   c->pid = (int)getpid();
 
-  char err[512] = "";
-  int rc = chime__fork_grpc_init(err, sizeof(err));
+  rc = chime__fork_grpc_init(err, sizeof(err));
   if (rc != 0) {
+    chime__target_free(&target);
+    free(c->address);
     free(c);
     return chime__detail(rc, err);
   }
   c->fork_gen = chime__fork_gen();
+  if (target.sharded) {
+    rc = chime__shards_create(&c->set, &target, opts, err, sizeof(err));
+    if (rc) {
+      chime_client_destroy(c);
+      return chime__detail(rc, err);
+    }
+    *out = c;
+    return 0;
+  }
+  chime__target_free(&target);
   chime__gate_enter();
   grpc_channel_credentials *creds;
   rc = make_creds(opts, &creds);
   if (rc != 0) {
+    free(c->address);
     free(c);
     grpc_shutdown();
     chime__gate_leave();
@@ -152,12 +176,16 @@ void chime_client_destroy(chime_client_t *client) {
   /* In a child of fork() the channel is the parent's: gRPC there closed
    * its fds; this copy is left alone. */
   int own = client->fork_gen == chime__fork_gen();
+  /* The shards' clients look after their own channels (and forks). */
+  chime__shards_destroy(client->set);
   if (own) {
     chime__gate_enter();
-    grpc_channel_destroy(client->channel);
+    if (client->channel)
+      grpc_channel_destroy(client->channel);
     if (client->nmd)
       grpc_slice_unref(client->auth.value);
   }
+  free(client->address);
   free(client);
   if (own) {
     grpc_shutdown();
@@ -272,6 +300,8 @@ int chime_client_info(chime_client_t *client, chime_server_info_t **out) {
     return chime__detail(CHIME_EINVAL,
                          "chime_client_info: needs a client and out");
   *out = NULL;
+  if (client->set)
+    return chime__fanout_info(client, out);
   char err[CHIME__ERRLEN] = "";
   Chime__V1__GetInfoRequest req = CHIME__V1__GET_INFO_REQUEST__INIT;
   ProtobufCMessage *m = NULL;
@@ -420,6 +450,8 @@ int chime_client_stats(chime_client_t *client, chime_stats_t **out) {
     return chime__detail(CHIME_EINVAL,
                          "chime_client_stats: needs a client and out");
   *out = NULL;
+  if (client->set)
+    return chime__fanout_stats(client, out);
   char err[CHIME__ERRLEN] = "";
   Chime__V1__StatsRequest req = CHIME__V1__STATS_REQUEST__INIT;
   ProtobufCMessage *m = NULL;
@@ -488,6 +520,19 @@ const char *chime_mode_name(chime_mode_t mode) {
   return "unknown";
 }
 
+int chime__check_priorities(const char *table, const double *priorities,
+                            size_t n, char *err, size_t errlen) {
+  for (size_t i = 0; i < n; i++) {
+    double p = priorities[i];
+    if (p != p || p < 0 || p > 1.79769313486231570815e308)
+      return chime__fail(err, errlen, CHIME_EINVAL,
+                         "MutatePriorities on '%s': priority %zu is %g: "
+                         "priorities must be finite and at least 0",
+                         table, i, p);
+  }
+  return 0;
+}
+
 int chime_client_mutate_priorities(chime_client_t *client, const char *table,
                                    const uint64_t *keys,
                                    const double *priorities, size_t n,
@@ -499,6 +544,9 @@ int chime_client_mutate_priorities(chime_client_t *client, const char *table,
                          "chime_client_mutate_priorities: needs a client, a "
                          "table, and keys, priorities and deletes for their "
                          "counts");
+  if (client->set)
+    return chime__fanout_mutate(client, table, keys, priorities, n, deletes,
+                                ndeletes, out);
   char err[CHIME__ERRLEN] = "";
   int rc = 0;
   ProtobufCMessage *m = NULL;
@@ -508,15 +556,11 @@ int chime_client_mutate_priorities(chime_client_t *client, const char *table,
     rc = chime__fail(err, sizeof(err), CHIME_ENOMEM, "out of memory");
     goto cleanup;
   }
+  if ((rc = chime__check_priorities(table, priorities, n, err, sizeof(err))) !=
+      0)
+    goto cleanup;
   for (size_t i = 0; i < n; i++) {
     double p = priorities[i];
-    if (p != p || p < 0 || p > 1.79769313486231570815e308) {
-      rc = chime__fail(err, sizeof(err), CHIME_EINVAL,
-                       "MutatePriorities on '%s': priority %zu is %g: "
-                       "priorities must be finite and at least 0",
-                       table, i, p);
-      goto cleanup;
-    }
     chime__v1__priority_update__init(&ups[i]);
     ups[i].key = keys[i];
     ups[i].priority = p;
@@ -553,6 +597,8 @@ int chime_client_checkpoint(chime_client_t *client,
                             chime_checkpoint_result_t *out) {
   if (!client)
     return chime__detail(CHIME_EINVAL, "chime_client_checkpoint: no client");
+  if (client->set)
+    return chime__fanout_checkpoint(client, out);
   char err[CHIME__ERRLEN] = "";
   ProtobufCMessage *m = NULL;
   Chime__V1__CheckpointRequest req = CHIME__V1__CHECKPOINT_REQUEST__INIT;
@@ -575,4 +621,22 @@ int chime_client_checkpoint(chime_client_t *client,
   if (rc)
     chime__detail(rc, err);
   return rc;
+}
+
+uint32_t chime_client_nshards(chime_client_t *client) {
+  if (!client)
+    return 0;
+  return client->set ? chime__shards_count(client->set) : 1;
+}
+
+chime_client_t *chime_client_shard(chime_client_t *client, uint32_t i) {
+  if (!client || i >= chime_client_nshards(client))
+    return NULL;
+  return client->set ? chime__shards_at(client->set, i)->client : client;
+}
+
+const char *chime_client_shard_address(chime_client_t *client, uint32_t i) {
+  if (!client || i >= chime_client_nshards(client))
+    return NULL;
+  return client->set ? chime__shards_at(client->set, i)->addr : client->address;
 }

@@ -35,7 +35,13 @@
  * (common/errfmt.h) long, even percent-encoded, with room to spare. */
 #define CHIME__MAX_METADATA_BYTES (4 * CHIME__ERRLEN)
 
+struct chime__shards_s;
+
 struct chime_client_s {
+  /* A sharded target's shards (shards.h): then channel is NULL and every
+   * call goes to the shards' own clients (fanout.c, writer.c, union.c). */
+  struct chime__shards_s *set;
+  char *address; /* the target as given */
   grpc_channel *channel;
   uint32_t fork_gen;  /* chime__fork_gen() at create (fork.h) */
   int pid;            /* the process that made it, for messages */
@@ -86,6 +92,11 @@ int chime__unary(chime_client_t *client, int method,
 int chime__table_lookup(chime_client_t *client, const char *table,
                         chime_table_info_t *out, chime_server_info_t **info,
                         char *err, size_t errlen);
+
+/* CHIME_EINVAL with err when a priority of a MutatePriorities is NaN,
+ * infinite or negative (client.c). */
+int chime__check_priorities(const char *table, const double *priorities,
+                            size_t n, char *err, size_t errlen);
 
 /* --- same-host handoff (handoff.c) --- */
 

@@ -251,6 +251,11 @@ int chime_stream_open(chime_stream_t **out, chime_client_t *client,
   rc = chime__client_inherited(client);
   if (rc)
     return rc;
+  if (client->set)
+    return chime__detail(CHIME_ENOTSUP,
+                         "stream: a sharded client's streams are not built "
+                         "yet: open the stream on one shard's client "
+                         "(chime_client_shard)");
   if (opts)
     o = *opts;
   if (o.slots == 0) /* a zero means its default */

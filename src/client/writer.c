@@ -20,10 +20,18 @@
 
 #include "client/fork.h"
 #include "client/internal.h"
+#include "client/shards.h"
+#include "common/spec.h"
 #include "wire/insert.h"
 
 struct chime_writer_s {
-  chime_client_t *client;
+  chime_client_t *client; /* the server it writes to: a shard's, when sharded */
+  /* A sharded client's shards (shards.h): the writer is bound to member
+   * and moves to another only when its shard stays unreachable past
+   * reconnect_timeout_ms. NULL: one server. */
+  chime__shards_t *set;
+  uint32_t member;
+  uint64_t moves;
   uint32_t fork_gen; /* the client's: the writer is the parent's in a child */
   int pid;           /* the client's process */
   char table[CHIME_MAX_NAME];
@@ -317,6 +325,65 @@ static int reconnect(chime_writer_t *w) {
   return kick(w);
 }
 
+/* Binds to a shard of set, from *member on: the first live one that
+ * answers and has the table (in ti), skipping `skip` (UINT32_MAX: none).
+ * A shard that answers without the table fails it (the shards must be
+ * configured alike); one that cannot be reached is passed over. */
+static int bind_shard(chime__shards_t *set, const char *table, uint32_t skip,
+                      uint32_t *member, chime_table_info_t *ti, char *err,
+                      size_t errlen) {
+  uint32_t n = chime__shards_count(set);
+  int rc = chime__fail(err, errlen, CHIME_EUNAVAILABLE,
+                       "no other shard to write '%s' to", table);
+  for (uint32_t k = 0; k < n; k++) {
+    uint32_t i = (*member + k) % n;
+    chime__member_t *m = chime__shards_at(set, i);
+    if (i == skip || atomic_load(&m->gone))
+      continue;
+    char why[CHIME__ERRLEN];
+    rc = chime__table_lookup(m->client, table, ti, NULL, why, sizeof(why));
+    if (rc == 0) {
+      *member = i;
+      return 0;
+    }
+    chime__fail(err, errlen, rc, "shard %s: %s", m->addr, why);
+    if (rc != CHIME_EUNAVAILABLE && rc != CHIME_EDISCONNECTED &&
+        rc != CHIME_ETIMEDOUT)
+      return rc;
+  }
+  return rc;
+}
+
+/* Failover: the writer's shard stayed unreachable past the reconnect
+ * timeout. The target is resolved again and the writer moves to another
+ * live shard with the same table, where every unacked request is sent
+ * again (on a new call, by reconnect): at least once, since the dead shard
+ * may have inserted some of them before it went (docs/scaling.md). */
+static int move_shard(chime_writer_t *w) {
+  chime__shards_refresh(w->set, 1);
+  uint32_t to = w->member + 1, at;
+  chime_table_info_t ti;
+  char why[CHIME__ERRLEN];
+  if (bind_shard(w->set, w->table, w->member, &to, &ti, why, sizeof(why)) ||
+      chime__spec_diff(ti.sequence_length ? &ti.step_spec : &ti.spec, &w->spec,
+                       &at) != CHIME__SPEC_SAME)
+    return CHIME_EUNAVAILABLE;
+  chime__rpc_cancel(&w->rpc);
+  while (pending(w))
+    pump(w, gpr_inf_future(GPR_CLOCK_MONOTONIC));
+  chime__rpc_reset(&w->rpc);
+  if (w->failed)
+    return w->failed;
+  w->member = to;
+  w->client = chime__shards_at(w->set, to)->client;
+  w->moves++;
+  /* The new shard issues keys of its own numbering. */
+  w->min_key = 1;
+  w->reconnect_deadline = chime__now_ms() + w->reconnect_timeout_ms;
+  w->broken = 1;
+  return 0;
+}
+
 /* Waits until cond() holds, the writer fails or the deadline passes; a call
  * lost on the way is resumed on a new one, up to the reconnect deadline. */
 static int wait_until(chime_writer_t *w, int (*cond)(const chime_writer_t *),
@@ -339,6 +406,8 @@ static int wait_until(chime_writer_t *w, int (*cond)(const chime_writer_t *),
     if (rc != CHIME_ETIMEDOUT)
       continue;
     if (w->reconnect_deadline && chime__now_ms() >= w->reconnect_deadline) {
+      if (w->set && move_shard(w) == 0)
+        continue;
       snprintf(w->err, sizeof(w->err),
                "insert into '%s': connection lost and not back within %d ms "
                "(%" PRIu32 " requests unacked)",
@@ -470,9 +539,18 @@ int chime_writer_open(chime_writer_t **out, chime_client_t *client,
                      "writer: bad table name or options");
     goto cleanup;
   }
-  rc = chime__table_lookup(client, table, &ti, NULL, err, sizeof(err));
-  if (rc)
+  chime__shards_t *set = client->set;
+  uint32_t member = 0;
+  if (set) {
+    if ((rc = chime__shards_pick(set, &member, err, sizeof(err))) != 0 ||
+        (rc = bind_shard(set, table, UINT32_MAX, &member, &ti, err,
+                         sizeof(err))) != 0)
+      goto cleanup;
+    client = chime__shards_at(set, member)->client;
+  } else if ((rc = chime__table_lookup(client, table, &ti, NULL, err,
+                                       sizeof(err))) != 0) {
     goto cleanup;
+  }
   if (ti.sequence_length > 0) {
     /* Steps go in; items (windows) come out. */
     ti.spec = ti.step_spec;
@@ -492,6 +570,8 @@ int chime_writer_open(chime_writer_t **out, chime_client_t *client,
     goto cleanup;
   }
   w->client = client;
+  w->set = set;
+  w->member = member;
   w->fork_gen = client->fork_gen;
   w->pid = client->pid;
   snprintf(w->table, sizeof(w->table), "%s", table);

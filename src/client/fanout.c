@@ -1,0 +1,300 @@
+/* A sharded client's calls on every shard, as one answer (fanout.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client/fanout.h"
+#include "client/internal.h"
+#include "client/shards.h"
+#include "common/detail.h"
+#include "common/spec.h"
+
+/* The live members, in order; CHIME_EUNAVAILABLE when there is none. */
+static int live_members(chime_client_t *client, uint32_t *idx, uint32_t *n,
+                        char *err, size_t errlen) {
+  chime__shards_refresh(client->set, 0);
+  uint32_t total = chime__shards_count(client->set);
+  *n = 0;
+  for (uint32_t i = 0; i < total; i++)
+    if (!atomic_load(&chime__shards_at(client->set, i)->gone))
+      idx[(*n)++] = i;
+  if (*n == 0)
+    return chime__fail(err, errlen, CHIME_EUNAVAILABLE,
+                       "'%s' names no shard now", client->address);
+  return 0;
+}
+
+/* A shard's failure as the sharded call's: its code, its sentence with
+ * the shard's address. */
+static int shard_failed(chime_client_t *client, uint32_t i, int rc, char *err,
+                        size_t errlen) {
+  return chime__fail(err, errlen, rc, "shard %s: %s",
+                     chime__shards_at(client->set, i)->addr,
+                     chime_last_error());
+}
+
+/* Adds table t of one shard into the merged list (by name). */
+static int merge_table(chime_server_info_t *m, const chime_table_info_t *t,
+                       const char *addr, char *err, size_t errlen) {
+  for (uint32_t k = 0; k < m->ntables; k++) {
+    chime_table_info_t *o = &m->tables[k];
+    if (strcmp(o->name, t->name) != 0)
+      continue;
+    uint32_t at;
+    if (chime__spec_diff(&o->spec, &t->spec, &at) != CHIME__SPEC_SAME ||
+        o->sample_bytes != t->sample_bytes ||
+        strcmp(o->sampler, t->sampler) != 0)
+      return chime__fail(err, errlen, CHIME_EINVAL,
+                         "shard %s: table '%s' differs from the same table "
+                         "on the other shards (spec or sampler): a sharded "
+                         "table must be configured alike on every shard",
+                         addr, t->name);
+    o->capacity += t->capacity;
+    o->size += t->size;
+    o->capacity_steps += t->capacity_steps;
+    return 0;
+  }
+  m->tables[m->ntables++] = *t;
+  return 0;
+}
+
+int chime__fanout_info(chime_client_t *client, chime_server_info_t **out) {
+  char err[CHIME__ERRLEN] = "";
+  uint32_t idx[CHIME__MAX_SHARDS], n;
+  chime_server_info_t *m = NULL, *one = NULL;
+  int rc = live_members(client, idx, &n, err, sizeof(err));
+  if (rc)
+    goto cleanup;
+  if (!(m = calloc(1, sizeof(*m)))) {
+    rc = chime__fail(err, sizeof(err), CHIME_ENOMEM, "out of memory");
+    goto cleanup;
+  }
+  for (uint32_t k = 0; k < n; k++) {
+    chime__member_t *mb = chime__shards_at(client->set, idx[k]);
+    if ((rc = chime_client_info(mb->client, &one)) != 0) {
+      shard_failed(client, idx[k], rc, err, sizeof(err));
+      goto cleanup;
+    }
+    if (k == 0) {
+      snprintf(m->version, sizeof(m->version), "%s", one->version);
+      snprintf(m->boot_id, sizeof(m->boot_id), "%s", one->boot_id);
+      snprintf(m->hostname, sizeof(m->hostname), "%s", one->hostname);
+    } else {
+      /* One host's only while every shard is on it. */
+      if (strcmp(m->boot_id, one->boot_id) != 0)
+        m->boot_id[0] = '\0';
+      if (strcmp(m->hostname, one->hostname) != 0)
+        m->hostname[0] = '\0';
+    }
+    m->pin_host_memory |= one->pin_host_memory;
+    m->pinned_bytes += one->pinned_bytes;
+    chime_table_info_t *tables =
+        realloc(m->tables, (m->ntables + one->ntables + 1) * sizeof(*tables));
+    chime_ring_info_t *rings =
+        realloc(m->rings, (m->nrings + one->nrings + 1) * sizeof(*rings));
+    if (tables)
+      m->tables = tables;
+    if (rings)
+      m->rings = rings;
+    if (!tables || !rings) {
+      rc = chime__fail(err, sizeof(err), CHIME_ENOMEM, "out of memory");
+      goto cleanup;
+    }
+    for (uint32_t t = 0; t < one->ntables; t++)
+      if ((rc = merge_table(m, &one->tables[t], mb->addr, err, sizeof(err))))
+        goto cleanup;
+    memcpy(m->rings + m->nrings, one->rings, one->nrings * sizeof(*rings));
+    m->nrings += one->nrings;
+    chime_server_info_free(one);
+    one = NULL;
+  }
+  *out = m;
+  m = NULL;
+cleanup:
+  chime_server_info_free(one);
+  chime_server_info_free(m);
+  return rc ? chime__detail(rc, err) : 0;
+}
+
+#define ADD(type, name, kind, unit, help) o->name += s->name;
+static void add_table(chime_table_stats_t *o, const chime_table_stats_t *s) {
+  CHIME_TABLE_STATS_FIELDS(ADD)
+}
+static void add_server(chime_stats_t *o, const chime_stats_t *s) {
+  CHIME_SERVER_STATS_FIELDS(ADD)
+}
+#undef ADD
+
+int chime__fanout_stats(chime_client_t *client, chime_stats_t **out) {
+  char err[CHIME__ERRLEN] = "";
+  uint32_t idx[CHIME__MAX_SHARDS], n;
+  chime_stats_t *m = NULL, *one = NULL;
+  int rc = live_members(client, idx, &n, err, sizeof(err));
+  if (rc)
+    goto cleanup;
+  if (!(m = calloc(1, sizeof(*m)))) {
+    rc = chime__fail(err, sizeof(err), CHIME_ENOMEM, "out of memory");
+    goto cleanup;
+  }
+  for (uint32_t k = 0; k < n; k++) {
+    chime__member_t *mb = chime__shards_at(client->set, idx[k]);
+    if ((rc = chime_client_stats(mb->client, &one)) != 0) {
+      shard_failed(client, idx[k], rc, err, sizeof(err));
+      goto cleanup;
+    }
+    chime_table_stats_t *tables =
+        realloc(m->tables, (m->ntables + one->ntables + 1) * sizeof(*tables));
+    chime_stream_stats_t *streams = realloc(
+        m->streams, (m->nstreams + one->nstreams + 1) * sizeof(*streams));
+    if (tables)
+      m->tables = tables;
+    if (streams)
+      m->streams = streams;
+    if (!tables || !streams) {
+      rc = chime__fail(err, sizeof(err), CHIME_ENOMEM, "out of memory");
+      goto cleanup;
+    }
+    for (uint32_t t = 0; t < one->ntables; t++) {
+      uint32_t j = 0;
+      while (j < m->ntables && strcmp(m->tables[j].name, one->tables[t].name))
+        j++;
+      if (j == m->ntables)
+        m->tables[m->ntables++] = one->tables[t];
+      else
+        add_table(&m->tables[j], &one->tables[t]);
+    }
+    memcpy(m->streams + m->nstreams, one->streams,
+           one->nstreams * sizeof(*streams));
+    m->nstreams += one->nstreams;
+    add_server(m, one);
+    chime_stats_free(one);
+    one = NULL;
+  }
+  *out = m;
+  m = NULL;
+cleanup:
+  chime_stats_free(one);
+  chime_stats_free(m);
+  return rc ? chime__detail(rc, err) : 0;
+}
+
+/* One shard's part of a MutatePriorities: the updates and deletes whose
+ * keys it issued. */
+typedef struct {
+  uint32_t shard, member;
+  size_t n, ndel;
+  uint64_t *keys, *dels;
+  double *prios;
+} part_t;
+
+static part_t *part_of(part_t *parts, uint32_t *nparts, uint32_t shard) {
+  for (uint32_t p = 0; p < *nparts; p++)
+    if (parts[p].shard == shard)
+      return &parts[p];
+  return NULL;
+}
+
+int chime__fanout_mutate(chime_client_t *client, const char *table,
+                         const uint64_t *keys, const double *priorities,
+                         size_t n, const uint64_t *deletes, size_t ndeletes,
+                         chime_mutate_result_t *out) {
+  char err[CHIME__ERRLEN] = "";
+  part_t *parts = calloc(CHIME__MAX_SHARDS, sizeof(*parts));
+  uint32_t nparts = 0;
+  chime_mutate_result_t sum = {0, 0, 0};
+  int rc = 0;
+  if (!parts) {
+    rc = chime__fail(err, sizeof(err), CHIME_ENOMEM, "out of memory");
+    goto cleanup;
+  }
+  /* Every check before anything is sent: a bad priority or a key of an
+   * unknown shard refuses the whole call, and nothing changes. */
+  if ((rc = chime__check_priorities(table, priorities, n, err, sizeof(err))))
+    goto cleanup;
+  for (size_t i = 0; i < n + ndeletes; i++) {
+    uint64_t key = i < n ? keys[i] : deletes[i - n];
+    uint32_t shard = chime_key_shard(key);
+    part_t *p = part_of(parts, &nparts, shard);
+    if (!p) {
+      uint32_t member;
+      if ((rc = chime__shards_owner(client->set, shard, &member, err,
+                                    sizeof(err))) != 0) {
+        char why[CHIME__ERRLEN];
+        snprintf(why, sizeof(why), "%s", err);
+        chime__fail(err, sizeof(err), rc,
+                    "MutatePriorities on '%s': key %llu: %s", table,
+                    (unsigned long long)key, why);
+        goto cleanup;
+      }
+      p = &parts[nparts++];
+      p->shard = shard;
+      p->member = member;
+      if (!(p->keys = malloc((n ? n : 1) * sizeof(*p->keys))) ||
+          !(p->prios = malloc((n ? n : 1) * sizeof(*p->prios))) ||
+          !(p->dels = malloc((ndeletes ? ndeletes : 1) * sizeof(*p->dels)))) {
+        rc = chime__fail(err, sizeof(err), CHIME_ENOMEM, "out of memory");
+        goto cleanup;
+      }
+    }
+    if (i < n) {
+      p->keys[p->n] = key;
+      p->prios[p->n++] = priorities[i];
+    } else {
+      p->dels[p->ndel++] = key;
+    }
+  }
+  /* Shard by shard: a failure leaves the parts sent before it done (each
+   * shard's part is all or nothing, the whole call is not). */
+  for (uint32_t k = 0; k < nparts; k++) {
+    part_t *p = &parts[k];
+    chime_mutate_result_t r;
+    rc = chime_client_mutate_priorities(
+        chime__shards_at(client->set, p->member)->client, table, p->keys,
+        p->prios, p->n, p->dels, p->ndel, &r);
+    if (rc) {
+      shard_failed(client, p->member, rc, err, sizeof(err));
+      goto cleanup;
+    }
+    sum.updated += r.updated;
+    sum.deleted += r.deleted;
+    sum.unknown += r.unknown;
+  }
+  if (out)
+    *out = sum;
+cleanup:
+  for (uint32_t k = 0; parts && k < nparts; k++) {
+    free(parts[k].keys);
+    free(parts[k].prios);
+    free(parts[k].dels);
+  }
+  free(parts);
+  return rc ? chime__detail(rc, err) : 0;
+}
+
+int chime__fanout_checkpoint(chime_client_t *client,
+                             chime_checkpoint_result_t *out) {
+  char err[CHIME__ERRLEN] = "";
+  uint32_t idx[CHIME__MAX_SHARDS], n;
+  chime_checkpoint_result_t sum, one;
+  memset(&sum, 0, sizeof(sum));
+  int rc = live_members(client, idx, &n, err, sizeof(err));
+  for (uint32_t k = 0; rc == 0 && k < n; k++) {
+    chime__member_t *mb = chime__shards_at(client->set, idx[k]);
+    if ((rc = chime_client_checkpoint(mb->client, &one)) != 0) {
+      shard_failed(client, idx[k], rc, err, sizeof(err));
+      break;
+    }
+    if (k == 0)
+      memcpy(sum.path, one.path, sizeof(sum.path));
+    sum.tables += one.tables;
+    sum.items += one.items;
+    sum.bytes += one.bytes;
+    if (one.pause_ns > sum.pause_ns)
+      sum.pause_ns = one.pause_ns;
+    if (one.duration_ns > sum.duration_ns)
+      sum.duration_ns = one.duration_ns;
+  }
+  if (rc == 0 && out)
+    *out = sum;
+  return rc ? chime__detail(rc, err) : 0;
+}

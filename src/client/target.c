@@ -69,6 +69,9 @@ static int parse_dns(const char *target, chime__target_t *t, char *err,
     hb++;
     he--;
   }
+  if (he == hb)
+    return chime__fail(err, errlen, CHIME_EINVAL,
+                       "target '%s': a dns: target needs name:port", target);
   if ((size_t)(he - hb) >= sizeof(t->host) ||
       strlen(colon + 1) >= sizeof(t->port))
     return chime__fail(err, errlen, CHIME_EINVAL,

@@ -59,9 +59,10 @@ static void test_lists(void **state) {
 
 static void test_bad(void **state) {
   (void)state;
-  const char *bad[] = {"",          "a:1,,b:2",       "a:1,",
-                       ",a:1",      "a:1,dns:///b:2", "dns:///name",
-                       "dns:///:5", "dns:///n:port",  "dns://auth"};
+  const char *bad[] = {"dns:[]:5",    "",          "a:1,,b:2",
+                       "a:1,",        ",a:1",      "a:1,dns:///b:2",
+                       "dns:///name", "dns:///:5", "dns:///n:port",
+                       "dns://auth"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     chime__target_t t;
     char err[256] = "";

@@ -175,7 +175,7 @@ cp "$tmp/app.c" "$tmp/proj/app.c"
 cat >"$tmp/proj/CMakeLists.txt" <<'EOF'
 cmake_minimum_required(VERSION 3.18)
 project(chime_quickstart C)
-find_package(chime 0.2 REQUIRED COMPONENTS shared static)
+find_package(chime 0.3 REQUIRED COMPONENTS shared static)
 add_executable(app_cmake app.c)
 target_link_libraries(app_cmake PRIVATE chime::chime)
 add_executable(app_cmake_static app.c)

@@ -51,6 +51,7 @@ static int merge_table(chime_server_info_t *m, const chime_table_info_t *t,
                          addr, t->name);
     o->capacity += t->capacity;
     o->size += t->size;
+    o->mass += t->mass; /* the union's: what its sampling weighs against */
     o->capacity_steps += t->capacity_steps;
     return 0;
   }

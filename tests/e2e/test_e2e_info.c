@@ -4,7 +4,8 @@
  * clients and raw channels), and differs between two chimed; each table's
  * `mass` is what its sampler draws against: a prioritized table's sum of
  * priority^priority_exponent over its items (within 1e-9 relative, as
- * inserts, updates and deletes change it), every other table's size. */
+ * inserts, updates and deletes change it), every other table's size;
+ * a client of two shards reports each table's masses summed. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -181,10 +182,49 @@ static void test_mass(void **state) {
   chime_server_info_free(info);
 }
 
+/* A client of two shards: its info sums each table's mass, as its size,
+ * so that it is the union's (the first shard's mass alone before). */
+static void test_mass_summed_over_shards(void **state) {
+  (void)state;
+  chime__chimed_t two;
+  chime_client_t *c2 = NULL, *both = NULL;
+  chime_server_info_t *a = NULL, *b = NULL, *u = NULL;
+  const char *args[] = {"--shard", "2", NULL};
+  assert_int_equal(chime__chimed_start(&two, config, args, 30000), 0);
+  assert_int_equal(chime_client_create(&c2, two.addr, NULL), 0);
+  chime_writer_t *w = NULL;
+  assert_int_equal(chime_writer_open(&w, c2, "per", NULL), 0);
+  for (uint64_t i = 0; i < 7; i++)
+    assert_int_equal(chime_writer_append(w, &i, sizeof i, 3.0 + (double)i), 0);
+  assert_int_equal(chime_writer_close(w), 0);
+  char target[600];
+  snprintf(target, sizeof target, "%s,%s", chimed.addr, two.addr);
+  assert_int_equal(chime_client_create(&both, target, NULL), 0);
+  assert_int_equal(chime_client_nshards(both), 2);
+  assert_int_equal(chime_client_info(client, &a), 0);
+  assert_int_equal(chime_client_info(c2, &b), 0);
+  assert_int_equal(chime_client_info(both, &u), 0);
+  const char *names[] = {"per", "uni", "uprem", "q"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    const chime_table_info_t *ta = table(a, names[i]), *tb = table(b, names[i]),
+                             *tu = table(u, names[i]);
+    assert_int_equal(tu->size, ta->size + tb->size);
+    assert_rel(tu->mass, ta->mass + tb->mass);
+  }
+  assert_true(table(b, "per")->mass > 0); /* the sum has two terms */
+  assert_true(table(a, "per")->mass > 0);
+  chime_server_info_free(a);
+  chime_server_info_free(b);
+  chime_server_info_free(u);
+  chime_client_destroy(both);
+  assert_int_equal(chime__chimed_stop_client(&two, c2), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_instance),
       cmocka_unit_test(test_mass),
+      cmocka_unit_test(test_mass_summed_over_shards),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -104,7 +104,8 @@ int chime__fanout_info(chime_client_t *client, chime_server_info_t **out) {
     for (uint32_t t = 0; t < one->ntables; t++)
       if ((rc = merge_table(m, &one->tables[t], mb->addr, err, sizeof(err))))
         goto cleanup;
-    memcpy(m->rings + m->nrings, one->rings, one->nrings * sizeof(*rings));
+    if (one->nrings) /* else one->rings is NULL: memcpy's UB even for 0 */
+      memcpy(m->rings + m->nrings, one->rings, one->nrings * sizeof(*rings));
     m->nrings += one->nrings;
     chime_server_info_free(one);
     one = NULL;
@@ -164,8 +165,9 @@ int chime__fanout_stats(chime_client_t *client, chime_stats_t **out) {
       else
         add_table(&m->tables[j], &one->tables[t]);
     }
-    memcpy(m->streams + m->nstreams, one->streams,
-           one->nstreams * sizeof(*streams));
+    if (one->nstreams) /* else one->streams is NULL, as rings above */
+      memcpy(m->streams + m->nstreams, one->streams,
+             one->nstreams * sizeof(*streams));
     m->nstreams += one->nstreams;
     add_server(m, one);
     chime_stats_free(one);

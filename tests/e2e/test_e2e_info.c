@@ -213,6 +213,13 @@ static void test_mass_summed_over_shards(void **state) {
   }
   assert_true(table(b, "per")->mass > 0); /* the sum has two terms */
   assert_true(table(a, "per")->mass > 0);
+  /* Stats over the shards the same way (no stream open on either). */
+  chime_stats_t *st = NULL;
+  assert_int_equal(chime_client_stats(both, &st), 0);
+  assert_int_equal(st->nstreams, 0);
+  for (uint32_t i = 0; i < st->ntables; i++)
+    assert_int_equal(st->tables[i].size, table(u, st->tables[i].name)->size);
+  chime_stats_free(st);
   chime_server_info_free(a);
   chime_server_info_free(b);
   chime_server_info_free(u);

@@ -16,7 +16,8 @@ static int live_members(chime_client_t *client, uint32_t *idx, uint32_t *n,
   uint32_t total = chime__shards_count(client->set);
   *n = 0;
   for (uint32_t i = 0; i < total; i++)
-    if (!atomic_load(&chime__shards_at(client->set, i)->gone))
+    if (!atomic_load(&chime__shards_at(client->set, i)->gone) &&
+        !chime__shards_duplicate(client->set, i))
       idx[(*n)++] = i;
   if (*n == 0)
     return chime__fail(err, errlen, CHIME_EUNAVAILABLE,

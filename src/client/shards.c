@@ -58,6 +58,7 @@ static int add_member(chime__shards_t *set, const char *addr, char *err,
   }
   atomic_init(&m->known, 0);
   atomic_init(&m->shard, 0);
+  atomic_init(&m->instance, 0);
   atomic_init(&m->gone, 0);
   atomic_store_explicit(&set->n, n + 1, memory_order_release);
   return 0;
@@ -189,20 +190,36 @@ int chime__shards_identify(chime__shards_t *set, uint32_t i, char *err,
     return chime__fail(err, errlen, rc, "shard %s: %s", m->addr,
                        chime_last_error());
   atomic_store(&m->shard, info->shard);
+  atomic_store(&m->instance, info->instance);
   atomic_store(&m->known, 1);
   chime_server_info_free(info);
   return 0;
 }
 
+int chime__shards_duplicate(chime__shards_t *set, uint32_t i) {
+  char why[CHIME__ERRLEN];
+  if (chime__shards_identify(set, i, why, sizeof(why)) != 0)
+    return 0;
+  uint64_t inst = atomic_load(&set->members[i].instance);
+  for (uint32_t j = 0; j < i && inst != 0; j++)
+    if (!atomic_load(&set->members[j].gone) &&
+        chime__shards_identify(set, j, why, sizeof(why)) == 0 &&
+        atomic_load(&set->members[j].instance) == inst)
+      return 1;
+  return 0;
+}
+
 /* The live members that are shard `shard` (identifying the unknown ones
- * on the way; one that cannot be reached is not it). */
+ * on the way; one that cannot be reached is not it, nor is a second
+ * address of a server counted already). */
 static uint32_t owners(chime__shards_t *set, uint32_t shard, uint32_t *first) {
   uint32_t found = 0, n = chime__shards_count(set);
   for (uint32_t i = 0; i < n; i++) {
     chime__member_t *m = &set->members[i];
     char why[CHIME__ERRLEN];
     if (atomic_load(&m->gone) ||
-        chime__shards_identify(set, i, why, sizeof(why)))
+        chime__shards_identify(set, i, why, sizeof(why)) ||
+        chime__shards_duplicate(set, i))
       continue;
     if (atomic_load(&m->shard) == shard && found++ == 0)
       *first = i;

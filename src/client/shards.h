@@ -23,9 +23,10 @@
 typedef struct {
   chime_client_t *client; /* this shard's own one-server client */
   char *addr;             /* its one-server target */
-  atomic_int known;       /* shard learned from GetInfo */
+  atomic_int known;       /* shard and instance learned from GetInfo */
   _Atomic uint32_t shard;
-  atomic_int gone; /* no longer in the target's resolution */
+  _Atomic uint64_t instance; /* the server process (GetInfo.instance) */
+  atomic_int gone;           /* no longer in the target's resolution */
 } chime__member_t;
 
 typedef struct chime__shards_s chime__shards_t;
@@ -52,6 +53,12 @@ void chime__shards_refresh(chime__shards_t *set, int force);
 /* Learns member i's shard (GetInfo) unless known. */
 int chime__shards_identify(chime__shards_t *set, uint32_t i, char *err,
                            size_t errlen);
+
+/* Member i is a server an earlier live member already reaches by another
+ * address (the same GetInfo instance: dns:///localhost gives 127.0.0.1
+ * and ::1): calls over the shards skip it. Identifies both as needed; a
+ * member that cannot be reached is no duplicate. */
+int chime__shards_duplicate(chime__shards_t *set, uint32_t i);
 
 /* The live member whose server is shard `shard`. CHIME_EINVAL with err
  * when no member is (after identifying every member and resolving again)

@@ -227,11 +227,43 @@ static void test_mass_summed_over_shards(void **state) {
   assert_int_equal(chime__chimed_stop_client(&two, c2), 0);
 }
 
+/* One chimed named twice in a target (by two addresses, as
+ * dns:///localhost names 127.0.0.1 and ::1): the client sees one server
+ * by its instance, so info is not doubled and MutatePriorities finds one
+ * owner for its keys instead of two servers claiming one shard. */
+static void test_same_server_twice(void **state) {
+  (void)state;
+  char target[600];
+  snprintf(target, sizeof target, "%s,ipv4:%s", chimed.addr, chimed.addr);
+  chime_client_t *twice = NULL;
+  chime_server_info_t *one = NULL, *u = NULL;
+  assert_int_equal(chime_client_create(&twice, target, NULL), 0);
+  assert_int_equal(chime_client_nshards(twice), 2);
+  assert_int_equal(chime_client_info(client, &one), 0);
+  assert_int_equal(chime_client_info(twice, &u), 0);
+  assert_int_equal(u->ntables, one->ntables);
+  for (uint32_t i = 0; i < one->ntables; i++) {
+    assert_int_equal(table(u, one->tables[i].name)->size, one->tables[i].size);
+    assert_int_equal(table(u, one->tables[i].name)->capacity,
+                     one->tables[i].capacity);
+  }
+  uint64_t key = 3;
+  chime_mutate_result_t r;
+  if (chime_client_mutate_priorities(twice, "uni", &key, (double[]){2.0}, 1,
+                                     NULL, 0, &r) != 0)
+    fail_msg("mutate: %s", chime_last_error());
+  assert_int_equal(r.updated + r.unknown, 1);
+  chime_server_info_free(one);
+  chime_server_info_free(u);
+  chime_client_destroy(twice);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_instance),
       cmocka_unit_test(test_mass),
       cmocka_unit_test(test_mass_summed_over_shards),
+      cmocka_unit_test(test_same_server_twice),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -33,11 +33,11 @@ static json_t *info_json(const chime_server_info_t *in) {
       snprintf(spec, sizeof(spec), "?");
     json_array_append_new(
         tables,
-        json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:s, s:s, s:f, s:I, s:f, "
-                  "s:f}",
+        json_pack("{s:s, s:s, s:I, s:I, s:f, s:I, s:I, s:s, s:s, s:f, s:I, "
+                  "s:f, s:f}",
                   "name", t->name, "spec", spec, "capacity",
-                  (json_int_t)t->capacity, "size", (json_int_t)t->size,
-                  "min_size", (json_int_t)t->min_size, "sample_bytes",
+                  (json_int_t)t->capacity, "size", (json_int_t)t->size, "mass",
+                  t->mass, "min_size", (json_int_t)t->min_size, "sample_bytes",
                   (json_int_t)t->sample_bytes, "sampler", t->sampler, "remover",
                   t->remover, "priority_exponent", t->priority_exponent,
                   "max_times_sampled", (json_int_t)t->max_times_sampled,
@@ -68,16 +68,20 @@ static json_t *info_json(const chime_server_info_t *in) {
                                            (json_int_t)r->bytes, "pinned_bytes",
                                            (json_int_t)r->pinned_bytes));
   }
-  return json_pack("{s:s, s:s, s:s, s:b, s:I, s:o, s:o}", "version",
-                   in->version, "boot_id", in->boot_id, "hostname",
-                   in->hostname, "pin_host_memory", in->pin_host_memory,
-                   "pinned_bytes", (json_int_t)in->pinned_bytes, "tables",
-                   tables, "rings", rings);
+  /* instance has 63 bits (docs/protocol.md, GetInfo): a json_int_t. */
+  return json_pack(
+      "{s:s, s:s, s:s, s:I, s:I, s:b, s:I, s:o, s:o}", "version", in->version,
+      "boot_id", in->boot_id, "hostname", in->hostname, "shard",
+      (json_int_t)in->shard, "instance", (json_int_t)in->instance,
+      "pin_host_memory", in->pin_host_memory, "pinned_bytes",
+      (json_int_t)in->pinned_bytes, "tables", tables, "rings", rings);
 }
 
 static void info_text(const chime_server_info_t *in) {
   printf("chimed %s on %s (boot_id %s)\n", in->version, in->hostname,
          in->boot_id);
+  printf("shard: %" PRIu32 ", instance: %016" PRIx64 "\n", in->shard,
+         in->instance);
   printf("pin_host_memory: %s, pinned bytes: %" PRIu64 "\n\n",
          in->pin_host_memory ? "on" : "off", in->pinned_bytes);
   printf("%-16s %-11s %-11s %8s %9s %13s %10s %10s %8s %12s  %s\n", "TABLE",

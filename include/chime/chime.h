@@ -190,6 +190,12 @@ typedef struct {
   char episode_end[8];      /* "drop" or "pad"; "" for a plain table */
   int initial_priority_max; /* else initial_priority */
   double initial_priority;
+  /* What the sampler draws against now: a prioritized sampler's sum of
+   * priority^priority_exponent over the items (0 while every priority is
+   * 0), any other's the item count. An item's sampling probability is its
+   * weight / mass; a sharded learner picks shard i with probability
+   * mass_i / sum(mass). 0 from a server older than the field. */
+  double mass;
 } chime_table_info_t;
 
 /* One open stream's ring on the server, as GetInfo reports it. */
@@ -205,6 +211,10 @@ typedef struct {
   char boot_id[64];
   char hostname[256];
   uint32_t shard; /* the server's shard, 0: unsharded (chime_key_shard) */
+  /* Random in 1..2^63-1, chosen when the server object was created: two
+   * addresses that answer the same instance reach one server (a restarted
+   * one has a new instance). 0 from a server older than the field. */
+  uint64_t instance;
   int pin_host_memory;
   uint64_t pinned_bytes; /* the sum over rings */
   uint32_t ntables;

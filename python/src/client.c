@@ -136,6 +136,7 @@ static PyObject *info_dict(const chime_server_info_t *in) {
         set_item(td, "spec", spec_text(&t->spec)) ||
         set_item(td, "capacity", U64(t->capacity)) ||
         set_item(td, "size", U64(t->size)) ||
+        set_item(td, "mass", PyFloat_FromDouble(t->mass)) ||
         set_item(td, "min_size", U64(t->min_size)) ||
         set_item(td, "sample_bytes", U64(t->sample_bytes)) ||
         set_item(td, "sampler", PyUnicode_FromString(t->sampler)) ||
@@ -177,6 +178,8 @@ static PyObject *info_dict(const chime_server_info_t *in) {
   if (set_item(d, "version", PyUnicode_FromString(in->version)) ||
       set_item(d, "boot_id", PyUnicode_FromString(in->boot_id)) ||
       set_item(d, "hostname", PyUnicode_FromString(in->hostname)) ||
+      set_item(d, "shard", U64(in->shard)) ||
+      set_item(d, "instance", U64(in->instance)) ||
       set_item(d, "pin_host_memory", PyBool_FromLong(in->pin_host_memory)) ||
       set_item(d, "pinned_bytes", U64(in->pinned_bytes)))
     goto fail;

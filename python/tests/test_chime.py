@@ -627,6 +627,39 @@ def test_ctrl_c_interrupts_blocked_writer(own_chimed, tmp_path, how):
     assert f"acked: the first {acked} of the {taken} samples" in m.group(3)
 
 
+def test_info_shard_instance_and_mass(tmp_path):
+    """info() has the server's shard and instance (the same on every call,
+    another for another chimed) and each table's mass: a prioritized
+    table's sum of priority^priority_exponent, another table's size."""
+    tables = [{"name": "per", "spec": "x:u64[]", "capacity": 100,
+               "sampler": "prioritized", "priority_exponent": 0.6},
+              {"name": "uni", "spec": "x:u64[]", "capacity": 100,
+               "sampler": "uniform"}]
+    prio = [0.0 if i % 5 == 2 else 0.01 * 1.5 ** i for i in range(30)]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    with conftest.run_chimed(tmp_path / "a", tables, args=("--shard", "9")) \
+            as (_, addr), chime.Client(addr) as c:
+        info = c.info()
+        assert info["shard"] == 9
+        assert 0 < info["instance"] < 2 ** 63
+        assert c.info()["instance"] == info["instance"]
+        assert [t["mass"] for t in info["tables"]] == [0.0, 0.0]
+        for name in ("per", "uni"):
+            with c.writer(name) as w:
+                w.extend({"x": np.arange(30, dtype=np.uint64)},
+                         priorities=prio)
+        t = {t["name"]: t for t in c.info()["tables"]}
+        want = sum(p ** 0.6 for p in prio)
+        assert t["per"]["mass"] == pytest.approx(want, rel=1e-9)
+        assert t["uni"]["mass"] == t["uni"]["size"] == 30
+        with conftest.run_chimed(tmp_path / "b", tables) as (_, addr2), \
+                chime.Client(addr2) as c2:
+            other = c2.info()
+            assert other["shard"] == 0
+            assert other["instance"] not in (0, info["instance"])
+
+
 def test_token_option(tmp_path):
     """Client(token=...) is sent as a bearer token: a server with
     auth.tokens refuses a client without one and serves one with it."""

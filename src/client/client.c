@@ -325,6 +325,7 @@ int chime_client_info(chime_client_t *client, chime_server_info_t **out) {
   copy_str(info->boot_id, sizeof(info->boot_id), r->boot_id);
   copy_str(info->hostname, sizeof(info->hostname), r->hostname);
   info->shard = r->shard;
+  info->instance = r->instance;
   info->pin_host_memory = r->pin_host_memory;
   info->pinned_bytes = r->pinned_bytes;
   for (size_t i = 0; i < r->n_tables; i++) {
@@ -341,6 +342,7 @@ int chime_client_info(chime_client_t *client, chime_server_info_t **out) {
     }
     o->capacity = t->capacity;
     o->size = t->size;
+    o->mass = t->mass;
     o->min_size = t->min_size;
     o->sample_bytes = t->sample_bytes;
     copy_str(o->sampler, sizeof(o->sampler), t->sampler);

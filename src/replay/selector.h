@@ -47,6 +47,11 @@ typedef struct {
    * table (no max_times_sampled). */
   int (*draws_ahead)(const chime__table_t *t);
   void (*draw_many)(chime__table_t *t, uint64_t n, uint32_t *row, double *prob);
+  /* Optional (NULL: the item count, every item weighing 1): what pick's
+   * draws weigh against now, so that an item's probability is its weight /
+   * mass; a sharded learner weighs shards by it (docs/protocol.md,
+   * GetInfo). Called also on an empty table (then 0). */
+  double (*mass)(const chime__table_t *t);
 } chime__selector_t;
 
 extern const chime__selector_t chime__selector_fifo;

@@ -56,6 +56,13 @@ static void draw_many(chime__table_t *t, uint64_t n, uint32_t *row,
     row[j] = pick(t, &prob[j]);
 }
 
+/* The weights' sum: 0 while every priority is 0, though pick then draws
+ * uniformly, so that in a union with weighed items (shards) none of these
+ * is drawn, as one table holding them all would do. */
+static double mass(const chime__table_t *t) {
+  return chime__sumtree_total(t->sum);
+}
+
 const chime__selector_t chime__selector_prioritized = {
     .id = CHIME__SAMPLER_PRIORITIZED,
     /* DENSE: uniform draws while every priority is 0 */
@@ -66,4 +73,5 @@ const chime__selector_t chime__selector_prioritized = {
     .victim = victim,
     .draws_ahead = draws_ahead,
     .draw_many = draw_many,
+    .mass = mass,
 };

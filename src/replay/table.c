@@ -57,6 +57,7 @@ void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out) {
   out->left_times_sampled = t->left_times;
   out->inserts_waiting_rate = t->inserts_waiting_rate;
   out->windows_dropped = t->windows_dropped;
+  out->mass = t->sel->mass != NULL ? t->sel->mass(t) : (double)t->count;
   if (t->steps != NULL) {
     chime__steps_stats_t ss;
     chime__steps_get_stats(t->steps, &ss);

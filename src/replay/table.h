@@ -28,6 +28,9 @@ typedef struct {
 #undef CHIME__TABLE_STATS_FIELD
   /* A sequence table's windows not made for want of a row. */
   uint64_t windows_dropped;
+  /* What the sampler draws against (the selector's mass): an item's
+   * sampling probability is its weight / mass. GetInfo's TableInfo.mass. */
+  double mass;
 } chime__table_stats_t;
 
 int chime__table_create(chime__table_t **out, const chime__table_config_t *cfg);

@@ -78,6 +78,7 @@ static void info_on_start(chime__call_t *c) {
   r.boot_id = srv->boot_id;
   r.hostname = srv->hostname;
   r.shard = srv->cfg.shard;
+  r.instance = srv->instance;
   r.pin_host_memory = srv->cfg.pin_host_memory != 0;
   for (uint32_t i = 0; i < srv->ntables; i++) {
     const chime__table_config_t *tc = chime__table_config(srv->tables[i]);
@@ -111,6 +112,7 @@ static void info_on_start(chime__call_t *c) {
     }
     tm[i].info.capacity = tc->capacity;
     tm[i].info.size = ts.size;
+    tm[i].info.mass = ts.mass; /* the same snapshot as size */
     tm[i].info.sampler = (char *)chime__sampler_name(tc->sampler);
     tm[i].info.remover = (char *)chime__sampler_name(tc->remover);
     tm[i].info.priority_exponent = tc->priority_exponent;

@@ -293,18 +293,26 @@ static const char *mode_name(Chime__V1__Mode m) {
   return m == CHIME__V1__MODE__MODE_SHM ? "shm" : "stream";
 }
 
-static void table_labels(text_t *t, const void *msg) {
+/* Every sample's labels open with the server's shard (0: unsharded), so
+ * that series scraped from many shards stay apart and sum by table. */
+static void table_labels(text_t *t, uint32_t shard, const void *msg) {
   const Chime__V1__TableStats *m = msg;
-  put(t, "{table=\"");
+  put(t, "{shard=\"%u\",table=\"", shard);
   put_label(t, m->name);
   put(t, "\"}");
 }
 
-static void stream_labels(text_t *t, const void *msg) {
+static void stream_labels(text_t *t, uint32_t shard, const void *msg) {
   const Chime__V1__StreamStats *s = msg;
-  put(t, "{stream=\"%llu\",table=\"", (unsigned long long)s->stream_id);
+  put(t, "{shard=\"%u\",stream=\"%llu\",table=\"", shard,
+      (unsigned long long)s->stream_id);
   put_label(t, s->table);
   put(t, "\",mode=\"%s\"}", mode_name(s->mode));
+}
+
+static void server_labels(text_t *t, uint32_t shard, const void *msg) {
+  (void)msg;
+  put(t, "{shard=\"%u\"}", shard);
 }
 
 static const void *table_at(const Chime__V1__StatsResponse *r, size_t i) {
@@ -321,12 +329,12 @@ static const void *server_at(const Chime__V1__StatsResponse *r, size_t i) {
 }
 
 /* One family per metric of a list (HELP, TYPE), and its value in each of
- * the n messages at(r, i), labelled by labels (NULL: none). */
-static void families(text_t *t, const char *prefix, const metric_t *ms,
-                     size_t nm, const Chime__V1__StatsResponse *r,
-                     const void *(*at)(const Chime__V1__StatsResponse *r,
-                                       size_t i),
-                     size_t n, void (*labels)(text_t *t, const void *msg)) {
+ * the n messages at(r, i), labelled by labels. */
+static void
+families(text_t *t, const char *prefix, const metric_t *ms, size_t nm,
+         const Chime__V1__StatsResponse *r, uint32_t shard,
+         const void *(*at)(const Chime__V1__StatsResponse *r, size_t i),
+         size_t n, void (*labels)(text_t *t, uint32_t shard, const void *msg)) {
   char name[128];
   for (size_t k = 0; k < nm; k++) {
     const metric_t *m = &ms[k];
@@ -337,8 +345,7 @@ static void families(text_t *t, const char *prefix, const metric_t *ms,
     for (size_t i = 0; i < n; i++) {
       const void *msg = at(r, i);
       put(t, "%s", name);
-      if (labels != NULL)
-        labels(t, msg);
+      labels(t, shard, msg);
       put_value(t, msg, m);
     }
   }
@@ -346,39 +353,41 @@ static void families(text_t *t, const char *prefix, const metric_t *ms,
 
 #define N(a) (sizeof(a) / sizeof((a)[0]))
 
-char *chime__metrics_format(const Chime__V1__StatsResponse *r) {
+char *chime__metrics_format(const Chime__V1__StatsResponse *r, uint32_t shard) {
   text_t t = {malloc(4096), 0, 4096, 0};
   if (t.p == NULL)
     return NULL;
   t.p[0] = '\0';
-  families(&t, "chime_table_", table_metrics, N(table_metrics), r, table_at,
-           r->n_tables, table_labels);
-  families(&t, "chime_stream_", stream_metrics, N(stream_metrics), r, stream_at,
-           r->n_streams, stream_labels);
+  families(&t, "chime_table_", table_metrics, N(table_metrics), r, shard,
+           table_at, r->n_tables, table_labels);
+  families(&t, "chime_stream_", stream_metrics, N(stream_metrics), r, shard,
+           stream_at, r->n_streams, stream_labels);
   head(&t, "chime_streams", "gauge", "Streams open now.");
-  put(&t, "chime_streams %zu\n", r->n_streams);
-  families(&t, "chime_", server_metrics, N(server_metrics), r, server_at, 1,
-           NULL);
+  put(&t, "chime_streams{shard=\"%u\"} %zu\n", shard, r->n_streams);
+  families(&t, "chime_", server_metrics, N(server_metrics), r, shard, server_at,
+           1, server_labels);
   head(&t, "chime_checkpoints_total", "counter",
        "Checkpoints written since start.");
-  put(&t, "chime_checkpoints_total %llu\n", (unsigned long long)r->checkpoints);
+  put(&t, "chime_checkpoints_total{shard=\"%u\"} %llu\n", shard,
+      (unsigned long long)r->checkpoints);
   head(&t, "chime_checkpoint_failures_total", "counter",
        "Checkpoints that failed since start.");
-  put(&t, "chime_checkpoint_failures_total %llu\n",
+  put(&t, "chime_checkpoint_failures_total{shard=\"%u\"} %llu\n", shard,
       (unsigned long long)r->checkpoint_failures);
   if (r->checkpoint_last_unix_ns != 0) { /* absent until the first one */
     double age = (double)chime__clock_ns(CLOCK_REALTIME) / 1e9 -
                  (double)r->checkpoint_last_unix_ns / 1e9;
     head(&t, "chime_checkpoint_age_seconds", "gauge",
          "Seconds since the last checkpoint was written.");
-    put(&t, "chime_checkpoint_age_seconds %.3f\n", age > 0 ? age : 0.0);
+    put(&t, "chime_checkpoint_age_seconds{shard=\"%u\"} %.3f\n", shard,
+        age > 0 ? age : 0.0);
     head(&t, "chime_checkpoint_last_duration_seconds", "gauge",
          "How long the last checkpoint took, DONE included.");
-    put(&t, "chime_checkpoint_last_duration_seconds %.6f\n",
-        (double)r->checkpoint_last_duration_ns / 1e9);
+    put(&t, "chime_checkpoint_last_duration_seconds{shard=\"%u\"} %.6f\n",
+        shard, (double)r->checkpoint_last_duration_ns / 1e9);
     head(&t, "chime_checkpoint_last_pause_seconds", "gauge",
          "The longest hold of one table's lock in the last checkpoint.");
-    put(&t, "chime_checkpoint_last_pause_seconds %.6f\n",
+    put(&t, "chime_checkpoint_last_pause_seconds{shard=\"%u\"} %.6f\n", shard,
         (double)r->checkpoint_last_pause_ns / 1e9);
   }
   if (t.oom) {
@@ -438,7 +447,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
   if (chime__stats_snap(m->srv, &snap) != 0)
     return reply(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "text/plain",
                  "out of memory\n", 0);
-  char *body = chime__metrics_format(&snap.r);
+  char *body = chime__metrics_format(&snap.r, m->srv->cfg.shard);
   chime__stats_snap_done(m->srv, &snap);
   if (body == NULL)
     return reply(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "text/plain",

@@ -5,6 +5,7 @@
 #define CHIME_SERVER_METRICS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "chime.pb-c.h"
 
@@ -21,8 +22,9 @@ int chime__metrics_start(chime__metrics_t **out, chime_server_t *srv,
 /* NULL-safe: stops serving and frees. */
 void chime__metrics_stop(chime__metrics_t *m);
 
-/* The exposition text of one Stats snapshot: malloc'd, NUL-terminated;
+/* The exposition text of one Stats snapshot of the server of this shard
+ * (0: unsharded), which labels every sample: malloc'd, NUL-terminated;
  * NULL when out of memory. */
-char *chime__metrics_format(const Chime__V1__StatsResponse *r);
+char *chime__metrics_format(const Chime__V1__StatsResponse *r, uint32_t shard);
 
 #endif

@@ -7,6 +7,7 @@
 #include <time.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/random.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -104,9 +105,31 @@ static int restore(chime_server_t *srv, const char *what, char *err,
   return 0;
 }
 
+/* A sharded client may reach one chimed by several addresses
+ * (dns:///localhost: 127.0.0.1 and ::1) and must count it once: the
+ * instance tells, where the host identity cannot (many chimed share a
+ * host) and neither can the shard (every unsharded server is 0, and two
+ * may be given one by mistake). */
+static uint64_t new_instance(void) {
+  uint64_t id = 0;
+  while (id == 0) {
+    if (getrandom(&id, sizeof(id), 0) != (ssize_t)sizeof(id)) {
+      /* No entropy source: time and pid still tell servers apart. */
+      id = chime__clock_ns(CLOCK_REALTIME) ^ ((uint64_t)getpid() << 40);
+      id *= UINT64_C(0x9E3779B97F4A7C15);
+    }
+    /* 63 bits: the same number read as a signed 64-bit integer (JSON
+     * through jansson, Java's long); two of 2^16 servers still share one
+     * with odds of about 2^-32. */
+    id &= INT64_MAX;
+  }
+  return id;
+}
+
 static void read_identity(chime_server_t *srv) {
   chime__host_identity(srv->boot_id, sizeof(srv->boot_id), srv->hostname,
                        sizeof(srv->hostname));
+  srv->instance = new_instance();
 }
 
 /* Every call presents a token the config knows, with a role that may

@@ -81,6 +81,7 @@ struct chime_server_s {
 
   char boot_id[64];
   char hostname[256];
+  uint64_t instance; /* GetInfo's: random, nonzero, one per server object */
 };
 
 /* The table called name (and its index), or NULL. */

@@ -1,11 +1,11 @@
 /* The Prometheus endpoint of a real chimed: GET /metrics answers text that
  * parses line by line (HELP and TYPE before every family, names and labels
  * as Prometheus wants them, every value a number) with the figures Stats
- * would give; other paths and methods, garbage requests and a flood of
- * idle connections get an answer or are dropped without harm; a
- * connection trickling a byte at a time is closed at its deadline, and
- * more trickling connections than the cap never hold a scrape out; a bad
- * address is a clear startup error. */
+ * would give, every sample labelled with the server's shard; other paths
+ * and methods, garbage requests and a flood of idle connections get an
+ * answer or are dropped without harm; a connection trickling a byte at a
+ * time is closed at its deadline, and more trickling connections than the
+ * cap never hold a scrape out; a bad address is a clear startup error. */
 #include <ctype.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -38,7 +38,8 @@ static int setup(void **state) {
   (void)state;
   static char cfg[1024];
   snprintf(cfg, sizeof(cfg),
-           "{\"metrics\": \"127.0.0.1:0\", \"checkpoint\": {\"dir\": "
+           "{\"metrics\": \"127.0.0.1:0\", \"shard\": 4, \"checkpoint\": "
+           "{\"dir\": "
            "\"%s/ckpt\"}, \"tables\": [{\"name\": \"demo\", "
            "\"spec\": \"x:u64[]\", \"capacity\": 1000, \"sampler\": "
            "\"uniform\"},"
@@ -190,6 +191,7 @@ typedef struct {
   double inserts_demo, size_demo, streams, batches_total, checkpoints;
   int saw_ckpt_age;
   int saw_q2, nfamilies;
+  int samples, unsharded; /* sample lines; those without shard="4" first */
 } seen_t;
 
 /* Every line of the exposition checked; what the test looks for noted. */
@@ -220,14 +222,19 @@ static void parse_all(const char *body, seen_t *s) {
     assert_true(v >= 0);
     assert_true(ntyped > 0);
     assert_string_equal(name, typed[ntyped - 1]); /* in its family */
+    s->samples++;
+    if (strncmp(labels, "{shard=\"4\"", strlen("{shard=\"4\"")) != 0) {
+      fprintf(stderr, "not labelled shard=\"4\": %s\n", line);
+      s->unsharded++;
+    }
     if (strcmp(name, "chime_table_inserts_total") == 0 &&
-        strcmp(labels, "{table=\"demo\"}") == 0)
+        strcmp(labels, "{shard=\"4\",table=\"demo\"}") == 0)
       s->inserts_demo = v;
     if (strcmp(name, "chime_table_size") == 0 &&
-        strcmp(labels, "{table=\"demo\"}") == 0)
+        strcmp(labels, "{shard=\"4\",table=\"demo\"}") == 0)
       s->size_demo = v;
     if (strcmp(name, "chime_table_size") == 0 &&
-        strcmp(labels, "{table=\"q.2\"}") == 0)
+        strcmp(labels, "{shard=\"4\",table=\"q.2\"}") == 0)
       s->saw_q2 = 1;
     if (strcmp(name, "chime_streams") == 0)
       s->streams = v;
@@ -272,6 +279,8 @@ static void test_scrape_matches_stats(void **state) {
   assert_int_equal((int)seen.checkpoints, 1);
   assert_true(seen.saw_ckpt_age);
   assert_true(seen.nfamilies >= 20);
+  assert_true(seen.samples >= seen.nfamilies);
+  assert_int_equal(seen.unsharded, 0);
 
   assert_int_equal(chime_stream_release(s, &b), 0);
   chime_stream_close(s);

@@ -53,6 +53,8 @@ def test_get_info(pb, stub):
     assert table.sampler == "fifo"
     assert table.capacity == 256
     assert table.sample_bytes == sum(leaf_bytes(d, s) for _, d, s in SPEC)
+    assert 0 < info.instance < 2 ** 63  # fixed64, drawn at start
+    assert table.mass == table.size  # a fifo table's mass is its size
 
 
 def insert(pb, stub, samples):

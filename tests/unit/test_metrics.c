@@ -1,5 +1,6 @@
 /* The exposition text of a Stats snapshot: label values escaped, times in
- * seconds, one HELP and TYPE per family. */
+ * seconds, one HELP and TYPE per family, every sample labelled with the
+ * server's shard. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +12,29 @@
 #include <cmocka.h>
 
 #include "server/metrics.h"
+
+/* Sample lines (not # lines) whose labels do not open with
+ * shard="<shard>": each family's series from many shards must stay apart. */
+static int samples_without_shard(const char *text, const char *shard) {
+  char want[64];
+  int bad = 0, n = 0;
+  snprintf(want, sizeof(want), "{shard=\"%s\"", shard);
+  for (const char *line = text; *line != '\0';) {
+    const char *eol = strchr(line, '\n');
+    assert_non_null(eol);
+    if (line[0] != '#') {
+      const char *brace = memchr(line, '{', (size_t)(eol - line));
+      n++;
+      if (brace == NULL || strncmp(brace, want, strlen(want)) != 0) {
+        fprintf(stderr, "no %s in: %.*s\n", want, (int)(eol - line), line);
+        bad++;
+      }
+    }
+    line = eol + 1;
+  }
+  assert_true(n > 0);
+  return bad;
+}
 
 static void test_format(void **state) {
   (void)state;
@@ -32,19 +56,21 @@ static void test_format(void **state) {
   r.n_streams = 1;
   r.streams = sp;
   r.ring_bytes_total = 123;
-  char *text = chime__metrics_format(&r);
+  char *text = chime__metrics_format(&r, 5);
   assert_non_null(text);
-  assert_non_null(strstr(
-      text, "chime_table_inserts_total{table=\"a\\\"b\\\\c\\nd\"} 42\n"));
+  assert_non_null(strstr(text, "chime_table_inserts_total{shard=\"5\",table=\"a"
+                               "\\\"b\\\\c\\nd\"} 42\n"));
   assert_non_null(strstr(text, "chime_table_rate_sample_wait_seconds_total{"
-                               "table=\"a\\\"b\\\\c\\nd\"} 1.500000000\n"));
-  assert_non_null(strstr(
-      text,
-      "chime_table_samplers_waiting_items{table=\"a\\\"b\\\\c\\nd\"} 3\n"));
-  assert_non_null(strstr(text, "chime_stream_bytes_total{stream=\"7\",table="
-                               "\"a\\\"b\\\\c\\nd\",mode=\"shm\"} 4096\n"));
+                               "shard=\"5\",table=\"a\\\"b\\\\c\\nd\"} "
+                               "1.500000000\n"));
+  assert_non_null(strstr(text, "chime_table_samplers_waiting_items{shard=\"5\","
+                               "table=\"a\\\"b\\\\c\\nd\"} 3\n"));
+  assert_non_null(strstr(text, "chime_stream_bytes_total{shard=\"5\",stream="
+                               "\"7\",table=\"a\\\"b\\\\c\\nd\",mode=\"shm\"} "
+                               "4096\n"));
   assert_non_null(strstr(text, "# TYPE chime_ring_bytes gauge\n"
-                               "chime_ring_bytes 123\n"));
+                               "chime_ring_bytes{shard=\"5\"} 123\n"));
+  assert_int_equal(samples_without_shard(text, "5"), 0);
   /* One TYPE line per family. */
   int types = 0;
   for (const char *p = text; (p = strstr(p, "# TYPE chime_table_size ")); p++)
@@ -140,8 +166,8 @@ static void test_families_as_before(void **state) {
   r.streams = sp;
   r.staged_insert_budget = 6;
   r.insert_calls_parked = 7;
-  r.checkpoint_last_unix_ns = 1; /* the checkpoint gauges show */
-  char *text = chime__metrics_format(&r);
+  r.checkpoint_last_unix_ns = 1;             /* the checkpoint gauges show */
+  char *text = chime__metrics_format(&r, 0); /* unsharded: shard="0" */
   assert_non_null(text);
   size_t n = sizeof(families) / sizeof(families[0]), lines = 0;
   char want[512];
@@ -156,15 +182,23 @@ static void test_families_as_before(void **state) {
     lines++;
   assert_int_equal(lines, n); /* and nothing else */
   /* Values from the fields of the same name, in their unit. */
+  assert_non_null(strstr(
+      text,
+      "\nchime_table_left_times_sampled_total{shard=\"0\",table=\"t\"} 14\n"));
   assert_non_null(
-      strstr(text, "\nchime_table_left_times_sampled_total{table=\"t\"} 14\n"));
-  assert_non_null(strstr(text, "\nchime_table_step_bytes{table=\"t\"} 19\n"));
+      strstr(text, "\nchime_table_step_bytes{shard=\"0\",table=\"t\"} 19\n"));
+  assert_non_null(strstr(
+      text,
+      "\nchime_table_inserts_waiting_rate{shard=\"0\",table=\"t\"} 10\n"));
   assert_non_null(
-      strstr(text, "\nchime_table_inserts_waiting_rate{table=\"t\"} 10\n"));
-  assert_non_null(strstr(text, "\nchime_stream_ring_bytes{stream=\"0\",table="
-                               "\"t\",mode=\"stream\"} 10\n"));
-  assert_non_null(strstr(text, "\nchime_staged_insert_budget_bytes 6\n"));
-  assert_non_null(strstr(text, "\nchime_insert_calls_parked 7\n"));
+      strstr(text, "\nchime_stream_ring_bytes{shard=\"0\",stream=\"0\",table="
+                   "\"t\",mode=\"stream\"} 10\n"));
+  assert_non_null(
+      strstr(text, "\nchime_staged_insert_budget_bytes{shard=\"0\"} 6\n"));
+  assert_non_null(strstr(text, "\nchime_insert_calls_parked{shard=\"0\"} 7\n"));
+  assert_non_null(strstr(text, "\nchime_checkpoint_last_pause_seconds{shard="
+                               "\"0\"} 0.000000\n"));
+  assert_int_equal(samples_without_shard(text, "0"), 0);
   free(text);
 }
 

@@ -602,6 +602,84 @@ static void test_prioritized_distribution(void **state) {
   }
 }
 
+/* mass (GetInfo's TableInfo.mass) of the table now, and that it is what
+ * the sampler draws against: a batch's every probability is its item's
+ * weight / mass. */
+static double mass_of(chime__table_t *t) {
+  chime__table_stats_t st;
+  chime__table_get_stats(t, &st);
+  return st.mass;
+}
+
+static void assert_rel(double got, double want) {
+  if (!(fabs(got - want) <= 1e-9 * fabs(want)))
+    fail_msg("got %.17g, want %.17g", got, want);
+}
+
+/* A prioritized sampler's mass is the sum of priority^exponent over its
+ * items, through inserts, updates, deletes and items sampled out (0 with
+ * every priority 0 or no item); every other sampler's is the item count,
+ * even one whose prioritized remover keeps a sum tree. */
+static void test_mass(void **state) {
+  chime__table_config_t tc;
+  (void)state;
+  double prio[8] = {1, 2, 3, 4, 5, 0, 7, 0.5}, e = 0.6, want = 0;
+  chime__table_t *t = sel_table(&tc, 16, CHIME__SAMPLER_PRIORITIZED, 0, 0, e);
+  assert_true(mass_of(t) == 0);
+  insert_prio(t, 1, 8, prio);
+  for (int i = 0; i < 8; i++)
+    want += pow(prio[i], e);
+  assert_rel(mass_of(t), want);
+  slot_t s;
+  slot_init(&s, t, 10);
+  assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
+  for (uint32_t j = 0; j < 10; j++)
+    assert_rel(s.ws.info[j].probability,
+               pow(prio[s.ws.info[j].key - 1], e) / mass_of(t));
+  free(s.mem);
+  /* Key 1 to priority 10, key 2 deleted. */
+  chime__table_mutated_t r;
+  uint64_t k1 = 1, k2 = 2;
+  assert_int_equal(chime__table_mutate(t, &k1, (double[]){10}, 1, &k2, 1, &r),
+                   0);
+  assert_int_equal(r.updated + r.deleted, 2);
+  want += pow(10, e) - pow(1, e) - pow(2, e);
+  assert_rel(mass_of(t), want);
+  chime__table_destroy(t);
+
+  /* Every priority 0: 0, though such a table draws uniformly. */
+  t = sel_table(&tc, 16, CHIME__SAMPLER_PRIORITIZED, 0, 0, 1.0);
+  insert_prio(t, 1, 3, (double[]){0, 0, 0});
+  assert_true(mass_of(t) == 0);
+  chime__table_destroy(t);
+
+  /* Items sampled out leave the sum. */
+  t = sel_table(&tc, 16, CHIME__SAMPLER_PRIORITIZED, 0, 1, 2.0);
+  insert_prio(t, 1, 1, (double[]){3});
+  assert_rel(mass_of(t), 9);
+  slot_init(&s, t, 1);
+  assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
+  free(s.mem);
+  assert_true(mass_of(t) == 0);
+  chime__table_destroy(t);
+
+  /* Not prioritized: the size, whatever the priorities. */
+  chime__sampler_t others[][2] = {
+      {CHIME__SAMPLER_UNIFORM, CHIME__SAMPLER_PRIORITIZED},
+      {CHIME__SAMPLER_UNIFORM, 0},
+      {CHIME__SAMPLER_FIFO, 0},
+      {CHIME__SAMPLER_LIFO, 0},
+      {CHIME__SAMPLER_MAX_HEAP, 0},
+  };
+  for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++) {
+    t = sel_table(&tc, 16, others[i][0], others[i][1], 0, e);
+    assert_true(mass_of(t) == 0);
+    insert_prio(t, 1, 8, prio);
+    assert_true(mass_of(t) == 8);
+    chime__table_destroy(t);
+  }
+}
+
 /* Samples one batch of n and checks its keys are want[0..n-1], each with
  * probability 1. */
 static void sample_exact(chime__table_t *t, uint32_t n, const uint64_t *want) {
@@ -1039,6 +1117,7 @@ int main(void) {
       cmocka_unit_test(test_batch_drawn_ahead_same_draws),
       cmocka_unit_test(test_keys_carry_shard),
       cmocka_unit_test(test_keys_run_out),
+      cmocka_unit_test(test_mass),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,185 @@
+/* GetInfo's facts for a sharded client, against the real chimed:
+ * `instance` is nonzero, 63 bits, the same for every call and connection
+ * to one server (by 127.0.0.1 and by localhost, through the client and a
+ * raw channel), and differs between two chimed; each table's `mass` is
+ * what its sampler draws against: a prioritized table's sum of
+ * priority^priority_exponent over its items (within 1e-9 relative, as
+ * inserts, updates and deletes change it), every other table's size. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "chime.pb-c.h"
+#include "chime/chime.h"
+#include "harness.h"
+#include "rawcall.h"
+
+#define EXPONENT 0.6
+#define ITEMS 50
+
+static const char *config =
+    "{\"tables\": [{\"name\": \"per\", \"spec\": \"x:u64[]\", \"capacity\": "
+    "1000, \"sampler\": \"prioritized\", \"priority_exponent\": 0.6},\n"
+    " {\"name\": \"uni\", \"spec\": \"x:u64[]\", \"capacity\": 1000, "
+    "\"sampler\": \"uniform\"},\n"
+    " {\"name\": \"uprem\", \"spec\": \"x:u64[]\", \"capacity\": 1000, "
+    "\"sampler\": \"uniform\", \"remover\": \"prioritized\", "
+    "\"priority_exponent\": 2},\n"
+    " {\"name\": \"q\", \"spec\": \"x:u64[]\", \"capacity\": 1000, "
+    "\"sampler\": \"fifo\"}]}\n";
+
+static chime__chimed_t chimed;
+static chime_client_t *client;
+
+static int setup(void **state) {
+  (void)state;
+  int rc = chime__chimed_start(&chimed, config, NULL, 30000);
+  if (rc == CHIME_ENOTFOUND)
+    chime__skip("chimed is not built");
+  if (rc != 0)
+    return -1;
+  return chime_client_create(&client, chimed.addr, NULL) == 0 ? 0 : -1;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  return chime__chimed_stop_client(&chimed, client);
+}
+
+/* GetInfo through a raw channel of its own: the instance on the wire. */
+static uint64_t raw_instance(const char *addr) {
+  grpc_channel *ch = chime__raw_channel(addr);
+  assert_non_null(ch);
+  Chime__V1__GetInfoRequest req = CHIME__V1__GET_INFO_REQUEST__INIT;
+  ProtobufCMessage *resp = NULL;
+  grpc_status_code st;
+  char details[256];
+  assert_int_equal(chime__raw_unary(ch, "/chime.v1.Chime/GetInfo", &req.base,
+                                    &chime__v1__get_info_response__descriptor,
+                                    &resp, &st, details, sizeof details),
+                   0);
+  assert_int_equal(st, GRPC_STATUS_OK);
+  assert_non_null(resp);
+  uint64_t id = ((Chime__V1__GetInfoResponse *)resp)->instance;
+  protobuf_c_message_free_unpacked(resp, NULL);
+  grpc_channel_destroy(ch);
+  return id;
+}
+
+static uint64_t client_instance(chime_client_t *c) {
+  chime_server_info_t *info = NULL;
+  assert_int_equal(chime_client_info(c, &info), 0);
+  uint64_t id = info->instance;
+  chime_server_info_free(info);
+  return id;
+}
+
+static void test_instance(void **state) {
+  (void)state;
+  uint64_t id = client_instance(client);
+  assert_true(id != 0);
+  assert_true(id <= (uint64_t)INT64_MAX); /* 63 bits */
+  assert_true(client_instance(client) == id);
+  assert_true(raw_instance(chimed.addr) == id);
+  /* Another address of the same server: a sharded client counts it once. */
+  const char *port = strrchr(chimed.addr, ':');
+  assert_non_null(port);
+  char other[64];
+  snprintf(other, sizeof other, "localhost%s", port);
+  chime_client_t *c = NULL;
+  assert_int_equal(chime_client_create(&c, other, NULL), 0);
+  assert_true(client_instance(c) == id);
+  chime_client_destroy(c);
+
+  /* Another chimed: another instance. */
+  chime__chimed_t two;
+  assert_int_equal(chime__chimed_start(&two, config, NULL, 30000), 0);
+  uint64_t id2 = raw_instance(two.addr);
+  int st = 0;
+  assert_int_equal(chime__chimed_stop(&two, 20000, &st), 0);
+  assert_true(id2 != 0);
+  assert_true(id2 != id);
+}
+
+static const chime_table_info_t *table(const chime_server_info_t *info,
+                                       const char *name) {
+  for (uint32_t i = 0; i < info->ntables; i++)
+    if (strcmp(info->tables[i].name, name) == 0)
+      return &info->tables[i];
+  fail_msg("no table '%s'", name);
+  return NULL;
+}
+
+static void assert_rel(double got, double want) {
+  if (!(fabs(got - want) <= 1e-9 * fabs(want)))
+    fail_msg("mass %.17g, want %.17g", got, want);
+}
+
+/* Priorities spread over five orders of magnitude, and a few 0. */
+static double prio_of(uint64_t i) {
+  return i % 7 == 3 ? 0.0 : 1e-3 * pow(1.3, (double)i);
+}
+
+static void insert(const char *name) {
+  chime_writer_t *w = NULL;
+  assert_int_equal(chime_writer_open(&w, client, name, NULL), 0);
+  for (uint64_t i = 0; i < ITEMS; i++)
+    assert_int_equal(chime_writer_append(w, &i, sizeof i, prio_of(i)), 0);
+  assert_int_equal(chime_writer_close(w), 0); /* every item acked */
+}
+
+static void test_mass(void **state) {
+  (void)state;
+  chime_server_info_t *info = NULL;
+  assert_int_equal(chime_client_info(client, &info), 0);
+  for (uint32_t i = 0; i < info->ntables; i++)
+    assert_true(info->tables[i].mass == 0); /* empty */
+  chime_server_info_free(info);
+
+  const char *names[] = {"per", "uni", "uprem", "q"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    insert(names[i]);
+  double want = 0;
+  for (uint64_t i = 0; i < ITEMS; i++)
+    want += pow(prio_of(i), EXPONENT);
+  assert_int_equal(chime_client_info(client, &info), 0);
+  assert_int_equal(table(info, "per")->size, ITEMS);
+  assert_rel(table(info, "per")->mass, want);
+  /* Not prioritized samplers: the size, whatever the priorities (uprem's
+   * remover keeps their sum, but it is not what its sampler draws on). */
+  assert_true(table(info, "uni")->mass == ITEMS);
+  assert_true(table(info, "uprem")->mass == ITEMS);
+  assert_true(table(info, "q")->mass == ITEMS);
+  chime_server_info_free(info);
+
+  /* The first item's priority to 5, the second deleted. */
+  uint64_t keys[2] = {1, 2};
+  chime_mutate_result_t r;
+  assert_int_equal(chime_client_mutate_priorities(client, "per", keys,
+                                                  (double[]){5.0}, 1, keys + 1,
+                                                  1, &r),
+                   0);
+  assert_int_equal(r.updated, 1);
+  assert_int_equal(r.deleted, 1);
+  want += pow(5.0, EXPONENT) - pow(prio_of(0), EXPONENT) -
+          pow(prio_of(1), EXPONENT);
+  assert_int_equal(chime_client_info(client, &info), 0);
+  assert_int_equal(table(info, "per")->size, ITEMS - 1);
+  assert_rel(table(info, "per")->mass, want);
+  chime_server_info_free(info);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_instance),
+      cmocka_unit_test(test_mass),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -4,9 +4,11 @@
  * batches' shards and the items drawn follow the union's distribution
  * (chi-square at p = 0.001, over shards per batch and over item buckets),
  * and every reported probability is the item's probability in the union
- * (relative 1e-9). fifo: sub-streams merged, every item inserted delivered
- * exactly once. One shard killed with SIGKILL mid-stream: next() goes on
- * with the others, and their probabilities become the smaller union's. */
+ * (relative 1e-9). fifo (shm, stream mode): sub-streams merged, every
+ * item inserted while the stream waits delivered exactly once. One shard
+ * killed with SIGKILL mid-stream: next() goes on with the others, and
+ * their probabilities become the smaller union's; with every shard
+ * killed, next() fails. */
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -125,6 +127,8 @@ static int setup(void **state) {
              "%g},\n"
              " {\"name\": \"q\", \"spec\": \"x:u64[]\", \"capacity\": 2000, "
              "\"sampler\": \"fifo\"},\n"
+             " {\"name\": \"qs\", \"spec\": \"x:u64[]\", \"capacity\": 2000, "
+             "\"sampler\": \"fifo\"},\n"
              " {\"name\": \"kill\", \"spec\": \"x:u64[]\", \"capacity\": "
              "2000, \"sampler\": \"uniform\"}]}\n",
              k + 1, EXPONENT);
@@ -152,16 +156,24 @@ static int teardown(void **state) {
   return ok ? 0 : -1;
 }
 
-/* Inserts shard k's items of `table`: x = X(k, i), priority prio_of. */
-static void insert(int k, const char *table, uint32_t n) {
+/* Inserts shard k's items of `table`: x = X(k, i), priority prio_of. 0,
+ * or the code that failed (no assert: a writer thread calls it too). */
+static int insert_rc(int k, const char *table, uint32_t n) {
   chime_writer_t *w = NULL;
-  assert_int_equal(chime_writer_open(&w, direct[k], table, NULL), 0);
-  for (uint32_t i = 0; i < n; i++) {
+  int rc = chime_writer_open(&w, direct[k], table, NULL);
+  for (uint32_t i = 0; i < n && rc == 0; i++) {
     uint64_t x = X(k + 1, i);
-    assert_int_equal(chime_writer_append(w, &x, sizeof x, prio_of(k + 1, i)),
-                     0);
+    rc = chime_writer_append(w, &x, sizeof x, prio_of(k + 1, i));
   }
-  assert_int_equal(chime_writer_close(w), 0);
+  int crc = chime_writer_close(w);
+  return rc ? rc : crc;
+}
+
+static void insert(int k, const char *table, uint32_t n) {
+  int rc = insert_rc(k, table, n);
+  if (rc != 0)
+    fail_msg("inserting into shard %d's '%s': %s: %s", k + 1, table,
+             chime_strerror(rc), chime_last_error());
 }
 
 static chime_stream_t *open_union(chime_client_t *c, const char *table,
@@ -294,25 +306,26 @@ static void test_prioritized_union(void **state) {
 
 static const uint32_t fifo_n[NSHARDS] = {300, 500, 700};
 
+static int fifo_rc;
+
 static void *fifo_writer(void *arg) {
-  (void)arg;
-  for (int k = 0; k < NSHARDS; k++)
-    insert(k, "q", fifo_n[k]);
+  for (int k = 0; k < NSHARDS && fifo_rc == 0; k++)
+    fifo_rc = insert_rc(k, arg, fifo_n[k]);
   return NULL;
 }
 
 /* The stream opens on empty tables; items arrive while it waits. */
-static void test_fifo_exactly_once(void **state) {
-  (void)state;
+static void fifo_exactly_once(const char *table, chime_mode_t mode) {
   chime_client_t *c = NULL;
   assert_int_equal(chime_client_create(&c, target, NULL), 0);
-  chime_stream_t *s = open_union(c, "q", CHIME_MODE_AUTO, 10, 4);
+  chime_stream_t *s = open_union(c, table, mode, 10, 4);
+  assert_int_equal(chime_stream_mode(s), mode);
   uint32_t total = fifo_n[0] + fifo_n[1] + fifo_n[2];
   uint8_t *seen[NSHARDS];
   for (int k = 0; k < NSHARDS; k++)
     assert_non_null(seen[k] = calloc(fifo_n[k], 1));
   pthread_t th;
-  assert_int_equal(pthread_create(&th, NULL, fifo_writer, NULL), 0);
+  assert_int_equal(pthread_create(&th, NULL, fifo_writer, (void *)table), 0);
   uint32_t got = 0, from[NSHARDS] = {0};
   while (got < total) {
     chime_batch_t b;
@@ -333,6 +346,7 @@ static void test_fifo_exactly_once(void **state) {
     assert_int_equal(chime_stream_release(s, &b), 0);
   }
   assert_int_equal(pthread_join(th, NULL), 0);
+  assert_int_equal(fifo_rc, 0);
   for (int k = 0; k < NSHARDS; k++)
     assert_int_equal(from[k], fifo_n[k]);
   chime_batch_t b;
@@ -341,6 +355,17 @@ static void test_fifo_exactly_once(void **state) {
   chime_client_destroy(c);
   for (int k = 0; k < NSHARDS; k++)
     free(seen[k]);
+}
+
+static void test_fifo_shm(void **state) {
+  (void)state;
+  fifo_exactly_once("q", CHIME_MODE_SHM);
+}
+
+/* Sub-streams whose own threads receive while the union waits on any. */
+static void test_fifo_stream(void **state) {
+  (void)state;
+  fifo_exactly_once("qs", CHIME_MODE_STREAM);
 }
 
 /* --- a shard killed --- */
@@ -383,6 +408,21 @@ static void test_shard_killed(void **state) {
     assert_int_equal(chime_stream_release(s, &b), 0);
   }
   assert_true(late < 4); /* slots - 1: all its ring could hold */
+
+  /* Every shard gone: next() fails (once what the rings held is taken),
+   * rather than waiting. */
+  chime__proc_kill(&d[0].proc);
+  chime__proc_kill(&d[2].proc);
+  killed[0] = killed[2] = 1;
+  int rc = 0;
+  for (int n = 0; n < 2 * 4 && rc == 0; n++) {
+    rc = chime_stream_next(s, &b, 20000);
+    if (rc == 0)
+      assert_int_equal(chime_stream_release(s, &b), 0);
+  }
+  if (rc != CHIME_EDISCONNECTED)
+    fail_msg("next() with every shard gone: %s: %s", chime_strerror(rc),
+             chime_last_error());
   chime_stream_close(s);
   chime_client_destroy(c);
 }
@@ -392,7 +432,8 @@ int main(void) {
       cmocka_unit_test(test_critical_values),
       cmocka_unit_test(test_uniform_union),
       cmocka_unit_test(test_prioritized_union),
-      cmocka_unit_test(test_fifo_exactly_once),
+      cmocka_unit_test(test_fifo_shm),
+      cmocka_unit_test(test_fifo_stream),
       cmocka_unit_test(test_shard_killed),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -26,6 +26,10 @@
 /* Merging: how long one sub-stream's ring is waited on before the others
  * are looked at again (nothing is ready anywhere, the learner waits). */
 #define MERGE_SLICE_MS 2
+/* At most how many batches of a sub-stream of `slots` slots were sampled
+ * before a moment and taken after it: the server's ring, the batches in
+ * flight (stream mode: prefetch <= slots) and the local ring. */
+#define STALE_BATCHES(slots) (3 * (uint64_t)(slots))
 /* Weighed, while no shard has mass: how long to sleep between looks at the
  * masses that GetInfo brings. */
 #define EMPTY_SLICE_MS 5
@@ -45,6 +49,11 @@ typedef struct {
   int info_made;     /* info's queue exists */
   int info_busy;     /* a GetInfo is in flight */
   int64_t info_sent_ms;
+  /* Batches taken from s, and the first whose sampling surely followed the
+   * last GetInfo answer (s's ring and what is in flight to it hold at most
+   * STALE_BATCHES(slots) batches sampled before): only such a batch's
+   * mass is newer than the answer's. */
+  uint64_t taken, fresh_after;
 } sub_t;
 
 /* A batch the learner holds: which sub-stream lent it and how, and, for a
@@ -64,6 +73,7 @@ struct chime__union_s {
   int weighed;     /* uniform or prioritized: a batch's shard drawn by mass */
   int prioritized; /* weights are priority^exponent (else 1) */
   double exponent;
+  double min_size;   /* a shard holding fewer items cannot sample */
   chime_spec_t spec; /* every shard's table has it */
   int have_table;    /* sampler, exponent and spec known (first shard) */
 
@@ -139,6 +149,7 @@ static int check_table(chime_stream_t *s, uint32_t i,
     u->prioritized = strcmp(ti->sampler, "prioritized") == 0;
     u->weighed = u->prioritized || strcmp(ti->sampler, "uniform") == 0;
     u->exponent = ti->priority_exponent;
+    u->min_size = (double)ti->min_size;
     u->spec = ti->spec;
     u->have_table = 1;
     return 0;
@@ -191,6 +202,8 @@ static int open_sub(chime_stream_t *s, uint32_t i, int *dup, char *err,
   sb->mass = u->prioritized ? ti.mass : (double)ti.size;
   sb->size = (double)ti.size;
   sb->mass_ms = asked;
+  /* Every batch of the new sub-stream is drawn after that lookup. */
+  sb->taken = sb->fresh_after = 0;
   const char *fb = chime_stream_fallback_reason(sb->s);
   if (fb != NULL && !u->has_fallback) {
     snprintf(u->fallback, sizeof(u->fallback), "shard %.200s: %s", m->addr, fb);
@@ -300,6 +313,7 @@ static void info_poll(chime_stream_t *s, uint32_t i) {
         sb->mass = u->prioritized ? ti->mass : (double)ti->size;
         sb->size = (double)ti->size;
         sb->mass_ms = sb->info_sent_ms;
+        sb->fresh_after = sb->taken + STALE_BATCHES(s->opts.slots);
       }
       break;
     }
@@ -311,10 +325,12 @@ static void info_poll(chime_stream_t *s, uint32_t i) {
 }
 
 /* A batch's first item tells its shard's mass when it was drawn: weight /
- * probability (and its table size). */
+ * probability (and its table size), unless it may have been drawn before
+ * the last GetInfo answer (prefetched: a shard drawn rarely hands out
+ * batches sampled long ago). */
 static void learn_mass(chime__union_t *u, sub_t *sb,
                        const chime_sample_info_t *first) {
-  if (!(first->probability > 0))
+  if (++sb->taken <= sb->fresh_after || !(first->probability > 0))
     return;
   double w = u->prioritized ? pow(first->priority, u->exponent) : 1.0;
   sb->mass = w / first->probability;
@@ -361,28 +377,37 @@ static void refresh(chime_stream_t *s, int force) {
 
 /* --- next --- */
 
+/* What shard sb weighs in a draw: its mass (or its size, by_size), 0 while
+ * it holds fewer than min_size items: its sampler waits then, and a draw
+ * that chose it would hold the learner back while other shards could
+ * deliver. */
+static double weight_of(const chime__union_t *u, const sub_t *sb, int by_size) {
+  if (!live(sb) || sb->size < u->min_size)
+    return 0;
+  return by_size ? sb->size : sb->mass;
+}
+
 /* Draws the shard of the next batch, by mass (by size while no shard has
  * mass). CHIME_ETIMEDOUT when none has either: nothing to draw from yet. */
 static int draw(chime__union_t *u) {
   double total = 0;
   int by_size = 0;
   for (uint32_t i = 0; i < u->nsubs; i++)
-    if (live(&u->subs[i]) && u->subs[i].mass > 0)
-      total += u->subs[i].mass;
+    if (weight_of(u, &u->subs[i], 0) > 0)
+      total += weight_of(u, &u->subs[i], 0);
   if (!(total > 0)) {
     by_size = 1;
     for (uint32_t i = 0; i < u->nsubs; i++)
-      if (live(&u->subs[i]) && u->subs[i].size > 0)
-        total += u->subs[i].size;
+      if (weight_of(u, &u->subs[i], 1) > 0)
+        total += weight_of(u, &u->subs[i], 1);
   }
   if (!(total > 0))
     return CHIME_ETIMEDOUT;
   double x = rand_unit(&u->rng) * total, acc = 0;
   int pick = -1;
   for (uint32_t i = 0; i < u->nsubs; i++) {
-    const sub_t *sb = &u->subs[i];
-    double w = by_size ? sb->size : sb->mass;
-    if (!live(sb) || !(w > 0))
+    double w = weight_of(u, &u->subs[i], by_size);
+    if (!(w > 0))
       continue;
     pick = (int)i; /* the last with weight, should rounding leave x past */
     acc += w;
@@ -390,7 +415,7 @@ static int draw(chime__union_t *u) {
       break;
   }
   u->chosen = pick;
-  u->chosen_w = by_size ? u->subs[pick].size : u->subs[pick].mass;
+  u->chosen_w = weight_of(u, &u->subs[pick], by_size);
   u->chosen_total = total;
   u->chosen_ms = chime__now_ms();
   u->by_size = by_size;
@@ -465,8 +490,9 @@ static int next_weighed(chime_stream_t *s, chime_batch_t *out, uint32_t *at,
     if (left_ms(end) == 0)
       return timed_out(s, timeout_ms);
     refresh(s, 0);
-    /* Its table emptied since the draw: it cannot deliver. */
-    if (sb->mass_ms > u->chosen_ms && !((u->by_size ? sb->size : sb->mass) > 0))
+    /* Its table emptied (below min_size) since the draw: it cannot
+     * deliver. */
+    if (sb->mass_ms > u->chosen_ms && !(weight_of(u, sb, u->by_size) > 0))
       u->chosen = -1;
   }
 }

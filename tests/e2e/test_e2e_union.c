@@ -5,7 +5,9 @@
  * (chi-square at p = 0.001, over shards per batch and over item buckets),
  * and every reported probability is the item's probability in the union
  * (relative 1e-9). fifo (shm, stream mode): sub-streams merged, every
- * item inserted while the stream waits delivered exactly once. One shard
+ * item inserted while the stream waits delivered exactly once. A shard
+ * empty at first is drawn once it fills, at the new union's
+ * probabilities. One shard
  * killed with SIGKILL mid-stream: next() goes on with the others, and
  * their probabilities become the smaller union's; with every shard
  * killed, next() fails. */
@@ -129,6 +131,8 @@ static int setup(void **state) {
              "\"sampler\": \"fifo\"},\n"
              " {\"name\": \"qs\", \"spec\": \"x:u64[]\", \"capacity\": 2000, "
              "\"sampler\": \"fifo\"},\n"
+             " {\"name\": \"grow\", \"spec\": \"x:u64[]\", \"capacity\": "
+             "2000, \"sampler\": \"uniform\"},\n"
              " {\"name\": \"kill\", \"spec\": \"x:u64[]\", \"capacity\": "
              "2000, \"sampler\": \"uniform\"}]}\n",
              k + 1, EXPONENT);
@@ -368,6 +372,66 @@ static void test_fifo_stream(void **state) {
   fifo_exactly_once("qs", CHIME_MODE_STREAM);
 }
 
+/* --- masses that change --- */
+
+static uint32_t shard_of(const chime_batch_t *b) {
+  return (uint32_t)(((const uint64_t *)b->leaf[0].data)[0] >> 32);
+}
+
+static int prob_is(const chime_batch_t *b, double want) {
+  for (uint32_t j = 0; j < b->count; j++)
+    if (!(fabs(b->info[j].probability - want) < 1e-9 * want))
+      return 0;
+  return 1;
+}
+
+/* Shard 3's table is empty when the stream opens, so it is never drawn;
+ * once it holds 400 items (the others 200 each), GetInfo's masses, asked
+ * for while next() goes on, bring it in: its batches come, and every
+ * probability settles at 1/800. */
+static void test_shard_fills_later(void **state) {
+  (void)state;
+  insert(0, "grow", 200);
+  insert(1, "grow", 200);
+  chime_client_t *c = NULL;
+  assert_int_equal(chime_client_create(&c, target, NULL), 0);
+  chime_stream_t *s = open_union(c, "grow", CHIME_MODE_AUTO, 4, 4);
+  chime_batch_t b;
+  for (int n = 0; n < 50; n++) {
+    assert_int_equal(chime_stream_next(s, &b, 20000), 0);
+    assert_true(shard_of(&b) != 3);
+    assert_true(prob_is(&b, 1.0 / 400));
+    assert_int_equal(chime_stream_release(s, &b), 0);
+  }
+  insert(2, "grow", 400);
+  /* Until shard 3's first batch drawn with its whole mass: batches it
+   * sampled while it filled may come first, their probabilities the
+   * smaller table's. */
+  int64_t deadline = chime__now_ms() + 10000;
+  for (;;) {
+    assert_int_equal(chime_stream_next(s, &b, 20000), 0);
+    int settled = shard_of(&b) == 3 && prob_is(&b, 1.0 / 800);
+    assert_int_equal(chime_stream_release(s, &b), 0);
+    if (settled)
+      break;
+    if (chime__now_ms() > deadline)
+      fail_msg("no batch of shard 3 at the union's probability 1/800 in "
+               "10 s after it filled");
+  }
+  uint32_t from3 = 0;
+  for (int n = 0; n < 300; n++) {
+    assert_int_equal(chime_stream_next(s, &b, 20000), 0);
+    from3 += shard_of(&b) == 3;
+    if (!prob_is(&b, 1.0 / 800))
+      fail_msg("batch %d of shard %u: probability %.17g, not 1/800", n,
+               shard_of(&b), b.info[0].probability);
+    assert_int_equal(chime_stream_release(s, &b), 0);
+  }
+  assert_true(from3 > 0);
+  chime_stream_close(s);
+  chime_client_destroy(c);
+}
+
 /* --- a shard killed --- */
 
 static void test_shard_killed(void **state) {
@@ -434,6 +498,7 @@ int main(void) {
       cmocka_unit_test(test_prioritized_union),
       cmocka_unit_test(test_fifo_shm),
       cmocka_unit_test(test_fifo_stream),
+      cmocka_unit_test(test_shard_fills_later),
       cmocka_unit_test(test_shard_killed),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

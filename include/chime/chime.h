@@ -453,7 +453,19 @@ typedef struct {
  * the attach error. With pin_host_memory the ring this process reads is
  * page-locked (chime_ring_pin) or the open fails with the whole pinning
  * error in chime_last_error(). On any failure the reason is in
- * chime_last_error(). Each stream runs one helper thread. */
+ * chime_last_error(). Each stream runs one helper thread.
+ *
+ * On a sharded client the stream reads the union of the shards' tables as
+ * one table (docs/scaling.md, "Sampling over shards"): a sub-stream per
+ * shard with these options (auto: shm for a shard on this host, stream for
+ * the others), so one helper thread and one ring of `slots` per shard. For
+ * a uniform or prioritized table each batch comes whole from one shard,
+ * drawn with probability mass_i / sum(mass), and each item's
+ * info.probability is its probability in the union; fifo, lifo and the
+ * heaps take a batch from whichever shard has one ready, in turn. A shard
+ * that cannot be reached at open is opened later; one that answers and
+ * refuses (no such table, a table configured differently) fails the open,
+ * as does reaching none. */
 CHIME_EXTERN CHIME_NODISCARD int
 chime_stream_open(chime_stream_t **out, chime_client_t *client,
                   const char *table, const chime_stream_opts_t *opts);
@@ -469,7 +481,12 @@ chime_stream_open(chime_stream_t **out, chime_client_t *client,
  * its ring empty receives the batch on the calling thread (no hand-off from
  * another); while the learner stays out of next() for more than a few
  * milliseconds the stream's helper thread receives instead, so batches
- * keep arriving up to the prefetch while it computes. */
+ * keep arriving up to the prefetch while it computes. On a sharded
+ * client's stream a shard whose sub-stream ends is skipped (and opened
+ * again once it answers): next() fails, with the last shard's end, only
+ * when no shard's sub-stream is left; a batch's info then lies in memory
+ * the stream owns (uniform, prioritized: the union's probabilities), its
+ * leaves in the shard's ring as ever. */
 CHIME_EXTERN CHIME_NODISCARD int
 chime_stream_next(chime_stream_t *stream, chime_batch_t *out, int timeout_ms);
 /* Gives back a batch this stream's next() returned, in any order (named
@@ -480,12 +497,18 @@ chime_stream_next(chime_stream_t *stream, chime_batch_t *out, int timeout_ms);
  * by this stream, and nothing is released. */
 CHIME_EXTERN CHIME_NODISCARD int
 chime_stream_release(chime_stream_t *stream, const chime_batch_t *batch);
+/* A sharded client's stream: its sub-streams' mode when they all have the
+ * same, CHIME_MODE_AUTO when some shards are read by shm and others in
+ * stream mode. */
 CHIME_EXTERN chime_mode_t chime_stream_mode(const chime_stream_t *stream);
-/* NULL when the requested mode was used; else why auto fell back. */
+/* NULL when the requested mode was used; else why auto fell back (on a
+ * sharded client's stream, the first shard that fell back, named). */
 CHIME_EXTERN const char *
 chime_stream_fallback_reason(const chime_stream_t *stream);
 
 /* This process's view of one stream (the server's is chime_client_stats()). */
+/* A sharded client's stream: sums over its sub-streams (closed ones
+ * included), stream_id 0 (each shard's stats show its sub-stream). */
 typedef struct {
   chime_mode_t mode;
   uint64_t stream_id; /* as in the server's stats */

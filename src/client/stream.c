@@ -20,6 +20,7 @@
 
 #include "client/fork.h"
 #include "client/stream.h"
+#include "client/union.h"
 #include "wire/credit.h"
 
 /* Cuts the learner off the ring: next then reports end_code, with end_why
@@ -251,11 +252,6 @@ int chime_stream_open(chime_stream_t **out, chime_client_t *client,
   rc = chime__client_inherited(client);
   if (rc)
     return rc;
-  if (client->set)
-    return chime__detail(CHIME_ENOTSUP,
-                         "stream: a sharded client's streams are not built "
-                         "yet: open the stream on one shard's client "
-                         "(chime_client_shard)");
   if (opts)
     o = *opts;
   if (o.slots == 0) /* a zero means its default */
@@ -287,6 +283,14 @@ int chime_stream_open(chime_stream_t **out, chime_client_t *client,
   pthread_cond_init(&s->idle_cv, NULL);
 
   s->opts = o;
+  if (client->set) {
+    /* Sub-streams on the shards' own clients do the rest (union.c). */
+    if ((rc = chime__union_open(s, err, sizeof(err))) == 0) {
+      *out = s;
+      s = NULL;
+    }
+    goto cleanup;
+  }
   s->prefetch = chime__credits_initial(o.prefetch, o.slots);
   rc = chime__stream_attach(s, err, sizeof(err));
   if (rc)
@@ -335,30 +339,10 @@ static int inherited(const chime_stream_t *s) {
   return chime__detail(rc, err);
 }
 
-int chime_stream_next(chime_stream_t *stream, chime_batch_t *out,
-                      int timeout_ms) {
-  chime_stream_t *s = stream;
-  if (!s || !out)
-    return chime__detail(CHIME_EINVAL,
-                         "chime_stream_next: needs a stream and out");
-  int rc = inherited(s);
-  if (rc)
-    return rc;
-  chime_ring_view_t v;
-  const chime__transport_t *tp = s->tp;
-  if (tp->learner_drives) {
-    set_in_next(s, 1);
-    rc = drive_next(s, &v, timeout_ms);
-    set_in_next(s, 0);
-  } else {
-    rc = chime_ring_next(s->ring, &v, tp->before_wait ? 0 : timeout_ms);
-    if (rc == CHIME_ETIMEDOUT && tp->before_wait) {
-      /* About to wait: e.g. gathered credits go now if the server owes
-       * nothing (a completing send re-checks, see pump). */
-      tp->before_wait(s);
-      rc = chime_ring_next(s->ring, &v, timeout_ms);
-    }
-  }
+/* next()'s end: the ring's answer rc as the learner's, and the batch in v
+ * lent to it. */
+static int lend(chime_stream_t *s, int rc, const chime_ring_view_t *vp,
+                chime_batch_t *out, int timeout_ms) {
   if (rc == CHIME_EDISCONNECTED || rc == CHIME_ESHUTDOWN)
     return report_end(s, rc);
   if (rc == CHIME_ETIMEDOUT)
@@ -375,26 +359,65 @@ int chime_stream_next(chime_stream_t *stream, chime_batch_t *out,
   if (rc)
     return chime__detailf(rc, "stream %" PRIu64 " on '%s': %s", s->stream_id,
                           s->table, chime_strerror(rc));
-  out->seq = v.seq;
-  out->count = v.count;
+  out->seq = vp->seq;
+  out->count = vp->count;
   out->nleaves = s->spec.nleaves;
-  out->info = v.info;
-  s->lent[v.slot] = v.seq + 1;
+  out->info = vp->info;
+  s->lent[vp->slot] = vp->seq + 1;
   for (uint32_t i = 0; i < s->spec.nleaves; i++) {
     const chime_leaf_t *l = &s->spec.leaves[i];
     chime_batch_leaf_t *b = &out->leaf[i];
     b->name = l->name;
     b->dtype = l->dtype;
     b->ndim = l->ndim + 1;
-    b->shape[0] = v.count;
+    b->shape[0] = vp->count;
     for (uint32_t d = 0; d < l->ndim; d++)
       b->shape[d + 1] = l->shape[d];
-    b->data = v.leaf[i];
-    b->bytes = (uint64_t)v.count * chime_leaf_bytes(l);
+    b->data = vp->leaf[i];
+    b->bytes = (uint64_t)vp->count * chime_leaf_bytes(l);
     s->bytes += b->bytes;
   }
   s->batches++;
   return 0;
+}
+
+int chime_stream_next(chime_stream_t *stream, chime_batch_t *out,
+                      int timeout_ms) {
+  chime_stream_t *s = stream;
+  if (!s || !out)
+    return chime__detail(CHIME_EINVAL,
+                         "chime_stream_next: needs a stream and out");
+  int rc = inherited(s);
+  if (rc)
+    return rc;
+  if (s->uni)
+    return chime__union_next(s, out, timeout_ms);
+  chime_ring_view_t v;
+  const chime__transport_t *tp = s->tp;
+  if (tp->learner_drives) {
+    set_in_next(s, 1);
+    rc = drive_next(s, &v, timeout_ms);
+    set_in_next(s, 0);
+  } else {
+    rc = chime_ring_next(s->ring, &v, tp->before_wait ? 0 : timeout_ms);
+    if (rc == CHIME_ETIMEDOUT && tp->before_wait) {
+      /* About to wait: e.g. gathered credits go now if the server owes
+       * nothing (a completing send re-checks, see pump). */
+      tp->before_wait(s);
+      rc = chime_ring_next(s->ring, &v, timeout_ms);
+    }
+  }
+  return lend(s, rc, &v, out, timeout_ms);
+}
+
+int chime__stream_take(chime_stream_t *s, chime_batch_t *out, int timeout_ms) {
+  chime_ring_view_t v;
+  int rc = chime_ring_next(s->ring, &v, 0);
+  if (rc == CHIME_ETIMEDOUT && s->tp->before_wait)
+    s->tp->before_wait(s); /* e.g. gathered credits, as next() sends them */
+  if (rc == CHIME_ETIMEDOUT && timeout_ms != 0)
+    rc = chime_ring_next(s->ring, &v, timeout_ms);
+  return lend(s, rc, &v, out, timeout_ms);
 }
 
 int chime_stream_get_stats(const chime_stream_t *stream,
@@ -406,6 +429,8 @@ int chime_stream_get_stats(const chime_stream_t *stream,
   int rc = inherited(s); /* the ring's counters are the parent's */
   if (rc)
     return rc;
+  if (s->uni)
+    return chime__union_stats(s, out);
   chime_ring_stats_t rs;
   chime_ring_get_stats(s->ring, &rs);
   memset(out, 0, sizeof(*out));
@@ -449,6 +474,8 @@ int chime_stream_release(chime_stream_t *stream, const chime_batch_t *batch) {
   int rc = inherited(s);
   if (rc)
     return rc;
+  if (s->uni)
+    return chime__union_release(s, batch);
   uint32_t slot;
   if (lent_slot(s, batch, &slot) != 0)
     return chime__detailf(CHIME_EINVAL,
@@ -466,10 +493,14 @@ int chime_stream_release(chime_stream_t *stream, const chime_batch_t *batch) {
 }
 
 chime_mode_t chime_stream_mode(const chime_stream_t *stream) {
+  if (stream && stream->uni)
+    return chime__union_mode(stream);
   return stream ? stream->mode : CHIME_MODE_AUTO;
 }
 
 const char *chime_stream_fallback_reason(const chime_stream_t *stream) {
+  if (stream && stream->uni)
+    return chime__union_fallback_reason(stream);
   return stream && stream->has_fallback ? stream->fallback : NULL;
 }
 
@@ -489,6 +520,10 @@ void chime_stream_close(chime_stream_t *stream) {
   chime_stream_t *s = stream;
   if (!s)
     return;
+  /* A sharded stream has no call, ring or transport of its own: once its
+   * sub-streams are closed, what follows frees s. */
+  if (s->uni)
+    chime__union_close(s);
   if (s->fork_gen != chime__fork_gen()) {
     close_inherited(s);
     return;

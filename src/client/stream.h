@@ -16,6 +16,10 @@ typedef struct chime__transport_s chime__transport_t;
 
 struct chime_stream_s {
   chime_client_t *client;
+  /* A sharded client's stream (union.h): sub-streams on the shards, and
+   * nothing of the rest below but what open fills in (client, table,
+   * opts); every public stream call hands it to union.c. NULL otherwise. */
+  struct chime__union_s *uni;
   uint32_t fork_gen; /* the client's: the stream is the parent's in a child */
   int pid;           /* the client's process */
   chime_mode_t mode; /* the transport's, once open */
@@ -107,5 +111,12 @@ extern const chime__transport_t chime__remote_transport; /* remote.c */
  * are ready for the stream's thread; on failure nothing is left but s's
  * memory. attach.c. */
 int chime__stream_attach(chime_stream_t *s, char *err, size_t errlen);
+
+/* chime_stream_next without polling the call: a batch from the ring if one
+ * comes within timeout_ms, the stream's thread receiving meanwhile (stream
+ * mode). The sharded stream looks at many sub-streams this way while it
+ * waits for any of them, and leaves each one's receiving to its thread.
+ * stream.c. */
+int chime__stream_take(chime_stream_t *s, chime_batch_t *out, int timeout_ms);
 
 #endif

@@ -66,6 +66,9 @@ struct chime_writer_s {
   uint32_t fl_cap, fl_head;
   uint32_t sent_on_call; /* of those, sent on the current call (oldest first) */
   int broken;            /* the call died and may be resumed on a new one */
+  /* move_shard is cancelling the call to the dead shard: the CANCELLED
+   * status that follows is ours, not the server's, and fails nothing. */
+  int dropping;
   int64_t reconnect_deadline; /* CLOCK_MONOTONIC ms; 0: not reconnecting */
   uint64_t reconnects;
   uint64_t min_key; /* keys of one call only grow: the next ack's lowest */
@@ -128,6 +131,8 @@ static int live(const chime_writer_t *w) {
 static void on_status(chime_writer_t *w) {
   char text[CHIME__ERRLEN];
   int code = chime__rpc_result(&w->rpc, text, sizeof(text));
+  if (w->dropping)
+    return;
   if (code == 0 && w->inflight)
     code = CHIME_EPROTO;
   if (code == 0)
@@ -368,9 +373,13 @@ static int move_shard(chime_writer_t *w) {
       chime__spec_diff(ti.sequence_length ? &ti.step_spec : &ti.spec, &w->spec,
                        &at) != CHIME__SPEC_SAME)
     return CHIME_EUNAVAILABLE;
+  /* The call on the dead shard is still waiting for its channel (a
+   * resumed call waits for ready): cancelling it is no failure. */
+  w->dropping = 1;
   chime__rpc_cancel(&w->rpc);
   while (pending(w))
     pump(w, gpr_inf_future(GPR_CLOCK_MONOTONIC));
+  w->dropping = 0;
   chime__rpc_reset(&w->rpc);
   if (w->failed)
     return w->failed;

@@ -8,7 +8,12 @@
  * opens a new call (waiting for the channel to reconnect, for at most
  * reconnect_timeout_ms) and sends every unacked request again, in order. The
  * server acks one it already inserted with its original keys instead of
- * inserting it twice, so nothing is lost and nothing doubled. */
+ * inserting it twice, so nothing is lost and nothing doubled.
+ *
+ * A sharded client's writer is bound to one shard; when that shard stays
+ * unreachable past reconnect_timeout_ms it moves to another (move_shard)
+ * and resends there as a new writer (a fresh writer_id): at least once,
+ * since the dead shard may have inserted what it never acked. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -81,6 +86,8 @@ struct chime_writer_s {
    * calling thread's detail as they fail (report). */
   char err[CHIME__ERRLEN];
 };
+
+static uint64_t new_writer_id(void);
 
 static int fail(chime_writer_t *w, int code) {
   if (!w->failed)
@@ -359,11 +366,40 @@ static int bind_shard(chime__shards_t *set, const char *table, uint32_t skip,
   return rc;
 }
 
+/* To a shard that never saw it the writer is a new writer: a fresh
+ * writer_id, and its unacked requests numbered again from 1 in their
+ * order. Resent under the old id and numbers, a request past the first
+ * would be refused (CHIME_EFORGOTTEN) by a table that has ever forgotten
+ * a writer (docs/protocol.md, Exactly once across reconnects). */
+static int renumber(chime_writer_t *w) {
+  uint64_t id = new_writer_id();
+  for (uint32_t i = 0; i < w->inflight; i++) {
+    struct inflight_s *f = fl_at(w, i);
+    Chime__V1__InsertRequest *req = (Chime__V1__InsertRequest *)chime__unpack(
+        &chime__v1__insert_request__descriptor, f->bb);
+    if (!req)
+      return CHIME_ENOMEM; /* our own bytes: only memory can fail */
+    req->writer_id = id;
+    req->id = i + 1;
+    grpc_byte_buffer *bb = chime__pack(&req->base);
+    protobuf_c_message_free_unpacked(&req->base, NULL);
+    if (!bb)
+      return CHIME_ENOMEM;
+    chime__bb_free(f->bb);
+    f->bb = bb;
+  }
+  w->writer_id = id;
+  w->acked_id = 1;
+  w->next_id = (uint64_t)w->inflight + 1;
+  return 0;
+}
+
 /* Failover: the writer's shard stayed unreachable past the reconnect
  * timeout. The target is resolved again and the writer moves to another
  * live shard with the same table, where every unacked request is sent
- * again (on a new call, by reconnect): at least once, since the dead shard
- * may have inserted some of them before it went (docs/scaling.md). */
+ * again (on a new call, by reconnect), as a new writer's: at least once,
+ * since the dead shard may have inserted some of them before it went
+ * (docs/scaling.md, Writers and shards). */
 static int move_shard(chime_writer_t *w) {
   chime__shards_refresh(w->set, 1);
   uint32_t to = w->member + 1, at;
@@ -381,6 +417,11 @@ static int move_shard(chime_writer_t *w) {
     pump(w, gpr_inf_future(GPR_CLOCK_MONOTONIC));
   w->dropping = 0;
   chime__rpc_reset(&w->rpc);
+  if (!w->failed && w->writer_id && renumber(w)) {
+    snprintf(w->err, sizeof(w->err), "insert into '%s': out of memory",
+             w->table);
+    fail(w, CHIME_ENOMEM);
+  }
   if (w->failed)
     return w->failed;
   w->member = to;

@@ -14,7 +14,10 @@
  *   MutatePriorities reaches its keys.
  * - MutatePriorities with keys of every shard changes exactly those items;
  *   a key of a shard the target does not name, or a target naming two
- *   servers of one shard, is CHIME_EINVAL and nothing changes. */
+ *   servers of one shard, is CHIME_EINVAL and nothing changes.
+ * - A writer that moves resends to a shard that never saw it, as a new
+ *   writer there: it goes on even when that shard's table already forgot
+ *   some other writer (it used to fail with CHIME_EFORGOTTEN). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -733,12 +736,80 @@ static void test_same_shard_twice(void **state) {
   chime_client_destroy(c);
 }
 
+/* A writer moves off a killed shard onto one whose table already forgot a
+ * writer (max_writers 2, three writers opened and closed there): its
+ * unacked requests go in there and it goes on. */
+static void test_move_to_shard_that_forgot(void **state) {
+  (void)state;
+  const char *m = ",\n  {\"name\": \"m\", \"spec\": \"w:u32[], s:u32[]\", "
+                  "\"capacity\": 1000, \"sampler\": \"fifo\", "
+                  "\"max_writers\": 2}";
+  for (int i = 0; i < 2; i++)
+    start_shard(i, (uint32_t)i + 1, m);
+  char target[1024];
+  target_of(2, target, sizeof target);
+  chime_client_t *c = NULL;
+  if (chime_client_create(&c, target, NULL) != 0)
+    fail_msg("client: %s", chime_last_error());
+  chime_writer_t *wr = NULL;
+  chime_writer_opts_t wo = CHIME_WRITER_OPTS_INIT;
+  wo.max_batch_samples = BATCH;
+  wo.reconnect_timeout_ms = RECONNECT_MS;
+  if (chime_writer_open(&wr, c, "m", &wo) != 0)
+    fail_msg("writer: %s", chime_last_error());
+  write_items(wr, 7, 0, BATCH); /* request 1 */
+  int x = table_inserts(chime_client_shard(c, 0), "m") == BATCH ? 0 : 1;
+  int y = 1 - x;
+  assert_int_equal(table_inserts(chime_client_shard(c, (uint32_t)x), "m"),
+                   BATCH);
+  /* Shard y forgets a writer: three come and go where two are kept. */
+  for (uint32_t j = 0; j < 3; j++)
+    write_on(chime_client_shard(c, (uint32_t)y), "m", 50 + j, 0, 1);
+  chime__proc_kill(&shard_d[x].proc);
+  /* Request 2 goes nowhere until the writer moves to y. */
+  for (uint32_t i = 0; i < BATCH; i++) {
+    item_t it = {7, BATCH + i};
+    if (chime_writer_append(wr, &it, sizeof it, 1.0) != 0)
+      fail_msg("append: %s", chime_last_error());
+  }
+  if (chime_writer_flush(wr) != 0)
+    fail_msg("flush after the move: %s", chime_last_error());
+  assert_int_equal(chime_writer_acked(wr), 2 * BATCH);
+  /* And it goes on there. */
+  write_items(wr, 7, 2 * BATCH, BATCH);
+  assert_int_equal(chime_writer_close(wr), 0);
+  chime_client_t *yc = chime_client_shard(c, (uint32_t)y);
+  assert_int_equal(table_inserts(yc, "m"), 3 + 2 * BATCH);
+  chime_stream_t *s = NULL;
+  chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
+  so.batch_size = 3 + 2 * BATCH;
+  if (chime_stream_open(&s, yc, "m", &so) != 0)
+    fail_msg("stream: %s", chime_last_error());
+  chime_batch_t b;
+  assert_int_equal(chime_stream_next(s, &b, 10000), 0);
+  uint8_t seen[3 * BATCH] = {0};
+  for (uint32_t j = 0; j < b.count; j++) {
+    uint32_t w = ((const uint32_t *)b.leaf[0].data)[j];
+    uint32_t q = ((const uint32_t *)b.leaf[1].data)[j];
+    if (w != 7)
+      continue;
+    assert_true(q >= BATCH && q < 3 * BATCH);
+    assert_int_equal(seen[q]++, 0);
+  }
+  for (uint32_t q = BATCH; q < 3 * BATCH; q++)
+    assert_int_equal(seen[q], 1);
+  assert_int_equal(chime_stream_release(s, &b), 0);
+  chime_stream_close(s);
+  chime_client_destroy(c);
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_teardown(test_kill_one_shard, teardown),
       cmocka_unit_test_teardown(test_mutate_every_shard, teardown),
       cmocka_unit_test_teardown(test_same_shard_twice, teardown),
+      cmocka_unit_test_teardown(test_move_to_shard_that_forgot, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,11 +4,11 @@
  * - 8 writer threads on a fifo table are spread over the shards (3, 3, 2:
  *   per-shard inserts and the items' values say which writer is where);
  *   one shard is killed with SIGKILL mid-run: every writer goes on, the
- *   ones bound to the dead shard move to a live one past their
- *   reconnect_timeout_ms, and every item acked on a live shard is
- *   delivered exactly once (one learner per live shard, checked by value:
- *   writer and sequence). What the dead shard acked and no learner took
- *   is lost with it; what it had checkpointed comes back.
+ *   ones bound to the dead shard move past their reconnect_timeout_ms,
+ *   spread over the live ones (4 and 4), and every item acked on a live
+ *   shard is delivered exactly once (one learner per live shard, checked
+ *   by value: writer and sequence). What the dead shard acked and no
+ *   learner took is lost with it; what it had checkpointed comes back.
  * - The killed shard restarted with --restore latest on its port rejoins
  *   the running client: info sums include it, a new writer binds to it,
  *   MutatePriorities reaches its keys.
@@ -466,6 +466,7 @@ static void test_kill_one_shard(void **state) {
   for (int i = 0; i < NSHARDS; i++)
     t[i] = tally(&L[i], limit);
   uint64_t lost = 0, twice = 0;
+  int writers_on[NSHARDS] = {0};
   for (int w = 0; w < WRITERS; w++) {
     /* On the live shards: each item once, all on one shard; from `from`
      * on (a writer that moved: what was unacked when it moved, and all
@@ -491,6 +492,7 @@ static void test_kill_one_shard(void **state) {
                  "%u on are on shard %d)",
                  w, s, from, on);
     }
+    writers_on[on]++;
     if (bound[w] != K) {
       assert_int_equal(from, 0);
       assert_int_equal(on, bound[w]);
@@ -509,6 +511,11 @@ static void test_kill_one_shard(void **state) {
   printf("dead shard: %" PRIu64 " acked items no learner took (lost), "
          "%" PRIu64 " delivered there and again after the move\n",
          lost, twice);
+  /* The dead shard's writers spread over the live ones (4 and 4). */
+  for (int i = 0; i < NSHARDS; i++)
+    if (i != K && writers_on[i] != WRITERS / (NSHARDS - 1))
+      fail_msg("after the move shard %d has %d of the %d writers", i,
+               writers_on[i], WRITERS);
   for (int i = 0; i < NSHARDS; i++)
     tally_free(t[i]);
   for (int i = 0; i < NSHARDS; i++)

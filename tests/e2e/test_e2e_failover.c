@@ -17,7 +17,8 @@
  *   servers of one shard, is CHIME_EINVAL and nothing changes.
  * - A writer that moves resends to a shard that never saw it, as a new
  *   writer there: it goes on even when that shard's table already forgot
- *   some other writer (it used to fail with CHIME_EFORGOTTEN). */
+ *   some other writer (it used to fail with CHIME_EFORGOTTEN); a sequence
+ *   table's episode open on the dead shard is cut there. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -810,6 +811,65 @@ static void test_move_to_shard_that_forgot(void **state) {
   chime_client_destroy(c);
 }
 
+/* A sequence table's writer that moves: the episode open on the dead
+ * shard is cut. Its steps from the move on start a new episode on the new
+ * shard (its step 0 is the first resent step), whose windows hold only
+ * those steps; the end of the episode ends that one. */
+static void test_sequence_episode_cut(void **state) {
+  (void)state;
+  const char *sq = ",\n  {\"name\": \"sq\", \"spec\": \"w:u32[], s:u32[]\", "
+                   "\"capacity_steps\": 1000, \"sequence_length\": 4, "
+                   "\"stride\": 1, \"sampler\": \"fifo\"}";
+  for (int i = 0; i < 2; i++)
+    start_shard(i, (uint32_t)i + 1, sq);
+  char target[1024];
+  target_of(2, target, sizeof target);
+  chime_client_t *c = NULL;
+  if (chime_client_create(&c, target, NULL) != 0)
+    fail_msg("client: %s", chime_last_error());
+  chime_writer_t *wr = NULL;
+  chime_writer_opts_t wo = CHIME_WRITER_OPTS_INIT;
+  wo.max_batch_samples = 3;
+  wo.reconnect_timeout_ms = RECONNECT_MS;
+  if (chime_writer_open(&wr, c, "sq", &wo) != 0)
+    fail_msg("writer: %s", chime_last_error());
+  write_items(wr, 7, 0, 6); /* steps 0..5: windows 0-3, 1-4, 2-5 */
+  int x = table_inserts(chime_client_shard(c, 0), "sq") == 3 ? 0 : 1;
+  int y = 1 - x;
+  assert_int_equal(table_inserts(chime_client_shard(c, (uint32_t)x), "sq"), 3);
+  chime__proc_kill(&shard_d[x].proc);
+  for (uint32_t i = 6; i < 12; i++) {
+    item_t it = {7, i};
+    if (chime_writer_append(wr, &it, sizeof it, 1.0) != 0)
+      fail_msg("append: %s", chime_last_error());
+  }
+  if (chime_writer_end_episode(wr) != 0 || chime_writer_flush(wr) != 0)
+    fail_msg("end and flush after the move: %s", chime_last_error());
+  assert_int_equal(chime_writer_close(wr), 0);
+  /* Steps 6..11 alone on y: 3 windows of 4, from its step 0. */
+  chime_client_t *yc = chime_client_shard(c, (uint32_t)y);
+  assert_int_equal(table_inserts(yc, "sq"), 3);
+  chime_stream_t *s = NULL;
+  chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
+  so.batch_size = 3;
+  if (chime_stream_open(&s, yc, "sq", &so) != 0)
+    fail_msg("stream: %s", chime_last_error());
+  chime_batch_t b;
+  assert_int_equal(chime_stream_next(s, &b, 10000), 0);
+  assert_int_equal(b.count, 3);
+  const uint32_t *sv = b.leaf[1].data;
+  for (uint32_t j = 0; j < 3; j++) {
+    assert_int_equal(b.info[j].first_step, j);
+    assert_int_equal(b.info[j].length, 4);
+    assert_true(b.info[j].episode_id == b.info[0].episode_id);
+    for (uint32_t k = 0; k < 4; k++)
+      assert_int_equal(sv[j * 4 + k], 6 + j + k);
+  }
+  assert_int_equal(chime_stream_release(s, &b), 0);
+  chime_stream_close(s);
+  chime_client_destroy(c);
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   const struct CMUnitTest tests[] = {
@@ -817,6 +877,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_mutate_every_shard, teardown),
       cmocka_unit_test_teardown(test_same_shard_twice, teardown),
       cmocka_unit_test_teardown(test_move_to_shard_that_forgot, teardown),
+      cmocka_unit_test_teardown(test_sequence_episode_cut, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

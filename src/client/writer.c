@@ -339,8 +339,9 @@ static int reconnect(chime_writer_t *w) {
 }
 
 /* Binds to a shard of set (chime__shards_pick: the live one with the
- * fewest of this client's writers, whose count it keeps) that answers and
- * has the table (in ti), never `skip` (UINT32_MAX: none). A shard that
+ * fewest of this client's writers, whose count it keeps; never a second
+ * address of one server) that answers and has the table (in ti), never
+ * `skip` (UINT32_MAX: none). A shard that
  * answers without the table fails it (the shards must be configured
  * alike); one that cannot be reached is passed over for the next. */
 static int bind_shard(chime__shards_t *set, const char *table, uint32_t skip,
@@ -356,6 +357,11 @@ static int bind_shard(chime__shards_t *set, const char *table, uint32_t skip,
     chime__member_t *m = chime__shards_at(set, i);
     char why[CHIME__ERRLEN];
     tried[i] = 1;
+    if (chime__shards_duplicate(set, i)) {
+      /* A server named twice counts once, under its first address. */
+      chime__shards_unpick(set, i);
+      continue;
+    }
     any = 1;
     rc = chime__table_lookup(m->client, table, ti, NULL, why, sizeof(why));
     if (rc == 0) {

@@ -18,7 +18,8 @@
  * - A writer that moves resends to a shard that never saw it, as a new
  *   writer there: it goes on even when that shard's table already forgot
  *   some other writer (it used to fail with CHIME_EFORGOTTEN); a sequence
- *   table's episode open on the dead shard is cut there. */
+ *   table's episode open on the dead shard is cut there.
+ * - Writers spread over servers: one named twice counts once. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -877,6 +878,35 @@ static void test_sequence_episode_cut(void **state) {
   chime_client_destroy(c);
 }
 
+/* Writers spread over servers, not addresses: a target naming shard 1
+ * twice (as "A" and "ipv4:A") and shard 2 once puts 3 of 6 writers on
+ * each server. */
+static void test_spread_over_servers(void **state) {
+  (void)state;
+  for (int i = 0; i < 2; i++)
+    start_shard(i, (uint32_t)i + 1, NULL);
+  char target[1024];
+  snprintf(target, sizeof target, "%s,ipv4:%s,%s", shard_d[0].addr,
+           shard_d[0].addr, shard_d[1].addr);
+  chime_client_t *c = NULL;
+  if (chime_client_create(&c, target, NULL) != 0)
+    fail_msg("client: %s", chime_last_error());
+  assert_int_equal(chime_client_nshards(c), 3);
+  chime_writer_t *wr[6];
+  chime_writer_opts_t wo = CHIME_WRITER_OPTS_INIT;
+  wo.max_batch_samples = BATCH;
+  for (uint32_t j = 0; j < 6; j++)
+    if (chime_writer_open(&wr[j], c, "q", &wo) != 0)
+      fail_msg("writer: %s", chime_last_error());
+  for (uint32_t j = 0; j < 6; j++) {
+    write_items(wr[j], j, 0, BATCH);
+    assert_int_equal(chime_writer_close(wr[j]), 0);
+  }
+  assert_int_equal(table_inserts(chime_client_shard(c, 0), "q"), 3 * BATCH);
+  assert_int_equal(table_inserts(chime_client_shard(c, 2), "q"), 3 * BATCH);
+  chime_client_destroy(c);
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   const struct CMUnitTest tests[] = {
@@ -885,6 +915,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_same_shard_twice, teardown),
       cmocka_unit_test_teardown(test_move_to_shard_that_forgot, teardown),
       cmocka_unit_test_teardown(test_sequence_episode_cut, teardown),
+      cmocka_unit_test_teardown(test_spread_over_servers, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,9 +6,10 @@
  *   one shard is killed with SIGKILL mid-run: every writer goes on, the
  *   ones bound to the dead shard move past their reconnect_timeout_ms,
  *   spread over the live ones (4 and 4), and every item acked on a live
- *   shard is delivered exactly once (one learner per live shard, checked
- *   by value: writer and sequence). What the dead shard acked and no
- *   learner took is lost with it; what it had checkpointed comes back.
+ *   shard is delivered exactly once (checked by value, writer and
+ *   sequence, over one learner per shard and 4 on the sharded client).
+ *   What the dead shard acked and no learner took is lost with it; what
+ *   it had checkpointed comes back.
  * - The killed shard restarted with --restore latest on its port rejoins
  *   the running client: info sums include it, a new writer binds to it,
  *   MutatePriorities reaches its keys.
@@ -148,25 +149,33 @@ static void write_on(chime_client_t *c, const char *table, uint32_t w,
 
 /* ------------------------------------------------------------ learners */
 
-/* One learner thread on one shard's own client: records every item it is
- * given until it has `target` or its stream ends. */
+/* Learner threads: one per shard on the shard's own client, and UNION more
+ * on the sharded client (each sampling the union of the shards). Each
+ * records every item it is given, with the shard its key names, until
+ * told to quit or its stream ends. */
+#define UNION 4
+#define NLEARNERS (NSHARDS + UNION)
+
+typedef struct {
+  uint32_t w, s, shard; /* shard: index, from the key */
+} got_t;
+
+static _Atomic uint64_t g_deliv[NSHARDS]; /* items delivered, by shard */
+
 typedef struct {
   chime_stream_t *s;
   pthread_t th;
   pthread_mutex_t mu;
-  item_t *items;
+  got_t *items;
   size_t n, cap;
-  _Atomic uint64_t got;
-  _Atomic uint64_t target;
-  atomic_int quit, done;
+  atomic_int quit;
   int end_rc;
   char end_err[256];
 } learner_t;
 
 static void *learner_main(void *arg) {
   learner_t *L = arg;
-  while (!atomic_load(&L->quit) &&
-         atomic_load(&L->got) < atomic_load(&L->target)) {
+  while (!atomic_load(&L->quit)) {
     chime_batch_t b;
     int rc = chime_stream_next(L->s, &b, 200);
     if (rc == CHIME_ETIMEDOUT)
@@ -182,29 +191,32 @@ static void *learner_main(void *arg) {
       size_t cap = L->cap ? L->cap * 2 : 4096;
       while (cap < L->n + b.count)
         cap *= 2;
-      item_t *grown = realloc(L->items, cap * sizeof(*grown));
+      got_t *grown = realloc(L->items, cap * sizeof(*grown));
       if (!grown)
         abort();
       L->items = grown;
       L->cap = cap;
     }
-    for (uint32_t j = 0; j < b.count; j++)
-      L->items[L->n++] = (item_t){wv[j], sv[j]};
+    for (uint32_t j = 0; j < b.count; j++) {
+      /* Shard i is config shard i + 1 (start_shard); anything else shows
+       * as out of range in the tally. */
+      uint32_t shard = chime_key_shard(b.info[j].key) - 1;
+      L->items[L->n++] = (got_t){wv[j], sv[j], shard};
+      if (shard < NSHARDS)
+        atomic_fetch_add(&g_deliv[shard], 1);
+    }
     pthread_mutex_unlock(&L->mu);
-    atomic_fetch_add(&L->got, b.count);
     if (chime_stream_release(L->s, &b) != 0) {
       L->end_rc = CHIME_EPROTO;
       break;
     }
   }
-  atomic_store(&L->done, 1);
   return NULL;
 }
 
 static void learner_start(learner_t *L, chime_client_t *c, const char *table) {
   memset(L, 0, sizeof(*L));
   pthread_mutex_init(&L->mu, NULL);
-  atomic_store(&L->target, UINT64_MAX);
   chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
   so.batch_size = BATCH;
   if (chime_stream_open(&L->s, c, table, &so) != 0)
@@ -212,21 +224,26 @@ static void learner_start(learner_t *L, chime_client_t *c, const char *table) {
   assert_int_equal(pthread_create(&L->th, NULL, learner_main, L), 0);
 }
 
-/* Waits (bounded) until the learner has `want` items, then stops it. */
-static void learner_finish(learner_t *L, uint64_t want, const char *what) {
-  atomic_store(&L->target, want);
-  int64_t end = chime__now_ms() + GENEROUS_MS * 2;
-  while (!atomic_load(&L->done) && atomic_load(&L->got) < want &&
-         chime__now_ms() < end)
-    chime__sleep_ms(20);
+static void learner_stop(learner_t *L) {
   atomic_store(&L->quit, 1);
   pthread_join(L->th, NULL);
   chime_stream_close(L->s);
   L->s = NULL;
-  if (L->got != want)
-    fail_msg("%s: delivered %" PRIu64 " items, the shard inserted %" PRIu64
-             " (end: %s)",
-             what, (uint64_t)L->got, want, L->end_err);
+}
+
+/* Waits (bounded) until the learners together delivered want[i] items of
+ * every shard i with want[i] != UINT64_MAX. */
+static void wait_delivered(const uint64_t *want, const char *what) {
+  int64_t end = chime__now_ms() + GENEROUS_MS * 2;
+  for (int i = 0; i < NSHARDS; i++) {
+    if (want[i] == UINT64_MAX)
+      continue;
+    while (atomic_load(&g_deliv[i]) < want[i] && chime__now_ms() < end)
+      chime__sleep_ms(10);
+    if (atomic_load(&g_deliv[i]) != want[i])
+      fail_msg("%s: shard %d delivered %" PRIu64 " items, inserted %" PRIu64,
+               what, i, (uint64_t)atomic_load(&g_deliv[i]), want[i]);
+  }
 }
 
 static void learner_free(learner_t *L) {
@@ -321,20 +338,24 @@ static void wait_writers(writer_t *ws, const uint32_t *want, const char *what) {
   }
 }
 
-/* count[w][s]: how often item (w, s) was delivered by learner L. */
-static uint8_t **tally(const learner_t *L, const uint32_t *limit) {
+/* count[w][s]: how often item (w, s) of shard `shard` was delivered, by
+ * any learner. */
+static uint8_t **tally(const learner_t *L, uint32_t shard,
+                       const uint32_t *limit) {
   uint8_t **t = calloc(WRITERS, sizeof(*t));
   assert_non_null(t);
   for (int w = 0; w < WRITERS; w++)
     assert_non_null(t[w] = calloc(limit[w] + 1, 1));
-  for (size_t k = 0; k < L->n; k++) {
-    item_t it = L->items[k];
-    if (it.w >= WRITERS || it.s >= limit[it.w])
-      fail_msg("delivered an item no writer sent: writer %u seq %u", it.w,
-               it.s);
-    if (t[it.w][it.s] < 255)
-      t[it.w][it.s]++;
-  }
+  for (int l = 0; l < NLEARNERS; l++)
+    for (size_t k = 0; k < L[l].n; k++) {
+      got_t it = L[l].items[k];
+      if (it.shard >= NSHARDS || it.w >= WRITERS || it.s >= limit[it.w])
+        fail_msg("delivered an item no writer sent: writer %u seq %u shard "
+                 "index %u",
+                 it.w, it.s, it.shard);
+      if (it.shard == shard && t[it.w][it.s] < 255)
+        t[it.w][it.s]++;
+    }
   return t;
 }
 
@@ -363,9 +384,12 @@ static void test_kill_one_shard(void **state) {
                         shard_d[i].addr);
   }
 
-  static learner_t L[NSHARDS];
+  /* L[i] on shard i alone; L[NSHARDS..] on the union (src/client/union.c). */
+  static learner_t L[NLEARNERS];
   for (int i = 0; i < NSHARDS; i++)
-    learner_start(&L[i], sc[i], "q");
+    atomic_store(&g_deliv[i], 0);
+  for (int i = 0; i < NLEARNERS; i++)
+    learner_start(&L[i], i < NSHARDS ? sc[i] : c, "q");
 
   static writer_t W[WRITERS];
   memset(W, 0, sizeof W);
@@ -395,20 +419,18 @@ static void test_kill_one_shard(void **state) {
   int bound[WRITERS];
   for (int w = 0; w < WRITERS; w++)
     bound[w] = -1;
-  for (int i = 0; i < NSHARDS; i++) {
-    int64_t end = chime__now_ms() + GENEROUS_MS;
-    while (atomic_load(&L[i].got) < ins1[i] && chime__now_ms() < end)
-      chime__sleep_ms(10);
-    assert_int_equal(atomic_load(&L[i].got), ins1[i]);
-    pthread_mutex_lock(&L[i].mu);
-    for (size_t k = 0; k < L[i].n; k++) {
-      uint32_t w = L[i].items[k].w;
-      assert_true(w < WRITERS);
-      if (bound[w] != -1 && bound[w] != i)
-        fail_msg("writer %u wrote to shards %d and %d", w, bound[w], i);
-      bound[w] = i;
+  wait_delivered(ins1, "phase 1");
+  for (int l = 0; l < NLEARNERS; l++) {
+    pthread_mutex_lock(&L[l].mu);
+    for (size_t k = 0; k < L[l].n; k++) {
+      got_t it = L[l].items[k];
+      assert_true(it.w < WRITERS && it.shard < NSHARDS);
+      if (bound[it.w] != -1 && bound[it.w] != (int)it.shard)
+        fail_msg("writer %u wrote to shards %d and %u", it.w, bound[it.w],
+                 it.shard);
+      bound[it.w] = (int)it.shard;
     }
-    pthread_mutex_unlock(&L[i].mu);
+    pthread_mutex_unlock(&L[l].mu);
   }
   for (int w = 0; w < WRITERS; w++)
     assert_true(bound[w] >= 0);
@@ -448,25 +470,35 @@ static void test_kill_one_shard(void **state) {
   }
   pthread_barrier_destroy(&phase_barrier);
 
-  /* Every learner of a live shard gets exactly what its shard inserted. */
-  for (int i = 0; i < NSHARDS; i++) {
-    if (i == K)
-      continue;
-    char what[64];
-    snprintf(what, sizeof what, "learner of shard %d", i);
-    learner_finish(&L[i], table_inserts(sc[i], "q"), what);
+  /* The learners get exactly what each live shard inserted; the one on
+   * the dead shard alone saw its stream end, the union's went on. */
+  uint64_t fin[NSHARDS];
+  for (int i = 0; i < NSHARDS; i++)
+    fin[i] = i == K ? UINT64_MAX : table_inserts(sc[i], "q");
+  wait_delivered(fin, "after the run");
+  for (int l = 0; l < NLEARNERS; l++) {
+    learner_stop(&L[l]);
+    if (l == K)
+      assert_int_equal(L[l].end_rc, CHIME_EDISCONNECTED);
+    else if (L[l].end_rc != 0)
+      fail_msg("learner %d ended: %s", l, L[l].end_err);
   }
-  atomic_store(&L[K].quit, 1);
-  pthread_join(L[K].th, NULL);
-  chime_stream_close(L[K].s);
-  assert_int_equal(L[K].end_rc, CHIME_EDISCONNECTED);
+  size_t by_union = 0;
+  for (int l = NSHARDS; l < NLEARNERS; l++)
+    by_union += L[l].n;
+  printf("learners on the sharded client took %zu items\n", by_union);
+  assert_true(by_union > 0);
+  for (int i = 0; i < NSHARDS; i++)
+    if (i != K && atomic_load(&g_deliv[i]) != fin[i])
+      fail_msg("shard %d: %" PRIu64 " delivered, %" PRIu64 " inserted", i,
+               (uint64_t)atomic_load(&g_deliv[i]), fin[i]);
 
   uint32_t limit[WRITERS];
   for (int w = 0; w < WRITERS; w++)
     limit[w] = W[w].total;
   uint8_t **t[NSHARDS];
   for (int i = 0; i < NSHARDS; i++)
-    t[i] = tally(&L[i], limit);
+    t[i] = tally(L, (uint32_t)i, limit);
   uint64_t lost = 0, twice = 0;
   int writers_on[NSHARDS] = {0};
   for (int w = 0; w < WRITERS; w++) {
@@ -520,8 +552,8 @@ static void test_kill_one_shard(void **state) {
                writers_on[i], WRITERS);
   for (int i = 0; i < NSHARDS; i++)
     tally_free(t[i]);
-  for (int i = 0; i < NSHARDS; i++)
-    learner_free(&L[i]);
+  for (int l = 0; l < NLEARNERS; l++)
+    learner_free(&L[l]);
 
   /* The shard comes back on its port from its checkpoint; the client,
    * never restarted, reaches it again. */

@@ -237,6 +237,10 @@ static void call_teardown(chime_stream_t *s) {
   chime__rpc_destroy(&s->rpc);
 }
 
+/* A device stream's source (below). */
+static int device_take(void *arg, chime_ring_view_t *v, int timeout_ms);
+static int device_give(void *arg, uint32_t slot);
+
 int chime_stream_open(chime_stream_t **out, chime_client_t *client,
                       const char *table, const chime_stream_opts_t *opts) {
   const chime_stream_opts_t def = CHIME_STREAM_OPTS_INIT;
@@ -262,6 +266,10 @@ int chime_stream_open(chime_stream_t **out, chime_client_t *client,
     o.slots = def.slots;
   if (o.open_timeout_ms <= 0)
     o.open_timeout_ms = def.open_timeout_ms;
+  if (o.device >= 0 && o.device_prefetch == 0)
+    o.device_prefetch = o.slots - 1 < CHIME_DEVICE_PREFETCH
+                            ? o.slots - 1
+                            : CHIME_DEVICE_PREFETCH;
   if (strlen(table) >= CHIME_MAX_NAME || o.batch_size == 0 ||
       o.batch_size > CHIME_RING_MAX_BATCH || o.slots < 2 ||
       o.slots > CHIME_RING_MAX_SLOTS || o.prefetch > o.slots ||
@@ -271,6 +279,13 @@ int chime_stream_open(chime_stream_t **out, chime_client_t *client,
                      "stream: need 0 < batch_size <= %u, 2 <= slots <= %u, "
                      "prefetch <= slots, a known mode and a table name",
                      CHIME_RING_MAX_BATCH, CHIME_RING_MAX_SLOTS);
+    goto cleanup;
+  }
+  if (o.device < -1 || (o.device >= 0 && o.device_prefetch > o.slots - 1)) {
+    rc = chime__fail(err, sizeof(err), CHIME_EINVAL,
+                     "stream: device is a CUDA ordinal or -1 (host), and "
+                     "1 <= device_prefetch <= slots - 1 (%u)",
+                     o.slots - 1);
     goto cleanup;
   }
   s = calloc(1, sizeof(*s));
@@ -309,6 +324,17 @@ int chime_stream_open(chime_stream_t **out, chime_client_t *client,
       goto cleanup;
     }
   }
+  if (o.device >= 0) {
+    const chime__device_opts_t dopts = {.device = o.device,
+                                        .prefetch = o.device_prefetch,
+                                        .max_lent = o.slots - 1};
+    const chime__device_source_t src = {
+        .next = device_take, .release = device_give, .arg = s};
+    rc = chime__device_open(&s->dev, s->ring, &s->spec, &dopts, &src, err,
+                            sizeof(err));
+    if (rc)
+      goto cleanup;
+  }
   if (pthread_create(&s->thread, NULL, stream_thread, s) != 0) {
     rc = chime__fail(err, sizeof(err), CHIME_ESYS, "cannot start thread");
     goto cleanup;
@@ -335,16 +361,12 @@ static int inherited(const chime_stream_t *s) {
   return chime__detail(rc, err);
 }
 
-int chime_stream_next(chime_stream_t *stream, chime_batch_t *out,
-                      int timeout_ms) {
-  chime_stream_t *s = stream;
-  if (!s || !out)
-    return chime__detail(CHIME_EINVAL,
-                         "chime_stream_next: needs a stream and out");
-  int rc = inherited(s);
-  if (rc)
-    return rc;
+/* The ring's next batch, in every mode, with the detail of a failure set:
+ * what next() returns on a host stream, and the device end's source. */
+static int take_view(chime_stream_t *s, chime_ring_view_t *out,
+                     int timeout_ms) {
   chime_ring_view_t v;
+  int rc;
   const chime__transport_t *tp = s->tp;
   if (tp->learner_drives) {
     set_in_next(s, 1);
@@ -375,6 +397,46 @@ int chime_stream_next(chime_stream_t *stream, chime_batch_t *out,
   if (rc)
     return chime__detailf(rc, "stream %" PRIu64 " on '%s': %s", s->stream_id,
                           s->table, chime_strerror(rc));
+  *out = v;
+  return 0;
+}
+
+/* The device end's source: the stream's ring, slots back through the
+ * transport (stream mode: as credits). */
+static int device_take(void *arg, chime_ring_view_t *v, int timeout_ms) {
+  return take_view(arg, v, timeout_ms);
+}
+
+static int device_give(void *arg, uint32_t slot) {
+  chime_stream_t *s = arg;
+  return s->tp->release(s, slot);
+}
+
+static int device_next(chime_stream_t *s, chime_batch_t *out, int timeout_ms) {
+  int rc = chime__device_next(s->dev, out, timeout_ms);
+  if (rc == 0) {
+    s->batches++;
+    for (uint32_t i = 0; i < out->nleaves; i++)
+      s->bytes += out->leaf[i].bytes;
+  }
+  return rc;
+}
+
+int chime_stream_next(chime_stream_t *stream, chime_batch_t *out,
+                      int timeout_ms) {
+  chime_stream_t *s = stream;
+  if (!s || !out)
+    return chime__detail(CHIME_EINVAL,
+                         "chime_stream_next: needs a stream and out");
+  int rc = inherited(s);
+  if (rc)
+    return rc;
+  if (s->dev)
+    return device_next(s, out, timeout_ms);
+  chime_ring_view_t v;
+  rc = take_view(s, &v, timeout_ms);
+  if (rc)
+    return rc;
   out->seq = v.seq;
   out->count = v.count;
   out->nleaves = s->spec.nleaves;
@@ -417,6 +479,14 @@ int chime_stream_get_stats(const chime_stream_t *stream,
   out->max_leases = rs.max_leases;
   out->consumer_wait_ns = rs.consumer_wait_ns + s->drive_wait_ns;
   out->pinned_bytes = chime_ring_pinned_bytes(s->ring);
+  if (s->dev) {
+    chime__device_stats_t ds;
+    chime__device_get_stats(s->dev, &ds);
+    out->pinned_bytes += ds.registered;
+    out->device_bytes = ds.device_bytes;
+    out->device_copies = ds.copies;
+    out->device_max_slots_held = ds.max_slots_held;
+  }
   if (s->tp->stats)
     s->tp->stats(s, out);
   return 0;
@@ -449,6 +519,8 @@ int chime_stream_release(chime_stream_t *stream, const chime_batch_t *batch) {
   int rc = inherited(s);
   if (rc)
     return rc;
+  if (s->dev)
+    return chime__device_release(s->dev, batch);
   uint32_t slot;
   if (lent_slot(s, batch, &slot) != 0)
     return chime__detailf(CHIME_EINVAL,
@@ -465,6 +537,23 @@ int chime_stream_release(chime_stream_t *stream, const chime_batch_t *batch) {
   return 0;
 }
 
+int chime_stream_wait(chime_stream_t *stream, const chime_batch_t *batch,
+                      void *cuda_stream) {
+  chime_stream_t *s = stream;
+  if (!s || !batch)
+    return chime__detail(CHIME_EINVAL,
+                         "chime_stream_wait: needs a stream and a batch");
+  int rc = inherited(s);
+  if (rc)
+    return rc;
+  if (!s->dev)
+    return chime__detailf(CHIME_EINVAL,
+                          "stream %" PRIu64 " on '%s': not a device stream "
+                          "(its batches are in host memory)",
+                          s->stream_id, s->table);
+  return chime__device_wait(s->dev, batch, cuda_stream);
+}
+
 chime_mode_t chime_stream_mode(const chime_stream_t *stream) {
   return stream ? stream->mode : CHIME_MODE_AUTO;
 }
@@ -477,6 +566,7 @@ const char *chime_stream_fallback_reason(const chime_stream_t *stream) {
  * are the parent's; only this process's mapping and memory go. A pinned
  * mapping stays (unpinning would call CUDA in a forked child). */
 static void close_inherited(chime_stream_t *s) {
+  chime__device_forget(s->dev); /* no CUDA call: the parent's device end */
   if (s->ring != NULL && chime_ring_pinned_bytes(s->ring) == 0)
     chime_ring_destroy(s->ring);
   free(s->lent);
@@ -494,6 +584,10 @@ void chime_stream_close(chime_stream_t *stream) {
     return;
   }
   const chime__transport_t *tp = s->tp;
+  /* Copies end and their slots go back while the ring and the call are
+   * still there (stream mode: as credits). */
+  chime__device_close(s->dev);
+  s->dev = NULL;
   pthread_mutex_lock(&s->lock);
   s->closing = 1; /* the stream's thread polls from now on */
   pthread_cond_broadcast(&s->idle_cv);

@@ -52,8 +52,21 @@ struct chime__device_s {
   uint32_t qhead, qlen;
   uint32_t held; /* buffers with holds_slot */
   uint32_t lent;
+  /* A copy that failed where no call could report it (started ahead after
+   * a batch was lent, or seen at a release): the next next() does. */
+  int deferred;
+  char deferred_why[512];
   chime__device_stats_t st;
 };
+
+/* Keeps a CUDA failure for the next call to report (the detail set with
+ * it is the calling thread's, about to be lost). */
+static void defer(chime__device_t *d, int rc) {
+  if (rc != CHIME_ECUDA || d->deferred)
+    return;
+  d->deferred = rc;
+  snprintf(d->deferred_why, sizeof d->deferred_why, "%s", chime_last_error());
+}
 
 static const char *ename(const chime__device_t *d, int e, char *buf,
                          size_t len) {
@@ -446,6 +459,11 @@ int chime__device_next(chime__device_t *d, chime_batch_t *out, int timeout_ms) {
                           "device stream: %" PRIu32
                           " batches held, all it lends: release one first",
                           d->lent);
+  if (d->deferred) {
+    int rc = d->deferred;
+    d->deferred = 0;
+    return chime__detail(rc, d->deferred_why);
+  }
   int rc = reap(d);
   if (rc == 0)
     rc = fill(d);
@@ -481,9 +499,9 @@ int chime__device_next(chime__device_t *d, chime_batch_t *out, int timeout_ms) {
     return cuda_fail(d, e, "cudaEventQuery", what);
   }
   lend(d, b, out);
-  /* The next copies start now, while the learner computes. A failure here
-   * is the next call's to report (the ring or the copy says it again). */
-  (void)fill(d);
+  /* The next copies start now, while the learner computes. A failed copy
+   * is the next call's to report; the ring's errors it meets again. */
+  defer(d, fill(d));
   return 0;
 }
 
@@ -533,7 +551,10 @@ int chime__device_release(chime__device_t *d, const chime_batch_t *batch) {
   b->nwaiters = 0;
   b->state = BUF_FREE;
   d->lent--;
-  (void)reap(d); /* slots of finished copies go back early; errors: next */
+  /* Slots of finished copies go back early; a failed copy is next's. */
+  int rrc = reap(d);
+  if (rc == 0)
+    defer(d, rrc);
   return rc;
 }
 

@@ -45,7 +45,8 @@
  * "stream-create <s> <flags>", "stream-destroy <s>", "stream-sync <s>",
  * "event-create <e>", "event-destroy <e>", "event-sync <e>",
  * "copy <id> <dst> <src> <n> <stream> <pinned 0|1>" (issued),
- * "copy-done <id>", "copy-src-changed <id>", "copy-fail <code>",
+ * "copy-done <id>", "copy-src-changed <id>",
+ * "copy-fail <code> <dst> <src> <n>" (refused at issue),
  * "record <e> <gen> <stream>", "record-done <e> <gen>",
  * "wait <stream> <e> <gen>", "query <e> <ready|busy|lost>",
  * "kernel <id> <stream> <ptr> <n>", "kernel-done <id> <sum>",
@@ -442,12 +443,12 @@ int cudaMemcpyAsync(void *dst, const void *src, size_t count, int kind,
   fake_copy_calls++;
   if (fake_lost) {
     rc = lost_error();
-    fake_log("copy-fail %d", rc);
+    fake_log("copy-fail %d %p %p %zu", rc, dst, src, count);
     goto out;
   }
   if (fail_at > 0 && fake_copy_calls == (unsigned long)fail_at) {
     rc = (int)env_long("FAKE_CUDART_COPY_ERROR", 1);
-    fake_log("copy-fail %d", rc);
+    fake_log("copy-fail %d %p %p %zu", rc, dst, src, count);
     goto out;
   }
   if ((s = find_stream(stream)) == NULL) {

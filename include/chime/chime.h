@@ -487,11 +487,11 @@ chime_stream_next(chime_stream_t *stream, chime_batch_t *out, int timeout_ms);
  * nothing waits on the host, and the device is never synchronised), and
  * remembers it, so that chime_stream_release() records the release point
  * on it: the batch's buffer is reused only after that stream passed it.
- * Call from the thread that calls next, for up to 4 streams per batch
- * (CHIME_ERESOURCE beyond). A batch used without wait must be released only
- * once the work that read it has finished. CHIME_EINVAL for a host stream
- * or a batch not lent now, CHIME_ECUDA when CUDA refuses (the detail names
- * the error). */
+ * Any thread may call it, also while another waits in next; up to 4
+ * streams per batch (CHIME_ERESOURCE beyond). A batch used without wait must be
+ * released only once the work that read it has finished. CHIME_EINVAL for a
+ * host stream or a batch not lent now, CHIME_ECUDA when CUDA refuses (the
+ * detail names the error). */
 CHIME_EXTERN CHIME_NODISCARD int chime_stream_wait(chime_stream_t *stream,
                                                    const chime_batch_t *batch,
                                                    void *cuda_stream);

@@ -4,6 +4,7 @@
 #include "client/device.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,9 @@ typedef struct {
 } dbuf_t;
 
 struct chime__device_s {
+  /* Every call holds it, but next lets go while it waits (for the ring, or
+   * for a copy to end), so a wait from another thread is not held up. */
+  pthread_mutex_t mu;
   const chime__cudart_t *rt;
   chime_ring_t *ring;
   chime_spec_t spec;
@@ -172,6 +176,7 @@ int chime__device_open(chime__device_t **out, chime_ring_t *ring,
     snprintf(err, errlen, "out of memory");
     return CHIME_ENOMEM;
   }
+  pthread_mutex_init(&d->mu, NULL);
   d->rt = rt;
   d->ring = ring;
   d->spec = *spec;
@@ -424,7 +429,9 @@ static int wait_room(chime__device_t *d, int64_t end_ms) {
     struct timespec ts = {0, pause_ns};
     if (left < 1000 && (int64_t)pause_ns > left * 1000000)
       ts.tv_nsec = (long)(left * 1000000);
+    pthread_mutex_unlock(&d->mu);
     nanosleep(&ts, NULL);
+    pthread_mutex_lock(&d->mu);
     if (pause_ns < 1000000)
       pause_ns *= 2;
   }
@@ -452,7 +459,7 @@ static void lend(chime__device_t *d, dbuf_t *b, chime_batch_t *out) {
   }
 }
 
-int chime__device_next(chime__device_t *d, chime_batch_t *out, int timeout_ms) {
+static int next_locked(chime__device_t *d, chime_batch_t *out, int timeout_ms) {
   int64_t end_ms = timeout_ms < 0 ? -1 : chime__now_ms() + timeout_ms;
   if (d->lent >= d->o.max_lent)
     return chime__detailf(CHIME_EBUSY,
@@ -476,7 +483,9 @@ int chime__device_next(chime__device_t *d, chime_batch_t *out, int timeout_ms) {
       break;
     chime_ring_view_t v;
     int left = end_ms < 0 ? -1 : (int)(end_ms - chime__now_ms());
+    pthread_mutex_unlock(&d->mu);
     rc = d->src.next(d->src.arg, &v, left < 0 && end_ms >= 0 ? 0 : left);
+    pthread_mutex_lock(&d->mu);
     if (rc == 0)
       rc = start_copy(d, &v);
   }
@@ -505,6 +514,13 @@ int chime__device_next(chime__device_t *d, chime_batch_t *out, int timeout_ms) {
   return 0;
 }
 
+int chime__device_next(chime__device_t *d, chime_batch_t *out, int timeout_ms) {
+  pthread_mutex_lock(&d->mu);
+  int rc = next_locked(d, out, timeout_ms);
+  pthread_mutex_unlock(&d->mu);
+  return rc;
+}
+
 /* ---------------------------------------------------------------- lending */
 
 static dbuf_t *lent_buffer(chime__device_t *d, const chime_batch_t *batch) {
@@ -516,7 +532,7 @@ static dbuf_t *lent_buffer(chime__device_t *d, const chime_batch_t *batch) {
   return NULL;
 }
 
-int chime__device_release(chime__device_t *d, const chime_batch_t *batch) {
+static int release_locked(chime__device_t *d, const chime_batch_t *batch) {
   dbuf_t *b = lent_buffer(d, batch);
   int rc = 0;
   if (!b)
@@ -558,7 +574,14 @@ int chime__device_release(chime__device_t *d, const chime_batch_t *batch) {
   return rc;
 }
 
-int chime__device_wait(chime__device_t *d, const chime_batch_t *batch,
+int chime__device_release(chime__device_t *d, const chime_batch_t *batch) {
+  pthread_mutex_lock(&d->mu);
+  int rc = release_locked(d, batch);
+  pthread_mutex_unlock(&d->mu);
+  return rc;
+}
+
+static int wait_locked(chime__device_t *d, const chime_batch_t *batch,
                        void *cuda_stream) {
   dbuf_t *b = lent_buffer(d, batch);
   if (!b)
@@ -585,10 +608,19 @@ int chime__device_wait(chime__device_t *d, const chime_batch_t *batch,
   return 0;
 }
 
-void chime__device_get_stats(const chime__device_t *d,
-                             chime__device_stats_t *out) {
+int chime__device_wait(chime__device_t *d, const chime_batch_t *batch,
+                       void *cuda_stream) {
+  pthread_mutex_lock(&d->mu);
+  int rc = wait_locked(d, batch, cuda_stream);
+  pthread_mutex_unlock(&d->mu);
+  return rc;
+}
+
+void chime__device_get_stats(chime__device_t *d, chime__device_stats_t *out) {
+  pthread_mutex_lock(&d->mu);
   *out = d->st;
   out->slots_held = d->held;
+  pthread_mutex_unlock(&d->mu);
 }
 
 /* ----------------------------------------------------------------- close */
@@ -628,5 +660,6 @@ void chime__device_forget(chime__device_t *d) {
     free(d->bufs[i].info);
   free(d->bufs);
   free(d->queue);
+  pthread_mutex_destroy(&d->mu);
   free(d);
 }

@@ -23,8 +23,10 @@
  *   - a copy that fails to start or complete (a lost device) is reported
  *     by next as CHIME_ECUDA with the CUDA error's name; its slot goes back.
  *
- * Not thread-safe: one thread at a time calls next, release, wait and close
- * (the stream's learner thread). */
+ * Threads: next, release and close from one thread at a time (the
+ * learner's: they are the ring's consumer calls); wait from any thread,
+ * also while next waits for a batch (Python's DLPack export asks from the
+ * thread that takes the tensor). */
 #ifndef CHIME_CLIENT_DEVICE_H
 #define CHIME_CLIENT_DEVICE_H
 
@@ -89,8 +91,7 @@ int chime__device_release(chime__device_t *d, const chime_batch_t *b);
 #define CHIME__DEVICE_MAX_WAITERS 4
 int chime__device_wait(chime__device_t *d, const chime_batch_t *b,
                        void *cuda_stream);
-void chime__device_get_stats(const chime__device_t *d,
-                             chime__device_stats_t *out);
+void chime__device_get_stats(chime__device_t *d, chime__device_stats_t *out);
 /* Waits for its own copies (its CUDA stream), gives back every slot it
  * holds, waits for the release points recorded on the learner's streams,
  * frees the buffers, unregisters the ring and frees d. Batches still lent

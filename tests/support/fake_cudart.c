@@ -28,6 +28,10 @@
  *                                      operation of every stream
  *   FAKE_CUDART_LOG=<file>             appends one line per call (below)
  *
+ * cuModuleLoadData, cuModuleGetFunction, cuLaunchKernel and cuModuleUnload
+ * (the driver API's, for chime-bench device's spin kernel) load nothing
+ * and queue an empty kernel.
+ *
  * The device: cudaMalloc is host memory, so tests read what arrived. Each
  * stream is a queue of operations (copy, event record, wait on an event,
  * a test's "kernel") that run in order at a simulated completion point, not
@@ -157,6 +161,12 @@ int cudaHostGetFlags(unsigned int *flags, void *ptr);
 int cudaDeviceSynchronize(void);
 const char *cudaGetErrorName(int error);
 const char *cudaGetErrorString(int error);
+int cuModuleLoadData(void **module, const void *image);
+int cuModuleGetFunction(void **fn, void *module, const char *name);
+int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                   unsigned by, unsigned bz, unsigned shmem, void *stream,
+                   void **params, void **extra);
+int cuModuleUnload(void *module);
 long fake_cudart_run(long max_ops);
 long fake_cudart_count(const char *what);
 long fake_cudart_launch(void *stream, const void *ptr, size_t n);
@@ -820,6 +830,37 @@ const char *cudaGetErrorName(int error) {
 
 const char *cudaGetErrorString(int error) {
   return error == 0 ? "no error" : "fake error";
+}
+
+/* The driver API calls chime-bench device launches its spin kernel with
+ * (the real ones are libcuda's): a kernel here is an empty operation on its
+ * stream. */
+static char fake_module, fake_function;
+
+int cuModuleLoadData(void **module, const void *image) {
+  (void)image;
+  *module = &fake_module;
+  return 0;
+}
+
+int cuModuleGetFunction(void **fn, void *module, const char *name) {
+  (void)module;
+  (void)name;
+  *fn = &fake_function;
+  return 0;
+}
+
+int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                   unsigned by, unsigned bz, unsigned shmem, void *stream,
+                   void **params, void **extra) {
+  (void)fn, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz;
+  (void)shmem, (void)params, (void)extra;
+  return fake_cudart_launch(stream, NULL, 0) > 0 ? 0 : 400;
+}
+
+int cuModuleUnload(void *module) {
+  (void)module;
+  return 0;
 }
 
 /* ----------------------------------------------------- control for tests */

@@ -467,7 +467,9 @@ chime_stream_open(chime_stream_t **out, chime_client_t *client,
  * stream's are device pointers (chime_stream_wait). timeout_ms < 0
  * waits forever, 0 polls. CHIME_ETIMEDOUT, CHIME_EBUSY (slots - 1 batches
  * held), CHIME_ESHUTDOWN (server shutting down), CHIME_EDISCONNECTED (server
- * gone), CHIME_EPROTO (the server broke the protocol). After an end, batches
+ * gone), CHIME_EPROTO (the server broke the protocol), CHIME_ECUDA (a
+ * device stream's copy failed or its device was lost: the detail names the
+ * CUDA error; that batch is dropped). After an end, batches
  * not yet taken are dropped and held ones stay readable until close. The
  * detail is in chime_last_error(): once the stream ended, why it ended (the
  * server's status, or the protocol error the stream's helper thread found),

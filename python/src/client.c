@@ -474,7 +474,7 @@ static PyObject *client_checkpoint(PyObject *o, PyObject *unused) {
 
 /* The signatures' defaults are the C library's (CHIME_*_OPTS_INIT), written
  * into the docstrings at import. */
-static char client_doc[256], writer_doc[128], stream_doc[256];
+static char client_doc[256], writer_doc[128], stream_doc[512];
 
 /* Seconds as Python writes a float: 5.0, 2.5. */
 static const char *secs(char *buf, size_t len, int ms) {
@@ -497,13 +497,16 @@ void chimepy_client_docs_init(void) {
   snprintf(writer_doc, sizeof(writer_doc),
            "writer(table, max_inflight=%u, timeout=%s) -> Writer",
            (unsigned)wo.max_inflight, secs(a, sizeof(a), wo.timeout_ms));
-  snprintf(stream_doc, sizeof(stream_doc),
-           "stream(table, batch_size=%u, mode='%s', slots=%u, prefetch=%u, "
-           "open_timeout=%s, pin_host_memory=%s, timeout=None) -> Stream",
-           (unsigned)so.batch_size, chime_mode_name(so.mode),
-           (unsigned)so.slots, (unsigned)so.prefetch,
-           secs(b, sizeof(b), so.open_timeout_ms),
-           so.pin_host_memory ? "True" : "False");
+  snprintf(
+      stream_doc, sizeof(stream_doc),
+      "stream(table, batch_size=%u, mode='%s', slots=%u, prefetch=%u, "
+      "open_timeout=%s, pin_host_memory=%s, timeout=None, "
+      "device=None) -> Stream. device ('cuda:0', an ordinal): batches "
+      "are copied to that GPU ahead of the learner, and prefetch is "
+      "how many (0: %u); leaves export DLPack as CUDA.",
+      (unsigned)so.batch_size, chime_mode_name(so.mode), (unsigned)so.slots,
+      (unsigned)so.prefetch, secs(b, sizeof(b), so.open_timeout_ms),
+      so.pin_host_memory ? "True" : "False", (unsigned)CHIME_DEVICE_PREFETCH);
 }
 
 static PyMethodDef client_methods[] = {

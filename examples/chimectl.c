@@ -26,11 +26,9 @@ static void usage(FILE *f) {
   fprintf(f, "usage: chimectl [--json] " CHIME__CLI_CONN_USAGE " info TARGET\n"
              "       chimectl [--json] " CHIME__CLI_CONN_USAGE " stats TARGET\n"
              "       chimectl [--json] " CHIME__CLI_CONN_USAGE
-             " checkpoint TARGET\n"
-             "TARGET: one server (host:port, unix:/path) or shards (a comma "
-             "list,\n"
-             "ipv4:/ipv6: lists, dns:///name:port): a row per shard and "
-             "totals.\n");
+             " checkpoint TARGET\n" CHIME__CLI_TARGET_HELP
+             "Over shards: a row per shard and a totals row (--json: "
+             "{\"shards\", \"total\"}).\n");
 }
 
 static const char *mode_name(int mode) {

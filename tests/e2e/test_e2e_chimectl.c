@@ -3,7 +3,8 @@
  * row (text), {"shards": [...], "total": {...}} (--json); a shard that
  * cannot be reached gets an error row and exit 1 while the others still
  * print; a table configured unlike on another shard is said and exits 1;
- * one address prints as it always did (a server's own view). */
+ * one address prints as it always did (a server's own view); chime-actor
+ * writes through the sharded target. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -371,6 +372,31 @@ static void test_one_address(void **state) {
   assert_int_equal(strncmp(out, "chimed ", 7), 0);
 }
 
+/* chime-actor takes the sharded target as given: its writer binds to one
+ * shard, and the totals grow by what it inserted. Last: it changes the
+ * shards' sizes. */
+static void test_actor_over_shards(void **state) {
+  (void)state;
+  static char out[65536], err[4096];
+  char actor[1024];
+  assert_non_null(
+      chime__harness_bin("examples/chime-actor", actor, sizeof(actor)));
+  const char *argv[] = {actor, "--server", g_target, "--table",
+                        "t",   "--count",  "40",     NULL};
+  chime__proc_t p;
+  assert_int_equal(chime__proc_spawn(&p, argv, NULL), 0);
+  int st = 0;
+  assert_int_equal(chime__proc_wait(&p, 60000, &st), 0);
+  chime__proc_kill(&p);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  assert_int_equal(
+      ctl(1, "stats", g_target, out, sizeof(out), err, sizeof(err)), 0);
+  json_t *j = parse(out);
+  assert_int_equal(num(table_t(json_object_get(j, "total")), "inserts"),
+                   g_items[0] + g_items[1] + 40);
+  json_decref(j);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_info),
@@ -379,6 +405,7 @@ int main(void) {
       cmocka_unit_test(test_unreachable_shard),
       cmocka_unit_test(test_table_differs),
       cmocka_unit_test(test_one_address),
+      cmocka_unit_test(test_actor_over_shards),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

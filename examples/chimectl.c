@@ -429,7 +429,8 @@ static int merge_info(chime_server_info_t *m, const shard_t *s, int first,
     o->capacity += in->capacity;
     o->capacity_steps += in->capacity_steps;
   }
-  memcpy(m->rings + m->nrings, one->rings, one->nrings * sizeof(*rings));
+  if (one->nrings > 0) /* a server without rings sends none: NULL */
+    memcpy(m->rings + m->nrings, one->rings, one->nrings * sizeof(*rings));
   m->nrings += one->nrings;
   return 0;
 }
@@ -464,8 +465,9 @@ static int merge_stats(chime_stats_t *m, const chime_stats_t *one) {
     else
       add_table_stats(&m->tables[k], &one->tables[t]);
   }
-  memcpy(m->streams + m->nstreams, one->streams,
-         one->nstreams * sizeof(*streams));
+  if (one->nstreams > 0) /* NULL without streams */
+    memcpy(m->streams + m->nstreams, one->streams,
+           one->nstreams * sizeof(*streams));
   m->nstreams += one->nstreams;
   add_server_stats(m, one);
   return 0;

@@ -374,9 +374,9 @@ static void shards_call(shard_t *sh, uint32_t n) {
 
 /* The union of the shards that answered, summed by the rules of a sharded
  * client's own GetInfo and Stats (src/client/fanout.c), but from the very
- * answers the shard rows show: a table's size and capacity (and counters)
- * summed by name, rings and streams listed, the server's figures summed;
- * version, host and boot id the first shard's, host and boot id blank
+ * answers the shard rows show: a table's size, capacity and mass (and
+ * counters) summed by name, rings and streams listed, the server's figures
+ * summed; version, host and boot id the first shard's, host and boot id blank
  * where the shards differ. A table that differs between shards (spec or
  * sampler) is said on stderr and sets *differs: a sharded client refuses
  * such a target. */
@@ -427,6 +427,7 @@ static int merge_info(chime_server_info_t *m, const shard_t *s, int first,
     }
     o->size += in->size;
     o->capacity += in->capacity;
+    o->mass += in->mass; /* the union's: what sampling weighs against */
     o->capacity_steps += in->capacity_steps;
   }
   if (one->nrings > 0) /* a server without rings sends none: NULL */
@@ -649,8 +650,38 @@ static void checkpoint_shards_text(const shard_t *sh, uint32_t n,
          (double)sum->duration_ns / 1e9, (double)sum->pause_ns / 1e6, "");
 }
 
+/* Two addresses of one server (the same instance: docs/protocol.md,
+ * GetInfo) count it twice in the totals; two servers of one shard number
+ * make its keys ambiguous (a sharded client refuses them). Each pair is
+ * said on stderr; 1 when there was one. */
+static int same_server_or_shard(const shard_t *sh, uint32_t n) {
+  int found = 0;
+  for (uint32_t i = 0; i < n; i++)
+    for (uint32_t j = 0; j < i; j++) {
+      if (sh[i].rc || sh[j].rc)
+        continue;
+      const chime_server_info_t *a = sh[j].info, *b = sh[i].info;
+      if (a->instance != 0 && a->instance == b->instance) {
+        fprintf(stderr,
+                "chimectl: %s and %s are one server (instance %016" PRIx64
+                "): the totals count it twice\n",
+                sh[j].addr, sh[i].addr, a->instance);
+        found = 1;
+      } else if (a->shard != 0 && a->shard == b->shard) {
+        fprintf(stderr,
+                "chimectl: %s and %s both say they are shard %" PRIu32
+                ": shards need distinct numbers (config shard)\n",
+                sh[j].addr, sh[i].addr, a->shard);
+        found = 1;
+      }
+    }
+  return found;
+}
+
 /* cmd on every shard of a sharded client: 0 when every shard answered, 1
- * (after a line on stderr) when one did not or the output failed. */
+ * (after a line on stderr) when one did not, when the shards do not make
+ * one service (a table unlike, one server twice, a shard number twice) or
+ * the output failed. */
 static int run_sharded(chime_client_t *c, const char *target, const char *cmd,
                        int as_json) {
   int exit_code = 1, differs = 0;
@@ -687,13 +718,13 @@ static int run_sharded(chime_client_t *c, const char *target, const char *cmd,
     answered++;
   }
   if (as_json) {
-    json_t *total = NULL;
-    if (!strcmp(cmd, "info"))
-      total = info_json(mi);
-    else if (!strcmp(cmd, "stats"))
-      total = stats_json(ms);
-    else if ((total = checkpoint_json(&mc)) != NULL)
-      json_object_del(total, "path"); /* each shard has its own */
+    /* The one-server shape, less what only one server has. */
+    json_t *total = !strcmp(cmd, "info")    ? info_json(mi)
+                    : !strcmp(cmd, "stats") ? stats_json(ms)
+                                            : checkpoint_json(&mc);
+    const char *own[] = {"shard", "instance", "path"};
+    for (size_t k = 0; total != NULL && k < sizeof(own) / sizeof(own[0]); k++)
+      (void)json_object_del(total, own[k]); /* -1 where there is none */
     if (print_json(shards_json(sh, n, total)))
       goto cleanup;
   } else if (!strcmp(cmd, "info")) {
@@ -707,6 +738,8 @@ static int run_sharded(chime_client_t *c, const char *target, const char *cmd,
     fprintf(stderr,
             "chimectl: %s: %" PRIu32 " of %" PRIu32 " shards did not answer\n",
             cmd, n - answered, n);
+  if (same_server_or_shard(sh, n))
+    differs = 1;
   exit_code = answered == n && !differs ? 0 : 1;
 
 cleanup:

@@ -214,9 +214,14 @@ static void test_info(void **state) {
     assert_int_equal(num(table_t(s), "capacity"), 1000);
     assert_non_null(json_object_get(s, "version"));
   }
-  json_t *t = table_t(json_object_get(j, "total"));
+  json_t *total = json_object_get(j, "total"), *t = table_t(total);
   assert_int_equal(num(t, "size"), g_items[0] + g_items[1]);
   assert_int_equal(num(t, "capacity"), 2000);
+  /* fifo: the mass is the size, summed as the sharded client sums it */
+  assert_true(json_real_value(json_object_get(t, "mass")) ==
+              (double)(g_items[0] + g_items[1]));
+  assert_null(json_object_get(total, "shard")); /* one server's own */
+  assert_null(json_object_get(total, "instance"));
   json_decref(j);
 
   assert_int_equal(ctl(0, "info", g_target, out, sizeof(out), err, sizeof(err)),
@@ -332,15 +337,17 @@ static void test_unreachable_shard(void **state) {
   }
 }
 
-/* A third server whose table t has another spec: info says which shard
- * and exits 1 (a sharded client refuses such a target). */
+/* A third server whose table t has another spec and which says it is
+ * shard 1 too: info says both, naming the addresses, and exits 1 (a
+ * sharded client refuses such a target); one server named twice is said
+ * too (the totals count it twice). */
 static void test_table_differs(void **state) {
   (void)state;
   static char out[65536], err[4096];
   chime__chimed_t odd;
   int rc = chime__chimed_start(
       &odd,
-      "{\"shard\": 3, \"tables\": [{\"name\": \"t\", \"spec\": \"y:u32[]\", "
+      "{\"shard\": 1, \"tables\": [{\"name\": \"t\", \"spec\": \"y:u32[]\", "
       "\"capacity\": 10, \"sampler\": \"fifo\"}]}\n",
       NULL, 30000);
   assert_int_equal(rc, 0);
@@ -350,11 +357,17 @@ static void test_table_differs(void **state) {
                    1);
   assert_non_null(strstr(err, "table 't' differs"));
   assert_non_null(strstr(err, strchr(odd.addr, ':')));
+  assert_non_null(strstr(err, "both say they are shard 1"));
   json_t *j = parse(out);
   assert_int_equal(json_array_size(json_object_get(j, "shards")), 3);
   json_decref(j);
   int st;
   assert_int_equal(chime__chimed_stop(&odd, 20000, &st), 0);
+  snprintf(target, sizeof(target), "%s,%s", g_d[0].addr, g_d[0].addr);
+  assert_int_equal(ctl(0, "stats", target, out, sizeof(out), err, sizeof(err)),
+                   1);
+  assert_non_null(strstr(err, "are one server"));
+  row(out, "total  2 of 2 shards"); /* still printed */
 }
 
 /* One address: the server's own view, no shard rows. */

@@ -326,12 +326,15 @@ static json_t *checkpoint_json(const chime_checkpoint_result_t *r) {
 
 /* ------------------------------------------------------ a sharded target */
 
-/* One shard of a sharded target and its answers: GetInfo always (it says
- * which shard the server is), then the command's own call. */
+/* One shard of a sharded target and its answers: GetInfo first, from
+ * every shard (it says which shard and which server each is), then the
+ * command's own call. */
 typedef struct {
   chime_client_t *client; /* the shard's own: the parent client owns it */
   const char *addr;
   const char *cmd;
+  int phase;      /* 0: GetInfo, 1: the command's call */
+  int dup;        /* an earlier shard that is the same server, or -1 */
   int rc;         /* 0, or the code of the call that failed */
   char err[1024]; /* its detail, copied on the thread that saw it */
   chime_server_info_t *info;
@@ -341,14 +344,18 @@ typedef struct {
 
 static void *shard_call(void *arg) {
   shard_t *s = arg;
-  s->rc = chime_client_info(s->client, &s->info);
-  if (s->rc == 0 && !strcmp(s->cmd, "stats"))
-    s->rc = chime_client_stats(s->client, &s->stats);
-  else if (s->rc == 0 && !strcmp(s->cmd, "checkpoint"))
-    s->rc = chime_client_checkpoint(s->client, &s->ckpt);
+  int rc = 0;
+  if (s->phase == 0)
+    rc = chime_client_info(s->client, &s->info);
+  else if (s->rc == 0 && s->dup < 0 && !strcmp(s->cmd, "stats"))
+    rc = chime_client_stats(s->client, &s->stats);
+  else if (s->rc == 0 && s->dup < 0 && !strcmp(s->cmd, "checkpoint"))
+    rc = chime_client_checkpoint(s->client, &s->ckpt);
   /* The detail is the calling thread's, and goes with it. */
-  if (s->rc)
+  if (rc) {
+    s->rc = rc;
     snprintf(s->err, sizeof(s->err), "%s", chime_last_error());
+  }
   return NULL;
 }
 
@@ -474,12 +481,17 @@ static int merge_stats(chime_stats_t *m, const chime_stats_t *one) {
   return 0;
 }
 
-/* A shard's head in JSON: {"address", "shard"}, and for one that did not
- * answer "shard": null, "error" and "code" (its CHIME_E* name). */
-static json_t *shard_json(const shard_t *s) {
+/* Shard i's head in JSON: {"address", "shard"}; for one that did not
+ * answer "shard": null, "error" and "code" (its CHIME_E* name); for one
+ * that is an earlier shard's server "same_as" its address. */
+static json_t *shard_json(const shard_t *sh, uint32_t i) {
+  const shard_t *s = &sh[i];
   if (s->rc)
     return json_pack("{s:s, s:n, s:s, s:s}", "address", s->addr, "shard",
                      "error", s->err, "code", chime_err_name(s->rc));
+  if (s->dup >= 0)
+    return json_pack("{s:s, s:I, s:s}", "address", s->addr, "shard",
+                     (json_int_t)s->info->shard, "same_as", sh[s->dup].addr);
   return json_pack("{s:s, s:I}", "address", s->addr, "shard",
                    (json_int_t)s->info->shard);
 }
@@ -489,13 +501,14 @@ static json_t *shards_json(const shard_t *sh, uint32_t n, json_t *total) {
   json_t *list = json_array();
   for (uint32_t i = 0; list != NULL && i < n; i++) {
     const shard_t *s = &sh[i];
-    json_t *o = shard_json(s), *body = NULL;
-    if (s->rc == 0)
+    int whole = s->rc == 0 && s->dup < 0;
+    json_t *o = shard_json(sh, i), *body = NULL;
+    if (whole)
       body = !strcmp(s->cmd, "info")    ? info_json(s->info)
              : !strcmp(s->cmd, "stats") ? stats_json(s->stats)
                                         : checkpoint_json(&s->ckpt);
     if (o == NULL ||
-        (s->rc == 0 && (body == NULL || json_object_update(o, body) != 0))) {
+        (whole && (body == NULL || json_object_update(o, body) != 0))) {
       json_decref(o);
       json_decref(body);
       json_decref(list);
@@ -522,16 +535,22 @@ static int addr_width(const shard_t *sh, uint32_t n) {
   return (int)w;
 }
 
-/* A row's first two cells: the shard's number and its address; for a shard
- * that did not answer the rest of the row is the error. */
-static int shard_cells(const shard_t *s, int aw) {
+/* Shard i's row's first two cells: its number and its address, and 0;
+ * for a shard that did not answer the rest of the row is the error, for
+ * one that is an earlier shard's server the rest says so, and -1. */
+static int shard_cells(const shard_t *sh, uint32_t i, int aw) {
+  const shard_t *s = &sh[i];
   if (s->rc) {
     printf("%-6s %-*s  error: %s: %s\n", "-", aw, s->addr,
            chime_err_name(s->rc), s->err);
     return -1;
   }
   printf("%-6" PRIu32 " %-*s", s->info->shard, aw, s->addr);
-  return 0;
+  if (s->dup < 0)
+    return 0;
+  printf("  the same server as %s (instance %016" PRIx64 "): counted once\n",
+         sh[s->dup].addr, s->info->instance);
+  return -1;
 }
 
 static void total_cells(uint32_t answered, uint32_t n, int aw) {
@@ -554,7 +573,7 @@ static void info_shards_text(const shard_t *sh, uint32_t n,
          "RINGS", "PINNED_BYTES");
   for (uint32_t i = 0; i < n; i++) {
     const chime_server_info_t *in = sh[i].info;
-    if (shard_cells(&sh[i], aw))
+    if (shard_cells(sh, i, aw))
       continue;
     uint64_t size = 0, cap = 0;
     for (uint32_t t = 0; t < in->ntables; t++) {
@@ -590,7 +609,7 @@ static void stats_shards_text(const shard_t *sh, uint32_t n,
   table_cells(NULL, table_cols);
   printf(" %8s\n", "STREAMS");
   for (uint32_t i = 0; i < n; i++) {
-    if (shard_cells(&sh[i], aw))
+    if (shard_cells(sh, i, aw))
       continue;
     stats_all_tables(sh[i].stats, &all);
     table_cells(&all, table_cols);
@@ -605,7 +624,8 @@ static void stats_shards_text(const shard_t *sh, uint32_t n,
   printf("\n%-6s %-8s %-16s %-7s", "SHARD", "STREAM", "TABLE", "MODE");
   stream_row(NULL);
   for (uint32_t i = 0; i < n; i++)
-    for (uint32_t k = 0; sh[i].rc == 0 && k < sh[i].stats->nstreams; k++) {
+    for (uint32_t k = 0; sh[i].stats != NULL && k < sh[i].stats->nstreams;
+         k++) {
       const chime_stream_stats_t *s = &sh[i].stats->streams[k];
       printf("%-6" PRIu32 " %-8" PRIu64 " %-16s %-7s", sh[i].info->shard,
              s->stream_id, s->table, mode_name(s->mode));
@@ -641,7 +661,7 @@ static void checkpoint_shards_text(const shard_t *sh, uint32_t n,
          "TABLES", "ITEMS", "BYTES", "SECONDS", "PAUSE_MS", "PATH");
   for (uint32_t i = 0; i < n; i++) {
     const chime_checkpoint_result_t *r = &sh[i].ckpt;
-    if (shard_cells(&sh[i], aw) == 0)
+    if (shard_cells(sh, i, aw) == 0)
       printf(CKPT_ROW, r->tables, r->items, r->bytes,
              (double)r->duration_ns / 1e9, (double)r->pause_ns / 1e6, r->path);
   }
@@ -650,38 +670,44 @@ static void checkpoint_shards_text(const shard_t *sh, uint32_t n,
          (double)sum->duration_ns / 1e9, (double)sum->pause_ns / 1e6, "");
 }
 
-/* Two addresses of one server (the same instance: docs/protocol.md,
- * GetInfo) count it twice in the totals; two servers of one shard number
- * make its keys ambiguous (a sharded client refuses them). Each pair is
- * said on stderr; 1 when there was one. */
-static int same_server_or_shard(const shard_t *sh, uint32_t n) {
+/* Marks each shard that is the server of an earlier shard that answered
+ * (the same GetInfo instance: dns:///localhost gives 127.0.0.1 and ::1):
+ * its row says so, the command is not sent to it again (no second
+ * checkpoint) and the totals count that server once, as a sharded
+ * client's own calls do. */
+static void mark_duplicates(shard_t *sh, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++) {
+    sh[i].dup = -1;
+    for (uint32_t j = 0; sh[i].rc == 0 && j < i && sh[i].dup < 0; j++)
+      if (sh[j].rc == 0 && sh[j].dup < 0 && sh[j].info->instance != 0 &&
+          sh[j].info->instance == sh[i].info->instance)
+        sh[i].dup = (int)j;
+  }
+}
+
+/* Two servers of one shard number make its keys ambiguous (a sharded
+ * client refuses them): each pair is said on stderr; 1 when there was
+ * one. */
+static int shard_clash(const shard_t *sh, uint32_t n) {
   int found = 0;
   for (uint32_t i = 0; i < n; i++)
     for (uint32_t j = 0; j < i; j++) {
-      if (sh[i].rc || sh[j].rc)
+      if (sh[i].rc || sh[j].rc || sh[i].dup >= 0 || sh[j].dup >= 0 ||
+          sh[i].info->shard == 0 || sh[i].info->shard != sh[j].info->shard)
         continue;
-      const chime_server_info_t *a = sh[j].info, *b = sh[i].info;
-      if (a->instance != 0 && a->instance == b->instance) {
-        fprintf(stderr,
-                "chimectl: %s and %s are one server (instance %016" PRIx64
-                "): the totals count it twice\n",
-                sh[j].addr, sh[i].addr, a->instance);
-        found = 1;
-      } else if (a->shard != 0 && a->shard == b->shard) {
-        fprintf(stderr,
-                "chimectl: %s and %s both say they are shard %" PRIu32
-                ": shards need distinct numbers (config shard)\n",
-                sh[j].addr, sh[i].addr, a->shard);
-        found = 1;
-      }
+      fprintf(stderr,
+              "chimectl: %s and %s both say they are shard %" PRIu32
+              ": shards need distinct numbers (config shard)\n",
+              sh[j].addr, sh[i].addr, sh[i].info->shard);
+      found = 1;
     }
   return found;
 }
 
 /* cmd on every shard of a sharded client: 0 when every shard answered, 1
  * (after a line on stderr) when one did not, when the shards do not make
- * one service (a table unlike, one server twice, a shard number twice) or
- * the output failed. */
+ * one service (a table unlike, a shard number twice) or the output
+ * failed. */
 static int run_sharded(chime_client_t *c, const char *target, const char *cmd,
                        int as_json) {
   int exit_code = 1, differs = 0;
@@ -705,17 +731,25 @@ static int run_sharded(chime_client_t *c, const char *target, const char *cmd,
     sh[i].cmd = cmd;
   }
   shards_call(sh, n);
+  mark_duplicates(sh, n);
+  if (strcmp(cmd, "info") != 0) {
+    for (uint32_t i = 0; i < n; i++)
+      sh[i].phase = 1;
+    shards_call(sh, n);
+  }
   for (uint32_t i = 0; i < n; i++) {
     if (sh[i].rc)
       continue;
+    answered++;
+    if (sh[i].dup >= 0)
+      continue;
     if ((!strcmp(cmd, "info") &&
-         merge_info(mi, &sh[i], answered == 0, &differs)) ||
+         merge_info(mi, &sh[i], answered == 1, &differs)) ||
         (sh[i].stats && merge_stats(ms, sh[i].stats))) {
       fprintf(stderr, "chimectl: out of memory\n");
       goto cleanup;
     }
     add_checkpoint(&mc, &sh[i].ckpt);
-    answered++;
   }
   if (as_json) {
     /* The one-server shape, less what only one server has. */
@@ -738,7 +772,7 @@ static int run_sharded(chime_client_t *c, const char *target, const char *cmd,
     fprintf(stderr,
             "chimectl: %s: %" PRIu32 " of %" PRIu32 " shards did not answer\n",
             cmd, n - answered, n);
-  if (same_server_or_shard(sh, n))
+  if (shard_clash(sh, n))
     differs = 1;
   exit_code = answered == n && !differs ? 0 : 1;
 

@@ -339,8 +339,7 @@ static void test_unreachable_shard(void **state) {
 
 /* A third server whose table t has another spec and which says it is
  * shard 1 too: info says both, naming the addresses, and exits 1 (a
- * sharded client refuses such a target); one server named twice is said
- * too (the totals count it twice). */
+ * sharded client refuses such a target). */
 static void test_table_differs(void **state) {
   (void)state;
   static char out[65536], err[4096];
@@ -363,11 +362,37 @@ static void test_table_differs(void **state) {
   json_decref(j);
   int st;
   assert_int_equal(chime__chimed_stop(&odd, 20000, &st), 0);
-  snprintf(target, sizeof(target), "%s,%s", g_d[0].addr, g_d[0].addr);
+}
+
+/* One server named twice (two addresses, one GetInfo instance): a row
+ * that says so, the command sent to it once (one checkpoint), the totals
+ * counting it once, as the sharded client's own info does; exit 0. */
+static void test_same_server_twice(void **state) {
+  (void)state;
+  static char out[65536], err[4096];
+  char target[600], head[300];
+  /* 127.0.0.1:P and ipv4:127.0.0.1:P: two addresses, one server */
+  snprintf(target, sizeof(target), "%s,ipv4:%s", g_d[0].addr, g_d[0].addr);
   assert_int_equal(ctl(0, "stats", target, out, sizeof(out), err, sizeof(err)),
-                   1);
-  assert_non_null(strstr(err, "are one server"));
-  row(out, "total  2 of 2 shards"); /* still printed */
+                   0);
+  snprintf(head, sizeof(head), "%-6u ipv4:%s", 1u, g_d[0].addr);
+  const char *l = row(out, head);
+  assert_true(strncmp(strstr(l, "  the same server as "),
+                      "  the same server as ", 21) == 0);
+  uint64_t v[3]; /* size, capacity, inserts */
+  total_row(out, 2, 2, v, 3);
+  assert_int_equal(v[0], g_items[0]);
+  assert_int_equal(v[1], 1000);
+
+  assert_int_equal(
+      ctl(1, "checkpoint", target, out, sizeof(out), err, sizeof(err)), 0);
+  json_t *j = parse(out), *shards = json_object_get(j, "shards");
+  json_t *twice = json_array_get(shards, 1);
+  assert_string_equal(json_string_value(json_object_get(twice, "same_as")),
+                      g_d[0].addr);
+  assert_null(json_object_get(twice, "path")); /* not checkpointed again */
+  assert_int_equal(num(json_object_get(j, "total"), "items"), g_items[0]);
+  json_decref(j);
 }
 
 /* One address: the server's own view, no shard rows. */
@@ -417,6 +442,7 @@ int main(void) {
       cmocka_unit_test(test_checkpoint),
       cmocka_unit_test(test_unreachable_shard),
       cmocka_unit_test(test_table_differs),
+      cmocka_unit_test(test_same_server_twice),
       cmocka_unit_test(test_one_address),
       cmocka_unit_test(test_actor_over_shards),
   };

@@ -477,10 +477,10 @@ static PyObject *none(void) {
   return Py_None;
 }
 
-/* [{"address", "shard", "error"}] per shard the client follows (one for a
- * one-server target): the shard from that server's own GetInfo, None
- * with error saying why when it did not answer, so one shard down does
- * not hide the others. */
+/* [{"address", "shard", "instance", "error"}] per shard the client
+ * follows (one for a one-server target): shard and instance from that
+ * server's own GetInfo, None with error saying why when it did not
+ * answer, so one shard down does not hide the others. */
 static PyObject *client_shards(PyObject *o, PyObject *unused) {
   (void)unused;
   chimepy_client_t *self = (chimepy_client_t *)o;
@@ -501,6 +501,7 @@ static PyObject *client_shards(PyObject *o, PyObject *unused) {
     if (d == NULL || set_item(d, "address", PyUnicode_FromString(addr)) ||
         set_item(d, "shard",
                  rc ? none() : PyLong_FromUnsignedLong(info->shard)) ||
+        set_item(d, "instance", rc ? none() : U64(info->instance)) ||
         set_item(d, "error",
                  rc ? PyUnicode_FromString(chime_last_error()) : none())) {
       Py_CLEAR(list);
@@ -564,9 +565,9 @@ static PyMethodDef client_methods[] = {
      "priority raises InvalidArgumentError and changes nothing."},
     {"shards", client_shards, METH_NOARGS,
      "shards() -> list: per shard of the target (one for a single address) "
-     "{'address' (as the client uses it), 'shard' (the server's shard "
-     "number from its GetInfo; None when it did not answer), 'error' (why "
-     "not; else None)}."},
+     "{'address' (as the client uses it), 'shard' and 'instance' (from the "
+     "server's GetInfo; one instance at two addresses is one server; None "
+     "when it did not answer), 'error' (why not; else None)}."},
     {"checkpoint", client_checkpoint, METH_NOARGS,
      "checkpoint() -> dict: the server writes every table to its "
      "configured checkpoint dir and answers once it is complete; returns "

@@ -1,8 +1,8 @@
 """chime.Client over two real chimed shards (config shard 1 and 2): the
 target string goes to chime_client_create as given; info() and stats()
 sum the shards; writers spread over them; mutate_priorities sends each
-key to its shard; shards() lists each shard's address and number (and
-why one did not answer); key_shard reads a key's shard."""
+key to its shard; shards() lists each shard's address, number and instance
+(and why one did not answer); key_shard reads a key's shard."""
 import contextlib
 import socket
 
@@ -53,19 +53,34 @@ def inserts(addr):
         return c.stats()["tables"][0]["inserts"]
 
 
+def instances(shards):
+    out = []
+    for a in shards:
+        with chime.Client(a) as c:
+            out.append(c.info()["instance"])
+    return out
+
+
 def test_shards_lists_every_shard(shards, refused):
+    inst = instances(shards)
     with chime.Client(",".join(shards)) as c:
         assert c.shards() == [
-            {"address": shards[0], "shard": 1, "error": None},
-            {"address": shards[1], "shard": 2, "error": None}]
+            {"address": shards[0], "shard": 1, "instance": inst[0],
+             "error": None},
+            {"address": shards[1], "shard": 2, "instance": inst[1],
+             "error": None}]
     with chime.Client(shards[1]) as c:  # one address: itself
         assert c.shards() == [
-            {"address": shards[1], "shard": 2, "error": None}]
+            {"address": shards[1], "shard": 2, "instance": inst[1],
+             "error": None}]
+    # One server at two addresses: one instance.
+    with chime.Client(f"{shards[0]},ipv4:{shards[0]}") as c:
+        assert [s["instance"] for s in c.shards()] == [inst[0]] * 2
     # One shard down: its entry says why, the others are still listed.
     with chime.Client(f"{shards[0]},{refused},{shards[1]}") as c:
         got = c.shards()
         assert [s["shard"] for s in got] == [1, None, 2]
-        assert got[1]["address"] == refused
+        assert got[1]["address"] == refused and got[1]["instance"] is None
         assert "connect" in got[1]["error"]
         assert got[0]["error"] is None and got[2]["error"] is None
 

@@ -599,6 +599,9 @@ static void test_keys_carry_shard(void **state) {
   chime__dedupe_req_t dq = {.writer = 9, .seq = 1, .end_episode = 1};
   assert_int_equal(chime__table_insert(t, buf, 6, NULL, &k, NULL, &dq), 0);
   assert_true(k == chime__key_make(3, 1)); /* steps 1..6 */
+  chime__table_stats_t st;
+  chime__table_get_stats(t, &st);
+  assert_int_equal(st.steps_inserted, 6); /* a count, not the next key */
   slot_t s;
   slot_init(&s, t, 2);
   assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
@@ -610,7 +613,6 @@ static void test_keys_carry_shard(void **state) {
   chime__dedupe_req_t d2 = {.writer = 9, .seq = 2};
   assert_int_equal(chime__table_insert(t, buf, 3, NULL, &k, NULL, &d2),
                    CHIME_EOVERFLOW);
-  chime__table_stats_t st;
   chime__table_get_stats(t, &st);
   assert_int_equal(st.steps, 6);
   chime__dedupe_req_t d3 = {.writer = 9, .seq = 3};

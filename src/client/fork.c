@@ -36,6 +36,16 @@ _Bool fork_enabled(void) __asm__("_ZN9grpc_core4Fork7EnabledEv");
 const char *poll_strategy(void) __asm__("_Z27grpc_get_poll_strategy_namev");
 #endif
 
+#ifndef CHIME_GRPC_EXECUTOR
+#define CHIME_GRPC_EXECUTOR 0
+#endif
+#if CHIME_GRPC_EXECUTOR
+/* grpc_core::Executor::SetThreadingAll(bool) (libgrpc): starts or stops
+ * the executor's threads; stopped, its closures run inline. */
+void executor_threading(_Bool on) __asm__(
+    "_ZN9grpc_core8Executor15SetThreadingAllEb");
+#endif
+
 #define FORK_ENV "GRPC_ENABLE_FORK_SUPPORT"
 #define POLL_ENV "GRPC_POLL_STRATEGY"
 /* How long the prepare handler waits for chime's threads to leave gRPC. A
@@ -73,15 +83,31 @@ static void prepare(void) {
   pthread_mutex_unlock(&gate_mu);
   grpc_was_init = grpc_is_initialized();
 #if CHIME_GRPC_FORK_API
-  if (support && grpc_was_init)
+  if (support && grpc_was_init) {
+#if CHIME_GRPC_EXECUTOR
+    /* gRPC 1.51's grpc_prefork blocks new ExecCtxs first and then joins
+     * the executor's threads; a thread that had just picked up closures
+     * (a call's teardown, a transport's write) then waits for an ExecCtx
+     * forever and the fork hangs (test_e2e_fork: the main thread in
+     * Executor::SetThreadingAll, the executor in
+     * Fork::DoIncExecCtxCount). Stopped here first, while ExecCtxs are
+     * still allowed, the executor runs what it holds and its threads
+     * end; grpc_prefork then finds them stopped. */
+    executor_threading(0);
+#endif
     prefork();
+  }
 #endif
 }
 
 static void parent(void) {
 #if CHIME_GRPC_FORK_API
-  if (support && grpc_was_init)
+  if (support && grpc_was_init) {
     postfork_parent();
+#if CHIME_GRPC_EXECUTOR
+    executor_threading(1); /* as postfork_parent does, if it skipped */
+#endif
+  }
 #endif
   pthread_mutex_lock(&gate_mu);
   forking = 0;

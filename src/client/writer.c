@@ -315,13 +315,19 @@ static int call_start(chime_writer_t *w, int wait_for_ready) {
   return 0;
 }
 
+/* Ends the current call: cancels it and collects every completion left
+ * (an ack that arrived before the end still counts). */
+static void drop_call(chime_writer_t *w) {
+  chime__rpc_cancel(&w->rpc);
+  while (pending(w))
+    pump(w, gpr_inf_future(GPR_CLOCK_MONOTONIC));
+}
+
 /* The call died with the connection: collect what is left of it (an ack
  * that arrived before the end still counts), then open a new call and send
  * every unacked request again, oldest first. */
 static int reconnect(chime_writer_t *w) {
-  chime__rpc_cancel(&w->rpc);
-  while (pending(w))
-    pump(w, gpr_inf_future(GPR_CLOCK_MONOTONIC));
+  drop_call(w);
   chime__rpc_reset(&w->rpc);
   if (w->failed)
     return w->failed;
@@ -427,9 +433,7 @@ static int move_shard(chime_writer_t *w) {
   /* The call on the dead shard is still waiting for its channel (a
    * resumed call waits for ready): cancelling it is no failure. */
   w->dropping = 1;
-  chime__rpc_cancel(&w->rpc);
-  while (pending(w))
-    pump(w, gpr_inf_future(GPR_CLOCK_MONOTONIC));
+  drop_call(w);
   w->dropping = 0;
   chime__rpc_reset(&w->rpc);
   if (!w->failed && w->writer_id && renumber(w)) {
@@ -929,9 +933,7 @@ int chime_writer_close(chime_writer_t *writer) {
       while (live(w) && pump(w, deadline) != CHIME_ETIMEDOUT) {
       }
     }
-    chime__rpc_cancel(&w->rpc);
-    while (pending(w))
-      pump(w, gpr_inf_future(GPR_CLOCK_MONOTONIC));
+    drop_call(w);
   }
   chime__rpc_destroy(&w->rpc);
   if (w->set)

@@ -458,10 +458,14 @@ static void emit_stat(const opts_t *o, const char *key, const double *v,
 }
 
 static void emit_learn(const opts_t *o, int b, learn_round_t rs[][NBATCH]) {
-  double v[9][MAX_RUNS];
+  double v[10][MAX_RUNS];
   for (int r = 0; r < o->runs; r++) {
     const learn_round_t *l = &rs[r][b];
     v[8][r] = l->dir_srv_cores;
+    /* samples per CPU second of learners and chimeds: what bounds the
+     * rate where CPU is short, whatever share of it each side got */
+    v[9][r] = (l->sh_sps / (l->sh_cores + l->sh_srv_cores)) /
+              (l->dir_sps / (l->dir_cores + l->dir_srv_cores));
     v[0][r] = l->sh_sps / l->dir_sps;
     v[1][r] = l->sh_sps;
     v[2][r] = l->dir_sps;
@@ -492,6 +496,7 @@ static void emit_learn(const opts_t *o, int b, learn_round_t rs[][NBATCH]) {
   emit_stat(o, "direct_learners_cpu_cores", v[6], 2);
   emit_stat(o, "sharded_chimed_cpu_cores", v[7], 2);
   emit_stat(o, "direct_chimed_cpu_cores", v[8], 2);
+  emit_stat(o, "ratio_per_cpu", v[9], 3);
   if (o->json)
     printf(",\"runs\":%d}", o->runs);
   printf("\n");
@@ -569,18 +574,21 @@ static void usage(void) {
   fprintf(stderr,
           "usage: chime-bench shards [--json] [--runs N] [--smoke]\n"
           "                          [--seconds S] [--writers N]\n"
+          "                          [--capacity ITEMS]\n"
           "  4 chimed (shards 1..4) on 127.0.0.1; per batch size (64, 1024)\n"
           "  of 1 KiB samples: one learner over the 4 shards vs 4 learners\n"
           "  on one shard each (samples/s), and the sharded learner's CPU a\n"
           "  sample vs one learner on one shard; N writers (default 4) on a\n"
           "  sharded client vs N bound to the shards directly (256-byte\n"
           "  samples/s). Medians of N runs (default 3); learner windows of\n"
-          "  S seconds (default 2). --smoke: tiny sizes, figures mean "
+          "  S seconds (default 2); learn tables of ITEMS 1 KiB items per\n"
+          "  shard (default 16384). --smoke: tiny sizes, figures mean "
           "nothing\n");
 }
 
 static int parse_opts(opts_t *o, int argc, char **argv) {
   int smoke = 0, runs = 0;
+  uint64_t capacity = 0;
   double seconds = 0;
   *o = (opts_t){.json = 0,
                 .runs = 3,
@@ -604,6 +612,10 @@ static int parse_opts(opts_t *o, int argc, char **argv) {
       seconds = atof(argv[++i]);
       if (!(seconds >= 0.05 && seconds <= 600))
         return CHIME_EINVAL;
+    } else if (strcmp(a, "--capacity") == 0 && i + 1 < argc) {
+      capacity = strtoull(argv[++i], NULL, 10);
+      if (capacity < 1024 || capacity > (UINT64_C(1) << 22))
+        return CHIME_EINVAL;
     } else if (strcmp(a, "--writers") == 0 && i + 1 < argc) {
       o->writers = atoi(argv[++i]);
       if (o->writers < 1 || o->writers > MAX_WRITERS)
@@ -620,6 +632,8 @@ static int parse_opts(opts_t *o, int argc, char **argv) {
   }
   if (runs > 0)
     o->runs = runs;
+  if (capacity > 0)
+    o->capacity = capacity;
   if (seconds > 0)
     o->seconds = seconds;
   return 0;

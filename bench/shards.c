@@ -12,7 +12,7 @@
  *            learner on one shard alone (the same table, batch size, ring
  *            and reading). Target <= 1.1.
  *   writers  N writer threads on one sharded client (they bind to the
- *            shards in turn) against N writers bound to the shards directly
+ *            shards evenly) against N writers bound to the shards directly
  *            (writer i on shard i mod 4's one-server client): samples
  *            acked per second, all writers together, the same samples
  *            each. Target >= 0.95.
@@ -430,7 +430,7 @@ static int write_round(const shards_t *s, chime_client_t *sharded,
                      ignored, why, whylen);
   if (rc != 0)
     return rc;
-  /* N writers in turn over 4 shards: each shard gets N / 4 of them, or one
+  /* N writers spread over 4 shards: each shard gets N / 4 of them, or one
    * more, as the direct ones do (writer i on shard i mod 4). */
   uint64_t lo = spread[0], hi = spread[0];
   for (int k = 1; k < NSHARDS; k++) {

@@ -3,10 +3,10 @@
  * docs/scaling.md "Rate limiting stays per shard"). Three real chimed
  * (shards 1, 2, 3) with the same table (samples_per_insert 2, a small
  * error_buffer, min_size); three writers on one sharded client, each on
- * its own thread (they bind to the shards in turn: one each), insert the
- * same number of samples; one learner samples the union on another
- * sharded client. While they run and at the end, each shard's samples and
- * inserts (its Stats) keep the limiter's contract, so the union's do too:
+ * its own thread (a sharded client spreads its writers: one a shard), insert
+ * the same number of samples; one learner samples the union on another sharded
+ * client. While they run and at the end, each shard's samples and inserts (its
+ * Stats) keep the limiter's contract, so the union's do too:
  *
  *   The limiter (src/replay/limiter_ratio.c, docs/replay.md) lets a batch
  *   start while one more sample keeps  I x spi - S  at or above
@@ -274,7 +274,7 @@ static void spread(const char *table, chime_mode_t mode) {
   shard_counts(table, ins, smp);
   check_counts(table, "at the end");
   for (int k = 0; k < NSHARDS; k++) {
-    /* One writer per shard: the round robin spread them evenly. */
+    /* One writer per shard: the client spread them evenly. */
     assert_int_equal(ins[k], PER_WRITER);
     I += (double)ins[k];
     S += (double)smp[k];

@@ -1,6 +1,9 @@
 /* chime-actor: inserts N deterministic pattern samples into a table.
  *
- *   chime-actor --server ADDR --table T --count N [--seed S]
+ *   chime-actor --server TARGET --table T --count N [--seed S]
+ *
+ * TARGET is any client target (chime_client_create): one server or many
+ * shards, the writer then bound to one of them.
  *
  * The last line of stdout is JSON: {"inserted":N,"samples_per_s":...}.
  * Into a sequence table the samples are steps of one episode. */
@@ -14,10 +17,14 @@
 #include "pattern.h"
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: chime-actor --server ADDR --table T --count N [--seed S]\n"
-             "                   [--batch-samples B] [--inflight M]\n"
-             "                   " CHIME__CLI_CONN_USAGE "\n"
-             "Inserts N pattern samples with ids (S << 40) | i, i < N.\n");
+  fprintf(f,
+          "usage: chime-actor --server TARGET --table T --count N [--seed S]\n"
+          "                   [--batch-samples B] [--inflight M]\n"
+          "                   " CHIME__CLI_CONN_USAGE "\n");
+  fprintf(f, "Inserts N pattern samples with ids (S << 40) | i, i < N.\n");
+  fprintf(f, CHIME__CLI_TARGET_HELP
+          "Over shards the writer binds to one shard, and moves to another\n"
+          "only when its shard stays unreachable.\n");
 }
 
 int main(int argc, char **argv) {

@@ -1,9 +1,18 @@
 /* chimectl: a server's info and stats as readable tables or JSON.
  *
- *   chimectl [--json] info ADDR
- *   chimectl [--json] stats ADDR
- *   chimectl [--json] checkpoint ADDR */
+ *   chimectl [--json] info TARGET
+ *   chimectl [--json] stats TARGET
+ *   chimectl [--json] checkpoint TARGET
+ *
+ * TARGET is one server ("host:port", "unix:/path") or many shards as
+ * chime_client_create takes them (a comma list, ipv4:/ipv6: lists,
+ * dns:///name:port). Over shards every command goes to each shard at once
+ * and prints a row per shard (its address and shard number) and a totals
+ * row; --json gives {"shards": [...], "total": {...}}. A shard that does
+ * not answer gets an error row and the exit status 1, the others still
+ * print (docs/operations.md). */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,10 +23,12 @@
 #include "cli.h"
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: chimectl [--json] " CHIME__CLI_CONN_USAGE " info ADDR\n"
-             "       chimectl [--json] " CHIME__CLI_CONN_USAGE " stats ADDR\n"
+  fprintf(f, "usage: chimectl [--json] " CHIME__CLI_CONN_USAGE " info TARGET\n"
+             "       chimectl [--json] " CHIME__CLI_CONN_USAGE " stats TARGET\n"
              "       chimectl [--json] " CHIME__CLI_CONN_USAGE
-             " checkpoint ADDR\n");
+             " checkpoint TARGET\n" CHIME__CLI_TARGET_HELP
+             "Over shards: a row per shard and a totals row (--json: "
+             "{\"shards\", \"total\"}).\n");
 }
 
 static const char *mode_name(int mode) {
@@ -77,13 +88,9 @@ static json_t *info_json(const chime_server_info_t *in) {
       (json_int_t)in->pinned_bytes, "tables", tables, "rings", rings);
 }
 
-static void info_text(const chime_server_info_t *in) {
-  printf("chimed %s on %s (boot_id %s)\n", in->version, in->hostname,
-         in->boot_id);
-  printf("shard: %" PRIu32 ", instance: %016" PRIx64 "\n", in->shard,
-         in->instance);
-  printf("pin_host_memory: %s, pinned bytes: %" PRIu64 "\n\n",
-         in->pin_host_memory ? "on" : "off", in->pinned_bytes);
+/* The tables (and sequences) of an info: one server's, or the union of
+ * shards. */
+static void info_tables_text(const chime_server_info_t *in) {
   printf("%-16s %-11s %-11s %8s %9s %13s %10s %10s %8s %12s  %s\n", "TABLE",
          "SAMPLER", "REMOVER", "EXPONENT", "MAX_TIMES", "SPI(+-BUFFER)", "SIZE",
          "CAPACITY", "MIN_SIZE", "SAMPLE_BYTES", "SPEC");
@@ -126,6 +133,16 @@ static void info_text(const chime_server_info_t *in) {
            t->name, t->capacity_steps, t->sequence_length, t->stride,
            t->episode_end, ip, t->step_bytes, step);
   }
+}
+
+static void info_text(const chime_server_info_t *in) {
+  printf("chimed %s on %s (boot_id %s)\n", in->version, in->hostname,
+         in->boot_id);
+  printf("shard: %" PRIu32 ", instance: %016" PRIx64 "\n", in->shard,
+         in->instance);
+  printf("pin_host_memory: %s, pinned bytes: %" PRIu64 "\n\n",
+         in->pin_host_memory ? "on" : "off", in->pinned_bytes);
+  info_tables_text(in);
   /* One ring per open stream; pinned bytes are slots x slot_bytes of each
    * ring the server page-locked (docs/pinning.md). */
   printf("\nRINGS\n%-8s %-16s %14s %14s\n", "STREAM", "TABLE", "BYTES",
@@ -228,9 +245,14 @@ static void cell(const char *const *cols, int head, const char *name, int unit,
 #define TEXT_CELL(type, name, kind, unit, help)                                \
   cell(cols, s == NULL, #name, UNIT_##unit, s != NULL ? (uint64_t)s->name : 0);
 
+/* The cells of s, or of the head (s NULL). */
+static void table_cells(const chime_table_stats_t *s, const char *const *cols) {
+  CHIME_TABLE_STATS_FIELDS(TEXT_CELL)
+}
+
 /* A row of s, or the head (s NULL). */
 static void table_row(const chime_table_stats_t *s, const char *const *cols) {
-  CHIME_TABLE_STATS_FIELDS(TEXT_CELL)
+  table_cells(s, cols);
   printf("\n");
 }
 
@@ -240,7 +262,9 @@ static void stream_row(const chime_stream_stats_t *s) {
   printf("\n");
 }
 
-static void stats_text(const chime_stats_t *st) {
+/* The tables (and sequence tables) of stats: one server's, or summed
+ * over shards. */
+static void stats_tables_text(const chime_stats_t *st) {
   printf("%-16s", "TABLE");
   table_row(NULL, table_cols);
   for (uint32_t i = 0; i < st->ntables; i++) {
@@ -259,6 +283,13 @@ static void stats_text(const chime_stats_t *st) {
     printf("%-16s", t->name);
     table_row(t, sequence_cols);
   }
+}
+
+#define SERVER_LINE(type, name, kind, unit, help)                              \
+  printf("%s: %" PRIu64 "\n", #name, (uint64_t)st->name);
+
+static void stats_text(const chime_stats_t *st) {
+  stats_tables_text(st);
   printf("\n%-8s %-16s %-7s", "STREAM", "TABLE", "MODE");
   stream_row(NULL);
   for (uint32_t i = 0; i < st->nstreams; i++) {
@@ -270,8 +301,6 @@ static void stats_text(const chime_stats_t *st) {
   if (st->nstreams == 0)
     printf("(no streams)\n");
   printf("\n");
-#define SERVER_LINE(type, name, kind, unit, help)                              \
-  printf("%s: %" PRIu64 "\n", #name, (uint64_t)st->name);
   CHIME_SERVER_STATS_FIELDS(SERVER_LINE)
 }
 
@@ -285,6 +314,477 @@ static int print_json(json_t *j) {
   printf("%s\n", s);
   free(s);
   return 0;
+}
+
+static json_t *checkpoint_json(const chime_checkpoint_result_t *r) {
+  return json_pack("{s:s, s:I, s:I, s:I, s:I, s:I}", "path", r->path, "tables",
+                   (json_int_t)r->tables, "items", (json_int_t)r->items,
+                   "bytes", (json_int_t)r->bytes, "pause_ns",
+                   (json_int_t)r->pause_ns, "duration_ns",
+                   (json_int_t)r->duration_ns);
+}
+
+/* ------------------------------------------------------ a sharded target */
+
+/* One shard of a sharded target and its answers: GetInfo first, from
+ * every shard (it says which shard and which server each is), then the
+ * command's own call. */
+typedef struct {
+  chime_client_t *client; /* the shard's own: the parent client owns it */
+  const char *addr;
+  const char *cmd;
+  int phase;      /* 0: GetInfo, 1: the command's call */
+  int dup;        /* an earlier shard that is the same server, or -1 */
+  int rc;         /* 0, or the code of the call that failed */
+  char err[1024]; /* its detail, copied on the thread that saw it */
+  chime_server_info_t *info;
+  chime_stats_t *stats;
+  chime_checkpoint_result_t ckpt;
+} shard_t;
+
+static void *shard_call(void *arg) {
+  shard_t *s = arg;
+  int rc = 0;
+  if (s->phase == 0)
+    rc = chime_client_info(s->client, &s->info);
+  else if (s->rc == 0 && s->dup < 0 && !strcmp(s->cmd, "stats"))
+    rc = chime_client_stats(s->client, &s->stats);
+  else if (s->rc == 0 && s->dup < 0 && !strcmp(s->cmd, "checkpoint"))
+    rc = chime_client_checkpoint(s->client, &s->ckpt);
+  /* The detail is the calling thread's, and goes with it. */
+  if (rc) {
+    s->rc = rc;
+    snprintf(s->err, sizeof(s->err), "%s", chime_last_error());
+  }
+  return NULL;
+}
+
+/* Every shard at once: the slowest shard (or an unreachable one, up to the
+ * timeout) bounds the command rather than the sum of them, and the shards'
+ * checkpoints start together. A thread that cannot start runs its call
+ * here instead. */
+static void shards_call(shard_t *sh, uint32_t n) {
+  pthread_t *th = calloc(n, sizeof(*th));
+  char *started = calloc(n, 1);
+  for (uint32_t i = 0; i < n; i++)
+    if (th == NULL || started == NULL ||
+        pthread_create(&th[i], NULL, shard_call, &sh[i]) != 0)
+      shard_call(&sh[i]);
+    else
+      started[i] = 1;
+  for (uint32_t i = 0; th != NULL && started != NULL && i < n; i++)
+    if (started[i])
+      pthread_join(th[i], NULL);
+  free(th);
+  free(started);
+}
+
+/* The union of the shards that answered, summed by the rules of a sharded
+ * client's own GetInfo and Stats (src/client/fanout.c), but from the very
+ * answers the shard rows show: a table's size, capacity and mass (and
+ * counters) summed by name, rings and streams listed, the server's figures
+ * summed; version, host and boot id the first shard's, host and boot id blank
+ * where the shards differ. A table that differs between shards (spec or
+ * sampler) is said on stderr and sets *differs: a sharded client refuses
+ * such a target. */
+static int merge_info(chime_server_info_t *m, const shard_t *s, int first,
+                      int *differs) {
+  const chime_server_info_t *one = s->info;
+  if (first) {
+    snprintf(m->version, sizeof(m->version), "%s", one->version);
+    snprintf(m->boot_id, sizeof(m->boot_id), "%s", one->boot_id);
+    snprintf(m->hostname, sizeof(m->hostname), "%s", one->hostname);
+  } else {
+    if (strcmp(m->boot_id, one->boot_id) != 0)
+      m->boot_id[0] = '\0';
+    if (strcmp(m->hostname, one->hostname) != 0)
+      m->hostname[0] = '\0';
+  }
+  m->pin_host_memory |= one->pin_host_memory;
+  m->pinned_bytes += one->pinned_bytes;
+  chime_table_info_t *tables =
+      realloc(m->tables, (m->ntables + one->ntables + 1) * sizeof(*tables));
+  if (tables)
+    m->tables = tables;
+  chime_ring_info_t *rings =
+      realloc(m->rings, (m->nrings + one->nrings + 1) * sizeof(*rings));
+  if (rings)
+    m->rings = rings;
+  if (!tables || !rings)
+    return -1;
+  for (uint32_t t = 0; t < one->ntables; t++) {
+    const chime_table_info_t *in = &one->tables[t];
+    uint32_t k = 0;
+    while (k < m->ntables && strcmp(m->tables[k].name, in->name) != 0)
+      k++;
+    if (k == m->ntables) {
+      m->tables[m->ntables++] = *in;
+      continue;
+    }
+    chime_table_info_t *o = &m->tables[k];
+    char a[4096], b[4096];
+    if (chime_spec_format(&o->spec, a, sizeof(a)) != 0 ||
+        chime_spec_format(&in->spec, b, sizeof(b)) != 0 || strcmp(a, b) != 0 ||
+        strcmp(o->sampler, in->sampler) != 0) {
+      fprintf(stderr,
+              "chimectl: shard %s: table '%s' differs from the same table on "
+              "the shards before it (spec or sampler)\n",
+              s->addr, in->name);
+      *differs = 1;
+    }
+    o->size += in->size;
+    o->capacity += in->capacity;
+    o->mass += in->mass; /* the union's: what sampling weighs against */
+    o->capacity_steps += in->capacity_steps;
+  }
+  if (one->nrings > 0) /* a server without rings sends none: NULL */
+    memcpy(m->rings + m->nrings, one->rings, one->nrings * sizeof(*rings));
+  m->nrings += one->nrings;
+  return 0;
+}
+
+#define ADD(type, name, kind, unit, help) o->name += s->name;
+static void add_table_stats(chime_table_stats_t *o,
+                            const chime_table_stats_t *s) {
+  CHIME_TABLE_STATS_FIELDS(ADD)
+}
+static void add_server_stats(chime_stats_t *o, const chime_stats_t *s) {
+  CHIME_SERVER_STATS_FIELDS(ADD)
+}
+#undef ADD
+
+static int merge_stats(chime_stats_t *m, const chime_stats_t *one) {
+  chime_table_stats_t *tables =
+      realloc(m->tables, (m->ntables + one->ntables + 1) * sizeof(*tables));
+  if (tables)
+    m->tables = tables;
+  chime_stream_stats_t *streams =
+      realloc(m->streams, (m->nstreams + one->nstreams + 1) * sizeof(*streams));
+  if (streams)
+    m->streams = streams;
+  if (!tables || !streams)
+    return -1;
+  for (uint32_t t = 0; t < one->ntables; t++) {
+    uint32_t k = 0;
+    while (k < m->ntables && strcmp(m->tables[k].name, one->tables[t].name))
+      k++;
+    if (k == m->ntables)
+      m->tables[m->ntables++] = one->tables[t];
+    else
+      add_table_stats(&m->tables[k], &one->tables[t]);
+  }
+  if (one->nstreams > 0) /* NULL without streams */
+    memcpy(m->streams + m->nstreams, one->streams,
+           one->nstreams * sizeof(*streams));
+  m->nstreams += one->nstreams;
+  add_server_stats(m, one);
+  return 0;
+}
+
+/* Shard i's head in JSON: {"address", "shard"}; for one that did not
+ * answer "shard": null, "error" and "code" (its CHIME_E* name); for one
+ * that is an earlier shard's server "same_as" its address. */
+static json_t *shard_json(const shard_t *sh, uint32_t i) {
+  const shard_t *s = &sh[i];
+  if (s->rc)
+    return json_pack("{s:s, s:n, s:s, s:s}", "address", s->addr, "shard",
+                     "error", s->err, "code", chime_err_name(s->rc));
+  if (s->dup >= 0)
+    return json_pack("{s:s, s:I, s:s}", "address", s->addr, "shard",
+                     (json_int_t)s->info->shard, "same_as", sh[s->dup].addr);
+  return json_pack("{s:s, s:I}", "address", s->addr, "shard",
+                   (json_int_t)s->info->shard);
+}
+
+/* {"shards": [head + the one-server JSON of each], "total": t}. */
+static json_t *shards_json(const shard_t *sh, uint32_t n, json_t *total) {
+  json_t *list = json_array();
+  for (uint32_t i = 0; list != NULL && i < n; i++) {
+    const shard_t *s = &sh[i];
+    int whole = s->rc == 0 && s->dup < 0;
+    json_t *o = shard_json(sh, i), *body = NULL;
+    if (whole)
+      body = !strcmp(s->cmd, "info")    ? info_json(s->info)
+             : !strcmp(s->cmd, "stats") ? stats_json(s->stats)
+                                        : checkpoint_json(&s->ckpt);
+    if (o == NULL ||
+        (whole && (body == NULL || json_object_update(o, body) != 0))) {
+      json_decref(o);
+      json_decref(body);
+      json_decref(list);
+      json_decref(total);
+      return NULL;
+    }
+    json_decref(body);
+    json_array_append_new(list, o);
+  }
+  if (list == NULL || total == NULL) {
+    json_decref(list);
+    json_decref(total);
+    return NULL;
+  }
+  return json_pack("{s:o, s:o}", "shards", list, "total", total);
+}
+
+/* The text tables' address column: as wide as the longest address. */
+static int addr_width(const shard_t *sh, uint32_t n) {
+  size_t w = strlen("ADDRESS");
+  for (uint32_t i = 0; i < n; i++)
+    if (strlen(sh[i].addr) > w)
+      w = strlen(sh[i].addr);
+  return (int)w;
+}
+
+/* Shard i's row's first two cells: its number and its address, and 0;
+ * for a shard that did not answer the rest of the row is the error, for
+ * one that is an earlier shard's server the rest says so, and -1. */
+static int shard_cells(const shard_t *sh, uint32_t i, int aw) {
+  const shard_t *s = &sh[i];
+  if (s->rc) {
+    printf("%-6s %-*s  error: %s: %s\n", "-", aw, s->addr,
+           chime_err_name(s->rc), s->err);
+    return -1;
+  }
+  printf("%-6" PRIu32 " %-*s", s->info->shard, aw, s->addr);
+  if (s->dup < 0)
+    return 0;
+  printf("  the same server as %s (instance %016" PRIx64 "): counted once\n",
+         sh[s->dup].addr, s->info->instance);
+  return -1;
+}
+
+static void total_cells(uint32_t answered, uint32_t n, int aw) {
+  char what[64];
+  snprintf(what, sizeof(what), "%" PRIu32 " of %" PRIu32 " shards", answered,
+           n);
+  printf("%-6s %-*s", "total", aw, what);
+}
+
+/* A shard row of info after its first cells, and the totals row. */
+#define INFO_ROW                                                               \
+  " %-10s %-20s %6" PRIu32 " %12" PRIu64 " %12" PRIu64 " %6" PRIu32            \
+  " %14" PRIu64 "\n"
+
+static void info_shards_text(const shard_t *sh, uint32_t n,
+                             const chime_server_info_t *m, uint32_t answered) {
+  int aw = addr_width(sh, n);
+  printf("%-6s %-*s %-10s %-20s %6s %12s %12s %6s %14s\n", "SHARD", aw,
+         "ADDRESS", "VERSION", "HOSTNAME", "TABLES", "SIZE", "CAPACITY",
+         "RINGS", "PINNED_BYTES");
+  for (uint32_t i = 0; i < n; i++) {
+    const chime_server_info_t *in = sh[i].info;
+    if (shard_cells(sh, i, aw))
+      continue;
+    uint64_t size = 0, cap = 0;
+    for (uint32_t t = 0; t < in->ntables; t++) {
+      size += in->tables[t].size;
+      cap += in->tables[t].capacity;
+    }
+    printf(INFO_ROW, in->version, in->hostname, in->ntables, size, cap,
+           in->nrings, in->pinned_bytes);
+  }
+  uint64_t size = 0, cap = 0;
+  for (uint32_t t = 0; t < m->ntables; t++) {
+    size += m->tables[t].size;
+    cap += m->tables[t].capacity;
+  }
+  total_cells(answered, n, aw);
+  printf(INFO_ROW, "", "", m->ntables, size, cap, m->nrings, m->pinned_bytes);
+  printf("\n");
+  info_tables_text(m);
+}
+
+/* A shard's tables as one: what the shard rows of stats show. */
+static void stats_all_tables(const chime_stats_t *st, chime_table_stats_t *o) {
+  memset(o, 0, sizeof(*o));
+  for (uint32_t t = 0; t < st->ntables; t++)
+    add_table_stats(o, &st->tables[t]);
+}
+
+static void stats_shards_text(const shard_t *sh, uint32_t n,
+                              const chime_stats_t *m, uint32_t answered) {
+  int aw = addr_width(sh, n);
+  chime_table_stats_t all;
+  printf("%-6s %-*s", "SHARD", aw, "ADDRESS");
+  table_cells(NULL, table_cols);
+  printf(" %8s\n", "STREAMS");
+  for (uint32_t i = 0; i < n; i++) {
+    if (shard_cells(sh, i, aw))
+      continue;
+    stats_all_tables(sh[i].stats, &all);
+    table_cells(&all, table_cols);
+    printf(" %8" PRIu32 "\n", sh[i].stats->nstreams);
+  }
+  stats_all_tables(m, &all);
+  total_cells(answered, n, aw);
+  table_cells(&all, table_cols);
+  printf(" %8" PRIu32 "\n\n", m->nstreams);
+  stats_tables_text(m);
+  /* Stream ids are each server's own: the shard tells them apart. */
+  printf("\n%-6s %-8s %-16s %-7s", "SHARD", "STREAM", "TABLE", "MODE");
+  stream_row(NULL);
+  for (uint32_t i = 0; i < n; i++)
+    for (uint32_t k = 0; sh[i].stats != NULL && k < sh[i].stats->nstreams;
+         k++) {
+      const chime_stream_stats_t *s = &sh[i].stats->streams[k];
+      printf("%-6" PRIu32 " %-8" PRIu64 " %-16s %-7s", sh[i].info->shard,
+             s->stream_id, s->table, mode_name(s->mode));
+      stream_row(s);
+    }
+  if (m->nstreams == 0)
+    printf("(no streams)\n");
+  printf("\n");
+  const chime_stats_t *st = m;
+  CHIME_SERVER_STATS_FIELDS(SERVER_LINE)
+}
+
+/* Tables, items and bytes summed; the longest pause and duration, as the
+ * shards checkpoint at once. */
+static void add_checkpoint(chime_checkpoint_result_t *o,
+                           const chime_checkpoint_result_t *r) {
+  o->tables += r->tables;
+  o->items += r->items;
+  o->bytes += r->bytes;
+  if (r->pause_ns > o->pause_ns)
+    o->pause_ns = r->pause_ns;
+  if (r->duration_ns > o->duration_ns)
+    o->duration_ns = r->duration_ns;
+}
+
+#define CKPT_ROW " %6" PRIu32 " %12" PRIu64 " %14" PRIu64 " %9.3f %9.3f  %s\n"
+
+static void checkpoint_shards_text(const shard_t *sh, uint32_t n,
+                                   const chime_checkpoint_result_t *sum,
+                                   uint32_t answered) {
+  int aw = addr_width(sh, n);
+  printf("%-6s %-*s %6s %12s %14s %9s %9s  %s\n", "SHARD", aw, "ADDRESS",
+         "TABLES", "ITEMS", "BYTES", "SECONDS", "PAUSE_MS", "PATH");
+  for (uint32_t i = 0; i < n; i++) {
+    const chime_checkpoint_result_t *r = &sh[i].ckpt;
+    if (shard_cells(sh, i, aw) == 0)
+      printf(CKPT_ROW, r->tables, r->items, r->bytes,
+             (double)r->duration_ns / 1e9, (double)r->pause_ns / 1e6, r->path);
+  }
+  total_cells(answered, n, aw);
+  printf(CKPT_ROW, sum->tables, sum->items, sum->bytes,
+         (double)sum->duration_ns / 1e9, (double)sum->pause_ns / 1e6, "");
+}
+
+/* Marks each shard that is the server of an earlier shard that answered
+ * (the same GetInfo instance: dns:///localhost gives 127.0.0.1 and ::1):
+ * its row says so, the command is not sent to it again (no second
+ * checkpoint) and the totals count that server once, as a sharded
+ * client's own calls do. */
+static void mark_duplicates(shard_t *sh, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++) {
+    sh[i].dup = -1;
+    for (uint32_t j = 0; sh[i].rc == 0 && j < i && sh[i].dup < 0; j++)
+      if (sh[j].rc == 0 && sh[j].dup < 0 && sh[j].info->instance != 0 &&
+          sh[j].info->instance == sh[i].info->instance)
+        sh[i].dup = (int)j;
+  }
+}
+
+/* Two servers of one shard number make its keys ambiguous (a sharded
+ * client refuses them): each pair is said on stderr; 1 when there was
+ * one. */
+static int shard_clash(const shard_t *sh, uint32_t n) {
+  int found = 0;
+  for (uint32_t i = 0; i < n; i++)
+    for (uint32_t j = 0; j < i; j++) {
+      if (sh[i].rc || sh[j].rc || sh[i].dup >= 0 || sh[j].dup >= 0 ||
+          sh[i].info->shard == 0 || sh[i].info->shard != sh[j].info->shard)
+        continue;
+      fprintf(stderr,
+              "chimectl: %s and %s both say they are shard %" PRIu32
+              ": shards need distinct numbers (config shard)\n",
+              sh[j].addr, sh[i].addr, sh[i].info->shard);
+      found = 1;
+    }
+  return found;
+}
+
+/* cmd on every shard of a sharded client: 0 when every shard answered, 1
+ * (after a line on stderr) when one did not, when the shards do not make
+ * one service (a table unlike, a shard number twice) or the output
+ * failed. */
+static int run_sharded(chime_client_t *c, const char *target, const char *cmd,
+                       int as_json) {
+  int exit_code = 1, differs = 0;
+  uint32_t n = chime_client_nshards(c), answered = 0;
+  shard_t *sh = NULL;
+  chime_server_info_t *mi = calloc(1, sizeof(*mi));
+  chime_stats_t *ms = calloc(1, sizeof(*ms));
+  chime_checkpoint_result_t mc;
+  memset(&mc, 0, sizeof(mc));
+  if (n == 0) {
+    fprintf(stderr, "chimectl: %s names no shard now\n", target);
+    goto cleanup;
+  }
+  if (!mi || !ms || !(sh = calloc(n, sizeof(*sh)))) {
+    fprintf(stderr, "chimectl: out of memory\n");
+    goto cleanup;
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    sh[i].client = chime_client_shard(c, i);
+    sh[i].addr = chime_client_shard_address(c, i);
+    sh[i].cmd = cmd;
+  }
+  shards_call(sh, n);
+  mark_duplicates(sh, n);
+  if (strcmp(cmd, "info") != 0) {
+    for (uint32_t i = 0; i < n; i++)
+      sh[i].phase = 1;
+    shards_call(sh, n);
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    if (sh[i].rc)
+      continue;
+    answered++;
+    if (sh[i].dup >= 0)
+      continue;
+    if ((!strcmp(cmd, "info") &&
+         merge_info(mi, &sh[i], answered == 1, &differs)) ||
+        (sh[i].stats && merge_stats(ms, sh[i].stats))) {
+      fprintf(stderr, "chimectl: out of memory\n");
+      goto cleanup;
+    }
+    add_checkpoint(&mc, &sh[i].ckpt);
+  }
+  if (as_json) {
+    /* The one-server shape, less what only one server has. */
+    json_t *total = !strcmp(cmd, "info")    ? info_json(mi)
+                    : !strcmp(cmd, "stats") ? stats_json(ms)
+                                            : checkpoint_json(&mc);
+    const char *own[] = {"shard", "instance", "path"};
+    for (size_t k = 0; total != NULL && k < sizeof(own) / sizeof(own[0]); k++)
+      (void)json_object_del(total, own[k]); /* -1 where there is none */
+    if (print_json(shards_json(sh, n, total)))
+      goto cleanup;
+  } else if (!strcmp(cmd, "info")) {
+    info_shards_text(sh, n, mi, answered);
+  } else if (!strcmp(cmd, "stats")) {
+    stats_shards_text(sh, n, ms, answered);
+  } else {
+    checkpoint_shards_text(sh, n, &mc, answered);
+  }
+  if (answered < n)
+    fprintf(stderr,
+            "chimectl: %s: %" PRIu32 " of %" PRIu32 " shards did not answer\n",
+            cmd, n - answered, n);
+  if (shard_clash(sh, n))
+    differs = 1;
+  exit_code = answered == n && !differs ? 0 : 1;
+
+cleanup:
+  for (uint32_t i = 0; sh != NULL && i < n; i++) {
+    chime_server_info_free(sh[i].info);
+    chime_stats_free(sh[i].stats);
+  }
+  free(sh);
+  chime_server_info_free(mi);
+  chime_stats_free(ms);
+  return exit_code;
 }
 
 int main(int argc, char **argv) {
@@ -335,6 +835,11 @@ int main(int argc, char **argv) {
     fprintf(stderr, "chimectl: %s: %s\n", addr, chime_strerror(rc));
     goto cleanup;
   }
+  /* A one-server target is its own only shard (chime_client_shard). */
+  if (chime_client_shard(c, 0) != c) {
+    exit_code = run_sharded(c, addr, cmd, as_json);
+    goto cleanup;
+  }
   if (!strcmp(cmd, "info")) {
     rc = chime_client_info(c, &info);
     if (rc) {
@@ -352,12 +857,7 @@ int main(int argc, char **argv) {
       goto cleanup;
     }
     if (as_json) {
-      json_t *j =
-          json_pack("{s:s, s:I, s:I, s:I, s:I, s:I}", "path", r.path, "tables",
-                    (json_int_t)r.tables, "items", (json_int_t)r.items, "bytes",
-                    (json_int_t)r.bytes, "pause_ns", (json_int_t)r.pause_ns,
-                    "duration_ns", (json_int_t)r.duration_ns);
-      if (print_json(j))
+      if (print_json(checkpoint_json(&r)))
         goto cleanup;
     } else {
       printf("checkpoint %s: %" PRIu32 " tables, %" PRIu64 " items, %" PRIu64

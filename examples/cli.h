@@ -26,6 +26,11 @@ typedef struct {
 } chime__cli_conn_t;
 #define CHIME__CLI_CONN_USAGE                                                  \
   "[--token-file FILE] [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]"
+/* What --server / TARGET may be, for the tools' --help: the string goes to
+ * chime_client_create as given. */
+#define CHIME__CLI_TARGET_HELP                                                 \
+  "TARGET: one chimed (host:port, unix:/path) or its shards: a comma list,\n"  \
+  "ipv4:/ipv6: lists or dns:///name:port (docs/scaling.md).\n"
 /* 1 when opt is one of the options above and takes value (value may be
  * NULL: then it is incomplete, and this returns 0 so the caller reports
  * it), else 0. */

@@ -1,8 +1,11 @@
 /* chime-learner: reads N batches and checks every byte against the pattern.
  *
- *   chime-learner --server ADDR --table T --batch-size B --batches N
+ *   chime-learner --server TARGET --table T --batch-size B --batches N
  *                 [--mode auto|shm|stream] [--slots S] [--timeout-ms MS]
  *                 [--ids-out FILE] [--pin] [--until-idle MS]
+ *
+ * TARGET is any client target (chime_client_create), one server or many
+ * shards, passed through as given.
  *
  * With --until-idle it also stops, successfully, once no batch came for MS
  * milliseconds after the first one, or for --timeout-ms before the first
@@ -22,12 +25,13 @@
 #include "pattern.h"
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: chime-learner --server ADDR --table T --batch-size B "
+  fprintf(f, "usage: chime-learner --server TARGET --table T --batch-size B "
              "--batches N\n"
              "                     [--mode auto|shm|stream] [--slots S] "
              "[--timeout-ms MS]\n"
              "                     [--ids-out FILE] [--pin] [--until-idle MS]\n"
-             "                     " CHIME__CLI_CONN_USAGE "\n");
+             "                     " CHIME__CLI_CONN_USAGE
+             "\n" CHIME__CLI_TARGET_HELP);
 }
 
 /* A JSON string literal, or null. */

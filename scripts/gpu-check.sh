@@ -4,7 +4,14 @@
 # runs it: pins rings through chime, checks with cudaHostGetFlags that every
 # slot is registered portable, and prints host-to-device GB/s and
 # cudaMemcpyAsync return times for a pinned slot, pageable memory and
-# cudaMallocHost memory, one JSON object per line.
+# cudaMallocHost memory, one JSON object per line. Then device streams
+# (`chime-bench device --check`, issue 23), as ratios in the same run:
+# host-to-device from a registered ring slot >= 0.95x cudaMallocHost memory
+# of the same size; next() on a device stream <= 10 us when the batch is
+# ready; with a spin kernel of one copy's length per batch, end to end <=
+# 1.1x compute alone (>= 90% of the copies hidden). The spin kernel is PTX
+# loaded through libcuda.so.1. Record the figures in docs/pinning.md with
+# the GPU model (nvidia-smi -L).
 #
 #   scripts/gpu-check.sh [build-dir]      (default: build-gpu)
 #
@@ -17,11 +24,20 @@ jobs=$(nproc)
 
 cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DCHIME_WITH_SERVICE=OFF \
   >/dev/null
-cmake --build "$dir" -j "$jobs" --target gpu_check
+cmake --build "$dir" -j "$jobs" --target gpu_check chime-bench
 
 set +e
 "$dir/tests/gpu/gpu_check"
 rc=$?
+if [ "$rc" -ne 77 ]; then
+  "$dir/bench/chime-bench" device --check --json
+  drc=$?
+  if [ "$drc" -eq 77 ] || [ "$rc" -ne 0 ]; then
+    : # gpu_check's verdict stands
+  else
+    rc=$drc
+  fi
+fi
 set -e
 case $rc in
 0) echo "gpu-check: all checks passed" >&2 ;;

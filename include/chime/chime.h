@@ -409,8 +409,9 @@ typedef enum {
 
 typedef struct chime_stream_s chime_stream_t;
 
-/* NULL options are CHIME_STREAM_OPTS_INIT. A zero slots, prefetch or
- * open_timeout_ms means its default; a zero batch_size is CHIME_EINVAL. */
+/* NULL options are CHIME_STREAM_OPTS_INIT. A zero slots, prefetch,
+ * device_prefetch or open_timeout_ms means its default; a zero batch_size
+ * is CHIME_EINVAL. */
 typedef struct {
   uint32_t batch_size; /* samples per batch; default 256 */
   uint32_t slots;      /* ring slots; default 8 */
@@ -418,12 +419,22 @@ typedef struct {
   uint32_t prefetch;   /* stream mode: batches in flight; default slots - 1 */
   int open_timeout_ms; /* default 10000 */
   int pin_host_memory; /* page-lock this process's view of the ring */
+  /* A device stream (docs/pinning.md, Device streams): the CUDA ordinal
+   * batches are copied to, ahead of the learner; next() then returns device
+   * pointers (see chime_stream_wait). -1 (the default): host memory, as
+   * ever. device_prefetch: batches copied ahead, each holding a ring slot
+   * until its copy completed; 1 <= device_prefetch <= slots - 1, 0 means
+   * 2 (or slots - 1 when smaller). */
+  int device;
+  uint32_t device_prefetch;
 } chime_stream_opts_t;
 #define CHIME_STREAM_OPTS_INIT                                                 \
   {                                                                            \
     .batch_size = 256, .slots = 8, .mode = CHIME_MODE_AUTO, .prefetch = 0,     \
-    .open_timeout_ms = 10000, .pin_host_memory = 0                             \
+    .open_timeout_ms = 10000, .pin_host_memory = 0, .device = -1,              \
+    .device_prefetch = 0                                                       \
   }
+#define CHIME_DEVICE_PREFETCH 2
 
 /* One leaf of a batch: a [count, *shape] array, contiguous. */
 typedef struct {
@@ -452,8 +463,12 @@ typedef struct {
  * Explicit CHIME_MODE_SHM never falls back: CHIME_ENOTSUP for another host, or
  * the attach error. With pin_host_memory the ring this process reads is
  * page-locked (chime_ring_pin) or the open fails with the whole pinning
- * error in chime_last_error(). On any failure the reason is in
- * chime_last_error(). Each stream runs one helper thread.
+ * error in chime_last_error(). With device >= 0 the CUDA runtime is loaded
+ * (as for pinning), the ring's slots are page-locked once (unless
+ * pin_host_memory did) and batches are copied to that device ahead of the
+ * learner; CHIME_ECUDA when the runtime, the device or the registration
+ * fails. On any failure the reason is in chime_last_error(). Each stream
+ * runs one helper thread.
  *
  * On a sharded client the stream reads the union of the shards' tables as
  * one table (docs/scaling.md, "Sampling over shards"): a sub-stream per
@@ -465,15 +480,19 @@ typedef struct {
  * heaps take a batch from whichever shard has one ready, in turn. A shard
  * that cannot be reached at open is opened later; one that answers and
  * refuses (no such table, a table configured differently) fails the open,
- * as does reaching none. */
+ * as does reaching none. A device stream over shards is not built yet
+ * (CHIME_ENOTSUP). */
 CHIME_EXTERN CHIME_NODISCARD int
 chime_stream_open(chime_stream_t **out, chime_client_t *client,
                   const char *table, const chime_stream_opts_t *opts);
 /* Next batch: pointers into the ring (shm: the server's mapping, zero copy;
- * stream: this process's local ring), valid until released. timeout_ms < 0
+ * stream: this process's local ring), valid until released; a device
+ * stream's are device pointers (chime_stream_wait). timeout_ms < 0
  * waits forever, 0 polls. CHIME_ETIMEDOUT, CHIME_EBUSY (slots - 1 batches
  * held), CHIME_ESHUTDOWN (server shutting down), CHIME_EDISCONNECTED (server
- * gone), CHIME_EPROTO (the server broke the protocol). After an end, batches
+ * gone), CHIME_EPROTO (the server broke the protocol), CHIME_ECUDA (a
+ * device stream's copy failed or its device was lost: the detail names the
+ * CUDA error; that batch is dropped). After an end, batches
  * not yet taken are dropped and held ones stay readable until close. The
  * detail is in chime_last_error(): once the stream ended, why it ended (the
  * server's status, or the protocol error the stream's helper thread found),
@@ -489,6 +508,23 @@ chime_stream_open(chime_stream_t **out, chime_client_t *client,
  * leaves in the shard's ring as ever. */
 CHIME_EXTERN CHIME_NODISCARD int
 chime_stream_next(chime_stream_t *stream, chime_batch_t *out, int timeout_ms);
+/* A device stream's batch (opts.device >= 0): its leaves' data are device
+ * pointers on that device, into a buffer the copy from the ring may still
+ * be filling, and info is host memory. Before work on a CUDA stream reads
+ * the batch, order that stream after the copy: chime_stream_wait(stream,
+ * &batch, cuda_stream) makes cuda_stream (a cudaStream_t; NULL is the
+ * legacy default stream) wait for the copy's event (cudaStreamWaitEvent:
+ * nothing waits on the host, and the device is never synchronised), and
+ * remembers it, so that chime_stream_release() records the release point
+ * on it: the batch's buffer is reused only after that stream passed it.
+ * Any thread may call it, also while another waits in next; up to 4
+ * streams per batch (CHIME_ERESOURCE beyond). A batch used without wait must be
+ * released only once the work that read it has finished. CHIME_EINVAL for a
+ * host stream or a batch not lent now, CHIME_ECUDA when CUDA refuses (the
+ * detail names the error). */
+CHIME_EXTERN CHIME_NODISCARD int chime_stream_wait(chime_stream_t *stream,
+                                                   const chime_batch_t *batch,
+                                                   void *cuda_stream);
 /* Gives back a batch this stream's next() returned, in any order (named
  * after the handle it takes: the stream). In stream mode this also returns
  * a credit to the server. Call from the thread that calls next. The batch
@@ -524,7 +560,13 @@ typedef struct {
   uint32_t leases;  /* batches held now */
   uint32_t max_leases;
   uint64_t consumer_wait_ns; /* time next() spent waiting */
-  uint64_t pinned_bytes;     /* page-locked by pin_host_memory */
+  /* page-locked by pin_host_memory, or by a device stream's registration */
+  uint64_t pinned_bytes;
+  /* A device stream: its buffers' device memory, copies started, and the
+   * most ring slots its copies held at once (at most device_prefetch). */
+  uint64_t device_bytes;
+  uint64_t device_copies;
+  uint32_t device_max_slots_held;
 } chime_stream_local_stats_t;
 
 /* Fills *out; call from the thread that calls next. */

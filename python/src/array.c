@@ -49,25 +49,33 @@ static void dl_capsule_destructor(PyObject *cap) {
     m->deleter(m);
 }
 
-int chimepy_dlpack_check_args(PyObject *args, PyObject *kw) {
-  /* The array API's keywords. A CPU exporter has no stream to order
-   * against; max_version is answered with an unversioned capsule, which
-   * every consumer that asks must accept. */
+int chimepy_dlpack_check_args(PyObject *args, PyObject *kw, int device,
+                              int *has_stream, void **cuda_stream) {
+  /* The array API's keywords. Host memory has no stream to order against;
+   * max_version is answered with an unversioned capsule, which every
+   * consumer that asks must accept. */
   static char *kwlist[] = {"stream", "max_version", "dl_device", "copy", NULL};
-  PyObject *stream = Py_None, *max_version = Py_None, *device = Py_None,
+  PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None,
            *copy = Py_None;
   if (!PyArg_ParseTupleAndKeywords(args, kw, "|$OOOO:__dlpack__", kwlist,
-                                   &stream, &max_version, &device, &copy))
+                                   &stream, &max_version, &dl_device, &copy))
     return -1;
-  if (device != Py_None) {
+  if (dl_device != Py_None) {
     int type, id;
-    if (!PyArg_ParseTuple(device, "ii;dl_device: (device_type, device_id)",
+    if (!PyArg_ParseTuple(dl_device, "ii;dl_device: (device_type, device_id)",
                           &type, &id))
       return -1;
-    if (type != CHIMEPY_DL_CPU || id != 0) {
+    if (device < 0 && (type != CHIMEPY_DL_CPU || id != 0)) {
       PyErr_SetString(PyExc_BufferError,
                       "chime batches are in host memory: only dl_device "
                       "(1, 0) (CPU) can be exported");
+      return -1;
+    }
+    if (device >= 0 && (type != CHIMEPY_DL_CUDA || id != device)) {
+      PyErr_Format(PyExc_BufferError,
+                   "this batch is on CUDA device %d: only dl_device (2, %d) "
+                   "can be exported",
+                   device, device);
       return -1;
     }
   }
@@ -82,13 +90,46 @@ int chimepy_dlpack_check_args(PyObject *args, PyObject *kw) {
       return -1;
     }
   }
-  return 0;
+  *has_stream = 0;
+  *cuda_stream = NULL;
+  if (device < 0)
+    return 0;
+  if (stream == Py_None) {
+    *has_stream = 1;
+    *cuda_stream = (void *)(uintptr_t)1; /* cudaStreamLegacy */
+    return 0;
+  }
+  if (!PyLong_Check(stream)) {
+    PyErr_SetString(PyExc_TypeError, "__dlpack__: stream is an int or None");
+    return -1;
+  }
+  long long v = PyLong_AsLongLong(stream);
+  if (v == -1 && PyErr_Occurred()) {
+    PyErr_Clear(); /* above LLONG_MAX: a pointer, read as unsigned below */
+    v = 3;
+  }
+  if (v == -1)
+    return 0; /* the consumer orders itself */
+  if (v < -1) {
+    PyErr_SetString(PyExc_ValueError, "__dlpack__: a negative stream other "
+                                      "than -1");
+    return -1;
+  }
+  if (v == 0) {
+    PyErr_SetString(PyExc_ValueError,
+                    "__dlpack__: stream 0 is ambiguous for CUDA (use 1 for "
+                    "the legacy default stream, 2 for the per-thread one)");
+    return -1;
+  }
+  *has_stream = 1;
+  *cuda_stream = PyLong_AsVoidPtr(stream);
+  return *cuda_stream || !PyErr_Occurred() ? 0 : -1;
 }
 
 PyObject *chimepy_dlpack_export(PyObject *owner, const void *data, int ndim,
                                 const Py_ssize_t *shape,
                                 const Py_ssize_t *strides, Py_ssize_t itemsize,
-                                chimepy_dl_dtype_t dtype) {
+                                chimepy_dl_dtype_t dtype, int device) {
   for (int i = 0; i < ndim; i++) {
     if (strides[i] % itemsize) {
       PyErr_SetString(PyExc_BufferError,
@@ -113,7 +154,9 @@ PyObject *chimepy_dlpack_export(PyObject *owner, const void *data, int ndim,
     e->dims[ndim + i] = (int64_t)(strides[i] / itemsize);
   }
   e->m.dl_tensor.data = (void *)data;
-  e->m.dl_tensor.device.device_type = CHIMEPY_DL_CPU;
+  e->m.dl_tensor.device.device_type =
+      device < 0 ? CHIMEPY_DL_CPU : CHIMEPY_DL_CUDA;
+  e->m.dl_tensor.device.device_id = device < 0 ? 0 : device;
   e->m.dl_tensor.ndim = ndim;
   e->m.dl_tensor.dtype = dtype;
   e->m.dl_tensor.shape = e->dims;
@@ -183,7 +226,9 @@ static int array_dl_dtype(PyArrayObject *a, chimepy_dl_dtype_t *out) {
 }
 
 static PyObject *array_dlpack(PyObject *o, PyObject *args, PyObject *kw) {
-  if (chimepy_dlpack_check_args(args, kw) < 0)
+  int has_stream;
+  void *cuda_stream;
+  if (chimepy_dlpack_check_args(args, kw, -1, &has_stream, &cuda_stream) < 0)
     return NULL;
   PyArrayObject *a = (PyArrayObject *)o;
   chimepy_dl_dtype_t dt;
@@ -194,7 +239,7 @@ static PyObject *array_dlpack(PyObject *o, PyObject *args, PyObject *kw) {
   }
   return chimepy_dlpack_export(o, PyArray_DATA(a), PyArray_NDIM(a),
                                PyArray_DIMS(a), PyArray_STRIDES(a),
-                               PyArray_ITEMSIZE(a), dt);
+                               PyArray_ITEMSIZE(a), dt, -1);
 }
 
 /* A ufunc's new output: keep it a plain ndarray (numpy 1.x would make it

@@ -47,6 +47,12 @@ typedef struct {
   Py_ssize_t itemsize, len;
   const char *format;
   chime_dtype_t dtype; /* CHIME_DTYPE_INVALID for the info records */
+  /* -1: host memory; else the CUDA ordinal `data` is on (a device
+   * stream's leaf: no buffer protocol, DLPack with device type CUDA, and
+   * the consumer's stream made to wait by order(owner, cuda_stream), 0 or
+   * -1 with an exception set). */
+  int device;
+  int (*order)(PyObject *owner, void *cuda_stream);
 } chimepy_view_t;
 
 /* A new View holding `owner`; gone(owner) runs when it is freed (before
@@ -91,15 +97,20 @@ int chimepy_errors_init(PyObject *module);
 int chimepy_dtype_init(void);
 
 /* DLPack export (array.c), shared by chime.Array and chime.View. */
-/* Checks __dlpack__'s keywords (stream, max_version, dl_device, copy):
- * 0, or -1 with BufferError or TypeError set. */
-int chimepy_dlpack_check_args(PyObject *args, PyObject *kw);
-/* A "dltensor" capsule over `data` (byte strides), holding `owner` until
- * the consumer's deleter runs. */
+/* Checks __dlpack__'s keywords (stream, max_version, dl_device, copy) for
+ * memory on `device` (-1: the host): 0, or -1 with BufferError, ValueError
+ * or TypeError set. For device memory *cuda_stream is the stream the
+ * consumer named, as the array API reads `stream` (None and 1: the legacy
+ * default stream, 2: the per-thread one, else its cudaStream_t; 0 is
+ * refused), and *has_stream 0 for -1 (no ordering asked). */
+int chimepy_dlpack_check_args(PyObject *args, PyObject *kw, int device,
+                              int *has_stream, void **cuda_stream);
+/* A "dltensor" capsule over `data` (byte strides) on `device` (-1: CPU,
+ * else CUDA), holding `owner` until the consumer's deleter runs. */
 PyObject *chimepy_dlpack_export(PyObject *owner, const void *data, int ndim,
                                 const Py_ssize_t *shape,
                                 const Py_ssize_t *strides, Py_ssize_t itemsize,
-                                chimepy_dl_dtype_t dtype);
+                                chimepy_dl_dtype_t dtype, int device);
 /* __dlpack_device__: (CPU, 0). */
 PyObject *chimepy_dlpack_device(PyObject *o, PyObject *unused);
 

@@ -472,9 +472,48 @@ static PyObject *client_checkpoint(PyObject *o, PyObject *unused) {
                        (unsigned long long)r.duration_ns);
 }
 
+static PyObject *none(void) {
+  Py_INCREF(Py_None);
+  return Py_None;
+}
+
+/* [{"address", "shard", "instance", "error"}] per shard the client
+ * follows (one for a one-server target): shard and instance from that
+ * server's own GetInfo, None with error saying why when it did not
+ * answer, so one shard down does not hide the others. */
+static PyObject *client_shards(PyObject *o, PyObject *unused) {
+  (void)unused;
+  chimepy_client_t *self = (chimepy_client_t *)o;
+  if (chimepy_client_check(self))
+    return NULL;
+  PyObject *list = PyList_New(0);
+  uint32_t n = chime_client_nshards(self->c);
+  for (uint32_t i = 0; list != NULL && i < n; i++) {
+    /* Both belong to the parent client (shards are only ever added):
+     * never destroyed or freed here. */
+    chime_client_t *shard = chime_client_shard(self->c, i);
+    const char *addr = chime_client_shard_address(self->c, i);
+    chime_server_info_t *info = NULL;
+    PyObject *d;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS rc = chime_client_info(shard, &info);
+    Py_END_ALLOW_THREADS d = append_dict(list);
+    if (d == NULL || set_item(d, "address", PyUnicode_FromString(addr)) ||
+        set_item(d, "shard",
+                 rc ? none() : PyLong_FromUnsignedLong(info->shard)) ||
+        set_item(d, "instance", rc ? none() : U64(info->instance)) ||
+        set_item(d, "error",
+                 rc ? PyUnicode_FromString(chime_last_error()) : none())) {
+      Py_CLEAR(list);
+    }
+    chime_server_info_free(info);
+  }
+  return list;
+}
+
 /* The signatures' defaults are the C library's (CHIME_*_OPTS_INIT), written
  * into the docstrings at import. */
-static char client_doc[256], writer_doc[128], stream_doc[256];
+static char client_doc[512], writer_doc[128], stream_doc[512];
 
 /* Seconds as Python writes a float: 5.0, 2.5. */
 static const char *secs(char *buf, size_t len, int ms) {
@@ -491,19 +530,24 @@ void chimepy_client_docs_init(void) {
   char a[32], b[32];
   snprintf(client_doc, sizeof(client_doc),
            "Client(address, timeout=%s): a connection to chimed at "
-           "\"host:port\" or \"unix:/path\" (made lazily: an unreachable "
-           "server shows at the first call). timeout bounds unary calls.",
+           "\"host:port\" or \"unix:/path\", or to its shards (a comma "
+           "list, ipv4:/ipv6: lists, \"dns:///name:port\"; shards() lists "
+           "them) (made lazily: an unreachable server shows at the first "
+           "call). timeout bounds unary calls.",
            secs(a, sizeof(a), co.timeout_ms));
   snprintf(writer_doc, sizeof(writer_doc),
            "writer(table, max_inflight=%u, timeout=%s) -> Writer",
            (unsigned)wo.max_inflight, secs(a, sizeof(a), wo.timeout_ms));
-  snprintf(stream_doc, sizeof(stream_doc),
-           "stream(table, batch_size=%u, mode='%s', slots=%u, prefetch=%u, "
-           "open_timeout=%s, pin_host_memory=%s, timeout=None) -> Stream",
-           (unsigned)so.batch_size, chime_mode_name(so.mode),
-           (unsigned)so.slots, (unsigned)so.prefetch,
-           secs(b, sizeof(b), so.open_timeout_ms),
-           so.pin_host_memory ? "True" : "False");
+  snprintf(
+      stream_doc, sizeof(stream_doc),
+      "stream(table, batch_size=%u, mode='%s', slots=%u, prefetch=%u, "
+      "open_timeout=%s, pin_host_memory=%s, timeout=None, "
+      "device=None) -> Stream. device ('cuda:0', an ordinal): batches "
+      "are copied to that GPU ahead of the learner, and prefetch is "
+      "how many (0: %u); leaves export DLPack as CUDA.",
+      (unsigned)so.batch_size, chime_mode_name(so.mode), (unsigned)so.slots,
+      (unsigned)so.prefetch, secs(b, sizeof(b), so.open_timeout_ms),
+      so.pin_host_memory ? "True" : "False", (unsigned)CHIME_DEVICE_PREFETCH);
 }
 
 static PyMethodDef client_methods[] = {
@@ -522,6 +566,11 @@ static PyMethodDef client_methods[] = {
      "new priorities by key, then deletes (MutatePriorities); returns "
      "{'updated', 'deleted', 'unknown'}. A NaN, infinite or negative "
      "priority raises InvalidArgumentError and changes nothing."},
+    {"shards", client_shards, METH_NOARGS,
+     "shards() -> list: per shard of the target (one for a single address) "
+     "{'address' (as the client uses it), 'shard' and 'instance' (from the "
+     "server's GetInfo; one instance at two addresses is one server; None "
+     "when it did not answer), 'error' (why not; else None)}."},
     {"checkpoint", client_checkpoint, METH_NOARGS,
      "checkpoint() -> dict: the server writes every table to its "
      "configured checkpoint dir and answers once it is complete; returns "

@@ -1,5 +1,5 @@
 /* The DLPack ABI (https://dmlc.github.io/dlpack/latest/c_api.html), the
- * subset a CPU exporter needs, as of DLPack 0.6-0.8 (unversioned
+ * subset a CPU and CUDA exporter needs, as of DLPack 0.6-0.8 (unversioned
  * DLManagedTensor in a "dltensor" capsule). Spelled out here so the build
  * needs no dlpack header; the layout is fixed by that ABI. */
 #ifndef CHIMEPY_DLPACK_H
@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-enum { CHIMEPY_DL_CPU = 1 };
+enum { CHIMEPY_DL_CPU = 1, CHIMEPY_DL_CUDA = 2 };
 enum {
   CHIMEPY_DL_INT = 0,
   CHIMEPY_DL_UINT = 1,

@@ -40,7 +40,23 @@ static PyObject *py_raise(PyObject *self, PyObject *args) {
   return chimepy_raise(code, detail);
 }
 
+/* key_shard(key): which shard issued a key (chime_key_shard). */
+static PyObject *py_key_shard(PyObject *self, PyObject *arg) {
+  (void)self;
+  PyObject *i = PyNumber_Index(arg); /* ints and numpy integers */
+  if (i == NULL)
+    return NULL;
+  unsigned long long key = PyLong_AsUnsignedLongLong(i);
+  Py_DECREF(i);
+  if (key == (unsigned long long)-1 && PyErr_Occurred())
+    return NULL; /* negative or past 64 bits: OverflowError */
+  return PyLong_FromUnsignedLong(chime_key_shard((uint64_t)key));
+}
+
 static PyMethodDef module_methods[] = {
+    {"key_shard", py_key_shard, METH_O,
+     "key_shard(key) -> int: the shard (1..65535) of the server that issued "
+     "key, 0 for an unsharded server (keys are shard << 48 | n)."},
     {"_raise", py_raise, METH_VARARGS,
      "_raise(code, detail): raise the chime.Error subclass of a CHIME_E* "
      "code (internal)."},

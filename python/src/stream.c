@@ -14,7 +14,13 @@
  * Threads: chime_stream_next() runs without the GIL. A view dropped in
  * another thread meanwhile must not call chime_stream_release() concurrently
  * (one thread at a time per stream), so its slot is queued in `pending` and
- * given back by next() once it has the GIL again. */
+ * given back by next() once it has the GIL again.
+ *
+ * A device stream (device >= 0, docs/python.md): a leaf is a chime.View
+ * over device memory (no numpy array: the host cannot read it), exported
+ * with DLPack as CUDA; its __dlpack__(stream=s) makes s wait for the
+ * batch's copy (chime_stream_wait, which any thread may call, also while
+ * next() runs), and the release records the release point on s. */
 #include "chimepy.h"
 
 #include <stdlib.h>
@@ -27,6 +33,7 @@ typedef struct {
   PyObject_HEAD chimepy_client_t *client;
   chime_stream_t *s;
   chime_mode_t mode;
+  int device;         /* -1: host batches; else the CUDA ordinal */
   PyObject *fallback; /* str or None */
   int iter_timeout_ms;
   int closing; /* close() asked: the C stream closes once nothing is leased */
@@ -128,7 +135,23 @@ static PyObject *batch_not_leased(void) {
                        "batch was released: its slot may hold other data");
 }
 
-/* A read-only ndarray over leaf `leaf` (-1: info) whose base is a new View. */
+/* A device leaf's View: the consumer's CUDA stream waits for the copy. */
+static int batch_order(PyObject *o, void *cuda_stream) {
+  batch_t *bt = (batch_t *)o;
+  if (!bt->leased) {
+    batch_not_leased();
+    return -1;
+  }
+  int rc = chime_stream_wait(bt->stream->s, &bt->b, cuda_stream);
+  if (rc) {
+    chimepy_raise(rc, chime_last_error());
+    return -1;
+  }
+  return 0;
+}
+
+/* A read-only ndarray over leaf `leaf` (-1: info) whose base is a new View;
+ * on a device stream a leaf's View itself. */
 static PyObject *batch_array(batch_t *bt, int leaf) {
   if (!bt->leased || bt->release_asked)
     return batch_not_leased();
@@ -139,6 +162,25 @@ static PyObject *batch_array(batch_t *bt, int leaf) {
   v->leaf = leaf;
   npy_intp dims[CHIME_MAX_DIMS + 1];
   PyArray_Descr *descr;
+  if (leaf >= 0 && bt->stream->device >= 0) {
+    const chime_batch_leaf_t *l = &bt->b.leaf[leaf];
+    v->data = l->data;
+    v->ndim = (int)l->ndim;
+    v->format = chimepy_buffer_format(l->dtype);
+    v->dtype = l->dtype;
+    v->itemsize = (Py_ssize_t)chime_dtype_size(l->dtype);
+    v->device = bt->stream->device;
+    v->order = batch_order;
+    Py_ssize_t stride = v->itemsize;
+    v->len = v->itemsize;
+    for (int i = v->ndim - 1; i >= 0; i--) {
+      v->shape[i] = (Py_ssize_t)l->shape[i];
+      v->strides[i] = stride;
+      stride *= v->shape[i];
+      v->len *= v->shape[i];
+    }
+    return (PyObject *)v;
+  }
   if (leaf >= 0) {
     const chime_batch_leaf_t *l = &bt->b.leaf[leaf];
     descr = chimepy_descr(l->dtype);
@@ -214,8 +256,8 @@ static PyObject *batch_view(PyObject *o, PyObject *key) {
   if (i < 0)
     return NULL;
   PyObject *arr = batch_array(bt, i);
-  if (!arr)
-    return NULL;
+  if (!arr || Py_TYPE(arr) == &chimepy_view_type)
+    return arr; /* a device leaf's View */
   PyObject *v = PyArray_BASE((PyArrayObject *)arr);
   Py_INCREF(v);
   Py_DECREF(arr);
@@ -354,22 +396,66 @@ static int parse_timeout_ms(PyObject *t, int *out) {
   return 0;
 }
 
+/* device: None or "cpu" (-1), an ordinal, "cuda" (0) or "cuda:N", or
+ * anything whose str() is one (torch.device). */
+static int parse_device(PyObject *d, int *out) {
+  *out = -1;
+  if (d == Py_None)
+    return 0;
+  if (PyLong_Check(d)) {
+    long v = PyLong_AsLong(d);
+    if (v == -1 && PyErr_Occurred())
+      return -1;
+    if (v < -1 || v > 1 << 20) {
+      chimepy_raise(CHIME_EINVAL, "device: a CUDA ordinal, or -1 for host");
+      return -1;
+    }
+    *out = (int)v;
+    return 0;
+  }
+  PyObject *str = PyObject_Str(d);
+  const char *s = str ? PyUnicode_AsUTF8(str) : NULL;
+  int rc = -1;
+  char *end = NULL;
+  if (!s)
+    goto cleanup;
+  if (!strcmp(s, "cpu")) {
+    rc = 0;
+  } else if (!strcmp(s, "cuda")) {
+    *out = 0;
+    rc = 0;
+  } else if (!strncmp(s, "cuda:", 5) && s[5] >= '0' && s[5] <= '9') {
+    long v = strtol(s + 5, &end, 10);
+    if (*end == '\0' && v <= 1 << 20) {
+      *out = (int)v;
+      rc = 0;
+    }
+  }
+  if (rc)
+    chimepy_raise(CHIME_EINVAL,
+                  "device: None, 'cpu', 'cuda', 'cuda:N' or an ordinal");
+cleanup:
+  Py_XDECREF(str);
+  return rc;
+}
+
 static int stream_init(PyObject *o, PyObject *args, PyObject *kw) {
   stream_t *self = (stream_t *)o;
   static char *kwlist[] = {
       "client",   "table",        "batch_size",      "mode",    "slots",
-      "prefetch", "open_timeout", "pin_host_memory", "timeout", NULL};
-  PyObject *client, *iter_timeout = Py_None;
+      "prefetch", "open_timeout", "pin_host_memory", "timeout", "device",
+      NULL};
+  PyObject *client, *iter_timeout = Py_None, *device = Py_None;
   const chime_stream_opts_t def = CHIME_STREAM_OPTS_INIT;
   const char *table, *mode = chime_mode_name(def.mode);
   unsigned batch_size = def.batch_size, slots = def.slots,
            prefetch = def.prefetch;
   double open_timeout = def.open_timeout_ms / 1000.0;
   int pin = def.pin_host_memory;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O!s|IsIIdpO:Stream", kwlist,
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O!s|IsIIdpOO:Stream", kwlist,
                                    &chimepy_client_type, &client, &table,
                                    &batch_size, &mode, &slots, &prefetch,
-                                   &open_timeout, &pin, &iter_timeout))
+                                   &open_timeout, &pin, &iter_timeout, &device))
     return -1;
   if (self->client) {
     PyErr_SetString(PyExc_RuntimeError, "Stream already initialised");
@@ -394,9 +480,15 @@ static int stream_init(PyObject *o, PyObject *args, PyObject *kw) {
     chimepy_raise(CHIME_EINVAL, "open_timeout must be positive seconds");
     return -1;
   }
+  if (parse_device(device, &self->device))
+    return -1;
   opts.batch_size = batch_size;
   opts.slots = slots;
-  opts.prefetch = prefetch;
+  /* With a device, prefetch is the batches copied ahead; stream mode's
+   * credits keep their default. */
+  opts.device = self->device;
+  opts.prefetch = self->device >= 0 ? def.prefetch : prefetch;
+  opts.device_prefetch = self->device >= 0 ? prefetch : 0;
   opts.open_timeout_ms = (int)(open_timeout * 1000);
   opts.pin_host_memory = pin;
   /* At most slots - 1 batches are leased, so a queue of `slots` entries
@@ -641,7 +733,7 @@ static PyObject *stream_stats(PyObject *o, PyObject *unused) {
   if (rc)
     return chimepy_raise(rc, chime_last_error());
   return Py_BuildValue(
-      "{s:s,s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:K,s:K}", "mode",
+      "{s:s,s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:K,s:K,s:K,s:K,s:I}", "mode",
       chime_mode_name(st.mode), "stream_id", (unsigned long long)st.stream_id,
       "batches", (unsigned long long)st.batches, "bytes",
       (unsigned long long)st.bytes, "received_bytes",
@@ -649,7 +741,10 @@ static PyObject *stream_stats(PyObject *o, PyObject *unused) {
       (unsigned long long)st.credits, "leases", (unsigned)st.leases,
       "max_leases", (unsigned)st.max_leases, "consumer_wait_ns",
       (unsigned long long)st.consumer_wait_ns, "pinned_bytes",
-      (unsigned long long)st.pinned_bytes);
+      (unsigned long long)st.pinned_bytes, "device_bytes",
+      (unsigned long long)st.device_bytes, "device_copies",
+      (unsigned long long)st.device_copies, "device_max_slots_held",
+      (unsigned)st.device_max_slots_held);
 }
 
 static PyObject *stream_enter(PyObject *o, PyObject *unused) {
@@ -680,6 +775,14 @@ static PyObject *stream_get_fallback(PyObject *o, void *unused) {
   return f;
 }
 
+static PyObject *stream_get_device(PyObject *o, void *unused) {
+  (void)unused;
+  int d = ((stream_t *)o)->device;
+  if (d < 0)
+    Py_RETURN_NONE;
+  return PyLong_FromLong(d);
+}
+
 static PyObject *stream_get_closed(PyObject *o, void *unused) {
   (void)unused;
   stream_t *self = (stream_t *)o;
@@ -706,6 +809,8 @@ static PyGetSetDef stream_getset[] = {
     {"fallback_reason", stream_get_fallback, NULL,
      "None, or why auto mode did not use shm", NULL},
     {"closed", stream_get_closed, NULL, "close() was called", NULL},
+    {"device", stream_get_device, NULL,
+     "None (host batches), or the CUDA ordinal batches are copied to", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -13,6 +13,8 @@ chimepy_view_t *chimepy_view_new(PyObject *owner, void (*gone)(PyObject *)) {
   Py_INCREF(owner);
   v->owner = owner;
   v->gone = gone;
+  v->device = -1;
+  v->order = NULL;
   return v;
 }
 
@@ -27,6 +29,14 @@ static void view_dealloc(PyObject *o) {
 
 static int view_getbuffer(PyObject *o, Py_buffer *view, int flags) {
   chimepy_view_t *v = (chimepy_view_t *)o;
+  if (v->device >= 0) {
+    PyErr_Format(PyExc_BufferError,
+                 "this leaf is in CUDA device %d's memory: take it with "
+                 "DLPack (torch.from_dlpack), not as a buffer",
+                 v->device);
+    view->obj = NULL;
+    return -1;
+  }
   if (flags & PyBUF_WRITABLE) {
     PyErr_SetString(PyExc_BufferError,
                     "chime batch memory is read-only (the ring's)");
@@ -61,17 +71,60 @@ static PyBufferProcs view_buffer = {.bf_getbuffer = view_getbuffer};
 /* DLPack through the View (b.view(leaf)): the capsule's tensor holds the
  * View, so the slot stays leased until the consumer calls the deleter. */
 static PyObject *view_dlpack(PyObject *o, PyObject *args, PyObject *kw) {
-  if (chimepy_dlpack_check_args(args, kw) < 0)
-    return NULL;
   chimepy_view_t *v = (chimepy_view_t *)o;
+  int has_stream;
+  void *cuda_stream;
+  if (chimepy_dlpack_check_args(args, kw, v->device, &has_stream,
+                                &cuda_stream) < 0)
+    return NULL;
   chimepy_dl_dtype_t dt;
   if (v->leaf < 0 || chimepy_dl_dtype(v->dtype, &dt) < 0) {
     PyErr_SetString(PyExc_BufferError,
                     "DLPack has no type for the info records");
     return NULL;
   }
+  /* A device leaf: the consumer's stream waits for the batch's copy
+   * before anything it queues later reads the tensor. */
+  if (has_stream && v->order(v->owner, cuda_stream) < 0)
+    return NULL;
   return chimepy_dlpack_export(o, v->data, v->ndim, v->shape, v->strides,
-                               v->itemsize, dt);
+                               v->itemsize, dt, v->device);
+}
+
+static PyObject *view_dlpack_device(PyObject *o, PyObject *unused) {
+  (void)unused;
+  const chimepy_view_t *v = (const chimepy_view_t *)o;
+  if (v->device < 0)
+    return chimepy_dlpack_device(o, NULL);
+  return Py_BuildValue("(ii)", CHIMEPY_DL_CUDA, v->device);
+}
+
+static PyObject *view_get_shape(PyObject *o, void *unused) {
+  (void)unused;
+  const chimepy_view_t *v = (const chimepy_view_t *)o;
+  PyObject *t = PyTuple_New(v->ndim);
+  for (int i = 0; t && i < v->ndim; i++) {
+    PyObject *n = PyLong_FromSsize_t(v->shape[i]);
+    if (!n) {
+      Py_DECREF(t);
+      return NULL;
+    }
+    PyTuple_SET_ITEM(t, i, n);
+  }
+  return t;
+}
+
+static PyObject *view_get_device(PyObject *o, void *unused) {
+  (void)unused;
+  const chimepy_view_t *v = (const chimepy_view_t *)o;
+  if (v->device < 0)
+    Py_RETURN_NONE;
+  return PyLong_FromLong(v->device);
+}
+
+static PyObject *view_get_ptr(PyObject *o, void *unused) {
+  (void)unused;
+  return PyLong_FromVoidPtr((void *)((const chimepy_view_t *)o)->data);
 }
 
 int chimepy_view_is_bf16(PyObject *o) {
@@ -82,11 +135,24 @@ int chimepy_view_is_bf16(PyObject *o) {
 static PyMethodDef view_methods[] = {
     {"__dlpack__", (PyCFunction)(void (*)(void))view_dlpack,
      METH_VARARGS | METH_KEYWORDS,
-     "A DLPack capsule over the leaf (CPU), holding the batch until the "
-     "consumer's tensor is freed. DLPack cannot say read-only: do not write "
-     "the tensor (in shm mode the ring is mapped read-only)."},
-    {"__dlpack_device__", chimepy_dlpack_device, METH_NOARGS, NULL},
+     "A DLPack capsule over the leaf (CPU; CUDA for a device stream's, "
+     "whose copy the consumer's `stream` is made to wait for), holding "
+     "the batch until the consumer's tensor is freed. DLPack cannot say "
+     "read-only: do not write the tensor (in shm mode the ring is mapped "
+     "read-only)."},
+    {"__dlpack_device__", view_dlpack_device, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef view_getset[] = {
+    {"shape", view_get_shape, NULL, "the leaf's shape, [count, *shape]", NULL},
+    {"device", view_get_device, NULL,
+     "None for host memory; the CUDA ordinal for a device stream's leaf", NULL},
+    {"ptr", view_get_ptr, NULL,
+     "the address of the leaf's first byte (a device pointer on a device "
+     "stream)",
+     NULL},
+    {NULL, NULL, NULL, NULL, NULL},
 };
 
 PyTypeObject chimepy_view_type = {
@@ -98,4 +164,5 @@ PyTypeObject chimepy_view_type = {
     .tp_dealloc = view_dealloc,
     .tp_as_buffer = &view_buffer,
     .tp_methods = view_methods,
+    .tp_getset = view_getset,
 };

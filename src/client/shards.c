@@ -16,7 +16,7 @@ struct chime__shards_s {
   chime__target_t target;
   chime_client_opts_t opts; /* its strings are the copies below */
   char *token, *tls_ca, *tls_cert, *tls_key, *tls_server_name;
-  pthread_mutex_t mu; /* resolution and adding members */
+  pthread_mutex_t mu; /* resolution, adding members, a writer's pick */
   int64_t resolved_ms;
   atomic_uint next_pick;
   _Atomic uint32_t n;
@@ -60,6 +60,7 @@ static int add_member(chime__shards_t *set, const char *addr, char *err,
   atomic_init(&m->shard, 0);
   atomic_init(&m->instance, 0);
   atomic_init(&m->gone, 0);
+  atomic_init(&m->writers, 0);
   atomic_store_explicit(&set->n, n + 1, memory_order_release);
   return 0;
 }
@@ -247,18 +248,36 @@ int chime__shards_owner(chime__shards_t *set, uint32_t shard, uint32_t *index,
                      found, shard);
 }
 
-int chime__shards_pick(chime__shards_t *set, uint32_t *index, char *err,
-                       size_t errlen) {
+int chime__shards_pick(chime__shards_t *set, const uint8_t *tried,
+                       uint32_t *index, char *err, size_t errlen) {
   chime__shards_refresh(set, 0);
   uint32_t n = chime__shards_count(set);
   uint32_t start = atomic_fetch_add(&set->next_pick, 1);
+  uint32_t best = UINT32_MAX, least = UINT32_MAX;
+  /* Choosing and counting are one step, so writers that pick at once
+   * still spread. */
+  pthread_mutex_lock(&set->mu);
   for (uint32_t k = 0; k < n; k++) {
     uint32_t i = (start + k) % n;
-    if (!atomic_load(&set->members[i].gone)) {
-      *index = i;
-      return 0;
+    chime__member_t *m = &set->members[i];
+    if (atomic_load(&m->gone) || (tried && tried[i]))
+      continue;
+    uint32_t c = atomic_load(&m->writers);
+    if (c < least) {
+      least = c;
+      best = i;
     }
   }
-  return chime__fail(err, errlen, CHIME_EUNAVAILABLE,
-                     "no shard to use: the target names none now");
+  if (best != UINT32_MAX)
+    atomic_fetch_add(&set->members[best].writers, 1);
+  pthread_mutex_unlock(&set->mu);
+  if (best == UINT32_MAX)
+    return chime__fail(err, errlen, CHIME_EUNAVAILABLE,
+                       "no shard to use: the target names none now");
+  *index = best;
+  return 0;
+}
+
+void chime__shards_unpick(chime__shards_t *set, uint32_t index) {
+  atomic_fetch_sub(&set->members[index].writers, 1);
 }

@@ -27,6 +27,9 @@ typedef struct {
   _Atomic uint32_t shard;
   _Atomic uint64_t instance; /* the server process (GetInfo.instance) */
   atomic_int gone;           /* no longer in the target's resolution */
+  /* This client's writers bound to it (chime__shards_pick): what a new or
+   * moving writer balances. */
+  atomic_uint writers;
 } chime__member_t;
 
 typedef struct chime__shards_s chime__shards_t;
@@ -66,10 +69,15 @@ int chime__shards_duplicate(chime__shards_t *set, uint32_t i);
 int chime__shards_owner(chime__shards_t *set, uint32_t shard, uint32_t *index,
                         char *err, size_t errlen);
 
-/* A starting member for a writer: spreads writers over the live members
- * (round robin from a random point per process). CHIME_EUNAVAILABLE when
- * there is none. */
-int chime__shards_pick(chime__shards_t *set, uint32_t *index, char *err,
-                       size_t errlen);
+/* A member for a writer to bind to: of the live members not in tried
+ * (NULL, or CHIME__MAX_SHARDS flags by index), the one with the fewest of
+ * this client's writers (ties: round robin from a random point per
+ * process), whose count it takes; chime__shards_unpick gives it back (the
+ * writer closed, moved, or could not use the member). So writers spread
+ * evenly at open, and the writers of a shard that died spread over the
+ * others. CHIME_EUNAVAILABLE when there is none. */
+int chime__shards_pick(chime__shards_t *set, const uint8_t *tried,
+                       uint32_t *index, char *err, size_t errlen);
+void chime__shards_unpick(chime__shards_t *set, uint32_t index);
 
 #endif

@@ -238,6 +238,10 @@ static void call_teardown(chime_stream_t *s) {
   chime__rpc_destroy(&s->rpc);
 }
 
+/* A device stream's source (below). */
+static int device_take(void *arg, chime_ring_view_t *v, int timeout_ms);
+static int device_give(void *arg, uint32_t slot);
+
 int chime_stream_open(chime_stream_t **out, chime_client_t *client,
                       const char *table, const chime_stream_opts_t *opts) {
   const chime_stream_opts_t def = CHIME_STREAM_OPTS_INIT;
@@ -258,6 +262,10 @@ int chime_stream_open(chime_stream_t **out, chime_client_t *client,
     o.slots = def.slots;
   if (o.open_timeout_ms <= 0)
     o.open_timeout_ms = def.open_timeout_ms;
+  if (o.device >= 0 && o.device_prefetch == 0)
+    o.device_prefetch = o.slots - 1 < CHIME_DEVICE_PREFETCH
+                            ? o.slots - 1
+                            : CHIME_DEVICE_PREFETCH;
   if (strlen(table) >= CHIME_MAX_NAME || o.batch_size == 0 ||
       o.batch_size > CHIME_RING_MAX_BATCH || o.slots < 2 ||
       o.slots > CHIME_RING_MAX_SLOTS || o.prefetch > o.slots ||
@@ -267,6 +275,13 @@ int chime_stream_open(chime_stream_t **out, chime_client_t *client,
                      "stream: need 0 < batch_size <= %u, 2 <= slots <= %u, "
                      "prefetch <= slots, a known mode and a table name",
                      CHIME_RING_MAX_BATCH, CHIME_RING_MAX_SLOTS);
+    goto cleanup;
+  }
+  if (o.device < -1 || (o.device >= 0 && o.device_prefetch > o.slots - 1)) {
+    rc = chime__fail(err, sizeof(err), CHIME_EINVAL,
+                     "stream: device is a CUDA ordinal or -1 (host), and "
+                     "1 <= device_prefetch <= slots - 1 (%u)",
+                     o.slots - 1);
     goto cleanup;
   }
   s = calloc(1, sizeof(*s));
@@ -283,6 +298,12 @@ int chime_stream_open(chime_stream_t **out, chime_client_t *client,
   pthread_cond_init(&s->idle_cv, NULL);
 
   s->opts = o;
+  if (client->set && o.device >= 0) {
+    rc = chime__fail(err, sizeof(err), CHIME_ENOTSUP,
+                     "stream: a device stream over shards is not built yet: "
+                     "open it on one shard's client (chime_client_shard)");
+    goto cleanup;
+  }
   if (client->set) {
     /* Sub-streams on the shards' own clients do the rest (union.c). */
     if ((rc = chime__union_open(s, err, sizeof(err))) == 0) {
@@ -313,6 +334,17 @@ int chime_stream_open(chime_stream_t **out, chime_client_t *client,
       goto cleanup;
     }
   }
+  if (o.device >= 0) {
+    const chime__device_opts_t dopts = {.device = o.device,
+                                        .prefetch = o.device_prefetch,
+                                        .max_lent = o.slots - 1};
+    const chime__device_source_t src = {
+        .next = device_take, .release = device_give, .arg = s};
+    rc = chime__device_open(&s->dev, s->ring, &s->spec, &dopts, &src, err,
+                            sizeof(err));
+    if (rc)
+      goto cleanup;
+  }
   if (pthread_create(&s->thread, NULL, stream_thread, s) != 0) {
     rc = chime__fail(err, sizeof(err), CHIME_ESYS, "cannot start thread");
     goto cleanup;
@@ -339,10 +371,9 @@ static int inherited(const chime_stream_t *s) {
   return chime__detail(rc, err);
 }
 
-/* next()'s end: the ring's answer rc as the learner's, and the batch in v
- * lent to it. */
-static int lend(chime_stream_t *s, int rc, const chime_ring_view_t *vp,
-                chime_batch_t *out, int timeout_ms) {
+/* The ring's answer rc as the learner's: 0, or the code with the detail
+ * set (why the stream ended, no batch in time, every slot lent). */
+static int ring_answer(chime_stream_t *s, int rc, int timeout_ms) {
   if (rc == CHIME_EDISCONNECTED || rc == CHIME_ESHUTDOWN)
     return report_end(s, rc);
   if (rc == CHIME_ETIMEDOUT)
@@ -359,6 +390,33 @@ static int lend(chime_stream_t *s, int rc, const chime_ring_view_t *vp,
   if (rc)
     return chime__detailf(rc, "stream %" PRIu64 " on '%s': %s", s->stream_id,
                           s->table, chime_strerror(rc));
+  return 0;
+}
+
+/* The ring's next batch, in every mode, with the detail of a failure set:
+ * what next() returns on a host stream, and the device end's source. */
+static int take_view(chime_stream_t *s, chime_ring_view_t *v, int timeout_ms) {
+  int rc;
+  const chime__transport_t *tp = s->tp;
+  if (tp->learner_drives) {
+    set_in_next(s, 1);
+    rc = drive_next(s, v, timeout_ms);
+    set_in_next(s, 0);
+  } else {
+    rc = chime_ring_next(s->ring, v, tp->before_wait ? 0 : timeout_ms);
+    if (rc == CHIME_ETIMEDOUT && tp->before_wait) {
+      /* About to wait: e.g. gathered credits go now if the server owes
+       * nothing (a completing send re-checks, see pump). */
+      tp->before_wait(s);
+      rc = chime_ring_next(s->ring, v, timeout_ms);
+    }
+  }
+  return ring_answer(s, rc, timeout_ms);
+}
+
+/* The batch in view v, lent to the learner. */
+static void lend(chime_stream_t *s, const chime_ring_view_t *vp,
+                 chime_batch_t *out) {
   out->seq = vp->seq;
   out->count = vp->count;
   out->nleaves = s->spec.nleaves;
@@ -378,7 +436,27 @@ static int lend(chime_stream_t *s, int rc, const chime_ring_view_t *vp,
     s->bytes += b->bytes;
   }
   s->batches++;
-  return 0;
+}
+
+/* The device end's source: the stream's ring, slots back through the
+ * transport (stream mode: as credits). */
+static int device_take(void *arg, chime_ring_view_t *v, int timeout_ms) {
+  return take_view(arg, v, timeout_ms);
+}
+
+static int device_give(void *arg, uint32_t slot) {
+  chime_stream_t *s = arg;
+  return s->tp->release(s, slot);
+}
+
+static int device_next(chime_stream_t *s, chime_batch_t *out, int timeout_ms) {
+  int rc = chime__device_next(s->dev, out, timeout_ms);
+  if (rc == 0) {
+    s->batches++;
+    for (uint32_t i = 0; i < out->nleaves; i++)
+      s->bytes += out->leaf[i].bytes;
+  }
+  return rc;
 }
 
 int chime_stream_next(chime_stream_t *stream, chime_batch_t *out,
@@ -392,22 +470,13 @@ int chime_stream_next(chime_stream_t *stream, chime_batch_t *out,
     return rc;
   if (s->uni)
     return chime__union_next(s, out, timeout_ms);
+  if (s->dev)
+    return device_next(s, out, timeout_ms);
   chime_ring_view_t v;
-  const chime__transport_t *tp = s->tp;
-  if (tp->learner_drives) {
-    set_in_next(s, 1);
-    rc = drive_next(s, &v, timeout_ms);
-    set_in_next(s, 0);
-  } else {
-    rc = chime_ring_next(s->ring, &v, tp->before_wait ? 0 : timeout_ms);
-    if (rc == CHIME_ETIMEDOUT && tp->before_wait) {
-      /* About to wait: e.g. gathered credits go now if the server owes
-       * nothing (a completing send re-checks, see pump). */
-      tp->before_wait(s);
-      rc = chime_ring_next(s->ring, &v, timeout_ms);
-    }
-  }
-  return lend(s, rc, &v, out, timeout_ms);
+  if ((rc = take_view(s, &v, timeout_ms)) != 0)
+    return rc;
+  lend(s, &v, out);
+  return 0;
 }
 
 int chime__stream_take(chime_stream_t *s, chime_batch_t *out, int timeout_ms) {
@@ -417,7 +486,10 @@ int chime__stream_take(chime_stream_t *s, chime_batch_t *out, int timeout_ms) {
     s->tp->before_wait(s); /* e.g. gathered credits, as next() sends them */
   if (rc == CHIME_ETIMEDOUT && timeout_ms != 0)
     rc = chime_ring_next(s->ring, &v, timeout_ms);
-  return lend(s, rc, &v, out, timeout_ms);
+  if ((rc = ring_answer(s, rc, timeout_ms)) != 0)
+    return rc;
+  lend(s, &v, out);
+  return 0;
 }
 
 int chime_stream_get_stats(const chime_stream_t *stream,
@@ -442,6 +514,14 @@ int chime_stream_get_stats(const chime_stream_t *stream,
   out->max_leases = rs.max_leases;
   out->consumer_wait_ns = rs.consumer_wait_ns + s->drive_wait_ns;
   out->pinned_bytes = chime_ring_pinned_bytes(s->ring);
+  if (s->dev) {
+    chime__device_stats_t ds;
+    chime__device_get_stats(s->dev, &ds);
+    out->pinned_bytes += ds.registered;
+    out->device_bytes = ds.device_bytes;
+    out->device_copies = ds.copies;
+    out->device_max_slots_held = ds.max_slots_held;
+  }
   if (s->tp->stats)
     s->tp->stats(s, out);
   return 0;
@@ -476,6 +556,8 @@ int chime_stream_release(chime_stream_t *stream, const chime_batch_t *batch) {
     return rc;
   if (s->uni)
     return chime__union_release(s, batch);
+  if (s->dev)
+    return chime__device_release(s->dev, batch);
   uint32_t slot;
   if (lent_slot(s, batch, &slot) != 0)
     return chime__detailf(CHIME_EINVAL,
@@ -490,6 +572,23 @@ int chime_stream_release(chime_stream_t *stream, const chime_batch_t *batch) {
         s->table, batch->seq, chime_strerror(rc));
   s->lent[slot] = 0;
   return 0;
+}
+
+int chime_stream_wait(chime_stream_t *stream, const chime_batch_t *batch,
+                      void *cuda_stream) {
+  chime_stream_t *s = stream;
+  if (!s || !batch)
+    return chime__detail(CHIME_EINVAL,
+                         "chime_stream_wait: needs a stream and a batch");
+  int rc = inherited(s);
+  if (rc)
+    return rc;
+  if (!s->dev)
+    return chime__detailf(CHIME_EINVAL,
+                          "stream %" PRIu64 " on '%s': not a device stream "
+                          "(its batches are in host memory)",
+                          s->stream_id, s->table);
+  return chime__device_wait(s->dev, batch, cuda_stream);
 }
 
 chime_mode_t chime_stream_mode(const chime_stream_t *stream) {
@@ -508,6 +607,7 @@ const char *chime_stream_fallback_reason(const chime_stream_t *stream) {
  * are the parent's; only this process's mapping and memory go. A pinned
  * mapping stays (unpinning would call CUDA in a forked child). */
 static void close_inherited(chime_stream_t *s) {
+  chime__device_forget(s->dev); /* no CUDA call: the parent's device end */
   if (s->ring != NULL && chime_ring_pinned_bytes(s->ring) == 0)
     chime_ring_destroy(s->ring);
   free(s->lent);
@@ -529,6 +629,10 @@ void chime_stream_close(chime_stream_t *stream) {
     return;
   }
   const chime__transport_t *tp = s->tp;
+  /* Copies end and their slots go back while the ring and the call are
+   * still there (stream mode: as credits). */
+  chime__device_close(s->dev);
+  s->dev = NULL;
   pthread_mutex_lock(&s->lock);
   s->closing = 1; /* the stream's thread polls from now on */
   pthread_cond_broadcast(&s->idle_cv);

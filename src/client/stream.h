@@ -10,6 +10,7 @@
 #ifndef CHIME_CLIENT_STREAM_H
 #define CHIME_CLIENT_STREAM_H
 
+#include "client/device.h"
 #include "client/internal.h"
 
 typedef struct chime__transport_s chime__transport_t;
@@ -35,6 +36,7 @@ struct chime_stream_s {
   uint64_t stream_id;
   chime_ring_t *ring;
   chime__remote_t remote; /* stream mode */
+  chime__device_t *dev;   /* a device stream's device end, else NULL */
 
   chime__rpc_t rpc; /* the Subscribe call */
   pthread_t thread; /* pumps the call once open */

@@ -8,7 +8,13 @@
  * opens a new call (waiting for the channel to reconnect, for at most
  * reconnect_timeout_ms) and sends every unacked request again, in order. The
  * server acks one it already inserted with its original keys instead of
- * inserting it twice, so nothing is lost and nothing doubled. */
+ * inserting it twice, so nothing is lost and nothing doubled.
+ *
+ * A sharded client's writer is bound to one shard, the one with the fewest
+ * of the client's writers; when that shard stays unreachable past
+ * reconnect_timeout_ms it moves to another the same way (move_shard) and
+ * resends there as a new writer (a fresh writer_id): at least once, since
+ * the dead shard may have inserted what it never acked. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -66,6 +72,9 @@ struct chime_writer_s {
   uint32_t fl_cap, fl_head;
   uint32_t sent_on_call; /* of those, sent on the current call (oldest first) */
   int broken;            /* the call died and may be resumed on a new one */
+  /* move_shard is cancelling the call to the dead shard: the CANCELLED
+   * status that follows is ours, not the server's, and fails nothing. */
+  int dropping;
   int64_t reconnect_deadline; /* CLOCK_MONOTONIC ms; 0: not reconnecting */
   uint64_t reconnects;
   uint64_t min_key; /* keys of one call only grow: the next ack's lowest */
@@ -78,6 +87,8 @@ struct chime_writer_s {
    * calling thread's detail as they fail (report). */
   char err[CHIME__ERRLEN];
 };
+
+static uint64_t new_writer_id(void);
 
 static int fail(chime_writer_t *w, int code) {
   if (!w->failed)
@@ -128,6 +139,8 @@ static int live(const chime_writer_t *w) {
 static void on_status(chime_writer_t *w) {
   char text[CHIME__ERRLEN];
   int code = chime__rpc_result(&w->rpc, text, sizeof(text));
+  if (w->dropping)
+    return;
   if (code == 0 && w->inflight)
     code = CHIME_EPROTO;
   if (code == 0)
@@ -325,55 +338,110 @@ static int reconnect(chime_writer_t *w) {
   return kick(w);
 }
 
-/* Binds to a shard of set, from *member on: the first live one that
- * answers and has the table (in ti), skipping `skip` (UINT32_MAX: none).
- * A shard that answers without the table fails it (the shards must be
- * configured alike); one that cannot be reached is passed over. */
+/* Binds to a shard of set (chime__shards_pick: the live one with the
+ * fewest of this client's writers, whose count it keeps; never a second
+ * address of one server) that answers and has the table (in ti), never
+ * `skip` (UINT32_MAX: none). A shard that
+ * answers without the table fails it (the shards must be configured
+ * alike); one that cannot be reached is passed over for the next. */
 static int bind_shard(chime__shards_t *set, const char *table, uint32_t skip,
                       uint32_t *member, chime_table_info_t *ti, char *err,
                       size_t errlen) {
-  uint32_t n = chime__shards_count(set);
-  int rc = chime__fail(err, errlen, CHIME_EUNAVAILABLE,
-                       "no other shard to write '%s' to", table);
-  for (uint32_t k = 0; k < n; k++) {
-    uint32_t i = (*member + k) % n;
+  uint8_t tried[CHIME__MAX_SHARDS] = {0};
+  uint32_t i;
+  int rc, last = CHIME_EUNAVAILABLE, any = 0;
+  if (skip != UINT32_MAX)
+    tried[skip] = 1;
+  while ((rc = chime__shards_pick(set, tried, &i, any ? NULL : err,
+                                  any ? 0 : errlen)) == 0) {
     chime__member_t *m = chime__shards_at(set, i);
-    if (i == skip || atomic_load(&m->gone))
-      continue;
     char why[CHIME__ERRLEN];
+    tried[i] = 1;
+    if (chime__shards_duplicate(set, i)) {
+      /* A server named twice counts once, under its first address. */
+      chime__shards_unpick(set, i);
+      continue;
+    }
+    any = 1;
     rc = chime__table_lookup(m->client, table, ti, NULL, why, sizeof(why));
     if (rc == 0) {
       *member = i;
       return 0;
     }
-    chime__fail(err, errlen, rc, "shard %s: %s", m->addr, why);
+    chime__shards_unpick(set, i);
+    last = chime__fail(err, errlen, rc, "shard %s: %s", m->addr, why);
     if (rc != CHIME_EUNAVAILABLE && rc != CHIME_EDISCONNECTED &&
         rc != CHIME_ETIMEDOUT)
       return rc;
   }
-  return rc;
+  /* The last shard's failure when some were tried, else the pick's. */
+  return any ? last : rc;
+}
+
+/* To a shard that never saw it the writer is a new writer: a fresh
+ * writer_id, and its unacked requests numbered again from 1 in their
+ * order. Resent under the old id and numbers, a request past the first
+ * would be refused (CHIME_EFORGOTTEN) by a table that has ever forgotten
+ * a writer (docs/protocol.md, Exactly once across reconnects). */
+static int renumber(chime_writer_t *w) {
+  uint64_t id = new_writer_id();
+  for (uint32_t i = 0; i < w->inflight; i++) {
+    struct inflight_s *f = fl_at(w, i);
+    Chime__V1__InsertRequest *req = (Chime__V1__InsertRequest *)chime__unpack(
+        &chime__v1__insert_request__descriptor, f->bb);
+    if (!req)
+      return CHIME_ENOMEM; /* our own bytes: only memory can fail */
+    req->writer_id = id;
+    req->id = i + 1;
+    grpc_byte_buffer *bb = chime__pack(&req->base);
+    protobuf_c_message_free_unpacked(&req->base, NULL);
+    if (!bb)
+      return CHIME_ENOMEM;
+    chime__bb_free(f->bb);
+    f->bb = bb;
+  }
+  w->writer_id = id;
+  w->acked_id = 1;
+  w->next_id = (uint64_t)w->inflight + 1;
+  return 0;
 }
 
 /* Failover: the writer's shard stayed unreachable past the reconnect
- * timeout. The target is resolved again and the writer moves to another
- * live shard with the same table, where every unacked request is sent
- * again (on a new call, by reconnect): at least once, since the dead shard
- * may have inserted some of them before it went (docs/scaling.md). */
+ * timeout. The target is resolved again and the writer moves to the live
+ * shard with the fewest of this client's writers that has the same table,
+ * where every unacked request is sent again (on a new call, by reconnect),
+ * as a new writer's: at least once, since the dead shard may have inserted
+ * some of them before it went (docs/scaling.md, Writers and shards). */
 static int move_shard(chime_writer_t *w) {
   chime__shards_refresh(w->set, 1);
-  uint32_t to = w->member + 1, at;
+  uint32_t to, at;
   chime_table_info_t ti;
   char why[CHIME__ERRLEN];
-  if (bind_shard(w->set, w->table, w->member, &to, &ti, why, sizeof(why)) ||
-      chime__spec_diff(ti.sequence_length ? &ti.step_spec : &ti.spec, &w->spec,
-                       &at) != CHIME__SPEC_SAME)
+  if (bind_shard(w->set, w->table, w->member, &to, &ti, why, sizeof(why)))
     return CHIME_EUNAVAILABLE;
+  if (chime__spec_diff(ti.sequence_length ? &ti.step_spec : &ti.spec, &w->spec,
+                       &at) != CHIME__SPEC_SAME) {
+    chime__shards_unpick(w->set, to);
+    return CHIME_EUNAVAILABLE;
+  }
+  /* The call on the dead shard is still waiting for its channel (a
+   * resumed call waits for ready): cancelling it is no failure. */
+  w->dropping = 1;
   chime__rpc_cancel(&w->rpc);
   while (pending(w))
     pump(w, gpr_inf_future(GPR_CLOCK_MONOTONIC));
+  w->dropping = 0;
   chime__rpc_reset(&w->rpc);
-  if (w->failed)
+  if (!w->failed && w->writer_id && renumber(w)) {
+    snprintf(w->err, sizeof(w->err), "insert into '%s': out of memory",
+             w->table);
+    fail(w, CHIME_ENOMEM);
+  }
+  if (w->failed) {
+    chime__shards_unpick(w->set, to);
     return w->failed;
+  }
+  chime__shards_unpick(w->set, w->member);
   w->member = to;
   w->client = chime__shards_at(w->set, to)->client;
   w->moves++;
@@ -523,6 +591,9 @@ int chime_writer_open(chime_writer_t **out, chime_client_t *client,
   char err[CHIME__ERRLEN] = "";
   int rc = 0;
   chime_writer_t *w = NULL;
+  chime__shards_t *set = NULL;
+  uint32_t member = 0;
+  int bound = 0; /* member's count is ours to give back on failure */
   if (!client || !table || !out)
     return chime__detail(CHIME_EINVAL,
                          "chime_writer_open: needs out, a client and a table");
@@ -539,13 +610,12 @@ int chime_writer_open(chime_writer_t **out, chime_client_t *client,
                      "writer: bad table name or options");
     goto cleanup;
   }
-  chime__shards_t *set = client->set;
-  uint32_t member = 0;
+  set = client->set;
   if (set) {
-    if ((rc = chime__shards_pick(set, &member, err, sizeof(err))) != 0 ||
-        (rc = bind_shard(set, table, UINT32_MAX, &member, &ti, err,
+    if ((rc = bind_shard(set, table, UINT32_MAX, &member, &ti, err,
                          sizeof(err))) != 0)
       goto cleanup;
+    bound = 1;
     client = chime__shards_at(set, member)->client;
   } else if ((rc = chime__table_lookup(client, table, &ti, NULL, err,
                                        sizeof(err))) != 0) {
@@ -570,8 +640,9 @@ int chime_writer_open(chime_writer_t **out, chime_client_t *client,
     goto cleanup;
   }
   w->client = client;
-  w->set = set;
+  w->set = set; /* the writer's now: close gives its member back */
   w->member = member;
+  bound = 0;
   w->fork_gen = client->fork_gen;
   w->pid = client->pid;
   snprintf(w->table, sizeof(w->table), "%s", table);
@@ -623,6 +694,8 @@ cleanup:
     int closed = chime_writer_close(w); /* rc, as w->failed says */
     (void)closed;
   }
+  if (bound)
+    chime__shards_unpick(set, member);
   return rc ? chime__detail(rc, err) : 0;
 }
 
@@ -861,6 +934,8 @@ int chime_writer_close(chime_writer_t *writer) {
       pump(w, gpr_inf_future(GPR_CLOCK_MONOTONIC));
   }
   chime__rpc_destroy(&w->rpc);
+  if (w->set)
+    chime__shards_unpick(w->set, w->member);
   free(w->data);
   free(w->priorities);
   for (uint32_t i = 0; i < w->inflight; i++)

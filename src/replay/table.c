@@ -66,7 +66,7 @@ void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out) {
     out->steps = ss.steps;
     out->episodes_open = ss.episodes;
     out->step_bytes = ss.bytes;
-    out->steps_inserted = t->step_key - 1;
+    out->steps_inserted = chime__key_count(t->step_key) - 1; /* not the shard */
   }
   uint64_t now = chime__clock_ns(CLOCK_MONOTONIC);
   for (const chime__table_waiter_t *w = t->waiters; w != NULL; w = w->next) {

@@ -52,8 +52,9 @@ sb_printf(sb_t *sb, const char *fmt, ...) {
 
 /* ------------------------------------------------------------ error names */
 
-/* The codes page-locking can run into, for runtimes whose cudaGetErrorName
- * is missing or does not know the code (values from driver_types.h). */
+/* The codes page-locking and device streams can run into, for runtimes whose
+ * cudaGetErrorName is missing or does not know the code (values from
+ * driver_types.h). */
 static const struct {
   int code;
   const char *name;
@@ -70,10 +71,15 @@ static const struct {
     {100, "cudaErrorNoDevice"},
     {101, "cudaErrorInvalidDevice"},
     {201, "cudaErrorDeviceUninitialized"},
+    {214, "cudaErrorECCUncorrectable"},
     {304, "cudaErrorOperatingSystem"},
+    {400, "cudaErrorInvalidResourceHandle"},
+    {600, "cudaErrorNotReady"},
+    {700, "cudaErrorIllegalAddress"},
     {709, "cudaErrorContextIsDestroyed"},
     {712, "cudaErrorHostMemoryAlreadyRegistered"},
     {713, "cudaErrorHostMemoryNotRegistered"},
+    {719, "cudaErrorLaunchFailure"},
     {800, "cudaErrorNotPermitted"},
     {801, "cudaErrorNotSupported"},
     {802, "cudaErrorSystemNotReady"},
@@ -127,8 +133,50 @@ static const char *resolve(chime__cudart_t *rt, void *handle) {
   CHIME__SYM(device_synchronize, "cudaDeviceSynchronize", 0);
   CHIME__SYM(get_error_name, "cudaGetErrorName", 0);
   CHIME__SYM(runtime_get_version, "cudaRuntimeGetVersion", 0);
+  CHIME__SYM(get_device, "cudaGetDevice", 0);
+  CHIME__SYM(set_device, "cudaSetDevice", 0);
+  CHIME__SYM(device_get_attribute, "cudaDeviceGetAttribute", 0);
+  CHIME__SYM(malloc_, "cudaMalloc", 0);
+  CHIME__SYM(memcpy_async, "cudaMemcpyAsync", 0);
+  CHIME__SYM(stream_create_with_flags, "cudaStreamCreateWithFlags", 0);
+  CHIME__SYM(stream_destroy, "cudaStreamDestroy", 0);
+  CHIME__SYM(stream_synchronize, "cudaStreamSynchronize", 0);
+  CHIME__SYM(stream_wait_event, "cudaStreamWaitEvent", 0);
+  CHIME__SYM(event_create_with_flags, "cudaEventCreateWithFlags", 0);
+  CHIME__SYM(event_record, "cudaEventRecord", 0);
+  CHIME__SYM(event_query, "cudaEventQuery", 0);
+  CHIME__SYM(event_synchronize, "cudaEventSynchronize", 0);
+  CHIME__SYM(event_destroy, "cudaEventDestroy", 0);
 #undef CHIME__SYM
   rt->handle = handle;
+  return NULL;
+}
+
+const char *chime__cudart_device_missing(const chime__cudart_t *rt) {
+  /* In the order a device stream first needs them. */
+  const struct {
+    int present;
+    const char *name;
+  } calls[] = {
+      {rt->get_device != NULL, "cudaGetDevice"},
+      {rt->set_device != NULL, "cudaSetDevice"},
+      {rt->device_get_attribute != NULL, "cudaDeviceGetAttribute"},
+      {rt->malloc_ != NULL, "cudaMalloc"},
+      {rt->stream_create_with_flags != NULL, "cudaStreamCreateWithFlags"},
+      {rt->stream_destroy != NULL, "cudaStreamDestroy"},
+      {rt->stream_synchronize != NULL, "cudaStreamSynchronize"},
+      {rt->stream_wait_event != NULL, "cudaStreamWaitEvent"},
+      {rt->event_create_with_flags != NULL, "cudaEventCreateWithFlags"},
+      {rt->event_record != NULL, "cudaEventRecord"},
+      {rt->event_query != NULL, "cudaEventQuery"},
+      {rt->event_synchronize != NULL, "cudaEventSynchronize"},
+      {rt->event_destroy != NULL, "cudaEventDestroy"},
+      {rt->memcpy_async != NULL, "cudaMemcpyAsync"},
+  };
+
+  for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++)
+    if (!calls[i].present)
+      return calls[i].name;
   return NULL;
 }
 

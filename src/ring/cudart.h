@@ -14,7 +14,14 @@
 /* The few values of the CUDA runtime API chime uses (driver_types.h). */
 #define CHIME__CUDA_SUCCESS 0
 #define CHIME__CUDA_HOST_REGISTER_PORTABLE 0x01u
+#define CHIME__CUDA_HOST_REGISTER_MAPPED 0x02u
 #define CHIME__CUDA_HOST_REGISTER_READ_ONLY 0x08u
+#define CHIME__CUDA_ERROR_NOT_READY 600
+#define CHIME__CUDA_MEMCPY_HOST_TO_DEVICE 1
+#define CHIME__CUDA_STREAM_NON_BLOCKING 0x01u
+#define CHIME__CUDA_EVENT_DISABLE_TIMING 0x02u
+/* cudaDevAttrHostRegisterReadOnlySupported (CUDA 11.1+) */
+#define CHIME__CUDA_ATTR_HOST_REGISTER_READ_ONLY 113
 
 /* Room for the ladder's report and the error built from it. */
 #define CHIME__CUDA_MSG_MAX 8192
@@ -33,7 +40,29 @@ typedef struct {
   int (*device_synchronize)(void);          /* optional */
   const char *(*get_error_name)(int error); /* optional */
   int (*runtime_get_version)(int *version); /* optional */
+  /* Device streams (src/client/device.c), all optional: a runtime without
+   * them still page-locks; chime__cudart_device_missing() names the first
+   * one a device stream lacks. Streams and events are opaque handles. */
+  int (*get_device)(int *device);
+  int (*set_device)(int device);
+  int (*device_get_attribute)(int *value, int attr, int device);
+  int (*malloc_)(void **ptr, size_t size);
+  int (*memcpy_async)(void *dst, const void *src, size_t count, int kind,
+                      void *stream);
+  int (*stream_create_with_flags)(void **stream, unsigned int flags);
+  int (*stream_destroy)(void *stream);
+  int (*stream_synchronize)(void *stream);
+  int (*stream_wait_event)(void *stream, void *event, unsigned int flags);
+  int (*event_create_with_flags)(void **event, unsigned int flags);
+  int (*event_record)(void *event, void *stream);
+  int (*event_query)(void *event);
+  int (*event_synchronize)(void *event);
+  int (*event_destroy)(void *event);
 } chime__cudart_t;
+
+/* The name of the first call a device stream needs that rt lacks
+ * ("cudaEventQuery"), or NULL when it has them all. */
+const char *chime__cudart_device_missing(const chime__cudart_t *rt);
 
 /* Where to look, in ladder order. NULL strings and empty lists are rungs that
  * are "not set" or "found nothing"; every rung is always reported. */

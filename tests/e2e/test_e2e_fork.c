@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,6 +159,24 @@ static void child(const char *addr, chime_client_t *c, chime_stream_t *s[2],
   _exit(0);
 }
 
+/* A process that overstayed: every thread's stack on stderr (gdb, when
+ * there is one), for it and its own children, so a hang says where it
+ * hangs. posix_spawn: no fork handlers run in this gRPC process. */
+static void dump_stacks(pid_t pid) {
+  char cmd[512];
+  snprintf(cmd, sizeof cmd,
+           "for p in %d $(pgrep -P %d); do echo \"== stacks of $p\"; "
+           "command -v gdb >/dev/null && timeout 60 gdb -p $p -batch -nx "
+           "-ex 'thread apply all bt' 2>&1 | grep -E '^(Thread|#)' | "
+           "head -150; done 1>&2",
+           (int)pid, (int)pid);
+  char *argv[] = {"sh", "-c", cmd, NULL};
+  extern char **environ;
+  pid_t sh;
+  if (posix_spawnp(&sh, "sh", NULL, NULL, argv, environ) == 0)
+    waitpid(sh, NULL, 0);
+}
+
 /* Waits for pid, at most timeout_ms; kills it when it overstays. */
 static int wait_child(pid_t pid, int timeout_ms) {
   int64_t end = chime__now_ms() + timeout_ms;
@@ -167,6 +186,7 @@ static int wait_child(pid_t pid, int timeout_ms) {
     if (r == pid)
       return st;
     if (chime__now_ms() > end) {
+      dump_stacks(pid);
       kill(pid, SIGKILL);
       waitpid(pid, &st, 0);
       fail_msg("child %d did not finish in %d ms", (int)pid, timeout_ms);

@@ -197,6 +197,40 @@ static chime_stream_t *open_union(chime_client_t *c, const char *table,
 
 /* --- the union's distribution --- */
 
+/* Draws BATCHES batches from s, counting them per shard and the first
+ * item of each per bucket, and the worst relative error of a reported
+ * probability against weight / total. */
+static void draw(chime_stream_t *s, const uint8_t *bucket_of,
+                 double (*weight)(uint32_t, uint32_t), double total,
+                 double *per_shard, double *per_bucket, double *worst) {
+  for (int n = 0; n < BATCHES; n++) {
+    chime_batch_t b;
+    int rc = chime_stream_next(s, &b, 20000);
+    if (rc != 0)
+      fail_msg("batch %d: %s: %s", n, chime_strerror(rc), chime_last_error());
+    assert_int_equal(b.count, BATCH);
+    const uint64_t *x = b.leaf[0].data;
+    uint32_t k = (uint32_t)(x[0] >> 32);
+    assert_true(k >= 1 && k <= NSHARDS);
+    per_shard[k - 1]++;
+    for (uint32_t j = 0; j < b.count; j++) {
+      uint32_t kj = (uint32_t)(x[j] >> 32), i = (uint32_t)x[j];
+      /* A batch comes whole from one shard, keys and all. */
+      assert_int_equal(kj, k);
+      assert_int_equal(chime_key_shard(b.info[j].key), k);
+      assert_true(i < sizes[k - 1]);
+      double want = weight(k, i) / total;
+      double err = fabs(b.info[j].probability - want) / want;
+      *worst = err > *worst ? err : *worst;
+      if (j == 0) { /* the first items of batches are independent draws */
+        uint32_t at = i + (k > 1 ? sizes[0] : 0) + (k > 2 ? sizes[1] : 0);
+        per_bucket[bucket_of[at]]++;
+      }
+    }
+    assert_int_equal(chime_stream_release(s, &b), 0);
+  }
+}
+
 /* Draws BATCHES batches of `table` over the three shards and checks the
  * union's distribution and probabilities; weight(k, i) is an item's weight
  * in its sampler. */
@@ -231,55 +265,40 @@ static void check_union(const char *table, chime_mode_t mode,
   chime_stream_t *s = open_union(c, table, mode, BATCH, 8);
   if (mode != CHIME_MODE_AUTO)
     assert_int_equal(chime_stream_mode(s), mode);
-  double per_shard[NSHARDS] = {0}, per_bucket[BUCKETS] = {0};
-  double worst = 0;
-  for (int n = 0; n < BATCHES; n++) {
-    chime_batch_t b;
-    int rc = chime_stream_next(s, &b, 20000);
-    if (rc != 0)
-      fail_msg("batch %d: %s: %s", n, chime_strerror(rc), chime_last_error());
-    assert_int_equal(b.count, BATCH);
-    const uint64_t *x = b.leaf[0].data;
-    uint32_t k = (uint32_t)(x[0] >> 32);
-    assert_true(k >= 1 && k <= NSHARDS);
-    per_shard[k - 1]++;
-    for (uint32_t j = 0; j < b.count; j++) {
-      uint32_t kj = (uint32_t)(x[j] >> 32), i = (uint32_t)x[j];
-      /* A batch comes whole from one shard, keys and all. */
-      assert_int_equal(kj, k);
-      assert_int_equal(chime_key_shard(b.info[j].key), k);
-      assert_true(i < sizes[k - 1]);
-      double want = weight(k, i) / total;
-      double err = fabs(b.info[j].probability - want) / want;
-      worst = err > worst ? err : worst;
-      if (j == 0) { /* the first items of batches are independent draws */
-        uint32_t at = i + (k > 1 ? sizes[0] : 0) + (k > 2 ? sizes[1] : 0);
-        per_bucket[bucket_of[at]]++;
-      }
-    }
-    assert_int_equal(chime_stream_release(s, &b), 0);
-  }
   double want_shard[NSHARDS], want_bucket[BUCKETS];
   for (int k = 0; k < NSHARDS; k++)
     want_shard[k] = BATCHES * shard_mass[k] / total;
   for (int b = 0; b < BUCKETS; b++)
     want_bucket[b] = BATCHES * bucket_p[b];
-  double xs = chi2(per_shard, want_shard, NSHARDS);
-  double xb = chi2(per_bucket, want_bucket, BUCKETS);
-  print_message("%s: shards %.0f/%.0f/%.0f (want %.1f/%.1f/%.1f), "
-                "chi2 %.2f (critical %.2f); buckets chi2 %.2f (critical "
-                "%.2f); worst relative probability error %.3g\n",
-                table, per_shard[0], per_shard[1], per_shard[2], want_shard[0],
-                want_shard[1], want_shard[2], xs,
-                chi2_critical(NSHARDS - 1, 0.001), xb,
-                chi2_critical(BUCKETS - 1, 0.001), worst);
-  assert_true(worst < 1e-9);
-  assert_true(xs < chi2_critical(NSHARDS - 1, 0.001));
-  assert_true(xb < chi2_critical(BUCKETS - 1, 0.001));
+  /* A chi-square check at p = 0.001 fails a correct union once in a
+   * thousand samples; four checks a run would fail one run in 250. So a
+   * sample that fails is followed by a fresh one, and the test fails only
+   * when both do (a false failure once in 10^6 per check; a real bias,
+   * such as Reverb's even spread over shards at chi2 1,862..66,859, fails
+   * every sample). */
+  int passed = 0, drawn = 0;
+  for (int attempt = 0; attempt < 2 && !passed; attempt++, drawn += BATCHES) {
+    double per_shard[NSHARDS] = {0}, per_bucket[BUCKETS] = {0};
+    double worst = 0;
+    draw(s, bucket_of, weight, total, per_shard, per_bucket, &worst);
+    double xs = chi2(per_shard, want_shard, NSHARDS);
+    double xb = chi2(per_bucket, want_bucket, BUCKETS);
+    print_message("%s: shards %.0f/%.0f/%.0f (want %.1f/%.1f/%.1f), "
+                  "chi2 %.2f (critical %.2f); buckets chi2 %.2f (critical "
+                  "%.2f); worst relative probability error %.3g\n",
+                  table, per_shard[0], per_shard[1], per_shard[2],
+                  want_shard[0], want_shard[1], want_shard[2], xs,
+                  chi2_critical(NSHARDS - 1, 0.001), xb,
+                  chi2_critical(BUCKETS - 1, 0.001), worst);
+    assert_true(worst < 1e-9);
+    passed = xs < chi2_critical(NSHARDS - 1, 0.001) &&
+             xb < chi2_critical(BUCKETS - 1, 0.001);
+  }
+  assert_true(passed);
 
   chime_stream_local_stats_t st;
   assert_int_equal(chime_stream_get_stats(s, &st), 0);
-  assert_int_equal(st.batches, BATCHES);
+  assert_int_equal(st.batches, drawn);
   assert_int_equal(st.leases, 0);
   chime_stream_close(s);
   chime_client_destroy(c);

@@ -438,7 +438,8 @@ static void test_rate_limiter(void **state) {
 typedef struct {
   chime__table_t *t;
   atomic_int stop;
-  uint64_t appended;
+  atomic_int failed; /* an append failed: the writer stopped */
+  _Atomic uint64_t appended;
 } churn_t;
 
 static void *churn_main(void *arg) {
@@ -449,9 +450,11 @@ static void *churn_main(void *arg) {
     seq_writer_t *wr = &w[rnd(&seed) % 3];
     uint32_t n = 1 + rnd(&seed) % 7;
     int end = wr->len + n >= 9 + wr->tag % 31;
-    if (seq_append(c->t, wr, n, end) != 0)
+    if (seq_append(c->t, wr, n, end) != 0) {
+      atomic_store(&c->failed, 1);
       break;
-    c->appended += n;
+    }
+    atomic_fetch_add(&c->appended, n);
   }
   return NULL;
 }
@@ -468,14 +471,19 @@ static void test_copy_while_evicting(void **state) {
   assert_int_equal(seq_append(c.t, &first, 8, 0), 0); /* min_size */
   pthread_t th;
   assert_int_equal(pthread_create(&th, NULL, churn_main, &c), 0);
-  for (int i = 0; i < 10000; i++) {
+  /* At least 10,000 batches, and on until the writer went round the
+   * store a few times meanwhile (a busy machine may run it late): the
+   * copies must have raced evictions, whatever the scheduling. */
+  for (int i = 0; i < 10000 || atomic_load(&c.appended) <= 4 * 128; i++) {
+    assert_false(atomic_load(&c.failed));
     assert_int_equal(chime__table_sample(c.t, &s.lay, &s.ws, NULL), 0);
     for (uint32_t j = 0; j < 16; j++)
       check_window(&s, c.t, j);
   }
   atomic_store(&c.stop, 1);
   pthread_join(th, NULL);
-  assert_true(c.appended > 128); /* it did evict meanwhile */
+  assert_false(atomic_load(&c.failed));
+  assert_true(atomic_load(&c.appended) > 4 * 128); /* it did evict */
   free(s.mem);
   chime__table_destroy(c.t);
 }
@@ -599,6 +607,9 @@ static void test_keys_carry_shard(void **state) {
   chime__dedupe_req_t dq = {.writer = 9, .seq = 1, .end_episode = 1};
   assert_int_equal(chime__table_insert(t, buf, 6, NULL, &k, NULL, &dq), 0);
   assert_true(k == chime__key_make(3, 1)); /* steps 1..6 */
+  chime__table_stats_t st;
+  chime__table_get_stats(t, &st);
+  assert_int_equal(st.steps_inserted, 6); /* a count, not the next key */
   slot_t s;
   slot_init(&s, t, 2);
   assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
@@ -610,7 +621,6 @@ static void test_keys_carry_shard(void **state) {
   chime__dedupe_req_t d2 = {.writer = 9, .seq = 2};
   assert_int_equal(chime__table_insert(t, buf, 3, NULL, &k, NULL, &d2),
                    CHIME_EOVERFLOW);
-  chime__table_stats_t st;
   chime__table_get_stats(t, &st);
   assert_int_equal(st.steps, 6);
   chime__dedupe_req_t d3 = {.writer = 9, .seq = 3};

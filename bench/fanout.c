@@ -133,30 +133,55 @@ static int actor_join(actor_t *a, double *per_s, double *cores, double *runq,
 
 /* --------------------------------------------------------------- learners */
 
-static int learner_spawn(chime__bench_child_t *c,
-                         const chime__bench_fanout_opts_t *o,
-                         const char *mode) {
-  char self[PATH_MAX], bs[16], slots[16], warm[24], secs[32];
+int chime__bench_learner_spawn(chime__bench_child_t *c, const char *addr,
+                               const char *table, const char *mode,
+                               uint32_t batch_size, uint32_t slots,
+                               uint64_t warmup, double seconds,
+                               chime__bench_touch_t touch) {
+  char self[PATH_MAX], bs[16], sl[16], warm[24], secs[32];
   if (chime__bench_self(self, sizeof(self)) == NULL)
     return CHIME_ESYS;
-  snprintf(bs, sizeof(bs), "%u", o->batch_size);
-  snprintf(slots, sizeof(slots), "%u", o->slots);
-  snprintf(warm, sizeof(warm), "%" PRIu64, o->warmup);
-  snprintf(secs, sizeof(secs), "%.6f", o->seconds);
+  snprintf(bs, sizeof(bs), "%u", batch_size);
+  snprintf(sl, sizeof(sl), "%u", slots);
+  snprintf(warm, sizeof(warm), "%" PRIu64, warmup);
+  snprintf(secs, sizeof(secs), "%.6f", seconds);
   const char *argv[] = {self,
                         "service",
                         "--learner",
-                        o->addr,
-                        o->table,
+                        addr,
+                        table,
                         mode,
                         bs,
-                        slots,
+                        sl,
                         warm,
                         secs,
-                        chime__bench_touch_name(o->touch),
+                        chime__bench_touch_name(touch),
                         NULL};
   memset(c, 0, sizeof(*c));
   return chime__bench_spawn(c, argv, "ready", 60000);
+}
+
+int chime__bench_learner_result(chime__bench_child_t *c, int timeout_ms,
+                                chime__bench_learner_result_t *r) {
+  char line[256];
+  unsigned long long bytes, batches;
+  int rc =
+      chime__bench_child_line(c, "result ", timeout_ms, line, sizeof(line));
+  if (rc != 0)
+    return rc;
+  if (sscanf(line, "%llu %llu %lf %lf %lf", &bytes, &batches, &r->t0, &r->t1,
+             &r->cpu_s) != 5)
+    return CHIME_EPROTO;
+  r->bytes = bytes;
+  r->batches = batches;
+  return 0;
+}
+
+static int learner_spawn(chime__bench_child_t *c,
+                         const chime__bench_fanout_opts_t *o,
+                         const char *mode) {
+  return chime__bench_learner_spawn(c, o->addr, o->table, mode, o->batch_size,
+                                    o->slots, o->warmup, o->seconds, o->touch);
 }
 
 int chime__bench_fanout(const chime__bench_fanout_opts_t *o,
@@ -227,23 +252,17 @@ int chime__bench_fanout(const chime__bench_fanout_opts_t *o,
     goto out;
 
   for (int i = 0; i < nkids; i++) {
-    char line[256];
-    unsigned long long bytes, batches;
-    double lt0, lt1, cpu;
-    rc =
-        chime__bench_child_line(&kids[i], "result ", 60000, line, sizeof(line));
-    if (rc == 0 && sscanf(line, "%llu %llu %lf %lf %lf", &bytes, &batches, &lt0,
-                          &lt1, &cpu) != 5)
-      rc = CHIME_EPROTO;
+    chime__bench_learner_result_t lr;
+    rc = chime__bench_learner_result(&kids[i], 60000, &lr);
     if (rc != 0) {
       snprintf(why, whylen, "learner %d gave no result: %s", i,
                chime_strerror(rc));
       goto out;
     }
-    double gbps = lt1 > lt0 ? (double)bytes / (lt1 - lt0) / 1e9 : 0;
+    double gbps = lr.t1 > lr.t0 ? (double)lr.bytes / (lr.t1 - lr.t0) / 1e9 : 0;
     res->gbps += gbps;
     *(is_stream[i] ? &res->stream_gbps : &res->shm_gbps) += gbps;
-    res->learners_cores += lt1 > lt0 ? cpu / (lt1 - lt0) : 0;
+    res->learners_cores += lr.t1 > lr.t0 ? lr.cpu_s / (lr.t1 - lr.t0) : 0;
   }
 out:
   if (have_actor)

@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include "learn.h"
+#include "spawn.h"
 
 typedef struct {
   const char *addr; /* chimed's */
@@ -51,6 +52,25 @@ typedef struct {
 int chime__bench_fanout(const chime__bench_fanout_opts_t *o,
                         chime__bench_fanout_result_t *res, char *why,
                         size_t whylen);
+
+/* Starts one learner process (chime-bench service --learner, below) on
+ * addr, one server or a sharded target, and waits for its "ready". */
+int chime__bench_learner_spawn(chime__bench_child_t *c, const char *addr,
+                               const char *table, const char *mode,
+                               uint32_t batch_size, uint32_t slots,
+                               uint64_t warmup, double seconds,
+                               chime__bench_touch_t touch);
+
+/* A learner process's "result" line: its window's bytes and batches, the
+ * window's ends (chime__bench_now_s) and its process CPU seconds in it. */
+typedef struct {
+  uint64_t bytes, batches;
+  double t0, t1, cpu_s;
+} chime__bench_learner_result_t;
+
+/* Reads c's "result" line, up to timeout_ms. */
+int chime__bench_learner_result(chime__bench_child_t *c, int timeout_ms,
+                                chime__bench_learner_result_t *r);
 
 /* chime-bench service --learner ADDR TABLE MODE BATCH_SIZE SLOTS WARMUP
  * SECONDS TOUCH: one learner process of the phase. Prints "ready" after its

@@ -19,8 +19,10 @@ static int usage(void) {
 #ifdef CHIME_BENCH_SERVICE
           "  service   table -> learner over chimed (shm, stream), vs limits\n"
           "  ingest    actors -> chimed Insert throughput\n"
+          "  shards    4 chimed as one service vs the shards one by one\n"
 #else
-          "  (service and ingest: built only with CHIME_WITH_SERVICE=ON)\n"
+          "  (service, ingest and shards: built only with "
+          "CHIME_WITH_SERVICE=ON)\n"
 #endif
           "  chime-bench <command> --help for its options\n");
   return 2;
@@ -46,6 +48,8 @@ int main(int argc, char **argv) {
     return chime__bench_service(argc - 1, argv + 1);
   if (strcmp(argv[1], "ingest") == 0)
     return chime__bench_ingest(argc - 1, argv + 1);
+  if (strcmp(argv[1], "shards") == 0)
+    return chime__bench_shards(argc - 1, argv + 1);
 #endif
   return usage();
 }

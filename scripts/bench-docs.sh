@@ -3,10 +3,11 @@
 # each table as Markdown, the commands that made it named above it, so
 # that a table in the docs can be made again by anyone with a build.
 # Usage: scripts/bench-docs.sh [--build DIR] [--long|--smoke] [--out DIR] [TABLE...]
-#   TABLE: ring service learners ingest replay sequence (none: all, in
-#          that order; about 6-10 minutes on 2 cores)
+#   TABLE: ring service learners ingest replay sequence shards (none:
+#          all, in that order; about 7-11 minutes on 2 cores)
 #   --build DIR  the build tree (default build): DIR/bench/chime-bench,
-#                and DIR/src/server/chimed for service, learners, ingest
+#                and DIR/src/server/chimed for service, learners, ingest,
+#                shards
 #   --long       the larger cases too: replay and sequence at 10^7 items
 #                or steps (about 10 GB of memory more, minutes more)
 #   --out DIR    also keep each command's JSON lines in DIR
@@ -32,11 +33,11 @@ while [ $# -gt 0 ]; do
   --smoke) smoke=1; shift ;;
   --out) out=$2; shift 2 ;;
   -h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-  ring | service | learners | ingest | replay | sequence) tables+=("$1"); shift ;;
+  ring | service | learners | ingest | replay | sequence | shards) tables+=("$1"); shift ;;
   *) echo "scripts/bench-docs.sh: unknown argument $1 (--help)" >&2; exit 2 ;;
   esac
 done
-[ ${#tables[@]} -gt 0 ] || tables=(ring service learners ingest replay sequence)
+[ ${#tables[@]} -gt 0 ] || tables=(ring service learners ingest replay sequence shards)
 
 bench=$build/bench/chime-bench
 [ -x "$bench" ] || {
@@ -45,7 +46,7 @@ bench=$build/bench/chime-bench
 }
 for t in "${tables[@]}"; do
   case $t in
-  service | learners | ingest)
+  service | learners | ingest | shards)
     [ -x "$build/src/server/chimed" ] || {
       echo "scripts/bench-docs.sh: $t needs $build/src/server/chimed" >&2
       exit 1
@@ -66,6 +67,7 @@ cmds() {
     ingest) echo "ingest --json --runs 1 --scale 0.01" ;;
     replay) echo "replay --json --items 1000 --seconds 0.05" ;;
     sequence) echo "sequence --json --steps 1000,4000 --seconds 0.05" ;;
+    shards) echo "shards --json --smoke" ;;
     esac
     return
   fi
@@ -75,6 +77,7 @@ cmds() {
   learners)
     echo "service --json --runs 3 --sizes 1,16 --only memcpy --learners 2 --seconds 2" ;;
   ingest) echo "ingest --json --runs 5" ;;
+  shards) echo "shards --json --runs 5" ;;
   replay)
     if [ -n "$long" ]; then
       echo "replay --json --items 10000,1000000,10000000 --selectors fifo,uniform,prioritized,lifo,min_heap,max_heap --seconds 2"
@@ -176,6 +179,42 @@ elif table == "replay":
                            r["floor_cpu_cost_vs_smallest"]),
          "%.2f" % r["cpu_vs_floor"],
          "-" if r["mutate_per_s"] is None else "%.2f" % (r["mutate_per_s"] / 1e6)]
+        for r in rows])
+elif table == "shards":
+    def case(r):
+        if r["case"] == "writers":
+            return "%d writers, %d B samples" % (r["writers"], r["sample_bytes"])
+        return "batch %d x %s" % (r["batch_size"], size(r["sample_bytes"]))
+    def measured(r):
+        if r["case"] == "learner":
+            return ("1 learner over %d shards %s / %d learners one per shard %s samples/s"
+                    " (one shard alone: %s; learner cores %.2f / %.2f, chimed cores %.2f / %.2f)"
+                    % (r["shards"], "{:,.0f}".format(r["sharded_samples_per_s"]),
+                       r["shards"], "{:,.0f}".format(r["direct_samples_per_s"]),
+                       "{:,.0f}".format(r["one_shard_samples_per_s"]),
+                       r["sharded_learner_cpu_cores"], r["direct_learners_cpu_cores"],
+                       r["sharded_chimed_cpu_cores"], r["direct_chimed_cpu_cores"])
+                    + ("; samples per CPU second, ratio %s" % rng(r, "ratio_per_cpu", "%.3f")
+                       if "ratio_per_cpu" in r else ""))
+        if r["case"] == "cpu":
+            return ("learner CPU ns a sample, over %d shards %.1f / on one %.1f"
+                    " (with the chimeds': %.1f / %.1f, ratio %s)"
+                    % (r["shards"], r["sharded_cpu_ns_per_sample"],
+                       r["unsharded_cpu_ns_per_sample"],
+                       r["sharded_all_cpu_ns_per_sample"],
+                       r["unsharded_all_cpu_ns_per_sample"],
+                       rng(r, "all_cpu_ratio", "%.3f")))
+        return ("samples/s on a sharded client %s / bound to the shards %s"
+                " (one writer on one shard: %s; spread %s)"
+                % ("{:,.0f}".format(r["sharded_samples_per_s"]),
+                   "{:,.0f}".format(r["direct_samples_per_s"]),
+                   "{:,.0f}".format(r["one_writer_samples_per_s"]),
+                   "even" if r["even"] else "UNEVEN"))
+    def ratio(r):
+        return rng(r, "cpu_ratio" if r["case"] == "cpu" else "ratio", "%.3f")
+    md(["case", "what", "ratio", "target", "figures (medians)"],
+       [[r["case"], case(r), ratio(r),
+         ("<= %g" if r["case"] == "cpu" else ">= %g") % r["target"], measured(r)]
         for r in rows])
 elif table == "sequence":
     def plain(r, s):

@@ -45,6 +45,11 @@ typedef struct {
    * mass: a prioritized table whose every weight is 0 draws uniformly). */
   double mass, size;
   int64_t mass_ms;
+  /* The last GetInfo answer said its rate limiter refuses samples (only
+   * inserts into it open it again): not drawn while another shard can
+   * deliver, since waiting for it could wait for good (its writers done,
+   * the other shards' writers waiting for samples). */
+  int blocked;
   chime__rpc_t info; /* GetInfo for the mass, answered while next() goes on */
   int info_made;     /* info's queue exists */
   int info_busy;     /* a GetInfo is in flight */
@@ -85,7 +90,8 @@ struct chime__union_s {
   int chosen; /* -1: none */
   double chosen_w, chosen_total;
   int64_t chosen_ms;
-  int by_size; /* the draw weighed sizes: no shard had mass */
+  int by_size;     /* the draw weighed sizes: no shard had mass */
+  int all_blocked; /* the draw was among blocked shards: none was open */
   uint64_t rng;
 
   uint32_t rr;      /* merging: where the next look starts */
@@ -202,6 +208,7 @@ static int open_sub(chime_stream_t *s, uint32_t i, int *dup, char *err,
   sb->mass = u->prioritized ? ti.mass : (double)ti.size;
   sb->size = (double)ti.size;
   sb->mass_ms = asked;
+  sb->blocked = 0;
   /* Every batch of the new sub-stream is drawn after that lookup. */
   sb->taken = sb->fresh_after = 0;
   const char *fb = chime_stream_fallback_reason(sb->s);
@@ -237,6 +244,7 @@ static void close_sub(chime_stream_t *s, uint32_t i) {
   sb->lent = 0;
   sb->mass = sb->size = 0;
   sb->mass_ms = 0;
+  sb->blocked = 0;
   sb->instance = 0;
 }
 
@@ -315,6 +323,7 @@ static void info_poll(chime_stream_t *s, uint32_t i) {
         sb->mass_ms = sb->info_sent_ms;
         sb->fresh_after = sb->taken + STALE_BATCHES(s->opts.slots);
       }
+      sb->blocked = ti->sample_blocked;
       break;
     }
     if (r != NULL)
@@ -380,33 +389,46 @@ static void refresh(chime_stream_t *s, int force) {
 /* What shard sb weighs in a draw: its mass (or its size, by_size), 0 while
  * it holds fewer than min_size items: its sampler waits then, and a draw
  * that chose it would hold the learner back while other shards could
- * deliver. */
-static double weight_of(const chime__union_t *u, const sub_t *sb, int by_size) {
-  if (!live(sb) || sb->size < u->min_size)
+ * deliver. So does a shard whose rate limiter blocks, unless all_blocked
+ * (every shard's does: the learner waits for one, as on one table). */
+static double weight_of(const chime__union_t *u, const sub_t *sb, int by_size,
+                        int all_blocked) {
+  if (!live(sb) || sb->size < u->min_size || (sb->blocked && !all_blocked))
     return 0;
   return by_size ? sb->size : sb->mass;
 }
 
+/* Whether some shard other than `but` can deliver: live, with weight, and
+ * its rate limiter open. */
+static int other_open(const chime__union_t *u, uint32_t but) {
+  for (uint32_t i = 0; i < u->nsubs; i++)
+    if (i != but && (weight_of(u, &u->subs[i], 0, 0) > 0 ||
+                     weight_of(u, &u->subs[i], 1, 0) > 0))
+      return 1;
+  return 0;
+}
+
 /* Draws the shard of the next batch, by mass (by size while no shard has
- * mass). CHIME_ETIMEDOUT when none has either: nothing to draw from yet. */
+ * mass), among the shards whose rate limiter is open (among all while
+ * none is). CHIME_ETIMEDOUT when none has either: nothing to draw from
+ * yet. */
 static int draw(chime__union_t *u) {
   double total = 0;
-  int by_size = 0;
-  for (uint32_t i = 0; i < u->nsubs; i++)
-    if (weight_of(u, &u->subs[i], 0) > 0)
-      total += weight_of(u, &u->subs[i], 0);
-  if (!(total > 0)) {
-    by_size = 1;
+  int by_size = 0, all_blocked = 0;
+  for (int pass = 0; pass < 4 && !(total > 0); pass++) {
+    /* open shards by mass, by size; then every shard by mass, by size */
+    by_size = pass % 2;
+    all_blocked = pass / 2;
+    total = 0;
     for (uint32_t i = 0; i < u->nsubs; i++)
-      if (weight_of(u, &u->subs[i], 1) > 0)
-        total += weight_of(u, &u->subs[i], 1);
+      total += weight_of(u, &u->subs[i], by_size, all_blocked);
   }
   if (!(total > 0))
     return CHIME_ETIMEDOUT;
   double x = rand_unit(&u->rng) * total, acc = 0;
   int pick = -1;
   for (uint32_t i = 0; i < u->nsubs; i++) {
-    double w = weight_of(u, &u->subs[i], by_size);
+    double w = weight_of(u, &u->subs[i], by_size, all_blocked);
     if (!(w > 0))
       continue;
     pick = (int)i; /* the last with weight, should rounding leave x past */
@@ -415,10 +437,11 @@ static int draw(chime__union_t *u) {
       break;
   }
   u->chosen = pick;
-  u->chosen_w = weight_of(u, &u->subs[pick], by_size);
+  u->chosen_w = weight_of(u, &u->subs[pick], by_size, all_blocked);
   u->chosen_total = total;
   u->chosen_ms = chime__now_ms();
   u->by_size = by_size;
+  u->all_blocked = all_blocked;
   return 0;
 }
 
@@ -455,7 +478,12 @@ static int next_weighed(chime_stream_t *s, chime_batch_t *out, uint32_t *at,
                         int64_t end, int timeout_ms) {
   chime__union_t *u = s->uni;
   for (;;) {
-    if (u->chosen >= 0 && !live(&u->subs[u->chosen]))
+    /* A drawn shard that ended is drawn again; so is one whose rate
+     * limiter blocks while another shard's is open: its batch may never
+     * come (its writers done, and the others' waiting for samples). */
+    if (u->chosen >= 0 &&
+        (!live(&u->subs[u->chosen]) ||
+         (u->subs[u->chosen].blocked && other_open(u, (uint32_t)u->chosen))))
       u->chosen = -1;
     if (u->chosen < 0 && draw(u) != 0) {
       if (!any_live(u)) {
@@ -492,7 +520,8 @@ static int next_weighed(chime_stream_t *s, chime_batch_t *out, uint32_t *at,
     refresh(s, 0);
     /* Its table emptied (below min_size) since the draw: it cannot
      * deliver. */
-    if (sb->mass_ms > u->chosen_ms && !(weight_of(u, sb, u->by_size) > 0))
+    if (sb->mass_ms > u->chosen_ms &&
+        !(weight_of(u, sb, u->by_size, u->all_blocked) > 0))
       u->chosen = -1;
   }
 }

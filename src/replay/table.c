@@ -58,6 +58,8 @@ void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out) {
   out->inserts_waiting_rate = t->inserts_waiting_rate;
   out->windows_dropped = t->windows_dropped;
   out->mass = t->sel->mass != NULL ? t->sel->mass(t) : (double)t->count;
+  out->sample_blocked =
+      t->count >= t->cfg.min_size && !t->lim->allows_sample(t);
   if (t->steps != NULL) {
     chime__steps_stats_t ss;
     chime__steps_get_stats(t->steps, &ss);

@@ -31,6 +31,9 @@ typedef struct {
   /* What the sampler draws against (the selector's mass): an item's
    * sampling probability is its weight / mass. GetInfo's TableInfo.mass. */
   double mass;
+  /* The rate limiter refuses the next sample although the table holds
+   * min_size items: only inserts open it again. TableInfo.sample_blocked. */
+  int sample_blocked;
 } chime__table_stats_t;
 
 int chime__table_create(chime__table_t **out, const chime__table_config_t *cfg);

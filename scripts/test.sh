@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, then builds and runs the whole
-# CTest suite in a Release build, then tests/interop (a Python client
+# CTest suite in a Release build (as root with apt-get, as in CI, that
+# includes test_packages: the Debian packages built, installed, used and
+# purged), then tests/interop (a Python client
 # generated from proto/chime.proto, against the Release chimed;
 # scripts/interop.sh), the tests of the `chime` Python package against the
 # Release build (python/tests; scripts/pytest.sh), the CTest suite in an

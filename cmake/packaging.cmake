@@ -96,17 +96,19 @@ set(CPACK_COMPONENT_DAEMON_DESCRIPTION
     "chime replay server (chimed), chimectl, chime-actor, chime-learner")
 # Maintainer scripts: systemd learns of the unit; purge removes the state
 # systemd made for it (checkpoints under /var/lib/chime).
-set(CPACK_DEBIAN_DAEMON_PACKAGE_CONTROL_EXTRA
-    ${PROJECT_SOURCE_DIR}/deploy/debian/conffiles
-    ${PROJECT_SOURCE_DIR}/deploy/debian/postinst
-    ${PROJECT_SOURCE_DIR}/deploy/debian/prerm
-    ${PROJECT_SOURCE_DIR}/deploy/debian/postrm)
+set(chime_deb ${PROJECT_SOURCE_DIR}/deploy/debian)
+set(CPACK_DEBIAN_DAEMON_PACKAGE_CONTROL_EXTRA ${chime_deb}/chimed/conffiles
+    ${chime_deb}/chimed/postinst ${chime_deb}/chimed/prerm
+    ${chime_deb}/chimed/postrm)
 set(CPACK_DEBIAN_DAEMON_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 
 set(CPACK_DEBIAN_PYTHON_PACKAGE_NAME python3-chime)
 set(CPACK_DEBIAN_PYTHON_PACKAGE_SECTION python)
 set(CPACK_DEBIAN_PYTHON_PACKAGE_DEPENDS
     "python3 (>= ${Python3_VERSION_MAJOR}.${Python3_VERSION_MINOR}), python3 (<< ${Python3_VERSION_MAJOR}.${Python3_VERSION_MINOR}.999), python3-numpy, chimed ${chime_this}")
+# prerm: the bytecode an import as root leaves beside the module.
+set(CPACK_DEBIAN_PYTHON_PACKAGE_CONTROL_EXTRA ${chime_deb}/python3-chime/prerm)
+set(CPACK_DEBIAN_PYTHON_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 set(CPACK_COMPONENT_PYTHON_DESCRIPTION
     "chime Python package: replay batches as zero-copy numpy views")
 

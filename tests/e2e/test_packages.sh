@@ -164,8 +164,10 @@ mkdir -p "$tmp/cwd"
 pyrun() { # label, env...: the quickstart and the module's facts
   local label=$1
   shift
-  (cd "$tmp/cwd" && env -u PYTHONPATH -u CHIMED CHIME_RUN_DIR="$tmp/run" \
-    PYTHONDONTWRITEBYTECODE=1 "$@" timeout 120 /usr/bin/python3 -c '
+  # Bytecode is written, as for any user importing it as root: purge must
+  # remove the __pycache__ that leaves in the package's directory.
+  (cd "$tmp/cwd" && env -u PYTHONPATH -u CHIMED -u PYTHONDONTWRITEBYTECODE \
+    CHIME_RUN_DIR="$tmp/run" "$@" timeout 120 /usr/bin/python3 -c '
 import runpy, sys, chime
 print("module", chime.__file__, chime._chime.__file__)
 print("version", chime.__version__)
@@ -217,7 +219,9 @@ for p in "${pkgs[@]}"; do
   while read -r f; do
     # Directories other packages share (/usr, /usr/lib, ...) stay.
     [ -d "$f" ] && [ ! -L "$f" ] && continue
-    [ ! -e "$f" ] && [ ! -L "$f" ] || fail "$f ($p) is left after purge"
+    if [ -e "$f" ] || [ -L "$f" ]; then
+      fail "$f ($p) is left after purge"
+    fi
   done <"$tmp/$p.list"
 done
 for d in /usr/include/chime /etc/chime /usr/lib/cmake/chime \

@@ -78,6 +78,9 @@ set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(chime_this "(= ${PROJECT_VERSION})")
 
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_NAME libchime${chime_abi})
+# With this CPack writes the postinst/postrm that run ldconfig, as a shared
+# library package does (CMake 3.25 writes no shlibs file for it, though).
+set(CPACK_DEBIAN_RUNTIME_PACKAGE_GENERATE_SHLIBS ON)
 set(CPACK_COMPONENT_RUNTIME_DESCRIPTION
     "chime replay client and embedded server (shared library)")
 

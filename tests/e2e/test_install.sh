@@ -192,7 +192,11 @@ if readelf -d "$tmp/proj/build/app_cmake_static" | grep -q 'NEEDED.*libchime'; t
 fi
 
 echo "== run them against the installed chimed"
-"$prefix/bin/chimed" --listen 127.0.0.1:0 >"$tmp/chimed.out" 2>"$tmp/chimed.err" &
+# The files exist first: the background child opens its redirections in
+# its own time, and reading one not there yet ends this script (set -e).
+: >"$tmp/chimed.out"
+: >"$tmp/chimed.err"
+"$prefix/bin/chimed" --listen 127.0.0.1:0 >>"$tmp/chimed.out" 2>>"$tmp/chimed.err" &
 chimed_pid=$!
 addr=""
 for _ in $(seq 100); do

@@ -133,8 +133,13 @@ if [ ! -d /run/chime ]; then
   mkdir -p /run/chime
   made_run_dir=1
 fi
+# The files exist before chimed starts: the background child opens its
+# redirections in its own time, and a read of a file not there yet would
+# end this script (set -e, pipefail) on a busy machine.
+: >"$tmp/chimed.out"
+: >"$tmp/chimed.err"
 /usr/bin/chimed --config /etc/chime/chimed.json --listen 127.0.0.1:0 \
-  >"$tmp/chimed.out" 2>"$tmp/chimed.err" &
+  >>"$tmp/chimed.out" 2>>"$tmp/chimed.err" &
 chimed_pid=$!
 addr=""
 for _ in $(seq 100); do

@@ -87,7 +87,7 @@ def parse_args(argv=None):
     a("--slots", type=int, default=32,
       help="the learner's ring slots: the server samples up to slots - 1 "
       "batches ahead, which covers the moments it is not scheduled on a "
-      "busy machine (with 8 the learner waited in next 4x as long)")
+      "busy machine (with 8 the learner waited in next about 6x as long)")
     a("--mode", default="shm", choices=("auto", "shm", "stream"),
       help="the learner's stream mode (shm: read the batches in place)")
     # chime plumbing
@@ -400,10 +400,10 @@ class Clock:
         self.t0 = time.monotonic()
         for k in self.KINDS:
             setattr(self, k, Timer())
-        # (seconds since t0, of them in chime calls) at the first batch and
-        # after the last update: before the first, the learner waits for
-        # the actors to start and fill min_size; after the last, for
-        # actors through their budgets to finish.
+        # (seconds since t0, of them in chime calls, of them in next) at
+        # the first batch and after the last update: before the first, the
+        # learner waits for the actors to start and fill min_size; after
+        # the last, for actors through their budgets to finish.
         self.first = self.last = None
 
     def elapsed(self):
@@ -413,7 +413,7 @@ class Clock:
         return sum(getattr(self, k).seconds for k in self.KINDS)
 
     def mark(self):
-        return (self.elapsed(), self.in_chime())
+        return (self.elapsed(), self.in_chime(), self.next.seconds)
 
     def report(self, wall):
         r = {"fraction": round(self.in_chime() / wall, 4)}
@@ -421,6 +421,7 @@ class Clock:
             r["fraction_steady"] = round(
                 (self.last[1] - self.first[1]) /
                 (self.last[0] - self.first[0]), 4)
+            r["next_steady_s"] = round(self.last[2] - self.first[2], 3)
             r["first_batch_s"] = round(self.first[0], 3)
             r["last_update_s"] = round(self.last[0], 3)
         for k in self.KINDS:

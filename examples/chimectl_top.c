@@ -1,6 +1,7 @@
 /* chimectl top TARGET: per table size, insert/s, sample/s, sampled/inserted
  * and rate-limiter waits; per stream mode, GB/s, batches/s and leases;
- * totals and the server's ring, pinned and staged bytes. Every rate is the
+ * totals and the server's ring, pinned and staged bytes; over shards a row
+ * per shard above them. Every rate is the
  * difference of two Stats snapshots over the time between them (each
  * snapshot stamped at the middle of its call), so a slow call or a late
  * frame does not bend the figures. Live in a terminal (docs/operations.md,
@@ -20,9 +21,19 @@
 
 #include "chime/chime.h"
 
+/* A shard of a sharded target: its own Stats, for its row. */
 typedef struct {
-  chime_stats_t *st;
-  int64_t t_ns; /* monotonic: the middle of the Stats call */
+  const char *addr;  /* the client's: valid while it lives */
+  chime_stats_t *st; /* NULL when it did not answer */
+  char err[256];
+} shard_snap_t;
+
+typedef struct {
+  chime_stats_t *st; /* the target's (a sharded client sums its shards) */
+  char err[1024];    /* why st is NULL */
+  int64_t t_ns;      /* monotonic: the middle of the Stats calls */
+  uint32_t nshards;  /* 0: one server, no shard rows */
+  shard_snap_t *shards;
 } snap_t;
 
 static int64_t now_ns(void) {
@@ -31,11 +42,40 @@ static int64_t now_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+static void snap_free(snap_t *s) {
+  chime_stats_free(s->st);
+  for (uint32_t i = 0; i < s->nshards; i++)
+    chime_stats_free(s->shards[i].st);
+  free(s->shards);
+  memset(s, 0, sizeof(*s));
+}
+
+/* The target's Stats and, over shards, each shard's (one call after
+ * another: Stats is cheap, and a shard that is down fails the sum too).
+ * 0 when anything answered, so that the frame has something to show. */
 static int snap_take(chime_client_t *c, snap_t *s) {
   int64_t t0 = now_ns();
-  int rc = chime_client_stats(c, &s->st);
+  int any = 0;
+  memset(s, 0, sizeof(*s));
+  if (chime_client_stats(c, &s->st) == 0)
+    any = 1;
+  else
+    snprintf(s->err, sizeof(s->err), "%s", chime_last_error());
+  uint32_t n = chime_client_shard(c, 0) != c ? chime_client_nshards(c) : 0;
+  if (n > 0 && (s->shards = calloc(n, sizeof(*s->shards))) != NULL)
+    s->nshards = n;
+  for (uint32_t i = 0; i < s->nshards; i++) {
+    shard_snap_t *sh = &s->shards[i];
+    sh->addr = chime_client_shard_address(c, i);
+    chime_client_t *one = chime_client_shard(c, i);
+    if (one != NULL && chime_client_stats(one, &sh->st) == 0)
+      any = 1;
+    else
+      snprintf(sh->err, sizeof(sh->err), "%s",
+               one ? chime_last_error() : "gone");
+  }
   s->t_ns = t0 + (now_ns() - t0) / 2;
-  return rc;
+  return any ? 0 : -1;
 }
 
 /* -------------------------------------------------------------- terminal */
@@ -275,25 +315,74 @@ static void streams_frame(FILE *f, const snap_t *a, const snap_t *b,
           tgb, tbat, tleases);
 }
 
-/* One frame from snapshots a (before) and b into f; err: the failure of
- * the snapshot that was due (then the frame is its head and err). */
+static const shard_snap_t *prev_shard(const snap_t *a, const char *addr) {
+  for (uint32_t i = 0; addr != NULL && i < a->nshards; i++)
+    if (a->shards[i].addr != NULL && !strcmp(a->shards[i].addr, addr) &&
+        a->shards[i].st != NULL)
+      return &a->shards[i];
+  return NULL;
+}
+
+/* A sharded target's row per shard: its tables and streams as one. */
+static void shards_frame(FILE *f, const snap_t *a, const snap_t *b, double dt) {
+  int aw = (int)strlen("ADDRESS");
+  for (uint32_t i = 0; i < b->nshards; i++)
+    if (b->shards[i].addr != NULL && (int)strlen(b->shards[i].addr) > aw)
+      aw = (int)strlen(b->shards[i].addr);
+  fprintf(f, "%-*s %10s %11s %11s %10s %7s\n", aw, "ADDRESS", "SIZE",
+          "INSERT/S", "SAMPLE/S", "GB/S", "STREAMS");
+  for (uint32_t i = 0; i < b->nshards; i++) {
+    const shard_snap_t *s = &b->shards[i], *p = prev_shard(a, s->addr);
+    const char *addr = s->addr ? s->addr : "?";
+    if (s->st == NULL) {
+      fprintf(f, "%-*s error: %s\n", aw, addr, s->err);
+      continue;
+    }
+    uint64_t now[4] = {0}, was[4] = {0}; /* size, inserts, samples, bytes */
+    const chime_stats_t *st[2] = {s->st, p ? p->st : NULL};
+    uint64_t *v[2] = {now, was};
+    for (int k = 0; k < 2 && st[k] != NULL; k++) {
+      for (uint32_t t = 0; t < st[k]->ntables; t++) {
+        v[k][0] += st[k]->tables[t].size;
+        v[k][1] += st[k]->tables[t].inserts;
+        v[k][2] += st[k]->tables[t].samples;
+      }
+      for (uint32_t t = 0; t < st[k]->nstreams; t++)
+        v[k][3] += st[k]->streams[t].bytes;
+    }
+    char c[3][32];
+    double gb = p ? rate(was[3], now[3], dt) : -1;
+    fprintf(
+        f, "%-*s %10" PRIu64 " %11s %11s %10s %7" PRIu32 "\n", aw, addr, now[0],
+        cell(c[0], sizeof(c[0]), 1, p ? rate(was[1], now[1], dt) : -1),
+        cell(c[1], sizeof(c[1]), 1, p ? rate(was[2], now[2], dt) : -1),
+        cell(c[2], sizeof(c[2]), 3, gb < 0 ? -1 : gb / 1e9), s->st->nstreams);
+  }
+  fprintf(f, "\n");
+}
+
+/* One frame from snapshots a (before) and b into f: over shards a row per
+ * shard first; when the target's Stats failed, why (the shard rows say
+ * which shard). */
 static void frame(FILE *f, const char *target, const snap_t *a, const snap_t *b,
-                  const char *err, int live) {
+                  int live) {
   char when[32], r[32], p[32], sb[32], sg[32];
   time_t wall = time(NULL);
   struct tm tm;
   double dt = (double)(b->t_ns - a->t_ns) / 1e9;
   strftime(when, sizeof(when), "%H:%M:%S", localtime_r(&wall, &tm));
-  fprintf(f, "chimectl top %s  %s", target, when);
-  if (err != NULL) {
-    fprintf(f, "%s\nerror: %s\n", live ? "  (q quits)" : "", err);
+  fprintf(f, "chimectl top %s  %s  over %.2f s%s\n\n", target, when, dt,
+          live ? "  (q quits)" : "");
+  if (b->nshards > 0)
+    shards_frame(f, a, b, dt);
+  const chime_stats_t *s = b->st;
+  if (s == NULL) {
+    fprintf(f, "error: %s\n", b->err);
     return;
   }
-  fprintf(f, "  over %.2f s%s\n\n", dt, live ? "  (q quits)" : "");
   tables_frame(f, a, b, dt);
   fprintf(f, "\n");
   streams_frame(f, a, b, dt);
-  const chime_stats_t *s = b->st;
   fprintf(f,
           "\nrings %s, pinned %s, staged inserts %s of %s, insert calls "
           "parked %" PRIu32 "\n",
@@ -306,7 +395,7 @@ static void frame(FILE *f, const char *target, const snap_t *a, const snap_t *b,
 
 /* Writes the frame at once (one write: no half-drawn screen). */
 static int show(const char *target, const snap_t *a, const snap_t *b,
-                const char *err, int live) {
+                int live) {
   char *buf = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&buf, &len);
@@ -314,7 +403,7 @@ static int show(const char *target, const snap_t *a, const snap_t *b,
     return -1;
   if (live)
     fputs("\033[H\033[2J", f);
-  frame(f, target, a, b, err, live);
+  frame(f, target, a, b, live);
   if (!live)
     fputs("\n", f);
   int rc = fclose(f) != 0 || fwrite(buf, 1, len, stdout) != len ||
@@ -329,10 +418,9 @@ int chime__top_run(chime_client_t *c, const char *target,
                    const chime__top_opts_t *o) {
   int exit_code = 1, live = o->iterations == 0 && isatty(STDOUT_FILENO);
   snap_t a = {0}, b = {0};
-  char err[1024] = "";
   int64_t step = (int64_t)o->interval_ms * 1000000;
   if (snap_take(c, &a) != 0) {
-    fprintf(stderr, "chimectl: top %s: %s\n", target, chime_last_error());
+    fprintf(stderr, "chimectl: top %s: %s\n", target, a.err);
     exit_code = 2;
     goto cleanup;
   }
@@ -346,26 +434,26 @@ int chime__top_run(chime_client_t *c, const char *target,
     next += step;
     if (next < now_ns()) /* fell behind (a slow call): keep the pace */
       next = now_ns() + step;
-    if (snap_take(c, &b) != 0) {
-      snprintf(err, sizeof(err), "%s", chime_last_error());
-      if (!live)
-        exit_code = 1;
-      if (show(target, &a, &a, err, live) != 0)
-        exit_code = 1;
-      continue; /* rates resume from a, the last snapshot that answered */
-    }
-    if (show(target, &a, &b, NULL, live) != 0) {
+    (void)snap_take(c, &b);
+    if (b.st == NULL && !live)
+      exit_code = 1; /* the frame says why */
+    if (show(target, &a, &b, live) != 0) {
       exit_code = 1; /* stdout is gone: nobody sees more frames */
       break;
     }
-    chime_stats_free(a.st);
-    a = b;
-    b.st = NULL;
+    /* Rates go on from the last snapshot the target answered. */
+    if (b.st != NULL || a.st == NULL) {
+      snap_free(&a);
+      a = b;
+      memset(&b, 0, sizeof(b));
+    } else {
+      snap_free(&b);
+    }
   }
 
 cleanup:
   term_restore();
-  chime_stats_free(a.st);
-  chime_stats_free(b.st);
+  snap_free(&a);
+  snap_free(&b);
   return exit_code;
 }

@@ -19,12 +19,13 @@ typedef struct {
 #define CHIME__TOP_MAX_INTERVAL_MS 3600000
 
 /* Runs top on c (one server, or a sharded client: its Stats sum the
- * shards). The view is live (screen cleared each frame, q quits, the
- * terminal restored on every way out, signals included) when iterations is
- * 0 and stdout is a terminal; else it prints plain frames one after
- * another. Returns the exit status: 0; 2 after a "chimectl: top TARGET:
- * ..." line when the first snapshot fails (nothing was shown: the target
- * is wrong or down); 1 when a later one failed in an --iterations run (its
+ * shards, under a row per shard from each shard's own Stats). The view is live
+ * (screen cleared each frame, q quits, the terminal restored on every way out,
+ * signals included) when iterations is 0 and stdout is a terminal; else it
+ * prints plain frames one after another. Returns the exit status: 0; 2 after a
+ * "chimectl: top TARGET:
+ * ..." line when nothing answered the first snapshot (the target is wrong
+ * or down); 1 when a later one failed in an --iterations run (its
  * frame says why). */
 int chime__top_run(chime_client_t *c, const char *target,
                    const chime__top_opts_t *o);

@@ -2,10 +2,12 @@
  * learner (chime-learner) running on shard 1, `top ADDR --iterations 3`
  * prints three plain frames (no terminal codes: stdout is a file), each
  * with the table's row and a stream row, the table inserting at a nonzero
- * rate; over a sharded target (shards 1 and 2) the table's size is the
- * sum of the shards'; a target that does not answer and a bad flag each
- * give a "chimectl: ..." line and exit 2. The live view on a terminal
- * (raw mode restored on q, Ctrl-C and signals) is python/tests/test_top.py. */
+ * rate; over a sharded target (shards 1 and 2) a row per shard and the
+ * table's size the sum of the shards', and a shard that does not answer
+ * gets an error row while the others show (exit 1); a target that does not
+ * answer and a bad flag each give a "chimectl: ..." line and exit 2. The live
+ * view on a terminal (raw mode restored on q, Ctrl-C and signals) is
+ * python/tests/test_top.py. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -163,6 +165,8 @@ typedef struct {
   double insert_s, sample_s;
   int streams; /* stream rows of table t */
   double gb_s;
+  int shard_rows, shard_errors, errors; /* a sharded target's */
+  uint64_t shard_size[2];               /* of g_d[0] and g_d[1] */
 } frame_t;
 
 /* Splits out into frames (each from its "chimectl top " head) and reads
@@ -183,7 +187,23 @@ static int frames(char *out, frame_t *f, int max) {
     frame_t *fr = &f[n - 1];
     char mode[16];
     uint64_t id;
-    if (strncmp(l, "t ", 2) == 0) {
+    char addr[256];
+    uint64_t size;
+    if (strncmp(l, "error: ", 7) == 0) {
+      fr->errors++;
+    } else if (strncmp(l, "127.0.0.1:", 10) == 0) {
+      /* ADDRESS SIZE INSERT/S ..., or ADDRESS error: ... */
+      fr->shard_rows++;
+      assert_int_equal(sscanf(l, "%255s", addr), 1);
+      if (strstr(l, " error: ") != NULL) {
+        fr->shard_errors++;
+        continue;
+      }
+      assert_int_equal(sscanf(l, "%*s %" SCNu64, &size), 1);
+      for (int k = 0; k < 2; k++)
+        if (strcmp(addr, g_d[k].addr) == 0)
+          fr->shard_size[k] = size;
+    } else if (strncmp(l, "t ", 2) == 0) {
       /* t SIZE CAPACITY INSERT/S SAMPLE/S SAMPLED/INS ... */
       assert_int_equal(sscanf(l, "t %" SCNu64 " %" SCNu64 " %lf %lf", &fr->size,
                               &fr->capacity, &fr->insert_s, &fr->sample_s),
@@ -229,11 +249,36 @@ static void test_sharded_sums(void **state) {
   frame_t f[3];
   assert_int_equal(frames(out, f, 3), 2);
   for (int i = 0; i < 2; i++) {
-    /* Shard 1 is full (the writer evicts as it goes), shard 2 has its 20. */
+    /* Shard 1 is full (the writer evicts as it goes), shard 2 has its 20;
+     * a row for each, and the table summed. */
+    assert_int_equal(f[i].shard_rows, 2);
+    assert_int_equal(f[i].shard_size[0], CAPACITY);
+    assert_int_equal(f[i].shard_size[1], SHARD2_ITEMS);
     assert_int_equal(f[i].size, CAPACITY + SHARD2_ITEMS);
     assert_int_equal(f[i].capacity, 2 * CAPACITY);
     assert_int_equal(f[i].streams, 1);
+    assert_int_equal(f[i].errors, 0);
   }
+}
+
+/* A shard that does not answer: its row says why, the others still show,
+ * the sum is an error line, and an --iterations run exits 1. */
+static void test_shard_down(void **state) {
+  (void)state;
+  static char out[65536], err[4096];
+  char target[800];
+  snprintf(target, sizeof(target), "%s,%s,%s", g_d[0].addr, g_dead,
+           g_d[1].addr);
+  const char *args[] = {"top", target, "--iterations", "1", "--interval-ms",
+                        "200", NULL};
+  assert_int_equal(ctl(args, out, sizeof(out), err, sizeof(err)), 1);
+  frame_t f[2];
+  assert_int_equal(frames(out, f, 2), 1);
+  assert_int_equal(f[0].shard_rows, 3);
+  assert_int_equal(f[0].shard_errors, 1);
+  assert_int_equal(f[0].shard_size[0], CAPACITY);
+  assert_int_equal(f[0].shard_size[1], SHARD2_ITEMS);
+  assert_int_equal(f[0].errors, 1);
 }
 
 static void test_bad_target(void **state) {
@@ -274,9 +319,8 @@ static void test_bad_flags(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_frames),
-      cmocka_unit_test(test_sharded_sums),
-      cmocka_unit_test(test_bad_target),
+      cmocka_unit_test(test_frames),     cmocka_unit_test(test_sharded_sums),
+      cmocka_unit_test(test_shard_down), cmocka_unit_test(test_bad_target),
       cmocka_unit_test(test_bad_flags),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -130,32 +130,17 @@ static int teardown(void **state) {
 }
 
 /* Runs chimectl with args (NULL-terminated); stdout into out, stderr into
- * err (NUL-terminated); returns its exit status. The bound is generous:
- * three frames of a second each on a loaded machine. */
+ * err; returns its exit status. The bound is generous: three frames of a
+ * second each on a loaded machine. */
 static int ctl(const char *const args[], char *out, size_t outlen, char *err,
                size_t errlen) {
-  static int run;
-  char op[700], ep[700];
   const char *argv[16] = {g_bin};
   for (int i = 0; args[i] != NULL && i < 14; i++)
     argv[i + 1] = args[i];
-  snprintf(op, sizeof(op), "%s/top-%d.out", chime__harness_tmpdir(), run);
-  snprintf(ep, sizeof(ep), "%s/top-%d.err", chime__harness_tmpdir(), run++);
-  chime__proc_t p;
-  assert_int_equal(chime__proc_spawn_err(&p, argv, op, ep), 0);
   int st = 0;
-  assert_int_equal(chime__proc_wait(&p, 60000, &st), 0);
+  assert_int_equal(chime__proc_run(argv, 60000, out, outlen, err, errlen, &st),
+                   0);
   assert_true(WIFEXITED(st));
-  const char *paths[] = {op, ep};
-  char *bufs[] = {out, err};
-  size_t lens[] = {outlen, errlen};
-  for (int k = 0; k < 2; k++) {
-    FILE *f = fopen(paths[k], "r");
-    assert_non_null(f);
-    size_t n = fread(bufs[k], 1, lens[k] - 1, f);
-    bufs[k][n] = '\0';
-    fclose(f);
-  }
   return WEXITSTATUS(st);
 }
 

@@ -85,6 +85,7 @@ static struct termios g_saved, g_raw_attr;
 static volatile sig_atomic_t g_raw;    /* stdin is in raw mode now */
 static volatile sig_atomic_t g_screen; /* the alternate screen is shown */
 static volatile sig_atomic_t g_keys;   /* live with a keyboard: raw mode */
+static volatile sig_atomic_t g_live;   /* until top returns: SIGCONT enters */
 
 /* Async-signal-safe: a handler calls it. */
 static void term_restore(void) {
@@ -140,7 +141,7 @@ static void on_cont(int sig) {
   (void)sig;
   sigemptyset(&sa.sa_mask);
   (void)sigaction(SIGTSTP, &sa, NULL);
-  if (!g_screen)
+  if (g_live && !g_screen)
     term_enter();
   errno = saved;
 }
@@ -166,6 +167,7 @@ static void term_live(void) {
   sa.sa_handler = on_cont;
   (void)sigaction(SIGCONT, &sa, NULL);
   (void)atexit(term_restore);
+  g_live = 1;
   term_enter();
 }
 
@@ -424,8 +426,13 @@ int chime__top_run(chime_client_t *c, const char *target,
     exit_code = 2;
     goto cleanup;
   }
-  if (live)
+  if (live) {
     term_live();
+    /* Rates need a second snapshot: say so rather than a blank screen. */
+    printf("\033[H\033[2Jchimectl top %s: the first rates in %.1f s\n", target,
+           (double)o->interval_ms / 1000);
+    fflush(stdout);
+  }
   exit_code = 0;
   int64_t next = a.t_ns + step;
   for (uint64_t n = 0; o->iterations == 0 || n < o->iterations; n++) {
@@ -452,6 +459,7 @@ int chime__top_run(chime_client_t *c, const char *target,
   }
 
 cleanup:
+  g_live = 0;
   term_restore();
   snap_free(&a);
   snap_free(&b);

@@ -114,6 +114,14 @@ static void copy_ragged(const chime__table_t *t, const chime_ring_layout_t *lay,
   for (uint64_t j = 0; j < lay->batch_size; j++) {
     uint32_t r = chime__tbl_row_at(slot, rows, j);
     const uint32_t *len = t->rlen + (size_t)r * t->nrag;
+    /* Items' rows are allocations scattered over the heap: each asked
+     * for ahead of its copy, as copy_rows does a fixed leaf's. */
+    if (j + CHIME__TBL_PREFETCH_AHEAD < lay->batch_size) {
+      const uint8_t *p =
+          t->rbuf[chime__tbl_row_at(slot, rows, j + CHIME__TBL_PREFETCH_AHEAD)];
+      for (int b = 0; p != NULL && b < 512; b += 64)
+        __builtin_prefetch(p + b);
+    }
     uint64_t from = 0;
     for (uint32_t i = 0; i < k; i++)
       from += (uint64_t)len[i] * t->rrow[t->rag[i]];

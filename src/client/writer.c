@@ -253,6 +253,20 @@ int chime_writer_open(chime_writer_t **out, chime_client_t *client,
   if (ti.capacity && cap > ti.capacity)
     cap = ti.capacity;
   w->batch_cap = cap ? (uint32_t)cap : 1;
+  size_t data_bytes = (size_t)(w->batch_cap * ti.sample_bytes);
+  if (chime_spec_ragged(&ti.spec) > 0) {
+    /* Samples at their lengths, far under the bound's bytes: a message
+     * holds as many as max_batch_bytes takes (one more sample, at most
+     * the bound, fits behind them). */
+    cap = opts->max_batch_samples;
+    if (ti.capacity && cap > ti.capacity)
+      cap = ti.capacity;
+    w->batch_cap = cap ? (uint32_t)cap : 1;
+    w->data_cap = opts->max_batch_bytes < client->max_message_bytes / 2
+                      ? opts->max_batch_bytes
+                      : client->max_message_bytes / 2;
+    data_bytes = w->data_cap + (size_t)ti.sample_bytes;
+  }
   w->max_inflight = opts->max_inflight;
   w->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : def.timeout_ms;
   w->resend = opts->resend != 0;
@@ -269,7 +283,7 @@ int chime_writer_open(chime_writer_t **out, chime_client_t *client,
   w->next_id = w->acked_id = 1;
   w->all_default = 1;
   w->min_key = 1; /* keys start at 1 */
-  w->data = malloc(w->batch_cap * ti.sample_bytes);
+  w->data = malloc(data_bytes);
   w->priorities = malloc(w->batch_cap * sizeof(double));
   w->nrag = chime_spec_ragged(&w->spec);
   if (w->nrag > 0)
@@ -332,6 +346,14 @@ static int room(chime_writer_t *w) {
   return w->queued == w->batch_cap ? send_batch(w) : 0;
 }
 
+/* Room for a ragged table's sample of `bytes`: also a batch whose bytes
+ * would pass data_cap goes first. */
+static int room_for(chime_writer_t *w, uint64_t bytes) {
+  if (w->nrag > 0 && w->queued > 0 && w->used + bytes > w->data_cap)
+    return send_batch(w);
+  return room(w);
+}
+
 /* k samples were queued: a batch they filled goes if it may. */
 static int queued(chime_writer_t *w, uint32_t k, const double *prio) {
   for (uint32_t i = 0; prio != NULL && i < k; i++) {
@@ -342,7 +364,8 @@ static int queued(chime_writer_t *w, uint32_t k, const double *prio) {
   for (uint32_t i = 0; prio == NULL && i < k; i++)
     w->priorities[w->queued + i] = 1.0;
   w->queued += k;
-  if (w->queued == w->batch_cap && can_send(w))
+  if ((w->queued == w->batch_cap || (w->nrag > 0 && w->used >= w->data_cap)) &&
+      can_send(w))
     return send_batch(w);
   return 0;
 }
@@ -490,10 +513,11 @@ static int append_leaves(chime_writer_t *w, const void *const leaves[],
   if (rc == 0 && w->queued == 0)
     rc = ready(w);
   if (rc == 0)
-    rc = room(w);
+    rc = room_for(w, bytes);
   if (rc != 0)
     return rc;
-  /* At most sample_bytes (lengths within bounds): the batch has room. */
+  /* At most sample_bytes (lengths within bounds) past data_cap, or a fixed
+   * table's batch_cap: the buffer has room. */
   uint8_t *dst = w->data + (w->nrag ? w->used : w->queued * w->sample_bytes);
   for (uint32_t l = 0; l < w->spec.nleaves; l++) {
     const chime_leaf_t *leaf = &w->spec.leaves[l];

@@ -45,6 +45,7 @@ struct chime_writer_s {
   uint32_t nrag;
   uint32_t *lengths; /* batch_cap * nrag */
   size_t used;
+  size_t data_cap;   /* a message goes once its samples pass these bytes */
   uint32_t queued;   /* samples in the batch */
   int all_default;   /* every queued priority is 1.0 */
   uint64_t next_id;  /* seq of the next request, from 1 */

@@ -81,20 +81,32 @@ static void append_samples(chime_writer_t *w, uint64_t first, uint64_t n) {
   }
 }
 
-static chime_writer_t *open_writer(const char *table, uint32_t per_message) {
+static chime_writer_t *open_writer_bytes(const char *table,
+                                         uint32_t per_message, size_t bytes) {
   chime_writer_t *w = NULL;
   chime_writer_opts_t wo = CHIME_WRITER_OPTS_INIT;
   wo.max_batch_samples = per_message;
+  wo.max_batch_bytes = bytes;
   assert_int_equal(chime_writer_open(&w, client, table, &wo), 0);
   return w;
 }
 
-static void insert(uint64_t first, uint64_t n) {
-  chime_writer_t *w = open_writer("rag", 16);
+static chime_writer_t *open_writer(const char *table, uint32_t per_message) {
+  return open_writer_bytes(table, per_message, 1u << 20);
+}
+
+/* Messages of at most 16 samples, or (small) of about 3 KiB: a sample at
+ * its lengths is up to 2.4 KiB, so a message holds one to a few. */
+static void insert_sized(uint64_t first, uint64_t n, int small) {
+  chime_writer_t *w = open_writer_bytes("rag", 16, small ? 3000 : 1u << 20);
   append_samples(w, first, n);
   assert_int_equal(chime_writer_flush(w), 0);
   assert_int_equal(chime_writer_acked(w), n);
   assert_int_equal(chime_writer_close(w), 0);
+}
+
+static void insert(uint64_t first, uint64_t n) {
+  insert_sized(first, n, 0);
 }
 
 /* Batch sample j is sample i: its rows at its offsets, values as written. */
@@ -192,7 +204,7 @@ static void test_shm_and_stream_deliver_the_same(void **state) {
   insert(0, N);
   consume(CHIME_MODE_SHM, 0, N);
   wait_empty();
-  insert(0, N);
+  insert_sized(0, N, 1);
   consume(CHIME_MODE_STREAM, 0, N);
   wait_empty();
 }

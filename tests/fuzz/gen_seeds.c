@@ -287,6 +287,13 @@ static void ring_seeds(void) {
   put_ring("smallest", ring);
   chime_ring_destroy(ring);
 
+  /* Ragged leaves: flags in the dtype words, offsets in the slots. */
+  FUZZ_CHECK(chime_spec_parse(&spec, "t:i32[<=6],l:f32[<=6 ~t],r:f32[]", err,
+                              sizeof(err)) == 0);
+  FUZZ_CHECK(chime__ring_create(&ring, &spec, 2, 2) == 0);
+  put_ring("ragged", ring);
+  chime_ring_destroy(ring);
+
   /* Too short for a header. */
   const uint8_t magic[8] = {'C', 'H', 'I', 'M', 'E', 'R', 'N', 'G'};
   put("ring_attach", "magic_only", magic, sizeof(magic));

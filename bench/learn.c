@@ -2,6 +2,7 @@
 #include "learn.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "measure.h"
@@ -18,6 +19,34 @@ int chime__bench_touch_parse(const char *name, chime__bench_touch_t *out) {
   else
     return CHIME_EINVAL;
   return 0;
+}
+
+int chime__bench_learner_arg(chime__bench_learner_args_t *a, int argc,
+                             char **argv, int *i, int max_runs) {
+  const char *o = argv[*i];
+  int valued = strcmp(o, "--runs") == 0 || strcmp(o, "--seconds") == 0 ||
+               strcmp(o, "--touch") == 0;
+  if (strcmp(o, "--json") == 0) {
+    a->json = 1;
+    return 1;
+  }
+  if (!valued)
+    return 0;
+  if (*i + 1 >= argc)
+    return CHIME_EINVAL;
+  const char *v = argv[++*i];
+  if (strcmp(o, "--runs") == 0) {
+    a->runs = atoi(v);
+    if (a->runs < 1 || a->runs > max_runs)
+      return CHIME_EINVAL;
+  } else if (strcmp(o, "--seconds") == 0) {
+    a->seconds = atof(v);
+    if (!(a->seconds >= 0.05 && a->seconds <= 600))
+      return CHIME_EINVAL;
+  } else if (chime__bench_touch_parse(v, &a->touch) != 0) {
+    return CHIME_EINVAL;
+  }
+  return 1;
 }
 
 uint64_t chime__bench_touch(const void *p, uint64_t len,

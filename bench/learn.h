@@ -25,6 +25,21 @@ int chime__bench_touch_parse(const char *name, chime__bench_touch_t *out);
 uint64_t chime__bench_touch(const void *p, uint64_t len,
                             chime__bench_touch_t t);
 
+/* The options every bench with learner windows takes, parsed one way:
+ * --json, --runs N (1..max_runs), --seconds S (0.05..600, each window) and
+ * --touch line|page. */
+typedef struct {
+  int json, runs;
+  double seconds;
+  chime__bench_touch_t touch;
+} chime__bench_learner_args_t;
+
+/* Takes argv[*i] into a when it is one of those options (*i then moves past
+ * its value): 1 taken, 0 not one of them, CHIME_EINVAL for a bad or
+ * missing value. */
+int chime__bench_learner_arg(chime__bench_learner_args_t *a, int argc,
+                             char **argv, int *i, int max_runs);
+
 typedef struct {
   const char *addr;
   const char *table;

@@ -862,13 +862,16 @@ static int parse_opts(opts_t *o, int argc, char **argv) {
                 .touch = CHIME__BENCH_TOUCH_LINE,
                 .seconds = 3.0,
                 .learner_modes = "both"};
+  chime__bench_learner_args_t la = {
+      .json = 0, .runs = o->runs, .seconds = o->seconds, .touch = o->touch};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    if (strcmp(a, "service") == 0)
+    int took = chime__bench_learner_arg(&la, argc, argv, &i, MAX_RUNS);
+    if (took < 0)
+      return took;
+    if (took || strcmp(a, "service") == 0)
       continue;
-    if (strcmp(a, "--json") == 0) {
-      o->json = 1;
-    } else if (strcmp(a, "--slots") == 0 && i + 1 < argc) {
+    if (strcmp(a, "--slots") == 0 && i + 1 < argc) {
       long v = atol(argv[++i]);
       if (v < 2 || v > 64)
         return CHIME_EINVAL;
@@ -883,9 +886,6 @@ static int parse_opts(opts_t *o, int argc, char **argv) {
         return CHIME_EINVAL;
     } else if (strcmp(a, "--baselines") == 0) {
       o->only_baselines = 1;
-    } else if (strcmp(a, "--touch") == 0 && i + 1 < argc) {
-      if (chime__bench_touch_parse(argv[++i], &o->touch) != 0)
-        return CHIME_EINVAL;
     } else if (strcmp(a, "--learners") == 0 && i + 1 < argc) {
       o->learners = atoi(argv[++i]);
       if (o->learners < 0 || o->learners > 16)
@@ -895,14 +895,6 @@ static int parse_opts(opts_t *o, int argc, char **argv) {
       if (strcmp(o->learner_modes, "both") != 0 &&
           strcmp(o->learner_modes, "shm") != 0 &&
           strcmp(o->learner_modes, "stream") != 0)
-        return CHIME_EINVAL;
-    } else if (strcmp(a, "--seconds") == 0 && i + 1 < argc) {
-      o->seconds = atof(argv[++i]);
-      if (!(o->seconds >= 0.05 && o->seconds <= 600))
-        return CHIME_EINVAL;
-    } else if (strcmp(a, "--runs") == 0 && i + 1 < argc) {
-      o->runs = atoi(argv[++i]);
-      if (o->runs < 1 || o->runs > MAX_RUNS)
         return CHIME_EINVAL;
     } else if (strcmp(a, "--mib") == 0 && i + 1 < argc) {
       long v = atol(argv[++i]);
@@ -926,6 +918,10 @@ static int parse_opts(opts_t *o, int argc, char **argv) {
       return CHIME_EINVAL;
     }
   }
+  o->json = la.json;
+  o->runs = la.runs;
+  o->seconds = la.seconds;
+  o->touch = la.touch;
   if (o->only_baselines)
     o->learners = 0;
   return 0;

@@ -9,8 +9,10 @@
  *            against the 4's sum. Every learner reads every byte of every
  *            batch (--touch line) and releases it. Target >= 0.9.
  *   cpu      the sharded learner's process CPU per sample against one
- *            learner on one shard alone (the same table, batch size, ring
- *            and reading). Target <= 1.1.
+ *            learner on an unsharded chimed whose table holds as many
+ *            items as the 4 shards together (the same replay in one
+ *            table; the same spec, batch size, ring and reading). Target
+ *            <= 1.1.
  *   writers  N writer threads on one sharded client (they bind to the
  *            shards evenly) against N writers bound to the shards directly
  *            (writer i on shard i mod 4's one-server client): samples
@@ -50,7 +52,11 @@ static const uint32_t batch_sizes[NBATCH] = {64, 1024};
 
 typedef struct {
   int json, runs;
-  double seconds;          /* each learner phase's window */
+  double seconds; /* each learner phase's window */
+  /* the learn table's items, the shards' summed and the unsharded
+   * chimed's, as their Stats said after the prefill: both sides of the
+   * cpu case sample the same replay */
+  uint64_t sharded_items, unsharded_items;
   uint32_t sample_bytes;   /* the learn table's */
   uint64_t capacity;       /* the learn table's, per shard */
   int writers;             /* N */
@@ -60,7 +66,8 @@ typedef struct {
 
 /* One round's figures, per batch size for the learner cases. */
 typedef struct {
-  /* the sharded learner alone, 4 learners one per shard, one alone */
+  /* the sharded learner alone, 4 learners one per shard, one on the
+   * unsharded chimed */
   double sh_sps, dir_sps, one_sps;
   double sh_gbps;
   double sh_cores, dir_cores;         /* the learners' CPU per window second */
@@ -74,11 +81,15 @@ typedef struct {
   int even; /* the sharded writers' samples spread evenly over the shards */
 } write_round_t;
 
+/* d[0..NSHARDS): the shards; d[WHOLE]: the unsharded chimed, its learn
+ * table as big as theirs together (the cpu case's baseline). */
+#define WHOLE NSHARDS
+
 typedef struct {
-  chime__bench_child_t d[NSHARDS];
+  chime__bench_child_t d[NSHARDS + 1];
   int started;
   char target[NSHARDS * 280];
-  chime_client_t *direct[NSHARDS];
+  chime_client_t *direct[NSHARDS + 1];
 } shards_t;
 
 static void sleep_s(double s) {
@@ -94,7 +105,7 @@ static int shards_start(shards_t *s, const opts_t *o, char *why,
   int rc = 0;
   size_t len = 0;
   memset(s, 0, sizeof(*s));
-  for (int k = 0; k < NSHARDS; k++) {
+  for (int k = 0; k <= WHOLE; k++) {
     char config[1024];
     /* learn: full before any stream opens (min_size = capacity), never
      * written during a window; ingest: only written (min_size above what
@@ -110,13 +121,22 @@ static int shards_start(shards_t *s, const opts_t *o, char *why,
              "\"sampler\": \"uniform\"}]}\n",
              k + 1, o->sample_bytes, o->capacity, o->capacity, INSERT_BYTES,
              INSERT_CAPACITY, INSERT_CAPACITY);
+    if (k == WHOLE) /* the union's items in one table, no ingest */
+      snprintf(config, sizeof(config),
+               "{\"tables\": [\n"
+               " {\"name\": \"" LEARN_TABLE "\", \"spec\": \"x:u8[%u]\", "
+               "\"capacity\": %" PRIu64 ", \"min_size\": %" PRIu64
+               ", \"sampler\": \"uniform\"}]}\n",
+               o->sample_bytes, NSHARDS * o->capacity, NSHARDS * o->capacity);
     if ((rc = chime__bench_chimed_start(&s->d[k], config)) != 0) {
-      snprintf(why, whylen, "shard %d: chimed did not start", k + 1);
+      snprintf(why, whylen, "%s %d: chimed did not start",
+               k == WHOLE ? "unsharded" : "shard", k + 1);
       return rc;
     }
     s->started++;
-    len += (size_t)snprintf(s->target + len, sizeof(s->target) - len, "%s%s",
-                            k ? "," : "", s->d[k].addr);
+    if (k < NSHARDS)
+      len += (size_t)snprintf(s->target + len, sizeof(s->target) - len, "%s%s",
+                              k ? "," : "", s->d[k].addr);
     if ((rc = chime_client_create(&s->direct[k], s->d[k].addr, NULL)) != 0) {
       snprintf(why, whylen, "shard %d: client: %s", k + 1, chime_strerror(rc));
       return rc;
@@ -129,7 +149,7 @@ static int shards_start(shards_t *s, const opts_t *o, char *why,
  * chimed closed its signal handles at the end of its teardown, ends it by
  * the signal, which counts as a failed run). */
 static int shards_stop(shards_t *s, int rc) {
-  for (int k = 0; k < NSHARDS; k++) {
+  for (int k = 0; k <= WHOLE; k++) {
     chime_client_destroy(s->direct[k]);
     s->direct[k] = NULL;
   }
@@ -138,6 +158,21 @@ static int shards_stop(shards_t *s, int rc) {
                                   " at shutdown");
   s->started = 0;
   return rc;
+}
+
+/* Table `table`'s items on chimed k, from its Stats (0: no such table). */
+static int table_size(const shards_t *s, int k, const char *table,
+                      uint64_t *size) {
+  chime_stats_t *st = NULL;
+  int rc = chime_client_stats(s->direct[k], &st);
+  if (rc != 0)
+    return rc;
+  *size = 0;
+  for (uint32_t t = 0; t < st->ntables; t++)
+    if (strcmp(st->tables[t].name, table) == 0)
+      *size = st->tables[t].size;
+  chime_stats_free(st);
+  return 0;
 }
 
 /* Fills shard k's table to n items of `bytes`. The learn table is full
@@ -162,7 +197,8 @@ static int prefill(shards_t *s, int k, const char *table, uint32_t bytes,
     rc = chime_writer_flush(w);
 out:
   if (rc != 0)
-    snprintf(why, whylen, "prefill %s on shard %d: %s", table, k + 1,
+    snprintf(why, whylen, "prefill %s on %s %d: %s", table,
+             k == WHOLE ? "the unsharded chimed" : "shard", k + 1,
              sample == NULL ? "out of memory" : chime_last_error());
   int closed = chime_writer_close(w);
   if (rc == 0)
@@ -176,7 +212,7 @@ out:
 /* The chimeds' CPU seconds summed (those of `which`, a bit per shard). */
 static double chimeds_cpu(const shards_t *s, unsigned which) {
   double sum = 0;
-  for (int k = 0; k < NSHARDS; k++)
+  for (int k = 0; k <= WHOLE; k++)
     if (which & (1u << k))
       sum += chime__bench_cpu_s(s->d[k].pid);
   return sum;
@@ -241,12 +277,13 @@ out:
   return rc;
 }
 
-enum { P_SHARDED, P_DIRECT, P_ONE, NPHASES };
+enum { P_SHARDED, P_DIRECT, P_WHOLE, NPHASES };
 
 static int learn_round(const shards_t *s, const opts_t *o, int r,
                        uint32_t batch_size, learn_round_t *lr, char *why,
                        size_t whylen) {
   const char *sharded[1] = {s->target};
+  const char *whole[1] = {s->d[WHOLE].addr};
   const char *each[NSHARDS];
   for (int k = 0; k < NSHARDS; k++)
     each[k] = s->d[k].addr;
@@ -264,7 +301,8 @@ static int learn_round(const shards_t *s, const opts_t *o, int r,
                        &ph[p], why, whylen);
       break;
     default:
-      rc = learn_phase(s, o, batch_size, each, 1, 1u, &ph[p], why, whylen);
+      rc = learn_phase(s, o, batch_size, whole, 1, 1u << WHOLE, &ph[p], why,
+                       whylen);
       break;
     }
     if (rc != 0)
@@ -272,20 +310,20 @@ static int learn_round(const shards_t *s, const opts_t *o, int r,
   }
   lr->sh_sps = ph[P_SHARDED].sps;
   lr->dir_sps = ph[P_DIRECT].sps;
-  lr->one_sps = ph[P_ONE].sps;
+  lr->one_sps = ph[P_WHOLE].sps;
   lr->sh_gbps = ph[P_SHARDED].gbps;
   lr->sh_cores = ph[P_SHARDED].cpu_s / ph[P_SHARDED].wall_s;
   lr->dir_cores = ph[P_DIRECT].cpu_s / ph[P_DIRECT].wall_s;
   lr->sh_srv_cores = ph[P_SHARDED].srv_cpu_s / ph[P_SHARDED].wall_s;
   lr->dir_srv_cores = ph[P_DIRECT].srv_cpu_s / ph[P_DIRECT].wall_s;
   lr->sh_ns = ph[P_SHARDED].cpu_s / ph[P_SHARDED].samples * 1e9;
-  lr->one_ns = ph[P_ONE].cpu_s / ph[P_ONE].samples * 1e9;
+  lr->one_ns = ph[P_WHOLE].cpu_s / ph[P_WHOLE].samples * 1e9;
   /* The chimeds' CPU over the bench's window, per sample the learners read
    * in theirs (both windows are o->seconds long). */
   lr->sh_all_ns = (ph[P_SHARDED].cpu_s + ph[P_SHARDED].srv_cpu_s) /
                   ph[P_SHARDED].samples * 1e9;
   lr->one_all_ns =
-      (ph[P_ONE].cpu_s + ph[P_ONE].srv_cpu_s) / ph[P_ONE].samples * 1e9;
+      (ph[P_WHOLE].cpu_s + ph[P_WHOLE].srv_cpu_s) / ph[P_WHOLE].samples * 1e9;
   return 0;
 }
 
@@ -487,7 +525,7 @@ static void emit_learn(const opts_t *o, int b, learn_round_t rs[][NBATCH]) {
   emit_stat(o, "ratio", v[0], 3);
   emit_stat(o, "sharded_samples_per_s", v[1], 0);
   emit_stat(o, "direct_samples_per_s", v[2], 0);
-  emit_stat(o, "one_shard_samples_per_s", v[3], 0);
+  emit_stat(o, "unsharded_samples_per_s", v[3], 0);
   if (!o->json)
     printf("\n ");
   emit_stat(o, "sharded_gbps", v[4], 3);
@@ -517,11 +555,13 @@ static void emit_cpu(const opts_t *o, int b, learn_round_t rs[][NBATCH]) {
     printf("{\"bench\":\"shards\",\"case\":\"cpu\",\"shards\":%d,"
            "\"batch_size\":%u,\"sample_bytes\":%u,\"slots\":%d,"
            "\"mode\":\"shm\",\"touch\":\"%s\",\"seconds\":%.3f,"
-           "\"target\":1.1",
+           "\"sharded_items\":%" PRIu64 ",\"unsharded_items\":%" PRIu64
+           ",\"target\":1.1",
            NSHARDS, batch_sizes[b], o->sample_bytes, SLOTS,
-           chime__bench_touch_name(o->touch), o->seconds);
+           chime__bench_touch_name(o->touch), o->seconds, o->sharded_items,
+           o->unsharded_items);
   else
-    printf("cpu, batch %u: learner CPU a sample, %d shards vs 1\n ",
+    printf("cpu, batch %u: learner CPU a sample, %d shards vs unsharded\n ",
            batch_sizes[b], NSHARDS);
   emit_stat(o, "cpu_ratio", v[0], 3);
   emit_stat(o, "sharded_cpu_ns_per_sample", v[1], 1);
@@ -572,45 +612,41 @@ static void emit_write(const opts_t *o, const write_round_t *ws) {
 static void usage(void) {
   fprintf(stderr,
           "usage: chime-bench shards [--json] [--runs N] [--smoke]\n"
-          "                          [--seconds S] [--writers N]\n"
-          "                          [--capacity ITEMS]\n"
-          "  4 chimed (shards 1..4) on 127.0.0.1; per batch size (64, 1024)\n"
-          "  of 1 KiB samples: one learner over the 4 shards vs 4 learners\n"
-          "  on one shard each (samples/s), and the sharded learner's CPU a\n"
-          "  sample vs one learner on one shard; N writers (default 4) on a\n"
-          "  sharded client vs N bound to the shards directly (256-byte\n"
-          "  samples/s). Medians of N runs (default 3); learner windows of\n"
-          "  S seconds (default 2); learn tables of ITEMS 1 KiB items per\n"
-          "  shard (default 16384). --smoke: tiny sizes, figures mean "
-          "nothing\n");
+          "                          [--seconds S] [--touch line|page]\n"
+          "                          [--writers N] [--capacity ITEMS]\n"
+          "  4 chimed (shards 1..4) and an unsharded one on 127.0.0.1; per\n"
+          "  batch size (64, 1024) of 1 KiB samples: one learner over the 4\n"
+          "  shards vs 4 learners on one shard each (samples/s), and the\n"
+          "  sharded learner's CPU a sample vs one learner on the unsharded\n"
+          "  chimed (its table as big as the 4 together); N writers (default\n"
+          "  4) on a sharded client vs N bound to the shards directly\n"
+          "  (256-byte samples/s). Medians of N runs (default 3); learner\n"
+          "  windows of S seconds (default 2); each reads one word per\n"
+          "  64-byte line (line, the default) or 4 KiB page; learn tables of\n"
+          "  ITEMS 1 KiB items per shard (default 16384). --smoke: tiny\n"
+          "  sizes, figures mean nothing\n");
 }
 
 static int parse_opts(opts_t *o, int argc, char **argv) {
-  int smoke = 0, runs = 0;
+  int smoke = 0;
   uint64_t capacity = 0;
-  double seconds = 0;
-  *o = (opts_t){.json = 0,
-                .runs = 3,
+  /* runs and seconds 0: not given (--smoke's or the defaults then) */
+  chime__bench_learner_args_t la = {.touch = CHIME__BENCH_TOUCH_LINE};
+  *o = (opts_t){.runs = 3,
                 .seconds = 2.0,
                 .sample_bytes = 1024,
                 .capacity = 16384,
                 .writers = 4,
-                .writer_samples = 500000,
-                .touch = CHIME__BENCH_TOUCH_LINE};
+                .writer_samples = 500000};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    if (strcmp(a, "--json") == 0) {
-      o->json = 1;
-    } else if (strcmp(a, "--smoke") == 0) {
+    int took = chime__bench_learner_arg(&la, argc, argv, &i, MAX_RUNS);
+    if (took < 0)
+      return took;
+    if (took)
+      continue;
+    if (strcmp(a, "--smoke") == 0) {
       smoke = 1;
-    } else if (strcmp(a, "--runs") == 0 && i + 1 < argc) {
-      runs = atoi(argv[++i]);
-      if (runs < 1 || runs > MAX_RUNS)
-        return CHIME_EINVAL;
-    } else if (strcmp(a, "--seconds") == 0 && i + 1 < argc) {
-      seconds = atof(argv[++i]);
-      if (!(seconds >= 0.05 && seconds <= 600))
-        return CHIME_EINVAL;
     } else if (strcmp(a, "--capacity") == 0 && i + 1 < argc) {
       capacity = strtoull(argv[++i], NULL, 10);
       if (capacity < 1024 || capacity > (UINT64_C(1) << 22))
@@ -629,12 +665,14 @@ static int parse_opts(opts_t *o, int argc, char **argv) {
     o->capacity = 2048;
     o->writer_samples = 2000;
   }
-  if (runs > 0)
-    o->runs = runs;
+  o->json = la.json;
+  o->touch = la.touch;
+  if (la.runs > 0)
+    o->runs = la.runs;
   if (capacity > 0)
     o->capacity = capacity;
-  if (seconds > 0)
-    o->seconds = seconds;
+  if (la.seconds > 0)
+    o->seconds = la.seconds;
   return 0;
 }
 
@@ -659,6 +697,17 @@ int chime__bench_shards(int argc, char **argv) {
         (rc = prefill(&s, k, INSERT_TABLE, INSERT_BYTES, INSERT_CAPACITY, why,
                       sizeof(why))) != 0)
       goto out;
+  if ((rc = prefill(&s, WHOLE, LEARN_TABLE, o.sample_bytes,
+                    NSHARDS * o.capacity, why, sizeof(why))) != 0)
+    goto out;
+  for (int k = 0; k <= WHOLE; k++) {
+    uint64_t n;
+    if ((rc = table_size(&s, k, LEARN_TABLE, &n)) != 0) {
+      snprintf(why, sizeof(why), "stats: %s", chime_last_error());
+      goto out;
+    }
+    *(k == WHOLE ? &o.unsharded_items : &o.sharded_items) += n;
+  }
   if ((rc = chime_client_create(&sharded, s.target, NULL)) != 0) {
     snprintf(why, sizeof(why), "sharded client: %s", chime_strerror(rc));
     goto out;

@@ -32,6 +32,9 @@ if(TARGET chimed)
          OWNER_WRITE GROUP_READ WORLD_READ)" COMPONENT daemon)
   install(FILES ${PROJECT_BINARY_DIR}/chimed.service
           DESTINATION lib/systemd/system COMPONENT daemon)
+  # The Grafana dashboard over chimed's metrics, for an operator to import.
+  install(FILES ${PROJECT_SOURCE_DIR}/deploy/grafana/chime.json
+          DESTINATION ${CMAKE_INSTALL_DATADIR}/chime/grafana COMPONENT daemon)
 endif()
 
 # The Python package as Debian lays it out: /usr/lib/python3/dist-packages

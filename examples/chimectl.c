@@ -3,6 +3,7 @@
  *   chimectl [--json] info TARGET
  *   chimectl [--json] stats TARGET
  *   chimectl [--json] checkpoint TARGET
+ *   chimectl top TARGET [--iterations N] [--interval-ms MS]
  *
  * TARGET is one server ("host:port", "unix:/path") or many shards as
  * chime_client_create takes them (a comma list, ipv4:/ipv6: lists,
@@ -10,7 +11,8 @@
  * and prints a row per shard (its address and shard number) and a totals
  * row; --json gives {"shards": [...], "total": {...}}. A shard that does
  * not answer gets an error row and the exit status 1, the others still
- * print (docs/operations.md). */
+ * print (docs/operations.md). top is a live view of stats, rates per
+ * second (examples/chimectl_top.c). */
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -20,15 +22,21 @@
 #include <jansson.h>
 
 #include "chime/chime.h"
+#include "chimectl_top.h"
 #include "cli.h"
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: chimectl [--json] " CHIME__CLI_CONN_USAGE " info TARGET\n"
-             "       chimectl [--json] " CHIME__CLI_CONN_USAGE " stats TARGET\n"
-             "       chimectl [--json] " CHIME__CLI_CONN_USAGE
-             " checkpoint TARGET\n" CHIME__CLI_TARGET_HELP
-             "Over shards: a row per shard and a totals row (--json: "
-             "{\"shards\", \"total\"}).\n");
+  fprintf(
+      f,
+      "usage: chimectl [--json] " CHIME__CLI_CONN_USAGE " info TARGET\n"
+      "       chimectl [--json] " CHIME__CLI_CONN_USAGE " stats TARGET\n"
+      "       chimectl [--json] " CHIME__CLI_CONN_USAGE " checkpoint TARGET\n"
+      "       chimectl " CHIME__CLI_CONN_USAGE
+      " top TARGET [--iterations N] [--interval-ms MS]\n" CHIME__CLI_TARGET_HELP
+      "Over shards: a row per shard and a totals row (--json: "
+      "{\"shards\", \"total\"}); top sums the shards.\n"
+      "top: rates over each interval (default 1000 ms), q or Ctrl-C "
+      "quits;\n--iterations N prints N plain frames and exits.\n");
 }
 
 static const char *mode_name(int mode) {
@@ -787,13 +795,43 @@ cleanup:
   return exit_code;
 }
 
+/* top's options: 1 when opt is one (value checked: *bad set to the exit
+ * status 2 after the error when it is not a number in range), else 0. */
+static int top_option(chime__top_opts_t *o, const char *opt, const char *value,
+                      int *bad) {
+  uint64_t v;
+  int iters = !strcmp(opt, "--iterations");
+  if (!iters && strcmp(opt, "--interval-ms"))
+    return 0;
+  if (value == NULL) {
+    *bad = chime__cli_unknown_option("chimectl", opt, usage);
+  } else if (iters) {
+    if (chime__cli_parse_u64(value, UINT32_MAX, &v) || v == 0)
+      *bad = chime__cli_bad_value("chimectl", opt, value);
+    o->iterations = v;
+  } else {
+    if (chime__cli_parse_u64(value, CHIME__TOP_MAX_INTERVAL_MS, &v) ||
+        v < CHIME__TOP_MIN_INTERVAL_MS)
+      *bad = chime__cli_bad_value("chimectl", opt, value);
+    o->interval_ms = v;
+  }
+  return 1;
+}
+
 int main(int argc, char **argv) {
-  int as_json = 0;
+  int as_json = 0, top_opts = 0, bad = 0;
   const char *cmd = NULL, *addr = NULL;
   chime__cli_conn_t conn = {0};
+  chime__top_opts_t top = CHIME__TOP_OPTS_INIT;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--json")) {
       as_json = 1;
+    } else if (top_option(&top, argv[i], i + 1 < argc ? argv[i + 1] : NULL,
+                          &bad)) {
+      if (bad)
+        return bad;
+      top_opts = 1;
+      i++;
     } else if (chime__cli_conn_option(&conn, argv[i],
                                       i + 1 < argc ? argv[i + 1] : NULL)) {
       i++;
@@ -815,8 +853,15 @@ int main(int argc, char **argv) {
   }
   if (!cmd || !addr ||
       (strcmp(cmd, "info") && strcmp(cmd, "stats") &&
-       strcmp(cmd, "checkpoint"))) {
+       strcmp(cmd, "checkpoint") && strcmp(cmd, "top"))) {
     usage(stderr);
+    return 2;
+  }
+  if (!strcmp(cmd, "top") ? as_json : top_opts) {
+    fprintf(stderr, "chimectl: %s\n",
+            !strcmp(cmd, "top")
+                ? "top has no --json (chimectl --json stats is its data)"
+                : "--iterations and --interval-ms are top's");
     return 2;
   }
 
@@ -832,7 +877,13 @@ int main(int argc, char **argv) {
   if (rc == 2)
     return 2;
   if (rc) {
-    fprintf(stderr, "chimectl: %s: %s\n", addr, chime_strerror(rc));
+    fprintf(stderr, "chimectl: %s: %s\n", addr, chime_last_error());
+    /* top's status says a target it cannot start on is a mistake (2). */
+    exit_code = !strcmp(cmd, "top") ? 2 : 1;
+    goto cleanup;
+  }
+  if (!strcmp(cmd, "top")) {
+    exit_code = chime__top_run(c, addr, &top);
     goto cleanup;
   }
   /* A one-server target is its own only shard (chime_client_shard). */

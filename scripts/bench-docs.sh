@@ -188,16 +188,16 @@ elif table == "shards":
     def measured(r):
         if r["case"] == "learner":
             return ("1 learner over %d shards %s / %d learners one per shard %s samples/s"
-                    " (one shard alone: %s; learner cores %.2f / %.2f, chimed cores %.2f / %.2f)"
+                    " (unsharded: %s; learner cores %.2f / %.2f, chimed cores %.2f / %.2f)"
                     % (r["shards"], "{:,.0f}".format(r["sharded_samples_per_s"]),
                        r["shards"], "{:,.0f}".format(r["direct_samples_per_s"]),
-                       "{:,.0f}".format(r["one_shard_samples_per_s"]),
+                       "{:,.0f}".format(r["unsharded_samples_per_s"]),
                        r["sharded_learner_cpu_cores"], r["direct_learners_cpu_cores"],
                        r["sharded_chimed_cpu_cores"], r["direct_chimed_cpu_cores"])
                     + ("; samples per CPU second, ratio %s" % rng(r, "ratio_per_cpu", "%.3f")
                        if "ratio_per_cpu" in r else ""))
         if r["case"] == "cpu":
-            return ("learner CPU ns a sample, over %d shards %.1f / on one %.1f"
+            return ("learner CPU ns a sample, over %d shards %.1f / unsharded %.1f"
                     " (with the chimeds': %.1f / %.1f, ratio %s)"
                     % (r["shards"], r["sharded_cpu_ns_per_sample"],
                        r["unsharded_cpu_ns_per_sample"],

@@ -1,4 +1,4 @@
-"""What examples/python/actor.py and learner_torch.py share: the table
+"""What examples/python/actor.py and the learners share: the table
 they use and how they reach the server."""
 import chime
 

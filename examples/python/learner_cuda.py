@@ -16,96 +16,44 @@ so the buffer is refilled only after the step's kernels that read it.
 run in CI (no GPU there), and not yet run on a GPU at all: see
 docs/pinning.md. Prints a JSON line at the end like learner_torch.py.
 """
-import argparse
 import json
-import pathlib
-import subprocess
 import sys
 import time
 
 import torch
 
-from common import ACTIONS, OBS, TABLE, add_server_args, connect
-
-HERE = pathlib.Path(__file__).resolve().parent
-
-
-def start_actors(args):
-    argv = [sys.executable, str(HERE / "actor.py"), "--steps",
-            str(args.actor_steps)]
-    if args.server:
-        argv += ["--server", args.server]
-    else:
-        argv += ["--name", args.name]
-        if args.run_dir:
-            argv += ["--run-dir", args.run_dir]
-    return [subprocess.Popen(argv + ["--seed", str(i)],
-                             stdout=subprocess.DEVNULL)
-            for i in range(args.actors)]
+from common import TABLE, connect
+from qlearner import QLearner, actors, parser
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_server_args(ap)
-    ap.add_argument("--actors", type=int, default=1)
-    ap.add_argument("--actor-steps", type=int, default=1000000)
-    ap.add_argument("--updates", type=int, default=1000)
-    ap.add_argument("--batch-size", type=int, default=256)
+    ap = parser(__doc__)
     ap.add_argument("--device", default="cuda:0")
     ap.add_argument("--prefetch", type=int, default=2)
-    ap.add_argument("--mode", default="auto", choices=("auto", "shm",
-                                                       "stream"))
-    ap.add_argument("--gamma", type=float, default=0.9)
-    ap.add_argument("--log-every", type=int, default=100)
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("learner_cuda.py: torch sees no CUDA device", file=sys.stderr)
         return 77
     dev = torch.device(args.device)
-    torch.manual_seed(0)
-
-    def net():
-        return torch.nn.Sequential(
-            torch.nn.Linear(OBS, 64), torch.nn.ReLU(),
-            torch.nn.Linear(64, ACTIONS)).to(dev)
-
-    q, target = net(), net()
-    target.load_state_dict(q.state_dict())
-    opt = torch.optim.Adam(q.parameters(), lr=1e-3)
-
+    learner = QLearner(args.gamma, device=dev)
     c = connect(args)
-    actors = start_actors(args)
     losses = []
     try:
-        with c.stream(TABLE, batch_size=args.batch_size, mode=args.mode,
-                      device=dev, prefetch=args.prefetch,
-                      timeout=30.0) as s:
+        with actors(args), c.stream(TABLE, batch_size=args.batch_size,
+                                    mode=args.mode, device=dev,
+                                    prefetch=args.prefetch,
+                                    timeout=30.0) as s:
             t0 = time.monotonic()
             for step, b in enumerate(s):
                 # CUDA tensors over the batch's device buffer; the current
                 # stream waits for the copy.
-                obs = torch.from_dlpack(b["obs"])
-                nxt = torch.from_dlpack(b["next_obs"])
-                act = torch.from_dlpack(b["action"])
-                rew = torch.from_dlpack(b["reward"])
-                done = torch.from_dlpack(b["done"])
-                with torch.no_grad():
-                    y = rew + args.gamma * (1 - done) * \
-                        target(nxt).max(dim=1).values
-                pred = q(obs).gather(1, act.long().unsqueeze(1)).squeeze(1)
-                loss = torch.nn.functional.mse_loss(pred, y)
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                del obs, nxt, act, rew, done, y, pred
+                loss = learner.update(b)
                 b.release()  # the release point goes on torch's stream
                 if (step + 1) % args.log_every == 0:
                     # .item() waits for the step: only now and then.
                     losses.append(loss.item())
                     print(f"update {step + 1}: loss {losses[-1]:.4f} "
                           f"({s.mode}, {dev})", file=sys.stderr, flush=True)
-                if (step + 1) % 100 == 0:
-                    target.load_state_dict(q.state_dict())
                 if step + 1 == args.updates:
                     break
             torch.cuda.synchronize(dev)
@@ -120,10 +68,6 @@ def main():
             "device_max_slots_held": stats["device_max_slots_held"]}),
             flush=True)
     finally:
-        for p in actors:
-            p.terminate()
-        for p in actors:
-            p.wait()
         c.close()
     return 0
 

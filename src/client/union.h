@@ -9,11 +9,12 @@
  * weight / probability of each batch's first item), and every item's
  * probability is rewritten as its probability in the union: the shard's
  * times mass_i / sum(mass), in a copy of the batch's sample info the union
- * owns until release. fifo, lifo and the heaps have no masses: a batch from
- * whichever sub-stream has one ready, round robin. A shard whose sub-stream
- * ends is skipped and opened again once it answers; a shard new to the set
- * gets a sub-stream. No thread of its own: masses are asked for every
- * INFO_EVERY_MS inside next(), without waiting for the answers.
+ * owns until release (a draw whose shard holds all the mass, share 1,
+ * lends the sub-stream's info as it is: no copy). fifo, lifo and the heaps have
+ * no masses: a batch from whichever sub-stream has one ready, round robin. A
+ * shard whose sub-stream ends is skipped and opened again once it answers; a
+ * shard new to the set gets a sub-stream. No thread of its own: masses are
+ * asked for every INFO_EVERY_MS inside next(), without waiting for the answers.
  *
  * stream.c reaches these (and union_draw.h's next and release) through
  * one `if (s->uni)` in each public stream call; their contracts are the

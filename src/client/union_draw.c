@@ -258,16 +258,25 @@ static void lend(chime_stream_t *s, uint32_t i, chime_batch_t *out) {
     /* The union probability: the shard's times the draw's chance of the
      * shard, the very m_i / M drawn with, so importance weights are exact
      * whatever the masses' age. The ring's info is read-only (shm): a
-     * copy, 64 bytes per sample. */
+     * copy, a record per sample, each copied and rewritten in one pass
+     * (the ring's records are read once, cold as the batch is). A share
+     * of 1 (one shard holds all the mass) leaves every probability as
+     * the shard gave it: the ring's records then, as on one server. */
     double share = u->chosen_w / u->chosen_total;
-    memcpy(e->copy, out->info, (size_t)out->count * sizeof(*e->copy));
-    for (uint32_t j = 0; j < out->count; j++)
-      e->copy[j].probability *= share;
     if (out->count > 0)
       learn_mass(u, sb, &out->info[0]);
-    out->info = e->copy;
+    if (share != 1.0) {
+      const chime_sample_info_t *in = out->info;
+      chime_sample_info_t *cp = e->copy;
+      for (uint32_t j = 0; j < out->count; j++) {
+        cp[j] = in[j];
+        cp[j].probability = in[j].probability * share;
+      }
+      out->info = cp;
+    }
     u->chosen = -1;
   }
+  e->out_info = out->info;
   u->nlent++;
   if (u->nlent > u->max_lent)
     u->max_lent = u->nlent;
@@ -301,8 +310,7 @@ int chime__union_release(chime_stream_t *s, const chime_batch_t *batch) {
   lent_t *e = NULL;
   for (uint32_t k = 0; k < s->opts.slots - 1 && e == NULL; k++) {
     lent_t *c = &u->lent[k];
-    if (c->used && c->seq == batch->seq &&
-        (u->weighed ? c->copy : c->inner_info) == batch->info)
+    if (c->used && c->seq == batch->seq && c->out_info == batch->info)
       e = c;
   }
   if (e == NULL)

@@ -55,14 +55,16 @@ typedef struct {
 } sub_t;
 
 /* A batch the learner holds: which sub-stream lent it and how, and, for a
- * weighed table, the copy of its sample info with union probabilities. */
+ * weighed table, the copy of its sample info with union probabilities
+ * (unless the draw's share was 1: the sub-stream's own info then). */
 typedef struct {
   int used;
   uint32_t sub;
   uint64_t seq;       /* the union's, as next() gave it */
   uint64_t inner_seq; /* the sub-stream's */
   const chime_sample_info_t *inner_info;
-  chime_sample_info_t *copy; /* batch_size records, kept for reuse */
+  chime_sample_info_t *copy;           /* batch_size records, kept for reuse */
+  const chime_sample_info_t *out_info; /* as next() gave it: copy or inner */
 } lent_t;
 
 struct chime__union_s {

@@ -102,27 +102,12 @@ static int teardown(void **state) {
  * shard answers at once, refused). */
 static int ctl(int json, const char *cmd, const char *target, char *out,
                size_t outlen, char *err, size_t errlen) {
-  static int run;
-  char op[700], ep[700];
-  snprintf(op, sizeof(op), "%s/ctl-%d.out", chime__harness_tmpdir(), run);
-  snprintf(ep, sizeof(ep), "%s/ctl-%d.err", chime__harness_tmpdir(), run++);
   const char *argv[] = {g_bin, json ? "--json" : cmd, json ? cmd : target,
                         json ? target : NULL, NULL};
-  chime__proc_t p;
-  assert_int_equal(chime__proc_spawn_err(&p, argv, op, ep), 0);
   int st = 0;
-  assert_int_equal(chime__proc_wait(&p, 60000, &st), 0);
+  assert_int_equal(chime__proc_run(argv, 60000, out, outlen, err, errlen, &st),
+                   0);
   assert_true(WIFEXITED(st));
-  const char *paths[] = {op, ep};
-  char *bufs[] = {out, err};
-  size_t lens[] = {outlen, errlen};
-  for (int k = 0; k < 2; k++) {
-    FILE *f = fopen(paths[k], "r");
-    assert_non_null(f);
-    size_t n = fread(bufs[k], 1, lens[k] - 1, f);
-    bufs[k][n] = '\0';
-    fclose(f);
-  }
   return WEXITSTATUS(st);
 }
 

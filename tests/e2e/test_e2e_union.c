@@ -134,6 +134,8 @@ static int setup(void **state) {
              " {\"name\": \"grow\", \"spec\": \"x:u64[]\", \"capacity\": "
              "2000, \"sampler\": \"uniform\"},\n"
              " {\"name\": \"kill\", \"spec\": \"x:u64[]\", \"capacity\": "
+             "2000, \"sampler\": \"uniform\"},\n"
+             " {\"name\": \"solo\", \"spec\": \"x:u64[]\", \"capacity\": "
              "2000, \"sampler\": \"uniform\"}]}\n",
              k + 1, EXPONENT);
     int rc = chime__chimed_start(&d[k], config, NULL, 30000);
@@ -451,6 +453,61 @@ static void test_shard_fills_later(void **state) {
   chime_client_destroy(c);
 }
 
+/* Whether b's sample info lies in its ring slot, right after its leaf
+ * (docs/ring.md: a slot's leaves, then its info), not in a copy. */
+static int in_slot(const chime_batch_t *b) {
+  uintptr_t data = (uintptr_t)b->leaf[0].data, info = (uintptr_t)b->info;
+  return info > data && info - data < 4096;
+}
+
+/* Only shard 1 holds items of 'solo': each batch is drawn from it with
+ * share 1, its probabilities are the shard's own (1/300), and the union
+ * lends the sub-stream's info as it is (no copy). Then shard 2 fills as
+ * much: batches lent before (the shard's info) and after (rewritten
+ * copies, 1/600) are held together and all give back, in any order, and
+ * once only. */
+static void test_one_shard_has_all(void **state) {
+  (void)state;
+  insert(0, "solo", 300);
+  chime_client_t *c = NULL;
+  assert_int_equal(chime_client_create(&c, target, NULL), 0);
+  chime_stream_t *s = open_union(c, "solo", CHIME_MODE_AUTO, 4, 4);
+  chime_batch_t held[3];
+  for (int round = 0; round < 20; round++) {
+    for (int h = 0; h < 3; h++) {
+      assert_int_equal(chime_stream_next(s, &held[h], 20000), 0);
+      assert_int_equal(shard_of(&held[h]), 1);
+      assert_true(prob_is(&held[h], 1.0 / 300));
+      assert_true(in_slot(&held[h]));
+    }
+    for (int h = 2; h >= 0; h--)
+      assert_int_equal(chime_stream_release(s, &held[h]), 0);
+  }
+  assert_int_equal(chime_stream_next(s, &held[0], 20000), 0);
+  assert_int_equal(chime_stream_next(s, &held[1], 20000), 0);
+  assert_true(prob_is(&held[0], 1.0 / 300) && prob_is(&held[1], 1.0 / 300));
+  insert(1, "solo", 300);
+  int64_t deadline = chime__now_ms() + 10000;
+  for (;;) {
+    assert_int_equal(chime_stream_next(s, &held[2], 20000), 0);
+    if (prob_is(&held[2], 1.0 / 600))
+      break;
+    assert_int_equal(chime_stream_release(s, &held[2]), 0);
+    if (chime__now_ms() > deadline)
+      fail_msg("no batch at the two shards' probability 1/600 in 10 s");
+  }
+  assert_int_equal(chime_stream_release(s, &held[0]), 0);
+  assert_int_equal(chime_stream_release(s, &held[2]), 0);
+  assert_int_equal(chime_stream_release(s, &held[1]), 0);
+  assert_int_equal(chime_stream_release(s, &held[0]), CHIME_EINVAL);
+  assert_int_equal(chime_stream_release(s, &held[2]), CHIME_EINVAL);
+  chime_stream_local_stats_t st;
+  assert_int_equal(chime_stream_get_stats(s, &st), 0);
+  assert_int_equal(st.leases, 0);
+  chime_stream_close(s);
+  chime_client_destroy(c);
+}
+
 /* --- a shard killed --- */
 
 static void test_shard_killed(void **state) {
@@ -518,6 +575,7 @@ int main(void) {
       cmocka_unit_test(test_fifo_shm),
       cmocka_unit_test(test_fifo_stream),
       cmocka_unit_test(test_shard_fills_later),
+      cmocka_unit_test(test_one_shard_has_all),
       cmocka_unit_test(test_shard_killed),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -87,7 +87,8 @@ for p in "${pkgs[@]}"; do
 done
 for f in /usr/bin/chimed /usr/bin/chimectl /usr/bin/chime-actor \
   /usr/bin/chime-learner /usr/include/chime/chime.h /etc/chime/chimed.json \
-  /usr/lib/systemd/system/chimed.service; do
+  /usr/lib/systemd/system/chimed.service \
+  /usr/share/chime/grafana/chime.json; do
   [ -e "$f" ] || fail "$f is not installed"
 done
 grep -qx 'ExecStart=/usr/bin/chimed --config /etc/chime/chimed.json' \

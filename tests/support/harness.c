@@ -368,6 +368,32 @@ int chime__proc_last_json(const chime__proc_t *p, char *buf, size_t len) {
   return rc;
 }
 
+/* The whole file at path into buf (len bytes with the NUL). */
+static int read_whole(const char *path, char *buf, size_t len) {
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return CHIME_ENOTFOUND;
+  size_t n = fread(buf, 1, len - 1, f);
+  buf[n] = '\0';
+  fclose(f);
+  return 0;
+}
+
+int chime__proc_run(const char *const argv[], int timeout_ms, char *out,
+                    size_t outlen, char *err, size_t errlen, int *status) {
+  static int run;
+  char op[600], ep[600];
+  chime__proc_t p;
+  snprintf(op, sizeof(op), "%s/run-%d.out", chime__harness_tmpdir(), run);
+  snprintf(ep, sizeof(ep), "%s/run-%d.err", chime__harness_tmpdir(), run++);
+  int rc = chime__proc_spawn_err(&p, argv, op, ep);
+  if (rc == 0 && (rc = chime__proc_wait(&p, timeout_ms, status)) != 0)
+    chime__proc_kill(&p);
+  if (rc == 0 && (rc = read_whole(op, out, outlen)) == 0)
+    rc = read_whole(ep, err, errlen);
+  return rc;
+}
+
 const char *chime__harness_bin(const char *rel, char *buf, size_t len) {
   const char *dir = getenv("CHIME_BUILD_DIR");
   if (dir != NULL && dir[0] != '\0') {

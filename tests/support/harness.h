@@ -47,6 +47,12 @@ void chime__proc_kill(chime__proc_t *p);
  * CHIME_EDISCONNECTED when the child closed stdout first. */
 int chime__proc_read_line(chime__proc_t *p, const char *prefix, char *buf,
                           size_t len, int timeout_ms);
+/* Runs argv to its end (up to timeout_ms): its stdout into out and its
+ * stderr into err, each NUL-terminated (cut to fit), through files in the
+ * tmpdir; *status gets the waitpid status. 0, CHIME_ETIMEDOUT (the child
+ * killed) or another CHIME_E* code. */
+int chime__proc_run(const char *const argv[], int timeout_ms, char *out,
+                    size_t outlen, char *err, size_t errlen, int *status);
 /* The last line of the child's stdout file that starts with '{'. */
 int chime__proc_last_json(const chime__proc_t *p, char *buf, size_t len);
 /* "exit 0", "signal 9 (Killed)", ... for messages. */

@@ -291,6 +291,11 @@ int chime__single_open(chime_stream_t **out, chime_client_t *client,
       goto cleanup;
     }
   }
+  if (o.device >= 0 && chime_spec_ragged(&s->spec) > 0) {
+    rc = chime__fail(err, sizeof(err), CHIME_ENOTSUP,
+                     "a device stream of ragged leaves is not built yet");
+    goto cleanup;
+  }
   if (o.device >= 0) {
     const chime__device_opts_t dopts = {.device = o.device,
                                         .prefetch = o.device_prefetch,
@@ -371,28 +376,77 @@ static int take_view(chime_stream_t *s, chime_ring_view_t *v, int timeout_ms) {
   return ring_answer(s, rc, timeout_ms);
 }
 
-/* The batch in view v, lent to the learner. */
-static void lend(chime_stream_t *s, const chime_ring_view_t *vp,
-                 chime_batch_t *out) {
-  out->seq = vp->seq;
-  out->count = vp->count;
-  out->nleaves = s->spec.nleaves;
-  out->info = vp->info;
-  s->lent[vp->slot] = vp->seq + 1;
+/* A ragged leaf's offsets as the producer wrote them, checked before
+ * anyone indexes with them: from 0, never decreasing, within the slot's
+ * room for count times the bound. The total in *total. */
+static int offsets_ok(const int64_t *offs, uint32_t count, uint64_t bound,
+                      uint64_t *total) {
+  if (offs == NULL || offs[0] != 0)
+    return 0;
+  for (uint32_t j = 0; j < count; j++)
+    if (offs[j + 1] < offs[j])
+      return 0;
+  *total = (uint64_t)offs[count];
+  return *total <= (uint64_t)count * bound;
+}
+
+/* The batch in view v, lent to the learner; CHIME_EPROTO (the slot given
+ * back) when a ragged leaf's offsets do not hold. */
+static int lend(chime_stream_t *s, const chime_ring_view_t *vp,
+                chime_batch_t *out) {
   for (uint32_t i = 0; i < s->spec.nleaves; i++) {
     const chime_leaf_t *l = &s->spec.leaves[i];
     chime_batch_leaf_t *b = &out->leaf[i];
     b->name = l->name;
     b->dtype = l->dtype;
-    b->ndim = l->ndim + 1;
+    b->ndim = l->ndim + (l->ragged ? 0 : 1);
     b->shape[0] = vp->count;
-    for (uint32_t d = 0; d < l->ndim; d++)
-      b->shape[d + 1] = l->shape[d];
+    b->offsets = NULL;
+    if (l->ragged) {
+      uint64_t total;
+      if (!offsets_ok(vp->offsets[i], vp->count, l->shape[0], &total)) {
+        (void)s->tp->release(s, vp->slot);
+        return chime__detailf(CHIME_EPROTO,
+                              "batch %" PRIu64 ": leaf '%s': offsets out of "
+                              "order or past the slot",
+                              vp->seq, l->name);
+      }
+      b->shape[0] = total;
+      for (uint32_t d = 1; d < l->ndim; d++)
+        b->shape[d] = l->shape[d];
+      b->offsets = vp->offsets[i];
+      b->bytes = total * chime_leaf_row_bytes(l);
+    } else {
+      for (uint32_t d = 0; d < l->ndim; d++)
+        b->shape[d + 1] = l->shape[d];
+      b->bytes = (uint64_t)vp->count * chime_leaf_bytes(l);
+    }
     b->data = vp->leaf[i];
-    b->bytes = (uint64_t)vp->count * chime_leaf_bytes(l);
     s->bytes += b->bytes;
   }
+  out->seq = vp->seq;
+  out->count = vp->count;
+  out->nleaves = s->spec.nleaves;
+  out->info = vp->info;
+  s->lent[vp->slot] = vp->seq + 1;
   s->batches++;
+  return 0;
+}
+
+const chime_batch_leaf_t *chime_batch_leaf(const chime_batch_t *batch,
+                                           const char *name) {
+  if (batch == NULL || name == NULL)
+    return NULL;
+  for (uint32_t i = 0; i < batch->nleaves && i < CHIME_MAX_LEAVES; i++)
+    if (batch->leaf[i].name != NULL && strcmp(batch->leaf[i].name, name) == 0)
+      return &batch->leaf[i];
+  return NULL;
+}
+
+const int64_t *chime_batch_offsets(const chime_batch_t *batch,
+                                   const char *name) {
+  const chime_batch_leaf_t *l = chime_batch_leaf(batch, name);
+  return l != NULL ? l->offsets : NULL;
 }
 
 /* The device end's source: the stream's ring, slots back through the
@@ -425,8 +479,7 @@ int chime__single_next(chime_stream_t *s, chime_batch_t *out, int timeout_ms) {
   chime_ring_view_t v;
   if ((rc = take_view(s, &v, timeout_ms)) != 0)
     return rc;
-  lend(s, &v, out);
-  return 0;
+  return lend(s, &v, out);
 }
 
 int chime__stream_take(chime_stream_t *s, chime_batch_t *out, int timeout_ms) {
@@ -438,8 +491,7 @@ int chime__stream_take(chime_stream_t *s, chime_batch_t *out, int timeout_ms) {
     rc = chime_ring_next(s->ring, &v, timeout_ms);
   if ((rc = ring_answer(s, rc, timeout_ms)) != 0)
     return rc;
-  lend(s, &v, out);
-  return 0;
+  return lend(s, &v, out);
 }
 
 int chime__single_stats(const chime_stream_t *s,

@@ -524,24 +524,29 @@ int chime__device_next(chime__device_t *d, chime_batch_t *out, int timeout_ms) {
 
 /* ---------------------------------------------------------------- lending */
 
-static dbuf_t *lent_buffer(chime__device_t *d, const chime_batch_t *batch) {
+/* The buffer that lends batch now: *out, or CHIME_EINVAL saying why not. */
+static int lent_buffer(chime__device_t *d, const chime_batch_t *batch,
+                       dbuf_t **out) {
   for (uint32_t i = 0; i < d->nbufs; i++) {
     dbuf_t *b = &d->bufs[i];
-    if (b->info == batch->info && b->state == BUF_LENT && b->seq == batch->seq)
-      return b;
+    if (b->info == batch->info && b->state == BUF_LENT &&
+        b->seq == batch->seq) {
+      *out = b;
+      return 0;
+    }
   }
-  return NULL;
+  return chime__detailf(CHIME_EINVAL,
+                        "device stream: batch %" PRIu64
+                        " is not lent now (given back already, or not "
+                        "from this stream's next())",
+                        batch->seq);
 }
 
 static int release_locked(chime__device_t *d, const chime_batch_t *batch) {
-  dbuf_t *b = lent_buffer(d, batch);
-  int rc = 0;
-  if (!b)
-    return chime__detailf(CHIME_EINVAL,
-                          "device stream: batch %" PRIu64
-                          " is not lent now (given back already, or not "
-                          "from this stream's next())",
-                          batch->seq);
+  dbuf_t *b;
+  int rc = lent_buffer(d, batch, &b);
+  if (rc)
+    return rc;
   for (uint32_t k = 0; k < b->nwaiters; k++) {
     int e = CHIME__CUDA_SUCCESS;
     if (!b->rel_ev[k]) {
@@ -584,13 +589,10 @@ int chime__device_release(chime__device_t *d, const chime_batch_t *batch) {
 
 static int wait_locked(chime__device_t *d, const chime_batch_t *batch,
                        void *cuda_stream) {
-  dbuf_t *b = lent_buffer(d, batch);
-  if (!b)
-    return chime__detailf(CHIME_EINVAL,
-                          "device stream: batch %" PRIu64
-                          " is not lent now (given back already, or not "
-                          "from this stream's next())",
-                          batch->seq);
+  dbuf_t *b;
+  int rc = lent_buffer(d, batch, &b);
+  if (rc)
+    return rc;
   uint32_t k = 0;
   while (k < b->nwaiters && b->waiter[k] != cuda_stream)
     k++;

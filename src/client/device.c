@@ -543,7 +543,7 @@ static int lent_buffer(chime__device_t *d, const chime_batch_t *batch,
 }
 
 static int release_locked(chime__device_t *d, const chime_batch_t *batch) {
-  dbuf_t *b;
+  dbuf_t *b = NULL;
   int rc = lent_buffer(d, batch, &b);
   if (rc)
     return rc;
@@ -589,7 +589,7 @@ int chime__device_release(chime__device_t *d, const chime_batch_t *batch) {
 
 static int wait_locked(chime__device_t *d, const chime_batch_t *batch,
                        void *cuda_stream) {
-  dbuf_t *b;
+  dbuf_t *b = NULL;
   int rc = lent_buffer(d, batch, &b);
   if (rc)
     return rc;

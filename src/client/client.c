@@ -349,6 +349,8 @@ int chime_client_info(chime_client_t *client, chime_server_info_t **out) {
     copy_str(o->remover, sizeof(o->remover), t->remover);
     o->priority_exponent = t->priority_exponent;
     o->max_times_sampled = t->max_times_sampled;
+    o->max_staleness = t->max_staleness;
+    o->newest_version = t->newest_version;
     o->samples_per_insert = t->samples_per_insert;
     o->error_buffer = t->error_buffer;
     if (t->sequence_length > 0 &&
@@ -623,6 +625,50 @@ int chime_client_checkpoint(chime_client_t *client,
   if (rc)
     chime__detail(rc, err);
   return rc;
+}
+
+/* One server's SetVersion. */
+static int set_version_one(chime_client_t *client, const char *table,
+                           uint64_t version, uint64_t *newest, char *err,
+                           size_t errlen) {
+  ProtobufCMessage *m = NULL;
+  Chime__V1__SetVersionRequest req = CHIME__V1__SET_VERSION_REQUEST__INIT;
+  req.table = (char *)table;
+  req.version = version;
+  int rc = chime__unary(client, CHIME__M_SET_VERSION, &req.base,
+                        &chime__v1__set_version_response__descriptor, &m, err,
+                        errlen);
+  if (rc == 0)
+    *newest = ((const Chime__V1__SetVersionResponse *)m)->newest_version;
+  if (m)
+    protobuf_c_message_free_unpacked(m, NULL);
+  return rc;
+}
+
+int chime_client_set_version(chime_client_t *client, const char *table,
+                             uint64_t version, uint64_t *newest) {
+  char err[CHIME__ERRLEN] = "";
+  uint64_t most = 0;
+  int rc = 0;
+  if (!client || !table)
+    return chime__detail(CHIME_EINVAL,
+                         "chime_client_set_version: needs a client and table");
+  /* Every shard holds some of the table's items: each is told, and the
+   * first failure is the answer once all were tried. */
+  for (uint32_t i = 0; i < chime_client_nshards(client); i++) {
+    uint64_t n = 0;
+    char e[CHIME__ERRLEN] = "";
+    int r = set_version_one(chime_client_shard(client, i), table, version, &n,
+                            e, sizeof(e));
+    if (r != 0 && rc == 0) {
+      rc = r;
+      snprintf(err, sizeof(err), "%s", e);
+    }
+    most = n > most ? n : most;
+  }
+  if (newest)
+    *newest = most;
+  return rc ? chime__detail(rc, err) : 0;
 }
 
 uint32_t chime_client_nshards(chime_client_t *client) {

@@ -54,6 +54,8 @@ static int merge_table(chime_server_info_t *m, const chime_table_info_t *t,
     o->size += t->size;
     o->mass += t->mass; /* the union's: what its sampling weighs against */
     o->capacity_steps += t->capacity_steps;
+    if (t->newest_version > o->newest_version) /* a version: the highest */
+      o->newest_version = t->newest_version;
     return 0;
   }
   m->tables[m->ntables++] = *t;
@@ -121,7 +123,10 @@ cleanup:
 
 #define ADD(type, name, kind, unit, help) o->name += s->name;
 static void add_table(chime_table_stats_t *o, const chime_table_stats_t *s) {
+  uint64_t newest = o->newest_version > s->newest_version ? o->newest_version
+                                                          : s->newest_version;
   CHIME_TABLE_STATS_FIELDS(ADD)
+  o->newest_version = newest; /* a version, not a count: the highest */
 }
 static void add_server(chime_stats_t *o, const chime_stats_t *s) {
   CHIME_SERVER_STATS_FIELDS(ADD)

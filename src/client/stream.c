@@ -111,6 +111,39 @@ static void on_message(chime_stream_t *s, grpc_byte_buffer *bb) {
     protobuf_c_message_free_unpacked(&r->base, NULL);
 }
 
+/* Caller holds s->lock. The learner's version goes when the call's one
+ * send is free (else once the send in flight completes: pump). */
+static void send_version_locked(chime_stream_t *s) {
+  if (!s->version_unsent || s->ended ||
+      chime__rpc_pending(&s->rpc, CHIME__RPC_SEND))
+    return;
+  Chime__V1__VersionReport vr = CHIME__V1__VERSION_REPORT__INIT;
+  Chime__V1__SubscribeRequest req = CHIME__V1__SUBSCRIBE_REQUEST__INIT;
+  vr.version = s->version;
+  req.kind_case = CHIME__V1__SUBSCRIBE_REQUEST__KIND_VERSION;
+  req.version = &vr;
+  grpc_byte_buffer *bb = chime__pack(&req.base);
+  if (bb != NULL && chime__rpc_send(&s->rpc, bb) == 0)
+    s->version_unsent = 0; /* else tried again at the next completion */
+}
+
+/* Whether batch b, drawn before the learner's latest version, holds an
+ * item now more than max_staleness behind it: next() drops it. */
+static int stale_for_learner(chime_stream_t *s, const chime_batch_t *b) {
+  uint64_t lim = s->max_staleness, v;
+  if (lim == 0)
+    return 0;
+  pthread_mutex_lock(&s->lock);
+  v = s->version;
+  pthread_mutex_unlock(&s->lock);
+  if (v <= lim)
+    return 0;
+  for (uint32_t j = 0; j < b->count; j++)
+    if (b->info[j].version < v - lim)
+      return 1;
+  return 0;
+}
+
 /* Handles one completion. CHIME_ETIMEDOUT when none came by the deadline. */
 static int pump(chime_stream_t *s, gpr_timespec deadline) {
   chime__rpc_op_t op;
@@ -137,6 +170,9 @@ static int pump(chime_stream_t *s, gpr_timespec deadline) {
   case CHIME__RPC_SEND:
     if (s->tp->on_sent)
       s->tp->on_sent(s);
+    pthread_mutex_lock(&s->lock);
+    send_version_locked(s);
+    pthread_mutex_unlock(&s->lock);
     break;
   default:
     break;
@@ -298,6 +334,7 @@ int chime_stream_open(chime_stream_t **out, chime_client_t *client,
   pthread_cond_init(&s->idle_cv, NULL);
 
   s->opts = o;
+  s->version = o.version;
   if (client->set && o.device >= 0) {
     rc = chime__fail(err, sizeof(err), CHIME_ENOTSUP,
                      "stream: a device stream over shards is not built yet: "
@@ -472,11 +509,40 @@ int chime_stream_next(chime_stream_t *stream, chime_batch_t *out,
     return chime__union_next(s, out, timeout_ms);
   if (s->dev)
     return device_next(s, out, timeout_ms);
-  chime_ring_view_t v;
-  if ((rc = take_view(s, &v, timeout_ms)) != 0)
+  for (;;) {
+    chime_ring_view_t v;
+    if ((rc = take_view(s, &v, timeout_ms)) != 0)
+      return rc;
+    lend(s, &v, out);
+    if (!stale_for_learner(s, out))
+      return 0;
+    s->dropped_stale++;
+    if ((rc = chime_stream_release(s, out)) != 0)
+      return rc;
+  }
+}
+
+int chime_stream_set_version(chime_stream_t *stream, uint64_t version) {
+  chime_stream_t *s = stream;
+  if (!s)
+    return chime__detail(CHIME_EINVAL, "chime_stream_set_version: no stream");
+  int rc = inherited(s);
+  if (rc)
     return rc;
-  lend(s, &v, out);
-  return 0;
+  if (s->uni)
+    return chime_client_set_version(s->client, s->table, version, NULL);
+  pthread_mutex_lock(&s->lock);
+  int ended = s->ended;
+  if (!ended && version > s->version) {
+    s->version = version;
+    s->version_unsent = 1;
+    send_version_locked(s);
+  }
+  pthread_mutex_unlock(&s->lock);
+  return ended ? chime__detailf(CHIME_ECLOSED,
+                                "stream %" PRIu64 " on '%s' has ended",
+                                s->stream_id, s->table)
+               : 0;
 }
 
 int chime__stream_take(chime_stream_t *s, chime_batch_t *out, int timeout_ms) {

@@ -54,6 +54,13 @@ struct chime_stream_s {
 
   pthread_mutex_t lock; /* the send side (credits), end_code and end_why */
   int ended;            /* the call's status arrived: no more sends */
+  /* The learner's policy version (lock), whether it still has to go to
+   * the server (a send was in flight), and the table's max_staleness
+   * (Opened): next() drops a batch holding an item too far behind it. */
+  uint64_t version;
+  int version_unsent;
+  uint64_t max_staleness;
+  uint64_t dropped_stale; /* batches dropped so (the learner's thread) */
 
   atomic_int end_code;         /* why next fails once the ring is cut off */
   uint64_t batches, bytes;     /* taken by next (learner's thread) */

@@ -60,6 +60,9 @@ struct chime_writer_s {
   double *priorities; /* batch_cap */
   uint32_t queued;    /* samples in the batch */
   int all_default;    /* every queued priority is 1.0 */
+  uint64_t version;   /* the policy version of the next sample */
+  uint64_t *versions; /* batch_cap: each queued sample's */
+  int mixed;          /* queued samples' versions differ */
   uint64_t next_id;   /* seq of the next request, from 1 */
   uint64_t acked_id;  /* seq of the oldest unacked: [1, acked_id) acked */
   uint32_t inflight;  /* packed, not acked */
@@ -525,6 +528,11 @@ static int send_batch(chime_writer_t *w) {
     req.n_priorities = w->queued;
     req.priorities = w->priorities;
   }
+  /* One version for the lot when they share it (0: none sent). */
+  if (w->mixed || w->versions[0] != 0) {
+    req.n_versions = w->mixed ? w->queued : 1;
+    req.versions = w->versions;
+  }
   req.id = w->next_id;
   req.writer_id = w->writer_id;
   req.end_episode = w->end_pending != 0;
@@ -542,6 +550,7 @@ static int send_batch(chime_writer_t *w) {
   w->sent += w->queued;
   w->queued = 0;
   w->all_default = 1;
+  w->mixed = 0;
   w->end_pending = 0;
   return kick(w);
 }
@@ -681,7 +690,9 @@ int chime_writer_open(chime_writer_t **out, chime_client_t *client,
   w->min_key = 1; /* keys start at 1 */
   w->data = malloc(w->batch_cap * ti.sample_bytes);
   w->priorities = malloc(w->batch_cap * sizeof(double));
-  if (!w->data || !w->priorities || chime__rpc_init(&w->rpc)) {
+  w->versions = malloc(w->batch_cap * sizeof(uint64_t));
+  w->version = opts->version;
+  if (!w->data || !w->priorities || !w->versions || chime__rpc_init(&w->rpc)) {
     rc = chime__fail(err, sizeof(err), CHIME_ENOMEM, "out of memory");
     goto cleanup;
   }
@@ -747,6 +758,10 @@ static int queued(chime_writer_t *w, uint32_t k, const double *prio) {
   }
   for (uint32_t i = 0; prio == NULL && i < k; i++)
     w->priorities[w->queued + i] = 1.0;
+  for (uint32_t i = 0; i < k; i++)
+    w->versions[w->queued + i] = w->version;
+  if (w->queued > 0 && w->versions[0] != w->version)
+    w->mixed = 1;
   w->queued += k;
   if (w->queued == w->batch_cap && can_send(w))
     return send_batch(w);
@@ -863,6 +878,13 @@ static int end_episode(chime_writer_t *w) {
   return send_batch(w); /* the queued steps, possibly none, and the end */
 }
 
+int chime_writer_set_version(chime_writer_t *writer, uint64_t version) {
+  if (!writer)
+    return chime__detail(CHIME_EINVAL, "chime_writer_set_version: no writer");
+  writer->version = version;
+  return 0;
+}
+
 int chime_writer_end_episode(chime_writer_t *writer) {
   chime_writer_t *w = writer;
   if (!w)
@@ -908,6 +930,7 @@ int chime_writer_close(chime_writer_t *writer) {
     int rc = report(w, inherited(w));
     free(w->data);
     free(w->priorities);
+    free(w->versions);
     free(w->fl);
     free(w);
     return rc;
@@ -940,6 +963,7 @@ int chime_writer_close(chime_writer_t *writer) {
     chime__shards_unpick(w->set, w->member);
   free(w->data);
   free(w->priorities);
+  free(w->versions);
   for (uint32_t i = 0; i < w->inflight; i++)
     chime__bb_free(fl_at(w, i)->bb);
   free(w->fl);

@@ -108,7 +108,8 @@ typedef struct {
   uint32_t count;
   uint64_t id, writer_id;
   int end_episode;
-  double *priorities; /* NULL: all 1.0 */
+  double *priorities;          /* NULL: all 1.0 */
+  chime__table_versions_t ver; /* its v malloc'd (NULL: all 0) */
   chime__staging_t *budget;
 } staged_t;
 
@@ -117,6 +118,7 @@ static void staged_free(staged_t *sg) {
     return;
   chime__staging_free(sg->data, sg->data_len);
   free(sg->priorities);
+  free((void *)sg->ver.v);
   chime__staging_release(sg->budget, sg->bytes);
   free(sg);
 }
@@ -124,7 +126,8 @@ static void staged_free(staged_t *sg) {
 /* Takes the request's samples and priorities out of m, charged to the
  * staging budget. CHIME_ERESOURCE when they do not fit it. */
 static int stage(staged_t **out, msg_t *m, chime__staging_t *budget) {
-  uint64_t bytes = m->q.data_len + (uint64_t)m->q.count * sizeof(double);
+  uint64_t bytes = m->q.data_len + (uint64_t)m->q.count * sizeof(double) +
+                   (uint64_t)m->q.n_versions * sizeof(uint64_t);
   *out = NULL;
   if (chime__staging_charge(budget, bytes) != 0)
     return CHIME_ERESOURCE;
@@ -143,6 +146,8 @@ static int stage(staged_t **out, msg_t *m, chime__staging_t *budget) {
   sg->end_episode = m->q.end_episode;
   sg->priorities = m->q.priorities;
   m->q.priorities = NULL;
+  sg->ver = (chime__table_versions_t){m->q.versions, m->q.n_versions};
+  m->q.versions = NULL;
   sg->budget = budget;
   sg->bytes = bytes;
   *out = sg;
@@ -160,8 +165,9 @@ static int insert_direct(chime__table_t *t, msg_t *m, uint64_t *first_key,
       return CHIME_ENOMEM;
     chime__pb_spans(&m->pr, m->q.data_offset, m->q.data_len, spans, n);
   }
-  int rc = chime__table_try_insert_spans(t, spans, n, m->q.count,
-                                         m->q.priorities, first_key, dq);
+  chime__table_versions_t ver = {m->q.versions, m->q.n_versions};
+  int rc = chime__table_insert_versioned(
+      t, spans, n, m->q.count, m->q.priorities, &ver, first_key, NULL, dq, 1);
   if (spans != few)
     free(spans);
   return rc;
@@ -473,6 +479,14 @@ static void insert_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
     rc = CHIME_EINVAL;
     goto fail;
   }
+  if (req->q.n_versions > 1 && req->q.n_versions != req->q.count) {
+    snprintf(err, sizeof(err),
+             "insert into '%s': %zu versions for %u samples (send none, one "
+             "for all, or one per sample)",
+             tc->name, req->q.n_versions, req->q.count);
+    rc = CHIME_EINVAL;
+    goto fail;
+  }
   if (req->q.n_priorities != 0 && req->q.n_priorities != req->q.count) {
     snprintf(err, sizeof(err),
              "insert into '%s': %zu priorities for %u samples (send none or "
@@ -557,10 +571,11 @@ static void insert_done(chime__inserter_t *w, insert_t *st) {
    * request is dropped, and the writer's resend is the one that counts. */
   chime__dedupe_req_t dq = {
       .writer = sg->writer_id, .seq = sg->id, .end_episode = sg->end_episode};
-  int rc = ended
-               ? CHIME_ECLOSED
-               : chime__table_insert(w->t, sg->data, sg->count, sg->priorities,
-                                     &first_key, &st->abort, &dq);
+  int rc =
+      ended ? CHIME_ECLOSED
+            : chime__table_insert_versioned(
+                  w->t, &(chime__span_t){sg->data, sg->data_len}, 1, sg->count,
+                  sg->priorities, &sg->ver, &first_key, &st->abort, &dq, 0);
   uint64_t id = sg->id;
   uint32_t count = sg->count;
   pthread_mutex_lock(&st->call->mu);

@@ -27,6 +27,8 @@ typedef struct {
   uint64_t data_offset, data_len; /* the data field in the message */
   double *priorities;             /* malloc'd; NULL when none */
   size_t n_priorities;
+  uint64_t *versions; /* malloc'd; NULL when none (docs/replay.md) */
+  size_t n_versions;
   /* The writer's spec: n_spec leaves (more than CHIME_MAX_LEAVES, more
    * than any table has, is refused). */
   Chime__V1__Leaf *spec[CHIME_MAX_LEAVES];

@@ -13,7 +13,7 @@
  * consumer calls the deleter. The array's base is the View (directly, or
  * through the Array it was sliced from), and the View holds the Batch, so
  * the ring slot stays leased for as long as the tensor lives, exactly as for
- * an array or memoryview (stream.c).
+ * an array or memoryview (batch.h).
  *
  * Results that own new memory (obs * 2, obs.sum(), np.sin(obs)) come back
  * as plain ndarrays and scalars, as they would from a plain ndarray: the

@@ -1,7 +1,8 @@
 /* What the files of the `chime` extension share: the object types, the
  * exception classes and the dtype mapping. The module is a thin layer over
  * libchime's public API (include/chime/chime.h); everything about memory
- * safety of zero-copy views lives in stream.c (view.c exports them). */
+ * safety of zero-copy views lives in batch.h and
+ * batch.c (view.c exports them). */
 #ifndef CHIMEPY_H
 #define CHIMEPY_H
 
@@ -34,7 +35,7 @@ extern PyTypeObject chimepy_batch_type;
 extern PyTypeObject chimepy_view_type;
 extern PyTypeObject chimepy_array_type;
 
-/* A chime.View (view.c) over `data`: what stream.c fills in after
+/* A chime.View (view.c) over `data`: what batch.c fills in after
  * chimepy_view_new. */
 typedef struct {
   PyObject_HEAD PyObject *owner; /* held; told by gone() when the View goes */

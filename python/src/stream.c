@@ -1,383 +1,10 @@
-/* chime.Stream and chime.Batch: batches as zero-copy numpy views into the
- * ring (over chime.View, view.c), and the rules that keep those views
- * safe.
- *
- * Ownership: View -> Batch -> Stream -> Client (strong references), so no
- * object outlives what its memory depends on. A Batch holds a lease on one
- * ring slot until it is given back; it is given back only when no View of it
- * is alive (numpy arrays and memoryviews keep their View alive through
- * their base, DLPack tensors through the array or View they came from,
- * array.c), so no array can read a slot the server may refill. release()
- * with views alive is deferred until the last view goes; so is closing the
- * stream (chime_stream_close() unmaps the ring) while any batch is leased.
- *
- * Threads: chime_stream_next() runs without the GIL. A view dropped in
- * another thread meanwhile must not call chime_stream_release() concurrently
- * (one thread at a time per stream), so its slot is queued in `pending` and
- * given back by next() once it has the GIL again.
- *
- * A device stream (device >= 0, docs/python.md): a leaf is a chime.View
- * over device memory (no numpy array: the host cannot read it), exported
- * with DLPack as CUDA; its __dlpack__(stream=s) makes s wait for the
- * batch's copy (chime_stream_wait, which any thread may call, also while
- * next() runs), and the release records the release point on s. */
-#include "chimepy.h"
+/* chime.Stream: next() with the GIL released, iteration, close() deferred
+ * while batches are leased, stats (batch.h says how views stay safe). */
+#include "batch.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-typedef struct batch_s batch_t;
-
-typedef struct {
-  PyObject_HEAD chimepy_client_t *client;
-  chime_stream_t *s;
-  chime_mode_t mode;
-  int device;         /* -1: host batches; else the CUDA ordinal */
-  PyObject *fallback; /* str or None */
-  int iter_timeout_ms;
-  int closing; /* close() asked: the C stream closes once nothing is leased */
-  int in_next; /* chime_stream_next() is running without the GIL */
-  unsigned leased;
-  batch_t *last;          /* borrowed: what next() returned last */
-  batch_t *held;          /* borrowed: every leased batch, a list */
-  chime_batch_t *pending; /* slots to give back when next() returns */
-  unsigned npending, cap;
-} stream_t;
-
-struct batch_s {
-  PyObject_HEAD stream_t *stream;
-  chime_batch_t b;
-  int leased;        /* the slot is ours: the server does not write it */
-  int release_asked; /* release() or a later next(): no new views */
-  unsigned views;    /* live View objects */
-  batch_t *prev, *next;
-};
-
-/* ------------------------------------------------------------- stream end */
-
-/* For a batch the caller never saw, on a path that already raises. */
-static void release_unreported(chime_stream_t *s, const chime_batch_t *b) {
-  if (chime_stream_release(s, b) != 0) {
-    /* the stream ended: the slot goes back with it */
-  }
-}
-
-static void stream_shut(stream_t *self) {
-  chime_stream_t *s = self->s;
-  if (!s)
-    return;
-  self->s = NULL;
-  Py_BEGIN_ALLOW_THREADS chime_stream_close(s);
-  Py_END_ALLOW_THREADS chimepy_client_child_closed(self->client);
-}
-
-static int drain_pending(stream_t *self) {
-  int first = 0;
-  for (unsigned i = 0; i < self->npending; i++) {
-    int rc = chime_stream_release(self->s, &self->pending[i]);
-    if (rc && !first)
-      first = rc;
-  }
-  self->npending = 0;
-  return first;
-}
-
-static void maybe_finish_close(stream_t *self) {
-  if (self->closing && !self->in_next && self->leased == 0) {
-    (void)drain_pending(self);
-    stream_shut(self);
-  }
-}
-
-/* Gives the slot of a batch with no live view back to the server. */
-static int batch_give_back(batch_t *bt) {
-  stream_t *st = bt->stream;
-  int rc = 0;
-  if (!bt->leased)
-    return 0;
-  bt->leased = 0;
-  if (bt->prev)
-    bt->prev->next = bt->next;
-  else
-    st->held = bt->next;
-  if (bt->next)
-    bt->next->prev = bt->prev;
-  bt->prev = bt->next = NULL;
-  if (st->in_next)
-    st->pending[st->npending++] = bt->b; /* cap >= slots: never overflows */
-  else
-    rc = chime_stream_release(st->s, &bt->b);
-  st->leased--;
-  maybe_finish_close(st);
-  return rc;
-}
-
-static int batch_request_release(batch_t *bt) {
-  bt->release_asked = 1;
-  if (bt->leased && bt->views == 0)
-    return batch_give_back(bt);
-  return 0;
-}
-
-/* The last View of the batch went (view.c): a release asked meanwhile
- * happens now. */
-static void batch_view_gone(PyObject *o) {
-  batch_t *bt = (batch_t *)o;
-  if (--bt->views == 0 && bt->release_asked)
-    (void)batch_give_back(bt); /* a dealloc cannot report it */
-}
-
-/* ----------------------------------------------------------------- Batch */
-
-static PyObject *batch_not_leased(void) {
-  return chimepy_raise(CHIME_ECLOSED,
-                       "batch was released: its slot may hold other data");
-}
-
-/* A device leaf's View: the consumer's CUDA stream waits for the copy. */
-static int batch_order(PyObject *o, void *cuda_stream) {
-  batch_t *bt = (batch_t *)o;
-  if (!bt->leased) {
-    batch_not_leased();
-    return -1;
-  }
-  int rc = chime_stream_wait(bt->stream->s, &bt->b, cuda_stream);
-  if (rc) {
-    chimepy_raise(rc, chime_last_error());
-    return -1;
-  }
-  return 0;
-}
-
-/* A read-only ndarray over leaf `leaf` (-1: info) whose base is a new View;
- * on a device stream a leaf's View itself. */
-static PyObject *batch_array(batch_t *bt, int leaf) {
-  if (!bt->leased || bt->release_asked)
-    return batch_not_leased();
-  chimepy_view_t *v = chimepy_view_new((PyObject *)bt, batch_view_gone);
-  if (!v)
-    return NULL;
-  bt->views++;
-  v->leaf = leaf;
-  npy_intp dims[CHIME_MAX_DIMS + 1];
-  PyArray_Descr *descr;
-  if (leaf >= 0 && bt->stream->device >= 0) {
-    const chime_batch_leaf_t *l = &bt->b.leaf[leaf];
-    v->data = l->data;
-    v->ndim = (int)l->ndim;
-    v->format = chimepy_buffer_format(l->dtype);
-    v->dtype = l->dtype;
-    v->itemsize = (Py_ssize_t)chime_dtype_size(l->dtype);
-    v->device = bt->stream->device;
-    v->order = batch_order;
-    Py_ssize_t stride = v->itemsize;
-    v->len = v->itemsize;
-    for (int i = v->ndim - 1; i >= 0; i--) {
-      v->shape[i] = (Py_ssize_t)l->shape[i];
-      v->strides[i] = stride;
-      stride *= v->shape[i];
-      v->len *= v->shape[i];
-    }
-    return (PyObject *)v;
-  }
-  if (leaf >= 0) {
-    const chime_batch_leaf_t *l = &bt->b.leaf[leaf];
-    descr = chimepy_descr(l->dtype);
-    v->data = l->data;
-    v->ndim = (int)l->ndim;
-    v->format = chimepy_buffer_format(l->dtype);
-    v->dtype = l->dtype;
-    v->itemsize = (Py_ssize_t)chime_dtype_size(l->dtype);
-    for (int i = 0; i < v->ndim; i++)
-      v->shape[i] = dims[i] = (npy_intp)l->shape[i];
-  } else {
-    descr = chimepy_info_descr();
-    Py_XINCREF(descr);
-    v->data = bt->b.info;
-    v->dtype = CHIME_DTYPE_INVALID;
-    v->ndim = 1;
-    v->format = "T{Q:key:d:probability:I:times_sampled:I:reserved:Q:insert_"
-                "time_ns:d:priority:Q:table_size:}";
-    v->itemsize = sizeof(chime_sample_info_t);
-    v->shape[0] = dims[0] = bt->b.count;
-  }
-  if (!descr) {
-    Py_DECREF(v);
-    return NULL;
-  }
-  Py_ssize_t stride = v->itemsize;
-  v->len = v->itemsize;
-  for (int i = v->ndim - 1; i >= 0; i--) {
-    v->strides[i] = stride;
-    stride *= v->shape[i];
-    v->len *= v->shape[i];
-  }
-  /* No NPY_ARRAY_WRITEABLE; and the base refuses writable buffers, so numpy
-   * will not let it be set later either. A chime.Array so that it exports
-   * DLPack although read-only (array.c). */
-  PyObject *arr = PyArray_NewFromDescr(
-      &chimepy_array_type, descr, v->ndim, dims, NULL, (void *)v->data,
-      NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED, NULL);
-  if (!arr) {
-    Py_DECREF(v);
-    return NULL;
-  }
-  if (PyArray_SetBaseObject((PyArrayObject *)arr, (PyObject *)v) < 0) {
-    Py_DECREF(arr);
-    return NULL;
-  }
-  return arr;
-}
-
-static int leaf_index(batch_t *bt, PyObject *key) {
-  const char *name = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : NULL;
-  if (!name) {
-    PyErr_Clear();
-    PyErr_SetObject(PyExc_KeyError, key);
-    return -1;
-  }
-  for (uint32_t i = 0; i < bt->b.nleaves; i++)
-    if (!strcmp(bt->b.leaf[i].name, name))
-      return (int)i;
-  PyErr_SetObject(PyExc_KeyError, key);
-  return -1;
-}
-
-static PyObject *batch_getitem(PyObject *o, PyObject *key) {
-  batch_t *bt = (batch_t *)o;
-  int i = leaf_index(bt, key);
-  return i < 0 ? NULL : batch_array(bt, i);
-}
-
-static PyObject *batch_view(PyObject *o, PyObject *key) {
-  batch_t *bt = (batch_t *)o;
-  int i = leaf_index(bt, key);
-  if (i < 0)
-    return NULL;
-  PyObject *arr = batch_array(bt, i);
-  if (!arr || Py_TYPE(arr) == &chimepy_view_type)
-    return arr; /* a device leaf's View */
-  PyObject *v = PyArray_BASE((PyArrayObject *)arr);
-  Py_INCREF(v);
-  Py_DECREF(arr);
-  return v;
-}
-
-static Py_ssize_t batch_len(PyObject *o) {
-  return (Py_ssize_t)((batch_t *)o)->b.nleaves;
-}
-
-static PyMappingMethods batch_mapping = {
-    .mp_length = batch_len,
-    .mp_subscript = batch_getitem,
-};
-
-static void batch_dealloc(PyObject *o) {
-  batch_t *bt = (batch_t *)o;
-  stream_t *st = bt->stream;
-  if (st) {
-    if (st->last == bt)
-      st->last = NULL;
-    (void)batch_give_back(bt); /* no view is alive: they hold the batch */
-    Py_DECREF(st);
-  }
-  Py_TYPE(o)->tp_free(o);
-}
-
-static PyObject *batch_release(PyObject *o, PyObject *unused) {
-  (void)unused;
-  int rc = batch_request_release((batch_t *)o);
-  if (rc)
-    return chimepy_raise(rc, "release");
-  Py_RETURN_NONE;
-}
-
-static PyObject *batch_keys(PyObject *o, PyObject *unused) {
-  (void)unused;
-  batch_t *bt = (batch_t *)o;
-  PyObject *l = PyList_New(bt->b.nleaves);
-  for (uint32_t i = 0; l && i < bt->b.nleaves; i++) {
-    PyObject *s = PyUnicode_FromString(bt->b.leaf[i].name);
-    if (!s) {
-      Py_DECREF(l);
-      return NULL;
-    }
-    PyList_SET_ITEM(l, i, s);
-  }
-  return l;
-}
-
-static PyObject *batch_enter(PyObject *o, PyObject *unused) {
-  (void)unused;
-  Py_INCREF(o);
-  return o;
-}
-
-static PyObject *batch_exit(PyObject *o, PyObject *args) {
-  (void)args;
-  return batch_release(o, NULL);
-}
-
-static PyObject *batch_get_info(PyObject *o, void *unused) {
-  (void)unused;
-  return batch_array((batch_t *)o, -1);
-}
-
-static PyObject *batch_get_seq(PyObject *o, void *unused) {
-  (void)unused;
-  return PyLong_FromUnsignedLongLong(((batch_t *)o)->b.seq);
-}
-
-static PyObject *batch_get_count(PyObject *o, void *unused) {
-  (void)unused;
-  return PyLong_FromUnsignedLong(((batch_t *)o)->b.count);
-}
-
-static PyObject *batch_get_released(PyObject *o, void *unused) {
-  (void)unused;
-  return PyBool_FromLong(!((batch_t *)o)->leased);
-}
-
-static PyMethodDef batch_methods[] = {
-    {"release", batch_release, METH_NOARGS,
-     "Gives the slot back to the server now, or, while arrays or "
-     "memoryviews of this batch are alive, as soon as the last one is "
-     "gone. No new view can be taken after it."},
-    {"keys", batch_keys, METH_NOARGS, "leaf names in spec order"},
-    {"view", batch_view, METH_O,
-     "view(leaf) -> View: the exporter behind batch[leaf] (buffer protocol, "
-     "__dlpack__ for torch.from_dlpack); holds the batch like an array."},
-    {"__enter__", batch_enter, METH_NOARGS, NULL},
-    {"__exit__", batch_exit, METH_VARARGS, NULL},
-    {NULL, NULL, 0, NULL},
-};
-
-static PyGetSetDef batch_getset[] = {
-    {"info", batch_get_info, NULL,
-     "numpy structured array [count] of (key u64, probability f64, "
-     "times_sampled u32, reserved u32, insert_time_ns u64, priority f64, "
-     "table_size u64, episode_id u64, first_step u32, length u32, version "
-     "u64, staleness u64), in the ring",
-     NULL},
-    {"seq", batch_get_seq, NULL, "batch sequence number", NULL},
-    {"count", batch_get_count, NULL, "samples in the batch", NULL},
-    {"released", batch_get_released, NULL,
-     "True once the slot went back to the server", NULL},
-    {NULL, NULL, NULL, NULL, NULL},
-};
-
-PyTypeObject chimepy_batch_type = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "chime.Batch",
-    .tp_basicsize = sizeof(batch_t),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "One leased batch. batch['leaf'] is a read-only numpy array "
-              "[count, *shape] pointing into the ring (zero copy).",
-    .tp_dealloc = batch_dealloc,
-    .tp_as_mapping = &batch_mapping,
-    .tp_methods = batch_methods,
-    .tp_getset = batch_getset,
-};
 
 /* ---------------------------------------------------------------- Stream */
 
@@ -441,7 +68,7 @@ cleanup:
 }
 
 static int stream_init(PyObject *o, PyObject *args, PyObject *kw) {
-  stream_t *self = (stream_t *)o;
+  chimepy_stream_t *self = (chimepy_stream_t *)o;
   static char *kwlist[] = {"client",       "table",           "batch_size",
                            "mode",         "slots",           "prefetch",
                            "open_timeout", "pin_host_memory", "timeout",
@@ -520,18 +147,18 @@ static int stream_init(PyObject *o, PyObject *args, PyObject *kw) {
   self->client = c;
   c->children++;
   if (!self->fallback) {
-    stream_shut(self);
+    chimepy_stream_shut(self);
     return -1;
   }
   return 0;
 }
 
 static void stream_dealloc(PyObject *o) {
-  stream_t *self = (stream_t *)o;
+  chimepy_stream_t *self = (chimepy_stream_t *)o;
   /* Every batch holds this stream: none is leased any more. */
   if (self->s) {
-    (void)drain_pending(self);
-    stream_shut(self);
+    (void)chimepy_stream_drain(self);
+    chimepy_stream_shut(self);
   }
   Py_XDECREF(self->fallback);
   Py_XDECREF(self->client);
@@ -551,7 +178,8 @@ static uint64_t now_ms(void) {
 
 /* Waits for the next batch into *b with the GIL released, in slices so
  * that Ctrl-C is seen: 0, or -1 with an exception set. */
-static int stream_wait(stream_t *self, chime_batch_t *b, int timeout_ms) {
+static int stream_wait(chimepy_stream_t *self, chime_batch_t *b,
+                       int timeout_ms) {
   uint64_t deadline = timeout_ms < 0 ? 0 : now_ms() + (uint64_t)timeout_ms;
   int rc;
   /* next()'s detail, kept when releases follow it (a failed release would
@@ -572,17 +200,17 @@ static int stream_wait(stream_t *self, chime_batch_t *b, int timeout_ms) {
     detail[0] = '\0';
     if (rc && drained)
       snprintf(detail, sizeof(detail), "%s", chime_last_error());
-    int rrc = drain_pending(self);
+    int rrc = chimepy_stream_drain(self);
     if (self->closing) {
       if (rc == 0)
-        release_unreported(self->s, b);
-      maybe_finish_close(self);
+        chimepy_release_unreported(self->s, b);
+      chimepy_stream_finish_close(self);
       chimepy_raise(CHIME_ECLOSED, "stream closed during next()");
       return -1;
     }
     if (rrc && rc == 0) {
       chimepy_raise(rrc, chime_last_error()); /* before another release */
-      release_unreported(self->s, b);
+      chimepy_release_unreported(self->s, b);
       return -1;
     }
     if (rc == CHIME_ETIMEDOUT &&
@@ -602,7 +230,7 @@ static int stream_wait(stream_t *self, chime_batch_t *b, int timeout_ms) {
   return 0;
 }
 
-static PyObject *stream_next_ms(stream_t *self, int timeout_ms) {
+static PyObject *stream_next_ms(chimepy_stream_t *self, int timeout_ms) {
   if (!self->s || self->closing)
     return chimepy_raise(CHIME_ECLOSED, "stream is closed");
   if (self->in_next) {
@@ -611,16 +239,16 @@ static PyObject *stream_next_ms(stream_t *self, int timeout_ms) {
     return NULL;
   }
   if (self->last) {
-    batch_t *prev = self->last;
+    chimepy_batch_t *prev = self->last;
     self->last = NULL;
-    int rc = batch_request_release(prev);
+    int rc = chimepy_batch_request_release(prev);
     if (rc)
       return chimepy_raise(rc, chime_last_error());
   }
   /* The batch is written straight into its object (chime_batch_t is
    * several KiB: no copy of it per batch). Until it is leased the object
    * owns nothing, and its dealloc does nothing but free it. */
-  batch_t *bt = PyObject_New(batch_t, &chimepy_batch_type);
+  chimepy_batch_t *bt = PyObject_New(chimepy_batch_t, &chimepy_batch_type);
   if (!bt)
     return NULL;
   bt->stream = NULL;
@@ -679,11 +307,11 @@ static PyObject *stream_next(PyObject *o, PyObject *const *args,
   int ms = 1000;
   if (t && parse_timeout_ms(t, &ms))
     return NULL;
-  return stream_next_ms((stream_t *)o, ms);
+  return stream_next_ms((chimepy_stream_t *)o, ms);
 }
 
 static PyObject *stream_iternext(PyObject *o) {
-  stream_t *self = (stream_t *)o;
+  chimepy_stream_t *self = (chimepy_stream_t *)o;
   PyObject *b = stream_next_ms(self, self->iter_timeout_ms);
   if (!b && PyErr_Occurred()) {
     /* A graceful server stop ends the iteration, as EOF ends a file. */
@@ -708,26 +336,26 @@ static PyObject *stream_iternext(PyObject *o) {
 
 static PyObject *stream_close(PyObject *o, PyObject *unused) {
   (void)unused;
-  stream_t *self = (stream_t *)o;
+  chimepy_stream_t *self = (chimepy_stream_t *)o;
   if (self->closing || !self->s)
     Py_RETURN_NONE;
   self->closing = 1;
   self->last = NULL;
   /* Batches without views go back now; the rest when their views go. */
-  batch_t *bt = self->held;
+  chimepy_batch_t *bt = self->held;
   while (bt) {
-    batch_t *next = bt->next;
+    chimepy_batch_t *next = bt->next;
     bt->release_asked = 1;
     if (bt->views == 0)
-      (void)batch_give_back(bt);
+      (void)chimepy_batch_give_back(bt);
     bt = next;
   }
-  maybe_finish_close(self);
+  chimepy_stream_finish_close(self);
   Py_RETURN_NONE;
 }
 
 static PyObject *stream_set_version(PyObject *o, PyObject *arg) {
-  stream_t *self = (stream_t *)o;
+  chimepy_stream_t *self = (chimepy_stream_t *)o;
   unsigned long long v = PyLong_AsUnsignedLongLong(arg);
   if (v == (unsigned long long)-1 && PyErr_Occurred())
     return NULL;
@@ -741,7 +369,7 @@ static PyObject *stream_set_version(PyObject *o, PyObject *arg) {
 
 static PyObject *stream_stats(PyObject *o, PyObject *unused) {
   (void)unused;
-  stream_t *self = (stream_t *)o;
+  chimepy_stream_t *self = (chimepy_stream_t *)o;
   if (!self->s || self->in_next)
     return chimepy_raise(CHIME_ECLOSED, "stream is closed or busy");
   chime_stream_local_stats_t st;
@@ -781,19 +409,19 @@ static PyObject *stream_iter(PyObject *o) {
 
 static PyObject *stream_get_mode(PyObject *o, void *unused) {
   (void)unused;
-  return PyUnicode_FromString(chime_mode_name(((stream_t *)o)->mode));
+  return PyUnicode_FromString(chime_mode_name(((chimepy_stream_t *)o)->mode));
 }
 
 static PyObject *stream_get_fallback(PyObject *o, void *unused) {
   (void)unused;
-  PyObject *f = ((stream_t *)o)->fallback;
+  PyObject *f = ((chimepy_stream_t *)o)->fallback;
   Py_INCREF(f);
   return f;
 }
 
 static PyObject *stream_get_device(PyObject *o, void *unused) {
   (void)unused;
-  int d = ((stream_t *)o)->device;
+  int d = ((chimepy_stream_t *)o)->device;
   if (d < 0)
     Py_RETURN_NONE;
   return PyLong_FromLong(d);
@@ -801,7 +429,7 @@ static PyObject *stream_get_device(PyObject *o, void *unused) {
 
 static PyObject *stream_get_closed(PyObject *o, void *unused) {
   (void)unused;
-  stream_t *self = (stream_t *)o;
+  chimepy_stream_t *self = (chimepy_stream_t *)o;
   return PyBool_FromLong(!self->s || self->closing);
 }
 
@@ -836,7 +464,7 @@ static PyGetSetDef stream_getset[] = {
 
 PyTypeObject chimepy_stream_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "chime.Stream",
-    .tp_basicsize = sizeof(stream_t),
+    .tp_basicsize = sizeof(chimepy_stream_t),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Batches from one table; from Client.stream(). Iterating "
               "calls next(timeout) with the stream's `timeout` (None: "

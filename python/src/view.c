@@ -2,7 +2,7 @@
  * a leased batch, through the buffer protocol and DLPack; numpy arrays of
  * a batch have one as their base. A View holds its owner (the batch) and
  * tells it when it goes (`gone`), so the owner keeps its slot leased while
- * any View lives; it knows nothing else of batches or streams (stream.c
+ * any View lives; it knows nothing else of batches or streams (batch.c
  * fills in what it points at). */
 #include "chimepy.h"
 

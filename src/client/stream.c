@@ -21,6 +21,7 @@
 #include "client/fork.h"
 #include "client/stream.h"
 #include "client/union.h"
+#include "client/union_draw.h"
 #include "wire/credit.h"
 
 /* Cuts the learner off the ring: next then reports end_code, with end_why

@@ -15,9 +15,12 @@
  * gets a sub-stream. No thread of its own: masses are asked for every
  * INFO_EVERY_MS inside next(), without waiting for the answers.
  *
- * stream.c reaches these through one `if (s->uni)` in each public stream
- * call; their contracts are the public calls' (chime.h), on the learner's
- * thread. docs/scaling.md, "Sampling over shards", says what it costs. */
+ * stream.c reaches these (and union_draw.h's next and release) through
+ * one `if (s->uni)` in each public stream call; their contracts are the
+ * public calls' (chime.h), on the learner's thread. The files: union.c
+ * opens and closes the whole, union_draw.c draws and lends batches,
+ * union_sub.c keeps the sub-streams (union_sub.h holds the state).
+ * docs/scaling.md, "Sampling over shards", says what it costs. */
 #ifndef CHIME_CLIENT_UNION_H
 #define CHIME_CLIENT_UNION_H
 
@@ -34,8 +37,6 @@ typedef struct chime__union_s chime__union_t;
  * bad option) fails the open, as does reaching none. On failure s->uni is
  * NULL and nothing is left open; err says why. */
 int chime__union_open(chime_stream_t *s, char *err, size_t errlen);
-int chime__union_next(chime_stream_t *s, chime_batch_t *out, int timeout_ms);
-int chime__union_release(chime_stream_t *s, const chime_batch_t *batch);
 /* The sub-streams' mode when they all have one; CHIME_MODE_AUTO when they
  * differ (shm for some shards, stream for others) or none is open. */
 chime_mode_t chime__union_mode(const chime_stream_t *s);

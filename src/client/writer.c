@@ -14,90 +14,24 @@
  * of the client's writers; when that shard stays unreachable past
  * reconnect_timeout_ms it moves to another the same way (move_shard) and
  * resends there as a new writer (a fresh writer_id): at least once, since
- * the dead shard may have inserted what it never acked. */
+ * the dead shard may have inserted what it never acked.
+ *
+ * This file holds the public calls and the batching; the Insert call and
+ * its requests in flight are writer_call.c's, the shard binding and
+ * failover writer_shard.c's. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "client/fork.h"
 #include "client/internal.h"
-#include "client/shards.h"
+#include "client/writer_call.h"
+#include "client/writer_shard.h"
 #include "common/spec.h"
 #include "wire/insert.h"
-
-struct chime_writer_s {
-  chime_client_t *client; /* the server it writes to: a shard's, when sharded */
-  /* A sharded client's shards (shards.h): the writer is bound to member
-   * and moves to another only when its shard stays unreachable past
-   * reconnect_timeout_ms. NULL: one server. */
-  chime__shards_t *set;
-  uint32_t member;
-  uint64_t moves;
-  uint32_t fork_gen; /* the client's: the writer is the parent's in a child */
-  int pid;           /* the client's process */
-  char table[CHIME_MAX_NAME];
-  chime_spec_t spec;
-  uint64_t sample_bytes;
-  uint32_t batch_cap; /* samples per message */
-  uint32_t max_inflight;
-  int timeout_ms;
-  int resend;               /* resend unacked requests after a reconnect */
-  int reconnect_timeout_ms; /* from the disconnect to the next ack */
-  uint64_t writer_id;       /* 0 when resend is off: no dedupe */
-  /* A sequence table's writer appends steps; its episode is the server's
-   * per writer_id, which it then always has. */
-  int sequence;
-  int end_pending; /* the next request ends the episode */
-
-  chime__rpc_t rpc; /* the Insert call; a new one after a reconnect */
-
-  uint8_t *data;      /* batch_cap * sample_bytes */
-  double *priorities; /* batch_cap */
-  uint32_t queued;    /* samples in the batch */
-  int all_default;    /* every queued priority is 1.0 */
-  uint64_t version;   /* the policy version of the next sample */
-  uint64_t *versions; /* batch_cap: each queued sample's */
-  int mixed;          /* queued samples' versions differ */
-  uint64_t next_id;   /* seq of the next request, from 1 */
-  uint64_t acked_id;  /* seq of the oldest unacked: [1, acked_id) acked */
-  uint32_t inflight;  /* packed, not acked */
-  /* Each request in flight, oldest (seq acked_id) at fl_head: its bytes for
-   * a resend, and its count, which its ack must name exactly. */
-  struct inflight_s {
-    grpc_byte_buffer *bb;
-    uint32_t count;
-  } * fl;
-  uint32_t fl_cap, fl_head;
-  uint32_t sent_on_call; /* of those, sent on the current call (oldest first) */
-  int broken;            /* the call died and may be resumed on a new one */
-  /* move_shard is cancelling the call to the dead shard: the CANCELLED
-   * status that follows is ours, not the server's, and fails nothing. */
-  int dropping;
-  int64_t reconnect_deadline; /* CLOCK_MONOTONIC ms; 0: not reconnecting */
-  uint64_t reconnects;
-  uint64_t min_key; /* keys of one call only grow: the next ack's lowest */
-  uint64_t acked;   /* samples */
-  uint64_t sent;    /* samples */
-  int failed;       /* sticky error code */
-  int stalled;      /* a wait timed out and no ack came since */
-  /* The sentence for the current call's failure, or the sticky one's: the
-   * public calls clear it as they begin (unless failed) and hand it to the
-   * calling thread's detail as they fail (report). */
-  char err[CHIME__ERRLEN];
-};
-
-static uint64_t new_writer_id(void);
-
-static int fail(chime_writer_t *w, int code) {
-  if (!w->failed)
-    w->failed = code;
-  return w->failed;
-}
 
 /* A public call begins: what an earlier call's failure said is not this
  * one's (a sticky failure's text stays: every later call returns it). */
@@ -121,344 +55,6 @@ static int inherited(chime_writer_t *w) {
                                  sizeof(w->err));
 }
 
-static struct inflight_s *fl_at(const chime_writer_t *w, uint32_t i) {
-  return &w->fl[(w->fl_head + i) % w->fl_cap];
-}
-
-static int sending(const chime_writer_t *w) {
-  return chime__rpc_pending(&w->rpc, CHIME__RPC_SEND);
-}
-
-/* The status has not arrived: the call is live. */
-static int live(const chime_writer_t *w) {
-  return chime__rpc_pending(&w->rpc, CHIME__RPC_STATUS);
-}
-
-/* The call ended: the status says why. A lost connection (not a graceful
- * CHIME_ESHUTDOWN) leaves the writer to resume on a new call. Any other end
- * is final; CHIME_EFORGOTTEN (the server no longer remembers this writer,
- * so a resend could not be told from a new request) included: the caller
- * goes on with a new writer. */
-static void on_status(chime_writer_t *w) {
-  char text[CHIME__ERRLEN];
-  int code = chime__rpc_result(&w->rpc, text, sizeof(text));
-  if (w->dropping)
-    return;
-  if (code == 0 && w->inflight)
-    code = CHIME_EPROTO;
-  if (code == 0)
-    code = CHIME_ECLOSED;
-  if (!w->failed && w->resend &&
-      (code == CHIME_EUNAVAILABLE || code == CHIME_EDISCONNECTED)) {
-    w->broken = 1;
-    snprintf(w->err, sizeof(w->err),
-             "insert into '%s': connection lost: %.400s", w->table,
-             text[0] ? text : chime_strerror(code));
-    return;
-  }
-  if (!w->failed) {
-    /* The server's details already name the table ("insert into 't': ..."). */
-    char prefix[CHIME_MAX_NAME + 32];
-    snprintf(prefix, sizeof(prefix), "insert into '%s': ", w->table);
-    int named = strncmp(text, prefix, strlen(prefix)) == 0;
-    int n = snprintf(w->err, sizeof(w->err), "%s%.700s", named ? "" : prefix,
-                     text[0] ? text : chime_strerror(code));
-    /* What this side knows: acks come in order, so the acked samples are
-     * the first ones, and each unacked request went in whole or not. */
-    if (code == CHIME_EFORGOTTEN && n > 0 && (size_t)n < sizeof(w->err))
-      snprintf(w->err + n, sizeof(w->err) - (size_t)n,
-               " (this writer: %" PRIu64 " samples acked, %" PRIu64
-               " sent in %" PRIu32 " requests not acked)",
-               w->acked, w->sent - w->acked, w->inflight);
-    fail(w, code);
-  }
-}
-
-/* The server's ack is untrusted: it must answer the oldest request in flight,
- * one sent on this call, with that request's count and keys after any it
- * gave before. A re-ack after a reconnect is no different: the server acks a
- * request it already had with the keys it gave it then, which follow the
- * keys of every request acked before it. Returns 0 or writes why not into
- * why. */
-static int check_ack(const chime_writer_t *w, const Chime__V1__InsertAck *ack,
-                     char *why, size_t len) {
-  if (w->sent_on_call == 0 || ack->id != w->acked_id) {
-    snprintf(why, len,
-             "ack for request %" PRIu64 ", expected %s%" PRIu64
-             " (unknown, out of order, not sent or already acked)",
-             ack->id, w->sent_on_call ? "" : "none; next would be ",
-             w->acked_id);
-    return -1;
-  }
-  uint32_t sent = fl_at(w, 0)->count;
-  if (ack->count != sent) {
-    snprintf(why, len,
-             "ack for request %" PRIu64 " says %" PRIu32 " samples, %" PRIu32
-             " were sent",
-             ack->id, ack->count, sent);
-    return -1;
-  }
-  if (ack->first_key < w->min_key || ack->first_key > UINT64_MAX - ack->count) {
-    snprintf(why, len,
-             "ack for request %" PRIu64 " gives keys from %" PRIu64
-             " (expected %" PRIu64 " or later, and %" PRIu32
-             " keys that fit 64 bits)",
-             ack->id, ack->first_key, w->min_key, ack->count);
-    return -1;
-  }
-  return 0;
-}
-
-static void on_ack(chime_writer_t *w) {
-  Chime__V1__InsertAck *ack = (Chime__V1__InsertAck *)chime__unpack(
-      &chime__v1__insert_ack__descriptor, w->rpc.recv_bb);
-  chime__bb_free(w->rpc.recv_bb);
-  w->rpc.recv_bb = NULL;
-  char why[256] = "malformed ack";
-  if (!ack || check_ack(w, ack, why, sizeof(why))) {
-    if (!w->failed)
-      snprintf(w->err, sizeof(w->err), "insert into '%s': %s", w->table, why);
-    fail(w, CHIME_EPROTO);
-    chime__rpc_cancel(&w->rpc);
-  } else {
-    struct inflight_s *f = fl_at(w, 0);
-    chime__bb_free(f->bb);
-    f->bb = NULL;
-    w->fl_head = (w->fl_head + 1) % w->fl_cap;
-    w->acked_id++;
-    w->inflight--;
-    w->sent_on_call--;
-    w->acked += ack->count;
-    w->stalled = 0;
-    w->min_key = ack->first_key + ack->count;
-    w->reconnect_deadline = 0; /* the server is back */
-    /* After the status nothing more comes on this call. */
-    if (live(w) && chime__rpc_recv(&w->rpc))
-      fail(w, CHIME_EPROTO);
-  }
-  if (ack)
-    protobuf_c_message_free_unpacked(&ack->base, NULL);
-}
-
-/* Makes room to remember one more request in flight (max_inflight may be
- * large, so the list grows with use rather than up front). */
-static int fl_reserve(chime_writer_t *w) {
-  if (w->inflight < w->fl_cap)
-    return 0;
-  uint32_t cap = w->fl_cap == 0               ? 8
-                 : w->fl_cap > UINT32_MAX / 2 ? UINT32_MAX
-                                              : w->fl_cap * 2;
-  struct inflight_s *grown = calloc(cap, sizeof(*grown));
-  if (!grown)
-    return CHIME_ENOMEM;
-  for (uint32_t i = 0; i < w->inflight; i++)
-    grown[i] = *fl_at(w, i);
-  free(w->fl);
-  w->fl = grown;
-  w->fl_cap = cap;
-  w->fl_head = 0;
-  return 0;
-}
-
-/* Sends the oldest request in flight not yet sent on this call, when no
- * send is outstanding (gRPC takes one at a time). */
-static int kick(chime_writer_t *w) {
-  if (sending(w) || w->broken || !live(w) || w->failed ||
-      w->sent_on_call >= w->inflight)
-    return 0;
-  /* A copy shares the slices: the request's own buffer stays for a resend. */
-  grpc_byte_buffer *bb = chime__bb_copy(fl_at(w, w->sent_on_call)->bb);
-  if (!bb)
-    return fail(w, CHIME_ENOMEM);
-  if (chime__rpc_send(&w->rpc, bb)) {
-    snprintf(w->err, sizeof(w->err), "insert into '%s': cannot send", w->table);
-    return fail(w, CHIME_EPROTO);
-  }
-  w->sent_on_call++;
-  return 0;
-}
-
-/* Handles one completion; CHIME_ETIMEDOUT when none came by the deadline. */
-static int pump(chime_writer_t *w, gpr_timespec deadline) {
-  chime__rpc_op_t op;
-  int ok;
-  int rc = chime__rpc_next(&w->rpc, deadline, &op, &ok);
-  if (rc)
-    return rc;
-  switch (op) {
-  case CHIME__RPC_SEND:
-    kick(w);
-    break;
-  case CHIME__RPC_RECV:
-    if (w->rpc.recv_bb)
-      on_ack(w);
-    break;
-  case CHIME__RPC_STATUS:
-    on_status(w);
-    break;
-  default:
-    break;
-  }
-  return 0;
-}
-
-static int pending(const chime_writer_t *w) {
-  return chime__rpc_busy(&w->rpc);
-}
-
-/* Starts an Insert call: initial metadata, the status and the first
- * receive. A resumed call waits for the channel to be ready (the server
- * may still be coming back) instead of failing at once. */
-static int call_start(chime_writer_t *w, int wait_for_ready) {
-  if (chime__rpc_start(&w->rpc, w->client, CHIME__M_INSERT,
-                       gpr_inf_future(GPR_CLOCK_REALTIME),
-                       wait_for_ready ? CHIME__RPC_WAIT_FOR_READY : 0, NULL) ||
-      chime__rpc_recv(&w->rpc))
-    return CHIME_EPROTO;
-  return 0;
-}
-
-/* Ends the current call: cancels it and collects every completion left
- * (an ack that arrived before the end still counts). */
-static void drop_call(chime_writer_t *w) {
-  chime__rpc_cancel(&w->rpc);
-  while (pending(w))
-    pump(w, gpr_inf_future(GPR_CLOCK_MONOTONIC));
-}
-
-/* The call died with the connection: collect what is left of it (an ack
- * that arrived before the end still counts), then open a new call and send
- * every unacked request again, oldest first. */
-static int reconnect(chime_writer_t *w) {
-  drop_call(w);
-  chime__rpc_reset(&w->rpc);
-  if (w->failed)
-    return w->failed;
-  if (w->reconnect_deadline == 0)
-    w->reconnect_deadline = chime__now_ms() + w->reconnect_timeout_ms;
-  w->broken = 0;
-  w->sent_on_call = 0;
-  w->reconnects++;
-  if (call_start(w, 1)) {
-    snprintf(w->err, sizeof(w->err), "insert into '%s': cannot start a call",
-             w->table);
-    return fail(w, CHIME_EPROTO);
-  }
-  return kick(w);
-}
-
-/* Binds to a shard of set (chime__shards_pick: the live one with the
- * fewest of this client's writers, whose count it keeps; never a second
- * address of one server) that answers and has the table (in ti), never
- * `skip` (UINT32_MAX: none). A shard that
- * answers without the table fails it (the shards must be configured
- * alike); one that cannot be reached is passed over for the next. */
-static int bind_shard(chime__shards_t *set, const char *table, uint32_t skip,
-                      uint32_t *member, chime_table_info_t *ti, char *err,
-                      size_t errlen) {
-  uint8_t tried[CHIME__MAX_SHARDS] = {0};
-  uint32_t i;
-  int rc, last = CHIME_EUNAVAILABLE, any = 0;
-  if (skip != UINT32_MAX)
-    tried[skip] = 1;
-  while ((rc = chime__shards_pick(set, tried, &i, any ? NULL : err,
-                                  any ? 0 : errlen)) == 0) {
-    chime__member_t *m = chime__shards_at(set, i);
-    char why[CHIME__ERRLEN];
-    tried[i] = 1;
-    if (chime__shards_duplicate(set, i)) {
-      /* A server named twice counts once, under its first address. */
-      chime__shards_unpick(set, i);
-      continue;
-    }
-    any = 1;
-    rc = chime__table_lookup(m->client, table, ti, NULL, why, sizeof(why));
-    if (rc == 0) {
-      *member = i;
-      return 0;
-    }
-    chime__shards_unpick(set, i);
-    last = chime__fail(err, errlen, rc, "shard %s: %s", m->addr, why);
-    if (rc != CHIME_EUNAVAILABLE && rc != CHIME_EDISCONNECTED &&
-        rc != CHIME_ETIMEDOUT)
-      return rc;
-  }
-  /* The last shard's failure when some were tried, else the pick's. */
-  return any ? last : rc;
-}
-
-/* To a shard that never saw it the writer is a new writer: a fresh
- * writer_id, and its unacked requests numbered again from 1 in their
- * order. Resent under the old id and numbers, a request past the first
- * would be refused (CHIME_EFORGOTTEN) by a table that has ever forgotten
- * a writer (docs/protocol.md, Exactly once across reconnects). */
-static int renumber(chime_writer_t *w) {
-  uint64_t id = new_writer_id();
-  for (uint32_t i = 0; i < w->inflight; i++) {
-    struct inflight_s *f = fl_at(w, i);
-    Chime__V1__InsertRequest *req = (Chime__V1__InsertRequest *)chime__unpack(
-        &chime__v1__insert_request__descriptor, f->bb);
-    if (!req)
-      return CHIME_ENOMEM; /* our own bytes: only memory can fail */
-    req->writer_id = id;
-    req->id = i + 1;
-    grpc_byte_buffer *bb = chime__pack(&req->base);
-    protobuf_c_message_free_unpacked(&req->base, NULL);
-    if (!bb)
-      return CHIME_ENOMEM;
-    chime__bb_free(f->bb);
-    f->bb = bb;
-  }
-  w->writer_id = id;
-  w->acked_id = 1;
-  w->next_id = (uint64_t)w->inflight + 1;
-  return 0;
-}
-
-/* Failover: the writer's shard stayed unreachable past the reconnect
- * timeout. The target is resolved again and the writer moves to the live
- * shard with the fewest of this client's writers that has the same table,
- * where every unacked request is sent again (on a new call, by reconnect),
- * as a new writer's: at least once, since the dead shard may have inserted
- * some of them before it went (docs/scaling.md, Writers and shards). */
-static int move_shard(chime_writer_t *w) {
-  chime__shards_refresh(w->set, 1);
-  uint32_t to, at;
-  chime_table_info_t ti;
-  char why[CHIME__ERRLEN];
-  if (bind_shard(w->set, w->table, w->member, &to, &ti, why, sizeof(why)))
-    return CHIME_EUNAVAILABLE;
-  if (chime__spec_diff(ti.sequence_length ? &ti.step_spec : &ti.spec, &w->spec,
-                       &at) != CHIME__SPEC_SAME) {
-    chime__shards_unpick(w->set, to);
-    return CHIME_EUNAVAILABLE;
-  }
-  /* The call on the dead shard is still waiting for its channel (a
-   * resumed call waits for ready): cancelling it is no failure. */
-  w->dropping = 1;
-  drop_call(w);
-  w->dropping = 0;
-  chime__rpc_reset(&w->rpc);
-  if (!w->failed && w->writer_id && renumber(w)) {
-    snprintf(w->err, sizeof(w->err), "insert into '%s': out of memory",
-             w->table);
-    fail(w, CHIME_ENOMEM);
-  }
-  if (w->failed) {
-    chime__shards_unpick(w->set, to);
-    return w->failed;
-  }
-  chime__shards_unpick(w->set, w->member);
-  w->member = to;
-  w->client = chime__shards_at(w->set, to)->client;
-  w->moves++;
-  /* The new shard issues keys of its own numbering. */
-  w->min_key = 1;
-  w->reconnect_deadline = chime__now_ms() + w->reconnect_timeout_ms;
-  w->broken = 1;
-  return 0;
-}
-
 /* Waits until cond() holds, the writer fails or the deadline passes; a call
  * lost on the way is resumed on a new one, up to the reconnect deadline. */
 static int wait_until(chime_writer_t *w, int (*cond)(const chime_writer_t *),
@@ -468,7 +64,7 @@ static int wait_until(chime_writer_t *w, int (*cond)(const chime_writer_t *),
     if (w->failed)
       return w->failed;
     if (w->broken) {
-      int rc = reconnect(w);
+      int rc = chime__writer_reconnect(w);
       if (rc)
         return rc;
       continue;
@@ -477,11 +73,12 @@ static int wait_until(chime_writer_t *w, int (*cond)(const chime_writer_t *),
     if (w->reconnect_deadline && w->reconnect_deadline < until)
       until = w->reconnect_deadline;
     int64_t left = until - chime__now_ms();
-    int rc = pump(w, chime__deadline_ms(left > 0 ? (int)left : 0));
+    int rc =
+        chime__writer_pump(w, chime__deadline_ms(left > 0 ? (int)left : 0));
     if (rc != CHIME_ETIMEDOUT)
       continue;
     if (w->reconnect_deadline && chime__now_ms() >= w->reconnect_deadline) {
-      if (w->set && move_shard(w) == 0)
+      if (w->set && chime__writer_move_shard(w) == 0)
         continue;
       snprintf(w->err, sizeof(w->err),
                "insert into '%s': connection lost and not back within %d ms "
@@ -514,7 +111,7 @@ static int send_batch(chime_writer_t *w) {
   int rc = wait_until(w, can_send, w->timeout_ms);
   if (rc)
     return rc;
-  if (fl_reserve(w)) {
+  if (chime__writer_fl_reserve(w)) {
     snprintf(w->err, sizeof(w->err), "insert into '%s': out of memory",
              w->table);
     return CHIME_ENOMEM;
@@ -552,20 +149,7 @@ static int send_batch(chime_writer_t *w) {
   w->all_default = 1;
   w->mixed = 0;
   w->end_pending = 0;
-  return kick(w);
-}
-
-/* A random nonzero id, so writers of one table never share one. */
-static uint64_t new_writer_id(void) {
-  uint64_t id = 0;
-  while (id == 0) {
-    if (getrandom(&id, sizeof(id), 0) != (ssize_t)sizeof(id)) {
-      /* No entropy source: time and pid still tell writers apart. */
-      id = chime__clock_ns(CLOCK_REALTIME) ^ ((uint64_t)getpid() << 40);
-      id *= UINT64_C(0x9E3779B97F4A7C15);
-    }
-  }
-  return id;
+  return chime__writer_kick(w);
 }
 
 /* Names the leaf a sample of `len` bytes breaks, like the server does. */
@@ -625,8 +209,8 @@ int chime_writer_open(chime_writer_t **out, chime_client_t *client,
   }
   set = client->set;
   if (set) {
-    if ((rc = bind_shard(set, table, UINT32_MAX, &member, &ti, err,
-                         sizeof(err))) != 0)
+    if ((rc = chime__writer_bind_shard(set, table, UINT32_MAX, &member, &ti,
+                                       err, sizeof(err))) != 0)
       goto cleanup;
     bound = 1;
     client = chime__shards_at(set, member)->client;
@@ -684,7 +268,7 @@ int chime_writer_open(chime_writer_t **out, chime_client_t *client,
       w->max_inflight = CHIME__INSERT_WINDOW;
   }
   if (w->resend || w->sequence)
-    w->writer_id = new_writer_id();
+    w->writer_id = chime__writer_new_id();
   w->next_id = w->acked_id = 1;
   w->all_default = 1;
   w->min_key = 1; /* keys start at 1 */
@@ -696,7 +280,7 @@ int chime_writer_open(chime_writer_t **out, chime_client_t *client,
     rc = chime__fail(err, sizeof(err), CHIME_ENOMEM, "out of memory");
     goto cleanup;
   }
-  if (call_start(w, 0)) {
+  if (chime__writer_call_start(w, 0)) {
     rc = chime__fail(err, sizeof(err), CHIME_EPROTO, "writer: start failed");
     goto cleanup;
   }
@@ -736,10 +320,10 @@ static int bad_priority(chime_writer_t *w, double priority) {
  * costs more than appending a small sample. */
 static int ready(chime_writer_t *w) {
   while ((w->inflight || sending(w)) && !w->broken &&
-         pump(w, gpr_inf_past(GPR_CLOCK_MONOTONIC)) == 0) {
+         chime__writer_pump(w, gpr_inf_past(GPR_CLOCK_MONOTONIC)) == 0) {
   }
   if (w->broken && !w->failed)
-    reconnect(w);
+    chime__writer_reconnect(w);
   return w->failed;
 }
 
@@ -953,10 +537,10 @@ int chime_writer_close(chime_writer_t *writer) {
        * courtesy, so don't wait long for it. */
       gpr_timespec deadline =
           chime__deadline_ms(w->timeout_ms < 5000 ? w->timeout_ms : 5000);
-      while (live(w) && pump(w, deadline) != CHIME_ETIMEDOUT) {
+      while (live(w) && chime__writer_pump(w, deadline) != CHIME_ETIMEDOUT) {
       }
     }
-    drop_call(w);
+    chime__writer_drop_call(w);
   }
   chime__rpc_destroy(&w->rpc);
   if (w->set)

@@ -21,13 +21,13 @@
 
 #include <cmocka.h>
 
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "chime/chime.h"
+#include "fake_control.h"
 #include "harness.h"
 
 #define SPEC "obs:f32[16], act:i32[]"
@@ -40,68 +40,15 @@ static const char *config =
     "{\"tables\": [{\"name\": \"demo\", \"spec\": \"" SPEC "\", "
     "\"capacity\": 4096, \"min_size\": 1, \"sampler\": \"uniform\"}]}\n";
 
-static struct {
-  long (*run)(long max_ops);
-  long (*count)(const char *what);
-  long (*launch)(void *stream, const void *ptr, size_t n);
-  void (*note)(const char *text);
-  void (*reset)(void);
-  int (*stream_create)(void **stream, unsigned int flags);
-  int (*stream_destroy)(void *stream);
-} fk;
+static fake_control_t fk;
 
 static char g_log[512];
-
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "r");
-  char *buf = calloc(1, 1 << 22);
-  size_t n = 0;
-  assert_non_null(buf);
-  if (f) {
-    n = fread(buf, 1, (1 << 22) - 1, f);
-    fclose(f);
-  }
-  buf[n] = '\0';
-  return buf;
-}
-
-static int count_lines(const char *log, const char *word) {
-  int n = 0;
-  for (const char *line = log; line && *line;) {
-    n += strncmp(line, word, strlen(word)) == 0;
-    line = strchr(line, '\n');
-    if (line)
-      line++;
-  }
-  return n;
-}
 
 /* The fake's control calls: the library loads the fake on the first
  * device stream, and this binds them then. */
 static void bind_fake(void) {
-  void *h;
-  if (fk.run)
-    return;
-  h = dlopen(FAKE_CUDART_FILE, RTLD_NOW | RTLD_NOLOAD);
-  assert_non_null(h);
-#define SYM(field, name)                                                       \
-  do {                                                                         \
-    union {                                                                    \
-      void *obj;                                                               \
-      __typeof__(fk.field) fn;                                                 \
-    } u_;                                                                      \
-    u_.obj = dlsym(h, name);                                                   \
-    assert_non_null(u_.obj);                                                   \
-    fk.field = u_.fn;                                                          \
-  } while (0)
-  SYM(run, "fake_cudart_run");
-  SYM(count, "fake_cudart_count");
-  SYM(launch, "fake_cudart_launch");
-  SYM(note, "fake_cudart_note");
-  SYM(reset, "fake_cudart_reset");
-  SYM(stream_create, "cudaStreamCreateWithFlags");
-  SYM(stream_destroy, "cudaStreamDestroy");
-#undef SYM
+  if (!fk.run)
+    fake_control_bind(&fk, FAKE_CUDART_FILE);
 }
 
 static void fill_table(chime_client_t *c) {
@@ -198,18 +145,18 @@ static void fresh_log(const char *name) {
 /* The log up to "closing": copies from registered memory only, no
  * synchronisation, no source rewritten under a copy. */
 static void check_log(int registrations) {
-  char *log = slurp(g_log);
-  assert_int_equal(count_lines(log, "register "), registrations);
-  assert_int_equal(count_lines(log, "copy-src-changed"), 0);
-  assert_int_equal(count_lines(log, "bad-handle"), 0);
-  assert_int_equal(count_lines(log, "free-busy"), 0);
-  assert_true(count_lines(log, "copy ") > 0);
+  char *log = fake_log_read(g_log);
+  assert_int_equal(fake_log_count(log, "register "), registrations);
+  assert_int_equal(fake_log_count(log, "copy-src-changed"), 0);
+  assert_int_equal(fake_log_count(log, "bad-handle"), 0);
+  assert_int_equal(fake_log_count(log, "free-busy"), 0);
+  assert_true(fake_log_count(log, "copy ") > 0);
   char *closing = strstr(log, "closing\n");
   assert_non_null(closing);
   *closing = '\0';
-  assert_int_equal(count_lines(log, "sync"), 0);
-  assert_int_equal(count_lines(log, "stream-sync"), 0);
-  assert_int_equal(count_lines(log, "event-sync"), 0);
+  assert_int_equal(fake_log_count(log, "sync"), 0);
+  assert_int_equal(fake_log_count(log, "stream-sync"), 0);
+  assert_int_equal(fake_log_count(log, "event-sync"), 0);
   free(log);
 }
 

@@ -91,6 +91,32 @@ static void target_of(int n, char *buf, size_t len) {
   }
 }
 
+/* Starts chimed 0..n-1 as shards 1..n (each with extra_table) and returns
+ * a client over all of them. */
+static chime_client_t *start_shards(int n, const char *extra_table) {
+  for (int i = 0; i < n; i++)
+    start_shard(i, (uint32_t)i + 1, extra_table);
+  char target[1024];
+  target_of(n, target, sizeof target);
+  chime_client_t *c = NULL;
+  if (chime_client_create(&c, target, NULL) != 0)
+    fail_msg("client: %s", chime_last_error());
+  return c;
+}
+
+/* A writer on c's table that moves off a shard unreachable for
+ * RECONNECT_MS. */
+static chime_writer_t *failover_writer(chime_client_t *c, const char *table,
+                                       uint32_t batch) {
+  chime_writer_t *wr = NULL;
+  chime_writer_opts_t wo = CHIME_WRITER_OPTS_INIT;
+  wo.max_batch_samples = batch;
+  wo.reconnect_timeout_ms = RECONNECT_MS;
+  if (chime_writer_open(&wr, c, table, &wo) != 0)
+    fail_msg("writer: %s", chime_last_error());
+  return wr;
+}
+
 static int teardown(void **state) {
   (void)state;
   for (int i = 0; i < nstarted; i++)
@@ -368,13 +394,7 @@ static void tally_free(uint8_t **t) {
 /* The 8 writers, a kill -9 of one shard mid-run, and its rejoin. */
 static void test_kill_one_shard(void **state) {
   (void)state;
-  for (int i = 0; i < NSHARDS; i++)
-    start_shard(i, (uint32_t)i + 1, NULL);
-  char target[1024];
-  target_of(NSHARDS, target, sizeof target);
-  chime_client_t *c = NULL;
-  if (chime_client_create(&c, target, NULL) != 0)
-    fail_msg("client: %s", chime_last_error());
+  chime_client_t *c = start_shards(NSHARDS, NULL);
   assert_int_equal(chime_client_nshards(c), NSHARDS);
   chime_client_t *sc[NSHARDS];
   for (int i = 0; i < NSHARDS; i++) {
@@ -672,13 +692,7 @@ static void read_p(chime_client_t *sc, uint32_t n, uint64_t *keys,
  * shard. */
 static void test_mutate_every_shard(void **state) {
   (void)state;
-  for (int i = 0; i < NSHARDS; i++)
-    start_shard(i, (uint32_t)i + 1, NULL);
-  char target[1024];
-  target_of(NSHARDS, target, sizeof target);
-  chime_client_t *c = NULL;
-  if (chime_client_create(&c, target, NULL) != 0)
-    fail_msg("client: %s", chime_last_error());
+  chime_client_t *c = start_shards(NSHARDS, NULL);
   uint64_t keys[NSHARDS][PER];
   double prios[NSHARDS][PER];
   for (int i = 0; i < NSHARDS; i++) {
@@ -792,19 +806,8 @@ static void test_move_to_shard_that_forgot(void **state) {
   const char *m = ",\n  {\"name\": \"m\", \"spec\": \"w:u32[], s:u32[]\", "
                   "\"capacity\": 1000, \"sampler\": \"fifo\", "
                   "\"max_writers\": 2}";
-  for (int i = 0; i < 2; i++)
-    start_shard(i, (uint32_t)i + 1, m);
-  char target[1024];
-  target_of(2, target, sizeof target);
-  chime_client_t *c = NULL;
-  if (chime_client_create(&c, target, NULL) != 0)
-    fail_msg("client: %s", chime_last_error());
-  chime_writer_t *wr = NULL;
-  chime_writer_opts_t wo = CHIME_WRITER_OPTS_INIT;
-  wo.max_batch_samples = BATCH;
-  wo.reconnect_timeout_ms = RECONNECT_MS;
-  if (chime_writer_open(&wr, c, "m", &wo) != 0)
-    fail_msg("writer: %s", chime_last_error());
+  chime_client_t *c = start_shards(2, m);
+  chime_writer_t *wr = failover_writer(c, "m", BATCH);
   write_items(wr, 7, 0, BATCH); /* request 1 */
   int x = table_inserts(chime_client_shard(c, 0), "m") == BATCH ? 0 : 1;
   int y = 1 - x;
@@ -860,19 +863,8 @@ static void test_sequence_episode_cut(void **state) {
   const char *sq = ",\n  {\"name\": \"sq\", \"spec\": \"w:u32[], s:u32[]\", "
                    "\"capacity_steps\": 1000, \"sequence_length\": 4, "
                    "\"stride\": 1, \"sampler\": \"fifo\"}";
-  for (int i = 0; i < 2; i++)
-    start_shard(i, (uint32_t)i + 1, sq);
-  char target[1024];
-  target_of(2, target, sizeof target);
-  chime_client_t *c = NULL;
-  if (chime_client_create(&c, target, NULL) != 0)
-    fail_msg("client: %s", chime_last_error());
-  chime_writer_t *wr = NULL;
-  chime_writer_opts_t wo = CHIME_WRITER_OPTS_INIT;
-  wo.max_batch_samples = 3;
-  wo.reconnect_timeout_ms = RECONNECT_MS;
-  if (chime_writer_open(&wr, c, "sq", &wo) != 0)
-    fail_msg("writer: %s", chime_last_error());
+  chime_client_t *c = start_shards(2, sq);
+  chime_writer_t *wr = failover_writer(c, "sq", 3);
   write_items(wr, 7, 0, 6); /* steps 0..5: windows 0-3, 1-4, 2-5 */
   int x = table_inserts(chime_client_shard(c, 0), "sq") == 3 ? 0 : 1;
   int y = 1 - x;

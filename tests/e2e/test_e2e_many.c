@@ -18,21 +18,16 @@
 #define STREAMS 256
 #define SAMPLE 64 /* id:u64[], pad:u8[56] */
 
+static const char *config =
+    "{\"tables\": [{\"name\": \"u\", \"spec\": \"id:u64[], pad:u8[56]\", "
+    "\"capacity\": 4096, \"sampler\": \"uniform\"}]}\n";
+
 static chime__chimed_t chimed;
 static chime_client_t *client;
 
 static int setup(void **state) {
   (void)state;
-  int rc = chime__chimed_start(
-      &chimed,
-      "{\"tables\": [{\"name\": \"u\", \"spec\": \"id:u64[], pad:u8[56]\", "
-      "\"capacity\": 4096, \"sampler\": \"uniform\"}]}\n",
-      NULL, 30000);
-  if (rc == CHIME_ENOTFOUND)
-    chime__skip("chimed is not built");
-  if (rc != 0)
-    return -1;
-  return chime_client_create(&client, chimed.addr, NULL) == 0 ? 0 : -1;
+  return chime__chimed_start_client(&chimed, config, &client) == 0 ? 0 : -1;
 }
 
 static int teardown(void **state) {

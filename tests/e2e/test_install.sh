@@ -18,6 +18,9 @@ set -euo pipefail
 
 build=${CHIME_BUILD_DIR:?}
 src=${CHIME_SOURCE_DIR:?}
+test_name=test_install
+# shellcheck source=../support/shtest.sh
+. "$src/tests/support/shtest.sh"
 libdir=${CHIME_INSTALL_LIBDIR:-lib}
 cc=${CC:-cc}
 cmake=${CMAKE:-cmake}
@@ -40,18 +43,6 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
-fail() {
-  echo "test_install: $*" >&2
-  exit 1
-}
-run_logged() { # log, command...: runs it, shows the log when it fails
-  local log=$1
-  shift
-  if ! "$@" >"$log" 2>&1; then
-    cat "$log" >&2
-    fail "failed: $*"
-  fi
-}
 
 prefix=$tmp/prefix
 echo "== cmake --install $build --prefix $prefix"

@@ -24,6 +24,9 @@ set -euo pipefail
 
 build=${CHIME_BUILD_DIR:?}
 src=${CHIME_SOURCE_DIR:?}
+test_name=test_packages
+# shellcheck source=../support/shtest.sh
+. "$src/tests/support/shtest.sh"
 pkgs=(libchime0.3 libchime-dev chimed python3-chime)
 
 skip() {
@@ -62,20 +65,7 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
-fail() {
-  echo "test_packages: $*" >&2
-  exit 1
-}
-run_logged() { # log, command...: runs it, shows the log when it fails
-  local log=$1
-  shift
-  if ! "$@" >"$log" 2>&1; then
-    cat "$log" >&2
-    fail "failed: $*"
-  fi
-}
-version=$(sed -n 's/^#define CHIME_VERSION_STRING "\(.*\)"$/\1/p' \
-  "$src/include/chime/version.h")
+version=$(chime_version)
 
 echo "== scripts/package.sh"
 run_logged "$tmp/package.log" "$src/scripts/package.sh" "$build" "$tmp/debs"

@@ -14,6 +14,9 @@ set -euo pipefail
 
 build=${CHIME_BUILD_DIR:?}
 src=${CHIME_SOURCE_DIR:?}
+test_name=test_pip
+# shellcheck source=../support/shtest.sh
+. "$src/tests/support/shtest.sh"
 python=${CHIME_PYTHON:-/usr/bin/python3}
 
 "$python" -c 'import ensurepip, venv' 2>/dev/null ||
@@ -23,20 +26,7 @@ python=${CHIME_PYTHON:-/usr/bin/python3}
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/chime-pip.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-fail() {
-  echo "test_pip: $*" >&2
-  exit 1
-}
-run_logged() { # log, command...: runs it, shows the log when it fails
-  local log=$1
-  shift
-  if ! "$@" >"$log" 2>&1; then
-    cat "$log" >&2
-    fail "failed: $*"
-  fi
-}
-version=$(sed -n 's/^#define CHIME_VERSION_STRING "\(.*\)"$/\1/p' \
-  "$src/include/chime/version.h")
+version=$(chime_version)
 
 # A copy: pip builds in the source directory (build/, *.egg-info).
 cp -r "$src/python" "$tmp/pysrc"

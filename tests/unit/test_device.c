@@ -19,7 +19,6 @@
 
 #include <cmocka.h>
 
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,22 +31,14 @@
 #include "ring/pin.h"
 #include "ring/producer.h"
 
+#include "fake_control.h"
+
 #define SPEC "obs:f32[16], act:i32[]"
 #define BATCH 4
 #define SLOTS 6
 
 /* The fake's control calls, from the library chime loaded. */
-static struct {
-  long (*run)(long max_ops);
-  long (*count)(const char *what);
-  long (*launch)(void *stream, const void *ptr, size_t n);
-  int (*hold)(void *stream, int on);
-  int64_t (*kernel_sum)(long id);
-  void (*note)(const char *text);
-  void (*reset)(void);
-  int (*stream_create)(void **stream, unsigned int flags);
-  int (*stream_destroy)(void *stream);
-} fk;
+static fake_control_t fk;
 
 static char g_log[256];
 
@@ -164,30 +155,6 @@ static void check_bytes(const rig_t *r, const chime_batch_t *b, uint64_t seq) {
 }
 
 /* --------------------------------------------------------------- the log */
-
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "r");
-  char *buf = calloc(1, 1 << 22);
-  size_t n = 0;
-  assert_non_null(buf);
-  if (f) {
-    n = fread(buf, 1, (1 << 22) - 1, f);
-    fclose(f);
-  }
-  buf[n] = '\0';
-  return buf;
-}
-
-static int count_lines(const char *log, const char *word) {
-  int n = 0;
-  for (const char *line = log; line && *line;) {
-    n += strncmp(line, word, strlen(word)) == 0;
-    line = strchr(line, '\n');
-    if (line)
-      line++;
-  }
-  return n;
-}
 
 /* Every "slot-release <slot> <ptr>" comes after the "copy-done" of the
  * latest copy issued from <ptr>; every copy reads registered memory.
@@ -343,17 +310,17 @@ static void test_slots_held_until_copy_completes(void **state) {
   assert_int_equal(st.registered, r.lay->data_bytes);
   chime__device_close(d);
   assert_int_equal(leases(&r), 0);
-  char *log = slurp(g_log);
+  char *log = fake_log_read(g_log);
   assert_int_equal(order_violations(log), 0);
-  assert_int_equal(count_lines(log, "copy-src-changed"), 0);
+  assert_int_equal(fake_log_count(log, "copy-src-changed"), 0);
   /* One registration of every slot, portable|mapped|read-only. */
   char want[128];
   snprintf(want, sizeof want, "register %p %llu 11",
            chime_ring_slot_base(r.cons, 0),
            (unsigned long long)r.lay->data_bytes);
-  assert_int_equal(count_lines(log, "register "), 1);
+  assert_int_equal(fake_log_count(log, "register "), 1);
   assert_non_null(strstr(log, want));
-  assert_int_equal(count_lines(log, "unregister "), 1);
+  assert_int_equal(fake_log_count(log, "unregister "), 1);
   free(log);
   assert_no_leaks();
   unsetenv("FAKE_CUDART_MANUAL");
@@ -419,10 +386,10 @@ static void test_buffer_reuse_waits_for_learner_stream(void **state) {
   assert_int_equal(chime__device_release(d, &c), 0);
   chime__device_close(d);
   assert_int_equal(fk.stream_destroy(ls), 0);
-  char *log = slurp(g_log);
+  char *log = fake_log_read(g_log);
   assert_int_equal(order_violations(log), 0);
-  assert_int_equal(count_lines(log, "copy-src-changed"), 0);
-  assert_int_equal(count_lines(log, "free-busy"), 0);
+  assert_int_equal(fake_log_count(log, "copy-src-changed"), 0);
+  assert_int_equal(fake_log_count(log, "free-busy"), 0);
   free(log);
   assert_no_leaks();
   unsetenv("FAKE_CUDART_MANUAL");
@@ -498,9 +465,9 @@ static void test_failed_copy_ahead_is_reported(void **state) {
   assert_int_equal(chime__device_release(d, &b1), 0);
   chime__device_close(d);
   assert_int_equal(leases(&r), 0);
-  char *log = slurp(g_log);
+  char *log = fake_log_read(g_log);
   assert_int_equal(order_violations(log), 0);
-  assert_int_equal(count_lines(log, "copy-src-changed"), 0);
+  assert_int_equal(fake_log_count(log, "copy-src-changed"), 0);
   free(log);
   assert_no_leaks();
   end_log();
@@ -591,16 +558,16 @@ static void test_many_batches_registered_once(void **state) {
       fail_msg("batch %d: the learner's kernel read other bytes", i);
   }
   assert_int_equal(fk.stream_destroy(ls), 0);
-  char *log = slurp(g_log);
+  char *log = fake_log_read(g_log);
   assert_int_equal(order_violations(log), 0);
-  assert_int_equal(count_lines(log, "copy-src-changed"), 0);
-  assert_int_equal(count_lines(log, "register "), 1);
-  assert_int_equal(count_lines(log, "free-busy"), 0);
-  assert_int_equal(count_lines(log, "bad-handle"), 0);
+  assert_int_equal(fake_log_count(log, "copy-src-changed"), 0);
+  assert_int_equal(fake_log_count(log, "register "), 1);
+  assert_int_equal(fake_log_count(log, "free-busy"), 0);
+  assert_int_equal(fake_log_count(log, "bad-handle"), 0);
   *strstr(log, "closing\n") = '\0';
-  assert_int_equal(count_lines(log, "sync"), 0);
-  assert_int_equal(count_lines(log, "stream-sync"), 0);
-  assert_int_equal(count_lines(log, "event-sync"), 0);
+  assert_int_equal(fake_log_count(log, "sync"), 0);
+  assert_int_equal(fake_log_count(log, "stream-sync"), 0);
+  assert_int_equal(fake_log_count(log, "event-sync"), 0);
   free(log);
   assert_no_leaks();
   end_log();
@@ -633,9 +600,9 @@ static void test_registration_choices(void **state) {
            (unsigned long long)r.lay->data_bytes);
   chime_ring_destroy(r.cons); /* unpins */
   r.cons = NULL;
-  char *log = slurp(g_log);
+  char *log = fake_log_read(g_log);
   assert_non_null(strstr(log, want));
-  assert_int_equal(count_lines(log, "register "), 1 + SLOTS);
+  assert_int_equal(fake_log_count(log, "register "), 1 + SLOTS);
   free(log);
 
   /* Refused: the open fails naming the call, and nothing is left. */
@@ -695,15 +662,6 @@ static void test_open_errors(void **state) {
   rig_close(&r);
 }
 
-static void *sym(void *h, const char *name) {
-  void *p = dlsym(h, name);
-  if (!p) {
-    fprintf(stderr, "fake libcudart lacks %s\n", name);
-    exit(1);
-  }
-  return p;
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_open_errors),
@@ -726,29 +684,6 @@ int main(void) {
     fprintf(stderr, "the fake runtime did not load: %s\n", err);
     return 1;
   }
-  void *h = dlopen(FAKE_CUDART_FILE, RTLD_NOW | RTLD_NOLOAD);
-  if (!h) {
-    fprintf(stderr, "the fake runtime is not the one loaded\n");
-    return 1;
-  }
-#define SYM(field, name)                                                       \
-  do {                                                                         \
-    union {                                                                    \
-      void *obj;                                                               \
-      __typeof__(fk.field) fn;                                                 \
-    } u_;                                                                      \
-    u_.obj = sym(h, name);                                                     \
-    fk.field = u_.fn;                                                          \
-  } while (0)
-  SYM(run, "fake_cudart_run");
-  SYM(count, "fake_cudart_count");
-  SYM(launch, "fake_cudart_launch");
-  SYM(hold, "fake_cudart_hold");
-  SYM(kernel_sum, "fake_cudart_kernel_sum");
-  SYM(note, "fake_cudart_note");
-  SYM(reset, "fake_cudart_reset");
-  SYM(stream_create, "cudaStreamCreateWithFlags");
-  SYM(stream_destroy, "cudaStreamDestroy");
-#undef SYM
+  fake_control_bind(&fk, FAKE_CUDART_FILE);
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

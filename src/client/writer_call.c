@@ -1,0 +1,237 @@
+/* A writer's Insert call (writer_call.h): requests in flight, their acks,
+ * and the new call that resumes them after a lost connection. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client/writer_call.h"
+
+/* The call ended: the status says why. A lost connection (not a graceful
+ * CHIME_ESHUTDOWN) leaves the writer to resume on a new call. Any other end
+ * is final; CHIME_EFORGOTTEN (the server no longer remembers this writer,
+ * so a resend could not be told from a new request) included: the caller
+ * goes on with a new writer. */
+static void on_status(chime_writer_t *w) {
+  char text[CHIME__ERRLEN];
+  int code = chime__rpc_result(&w->rpc, text, sizeof(text));
+  if (w->dropping)
+    return;
+  if (code == 0 && w->inflight)
+    code = CHIME_EPROTO;
+  if (code == 0)
+    code = CHIME_ECLOSED;
+  if (!w->failed && w->resend &&
+      (code == CHIME_EUNAVAILABLE || code == CHIME_EDISCONNECTED)) {
+    w->broken = 1;
+    snprintf(w->err, sizeof(w->err),
+             "insert into '%s': connection lost: %.400s", w->table,
+             text[0] ? text : chime_strerror(code));
+    return;
+  }
+  if (!w->failed) {
+    /* The server's details already name the table ("insert into 't': ..."). */
+    char prefix[CHIME_MAX_NAME + 32];
+    snprintf(prefix, sizeof(prefix), "insert into '%s': ", w->table);
+    int named = strncmp(text, prefix, strlen(prefix)) == 0;
+    int n = snprintf(w->err, sizeof(w->err), "%s%.700s", named ? "" : prefix,
+                     text[0] ? text : chime_strerror(code));
+    /* What this side knows: acks come in order, so the acked samples are
+     * the first ones, and each unacked request went in whole or not. */
+    if (code == CHIME_EFORGOTTEN && n > 0 && (size_t)n < sizeof(w->err))
+      snprintf(w->err + n, sizeof(w->err) - (size_t)n,
+               " (this writer: %" PRIu64 " samples acked, %" PRIu64
+               " sent in %" PRIu32 " requests not acked)",
+               w->acked, w->sent - w->acked, w->inflight);
+    fail(w, code);
+  }
+}
+
+/* The server's ack is untrusted: it must answer the oldest request in flight,
+ * one sent on this call, with that request's count and keys after any it
+ * gave before. A re-ack after a reconnect is no different: the server acks a
+ * request it already had with the keys it gave it then, which follow the
+ * keys of every request acked before it. Returns 0 or writes why not into
+ * why. */
+static int check_ack(const chime_writer_t *w, const Chime__V1__InsertAck *ack,
+                     char *why, size_t len) {
+  if (w->sent_on_call == 0 || ack->id != w->acked_id) {
+    snprintf(why, len,
+             "ack for request %" PRIu64 ", expected %s%" PRIu64
+             " (unknown, out of order, not sent or already acked)",
+             ack->id, w->sent_on_call ? "" : "none; next would be ",
+             w->acked_id);
+    return -1;
+  }
+  uint32_t sent = fl_at(w, 0)->count;
+  if (ack->count != sent) {
+    snprintf(why, len,
+             "ack for request %" PRIu64 " says %" PRIu32 " samples, %" PRIu32
+             " were sent",
+             ack->id, ack->count, sent);
+    return -1;
+  }
+  if (ack->first_key < w->min_key || ack->first_key > UINT64_MAX - ack->count) {
+    snprintf(why, len,
+             "ack for request %" PRIu64 " gives keys from %" PRIu64
+             " (expected %" PRIu64 " or later, and %" PRIu32
+             " keys that fit 64 bits)",
+             ack->id, ack->first_key, w->min_key, ack->count);
+    return -1;
+  }
+  return 0;
+}
+
+static void on_ack(chime_writer_t *w) {
+  Chime__V1__InsertAck *ack = (Chime__V1__InsertAck *)chime__unpack(
+      &chime__v1__insert_ack__descriptor, w->rpc.recv_bb);
+  chime__bb_free(w->rpc.recv_bb);
+  w->rpc.recv_bb = NULL;
+  char why[256] = "malformed ack";
+  if (!ack || check_ack(w, ack, why, sizeof(why))) {
+    if (!w->failed)
+      snprintf(w->err, sizeof(w->err), "insert into '%s': %s", w->table, why);
+    fail(w, CHIME_EPROTO);
+    chime__rpc_cancel(&w->rpc);
+  } else {
+    struct inflight_s *f = fl_at(w, 0);
+    chime__bb_free(f->bb);
+    f->bb = NULL;
+    w->fl_head = (w->fl_head + 1) % w->fl_cap;
+    w->acked_id++;
+    w->inflight--;
+    w->sent_on_call--;
+    w->acked += ack->count;
+    w->stalled = 0;
+    w->min_key = ack->first_key + ack->count;
+    w->reconnect_deadline = 0; /* the server is back */
+    /* After the status nothing more comes on this call. */
+    if (live(w) && chime__rpc_recv(&w->rpc))
+      fail(w, CHIME_EPROTO);
+  }
+  if (ack)
+    protobuf_c_message_free_unpacked(&ack->base, NULL);
+}
+
+/* Makes room to remember one more request in flight (max_inflight may be
+ * large, so the list grows with use rather than up front). */
+int chime__writer_fl_reserve(chime_writer_t *w) {
+  if (w->inflight < w->fl_cap)
+    return 0;
+  uint32_t cap = w->fl_cap == 0               ? 8
+                 : w->fl_cap > UINT32_MAX / 2 ? UINT32_MAX
+                                              : w->fl_cap * 2;
+  struct inflight_s *grown = calloc(cap, sizeof(*grown));
+  if (!grown)
+    return CHIME_ENOMEM;
+  for (uint32_t i = 0; i < w->inflight; i++)
+    grown[i] = *fl_at(w, i);
+  free(w->fl);
+  w->fl = grown;
+  w->fl_cap = cap;
+  w->fl_head = 0;
+  return 0;
+}
+
+/* Sends the oldest request in flight not yet sent on this call, when no
+ * send is outstanding (gRPC takes one at a time). */
+int chime__writer_kick(chime_writer_t *w) {
+  if (sending(w) || w->broken || !live(w) || w->failed ||
+      w->sent_on_call >= w->inflight)
+    return 0;
+  /* A copy shares the slices: the request's own buffer stays for a resend. */
+  grpc_byte_buffer *bb = chime__bb_copy(fl_at(w, w->sent_on_call)->bb);
+  if (!bb)
+    return fail(w, CHIME_ENOMEM);
+  if (chime__rpc_send(&w->rpc, bb)) {
+    snprintf(w->err, sizeof(w->err), "insert into '%s': cannot send", w->table);
+    return fail(w, CHIME_EPROTO);
+  }
+  w->sent_on_call++;
+  return 0;
+}
+
+/* Handles one completion; CHIME_ETIMEDOUT when none came by the deadline. */
+int chime__writer_pump(chime_writer_t *w, gpr_timespec deadline) {
+  chime__rpc_op_t op;
+  int ok;
+  int rc = chime__rpc_next(&w->rpc, deadline, &op, &ok);
+  if (rc)
+    return rc;
+  switch (op) {
+  case CHIME__RPC_SEND:
+    chime__writer_kick(w);
+    break;
+  case CHIME__RPC_RECV:
+    if (w->rpc.recv_bb)
+      on_ack(w);
+    break;
+  case CHIME__RPC_STATUS:
+    on_status(w);
+    break;
+  default:
+    break;
+  }
+  return 0;
+}
+
+static int pending(const chime_writer_t *w) {
+  return chime__rpc_busy(&w->rpc);
+}
+
+/* Starts an Insert call: initial metadata, the status and the first
+ * receive. A resumed call waits for the channel to be ready (the server
+ * may still be coming back) instead of failing at once. */
+int chime__writer_call_start(chime_writer_t *w, int wait_for_ready) {
+  if (chime__rpc_start(&w->rpc, w->client, CHIME__M_INSERT,
+                       gpr_inf_future(GPR_CLOCK_REALTIME),
+                       wait_for_ready ? CHIME__RPC_WAIT_FOR_READY : 0, NULL) ||
+      chime__rpc_recv(&w->rpc))
+    return CHIME_EPROTO;
+  return 0;
+}
+
+/* Ends the current call: cancels it and collects every completion left
+ * (an ack that arrived before the end still counts). */
+void chime__writer_drop_call(chime_writer_t *w) {
+  chime__rpc_cancel(&w->rpc);
+  while (pending(w))
+    chime__writer_pump(w, gpr_inf_future(GPR_CLOCK_MONOTONIC));
+}
+
+/* The call died with the connection: collect what is left of it (an ack
+ * that arrived before the end still counts), then open a new call and send
+ * every unacked request again, oldest first. */
+int chime__writer_reconnect(chime_writer_t *w) {
+  chime__writer_drop_call(w);
+  chime__rpc_reset(&w->rpc);
+  if (w->failed)
+    return w->failed;
+  if (w->reconnect_deadline == 0)
+    w->reconnect_deadline = chime__now_ms() + w->reconnect_timeout_ms;
+  w->broken = 0;
+  w->sent_on_call = 0;
+  w->reconnects++;
+  if (chime__writer_call_start(w, 1)) {
+    snprintf(w->err, sizeof(w->err), "insert into '%s': cannot start a call",
+             w->table);
+    return fail(w, CHIME_EPROTO);
+  }
+  return chime__writer_kick(w);
+}
+
+/* A random nonzero id, so writers of one table never share one. */
+uint64_t chime__writer_new_id(void) {
+  uint64_t id = 0;
+  while (id == 0) {
+    if (getrandom(&id, sizeof(id), 0) != (ssize_t)sizeof(id)) {
+      /* No entropy source: time and pid still tell writers apart. */
+      id = chime__clock_ns(CLOCK_REALTIME) ^ ((uint64_t)getpid() << 40);
+      id *= UINT64_C(0x9E3779B97F4A7C15);
+    }
+  }
+  return id;
+}

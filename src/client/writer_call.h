@@ -1,0 +1,113 @@
+/* Internal to the client: a writer's state and its Insert call (writer_call.c):
+ * the requests in flight and their acks, and the new call that resumes them
+ * after a lost connection. writer.c drives it from the public calls,
+ * writer_shard.c moves it to another shard (see writer.c's opening comment
+ * for the protocol). Every function runs on the writer's caller's thread. */
+#ifndef CHIME_CLIENT_WRITER_CALL_H
+#define CHIME_CLIENT_WRITER_CALL_H
+
+#include <stdint.h>
+
+#include "client/internal.h"
+#include "client/shards.h"
+
+struct chime_writer_s {
+  chime_client_t *client; /* the server it writes to: a shard's, when sharded */
+  /* A sharded client's shards (shards.h): the writer is bound to member
+   * and moves to another only when its shard stays unreachable past
+   * reconnect_timeout_ms. NULL: one server. */
+  chime__shards_t *set;
+  uint32_t member;
+  uint64_t moves;
+  uint32_t fork_gen; /* the client's: the writer is the parent's in a child */
+  int pid;           /* the client's process */
+  char table[CHIME_MAX_NAME];
+  chime_spec_t spec;
+  uint64_t sample_bytes;
+  uint32_t batch_cap; /* samples per message */
+  uint32_t max_inflight;
+  int timeout_ms;
+  int resend;               /* resend unacked requests after a reconnect */
+  int reconnect_timeout_ms; /* from the disconnect to the next ack */
+  uint64_t writer_id;       /* 0 when resend is off: no dedupe */
+  /* A sequence table's writer appends steps; its episode is the server's
+   * per writer_id, which it then always has. */
+  int sequence;
+  int end_pending; /* the next request ends the episode */
+
+  chime__rpc_t rpc; /* the Insert call; a new one after a reconnect */
+
+  uint8_t *data;      /* batch_cap * sample_bytes */
+  double *priorities; /* batch_cap */
+  uint32_t queued;    /* samples in the batch */
+  int all_default;    /* every queued priority is 1.0 */
+  uint64_t version;   /* the policy version of the next sample */
+  uint64_t *versions; /* batch_cap: each queued sample's */
+  int mixed;          /* queued samples' versions differ */
+  uint64_t next_id;   /* seq of the next request, from 1 */
+  uint64_t acked_id;  /* seq of the oldest unacked: [1, acked_id) acked */
+  uint32_t inflight;  /* packed, not acked */
+  /* Each request in flight, oldest (seq acked_id) at fl_head: its bytes for
+   * a resend, and its count, which its ack must name exactly. */
+  struct inflight_s {
+    grpc_byte_buffer *bb;
+    uint32_t count;
+  } * fl;
+  uint32_t fl_cap, fl_head;
+  uint32_t sent_on_call; /* of those, sent on the current call (oldest first) */
+  int broken;            /* the call died and may be resumed on a new one */
+  /* move_shard is cancelling the call to the dead shard: the CANCELLED
+   * status that follows is ours, not the server's, and fails nothing. */
+  int dropping;
+  int64_t reconnect_deadline; /* CLOCK_MONOTONIC ms; 0: not reconnecting */
+  uint64_t reconnects;
+  uint64_t min_key; /* keys of one call only grow: the next ack's lowest */
+  uint64_t acked;   /* samples */
+  uint64_t sent;    /* samples */
+  int failed;       /* sticky error code */
+  int stalled;      /* a wait timed out and no ack came since */
+  /* The sentence for the current call's failure, or the sticky one's: the
+   * public calls clear it as they begin (unless failed) and hand it to the
+   * calling thread's detail as they fail (report). */
+  char err[CHIME__ERRLEN];
+};
+
+static inline int fail(chime_writer_t *w, int code) {
+  if (!w->failed)
+    w->failed = code;
+  return w->failed;
+}
+
+static inline struct inflight_s *fl_at(const chime_writer_t *w, uint32_t i) {
+  return &w->fl[(w->fl_head + i) % w->fl_cap];
+}
+
+static inline int sending(const chime_writer_t *w) {
+  return chime__rpc_pending(&w->rpc, CHIME__RPC_SEND);
+}
+
+/* The status has not arrived: the call is live. */
+static inline int live(const chime_writer_t *w) {
+  return chime__rpc_pending(&w->rpc, CHIME__RPC_STATUS);
+}
+
+/* Makes room to remember one more request in flight: 0 or CHIME_ENOMEM. */
+int chime__writer_fl_reserve(chime_writer_t *w);
+/* Sends the oldest request in flight not yet sent on this call, when no
+ * send is outstanding (gRPC takes one at a time). */
+int chime__writer_kick(chime_writer_t *w);
+/* Handles one completion; CHIME_ETIMEDOUT when none came by the deadline. */
+int chime__writer_pump(chime_writer_t *w, gpr_timespec deadline);
+/* Starts an Insert call: initial metadata, the status and the first
+ * receive; wait_for_ready: wait for the channel (a resumed call). */
+int chime__writer_call_start(chime_writer_t *w, int wait_for_ready);
+/* Cancels the current call and collects every completion left (an ack
+ * that arrived before the end still counts). */
+void chime__writer_drop_call(chime_writer_t *w);
+/* The call died with the connection: a new call that sends every unacked
+ * request again, oldest first. */
+int chime__writer_reconnect(chime_writer_t *w);
+/* A random nonzero writer id. */
+uint64_t chime__writer_new_id(void);
+
+#endif

@@ -1,0 +1,22 @@
+# What the shell tests share (tests/e2e/test_*.sh source it after setting
+# src=$CHIME_SOURCE_DIR and test_name=<their name>).
+
+fail() {
+  echo "$test_name: $*" >&2
+  exit 1
+}
+
+run_logged() { # log, command...: runs it, shows the log when it fails
+  local log=$1
+  shift
+  if ! "$@" >"$log" 2>&1; then
+    cat "$log" >&2
+    fail "failed: $*"
+  fi
+}
+
+# The C library's version, as include/chime/version.h says.
+chime_version() {
+  sed -n 's/^#define CHIME_VERSION_STRING "\(.*\)"$/\1/p' \
+    "$src/include/chime/version.h"
+}

@@ -7,7 +7,8 @@
  * Beyond "no crash": the result must not depend on how the message was cut,
  * the data field must lie inside the message and read back byte for byte
  * through the pieces, and a request the reader accepts must be one
- * protobuf-c accepts with the same values (the reader is allowed to be
+ * protobuf-c accepts with the same values, priorities and policy versions
+ * included (the reader is allowed to be
  * stricter, never looser). */
 #include <stdint.h>
 #include <string.h>
@@ -69,6 +70,10 @@ static void check_same(const chime__insert_req_t *a,
   FUZZ_CHECK(a->n_priorities == 0 ||
              memcmp(a->priorities, b->priorities,
                     a->n_priorities * sizeof(double)) == 0);
+  FUZZ_CHECK(a->n_versions == b->n_versions);
+  FUZZ_CHECK(
+      a->n_versions == 0 ||
+      memcmp(a->versions, b->versions, a->n_versions * sizeof(uint64_t)) == 0);
 }
 
 /* What protobuf-c makes of the same bytes. */
@@ -89,6 +94,10 @@ static void check_protobuf_c(const chime__insert_req_t *q, const uint8_t *msg,
              memcmp(q->priorities, m->priorities,
                     q->n_priorities * sizeof(double)) == 0);
   FUZZ_CHECK(q->n_spec == m->n_spec);
+  FUZZ_CHECK(q->n_versions == m->n_versions);
+  FUZZ_CHECK(
+      q->n_versions == 0 ||
+      memcmp(q->versions, m->versions, q->n_versions * sizeof(uint64_t)) == 0);
   chime__v1__insert_request__free_unpacked(m, NULL);
 }
 

@@ -542,11 +542,16 @@ chime_stream_next(chime_stream_t *stream, chime_batch_t *out, int timeout_ms);
  * table's newest known version rises to it, and with max_staleness the
  * items more than max_staleness behind it leave and are never sampled
  * again. Sent on the stream without waiting (a later call's version
- * replaces one not sent yet); batches already in the ring or in flight
- * were drawn before it, so compare b.info's version with your own when
- * that matters. Lower than the newest known: allowed, changes nothing. A
+ * replaces one not sent yet). Batches already in the ring or in flight
+ * were drawn before it: next() drops (releases unseen) one that holds an
+ * item more than the table's max_staleness behind the version given
+ * here, so what next() returns is within the window of the learner's
+ * version at receipt (each drop waits for the next batch with the same
+ * timeout). Lower than the newest known: allowed, changes nothing. A
  * sharded client's stream tells every shard (chime_client_set_version,
- * which waits). CHIME_ECLOSED once the stream ended. */
+ * which waits) and drops nothing, nor does a device stream: compare
+ * b.info's version with your own there. CHIME_ECLOSED once the stream
+ * ended. */
 CHIME_EXTERN CHIME_NODISCARD int
 chime_stream_set_version(chime_stream_t *stream, uint64_t version);
 /* A device stream's batch (opts.device >= 0): its leaves' data are device

@@ -613,6 +613,10 @@ typedef struct {
   uint64_t device_bytes;
   uint64_t device_copies;
   uint32_t device_max_slots_held;
+  /* Batches next() dropped for holding a sample more than max_staleness
+   * behind the learner's version (chime_stream_set_version); counted in
+   * batches too. */
+  uint64_t dropped_stale;
 } chime_stream_local_stats_t;
 
 /* Fills *out; call from the thread that calls next. */

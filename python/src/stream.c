@@ -377,7 +377,7 @@ static PyObject *stream_stats(PyObject *o, PyObject *unused) {
   if (rc)
     return chimepy_raise(rc, chime_last_error());
   return Py_BuildValue(
-      "{s:s,s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:K,s:K,s:K,s:K,s:I}", "mode",
+      "{s:s,s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:K,s:K,s:K,s:K,s:I,s:K}", "mode",
       chime_mode_name(st.mode), "stream_id", (unsigned long long)st.stream_id,
       "batches", (unsigned long long)st.batches, "bytes",
       (unsigned long long)st.bytes, "received_bytes",
@@ -388,7 +388,8 @@ static PyObject *stream_stats(PyObject *o, PyObject *unused) {
       (unsigned long long)st.pinned_bytes, "device_bytes",
       (unsigned long long)st.device_bytes, "device_copies",
       (unsigned long long)st.device_copies, "device_max_slots_held",
-      (unsigned)st.device_max_slots_held);
+      (unsigned)st.device_max_slots_held, "dropped_stale",
+      (unsigned long long)st.dropped_stale);
 }
 
 static PyObject *stream_enter(PyObject *o, PyObject *unused) {

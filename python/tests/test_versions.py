@@ -78,6 +78,8 @@ def test_gate_and_set_version(addr):
                 b = s.next(timeout=10)
                 assert (b.info["version"] == 6).all()
                 assert (b.info["staleness"] <= 2).all()
+            st = s.stats()  # batches drawn before 8 that next() dropped
+            assert 0 <= st["dropped_stale"] <= st["batches"] - 6
             s.set_version(2)  # backwards: allowed, nothing changes
             assert c.set_version("g", 3) == 8
             assert table_stats(c, "g")["size"] == 20

@@ -577,6 +577,7 @@ int chime_stream_get_stats(const chime_stream_t *stream,
   out->stream_id = s->stream_id;
   out->batches = s->batches;
   out->bytes = s->bytes;
+  out->dropped_stale = s->dropped_stale;
   out->leases = rs.leases;
   out->max_leases = rs.max_leases;
   out->consumer_wait_ns = rs.consumer_wait_ns + s->drive_wait_ns;

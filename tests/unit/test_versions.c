@@ -393,6 +393,47 @@ static void test_checkpoint(void **state) {
   chime__table_destroy(d);
 }
 
+/* tests/fuzz/corpus/checkpoint/fifo_versions_v4, made by hand from the
+ * format's description (ckpt_format.h): 5 items of versions 3..7, newest
+ * 7, behind fuzz_checkpoint's flags byte. Into a table with max_staleness
+ * 2, versions 3 and 4 leave as it loads. */
+static void test_checkpoint_seed(void **state) {
+  (void)state;
+  const char *src = getenv("CHIME_SOURCE_DIR");
+  if (src == NULL)
+    skip();
+  char path[1024];
+  snprintf(path, sizeof(path),
+           "%s/tests/fuzz/corpus/checkpoint/fifo_versions_v4", src);
+  FILE *in = fopen(path, "rb");
+  assert_non_null(in);
+  uint8_t raw[4096];
+  size_t n = fread(raw, 1, sizeof(raw), in);
+  fclose(in);
+  assert_true(n > 13 && n < sizeof(raw));
+  chime__table_config_t tc;
+  chime__table_t *t;
+  memset(&tc, 0, sizeof(tc));
+  snprintf(tc.name, sizeof(tc.name), "t");
+  assert_int_equal(chime_spec_parse(&tc.spec, "x:u64[], y:u8[4]", NULL, 0), 0);
+  tc.capacity = 16;
+  tc.sampler = CHIME__SAMPLER_FIFO;
+  tc.min_size = 1;
+  tc.max_staleness = 2;
+  assert_int_equal(chime__table_create(&t, &tc), 0);
+  load_into(t, raw + 1, n - 1);
+  chime__table_stats_t st = stats(t);
+  assert_int_equal(st.size, 3);
+  assert_int_equal(st.removed_stale, 2);
+  assert_int_equal(st.newest_version, 7);
+  uint64_t got[3], newest = 0;
+  versions_of(t, 3, got, &newest);
+  assert_int_equal(got[0], 5);
+  assert_int_equal(got[1], 6);
+  assert_int_equal(got[2], 7);
+  chime__table_destroy(t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_verindex),
@@ -406,6 +447,7 @@ int main(void) {
       cmocka_unit_test(test_give_back_stale),
       cmocka_unit_test(test_sequence_refused),
       cmocka_unit_test(test_checkpoint),
+      cmocka_unit_test(test_checkpoint_seed),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

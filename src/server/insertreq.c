@@ -20,7 +20,7 @@ enum {
   F_SPEC = 6,
   F_WRITER_ID = 7,
   F_END_EPISODE = 8,
-  F_VERSIONS = 9,
+  F_VERSIONS = 10, /* 9: the ragged leaves' lengths */
 };
 
 static int bad(char *err, size_t errlen, const char *what) {

@@ -53,7 +53,7 @@ static json_t *info_json(const chime_server_info_t *in) {
     json_array_append_new(
         tables,
         json_pack("{s:s, s:s, s:I, s:I, s:f, s:I, s:I, s:s, s:s, s:f, s:I, "
-                  "s:f, s:f}",
+                  "s:f, s:f, s:I, s:I}",
                   "name", t->name, "spec", spec, "capacity",
                   (json_int_t)t->capacity, "size", (json_int_t)t->size, "mass",
                   t->mass, "min_size", (json_int_t)t->min_size, "sample_bytes",
@@ -61,7 +61,9 @@ static json_t *info_json(const chime_server_info_t *in) {
                   t->remover, "priority_exponent", t->priority_exponent,
                   "max_times_sampled", (json_int_t)t->max_times_sampled,
                   "samples_per_insert", t->samples_per_insert, "error_buffer",
-                  t->error_buffer));
+                  t->error_buffer, "max_staleness",
+                  (json_int_t)t->max_staleness, "newest_version",
+                  (json_int_t)t->newest_version));
     if (t->sequence_length > 0) {
       char step[4096];
       if (chime_spec_format(&t->step_spec, step, sizeof(step)) != 0)
@@ -454,7 +456,10 @@ static int merge_info(chime_server_info_t *m, const shard_t *s, int first,
 #define ADD(type, name, kind, unit, help) o->name += s->name;
 static void add_table_stats(chime_table_stats_t *o,
                             const chime_table_stats_t *s) {
+  uint64_t newest = o->newest_version > s->newest_version ? o->newest_version
+                                                          : s->newest_version;
   CHIME_TABLE_STATS_FIELDS(ADD)
+  o->newest_version = newest; /* a version, not a count: the highest */
 }
 static void add_server_stats(chime_stats_t *o, const chime_stats_t *s) {
   CHIME_SERVER_STATS_FIELDS(ADD)

@@ -196,6 +196,11 @@ typedef struct {
    * weight / mass; a sharded learner picks shard i with probability
    * mass_i / sum(mass). 0 from a server older than the field. */
   double mass;
+  /* Policy versions (docs/replay.md): an item more than max_staleness
+   * versions behind newest_version (the newest its items and learners
+   * reported) is never sampled and leaves; 0: no limit. */
+  uint64_t max_staleness;
+  uint64_t newest_version;
 } chime_table_info_t;
 
 /* One open stream's ring on the server, as GetInfo reports it. */
@@ -306,6 +311,19 @@ typedef struct {
 CHIME_EXTERN CHIME_NODISCARD int
 chime_client_checkpoint(chime_client_t *client, chime_checkpoint_result_t *out);
 
+/* Reports a policy version for table from a process that has no stream on
+ * it (e.g. the trainer; a learner may say it on its stream,
+ * chime_stream_set_version): the table's newest known version rises to
+ * it, and with max_staleness the items it leaves more than max_staleness
+ * behind leave at once and are never sampled (docs/replay.md). A version
+ * lower than the newest known is allowed and changes nothing. Every shard
+ * of a sharded client is told. *newest (may be NULL): the table's newest
+ * version after (the highest over shards). Learner role when tokens are
+ * configured. CHIME_ENOTFOUND for an unknown table. Thread-safe. */
+CHIME_EXTERN CHIME_NODISCARD int
+chime_client_set_version(chime_client_t *client, const char *table,
+                         uint64_t version, uint64_t *newest);
+
 /* ---------------------------------------------------------------- writer */
 
 typedef struct chime_writer_s chime_writer_t;
@@ -331,6 +349,9 @@ typedef struct {
    * the server acks again (the channel reconnects with gRPC's backoff);
    * then calls fail with CHIME_EDISCONNECTED. Default 10000; 0: default. */
   int reconnect_timeout_ms;
+  /* The policy version recorded with each sample appended (docs/replay.md);
+   * chime_writer_set_version changes it between appends. Default 0. */
+  uint64_t version;
 } chime_writer_opts_t;
 #define CHIME_WRITER_OPTS_INIT                                                 \
   {                                                                            \
@@ -395,6 +416,12 @@ CHIME_EXTERN CHIME_NODISCARD int chime_writer_extend(chime_writer_t *writer,
 CHIME_EXTERN CHIME_NODISCARD int
 chime_writer_append_leaves(chime_writer_t *writer, const void *const leaves[],
                            const uint32_t lengths[], double priority);
+/* The policy version of the samples appended from now on (the writer's
+ * opts.version until then). Any value; one lower than before is allowed
+ * (a sample too far behind the table's newest version never goes in:
+ * docs/replay.md). A sequence table's windows record no version. */
+CHIME_EXTERN CHIME_NODISCARD int
+chime_writer_set_version(chime_writer_t *writer, uint64_t version);
 /* A sequence table's writer: ends its open episode after the steps queued
  * so far (they are sent now, with the end; with episode_end "pad" an
  * uncovered tail makes one padded window). The next append starts a new
@@ -440,6 +467,9 @@ typedef struct {
    * 2 (or slots - 1 when smaller). */
   int device;
   uint32_t device_prefetch;
+  /* The learner's policy version at open (0: none yet); later ones go by
+   * chime_stream_set_version. */
+  uint64_t version;
 } chime_stream_opts_t;
 #define CHIME_STREAM_OPTS_INIT                                                 \
   {                                                                            \
@@ -536,6 +566,22 @@ chime_stream_open(chime_stream_t **out, chime_client_t *client,
  * leaves in the shard's ring as ever. */
 CHIME_EXTERN CHIME_NODISCARD int
 chime_stream_next(chime_stream_t *stream, chime_batch_t *out, int timeout_ms);
+/* Tells the server the learner's policy version now (docs/replay.md): the
+ * table's newest known version rises to it, and with max_staleness the
+ * items more than max_staleness behind it leave and are never sampled
+ * again. Sent on the stream without waiting (a later call's version
+ * replaces one not sent yet). Batches already in the ring or in flight
+ * were drawn before it: next() drops (releases unseen) one that holds an
+ * item more than the table's max_staleness behind the version given
+ * here, so what next() returns is within the window of the learner's
+ * version at receipt (each drop waits for the next batch with the same
+ * timeout). Lower than the newest known: allowed, changes nothing. A
+ * sharded client's stream tells every shard (chime_client_set_version,
+ * which waits) and drops nothing, nor does a device stream: compare
+ * b.info's version with your own there. CHIME_ECLOSED once the stream
+ * ended. */
+CHIME_EXTERN CHIME_NODISCARD int
+chime_stream_set_version(chime_stream_t *stream, uint64_t version);
 /* A device stream's batch (opts.device >= 0): its leaves' data are device
  * pointers on that device, into a buffer the copy from the ring may still
  * be filling, and info is host memory. Before work on a CUDA stream reads
@@ -595,6 +641,10 @@ typedef struct {
   uint64_t device_bytes;
   uint64_t device_copies;
   uint32_t device_max_slots_held;
+  /* Batches next() dropped for holding a sample more than max_staleness
+   * behind the learner's version (chime_stream_set_version); counted in
+   * batches too. */
+  uint64_t dropped_stale;
 } chime_stream_local_stats_t;
 
 /* Fills *out; call from the thread that calls next. */

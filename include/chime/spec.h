@@ -104,7 +104,7 @@ CHIME_EXTERN size_t chime_dtype_size(chime_dtype_t dtype); /* 0 if unknown */
 CHIME_EXTERN chime_dtype_t chime_dtype_from_name(const char *name);
 
 /* Per-sample information, one record per sample of a batch (the batch's
- * `info`), stored after the leaf arrays of a ring slot: 64 bytes,
+ * `info`), stored after the leaf arrays of a ring slot: 80 bytes,
  * little-endian, no padding. The record is read in place from the ring, so
  * its size and field offsets are part of the ring format (src/ring/format.h
  * pins them) and of the stream Layout (info_record_bytes). probability is exact
@@ -112,7 +112,10 @@ CHIME_EXTERN chime_dtype_t chime_dtype_from_name(const char *name);
  * are the item's priority and the number of items in the table then. For a
  * sequence table's item (a window of steps of one episode), episode_id
  * (from 1), first_step (its first step's index in the episode) and length
- * (valid steps: sequence_length unless padded); all 0 for a plain table. */
+ * (valid steps: sequence_length unless padded); all 0 for a plain table.
+ * version is the policy version its writer gave the item (0: none given),
+ * staleness how many versions it was behind the newest version the table
+ * knew at the draw (docs/replay.md, "Policy versions"). */
 typedef struct {
   uint64_t key;
   double probability;
@@ -124,6 +127,8 @@ typedef struct {
   uint64_t episode_id;
   uint32_t first_step;
   uint32_t length;
+  uint64_t version;
+  uint64_t staleness;
 } chime_sample_info_t;
 
 /* A stream's batches (and the ring behind them): batch_size

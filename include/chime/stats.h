@@ -59,7 +59,11 @@
   X(uint64_t, episodes_open, GAUGE, COUNT,                                     \
     "Episodes open now (sequence tables).")                                    \
   X(uint64_t, step_bytes, GAUGE, BYTES,                                        \
-    "Bytes of step storage (sequence tables).")
+    "Bytes of step storage (sequence tables).")                                \
+  X(uint64_t, removed_stale, COUNTER, COUNT,                                   \
+    "Items that left for being more than max_staleness versions behind.")      \
+  X(uint64_t, newest_version, GAUGE, COUNT,                                    \
+    "The newest policy version the table knows (items' and learners').")
 
 /* Per open stream, beside its stream_id, table and mode. */
 #define CHIME_STREAM_STATS_FIELDS(X)                                           \

@@ -340,7 +340,8 @@ static PyGetSetDef batch_getset[] = {
     {"info", batch_get_info, NULL,
      "numpy structured array [count] of (key u64, probability f64, "
      "times_sampled u32, reserved u32, insert_time_ns u64, priority f64, "
-     "table_size u64), in the ring",
+     "table_size u64, episode_id u64, first_step u32, length u32, version "
+     "u64, staleness u64), in the ring",
      NULL},
     {"seq", batch_get_seq, NULL, "batch sequence number", NULL},
     {"count", batch_get_count, NULL, "samples in the batch", NULL},

@@ -144,6 +144,8 @@ static PyObject *info_dict(const chime_server_info_t *in) {
         set_item(td, "priority_exponent",
                  PyFloat_FromDouble(t->priority_exponent)) ||
         set_item(td, "max_times_sampled", U64(t->max_times_sampled)) ||
+        set_item(td, "max_staleness", U64(t->max_staleness)) ||
+        set_item(td, "newest_version", U64(t->newest_version)) ||
         set_item(td, "samples_per_insert",
                  PyFloat_FromDouble(t->samples_per_insert)) ||
         set_item(td, "error_buffer", PyFloat_FromDouble(t->error_buffer)))
@@ -446,6 +448,26 @@ out:
   return ret;
 }
 
+static PyObject *client_set_version(PyObject *o, PyObject *args) {
+  chimepy_client_t *self = (chimepy_client_t *)o;
+  const char *table;
+  PyObject *vo;
+  unsigned long long v, newest = 0;
+  if (!PyArg_ParseTuple(args, "sO!:set_version", &table, &PyLong_Type, &vo) ||
+      chimepy_client_check(self))
+    return NULL;
+  /* "K" would wrap a negative version round to a huge one. */
+  v = PyLong_AsUnsignedLongLong(vo);
+  if (v == (unsigned long long)-1 && PyErr_Occurred())
+    return NULL;
+  int rc;
+  uint64_t n = 0;
+  Py_BEGIN_ALLOW_THREADS rc = chime_client_set_version(self->c, table, v, &n);
+  Py_END_ALLOW_THREADS if (rc) return chimepy_raise(rc, chime_last_error());
+  newest = n;
+  return PyLong_FromUnsignedLongLong(newest);
+}
+
 static PyObject *client_writer(PyObject *o, PyObject *args, PyObject *kw) {
   return make_child((PyObject *)&chimepy_writer_type, o, args, kw);
 }
@@ -571,6 +593,10 @@ static PyMethodDef client_methods[] = {
      "{'address' (as the client uses it), 'shard' and 'instance' (from the "
      "server's GetInfo; one instance at two addresses is one server; None "
      "when it did not answer), 'error' (why not; else None)}."},
+    {"set_version", client_set_version, METH_VARARGS,
+     "set_version(table, version) -> the table's newest version: a policy "
+     "version from a process with no stream on it (the trainer); with "
+     "max_staleness, items more than that behind leave"},
     {"checkpoint", client_checkpoint, METH_NOARGS,
      "checkpoint() -> dict: the server writes every table to its "
      "configured checkpoint dir and answers once it is complete; returns "

@@ -111,7 +111,9 @@ _Static_assert(offsetof(chime_sample_info_t, table_size) == 40, "info layout");
 _Static_assert(offsetof(chime_sample_info_t, episode_id) == 48, "info layout");
 _Static_assert(offsetof(chime_sample_info_t, first_step) == 56, "info layout");
 _Static_assert(offsetof(chime_sample_info_t, length) == 60, "info layout");
-_Static_assert(sizeof(chime_sample_info_t) == 64, "info layout");
+_Static_assert(offsetof(chime_sample_info_t, version) == 64, "info layout");
+_Static_assert(offsetof(chime_sample_info_t, staleness) == 72, "info layout");
+_Static_assert(sizeof(chime_sample_info_t) == 80, "info layout");
 
 int chimepy_dtype_init(void) {
 #define CHIMEPY_DTYPE_ADD(name, value, str, size)                              \
@@ -120,10 +122,11 @@ int chimepy_dtype_init(void) {
   CHIME_DTYPE_MAP(CHIMEPY_DTYPE_ADD)
 #undef CHIMEPY_DTYPE_ADD
   PyObject *spec = Py_BuildValue(
-      "[(ss)(ss)(ss)(ss)(ss)(ss)(ss)(ss)(ss)(ss)]", "key", "<u8", "probability",
-      "<f8", "times_sampled", "<u4", "reserved", "<u4", "insert_time_ns", "<u8",
-      "priority", "<f8", "table_size", "<u8", "episode_id", "<u8", "first_step",
-      "<u4", "length", "<u4");
+      "[(ss)(ss)(ss)(ss)(ss)(ss)(ss)(ss)(ss)(ss)(ss)(ss)]", "key", "<u8",
+      "probability", "<f8", "times_sampled", "<u4", "reserved", "<u4",
+      "insert_time_ns", "<u8", "priority", "<f8", "table_size", "<u8",
+      "episode_id", "<u8", "first_step", "<u4", "length", "<u4", "version",
+      "<u8", "staleness", "<u8");
   if (!spec)
     return -1;
   int ok = PyArray_DescrConverter(spec, &info_descr);

@@ -69,10 +69,10 @@ cleanup:
 
 static int stream_init(PyObject *o, PyObject *args, PyObject *kw) {
   chimepy_stream_t *self = (chimepy_stream_t *)o;
-  static char *kwlist[] = {
-      "client",   "table",        "batch_size",      "mode",    "slots",
-      "prefetch", "open_timeout", "pin_host_memory", "timeout", "device",
-      NULL};
+  static char *kwlist[] = {"client",       "table",           "batch_size",
+                           "mode",         "slots",           "prefetch",
+                           "open_timeout", "pin_host_memory", "timeout",
+                           "device",       "version",         NULL};
   PyObject *client, *iter_timeout = Py_None, *device = Py_None;
   const chime_stream_opts_t def = CHIME_STREAM_OPTS_INIT;
   const char *table, *mode = chime_mode_name(def.mode);
@@ -80,10 +80,11 @@ static int stream_init(PyObject *o, PyObject *args, PyObject *kw) {
            prefetch = def.prefetch;
   double open_timeout = def.open_timeout_ms / 1000.0;
   int pin = def.pin_host_memory;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O!s|IsIIdpOO:Stream", kwlist,
-                                   &chimepy_client_type, &client, &table,
-                                   &batch_size, &mode, &slots, &prefetch,
-                                   &open_timeout, &pin, &iter_timeout, &device))
+  unsigned long long version = 0;
+  if (!PyArg_ParseTupleAndKeywords(
+          args, kw, "O!s|IsIIdpOOK:Stream", kwlist, &chimepy_client_type,
+          &client, &table, &batch_size, &mode, &slots, &prefetch, &open_timeout,
+          &pin, &iter_timeout, &device, &version))
     return -1;
   if (self->client) {
     PyErr_SetString(PyExc_RuntimeError, "Stream already initialised");
@@ -119,6 +120,7 @@ static int stream_init(PyObject *o, PyObject *args, PyObject *kw) {
   opts.device_prefetch = self->device >= 0 ? prefetch : 0;
   opts.open_timeout_ms = (int)(open_timeout * 1000);
   opts.pin_host_memory = pin;
+  opts.version = version;
   /* At most slots - 1 batches are leased, so a queue of `slots` entries
    * always has room for the slots given back during one next(). */
   self->cap = slots ? slots : def.slots; /* 0: the default */
@@ -352,6 +354,19 @@ static PyObject *stream_close(PyObject *o, PyObject *unused) {
   Py_RETURN_NONE;
 }
 
+static PyObject *stream_set_version(PyObject *o, PyObject *arg) {
+  chimepy_stream_t *self = (chimepy_stream_t *)o;
+  unsigned long long v = PyLong_AsUnsignedLongLong(arg);
+  if (v == (unsigned long long)-1 && PyErr_Occurred())
+    return NULL;
+  if (!self->s)
+    return chimepy_raise(CHIME_ECLOSED, "stream is closed");
+  int rc;
+  Py_BEGIN_ALLOW_THREADS rc = chime_stream_set_version(self->s, v);
+  Py_END_ALLOW_THREADS if (rc) return chimepy_raise(rc, chime_last_error());
+  Py_RETURN_NONE;
+}
+
 static PyObject *stream_stats(PyObject *o, PyObject *unused) {
   (void)unused;
   chimepy_stream_t *self = (chimepy_stream_t *)o;
@@ -362,7 +377,7 @@ static PyObject *stream_stats(PyObject *o, PyObject *unused) {
   if (rc)
     return chimepy_raise(rc, chime_last_error());
   return Py_BuildValue(
-      "{s:s,s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:K,s:K,s:K,s:K,s:I}", "mode",
+      "{s:s,s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:K,s:K,s:K,s:K,s:I,s:K}", "mode",
       chime_mode_name(st.mode), "stream_id", (unsigned long long)st.stream_id,
       "batches", (unsigned long long)st.batches, "bytes",
       (unsigned long long)st.bytes, "received_bytes",
@@ -373,7 +388,8 @@ static PyObject *stream_stats(PyObject *o, PyObject *unused) {
       (unsigned long long)st.pinned_bytes, "device_bytes",
       (unsigned long long)st.device_bytes, "device_copies",
       (unsigned long long)st.device_copies, "device_max_slots_held",
-      (unsigned)st.device_max_slots_held);
+      (unsigned)st.device_max_slots_held, "dropped_stale",
+      (unsigned long long)st.dropped_stale);
 }
 
 static PyObject *stream_enter(PyObject *o, PyObject *unused) {
@@ -428,6 +444,10 @@ static PyMethodDef stream_methods[] = {
      "Ends the stream; the ring is unmapped once no view of any batch is "
      "alive."},
     {"stats", stream_stats, METH_NOARGS, "this process's view of the stream"},
+    {"set_version", stream_set_version, METH_O,
+     "set_version(v): the learner's policy version now (the table's newest "
+     "rises to it; with max_staleness, items more than that behind it leave, "
+     "and batches drawn before it that hold one are dropped by next())"},
     {"__enter__", stream_enter, METH_NOARGS, NULL},
     {"__exit__", stream_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},

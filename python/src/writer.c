@@ -27,6 +27,7 @@ typedef struct {
   int interrupted;
   uint64_t taken; /* samples chime_writer_append accepted */
   uint64_t acked_at_close;
+  uint64_t version; /* the policy version of samples appended without one */
 } writer_t;
 
 static int64_t mono_ms(void) {
@@ -144,16 +145,19 @@ static int in_slices(writer_t *self, slice_fn call, void *arg,
 
 static int writer_init(PyObject *o, PyObject *args, PyObject *kw) {
   writer_t *self = (writer_t *)o;
-  static char *kwlist[] = {"client", "table", "max_inflight", "timeout", NULL};
+  static char *kwlist[] = {"client",  "table",   "max_inflight",
+                           "timeout", "version", NULL};
   PyObject *client;
   const char *table;
   chime_writer_opts_t opts = CHIME_WRITER_OPTS_INIT;
   unsigned max_inflight = opts.max_inflight;
   double timeout = opts.timeout_ms / 1000.0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O!s|Id:Writer", kwlist,
+  unsigned long long version = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O!s|IdK:Writer", kwlist,
                                    &chimepy_client_type, &client, &table,
-                                   &max_inflight, &timeout))
+                                   &max_inflight, &timeout, &version))
     return -1;
+  self->version = opts.version = version;
   if (self->client) {
     PyErr_SetString(PyExc_RuntimeError, "Writer already initialised");
     return -1;
@@ -340,10 +344,14 @@ struct append_arg {
   int ragged; /* the table has ragged leaves: leaves and lengths */
   const void *leaves[CHIME_MAX_LEAVES];
   uint32_t lengths[CHIME_MAX_LEAVES];
+  uint64_t version;
 };
 
 static int append_slice(writer_t *self, void *arg) {
   const struct append_arg *a = arg;
+  int rc = chime_writer_set_version(self->w, a->version);
+  if (rc)
+    return rc;
   if (a->ragged)
     return chime_writer_append_leaves(self->w, a->leaves, a->lengths,
                                       a->priority);
@@ -351,20 +359,35 @@ static int append_slice(writer_t *self, void *arg) {
                              a->priority);
 }
 
+/* A version argument: None (the writer's own), else a u64. */
+static int version_arg(const writer_t *self, PyObject *v, uint64_t *out) {
+  *out = self->version;
+  if (v == NULL || v == Py_None)
+    return 0;
+  unsigned long long x = PyLong_AsUnsignedLongLong(v);
+  if (x == (unsigned long long)-1 && PyErr_Occurred())
+    return -1;
+  *out = x;
+  return 0;
+}
+
 static PyObject *writer_append(PyObject *o, PyObject *args, PyObject *kw) {
   writer_t *self = (writer_t *)o;
-  static char *kwlist[] = {"sample", "priority", NULL};
-  PyObject *dict;
+  static char *kwlist[] = {"sample", "priority", "version", NULL};
+  PyObject *dict, *vo = NULL;
   double priority = 1.0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|d:append", kwlist, &dict,
-                                   &priority))
+  uint64_t version;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|dO:append", kwlist, &dict,
+                                   &priority, &vo) ||
+      version_arg(self, vo, &version))
     return NULL;
   if (writer_ready(self) || check_keys(&self->spec, dict))
     return NULL;
   /* A ragged leaf's rows are at most its bound's: the sample fits. */
   unsigned char *p = self->sample;
   struct append_arg a = {.priority = priority,
-                         .ragged = chime_spec_ragged(&self->spec) > 0};
+                         .ragged = chime_spec_ragged(&self->spec) > 0,
+                         .version = version};
   for (uint32_t i = 0; i < self->spec.nleaves; i++) {
     Py_ssize_t n[2] = {-1, 0};
     PyArrayObject *arr = leaf_array(dict, &self->spec.leaves[i], n);
@@ -421,10 +444,12 @@ static int extend_slice(writer_t *self, void *arg) {
 
 static PyObject *writer_extend(PyObject *o, PyObject *args, PyObject *kw) {
   writer_t *self = (writer_t *)o;
-  static char *kwlist[] = {"samples", "priorities", NULL};
-  PyObject *dict, *pri_obj = Py_None;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:extend", kwlist, &dict,
-                                   &pri_obj))
+  static char *kwlist[] = {"samples", "priorities", "version", NULL};
+  PyObject *dict, *pri_obj = Py_None, *vo = NULL;
+  uint64_t version;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OO:extend", kwlist, &dict,
+                                   &pri_obj, &vo) ||
+      version_arg(self, vo, &version))
     return NULL;
   if (writer_ready(self) || check_keys(&self->spec, dict))
     return NULL;
@@ -459,7 +484,10 @@ static PyObject *writer_extend(PyObject *o, PyObject *args, PyObject *kw) {
   }
   char why[512];
   int rc =
-      in_slices(self, extend_slice, &a, &a.done, "extend()", why, sizeof(why));
+      chime_writer_set_version(self->w, version); /* no wait: never fails */
+  if (rc == 0)
+    rc = in_slices(self, extend_slice, &a, &a.done, "extend()", why,
+                   sizeof(why));
   if (rc == INTERRUPTED)
     goto cleanup;
   if (rc) {
@@ -574,13 +602,15 @@ static PyObject *writer_exit(PyObject *o, PyObject *args) {
 static PyMethodDef writer_methods[] = {
     {"append", (PyCFunction)(void (*)(void))writer_append,
      METH_VARARGS | METH_KEYWORDS,
-     "append(sample, priority=1.0): sample is a dict leaf name -> array or "
-     "scalar, converted as numpy.asarray(value, leaf dtype) and of exactly "
-     "the leaf's shape. May wait for acks (GIL released)."},
+     "append(sample, priority=1.0, version=None): sample is a dict leaf name "
+     "-> array or scalar, converted as numpy.asarray(value, leaf dtype) and "
+     "of exactly the leaf's shape; version: its policy version (None: the "
+     "writer's, Writer(version=...)). May wait for acks (GIL released)."},
     {"extend", (PyCFunction)(void (*)(void))writer_extend,
      METH_VARARGS | METH_KEYWORDS,
-     "extend(samples, priorities=None): samples is a dict leaf name -> "
-     "array [N, *leaf shape]; priorities None (all 1.0) or N floats."},
+     "extend(samples, priorities=None, version=None): samples is a dict leaf "
+     "name -> array [N, *leaf shape]; priorities None (all 1.0) or N "
+     "floats; version: the policy version of all N (None: the writer's)."},
     {"flush", writer_flush, METH_NOARGS,
      "Sends what is queued and waits until every sample is in the table."},
     {"end_episode", writer_end_episode, METH_NOARGS,

@@ -111,8 +111,8 @@ def test_array_views(client):
         assert info.dtype.names == ("key", "probability", "times_sampled",
                                     "reserved", "insert_time_ns", "priority",
                                     "table_size", "episode_id", "first_step",
-                                    "length")
-        assert info.dtype.itemsize == 64
+                                    "length", "version", "staleness")
+        assert info.dtype.itemsize == 80
         assert len(set(info["key"].tolist())) == 4
         assert (info["insert_time_ns"] > 0).all()
         assert (info["priority"] == 1.0).all()

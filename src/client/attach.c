@@ -42,6 +42,7 @@ static int subscribe(chime_stream_t *s, const chime__transport_t *tp,
   tp->fill_open(s, &open);
   open.boot_id = boot_id;
   open.hostname = host;
+  open.version = s->version;
   Chime__V1__SubscribeRequest req = CHIME__V1__SUBSCRIBE_REQUEST__INIT;
   req.kind_case = CHIME__V1__SUBSCRIBE_REQUEST__KIND_OPEN;
   req.open = &open;
@@ -136,6 +137,7 @@ static int open_with(chime_stream_t *s, const chime__transport_t *tp,
     goto cleanup;
   const Chime__V1__Opened *op = resp->opened;
   s->stream_id = op->stream_id;
+  s->max_staleness = op->max_staleness;
   rc = check_layout(s, op->layout, err, errlen);
   if (rc == 0)
     rc = tp->setup(s, op, attach_failed, err, errlen);

@@ -305,6 +305,8 @@ int chime__conn_info(chime_client_t *client, chime_server_info_t **out) {
     copy_str(o->remover, sizeof(o->remover), t->remover);
     o->priority_exponent = t->priority_exponent;
     o->max_times_sampled = t->max_times_sampled;
+    o->max_staleness = t->max_staleness;
+    o->newest_version = t->newest_version;
     o->samples_per_insert = t->samples_per_insert;
     o->error_buffer = t->error_buffer;
     if (t->sequence_length > 0 &&
@@ -555,6 +557,25 @@ int chime__conn_checkpoint(chime_client_t *client,
     out->pause_ns = r->pause_ns;
     out->duration_ns = r->duration_ns;
   }
+  if (m)
+    protobuf_c_message_free_unpacked(m, NULL);
+  if (rc)
+    chime__detail(rc, err);
+  return rc;
+}
+
+int chime__conn_set_version(chime_client_t *client, const char *table,
+                            uint64_t version, uint64_t *newest) {
+  char err[CHIME__ERRLEN] = "";
+  ProtobufCMessage *m = NULL;
+  Chime__V1__SetVersionRequest req = CHIME__V1__SET_VERSION_REQUEST__INIT;
+  req.table = (char *)table;
+  req.version = version;
+  int rc = chime__unary(client, CHIME__M_SET_VERSION, &req.base,
+                        &chime__v1__set_version_response__descriptor, &m, err,
+                        sizeof(err));
+  if (rc == 0 && newest)
+    *newest = ((const Chime__V1__SetVersionResponse *)m)->newest_version;
   if (m)
     protobuf_c_message_free_unpacked(m, NULL);
   if (rc)

@@ -116,6 +116,15 @@ int chime_client_checkpoint(chime_client_t *client,
                      : chime__conn_checkpoint(client, out);
 }
 
+int chime_client_set_version(chime_client_t *client, const char *table,
+                             uint64_t version, uint64_t *newest) {
+  if (!client || !table)
+    return chime__detail(CHIME_EINVAL,
+                         "chime_client_set_version: needs a client and table");
+  return client->set ? chime__fanout_set_version(client, table, version, newest)
+                     : chime__conn_set_version(client, table, version, newest);
+}
+
 uint32_t chime_client_nshards(chime_client_t *client) {
   if (!client)
     return 0;

@@ -68,6 +68,8 @@ static int merge_table(chime_server_info_t *m, const chime_table_info_t *t,
     o->size += t->size;
     o->mass += t->mass; /* the union's: what its sampling weighs against */
     o->capacity_steps += t->capacity_steps;
+    if (t->newest_version > o->newest_version) /* a version: the highest */
+      o->newest_version = t->newest_version;
     return 0;
   }
   m->tables[m->ntables++] = *t;
@@ -131,7 +133,10 @@ int chime__fanout_info(chime_client_t *client, chime_server_info_t **out) {
 
 #define ADD(type, name, kind, unit, help) o->name += s->name;
 static void add_table(chime_table_stats_t *o, const chime_table_stats_t *s) {
+  uint64_t newest = o->newest_version > s->newest_version ? o->newest_version
+                                                          : s->newest_version;
   CHIME_TABLE_STATS_FIELDS(ADD)
+  o->newest_version = newest; /* a version, not a count: the highest */
 }
 static void add_server(chime_stats_t *o, const chime_stats_t *s) {
   CHIME_SERVER_STATS_FIELDS(ADD)
@@ -308,5 +313,25 @@ int chime__fanout_checkpoint(chime_client_t *client,
   int rc = each_shard(client, add_checkpoint, &sum, err, sizeof(err));
   if (rc == 0 && out)
     *out = sum;
+  return rc ? chime__detail(rc, err) : 0;
+}
+
+int chime__fanout_set_version(chime_client_t *client, const char *table,
+                              uint64_t version, uint64_t *newest) {
+  char err[CHIME__ERRLEN] = "";
+  uint64_t most = 0;
+  int rc = 0;
+  /* Every shard holds some of the table's items: each is told, and the
+   * first failure is the answer once all were tried. */
+  for (uint32_t i = 0; i < chime__shards_count(client->set); i++) {
+    chime__member_t *mb = chime__shards_at(client->set, i);
+    uint64_t n = 0;
+    int r = chime__conn_set_version(mb->client, table, version, &n);
+    if (r != 0 && rc == 0)
+      rc = shard_failed(mb, r, err, sizeof(err));
+    most = n > most ? n : most;
+  }
+  if (newest)
+    *newest = most;
   return rc ? chime__detail(rc, err) : 0;
 }

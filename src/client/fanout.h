@@ -1,10 +1,10 @@
 /* Internal to the client: the calls of a sharded client that go to every
  * shard (shards.h) and come back as one answer: info and stats summed over
  * the shards, MutatePriorities split by each key's shard, a checkpoint of
- * every shard. chime_client_info and friends call these for a sharded
- * client (client_api.c); each shard is asked through the one-server calls
- * (chime__conn_*, internal.h), never the public ones. Their contracts are
- * the public calls' (chime.h). */
+ * every shard, SetVersion on every shard. chime_client_info and friends call
+ * these for a sharded client (client_api.c); each shard is asked through the
+ * one-server calls (chime__conn_*, internal.h), never the public ones. Their
+ * contracts are the public calls' (chime.h). */
 #ifndef CHIME_CLIENT_FANOUT_H
 #define CHIME_CLIENT_FANOUT_H
 
@@ -21,5 +21,9 @@ int chime__fanout_mutate(chime_client_t *client, const char *table,
                          chime_mutate_result_t *out);
 int chime__fanout_checkpoint(chime_client_t *client,
                              chime_checkpoint_result_t *out);
+/* SetVersion on every shard (each holds some of the table's items), all
+ * tried; the first failure is the answer. newest: the highest. */
+int chime__fanout_set_version(chime_client_t *client, const char *table,
+                              uint64_t version, uint64_t *newest);
 
 #endif

@@ -81,6 +81,10 @@ int chime__conn_mutate(chime_client_t *client, const char *table,
                        chime_mutate_result_t *out);
 int chime__conn_checkpoint(chime_client_t *client,
                            chime_checkpoint_result_t *out);
+/* One server's SetVersion: newest (may be NULL) gets its table's newest
+ * version after it. */
+int chime__conn_set_version(chime_client_t *client, const char *table,
+                            uint64_t version, uint64_t *newest);
 
 /* 0, or CHIME_ENOTSUP (with the calling thread's detail set) when the
  * client was made before a fork() in another process (fork.h). */

@@ -110,6 +110,39 @@ static void on_message(chime_stream_t *s, grpc_byte_buffer *bb) {
     protobuf_c_message_free_unpacked(&r->base, NULL);
 }
 
+/* Caller holds s->lock. The learner's version goes when the call's one
+ * send is free (else once the send in flight completes: pump). */
+static void send_version_locked(chime_stream_t *s) {
+  if (!s->version_unsent || s->ended ||
+      chime__rpc_pending(&s->rpc, CHIME__RPC_SEND))
+    return;
+  Chime__V1__VersionReport vr = CHIME__V1__VERSION_REPORT__INIT;
+  Chime__V1__SubscribeRequest req = CHIME__V1__SUBSCRIBE_REQUEST__INIT;
+  vr.version = s->version;
+  req.kind_case = CHIME__V1__SUBSCRIBE_REQUEST__KIND_VERSION;
+  req.version = &vr;
+  grpc_byte_buffer *bb = chime__pack(&req.base);
+  if (bb != NULL && chime__rpc_send(&s->rpc, bb) == 0)
+    s->version_unsent = 0; /* else tried again at the next completion */
+}
+
+/* Whether batch b, drawn before the learner's latest version, holds an
+ * item now more than max_staleness behind it: next() drops it. */
+static int stale_for_learner(chime_stream_t *s, const chime_batch_t *b) {
+  uint64_t lim = s->max_staleness, v;
+  if (lim == 0)
+    return 0;
+  pthread_mutex_lock(&s->lock);
+  v = s->version;
+  pthread_mutex_unlock(&s->lock);
+  if (v <= lim)
+    return 0;
+  for (uint32_t j = 0; j < b->count; j++)
+    if (b->info[j].version < v - lim)
+      return 1;
+  return 0;
+}
+
 /* Handles one completion. CHIME_ETIMEDOUT when none came by the deadline. */
 static int pump(chime_stream_t *s, gpr_timespec deadline) {
   chime__rpc_op_t op;
@@ -136,6 +169,9 @@ static int pump(chime_stream_t *s, gpr_timespec deadline) {
   case CHIME__RPC_SEND:
     if (s->tp->on_sent)
       s->tp->on_sent(s);
+    pthread_mutex_lock(&s->lock);
+    send_version_locked(s);
+    pthread_mutex_unlock(&s->lock);
     break;
   default:
     break;
@@ -256,6 +292,7 @@ int chime__stream_new(chime_stream_t **out, chime_client_t *client,
   pthread_mutex_init(&s->drive_mu, NULL);
   pthread_cond_init(&s->idle_cv, NULL);
   s->opts = *opts;
+  s->version = opts->version;
   *out = s;
   return 0;
 }
@@ -476,10 +513,34 @@ int chime__single_next(chime_stream_t *s, chime_batch_t *out, int timeout_ms) {
     return rc;
   if (s->dev)
     return device_next(s, out, timeout_ms);
-  chime_ring_view_t v;
-  if ((rc = take_view(s, &v, timeout_ms)) != 0)
+  for (;;) {
+    chime_ring_view_t v;
+    if ((rc = take_view(s, &v, timeout_ms)) != 0)
+      return rc;
+    if ((rc = lend(s, &v, out)) != 0 || !stale_for_learner(s, out))
+      return rc;
+    s->dropped_stale++;
+    if ((rc = chime__single_release(s, out)) != 0)
+      return rc;
+  }
+}
+
+int chime__single_set_version(chime_stream_t *s, uint64_t version) {
+  int rc = chime__stream_inherited(s);
+  if (rc)
     return rc;
-  return lend(s, &v, out);
+  pthread_mutex_lock(&s->lock);
+  int ended = s->ended;
+  if (!ended && version > s->version) {
+    s->version = version;
+    s->version_unsent = 1;
+    send_version_locked(s);
+  }
+  pthread_mutex_unlock(&s->lock);
+  return ended ? chime__detailf(CHIME_ECLOSED,
+                                "stream %" PRIu64 " on '%s' has ended",
+                                s->stream_id, s->table)
+               : 0;
 }
 
 int chime__stream_take(chime_stream_t *s, chime_batch_t *out, int timeout_ms) {
@@ -507,6 +568,7 @@ int chime__single_stats(const chime_stream_t *s,
   out->stream_id = s->stream_id;
   out->batches = s->batches;
   out->bytes = s->bytes;
+  out->dropped_stale = s->dropped_stale;
   out->leases = rs.leases;
   out->max_leases = rs.max_leases;
   out->consumer_wait_ns = rs.consumer_wait_ns + s->drive_wait_ns;

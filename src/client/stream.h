@@ -55,6 +55,13 @@ struct chime_stream_s {
 
   pthread_mutex_t lock; /* the send side (credits), end_code and end_why */
   int ended;            /* the call's status arrived: no more sends */
+  /* The learner's policy version (lock), whether it still has to go to
+   * the server (a send was in flight), and the table's max_staleness
+   * (Opened): next() drops a batch holding an item too far behind it. */
+  uint64_t version;
+  int version_unsent;
+  uint64_t max_staleness;
+  uint64_t dropped_stale; /* batches dropped so (the learner's thread) */
 
   atomic_int end_code;         /* why next fails once the ring is cut off */
   uint64_t batches, bytes;     /* taken by next (learner's thread) */
@@ -135,6 +142,7 @@ int chime__stream_new(chime_stream_t **out, chime_client_t *client,
 int chime__single_open(chime_stream_t **out, chime_client_t *client,
                        const char *table, const chime_stream_opts_t *opts);
 int chime__single_next(chime_stream_t *s, chime_batch_t *out, int timeout_ms);
+int chime__single_set_version(chime_stream_t *s, uint64_t version);
 int chime__single_release(chime_stream_t *s, const chime_batch_t *batch);
 int chime__single_wait(chime_stream_t *s, const chime_batch_t *batch,
                        void *cuda_stream);

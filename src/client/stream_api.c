@@ -5,6 +5,7 @@
  * back up here. */
 #include <string.h>
 
+#include "client/fanout.h"
 #include "client/stream.h"
 #include "client/union.h"
 #include "client/union_draw.h"
@@ -85,6 +86,19 @@ int chime_stream_next(chime_stream_t *stream, chime_batch_t *out,
     return chime__single_next(s, out, timeout_ms);
   int rc = chime__stream_inherited(s);
   return rc ? rc : chime__union_next(s, out, timeout_ms);
+}
+
+int chime_stream_set_version(chime_stream_t *stream, uint64_t version) {
+  chime_stream_t *s = stream;
+  if (!s)
+    return chime__detail(CHIME_EINVAL, "chime_stream_set_version: no stream");
+  if (!s->uni)
+    return chime__single_set_version(s, version);
+  /* A sharded stream's learner tells every shard (its sub-streams'
+   * servers) by SetVersion. */
+  int rc = chime__stream_inherited(s);
+  return rc ? rc
+            : chime__fanout_set_version(s->client, s->table, version, NULL);
 }
 
 int chime_stream_get_stats(const chime_stream_t *stream,

@@ -127,6 +127,11 @@ static int send_batch(chime_writer_t *w) {
     req.n_priorities = w->queued;
     req.priorities = w->priorities;
   }
+  /* One version for the lot when they share it (0: none sent). */
+  if (w->mixed || w->versions[0] != 0) {
+    req.n_versions = w->mixed ? w->queued : 1;
+    req.versions = w->versions;
+  }
   req.id = w->next_id;
   req.writer_id = w->writer_id;
   req.end_episode = w->end_pending != 0;
@@ -145,6 +150,7 @@ static int send_batch(chime_writer_t *w) {
   w->queued = 0;
   w->used = 0;
   w->all_default = 1;
+  w->mixed = 0;
   w->end_pending = 0;
   return chime__writer_kick(w);
 }
@@ -288,8 +294,10 @@ int chime_writer_open(chime_writer_t **out, chime_client_t *client,
   w->nrag = chime_spec_ragged(&w->spec);
   if (w->nrag > 0)
     w->lengths = malloc((size_t)w->batch_cap * w->nrag * sizeof(uint32_t));
+  w->versions = malloc(w->batch_cap * sizeof(uint64_t));
+  w->version = opts->version;
   if (!w->data || !w->priorities || (w->nrag > 0 && !w->lengths) ||
-      chime__rpc_init(&w->rpc)) {
+      !w->versions || chime__rpc_init(&w->rpc)) {
     rc = chime__fail(err, sizeof(err), CHIME_ENOMEM, "out of memory");
     goto cleanup;
   }
@@ -363,6 +371,10 @@ static int queued(chime_writer_t *w, uint32_t k, const double *prio) {
   }
   for (uint32_t i = 0; prio == NULL && i < k; i++)
     w->priorities[w->queued + i] = 1.0;
+  for (uint32_t i = 0; i < k; i++)
+    w->versions[w->queued + i] = w->version;
+  if (w->queued > 0 && w->versions[0] != w->version)
+    w->mixed = 1;
   w->queued += k;
   if ((w->queued == w->batch_cap || (w->nrag > 0 && w->used >= w->data_cap)) &&
       can_send(w))
@@ -562,6 +574,13 @@ static int end_episode(chime_writer_t *w) {
   return send_batch(w); /* the queued steps, possibly none, and the end */
 }
 
+int chime_writer_set_version(chime_writer_t *writer, uint64_t version) {
+  if (!writer)
+    return chime__detail(CHIME_EINVAL, "chime_writer_set_version: no writer");
+  writer->version = version;
+  return 0;
+}
+
 int chime_writer_end_episode(chime_writer_t *writer) {
   chime_writer_t *w = writer;
   if (!w)
@@ -608,6 +627,7 @@ int chime_writer_close(chime_writer_t *writer) {
     free(w->data);
     free(w->priorities);
     free(w->lengths);
+    free(w->versions);
     free(w->fl);
     free(w);
     return rc;
@@ -641,6 +661,7 @@ int chime_writer_close(chime_writer_t *writer) {
   free(w->data);
   free(w->priorities);
   free(w->lengths);
+  free(w->versions);
   for (uint32_t i = 0; i < w->inflight; i++)
     chime__bb_free(fl_at(w, i)->bb);
   free(w->fl);

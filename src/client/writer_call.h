@@ -45,12 +45,15 @@ struct chime_writer_s {
   uint32_t nrag;
   uint32_t *lengths; /* batch_cap * nrag */
   size_t used;
-  size_t data_cap;   /* a message goes once its samples pass these bytes */
-  uint32_t queued;   /* samples in the batch */
-  int all_default;   /* every queued priority is 1.0 */
-  uint64_t next_id;  /* seq of the next request, from 1 */
-  uint64_t acked_id; /* seq of the oldest unacked: [1, acked_id) acked */
-  uint32_t inflight; /* packed, not acked */
+  size_t data_cap;    /* a message goes once its samples pass these bytes */
+  uint32_t queued;    /* samples in the batch */
+  int all_default;    /* every queued priority is 1.0 */
+  uint64_t version;   /* the policy version of the next sample */
+  uint64_t *versions; /* batch_cap: each queued sample's */
+  int mixed;          /* queued samples' versions differ */
+  uint64_t next_id;   /* seq of the next request, from 1 */
+  uint64_t acked_id;  /* seq of the oldest unacked: [1, acked_id) acked */
+  uint32_t inflight;  /* packed, not acked */
   /* Each request in flight, oldest (seq acked_id) at fl_head: its bytes for
    * a resend, and its count, which its ack must name exactly. */
   struct inflight_s {

@@ -196,6 +196,7 @@ int chime__checkpoint_write_table(chime__table_t *t, int fd, uint8_t *buf,
   wr_u64(w, v.left_times);
   wr_u64(w, v.rng);
   wr_u64(w, sb); /* a sequence table's: one step's */
+  wr_u64(w, v.newest_version);
   if (seq)
     write_seq(t, w, &v);
   for (uint64_t i = 0; !seq && i < v.count && w->err == 0; i++) {
@@ -207,6 +208,7 @@ int chime__checkpoint_write_table(chime__table_t *t, int fd, uint8_t *buf,
     wr_u64(w, it.itime);
     wr_u64(w, pb);
     wr_u32(w, v.times[i]);
+    wr_u64(w, it.version);
     for (uint32_t l = 0; l < nl; l++)
       wr_raw(w, chime__table_view_leaf(t, &v, i, l),
              chime_leaf_bytes(&cfg->spec.leaves[l]));
@@ -517,13 +519,16 @@ int chime__checkpoint_load_table(const uint8_t *p, size_t n,
   uint64_t count = rd_u64(&r), next_key = rd_u64(&r), inserts = rd_u64(&r);
   uint64_t samples = rd_u64(&r), left = rd_u64(&r), left_times = rd_u64(&r);
   uint64_t rng = rd_u64(&r), sb = rd_u64(&r);
+  /* Versions 1 to 3 came before policy versions: every item's is 0. */
+  uint64_t newest = ver >= 4 ? rd_u64(&r) : 0;
+  uint64_t vbytes = ver >= 4 ? 8 : 0;
   if (r.bad || (kind != KIND_PLAIN && kind != KIND_SEQUENCE) ||
       shard > CHIME__KEY_MAX_SHARD || !next_ok(next_key, shard))
     return fail(err, errlen, CHIME_ECORRUPT, "%s: malformed header", fname);
   if (chime_spec_parse(&spec, spec_text, perr, sizeof(perr)) != 0)
     return fail(err, errlen, CHIME_ECORRUPT, "%s: table '%s': bad spec: %s",
                 fname, name, perr);
-  uint64_t rec = REC_FIXED + sb;
+  uint64_t rec = REC_FIXED + vbytes + sb;
   /* Version 1 wrote a sequence table's name and spec alone. */
   int old_seq = kind == KIND_SEQUENCE && ver < 2;
   if (!old_seq && sb != chime_spec_sample_bytes(&spec))
@@ -578,12 +583,14 @@ int chime__checkpoint_load_table(const uint8_t *p, size_t n,
       return rc;
     chime__table_restore_counts(t, next_key, inserts, samples, left, left_times,
                                 rng);
+    chime__table_restore_version(t, newest);
     *items = count;
     return 0;
   }
   for (uint64_t i = 0; i < count; i++) {
     uint64_t key = rd_u64(&r), itime = rd_u64(&r), pb = rd_u64(&r);
     uint32_t times = rd_u32(&r);
+    uint64_t version = vbytes != 0 ? rd_u64(&r) : 0;
     const uint8_t *sample = rd_take(&r, (size_t)sb);
     double prio;
     memcpy(&prio, &pb, 8);
@@ -595,7 +602,8 @@ int chime__checkpoint_load_table(const uint8_t *p, size_t n,
                   "%u",
                   fname, (unsigned long long)i, (unsigned long long)key,
                   chime__key_shard(key), shard);
-    rc = chime__table_restore_item(t, key, itime, prio, times, sample);
+    rc = chime__table_restore_item_version(t, key, itime, prio, times, version,
+                                           sample);
     if (rc == CHIME_ENOMEM)
       return fail(err, errlen, CHIME_EINVAL,
                   "table '%s': the checkpoint holds %llu items, more than its "
@@ -610,6 +618,8 @@ int chime__checkpoint_load_table(const uint8_t *p, size_t n,
   }
   chime__table_restore_counts(t, next_key, inserts, samples, left, left_times,
                               rng);
+  /* After the items: those it leaves too far behind leave again. */
+  chime__table_restore_version(t, newest);
   *items = count;
   return 0;
 }

@@ -6,10 +6,11 @@
  *
  * The format: "CHIMECKT", version, kind, the shard that wrote it (version
  * 3; 0 in older files: an unsharded server's), name, spec (text), the counts,
- * the items oldest first (key, insert time, priority, times sampled, the
- * sample's bytes), and the CRC-32C of all that; little-endian. A sequence
- * table's file (version 2) has, after the counts, its settings and step
- * counters, its windows oldest first (key, insert time, priority, times
+ * the newest policy version the table knew (version 4), the items oldest
+ * first (key, insert time, priority, times sampled, policy version (version
+ * 4), the sample's bytes), and the CRC-32C of all that; little-endian. A
+ * sequence table's file (version 2) has, after the counts, its settings and
+ * step counters, its windows oldest first (key, insert time, priority, times
  * sampled, first step, episode, index, length) and the step store's
  * blocks oldest first (steps, lane links, each step's episode and index,
  * the steps' bytes leaf by leaf). */
@@ -25,8 +26,10 @@
  * sequence table's name and spec only); plain tables' files are the same
  * in both, and version 1 ones still load. 3: the shard that wrote the
  * file (its keys carry it, common/key.h); older files are shard 0's. The
- * MANIFEST carries the version too. */
-#define CHIME__CKPT_VERSION 3u
+ * MANIFEST carries the version too. 4: policy versions, the newest the
+ * table knew (after the sample bytes) and a plain table's items' (after
+ * times sampled); older files load with every item's version 0. */
+#define CHIME__CKPT_VERSION 4u
 #define CHIME__CKPT_MIN_VERSION 1u
 /* The writer's buffer: chime__checkpoint_write_table wants this many
  * bytes at buf. */

@@ -66,6 +66,11 @@ typedef struct {
    * a table that issued its last count refuses inserts (CHIME_EOVERFLOW).
    * chimed sets every table's from its own `shard`. */
   uint32_t shard;
+  /* Policy versions (docs/replay.md): an item more than max_staleness
+   * versions behind the newest version the table knows (its items' and
+   * its learners') is never sampled and leaves; 0: no limit. A plain
+   * table's only. */
+  uint64_t max_staleness;
 } chime__table_config_t;
 
 /* A table's storage (capacity * sample bytes) is reserved up front. */

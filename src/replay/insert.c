@@ -92,11 +92,20 @@ static void evict_oldest(chime__table_t *t, uint64_t need) {
   }
 }
 
+/* Sample j's version. */
+static inline uint64_t version_at(const chime__table_versions_t *v,
+                                  uint64_t j) {
+  if (v == NULL || v->n == 0)
+    return 0;
+  return v->n == 1 ? v->v[0] : v->v[j];
+}
+
 static int insert_spans(chime__table_t *t, const chime__span_t *spans,
                         size_t nspans, uint32_t count, const uint32_t *lengths,
-                        const double *priorities, uint64_t *first_key,
-                        const atomic_int *abort, chime__dedupe_req_t *dq,
-                        int nowait) {
+                        const double *priorities,
+                        const chime__table_versions_t *versions,
+                        uint64_t *first_key, const atomic_int *abort,
+                        chime__dedupe_req_t *dq, int nowait) {
   int rc = 0;
   chime__table_waiter_t *arrived = NULL;
   chime__tbl_cursor_t cur = {spans, 0, 0};
@@ -109,6 +118,11 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
     return CHIME_EINVAL;
   if (have != want)
     return CHIME_EINVAL;
+  if (versions != NULL && versions->n > 1 && versions->n != count)
+    return CHIME_EINVAL;
+  uint64_t vmax = 0;
+  for (uint64_t j = 0; versions != NULL && j < versions->n; j++)
+    vmax = versions->v[j] > vmax ? versions->v[j] : vmax;
   if (t->steps != NULL)
     return chime__tbl_seq_insert(t, spans, count, priorities, first_key, abort,
                                  dq, nowait);
@@ -210,6 +224,9 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
   uint64_t key0 = t->next_key;
   t->next_key += count;
   *first_key = key0;
+  /* Before the samples go in: those it leaves behind are not made live. */
+  chime__tbl_version_seen(t, vmax);
+  uint64_t below = chime__tbl_stale_below(t), stale = 0;
   if (t->nrag == 0)
     chime__tbl_cursor_skip(&cur, skip * t->sample_bytes);
   for (uint64_t j = 0; t->nrag > 0 && j < skip; j++)
@@ -221,6 +238,15 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
     if (j + KEY_AHEAD < count)
       chime__keyindex_prefetch(t->keys, key0 + j + KEY_AHEAD);
     double prio = priorities != NULL ? priorities[j] : 1.0;
+    uint64_t ver = version_at(versions, j);
+    if (ver < below) { /* too far behind already: never goes in */
+      chime__tbl_cursor_skip(&cur, t->nrag == 0
+                                       ? t->sample_bytes
+                                       : t->fixed_bytes +
+                                             rag_sample_bytes(t, lengths, j));
+      stale++;
+      continue;
+    }
     /* The weight once, for the remover and the sum tree alike. */
     double w = t->sum != NULL ? chime__tbl_weight(t, prio) : 0.0;
     if (choose && t->count >= cap) {
@@ -263,10 +289,12 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
     t->meta[r].itime = when;
     t->meta[r].times = 0;
     t->meta[r].prio = prio;
+    t->meta[r].version = ver;
     chime__tbl_live_add_weighted(t, r, 0, w);
   }
   t->inserts += count;
-  t->left += skip; /* a fifo remover's picks among the request's own */
+  t->left += skip + stale; /* a fifo remover's picks, the stale */
+  t->removed_stale += stale;
   if (dq != NULL && dq->writer != 0)
     chime__dedupe_record(t->dedupe, dq, count, key0);
   arrived = chime__tbl_items_arrived(t);
@@ -296,8 +324,19 @@ int chime__table_insert_spans(chime__table_t *t, const chime__span_t *spans,
                               const uint32_t *lengths, const double *priorities,
                               uint64_t *first_key, const atomic_int *abort,
                               chime__dedupe_req_t *dq) {
-  return insert_spans(t, spans, nspans, count, lengths, priorities, first_key,
-                      abort, dq, 0);
+  return insert_spans(t, spans, nspans, count, lengths, priorities, NULL,
+                      first_key, abort, dq, 0);
+}
+
+int chime__table_insert_versioned(chime__table_t *t, const chime__span_t *spans,
+                                  size_t nspans, uint32_t count,
+                                  const uint32_t *lengths,
+                                  const double *priorities,
+                                  const chime__table_versions_t *versions,
+                                  uint64_t *first_key, const atomic_int *abort,
+                                  chime__dedupe_req_t *dq, int nowait) {
+  return insert_spans(t, spans, nspans, count, lengths, priorities, versions,
+                      first_key, nowait ? NULL : abort, dq, nowait);
 }
 
 int chime__table_try_insert_spans(chime__table_t *t, const chime__span_t *spans,
@@ -305,6 +344,6 @@ int chime__table_try_insert_spans(chime__table_t *t, const chime__span_t *spans,
                                   const uint32_t *lengths,
                                   const double *priorities, uint64_t *first_key,
                                   chime__dedupe_req_t *dq) {
-  return insert_spans(t, spans, nspans, count, lengths, priorities, first_key,
-                      NULL, dq, 1);
+  return insert_spans(t, spans, nspans, count, lengths, priorities, NULL,
+                      first_key, NULL, dq, 1);
 }

@@ -53,6 +53,8 @@ static void plan_batch(chime__table_t *t, const chime_ring_layout_t *lay,
     info->insert_time_ns = t->meta[k].itime;
     info->priority = t->meta[k].prio;
     info->table_size = t->count;
+    info->version = t->meta[k].version;
+    info->staleness = t->vnewest - t->meta[k].version; /* newest: the max */
     if (t->steps != NULL) {
       info->episode_id = t->wep[k];
       info->first_step = t->wfirst[k];
@@ -414,6 +416,15 @@ size_t chime__table_spans(const chime__table_t *t,
   return n;
 }
 
+/* Whether an item of version ver given back is too far behind by now: it
+ * stays gone, as removed_stale. */
+static int stale_now(chime__table_t *t, uint64_t ver) {
+  if (ver >= chime__tbl_stale_below(t))
+    return 0;
+  t->removed_stale++;
+  return 1;
+}
+
 /* Brings back an item that left (row r, dead or just filled): the oldest
  * in insert order, with times sampled as before the batch that took it. */
 static void restore_locked(chime__table_t *t, uint32_t r, uint32_t times) {
@@ -468,7 +479,7 @@ int chime__table_give_back(chime__table_t *t, const chime_ring_layout_t *lay,
   chime__tbl_lock(t);
   /* Last first, each to the front: the batch keeps its order. */
   for (uint64_t j = lay->batch_size; j-- > 0;) {
-    if (!took_out(t, &info[j]))
+    if (!took_out(t, &info[j]) || stale_now(t, info[j].version))
       continue;
     if (t->rows - t->count - t->ndead == 0) {
       rc = CHIME_ENOMEM; /* every row live or pinned */
@@ -483,6 +494,7 @@ int chime__table_give_back(chime__table_t *t, const chime_ring_layout_t *lay,
       t->meta[r].key = info[j].key;
       t->meta[r].itime = info[j].insert_time_ns;
       t->meta[r].prio = info[j].priority;
+      t->meta[r].version = info[j].version;
       t->wslot[r] = at;
       t->wfirst[r] = info[j].first_step;
       t->wlen[r] = info[j].length;
@@ -503,6 +515,7 @@ int chime__table_give_back(chime__table_t *t, const chime_ring_layout_t *lay,
     t->meta[r].key = info[j].key;
     t->meta[r].itime = info[j].insert_time_ns;
     t->meta[r].prio = info[j].priority;
+    t->meta[r].version = info[j].version;
     restore_locked(t, r, info[j].times_sampled - 1);
   }
   chime__table_waiter_t *arrived = chime__tbl_items_arrived(t);
@@ -523,8 +536,9 @@ void chime__table_give_back_pinned(chime__table_t *t,
   pins->given_back = 1;
   for (uint64_t j = lay->batch_size; j-- > 0;) {
     uint32_t r = pins->rows[j];
-    if (!took_out(t, &info[j]) || t->dpos[r] != NONE)
-      continue;
+    if (!took_out(t, &info[j]) || t->dpos[r] != NONE ||
+        stale_now(t, t->meta[r].version))
+      continue;             /* a stale one's row is freed at unpin as before */
     if (t->steps != NULL) { /* a window: back if its steps still are */
       uint32_t slot = chime__steps_find(t->steps, t->wep[r], t->wfirst[r]);
       if (slot == NONE)

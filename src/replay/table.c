@@ -59,6 +59,8 @@ void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out) {
   out->windows_dropped = t->windows_dropped;
   out->ragged_bytes = t->rag_bytes;
   out->ragged_alloc_bytes = t->rag_alloc;
+  out->removed_stale = t->removed_stale;
+  out->newest_version = t->vnewest;
   out->mass = t->sel->mass != NULL ? t->sel->mass(t) : (double)t->count;
   out->sample_blocked =
       t->count >= t->cfg.min_size && !t->lim->allows_sample(t);
@@ -143,6 +145,8 @@ void chime__tbl_live_add_weighted(chime__table_t *t, uint32_t r, int oldest,
     e |= chime__heap_push(t->hmax, r, t->meta[r].prio);
   /* Keys are new (or left: given back) and the index holds every row. */
   e |= chime__keyindex_insert(t->keys, t->meta[r].key, r);
+  if (t->vidx != NULL)
+    chime__verindex_add(t->vidx, r, t->meta[r].version);
   (void)e; /* the row was free, the key checked: cannot fail */
 }
 
@@ -180,12 +184,44 @@ void chime__tbl_live_remove(chime__table_t *t, uint32_t r) {
     e |= chime__heap_remove(t->hmax, r);
   e |= chime__keyindex_remove(t->keys, t->meta[r].key, NULL);
   (void)e; /* r was live, so in each: cannot fail */
+  if (t->vidx != NULL)
+    chime__verindex_remove(t->vidx, r, t->meta[r].version);
   if (t->steps != NULL)
     chime__steps_forget(t->steps, t->wslot[r]);
   if (t->meta[r].pins != 0)
     t->ndead++;
   else
     chime__tbl_free_push(t, r);
+}
+
+/* Only the stale leave, lowest version first: the index hands them over
+ * without a look at any item that stays. */
+uint64_t chime__tbl_version_seen(chime__table_t *t, uint64_t ver) {
+  uint64_t n = 0, v;
+  uint32_t r;
+  if (ver > t->vnewest)
+    t->vnewest = ver;
+  if (t->vidx == NULL)
+    return 0;
+  uint64_t below = chime__tbl_stale_below(t);
+  while (chime__verindex_lowest(t->vidx, &r, &v) == 0 && v < below) {
+    chime__tbl_live_remove(t, r);
+    n++;
+  }
+  t->removed_stale += n;
+  if (n > 0) /* room for a fifo table's inserts */
+    pthread_cond_broadcast(&t->space);
+  return n;
+}
+
+int chime__table_set_version(chime__table_t *t, uint64_t version,
+                             uint64_t *newest) {
+  chime__tbl_lock(t);
+  chime__tbl_version_seen(t, version);
+  if (newest != NULL)
+    *newest = t->vnewest;
+  pthread_mutex_unlock(&t->mu);
+  return 0;
 }
 
 void chime__table_wake(chime__table_t *t) {

@@ -102,11 +102,39 @@ int chime__table_try_insert_spans(chime__table_t *t, const chime__span_t *spans,
                                   const double *priorities, uint64_t *first_key,
                                   chime__dedupe_req_t *dq);
 
+/* An insert's policy versions (docs/replay.md): n 0, every sample's is 0;
+ * n 1, every sample's is v[0]; else one per sample (n == count, else
+ * CHIME_EINVAL). */
+typedef struct {
+  const uint64_t *v;
+  size_t n;
+} chime__table_versions_t;
+/* chime__table_insert_spans (nowait 0) or _try_insert_spans (1) with
+ * versions (NULL: all 0). The newest version known rises to the
+ * request's highest; with max_staleness, items it leaves too far behind
+ * leave, and a sample that is itself too far behind takes its key and
+ * counts as inserted and as left (removed_stale) but never goes in. */
+int chime__table_insert_versioned(chime__table_t *t, const chime__span_t *spans,
+                                  size_t nspans, uint32_t count,
+                                  const uint32_t *lengths,
+                                  const double *priorities,
+                                  const chime__table_versions_t *versions,
+                                  uint64_t *first_key, const atomic_int *abort,
+                                  chime__dedupe_req_t *dq, int nowait);
+
 /* An Insert call carries writer for the first time (its request seq) /
  * the call ended: chime__dedupe_bind() / _unbind() under the table's lock
  * (dedupe.h: a bound writer is never forgotten). */
 int chime__table_writer_bind(chime__table_t *t, uint64_t writer, uint64_t seq);
 void chime__table_writer_unbind(chime__table_t *t, uint64_t writer, int closed);
+
+/* A learner's policy version (docs/replay.md, "Policy versions"): the
+ * newest version the table knows rises to it (a lower one changes
+ * nothing: it only rises), and with max_staleness the items it leaves
+ * too far behind leave at once. *newest (may be NULL): the newest known
+ * after. */
+int chime__table_set_version(chime__table_t *t, uint64_t version,
+                             uint64_t *newest);
 
 /* Fills the batch_size samples of a ring slot (leaf-major, layout from the
  * ring) once the table holds min_size items (and batch_size items when
@@ -256,8 +284,9 @@ typedef struct {
   double *prio;
   uint32_t *times;
   uint64_t next_key, inserts, samples, left, left_times, rng;
-  uint64_t pause_ns; /* how long the lock was held for the view */
-  uint64_t unpinned; /* items [0, unpinned) already let go */
+  uint64_t newest_version; /* the newest policy version the table knew */
+  uint64_t pause_ns;       /* how long the lock was held for the view */
+  uint64_t unpinned;       /* items [0, unpinned) already let go */
   /* A sequence table's (zero for a plain one). */
   chime__steps_view_t steps;
   double max_prio;
@@ -280,9 +309,9 @@ void chime__table_view_unpin_steps(chime__table_t *t, chime__table_view_t *v,
  * filled, and a pinned row is never filled, so these are not copied under
  * the lock but read here, while item i is pinned (before an unpin that
  * lets it go). A sequence table's window: its first step's slot, episode,
- * index and length (0 for a plain table). */
+ * index and length (0 for a plain table); its policy version. */
 typedef struct {
-  uint64_t key, itime, episode;
+  uint64_t key, itime, episode, version;
   uint32_t slot, first, len;
 } chime__table_view_item_t;
 void chime__table_view_item(const chime__table_t *t,
@@ -309,6 +338,14 @@ void chime__table_view_unpin(chime__table_t *t, chime__table_view_t *v,
 int chime__table_restore_item(chime__table_t *t, uint64_t key, uint64_t itime,
                               double prio, uint32_t times,
                               const uint8_t *sample);
+/* The same with the item's policy version (the other: 0). */
+int chime__table_restore_item_version(chime__table_t *t, uint64_t key,
+                                      uint64_t itime, double prio,
+                                      uint32_t times, uint64_t version,
+                                      const uint8_t *sample);
+/* After the items: the newest version the table knew; items it leaves
+ * more than max_staleness behind leave (removed_stale). */
+void chime__table_restore_version(chime__table_t *t, uint64_t newest);
 /* A sequence table's step store, to restore its blocks into (steps.h);
  * NULL for a plain table. */
 chime__steps_t *chime__table_steps(chime__table_t *t);

@@ -45,6 +45,7 @@ static void free_parts(chime__table_t *t) {
   chime__heap_destroy(t->hmin);
   chime__heap_destroy(t->hmax);
   chime__tbl_seq_destroy(t);
+  chime__verindex_destroy(t->vidx);
   free(t);
 }
 
@@ -97,7 +98,8 @@ int chime__table_create(chime__table_t **out,
       (t->cfg.sampler == CHIME__SAMPLER_FIFO &&
        t->cfg.remover != CHIME__SAMPLER_FIFO) ||
       !(t->cfg.priority_exponent >= 0) || isinf(t->cfg.priority_exponent) ||
-      t->cfg.shard > CHIME__KEY_MAX_SHARD) {
+      t->cfg.shard > CHIME__KEY_MAX_SHARD ||
+      (seq && t->cfg.max_staleness != 0)) {
     rc = CHIME_EINVAL;
     goto out;
   }
@@ -182,6 +184,9 @@ int chime__table_create(chime__table_t **out,
     goto out;
   if (seq && (rc = chime__tbl_seq_create(t, rows)) != 0)
     goto out;
+  if (t->cfg.max_staleness != 0 &&
+      (rc = chime__verindex_create(&t->vidx, rows)) != 0)
+    goto out;
   t->next_key = chime__key_make(t->cfg.shard, 1);
   t->rng = (cfg->seed != 0 ? cfg->seed : chime__clock_ns(CLOCK_MONOTONIC)) | 1u;
   pthread_mutex_init(&t->mu, NULL);
@@ -250,5 +255,11 @@ uint64_t chime__table_bytes(const chime__table_config_t *cfg) {
         __builtin_add_overflow(total, (b + 63) & ~UINT64_C(63), &total))
       return UINT64_MAX;
   }
+  /* The version index: per row, spares included (rows_for), of which the
+   * pages of about twice the live versions' entries are touched. */
+  if (cfg->max_staleness != 0 &&
+      __builtin_add_overflow(total, chime__verindex_bytes(rows_for(cap)),
+                             &total))
+    return UINT64_MAX;
   return total;
 }

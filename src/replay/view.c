@@ -92,6 +92,7 @@ int chime__table_view(chime__table_t *t, chime__table_view_t *v) {
     v->left = t->left;
     v->left_times = t->left_times;
     v->rng = t->rng;
+    v->newest_version = t->vnewest;
     t->viewing++;
     if (t->steps != NULL) {
       chime__steps_view_take(t->steps, &v->steps);
@@ -111,6 +112,7 @@ void chime__table_view_item(const chime__table_t *t,
   uint32_t r = v->rows[i];
   out->key = t->meta[r].key;
   out->itime = t->meta[r].itime;
+  out->version = t->meta[r].version;
   out->episode = 0;
   out->slot = out->first = out->len = 0;
   if (t->steps != NULL) {
@@ -171,6 +173,14 @@ void chime__table_view_release(chime__table_t *t, chime__table_view_t *v) {
 int chime__table_restore_item(chime__table_t *t, uint64_t key, uint64_t itime,
                               double prio, uint32_t times,
                               const uint8_t *sample) {
+  return chime__table_restore_item_version(t, key, itime, prio, times, 0,
+                                           sample);
+}
+
+int chime__table_restore_item_version(chime__table_t *t, uint64_t key,
+                                      uint64_t itime, double prio,
+                                      uint32_t times, uint64_t version,
+                                      const uint8_t *sample) {
   uint32_t dummy;
   if (t->steps != NULL)
     return CHIME_ENOTSUP;
@@ -191,12 +201,19 @@ int chime__table_restore_item(chime__table_t *t, uint64_t key, uint64_t itime,
     t->meta[r].itime = itime;
     t->meta[r].prio = prio;
     t->meta[r].times = times;
+    t->meta[r].version = version;
     if (prio > t->max_prio)
       t->max_prio = prio;
     chime__tbl_live_add(t, r, 0);
   }
   pthread_mutex_unlock(&t->mu);
   return rc;
+}
+
+void chime__table_restore_version(chime__table_t *t, uint64_t newest) {
+  chime__tbl_lock(t);
+  chime__tbl_version_seen(t, newest);
+  pthread_mutex_unlock(&t->mu);
 }
 
 void chime__table_restore_counts(chime__table_t *t, uint64_t next_key,

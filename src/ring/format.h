@@ -20,8 +20,9 @@
 /* 3: chime_sample_info_t grew to 64 bytes. 4: the header holds only the
  * format's own types (before, it embedded chime_spec_t and
  * chime_ring_layout_t), and states the sample info record's size. 5: ragged
- * leaves (the dtype word's flag bits; a slot's offsets arrays). */
-#define CHIME_RING_VERSION 5u
+ * leaves (the dtype word's flag bits; a slot's offsets arrays). 6: the
+ * record grew to 80 bytes (an item's policy version and staleness). */
+#define CHIME_RING_VERSION 6u
 
 /* Alignment of each leaf array inside a slot, and of slots. The slot page is
  * fixed (not the host's page size) so a slot's layout is the same on every
@@ -198,7 +199,7 @@ static_assert(CHIME__RING_RELCOUNT_OFFSET == 192,
 /* The sample info record is public (a batch's `info`) and read in place
  * from the slots, so it is part of the format too: changing it means a new
  * version, these asserts, and the stream Layout's info_record_bytes. */
-CHIME__FMT_SIZE(chime_sample_info_t, 64);
+CHIME__FMT_SIZE(chime_sample_info_t, 80);
 CHIME__FMT_AT(chime_sample_info_t, key, 0);
 CHIME__FMT_AT(chime_sample_info_t, probability, 8);
 CHIME__FMT_AT(chime_sample_info_t, times_sampled, 16);
@@ -209,6 +210,8 @@ CHIME__FMT_AT(chime_sample_info_t, table_size, 40);
 CHIME__FMT_AT(chime_sample_info_t, episode_id, 48);
 CHIME__FMT_AT(chime_sample_info_t, first_step, 56);
 CHIME__FMT_AT(chime_sample_info_t, length, 60);
+CHIME__FMT_AT(chime_sample_info_t, version, 64);
+CHIME__FMT_AT(chime_sample_info_t, staleness, 72);
 
 /* A spec the public types can hold must fit the format (the producer
  * converts at create); a consumer checks the other way at attach. */

@@ -29,6 +29,7 @@ static const char *method_name(int method) {
       [CHIME__M_SUBSCRIBE] = "Subscribe",
       [CHIME__M_MUTATE] = "MutatePriorities",
       [CHIME__M_CHECKPOINT] = "Checkpoint",
+      [CHIME__M_SET_VERSION] = "SetVersion",
       [CHIME__M_HEALTH] = "Health/Check",
   };
   return method >= 0 && method < CHIME__M_COUNT ? names[method] : "?";
@@ -43,7 +44,8 @@ static int role_allows(chime__role_t role, int method) {
            method == CHIME__M_COUNT;
   case CHIME__ROLE_LEARNER:
     return method == CHIME__M_GETINFO || method == CHIME__M_SUBSCRIBE ||
-           method == CHIME__M_MUTATE || method == CHIME__M_COUNT;
+           method == CHIME__M_MUTATE || method == CHIME__M_SET_VERSION ||
+           method == CHIME__M_COUNT;
   }
   return 0;
 }

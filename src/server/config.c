@@ -293,13 +293,16 @@ static int parse_table(chime__table_config_t *t, json_t *obj, uint32_t index,
     } else if (strcmp(key, "writer_idle_ms") == 0) {
       if (get_range(v, kw, 0, 86400000, &t->writer_idle_ms, err, errlen) != 0)
         return CHIME_EINVAL;
+    } else if (strcmp(key, "max_staleness") == 0) {
+      if (get_u64(v, kw, &t->max_staleness, err, errlen) != 0)
+        return CHIME_EINVAL;
     } else {
       return fail(err, errlen,
                   "%s: unknown key (known: name, spec, capacity, sampler, "
                   "remover, priority_exponent, max_times_sampled, min_size, "
                   "samples_per_insert, error_buffer, capacity_steps, "
                   "sequence_length, stride, episode_end, initial_priority, "
-                  "max_writers, writer_idle_ms)",
+                  "max_writers, writer_idle_ms, max_staleness)",
                   kw);
     }
   }
@@ -318,6 +321,11 @@ static int parse_table(chime__table_config_t *t, json_t *obj, uint32_t index,
   }
   if (!have_cap && t->sequence_length == 0)
     return fail(err, errlen, "%s: 'capacity' is required", where);
+  if (t->max_staleness != 0 && t->sequence_length > 0)
+    return fail(err, errlen,
+                "%s: 'max_staleness': a sequence table's windows carry no "
+                "policy version (yet): plain tables only",
+                where);
   /* A fifo sampler's full table makes inserts wait for samples to make
    * room (a queue): it removes nothing itself, and needs a limit. */
   if (t->sampler == CHIME__SAMPLER_FIFO) {

@@ -108,8 +108,9 @@ typedef struct {
   uint32_t count;
   uint64_t id, writer_id;
   int end_episode;
-  double *priorities; /* NULL: all 1.0 */
-  uint32_t *lengths;  /* a ragged table's (insertreq.h); NULL: none */
+  double *priorities;          /* NULL: all 1.0 */
+  uint32_t *lengths;           /* a ragged table's (insertreq.h); NULL: none */
+  chime__table_versions_t ver; /* its v malloc'd (NULL: all 0) */
   chime__staging_t *budget;
 } staged_t;
 
@@ -119,6 +120,7 @@ static void staged_free(staged_t *sg) {
   chime__staging_free(sg->data, sg->data_len);
   free(sg->priorities);
   free(sg->lengths);
+  free((void *)sg->ver.v);
   chime__staging_release(sg->budget, sg->bytes);
   free(sg);
 }
@@ -127,7 +129,8 @@ static void staged_free(staged_t *sg) {
  * staging budget. CHIME_ERESOURCE when they do not fit it. */
 static int stage(staged_t **out, msg_t *m, chime__staging_t *budget) {
   uint64_t bytes = m->q.data_len + (uint64_t)m->q.count * sizeof(double) +
-                   (uint64_t)m->q.n_lengths * sizeof(uint32_t);
+                   (uint64_t)m->q.n_lengths * sizeof(uint32_t) +
+                   (uint64_t)m->q.n_versions * sizeof(uint64_t);
   *out = NULL;
   if (chime__staging_charge(budget, bytes) != 0)
     return CHIME_ERESOURCE;
@@ -148,6 +151,8 @@ static int stage(staged_t **out, msg_t *m, chime__staging_t *budget) {
   m->q.priorities = NULL;
   sg->lengths = m->q.lengths;
   m->q.lengths = NULL;
+  sg->ver = (chime__table_versions_t){m->q.versions, m->q.n_versions};
+  m->q.versions = NULL;
   sg->budget = budget;
   sg->bytes = bytes;
   *out = sg;
@@ -165,8 +170,10 @@ static int insert_direct(chime__table_t *t, msg_t *m, uint64_t *first_key,
       return CHIME_ENOMEM;
     chime__pb_spans(&m->pr, m->q.data_offset, m->q.data_len, spans, n);
   }
-  int rc = chime__table_try_insert_spans(t, spans, n, m->q.count, m->q.lengths,
-                                         m->q.priorities, first_key, dq);
+  chime__table_versions_t ver = {m->q.versions, m->q.n_versions};
+  int rc = chime__table_insert_versioned(t, spans, n, m->q.count, m->q.lengths,
+                                         m->q.priorities, &ver, first_key, NULL,
+                                         dq, 1);
   if (spans != few)
     free(spans);
   return rc;
@@ -483,6 +490,14 @@ static void insert_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
     rc = CHIME_EINVAL;
     goto fail;
   }
+  if (req->q.n_versions > 1 && req->q.n_versions != req->q.count) {
+    snprintf(err, sizeof(err),
+             "insert into '%s': %zu versions for %u samples (send none, one "
+             "for all, or one per sample)",
+             tc->name, req->q.n_versions, req->q.count);
+    rc = CHIME_EINVAL;
+    goto fail;
+  }
   if (req->q.n_priorities != 0 && req->q.n_priorities != req->q.count) {
     snprintf(err, sizeof(err),
              "insert into '%s': %zu priorities for %u samples (send none or "
@@ -567,11 +582,11 @@ static void insert_done(chime__inserter_t *w, insert_t *st) {
    * request is dropped, and the writer's resend is the one that counts. */
   chime__dedupe_req_t dq = {
       .writer = sg->writer_id, .seq = sg->id, .end_episode = sg->end_episode};
-  int rc =
-      ended ? CHIME_ECLOSED
-            : chime__table_insert_spans(
-                  w->t, &(chime__span_t){sg->data, sg->data_len}, 1, sg->count,
-                  sg->lengths, sg->priorities, &first_key, &st->abort, &dq);
+  int rc = ended ? CHIME_ECLOSED
+                 : chime__table_insert_versioned(
+                       w->t, &(chime__span_t){sg->data, sg->data_len}, 1,
+                       sg->count, sg->lengths, sg->priorities, &sg->ver,
+                       &first_key, &st->abort, &dq, 0);
   uint64_t id = sg->id;
   uint32_t count = sg->count;
   pthread_mutex_lock(&st->call->mu);

@@ -21,6 +21,7 @@ enum {
   F_WRITER_ID = 7,
   F_END_EPISODE = 8,
   F_LENGTHS = 9,
+  F_VERSIONS = 10,
 };
 
 static int bad(char *err, size_t errlen, const char *what) {
@@ -109,6 +110,31 @@ static int read_lengths(const chime__pb_reader_t *r, const chime__pb_field_t *f,
   return 0;
 }
 
+/* Versions (varints, packed or not), counted on the first pass (out NULL:
+ * at most one per byte of a packed run) and decoded on the second. */
+static int read_versions(const chime__pb_reader_t *r,
+                         const chime__pb_field_t *f, uint64_t *out, size_t *n) {
+  if (f->wire == CHIME__PB_VARINT) {
+    if (out != NULL)
+      out[*n] = f->value;
+    (*n)++;
+    return 0;
+  }
+  if (f->wire != CHIME__PB_LEN)
+    return CHIME_EPROTO;
+  if (out == NULL) {
+    *n += (size_t)f->value;
+    return 0;
+  }
+  chime__pb_reader_t sub;
+  if (chime__pb_reader_sub(&sub, r, f->offset, f->value) != 0)
+    return CHIME_EPROTO;
+  while (chime__pb_left(&sub) > 0)
+    if (chime__pb_varint(&sub, &out[(*n)++]) != 0)
+      return CHIME_EPROTO;
+  return 0;
+}
+
 /* The first pass only notes where the table name and the spec's leaves
  * are and checks their sizes: a field costs the same however often it
  * comes (a singular one keeps its last value), and a spec of more leaves
@@ -121,7 +147,7 @@ int chime__insert_req_parse(chime__insert_req_t *q, chime__pb_reader_t *r,
   chime__pb_reader_t start = *r;
   chime__pb_field_t f;
   int rc;
-  size_t nprio = 0, nleaves = 0, nlen = 0;
+  size_t nprio = 0, nleaves = 0, nlen = 0, nver = 0;
   uint64_t table_at = 0, table_len = 0;
   uint64_t leaf_at[CHIME_MAX_LEAVES], leaf_len[CHIME_MAX_LEAVES];
   memset(q, 0, sizeof(*q));
@@ -147,6 +173,10 @@ int chime__insert_req_parse(chime__insert_req_t *q, chime__pb_reader_t *r,
     case F_PRIORITIES:
       if (read_priorities(r, &f, NULL, &nprio) != 0)
         return bad(err, errlen, "malformed priorities");
+      break;
+    case F_VERSIONS:
+      if (read_versions(r, &f, NULL, &nver) != 0)
+        return bad(err, errlen, "malformed versions");
       break;
     case F_ID:
       if ((rc = want_wire(&f, CHIME__PB_VARINT, err, errlen)) != 0)
@@ -197,13 +227,13 @@ int chime__insert_req_parse(chime__insert_req_t *q, chime__pb_reader_t *r,
   for (size_t i = 0; i < nleaves; i++)
     if ((rc = read_leaf(q, r, leaf_at[i], leaf_len[i], err, errlen)) != 0)
       return rc;
-  if (nprio == 0 && nlen == 0)
+  if (nprio == 0 && nlen == 0 && nver == 0)
     return 0;
-  /* Each priority took at least 8 bytes of the message and each length
-   * one: nprio and nlen are bounded by what was received. */
-  if (nprio > 0 && (q->priorities = malloc(nprio * sizeof(double))) == NULL)
-    return CHIME_ENOMEM;
-  if (nlen > 0 && (q->lengths = malloc(nlen * sizeof(uint32_t))) == NULL)
+  /* Each priority took at least 8 bytes of the message and each length and
+   * version one: all are bounded by what was received. */
+  if ((nprio > 0 && (q->priorities = malloc(nprio * sizeof(double))) == NULL) ||
+      (nlen > 0 && (q->lengths = malloc(nlen * sizeof(uint32_t))) == NULL) ||
+      (nver > 0 && (q->versions = malloc(nver * sizeof(uint64_t))) == NULL))
     return CHIME_ENOMEM;
   *r = start;
   while (chime__pb_next(r, &f) == 1) {
@@ -213,6 +243,9 @@ int chime__insert_req_parse(chime__insert_req_t *q, chime__pb_reader_t *r,
     if (f.number == F_LENGTHS &&
         read_lengths(r, &f, q->lengths, &q->n_lengths) != 0)
       return bad(err, errlen, "malformed lengths");
+    if (f.number == F_VERSIONS &&
+        read_versions(r, &f, q->versions, &q->n_versions) != 0)
+      return bad(err, errlen, "malformed versions");
   }
   return 0;
 }
@@ -237,5 +270,6 @@ void chime__insert_req_free(chime__insert_req_t *q) {
     chime__v1__leaf__free_unpacked(q->spec[i], NULL);
   free(q->priorities);
   free(q->lengths);
+  free(q->versions);
   memset(q, 0, sizeof(*q));
 }

@@ -29,6 +29,8 @@ typedef struct {
   size_t n_priorities;
   uint32_t *lengths; /* ragged leaves' lengths, malloc'd; NULL when none */
   size_t n_lengths;
+  uint64_t *versions; /* malloc'd; NULL when none (docs/replay.md) */
+  size_t n_versions;
   /* The writer's spec: n_spec leaves (more than CHIME_MAX_LEAVES, more
    * than any table has, is refused). */
   Chime__V1__Leaf *spec[CHIME_MAX_LEAVES];

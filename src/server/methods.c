@@ -10,4 +10,5 @@ const chime__call_vt_t *const chime__method_vt[CHIME__M_COUNT] = {
     [CHIME__M_INSERT] = &chime__insert_vt,
     [CHIME__M_SUBSCRIBE] = &chime__subscribe_vt,
     [CHIME__M_HEALTH] = &chime__health_vt,
+    [CHIME__M_SET_VERSION] = &chime__setversion_vt,
 };

@@ -58,6 +58,7 @@ static void send_opened(chime__call_t *c, chime__stream_t *s) {
   op.stream_id = s->id;
   op.mode = s->ops->wire;
   op.layout = &lay;
+  op.max_staleness = chime__table_config(s->table)->max_staleness;
   if (s->ops->handoff(s, &ho, nonce))
     op.handoff = &ho;
   Chime__V1__SubscribeResponse resp = CHIME__V1__SUBSCRIBE_RESPONSE__INIT;
@@ -122,6 +123,9 @@ static void sub_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
     ((sub_t *)c->state)->s = s;
     int gone = c->closed;
     pthread_mutex_unlock(&c->mu);
+    /* The learner's version at open counts before its first batch. */
+    if (req->open->version != 0)
+      (void)chime__table_set_version(s->table, req->open->version, NULL);
     send_opened(c, s);
     if (gone || chime__stream_start(s, c) != 0) {
       chime__call_finish(c, CHIME_ESYS, "cannot start the stream");
@@ -134,9 +138,14 @@ static void sub_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
     if (req->credit != NULL)
       chime__stream_credit(s, req->credit->batches, req->credit->released,
                            req->credit->n_released);
+  } else if (req->kind_case == CHIME__V1__SUBSCRIBE_REQUEST__KIND_VERSION) {
+    /* Lower than the newest known: allowed, changes nothing. */
+    if (req->version != NULL)
+      (void)chime__table_set_version(s->table, req->version->version, NULL);
   } else {
     chime__call_finish(c, CHIME_EINVAL,
-                       "the stream is already open; send credits only");
+                       "the stream is already open; send credits or "
+                       "versions only");
     goto out;
   }
   chime__call_recv(c);

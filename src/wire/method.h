@@ -12,6 +12,7 @@ enum {
   CHIME__M_SUBSCRIBE,
   CHIME__M_MUTATE, /* MutatePriorities */
   CHIME__M_CHECKPOINT,
+  CHIME__M_SET_VERSION, /* SetVersion */
   /* grpc.health.v1.Health/Check: chimed's own grpc_server only (an
    * application's server has its own health service, docs/protocol.md). */
   CHIME__M_HEALTH,
@@ -33,12 +34,13 @@ extern const char *const chime__method_path[CHIME__M_COUNT];
  * unknown field): 0, the whole message limit (64 MiB). */
 extern const unsigned chime__method_max_request[CHIME__M_COUNT];
 
-/* GetInfo, Stats, MutatePriorities, Checkpoint and the health Check are
+/* GetInfo, Stats, MutatePriorities, Checkpoint, SetVersion and the health
+ * Check are
  * unary; Insert and Subscribe are bidi streams. */
 static inline int chime__method_unary(int method) {
   return method == CHIME__M_GETINFO || method == CHIME__M_STATS ||
          method == CHIME__M_MUTATE || method == CHIME__M_CHECKPOINT ||
-         method == CHIME__M_HEALTH;
+         method == CHIME__M_SET_VERSION || method == CHIME__M_HEALTH;
 }
 
 #endif

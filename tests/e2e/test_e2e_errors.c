@@ -352,15 +352,16 @@ static void test_budgets(void **state) {
   assert_contains(details, num);
   assert_contains(details, "per-stream budget");
 
-  /* Two streams of about 3.6 MiB each: the second is over what is left of the
-   * 6 MiB total. */
+  /* Two streams of about 3.4 MiB each (5 slots of 2048 samples of 264
+   * bytes and an 80-byte info record): the second is over what is left of
+   * the 6 MiB total. */
   Chime__V1__SubscribeResponse *ra = open_stream(
-      &a, 2048, 6, CHIME__V1__MODE__MODE_STREAM, &st, details, sizeof(details));
+      &a, 2048, 5, CHIME__V1__MODE__MODE_STREAM, &st, details, sizeof(details));
   if (ra == NULL)
     fail_msg("first stream refused: %s", details);
   uint64_t first = ring_bytes_total();
   assert_true(first > TOTAL_BUDGET / 2 && first <= STREAM_BUDGET);
-  assert_null(open_stream(&b, 2048, 6, CHIME__V1__MODE__MODE_STREAM, &st,
+  assert_null(open_stream(&b, 2048, 5, CHIME__V1__MODE__MODE_STREAM, &st,
                           details, sizeof(details)));
   assert_int_equal(st, GRPC_STATUS_RESOURCE_EXHAUSTED);
   snprintf(num, sizeof(num), "%u", TOTAL_BUDGET);
@@ -372,7 +373,7 @@ static void test_budgets(void **state) {
   chime__raw_destroy(&a);
   wait_ring_bytes(0);
   Chime__V1__SubscribeResponse *rc = open_stream(
-      &c, 2048, 6, CHIME__V1__MODE__MODE_STREAM, &st, details, sizeof(details));
+      &c, 2048, 5, CHIME__V1__MODE__MODE_STREAM, &st, details, sizeof(details));
   if (rc == NULL)
     fail_msg("stream refused after the budget came back: %s", details);
   protobuf_c_message_free_unpacked(&rc->base, NULL);

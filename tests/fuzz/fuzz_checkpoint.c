@@ -9,18 +9,21 @@
  * prioritized (priorities checked) rather than fifo. Bit 2: it is a
  * sequence table (capacity_steps 64, sequence_length 4, stride 2,
  * episode_end pad: blocks of 4 steps), whose file holds windows and the
- * step store's blocks.
+ * step store's blocks. Bit 3 (plain tables): max_staleness 2, so items of
+ * a version 4 file more than 2 behind its newest version leave as it
+ * loads.
  *
  * Beyond "no crash": the result is 0 or one of the codes restore gives
  * (CHIME_ECORRUPT, CHIME_EINVAL, CHIME_ENOTSUP); a refusal has a message
  * naming the file; a file with a wrong CRC is always refused; after a
- * success the table holds exactly the items the file said, at most its
- * rows.
+ * success the table holds exactly the items the file said (those a
+ * staleness gate removed counted as removed_stale), at most its rows.
  *
  * Seeds (tests/fuzz/corpus/checkpoint): checkpoints of a table of this
  * spec holding 0, 5 and 16 items (fifo, prioritized), and of sequence
  * tables (seq_*: written by test_checkpoint with CHIME_CKPT_SEEDS=DIR),
- * behind a flags byte. */
+ * behind a flags byte; fifo_versions_v4: a version 4 file of 5 items of
+ * versions 3..7 (newest 7), gated (flags 9). */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -71,6 +74,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   tc.min_size = 1;
   tc.priority_exponent = 1.0;
   tc.seed = 1;
+  int gated = (flags & 8) && !(flags & 4);
+  tc.max_staleness = gated ? 2 : 0;
   chime__table_t *t = NULL;
   FUZZ_CHECK(chime__table_create(&t, &tc) == 0);
   char err[512];
@@ -89,7 +94,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   } else {
     FUZZ_CHECK(crc_ok);
     /* The rows: twice the capacity (spares), a step's window each. */
-    FUZZ_CHECK(st.size == items && items <= ((flags & 4) ? 128u : 32u));
+    FUZZ_CHECK(st.size + st.removed_stale == items &&
+               items <= ((flags & 4) ? 128u : 32u));
+    FUZZ_CHECK(gated || st.removed_stale == 0);
   }
   if (!crc_ok)
     FUZZ_CHECK(rc != 0);

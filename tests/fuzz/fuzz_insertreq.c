@@ -7,7 +7,8 @@
  * Beyond "no crash": the result must not depend on how the message was cut,
  * the data field must lie inside the message and read back byte for byte
  * through the pieces, and a request the reader accepts must be one
- * protobuf-c accepts with the same values (the reader is allowed to be
+ * protobuf-c accepts with the same values, priorities and policy versions
+ * included (the reader is allowed to be
  * stricter, never looser). */
 #include <stdint.h>
 #include <string.h>
@@ -72,6 +73,10 @@ static void check_same(const chime__insert_req_t *a,
   FUZZ_CHECK(a->n_lengths == b->n_lengths);
   FUZZ_CHECK(a->n_lengths == 0 || memcmp(a->lengths, b->lengths,
                                          a->n_lengths * sizeof(uint32_t)) == 0);
+  FUZZ_CHECK(a->n_versions == b->n_versions);
+  FUZZ_CHECK(
+      a->n_versions == 0 ||
+      memcmp(a->versions, b->versions, a->n_versions * sizeof(uint64_t)) == 0);
 }
 
 /* What protobuf-c makes of the same bytes. */
@@ -96,6 +101,10 @@ static void check_protobuf_c(const chime__insert_req_t *q, const uint8_t *msg,
   FUZZ_CHECK(q->n_lengths == m->n_lengths);
   FUZZ_CHECK(q->n_lengths == 0 || memcmp(q->lengths, m->lengths,
                                          q->n_lengths * sizeof(uint32_t)) == 0);
+  FUZZ_CHECK(q->n_versions == m->n_versions);
+  FUZZ_CHECK(
+      q->n_versions == 0 ||
+      memcmp(q->versions, m->versions, q->n_versions * sizeof(uint64_t)) == 0);
   chime__v1__insert_request__free_unpacked(m, NULL);
 }
 

@@ -1,6 +1,6 @@
-/* libFuzzer target: the requests of GetInfo, Stats, MutatePriorities and
- * Subscribe as the server reads them, through the real server in this
- * process (src/server/, instrumented; gRPC itself is not). A client in the
+/* libFuzzer target: the requests of GetInfo, Stats, MutatePriorities,
+ * Subscribe and SetVersion as the server reads them, through the real server in
+ * this process (src/server/, instrumented; gRPC itself is not). A client in the
  * same process sends the input's bytes as the call's messages over a real
  * gRPC channel, so each message goes through gRPC's framing to the method's
  * handler (info.c, mutate.c, subscribe.c and stream.c's checks of an Open,
@@ -8,16 +8,17 @@
  *
  * Input: [method][flags][messages...], each message [len lo][len hi][bytes]
  * (a length past the end takes the rest; at most 8 messages).
- *   method % 4: 0 GetInfo, 1 Stats, 2 MutatePriorities, 3 Subscribe
+ *   method % 5: 0 GetInfo, 1 Stats, 2 MutatePriorities, 3 Subscribe,
+ *               4 SetVersion
  *   flags bit 0: half-close after the messages (else the call is cancelled
  *                once the server has said what it will); unary calls are
  *                always half-closed (gRPC hands the server a unary call
  *                only then)
  *
- * The server has three tables of spec "x:u8[8],y:f32[]" (uniform "u",
- * fifo "q", prioritized "p", capacity 64), refilled every 64 inputs,
- * small ring budgets, and listens on 127.0.0.1 with a port of the kernel's
- * choice.
+ * The server has three tables of spec "x:u8[8],y:f32[]" (uniform "u" with
+ * max_staleness 2, fifo "q", prioritized "p", capacity 64), refilled every 64
+ * inputs, small ring budgets, and listens on 127.0.0.1 with a port of the
+ * kernel's choice.
  *
  * Beyond "no crash": every call ends with a status the protocol names for
  * bad input (OK, INVALID_ARGUMENT, NOT_FOUND, RESOURCE_EXHAUSTED,
@@ -50,11 +51,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
  * ended, before it cancels: the server answers at once or not at all. */
 #define QUIET_MS 10
 
-static const char *const methods[4] = {
-    "/chime.v1.Chime/GetInfo",
-    "/chime.v1.Chime/Stats",
-    "/chime.v1.Chime/MutatePriorities",
-    "/chime.v1.Chime/Subscribe",
+static const char *const methods[5] = {
+    "/chime.v1.Chime/GetInfo",          "/chime.v1.Chime/Stats",
+    "/chime.v1.Chime/MutatePriorities", "/chime.v1.Chime/Subscribe",
+    "/chime.v1.Chime/SetVersion",
 };
 
 static const char config[] =
@@ -63,7 +63,7 @@ static const char config[] =
     "               \"total_ring_bytes\": 4194304},"
     " \"tables\": ["
     "  {\"name\": \"u\", \"spec\": \"x:u8[8],y:f32[]\", \"capacity\": 64,"
-    "   \"sampler\": \"uniform\"},"
+    "   \"sampler\": \"uniform\", \"max_staleness\": 2},"
     "  {\"name\": \"q\", \"spec\": \"x:u8[8],y:f32[]\", \"capacity\": 64},"
     "  {\"name\": \"p\", \"spec\": \"x:u8[8],y:f32[]\", \"capacity\": 64,"
     "   \"sampler\": \"prioritized\", \"remover\": \"fifo\"}]}";
@@ -320,8 +320,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     setup();
   if (size < 2)
     return 0;
-  const char *method = methods[data[0] % 4];
-  int half_close = (data[1] & 1) || data[0] % 4 != 3;
+  const char *method = methods[data[0] % 5];
+  int half_close = (data[1] & 1) || data[0] % 5 != 3;
   size_t pos = 2;
   call_t c;
   call_start(&c, method);

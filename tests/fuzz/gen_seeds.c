@@ -96,6 +96,17 @@ static void insert_seeds(void) {
   q.n_lengths = 0;
   q.lengths = NULL;
   q.data.len = sizeof(samples);
+  /* Policy versions: one per sample (packed), then one for all. */
+  uint64_t vers[2] = {7, UINT64_C(1) << 40};
+  q.n_versions = 2;
+  q.versions = vers;
+  len = chime__v1__insert_request__pack(&q, msg);
+  put_insert("versions", NULL, 0, msg, len);
+  q.n_versions = 1;
+  len = chime__v1__insert_request__pack(&q, msg);
+  put_insert("versions_one", NULL, 0, msg, len);
+  q.n_versions = 0;
+  q.versions = NULL;
 
   /* Priorities unpacked (one fixed64 field each), an unknown field of each
    * wire type, and a repeated singular field (the last one wins). */
@@ -335,7 +346,7 @@ static void config_seeds(void) {
       "\"priority_exponent\": 0.6, \"samples_per_insert\": 4.5, "
       "\"error_buffer\": 10},\n"
       "  {\"name\": \"h\", \"spec\": \"b:bool\", \"capacity\": 1, "
-      "\"sampler\": \"max_heap\"}]}");
+      "\"sampler\": \"max_heap\", \"max_staleness\": 3}]}");
   put_text("config", "bad_token",
            "{\"auth\":{\"tokens\":[{\"file\":\"mem:a b\",\"role\":\"actor\"}]},"
            "\"tables\":[{\"name\":\"t\",\"spec\":\"x:u8\",\"capacity\":1}]}");
@@ -480,6 +491,24 @@ static void requests_seeds(void) {
   req_begin(3, 1);
   req_credit(1, NULL, 0);
   put("requests", "subscribe_credit_first", req_buf, req_len);
+
+  /* Policy versions: a learner's on its stream, and SetVersion. */
+  Chime__V1__VersionReport vr = CHIME__V1__VERSION_REPORT__INIT;
+  Chime__V1__SubscribeRequest vq = CHIME__V1__SUBSCRIBE_REQUEST__INIT;
+  vr.version = 9;
+  vq.kind_case = CHIME__V1__SUBSCRIBE_REQUEST__KIND_VERSION;
+  vq.version = &vr;
+  req_begin(3, 1);
+  req_open("u", 2, 4, CHIME__V1__MODE__MODE_STREAM, 0);
+  req_add(&vq.base);
+  req_credit(2, rel, 2);
+  put("requests", "subscribe_version", req_buf, req_len);
+  Chime__V1__SetVersionRequest sv = CHIME__V1__SET_VERSION_REQUEST__INIT;
+  sv.table = "u";
+  sv.version = 12;
+  req_begin(4, 1);
+  req_add(&sv.base);
+  put("requests", "setversion", req_buf, req_len);
 }
 
 int main(int argc, char **argv) {

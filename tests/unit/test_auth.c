@@ -91,6 +91,7 @@ static void test_roles(void **state) {
        {[CHIME__M_GETINFO] = 1,
         [CHIME__M_SUBSCRIBE] = 1,
         [CHIME__M_MUTATE] = 1,
+        [CHIME__M_SET_VERSION] = 1,
         [CHIME__M_COUNT] = 1}},
       {ADMIN_TOKEN, "admin", 1, {0}},
   };
@@ -101,6 +102,7 @@ static void test_roles(void **state) {
       [CHIME__M_SUBSCRIBE] = "Subscribe",
       [CHIME__M_MUTATE] = "MutatePriorities",
       [CHIME__M_CHECKPOINT] = "Checkpoint",
+      [CHIME__M_SET_VERSION] = "SetVersion",
   };
   for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
     char bearer[128];

@@ -107,12 +107,13 @@ static void test_plain_roundtrip(void **state) {
   file_t fa, fb;
   write_file(a, &fa);
   assert_int_equal(fa.f.items, 12);
-  /* The header, 12 records of 28 + 9 bytes, the CRC. */
+  /* The header (the newest version last), 12 records of 28 + 8 (the
+   * item's version) + 9 bytes, the CRC. */
   char spec[256];
   assert_int_equal(
       chime_spec_format(&chime__table_config(a)->spec, spec, sizeof(spec)), 0);
   assert_int_equal(fa.n, 8 + 4 + 4 + 4 + (4 + 1) + (4 + strlen(spec)) + 8 * 8 +
-                             12 * (28 + 9) + 4);
+                             8 + 12 * (28 + 8 + 9) + 4);
   if (load(&fa, b, &items, err, sizeof(err)) != 0)
     fail_msg("load: %s", err);
   assert_int_equal(items, 12);
@@ -210,7 +211,7 @@ static void test_shard_recorded(void **state) {
   file_t fa, fb;
   write_file(a, &fa);
   assert_int_equal(file_u32(&fa, 8), CHIME__CKPT_VERSION);
-  assert_int_equal(CHIME__CKPT_VERSION, 3);
+  assert_int_equal(CHIME__CKPT_VERSION, 4);
   assert_int_equal(file_u32(&fa, 16), 6);
   if (load(&fa, b, &items, err, sizeof(err)) != 0)
     fail_msg("load: %s", err);
@@ -232,7 +233,7 @@ static void test_shard_recorded(void **state) {
     chime__table_destroy(c);
   }
   /* The last record's key (its first 8 bytes) made shard 5's. */
-  size_t last = fa.n - 4 - (28 + 9);
+  size_t last = fa.n - 4 - (28 + 8 + 9);
   fa.p[last + 6] = 5;
   fix_crc(&fa);
   chime__table_t *d = plain_table_of("t", 6);

@@ -517,7 +517,7 @@ static void test_bad_layout(void **state) {
 }
 
 /* The Layout states 32-byte sample info records: the client cannot read
- * them as its own 64-byte ones and says so, naming both sizes. */
+ * them as its own 80-byte ones and says so, naming both sizes. */
 static void test_info_record_size_differs(void **state) {
   (void)state;
   chime_client_t *c;
@@ -526,7 +526,7 @@ static void test_info_record_size_differs(void **state) {
                    CHIME_EPROTO);
   assert_null(s);
   const char *e = chime_last_error();
-  if (!strstr(e, "sample info records are 32 bytes, this library's are 64"))
+  if (!strstr(e, "sample info records are 32 bytes, this library's are 80"))
     fail_msg("last error: '%s'", e);
   chime_client_destroy(c);
 }

@@ -353,6 +353,27 @@ static void expect_sequence(const char *table, const char *want_err) {
     fail_msg("%s: error '%s' does not say '%s'", table, err, want_err);
 }
 
+/* Policy versions: max_staleness on a plain table (0 when absent); a
+ * sequence table's windows carry no version, so it is refused there. */
+static void test_max_staleness(void **state) {
+  (void)state;
+  char err[512] = "";
+  assert_int_equal(
+      chime__config_parse(&cfg,
+                          T("a", "x:u8", ",\"capacity\":8,\"max_staleness\":3"),
+                          err, sizeof(err)),
+      0);
+  assert_int_equal(cfg.tables[0].max_staleness, 3);
+  assert_int_equal(chime__config_parse(&cfg, "{" TA "}", err, sizeof(err)), 0);
+  assert_int_equal(cfg.tables[0].max_staleness, 0);
+  expect_bad(T("a", "x:u8", ",\"capacity\":8,\"max_staleness\":-1"),
+             "'max_staleness'");
+  expect_bad(T("s", "o:u8",
+               ",\"capacity_steps\":100,\"sequence_length\":4,"
+               "\"max_staleness\":2"),
+             "plain tables only");
+}
+
 static void test_sequence_keys(void **state) {
   (void)state;
   static chime__config_t seq_cfg;
@@ -493,6 +514,7 @@ int main(void) {
       cmocka_unit_test(test_checkpoint),
       cmocka_unit_test(test_writer_memory),
       cmocka_unit_test(test_sequence_keys),
+      cmocka_unit_test(test_max_staleness),
       cmocka_unit_test(test_shard_and_age),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

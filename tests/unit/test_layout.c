@@ -33,8 +33,8 @@ static void test_basic_layout(void **state) {
   assert_int_equal(l.leaf_offset[2], 192);
   assert_int_equal(l.leaf_bytes[2], 10);
   assert_int_equal(l.info_offset, 256);
-  assert_int_equal(sizeof(chime_sample_info_t), 64);
-  /* 256 + 10 x 64 = 896, one page. */
+  assert_int_equal(sizeof(chime_sample_info_t), 80);
+  /* 256 + 10 x 80 = 1056, one page. */
   assert_int_equal(l.slot_bytes, 4096);
   assert_int_equal(l.data_bytes, 4 * 4096);
   assert_int_equal(l.leaf_offset[3], 0);
@@ -82,8 +82,8 @@ static void test_alignment_invariants(void **state) {
     }
     assert_int_equal(l.info_offset % 64, 0);
     assert_true(l.info_offset >= end);
-    assert_true(l.info_offset + (uint64_t)batch * 64 <= l.slot_bytes);
-    assert_true(l.info_offset + (uint64_t)batch * 64 + 4096 > l.slot_bytes);
+    assert_true(l.info_offset + (uint64_t)batch * 80 <= l.slot_bytes);
+    assert_true(l.info_offset + (uint64_t)batch * 80 + 4096 > l.slot_bytes);
     assert_int_equal(l.slot_bytes % 4096, 0);
     assert_int_equal(l.data_bytes, 3 * l.slot_bytes);
   }

@@ -296,11 +296,11 @@ static void test_consistent_lie_about_size(void **state) {
  * header. */
 static void test_other_version_is_refused_by_name(void **state) {
   fixture_t *f = *state;
-  const uint32_t others[] = {1, 3, 4, CHIME_RING_VERSION + 1};
+  const uint32_t others[] = {1, 3, 4, 5, CHIME_RING_VERSION + 1};
   char want[64];
   uint8_t *img = malloc(f->len);
   assert_non_null(img);
-  assert_int_equal(CHIME_RING_VERSION, 5);
+  assert_int_equal(CHIME_RING_VERSION, 6);
   for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++) {
     memcpy(img, f->image, f->len);
     m_version((chime__ring_header_t *)img, others[i]);
@@ -310,7 +310,7 @@ static void test_other_version_is_refused_by_name(void **state) {
                        CHIME_ECORRUPT);
       const char *e = chime_ring_last_error();
       snprintf(want, sizeof(want), "format version %u, ", others[i]);
-      if (strstr(e, want) == NULL || strstr(e, "reads version 5") == NULL)
+      if (strstr(e, want) == NULL || strstr(e, "reads version 6") == NULL)
         fail_msg("version %u (%s file): '%s'", others[i],
                  short_file ? "short" : "whole", e);
     }
@@ -339,7 +339,7 @@ static void test_header_bytes_as_documented(void **state) {
 
   assert_int_equal(u64_at(b, 0), CHIME_RING_MAGIC);
   assert_memory_equal(b, "CHIMERNG", 8);
-  assert_int_equal(u32_at(b, 8), 5);           /* version */
+  assert_int_equal(u32_at(b, 8), 6);           /* version */
   assert_int_equal(u32_at(b, 12), 9856);       /* header bytes */
   assert_int_equal(u64_at(b, 16), f->len);     /* total bytes */
   assert_int_equal(u64_at(b, 24), 9856);       /* producer words */
@@ -355,7 +355,7 @@ static void test_header_bytes_as_documented(void **state) {
   assert_int_equal(u32_at(b, 100), 8);       /* batch size */
   assert_int_equal(u64_at(b, 104), 4096);    /* slot bytes */
   assert_int_equal(u64_at(b, 64), 4 * 4096); /* data bytes */
-  assert_int_equal(u32_at(b, 120), 64);      /* sample info record bytes */
+  assert_int_equal(u32_at(b, 120), 80);      /* sample info record bytes */
   assert_int_equal(u32_at(b, 124), 3);       /* leaves */
   /* obs:f32[5] at 0 (160 bytes), x:u8[3,2] at 192 (48), done:bool at 256
    * (8), the info at 320. */

@@ -1,0 +1,175 @@
+"""An asynchronous PPO-style loop through chime with policy versions and a
+staleness gate (issue 25, docs/replay.md "Policy versions").
+
+A toy token generator stands in for the language model: its policy is a
+softmax over a small vocabulary whose logits the learner moves a little
+at each update, and version v of the policy is the learner's v-th set of
+logits. Eight writer processes (--writers) generate rollouts (a fixed
+number of tokens, their log-probabilities and a reward: the count of one
+"good" token) with whatever version they last read, and append each with
+version=that version: they race the learner's version bumps, so some of
+what they send is already behind when it arrives. The learner reads
+batches from a table with max_staleness, and every --update-every batches
+takes a policy-gradient step and bumps its version, telling the server on
+its stream (stream.set_version) and the writers through shared memory.
+
+The gate's promise, checked on every batch: no sample more than
+max_staleness versions behind the learner's version at receipt reaches the
+learner (the server removes what falls too far behind, and next() drops a
+batch drawn before the learner's latest version that holds such a
+sample). The last line of output is a JSON summary.
+
+  python3 examples/python/async_ppo.py [--server ADDR] [--batches N]
+"""
+import argparse
+import json
+import multiprocessing
+import sys
+import time
+
+import numpy as np
+
+import chime
+
+TABLE = "rollouts"
+TOKENS = 32
+VOCAB = 16
+GOOD = 3  # the token the reward counts
+
+
+def spec():
+    return f"tokens:i32[{TOKENS}], logprobs:f32[{TOKENS}], reward:f32[]"
+
+
+def server_config(args):
+    return {"tables": [{"name": TABLE, "spec": spec(),
+                        "capacity": args.capacity, "sampler": "uniform",
+                        "min_size": args.batch_size,
+                        "max_times_sampled": 1,
+                        "max_staleness": args.max_staleness}]}
+
+
+def softmax(z):
+    e = np.exp(z - z.max())
+    return e / e.sum()
+
+
+def writer_main(address, index, version, logits, stop, counts, seed):
+    """One generator: reads the policy (version and logits) as often as a
+    rollout is made, and appends each rollout with the version it used."""
+    rng = np.random.default_rng(seed)
+    with chime.Client(address) as c, c.writer(TABLE) as w:
+        n = 0
+        while not stop.is_set():
+            with version.get_lock():
+                v = version.value
+                z = np.frombuffer(logits.get_obj(), dtype=np.float64).copy()
+            p = softmax(z)
+            tok = rng.choice(VOCAB, size=TOKENS, p=p).astype(np.int32)
+            lp = np.log(p[tok]).astype(np.float32)
+            w.append({"tokens": tok, "logprobs": lp,
+                      "reward": np.float32((tok == GOOD).mean())}, version=v)
+            n += 1
+            if n % 64 == 0:
+                w.flush()
+        w.flush()
+    counts[index] = n
+
+
+def learn(args):
+    if args.server:
+        client, address = chime.Client(args.server), args.server
+    else:
+        client = chime.ensure_server(args.name, config=server_config(args),
+                                     run_dir=args.run_dir)
+        address = chime.server_state(args.name,
+                                     run_dir=args.run_dir)["address"]
+    ctx = multiprocessing.get_context("spawn")  # no gRPC state across fork
+    version = ctx.Value("Q", 1)
+    logits = ctx.Array("d", VOCAB)
+    stop = ctx.Event()
+    counts = ctx.Array("Q", args.writers)
+    procs = [ctx.Process(target=writer_main,
+                         args=(address, i, version, logits, stop, counts,
+                               args.seed + i))
+             for i in range(args.writers)]
+    for p in procs:
+        p.start()
+    v = 1
+    z = np.zeros(VOCAB)
+    worst = 0
+    violations = 0
+    samples = 0
+    hist = {}
+    t0 = time.monotonic()
+    try:
+        with client.stream(TABLE, batch_size=args.batch_size, slots=4,
+                           version=v, timeout=30) as s:
+            for b in range(args.batches):
+                batch = s.next(timeout=30)
+                lag = v - batch.info["version"].astype(np.int64)
+                worst = max(worst, int(lag.max()))
+                violations += int((lag > args.max_staleness).sum())
+                for x in lag:
+                    hist[int(x)] = hist.get(int(x), 0) + 1
+                samples += batch.count
+                tok = np.asarray(batch["tokens"])
+                reward = np.asarray(batch["reward"])
+                # REINFORCE on the toy policy: raise the logits of tokens
+                # in rollouts better than the batch's mean.
+                adv = reward - reward.mean()
+                g = np.zeros(VOCAB)
+                np.add.at(g, tok.ravel(), np.repeat(adv, TOKENS))
+                z += args.lr * g / tok.size
+                if (b + 1) % args.update_every == 0:
+                    v += 1
+                    s.set_version(v)
+                    with version.get_lock():
+                        version.value = v
+                        np.frombuffer(logits.get_obj(), dtype=np.float64)[:] = z
+    finally:
+        stop.set()
+        for p in procs:
+            p.join(timeout=30)
+    st = next(t for t in client.stats()["tables"] if t["name"] == TABLE)
+    out = {"batches": args.batches, "samples": samples,
+           "learner_version": v, "max_staleness": args.max_staleness,
+           "worst_lag_at_receipt": worst, "violations": violations,
+           "lag_histogram": {str(k): hist[k] for k in sorted(hist)},
+           "rollouts_written": int(sum(counts)),
+           "inserts": st["inserts"], "removed_stale": st["removed_stale"],
+           "newest_version": st["newest_version"],
+           "p_good": float(softmax(z)[GOOD]),
+           "seconds": round(time.monotonic() - t0, 2)}
+    client.close()
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    a = ap.add_argument
+    a("--server", help="use this chimed (its config must have the table: "
+      "--print-config); else chime.ensure_server(--name)")
+    a("--name", default="chime-async-ppo")
+    a("--run-dir", default=None)
+    a("--writers", type=int, default=8)
+    a("--batches", type=int, default=400)
+    a("--batch-size", type=int, default=32)
+    a("--update-every", type=int, default=4,
+      help="batches per learner update (and version bump)")
+    a("--max-staleness", type=int, default=2)
+    a("--capacity", type=int, default=4096)
+    a("--lr", type=float, default=2.0)
+    a("--seed", type=int, default=0)
+    a("--print-config", action="store_true")
+    args = ap.parse_args(argv)
+    if args.print_config:
+        print(json.dumps(server_config(args), indent=2))
+        return 0
+    out = learn(args)
+    print(json.dumps(out))
+    return 0 if out["violations"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+/* An index of a table's live rows by policy version, so that a table with
+ * max_staleness removes the items that fell too far behind by walking only
+ * them: the rows of each distinct version are one list, and the versions
+ * are kept sorted, lowest first. Items arrive roughly in version order, so
+ * a new item's version is nearly always the highest already there (one
+ * compare) or a new highest (one append); an older one is found by binary
+ * search over the distinct versions live, which are few (the staleness
+ * window's). Sized at create for every row: add and remove never allocate
+ * and never fail. Not thread-safe: the table calls it under its lock. */
+#ifndef CHIME_REPLAY_VERINDEX_H
+#define CHIME_REPLAY_VERINDEX_H
+
+#include <stdint.h>
+
+#include "chime/errors.h"
+
+typedef struct chime__verindex_s chime__verindex_t;
+
+/* An empty index for rows [0, rows). CHIME_EINVAL, CHIME_ENOMEM. */
+CHIME_NODISCARD int chime__verindex_create(chime__verindex_t **out,
+                                           uint64_t rows);
+void chime__verindex_destroy(chime__verindex_t *v); /* NULL-safe */
+/* Bytes it maps for this many rows (create's, for chime__table_bytes). */
+uint64_t chime__verindex_bytes(uint64_t rows);
+
+/* Row r (not in the index) of version ver joins it, after the rows of its
+ * version already there. */
+void chime__verindex_add(chime__verindex_t *v, uint32_t r, uint64_t ver);
+/* Row r, which joined with version ver, leaves. */
+void chime__verindex_remove(chime__verindex_t *v, uint32_t r, uint64_t ver);
+/* The first row of the lowest version in *r and that version in *ver: 0,
+ * or CHIME_ENOTFOUND when the index is empty. */
+int chime__verindex_lowest(const chime__verindex_t *v, uint32_t *r,
+                           uint64_t *ver);
+/* Distinct versions in the index now. */
+uint64_t chime__verindex_versions(const chime__verindex_t *v);
+
+#endif

@@ -3,7 +3,7 @@
  * the length they share are refused with nothing inserted, a batch packs
  * each ragged leaf's rows back to back with count + 1 offsets, items given
  * back keep their rows, sequence tables and checkpoints refuse ragged
- * specs. */
+ * specs, a stale sample (max_staleness) is skipped at its own lengths. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -123,6 +123,52 @@ static void test_store_and_sample(void **state) {
   assert_int_equal(st.size, 0);
   assert_int_equal(st.ragged_bytes, 0);
   assert_int_equal(st.ragged_alloc_bytes, 0);
+  slot_fini(&s);
+  chime__table_destroy(t);
+}
+
+/* A sample too far behind the newest version (max_staleness) never goes
+ * in, and is skipped by its own bytes at its lengths: the samples after it
+ * read their own rows, not the stale one's. */
+static void test_stale_sample_skipped(void **state) {
+  (void)state;
+  chime__table_config_t tc;
+  chime__table_t *t;
+  memset(&tc, 0, sizeof(tc));
+  snprintf(tc.name, sizeof(tc.name), "rag");
+  assert_int_equal(chime_spec_parse(&tc.spec, SPEC, NULL, 0), 0);
+  tc.capacity = 16;
+  tc.sampler = CHIME__SAMPLER_FIFO;
+  tc.min_size = 1;
+  tc.seed = 7;
+  tc.max_staleness = 1;
+  assert_int_equal(chime__table_create(&t, &tc), 0);
+  const uint64_t keys[4] = {1, 2, 3, 4};
+  const uint32_t len[4] = {3, 40, 5, 7};
+  const uint64_t vers[4] = {5, 1, 5, 5}; /* the second is 4 behind */
+  uint32_t lengths[8];
+  static uint8_t buf[4 * (64 * 8 + 4)];
+  for (uint32_t j = 0; j < 4; j++)
+    lengths[2 * j] = lengths[2 * j + 1] = len[j];
+  size_t bytes = pack(buf, keys, len, 4);
+  chime__span_t sp = {buf, bytes};
+  chime__table_versions_t v = {vers, 4};
+  uint64_t first;
+  assert_int_equal(chime__table_insert_versioned(t, &sp, 1, 4, lengths, NULL,
+                                                 &v, &first, NULL, NULL, 0),
+                   0);
+  chime__table_stats_t st;
+  chime__table_get_stats(t, &st);
+  assert_int_equal(st.size, 3);
+  assert_int_equal(st.removed_stale, 1);
+  assert_int_equal(st.ragged_bytes, (3 + 5 + 7) * 8);
+  slot_t s;
+  slot_init(&s, t, 3);
+  assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
+  check_packed(&s, 0, chime__key_make(0, 1), 3);
+  check_packed(&s, 1, chime__key_make(0, 3), 5);
+  check_packed(&s, 2, chime__key_make(0, 4), 7);
+  assert_int_equal(s.ws.info[1].version, 5);
   slot_fini(&s);
   chime__table_destroy(t);
 }
@@ -336,6 +382,7 @@ int main(void) {
       cmocka_unit_test(test_give_back),
       cmocka_unit_test(test_spans_send_offsets),
       cmocka_unit_test(test_refusals),
+      cmocka_unit_test(test_stale_sample_skipped),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,6 +14,8 @@ static int usage(void) {
           "mutate rates\n"
           "  sequence  a sequence table alone: steps written, windows "
           "sampled\n"
+          "  ragged    a table of ragged leaves: bytes held and moved vs used, "
+          "delivery vs a fixed-shape table\n"
           "  device    a device stream's copies: registered slot vs "
           "cudaMallocHost, next(), copies hidden (skips without a GPU)\n"
 #ifdef CHIME_BENCH_SERVICE
@@ -43,6 +45,8 @@ int main(int argc, char **argv) {
     return chime__bench_sequence(argc - 1, argv + 1);
   if (strcmp(argv[1], "device") == 0)
     return chime__bench_device(argc - 1, argv + 1);
+  if (strcmp(argv[1], "ragged") == 0)
+    return chime__bench_ragged(argc - 1, argv + 1);
 #ifdef CHIME_BENCH_SERVICE
   if (strcmp(argv[1], "service") == 0)
     return chime__bench_service(argc - 1, argv + 1);

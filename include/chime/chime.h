@@ -382,6 +382,19 @@ CHIME_EXTERN CHIME_NODISCARD int chime_writer_extend(chime_writer_t *writer,
                                                      const void *const leaves[],
                                                      const double *priorities,
                                                      uint32_t *taken);
+/* Queues one sample given leaf by leaf: leaves[l] holds leaf l's bytes
+ * (spec order). A ragged leaf (chime/spec.h) holds lengths[l] rows, 0 up to
+ * its bound (and equal to the length it shares, "~leaf"): lengths[l] *
+ * chime_leaf_row_bytes() bytes; a fixed leaf holds its whole size and its
+ * lengths[l] is not read (lengths may be NULL for a table without ragged
+ * leaves). The only append a table with ragged leaves takes
+ * (chime_writer_append and _extend refuse one with CHIME_EINVAL). A length
+ * past its bound or unlike the one it shares is CHIME_EINVAL with a detail
+ * naming the leaf, and nothing is queued. Otherwise as chime_writer_append:
+ * the server stores only the rows given, nothing padded. */
+CHIME_EXTERN CHIME_NODISCARD int
+chime_writer_append_leaves(chime_writer_t *writer, const void *const leaves[],
+                           const uint32_t lengths[], double priority);
 /* A sequence table's writer: ends its open episode after the steps queued
  * so far (they are sent now, with the end; with episode_end "pad" an
  * uncovered tail makes one padded window). The next append starts a new
@@ -436,14 +449,20 @@ typedef struct {
   }
 #define CHIME_DEVICE_PREFETCH 2
 
-/* One leaf of a batch: a [count, *shape] array, contiguous. */
+/* One leaf of a batch: a [count, *shape] array, contiguous. A ragged leaf
+ * (chime/spec.h) is its samples' rows packed back to back, a [total,
+ * *shape[1:]] array (shape[0] == total, the rows of all samples), and
+ * offsets: count + 1 of them, sample j's rows are offsets[j] ..
+ * offsets[j + 1] (Arrow's list layout; offsets[0] == 0, offsets[count] ==
+ * total). offsets is NULL for a fixed leaf. Both lie in the ring slot. */
 typedef struct {
   const char *name;
   chime_dtype_t dtype;
   uint32_t ndim;                      /* includes the batch dimension */
-  uint64_t shape[CHIME_MAX_DIMS + 1]; /* shape[0] == count */
+  uint64_t shape[CHIME_MAX_DIMS + 1]; /* shape[0] == count (ragged: total) */
   const void *data;
   uint64_t bytes;
+  const int64_t *offsets; /* a ragged leaf's count + 1; NULL otherwise */
 } chime_batch_leaf_t;
 
 typedef struct {
@@ -453,6 +472,15 @@ typedef struct {
   chime_batch_leaf_t leaf[CHIME_MAX_LEAVES];
   const chime_sample_info_t *info; /* count records */
 } chime_batch_t;
+
+/* The leaf of batch named name, or NULL: for a ragged leaf its data are
+ * the values ([total, *rest]), chime_batch_offsets() its offsets. */
+CHIME_EXTERN const chime_batch_leaf_t *
+chime_batch_leaf(const chime_batch_t *batch, const char *name);
+/* A ragged leaf's count + 1 offsets (chime_batch_leaf_t), NULL for a fixed
+ * leaf or no such leaf. */
+CHIME_EXTERN const int64_t *chime_batch_offsets(const chime_batch_t *batch,
+                                                const char *name);
 
 /* Opens a stream of batches from `table`. In auto mode it maps the server's
  * ring when the server is on this host and the attach succeeds, else it streams

@@ -11,7 +11,11 @@
  * the consumer holds. Up to slots - 1 slots may be held at once.
  *
  * A slot holds, for each leaf of the spec, one contiguous [batch_size, *shape]
- * array (64-byte aligned), then batch_size chime_sample_info_t records.
+ * array (64-byte aligned), then for each ragged leaf its batch_size + 1
+ * offsets, then batch_size chime_sample_info_t records. A ragged leaf's
+ * array holds its samples' rows packed back to back (room for batch_size
+ * times its bound); sample j's rows are offsets[j] .. offsets[j + 1]
+ * (Arrow's list layout: int64, offsets[0] == 0, counted in rows).
  *
  * The producer creates the segment (a sealed memfd); the consumer attaches to
  * the fd, possibly in another process, validates the header against the real
@@ -45,6 +49,9 @@ typedef struct {
   uint64_t leaf_bytes[CHIME_MAX_LEAVES];  /* batch_size * sample bytes */
   uint64_t info_offset;                   /* chime_sample_info_t[batch_size] */
   uint64_t data_bytes;                    /* slots * slot_bytes */
+  /* A ragged leaf's int64_t[batch_size + 1] offsets, from slot start,
+   * 64-aligned; 0 for a fixed leaf. */
+  uint64_t offsets_offset[CHIME_MAX_LEAVES];
 } chime_ring_layout_t;
 
 /* The largest data region of a ring ("absurd" made concrete; the limits on
@@ -68,6 +75,11 @@ typedef struct {
   uint32_t slot;  /* slot index, pass to chime_ring_release() */
   uint32_t count; /* samples in this batch (== batch_size) */
   const void *leaf[CHIME_MAX_LEAVES];
+  /* A ragged leaf's count + 1 offsets (in rows of leaf[i]); NULL for a
+   * fixed leaf. Written by the producer: a reader checks them before it
+   * indexes with them (offsets[0] == 0, never decreasing, the last within
+   * count times the bound). */
+  const int64_t *offsets[CHIME_MAX_LEAVES];
   const chime_sample_info_t *info;
 } chime_ring_view_t;
 

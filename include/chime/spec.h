@@ -44,12 +44,24 @@ typedef enum {
 #undef CHIME__DTYPE_ENUM
 } chime_dtype_t;
 
-/* One leaf: a named array per sample. A scalar has ndim 0. */
+/* One leaf: a named array per sample. A scalar has ndim 0.
+ *
+ * A ragged leaf (ragged 1, written "tokens:i32[<=8192]") has a first
+ * dimension that varies per sample from 0 up to shape[0], its bound; the
+ * other dimensions are fixed ("frames:u8[<=64,84,84]": up to 64 rows of
+ * 84x84). A sample carries each ragged leaf's length, a table stores only
+ * the rows used, and a batch delivers the values packed back to back with
+ * count + 1 offsets (chime_batch_offsets). shares: 1 + the index of an
+ * earlier ragged leaf whose length this one always has ("logprobs:f32[<=8192
+ * ~tokens]"), checked at insert; 0 for none. A leaf's fixed size
+ * (chime_leaf_bytes) is its bound's. */
 typedef struct {
   char name[CHIME_MAX_NAME];
   chime_dtype_t dtype;
   uint32_t ndim;
   uint64_t shape[CHIME_MAX_DIMS];
+  uint32_t ragged;
+  uint32_t shares;
 } chime_leaf_t;
 
 /* An ordered list of leaves. A sample's bytes are its leaves' bytes in order.
@@ -59,22 +71,34 @@ typedef struct {
   chime_leaf_t leaves[CHIME_MAX_LEAVES];
 } chime_spec_t;
 
-/* Parses "obs:f32[64], action:i32[], reward:f32[]" (also "f32[84,84]", and
- * "reward:f32" for a scalar). On error returns CHIME_EINVAL and, if err is not
- * NULL, writes a sentence naming the offending leaf into err. */
+/* Parses "obs:f32[64], action:i32[], reward:f32[]" (also "f32[84,84]",
+ * "reward:f32" for a scalar, and ragged leaves: "tokens:i32[<=8192]",
+ * "logprobs:f32[<=8192 ~tokens]" for one that shares tokens' length). On error
+ * returns CHIME_EINVAL and, if err is not NULL, writes a sentence naming the
+ * offending leaf into err. */
 CHIME_EXTERN CHIME_NODISCARD int chime_spec_parse(chime_spec_t *spec,
                                                   const char *text, char *err,
                                                   size_t errlen);
 /* Writes the canonical text form of spec into buf ("obs:f32[64],..."). */
 CHIME_EXTERN CHIME_NODISCARD int chime_spec_format(const chime_spec_t *spec,
                                                    char *buf, size_t len);
-/* Checks names (non-empty, unique, [A-Za-z0-9_./-]), dtypes, dims (each > 0)
- * and that every size fits in 64 bits. err as for chime_spec_parse. */
+/* Checks names (non-empty, unique, [A-Za-z0-9_./-]), dtypes, dims (each > 0),
+ * that every size fits in 64 bits, and ragged leaves (at least one dim; a
+ * shared length names an earlier ragged leaf of the same bound that shares
+ * none itself). err as for chime_spec_parse. */
 CHIME_EXTERN CHIME_NODISCARD int chime_spec_validate(const chime_spec_t *spec,
                                                      char *err, size_t errlen);
-/* Bytes of one sample of leaf i / of the whole spec (0 if invalid). */
+/* Bytes of one sample of leaf i / of the whole spec (0 if invalid); a
+ * ragged leaf counts at its bound. */
 CHIME_EXTERN uint64_t chime_leaf_bytes(const chime_leaf_t *leaf);
 CHIME_EXTERN uint64_t chime_spec_sample_bytes(const chime_spec_t *spec);
+/* Bytes of one row of a leaf's first dimension: a ragged leaf's sample of
+ * length n holds n * this (the dtype's size for a one-dim leaf). 0 if
+ * invalid or a scalar. */
+CHIME_EXTERN uint64_t chime_leaf_row_bytes(const chime_leaf_t *leaf);
+/* The number of ragged leaves in spec (a table whose spec has any takes a
+ * length per ragged leaf with every sample). */
+CHIME_EXTERN uint32_t chime_spec_ragged(const chime_spec_t *spec);
 CHIME_EXTERN const char *chime_dtype_name(chime_dtype_t dtype);
 CHIME_EXTERN size_t chime_dtype_size(chime_dtype_t dtype); /* 0 if unknown */
 CHIME_EXTERN chime_dtype_t chime_dtype_from_name(const char *name);

@@ -102,7 +102,8 @@ static int batch_order(PyObject *o, void *cuda_stream) {
   return 0;
 }
 
-/* A read-only ndarray over leaf `leaf` (-1: info) whose base is a new View;
+/* A read-only ndarray over leaf `leaf` (-1: info; -2 - i: ragged leaf i's
+ * offsets) whose base is a new View;
  * on a device stream a leaf's View itself. */
 static PyObject *batch_array(chimepy_batch_t *bt, int leaf) {
   if (!bt->leased || bt->release_asked)
@@ -133,7 +134,15 @@ static PyObject *batch_array(chimepy_batch_t *bt, int leaf) {
     }
     return (PyObject *)v;
   }
-  if (leaf >= 0) {
+  if (leaf <= -2) { /* a ragged leaf's count + 1 offsets */
+    descr = chimepy_descr(CHIME_DTYPE_I64);
+    v->data = bt->b.leaf[-2 - leaf].offsets;
+    v->ndim = 1;
+    v->format = chimepy_buffer_format(CHIME_DTYPE_I64);
+    v->dtype = CHIME_DTYPE_I64;
+    v->itemsize = 8;
+    v->shape[0] = dims[0] = (npy_intp)bt->b.count + 1;
+  } else if (leaf >= 0) {
     const chime_batch_leaf_t *l = &bt->b.leaf[leaf];
     descr = chimepy_descr(l->dtype);
     v->data = l->data;
@@ -214,6 +223,16 @@ static PyObject *batch_view(PyObject *o, PyObject *key) {
   Py_INCREF(v);
   Py_DECREF(arr);
   return v;
+}
+
+static PyObject *batch_offsets(PyObject *o, PyObject *key) {
+  chimepy_batch_t *bt = (chimepy_batch_t *)o;
+  int i = leaf_index(bt, key);
+  if (i < 0)
+    return NULL;
+  if (bt->b.leaf[i].offsets == NULL || bt->stream->device >= 0)
+    return chimepy_raise(CHIME_EINVAL, "offsets: not a ragged leaf");
+  return batch_array(bt, -2 - i);
 }
 
 static Py_ssize_t batch_len(PyObject *o) {
@@ -301,6 +320,17 @@ static PyMethodDef batch_methods[] = {
     {"view", batch_view, METH_O,
      "view(leaf) -> View: the exporter behind batch[leaf] (buffer protocol, "
      "__dlpack__ for torch.from_dlpack); holds the batch like an array."},
+    {"offsets", batch_offsets, METH_O,
+     "offsets(leaf) -> int64 array [count + 1] of a ragged leaf: sample j's "
+     "rows of batch[leaf] are offsets[j]:offsets[j + 1] (in the ring)."},
+    {"samples", chimepy_batch_samples, METH_O,
+     "samples(leaf) -> list of count views, sample j's rows of a ragged "
+     "leaf (zero copy)."},
+    {"padded", (PyCFunction)(void (*)(void))chimepy_batch_padded,
+     METH_VARARGS | METH_KEYWORDS,
+     "padded(leaf, value=0, length=None) -> a new array [count, length, "
+     "*rest] of a ragged leaf, each sample's rows then value (a copy; length "
+     "None: the longest sample's)."},
     {"__enter__", batch_enter, METH_NOARGS, NULL},
     {"__exit__", batch_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},
@@ -324,7 +354,8 @@ PyTypeObject chimepy_batch_type = {
     .tp_basicsize = sizeof(chimepy_batch_t),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "One leased batch. batch['leaf'] is a read-only numpy array "
-              "[count, *shape] pointing into the ring (zero copy).",
+              "[count, *shape] pointing into the ring (zero copy); a ragged "
+              "leaf's is its values [total, *rest], with offsets(leaf).",
     .tp_dealloc = batch_dealloc,
     .tp_as_mapping = &batch_mapping,
     .tp_methods = batch_methods,

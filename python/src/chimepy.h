@@ -67,6 +67,11 @@ int chimepy_array_type_init(int (*is_bf16)(PyObject *base));
 /* 1 if `o` is a chime.View over a bf16 leaf. */
 int chimepy_view_is_bf16(PyObject *o);
 
+/* A batch's ragged leaf (ragged.c, over the batch's own calls): the list
+ * of its samples' views, and a padded copy. */
+PyObject *chimepy_batch_samples(PyObject *batch, PyObject *leaf);
+PyObject *chimepy_batch_padded(PyObject *batch, PyObject *args, PyObject *kw);
+
 /* Called when a writer or stream of the client has closed. */
 void chimepy_client_child_closed(chimepy_client_t *client);
 /* Raises ClosedError-like chime.Error when the client was closed. */

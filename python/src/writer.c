@@ -277,8 +277,16 @@ static PyArrayObject *leaf_array(PyObject *dict, const chime_leaf_t *leaf,
   int batched = n[1] == 1;
   int nd = PyArray_NDIM(a);
   const npy_intp *dims = PyArray_DIMS(a);
-  int ok = nd == (int)leaf->ndim + batched;
-  for (int i = 0; ok && i < (int)leaf->ndim; i++)
+  if (leaf->ragged && batched) {
+    Py_DECREF(a);
+    return (PyArrayObject *)leaf_error(
+        leaf, "is ragged: extend takes fixed-shape leaves; append its "
+              "samples one by one");
+  }
+  /* A ragged leaf: any number of rows up to its bound. */
+  int ok = nd == (int)leaf->ndim + batched &&
+           (!leaf->ragged || (uint64_t)dims[0] <= leaf->shape[0]);
+  for (int i = leaf->ragged; ok && i < (int)leaf->ndim; i++)
     ok = (uint64_t)dims[i + batched] == leaf->shape[i];
   if (ok && batched) {
     if (*n < 0)
@@ -289,9 +297,10 @@ static PyArrayObject *leaf_array(PyObject *dict, const chime_leaf_t *leaf,
   if (!ok) {
     Py_DECREF(a);
     return (PyArrayObject *)leaf_error(
-        leaf, batched ? "shape is not [N, *leaf shape] with one N for all "
-                        "leaves"
-                      : "shape differs from the spec");
+        leaf, batched        ? "shape is not [N, *leaf shape] with one N for "
+                               "all leaves"
+              : leaf->ragged ? "shape is not [n, *rest] with n up to its bound"
+                             : "shape differs from the spec");
   }
   return a;
 }
@@ -328,10 +337,16 @@ static int check_keys(const chime_spec_t *spec, PyObject *dict) {
 
 struct append_arg {
   double priority;
+  int ragged; /* the table has ragged leaves: leaves and lengths */
+  const void *leaves[CHIME_MAX_LEAVES];
+  uint32_t lengths[CHIME_MAX_LEAVES];
 };
 
 static int append_slice(writer_t *self, void *arg) {
   const struct append_arg *a = arg;
+  if (a->ragged)
+    return chime_writer_append_leaves(self->w, a->leaves, a->lengths,
+                                      a->priority);
   return chime_writer_append(self->w, self->sample, (size_t)self->sample_bytes,
                              a->priority);
 }
@@ -346,19 +361,24 @@ static PyObject *writer_append(PyObject *o, PyObject *args, PyObject *kw) {
     return NULL;
   if (writer_ready(self) || check_keys(&self->spec, dict))
     return NULL;
+  /* A ragged leaf's rows are at most its bound's: the sample fits. */
   unsigned char *p = self->sample;
+  struct append_arg a = {.priority = priority,
+                         .ragged = chime_spec_ragged(&self->spec) > 0};
   for (uint32_t i = 0; i < self->spec.nleaves; i++) {
     Py_ssize_t n[2] = {-1, 0};
-    PyArrayObject *a = leaf_array(dict, &self->spec.leaves[i], n);
-    if (!a)
+    PyArrayObject *arr = leaf_array(dict, &self->spec.leaves[i], n);
+    if (!arr)
       return NULL;
-    size_t len = (size_t)PyArray_NBYTES(a);
-    memcpy(p, PyArray_DATA(a), len);
+    size_t len = (size_t)PyArray_NBYTES(arr);
+    a.leaves[i] = p;
+    a.lengths[i] =
+        self->spec.leaves[i].ragged ? (uint32_t)PyArray_DIM(arr, 0) : 0;
+    memcpy(p, PyArray_DATA(arr), len);
     p += len;
-    Py_DECREF(a);
+    Py_DECREF(arr);
   }
   char why[512];
-  struct append_arg a = {priority};
   int rc =
       in_slices(self, append_slice, &a, NULL, "append()", why, sizeof(why));
   if (rc == INTERRUPTED)

@@ -1,4 +1,8 @@
-/* The client: one gRPC channel, unary calls (GetInfo, Stats). */
+/* The one-server client: one gRPC channel and the unary calls on it
+ * (GetInfo, Stats, MutatePriorities, Checkpoint), as the internal calls
+ * (internal.h, chime__conn_*) that the public ones (client_api.c) and the
+ * sharded layer (shards.c, fanout.c) use; and the public calls that need
+ * no dispatch (frees, mode names). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -6,10 +10,7 @@
 #include <unistd.h>
 
 #include "client/fork.h"
-#include "client/fanout.h"
 #include "client/internal.h"
-#include "client/shards.h"
-#include "client/target.h"
 #include "common/detail.h"
 #include "common/keepalive.h"
 #include "common/pem.h"
@@ -45,44 +46,13 @@ out:
   return rc;
 }
 
-int chime_client_create(chime_client_t **out, const char *address,
-                        const chime_client_opts_t *opts) {
+int chime__conn_create(chime_client_t **out, const char *address,
+                       const chime_client_opts_t *opts, int channel) {
   chime_client_opts_t def = CHIME_CLIENT_OPTS_INIT;
-  if (!out || !address || !*address)
-    return chime__detail(CHIME_EINVAL,
-                         "chime_client_create: needs out and an address");
-  *out = NULL;
-  if (!opts)
-    opts = &def;
-  if (opts->max_message_bytes == 0 || opts->max_message_bytes > INT32_MAX)
-    return chime__detailf(CHIME_EINVAL,
-                          "client: max_message_bytes must be 1..%d", INT32_MAX);
-  size_t toklen = opts->token ? strlen(opts->token) : 0;
-  int bad_token = opts->token && (toklen == 0 || toklen > 256);
-  for (size_t i = 0; i < toklen; i++)
-    if (opts->token[i] <= ' ' || opts->token[i] > '~')
-      bad_token = 1;
-  if (bad_token)
-    return chime__detail(CHIME_EINVAL, "client: the token must be 1..256 "
-                                       "printable ASCII bytes, no spaces");
-  if ((opts->tls_cert == NULL) != (opts->tls_key == NULL))
-    return chime__detail(CHIME_EINVAL,
-                         "client: tls_cert and tls_key go together");
-  if (opts->tls_server_name != NULL &&
-      (opts->tls_server_name[0] == '\0' ||
-       (opts->tls_ca == NULL && opts->tls_cert == NULL)))
-    return chime__detail(CHIME_EINVAL,
-                         "client: tls_server_name must not be empty and "
-                         "needs TLS (tls_ca or tls_cert)");
-  chime__target_t target;
   char err[512] = "";
-  int rc = chime__target_parse(address, CHIME__MAX_SHARDS, &target, err,
-                               sizeof(err));
-  if (rc)
-    return chime__detail(rc, err);
+  *out = NULL;
   chime_client_t *c = calloc(1, sizeof(*c));
   if (!c || !(c->address = strdup(address))) {
-    chime__target_free(&target);
     free(c);
     return chime__detail(CHIME_ENOMEM, "client: out of memory");
   }
@@ -90,24 +60,17 @@ int chime_client_create(chime_client_t **out, const char *address,
   c->max_message_bytes = opts->max_message_bytes;
   c->pid = (int)getpid();
 
-  rc = chime__fork_grpc_init(err, sizeof(err));
+  int rc = chime__fork_grpc_init(err, sizeof(err));
   if (rc != 0) {
-    chime__target_free(&target);
     free(c->address);
     free(c);
     return chime__detail(rc, err);
   }
   c->fork_gen = chime__fork_gen();
-  if (target.sharded) {
-    rc = chime__shards_create(&c->set, &target, opts, err, sizeof(err));
-    if (rc) {
-      chime_client_destroy(c);
-      return chime__detail(rc, err);
-    }
+  if (!channel) {
     *out = c;
     return 0;
   }
-  chime__target_free(&target);
   chime__gate_enter();
   grpc_channel_credentials *creds;
   rc = make_creds(opts, &creds);
@@ -170,14 +133,12 @@ int chime_client_create(chime_client_t **out, const char *address,
   return 0;
 }
 
-void chime_client_destroy(chime_client_t *client) {
+void chime__conn_destroy(chime_client_t *client) {
   if (!client)
     return;
   /* In a child of fork() the channel is the parent's: gRPC there closed
    * its fds; this copy is left alone. */
   int own = client->fork_gen == chime__fork_gen();
-  /* The shards' clients look after their own channels (and forks). */
-  chime__shards_destroy(client->set);
   if (own) {
     chime__gate_enter();
     if (client->channel)
@@ -295,13 +256,8 @@ static void copy_str(char *dst, size_t len, const char *src) {
   snprintf(dst, len, "%s", src ? src : "");
 }
 
-int chime_client_info(chime_client_t *client, chime_server_info_t **out) {
-  if (!client || !out)
-    return chime__detail(CHIME_EINVAL,
-                         "chime_client_info: needs a client and out");
+int chime__conn_info(chime_client_t *client, chime_server_info_t **out) {
   *out = NULL;
-  if (client->set)
-    return chime__fanout_info(client, out);
   char err[CHIME__ERRLEN] = "";
   Chime__V1__GetInfoRequest req = CHIME__V1__GET_INFO_REQUEST__INIT;
   ProtobufCMessage *m = NULL;
@@ -393,7 +349,7 @@ int chime__table_lookup(chime_client_t *client, const char *table,
                         chime_table_info_t *out, chime_server_info_t **info,
                         char *err, size_t errlen) {
   chime_server_info_t *si = NULL;
-  int rc = chime_client_info(client, &si);
+  int rc = chime__conn_info(client, &si);
   if (rc) {
     chime__fail(err, errlen, rc, "%s", chime_last_error());
     goto cleanup;
@@ -447,13 +403,8 @@ static void server_from_msg(chime_stats_t *o,
   CHIME_SERVER_STATS_FIELDS(FROM_MSG)
 }
 
-int chime_client_stats(chime_client_t *client, chime_stats_t **out) {
-  if (!client || !out)
-    return chime__detail(CHIME_EINVAL,
-                         "chime_client_stats: needs a client and out");
+int chime__conn_stats(chime_client_t *client, chime_stats_t **out) {
   *out = NULL;
-  if (client->set)
-    return chime__fanout_stats(client, out);
   char err[CHIME__ERRLEN] = "";
   Chime__V1__StatsRequest req = CHIME__V1__STATS_REQUEST__INIT;
   ProtobufCMessage *m = NULL;
@@ -535,20 +486,10 @@ int chime__check_priorities(const char *table, const double *priorities,
   return 0;
 }
 
-int chime_client_mutate_priorities(chime_client_t *client, const char *table,
-                                   const uint64_t *keys,
-                                   const double *priorities, size_t n,
-                                   const uint64_t *deletes, size_t ndeletes,
-                                   chime_mutate_result_t *out) {
-  if (!client || !table || (n && (!keys || !priorities)) ||
-      (ndeletes && !deletes))
-    return chime__detail(CHIME_EINVAL,
-                         "chime_client_mutate_priorities: needs a client, a "
-                         "table, and keys, priorities and deletes for their "
-                         "counts");
-  if (client->set)
-    return chime__fanout_mutate(client, table, keys, priorities, n, deletes,
-                                ndeletes, out);
+int chime__conn_mutate(chime_client_t *client, const char *table,
+                       const uint64_t *keys, const double *priorities, size_t n,
+                       const uint64_t *deletes, size_t ndeletes,
+                       chime_mutate_result_t *out) {
   char err[CHIME__ERRLEN] = "";
   int rc = 0;
   ProtobufCMessage *m = NULL;
@@ -595,12 +536,8 @@ cleanup:
   return rc;
 }
 
-int chime_client_checkpoint(chime_client_t *client,
-                            chime_checkpoint_result_t *out) {
-  if (!client)
-    return chime__detail(CHIME_EINVAL, "chime_client_checkpoint: no client");
-  if (client->set)
-    return chime__fanout_checkpoint(client, out);
+int chime__conn_checkpoint(chime_client_t *client,
+                           chime_checkpoint_result_t *out) {
   char err[CHIME__ERRLEN] = "";
   ProtobufCMessage *m = NULL;
   Chime__V1__CheckpointRequest req = CHIME__V1__CHECKPOINT_REQUEST__INIT;
@@ -623,22 +560,4 @@ int chime_client_checkpoint(chime_client_t *client,
   if (rc)
     chime__detail(rc, err);
   return rc;
-}
-
-uint32_t chime_client_nshards(chime_client_t *client) {
-  if (!client)
-    return 0;
-  return client->set ? chime__shards_count(client->set) : 1;
-}
-
-chime_client_t *chime_client_shard(chime_client_t *client, uint32_t i) {
-  if (!client || i >= chime_client_nshards(client))
-    return NULL;
-  return client->set ? chime__shards_at(client->set, i)->client : client;
-}
-
-const char *chime_client_shard_address(chime_client_t *client, uint32_t i) {
-  if (!client || i >= chime_client_nshards(client))
-    return NULL;
-  return client->set ? chime__shards_at(client->set, i)->addr : client->address;
 }

@@ -456,6 +456,7 @@ static void lend(chime__device_t *d, dbuf_t *b, chime_batch_t *out) {
       o->shape[k + 1] = l->shape[k];
     o->data = (const char *)b->dptr + d->layout.leaf_offset[i];
     o->bytes = (uint64_t)b->count * chime_leaf_bytes(l);
+    o->offsets = NULL; /* no ragged leaf: stream.c refuses those here */
   }
 }
 

@@ -27,11 +27,25 @@ static int live_members(chime_client_t *client, uint32_t *idx, uint32_t *n,
 
 /* A shard's failure as the sharded call's: its code, its sentence with
  * the shard's address. */
-static int shard_failed(chime_client_t *client, uint32_t i, int rc, char *err,
+static int shard_failed(const chime__member_t *mb, int rc, char *err,
                         size_t errlen) {
-  return chime__fail(err, errlen, rc, "shard %s: %s",
-                     chime__shards_at(client->set, i)->addr,
+  return chime__fail(err, errlen, rc, "shard %s: %s", mb->addr,
                      chime_last_error());
+}
+
+/* One shard's part of a call on every shard: its call, and its answer
+ * added into acc; k counts the shards before it. */
+typedef int (*each_fn)(chime__member_t *mb, uint32_t k, void *acc, char *err,
+                       size_t errlen);
+
+/* Calls each for every live member in order, up to the first failure. */
+static int each_shard(chime_client_t *client, each_fn each, void *acc,
+                      char *err, size_t errlen) {
+  uint32_t idx[CHIME__MAX_SHARDS], n;
+  int rc = live_members(client, idx, &n, err, errlen);
+  for (uint32_t k = 0; rc == 0 && k < n; k++)
+    rc = each(chime__shards_at(client->set, idx[k]), k, acc, err, errlen);
+  return rc;
 }
 
 /* Adds table t of one shard into the merged list (by name). */
@@ -60,61 +74,57 @@ static int merge_table(chime_server_info_t *m, const chime_table_info_t *t,
   return 0;
 }
 
-int chime__fanout_info(chime_client_t *client, chime_server_info_t **out) {
-  char err[CHIME__ERRLEN] = "";
-  uint32_t idx[CHIME__MAX_SHARDS], n;
-  chime_server_info_t *m = NULL, *one = NULL;
-  int rc = live_members(client, idx, &n, err, sizeof(err));
+static int add_info(chime__member_t *mb, uint32_t k, void *acc, char *err,
+                    size_t errlen) {
+  chime_server_info_t *m = acc, *one = NULL;
+  int rc = chime__conn_info(mb->client, &one);
   if (rc)
-    goto cleanup;
-  if (!(m = calloc(1, sizeof(*m)))) {
-    rc = chime__fail(err, sizeof(err), CHIME_ENOMEM, "out of memory");
+    return shard_failed(mb, rc, err, errlen);
+  if (k == 0) {
+    snprintf(m->version, sizeof(m->version), "%s", one->version);
+    snprintf(m->boot_id, sizeof(m->boot_id), "%s", one->boot_id);
+    snprintf(m->hostname, sizeof(m->hostname), "%s", one->hostname);
+  } else {
+    /* One host's only while every shard is on it. */
+    if (strcmp(m->boot_id, one->boot_id) != 0)
+      m->boot_id[0] = '\0';
+    if (strcmp(m->hostname, one->hostname) != 0)
+      m->hostname[0] = '\0';
+  }
+  m->pin_host_memory |= one->pin_host_memory;
+  m->pinned_bytes += one->pinned_bytes;
+  chime_table_info_t *tables =
+      realloc(m->tables, (m->ntables + one->ntables + 1) * sizeof(*tables));
+  chime_ring_info_t *rings =
+      realloc(m->rings, (m->nrings + one->nrings + 1) * sizeof(*rings));
+  if (tables)
+    m->tables = tables;
+  if (rings)
+    m->rings = rings;
+  if (!tables || !rings) {
+    rc = chime__fail(err, errlen, CHIME_ENOMEM, "out of memory");
     goto cleanup;
   }
-  for (uint32_t k = 0; k < n; k++) {
-    chime__member_t *mb = chime__shards_at(client->set, idx[k]);
-    if ((rc = chime_client_info(mb->client, &one)) != 0) {
-      shard_failed(client, idx[k], rc, err, sizeof(err));
+  for (uint32_t t = 0; t < one->ntables; t++)
+    if ((rc = merge_table(m, &one->tables[t], mb->addr, err, errlen)))
       goto cleanup;
-    }
-    if (k == 0) {
-      snprintf(m->version, sizeof(m->version), "%s", one->version);
-      snprintf(m->boot_id, sizeof(m->boot_id), "%s", one->boot_id);
-      snprintf(m->hostname, sizeof(m->hostname), "%s", one->hostname);
-    } else {
-      /* One host's only while every shard is on it. */
-      if (strcmp(m->boot_id, one->boot_id) != 0)
-        m->boot_id[0] = '\0';
-      if (strcmp(m->hostname, one->hostname) != 0)
-        m->hostname[0] = '\0';
-    }
-    m->pin_host_memory |= one->pin_host_memory;
-    m->pinned_bytes += one->pinned_bytes;
-    chime_table_info_t *tables =
-        realloc(m->tables, (m->ntables + one->ntables + 1) * sizeof(*tables));
-    chime_ring_info_t *rings =
-        realloc(m->rings, (m->nrings + one->nrings + 1) * sizeof(*rings));
-    if (tables)
-      m->tables = tables;
-    if (rings)
-      m->rings = rings;
-    if (!tables || !rings) {
-      rc = chime__fail(err, sizeof(err), CHIME_ENOMEM, "out of memory");
-      goto cleanup;
-    }
-    for (uint32_t t = 0; t < one->ntables; t++)
-      if ((rc = merge_table(m, &one->tables[t], mb->addr, err, sizeof(err))))
-        goto cleanup;
-    if (one->nrings) /* else one->rings is NULL: memcpy's UB even for 0 */
-      memcpy(m->rings + m->nrings, one->rings, one->nrings * sizeof(*rings));
-    m->nrings += one->nrings;
-    chime_server_info_free(one);
-    one = NULL;
-  }
-  *out = m;
-  m = NULL;
+  if (one->nrings) /* else one->rings is NULL: memcpy's UB even for 0 */
+    memcpy(m->rings + m->nrings, one->rings, one->nrings * sizeof(*rings));
+  m->nrings += one->nrings;
 cleanup:
   chime_server_info_free(one);
+  return rc;
+}
+
+int chime__fanout_info(chime_client_t *client, chime_server_info_t **out) {
+  char err[CHIME__ERRLEN] = "";
+  chime_server_info_t *m = calloc(1, sizeof(*m));
+  int rc = m ? each_shard(client, add_info, m, err, sizeof(err))
+             : chime__fail(err, sizeof(err), CHIME_ENOMEM, "out of memory");
+  if (rc == 0) {
+    *out = m;
+    m = NULL;
+  }
   chime_server_info_free(m);
   return rc ? chime__detail(rc, err) : 0;
 }
@@ -128,56 +138,53 @@ static void add_server(chime_stats_t *o, const chime_stats_t *s) {
 }
 #undef ADD
 
-int chime__fanout_stats(chime_client_t *client, chime_stats_t **out) {
-  char err[CHIME__ERRLEN] = "";
-  uint32_t idx[CHIME__MAX_SHARDS], n;
-  chime_stats_t *m = NULL, *one = NULL;
-  int rc = live_members(client, idx, &n, err, sizeof(err));
+static int add_stats(chime__member_t *mb, uint32_t k, void *acc, char *err,
+                     size_t errlen) {
+  chime_stats_t *m = acc, *one = NULL;
+  (void)k;
+  int rc = chime__conn_stats(mb->client, &one);
   if (rc)
-    goto cleanup;
-  if (!(m = calloc(1, sizeof(*m)))) {
-    rc = chime__fail(err, sizeof(err), CHIME_ENOMEM, "out of memory");
+    return shard_failed(mb, rc, err, errlen);
+  chime_table_stats_t *tables =
+      realloc(m->tables, (m->ntables + one->ntables + 1) * sizeof(*tables));
+  chime_stream_stats_t *streams =
+      realloc(m->streams, (m->nstreams + one->nstreams + 1) * sizeof(*streams));
+  if (tables)
+    m->tables = tables;
+  if (streams)
+    m->streams = streams;
+  if (!tables || !streams) {
+    rc = chime__fail(err, errlen, CHIME_ENOMEM, "out of memory");
     goto cleanup;
   }
-  for (uint32_t k = 0; k < n; k++) {
-    chime__member_t *mb = chime__shards_at(client->set, idx[k]);
-    if ((rc = chime_client_stats(mb->client, &one)) != 0) {
-      shard_failed(client, idx[k], rc, err, sizeof(err));
-      goto cleanup;
-    }
-    chime_table_stats_t *tables =
-        realloc(m->tables, (m->ntables + one->ntables + 1) * sizeof(*tables));
-    chime_stream_stats_t *streams = realloc(
-        m->streams, (m->nstreams + one->nstreams + 1) * sizeof(*streams));
-    if (tables)
-      m->tables = tables;
-    if (streams)
-      m->streams = streams;
-    if (!tables || !streams) {
-      rc = chime__fail(err, sizeof(err), CHIME_ENOMEM, "out of memory");
-      goto cleanup;
-    }
-    for (uint32_t t = 0; t < one->ntables; t++) {
-      uint32_t j = 0;
-      while (j < m->ntables && strcmp(m->tables[j].name, one->tables[t].name))
-        j++;
-      if (j == m->ntables)
-        m->tables[m->ntables++] = one->tables[t];
-      else
-        add_table(&m->tables[j], &one->tables[t]);
-    }
-    if (one->nstreams) /* else one->streams is NULL, as rings above */
-      memcpy(m->streams + m->nstreams, one->streams,
-             one->nstreams * sizeof(*streams));
-    m->nstreams += one->nstreams;
-    add_server(m, one);
-    chime_stats_free(one);
-    one = NULL;
+  for (uint32_t t = 0; t < one->ntables; t++) {
+    uint32_t j = 0;
+    while (j < m->ntables && strcmp(m->tables[j].name, one->tables[t].name))
+      j++;
+    if (j == m->ntables)
+      m->tables[m->ntables++] = one->tables[t];
+    else
+      add_table(&m->tables[j], &one->tables[t]);
   }
-  *out = m;
-  m = NULL;
+  if (one->nstreams) /* else one->streams is NULL, as rings above */
+    memcpy(m->streams + m->nstreams, one->streams,
+           one->nstreams * sizeof(*streams));
+  m->nstreams += one->nstreams;
+  add_server(m, one);
 cleanup:
   chime_stats_free(one);
+  return rc;
+}
+
+int chime__fanout_stats(chime_client_t *client, chime_stats_t **out) {
+  char err[CHIME__ERRLEN] = "";
+  chime_stats_t *m = calloc(1, sizeof(*m));
+  int rc = m ? each_shard(client, add_stats, m, err, sizeof(err))
+             : chime__fail(err, sizeof(err), CHIME_ENOMEM, "out of memory");
+  if (rc == 0) {
+    *out = m;
+    m = NULL;
+  }
   chime_stats_free(m);
   return rc ? chime__detail(rc, err) : 0;
 }
@@ -252,11 +259,11 @@ int chime__fanout_mutate(chime_client_t *client, const char *table,
   for (uint32_t k = 0; k < nparts; k++) {
     part_t *p = &parts[k];
     chime_mutate_result_t r;
-    rc = chime_client_mutate_priorities(
-        chime__shards_at(client->set, p->member)->client, table, p->keys,
-        p->prios, p->n, p->dels, p->ndel, &r);
+    chime__member_t *mb = chime__shards_at(client->set, p->member);
+    rc = chime__conn_mutate(mb->client, table, p->keys, p->prios, p->n, p->dels,
+                            p->ndel, &r);
     if (rc) {
-      shard_failed(client, p->member, rc, err, sizeof(err));
+      shard_failed(mb, rc, err, sizeof(err));
       goto cleanup;
     }
     sum.updated += r.updated;
@@ -275,29 +282,30 @@ cleanup:
   return rc ? chime__detail(rc, err) : 0;
 }
 
+static int add_checkpoint(chime__member_t *mb, uint32_t k, void *acc, char *err,
+                          size_t errlen) {
+  chime_checkpoint_result_t *sum = acc, one;
+  int rc = chime__conn_checkpoint(mb->client, &one);
+  if (rc)
+    return shard_failed(mb, rc, err, errlen);
+  if (k == 0)
+    memcpy(sum->path, one.path, sizeof(sum->path));
+  sum->tables += one.tables;
+  sum->items += one.items;
+  sum->bytes += one.bytes;
+  if (one.pause_ns > sum->pause_ns)
+    sum->pause_ns = one.pause_ns;
+  if (one.duration_ns > sum->duration_ns)
+    sum->duration_ns = one.duration_ns;
+  return 0;
+}
+
 int chime__fanout_checkpoint(chime_client_t *client,
                              chime_checkpoint_result_t *out) {
   char err[CHIME__ERRLEN] = "";
-  uint32_t idx[CHIME__MAX_SHARDS], n;
-  chime_checkpoint_result_t sum, one;
+  chime_checkpoint_result_t sum;
   memset(&sum, 0, sizeof(sum));
-  int rc = live_members(client, idx, &n, err, sizeof(err));
-  for (uint32_t k = 0; rc == 0 && k < n; k++) {
-    chime__member_t *mb = chime__shards_at(client->set, idx[k]);
-    if ((rc = chime_client_checkpoint(mb->client, &one)) != 0) {
-      shard_failed(client, idx[k], rc, err, sizeof(err));
-      break;
-    }
-    if (k == 0)
-      memcpy(sum.path, one.path, sizeof(sum.path));
-    sum.tables += one.tables;
-    sum.items += one.items;
-    sum.bytes += one.bytes;
-    if (one.pause_ns > sum.pause_ns)
-      sum.pause_ns = one.pause_ns;
-    if (one.duration_ns > sum.duration_ns)
-      sum.duration_ns = one.duration_ns;
-  }
+  int rc = each_shard(client, add_checkpoint, &sum, err, sizeof(err));
   if (rc == 0 && out)
     *out = sum;
   return rc ? chime__detail(rc, err) : 0;

@@ -2,7 +2,9 @@
  * shard (shards.h) and come back as one answer: info and stats summed over
  * the shards, MutatePriorities split by each key's shard, a checkpoint of
  * every shard. chime_client_info and friends call these for a sharded
- * client; their contracts are the public calls' (chime.h). */
+ * client (client_api.c); each shard is asked through the one-server calls
+ * (chime__conn_*, internal.h), never the public ones. Their contracts are
+ * the public calls' (chime.h). */
 #ifndef CHIME_CLIENT_FANOUT_H
 #define CHIME_CLIENT_FANOUT_H
 

@@ -39,7 +39,8 @@ struct chime__shards_s;
 
 struct chime_client_s {
   /* A sharded target's shards (shards.h): then channel is NULL and every
-   * call goes to the shards' own clients (fanout.c, writer.c, union.c). */
+   * call goes to the shards' own clients (client_api.c hands it to
+   * fanout.c; writer_shard.c, union.c). */
   struct chime__shards_s *set;
   char *address; /* the target as given */
   grpc_channel *channel;
@@ -54,6 +55,32 @@ struct chime_client_s {
   atomic_int reached;
   size_t max_message_bytes;
 };
+
+/* --- the one-server client (client.c) ---
+ *
+ * The layer under the public calls (client_api.c) and the sharded ones
+ * (shards.c, fanout.c): each call here talks to client's own channel and
+ * never to shards. Their contracts are the public calls' (chime.h), with
+ * the arguments already checked; a failure sets the calling thread's
+ * detail. */
+
+/* A client for address, with opts already checked as chime_client_create
+ * checks them: its limits, its process, gRPC started. channel: with a
+ * channel of its own (a one-server client), else none (the object of a
+ * sharded client, whose shards have theirs). */
+int chime__conn_create(chime_client_t **out, const char *address,
+                       const chime_client_opts_t *opts, int channel);
+/* Frees what chime__conn_create made (a sharded client's shards are the
+ * caller's to destroy first). NULL-safe. */
+void chime__conn_destroy(chime_client_t *client);
+int chime__conn_info(chime_client_t *client, chime_server_info_t **out);
+int chime__conn_stats(chime_client_t *client, chime_stats_t **out);
+int chime__conn_mutate(chime_client_t *client, const char *table,
+                       const uint64_t *keys, const double *priorities, size_t n,
+                       const uint64_t *deletes, size_t ndeletes,
+                       chime_mutate_result_t *out);
+int chime__conn_checkpoint(chime_client_t *client,
+                           chime_checkpoint_result_t *out);
 
 /* 0, or CHIME_ENOTSUP (with the calling thread's detail set) when the
  * client was made before a fork() in another process (fork.h). */
@@ -87,8 +114,8 @@ int chime__unary(chime_client_t *client, int method,
                  const ProtobufCMessageDescriptor *resp_desc,
                  ProtobufCMessage **resp, char *err, size_t errlen);
 
-/* The table's info from GetInfo (client.c); CHIME_ENOTFOUND with a
- * sentence. */
+/* The table's info from a one-server client's GetInfo (client.c);
+ * CHIME_ENOTFOUND with a sentence. */
 int chime__table_lookup(chime_client_t *client, const char *table,
                         chime_table_info_t *out, chime_server_info_t **info,
                         char *err, size_t errlen);

@@ -49,7 +49,7 @@ static int add_member(chime__shards_t *set, const char *addr, char *err,
   m->addr = strdup(addr);
   if (!m->addr)
     return chime__fail(err, errlen, CHIME_ENOMEM, "out of memory");
-  int rc = chime_client_create(&m->client, addr, &set->opts);
+  int rc = chime__conn_create(&m->client, addr, &set->opts, 1);
   if (rc) {
     chime__fail(err, errlen, rc, "shard %s: %s", addr, chime_last_error());
     free(m->addr);
@@ -149,7 +149,7 @@ void chime__shards_destroy(chime__shards_t *set) {
     return;
   uint32_t n = atomic_load(&set->n);
   for (uint32_t i = 0; i < n; i++) {
-    chime_client_destroy(set->members[i].client);
+    chime__conn_destroy(set->members[i].client);
     free(set->members[i].addr);
   }
   chime__target_free(&set->target);
@@ -186,7 +186,7 @@ int chime__shards_identify(chime__shards_t *set, uint32_t i, char *err,
   if (atomic_load(&m->known))
     return 0;
   chime_server_info_t *info = NULL;
-  int rc = chime_client_info(m->client, &info);
+  int rc = chime__conn_info(m->client, &info);
   if (rc)
     return chime__fail(err, errlen, rc, "shard %s: %s", m->addr,
                        chime_last_error());

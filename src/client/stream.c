@@ -20,8 +20,6 @@
 
 #include "client/fork.h"
 #include "client/stream.h"
-#include "client/union.h"
-#include "client/union_draw.h"
 #include "wire/credit.h"
 
 /* Cuts the learner off the ring: next then reports end_code, with end_why
@@ -243,53 +241,13 @@ static void call_teardown(chime_stream_t *s) {
 static int device_take(void *arg, chime_ring_view_t *v, int timeout_ms);
 static int device_give(void *arg, uint32_t slot);
 
-int chime_stream_open(chime_stream_t **out, chime_client_t *client,
-                      const char *table, const chime_stream_opts_t *opts) {
-  const chime_stream_opts_t def = CHIME_STREAM_OPTS_INIT;
-  chime_stream_opts_t o = def;
-  char err[CHIME__ERRLEN] = "";
-  chime_stream_t *s = NULL;
-  int rc = 0;
-  if (!client || !table || !out)
-    return chime__detail(CHIME_EINVAL,
-                         "chime_stream_open: needs out, a client and a table");
+int chime__stream_new(chime_stream_t **out, chime_client_t *client,
+                      const char *table, const chime_stream_opts_t *opts,
+                      char *err, size_t errlen) {
+  chime_stream_t *s = calloc(1, sizeof(*s));
   *out = NULL;
-  rc = chime__client_inherited(client);
-  if (rc)
-    return rc;
-  if (opts)
-    o = *opts;
-  if (o.slots == 0) /* a zero means its default */
-    o.slots = def.slots;
-  if (o.open_timeout_ms <= 0)
-    o.open_timeout_ms = def.open_timeout_ms;
-  if (o.device >= 0 && o.device_prefetch == 0)
-    o.device_prefetch = o.slots - 1 < CHIME_DEVICE_PREFETCH
-                            ? o.slots - 1
-                            : CHIME_DEVICE_PREFETCH;
-  if (strlen(table) >= CHIME_MAX_NAME || o.batch_size == 0 ||
-      o.batch_size > CHIME_RING_MAX_BATCH || o.slots < 2 ||
-      o.slots > CHIME_RING_MAX_SLOTS || o.prefetch > o.slots ||
-      (o.mode != CHIME_MODE_AUTO && o.mode != CHIME_MODE_SHM &&
-       o.mode != CHIME_MODE_STREAM)) {
-    rc = chime__fail(err, sizeof(err), CHIME_EINVAL,
-                     "stream: need 0 < batch_size <= %u, 2 <= slots <= %u, "
-                     "prefetch <= slots, a known mode and a table name",
-                     CHIME_RING_MAX_BATCH, CHIME_RING_MAX_SLOTS);
-    goto cleanup;
-  }
-  if (o.device < -1 || (o.device >= 0 && o.device_prefetch > o.slots - 1)) {
-    rc = chime__fail(err, sizeof(err), CHIME_EINVAL,
-                     "stream: device is a CUDA ordinal or -1 (host), and "
-                     "1 <= device_prefetch <= slots - 1 (%u)",
-                     o.slots - 1);
-    goto cleanup;
-  }
-  s = calloc(1, sizeof(*s));
-  if (!s) {
-    rc = chime__fail(err, sizeof(err), CHIME_ENOMEM, "out of memory");
-    goto cleanup;
-  }
+  if (!s)
+    return chime__fail(err, errlen, CHIME_ENOMEM, "out of memory");
   s->client = client;
   s->fork_gen = client->fork_gen;
   s->pid = client->pid;
@@ -297,22 +255,20 @@ int chime_stream_open(chime_stream_t **out, chime_client_t *client,
   pthread_mutex_init(&s->lock, NULL);
   pthread_mutex_init(&s->drive_mu, NULL);
   pthread_cond_init(&s->idle_cv, NULL);
+  s->opts = *opts;
+  *out = s;
+  return 0;
+}
 
-  s->opts = o;
-  if (client->set && o.device >= 0) {
-    rc = chime__fail(err, sizeof(err), CHIME_ENOTSUP,
-                     "stream: a device stream over shards is not built yet: "
-                     "open it on one shard's client (chime_client_shard)");
+int chime__single_open(chime_stream_t **out, chime_client_t *client,
+                       const char *table, const chime_stream_opts_t *opts) {
+  const chime_stream_opts_t o = *opts;
+  char err[CHIME__ERRLEN] = "";
+  chime_stream_t *s = NULL;
+  *out = NULL;
+  int rc = chime__stream_new(&s, client, table, &o, err, sizeof(err));
+  if (rc)
     goto cleanup;
-  }
-  if (client->set) {
-    /* Sub-streams on the shards' own clients do the rest (union.c). */
-    if ((rc = chime__union_open(s, err, sizeof(err))) == 0) {
-      *out = s;
-      s = NULL;
-    }
-    goto cleanup;
-  }
   s->prefetch = chime__credits_initial(o.prefetch, o.slots);
   rc = chime__stream_attach(s, err, sizeof(err));
   if (rc)
@@ -334,6 +290,11 @@ int chime_stream_open(chime_stream_t **out, chime_client_t *client,
       chime__fail(err, sizeof(err), rc, "pin_host_memory: %s", why);
       goto cleanup;
     }
+  }
+  if (o.device >= 0 && chime_spec_ragged(&s->spec) > 0) {
+    rc = chime__fail(err, sizeof(err), CHIME_ENOTSUP,
+                     "a device stream of ragged leaves is not built yet");
+    goto cleanup;
   }
   if (o.device >= 0) {
     const chime__device_opts_t dopts = {.device = o.device,
@@ -357,14 +318,14 @@ int chime_stream_open(chime_stream_t **out, chime_client_t *client,
 cleanup:
   if (rc) {
     chime__detail(rc, err);
-    chime_stream_close(s);
+    chime__single_close(s);
   }
   return rc;
 }
 
 /* CHIME_ENOTSUP in a child of fork(): the ring, its leases and the call
  * are the parent's (fork.h). */
-static int inherited(const chime_stream_t *s) {
+int chime__stream_inherited(const chime_stream_t *s) {
   if (s->fork_gen == chime__fork_gen())
     return 0;
   char err[512];
@@ -415,28 +376,77 @@ static int take_view(chime_stream_t *s, chime_ring_view_t *v, int timeout_ms) {
   return ring_answer(s, rc, timeout_ms);
 }
 
-/* The batch in view v, lent to the learner. */
-static void lend(chime_stream_t *s, const chime_ring_view_t *vp,
-                 chime_batch_t *out) {
-  out->seq = vp->seq;
-  out->count = vp->count;
-  out->nleaves = s->spec.nleaves;
-  out->info = vp->info;
-  s->lent[vp->slot] = vp->seq + 1;
+/* A ragged leaf's offsets as the producer wrote them, checked before
+ * anyone indexes with them: from 0, never decreasing, within the slot's
+ * room for count times the bound. The total in *total. */
+static int offsets_ok(const int64_t *offs, uint32_t count, uint64_t bound,
+                      uint64_t *total) {
+  if (offs == NULL || offs[0] != 0)
+    return 0;
+  for (uint32_t j = 0; j < count; j++)
+    if (offs[j + 1] < offs[j])
+      return 0;
+  *total = (uint64_t)offs[count];
+  return *total <= (uint64_t)count * bound;
+}
+
+/* The batch in view v, lent to the learner; CHIME_EPROTO (the slot given
+ * back) when a ragged leaf's offsets do not hold. */
+static int lend(chime_stream_t *s, const chime_ring_view_t *vp,
+                chime_batch_t *out) {
   for (uint32_t i = 0; i < s->spec.nleaves; i++) {
     const chime_leaf_t *l = &s->spec.leaves[i];
     chime_batch_leaf_t *b = &out->leaf[i];
     b->name = l->name;
     b->dtype = l->dtype;
-    b->ndim = l->ndim + 1;
+    b->ndim = l->ndim + (l->ragged ? 0 : 1);
     b->shape[0] = vp->count;
-    for (uint32_t d = 0; d < l->ndim; d++)
-      b->shape[d + 1] = l->shape[d];
+    b->offsets = NULL;
+    if (l->ragged) {
+      uint64_t total;
+      if (!offsets_ok(vp->offsets[i], vp->count, l->shape[0], &total)) {
+        (void)s->tp->release(s, vp->slot);
+        return chime__detailf(CHIME_EPROTO,
+                              "batch %" PRIu64 ": leaf '%s': offsets out of "
+                              "order or past the slot",
+                              vp->seq, l->name);
+      }
+      b->shape[0] = total;
+      for (uint32_t d = 1; d < l->ndim; d++)
+        b->shape[d] = l->shape[d];
+      b->offsets = vp->offsets[i];
+      b->bytes = total * chime_leaf_row_bytes(l);
+    } else {
+      for (uint32_t d = 0; d < l->ndim; d++)
+        b->shape[d + 1] = l->shape[d];
+      b->bytes = (uint64_t)vp->count * chime_leaf_bytes(l);
+    }
     b->data = vp->leaf[i];
-    b->bytes = (uint64_t)vp->count * chime_leaf_bytes(l);
     s->bytes += b->bytes;
   }
+  out->seq = vp->seq;
+  out->count = vp->count;
+  out->nleaves = s->spec.nleaves;
+  out->info = vp->info;
+  s->lent[vp->slot] = vp->seq + 1;
   s->batches++;
+  return 0;
+}
+
+const chime_batch_leaf_t *chime_batch_leaf(const chime_batch_t *batch,
+                                           const char *name) {
+  if (batch == NULL || name == NULL)
+    return NULL;
+  for (uint32_t i = 0; i < batch->nleaves && i < CHIME_MAX_LEAVES; i++)
+    if (batch->leaf[i].name != NULL && strcmp(batch->leaf[i].name, name) == 0)
+      return &batch->leaf[i];
+  return NULL;
+}
+
+const int64_t *chime_batch_offsets(const chime_batch_t *batch,
+                                   const char *name) {
+  const chime_batch_leaf_t *l = chime_batch_leaf(batch, name);
+  return l != NULL ? l->offsets : NULL;
 }
 
 /* The device end's source: the stream's ring, slots back through the
@@ -460,24 +470,16 @@ static int device_next(chime_stream_t *s, chime_batch_t *out, int timeout_ms) {
   return rc;
 }
 
-int chime_stream_next(chime_stream_t *stream, chime_batch_t *out,
-                      int timeout_ms) {
-  chime_stream_t *s = stream;
-  if (!s || !out)
-    return chime__detail(CHIME_EINVAL,
-                         "chime_stream_next: needs a stream and out");
-  int rc = inherited(s);
+int chime__single_next(chime_stream_t *s, chime_batch_t *out, int timeout_ms) {
+  int rc = chime__stream_inherited(s);
   if (rc)
     return rc;
-  if (s->uni)
-    return chime__union_next(s, out, timeout_ms);
   if (s->dev)
     return device_next(s, out, timeout_ms);
   chime_ring_view_t v;
   if ((rc = take_view(s, &v, timeout_ms)) != 0)
     return rc;
-  lend(s, &v, out);
-  return 0;
+  return lend(s, &v, out);
 }
 
 int chime__stream_take(chime_stream_t *s, chime_batch_t *out, int timeout_ms) {
@@ -489,21 +491,15 @@ int chime__stream_take(chime_stream_t *s, chime_batch_t *out, int timeout_ms) {
     rc = chime_ring_next(s->ring, &v, timeout_ms);
   if ((rc = ring_answer(s, rc, timeout_ms)) != 0)
     return rc;
-  lend(s, &v, out);
-  return 0;
+  return lend(s, &v, out);
 }
 
-int chime_stream_get_stats(const chime_stream_t *stream,
-                           chime_stream_local_stats_t *out) {
-  const chime_stream_t *s = stream;
-  if (!s || !out)
-    return chime__detail(CHIME_EINVAL,
-                         "chime_stream_get_stats: needs a stream and out");
-  int rc = inherited(s); /* the ring's counters are the parent's */
+int chime__single_stats(const chime_stream_t *s,
+                        chime_stream_local_stats_t *out) {
+  int rc =
+      chime__stream_inherited(s); /* the ring's counters are the parent's */
   if (rc)
     return rc;
-  if (s->uni)
-    return chime__union_stats(s, out);
   chime_ring_stats_t rs;
   chime_ring_get_stats(s->ring, &rs);
   memset(out, 0, sizeof(*out));
@@ -547,16 +543,10 @@ static int lent_slot(const chime_stream_t *s, const chime_batch_t *b,
   return s->lent[*slot] == b->seq + 1 ? 0 : CHIME_EINVAL;
 }
 
-int chime_stream_release(chime_stream_t *stream, const chime_batch_t *batch) {
-  chime_stream_t *s = stream;
-  if (!s || !batch)
-    return chime__detail(CHIME_EINVAL,
-                         "chime_stream_release: needs a stream and a batch");
-  int rc = inherited(s);
+int chime__single_release(chime_stream_t *s, const chime_batch_t *batch) {
+  int rc = chime__stream_inherited(s);
   if (rc)
     return rc;
-  if (s->uni)
-    return chime__union_release(s, batch);
   if (s->dev)
     return chime__device_release(s->dev, batch);
   uint32_t slot;
@@ -575,13 +565,9 @@ int chime_stream_release(chime_stream_t *stream, const chime_batch_t *batch) {
   return 0;
 }
 
-int chime_stream_wait(chime_stream_t *stream, const chime_batch_t *batch,
-                      void *cuda_stream) {
-  chime_stream_t *s = stream;
-  if (!s || !batch)
-    return chime__detail(CHIME_EINVAL,
-                         "chime_stream_wait: needs a stream and a batch");
-  int rc = inherited(s);
+int chime__single_wait(chime_stream_t *s, const chime_batch_t *batch,
+                       void *cuda_stream) {
+  int rc = chime__stream_inherited(s);
   if (rc)
     return rc;
   if (!s->dev)
@@ -592,16 +578,12 @@ int chime_stream_wait(chime_stream_t *stream, const chime_batch_t *batch,
   return chime__device_wait(s->dev, batch, cuda_stream);
 }
 
-chime_mode_t chime_stream_mode(const chime_stream_t *stream) {
-  if (stream && stream->uni)
-    return chime__union_mode(stream);
-  return stream ? stream->mode : CHIME_MODE_AUTO;
+chime_mode_t chime__single_mode(const chime_stream_t *s) {
+  return s->mode;
 }
 
-const char *chime_stream_fallback_reason(const chime_stream_t *stream) {
-  if (stream && stream->uni)
-    return chime__union_fallback_reason(stream);
-  return stream && stream->has_fallback ? stream->fallback : NULL;
+const char *chime__single_fallback_reason(const chime_stream_t *s) {
+  return s->has_fallback ? s->fallback : NULL;
 }
 
 /* In a child of fork(): the call, its thread and the ring's control words
@@ -617,14 +599,9 @@ static void close_inherited(chime_stream_t *s) {
   free(s);
 }
 
-void chime_stream_close(chime_stream_t *stream) {
-  chime_stream_t *s = stream;
+void chime__single_close(chime_stream_t *s) {
   if (!s)
     return;
-  /* A sharded stream has no call, ring or transport of its own: once its
-   * sub-streams are closed, what follows frees s. */
-  if (s->uni)
-    chime__union_close(s);
   if (s->fork_gen != chime__fork_gen()) {
     close_inherited(s);
     return;

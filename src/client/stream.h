@@ -18,8 +18,9 @@ typedef struct chime__transport_s chime__transport_t;
 struct chime_stream_s {
   chime_client_t *client;
   /* A sharded client's stream (union.h): sub-streams on the shards, and
-   * nothing of the rest below but what open fills in (client, table,
-   * opts); every public stream call hands it to union.c. NULL otherwise. */
+   * nothing of the rest below but what chime__stream_new fills in
+   * (client, table, opts); every public stream call (stream_api.c) hands
+   * it to the union. NULL otherwise. */
   struct chime__union_s *uni;
   uint32_t fork_gen; /* the client's: the stream is the parent's in a child */
   int pid;           /* the client's process */
@@ -113,6 +114,40 @@ extern const chime__transport_t chime__remote_transport; /* remote.c */
  * are ready for the stream's thread; on failure nothing is left but s's
  * memory. attach.c. */
 int chime__stream_attach(chime_stream_t *s, char *err, size_t errlen);
+
+/* --- the one-server stream (stream.c) ---
+ *
+ * The layer under the public calls (stream_api.c) and a sharded client's
+ * union (union*.c), whose sub-streams are these. Contracts are the public
+ * calls' (chime.h) with the arguments checked; each checks the fork
+ * generation itself (chime__stream_inherited) and sets the calling
+ * thread's detail on failure. */
+
+/* A stream object on client for table, opts (defaults filled in, checked)
+ * copied, nothing opened: what chime__single_open fills in, or a sharded
+ * stream's own object. Freed by chime__single_close. CHIME_ENOMEM with
+ * err. */
+int chime__stream_new(chime_stream_t **out, chime_client_t *client,
+                      const char *table, const chime_stream_opts_t *opts,
+                      char *err, size_t errlen);
+/* Opens a one-server stream (client has no shards; opts filled in and
+ * checked as chime_stream_open does). */
+int chime__single_open(chime_stream_t **out, chime_client_t *client,
+                       const char *table, const chime_stream_opts_t *opts);
+int chime__single_next(chime_stream_t *s, chime_batch_t *out, int timeout_ms);
+int chime__single_release(chime_stream_t *s, const chime_batch_t *batch);
+int chime__single_wait(chime_stream_t *s, const chime_batch_t *batch,
+                       void *cuda_stream);
+int chime__single_stats(const chime_stream_t *s,
+                        chime_stream_local_stats_t *out);
+chime_mode_t chime__single_mode(const chime_stream_t *s);
+const char *chime__single_fallback_reason(const chime_stream_t *s);
+/* Closes what is open of s and frees it (any state chime__stream_new or
+ * chime__single_open left). NULL-safe. */
+void chime__single_close(chime_stream_t *s);
+/* 0, or CHIME_ENOTSUP with the detail set in a child of fork(): the
+ * stream is the parent's (fork.h). */
+int chime__stream_inherited(const chime_stream_t *s);
 
 /* chime_stream_next without polling the call: a batch from the ring if one
  * comes within timeout_ms, the stream's thread receiving meanwhile (stream

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "client/fork.h"
+#include "client/union.h"
 #include "client/union_sub.h"
 
 chime_mode_t chime__union_mode(const chime_stream_t *s) {
@@ -18,7 +19,7 @@ chime_mode_t chime__union_mode(const chime_stream_t *s) {
   for (uint32_t i = 0; i < u->nsubs; i++) {
     if (u->subs[i].s == NULL)
       continue;
-    chime_mode_t m = chime_stream_mode(u->subs[i].s);
+    chime_mode_t m = chime__single_mode(u->subs[i].s);
     if (!first && m != mode)
       return CHIME_MODE_AUTO;
     mode = m;
@@ -45,7 +46,7 @@ int chime__union_stats(const chime_stream_t *s,
   out->consumer_wait_ns = u->closed_wait_ns;
   for (uint32_t i = 0; i < u->nsubs; i++) {
     chime_stream_local_stats_t st;
-    if (u->subs[i].s == NULL || chime_stream_get_stats(u->subs[i].s, &st))
+    if (u->subs[i].s == NULL || chime__single_stats(u->subs[i].s, &st))
       continue;
     out->received_bytes += st.received_bytes;
     out->credits += st.credits;
@@ -66,7 +67,7 @@ void chime__union_close(chime_stream_t *s) {
     sub_t *sb = &u->subs[i];
     if (sb->info_made && !child)
       chime__rpc_destroy(&sb->info);
-    chime_stream_close(sb->s);
+    chime__single_close(sb->s);
   }
   for (uint32_t k = 0; u->lent != NULL && k < s->opts.slots - 1; k++)
     free(u->lent[k].copy);

@@ -29,8 +29,6 @@
 
 #include "chime/chime.h"
 
-typedef struct chime__union_s chime__union_t;
-
 /* Opens the union for s (s->client sharded; s->table, s->opts with defaults
  * filled in and checked): a sub-stream on every shard that can be reached,
  * s->uni set. A shard that cannot be reached now is tried again from

@@ -162,7 +162,7 @@ static int next_weighed(chime_stream_t *s, chime_batch_t *out, uint32_t *at,
     }
     uint32_t i = (uint32_t)u->chosen;
     sub_t *sb = &u->subs[i];
-    int rc = chime_stream_next(sb->s, out, slice(left_ms(end), INFO_EVERY_MS));
+    int rc = chime__single_next(sb->s, out, slice(left_ms(end), INFO_EVERY_MS));
     if (rc == 0) {
       *at = i;
       return 0;
@@ -323,7 +323,7 @@ int chime__union_release(chime_stream_t *s, const chime_batch_t *batch) {
   chime_batch_t inner;
   inner.seq = e->inner_seq;
   inner.info = e->inner_info;
-  int rc = chime_stream_release(sb->s, &inner);
+  int rc = chime__single_release(sb->s, &inner);
   /* An ended sub-stream's batch is given back all the same: its ring
    * goes with the sub-stream. */
   if (rc != 0 && !sb->ended)

@@ -70,7 +70,7 @@ int chime__union_open_sub(chime_stream_t *s, uint32_t i, int *dup, char *err,
     }
   if ((rc = check_table(s, i, &ti, err, errlen)) != 0)
     return rc;
-  if ((rc = chime_stream_open(&sb->s, m->client, s->table, &s->opts)) != 0)
+  if ((rc = chime__single_open(&sb->s, m->client, s->table, &s->opts)) != 0)
     return chime__fail(err, errlen, rc, "shard %s: %s", m->addr,
                        chime_last_error());
   sb->instance = instance;
@@ -84,7 +84,7 @@ int chime__union_open_sub(chime_stream_t *s, uint32_t i, int *dup, char *err,
   sb->blocked = 0;
   /* Every batch of the new sub-stream is drawn after that lookup. */
   sb->taken = sb->fresh_after = 0;
-  const char *fb = chime_stream_fallback_reason(sb->s);
+  const char *fb = chime__single_fallback_reason(sb->s);
   if (fb != NULL && !u->has_fallback) {
     snprintf(u->fallback, sizeof(u->fallback), "shard %.200s: %s", m->addr, fb);
     u->has_fallback = 1;
@@ -105,13 +105,13 @@ void chime__union_close_sub(chime_stream_t *s, uint32_t i) {
   if (sb->s == NULL)
     return;
   chime_stream_local_stats_t st;
-  if (chime_stream_get_stats(sb->s, &st) == 0) {
+  if (chime__single_stats(sb->s, &st) == 0) {
     u->closed_received += st.received_bytes;
     u->closed_credits += st.credits;
     u->closed_wait_ns += st.consumer_wait_ns;
   }
   info_drop(sb);
-  chime_stream_close(sb->s);
+  chime__single_close(sb->s);
   sb->s = NULL;
   sb->ended = 0;
   sb->lent = 0;

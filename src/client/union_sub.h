@@ -13,7 +13,6 @@
 
 #include "client/shards.h"
 #include "client/stream.h"
-#include "client/union.h"
 
 /* Masses are asked of every shard this often (GetInfo, answered while
  * next() goes on); each batch taken also tells its shard's mass. */
@@ -26,6 +25,8 @@
  * before a moment and taken after it: the server's ring, the batches in
  * flight (stream mode: prefetch <= slots) and the local ring. */
 #define STALE_BATCHES(slots) (3 * (uint64_t)(slots))
+
+typedef struct chime__union_s chime__union_t;
 
 typedef struct {
   chime_stream_t *s; /* the shard's sub-stream; NULL while none is open */

@@ -120,7 +120,9 @@ static int send_batch(chime_writer_t *w) {
   req.table = w->table;
   req.count = w->queued;
   req.data.data = w->data;
-  req.data.len = (size_t)(w->queued * w->sample_bytes);
+  req.data.len = w->nrag ? w->used : (size_t)(w->queued * w->sample_bytes);
+  req.n_lengths = (size_t)w->queued * w->nrag;
+  req.lengths = w->lengths;
   if (!w->all_default) {
     req.n_priorities = w->queued;
     req.priorities = w->priorities;
@@ -141,6 +143,7 @@ static int send_batch(chime_writer_t *w) {
   w->next_id++;
   w->sent += w->queued;
   w->queued = 0;
+  w->used = 0;
   w->all_default = 1;
   w->end_pending = 0;
   return chime__writer_kick(w);
@@ -250,6 +253,20 @@ int chime_writer_open(chime_writer_t **out, chime_client_t *client,
   if (ti.capacity && cap > ti.capacity)
     cap = ti.capacity;
   w->batch_cap = cap ? (uint32_t)cap : 1;
+  size_t data_bytes = (size_t)(w->batch_cap * ti.sample_bytes);
+  if (chime_spec_ragged(&ti.spec) > 0) {
+    /* Samples at their lengths, far under the bound's bytes: a message
+     * holds as many as max_batch_bytes takes (one more sample, at most
+     * the bound, fits behind them). */
+    cap = opts->max_batch_samples;
+    if (ti.capacity && cap > ti.capacity)
+      cap = ti.capacity;
+    w->batch_cap = cap ? (uint32_t)cap : 1;
+    w->data_cap = opts->max_batch_bytes < client->max_message_bytes / 2
+                      ? opts->max_batch_bytes
+                      : client->max_message_bytes / 2;
+    data_bytes = w->data_cap + (size_t)ti.sample_bytes;
+  }
   w->max_inflight = opts->max_inflight;
   w->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : def.timeout_ms;
   w->resend = opts->resend != 0;
@@ -266,9 +283,13 @@ int chime_writer_open(chime_writer_t **out, chime_client_t *client,
   w->next_id = w->acked_id = 1;
   w->all_default = 1;
   w->min_key = 1; /* keys start at 1 */
-  w->data = malloc(w->batch_cap * ti.sample_bytes);
+  w->data = malloc(data_bytes);
   w->priorities = malloc(w->batch_cap * sizeof(double));
-  if (!w->data || !w->priorities || chime__rpc_init(&w->rpc)) {
+  w->nrag = chime_spec_ragged(&w->spec);
+  if (w->nrag > 0)
+    w->lengths = malloc((size_t)w->batch_cap * w->nrag * sizeof(uint32_t));
+  if (!w->data || !w->priorities || (w->nrag > 0 && !w->lengths) ||
+      chime__rpc_init(&w->rpc)) {
     rc = chime__fail(err, sizeof(err), CHIME_ENOMEM, "out of memory");
     goto cleanup;
   }
@@ -325,6 +346,14 @@ static int room(chime_writer_t *w) {
   return w->queued == w->batch_cap ? send_batch(w) : 0;
 }
 
+/* Room for a ragged table's sample of `bytes`: also a batch whose bytes
+ * would pass data_cap goes first. */
+static int room_for(chime_writer_t *w, uint64_t bytes) {
+  if (w->nrag > 0 && w->queued > 0 && w->used + bytes > w->data_cap)
+    return send_batch(w);
+  return room(w);
+}
+
 /* k samples were queued: a batch they filled goes if it may. */
 static int queued(chime_writer_t *w, uint32_t k, const double *prio) {
   for (uint32_t i = 0; prio != NULL && i < k; i++) {
@@ -335,9 +364,20 @@ static int queued(chime_writer_t *w, uint32_t k, const double *prio) {
   for (uint32_t i = 0; prio == NULL && i < k; i++)
     w->priorities[w->queued + i] = 1.0;
   w->queued += k;
-  if (w->queued == w->batch_cap && can_send(w))
+  if ((w->queued == w->batch_cap || (w->nrag > 0 && w->used >= w->data_cap)) &&
+      can_send(w))
     return send_batch(w);
   return 0;
+}
+
+/* A ragged table's samples are not whole blocks of sample_bytes. */
+static int ragged_refused(chime_writer_t *w, const char *call) {
+  snprintf(w->err, sizeof(w->err),
+           "insert into '%s': the table has ragged leaves: %s takes samples "
+           "of its fixed size; chime_writer_append_leaves takes each ragged "
+           "leaf's length",
+           w->table, call);
+  return CHIME_EINVAL;
 }
 
 static int append(chime_writer_t *w, const void *sample, size_t len,
@@ -347,6 +387,8 @@ static int append(chime_writer_t *w, const void *sample, size_t len,
     return rc;
   if (w->failed)
     return w->failed;
+  if (w->nrag > 0)
+    return ragged_refused(w, "chime_writer_append");
   if (len != w->sample_bytes) {
     describe_size(w, len, w->err, sizeof(w->err));
     return CHIME_EINVAL;
@@ -380,6 +422,8 @@ static int extend(chime_writer_t *w, uint32_t n, const void *const leaves[],
     return rc;
   if (w->failed)
     return w->failed;
+  if (w->nrag > 0)
+    return ragged_refused(w, "chime_writer_extend");
   uint32_t nl = w->spec.nleaves;
   size_t lb[CHIME_MAX_LEAVES], off[CHIME_MAX_LEAVES], at = 0;
   for (uint32_t l = 0; l < nl; l++) {
@@ -433,6 +477,74 @@ int chime_writer_extend(chime_writer_t *writer, uint32_t n,
                          "chime_writer_extend: needs a writer and leaves");
   begin(w);
   return report(w, extend(w, n, leaves, priorities, taken));
+}
+
+static int append_leaves(chime_writer_t *w, const void *const leaves[],
+                         const uint32_t lengths[], double priority) {
+  uint32_t rl[CHIME_MAX_LEAVES], k = 0;
+  uint64_t bytes;
+  char why[256]; /* one leaf's sentence (common/spec.h) */
+  int rc = inherited(w);
+  if (rc)
+    return rc;
+  if (w->failed)
+    return w->failed;
+  for (uint32_t l = 0; l < w->spec.nleaves; l++) {
+    const chime_leaf_t *leaf = &w->spec.leaves[l];
+    if (leaf->ragged && lengths == NULL) {
+      snprintf(w->err, sizeof(w->err),
+               "insert into '%s': leaf '%s' is ragged: lengths needed",
+               w->table, leaf->name);
+      return CHIME_EINVAL;
+    }
+    if (leaf->ragged)
+      rl[k++] = lengths[l];
+    if (leaves[l] == NULL && (!leaf->ragged || lengths[l] > 0)) {
+      snprintf(w->err, sizeof(w->err), "insert into '%s': leaf '%s': no data",
+               w->table, leaf->name);
+      return CHIME_EINVAL;
+    }
+  }
+  if (chime__spec_ragged_bytes(&w->spec, 1, rl, &bytes, why, sizeof(why))) {
+    snprintf(w->err, sizeof(w->err), "insert into '%s': %s", w->table, why);
+    return CHIME_EINVAL;
+  }
+  rc = bad_priority(w, priority);
+  if (rc == 0 && w->queued == 0)
+    rc = ready(w);
+  if (rc == 0)
+    rc = room_for(w, bytes);
+  if (rc != 0)
+    return rc;
+  /* At most sample_bytes (lengths within bounds) past data_cap, or a fixed
+   * table's batch_cap: the buffer has room. */
+  uint8_t *dst = w->data + (w->nrag ? w->used : w->queued * w->sample_bytes);
+  for (uint32_t l = 0; l < w->spec.nleaves; l++) {
+    const chime_leaf_t *leaf = &w->spec.leaves[l];
+    size_t n = leaf->ragged ? (size_t)lengths[l] * chime_leaf_row_bytes(leaf)
+                            : (size_t)chime_leaf_bytes(leaf);
+    if (n > 0)
+      memcpy(dst, leaves[l], n);
+    dst += n;
+  }
+  if (w->nrag > 0) {
+    memcpy(w->lengths + (size_t)w->queued * w->nrag, rl,
+           w->nrag * sizeof(uint32_t));
+    w->used += (size_t)bytes;
+  }
+  return queued(w, 1, &priority);
+}
+
+int chime_writer_append_leaves(chime_writer_t *writer,
+                               const void *const leaves[],
+                               const uint32_t lengths[], double priority) {
+  chime_writer_t *w = writer;
+  if (!w || !leaves)
+    return chime__detail(CHIME_EINVAL,
+                         "chime_writer_append_leaves: needs a writer and "
+                         "leaves");
+  begin(w);
+  return report(w, append_leaves(w, leaves, lengths, priority));
 }
 
 static int end_episode(chime_writer_t *w) {
@@ -495,6 +607,7 @@ int chime_writer_close(chime_writer_t *writer) {
     int rc = report(w, inherited(w));
     free(w->data);
     free(w->priorities);
+    free(w->lengths);
     free(w->fl);
     free(w);
     return rc;
@@ -527,6 +640,7 @@ int chime_writer_close(chime_writer_t *writer) {
     chime__shards_unpick(w->set, w->member);
   free(w->data);
   free(w->priorities);
+  free(w->lengths);
   for (uint32_t i = 0; i < w->inflight; i++)
     chime__bb_free(fl_at(w, i)->bb);
   free(w->fl);

@@ -39,11 +39,18 @@ struct chime_writer_s {
 
   uint8_t *data;      /* batch_cap * sample_bytes */
   double *priorities; /* batch_cap */
-  uint32_t queued;    /* samples in the batch */
-  int all_default;    /* every queued priority is 1.0 */
-  uint64_t next_id;   /* seq of the next request, from 1 */
-  uint64_t acked_id;  /* seq of the oldest unacked: [1, acked_id) acked */
-  uint32_t inflight;  /* packed, not acked */
+  /* A table with ragged leaves: each queued sample's lengths (nrag each,
+   * the InsertRequest's), and the bytes of data they fill (a sample at its
+   * lengths, never more than sample_bytes). */
+  uint32_t nrag;
+  uint32_t *lengths; /* batch_cap * nrag */
+  size_t used;
+  size_t data_cap;   /* a message goes once its samples pass these bytes */
+  uint32_t queued;   /* samples in the batch */
+  int all_default;   /* every queued priority is 1.0 */
+  uint64_t next_id;  /* seq of the next request, from 1 */
+  uint64_t acked_id; /* seq of the oldest unacked: [1, acked_id) acked */
+  uint32_t inflight; /* packed, not acked */
   /* Each request in flight, oldest (seq acked_id) at fl_head: its bytes for
    * a resend, and its count, which its ack must name exactly. */
   struct inflight_s {

@@ -64,6 +64,22 @@ uint64_t chime_leaf_bytes(const chime_leaf_t *leaf) {
   return bytes;
 }
 
+uint64_t chime_leaf_row_bytes(const chime_leaf_t *leaf) {
+  uint64_t bytes = chime_leaf_bytes(leaf);
+  if (bytes == 0 || leaf->ndim == 0)
+    return 0;
+  return bytes / leaf->shape[0];
+}
+
+uint32_t chime_spec_ragged(const chime_spec_t *spec) {
+  uint32_t n = 0;
+  if (spec == NULL || spec->nleaves > CHIME_MAX_LEAVES)
+    return 0;
+  for (uint32_t i = 0; i < spec->nleaves; i++)
+    n += spec->leaves[i].ragged != 0;
+  return n;
+}
+
 uint64_t chime_spec_sample_bytes(const chime_spec_t *spec) {
   uint64_t total = 0;
   if (spec == NULL || spec->nleaves == 0 || spec->nleaves > CHIME_MAX_LEAVES)
@@ -102,6 +118,56 @@ static int name_check(const char *name, char *err, size_t errlen,
                   name);
       return CHIME_EINVAL;
     }
+  }
+  return 0;
+}
+
+/* A ragged leaf varies in its first dimension only, so it has one; a
+ * shared length points at the leaf that owns it (an earlier ragged one
+ * that shares none, of the same bound), so checking a sample's lengths
+ * is one comparison per leaf. */
+static int ragged_check(const chime_spec_t *spec, uint32_t i, char *err,
+                        size_t errlen) {
+  const chime_leaf_t *leaf = &spec->leaves[i];
+  if (leaf->ragged > 1) {
+    chime__errf(err, errlen, "leaf '%s': ragged is %u, not 0 or 1", leaf->name,
+                leaf->ragged);
+    return CHIME_EINVAL;
+  }
+  if (leaf->ragged && leaf->ndim == 0) {
+    chime__errf(err, errlen,
+                "leaf '%s': a ragged leaf needs a first dimension (its bound)",
+                leaf->name);
+    return CHIME_EINVAL;
+  }
+  if (leaf->shares == 0)
+    return 0;
+  if (!leaf->ragged) {
+    chime__errf(err, errlen,
+                "leaf '%s': only a ragged leaf shares another's length",
+                leaf->name);
+    return CHIME_EINVAL;
+  }
+  if (leaf->shares > i) {
+    chime__errf(err, errlen,
+                "leaf '%s': shares the length of leaf %u, not an earlier one",
+                leaf->name, leaf->shares - 1);
+    return CHIME_EINVAL;
+  }
+  const chime_leaf_t *own = &spec->leaves[leaf->shares - 1];
+  if (!own->ragged || own->shares != 0) {
+    chime__errf(err, errlen, "leaf '%s': shares the length of '%s', which %s",
+                leaf->name, own->name,
+                own->ragged ? "shares another's" : "is not ragged");
+    return CHIME_EINVAL;
+  }
+  if (own->shape[0] != leaf->shape[0]) {
+    chime__errf(err, errlen,
+                "leaf '%s': bound %llu differs from '%s''s %llu, whose length "
+                "it shares",
+                leaf->name, (unsigned long long)leaf->shape[0], own->name,
+                (unsigned long long)own->shape[0]);
+    return CHIME_EINVAL;
   }
   return 0;
 }
@@ -150,6 +216,9 @@ int chime_spec_validate(const chime_spec_t *spec, char *err, size_t errlen) {
         return CHIME_EINVAL;
       }
     }
+    rc = ragged_check(spec, i, err, errlen);
+    if (rc != 0)
+      return rc;
     bytes = chime_leaf_bytes(leaf);
     if (bytes == 0 || __builtin_add_overflow(total, bytes, &total)) {
       chime__errf(err, errlen, "leaf '%s': size overflows 64 bits", leaf->name);
@@ -212,7 +281,36 @@ static int parse_dim(parser_t *ps, const char *leaf, uint64_t *out) {
   return 0;
 }
 
-static int parse_shape(parser_t *ps, chime_leaf_t *leaf) {
+/* "~name" at the end of a ragged leaf's shape: the earlier leaf whose
+ * length it shares, followed to the one that owns the length. */
+static int parse_shares(parser_t *ps, const chime_spec_t *spec,
+                        chime_leaf_t *leaf) {
+  char other[CHIME_MAX_NAME];
+  size_t n;
+  ps->p++; /* '~' */
+  skip_ws(ps);
+  n = take_token(ps, other, sizeof(other));
+  if (!leaf->ragged) {
+    chime__errf(ps->err, ps->errlen,
+                "leaf '%s': only a ragged leaf ([<=N]) shares another's length",
+                leaf->name);
+    return CHIME_EINVAL;
+  }
+  for (uint32_t j = 0; n > 0 && n < sizeof(other) && j + 1 < spec->nleaves;
+       j++) {
+    if (strcmp(spec->leaves[j].name, other) != 0)
+      continue;
+    const chime_leaf_t *own = &spec->leaves[j];
+    leaf->shares = own->shares != 0 ? own->shares : j + 1;
+    return 0;
+  }
+  chime__errf(ps->err, ps->errlen,
+              "leaf '%s': shares the length of '%s', which is no earlier leaf",
+              leaf->name, other);
+  return CHIME_EINVAL;
+}
+
+static int parse_shape(parser_t *ps, chime_spec_t *spec, chime_leaf_t *leaf) {
   skip_ws(ps);
   if (*ps->p != '[')
     return 0; /* a scalar: "r:f32" */
@@ -231,11 +329,35 @@ static int parse_shape(parser_t *ps, chime_leaf_t *leaf) {
                   leaf->name, CHIME_MAX_DIMS);
       return CHIME_EINVAL;
     }
+    if (ps->p[0] == '<' && ps->p[1] == '=') {
+      if (leaf->ndim > 0) {
+        chime__errf(ps->err, ps->errlen,
+                    "leaf '%s': only the first dimension may be ragged (<=)",
+                    leaf->name);
+        return CHIME_EINVAL;
+      }
+      leaf->ragged = 1;
+      ps->p += 2;
+      skip_ws(ps);
+    }
     rc = parse_dim(ps, leaf->name, &dim);
     if (rc != 0)
       return rc;
     leaf->shape[leaf->ndim++] = dim;
     skip_ws(ps);
+    if (*ps->p == '~') {
+      rc = parse_shares(ps, spec, leaf);
+      if (rc != 0)
+        return rc;
+      skip_ws(ps);
+      if (*ps->p != ']') {
+        chime__errf(ps->err, ps->errlen,
+                    "leaf '%s': expected ']' after the shared length at "
+                    "'%.16s'",
+                    leaf->name, ps->p);
+        return CHIME_EINVAL;
+      }
+    }
     if (*ps->p == ',') {
       ps->p++;
       continue;
@@ -295,7 +417,7 @@ static int parse_leaf(parser_t *ps, chime_spec_t *spec) {
     return CHIME_EINVAL;
   }
   spec->nleaves++;
-  return parse_shape(ps, leaf);
+  return parse_shape(ps, spec, leaf);
 }
 
 int chime_spec_parse(chime_spec_t *spec, const char *text, char *err,
@@ -336,8 +458,28 @@ out:
   return rc;
 }
 
-/* Canonical form: no spaces, scalars as "name:dtype[]". CHIME_EOVERFLOW when
- * buf is too small (buf then holds a truncated, NUL-terminated prefix). */
+/* "f32[<=8192 ~tokens]": a leaf's type as the text form writes it (spec
+ * NULL: no shared length named). snprintf's return. */
+static int format_type(const chime_spec_t *spec, const chime_leaf_t *leaf,
+                       char *buf, size_t len) {
+  int n = snprintf(buf, len, "%s[", chime_dtype_name(leaf->dtype));
+  for (uint32_t d = 0;
+       d < leaf->ndim && d < CHIME_MAX_DIMS && n >= 0 && (size_t)n < len; d++)
+    n += snprintf(buf + n, len - (size_t)n, "%s%s%llu", d ? "," : "",
+                  d == 0 && leaf->ragged ? "<=" : "",
+                  (unsigned long long)leaf->shape[d]);
+  if (n >= 0 && (size_t)n < len && spec != NULL && leaf->shares != 0 &&
+      leaf->shares <= spec->nleaves)
+    n += snprintf(buf + n, len - (size_t)n, " ~%s",
+                  spec->leaves[leaf->shares - 1].name);
+  if (n >= 0 && (size_t)n < len)
+    n += snprintf(buf + n, len - (size_t)n, "]");
+  return n;
+}
+
+/* Canonical form: no spaces but before a shared length's '~', scalars as
+ * "name:dtype[]". CHIME_EOVERFLOW when buf is too small (buf then holds a
+ * truncated, NUL-terminated prefix). */
 int chime_spec_format(const chime_spec_t *spec, char *buf, size_t len) {
   size_t used = 0;
   int rc = chime_spec_validate(spec, NULL, 0);
@@ -348,28 +490,21 @@ int chime_spec_format(const chime_spec_t *spec, char *buf, size_t len) {
     return rc;
   for (uint32_t i = 0; i < spec->nleaves; i++) {
     const chime_leaf_t *leaf = &spec->leaves[i];
-    int n = snprintf(buf + used, len - used, "%s%s:%s[", i ? "," : "",
-                     leaf->name, chime_dtype_name(leaf->dtype));
+    int n = snprintf(buf + used, len - used, "%s%s:", i ? "," : "", leaf->name);
     if (n < 0 || (size_t)n >= len - used)
       return CHIME_EOVERFLOW;
     used += (size_t)n;
-    for (uint32_t d = 0; d < leaf->ndim; d++) {
-      n = snprintf(buf + used, len - used, "%s%llu", d ? "," : "",
-                   (unsigned long long)leaf->shape[d]);
-      if (n < 0 || (size_t)n >= len - used)
-        return CHIME_EOVERFLOW;
-      used += (size_t)n;
-    }
-    if (len - used < 2)
+    n = format_type(spec, leaf, buf + used, len - used);
+    if (n < 0 || (size_t)n >= len - used)
       return CHIME_EOVERFLOW;
-    buf[used++] = ']';
-    buf[used] = '\0';
+    used += (size_t)n;
   }
   return 0;
 }
 
 static int same_type(const chime_leaf_t *a, const chime_leaf_t *b) {
-  if (a->dtype != b->dtype || a->ndim != b->ndim || a->ndim > CHIME_MAX_DIMS)
+  if (a->dtype != b->dtype || a->ndim != b->ndim || a->ndim > CHIME_MAX_DIMS ||
+      a->ragged != b->ragged || a->shares != b->shares)
     return 0;
   for (uint32_t d = 0; d < a->ndim; d++)
     if (a->shape[d] != b->shape[d])
@@ -394,10 +529,56 @@ chime__spec_diff_t chime__spec_diff(const chime_spec_t *a,
 }
 
 void chime__leaf_type_text(const chime_leaf_t *l, char *buf, size_t len) {
-  int n = snprintf(buf, len, "%s[", chime_dtype_name(l->dtype));
-  for (uint32_t d = 0; d < l->ndim && n > 0 && (size_t)n < len; d++)
-    n += snprintf(buf + n, len - (size_t)n, "%s%llu", d ? "," : "",
-                  (unsigned long long)l->shape[d]);
-  if (n > 0 && (size_t)n < len)
-    snprintf(buf + n, len - (size_t)n, "]");
+  (void)format_type(NULL, l, buf, len);
+}
+
+int chime__spec_ragged_bytes(const chime_spec_t *spec, uint32_t count,
+                             const uint32_t *lengths, uint64_t *bytes,
+                             char *err, size_t errlen) {
+  uint32_t nrag = chime_spec_ragged(spec);
+  uint64_t fixed = 0, total;
+  uint32_t kof[CHIME_MAX_LEAVES]; /* leaf -> its index among ragged ones */
+  *bytes = 0;
+  if (nrag > 0 && lengths == NULL && count > 0) {
+    chime__errf(err, errlen, "a spec with ragged leaves needs their lengths");
+    return CHIME_EINVAL;
+  }
+  for (uint32_t i = 0, k = 0; i < spec->nleaves; i++) {
+    const chime_leaf_t *l = &spec->leaves[i];
+    if (l->ragged)
+      kof[i] = k++;
+    else
+      fixed += chime_leaf_bytes(l);
+  }
+  if (__builtin_mul_overflow(fixed, (uint64_t)count, &total))
+    return CHIME_EOVERFLOW;
+  for (uint32_t j = 0; nrag > 0 && j < count; j++) {
+    const uint32_t *len = lengths + (size_t)j * nrag;
+    for (uint32_t i = 0; i < spec->nleaves; i++) {
+      const chime_leaf_t *l = &spec->leaves[i];
+      if (!l->ragged)
+        continue;
+      uint32_t n = len[kof[i]];
+      if (n > l->shape[0]) {
+        chime__errf(
+            err, errlen,
+            "leaf '%s': sample %u has %u rows, more than its bound %llu",
+            l->name, j, n, (unsigned long long)l->shape[0]);
+        return CHIME_EINVAL;
+      }
+      if (l->shares != 0 && n != len[kof[l->shares - 1]]) {
+        chime__errf(err, errlen,
+                    "leaf '%s': sample %u has %u rows, '%s' %u: they share a "
+                    "length",
+                    l->name, j, n, spec->leaves[l->shares - 1].name,
+                    len[kof[l->shares - 1]]);
+        return CHIME_EINVAL;
+      }
+      /* n <= the bound: n * row bytes <= the leaf's bytes, < 2^64 */
+      if (__builtin_add_overflow(total, n * chime_leaf_row_bytes(l), &total))
+        return CHIME_EOVERFLOW;
+    }
+  }
+  *bytes = total;
+  return 0;
 }

@@ -22,4 +22,14 @@ typedef enum {
 chime__spec_diff_t chime__spec_diff(const chime_spec_t *a,
                                     const chime_spec_t *b, uint32_t *at);
 
+/* The bytes of count samples of spec (a ragged spec's samples at their
+ * lengths: lengths[j * chime_spec_ragged(spec) + k] is sample j's k-th
+ * ragged leaf's, leaves in spec order; NULL for a spec with none) in
+ * *bytes; CHIME_EINVAL with a sentence in err when a length passes its
+ * leaf's bound or differs from the length it shares ("leaf 'logprobs':
+ * sample 3 has 5 rows, 'tokens' 7: they share a length"). */
+int chime__spec_ragged_bytes(const chime_spec_t *spec, uint32_t count,
+                             const uint32_t *lengths, uint64_t *bytes,
+                             char *err, size_t errlen);
+
 #endif

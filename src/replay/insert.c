@@ -9,13 +9,62 @@
 #include <sys/mman.h>
 
 #include "chime/errors.h"
+#include "common/spec.h"
 
 int chime__table_insert(chime__table_t *t, const uint8_t *data, uint32_t count,
                         const double *priorities, uint64_t *first_key,
                         const atomic_int *abort, chime__dedupe_req_t *dq) {
   chime__span_t one = {data, (size_t)(count * t->sample_bytes)};
-  return chime__table_insert_spans(t, &one, 1, count, priorities, first_key,
-                                   abort, dq);
+  return chime__table_insert_spans(t, &one, 1, count, NULL, priorities,
+                                   first_key, abort, dq);
+}
+
+/* Sample j's ragged bytes (lengths as for chime__table_insert_spans). */
+static uint64_t rag_sample_bytes(const chime__table_t *t,
+                                 const uint32_t *lengths, uint64_t j) {
+  uint64_t b = 0;
+  for (uint32_t k = 0; k < t->nrag; k++)
+    b += (uint64_t)lengths[j * t->nrag + k] * t->rrow[t->rag[k]];
+  return b;
+}
+
+static void rag_free(uint8_t **bufs, uint32_t count) {
+  if (bufs == NULL)
+    return;
+  for (uint32_t j = 0; j < count; j++)
+    free(bufs[j]);
+  free(bufs);
+}
+
+/* Each sample's ragged rows copied into an allocation of their own,
+ * before the table's lock: a row then takes its sample's allocation under
+ * the lock, and a request that fails for want of memory has inserted
+ * nothing. */
+static int rag_gather(const chime__table_t *t, const chime__span_t *spans,
+                      uint32_t count, const uint32_t *lengths, uint8_t ***out) {
+  chime__tbl_cursor_t cur = {spans, 0, 0};
+  uint8_t **bufs = calloc(count ? count : 1, sizeof(*bufs));
+  if (bufs == NULL)
+    return CHIME_ENOMEM;
+  for (uint32_t j = 0; j < count; j++) {
+    uint64_t size = rag_sample_bytes(t, lengths, j), at = 0;
+    if (size > 0 && (bufs[j] = malloc((size_t)size)) == NULL) {
+      rag_free(bufs, count);
+      return CHIME_ENOMEM;
+    }
+    for (uint32_t l = 0, k = 0; l < t->nleaves; l++) {
+      if (t->rrow[l] == 0) {
+        chime__tbl_cursor_skip(&cur, t->lbytes[l]);
+        continue;
+      }
+      uint64_t n = (uint64_t)lengths[(size_t)j * t->nrag + k++] * t->rrow[l];
+      if (n > 0)
+        chime__tbl_cursor_read(&cur, bufs[j] + at, n);
+      at += n;
+    }
+  }
+  *out = bufs;
+  return 0;
 }
 
 /* An insert's keys land on random buckets of the key index, which a stream
@@ -44,16 +93,21 @@ static void evict_oldest(chime__table_t *t, uint64_t need) {
 }
 
 static int insert_spans(chime__table_t *t, const chime__span_t *spans,
-                        size_t nspans, uint32_t count, const double *priorities,
-                        uint64_t *first_key, const atomic_int *abort,
-                        chime__dedupe_req_t *dq, int nowait) {
+                        size_t nspans, uint32_t count, const uint32_t *lengths,
+                        const double *priorities, uint64_t *first_key,
+                        const atomic_int *abort, chime__dedupe_req_t *dq,
+                        int nowait) {
   int rc = 0;
   chime__table_waiter_t *arrived = NULL;
   chime__tbl_cursor_t cur = {spans, 0, 0};
-  uint64_t have = 0;
+  uint8_t **bufs = NULL; /* each sample's ragged rows (rag_gather) */
+  uint64_t have = 0, want = (uint64_t)count * t->sample_bytes;
   for (size_t i = 0; i < nspans; i++)
     have += spans[i].len;
-  if (have != (uint64_t)count * t->sample_bytes)
+  if (t->nrag > 0 && chime__spec_ragged_bytes(&t->cfg.spec, count, lengths,
+                                              &want, NULL, 0) != 0)
+    return CHIME_EINVAL;
+  if (have != want)
     return CHIME_EINVAL;
   if (t->steps != NULL)
     return chime__tbl_seq_insert(t, spans, count, priorities, first_key, abort,
@@ -79,6 +133,8 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
     need = cap;
   if (chime__tbl_check_priorities(t, priorities, count) != 0)
     return CHIME_EINVAL;
+  if (t->nrag > 0 && (rc = rag_gather(t, spans, count, lengths, &bufs)) != 0)
+    return rc;
   chime__tbl_lock(t);
   /* All or nothing: a fifo request waits until every sample fits, so a
    * request ended by a stop leaves nothing behind that its writer would
@@ -154,7 +210,11 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
   uint64_t key0 = t->next_key;
   t->next_key += count;
   *first_key = key0;
-  chime__tbl_cursor_skip(&cur, skip * t->sample_bytes);
+  if (t->nrag == 0)
+    chime__tbl_cursor_skip(&cur, skip * t->sample_bytes);
+  for (uint64_t j = 0; t->nrag > 0 && j < skip; j++)
+    chime__tbl_cursor_skip(&cur,
+                           t->fixed_bytes + rag_sample_bytes(t, lengths, j));
   for (uint64_t j = skip; j < count && j < skip + KEY_AHEAD; j++)
     chime__keyindex_prefetch(t->keys, key0 + j);
   for (uint64_t j = skip; j < count; j++) {
@@ -170,15 +230,35 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
       /* Room for one (need above): a row is free unless v was the new
        * sample itself. */
       if (v == NONE || t->rows - t->count - t->ndead == 0) {
-        chime__tbl_cursor_skip(&cur, t->sample_bytes);
+        chime__tbl_cursor_skip(&cur, t->nrag == 0
+                                         ? t->sample_bytes
+                                         : t->fixed_bytes +
+                                               rag_sample_bytes(t, lengths, j));
         t->left++; /* inserted and removed at once */
         continue;
       }
     }
     uint32_t r = chime__tbl_free_pop(t);
-    for (uint32_t l = 0; l < t->nleaves; l++)
-      chime__tbl_cursor_read(&cur, t->leaf[l] + (size_t)r * t->lbytes[l],
-                             t->lbytes[l]);
+    if (t->nrag == 0) {
+      for (uint32_t l = 0; l < t->nleaves; l++)
+        chime__tbl_cursor_read(&cur, t->leaf[l] + (size_t)r * t->lbytes[l],
+                               t->lbytes[l]);
+    } else {
+      for (uint32_t l = 0, k = 0; l < t->nleaves; l++) {
+        if (t->rrow[l] != 0)
+          chime__tbl_cursor_skip(&cur, (uint64_t)lengths[j * t->nrag + k++] *
+                                           t->rrow[l]);
+        else
+          chime__tbl_cursor_read(&cur, t->leaf[l] + (size_t)r * t->lbytes[l],
+                                 t->lbytes[l]);
+      }
+      t->rbuf[r] = bufs[j];
+      bufs[j] = NULL;
+      memcpy(t->rlen + (size_t)r * t->nrag, lengths + j * t->nrag,
+             t->nrag * sizeof(uint32_t));
+      t->rag_bytes += rag_sample_bytes(t, lengths, j);
+      t->rag_alloc += chime__tbl_rag_alloc(t->rbuf[r]);
+    }
     t->meta[r].key = key0 + j;
     t->meta[r].itime = when;
     t->meta[r].times = 0;
@@ -193,6 +273,7 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
 out:
   pthread_mutex_unlock(&t->mu);
   chime__tbl_notify(arrived);
+  rag_free(bufs, count); /* samples that did not go in */
   return rc;
 }
 
@@ -212,17 +293,18 @@ void chime__table_writer_unbind(chime__table_t *t, uint64_t writer,
 
 int chime__table_insert_spans(chime__table_t *t, const chime__span_t *spans,
                               size_t nspans, uint32_t count,
-                              const double *priorities, uint64_t *first_key,
-                              const atomic_int *abort,
+                              const uint32_t *lengths, const double *priorities,
+                              uint64_t *first_key, const atomic_int *abort,
                               chime__dedupe_req_t *dq) {
-  return insert_spans(t, spans, nspans, count, priorities, first_key, abort, dq,
-                      0);
+  return insert_spans(t, spans, nspans, count, lengths, priorities, first_key,
+                      abort, dq, 0);
 }
 
 int chime__table_try_insert_spans(chime__table_t *t, const chime__span_t *spans,
                                   size_t nspans, uint32_t count,
+                                  const uint32_t *lengths,
                                   const double *priorities, uint64_t *first_key,
                                   chime__dedupe_req_t *dq) {
-  return insert_spans(t, spans, nspans, count, priorities, first_key, NULL, dq,
-                      1);
+  return insert_spans(t, spans, nspans, count, lengths, priorities, first_key,
+                      NULL, dq, 1);
 }

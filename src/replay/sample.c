@@ -101,12 +101,48 @@ static inline void prefetch_leaf(const chime__table_t *t, uint32_t l,
     __builtin_prefetch((const void *)a);
 }
 
+/* A ragged leaf's rows packed back to back in the slot, with the batch's
+ * offsets (Arrow's list layout): always copied, never sent from the table
+ * (a row's bytes are an allocation of its own). */
+static void copy_ragged(const chime__table_t *t, const chime_ring_layout_t *lay,
+                        chime__ring_wslot_t *slot, const uint32_t *rows,
+                        uint32_t k) {
+  uint32_t l = t->rag[k];
+  uint64_t rb = t->rrow[l], at = 0;
+  uint8_t *dst = slot->leaf[l];
+  int64_t *offs = slot->offsets[l];
+  for (uint64_t j = 0; j < lay->batch_size; j++) {
+    uint32_t r = chime__tbl_row_at(slot, rows, j);
+    const uint32_t *len = t->rlen + (size_t)r * t->nrag;
+    /* Items' rows are allocations scattered over the heap: each asked
+     * for ahead of its copy, as copy_rows does a fixed leaf's. */
+    if (j + CHIME__TBL_PREFETCH_AHEAD < lay->batch_size) {
+      const uint8_t *p =
+          t->rbuf[chime__tbl_row_at(slot, rows, j + CHIME__TBL_PREFETCH_AHEAD)];
+      for (int b = 0; p != NULL && b < 512; b += 64)
+        __builtin_prefetch(p + b);
+    }
+    uint64_t from = 0;
+    for (uint32_t i = 0; i < k; i++)
+      from += (uint64_t)len[i] * t->rrow[t->rag[i]];
+    offs[j] = (int64_t)at;
+    if (len[k] > 0)
+      memcpy(dst + at * rb, t->rbuf[r] + from, (size_t)(len[k] * rb));
+    at += len[k];
+  }
+  offs[lay->batch_size] = (int64_t)at;
+}
+
 static void copy_rows(const chime__table_t *t, const chime_ring_layout_t *lay,
                       chime__ring_wslot_t *slot, const uint32_t *rows,
                       uint64_t copy_min) {
   uint64_t batch = lay->batch_size;
+  for (uint32_t k = 0; k < t->nrag; k++)
+    copy_ragged(t, lay, slot, rows, k);
   for (uint32_t l = 0; l < t->nleaves; l++) {
     uint64_t lb = t->lbytes[l];
+    if (t->rrow[l] != 0)
+      continue; /* ragged: copy_ragged */
     uint8_t *dst = (uint8_t *)slot->leaf[l];
     /* Rows sent from the table are not read here. */
     int pf = chime__tbl_scattered(t) && lb < copy_min;
@@ -285,6 +321,13 @@ void chime__table_unpin(chime__table_t *t, chime__table_pins_t *pins) {
 
 static const uint8_t zeros[4096];
 
+/* Whether slot byte pos is at or past the first ragged leaf's offsets
+ * (they come after every leaf's values, chime_ring_layout). */
+static int in_offsets(const chime__table_t *t, const chime_ring_layout_t *lay,
+                      uint64_t pos) {
+  return t->nrag > 0 && pos >= lay->offsets_offset[t->rag[0]];
+}
+
 size_t chime__table_spans(const chime__table_t *t,
                           const chime_ring_layout_t *lay,
                           const chime__table_pins_t *pins,
@@ -323,10 +366,13 @@ size_t chime__table_spans(const chime__table_t *t,
       for (uint32_t i = 0; i < t->nleaves; i++)
         if (lay->leaf_offset[i] > pos && lay->leaf_offset[i] < next)
           next = lay->leaf_offset[i];
-      if (pos >= lay->info_offset) { /* the info: in the slot */
+      /* The info, and ragged leaves' offsets before it: in the slot. */
+      if (pos >= lay->info_offset || in_offsets(t, lay, pos)) {
         EMIT(slot_base + pos, next - pos);
-      } else { /* padding between leaves */
-        uint64_t stop = next < lay->info_offset ? next : lay->info_offset;
+      } else { /* padding between leaves, up to the offsets or the info */
+        uint64_t lim =
+            t->nrag > 0 ? lay->offsets_offset[t->rag[0]] : lay->info_offset;
+        uint64_t stop = next < lim ? next : lim;
         while (pos < stop) {
           uint64_t z = stop - pos < sizeof(zeros) ? stop - pos : sizeof(zeros);
           EMIT(zeros, z);
@@ -340,6 +386,11 @@ size_t chime__table_spans(const chime__table_t *t,
     uint64_t lb = t->lbytes[l], base = lay->leaf_offset[l];
     uint64_t lend = base + lay->leaf_bytes[l];
     uint64_t stop = end < lend ? end : lend;
+    if (t->rrow[l] != 0) { /* ragged: packed in the slot (copy_ragged) */
+      EMIT(slot_base + pos, stop - pos);
+      pos = stop;
+      continue;
+    }
     uint64_t j = (pos - base) / lb;
     while (pos < stop) {
       /* The run holding sample j, from its start: the same runs as
@@ -379,6 +430,35 @@ static int took_out(const chime__table_t *t, const chime_sample_info_t *info) {
   return t->mts != 0 && info->times_sampled >= t->mts;
 }
 
+/* Sample j's ragged rows, from a slot the sampler filled, back into row
+ * r (free): the slot's offsets are the sampler's own, in this process. */
+static int give_back_ragged(chime__table_t *t, const chime_ring_layout_t *lay,
+                            const uint8_t *base, uint64_t j, uint32_t r) {
+  uint64_t size = 0, at = 0;
+  uint32_t *len = t->rlen + (size_t)r * t->nrag;
+  for (uint32_t k = 0; k < t->nrag; k++) {
+    uint32_t l = t->rag[k];
+    const int64_t *offs = (const int64_t *)(base + lay->offsets_offset[l]);
+    len[k] = (uint32_t)(offs[j + 1] - offs[j]);
+    size += (uint64_t)len[k] * t->rrow[l];
+  }
+  if (size > 0 && (t->rbuf[r] = malloc((size_t)size)) == NULL)
+    return CHIME_ENOMEM;
+  for (uint32_t k = 0; k < t->nrag; k++) {
+    uint32_t l = t->rag[k];
+    const int64_t *offs = (const int64_t *)(base + lay->offsets_offset[l]);
+    uint64_t n = (uint64_t)len[k] * t->rrow[l];
+    if (n > 0)
+      memcpy(t->rbuf[r] + at,
+             base + lay->leaf_offset[l] + (uint64_t)offs[j] * t->rrow[l],
+             (size_t)n);
+    at += n;
+  }
+  t->rag_bytes += size;
+  t->rag_alloc += chime__tbl_rag_alloc(t->rbuf[r]);
+  return 0;
+}
+
 int chime__table_give_back(chime__table_t *t, const chime_ring_layout_t *lay,
                            const void *slot) {
   const uint8_t *base = slot;
@@ -412,6 +492,11 @@ int chime__table_give_back(chime__table_t *t, const chime_ring_layout_t *lay,
       continue;
     }
     uint32_t r = chime__tbl_free_pop(t);
+    if (t->nrag > 0 && give_back_ragged(t, lay, base, j, r) != 0) {
+      chime__tbl_free_push(t, r);
+      rc = CHIME_ENOMEM;
+      continue;
+    }
     for (uint32_t l = 0; l < t->nleaves; l++)
       memcpy(t->leaf[l] + (size_t)r * t->lbytes[l],
              base + lay->leaf_offset[l] + j * t->lbytes[l], t->lbytes[l]);

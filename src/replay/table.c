@@ -57,6 +57,8 @@ void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out) {
   out->left_times_sampled = t->left_times;
   out->inserts_waiting_rate = t->inserts_waiting_rate;
   out->windows_dropped = t->windows_dropped;
+  out->ragged_bytes = t->rag_bytes;
+  out->ragged_alloc_bytes = t->rag_alloc;
   out->mass = t->sel->mass != NULL ? t->sel->mass(t) : (double)t->count;
   out->sample_blocked =
       t->count >= t->cfg.min_size && !t->lim->allows_sample(t);

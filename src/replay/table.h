@@ -34,6 +34,10 @@ typedef struct {
   /* The rate limiter refuses the next sample although the table holds
    * min_size items: only inserts open it again. TableInfo.sample_blocked. */
   int sample_blocked;
+  /* Ragged leaves: the bytes of their rows the table holds (the lengths
+   * used, nothing padded), and what the allocator holds for them (each
+   * allocation's usable size and its header): stored vs used. */
+  uint64_t ragged_bytes, ragged_alloc_bytes;
 } chime__table_stats_t;
 
 int chime__table_create(chime__table_t **out, const chime__table_config_t *cfg);
@@ -80,15 +84,21 @@ int chime__table_insert(chime__table_t *t, const uint8_t *data, uint32_t count,
                         const double *priorities, uint64_t *first_key,
                         const atomic_int *abort, chime__dedupe_req_t *dq);
 /* The same with the samples' bytes in pieces (a message's slices), read in
- * order: count * sample_bytes bytes in all, else CHIME_EINVAL. */
+ * order: count * sample_bytes bytes in all, else CHIME_EINVAL. A table with
+ * ragged leaves takes their lengths (lengths[j * nragged + k]: sample j's
+ * k-th ragged leaf, chime__spec_ragged_bytes) and each sample's bytes at
+ * them; a length past its bound or unlike the one it shares is
+ * CHIME_EINVAL, nothing inserted. lengths NULL for a table without. */
 int chime__table_insert_spans(chime__table_t *t, const chime__span_t *spans,
                               size_t nspans, uint32_t count,
-                              const double *priorities, uint64_t *first_key,
-                              const atomic_int *abort, chime__dedupe_req_t *dq);
+                              const uint32_t *lengths, const double *priorities,
+                              uint64_t *first_key, const atomic_int *abort,
+                              chime__dedupe_req_t *dq);
 /* The same without waiting: CHIME_EBUSY, having inserted nothing, when a
  * fifo table lacks room for all count samples. */
 int chime__table_try_insert_spans(chime__table_t *t, const chime__span_t *spans,
                                   size_t nspans, uint32_t count,
+                                  const uint32_t *lengths,
                                   const double *priorities, uint64_t *first_key,
                                   chime__dedupe_req_t *dq);
 

@@ -32,6 +32,11 @@ static uint64_t rows_for(uint64_t cap) {
 
 /* What create allocated (any part may be missing), and t itself. */
 static void free_parts(chime__table_t *t) {
+  if (t->rbuf != NULL)
+    for (uint64_t r = 0; r < t->rows; r++)
+      free(t->rbuf[r]);
+  free(t->rbuf);
+  free(t->rlen);
   if (t->map != NULL)
     munmap(t->map, t->map_len);
   chime__dedupe_destroy(t->dedupe);
@@ -80,6 +85,10 @@ int chime__table_create(chime__table_t **out,
   t->item_spec = cfg->spec;
   if (seq && (rc = chime__tbl_seq_spec(&t->cfg, &t->item_spec)) != 0)
     goto out;
+  if (seq && chime_spec_ragged(&cfg->spec) > 0) {
+    rc = CHIME_EINVAL; /* sequences keep fixed-shape steps (config.c says) */
+    goto out;
+  }
   if (t->sample_bytes == 0 || t->cfg.capacity == 0 ||
       t->cfg.capacity > CHIME__MAX_TABLE_ITEMS ||
       t->cfg.capacity > CHIME__MAX_TABLE_BYTES / t->sample_bytes ||
@@ -93,11 +102,19 @@ int chime__table_create(chime__table_t **out,
     goto out;
   }
   size_t cap = (size_t)t->cfg.capacity;
+  t->fixed_bytes = t->sample_bytes;
   size_t rows = (size_t)rows_for(t->cfg.capacity);
   size_t len = 0;
   uint64_t off = 0;
   for (uint32_t i = 0; i < t->nleaves; i++) {
-    t->lbytes[i] = chime_leaf_bytes(&cfg->spec.leaves[i]);
+    const chime_leaf_t *l = &cfg->spec.leaves[i];
+    if (l->ragged) { /* in rbuf, not in the rows */
+      t->rrow[i] = chime_leaf_row_bytes(l);
+      t->rag[t->nrag++] = i;
+      t->fixed_bytes -= chime_leaf_bytes(l);
+      continue;
+    }
+    t->lbytes[i] = chime_leaf_bytes(l);
     t->loff[i] = off;
     off += t->lbytes[i];
     len += chime__tbl_align64(rows * t->lbytes[i]);
@@ -115,6 +132,11 @@ int chime__table_create(chime__table_t **out,
   }
   t->map_len = len;
   t->rows = rows;
+  if (t->nrag > 0 && ((t->rbuf = calloc(rows, sizeof(*t->rbuf))) == NULL ||
+                      (t->rlen = calloc(rows * t->nrag, 4)) == NULL)) {
+    rc = CHIME_ENOMEM;
+    goto out;
+  }
   rc =
       chime__dedupe_create(&t->dedupe, WRITERS(&t->cfg), t->cfg.writer_idle_ms);
   if (rc != 0)
@@ -210,8 +232,9 @@ uint64_t chime__table_bytes(const chime__table_config_t *cfg) {
   }
   for (uint32_t i = 0; i < n + NMETA + 4; i++) {
     uint64_t per;
-    if (i < n)
-      per = chime_leaf_bytes(&cfg->spec.leaves[i]);
+    if (i < n) /* a ragged leaf at its bound, and its row's pointer, length */
+      per = chime_leaf_bytes(&cfg->spec.leaves[i]) +
+            (cfg->spec.leaves[i].ragged ? 12 : 0);
     else if (i < n + NMETA)
       per = meta_bytes[i - n];
     else if (i == n + NMETA)

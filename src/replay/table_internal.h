@@ -4,7 +4,9 @@
 #ifndef CHIME_REPLAY_TABLE_INTERNAL_H
 #define CHIME_REPLAY_TABLE_INTERNAL_H
 
+#include <malloc.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
@@ -99,6 +101,19 @@ struct chime__table_s {
   double max_prio;                 /* initial_priority "max" */
   uint64_t step_key, windows_dropped;
   uint32_t spare_hw; /* spare rows below it touched since the last trim */
+  /* Ragged leaves (docs/replay.md, "Ragged leaves"): not in leaf[] (lbytes
+   * 0 there) but, per row, in one allocation rbuf[r] holding the row's
+   * ragged leaves' rows back to back, only those used; rlen[r * nrag + k]
+   * is the k-th ragged leaf's length. A row's allocation goes when the row
+   * is free (chime__tbl_free_push). */
+  uint32_t nrag;
+  uint64_t fixed_bytes;            /* a sample's bytes in leaf[] */
+  uint32_t rag[CHIME_MAX_LEAVES];  /* the k-th ragged leaf's index */
+  uint64_t rrow[CHIME_MAX_LEAVES]; /* a ragged leaf's bytes per row, else 0 */
+  uint8_t **rbuf;
+  uint32_t *rlen;
+  uint64_t rag_bytes; /* the ragged bytes of all rows held */
+  uint64_t rag_alloc; /* and the allocator's (chime__tbl_rag_alloc) */
 };
 
 #define NONE UINT32_MAX
@@ -157,7 +172,33 @@ static inline double chime__tbl_rand_unit(chime__table_t *t) {
  * round a ring in the order they were freed (no division on the hot path:
  * the index wraps by comparison); spare rows are taken only when none of
  * those is free. */
+/* Row r's ragged bytes, gone with its item. */
+static inline uint64_t chime__tbl_rag_size(const chime__table_t *t,
+                                           uint32_t r) {
+  uint64_t b = 0;
+  for (uint32_t k = 0; k < t->nrag; k++)
+    b += (uint64_t)t->rlen[(size_t)r * t->nrag + k] * t->rrow[t->rag[k]];
+  return b;
+}
+
+/* What the allocator holds for an allocation p: its usable size and the
+ * chunk's header. */
+static inline uint64_t chime__tbl_rag_alloc(void *p) {
+  return p != NULL ? malloc_usable_size(p) + sizeof(size_t) : 0;
+}
+
+static inline void chime__tbl_rag_drop(chime__table_t *t, uint32_t r) {
+  if (t->rbuf[r] == NULL)
+    return;
+  t->rag_bytes -= chime__tbl_rag_size(t, r);
+  t->rag_alloc -= chime__tbl_rag_alloc(t->rbuf[r]);
+  free(t->rbuf[r]);
+  t->rbuf[r] = NULL;
+}
+
 static inline void chime__tbl_free_push(chime__table_t *t, uint32_t r) {
+  if (t->nrag > 0)
+    chime__tbl_rag_drop(t, r);
   if (r >= t->cfg.capacity) {
     t->fspare[t->nspare++] = r;
     return;
@@ -284,7 +325,7 @@ static inline int chime__tbl_scattered(const chime__table_t *t) {
   if (!t->sel->random)
     return 0;
   return (double)t->cfg.capacity *
-             (double)(t->sample_bytes + CHIME__TBL_ROW_META_BYTES) >
+             (double)(t->fixed_bytes + CHIME__TBL_ROW_META_BYTES) >
          (double)CHIME__TBL_CACHED_BYTES;
 }
 

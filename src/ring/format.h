@@ -19,8 +19,9 @@
 #define CHIME_RING_MAGIC UINT64_C(0x474E52454D494843)
 /* 3: chime_sample_info_t grew to 64 bytes. 4: the header holds only the
  * format's own types (before, it embedded chime_spec_t and
- * chime_ring_layout_t), and states the sample info record's size. */
-#define CHIME_RING_VERSION 4u
+ * chime_ring_layout_t), and states the sample info record's size. 5: ragged
+ * leaves (the dtype word's flag bits; a slot's offsets arrays). */
+#define CHIME_RING_VERSION 5u
 
 /* Alignment of each leaf array inside a slot, and of slots. The slot page is
  * fixed (not the host's page size) so a slot's layout is the same on every
@@ -44,10 +45,18 @@
  * except region 1. All integers are the host's (little-endian on every
  * platform chime builds for); both sides are on one host. */
 
+/* A leaf's dtype word: the CHIME_DTYPE_* value in its low byte, bit 8 set
+ * for a ragged leaf, bits 16..23 its `shares` (1 + the index of the leaf
+ * whose length it has), the rest zero. */
+#define CHIME__RING_FMT_DTYPE_MASK 0xffu
+#define CHIME__RING_FMT_RAGGED 0x100u
+#define CHIME__RING_FMT_SHARES_SHIFT 16
+#define CHIME__RING_FMT_DTYPE_RESERVED 0xff00fe00u
+
 /* One leaf of the spec. */
 typedef struct {
   char name[CHIME__RING_FMT_NAME];      /* NUL-terminated, zero after */
-  uint32_t dtype;                       /* a CHIME_DTYPE_* value */
+  uint32_t dtype;                       /* dtype word, see above */
   uint32_t ndim;                        /* 0..CHIME__RING_FMT_DIMS */
   uint64_t shape[CHIME__RING_FMT_DIMS]; /* 0 past ndim */
 } chime__ring_fmt_leaf_t;

@@ -58,6 +58,16 @@ int chime_ring_layout(chime_ring_layout_t *out, const chime_spec_t *spec,
     l.leaf_bytes[i] = bytes;
     off += bytes; /* both terms <= 2^40 after the checks above */
   }
+  /* Ragged leaves' offsets after every leaf's values: a fixed spec's slot
+   * is laid out as before ragged leaves were. */
+  for (uint32_t i = 0; i < spec->nleaves; i++) {
+    if (!spec->leaves[i].ragged)
+      continue;
+    if (chime__align_up(off, CHIME_RING_ALIGN, &off) != 0)
+      return CHIME_EOVERFLOW; /* off <= 2^46 here: cannot happen */
+    l.offsets_offset[i] = off;
+    off += ((uint64_t)batch_size + 1) * sizeof(int64_t);
+  }
   info_bytes = (uint64_t)batch_size * sizeof(chime_sample_info_t);
   if (chime__align_up(off, CHIME_RING_ALIGN, &off) != 0 ||
       __builtin_add_overflow(off, info_bytes, &l.slot_bytes) ||

@@ -26,6 +26,7 @@
 typedef struct {
   uint32_t slot;
   void *leaf[CHIME_MAX_LEAVES];
+  int64_t *offsets[CHIME_MAX_LEAVES]; /* a ragged leaf's; NULL for others */
   chime_sample_info_t *info;
   void *base; /* slot start, slot_bytes long */
 } chime__ring_wslot_t;

@@ -286,8 +286,12 @@ static void take_slot(chime_ring_t *ring, uint32_t slot,
   memset(out, 0, sizeof(*out));
   out->slot = slot;
   out->base = slot_ptr(ring, slot);
-  for (uint32_t i = 0; i < ring->spec.nleaves; i++)
+  for (uint32_t i = 0; i < ring->spec.nleaves; i++) {
     out->leaf[i] = (uint8_t *)out->base + ring->layout.leaf_offset[i];
+    if (ring->spec.leaves[i].ragged)
+      out->offsets[i] =
+          (int64_t *)((uint8_t *)out->base + ring->layout.offsets_offset[i]);
+  }
   out->info =
       (chime_sample_info_t *)((uint8_t *)out->base + ring->layout.info_offset);
 }
@@ -538,8 +542,12 @@ static int take(chime_ring_t *ring, chime_ring_view_t *out) {
   out->seq = seq;
   out->slot = slot;
   out->count = ring->layout.batch_size;
-  for (uint32_t i = 0; i < ring->spec.nleaves; i++)
+  for (uint32_t i = 0; i < ring->spec.nleaves; i++) {
     out->leaf[i] = slot_ptr(ring, slot) + ring->layout.leaf_offset[i];
+    if (ring->spec.leaves[i].ragged)
+      out->offsets[i] = (const int64_t *)(slot_ptr(ring, slot) +
+                                          ring->layout.offsets_offset[i]);
+  }
   out->info = (const chime_sample_info_t *)(slot_ptr(ring, slot) +
                                             ring->layout.info_offset);
   return 0;

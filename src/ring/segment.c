@@ -99,7 +99,8 @@ static void fmt_put_spec(chime__ring_header_t *h, const chime_spec_t *spec) {
     const chime_leaf_t *s = &spec->leaves[i];
     chime__ring_fmt_leaf_t *d = &h->leaves[i];
     strncpy(d->name, s->name, sizeof(d->name) - 1);
-    d->dtype = (uint32_t)s->dtype;
+    d->dtype = (uint32_t)s->dtype | (s->ragged ? CHIME__RING_FMT_RAGGED : 0) |
+               s->shares << CHIME__RING_FMT_SHARES_SHIFT;
     d->ndim = s->ndim;
     for (uint32_t k = 0; k < s->ndim; k++)
       d->shape[k] = s->shape[k];
@@ -132,8 +133,16 @@ static int fmt_get_spec(const chime__ring_header_t *h, chime_spec_t *spec,
       return CHIME_ECORRUPT;
     }
     memcpy(d->name, s->name, (size_t)(nul - s->name));
-    /* Any value: chime_spec_validate() refuses what is no CHIME_DTYPE_*. */
-    d->dtype = (chime_dtype_t)s->dtype;
+    /* Any value: chime_spec_validate() refuses what is no CHIME_DTYPE_*,
+     * a ragged flag on a scalar, a shared length that is none. */
+    d->dtype = (chime_dtype_t)(s->dtype & CHIME__RING_FMT_DTYPE_MASK);
+    d->ragged = (s->dtype & CHIME__RING_FMT_RAGGED) != 0;
+    d->shares = s->dtype >> CHIME__RING_FMT_SHARES_SHIFT;
+    if ((s->dtype & CHIME__RING_FMT_DTYPE_RESERVED) != 0) {
+      snprintf(why, len, "leaf %u: dtype word 0x%x has reserved bits set", i,
+               s->dtype);
+      return CHIME_ECORRUPT;
+    }
     d->ndim = s->ndim;
     for (uint32_t k = 0; k < s->ndim; k++)
       d->shape[k] = s->shape[k];

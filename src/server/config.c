@@ -116,6 +116,11 @@ static int sequence_check(chime__table_config_t *t, const char *where,
                 "oldest steps (capacity_steps), no remover picks them",
                 where);
   for (uint32_t i = 0; i < t->spec.nleaves; i++) {
+    if (t->spec.leaves[i].ragged)
+      return fail(err, errlen,
+                  "%s: leaf '%s' is ragged: sequences keep fixed-shape steps "
+                  "(a ragged leaf is for plain tables)",
+                  where, t->spec.leaves[i].name);
     if (t->spec.leaves[i].ndim >= CHIME_MAX_DIMS)
       return fail(err, errlen,
                   "%s: leaf '%s' has %u dimensions; a batch prepends the "

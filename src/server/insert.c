@@ -109,6 +109,7 @@ typedef struct {
   uint64_t id, writer_id;
   int end_episode;
   double *priorities; /* NULL: all 1.0 */
+  uint32_t *lengths;  /* a ragged table's (insertreq.h); NULL: none */
   chime__staging_t *budget;
 } staged_t;
 
@@ -117,6 +118,7 @@ static void staged_free(staged_t *sg) {
     return;
   chime__staging_free(sg->data, sg->data_len);
   free(sg->priorities);
+  free(sg->lengths);
   chime__staging_release(sg->budget, sg->bytes);
   free(sg);
 }
@@ -124,7 +126,8 @@ static void staged_free(staged_t *sg) {
 /* Takes the request's samples and priorities out of m, charged to the
  * staging budget. CHIME_ERESOURCE when they do not fit it. */
 static int stage(staged_t **out, msg_t *m, chime__staging_t *budget) {
-  uint64_t bytes = m->q.data_len + (uint64_t)m->q.count * sizeof(double);
+  uint64_t bytes = m->q.data_len + (uint64_t)m->q.count * sizeof(double) +
+                   (uint64_t)m->q.n_lengths * sizeof(uint32_t);
   *out = NULL;
   if (chime__staging_charge(budget, bytes) != 0)
     return CHIME_ERESOURCE;
@@ -143,6 +146,8 @@ static int stage(staged_t **out, msg_t *m, chime__staging_t *budget) {
   sg->end_episode = m->q.end_episode;
   sg->priorities = m->q.priorities;
   m->q.priorities = NULL;
+  sg->lengths = m->q.lengths;
+  m->q.lengths = NULL;
   sg->budget = budget;
   sg->bytes = bytes;
   *out = sg;
@@ -160,7 +165,7 @@ static int insert_direct(chime__table_t *t, msg_t *m, uint64_t *first_key,
       return CHIME_ENOMEM;
     chime__pb_spans(&m->pr, m->q.data_offset, m->q.data_len, spans, n);
   }
-  int rc = chime__table_try_insert_spans(t, spans, n, m->q.count,
+  int rc = chime__table_try_insert_spans(t, spans, n, m->q.count, m->q.lengths,
                                          m->q.priorities, first_key, dq);
   if (spans != few)
     free(spans);
@@ -439,9 +444,14 @@ static void insert_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
     goto fail;
   }
   const chime__table_config_t *tc = chime__table_config(st->table);
-  rc =
-      chime__insert_check_size(tc, chime__table_sample_bytes(st->table),
-                               req->q.count, req->q.data_len, err, sizeof(err));
+  if (req->q.n_lengths > 0 || chime_spec_ragged(&tc->spec) > 0)
+    rc = chime__insert_check_ragged(tc, req->q.count, req->q.lengths,
+                                    req->q.n_lengths, req->q.data_len, err,
+                                    sizeof(err));
+  else
+    rc = chime__insert_check_size(tc, chime__table_sample_bytes(st->table),
+                                  req->q.count, req->q.data_len, err,
+                                  sizeof(err));
   if (rc != 0)
     goto fail;
   if (tc->sequence_length > 0 &&
@@ -557,10 +567,11 @@ static void insert_done(chime__inserter_t *w, insert_t *st) {
    * request is dropped, and the writer's resend is the one that counts. */
   chime__dedupe_req_t dq = {
       .writer = sg->writer_id, .seq = sg->id, .end_episode = sg->end_episode};
-  int rc = ended
-               ? CHIME_ECLOSED
-               : chime__table_insert(w->t, sg->data, sg->count, sg->priorities,
-                                     &first_key, &st->abort, &dq);
+  int rc =
+      ended ? CHIME_ECLOSED
+            : chime__table_insert_spans(
+                  w->t, &(chime__span_t){sg->data, sg->data_len}, 1, sg->count,
+                  sg->lengths, sg->priorities, &first_key, &st->abort, &dq);
   uint64_t id = sg->id;
   uint32_t count = sg->count;
   pthread_mutex_lock(&st->call->mu);

@@ -143,3 +143,41 @@ int chime__insert_check_size(const chime__table_config_t *tc, uint64_t sb,
   }
   return 0;
 }
+
+int chime__insert_check_ragged(const chime__table_config_t *tc, uint32_t count,
+                               const uint32_t *lengths, size_t n, uint64_t len,
+                               char *err, size_t errlen) {
+  uint32_t nrag = chime_spec_ragged(&tc->spec);
+  uint64_t want;
+  char why[256];
+  if (nrag == 0 || tc->sequence_length > 0) {
+    snprintf(err, errlen,
+             "insert into '%s': lengths are for ragged leaves, and the table "
+             "has none",
+             tc->name);
+    return CHIME_EINVAL;
+  }
+  if (n != (uint64_t)count * nrag) {
+    snprintf(err, errlen,
+             "insert into '%s': %zu lengths for %u samples of %u ragged "
+             "leaves (expected %llu)",
+             tc->name, n, count, nrag,
+             (unsigned long long)((uint64_t)count * nrag));
+    return CHIME_EINVAL;
+  }
+  int rc = chime__spec_ragged_bytes(&tc->spec, count, lengths, &want, why,
+                                    sizeof(why));
+  if (rc != 0) {
+    snprintf(err, errlen, "insert into '%s': %s", tc->name, why);
+    return CHIME_EINVAL;
+  }
+  if (want != len) {
+    snprintf(err, errlen,
+             "insert into '%s': %u samples at their ragged lengths take %llu "
+             "bytes, got %llu",
+             tc->name, count, (unsigned long long)want,
+             (unsigned long long)len);
+    return CHIME_EINVAL;
+  }
+  return 0;
+}

@@ -18,5 +18,13 @@ int chime__insert_check_spec(const chime__table_config_t *tc,
 int chime__insert_check_size(const chime__table_config_t *tc, uint64_t sb,
                              uint32_t count, uint64_t len, char *err,
                              size_t errlen);
+/* A request's ragged lengths (n of them) and its len bytes of count
+ * samples against the table's spec (chime__spec_ragged_bytes): 0, or
+ * CHIME_EINVAL saying what is wrong (lengths for a table without ragged
+ * leaves, too few or many lengths, a length past its bound or unlike the one
+ * it shares, bytes unlike the lengths'). */
+int chime__insert_check_ragged(const chime__table_config_t *tc, uint32_t count,
+                               const uint32_t *lengths, size_t n, uint64_t len,
+                               char *err, size_t errlen);
 
 #endif

@@ -20,6 +20,7 @@ enum {
   F_SPEC = 6,
   F_WRITER_ID = 7,
   F_END_EPISODE = 8,
+  F_LENGTHS = 9,
 };
 
 static int bad(char *err, size_t errlen, const char *what) {
@@ -77,6 +78,37 @@ static int read_priorities(const chime__pb_reader_t *r,
   return 0;
 }
 
+/* Lengths (repeated uint32, packed or not), counted on the first pass
+ * (out NULL: each took at least a byte) and decoded on the second. A
+ * value past 32 bits is malformed, not cut. */
+static int read_lengths(const chime__pb_reader_t *r, const chime__pb_field_t *f,
+                        uint32_t *out, size_t *n) {
+  if (f->wire == CHIME__PB_VARINT) {
+    if (f->value > UINT32_MAX)
+      return CHIME_EPROTO;
+    if (out != NULL)
+      out[*n] = (uint32_t)f->value;
+    (*n)++;
+    return 0;
+  }
+  if (f->wire != CHIME__PB_LEN)
+    return CHIME_EPROTO;
+  if (out == NULL) {
+    *n += (size_t)f->value; /* at most: decoded for real on the second pass */
+    return 0;
+  }
+  chime__pb_reader_t sub;
+  if (chime__pb_reader_sub(&sub, r, f->offset, f->value) != 0)
+    return CHIME_EPROTO;
+  while (chime__pb_left(&sub) > 0) {
+    uint64_t v;
+    if (chime__pb_varint(&sub, &v) != 0 || v > UINT32_MAX)
+      return CHIME_EPROTO;
+    out[(*n)++] = (uint32_t)v;
+  }
+  return 0;
+}
+
 /* The first pass only notes where the table name and the spec's leaves
  * are and checks their sizes: a field costs the same however often it
  * comes (a singular one keeps its last value), and a spec of more leaves
@@ -89,7 +121,7 @@ int chime__insert_req_parse(chime__insert_req_t *q, chime__pb_reader_t *r,
   chime__pb_reader_t start = *r;
   chime__pb_field_t f;
   int rc;
-  size_t nprio = 0, nleaves = 0;
+  size_t nprio = 0, nleaves = 0, nlen = 0;
   uint64_t table_at = 0, table_len = 0;
   uint64_t leaf_at[CHIME_MAX_LEAVES], leaf_len[CHIME_MAX_LEAVES];
   memset(q, 0, sizeof(*q));
@@ -131,6 +163,10 @@ int chime__insert_req_parse(chime__insert_req_t *q, chime__pb_reader_t *r,
         return rc;
       q->end_episode = f.value != 0;
       break;
+    case F_LENGTHS:
+      if (read_lengths(r, &f, NULL, &nlen) != 0)
+        return bad(err, errlen, "malformed lengths");
+      break;
     case F_SPEC:
       if ((rc = want_wire(&f, CHIME__PB_LEN, err, errlen)) != 0)
         return rc;
@@ -161,18 +197,23 @@ int chime__insert_req_parse(chime__insert_req_t *q, chime__pb_reader_t *r,
   for (size_t i = 0; i < nleaves; i++)
     if ((rc = read_leaf(q, r, leaf_at[i], leaf_len[i], err, errlen)) != 0)
       return rc;
-  if (nprio == 0)
+  if (nprio == 0 && nlen == 0)
     return 0;
-  /* Each priority took at least 8 bytes of the message: nprio is bounded
-   * by what was received. */
-  q->priorities = malloc(nprio * sizeof(double));
-  if (q->priorities == NULL)
+  /* Each priority took at least 8 bytes of the message and each length
+   * one: nprio and nlen are bounded by what was received. */
+  if (nprio > 0 && (q->priorities = malloc(nprio * sizeof(double))) == NULL)
+    return CHIME_ENOMEM;
+  if (nlen > 0 && (q->lengths = malloc(nlen * sizeof(uint32_t))) == NULL)
     return CHIME_ENOMEM;
   *r = start;
-  while (chime__pb_next(r, &f) == 1)
+  while (chime__pb_next(r, &f) == 1) {
     if (f.number == F_PRIORITIES &&
         read_priorities(r, &f, q->priorities, &q->n_priorities) != 0)
       return bad(err, errlen, "malformed priorities");
+    if (f.number == F_LENGTHS &&
+        read_lengths(r, &f, q->lengths, &q->n_lengths) != 0)
+      return bad(err, errlen, "malformed lengths");
+  }
   return 0;
 }
 
@@ -195,5 +236,6 @@ void chime__insert_req_free(chime__insert_req_t *q) {
   for (size_t i = 0; i < q->n_spec; i++)
     chime__v1__leaf__free_unpacked(q->spec[i], NULL);
   free(q->priorities);
+  free(q->lengths);
   memset(q, 0, sizeof(*q));
 }

@@ -27,6 +27,8 @@ typedef struct {
   uint64_t data_offset, data_len; /* the data field in the message */
   double *priorities;             /* malloc'd; NULL when none */
   size_t n_priorities;
+  uint32_t *lengths; /* ragged leaves' lengths, malloc'd; NULL when none */
+  size_t n_lengths;
   /* The writer's spec: n_spec leaves (more than CHIME_MAX_LEAVES, more
    * than any table has, is refused). */
   Chime__V1__Leaf *spec[CHIME_MAX_LEAVES];

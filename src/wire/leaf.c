@@ -14,6 +14,8 @@ void chime__leaf_msgs(const chime_spec_t *spec, Chime__V1__Leaf *leaves,
     leaves[i].dtype = (char *)chime_dtype_name(l->dtype);
     leaves[i].n_shape = l->ndim;
     leaves[i].shape = (uint64_t *)l->shape;
+    leaves[i].ragged = l->ragged != 0;
+    leaves[i].shares = l->shares;
     ptrs[i] = &leaves[i];
   }
 }
@@ -31,6 +33,8 @@ int chime__leaf_from_msg(chime_leaf_t *out, const Chime__V1__Leaf *m) {
   out->ndim = (uint32_t)m->n_shape;
   for (size_t d = 0; d < m->n_shape; d++)
     out->shape[d] = m->shape[d];
+  out->ragged = m->ragged ? 1 : 0;
+  out->shares = m->shares; /* chime_spec_validate checks it */
   return 0;
 }
 

@@ -92,6 +92,29 @@ static void check_stat(json_t *obj, const char *key) {
     fail_msg("%s: %g not within [%g, %g]", key, med, lo, hi);
 }
 
+/* chime-bench ragged: the bytes held and moved within 1.05x the bytes
+ * used (deterministic: the lengths are seeded), the delivery figures
+ * printed (speed is not judged here: a shared machine). */
+static void test_ragged_output(void **state) {
+  (void)state;
+  const char *args[] = {"ragged", "--json", "--items", "512", "--rounds",
+                        "3", NULL};
+  json_t *all = run_bench(args, "ragged");
+  assert_int_equal(json_array_size(all), 1);
+  json_t *o = json_array_get(all, 0);
+  assert_string_equal(str(o, "bench"), "ragged");
+  double mean = num(o, "mean_tokens");
+  assert_true(mean > 700 && mean < 1300);
+  assert_true(num(o, "held_over_used") >= 1.0);
+  assert_true(num(o, "held_over_used") <= 1.05);
+  assert_true(num(o, "moved_over_used") >= 1.0);
+  assert_true(num(o, "moved_over_used") <= 1.05);
+  assert_true(num(o, "ragged_gbps") > 0);
+  assert_true(num(o, "fixed_gbps") > 0);
+  assert_true(num(o, "ragged_over_fixed") > 0);
+  json_decref(all);
+}
+
 static void test_service_output(void **state) {
   (void)state;
   static const char *const cases[] = {"memcpy",    "tcp",          "grpc_plain",
@@ -208,6 +231,7 @@ static void test_ingest_output(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_ragged_output),
       cmocka_unit_test(test_service_output),
       cmocka_unit_test(test_service_touch_page),
       cmocka_unit_test(test_ingest_output),

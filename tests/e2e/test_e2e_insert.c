@@ -82,7 +82,7 @@ static void test_big_request_lands_whole(void **state) {
   char details[512];
   Chime__V1__InsertAck *ack = NULL;
   assert_non_null(msg);
-  msg[n++] = (9 << 3) | 0; /* unknown varint field first */
+  msg[n++] = (15 << 3) | 0; /* unknown varint field first */
   n += put_varint(msg + n, 12345);
   msg[n++] = (1 << 3) | 2;
   n += put_varint(msg + n, 1);

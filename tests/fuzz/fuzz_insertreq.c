@@ -69,6 +69,9 @@ static void check_same(const chime__insert_req_t *a,
   FUZZ_CHECK(a->n_priorities == 0 ||
              memcmp(a->priorities, b->priorities,
                     a->n_priorities * sizeof(double)) == 0);
+  FUZZ_CHECK(a->n_lengths == b->n_lengths);
+  FUZZ_CHECK(a->n_lengths == 0 || memcmp(a->lengths, b->lengths,
+                                         a->n_lengths * sizeof(uint32_t)) == 0);
 }
 
 /* What protobuf-c makes of the same bytes. */
@@ -89,6 +92,10 @@ static void check_protobuf_c(const chime__insert_req_t *q, const uint8_t *msg,
              memcmp(q->priorities, m->priorities,
                     q->n_priorities * sizeof(double)) == 0);
   FUZZ_CHECK(q->n_spec == m->n_spec);
+  /* A length past 32 bits we refuse, so every one here fits both. */
+  FUZZ_CHECK(q->n_lengths == m->n_lengths);
+  FUZZ_CHECK(q->n_lengths == 0 || memcmp(q->lengths, m->lengths,
+                                         q->n_lengths * sizeof(uint32_t)) == 0);
   chime__v1__insert_request__free_unpacked(m, NULL);
 }
 

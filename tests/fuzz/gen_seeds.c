@@ -86,6 +86,17 @@ static void insert_seeds(void) {
   len = chime__v1__insert_request__pack(&q, msg);
   put_insert("plain", NULL, 0, msg, len);
 
+  /* A ragged table's: each sample's lengths (packed). */
+  uint32_t lengths[2] = {1, 4};
+  q.n_lengths = 2;
+  q.lengths = lengths;
+  q.data.len = 1 * 4 + 4 * 4;
+  len = chime__v1__insert_request__pack(&q, msg);
+  put_insert("ragged_lengths", small, 3, msg, len);
+  q.n_lengths = 0;
+  q.lengths = NULL;
+  q.data.len = sizeof(samples);
+
   /* Priorities unpacked (one fixed64 field each), an unknown field of each
    * wire type, and a repeated singular field (the last one wins). */
   len = 0;
@@ -276,6 +287,13 @@ static void ring_seeds(void) {
   put_ring("smallest", ring);
   chime_ring_destroy(ring);
 
+  /* Ragged leaves: flags in the dtype words, offsets in the slots. */
+  FUZZ_CHECK(chime_spec_parse(&spec, "t:i32[<=6],l:f32[<=6 ~t],r:f32[]", err,
+                              sizeof(err)) == 0);
+  FUZZ_CHECK(chime__ring_create(&ring, &spec, 2, 2) == 0);
+  put_ring("ragged", ring);
+  chime_ring_destroy(ring);
+
   /* Too short for a header. */
   const uint8_t magic[8] = {'C', 'H', 'I', 'M', 'E', 'R', 'N', 'G'};
   put("ring_attach", "magic_only", magic, sizeof(magic));
@@ -328,6 +346,13 @@ static void config_seeds(void) {
            "{\"tables\":[{\"name\":\"t\",\"spec\":\"x:f64[1048576]\","
            "\"capacity\":4294967294}]}");
   put_text("config", "not_json", "{\"tables\": [");
+  put_text("config", "ragged",
+           "{\"tables\":[{\"name\":\"r\",\"spec\":\"tokens:i32[<=8192], "
+           "logprobs:f32[<=8192 ~tokens], frames:u8[<=64,84,84], "
+           "reward:f32[]\",\"capacity\":1000,\"sampler\":\"uniform\"}]}");
+  put_text("config", "ragged_sequence",
+           "{\"tables\":[{\"name\":\"s\",\"spec\":\"tokens:i32[<=8]\","
+           "\"capacity_steps\":100,\"sequence_length\":4}]}");
 }
 
 /* --- handoff: [n][n piece lengths][flags][bytes] --- */

@@ -36,8 +36,11 @@ static inline int slot_make(slot_t *s, const chime__table_t *t,
     return -1;
   memset(s->mem, 0xee, s->lay.slot_bytes);
   s->ws.base = s->mem;
-  for (uint32_t l = 0; l < sp->nleaves; l++)
+  for (uint32_t l = 0; l < sp->nleaves; l++) {
     s->ws.leaf[l] = s->mem + s->lay.leaf_offset[l];
+    if (sp->leaves[l].ragged)
+      s->ws.offsets[l] = (int64_t *)(s->mem + s->lay.offsets_offset[l]);
+  }
   s->ws.info = (chime_sample_info_t *)(s->mem + s->lay.info_offset);
   return 0;
 }

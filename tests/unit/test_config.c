@@ -189,6 +189,12 @@ static void test_mistakes(void **state) {
   /* As Reverb's limiters (it used to act as 1). */
   expect_bad(T("a", "x:u8", ",\"capacity\":2,\"min_size\":0"),
              "table 'a': 'min_size': must be at least 1");
+  /* Ragged leaves are for plain tables. */
+  expect_bad(T("a", "x:u8, t:i32[<=64]",
+               ",\"capacity_steps\":8,\"sequence_length\":2"),
+             "table 'a': leaf 't' is ragged: sequences keep fixed-shape steps");
+  expect_bad(T("a", "t:i32[3,<=64]", ",\"capacity\":2"),
+             "only the first dimension may be ragged");
   /* A window's priority weighs in the sum tree like any item's. */
   expect_bad(T("a", "x:u8",
                ",\"capacity_steps\":8,\"sequence_length\":2,"

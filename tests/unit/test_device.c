@@ -271,8 +271,11 @@ static void test_slots_held_until_copy_completes(void **state) {
   produce_all(&r);
   chime__device_t *d = dev_open(&r, 2, 3);
 
+  memset(&b0, 0xff, sizeof(b0)); /* every field next leaves is seen */
   assert_int_equal(chime__device_next(d, &b0, 1000), 0);
   assert_int_equal(b0.seq, 0);
+  for (uint32_t i = 0; i < b0.nleaves; i++)
+    assert_null(b0.leaf[i].offsets); /* no ragged leaf on a device */
   /* Batch 0 and, ahead, batch 1 are copying: both slots held. */
   assert_int_equal(leases(&r), 2);
   assert_int_equal(r.releases, 0);

@@ -41,6 +41,31 @@ static void test_basic_layout(void **state) {
   assert_int_equal(l.leaf_bytes[3], 0);
 }
 
+/* A ragged leaf: room for the batch at its bound, its B + 1 offsets after
+ * every leaf's values (64-aligned), a fixed leaf none. */
+static void test_ragged_layout(void **state) {
+  chime_spec_t s;
+  chime_ring_layout_t l;
+  (void)state;
+  assert_int_equal(
+      chime_spec_parse(&s, "t:i32[<=10], x:f32[], f:u8[<=2,3]", NULL, 0), 0);
+  assert_int_equal(chime_ring_layout(&l, &s, 4, 2, NULL, 0), 0);
+  assert_int_equal(l.leaf_offset[0], 0);
+  assert_int_equal(l.leaf_bytes[0], 4 * 10 * 4);
+  assert_int_equal(l.leaf_offset[1], 192);
+  assert_int_equal(l.leaf_offset[2], 256);
+  assert_int_equal(l.leaf_bytes[2], 4 * 2 * 3);
+  assert_int_equal(l.offsets_offset[0], 320);
+  assert_int_equal(l.offsets_offset[1], 0);
+  assert_int_equal(l.offsets_offset[2], 384);
+  assert_int_equal(l.info_offset, 448);
+  /* Without ragged leaves: the layout it always had. */
+  assert_int_equal(chime_spec_parse(&s, "t:i32[10], x:f32[]", NULL, 0), 0);
+  assert_int_equal(chime_ring_layout(&l, &s, 4, 2, NULL, 0), 0);
+  assert_int_equal(l.offsets_offset[0], 0);
+  assert_int_equal(l.info_offset, 256);
+}
+
 static void test_alignment_invariants(void **state) {
   chime_spec_t s = spec_of("a:u8[3], b:f64[7,5], c:bool, d:f16[33]");
   (void)state;
@@ -150,6 +175,7 @@ static void test_regions(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_basic_layout),
+      cmocka_unit_test(test_ragged_layout),
       cmocka_unit_test(test_alignment_invariants),
       cmocka_unit_test(test_rejections),
       cmocka_unit_test(test_overflow),

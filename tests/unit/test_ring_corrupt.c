@@ -212,6 +212,12 @@ static void test_each_field(void **state) {
   expect_corrupt(f, "dtype", m_dtype, 0);
   expect_corrupt(f, "dtype", m_dtype, 99);
   expect_corrupt(f, "dtype", m_dtype, CHIME_DTYPE_F64);
+  /* The dtype word's flags (ring version 5): a ragged flag the layout
+   * does not match, a shared length on a fixed leaf, reserved bits. */
+  expect_corrupt(f, "dtype", m_dtype, CHIME_DTYPE_F32 | 0x100u);
+  expect_corrupt(f, "dtype", m_dtype, CHIME_DTYPE_F32 | (1u << 16));
+  expect_corrupt(f, "dtype", m_dtype, CHIME_DTYPE_F32 | 0x200u);
+  expect_corrupt(f, "dtype", m_dtype, CHIME_DTYPE_F32 | (1u << 24));
   expect_corrupt(f, "ndim", m_ndim, CHIME_MAX_DIMS + 1);
   expect_corrupt(f, "ndim", m_ndim, UINT32_MAX);
   expect_corrupt(f, "shape[0]", m_shape0, 0);
@@ -290,11 +296,11 @@ static void test_consistent_lie_about_size(void **state) {
  * header. */
 static void test_other_version_is_refused_by_name(void **state) {
   fixture_t *f = *state;
-  const uint32_t others[] = {1, 3, CHIME_RING_VERSION + 1};
+  const uint32_t others[] = {1, 3, 4, CHIME_RING_VERSION + 1};
   char want[64];
   uint8_t *img = malloc(f->len);
   assert_non_null(img);
-  assert_int_equal(CHIME_RING_VERSION, 4);
+  assert_int_equal(CHIME_RING_VERSION, 5);
   for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++) {
     memcpy(img, f->image, f->len);
     m_version((chime__ring_header_t *)img, others[i]);
@@ -304,7 +310,7 @@ static void test_other_version_is_refused_by_name(void **state) {
                        CHIME_ECORRUPT);
       const char *e = chime_ring_last_error();
       snprintf(want, sizeof(want), "format version %u, ", others[i]);
-      if (strstr(e, want) == NULL || strstr(e, "reads version 4") == NULL)
+      if (strstr(e, want) == NULL || strstr(e, "reads version 5") == NULL)
         fail_msg("version %u (%s file): '%s'", others[i],
                  short_file ? "short" : "whole", e);
     }
@@ -333,7 +339,7 @@ static void test_header_bytes_as_documented(void **state) {
 
   assert_int_equal(u64_at(b, 0), CHIME_RING_MAGIC);
   assert_memory_equal(b, "CHIMERNG", 8);
-  assert_int_equal(u32_at(b, 8), 4);           /* version */
+  assert_int_equal(u32_at(b, 8), 5);           /* version */
   assert_int_equal(u32_at(b, 12), 9856);       /* header bytes */
   assert_int_equal(u64_at(b, 16), f->len);     /* total bytes */
   assert_int_equal(u64_at(b, 24), 9856);       /* producer words */

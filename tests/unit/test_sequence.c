@@ -405,7 +405,7 @@ static void test_rate_limiter(void **state) {
       seq_step_bytes(buf + j * SEQ_STEP, 1, (uint32_t)i * 4 + j);
     chime__span_t sp = {buf, sizeof(buf)};
     chime__dedupe_req_t dq = {.writer = 3, .seq = ++seq};
-    int rc = chime__table_try_insert_spans(t, &sp, 1, 4, NULL, &key, &dq);
+    int rc = chime__table_try_insert_spans(t, &sp, 1, 4, NULL, NULL, &key, &dq);
     if (rc == CHIME_EBUSY) {
       busy = 1;
       seq--; /* not inserted: the same seq goes again */
@@ -425,8 +425,8 @@ static void test_rate_limiter(void **state) {
   chime__dedupe_req_t dq = {.writer = 3, .seq = ++seq};
   for (uint32_t j = 0; j < 4; j++)
     seq_step_bytes(buf + j * SEQ_STEP, 1, (uint32_t)i * 4 + j);
-  assert_int_equal(chime__table_try_insert_spans(t, &sp, 1, 4, NULL, &key, &dq),
-                   0);
+  assert_int_equal(
+      chime__table_try_insert_spans(t, &sp, 1, 4, NULL, NULL, &key, &dq), 0);
   free(s.mem);
   chime__table_destroy(t);
 }

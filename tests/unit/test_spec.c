@@ -223,6 +223,119 @@ static void test_diff(void **state) {
   assert_int_equal(at, 1);
 }
 
+/* Ragged leaves: "[<=N, ...]" bounds the first dimension, "~leaf" shares
+ * an earlier ragged leaf's length; parsed, printed back the same, compared,
+ * and their sizes counted at the bound. */
+static void test_ragged_parse_format(void **state) {
+  chime_spec_t s, t;
+  char buf[512], buf2[512];
+  (void)state;
+  parse_ok("tokens:i32[<=8192], logprobs:f32[ <= 8192 ~ tokens ], "
+           "frames:u8[<=64,84,84], reward:f32[]",
+           &s);
+  assert_int_equal(s.nleaves, 4);
+  assert_int_equal(s.leaves[0].ragged, 1);
+  assert_int_equal(s.leaves[0].shares, 0);
+  assert_int_equal(s.leaves[0].shape[0], 8192);
+  assert_int_equal(s.leaves[1].ragged, 1);
+  assert_int_equal(s.leaves[1].shares, 1); /* 1 + index of tokens */
+  assert_int_equal(s.leaves[2].ragged, 1);
+  assert_int_equal(s.leaves[2].ndim, 3);
+  assert_int_equal(s.leaves[2].shares, 0);
+  assert_int_equal(s.leaves[3].ragged, 0);
+  assert_int_equal(chime_spec_ragged(&s), 3);
+  assert_int_equal(chime_leaf_bytes(&s.leaves[2]), 64 * 84 * 84);
+  assert_int_equal(chime_leaf_row_bytes(&s.leaves[2]), 84 * 84);
+  assert_int_equal(chime_leaf_row_bytes(&s.leaves[0]), 4);
+  assert_int_equal(chime_spec_format(&s, buf, sizeof(buf)), 0);
+  assert_string_equal(buf, "tokens:i32[<=8192],logprobs:f32[<=8192 ~tokens],"
+                           "frames:u8[<=64,84,84],reward:f32[]");
+  parse_ok(buf, &t);
+  assert_int_equal(chime_spec_format(&t, buf2, sizeof(buf2)), 0);
+  assert_string_equal(buf, buf2);
+  uint32_t at;
+  assert_int_equal(chime__spec_diff(&s, &t, &at), CHIME__SPEC_SAME);
+  /* A chain is followed to the leaf that owns the length. */
+  parse_ok("a:i32[<=8], b:f32[<=8 ~a], c:u8[<=8 ~b]", &s);
+  assert_int_equal(s.leaves[2].shares, 1);
+  /* Ragged and fixed of one bound differ; so do shared and own lengths. */
+  parse_ok("a:i32[<=8], b:f32[<=8]", &s);
+  parse_ok("a:i32[8], b:f32[<=8]", &t);
+  assert_int_equal(chime__spec_diff(&s, &t, &at), CHIME__SPEC_TYPE);
+  assert_int_equal(at, 0);
+  parse_ok("a:i32[<=8], b:f32[<=8 ~a]", &t);
+  assert_int_equal(chime__spec_diff(&s, &t, &at), CHIME__SPEC_TYPE);
+  assert_int_equal(at, 1);
+  /* The error text of a ragged leaf's type says its bound. */
+  chime__leaf_type_text(&t.leaves[1], buf, sizeof(buf));
+  assert_string_equal(buf, "f32[<=8]");
+}
+
+static void test_ragged_rejections(void **state) {
+  (void)state;
+  parse_bad("x:u8[64,<=84]", "only the first dimension may be ragged");
+  parse_bad("x:u8[<=0]", "dimension is zero");
+  parse_bad("x:u8[<=]", "expected a dimension");
+  parse_bad("x:u8[<= -1]", "expected a dimension");
+  parse_bad("x:u8[<8]", "expected a dimension");
+  parse_bad("a:i32[8], b:f32[8 ~a]", "only a ragged leaf");
+  parse_bad("a:i32[8], b:f32[<=8 ~a]", "which is not ragged");
+  parse_bad("b:f32[<=8 ~a], a:i32[<=8]", "no earlier leaf");
+  parse_bad("b:f32[<=8 ~b]", "no earlier leaf");
+  parse_bad("a:i32[<=8], b:f32[<=9 ~a]", "bound 9 differs");
+  parse_bad("a:i32[<=8], b:f32[<=8 ~a, 3]", "expected ']'");
+  parse_bad("a:i32[<=8], b:f32[<=8 ~]", "no earlier leaf");
+  /* The struct form: flags from a message or a ring header. */
+  chime_spec_t s;
+  char err[256] = "";
+  parse_ok("a:i32[<=8], b:f32[]", &s);
+  s.leaves[1].ragged = 1; /* a scalar has no first dimension */
+  assert_int_equal(chime_spec_validate(&s, err, sizeof(err)), CHIME_EINVAL);
+  assert_non_null(strstr(err, "needs a first dimension"));
+  s.leaves[1].ragged = 2;
+  assert_int_equal(chime_spec_validate(&s, err, sizeof(err)), CHIME_EINVAL);
+  parse_ok("a:i32[<=8], b:f32[<=8]", &s);
+  s.leaves[1].shares = 3; /* itself, then past it */
+  assert_int_equal(chime_spec_validate(&s, err, sizeof(err)), CHIME_EINVAL);
+  s.leaves[1].shares = 2;
+  assert_int_equal(chime_spec_validate(&s, err, sizeof(err)), CHIME_EINVAL);
+  s.leaves[0].shares = 1;
+  assert_int_equal(chime_spec_validate(&s, err, sizeof(err)), CHIME_EINVAL);
+}
+
+/* A sample's lengths: within bounds, shared ones equal, bytes counted at
+ * the lengths (nothing padded). */
+static void test_ragged_lengths(void **state) {
+  chime_spec_t s;
+  char err[256] = "";
+  uint64_t bytes;
+  (void)state;
+  parse_ok("t:i32[<=8], lp:f32[<=8 ~t], f:u8[<=4,3], r:f32[]", &s);
+  uint32_t ok[2 * 3] = {8, 8, 0, 0, 0, 4};
+  assert_int_equal(
+      chime__spec_ragged_bytes(&s, 2, ok, &bytes, err, sizeof(err)), 0);
+  assert_int_equal(bytes, 2 * 4 + (8 * 4 + 8 * 4) + (4 * 3));
+  uint32_t long_[3] = {9, 9, 0};
+  assert_int_equal(
+      chime__spec_ragged_bytes(&s, 1, long_, &bytes, err, sizeof(err)),
+      CHIME_EINVAL);
+  assert_non_null(strstr(err, "leaf 't': sample 0 has 9 rows, more than its "
+                              "bound 8"));
+  uint32_t unlike[6] = {1, 1, 1, 2, 3, 1};
+  assert_int_equal(
+      chime__spec_ragged_bytes(&s, 2, unlike, &bytes, err, sizeof(err)),
+      CHIME_EINVAL);
+  assert_non_null(strstr(err, "leaf 'lp': sample 1 has 3 rows, 't' 2: they "
+                              "share a length"));
+  assert_int_equal(
+      chime__spec_ragged_bytes(&s, 1, NULL, &bytes, err, sizeof(err)),
+      CHIME_EINVAL);
+  /* A spec without ragged leaves: count * sample bytes. */
+  parse_ok("x:f32[3]", &s);
+  assert_int_equal(chime__spec_ragged_bytes(&s, 5, NULL, &bytes, NULL, 0), 0);
+  assert_int_equal(bytes, 60);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_parse_basic),
@@ -233,6 +346,9 @@ int main(void) {
       cmocka_unit_test(test_validate_struct),
       cmocka_unit_test(test_format_round_trip),
       cmocka_unit_test(test_diff),
+      cmocka_unit_test(test_ragged_parse_format),
+      cmocka_unit_test(test_ragged_rejections),
+      cmocka_unit_test(test_ragged_lengths),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -435,13 +435,14 @@ static void test_resend_into_full_fifo_does_not_wait(void **state) {
   dq.writer = 9;
   dq.seq = 1;
   chime__span_t sp = {buf, sizeof(buf)};
-  assert_int_equal(chime__table_try_insert_spans(t, &sp, 1, 4, NULL, &k, &dq),
-                   0);
+  assert_int_equal(
+      chime__table_try_insert_spans(t, &sp, 1, 4, NULL, NULL, &k, &dq), 0);
   assert_true(dq.resent);
   assert_int_equal(k, k1);
   dq.seq = 2;
-  assert_int_equal(chime__table_try_insert_spans(t, &sp, 1, 4, NULL, &k, &dq),
-                   CHIME_EBUSY);
+  assert_int_equal(
+      chime__table_try_insert_spans(t, &sp, 1, 4, NULL, NULL, &k, &dq),
+      CHIME_EBUSY);
   chime__table_destroy(t);
 }
 

@@ -43,7 +43,8 @@ static chime__table_t *preset(int stack) {
 static int try_insert(chime__table_t *t, uint64_t key) {
   chime__span_t sp = {(const uint8_t *)&key, sizeof(key)};
   uint64_t first;
-  int rc = chime__table_try_insert_spans(t, &sp, 1, 1, NULL, &first, NULL);
+  int rc =
+      chime__table_try_insert_spans(t, &sp, 1, 1, NULL, NULL, &first, NULL);
   if (rc == 0)
     assert_int_equal(first, key);
   return rc;

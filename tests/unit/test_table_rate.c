@@ -59,7 +59,7 @@ static int try_insert(chime__table_t *t) {
   uint32_t x = 7;
   uint64_t k;
   chime__span_t sp = {(const uint8_t *)&x, SB};
-  return chime__table_try_insert_spans(t, &sp, 1, 1, NULL, &k, NULL);
+  return chime__table_try_insert_spans(t, &sp, 1, 1, NULL, NULL, &k, NULL);
 }
 
 static void insert1(chime__table_t *t) {

@@ -14,10 +14,11 @@
  *   path makes no system call.
  * - wake threshold: the producer's `waiting` word holds N, "wake me when N
  *   slots are free" (chime__ring_set_wake_at; 0 = not waiting, 1 = every
- *   release wakes it, as before the threshold existed). The header's layout
- *   and format version did not change: a consumer that predates N rings on
- *   any nonzero word (the producer wakes sooner, nothing is lost), and a
- *   producer that predates it writes 1. A consumer rings the producer's bell
+ *   release wakes it, as before the threshold existed). It needs no change
+ *   of the header's layout or format version: a consumer that predates N
+ *   rings on any nonzero word (the producer wakes sooner, nothing is lost),
+ *   and a producer that predates it writes 1. A consumer rings the
+ *   producer's bell
  *   (a) on a release when its own count of free slots, slots - (pub - taken)
  *   - held, is >= N, and (b) in next() when no batch is ready, whatever N
  *   is. The count counts slots the producer took and has not published as

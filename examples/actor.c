@@ -27,7 +27,7 @@ static void usage(FILE *f) {
           "only when its shard stays unreachable.\n");
 }
 
-int main(int argc, char **argv) {
+static int run(int argc, char **argv) {
   const char *server = NULL, *table = "demo";
   chime__cli_conn_t conn = {0};
   uint64_t count = 0, seed = 1, batch = 256, inflight = 8;
@@ -148,4 +148,8 @@ cleanup:
   chime_server_info_free(info);
   chime_client_destroy(c);
   return exit_code;
+}
+
+int main(int argc, char **argv) {
+  chime__cli_exit(run(argc, argv));
 }

@@ -823,7 +823,7 @@ static int top_option(chime__top_opts_t *o, const char *opt, const char *value,
   return 1;
 }
 
-int main(int argc, char **argv) {
+static int run(int argc, char **argv) {
   int as_json = 0, top_opts = 0, bad = 0;
   const char *cmd = NULL, *addr = NULL;
   chime__cli_conn_t conn = {0};
@@ -937,4 +937,8 @@ cleanup:
   chime_stats_free(st);
   chime_client_destroy(c);
   return exit_code;
+}
+
+int main(int argc, char **argv) {
+  chime__cli_exit(run(argc, argv));
 }

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <string.h>
 #include <stdlib.h>
 #include <time.h>
@@ -117,4 +118,10 @@ int chime__cli_client(const char *prog, const char *addr,
   int rc = chime_client_create(out, addr, &o);
   memset(token, 0, sizeof(token));
   return rc;
+}
+
+_Noreturn void chime__cli_exit(int code) {
+  fflush(stdout);
+  fflush(stderr);
+  _exit(code);
 }

@@ -53,7 +53,7 @@ static void print_json_str(const char *s) {
   putchar('"');
 }
 
-int main(int argc, char **argv) {
+static int run(int argc, char **argv) {
   const char *server = NULL, *table = "demo", *ids_out = NULL;
   chime__cli_conn_t conn = {0};
   uint64_t batch_size = 0, batches = 0, slots = 8, timeout_ms = 30000;
@@ -225,4 +225,8 @@ cleanup:
   chime_client_destroy(c);
   free(ids);
   return exit_code;
+}
+
+int main(int argc, char **argv) {
+  chime__cli_exit(run(argc, argv));
 }

@@ -184,6 +184,25 @@ static int next_weighed(chime_stream_t *s, chime_batch_t *out, uint32_t *at,
   }
 }
 
+/* Merging: a batch from sub-stream i within wait_ms (0: only one ready
+ * now). 0 with *at = i; CHIME_ETIMEDOUT when it has none (an ended one is
+ * ended here and answers so too); else the error. */
+static int take_merged(chime_stream_t *s, uint32_t i, chime_batch_t *out,
+                       uint32_t *at, int wait_ms) {
+  chime__union_t *u = s->uni;
+  int rc = chime__stream_take(u->subs[i].s, out, wait_ms);
+  if (rc == 0) {
+    u->rr = i + 1;
+    *at = i;
+    return 0;
+  }
+  if (ended_code(rc)) {
+    chime__union_sub_end(s, i, rc);
+    return CHIME_ETIMEDOUT;
+  }
+  return rc;
+}
+
 /* Merging: the first sub-stream with a batch ready, looking from after the
  * last one that delivered; else waits on each in turn for a short slice. */
 static int next_merged(chime_stream_t *s, chime_batch_t *out, uint32_t *at,
@@ -197,15 +216,8 @@ static int next_merged(chime_stream_t *s, chime_batch_t *out, uint32_t *at,
       if (!live(&u->subs[i]))
         continue;
       any = 1;
-      int rc = chime__stream_take(u->subs[i].s, out, 0);
-      if (rc == 0) {
-        u->rr = i + 1;
-        *at = i;
-        return 0;
-      }
-      if (ended_code(rc))
-        chime__union_sub_end(s, i, rc);
-      else if (rc != CHIME_ETIMEDOUT)
+      int rc = take_merged(s, i, out, at, 0);
+      if (rc != CHIME_ETIMEDOUT)
         return rc;
     }
     if (!any) {
@@ -222,16 +234,8 @@ static int next_merged(chime_stream_t *s, chime_batch_t *out, uint32_t *at,
       if (!live(&u->subs[i]))
         continue;
       u->wait_at = i + 1;
-      int rc =
-          chime__stream_take(u->subs[i].s, out, slice(left, MERGE_SLICE_MS));
-      if (rc == 0) {
-        u->rr = i + 1;
-        *at = i;
-        return 0;
-      }
-      if (ended_code(rc))
-        chime__union_sub_end(s, i, rc);
-      else if (rc != CHIME_ETIMEDOUT)
+      int rc = take_merged(s, i, out, at, slice(left, MERGE_SLICE_MS));
+      if (rc != CHIME_ETIMEDOUT)
         return rc;
       break;
     }

@@ -58,6 +58,12 @@ CHIME_NODISCARD int chime__ring_try_acquire(chime_ring_t *ring,
                                             chime__ring_wslot_t *out,
                                             uint32_t **bell,
                                             uint32_t *bell_val);
+/* How many free slots wake a producer waiting in acquire() or on the bell
+ * of try_acquire() (default 1: each release). More lets the consumer's
+ * releases into a full ring go without a wake-up until n are free; a
+ * consumer that finds no batch ready wakes it anyway. Clamped to the
+ * slots. CHIME_EINVAL for 0; CHIME_EPERM on a consumer's handle. */
+CHIME_NODISCARD int chime__ring_set_wake_at(chime_ring_t *ring, uint32_t n);
 /* Publishes the slot taken by chime__ring_acquire(); returns its seq in
  * *seq. */
 CHIME_NODISCARD int chime__ring_publish(chime_ring_t *ring, uint32_t slot,

@@ -11,7 +11,31 @@
  *   futex "bell"; the other side rings the bell only when it sees `waiting`.
  *   The store of the condition and the load of `waiting` are seq_cst on both
  *   sides, so one of them always sees the other (no lost wake-up) and the fast
- *   path makes no system call. */
+ *   path makes no system call.
+ * - wake threshold: the producer's `waiting` word holds N, "wake me when N
+ *   slots are free" (chime__ring_set_wake_at; 0 = not waiting, 1 = every
+ *   release wakes it, as before the threshold existed). It needs no change
+ *   of the header's layout or format version: a consumer that predates N
+ *   rings on any nonzero word (the producer wakes sooner, nothing is lost),
+ *   and a producer that predates it writes 1. A consumer rings the
+ *   producer's bell
+ *   (a) on a release when its own count of free slots, slots - (pub - taken)
+ *   - held, is >= N, and (b) in next() when no batch is ready, whatever N
+ *   is. The count counts slots the producer took and has not published as
+ *   free: an over-estimate, never an under-estimate.
+ *   Why no wake-up is lost: the producer sleeps only when its re-check after
+ *   the seq_cst store of N found no slot free, so every release it did not
+ *   see comes after that store in the seq_cst order, and that release's
+ *   seq_cst load of `waiting` reads this N (or a later word: the producer is
+ *   awake). Reading N synchronises with its store, so the consumer's load of
+ *   pub after it sees at least the pub the producer sleeps with; pub cannot
+ *   grow while it sleeps, so the count is exact up to the slots it holds
+ *   acquired, and the release that brings the free slots to N rings. Fewer
+ *   than N releases can follow only if the consumer stops releasing: it then
+ *   holds its batches and, having taken them all, misses in next(), whose
+ *   seq_cst load of `waiting` comes after all its releases and rings by (b):
+ *   a learner that holds batches and waits for one cannot deadlock against
+ *   a producer waiting for N free slots. */
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
@@ -58,6 +82,8 @@ struct chime_ring_s {
 
   /* How long each side spins before it sleeps (adaptive, private). */
   uint32_t spin_ns[2];
+  /* What the producer stores in `waiting`: free slots that wake it. */
+  uint32_t wake_at;
 
   void (*unpin)(void *arg);
   void *unpin_arg;
@@ -203,6 +229,7 @@ int chime__ring_create(chime_ring_t **out, const chime_spec_t *spec,
   ring->seg.fd = -1;
   ring->spin_ns[SIDE_PRODUCER] = CHIME_RING_SPIN_MIN_NS;
   ring->spin_ns[SIDE_CONSUMER] = CHIME_RING_SPIN_MIN_NS;
+  ring->wake_at = 1;
   rc = chime_ring_layout(&ring->layout, spec, batch_size, slots, why,
                          sizeof(why));
   if (rc != 0) {
@@ -288,7 +315,7 @@ int chime__ring_try_acquire(chime_ring_t *ring, chime__ring_wslot_t *out,
     _Atomic uint32_t *b = &ring->seg.ctrl->prod_bell;
     *bell = (uint32_t *)b;
     *bell_val = atomic_load_explicit(b, memory_order_seq_cst);
-    atomic_store_explicit(&prod->waiting, 1, memory_order_seq_cst);
+    atomic_store_explicit(&prod->waiting, ring->wake_at, memory_order_seq_cst);
     slot = find_free(ring, memory_order_seq_cst);
     if (slot < 0)
       return atomic_load_explicit(&prod->shutdown, memory_order_seq_cst)
@@ -329,7 +356,7 @@ int chime__ring_acquire(chime_ring_t *ring, chime__ring_wslot_t *out,
       continue;
     bell =
         atomic_load_explicit(&ring->seg.ctrl->prod_bell, memory_order_seq_cst);
-    atomic_store_explicit(&prod->waiting, 1, memory_order_seq_cst);
+    atomic_store_explicit(&prod->waiting, ring->wake_at, memory_order_seq_cst);
     slot = find_free(ring, memory_order_seq_cst);
     if (slot >= 0 ||
         atomic_load_explicit(&prod->shutdown, memory_order_seq_cst)) {
@@ -351,6 +378,17 @@ int chime__ring_acquire(chime_ring_t *ring, chime__ring_wslot_t *out,
 out:
   waiter_account(&w, &prod->wait_ns);
   return rc;
+}
+
+int chime__ring_set_wake_at(chime_ring_t *ring, uint32_t n) {
+  if (ring == NULL || n == 0)
+    return CHIME_EINVAL;
+  if (ring->consumer)
+    return CHIME_EPERM;
+  /* More than `slots` could never be free; the consumer's miss in next()
+   * would still wake us, but only then. */
+  ring->wake_at = n < ring->layout.slots ? n : ring->layout.slots;
+  return 0;
 }
 
 int chime__ring_publish(chime_ring_t *ring, uint32_t slot, uint64_t *seq) {
@@ -525,6 +563,28 @@ static int next_blocked(const chime_ring_t *ring, memory_order mo) {
   return 0;
 }
 
+/* A consumer with no batch ready wakes a producer waiting for more free
+ * slots than there are: else both could wait for ever. */
+static void wake_producer_if_waiting(chime_ring_t *ring) {
+  if (atomic_load_explicit(&ring->seg.prod->waiting, memory_order_seq_cst))
+    bell_ring(&ring->seg.ctrl->prod_bell, 1);
+}
+
+/* The free slots by the consumer's count after a release: neither queued
+ * nor held. Slots the producer holds acquired count as free (it is awake
+ * then); the producer's words are untrusted, hence the clamps. */
+static uint32_t free_estimate(const chime_ring_t *ring) {
+  uint64_t pub = load_acquire64(&ring->seg.prod->pub);
+  uint64_t cur =
+      atomic_load_explicit(&ring->seg.ctrl->taken, memory_order_relaxed);
+  uint64_t queued = pub - cur, slots = ring->layout.slots;
+  if (queued > slots)
+    return (uint32_t)slots; /* nonsense: ring rather than lose a wake-up */
+  if (queued + ring->nheld >= slots)
+    return 0;
+  return (uint32_t)(slots - queued - ring->nheld);
+}
+
 int chime_ring_next(chime_ring_t *ring, chime_ring_view_t *out,
                     int timeout_ms) {
   waiter_t w = {timeout_ms, NULL, 0, 0, 0, 0};
@@ -550,6 +610,8 @@ int chime_ring_next(chime_ring_t *ring, chime_ring_view_t *out,
       rc = take(ring, out);
       goto out;
     }
+    if (w.start == 0) /* the first miss: see wake threshold above */
+      wake_producer_if_waiting(ring);
     rc = waiter_miss(&w);
     if (rc != 0)
       goto out;
@@ -591,7 +653,9 @@ int chime_ring_release(chime_ring_t *ring, uint32_t slot) {
   atomic_fetch_add_explicit(&ring->seg.relcount[slot], 1, memory_order_seq_cst);
   atomic_fetch_add_explicit(&ctrl->released, 1, memory_order_relaxed);
   atomic_store_explicit(&ctrl->leases, ring->nheld, memory_order_relaxed);
-  if (atomic_load_explicit(&ring->seg.prod->waiting, memory_order_seq_cst))
+  uint32_t want =
+      atomic_load_explicit(&ring->seg.prod->waiting, memory_order_seq_cst);
+  if (want != 0 && free_estimate(ring) >= want)
     bell_ring(&ctrl->prod_bell, 1);
   return 0;
 }

@@ -199,6 +199,14 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
                      chime_strerror(rc), chime_ring_last_error());
     goto out;
   }
+  /* A learner that keeps the ring full (one over several shards) would
+   * wake the sampler on each release; a quarter of the slots free wakes it
+   * about once in slots / 4 releases instead (docs/ring.md, wake
+   * threshold). */
+  rc = chime__ring_set_wake_at(s->ring,
+                               open->slots / 4 > 1 ? open->slots / 4 : 1);
+  if (rc != 0)
+    goto out;
   s->lay = *chime_ring_get_layout(s->ring);
   size_t map_len = 0;
   chime_ring_map_base(s->ring, &map_len);

@@ -97,8 +97,8 @@ static void check_stat(json_t *obj, const char *key) {
  * printed (speed is not judged here: a shared machine). */
 static void test_ragged_output(void **state) {
   (void)state;
-  const char *args[] = {"ragged", "--json", "--items", "512", "--rounds",
-                        "3", NULL};
+  const char *args[] = {"ragged",   "--json", "--items", "512",
+                        "--rounds", "3",      NULL};
   json_t *all = run_bench(args, "ragged");
   assert_int_equal(json_array_size(all), 1);
   json_t *o = json_array_get(all, 0);

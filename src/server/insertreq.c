@@ -79,16 +79,25 @@ static int read_priorities(const chime__pb_reader_t *r,
   return 0;
 }
 
-/* Lengths (repeated uint32, packed or not), counted on the first pass
- * (out NULL: each took at least a byte) and decoded on the second. A
- * value past 32 bits is malformed, not cut. */
-static int read_lengths(const chime__pb_reader_t *r, const chime__pb_field_t *f,
-                        uint32_t *out, size_t *n) {
+/* Stores v as out[i], a uint32_t array (width 4) or a uint64_t one. */
+static void put_uint(void *out, size_t width, size_t i, uint64_t v) {
+  if (width == sizeof(uint32_t))
+    ((uint32_t *)out)[i] = (uint32_t)v;
+  else
+    ((uint64_t *)out)[i] = v;
+}
+
+/* Repeated varints (packed or not), each at most max, into out (width
+ * bytes each: the lengths are uint32, the versions uint64): counted on the
+ * first pass (out NULL: a packed run holds at most one per byte) and
+ * decoded on the second. A value past max is malformed, not cut. */
+static int read_varints(const chime__pb_reader_t *r, const chime__pb_field_t *f,
+                        void *out, size_t width, uint64_t max, size_t *n) {
   if (f->wire == CHIME__PB_VARINT) {
-    if (f->value > UINT32_MAX)
+    if (f->value > max)
       return CHIME_EPROTO;
     if (out != NULL)
-      out[*n] = (uint32_t)f->value;
+      put_uint(out, width, *n, f->value);
     (*n)++;
     return 0;
   }
@@ -103,35 +112,10 @@ static int read_lengths(const chime__pb_reader_t *r, const chime__pb_field_t *f,
     return CHIME_EPROTO;
   while (chime__pb_left(&sub) > 0) {
     uint64_t v;
-    if (chime__pb_varint(&sub, &v) != 0 || v > UINT32_MAX)
+    if (chime__pb_varint(&sub, &v) != 0 || v > max)
       return CHIME_EPROTO;
-    out[(*n)++] = (uint32_t)v;
+    put_uint(out, width, (*n)++, v);
   }
-  return 0;
-}
-
-/* Versions (varints, packed or not), counted on the first pass (out NULL:
- * at most one per byte of a packed run) and decoded on the second. */
-static int read_versions(const chime__pb_reader_t *r,
-                         const chime__pb_field_t *f, uint64_t *out, size_t *n) {
-  if (f->wire == CHIME__PB_VARINT) {
-    if (out != NULL)
-      out[*n] = f->value;
-    (*n)++;
-    return 0;
-  }
-  if (f->wire != CHIME__PB_LEN)
-    return CHIME_EPROTO;
-  if (out == NULL) {
-    *n += (size_t)f->value;
-    return 0;
-  }
-  chime__pb_reader_t sub;
-  if (chime__pb_reader_sub(&sub, r, f->offset, f->value) != 0)
-    return CHIME_EPROTO;
-  while (chime__pb_left(&sub) > 0)
-    if (chime__pb_varint(&sub, &out[(*n)++]) != 0)
-      return CHIME_EPROTO;
   return 0;
 }
 
@@ -175,7 +159,7 @@ int chime__insert_req_parse(chime__insert_req_t *q, chime__pb_reader_t *r,
         return bad(err, errlen, "malformed priorities");
       break;
     case F_VERSIONS:
-      if (read_versions(r, &f, NULL, &nver) != 0)
+      if (read_varints(r, &f, NULL, sizeof(uint64_t), UINT64_MAX, &nver) != 0)
         return bad(err, errlen, "malformed versions");
       break;
     case F_ID:
@@ -194,7 +178,7 @@ int chime__insert_req_parse(chime__insert_req_t *q, chime__pb_reader_t *r,
       q->end_episode = f.value != 0;
       break;
     case F_LENGTHS:
-      if (read_lengths(r, &f, NULL, &nlen) != 0)
+      if (read_varints(r, &f, NULL, sizeof(uint32_t), UINT32_MAX, &nlen) != 0)
         return bad(err, errlen, "malformed lengths");
       break;
     case F_SPEC:
@@ -241,10 +225,12 @@ int chime__insert_req_parse(chime__insert_req_t *q, chime__pb_reader_t *r,
         read_priorities(r, &f, q->priorities, &q->n_priorities) != 0)
       return bad(err, errlen, "malformed priorities");
     if (f.number == F_LENGTHS &&
-        read_lengths(r, &f, q->lengths, &q->n_lengths) != 0)
+        read_varints(r, &f, q->lengths, sizeof(uint32_t), UINT32_MAX,
+                     &q->n_lengths) != 0)
       return bad(err, errlen, "malformed lengths");
     if (f.number == F_VERSIONS &&
-        read_versions(r, &f, q->versions, &q->n_versions) != 0)
+        read_varints(r, &f, q->versions, sizeof(uint64_t), UINT64_MAX,
+                     &q->n_versions) != 0)
       return bad(err, errlen, "malformed versions");
   }
   return 0;

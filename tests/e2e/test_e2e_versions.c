@@ -32,12 +32,7 @@ static chime_client_t *client;
 
 static int setup(void **state) {
   (void)state;
-  int rc = chime__chimed_start(&chimed, config, NULL, 30000);
-  if (rc == CHIME_ENOTFOUND)
-    chime__skip("chimed is not built");
-  if (rc != 0)
-    return -1;
-  return chime_client_create(&client, chimed.addr, NULL) == 0 ? 0 : -1;
+  return chime__chimed_start_client(&chimed, config, &client) == 0 ? 0 : -1;
 }
 
 static int teardown(void **state) {

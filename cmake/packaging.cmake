@@ -4,7 +4,7 @@
 # scripts/package.sh):
 #
 #   component  package       contents
-#   runtime    libchime0.3   libchime.so.0.3*
+#   runtime    libchime0.4   libchime.so.0.4*
 #   dev        libchime-dev  headers, libchime.so, libchime.a, chime.pc,
 #                            chime-static.pc, lib/cmake/chime/
 #   daemon     chimed        chimed, chimectl, chime-actor, chime-learner,

@@ -166,12 +166,14 @@ cp "$tmp/app.c" "$tmp/proj/app.c"
 cat >"$tmp/proj/CMakeLists.txt" <<'EOF'
 cmake_minimum_required(VERSION 3.18)
 project(chime_quickstart C)
-find_package(chime 0.3 REQUIRED COMPONENTS shared static)
+find_package(chime @ABI@ REQUIRED COMPONENTS shared static)
 add_executable(app_cmake app.c)
 target_link_libraries(app_cmake PRIVATE chime::chime)
 add_executable(app_cmake_static app.c)
 target_link_libraries(app_cmake_static PRIVATE chime::chime_static)
 EOF
+# The version asked for is the installed one (chime is 0.x: same minor).
+sed -i "s/@ABI@/$major.$minor/" "$tmp/proj/CMakeLists.txt"
 run_logged "$tmp/cmake.log" "$cmake" -S "$tmp/proj" -B "$tmp/proj/build" \
   -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" \
   -DCMAKE_C_COMPILER="$cc" -DCMAKE_C_FLAGS="${CHIME_TEST_CFLAGS:-}"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Debian packages as a user gets them (CI: a fresh Debian 12, as root):
-#   - scripts/package.sh makes libchime0.3, libchime-dev, chimed and
+#   - scripts/package.sh makes libchime0.X (X: version.h's minor), libchime-dev, chimed and
 #     python3-chime from this build dir (cpack -G DEB);
 #   - apt-get install ./*.deb installs them; chimed.service passes
 #     systemd-analyze verify (when there is one) and /etc/chime/chimed.json
@@ -27,7 +27,10 @@ src=${CHIME_SOURCE_DIR:?}
 test_name=test_packages
 # shellcheck source=../support/shtest.sh
 . "$src/tests/support/shtest.sh"
-pkgs=(libchime0.3 libchime-dev chimed python3-chime)
+# While the version is 0.x the soname (and the runtime package) carry the
+# minor version: libchime.so.0.4 in libchime0.4.
+abi=$(chime_version | cut -d. -f1,2)
+pkgs=("libchime$abi" libchime-dev chimed python3-chime)
 
 skip() {
   echo "test_packages: $*, skipping" >&2
@@ -115,8 +118,8 @@ awk '/^## Quickstart in C/ { q = 1 } q && /^```c/ { f = 1; next }
 read -r -a pcout <<<"$(pkg-config --cflags --libs chime)"
 run_logged "$tmp/cc.log" cc -std=c11 -Wall -Wextra -Werror "$tmp/app.c" \
   "${pcout[@]}" -o "$tmp/app"
-readelf -d "$tmp/app" | grep -q "NEEDED.*\[libchime.so.0.3\]" ||
-  fail "app does not load libchime.so.0.3"
+readelf -d "$tmp/app" | grep -q "NEEDED.*\[libchime.so.$abi\]" ||
+  fail "app does not load libchime.so.$abi"
 
 echo "== the installed chimed with /etc/chime/chimed.json"
 # systemd makes /run/chime (RuntimeDirectory=chime); here nothing does.
@@ -199,8 +202,8 @@ case $pymod in
 *) fail "pip --user: chime imported from $pymod" ;;
 esac
 so=${pymod#* }
-readelf -d "$so" | grep -q "NEEDED.*\[libchime.so.0.3\]" ||
-  fail "the pip-built module does not load libchime.so.0.3"
+readelf -d "$so" | grep -q "NEEDED.*\[libchime.so.$abi\]" ||
+  fail "the pip-built module does not load libchime.so.$abi"
 
 echo "== apt-get purge"
 installed=""

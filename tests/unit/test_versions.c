@@ -343,7 +343,7 @@ static void test_checkpoint(void **state) {
   assert_int_equal(chime__table_set_version(a, 8, NULL), 0);
   write_file(a, &p, &n);
   assert_int_equal(p[8], CHIME__CKPT_VERSION);
-  assert_int_equal(CHIME__CKPT_VERSION, 4);
+  assert_int_equal(CHIME__CKPT_VERSION, 5);
   load_into(b, p, n);
   assert_int_equal(stats(b).newest_version, 8);
   versions_of(b, 6, got, &newest);

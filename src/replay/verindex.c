@@ -17,6 +17,7 @@ typedef struct {
   uint64_t ver;
   uint32_t head; /* its first (oldest) row */
   uint32_t n;    /* its rows */
+  double mass;   /* its rows' weights */
 } bucket_t;
 
 struct chime__verindex_s {
@@ -88,7 +89,8 @@ static uint64_t find(const chime__verindex_t *v, uint64_t ver, int *found) {
   return a;
 }
 
-void chime__verindex_add(chime__verindex_t *v, uint32_t r, uint64_t ver) {
+void chime__verindex_add(chime__verindex_t *v, uint32_t r, uint64_t ver,
+                         double w) {
   int found;
   uint64_t i = find(v, ver, &found);
   if (!found) {
@@ -102,7 +104,7 @@ void chime__verindex_add(chime__verindex_t *v, uint32_t r, uint64_t ver) {
       v->lo--;
       i--;
     }
-    v->b[i] = (bucket_t){.ver = ver, .head = r, .n = 1};
+    v->b[i] = (bucket_t){.ver = ver, .head = r, .n = 1, .mass = w};
     v->prev[r] = v->nx[r] = r;
     return;
   }
@@ -113,14 +115,17 @@ void chime__verindex_add(chime__verindex_t *v, uint32_t r, uint64_t ver) {
   v->nx[tail] = r;
   v->prev[h] = r;
   b->n++;
+  b->mass += w;
 }
 
-void chime__verindex_remove(chime__verindex_t *v, uint32_t r, uint64_t ver) {
+void chime__verindex_remove(chime__verindex_t *v, uint32_t r, uint64_t ver,
+                            double w) {
   int found;
   uint64_t i = find(v, ver, &found);
   if (!found)
     return; /* not in the index: the caller's mistake, nothing to undo */
   bucket_t *b = &v->b[i];
+  b->mass -= w;
   if (--b->n > 0) {
     v->nx[v->prev[r]] = v->nx[r];
     v->prev[v->nx[r]] = v->prev[r];
@@ -158,4 +163,23 @@ int chime__verindex_lowest(const chime__verindex_t *v, uint32_t *r,
 
 uint64_t chime__verindex_versions(const chime__verindex_t *v) {
   return v->hi - v->lo;
+}
+
+void chime__verindex_reweigh(chime__verindex_t *v, uint64_t ver, double dw) {
+  int found;
+  uint64_t i = find(v, ver, &found);
+  if (found)
+    v->b[i].mass += dw;
+}
+
+void chime__verindex_at(const chime__verindex_t *v, uint64_t i, uint64_t *ver,
+                        double *mass, uint32_t *first) {
+  const bucket_t *b = &v->b[v->lo + i];
+  *ver = b->ver;
+  *mass = b->mass > 0 ? b->mass : 0.0; /* a running sum may dip below */
+  *first = b->head;
+}
+
+uint32_t chime__verindex_next(const chime__verindex_t *v, uint32_t r) {
+  return v->nx[r];
 }

@@ -374,6 +374,40 @@ static void test_max_staleness(void **state) {
              "plain tables only");
 }
 
+/* staleness_weight: "inverse" on a plain prioritized table ("none", the
+ * default, anywhere); another value, another sampler or a sequence table
+ * is refused. */
+static void test_staleness_weight(void **state) {
+  (void)state;
+  char err[512] = "";
+  assert_int_equal(
+      chime__config_parse(&cfg,
+                          T("a", "x:u8",
+                            ",\"capacity\":8,\"sampler\":\"prioritized\","
+                            "\"staleness_weight\":\"inverse\""),
+                          err, sizeof(err)),
+      0);
+  assert_int_equal(cfg.tables[0].staleness_weight, CHIME__STALE_WEIGHT_INVERSE);
+  assert_int_equal(
+      chime__config_parse(
+          &cfg, T("a", "x:u8", ",\"capacity\":8,\"staleness_weight\":\"none\""),
+          err, sizeof(err)),
+      0);
+  assert_int_equal(cfg.tables[0].staleness_weight, CHIME__STALE_WEIGHT_NONE);
+  expect_bad(T("a", "x:u8",
+               ",\"capacity\":8,\"sampler\":\"prioritized\","
+               "\"staleness_weight\":\"square\""),
+             "\"none\" or \"inverse\"");
+  expect_bad(T("a", "x:u8",
+               ",\"capacity\":8,\"sampler\":\"uniform\","
+               "\"staleness_weight\":\"inverse\""),
+             "prioritized sampler's draws");
+  expect_bad(T("s", "o:u8",
+               ",\"capacity_steps\":100,\"sequence_length\":4,"
+               "\"sampler\":\"prioritized\",\"staleness_weight\":\"inverse\""),
+             "plain tables only");
+}
+
 static void test_sequence_keys(void **state) {
   (void)state;
   static chime__config_t seq_cfg;
@@ -515,6 +549,7 @@ int main(void) {
       cmocka_unit_test(test_writer_memory),
       cmocka_unit_test(test_sequence_keys),
       cmocka_unit_test(test_max_staleness),
+      cmocka_unit_test(test_staleness_weight),
       cmocka_unit_test(test_shard_and_age),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -80,37 +80,37 @@ static void test_verindex(void **state) {
   assert_int_equal(chime__verindex_create(&v, 1000), 0);
   assert_int_equal(chime__verindex_lowest(v, &r, &ver), CHIME_ENOTFOUND);
   /* In order, then one late, then one older than all. */
-  chime__verindex_add(v, 0, 5);
-  chime__verindex_add(v, 1, 5);
-  chime__verindex_add(v, 2, 7);
-  chime__verindex_add(v, 3, 6);
-  chime__verindex_add(v, 4, 2);
+  chime__verindex_add(v, 0, 5, 0.0);
+  chime__verindex_add(v, 1, 5, 0.0);
+  chime__verindex_add(v, 2, 7, 0.0);
+  chime__verindex_add(v, 3, 6, 0.0);
+  chime__verindex_add(v, 4, 2, 0.0);
   assert_int_equal(chime__verindex_versions(v), 4);
   assert_int_equal(chime__verindex_lowest(v, &r, &ver), 0);
   assert_int_equal(r, 4);
   assert_int_equal(ver, 2);
-  chime__verindex_remove(v, 4, 2);
+  chime__verindex_remove(v, 4, 2, 0.0);
   assert_int_equal(chime__verindex_lowest(v, &r, &ver), 0);
   assert_int_equal(r, 0); /* version 5's oldest */
   assert_int_equal(ver, 5);
-  chime__verindex_remove(v, 0, 5);
+  chime__verindex_remove(v, 0, 5, 0.0);
   assert_int_equal(chime__verindex_lowest(v, &r, &ver), 0);
   assert_int_equal(r, 1);
-  chime__verindex_remove(v, 3, 6); /* a version in the middle goes */
-  chime__verindex_remove(v, 1, 5);
+  chime__verindex_remove(v, 3, 6, 0.0); /* a version in the middle goes */
+  chime__verindex_remove(v, 1, 5, 0.0);
   assert_int_equal(chime__verindex_lowest(v, &r, &ver), 0);
   assert_int_equal(r, 2);
   assert_int_equal(ver, 7);
-  chime__verindex_remove(v, 2, 7);
+  chime__verindex_remove(v, 2, 7, 0.0);
   assert_int_equal(chime__verindex_lowest(v, &r, &ver), CHIME_ENOTFOUND);
   /* Rising versions, each gone from the low end: the entries move back to
    * the array's start, never past its end. */
   for (uint32_t i = 0; i < 5000; i++) {
-    chime__verindex_add(v, i % 1000, 100 + i);
+    chime__verindex_add(v, i % 1000, 100 + i, 0.0);
     if (i >= 999) {
       assert_int_equal(chime__verindex_lowest(v, &r, &ver), 0);
       assert_int_equal(ver, 100 + i - 999);
-      chime__verindex_remove(v, r, ver);
+      chime__verindex_remove(v, r, ver, 0.0);
     }
   }
   assert_int_equal(chime__verindex_versions(v), 999);

@@ -136,17 +136,19 @@ static void write_seq(chime__table_t *t, wr_t *w, chime__table_view_t *v) {
   }
   chime__table_view_unpin(t, v, v->count);
   for (uint32_t pos = 0; pos < sv->nused && w->err == 0; pos++) {
-    const uint64_t *ep;
+    const uint64_t *ep, *ver;
     const uint32_t *idx;
     const uint8_t *leaf[CHIME_MAX_LEAVES];
     uint32_t bn = sv->bn[pos];
-    chime__steps_view_block(chime__table_steps(t), sv, pos, &ep, &idx, leaf);
+    chime__steps_view_block(chime__table_steps(t), sv, pos, &ep, &idx, &ver,
+                            leaf);
     wr_u32(w, bn);
     wr_u32(w, sv->bnext[pos]);
     wr_u32(w, sv->bprev[pos]);
     for (uint32_t o = 0; o < bn; o++) {
       wr_u64(w, ep[o]);
       wr_u32(w, idx[o]);
+      wr_u64(w, ver[o]); /* version 5 */
     }
     for (uint32_t l = 0; l < spec->nleaves; l++)
       wr_raw(w, leaf[l], (size_t)(bn * chime_leaf_bytes(&spec->leaves[l])));
@@ -407,12 +409,14 @@ typedef struct {
   uint64_t capacity_steps, next_episode, step_key, dropped, abandoned, evicted;
   double max_prio;
   size_t items_at, blocks_at; /* offsets of the windows, the blocks */
+  uint32_t step_rec; /* a step's episode, index (and version 5 on: version) */
 } seqhdr_t;
 
 /* A sequence table's section, walked whole (windows and blocks, their
  * sizes); what goes into the table is checked when it goes in. */
-static int seq_parse(rd_t *r, uint64_t count, uint64_t sb, uint32_t nl,
-                     seqhdr_t *h) {
+static int seq_parse(rd_t *r, uint32_t ver, uint64_t count, uint64_t sb,
+                     uint32_t nl, seqhdr_t *h) {
+  h->step_rec = ver >= 5 ? 20 : 12;
   h->t = rd_u32(r);
   h->stride = rd_u32(r);
   h->pad = rd_u32(r);
@@ -439,9 +443,9 @@ static int seq_parse(rd_t *r, uint64_t count, uint64_t sb, uint32_t nl,
     rd_u32(r);
     rd_u32(r);
     if (r->bad || bn == 0 || bn > h->k ||
-        (uint64_t)bn * (12 + sb) > r->n - r->off)
+        (uint64_t)bn * (h->step_rec + sb) > r->n - r->off)
       return -1;
-    r->off += (size_t)(bn * (12 + sb));
+    r->off += (size_t)(bn * (h->step_rec + sb));
   }
   return r->off == r->n ? 0 : -1;
 }
@@ -481,10 +485,11 @@ static int seq_load(const uint8_t *p, size_t n, const seqhdr_t *h,
   const chime__table_config_t *cfg = chime__table_config(t);
   chime__steps_t *st = chime__table_steps(t);
   uint64_t *ep = malloc(h->k * sizeof(*ep));
+  uint64_t *ver = malloc(h->k * sizeof(*ver));
   uint32_t *idx = malloc(h->k * sizeof(*idx));
   rd_t r = {p, n, h->blocks_at, 0};
   int rc = 0;
-  if (ep == NULL || idx == NULL) {
+  if (ep == NULL || idx == NULL || ver == NULL) {
     rc = fail(err, errlen, CHIME_ENOMEM, "out of memory");
     goto out;
   }
@@ -498,12 +503,13 @@ static int seq_load(const uint8_t *p, size_t n, const seqhdr_t *h,
     for (uint32_t o = 0; o < bn; o++) {
       ep[o] = rd_u64(&r);
       idx[o] = rd_u32(&r);
+      ver[o] = h->step_rec > 12 ? rd_u64(&r) : 0;
     }
     for (uint32_t l = 0; l < cfg->spec.nleaves; l++)
       leaf[l] =
           rd_take(&r, (size_t)(bn * chime_leaf_bytes(&cfg->spec.leaves[l])));
     if (r.bad || chime__steps_restore_block(st, pos, bn, next, prev, ep, idx,
-                                            leaf) != 0) {
+                                            ver, leaf) != 0) {
       rc = fail(err, errlen, CHIME_ECORRUPT,
                 "%s: block %u of table '%s' does not hang together", fname, pos,
                 name);
@@ -552,6 +558,7 @@ static int seq_load(const uint8_t *p, size_t n, const seqhdr_t *h,
   chime__table_restore_seq_counts(t, h->step_key, h->max_prio, h->dropped);
 out:
   free(ep);
+  free(ver);
   free(idx);
   return rc;
 }
@@ -617,7 +624,7 @@ int chime__checkpoint_load_table(const uint8_t *p, size_t n,
     return rc;
   if ((old_seq && count != 0) ||
       (kind == KIND_SEQUENCE && !old_seq &&
-       seq_parse(&r, count, sb, spec.nleaves, &sh) != 0) ||
+       seq_parse(&r, ver, count, sb, spec.nleaves, &sh) != 0) ||
       (kind == KIND_PLAIN && nrag == 0 &&
        (count > (r.n - r.off) / rec || count * rec != r.n - r.off)))
     return fail(err, errlen, CHIME_ECORRUPT,

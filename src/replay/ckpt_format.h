@@ -13,8 +13,8 @@
  * sequence table's file (version 2) has, after the counts, its settings and
  * step counters, its windows oldest first (key, insert time, priority, times
  * sampled, first step, episode, index, length) and the step store's
- * blocks oldest first (steps, lane links, each step's episode and index,
- * the steps' bytes leaf by leaf). */
+ * blocks oldest first (steps, lane links, each step's episode, index and
+ * (version 5) policy version, the steps' bytes leaf by leaf). */
 #ifndef CHIME_REPLAY_CKPT_FORMAT_H
 #define CHIME_REPLAY_CKPT_FORMAT_H
 
@@ -35,7 +35,10 @@
  * its length (no padding to the bound); a table without ragged leaves
  * writes the same records as in version 4. A ragged spec in an older file
  * is corrupt (none was ever written), and so is a length past its bound,
- * unlike the one it shares, or taking more bytes than the file holds. */
+ * unlike the one it shares, or taking more bytes than the file holds.
+ * Also in 5: a sequence table's steps each carry their policy version
+ * (after episode and index; a window's is its first step's), 0 when
+ * loaded from an older file. */
 #define CHIME__CKPT_VERSION 5u
 #define CHIME__CKPT_MIN_VERSION 1u
 /* The writer's buffer: chime__checkpoint_write_table wants this many

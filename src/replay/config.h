@@ -76,8 +76,8 @@ typedef struct {
   uint32_t shard;
   /* Policy versions (docs/replay.md): an item more than max_staleness
    * versions behind the newest version the table knows (its items' and
-   * its learners') is never sampled and leaves; 0: no limit. A plain
-   * table's only. */
+   * its learners') is never sampled and leaves; 0: no limit. A sequence
+   * table's window has its oldest step's version. */
   uint64_t max_staleness;
   /* A plain prioritized table's staleness weighting; NONE: none. */
   chime__stale_weight_t staleness_weight;

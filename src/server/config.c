@@ -327,11 +327,6 @@ static int parse_table(chime__table_config_t *t, json_t *obj, uint32_t index,
   }
   if (!have_cap && t->sequence_length == 0)
     return fail(err, errlen, "%s: 'capacity' is required", where);
-  if (t->max_staleness != 0 && t->sequence_length > 0)
-    return fail(err, errlen,
-                "%s: 'max_staleness': a sequence table's windows carry no "
-                "policy version (yet): plain tables only",
-                where);
   if (t->staleness_weight != 0 &&
       (t->sampler != CHIME__SAMPLER_PRIORITIZED || t->sequence_length > 0))
     return fail(err, errlen,

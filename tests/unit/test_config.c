@@ -353,8 +353,8 @@ static void expect_sequence(const char *table, const char *want_err) {
     fail_msg("%s: error '%s' does not say '%s'", table, err, want_err);
 }
 
-/* Policy versions: max_staleness on a plain table (0 when absent); a
- * sequence table's windows carry no version, so it is refused there. */
+/* Policy versions: max_staleness on a plain table (0 when absent) and on
+ * a sequence table (its windows carry their oldest step's version). */
 static void test_max_staleness(void **state) {
   (void)state;
   char err[512] = "";
@@ -368,10 +368,15 @@ static void test_max_staleness(void **state) {
   assert_int_equal(cfg.tables[0].max_staleness, 0);
   expect_bad(T("a", "x:u8", ",\"capacity\":8,\"max_staleness\":-1"),
              "'max_staleness'");
-  expect_bad(T("s", "o:u8",
-               ",\"capacity_steps\":100,\"sequence_length\":4,"
-               "\"max_staleness\":2"),
-             "plain tables only");
+  /* A sequence table's windows carry their oldest step's version. */
+  assert_int_equal(chime__config_parse(&cfg,
+                                       T("s", "o:u8",
+                                         ",\"capacity_steps\":100,"
+                                         "\"sequence_length\":4,"
+                                         "\"max_staleness\":2"),
+                                       err, sizeof(err)),
+                   0);
+  assert_int_equal(cfg.tables[0].max_staleness, 2);
 }
 
 /* staleness_weight: "inverse" on a plain prioritized table ("none", the

@@ -49,8 +49,6 @@ static void mutate_update(chime__table_t *t, uint64_t key, double prio,
     e |= chime__sumtree_set(t->sum, r, w);
     if (t->vidx != NULL) /* the version's weight, for staleness weighting */
       chime__verindex_reweigh(t->vidx, t->meta[r].version, w - old);
-    if (t->stale_on)
-      chime__tbl_stale_moved(t, t->meta[r].version, w - old);
   }
   if (t->hmin != NULL)
     e |= chime__heap_update(t->hmin, r, prio);

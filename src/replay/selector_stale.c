@@ -5,7 +5,7 @@
  *
  * Every item's s changes when the newest version rises, so no per-item
  * weight is kept: the sum tree holds p^a as for plain prioritized, the
- * version index (verindex.c) each version's sum of p^a, and Z is the sum
+ * version index (verindex.c) each version's sum of p^a and Z, the sum
  * over live versions of that x w(newest - version), kept as rows come,
  * go and change and summed afresh when the newest version rises. A draw
  * takes an item from the sum tree (probability p^a / T) and keeps it with
@@ -23,36 +23,9 @@
 /* Tries before the walk: with w(s) >= 1/8 the walk is taken with
  * probability under (7/8)^64 ~ 2e-4. */
 #define STALE_TRIES 64
-/* Changes to Z between two sums afresh: the running sum's rounding stays
- * far below the probabilities' precision, at a cost of one pass over the
- * versions per so many changes. */
-#define STALE_RESUM_EVERY 65536u
 
 static inline double weight_of(uint64_t s) {
-  return 1.0 / ((double)s + 1.0);
-}
-
-void chime__tbl_stale_resum(chime__table_t *t) {
-  uint64_t n = chime__verindex_versions(t->vidx), ver;
-  double z = 0.0, mass;
-  uint32_t first;
-  for (uint64_t i = 0; i < n; i++) {
-    chime__verindex_at(t->vidx, i, &ver, &mass, &first);
-    z += mass * weight_of(t->vnewest - ver);
-  }
-  t->stale_z = z;
-  t->stale_ops = 0;
-}
-
-void chime__tbl_stale_moved(chime__table_t *t, uint64_t ver, double dw) {
-  if (t->count == 0) { /* nothing live: exactly 0, no rounding left over */
-    t->stale_z = 0.0;
-    t->stale_ops = 0;
-    return;
-  }
-  t->stale_z += dw * weight_of(t->vnewest - ver);
-  if (++t->stale_ops >= STALE_RESUM_EVERY || !(t->stale_z > 0))
-    chime__tbl_stale_resum(t);
+  return chime__verindex_stale_weight(s);
 }
 
 /* The exact draw by the versions: one by its share of Z, then one of its
@@ -62,8 +35,8 @@ static uint32_t walk(chime__table_t *t, double *prob) {
   uint64_t ver;
   double mass, f = 1.0;
   uint32_t first = NONE, head;
-  chime__tbl_stale_resum(t);
-  double u = chime__tbl_rand_unit(t) * t->stale_z;
+  double z = chime__verindex_z_exact(t->vidx);
+  double u = chime__tbl_rand_unit(t) * z;
   /* Newest first: most of Z, mostly. */
   for (uint64_t i = chime__verindex_versions(t->vidx); i-- > 0;) {
     chime__verindex_at(t->vidx, i, &ver, &mass, &head);
@@ -89,14 +62,14 @@ static uint32_t walk(chime__table_t *t, double *prob) {
     }
     r = chime__verindex_next(t->vidx, r);
   } while (r != first);
-  *prob = chime__sumtree_get(t->sum, got) * f / t->stale_z;
+  *prob = chime__sumtree_get(t->sum, got) * f / z;
   return got;
 }
 
 static uint32_t pick(chime__table_t *t, double *prob) {
-  double total = chime__sumtree_total(t->sum);
+  double total = chime__sumtree_total(t->sum), z = chime__verindex_z(t->vidx);
   uint64_t slot;
-  if (!(total > 0) || !(t->stale_z > 0)) /* every priority 0: uniform */
+  if (!(total > 0) || !(z > 0)) /* every priority 0: uniform */
     return chime__selector_prioritized.pick(t, prob);
   for (int k = 0; k < STALE_TRIES; k++) {
     if (chime__sumtree_find(t->sum, chime__tbl_rand_unit(t) * total, &slot) !=
@@ -105,7 +78,7 @@ static uint32_t pick(chime__table_t *t, double *prob) {
     uint32_t r = (uint32_t)slot;
     double f = weight_of(t->vnewest - t->meta[r].version);
     if (f >= 1.0 || chime__tbl_rand_unit(t) < f) {
-      *prob = chime__sumtree_get(t->sum, slot) * f / t->stale_z;
+      *prob = chime__sumtree_get(t->sum, slot) * f / z;
       return r;
     }
   }
@@ -115,7 +88,8 @@ static uint32_t pick(chime__table_t *t, double *prob) {
 /* Z: what an item's p^a x w(s) is a share of (a sharded learner weighs
  * shards by it); 0 while every priority is 0, as prioritized's. */
 static double mass(const chime__table_t *t) {
-  return chime__sumtree_total(t->sum) > 0 && t->stale_z > 0 ? t->stale_z : 0.0;
+  double z = chime__verindex_z(t->vidx);
+  return chime__sumtree_total(t->sum) > 0 ? z : 0.0;
 }
 
 const chime__selector_t chime__selector_prioritized_stale = {

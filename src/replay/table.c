@@ -147,8 +147,6 @@ void chime__tbl_live_add_weighted(chime__table_t *t, uint32_t r, int oldest,
   e |= chime__keyindex_insert(t->keys, t->meta[r].key, r);
   if (t->vidx != NULL)
     chime__verindex_add(t->vidx, r, t->meta[r].version, w);
-  if (t->stale_on)
-    chime__tbl_stale_moved(t, t->meta[r].version, w);
   (void)e; /* the row was free, the key checked: cannot fail */
 }
 
@@ -191,8 +189,6 @@ void chime__tbl_live_remove(chime__table_t *t, uint32_t r) {
   (void)e; /* r was live, so in each: cannot fail */
   if (t->vidx != NULL)
     chime__verindex_remove(t->vidx, r, t->meta[r].version, w);
-  if (t->stale_on)
-    chime__tbl_stale_moved(t, t->meta[r].version, -w);
   if (t->steps != NULL)
     chime__steps_forget(t->steps, t->wslot[r]);
   if (t->meta[r].pins != 0)
@@ -211,8 +207,8 @@ uint64_t chime__tbl_version_seen(chime__table_t *t, uint64_t ver) {
     t->vnewest = ver;
   if (t->vidx == NULL)
     return 0;
-  if (rose && t->stale_on) /* before removals, which count on it */
-    chime__tbl_stale_resum(t);
+  if (rose) /* before removals: Z (staleness weighting) counts on it */
+    chime__verindex_set_newest(t->vidx, t->vnewest);
   uint64_t below = chime__tbl_stale_below(t);
   while (chime__verindex_lowest(t->vidx, &r, &v) == 0 && v < below) {
     chime__tbl_live_remove(t, r);

@@ -122,13 +122,9 @@ struct chime__table_s {
   uint64_t vnewest;
   chime__verindex_t *vidx;
   uint64_t removed_stale;
-  /* Staleness weighting (selector_stale.c; vidx kept for it): the mass
-   * draws weigh against, sum over live versions of their weight x
-   * w(vnewest - version), kept as rows come, go and change, summed
-   * afresh when the newest version rises and every so many changes. */
+  /* Staleness weighting (selector_stale.c): vidx kept for it, and its Z
+   * (verindex.h) is what draws weigh against. */
   int stale_on;
-  double stale_z;
-  uint32_t stale_ops;
 };
 
 #define NONE UINT32_MAX
@@ -417,11 +413,6 @@ uint64_t chime__tbl_version_seen(chime__table_t *t, uint64_t ver);
 
 /* --- selector_stale.c: prioritized draws weighted by staleness --- */
 extern const chime__selector_t chime__selector_prioritized_stale;
-/* A row of version ver now weighs dw more in the sum tree (joined: its
- * weight; left: minus it; a new priority: the difference). */
-void chime__tbl_stale_moved(chime__table_t *t, uint64_t ver, double dw);
-/* The newest version rose: every version's weight changed. */
-void chime__tbl_stale_resum(chime__table_t *t);
 
 /* --- sample.c --- */
 /* One sample's pin of row k let go, under the lock: a row whose item left

@@ -544,15 +544,23 @@ int chime__single_set_version(chime_stream_t *s, uint64_t version) {
 }
 
 int chime__stream_take(chime_stream_t *s, chime_batch_t *out, int timeout_ms) {
-  chime_ring_view_t v;
-  int rc = chime_ring_next(s->ring, &v, 0);
-  if (rc == CHIME_ETIMEDOUT && s->tp->before_wait)
-    s->tp->before_wait(s); /* e.g. gathered credits, as next() sends them */
-  if (rc == CHIME_ETIMEDOUT && timeout_ms != 0)
-    rc = chime_ring_next(s->ring, &v, timeout_ms);
-  if ((rc = ring_answer(s, rc, timeout_ms)) != 0)
-    return rc;
-  return lend(s, &v, out);
+  for (;;) {
+    chime_ring_view_t v;
+    int rc = chime_ring_next(s->ring, &v, 0);
+    if (rc == CHIME_ETIMEDOUT && s->tp->before_wait)
+      s->tp->before_wait(s); /* e.g. gathered credits, as next() sends them */
+    if (rc == CHIME_ETIMEDOUT && timeout_ms != 0)
+      rc = chime_ring_next(s->ring, &v, timeout_ms);
+    if ((rc = ring_answer(s, rc, timeout_ms)) != 0)
+      return rc;
+    /* A batch drawn before the learner's latest version goes as next()'s
+     * would: a sharded learner is owed the same window. */
+    if ((rc = lend(s, &v, out)) != 0 || !stale_for_learner(s, out))
+      return rc;
+    s->dropped_stale++;
+    if ((rc = chime__single_release(s, out)) != 0)
+      return rc;
+  }
 }
 
 int chime__single_stats(const chime_stream_t *s,

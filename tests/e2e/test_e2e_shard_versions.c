@@ -8,8 +8,9 @@
  * server (fifo: merged sub-streams; uniform: one shard's batch lent), in
  * shm and stream mode; with writers on both shards racing the learner's
  * version bumps, no sample more than max_staleness behind the learner's
- * version ever reaches it, and each sample's info says its version and a
- * staleness within the window. */
+ * version ever reaches it (nor from a shard back from down: its reopened
+ * sub-stream tells it the version), and each sample's info says its
+ * version and a staleness within the window. */
 #include <inttypes.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -36,21 +37,25 @@ static chime_client_t *sharded;
 static int stopped[NSHARDS];
 static char target[1024];
 
+static void config_of(int k, char *config, size_t len) {
+  snprintf(config, len,
+           "{\"shard\": %d, \"tables\": [\n"
+           " {\"name\": \"u\", \"spec\": \"x:u64[]\", \"capacity\": 10000, "
+           "\"sampler\": \"uniform\"},\n"
+           " {\"name\": \"g\", \"spec\": \"x:u64[]\", \"capacity\": 10000, "
+           "\"sampler\": \"uniform\", \"max_staleness\": %d},\n"
+           " {\"name\": \"q\", \"spec\": \"x:u64[]\", \"capacity\": 100000, "
+           "\"sampler\": \"fifo\", \"max_staleness\": %d}]}\n",
+           k + 1, STALENESS, STALENESS);
+}
+
 static int setup(void **state) {
   (void)state;
   size_t len = 0;
   memset(stopped, 0, sizeof(stopped));
   for (int k = 0; k < NSHARDS; k++) {
     char config[1024];
-    snprintf(config, sizeof config,
-             "{\"shard\": %d, \"tables\": [\n"
-             " {\"name\": \"u\", \"spec\": \"x:u64[]\", \"capacity\": 10000, "
-             "\"sampler\": \"uniform\"},\n"
-             " {\"name\": \"g\", \"spec\": \"x:u64[]\", \"capacity\": 10000, "
-             "\"sampler\": \"uniform\", \"max_staleness\": %d},\n"
-             " {\"name\": \"q\", \"spec\": \"x:u64[]\", \"capacity\": 100000, "
-             "\"sampler\": \"fifo\", \"max_staleness\": %d}]}\n",
-             k + 1, STALENESS, STALENESS);
+    config_of(k, config, sizeof config);
     int rc = chime__chimed_start(&d[k], config, NULL, 30000);
     if (rc == CHIME_ENOTFOUND)
       chime__skip("chimed is not built");
@@ -239,6 +244,59 @@ static void test_drops_uniform_stream(void **state) {
   drops_stale("g", CHIME_MODE_STREAM, 0);
 }
 
+/* A shard back from down gets the learner's version when its sub-stream
+ * opens again: its items older than the window never reach the learner,
+ * and it delivers again once it has fresh ones. */
+static void test_reopened_shard_gets_version(void **state) {
+  (void)state;
+  for (int k = 0; k < NSHARDS; k++)
+    write_shard(k, "g", 1, 1, 20);
+  chime_stream_t *s = open_union("g", CHIME_MODE_SHM, 1);
+  chime_batch_t bt;
+  assert_int_equal(chime_stream_next(s, &bt, 10000), 0);
+  assert_int_equal(chime_stream_release(s, &bt), 0);
+  char addr[256], config[1024];
+  snprintf(addr, sizeof addr, "%s", d[1].addr);
+  chime__proc_kill(&d[1].proc);
+  stopped[1] = 1;
+  assert_int_equal(chime_stream_set_version(s, 10), 0);
+  write_shard(0, "g", 10, 10, 20);
+  /* Shard 2 again on its port, empty, its newest version 1 until told. */
+  const char *args[] = {"--listen", addr, NULL};
+  config_of(1, config, sizeof config);
+  assert_int_equal(chime__chimed_start(&d[1], config, args, 30000), 0);
+  stopped[1] = 0;
+  chime_client_destroy(direct[1]);
+  assert_int_equal(chime_client_create(&direct[1], d[1].addr, NULL), 0);
+  write_shard(1, "g", 1, 1, 20);
+  int wrote = 0, from2 = 0;
+  for (int64_t end = chime__now_ms() + 20000;
+       !from2 && chime__now_ms() < end;) {
+    int rc = chime_stream_next(s, &bt, 200);
+    if (rc == 0) {
+      const uint64_t *x = bt.leaf[0].data;
+      for (uint32_t j = 0; j < bt.count; j++) {
+        if (bt.info[j].version + STALENESS < 10)
+          fail_msg("shard %d's sample of version %" PRIu64
+                   " reached a learner at version 10",
+                   (int)(x[j] >> 48) + 1, bt.info[j].version);
+        from2 |= x[j] >> 48 == 1;
+      }
+      assert_int_equal(chime_stream_release(s, &bt), 0);
+    } else if (rc != CHIME_ETIMEDOUT) {
+      fail_msg("next: %s: %s", chime_strerror(rc), chime_last_error());
+    }
+    /* The reopened sub-stream told shard 2: fresh items go in there. */
+    if (!wrote && shard_stats(1, "g").newest_version >= 10) {
+      write_shard(1, "g", 10, 10, 20);
+      wrote = 1;
+    }
+  }
+  assert_true(wrote);
+  assert_true(from2);
+  chime_stream_close(s);
+}
+
 /* --- writers on both shards racing the learner's bumps --- */
 
 #define WRITERS 4
@@ -330,6 +388,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_drops_fifo_stream, setup, teardown),
       cmocka_unit_test_setup_teardown(test_drops_uniform_shm, setup, teardown),
       cmocka_unit_test_setup_teardown(test_drops_uniform_stream, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_reopened_shard_gets_version, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_race_fifo_shm, setup, teardown),
       cmocka_unit_test_setup_teardown(test_race_uniform_stream, setup,

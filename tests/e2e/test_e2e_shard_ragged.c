@@ -72,52 +72,34 @@ static void write_shard(int k, const char *table) {
   assert_int_equal(chime_writer_close(w), 0);
 }
 
+static void config_of(int k, char *config, size_t len) {
+  static const char *const tables[][2] = {{"q_shm", "fifo"},
+                                          {"q_stream", "fifo"},
+                                          {"u", "uniform"},
+                                          {"p", "prioritized"}};
+  size_t n =
+      (size_t)snprintf(config, len, "{\"shard\": %d, \"tables\": [\n", k + 1);
+  for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++)
+    n += (size_t)snprintf(config + n, len - n,
+                          "%s {\"name\": \"%s\", \"spec\": \"" SPEC
+                          "\", \"capacity\": 1000, \"sampler\": \"%s\"%s}\n",
+                          t ? "," : "", tables[t][0], tables[t][1],
+                          strcmp(tables[t][1], "prioritized") == 0
+                              ? ", \"priority_exponent\": 1"
+                              : "");
+  snprintf(config + n, len - n, "]}\n");
+}
+
 static int setup(void **state) {
   (void)state;
   char target[1024];
-  size_t len = 0;
-  for (int k = 0; k < NSHARDS; k++) {
-    char config[2048];
-    size_t n = (size_t)snprintf(config, sizeof config,
-                                "{\"shard\": %d, \"tables\": [\n", k + 1);
-    static const char *const tables[][2] = {{"q_shm", "fifo"},
-                                            {"q_stream", "fifo"},
-                                            {"u", "uniform"},
-                                            {"p", "prioritized"}};
-    for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++)
-      n += (size_t)snprintf(config + n, sizeof config - n,
-                            "%s {\"name\": \"%s\", \"spec\": \"" SPEC
-                            "\", \"capacity\": 1000, \"sampler\": \"%s\"%s}\n",
-                            t ? "," : "", tables[t][0], tables[t][1],
-                            strcmp(tables[t][1], "prioritized") == 0
-                                ? ", \"priority_exponent\": 1"
-                                : "");
-    snprintf(config + n, sizeof config - n, "]}\n");
-    int rc = chime__chimed_start(&d[k], config, NULL, 30000);
-    if (rc == CHIME_ENOTFOUND)
-      chime__skip("chimed is not built");
-    if (rc != 0 || chime_client_create(&direct[k], d[k].addr, NULL) != 0)
-      return -1;
-    len += (size_t)snprintf(target + len, sizeof target - len, "%s%s",
-                            k ? "," : "", d[k].addr);
-  }
-  if (chime_client_create(&sharded, target, NULL) != 0)
-    return -1;
-  return 0;
+  return chime__shards_start(d, NSHARDS, config_of, direct, target,
+                             sizeof target, &sharded);
 }
 
 static int teardown(void **state) {
   (void)state;
-  int ok = 1;
-  chime_client_destroy(sharded);
-  for (int k = 0; k < NSHARDS; k++) {
-    chime_client_destroy(direct[k]);
-    int st = 0;
-    if (chime__chimed_stop(&d[k], 20000, &st) != 0 || st != 0)
-      ok = 0;
-  }
-  chime__harness_kill_all();
-  return ok ? 0 : -1;
+  return chime__shards_stop(d, NSHARDS, direct, NULL, &sharded);
 }
 
 /* The batch as documented, each sample as written; *ids gets the ids. */

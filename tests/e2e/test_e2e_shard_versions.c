@@ -51,36 +51,14 @@ static void config_of(int k, char *config, size_t len) {
 
 static int setup(void **state) {
   (void)state;
-  size_t len = 0;
   memset(stopped, 0, sizeof(stopped));
-  for (int k = 0; k < NSHARDS; k++) {
-    char config[1024];
-    config_of(k, config, sizeof config);
-    int rc = chime__chimed_start(&d[k], config, NULL, 30000);
-    if (rc == CHIME_ENOTFOUND)
-      chime__skip("chimed is not built");
-    if (rc != 0 || chime_client_create(&direct[k], d[k].addr, NULL) != 0)
-      return -1;
-    len += (size_t)snprintf(target + len, sizeof target - len, "%s%s",
-                            k ? "," : "", d[k].addr);
-  }
-  return chime_client_create(&sharded, target, NULL) == 0 ? 0 : -1;
+  return chime__shards_start(d, NSHARDS, config_of, direct, target,
+                             sizeof target, &sharded);
 }
 
 static int teardown(void **state) {
   (void)state;
-  int ok = 1;
-  chime_client_destroy(sharded);
-  sharded = NULL;
-  for (int k = 0; k < NSHARDS; k++) {
-    chime_client_destroy(direct[k]);
-    direct[k] = NULL;
-    int st = 0;
-    if (!stopped[k] && (chime__chimed_stop(&d[k], 20000, &st) != 0 || st != 0))
-      ok = 0;
-  }
-  chime__harness_kill_all();
-  return ok ? 0 : -1;
+  return chime__shards_stop(d, NSHARDS, direct, stopped, &sharded);
 }
 
 /* n samples x = X(k, v, i) of each version v in [lo, hi] into shard k's

@@ -49,6 +49,7 @@ static void draw_many(chime__table_t *t, uint64_t n, uint32_t *row,
     for (uint64_t j = 0; j < n; j++) {
       row[j] = (uint32_t)slot[j];
       prob[j] = chime__sumtree_get(t->sum, slot[j]) / total;
+      chime__tbl_prefetch_meta(t, row[j]); /* plan_batch's next read */
     }
     return;
   } /* total > 0 was checked under the lock held since: unreachable */

@@ -31,7 +31,7 @@ static void draw_many(chime__table_t *t, uint64_t n, uint32_t *row,
   for (uint64_t j = 0; j < n; j++) {
     row[j] = t->dense[row[j]];
     prob[j] = 1.0 / (double)t->count;
-    __builtin_prefetch(&t->meta[row[j]], 1); /* plan_batch's next read */
+    chime__tbl_prefetch_meta(t, row[j]); /* plan_batch's next read */
   }
 }
 

@@ -1,12 +1,14 @@
 /* Ragged leaves over shards (issue 25 on issue 22's sharded clients), two
  * real chimed each holding its own samples of every length up to the
- * bound: a sharded stream delivers them in shm and in stream mode as one
- * server does (values packed, count + 1 offsets from 0 ending at the
- * values' rows, the shared length's offsets equal, each sample's rows and
- * fixed leaves its own): fifo merges the sub-streams and delivers every
- * sample of both shards once; uniform and prioritized lend one shard's
- * batch with the union's info copy, whose records keep each sample's key,
- * version and staleness and only the probability changes. */
+ * bound (written by each shard's own client, or by writers of the sharded
+ * client, one bound to each shard): a sharded stream delivers them in shm
+ * and in stream mode as one server does (values packed, count + 1 offsets
+ * from 0 ending at the values' rows, the shared length's offsets equal,
+ * each sample's rows and fixed leaves its own): fifo merges the
+ * sub-streams and delivers every sample of both shards once; uniform and
+ * prioritized lend one shard's batch with the union's info copy, whose
+ * records keep each sample's key, version and staleness and only the
+ * probability changes. */
 #include <inttypes.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -45,11 +47,16 @@ static uint32_t id_of(int k, uint32_t i) {
   return (uint32_t)(k + 1) * 1000 + i;
 }
 
-static void write_shard(int k, const char *table) {
+static chime_writer_t *open_writer(chime_client_t *c, const char *table) {
   chime_writer_t *w;
   chime_writer_opts_t wo = CHIME_WRITER_OPTS_INIT;
   wo.max_batch_samples = 7; /* several messages, samples of mixed sizes */
-  assert_int_equal(chime_writer_open(&w, direct[k], table, &wo), 0);
+  assert_int_equal(chime_writer_open(&w, c, table, &wo), 0);
+  return w;
+}
+
+/* Samples id_of(k, 0 ..) on w. */
+static void append_ids(chime_writer_t *w, int k) {
   int32_t tok[BOUND];
   float lp[BOUND], r;
   uint8_t frames[3 * 2];
@@ -69,12 +76,18 @@ static void write_shard(int k, const char *table) {
     assert_int_equal(
         chime_writer_append_leaves(w, leaves, lengths, k ? 5.0 : 1.0), 0);
   }
+}
+
+static void write_shard(int k, const char *table) {
+  chime_writer_t *w = open_writer(direct[k], table);
+  append_ids(w, k);
   assert_int_equal(chime_writer_close(w), 0);
 }
 
 static void config_of(int k, char *config, size_t len) {
   static const char *const tables[][2] = {{"q_shm", "fifo"},
                                           {"q_stream", "fifo"},
+                                          {"q_w", "fifo"},
                                           {"u", "uniform"},
                                           {"p", "prioritized"}};
   size_t n =
@@ -161,10 +174,30 @@ static chime_stream_t *open_union(const char *table, chime_mode_t mode) {
   return s;
 }
 
-/* fifo: the sub-streams merged, every sample of both shards once. */
-static void merged(const char *table, chime_mode_t mode) {
-  for (int k = 0; k < NSHARDS; k++)
-    write_shard(k, table);
+/* fifo: the sub-streams merged, every sample of both shards once. The
+ * samples go through one-server writers (k to shard k), or through
+ * writers of the sharded client, one bound to each shard. */
+static void merged(const char *table, chime_mode_t mode, int sharded_writers) {
+  if (sharded_writers) {
+    chime_writer_t *w[NSHARDS];
+    for (int k = 0; k < NSHARDS; k++)
+      w[k] = open_writer(sharded, table);
+    for (int k = 0; k < NSHARDS; k++)
+      append_ids(w[k], k);
+    for (int k = 0; k < NSHARDS; k++)
+      assert_int_equal(chime_writer_close(w[k]), 0);
+    for (int k = 0; k < NSHARDS; k++) { /* one writer's samples each */
+      chime_stats_t *st = NULL;
+      assert_int_equal(chime_client_stats(direct[k], &st), 0);
+      for (uint32_t t = 0; t < st->ntables; t++)
+        if (strcmp(st->tables[t].name, table) == 0)
+          assert_int_equal(st->tables[t].inserts, PER_SHARD);
+      chime_stats_free(st);
+    }
+  } else {
+    for (int k = 0; k < NSHARDS; k++)
+      write_shard(k, table);
+  }
   chime_stream_t *s = open_union(table, mode);
   static uint8_t seen[NSHARDS + 1][PER_SHARD];
   memset(seen, 0, sizeof(seen));
@@ -191,11 +224,15 @@ static void merged(const char *table, chime_mode_t mode) {
 
 static void test_fifo_shm(void **state) {
   (void)state;
-  merged("q_shm", CHIME_MODE_SHM);
+  merged("q_shm", CHIME_MODE_SHM, 0);
 }
 static void test_fifo_stream(void **state) {
   (void)state;
-  merged("q_stream", CHIME_MODE_STREAM);
+  merged("q_stream", CHIME_MODE_STREAM, 0);
+}
+static void test_fifo_sharded_writers(void **state) {
+  (void)state;
+  merged("q_w", CHIME_MODE_SHM, 1);
 }
 
 /* uniform, prioritized: batches from both shards, each whole from one,
@@ -238,6 +275,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fifo_shm),
       cmocka_unit_test(test_fifo_stream),
+      cmocka_unit_test(test_fifo_sharded_writers),
       cmocka_unit_test(test_weighed),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

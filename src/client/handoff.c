@@ -42,11 +42,14 @@ static void close_passed_fds(struct msghdr *msg) {
 }
 
 /* One handshake. *dropped is set when the server closed the connection
- * before the request was sent whole, and answered nothing: it never read
- * the token (a flood of handshakes of this uid made this, the idlest, give
- * way: server/handoff.c), so the token was not consumed and may be
- * presented again. A request sent whole is read even by a handshake that
- * gives way, so a close after it is an answer of its own (CHIME_EPROTO). */
+ * without reading the request and answered nothing: the token was not
+ * consumed and may be presented again. That is a flood of handshakes of
+ * this uid making this one, the idlest, give way (server/handoff.c) before
+ * the request was sent whole (the send fails), or just before it arrived
+ * (the request is left unread, and a socket closed with unread bytes makes
+ * the peer's read fail with ECONNRESET). A request the server read is
+ * always answered, so a plain close after it is an answer of its own
+ * (CHIME_EPROTO). */
 static int fetch_once(const char *socket_path, const uint8_t *token,
                       size_t token_len, int timeout_ms, int *fd_out,
                       int *dropped, char *err, size_t errlen) {
@@ -138,6 +141,8 @@ static int fetch_once(const char *socket_path, const uint8_t *token,
                        "handoff: sending the token: %s", strerror(send_errno));
       goto cleanup;
     }
+    if (k < 0 && errno == ECONNRESET && got == 0)
+      *dropped = 1; /* closed with the request unread: the token unused */
     if (k < 0) {
       rc = chime__fail(err, errlen,
                        (errno == EAGAIN || errno == EWOULDBLOCK)

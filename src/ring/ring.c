@@ -36,14 +36,9 @@
  *   seq_cst load of `waiting` comes after all its releases and rings by (b):
  *   a learner that holds batches and waits for one cannot deadlock against
  *   a producer waiting for N free slots.
- * - ready limit: a producer may keep at most R batches published and not
- *   yet taken (chime__ring_set_ready_max), so what the consumer reads was
- *   written recently. It then also sets CHIME__RING_WAKE_ON_TAKE in
- *   `waiting`, and the consumer rings after each take that sees the bit.
- *   Its store of `taken` and load of `waiting` are seq_cst, as are the
- *   producer's store of `waiting` and re-check of `taken`: the producer
- *   that sleeps with R ready sees every later take ring. Taken batches the
- *   consumer holds do not count, so holding batches cannot deadlock it. */
+ * - ready limit (chime__ring_set_ready_max, docs/ring.md): a producer that
+ *   finds R batches untaken adds CHIME__RING_WAKE_ON_TAKE to `waiting`;
+ *   `taken` and `waiting` are seq_cst as above, so the next take rings. */
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
@@ -269,9 +264,14 @@ out:
 }
 
 /* A slot is free when the consumer has released it as often as we published
- * it. A lying consumer can only keep its own slots busy. */
-static int find_free(chime_ring_t *ring, memory_order mo) {
+ * it; none is while ready_max batches wait untaken. A lying consumer can
+ * only keep its own slots busy. */
+static int next_free(chime_ring_t *ring, memory_order mo) {
   uint32_t n = ring->layout.slots;
+  if (ring->ready_max != 0 &&
+      ring->pub - atomic_load_explicit(&ring->seg.ctrl->taken, mo) >=
+          ring->ready_max)
+    return -1;
   for (uint32_t i = 0; i < n; i++) {
     uint32_t s = ring->scan + i;
     if (s >= n)
@@ -285,16 +285,6 @@ static int find_free(chime_ring_t *ring, memory_order mo) {
     }
   }
   return -1;
-}
-
-/* find_free() unless ready_max batches wait untaken already. `taken` is
- * the consumer's word: a lying one only stalls its own ring. */
-static int next_free(chime_ring_t *ring, memory_order mo) {
-  if (ring->ready_max != 0 &&
-      ring->pub - atomic_load_explicit(&ring->seg.ctrl->taken, mo) >=
-          ring->ready_max)
-    return -1;
-  return find_free(ring, mo);
 }
 
 /* The producer's `waiting` word while it sleeps. */

@@ -81,6 +81,10 @@ int chime__bench_learn(const chime__bench_learn_opts_t *o,
   so.batch_size = o->batch_size;
   so.slots = o->slots;
   so.mode = o->mode;
+  /* Set by chime-bench shards --ready-bytes for its learner processes. */
+  const char *rb = getenv(CHIME__BENCH_READY_BYTES_ENV);
+  if (rb != NULL)
+    so.ready_bytes = strtoull(rb, NULL, 10);
   if ((rc = chime_stream_open(&s, c, o->table, &so)) != 0) {
     snprintf(why, whylen, "open: %s", chime_last_error());
     goto out;

@@ -62,6 +62,10 @@ typedef struct {
   double t0, t1;           /* chime__bench_now_s() at its ends */
 } chime__bench_learn_result_t;
 
+/* The environment variable whose value, when set, is the learner's
+ * chime_stream_opts_t.ready_bytes (a learner process inherits it). */
+#define CHIME__BENCH_READY_BYTES_ENV "CHIME_BENCH_READY_BYTES"
+
 /* Opens a stream of o->mode on o->table, skips o->warmup batches, then
  * reads batches as o->touch says and releases them; closes the stream. On
  * failure writes a reason into why. */

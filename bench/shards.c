@@ -614,6 +614,7 @@ static void usage(void) {
           "usage: chime-bench shards [--json] [--runs N] [--smoke]\n"
           "                          [--seconds S] [--touch line|page]\n"
           "                          [--writers N] [--capacity ITEMS]\n"
+          "                          [--ready-bytes B|off]\n"
           "  4 chimed (shards 1..4) and an unsharded one on 127.0.0.1; per\n"
           "  batch size (64, 1024) of 1 KiB samples: one learner over the 4\n"
           "  shards vs 4 learners on one shard each (samples/s), and the\n"
@@ -624,7 +625,9 @@ static void usage(void) {
           "  windows of S seconds (default 2); each reads one word per\n"
           "  64-byte line (line, the default) or 4 KiB page; learn tables of\n"
           "  ITEMS 1 KiB items per shard (default 16384). --smoke: tiny\n"
-          "  sizes, figures mean nothing\n");
+          "  sizes, figures mean nothing. --ready-bytes: each learner's\n"
+          "  ready_bytes (off: no limit; default: the library's, which on\n"
+          "  a sharded target is CHIME_UNION_READY_BYTES per shard)\n");
 }
 
 static int parse_opts(opts_t *o, int argc, char **argv) {
@@ -650,6 +653,16 @@ static int parse_opts(opts_t *o, int argc, char **argv) {
     } else if (strcmp(a, "--capacity") == 0 && i + 1 < argc) {
       capacity = strtoull(argv[++i], NULL, 10);
       if (capacity < 1024 || capacity > (UINT64_C(1) << 22))
+        return CHIME_EINVAL;
+    } else if (strcmp(a, "--ready-bytes") == 0 && i + 1 < argc) {
+      /* The learners are processes of their own: they take it from the
+       * environment they inherit. */
+      const char *v = argv[++i];
+      char buf[32];
+      uint64_t rb =
+          strcmp(v, "off") == 0 ? UINT64_MAX : (uint64_t)strtoull(v, NULL, 10);
+      snprintf(buf, sizeof(buf), "%" PRIu64, rb);
+      if (setenv(CHIME__BENCH_READY_BYTES_ENV, buf, 1) != 0)
         return CHIME_EINVAL;
     } else if (strcmp(a, "--writers") == 0 && i + 1 < argc) {
       o->writers = atoi(argv[++i]);

@@ -474,6 +474,14 @@ typedef struct {
   /* The learner's policy version at open (0: none yet); later ones go by
    * chime_stream_set_version. */
   uint64_t version;
+  /* shm mode: the bytes of batches the server keeps sampled ahead of
+   * next(), at most max(2, ready_bytes / batch bytes) batches, so what
+   * next() returns was written recently and is still in cache. Batches the
+   * learner holds do not count. 0: a one-server stream fills every free
+   * slot (as before 0.4); a sharded stream gives each shm sub-stream
+   * CHIME_UNION_READY_BYTES. UINT64_MAX: no limit. A server before 0.4
+   * ignores it. */
+  uint64_t ready_bytes;
 } chime_stream_opts_t;
 #define CHIME_STREAM_OPTS_INIT                                                 \
   {                                                                            \
@@ -482,6 +490,7 @@ typedef struct {
     .device_prefetch = 0                                                       \
   }
 #define CHIME_DEVICE_PREFETCH 2
+#define CHIME_UNION_READY_BYTES (2u << 20)
 
 /* One leaf of a batch: a [count, *shape] array, contiguous. A ragged leaf
  * (chime/spec.h) is its samples' rows packed back to back, a [total,

@@ -213,9 +213,9 @@ int chime__stream_attach(chime_stream_t *s, char *err, size_t errlen) {
 /* --- the shm transport: the server's ring, mapped --- */
 
 static void shm_fill_open(const chime_stream_t *s, Chime__V1__Open *open) {
-  (void)s;
   open->mode = CHIME__V1__MODE__MODE_SHM;
   open->prefetch = 0;
+  open->ready_bytes = s->opts.ready_bytes;
 }
 
 static int shm_setup(chime_stream_t *s, const Chime__V1__Opened *op,

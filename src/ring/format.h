@@ -101,6 +101,12 @@ typedef struct {
   _Atomic uint64_t wait_ns;
 } chime__ring_prod_t;
 
+/* A bit of the producer's `waiting` word: "and wake me when you take a
+ * batch". Set only by a producer with a ready limit (chime__ring_set_
+ * ready_max), whose consumer asked for one and so knows the bit; the rest
+ * of the word is the free slots that wake it, as before. */
+#define CHIME__RING_WAKE_ON_TAKE 0x80000000u
+
 /* One publish: which slot holds batch `seq`. Entry seq % slots. */
 typedef struct {
   _Atomic uint64_t seq;

@@ -64,6 +64,13 @@ CHIME_NODISCARD int chime__ring_try_acquire(chime_ring_t *ring,
  * consumer that finds no batch ready wakes it anyway. Clamped to the
  * slots. CHIME_EINVAL for 0; CHIME_EPERM on a consumer's handle. */
 CHIME_NODISCARD int chime__ring_set_wake_at(chime_ring_t *ring, uint32_t n);
+/* The most batches published and not yet taken by the consumer's next()
+ * (0, or slots and more: no limit, the default): acquire() and
+ * try_acquire() find no slot while n wait, and the consumer's next take
+ * rings the bell. Batches the consumer holds do not count. Fewer ready
+ * batches keep what the consumer reads recent enough to be in cache.
+ * CHIME_EPERM on a consumer's handle. */
+CHIME_NODISCARD int chime__ring_set_ready_max(chime_ring_t *ring, uint32_t n);
 /* Publishes the slot taken by chime__ring_acquire(); returns its seq in
  * *seq. */
 CHIME_NODISCARD int chime__ring_publish(chime_ring_t *ring, uint32_t slot,

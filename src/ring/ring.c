@@ -35,7 +35,10 @@
  *   holds its batches and, having taken them all, misses in next(), whose
  *   seq_cst load of `waiting` comes after all its releases and rings by (b):
  *   a learner that holds batches and waits for one cannot deadlock against
- *   a producer waiting for N free slots. */
+ *   a producer waiting for N free slots.
+ * - ready limit (chime__ring_set_ready_max, docs/ring.md): a producer that
+ *   finds R batches untaken adds CHIME__RING_WAKE_ON_TAKE to `waiting`;
+ *   `taken` and `waiting` are seq_cst as above, so the next take rings. */
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
@@ -84,6 +87,8 @@ struct chime_ring_s {
   uint32_t spin_ns[2];
   /* What the producer stores in `waiting`: free slots that wake it. */
   uint32_t wake_at;
+  /* The most batches published and not yet taken (0: no limit). */
+  uint32_t ready_max;
 
   void (*unpin)(void *arg);
   void *unpin_arg;
@@ -97,10 +102,6 @@ static inline uint64_t load_acquire64(_Atomic uint64_t *p) {
 
 static inline uint32_t load_acquire32(_Atomic uint32_t *p) {
   return atomic_load_explicit(p, memory_order_acquire);
-}
-
-static inline void store_release64(_Atomic uint64_t *p, uint64_t v) {
-  atomic_store_explicit(p, v, memory_order_release);
 }
 
 static inline void cpu_relax(void) {
@@ -263,9 +264,14 @@ out:
 }
 
 /* A slot is free when the consumer has released it as often as we published
- * it. A lying consumer can only keep its own slots busy. */
-static int find_free(chime_ring_t *ring, memory_order mo) {
+ * it; none is while ready_max batches wait untaken. A lying consumer can
+ * only keep its own slots busy. */
+static int next_free(chime_ring_t *ring, memory_order mo) {
   uint32_t n = ring->layout.slots;
+  if (ring->ready_max != 0 &&
+      ring->pub - atomic_load_explicit(&ring->seg.ctrl->taken, mo) >=
+          ring->ready_max)
+    return -1;
   for (uint32_t i = 0; i < n; i++) {
     uint32_t s = ring->scan + i;
     if (s >= n)
@@ -279,6 +285,11 @@ static int find_free(chime_ring_t *ring, memory_order mo) {
     }
   }
   return -1;
+}
+
+/* The producer's `waiting` word while it sleeps. */
+static uint32_t waiting_word(const chime_ring_t *ring) {
+  return ring->wake_at | (ring->ready_max ? CHIME__RING_WAKE_ON_TAKE : 0);
 }
 
 static void take_slot(chime_ring_t *ring, uint32_t slot,
@@ -306,7 +317,7 @@ int chime__ring_try_acquire(chime_ring_t *ring, chime__ring_wslot_t *out,
   chime__ring_prod_t *prod = ring->seg.prod;
   if (load_acquire32(&prod->shutdown))
     return CHIME_ESHUTDOWN;
-  int slot = find_free(ring, memory_order_acquire);
+  int slot = next_free(ring, memory_order_acquire);
   if (slot < 0 && bell == NULL) /* the caller learns of releases itself */
     return CHIME_EBUSY;
   if (slot < 0) {
@@ -315,8 +326,9 @@ int chime__ring_try_acquire(chime_ring_t *ring, chime__ring_wslot_t *out,
     _Atomic uint32_t *b = &ring->seg.ctrl->prod_bell;
     *bell = (uint32_t *)b;
     *bell_val = atomic_load_explicit(b, memory_order_seq_cst);
-    atomic_store_explicit(&prod->waiting, ring->wake_at, memory_order_seq_cst);
-    slot = find_free(ring, memory_order_seq_cst);
+    atomic_store_explicit(&prod->waiting, waiting_word(ring),
+                          memory_order_seq_cst);
+    slot = next_free(ring, memory_order_seq_cst);
     if (slot < 0)
       return atomic_load_explicit(&prod->shutdown, memory_order_seq_cst)
                  ? CHIME_ESHUTDOWN
@@ -346,7 +358,7 @@ int chime__ring_acquire(chime_ring_t *ring, chime__ring_wslot_t *out,
       rc = CHIME_ESHUTDOWN;
       goto out;
     }
-    slot = find_free(ring, memory_order_acquire);
+    slot = next_free(ring, memory_order_acquire);
     if (slot >= 0)
       break;
     rc = waiter_miss(&w);
@@ -356,8 +368,9 @@ int chime__ring_acquire(chime_ring_t *ring, chime__ring_wslot_t *out,
       continue;
     bell =
         atomic_load_explicit(&ring->seg.ctrl->prod_bell, memory_order_seq_cst);
-    atomic_store_explicit(&prod->waiting, ring->wake_at, memory_order_seq_cst);
-    slot = find_free(ring, memory_order_seq_cst);
+    atomic_store_explicit(&prod->waiting, waiting_word(ring),
+                          memory_order_seq_cst);
+    slot = next_free(ring, memory_order_seq_cst);
     if (slot >= 0 ||
         atomic_load_explicit(&prod->shutdown, memory_order_seq_cst)) {
       atomic_store_explicit(&prod->waiting, 0, memory_order_relaxed);
@@ -388,6 +401,16 @@ int chime__ring_set_wake_at(chime_ring_t *ring, uint32_t n) {
   /* More than `slots` could never be free; the consumer's miss in next()
    * would still wake us, but only then. */
   ring->wake_at = n < ring->layout.slots ? n : ring->layout.slots;
+  return 0;
+}
+
+int chime__ring_set_ready_max(chime_ring_t *ring, uint32_t n) {
+  if (ring == NULL)
+    return CHIME_EINVAL;
+  if (ring->consumer)
+    return CHIME_EPERM;
+  /* A full ring holds no more: no limit, no bit. */
+  ring->ready_max = n < ring->layout.slots ? n : 0;
   return 0;
 }
 
@@ -533,7 +556,11 @@ static int take(chime_ring_t *ring, chime_ring_view_t *out) {
     return CHIME_ECORRUPT;
   ring->held[slot] = 1;
   ring->nheld++;
-  store_release64(&ctrl->taken, cur + 1);
+  /* seq_cst: orders before the load of waiting (ready limit above). */
+  atomic_store_explicit(&ctrl->taken, cur + 1, memory_order_seq_cst);
+  if (atomic_load_explicit(&ring->seg.prod->waiting, memory_order_seq_cst) &
+      CHIME__RING_WAKE_ON_TAKE)
+    bell_ring(&ctrl->prod_bell, 1);
   atomic_store_explicit(&ctrl->leases, ring->nheld, memory_order_relaxed);
   max = atomic_load_explicit(&ctrl->max_leases, memory_order_relaxed);
   if (ring->nheld > max)
@@ -654,7 +681,8 @@ int chime_ring_release(chime_ring_t *ring, uint32_t slot) {
   atomic_fetch_add_explicit(&ctrl->released, 1, memory_order_relaxed);
   atomic_store_explicit(&ctrl->leases, ring->nheld, memory_order_relaxed);
   uint32_t want =
-      atomic_load_explicit(&ring->seg.prod->waiting, memory_order_seq_cst);
+      atomic_load_explicit(&ring->seg.prod->waiting, memory_order_seq_cst) &
+      ~CHIME__RING_WAKE_ON_TAKE;
   if (want != 0 && free_estimate(ring) >= want)
     bell_ring(&ctrl->prod_bell, 1);
   return 0;

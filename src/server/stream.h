@@ -58,6 +58,8 @@ struct chime__stream_s {
    * which owns its use) and its deadline */
   uint8_t token[CHIME__HANDOFF_TOKEN_BYTES];
   uint64_t token_deadline_ns;
+  /* shm: the Open's ready_bytes, a limit set on the ring once it exists */
+  uint64_t ready_bytes;
   chime__registry_node_t node; /* on the server's registry while open */
 };
 

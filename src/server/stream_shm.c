@@ -2,8 +2,8 @@
  * issues a handoff token for it; nothing is sampled until the handoff
  * passed the ring's memfd (items sampled into a ring nobody maps would be
  * lost), and a token that expires unused ends the stream. The learner's
- * releases ring the ring's futex word, which the pool's watcher sleeps on;
- * credits only count. */
+ * releases ring the ring's futex word, which the pool's watcher sleeps on
+ * (and its takes, when it asked for a ready limit); credits only count. */
 #include <stdio.h>
 
 #include "common/clock.h"
@@ -38,6 +38,7 @@ static const chime__sender_owner_t shm_owner = {.ref = shm_ref,
                                                 .spans = shm_spans};
 
 static int shm_init(chime__stream_t *s, const Chime__V1__Open *open) {
+  s->ready_bytes = open->ready_bytes;
   return chime__sender_init(
       &s->sender, NULL, 0, chime__credits_initial(open->prefetch, open->slots),
       chime__credits_max(open->slots), 0, 0, s, &shm_owner);
@@ -45,8 +46,15 @@ static int shm_init(chime__stream_t *s, const Chime__V1__Open *open) {
 
 static int shm_expose(chime__stream_t *s, char *err, size_t errlen) {
   chime_server_t *srv = s->srv;
-  int rc = chime__handoff_issue(srv->handoff, s, srv->cfg.handoff_expires_ms,
-                                s->token, &s->token_deadline_ns);
+  /* The learner's limit on batches sampled ahead of its next() (docs/
+   * protocol.md, Open): it reads what was written recently, still in
+   * cache. */
+  int rc = chime__ring_set_ready_max(
+      s->ring, chime__ready_max(s->ready_bytes, s->send_bytes));
+  if (rc != 0)
+    return chime__fail(err, errlen, rc, "ready_bytes: %s", chime_strerror(rc));
+  rc = chime__handoff_issue(srv->handoff, s, srv->cfg.handoff_expires_ms,
+                            s->token, &s->token_deadline_ns);
   if (rc != 0)
     return chime__fail(err, errlen, rc, "cannot issue a handoff token: %s",
                        chime_strerror(rc));

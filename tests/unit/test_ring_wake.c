@@ -1,7 +1,10 @@
 /* The producer's wake threshold (chime__ring_set_wake_at): a release rings
  * the producer's bell only once that many slots are free, a consumer that
  * finds no batch ready rings it anyway, shutdown still wakes it, and no
- * wake-up is lost with a producer and a consumer on their own threads. */
+ * wake-up is lost with a producer and a consumer on their own threads.
+ * And its ready limit (chime__ring_set_ready_max): never more than R
+ * batches published and not yet taken, held batches do not count, a take
+ * wakes a producer held back by it, no wake-up lost either. */
 #include <errno.h>
 #include <linux/futex.h>
 #include <pthread.h>
@@ -188,15 +191,20 @@ static uint64_t next_rand(uint64_t *s) {
 /* A consumer that holds a random number of batches (up to slots - 2) and
  * waits for the next: with N = slots - 1 few releases ring, so most batches
  * come only because a consumer with none ready rings the bell. A lost
- * wake-up shows as a next() that times out (5 s) or a producer's lost. */
-static void run_holding(uint32_t slots, uint32_t wake_at, int use_try) {
+ * wake-up shows as a next() that times out (5 s) or a producer's lost.
+ * With a ready limit R, the producer's count of published batches never
+ * runs more than R ahead of the consumer's takes. */
+static void run_ready(uint32_t slots, uint32_t wake_at, uint32_t ready_max,
+                      int use_try) {
   chime_ring_t *ring = make_ring(slots, wake_at);
   producer_arg_t a = {ring, 20000, use_try, 0, 0};
   chime_ring_view_t held[64];
+  chime_ring_stats_t st;
   uint32_t nheld = 0;
-  uint64_t rnd = 0x9e3779b97f4a7c15ull ^ slots;
+  uint64_t rnd = 0x9e3779b97f4a7c15ull ^ slots ^ ((uint64_t)ready_max << 32);
   pthread_t t;
   assert_true(slots <= 64);
+  assert_int_equal(chime__ring_set_ready_max(ring, ready_max), 0);
   assert_int_equal(pthread_create(&t, NULL, producer_main, &a), 0);
   for (uint64_t i = 0; i < a.n; i++) {
     uint32_t target = (uint32_t)(next_rand(&rnd) % (slots - 1));
@@ -207,6 +215,11 @@ static void run_holding(uint32_t slots, uint32_t wake_at, int use_try) {
       fail_msg("batch %llu: next() gave %d holding %u (lost wake-up)",
                (unsigned long long)i, rc, nheld);
     nheld++;
+    chime_ring_get_stats(ring, &st);
+    if (ready_max != 0 && st.published - (i + 1) > ready_max)
+      fail_msg("batch %llu: %llu published, %llu taken: more than %u ready",
+               (unsigned long long)i, (unsigned long long)st.published,
+               (unsigned long long)(i + 1), ready_max);
   }
   while (nheld > 0)
     assert_int_equal(chime_ring_release(ring, held[--nheld].slot), 0);
@@ -214,6 +227,10 @@ static void run_holding(uint32_t slots, uint32_t wake_at, int use_try) {
   assert_int_equal(a.rc, 0);
   assert_int_equal(a.lost, 0);
   chime_ring_destroy(ring);
+}
+
+static void run_holding(uint32_t slots, uint32_t wake_at, int use_try) {
+  run_ready(slots, wake_at, 0, use_try);
 }
 
 static void test_threads_holding_acquire(void **state) {
@@ -244,6 +261,98 @@ static void test_shutdown_wakes_blocked_producer(void **state) {
   chime_ring_destroy(ring);
 }
 
+/* ---------------------------------------------------------------- ready limit
+ */
+
+static chime_ring_t *ready_ring(uint32_t slots, uint32_t wake_at,
+                                uint32_t ready_max) {
+  chime_ring_t *ring = make_ring(slots, wake_at);
+  assert_int_equal(chime__ring_set_ready_max(ring, ready_max), 0);
+  return ring;
+}
+
+/* Publishes until try_acquire finds no slot; returns how many. */
+static uint32_t fill(chime_ring_t *ring) {
+  uint32_t n = 0;
+  chime__ring_wslot_t w;
+  while (chime__ring_try_acquire(ring, &w, NULL, NULL) == 0) {
+    assert_int_equal(chime__ring_publish(ring, w.slot, NULL), 0);
+    n++;
+  }
+  return n;
+}
+
+static void test_set_ready_max(void **state) {
+  chime_ring_t *ring = ready_ring(8, 1, 0);
+  (void)state;
+  assert_int_equal(chime__ring_set_ready_max(NULL, 1), CHIME_EINVAL);
+  assert_int_equal(fill(ring), 8); /* 0: every free slot, as ever */
+  chime_ring_destroy(ring);
+  ring = ready_ring(8, 1, 8); /* slots or more: no limit either */
+  assert_int_equal(fill(ring), 8);
+  chime_ring_destroy(ring);
+}
+
+/* N = 2 of 8 slots: two ready, then nothing until the consumer takes one;
+ * the batches it holds leave room for two more ready. */
+static void test_limit_honoured(void **state) {
+  chime_ring_t *ring = ready_ring(8, 1, 2);
+  chime_ring_view_t v[8];
+  chime__ring_wslot_t w;
+  uint32_t *bell, val;
+  (void)state;
+  assert_int_equal(fill(ring), 2);
+  assert_int_equal(chime__ring_try_acquire(ring, &w, &bell, &val), CHIME_EBUSY);
+  assert_int_equal(chime_ring_next(ring, &v[0], 0), 0);
+  assert_int_not_equal(bell_now(bell), val); /* the take rang */
+  assert_int_equal(fill(ring), 1);
+  assert_int_equal(chime_ring_next(ring, &v[1], 0), 0);
+  assert_int_equal(chime_ring_next(ring, &v[2], 0), 0);
+  assert_int_equal(fill(ring), 2); /* 3 held, 2 ready */
+  for (uint32_t i = 3; i < 5; i++)
+    assert_int_equal(chime_ring_next(ring, &v[i], 0), 0);
+  assert_int_equal(fill(ring), 2); /* 5 held, 2 ready */
+  assert_int_equal(chime_ring_next(ring, &v[5], 0), 0);
+  assert_int_equal(fill(ring), 1); /* the last free slot: 6 held, 2 ready */
+  for (uint32_t i = 0; i < 6; i++)
+    assert_int_equal(chime_ring_release(ring, v[i].slot), 0);
+  assert_int_equal(fill(ring), 0); /* free slots, but 2 ready */
+  chime_ring_destroy(ring);
+}
+
+/* N = 1 while the consumer holds its batch and asks for the next one: the
+ * producer it woke by the take must fill it (no deadlock). */
+static void test_one_ready_while_holding(void **state) {
+  chime_ring_t *ring = ready_ring(4, 1, 1);
+  chime_ring_view_t a, b;
+  chime__ring_wslot_t w;
+  uint32_t *bell, val;
+  (void)state;
+  assert_int_equal(fill(ring), 1);
+  assert_int_equal(chime__ring_try_acquire(ring, &w, &bell, &val), CHIME_EBUSY);
+  assert_int_equal(chime_ring_next(ring, &a, 0), 0);
+  assert_int_not_equal(bell_now(bell), val);
+  assert_int_equal(fill(ring), 1);
+  assert_int_equal(chime_ring_next(ring, &b, 0), 0);
+  assert_int_equal(chime_ring_release(ring, a.slot), 0);
+  assert_int_equal(chime_ring_release(ring, b.slot), 0);
+  chime_ring_destroy(ring);
+}
+
+static void test_threads_ready_acquire(void **state) {
+  (void)state;
+  run_ready(8, 1, 1, 0);
+  run_ready(8, 2, 2, 0);
+  run_ready(3, 1, 1, 0);
+}
+
+static void test_threads_ready_try_acquire(void **state) {
+  (void)state;
+  run_ready(8, 2, 1, 1);
+  run_ready(16, 4, 3, 1);
+  run_ready(4, 1, 2, 1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_set_wake_at_rejects),
@@ -254,6 +363,11 @@ int main(void) {
       cmocka_unit_test(test_threads_holding_acquire),
       cmocka_unit_test(test_threads_holding_try_acquire),
       cmocka_unit_test(test_shutdown_wakes_blocked_producer),
+      cmocka_unit_test(test_set_ready_max),
+      cmocka_unit_test(test_limit_honoured),
+      cmocka_unit_test(test_one_ready_while_holding),
+      cmocka_unit_test(test_threads_ready_acquire),
+      cmocka_unit_test(test_threads_ready_try_acquire),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

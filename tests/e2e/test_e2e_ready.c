@@ -1,0 +1,227 @@
+/* A stream's ready limit over the wire (chime_stream_opts_t.ready_bytes,
+ * the Open's ready_bytes): chimed keeps no more batches sampled ahead of
+ * the learner's takes than it asked for, a fifo table's items all arrive
+ * exactly once while the learner holds batches as it asks for more, a
+ * stream held back by the limit closes, and a sharded stream's shm
+ * sub-streams sample only CHIME_UNION_READY_BYTES ahead by default. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <string.h>
+
+#include "chime/chime.h"
+#include "harness.h"
+#include "pattern.h"
+
+#define SPEC "obs:f32[64], action:i32[], reward:f32[]"
+#define SAMPLE_BYTES 264
+#define BATCH 4
+#define SLOTS 8
+#define ITEMS 96
+/* Below one batch: the least limit, 2 batches. */
+#define READY_BYTES 1
+#define READY 2
+
+static chime_spec_t spec;
+
+static int setup(void **state) {
+  char err[256];
+  (void)state;
+  return chime_spec_parse(&spec, SPEC, err, sizeof(err)) == 0 ? 0 : -1;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  chime__harness_kill_all();
+  return 0;
+}
+
+static void start(chime__chimed_t *d, chime_client_t **c, const char *sampler) {
+  char config[512];
+  snprintf(config, sizeof(config),
+           "{\"tables\": [{\"name\": \"t\", \"spec\": \"" SPEC
+           "\", \"capacity\": 1024, \"min_size\": 1, \"sampler\": \"%s\"}]}\n",
+           sampler);
+  assert_int_equal(chime__chimed_start_client(d, config, c), 0);
+}
+
+static void insert(chime_client_t *c) {
+  chime_writer_t *w = NULL;
+  uint8_t sample[SAMPLE_BYTES];
+  assert_int_equal(chime_writer_open(&w, c, "t", NULL), 0);
+  for (uint64_t i = 0; i < ITEMS; i++) {
+    chime__pattern_fill(&spec, chime__pattern_id(1, i), sample);
+    assert_int_equal(chime_writer_append(w, sample, sizeof(sample), 1.0), 0);
+  }
+  assert_int_equal(chime_writer_flush(w), 0);
+  assert_int_equal(chime_writer_close(w), 0);
+}
+
+static chime_stream_t *open_stream(chime_client_t *c, uint32_t batch,
+                                   uint64_t ready_bytes) {
+  chime_stream_opts_t o = CHIME_STREAM_OPTS_INIT;
+  o.batch_size = batch;
+  o.slots = SLOTS;
+  o.mode = CHIME_MODE_SHM;
+  o.ready_bytes = ready_bytes;
+  chime_stream_t *s = NULL;
+  int rc = chime_stream_open(&s, c, "t", &o);
+  if (rc != 0)
+    fail_msg("stream open: %s: %s", chime_err_name(rc), chime_last_error());
+  return s;
+}
+
+/* Batches of 264-byte samples worth more than half of
+ * CHIME_UNION_READY_BYTES: a sharded stream's sub-streams keep 2 ready. */
+#define BIG_BATCH 4096
+
+/* The batches chimed published into its one stream's ring. */
+static uint64_t published(chime_client_t *c) {
+  chime_stats_t *st = NULL;
+  assert_int_equal(chime_client_stats(c, &st), 0);
+  assert_int_equal(st->nstreams, 1);
+  uint64_t n = st->streams[0].batches;
+  chime_stats_free(st);
+  return n;
+}
+
+/* Waits (10 s at most) until chimed published `want`, failing on more;
+ * then, after as many stats round trips as it took a sampler to fill a
+ * ring, still no more. */
+static void expect_published(chime_client_t *c, uint64_t want) {
+  int64_t deadline = chime__now_ms() + 10000;
+  uint64_t n;
+  while ((n = published(c)) < want) {
+    if (chime__now_ms() > deadline)
+      fail_msg("%llu batches published after 10 s, expected %llu",
+               (unsigned long long)n, (unsigned long long)want);
+    chime__sleep_ms(5);
+  }
+  for (int i = 0; i < 20 && n == want; i++)
+    n = published(c);
+  if (n != want)
+    fail_msg("%llu batches published with %llu taken: more than %d ready",
+             (unsigned long long)n, (unsigned long long)(want - READY), READY);
+}
+
+/* A uniform table never runs dry: only the limit stops the sampler. Each
+ * take lets it sample one more; held batches do not count. */
+static void test_never_more_ready(void **state) {
+  chime__chimed_t d;
+  chime_client_t *c = NULL;
+  chime_batch_t b[SLOTS];
+  (void)state;
+  start(&d, &c, "uniform");
+  insert(c);
+  chime_stream_t *s = open_stream(c, BATCH, READY_BYTES);
+  expect_published(c, READY);
+  for (uint32_t i = 0; i < 3; i++) {
+    assert_int_equal(chime_stream_next(s, &b[i], 10000), 0);
+    expect_published(c, i + 1 + READY);
+  }
+  for (uint32_t i = 0; i < 3; i++)
+    assert_int_equal(chime_stream_release(s, &b[i]), 0);
+  expect_published(c, 3 + READY); /* releases alone sample nothing */
+  /* Closed while the sampler is held back by the limit. */
+  chime_stream_close(s);
+  assert_int_equal(chime__chimed_stop_client(&d, c), 0);
+}
+
+/* Without a limit, as before: every free slot. */
+static void test_zero_fills_every_slot(void **state) {
+  chime__chimed_t d;
+  chime_client_t *c = NULL;
+  (void)state;
+  start(&d, &c, "uniform");
+  insert(c);
+  chime_stream_t *s = open_stream(c, BATCH, 0);
+  int64_t deadline = chime__now_ms() + 10000;
+  while (published(c) < SLOTS) {
+    if (chime__now_ms() > deadline)
+      fail_msg("a stream without a limit filled %llu of %d slots",
+               (unsigned long long)published(c), SLOTS);
+    chime__sleep_ms(5);
+  }
+  chime_stream_close(s);
+  assert_int_equal(chime__chimed_stop_client(&d, c), 0);
+}
+
+/* fifo: every item exactly once, the learner holding up to slots - 1
+ * batches as it asks for the next (each next within 10 s: no deadlock). */
+static void test_fifo_every_item_while_holding(void **state) {
+  chime__chimed_t d;
+  chime_client_t *c = NULL;
+  chime_batch_t held[SLOTS];
+  uint8_t seen[ITEMS] = {0};
+  uint32_t nheld = 0;
+  int got = 0;
+  (void)state;
+  start(&d, &c, "fifo");
+  insert(c);
+  chime_stream_t *s = open_stream(c, BATCH, READY_BYTES);
+  for (uint32_t k = 0; got < ITEMS; k++) {
+    uint32_t keep = k % (SLOTS - 1); /* 0..slots - 2 held as it asks */
+    while (nheld > keep)
+      assert_int_equal(chime_stream_release(s, &held[--nheld]), 0);
+    chime_batch_t *b = &held[nheld];
+    uint64_t ids[BATCH];
+    char err[256];
+    int rc = chime_stream_next(s, b, 10000);
+    if (rc != 0)
+      fail_msg("%d of %d items delivered holding %u, then %s: %s", got, ITEMS,
+               nheld, chime_err_name(rc), chime_last_error());
+    nheld++;
+    assert_int_equal(chime__pattern_verify(b, ids, err, sizeof(err)), 0);
+    for (int i = 0; i < BATCH; i++) {
+      uint64_t idx = ids[i] & CHIME__PATTERN_MAX_INDEX;
+      assert_true(idx < ITEMS);
+      assert_int_equal(seen[idx], 0);
+      seen[idx] = 1;
+      got++;
+    }
+  }
+  while (nheld > 0)
+    assert_int_equal(chime_stream_release(s, &held[--nheld]), 0);
+  chime_stream_close(s);
+  assert_int_equal(chime__chimed_stop_client(&d, c), 0);
+}
+
+/* Two shards, no ready_bytes given: each shard's sub-stream keeps 2
+ * batches ready, not every slot; the learner still reads. */
+static void test_union_default(void **state) {
+  chime__chimed_t d[2];
+  chime_client_t *direct[2] = {NULL, NULL}, *c = NULL;
+  char target[600];
+  chime_batch_t b;
+  (void)state;
+  for (int k = 0; k < 2; k++) {
+    start(&d[k], &direct[k], "uniform");
+    insert(direct[k]);
+  }
+  snprintf(target, sizeof(target), "%s,%s", d[0].addr, d[1].addr);
+  assert_int_equal(chime_client_create(&c, target, NULL), 0);
+  chime_stream_t *s = open_stream(c, BIG_BATCH, 0);
+  for (int k = 0; k < 2; k++)
+    expect_published(direct[k], READY);
+  assert_int_equal(chime_stream_next(s, &b, 10000), 0);
+  assert_int_equal(b.count, BIG_BATCH);
+  assert_int_equal(chime_stream_release(s, &b), 0);
+  chime_stream_close(s);
+  chime_client_destroy(c);
+  for (int k = 0; k < 2; k++)
+    assert_int_equal(chime__chimed_stop_client(&d[k], direct[k]), 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_never_more_ready),
+      cmocka_unit_test(test_zero_fills_every_slot),
+      cmocka_unit_test(test_fifo_every_item_while_holding),
+      cmocka_unit_test(test_union_default),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,7 +1,8 @@
 /* Ragged leaves end to end against the real chimed: samples of every
  * length up to the bound (0 and the bound included) written by
  * chime_writer_append_leaves come back in shm and in stream mode as the
- * same packed values and offsets; a sample past its bound or unlike the
+ * same packed values and offsets, stream mode moving only the rows used;
+ * a sample past its bound or unlike the
  * length it shares is refused by the writer (nothing queued) and by the
  * server (a raw InsertRequest: INVALID_ARGUMENT naming the leaf, nothing
  * inserted), and the server serves on. */
@@ -17,6 +18,7 @@
 
 #include "chime.pb-c.h"
 #include "chime/chime.h"
+#include "chime/ring.h"
 #include "harness.h"
 #include "rawcall.h"
 
@@ -134,8 +136,27 @@ static void check_sample(const chime_batch_t *b, uint32_t j, uint64_t i) {
   assert_true(((const float *)r->data)[j] == (float)i);
 }
 
+/* The bytes a stream-mode batch of size batch sends besides its leaves'
+ * used values: its offsets (and the padding between them) and its info,
+ * from the layout (docs/ring.md). */
+static uint64_t tail_bytes(uint32_t batch) {
+  chime_spec_t spec;
+  chime_ring_layout_t lay;
+  assert_int_equal(chime_spec_parse(&spec,
+                                    "tokens:i32[<=300], lp:f32[<=300 ~tokens], "
+                                    "frames:u8[<=4,3], r:f32[]",
+                                    NULL, 0),
+                   0);
+  assert_int_equal(chime_ring_layout(&lay, &spec, batch, 2, NULL, 0), 0);
+  return lay.info_offset + (uint64_t)batch * sizeof(chime_sample_info_t) -
+         lay.offsets_offset[0];
+}
+
 /* Reads samples first..first+n-1 (fifo: in order) in mode; each batch's
- * leaves as documented: values [total, *rest], offsets count + 1. */
+ * leaves as documented: values [total, *rest], offsets count + 1. In
+ * stream mode a batch moves the rows it uses and no more: what the stream
+ * received is exactly its batches' used values, offsets and info (the
+ * table holds no more than these n, so no batch is received ahead). */
 static void consume_from(const char *table, uint32_t batch, chime_mode_t mode,
                          uint64_t first, uint64_t n) {
   chime_stream_t *s = NULL;
@@ -147,6 +168,7 @@ static void consume_from(const char *table, uint32_t batch, chime_mode_t mode,
   if (rc != 0)
     fail_msg("open %s: %s", chime_mode_name(mode), chime_last_error());
   assert_int_equal(chime_stream_mode(s), mode);
+  uint64_t used = 0;
   for (uint64_t got = 0; got < n; got += batch) {
     chime_batch_t b;
     rc = chime_stream_next(s, &b, 20000);
@@ -166,7 +188,14 @@ static void consume_from(const char *table, uint32_t batch, chime_mode_t mode,
     assert_int_equal(b.leaf[3].shape[0], batch);
     for (uint32_t j = 0; j < batch; j++)
       check_sample(&b, j, first + got + j);
+    used += t->bytes + chime_batch_leaf(&b, "lp")->bytes + f->bytes +
+            b.leaf[3].bytes + tail_bytes(batch);
     assert_int_equal(chime_stream_release(s, &b), 0);
+  }
+  if (mode == CHIME_MODE_STREAM) {
+    chime_stream_local_stats_t ls;
+    assert_int_equal(chime_stream_get_stats(s, &ls), 0);
+    assert_int_equal(ls.received_bytes, used);
   }
   chime_stream_close(s);
 }

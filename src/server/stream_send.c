@@ -73,9 +73,10 @@ static size_t batch_spans(void *arg, uint32_t slot, uint64_t off, uint64_t len,
   return n;
 }
 
+/* A fixed spec's batches all send the slot's prefix, as they always did. */
 static uint64_t batch_bytes(void *arg, uint32_t slot) {
   chime__stream_t *s = arg;
-  return s->extents[slot].total;
+  return s->extents != NULL ? s->extents[slot].total : s->send_bytes;
 }
 
 static const chime__sender_owner_t send_owner = {
@@ -84,17 +85,6 @@ static const chime__sender_owner_t send_owner = {
     .slot_freed = slot_freed,
     .spans = batch_spans,
     .batch_bytes = batch_bytes,
-    .call_ref = chime__call_ref,
-    .call_send = chime__call_send,
-    .call_sending = chime__call_sending,
-};
-
-/* A fixed spec's batches all send the slot's prefix (send_bytes). */
-static const chime__sender_owner_t send_owner_fixed = {
-    .ref = send_ref,
-    .unref = send_unref,
-    .slot_freed = slot_freed,
-    .spans = batch_spans,
     .call_ref = chime__call_ref,
     .call_send = chime__call_send,
     .call_sending = chime__call_sending,
@@ -115,8 +105,7 @@ static int send_init(chime__stream_t *s, const Chime__V1__Open *open) {
   int held = chime__table_config(s->table)->max_times_sampled != 0;
   int rc = chime__sender_init(
       &s->sender, NULL, 0, chime__credits_initial(open->prefetch, open->slots),
-      chime__credits_max(open->slots), held, max_spans, s,
-      ragged ? &send_owner : &send_owner_fixed);
+      chime__credits_max(open->slots), held, max_spans, s, &send_owner);
   if (ragged && rc == 0) {
     s->extents = calloc(open->slots, sizeof(*s->extents));
     if (s->extents == NULL)

@@ -398,7 +398,7 @@ enum { TRICKLERS = CAP + 8 };
 typedef struct {
   int fd[TRICKLERS];
   atomic_int stop;
-  atomic_long bytes, closed, reopened;
+  atomic_long bytes, closed, reopened, rounds;
 } flood_t;
 
 /* Keeps TRICKLERS connections trickling, opening a new one in place of
@@ -419,6 +419,7 @@ static void *flood_main(void *arg) {
       if (f->fd[i] >= 0)
         atomic_fetch_add(&f->reopened, 1);
     }
+    atomic_fetch_add(&f->rounds, 1);
     chime__sleep_ms(200);
   }
   return NULL;
@@ -458,6 +459,7 @@ static void test_trickle_flood_scrape(void **state) {
   atomic_init(&f.bytes, 0);
   atomic_init(&f.closed, 0);
   atomic_init(&f.reopened, 0);
+  atomic_init(&f.rounds, 0);
   pthread_t th;
   assert_int_equal(pthread_create(&th, NULL, flood_main, &f), 0);
   chime__sleep_ms(1500); /* every slot held, the oldest past any grace */
@@ -474,6 +476,15 @@ static void test_trickle_flood_scrape(void **state) {
     if (took < 0)
       chime__sleep_ms(100);
   }
+  /* The trickle goes on past the scrape: a whole round of the flood that
+   * began after the answer still trickles (a scrape answered within a
+   * millisecond falls between two rounds, 200 ms apart, so the bytes of
+   * the scrape's own span alone may be none, as they were once under
+   * load). */
+  long r0 = atomic_load(&f.rounds);
+  int64_t t1 = chime__now_ms();
+  while (atomic_load(&f.rounds) < r0 + 2 && chime__now_ms() - t1 < 10000)
+    chime__sleep_ms(10);
   long during = atomic_load(&f.bytes) - bytes0;
   atomic_store(&f.stop, 1);
   pthread_join(th, NULL);
@@ -482,12 +493,14 @@ static void test_trickle_flood_scrape(void **state) {
       close(f.fd[i]);
   fprintf(stderr,
           "scrape answered after %lld ms (%d tries) beside %d trickling "
-          "connections (cap %d): %ld bytes trickled meanwhile, %ld closed "
+          "connections (cap %d): %ld bytes trickled from before it to two "
+          "flood rounds after, %ld closed "
           "by the server\n",
           (long long)took, tries, TRICKLERS, CAP, during,
           atomic_load(&f.closed));
   assert_true(took >= 0);
   assert_true(during > 0); /* the trickle went on meanwhile */
+  assert_true(atomic_load(&f.rounds) >= r0 + 2);
 }
 
 /* A metrics address that is not host:port stops chimed at start (exit 2),

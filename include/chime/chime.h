@@ -580,10 +580,10 @@ chime_stream_next(chime_stream_t *stream, chime_batch_t *out, int timeout_ms);
  * here, so what next() returns is within the window of the learner's
  * version at receipt (each drop waits for the next batch with the same
  * timeout). Lower than the newest known: allowed, changes nothing. A
- * sharded client's stream tells every shard (chime_client_set_version,
- * which waits) and drops nothing, nor does a device stream: compare
- * b.info's version with your own there. CHIME_ECLOSED once the stream
- * ended. */
+ * sharded client's stream does the same on every shard's sub-stream (a
+ * shard whose sub-stream is not open now is told when it opens again); a
+ * device stream drops nothing: compare b.info's version with your own
+ * there. CHIME_ECLOSED once the stream ended. */
 CHIME_EXTERN CHIME_NODISCARD int
 chime_stream_set_version(chime_stream_t *stream, uint64_t version);
 /* A device stream's batch (opts.device >= 0): its leaves' data are device

@@ -331,6 +331,11 @@ static PyMethodDef batch_methods[] = {
      "padded(leaf, value=0, length=None) -> a new array [count, length, "
      "*rest] of a ragged leaf, each sample's rows then value (a copy; length "
      "None: the longest sample's)."},
+    {"nested", chimepy_batch_nested, METH_O,
+     "nested(leaf) -> torch nested tensor of a ragged leaf's count samples, "
+     "sample j's rows [n_j, *rest] (needs torch; a copy: torch 1.13's "
+     "nested tensors own their storage, so no zero copy; samples(leaf) and "
+     "torch.from_dlpack give views of the ring)."},
     {"__enter__", batch_enter, METH_NOARGS, NULL},
     {"__exit__", batch_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},

@@ -68,9 +68,11 @@ int chimepy_array_type_init(int (*is_bf16)(PyObject *base));
 int chimepy_view_is_bf16(PyObject *o);
 
 /* A batch's ragged leaf (ragged.c, over the batch's own calls): the list
- * of its samples' views, and a padded copy. */
+ * of its samples' views, a padded copy, and a torch nested tensor (a copy;
+ * torch imported on the call). */
 PyObject *chimepy_batch_samples(PyObject *batch, PyObject *leaf);
 PyObject *chimepy_batch_padded(PyObject *batch, PyObject *args, PyObject *kw);
+PyObject *chimepy_batch_nested(PyObject *batch, PyObject *leaf);
 
 /* Called when a writer or stream of the client has closed. */
 void chimepy_client_child_closed(chimepy_client_t *client);

@@ -1,7 +1,7 @@
 /* A batch's ragged leaves beyond its values and offsets (stream.c): each
- * sample's rows as a view of its own, and a padded copy made only when
- * asked. Built on the batch's own Python calls (b[leaf], b.offsets(leaf)),
- * so the views hold the batch as any array of it does. */
+ * sample's rows as a view of its own, and a padded copy or a torch nested
+ * tensor made only when asked. Built on the batch's own Python calls (b[leaf],
+ * b.offsets(leaf)), so the views hold the batch as any array of it does. */
 #include "chimepy.h"
 
 /* b[leaf] and b.offsets(leaf), checked: offsets are count + 1, from 0,
@@ -113,4 +113,41 @@ out:
   Py_DECREF(values);
   Py_DECREF(offsets);
   return (PyObject *)out;
+}
+
+PyObject *chimepy_batch_nested(PyObject *batch, PyObject *leaf) {
+  PyArrayObject *values = NULL, *offsets = NULL;
+  PyObject *t = NULL, *list = NULL, *out = NULL;
+  /* torch is optional for the package: imported on the first call. */
+  PyObject *torch = PyImport_ImportModule("torch");
+  if (torch == NULL || values_offsets(batch, leaf, &values, &offsets) != 0)
+    goto out;
+  /* The values as one tensor over the ring (DLPack: bf16 stays bfloat16),
+   * each sample a slice of it; torch 1.13 has no nested tensor over given
+   * storage, so nested_tensor copies the slices into its own. */
+  if ((t = PyObject_CallMethod(torch, "from_dlpack", "O", values)) == NULL)
+    goto out;
+  const int64_t *o = PyArray_DATA(offsets);
+  npy_intp count = PyArray_DIM(offsets, 0) - 1;
+  if ((list = PyList_New(count)) == NULL)
+    goto out;
+  for (npy_intp j = 0; j < count; j++) {
+    PyObject *item =
+        PySequence_GetSlice(t, (Py_ssize_t)o[j], (Py_ssize_t)o[j + 1]);
+    if (item == NULL)
+      goto out;
+    PyList_SET_ITEM(list, j, item);
+  }
+  PyObject *nested = PyObject_GetAttrString(torch, "nested");
+  if (nested != NULL) {
+    out = PyObject_CallMethod(nested, "nested_tensor", "O", list);
+    Py_DECREF(nested);
+  }
+out:
+  Py_XDECREF(list);
+  Py_XDECREF(t);
+  Py_XDECREF(values);
+  Py_XDECREF(offsets);
+  Py_XDECREF(torch);
+  return out;
 }

@@ -1,8 +1,9 @@
 """Policy versions and staleness gates from Python (issue 25,
 docs/replay.md): w.append(sample, version=v) and the writer's default,
 b.info["version"] and b.info["staleness"], stream.set_version(v),
-client.set_version(table, v), the table config key max_staleness, and a
-version going backwards allowed and changing nothing."""
+client.set_version(table, v), the table config key max_staleness, a
+version going backwards allowed and changing nothing, and both over two
+shards (a sharded client's stream drops what its rings drew before)."""
 import time
 
 import numpy as np
@@ -90,3 +91,49 @@ def test_gate_and_set_version(addr):
             c.set_version("nope", 1)
         with pytest.raises((OverflowError, TypeError)):
             c.set_version("g", -1)
+
+
+SHARD_TABLES = [{"name": "q", "spec": "x:u64[]", "capacity": 1000,
+                 "sampler": "fifo", "max_staleness": 2}]
+
+
+@pytest.mark.parametrize("mode", ["shm", "stream"])
+def test_set_version_over_shards(tmp_path, mode):
+    """A sharded client's stream.set_version reaches every shard's
+    sub-stream: batches its rings drew before it are dropped, as on one
+    server; client.set_version raises every shard's newest version."""
+    dirs = [tmp_path / f"shard{k}" for k in (1, 2)]
+    for d in dirs:
+        d.mkdir()
+    with conftest.run_chimed(dirs[0], SHARD_TABLES,
+                             extra={"shard": 1}) as (_, a1), \
+            conftest.run_chimed(dirs[1], SHARD_TABLES,
+                                extra={"shard": 2}) as (_, a2):
+        ones = [chime.Client(a) for a in (a1, a2)]
+
+        def write(version):
+            for k, one in enumerate(ones):
+                with one.writer("q") as w:
+                    for i in range(40):
+                        w.append({"x": k << 32 | i}, version=version)
+
+        write(1)
+        with chime.Client(f"{a1},{a2}") as c:
+            with c.stream("q", batch_size=4, slots=4, mode=mode,
+                          version=1) as s:
+                # both rings hold batches of version 1, none taken yet
+                wait_for(lambda: all(table_stats(o, "q")["samples"] >= 8
+                                     for o in ones))
+                s.set_version(10)
+                write(10)
+                fresh = 0
+                while fresh < 80:
+                    with s.next(timeout=20) as b:
+                        assert (b.info["version"] == 10).all()
+                        fresh += b.count
+                assert s.stats()["dropped_stale"] >= 2
+            assert c.set_version("q", 11) == 11
+            assert [table_stats(o, "q")["newest_version"]
+                    for o in ones] == [11, 11]
+        for one in ones:
+            one.close()

@@ -507,15 +507,15 @@ static int device_next(chime_stream_t *s, chime_batch_t *out, int timeout_ms) {
   return rc;
 }
 
-int chime__single_next(chime_stream_t *s, chime_batch_t *out, int timeout_ms) {
-  int rc = chime__stream_inherited(s);
-  if (rc)
-    return rc;
-  if (s->dev)
-    return device_next(s, out, timeout_ms);
+/* The next batch that take gives within the learner's window: one drawn
+ * before the learner's latest version that holds an item now too stale
+ * is released unseen, and the next one taken (waiting timeout_ms again). */
+static int next_fresh(chime_stream_t *s, chime_batch_t *out, int timeout_ms,
+                      int (*take)(chime_stream_t *, chime_ring_view_t *, int)) {
   for (;;) {
     chime_ring_view_t v;
-    if ((rc = take_view(s, &v, timeout_ms)) != 0)
+    int rc = take(s, &v, timeout_ms);
+    if (rc != 0)
       return rc;
     if ((rc = lend(s, &v, out)) != 0 || !stale_for_learner(s, out))
       return rc;
@@ -523,6 +523,15 @@ int chime__single_next(chime_stream_t *s, chime_batch_t *out, int timeout_ms) {
     if ((rc = chime__single_release(s, out)) != 0)
       return rc;
   }
+}
+
+int chime__single_next(chime_stream_t *s, chime_batch_t *out, int timeout_ms) {
+  int rc = chime__stream_inherited(s);
+  if (rc)
+    return rc;
+  if (s->dev)
+    return device_next(s, out, timeout_ms);
+  return next_fresh(s, out, timeout_ms, take_view);
 }
 
 int chime__single_set_version(chime_stream_t *s, uint64_t version) {
@@ -543,16 +552,19 @@ int chime__single_set_version(chime_stream_t *s, uint64_t version) {
                : 0;
 }
 
-int chime__stream_take(chime_stream_t *s, chime_batch_t *out, int timeout_ms) {
-  chime_ring_view_t v;
-  int rc = chime_ring_next(s->ring, &v, 0);
+/* The ring alone, never polling the call (chime__stream_take). */
+static int ring_take(chime_stream_t *s, chime_ring_view_t *v, int timeout_ms) {
+  int rc = chime_ring_next(s->ring, v, 0);
   if (rc == CHIME_ETIMEDOUT && s->tp->before_wait)
     s->tp->before_wait(s); /* e.g. gathered credits, as next() sends them */
   if (rc == CHIME_ETIMEDOUT && timeout_ms != 0)
-    rc = chime_ring_next(s->ring, &v, timeout_ms);
-  if ((rc = ring_answer(s, rc, timeout_ms)) != 0)
-    return rc;
-  return lend(s, &v, out);
+    rc = chime_ring_next(s->ring, v, timeout_ms);
+  return ring_answer(s, rc, timeout_ms);
+}
+
+int chime__stream_take(chime_stream_t *s, chime_batch_t *out, int timeout_ms) {
+  /* A sharded learner is owed the same window as next()'s. */
+  return next_fresh(s, out, timeout_ms, ring_take);
 }
 
 int chime__single_stats(const chime_stream_t *s,

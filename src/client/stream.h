@@ -159,9 +159,10 @@ int chime__stream_inherited(const chime_stream_t *s);
 
 /* chime_stream_next without polling the call: a batch from the ring if one
  * comes within timeout_ms, the stream's thread receiving meanwhile (stream
- * mode). The sharded stream looks at many sub-streams this way while it
- * waits for any of them, and leaves each one's receiving to its thread.
- * stream.c. */
+ * mode), batches stale for the learner's version dropped as next() drops
+ * them (each drop waits timeout_ms again). The sharded stream looks at many
+ * sub-streams this way while it waits for any of them, and leaves each one's
+ * receiving to its thread. stream.c. */
 int chime__stream_take(chime_stream_t *s, chime_batch_t *out, int timeout_ms);
 
 #endif

@@ -5,7 +5,6 @@
  * back up here. */
 #include <string.h>
 
-#include "client/fanout.h"
 #include "client/stream.h"
 #include "client/union.h"
 #include "client/union_draw.h"
@@ -94,11 +93,8 @@ int chime_stream_set_version(chime_stream_t *stream, uint64_t version) {
     return chime__detail(CHIME_EINVAL, "chime_stream_set_version: no stream");
   if (!s->uni)
     return chime__single_set_version(s, version);
-  /* A sharded stream's learner tells every shard (its sub-streams'
-   * servers) by SetVersion. */
   int rc = chime__stream_inherited(s);
-  return rc ? rc
-            : chime__fanout_set_version(s->client, s->table, version, NULL);
+  return rc ? rc : chime__union_set_version(s, version);
 }
 
 int chime_stream_get_stats(const chime_stream_t *stream,

@@ -1,7 +1,7 @@
 /* A sharded client's stream, a sub-stream per shard read as one table
- * (union.h): its opening and closing, and what it reports (mode, fallback,
- * stats). next() and release() are union_draw.c's, the sub-streams
- * union_sub.c's. */
+ * (union.h): its opening and closing, the learner's version passed to
+ * every sub-stream, and what it reports (mode, fallback, stats). next()
+ * and release() are union_draw.c's, the sub-streams union_sub.c's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,14 +44,35 @@ int chime__union_stats(const chime_stream_t *s,
   out->received_bytes = u->closed_received;
   out->credits = u->closed_credits;
   out->consumer_wait_ns = u->closed_wait_ns;
+  out->dropped_stale = u->closed_dropped;
   for (uint32_t i = 0; i < u->nsubs; i++) {
     chime_stream_local_stats_t st;
     if (u->subs[i].s == NULL || chime__single_stats(u->subs[i].s, &st))
       continue;
+    out->dropped_stale += st.dropped_stale;
     out->received_bytes += st.received_bytes;
     out->credits += st.credits;
     out->consumer_wait_ns += st.consumer_wait_ns;
     out->pinned_bytes += st.pinned_bytes;
+  }
+  return 0;
+}
+
+int chime__union_set_version(chime_stream_t *s, uint64_t version) {
+  chime__union_t *u = s->uni;
+  /* Each sub-stream reports it to its shard and drops its own batches
+   * drawn before it, as a one-server stream does; a shard without one
+   * now (down, or ended) gets it when its sub-stream opens again, at
+   * open. An ended sub-stream's ECLOSED is next()'s to find. */
+  if (version > s->opts.version)
+    s->opts.version = version;
+  for (uint32_t i = 0; i < u->nsubs; i++) {
+    sub_t *sb = &u->subs[i];
+    if (!live(sb))
+      continue;
+    int rc = chime__single_set_version(sb->s, s->opts.version);
+    if (rc != 0 && rc != CHIME_ECLOSED)
+      return rc;
   }
   return 0;
 }

@@ -43,6 +43,10 @@ chime_mode_t chime__union_mode(const chime_stream_t *s);
 const char *chime__union_fallback_reason(const chime_stream_t *s);
 int chime__union_stats(const chime_stream_t *s,
                        chime_stream_local_stats_t *out);
+/* chime_stream_set_version for the union: on every open sub-stream (each
+ * tells its shard and drops its batches that the version leaves stale),
+ * and at the open of every sub-stream opened later. */
+int chime__union_set_version(chime_stream_t *s, uint64_t version);
 /* Closes every sub-stream and frees s->uni (NULL after). In a child of
  * fork() only this process's memory goes (fork.h). */
 void chime__union_close(chime_stream_t *s);

@@ -109,6 +109,7 @@ void chime__union_close_sub(chime_stream_t *s, uint32_t i) {
     u->closed_received += st.received_bytes;
     u->closed_credits += st.credits;
     u->closed_wait_ns += st.consumer_wait_ns;
+    u->closed_dropped += st.dropped_stale;
   }
   info_drop(sb);
   chime__single_close(sb->s);

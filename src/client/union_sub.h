@@ -98,7 +98,7 @@ struct chime__union_s {
   uint64_t seq, batches, bytes;
   /* Counters of sub-streams closed since, for stats (and next()'s waits
    * for masses, in closed_wait_ns). */
-  uint64_t closed_received, closed_credits, closed_wait_ns;
+  uint64_t closed_received, closed_credits, closed_wait_ns, closed_dropped;
 
   int64_t info_ms; /* masses last asked for, shards last looked at */
   int last_end;    /* the last sub-stream's end, for when all ended */

@@ -533,3 +533,41 @@ int chime__chimed_stop_client(chime__chimed_t *d, chime_client_t *c) {
   int rc = chime__chimed_stop(d, 20000, &st);
   return rc != 0 ? rc : (WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1);
 }
+
+int chime__shards_start(chime__chimed_t *d, int n,
+                        void (*config_of)(int k, char *buf, size_t len),
+                        chime_client_t **direct, char *target, size_t len,
+                        chime_client_t **sharded) {
+  size_t at = 0;
+  for (int k = 0; k < n; k++) {
+    char config[4096];
+    config_of(k, config, sizeof config);
+    int rc = chime__chimed_start_client(&d[k], config, &direct[k]);
+    if (rc != 0)
+      return rc;
+    int w = snprintf(target + at, len - at, "%s%s", k ? "," : "", d[k].addr);
+    if (w < 0 || (size_t)w >= len - at)
+      return CHIME_EINVAL;
+    at += (size_t)w;
+  }
+  return sharded ? chime_client_create(sharded, target, NULL) : 0;
+}
+
+int chime__shards_stop(chime__chimed_t *d, int n, chime_client_t **direct,
+                       const int *down, chime_client_t **sharded) {
+  int rc = 0;
+  if (sharded) {
+    chime_client_destroy(*sharded);
+    *sharded = NULL;
+  }
+  for (int k = 0; k < n; k++) {
+    if (down != NULL && down[k]) {
+      chime_client_destroy(direct[k]);
+    } else if (chime__chimed_stop_client(&d[k], direct[k]) != 0) {
+      rc = -1;
+    }
+    direct[k] = NULL;
+  }
+  chime__harness_kill_all();
+  return rc;
+}

@@ -98,6 +98,22 @@ int chime__chimed_start_client(chime__chimed_t *d, const char *config_json,
  * itself after SIGTERM. */
 int chime__chimed_stop_client(chime__chimed_t *d, chime_client_t *c);
 
+/* n chimed, shard k's config written by config_of(k, buf, len) (up to
+ * 4 KiB), a one-server client of each in direct[k], target set to
+ * "addr1,addr2,..." and, when sharded is not NULL, a sharded client of
+ * that target in it. 0, or the code that failed; exits 77 when chimed is
+ * not built. */
+int chime__shards_start(chime__chimed_t *d, int n,
+                        void (*config_of)(int k, char *buf, size_t len),
+                        chime_client_t **direct, char *target, size_t len,
+                        chime_client_t **sharded);
+/* Destroys *sharded (may be NULL) and each direct[k] (NULL after), and
+ * stops d[k] as chime__chimed_stop_client does, but for those down[k]
+ * says are down already (down may be NULL); then kills what is left. 0
+ * only when every one stopped exited 0. */
+int chime__shards_stop(chime__chimed_t *d, int n, chime_client_t **direct,
+                       const int *down, chime_client_t **sharded);
+
 /* Runs argv (a chimed) until its stdout says "listening on", then stops it
  * with SIGTERM and reads what it wrote on stderr into text (len bytes,
  * NUL-terminated). name names its output files in the tmpdir. 0, or

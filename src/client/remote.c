@@ -1,8 +1,9 @@
 /* Stream mode: the transport that fills a local ring from the server's
  * chunks and pays for them with credits. Each chunk's bytes go straight from
  * gRPC's slices into a slot of the local ring (one copy, no protobuf-c
- * unpack); each release the learner makes goes back as a credit naming the
- * batch. */
+ * unpack; a batch with ragged leaves where its offsets, sent first and
+ * checked, say: ring/extents.h); each release the learner makes goes back as a
+ * credit naming the batch. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>

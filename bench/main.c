@@ -17,7 +17,7 @@ static int usage(void) {
           "  ragged    a table of ragged leaves: bytes held and moved vs used, "
           "delivery vs a fixed-shape table\n"
           "  staleness a table's sampling CPU with a staleness gate vs "
-          "without\n"
+          "without (--weight inverse: with staleness weighting vs without)\n"
           "  device    a device stream's copies: registered slot vs "
           "cudaMallocHost, next(), copies hidden (skips without a GPU)\n"
 #ifdef CHIME_BENCH_SERVICE

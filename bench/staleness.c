@@ -9,7 +9,11 @@
  * 256, in turns, ROUNDS rounds of a share of the run each, so that a load
  * that comes and goes weighs on both alike. The figure is the sampling's
  * CPU time per sample (the inserts, and the gated table's removals at a
- * rise, are timed apart); the ratio gated / plain is the target's. */
+ * rise, are timed apart); the ratio gated / plain is the target's.
+ * --weight inverse: what staleness weighting costs a prioritized table
+ * (docs/replay.md, "Staleness weighting"): both tables are gated at
+ * max_staleness, the second ("weighted") weighs its draws by 1 / (s + 1),
+ * so the ratio is the weighting's alone. */
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -43,7 +47,8 @@ static double thread_cpu_s(void) {
 }
 
 static int make(side_t *s, chime__sampler_t sel, uint64_t items,
-                uint64_t max_staleness, uint64_t per_version) {
+                uint64_t max_staleness, uint64_t per_version,
+                chime__stale_weight_t weight) {
   chime__table_config_t tc;
   memset(&tc, 0, sizeof(tc));
   memset(s, 0, sizeof(*s));
@@ -56,6 +61,7 @@ static int make(side_t *s, chime__sampler_t sel, uint64_t items,
   tc.remover = CHIME__SAMPLER_FIFO;
   tc.priority_exponent = 0.6;
   tc.max_staleness = max_staleness;
+  tc.staleness_weight = weight;
   tc.seed = 42;
   s->per_version = per_version;
   s->version = 1;
@@ -95,7 +101,7 @@ static int sample(side_t *s, const chime_ring_layout_t *lay,
 int chime__bench_staleness(int argc, char **argv) {
   uint64_t items = 1000000, max_staleness = 8;
   double seconds = 8;
-  int json = 0;
+  int json = 0, weight = 0; /* --weight inverse */
   chime__sampler_t sel = CHIME__SAMPLER_UNIFORM;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--json")) {
@@ -108,19 +114,27 @@ int chime__bench_staleness(int argc, char **argv) {
       seconds = atof(argv[++i]);
     } else if (!strcmp(argv[i], "--selector") && i + 1 < argc) {
       sel = chime__sampler_parse(argv[++i]);
+    } else if (!strcmp(argv[i], "--weight") && i + 1 < argc &&
+               (!strcmp(argv[i + 1], "inverse") ||
+                !strcmp(argv[i + 1], "none"))) {
+      weight = !strcmp(argv[++i], "inverse");
+      sel = weight ? CHIME__SAMPLER_PRIORITIZED : sel;
     } else {
       fprintf(stderr,
               "usage: chime-bench staleness [--json] [--items N (1000000)] "
               "[--max-staleness S (8)] [--seconds T (8)] [--selector "
-              "uniform|prioritized|lifo|min_heap|max_heap (uniform)]\n");
+              "uniform|prioritized|lifo|min_heap|max_heap (uniform)] "
+              "[--weight inverse|none (none; inverse: prioritized)]\n");
       return !strcmp(argv[i], "--help") ? 0 : 2;
     }
   }
   if (items < BATCH || max_staleness == 0 || sel == 0 ||
-      sel == CHIME__SAMPLER_FIFO) {
+      sel == CHIME__SAMPLER_FIFO ||
+      (weight && sel != CHIME__SAMPLER_PRIORITIZED)) {
     fprintf(stderr,
             "chime-bench staleness: items >= %d, max-staleness > 0, "
-            "a selector that keeps items (not fifo)\n",
+            "a selector that keeps items (not fifo; prioritized with a "
+            "weight)\n",
             BATCH);
     return 2;
   }
@@ -132,8 +146,11 @@ int chime__bench_staleness(int argc, char **argv) {
   double *prio = malloc(REQUEST * sizeof(double));
   uint64_t seed = 7;
   if (req == NULL || prio == NULL ||
-      make(&plain, sel, items, 0, per_version) != 0 ||
-      make(&gated, sel, items, max_staleness, per_version) != 0) {
+      make(&plain, sel, items, weight ? max_staleness : 0, per_version,
+           CHIME__STALE_WEIGHT_NONE) != 0 ||
+      make(&gated, sel, items, max_staleness, per_version,
+           weight ? CHIME__STALE_WEIGHT_INVERSE : CHIME__STALE_WEIGHT_NONE) !=
+          0) {
     fprintf(stderr, "chime-bench staleness: cannot make the tables\n");
     return 1;
   }
@@ -187,35 +204,38 @@ int chime__bench_staleness(int argc, char **argv) {
   chime__table_get_stats(gated.t, &sg);
   double pn = plain.sample_cpu_s * 1e9 / (double)plain.samples;
   double gn = gated.sample_cpu_s * 1e9 / (double)gated.samples;
+  /* With --weight, both are gated: the second is weighted. */
+  const char *a = weight ? "unweighted" : "plain";
+  const char *b = weight ? "weighted" : "gated";
   if (json) {
-    printf("{\"bench\": \"staleness\", \"selector\": \"%s\", \"items\": "
+    printf("{\"bench\": \"staleness\", \"weight\": \"%s\", "
+           "\"selector\": \"%s\", \"items\": "
            "%" PRIu64 ", \"max_staleness\": %" PRIu64
            ", \"plain_cpu_ns_per_sample\": %.1f, \"gated_cpu_ns_per_sample\": "
            "%.1f, \"ratio\": %.3f, \"gated_removed_stale\": %" PRIu64
            ", \"gated_size\": %" PRIu64 ", \"plain_size\": %" PRIu64
            ", \"versions\": %" PRIu64 ", \"gated_worst_staleness\": %" PRIu64
            ", \"plain_insert_cpu_ns\": %.1f, \"gated_insert_cpu_ns\": %.1f}\n",
-           chime__sampler_name(sel), items, max_staleness, pn, gn, gn / pn,
-           sg.removed_stale - st0.removed_stale, sg.size, sp.size,
-           gated.version, gated.worst_staleness,
+           weight ? "inverse" : "none", chime__sampler_name(sel), items,
+           max_staleness, pn, gn, gn / pn, sg.removed_stale - st0.removed_stale,
+           sg.size, sp.size, gated.version, gated.worst_staleness,
            plain.insert_cpu_s * 1e9 / (double)plain.samples,
            gated.insert_cpu_s * 1e9 / (double)gated.samples);
   } else {
-    printf("staleness gate, %s table of %" PRIu64
-           " items, max_staleness %" PRIu64 ", %d rounds in turns\n",
+    printf("staleness %s, %s table of %" PRIu64 " items, max_staleness %" PRIu64
+           ", %d rounds in turns\n",
+           weight ? "weight 1 / (s + 1), both gated" : "gate",
            chime__sampler_name(sel), items, max_staleness, ROUNDS);
-    printf("  sampling CPU per sample: plain %.1f ns, gated %.1f ns: %.3fx "
-           "(target <= 1.1x)\n",
-           pn, gn, gn / pn);
-    printf("  gated: %" PRIu64
-           " items removed stale during the run, size %" PRIu64
-           " (plain %" PRIu64 "), version %" PRIu64
+    printf("  sampling CPU per sample: %s %.1f ns, %s %.1f ns: %.3fx%s\n", a,
+           pn, b, gn, gn / pn, weight ? "" : " (target <= 1.1x)");
+    printf("  %s: %" PRIu64 " items removed stale during the run, size %" PRIu64
+           " (%s %" PRIu64 "), version %" PRIu64
            ", worst staleness sampled %" PRIu64 "\n",
-           sg.removed_stale - st0.removed_stale, sg.size, sp.size,
+           b, sg.removed_stale - st0.removed_stale, sg.size, a, sp.size,
            gated.version, gated.worst_staleness);
-    printf("  insert CPU per sample (removals included): plain %.1f ns, "
-           "gated %.1f ns\n",
-           plain.insert_cpu_s * 1e9 / (double)plain.samples,
+    printf("  insert CPU per sample (removals included): %s %.1f ns, "
+           "%s %.1f ns\n",
+           a, plain.insert_cpu_s * 1e9 / (double)plain.samples, b,
            gated.insert_cpu_s * 1e9 / (double)gated.samples);
   }
   free(slot);

@@ -136,21 +136,48 @@ static void write_seq(chime__table_t *t, wr_t *w, chime__table_view_t *v) {
   }
   chime__table_view_unpin(t, v, v->count);
   for (uint32_t pos = 0; pos < sv->nused && w->err == 0; pos++) {
-    const uint64_t *ep;
+    const uint64_t *ep, *ver;
     const uint32_t *idx;
     const uint8_t *leaf[CHIME_MAX_LEAVES];
     uint32_t bn = sv->bn[pos];
-    chime__steps_view_block(chime__table_steps(t), sv, pos, &ep, &idx, leaf);
+    chime__steps_view_block(chime__table_steps(t), sv, pos, &ep, &idx, &ver,
+                            leaf);
     wr_u32(w, bn);
     wr_u32(w, sv->bnext[pos]);
     wr_u32(w, sv->bprev[pos]);
     for (uint32_t o = 0; o < bn; o++) {
       wr_u64(w, ep[o]);
       wr_u32(w, idx[o]);
+      wr_u64(w, ver[o]); /* version 5 */
     }
     for (uint32_t l = 0; l < spec->nleaves; l++)
       wr_raw(w, leaf[l], (size_t)(bn * chime_leaf_bytes(&spec->leaves[l])));
     chime__table_view_unpin_steps(t, v, pos + 1);
+  }
+}
+
+/* A plain table's item i after its bookkeeping: its ragged leaves'
+ * lengths (version 5; none without ragged leaves), then its leaves in
+ * spec order, each ragged one at its length (only the rows used). */
+static void write_leaves(chime__table_t *t, wr_t *w, chime__table_view_t *v,
+                         uint64_t i) {
+  const chime_spec_t *spec = &chime__table_config(t)->spec;
+  const uint32_t *lens;
+  const uint8_t *rag = chime__table_view_ragged(t, v, i, &lens);
+  uint32_t nrag = chime_spec_ragged(spec);
+  for (uint32_t k = 0; k < nrag; k++)
+    wr_u32(w, lens[k]);
+  for (uint32_t l = 0, k = 0; l < spec->nleaves; l++) {
+    const chime_leaf_t *lf = &spec->leaves[l];
+    if (!lf->ragged) {
+      wr_raw(w, chime__table_view_leaf(t, v, i, l), chime_leaf_bytes(lf));
+      continue;
+    }
+    size_t b = (size_t)(lens[k++] * chime_leaf_row_bytes(lf));
+    if (b == 0) /* rag is NULL when every length is 0 */
+      continue;
+    wr_raw(w, rag, b);
+    rag += b;
   }
 }
 
@@ -165,13 +192,6 @@ int chime__checkpoint_write_table(chime__table_t *t, int fd, uint8_t *buf,
   char spec[8192];
   wr_t wr = {fd, buf, 0, 0, 0, 0}, *w = &wr;
   memset(out, 0, sizeof(*out));
-  /* The format holds fixed-size rows; ragged items need its next version
-   * (which stores each item's lengths). */
-  if (chime_spec_ragged(&cfg->spec) > 0)
-    return fail(err, errlen, CHIME_ENOTSUP,
-                "table '%s': checkpoints of tables with ragged leaves are not "
-                "supported yet",
-                cfg->name);
   if (chime_spec_format(&cfg->spec, spec, sizeof(spec)) != 0)
     return fail(err, errlen, CHIME_EINVAL, "table '%s': spec too long",
                 cfg->name);
@@ -180,7 +200,6 @@ int chime__checkpoint_write_table(chime__table_t *t, int fd, uint8_t *buf,
     return fail(err, errlen, rc, "table '%s': %s", cfg->name,
                 chime_strerror(rc));
   out->pause_ns = v.pause_ns;
-  uint32_t nl = cfg->spec.nleaves;
   uint64_t sb = chime_spec_sample_bytes(&cfg->spec);
   wr_raw(w, MAGIC, 8);
   wr_u32(w, VERSION);
@@ -209,9 +228,7 @@ int chime__checkpoint_write_table(chime__table_t *t, int fd, uint8_t *buf,
     wr_u64(w, pb);
     wr_u32(w, v.times[i]);
     wr_u64(w, it.version);
-    for (uint32_t l = 0; l < nl; l++)
-      wr_raw(w, chime__table_view_leaf(t, &v, i, l),
-             chime_leaf_bytes(&cfg->spec.leaves[l]));
+    write_leaves(t, w, &v, i);
     /* Written (copied into w's buffer): the rows may go, oldest first,
      * so inserts meanwhile reuse them rather than spare rows. */
     if ((i + 1) % UNPIN_EVERY == 0)
@@ -262,6 +279,30 @@ static uint64_t rd_u64(rd_t *r) {
   for (int i = 0; s != NULL && i < 8; i++)
     v |= (uint64_t)s[i] << (8 * i);
   return v;
+}
+
+/* A version 5 record's ragged lengths (nrag of them, into lens) and the
+ * bytes of its leaves at them (*bytes): 0, or -1 with why filled for a
+ * length past its bound or unlike the one it shares, or a record cut
+ * short. Nothing is read past the lengths here. */
+static int rd_lengths(rd_t *r, const chime_spec_t *spec, uint32_t nrag,
+                      uint32_t *lens, uint64_t *bytes, char *why,
+                      size_t whylen) {
+  for (uint32_t k = 0; k < nrag; k++)
+    lens[k] = rd_u32(r);
+  if (r->bad) {
+    snprintf(why, whylen, "cut short");
+    return -1;
+  }
+  if (chime__spec_ragged_bytes(spec, 1, lens, bytes, why, whylen) != 0)
+    return -1;
+  if (*bytes > r->n - r->off) {
+    snprintf(why, whylen,
+             "its lengths take %llu bytes, more than the %zu left in the file",
+             (unsigned long long)*bytes, r->n - r->off);
+    return -1;
+  }
+  return 0;
 }
 
 /* A length-prefixed string of at most max - 1 bytes, no NUL inside. */
@@ -331,6 +372,35 @@ static int spec_check(const char *table, const chime_spec_t *ck,
               table, x[i].name, a, b);
 }
 
+/* A ragged table's items (version 5), walked whole before any goes in:
+ * each record's lengths checked against the spec and its bytes within
+ * the file, the records filling it exactly. */
+static int rag_walk(rd_t r, uint64_t count, const chime_spec_t *spec,
+                    const char *fname, char *err, size_t errlen) {
+  uint32_t nrag = chime_spec_ragged(spec), lens[CHIME_MAX_LEAVES];
+  uint64_t least = REC_FIXED + 8 + 4 * (uint64_t)nrag, bytes;
+  char why[256];
+  for (uint32_t l = 0; l < spec->nleaves; l++)
+    if (!spec->leaves[l].ragged)
+      least += chime_leaf_bytes(&spec->leaves[l]);
+  if (count > (r.n - r.off) / least)
+    return fail(err, errlen, CHIME_ECORRUPT,
+                "%s: %llu items do not fit its %zu bytes", fname,
+                (unsigned long long)count, r.n);
+  for (uint64_t i = 0; i < count; i++) {
+    rd_take(&r, REC_FIXED + 8);
+    if (rd_lengths(&r, spec, nrag, lens, &bytes, why, sizeof(why)) != 0)
+      return fail(err, errlen, CHIME_ECORRUPT, "%s: item %llu: %s", fname,
+                  (unsigned long long)i, why);
+    r.off += (size_t)bytes;
+  }
+  if (r.off != r.n)
+    return fail(err, errlen, CHIME_ECORRUPT,
+                "%s: %llu items do not fill its %zu bytes", fname,
+                (unsigned long long)count, r.n);
+  return 0;
+}
+
 /* A sequence table's window record and the fixed part of its section. */
 #define WIN_REC 48u
 
@@ -339,12 +409,14 @@ typedef struct {
   uint64_t capacity_steps, next_episode, step_key, dropped, abandoned, evicted;
   double max_prio;
   size_t items_at, blocks_at; /* offsets of the windows, the blocks */
+  uint32_t step_rec; /* a step's episode, index (and version 5 on: version) */
 } seqhdr_t;
 
 /* A sequence table's section, walked whole (windows and blocks, their
  * sizes); what goes into the table is checked when it goes in. */
-static int seq_parse(rd_t *r, uint64_t count, uint64_t sb, uint32_t nl,
-                     seqhdr_t *h) {
+static int seq_parse(rd_t *r, uint32_t ver, uint64_t count, uint64_t sb,
+                     uint32_t nl, seqhdr_t *h) {
+  h->step_rec = ver >= 5 ? 20 : 12;
   h->t = rd_u32(r);
   h->stride = rd_u32(r);
   h->pad = rd_u32(r);
@@ -371,9 +443,9 @@ static int seq_parse(rd_t *r, uint64_t count, uint64_t sb, uint32_t nl,
     rd_u32(r);
     rd_u32(r);
     if (r->bad || bn == 0 || bn > h->k ||
-        (uint64_t)bn * (12 + sb) > r->n - r->off)
+        (uint64_t)bn * (h->step_rec + sb) > r->n - r->off)
       return -1;
-    r->off += (size_t)(bn * (12 + sb));
+    r->off += (size_t)(bn * (h->step_rec + sb));
   }
   return r->off == r->n ? 0 : -1;
 }
@@ -413,10 +485,11 @@ static int seq_load(const uint8_t *p, size_t n, const seqhdr_t *h,
   const chime__table_config_t *cfg = chime__table_config(t);
   chime__steps_t *st = chime__table_steps(t);
   uint64_t *ep = malloc(h->k * sizeof(*ep));
+  uint64_t *ver = malloc(h->k * sizeof(*ver));
   uint32_t *idx = malloc(h->k * sizeof(*idx));
   rd_t r = {p, n, h->blocks_at, 0};
   int rc = 0;
-  if (ep == NULL || idx == NULL) {
+  if (ep == NULL || idx == NULL || ver == NULL) {
     rc = fail(err, errlen, CHIME_ENOMEM, "out of memory");
     goto out;
   }
@@ -430,12 +503,13 @@ static int seq_load(const uint8_t *p, size_t n, const seqhdr_t *h,
     for (uint32_t o = 0; o < bn; o++) {
       ep[o] = rd_u64(&r);
       idx[o] = rd_u32(&r);
+      ver[o] = h->step_rec > 12 ? rd_u64(&r) : 0;
     }
     for (uint32_t l = 0; l < cfg->spec.nleaves; l++)
       leaf[l] =
           rd_take(&r, (size_t)(bn * chime_leaf_bytes(&cfg->spec.leaves[l])));
     if (r.bad || chime__steps_restore_block(st, pos, bn, next, prev, ep, idx,
-                                            leaf) != 0) {
+                                            ver, leaf) != 0) {
       rc = fail(err, errlen, CHIME_ECORRUPT,
                 "%s: block %u of table '%s' does not hang together", fname, pos,
                 name);
@@ -484,6 +558,7 @@ static int seq_load(const uint8_t *p, size_t n, const seqhdr_t *h,
   chime__table_restore_seq_counts(t, h->step_key, h->max_prio, h->dropped);
 out:
   free(ep);
+  free(ver);
   free(idx);
   return rc;
 }
@@ -536,10 +611,21 @@ int chime__checkpoint_load_table(const uint8_t *p, size_t n,
                 "%s: sample bytes %llu, its spec's %llu", fname,
                 (unsigned long long)sb,
                 (unsigned long long)chime_spec_sample_bytes(&spec));
+  uint32_t nrag = chime_spec_ragged(&spec);
+  /* Ragged items came with version 5 (and only plain tables have them). */
+  if (nrag > 0 && (ver < 5 || kind != KIND_PLAIN))
+    return fail(err, errlen, CHIME_ECORRUPT,
+                "%s: table '%s' has ragged leaves in a %s file of version %u "
+                "(ragged items are in plain tables' files from version 5)",
+                fname, name, kind == KIND_PLAIN ? "plain table's" : "sequence",
+                ver);
+  int rc;
+  if (nrag > 0 && (rc = rag_walk(r, count, &spec, fname, err, errlen)) != 0)
+    return rc;
   if ((old_seq && count != 0) ||
       (kind == KIND_SEQUENCE && !old_seq &&
-       seq_parse(&r, count, sb, spec.nleaves, &sh) != 0) ||
-      (kind == KIND_PLAIN &&
+       seq_parse(&r, ver, count, sb, spec.nleaves, &sh) != 0) ||
+      (kind == KIND_PLAIN && nrag == 0 &&
        (count > (r.n - r.off) / rec || count * rec != r.n - r.off)))
     return fail(err, errlen, CHIME_ECORRUPT,
                 "%s: %llu items do not fill its %zu bytes", fname,
@@ -573,7 +659,7 @@ int chime__checkpoint_load_table(const uint8_t *p, size_t n,
                 "that holds its item, so a checkpoint goes back into the "
                 "shard that wrote it only",
                 name, shard, cfg->shard);
-  int rc = spec_check(name, &spec, &cfg->spec, err, errlen);
+  rc = spec_check(name, &spec, &cfg->spec, err, errlen);
   if (rc != 0)
     return rc;
   if (kind == KIND_SEQUENCE) {
@@ -591,7 +677,14 @@ int chime__checkpoint_load_table(const uint8_t *p, size_t n,
     uint64_t key = rd_u64(&r), itime = rd_u64(&r), pb = rd_u64(&r);
     uint32_t times = rd_u32(&r);
     uint64_t version = vbytes != 0 ? rd_u64(&r) : 0;
-    const uint8_t *sample = rd_take(&r, (size_t)sb);
+    uint32_t lens[CHIME_MAX_LEAVES];
+    uint64_t bytes = sb;
+    char why[256];
+    if (nrag > 0 &&
+        rd_lengths(&r, &spec, nrag, lens, &bytes, why, sizeof(why)) != 0)
+      return fail(err, errlen, CHIME_ECORRUPT, "%s: item %llu: %s", fname,
+                  (unsigned long long)i, why);
+    const uint8_t *sample = rd_take(&r, (size_t)bytes);
     double prio;
     memcpy(&prio, &pb, 8);
     if (sample == NULL)
@@ -602,8 +695,8 @@ int chime__checkpoint_load_table(const uint8_t *p, size_t n,
                   "%u",
                   fname, (unsigned long long)i, (unsigned long long)key,
                   chime__key_shard(key), shard);
-    rc = chime__table_restore_item_version(t, key, itime, prio, times, version,
-                                           sample);
+    rc = chime__table_restore_item_ragged(t, key, itime, prio, times, version,
+                                          nrag > 0 ? lens : NULL, sample);
     if (rc == CHIME_ENOMEM)
       return fail(err, errlen, CHIME_EINVAL,
                   "table '%s': the checkpoint holds %llu items, more than its "

@@ -8,12 +8,13 @@
  * 3; 0 in older files: an unsharded server's), name, spec (text), the counts,
  * the newest policy version the table knew (version 4), the items oldest
  * first (key, insert time, priority, times sampled, policy version (version
- * 4), the sample's bytes), and the CRC-32C of all that; little-endian. A
+ * 4), ragged leaves' lengths (version 5), the sample's bytes, ragged leaves
+ * at their lengths), and the CRC-32C of all that; little-endian. A
  * sequence table's file (version 2) has, after the counts, its settings and
  * step counters, its windows oldest first (key, insert time, priority, times
  * sampled, first step, episode, index, length) and the step store's
- * blocks oldest first (steps, lane links, each step's episode and index,
- * the steps' bytes leaf by leaf). */
+ * blocks oldest first (steps, lane links, each step's episode, index and
+ * (version 5) policy version, the steps' bytes leaf by leaf). */
 #ifndef CHIME_REPLAY_CKPT_FORMAT_H
 #define CHIME_REPLAY_CKPT_FORMAT_H
 
@@ -28,8 +29,17 @@
  * file (its keys carry it, common/key.h); older files are shard 0's. The
  * MANIFEST carries the version too. 4: policy versions, the newest the
  * table knew (after the sample bytes) and a plain table's items' (after
- * times sampled); older files load with every item's version 0. */
-#define CHIME__CKPT_VERSION 4u
+ * times sampled); older files load with every item's version 0. 5: ragged
+ * leaves (docs/replay.md): a plain table's item has, after its version,
+ * one u32 length per ragged leaf, and its bytes hold each ragged leaf at
+ * its length (no padding to the bound); a table without ragged leaves
+ * writes the same records as in version 4. A ragged spec in an older file
+ * is corrupt (none was ever written), and so is a length past its bound,
+ * unlike the one it shares, or taking more bytes than the file holds.
+ * Also in 5: a sequence table's steps each carry their policy version
+ * (after episode and index; a window's is its first step's), 0 when
+ * loaded from an older file. */
+#define CHIME__CKPT_VERSION 5u
 #define CHIME__CKPT_MIN_VERSION 1u
 /* The writer's buffer: chime__checkpoint_write_table wants this many
  * bytes at buf. */
@@ -61,7 +71,9 @@ int chime__checkpoint_write_table(chime__table_t *t, int fd, uint8_t *buf,
  * fname names the file in errors: CHIME_ECORRUPT (a key of another shard
  * than the file's, too), CHIME_EINVAL (a table the config lacks, a spec,
  * setting or shard that differs, more items than the table holds),
- * CHIME_ENOTSUP (a sequence table in a version 1 file). *items gets the
+ * CHIME_ENOTSUP (a sequence table in a version 1 file); a ragged item's
+ * lengths are checked against the file's spec (bound, shared length, bytes
+ * left) before any item goes in. *items gets the
  * items loaded. */
 int chime__checkpoint_load_table(const uint8_t *p, size_t n,
                                  chime__table_t *const *tables,

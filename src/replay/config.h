@@ -20,6 +20,14 @@ typedef enum {
   CHIME__SAMPLER_MAX_HEAP = 6,    /* highest priority first */
 } chime__sampler_t;
 
+/* A prioritized table's weight by staleness s (the newest version known
+ * minus the item's): an item is drawn with probability priority^exponent
+ * x w(s) / their sum (docs/replay.md, "Staleness weighting"). */
+typedef enum {
+  CHIME__STALE_WEIGHT_NONE = 0,
+  CHIME__STALE_WEIGHT_INVERSE = 1, /* 1 / (s + 1), TorchRL's */
+} chime__stale_weight_t;
+
 /* Rows are 32-bit indexes with one value kept for "none". */
 #define CHIME__MAX_TABLE_ITEMS UINT64_C(0xfffffffe)
 /* Step slots too, rounded up to whole blocks of up to 32 steps. */
@@ -68,9 +76,11 @@ typedef struct {
   uint32_t shard;
   /* Policy versions (docs/replay.md): an item more than max_staleness
    * versions behind the newest version the table knows (its items' and
-   * its learners') is never sampled and leaves; 0: no limit. A plain
-   * table's only. */
+   * its learners') is never sampled and leaves; 0: no limit. A sequence
+   * table's window has its oldest step's version. */
   uint64_t max_staleness;
+  /* A plain prioritized table's staleness weighting; NONE: none. */
+  chime__stale_weight_t staleness_weight;
 } chime__table_config_t;
 
 /* A table's storage (capacity * sample bytes) is reserved up front. */

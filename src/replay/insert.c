@@ -92,14 +92,6 @@ static void evict_oldest(chime__table_t *t, uint64_t need) {
   }
 }
 
-/* Sample j's version. */
-static inline uint64_t version_at(const chime__table_versions_t *v,
-                                  uint64_t j) {
-  if (v == NULL || v->n == 0)
-    return 0;
-  return v->n == 1 ? v->v[0] : v->v[j];
-}
-
 static int insert_spans(chime__table_t *t, const chime__span_t *spans,
                         size_t nspans, uint32_t count, const uint32_t *lengths,
                         const double *priorities,
@@ -124,8 +116,8 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
   for (uint64_t j = 0; versions != NULL && j < versions->n; j++)
     vmax = versions->v[j] > vmax ? versions->v[j] : vmax;
   if (t->steps != NULL)
-    return chime__tbl_seq_insert(t, spans, count, priorities, first_key, abort,
-                                 dq, nowait);
+    return chime__tbl_seq_insert(t, spans, count, priorities, versions,
+                                 first_key, abort, dq, nowait);
   uint64_t cap = t->cfg.capacity;
   int fifo = t->cfg.sampler == CHIME__SAMPLER_FIFO;
   /* A fifo remover's picks are known before the request goes in: the
@@ -238,7 +230,7 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
     if (j + KEY_AHEAD < count)
       chime__keyindex_prefetch(t->keys, key0 + j + KEY_AHEAD);
     double prio = priorities != NULL ? priorities[j] : 1.0;
-    uint64_t ver = version_at(versions, j);
+    uint64_t ver = chime__tbl_version_at(versions, j);
     if (ver < below) { /* too far behind already: never goes in */
       chime__tbl_cursor_skip(&cur, t->nrag == 0
                                        ? t->sample_bytes

@@ -44,8 +44,12 @@ static void mutate_update(chime__table_t *t, uint64_t key, double prio,
   t->meta[r].prio = prio;
   if (prio > t->max_prio)
     t->max_prio = prio;
-  if (t->sum != NULL)
-    e |= chime__sumtree_set(t->sum, r, chime__tbl_weight(t, prio));
+  if (t->sum != NULL) {
+    double old = chime__sumtree_get(t->sum, r), w = chime__tbl_weight(t, prio);
+    e |= chime__sumtree_set(t->sum, r, w);
+    if (t->vidx != NULL) /* the version's weight, for staleness weighting */
+      chime__verindex_reweigh(t->vidx, t->meta[r].version, w - old);
+  }
   if (t->hmin != NULL)
     e |= chime__heap_update(t->hmin, r, prio);
   if (t->hmax != NULL)

@@ -39,6 +39,7 @@ struct chime__steps_s {
   uint32_t *bitem;           /* the item starting there, NONE */
   uint64_t *sep;             /* the step's episode id */
   uint32_t *sidx;            /* its index in the episode */
+  uint64_t *sver;            /* its writer's policy version */
   chime__keyindex_t *newest; /* episode id -> block of its newest step */
   void *map;
   size_t map_len;
@@ -82,7 +83,7 @@ static uint64_t layout(const chime_spec_t *spec, uint64_t capacity_steps,
   if (leaves_out != NULL)
     *leaves_out = total;
   uint64_t meta =
-      5 * align64(nb * 4) + 2 * align64(slots * 4) + align64(slots * 8);
+      5 * align64(nb * 4) + 2 * align64(slots * 4) + 2 * align64(slots * 8);
   if (__builtin_add_overflow(total, meta, &total))
     return UINT64_MAX;
   return total;
@@ -150,6 +151,8 @@ int chime__steps_create(chime__steps_t **out, const chime_spec_t *spec,
   s->sidx = (uint32_t *)p;
   p += align64(slots * 4);
   s->sep = (uint64_t *)p;
+  p += align64(slots * 8);
+  s->sver = (uint64_t *)p;
   for (uint32_t b = 0; b < s->nblocks; b++)
     s->bnext[b] = s->bprev[b] = s->bopen[b] = NONE;
   for (uint64_t i = 0; i < slots; i++)
@@ -304,7 +307,7 @@ static void make_window(chime__steps_t *s, const episode_t *e, uint32_t first,
   s->bitem[slot] = s->cb.window(s->cb.ctx, &w);
 }
 
-void chime__steps_append(chime__steps_t *s, uint32_t ep,
+void chime__steps_append(chime__steps_t *s, uint32_t ep, uint64_t version,
                          void (*read)(void *ctx, uint8_t *dst, uint64_t n),
                          void *ctx) {
   episode_t *e = &s->eps[ep];
@@ -320,6 +323,7 @@ void chime__steps_append(chime__steps_t *s, uint32_t ep,
     read(ctx, s->leaf[l] + slot * s->lbytes[l], s->lbytes[l]);
   s->sep[slot] = e->id;
   s->sidx[slot] = e->len;
+  s->sver[slot] = version;
   if (e->len == 0 || s->bn[b] == 0) {
     /* The block of its newest step: one entry per episode with steps
      * stored (the remove fails for a new episode, the insert never). */
@@ -497,10 +501,11 @@ void chime__steps_view_unpin(chime__steps_t *s, chime__steps_view_t *v,
 void chime__steps_view_block(const chime__steps_t *s,
                              const chime__steps_view_t *v, uint32_t pos,
                              const uint64_t **ep, const uint32_t **idx,
-                             const uint8_t **leaf) {
+                             const uint64_t **ver, const uint8_t **leaf) {
   uint64_t slot0 = (uint64_t)v->block[pos] * s->k;
   *ep = s->sep + slot0;
   *idx = s->sidx + slot0;
+  *ver = s->sver + slot0;
   for (uint32_t l = 0; l < s->nleaves; l++)
     leaf[l] = s->leaf[l] + slot0 * s->lbytes[l];
 }
@@ -518,6 +523,7 @@ int chime__steps_restore_begin(chime__steps_t *s, uint32_t nused) {
 int chime__steps_restore_block(chime__steps_t *s, uint32_t pos, uint32_t bn,
                                uint32_t bnext, uint32_t bprev,
                                const uint64_t *ep, const uint32_t *idx,
+                               const uint64_t *ver,
                                const uint8_t *const *leaf) {
   /* In order; links point to newer (next) and older (prev) positions,
    * so no chain loops; next's range is checked at finish. */
@@ -530,6 +536,7 @@ int chime__steps_restore_block(chime__steps_t *s, uint32_t pos, uint32_t bn,
       return CHIME_EINVAL;
     s->sep[slot0 + o] = ep[o];
     s->sidx[slot0 + o] = idx[o];
+    s->sver[slot0 + o] = ver != NULL ? ver[o] : 0;
   }
   for (uint32_t l = 0; l < s->nleaves; l++)
     memcpy(s->leaf[l] + slot0 * s->lbytes[l], leaf[l],
@@ -605,4 +612,8 @@ int chime__steps_check_window(const chime__steps_t *s, uint32_t slot,
       return CHIME_EINVAL;
     off = 0;
   }
+}
+
+uint64_t chime__steps_version(const chime__steps_t *s, uint32_t slot) {
+  return s->sver[slot];
 }

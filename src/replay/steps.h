@@ -79,12 +79,13 @@ void chime__steps_destroy(chime__steps_t *s); /* NULL-safe */
  * window). Its next append opens an episode
  * when none is open. Returns a handle valid until the next call. */
 uint32_t chime__steps_lane(chime__steps_t *s, uint64_t writer);
-/* Appends one step to lane ep's open episode (a new one if none is open):
+/* Appends one step of policy version `version` (its writer's) to lane
+ * ep's open episode (a new one if none is open):
  * read(ctx, dst, n) is called once per
  * leaf, in spec order, to write its n bytes at dst. Evicts the oldest
  * block when every block is taken (cb->evict for its items), then makes
  * the window the step completes (cb->window). */
-void chime__steps_append(chime__steps_t *s, uint32_t ep,
+void chime__steps_append(chime__steps_t *s, uint32_t ep, uint64_t version,
                          void (*read)(void *ctx, uint8_t *dst, uint64_t n),
                          void *ctx);
 /* Ends lane ep's open episode: with pad, an uncovered tail (or a short
@@ -148,13 +149,13 @@ void chime__steps_view_take(chime__steps_t *s, chime__steps_view_t *v);
 /* Lets positions [v->unpinned, upto) go; under the table's lock. */
 void chime__steps_view_unpin(chime__steps_t *s, chime__steps_view_t *v,
                              uint32_t upto);
-/* Position pos's steps, stable while it is pinned: episode ids and
- * indices (bn[pos] each), and leaf l's bytes (bn[pos] steps, contiguous)
- * in leaf[l]. */
+/* Position pos's steps, stable while it is pinned: episode ids, indices
+ * and policy versions (bn[pos] each), and leaf l's bytes (bn[pos] steps,
+ * contiguous) in leaf[l]. */
 void chime__steps_view_block(const chime__steps_t *s,
                              const chime__steps_view_t *v, uint32_t pos,
                              const uint64_t **ep, const uint32_t **idx,
-                             const uint8_t **leaf);
+                             const uint64_t **ver, const uint8_t **leaf);
 /* A step slot as a position-based slot (pos * k + offset), for a window's
  * first step. */
 uint32_t chime__steps_view_slot(const chime__steps_view_t *v, uint32_t slot);
@@ -168,7 +169,7 @@ int chime__steps_restore_begin(chime__steps_t *s, uint32_t nused);
 int chime__steps_restore_block(chime__steps_t *s, uint32_t pos, uint32_t bn,
                                uint32_t bnext, uint32_t bprev,
                                const uint64_t *ep, const uint32_t *idx,
-                               const uint8_t *const *leaf);
+                               const uint64_t *ver, const uint8_t *const *leaf);
 int chime__steps_restore_finish(chime__steps_t *s, uint64_t next_episode,
                                 uint64_t abandoned, uint64_t evicted);
 /* Whether a window of len steps of episode ep from index first can start
@@ -176,5 +177,9 @@ int chime__steps_restore_finish(chime__steps_t *s, uint64_t next_episode,
  * 0 or CHIME_EINVAL. The caller lists it with chime__steps_relist. */
 int chime__steps_check_window(const chime__steps_t *s, uint32_t slot,
                               uint64_t ep, uint32_t first, uint32_t len);
+
+/* The policy version of the step at slot (its writer's at the append;
+ * a restored step's from the checkpoint, 0 from one before version 5). */
+uint64_t chime__steps_version(const chime__steps_t *s, uint32_t slot);
 
 #endif

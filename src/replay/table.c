@@ -146,7 +146,7 @@ void chime__tbl_live_add_weighted(chime__table_t *t, uint32_t r, int oldest,
   /* Keys are new (or left: given back) and the index holds every row. */
   e |= chime__keyindex_insert(t->keys, t->meta[r].key, r);
   if (t->vidx != NULL)
-    chime__verindex_add(t->vidx, r, t->meta[r].version);
+    chime__verindex_add(t->vidx, r, t->meta[r].version, w);
   (void)e; /* the row was free, the key checked: cannot fail */
 }
 
@@ -176,8 +176,11 @@ void chime__tbl_live_remove(chime__table_t *t, uint32_t r) {
   else
     t->newest = t->prev[r];
   int e = 0;
-  if (t->sum != NULL)
+  double w = 0.0; /* its weight, for the version index */
+  if (t->sum != NULL) {
+    w = chime__sumtree_get(t->sum, r);
     e = chime__sumtree_set(t->sum, r, 0.0);
+  }
   if (t->hmin != NULL)
     e |= chime__heap_remove(t->hmin, r);
   if (t->hmax != NULL)
@@ -185,7 +188,7 @@ void chime__tbl_live_remove(chime__table_t *t, uint32_t r) {
   e |= chime__keyindex_remove(t->keys, t->meta[r].key, NULL);
   (void)e; /* r was live, so in each: cannot fail */
   if (t->vidx != NULL)
-    chime__verindex_remove(t->vidx, r, t->meta[r].version);
+    chime__verindex_remove(t->vidx, r, t->meta[r].version, w);
   if (t->steps != NULL)
     chime__steps_forget(t->steps, t->wslot[r]);
   if (t->meta[r].pins != 0)
@@ -199,10 +202,13 @@ void chime__tbl_live_remove(chime__table_t *t, uint32_t r) {
 uint64_t chime__tbl_version_seen(chime__table_t *t, uint64_t ver) {
   uint64_t n = 0, v;
   uint32_t r;
-  if (ver > t->vnewest)
+  int rose = ver > t->vnewest;
+  if (rose)
     t->vnewest = ver;
   if (t->vidx == NULL)
     return 0;
+  if (rose) /* before removals: Z (staleness weighting) counts on it */
+    chime__verindex_set_newest(t->vidx, t->vnewest);
   uint64_t below = chime__tbl_stale_below(t);
   while (chime__verindex_lowest(t->vidx, &r, &v) == 0 && v < below) {
     chime__tbl_live_remove(t, r);

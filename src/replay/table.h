@@ -321,6 +321,13 @@ void chime__table_view_item(const chime__table_t *t,
 const uint8_t *chime__table_view_leaf(const chime__table_t *t,
                                       const chime__table_view_t *v, uint64_t i,
                                       uint32_t l);
+/* A ragged table's item i (view pinned): its ragged leaves' lengths in
+ * *lengths (chime_spec_ragged of them, spec order) and their rows back to
+ * back, only those used (NULL when every length is 0); NULL and *lengths
+ * NULL for a table without ragged leaves. Stable until the release. */
+const uint8_t *chime__table_view_ragged(const chime__table_t *t,
+                                        const chime__table_view_t *v,
+                                        uint64_t i, const uint32_t **lengths);
 /* Unpins the rows (a bounded number per lock hold) and frees *v. */
 void chime__table_view_release(chime__table_t *t, chime__table_view_t *v);
 /* Lets the rows of items [0, upto) go early, once their bytes are written:
@@ -343,6 +350,15 @@ int chime__table_restore_item_version(chime__table_t *t, uint64_t key,
                                       uint64_t itime, double prio,
                                       uint32_t times, uint64_t version,
                                       const uint8_t *sample);
+/* The same for a table with ragged leaves: lengths (one per ragged leaf,
+ * spec order; NULL for a table without) and sample's leaves in spec order,
+ * each ragged one at its length. CHIME_EINVAL too for a length past its
+ * bound or unlike the one it shares (nothing read past them). */
+int chime__table_restore_item_ragged(chime__table_t *t, uint64_t key,
+                                     uint64_t itime, double prio,
+                                     uint32_t times, uint64_t version,
+                                     const uint32_t *lengths,
+                                     const uint8_t *sample);
 /* After the items: the newest version the table knew; items it leaves
  * more than max_staleness behind leave (removed_stale). */
 void chime__table_restore_version(chime__table_t *t, uint64_t newest);

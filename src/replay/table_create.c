@@ -99,10 +99,16 @@ int chime__table_create(chime__table_t **out,
        t->cfg.remover != CHIME__SAMPLER_FIFO) ||
       !(t->cfg.priority_exponent >= 0) || isinf(t->cfg.priority_exponent) ||
       t->cfg.shard > CHIME__KEY_MAX_SHARD ||
-      (seq && t->cfg.max_staleness != 0)) {
+      (t->cfg.staleness_weight != CHIME__STALE_WEIGHT_NONE &&
+       (seq || t->cfg.sampler != CHIME__SAMPLER_PRIORITIZED ||
+        t->cfg.staleness_weight != CHIME__STALE_WEIGHT_INVERSE))) {
     rc = CHIME_EINVAL;
     goto out;
   }
+  /* The same sum tree, draws weighted by staleness (selector_stale.c). */
+  t->stale_on = t->cfg.staleness_weight != CHIME__STALE_WEIGHT_NONE;
+  if (t->stale_on)
+    t->sel = &chime__selector_prioritized_stale;
   size_t cap = (size_t)t->cfg.capacity;
   t->fixed_bytes = t->sample_bytes;
   size_t rows = (size_t)rows_for(t->cfg.capacity);
@@ -184,9 +190,11 @@ int chime__table_create(chime__table_t **out,
     goto out;
   if (seq && (rc = chime__tbl_seq_create(t, rows)) != 0)
     goto out;
-  if (t->cfg.max_staleness != 0 &&
+  if ((t->cfg.max_staleness != 0 || t->stale_on) &&
       (rc = chime__verindex_create(&t->vidx, rows)) != 0)
     goto out;
+  if (t->stale_on)
+    chime__verindex_weigh(t->vidx);
   t->next_key = chime__key_make(t->cfg.shard, 1);
   t->rng = (cfg->seed != 0 ? cfg->seed : chime__clock_ns(CLOCK_MONOTONIC)) | 1u;
   pthread_mutex_init(&t->mu, NULL);
@@ -257,7 +265,8 @@ uint64_t chime__table_bytes(const chime__table_config_t *cfg) {
   }
   /* The version index: per row, spares included (rows_for), of which the
    * pages of about twice the live versions' entries are touched. */
-  if (cfg->max_staleness != 0 &&
+  if ((cfg->max_staleness != 0 ||
+       cfg->staleness_weight != CHIME__STALE_WEIGHT_NONE) &&
       __builtin_add_overflow(total, chime__verindex_bytes(rows_for(cap)),
                              &total))
     return UINT64_MAX;

@@ -122,6 +122,9 @@ struct chime__table_s {
   uint64_t vnewest;
   chime__verindex_t *vidx;
   uint64_t removed_stale;
+  /* Staleness weighting (selector_stale.c): vidx kept for it, and its Z
+   * (verindex.h) is what draws weigh against. */
+  int stale_on;
 };
 
 #define NONE UINT32_MAX
@@ -396,9 +399,20 @@ static inline uint64_t chime__tbl_stale_below(const chime__table_t *t) {
   return s != 0 && t->vnewest > s ? t->vnewest - s : 0;
 }
 
+/* Sample j's version in an insert's versions (NULL or none: 0). */
+static inline uint64_t chime__tbl_version_at(const chime__table_versions_t *v,
+                                             uint64_t j) {
+  if (v == NULL || v->n == 0)
+    return 0;
+  return v->n == 1 ? v->v[0] : v->v[j];
+}
+
 /* The newest version known rises to ver (if it is newer); the items it
  * leaves too far behind leave (removed_stale). Returns how many left. */
 uint64_t chime__tbl_version_seen(chime__table_t *t, uint64_t ver);
+
+/* --- selector_stale.c: prioritized draws weighted by staleness --- */
+extern const chime__selector_t chime__selector_prioritized_stale;
 
 /* --- sample.c --- */
 /* One sample's pin of row k let go, under the lock: a row whose item left
@@ -412,6 +426,7 @@ int chime__tbl_seq_create(chime__table_t *t, size_t rows);
 void chime__tbl_seq_destroy(chime__table_t *t);
 int chime__tbl_seq_insert(chime__table_t *t, const chime__span_t *spans,
                           uint32_t count, const double *priorities,
+                          const chime__table_versions_t *versions,
                           uint64_t *first_key, const atomic_int *abort,
                           chime__dedupe_req_t *dq, int nowait);
 void chime__tbl_seq_copy(chime__table_t *t, const chime_ring_layout_t *lay,

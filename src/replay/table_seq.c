@@ -75,9 +75,21 @@ void chime__tbl_seq_destroy(chime__table_t *t) {
 
 /* A window an episode completed becomes an item (the table lock held,
  * from chime__steps_append or _end): the newest, with the table's initial
- * priority. */
+ * priority, and the policy version of its oldest step, so that a gate
+ * (max_staleness) never lets a window through with a step further behind
+ * (a writer's versions only rise). A window already too far behind takes
+ * its key and counts as inserted and as left (removed_stale), but never
+ * goes in, as a plain table's sample does. */
 static uint32_t seq_window(void *ctx, const chime__window_t *w) {
   chime__table_t *t = ctx;
+  uint64_t ver = chime__steps_version(t->steps, w->slot);
+  if (ver < chime__tbl_stale_below(t)) {
+    t->next_key++;
+    t->inserts++;
+    t->left++;
+    t->removed_stale++;
+    return NONE;
+  }
   if (t->rows - t->count - t->ndead == 0) {
     t->windows_dropped++; /* every row live or pinned: cannot happen while
                              pinned rows stay under the spares */
@@ -93,6 +105,7 @@ static uint32_t seq_window(void *ctx, const chime__window_t *w) {
   t->wfirst[r] = w->first;
   t->wlen[r] = w->len;
   t->wep[r] = w->episode;
+  t->meta[r].version = ver;
   chime__tbl_live_add(t, r, 0);
   t->inserts++;
   return r;
@@ -113,6 +126,7 @@ static void seq_read(void *ctx, uint8_t *dst, uint64_t n) {
  * for room: the oldest steps leave, with the windows starting in them. */
 int chime__tbl_seq_insert(chime__table_t *t, const chime__span_t *spans,
                           uint32_t count, const double *priorities,
+                          const chime__table_versions_t *versions,
                           uint64_t *first_key, const atomic_int *abort,
                           chime__dedupe_req_t *dq, int nowait) {
   int rc = 0;
@@ -158,8 +172,14 @@ int chime__tbl_seq_insert(chime__table_t *t, const chime__span_t *spans,
     t->inserts_waiting_rate--;
   }
   uint32_t ep = chime__steps_lane(t->steps, dq->writer);
+  uint64_t vmax = 0;
+  for (size_t j = 0; versions != NULL && j < versions->n; j++)
+    vmax = versions->v[j] > vmax ? versions->v[j] : vmax;
+  /* Before the steps go in: windows it leaves behind are never made. */
+  chime__tbl_version_seen(t, vmax);
   for (uint32_t j = 0; j < count; j++)
-    chime__steps_append(t->steps, ep, seq_read, &cur);
+    chime__steps_append(t->steps, ep, chime__tbl_version_at(versions, j),
+                        seq_read, &cur);
   if (dq->end_episode)
     chime__steps_end(t->steps, ep);
   *first_key = t->step_key;
@@ -226,8 +246,11 @@ int chime__table_restore_window(chime__table_t *t, uint64_t key, uint64_t itime,
     rc = CHIME_ENOMEM;
   } else {
     uint32_t r = chime__tbl_free_pop(t);
-    t->meta[r] =
-        (row_meta_t){.key = key, .itime = itime, .prio = prio, .times = times};
+    t->meta[r] = (row_meta_t){.key = key,
+                              .itime = itime,
+                              .prio = prio,
+                              .times = times,
+                              .version = chime__steps_version(t->steps, slot)};
     t->wslot[r] = slot;
     t->wfirst[r] = first;
     t->wlen[r] = len;

@@ -17,12 +17,22 @@ typedef struct {
   uint64_t ver;
   uint32_t head; /* its first (oldest) row */
   uint32_t n;    /* its rows */
+  double mass;   /* its rows' weights */
 } bucket_t;
+
+/* Changes to Z between two sums afresh: the running sum's rounding stays
+ * far below the probabilities' precision, at a cost of one pass over the
+ * versions per so many changes. */
+#define Z_RESUM_EVERY 65536u
 
 struct chime__verindex_s {
   uint32_t *prev, *nx; /* by row: the row's neighbours in its version's list */
   bucket_t *b;
   uint64_t lo, hi, cap;
+  int weigh;       /* keep z */
+  uint64_t newest; /* the newest version known */
+  double z;        /* sum of b[i].mass x w(newest - b[i].ver) */
+  uint32_t z_ops;  /* changes since z was summed afresh */
   void *map;
   size_t map_len;
 };
@@ -88,7 +98,49 @@ static uint64_t find(const chime__verindex_t *v, uint64_t ver, int *found) {
   return a;
 }
 
-void chime__verindex_add(chime__verindex_t *v, uint32_t r, uint64_t ver) {
+double chime__verindex_z_exact(chime__verindex_t *v) {
+  double z = 0.0;
+  for (uint64_t i = v->lo; i < v->hi; i++)
+    if (v->b[i].mass > 0)
+      z += v->b[i].mass * chime__verindex_stale_weight(v->newest - v->b[i].ver);
+  v->z = z;
+  v->z_ops = 0;
+  return z;
+}
+
+/* Version ver's weight changed by dw: so did z, by dw x its w(s). */
+static void z_moved(chime__verindex_t *v, uint64_t ver, double dw) {
+  if (!v->weigh)
+    return;
+  if (v->lo == v->hi) { /* nothing live: exactly 0, no rounding left over */
+    v->z = 0.0;
+    v->z_ops = 0;
+    return;
+  }
+  v->z += dw * chime__verindex_stale_weight(v->newest - ver);
+  if (++v->z_ops >= Z_RESUM_EVERY || !(v->z > 0))
+    chime__verindex_z_exact(v);
+}
+
+void chime__verindex_weigh(chime__verindex_t *v) {
+  v->weigh = 1;
+  chime__verindex_z_exact(v);
+}
+
+void chime__verindex_set_newest(chime__verindex_t *v, uint64_t newest) {
+  if (newest <= v->newest)
+    return;
+  v->newest = newest;
+  if (v->weigh)
+    chime__verindex_z_exact(v);
+}
+
+double chime__verindex_z(const chime__verindex_t *v) {
+  return v->z > 0 ? v->z : 0.0;
+}
+
+void chime__verindex_add(chime__verindex_t *v, uint32_t r, uint64_t ver,
+                         double w) {
   int found;
   uint64_t i = find(v, ver, &found);
   if (!found) {
@@ -102,8 +154,9 @@ void chime__verindex_add(chime__verindex_t *v, uint32_t r, uint64_t ver) {
       v->lo--;
       i--;
     }
-    v->b[i] = (bucket_t){.ver = ver, .head = r, .n = 1};
+    v->b[i] = (bucket_t){.ver = ver, .head = r, .n = 1, .mass = w};
     v->prev[r] = v->nx[r] = r;
+    z_moved(v, ver, w);
     return;
   }
   bucket_t *b = &v->b[i];
@@ -113,19 +166,24 @@ void chime__verindex_add(chime__verindex_t *v, uint32_t r, uint64_t ver) {
   v->nx[tail] = r;
   v->prev[h] = r;
   b->n++;
+  b->mass += w;
+  z_moved(v, ver, w);
 }
 
-void chime__verindex_remove(chime__verindex_t *v, uint32_t r, uint64_t ver) {
+void chime__verindex_remove(chime__verindex_t *v, uint32_t r, uint64_t ver,
+                            double w) {
   int found;
   uint64_t i = find(v, ver, &found);
   if (!found)
     return; /* not in the index: the caller's mistake, nothing to undo */
   bucket_t *b = &v->b[i];
+  b->mass -= w;
   if (--b->n > 0) {
     v->nx[v->prev[r]] = v->nx[r];
     v->prev[v->nx[r]] = v->prev[r];
     if (b->head == r)
       b->head = v->nx[r];
+    z_moved(v, ver, -w);
     return;
   }
   /* Its last row: the version goes. Stale versions go from the low end,
@@ -145,6 +203,7 @@ void chime__verindex_remove(chime__verindex_t *v, uint32_t r, uint64_t ver) {
     v->hi -= v->lo;
     v->lo = 0;
   }
+  z_moved(v, ver, -w);
 }
 
 int chime__verindex_lowest(const chime__verindex_t *v, uint32_t *r,
@@ -158,4 +217,25 @@ int chime__verindex_lowest(const chime__verindex_t *v, uint32_t *r,
 
 uint64_t chime__verindex_versions(const chime__verindex_t *v) {
   return v->hi - v->lo;
+}
+
+void chime__verindex_reweigh(chime__verindex_t *v, uint64_t ver, double dw) {
+  int found;
+  uint64_t i = find(v, ver, &found);
+  if (found) {
+    v->b[i].mass += dw;
+    z_moved(v, ver, dw);
+  }
+}
+
+void chime__verindex_at(const chime__verindex_t *v, uint64_t i, uint64_t *ver,
+                        double *mass, uint32_t *first) {
+  const bucket_t *b = &v->b[v->lo + i];
+  *ver = b->ver;
+  *mass = b->mass > 0 ? b->mass : 0.0; /* a running sum may dip below */
+  *first = b->head;
+}
+
+uint32_t chime__verindex_next(const chime__verindex_t *v, uint32_t r) {
+  return v->nx[r];
 }

@@ -5,8 +5,11 @@
  * a new item's version is nearly always the highest already there (one
  * compare) or a new highest (one append); an older one is found by binary
  * search over the distinct versions live, which are few (the staleness
- * window's). Sized at create for every row: add and remove never allocate
- * and never fail. Not thread-safe: the table calls it under its lock. */
+ * window's). Each version also keeps its rows' weight, and the index
+ * their sum weighted by staleness (a prioritized table's staleness
+ * weighting draws against it). Sized at create for every row:
+ * add and remove never allocate and never fail. Not thread-safe: the table
+ * calls it under its lock. */
 #ifndef CHIME_REPLAY_VERINDEX_H
 #define CHIME_REPLAY_VERINDEX_H
 
@@ -23,11 +26,40 @@ void chime__verindex_destroy(chime__verindex_t *v); /* NULL-safe */
 /* Bytes it maps for this many rows (create's, for chime__table_bytes). */
 uint64_t chime__verindex_bytes(uint64_t rows);
 
-/* Row r (not in the index) of version ver joins it, after the rows of its
- * version already there. */
-void chime__verindex_add(chime__verindex_t *v, uint32_t r, uint64_t ver);
-/* Row r, which joined with version ver, leaves. */
-void chime__verindex_remove(chime__verindex_t *v, uint32_t r, uint64_t ver);
+/* Row r (not in the index) of version ver and weight w (its sum tree
+ * weight, or 0) joins it, after the rows of its version already there. */
+void chime__verindex_add(chime__verindex_t *v, uint32_t r, uint64_t ver,
+                         double w);
+/* Row r, which joined with version ver, leaves with its weight w. */
+void chime__verindex_remove(chime__verindex_t *v, uint32_t r, uint64_t ver,
+                            double w);
+/* A row of version ver now weighs dw more (a new priority). */
+void chime__verindex_reweigh(chime__verindex_t *v, uint64_t ver, double dw);
+
+/* Staleness weighting (selector_stale.c): w(s) = 1 / (s + 1), s = the
+ * newest version - a version. */
+static inline double chime__verindex_stale_weight(uint64_t s) {
+  return 1.0 / ((double)s + 1.0);
+}
+/* Once called (at create), the index also keeps Z = the sum over live
+ * versions of their weight x w(newest - version): a running sum as rows
+ * come, go and change, summed afresh when newest rises and every so many
+ * changes. */
+void chime__verindex_weigh(chime__verindex_t *v);
+/* The newest version known rose to newest (it only rises). */
+void chime__verindex_set_newest(chime__verindex_t *v, uint64_t newest);
+/* Z (0 with nothing live, or without chime__verindex_weigh), and Z
+ * summed afresh (exact, one pass over the versions). */
+double chime__verindex_z(const chime__verindex_t *v);
+double chime__verindex_z_exact(chime__verindex_t *v);
+/* The i-th lowest distinct version live (i < chime__verindex_versions):
+ * the version, the sum of its rows' weights (kept by add, remove and
+ * reweigh: a running sum, reset when the version's last row leaves) and
+ * its first row; chime__verindex_next gives the row after r in its
+ * version, back to the first after the last. */
+void chime__verindex_at(const chime__verindex_t *v, uint64_t i, uint64_t *ver,
+                        double *mass, uint32_t *first);
+uint32_t chime__verindex_next(const chime__verindex_t *v, uint32_t r);
 /* The first row of the lowest version in *r and that version in *ver: 0,
  * or CHIME_ENOTFOUND when the index is empty. */
 int chime__verindex_lowest(const chime__verindex_t *v, uint32_t *r,

@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 
 #include "chime/errors.h"
+#include "common/spec.h"
 
 /* --- checkpoints: a pinned view, and items put back (ckpt_format.c) --- */
 
@@ -129,6 +130,14 @@ const uint8_t *chime__table_view_leaf(const chime__table_t *t,
   return t->leaf[l] + (size_t)v->rows[i] * t->lbytes[l];
 }
 
+const uint8_t *chime__table_view_ragged(const chime__table_t *t,
+                                        const chime__table_view_t *v,
+                                        uint64_t i, const uint32_t **lengths) {
+  uint32_t r = v->rows[i];
+  *lengths = t->nrag > 0 ? t->rlen + (size_t)r * t->nrag : NULL;
+  return t->nrag > 0 ? t->rbuf[r] : NULL;
+}
+
 void chime__table_view_unpin(chime__table_t *t, chime__table_view_t *v,
                              uint64_t upto) {
   if (upto > v->count)
@@ -173,19 +182,57 @@ void chime__table_view_release(chime__table_t *t, chime__table_view_t *v) {
 int chime__table_restore_item(chime__table_t *t, uint64_t key, uint64_t itime,
                               double prio, uint32_t times,
                               const uint8_t *sample) {
-  return chime__table_restore_item_version(t, key, itime, prio, times, 0,
-                                           sample);
+  return chime__table_restore_item_ragged(t, key, itime, prio, times, 0, NULL,
+                                          sample);
 }
 
 int chime__table_restore_item_version(chime__table_t *t, uint64_t key,
                                       uint64_t itime, double prio,
                                       uint32_t times, uint64_t version,
                                       const uint8_t *sample) {
+  return chime__table_restore_item_ragged(t, key, itime, prio, times, version,
+                                          NULL, sample);
+}
+
+/* Row r's leaves from sample (spec order, ragged leaves at lengths): the
+ * fixed ones into the table's rows, the ragged ones into buf. */
+static void restore_leaves(chime__table_t *t, uint32_t r, const uint32_t *lens,
+                           const uint8_t *sample, uint8_t *buf) {
+  for (uint32_t l = 0, k = 0; l < t->nleaves; l++) {
+    uint64_t n =
+        t->rrow[l] != 0 ? (uint64_t)lens[k++] * t->rrow[l] : t->lbytes[l];
+    uint8_t *dst = t->rrow[l] != 0 ? buf : t->leaf[l] + (size_t)r * n;
+    if (n == 0) /* buf is NULL when every length is 0 */
+      continue;
+    memcpy(dst, sample, (size_t)n);
+    if (t->rrow[l] != 0)
+      buf += n;
+    sample += n;
+  }
+}
+
+int chime__table_restore_item_ragged(chime__table_t *t, uint64_t key,
+                                     uint64_t itime, double prio,
+                                     uint32_t times, uint64_t version,
+                                     const uint32_t *lengths,
+                                     const uint8_t *sample) {
   uint32_t dummy;
+  uint64_t bytes = 0, rag = 0;
+  uint8_t *buf = NULL;
   if (t->steps != NULL)
     return CHIME_ENOTSUP;
   if (chime__tbl_check_priorities(t, &prio, 1) != 0)
     return CHIME_EINVAL;
+  /* The lengths again, whoever read them: each within its bound and like
+   * the one it shares, so the copies below stay inside buf. */
+  if (t->nrag > 0 &&
+      (lengths == NULL || chime__spec_ragged_bytes(&t->cfg.spec, 1, lengths,
+                                                   &bytes, NULL, 0) != 0))
+    return CHIME_EINVAL;
+  if (t->nrag > 0)
+    rag = bytes - t->fixed_bytes;
+  if (rag > 0 && (buf = malloc((size_t)rag)) == NULL)
+    return CHIME_ENOMEM;
   chime__tbl_lock(t);
   int rc = 0;
   if (chime__keyindex_lookup(t->keys, key, &dummy) == 0) {
@@ -194,9 +241,19 @@ int chime__table_restore_item_version(chime__table_t *t, uint64_t key,
     rc = CHIME_ENOMEM;
   } else {
     uint32_t r = chime__tbl_free_pop(t);
-    for (uint32_t l = 0; l < t->nleaves; l++)
-      memcpy(t->leaf[l] + (size_t)r * t->lbytes[l], sample + t->loff[l],
-             t->lbytes[l]);
+    if (t->nrag == 0) {
+      for (uint32_t l = 0; l < t->nleaves; l++)
+        memcpy(t->leaf[l] + (size_t)r * t->lbytes[l], sample + t->loff[l],
+               t->lbytes[l]);
+    } else {
+      restore_leaves(t, r, lengths, sample, buf);
+      t->rbuf[r] = buf;
+      buf = NULL;
+      memcpy(t->rlen + (size_t)r * t->nrag, lengths,
+             t->nrag * sizeof(uint32_t));
+      t->rag_bytes += rag;
+      t->rag_alloc += chime__tbl_rag_alloc(t->rbuf[r]);
+    }
     t->meta[r].key = key;
     t->meta[r].itime = itime;
     t->meta[r].prio = prio;
@@ -207,6 +264,7 @@ int chime__table_restore_item_version(chime__table_t *t, uint64_t key,
     chime__tbl_live_add(t, r, 0);
   }
   pthread_mutex_unlock(&t->mu);
+  free(buf); /* not taken: the item did not go in */
   return rc;
 }
 

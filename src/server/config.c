@@ -296,13 +296,19 @@ static int parse_table(chime__table_config_t *t, json_t *obj, uint32_t index,
     } else if (strcmp(key, "max_staleness") == 0) {
       if (get_u64(v, kw, &t->max_staleness, err, errlen) != 0)
         return CHIME_EINVAL;
+    } else if (strcmp(key, "staleness_weight") == 0) {
+      const char *w = json_is_string(v) ? json_string_value(v) : "";
+      if (strcmp(w, "none") != 0 && strcmp(w, "inverse") != 0)
+        return fail(err, errlen, "%s: expected \"none\" or \"inverse\"", kw);
+      t->staleness_weight = w[0] == 'i' ? CHIME__STALE_WEIGHT_INVERSE : 0;
     } else {
       return fail(err, errlen,
                   "%s: unknown key (known: name, spec, capacity, sampler, "
                   "remover, priority_exponent, max_times_sampled, min_size, "
                   "samples_per_insert, error_buffer, capacity_steps, "
                   "sequence_length, stride, episode_end, initial_priority, "
-                  "max_writers, writer_idle_ms, max_staleness)",
+                  "max_writers, writer_idle_ms, max_staleness, "
+                  "staleness_weight)",
                   kw);
     }
   }
@@ -321,10 +327,11 @@ static int parse_table(chime__table_config_t *t, json_t *obj, uint32_t index,
   }
   if (!have_cap && t->sequence_length == 0)
     return fail(err, errlen, "%s: 'capacity' is required", where);
-  if (t->max_staleness != 0 && t->sequence_length > 0)
+  if (t->staleness_weight != 0 &&
+      (t->sampler != CHIME__SAMPLER_PRIORITIZED || t->sequence_length > 0))
     return fail(err, errlen,
-                "%s: 'max_staleness': a sequence table's windows carry no "
-                "policy version (yet): plain tables only",
+                "%s: 'staleness_weight': it weighs a prioritized sampler's "
+                "draws, in plain tables only",
                 where);
   /* A fifo sampler's full table makes inserts wait for samples to make
    * room (a queue): it removes nothing itself, and needs a limit. */

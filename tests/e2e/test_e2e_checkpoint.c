@@ -5,7 +5,9 @@
  * spec that differs are refused at start, naming the file or the leaf;
  * interval_s makes checkpoints on its own and keep prunes them; Checkpoint
  * without a checkpoint dir is refused; a sequence table's windows come
- * back the same; names past 16 digits, and a FIFO in place of a file. */
+ * back the same; names past 16 digits, and a FIFO in place of a file; a
+ * ragged table's items (chimectl checkpoint) come back with the same
+ * offsets, values and policy versions. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -649,6 +651,111 @@ static void test_wide_names_and_fifo(void **state) {
     fail_msg("FIFO: exit %d, said '%s'", ex, msg);
 }
 
+/* --- a table with ragged leaves --- */
+
+#define RAG_N 60
+#define RAG_BOUND 300
+#define RAG_BATCH 10
+
+/* Item i's length (0 and the bound among them) and policy version. */
+static uint32_t rag_len(uint64_t i) {
+  return i == 1 ? RAG_BOUND : (uint32_t)((i * 37) % (RAG_BOUND + 1));
+}
+static uint64_t rag_version(uint64_t i) {
+  return 100 + i / 7;
+}
+
+/* chimectl checkpoint ADDR succeeds. */
+static void chimectl_checkpoint(const char *addr) {
+  char bin[1024], out[700];
+  if (chime__harness_bin("examples/chimectl", bin, sizeof(bin)) == NULL)
+    chime__skip("chimectl is not built");
+  snprintf(out, sizeof(out), "%s/ctl-rag.out", chime__harness_tmpdir());
+  const char *argv[] = {bin, "checkpoint", addr, NULL};
+  chime__proc_t p;
+  assert_int_equal(chime__proc_spawn(&p, argv, out), 0);
+  int st = 0;
+  assert_int_equal(chime__proc_wait(&p, 60000, &st), 0);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/* Ragged items (format version 5) through chimectl checkpoint and a
+ * restart with --restore latest: streamed back in order with the same
+ * offsets, values and policy versions, and the newest version known. */
+static void test_ragged_restore(void **state) {
+  (void)state;
+  char dir[600];
+  static int32_t tok[RAG_BOUND];
+  static float lp[RAG_BOUND];
+  ckpt_dir(dir, sizeof(dir), "ragged");
+  snprintf(cfg_json, sizeof(cfg_json),
+           "{\"checkpoint\": {\"dir\": \"%s\", \"keep\": 2},\n"
+           " \"tables\": [{\"name\": \"r\", \"spec\": \"tokens:i32[<=300], "
+           "lp:f32[<=300 ~tokens], w:f32[]\", \"capacity\": 1000, "
+           "\"min_size\": 1, \"sampler\": \"fifo\"}]}\n",
+           dir);
+  chime__chimed_t d;
+  chime_client_t *c;
+  start(&d, &c, NULL);
+  chime_writer_t *w = NULL;
+  assert_int_equal(chime_writer_open(&w, c, "r", NULL), 0);
+  for (uint64_t i = 1; i <= RAG_N; i++) {
+    for (uint32_t k = 0; k < RAG_BOUND; k++) {
+      tok[k] = (int32_t)(i * 1000 + k);
+      lp[k] = (float)k / 4 + (float)i;
+    }
+    float wv = (float)i;
+    const void *leaves[3] = {tok, lp, &wv};
+    const uint32_t lengths[3] = {rag_len(i), rag_len(i), 0};
+    assert_int_equal(chime_writer_set_version(w, rag_version(i)), 0);
+    assert_int_equal(chime_writer_append_leaves(w, leaves, lengths, 1.0), 0);
+  }
+  assert_int_equal(chime_writer_close(w), 0);
+  chimectl_checkpoint(d.addr);
+  stop(&d, c);
+
+  start(&d, &c, "latest");
+  chime_stats_t *st = NULL;
+  assert_int_equal(chime_client_stats(c, &st), 0);
+  assert_int_equal(st->tables[0].size, RAG_N);
+  assert_int_equal(st->tables[0].newest_version, rag_version(RAG_N));
+  chime_stats_free(st);
+  chime_stream_t *s = NULL;
+  chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
+  so.batch_size = RAG_BATCH;
+  so.slots = 2;
+  so.mode = CHIME_MODE_STREAM;
+  assert_int_equal(chime_stream_open(&s, c, "r", &so), 0);
+  for (uint64_t first = 1; first <= RAG_N; first += RAG_BATCH) {
+    chime_batch_t b;
+    assert_int_equal(chime_stream_next(s, &b, 30000), 0);
+    assert_int_equal(b.count, RAG_BATCH);
+    const chime_batch_leaf_t *t = chime_batch_leaf(&b, "tokens");
+    const chime_batch_leaf_t *l = chime_batch_leaf(&b, "lp");
+    const chime_batch_leaf_t *x = chime_batch_leaf(&b, "w");
+    assert_non_null(t);
+    assert_non_null(l);
+    assert_non_null(x);
+    assert_int_equal(t->offsets[0], 0);
+    for (uint32_t j = 0; j < RAG_BATCH; j++) {
+      uint64_t i = first + j;
+      const int32_t *tv = t->data;
+      const float *lv = l->data;
+      assert_int_equal(t->offsets[j + 1] - t->offsets[j], rag_len(i));
+      assert_int_equal(l->offsets[j + 1], t->offsets[j + 1]);
+      for (int64_t k = 0; k < (int64_t)rag_len(i); k++) {
+        assert_int_equal(tv[t->offsets[j] + k], (int32_t)(i * 1000 + k));
+        assert_true(lv[t->offsets[j] + k] == (float)k / 4 + (float)i);
+      }
+      assert_true(((const float *)x->data)[j] == (float)i);
+      assert_int_equal(b.info[j].version, rag_version(i));
+    }
+    assert_int_equal(chime_stream_release(s, &b), 0);
+  }
+  chime_stream_close(s);
+  stop(&d, c);
+}
+
 static int teardown(void **state) {
   (void)state;
   chime__harness_kill_all();
@@ -665,6 +772,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_chimectl, teardown),
       cmocka_unit_test_teardown(test_sequence_restore, teardown),
       cmocka_unit_test_teardown(test_wide_names_and_fifo, teardown),
+      cmocka_unit_test_teardown(test_ragged_restore, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

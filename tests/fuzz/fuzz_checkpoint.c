@@ -11,7 +11,9 @@
  * episode_end pad: blocks of 4 steps), whose file holds windows and the
  * step store's blocks. Bit 3 (plain tables): max_staleness 2, so items of
  * a version 4 file more than 2 behind its newest version leave as it
- * loads.
+ * loads. Bit 4 (plain tables): the table's spec has ragged leaves
+ * (FUZZ_CKPT_RAGGED_SPEC), whose items a version 5 file holds at their
+ * lengths.
  *
  * Beyond "no crash": the result is 0 or one of the codes restore gives
  * (CHIME_ECORRUPT, CHIME_EINVAL, CHIME_ENOTSUP); a refusal has a message
@@ -23,7 +25,9 @@
  * spec holding 0, 5 and 16 items (fifo, prioritized), and of sequence
  * tables (seq_*: written by test_checkpoint with CHIME_CKPT_SEEDS=DIR),
  * behind a flags byte; fifo_versions_v4: a version 4 file of 5 items of
- * versions 3..7 (newest 7), gated (flags 9). */
+ * versions 3..7 (newest 7), gated (flags 9); version 5 files of 5 items
+ * (*_5_v5; ragged_*: of the ragged spec, lengths 0 to the bound), also
+ * written by test_checkpoint with CHIME_CKPT_SEEDS. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -38,6 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* The seeds' table: tests/fuzz/corpus/checkpoint was written from it. */
 #define FUZZ_CKPT_SPEC "x:u64[], y:u8[4]"
+#define FUZZ_CKPT_RAGGED_SPEC "x:u64[], t:i32[<=8], l:f32[<=8 ~t]"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1)
@@ -60,7 +65,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   chime__table_config_t tc;
   memset(&tc, 0, sizeof(tc));
   snprintf(tc.name, sizeof(tc.name), "t");
-  FUZZ_CHECK(chime_spec_parse(&tc.spec, FUZZ_CKPT_SPEC, NULL, 0) == 0);
+  int ragged = (flags & 16) && !(flags & 4);
+  FUZZ_CHECK(chime_spec_parse(&tc.spec,
+                              ragged ? FUZZ_CKPT_RAGGED_SPEC : FUZZ_CKPT_SPEC,
+                              NULL, 0) == 0);
   tc.capacity = 16;
   if (flags & 4) {
     tc.capacity = 0;

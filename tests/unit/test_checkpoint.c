@@ -869,10 +869,12 @@ static void test_measure_sequence(void **state) {
   rm_rf(dir);
 }
 
-/* With CHIME_CKPT_SEEDS=DIR, writes fuzz_checkpoint's seeds of sequence
- * tables there (tests/fuzz/corpus/checkpoint/seq_*): its flags byte (bit
- * 2: a sequence table, bit 1: prioritized, bit 0: fix the CRC), then the
- * table file of a table as that target makes it. */
+/* With CHIME_CKPT_SEEDS=DIR, writes fuzz_checkpoint's seeds of the
+ * current version there (tests/fuzz/corpus/checkpoint/ *_v5: sequence
+ * tables, plain ones, ragged ones; the older versions' seeds, whose
+ * names lack the suffix, stay as they were): its flags byte (bit 4: its ragged
+ * spec, bit 2: a sequence table, bit 1: prioritized, bit 0: fix the CRC), then
+ * the table file of a table as that target makes it. */
 static void write_seed(const char *out, const char *name, uint8_t flags,
                        chime__table_t *t) {
   char dir[300], p[2200];
@@ -927,13 +929,47 @@ static void test_fuzz_seeds(void **state) {
                          0);
       }
       char name[64];
-      snprintf(name, sizeof(name), "seq_%s_%s", prio ? "prioritized" : "fifo",
-               fill ? "wrapped" : "empty");
+      snprintf(name, sizeof(name), "seq_%s_%s_v5",
+               prio ? "prioritized" : "fifo", fill ? "wrapped" : "empty");
       write_seed(out, name, (uint8_t)(4 | (prio ? 2 : 0)), t);
       if (fill && !prio) {
-        snprintf(name, sizeof(name), "seq_fifo_wrapped_fixcrc");
+        snprintf(name, sizeof(name), "seq_fifo_wrapped_v5_fixcrc");
         write_seed(out, name, 5, t);
       }
+      chime__table_destroy(t);
+    }
+  }
+  /* Version 5: plain tables of fuzz_checkpoint's spec, and (flag bit 4)
+   * of its ragged one, 5 items with versions, lengths 0 to the bound. */
+  for (int rag = 0; rag < 2; rag++) {
+    for (int prio = 0; prio < 2; prio++) {
+      chime__table_t *t = new_table(
+          rag ? "x:u64[], t:i32[<=8], l:f32[<=8 ~t]" : "x:u64[], y:u8[4]", 16,
+          prio ? CHIME__SAMPLER_PRIORITIZED : CHIME__SAMPLER_FIFO);
+      uint8_t buf[5 * (8 + 64)];
+      uint32_t lens[10];
+      uint64_t ver[5] = {3, 4, 4, 6, 7}, at = 0, key;
+      double pr[5] = {1, 2, 0.5, 3, 1};
+      for (uint32_t j = 0; j < 5; j++) {
+        uint32_t n = rag ? (j * 5) % 9 : 0;
+        lens[2 * j] = lens[2 * j + 1] = n;
+        uint64_t b = 8 + (rag ? 8 * (uint64_t)n : 4);
+        for (uint64_t i = 0; i < b; i++)
+          buf[at + i] = (uint8_t)(j * 16 + i);
+        at += b;
+      }
+      chime__span_t sp = {buf, (size_t)at};
+      chime__table_versions_t v = {ver, 5};
+      assert_int_equal(chime__table_insert_versioned(t, &sp, 1, 5,
+                                                     rag ? lens : NULL, pr, &v,
+                                                     &key, NULL, NULL, 0),
+                       0);
+      char name[64];
+      snprintf(name, sizeof(name), "%s%s_5_v5", rag ? "ragged_" : "",
+               prio ? "prioritized" : "fifo");
+      write_seed(out, name, (uint8_t)((rag ? 16 : 0) | (prio ? 2 : 0)), t);
+      if (rag && !prio)
+        write_seed(out, "ragged_fifo_5_v5_fixcrc", 17, t);
       chime__table_destroy(t);
     }
   }

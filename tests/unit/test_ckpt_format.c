@@ -211,7 +211,7 @@ static void test_shard_recorded(void **state) {
   file_t fa, fb;
   write_file(a, &fa);
   assert_int_equal(file_u32(&fa, 8), CHIME__CKPT_VERSION);
-  assert_int_equal(CHIME__CKPT_VERSION, 4);
+  assert_int_equal(CHIME__CKPT_VERSION, 5);
   assert_int_equal(file_u32(&fa, 16), 6);
   if (load(&fa, b, &items, err, sizeof(err)) != 0)
     fail_msg("load: %s", err);

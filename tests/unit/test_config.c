@@ -353,8 +353,8 @@ static void expect_sequence(const char *table, const char *want_err) {
     fail_msg("%s: error '%s' does not say '%s'", table, err, want_err);
 }
 
-/* Policy versions: max_staleness on a plain table (0 when absent); a
- * sequence table's windows carry no version, so it is refused there. */
+/* Policy versions: max_staleness on a plain table (0 when absent) and on
+ * a sequence table (its windows carry their oldest step's version). */
 static void test_max_staleness(void **state) {
   (void)state;
   char err[512] = "";
@@ -368,9 +368,48 @@ static void test_max_staleness(void **state) {
   assert_int_equal(cfg.tables[0].max_staleness, 0);
   expect_bad(T("a", "x:u8", ",\"capacity\":8,\"max_staleness\":-1"),
              "'max_staleness'");
+  /* A sequence table's windows carry their oldest step's version. */
+  assert_int_equal(chime__config_parse(&cfg,
+                                       T("s", "o:u8",
+                                         ",\"capacity_steps\":100,"
+                                         "\"sequence_length\":4,"
+                                         "\"max_staleness\":2"),
+                                       err, sizeof(err)),
+                   0);
+  assert_int_equal(cfg.tables[0].max_staleness, 2);
+}
+
+/* staleness_weight: "inverse" on a plain prioritized table ("none", the
+ * default, anywhere); another value, another sampler or a sequence table
+ * is refused. */
+static void test_staleness_weight(void **state) {
+  (void)state;
+  char err[512] = "";
+  assert_int_equal(
+      chime__config_parse(&cfg,
+                          T("a", "x:u8",
+                            ",\"capacity\":8,\"sampler\":\"prioritized\","
+                            "\"staleness_weight\":\"inverse\""),
+                          err, sizeof(err)),
+      0);
+  assert_int_equal(cfg.tables[0].staleness_weight, CHIME__STALE_WEIGHT_INVERSE);
+  assert_int_equal(
+      chime__config_parse(
+          &cfg, T("a", "x:u8", ",\"capacity\":8,\"staleness_weight\":\"none\""),
+          err, sizeof(err)),
+      0);
+  assert_int_equal(cfg.tables[0].staleness_weight, CHIME__STALE_WEIGHT_NONE);
+  expect_bad(T("a", "x:u8",
+               ",\"capacity\":8,\"sampler\":\"prioritized\","
+               "\"staleness_weight\":\"square\""),
+             "\"none\" or \"inverse\"");
+  expect_bad(T("a", "x:u8",
+               ",\"capacity\":8,\"sampler\":\"uniform\","
+               "\"staleness_weight\":\"inverse\""),
+             "prioritized sampler's draws");
   expect_bad(T("s", "o:u8",
                ",\"capacity_steps\":100,\"sequence_length\":4,"
-               "\"max_staleness\":2"),
+               "\"sampler\":\"prioritized\",\"staleness_weight\":\"inverse\""),
              "plain tables only");
 }
 
@@ -515,6 +554,7 @@ int main(void) {
       cmocka_unit_test(test_writer_memory),
       cmocka_unit_test(test_sequence_keys),
       cmocka_unit_test(test_max_staleness),
+      cmocka_unit_test(test_staleness_weight),
       cmocka_unit_test(test_shard_and_age),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -2,8 +2,10 @@
  * bytes measured against the allocator's), lengths past a bound or unlike
  * the length they share are refused with nothing inserted, a batch packs
  * each ragged leaf's rows back to back with count + 1 offsets, items given
- * back keep their rows, sequence tables and checkpoints refuse ragged
- * specs, a stale sample (max_staleness) is skipped at its own lengths. */
+ * back keep their rows, sequence tables refuse ragged specs, checkpoints
+ * (format version 5) keep each item's lengths and only its rows used and
+ * refuse a corrupt length, a stale sample (max_staleness) is skipped at
+ * its own lengths. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,12 +14,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "chime/errors.h"
 #include "common/key.h"
 #include "replay/ckpt_format.h"
+#include "replay/crc32c.h"
 #include "replay/table.h"
 #include "table_slot.h"
 
@@ -341,8 +345,7 @@ static void test_spans_send_offsets(void **state) {
   chime__table_destroy(t);
 }
 
-/* Sequences keep fixed-shape steps; checkpoints of ragged items wait for
- * the next format. */
+/* Sequences keep fixed-shape steps. */
 static void test_refusals(void **state) {
   (void)state;
   chime__table_config_t tc;
@@ -355,23 +358,180 @@ static void test_refusals(void **state) {
   tc.stride = 4;
   tc.sampler = CHIME__SAMPLER_UNIFORM;
   assert_int_equal(chime__table_create(&t, &tc), CHIME_EINVAL);
+}
 
-  t = new_table(SPEC, 16, CHIME__SAMPLER_UNIFORM);
-  uint32_t len[1] = {3};
-  assert_int_equal(insert(t, len, 1, 1), 0);
+/* t's checkpoint table file (ckpt_format.c), read back whole into *p. */
+static size_t ckpt_write(chime__table_t *t, uint8_t **p) {
   FILE *f = tmpfile();
   assert_non_null(f);
   uint8_t *buf = malloc(CHIME__CKPT_WBUF);
   assert_non_null(buf);
   chime__ckpt_file_t out;
   char err[256] = "";
-  assert_int_equal(chime__checkpoint_write_table(t, fileno(f), buf, "tmp", &out,
-                                                 err, sizeof(err)),
-                   CHIME_ENOTSUP);
-  assert_non_null(strstr(err, "ragged leaves"));
+  if (chime__checkpoint_write_table(t, fileno(f), buf, "tmp", &out, err,
+                                    sizeof(err)) != 0)
+    fail_msg("write: %s", err);
   free(buf);
+  size_t n = (size_t)out.bytes;
+  *p = malloc(n);
+  assert_non_null(*p);
+  assert_int_equal(pread(fileno(f), *p, n, 0), (ssize_t)n);
   fclose(f);
-  chime__table_destroy(t);
+  return n;
+}
+
+/* Verifies, then loads p into t (as restore does). */
+static int ckpt_load(chime__table_t *t, const uint8_t *p, size_t n, char *err,
+                     size_t errlen) {
+  uint64_t items;
+  int rc = chime__checkpoint_load_table(p, n, NULL, 0, "table-000.ckpt", &items,
+                                        err, errlen);
+  if (rc == 0)
+    rc = chime__checkpoint_load_table(p, n, &t, 1, "table-000.ckpt", &items,
+                                      err, errlen);
+  return rc;
+}
+
+static const uint32_t CK_LEN[5] = {0, 3, 64, 1, 10};
+static const uint64_t CK_VER[5] = {4, 5, 5, 6, 9};
+
+/* A fifo table of SPEC holding CK_LEN's items with CK_VER's versions. */
+static chime__table_t *ckpt_table(void) {
+  chime__table_t *t = new_table(SPEC, 16, CHIME__SAMPLER_FIFO);
+  uint64_t keys[5] = {1, 2, 3, 4, 5}, first;
+  uint32_t lengths[10];
+  static uint8_t buf[5 * (64 * 8 + 4)];
+  for (uint32_t j = 0; j < 5; j++)
+    lengths[2 * j] = lengths[2 * j + 1] = CK_LEN[j];
+  chime__span_t sp = {buf, pack(buf, keys, CK_LEN, 5)};
+  chime__table_versions_t v = {CK_VER, 5};
+  assert_int_equal(chime__table_insert_versioned(t, &sp, 1, 5, lengths, NULL,
+                                                 &v, &first, NULL, NULL, 0),
+                   0);
+  return t;
+}
+
+/* Where item i's lengths are in a file of ckpt_table's: after the header
+ * and the records before it (key, time, priority, times, version, two
+ * lengths, then the rows used and r). */
+static size_t ckpt_len_at(const chime__table_t *t, uint32_t i) {
+  char spec[256];
+  assert_int_equal(
+      chime_spec_format(&chime__table_config(t)->spec, spec, sizeof(spec)), 0);
+  size_t at = 8 + 4 + 4 + 4 + (4 + 3) + (4 + strlen(spec)) + 8 * 8 + 8;
+  for (uint32_t j = 0; j < i; j++)
+    at += 28 + 8 + 8 + 8 * (size_t)CK_LEN[j] + 4;
+  return at + 28 + 8;
+}
+
+static void put_u32(uint8_t *p, uint32_t v) {
+  for (int i = 0; i < 4; i++)
+    p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void fix_crc(uint8_t *p, size_t n) {
+  put_u32(p + n - 4, chime__crc32c(0, p, n - 4));
+}
+
+/* A ragged table's checkpoint (format version 5): each item's lengths and
+ * only its rows used go into the file, and load back into a fresh table
+ * as they were (rows, offsets, versions, the bytes stored), which writes
+ * the very same file again. */
+static void test_checkpoint_roundtrip(void **state) {
+  (void)state;
+  chime__table_t *a = ckpt_table(),
+                 *b = new_table(SPEC, 16, CHIME__SAMPLER_FIFO);
+  uint8_t *pa, *pb;
+  char err[512] = "";
+  size_t na = ckpt_write(a, &pa);
+  assert_int_equal(pa[8], 5);
+  /* No padding: 78 rows of 8 bytes used, where the bound is 5 x 64. */
+  assert_int_equal(na, ckpt_len_at(a, 5) - 28 - 8 + 4);
+  if (ckpt_load(b, pa, na, err, sizeof(err)) != 0)
+    fail_msg("load: %s", err);
+  chime__table_stats_t sa, sb;
+  chime__table_get_stats(a, &sa);
+  chime__table_get_stats(b, &sb);
+  assert_int_equal(sb.size, 5);
+  assert_int_equal(sb.ragged_bytes, sa.ragged_bytes);
+  assert_int_equal(sb.newest_version, 9);
+  size_t nb = ckpt_write(b, &pb);
+  assert_int_equal(nb, na);
+  assert_memory_equal(pb, pa, na);
+  slot_t s;
+  slot_init(&s, b, 5);
+  assert_int_equal(chime__table_sample(b, &s.lay, &s.ws, NULL), 0);
+  const int64_t want[6] = {0, 0, 3, 67, 68, 78};
+  for (uint32_t j = 0; j < 5; j++) {
+    assert_int_equal(s.ws.offsets[0][j + 1], want[j + 1]);
+    check_packed(&s, j, chime__key_make(0, 1 + j), CK_LEN[j]);
+    assert_int_equal(s.ws.info[j].version, CK_VER[j]);
+  }
+  slot_fini(&s);
+  free(pa);
+  free(pb);
+  chime__table_destroy(a);
+  chime__table_destroy(b);
+}
+
+/* A corrupt length is refused naming the file and the item, before any
+ * item goes in, and nothing is read or written past a buffer (ASan): past
+ * its bound, unlike the length it shares, more bytes than the file holds;
+ * a ragged spec in a file older than version 5; a length past its bound
+ * handed to the table directly. */
+static void test_checkpoint_corrupt(void **state) {
+  (void)state;
+  chime__table_t *a = ckpt_table();
+  uint8_t *p;
+  char err[512] = "";
+  size_t n = ckpt_write(a, &p);
+  uint8_t *q = malloc(n);
+  assert_non_null(q);
+  static const struct {
+    uint32_t item, tok, lp;
+    const char *why;
+  } bad[] = {
+      {1, 65, 65, "more than its bound 64"},
+      {2, 64, 63, "they share a length"},
+      {4, 64, 64, "left in the file"},
+      {4, 9, 9, "do not fill"},
+  };
+  for (size_t c = 0; c < sizeof(bad) / sizeof(bad[0]); c++) {
+    chime__table_t *b = new_table(SPEC, 16, CHIME__SAMPLER_FIFO);
+    memcpy(q, p, n);
+    size_t at = ckpt_len_at(a, bad[c].item);
+    put_u32(q + at, bad[c].tok);
+    put_u32(q + at + 4, bad[c].lp);
+    fix_crc(q, n);
+    assert_int_equal(ckpt_load(b, q, n, err, sizeof(err)), CHIME_ECORRUPT);
+    if (strstr(err, "table-000.ckpt") == NULL ||
+        strstr(err, bad[c].why) == NULL)
+      fail_msg("case %zu: %s", c, err);
+    chime__table_stats_t st;
+    chime__table_get_stats(b, &st);
+    assert_int_equal(st.size, 0);
+    chime__table_destroy(b);
+  }
+  /* Version 4 knew no ragged leaves. */
+  chime__table_t *b = new_table(SPEC, 16, CHIME__SAMPLER_FIFO);
+  memcpy(q, p, n);
+  put_u32(q + 8, 4);
+  fix_crc(q, n);
+  assert_int_equal(ckpt_load(b, q, n, err, sizeof(err)), CHIME_ECORRUPT);
+  assert_non_null(strstr(err, "version 4"));
+  uint32_t len[2] = {65, 65};
+  uint8_t sample[65 * 8 + 4] = {0};
+  assert_int_equal(
+      chime__table_restore_item_ragged(b, 1, 0, 1.0, 0, 0, len, sample),
+      CHIME_EINVAL);
+  len[0] = 2;
+  assert_int_equal(
+      chime__table_restore_item_ragged(b, 1, 0, 1.0, 0, 0, len, sample),
+      CHIME_EINVAL);
+  chime__table_destroy(b);
+  free(q);
+  free(p);
+  chime__table_destroy(a);
 }
 
 int main(void) {
@@ -382,6 +542,8 @@ int main(void) {
       cmocka_unit_test(test_give_back),
       cmocka_unit_test(test_spans_send_offsets),
       cmocka_unit_test(test_refusals),
+      cmocka_unit_test(test_checkpoint_roundtrip),
+      cmocka_unit_test(test_checkpoint_corrupt),
       cmocka_unit_test(test_stale_sample_skipped),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -6,7 +6,8 @@
  * arrival never going in; items given back that went stale meanwhile
  * staying out; each sample's version and staleness in its info; versions
  * through a checkpoint table file, and a version 3 file loading with every
- * version 0. */
+ * version 0; a sequence table's windows with their oldest step's version
+ * under a gate and through a checkpoint. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +20,7 @@
 #include <cmocka.h>
 
 #include "chime/errors.h"
+#include "common/key.h"
 #include "replay/ckpt_format.h"
 #include "replay/crc32c.h"
 #include "replay/table.h"
@@ -80,37 +82,37 @@ static void test_verindex(void **state) {
   assert_int_equal(chime__verindex_create(&v, 1000), 0);
   assert_int_equal(chime__verindex_lowest(v, &r, &ver), CHIME_ENOTFOUND);
   /* In order, then one late, then one older than all. */
-  chime__verindex_add(v, 0, 5);
-  chime__verindex_add(v, 1, 5);
-  chime__verindex_add(v, 2, 7);
-  chime__verindex_add(v, 3, 6);
-  chime__verindex_add(v, 4, 2);
+  chime__verindex_add(v, 0, 5, 0.0);
+  chime__verindex_add(v, 1, 5, 0.0);
+  chime__verindex_add(v, 2, 7, 0.0);
+  chime__verindex_add(v, 3, 6, 0.0);
+  chime__verindex_add(v, 4, 2, 0.0);
   assert_int_equal(chime__verindex_versions(v), 4);
   assert_int_equal(chime__verindex_lowest(v, &r, &ver), 0);
   assert_int_equal(r, 4);
   assert_int_equal(ver, 2);
-  chime__verindex_remove(v, 4, 2);
+  chime__verindex_remove(v, 4, 2, 0.0);
   assert_int_equal(chime__verindex_lowest(v, &r, &ver), 0);
   assert_int_equal(r, 0); /* version 5's oldest */
   assert_int_equal(ver, 5);
-  chime__verindex_remove(v, 0, 5);
+  chime__verindex_remove(v, 0, 5, 0.0);
   assert_int_equal(chime__verindex_lowest(v, &r, &ver), 0);
   assert_int_equal(r, 1);
-  chime__verindex_remove(v, 3, 6); /* a version in the middle goes */
-  chime__verindex_remove(v, 1, 5);
+  chime__verindex_remove(v, 3, 6, 0.0); /* a version in the middle goes */
+  chime__verindex_remove(v, 1, 5, 0.0);
   assert_int_equal(chime__verindex_lowest(v, &r, &ver), 0);
   assert_int_equal(r, 2);
   assert_int_equal(ver, 7);
-  chime__verindex_remove(v, 2, 7);
+  chime__verindex_remove(v, 2, 7, 0.0);
   assert_int_equal(chime__verindex_lowest(v, &r, &ver), CHIME_ENOTFOUND);
   /* Rising versions, each gone from the low end: the entries move back to
    * the array's start, never past its end. */
   for (uint32_t i = 0; i < 5000; i++) {
-    chime__verindex_add(v, i % 1000, 100 + i);
+    chime__verindex_add(v, i % 1000, 100 + i, 0.0);
     if (i >= 999) {
       assert_int_equal(chime__verindex_lowest(v, &r, &ver), 0);
       assert_int_equal(ver, 100 + i - 999);
-      chime__verindex_remove(v, r, ver);
+      chime__verindex_remove(v, r, ver, 0.0);
     }
   }
   assert_int_equal(chime__verindex_versions(v), 999);
@@ -275,24 +277,6 @@ static void test_give_back_stale(void **state) {
   chime__table_destroy(t);
 }
 
-/* A sequence table's items are windows of steps: no max_staleness yet. */
-static void test_sequence_refused(void **state) {
-  (void)state;
-  chime__table_config_t tc;
-  chime__table_t *t = NULL;
-  memset(&tc, 0, sizeof(tc));
-  snprintf(tc.name, sizeof(tc.name), "s");
-  assert_int_equal(chime_spec_parse(&tc.spec, "o:f32[2]", NULL, 0), 0);
-  tc.capacity_steps = 64;
-  tc.sequence_length = 4;
-  tc.stride = 1;
-  tc.sampler = CHIME__SAMPLER_UNIFORM;
-  tc.min_size = 1;
-  tc.max_staleness = 2;
-  assert_int_equal(chime__table_create(&t, &tc), CHIME_EINVAL);
-  assert_null(t);
-}
-
 static void write_file(chime__table_t *t, uint8_t **p, size_t *n) {
   char err[256] = "";
   chime__ckpt_file_t f;
@@ -343,7 +327,7 @@ static void test_checkpoint(void **state) {
   assert_int_equal(chime__table_set_version(a, 8, NULL), 0);
   write_file(a, &p, &n);
   assert_int_equal(p[8], CHIME__CKPT_VERSION);
-  assert_int_equal(CHIME__CKPT_VERSION, 4);
+  assert_int_equal(CHIME__CKPT_VERSION, 5);
   load_into(b, p, n);
   assert_int_equal(stats(b).newest_version, 8);
   versions_of(b, 6, got, &newest);
@@ -434,6 +418,98 @@ static void test_checkpoint_seed(void **state) {
   chime__table_destroy(t);
 }
 
+/* A sequence table with a gate: a writer's steps carry their versions,
+ * T = 4, stride 1. */
+static chime__table_t *seq_vtable(void) {
+  chime__table_config_t tc;
+  chime__table_t *t = NULL;
+  memset(&tc, 0, sizeof(tc));
+  snprintf(tc.name, sizeof(tc.name), "s");
+  assert_int_equal(chime_spec_parse(&tc.spec, "o:f32[2]", NULL, 0), 0);
+  tc.capacity_steps = 64;
+  tc.sequence_length = 4;
+  tc.stride = 1;
+  tc.sampler = CHIME__SAMPLER_UNIFORM;
+  tc.min_size = 1;
+  tc.max_staleness = 2;
+  tc.seed = 5;
+  assert_int_equal(chime__table_create(&t, &tc), 0);
+  return t;
+}
+
+/* n steps of writer w (request seq) with versions ver[0, n). */
+static void seq_steps_v(chime__table_t *t, uint64_t w, uint64_t seq,
+                        const uint64_t *ver, uint32_t n) {
+  uint8_t buf[16 * 8] = {0};
+  uint64_t key;
+  chime__span_t sp = {buf, (size_t)n * 8};
+  chime__table_versions_t v = {ver, n};
+  chime__dedupe_req_t dq = {.writer = w, .seq = seq};
+  assert_true(n <= 16);
+  assert_int_equal(chime__table_insert_versioned(t, &sp, 1, n, NULL, NULL, &v,
+                                                 &key, NULL, &dq, 0),
+                   0);
+}
+
+/* A batch of 32 windows (uniform): each one's version is want[its key's
+ * count], and none is of a key want has as 0 (gone). */
+static void check_windows(chime__table_t *t, const uint64_t *want,
+                          uint64_t newest) {
+  slot_t s;
+  slot_init(&s, t, 32);
+  assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
+  for (uint32_t j = 0; j < 32; j++) {
+    uint64_t k = chime__key_count(s.ws.info[j].key);
+    assert_true(want[k] != 0);
+    assert_int_equal(s.ws.info[j].version, want[k]);
+    assert_int_equal(s.ws.info[j].staleness, newest - want[k]);
+  }
+  slot_fini(&s);
+}
+
+/* A sequence table's window has its oldest step's version, so a gate
+ * removes (and never samples) a window whose first step fell too far
+ * behind; a window already too far behind when complete is never made;
+ * the steps' versions go through a checkpoint. */
+static void test_sequence_versions(void **state) {
+  (void)state;
+  chime__table_t *t = seq_vtable();
+  uint64_t v1[6] = {1, 1, 2, 2, 3, 3};
+  seq_steps_v(t, 1, 1, v1, 6);
+  /* Windows 1..3 start at steps 0..2. */
+  uint64_t want[8] = {0, 1, 1, 2, 0, 0, 0, 0};
+  assert_int_equal(stats(t).size, 3);
+  check_windows(t, want, 3);
+  /* Version 4: windows of version 1 leave. */
+  assert_int_equal(chime__table_set_version(t, 4, NULL), 0);
+  assert_int_equal(stats(t).size, 1);
+  assert_int_equal(stats(t).removed_stale, 2);
+  want[1] = want[2] = 0;
+  check_windows(t, want, 4);
+  /* Two more steps: windows 4 and 5 start at steps 3 and 4. */
+  uint64_t v2[2] = {4, 4};
+  seq_steps_v(t, 1, 2, v2, 2);
+  want[4] = 2;
+  want[5] = 3;
+  check_windows(t, want, 4);
+  /* Another writer's steps of version 1: its window is never made. */
+  uint64_t v3[4] = {1, 1, 1, 1};
+  seq_steps_v(t, 2, 1, v3, 4);
+  assert_int_equal(stats(t).size, 3);
+  assert_int_equal(stats(t).removed_stale, 3);
+  /* Through a checkpoint: the same windows and versions. */
+  chime__table_t *b = seq_vtable();
+  uint8_t *p;
+  size_t n;
+  write_file(t, &p, &n);
+  load_into(b, p, n);
+  assert_int_equal(stats(b).size, 3);
+  check_windows(b, want, 4);
+  free(p);
+  chime__table_destroy(b);
+  chime__table_destroy(t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_verindex),
@@ -445,8 +521,8 @@ int main(void) {
       cmocka_unit_test(test_gate_heaps),
       cmocka_unit_test(test_stale_on_arrival),
       cmocka_unit_test(test_give_back_stale),
-      cmocka_unit_test(test_sequence_refused),
       cmocka_unit_test(test_checkpoint),
+      cmocka_unit_test(test_sequence_versions),
       cmocka_unit_test(test_checkpoint_seed),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

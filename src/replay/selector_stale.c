@@ -1,0 +1,105 @@
+/* prioritized with staleness weighting (TorchRL's StalenessAwareSampler,
+ * docs/replay.md "Staleness weighting"): an item is drawn with probability
+ * p^a x w(s) / Z, s = the newest version known - the item's version, w(s)
+ * = 1 / (s + 1), Z = the sum of p^a x w(s) over the live items.
+ *
+ * Every item's s changes when the newest version rises, so no per-item
+ * weight is kept: the sum tree holds p^a as for plain prioritized, the
+ * version index (verindex.c) each version's sum of p^a and Z, the sum
+ * over live versions of that x w(newest - version), kept as rows come,
+ * go and change and summed afresh when the newest version rises. A draw
+ * takes an item from the sum tree (probability p^a / T) and keeps it with
+ * probability w(s) (w(0) = 1, w falls with s): each try keeps one exactly
+ * from the target, and the tries expected are T / Z, at most 1 / w(the
+ * largest staleness held): max_staleness + 1 with a gate. Without one
+ * they grow with how stale the mass is, so after STALE_TRIES tries a draw
+ * walks the versions (choosing one by its share of Z) and that version's
+ * rows: exact too, linear in the versions and the version's rows. */
+#include "replay/selector.h"
+#include "replay/sumtree.h"
+#include "replay/table_internal.h"
+#include "replay/verindex.h"
+
+/* Tries before the walk: with w(s) >= 1/8 the walk is taken with
+ * probability under (7/8)^64 ~ 2e-4. */
+#define STALE_TRIES 64
+
+static inline double weight_of(uint64_t s) {
+  return chime__verindex_stale_weight(s);
+}
+
+/* The exact draw by the versions: one by its share of Z, then one of its
+ * rows by its share of the version's weight. Rounding that runs past the
+ * end takes the last with weight. */
+static uint32_t walk(chime__table_t *t, double *prob) {
+  uint64_t ver;
+  double mass, f = 1.0;
+  uint32_t first = NONE, head;
+  double z = chime__verindex_z_exact(t->vidx);
+  double u = chime__tbl_rand_unit(t) * z;
+  /* Newest first: most of Z, mostly. */
+  for (uint64_t i = chime__verindex_versions(t->vidx); i-- > 0;) {
+    chime__verindex_at(t->vidx, i, &ver, &mass, &head);
+    if (!(mass > 0))
+      continue;
+    first = head;
+    f = weight_of(t->vnewest - ver);
+    if (u < mass * f)
+      break;
+    u -= mass * f;
+  }
+  if (first == NONE) /* Z > 0 says some version weighs: unreachable */
+    return chime__selector_prioritized.pick(t, prob);
+  double v = u / f; /* within the version's weight */
+  uint32_t r = first, got = NONE;
+  do {
+    double w = chime__sumtree_get(t->sum, r);
+    if (w > 0) {
+      got = r;
+      if (v < w)
+        break;
+      v -= w;
+    }
+    r = chime__verindex_next(t->vidx, r);
+  } while (r != first);
+  *prob = chime__sumtree_get(t->sum, got) * f / z;
+  return got;
+}
+
+static uint32_t pick(chime__table_t *t, double *prob) {
+  double total = chime__sumtree_total(t->sum), z = chime__verindex_z(t->vidx);
+  uint64_t slot;
+  if (!(total > 0) || !(z > 0)) /* every priority 0: uniform */
+    return chime__selector_prioritized.pick(t, prob);
+  for (int k = 0; k < STALE_TRIES; k++) {
+    if (chime__sumtree_find(t->sum, chime__tbl_rand_unit(t) * total, &slot) !=
+        0)
+      break;
+    uint32_t r = (uint32_t)slot;
+    double f = weight_of(t->vnewest - t->meta[r].version);
+    if (f >= 1.0 || chime__tbl_rand_unit(t) < f) {
+      *prob = chime__sumtree_get(t->sum, slot) * f / z;
+      return r;
+    }
+  }
+  return walk(t, prob);
+}
+
+/* Z: what an item's p^a x w(s) is a share of (a sharded learner weighs
+ * shards by it); 0 while every priority is 0, as prioritized's. */
+static double mass(const chime__table_t *t) {
+  double z = chime__verindex_z(t->vidx);
+  return chime__sumtree_total(t->sum) > 0 ? z : 0.0;
+}
+
+const chime__selector_t chime__selector_prioritized_stale = {
+    .id = CHIME__SAMPLER_PRIORITIZED,
+    .name = "prioritized",
+    .needs = CHIME__SEL_SUM | CHIME__SEL_DENSE,
+    .random = 1,
+    .pick = pick,
+    /* Never a remover: a table's is chime__selector(remover), and a
+     * prioritized remover picks by priority alone (Reverb's rule). */
+    .victim = NULL,
+    .mass = mass,
+};

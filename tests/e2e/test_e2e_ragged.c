@@ -154,6 +154,20 @@ static uint64_t tail_bytes(uint32_t batch) {
          lay.offsets_offset[0];
 }
 
+/* A stream of 4 slots on table in mode (no fallback). */
+static chime_stream_t *open_stream(const char *table, uint32_t batch,
+                                   chime_mode_t mode) {
+  chime_stream_t *s = NULL;
+  chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
+  so.batch_size = batch;
+  so.slots = 4;
+  so.mode = mode;
+  if (chime_stream_open(&s, client, table, &so) != 0)
+    fail_msg("open %s: %s", chime_mode_name(mode), chime_last_error());
+  assert_int_equal(chime_stream_mode(s), mode);
+  return s;
+}
+
 /* Reads samples first..first+n-1 (fifo: in order) in mode; each batch's
  * leaves as documented: values [total, *rest], offsets count + 1. In
  * stream mode a batch moves the rows it uses and no more: what the stream
@@ -161,15 +175,8 @@ static uint64_t tail_bytes(uint32_t batch) {
  * table holds no more than these n, so no batch is received ahead). */
 static void consume_from(const char *table, uint32_t batch, chime_mode_t mode,
                          uint64_t first, uint64_t n) {
-  chime_stream_t *s = NULL;
-  chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
-  so.batch_size = batch;
-  so.slots = 4;
-  so.mode = mode;
-  int rc = chime_stream_open(&s, client, table, &so);
-  if (rc != 0)
-    fail_msg("open %s: %s", chime_mode_name(mode), chime_last_error());
-  assert_int_equal(chime_stream_mode(s), mode);
+  chime_stream_t *s = open_stream(table, batch, mode);
+  int rc;
   uint64_t used = 0;
   for (uint64_t got = 0; got < n; got += batch) {
     chime_batch_t b;
@@ -406,12 +413,7 @@ static void test_stream_batches_of_many_chunks(void **state) {
                   (uint64_t)BIG_BATCH * sizeof(chime_sample_info_t) -
                   lay.offsets_offset[0];
 
-  chime_stream_t *s = NULL;
-  chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
-  so.batch_size = BIG_BATCH;
-  so.slots = 4;
-  so.mode = CHIME_MODE_STREAM;
-  assert_int_equal(chime_stream_open(&s, client, "big", &so), 0);
+  chime_stream_t *s = open_stream("big", BIG_BATCH, CHIME_MODE_STREAM);
   uint64_t used = 0, prefix = 0;
   for (uint64_t got = 0; got < BIG_ITEMS; got += BIG_BATCH) {
     chime_batch_t b;

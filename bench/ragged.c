@@ -7,10 +7,10 @@
  * into a slot, over a fixed-shape table of as many items whose samples are
  * the mean used size (the same used bytes a batch), in turns with it, per
  * CPU second of the sampling thread (steadier than wall time on a shared
- * machine; the sampling is one thread). A
- * stream-mode batch sends the slot's prefix (docs/replay.md): that ratio
- * is printed too. On a shared machine the median of the rounds is the
- * figure to read. */
+ * machine; the sampling is one thread). What a stream-mode batch sends
+ * (its extents, as chimed's sender computes them) over the bytes used is
+ * printed too, and what the slot's prefix would be. On a shared machine
+ * the median of the rounds is the figure to read. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdatomic.h>
@@ -21,6 +21,7 @@
 #include "bench.h"
 #include "measure.h"
 #include "replay/table.h"
+#include "ring/extents.h"
 #include "ring/producer.h"
 
 #define BOUND 8192
@@ -69,15 +70,22 @@ static uint32_t draw_len(uint64_t *seed) {
   return v > BOUND ? BOUND : (uint32_t)v;
 }
 
-/* Samples `batches` batches; the slot's used bytes (values) summed. */
+/* Samples `batches` batches; the slot's used bytes (values) summed, and
+ * what stream mode sends of each: the extents chimed's sender sends
+ * (chime__slot_extents, the very function it uses; computed on the
+ * sampler's thread there too, so counted in its time here). */
 static int run(chime__table_t *t, slot_t *s, int ragged, uint32_t batches,
                uint64_t fixed_bytes, double *secs, uint64_t *used,
-               uint64_t *moved) {
+               uint64_t *moved, uint64_t *sent) {
   atomic_int stop = 0;
+  const chime_spec_t *spec = chime__table_item_spec(t);
+  chime__extents_t ext;
   double t0 = chime__bench_cpu_s(0);
   for (uint32_t i = 0; i < batches; i++) {
-    if (chime__table_sample(t, &s->lay, &s->ws, &stop) != 0)
+    if (chime__table_sample(t, &s->lay, &s->ws, &stop) != 0 ||
+        chime__slot_extents(&s->lay, spec, s->mem, &ext, NULL, 0) != 0)
       return -1;
+    *sent += ext.total;
     uint32_t B = s->lay.batch_size;
     if (ragged) {
       uint64_t rows = (uint64_t)s->ws.offsets[0][B];
@@ -160,58 +168,65 @@ int chime__bench_ragged(int argc, char **argv) {
     return 1;
   /* Warm both (pages of the slots and the tables' first touches). */
   double s0 = 0, s1 = 0;
-  uint64_t u0 = 0, u1 = 0, m0 = 0, m1 = 0;
-  if (run(rt, &rs, 1, 4, 0, &s0, &u0, &m0) != 0 ||
-      run(ft, &fs, 0, 4, fixed_bytes, &s1, &u1, &m1) != 0)
+  uint64_t u0 = 0, u1 = 0, m0 = 0, m1 = 0, x0 = 0, x1 = 0;
+  if (run(rt, &rs, 1, 4, 0, &s0, &u0, &m0, &x0) != 0 ||
+      run(ft, &fs, 0, 4, fixed_bytes, &s1, &u1, &m1, &x1) != 0)
     return 1;
   double ratio[MAX_ROUNDS], rg[MAX_ROUNDS], fg[MAX_ROUNDS];
-  uint64_t used = 0, moved = 0;
+  uint64_t used = 0, moved = 0, sent = 0, fused = 0, fsent = 0;
   for (uint32_t r = 0; r < rounds; r++) {
     double sr = 0, sf = 0;
     uint64_t ur = 0, uf = 0, mf = 0;
     /* In turns, the order alternating, so drifts of a shared machine fall
      * on both. */
     if (r % 2 == 0) {
-      if (run(rt, &rs, 1, per_round, 0, &sr, &ur, &moved) != 0 ||
-          run(ft, &fs, 0, per_round, fixed_bytes, &sf, &uf, &mf) != 0)
+      if (run(rt, &rs, 1, per_round, 0, &sr, &ur, &moved, &sent) != 0 ||
+          run(ft, &fs, 0, per_round, fixed_bytes, &sf, &uf, &mf, &fsent) != 0)
         return 1;
     } else {
-      if (run(ft, &fs, 0, per_round, fixed_bytes, &sf, &uf, &mf) != 0 ||
-          run(rt, &rs, 1, per_round, 0, &sr, &ur, &moved) != 0)
+      if (run(ft, &fs, 0, per_round, fixed_bytes, &sf, &uf, &mf, &fsent) != 0 ||
+          run(rt, &rs, 1, per_round, 0, &sr, &ur, &moved, &sent) != 0)
         return 1;
     }
     used += ur;
+    fused += uf;
     rg[r] = (double)ur / sr / 1e9;
     fg[r] = (double)uf / sf / 1e9;
     ratio[r] = rg[r] / fg[r];
   }
   double held = (double)st.ragged_alloc_bytes / (double)st.ragged_bytes;
   double moved_ratio = (double)moved / (double)used;
-  double send = (double)(rs.lay.info_offset) /
-                ((double)used / (double)(rounds * per_round));
+  double send = (double)sent / (double)used;
+  double fsend = (double)fsent / (double)fused;
+  /* What a batch sent before it sent only its extents: the slot's prefix. */
+  double prefix = (double)chime__slot_send_bytes(&rs.lay) /
+                  ((double)used / (double)(rounds * per_round));
   double rmed = chime__bench_median(ratio, (int)rounds);
   double rgm = chime__bench_median(rg, (int)rounds);
   double fgm = chime__bench_median(fg, (int)rounds);
   if (json)
     printf("{\"bench\":\"ragged\",\"items\":%" PRIu64 ",\"batch\":%u,"
            "\"mean_tokens\":%.1f,\"held_over_used\":%.4f,"
-           "\"moved_over_used\":%.4f,\"stream_sent_over_used\":%.2f,"
+           "\"moved_over_used\":%.4f,\"stream_sent_over_used\":%.4f,"
+           "\"fixed_stream_sent_over_used\":%.4f,"
+           "\"prefix_over_used\":%.2f,"
            "\"ragged_gbps\":%.3f,\"fixed_gbps\":%.3f,"
            "\"ragged_over_fixed\":%.3f,\"rounds\":%u}\n",
-           items, batch, mean_len, held, moved_ratio, send, rgm, fgm, rmed,
-           rounds);
+           items, batch, mean_len, held, moved_ratio, send, fsend, prefix, rgm,
+           fgm, rmed, rounds);
   else
     printf("ragged: %" PRIu64 " items, mean %.0f tokens (max %d), batch %u\n"
            "  held / used   %.4fx (allocator's bytes over the rows used; "
            "padded to the bound: %.2fx)\n"
            "  moved / used  %.4fx (shm: values and offsets into the slot)\n"
-           "  stream sent / used  %.2fx (the slot's prefix, sized by the "
-           "bound)\n"
+           "  stream sent / used  %.4fx (its extents: offsets, info, rows "
+           "used; the slot's prefix would be %.2fx; fixed-shape %.4fx)\n"
            "  delivery: ragged %.2f GB/s used, fixed-shape %.2f GB/s "
            "(x:i32[%" PRIu64 "]) per CPU second, ratio %.3f (median of %u "
            "rounds)\n",
            items, mean_len, BOUND, batch, held, (double)BOUND / mean_len,
-           moved_ratio, send, rgm, fgm, fixed_words, rmed, rounds);
+           moved_ratio, send, prefix, fsend, rgm, fgm, fixed_words, rmed,
+           rounds);
   free(rs.mem);
   free(fs.mem);
   free(one);

@@ -639,7 +639,9 @@ typedef struct {
   uint64_t bytes;     /* leaf bytes of those batches */
   /* Stream mode: batch payload received, per batch chime_ring_layout()'s
    * info_offset + batch_size * sizeof(chime_sample_info_t) (leaf arrays,
-   * padding, sample info: more than `bytes` counts). Counted as chunks
+   * padding, sample info: more than `bytes` counts); with ragged leaves
+   * only what a batch uses: its offsets and info, its fixed leaves, its
+   * ragged leaves' rows (docs/protocol.md, stream mode). Counted as chunks
    * arrive, so it covers every batch next() returned, and a batch's bytes
    * count a moment before next() can see it. */
   uint64_t received_bytes;

@@ -116,8 +116,7 @@ static int check_layout(chime_stream_t *s, const Chime__V1__Layout *l,
              l->n_leaf_offset == s->spec.nleaves;
   for (size_t i = 0; same && i < l->n_leaf_offset; i++)
     same = l->leaf_offset[i] == s->layout.leaf_offset[i];
-  uint64_t send = s->layout.info_offset +
-                  (uint64_t)o->batch_size * sizeof(chime_sample_info_t);
+  uint64_t send = chime__slot_send_bytes(&s->layout);
   if (!same || l->send_bytes != send || send > s->layout.slot_bytes)
     return chime__fail(err, errlen, CHIME_EPROTO,
                        "Opened: the server's ring layout differs from this "

@@ -21,6 +21,7 @@
 
 #include "chime.pb-c.h"
 #include "chime/chime.h"
+#include "ring/extents.h"
 #include "ring/producer.h"
 #include "client/call.h"
 #include "common/clock.h"
@@ -144,8 +145,16 @@ typedef struct {
   chime_ring_t *ring;       /* local ring, this side produces */
   _Atomic uint64_t granted; /* credits given to the server, prefetch included */
   _Atomic uint64_t started; /* batches the server has begun to send */
-  uint64_t send_bytes;      /* bytes of a slot each batch carries */
-  int active;               /* a slot is being filled */
+  uint64_t send_bytes;      /* bytes of a slot each batch carries at most */
+  /* With ragged leaves (ring/extents.h): a batch sends its used extents,
+   * its tail (offsets, info) first, total bytes in all; 0 for a fixed
+   * spec, whose batches are send_bytes of the slot's prefix. */
+  uint64_t tail;
+  const chime_spec_t *spec;
+  uint64_t total;   /* the batch being filled: bytes it says it sends */
+  int have_extents; /* its tail is in: ext says where the rest goes */
+  chime__extents_t ext;
+  int active; /* a slot is being filled */
   chime__ring_wslot_t w;
   uint64_t seq;           /* server seq of the batch being filled */
   uint64_t *slot_seq;     /* server seq of the batch in each local slot */
@@ -164,9 +173,13 @@ typedef struct {
 /* Copies one received message into the local ring. Returns 0 (publishing the
  * slot when the batch is complete), CHIME_ENOTFOUND when the message is not a
  * chunk, CHIME_EPROTO with err for a chunk that breaks the protocol (wrong
- * total, gap, more batches than credits). */
+ * total, gap, more batches than credits, ragged offsets that do not hold:
+ * ring/extents.h). Never writes outside the slot being filled. */
 int chime__remote_chunk(chime__remote_t *r, grpc_byte_buffer *bb, char *err,
                         size_t errlen);
+/* Sets what batches look like on the wire: r->ring and r->send_bytes set,
+ * spec the stream's (kept). */
+void chime__remote_set_spec(chime__remote_t *r, const chime_spec_t *spec);
 /* Gives back a half-filled slot (stream ended mid-batch). */
 void chime__remote_abandon(chime__remote_t *r);
 

@@ -1,8 +1,9 @@
 /* Stream mode: the transport that fills a local ring from the server's
  * chunks and pays for them with credits. Each chunk's bytes go straight from
  * gRPC's slices into a slot of the local ring (one copy, no protobuf-c
- * unpack); each release the learner makes goes back as a credit naming the
- * batch. */
+ * unpack; a batch with ragged leaves where its offsets, sent first and
+ * checked, say: ring/extents.h); each release the learner makes goes back as a
+ * credit naming the batch. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,79 @@
 /* How long chime_stream_close() waits for the server to take the last
  * releases before it cancels the call. */
 #define CLOSE_WAIT_MS 2000
+
+void chime__remote_set_spec(chime__remote_t *r, const chime_spec_t *spec) {
+  r->spec = spec;
+  r->tail = chime__slot_tail(chime_ring_get_layout(r->ring), spec);
+}
+
+/* A message's payload, read in order across its slices. */
+typedef struct {
+  const grpc_slice_buffer *sb;
+  size_t i;    /* slice */
+  size_t skip; /* bytes of it already read */
+} payload_t;
+
+static void payload_read(payload_t *pl, uint8_t *dst, uint64_t n) {
+  while (n > 0) {
+    const grpc_slice *sl = &pl->sb->slices[pl->i];
+    size_t have = GRPC_SLICE_LENGTH(*sl) - pl->skip;
+    size_t k = have < n ? have : (size_t)n;
+    memcpy(dst, GRPC_SLICE_START_PTR(*sl) + pl->skip, k);
+    dst += k;
+    n -= k;
+    pl->skip += k;
+    if (pl->skip == GRPC_SLICE_LENGTH(*sl)) {
+      pl->i++;
+      pl->skip = 0;
+    }
+  }
+}
+
+/* A ragged batch's bytes [c->offset, + data_len): the tail goes where the
+ * slot keeps it; once all of it is in, its offsets (checked) say where
+ * each leaf's bytes go (extents.h), and the total they add up to must be
+ * the one the chunks said. */
+static int place_ragged(chime__remote_t *r, const chime__chunk_t *c,
+                        payload_t *pl, char *err, size_t errlen) {
+  uint8_t *base = r->w.base;
+  uint64_t tail_len = r->send_bytes - r->tail;
+  uint64_t at = c->offset, left = c->data_len;
+  if (at < tail_len) {
+    uint64_t n = left < tail_len - at ? left : tail_len - at;
+    payload_read(pl, base + r->tail + at, n);
+    at += n;
+    left -= n;
+  }
+  if (at < tail_len)
+    return 0;
+  if (!r->have_extents) {
+    char why[160];
+    if (chime__slot_extents(chime_ring_get_layout(r->ring), r->spec, base,
+                            &r->ext, why, sizeof(why)) != 0)
+      return chime__fail(err, errlen, CHIME_EPROTO,
+                         "stream: batch %" PRIu64 ": %s", r->seq, why);
+    if (r->ext.total != r->total)
+      return chime__fail(err, errlen, CHIME_EPROTO,
+                         "stream: batch %" PRIu64 " says %" PRIu64
+                         " bytes, its offsets say %" PRIu64,
+                         r->seq, r->total, r->ext.total);
+    r->have_extents = 1;
+  }
+  /* at + left <= total == ext.total: every byte lands in an extent. */
+  uint64_t from = 0;
+  for (uint32_t i = 0; i < r->ext.n && left > 0; i++) {
+    uint64_t len = r->ext.e[i].len;
+    if (at < from + len) {
+      uint64_t n = left < from + len - at ? left : from + len - at;
+      payload_read(pl, base + r->ext.e[i].off + (at - from), n);
+      at += n;
+      left -= n;
+    }
+    from += len;
+  }
+  return 0;
+}
 
 int chime__remote_chunk(chime__remote_t *r, grpc_byte_buffer *bb, char *err,
                         size_t errlen) {
@@ -41,11 +115,17 @@ int chime__remote_chunk(chime__remote_t *r, grpc_byte_buffer *bb, char *err,
   if (rc)
     return chime__fail(err, errlen, CHIME_EPROTO,
                        "stream: malformed chunk (%zu bytes)", msg_len);
-  if (c.total != r->send_bytes)
+  /* A fixed spec's batch is the slot's prefix; a ragged one's its tail at
+   * least, the prefix at most, the same in every chunk. */
+  if (r->tail == 0
+          ? c.total != r->send_bytes
+          : c.total < r->send_bytes - r->tail || c.total > r->send_bytes ||
+                (r->active && c.total != r->total))
     return chime__fail(err, errlen, CHIME_EPROTO,
                        "stream: chunk of batch %" PRIu64 " says %" PRIu64
-                       " bytes per batch, the layout says %" PRIu64,
-                       c.seq, c.total, r->send_bytes);
+                       " bytes per batch, the layout says %s%" PRIu64,
+                       c.seq, c.total, r->tail == 0 ? "" : "at most ",
+                       r->send_bytes);
   if (!r->active) {
     if (c.offset != 0)
       return chime__fail(err, errlen, CHIME_EPROTO,
@@ -68,6 +148,8 @@ int chime__remote_chunk(chime__remote_t *r, grpc_byte_buffer *bb, char *err,
     atomic_fetch_add(&r->started, 1); /* read by the learner's thread */
     r->seq = c.seq;
     r->received = 0;
+    r->total = c.total;
+    r->have_extents = 0;
   } else if (c.seq != r->seq || c.offset != r->received) {
     return chime__fail(err, errlen, CHIME_EPROTO,
                        "stream: expected batch %" PRIu64 " at offset %" PRIu64
@@ -75,22 +157,26 @@ int chime__remote_chunk(chime__remote_t *r, grpc_byte_buffer *bb, char *err,
                        r->seq, r->received, c.seq, c.offset);
   }
 
-  uint8_t *dst = (uint8_t *)r->w.base + c.offset;
-  size_t skip = c.header_len;
-  for (size_t i = 0; i < sb->count; i++) {
-    const uint8_t *p = GRPC_SLICE_START_PTR(sb->slices[i]);
-    size_t n = GRPC_SLICE_LENGTH(sb->slices[i]);
-    if (skip >= n) {
-      skip -= n;
-      continue;
+  payload_t pl = {sb, 0, 0};
+  for (size_t skip = c.header_len; skip > 0;) { /* past the header */
+    size_t n = GRPC_SLICE_LENGTH(sb->slices[pl.i]);
+    if (skip < n) {
+      pl.skip = skip;
+      break;
     }
-    memcpy(dst, p + skip, n - skip);
-    dst += n - skip;
-    skip = 0;
+    skip -= n;
+    pl.i++;
+  }
+  if (r->tail == 0) {
+    payload_read(&pl, (uint8_t *)r->w.base + c.offset, c.data_len);
+  } else {
+    rc = place_ragged(r, &c, &pl, err, errlen);
+    if (rc)
+      return rc;
   }
   r->received += c.data_len;
   atomic_fetch_add_explicit(&r->bytes, c.data_len, memory_order_relaxed);
-  if (r->received == r->send_bytes) {
+  if (r->received == r->total) {
     uint64_t seq;
     r->active = 0;
     r->slot_seq[r->w.slot] = r->seq;
@@ -171,6 +257,7 @@ static int remote_setup(chime_stream_t *s, const Chime__V1__Opened *op,
                        chime_strerror(rc), chime_ring_last_error());
   r->ring = s->ring;
   r->send_bytes = s->send_bytes;
+  chime__remote_set_spec(r, &s->spec);
   r->slot_seq = calloc(slots, sizeof(uint64_t));
   r->released = calloc(slots, sizeof(uint64_t));
   if (!r->slot_seq || !r->released)

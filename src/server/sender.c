@@ -100,7 +100,9 @@ static grpc_byte_buffer *chunk(chime__sender_t *x, chime__sent_t *b,
 
 static void send_batch(chime__sender_t *x, chime__call_t *call,
                        const chime_ring_view_t *v) {
-  uint64_t total = x->send_bytes;
+  uint64_t total = x->ops->batch_bytes != NULL
+                       ? x->ops->batch_bytes(x->owner, v->slot)
+                       : x->send_bytes;
   unsigned nchunks =
       (unsigned)((total + CHIME__CHUNK_BYTES - 1) / CHIME__CHUNK_BYTES);
   /* A small tail (say, the sample info after whole chunks) rides with the
@@ -108,7 +110,7 @@ static void send_batch(chime__sender_t *x, chime__call_t *call,
   if (nchunks > 1 && total - (uint64_t)(nchunks - 1) * CHIME__CHUNK_BYTES <=
                          CHIME__CHUNK_TAIL_BYTES)
     nchunks--;
-  chime__sent_t *b = malloc(sizeof(*b));
+  chime__sent_t *b = total != 0 ? malloc(sizeof(*b)) : NULL;
   if (b == NULL) {
     pthread_mutex_lock(&x->mu);
     int rc = chime_ring_release(x->ring, v->slot); /* cannot fail: held */

@@ -35,6 +35,10 @@ typedef struct {
    * until the slot goes back to the ring. */
   size_t (*spans)(void *owner, uint32_t slot, uint64_t off, uint64_t len,
                   chime__span_t *out, size_t max);
+  /* The bytes the batch in slot sends, off and len above counting within
+   * them (NULL: send_bytes, the slot's prefix, for every batch; 0: the
+   * batch cannot be sent and its slot goes back unsent). */
+  uint64_t (*batch_bytes)(void *owner, uint32_t slot);
   /* The call batches go to (chime__sender_start's): the owner's call
    * machinery (stream mode: call.h's functions; test_sender: its own), so
    * the sender is built without it. Only a started sender uses them.

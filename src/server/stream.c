@@ -221,8 +221,7 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
     s->ring_dev = st.st_dev;
     s->ring_ino = st.st_ino;
   }
-  s->send_bytes = s->lay.info_offset +
-                  (uint64_t)s->lay.batch_size * sizeof(chime_sample_info_t);
+  s->send_bytes = chime__slot_send_bytes(&s->lay);
   s->sender.ring = s->ring;
   s->sender.send_bytes = s->send_bytes;
   if (srv->cfg.pin_host_memory) {

@@ -15,6 +15,7 @@
 #include <sys/types.h>
 
 #include "chime.pb-c.h"
+#include "ring/extents.h"
 #include "server/sampler.h"
 #include "server/sender.h"
 #include "server/state.h"
@@ -46,6 +47,9 @@ struct chime__stream_s {
    * (sent from there) until the slot is filled again or the stream goes */
   chime__table_pins_t *pins; /* [slots], rows in pin_rows */
   uint32_t *pin_rows;        /* [slots * batch_size] */
+  /* stream mode with ragged leaves: the bytes each slot's batch sends
+   * (ring/extents.h), set when it is sampled; NULL for a fixed spec */
+  chime__extents_t *extents; /* [slots] */
   atomic_int free_slots;     /* free in the ring (the fill job's hint) */
   int kick_at;               /* free_slots that wake the fill job */
   /* shm: the ring is filled only once its learner holds it, so a handoff

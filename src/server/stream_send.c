@@ -5,7 +5,10 @@
  * holds the sample info. Slots are freed in this process, by the sender,
  * so the fill job is kicked directly rather than through the ring's futex
  * word; a Credit or a completed send fills what is free on the thread that
- * learned of it (refill). */
+ * learned of it (refill). A batch with ragged leaves sends only the bytes
+ * it uses, its offsets and info first (ring/extents.h): batch_spans maps
+ * those onto the slot. */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "server/sender.h"
@@ -37,12 +40,43 @@ static void slot_freed(void *arg) {
     chime__pool_kick(s->srv->sampler, &s->job);
 }
 
-static size_t batch_spans(void *arg, uint32_t slot, uint64_t off, uint64_t len,
-                          chime__span_t *out, size_t max) {
-  chime__stream_t *s = arg;
+static size_t slot_spans(chime__stream_t *s, uint32_t slot, uint64_t off,
+                         uint64_t len, chime__span_t *out, size_t max) {
   return chime__table_spans(s->table, &s->lay, &s->pins[slot],
                             chime_ring_slot_base(s->ring, slot),
                             SEND_COPY_BELOW, off, len, out, max);
+}
+
+/* A batch with ragged leaves sends its extents back to back (the offsets
+ * and info first, then each leaf's used bytes): bytes [off, off + len) of
+ * that are the spans of the slot bytes they stand for. */
+static size_t batch_spans(void *arg, uint32_t slot, uint64_t off, uint64_t len,
+                          chime__span_t *out, size_t max) {
+  chime__stream_t *s = arg;
+  if (s->extents == NULL)
+    return slot_spans(s, slot, off, len, out, max);
+  const chime__extents_t *x = &s->extents[slot];
+  size_t n = 0;
+  uint64_t at = 0, end = off + len;
+  for (uint32_t i = 0; i < x->n && at < end; i++) {
+    uint64_t from = off > at ? off : at;
+    uint64_t to = at + x->e[i].len < end ? at + x->e[i].len : end;
+    if (from < to) {
+      size_t k = slot_spans(s, slot, x->e[i].off + (from - at), to - from,
+                            out + n, max - n);
+      if (k == 0)
+        return 0;
+      n += k;
+    }
+    at += x->e[i].len;
+  }
+  return n;
+}
+
+/* A fixed spec's batches all send the slot's prefix, as they always did. */
+static uint64_t batch_bytes(void *arg, uint32_t slot) {
+  chime__stream_t *s = arg;
+  return s->extents != NULL ? s->extents[slot].total : s->send_bytes;
 }
 
 static const chime__sender_owner_t send_owner = {
@@ -50,6 +84,7 @@ static const chime__sender_owner_t send_owner = {
     .unref = send_unref,
     .slot_freed = slot_freed,
     .spans = batch_spans,
+    .batch_bytes = batch_bytes,
     .call_ref = chime__call_ref,
     .call_send = chime__call_send,
     .call_sending = chime__call_sending,
@@ -59,12 +94,23 @@ static int send_init(chime__stream_t *s, const Chime__V1__Open *open) {
   /* A batch that takes items out (fifo, max_times_sampled) is the
    * learner's until it says it released it: then a learner that dies
    * holding batches loses no item (give_back). */
-  size_t max_spans = 2 * CHIME__CHUNK_BYTES / SEND_COPY_BELOW +
-                     2 * (size_t)chime__table_item_spec(s->table)->nleaves + 4;
+  const chime_spec_t *spec = chime__table_item_spec(s->table);
+  int ragged = chime_spec_ragged(spec) > 0;
+  size_t max_spans =
+      2 * CHIME__CHUNK_BYTES / SEND_COPY_BELOW + 2 * (size_t)spec->nleaves + 4;
+  /* A chunk over several extents (one per leaf and the tail): a call of
+   * chime__table_spans each, each with its own constant. */
+  if (ragged)
+    max_spans += (size_t)spec->nleaves * (2 * (size_t)spec->nleaves + 4);
   int held = chime__table_config(s->table)->max_times_sampled != 0;
   int rc = chime__sender_init(
       &s->sender, NULL, 0, chime__credits_initial(open->prefetch, open->slots),
       chime__credits_max(open->slots), held, max_spans, s, &send_owner);
+  if (ragged && rc == 0) {
+    s->extents = calloc(open->slots, sizeof(*s->extents));
+    if (s->extents == NULL)
+      rc = CHIME_ENOMEM;
+  }
   atomic_init(&s->free_slots, (int)open->slots);
   /* A third of what the sender may lend, at least 1: with the default
    * slots (8, 7 lent) a wake fills 2 or more, and 5 stay published or
@@ -115,8 +161,22 @@ static int send_acquire(chime__stream_t *s, chime__ring_wslot_t *ws,
 static int send_sample(chime__stream_t *s, chime__ring_wslot_t *ws) {
   /* The slot came back: its last batch is sent and released. */
   chime__table_unpin(s->table, &s->pins[ws->slot]);
-  return chime__table_try_sample_pinned(
+  int rc = chime__table_try_sample_pinned(
       s->table, &s->lay, ws, &s->pins[ws->slot], SEND_COPY_BELOW, &s->twait);
+  if (rc != 0 || s->extents == NULL)
+    return rc;
+  /* Read by the sender once the slot is published (the ring's release
+   * store orders it). Our own offsets: refused only by a bug, and then
+   * the batch is not sent (batch_bytes 0) rather than sent wrong. */
+  char err[160];
+  if (chime__slot_extents(&s->lay, chime__table_item_spec(s->table),
+                          (const uint8_t *)ws->base, &s->extents[ws->slot], err,
+                          sizeof(err)) != 0) {
+    fprintf(stderr, "chimed: table '%s': batch not sent: %s\n", s->table_name,
+            err);
+    s->extents[ws->slot].total = 0;
+  }
+  return 0;
 }
 
 static void send_abandon(chime__stream_t *s, uint32_t slot) {
@@ -174,8 +234,10 @@ static void send_fini(chime__stream_t *s) {
     chime__table_unpin(s->table, &s->pins[i]);
   free(s->pins);
   free(s->pin_rows);
+  free(s->extents);
   s->pins = NULL;
   s->pin_rows = NULL;
+  s->extents = NULL;
 }
 
 const chime__stream_mode_ops_t chime__stream_mode_send = {

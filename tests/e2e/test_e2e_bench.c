@@ -92,9 +92,9 @@ static void check_stat(json_t *obj, const char *key) {
     fail_msg("%s: %g not within [%g, %g]", key, med, lo, hi);
 }
 
-/* chime-bench ragged: the bytes held and moved within 1.05x the bytes
- * used (deterministic: the lengths are seeded), the delivery figures
- * printed (speed is not judged here: a shared machine). */
+/* chime-bench ragged: the bytes held, moved and sent in stream mode
+ * within 1.05x the bytes used (deterministic: the lengths are seeded), the
+ * delivery figures printed (speed is not judged here: a shared machine). */
 static void test_ragged_output(void **state) {
   (void)state;
   const char *args[] = {"ragged",   "--json", "--items", "512",
@@ -109,6 +109,11 @@ static void test_ragged_output(void **state) {
   assert_true(num(o, "held_over_used") <= 1.05);
   assert_true(num(o, "moved_over_used") >= 1.0);
   assert_true(num(o, "moved_over_used") <= 1.05);
+  /* What stream mode sends: the rows used, their offsets and the info. */
+  assert_true(num(o, "stream_sent_over_used") >= 1.0);
+  assert_true(num(o, "stream_sent_over_used") <= 1.05);
+  assert_true(num(o, "fixed_stream_sent_over_used") >= 1.0);
+  assert_true(num(o, "prefix_over_used") > 5);
   assert_true(num(o, "ragged_gbps") > 0);
   assert_true(num(o, "fixed_gbps") > 0);
   assert_true(num(o, "ragged_over_fixed") > 0);

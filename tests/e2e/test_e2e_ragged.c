@@ -1,7 +1,8 @@
 /* Ragged leaves end to end against the real chimed: samples of every
  * length up to the bound (0 and the bound included) written by
  * chime_writer_append_leaves come back in shm and in stream mode as the
- * same packed values and offsets; a sample past its bound or unlike the
+ * same packed values and offsets, stream mode moving only the rows used;
+ * a sample past its bound or unlike the
  * length it shares is refused by the writer (nothing queued) and by the
  * server (a raw InsertRequest: INVALID_ARGUMENT naming the leaf, nothing
  * inserted), and the server serves on. */
@@ -17,6 +18,7 @@
 
 #include "chime.pb-c.h"
 #include "chime/chime.h"
+#include "chime/ring.h"
 #include "harness.h"
 #include "rawcall.h"
 
@@ -30,7 +32,9 @@ static const char *config =
     "\"min_size\": 1, \"sampler\": \"fifo\"},\n"
     "  {\"name\": \"small\", \"spec\": \"tokens:i32[<=300], lp:f32[<=300 "
     "~tokens], frames:u8[<=4,3], r:f32[]\", \"capacity\": 4, \"min_size\": 1, "
-    "\"sampler\": \"fifo\"}]}\n";
+    "\"sampler\": \"fifo\"},\n"
+    "  {\"name\": \"big\", \"spec\": \"tokens:i32[<=32768], obs:f32[2048]\", "
+    "\"capacity\": 256, \"min_size\": 1, \"sampler\": \"fifo\"}]}\n";
 
 static chime__chimed_t chimed;
 static chime_client_t *client;
@@ -134,19 +138,46 @@ static void check_sample(const chime_batch_t *b, uint32_t j, uint64_t i) {
   assert_true(((const float *)r->data)[j] == (float)i);
 }
 
-/* Reads samples first..first+n-1 (fifo: in order) in mode; each batch's
- * leaves as documented: values [total, *rest], offsets count + 1. */
-static void consume_from(const char *table, uint32_t batch, chime_mode_t mode,
-                         uint64_t first, uint64_t n) {
+/* The bytes a stream-mode batch of size batch sends besides its leaves'
+ * used values: its offsets (and the padding between them) and its info,
+ * from the layout (docs/ring.md). */
+static uint64_t tail_bytes(uint32_t batch) {
+  chime_spec_t spec;
+  chime_ring_layout_t lay;
+  assert_int_equal(chime_spec_parse(&spec,
+                                    "tokens:i32[<=300], lp:f32[<=300 ~tokens], "
+                                    "frames:u8[<=4,3], r:f32[]",
+                                    NULL, 0),
+                   0);
+  assert_int_equal(chime_ring_layout(&lay, &spec, batch, 2, NULL, 0), 0);
+  return lay.info_offset + (uint64_t)batch * sizeof(chime_sample_info_t) -
+         lay.offsets_offset[0];
+}
+
+/* A stream of 4 slots on table in mode (no fallback). */
+static chime_stream_t *open_stream(const char *table, uint32_t batch,
+                                   chime_mode_t mode) {
   chime_stream_t *s = NULL;
   chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
   so.batch_size = batch;
   so.slots = 4;
   so.mode = mode;
-  int rc = chime_stream_open(&s, client, table, &so);
-  if (rc != 0)
+  if (chime_stream_open(&s, client, table, &so) != 0)
     fail_msg("open %s: %s", chime_mode_name(mode), chime_last_error());
   assert_int_equal(chime_stream_mode(s), mode);
+  return s;
+}
+
+/* Reads samples first..first+n-1 (fifo: in order) in mode; each batch's
+ * leaves as documented: values [total, *rest], offsets count + 1. In
+ * stream mode a batch moves the rows it uses and no more: what the stream
+ * received is exactly its batches' used values, offsets and info (the
+ * table holds no more than these n, so no batch is received ahead). */
+static void consume_from(const char *table, uint32_t batch, chime_mode_t mode,
+                         uint64_t first, uint64_t n) {
+  chime_stream_t *s = open_stream(table, batch, mode);
+  int rc;
+  uint64_t used = 0;
   for (uint64_t got = 0; got < n; got += batch) {
     chime_batch_t b;
     rc = chime_stream_next(s, &b, 20000);
@@ -166,7 +197,14 @@ static void consume_from(const char *table, uint32_t batch, chime_mode_t mode,
     assert_int_equal(b.leaf[3].shape[0], batch);
     for (uint32_t j = 0; j < batch; j++)
       check_sample(&b, j, first + got + j);
+    used += t->bytes + chime_batch_leaf(&b, "lp")->bytes + f->bytes +
+            b.leaf[3].bytes + tail_bytes(batch);
     assert_int_equal(chime_stream_release(s, &b), 0);
+  }
+  if (mode == CHIME_MODE_STREAM) {
+    chime_stream_local_stats_t ls;
+    assert_int_equal(chime_stream_get_stats(s, &ls), 0);
+    assert_int_equal(ls.received_bytes, used);
   }
   chime_stream_close(s);
 }
@@ -178,7 +216,7 @@ static void consume(chime_mode_t mode, uint64_t first, uint64_t n) {
 static uint64_t table_size(void) {
   chime_stats_t *st = NULL;
   assert_int_equal(chime_client_stats(client, &st), 0);
-  assert_int_equal(st->ntables, 2);
+  assert_int_equal(st->ntables, 3);
   assert_string_equal(st->tables[0].name, "rag");
   uint64_t n = st->tables[0].size;
   chime_stats_free(st);
@@ -336,11 +374,83 @@ static void test_staged_insert(void **state) {
   assert_int_equal(chime_writer_close(w), 0);
 }
 
+/* Batches of about 1 MiB used, up to 2 MiB at the bound: each goes in
+ * chunks (896 KiB), the ragged rows cut between them, and obs's 8 KiB rows
+ * sent from the table's memory (runs of 4 KiB or more are): values and
+ * offsets as written, and only the bytes used received. */
+#define BIG_BOUND 32768
+#define BIG_ITEMS 64
+#define BIG_BATCH 16
+
+static uint32_t big_len(uint64_t i) {
+  return i == 3 ? BIG_BOUND : (uint32_t)((i * 7919) % (BIG_BOUND + 1));
+}
+
+static void test_stream_batches_of_many_chunks(void **state) {
+  (void)state;
+  static int32_t tok[BIG_BOUND];
+  static float obs[2048];
+  chime_writer_t *w = open_writer("big", 4);
+  for (uint64_t i = 0; i < BIG_ITEMS; i++) {
+    for (uint32_t k = 0; k < BIG_BOUND; k++)
+      tok[k] = (int32_t)(i * 100000 + k);
+    for (uint32_t k = 0; k < 2048; k++)
+      obs[k] = (float)i + (float)k / 8;
+    const void *leaves[2] = {tok, obs};
+    const uint32_t lengths[2] = {big_len(i), 0};
+    assert_int_equal(chime_writer_append_leaves(w, leaves, lengths, 1.0), 0);
+  }
+  assert_int_equal(chime_writer_flush(w), 0);
+  assert_int_equal(chime_writer_close(w), 0);
+
+  chime_spec_t spec;
+  chime_ring_layout_t lay;
+  assert_int_equal(
+      chime_spec_parse(&spec, "tokens:i32[<=32768], obs:f32[2048]", NULL, 0),
+      0);
+  assert_int_equal(chime_ring_layout(&lay, &spec, BIG_BATCH, 2, NULL, 0), 0);
+  uint64_t tail = lay.info_offset +
+                  (uint64_t)BIG_BATCH * sizeof(chime_sample_info_t) -
+                  lay.offsets_offset[0];
+
+  chime_stream_t *s = open_stream("big", BIG_BATCH, CHIME_MODE_STREAM);
+  uint64_t used = 0, prefix = 0;
+  for (uint64_t got = 0; got < BIG_ITEMS; got += BIG_BATCH) {
+    chime_batch_t b;
+    if (chime_stream_next(s, &b, 20000) != 0)
+      fail_msg("next: %s", chime_last_error());
+    const chime_batch_leaf_t *t = chime_batch_leaf(&b, "tokens");
+    const chime_batch_leaf_t *o = chime_batch_leaf(&b, "obs");
+    const int64_t *to = chime_batch_offsets(&b, "tokens");
+    assert_int_equal(to[0], 0);
+    for (uint32_t j = 0; j < BIG_BATCH; j++) {
+      uint64_t i = got + j;
+      assert_int_equal(to[j + 1] - to[j], big_len(i));
+      const int32_t *tv = (const int32_t *)t->data + to[j];
+      for (uint32_t k = 0; k < big_len(i); k++)
+        if (tv[k] != (int32_t)(i * 100000 + k))
+          fail_msg("sample %llu token %u", (unsigned long long)i, k);
+      const float *ov = (const float *)o->data + (size_t)j * 2048;
+      for (uint32_t k = 0; k < 2048; k++)
+        assert_true(ov[k] == (float)i + (float)k / 8);
+    }
+    used += t->bytes + o->bytes + tail;
+    prefix += lay.info_offset + BIG_BATCH * sizeof(chime_sample_info_t);
+    assert_int_equal(chime_stream_release(s, &b), 0);
+  }
+  chime_stream_local_stats_t ls;
+  assert_int_equal(chime_stream_get_stats(s, &ls), 0);
+  assert_int_equal(ls.received_bytes, used);
+  assert_true(used < prefix * 3 / 4); /* the bound's room stayed home */
+  chime_stream_close(s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_shm_and_stream_deliver_the_same),
       cmocka_unit_test(test_refused_nothing_inserted),
       cmocka_unit_test(test_staged_insert),
+      cmocka_unit_test(test_stream_batches_of_many_chunks),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -6,7 +6,9 @@
  * Input: a sequence of records, each
  *   [ctl][n][n piece lengths][len lo][len hi][len bytes of message]
  * ctl bit 0: after the message, the learner takes a batch, releases it and
- * returns a credit; bit 1: the stream ends mid-batch (abandon), as on close.
+ * returns a credit; bit 1: the stream ends mid-batch (abandon), as on close;
+ * bit 7 of the first record's: the ring's spec has ragged leaves, so a
+ * batch is its extents, offsets first, checked before a leaf byte lands.
  * A message that is not a chunk is unpacked whole as the client does; a
  * notice with UNAVAILABLE shuts the ring, as a server shutdown does.
  *
@@ -14,7 +16,8 @@
  * accepts and with itself on a header cut at CHIME_CHUNK_HEADER_MAX bytes;
  * re-encoding what it read parses back the same; and the remote side never
  * starts more batches than credits, never overruns a batch, and publishes
- * exactly the bytes the chunks of that batch carried. */
+ * exactly the bytes the chunks of that batch carried (ragged: each where
+ * the published offsets, which hold, put it). */
 #include <stdint.h>
 #include <string.h>
 
@@ -27,7 +30,7 @@
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static chime_spec_t spec;
+static chime_spec_t spec, ragged_spec;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
@@ -35,6 +38,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   char err[128];
   grpc_init();
   FUZZ_CHECK(chime_spec_parse(&spec, FUZZ_CHUNK_SPEC, err, sizeof(err)) == 0);
+  FUZZ_CHECK(chime_spec_parse(&ragged_spec, FUZZ_CHUNK_RAGGED_SPEC, err,
+                              sizeof(err)) == 0);
   return 0;
 }
 
@@ -111,10 +116,27 @@ static int notice_code(grpc_byte_buffer *bb) {
   return code;
 }
 
+/* A ragged batch just published in the slot at base: its offsets hold,
+ * its extents add up to what was received, and each holds the bytes that
+ * came for it (image: the batch's bytes as sent). */
+static void check_ragged(const chime_ring_layout_t *l, const uint8_t *base,
+                         const uint8_t *image, uint64_t received) {
+  chime__extents_t x;
+  FUZZ_CHECK(chime__slot_extents(l, &ragged_spec, base, &x, NULL, 0) == 0);
+  FUZZ_CHECK(x.total == received);
+  uint64_t at = 0;
+  for (uint32_t i = 0; i < x.n; i++) {
+    FUZZ_CHECK(x.e[i].off + x.e[i].len <= l->slot_bytes);
+    FUZZ_CHECK(memcmp(base + x.e[i].off, image + at, x.e[i].len) == 0);
+    at += x.e[i].len;
+  }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   chime_ring_t *ring;
-  FUZZ_CHECK(chime__ring_create(&ring, &spec, FUZZ_CHUNK_BATCH,
-                                FUZZ_CHUNK_SLOTS) == 0);
+  const chime_spec_t *sp = size > 0 && (data[0] & 0x80) ? &ragged_spec : &spec;
+  FUZZ_CHECK(
+      chime__ring_create(&ring, sp, FUZZ_CHUNK_BATCH, FUZZ_CHUNK_SLOTS) == 0);
   const chime_ring_layout_t *l = chime_ring_get_layout(ring);
   chime__remote_t r;
   uint64_t slot_seq[FUZZ_CHUNK_SLOTS];
@@ -123,6 +145,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   r.slot_seq = slot_seq;
   r.send_bytes =
       l->info_offset + FUZZ_CHUNK_BATCH * sizeof(chime_sample_info_t);
+  chime__remote_set_spec(&r, sp);
   /* As chime_stream_open: the server may run slots - 1 batches ahead. */
   atomic_store(&r.granted, FUZZ_CHUNK_SLOTS - 1);
   /* What the batch being received should hold, from the chunks parsed. */
@@ -169,8 +192,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (rc == 0) {
       memcpy(image + c.offset, msg + c.header_len, c.data_len);
       if (r.batches != batches) {
-        FUZZ_CHECK(memcmp(chime_ring_slot_base(ring, r.w.slot), image,
-                          r.send_bytes) == 0);
+        const uint8_t *base = chime_ring_slot_base(ring, r.w.slot);
+        if (r.tail != 0)
+          check_ragged(l, base, image, r.received);
+        else
+          FUZZ_CHECK(memcmp(base, image, r.send_bytes) == 0);
         memset(image, 0, r.send_bytes);
       }
     }

@@ -21,6 +21,9 @@
 
 /* The chunk target's local ring: small, so a batch is a few chunks. */
 #define FUZZ_CHUNK_SPEC "x:u8[8],y:f32[]"
+/* ... or, when the first record's ctl has bit 7 set, ragged leaves (a
+ * batch sends its extents: ring/extents.h). */
+#define FUZZ_CHUNK_RAGGED_SPEC "t:u8[<=5],u:u8[<=5 ~t],v:u8[<=3,2],y:f32[]"
 #define FUZZ_CHUNK_BATCH 2u
 #define FUZZ_CHUNK_SLOTS 4u
 

@@ -200,6 +200,50 @@ static uint64_t chunk_send_bytes(void) {
   return l.info_offset + FUZZ_CHUNK_BATCH * sizeof(chime_sample_info_t);
 }
 
+/* A ring of FUZZ_CHUNK_RAGGED_SPEC (ctl bit 7 on the first record): one
+ * batch as its sender sends it, the offsets and info first, then each
+ * leaf's used bytes (docs/protocol.md), in two chunks that cut the tail;
+ * then the same batch with a sample past its bound. */
+static void ragged_seeds(void) {
+  chime_spec_t spec;
+  chime_ring_layout_t l;
+  char err[128];
+  FUZZ_CHECK(
+      chime_spec_parse(&spec, FUZZ_CHUNK_RAGGED_SPEC, err, sizeof(err)) == 0);
+  FUZZ_CHECK(chime_ring_layout(&l, &spec, FUZZ_CHUNK_BATCH, FUZZ_CHUNK_SLOTS,
+                               err, sizeof(err)) == 0);
+  FUZZ_CHECK(FUZZ_CHUNK_BATCH == 2);
+  uint64_t send =
+      l.info_offset + FUZZ_CHUNK_BATCH * sizeof(chime_sample_info_t);
+  uint64_t tail = l.offsets_offset[0], tail_len = send - tail;
+  uint8_t wire[1024];
+  const int64_t tu[3] = {0, 2, 5}, v[3] = {0, 1, 3};
+  for (int bad = 0; bad < 2; bad++) {
+    memset(wire, 0, sizeof(wire));
+    memcpy(wire + l.offsets_offset[0] - tail, tu, sizeof(tu));
+    memcpy(wire + l.offsets_offset[1] - tail, tu, sizeof(tu));
+    memcpy(wire + l.offsets_offset[2] - tail, v, sizeof(v));
+    if (bad)
+      wire[l.offsets_offset[2] - tail + 8] = 4; /* v: 4 rows, bound 3 */
+    /* t and u 5 rows of 1 byte, v 3 rows of 2, y 2 floats. */
+    uint64_t total = tail_len + 5 + 5 + 6 + 8;
+    FUZZ_CHECK(total <= sizeof(wire) && total < 1024);
+    for (uint64_t i = tail_len; i < total; i++)
+      wire[i] = (uint8_t)(i * 13);
+    uint8_t msg[CHIME_CHUNK_HEADER_MAX + 1024];
+    uint64_t cut = tail_len / 2;
+    chunk_len = 0;
+    size_t h = chime__chunk_header_encode(msg, 0, 0, total, cut);
+    memcpy(msg + h, wire, cut);
+    record(0x80, NULL, 0, msg, h + cut);
+    h = chime__chunk_header_encode(msg, 0, cut, total, total - cut);
+    memcpy(msg + h, wire + cut, total - cut);
+    record(1, NULL, 0, msg, h + total - cut);
+    put("chunk", bad ? "ragged_past_bound" : "ragged_batch", chunk_buf,
+        chunk_len);
+  }
+}
+
 static void chunk_seeds(void) {
   uint64_t total = chunk_send_bytes();
   const uint8_t cuts[] = {1, 2, 7, 30};
@@ -248,6 +292,7 @@ static void chunk_seeds(void) {
   chunk_record(0, NULL, 0, 0, 0, total, 8);
   chunk_record(0, NULL, 0, 0, 16, total, 8);
   put("chunk", "gap", chunk_buf, chunk_len);
+  ragged_seeds();
 }
 
 /* --- ring_attach: the segment's first bytes (trailing zeros dropped) --- */

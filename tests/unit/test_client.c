@@ -431,6 +431,191 @@ static void test_remote_rejects_bad_chunks(void **state) {
   chime_ring_destroy(fx.ring);
 }
 
+/* --------------------------------------------------- ragged batches */
+
+/* A ragged batch as its sender's slot holds it and as it goes on the wire,
+ * written out here by hand from docs/protocol.md ("With ragged leaves"):
+ * the tail (offsets, info) first, then each leaf's used bytes. */
+#define RAG_SPEC "tok:i32[<=16], lp:f32[<=16 ~tok], fr:u8[<=2,3], r:f32[]"
+#define RAG_B 4
+
+typedef struct {
+  remote_fx_t fx;
+  chime_ring_layout_t lay;
+  uint8_t *slot; /* the sender's */
+  uint8_t wire[8192];
+  uint64_t tail, nwire;
+} rag_fx_t;
+
+static void rag_wire_add(rag_fx_t *x, uint64_t off, uint64_t len) {
+  assert_true(x->nwire + len <= sizeof(x->wire));
+  memcpy(x->wire + x->nwire, x->slot + off, len);
+  x->nwire += len;
+}
+
+static void rag_setup(rag_fx_t *x, uint64_t credits) {
+  remote_fx_t *fx = &x->fx;
+  memset(x, 0, sizeof(*x));
+  assert_int_equal(chime_spec_parse(&fx->spec, RAG_SPEC, NULL, 0), 0);
+  assert_int_equal(chime__ring_create(&fx->ring, &fx->spec, RAG_B, 4), 0);
+  x->lay = *chime_ring_get_layout(fx->ring);
+  fx->send_bytes = x->lay.info_offset + RAG_B * sizeof(chime_sample_info_t);
+  fx->r.ring = fx->ring;
+  fx->r.send_bytes = fx->send_bytes;
+  fx->r.slot_seq = fx->slot_seq;
+  chime__remote_set_spec(&fx->r, &fx->spec);
+  atomic_store(&fx->r.granted, credits);
+  x->tail = x->lay.offsets_offset[0];
+  assert_int_equal(fx->r.tail, x->tail);
+
+  x->slot = calloc(1, x->lay.slot_bytes);
+  for (uint64_t i = 0; i < x->lay.slot_bytes; i++)
+    x->slot[i] = (uint8_t)(i * 7 + 1); /* stale past the rows used, too */
+  const int64_t tok[RAG_B + 1] = {0, 3, 3, 19, 24}; /* 3, 0, 16, 5 */
+  const int64_t fr[RAG_B + 1] = {0, 1, 3, 3, 5};
+  memcpy(x->slot + x->lay.offsets_offset[0], tok, sizeof(tok));
+  memcpy(x->slot + x->lay.offsets_offset[1], tok, sizeof(tok));
+  memcpy(x->slot + x->lay.offsets_offset[2], fr, sizeof(fr));
+  rag_wire_add(x, x->tail, fx->send_bytes - x->tail);
+  rag_wire_add(x, x->lay.leaf_offset[0], 24 * 4);
+  rag_wire_add(x, x->lay.leaf_offset[1], 24 * 4);
+  rag_wire_add(x, x->lay.leaf_offset[2], 5 * 3);
+  rag_wire_add(x, x->lay.leaf_offset[3], RAG_B * 4);
+}
+
+static void rag_teardown(rag_fx_t *x) {
+  chime__remote_abandon(&x->fx.r);
+  chime_ring_destroy(x->fx.ring);
+  free(x->slot);
+}
+
+/* Whether bytes [off, off + len) of local slot `slot` are all zero (as a
+ * new ring's are): nothing was written there. */
+static int zero_at(rag_fx_t *x, uint32_t slot, uint64_t off, uint64_t len) {
+  const uint8_t *p = (const uint8_t *)chime_ring_slot_base(x->fx.ring, slot);
+  for (uint64_t i = 0; i < len; i++)
+    if (p[off + i] != 0)
+      return 0;
+  return 1;
+}
+
+static void test_remote_places_ragged_rows(void **state) {
+  (void)state;
+  rag_fx_t x;
+  rag_setup(&x, 2);
+  char err[256] = "";
+  /* Chunks that end inside the tail, straddle its end and cut the leaves;
+   * slices cut inside the header and the payload. */
+  uint64_t tail_len = x.fx.send_bytes - x.tail;
+  uint64_t cut[] = {0, 40, tail_len + 10, x.nwire - 7, x.nwire};
+  const size_t cuts[] = {1, 3, 9, 50};
+  for (int i = 0; i < 4; i++) {
+    assert_int_equal(x.fx.r.batches, 0);
+    int rc = feed(&x.fx, 5, cut[i], x.nwire, x.wire + cut[i],
+                  cut[i + 1] - cut[i], cuts, 4, err, sizeof(err));
+    if (rc != 0)
+      fail_msg("chunk %d: %s", i, err);
+  }
+  assert_int_equal(x.fx.r.batches, 1);
+  assert_int_equal(atomic_load(&x.fx.r.bytes), x.nwire);
+  chime_ring_view_t v;
+  assert_int_equal(chime_ring_next(x.fx.ring, &v, 0), 0);
+  const uint8_t *got = chime_ring_slot_base(x.fx.ring, v.slot);
+  /* The slot the sender had, where it used it; nothing past that. */
+  assert_memory_equal(got + x.tail, x.slot + x.tail, tail_len);
+  const uint64_t used[4] = {24 * 4, 24 * 4, 5 * 3, RAG_B * 4};
+  for (int l = 0; l < 4; l++) {
+    assert_memory_equal(got + x.lay.leaf_offset[l],
+                        x.slot + x.lay.leaf_offset[l], used[l]);
+    assert_true(zero_at(&x, v.slot, x.lay.leaf_offset[l] + used[l],
+                        x.lay.leaf_bytes[l] - used[l]));
+  }
+  const int64_t *offs = (const int64_t *)(got + x.lay.offsets_offset[0]);
+  assert_int_equal(offs[RAG_B], 24);
+  assert_int_equal(chime_ring_release(x.fx.ring, v.slot), 0);
+  rag_teardown(&x);
+}
+
+/* One lie of a sender: the chunk carrying the whole batch (total as given,
+ * 0: the bytes it holds) is refused with a message holding want, and nothing
+ * lands in any leaf. */
+static void rag_refused(uint64_t total, void (*lie)(rag_fx_t *),
+                        const char *want) {
+  rag_fx_t x;
+  rag_setup(&x, 2);
+  if (lie != NULL) { /* the tail on the wire carries the lie */
+    lie(&x);
+    memcpy(x.wire, x.slot + x.tail, x.fx.send_bytes - x.tail);
+  }
+  char err[256] = "";
+  if (total == 0)
+    total = x.nwire;
+  uint64_t len = total < x.nwire ? total : x.nwire;
+  assert_int_equal(
+      feed(&x.fx, 0, 0, total, x.wire, len, NULL, 0, err, sizeof(err)),
+      CHIME_EPROTO);
+  if (strstr(err, want) == NULL)
+    fail_msg("refused with '%s', not '%s'", err, want);
+  for (int l = 0; l < 4; l++)
+    assert_true(
+        zero_at(&x, x.fx.r.w.slot, x.lay.leaf_offset[l], x.lay.leaf_bytes[l]));
+  rag_teardown(&x);
+}
+
+static void put_off(rag_fx_t *x, uint32_t leaf, uint32_t j, int64_t v) {
+  memcpy(x->slot + x->lay.offsets_offset[leaf] + j * sizeof(int64_t), &v,
+         sizeof(v));
+}
+static void lie_first(rag_fx_t *x) {
+  put_off(x, 2, 0, 1);
+}
+static void lie_decreasing(rag_fx_t *x) {
+  put_off(x, 2, 2, 0);
+}
+static void lie_past_bound(rag_fx_t *x) {
+  put_off(x, 2, 1, 3); /* frames: at most 2 rows a sample */
+}
+static void lie_past_batch(rag_fx_t *x) {
+  put_off(x, 0, RAG_B, INT64_MAX); /* and past the leaf's whole region */
+  put_off(x, 1, RAG_B, INT64_MAX);
+}
+static void lie_unshared(rag_fx_t *x) {
+  put_off(x, 1, 1, 2);
+}
+
+static void test_remote_refuses_lying_ragged(void **state) {
+  (void)state;
+  rag_fx_t x;
+  rag_setup(&x, 2);
+  uint64_t tail_len = x.fx.send_bytes - x.tail, send = x.fx.send_bytes;
+  uint64_t nwire = x.nwire;
+  rag_teardown(&x);
+  /* Totals no ragged batch can have: less than its tail, more than the
+   * slot's prefix. */
+  rag_refused(tail_len - 1, NULL, "bytes per batch");
+  rag_refused(send + 1, NULL, "bytes per batch");
+  /* A total the offsets do not add up to, either way. */
+  rag_refused(nwire + 4, NULL, "its offsets say");
+  rag_refused(nwire - 4, NULL, "its offsets say");
+  /* Offsets that do not hold. */
+  rag_refused(0, lie_first, "offsets[0] is 1");
+  rag_refused(0, lie_decreasing, "sample 1 has offsets 1..0");
+  rag_refused(0, lie_past_bound, "sample 0 has offsets 0..3, not 0..2");
+  rag_refused(0, lie_past_batch, "leaf 'tok': sample 3");
+  rag_refused(0, lie_unshared, "offsets unlike those of 'tok'");
+
+  /* A total that changes mid-batch. */
+  rag_setup(&x, 2);
+  char err[256] = "";
+  assert_int_equal(
+      feed(&x.fx, 0, 0, x.nwire, x.wire, 16, NULL, 0, err, sizeof(err)), 0);
+  assert_int_equal(feed(&x.fx, 0, 16, x.nwire + 8, x.wire + 16, 16, NULL, 0,
+                        err, sizeof(err)),
+                   CHIME_EPROTO);
+  assert_non_null(strstr(err, "bytes per batch"));
+  rag_teardown(&x);
+}
+
 /* ------------------------------------------------------------ pattern */
 
 /* Lays samples out leaf-major like a ring slot and returns a batch view. */
@@ -672,6 +857,8 @@ int main(void) {
       cmocka_unit_test(test_handoff_no_server),
       cmocka_unit_test(test_remote_assembles_batches),
       cmocka_unit_test(test_remote_rejects_bad_chunks),
+      cmocka_unit_test(test_remote_places_ragged_rows),
+      cmocka_unit_test(test_remote_refuses_lying_ragged),
       cmocka_unit_test(test_pattern),
       cmocka_unit_test(test_pattern_ids_differ_by_seed),
       cmocka_unit_test(test_unreachable_server),

@@ -626,8 +626,8 @@ static void usage(void) {
           "  64-byte line (line, the default) or 4 KiB page; learn tables of\n"
           "  ITEMS 1 KiB items per shard (default 16384). --smoke: tiny\n"
           "  sizes, figures mean nothing. --ready-bytes: each learner's\n"
-          "  ready_bytes (off: no limit; default: the library's, which on\n"
-          "  a sharded target is CHIME_UNION_READY_BYTES per shard)\n");
+          "  ready_bytes, which a sharded one gives every shard (off or\n"
+          "  the default: no limit)\n");
 }
 
 static int parse_opts(opts_t *o, int argc, char **argv) {

@@ -477,10 +477,9 @@ typedef struct {
   /* shm mode: the bytes of batches the server keeps sampled ahead of
    * next(), at most max(2, ready_bytes / batch bytes) batches, so what
    * next() returns was written recently and is still in cache. Batches the
-   * learner holds do not count. 0: a one-server stream fills every free
-   * slot (as before 0.4); a sharded stream gives each shm sub-stream
-   * CHIME_UNION_READY_BYTES. UINT64_MAX: no limit. A server before 0.4
-   * ignores it. */
+   * learner holds do not count. 0 (or UINT64_MAX): no limit, every free
+   * slot filled, as before 0.4. A sharded stream gives it to each shard's
+   * shm sub-stream. A server before 0.4 ignores it. */
   uint64_t ready_bytes;
 } chime_stream_opts_t;
 #define CHIME_STREAM_OPTS_INIT                                                 \
@@ -490,7 +489,6 @@ typedef struct {
     .device_prefetch = 0                                                       \
   }
 #define CHIME_DEVICE_PREFETCH 2
-#define CHIME_UNION_READY_BYTES (2u << 20)
 
 /* One leaf of a batch: a [count, *shape] array, contiguous. A ragged leaf
  * (chime/spec.h) is its samples' rows packed back to back, a [total,

@@ -564,9 +564,11 @@ void chimepy_client_docs_init(void) {
       stream_doc, sizeof(stream_doc),
       "stream(table, batch_size=%u, mode='%s', slots=%u, prefetch=%u, "
       "open_timeout=%s, pin_host_memory=%s, timeout=None, "
-      "device=None) -> Stream. device ('cuda:0', an ordinal): batches "
-      "are copied to that GPU ahead of the learner, and prefetch is "
-      "how many (0: %u); leaves export DLPack as CUDA.",
+      "device=None, version=0, ready_bytes=0) -> Stream. device "
+      "('cuda:0', an ordinal): batches are copied to that GPU ahead of "
+      "the learner, and prefetch is how many (0: %u); leaves export "
+      "DLPack as CUDA. ready_bytes (shm): the server samples at most "
+      "max(2, ready_bytes / batch bytes) batches ahead (0: no limit).",
       (unsigned)so.batch_size, chime_mode_name(so.mode), (unsigned)so.slots,
       (unsigned)so.prefetch, secs(b, sizeof(b), so.open_timeout_ms),
       so.pin_host_memory ? "True" : "False", (unsigned)CHIME_DEVICE_PREFETCH);

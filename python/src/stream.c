@@ -69,10 +69,11 @@ cleanup:
 
 static int stream_init(PyObject *o, PyObject *args, PyObject *kw) {
   chimepy_stream_t *self = (chimepy_stream_t *)o;
-  static char *kwlist[] = {"client",       "table",           "batch_size",
-                           "mode",         "slots",           "prefetch",
-                           "open_timeout", "pin_host_memory", "timeout",
-                           "device",       "version",         NULL};
+  static char *kwlist[] = {
+      "client",  "table",    "batch_size",   "mode",
+      "slots",   "prefetch", "open_timeout", "pin_host_memory",
+      "timeout", "device",   "version",      "ready_bytes",
+      NULL};
   PyObject *client, *iter_timeout = Py_None, *device = Py_None;
   const chime_stream_opts_t def = CHIME_STREAM_OPTS_INIT;
   const char *table, *mode = chime_mode_name(def.mode);
@@ -80,12 +81,22 @@ static int stream_init(PyObject *o, PyObject *args, PyObject *kw) {
            prefetch = def.prefetch;
   double open_timeout = def.open_timeout_ms / 1000.0;
   int pin = def.pin_host_memory;
-  unsigned long long version = 0;
+  unsigned long long version = 0, ready_bytes = 0;
+  PyObject *ready = NULL;
   if (!PyArg_ParseTupleAndKeywords(
-          args, kw, "O!s|IsIIdpOOK:Stream", kwlist, &chimepy_client_type,
+          args, kw, "O!s|IsIIdpOOKO!:Stream", kwlist, &chimepy_client_type,
           &client, &table, &batch_size, &mode, &slots, &prefetch, &open_timeout,
-          &pin, &iter_timeout, &device, &version))
+          &pin, &iter_timeout, &device, &version, &PyLong_Type, &ready))
     return -1;
+  /* "K" would wrap a negative count round to a huge one. */
+  if (ready != NULL) {
+    ready_bytes = PyLong_AsUnsignedLongLong(ready);
+    if (ready_bytes == (unsigned long long)-1 && PyErr_Occurred()) {
+      PyErr_Clear();
+      chimepy_raise(CHIME_EINVAL, "ready_bytes: a byte count >= 0");
+      return -1;
+    }
+  }
   if (self->client) {
     PyErr_SetString(PyExc_RuntimeError, "Stream already initialised");
     return -1;
@@ -121,6 +132,7 @@ static int stream_init(PyObject *o, PyObject *args, PyObject *kw) {
   opts.open_timeout_ms = (int)(open_timeout * 1000);
   opts.pin_host_memory = pin;
   opts.version = version;
+  opts.ready_bytes = ready_bytes;
   /* At most slots - 1 batches are leased, so a queue of `slots` entries
    * always has room for the slots given back during one next(). */
   self->cap = slots ? slots : def.slots; /* 0: the default */

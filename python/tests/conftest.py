@@ -111,3 +111,12 @@ def client(chimed):
     import chime
     with chime.Client(chimed) as c:
         yield c
+
+
+def wait_until(pred, timeout):
+    """Polls pred every 10 ms; fails the test if it is not true within
+    timeout seconds."""
+    end = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < end, "condition not met in time"
+        time.sleep(0.01)

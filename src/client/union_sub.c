@@ -70,13 +70,10 @@ int chime__union_open_sub(chime_stream_t *s, uint32_t i, int *dup, char *err,
     }
   if ((rc = check_table(s, i, &ti, err, errlen)) != 0)
     return rc;
-  /* A learner over many shards keeps every shard's ring full: what it
-   * reads would have been written many batches ago, out of cache, unless
-   * each shard samples only a little ahead (docs/scaling.md). */
-  chime_stream_opts_t o = s->opts;
-  if (o.ready_bytes == 0)
-    o.ready_bytes = CHIME_UNION_READY_BYTES;
-  if ((rc = chime__single_open(&sb->s, m->client, s->table, &o)) != 0)
+  /* The learner's options, its ready_bytes too. None by default: a limit
+   * per shard made the learner wait for its drawn shard more than fresher
+   * batches saved (docs/scaling.md). */
+  if ((rc = chime__single_open(&sb->s, m->client, s->table, &s->opts)) != 0)
     return chime__fail(err, errlen, rc, "shard %s: %s", m->addr,
                        chime_last_error());
   sb->instance = instance;

@@ -2,8 +2,9 @@
  * the Open's ready_bytes): chimed keeps no more batches sampled ahead of
  * the learner's takes than it asked for, a fifo table's items all arrive
  * exactly once while the learner holds batches as it asks for more, a
- * stream held back by the limit closes, and a sharded stream's shm
- * sub-streams sample only CHIME_UNION_READY_BYTES ahead by default. */
+ * stream held back by the limit closes, and a sharded stream passes its
+ * limit to each shard's shm sub-stream (none given: none, as on one
+ * server). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -75,10 +76,6 @@ static chime_stream_t *open_stream(chime_client_t *c, uint32_t batch,
   return s;
 }
 
-/* Batches of 264-byte samples worth more than half of
- * CHIME_UNION_READY_BYTES: a sharded stream's sub-streams keep 2 ready. */
-#define BIG_BATCH 4096
-
 /* The batches chimed published into its one stream's ring. */
 static uint64_t published(chime_client_t *c) {
   chime_stats_t *st = NULL;
@@ -132,13 +129,8 @@ static void test_never_more_ready(void **state) {
 }
 
 /* Without a limit, as before: every free slot. */
-static void test_zero_fills_every_slot(void **state) {
-  chime__chimed_t d;
-  chime_client_t *c = NULL;
-  (void)state;
-  start(&d, &c, "uniform");
-  insert(c);
-  chime_stream_t *s = open_stream(c, BATCH, 0);
+/* Waits (10 s at most) until chimed published every slot of the ring. */
+static void expect_every_slot(chime_client_t *c) {
   int64_t deadline = chime__now_ms() + 10000;
   while (published(c) < SLOTS) {
     if (chime__now_ms() > deadline)
@@ -146,6 +138,16 @@ static void test_zero_fills_every_slot(void **state) {
                (unsigned long long)published(c), SLOTS);
     chime__sleep_ms(5);
   }
+}
+
+static void test_zero_fills_every_slot(void **state) {
+  chime__chimed_t d;
+  chime_client_t *c = NULL;
+  (void)state;
+  start(&d, &c, "uniform");
+  insert(c);
+  chime_stream_t *s = open_stream(c, BATCH, 0);
+  expect_every_slot(c);
   chime_stream_close(s);
   assert_int_equal(chime__chimed_stop_client(&d, c), 0);
 }
@@ -190,25 +192,29 @@ static void test_fifo_every_item_while_holding(void **state) {
   assert_int_equal(chime__chimed_stop_client(&d, c), 0);
 }
 
-/* Two shards, no ready_bytes given: each shard's sub-stream keeps 2
- * batches ready, not every slot; the learner still reads. */
-static void test_union_default(void **state) {
+/* Two shards: a sharded stream's ready_bytes goes to each shard's
+ * sub-stream (2 ready on each); none given, every slot on each, as on one
+ * server. The learner reads either way. */
+static void union_case(uint64_t ready_bytes) {
   chime__chimed_t d[2];
   chime_client_t *direct[2] = {NULL, NULL}, *c = NULL;
   char target[600];
   chime_batch_t b;
-  (void)state;
   for (int k = 0; k < 2; k++) {
     start(&d[k], &direct[k], "uniform");
     insert(direct[k]);
   }
   snprintf(target, sizeof(target), "%s,%s", d[0].addr, d[1].addr);
   assert_int_equal(chime_client_create(&c, target, NULL), 0);
-  chime_stream_t *s = open_stream(c, BIG_BATCH, 0);
-  for (int k = 0; k < 2; k++)
-    expect_published(direct[k], READY);
+  chime_stream_t *s = open_stream(c, BATCH, ready_bytes);
+  for (int k = 0; k < 2; k++) {
+    if (ready_bytes)
+      expect_published(direct[k], READY);
+    else
+      expect_every_slot(direct[k]);
+  }
   assert_int_equal(chime_stream_next(s, &b, 10000), 0);
-  assert_int_equal(b.count, BIG_BATCH);
+  assert_int_equal(b.count, BATCH);
   assert_int_equal(chime_stream_release(s, &b), 0);
   chime_stream_close(s);
   chime_client_destroy(c);
@@ -216,12 +222,23 @@ static void test_union_default(void **state) {
     assert_int_equal(chime__chimed_stop_client(&d[k], direct[k]), 0);
 }
 
+static void test_union_passes_limit(void **state) {
+  (void)state;
+  union_case(READY_BYTES);
+}
+
+static void test_union_default_fills(void **state) {
+  (void)state;
+  union_case(0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_never_more_ready),
       cmocka_unit_test(test_zero_fills_every_slot),
       cmocka_unit_test(test_fifo_every_item_while_holding),
-      cmocka_unit_test(test_union_default),
+      cmocka_unit_test(test_union_passes_limit),
+      cmocka_unit_test(test_union_default_fills),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

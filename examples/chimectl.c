@@ -53,7 +53,7 @@ static json_t *info_json(const chime_server_info_t *in) {
     json_array_append_new(
         tables,
         json_pack("{s:s, s:s, s:I, s:I, s:f, s:I, s:I, s:s, s:s, s:f, s:I, "
-                  "s:f, s:f, s:I, s:I}",
+                  "s:f, s:f, s:I, s:I, s:s}",
                   "name", t->name, "spec", spec, "capacity",
                   (json_int_t)t->capacity, "size", (json_int_t)t->size, "mass",
                   t->mass, "min_size", (json_int_t)t->min_size, "sample_bytes",
@@ -63,7 +63,8 @@ static json_t *info_json(const chime_server_info_t *in) {
                   "samples_per_insert", t->samples_per_insert, "error_buffer",
                   t->error_buffer, "max_staleness",
                   (json_int_t)t->max_staleness, "newest_version",
-                  (json_int_t)t->newest_version));
+                  (json_int_t)t->newest_version, "staleness_weight",
+                  t->staleness_weight));
     if (t->sequence_length > 0) {
       char step[4096];
       if (chime_spec_format(&t->step_spec, step, sizeof(step)) != 0)

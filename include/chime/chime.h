@@ -205,6 +205,10 @@ typedef struct {
    * reported) is never sampled and leaves; 0: no limit. */
   uint64_t max_staleness;
   uint64_t newest_version;
+  /* How a prioritized sampler weighs staleness s (docs/replay.md): "none",
+   * or "inverse" (probability p^a / (s + 1) / mass). "none" from a server
+   * before 0.4. */
+  char staleness_weight[16];
 } chime_table_info_t;
 
 /* One open stream's ring on the server, as GetInfo reports it. */

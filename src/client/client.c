@@ -307,6 +307,8 @@ int chime__conn_info(chime_client_t *client, chime_server_info_t **out) {
     o->max_times_sampled = t->max_times_sampled;
     o->max_staleness = t->max_staleness;
     o->newest_version = t->newest_version;
+    copy_str(o->staleness_weight, sizeof(o->staleness_weight),
+             t->staleness_weight[0] ? t->staleness_weight : "none");
     o->samples_per_insert = t->samples_per_insert;
     o->error_buffer = t->error_buffer;
     if (t->sequence_length > 0 &&

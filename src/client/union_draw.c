@@ -31,12 +31,16 @@ static double rand_unit(uint64_t *x) {
 /* A batch's first item tells its shard's mass when it was drawn: weight /
  * probability (and its table size), unless it may have been drawn before
  * the last GetInfo answer (prefetched: a shard drawn rarely hands out
- * batches sampled long ago). */
+ * batches sampled long ago). The weight is the sampler's: priority^a,
+ * over staleness + 1 when the table weighs staleness (its staleness when
+ * drawn, which the item's info holds). */
 static void learn_mass(chime__union_t *u, sub_t *sb,
                        const chime_sample_info_t *first) {
   if (++sb->taken <= sb->fresh_after || !(first->probability > 0))
     return;
   double w = u->prioritized ? pow(first->priority, u->exponent) : 1.0;
+  if (u->stale_inverse)
+    w /= (double)first->staleness + 1.0;
   sb->mass = w / first->probability;
   sb->size = (double)first->table_size;
   sb->mass_ms = chime__now_ms();

@@ -28,6 +28,7 @@ static int check_table(chime_stream_t *s, uint32_t i,
     u->prioritized = strcmp(ti->sampler, "prioritized") == 0;
     u->weighed = u->prioritized || strcmp(ti->sampler, "uniform") == 0;
     u->exponent = ti->priority_exponent;
+    u->stale_inverse = strcmp(ti->staleness_weight, "inverse") == 0;
     u->min_size = (double)ti->min_size;
     u->spec = ti->spec;
     u->have_table = 1;
@@ -35,11 +36,12 @@ static int check_table(chime_stream_t *s, uint32_t i,
   }
   if (strcmp(u->sampler, ti->sampler) != 0 ||
       (u->prioritized && u->exponent != ti->priority_exponent) ||
+      u->stale_inverse != (strcmp(ti->staleness_weight, "inverse") == 0) ||
       chime__spec_diff(&u->spec, &ti->spec, &at) != CHIME__SPEC_SAME)
     return chime__fail(err, errlen, CHIME_EINVAL,
                        "shard %s: table '%s' differs from the same table on "
-                       "the other shards (spec, sampler or "
-                       "priority_exponent): a sharded table must be "
+                       "the other shards (spec, sampler, priority_exponent "
+                       "or staleness_weight): a sharded table must be "
                        "configured alike on every shard",
                        addr_of(u, i), s->table);
   return 0;

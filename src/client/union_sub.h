@@ -74,6 +74,7 @@ struct chime__union_s {
   int weighed;     /* uniform or prioritized: a batch's shard drawn by mass */
   int prioritized; /* weights are priority^exponent (else 1) */
   double exponent;
+  int stale_inverse; /* ... divided by staleness + 1 (staleness_weight) */
   double min_size;   /* a shard holding fewer items cannot sample */
   chime_spec_t spec; /* every shard's table has it */
   int have_table;    /* sampler, exponent and spec known (first shard) */

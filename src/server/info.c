@@ -120,6 +120,9 @@ static void info_on_start(chime__call_t *c) {
     tm[i].info.max_times_sampled = tc->max_times_sampled;
     tm[i].info.max_staleness = tc->max_staleness;
     tm[i].info.newest_version = ts.newest_version;
+    tm[i].info.staleness_weight =
+        tc->staleness_weight == CHIME__STALE_WEIGHT_INVERSE ? "inverse"
+                                                            : "none";
     tm[i].info.samples_per_insert = tc->samples_per_insert;
     tm[i].info.error_buffer = tc->error_buffer;
     tm[i].info.min_size = tc->min_size;

@@ -10,7 +10,11 @@
  * version bumps, no sample more than max_staleness behind the learner's
  * version ever reaches it (nor from a shard back from down: its reopened
  * sub-stream tells it the version), and each sample's info says its
- * version and a staleness within the window. */
+ * version and a staleness within the window; a prioritized table that
+ * weighs staleness ("inverse") keeps its union probabilities exact over
+ * shards, p^a / (s + 1) over the shards' summed masses, and says so in
+ * GetInfo. */
+#include <math.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -29,6 +33,7 @@
 
 #define NSHARDS 2
 #define STALENESS 2
+#define EXPONENT 0.5
 #define X(k, v, i) ((uint64_t)(k) << 48 | (uint64_t)(v) << 24 | (uint64_t)(i))
 
 static chime__chimed_t d[NSHARDS];
@@ -45,8 +50,11 @@ static void config_of(int k, char *config, size_t len) {
            " {\"name\": \"g\", \"spec\": \"x:u64[]\", \"capacity\": 10000, "
            "\"sampler\": \"uniform\", \"max_staleness\": %d},\n"
            " {\"name\": \"q\", \"spec\": \"x:u64[]\", \"capacity\": 100000, "
-           "\"sampler\": \"fifo\", \"max_staleness\": %d}]}\n",
-           k + 1, STALENESS, STALENESS);
+           "\"sampler\": \"fifo\", \"max_staleness\": %d},\n"
+           " {\"name\": \"w\", \"spec\": \"x:u64[]\", \"capacity\": 10000, "
+           "\"sampler\": \"prioritized\", \"priority_exponent\": %g, "
+           "\"staleness_weight\": \"inverse\"}]}\n",
+           k + 1, STALENESS, STALENESS, EXPONENT);
 }
 
 static int setup(void **state) {
@@ -102,6 +110,75 @@ static chime_stream_t *open_union(const char *table, chime_mode_t mode,
     fail_msg("chime_stream_open on '%s' over shards: %s: %s", table,
              chime_strerror(rc), chime_last_error());
   return s;
+}
+
+/* --- staleness-weighted union probabilities --- */
+
+/* Item i of version v on shard k: priority 1 + (i + k) % 4, so the
+ * shards' masses differ. */
+static double prio_of(int k, uint64_t i) {
+  return 1.0 + (double)((i + (uint64_t)k) % 4);
+}
+
+/* Shard k gets n items of each version 1..newest; returns its mass,
+ * the sum of p^a / (s + 1) with s = newest - v. */
+static double write_weighted(int k, uint64_t newest, uint32_t n) {
+  chime_writer_t *w;
+  double z = 0;
+  assert_int_equal(chime_writer_open(&w, direct[k], "w", NULL), 0);
+  for (uint64_t v = 1; v <= newest; v++) {
+    assert_int_equal(chime_writer_set_version(w, v), 0);
+    for (uint32_t i = 0; i < n; i++) {
+      uint64_t x = X(k, v, i);
+      double p = prio_of(k, i);
+      assert_int_equal(chime_writer_append(w, &x, sizeof(x), p), 0);
+      z += pow(p, EXPONENT) / (double)(newest - v + 1);
+    }
+  }
+  assert_int_equal(chime_writer_close(w), 0);
+  return z;
+}
+
+/* Every sample's union probability is exactly its weight over the summed
+ * masses, batch after batch: the masses the union learns from batches
+ * (weight / probability of a batch's first item) divide the staleness out
+ * as the shard's sampler does, so they agree with GetInfo's. */
+static void test_stale_weighted_union(void **state) {
+  (void)state;
+  double z = 0;
+  for (int k = 0; k < NSHARDS; k++)
+    z += write_weighted(k, 3, 10 + 7 * (uint32_t)k);
+  chime_server_info_t *si = NULL;
+  assert_int_equal(chime_client_info(direct[0], &si), 0);
+  for (uint32_t t = 0; t < si->ntables; t++)
+    assert_string_equal(si->tables[t].staleness_weight,
+                        strcmp(si->tables[t].name, "w") == 0 ? "inverse"
+                                                             : "none");
+  chime_server_info_free(si);
+  chime_stream_t *s = open_union("w", CHIME_MODE_SHM, 0);
+  uint32_t stale = 0;
+  for (int b = 0; b < 400; b++) {
+    chime_batch_t bt;
+    int rc = chime_stream_next(s, &bt, 10000);
+    if (rc != 0)
+      fail_msg("next: %s: %s", chime_strerror(rc), chime_last_error());
+    const uint64_t *x = bt.leaf[0].data;
+    for (uint32_t j = 0; j < bt.count; j++) {
+      int k = (int)(x[j] >> 48);
+      uint64_t v = (x[j] >> 24) & 0xffffff, i = x[j] & 0xffffff;
+      assert_int_equal(bt.info[j].staleness, 3 - v);
+      stale += bt.info[j].staleness > 0;
+      double want = pow(prio_of(k, i), EXPONENT) / (double)(4 - v) / z;
+      if (fabs(bt.info[j].probability - want) > 1e-9 * want)
+        fail_msg("batch %d: x %#" PRIx64 " (shard %d, staleness %" PRIu64
+                 ") has union probability %.12g, its weight over the summed "
+                 "masses is %.12g",
+                 b, x[j], k + 1, 3 - v, bt.info[j].probability, want);
+    }
+    assert_int_equal(chime_stream_release(s, &bt), 0);
+  }
+  assert_true(stale > 0); /* the case that tells the weights apart */
+  chime_stream_close(s);
 }
 
 /* --- chime_client_set_version over shards --- */
@@ -370,6 +447,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_reopened_shard_gets_version, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_race_fifo_shm, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_stale_weighted_union, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_race_uniform_stream, setup,
                                       teardown),
   };

@@ -53,8 +53,18 @@ static void config_of(int k, char *config, size_t len) {
            "\"sampler\": \"fifo\", \"max_staleness\": %d},\n"
            " {\"name\": \"w\", \"spec\": \"x:u64[]\", \"capacity\": 10000, "
            "\"sampler\": \"prioritized\", \"priority_exponent\": %g, "
-           "\"staleness_weight\": \"inverse\"}]}\n",
-           k + 1, STALENESS, STALENESS, EXPONENT);
+           "\"staleness_weight\": \"inverse\"},\n"
+           /* configured differently on each shard: one thing each */
+           " {\"name\": \"dw\", \"spec\": \"x:u64[]\", \"capacity\": 100, "
+           "\"sampler\": \"prioritized\", \"staleness_weight\": \"%s\"},\n"
+           " {\"name\": \"de\", \"spec\": \"x:u64[]\", \"capacity\": 100, "
+           "\"sampler\": \"prioritized\", \"priority_exponent\": %g},\n"
+           " {\"name\": \"ds\", \"spec\": \"x:u64[]\", \"capacity\": 100, "
+           "\"sampler\": \"%s\"},\n"
+           " {\"name\": \"dx\", \"spec\": \"x:u%d[]\", \"capacity\": 100, "
+           "\"sampler\": \"uniform\"}]}\n",
+           k + 1, STALENESS, STALENESS, EXPONENT, k ? "none" : "inverse",
+           k ? 0.6 : 0.5, k ? "uniform" : "prioritized", k ? 32 : 64);
 }
 
 static int setup(void **state) {
@@ -150,10 +160,16 @@ static void test_stale_weighted_union(void **state) {
     z += write_weighted(k, 3, 10 + 7 * (uint32_t)k);
   chime_server_info_t *si = NULL;
   assert_int_equal(chime_client_info(direct[0], &si), 0);
-  for (uint32_t t = 0; t < si->ntables; t++)
-    assert_string_equal(si->tables[t].staleness_weight,
-                        strcmp(si->tables[t].name, "w") == 0 ? "inverse"
-                                                             : "none");
+  int seen = 0;
+  for (uint32_t t = 0; t < si->ntables; t++) {
+    const chime_table_info_t *ti = &si->tables[t];
+    if (strcmp(ti->name, "w") == 0 || strcmp(ti->name, "u") == 0) {
+      assert_string_equal(ti->staleness_weight,
+                          ti->name[0] == 'w' ? "inverse" : "none");
+      seen++;
+    }
+  }
+  assert_int_equal(seen, 2);
   chime_server_info_free(si);
   chime_stream_t *s = open_union("w", CHIME_MODE_SHM, 0);
   uint32_t stale = 0;
@@ -179,6 +195,24 @@ static void test_stale_weighted_union(void **state) {
   }
   assert_true(stale > 0); /* the case that tells the weights apart */
   chime_stream_close(s);
+}
+
+/* A table configured differently on the shards (staleness_weight,
+ * priority_exponent, sampler, spec) fails a sharded open, naming it. */
+static void test_differing_table_refused(void **state) {
+  (void)state;
+  static const char *const tables[] = {"dw", "de", "ds", "dx"};
+  for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++) {
+    chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
+    so.batch_size = 4;
+    chime_stream_t *s = NULL;
+    int rc = chime_stream_open(&s, sharded, tables[t], &so);
+    if (rc != CHIME_EINVAL)
+      fail_msg("'%s' differs on the shards: open gave %s, not CHIME_EINVAL",
+               tables[t], chime_strerror(rc));
+    assert_non_null(strstr(chime_last_error(), "configured alike"));
+    assert_null(s);
+  }
 }
 
 /* --- chime_client_set_version over shards --- */
@@ -448,6 +482,8 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_race_fifo_shm, setup, teardown),
       cmocka_unit_test_setup_teardown(test_stale_weighted_union, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_differing_table_refused, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_race_uniform_stream, setup,
                                       teardown),

@@ -499,7 +499,9 @@ typedef struct {
  * *shape[1:]] array (shape[0] == total, the rows of all samples), and
  * offsets: count + 1 of them, sample j's rows are offsets[j] ..
  * offsets[j + 1] (Arrow's list layout; offsets[0] == 0, offsets[count] ==
- * total). offsets is NULL for a fixed leaf. Both lie in the ring slot. */
+ * total). offsets is NULL for a fixed leaf. Both lie in the ring slot;
+ * on a device stream the values are on the device and the offsets a host
+ * copy, valid until release. */
 typedef struct {
   const char *name;
   chime_dtype_t dtype;

@@ -12,6 +12,13 @@ static int values_offsets(PyObject *batch, PyObject *leaf,
   *values = (PyArrayObject *)PyObject_GetItem(batch, leaf);
   if (*values == NULL)
     return -1;
+  if (!PyArray_Check(*values)) { /* a device batch's values: on the GPU */
+    Py_CLEAR(*values);
+    chimepy_raise(CHIME_EINVAL,
+                  "samples, padded and nested read host batches: on a "
+                  "device stream split b[leaf] by b.offsets(leaf)");
+    return -1;
+  }
   *offsets = (PyArrayObject *)PyObject_CallMethod(batch, "offsets", "O", leaf);
   if (*offsets == NULL) {
     Py_CLEAR(*values);

@@ -1,5 +1,7 @@
-"""One device stream against the fake libcudart, in a process of its own
-(the CUDA runtime is loaded once per process): test_device.py runs it as
+"""Device streams against the fake libcudart (a table of fixed leaves, then
+one of ragged leaves: values on the device, offsets on the host), in a
+process of its own (the CUDA runtime is loaded once per process):
+test_device.py runs it as
 `device_case.py ADDRESS FAKE_LIBCUDART MODE LOG`, with CHIME_CUDART set to
 the fake and FAKE_CUDART_LOG to LOG. Exits non-zero with a message when a
 check fails.
@@ -120,10 +122,46 @@ st = s.stats()
 assert st["device_bytes"] > 0 and st["device_copies"] >= 41, st
 assert 1 <= st["device_max_slots_held"] <= 2, st
 s.close()
+
+# Ragged leaves: b["tok"] is the batch's rows on the device ([total]),
+# b.offsets("tok") a host array; sample i has i % 9 rows valued 100 i + r.
+w = c.writer("rag")
+for i in range(64):
+    w.append({"tok": np.arange(i % 9, dtype=np.int32) + 100 * i, "id": i})
+w.close()
+s = c.stream("rag", BATCH, mode=mode, slots=4, device=0, prefetch=2)
+for n in range(20):
+    b = s.next(timeout=10)
+    tok, offs = b["tok"], b.offsets("tok")
+    assert type(tok).__name__ == "View" and tok.device == 0
+    assert isinstance(offs, np.ndarray) and offs.shape == (BATCH + 1,)
+    total = int(offs[-1])
+    assert tok.shape == (total,)
+    cap = tok.__dlpack__(stream=ls.value)
+    assert tensor(cap).device_type == 2 and tensor(cap).shape[0] == total
+    id_cap = b["id"].__dlpack__(stream=ls.value)
+    fake.fake_cudart_run(-1)
+    rows = np.frombuffer(ctypes.string_at(tensor(cap).data, total * 4),
+                         dtype=np.int32)
+    ids = np.frombuffer(ctypes.string_at(tensor(id_cap).data, BATCH * 8),
+                        dtype=np.uint64)
+    for k in range(BATCH):
+        i = int(ids[k])
+        assert offs[k + 1] - offs[k] == i % 9, (k, i, offs)
+        want = np.arange(i % 9, dtype=np.int32) + 100 * i
+        assert (rows[offs[k]:offs[k + 1]] == want).all(), (k, i, rows)
+    try:
+        b.samples("tok")
+        raise AssertionError("samples() read a device batch")
+    except chime.InvalidArgumentError as e:
+        assert "host batches" in str(e)
+    del cap, id_cap, tok, offs
+    b.release()
+s.close()
 assert fake.cudaStreamDestroy(ls) == 0
 for what in (b"malloc", b"stream", b"event", b"register"):
     assert fake.fake_cudart_count(what) == 0, what
-assert len(log_lines("register ")) == 1
+assert len(log_lines("register ")) == 2  # once per device stream
 assert not log_lines("copy-src-changed")
 c.close()
 print("ok")

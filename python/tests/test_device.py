@@ -19,7 +19,9 @@ BUILD = pathlib.Path(os.environ.get(
 ).resolve().parents[2]
 FAKE = BUILD / "tests" / "fake_cudart" / "lib64" / "libcudart.so.13"
 TABLES = [{"name": "dev", "spec": "x:f32[16], id:u64[]", "capacity": 4096,
-           "sampler": "uniform", "min_size": 1}]
+           "sampler": "uniform", "min_size": 1},
+          {"name": "rag", "spec": "tok:i32[<=8], id:u64[]",
+           "capacity": 4096, "sampler": "uniform", "min_size": 1}]
 
 
 @pytest.mark.parametrize("mode", ["shm", "stream"])

@@ -13,12 +13,13 @@
 #include "common/clock.h"
 #include "common/detail.h"
 #include "ring/cudart.h"
+#include "ring/extents.h"
 #include "ring/pin.h"
 
 enum { BUF_FREE, BUF_QUEUED, BUF_LENT };
 
 typedef struct {
-  void *dptr;    /* the slot's leaf arrays (info_offset bytes) */
+  void *dptr;    /* the slot's leaf arrays (buf_bytes) */
   void *copy_ev; /* recorded after the latest copy into dptr */
   /* Streams the learner ordered after this lending's copy (wait), and the
    * events recorded on them at its release: the next copy into dptr waits
@@ -34,6 +35,7 @@ typedef struct {
   uint32_t count;
   int failed; /* its copy failed (CUDA error): next reports and drops it */
   chime_sample_info_t *info; /* a host copy of the batch's records */
+  int64_t *offs; /* ragged leaves: a host copy of each's count + 1 offsets */
 } dbuf_t;
 
 struct chime__device_s {
@@ -44,6 +46,11 @@ struct chime__device_s {
   chime_ring_t *ring;
   chime_spec_t spec;
   chime_ring_layout_t layout;
+  /* A buffer's bytes: the leaf arrays (info_offset); with ragged leaves
+   * the slot up to its info's end, whose parts a batch uses are copied
+   * (ring/extents.h: offsets and info first, then each leaf's rows). */
+  uint64_t buf_bytes;
+  uint32_t nrag;
   chime__device_opts_t o;
   chime__device_source_t src;
   void *stream;
@@ -63,10 +70,11 @@ struct chime__device_s {
   chime__device_stats_t st;
 };
 
-/* Keeps a CUDA failure for the next call to report (the detail set with
- * it is the calling thread's, about to be lost). */
+/* Keeps a CUDA failure, or a batch dropped for offsets that do not hold,
+ * for the next call to report (the detail set with it is the calling
+ * thread's, about to be lost). */
 static void defer(chime__device_t *d, int rc) {
-  if (rc != CHIME_ECUDA || d->deferred)
+  if ((rc != CHIME_ECUDA && rc != CHIME_EPROTO) || d->deferred)
     return;
   d->deferred = rc;
   snprintf(d->deferred_why, sizeof d->deferred_why, "%s", chime_last_error());
@@ -181,6 +189,9 @@ int chime__device_open(chime__device_t **out, chime_ring_t *ring,
   d->ring = ring;
   d->spec = *spec;
   d->layout = *chime_ring_get_layout(ring);
+  d->nrag = chime_spec_ragged(spec);
+  d->buf_bytes =
+      d->nrag ? chime__slot_send_bytes(&d->layout) : d->layout.info_offset;
   d->o = *opts;
   d->src = *src;
   d->cap = opts->max_lent + opts->prefetch;
@@ -271,6 +282,7 @@ static void buf_free_cuda(chime__device_t *d, dbuf_t *b) {
     if (b->rel_ev[k])
       (void)d->rt->event_destroy(b->rel_ev[k]);
   free(b->info);
+  free(b->offs);
   memset(b, 0, sizeof(*b));
 }
 
@@ -299,7 +311,7 @@ static dbuf_t *take_buffer(chime__device_t *d, int *rc) {
   const char *call = "cudaSetDevice";
   if (e == CHIME__CUDA_SUCCESS) {
     call = "cudaMalloc";
-    e = d->rt->malloc_(&b->dptr, (size_t)d->layout.info_offset);
+    e = d->rt->malloc_(&b->dptr, (size_t)d->buf_bytes);
     if (e == CHIME__CUDA_SUCCESS) {
       call = "cudaEventCreateWithFlags";
       e = d->rt->event_create_with_flags(&b->copy_ev,
@@ -309,22 +321,74 @@ static dbuf_t *take_buffer(chime__device_t *d, int *rc) {
   }
   if (e != CHIME__CUDA_SUCCESS) {
     char what[96];
-    snprintf(what, sizeof what, "a buffer of %" PRIu64 " bytes",
-             d->layout.info_offset);
+    snprintf(what, sizeof what, "a buffer of %" PRIu64 " bytes", d->buf_bytes);
     buf_free_cuda(d, b);
     *rc = cuda_fail(d, e, call, what);
     return NULL;
   }
   b->info = malloc((size_t)d->layout.batch_size * sizeof(*b->info));
-  if (!b->info) {
+  if (d->nrag)
+    b->offs =
+        malloc((size_t)d->nrag * (d->layout.batch_size + 1) * sizeof(*b->offs));
+  if (!b->info || (d->nrag && !b->offs)) {
     buf_free_cuda(d, b);
     *rc = chime__detail(CHIME_ENOMEM, "device stream: out of memory");
     return NULL;
   }
   d->nbufs++;
   d->st.buffers = d->nbufs;
-  d->st.device_bytes += d->layout.info_offset;
+  d->st.device_bytes += d->buf_bytes;
   return b;
+}
+
+/* What of the slot batch v uses, into *x: the leaf arrays whole without
+ * ragged leaves; with them the parts its offsets say (checked: they are
+ * the producer's), whose host copies go into b->offs. CHIME_EPROTO when
+ * they do not hold. */
+static int batch_extents(chime__device_t *d, const chime_ring_view_t *v,
+                         dbuf_t *b, chime__extents_t *x) {
+  if (d->nrag == 0) {
+    x->n = 1;
+    x->e[0].off = 0;
+    x->e[0].len = d->layout.info_offset;
+    x->total = x->e[0].len;
+    return 0;
+  }
+  char why[256];
+  const uint8_t *base = chime_ring_slot_base(d->ring, v->slot);
+  if (chime__slot_extents(&d->layout, &d->spec, base, x, why, sizeof why))
+    return chime__detailf(CHIME_EPROTO,
+                          "device stream: batch %" PRIu64 " dropped: %s",
+                          v->seq, why);
+  uint32_t r = 0;
+  for (uint32_t i = 0; i < d->spec.nleaves; i++)
+    if (d->spec.leaves[i].ragged)
+      memcpy(b->offs + (size_t)r++ * (v->count + 1), v->offsets[i],
+             (size_t)(v->count + 1) * sizeof(*b->offs));
+  return 0;
+}
+
+/* Queues the copies of x's parts of the slot at `from` into b. A failure
+ * after some were queued waits for those (they read the slot) before the
+ * caller gives the slot back. */
+static int queue_copies(chime__device_t *d, dbuf_t *b, const uint8_t *from,
+                        const chime__extents_t *x, uint64_t seq) {
+  for (uint32_t k = 0; k < x->n; k++) {
+    int e = d->rt->memcpy_async((uint8_t *)b->dptr + x->e[k].off,
+                                from + x->e[k].off, (size_t)x->e[k].len,
+                                CHIME__CUDA_MEMCPY_HOST_TO_DEVICE, d->stream);
+    if (e != CHIME__CUDA_SUCCESS) {
+      char what[128];
+      if (k > 0)
+        (void)d->rt->stream_synchronize(d->stream);
+      snprintf(what, sizeof what,
+               "the copy of batch %" PRIu64 " (%" PRIu64 " bytes) failed to "
+               "start; the batch is dropped",
+               seq, x->total);
+      return cuda_fail(d, e, "cudaMemcpyAsync", what);
+    }
+  }
+  return 0;
 }
 
 /* Starts the copy of the ring's batch v into a buffer (one there must be:
@@ -332,7 +396,10 @@ static dbuf_t *take_buffer(chime__device_t *d, int *rc) {
 static int start_copy(chime__device_t *d, const chime_ring_view_t *v) {
   const chime__cudart_t *rt = d->rt;
   int rc = 0, e;
+  chime__extents_t x;
   dbuf_t *b = take_buffer(d, &rc);
+  if (b && (rc = batch_extents(d, v, b, &x)) != 0)
+    b = NULL;
   if (!b) {
     (void)d->src.release(d->src.arg, v->slot);
     return rc ? rc
@@ -353,17 +420,10 @@ static int start_copy(chime__device_t *d, const chime_ring_view_t *v) {
     }
   }
   b->nrel = 0;
-  const void *from = chime_ring_slot_base(d->ring, v->slot);
-  e = rt->memcpy_async(b->dptr, from, (size_t)d->layout.info_offset,
-                       CHIME__CUDA_MEMCPY_HOST_TO_DEVICE, d->stream);
-  if (e != CHIME__CUDA_SUCCESS) {
-    char what[128];
+  rc = queue_copies(d, b, chime_ring_slot_base(d->ring, v->slot), &x, v->seq);
+  if (rc) {
     (void)d->src.release(d->src.arg, v->slot);
-    snprintf(what, sizeof what,
-             "the copy of batch %" PRIu64 " (%" PRIu64 " bytes) failed to "
-             "start; the batch is dropped",
-             v->seq, d->layout.info_offset);
-    return cuda_fail(d, e, "cudaMemcpyAsync", what);
+    return rc;
   }
   e = rt->event_record(b->copy_ev, d->stream);
   if (e != CHIME__CUDA_SUCCESS) {
@@ -445,18 +505,30 @@ static void lend(chime__device_t *d, dbuf_t *b, chime_batch_t *out) {
   out->count = b->count;
   out->nleaves = d->spec.nleaves;
   out->info = b->info;
+  uint32_t r = 0;
   for (uint32_t i = 0; i < d->spec.nleaves; i++) {
     const chime_leaf_t *l = &d->spec.leaves[i];
     chime_batch_leaf_t *o = &out->leaf[i];
     o->name = l->name;
     o->dtype = l->dtype;
+    o->data = (const char *)b->dptr + d->layout.leaf_offset[i];
+    o->offsets = NULL;
+    if (l->ragged) {
+      /* [total, *rest] on the device; the offsets a host copy */
+      const int64_t *offs = b->offs + (size_t)r++ * (b->count + 1);
+      o->ndim = l->ndim;
+      o->shape[0] = (uint64_t)offs[b->count];
+      for (uint32_t k = 1; k < l->ndim; k++)
+        o->shape[k] = l->shape[k];
+      o->bytes = o->shape[0] * chime_leaf_row_bytes(l);
+      o->offsets = offs;
+      continue;
+    }
     o->ndim = l->ndim + 1;
     o->shape[0] = b->count;
     for (uint32_t k = 0; k < l->ndim; k++)
       o->shape[k + 1] = l->shape[k];
-    o->data = (const char *)b->dptr + d->layout.leaf_offset[i];
     o->bytes = (uint64_t)b->count * chime_leaf_bytes(l);
-    o->offsets = NULL; /* no ragged leaf: stream.c refuses those here */
   }
 }
 

@@ -328,11 +328,6 @@ int chime__single_open(chime_stream_t **out, chime_client_t *client,
       goto cleanup;
     }
   }
-  if (o.device >= 0 && chime_spec_ragged(&s->spec) > 0) {
-    rc = chime__fail(err, sizeof(err), CHIME_ENOTSUP,
-                     "a device stream of ragged leaves is not built yet");
-    goto cleanup;
-  }
   if (o.device >= 0) {
     const chime__device_opts_t dopts = {.device = o.device,
                                         .prefetch = o.device_prefetch,

@@ -555,8 +555,8 @@ CHIME_EXTERN const int64_t *chime_batch_offsets(const chime_batch_t *batch,
  * heaps take a batch from whichever shard has one ready, in turn. A shard
  * that cannot be reached at open is opened later; one that answers and
  * refuses (no such table, a table configured differently) fails the open,
- * as does reaching none. A device stream over shards is not built yet
- * (CHIME_ENOTSUP). */
+ * as does reaching none. A device stream over shards is a device
+ * sub-stream per shard (docs/pinning.md, Over shards). */
 CHIME_EXTERN CHIME_NODISCARD int
 chime_stream_open(chime_stream_t **out, chime_client_t *client,
                   const char *table, const chime_stream_opts_t *opts);

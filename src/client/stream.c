@@ -558,6 +558,8 @@ static int ring_take(chime_stream_t *s, chime_ring_view_t *v, int timeout_ms) {
 }
 
 int chime__stream_take(chime_stream_t *s, chime_batch_t *out, int timeout_ms) {
+  if (s->dev) /* a batch copied to the device, as next() gives one */
+    return device_next(s, out, timeout_ms);
   /* A sharded learner is owed the same window as next()'s. */
   return next_fresh(s, out, timeout_ms, ring_take);
 }

@@ -51,12 +51,6 @@ int chime_stream_open(chime_stream_t **out, chime_client_t *client,
                      o.slots - 1);
     goto cleanup;
   }
-  if (client->set && o.device >= 0) {
-    rc = chime__fail(err, sizeof(err), CHIME_ENOTSUP,
-                     "stream: a device stream over shards is not built yet: "
-                     "open it on one shard's client (chime_client_shard)");
-    goto cleanup;
-  }
   if (!client->set)
     return chime__single_open(out, client, table, &o);
   /* The union's own object is a stream's (client, table, options), with
@@ -126,9 +120,10 @@ int chime_stream_wait(chime_stream_t *stream, const chime_batch_t *batch,
   if (!s || !batch)
     return chime__detail(CHIME_EINVAL,
                          "chime_stream_wait: needs a stream and a batch");
-  /* A sharded stream is never a device stream: the one-server call says
-   * so as for any host stream. */
-  return chime__single_wait(s, batch, cuda_stream);
+  if (!s->uni)
+    return chime__single_wait(s, batch, cuda_stream);
+  int rc = chime__stream_inherited(s);
+  return rc ? rc : chime__union_wait(s, batch, cuda_stream);
 }
 
 chime_mode_t chime_stream_mode(const chime_stream_t *stream) {

@@ -54,6 +54,10 @@ int chime__union_stats(const chime_stream_t *s,
     out->credits += st.credits;
     out->consumer_wait_ns += st.consumer_wait_ns;
     out->pinned_bytes += st.pinned_bytes;
+    out->device_bytes += st.device_bytes;
+    out->device_copies += st.device_copies;
+    if (st.device_max_slots_held > out->device_max_slots_held)
+      out->device_max_slots_held = st.device_max_slots_held;
   }
   return 0;
 }

@@ -313,24 +313,48 @@ int chime__union_next(chime_stream_t *s, chime_batch_t *out, int timeout_ms) {
   return 0;
 }
 
-int chime__union_release(chime_stream_t *s, const chime_batch_t *batch) {
+/* The lending of batch, or NULL with CHIME_EINVAL's detail set. */
+static lent_t *lent_of(chime_stream_t *s, const chime_batch_t *batch) {
   chime__union_t *u = s->uni;
-  lent_t *e = NULL;
-  for (uint32_t k = 0; k < s->opts.slots - 1 && e == NULL; k++) {
+  for (uint32_t k = 0; k < s->opts.slots - 1; k++) {
     lent_t *c = &u->lent[k];
     if (c->used && c->seq == batch->seq && c->out_info == batch->info)
-      e = c;
+      return c;
   }
-  if (e == NULL)
-    return chime__detailf(CHIME_EINVAL,
-                          "sharded stream on '%s': batch %" PRIu64
-                          " is not lent by this stream now (given back "
-                          "already, or not from its next())",
-                          s->table, batch->seq);
-  sub_t *sb = &u->subs[e->sub];
+  chime__detailf(CHIME_EINVAL,
+                 "sharded stream on '%s': batch %" PRIu64
+                 " is not lent by this stream now (given back already, or "
+                 "not from its next())",
+                 s->table, batch->seq);
+  return NULL;
+}
+
+/* The batch as its sub-stream lent it (its seq and info pointer are what
+ * the sub-stream knows it by). */
+static chime_batch_t inner_of(const lent_t *e) {
   chime_batch_t inner;
+  memset(&inner, 0, sizeof(inner));
   inner.seq = e->inner_seq;
   inner.info = e->inner_info;
+  return inner;
+}
+
+int chime__union_wait(chime_stream_t *s, const chime_batch_t *batch,
+                      void *cuda_stream) {
+  lent_t *e = lent_of(s, batch);
+  if (e == NULL)
+    return CHIME_EINVAL;
+  chime_batch_t inner = inner_of(e);
+  return chime__single_wait(s->uni->subs[e->sub].s, &inner, cuda_stream);
+}
+
+int chime__union_release(chime_stream_t *s, const chime_batch_t *batch) {
+  chime__union_t *u = s->uni;
+  lent_t *e = lent_of(s, batch);
+  if (e == NULL)
+    return CHIME_EINVAL;
+  sub_t *sb = &u->subs[e->sub];
+  chime_batch_t inner = inner_of(e);
   int rc = chime__single_release(sb->s, &inner);
   /* An ended sub-stream's batch is given back all the same: its ring
    * goes with the sub-stream. */

@@ -8,5 +8,7 @@
 
 int chime__union_next(chime_stream_t *s, chime_batch_t *out, int timeout_ms);
 int chime__union_release(chime_stream_t *s, const chime_batch_t *batch);
+int chime__union_wait(chime_stream_t *s, const chime_batch_t *batch,
+                      void *cuda_stream);
 
 #endif

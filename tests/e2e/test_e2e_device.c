@@ -12,8 +12,10 @@
  * goes back before its copy completed, the device is never synchronised
  * while batches flow, at most device_prefetch slots are held, an injected
  * copy failure is CHIME_ECUDA and the stream goes on, and close leaves no
- * allocation, stream, event or registration. Skips (77) when chimed is not
- * built. */
+ * allocation, stream, event or registration. The same over two shards (a
+ * device stream on a sharded client: drawn by mass for a uniform table,
+ * merged for fifo, each shard's sub-stream a device stream of its own).
+ * Skips (77) when chimed is not built. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -38,7 +40,12 @@
 
 static const char *config =
     "{\"tables\": [{\"name\": \"demo\", \"spec\": \"" SPEC "\", "
-    "\"capacity\": 4096, \"min_size\": 1, \"sampler\": \"uniform\"}]}\n";
+    "\"capacity\": 4096, \"min_size\": 1, \"sampler\": \"uniform\"},\n"
+    " {\"name\": \"queue\", \"spec\": \"" SPEC "\", "
+    "\"capacity\": 4096, \"min_size\": 1, \"sampler\": \"fifo\"}]}\n";
+
+/* The table the next run_stream reads (fill_table writes both). */
+static const char *g_table = "demo";
 
 static fake_control_t fk;
 
@@ -57,14 +64,16 @@ static void fill_table(chime_client_t *c) {
     float obs[DIM];
     int32_t act;
   } sample;
-  assert_int_equal(chime_writer_open(&w, c, "demo", NULL), 0);
-  for (int i = 0; i < SAMPLES; i++) {
-    for (int j = 0; j < DIM; j++)
-      sample.obs[j] = (float)(i * DIM + j);
-    sample.act = i;
-    assert_int_equal(chime_writer_append(w, &sample, sizeof(sample), 1.0), 0);
+  for (int t = 0; t < 2; t++) {
+    assert_int_equal(chime_writer_open(&w, c, t ? "queue" : "demo", NULL), 0);
+    for (int i = 0; i < SAMPLES; i++) {
+      for (int j = 0; j < DIM; j++)
+        sample.obs[j] = (float)(i * DIM + j);
+      sample.act = i;
+      assert_int_equal(chime_writer_append(w, &sample, sizeof(sample), 1.0), 0);
+    }
+    assert_int_equal(chime_writer_close(w), 0);
   }
-  assert_int_equal(chime_writer_close(w), 0);
 }
 
 /* Every sample of a batch whose copy has run is whole. */
@@ -97,7 +106,7 @@ run_stream(chime_client_t *c, chime_mode_t mode, int pin, int n, int fail_at) {
   so.pin_host_memory = pin;
   so.device = 0;
   so.device_prefetch = 2;
-  int rc = chime_stream_open(&s, c, "demo", &so);
+  int rc = chime_stream_open(&s, c, g_table, &so);
   if (rc)
     fail_msg("open: %d: %s", rc, chime_last_error());
   assert_int_equal(chime_stream_mode(s), mode);
@@ -208,6 +217,58 @@ static void test_stream_mode(void **state) {
   run_mode(CHIME_MODE_STREAM);
 }
 
+/* Two shards, each with both tables: a device stream on the sharded
+ * client is a device sub-stream per shard (one registration each), its
+ * batches whole on the device whichever shard they come from; waits and
+ * releases go to the shard that lent the batch. */
+static chime__chimed_t g_shard[2];
+static chime_client_t *g_direct[2];
+
+static void shard_config(int k, char *buf, size_t len) {
+  (void)k;
+  snprintf(buf, len, "%s", config);
+}
+
+static void run_sharded(chime_mode_t mode, const char *table, int n) {
+  chime_client_t *sharded = NULL;
+  char target[1024];
+  assert_int_equal(chime__shards_start(g_shard, 2, shard_config, g_direct,
+                                       target, sizeof target, &sharded),
+                   0);
+  for (int k = 0; k < 2; k++)
+    fill_table(g_direct[k]);
+  char name[64];
+  snprintf(name, sizeof name, "sharded-%s-%s",
+           mode == CHIME_MODE_SHM ? "shm" : "stream", table);
+  fresh_log(name);
+  g_table = table;
+  chime_stream_local_stats_t st = run_stream(sharded, mode, 0, n, 0);
+  g_table = "demo";
+  assert_int_equal(st.batches, (uint64_t)n);
+  assert_true(st.device_copies >= (uint64_t)n);
+  assert_true(st.device_max_slots_held >= 1 && st.device_max_slots_held <= 2);
+  check_log(2); /* each shard's ring, once */
+  assert_nothing_left();
+  unsetenv("FAKE_CUDART_LOG");
+  assert_int_equal(chime__shards_stop(g_shard, 2, g_direct, NULL, &sharded), 0);
+}
+
+static void test_sharded_drawn_shm(void **state) {
+  (void)state;
+  run_sharded(CHIME_MODE_SHM, "demo", 120);
+}
+
+static void test_sharded_drawn_stream(void **state) {
+  (void)state;
+  run_sharded(CHIME_MODE_STREAM, "demo", 120);
+}
+
+static void test_sharded_merged_shm(void **state) {
+  (void)state;
+  /* fifo: 2 x 512 items, each once; 100 batches of 8 take 800 */
+  run_sharded(CHIME_MODE_SHM, "queue", 100);
+}
+
 /* Option checks, and a host stream refuses wait. */
 static void test_options(void **state) {
   (void)state;
@@ -253,6 +314,9 @@ int main(void) {
       cmocka_unit_test_teardown(test_shm, teardown),
       cmocka_unit_test_teardown(test_stream_mode, teardown),
       cmocka_unit_test_teardown(test_options, teardown),
+      cmocka_unit_test_teardown(test_sharded_drawn_shm, teardown),
+      cmocka_unit_test_teardown(test_sharded_drawn_stream, teardown),
+      cmocka_unit_test_teardown(test_sharded_merged_shm, teardown),
   };
   if (chime__harness_bin("src/server/chimed", path, sizeof path) == NULL) {
     fprintf(stderr, "skip: chimed is not built\n");

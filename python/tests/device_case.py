@@ -2,7 +2,8 @@
 one of ragged leaves: values on the device, offsets on the host), in a
 process of its own (the CUDA runtime is loaded once per process):
 test_device.py runs it as
-`device_case.py ADDRESS FAKE_LIBCUDART MODE LOG`, with CHIME_CUDART set to
+`device_case.py TARGET FAKE_LIBCUDART MODE LOG` (TARGET one address or a
+comma list of shards), with CHIME_CUDART set to
 the fake and FAKE_CUDART_LOG to LOG. Exits non-zero with a message when a
 check fails.
 
@@ -16,6 +17,7 @@ import numpy as np
 import chime
 
 addr, fake_path, mode, log_path = sys.argv[1:5]
+shards = len(addr.split(","))  # a sharded target: a device sub-stream each
 fake = ctypes.CDLL(fake_path)
 fake.fake_cudart_run.restype = ctypes.c_long
 fake.fake_cudart_run.argtypes = [ctypes.c_long]
@@ -161,7 +163,8 @@ s.close()
 assert fake.cudaStreamDestroy(ls) == 0
 for what in (b"malloc", b"stream", b"event", b"register"):
     assert fake.fake_cudart_count(what) == 0, what
-assert len(log_lines("register ")) == 2  # once per device stream
+# once per device stream (and shard), never per batch
+assert len(log_lines("register ")) == 2 * shards
 assert not log_lines("copy-src-changed")
 c.close()
 print("ok")

@@ -4,6 +4,7 @@ DLPack exporters whose __dlpack__(stream=...) makes that stream wait for
 the batch's copy, and host streams are unchanged. The scenario runs in a
 process of its own (device_case.py), since the CUDA runtime is loaded
 once per process."""
+import contextlib
 import os
 import pathlib
 import subprocess
@@ -24,18 +25,29 @@ TABLES = [{"name": "dev", "spec": "x:f32[16], id:u64[]", "capacity": 4096,
            "capacity": 4096, "sampler": "uniform", "min_size": 1}]
 
 
+@pytest.mark.parametrize("shards", [1, 2])
 @pytest.mark.parametrize("mode", ["shm", "stream"])
-def test_device_stream_on_the_fake_runtime(tmp_path, mode):
+def test_device_stream_on_the_fake_runtime(tmp_path, mode, shards):
+    """One chimed, or two shards of one service (a sharded client's device
+    stream: a device sub-stream per shard)."""
     if not FAKE.exists():
         pytest.skip(f"{FAKE} is not built (the C tests build it)")
     log = tmp_path / "cuda.log"
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("CUDA_", "FAKE_CUDART_", "CHIME_CUDA"))}
     env.update(CHIME_CUDART=str(FAKE), FAKE_CUDART_LOG=str(log))
-    with conftest.run_chimed(tmp_path, tables=TABLES) as (proc, addr):
+    with contextlib.ExitStack() as stack:
+        addrs = []
+        for k in range(1, shards + 1):
+            d = tmp_path / f"shard{k}"
+            d.mkdir()
+            _, a = stack.enter_context(conftest.run_chimed(
+                d, tables=TABLES, extra={"shard": k} if shards > 1 else None))
+            addrs.append(a)
         r = subprocess.run([sys.executable, str(HERE / "device_case.py"),
-                            addr, str(FAKE), mode, str(log)], env=env,
-                           capture_output=True, text=True, timeout=120)
+                            ",".join(addrs), str(FAKE), mode, str(log)],
+                           env=env, capture_output=True, text=True,
+                           timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.strip().endswith("ok")
 

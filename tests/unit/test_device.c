@@ -228,6 +228,13 @@ static int order_violations(const char *log) {
   return bad;
 }
 
+/* No slot went back before its copy completed, and no copy's source was
+ * rewritten under it. */
+static void assert_log_ordered(const char *log) {
+  assert_int_equal(order_violations(log), 0);
+  assert_int_equal(fake_log_count(log, "copy-src-changed"), 0);
+}
+
 /* What the fake holds when a test starts (a test that failed before may
  * have left things behind; each test answers for its own). */
 static long g_base[5];
@@ -323,8 +330,7 @@ static void test_slots_held_until_copy_completes(void **state) {
   chime__device_close(d);
   assert_int_equal(leases(&r), 0);
   char *log = fake_log_read(g_log);
-  assert_int_equal(order_violations(log), 0);
-  assert_int_equal(fake_log_count(log, "copy-src-changed"), 0);
+  assert_log_ordered(log);
   /* One registration of every slot, portable|mapped|read-only. */
   char want[128];
   snprintf(want, sizeof want, "register %p %llu 11",
@@ -481,8 +487,7 @@ static void test_ragged_copies_used_rows(void **state) {
   char *log = fake_log_read(g_log);
   assert_int_equal(copied_bytes(log), want);
   assert_true(want < (st.copies) * chime__slot_send_bytes(r.lay));
-  assert_int_equal(order_violations(log), 0);
-  assert_int_equal(fake_log_count(log, "copy-src-changed"), 0);
+  assert_log_ordered(log);
   free(log);
   assert_no_leaks();
   end_log();
@@ -548,8 +553,7 @@ static void test_buffer_reuse_waits_for_learner_stream(void **state) {
   chime__device_close(d);
   assert_int_equal(fk.stream_destroy(ls), 0);
   char *log = fake_log_read(g_log);
-  assert_int_equal(order_violations(log), 0);
-  assert_int_equal(fake_log_count(log, "copy-src-changed"), 0);
+  assert_log_ordered(log);
   assert_int_equal(fake_log_count(log, "free-busy"), 0);
   free(log);
   assert_no_leaks();
@@ -627,8 +631,7 @@ static void test_failed_copy_ahead_is_reported(void **state) {
   chime__device_close(d);
   assert_int_equal(leases(&r), 0);
   char *log = fake_log_read(g_log);
-  assert_int_equal(order_violations(log), 0);
-  assert_int_equal(fake_log_count(log, "copy-src-changed"), 0);
+  assert_log_ordered(log);
   free(log);
   assert_no_leaks();
   end_log();
@@ -720,8 +723,7 @@ static void test_many_batches_registered_once(void **state) {
   }
   assert_int_equal(fk.stream_destroy(ls), 0);
   char *log = fake_log_read(g_log);
-  assert_int_equal(order_violations(log), 0);
-  assert_int_equal(fake_log_count(log, "copy-src-changed"), 0);
+  assert_log_ordered(log);
   assert_int_equal(fake_log_count(log, "register "), 1);
   assert_int_equal(fake_log_count(log, "free-busy"), 0);
   assert_int_equal(fake_log_count(log, "bad-handle"), 0);

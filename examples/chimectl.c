@@ -144,6 +144,24 @@ static void info_tables_text(const chime_server_info_t *in) {
            t->name, t->capacity_steps, t->sequence_length, t->stride,
            t->episode_end, ip, t->step_bytes, step);
   }
+  /* Policy versions (docs/replay.md), for the tables that use them: the
+   * newest version seen, the staleness gate (- for none) and how a
+   * prioritized sampler weighs staleness. */
+  int nver = 0;
+  for (uint32_t i = 0; i < in->ntables; i++) {
+    const chime_table_info_t *t = &in->tables[i];
+    if (t->newest_version == 0 && t->max_staleness == 0 &&
+        strcmp(t->staleness_weight, "none") == 0)
+      continue;
+    if (nver++ == 0)
+      printf("\nVERSIONS\n%-16s %14s %13s  %s\n", "TABLE", "NEWEST_VERSION",
+             "MAX_STALENESS", "STALENESS_WEIGHT");
+    char gate[32] = "-";
+    if (t->max_staleness > 0)
+      snprintf(gate, sizeof(gate), "%" PRIu64, t->max_staleness);
+    printf("%-16s %14" PRIu64 " %13s  %s\n", t->name, t->newest_version, gate,
+           t->staleness_weight);
+  }
 }
 
 static void info_text(const chime_server_info_t *in) {

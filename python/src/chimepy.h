@@ -88,6 +88,11 @@ int chimepy_client_table_spec(chimepy_client_t *client, const char *table,
 /* Sets the exception that matches `code` (chime.TimeoutError for
  * CHIME_ETIMEDOUT, ...) with `detail` as its message, and returns NULL. */
 PyObject *chimepy_raise(int code, const char *detail);
+/* An integer argument named `name` in lo..hi (args.c): an int or anything
+ * with __index__, not a bool. 0 with *out, or -1 with the exception set
+ * (chime.InvalidArgumentError naming the argument and its range). */
+int chimepy_uint_arg(PyObject *o, const char *name, uint64_t lo, uint64_t hi,
+                     uint64_t *out);
 
 /* A leaf dtype as Python sees it (dtype.c, from the C library's table):
  * numpy's dtype (bf16 as uint16: numpy has no bfloat16), new reference or

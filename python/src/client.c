@@ -454,20 +454,16 @@ static PyObject *client_set_version(PyObject *o, PyObject *args) {
   chimepy_client_t *self = (chimepy_client_t *)o;
   const char *table;
   PyObject *vo;
-  unsigned long long v, newest = 0;
-  if (!PyArg_ParseTuple(args, "sO!:set_version", &table, &PyLong_Type, &vo) ||
-      chimepy_client_check(self))
-    return NULL;
-  /* "K" would wrap a negative version round to a huge one. */
-  v = PyLong_AsUnsignedLongLong(vo);
-  if (v == (unsigned long long)-1 && PyErr_Occurred())
+  uint64_t v;
+  if (!PyArg_ParseTuple(args, "sO:set_version", &table, &vo) ||
+      chimepy_client_check(self) ||
+      chimepy_uint_arg(vo, "version", 0, UINT64_MAX, &v))
     return NULL;
   int rc;
   uint64_t n = 0;
   Py_BEGIN_ALLOW_THREADS rc = chime_client_set_version(self->c, table, v, &n);
   Py_END_ALLOW_THREADS if (rc) return chimepy_raise(rc, chime_last_error());
-  newest = n;
-  return PyLong_FromUnsignedLongLong(newest);
+  return PyLong_FromUnsignedLongLong(n);
 }
 
 static PyObject *client_writer(PyObject *o, PyObject *args, PyObject *kw) {

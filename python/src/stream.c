@@ -77,26 +77,29 @@ static int stream_init(PyObject *o, PyObject *args, PyObject *kw) {
   PyObject *client, *iter_timeout = Py_None, *device = Py_None;
   const chime_stream_opts_t def = CHIME_STREAM_OPTS_INIT;
   const char *table, *mode = chime_mode_name(def.mode);
-  unsigned batch_size = def.batch_size, slots = def.slots,
-           prefetch = def.prefetch;
   double open_timeout = def.open_timeout_ms / 1000.0;
   int pin = def.pin_host_memory;
-  unsigned long long version = 0, ready_bytes = 0;
-  PyObject *ready = NULL;
+  PyObject *batch_o = NULL, *slots_o = NULL, *prefetch_o = NULL,
+           *version_o = NULL, *ready_o = NULL;
   if (!PyArg_ParseTupleAndKeywords(
-          args, kw, "O!s|IsIIdpOOKO!:Stream", kwlist, &chimepy_client_type,
-          &client, &table, &batch_size, &mode, &slots, &prefetch, &open_timeout,
-          &pin, &iter_timeout, &device, &version, &PyLong_Type, &ready))
+          args, kw, "O!s|OsOOdpOOOO:Stream", kwlist, &chimepy_client_type,
+          &client, &table, &batch_o, &mode, &slots_o, &prefetch_o,
+          &open_timeout, &pin, &iter_timeout, &device, &version_o, &ready_o))
     return -1;
-  /* "K" would wrap a negative count round to a huge one. */
-  if (ready != NULL) {
-    ready_bytes = PyLong_AsUnsignedLongLong(ready);
-    if (ready_bytes == (unsigned long long)-1 && PyErr_Occurred()) {
-      PyErr_Clear();
-      chimepy_raise(CHIME_EINVAL, "ready_bytes: a byte count >= 0");
-      return -1;
-    }
-  }
+  /* Counts past 32 bits and negative ones are refused here; the library
+   * checks the rest of their ranges. */
+  uint64_t batch_size = def.batch_size, slots = def.slots,
+           prefetch = def.prefetch, version = 0, ready_bytes = 0;
+  if ((batch_o &&
+       chimepy_uint_arg(batch_o, "batch_size", 0, UINT32_MAX, &batch_size)) ||
+      (slots_o && chimepy_uint_arg(slots_o, "slots", 0, UINT32_MAX, &slots)) ||
+      (prefetch_o &&
+       chimepy_uint_arg(prefetch_o, "prefetch", 0, UINT32_MAX, &prefetch)) ||
+      (version_o &&
+       chimepy_uint_arg(version_o, "version", 0, UINT64_MAX, &version)) ||
+      (ready_o &&
+       chimepy_uint_arg(ready_o, "ready_bytes", 0, UINT64_MAX, &ready_bytes)))
+    return -1;
   if (self->client) {
     PyErr_SetString(PyExc_RuntimeError, "Stream already initialised");
     return -1;
@@ -368,8 +371,8 @@ static PyObject *stream_close(PyObject *o, PyObject *unused) {
 
 static PyObject *stream_set_version(PyObject *o, PyObject *arg) {
   chimepy_stream_t *self = (chimepy_stream_t *)o;
-  unsigned long long v = PyLong_AsUnsignedLongLong(arg);
-  if (v == (unsigned long long)-1 && PyErr_Occurred())
+  uint64_t v;
+  if (chimepy_uint_arg(arg, "version", 0, UINT64_MAX, &v))
     return NULL;
   if (!self->s)
     return chimepy_raise(CHIME_ECLOSED, "stream is closed");

@@ -150,12 +150,17 @@ static int writer_init(PyObject *o, PyObject *args, PyObject *kw) {
   PyObject *client;
   const char *table;
   chime_writer_opts_t opts = CHIME_WRITER_OPTS_INIT;
-  unsigned max_inflight = opts.max_inflight;
   double timeout = opts.timeout_ms / 1000.0;
-  unsigned long long version = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O!s|IdK:Writer", kwlist,
+  PyObject *inflight_o = NULL, *version_o = NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O!s|OdO:Writer", kwlist,
                                    &chimepy_client_type, &client, &table,
-                                   &max_inflight, &timeout, &version))
+                                   &inflight_o, &timeout, &version_o))
+    return -1;
+  uint64_t max_inflight = opts.max_inflight, version = 0;
+  if ((inflight_o && chimepy_uint_arg(inflight_o, "max_inflight", 0, UINT32_MAX,
+                                      &max_inflight)) ||
+      (version_o &&
+       chimepy_uint_arg(version_o, "version", 0, UINT64_MAX, &version)))
     return -1;
   self->version = opts.version = version;
   if (self->client) {
@@ -364,11 +369,7 @@ static int version_arg(const writer_t *self, PyObject *v, uint64_t *out) {
   *out = self->version;
   if (v == NULL || v == Py_None)
     return 0;
-  unsigned long long x = PyLong_AsUnsignedLongLong(v);
-  if (x == (unsigned long long)-1 && PyErr_Occurred())
-    return -1;
-  *out = x;
-  return 0;
+  return chimepy_uint_arg(v, "version", 0, UINT64_MAX, out);
 }
 
 static PyObject *writer_append(PyObject *o, PyObject *args, PyObject *kw) {

@@ -113,6 +113,18 @@ def client(chimed):
         yield c
 
 
+def chimectl(*args):
+    """What the built chimectl (beside CHIMED's build tree) prints to
+    stdout for args; fails the test if it exits non-zero."""
+    chimed_bin = pathlib.Path(os.environ.get(
+        "CHIMED", ROOT / "build" / "src" / "server" / "chimed"))
+    binary = chimed_bin.parents[2] / "examples" / "chimectl"
+    if not os.access(binary, os.X_OK):
+        pytest.fail(f"{binary} is not built")
+    return subprocess.run([str(binary), *args], check=True,
+                          capture_output=True, text=True, timeout=30).stdout
+
+
 def wait_until(pred, timeout):
     """Polls pred every 10 ms; fails the test if it is not true within
     timeout seconds."""

@@ -4,7 +4,6 @@ exceptions, info() and stats()."""
 import gc
 import json
 import os
-import pathlib
 import re
 import shutil
 import signal
@@ -435,14 +434,7 @@ def test_info_and_stats(client):
 
 
 def _chimectl_json(cmd, addr):
-    chimed = pathlib.Path(os.environ.get(
-        "CHIMED", conftest.ROOT / "build" / "src" / "server" / "chimed"))
-    chimectl = chimed.parents[2] / "examples" / "chimectl"
-    if not os.access(chimectl, os.X_OK):
-        pytest.fail(f"{chimectl} is not built")
-    out = subprocess.run([str(chimectl), "--json", cmd, addr], check=True,
-                         capture_output=True, text=True, timeout=30)
-    return json.loads(out.stdout)
+    return json.loads(conftest.chimectl("--json", cmd, addr))
 
 
 def _key_tree(v):

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the ring and the GPU check without gRPC (a bare GPU box needs only a
-# C compiler, CMake, CMocka and a CUDA runtime; no CUDA headers, no nvcc) and
+# Builds the ring and the GPU check without gRPC and without the tests (a bare
+# GPU box needs only a C compiler, CMake and a CUDA runtime; no pkg-config,
+# CMocka, CUDA headers or nvcc) and
 # runs it: pins rings through chime, checks with cudaHostGetFlags that every
 # slot is registered portable, and prints host-to-device GB/s and
 # cudaMemcpyAsync return times for a pinned slot, pageable memory and
@@ -23,7 +24,7 @@ dir=${1:-build-gpu}
 jobs=$(nproc)
 
 cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DCHIME_WITH_SERVICE=OFF \
-  >/dev/null
+  -DBUILD_TESTING=OFF >/dev/null
 cmake --build "$dir" -j "$jobs" --target gpu_check chime-bench
 
 set +e

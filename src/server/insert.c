@@ -16,6 +16,7 @@
  * request that was never acked never goes in later. Staged bytes count
  * against budgets.staged_insert_bytes (staging.c): past it, calls are not
  * read until staged requests go in or are dropped. */
+#include <inttypes.h>
 #include <stdio.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -517,6 +518,16 @@ static void insert_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
       snprintf(err, sizeof(err), "insert into '%s': %s", tc->name, why2);
       goto fail;
     }
+  }
+  if (req->q.writer_id != 0 && req->q.id == 0) {
+    /* Remembered, an id 0 would make every later one look like its resend:
+     * acked, and not inserted. */
+    snprintf(err, sizeof(err),
+             "insert into '%s': request id 0 of writer %016" PRIx64
+             ": a writer numbers its requests from 1",
+             tc->name, req->q.writer_id);
+    rc = CHIME_EINVAL;
+    goto fail;
   }
   if (req->q.writer_id != 0 &&
       (rc = bind_writer(c, st, req->q.writer_id, req->q.id, err,

@@ -4,6 +4,7 @@
 #include "server/sender.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include <grpc/grpc.h>
 
@@ -204,21 +205,34 @@ chime__call_t *chime__sender_stop(chime__sender_t *x) {
   return call;
 }
 
-/* Unlinks the held batch with seq (NULL when none: unknown, or named
- * twice). Caller holds x->mu. */
-static chime__sent_t *unhold_seq(chime__sender_t *x, uint64_t seq) {
-  for (chime__sent_t **pp = &x->held_head, *prev = NULL; *pp != NULL;
-       prev = *pp, pp = &(*pp)->next) {
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Unlinks the held batches that the sorted seqs name (each once; unknown
+ * ones ignored) onto *done, in one pass: the held list is oldest first, its
+ * seqs rising. Caller holds x->mu. */
+static void unhold_sorted(chime__sender_t *x, const uint64_t *seqs, size_t n,
+                          chime__sent_t **done) {
+  chime__sent_t **pp = &x->held_head, *prev = NULL;
+  size_t j = 0;
+  while (*pp != NULL && j < n) {
     chime__sent_t *b = *pp;
-    if (b->seq != seq)
-      continue;
-    *pp = b->next;
-    if (x->held_tail == b)
-      x->held_tail = prev;
-    b->next = NULL;
-    return b;
+    if (seqs[j] < b->seq) {
+      j++;
+    } else if (seqs[j] > b->seq) {
+      prev = b;
+      pp = &b->next;
+    } else {
+      *pp = b->next;
+      if (x->held_tail == b)
+        x->held_tail = prev;
+      b->next = *done;
+      *done = b;
+      j++;
+    }
   }
-  return NULL;
 }
 
 static void put_list(chime__sent_t *b) {
@@ -232,21 +246,37 @@ static void put_list(chime__sent_t *b) {
 void chime__sender_credit(chime__sender_t *x, uint32_t n,
                           const uint64_t *released, size_t nreleased) {
   chime__sent_t *done = NULL;
+  /* A learner holds at most the ring's slots (max_credits + 1): a Credit
+   * naming more names some twice or not at all, and the rest are ignored,
+   * so a hostile list costs one sort of at most a ring's slots. */
+  size_t named = nreleased;
+  if (named > (size_t)x->max_credits + 1)
+    named = (size_t)x->max_credits + 1;
+  uint64_t *seqs = named ? malloc(named * sizeof(*seqs)) : NULL;
+  if (seqs != NULL) {
+    memcpy(seqs, released, named * sizeof(*seqs));
+    qsort(seqs, named, sizeof(*seqs), cmp_u64);
+  }
   pthread_mutex_lock(&x->mu);
   /* A client can't be owed more than the ring holds; cap, don't trust. */
   uint64_t c = (uint64_t)x->credits + n;
   x->credits = c > x->max_credits ? x->max_credits : (uint32_t)c;
   /* A lying learner can only give back its own batches early. */
-  for (size_t i = 0; i < (nreleased ? nreleased : n); i++) {
-    chime__sent_t *b =
-        nreleased ? unhold_seq(x, released[i])
-                  : (x->held_head ? unhold_seq(x, x->held_head->seq) : NULL);
-    if (b != NULL) {
+  if (seqs != NULL) {
+    unhold_sorted(x, seqs, named, &done);
+  } else if (named == 0) {
+    /* None named: credits cover the oldest held batches. */
+    for (uint32_t i = 0; i < n && x->held_head != NULL; i++) {
+      chime__sent_t *b = x->held_head;
+      x->held_head = b->next;
+      if (x->held_tail == b)
+        x->held_tail = NULL;
       b->next = done;
       done = b;
     }
-  }
+  } /* else out of memory: they stay held until the stream ends */
   pthread_mutex_unlock(&x->mu);
+  free(seqs);
   put_list(done);
   chime__sender_send_ready(x);
 }

@@ -201,6 +201,44 @@ static void test_raw_resend_acked_once(void **state) {
   assert_int_equal(table_size(chimed.addr, "r"), size + 2);
 }
 
+/* Ends the call r and checks it ended with INVALID_ARGUMENT, details
+ * holding `want`. */
+static void finish_invalid(chime__raw_t *r, const char *want) {
+  grpc_status_code st = GRPC_STATUS_UNKNOWN;
+  char details[512];
+  assert_int_equal(chime__raw_finish(r, &st, details, sizeof details, 30000),
+                   0);
+  chime__raw_destroy(r);
+  if (st != GRPC_STATUS_INVALID_ARGUMENT || strstr(details, want) == NULL)
+    fail_msg("status %d '%s', want INVALID_ARGUMENT '%s'", (int)st, details,
+             want);
+}
+
+/* Ids a writer must not send: id 0 with a writer_id (remembered, it would
+ * make every later request look like its resend: acked and dropped) and a
+ * resend with another count. Both are refused and insert nothing. */
+static void test_raw_bad_ids_refused(void **state) {
+  (void)state;
+  const uint64_t w = 0x0bad1d5000000001u;
+  chime__raw_t r;
+  uint64_t size = table_size(chimed.addr, "r");
+  for (int i = 0; i < 2; i++) { /* refused each time, not remembered */
+    assert_int_equal(chime__raw_start(&r, ch, "/chime.v1.Chime/Insert", 60000),
+                     0);
+    send_req(&r, w, 0, 1, 100 + (uint64_t)i);
+    finish_invalid(&r, "request id 0 of writer 0bad1d5000000001");
+  }
+  assert_int_equal(table_size(chimed.addr, "r"), size);
+
+  assert_int_equal(chime__raw_start(&r, ch, "/chime.v1.Chime/Insert", 60000),
+                   0);
+  send_req(&r, w, 1, 2, 100);
+  recv_ack(&r, 1, 2);
+  send_req(&r, w, 1, 3, 100); /* "resent" with another count */
+  finish_invalid(&r, "inserted with 2 samples, resent with 3");
+  assert_int_equal(table_size(chimed.addr, "r"), size + 2);
+}
+
 /* --- a loopback TCP proxy the test can cut ---------------------------- */
 
 #define MAX_PAIRS 16
@@ -714,6 +752,7 @@ static void test_forgotten_writer_error(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_raw_resend_acked_once),
+      cmocka_unit_test(test_raw_bad_ids_refused),
       cmocka_unit_test(test_writer_resends_after_cut),
       cmocka_unit_test(test_writer_gives_up_when_server_gone),
       cmocka_unit_test(test_writer_ids_flood_forgets_nobody),

@@ -333,6 +333,52 @@ static void test_chunks(void **state) {
   }
 }
 
+/* A hostile Credit costs at most a ring's worth of work: a count of 2^32 - 1
+ * with nothing named lets only the held batches go (and credits stay
+ * capped); a list of 100,000 names, unsorted, repeated and unknown, lets
+ * exactly the held ones it names in its first `slots` entries go; names
+ * past them are ignored (a learner holds at most `slots` batches). */
+static void test_held_hostile(void **state) {
+  (void)state;
+  owner_t o;
+  fcall_t f;
+  owner_init(&o, &f, 500, 7, 7, 1); /* 8 slots */
+  chime__sender_start(&o.x, CALL(&f));
+  publish(&o, 5); /* seqs 0..4 */
+  chime__sender_send_ready(&o.x);
+  assert_int_equal(f.n, 5);
+  drop_msgs(&f);
+  enum { N = 100000 };
+  uint64_t *names = malloc(N * sizeof(*names));
+  assert_non_null(names);
+  for (size_t i = 0; i < N; i++)
+    names[i] = 1000 + i % 7; /* never sent */
+  names[0] = 3;
+  names[2] = 1;
+  names[5] = 3;
+  names[7] = 4; /* the 8th entry: still within the slots */
+  names[8] = 2; /* past them: ignored */
+  chime__sender_credit(&o.x, 0, names, N);
+  assert_int_equal(o.freed, 3); /* 1, 3 and 4 */
+  assert_int_equal(ring_released(&o), 3);
+  chime__sender_credit(&o.x, UINT32_MAX, NULL, 0); /* the rest: 0 and 2 */
+  assert_int_equal(o.freed, 5);
+  assert_int_equal(o.x.credits, 7);
+  chime__sender_credit(&o.x, UINT32_MAX, names, N); /* none held */
+  assert_int_equal(o.freed, 5);
+  free(names);
+  publish(&o, 2); /* still held until named: the list kept its order */
+  chime__sender_send_ready(&o.x);
+  drop_msgs(&f);
+  assert_int_equal(o.freed, 5);
+  uint64_t six[] = {6, 5};
+  chime__sender_credit(&o.x, 0, six, 2);
+  assert_int_equal(o.freed, 7);
+  assert_int_equal(o.refs, 0);
+  chime__sender_stop(&o.x);
+  owner_fini(&o, &f);
+}
+
 /* A held batch (a fifo table's) stays the learner's after gRPC dropped
  * it, until a Credit names it; names of batches not held, or named twice,
  * are ignored; a Credit naming none releases the oldest n; unhold_all
@@ -627,6 +673,7 @@ static void test_threads(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_credits_and_order),
+      cmocka_unit_test(test_held_hostile),
       cmocka_unit_test(test_slot_freed_when_slices_dropped),
       cmocka_unit_test(test_chunks),
       cmocka_unit_test(test_held),

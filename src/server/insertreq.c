@@ -89,8 +89,8 @@ static void put_uint(void *out, size_t width, size_t i, uint64_t v) {
 
 /* Repeated varints (packed or not), each at most max, into out (width
  * bytes each: the lengths are uint32, the versions uint64): counted on the
- * first pass (out NULL: a packed run holds at most one per byte) and
- * decoded on the second. A value past max is malformed, not cut. */
+ * first pass (out NULL) and stored on the second. A value past max is
+ * malformed, not cut. */
 static int read_varints(const chime__pb_reader_t *r, const chime__pb_field_t *f,
                         void *out, size_t width, uint64_t max, size_t *n) {
   if (f->wire == CHIME__PB_VARINT) {
@@ -103,10 +103,6 @@ static int read_varints(const chime__pb_reader_t *r, const chime__pb_field_t *f,
   }
   if (f->wire != CHIME__PB_LEN)
     return CHIME_EPROTO;
-  if (out == NULL) {
-    *n += (size_t)f->value; /* at most: decoded for real on the second pass */
-    return 0;
-  }
   chime__pb_reader_t sub;
   if (chime__pb_reader_sub(&sub, r, f->offset, f->value) != 0)
     return CHIME_EPROTO;
@@ -114,7 +110,9 @@ static int read_varints(const chime__pb_reader_t *r, const chime__pb_field_t *f,
     uint64_t v;
     if (chime__pb_varint(&sub, &v) != 0 || v > max)
       return CHIME_EPROTO;
-    put_uint(out, width, (*n)++, v);
+    if (out != NULL)
+      put_uint(out, width, *n, v);
+    (*n)++;
   }
   return 0;
 }
@@ -213,8 +211,34 @@ int chime__insert_req_parse(chime__insert_req_t *q, chime__pb_reader_t *r,
       return rc;
   if (nprio == 0 && nlen == 0 && nver == 0)
     return 0;
-  /* Each priority took at least 8 bytes of the message and each length and
-   * version one: all are bounded by what was received. */
+  /* Counts that fit no table are refused before anything is allocated (a
+   * 60 MB run of versions for one sample took 480 MB): versions none, one
+   * or count; lengths a whole number of at most CHIME_MAX_LEAVES per
+   * sample; and no more samples than one data byte or one length each
+   * (every leaf of a sample has bytes, a ragged one its length), so that
+   * what is decoded stays within a few times the message. */
+  if (nver > 1 && nver != q->count) {
+    snprintf(err, errlen,
+             "%zu versions for %u samples (send none, one for all, or one "
+             "per sample)",
+             nver, q->count);
+    return CHIME_EPROTO;
+  }
+  if (nlen > 0 && (q->count == 0 || nlen % q->count != 0 ||
+                   nlen / q->count > CHIME_MAX_LEAVES)) {
+    snprintf(err, errlen,
+             "%zu lengths for %u samples (one per ragged leaf of each, at "
+             "most %d leaves)",
+             nlen, q->count, CHIME_MAX_LEAVES);
+    return CHIME_EPROTO;
+  }
+  if (nver > 1 && (uint64_t)q->count > q->data_len + nlen) {
+    snprintf(err, errlen,
+             "%u samples in %llu data bytes and %zu lengths: each sample "
+             "has at least one of either",
+             q->count, (unsigned long long)q->data_len, nlen);
+    return CHIME_EPROTO;
+  }
   if ((nprio > 0 && (q->priorities = malloc(nprio * sizeof(double))) == NULL) ||
       (nlen > 0 && (q->lengths = malloc(nlen * sizeof(uint32_t))) == NULL) ||
       (nver > 0 && (q->versions = malloc(nver * sizeof(uint64_t))) == NULL))

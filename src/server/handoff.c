@@ -278,18 +278,16 @@ int chime__handoff_pending(chime__handoff_t *h, const void *s) {
 }
 
 /* Single use: a token is consumed when presented, even if expired. Returns
- * its stream with the registry's reference, or NULL. */
-static void *take_token(chime__handoff_t *h, const uint8_t *tok) {
+ * its stream with the registry's reference (*expired set when it was), or
+ * NULL. */
+static void *take_token(chime__handoff_t *h, const uint8_t *tok, int *expired) {
   pthread_mutex_lock(&h->mu);
   token_t *t = unlink_token(h, tok, NULL);
   pthread_mutex_unlock(&h->mu);
   if (t == NULL)
     return NULL;
   void *s = t->s;
-  if (chime__now_ns() > t->deadline_ns) {
-    h->ops->unref(s);
-    s = NULL;
-  }
+  *expired = chime__now_ns() > t->deadline_ns;
   free(t);
   return s;
 }
@@ -329,18 +327,28 @@ static void handshake(chime__handoff_t *h, int fd, const uint8_t *req,
                       const struct ucred *cr) {
   if (memcmp(req, CHIME__HANDOFF_MAGIC, CHIME__HANDOFF_MAGIC_BYTES) != 0)
     return;
-  void *s = take_token(h, req + CHIME__HANDOFF_MAGIC_BYTES);
-  if (s == NULL) {
+  int expired = 0;
+  void *s = take_token(h, req + CHIME__HANDOFF_MAGIC_BYTES, &expired);
+  if (s == NULL || expired) {
     send_reply(fd, CHIME_EPERM, -1);
+    if (s != NULL) {
+      /* Consumed, so nobody can attach any more: the stream ends now
+       * rather than hold its ring's budget until its call does. */
+      h->ops->kill(s, "handoff token presented after it expired");
+      h->ops->unref(s);
+    }
     return;
   }
   /* Held from before the fd leaves: the learner may map it at once. */
   h->ops->hold(s);
   int sock = fcntl(fd, F_DUPFD_CLOEXEC, 0);
   if (sock < 0 || send_reply(fd, 0, h->ops->ring_fd(s)) != 0) {
-    /* Nothing sent (sendmsg passes the fd with the bytes or not at all). */
+    /* Nothing sent (sendmsg passes the fd with the bytes or not at all),
+     * and the token is spent: the stream ends, as above. */
     if (sock >= 0)
       close(sock);
+    h->ops->kill(s, "handoff failed: the learner's connection closed before "
+                    "the ring was sent");
     h->ops->unref(s);
     h->ops->unhold(s);
     return;

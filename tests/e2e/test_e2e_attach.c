@@ -243,6 +243,58 @@ static void test_token_expires_unused(void **state) {
   stop(&d, c);
 }
 
+/* The token is presented, but the answer cannot be sent (the learner shut
+ * its side for reading: the server's send fails): the token is spent, so
+ * the stream ends at once, saying why, and its budget comes back, rather
+ * than wait for a handoff that can never come. */
+static void test_token_spent_unanswered(void **state) {
+  (void)state;
+  chime__chimed_t d;
+  chime_client_t *c = NULL;
+  chime__raw_t r;
+  uint8_t token[16], req[24];
+  char path[128], details[512];
+  start(&d, &c, "\"handoff_expires_ms\": 60000,");
+  insert(c, 1);
+  grpc_channel *ch = chime__raw_channel(d.addr);
+  assert_non_null(ch);
+  raw_open_shm(&r, ch, token, path, sizeof(path));
+
+  struct sockaddr_un sa;
+  size_t n = strlen(path);
+  assert_true(path[0] == '@' && n >= 2 && n < sizeof(sa.sun_path));
+  memset(&sa, 0, sizeof(sa));
+  sa.sun_family = AF_UNIX;
+  memcpy(sa.sun_path + 1, path + 1, n - 1);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  assert_true(fd >= 0);
+  assert_int_equal(
+      connect(fd, (struct sockaddr *)&sa,
+              (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n)),
+      0);
+  assert_int_equal(shutdown(fd, SHUT_RD), 0);
+  memcpy(req, "CHIMEHO1", 8);
+  memcpy(req + 8, token, 16);
+  assert_int_equal(send(fd, req, sizeof(req), MSG_NOSIGNAL),
+                   (ssize_t)sizeof(req));
+
+  grpc_status_code st = GRPC_STATUS_UNKNOWN;
+  int rc = chime__raw_finish(&r, &st, details, sizeof(details), 20000);
+  if (rc != 0)
+    fail_msg("the Subscribe call of a spent token did not end (%s)",
+             chime_err_name(rc));
+  assert_int_equal(st, GRPC_STATUS_CANCELLED);
+  assert_contains(details, "handoff failed");
+  close(fd);
+  chime__raw_destroy(&r);
+  grpc_channel_destroy(ch);
+  wait_no_ring_bytes(c);
+  chime_stream_t *s = open_stream(c, CHIME_MODE_STREAM);
+  read_all(s, 1); /* the item stayed in the table */
+  chime_stream_close(s);
+  stop(&d, c);
+}
+
 /* A wrong token is refused; the learner gives up on shm and streams. */
 static void test_wrong_token_then_stream(void **state) {
   (void)state;
@@ -297,6 +349,7 @@ static void test_failed_attach_falls_back(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_token_expires_unused),
+      cmocka_unit_test(test_token_spent_unanswered),
       cmocka_unit_test(test_wrong_token_then_stream),
       cmocka_unit_test(test_failed_attach_falls_back),
   };

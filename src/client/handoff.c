@@ -181,6 +181,10 @@ static int fetch_once(const char *socket_path, const uint8_t *token,
       chime__fail(err, errlen, rc,
                   "handoff refused: permission denied (token unknown, used "
                   "or expired, or uid not allowed)");
+    else if (rc == CHIME_ENOTSUP)
+      chime__fail(err, errlen, rc,
+                  "handoff refused: chimed cannot see this process (it runs "
+                  "in another pid namespace) to watch its liveness");
     else
       chime__fail(err, errlen, rc, "handoff refused: %s", chime_strerror(rc));
     goto cleanup;

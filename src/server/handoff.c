@@ -339,6 +339,18 @@ static void handshake(chime__handoff_t *h, int fd, const uint8_t *req,
     }
     return;
   }
+  if (cr->pid <= 0) {
+    /* The learner runs in a pid namespace chimed cannot see (SO_PEERCRED
+     * gives 0): its liveness cannot be watched, so no ring is lent. The
+     * learner is told (CHIME_ENOTSUP; auto mode streams instead), and the
+     * spent token's stream ends. */
+    send_reply(fd, CHIME_ENOTSUP, -1);
+    h->ops->kill(s, "handoff refused: the learner's process is not visible "
+                    "from chimed's pid namespace (shm needs chimed in the "
+                    "learner's pid namespace or the host's)");
+    h->ops->unref(s);
+    return;
+  }
   /* Held from before the fd leaves: the learner may map it at once. */
   h->ops->hold(s);
   int sock = fcntl(fd, F_DUPFD_CLOEXEC, 0);

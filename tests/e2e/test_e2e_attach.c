@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -295,6 +296,63 @@ static void test_token_spent_unanswered(void **state) {
   stop(&d, c);
 }
 
+/* chimed in a pid namespace of its own cannot see the learner (its
+ * SO_PEERCRED pid is 0), so it cannot watch its liveness and lends no ring:
+ * the handoff is refused with CHIME_ENOTSUP saying why, shm mode fails
+ * with it, auto mode streams every item instead, and nothing is stranded
+ * (the spent token's stream ends). Skipped where unshare(1) may not make
+ * a pid namespace. */
+static void test_other_pid_namespace_streams(void **state) {
+  (void)state;
+  char bin[512], config[1024], cfg_path[600];
+  if (chime__harness_bin("src/server/chimed", bin, sizeof(bin)) == NULL)
+    chime__skip("chimed is not built");
+  snprintf(config, sizeof(config),
+           "{\"tables\": [{\"name\": \"f\", \"spec\": \"" SPEC
+           "\", \"capacity\": 1024, \"min_size\": 1, \"sampler\": "
+           "\"fifo\"}]}\n");
+  assert_int_equal(chime__harness_write_file("pidns.json", config, cfg_path,
+                                             sizeof(cfg_path)),
+                   0);
+  const char *argv[] = {
+      "/usr/bin/unshare", "--pid",  "--fork",   "--kill-child=SIGTERM",
+      "--mount-proc",     bin,      "--listen", "127.0.0.1:0",
+      "--config",         cfg_path, NULL};
+  chime__chimed_t d;
+  memset(&d, 0, sizeof(d));
+  d.proc.out_fd = -1;
+  assert_int_equal(chime__proc_spawn(&d.proc, argv, NULL), 0);
+  if (chime__proc_read_line(&d.proc, "listening on ", d.addr, sizeof(d.addr),
+                            20000) != 0) {
+    int st = 0;
+    chime__proc_stop(&d.proc, SIGKILL, 10000, &st);
+    fprintf(stderr, "SKIP: unshare --pid cannot run chimed here\n");
+    skip();
+  }
+  chime_client_t *c = NULL;
+  assert_int_equal(chime_client_create(&c, d.addr, NULL), 0);
+  insert(c, 7);
+
+  chime_stream_opts_t o = CHIME_STREAM_OPTS_INIT;
+  o.batch_size = BATCH;
+  o.slots = SLOTS;
+  o.mode = CHIME_MODE_SHM;
+  chime_stream_t *s = NULL;
+  assert_int_equal(chime_stream_open(&s, c, "f", &o), CHIME_ENOTSUP);
+  assert_contains(chime_last_error(), "another pid namespace");
+  wait_no_ring_bytes(c);
+
+  s = open_stream(c, CHIME_MODE_AUTO);
+  assert_int_equal(chime_stream_mode(s), CHIME_MODE_STREAM);
+  assert_non_null(chime_stream_fallback_reason(s));
+  assert_contains(chime_stream_fallback_reason(s), "another pid namespace");
+  read_all(s, 7);
+  chime_stream_close(s);
+  int st = 0;
+  chime_client_destroy(c);
+  chime__proc_stop(&d.proc, SIGTERM, 10000, &st);
+}
+
 /* A wrong token is refused; the learner gives up on shm and streams. */
 static void test_wrong_token_then_stream(void **state) {
   (void)state;
@@ -350,6 +408,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_token_expires_unused),
       cmocka_unit_test(test_token_spent_unanswered),
+      cmocka_unit_test(test_other_pid_namespace_streams),
       cmocka_unit_test(test_wrong_token_then_stream),
       cmocka_unit_test(test_failed_attach_falls_back),
   };

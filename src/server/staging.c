@@ -39,7 +39,10 @@ void chime__staging_fini(chime__staging_t *g) {
   pthread_mutex_destroy(&g->mu);
 }
 
-/* Full: another request like the largest seen would not fit. */
+/* Full: another request like the largest seen since staging was last empty
+ * would not fit. (Since ever, one request over the budget, which goes in
+ * when nothing else is staged, made every later request park all other
+ * calls for the life of the process.) */
 static int full(const chime__staging_t *g) {
   return g->bytes > 0 &&
          (g->bytes >= g->budget || g->largest > g->budget - g->bytes);
@@ -110,6 +113,8 @@ void chime__staging_release(chime__staging_t *g, uint64_t bytes) {
     if (bytes != 0) {
       g->bytes -= bytes < g->bytes ? bytes : g->bytes;
       bytes = 0;
+      if (g->bytes == 0)
+        g->largest = 0;
     }
     if (!full(g) && g->head != NULL) {
       p = g->head;

@@ -181,6 +181,27 @@ static void test_park_behind_parked(void **state) {
   chime__staging_fini(&g);
 }
 
+/* The largest request counts from when staging was last empty: once a
+ * request over the budget (staged alone) is gone, a small one no longer
+ * makes every other call park. */
+static void test_largest_forgotten_when_empty(void **state) {
+  (void)state;
+  chime__staging_t g;
+  fcall_t a = {0}, b = {0};
+  chime__staging_init(&g, 1000, &fcalls);
+  assert_int_equal(chime__staging_charge(&g, 3000), 0); /* alone: taken */
+  chime__staging_recv(&g, CALL(&a));
+  assert_int_equal(a.reads, 0); /* parked */
+  chime__staging_release(&g, 3000);
+  assert_int_equal(a.reads, 1);
+  assert_int_equal(chime__staging_charge(&g, 100), 0);
+  chime__staging_recv(&g, CALL(&b)); /* 900 left: room for another 100 */
+  assert_int_equal(b.reads, 1);
+  assert_int_equal(b.refs, 0);
+  chime__staging_release(&g, 100);
+  chime__staging_fini(&g);
+}
+
 /* A parked call that ends is let go: its reference dropped, never read;
  * forgetting a call that is not parked does nothing. */
 static void test_forget(void **state) {
@@ -302,6 +323,7 @@ int main(void) {
       cmocka_unit_test_setup(test_recv_with_room, setup),
       cmocka_unit_test_setup(test_park_and_read_in_order, setup),
       cmocka_unit_test_setup(test_park_behind_parked, setup),
+      cmocka_unit_test_setup(test_largest_forgotten_when_empty, setup),
       cmocka_unit_test_setup(test_forget, setup),
       cmocka_unit_test_setup(test_fini_lets_go, setup),
       cmocka_unit_test_setup(test_alloc, setup),

@@ -433,8 +433,12 @@ chime_writer_set_version(chime_writer_t *writer, uint64_t version);
 /* A sequence table's writer: ends its open episode after the steps queued
  * so far (they are sent now, with the end; with episode_end "pad" an
  * uncovered tail makes one padded window). The next append starts a new
- * episode. Does not wait for the ack (chime_writer_flush does).
- * CHIME_EINVAL for a plain table's writer. */
+ * episode. Does not wait for the ack (chime_writer_flush does), but may
+ * wait for room to send, as an append does: on failure (CHIME_ETIMEDOUT
+ * when max_inflight messages stayed unacked for timeout_ms) nothing was
+ * ended and the steps stay queued; call it again (steps appended first
+ * join the episode it then ends). CHIME_EINVAL for a plain table's
+ * writer. */
 CHIME_EXTERN CHIME_NODISCARD int
 chime_writer_end_episode(chime_writer_t *writer);
 /* Sends what is queued and waits until every sample is acked (in the table). */

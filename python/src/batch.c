@@ -158,8 +158,7 @@ static PyObject *batch_array(chimepy_batch_t *bt, int leaf) {
     v->data = bt->b.info;
     v->dtype = CHIME_DTYPE_INVALID;
     v->ndim = 1;
-    v->format = "T{Q:key:d:probability:I:times_sampled:I:reserved:Q:insert_"
-                "time_ns:d:priority:Q:table_size:}";
+    v->format = chimepy_info_format();
     v->itemsize = sizeof(chime_sample_info_t);
     v->shape[0] = dims[0] = bt->b.count;
   }

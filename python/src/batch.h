@@ -36,7 +36,7 @@ typedef struct {
   PyObject *fallback; /* str or None */
   int iter_timeout_ms;
   int closing; /* close() asked: the C stream closes once nothing is leased */
-  int in_next; /* chime_stream_next() is running without the GIL */
+  int in_next; /* next() or set_version() runs without the GIL: one call */
   unsigned leased;
   chimepy_batch_t *last;  /* borrowed: what next() returned last */
   chimepy_batch_t *held;  /* borrowed: every leased batch, a list */

@@ -20,11 +20,14 @@
 #include "dlpack.h"
 
 /* A client: the C client plus a count of writers and streams still open on
- * it. close() with children open is deferred until the last one closes,
- * because chime_client_destroy() must come after them. */
+ * it and of calls other threads run on it with the GIL released. close()
+ * with either open is deferred until the last one ends, because
+ * chime_client_destroy() must come after them (a call still running would
+ * write into the freed client). */
 typedef struct {
   PyObject_HEAD chime_client_t *c;
   unsigned children;
+  unsigned calls;
   int closing;
 } chimepy_client_t;
 
@@ -78,6 +81,12 @@ PyObject *chimepy_batch_nested(PyObject *batch, PyObject *leaf);
 void chimepy_client_child_closed(chimepy_client_t *client);
 /* Raises ClosedError-like chime.Error when the client was closed. */
 int chimepy_client_check(chimepy_client_t *client);
+/* A call on client->c that releases the GIL: begin checks the client is
+ * open (-1 with chime.Error CHIME_ECLOSED if not) and counts the call;
+ * end (with the GIL) uncounts it, and destroys a client closed meanwhile
+ * once nothing else is left on it. */
+int chimepy_client_call_begin(chimepy_client_t *client);
+void chimepy_client_call_end(chimepy_client_t *client);
 /* Writes the C defaults into Client's docstrings; before the types are
  * readied. */
 void chimepy_client_docs_init(void);
@@ -101,8 +110,10 @@ int chimepy_uint_arg(PyObject *o, const char *name, uint64_t lo, uint64_t hi,
 PyArray_Descr *chimepy_descr(chime_dtype_t dtype);
 const char *chimepy_buffer_format(chime_dtype_t d);
 int chimepy_dl_dtype(chime_dtype_t d, chimepy_dl_dtype_t *out);
-/* The structured dtype of chime_sample_info_t (borrowed). */
+/* The structured dtype of chime_sample_info_t (borrowed), and its buffer
+ * format (every field, as numpy writes it for that dtype). */
 PyArray_Descr *chimepy_info_descr(void);
+const char *chimepy_info_format(void);
 
 /* Module init (module.c): the exception classes (errors.c), the info
  * record's dtype (dtype.c). */

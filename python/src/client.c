@@ -2,6 +2,7 @@
  * `chimectl --json`), and the factories of writers and streams. */
 #include "chimepy.h"
 
+#include <inttypes.h>
 #include <string.h>
 
 static void client_destroy(chimepy_client_t *self) {
@@ -13,17 +14,36 @@ static void client_destroy(chimepy_client_t *self) {
   Py_END_ALLOW_THREADS
 }
 
+/* A close() asked for happens once no writer, stream or call is left. */
+static void client_finish_close(chimepy_client_t *client) {
+  if (client->closing && client->children == 0 && client->calls == 0)
+    client_destroy(client);
+}
+
 void chimepy_client_child_closed(chimepy_client_t *client) {
   client->children--;
-  if (client->closing && client->children == 0)
-    client_destroy(client);
+  client_finish_close(client);
 }
 
 int chimepy_client_check(chimepy_client_t *client) {
   if (client->c && !client->closing)
     return 0;
-  chimepy_raise(CHIME_ECLOSED, "client is closed");
+  chimepy_raise(CHIME_ECLOSED, client->closing
+                                   ? "client is closed"
+                                   : "client is not initialised (Client())");
   return -1;
+}
+
+int chimepy_client_call_begin(chimepy_client_t *client) {
+  if (chimepy_client_check(client))
+    return -1;
+  client->calls++;
+  return 0;
+}
+
+void chimepy_client_call_end(chimepy_client_t *client) {
+  client->calls--;
+  client_finish_close(client);
 }
 
 static int client_init(PyObject *o, PyObject *args, PyObject *kw) {
@@ -68,7 +88,8 @@ static int client_init(PyObject *o, PyObject *args, PyObject *kw) {
 }
 
 static void client_dealloc(PyObject *o) {
-  /* Writers and streams hold a reference: none is left open here. */
+  /* Writers and streams hold a reference, and so does every call running
+   * on it (its caller's): none is left here. */
   client_destroy((chimepy_client_t *)o);
   Py_TYPE(o)->tp_free(o);
 }
@@ -77,8 +98,7 @@ static PyObject *client_close(PyObject *o, PyObject *unused) {
   (void)unused;
   chimepy_client_t *self = (chimepy_client_t *)o;
   self->closing = 1;
-  if (self->children == 0)
-    client_destroy(self);
+  client_finish_close(self);
   Py_RETURN_NONE;
 }
 
@@ -274,12 +294,17 @@ fail:
 static PyObject *client_info(PyObject *o, PyObject *unused) {
   (void)unused;
   chimepy_client_t *self = (chimepy_client_t *)o;
-  if (chimepy_client_check(self))
+  if (chimepy_client_call_begin(self))
     return NULL;
   chime_server_info_t *info = NULL;
   int rc;
+  char detail[1024];
   Py_BEGIN_ALLOW_THREADS rc = chime_client_info(self->c, &info);
-  Py_END_ALLOW_THREADS if (rc) return chimepy_raise(rc, chime_last_error());
+  if (rc)
+    snprintf(detail, sizeof(detail), "%s", chime_last_error());
+  Py_END_ALLOW_THREADS chimepy_client_call_end(self);
+  if (rc)
+    return chimepy_raise(rc, detail);
   PyObject *d = info_dict(info);
   chime_server_info_free(info);
   return d;
@@ -338,12 +363,17 @@ static PyObject *client_stats(PyObject *o, PyObject *args, PyObject *kw) {
   int flat = 0;
   chimepy_client_t *self = (chimepy_client_t *)o;
   if (!PyArg_ParseTupleAndKeywords(args, kw, "|p", kwlist, &flat) ||
-      chimepy_client_check(self))
+      chimepy_client_call_begin(self))
     return NULL;
   chime_stats_t *st = NULL;
   int rc;
+  char detail[1024];
   Py_BEGIN_ALLOW_THREADS rc = chime_client_stats(self->c, &st);
-  Py_END_ALLOW_THREADS if (rc) return chimepy_raise(rc, chime_last_error());
+  if (rc)
+    snprintf(detail, sizeof(detail), "%s", chime_last_error());
+  Py_END_ALLOW_THREADS chimepy_client_call_end(self);
+  if (rc)
+    return chimepy_raise(rc, detail);
   PyObject *d = stats_dict(st);
   chime_stats_free(st);
   if (d == NULL || !flat)
@@ -353,28 +383,63 @@ static PyObject *client_stats(PyObject *o, PyObject *args, PyObject *kw) {
   return f;
 }
 
+/* Whether a shard that failed with `rc` may just be down (the C writer
+ * passes over such a shard to bind to another, writer_shard.c). */
+static int shard_down(int rc) {
+  return rc == CHIME_EUNAVAILABLE || rc == CHIME_EDISCONNECTED ||
+         rc == CHIME_ETIMEDOUT;
+}
+
+/* The table's spec from the GetInfo of the first shard that answers (the
+ * client itself for one server), without the GIL. A sharded client's
+ * shards have the same tables, and its writer binds to a shard that
+ * answers: one shard down must not fail the writer (chime_client_info on
+ * the whole client would fail with the first shard's error). */
+static int table_spec(chime_client_t *c, const char *table, chime_spec_t *out,
+                      char *detail, size_t len) {
+  uint32_t n = chime_client_nshards(c);
+  int rc = 0;
+  detail[0] = '\0';
+  for (uint32_t i = 0; i < (n ? n : 1); i++) {
+    chime_client_t *shard = n ? chime_client_shard(c, i) : c;
+    chime_server_info_t *info = NULL;
+    int r = chime_client_info(shard, &info);
+    if (r) {
+      if (rc == 0) { /* the first failure is the one told */
+        rc = r;
+        snprintf(detail, len, "%s", chime_last_error());
+      }
+      if (shard_down(r))
+        continue;
+      return rc;
+    }
+    rc = CHIME_ENOTFOUND;
+    snprintf(detail, len, "no table named '%s'", table);
+    for (uint32_t t = 0; t < info->ntables; t++)
+      if (!strcmp(info->tables[t].name, table)) {
+        /* A sequence table takes steps (its spec is a window's). */
+        *out = info->tables[t].sequence_length > 0 ? info->tables[t].step_spec
+                                                   : info->tables[t].spec;
+        rc = 0;
+        break;
+      }
+    chime_server_info_free(info);
+    return rc;
+  }
+  return rc;
+}
+
 int chimepy_client_table_spec(chimepy_client_t *client, const char *table,
                               chime_spec_t *out) {
-  chime_server_info_t *info = NULL;
-  int rc;
-  Py_BEGIN_ALLOW_THREADS rc = chime_client_info(client->c, &info);
-  Py_END_ALLOW_THREADS if (rc) {
-    chimepy_raise(rc, chime_last_error());
+  if (chimepy_client_call_begin(client))
     return -1;
-  }
-  int found = 0;
-  for (uint32_t i = 0; i < info->ntables && !found; i++)
-    if (!strcmp(info->tables[i].name, table)) {
-      /* A sequence table takes steps (its spec is a window's). */
-      *out = info->tables[i].sequence_length > 0 ? info->tables[i].step_spec
-                                                 : info->tables[i].spec;
-      found = 1;
-    }
-  chime_server_info_free(info);
-  if (!found) {
-    PyObject *msg = PyUnicode_FromFormat("no table named '%s'", table);
-    chimepy_raise(CHIME_ENOTFOUND, msg ? PyUnicode_AsUTF8(msg) : NULL);
-    Py_XDECREF(msg);
+  char detail[1024];
+  int rc;
+  Py_BEGIN_ALLOW_THREADS rc =
+      table_spec(client->c, table, out, detail, sizeof(detail));
+  Py_END_ALLOW_THREADS chimepy_client_call_end(client);
+  if (rc) {
+    chimepy_raise(rc, detail);
     return -1;
   }
   return 0;
@@ -411,18 +476,55 @@ static PyArrayObject *as_1d(PyObject *o, int type, const char *what) {
   return a;
 }
 
+/* Keys (as u64) from any 1-d sequence or array of integers, signed ones
+ * too (a numpy int64 array, a torch tensor): a negative key is no key and
+ * is refused by name (InvalidArgumentError), not wrapped round. */
+static PyArrayObject *as_keys(PyObject *o, const char *what) {
+  if (o == NULL || o == Py_None)
+    return as_1d(NULL, NPY_UINT64, what);
+  PyArrayObject *a = (PyArrayObject *)PyArray_FROMANY(o, NPY_NOTYPE, 1, 1, 0);
+  if (a == NULL || (PyArray_SIZE(a) > 0 && !PyArray_ISINTEGER(a))) {
+    Py_XDECREF(a);
+    PyErr_Format(PyExc_TypeError, "%s: expected a 1-d sequence of integers",
+                 what);
+    return NULL;
+  }
+  if (PyArray_ISSIGNED(a)) {
+    PyArrayObject *s = (PyArrayObject *)PyArray_FROM_OTF(
+        (PyObject *)a, NPY_INT64, NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED);
+    Py_DECREF(a);
+    if (s == NULL)
+      return NULL;
+    const int64_t *k = PyArray_DATA(s);
+    for (npy_intp i = 0; i < PyArray_SIZE(s); i++)
+      if (k[i] < 0) {
+        Py_DECREF(s);
+        char detail[128];
+        snprintf(detail, sizeof(detail), "%s: key %" PRId64 " is negative",
+                 what, k[i]);
+        chimepy_raise(CHIME_EINVAL, detail);
+        return NULL;
+      }
+    a = s;
+  }
+  PyArrayObject *u = (PyArrayObject *)PyArray_FROM_OTF(
+      (PyObject *)a, NPY_UINT64,
+      NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_FORCECAST);
+  Py_DECREF(a);
+  return u;
+}
+
 static PyObject *client_mutate(PyObject *o, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"table", "keys", "priorities", "deletes", NULL};
   chimepy_client_t *self = (chimepy_client_t *)o;
   const char *table;
   PyObject *ko = NULL, *po = NULL, *dobj = NULL;
   if (!PyArg_ParseTupleAndKeywords(args, kw, "s|OOO", kwlist, &table, &ko, &po,
-                                   &dobj) ||
-      chimepy_client_check(self))
+                                   &dobj))
     return NULL;
-  PyArrayObject *keys = as_1d(ko, NPY_UINT64, "keys");
+  PyArrayObject *keys = as_keys(ko, "keys");
   PyArrayObject *prios = keys ? as_1d(po, NPY_FLOAT64, "priorities") : NULL;
-  PyArrayObject *dels = prios ? as_1d(dobj, NPY_UINT64, "deletes") : NULL;
+  PyArrayObject *dels = prios ? as_keys(dobj, "deletes") : NULL;
   PyObject *ret = NULL;
   if (dels == NULL)
     goto out;
@@ -431,14 +533,20 @@ static PyObject *client_mutate(PyObject *o, PyObject *args, PyObject *kw) {
                                 "differ in length");
     goto out;
   }
+  if (chimepy_client_call_begin(self))
+    goto out;
   chime_mutate_result_t r;
   int rc;
+  char detail[1024];
   Py_BEGIN_ALLOW_THREADS rc = chime_client_mutate_priorities(
       self->c, table, (const uint64_t *)PyArray_DATA(keys),
       (const double *)PyArray_DATA(prios), (size_t)PyArray_SIZE(keys),
       (const uint64_t *)PyArray_DATA(dels), (size_t)PyArray_SIZE(dels), &r);
-  Py_END_ALLOW_THREADS if (rc) {
-    chimepy_raise(rc, chime_last_error());
+  if (rc)
+    snprintf(detail, sizeof(detail), "%s", chime_last_error());
+  Py_END_ALLOW_THREADS chimepy_client_call_end(self);
+  if (rc) {
+    chimepy_raise(rc, detail);
     goto out;
   }
   ret = Py_BuildValue("{s:I,s:I,s:I}", "updated", r.updated, "deleted",
@@ -456,13 +564,18 @@ static PyObject *client_set_version(PyObject *o, PyObject *args) {
   PyObject *vo;
   uint64_t v;
   if (!PyArg_ParseTuple(args, "sO:set_version", &table, &vo) ||
-      chimepy_client_check(self) ||
-      chimepy_uint_arg(vo, "version", 0, UINT64_MAX, &v))
+      chimepy_uint_arg(vo, "version", 0, UINT64_MAX, &v) ||
+      chimepy_client_call_begin(self))
     return NULL;
   int rc;
   uint64_t n = 0;
+  char detail[1024];
   Py_BEGIN_ALLOW_THREADS rc = chime_client_set_version(self->c, table, v, &n);
-  Py_END_ALLOW_THREADS if (rc) return chimepy_raise(rc, chime_last_error());
+  if (rc)
+    snprintf(detail, sizeof(detail), "%s", chime_last_error());
+  Py_END_ALLOW_THREADS chimepy_client_call_end(self);
+  if (rc)
+    return chimepy_raise(rc, detail);
   return PyLong_FromUnsignedLongLong(n);
 }
 
@@ -477,14 +590,17 @@ static PyObject *client_stream(PyObject *o, PyObject *args, PyObject *kw) {
 static PyObject *client_checkpoint(PyObject *o, PyObject *unused) {
   (void)unused;
   chimepy_client_t *self = (chimepy_client_t *)o;
-  if (chimepy_client_check(self))
+  if (chimepy_client_call_begin(self))
     return NULL;
   chime_checkpoint_result_t r;
   int rc;
+  char detail[1024];
   Py_BEGIN_ALLOW_THREADS rc = chime_client_checkpoint(self->c, &r);
-  Py_END_ALLOW_THREADS if (rc) {
-    return chimepy_raise(rc, chime_last_error());
-  }
+  if (rc)
+    snprintf(detail, sizeof(detail), "%s", chime_last_error());
+  Py_END_ALLOW_THREADS chimepy_client_call_end(self);
+  if (rc)
+    return chimepy_raise(rc, detail);
   return Py_BuildValue("{s:s,s:I,s:K,s:K,s:K,s:K}", "path", r.path, "tables",
                        (unsigned)r.tables, "items", (unsigned long long)r.items,
                        "bytes", (unsigned long long)r.bytes, "pause_ns",
@@ -504,7 +620,7 @@ static PyObject *none(void) {
 static PyObject *client_shards(PyObject *o, PyObject *unused) {
   (void)unused;
   chimepy_client_t *self = (chimepy_client_t *)o;
-  if (chimepy_client_check(self))
+  if (chimepy_client_call_begin(self))
     return NULL;
   PyObject *list = PyList_New(0);
   uint32_t n = chime_client_nshards(self->c);
@@ -528,6 +644,7 @@ static PyObject *client_shards(PyObject *o, PyObject *unused) {
     }
     chime_server_info_free(info);
   }
+  chimepy_client_call_end(self);
   return list;
 }
 

@@ -97,6 +97,36 @@ PyArray_Descr *chimepy_info_descr(void) {
   return info_descr;
 }
 
+/* The info records' buffer format, numpy's own for info_descr (so every
+ * field is in it, as in the dtype). */
+static char info_format[512];
+
+const char *chimepy_info_format(void) {
+  return info_format;
+}
+
+static int info_format_init(void) {
+  Py_INCREF(info_descr);
+  PyObject *a = PyArray_Zeros(1, (npy_intp[]){1}, info_descr, 0);
+  if (!a)
+    return -1;
+  Py_buffer view;
+  int rc = PyObject_GetBuffer(a, &view, PyBUF_RECORDS_RO);
+  Py_DECREF(a);
+  if (rc < 0)
+    return -1;
+  rc = view.itemsize == (Py_ssize_t)sizeof(chime_sample_info_t) &&
+               strlen(view.format) < sizeof(info_format)
+           ? 0
+           : -1;
+  if (rc == 0)
+    snprintf(info_format, sizeof(info_format), "%s", view.format);
+  else
+    PyErr_SetString(PyExc_SystemError, "info record: unexpected format");
+  PyBuffer_Release(&view);
+  return rc;
+}
+
 /* Checked against chime_sample_info_t below, so a change to the record
  * breaks the build instead of the views. */
 _Static_assert(offsetof(chime_sample_info_t, key) == 0, "info layout");
@@ -131,5 +161,5 @@ int chimepy_dtype_init(void) {
     return -1;
   int ok = PyArray_DescrConverter(spec, &info_descr);
   Py_DECREF(spec);
-  return ok ? 0 : -1;
+  return ok ? info_format_init() : -1;
 }

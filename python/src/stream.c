@@ -30,6 +30,12 @@ static int parse_device(PyObject *d, int *out) {
   *out = -1;
   if (d == Py_None)
     return 0;
+  if (PyBool_Check(d)) { /* an int to C, but False is no ordinal */
+    chimepy_raise(CHIME_EINVAL,
+                  "device: None, 'cpu', 'cuda', 'cuda:N' or an ordinal "
+                  "(not a bool)");
+    return -1;
+  }
   if (PyLong_Check(d)) {
     long v = PyLong_AsLong(d);
     if (v == -1 && PyErr_Occurred())
@@ -146,11 +152,22 @@ static int stream_init(PyObject *o, PyObject *args, PyObject *kw) {
     PyErr_NoMemory();
     return -1;
   }
+  if (chimepy_client_call_begin(c))
+    return -1;
   int rc;
+  char detail[1024];
   Py_BEGIN_ALLOW_THREADS rc = chime_stream_open(&self->s, c->c, table, &opts);
-  Py_END_ALLOW_THREADS if (rc) {
+  if (rc)
+    snprintf(detail, sizeof(detail), "%s", chime_last_error());
+  Py_END_ALLOW_THREADS if (rc == 0) {
+    Py_INCREF(client);
+    self->client = c;
+    c->children++; /* before the call ends: a close() meanwhile waits */
+  }
+  chimepy_client_call_end(c);
+  if (rc) {
     self->s = NULL;
-    chimepy_raise(rc, chime_last_error());
+    chimepy_raise(rc, detail);
     return -1;
   }
   self->mode = chime_stream_mode(self->s);
@@ -158,9 +175,6 @@ static int stream_init(PyObject *o, PyObject *args, PyObject *kw) {
   self->fallback = why ? PyUnicode_FromString(why) : Py_None;
   if (!why)
     Py_INCREF(Py_None);
-  Py_INCREF(client);
-  self->client = c;
-  c->children++;
   if (!self->fallback) {
     chimepy_stream_shut(self);
     return -1;
@@ -374,11 +388,29 @@ static PyObject *stream_set_version(PyObject *o, PyObject *arg) {
   uint64_t v;
   if (chimepy_uint_arg(arg, "version", 0, UINT64_MAX, &v))
     return NULL;
-  if (!self->s)
+  if (!self->s || self->closing)
     return chimepy_raise(CHIME_ECLOSED, "stream is closed");
+  /* One call at a time, as next(): a sharded stream's set_version walks
+   * sub-streams that next() may be reopening, and close() must wait. */
+  if (self->in_next) {
+    PyErr_SetString(PyExc_RuntimeError,
+                    "chime.Stream used by two threads at once "
+                    "(set_version while another call runs)");
+    return NULL;
+  }
   int rc;
+  char detail[1024];
+  self->in_next = 1;
   Py_BEGIN_ALLOW_THREADS rc = chime_stream_set_version(self->s, v);
-  Py_END_ALLOW_THREADS if (rc) return chimepy_raise(rc, chime_last_error());
+  if (rc)
+    snprintf(detail, sizeof(detail), "%s", chime_last_error());
+  Py_END_ALLOW_THREADS self->in_next = 0;
+  /* Slots whose views went meanwhile were queued (batch.c); a close()
+   * asked meanwhile happens now. */
+  (void)chimepy_stream_drain(self);
+  chimepy_stream_finish_close(self);
+  if (rc)
+    return chimepy_raise(rc, detail);
   Py_RETURN_NONE;
 }
 
@@ -423,24 +455,31 @@ static PyObject *stream_iter(PyObject *o) {
   return o;
 }
 
+/* The getters of a Stream made by Stream.__new__ without __init__ (no
+ * client, nothing opened) say None. */
 static PyObject *stream_get_mode(PyObject *o, void *unused) {
   (void)unused;
-  return PyUnicode_FromString(chime_mode_name(((chimepy_stream_t *)o)->mode));
+  chimepy_stream_t *self = (chimepy_stream_t *)o;
+  if (!self->client)
+    Py_RETURN_NONE;
+  return PyUnicode_FromString(chime_mode_name(self->mode));
 }
 
 static PyObject *stream_get_fallback(PyObject *o, void *unused) {
   (void)unused;
   PyObject *f = ((chimepy_stream_t *)o)->fallback;
+  if (!f)
+    Py_RETURN_NONE;
   Py_INCREF(f);
   return f;
 }
 
 static PyObject *stream_get_device(PyObject *o, void *unused) {
   (void)unused;
-  int d = ((chimepy_stream_t *)o)->device;
-  if (d < 0)
+  chimepy_stream_t *self = (chimepy_stream_t *)o;
+  if (!self->client || self->device < 0)
     Py_RETURN_NONE;
-  return PyLong_FromLong(d);
+  return PyLong_FromLong(self->device);
 }
 
 static PyObject *stream_get_closed(PyObject *o, void *unused) {

@@ -186,16 +186,24 @@ static int writer_init(PyObject *o, PyObject *args, PyObject *kw) {
   self->timeout_ms = (int)(timeout * 1000);
   opts.max_inflight = max_inflight;
   opts.timeout_ms = SLICE_MS;
+  if (chimepy_client_call_begin(c))
+    return -1;
   int rc;
+  char detail[1024];
   Py_BEGIN_ALLOW_THREADS rc = chime_writer_open(&self->w, c->c, table, &opts);
-  Py_END_ALLOW_THREADS if (rc) {
+  if (rc)
+    snprintf(detail, sizeof(detail), "%s", chime_last_error());
+  Py_END_ALLOW_THREADS if (rc == 0) {
+    Py_INCREF(client);
+    self->client = c;
+    c->children++; /* before the call ends: a close() meanwhile waits */
+  }
+  chimepy_client_call_end(c);
+  if (rc) {
     self->w = NULL;
-    chimepy_raise(rc, chime_last_error());
+    chimepy_raise(rc, detail);
     return -1;
   }
-  Py_INCREF(client);
-  self->client = c;
-  c->children++;
   return 0;
 }
 
@@ -245,7 +253,9 @@ static void writer_dealloc(PyObject *o) {
 
 static int writer_ready(writer_t *self) {
   if (!self->w) {
-    chimepy_raise(CHIME_ECLOSED, "writer is closed");
+    chimepy_raise(CHIME_ECLOSED, self->client ? "writer is closed"
+                                              : "writer is not open "
+                                                "(Client.writer())");
     return -1;
   }
   if (self->busy) {

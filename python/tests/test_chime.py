@@ -116,6 +116,16 @@ def test_array_views(client):
         assert (info["insert_time_ns"] > 0).all()
         assert (info["priority"] == 1.0).all()
         assert (info["table_size"] >= 1).all()
+        # The View behind b.info exports every field of the record through
+        # the buffer protocol too (its format had only the first seven).
+        raw = np.asarray(info.base)
+        assert raw.dtype.names == info.dtype.names
+        assert raw.dtype.itemsize == 80
+        for name in info.dtype.names:
+            assert raw[name].tolist() == info[name].tolist(), name
+        m = memoryview(info.base)
+        assert m.itemsize == 80 and m.shape == (4,)
+        assert m.tobytes() == info.tobytes()
         with pytest.raises(KeyError):
             b["nope"]
         # memoryview through the buffer protocol of the exporter
@@ -493,6 +503,23 @@ def test_mutate_priorities(client):
     assert r == {"updated": 2, "deleted": 2, "unknown": 1}
     with pytest.raises(chime.InvalidArgumentError):
         client.mutate_priorities("heap", keys=[4], priorities=[float("nan")])
+    # Keys of any integer type (numpy int64 as from b.info["key"].astype,
+    # int32, uint32); a negative one is refused by name, not wrapped.
+    r = client.mutate_priorities("heap", keys=np.array([1], np.int64),
+                                 priorities=[1.0],
+                                 deletes=np.array([999], np.int32))
+    assert r == {"updated": 1, "deleted": 0, "unknown": 1}
+    r = client.mutate_priorities("heap", keys=np.array([2], np.uint32),
+                                 priorities=[2.0])
+    assert r == {"updated": 1, "deleted": 0, "unknown": 0}
+    for keys, dels in (([-1], None), (np.array([4, -2], np.int64), None),
+                       ([4], np.array([-3], np.int16))):
+        with pytest.raises(chime.InvalidArgumentError, match="negative"):
+            client.mutate_priorities("heap", keys=keys,
+                                     priorities=[1.0] * len(keys),
+                                     deletes=dels)
+    with pytest.raises(TypeError, match="keys: .*integers"):
+        client.mutate_priorities("heap", keys=[1.5], priorities=[1.0])
     with client.stream("heap", batch_size=8, mode="stream", slots=2) as s:
         b = s.next(timeout=20.0)
         assert list(b["x"]) == [3, 9, 8, 7, 4, 2, 1, 10]

@@ -58,3 +58,7 @@ def test_device_argument_checked(client):
         client.stream("misc", 4, device="gpu0")
     with pytest.raises(chime.InvalidArgumentError, match="ordinal"):
         client.stream("misc", 4, device=-5)
+    # A bool is an int to Python, but False is no device 0 (nor True 1).
+    for b in (False, True):
+        with pytest.raises(chime.InvalidArgumentError, match="bool"):
+            client.stream("misc", 4, device=b)

@@ -149,3 +149,26 @@ def test_key_shard():
         chime.key_shard(2**64)
     with pytest.raises(TypeError):
         chime.key_shard("1")
+
+
+def test_writer_binds_to_a_live_shard(shards, refused):
+    """A shard that is down does not fail Client.writer(): the spec comes
+    from a shard that answers, and the C writer binds to a live one, as
+    chime_writer_open does for C callers (it failed with the dead shard's
+    error when the spec came from a GetInfo of every shard)."""
+    for target in (f"{shards[0]},{refused}", f"{refused},{shards[0]}"):
+        with chime.Client(target) as c, c.writer("t") as w:
+            w.append({"x": 7})
+            w.extend({"x": np.arange(3, dtype=np.uint64)})
+            w.flush()
+            assert w.acked == 4
+    assert size(shards[0]) == 8
+    # With every shard down: the first one's error, as before.
+    with chime.Client(f"{refused},{refused}") as c:
+        with pytest.raises(chime.Error) as e:
+            c.writer("t")
+        assert e.value.code == chime.EUNAVAILABLE
+    # A table no live shard has is NotFoundError, not the dead one's error.
+    with chime.Client(f"{refused},{shards[1]}") as c:
+        with pytest.raises(chime.NotFoundError, match="nope"):
+            c.writer("nope")

@@ -171,3 +171,19 @@ def test_learner_torch_example():
         assert "exited with 0" in log
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def test_mutate_priorities_takes_int64_tensors(client):
+    """Keys as torch int64 tensors (what torch code holds): taken, and a
+    negative one refused by name. An unsharded table's keys are 1, 2, ...
+    in insert order (this module's only use of "heap")."""
+    with client.writer("heap") as w:
+        w.append({"x": 1}, priority=1.0)
+        w.append({"x": 2}, priority=1.0)
+    r = client.mutate_priorities("heap", keys=torch.tensor([1]),
+                                 priorities=torch.tensor([3.0]),
+                                 deletes=torch.tensor([2], dtype=torch.int64))
+    assert r == {"updated": 1, "deleted": 1, "unknown": 0}
+    with pytest.raises(chime.InvalidArgumentError, match="negative"):
+        client.mutate_priorities("heap", keys=torch.tensor([-1]),
+                                 priorities=[1.0])

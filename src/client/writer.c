@@ -571,7 +571,13 @@ static int end_episode(chime_writer_t *w) {
   if (w->failed)
     return w->failed;
   w->end_pending = 1;
-  return send_batch(w); /* the queued steps, possibly none, and the end */
+  rc = send_batch(w); /* the queued steps, possibly none, and the end */
+  /* Not sent (no room within the timeout, no memory): nothing was ended,
+   * and the caller calls again. A pending end would ride on the next
+   * batch and end the episode after steps appended later. */
+  if (rc)
+    w->end_pending = 0;
+  return rc;
 }
 
 int chime_writer_set_version(chime_writer_t *writer, uint64_t version) {

@@ -239,7 +239,8 @@ void chime__verindex_add(chime__verindex_t *v, uint32_t r, uint64_t ver,
       v->lo--;
       i--;
     }
-    v->b[i] = (bucket_t){.ver = ver, .head = r, .n = 1, .mass = {w, 0, 0}};
+    v->b[i] = (bucket_t){
+        .ver = ver, .head = r, .n = 1, .mass = {v->sum != NULL ? w : 0, 0, 0}};
     v->prev[r] = v->nx[r] = r;
     if (v->sum != NULL)
       z_moved(v, ver, w, 0.0);

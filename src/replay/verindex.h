@@ -47,10 +47,10 @@ static inline double chime__verindex_stale_weight(uint64_t s) {
  * sum of its rows' weights in sum, the table's sum tree, where add,
  * remove and reweigh find every row as it now is) and Z = the sum over
  * live versions of their weight x w(newest - version): kept as rows come,
- * go and change, each within a relative 2^-45 of the same sum made afresh
- * (made afresh, from the rows or the versions, when a change would take
- * it further: verindex.c), and summed afresh when newest rises. Without
- * it no weights are kept (add, remove and reweigh ignore w). */
+ * go and change, each within about a relative 2^-45 of the same sum made
+ * afresh (made afresh, from the rows or the versions, when a change would
+ * take it further: verindex.c), and summed afresh when newest rises.
+ * Without it no weights are kept (add, remove and reweigh ignore w). */
 void chime__verindex_weigh(chime__verindex_t *v, const chime__sumtree_t *sum);
 /* The newest version known rose to newest (it only rises). */
 void chime__verindex_set_newest(chime__verindex_t *v, uint64_t newest);

@@ -48,7 +48,7 @@ static void mutate_update(chime__table_t *t, uint64_t key, double prio,
     double old = chime__sumtree_get(t->sum, r), w = chime__tbl_weight(t, prio);
     e |= chime__sumtree_set(t->sum, r, w);
     if (t->vidx != NULL) /* the version's weight, for staleness weighting */
-      chime__verindex_reweigh(t->vidx, t->meta[r].version, w - old);
+      chime__verindex_reweigh(t->vidx, t->meta[r].version, old, w);
   }
   if (t->hmin != NULL)
     e |= chime__heap_update(t->hmin, r, prio);

@@ -22,6 +22,23 @@ static int draws_ahead(const chime__table_t *t) {
   return t->mts == 0 && t->sel->draws_ahead != NULL && t->sel->draws_ahead(t);
 }
 
+/* A row a selector gave that is no row of the table (NONE: a selector's
+ * bug, as staleness weighting's walk once returned on a version of
+ * rounding residue) is never indexed with: the draw is tried again, and
+ * then taken uniformly (or the oldest item, with no dense index), its
+ * probability that draw's. Counted in t->bad_picks. The table holds an
+ * item (sampling waits for one). */
+static uint32_t repick(chime__table_t *t, double *p) {
+  t->bad_picks++;
+  for (int k = 0; k < 3; k++) {
+    uint32_t r = t->sel->pick(t, p);
+    if (r < t->rows)
+      return r;
+  }
+  return t->dense_on ? chime__selector_uniform.pick(t, p)
+                     : chime__selector_fifo.pick(t, p);
+}
+
 /* Draws the batch's samples in order: an item that reaches
  * max_times_sampled leaves at once (its row stays pinned), so the next
  * draw cannot pick it. */
@@ -46,6 +63,8 @@ static void plan_batch(chime__table_t *t, const chime_ring_layout_t *lay,
     } else {
       k = t->sel->pick(t, &p);
     }
+    if (__builtin_expect(k >= t->rows, 0))
+      k = repick(t, &p);
     chime_sample_info_t *info = &slot->info[j];
     info->probability = p;
     info->times_sampled = ++t->meta[k].times;

@@ -14,7 +14,9 @@
  * largest staleness held): max_staleness + 1 with a gate. Without one
  * they grow with how stale the mass is, so after STALE_TRIES tries a draw
  * walks the versions (choosing one by its share of Z) and that version's
- * rows: exact too, linear in the versions and the version's rows. */
+ * rows: exact too, linear in the versions and the version's rows. The
+ * walk counts on each version's weight being its rows' (not a running
+ * sum's residue: verindex.c keeps it so). */
 #include "replay/selector.h"
 #include "replay/sumtree.h"
 #include "replay/table_internal.h"
@@ -28,15 +30,32 @@ static inline double weight_of(uint64_t s) {
   return chime__verindex_stale_weight(s);
 }
 
+/* A draw from the sum tree alone (p^a / T, not P): only where the walk
+ * finds nothing, which the version index's sums rule out (a version's
+ * weight is > 0 only when one of its rows weighs, verindex.h), so that
+ * no bug there hands the table a row that is not one. total > 0. */
+static uint32_t by_tree(chime__table_t *t, double z, double *prob) {
+  uint64_t slot = 0;
+  double total = chime__sumtree_total(t->sum);
+  if (chime__sumtree_find(t->sum, chime__tbl_rand_unit(t) * total, &slot) != 0)
+    return chime__selector_prioritized.pick(t, prob);
+  uint32_t r = (uint32_t)slot;
+  *prob = chime__sumtree_get(t->sum, r) *
+          weight_of(t->vnewest - t->meta[r].version) / z;
+  return r;
+}
+
 /* The exact draw by the versions: one by its share of Z, then one of its
  * rows by its share of the version's weight. Rounding that runs past the
- * end takes the last with weight. */
+ * end takes the last with weight, of the versions and of the rows. */
 static uint32_t walk(chime__table_t *t, double *prob) {
   uint64_t ver;
   double mass, f = 1.0;
   uint32_t first = NONE, head;
   double z = chime__verindex_z_exact(t->vidx);
   double u = chime__tbl_rand_unit(t) * z;
+  if (!(z > 0))
+    return chime__selector_prioritized.pick(t, prob);
   /* Newest first: most of Z, mostly. */
   for (uint64_t i = chime__verindex_versions(t->vidx); i-- > 0;) {
     chime__verindex_at(t->vidx, i, &ver, &mass, &head);
@@ -49,7 +68,7 @@ static uint32_t walk(chime__table_t *t, double *prob) {
     u -= mass * f;
   }
   if (first == NONE) /* Z > 0 says some version weighs: unreachable */
-    return chime__selector_prioritized.pick(t, prob);
+    return by_tree(t, z, prob);
   double v = u / f; /* within the version's weight */
   uint32_t r = first, got = NONE;
   do {
@@ -62,6 +81,8 @@ static uint32_t walk(chime__table_t *t, double *prob) {
     }
     r = chime__verindex_next(t->vidx, r);
   } while (r != first);
+  if (got == NONE) /* its weight > 0 says a row weighs: unreachable */
+    return by_tree(t, z, prob);
   *prob = chime__sumtree_get(t->sum, got) * f / z;
   return got;
 }

@@ -194,7 +194,7 @@ int chime__table_create(chime__table_t **out,
       (rc = chime__verindex_create(&t->vidx, rows)) != 0)
     goto out;
   if (t->stale_on)
-    chime__verindex_weigh(t->vidx);
+    chime__verindex_weigh(t->vidx, t->sum);
   t->next_key = chime__key_make(t->cfg.shard, 1);
   t->rng = (cfg->seed != 0 ? cfg->seed : chime__clock_ns(CLOCK_MONOTONIC)) | 1u;
   pthread_mutex_init(&t->mu, NULL);

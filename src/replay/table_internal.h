@@ -125,6 +125,9 @@ struct chime__table_s {
   /* Staleness weighting (selector_stale.c): vidx kept for it, and its Z
    * (verindex.h) is what draws weigh against. */
   int stale_on;
+  /* Draws whose selector gave no row of the table, drawn again
+   * (sample.c, repick): 0 unless a selector has a bug. */
+  uint64_t bad_picks;
 };
 
 #define NONE UINT32_MAX

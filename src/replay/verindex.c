@@ -4,35 +4,84 @@
  * array holds as many entries as rows (no two live versions share a row),
  * mapped lazily; the live entries are moved back to its start once the
  * dead prefix outgrows them, so only about twice the live versions' pages
- * are ever touched. */
+ * are ever touched.
+ *
+ * Each version's weight and Z are sums kept as weights come and go, and a
+ * plain running sum drifts: a version whose rows all went to 0 kept a
+ * rounding residue (0.1 + 0.2 - 0.1 - 0.2 is 2.8e-17), and one that lost
+ * a row of 1e298 lost its other rows' weight with it (1e298 + 1 - 1e298
+ * is 0). So a sum is an acc_t: hi, the running sum, plus lo, the exact
+ * rounding error of each addition to hi (TwoSum), and err, a bound on how
+ * far hi + lo is from the true sum (lo's own roundings, which are tiny
+ * next to hi's). While err is within ACC_TOL of hi + lo the sum is as
+ * good as one made afresh; past it, the sum is made afresh: a version's
+ * from its rows (their sum tree weights), Z from the versions' weights.
+ * That happens only when a change takes out nearly all of a sum (what
+ * stays is a sliver of what left, so lo holds much of it) or, for Z,
+ * after a great many changes: the common case costs a few more
+ * floating-point operations than a plain running sum. */
 #include "replay/verindex.h"
 
+#include <float.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
+#include "replay/sumtree.h"
+
 #define NONE UINT32_MAX
+
+/* A sum of doubles, hi + lo within err of the truth (above). */
+typedef struct {
+  double hi, lo, err;
+} acc_t;
+
+/* How far (relative) a version's sum may be from its rows' before it is
+ * made afresh from them; Z's is twice that, since Z made afresh carries
+ * the versions' own error. Either is far below the probabilities'
+ * precision that matters (the sum tree's own find is good to a few ulps
+ * of its total). */
+#define ACC_TOL 0x1p-46
+#define Z_TOL (2 * ACC_TOL)
+
+/* Adds x: TwoSum gives hi's rounding error e exactly (hi_old + x == hi +
+ * e), and lo takes it, rounding by at most an ulp of lo (DBL_EPSILON x
+ * |lo| bounds that and err's own rounding). */
+static inline void acc_add(acc_t *a, double x) {
+  double s = a->hi + x, bb = s - a->hi;
+  double e = (a->hi - (s - bb)) + (x - bb);
+  a->hi = s;
+  if (e != 0) {
+    a->lo += e;
+    a->err += DBL_EPSILON * fabs(a->lo);
+  }
+}
+
+static inline double acc_value(const acc_t *a) {
+  return a->hi + a->lo;
+}
+
+/* Whether the sum has drifted too far to be trusted; with err 0 it is
+ * exact (0 while no weight is in it, never a residue). */
+static inline int acc_off(const acc_t *a, double tol) {
+  return a->err > tol * acc_value(a);
+}
 
 typedef struct {
   uint64_t ver;
   uint32_t head; /* its first (oldest) row */
   uint32_t n;    /* its rows */
-  double mass;   /* its rows' weights */
+  acc_t mass;    /* its rows' weights */
 } bucket_t;
-
-/* Changes to Z between two sums afresh: the running sum's rounding stays
- * far below the probabilities' precision, at a cost of one pass over the
- * versions per so many changes. */
-#define Z_RESUM_EVERY 65536u
 
 struct chime__verindex_s {
   uint32_t *prev, *nx; /* by row: the row's neighbours in its version's list */
   bucket_t *b;
   uint64_t lo, hi, cap;
-  int weigh;       /* keep z */
-  uint64_t newest; /* the newest version known */
-  double z;        /* sum of b[i].mass x w(newest - b[i].ver) */
-  uint32_t z_ops;  /* changes since z was summed afresh */
+  const chime__sumtree_t *sum; /* rows' weights; NULL: no weights kept */
+  uint64_t newest;             /* the newest version known */
+  acc_t z;                     /* sum of b[i].mass x w(newest - b[i].ver) */
   void *map;
   size_t map_len;
 };
@@ -98,32 +147,67 @@ static uint64_t find(const chime__verindex_t *v, uint64_t ver, int *found) {
   return a;
 }
 
-double chime__verindex_z_exact(chime__verindex_t *v) {
-  double z = 0.0;
-  for (uint64_t i = v->lo; i < v->hi; i++)
-    if (v->b[i].mass > 0)
-      z += v->b[i].mass * chime__verindex_stale_weight(v->newest - v->b[i].ver);
-  v->z = z;
-  v->z_ops = 0;
-  return z;
+/* Version i's weight afresh from its rows: exact again when a change took
+ * out most of it (a version of many rows weighs few of them heavily only
+ * rarely, so this is rare). */
+static void mass_resum(chime__verindex_t *v, bucket_t *b) {
+  acc_t m = {0};
+  uint32_t r = b->head;
+  for (uint32_t k = 0; k < b->n; k++, r = v->nx[r])
+    acc_add(&m, chime__sumtree_get(v->sum, r));
+  b->mass = m;
 }
 
-/* Version ver's weight changed by dw: so did z, by dw x its w(s). */
-static void z_moved(chime__verindex_t *v, uint64_t ver, double dw) {
-  if (!v->weigh)
-    return;
+/* A row of version b came with weight add, left with weight sub or went
+ * from sub to add (the other 0), its list and sum tree slot already as
+ * they are now (a resum reads them). */
+static inline void mass_moved(chime__verindex_t *v, bucket_t *b, double add,
+                              double sub) {
+  if (add != 0) /* a constant 0 where a row comes or goes: no adds */
+    acc_add(&b->mass, add);
+  if (sub != 0)
+    acc_add(&b->mass, -sub);
+  if (acc_off(&b->mass, ACC_TOL))
+    mass_resum(v, b);
+}
+
+double chime__verindex_z_exact(chime__verindex_t *v) {
+  acc_t z = {0};
+  for (uint64_t i = v->lo; i < v->hi; i++) {
+    const acc_t *m = &v->b[i].mass;
+    double f = chime__verindex_stale_weight(v->newest - v->b[i].ver);
+    double t = acc_value(m) * f;
+    if (!(t > 0))
+      continue;
+    acc_add(&z, t);
+    /* hi + lo's rounding and the product's, and the version's own. */
+    z.err += 2 * DBL_EPSILON * t + m->err * f;
+  }
+  v->z = z;
+  return acc_value(&z);
+}
+
+/* The same for Z, after the versions' weights moved: each weight x the
+ * version's w(s), the products' rounding counted in the bound. */
+static inline void z_moved(chime__verindex_t *v, uint64_t ver, double add,
+                           double sub) {
   if (v->lo == v->hi) { /* nothing live: exactly 0, no rounding left over */
-    v->z = 0.0;
-    v->z_ops = 0;
+    v->z = (acc_t){0};
     return;
   }
-  v->z += dw * chime__verindex_stale_weight(v->newest - ver);
-  if (++v->z_ops >= Z_RESUM_EVERY || !(v->z > 0))
+  double f = chime__verindex_stale_weight(v->newest - ver);
+  double ta = add * f, ts = sub * f;
+  if (ta != 0)
+    acc_add(&v->z, ta);
+  if (ts != 0)
+    acc_add(&v->z, -ts);
+  v->z.err += DBL_EPSILON * (ta + ts);
+  if (acc_off(&v->z, Z_TOL))
     chime__verindex_z_exact(v);
 }
 
-void chime__verindex_weigh(chime__verindex_t *v) {
-  v->weigh = 1;
+void chime__verindex_weigh(chime__verindex_t *v, const chime__sumtree_t *sum) {
+  v->sum = sum;
   chime__verindex_z_exact(v);
 }
 
@@ -131,12 +215,13 @@ void chime__verindex_set_newest(chime__verindex_t *v, uint64_t newest) {
   if (newest <= v->newest)
     return;
   v->newest = newest;
-  if (v->weigh)
+  if (v->sum != NULL)
     chime__verindex_z_exact(v);
 }
 
 double chime__verindex_z(const chime__verindex_t *v) {
-  return v->z > 0 ? v->z : 0.0;
+  double z = acc_value(&v->z);
+  return z > 0 ? z : 0.0;
 }
 
 void chime__verindex_add(chime__verindex_t *v, uint32_t r, uint64_t ver,
@@ -154,9 +239,11 @@ void chime__verindex_add(chime__verindex_t *v, uint32_t r, uint64_t ver,
       v->lo--;
       i--;
     }
-    v->b[i] = (bucket_t){.ver = ver, .head = r, .n = 1, .mass = w};
+    v->b[i] = (bucket_t){
+        .ver = ver, .head = r, .n = 1, .mass = {v->sum != NULL ? w : 0, 0, 0}};
     v->prev[r] = v->nx[r] = r;
-    z_moved(v, ver, w);
+    if (v->sum != NULL)
+      z_moved(v, ver, w, 0.0);
     return;
   }
   bucket_t *b = &v->b[i];
@@ -166,8 +253,10 @@ void chime__verindex_add(chime__verindex_t *v, uint32_t r, uint64_t ver,
   v->nx[tail] = r;
   v->prev[h] = r;
   b->n++;
-  b->mass += w;
-  z_moved(v, ver, w);
+  if (v->sum != NULL) {
+    mass_moved(v, b, w, 0.0);
+    z_moved(v, ver, w, 0.0);
+  }
 }
 
 void chime__verindex_remove(chime__verindex_t *v, uint32_t r, uint64_t ver,
@@ -177,13 +266,15 @@ void chime__verindex_remove(chime__verindex_t *v, uint32_t r, uint64_t ver,
   if (!found)
     return; /* not in the index: the caller's mistake, nothing to undo */
   bucket_t *b = &v->b[i];
-  b->mass -= w;
   if (--b->n > 0) {
     v->nx[v->prev[r]] = v->nx[r];
     v->prev[v->nx[r]] = v->prev[r];
     if (b->head == r)
       b->head = v->nx[r];
-    z_moved(v, ver, -w);
+    if (v->sum != NULL) { /* r is out of the list: a resum leaves it out */
+      mass_moved(v, b, 0.0, w);
+      z_moved(v, ver, 0.0, w);
+    }
     return;
   }
   /* Its last row: the version goes. Stale versions go from the low end,
@@ -203,7 +294,8 @@ void chime__verindex_remove(chime__verindex_t *v, uint32_t r, uint64_t ver,
     v->hi -= v->lo;
     v->lo = 0;
   }
-  z_moved(v, ver, -w);
+  if (v->sum != NULL)
+    z_moved(v, ver, 0.0, w);
 }
 
 int chime__verindex_lowest(const chime__verindex_t *v, uint32_t *r,
@@ -219,20 +311,24 @@ uint64_t chime__verindex_versions(const chime__verindex_t *v) {
   return v->hi - v->lo;
 }
 
-void chime__verindex_reweigh(chime__verindex_t *v, uint64_t ver, double dw) {
+void chime__verindex_reweigh(chime__verindex_t *v, uint64_t ver, double old,
+                             double w) {
   int found;
   uint64_t i = find(v, ver, &found);
-  if (found) {
-    v->b[i].mass += dw;
-    z_moved(v, ver, dw);
-  }
+  if (!found || v->sum == NULL)
+    return;
+  /* Both weights, not their difference: w - old rounds (1 - 1e298 is
+   * -1e298), and the sums would lose what it rounded away. */
+  mass_moved(v, &v->b[i], w, old);
+  z_moved(v, ver, w, old);
 }
 
 void chime__verindex_at(const chime__verindex_t *v, uint64_t i, uint64_t *ver,
                         double *mass, uint32_t *first) {
   const bucket_t *b = &v->b[v->lo + i];
   *ver = b->ver;
-  *mass = b->mass > 0 ? b->mass : 0.0; /* a running sum may dip below */
+  double m = acc_value(&b->mass);
+  *mass = m > 0 ? m : 0.0; /* > 0 exactly when a row weighs (acc_off) */
   *first = b->head;
 }
 

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "chime/errors.h"
+#include "replay/sumtree.h"
 
 typedef struct chime__verindex_s chime__verindex_t;
 
@@ -33,19 +34,24 @@ void chime__verindex_add(chime__verindex_t *v, uint32_t r, uint64_t ver,
 /* Row r, which joined with version ver, leaves with its weight w. */
 void chime__verindex_remove(chime__verindex_t *v, uint32_t r, uint64_t ver,
                             double w);
-/* A row of version ver now weighs dw more (a new priority). */
-void chime__verindex_reweigh(chime__verindex_t *v, uint64_t ver, double dw);
+/* A row of version ver went from weight old to w (a new priority). */
+void chime__verindex_reweigh(chime__verindex_t *v, uint64_t ver, double old,
+                             double w);
 
 /* Staleness weighting (selector_stale.c): w(s) = 1 / (s + 1), s = the
  * newest version - a version. */
 static inline double chime__verindex_stale_weight(uint64_t s) {
   return 1.0 / ((double)s + 1.0);
 }
-/* Once called (at create), the index also keeps Z = the sum over live
- * versions of their weight x w(newest - version): a running sum as rows
- * come, go and change, summed afresh when newest rises and every so many
- * changes. */
-void chime__verindex_weigh(chime__verindex_t *v);
+/* Once called (at create), the index keeps each version's weight (the
+ * sum of its rows' weights in sum, the table's sum tree, where add,
+ * remove and reweigh find every row as it now is) and Z = the sum over
+ * live versions of their weight x w(newest - version): kept as rows come,
+ * go and change, each within about a relative 2^-45 of the same sum made
+ * afresh (made afresh, from the rows or the versions, when a change would
+ * take it further: verindex.c), and summed afresh when newest rises.
+ * Without it no weights are kept (add, remove and reweigh ignore w). */
+void chime__verindex_weigh(chime__verindex_t *v, const chime__sumtree_t *sum);
 /* The newest version known rose to newest (it only rises). */
 void chime__verindex_set_newest(chime__verindex_t *v, uint64_t newest);
 /* Z (0 with nothing live, or without chime__verindex_weigh), and Z
@@ -53,10 +59,10 @@ void chime__verindex_set_newest(chime__verindex_t *v, uint64_t newest);
 double chime__verindex_z(const chime__verindex_t *v);
 double chime__verindex_z_exact(chime__verindex_t *v);
 /* The i-th lowest distinct version live (i < chime__verindex_versions):
- * the version, the sum of its rows' weights (kept by add, remove and
- * reweigh: a running sum, reset when the version's last row leaves) and
- * its first row; chime__verindex_next gives the row after r in its
- * version, back to the first after the last. */
+ * the version, the sum of its rows' weights (> 0 exactly when one of its
+ * rows weighs > 0; 0 without chime__verindex_weigh) and its first row;
+ * chime__verindex_next gives the row after r in its version, back to the first
+ * after the last. */
 void chime__verindex_at(const chime__verindex_t *v, uint64_t i, uint64_t *ver,
                         double *mass, uint32_t *first);
 uint32_t chime__verindex_next(const chime__verindex_t *v, uint32_t r);

@@ -1,5 +1,7 @@
 /* Policy versions and staleness gates in the replay engine (docs/replay.md,
- * "Policy versions"): the version index alone; the newest version a table
+ * "Policy versions"): the version index alone, and its weights exact
+ * (0 once every row of a version weighs 0, a version's small rows kept
+ * when a huge one leaves); the newest version a table
  * knows (its items' and its learners', only rising); items more than
  * max_staleness versions behind it removed and never sampled, for every
  * selector, out-of-order arrivals included; a sample too far behind on
@@ -8,6 +10,7 @@
  * through a checkpoint table file, and a version 3 file loading with every
  * version 0; a sequence table's windows with their oldest step's version
  * under a gate and through a checkpoint. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -117,6 +120,112 @@ static void test_verindex(void **state) {
   }
   assert_int_equal(chime__verindex_versions(v), 999);
   chime__verindex_destroy(v);
+}
+
+/* Row r of version ver now weighs w, as the table changes a row: the sum
+ * tree first, then the index (which may read the tree). */
+static void vset(chime__sumtree_t *sum, chime__verindex_t *v, uint32_t r,
+                 uint64_t ver, double w) {
+  double old = chime__sumtree_get(sum, r);
+  assert_int_equal(chime__sumtree_set(sum, r, w), 0);
+  chime__verindex_reweigh(v, ver, old, w);
+}
+
+static void vadd(chime__sumtree_t *sum, chime__verindex_t *v, uint32_t r,
+                 uint64_t ver, double w) {
+  assert_int_equal(chime__sumtree_set(sum, r, w), 0);
+  chime__verindex_add(v, r, ver, w);
+}
+
+static void vdel(chime__sumtree_t *sum, chime__verindex_t *v, uint32_t r,
+                 uint64_t ver) {
+  double w = chime__sumtree_get(sum, r);
+  assert_int_equal(chime__sumtree_set(sum, r, 0.0), 0);
+  chime__verindex_remove(v, r, ver, w);
+}
+
+/* Version i's weight (versions 0.. in order). */
+static double vmass(const chime__verindex_t *v, uint64_t i) {
+  uint64_t ver;
+  double m;
+  uint32_t first;
+  chime__verindex_at(v, i, &ver, &m, &first);
+  return m;
+}
+
+static int close_to(double got, double want) {
+  return fabs(got - want) <= 1e-13 * fabs(want);
+}
+
+/* Each version's weight and Z are what the rows weigh now, not what a
+ * running sum's rounding left: a plain sum kept 2.8e-17 for a version
+ * whose rows went 0.1, 0.2 -> 0 (and staleness weighting's walk drew
+ * from it, found no row and crashed chimed), and lost the other rows'
+ * weight when a row of 1e298 left or changed. */
+static void test_verindex_weights(void **state) {
+  (void)state;
+  chime__sumtree_t *sum;
+  chime__verindex_t *v;
+  assert_int_equal(chime__sumtree_create(&sum, 64), 0);
+  assert_int_equal(chime__verindex_create(&v, 64), 0);
+  chime__verindex_weigh(v, sum);
+  chime__verindex_set_newest(v, 2); /* the table's is never below a row's */
+  /* Version 1: rows of 0.1, 0.2, 0.3 and 0.7 going to 0, in every order
+   * the rounding could take. */
+  double w[4] = {0.1, 0.2, 0.3, 0.7};
+  for (uint32_t r = 0; r < 4; r++)
+    vadd(sum, v, r, 1, w[r]);
+  vadd(sum, v, 10, 2, 1e-15);
+  for (uint32_t r = 0; r < 4; r++)
+    vset(sum, v, r, 1, 0.0);
+  assert_true(vmass(v, 0) == 0.0); /* exactly: nothing to draw there */
+  assert_true(close_to(vmass(v, 1), 1e-15));
+  assert_true(close_to(chime__verindex_z(v), 1e-15)); /* w(0) for version 2 */
+  /* The newest rises: Z from the versions, version 1 adds nothing. */
+  chime__verindex_set_newest(v, 1000000001);
+  assert_true(close_to(chime__verindex_z(v), 1e-15 / 1e9));
+  /* Back up and down again, rows leaving instead. */
+  for (uint32_t r = 0; r < 4; r++)
+    vset(sum, v, r, 1, w[3 - r]);
+  for (uint32_t r = 0; r < 3; r++)
+    vdel(sum, v, r, 1);
+  vset(sum, v, 3, 1, 0.0);
+  assert_true(vmass(v, 0) == 0.0);
+  vdel(sum, v, 3, 1);
+  vdel(sum, v, 10, 2);
+  assert_int_equal(chime__verindex_versions(v), 0);
+  assert_true(chime__verindex_z(v) == 0.0);
+
+  /* Version 5 (staleness 1, w 1/2): 1e298, 1 and 1e-300; version 6:
+   * 3e-300. A huge row leaves
+   * (and, after the newest rose, changes to 1): the others still count,
+   * down to 1e-300. */
+  chime__verindex_set_newest(v, 1000000006);
+  for (int how = 0; how < 2; how++) {
+    vadd(sum, v, 0, 1000000005, 1e298);
+    vadd(sum, v, 1, 1000000005, 1.0);
+    vadd(sum, v, 2, 1000000005, 1e-300);
+    vadd(sum, v, 3, 1000000006, 3e-300);
+    if (how == 0)
+      vdel(sum, v, 0, 1000000005);
+    else
+      vset(sum, v, 0, 1000000005, 1.0);
+    double left = how == 0 ? 1.0 : 2.0;
+    assert_true(close_to(vmass(v, 0), left + 1e-300));
+    assert_true(close_to(chime__verindex_z(v), (left + 1e-300) / 2.0 + 3e-300));
+    /* Then the 1s: 1e-300 is all version 5 weighs. */
+    vdel(sum, v, 1, 1000000005);
+    if (how == 1)
+      vset(sum, v, 0, 1000000005, 0.0);
+    assert_true(close_to(vmass(v, 0), 1e-300));
+    assert_true(close_to(chime__verindex_z(v), 1e-300 / 2.0 + 3e-300));
+    if (how == 1)
+      vdel(sum, v, 0, 1000000005);
+    vdel(sum, v, 2, 1000000005);
+    vdel(sum, v, 3, 1000000006);
+  }
+  chime__verindex_destroy(v);
+  chime__sumtree_destroy(sum);
 }
 
 /* The newest version known: the max of the items' and the learners'. */
@@ -513,6 +622,7 @@ static void test_sequence_versions(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_verindex),
+      cmocka_unit_test(test_verindex_weights),
       cmocka_unit_test(test_newest),
       cmocka_unit_test(test_gate_fifo),
       cmocka_unit_test(test_gate_lifo),

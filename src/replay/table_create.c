@@ -99,6 +99,7 @@ int chime__table_create(chime__table_t **out,
        t->cfg.remover != CHIME__SAMPLER_FIFO) ||
       !(t->cfg.priority_exponent >= 0) || isinf(t->cfg.priority_exponent) ||
       t->cfg.shard > CHIME__KEY_MAX_SHARD ||
+      chime__fifo_ratio_stalls(&t->cfg) ||
       (t->cfg.staleness_weight != CHIME__STALE_WEIGHT_NONE &&
        (seq || t->cfg.sampler != CHIME__SAMPLER_PRIORITIZED ||
         t->cfg.staleness_weight != CHIME__STALE_WEIGHT_INVERSE))) {

@@ -366,6 +366,17 @@ static int parse_table(chime__table_config_t *t, json_t *obj, uint32_t index,
                 "= %g: inserts and samples could wait for each other for "
                 "ever",
                 where, t->error_buffer, least);
+  if (chime__fifo_ratio_stalls(t))
+    return fail(err, errlen,
+                "%s: 'samples_per_insert' %g is below 'max_times_sampled' "
+                "%llu of a fifo sampler: every item is sampled %llu times "
+                "before it leaves and a full fifo table makes inserts wait "
+                "for room, so once it fills, inserts would wait for room and "
+                "samples for the ratio for ever (set samples_per_insert >= "
+                "max_times_sampled)",
+                where, t->samples_per_insert,
+                (unsigned long long)t->max_times_sampled,
+                (unsigned long long)t->max_times_sampled);
   /* A window's priority weighs in the sum tree like any: it must stay
    * within what every item may weigh. */
   if (t->sequence_length > 0 && !t->initial_priority_max &&

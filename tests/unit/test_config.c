@@ -98,6 +98,23 @@ static void test_selectors(void **state) {
       0);
   assert_true(cfg.tables[0].samples_per_insert == 2.5);
   assert_true(cfg.tables[0].error_buffer == 2.5);
+  /* A fifo table at max_times_sampled samples per insert or more, other
+   * samplers (a remover makes room) and a sequence table (its oldest steps
+   * leave) below it. */
+  assert_int_equal(
+      chime__config_parse(
+          &cfg,
+          "{\"tables\":[{\"name\":\"q\",\"spec\":\"x:u8\","
+          "\"capacity\":4,\"samples_per_insert\":1},"
+          "{\"name\":\"r\",\"spec\":\"x:u8\",\"capacity\":4,"
+          "\"max_times_sampled\":3,\"samples_per_insert\":3.5},"
+          "{\"name\":\"u\",\"spec\":\"x:u8\",\"capacity\":4,"
+          "\"sampler\":\"uniform\",\"max_times_sampled\":1,"
+          "\"samples_per_insert\":0.5},"
+          "{\"name\":\"s\",\"spec\":\"x:u8\",\"capacity_steps\":64,"
+          "\"sequence_length\":4,\"samples_per_insert\":0.5}]}",
+          err, sizeof(err)),
+      0);
   /* Old configs: fifo is a queue (removed on sample), uniform keeps. */
   assert_int_equal(chime__config_default(&cfg, err, sizeof(err)), 0);
   assert_int_equal(cfg.tables[0].max_times_sampled, 1);
@@ -178,6 +195,17 @@ static void test_mistakes(void **state) {
                "\"error_buffer\":3"),
              "table 'a': 'error_buffer': 3 is below max(1, "
              "samples_per_insert) = 4");
+  /* A fifo queue's items give max_times_sampled samples each, and its
+   * full table waits for room: fewer samples per insert stall. */
+  expect_bad(T("q", "x:u8[4]",
+               ",\"capacity\":4,\"sampler\":\"fifo\","
+               "\"samples_per_insert\":0.5,\"min_size\":1"),
+             "table 'q': 'samples_per_insert' 0.5 is below "
+             "'max_times_sampled' 1 of a fifo sampler");
+  expect_bad(T("q", "x:u8",
+               ",\"capacity\":100,\"max_times_sampled\":3,"
+               "\"samples_per_insert\":2.9,\"error_buffer\":1000"),
+             "'samples_per_insert' 2.9 is below 'max_times_sampled' 3");
   expect_bad(T("a", "x:u8", ",\"capacity\":1,\"error_buffer\":3"),
              "table 'a': 'error_buffer': only a rate limit uses it");
   expect_bad(T("a", "x:u8", ",\"capacity\":1,\"samples_per_insert\":0"),

@@ -304,6 +304,13 @@ int chime__table_writer_bind(chime__table_t *t, uint64_t writer, uint64_t seq) {
   return rc;
 }
 
+int chime__table_writers_restored(chime__table_t *t) {
+  pthread_mutex_lock(&t->mu);
+  int r = chime__dedupe_was_restored(t->dedupe);
+  pthread_mutex_unlock(&t->mu);
+  return r;
+}
+
 void chime__table_writer_unbind(chime__table_t *t, uint64_t writer,
                                 int closed) {
   pthread_mutex_lock(&t->mu);

@@ -127,6 +127,10 @@ int chime__table_insert_versioned(chime__table_t *t, const chime__span_t *spans,
  * (dedupe.h: a bound writer is never forgotten). */
 int chime__table_writer_bind(chime__table_t *t, uint64_t writer, uint64_t seq);
 void chime__table_writer_unbind(chime__table_t *t, uint64_t writer, int closed);
+/* Whether the table was restored from a checkpoint: it remembers no writer
+ * from before, and refuses unknown writers past their first request
+ * (dedupe.h, chime__dedupe_restored). */
+int chime__table_writers_restored(chime__table_t *t);
 
 /* A learner's policy version (docs/replay.md, "Policy versions"): the
  * newest version the table knows rises to it (a lower one changes
@@ -383,7 +387,9 @@ void chime__table_restore_seq_counts(chime__table_t *t, uint64_t step_key,
  * scanning only the spare rows touched since the last call. */
 void chime__table_trim_spares(chime__table_t *t);
 /* Then the counters: the next key, the rate limiter's counts, the items
- * that left and their times sampled, the random state (0: kept). */
+ * that left and their times sampled, the random state (0: kept). The
+ * table is restored from then on: writers it does not know are refused
+ * past their first request (chime__dedupe_restored). */
 void chime__table_restore_counts(chime__table_t *t, uint64_t next_key,
                                  uint64_t inserts, uint64_t samples,
                                  uint64_t left, uint64_t left_times,

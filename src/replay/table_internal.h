@@ -57,6 +57,7 @@ struct chime__table_s {
   chime__heap_t *hmin, *hmax;
   chime__keyindex_t *keys; /* key -> live row (MutatePriorities) */
   uint64_t mts;            /* max_times_sampled, 0: no limit */
+  uint64_t max_items;      /* chime__table_max_items: more never fit */
   double prio_sure; /* priorities up to it weigh within bounds (surely) */
   void *map;
   size_t map_len;

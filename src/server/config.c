@@ -14,6 +14,7 @@
 #include "chime/errors.h"
 #include "common/key.h"
 #include "replay/sumtree.h"
+#include "replay/table.h"
 #include "wire/insert.h"
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)
@@ -83,6 +84,18 @@ static int table_check(const chime__table_config_t *t, const char *where,
     return fail(err, errlen, "%s: min_size %llu exceeds capacity %llu", where,
                 (unsigned long long)t->min_size,
                 (unsigned long long)t->capacity);
+  /* A sequence table's windows overlap and leave with their oldest
+   * steps' block: far fewer than capacity_steps are alive at once. */
+  uint64_t most = chime__table_max_items(t);
+  if (t->sequence_length > 0 && t->min_size > most)
+    return fail(err, errlen,
+                "%s: min_size %llu exceeds the %llu windows the table can "
+                "hold at once (capacity_steps %llu, sequence_length %u, "
+                "stride %u, episode_end \"%s\"): sampling would wait for "
+                "ever; lower min_size or raise capacity_steps",
+                where, (unsigned long long)t->min_size,
+                (unsigned long long)most, (unsigned long long)t->capacity_steps,
+                t->sequence_length, t->stride, t->episode_pad ? "pad" : "drop");
   return 0;
 }
 

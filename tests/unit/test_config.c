@@ -115,6 +115,19 @@ static void test_selectors(void **state) {
           "\"sequence_length\":4,\"samples_per_insert\":0.5}]}",
           err, sizeof(err)),
       0);
+  /* A sequence table's min_size up to the windows it holds at once: 4
+   * without padding, one a step slot with it. */
+  assert_int_equal(
+      chime__config_parse(
+          &cfg,
+          "{\"tables\":[{\"name\":\"s\",\"spec\":\"x:f32\","
+          "\"capacity_steps\":64,\"sequence_length\":16,\"stride\":16,"
+          "\"min_size\":4},"
+          "{\"name\":\"p\",\"spec\":\"x:f32\",\"capacity_steps\":64,"
+          "\"sequence_length\":16,\"episode_end\":\"pad\","
+          "\"min_size\":64}]}",
+          err, sizeof(err)),
+      0);
   /* Old configs: fifo is a queue (removed on sample), uniform keeps. */
   assert_int_equal(chime__config_default(&cfg, err, sizeof(err)), 0);
   assert_int_equal(cfg.tables[0].max_times_sampled, 1);
@@ -214,6 +227,15 @@ static void test_mistakes(void **state) {
              "table 'a': capacity 4294967295 exceeds 4294967294 items");
   expect_bad(T("a", "x:u8", ",\"capacity\":2,\"min_size\":3"),
              "table 'a': min_size 3 exceeds capacity 2");
+  /* 64 steps in blocks of 4, windows of 16 every 16: 4 at once at most. */
+  expect_bad(T("s", "x:f32",
+               ",\"capacity_steps\":64,\"sequence_length\":16,"
+               "\"stride\":16,\"min_size\":5"),
+             "table 's': min_size 5 exceeds the 4 windows the table can hold "
+             "at once (capacity_steps 64, sequence_length 16, stride 16, "
+             "episode_end \"drop\")");
+  expect_bad(T("s", "x:f32", ",\"capacity_steps\":64,\"sequence_length\":100"),
+             "table 's': min_size 1 exceeds the 0 windows");
   /* As Reverb's limiters (it used to act as 1). */
   expect_bad(T("a", "x:u8", ",\"capacity\":2,\"min_size\":0"),
              "table 'a': 'min_size': must be at least 1");

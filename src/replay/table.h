@@ -134,6 +134,26 @@ int chime__table_insert_versioned(chime__table_t *t, const chime__span_t *spans,
  * (dedupe.h: a bound writer is never forgotten). */
 int chime__table_writer_bind(chime__table_t *t, uint64_t writer, uint64_t seq);
 void chime__table_writer_unbind(chime__table_t *t, uint64_t writer, int closed);
+/* Durable key reservations, so that a restored table never issues a key
+ * again (docs/operations.md, Checkpoints): before the table issues a key
+ * whose count is `reserved` or more (item or step key), it calls
+ * fn(ctx, t, upto) under its lock with upto well past what it needs
+ * (CHIME__KEY_RESERVE_AHEAD more); fn makes sure a restore will start
+ * keys at upto or later (chimed: an fsynced file) and returns 0, or an
+ * error the insert fails with, nothing of it inserted. fn NULL: keys are
+ * issued freely (the default). */
+#define CHIME__KEY_RESERVE_AHEAD (UINT64_C(1) << 20)
+typedef int (*chime__table_reserve_fn)(void *ctx, const chime__table_t *t,
+                                       uint64_t upto);
+void chime__table_set_key_reserve(chime__table_t *t, chime__table_reserve_fn fn,
+                                  void *ctx, uint64_t reserved);
+/* Key counts the table issues next, item keys and (a sequence table) step
+ * keys: at least `count` from now on (a restore: what the old process may
+ * have issued). Never lowers them. */
+void chime__table_keys_from(chime__table_t *t, uint64_t count);
+/* The count of the table's next key (the larger of item and step keys). */
+uint64_t chime__table_key_pos(chime__table_t *t);
+
 /* Whether the table was restored from a checkpoint: it remembers no writer
  * from before, and refuses unknown writers past their first request
  * (dedupe.h, chime__dedupe_restored). */

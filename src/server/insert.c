@@ -362,6 +362,13 @@ static void insert_finish(chime__call_t *c, insert_t *st, int rc,
         "count in 48, and never runs into the next shard's); start the "
         "server without --restore to count from 1 again",
         chime__table_config(st->table)->name, (unsigned long long)id);
+  else if (rc == CHIME_ESYS)
+    chime__call_finish(
+        c, CHIME_ESYS,
+        "insert into '%s': request %llu not inserted: the server could not "
+        "record its key reservation in its checkpoint dir (its log says "
+        "why); send it again later",
+        chime__table_config(st->table)->name, (unsigned long long)id);
   else if (rc == CHIME_ERESOURCE)
     chime__call_finish(
         c, CHIME_ERESOURCE,

@@ -50,7 +50,8 @@ int chime__writer_bind_shard(chime__shards_t *set, const char *table,
  * writer_id, and its unacked requests numbered again from 1 in their
  * order. Resent under the old id and numbers, a request past the first
  * would be refused (CHIME_EFORGOTTEN) by a table that has ever forgotten
- * a writer (docs/protocol.md, Exactly once across reconnects). */
+ * a writer or was restored (docs/protocol.md, Exactly once across
+ * reconnects). */
 static int renumber(chime_writer_t *w) {
   uint64_t id = chime__writer_new_id();
   for (uint32_t i = 0; i < w->inflight; i++) {

@@ -86,6 +86,22 @@ typedef struct {
 /* A table's storage (capacity * sample bytes) is reserved up front. */
 #define CHIME__MAX_TABLE_BYTES (UINT64_C(1) << 40)
 
+/* Whether a plain fifo table's rate limit stalls for sure: its items leave
+ * only after max_times_sampled samples each (0 means 1 for fifo) and its
+ * full table makes inserts wait, so samples per insert can never stay
+ * under that count for long. After the table fills, each item let in and
+ * sampled out moves inserts * samples_per_insert - samples down by
+ * max_times_sampled - samples_per_insert, until the sampler waits on the
+ * ratio while the insert waits for room, both for ever, whatever the
+ * capacity, min_size and error_buffer. At or above it no such wait
+ * exists (docs/replay.md, Rate limiter). Sequence tables never wait for
+ * room (their oldest steps leave). */
+static inline int chime__fifo_ratio_stalls(const chime__table_config_t *cfg) {
+  uint64_t mts = cfg->max_times_sampled != 0 ? cfg->max_times_sampled : 1;
+  return cfg->sampler == CHIME__SAMPLER_FIFO && cfg->sequence_length == 0 &&
+         cfg->samples_per_insert > 0 && cfg->samples_per_insert < (double)mts;
+}
+
 const char *chime__sampler_name(chime__sampler_t s);
 /* The selector named s (a config value), or 0. */
 chime__sampler_t chime__sampler_parse(const char *s);

@@ -45,8 +45,10 @@ struct chime__dedupe_s {
   uint32_t nwriters, max_writers, nbound;
   uint64_t idle_ms;
   list_t idle, closed;
-  /* Once a writer was forgotten, an unknown writer may be a forgotten one. */
+  /* Once a writer was forgotten, or the table restored from a checkpoint
+   * (which keeps no writers), an unknown writer may be a forgotten one. */
   uint64_t forgotten, refused;
+  int restored;
   uint64_t (*now_ms)(void *);
   void *now_arg;
 };
@@ -169,8 +171,8 @@ static int add(chime__dedupe_t *d, uint64_t id, uint64_t seq, writer_t **out) {
   writer_t *w;
   /* A writer numbers its requests from 1 and resends only what followed
    * its last ack: an unknown writer past its first request was forgotten,
-   * unless nobody ever was. */
-  if (seq > 1 && d->forgotten > 0)
+   * unless nobody ever was (nor were all, by a restore). */
+  if (seq > 1 && (d->forgotten > 0 || d->restored))
     return CHIME_EFORGOTTEN;
   if (d->nwriters == d->max_writers) {
     w = victim(d);
@@ -197,6 +199,14 @@ static int add(chime__dedupe_t *d, uint64_t id, uint64_t seq, writer_t **out) {
   *b = w;
   *out = w;
   return 0;
+}
+
+void chime__dedupe_restored(chime__dedupe_t *d) {
+  d->restored = 1;
+}
+
+int chime__dedupe_was_restored(const chime__dedupe_t *d) {
+  return d->restored;
 }
 
 int chime__dedupe_bind(chime__dedupe_t *d, uint64_t writer, uint64_t seq) {

@@ -62,10 +62,19 @@ void chime__dedupe_destroy(chime__dedupe_t *d); /* NULL-safe */
 void chime__dedupe_set_clock(chime__dedupe_t *d, uint64_t (*now_ms)(void *),
                              void *arg);
 
+/* The table was restored from a checkpoint, which keeps no writer's
+ * requests: any writer may have had requests go in before it, so from now
+ * on an unknown writer past its first request is refused as a forgotten
+ * one (CHIME_EFORGOTTEN), as once a writer was forgotten. */
+void chime__dedupe_restored(chime__dedupe_t *d);
+/* Whether chime__dedupe_restored() was called. */
+int chime__dedupe_was_restored(const chime__dedupe_t *d);
+
 /* A call carries writer for the first time (its request seq): the writer is
  * bound until chime__dedupe_unbind(). 0, or (nothing bound):
  * - CHIME_EFORGOTTEN: not remembered, seq is not its first request and
- *   writers were forgotten before: it may be one of them;
+ *   writers were forgotten before (or the table was restored): it may be
+ *   one of them;
  * - CHIME_ERESOURCE: new, and no place is free or may be taken;
  * - CHIME_ENOMEM. */
 int chime__dedupe_bind(chime__dedupe_t *d, uint64_t writer, uint64_t seq);

@@ -244,7 +244,7 @@ int chime__table_sample(chime__table_t *t, const chime_ring_layout_t *lay,
                         chime__ring_wslot_t *slot, const atomic_int *stop) {
   int rc = 0;
   uint64_t need = need_items(t, lay);
-  if (need > t->cfg.capacity)
+  if (need > t->max_items) /* would wait for ever */
     return CHIME_EINVAL;
   chime__tbl_lock(t);
   for (;;) {
@@ -269,7 +269,7 @@ static int try_sample(chime__table_t *t, const chime_ring_layout_t *lay,
                       chime__table_pins_t *pins, uint64_t copy_min) {
   int rc = 0;
   uint64_t need = need_items(t, lay);
-  if (need > t->cfg.capacity)
+  if (need > t->max_items) /* would wait for ever */
     return CHIME_EINVAL;
   chime__tbl_lock(t);
   /* A wait on the rate limiter ends when the sampler finds it open (or

@@ -89,6 +89,19 @@ static uint64_t layout(const chime_spec_t *spec, uint64_t capacity_steps,
   return total;
 }
 
+uint64_t chime__steps_max_windows(const chime_spec_t *spec,
+                                  const chime__steps_config_t *cfg) {
+  uint64_t k =
+      chime__steps_block(cfg->capacity_steps, chime_spec_sample_bytes(spec));
+  /* Every block full: the oldest leaves only when a step needs a block. */
+  uint64_t slots = (cfg->capacity_steps + k - 1) / k * k;
+  if (cfg->pad)
+    return slots;
+  if (cfg->stride == 0 || cfg->sequence_length > slots)
+    return 0;
+  return (slots - cfg->sequence_length) / cfg->stride + 1;
+}
+
 uint64_t chime__steps_bytes(const chime_spec_t *spec,
                             const chime__steps_config_t *cfg) {
   uint64_t total = layout(spec, cfg->capacity_steps, NULL);

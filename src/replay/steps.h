@@ -68,6 +68,14 @@ uint32_t chime__steps_block(uint64_t capacity_steps, uint64_t step_bytes);
 uint64_t chime__steps_bytes(const chime_spec_t *spec,
                             const chime__steps_config_t *cfg);
 
+/* The most windows a store of this spec and config can hold at once: with
+ * pad, one per step slot (episodes of one step each make a padded window
+ * each); else those of one episode filling every block, T steps long
+ * every stride steps: (slots - T) / stride + 1, 0 when T exceeds the
+ * slots. (Episodes pay T - stride steps each, so one is the most.) */
+uint64_t chime__steps_max_windows(const chime_spec_t *spec,
+                                  const chime__steps_config_t *cfg);
+
 int chime__steps_create(chime__steps_t **out, const chime_spec_t *spec,
                         const chime__steps_config_t *cfg,
                         const chime__steps_cb_t *cb);

@@ -48,6 +48,13 @@ void chime__table_destroy(chime__table_t *t);
  * again (spares), touched only while rows are pinned beyond the capacity. */
 uint64_t chime__table_bytes(const chime__table_config_t *cfg);
 
+/* The most items a table of this config holds at once: its capacity, or
+ * for a sequence table the windows its step store can hold at once
+ * (chime__steps_max_windows; at most capacity_steps). A batch that needs
+ * more (max_times_sampled: a whole batch of items), or a min_size above
+ * it, would wait for ever. */
+uint64_t chime__table_max_items(const chime__table_config_t *cfg);
+
 const chime__table_config_t *chime__table_config(const chime__table_t *t);
 /* Bytes of one inserted sample: a step's for a sequence table. */
 uint64_t chime__table_sample_bytes(const chime__table_t *t);
@@ -127,6 +134,30 @@ int chime__table_insert_versioned(chime__table_t *t, const chime__span_t *spans,
  * (dedupe.h: a bound writer is never forgotten). */
 int chime__table_writer_bind(chime__table_t *t, uint64_t writer, uint64_t seq);
 void chime__table_writer_unbind(chime__table_t *t, uint64_t writer, int closed);
+/* Durable key reservations, so that a restored table never issues a key
+ * again (docs/operations.md, Checkpoints): before the table issues a key
+ * whose count is `reserved` or more (item or step key), it calls
+ * fn(ctx, t, upto) under its lock with upto well past what it needs
+ * (CHIME__KEY_RESERVE_AHEAD more); fn makes sure a restore will start
+ * keys at upto or later (chimed: an fsynced file) and returns 0, or an
+ * error the insert fails with, nothing of it inserted. fn NULL: keys are
+ * issued freely (the default). */
+#define CHIME__KEY_RESERVE_AHEAD (UINT64_C(1) << 20)
+typedef int (*chime__table_reserve_fn)(void *ctx, const chime__table_t *t,
+                                       uint64_t upto);
+void chime__table_set_key_reserve(chime__table_t *t, chime__table_reserve_fn fn,
+                                  void *ctx, uint64_t reserved);
+/* Key counts the table issues next, item keys and (a sequence table) step
+ * keys: at least `count` from now on (a restore: what the old process may
+ * have issued). Never lowers them. */
+void chime__table_keys_from(chime__table_t *t, uint64_t count);
+/* The count of the table's next key (the larger of item and step keys). */
+uint64_t chime__table_key_pos(chime__table_t *t);
+
+/* Whether the table was restored from a checkpoint: it remembers no writer
+ * from before, and refuses unknown writers past their first request
+ * (dedupe.h, chime__dedupe_restored). */
+int chime__table_writers_restored(chime__table_t *t);
 
 /* A learner's policy version (docs/replay.md, "Policy versions"): the
  * newest version the table knows rises to it (a lower one changes
@@ -383,7 +414,9 @@ void chime__table_restore_seq_counts(chime__table_t *t, uint64_t step_key,
  * scanning only the spare rows touched since the last call. */
 void chime__table_trim_spares(chime__table_t *t);
 /* Then the counters: the next key, the rate limiter's counts, the items
- * that left and their times sampled, the random state (0: kept). */
+ * that left and their times sampled, the random state (0: kept). The
+ * table is restored from then on: writers it does not know are refused
+ * past their first request (chime__dedupe_restored). */
 void chime__table_restore_counts(chime__table_t *t, uint64_t next_key,
                                  uint64_t inserts, uint64_t samples,
                                  uint64_t left, uint64_t left_times,

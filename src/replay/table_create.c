@@ -80,6 +80,7 @@ int chime__table_create(chime__table_t **out,
   if (t->cfg.sampler == CHIME__SAMPLER_FIFO && t->cfg.max_times_sampled == 0)
     t->cfg.max_times_sampled = 1;
   t->mts = t->cfg.max_times_sampled;
+  t->max_items = chime__table_max_items(&t->cfg);
   t->prio_sure = sure_priority(&t->cfg);
   t->sample_bytes = chime_spec_sample_bytes(&cfg->spec);
   t->nleaves = seq ? 0 : cfg->spec.nleaves;
@@ -99,6 +100,7 @@ int chime__table_create(chime__table_t **out,
        t->cfg.remover != CHIME__SAMPLER_FIFO) ||
       !(t->cfg.priority_exponent >= 0) || isinf(t->cfg.priority_exponent) ||
       t->cfg.shard > CHIME__KEY_MAX_SHARD ||
+      chime__fifo_ratio_stalls(&t->cfg) ||
       (t->cfg.staleness_weight != CHIME__STALE_WEIGHT_NONE &&
        (seq || t->cfg.sampler != CHIME__SAMPLER_PRIORITIZED ||
         t->cfg.staleness_weight != CHIME__STALE_WEIGHT_INVERSE))) {
@@ -219,6 +221,19 @@ void chime__table_destroy(chime__table_t *t) {
   pthread_cond_destroy(&t->unpinned);
   pthread_cond_destroy(&t->handoff);
   free_parts(t);
+}
+
+uint64_t chime__table_max_items(const chime__table_config_t *cfg) {
+  if (cfg->sequence_length == 0)
+    return cfg->capacity;
+  chime__steps_config_t sc = {
+      .capacity_steps = cfg->capacity_steps,
+      .sequence_length = cfg->sequence_length,
+      .stride = cfg->stride != 0 ? cfg->stride : cfg->sequence_length,
+      .pad = cfg->episode_pad,
+  };
+  uint64_t w = chime__steps_max_windows(&cfg->spec, &sc);
+  return w < cfg->capacity_steps ? w : cfg->capacity_steps;
 }
 
 /* The same sums as chime__table_create's layout; keep the two in step.

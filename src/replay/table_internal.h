@@ -57,6 +57,7 @@ struct chime__table_s {
   chime__heap_t *hmin, *hmax;
   chime__keyindex_t *keys; /* key -> live row (MutatePriorities) */
   uint64_t mts;            /* max_times_sampled, 0: no limit */
+  uint64_t max_items;      /* chime__table_max_items: more never fit */
   double prio_sure; /* priorities up to it weigh within bounds (surely) */
   void *map;
   size_t map_len;
@@ -84,6 +85,11 @@ struct chime__table_s {
   uint64_t ndead; /* rows whose item left while pinned: neither live nor free */
   chime__table_waiter_t *waiters; /* samplers told when items arrive */
   uint64_t next_key;
+  /* Key reservations (chime__table_set_key_reserve): counts below
+   * key_reserved may be issued; reserving more calls reserve_fn. */
+  uint64_t key_reserved;
+  chime__table_reserve_fn reserve_fn;
+  void *reserve_ctx;
   uint64_t rng;
   int closed;
   chime__dedupe_t *dedupe; /* writers' requests, under mu */
@@ -162,6 +168,18 @@ static inline int chime__tbl_keys_out(const chime__table_t *t, uint64_t next,
     return n > 0;
   return n > CHIME__KEY_MAX_COUNT - chime__key_count(next) + 1;
 }
+
+/* next's count in t's shard, CHIME__KEY_MAX_COUNT + 1 once every count
+ * was issued (next is then the next shard's first key, or 0). */
+static inline uint64_t chime__tbl_key_pos(const chime__table_t *t,
+                                          uint64_t next) {
+  return next - ((uint64_t)t->cfg.shard << CHIME__KEY_COUNT_BITS);
+}
+
+/* Keys up to count end (exclusive) may be issued: reserved durably first
+ * when a hook asks for it (chime__table_set_key_reserve). Under the lock,
+ * after chime__tbl_keys_out; 0 or the hook's error. */
+int chime__tbl_keys_reserve(chime__table_t *t, uint64_t end);
 
 static inline size_t chime__tbl_align64(size_t n) {
   return (n + 63u) & ~(size_t)63u;

@@ -284,6 +284,9 @@ void chime__table_restore_counts(chime__table_t *t, uint64_t next_key,
   t->samples = samples;
   t->left = left;
   t->left_times = left_times;
+  /* The checkpoint keeps no writer's requests, but holds those that went
+   * in before it: a writer resending one must not get it in twice. */
+  chime__dedupe_restored(t->dedupe);
   if (rng != 0)
     t->rng = rng;
   pthread_mutex_unlock(&t->mu);

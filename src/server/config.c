@@ -14,6 +14,7 @@
 #include "chime/errors.h"
 #include "common/key.h"
 #include "replay/sumtree.h"
+#include "replay/table.h"
 #include "wire/insert.h"
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)
@@ -83,6 +84,18 @@ static int table_check(const chime__table_config_t *t, const char *where,
     return fail(err, errlen, "%s: min_size %llu exceeds capacity %llu", where,
                 (unsigned long long)t->min_size,
                 (unsigned long long)t->capacity);
+  /* A sequence table's windows overlap and leave with their oldest
+   * steps' block: far fewer than capacity_steps are alive at once. */
+  uint64_t most = chime__table_max_items(t);
+  if (t->sequence_length > 0 && t->min_size > most)
+    return fail(err, errlen,
+                "%s: min_size %llu exceeds the %llu windows the table can "
+                "hold at once (capacity_steps %llu, sequence_length %u, "
+                "stride %u, episode_end \"%s\"): sampling would wait for "
+                "ever; lower min_size or raise capacity_steps",
+                where, (unsigned long long)t->min_size,
+                (unsigned long long)most, (unsigned long long)t->capacity_steps,
+                t->sequence_length, t->stride, t->episode_pad ? "pad" : "drop");
   return 0;
 }
 
@@ -366,6 +379,17 @@ static int parse_table(chime__table_config_t *t, json_t *obj, uint32_t index,
                 "= %g: inserts and samples could wait for each other for "
                 "ever",
                 where, t->error_buffer, least);
+  if (chime__fifo_ratio_stalls(t))
+    return fail(err, errlen,
+                "%s: 'samples_per_insert' %g is below 'max_times_sampled' "
+                "%llu of a fifo sampler: every item is sampled %llu times "
+                "before it leaves and a full fifo table makes inserts wait "
+                "for room, so once it fills, inserts would wait for room and "
+                "samples for the ratio for ever (set samples_per_insert >= "
+                "max_times_sampled)",
+                where, t->samples_per_insert,
+                (unsigned long long)t->max_times_sampled,
+                (unsigned long long)t->max_times_sampled);
   /* A window's priority weighs in the sum tree like any: it must stay
    * within what every item may weigh. */
   if (t->sequence_length > 0 && !t->initial_priority_max &&

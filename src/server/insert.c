@@ -217,12 +217,22 @@ static void finish_err(chime__call_t *c, int rc, const char *msg) {
 /* Why the table's memory would not take a writer it does not remember
  * (dedupe.h): CHIME_EFORGOTTEN or CHIME_ERESOURCE. Says what is known of
  * the writer's requests and what it can do. */
-static void writer_refused(char *err, size_t errlen,
-                           const chime__table_config_t *tc, int rc,
+static void writer_refused(char *err, size_t errlen, chime__table_t *t, int rc,
                            uint64_t writer, uint64_t seq) {
+  const chime__table_config_t *tc = chime__table_config(t);
   unsigned long long w = (unsigned long long)writer;
   unsigned max = tc->max_writers ? tc->max_writers : CHIME__INSERT_WRITERS;
-  if (rc == CHIME_EFORGOTTEN)
+  if (rc == CHIME_EFORGOTTEN && chime__table_writers_restored(t))
+    snprintf(err, errlen,
+             "insert into '%s': writer %016llx is not remembered (this "
+             "server was restored from a checkpoint, which keeps the items "
+             "but no writer's requests) and request %llu is not its first: "
+             "this request was not inserted; the writer's requests up to "
+             "the checkpoint are in the table, those after it are not, and "
+             "each that was not acked is either wholly in the table or not "
+             "at all, which the server cannot tell; go on with a new writer",
+             tc->name, w, (unsigned long long)seq);
+  else if (rc == CHIME_EFORGOTTEN)
     snprintf(err, errlen,
              "insert into '%s': writer %016llx is no longer remembered (the "
              "table keeps %u writers; one that closed its call, or had no "
@@ -251,8 +261,7 @@ static void finish_refused(chime__call_t *c, const insert_t *st,
   unsigned long long seq = (unsigned long long)dq->seq;
   if (rc == CHIME_EFORGOTTEN || rc == CHIME_ERESOURCE) {
     char err[1024];
-    writer_refused(err, sizeof(err), chime__table_config(st->table), rc,
-                   dq->writer, dq->seq);
+    writer_refused(err, sizeof(err), st->table, rc, dq->writer, dq->seq);
     chime__call_finish(c, rc, "%s", err);
   } else if (rc == CHIME_EINVAL)
     chime__call_finish(c, CHIME_EINVAL,
@@ -310,7 +319,7 @@ static int bind_writer(chime__call_t *c, insert_t *st, uint64_t writer,
   if (rc == CHIME_ENOMEM)
     snprintf(err, errlen, "out of memory");
   else if (rc != 0)
-    writer_refused(err, errlen, tc, rc, writer, seq);
+    writer_refused(err, errlen, st->table, rc, writer, seq);
   if (rc != 0)
     return rc;
   pthread_mutex_lock(&c->mu);
@@ -353,6 +362,13 @@ static void insert_finish(chime__call_t *c, insert_t *st, int rc,
         "last of its 2^48 - 1 keys (a key is the shard in 16 bits and a "
         "count in 48, and never runs into the next shard's); start the "
         "server without --restore to count from 1 again",
+        chime__table_config(st->table)->name, (unsigned long long)id);
+  else if (rc == CHIME_ESYS)
+    chime__call_finish(
+        c, CHIME_ESYS,
+        "insert into '%s': request %llu not inserted: the server could not "
+        "record its key reservation in its checkpoint dir (its log says "
+        "why); send it again later",
         chime__table_config(st->table)->name, (unsigned long long)id);
   else if (rc == CHIME_ERESOURCE)
     chime__call_finish(

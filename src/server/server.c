@@ -22,6 +22,7 @@
 #include "server/checkpointer.h"
 #include "server/handoff.h"
 #include "server/insert.h"
+#include "server/keyres.h"
 #include "server/memlimit.h"
 #include "server/methods.h"
 #include "server/metrics.h"
@@ -102,7 +103,59 @@ static int restore(chime_server_t *srv, const char *what, char *err,
   }
   fprintf(stderr, "chimed: restored %llu items from %s\n",
           (unsigned long long)items, path);
+  /* Keys the old process reserved (it may have acked any of them) come
+   * after the checkpoint's next key: go on past them, from the restored
+   * checkpoint's dir and the config's. */
+  char from[sizeof(path)];
+  snprintf(from, sizeof(from), "%s", path);
+  char *slash = strrchr(from, '/');
+  while (slash != NULL && slash > from && slash[1] == '\0') {
+    *slash = '\0'; /* DIR/ckpt-N/ */
+    slash = strrchr(from, '/');
+  }
+  if (slash == NULL)
+    snprintf(from, sizeof(from), ".");
+  else if (slash == from)
+    from[1] = '\0';
+  else
+    *slash = '\0';
+  if (srv->keys_dir[0] == '\0')
+    snprintf(srv->keys_dir, sizeof(srv->keys_dir), "%s", from);
+  for (uint32_t i = 0; i < srv->ntables; i++) {
+    const char *dirs[2] = {from, srv->cfg.checkpoint.dir};
+    for (int k = 0; k < 2; k++) {
+      uint64_t count = 0;
+      if (dirs[k][0] == '\0')
+        continue;
+      rc = chime__keyres_read(dirs[k], srv->cfg.tables[i].name, &count, why,
+                              sizeof(why));
+      if (rc != 0) {
+        snprintf(err, errlen,
+                 "restore from '%s' refused: table '%s': %s (remove the "
+                 "file to start anyway: keys acked after the checkpoint "
+                 "may then be issued again)",
+                 path, srv->cfg.tables[i].name, why);
+        return rc;
+      }
+      chime__table_keys_from(srv->tables[i], count);
+    }
+  }
   return 0;
+}
+
+/* A table is about to issue keys past what it reserved (replay/table.h):
+ * the new bound goes to disk first. Under the table's lock. */
+static int reserve_keys(void *ctx, const chime__table_t *t, uint64_t upto) {
+  chime_server_t *srv = ctx;
+  char why[512];
+  const char *name = chime__table_config(t)->name;
+  int rc = chime__keyres_write(srv->keys_dir, name, upto, why, sizeof(why));
+  if (rc != 0)
+    fprintf(stderr,
+            "chimed: table '%s': cannot record its key reservation: %s; "
+            "inserts are refused until it can be\n",
+            name, why);
+  return rc;
 }
 
 /* A sharded client may reach one chimed by several addresses
@@ -247,9 +300,14 @@ int chime_server_create(chime_server_t **out, const chime_server_opts_t *opts) {
     }
     srv->ntables++;
   }
+  snprintf(srv->keys_dir, sizeof(srv->keys_dir), "%s", srv->cfg.checkpoint.dir);
   if (opts->restore != NULL &&
       (rc = restore(srv, opts->restore, err, errlen)) != 0)
     goto out;
+  /* No dir (no checkpoint dir, nothing restored): keys are not reserved. */
+  for (uint32_t i = 0; srv->keys_dir[0] != '\0' && i < srv->ntables; i++)
+    chime__table_set_key_reserve(srv->tables[i], reserve_keys, srv,
+                                 chime__table_key_pos(srv->tables[i]));
   rc = chime__handoff_create(&srv->handoff, &srv->cfg, &chime__stream_ops, err,
                              errlen);
   if (rc != 0)

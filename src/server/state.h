@@ -52,6 +52,9 @@ struct chime_server_s {
   struct chime__ckpter_s *ckpter;     /* checkpoints: calls and interval */
   chime__ckpter_stats_t ckpt_stats;   /* under mu */
   char metrics_addr[CHIME__MAX_ADDR]; /* where it was bound, "" */
+  /* Where tables' key reservations go (server/keyres.h): the checkpoint
+   * dir, else the dir of the checkpoint restored; "": none. */
+  char keys_dir[CHIME__MAX_PATH + 64];
   /* With TLS: gRPC's handler for connections the acceptor hands over
    * (server/tls.h); written by gRPC through a channel arg, so it lives as
    * long as the grpc_server. */

@@ -167,12 +167,21 @@ static void test_restore_same_batches(void **state) {
   uint8_t *b = drain(c, nb, &lb);
   assert_int_equal(la, lb);
   assert_memory_equal(a, b, la);
-  /* The next key goes on from where it was. */
+  /* The next key goes on past every key the old server reserved (it
+   * might have acked any): the bound in its keys file, not 1001. */
+  char kp[700];
+  snprintf(kp, sizeof(kp), "%s/keys-f", dir);
+  FILE *kf = fopen(kp, "r");
+  assert_non_null(kf);
+  unsigned long long bound = 0;
+  assert_int_equal(fscanf(kf, "chime-keys 1 %llu", &bound), 1);
+  fclose(kf);
+  assert_true(bound > 1000);
   insert(c, 1001, 100);
   uint8_t *n = drain(c, 1, &lb);
   chime_sample_info_t in;
   memcpy(&in, n + 800 + 100 * YB, sizeof(in));
-  assert_int_equal(in.key, 1001);
+  assert_int_equal(in.key, bound);
   free(n);
   free(a);
   free(b);
@@ -259,6 +268,66 @@ static void test_corrupt_and_spec_refused(void **state) {
 }
 
 static int complete_ckpts(const char *dir, int *all);
+
+/* The keys of table f's n oldest items (a fifo batch of n; they leave). */
+static void oldest_keys(chime_client_t *c, uint32_t n, uint64_t *keys) {
+  chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
+  so.batch_size = n;
+  so.slots = 2;
+  chime_stream_t *s = NULL;
+  assert_int_equal(chime_stream_open(&s, c, "f", &so), 0);
+  chime_batch_t b;
+  assert_int_equal(chime_stream_next(s, &b, 30000), 0);
+  for (uint32_t j = 0; j < n; j++)
+    keys[j] = b.info[j].key;
+  assert_int_equal(chime_stream_release(s, &b), 0);
+  chime_stream_close(s);
+}
+
+/* Keys are never issued again after --restore: items acked after the
+ * checkpoint (keys 11..20) are lost with a SIGKILL, and the restored
+ * server's new items get keys past every key the old one may have acked
+ * (its reservation file in the checkpoint dir), not 11.. again (before: a
+ * learner's MutatePriorities on key 11 changed another item). Killed
+ * again before any new checkpoint and restored from the same one, the
+ * third server goes on past the second's keys too. */
+static void test_keys_not_reissued(void **state) {
+  (void)state;
+  char dir[600];
+  ckpt_dir(dir, sizeof(dir), "keys");
+  make_config(dir, "", spec_f);
+  chime__chimed_t d;
+  chime_client_t *c;
+  start(&d, &c, NULL);
+  insert(c, 1, 10);
+  chime_checkpoint_result_t r;
+  assert_int_equal(chime_client_checkpoint(c, &r), 0);
+  insert(c, 11, 10); /* keys 11..20, acked, not in the checkpoint */
+  chime_client_destroy(c);
+  chime__proc_kill(&d.proc);
+  uint64_t acked_max = 20, keys[15];
+  for (int round = 0; round < 2; round++) {
+    start(&d, &c, "latest");
+    uint64_t size = 0, ins, smp;
+    table_counts(c, &size, &ins, &smp);
+    assert_int_equal(size, 10);
+    insert(c, 100, 5);
+    oldest_keys(c, 15, keys);
+    for (uint32_t j = 0; j < 10; j++)
+      assert_int_equal(keys[j], j + 1); /* the checkpoint's, as they were */
+    for (uint32_t j = 10; j < 15; j++) {
+      if (keys[j] <= acked_max)
+        fail_msg("round %d: key %llu issued again (keys up to %llu were "
+                 "acked before the kill)",
+                 round, (unsigned long long)keys[j],
+                 (unsigned long long)acked_max);
+      assert_int_equal(keys[j], keys[10] + (j - 10));
+    }
+    acked_max = keys[14];
+    chime_client_destroy(c);
+    chime__proc_kill(&d.proc);
+  }
+}
 
 /* A ckpt-N without DONE in dir, or 0. */
 static int find_incomplete(const char *dir, char *out, size_t len) {
@@ -773,6 +842,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_sequence_restore, teardown),
       cmocka_unit_test_teardown(test_wide_names_and_fifo, teardown),
       cmocka_unit_test_teardown(test_ragged_restore, teardown),
+      cmocka_unit_test_teardown(test_keys_not_reissued, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -749,6 +749,78 @@ static void test_forgotten_writer_error(void **state) {
   chime_client_destroy(c);
 }
 
+/* A resend across --restore (docs/protocol.md): the checkpoint keeps the
+ * items but no writer, so a writer the restored server does not know is
+ * refused past its first request (ABORTED, CHIME_EFORGOTTEN) rather than
+ * its request inserted twice; nothing goes in. Request 1 of a new writer is
+ * taken, and the restored server's own writers resend exactly once as
+ * before. Before: the resend of request 2 went in again (size 3). */
+static void test_resend_across_restore(void **state) {
+  (void)state;
+  char dir[512], cfgj[1024], latest[600];
+  snprintf(dir, sizeof(dir), "%s/resend-ckpt", chime__harness_tmpdir());
+  snprintf(cfgj, sizeof(cfgj),
+           "{\"checkpoint\": {\"dir\": \"%s\"}, \"tables\": [{\"name\": "
+           "\"r\", \"spec\": \"x:u64[]\", \"capacity\": 100, \"sampler\": "
+           "\"uniform\"}]}\n",
+           dir);
+  chime__chimed_t d;
+  chime_client_t *c = NULL;
+  assert_int_equal(chime__chimed_start_client(&d, cfgj, &c), 0);
+  grpc_channel *dch = chime__raw_channel(d.addr);
+  chime__raw_t r;
+  assert_int_equal(chime__raw_start(&r, dch, "/chime.v1.Chime/Insert", 60000),
+                   0);
+  send_req(&r, 0x5e5e, 1, 1, 100);
+  (void)recv_ack(&r, 1, 1);
+  send_req(&r, 0x5e5e, 2, 1, 101); /* as if its ack were lost in the crash */
+  (void)recv_ack(&r, 2, 1);
+  finish_ok(&r);
+  chime_checkpoint_result_t cr;
+  assert_int_equal(chime_client_checkpoint(c, &cr), 0);
+  grpc_channel_destroy(dch);
+  chime_client_destroy(c);
+  int st;
+  chime__chimed_stop(&d, 20000, &st);
+
+  snprintf(latest, sizeof(latest), "latest");
+  const char *args[] = {"--restore", latest, NULL};
+  assert_int_equal(chime__chimed_start(&d, cfgj, args, 60000), 0);
+  dch = chime__raw_channel(d.addr);
+  assert_int_equal(table_size(d.addr, "r"), 2);
+  grpc_status_code gs;
+  char details[1024];
+  int code = 0;
+  uint64_t k;
+  assert_int_equal(chime__raw_start(&r, dch, "/chime.v1.Chime/Insert", 60000),
+                   0);
+  assert_int_equal(
+      try_req(&r, "r", 0x5e5e, 2, 101, &k, &gs, details, sizeof details, &code),
+      -1);
+  assert_int_equal(gs, GRPC_STATUS_ABORTED);
+  assert_int_equal(code, CHIME_EFORGOTTEN);
+  if (!strstr(details, "writer 0000000000005e5e is not remembered") ||
+      !strstr(details, "restored from a checkpoint"))
+    fail_msg("details '%s'", details);
+  assert_int_equal(table_size(d.addr, "r"), 2);
+  /* A new writer's first request goes in; its resend is acked once. */
+  assert_int_equal(chime__raw_start(&r, dch, "/chime.v1.Chime/Insert", 60000),
+                   0);
+  send_req(&r, 0x5e5f, 1, 1, 200);
+  uint64_t k1 = recv_ack(&r, 1, 1);
+  finish_ok(&r);
+  assert_int_equal(chime__raw_start(&r, dch, "/chime.v1.Chime/Insert", 60000),
+                   0);
+  send_req(&r, 0x5e5f, 1, 1, 200);
+  assert_int_equal(recv_ack(&r, 1, 1), k1);
+  send_req(&r, 0x5e5f, 2, 1, 201);
+  (void)recv_ack(&r, 2, 1);
+  finish_ok(&r);
+  assert_int_equal(table_size(d.addr, "r"), 4);
+  grpc_channel_destroy(dch);
+  chime__chimed_stop(&d, 20000, &st);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_raw_resend_acked_once),
@@ -757,6 +829,7 @@ int main(void) {
       cmocka_unit_test(test_writer_gives_up_when_server_gone),
       cmocka_unit_test(test_writer_ids_flood_forgets_nobody),
       cmocka_unit_test(test_writer_per_episode),
+      cmocka_unit_test(test_resend_across_restore),
       cmocka_unit_test(test_forgotten_writer_error),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

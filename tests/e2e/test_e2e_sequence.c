@@ -303,9 +303,23 @@ static void test_give_back(void **state) {
 }
 
 /* Wrong uses are refused with a reason: end_episode on a plain table's
- * writer, a priority other than 1 for a step. */
+ * writer, a priority other than 1 for a step; a stream on the fifo table
+ * "q" whose batch exceeds the 256 windows its store holds at once
+ * (capacity_steps 1024 in blocks of 64, T 4, stride 4: (1024 - 4) / 4 + 1)
+ * would wait for ever: refused (before: up to capacity_steps went). */
 static void test_refusals(void **state) {
   (void)state;
+  chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
+  so.batch_size = 257;
+  so.mode = CHIME_MODE_STREAM;
+  chime_stream_t *s = NULL;
+  assert_int_equal(chime_stream_open(&s, client, "q", &so), CHIME_EINVAL);
+  if (!strstr(chime_last_error(), "batch_size 257 exceeds the 256 windows "
+                                  "sequence table 'q' can hold at once"))
+    fail_msg("last error '%s'", chime_last_error());
+  so.batch_size = 256;
+  assert_int_equal(chime_stream_open(&s, client, "q", &so), 0);
+  chime_stream_close(s);
   chime_writer_t *w = NULL;
   assert_int_equal(chime_writer_open(&w, client, "k", NULL), 0);
   uint8_t buf[STEP];

@@ -76,6 +76,11 @@ static void check_table(const chime__table_config_t *t) {
   } else {
     FUZZ_CHECK(t->error_buffer == 0);
   }
+  /* A plain fifo table's items give max_times_sampled samples each and
+   * its full table waits for room: a ratio below that stalls. */
+  if (t->sampler == CHIME__SAMPLER_FIFO && t->sequence_length == 0 &&
+      t->samples_per_insert > 0)
+    FUZZ_CHECK(t->samples_per_insert >= (double)t->max_times_sampled);
 }
 
 static void check_config(const chime__config_t *c) {

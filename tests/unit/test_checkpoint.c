@@ -27,6 +27,7 @@
 
 #include "chime/errors.h"
 #include "server/checkpoint.h"
+#include "server/keyres.h"
 #include "replay/crc32c.h"
 #include "replay/table.h"
 #include "seq_steps.h"
@@ -370,6 +371,65 @@ static int count_ckpts(const char *dir) {
 
 /* keep prunes; a checkpoint without DONE is never loaded (latest passes
  * over it, restore refuses it) and the next checkpoint removes it. */
+/* Key reservation files (server/keyres.h): none reads 0; a write only
+ * raises the bound; a file of anything else is refused naming it; a table
+ * with a reservation hook calls it before issuing keys past the bound,
+ * about CHIME__KEY_RESERVE_AHEAD ahead, and a failing hook refuses the
+ * insert with nothing of it in; chime__table_keys_from only raises. */
+static int hook_calls, hook_rc;
+static uint64_t hook_upto;
+static int hook(void *ctx, const chime__table_t *t, uint64_t upto) {
+  (void)ctx;
+  (void)t;
+  hook_calls++;
+  hook_upto = upto;
+  return hook_rc;
+}
+
+static void test_key_reservations(void **state) {
+  (void)state;
+  char dir[300], err[512] = "", p[400];
+  uint64_t n = 9;
+  make_dir(dir, sizeof(dir), "keyres");
+  assert_int_equal(chime__keyres_read(dir, "t", &n, err, sizeof(err)), 0);
+  assert_int_equal(n, 0);
+  assert_int_equal(chime__keyres_write(dir, "t", 100, err, sizeof(err)), 0);
+  assert_int_equal(chime__keyres_write(dir, "t", 50, err, sizeof(err)), 0);
+  assert_int_equal(chime__keyres_read(dir, "t", &n, err, sizeof(err)), 0);
+  assert_int_equal(n, 100);
+  snprintf(p, sizeof(p), "%s/keys-bad", dir);
+  FILE *f = fopen(p, "w");
+  assert_non_null(f);
+  fputs("chime-keys 1 12x\n", f);
+  fclose(f);
+  assert_int_equal(chime__keyres_read(dir, "bad", &n, err, sizeof(err)),
+                   CHIME_ECORRUPT);
+  assert_non_null(strstr(err, "keys-bad: not a key reservation file"));
+
+  chime__table_t *t = new_table("a:u32[2], b:u8[]", 64, CHIME__SAMPLER_FIFO);
+  chime__table_set_key_reserve(t, hook, NULL, 1);
+  hook_calls = 0;
+  hook_rc = 0;
+  insert_n(t, 1, 3, NULL); /* keys 1..3: past 1, reserved ahead */
+  assert_int_equal(hook_calls, 1);
+  assert_int_equal(hook_upto, 4 + CHIME__KEY_RESERVE_AHEAD);
+  insert_n(t, 4, 3, NULL);
+  assert_int_equal(hook_calls, 1);
+  chime__table_keys_from(t, 5); /* lower: no change */
+  assert_int_equal(chime__table_key_pos(t), 7);
+  chime__table_keys_from(t, hook_upto); /* a restore past the bound */
+  hook_rc = CHIME_ESYS;
+  uint64_t k;
+  uint8_t x[SB] = {0};
+  assert_int_equal(chime__table_insert(t, x, 1, NULL, &k, NULL, NULL),
+                   CHIME_ESYS);
+  assert_int_equal(hook_calls, 2);
+  chime__table_stats_t st;
+  chime__table_get_stats(t, &st);
+  assert_int_equal(st.inserts, 6);
+  chime__table_destroy(t);
+}
+
 static void test_keep_and_done(void **state) {
   (void)state;
   char dir[300], err[512] = "", p[2200], latest[2048];
@@ -1144,6 +1204,7 @@ int main(void) {
       cmocka_unit_test(test_flipped_byte_refused),
       cmocka_unit_test(test_spec_mismatch_names_leaf),
       cmocka_unit_test(test_keep_and_done),
+      cmocka_unit_test(test_key_reservations),
       cmocka_unit_test(test_trim_spares),
       cmocka_unit_test(test_sequence_roundtrip),
       cmocka_unit_test(test_sequence_prioritized),

@@ -98,6 +98,36 @@ static void test_selectors(void **state) {
       0);
   assert_true(cfg.tables[0].samples_per_insert == 2.5);
   assert_true(cfg.tables[0].error_buffer == 2.5);
+  /* A fifo table at max_times_sampled samples per insert or more, other
+   * samplers (a remover makes room) and a sequence table (its oldest steps
+   * leave) below it. */
+  assert_int_equal(
+      chime__config_parse(
+          &cfg,
+          "{\"tables\":[{\"name\":\"q\",\"spec\":\"x:u8\","
+          "\"capacity\":4,\"samples_per_insert\":1},"
+          "{\"name\":\"r\",\"spec\":\"x:u8\",\"capacity\":4,"
+          "\"max_times_sampled\":3,\"samples_per_insert\":3.5},"
+          "{\"name\":\"u\",\"spec\":\"x:u8\",\"capacity\":4,"
+          "\"sampler\":\"uniform\",\"max_times_sampled\":1,"
+          "\"samples_per_insert\":0.5},"
+          "{\"name\":\"s\",\"spec\":\"x:u8\",\"capacity_steps\":64,"
+          "\"sequence_length\":4,\"samples_per_insert\":0.5}]}",
+          err, sizeof(err)),
+      0);
+  /* A sequence table's min_size up to the windows it holds at once: 4
+   * without padding, one a step slot with it. */
+  assert_int_equal(
+      chime__config_parse(
+          &cfg,
+          "{\"tables\":[{\"name\":\"s\",\"spec\":\"x:f32\","
+          "\"capacity_steps\":64,\"sequence_length\":16,\"stride\":16,"
+          "\"min_size\":4},"
+          "{\"name\":\"p\",\"spec\":\"x:f32\",\"capacity_steps\":64,"
+          "\"sequence_length\":16,\"episode_end\":\"pad\","
+          "\"min_size\":64}]}",
+          err, sizeof(err)),
+      0);
   /* Old configs: fifo is a queue (removed on sample), uniform keeps. */
   assert_int_equal(chime__config_default(&cfg, err, sizeof(err)), 0);
   assert_int_equal(cfg.tables[0].max_times_sampled, 1);
@@ -178,6 +208,17 @@ static void test_mistakes(void **state) {
                "\"error_buffer\":3"),
              "table 'a': 'error_buffer': 3 is below max(1, "
              "samples_per_insert) = 4");
+  /* A fifo queue's items give max_times_sampled samples each, and its
+   * full table waits for room: fewer samples per insert stall. */
+  expect_bad(T("q", "x:u8[4]",
+               ",\"capacity\":4,\"sampler\":\"fifo\","
+               "\"samples_per_insert\":0.5,\"min_size\":1"),
+             "table 'q': 'samples_per_insert' 0.5 is below "
+             "'max_times_sampled' 1 of a fifo sampler");
+  expect_bad(T("q", "x:u8",
+               ",\"capacity\":100,\"max_times_sampled\":3,"
+               "\"samples_per_insert\":2.9,\"error_buffer\":1000"),
+             "'samples_per_insert' 2.9 is below 'max_times_sampled' 3");
   expect_bad(T("a", "x:u8", ",\"capacity\":1,\"error_buffer\":3"),
              "table 'a': 'error_buffer': only a rate limit uses it");
   expect_bad(T("a", "x:u8", ",\"capacity\":1,\"samples_per_insert\":0"),
@@ -186,6 +227,15 @@ static void test_mistakes(void **state) {
              "table 'a': capacity 4294967295 exceeds 4294967294 items");
   expect_bad(T("a", "x:u8", ",\"capacity\":2,\"min_size\":3"),
              "table 'a': min_size 3 exceeds capacity 2");
+  /* 64 steps in blocks of 4, windows of 16 every 16: 4 at once at most. */
+  expect_bad(T("s", "x:f32",
+               ",\"capacity_steps\":64,\"sequence_length\":16,"
+               "\"stride\":16,\"min_size\":5"),
+             "table 's': min_size 5 exceeds the 4 windows the table can hold "
+             "at once (capacity_steps 64, sequence_length 16, stride 16, "
+             "episode_end \"drop\")");
+  expect_bad(T("s", "x:f32", ",\"capacity_steps\":64,\"sequence_length\":100"),
+             "table 's': min_size 1 exceeds the 0 windows");
   /* As Reverb's limiters (it used to act as 1). */
   expect_bad(T("a", "x:u8", ",\"capacity\":2,\"min_size\":0"),
              "table 'a': 'min_size': must be at least 1");

@@ -187,6 +187,30 @@ static void test_no_window_is_lru(void **state) {
   chime__dedupe_destroy(d);
 }
 
+/* After a restore nobody is remembered and anybody may have had requests
+ * go in before the checkpoint: an unknown writer past its first request is
+ * refused (bind and check), a new writer's first request goes in, and
+ * writers seen since resend exactly once. */
+static void test_restored_forgets_all(void **state) {
+  (void)state;
+  chime__dedupe_t *d = make(8, 60000);
+  assert_int_equal(chime__dedupe_was_restored(d), 0);
+  assert_int_equal(request(d, 9, 2), 0); /* never forgot: taken */
+  chime__dedupe_destroy(d);
+  d = make(8, 60000);
+  chime__dedupe_restored(d);
+  assert_int_equal(chime__dedupe_was_restored(d), 1);
+  assert_int_equal(request(d, 9, 2), CHIME_EFORGOTTEN);
+  assert_int_equal(chime__dedupe_bind(d, 9, 5), CHIME_EFORGOTTEN);
+  assert_int_equal(request(d, 10, 1), 0);
+  assert_int_equal(request(d, 10, 2), 0);
+  assert_int_equal(request(d, 10, 2), 1);
+  assert_int_equal(call(d, 11, 1, 3), 0);
+  chime__dedupe_unbind(d, 11, 0);
+  assert_int_equal(request(d, 11, 3), 1);
+  chime__dedupe_destroy(d);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bound_never_forgotten),
@@ -194,6 +218,7 @@ int main(void) {
       cmocka_unit_test(test_reconnect_within_window),
       cmocka_unit_test(test_writer_per_episode_forever),
       cmocka_unit_test(test_no_window_is_lru),
+      cmocka_unit_test(test_restored_forgets_all),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -588,6 +588,65 @@ static void test_short_episodes_share_blocks(void **state) {
   chime__table_destroy(t);
 }
 
+/* The most windows a store holds at once (chime__table_max_items): one
+ * long episode appended a step at a time (drop), or episodes of one step
+ * each (pad), reach it exactly and never pass it. A batch of more with
+ * max_times_sampled could never be filled: refused (CHIME_EINVAL), where
+ * it waited for ever; without it a batch may draw windows again and goes.
+ * (capacity_steps 64 of 4-step blocks, T 16, stride 16: 4 windows, not
+ * the 64 Subscribe compared batch_size with.) */
+static void test_max_windows(void **state) {
+  (void)state;
+  static const struct {
+    uint64_t steps;
+    uint32_t t, stride;
+    int pad;
+  } c[] = {
+      {64, 16, 16, 0}, {64, 16, 5, 0},  {100, 7, 3, 0},
+      {256, 8, 8, 0},  {64, 16, 16, 1}, {50, 40, 1, 0},
+  };
+  for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+    chime__table_config_t tc;
+    chime__table_t *t;
+    make_cfg(&tc, c[i].steps, c[i].t, c[i].stride, c[i].pad,
+             CHIME__SAMPLER_UNIFORM);
+    tc.max_times_sampled = 1;
+    uint64_t most = chime__table_max_items(&tc);
+    assert_true(most >= 1 && most <= c[i].steps);
+    assert_int_equal(chime__table_create(&t, &tc), 0);
+    seq_writer_t w = {7, 0, 1, 0};
+    uint64_t seen = 0;
+    for (uint64_t n = 0; n < 4 * c[i].steps; n++) {
+      assert_int_equal(seq_append(t, &w, 1, c[i].pad), 0);
+      chime__table_stats_t st;
+      chime__table_get_stats(t, &st);
+      assert_true(st.size <= most);
+      seen = st.size > seen ? st.size : seen;
+    }
+    if (seen != most)
+      fail_msg("case %zu: at most %llu windows, %llu expected", i,
+               (unsigned long long)seen, (unsigned long long)most);
+    slot_t s;
+    slot_init(&s, t, (uint32_t)most + 1);
+    chime__table_waiter_t wt;
+    memset(&wt, 0, sizeof(wt));
+    assert_int_equal(chime__table_try_sample(t, &s.lay, &s.ws, &wt),
+                     CHIME_EINVAL);
+    assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), CHIME_EINVAL);
+    free(s.mem);
+    chime__table_destroy(t);
+    tc.max_times_sampled = 0; /* draws may repeat: a batch of more goes */
+    assert_int_equal(chime__table_create(&t, &tc), 0);
+    w.seq = 0;
+    for (uint64_t n = 0; n < c[i].steps; n++)
+      assert_int_equal(seq_append(t, &w, 1, c[i].pad), 0);
+    slot_init(&s, t, (uint32_t)most + 1);
+    assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
+    free(s.mem);
+    chime__table_destroy(t);
+  }
+}
+
 /* A sequence table of shard 3: the acks' step keys and the windows' keys
  * are shard 3's; an append whose steps (or the windows they may make: one
  * a step, one more for a padded tail) would run past the shard's last
@@ -653,6 +712,7 @@ int main(void) {
       cmocka_unit_test(test_give_back),
       cmocka_unit_test(test_short_episodes_share_blocks),
       cmocka_unit_test(test_keys_carry_shard),
+      cmocka_unit_test(test_max_windows),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -397,6 +397,70 @@ static void test_issue_stall_plain(void **state) {
   chime__table_destroy(t);
 }
 
+/* A fifo table's items leave only once sampled max_times_sampled times
+ * and its full table makes inserts wait: samples_per_insert below that
+ * stalls once the table fills (0.5 with max_times_sampled 1 stopped after
+ * 8 of 100 inserts), so create refuses it; at or above it the table runs.
+ * Checked by a schedule that fills the table whenever it can (inserts
+ * first, a batch only when no insert may go in): every step one of the
+ * two must be able to go on. */
+static void test_fifo_ratio_below_times_sampled(void **state) {
+  (void)state;
+  chime__table_config_t tc;
+  chime__table_t *t;
+  memset(&tc, 0, sizeof(tc));
+  snprintf(tc.name, sizeof(tc.name), "q");
+  assert_int_equal(chime_spec_parse(&tc.spec, "x:u32[]", NULL, 0), 0);
+  tc.capacity = 4;
+  tc.sampler = CHIME__SAMPLER_FIFO;
+  tc.min_size = 1;
+  tc.samples_per_insert = 0.5;
+  tc.error_buffer = 1;
+  assert_int_equal(chime__table_create(&t, &tc), CHIME_EINVAL); /* mts 1 */
+  tc.max_times_sampled = 3;
+  tc.samples_per_insert = 2.5;
+  tc.error_buffer = 100;
+  assert_int_equal(chime__table_create(&t, &tc), CHIME_EINVAL);
+  /* A remover makes room itself: nothing waits for room. */
+  tc.sampler = CHIME__SAMPLER_UNIFORM;
+  t = NULL;
+  assert_int_equal(chime__table_create(&t, &tc), 0);
+  chime__table_destroy(t);
+  static const struct {
+    uint64_t cap, min_size, mts, batch;
+    double spi, eb;
+  } ok[] = {
+      {4, 1, 1, 1, 1.0, 1.0}, {4, 4, 1, 1, 1.0, 1.0}, {4, 2, 2, 1, 2.0, 2.0},
+      {4, 4, 3, 2, 3.0, 3.0}, {5, 3, 2, 2, 2.5, 2.5}, {3, 1, 1, 1, 7.0, 7.0},
+  };
+  for (size_t c = 0; c < sizeof(ok) / sizeof(ok[0]); c++) {
+    tc.sampler = CHIME__SAMPLER_FIFO;
+    tc.capacity = ok[c].cap;
+    tc.min_size = ok[c].min_size;
+    tc.max_times_sampled = ok[c].mts;
+    tc.samples_per_insert = ok[c].spi;
+    tc.error_buffer = ok[c].eb;
+    assert_int_equal(chime__table_create(&t, &tc), 0);
+    slot_t s;
+    slot_init(&s, t, (uint32_t)ok[c].batch);
+    int inserted = 0, rate;
+    for (int step = 0; inserted < 200; step++) {
+      if (step > 10000)
+        fail_msg("case %zu: no end after %d inserts", c, inserted);
+      if (try_insert(t) == 0) {
+        inserted++;
+        continue;
+      }
+      if (try_sample(t, &s, &rate) != 0)
+        fail_msg("case %zu: stalled after %d inserts (the sampler waits "
+                 "for the %s)",
+                 c, inserted, rate ? "ratio" : "items");
+    }
+    free(s.mem);
+    chime__table_destroy(t);
+  }
+}
+
 /* A sequence table whose every step starts a window of one step. */
 static void test_issue_stall_sequence(void **state) {
   (void)state;
@@ -425,6 +489,7 @@ int main(void) {
       cmocka_unit_test(test_sampled_out_unblocks_inserts),
       cmocka_unit_test(test_issue_stall_plain),
       cmocka_unit_test(test_issue_stall_sequence),
+      cmocka_unit_test(test_fifo_ratio_below_times_sampled),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -96,5 +96,12 @@ uint32_t chime__ring_unreleased(chime_ring_t *ring, uint32_t *slots,
 /* 1 when the slot's latest publish was released (recorded as above), or it
  * was never published; 0 while published and unreleased, or acquired. */
 int chime__ring_released(chime_ring_t *ring, uint32_t slot);
+/* Has the consumer's next release (or next() that finds nothing) ring
+ * *bell, as try_acquire does when no slot is free, for a producer that
+ * waits for something else but must hear of releases too: read *bell_val,
+ * arm, then look again (chime__ring_released) before sleeping on it. The
+ * next acquire or try_acquire that takes a slot disarms it. */
+CHIME_NODISCARD int chime__ring_arm_bell(chime_ring_t *ring, uint32_t **bell,
+                                         uint32_t *bell_val);
 
 #endif

@@ -501,7 +501,23 @@ uint32_t chime__ring_reclaim(chime_ring_t *ring) {
 int chime__ring_released(chime_ring_t *ring, uint32_t slot) {
   if (ring == NULL || ring->consumer || slot >= ring->layout.slots)
     return 0;
-  return !ring->acquired[slot] && slot_free(ring, slot, memory_order_acquire);
+  /* seq_cst: a look after chime__ring_arm_bell's store sees every release
+   * whose load of `waiting` missed it (no lost wake-up). */
+  return !ring->acquired[slot] && slot_free(ring, slot, memory_order_seq_cst);
+}
+
+int chime__ring_arm_bell(chime_ring_t *ring, uint32_t **bell,
+                         uint32_t *bell_val) {
+  if (ring == NULL || bell == NULL || bell_val == NULL)
+    return CHIME_EINVAL;
+  if (ring->consumer)
+    return CHIME_EPERM;
+  _Atomic uint32_t *b = &ring->seg.ctrl->prod_bell;
+  *bell = (uint32_t *)b;
+  *bell_val = atomic_load_explicit(b, memory_order_seq_cst);
+  /* 1: any release rings (it frees at least its own slot). */
+  atomic_store_explicit(&ring->seg.prod->waiting, 1, memory_order_seq_cst);
+  return 0;
 }
 
 uint32_t chime__ring_unreleased(chime_ring_t *ring, uint32_t *slots,

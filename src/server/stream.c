@@ -338,7 +338,10 @@ static chime__fill_t stream_fill(chime__fill_job_t *j, chime__fill_wait_t *w) {
   rc = s->ops->sample(s, &ws);
   if (rc != 0) {
     s->ops->abandon(s, ws.slot);
-    return rc == CHIME_EBUSY ? CHIME__FILL_WAIT_ITEMS : retire(s);
+    if (rc != CHIME_EBUSY)
+      return retire(s);
+    return s->ops->wait_items != NULL ? s->ops->wait_items(s, w)
+                                      : CHIME__FILL_WAIT_ITEMS;
   }
   rc = chime__ring_publish(s->ring, ws.slot, &seq); /* cannot fail: acquired */
   (void)rc;

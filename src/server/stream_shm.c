@@ -147,6 +147,25 @@ static int shm_sample(chime__stream_t *s, chime__ring_wslot_t *ws) {
       s->table, &s->lay, ws, &s->pins[ws->slot], UINT64_MAX, &s->twait);
 }
 
+/* Waiting for items with rows pinned for batches not yet seen released:
+ * those rows may be what an insert waits for (a small table's rows all
+ * pinned), and the learner's release does not kick the job as the table
+ * does. So its next release rings the ring's bell too; the table still
+ * kicks when items come. A release seen meanwhile: another step. */
+static chime__fill_t shm_wait_items(chime__stream_t *s, chime__fill_wait_t *w) {
+  if (s->pins == NULL)
+    return CHIME__FILL_WAIT_ITEMS;
+  int pinned = 0;
+  for (uint32_t i = 0; i < s->lay.slots && !pinned; i++)
+    pinned = s->pins[i].n > 0;
+  if (!pinned || chime__ring_arm_bell(s->ring, &w->bell, &w->bell_val) != 0)
+    return CHIME__FILL_WAIT_ITEMS;
+  for (uint32_t i = 0; i < s->lay.slots; i++)
+    if (s->pins[i].n > 0 && chime__ring_released(s->ring, i))
+      return CHIME__FILL_AGAIN; /* unpinned by the next step */
+  return CHIME__FILL_WAIT_SLOT;
+}
+
 static void shm_abandon(chime__stream_t *s, uint32_t slot) {
   chime__ring_abandon(s->ring, slot);
 }
@@ -203,6 +222,7 @@ const chime__stream_mode_ops_t chime__stream_mode_shm = {
     .gate = shm_gate,
     .acquire = shm_acquire,
     .sample = shm_sample,
+    .wait_items = shm_wait_items,
     .abandon = shm_abandon,
     .published = shm_published,
     .give_back = shm_give_back,

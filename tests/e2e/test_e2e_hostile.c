@@ -38,7 +38,9 @@ static const char *config =
     "\"sampler\": \"fifo\"},\n"
     "  {\"name\": \"seq\", \"spec\": \"id:u32[], x:u8[16]\", "
     "\"capacity_steps\": 256, \"sequence_length\": 4, \"stride\": 4, "
-    "\"sampler\": \"fifo\"}]}\n";
+    "\"sampler\": \"fifo\"},\n"
+    "  {\"name\": \"small\", \"spec\": \"id:u32[]\", \"capacity\": 4, "
+    "\"min_size\": 1, \"sampler\": \"fifo\"}]}\n";
 
 static chime__chimed_t chimed;
 static chime_client_t *client;
@@ -121,10 +123,10 @@ static _Atomic uint32_t *prod_waiting(const rwring_t *r) {
   return &((chime__ring_prod_t *)(r->rw + hdr(r)->prod_offset))->waiting;
 }
 
-/* Waits up to 10 s for chimed's `waiting` word to be (non)zero. */
-static void wait_waiting(const rwring_t *r, int nonzero, const char *why) {
+/* Waits up to 10 s for chimed's `waiting` word to be set. */
+static void wait_waiting(const rwring_t *r, const char *why) {
   int64_t end = chime__now_ms() + 10000;
-  while ((atomic_load(prod_waiting(r)) != 0) != nonzero) {
+  while (atomic_load(prod_waiting(r)) == 0) {
     if (chime__now_ms() > end)
       fail_msg("chimed never %s", why);
     chime__sleep_ms(1);
@@ -137,6 +139,24 @@ static chime_table_stats_t *table_stats(chime_stats_t *st, const char *name) {
       return &st->tables[i];
   fail_msg("no table %s", name);
   return NULL;
+}
+
+static uint32_t samplers_waiting(const char *name) {
+  chime_stats_t *st = NULL;
+  assert_int_equal(chime_client_stats(client, &st), 0);
+  uint32_t n = table_stats(st, name)->samplers_waiting_items;
+  chime_stats_free(st);
+  return n;
+}
+
+/* Waits up to 10 s for a sampler of table name to wait for items. */
+static void wait_sampler_waits(const char *name) {
+  int64_t end = chime__now_ms() + 10000;
+  while (samplers_waiting(name) == 0) {
+    if (chime__now_ms() > end)
+      fail_msg("no sampler of %s waits for items after 10 s", name);
+    chime__sleep_ms(1);
+  }
 }
 
 /* Waits up to 15 s for table name to hold size items, returned of them
@@ -184,8 +204,9 @@ static void insert_rag(void) {
 
 /* Batches A, B, C, D fill the ring (a learner holds at most slots - 1:
  * A, B, C, with D published); the learner releases C once chimed waits
- * for a slot, and waits for chimed to take that slot (it finds no items
- * to fill it with): chimed has seen C released. It takes D, then forges:
+ * for a slot, and waits for chimed to take that slot and find no items to
+ * fill it with (the table's samplers_waiting_items: 1): chimed has seen C
+ * released. It takes D, then forges:
  * C's release_count wound back (C's items would come again), B's info
  * (keys, priority, counts), bytes and offsets (wild), D's offsets
  * (backwards) and release_count (past what chimed published), and ends
@@ -208,10 +229,11 @@ static void test_forged_ring(void **state) {
   for (int i = 0; i < SLOTS; i++) {
     if (i == SLOTS - 1) {
       map_writable(&r, b[0].info);
-      wait_waiting(&r, 1, "waited for a slot with the ring full");
+      wait_waiting(&r, "waited for a slot with the ring full");
+      assert_int_equal(samplers_waiting("rag"), 0);
       uint32_t sc = slot_of(&r, &b[2]);
       assert_int_equal(chime_stream_release(s, &b[2]), 0);
-      wait_waiting(&r, 0, "took the slot the learner released");
+      wait_sampler_waits("rag");
       /* C: released and seen; wound back. */
       atomic_fetch_sub(relcount(&r, sc), 1);
     }
@@ -359,10 +381,51 @@ static void test_forged_windows(void **state) {
   wait_table("seq", 0, 4);
 }
 
+/* What the pins cost an honest learner: a fifo table of capacity 4 (8
+ * rows, spares included) whose two batches a learner held has every row
+ * pinned; once it released them, the next insert must get rows although
+ * chimed was waiting for items, not slots, when the releases came (the
+ * learner's release rings it then). */
+static void test_small_table_released(void **state) {
+  (void)state;
+  chime_stream_t *s = NULL;
+  chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
+  so.batch_size = 4;
+  so.slots = 3;
+  so.mode = CHIME_MODE_SHM;
+  assert_int_equal(chime_stream_open(&s, client, "small", &so), 0);
+  chime_writer_t *w = NULL;
+  assert_int_equal(chime_writer_open(&w, client, "small", NULL), 0);
+  chime_batch_t b[2];
+  uint32_t id = 0;
+  for (int round = 0; round < 4; round++) {
+    for (int k = 0; k < 4; k++, id++)
+      assert_int_equal(chime_writer_append(w, &id, sizeof(id), 1.0), 0);
+    assert_int_equal(chime_writer_flush(w), 0);
+    chime_batch_t *x = &b[round % 2];
+    if (chime_stream_next(s, x, 10000) != 0)
+      fail_msg("round %d: next: %s", round, chime_last_error());
+    for (uint32_t j = 0; j < x->count; j++) {
+      uint32_t got;
+      memcpy(&got, (const uint8_t *)x->leaf[0].data + 4 * j, 4);
+      assert_int_equal(got, (uint32_t)round * 4 + j);
+    }
+    if (round % 2 == 1) { /* both held: every row pinned; let them go */
+      wait_sampler_waits("small"); /* once chimed waits for items */
+      assert_int_equal(chime_stream_release(s, &b[0]), 0);
+      assert_int_equal(chime_stream_release(s, &b[1]), 0);
+    }
+  }
+  assert_int_equal(chime_writer_close(w), 0);
+  chime_stream_close(s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_forged_ring, setup, teardown),
       cmocka_unit_test_setup_teardown(test_forged_windows, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_small_table_released, setup,
+                                      teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

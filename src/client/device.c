@@ -342,9 +342,11 @@ static dbuf_t *take_buffer(chime__device_t *d, int *rc) {
 }
 
 /* What of the slot batch v uses, into *x: the leaf arrays whole without
- * ragged leaves; with them the parts its offsets say (checked: they are
- * the producer's), whose host copies go into b->offs. CHIME_EPROTO when
- * they do not hold. */
+ * ragged leaves; with them the parts its offsets say. The offsets are
+ * copied into b->offs first and the copy is checked (they are the
+ * producer's, in memory it can still write): the extents copied to the
+ * device and the shapes lend() gives come from the checked copy.
+ * CHIME_EPROTO when they do not hold. */
 static int batch_extents(chime__device_t *d, const chime_ring_view_t *v,
                          dbuf_t *b, chime__extents_t *x) {
   if (d->nrag == 0) {
@@ -355,16 +357,19 @@ static int batch_extents(chime__device_t *d, const chime_ring_view_t *v,
     return 0;
   }
   char why[256];
-  const uint8_t *base = chime_ring_slot_base(d->ring, v->slot);
-  if (chime__slot_extents(&d->layout, &d->spec, base, x, why, sizeof why))
+  const int64_t *copy[CHIME_MAX_LEAVES] = {NULL};
+  uint32_t r = 0;
+  for (uint32_t i = 0; i < d->spec.nleaves; i++) {
+    if (!d->spec.leaves[i].ragged)
+      continue;
+    int64_t *to = b->offs + (size_t)r++ * (v->count + 1);
+    memcpy(to, v->offsets[i], (size_t)(v->count + 1) * sizeof(*b->offs));
+    copy[i] = to;
+  }
+  if (chime__slot_extents_of(&d->layout, &d->spec, copy, x, why, sizeof why))
     return chime__detailf(CHIME_EPROTO,
                           "device stream: batch %" PRIu64 " dropped: %s",
                           v->seq, why);
-  uint32_t r = 0;
-  for (uint32_t i = 0; i < d->spec.nleaves; i++)
-    if (d->spec.leaves[i].ragged)
-      memcpy(b->offs + (size_t)r++ * (v->count + 1), v->offsets[i],
-             (size_t)(v->count + 1) * sizeof(*b->offs));
   return 0;
 }
 

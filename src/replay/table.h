@@ -179,11 +179,18 @@ int chime__table_sample(chime__table_t *t, const chime_ring_layout_t *lay,
 /* A batch sampled into a ring slot (lay's layout, the info included) that
  * its learner never finished: the items it took out of the table (fifo,
  * max_times_sampled) come back as the oldest, with their keys, priorities
- * and times sampled as before, in the batch's order (so give a learner's
- * batches back newest first). A fifo table samples them before its own;
- * they count against the capacity meanwhile. Samples that took nothing
- * out (a uniform table's) are ignored. CHIME_ENOMEM when some could not
- * come back: every row of the table (spares included) is live or pinned. */
+ * and times sampled as before the batch (an item the batch drew more than
+ * once: as before its first draw), in the batch's order (so give a
+ * learner's batches back newest first). A fifo table samples them before
+ * its own; they count against the capacity meanwhile. Samples that took
+ * nothing out (a uniform table's) are ignored. CHIME_ENOMEM when some could
+ * not come back: every row of the table (spares included) is live or
+ * pinned.
+ * The slot must be memory only this process writes: its bytes and info
+ * become items. chimed never calls it on a learner's ring (it gives shm
+ * batches back from their pinned rows, chime__table_give_back_pinned).
+ * Even so a sample whose ragged offsets leave the slot or run backwards,
+ * or whose window is longer than sequence_length, is dropped, not read. */
 int chime__table_give_back(chime__table_t *t, const chime_ring_layout_t *lay,
                            const void *slot);
 
@@ -258,6 +265,10 @@ unsigned chime__table_lock_waiters(const chime__table_t *t);
  * (the caller's); n and given_back are the table's, under its lock. */
 typedef struct {
   uint32_t *rows;
+  /* Each sample's times sampled as drawn (batch_size entries, the
+   * caller's; NULL when the batch is never given back): what give back
+   * reads instead of the slot's info, which a learner may have written. */
+  uint32_t *times;
   uint32_t n; /* rows pinned now; 0: none */
   int given_back;
 } chime__table_pins_t;
@@ -285,11 +296,11 @@ size_t chime__table_spans(const chime__table_t *t,
                           const uint8_t *slot_base, uint64_t copy_min,
                           uint64_t off, uint64_t len, chime__span_t *out,
                           size_t max);
-/* chime__table_give_back for a batch still pinned (info: its samples),
- * from its rows, no copy; once per pinning, and not after an unpin. */
+/* chime__table_give_back for a batch still pinned (pins->times set), from
+ * its rows and what the table and pins hold, no copy and nothing read from
+ * the slot; once per pinning, and not after an unpin. */
 void chime__table_give_back_pinned(chime__table_t *t,
                                    const chime_ring_layout_t *lay,
-                                   const chime_sample_info_t *info,
                                    chime__table_pins_t *pins);
 
 /* Wakes every waiter so it re-reads its abort/stop flag. */

@@ -29,15 +29,16 @@ static void put(chime__extents_t *out, uint64_t off, uint64_t len) {
   out->total += len;
 }
 
-/* The rows leaf i's offsets at base say the batch holds, or -1 (a message
- * in err) when they cannot be trusted. */
+/* The rows leaf i's offsets (at offs[i]) say the batch holds, or -1 (a
+ * message in err) when they cannot be trusted. */
 static int64_t leaf_rows(const chime_ring_layout_t *lay,
-                         const chime_spec_t *spec, const uint8_t *base,
-                         uint32_t i, char *err, size_t errlen) {
+                         const chime_spec_t *spec,
+                         const int64_t *const offsets[], uint32_t i, char *err,
+                         size_t errlen) {
   const chime_leaf_t *lf = &spec->leaves[i];
   uint32_t B = lay->batch_size;
   int64_t offs[2];
-  const uint8_t *o = base + lay->offsets_offset[i];
+  const uint8_t *o = (const uint8_t *)offsets[i];
   memcpy(&offs[0], o, sizeof(int64_t));
   if (offs[0] != 0) {
     chime__errf(err, errlen, "leaf '%s': offsets[0] is %" PRId64 ", not 0",
@@ -57,7 +58,7 @@ static int64_t leaf_rows(const chime_ring_layout_t *lay,
     }
     offs[0] = offs[1];
   }
-  if (lf->shares != 0 && memcmp(o, base + lay->offsets_offset[lf->shares - 1],
+  if (lf->shares != 0 && memcmp(o, offsets[lf->shares - 1],
                                 ((size_t)B + 1) * sizeof(int64_t)) != 0) {
     chime__errf(err, errlen,
                 "leaf '%s': offsets unlike those of '%s', whose length it "
@@ -71,6 +72,17 @@ static int64_t leaf_rows(const chime_ring_layout_t *lay,
 int chime__slot_extents(const chime_ring_layout_t *lay,
                         const chime_spec_t *spec, const uint8_t *base,
                         chime__extents_t *out, char *err, size_t errlen) {
+  const int64_t *offsets[CHIME_MAX_LEAVES] = {NULL};
+  for (uint32_t i = 0; i < spec->nleaves; i++)
+    if (spec->leaves[i].ragged)
+      offsets[i] = (const int64_t *)(base + lay->offsets_offset[i]);
+  return chime__slot_extents_of(lay, spec, offsets, out, err, errlen);
+}
+
+int chime__slot_extents_of(const chime_ring_layout_t *lay,
+                           const chime_spec_t *spec,
+                           const int64_t *const offsets[],
+                           chime__extents_t *out, char *err, size_t errlen) {
   uint64_t send = chime__slot_send_bytes(lay);
   uint64_t tail = chime__slot_tail(lay, spec);
   out->n = 0;
@@ -83,7 +95,7 @@ int chime__slot_extents(const chime_ring_layout_t *lay,
   for (uint32_t i = 0; i < spec->nleaves; i++) {
     uint64_t len = lay->leaf_bytes[i];
     if (spec->leaves[i].ragged) {
-      int64_t rows = leaf_rows(lay, spec, base, i, err, errlen);
+      int64_t rows = leaf_rows(lay, spec, offsets, i, err, errlen);
       if (rows < 0)
         return CHIME_EPROTO;
       /* rows <= B x bound: within the leaf's region, no overflow. */

@@ -49,5 +49,13 @@ uint64_t chime__slot_tail(const chime_ring_layout_t *lay,
 int chime__slot_extents(const chime_ring_layout_t *lay,
                         const chime_spec_t *spec, const uint8_t *base,
                         chime__extents_t *out, char *err, size_t errlen);
+/* chime__slot_extents from offsets elsewhere: offsets[i] is ragged leaf
+ * i's batch_size + 1 offsets (NULL for a fixed leaf). A reader of memory
+ * a peer can write copies the offsets out first and passes the copy, so
+ * what was checked is what it then uses. */
+int chime__slot_extents_of(const chime_ring_layout_t *lay,
+                           const chime_spec_t *spec,
+                           const int64_t *const offsets[],
+                           chime__extents_t *out, char *err, size_t errlen);
 
 #endif

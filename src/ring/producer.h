@@ -85,8 +85,23 @@ uint32_t chime__ring_reclaim(chime_ring_t *ring);
 /* The slots published and not yet released (not taken, or held by the
  * consumer), oldest publish first, e.g. to give their contents back when
  * the consumer is gone. Writes at most max indices into slots; returns how
- * many there are. */
-uint32_t chime__ring_unreleased(const chime_ring_t *ring, uint32_t *slots,
+ * many there are. A release the producer once saw (acquire, try_acquire,
+ * chime__ring_released, reclaim) stays seen: a consumer that winds its
+ * release_count back cannot make a batch unreleased again. One it undoes
+ * before the producer looked was never seen, so a lying consumer can at
+ * worst have a batch it finished counted as unreleased once (bounded by
+ * what was published), never anything that was not published. */
+uint32_t chime__ring_unreleased(chime_ring_t *ring, uint32_t *slots,
                                 uint32_t max);
+/* 1 when the slot's latest publish was released (recorded as above), or it
+ * was never published; 0 while published and unreleased, or acquired. */
+int chime__ring_released(chime_ring_t *ring, uint32_t slot);
+/* Has the consumer's next release (or next() that finds nothing) ring
+ * *bell, as try_acquire does when no slot is free, for a producer that
+ * waits for something else but must hear of releases too: read *bell_val,
+ * arm, then look again (chime__ring_released) before sleeping on it. The
+ * next acquire or try_acquire that takes a slot disarms it. */
+CHIME_NODISCARD int chime__ring_arm_bell(chime_ring_t *ring, uint32_t **bell,
+                                         uint32_t *bell_val);
 
 #endif

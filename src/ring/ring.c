@@ -74,7 +74,12 @@ struct chime_ring_s {
   /* Producer's private, authoritative state. */
   uint32_t *pub_per_slot; /* times each slot was published */
   uint64_t *last_seq;     /* seq of each slot's latest publish */
-  uint8_t *acquired;      /* taken by acquire, not yet published */
+  /* 1 once we saw the slot's latest publish released (its release_count
+   * equal to pub_per_slot): the consumer can take that back no more than
+   * it can take back a slot we reused. A release it undoes before we
+   * looked was never seen. */
+  uint8_t *seen_free;
+  uint8_t *acquired; /* taken by acquire, not yet published */
   uint64_t pub;
   uint32_t scan;
 
@@ -244,13 +249,15 @@ int chime__ring_create(chime_ring_t **out, const chime_spec_t *spec,
   }
   ring->pub_per_slot = calloc(slots, sizeof(*ring->pub_per_slot));
   ring->last_seq = calloc(slots, sizeof(*ring->last_seq));
+  ring->seen_free = malloc(slots);
   ring->acquired = calloc(slots, 1);
   ring->held = calloc(slots, 1);
   if (ring->pub_per_slot == NULL || ring->last_seq == NULL ||
-      ring->acquired == NULL || ring->held == NULL) {
+      ring->seen_free == NULL || ring->acquired == NULL || ring->held == NULL) {
     rc = chime__ring_fail(CHIME_ENOMEM, "ring create: out of memory");
     goto out;
   }
+  memset(ring->seen_free, 1, slots); /* none published yet */
   rc = chime__segment_create(&ring->seg, spec, &ring->layout, &regions, page,
                              &ring->spec);
   if (rc != 0)
@@ -261,6 +268,19 @@ int chime__ring_create(chime_ring_t **out, const chime_spec_t *spec,
 out:
   chime_ring_destroy(ring);
   return rc;
+}
+
+/* Whether the slot's latest publish is released, as far as we saw: the
+ * consumer released it as often as we published it, now or at some look
+ * since that publish (recorded, so a count the consumer winds back later
+ * changes nothing). */
+static int slot_free(chime_ring_t *ring, uint32_t s, memory_order mo) {
+  if (ring->seen_free[s])
+    return 1;
+  if (atomic_load_explicit(&ring->seg.relcount[s], mo) != ring->pub_per_slot[s])
+    return 0;
+  ring->seen_free[s] = 1;
+  return 1;
 }
 
 /* A slot is free when the consumer has released it as often as we published
@@ -278,8 +298,7 @@ static int next_free(chime_ring_t *ring, memory_order mo) {
       s -= n;
     if (ring->acquired[s])
       continue;
-    if (atomic_load_explicit(&ring->seg.relcount[s], mo) ==
-        ring->pub_per_slot[s]) {
+    if (slot_free(ring, s, mo)) {
       ring->scan = s + 1 == n ? 0 : s + 1;
       return (int)s;
     }
@@ -426,6 +445,7 @@ int chime__ring_publish(chime_ring_t *ring, uint32_t slot, uint64_t *seq) {
     return CHIME_EINVAL;
   ring->acquired[slot] = 0;
   ring->pub_per_slot[slot]++;
+  ring->seen_free[slot] = 0;
   n = ring->pub;
   ring->last_seq[slot] = n;
   ent = &ring->seg.queue[n % ring->layout.slots];
@@ -466,8 +486,10 @@ uint32_t chime__ring_reclaim(chime_ring_t *ring) {
   for (uint32_t s = 0; s < ring->layout.slots; s++) {
     uint32_t want = ring->pub_per_slot[s];
     if (atomic_exchange_explicit(&ring->seg.relcount[s], want,
-                                 memory_order_acq_rel) != want)
+                                 memory_order_acq_rel) != want &&
+        !ring->seen_free[s])
       n++;
+    ring->seen_free[s] = 1;
   }
   atomic_store_explicit(&ctrl->taken, ring->pub, memory_order_release);
   atomic_store_explicit(&ctrl->leases, 0, memory_order_relaxed);
@@ -476,15 +498,36 @@ uint32_t chime__ring_reclaim(chime_ring_t *ring) {
   return n;
 }
 
-uint32_t chime__ring_unreleased(const chime_ring_t *ring, uint32_t *slots,
+int chime__ring_released(chime_ring_t *ring, uint32_t slot) {
+  if (ring == NULL || ring->consumer || slot >= ring->layout.slots)
+    return 0;
+  /* seq_cst: a look after chime__ring_arm_bell's store sees every release
+   * whose load of `waiting` missed it (no lost wake-up). */
+  return !ring->acquired[slot] && slot_free(ring, slot, memory_order_seq_cst);
+}
+
+int chime__ring_arm_bell(chime_ring_t *ring, uint32_t **bell,
+                         uint32_t *bell_val) {
+  if (ring == NULL || bell == NULL || bell_val == NULL)
+    return CHIME_EINVAL;
+  if (ring->consumer)
+    return CHIME_EPERM;
+  _Atomic uint32_t *b = &ring->seg.ctrl->prod_bell;
+  *bell = (uint32_t *)b;
+  *bell_val = atomic_load_explicit(b, memory_order_seq_cst);
+  /* 1: any release rings (it frees at least its own slot). */
+  atomic_store_explicit(&ring->seg.prod->waiting, 1, memory_order_seq_cst);
+  return 0;
+}
+
+uint32_t chime__ring_unreleased(chime_ring_t *ring, uint32_t *slots,
                                 uint32_t max) {
   uint32_t n = 0;
   if (ring == NULL || ring->consumer)
     return 0;
   for (uint32_t s = 0; s < ring->layout.slots; s++) {
-    if (ring->pub_per_slot[s] == 0 ||
-        atomic_load_explicit(&ring->seg.relcount[s], memory_order_acquire) ==
-            ring->pub_per_slot[s])
+    if (ring->pub_per_slot[s] == 0 || ring->acquired[s] ||
+        slot_free(ring, s, memory_order_acquire))
       continue;
     if (n < max) {
       /* Insertion by publish order: at most `slots` entries. */
@@ -706,6 +749,7 @@ void chime_ring_destroy(chime_ring_t *ring) {
   chime__segment_close(&ring->seg);
   free(ring->pub_per_slot);
   free(ring->last_seq);
+  free(ring->seen_free);
   free(ring->acquired);
   free(ring->held);
   free(ring);

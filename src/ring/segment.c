@@ -342,11 +342,16 @@ int chime__segment_attach(chime__segment_t *seg, int fd,
     goto out;
   }
   /* Without these seals the producer could shrink the file under us and a
-   * read of a mapped slot would SIGBUS. */
+   * read of a mapped slot would SIGBUS. Seals first, then the size: a size
+   * read before the seals could be shrunk before they were set. */
   seals = fcntl(fd, F_GET_SEALS);
   if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) !=
                        (F_SEAL_SHRINK | F_SEAL_GROW)) {
     rc = fail(CHIME_ECORRUPT, "ring segment is not sealed against resizing");
+    goto out;
+  }
+  if (fstat(fd, &st) != 0) {
+    rc = fail(CHIME_EINVAL, "ring fd is not an open file");
     goto out;
   }
   if (st.st_size < 0 || (uint64_t)st.st_size < prefix) {

@@ -275,6 +275,34 @@ out:
   return rc;
 }
 
+int chime__stream_pins_init(chime__stream_t *s, const Chime__V1__Open *open,
+                            int times) {
+  size_t n = (size_t)open->slots * open->batch_size;
+  s->pins = calloc(open->slots, sizeof(*s->pins));
+  s->pin_rows = malloc(n * sizeof(*s->pin_rows));
+  if (times)
+    s->pin_times = malloc(n * sizeof(*s->pin_times));
+  if (s->pins == NULL || s->pin_rows == NULL || (times && s->pin_times == NULL))
+    return CHIME_ENOMEM;
+  for (uint32_t i = 0; i < open->slots; i++) {
+    s->pins[i].rows = s->pin_rows + (size_t)i * open->batch_size;
+    if (times)
+      s->pins[i].times = s->pin_times + (size_t)i * open->batch_size;
+  }
+  return 0;
+}
+
+void chime__stream_pins_fini(chime__stream_t *s) {
+  for (uint32_t i = 0; s->pins != NULL && i < s->lay.slots; i++)
+    chime__table_unpin(s->table, &s->pins[i]);
+  free(s->pins);
+  free(s->pin_rows);
+  free(s->pin_times);
+  s->pins = NULL;
+  s->pin_rows = NULL;
+  s->pin_times = NULL;
+}
+
 /* The stream ended: items that batches its learner never finished (not
  * taken, or taken and not released; in stream mode not yet sent or still
  * held by gRPC) took out of the table (fifo, max_times_sampled) go back,
@@ -326,7 +354,10 @@ static chime__fill_t stream_fill(chime__fill_job_t *j, chime__fill_wait_t *w) {
   rc = s->ops->sample(s, &ws);
   if (rc != 0) {
     s->ops->abandon(s, ws.slot);
-    return rc == CHIME_EBUSY ? CHIME__FILL_WAIT_ITEMS : retire(s);
+    if (rc != CHIME_EBUSY)
+      return retire(s);
+    return s->ops->wait_items != NULL ? s->ops->wait_items(s, w)
+                                      : CHIME__FILL_WAIT_ITEMS;
   }
   rc = chime__ring_publish(s->ring, ws.slot, &seq); /* cannot fail: acquired */
   (void)rc;

@@ -43,10 +43,15 @@ struct chime__stream_s {
   atomic_int closed;
   pthread_mutex_t mu;     /* attached */
   chime__sender_t sender; /* stream mode: chunks, credits, held batches */
-  /* stream mode: each slot's batch keeps its rows pinned in the table
-   * (sent from there) until the slot is filled again or the stream goes */
+  /* Each slot's batch keeps its rows pinned in the table until the slot
+   * is filled again (or, shm, seen released) or the stream goes: stream
+   * mode sends them from there; both give a batch the learner did not
+   * release back from them (max_times_sampled tables: pin_times set), so
+   * nothing given back is read from the ring, which an shm learner can
+   * write. NULL in shm mode when nothing is ever given back. */
   chime__table_pins_t *pins; /* [slots], rows in pin_rows */
   uint32_t *pin_rows;        /* [slots * batch_size] */
+  uint32_t *pin_times;       /* [slots * batch_size], or NULL */
   /* stream mode with ragged leaves: the bytes each slot's batch sends
    * (ring/extents.h), set when it is sampled; NULL for a fixed spec */
   chime__extents_t *extents; /* [slots] */
@@ -75,6 +80,12 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
                        chime__call_t *call, const Chime__V1__Open *open,
                        const chime__stream_mode_ops_t *mode, char *err,
                        size_t errlen);
+/* The pins above for open's slots and batch_size, with pin_times when
+ * times is set. CHIME_ENOMEM; what was made goes in
+ * chime__stream_pins_fini, which unpins what is still pinned. */
+int chime__stream_pins_init(chime__stream_t *s, const Chime__V1__Open *open,
+                            int times);
+void chime__stream_pins_fini(chime__stream_t *s);
 /* Hands the stream to the sampler pool (and, in stream mode, the call to
  * its sender). */
 int chime__stream_start(chime__stream_t *s, chime__call_t *call);

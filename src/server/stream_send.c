@@ -116,13 +116,7 @@ static int send_init(chime__stream_t *s, const Chime__V1__Open *open) {
    * slots (8, 7 lent) a wake fills 2 or more, and 5 stay published or
    * sent meanwhile. */
   s->kick_at = (open->slots - 1) / 3 > 1 ? (open->slots - 1) / 3 : 1;
-  s->pins = calloc(open->slots, sizeof(*s->pins));
-  s->pin_rows =
-      malloc((size_t)open->slots * open->batch_size * sizeof(*s->pin_rows));
-  for (uint32_t i = 0;
-       s->pins != NULL && s->pin_rows != NULL && i < open->slots; i++)
-    s->pins[i].rows = s->pin_rows + (size_t)i * open->batch_size;
-  if (rc != 0 || s->pins == NULL || s->pin_rows == NULL)
+  if (chime__stream_pins_init(s, open, held) != 0 || rc != 0)
     return CHIME_ENOMEM;
   return 0;
 }
@@ -190,9 +184,8 @@ static void send_published(chime__stream_t *s) {
 
 /* From its rows, still pinned. */
 static void send_give_back(chime__stream_t *s, uint32_t slot, uint8_t *base) {
-  chime__table_give_back_pinned(
-      s->table, &s->lay,
-      (const chime_sample_info_t *)(base + s->lay.info_offset), &s->pins[slot]);
+  (void)base;
+  chime__table_give_back_pinned(s->table, &s->lay, &s->pins[slot]);
 }
 
 /* On the thread that just learned the call can go on (a send completed,
@@ -230,13 +223,8 @@ static void send_close(chime__stream_t *s) {
 
 /* No slice points into the table any more: the last rows go. */
 static void send_fini(chime__stream_t *s) {
-  for (uint32_t i = 0; s->pins != NULL && i < s->lay.slots; i++)
-    chime__table_unpin(s->table, &s->pins[i]);
-  free(s->pins);
-  free(s->pin_rows);
+  chime__stream_pins_fini(s);
   free(s->extents);
-  s->pins = NULL;
-  s->pin_rows = NULL;
   s->extents = NULL;
 }
 

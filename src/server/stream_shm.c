@@ -37,11 +37,21 @@ static const chime__sender_owner_t shm_owner = {.ref = shm_ref,
                                                 .slot_freed = shm_slot_freed,
                                                 .spans = shm_spans};
 
+/* A table whose sampling takes items out (fifo, max_times_sampled) gets
+ * them back from a learner that ends holding batches: from the batch's
+ * rows, pinned in the table from sample until chimed sees the slot
+ * released, and the counts each draw gave (pin_times), never from the
+ * ring, which the learner maps writable (docs/ring.md, "What the producer
+ * trusts"). 8 bytes per sample of each slot, and rows: an item that left
+ * keeps its row until then (spare rows stand in for inserts). */
 static int shm_init(chime__stream_t *s, const Chime__V1__Open *open) {
   s->ready_bytes = open->ready_bytes;
-  return chime__sender_init(
+  int rc = chime__sender_init(
       &s->sender, NULL, 0, chime__credits_initial(open->prefetch, open->slots),
       chime__credits_max(open->slots), 0, 0, s, &shm_owner);
+  if (rc == 0 && chime__table_config(s->table)->max_times_sampled != 0)
+    rc = chime__stream_pins_init(s, open, 1);
+  return rc;
 }
 
 static int shm_expose(chime__stream_t *s, char *err, size_t errlen) {
@@ -119,8 +129,41 @@ static int shm_acquire(chime__stream_t *s, chime__ring_wslot_t *ws,
   return chime__ring_try_acquire(s->ring, ws, &w->bell, &w->bell_val);
 }
 
+/* The rows of batches seen released go (the slot being filled is free:
+ * its last batch was released). */
+static void unpin_released(chime__stream_t *s, uint32_t filling) {
+  for (uint32_t i = 0; i < s->lay.slots; i++)
+    if (s->pins[i].n > 0 && (i == filling || chime__ring_released(s->ring, i)))
+      chime__table_unpin(s->table, &s->pins[i]);
+}
+
 static int shm_sample(chime__stream_t *s, chime__ring_wslot_t *ws) {
-  return chime__table_try_sample(s->table, &s->lay, ws, &s->twait);
+  if (s->pins == NULL)
+    return chime__table_try_sample(s->table, &s->lay, ws, &s->twait);
+  unpin_released(s, ws->slot);
+  /* Everything copied into the slot (copy_min: no run is left in the
+   * table), the rows pinned for give back. */
+  return chime__table_try_sample_pinned(
+      s->table, &s->lay, ws, &s->pins[ws->slot], UINT64_MAX, &s->twait);
+}
+
+/* Waiting for items with rows pinned for batches not yet seen released:
+ * those rows may be what an insert waits for (a small table's rows all
+ * pinned), and the learner's release does not kick the job as the table
+ * does. So its next release rings the ring's bell too; the table still
+ * kicks when items come. A release seen meanwhile: another step. */
+static chime__fill_t shm_wait_items(chime__stream_t *s, chime__fill_wait_t *w) {
+  if (s->pins == NULL)
+    return CHIME__FILL_WAIT_ITEMS;
+  int pinned = 0;
+  for (uint32_t i = 0; i < s->lay.slots && !pinned; i++)
+    pinned = s->pins[i].n > 0;
+  if (!pinned || chime__ring_arm_bell(s->ring, &w->bell, &w->bell_val) != 0)
+    return CHIME__FILL_WAIT_ITEMS;
+  for (uint32_t i = 0; i < s->lay.slots; i++)
+    if (s->pins[i].n > 0 && chime__ring_released(s->ring, i))
+      return CHIME__FILL_AGAIN; /* unpinned by the next step */
+  return CHIME__FILL_WAIT_SLOT;
 }
 
 static void shm_abandon(chime__stream_t *s, uint32_t slot) {
@@ -131,13 +174,13 @@ static void shm_published(chime__stream_t *s) {
   (void)s;
 }
 
+/* From the batch's pinned rows and pin_times: nothing of the slot is
+ * read (its bytes, offsets and info are the learner's to write). A table
+ * that takes nothing out has nothing to give back. */
 static void shm_give_back(chime__stream_t *s, uint32_t slot, uint8_t *base) {
-  (void)slot;
-  if (chime__table_give_back(s->table, &s->lay, base) != 0)
-    fprintf(stderr,
-            "chimed: stream %llu: no free row to give back items of a "
-            "batch of %u\n",
-            (unsigned long long)s->id, s->lay.batch_size);
+  (void)base;
+  if (s->pins != NULL)
+    chime__table_give_back_pinned(s->table, &s->lay, &s->pins[slot]);
 }
 
 static void shm_credit(chime__stream_t *s, uint32_t n, const uint64_t *released,
@@ -165,7 +208,7 @@ static void shm_close(chime__stream_t *s) {
 }
 
 static void shm_fini(chime__stream_t *s) {
-  (void)s;
+  chime__stream_pins_fini(s);
 }
 
 const chime__stream_mode_ops_t chime__stream_mode_shm = {
@@ -179,6 +222,7 @@ const chime__stream_mode_ops_t chime__stream_mode_shm = {
     .gate = shm_gate,
     .acquire = shm_acquire,
     .sample = shm_sample,
+    .wait_items = shm_wait_items,
     .abandon = shm_abandon,
     .published = shm_published,
     .give_back = shm_give_back,

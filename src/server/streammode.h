@@ -55,6 +55,10 @@ typedef struct {
   /* Samples a batch into the acquired slot (chime__table_try_sample's
    * codes: CHIME_EBUSY waits on s->twait). */
   int (*sample)(chime__stream_t *s, chime__ring_wslot_t *ws);
+  /* sample found too few items (the slot went back unfilled): how the
+   * step waits, CHIME__FILL_WAIT_ITEMS (the table kicks) unless the mode
+   * must also hear of something else (w set). NULL: WAIT_ITEMS. */
+  chime__fill_t (*wait_items)(chime__stream_t *s, chime__fill_wait_t *w);
   /* The slot acquired goes back unfilled. */
   void (*abandon)(chime__stream_t *s, uint32_t slot);
   /* The slot was published (the sender may send it). */

@@ -19,6 +19,7 @@ typedef struct {
   uint8_t *mem;
   chime__ring_wslot_t ws;
   uint32_t *rows;           /* slot_pin: room for a batch's pinned rows */
+  uint32_t *times;          /* and for their draws' times sampled */
   chime__table_pins_t pins; /* a pinned sample's rows (stream mode's path) */
 } slot_t;
 
@@ -55,16 +56,21 @@ static inline void slot_init(slot_t *s, const chime__table_t *t,
  * s->pins), for a slot made by slot_init. */
 static inline void slot_pin(slot_t *s) {
   s->rows = calloc(s->lay.batch_size, sizeof(*s->rows));
+  s->times = calloc(s->lay.batch_size, sizeof(*s->times));
   assert_non_null(s->rows);
+  assert_non_null(s->times);
   memset(&s->pins, 0, sizeof(s->pins));
   s->pins.rows = s->rows;
+  s->pins.times = s->times;
 }
 
 static inline void slot_fini(slot_t *s) {
   free(s->mem);
   free(s->rows);
+  free(s->times);
   s->mem = NULL;
   s->rows = NULL;
+  s->times = NULL;
 }
 
 /* A thread sampling into a slot: batches until the table refuses one (a

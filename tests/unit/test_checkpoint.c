@@ -499,6 +499,7 @@ static void take_spares(chime__table_t *t, uint64_t *next) {
   slot_init(&s, t, 64);
   for (int k = 0; k < 32; k++) {
     pins[k].rows = rows[k];
+    pins[k].times = NULL;
     pins[k].n = 0;
     pins[k].given_back = 0;
     assert_int_equal(chime__table_try_sample_pinned(t, &s.lay, &s.ws, &pins[k],

@@ -502,8 +502,8 @@ static void test_give_back(void **state) {
     assert_int_equal(chime__table_create(&t, &tc), 0);
     slot_t s;
     slot_init(&s, t, 3);
-    uint32_t rows[3];
-    chime__table_pins_t pins = {rows, 0, 0};
+    uint32_t rows[3], times[3];
+    chime__table_pins_t pins = {rows, times, 0, 0};
     chime__table_waiter_t w;
     memset(&w, 0, sizeof(w));
     seq_writer_t wr = {21, 0, 1, 0};
@@ -523,7 +523,7 @@ static void test_give_back(void **state) {
     chime__table_get_stats(t, &st);
     assert_int_equal(st.size, 1);
     if (pinned)
-      chime__table_give_back_pinned(t, &s.lay, s.ws.info, &pins);
+      chime__table_give_back_pinned(t, &s.lay, &pins);
     else
       assert_int_equal(chime__table_give_back(t, &s.lay, s.mem), 0);
     chime__table_unpin(t, &pins);

@@ -192,9 +192,9 @@ static void test_give_back_pinned_fifo(void **state) {
   chime__table_get_stats(t, &st);
   assert_int_equal(st.size, 2);
   /* A learner's batches go back newest first (as the stream does). */
-  chime__table_give_back_pinned(t, &b.lay, b.ws.info, &b.pins);
-  chime__table_give_back_pinned(t, &a.lay, a.ws.info, &a.pins);
-  chime__table_give_back_pinned(t, &a.lay, a.ws.info, &a.pins); /* again */
+  chime__table_give_back_pinned(t, &b.lay, &b.pins);
+  chime__table_give_back_pinned(t, &a.lay, &a.pins);
+  chime__table_give_back_pinned(t, &a.lay, &a.pins); /* again */
   chime__table_get_stats(t, &st);
   assert_int_equal(st.size, 10);
   assert_int_equal(st.returned, 8);
@@ -266,12 +266,59 @@ static void test_give_back_bytes_mts(void **state) {
   chime__table_destroy(t);
 }
 
+/* max_times_sampled 2, fifo: one batch draws the oldest item twice (its
+ * first draw leaves it live, the second takes it out). Given back, from
+ * the slot or from its pinned rows, it has the count it had before the
+ * batch (0), not before the batch's last draw of it (1): one more draw
+ * leaves it live. */
+static void test_give_back_times_before_batch(void **state) {
+  (void)state;
+  for (int pinned = 0; pinned < 2; pinned++) {
+    chime__table_t *t = new_table(8, CHIME__SAMPLER_FIFO, 2);
+    slot_t s, one;
+    pinned_slot(&s, t, 2);
+    pinned_slot(&one, t, 1);
+    insert_keys(t, 1, 2);
+    if (pinned)
+      assert_int_equal(sample_pinned(t, &s), 0);
+    else
+      assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
+    assert_int_equal(s.ws.info[0].key, 1);
+    assert_int_equal(s.ws.info[1].key, 1);
+    assert_int_equal(s.ws.info[0].times_sampled, 1);
+    assert_int_equal(s.ws.info[1].times_sampled, 2);
+    chime__table_stats_t st;
+    chime__table_get_stats(t, &st);
+    assert_int_equal(st.size, 1);
+    assert_int_equal(st.left_times_sampled, 2);
+    if (pinned) {
+      chime__table_give_back_pinned(t, &s.lay, &s.pins);
+      chime__table_unpin(t, &s.pins);
+    } else {
+      assert_int_equal(chime__table_give_back(t, &s.lay, s.mem), 0);
+    }
+    chime__table_get_stats(t, &st);
+    assert_int_equal(st.size, 2);
+    assert_int_equal(st.left, 0);
+    assert_int_equal(st.left_times_sampled, 0);
+    assert_int_equal(chime__table_sample(t, &one.lay, &one.ws, NULL), 0);
+    assert_int_equal(one.ws.info[0].key, 1);
+    assert_int_equal(one.ws.info[0].times_sampled, 1);
+    chime__table_get_stats(t, &st);
+    assert_int_equal(st.size, 2); /* still there: one of its two draws */
+    slot_fini(&s);
+    slot_fini(&one);
+    chime__table_destroy(t);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_spans_match_copy),
       cmocka_unit_test(test_pinned_rows_survive_eviction),
       cmocka_unit_test(test_give_back_pinned_fifo),
       cmocka_unit_test(test_give_back_bytes_mts),
+      cmocka_unit_test(test_give_back_times_before_batch),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

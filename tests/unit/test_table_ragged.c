@@ -295,6 +295,37 @@ static void test_give_back(void **state) {
   chime__table_destroy(t);
 }
 
+/* chime__table_give_back on a slot whose offsets were written wild (past
+ * the leaf, backwards, negative): those samples are dropped
+ * (CHIME_ECORRUPT), nothing is read out of the slot, the rest come back
+ * whole. */
+static void test_give_back_bad_offsets(void **state) {
+  (void)state;
+  const int64_t bad[][2] = {{0, INT64_MAX / 4}, {60, 3}, {-8, 0}};
+  for (size_t c = 0; c < sizeof(bad) / sizeof(bad[0]); c++) {
+    chime__table_t *t = new_table(SPEC, 16, CHIME__SAMPLER_FIFO);
+    chime__table_stats_t st;
+    slot_t s, s2;
+    uint32_t len[4] = {5, 3, 7, 2};
+    assert_int_equal(insert(t, len, 4, 1), 0);
+    slot_init(&s, t, 4);
+    slot_init(&s2, t, 1);
+    assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
+    /* Sample 1 ends and sample 2 starts at offs[2]. */
+    s.ws.offsets[0][2] = bad[c][0];
+    s.ws.offsets[0][3] = bad[c][1];
+    assert_int_equal(chime__table_give_back(t, &s.lay, s.mem), CHIME_ECORRUPT);
+    chime__table_get_stats(t, &st);
+    assert_true(st.size >= 1 && st.size <= 3);
+    /* Sample 0 is untouched: back first, whole. */
+    assert_int_equal(chime__table_sample(t, &s2.lay, &s2.ws, NULL), 0);
+    check_packed(&s2, 0, chime__key_make(0, 1), len[0]);
+    slot_fini(&s);
+    slot_fini(&s2);
+    chime__table_destroy(t);
+  }
+}
+
 /* Stream mode sends a pinned batch's bytes from spans over the slot and
  * the table: the ragged leaves and their offsets come from the slot, cut
  * at any chunk size, the same bytes as the slot holds. */
@@ -540,6 +571,7 @@ int main(void) {
       cmocka_unit_test(test_refused_whole),
       cmocka_unit_test(test_bytes_stored_vs_used),
       cmocka_unit_test(test_give_back),
+      cmocka_unit_test(test_give_back_bad_offsets),
       cmocka_unit_test(test_spans_send_offsets),
       cmocka_unit_test(test_refusals),
       cmocka_unit_test(test_checkpoint_roundtrip),

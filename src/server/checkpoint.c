@@ -337,8 +337,15 @@ int chime__checkpoint_write(chime__table_t *const *tables, uint32_t ntables,
   char done[128];
   int dl = snprintf(done, sizeof(done), DONE_HEAD "%08x\n",
                     chime__crc32c(0, manifest, mlen));
+  /* Written aside and renamed: a DONE there is whole, even after a power
+   * cut (one cut between its create and its write could leave an empty
+   * DONE, which `latest` would pick and restore would refuse). */
+  char q[sizeof(p)];
+  snprintf(q, sizeof(q), "%s/DONE.tmp", fin);
   snprintf(p, sizeof(p), "%s/DONE", fin);
-  e = write_small(p, done, (size_t)dl);
+  e = write_small(q, done, (size_t)dl);
+  if (e == 0 && rename(q, p) != 0)
+    e = errno;
   if (e == 0)
     e = fsync_path(fin, 1);
   if (e != 0) {

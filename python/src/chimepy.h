@@ -87,6 +87,12 @@ int chimepy_client_check(chimepy_client_t *client);
  * once nothing else is left on it. */
 int chimepy_client_call_begin(chimepy_client_t *client);
 void chimepy_client_call_end(chimepy_client_t *client);
+/* Ends the call that opened a writer or stream (chime_*_open's rc, and
+ * detail, its error copied before the GIL came back): opened, the client
+ * gains a child (a reference, and a close() waits for it) before the call
+ * ends; else raises. 0 or -1. */
+int chimepy_client_open_end(chimepy_client_t *client, int rc,
+                            const char *detail);
 /* Writes the C defaults into Client's docstrings; before the types are
  * readied. */
 void chimepy_client_docs_init(void);

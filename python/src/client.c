@@ -46,6 +46,20 @@ void chimepy_client_call_end(chimepy_client_t *client) {
   client_finish_close(client);
 }
 
+int chimepy_client_open_end(chimepy_client_t *client, int rc,
+                            const char *detail) {
+  if (rc == 0) {
+    Py_INCREF(client);
+    client->children++; /* before the call ends: a close() meanwhile waits */
+  }
+  chimepy_client_call_end(client);
+  if (rc) {
+    chimepy_raise(rc, detail);
+    return -1;
+  }
+  return 0;
+}
+
 static int client_init(PyObject *o, PyObject *args, PyObject *kw) {
   chimepy_client_t *self = (chimepy_client_t *)o;
   static char *kwlist[] = {"address",  "timeout", "token",           "tls_ca",

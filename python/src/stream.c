@@ -159,17 +159,11 @@ static int stream_init(PyObject *o, PyObject *args, PyObject *kw) {
   Py_BEGIN_ALLOW_THREADS rc = chime_stream_open(&self->s, c->c, table, &opts);
   if (rc)
     snprintf(detail, sizeof(detail), "%s", chime_last_error());
-  Py_END_ALLOW_THREADS if (rc == 0) {
-    Py_INCREF(client);
-    self->client = c;
-    c->children++; /* before the call ends: a close() meanwhile waits */
-  }
-  chimepy_client_call_end(c);
-  if (rc) {
+  Py_END_ALLOW_THREADS if (chimepy_client_open_end(c, rc, detail)) {
     self->s = NULL;
-    chimepy_raise(rc, detail);
     return -1;
   }
+  self->client = c;
   self->mode = chime_stream_mode(self->s);
   const char *why = chime_stream_fallback_reason(self->s);
   self->fallback = why ? PyUnicode_FromString(why) : Py_None;

@@ -193,17 +193,11 @@ static int writer_init(PyObject *o, PyObject *args, PyObject *kw) {
   Py_BEGIN_ALLOW_THREADS rc = chime_writer_open(&self->w, c->c, table, &opts);
   if (rc)
     snprintf(detail, sizeof(detail), "%s", chime_last_error());
-  Py_END_ALLOW_THREADS if (rc == 0) {
-    Py_INCREF(client);
-    self->client = c;
-    c->children++; /* before the call ends: a close() meanwhile waits */
-  }
-  chimepy_client_call_end(c);
-  if (rc) {
+  Py_END_ALLOW_THREADS if (chimepy_client_open_end(c, rc, detail)) {
     self->w = NULL;
-    chimepy_raise(rc, detail);
     return -1;
   }
+  self->client = c;
   return 0;
 }
 

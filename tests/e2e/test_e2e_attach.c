@@ -179,10 +179,9 @@ static void raw_open_shm(chime__raw_t *r, grpc_channel *ch, uint8_t token[16],
   protobuf_c_message_free_unpacked(m, NULL);
 }
 
-/* Presents token on the abstract socket path; the int32 answer. */
-static int32_t present(const char *path, const uint8_t token[16]) {
+/* A connection to the handoff socket at the abstract path. */
+static int handoff_connect(const char *path) {
   struct sockaddr_un sa;
-  uint8_t req[24], b[4];
   size_t n = strlen(path);
   assert_true(path[0] == '@' && n >= 2 && n < sizeof(sa.sun_path));
   memset(&sa, 0, sizeof(sa));
@@ -194,10 +193,23 @@ static int32_t present(const char *path, const uint8_t token[16]) {
       connect(s, (struct sockaddr *)&sa,
               (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n)),
       0);
+  return s;
+}
+
+/* Sends the handshake presenting token on s. */
+static void send_token(int s, const uint8_t token[16]) {
+  uint8_t req[24];
   memcpy(req, "CHIMEHO1", 8);
   memcpy(req + 8, token, 16);
   assert_int_equal(send(s, req, sizeof(req), MSG_NOSIGNAL),
                    (ssize_t)sizeof(req));
+}
+
+/* Presents token on the abstract socket path; the int32 answer. */
+static int32_t present(const char *path, const uint8_t token[16]) {
+  uint8_t b[4];
+  int s = handoff_connect(path);
+  send_token(s, token);
   assert_int_equal(recv(s, b, sizeof(b), MSG_WAITALL), (ssize_t)sizeof(b));
   close(s);
   return (int32_t)((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
@@ -253,7 +265,7 @@ static void test_token_spent_unanswered(void **state) {
   chime__chimed_t d;
   chime_client_t *c = NULL;
   chime__raw_t r;
-  uint8_t token[16], req[24];
+  uint8_t token[16];
   char path[128], details[512];
   start(&d, &c, "\"handoff_expires_ms\": 60000,");
   insert(c, 1);
@@ -261,23 +273,9 @@ static void test_token_spent_unanswered(void **state) {
   assert_non_null(ch);
   raw_open_shm(&r, ch, token, path, sizeof(path));
 
-  struct sockaddr_un sa;
-  size_t n = strlen(path);
-  assert_true(path[0] == '@' && n >= 2 && n < sizeof(sa.sun_path));
-  memset(&sa, 0, sizeof(sa));
-  sa.sun_family = AF_UNIX;
-  memcpy(sa.sun_path + 1, path + 1, n - 1);
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  assert_true(fd >= 0);
-  assert_int_equal(
-      connect(fd, (struct sockaddr *)&sa,
-              (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n)),
-      0);
+  int fd = handoff_connect(path);
   assert_int_equal(shutdown(fd, SHUT_RD), 0);
-  memcpy(req, "CHIMEHO1", 8);
-  memcpy(req + 8, token, 16);
-  assert_int_equal(send(fd, req, sizeof(req), MSG_NOSIGNAL),
-                   (ssize_t)sizeof(req));
+  send_token(fd, token);
 
   grpc_status_code st = GRPC_STATUS_UNKNOWN;
   int rc = chime__raw_finish(&r, &st, details, sizeof(details), 20000);

@@ -5,7 +5,9 @@
  * a client's table name (escaped in the status, never echoed raw), and
  * limits checked before work: a 50 MB spec refused at its 65th leaf,
  * requests larger than their method takes refused unparsed, a
- * MutatePriorities full of unknown fields read without keeping them. */
+ * MutatePriorities full of unknown fields read without keeping them, an
+ * Insert's versions and lengths counted before they are decoded, and
+ * each named limit tried one past it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -31,6 +33,7 @@
 #define M_SUBSCRIBE "/chime.v1.Chime/Subscribe"
 #define M_MUTATE "/chime.v1.Chime/MutatePriorities"
 #define M_CHECKPOINT "/chime.v1.Chime/Checkpoint"
+#define M_SET_VERSION "/chime.v1.Chime/SetVersion"
 #define SAMPLE_BYTES 264 /* the default table: obs:f32[64], action, reward */
 
 static void assert_contains(const char *hay, const char *needle) {
@@ -444,18 +447,6 @@ static void put_varint(uint8_t *b, size_t *k, uint64_t v) {
   b[(*k)++] = (uint8_t)v;
 }
 
-/* One Insert of `len` bytes to the default table; its status. */
-static grpc_status_code insert_bytes(const uint8_t *b, size_t len,
-                                     char *details, size_t dlen) {
-  chime__raw_t r;
-  grpc_status_code st = GRPC_STATUS_UNKNOWN;
-  assert_int_equal(chime__raw_start(&r, ch, M_INSERT, 60000), 0);
-  assert_int_equal(chime__raw_send_bytes(&r, b, len), 0);
-  assert_int_equal(chime__raw_finish(&r, &st, details, dlen, 60000), 0);
-  chime__raw_destroy(&r);
-  return st;
-}
-
 /* An Insert's versions and lengths are counted before they are decoded,
  * and counts no table takes are refused unallocated: 24 million versions
  * for one sample (8 bytes each decoded: 192 MB before), lengths that are
@@ -477,7 +468,7 @@ static void test_insert_counts_refused(void **state) {
   put_varint(b, &k, n);
   memset(b + k, 0x01, n);
   uint64_t peak0 = peak_rss_of(chimed.proc.pid);
-  assert_int_equal(insert_bytes(b, k + n, details, sizeof(details)),
+  assert_int_equal(unary_bytes(M_INSERT, b, k + n, details, sizeof(details)),
                    GRPC_STATUS_INVALID_ARGUMENT);
   assert_contains(details, "24000000 versions for 1 samples");
   uint64_t peak = peak_rss_of(chimed.proc.pid);
@@ -506,7 +497,7 @@ static void test_insert_counts_refused(void **state) {
   m[k++] = 1;
   m[k++] = 1;
   m[k++] = 1;
-  assert_int_equal(insert_bytes(m, k, details, sizeof(details)),
+  assert_int_equal(unary_bytes(M_INSERT, m, k, details, sizeof(details)),
                    GRPC_STATUS_INVALID_ARGUMENT);
   assert_contains(details, "3 lengths for 2 samples");
 
@@ -526,9 +517,83 @@ static void test_insert_counts_refused(void **state) {
   m[k++] = 5;
   memset(m + k, 0x02, 5);
   k += 5;
-  assert_int_equal(insert_bytes(m, k, details, sizeof(details)),
+  assert_int_equal(unary_bytes(M_INSERT, m, k, details, sizeof(details)),
                    GRPC_STATUS_INVALID_ARGUMENT);
   assert_contains(details, "5 samples in 4 data bytes and 0 lengths");
+}
+
+/* `table: demo` and then the bytes of b, into out; the length. */
+static size_t demo_then(uint8_t *out, const uint8_t *b, size_t n) {
+  out[0] = 0x0a;
+  out[1] = 4;
+  memcpy(out + 2, "demo", 4);
+  memcpy(out + 6, b, n);
+  return 6 + n;
+}
+
+/* Limits the protocol names, each tried one past it: a spec Leaf of 4097
+ * bytes; lengths sent to a table without ragged leaves; a SetVersion
+ * request over 4 KiB; a Subscribe Open whose prefetch exceeds its slots.
+ * Each is INVALID_ARGUMENT naming what was wrong. */
+static void test_limits_one_past(void **state) {
+  (void)state;
+  char details[512];
+  static uint8_t m[8192];
+  uint8_t b[4200];
+  size_t k = 0;
+  b[k++] = 0x32; /* field 6, LEN 4097: one spec Leaf */
+  b[k++] = 0x81;
+  b[k++] = 0x20;
+  memset(b + k, 0, 4097);
+  k += 4097;
+  assert_int_equal(
+      unary_bytes(M_INSERT, m, demo_then(m, b, k), details, sizeof(details)),
+      GRPC_STATUS_INVALID_ARGUMENT);
+  assert_contains(details, "spec leaf larger than 4096 bytes");
+
+  k = 0;
+  b[k++] = 0x10; /* count 1 */
+  b[k++] = 1;
+  b[k++] = 0x1a; /* data: one sample */
+  b[k++] = (uint8_t)(0x80 | (SAMPLE_BYTES & 0x7f));
+  b[k++] = (uint8_t)(SAMPLE_BYTES >> 7);
+  memset(b + k, 0, SAMPLE_BYTES);
+  k += SAMPLE_BYTES;
+  b[k++] = 0x48; /* field 9 (lengths), one varint */
+  b[k++] = 1;
+  assert_int_equal(
+      unary_bytes(M_INSERT, m, demo_then(m, b, k), details, sizeof(details)),
+      GRPC_STATUS_INVALID_ARGUMENT);
+  assert_contains(details, "lengths are for ragged leaves");
+
+  static const uint8_t unknown[3] = {0x98, 0x06, 0x00}; /* field 99 = 0 */
+  size_t len;
+  uint8_t *big = repeated("demo", unknown, sizeof(unknown), 1400, &len);
+  assert_true(len > 4096);
+  assert_int_equal(
+      unary_bytes(M_SET_VERSION, big, len, details, sizeof(details)),
+      GRPC_STATUS_INVALID_ARGUMENT);
+  assert_contains(details, "this method takes at most 4096");
+  free(big);
+
+  Chime__V1__Open open = CHIME__V1__OPEN__INIT;
+  open.table = (char *)"demo";
+  open.batch_size = 4;
+  open.slots = 4;
+  open.prefetch = 5;
+  open.mode = CHIME__V1__MODE__MODE_STREAM;
+  Chime__V1__SubscribeRequest req = CHIME__V1__SUBSCRIBE_REQUEST__INIT;
+  req.kind_case = CHIME__V1__SUBSCRIBE_REQUEST__KIND_OPEN;
+  req.open = &open;
+  chime__raw_t r;
+  grpc_status_code st = GRPC_STATUS_UNKNOWN;
+  assert_int_equal(chime__raw_start(&r, ch, M_SUBSCRIBE, 20000), 0);
+  assert_int_equal(chime__raw_send(&r, &req.base), 0);
+  assert_int_equal(chime__raw_finish(&r, &st, details, sizeof(details), 20000),
+                   0);
+  chime__raw_destroy(&r);
+  assert_int_equal(st, GRPC_STATUS_INVALID_ARGUMENT);
+  assert_contains(details, "prefetch 5: must be 0..slots (4)");
 }
 
 int main(void) {
@@ -543,6 +608,7 @@ int main(void) {
       cmocka_unit_test(test_control_chars_escaped),
       cmocka_unit_test(test_large_spec_refused),
       cmocka_unit_test(test_insert_counts_refused),
+      cmocka_unit_test(test_limits_one_past),
       cmocka_unit_test(test_oversized_requests_refused),
       cmocka_unit_test(test_mutate_read_by_hand),
   };

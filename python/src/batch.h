@@ -32,6 +32,7 @@ typedef struct {
   PyObject_HEAD chimepy_client_t *client;
   chime_stream_t *s;
   chime_mode_t mode;
+  int sharded;        /* over shards: next() may reopen sub-streams */
   int device;         /* -1: host batches; else the CUDA ordinal */
   PyObject *fallback; /* str or None */
   int iter_timeout_ms;

@@ -165,6 +165,7 @@ static int stream_init(PyObject *o, PyObject *args, PyObject *kw) {
   }
   self->client = c;
   self->mode = chime_stream_mode(self->s);
+  self->sharded = chime_client_nshards(c->c) > 0;
   const char *why = chime_stream_fallback_reason(self->s);
   self->fallback = why ? PyUnicode_FromString(why) : Py_None;
   if (!why)
@@ -277,10 +278,11 @@ static PyObject *stream_next_ms(chimepy_stream_t *self, int timeout_ms) {
   bt->stream = NULL;
   bt->leased = 0;
   /* A batch the ring already holds is taken without letting go of the
-   * GIL (timeout 0 does not wait). Only in shm mode: in stream mode a miss
-   * may send credits, which is not for under the GIL. */
+   * GIL (timeout 0 does not wait). Only in shm mode from one server: in
+   * stream mode a miss may send credits, and over shards it may reopen a
+   * shard's sub-stream (GetInfo, DNS), none of it for under the GIL. */
   int rc = CHIME_ETIMEDOUT;
-  if (self->mode == CHIME_MODE_SHM)
+  if (self->mode == CHIME_MODE_SHM && !self->sharded)
     rc = chime_stream_next(self->s, &bt->b, 0);
   if (rc == CHIME_ETIMEDOUT)
     rc = stream_wait(self, &bt->b, timeout_ms);

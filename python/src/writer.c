@@ -232,13 +232,25 @@ static int writer_shut(writer_t *self, char *why, size_t whylen) {
 static void writer_dealloc(PyObject *o) {
   writer_t *self = (writer_t *)o;
   char why[512];
-  /* Nobody is left to tell of a failed flush, or of a Ctrl-C during it
-   * (which ends the wait). An exception on its way (this may run while
-   * one unwinds) is kept. */
+  /* Nobody is left to raise to: a failed flush (samples that may be
+   * lost) or a Ctrl-C during it (which ends the wait) goes to
+   * sys.unraisablehook, as Python does for errors in __del__. An
+   * exception on its way (this may run while one unwinds) is kept. */
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
-  if (writer_shut(self, why, sizeof(why)) == INTERRUPTED)
+  why[0] = '\0';
+  int rc = writer_shut(self, why, sizeof(why));
+  if (rc != 0) {
+    if (!PyErr_Occurred()) {
+      char msg[640];
+      snprintf(msg, sizeof(msg),
+               "a chime.Writer collected unclosed could not flush: %s; its "
+               "unacked samples may be lost (close() it to see this raised)",
+               why[0] ? why : chime_strerror(rc));
+      chimepy_raise(rc, msg);
+    }
     PyErr_WriteUnraisable(o);
+  }
   PyErr_Restore(type, value, tb);
   Py_XDECREF(self->client);
   free(self->sample);

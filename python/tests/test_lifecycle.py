@@ -297,3 +297,20 @@ def test_end_episode_that_timed_out_ends_nothing(server):
         x, eps = read_windows(c, 3)
         assert x == [[2, 3], [3, 4], [4, 5]]
         assert len(set(eps)) == 1
+
+
+def test_writer_collected_unflushed_is_reported(server, monkeypatch):
+    """A Writer garbage-collected without close() flushes; when that fails
+    (the server stopped past the writer's timeout) the error goes to
+    sys.unraisablehook, naming the loss, rather than nowhere."""
+    proc, addr = server
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", seen.append)
+    with chime.Client(addr) as c:
+        w = c.writer("t", timeout=0.5)
+        with stopped(proc):
+            w.append({"x": 1})
+            del w  # the last reference: collected here
+        assert len(seen) == 1, seen
+        assert isinstance(seen[0].exc_value, chime.Error)
+        assert "may be lost" in str(seen[0].exc_value)

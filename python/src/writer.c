@@ -234,13 +234,16 @@ static void writer_dealloc(PyObject *o) {
   char why[512];
   /* Nobody is left to raise to: a failed flush (samples that may be
    * lost) or a Ctrl-C during it (which ends the wait) goes to
-   * sys.unraisablehook, as Python does for errors in __del__. An
-   * exception on its way (this may run while one unwinds) is kept. */
+   * sys.unraisablehook, as Python does for errors in __del__, naming no
+   * object (the hook would hold this dying one, and its end would free it
+   * twice). A writer inherited across fork (CHIME_ENOTSUP) loses nothing:
+   * its samples are the parent's. An exception on its way (this may run
+   * while one unwinds) is kept. */
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
   why[0] = '\0';
   int rc = writer_shut(self, why, sizeof(why));
-  if (rc != 0) {
+  if (rc != 0 && rc != CHIME_ENOTSUP) {
     if (!PyErr_Occurred()) {
       char msg[640];
       snprintf(msg, sizeof(msg),
@@ -249,7 +252,9 @@ static void writer_dealloc(PyObject *o) {
                why[0] ? why : chime_strerror(rc));
       chimepy_raise(rc, msg);
     }
-    PyErr_WriteUnraisable(o);
+    PyErr_WriteUnraisable(NULL);
+  } else {
+    PyErr_Clear();
   }
   PyErr_Restore(type, value, tb);
   Py_XDECREF(self->client);

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "chime/spec.h"
+#include "replay/steps.h"
 
 /* A selector: how a table's sampler picks an item, and how its remover
  * picks the item that leaves when a full table needs room (Reverb's
@@ -100,6 +101,25 @@ static inline int chime__fifo_ratio_stalls(const chime__table_config_t *cfg) {
   uint64_t mts = cfg->max_times_sampled != 0 ? cfg->max_times_sampled : 1;
   return cfg->sampler == CHIME__SAMPLER_FIFO && cfg->sequence_length == 0 &&
          cfg->samples_per_insert > 0 && cfg->samples_per_insert < (double)mts;
+}
+
+/* The most items a table of this config holds at once: its capacity, or
+ * for a sequence table the windows its step store can hold at once
+ * (chime__steps_max_windows; at most capacity_steps). A batch that needs
+ * more (max_times_sampled: a whole batch of items), or a min_size above
+ * it, would wait for ever. */
+static inline uint64_t
+chime__table_max_items(const chime__table_config_t *cfg) {
+  if (cfg->sequence_length == 0)
+    return cfg->capacity;
+  chime__steps_config_t sc = {
+      .capacity_steps = cfg->capacity_steps,
+      .sequence_length = cfg->sequence_length,
+      .stride = cfg->stride != 0 ? cfg->stride : cfg->sequence_length,
+      .pad = cfg->episode_pad,
+  };
+  uint64_t w = chime__steps_max_windows(&cfg->spec, &sc);
+  return w < cfg->capacity_steps ? w : cfg->capacity_steps;
 }
 
 const char *chime__sampler_name(chime__sampler_t s);

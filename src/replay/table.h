@@ -48,13 +48,6 @@ void chime__table_destroy(chime__table_t *t);
  * again (spares), touched only while rows are pinned beyond the capacity. */
 uint64_t chime__table_bytes(const chime__table_config_t *cfg);
 
-/* The most items a table of this config holds at once: its capacity, or
- * for a sequence table the windows its step store can hold at once
- * (chime__steps_max_windows; at most capacity_steps). A batch that needs
- * more (max_times_sampled: a whole batch of items), or a min_size above
- * it, would wait for ever. */
-uint64_t chime__table_max_items(const chime__table_config_t *cfg);
-
 const chime__table_config_t *chime__table_config(const chime__table_t *t);
 /* Bytes of one inserted sample: a step's for a sequence table. */
 uint64_t chime__table_sample_bytes(const chime__table_t *t);

@@ -223,19 +223,6 @@ void chime__table_destroy(chime__table_t *t) {
   free_parts(t);
 }
 
-uint64_t chime__table_max_items(const chime__table_config_t *cfg) {
-  if (cfg->sequence_length == 0)
-    return cfg->capacity;
-  chime__steps_config_t sc = {
-      .capacity_steps = cfg->capacity_steps,
-      .sequence_length = cfg->sequence_length,
-      .stride = cfg->stride != 0 ? cfg->stride : cfg->sequence_length,
-      .pad = cfg->episode_pad,
-  };
-  uint64_t w = chime__steps_max_windows(&cfg->spec, &sc);
-  return w < cfg->capacity_steps ? w : cfg->capacity_steps;
-}
-
 /* The same sums as chime__table_create's layout; keep the two in step.
  * The sum tree and heaps are allocated beside it and counted here too. */
 uint64_t chime__table_bytes(const chime__table_config_t *cfg) {

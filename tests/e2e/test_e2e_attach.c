@@ -55,14 +55,19 @@ static void assert_contains(const char *hay, const char *needle) {
     fail_msg("expected \"%s\" in \"%s\"", needle, hay);
 }
 
-/* chimed with a fifo table "f" and extra top-level config. */
-static void start(chime__chimed_t *d, chime_client_t **c, const char *extra) {
-  char config[1024];
-  snprintf(config, sizeof(config),
+/* A config with a fifo table "f" and extra top-level keys. */
+static void config_of(char *config, size_t len, const char *extra) {
+  snprintf(config, len,
            "{%s \"tables\": [{\"name\": \"f\", \"spec\": \"" SPEC
            "\", \"capacity\": 1024, \"min_size\": 1, \"sampler\": "
            "\"fifo\"}]}\n",
            extra);
+}
+
+/* chimed with a fifo table "f" and extra top-level config. */
+static void start(chime__chimed_t *d, chime_client_t **c, const char *extra) {
+  char config[1024];
+  config_of(config, sizeof(config), extra);
   assert_int_equal(chime__chimed_start_client(d, config, c), 0);
 }
 
@@ -305,10 +310,7 @@ static void test_other_pid_namespace_streams(void **state) {
   char bin[512], config[1024], cfg_path[600];
   if (chime__harness_bin("src/server/chimed", bin, sizeof(bin)) == NULL)
     chime__skip("chimed is not built");
-  snprintf(config, sizeof(config),
-           "{\"tables\": [{\"name\": \"f\", \"spec\": \"" SPEC
-           "\", \"capacity\": 1024, \"min_size\": 1, \"sampler\": "
-           "\"fifo\"}]}\n");
+  config_of(config, sizeof(config), "");
   assert_int_equal(chime__harness_write_file("pidns.json", config, cfg_path,
                                              sizeof(cfg_path)),
                    0);

@@ -252,7 +252,12 @@ void chime__sender_credit(chime__sender_t *x, uint32_t n,
   size_t named = nreleased;
   if (named > (size_t)x->max_credits + 1)
     named = (size_t)x->max_credits + 1;
-  uint64_t *seqs = named ? malloc(named * sizeof(*seqs)) : NULL;
+  /* A Credit names about half a ring's batches: on the stack, usually. */
+  uint64_t few[64];
+  uint64_t *seqs = named == 0 ? NULL
+                   : named <= sizeof(few) / sizeof(few[0])
+                       ? few
+                       : malloc(named * sizeof(*seqs));
   if (seqs != NULL) {
     memcpy(seqs, released, named * sizeof(*seqs));
     qsort(seqs, named, sizeof(*seqs), cmp_u64);
@@ -276,7 +281,8 @@ void chime__sender_credit(chime__sender_t *x, uint32_t n,
     }
   } /* else out of memory: they stay held until the stream ends */
   pthread_mutex_unlock(&x->mu);
-  free(seqs);
+  if (seqs != few)
+    free(seqs);
   put_list(done);
   chime__sender_send_ready(x);
 }

@@ -379,6 +379,35 @@ static void test_held_hostile(void **state) {
   owner_fini(&o, &f);
 }
 
+/* More names than fit the sender's stack buffer (a sender that may lend
+ * 127 batches; 5 held, named among 100 strangers): every one named goes,
+ * and only those. */
+static void test_held_many_named(void **state) {
+  (void)state;
+  owner_t o;
+  fcall_t f;
+  owner_init(&o, &f, 500, 7, 127, 1);
+  chime__sender_start(&o.x, CALL(&f));
+  publish(&o, 5); /* seqs 0..4 */
+  chime__sender_send_ready(&o.x);
+  assert_int_equal(f.n, 5);
+  drop_msgs(&f);
+  uint64_t names[100];
+  for (size_t i = 0; i < 100; i++)
+    names[i] = 1000 + i; /* never sent */
+  names[90] = 4;
+  names[40] = 0;
+  names[70] = 2;
+  chime__sender_credit(&o.x, 0, names, 100);
+  assert_int_equal(o.freed, 3);
+  uint64_t rest[] = {3, 1};
+  chime__sender_credit(&o.x, 0, rest, 2);
+  assert_int_equal(o.freed, 5);
+  assert_int_equal(o.refs, 0);
+  chime__sender_stop(&o.x);
+  owner_fini(&o, &f);
+}
+
 /* A held batch (a fifo table's) stays the learner's after gRPC dropped
  * it, until a Credit names it; names of batches not held, or named twice,
  * are ignored; a Credit naming none releases the oldest n; unhold_all
@@ -674,6 +703,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_credits_and_order),
       cmocka_unit_test(test_held_hostile),
+      cmocka_unit_test(test_held_many_named),
       cmocka_unit_test(test_slot_freed_when_slices_dropped),
       cmocka_unit_test(test_chunks),
       cmocka_unit_test(test_held),

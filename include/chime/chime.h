@@ -675,7 +675,10 @@ CHIME_EXTERN CHIME_NODISCARD int
 chime_stream_get_stats(const chime_stream_t *stream,
                        chime_stream_local_stats_t *out);
 /* Ends the Subscribe call (the server reclaims the ring) and unmaps: batches
- * still held become invalid. NULL-safe. */
+ * still held become invalid. Of a table that takes sampled items out (fifo,
+ * max_times_sampled), every item of a batch not released is back in the
+ * table when this returns (it waits at most 2 s for the server to say so,
+ * then cancels; they still come back, a little later). NULL-safe. */
 CHIME_EXTERN void chime_stream_close(chime_stream_t *stream);
 CHIME_EXTERN const char *chime_mode_name(chime_mode_t mode);
 

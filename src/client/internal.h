@@ -167,7 +167,6 @@ typedef struct {
   uint32_t credit_batch;
   uint64_t *released; /* server seqs of the credit_pending releases */
   int closing;        /* chime_stream_close(): send releases at once */
-  int half_closed;    /* ... and the last has gone */
 } chime__remote_t;
 
 /* Copies one received message into the local ring. Returns 0 (publishing the

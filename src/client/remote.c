@@ -13,10 +13,6 @@
 #include "wire/chunk.h"
 #include "wire/credit.h"
 
-/* How long chime_stream_close() waits for the server to take the last
- * releases before it cancels the call. */
-#define CLOSE_WAIT_MS 2000
-
 void chime__remote_set_spec(chime__remote_t *r, const chime_spec_t *spec) {
   r->spec = spec;
   r->tail = chime__slot_tail(chime_ring_get_layout(r->ring), spec);
@@ -210,7 +206,7 @@ static uint64_t owed(const chime__remote_t *r) {
 static void send_credit_locked(chime_stream_t *s) {
   chime__remote_t *r = &s->remote;
   if (chime__rpc_pending(&s->rpc, CHIME__RPC_SEND) || s->ended ||
-      r->half_closed || r->credit_pending == 0)
+      s->half_closed || r->credit_pending == 0)
     return;
   if (r->credit_pending < r->credit_batch && owed(r) > 0 && !r->closing)
     return;
@@ -306,32 +302,17 @@ static void remote_stats(const chime_stream_t *s,
 }
 
 /* A fifo batch stays the learner's until a Credit names it, and the server
- * gives back what was never named. So the last releases go out, then the
- * client half-closes and the server ends the call once it has read them;
- * bounded by CLOSE_WAIT_MS, after which the call is cancelled (and those
- * batches may be delivered again elsewhere). Then the local ring is shut,
+ * gives back what was never named: at close the last releases go out at
+ * once, before the client half-closes (stream.c). */
+static int remote_flush_locked(chime_stream_t *s) {
+  s->remote.closing = 1;
+  send_credit_locked(s);
+  return s->remote.credit_pending == 0;
+}
+
+/* The call has ended (or close gave up waiting): the local ring is shut,
  * which unblocks the stream's thread if it waits for a slot. */
 static void remote_close(chime_stream_t *s) {
-  chime__remote_t *r = &s->remote;
-  if (s->rpc.call && s->thread_started) {
-    int64_t end = chime__now_ms() + CLOSE_WAIT_MS;
-    pthread_mutex_lock(&s->lock);
-    r->closing = 1;
-    while (!s->ended && chime__now_ms() < end) {
-      send_credit_locked(s);
-      if (!chime__rpc_pending(&s->rpc, CHIME__RPC_SEND) &&
-          r->credit_pending == 0 && !r->half_closed) {
-        if (chime__rpc_half_close(&s->rpc))
-          break;
-        r->half_closed = 1;
-      }
-      pthread_mutex_unlock(&s->lock);
-      struct timespec ts = {0, 1000000};
-      nanosleep(&ts, NULL);
-      pthread_mutex_lock(&s->lock);
-    }
-    pthread_mutex_unlock(&s->lock);
-  }
   if (s->ring)
     chime__ring_shutdown(s->ring);
 }
@@ -346,7 +327,7 @@ static void remote_fini(chime_stream_t *s) {
   free(r->released);
   r->released = NULL;
   r->credit_pending = 0;
-  r->closing = r->half_closed = 0;
+  r->closing = 0;
 }
 
 const chime__transport_t chime__remote_transport = {
@@ -360,6 +341,7 @@ const chime__transport_t chime__remote_transport = {
     .before_wait = send_credit,
     .release = remote_release,
     .stats = remote_stats,
+    .flush_locked = remote_flush_locked,
     .close = remote_close,
     .fini = remote_fini,
 };

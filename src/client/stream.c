@@ -670,6 +670,37 @@ static void close_inherited(chime_stream_t *s) {
   free(s);
 }
 
+/* How long chime_stream_close() waits for the server to end the call. */
+#define CLOSE_WAIT_MS 2000
+
+/* Ends the call the way a closing learner should, in either mode: what it
+ * owes the server goes out (the last releases, its version), then the
+ * client half-closes and the server ends the call with OK once every batch
+ * the learner did not release is back in its table; so when close returns
+ * they are. Bounded by CLOSE_WAIT_MS, after which the call is cancelled
+ * (the server still gives them back, a little later). */
+static void end_gracefully(chime_stream_t *s) {
+  if (!s->rpc.call || !s->thread_started)
+    return;
+  int64_t end = chime__now_ms() + CLOSE_WAIT_MS;
+  pthread_mutex_lock(&s->lock);
+  while (!s->ended && chime__now_ms() < end) {
+    int owed = s->tp->flush_locked && !s->tp->flush_locked(s);
+    send_version_locked(s);
+    if (!owed && !s->version_unsent && !s->half_closed &&
+        !chime__rpc_pending(&s->rpc, CHIME__RPC_SEND)) {
+      if (chime__rpc_half_close(&s->rpc))
+        break;
+      s->half_closed = 1;
+    }
+    pthread_mutex_unlock(&s->lock);
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+    pthread_mutex_lock(&s->lock);
+  }
+  pthread_mutex_unlock(&s->lock);
+}
+
 void chime__single_close(chime_stream_t *s) {
   if (!s)
     return;
@@ -686,6 +717,8 @@ void chime__single_close(chime_stream_t *s) {
   s->closing = 1; /* the stream's thread polls from now on */
   pthread_cond_broadcast(&s->idle_cv);
   pthread_mutex_unlock(&s->lock);
+  if (tp)
+    end_gracefully(s);
   if (tp && tp->close)
     tp->close(s);
   call_teardown(s);

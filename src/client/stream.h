@@ -55,6 +55,7 @@ struct chime_stream_s {
 
   pthread_mutex_t lock; /* the send side (credits), end_code and end_why */
   int ended;            /* the call's status arrived: no more sends */
+  int half_closed;      /* close sent the client's half-close */
   /* The learner's policy version (lock), whether it still has to go to
    * the server (a send was in flight), and the table's max_staleness
    * (Opened): next() drops a batch holding an item too far behind it. */
@@ -103,8 +104,12 @@ struct chime__transport_s {
   int (*release)(chime_stream_t *s, uint32_t slot);
   /* Adds the transport's counters to chime_stream_get_stats(). */
   void (*stats)(const chime_stream_t *s, chime_stream_local_stats_t *out);
-  /* chime_stream_close, before the call is cancelled: end it gracefully
-   * (bounded) and unblock the stream's thread. */
+  /* chime_stream_close, under s->lock, until it returns 1: sends what the
+   * learner still owes the server (the last releases) before the client
+   * half-closes. NULL: nothing ever is. */
+  int (*flush_locked)(chime_stream_t *s);
+  /* chime_stream_close, once the call ended gracefully or the wait for
+   * that ran out, before it is cancelled: unblock the stream's thread. */
   void (*close)(chime_stream_t *s);
   /* Frees what setup made, the ring excepted; after the call is torn down.
    * MUST accept any state setup left, and run twice. */

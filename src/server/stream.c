@@ -25,6 +25,8 @@ void chime__stream_unref(chime__stream_t *s) {
   if (atomic_fetch_sub(&s->refs, 1) != 1)
     return;
   chime_server_t *srv = s->srv;
+  if (s->end_call != NULL) /* never retired: the server stopped */
+    chime__call_unref(s->end_call);
   s->ops->fini(s);
   chime_ring_destroy(s->ring);
   s->ring = NULL;
@@ -324,11 +326,27 @@ static void give_back(chime__stream_t *s) {
   free(slots);
 }
 
-/* The stream is over: what its learner did not finish goes back. */
+/* Ends a call chime__stream_end was given, unless the server stops. */
+static void end_call_ok(chime__stream_t *s, chime__call_t *call) {
+  if (call == NULL)
+    return;
+  if (!atomic_load(&s->srv->stopping))
+    chime__call_finish(call, CHIME_OK, "%s", "");
+  chime__call_unref(call);
+}
+
+/* The stream is over: what its learner did not finish goes back, then a
+ * call that asked to end (chime__stream_end) does. */
 static chime__fill_t retire(chime__stream_t *s) {
   chime__table_unwait(s->table, &s->twait);
   give_back(s);
   chime__sender_unhold_all(&s->sender);
+  pthread_mutex_lock(&s->mu);
+  s->retired = 1;
+  chime__call_t *call = s->end_call;
+  s->end_call = NULL;
+  pthread_mutex_unlock(&s->mu);
+  end_call_ok(s, call);
   return CHIME__FILL_DONE;
 }
 
@@ -417,6 +435,18 @@ void chime__stream_close(chime__stream_t *s) {
     chime__call_unref(call);
   if (sender_call != NULL)
     chime__call_unref(sender_call);
+}
+
+void chime__stream_end(chime__stream_t *s, chime__call_t *call) {
+  chime__call_ref(call);
+  pthread_mutex_lock(&s->mu);
+  int now = s->retired || s->end_call != NULL;
+  if (!now)
+    s->end_call = call;
+  pthread_mutex_unlock(&s->mu);
+  if (now)
+    end_call_ok(s, call);
+  chime__stream_close(s);
 }
 
 void chime__stream_attached(chime__stream_t *s) {

@@ -41,7 +41,7 @@ struct chime__stream_s {
   ino_t ring_ino;
   atomic_int stop;
   atomic_int closed;
-  pthread_mutex_t mu;     /* attached */
+  pthread_mutex_t mu;     /* attached, retired, end_call */
   chime__sender_t sender; /* stream mode: chunks, credits, held batches */
   /* Each slot's batch keeps its rows pinned in the table until the slot
    * is filled again (or, shm, seen released) or the stream goes: stream
@@ -63,6 +63,10 @@ struct chime__stream_s {
   chime__fill_job_t job;       /* its filling, run by the sampler pool */
   chime__table_waiter_t twait; /* kicks the job when the table has items */
   chime__call_t *call; /* the Subscribe call (srv->mu); dropped at close */
+  /* chime__stream_end's call (held), ended with OK once the stream has
+   * retired (its items given back); retired: that happened (mu) */
+  chime__call_t *end_call;
+  int retired;
   /* shm: the handoff token sent in Opened (registered with the handoff,
    * which owns its use) and its deadline */
   uint8_t token[CHIME__HANDOFF_TOKEN_BYTES];
@@ -101,6 +105,12 @@ void chime__stream_sent(chime__stream_t *s);
  * The memory goes when the last reference does, the budget with the last
  * hold. */
 void chime__stream_close(chime__stream_t *s);
+/* The client half-closed: every release it sent has been read (stream
+ * mode: Credits, one message at a time; shm: the ring's counters, written
+ * before). Closes the stream and ends call with OK once what its learner
+ * did not release is back in the table, so a learner's close returns
+ * after that; during a stop the stop's own ending stands. */
+void chime__stream_end(chime__stream_t *s, chime__call_t *call);
 /* shm: the handoff passed the ring's fd; wakes the sampler (any thread). */
 void chime__stream_attached(chime__stream_t *s);
 /* Closes the stream and cancels its call (the learner is gone). */

@@ -231,7 +231,6 @@ static void send_fini(chime__stream_t *s) {
 const chime__stream_mode_ops_t chime__stream_mode_send = {
     .mode = CHIME_MODE_STREAM,
     .wire = CHIME__V1__MODE__MODE_STREAM,
-    .ends_on_half_close = 1,
     .init = send_init,
     .expose = send_expose,
     .handoff = send_handoff,

@@ -214,7 +214,6 @@ static void shm_fini(chime__stream_t *s) {
 const chime__stream_mode_ops_t chime__stream_mode_shm = {
     .mode = CHIME_MODE_SHM,
     .wire = CHIME__V1__MODE__MODE_SHM,
-    .ends_on_half_close = 0,
     .init = shm_init,
     .expose = shm_expose,
     .handoff = shm_handoff,

@@ -24,10 +24,6 @@ typedef struct chime__stream_s chime__stream_t;
 typedef struct {
   int mode;             /* CHIME_MODE_SHM or CHIME_MODE_STREAM */
   Chime__V1__Mode wire; /* as Opened and Stats name it */
-  /* 1: the client's half-close ends the stream (stream mode: every credit
-   * it sent has been read, so what its learner did not release is known);
-   * 0: the call lives on as the lease's liveness (shm). */
-  int ends_on_half_close;
   /* Before the stream is counted and before its ring exists: the sender
    * (credits, at most slots - 1 lent; in stream mode its spans and held
    * batches) and the mode's own state for `open`. 0 or CHIME_ENOMEM; what

@@ -83,18 +83,10 @@ static const chime__stream_mode_ops_t *mode_of(const Chime__V1__Open *open) {
 static void sub_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
   char err[CHIME__ERRLEN];
   if (bb == NULL) {
-    /* The client closed its side. In stream mode every credit it sent has
-     * been read (one message at a time), so the stream can end now and
-     * give back exactly what its learner did not release. In shm mode the
-     * call lives on as the lease's liveness. During a stop the stop's own
-     * ending stands: "shutting down" (its notice may be what made the
-     * client close). */
+    /* The client closed its side: it releases nothing more. */
     chime__stream_t *s = sub_stream(c);
-    if (s != NULL && s->ops->ends_on_half_close) {
-      chime__stream_close(s);
-      if (!atomic_load(&c->srv->stopping))
-        chime__call_finish(c, CHIME_OK, "%s", "");
-    }
+    if (s != NULL)
+      chime__stream_end(s, c);
     return;
   }
   ProtobufCMessage *m;

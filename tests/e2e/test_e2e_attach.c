@@ -238,7 +238,7 @@ static void test_token_expires_unused(void **state) {
 
   int64_t t0 = chime__now_ms();
   grpc_status_code st = GRPC_STATUS_UNKNOWN;
-  int rc = chime__raw_finish(&r, &st, details, sizeof(details), 10000);
+  int rc = chime__raw_status(&r, &st, details, sizeof(details), 10000);
   if (rc != 0)
     fail_msg("the Subscribe call of an unused token did not end in 10 s (%s)",
              chime_err_name(rc));
@@ -283,7 +283,7 @@ static void test_token_spent_unanswered(void **state) {
   send_token(fd, token);
 
   grpc_status_code st = GRPC_STATUS_UNKNOWN;
-  int rc = chime__raw_finish(&r, &st, details, sizeof(details), 20000);
+  int rc = chime__raw_status(&r, &st, details, sizeof(details), 20000);
   if (rc != 0)
     fail_msg("the Subscribe call of a spent token did not end (%s)",
              chime_err_name(rc));

@@ -580,6 +580,38 @@ static uint64_t table_size(chime_client_t *c, uint32_t table) {
   return n;
 }
 
+/* When chime_stream_close() returns, every item of a fifo table that its
+ * learner did not release is back in the table (the server ends the call
+ * only after giving them back), and the batch it released is not: a batch
+ * held, the batches sampled and never taken, all there again at once. */
+static void close_gives_back(chime_mode_t mode) {
+  enum { N = 40 };
+  chime__chimed_t d;
+  chime_client_t *c;
+  start(&d, &c);
+  insert(c, "f", 21, N);
+  for (int round = 0; round < 3; round++) {
+    chime_stream_t *s = open_stream(c, "f", mode, 4);
+    chime_batch_t held, done;
+    assert_int_equal(chime_stream_next(s, &held, 20000), 0);
+    assert_int_equal(chime_stream_next(s, &done, 20000), 0);
+    assert_int_equal(chime_stream_release(s, &done), 0);
+    chime_stream_close(s);
+    assert_int_equal(table_size(c, 1), N - 8 * (uint64_t)(round + 1));
+  }
+  stop(&d, c);
+}
+
+static void test_close_gives_back_shm(void **state) {
+  (void)state;
+  close_gives_back(CHIME_MODE_SHM);
+}
+
+static void test_close_gives_back_stream(void **state) {
+  (void)state;
+  close_gives_back(CHIME_MODE_STREAM);
+}
+
 /* Insert calls complete on a queue of their own, whose thread waits in
  * gRPC only while an Insert call is open (server/service.c): a writer that
  * comes after that thread went back to waiting for one is served, and so
@@ -742,6 +774,8 @@ int main(void) {
       cmocka_unit_test_teardown(test_fifo_exactly_once, teardown_each),
       cmocka_unit_test_teardown(test_writer_extend, teardown_each),
       cmocka_unit_test_teardown(test_insert_queue_wakes, teardown_each),
+      cmocka_unit_test_teardown(test_close_gives_back_shm, teardown_each),
+      cmocka_unit_test_teardown(test_close_gives_back_stream, teardown_each),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -199,9 +199,15 @@ int chime__raw_recv_msg(chime__raw_t *r, const ProtobufCMessageDescriptor *d,
 
 int chime__raw_finish(chime__raw_t *r, grpc_status_code *status, char *details,
                       size_t len, int timeout_ms) {
+  if (!r->finished)
+    (void)chime__raw_close_send(r);
+  return chime__raw_status(r, status, details, len, timeout_ms);
+}
+
+int chime__raw_status(chime__raw_t *r, grpc_status_code *status, char *details,
+                      size_t len, int timeout_ms) {
   int rc;
   if (!r->finished) {
-    (void)chime__raw_close_send(r);
     /* The status waits until every message that came was read. */
     grpc_byte_buffer *bb;
     int64_t deadline = timeout_ms < 0 ? INT64_MAX : now_ms() + timeout_ms;

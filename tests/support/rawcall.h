@@ -64,6 +64,9 @@ int chime__raw_recv_msg(chime__raw_t *r, const ProtobufCMessageDescriptor *d,
  * message. */
 int chime__raw_finish(chime__raw_t *r, grpc_status_code *status, char *details,
                       size_t len, int timeout_ms);
+/* The same without half-closing: the server ends the call on its own. */
+int chime__raw_status(chime__raw_t *r, grpc_status_code *status, char *details,
+                      size_t len, int timeout_ms);
 /* Cancels if unfinished and frees everything (NULL-safe). */
 void chime__raw_destroy(chime__raw_t *r);
 

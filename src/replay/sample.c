@@ -1,6 +1,7 @@
 /* Sampling: a batch drawn by the sampler under the lock, its rows pinned
  * and copied into a ring slot without it (or left pinned and sent from
- * the table: spans), and items a learner never took given back. */
+ * the table: spans), and the items of a batch its learner never finished
+ * given back from its pinned rows. */
 #include "replay/table_internal.h"
 
 #include <stdio.h>
@@ -448,8 +449,8 @@ static int stale_now(chime__table_t *t, uint64_t ver) {
   return 1;
 }
 
-/* Brings back an item that left (row r, dead or just filled): the oldest
- * in insert order, with times sampled as before the batch that took it;
+/* Brings back an item that left (row r, dead and still pinned): the
+ * oldest in insert order, with times sampled as before the batch that took it;
  * it left with left_at (what chime__tbl_live_remove counted). */
 static void restore_locked(chime__table_t *t, uint32_t r, uint32_t times,
                            uint32_t left_at) {
@@ -465,185 +466,63 @@ static int took_out(const chime__table_t *t, uint32_t times) {
   return t->mts != 0 && times >= t->mts;
 }
 
-/* An item a batch took out, and its times sampled before the batch's
- * first draw of it. */
+/* An item a batch took out (its pinned row), and its times sampled
+ * before the batch's first draw of it. */
 typedef struct {
-  uint64_t id; /* the row (pinned) or the key (from a slot) */
+  uint32_t row;
   uint32_t before;
 } first_t;
 
 static int first_cmp(const void *a, const void *b) {
-  uint64_t x = ((const first_t *)a)->id, y = ((const first_t *)b)->id;
+  uint32_t x = ((const first_t *)a)->row, y = ((const first_t *)b)->row;
   return (x > y) - (x < y);
 }
 
-static first_t *first_find(first_t *f, size_t n, uint64_t id) {
+static first_t *first_find(first_t *f, size_t n, uint32_t row) {
   return f == NULL ? NULL
-                   : bsearch(&(first_t){id, 0}, f, n, sizeof(*f), first_cmp);
-}
-
-/* A batch's sample j as give back sees it: the item's id and the count
- * its draw gave it. */
-typedef struct {
-  const chime_sample_info_t *info; /* from a slot: id the key */
-  const chime__table_pins_t *pins; /* pinned: id the row */
-} draws_t;
-
-static void draw_at(const draws_t *d, uint64_t j, uint64_t *id,
-                    uint32_t *times) {
-  if (d->pins != NULL) {
-    *id = d->pins->rows[j];
-    *times = d->pins->times[j];
-  } else {
-    *id = d->info[j].key;
-    *times = d->info[j].times_sampled;
-  }
+                   : bsearch(&(first_t){row, 0}, f, n, sizeof(*f), first_cmp);
 }
 
 /* With max_times_sampled 2 or more one batch may draw an item more than
  * once before it leaves: it comes back with the count before the first of
  * those draws, not the last (the batch's draws of an item are one run of
  * counts, all under one hold of the lock). For each item taken out, the
- * smallest count the batch drew it with less one, sorted by id:
- * O(batch log out), no lock needed (the draws are the caller's). NULL when
- * no item could have been drawn twice (max_times_sampled 1), none left, or
- * out of memory: then each comes back with its own draw's count less one,
- * as before. */
+ * smallest count the batch drew it with less one, sorted by row:
+ * O(batch log out), no lock needed (the pins' rows and times are the
+ * caller's). NULL when no item could have been drawn twice
+ * (max_times_sampled 1), none left, or out of memory: then each comes back
+ * with its own draw's count less one, as before. */
 static first_t *batch_firsts(const chime__table_t *t, uint64_t batch,
-                             const draws_t *d, size_t *nout) {
-  uint64_t id;
-  uint32_t times;
+                             const chime__table_pins_t *pins, size_t *nout) {
+  const uint32_t *rows = pins->rows, *times = pins->times;
   *nout = 0;
   if (t->mts < 2)
     return NULL;
   size_t n = 0;
-  for (uint64_t j = 0; j < batch; j++) {
-    draw_at(d, j, &id, &times);
-    n += took_out(t, times);
-  }
+  for (uint64_t j = 0; j < batch; j++)
+    n += took_out(t, times[j]);
   first_t *f = n > 0 ? malloc(n * sizeof(*f)) : NULL;
   if (f == NULL)
     return NULL;
   size_t k = 0;
-  for (uint64_t j = 0; j < batch && k < n; j++) {
-    draw_at(d, j, &id, &times);
-    if (took_out(t, times))
-      f[k++] = (first_t){id, times - 1};
-  }
+  for (uint64_t j = 0; j < batch && k < n; j++)
+    if (took_out(t, times[j]))
+      f[k++] = (first_t){rows[j], times[j] - 1};
   n = k;
   qsort(f, n, sizeof(*f), first_cmp);
   for (uint64_t j = 0; j < batch; j++) {
-    draw_at(d, j, &id, &times);
-    first_t *e = first_find(f, n, id);
-    if (e != NULL && times >= 1 && times - 1 < e->before)
-      e->before = times - 1;
+    first_t *e = first_find(f, n, rows[j]);
+    if (e != NULL && times[j] >= 1 && times[j] - 1 < e->before)
+      e->before = times[j] - 1;
   }
   *nout = n;
   return f;
 }
 
-static uint32_t before_batch(first_t *f, size_t n, uint64_t id,
+static uint32_t before_batch(first_t *f, size_t n, uint32_t row,
                              uint32_t times) {
-  first_t *e = first_find(f, n, id);
+  first_t *e = first_find(f, n, row);
   return e != NULL ? e->before : times - 1;
-}
-
-/* Sample j's ragged rows, from a slot this process filled, back into row
- * r (free). Each offset is read once and checked against the slot before
- * it is used: a sample whose rows run backwards or past its leaf is
- * dropped (CHIME_ECORRUPT), never read. */
-static int give_back_ragged(chime__table_t *t, const chime_ring_layout_t *lay,
-                            const uint8_t *base, uint64_t j, uint32_t r) {
-  uint64_t size = 0, at = 0;
-  uint64_t from[CHIME_MAX_LEAVES];
-  uint32_t *len = t->rlen + (size_t)r * t->nrag;
-  for (uint32_t k = 0; k < t->nrag; k++) {
-    uint32_t l = t->rag[k];
-    const int64_t *offs = (const int64_t *)(base + lay->offsets_offset[l]);
-    int64_t a = offs[j], b = offs[j + 1];
-    uint64_t cap = lay->leaf_bytes[l] / t->rrow[l]; /* rows the leaf holds */
-    if (a < 0 || b < a || (uint64_t)b > cap || (uint64_t)(b - a) > UINT32_MAX)
-      return CHIME_ECORRUPT;
-    from[k] = (uint64_t)a;
-    len[k] = (uint32_t)(b - a);
-    size += (uint64_t)len[k] * t->rrow[l];
-  }
-  if (size > 0 && (t->rbuf[r] = malloc((size_t)size)) == NULL)
-    return CHIME_ENOMEM;
-  for (uint32_t k = 0; k < t->nrag; k++) {
-    uint32_t l = t->rag[k];
-    uint64_t n = (uint64_t)len[k] * t->rrow[l];
-    if (n > 0)
-      memcpy(t->rbuf[r] + at, base + lay->leaf_offset[l] + from[k] * t->rrow[l],
-             (size_t)n);
-    at += n;
-  }
-  t->rag_bytes += size;
-  t->rag_alloc += chime__tbl_rag_alloc(t->rbuf[r]);
-  return 0;
-}
-
-int chime__table_give_back(chime__table_t *t, const chime_ring_layout_t *lay,
-                           const void *slot) {
-  const uint8_t *base = slot;
-  const chime_sample_info_t *info =
-      (const chime_sample_info_t *)(base + lay->info_offset);
-  int rc = 0;
-  size_t nf = 0;
-  first_t *f = batch_firsts(t, lay->batch_size, &(draws_t){info, NULL}, &nf);
-  chime__tbl_lock(t);
-  /* Last first, each to the front: the batch keeps its order. */
-  for (uint64_t j = lay->batch_size; j-- > 0;) {
-    chime_sample_info_t in = info[j]; /* read once */
-    if (!took_out(t, in.times_sampled) || stale_now(t, in.version))
-      continue;
-    uint32_t before = before_batch(f, nf, in.key, in.times_sampled);
-    if (t->rows - t->count - t->ndead == 0) {
-      rc = CHIME_ENOMEM; /* every row live or pinned */
-      continue;
-    }
-    if (t->steps != NULL) { /* a window: back if its steps still are */
-      if (in.length == 0 || in.length > t->cfg.sequence_length) {
-        rc = CHIME_ECORRUPT;
-        continue;
-      }
-      uint32_t at = chime__steps_find(t->steps, in.episode_id, in.first_step);
-      if (at == NONE)
-        continue;
-      uint32_t r = chime__tbl_free_pop(t);
-      t->meta[r].key = in.key;
-      t->meta[r].itime = in.insert_time_ns;
-      t->meta[r].prio = in.priority;
-      t->meta[r].version = in.version;
-      t->wslot[r] = at;
-      t->wfirst[r] = in.first_step;
-      t->wlen[r] = in.length;
-      t->wep[r] = in.episode_id;
-      chime__steps_relist(t->steps, at, r);
-      restore_locked(t, r, before, in.times_sampled);
-      continue;
-    }
-    uint32_t r = chime__tbl_free_pop(t);
-    int grc = t->nrag > 0 ? give_back_ragged(t, lay, base, j, r) : 0;
-    if (grc != 0) {
-      chime__tbl_free_push(t, r);
-      rc = grc;
-      continue;
-    }
-    for (uint32_t l = 0; l < t->nleaves; l++)
-      memcpy(t->leaf[l] + (size_t)r * t->lbytes[l],
-             base + lay->leaf_offset[l] + j * t->lbytes[l], t->lbytes[l]);
-    t->meta[r].key = in.key;
-    t->meta[r].itime = in.insert_time_ns;
-    t->meta[r].prio = in.priority;
-    t->meta[r].version = in.version;
-    restore_locked(t, r, before, in.times_sampled);
-  }
-  chime__table_waiter_t *arrived = chime__tbl_items_arrived(t);
-  pthread_mutex_unlock(&t->mu);
-  chime__tbl_notify(arrived);
-  free(f);
-  return rc;
 }
 
 void chime__table_give_back_pinned(chime__table_t *t,
@@ -652,7 +531,7 @@ void chime__table_give_back_pinned(chime__table_t *t,
   size_t nf = 0;
   first_t *f = NULL;
   if (pins->times != NULL) /* the caller's: no lock needed */
-    f = batch_firsts(t, lay->batch_size, &(draws_t){NULL, pins}, &nf);
+    f = batch_firsts(t, lay->batch_size, pins, &nf);
   chime__tbl_lock(t);
   if (pins->n == 0 || pins->given_back || pins->times == NULL) {
     pthread_mutex_unlock(&t->mu);

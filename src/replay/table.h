@@ -169,24 +169,6 @@ int chime__table_set_version(chime__table_t *t, uint64_t version,
 int chime__table_sample(chime__table_t *t, const chime_ring_layout_t *lay,
                         chime__ring_wslot_t *slot, const atomic_int *stop);
 
-/* A batch sampled into a ring slot (lay's layout, the info included) that
- * its learner never finished: the items it took out of the table (fifo,
- * max_times_sampled) come back as the oldest, with their keys, priorities
- * and times sampled as before the batch (an item the batch drew more than
- * once: as before its first draw), in the batch's order (so give a
- * learner's batches back newest first). A fifo table samples them before
- * its own; they count against the capacity meanwhile. Samples that took
- * nothing out (a uniform table's) are ignored. CHIME_ENOMEM when some could
- * not come back: every row of the table (spares included) is live or
- * pinned.
- * The slot must be memory only this process writes: its bytes and info
- * become items. chimed never calls it on a learner's ring (it gives shm
- * batches back from their pinned rows, chime__table_give_back_pinned).
- * Even so a sample whose ragged offsets leave the slot or run backwards,
- * or whose window is longer than sequence_length, is dropped, not read. */
-int chime__table_give_back(chime__table_t *t, const chime_ring_layout_t *lay,
-                           const void *slot);
-
 /* A sampler to tell when a table that lacked items may have enough. */
 typedef struct chime__table_waiter_s {
   void (*fn)(struct chime__table_waiter_s *w);
@@ -289,9 +271,20 @@ size_t chime__table_spans(const chime__table_t *t,
                           const uint8_t *slot_base, uint64_t copy_min,
                           uint64_t off, uint64_t len, chime__span_t *out,
                           size_t max);
-/* chime__table_give_back for a batch still pinned (pins->times set), from
- * its rows and what the table and pins hold, no copy and nothing read from
- * the slot; once per pinning, and not after an unpin. */
+/* A batch sampled with pins (pins->times set) that its learner never
+ * finished: the items it took out of the table (fifo, max_times_sampled)
+ * come back from its pinned rows as the oldest, with their bytes, keys,
+ * priorities, versions and insert times (a window: its episode, first
+ * step and length) and their times sampled as before the batch (an item
+ * the batch drew more than once: as before its first draw), in the
+ * batch's order (so give a learner's batches back newest first). A fifo
+ * table samples them before its own; they count against the capacity
+ * meanwhile. What took nothing out (a uniform table's samples), items now
+ * too far behind the newest version (counted removed_stale) and windows
+ * whose steps left meanwhile stay gone: their rows are freed at the
+ * unpin. Nothing is read from the slot, which a learner may have written
+ * (shm). Once per pinning: a second call, one after chime__table_unpin,
+ * or one on pins without times does nothing. */
 void chime__table_give_back_pinned(chime__table_t *t,
                                    const chime_ring_layout_t *lay,
                                    chime__table_pins_t *pins);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chime/errors.h"
 #include "ring/producer.h"
 #include "replay/table.h"
 
@@ -62,6 +63,21 @@ static inline void slot_pin(slot_t *s) {
   memset(&s->pins, 0, sizeof(s->pins));
   s->pins.rows = s->rows;
   s->pins.times = s->times;
+}
+
+/* chime__table_try_sample_pinned into a slot_pin'd slot, the batch's rows
+ * kept pinned in s->pins (copy_min UINT64_MAX: all copied, as an shm
+ * stream samples). CHIME_EBUSY when the table lacks items, nothing left
+ * waiting. */
+static inline int slot_sample_pinned(chime__table_t *t, slot_t *s,
+                                     uint64_t copy_min) {
+  chime__table_waiter_t w;
+  memset(&w, 0, sizeof(w));
+  int rc = chime__table_try_sample_pinned(t, &s->lay, &s->ws, &s->pins,
+                                          copy_min, &w);
+  if (rc == CHIME_EBUSY)
+    chime__table_unwait(t, &w); /* w lives only in this call */
+  return rc;
 }
 
 static inline void slot_fini(slot_t *s) {

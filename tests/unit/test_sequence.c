@@ -489,68 +489,56 @@ static void test_copy_while_evicting(void **state) {
 }
 
 /* Windows a batch took out (fifo, max_times_sampled 1) come back when the
- * batch is given back, from the slot (shm) or from its pinned rows
- * (stream), in order, with their keys; a window whose steps left meanwhile
- * does not. */
+ * batch is given back from its pinned rows, in order, with their keys; a
+ * window whose steps left meanwhile does not. */
 static void test_give_back(void **state) {
   (void)state;
-  for (int pinned = 0; pinned < 2; pinned++) {
-    chime__table_config_t tc;
-    chime__table_t *t;
-    make_cfg(&tc, 64, 4, 4, 1, CHIME__SAMPLER_FIFO);
-    tc.max_times_sampled = 1;
-    assert_int_equal(chime__table_create(&t, &tc), 0);
-    slot_t s;
-    slot_init(&s, t, 3);
-    uint32_t rows[3], times[3];
-    chime__table_pins_t pins = {rows, times, 0, 0};
-    chime__table_waiter_t w;
-    memset(&w, 0, sizeof(w));
-    seq_writer_t wr = {21, 0, 1, 0};
-    assert_int_equal(seq_append(t, &wr, 16, 0), 0); /* windows 0, 4, 8, 12 */
-    if (pinned)
-      assert_int_equal(
-          chime__table_try_sample_pinned(t, &s.lay, &s.ws, &pins, 4096, &w), 0);
-    else
-      assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
-    uint64_t keys[3];
-    for (uint32_t j = 0; j < 3; j++) {
-      check_window(&s, t, j);
-      keys[j] = s.ws.info[j].key;
-      assert_int_equal(s.ws.info[j].first_step, 4 * j);
-    }
-    chime__table_stats_t st;
-    chime__table_get_stats(t, &st);
-    assert_int_equal(st.size, 1);
-    if (pinned)
-      chime__table_give_back_pinned(t, &s.lay, &pins);
-    else
-      assert_int_equal(chime__table_give_back(t, &s.lay, s.mem), 0);
-    chime__table_unpin(t, &pins);
-    chime__table_get_stats(t, &st);
-    assert_int_equal(st.size, 4);
-    assert_int_equal(st.returned, 3);
-    memset(s.mem, 0xee, s.lay.slot_bytes);
-    assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
-    for (uint32_t j = 0; j < 3; j++) {
-      check_window(&s, t, j);
-      assert_int_equal(s.ws.info[j].key, keys[j]);
-      assert_int_equal(s.ws.info[j].first_step, 4 * j);
-    }
-    /* Taken again, then 64 steps of another episode evict them all: a
-     * give-back now brings nothing back. */
-    seq_writer_t other = {22, 0, 2, 0};
-    for (int i = 0; i < 4; i++)
-      assert_int_equal(seq_append(t, &other, 16, 0), 0);
-    chime__table_get_stats(t, &st);
-    uint64_t size = st.size;
-    assert_int_equal(chime__table_give_back(t, &s.lay, s.mem), 0);
-    chime__table_get_stats(t, &st);
-    assert_int_equal(st.size, size);
-    assert_int_equal(st.returned, 3);
-    free(s.mem);
-    chime__table_destroy(t);
+  chime__table_config_t tc;
+  chime__table_t *t;
+  make_cfg(&tc, 64, 4, 4, 1, CHIME__SAMPLER_FIFO);
+  tc.max_times_sampled = 1;
+  assert_int_equal(chime__table_create(&t, &tc), 0);
+  slot_t s;
+  slot_init(&s, t, 3);
+  slot_pin(&s);
+  seq_writer_t wr = {21, 0, 1, 0};
+  assert_int_equal(seq_append(t, &wr, 16, 0), 0); /* windows 0, 4, 8, 12 */
+  assert_int_equal(slot_sample_pinned(t, &s, UINT64_MAX), 0);
+  uint64_t keys[3];
+  for (uint32_t j = 0; j < 3; j++) {
+    check_window(&s, t, j);
+    keys[j] = s.ws.info[j].key;
+    assert_int_equal(s.ws.info[j].first_step, 4 * j);
   }
+  chime__table_stats_t st;
+  chime__table_get_stats(t, &st);
+  assert_int_equal(st.size, 1);
+  chime__table_give_back_pinned(t, &s.lay, &s.pins);
+  chime__table_unpin(t, &s.pins);
+  chime__table_get_stats(t, &st);
+  assert_int_equal(st.size, 4);
+  assert_int_equal(st.returned, 3);
+  memset(s.mem, 0xee, s.lay.slot_bytes);
+  assert_int_equal(slot_sample_pinned(t, &s, UINT64_MAX), 0);
+  for (uint32_t j = 0; j < 3; j++) {
+    check_window(&s, t, j);
+    assert_int_equal(s.ws.info[j].key, keys[j]);
+    assert_int_equal(s.ws.info[j].first_step, 4 * j);
+  }
+  /* Taken again, then 64 steps of another episode evict them all: a
+   * give-back now brings nothing back. */
+  seq_writer_t other = {22, 0, 2, 0};
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(seq_append(t, &other, 16, 0), 0);
+  chime__table_get_stats(t, &st);
+  uint64_t size = st.size;
+  chime__table_give_back_pinned(t, &s.lay, &s.pins);
+  chime__table_unpin(t, &s.pins);
+  chime__table_get_stats(t, &st);
+  assert_int_equal(st.size, size);
+  assert_int_equal(st.returned, 3);
+  slot_fini(&s);
+  chime__table_destroy(t);
 }
 
 /* Short episodes of one writer share its blocks: a store of 256 steps
@@ -565,6 +553,7 @@ static void test_short_episodes_share_blocks(void **state) {
   assert_int_equal(chime__table_create(&t, &tc), 0);
   slot_t s;
   slot_init(&s, t, 8);
+  slot_pin(&s);
   seq_writer_t w = {31, 0, 1, 0};
   for (int i = 0; i < 100; i++)
     assert_int_equal(seq_append(t, &w, 3, 1), 0);
@@ -574,17 +563,18 @@ static void test_short_episodes_share_blocks(void **state) {
   assert_true(st.steps > 256 - k && st.steps <= 256);
   assert_int_equal(st.size, st.steps / 3); /* one window an episode */
   assert_int_equal(st.episodes_open, 0);
-  assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
+  assert_int_equal(slot_sample_pinned(t, &s, UINT64_MAX), 0);
   for (uint32_t j = 0; j < 8; j++) {
     check_window(&s, t, j);
     assert_int_equal(s.ws.info[j].length, 3);
   }
-  assert_int_equal(chime__table_give_back(t, &s.lay, s.mem), 0);
+  chime__table_give_back_pinned(t, &s.lay, &s.pins);
+  chime__table_unpin(t, &s.pins);
   chime__table_stats_t st2;
   chime__table_get_stats(t, &st2);
   assert_int_equal(st2.size, st.size);
   assert_int_equal(st2.returned, 8);
-  free(s.mem);
+  slot_fini(&s);
   chime__table_destroy(t);
 }
 

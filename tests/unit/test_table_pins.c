@@ -1,8 +1,8 @@
 /* Batches sampled with their rows kept pinned (stream mode sends them from
  * the table): the spans give a batch's bytes exactly as a copy would, pinned
  * rows survive inserts that evict their items (spare rows stand in), and
- * items a batch took out come back when the batch is given back, from its
- * pinned rows or from a ring slot's bytes. */
+ * items a batch took out come back from its pinned rows when the batch is
+ * given back. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -111,13 +111,6 @@ static void check_batch(const slot_t *s, const uint8_t *got) {
                       lay->batch_size * sizeof(chime_sample_info_t));
 }
 
-static int sample_pinned(chime__table_t *t, slot_t *s) {
-  chime__table_waiter_t w;
-  memset(&w, 0, sizeof(w));
-  return chime__table_try_sample_pinned(t, &s->lay, &s->ws, &s->pins, COPY_MIN,
-                                        &w);
-}
-
 /* Uniform (scattered rows) and fifo (one run): the spans, cut at any chunk
  * size, give the bytes a copy gives. */
 static void test_spans_match_copy(void **state) {
@@ -128,7 +121,7 @@ static void test_spans_match_copy(void **state) {
     slot_t s;
     pinned_slot(&s, t, 16);
     insert_keys(t, 1, 40);
-    assert_int_equal(sample_pinned(t, &s), 0);
+    assert_int_equal(slot_sample_pinned(t, &s, COPY_MIN), 0);
     assert_int_equal(s.pins.n, 16);
     size_t pieces[] = {1, 777, 4096, 5000, 1u << 20};
     for (size_t p = 0; p < sizeof(pieces) / sizeof(pieces[0]); p++) {
@@ -152,7 +145,7 @@ static void test_pinned_rows_survive_eviction(void **state) {
   slot_t s;
   pinned_slot(&s, t, 8);
   insert_keys(t, 1, 8);
-  assert_int_equal(sample_pinned(t, &s), 0);
+  assert_int_equal(slot_sample_pinned(t, &s, COPY_MIN), 0);
   /* Every item evicted twice over; a wait for a pinned row would hang
    * here (the test's timeout). */
   insert_keys(t, 9, 8);
@@ -182,8 +175,8 @@ static void test_give_back_pinned_fifo(void **state) {
   pinned_slot(&a, t, 4);
   pinned_slot(&b, t, 4);
   insert_keys(t, 1, 10);
-  assert_int_equal(sample_pinned(t, &a), 0); /* keys 1..4 */
-  assert_int_equal(sample_pinned(t, &b), 0); /* keys 5..8 */
+  assert_int_equal(slot_sample_pinned(t, &a, COPY_MIN), 0); /* keys 1..4 */
+  assert_int_equal(slot_sample_pinned(t, &b, COPY_MIN), 0); /* keys 5..8 */
   for (uint32_t j = 0; j < 4; j++) {
     assert_int_equal(a.ws.info[j].key, 1 + j);
     assert_int_equal(b.ws.info[j].key, 5 + j);
@@ -219,22 +212,24 @@ static void test_give_back_pinned_fifo(void **state) {
   chime__table_destroy(t);
 }
 
-/* uniform with max_times_sampled 1 (shm: the batch copied, its rows
- * freed): given back from the slot's bytes, the items are live again with
- * their keys, so MutatePriorities finds them. */
-static void test_give_back_bytes_mts(void **state) {
+/* uniform with max_times_sampled 1 (shm: the batch copied whole, its rows
+ * kept pinned): the items leave, inserts meanwhile go to other rows, and
+ * given back from the pinned rows the items are live again with their
+ * keys, so MutatePriorities finds them, and their bytes. */
+static void test_give_back_pinned_mts(void **state) {
   (void)state;
   chime__table_t *t = new_table(32, CHIME__SAMPLER_UNIFORM, 1);
   slot_t s;
   pinned_slot(&s, t, 8);
   insert_keys(t, 1, 8);
-  assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
+  assert_int_equal(slot_sample_pinned(t, &s, UINT64_MAX), 0);
   chime__table_stats_t st;
   chime__table_get_stats(t, &st);
   assert_int_equal(st.size, 0);
   assert_int_equal(st.left, 8);
-  insert_keys(t, 9, 8); /* takes the freed rows */
-  assert_int_equal(chime__table_give_back(t, &s.lay, s.mem), 0);
+  insert_keys(t, 9, 8);
+  chime__table_give_back_pinned(t, &s.lay, &s.pins);
+  chime__table_unpin(t, &s.pins);
   chime__table_get_stats(t, &st);
   assert_int_equal(st.size, 16);
   assert_int_equal(st.left, 0);
@@ -267,49 +262,39 @@ static void test_give_back_bytes_mts(void **state) {
 }
 
 /* max_times_sampled 2, fifo: one batch draws the oldest item twice (its
- * first draw leaves it live, the second takes it out). Given back, from
- * the slot or from its pinned rows, it has the count it had before the
- * batch (0), not before the batch's last draw of it (1): one more draw
- * leaves it live. */
+ * first draw leaves it live, the second takes it out). Given back from its
+ * pinned rows, it has the count it had before the batch (0), not before
+ * the batch's last draw of it (1): one more draw leaves it live. */
 static void test_give_back_times_before_batch(void **state) {
   (void)state;
-  for (int pinned = 0; pinned < 2; pinned++) {
-    chime__table_t *t = new_table(8, CHIME__SAMPLER_FIFO, 2);
-    slot_t s, one;
-    pinned_slot(&s, t, 2);
-    pinned_slot(&one, t, 1);
-    insert_keys(t, 1, 2);
-    if (pinned)
-      assert_int_equal(sample_pinned(t, &s), 0);
-    else
-      assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
-    assert_int_equal(s.ws.info[0].key, 1);
-    assert_int_equal(s.ws.info[1].key, 1);
-    assert_int_equal(s.ws.info[0].times_sampled, 1);
-    assert_int_equal(s.ws.info[1].times_sampled, 2);
-    chime__table_stats_t st;
-    chime__table_get_stats(t, &st);
-    assert_int_equal(st.size, 1);
-    assert_int_equal(st.left_times_sampled, 2);
-    if (pinned) {
-      chime__table_give_back_pinned(t, &s.lay, &s.pins);
-      chime__table_unpin(t, &s.pins);
-    } else {
-      assert_int_equal(chime__table_give_back(t, &s.lay, s.mem), 0);
-    }
-    chime__table_get_stats(t, &st);
-    assert_int_equal(st.size, 2);
-    assert_int_equal(st.left, 0);
-    assert_int_equal(st.left_times_sampled, 0);
-    assert_int_equal(chime__table_sample(t, &one.lay, &one.ws, NULL), 0);
-    assert_int_equal(one.ws.info[0].key, 1);
-    assert_int_equal(one.ws.info[0].times_sampled, 1);
-    chime__table_get_stats(t, &st);
-    assert_int_equal(st.size, 2); /* still there: one of its two draws */
-    slot_fini(&s);
-    slot_fini(&one);
-    chime__table_destroy(t);
-  }
+  chime__table_t *t = new_table(8, CHIME__SAMPLER_FIFO, 2);
+  slot_t s, one;
+  pinned_slot(&s, t, 2);
+  pinned_slot(&one, t, 1);
+  insert_keys(t, 1, 2);
+  assert_int_equal(slot_sample_pinned(t, &s, COPY_MIN), 0);
+  assert_int_equal(s.ws.info[0].key, 1);
+  assert_int_equal(s.ws.info[1].key, 1);
+  assert_int_equal(s.ws.info[0].times_sampled, 1);
+  assert_int_equal(s.ws.info[1].times_sampled, 2);
+  chime__table_stats_t st;
+  chime__table_get_stats(t, &st);
+  assert_int_equal(st.size, 1);
+  assert_int_equal(st.left_times_sampled, 2);
+  chime__table_give_back_pinned(t, &s.lay, &s.pins);
+  chime__table_unpin(t, &s.pins);
+  chime__table_get_stats(t, &st);
+  assert_int_equal(st.size, 2);
+  assert_int_equal(st.left, 0);
+  assert_int_equal(st.left_times_sampled, 0);
+  assert_int_equal(chime__table_sample(t, &one.lay, &one.ws, NULL), 0);
+  assert_int_equal(one.ws.info[0].key, 1);
+  assert_int_equal(one.ws.info[0].times_sampled, 1);
+  chime__table_get_stats(t, &st);
+  assert_int_equal(st.size, 2); /* still there: one of its two draws */
+  slot_fini(&s);
+  slot_fini(&one);
+  chime__table_destroy(t);
 }
 
 int main(void) {
@@ -317,7 +302,7 @@ int main(void) {
       cmocka_unit_test(test_spans_match_copy),
       cmocka_unit_test(test_pinned_rows_survive_eviction),
       cmocka_unit_test(test_give_back_pinned_fifo),
-      cmocka_unit_test(test_give_back_bytes_mts),
+      cmocka_unit_test(test_give_back_pinned_mts),
       cmocka_unit_test(test_give_back_times_before_batch),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -308,10 +308,15 @@ void chime__stream_pins_fini(chime__stream_t *s) {
 /* The stream ended: items that batches its learner never finished (not
  * taken, or taken and not released; in stream mode not yet sent or still
  * held by gRPC) took out of the table (fifo, max_times_sampled) go back,
- * so a learner's death loses nothing. At least once: a batch the learner
- * was reading as its stream ended may be delivered again. Newest first:
- * each goes in front of the table's items, so they keep their order. */
+ * so a learner's death loses nothing. From each batch's pinned rows and
+ * pin_times: nothing of the slot is read (in shm mode its bytes, offsets
+ * and info are the learner's to write). At least once: a batch the
+ * learner was reading as its stream ended may be delivered again. Newest
+ * first: each goes in front of the table's items, so they keep their
+ * order. No pins: the table takes nothing out. */
 static void give_back(chime__stream_t *s) {
+  if (s->pins == NULL)
+    return;
   uint32_t *slots = malloc(s->lay.slots * sizeof(*slots));
   if (slots == NULL) {
     fprintf(stderr, "chimed: stream %llu: out of memory giving back items\n",
@@ -319,10 +324,8 @@ static void give_back(chime__stream_t *s) {
     return;
   }
   uint32_t n = chime__ring_unreleased(s->ring, slots, s->lay.slots);
-  for (uint32_t i = n; i-- > 0;) {
-    uint8_t *base = chime_ring_slot_base(s->ring, slots[i]);
-    s->ops->give_back(s, slots[i], base);
-  }
+  for (uint32_t i = n; i-- > 0;)
+    chime__table_give_back_pinned(s->table, &s->lay, &s->pins[slots[i]]);
   free(slots);
 }
 

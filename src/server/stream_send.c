@@ -182,12 +182,6 @@ static void send_published(chime__stream_t *s) {
   chime__sender_published(&s->sender);
 }
 
-/* From its rows, still pinned. */
-static void send_give_back(chime__stream_t *s, uint32_t slot, uint8_t *base) {
-  (void)base;
-  chime__table_give_back_pinned(s->table, &s->lay, &s->pins[slot]);
-}
-
 /* On the thread that just learned the call can go on (a send completed,
  * credits came): fills the slots that are free here and now instead of
  * waking a worker for them, then sends what is ready. Slots free as gRPC
@@ -240,7 +234,6 @@ const chime__stream_mode_ops_t chime__stream_mode_send = {
     .sample = send_sample,
     .abandon = send_abandon,
     .published = send_published,
-    .give_back = send_give_back,
     .credit = send_credit,
     .sent = send_sent,
     .counts = send_counts,

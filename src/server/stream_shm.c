@@ -174,15 +174,6 @@ static void shm_published(chime__stream_t *s) {
   (void)s;
 }
 
-/* From the batch's pinned rows and pin_times: nothing of the slot is
- * read (its bytes, offsets and info are the learner's to write). A table
- * that takes nothing out has nothing to give back. */
-static void shm_give_back(chime__stream_t *s, uint32_t slot, uint8_t *base) {
-  (void)base;
-  if (s->pins != NULL)
-    chime__table_give_back_pinned(s->table, &s->lay, &s->pins[slot]);
-}
-
 static void shm_credit(chime__stream_t *s, uint32_t n, const uint64_t *released,
                        size_t nreleased) {
   chime__sender_credit(&s->sender, n, released, nreleased);
@@ -224,7 +215,6 @@ const chime__stream_mode_ops_t chime__stream_mode_shm = {
     .wait_items = shm_wait_items,
     .abandon = shm_abandon,
     .published = shm_published,
-    .give_back = shm_give_back,
     .credit = shm_credit,
     .sent = shm_sent,
     .counts = shm_counts,

@@ -59,9 +59,6 @@ typedef struct {
   void (*abandon)(chime__stream_t *s, uint32_t slot);
   /* The slot was published (the sender may send it). */
   void (*published)(chime__stream_t *s);
-  /* The stream is over: the items of the unreleased batch in slot (its
-   * bytes at base) go back to the table. */
-  void (*give_back)(chime__stream_t *s, uint32_t slot, uint8_t *base);
   /* A Credit: n more batches; released the seqs the learner let go. */
   void (*credit)(chime__stream_t *s, uint32_t n, const uint64_t *released,
                  size_t nreleased);

@@ -349,6 +349,7 @@ static void on_request_done(chime__tag_t *tag, int ok) {
   pthread_mutex_lock(h->mu);
   chime__list_push(&h->calls, &c->link);
   h->ncalls++;
+  int over = h->max_calls != 0 && h->ncalls > h->max_calls;
   if (c->method == CHIME__M_INSERT) {
     h->insert_calls++; /* before any of its operations can complete */
     pthread_cond_broadcast(h->cond);
@@ -379,6 +380,13 @@ static void on_request_done(chime__tag_t *tag, int ok) {
   }
   if (atomic_load(h->stopping) && !c->vt->open) {
     chime__call_finish(c, CHIME_ESHUTDOWN, "shutting down");
+    goto out;
+  }
+  if (over && !c->vt->open) {
+    chime__call_finish(c, CHIME_ERESOURCE,
+                       "the server holds %u calls at once (max_calls); "
+                       "try again later",
+                       h->max_calls);
     goto out;
   }
   char why[128];

@@ -78,6 +78,9 @@ typedef struct chime__callhost_s {
   int closing;
   chime__list_t calls; /* live (chime__call_t's link) */
   uint32_t ncalls;
+  /* Past this many live calls a new one ends RESOURCE_EXHAUSTED before its
+   * handler sees it, an open method's excepted (0: no limit). */
+  uint32_t max_calls;
   uint32_t insert_calls; /* the Insert calls among them */
 } chime__callhost_t;
 

@@ -46,6 +46,8 @@ static void config_base(chime__config_t *cfg) {
   cfg->total_ring_bytes = CHIME__DEFAULT_TOTAL_RING_BYTES;
   cfg->staged_insert_bytes = CHIME__DEFAULT_STAGED_INSERT_BYTES;
   cfg->max_connections = CHIME__DEFAULT_MAX_CONNECTIONS;
+  cfg->max_calls_per_connection = CHIME__DEFAULT_MAX_CALLS_PER_CONNECTION;
+  cfg->max_calls = CHIME__DEFAULT_MAX_CALLS;
   cfg->handshake_timeout_ms = CHIME__DEFAULT_HANDSHAKE_TIMEOUT_MS;
   cfg->keepalive_time_ms = CHIME_KEEPALIVE_TIME_MS;
   cfg->keepalive_timeout_ms = CHIME_KEEPALIVE_TIMEOUT_MS;
@@ -676,6 +678,12 @@ int chime__config_parse(chime__config_t *cfg, const char *text, char *err,
     } else if (strcmp(key, "max_connections") == 0) {
       rc = get_range(v, "'max_connections'", 1, 1000000, &cfg->max_connections,
                      err, errlen);
+    } else if (strcmp(key, "max_calls_per_connection") == 0) {
+      rc = get_range(v, "'max_calls_per_connection'", 1, 1000000,
+                     &cfg->max_calls_per_connection, err, errlen);
+    } else if (strcmp(key, "max_calls") == 0) {
+      rc = get_range(v, "'max_calls'", 1, 10000000, &cfg->max_calls, err,
+                     errlen);
     } else if (strcmp(key, "sampler_threads") == 0) {
       rc = get_range(v, "'sampler_threads'", 1, 64, &cfg->sampler_threads, err,
                      errlen);
@@ -740,14 +748,16 @@ int chime__config_parse(chime__config_t *cfg, const char *text, char *err,
         cfg->ntables++;
       }
     } else {
-      rc = fail(err, errlen,
-                "'%s': unknown key (known: listen, metrics, handoff_socket, "
-                "handoff_expires_ms, max_connections, handshake_timeout_ms, "
-                "keepalive_time_ms, keepalive_timeout_ms, "
-                "max_connection_age_ms, max_connection_age_grace_ms, "
-                "sampler_threads, shard, allowed_uids, auth, tls, checkpoint, "
-                "budgets, pin_host_memory, tables)",
-                key);
+      rc =
+          fail(err, errlen,
+               "'%s': unknown key (known: listen, metrics, handoff_socket, "
+               "handoff_expires_ms, max_connections, max_calls_per_connection, "
+               "max_calls, handshake_timeout_ms, "
+               "keepalive_time_ms, keepalive_timeout_ms, "
+               "max_connection_age_ms, max_connection_age_grace_ms, "
+               "sampler_threads, shard, allowed_uids, auth, tls, checkpoint, "
+               "budgets, pin_host_memory, tables)",
+               key);
     }
     if (rc != 0)
       goto out;

@@ -62,6 +62,12 @@ typedef struct {
   uint64_t staged_insert_bytes;
   /* chime_server_listen's listener (see server/acceptor.h). */
   uint32_t max_connections;
+  /* Calls open at once: on one connection (HTTP/2's
+   * SETTINGS_MAX_CONCURRENT_STREAMS, chime_server_listen only: a client
+   * waits for one to end), and in all (a call past it, health checks
+   * excepted, ends RESOURCE_EXHAUSTED at once). Each costs about 12 KiB. */
+  uint32_t max_calls_per_connection;
+  uint32_t max_calls;
   uint32_t handshake_timeout_ms;
   /* HTTP/2 keepalive pings: a peer that does not answer one within the
    * timeout is dropped with its calls (0: no pings). */
@@ -95,6 +101,8 @@ typedef struct {
 #define CHIME__DEFAULT_STAGED_INSERT_BYTES (UINT64_C(256) << 20)
 #define CHIME__DEFAULT_EXPIRES_MS 5000u
 #define CHIME__DEFAULT_MAX_CONNECTIONS 4096u
+#define CHIME__DEFAULT_MAX_CALLS_PER_CONNECTION 1024u
+#define CHIME__DEFAULT_MAX_CALLS 65536u
 #define CHIME__DEFAULT_HANDSHAKE_TIMEOUT_MS 10000u
 /* Keepalive: CHIME_KEEPALIVE_TIME_MS, CHIME_KEEPALIVE_TIMEOUT_MS (chime.h),
  * the same as a client's. */

@@ -234,6 +234,7 @@ int chime_server_create(chime_server_t **out, const chime_server_opts_t *opts) {
   if (rc != 0)
     goto out;
   srv->staging.budget = srv->cfg.staged_insert_bytes;
+  srv->host.max_calls = srv->cfg.max_calls;
   chime__registry_set_budgets(&srv->streams, srv->cfg.stream_ring_bytes,
                               srv->cfg.total_ring_bytes);
   if (opts->listen != NULL) {
@@ -598,7 +599,7 @@ static void warn_exposed(const chime__config_t *cfg) {
 static int listen_on(chime_server_t *srv, char *bound, size_t boundlen,
                      char *err, size_t errlen) {
   int rc = 0;
-  grpc_arg args[7 + CHIME__KEEPALIVE_ARGS];
+  grpc_arg args[8 + CHIME__KEEPALIVE_ARGS];
   grpc_server_credentials *tls = NULL;
   if (srv == NULL || srv->host.gs != NULL) {
     snprintf(err, errlen,
@@ -623,8 +624,12 @@ static int listen_on(chime_server_t *srv, char *bound, size_t boundlen,
   args[2].type = GRPC_ARG_INTEGER;
   args[2].key = (char *)GRPC_ARG_ALLOW_REUSEPORT;
   args[2].value.integer = 0;
+  /* One peer cannot hold every call the server allows (max_calls). */
+  args[3].type = GRPC_ARG_INTEGER;
+  args[3].key = (char *)GRPC_ARG_MAX_CONCURRENT_STREAMS;
+  args[3].value.integer = (int)srv->cfg.max_calls_per_connection;
   size_t nargs =
-      3 + chime__keepalive_args(args + 3, (int)srv->cfg.keepalive_time_ms,
+      4 + chime__keepalive_args(args + 4, (int)srv->cfg.keepalive_time_ms,
                                 (int)srv->cfg.keepalive_timeout_ms);
   if (srv->cfg.max_connection_age_ms > 0) {
     /* Clients' channels connect anew (re-resolving a dns:/// target, so

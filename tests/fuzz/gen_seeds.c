@@ -370,6 +370,7 @@ static void config_seeds(void) {
       "config", "every_key",
       "{\"listen\": \"0.0.0.0:50051\", \"handoff_socket\": \"@auto\",\n"
       " \"handoff_expires_ms\": 5000, \"max_connections\": 4096,\n"
+      " \"max_calls_per_connection\": 1024, \"max_calls\": 65536,\n"
       " \"handshake_timeout_ms\": 10000, \"keepalive_time_ms\": 20000,\n"
       " \"keepalive_timeout_ms\": 10000, \"sampler_threads\": 2,\n"
       " \"allowed_uids\": [1000, 1001],\n"

@@ -47,14 +47,17 @@ static int batch(chime__raw_t *r, grpc_op *ops, size_t n, int tag) {
 }
 
 grpc_channel *chime__raw_channel(const char *addr) {
-  grpc_arg args[2];
+  grpc_arg args[3];
   args[0].type = GRPC_ARG_INTEGER;
   args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
   args[0].value.integer = 64 << 20;
   args[1].type = GRPC_ARG_INTEGER;
   args[1].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
   args[1].value.integer = 64 << 20;
-  grpc_channel_args ca = {2, args};
+  args[2].type = GRPC_ARG_INTEGER; /* a connection of its own */
+  args[2].key = (char *)GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL;
+  args[2].value.integer = 1;
+  grpc_channel_args ca = {3, args};
   grpc_channel_credentials *cr = grpc_insecure_credentials_create();
   grpc_channel *ch = grpc_channel_create(addr, cr, &ca);
   grpc_channel_credentials_release(cr);

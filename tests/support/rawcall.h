@@ -35,7 +35,8 @@ int chime__raw_fixture_start(chime__chimed_t *d, grpc_channel **ch,
  * what is left: 0 when chimed exited 0 by itself. */
 int chime__raw_fixture_stop(chime__chimed_t *d, grpc_channel *ch);
 
-/* A channel to addr with the protocol's message limits (64 MiB). */
+/* A channel to addr with the protocol's message limits (64 MiB), on a
+ * connection of its own. */
 grpc_channel *chime__raw_channel(const char *addr);
 
 /* Starts a call to method (e.g. "/chime.v1.Chime/Insert"); the whole call

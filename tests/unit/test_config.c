@@ -32,6 +32,8 @@ static void test_default(void **state) {
   assert_int_equal(cfg.tables[0].sampler, CHIME__SAMPLER_FIFO);
   assert_int_equal(chime_spec_sample_bytes(&cfg.tables[0].spec), 264);
   assert_int_equal(cfg.pin_host_memory, 0);
+  assert_int_equal(cfg.max_calls_per_connection, 1024);
+  assert_int_equal(cfg.max_calls, 65536);
 }
 
 static void test_full(void **state) {
@@ -41,7 +43,8 @@ static void test_full(void **state) {
       "{\"listen\":\"unix:/tmp/x.sock\", \"handoff_socket\":\"/tmp/h.sock\","
       " \"handoff_expires_ms\": 250, \"allowed_uids\":[1000, 1001],"
       " \"budgets\":{\"stream_ring_bytes\":1024,\"total_ring_bytes\":4096},"
-      " \"pin_host_memory\": true,"
+      " \"pin_host_memory\": true, \"max_calls_per_connection\": 7,"
+      " \"max_calls\": 9,"
       " \"tables\":[{\"name\":\"a\",\"spec\":\"x:u8[3]\",\"capacity\":10,"
       "\"sampler\":\"uniform\",\"min_size\":5},"
       " {\"name\":\"b\",\"spec\":\"y:f64\",\"capacity\":7}]}";
@@ -54,6 +57,8 @@ static void test_full(void **state) {
   assert_int_equal(cfg.stream_ring_bytes, 1024);
   assert_int_equal(cfg.total_ring_bytes, 4096);
   assert_int_equal(cfg.pin_host_memory, 1);
+  assert_int_equal(cfg.max_calls_per_connection, 7);
+  assert_int_equal(cfg.max_calls, 9);
   assert_int_equal(cfg.ntables, 2);
   assert_int_equal(cfg.tables[0].sampler, CHIME__SAMPLER_UNIFORM);
   assert_int_equal(cfg.tables[0].min_size, 5);
@@ -167,6 +172,9 @@ static void test_mistakes(void **state) {
   expect_bad("{\"tables\":", "line 1");
   expect_bad("{\"listne\":\"x\"," TA "}", "'listne': unknown key");
   expect_bad("{\"listen\":5," TA "}", "'listen': expected a string");
+  expect_bad("{\"max_calls\":0," TA "}", "'max_calls'");
+  expect_bad("{\"max_calls_per_connection\":1000001," TA "}",
+             "'max_calls_per_connection'");
   expect_bad(T("a", "x:u8", ",\"capacity\":0"),
              "table 'a': capacity must be at least 1");
   expect_bad(T("a", "x:u8", ",\"capacity\":\"10\""),

@@ -17,6 +17,12 @@
 #define SYS_pidfd_open 434
 #endif
 
+/* A closed stream's learner usually lets go of its ring within
+ * milliseconds (it reads the handoff's answer, unmaps at close): the sweep
+ * looks again after SWEEP_FIRST_MS, then twice as long each time, up to
+ * SWEEP_MS, so a budget comes back soon without a /proc scan a
+ * millisecond. */
+#define SWEEP_FIRST_MS 5
 #define SWEEP_MS 1000
 
 typedef struct watch_s watch_t;
@@ -35,6 +41,7 @@ struct chime__liveness_s {
   uv_loop_t *loop;
   const chime__stream_ops_t *ops;
   uv_timer_t sweep;
+  uint64_t sweep_ms; /* the last sweep's delay (0: the first is now) */
   watch_t *watches;
 };
 
@@ -125,8 +132,11 @@ static void on_sweep(uv_timer_t *t) {
     }
     w = n;
   }
-  if (!waiting)
-    uv_timer_stop(&lv->sweep);
+  if (waiting) {
+    uint64_t next = lv->sweep_ms == 0 ? SWEEP_FIRST_MS : lv->sweep_ms * 2;
+    lv->sweep_ms = next < SWEEP_MS ? next : SWEEP_MS;
+    uv_timer_start(&lv->sweep, on_sweep, lv->sweep_ms, 0);
+  }
 }
 
 void chime__liveness_watch(chime__liveness_t *lv, void *s, pid_t pid,
@@ -165,8 +175,8 @@ void chime__liveness_check(chime__liveness_t *lv) {
       /* The stream is over; the learner may still hold the ring. */
       w->open = 0;
       lv->ops->unref(w->s);
-      if (!uv_is_active((uv_handle_t *)&lv->sweep))
-        uv_timer_start(&lv->sweep, on_sweep, 0, SWEEP_MS);
+      lv->sweep_ms = 0; /* sweeps now, then SWEEP_FIRST_MS on */
+      uv_timer_start(&lv->sweep, on_sweep, 0, 0);
     }
   }
 }

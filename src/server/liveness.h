@@ -2,10 +2,11 @@
  * learner keeps the ring's pages alive whatever chimed does (its mapping
  * or fd), so the ring's budget charge stays with it (a hold on the
  * stream): a pidfd watch ends the stream when the learner process dies and
- * drops the hold then; once the stream is over, a sweep (about once a
- * second) drops it as soon as the ring is neither in flight to the learner
- * (unread on the handoff connection) nor among its open fds or mappings in
- * /proc. A /proc chimed may not read counts as holding. */
+ * drops the hold then; once the stream is over, a sweep (at once, then
+ * after 5 ms, backing off to once a second) drops it as soon as the ring is
+ * neither in flight to the learner (unread on the handoff connection) nor
+ * among its open fds or mappings in /proc. A /proc chimed may not read counts
+ * as holding. */
 #ifndef CHIME_SERVER_LIVENESS_H
 #define CHIME_SERVER_LIVENESS_H
 

@@ -17,7 +17,7 @@
 
 #include "chime/chime.h"
 #include "harness.h"
-#include "health.pb-c.h"
+#include "healthcheck.h"
 #include "rawcall.h"
 
 #define PER_CONN 3
@@ -82,24 +82,11 @@ static void served_again(chime_client_t *c) {
 /* A health check on a connection of its own: SERVING, 1. */
 static int health(const char *addr) {
   grpc_channel *ch = chime__raw_channel(addr);
-  chime__raw_t r;
-  grpc_status_code st = GRPC_STATUS_UNKNOWN;
-  Grpc__Health__V1__HealthCheckRequest req =
-      GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
-  int serving = -1;
-  assert_int_equal(
-      chime__raw_start(&r, ch, "/grpc.health.v1.Health/Check", 10000), 0);
-  assert_int_equal(chime__raw_send(&r, &req.base), 0);
-  ProtobufCMessage *m = NULL;
-  (void)chime__raw_recv_msg(
-      &r, &grpc__health__v1__health_check_response__descriptor, &m, 10000);
-  if (m != NULL) {
-    serving = ((Grpc__Health__V1__HealthCheckResponse *)m)->status;
-    protobuf_c_message_free_unpacked(m, NULL);
-  }
-  assert_int_equal(chime__raw_finish(&r, &st, NULL, 0, 10000), 0);
+  grpc_status_code st;
+  int serving;
+  assert_int_equal(chime__health_check(ch, "", NULL, &st, &serving, NULL, 0),
+                   0);
   assert_int_equal(st, GRPC_STATUS_OK);
-  chime__raw_destroy(&r);
   grpc_channel_destroy(ch);
   return serving;
 }

@@ -21,6 +21,7 @@
 #include "chime.pb-c.h"
 #include "chime/chime.h"
 #include "harness.h"
+#include "healthcheck.h"
 #include "health.pb-c.h"
 #include "rawcall.h"
 
@@ -53,41 +54,14 @@ static int teardown(void **state) {
   return chime__raw_fixture_stop(&chimed, ch);
 }
 
-/* One Check of `service` on c, with an authorization header when token is
- * not NULL: the gRPC status, and the serving status when one came (-1
- * when none). */
+/* One Check of `service` on c (healthcheck.h): the gRPC status, and the
+ * serving status when one came (-1 when none). */
 static grpc_status_code check(grpc_channel *c, const char *service,
                               const char *token, int *serving, char *details,
                               size_t len) {
-  chime__raw_t r;
-  grpc_metadata md;
-  char bearer[128];
-  grpc_status_code st = GRPC_STATUS_UNKNOWN;
-  size_t nmd = 0;
-  if (token != NULL) {
-    snprintf(bearer, sizeof bearer, "Bearer %s", token);
-    md.key = grpc_slice_from_static_string("authorization");
-    md.value = grpc_slice_from_copied_string(bearer);
-    nmd = 1;
-  }
-  *serving = -1;
-  Grpc__Health__V1__HealthCheckRequest req =
-      GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
-  req.service = (char *)service;
-  assert_int_equal(chime__raw_start_md(&r, c, CHECK, 10000, &md, nmd), 0);
-  if (chime__raw_send(&r, &req.base) == 0) {
-    ProtobufCMessage *m = NULL;
-    (void)chime__raw_recv_msg(
-        &r, &grpc__health__v1__health_check_response__descriptor, &m, 10000);
-    if (m != NULL) {
-      *serving = ((Grpc__Health__V1__HealthCheckResponse *)m)->status;
-      protobuf_c_message_free_unpacked(m, NULL);
-    }
-  }
-  assert_int_equal(chime__raw_finish(&r, &st, details, len, 10000), 0);
-  chime__raw_destroy(&r);
-  if (nmd > 0)
-    grpc_slice_unref(md.value);
+  grpc_status_code st;
+  assert_int_equal(
+      chime__health_check(c, service, token, &st, serving, details, len), 0);
   return st;
 }
 

@@ -445,6 +445,13 @@ chime_writer_end_episode(chime_writer_t *writer);
 CHIME_EXTERN CHIME_NODISCARD int chime_writer_flush(chime_writer_t *writer);
 /* Samples acked so far. */
 CHIME_EXTERN uint64_t chime_writer_acked(const chime_writer_t *writer);
+/* The spec every sample of this writer is checked against and copied at
+ * (a sequence table's step spec), fixed for the writer's life: a sharded
+ * writer that moves to another shard moves only to one whose table has
+ * this spec. A binding that packs the caller's arrays checks them against
+ * this spec, never against one asked of the server separately. */
+CHIME_EXTERN CHIME_NODISCARD int chime_writer_spec(const chime_writer_t *writer,
+                                                   chime_spec_t *out);
 /* Flushes, closes the stream and frees. Returns the flush result. NULL-safe.
  * One timeout bounds it: after a flush or append that timed out with no ack
  * since (e.g. a hung server), close does not wait again and returns

@@ -96,9 +96,6 @@ int chimepy_client_open_end(chimepy_client_t *client, int rc,
 /* Writes the C defaults into Client's docstrings; before the types are
  * readied. */
 void chimepy_client_docs_init(void);
-/* The table's spec from GetInfo (GIL released while waiting). */
-int chimepy_client_table_spec(chimepy_client_t *client, const char *table,
-                              chime_spec_t *out);
 
 /* Sets the exception that matches `code` (chime.TimeoutError for
  * CHIME_ETIMEDOUT, ...) with `detail` as its message, and returns NULL. */

@@ -397,68 +397,6 @@ static PyObject *client_stats(PyObject *o, PyObject *args, PyObject *kw) {
   return f;
 }
 
-/* Whether a shard that failed with `rc` may just be down (the C writer
- * passes over such a shard to bind to another, writer_shard.c). */
-static int shard_down(int rc) {
-  return rc == CHIME_EUNAVAILABLE || rc == CHIME_EDISCONNECTED ||
-         rc == CHIME_ETIMEDOUT;
-}
-
-/* The table's spec from the GetInfo of the first shard that answers (the
- * client itself for one server), without the GIL. A sharded client's
- * shards have the same tables, and its writer binds to a shard that
- * answers: one shard down must not fail the writer (chime_client_info on
- * the whole client would fail with the first shard's error). */
-static int table_spec(chime_client_t *c, const char *table, chime_spec_t *out,
-                      char *detail, size_t len) {
-  uint32_t n = chime_client_nshards(c);
-  int rc = 0;
-  detail[0] = '\0';
-  for (uint32_t i = 0; i < (n ? n : 1); i++) {
-    chime_client_t *shard = n ? chime_client_shard(c, i) : c;
-    chime_server_info_t *info = NULL;
-    int r = chime_client_info(shard, &info);
-    if (r) {
-      if (rc == 0) { /* the first failure is the one told */
-        rc = r;
-        snprintf(detail, len, "%s", chime_last_error());
-      }
-      if (shard_down(r))
-        continue;
-      return rc;
-    }
-    rc = CHIME_ENOTFOUND;
-    snprintf(detail, len, "no table named '%s'", table);
-    for (uint32_t t = 0; t < info->ntables; t++)
-      if (!strcmp(info->tables[t].name, table)) {
-        /* A sequence table takes steps (its spec is a window's). */
-        *out = info->tables[t].sequence_length > 0 ? info->tables[t].step_spec
-                                                   : info->tables[t].spec;
-        rc = 0;
-        break;
-      }
-    chime_server_info_free(info);
-    return rc;
-  }
-  return rc;
-}
-
-int chimepy_client_table_spec(chimepy_client_t *client, const char *table,
-                              chime_spec_t *out) {
-  if (chimepy_client_call_begin(client))
-    return -1;
-  char detail[1024];
-  int rc;
-  Py_BEGIN_ALLOW_THREADS rc =
-      table_spec(client->c, table, out, detail, sizeof(detail));
-  Py_END_ALLOW_THREADS chimepy_client_call_end(client);
-  if (rc) {
-    chimepy_raise(rc, detail);
-    return -1;
-  }
-  return 0;
-}
-
 /* writer(table, **opts) and stream(table, **opts) call the types. */
 static PyObject *make_child(PyObject *type, PyObject *self, PyObject *args,
                             PyObject *kw) {

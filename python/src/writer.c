@@ -174,14 +174,6 @@ static int writer_init(PyObject *o, PyObject *args, PyObject *kw) {
     chimepy_raise(CHIME_EINVAL, "timeout must be positive seconds");
     return -1;
   }
-  if (chimepy_client_table_spec(c, table, &self->spec))
-    return -1;
-  self->sample_bytes = chime_spec_sample_bytes(&self->spec);
-  self->sample = malloc(self->sample_bytes ? self->sample_bytes : 1);
-  if (!self->sample) {
-    PyErr_NoMemory();
-    return -1;
-  }
   snprintf(self->table, sizeof(self->table), "%s", table);
   self->timeout_ms = (int)(timeout * 1000);
   opts.max_inflight = max_inflight;
@@ -198,6 +190,19 @@ static int writer_init(PyObject *o, PyObject *args, PyObject *kw) {
     return -1;
   }
   self->client = c;
+  /* The writer's own spec: the one its C writer copies samples at (a
+   * sharded client's shards might differ; the writer refuses such a
+   * target, and this is the spec it checked). */
+  if (chime_writer_spec(self->w, &self->spec)) {
+    chimepy_raise(CHIME_EINVAL, chime_last_error());
+    return -1;
+  }
+  self->sample_bytes = chime_spec_sample_bytes(&self->spec);
+  self->sample = malloc(self->sample_bytes ? self->sample_bytes : 1);
+  if (!self->sample) {
+    PyErr_NoMemory();
+    return -1;
+  }
   return 0;
 }
 

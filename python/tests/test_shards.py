@@ -172,3 +172,35 @@ def test_writer_binds_to_a_live_shard(shards, refused):
     with chime.Client(f"{refused},{shards[1]}") as c:
         with pytest.raises(chime.NotFoundError, match="nope"):
             c.writer("nope")
+
+
+def test_writer_refuses_shards_that_differ(tmp_path):
+    """Table "q" is x:u8[8] on shard 1 and x:u8[4096] on shard 2: opening a
+    writer over both fails naming the shard that differs, whichever shard
+    it would bind to. (The writer took its spec from the first shard that
+    answered while the C writer bound to the other copied at that shard's
+    size: reading past the caller's arrays, process memory into the
+    table.) Over shards alike, the writer checks arrays against the spec
+    its C writer copies at."""
+    q = {1: "x:u8[8]", 2: "x:u8[4096]"}
+    with contextlib.ExitStack() as stack:
+        addrs = []
+        for n in (1, 2):
+            (tmp_path / str(n)).mkdir()
+            tables = TABLES + [{"name": "q", "spec": q[n], "capacity": 100,
+                                "sampler": "fifo"}]
+            _, addr = stack.enter_context(
+                conftest.run_chimed(tmp_path / str(n), tables, {"shard": n}))
+            addrs.append(addr)
+        with chime.Client(",".join(addrs)) as c:
+            for _ in range(4):  # writers spread: each shard bound first
+                with pytest.raises(chime.InvalidArgumentError,
+                                   match="differs") as e:
+                    c.writer("q")
+                assert any(a in str(e.value) for a in addrs)
+            with c.writer("t") as w:
+                with pytest.raises(chime.InvalidArgumentError):
+                    w.extend({"x": np.zeros((4, 8), dtype=np.uint8)})
+                w.extend({"x": np.arange(4, dtype=np.uint64)})
+                w.flush()
+                assert w.acked == 4

@@ -14,7 +14,11 @@
  * of the client's writers; when that shard stays unreachable past
  * reconnect_timeout_ms it moves to another the same way (move_shard) and
  * resends there as a new writer (a fresh writer_id): at least once, since
- * the dead shard may have inserted what it never acked.
+ * the dead shard may have inserted what it never acked. So it does when its
+ * shard restarted quickly and forgot it (CHIME_EFORGOTTEN). It moves only to
+ * a shard whose table has its spec (another is refused by name, as at
+ * open: chime_writer_spec is what its caller's samples were checked
+ * against).
  *
  * This file holds the public calls and the batching; the Insert call and
  * its requests in flight are writer_call.c's, the shard binding and
@@ -63,6 +67,15 @@ static int wait_until(chime_writer_t *w, int (*cond)(const chime_writer_t *),
   while (!cond(w)) {
     if (w->failed)
       return w->failed;
+    if (w->forgotten) {
+      /* At least once, as a failover after the shard stayed away: the
+       * shard that forgot may hold what it never acked. w->err says
+       * what was forgotten, should there be nowhere to go. */
+      w->forgotten = 0;
+      if (chime__writer_move_shard(w) != 0)
+        return fail(w, CHIME_EFORGOTTEN);
+      continue;
+    }
     if (w->broken) {
       int rc = chime__writer_reconnect(w);
       if (rc)
@@ -80,6 +93,8 @@ static int wait_until(chime_writer_t *w, int (*cond)(const chime_writer_t *),
     if (w->reconnect_deadline && chime__now_ms() >= w->reconnect_deadline) {
       if (w->set && chime__writer_move_shard(w) == 0)
         continue;
+      if (w->failed) /* a shard configured otherwise, named */
+        return w->failed;
       snprintf(w->err, sizeof(w->err),
                "insert into '%s': connection lost and not back within %d ms "
                "(%" PRIu32 " requests unacked)",
@@ -619,6 +634,14 @@ int chime_writer_flush(chime_writer_t *writer) {
 
 uint64_t chime_writer_acked(const chime_writer_t *writer) {
   return writer ? writer->acked : 0;
+}
+
+int chime_writer_spec(const chime_writer_t *writer, chime_spec_t *out) {
+  if (!writer || !out)
+    return chime__detail(CHIME_EINVAL,
+                         "chime_writer_spec: needs a writer and out");
+  *out = writer->spec;
+  return 0;
 }
 
 int chime_writer_close(chime_writer_t *writer) {

@@ -14,7 +14,8 @@
  * CHIME_ESHUTDOWN) leaves the writer to resume on a new call. Any other end
  * is final; CHIME_EFORGOTTEN (the server no longer remembers this writer,
  * so a resend could not be told from a new request) included: the caller
- * goes on with a new writer. */
+ * goes on with a new writer, or a sharded writer moves to another shard
+ * (forgotten). */
 static void on_status(chime_writer_t *w) {
   char text[CHIME__ERRLEN];
   int code = chime__rpc_result(&w->rpc, text, sizeof(text));
@@ -46,7 +47,13 @@ static void on_status(chime_writer_t *w) {
                " (this writer: %" PRIu64 " samples acked, %" PRIu64
                " sent in %" PRIu32 " requests not acked)",
                w->acked, w->sent - w->acked, w->inflight);
-    fail(w, code);
+    /* A sharded writer's shard restarted and forgot it: it moves to
+     * another shard as when its shard stays away (wait_until, writer.c),
+     * and fails with this only when there is none to move to. */
+    if (code == CHIME_EFORGOTTEN && w->set && w->resend)
+      w->forgotten = 1;
+    else
+      fail(w, code);
   }
 }
 

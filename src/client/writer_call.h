@@ -63,6 +63,9 @@ struct chime_writer_s {
   uint32_t fl_cap, fl_head;
   uint32_t sent_on_call; /* of those, sent on the current call (oldest first) */
   int broken;            /* the call died and may be resumed on a new one */
+  /* The call ended CHIME_EFORGOTTEN (the shard restarted within
+   * writer_idle_ms without this writer): a sharded writer moves on. */
+  int forgotten;
   /* move_shard is cancelling the call to the dead shard: the CANCELLED
    * status that follows is ours, not the server's, and fails nothing. */
   int dropping;

@@ -6,16 +6,67 @@
 #include "client/writer_shard.h"
 #include "common/spec.h"
 
+static int shard_down(int rc) {
+  return rc == CHIME_EUNAVAILABLE || rc == CHIME_EDISCONNECTED ||
+         rc == CHIME_ETIMEDOUT;
+}
+
+/* The table as a writer copies its samples: a sequence table's steps. */
+static const chime_spec_t *written_spec(const chime_table_info_t *ti) {
+  return ti->sequence_length ? &ti->step_spec : &ti->spec;
+}
+
+/* The sentence for shard `addr` whose table differs from the writer's. */
+static int differs(const char *addr, const char *table, char *err,
+                   size_t errlen) {
+  return chime__fail(err, errlen, CHIME_EINVAL,
+                     "shard %s: table '%s' differs from the same table on "
+                     "the other shards (spec): a sharded table must be "
+                     "configured alike on every shard",
+                     addr, table);
+}
+
+/* Every live shard but `member` and those found down (`down`) that answers
+ * must hold the table with the spec of ti (the shard the writer bound
+ * to): a writer checks its caller's samples against one spec, and a shard
+ * configured otherwise is refused by name, as info() and stream() refuse
+ * it. A shard that does not answer now is passed over. */
+static int check_alike(chime__shards_t *set, const char *table, uint32_t member,
+                       const chime_table_info_t *ti, const uint8_t *down,
+                       char *err, size_t errlen) {
+  uint32_t n = chime__shards_count(set);
+  for (uint32_t i = 0; i < n; i++) {
+    chime__member_t *m = chime__shards_at(set, i);
+    if (i == member || down[i] || atomic_load(&m->gone))
+      continue;
+    chime_table_info_t other;
+    char why[CHIME__ERRLEN];
+    uint32_t at;
+    int rc =
+        chime__table_lookup(m->client, table, &other, NULL, why, sizeof(why));
+    if (shard_down(rc))
+      continue;
+    if (rc)
+      return chime__fail(err, errlen, rc, "shard %s: %s", m->addr, why);
+    if (!other.sequence_length != !ti->sequence_length ||
+        chime__spec_diff(written_spec(&other), written_spec(ti), &at) !=
+            CHIME__SPEC_SAME)
+      return differs(m->addr, table, err, errlen);
+  }
+  return 0;
+}
+
 /* Binds to a shard of set (chime__shards_pick: the live one with the
  * fewest of this client's writers, whose count it keeps; never a second
  * address of one server) that answers and has the table (in ti), never
- * `skip` (UINT32_MAX: none). A shard that
+ * `skip` (UINT32_MAX: none, a new writer's binding, which also checks
+ * that the other shards that answer hold the table alike). A shard that
  * answers without the table fails it (the shards must be configured
  * alike); one that cannot be reached is passed over for the next. */
 int chime__writer_bind_shard(chime__shards_t *set, const char *table,
                              uint32_t skip, uint32_t *member,
                              chime_table_info_t *ti, char *err, size_t errlen) {
-  uint8_t tried[CHIME__MAX_SHARDS] = {0};
+  uint8_t tried[CHIME__MAX_SHARDS] = {0}, down[CHIME__MAX_SHARDS] = {0};
   uint32_t i;
   int rc, last = CHIME_EUNAVAILABLE, any = 0;
   if (skip != UINT32_MAX)
@@ -28,19 +79,24 @@ int chime__writer_bind_shard(chime__shards_t *set, const char *table,
     if (chime__shards_duplicate(set, i)) {
       /* A server named twice counts once, under its first address. */
       chime__shards_unpick(set, i);
+      down[i] = 1; /* not another shard to compare with either */
       continue;
     }
     any = 1;
     rc = chime__table_lookup(m->client, table, ti, NULL, why, sizeof(why));
+    if (rc == 0 && skip == UINT32_MAX)
+      rc = check_alike(set, table, i, ti, down, why, sizeof(why));
     if (rc == 0) {
       *member = i;
       return 0;
     }
     chime__shards_unpick(set, i);
+    if (rc == CHIME_EINVAL) /* another shard's table differs: named */
+      return chime__fail(err, errlen, rc, "%s", why);
     last = chime__fail(err, errlen, rc, "shard %s: %s", m->addr, why);
-    if (rc != CHIME_EUNAVAILABLE && rc != CHIME_EDISCONNECTED &&
-        rc != CHIME_ETIMEDOUT)
+    if (!shard_down(rc))
       return rc;
+    down[i] = 1;
   }
   /* The last shard's failure when some were tried, else the pick's. */
   return any ? last : rc;
@@ -86,14 +142,23 @@ int chime__writer_move_shard(chime_writer_t *w) {
   uint32_t to, at;
   chime_table_info_t ti;
   char why[CHIME__ERRLEN];
-  if (chime__writer_bind_shard(w->set, w->table, w->member, &to, &ti, why,
-                               sizeof(why)))
-    return CHIME_EUNAVAILABLE;
-  if (chime__spec_diff(ti.sequence_length ? &ti.step_spec : &ti.spec, &w->spec,
-                       &at) != CHIME__SPEC_SAME) {
+  int rc = chime__writer_bind_shard(w->set, w->table, w->member, &to, &ti, why,
+                                    sizeof(why));
+  if (rc == 0 && (!ti.sequence_length != !w->sequence ||
+                  chime__spec_diff(written_spec(&ti), &w->spec, &at) !=
+                      CHIME__SPEC_SAME)) {
     chime__shards_unpick(w->set, to);
-    return CHIME_EUNAVAILABLE;
+    rc =
+        differs(chime__shards_at(w->set, to)->addr, w->table, why, sizeof(why));
   }
+  if (rc == CHIME_EINVAL || rc == CHIME_ENOTFOUND) {
+    /* A shard configured otherwise: said, never written to at another
+     * spec, and not passed over as if it were down. */
+    snprintf(w->err, sizeof(w->err), "insert into '%s': %.900s", w->table, why);
+    return fail(w, rc);
+  }
+  if (rc)
+    return CHIME_EUNAVAILABLE;
   /* The call on the dead shard is still waiting for its channel (a
    * resumed call waits for ready): cancelling it is no failure. */
   w->dropping = 1;

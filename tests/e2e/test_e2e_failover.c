@@ -20,7 +20,10 @@
  *   writer there: it goes on even when that shard's table already forgot
  *   some other writer (it used to fail with CHIME_EFORGOTTEN); a sequence
  *   table's episode open on the dead shard is cut there.
- * - Writers spread over servers: one named twice counts once. */
+ * - Writers spread over servers: one named twice counts once.
+ * - A shard restarted quickly that forgot the writer: the writer moves on.
+ * - A table configured otherwise on one shard: a writer's open, and its
+ *   failover to that shard, refused by name (CHIME_EINVAL). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -902,6 +905,151 @@ static void test_sequence_episode_cut(void **state) {
   chime_client_destroy(c);
 }
 
+/* Restarts chimed i on its own port with config cfg_json (--restore latest
+ * when restore). */
+static void restart_on_port(int i, const char *cfg_json, int restore) {
+  char addr[256], cfg[2048];
+  snprintf(addr, sizeof addr, "%s", shard_d[i].addr);
+  snprintf(cfg, sizeof cfg, "%s", cfg_json);
+  const char *restored[] = {"--listen", addr, "--restore", "latest", NULL};
+  const char *fresh[] = {"--listen", addr, NULL};
+  assert_int_equal(
+      chime__chimed_start(&shard_d[i], cfg, restore ? restored : fresh, 30000),
+      0);
+  assert_string_equal(shard_d[i].addr, addr);
+}
+
+/* A shard restarted quickly (from its checkpoint, well within the
+ * writer's reconnect_timeout_ms) no longer remembers the writer bound to
+ * it, and says so (CHIME_EFORGOTTEN): the sharded writer moves to another
+ * shard, as when its shard stays away, and its unacked request goes in
+ * there. (It failed with CHIME_EFORGOTTEN although the other shard was
+ * up.) */
+static void test_quick_restart_moves_on(void **state) {
+  (void)state;
+  chime_client_t *c = start_shards(2, NULL);
+  chime_writer_t *wr = NULL;
+  chime_writer_opts_t wo = CHIME_WRITER_OPTS_INIT;
+  wo.max_batch_samples = BATCH;
+  wo.reconnect_timeout_ms = GENEROUS_MS; /* the restart is quicker */
+  if (chime_writer_open(&wr, c, "q", &wo) != 0)
+    fail_msg("writer: %s", chime_last_error());
+  write_items(wr, 7, 0, BATCH); /* request 1, acked */
+  int x = table_inserts(chime_client_shard(c, 0), "q") == BATCH ? 0 : 1;
+  int y = 1 - x;
+  chime_checkpoint_result_t ck;
+  if (chime_client_checkpoint(chime_client_shard(c, (uint32_t)x), &ck) != 0)
+    fail_msg("checkpoint: %s", chime_last_error());
+  chime__proc_kill(&shard_d[x].proc);
+  restart_on_port(x, shard_cfg[x], 1);
+  /* Request 2 reaches the restarted shard, which forgot the writer. */
+  for (uint32_t i = 0; i < BATCH; i++) {
+    item_t it = {7, BATCH + i};
+    if (chime_writer_append(wr, &it, sizeof it, 1.0) != 0)
+      fail_msg("append: %s", chime_last_error());
+  }
+  if (chime_writer_flush(wr) != 0)
+    fail_msg("flush after the restart: %s", chime_last_error());
+  assert_int_equal(chime_writer_acked(wr), 2 * BATCH);
+  write_items(wr, 7, 2 * BATCH, BATCH); /* and it goes on there */
+  assert_int_equal(chime_writer_close(wr), 0);
+  assert_int_equal(table_inserts(chime_client_shard(c, (uint32_t)y), "q"),
+                   2 * BATCH);
+  chime_client_destroy(c);
+}
+
+/* Table d, spec by shard: "w:u32[], s:u32[]" on 1, a third leaf on 2. */
+static const char *d_table(uint32_t shard) {
+  return shard == 1 ? ",\n  {\"name\": \"d\", \"spec\": \"w:u32[], s:u32[]\", "
+                      "\"capacity\": 1000, \"sampler\": \"fifo\"}"
+                    : ",\n  {\"name\": \"d\", \"spec\": \"w:u32[], s:u32[], "
+                      "z:u8[4096]\", \"capacity\": 1000, \"sampler\": "
+                      "\"fifo\"}";
+}
+
+/* A detail that names the shard at addr and says why. */
+static void assert_names_odd_shard(const char *addr) {
+  const char *why = chime_last_error();
+  if (!strstr(why, addr) || !strstr(why, "differs"))
+    fail_msg("expected a detail naming shard %s: %s", addr, why);
+}
+
+/* A table configured otherwise on one shard fails every writer's open,
+ * naming that shard, whichever shard the writer would bind to (the
+ * writer copied samples at its own shard's size: a binding that checked
+ * them against another shard's spec read past the caller's arrays). */
+static void test_writer_refuses_odd_shard(void **state) {
+  (void)state;
+  start_shard(0, 1, d_table(1));
+  start_shard(1, 2, d_table(2));
+  char target[1024];
+  target_of(2, target, sizeof target);
+  chime_client_t *c = NULL;
+  if (chime_client_create(&c, target, NULL) != 0)
+    fail_msg("client: %s", chime_last_error());
+  for (int k = 0; k < 4; k++) { /* writers spread: both shards first */
+    chime_writer_t *wr = NULL;
+    assert_int_equal(chime_writer_open(&wr, c, "d", NULL), CHIME_EINVAL);
+    assert_null(wr);
+    const char *why = chime_last_error();
+    if (!strstr(why, "differs") ||
+        (!strstr(why, shard_d[0].addr) && !strstr(why, shard_d[1].addr)))
+      fail_msg("open %d: no shard named: %s", k, why);
+  }
+  /* The shards' alike table is fine; and the writer's spec is its own. */
+  chime_writer_t *wr = NULL;
+  if (chime_writer_open(&wr, c, "q", NULL) != 0)
+    fail_msg("writer q: %s", chime_last_error());
+  chime_spec_t spec;
+  assert_int_equal(chime_writer_spec(wr, &spec), 0);
+  assert_int_equal(spec.nleaves, 2);
+  assert_string_equal(spec.leaves[1].name, "s");
+  assert_int_equal(chime_writer_spec(NULL, &spec), CHIME_EINVAL);
+  assert_int_equal(chime_writer_close(wr), 0);
+  chime_client_destroy(c);
+}
+
+/* A writer opened while the odd shard was down, whose own shard then
+ * dies: it does not move to the shard whose table differs, and says so by
+ * name (CHIME_EINVAL), where it used to wait out reconnect_timeout_ms and
+ * fail with CHIME_EDISCONNECTED. */
+static void test_failover_refuses_odd_shard(void **state) {
+  (void)state;
+  start_shard(0, 1, d_table(1));
+  start_shard(1, 2, d_table(1));
+  char target[1024];
+  target_of(2, target, sizeof target);
+  chime__proc_kill(&shard_d[1].proc); /* down: passed over at open */
+  chime_client_t *c = NULL;
+  if (chime_client_create(&c, target, NULL) != 0)
+    fail_msg("client: %s", chime_last_error());
+  chime_writer_t *wr = failover_writer(c, "d", BATCH);
+  write_items(wr, 7, 0, BATCH);
+  make_config(1, 2, d_table(2));
+  restart_on_port(1, shard_cfg[1], 0);
+  /* The client's channel to it reconnects (with gRPC's backoff) before
+   * the writer's shard dies, so that the failover finds it. */
+  chime_server_info_t *info = NULL;
+  int64_t end = chime__now_ms() + GENEROUS_MS;
+  while (chime_client_info(chime_client_shard(c, 1), &info) != 0 &&
+         chime__now_ms() < end)
+    chime__sleep_ms(50);
+  assert_non_null(info);
+  chime_server_info_free(info);
+  chime__proc_kill(&shard_d[0].proc);
+  int rc = 0;
+  for (uint32_t i = 0; i < BATCH && rc == 0; i++) {
+    item_t it = {7, BATCH + i};
+    rc = chime_writer_append(wr, &it, sizeof it, 1.0);
+  }
+  if (rc == 0)
+    rc = chime_writer_flush(wr);
+  assert_int_equal(rc, CHIME_EINVAL);
+  assert_names_odd_shard(shard_d[1].addr);
+  assert_int_equal(chime_writer_close(wr), CHIME_EINVAL);
+  chime_client_destroy(c);
+}
+
 /* Writers spread over servers, not addresses: a target naming shard 1
  * twice (as "A" and "ipv4:A") and shard 2 once puts 3 of 6 writers on
  * each server. */
@@ -940,6 +1088,9 @@ int main(void) {
       cmocka_unit_test_teardown(test_move_to_shard_that_forgot, teardown),
       cmocka_unit_test_teardown(test_sequence_episode_cut, teardown),
       cmocka_unit_test_teardown(test_spread_over_servers, teardown),
+      cmocka_unit_test_teardown(test_quick_restart_moves_on, teardown),
+      cmocka_unit_test_teardown(test_writer_refuses_odd_shard, teardown),
+      cmocka_unit_test_teardown(test_failover_refuses_odd_shard, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -675,6 +675,12 @@ typedef struct {
    * behind the learner's version (chime_stream_set_version); counted in
    * batches too. */
   uint64_t dropped_stale;
+  /* A sharded client's stream on a uniform or prioritized table: shards
+   * set aside now for delivering nothing and answering nothing for 1 s
+   * (out of the draw until they answer again: docs/scaling.md, "A shard
+   * that hangs"), and how many times one was set aside. 0 otherwise. */
+  uint32_t shards_aside;
+  uint64_t shard_asides;
 } chime_stream_local_stats_t;
 
 /* Fills *out; call from the thread that calls next. */

@@ -420,11 +420,11 @@ static PyObject *stream_stats(PyObject *o, PyObject *unused) {
   if (rc)
     return chimepy_raise(rc, chime_last_error());
   return Py_BuildValue(
-      "{s:s,s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:K,s:K,s:K,s:K,s:I,s:K}", "mode",
-      chime_mode_name(st.mode), "stream_id", (unsigned long long)st.stream_id,
-      "batches", (unsigned long long)st.batches, "bytes",
-      (unsigned long long)st.bytes, "received_bytes",
-      (unsigned long long)st.received_bytes, "credits",
+      "{s:s,s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:K,s:K,s:K,s:K,s:I,s:K,s:I,s:K}",
+      "mode", chime_mode_name(st.mode), "stream_id",
+      (unsigned long long)st.stream_id, "batches",
+      (unsigned long long)st.batches, "bytes", (unsigned long long)st.bytes,
+      "received_bytes", (unsigned long long)st.received_bytes, "credits",
       (unsigned long long)st.credits, "leases", (unsigned)st.leases,
       "max_leases", (unsigned)st.max_leases, "consumer_wait_ns",
       (unsigned long long)st.consumer_wait_ns, "pinned_bytes",
@@ -432,7 +432,9 @@ static PyObject *stream_stats(PyObject *o, PyObject *unused) {
       (unsigned long long)st.device_bytes, "device_copies",
       (unsigned long long)st.device_copies, "device_max_slots_held",
       (unsigned)st.device_max_slots_held, "dropped_stale",
-      (unsigned long long)st.dropped_stale);
+      (unsigned long long)st.dropped_stale, "shards_aside",
+      (unsigned)st.shards_aside, "shard_asides",
+      (unsigned long long)st.shard_asides);
 }
 
 static PyObject *stream_enter(PyObject *o, PyObject *unused) {

@@ -68,3 +68,57 @@ def _dir(tmp_path, k):
     d = tmp_path / f"shard{k}"
     d.mkdir()
     return d
+
+
+@pytest.mark.parametrize("mode", ["shm", "stream"])
+def test_hung_shard_set_aside(tmp_path, mode):
+    """One of three shards stopped (SIGSTOP: a GC pause, a partition
+    without a reset) is set aside: the union learner goes on drawing from
+    the two that answer, each probability exact within them (1 / their
+    items for a uniform table), and stats() says so; once the shard
+    answers again it is drawn again. (The learner used to wait on the
+    stopped shard, drawn by its last mass, for as long as it was
+    stopped.)"""
+    import os
+    import signal
+    with conftest.run_chimed(_dir(tmp_path, 1), TABLES,
+                             extra={"shard": 1}) as (_, a1), \
+            conftest.run_chimed(_dir(tmp_path, 2), TABLES,
+                                extra={"shard": 2}) as (p2, a2), \
+            conftest.run_chimed(_dir(tmp_path, 3), TABLES,
+                                extra={"shard": 3}) as (_, a3):
+        for k, (addr, n) in enumerate(zip((a1, a2, a3), SIZES), start=1):
+            with chime.Client(addr) as one, one.writer("uni") as w:
+                w.extend({"x": (np.uint64(k) << np.uint64(32)) +
+                          np.arange(n, dtype=np.uint64)})
+        with chime.Client(f"{a1},{a2},{a3}", timeout=2.0) as c, \
+                c.stream("uni", batch_size=4, mode=mode) as s:
+            os.kill(p2.pid, signal.SIGSTOP)
+            try:
+                answering = SIZES[0] + SIZES[2]
+                after = 0
+                for _ in range(2000):
+                    b = s.next(timeout=20)
+                    k = int(b["x"][0]) >> 32
+                    if s.stats()["shards_aside"] == 1:
+                        # from the shards that answer, at their share
+                        assert k in (1, 3)
+                        for p in b.info["probability"]:
+                            assert p == pytest.approx(1 / answering,
+                                                      rel=1e-9)
+                        after += 1
+                        if after == 300:
+                            break
+                assert after == 300, "the stopped shard was never set aside"
+                assert s.stats()["shard_asides"] >= 1
+            finally:
+                os.kill(p2.pid, signal.SIGCONT)
+            # Drawn again once it answers.
+            seen2 = False
+            for _ in range(20000):
+                b = s.next(timeout=20)
+                if int(b["x"][0]) >> 32 == 2:
+                    seen2 = True
+                    break
+            assert seen2
+            assert s.stats()["shards_aside"] == 0

@@ -282,6 +282,9 @@ int chime__conn_info(chime_client_t *client, chime_server_info_t **out) {
   copy_str(info->hostname, sizeof(info->hostname), r->hostname);
   info->shard = r->shard;
   info->instance = r->instance;
+  atomic_store(&client->seen_shard, r->shard);
+  atomic_store(&client->seen_instance, r->instance);
+  atomic_store(&client->seen, 1);
   info->pin_host_memory = r->pin_host_memory;
   info->pinned_bytes = r->pinned_bytes;
   for (size_t i = 0; i < r->n_tables; i++) {

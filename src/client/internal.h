@@ -54,6 +54,13 @@ struct chime_client_s {
    * the connection down means the server went away (CHIME_EDISCONNECTED),
    * not that it was never there. */
   atomic_int reached;
+  /* The server's shard and instance as its last GetInfo answer said
+   * (seen: one did): a sharded client's member is identified from these
+   * without asking again (shards.c), so a server that stopped answering
+   * since costs no further wait. */
+  atomic_int seen;
+  _Atomic uint32_t seen_shard;
+  _Atomic uint64_t seen_instance;
   size_t max_message_bytes;
 };
 

@@ -185,6 +185,14 @@ int chime__shards_identify(chime__shards_t *set, uint32_t i, char *err,
   chime__member_t *m = &set->members[i];
   if (atomic_load(&m->known))
     return 0;
+  if (atomic_load(&m->client->seen)) {
+    /* Any GetInfo it answered says (a stream's or writer's lookup): no
+     * second call, which a server that hangs now would make wait. */
+    atomic_store(&m->shard, atomic_load(&m->client->seen_shard));
+    atomic_store(&m->instance, atomic_load(&m->client->seen_instance));
+    atomic_store(&m->known, 1);
+    return 0;
+  }
   chime_server_info_t *info = NULL;
   int rc = chime__conn_info(m->client, &info);
   if (rc)

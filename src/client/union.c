@@ -45,10 +45,12 @@ int chime__union_stats(const chime_stream_t *s,
   out->credits = u->closed_credits;
   out->consumer_wait_ns = u->closed_wait_ns;
   out->dropped_stale = u->closed_dropped;
+  out->shard_asides = u->asides;
   for (uint32_t i = 0; i < u->nsubs; i++) {
     chime_stream_local_stats_t st;
     if (u->subs[i].s == NULL || chime__single_stats(u->subs[i].s, &st))
       continue;
+    out->shards_aside += live(&u->subs[i]) && u->subs[i].aside;
     out->dropped_stale += st.dropped_stale;
     out->received_bytes += st.received_bytes;
     out->credits += st.credits;

@@ -55,7 +55,8 @@ static void learn_mass(chime__union_t *u, sub_t *sb,
  * (every shard's does: the learner waits for one, as on one table). */
 static double weight_of(const chime__union_t *u, const sub_t *sb, int by_size,
                         int all_blocked) {
-  if (!live(sb) || sb->size < u->min_size || (sb->blocked && !all_blocked))
+  if (!live(sb) || sb->aside || sb->size < u->min_size ||
+      (sb->blocked && !all_blocked))
     return 0;
   return by_size ? sb->size : sb->mass;
 }
@@ -133,6 +134,23 @@ static int slice(int64_t left, int most) {
   return left < most ? (int)left : most;
 }
 
+/* Sets the drawn shard i aside when it has delivered nothing since the
+ * draw and answered no GetInfo for ASIDE_MS: a hung server (stopped, or
+ * cut off without a reset) that would hold the learner back for as long
+ * as it hangs. Its mass leaves the draw, so the union's probabilities are
+ * those of the shards that answer (docs/scaling.md); it is drawn again
+ * once it answers. */
+static int set_aside_if_hung(chime__union_t *u, uint32_t i) {
+  sub_t *sb = &u->subs[i];
+  int64_t now = chime__now_ms();
+  if (now - u->chosen_ms < ASIDE_MS || now - sb->answer_ms < ASIDE_MS)
+    return 0;
+  sb->aside = 1;
+  u->asides++;
+  u->chosen = -1;
+  return 1;
+}
+
 /* Weighed: the drawn shard's next batch, waited for in slices so that
  * masses keep coming in; a drawn shard that ends, or whose table emptied,
  * is drawn again. */
@@ -177,9 +195,11 @@ static int next_weighed(chime_stream_t *s, chime_batch_t *out, uint32_t *at,
     }
     if (rc != CHIME_ETIMEDOUT)
       return rc;
+    chime__union_refresh(s, 0);
+    if (set_aside_if_hung(u, i))
+      continue; /* drawn again among the others, in this wait */
     if (left_ms(end) == 0)
       return timed_out(s, timeout_ms);
-    chime__union_refresh(s, 0);
     /* Its table emptied (below min_size) since the draw: it cannot
      * deliver. */
     if (sb->mass_ms > u->chosen_ms &&

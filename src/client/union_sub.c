@@ -86,6 +86,8 @@ int chime__union_open_sub(chime_stream_t *s, uint32_t i, int *dup, char *err,
   sb->mass = u->prioritized ? ti.mass : (double)ti.size;
   sb->size = (double)ti.size;
   sb->mass_ms = asked;
+  sb->answer_ms = asked;
+  sb->aside = 0;
   sb->blocked = 0;
   /* Every batch of the new sub-stream is drawn after that lookup. */
   sb->taken = sb->fresh_after = 0;
@@ -124,6 +126,7 @@ void chime__union_close_sub(chime_stream_t *s, uint32_t i) {
   sb->mass = sb->size = 0;
   sb->mass_ms = 0;
   sb->blocked = 0;
+  sb->aside = 0;
   sb->instance = 0;
 }
 
@@ -185,6 +188,9 @@ static void info_poll(chime_stream_t *s, uint32_t i) {
       return;
   }
   if (chime__rpc_result(&sb->info, NULL, 0) == 0 && sb->info.recv_bb) {
+    /* It answers: a shard set aside is drawn again. */
+    sb->answer_ms = chime__now_ms();
+    sb->aside = 0;
     Chime__V1__GetInfoResponse *r = (Chime__V1__GetInfoResponse *)chime__unpack(
         &chime__v1__get_info_response__descriptor, sb->info.recv_bb);
     for (size_t t = 0; r != NULL && t < r->n_tables; t++) {

@@ -21,6 +21,13 @@
  * opened again at most this often, and only once its channel is ready, so
  * next() never waits for a shard that does not answer. */
 #define REOPEN_EVERY_MS 1000
+/* A drawn shard that has delivered nothing for this long, and answered no
+ * GetInfo for as long, is set aside: out of the draw, as a dead one, until
+ * it answers again (a shard stopped by SIGSTOP, a GC pause or a partition
+ * without a reset holds the learner back no longer). A shard that answers
+ * but delivers slowly (its rate limiter, a slow link) stays in the draw:
+ * setting it aside would bias what the learner sees. */
+#define ASIDE_MS 1000
 /* At most how many batches of a sub-stream of `slots` slots were sampled
  * before a moment and taken after it: the server's ring, the batches in
  * flight (stream mode: prefetch <= slots) and the local ring. */
@@ -44,6 +51,10 @@ typedef struct {
    * deliver, since waiting for it could wait for good (its writers done,
    * the other shards' writers waiting for samples). */
   int blocked;
+  /* Set aside (ASIDE_MS) until a GetInfo answer comes; answer_ms: the
+   * last answer (or the open), CLOCK_MONOTONIC ms. */
+  int aside;
+  int64_t answer_ms;
   chime__rpc_t info; /* GetInfo for the mass, answered while next() goes on */
   int info_made;     /* info's queue exists */
   int info_busy;     /* a GetInfo is in flight */
@@ -97,6 +108,7 @@ struct chime__union_s {
   lent_t *lent; /* slots - 1 entries: as many as a stream lends */
   uint32_t nlent, max_lent;
   uint64_t seq, batches, bytes;
+  uint64_t asides; /* shards set aside so far (stats) */
   /* Counters of sub-streams closed since, for stats (and next()'s waits
    * for masses, in closed_wait_ns). */
   uint64_t closed_received, closed_credits, closed_wait_ns, closed_dropped;

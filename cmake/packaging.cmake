@@ -16,7 +16,8 @@
 # The unit names the installed chimed and the config lives in /etc (as
 # GNUInstallDirs has it: /etc for the prefix /usr, PREFIX/etc otherwise):
 # both are known only at install time, when the prefix is final (as for the
-# .pc files in src/lib).
+# .pc files in src/lib, and as they are, written into a directory of this
+# install's own).
 if(TARGET chimed)
   install(CODE "
     if(CMAKE_INSTALL_PREFIX STREQUAL \"/usr\")
@@ -25,13 +26,15 @@ if(TARGET chimed)
       set(chime_etc \"\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_SYSCONFDIR}/chime\")
     endif()
     set(CHIME_BINDIR \"\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_BINDIR}\")
+    ${chime_install_dir_code}
     configure_file(${PROJECT_SOURCE_DIR}/deploy/systemd/chimed.service.in
-                   ${PROJECT_BINARY_DIR}/chimed.service @ONLY)
+                   \${chime__install_dir}/chimed.service @ONLY)
+    file(INSTALL \${chime__install_dir}/chimed.service
+         DESTINATION \"\${CMAKE_INSTALL_PREFIX}/lib/systemd/system\")
+    file(REMOVE_RECURSE \${chime__install_dir})
     file(INSTALL ${PROJECT_SOURCE_DIR}/deploy/systemd/chimed.json
          DESTINATION \"\${chime_etc}\" FILE_PERMISSIONS OWNER_READ
          OWNER_WRITE GROUP_READ WORLD_READ)" COMPONENT daemon)
-  install(FILES ${PROJECT_BINARY_DIR}/chimed.service
-          DESTINATION lib/systemd/system COMPONENT daemon)
   # The Grafana dashboard over chimed's metrics, for an operator to import.
   install(FILES ${PROJECT_SOURCE_DIR}/deploy/grafana/chime.json
           DESTINATION ${CMAKE_INSTALL_DATADIR}/chime/grafana COMPONENT daemon)

@@ -902,8 +902,9 @@ static int run(int argc, char **argv) {
     return 2;
   if (rc) {
     fprintf(stderr, "chimectl: %s: %s\n", addr, chime_last_error());
-    /* top's status says a target it cannot start on is a mistake (2). */
-    exit_code = !strcmp(cmd, "top") ? 2 : 1;
+    /* A target that cannot be parsed is a command-line mistake (2), for
+     * every command; a server that does not answer comes later (1). */
+    exit_code = rc == CHIME_EINVAL ? 2 : 1;
     goto cleanup;
   }
   if (!strcmp(cmd, "top")) {

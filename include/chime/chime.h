@@ -142,7 +142,10 @@ typedef struct {
  * connection is made lazily: an unreachable server shows up as
  * CHIME_EUNAVAILABLE from the first call; once a server this client reached
  * is gone (stopped, killed, its connection lost), unary calls return
- * CHIME_EDISCONNECTED, as streams and writers do. Each client has a
+ * CHIME_EDISCONNECTED, as streams and writers do. Every address is checked
+ * first: a port must be a number in 1..65535 and given, an ipv4:/ipv6:
+ * or [bracketed] literal must parse, a Unix path must be 1..107 bytes;
+ * CHIME_EINVAL names the target and why (docs/scaling.md). Each client has a
  * connection of its own. opts may be NULL (defaults). CHIME_ENOTSUP in a
  * child of fork() that cannot use gRPC (see fork() above). */
 CHIME_EXTERN CHIME_NODISCARD int

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 
 #include "chime/errors.h"
 #include "client/target.h"
@@ -44,6 +45,119 @@ static int push(chime__target_t *t, const char *prefix, const char *b,
   return 0;
 }
 
+/* A target's port: a decimal number in 1..65535. gRPC hands the digits to
+ * getaddrinfo, which wraps them (":99999" reached port 34463), and port 0
+ * names no server. */
+static int check_port(const char *target, const char *port, char *err,
+                      size_t errlen) {
+  unsigned long v = 0;
+  size_t nd = 0;
+  for (; port[nd] >= '0' && port[nd] <= '9' && v <= 65535; nd++)
+    v = v * 10 + (unsigned long)(port[nd] - '0');
+  if (nd == 0 || port[nd] != '\0' || v == 0 || v > 65535)
+    return chime__fail(err, errlen, CHIME_EINVAL,
+                       "target '%s': the port '%.16s' must be a number in "
+                       "1..65535",
+                       target, port);
+  return 0;
+}
+
+/* An IP literal of family ip (4 or 6; 6 may carry a scope: fe80::1%eth0)
+ * in [b, e). */
+static int check_ip(const char *target, int ip, const char *b, const char *e,
+                    char *err, size_t errlen) {
+  char a[INET6_ADDRSTRLEN];
+  unsigned char bin[sizeof(struct in6_addr)];
+  size_t n = (size_t)(e - b);
+  const char *zone = ip == 6 ? memchr(b, '%', n) : NULL;
+  if (zone != NULL) {
+    if (zone + 1 == e)
+      n = sizeof(a); /* an empty scope: refused below */
+    else
+      n = (size_t)(zone - b);
+  }
+  if (n < sizeof(a)) {
+    memcpy(a, b, n);
+    a[n] = '\0';
+    if (inet_pton(ip == 4 ? AF_INET : AF_INET6, a, bin) == 1)
+      return 0;
+  }
+  return chime__fail(err, errlen, CHIME_EINVAL,
+                     "target '%s': '%.*s' is not an IPv%d address", target,
+                     (int)(e - b), b, ip);
+}
+
+/* "host:port" or "[v6]:port" (after the scheme, if any): a host, and a
+ * valid port. ip: 4 or 6 when the host must be that kind of literal (an
+ * ipv4:/ipv6: target), else 0 (a name, or an IPv6 literal in brackets). */
+static int check_hostport(const char *target, const char *s, int ip, char *err,
+                          size_t errlen) {
+  const char *hb = s, *he, *port;
+  if (s[0] == '[') {
+    he = strchr(s, ']');
+    if (he == NULL || (he[1] != ':' && he[1] != '\0'))
+      return chime__fail(err, errlen, CHIME_EINVAL,
+                         "target '%s': '%s' is not [address]:port", target, s);
+    hb++;
+    port = he[1] == ':' ? he + 2 : NULL;
+    if (ip == 0)
+      ip = 6;
+  } else {
+    he = strrchr(s, ':');
+    port = he != NULL ? he + 1 : NULL;
+    if (ip == 6 || (he != NULL && memchr(s, ':', (size_t)(he - s)) != NULL))
+      return chime__fail(err, errlen, CHIME_EINVAL,
+                         "target '%s': '%s': an IPv6 address goes in "
+                         "brackets, [address]:port",
+                         target, s);
+    if (he == NULL)
+      he = s + strlen(s);
+  }
+  if (he == hb)
+    return chime__fail(err, errlen, CHIME_EINVAL,
+                       "target '%s': '%s' names no host", target, s);
+  if (port == NULL)
+    return chime__fail(err, errlen, CHIME_EINVAL,
+                       "target '%s': '%s' has no port (gRPC would pick "
+                       "443)",
+                       target, s);
+  int rc = ip != 0 ? check_ip(target, ip, hb, he, err, errlen) : 0;
+  return rc ? rc : check_port(target, port, err, errlen);
+}
+
+/* One server's address, as gRPC would take it: refused here with the
+ * reason, rather than a channel that fails every call with gRPC's words
+ * ("Failed to create secure client channel") or reaches another port. */
+static int check_one(const char *target, const char *a, char *err,
+                     size_t errlen) {
+  struct sockaddr_un su;
+  const char *path = NULL;
+  if (strncmp(a, "unix:", 5) == 0)
+    path = a + 5;
+  else if (strncmp(a, "unix-abstract:", 14) == 0)
+    path = a + 14;
+  if (path != NULL) {
+    if (path[0] == '\0' || strlen(path) >= sizeof(su.sun_path))
+      return chime__fail(err, errlen, CHIME_EINVAL,
+                         "target '%s': a Unix socket path must be 1..%zu "
+                         "bytes",
+                         target, sizeof(su.sun_path) - 1);
+    return 0;
+  }
+  int ip = strncmp(a, "ipv4:", 5) == 0   ? 4
+           : strncmp(a, "ipv6:", 5) == 0 ? 6
+                                         : 0;
+  if (ip != 0) {
+    a += 5;
+    /* gRPC takes "ipv4:///a:p" too (an empty authority), and no other. */
+    if (strncmp(a, "//", 2) == 0 && a[2] != '/')
+      return chime__fail(err, errlen, CHIME_EINVAL,
+                         "target '%s': ipv%d: takes no authority", target, ip);
+    a += strncmp(a, "///", 3) == 0 ? 3 : a[0] == '/';
+  }
+  return check_hostport(target, a, ip, err, errlen);
+}
+
 /* "dns:///name:port", "dns://authority/name:port" (the authority, a DNS
  * server of gRPC's own resolver, is not used: the system's is) or
  * "dns:name:port". */
@@ -79,10 +193,9 @@ static int parse_dns(const char *target, chime__target_t *t, char *err,
   memcpy(t->host, hb, (size_t)(he - hb));
   t->host[he - hb] = '\0';
   snprintf(t->port, sizeof(t->port), "%s", colon + 1);
-  for (const char *c = t->port; *c; c++)
-    if (*c < '0' || *c > '9')
-      return chime__fail(err, errlen, CHIME_EINVAL,
-                         "target '%s': the port must be a number", target);
+  int rc = check_port(target, t->port, err, errlen);
+  if (rc)
+    return rc;
   t->dns = 1;
   t->sharded = 1;
   return 0;
@@ -96,8 +209,12 @@ int chime__target_parse(const char *target, uint32_t max, chime__target_t *out,
   if (strncmp(target, "dns:", 4) == 0 && !strchr(target, ','))
     return parse_dns(target, out, err, errlen);
   if (!strchr(target, ',')) {
-    int rc = push(out, "", target, target + strlen(target));
-    return rc ? chime__fail(err, errlen, rc, "out of memory") : 0;
+    int rc = check_one(target, target, err, errlen);
+    if (rc == 0 && (rc = push(out, "", target, target + strlen(target))) != 0)
+      chime__fail(err, errlen, rc, "out of memory");
+    if (rc)
+      chime__target_free(out);
+    return rc;
   }
   /* A list. gRPC's ipv4:/ipv6: lists name the scheme once; each element
    * becomes a target of its own with the scheme. */
@@ -132,6 +249,8 @@ int chime__target_parse(const char *target, uint32_t max, chime__target_t *out,
       chime__fail(err, errlen, rc, "out of memory");
       break;
     }
+    if ((rc = check_one(target, out->addrs[out->n - 1], err, errlen)) != 0)
+      break;
     if (*e == '\0')
       break;
     p = e + 1;

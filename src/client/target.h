@@ -25,8 +25,11 @@ typedef struct {
 } chime__target_t;
 
 /* Parses target into *out (zeroed first; dns: names are not resolved yet).
- * CHIME_EINVAL with err for an empty element, a dns: name without a port,
- * more than max addresses. Free with chime__target_free. */
+ * CHIME_EINVAL with err naming the target for an empty element, an
+ * address gRPC would misread or refuse only at the first call (a port
+ * missing or outside 1..65535, an ipv4:/ipv6: or [bracketed] literal that
+ * does not parse, an empty or too long Unix path), a dns: name without a
+ * port, more than max addresses. Free with chime__target_free. */
 int chime__target_parse(const char *target, uint32_t max, chime__target_t *out,
                         char *err, size_t errlen);
 /* A dns: target: resolves host:port with getaddrinfo into addrs (each

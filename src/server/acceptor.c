@@ -195,9 +195,11 @@ static int bind_unix(chime__acceptor_t *a, const char *addr, char *err,
   return 0;
 }
 
-/* Every address the host resolves to (":port" or "[::]:port": all of
- * them); with port 0 the first bind picks the port and the others reuse
- * it, as gRPC does. */
+/* Every address the host resolves to; ":port" and "[::]:port" are every
+ * address of both families (a socket each), as gRPC's own listener took
+ * "[::]" (dual-stack): an IPv6-only "[::]" left IPv4 clients refused where
+ * ":port" served them. "0.0.0.0:port" is IPv4's only. With port 0 the
+ * first bind picks the port and the others reuse it, as gRPC does. */
 static int bind_tcp(chime__acceptor_t *a, const char *addr, int *bound,
                     char *err, size_t errlen) {
   char host[256], pstr[8];
@@ -206,6 +208,8 @@ static int bind_tcp(chime__acceptor_t *a, const char *addr, int *bound,
   int rc = split_host_port(addr, host, sizeof(host), &port, err, errlen);
   if (rc != 0)
     return rc;
+  if (strcmp(host, "::") == 0)
+    host[0] = '\0';
   memset(&hints, 0, sizeof(hints));
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV | AI_ADDRCONFIG;

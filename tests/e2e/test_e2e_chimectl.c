@@ -3,7 +3,9 @@
  * row (text), {"shards": [...], "total": {...}} (--json); a shard that
  * cannot be reached gets an error row and exit 1 while the others still
  * print; a table configured unlike on another shard is said and exits 1;
- * one address prints as it always did (a server's own view); chime-actor
+ * one address prints as it always did (a server's own view); a target
+ * that cannot be used (a port past 65535, a malformed address) exits 2
+ * for every command and a server that does not answer 1; chime-actor
  * writes through the sharded target. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -395,6 +397,48 @@ static void test_one_address(void **state) {
   assert_int_equal(strncmp(out, "chimed ", 7), 0);
 }
 
+/* A target chime cannot use is a command-line mistake: every command
+ * exits 2 with "chimectl: TARGET: ..." saying why, and prints nothing.
+ * A port past 65535 used to wrap around (P + 65536 reached the server on
+ * P, exit 0 with its tables); an unclosed IPv6 bracket said "Failed to
+ * create secure client channel". A server that does not answer is 1 for
+ * every command, top too (it was 2). */
+static void test_bad_target(void **state) {
+  (void)state;
+  static char out[65536], err[4096];
+  const char *port = strrchr(g_d[0].addr, ':') + 1;
+  char wrapped[3][320];
+  snprintf(wrapped[0], sizeof(wrapped[0]), "127.0.0.1:%ld",
+           strtol(port, NULL, 10) + 65536);
+  snprintf(wrapped[1], sizeof(wrapped[1]), "localhost:%ld",
+           strtol(port, NULL, 10) + 65536);
+  snprintf(wrapped[2], sizeof(wrapped[2]), "%s,127.0.0.1:%ld", g_d[1].addr,
+           strtol(port, NULL, 10) + 65536);
+  const char *bad[] = {wrapped[0], wrapped[1], wrapped[2], "ipv6:[::1",
+                       "localhost"};
+  const char *says[] = {"1..65535", "1..65535", "1..65535",
+                        "not [address]:port", "no port"};
+  const char *cmds[] = {"info", "stats", "checkpoint", "top"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    for (size_t k = 0; k < sizeof(cmds) / sizeof(cmds[0]); k++) {
+      int rc = ctl(0, cmds[k], bad[i], out, sizeof(out), err, sizeof(err));
+      char head[128];
+      snprintf(head, sizeof(head), "chimectl: %s: ", bad[i]);
+      if (rc != 2 || strstr(err, head) == NULL || !strstr(err, says[i]))
+        fail_msg("%s %s: exit %d, stdout '%.200s', stderr '%s' (want 2, "
+                 "'%s...%s')",
+                 cmds[k], bad[i], rc, out, err, head, says[i]);
+      assert_string_equal(out, "");
+    }
+  }
+  for (size_t k = 0; k < sizeof(cmds) / sizeof(cmds[0]); k++) {
+    int rc = ctl(0, cmds[k], g_dead, out, sizeof(out), err, sizeof(err));
+    if (rc != 1)
+      fail_msg("%s %s (refuses connections): exit %d, not 1: %s", cmds[k],
+               g_dead, rc, err);
+  }
+}
+
 /* chime-actor takes the sharded target as given: its writer binds to one
  * shard, and the totals grow by what it inserted. Last: it changes the
  * shards' sizes. */
@@ -429,6 +473,7 @@ int main(void) {
       cmocka_unit_test(test_table_differs),
       cmocka_unit_test(test_same_server_twice),
       cmocka_unit_test(test_one_address),
+      cmocka_unit_test(test_bad_target),
       cmocka_unit_test(test_actor_over_shards),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,6 +1,7 @@
 /* Smaller input faults against the real chimed: listen addresses (an empty
  * Unix path, a port past 65535), tables too large for the machine, a Unix
- * listen address that works, priorities that are not finite or negative,
+ * listen address that works, "[::]:0" and ":0" both reached over IPv4
+ * and IPv6, priorities that are not finite or negative,
  * GetInfo/Stats request bytes that do not parse, control characters in
  * a client's table name (escaped in the status, never echoed raw), and
  * limits checked before work: a 50 MB spec refused at its 65th leaf,
@@ -15,9 +16,11 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -82,6 +85,52 @@ static void test_bad_listen(void **state) {
   const char *port6[] = {"--listen", "[::1]:65536", NULL};
   assert_int_equal(chimed_exit(port6, err, sizeof(err)), 2);
   assert_contains(err, "port '65536'");
+}
+
+/* GetInfo's table count through addr, or a negative CHIME_E code. */
+static int tables_at(const char *addr) {
+  chime_client_t *c = NULL;
+  chime_server_info_t *info = NULL;
+  int rc = chime_client_create(&c, addr, NULL);
+  if (rc == 0 && (rc = chime_client_info(c, &info)) == 0)
+    rc = (int)info->ntables;
+  chime_server_info_free(info);
+  chime_client_destroy(c);
+  return rc;
+}
+
+/* "[::]:0" is every address, as ":0" is: IPv4 clients reach it too (it
+ * was IPv6-only: 127.0.0.1 refused while ":0" served both). */
+static void test_wildcard_listen(void **state) {
+  (void)state;
+  const char *lists[] = {"[::]:0", ":0"};
+  for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++) {
+    chime__chimed_t d;
+    char v4[64], v6[64];
+    int st = 0;
+    const char *extra[] = {"--listen", lists[i], NULL};
+    int rc = chime__chimed_start(&d, NULL, extra, 30000);
+    if (rc == CHIME_ENOTFOUND)
+      chime__skip("chimed is not built");
+    assert_int_equal(rc, 0);
+    const char *port = strrchr(d.addr, ':') + 1;
+    snprintf(v4, sizeof(v4), "127.0.0.1:%s", port);
+    snprintf(v6, sizeof(v6), "[::1]:%s", port);
+    int r4 = tables_at(v4);
+    /* A host without IPv6 (no ::1) has no IPv6 socket to reach. */
+    int s6 = socket(AF_INET6, SOCK_STREAM, 0);
+    struct sockaddr_in6 lo6 = {.sin6_family = AF_INET6,
+                               .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    int has6 = s6 >= 0 && bind(s6, (struct sockaddr *)&lo6, sizeof(lo6)) == 0;
+    if (s6 >= 0)
+      close(s6);
+    int r6 = has6 ? tables_at(v6) : 1;
+    assert_int_equal(chime__chimed_stop(&d, 20000, &st), 0);
+    if (r4 != 1 || r6 != 1)
+      fail_msg("--listen %s: GetInfo via %s gave %d, via %s %d (want 1 "
+               "table each)",
+               lists[i], v4, r4, v6, r6);
+  }
 }
 
 /* One-byte samples, half as many as memory has bytes: the samples alone
@@ -601,6 +650,7 @@ int main(void) {
       cmocka_unit_test(test_bad_listen),
       cmocka_unit_test(test_tables_over_memory),
       cmocka_unit_test(test_unix_listen),
+      cmocka_unit_test(test_wildcard_listen),
   };
   const struct CMUnitTest raw[] = {
       cmocka_unit_test(test_unary_garbage),

@@ -5,7 +5,8 @@
  * rate; over a sharded target (shards 1 and 2) a row per shard and the
  * table's size the sum of the shards', and a shard that does not answer
  * gets an error row while the others show (exit 1); a target that does not
- * answer and a bad flag each give a "chimectl: ..." line and exit 2. The live
+ * answer gives a "chimectl: ..." line and exit 1, one that cannot be parsed
+ * and a bad flag each one and exit 2. The live
  * view on a terminal (raw mode restored on q, Ctrl-C and signals) is
  * python/tests/test_top.py. */
 #include <setjmp.h>
@@ -269,11 +270,18 @@ static void test_shard_down(void **state) {
 static void test_bad_target(void **state) {
   (void)state;
   static char out[65536], err[4096];
+  /* Not answering is 1, as for info and stats (2 is for mistakes). */
   const char *args[] = {"top", g_dead, "--iterations", "1", NULL};
-  assert_int_equal(ctl(args, out, sizeof(out), err, sizeof(err)), 2);
+  assert_int_equal(ctl(args, out, sizeof(out), err, sizeof(err)), 1);
   char want[128];
   snprintf(want, sizeof(want), "chimectl: top %s: ", g_dead);
   assert_non_null(strstr(err, want));
+  assert_string_equal(out, "");
+  /* A target that cannot be parsed is a mistake: 2. */
+  const char *bad[] = {"top", "127.0.0.1:99999", "--iterations", "1", NULL};
+  assert_int_equal(ctl(bad, out, sizeof(out), err, sizeof(err)), 2);
+  assert_non_null(strstr(err, "chimectl: 127.0.0.1:99999: "));
+  assert_non_null(strstr(err, "1..65535"));
   assert_string_equal(out, "");
 }
 

@@ -41,7 +41,7 @@ for tool in apt-get dpkg dpkg-deb cpack pkg-config readelf; do
   command -v "$tool" >/dev/null || skip "$tool not found"
 done
 for p in "${pkgs[@]}"; do
-  if dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'installed'; then
+  if [[ $(dpkg-query -W -f='${Status}' "$p" 2>/dev/null) == *installed* ]]; then
     skip "$p is installed already"
   fi
 done
@@ -118,7 +118,8 @@ awk '/^## Quickstart in C/ { q = 1 } q && /^```c/ { f = 1; next }
 read -r -a pcout <<<"$(pkg-config --cflags --libs chime)"
 run_logged "$tmp/cc.log" cc -std=c11 -Wall -Wextra -Werror "$tmp/app.c" \
   "${pcout[@]}" -o "$tmp/app"
-readelf -d "$tmp/app" | grep -q "NEEDED.*\[libchime.so.$abi\]" ||
+dynamic "$tmp/app"
+grep -q "NEEDED.*\[libchime.so.$abi\]" <<<"$dyn" ||
   fail "app does not load libchime.so.$abi"
 
 echo "== the installed chimed with /etc/chime/chimed.json"
@@ -202,7 +203,8 @@ case $pymod in
 *) fail "pip --user: chime imported from $pymod" ;;
 esac
 so=${pymod#* }
-readelf -d "$so" | grep -q "NEEDED.*\[libchime.so.$abi\]" ||
+dynamic "$so"
+grep -q "NEEDED.*\[libchime.so.$abi\]" <<<"$dyn" ||
   fail "the pip-built module does not load libchime.so.$abi"
 
 echo "== apt-get purge"
@@ -212,7 +214,7 @@ purge || {
   fail "apt-get purge failed"
 }
 for p in "${pkgs[@]}"; do
-  if dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'installed'; then
+  if [[ $(dpkg-query -W -f='${Status}' "$p" 2>/dev/null) == *installed* ]]; then
     fail "$p is still installed"
   fi
   while read -r f; do

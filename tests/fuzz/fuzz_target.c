@@ -8,7 +8,7 @@
  * terminated message; an accepted target has 1..max addresses (none yet
  * for dns:), each non-empty; a one-server target is its text unchanged;
  * a list never holds a dns: element; a dns: target has a name and a port
- * of digits. */
+ * of digits in 1..65535. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,8 +42,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (t.dns) {
     FUZZ_CHECK(t.sharded && t.n == 0);
     FUZZ_CHECK(t.host[0] != '\0' && t.port[0] != '\0');
-    for (const char *c = t.port; *c; c++)
+    long port = 0;
+    for (const char *c = t.port; *c; c++) {
       FUZZ_CHECK(*c >= '0' && *c <= '9');
+      port = port > 65535 ? port : port * 10 + (*c - '0');
+    }
+    FUZZ_CHECK(port >= 1 && port <= 65535);
   } else {
     FUZZ_CHECK(t.n >= 1 && t.n <= MAX);
     if (!t.sharded)

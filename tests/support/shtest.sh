@@ -15,6 +15,14 @@ run_logged() { # log, command...: runs it, shows the log when it fails
   fi
 }
 
+# dynamic FILE: its dynamic section into the variable dyn. Read whole, then
+# matched (grep -q <<<"$dyn"): `readelf | grep -q` under pipefail fails when
+# grep exits at its match before readelf has written the rest (SIGPIPE,
+# 141), whatever the match said (tests/support/check_pipes.sh).
+dynamic() {
+  dyn=$(readelf -d "$1") || fail "readelf -d $1 failed"
+}
+
 # The C library's version, as include/chime/version.h says.
 chime_version() {
   sed -n 's/^#define CHIME_VERSION_STRING "\(.*\)"$/\1/p' \

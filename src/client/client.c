@@ -161,39 +161,50 @@ int chime__client_inherited(chime_client_t *client) {
   return rc ? chime__detail(rc, err) : 0;
 }
 
-static int unary_once(chime_client_t *client, int method,
-                      const ProtobufCMessage *req,
-                      const ProtobufCMessageDescriptor *resp_desc,
-                      ProtobufCMessage **resp, char *err, size_t errlen) {
+int chime__unary_begin(chime_client_t *client, int method,
+                       const ProtobufCMessage *req, chime__unary_t *u) {
   const char *path = chime__method_path[method];
-  chime__rpc_t r;
-  *resp = NULL;
-  int rc =
-      chime__fork_check(client->fork_gen, client->pid, "client", err, errlen);
+  memset(u, 0, sizeof(*u));
+  u->method = method;
+  int rc = chime__fork_check(client->fork_gen, client->pid, "client", u->err,
+                             sizeof(u->err));
   if (rc)
-    return rc;
-  rc = chime__rpc_init(&r);
+    return u->rc = rc;
+  u->made = 1;
+  rc = chime__rpc_init(&u->r);
   grpc_byte_buffer *send = chime__pack(req);
   if (rc || !send) {
     chime__bb_free(send);
-    rc = chime__fail(err, errlen, CHIME_ENOMEM, "%s: cannot start call", path);
-    goto cleanup;
+    return u->rc = chime__fail(u->err, sizeof(u->err), CHIME_ENOMEM,
+                               "%s: cannot start call", path);
   }
-  if (chime__rpc_start(&r, client, method,
+  if (chime__rpc_start(&u->r, client, method,
                        chime__deadline_ms(client->timeout_ms), CHIME__RPC_LAST,
                        send) ||
-      chime__rpc_recv(&r)) {
-    rc = chime__fail(err, errlen, CHIME_EPROTO, "%s: start_batch failed", path);
+      chime__rpc_recv(&u->r))
+    return u->rc = chime__fail(u->err, sizeof(u->err), CHIME_EPROTO,
+                               "%s: start_batch failed", path);
+  return 0;
+}
+
+int chime__unary_end(chime_client_t *client, chime__unary_t *u,
+                     const ProtobufCMessageDescriptor *resp_desc,
+                     ProtobufCMessage **resp, char *err, size_t errlen) {
+  const char *path = chime__method_path[u->method];
+  int rc = u->rc;
+  *resp = NULL;
+  if (rc) {
+    chime__fail(err, errlen, rc, "%s", u->err);
     goto cleanup;
   }
   /* The call's own deadline bounds this wait. */
-  while (chime__rpc_busy(&r)) {
+  while (chime__rpc_busy(&u->r)) {
     chime__rpc_op_t op;
     int ok;
-    chime__rpc_next(&r, gpr_inf_future(GPR_CLOCK_MONOTONIC), &op, &ok);
+    chime__rpc_next(&u->r, gpr_inf_future(GPR_CLOCK_MONOTONIC), &op, &ok);
   }
   char text[CHIME__ERRLEN];
-  rc = chime__rpc_result(&r, text, sizeof(text));
+  rc = chime__rpc_result(&u->r, text, sizeof(text));
   if (rc != CHIME_EUNAVAILABLE && rc != CHIME_ETIMEDOUT)
     atomic_store(&client->reached, 1);
   if (rc == CHIME_EUNAVAILABLE && atomic_load(&client->reached)) {
@@ -216,18 +227,29 @@ static int unary_once(chime_client_t *client, int method,
                 text[0] ? text : chime_strerror(rc));
     goto cleanup;
   }
-  if (!r.recv_bb) {
+  if (!u->r.recv_bb) {
     rc =
         chime__fail(err, errlen, CHIME_EPROTO, "%s: no response message", path);
     goto cleanup;
   }
-  *resp = chime__unpack(resp_desc, r.recv_bb);
+  *resp = chime__unpack(resp_desc, u->r.recv_bb);
   if (!*resp)
     rc = chime__fail(err, errlen, CHIME_EPROTO, "%s: malformed response", path);
 
 cleanup:
-  chime__rpc_destroy(&r);
+  if (u->made)
+    chime__rpc_destroy(&u->r);
+  u->made = 0;
   return rc;
+}
+
+static int unary_once(chime_client_t *client, int method,
+                      const ProtobufCMessage *req,
+                      const ProtobufCMessageDescriptor *resp_desc,
+                      ProtobufCMessage **resp, char *err, size_t errlen) {
+  chime__unary_t u;
+  chime__unary_begin(client, method, req, &u);
+  return chime__unary_end(client, &u, resp_desc, resp, err, errlen);
 }
 
 /* A connection that sat idle can be closed under a call just sent on it:
@@ -256,15 +278,47 @@ static void copy_str(char *dst, size_t len, const char *src) {
   snprintf(dst, len, "%s", src ? src : "");
 }
 
+/* GetInfo and Stats take an empty request; each is retried once as
+ * chime__unary retries it. */
+static int empty_begin(chime_client_t *client, int method, chime__unary_t *u) {
+  Chime__V1__GetInfoRequest info = CHIME__V1__GET_INFO_REQUEST__INIT;
+  Chime__V1__StatsRequest stats = CHIME__V1__STATS_REQUEST__INIT;
+  return chime__unary_begin(
+      client, method, method == CHIME__M_GETINFO ? &info.base : &stats.base, u);
+}
+
+static int empty_end(chime_client_t *client, chime__unary_t *u,
+                     const ProtobufCMessageDescriptor *desc,
+                     ProtobufCMessage **m, char *err, size_t errlen) {
+  int method = u->method;
+  int rc = chime__unary_end(client, u, desc, m, err, errlen);
+  if ((rc == CHIME_EUNAVAILABLE || rc == CHIME_EDISCONNECTED) &&
+      unary_retries(method) && atomic_load(&client->reached)) {
+    chime__unary_t again;
+    empty_begin(client, method, &again);
+    rc = chime__unary_end(client, &again, desc, m, err, errlen);
+  }
+  return rc;
+}
+
+int chime__conn_info_begin(chime_client_t *client, chime__unary_t *u) {
+  return empty_begin(client, CHIME__M_GETINFO, u);
+}
+
 int chime__conn_info(chime_client_t *client, chime_server_info_t **out) {
+  chime__unary_t u;
+  chime__conn_info_begin(client, &u);
+  return chime__conn_info_end(client, &u, out);
+}
+
+int chime__conn_info_end(chime_client_t *client, chime__unary_t *u,
+                         chime_server_info_t **out) {
   *out = NULL;
   char err[CHIME__ERRLEN] = "";
-  Chime__V1__GetInfoRequest req = CHIME__V1__GET_INFO_REQUEST__INIT;
   ProtobufCMessage *m = NULL;
   chime_server_info_t *info = NULL;
-  int rc = chime__unary(client, CHIME__M_GETINFO, &req.base,
-                        &chime__v1__get_info_response__descriptor, &m, err,
-                        sizeof(err));
+  int rc = empty_end(client, u, &chime__v1__get_info_response__descriptor, &m,
+                     err, sizeof(err));
   if (rc)
     goto cleanup;
   Chime__V1__GetInfoResponse *r = (Chime__V1__GetInfoResponse *)m;
@@ -410,15 +464,24 @@ static void server_from_msg(chime_stats_t *o,
   CHIME_SERVER_STATS_FIELDS(FROM_MSG)
 }
 
+int chime__conn_stats_begin(chime_client_t *client, chime__unary_t *u) {
+  return empty_begin(client, CHIME__M_STATS, u);
+}
+
 int chime__conn_stats(chime_client_t *client, chime_stats_t **out) {
+  chime__unary_t u;
+  chime__conn_stats_begin(client, &u);
+  return chime__conn_stats_end(client, &u, out);
+}
+
+int chime__conn_stats_end(chime_client_t *client, chime__unary_t *u,
+                          chime_stats_t **out) {
   *out = NULL;
   char err[CHIME__ERRLEN] = "";
-  Chime__V1__StatsRequest req = CHIME__V1__STATS_REQUEST__INIT;
   ProtobufCMessage *m = NULL;
   chime_stats_t *st = NULL;
-  int rc = chime__unary(client, CHIME__M_STATS, &req.base,
-                        &chime__v1__stats_response__descriptor, &m, err,
-                        sizeof(err));
+  int rc = empty_end(client, u, &chime__v1__stats_response__descriptor, &m, err,
+                     sizeof(err));
   if (rc)
     goto cleanup;
   Chime__V1__StatsResponse *r = (Chime__V1__StatsResponse *)m;

@@ -9,22 +9,6 @@
 #include "common/detail.h"
 #include "common/spec.h"
 
-/* The live members, in order; CHIME_EUNAVAILABLE when there is none. */
-static int live_members(chime_client_t *client, uint32_t *idx, uint32_t *n,
-                        char *err, size_t errlen) {
-  chime__shards_refresh(client->set, 0);
-  uint32_t total = chime__shards_count(client->set);
-  *n = 0;
-  for (uint32_t i = 0; i < total; i++)
-    if (!atomic_load(&chime__shards_at(client->set, i)->gone) &&
-        !chime__shards_duplicate(client->set, i))
-      idx[(*n)++] = i;
-  if (*n == 0)
-    return chime__fail(err, errlen, CHIME_EUNAVAILABLE,
-                       "'%s' names no shard now", client->address);
-  return 0;
-}
-
 /* A shard's failure as the sharded call's: its code, its sentence with
  * the shard's address. */
 static int shard_failed(const chime__member_t *mb, int rc, char *err,
@@ -33,18 +17,143 @@ static int shard_failed(const chime__member_t *mb, int rc, char *err,
                      chime_last_error());
 }
 
-/* One shard's part of a call on every shard: its call, and its answer
- * added into acc; k counts the shards before it. */
+/* What info and stats ask of each shard, begun on every shard before any
+ * is waited for: shards that hang cost one client timeout in all, not one
+ * each. */
+typedef enum { ASK_INFO, ASK_STATS } ask_t;
+
+static int ask_begin(ask_t ask, chime__member_t *mb, chime__unary_t *u) {
+  return ask == ASK_INFO ? chime__conn_info_begin(mb->client, u)
+                         : chime__conn_stats_begin(mb->client, u);
+}
+
+static int ask_end(ask_t ask, chime__member_t *mb, chime__unary_t *u,
+                   void **one) {
+  return ask == ASK_INFO
+             ? chime__conn_info_end(mb->client, u, (chime_server_info_t **)one)
+             : chime__conn_stats_end(mb->client, u, (chime_stats_t **)one);
+}
+
+static void ask_free(ask_t ask, void *one) {
+  if (ask == ASK_INFO)
+    chime_server_info_free(one);
+  else
+    chime_stats_free(one);
+}
+
+/* Member i is a server an earlier live member reaches too (the same
+ * GetInfo instance), as far as their answers so far say: no call. */
+static int seen_before(chime__shards_t *set, uint32_t i) {
+  chime_client_t *c = chime__shards_at(set, i)->client;
+  uint64_t inst = atomic_load(&c->seen) ? atomic_load(&c->seen_instance) : 0;
+  for (uint32_t j = 0; j < i && inst != 0; j++) {
+    chime_client_t *o = chime__shards_at(set, j)->client;
+    if (!atomic_load(&chime__shards_at(set, j)->gone) &&
+        atomic_load(&o->seen) && atomic_load(&o->seen_instance) == inst)
+      return 1;
+  }
+  return 0;
+}
+
+/* The live members, in order, one per server; CHIME_EUNAVAILABLE when
+ * there is none. Members no GetInfo has identified yet are asked first,
+ * all at once; one that does not answer is kept (the call then reports
+ * it) with its failure in failed[k] and its sentence in why. */
+static int live_members(chime_client_t *client, uint32_t *idx, uint32_t *n,
+                        int *failed, char *why, size_t whylen, char *err,
+                        size_t errlen) {
+  chime__shards_t *set = client->set;
+  chime__shards_refresh(set, 0);
+  uint32_t total = chime__shards_count(set), nask = 0;
+  uint32_t ask_idx[CHIME__MAX_SHARDS];
+  int asked_rc[CHIME__MAX_SHARDS] = {0};
+  chime__unary_t *u = NULL;
+  for (uint32_t i = 0; i < total; i++) {
+    chime__member_t *mb = chime__shards_at(set, i);
+    if (!atomic_load(&mb->gone) && !atomic_load(&mb->client->seen))
+      ask_idx[nask++] = i;
+  }
+  if (nask > 0 && (u = calloc(nask, sizeof(*u))) == NULL)
+    return chime__fail(err, errlen, CHIME_ENOMEM, "out of memory");
+  for (uint32_t k = 0; k < nask; k++)
+    ask_begin(ASK_INFO, chime__shards_at(set, ask_idx[k]), &u[k]);
+  for (uint32_t k = 0; k < nask; k++) {
+    chime__member_t *mb = chime__shards_at(set, ask_idx[k]);
+    void *one = NULL;
+    int rc = ask_end(ASK_INFO, mb, &u[k], &one);
+    ask_free(ASK_INFO, one);
+    if (rc && !why[0])
+      shard_failed(mb, rc, why, whylen);
+    asked_rc[ask_idx[k]] = rc;
+  }
+  free(u);
+  *n = 0;
+  for (uint32_t i = 0; i < total; i++)
+    if (!atomic_load(&chime__shards_at(set, i)->gone) && !seen_before(set, i)) {
+      failed[*n] = asked_rc[i];
+      idx[(*n)++] = i;
+    }
+  if (*n == 0)
+    return chime__fail(err, errlen, CHIME_EUNAVAILABLE,
+                       "'%s' names no shard now", client->address);
+  return 0;
+}
+
+/* One shard's part of a call on every shard: its answer `one` added into
+ * acc; k counts the shards before it. */
+typedef int (*add_fn)(chime__member_t *mb, uint32_t k, void *one, void *acc,
+                      char *err, size_t errlen);
+
+/* Asks every live member (one per server) at once and adds the answers
+ * in order; the first failure (in member order) is the call's. */
+static int every_shard(chime_client_t *client, ask_t ask, add_fn add, void *acc,
+                       char *err, size_t errlen) {
+  uint32_t idx[CHIME__MAX_SHARDS], n;
+  int failed[CHIME__MAX_SHARDS];
+  char why[CHIME__ERRLEN] = "";
+  int rc = live_members(client, idx, &n, failed, why, sizeof(why), err, errlen);
+  if (rc)
+    return rc;
+  chime__unary_t *u = calloc(n, sizeof(*u));
+  if (!u)
+    return chime__fail(err, errlen, CHIME_ENOMEM, "out of memory");
+  /* A member that did not answer just now is not asked again. */
+  for (uint32_t k = 0; k < n; k++)
+    if (!failed[k])
+      ask_begin(ask, chime__shards_at(client->set, idx[k]), &u[k]);
+  for (uint32_t k = 0; k < n; k++) {
+    chime__member_t *mb = chime__shards_at(client->set, idx[k]);
+    if (failed[k]) {
+      if (rc == 0)
+        rc = chime__fail(err, errlen, failed[k], "%s", why);
+      continue;
+    }
+    void *one = NULL;
+    int r = ask_end(ask, mb, &u[k], &one);
+    if (rc == 0)
+      rc = r ? shard_failed(mb, r, err, errlen)
+             : add(mb, k, one, acc, err, errlen);
+    ask_free(ask, one);
+  }
+  free(u);
+  return rc;
+}
+
+/* One shard's part of a call on every shard, made by each in turn (a
+ * checkpoint: long, and nothing to gain from waiting together). */
 typedef int (*each_fn)(chime__member_t *mb, uint32_t k, void *acc, char *err,
                        size_t errlen);
 
-/* Calls each for every live member in order, up to the first failure. */
 static int each_shard(chime_client_t *client, each_fn each, void *acc,
                       char *err, size_t errlen) {
   uint32_t idx[CHIME__MAX_SHARDS], n;
-  int rc = live_members(client, idx, &n, err, errlen);
+  int failed[CHIME__MAX_SHARDS];
+  char why[CHIME__ERRLEN] = "";
+  int rc = live_members(client, idx, &n, failed, why, sizeof(why), err, errlen);
   for (uint32_t k = 0; rc == 0 && k < n; k++)
-    rc = each(chime__shards_at(client->set, idx[k]), k, acc, err, errlen);
+    rc = failed[k]
+             ? chime__fail(err, errlen, failed[k], "%s", why)
+             : each(chime__shards_at(client->set, idx[k]), k, acc, err, errlen);
   return rc;
 }
 
@@ -76,12 +185,10 @@ static int merge_table(chime_server_info_t *m, const chime_table_info_t *t,
   return 0;
 }
 
-static int add_info(chime__member_t *mb, uint32_t k, void *acc, char *err,
-                    size_t errlen) {
-  chime_server_info_t *m = acc, *one = NULL;
-  int rc = chime__conn_info(mb->client, &one);
-  if (rc)
-    return shard_failed(mb, rc, err, errlen);
+static int add_info(chime__member_t *mb, uint32_t k, void *answer, void *acc,
+                    char *err, size_t errlen) {
+  chime_server_info_t *m = acc, *one = answer;
+  int rc = 0;
   if (k == 0) {
     snprintf(m->version, sizeof(m->version), "%s", one->version);
     snprintf(m->boot_id, sizeof(m->boot_id), "%s", one->boot_id);
@@ -114,14 +221,13 @@ static int add_info(chime__member_t *mb, uint32_t k, void *acc, char *err,
     memcpy(m->rings + m->nrings, one->rings, one->nrings * sizeof(*rings));
   m->nrings += one->nrings;
 cleanup:
-  chime_server_info_free(one);
   return rc;
 }
 
 int chime__fanout_info(chime_client_t *client, chime_server_info_t **out) {
   char err[CHIME__ERRLEN] = "";
   chime_server_info_t *m = calloc(1, sizeof(*m));
-  int rc = m ? each_shard(client, add_info, m, err, sizeof(err))
+  int rc = m ? every_shard(client, ASK_INFO, add_info, m, err, sizeof(err))
              : chime__fail(err, sizeof(err), CHIME_ENOMEM, "out of memory");
   if (rc == 0) {
     *out = m;
@@ -143,13 +249,12 @@ static void add_server(chime_stats_t *o, const chime_stats_t *s) {
 }
 #undef ADD
 
-static int add_stats(chime__member_t *mb, uint32_t k, void *acc, char *err,
-                     size_t errlen) {
-  chime_stats_t *m = acc, *one = NULL;
+static int add_stats(chime__member_t *mb, uint32_t k, void *answer, void *acc,
+                     char *err, size_t errlen) {
+  chime_stats_t *m = acc, *one = answer;
+  int rc = 0;
   (void)k;
-  int rc = chime__conn_stats(mb->client, &one);
-  if (rc)
-    return shard_failed(mb, rc, err, errlen);
+  (void)mb;
   chime_table_stats_t *tables =
       realloc(m->tables, (m->ntables + one->ntables + 1) * sizeof(*tables));
   chime_stream_stats_t *streams =
@@ -177,14 +282,13 @@ static int add_stats(chime__member_t *mb, uint32_t k, void *acc, char *err,
   m->nstreams += one->nstreams;
   add_server(m, one);
 cleanup:
-  chime_stats_free(one);
   return rc;
 }
 
 int chime__fanout_stats(chime_client_t *client, chime_stats_t **out) {
   char err[CHIME__ERRLEN] = "";
   chime_stats_t *m = calloc(1, sizeof(*m));
-  int rc = m ? each_shard(client, add_stats, m, err, sizeof(err))
+  int rc = m ? every_shard(client, ASK_STATS, add_stats, m, err, sizeof(err))
              : chime__fail(err, sizeof(err), CHIME_ENOMEM, "out of memory");
   if (rc == 0) {
     *out = m;

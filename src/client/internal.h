@@ -83,6 +83,17 @@ int chime__conn_create(chime_client_t **out, const char *address,
 void chime__conn_destroy(chime_client_t *client);
 int chime__conn_info(chime_client_t *client, chime_server_info_t **out);
 int chime__conn_stats(chime_client_t *client, chime_stats_t **out);
+/* The same in two halves, so that calls to many servers wait together (a
+ * sharded client's, fanout.c): begin starts the call (a failure to start
+ * is end's to report), end waits for it (its own deadline bounds that)
+ * and answers as the whole call would. Every begin has its end. */
+typedef struct chime__unary_s chime__unary_t;
+int chime__conn_info_begin(chime_client_t *client, chime__unary_t *u);
+int chime__conn_info_end(chime_client_t *client, chime__unary_t *u,
+                         chime_server_info_t **out);
+int chime__conn_stats_begin(chime_client_t *client, chime__unary_t *u);
+int chime__conn_stats_end(chime_client_t *client, chime__unary_t *u,
+                          chime_stats_t **out);
 int chime__conn_mutate(chime_client_t *client, const char *table,
                        const uint64_t *keys, const double *priorities, size_t n,
                        const uint64_t *deletes, size_t ndeletes,
@@ -118,6 +129,21 @@ void chime__slice_str(grpc_slice slice, char *buf, size_t len);
  * destroys it. NULL-safe. */
 void chime__cq_destroy(grpc_completion_queue *cq);
 
+/* A unary call started and not yet waited for: chime__unary_begin starts
+ * it (0, or the failure end reports: rc and err), chime__unary_end waits
+ * for the answer, unpacks it as resp_desc and frees the call. */
+struct chime__unary_s {
+  chime__rpc_t r;
+  int method;
+  int made; /* r holds a queue (and maybe a call) to free */
+  int rc;   /* the start's failure */
+  char err[CHIME__ERRLEN];
+};
+int chime__unary_begin(chime_client_t *client, int method,
+                       const ProtobufCMessage *req, chime__unary_t *u);
+int chime__unary_end(chime_client_t *client, chime__unary_t *u,
+                     const ProtobufCMessageDescriptor *resp_desc,
+                     ProtobufCMessage **resp, char *err, size_t errlen);
 /* One unary call of method (CHIME__M_*): sends req, unpacks the answer as
  * resp_desc. On failure the status details (or a local reason) are in
  * err. */

@@ -56,6 +56,7 @@ int chime__conn_create(chime_client_t **out, const char *address,
     free(c);
     return chime__detail(CHIME_ENOMEM, "client: out of memory");
   }
+  pthread_mutex_init(&c->seen_mu, NULL);
   c->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : def.timeout_ms;
   c->max_message_bytes = opts->max_message_bytes;
   c->pid = (int)getpid();
@@ -147,6 +148,8 @@ void chime__conn_destroy(chime_client_t *client) {
       grpc_slice_unref(client->auth.value);
   }
   free(client->address);
+  free(client->seen_tables);
+  pthread_mutex_destroy(&client->seen_mu);
   free(client);
   if (own) {
     grpc_shutdown();
@@ -301,6 +304,40 @@ static int empty_end(chime_client_t *client, chime__unary_t *u,
   return rc;
 }
 
+/* What info says of its server, for later calls that must not wait on
+ * it (internal.h, seen). Out of memory keeps the last tables. */
+static void remember(chime_client_t *client, const chime_server_info_t *info) {
+  chime_table_info_t *t =
+      info->ntables ? malloc(info->ntables * sizeof(*t)) : NULL;
+  if (t || info->ntables == 0) {
+    if (t)
+      memcpy(t, info->tables, info->ntables * sizeof(*t));
+    pthread_mutex_lock(&client->seen_mu);
+    free(client->seen_tables);
+    client->seen_tables = t;
+    client->seen_ntables = info->ntables;
+    pthread_mutex_unlock(&client->seen_mu);
+  }
+  atomic_store(&client->seen_shard, info->shard);
+  atomic_store(&client->seen_instance, info->instance);
+  atomic_store(&client->seen, 1);
+}
+
+int chime__conn_seen_table(chime_client_t *client, const char *table,
+                           chime_table_info_t *out) {
+  if (!atomic_load(&client->seen))
+    return CHIME_EUNAVAILABLE;
+  int rc = CHIME_ENOTFOUND;
+  pthread_mutex_lock(&client->seen_mu);
+  for (uint32_t i = 0; i < client->seen_ntables && rc; i++)
+    if (strcmp(client->seen_tables[i].name, table) == 0) {
+      *out = client->seen_tables[i];
+      rc = 0;
+    }
+  pthread_mutex_unlock(&client->seen_mu);
+  return rc;
+}
+
 int chime__conn_info_begin(chime_client_t *client, chime__unary_t *u) {
   return empty_begin(client, CHIME__M_GETINFO, u);
 }
@@ -336,9 +373,7 @@ int chime__conn_info_end(chime_client_t *client, chime__unary_t *u,
   copy_str(info->hostname, sizeof(info->hostname), r->hostname);
   info->shard = r->shard;
   info->instance = r->instance;
-  atomic_store(&client->seen_shard, r->shard);
-  atomic_store(&client->seen_instance, r->instance);
-  atomic_store(&client->seen, 1);
+
   info->pin_host_memory = r->pin_host_memory;
   info->pinned_bytes = r->pinned_bytes;
   for (size_t i = 0; i < r->n_tables; i++) {
@@ -394,6 +429,7 @@ int chime__conn_info_end(chime_client_t *client, chime__unary_t *u,
     o->pinned_bytes = g->pinned_bytes;
     info->nrings++;
   }
+  remember(client, info);
   *out = info;
   info = NULL;
 
@@ -632,16 +668,21 @@ int chime__conn_checkpoint(chime_client_t *client,
   return rc;
 }
 
-int chime__conn_set_version(chime_client_t *client, const char *table,
-                            uint64_t version, uint64_t *newest) {
-  char err[CHIME__ERRLEN] = "";
-  ProtobufCMessage *m = NULL;
+int chime__conn_set_version_begin(chime_client_t *client, const char *table,
+                                  uint64_t version, chime__unary_t *u) {
   Chime__V1__SetVersionRequest req = CHIME__V1__SET_VERSION_REQUEST__INIT;
   req.table = (char *)table;
   req.version = version;
-  int rc = chime__unary(client, CHIME__M_SET_VERSION, &req.base,
-                        &chime__v1__set_version_response__descriptor, &m, err,
-                        sizeof(err));
+  return chime__unary_begin(client, CHIME__M_SET_VERSION, &req.base, u);
+}
+
+int chime__conn_set_version_end(chime_client_t *client, chime__unary_t *u,
+                                uint64_t *newest) {
+  char err[CHIME__ERRLEN] = "";
+  ProtobufCMessage *m = NULL;
+  int rc =
+      chime__unary_end(client, u, &chime__v1__set_version_response__descriptor,
+                       &m, err, sizeof(err));
   if (rc == 0 && newest)
     *newest = ((const Chime__V1__SetVersionResponse *)m)->newest_version;
   if (m)
@@ -649,4 +690,11 @@ int chime__conn_set_version(chime_client_t *client, const char *table,
   if (rc)
     chime__detail(rc, err);
   return rc;
+}
+
+int chime__conn_set_version(chime_client_t *client, const char *table,
+                            uint64_t version, uint64_t *newest) {
+  chime__unary_t u;
+  chime__conn_set_version_begin(client, table, version, &u);
+  return chime__conn_set_version_end(client, &u, newest);
 }

@@ -425,16 +425,25 @@ int chime__fanout_set_version(chime_client_t *client, const char *table,
   char err[CHIME__ERRLEN] = "";
   uint64_t most = 0;
   int rc = 0;
-  /* Every shard holds some of the table's items: each is told, and the
-   * first failure is the answer once all were tried. */
-  for (uint32_t i = 0; i < chime__shards_count(client->set); i++) {
+  /* Every shard holds some of the table's items: each is told (all at
+   * once: shards that hang cost one timeout), and the first failure is
+   * the answer once all were tried. */
+  uint32_t n = chime__shards_count(client->set);
+  chime__unary_t *u = calloc(n ? n : 1, sizeof(*u));
+  if (!u)
+    return chime__detail(CHIME_ENOMEM, "out of memory");
+  for (uint32_t i = 0; i < n; i++)
+    chime__conn_set_version_begin(chime__shards_at(client->set, i)->client,
+                                  table, version, &u[i]);
+  for (uint32_t i = 0; i < n; i++) {
     chime__member_t *mb = chime__shards_at(client->set, i);
-    uint64_t n = 0;
-    int r = chime__conn_set_version(mb->client, table, version, &n);
+    uint64_t one = 0;
+    int r = chime__conn_set_version_end(mb->client, &u[i], &one);
     if (r != 0 && rc == 0)
       rc = shard_failed(mb, r, err, sizeof(err));
-    most = n > most ? n : most;
+    most = one > most ? one : most;
   }
+  free(u);
   if (newest)
     *newest = most;
   return rc ? chime__detail(rc, err) : 0;

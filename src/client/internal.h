@@ -61,6 +61,12 @@ struct chime_client_s {
   atomic_int seen;
   _Atomic uint32_t seen_shard;
   _Atomic uint64_t seen_instance;
+  /* And its tables as that answer listed them, under seen_mu: what a
+   * sharded writer's open compares its shard's table with
+   * (chime__conn_seen_table), without a call a hung server would hold. */
+  pthread_mutex_t seen_mu;
+  chime_table_info_t *seen_tables;
+  uint32_t seen_ntables;
   size_t max_message_bytes;
 };
 
@@ -82,6 +88,11 @@ int chime__conn_create(chime_client_t **out, const char *address,
  * caller's to destroy first). NULL-safe. */
 void chime__conn_destroy(chime_client_t *client);
 int chime__conn_info(chime_client_t *client, chime_server_info_t **out);
+/* The table as the server's last GetInfo answer on this client listed
+ * it (any caller's): 0, CHIME_ENOTFOUND when that answer had no such
+ * table, CHIME_EUNAVAILABLE when no GetInfo was answered yet. No call. */
+int chime__conn_seen_table(chime_client_t *client, const char *table,
+                           chime_table_info_t *out);
 int chime__conn_stats(chime_client_t *client, chime_stats_t **out);
 /* The same in two halves, so that calls to many servers wait together (a
  * sharded client's, fanout.c): begin starts the call (a failure to start
@@ -91,6 +102,10 @@ typedef struct chime__unary_s chime__unary_t;
 int chime__conn_info_begin(chime_client_t *client, chime__unary_t *u);
 int chime__conn_info_end(chime_client_t *client, chime__unary_t *u,
                          chime_server_info_t **out);
+int chime__conn_set_version_begin(chime_client_t *client, const char *table,
+                                  uint64_t version, chime__unary_t *u);
+int chime__conn_set_version_end(chime_client_t *client, chime__unary_t *u,
+                                uint64_t *newest);
 int chime__conn_stats_begin(chime_client_t *client, chime__unary_t *u);
 int chime__conn_stats_end(chime_client_t *client, chime__unary_t *u,
                           chime_stats_t **out);

@@ -680,7 +680,7 @@ static void close_inherited(chime_stream_t *s) {
  * they are. Bounded by CLOSE_WAIT_MS, after which the call is cancelled
  * (the server still gives them back, a little later). */
 static void end_gracefully(chime_stream_t *s) {
-  if (!s->rpc.call || !s->thread_started)
+  if (!s->rpc.call || !s->thread_started || s->close_now)
     return;
   int64_t end = chime__now_ms() + CLOSE_WAIT_MS;
   pthread_mutex_lock(&s->lock);

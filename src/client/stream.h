@@ -50,6 +50,9 @@ struct chime_stream_s {
   int in_next;            /* the learner is in next() (lock) */
   int64_t left_ms;        /* when it last left (lock) */
   int closing;            /* close began: the stream's thread drives (lock) */
+  /* Close without waiting for the server's OK (a union's sub-stream on a
+   * shard set aside for not answering: the wait could only time out). */
+  int close_now;
   uint64_t drive_wait_ns; /* next()'s time polling (learner's thread) */
   int notice_shutdown;    /* the server's notice came (receive side) */
 

@@ -94,6 +94,11 @@ void chime__union_close(chime_stream_t *s) {
     sub_t *sb = &u->subs[i];
     if (sb->info_made && !child)
       chime__rpc_destroy(&sb->info);
+    /* A shard set aside answers nothing: its close would only wait out
+     * CLOSE_WAIT_MS (its items come back when it retires the cancelled
+     * stream, once it runs again). */
+    if (sb->s && sb->aside)
+      sb->s->close_now = 1;
     chime__single_close(sb->s);
   }
   for (uint32_t k = 0; u->lent != NULL && k < s->opts.slots - 1; k++)

@@ -30,7 +30,10 @@ static int differs(const char *addr, const char *table, char *err,
  * must hold the table with the spec of ti (the shard the writer bound
  * to): a writer checks its caller's samples against one spec, and a shard
  * configured otherwise is refused by name, as info() and stream() refuse
- * it. A shard that does not answer now is passed over. */
+ * it. A shard whose GetInfo answered before (this client's streams and
+ * writers ask it) is judged by that answer, with no call a hung server
+ * could hold; one never seen is asked, and passed over if it does not
+ * answer. */
 static int check_alike(chime__shards_t *set, const char *table, uint32_t member,
                        const chime_table_info_t *ti, const uint8_t *down,
                        char *err, size_t errlen) {
@@ -42,8 +45,12 @@ static int check_alike(chime__shards_t *set, const char *table, uint32_t member,
     chime_table_info_t other;
     char why[CHIME__ERRLEN];
     uint32_t at;
-    int rc =
-        chime__table_lookup(m->client, table, &other, NULL, why, sizeof(why));
+    int rc = chime__conn_seen_table(m->client, table, &other);
+    if (rc == CHIME_ENOTFOUND)
+      snprintf(why, sizeof(why), "table '%s' not found", table);
+    else if (rc)
+      rc =
+          chime__table_lookup(m->client, table, &other, NULL, why, sizeof(why));
     if (shard_down(rc))
       continue;
     if (rc)

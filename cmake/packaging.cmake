@@ -95,7 +95,7 @@ set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 # libchime.a's users link what it needs: the -dev packages chime-static.pc
 # and chimeConfig.cmake name.
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS
-    "libchime${chime_abi} ${chime_this}, libgrpc-dev, libprotobuf-c-dev, libuv1-dev, libjansson-dev, libmicrohttpd-dev, pkg-config")
+    "libchime${chime_abi} ${chime_this}, libgrpc-dev, libprotobuf-c-dev, libuv1-dev, libjansson-dev, libmicrohttpd-dev, libzstd-dev, pkg-config")
 set(CPACK_COMPONENT_DEV_DESCRIPTION
     "chime headers, static library, pkg-config and CMake files")
 

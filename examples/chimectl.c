@@ -65,6 +65,8 @@ static json_t *info_json(const chime_server_info_t *in) {
                   (json_int_t)t->max_staleness, "newest_version",
                   (json_int_t)t->newest_version, "staleness_weight",
                   t->staleness_weight));
+    json_object_set_new(json_array_get(tables, json_array_size(tables) - 1),
+                        "compress", json_string(t->compress));
     if (t->sequence_length > 0) {
       char step[4096];
       if (chime_spec_format(&t->step_spec, step, sizeof(step)) != 0)
@@ -164,6 +166,20 @@ static void info_tables_text(const chime_server_info_t *in) {
   }
 }
 
+/* Compressed leaves (docs/replay.md), for the tables that have them; the
+ * bytes they save are in `chimectl stats` (RAW_BYTES, STORED_BYTES). */
+static void info_compress_text(const chime_server_info_t *in) {
+  int n = 0;
+  for (uint32_t i = 0; i < in->ntables; i++) {
+    const chime_table_info_t *t = &in->tables[i];
+    if (t->compress[0] == '\0')
+      continue;
+    if (n++ == 0)
+      printf("\nCOMPRESSED LEAVES (zstd)\n%-16s  %s\n", "TABLE", "LEAF:LEVEL");
+    printf("%-16s  %s\n", t->name, t->compress);
+  }
+}
+
 static void info_text(const chime_server_info_t *in) {
   printf("chimed %s on %s (boot_id %s)\n", in->version, in->hostname,
          in->boot_id);
@@ -172,6 +188,7 @@ static void info_text(const chime_server_info_t *in) {
   printf("pin_host_memory: %s, pinned bytes: %" PRIu64 "\n\n",
          in->pin_host_memory ? "on" : "off", in->pinned_bytes);
   info_tables_text(in);
+  info_compress_text(in);
   /* One ring per open stream; pinned bytes are slots x slot_bytes of each
    * ring the server page-locked (docs/pinning.md). */
   printf("\nRINGS\n%-8s %-16s %14s %14s\n", "STREAM", "TABLE", "BYTES",
@@ -237,8 +254,8 @@ static json_t *stats_json(const chime_stats_t *st) {
 /* Columns of the text view: a plain table's, a sequence table's (NULL:
  * every field). */
 static const char *const table_cols[] = {
-    "size",           "capacity", "inserts", "samples", "sampler_wait_ns",
-    "insert_wait_ns", NULL};
+    "size",           "capacity",  "inserts",      "samples", "sampler_wait_ns",
+    "insert_wait_ns", "raw_bytes", "stored_bytes", NULL};
 static const char *const sequence_cols[] = {
     "steps", "steps_inserted", "episodes_open", "step_bytes", NULL};
 

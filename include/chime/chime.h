@@ -212,6 +212,10 @@ typedef struct {
    * or "inverse" (probability p^a / (s + 1) / mass). "none" from a server
    * before 0.4. */
   char staleness_weight[16];
+  /* Compressed leaves (docs/replay.md, "Compressed leaves"): "leaf:level"
+   * in spec order, comma separated ("obs:3"); "" for none (and from a
+   * server before the field). Stats has the bytes held raw and stored. */
+  char compress[1024];
 } chime_table_info_t;
 
 /* One open stream's ring on the server, as GetInfo reports it. */

@@ -63,7 +63,13 @@
   X(uint64_t, removed_stale, COUNTER, COUNT,                                   \
     "Items that left for being more than max_staleness versions behind.")      \
   X(uint64_t, newest_version, GAUGE, COUNT,                                    \
-    "The newest policy version the table knows (items' and learners').")
+    "The newest policy version the table knows (items' and learners').")       \
+  X(uint64_t, raw_bytes, GAUGE, BYTES,                                         \
+    "Bytes of the items held, as inserted (plain tables).")                    \
+  X(uint64_t, stored_bytes, GAUGE, BYTES,                                      \
+    "Bytes the table keeps for them, compressed leaves as stored.")            \
+  X(uint64_t, leaves_stored_raw, COUNTER, COUNT,                               \
+    "Compressed leaves' values kept raw: compression did not shrink them.")
 
 /* Per open stream, beside its stream_id, table and mode. */
 #define CHIME_STREAM_STATS_FIELDS(X)                                           \

@@ -182,6 +182,7 @@ static PyObject *info_dict(const chime_server_info_t *in) {
         set_item(td, "newest_version", U64(t->newest_version)) ||
         set_item(td, "staleness_weight",
                  PyUnicode_FromString(t->staleness_weight)) ||
+        set_item(td, "compress", PyUnicode_FromString(t->compress)) ||
         set_item(td, "samples_per_insert",
                  PyFloat_FromDouble(t->samples_per_insert)) ||
         set_item(td, "error_buffer", PyFloat_FromDouble(t->error_buffer)))

@@ -401,6 +401,8 @@ int chime__conn_info_end(chime_client_t *client, chime__unary_t *u,
     o->newest_version = t->newest_version;
     copy_str(o->staleness_weight, sizeof(o->staleness_weight),
              t->staleness_weight[0] ? t->staleness_weight : "none");
+    copy_str(o->compress, sizeof(o->compress),
+             t->compress != NULL ? t->compress : "");
     o->samples_per_insert = t->samples_per_insert;
     o->error_buffer = t->error_buffer;
     if (t->sequence_length > 0 &&

@@ -16,6 +16,7 @@
 #include "common/key.h"
 #include "common/spec.h"
 #include "replay/crc32c.h"
+#include "replay/zleaf.h"
 
 #define MAGIC "CHIMECKT"
 #define VERSION CHIME__CKPT_VERSION
@@ -169,6 +170,13 @@ static void write_leaves(chime__table_t *t, wr_t *w, chime__table_view_t *v,
     wr_u32(w, lens[k]);
   for (uint32_t l = 0, k = 0; l < spec->nleaves; l++) {
     const chime_leaf_t *lf = &spec->leaves[l];
+    if (chime__table_compressed(t, l)) { /* version 6: as stored */
+      uint32_t s;
+      const uint8_t *z = chime__table_view_z(t, v, i, l, &s);
+      wr_u32(w, s);
+      wr_raw(w, z, s);
+      continue;
+    }
     if (!lf->ragged) {
       wr_raw(w, chime__table_view_leaf(t, v, i, l), chime_leaf_bytes(lf));
       continue;
@@ -216,6 +224,13 @@ int chime__checkpoint_write_table(chime__table_t *t, int fd, uint8_t *buf,
   wr_u64(w, v.rng);
   wr_u64(w, sb); /* a sequence table's: one step's */
   wr_u64(w, v.newest_version);
+  uint32_t nz = 0; /* version 6: the compressed leaves */
+  for (uint32_t l = 0; !seq && l < cfg->spec.nleaves; l++)
+    nz += cfg->compress[l] != 0;
+  wr_u32(w, nz);
+  for (uint32_t l = 0; !seq && l < cfg->spec.nleaves; l++)
+    if (cfg->compress[l] != 0)
+      wr_u32(w, l);
   if (seq)
     write_seq(t, w, &v);
   for (uint64_t i = 0; !seq && i < v.count && w->err == 0; i++) {
@@ -286,7 +301,7 @@ static uint64_t rd_u64(rd_t *r) {
  * length past its bound or unlike the one it shares, or a record cut
  * short. Nothing is read past the lengths here. */
 static int rd_lengths(rd_t *r, const chime_spec_t *spec, uint32_t nrag,
-                      uint32_t *lens, uint64_t *bytes, char *why,
+                      uint32_t *lens, uint64_t *bytes, int zany, char *why,
                       size_t whylen) {
   for (uint32_t k = 0; k < nrag; k++)
     lens[k] = rd_u32(r);
@@ -296,7 +311,8 @@ static int rd_lengths(rd_t *r, const chime_spec_t *spec, uint32_t nrag,
   }
   if (chime__spec_ragged_bytes(spec, 1, lens, bytes, why, whylen) != 0)
     return -1;
-  if (*bytes > r->n - r->off) {
+  if (!zany &&
+      *bytes > r->n - r->off) { /* else chime__zleaf_record_bytes checks */
     snprintf(why, whylen,
              "its lengths take %llu bytes, more than the %zu left in the file",
              (unsigned long long)*bytes, r->n - r->off);
@@ -376,12 +392,18 @@ static int spec_check(const char *table, const chime_spec_t *ck,
  * each record's lengths checked against the spec and its bytes within
  * the file, the records filling it exactly. */
 static int rag_walk(rd_t r, uint64_t count, const chime_spec_t *spec,
-                    const char *fname, char *err, size_t errlen) {
+                    const uint8_t *zmask, const char *fname, char *err,
+                    size_t errlen) {
   uint32_t nrag = chime_spec_ragged(spec), lens[CHIME_MAX_LEAVES];
   uint64_t least = REC_FIXED + 8 + 4 * (uint64_t)nrag, bytes;
   char why[256];
+  int zany = 0;
   for (uint32_t l = 0; l < spec->nleaves; l++)
-    if (!spec->leaves[l].ragged)
+    zany |= zmask[l];
+  for (uint32_t l = 0; l < spec->nleaves; l++)
+    if (zmask[l])
+      least += 4;
+    else if (!spec->leaves[l].ragged)
       least += chime_leaf_bytes(&spec->leaves[l]);
   if (count > (r.n - r.off) / least)
     return fail(err, errlen, CHIME_ECORRUPT,
@@ -389,7 +411,11 @@ static int rag_walk(rd_t r, uint64_t count, const chime_spec_t *spec,
                 (unsigned long long)count, r.n);
   for (uint64_t i = 0; i < count; i++) {
     rd_take(&r, REC_FIXED + 8);
-    if (rd_lengths(&r, spec, nrag, lens, &bytes, why, sizeof(why)) != 0)
+    if (rd_lengths(&r, spec, nrag, lens, &bytes, zany, why, sizeof(why)) != 0)
+      return fail(err, errlen, CHIME_ECORRUPT, "%s: item %llu: %s", fname,
+                  (unsigned long long)i, why);
+    if (zany && chime__zleaf_record_bytes(r.p + r.off, r.n - r.off, spec, lens,
+                                          zmask, &bytes, why, sizeof(why)) != 0)
       return fail(err, errlen, CHIME_ECORRUPT, "%s: item %llu: %s", fname,
                   (unsigned long long)i, why);
     r.off += (size_t)bytes;
@@ -597,7 +623,19 @@ int chime__checkpoint_load_table(const uint8_t *p, size_t n,
   /* Versions 1 to 3 came before policy versions: every item's is 0. */
   uint64_t newest = ver >= 4 ? rd_u64(&r) : 0;
   uint64_t vbytes = ver >= 4 ? 8 : 0;
-  if (r.bad || (kind != KIND_PLAIN && kind != KIND_SEQUENCE) ||
+  uint8_t zmask[CHIME_MAX_LEAVES] = {0};
+  uint32_t nz = ver >= 6 ? rd_u32(&r) : 0, zprev = 0;
+  for (uint32_t k = 0; k < nz && k < CHIME_MAX_LEAVES && !r.bad; k++) {
+    uint32_t l = rd_u32(&r);
+    if (l >= CHIME_MAX_LEAVES || (k > 0 && l <= zprev)) {
+      r.bad = 1;
+      break;
+    }
+    zmask[l] = 1;
+    zprev = l;
+  }
+  if (r.bad || nz > CHIME_MAX_LEAVES || (nz > 0 && kind != KIND_PLAIN) ||
+      (kind != KIND_PLAIN && kind != KIND_SEQUENCE) ||
       shard > CHIME__KEY_MAX_SHARD || !next_ok(next_key, shard))
     return fail(err, errlen, CHIME_ECORRUPT, "%s: malformed header", fname);
   if (chime_spec_parse(&spec, spec_text, perr, sizeof(perr)) != 0)
@@ -612,6 +650,13 @@ int chime__checkpoint_load_table(const uint8_t *p, size_t n,
                 (unsigned long long)sb,
                 (unsigned long long)chime_spec_sample_bytes(&spec));
   uint32_t nrag = chime_spec_ragged(&spec);
+  int zany = nz > 0;
+  for (uint32_t l = 0; l < CHIME_MAX_LEAVES; l++)
+    if (zmask[l] && (l >= spec.nleaves || spec.leaves[l].ragged))
+      return fail(err, errlen, CHIME_ECORRUPT,
+                  "%s: table '%s': compressed leaf %u is no fixed-shape leaf "
+                  "of its spec",
+                  fname, name, l);
   /* Ragged items came with version 5 (and only plain tables have them). */
   if (nrag > 0 && (ver < 5 || kind != KIND_PLAIN))
     return fail(err, errlen, CHIME_ECORRUPT,
@@ -620,12 +665,13 @@ int chime__checkpoint_load_table(const uint8_t *p, size_t n,
                 fname, name, kind == KIND_PLAIN ? "plain table's" : "sequence",
                 ver);
   int rc;
-  if (nrag > 0 && (rc = rag_walk(r, count, &spec, fname, err, errlen)) != 0)
+  if ((nrag > 0 || zany) &&
+      (rc = rag_walk(r, count, &spec, zmask, fname, err, errlen)) != 0)
     return rc;
   if ((old_seq && count != 0) ||
       (kind == KIND_SEQUENCE && !old_seq &&
        seq_parse(&r, ver, count, sb, spec.nleaves, &sh) != 0) ||
-      (kind == KIND_PLAIN && nrag == 0 &&
+      (kind == KIND_PLAIN && nrag == 0 && !zany &&
        (count > (r.n - r.off) / rec || count * rec != r.n - r.off)))
     return fail(err, errlen, CHIME_ECORRUPT,
                 "%s: %llu items do not fill its %zu bytes", fname,
@@ -662,6 +708,15 @@ int chime__checkpoint_load_table(const uint8_t *p, size_t n,
   rc = spec_check(name, &spec, &cfg->spec, err, errlen);
   if (rc != 0)
     return rc;
+  for (uint32_t l = 0; l < spec.nleaves; l++)
+    if (zmask[l] != (cfg->compress[l] != 0))
+      return fail(err, errlen, CHIME_EINVAL,
+                  "table '%s': leaf '%s' is %s in the checkpoint but %s in "
+                  "the config ('compress'); a checkpoint keeps compressed "
+                  "leaves as stored, so it goes back into a table that "
+                  "compresses the same leaves (levels may differ)",
+                  name, spec.leaves[l].name, zmask[l] ? "compressed" : "raw",
+                  zmask[l] ? "raw" : "compressed");
   if (kind == KIND_SEQUENCE) {
     if ((rc = seq_check(name, &sh, cfg, chime__table_steps(t), err, errlen)) !=
             0 ||
@@ -680,8 +735,12 @@ int chime__checkpoint_load_table(const uint8_t *p, size_t n,
     uint32_t lens[CHIME_MAX_LEAVES];
     uint64_t bytes = sb;
     char why[256];
-    if (nrag > 0 &&
-        rd_lengths(&r, &spec, nrag, lens, &bytes, why, sizeof(why)) != 0)
+    if ((nrag > 0 || zany) &&
+        (rd_lengths(&r, &spec, nrag, lens, &bytes, zany, why, sizeof(why)) !=
+             0 ||
+         (zany &&
+          chime__zleaf_record_bytes(r.p + r.off, r.n - r.off, &spec, lens,
+                                    zmask, &bytes, why, sizeof(why)) != 0)))
       return fail(err, errlen, CHIME_ECORRUPT, "%s: item %llu: %s", fname,
                   (unsigned long long)i, why);
     const uint8_t *sample = rd_take(&r, (size_t)bytes);
@@ -697,6 +756,11 @@ int chime__checkpoint_load_table(const uint8_t *p, size_t n,
                   chime__key_shard(key), shard);
     rc = chime__table_restore_item_ragged(t, key, itime, prio, times, version,
                                           nrag > 0 ? lens : NULL, sample);
+    if (rc == CHIME_ECORRUPT)
+      return fail(err, errlen, CHIME_ECORRUPT,
+                  "%s: item %llu (key %llu): a compressed leaf that is not a "
+                  "zstd frame of its leaf's size",
+                  fname, (unsigned long long)i, (unsigned long long)key);
     if (rc == CHIME_ENOMEM)
       return fail(err, errlen, CHIME_EINVAL,
                   "table '%s': the checkpoint holds %llu items, more than its "

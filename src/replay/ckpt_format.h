@@ -38,8 +38,14 @@
  * unlike the one it shares, or taking more bytes than the file holds.
  * Also in 5: a sequence table's steps each carry their policy version
  * (after episode and index; a window's is its first step's), 0 when
- * loaded from an older file. */
-#define CHIME__CKPT_VERSION 5u
+ * loaded from an older file.
+ * 6: compressed leaves (docs/replay.md): after the newest version, a u32
+ * count and each compressed leaf's index (u32, rising); in an item's
+ * bytes a compressed leaf is its u32 stored size (at most the leaf's
+ * bytes; equal: kept raw) and its stored bytes, as the table keeps them
+ * (never recompressed). A file without compressed leaves holds the same
+ * records as version 5. */
+#define CHIME__CKPT_VERSION 6u
 #define CHIME__CKPT_MIN_VERSION 1u
 /* The writer's buffer: chime__checkpoint_write_table wants this many
  * bytes at buf. */

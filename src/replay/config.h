@@ -82,6 +82,9 @@ typedef struct {
   uint64_t max_staleness;
   /* A plain prioritized table's staleness weighting; NONE: none. */
   chime__stale_weight_t staleness_weight;
+  /* Compressed leaves (replay/zleaf.h): leaf i's zstd level, 0: stored
+   * as it is. Fixed-shape leaves of plain tables only (for now). */
+  uint8_t compress[CHIME_MAX_LEAVES];
 } chime__table_config_t;
 
 /* A table's storage (capacity * sample bytes) is reserved up front. */

@@ -159,16 +159,42 @@ static void copy_ragged(const chime__table_t *t, const chime_ring_layout_t *lay,
   offs[lay->batch_size] = (int64_t)at;
 }
 
+/* A compressed leaf (the k-th) decompressed into the slot's leaf array,
+ * each sample at its place: a batch is the same leaf views as a raw
+ * table's. Always here, never sent from the table. A frame that does not
+ * decompress to the leaf's size (none should: insert made it, restore
+ * checked it) leaves zeros. */
+static void copy_z(const chime__table_t *t, const chime_ring_layout_t *lay,
+                   chime__ring_wslot_t *slot, const uint32_t *rows,
+                   uint32_t k) {
+  uint32_t l = t->zl[k];
+  size_t n = (size_t)t->zraw[l];
+  uint8_t *dst = slot->leaf[l];
+  for (uint64_t j = 0; j < lay->batch_size; j++) {
+    if (j + CHIME__TBL_PREFETCH_AHEAD < lay->batch_size) {
+      const uint8_t *p =
+          t->zbuf[chime__tbl_row_at(slot, rows, j + CHIME__TBL_PREFETCH_AHEAD)];
+      __builtin_prefetch(p);
+    }
+    const uint8_t *buf = t->zbuf[chime__tbl_row_at(slot, rows, j)];
+    (void)chime__zleaf_decompress(dst + j * n, n,
+                                  chime__zleaf_at(buf, t->nz, k),
+                                  chime__zleaf_size(buf, k));
+  }
+}
+
 static void copy_rows(const chime__table_t *t, const chime_ring_layout_t *lay,
                       chime__ring_wslot_t *slot, const uint32_t *rows,
                       uint64_t copy_min) {
   uint64_t batch = lay->batch_size;
   for (uint32_t k = 0; k < t->nrag; k++)
     copy_ragged(t, lay, slot, rows, k);
+  for (uint32_t k = 0; k < t->nz; k++)
+    copy_z(t, lay, slot, rows, k);
   for (uint32_t l = 0; l < t->nleaves; l++) {
     uint64_t lb = t->lbytes[l];
-    if (t->rrow[l] != 0)
-      continue; /* ragged: copy_ragged */
+    if (t->rrow[l] != 0 || t->zraw[l] != 0)
+      continue; /* ragged: copy_ragged; compressed: copy_z */
     uint8_t *dst = (uint8_t *)slot->leaf[l];
     /* Rows sent from the table are not read here. */
     int pf = chime__tbl_scattered(t) && lb < copy_min;
@@ -412,7 +438,8 @@ size_t chime__table_spans(const chime__table_t *t,
     uint64_t lb = t->lbytes[l], base = lay->leaf_offset[l];
     uint64_t lend = base + lay->leaf_bytes[l];
     uint64_t stop = end < lend ? end : lend;
-    if (t->rrow[l] != 0) { /* ragged: packed in the slot (copy_ragged) */
+    /* Ragged (packed in the slot, copy_ragged) or compressed (copy_z). */
+    if (t->rrow[l] != 0 || t->zraw[l] != 0) {
       EMIT(slot_base + pos, stop - pos);
       pos = stop;
       continue;

@@ -41,6 +41,26 @@ const chime_spec_t *chime__table_item_spec(const chime__table_t *t) {
   return &t->item_spec;
 }
 
+int chime__table_compress_text(const chime__table_config_t *cfg, char *buf,
+                               size_t len) {
+  size_t at = 0;
+  if (len == 0)
+    return CHIME_EINVAL;
+  buf[0] = '\0';
+  for (uint32_t i = 0; i < cfg->spec.nleaves; i++) {
+    if (cfg->compress[i] == 0)
+      continue;
+    int n = snprintf(buf + at, len - at, "%s%s:%u", at > 0 ? "," : "",
+                     cfg->spec.leaves[i].name, cfg->compress[i]);
+    if (n < 0 || (size_t)n >= len - at) {
+      buf[0] = '\0';
+      return CHIME_EINVAL;
+    }
+    at += (size_t)n;
+  }
+  return 0;
+}
+
 void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out) {
   memset(out, 0, sizeof(*out)); /* a field this does not count reads 0 */
   chime__tbl_lock(t);
@@ -59,6 +79,12 @@ void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out) {
   out->windows_dropped = t->windows_dropped;
   out->ragged_bytes = t->rag_bytes;
   out->ragged_alloc_bytes = t->rag_alloc;
+  /* The items' bytes as inserted and as kept: they differ by what the
+   * compressed leaves saved. */
+  uint64_t plain = t->count * (t->fixed_bytes - t->z_sample) + t->rag_bytes;
+  out->raw_bytes = plain + t->z_raw;
+  out->stored_bytes = plain + t->z_stored;
+  out->leaves_stored_raw = t->z_kept_raw;
   out->removed_stale = t->removed_stale;
   out->newest_version = t->vnewest;
   out->mass = t->sel->mass != NULL ? t->sel->mass(t) : (double)t->count;

@@ -55,6 +55,11 @@ uint64_t chime__table_sample_bytes(const chime__table_t *t);
  * each leaf as [sequence_length, *shape] and, when it pads, mask: u8[T]. */
 const chime_spec_t *chime__table_item_spec(const chime__table_t *t);
 void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out);
+/* A config's compressed leaves as text, "obs:3,frames:5" (leaf:level in
+ * spec order; "" for none), for GetInfo and chimectl. 0, or CHIME_EINVAL
+ * when len is too short (buf then holds "" ). */
+int chime__table_compress_text(const chime__table_config_t *cfg, char *buf,
+                               size_t len);
 
 /* Inserts `count` samples (sample-major, sample_bytes each) with keys
  * *first_key .. *first_key + count - 1, all or nothing: samplers see all of
@@ -353,6 +358,14 @@ const uint8_t *chime__table_view_leaf(const chime__table_t *t,
  * *lengths (chime_spec_ragged of them, spec order) and their rows back to
  * back, only those used (NULL when every length is 0); NULL and *lengths
  * NULL for a table without ragged leaves. Stable until the release. */
+/* Item i's compressed leaf l (chime__table_compressed): its stored bytes
+ * as the table keeps them (a zstd frame, or the leaf raw when *stored is
+ * the leaf's size). */
+const uint8_t *chime__table_view_z(const chime__table_t *t,
+                                   const chime__table_view_t *v, uint64_t i,
+                                   uint32_t l, uint32_t *stored);
+/* Whether t keeps leaf l compressed (docs/replay.md, "Compressed leaves"). */
+int chime__table_compressed(const chime__table_t *t, uint32_t l);
 const uint8_t *chime__table_view_ragged(const chime__table_t *t,
                                         const chime__table_view_t *v,
                                         uint64_t i, const uint32_t **lengths);
@@ -381,7 +394,11 @@ int chime__table_restore_item_version(chime__table_t *t, uint64_t key,
 /* The same for a table with ragged leaves: lengths (one per ragged leaf,
  * spec order; NULL for a table without) and sample's leaves in spec order,
  * each ragged one at its length. CHIME_EINVAL too for a length past its
- * bound or unlike the one it shares (nothing read past them). */
+ * bound or unlike the one it shares (nothing read past them). A table
+ * with compressed leaves takes each of those as the checkpoint keeps it:
+ * its u32 stored size (little-endian, at most the leaf's bytes) and its
+ * stored bytes, kept as they are; CHIME_ECORRUPT for one that is not a
+ * zstd frame of exactly the leaf's size (or the leaf raw). */
 int chime__table_restore_item_ragged(chime__table_t *t, uint64_t key,
                                      uint64_t itime, double prio,
                                      uint32_t times, uint64_t version,

@@ -37,6 +37,10 @@ static void free_parts(chime__table_t *t) {
       free(t->rbuf[r]);
   free(t->rbuf);
   free(t->rlen);
+  if (t->zbuf != NULL)
+    for (uint64_t r = 0; r < t->rows; r++)
+      free(t->zbuf[r]);
+  free(t->zbuf);
   if (t->map != NULL)
     munmap(t->map, t->map_len);
   chime__dedupe_destroy(t->dedupe);
@@ -54,6 +58,24 @@ static void free_parts(chime__table_t *t) {
  * (priority_why decides the rest exactly): a millionth under the exact
  * bound, far more than pow's rounding; DBL_MAX when every finite priority
  * is (exponent 0, or an exponent under log(MAX_VALUE) / log(DBL_MAX)). */
+/* Compressed leaves: fixed-shape leaves of a plain table, at a level zstd
+ * has, each under 4 GiB (a u32 stored size); server/config.c names what
+ * is wrong. */
+static int compress_ok(const chime__table_config_t *cfg) {
+  for (uint32_t i = 0; i < cfg->spec.nleaves && i < CHIME_MAX_LEAVES; i++) {
+    const chime_leaf_t *l = &cfg->spec.leaves[i];
+    int lv = cfg->compress[i];
+    if (lv != 0 &&
+        (cfg->sequence_length > 0 || l->ragged || lv > CHIME__ZLEAF_MAX_LEVEL ||
+         chime_leaf_bytes(l) >= UINT32_MAX))
+      return 0;
+  }
+  for (uint32_t i = cfg->spec.nleaves; i < CHIME_MAX_LEAVES; i++)
+    if (cfg->compress[i] != 0)
+      return 0;
+  return 1;
+}
+
 static double sure_priority(const chime__table_config_t *cfg) {
   double e = cfg->priority_exponent;
   if (!(e > 0))
@@ -100,7 +122,7 @@ int chime__table_create(chime__table_t **out,
        t->cfg.remover != CHIME__SAMPLER_FIFO) ||
       !(t->cfg.priority_exponent >= 0) || isinf(t->cfg.priority_exponent) ||
       t->cfg.shard > CHIME__KEY_MAX_SHARD ||
-      chime__fifo_ratio_stalls(&t->cfg) ||
+      chime__fifo_ratio_stalls(&t->cfg) || !compress_ok(&t->cfg) ||
       (t->cfg.staleness_weight != CHIME__STALE_WEIGHT_NONE &&
        (seq || t->cfg.sampler != CHIME__SAMPLER_PRIORITIZED ||
         t->cfg.staleness_weight != CHIME__STALE_WEIGHT_INVERSE))) {
@@ -124,6 +146,12 @@ int chime__table_create(chime__table_t **out,
       t->fixed_bytes -= chime_leaf_bytes(l);
       continue;
     }
+    if (cfg->compress[i] != 0) { /* in zbuf, not in the rows */
+      t->zraw[i] = chime_leaf_bytes(l);
+      t->z_sample += t->zraw[i];
+      t->zl[t->nz++] = i;
+      continue;
+    }
     t->lbytes[i] = chime_leaf_bytes(l);
     t->loff[i] = off;
     off += t->lbytes[i];
@@ -144,6 +172,10 @@ int chime__table_create(chime__table_t **out,
   t->rows = rows;
   if (t->nrag > 0 && ((t->rbuf = calloc(rows, sizeof(*t->rbuf))) == NULL ||
                       (t->rlen = calloc(rows * t->nrag, 4)) == NULL)) {
+    rc = CHIME_ENOMEM;
+    goto out;
+  }
+  if (t->nz > 0 && (t->zbuf = calloc(rows, sizeof(*t->zbuf))) == NULL) {
     rc = CHIME_ENOMEM;
     goto out;
   }

@@ -23,6 +23,7 @@
 #include "replay/sumtree.h"
 #include "replay/table.h"
 #include "replay/verindex.h"
+#include "replay/zleaf.h"
 
 #include <math.h>
 
@@ -115,13 +116,24 @@ struct chime__table_s {
    * is the k-th ragged leaf's length. A row's allocation goes when the row
    * is free (chime__tbl_free_push). */
   uint32_t nrag;
-  uint64_t fixed_bytes;            /* a sample's bytes in leaf[] */
+  uint64_t fixed_bytes;            /* a sample's bytes but its ragged leaves' */
   uint32_t rag[CHIME_MAX_LEAVES];  /* the k-th ragged leaf's index */
   uint64_t rrow[CHIME_MAX_LEAVES]; /* a ragged leaf's bytes per row, else 0 */
   uint8_t **rbuf;
   uint32_t *rlen;
   uint64_t rag_bytes; /* the ragged bytes of all rows held */
   uint64_t rag_alloc; /* and the allocator's (chime__tbl_rag_alloc) */
+  /* Compressed leaves (zleaf.h): not in leaf[] (lbytes 0 there) but, per
+   * row, in one allocation zbuf[r] (sizes, then stored bytes). zraw[l]
+   * is leaf l's bytes when it is compressed, else 0. z_raw and z_stored:
+   * the rows held, their compressed leaves' bytes as inserted and as
+   * kept (the sizes included); z_kept_raw: leaves stored raw so far. */
+  uint32_t nz;
+  uint32_t zl[CHIME_MAX_LEAVES];   /* the k-th compressed leaf's index */
+  uint64_t zraw[CHIME_MAX_LEAVES]; /* by leaf index */
+  uint8_t **zbuf;
+  uint64_t z_raw, z_stored, z_kept_raw;
+  uint64_t z_sample; /* a sample's compressed leaves' bytes, raw */
   /* Policy versions: the newest the table knows (its items' and its
    * learners'), the live rows by version (max_staleness only: NULL
    * without), and the items that left for being too far behind it. */
@@ -228,9 +240,34 @@ static inline void chime__tbl_rag_drop(chime__table_t *t, uint32_t r) {
   t->rbuf[r] = NULL;
 }
 
+/* Row r's compressed leaves, gone with its item. */
+static inline void chime__tbl_z_drop(chime__table_t *t, uint32_t r) {
+  if (t->zbuf[r] == NULL)
+    return;
+  for (uint32_t k = 0; k < t->nz; k++)
+    t->z_raw -= t->zraw[t->zl[k]];
+  t->z_stored -= chime__zleaf_total(t->zbuf[r], t->nz);
+  free(t->zbuf[r]);
+  t->zbuf[r] = NULL;
+}
+
+/* Row r takes buf as its compressed leaves. */
+static inline void chime__tbl_z_take(chime__table_t *t, uint32_t r,
+                                     uint8_t *buf) {
+  t->zbuf[r] = buf;
+  for (uint32_t k = 0; k < t->nz; k++) {
+    uint64_t raw = t->zraw[t->zl[k]];
+    t->z_raw += raw;
+    t->z_kept_raw += chime__zleaf_size(buf, k) == raw;
+  }
+  t->z_stored += chime__zleaf_total(buf, t->nz);
+}
+
 static inline void chime__tbl_free_push(chime__table_t *t, uint32_t r) {
   if (t->nrag > 0)
     chime__tbl_rag_drop(t, r);
+  if (t->nz > 0)
+    chime__tbl_z_drop(t, r);
   if (r >= t->cfg.capacity) {
     t->fspare[t->nspare++] = r;
     return;
@@ -312,6 +349,24 @@ static inline void chime__tbl_cursor_read(chime__tbl_cursor_t *c, uint8_t *dst,
     c->off += take;
     n -= take;
   }
+}
+
+/* n bytes at the cursor, in place when one piece holds them, else copied
+ * into tmp (n bytes). */
+static inline const uint8_t *chime__tbl_cursor_peek(chime__tbl_cursor_t *c,
+                                                    uint64_t n, uint8_t *tmp) {
+  while (n > 0 && c->sp[c->i].len == c->off) {
+    c->i++;
+    c->off = 0;
+  }
+  const chime__span_t *s = &c->sp[c->i];
+  if (n > 0 && s->len - c->off >= n) {
+    const uint8_t *p = s->p + c->off;
+    c->off += (size_t)n;
+    return p;
+  }
+  chime__tbl_cursor_read(c, tmp, n);
+  return tmp;
 }
 
 static inline void chime__tbl_cursor_skip(chime__tbl_cursor_t *c, uint64_t n) {

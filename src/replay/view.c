@@ -138,6 +138,21 @@ const uint8_t *chime__table_view_ragged(const chime__table_t *t,
   return t->nrag > 0 ? t->rbuf[r] : NULL;
 }
 
+const uint8_t *chime__table_view_z(const chime__table_t *t,
+                                   const chime__table_view_t *v, uint64_t i,
+                                   uint32_t l, uint32_t *stored) {
+  const uint8_t *buf = t->zbuf[v->rows[i]];
+  uint32_t k = 0;
+  while (t->zl[k] != l)
+    k++;
+  *stored = chime__zleaf_size(buf, k);
+  return chime__zleaf_at(buf, t->nz, k);
+}
+
+int chime__table_compressed(const chime__table_t *t, uint32_t l) {
+  return l < t->nleaves && t->zraw[l] != 0;
+}
+
 void chime__table_view_unpin(chime__table_t *t, chime__table_view_t *v,
                              uint64_t upto) {
   if (upto > v->count)
@@ -199,6 +214,10 @@ int chime__table_restore_item_version(chime__table_t *t, uint64_t key,
 static void restore_leaves(chime__table_t *t, uint32_t r, const uint32_t *lens,
                            const uint8_t *sample, uint8_t *buf) {
   for (uint32_t l = 0, k = 0; l < t->nleaves; l++) {
+    if (t->zraw[l] != 0) { /* restore_z took it */
+      sample += 4 + chime__zleaf_size(sample, 0);
+      continue;
+    }
     uint64_t n =
         t->rrow[l] != 0 ? (uint64_t)lens[k++] * t->rrow[l] : t->lbytes[l];
     uint8_t *dst = t->rrow[l] != 0 ? buf : t->leaf[l] + (size_t)r * n;
@@ -209,6 +228,55 @@ static void restore_leaves(chime__table_t *t, uint32_t r, const uint32_t *lens,
       buf += n;
     sample += n;
   }
+}
+
+/* A record's compressed leaves (each its u32 stored size and its stored
+ * bytes, in their places among the leaves) into one allocation (zleaf.h),
+ * each checked to be a leaf of its size (a frame that decompresses to
+ * exactly it) before the item goes in: CHIME_ECORRUPT. */
+static int restore_z(const chime__table_t *t, const uint32_t *lens,
+                     const uint8_t *sample, uint8_t **out) {
+  uint64_t total = 4 * (uint64_t)t->nz, big = 0;
+  const uint8_t *p = sample;
+  for (uint32_t l = 0, k = 0; l < t->nleaves; l++) {
+    if (t->rrow[l] != 0) {
+      p += (uint64_t)lens[k++] * t->rrow[l];
+    } else if (t->zraw[l] != 0) {
+      uint32_t s = chime__zleaf_size(p, 0);
+      if (s > t->zraw[l])
+        return CHIME_ECORRUPT;
+      total += s;
+      big = t->zraw[l] > big ? t->zraw[l] : big;
+      p += 4 + (uint64_t)s;
+    } else {
+      p += t->lbytes[l];
+    }
+  }
+  uint8_t *buf = malloc((size_t)total), *scratch = malloc((size_t)big);
+  int rc = buf == NULL || scratch == NULL ? CHIME_ENOMEM : 0;
+  size_t at = 4 * (size_t)t->nz;
+  p = sample;
+  for (uint32_t l = 0, k = 0, kz = 0; rc == 0 && l < t->nleaves; l++) {
+    if (t->rrow[l] != 0) {
+      p += (uint64_t)lens[k++] * t->rrow[l];
+    } else if (t->zraw[l] != 0) {
+      uint32_t s = chime__zleaf_size(p, 0);
+      rc = chime__zleaf_check(p + 4, s, (size_t)t->zraw[l], scratch);
+      memcpy(buf + 4 * (size_t)kz++, p, 4);
+      memcpy(buf + at, p + 4, s);
+      at += s;
+      p += 4 + (uint64_t)s;
+    } else {
+      p += t->lbytes[l];
+    }
+  }
+  free(scratch);
+  if (rc != 0) {
+    free(buf);
+    return rc;
+  }
+  *out = buf;
+  return 0;
 }
 
 int chime__table_restore_item_ragged(chime__table_t *t, uint64_t key,
@@ -233,20 +301,31 @@ int chime__table_restore_item_ragged(chime__table_t *t, uint64_t key,
     rag = bytes - t->fixed_bytes;
   if (rag > 0 && (buf = malloc((size_t)rag)) == NULL)
     return CHIME_ENOMEM;
+  uint8_t *zbuf = NULL;
+  int rc = t->nz > 0 ? restore_z(t, lengths, sample, &zbuf) : 0;
+  if (rc != 0) {
+    free(buf);
+    return rc;
+  }
   chime__tbl_lock(t);
-  int rc = 0;
   if (chime__keyindex_lookup(t->keys, key, &dummy) == 0) {
     rc = CHIME_EINVAL;
   } else if (t->rows - t->count - t->ndead == 0) {
     rc = CHIME_ENOMEM;
   } else {
     uint32_t r = chime__tbl_free_pop(t);
-    if (t->nrag == 0) {
+    if (t->nrag == 0 && t->nz == 0) {
       for (uint32_t l = 0; l < t->nleaves; l++)
         memcpy(t->leaf[l] + (size_t)r * t->lbytes[l], sample + t->loff[l],
                t->lbytes[l]);
     } else {
       restore_leaves(t, r, lengths, sample, buf);
+    }
+    if (t->nz > 0) {
+      chime__tbl_z_take(t, r, zbuf);
+      zbuf = NULL;
+    }
+    if (t->nrag > 0) {
       t->rbuf[r] = buf;
       buf = NULL;
       memcpy(t->rlen + (size_t)r * t->nrag, lengths,
@@ -265,6 +344,7 @@ int chime__table_restore_item_ragged(chime__table_t *t, uint64_t key,
   }
   pthread_mutex_unlock(&t->mu);
   free(buf); /* not taken: the item did not go in */
+  free(zbuf);
   return rc;
 }
 

@@ -15,6 +15,7 @@
 #include "common/key.h"
 #include "replay/sumtree.h"
 #include "replay/table.h"
+#include "replay/zleaf.h"
 #include "wire/insert.h"
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)
@@ -177,6 +178,50 @@ static int get_u64(json_t *v, const char *key, uint64_t *out, char *err,
   return 0;
 }
 
+/* "compress": {"leaf": level, ...} (docs/replay.md, "Compressed
+ * leaves"), read once the spec is known: each a fixed-shape leaf of a
+ * plain table, at a zstd level 1..22. */
+static int parse_compress(chime__table_config_t *t, json_t *v,
+                          const char *where, char *err, size_t errlen) {
+  const char *leaf;
+  json_t *lv;
+  if (!json_is_object(v))
+    return fail(err, errlen,
+                "%s: 'compress': expected an object of leaf name: zstd level",
+                where);
+  if (t->sequence_length > 0 && json_object_size(v) > 0)
+    return fail(err, errlen,
+                "%s: 'compress': sequence tables cannot compress leaves yet "
+                "(plain tables can)",
+                where);
+  json_object_foreach(v, leaf, lv) {
+    uint32_t i = 0;
+    while (i < t->spec.nleaves && strcmp(t->spec.leaves[i].name, leaf) != 0)
+      i++;
+    if (i == t->spec.nleaves)
+      return fail(err, errlen, "%s: 'compress': no leaf '%.64s' in the spec",
+                  where, leaf);
+    if (t->spec.leaves[i].ragged)
+      return fail(err, errlen,
+                  "%s: 'compress': leaf '%s' is ragged; ragged leaves cannot "
+                  "be compressed yet (fixed-shape ones can)",
+                  where, leaf);
+    if (chime_leaf_bytes(&t->spec.leaves[i]) >= UINT32_MAX)
+      return fail(err, errlen,
+                  "%s: 'compress': leaf '%s' is 4 GiB or more, too large to "
+                  "compress",
+                  where, leaf);
+    if (!json_is_integer(lv) ||
+        json_integer_value(lv) < CHIME__ZLEAF_MIN_LEVEL ||
+        json_integer_value(lv) > CHIME__ZLEAF_MAX_LEVEL)
+      return fail(err, errlen,
+                  "%s: 'compress': leaf '%s': expected a zstd level %d..%d",
+                  where, leaf, CHIME__ZLEAF_MIN_LEVEL, CHIME__ZLEAF_MAX_LEVEL);
+    t->compress[i] = (uint8_t)json_integer_value(lv);
+  }
+  return 0;
+}
+
 static int parse_table(chime__table_config_t *t, json_t *obj, uint32_t index,
                        char *err, size_t errlen) {
   char where[CHIME_MAX_NAME + 32];
@@ -203,7 +248,7 @@ static int parse_table(chime__table_config_t *t, json_t *obj, uint32_t index,
   t->max_writers = CHIME__INSERT_WRITERS;
   t->writer_idle_ms = CHIME__INSERT_WRITER_IDLE_MS;
   const char *key;
-  json_t *v;
+  json_t *v, *compress = NULL;
   json_object_foreach(obj, key, v) {
     char kw[CHIME_MAX_NAME + 64];
     snprintf(kw, sizeof(kw), "%s: '%s'", where, key);
@@ -316,6 +361,8 @@ static int parse_table(chime__table_config_t *t, json_t *obj, uint32_t index,
       if (strcmp(w, "none") != 0 && strcmp(w, "inverse") != 0)
         return fail(err, errlen, "%s: expected \"none\" or \"inverse\"", kw);
       t->staleness_weight = w[0] == 'i' ? CHIME__STALE_WEIGHT_INVERSE : 0;
+    } else if (strcmp(key, "compress") == 0) {
+      compress = v; /* read once the spec is known */
     } else {
       return fail(err, errlen,
                   "%s: unknown key (known: name, spec, capacity, sampler, "
@@ -323,12 +370,14 @@ static int parse_table(chime__table_config_t *t, json_t *obj, uint32_t index,
                   "samples_per_insert, error_buffer, capacity_steps, "
                   "sequence_length, stride, episode_end, initial_priority, "
                   "max_writers, writer_idle_ms, max_staleness, "
-                  "staleness_weight)",
+                  "staleness_weight, compress)",
                   kw);
     }
   }
   if (!have_spec)
     return fail(err, errlen, "%s: 'spec' is required", where);
+  if (compress != NULL && parse_compress(t, compress, where, err, errlen) != 0)
+    return CHIME_EINVAL;
   if (t->sequence_length > 0 || have_steps) {
     int rc = sequence_check(t, where, have_cap, have_steps, have_remover, err,
                             errlen);

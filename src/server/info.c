@@ -15,6 +15,7 @@ typedef struct {
   Chime__V1__Leaf sleaves[CHIME_MAX_LEAVES]; /* a sequence table's step */
   Chime__V1__Leaf *slp[CHIME_MAX_LEAVES];
   char stext[4096];
+  char compress[4096];
 } table_msg_t;
 
 /* The requests carry nothing, but a call without one, or with bytes that do
@@ -123,6 +124,9 @@ static void info_on_start(chime__call_t *c) {
     tm[i].info.staleness_weight =
         tc->staleness_weight == CHIME__STALE_WEIGHT_INVERSE ? "inverse"
                                                             : "none";
+    (void)chime__table_compress_text(tc, tm[i].compress,
+                                     sizeof(tm[i].compress));
+    tm[i].info.compress = tm[i].compress;
     tm[i].info.samples_per_insert = tc->samples_per_insert;
     tm[i].info.error_buffer = tc->error_buffer;
     tm[i].info.min_size = tc->min_size;

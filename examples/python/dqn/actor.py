@@ -1,6 +1,7 @@
 """A DQN actor: steps CartPole environments with an epsilon-greedy policy
-whose Q-network weights it reads in place from chime's weights table, and
-inserts its transitions into the replay table with a chime writer.
+whose Q-network weights it reads in place from chime's weights table (as
+torch tensors over the ring), and inserts its transitions into the replay
+table with a chime writer.
 
 Started by dqn.py (multiprocessing, spawn); `run` is the process's body.
 """
@@ -9,9 +10,10 @@ import os
 import time
 
 import numpy as np
+import torch
 
 import chime
-import mlp
+import qnet
 from cartpole import ACTIONS, CartPole
 
 TRANSITIONS = "transitions"
@@ -26,10 +28,11 @@ class Weights:
     The weights table holds one item (capacity 1, lifo sampler, a new
     publication evicts the old one), and this actor's stream of it has two
     slots: one batch leased here, whose arrays the policy uses as they lie
-    in the ring (shm: the server's mapping, no copy), and one the server
-    filled ahead. That one was sampled when the previous batch was taken,
-    so refresh() takes it and then the next: the server fills the slot the
-    first gave back with the table's item as it is now."""
+    in the ring (torch.from_dlpack: tensors over the server's mapping in
+    shm mode, no copy), and one the server filled ahead. That one was
+    sampled when the previous batch was taken, so refresh() takes it and
+    then the next: the server fills the slot the first gave back with the
+    table's item as it is now."""
 
     def __init__(self, client, timeout):
         self.stream = client.stream(WEIGHTS, batch_size=1, slots=2,
@@ -42,8 +45,8 @@ class Weights:
 
     def refresh(self, wait=False):
         # Every view of the held batch goes first: a batch whose arrays
-        # are alive keeps its slot, and with two slots the stream then has
-        # none to lend.
+        # or tensors are alive keeps its slot, and with two slots the
+        # stream then has none to lend.
         self.params = None
         try:
             self.stream.next(timeout=0)  # filled ahead: stale
@@ -52,7 +55,7 @@ class Weights:
         b = self.stream.next(timeout=self.timeout if wait else 1.0)
         self.version = int(b["version"][0])
         self.max_priority = float(b["max_priority"][0])
-        self.params = {k: b[k][0] for k in b.keys()
+        self.params = {k: torch.from_dlpack(b[k][0]) for k in b.keys()
                        if k not in ("version", "max_priority")}
 
     def close(self):
@@ -129,6 +132,7 @@ def run(actor_id, address, args, stop, results):
     the learner sets; results a Queue that receives ("episode", actor_id,
     return, length, steps so far) per finished episode and ("done",
     actor_id, steps, seconds) at the end."""
+    torch.set_num_threads(args["threads"])
     rng = np.random.default_rng([args["seed"], actor_id])
     n = args["envs"]
     env = CartPole(n, seed=[args["seed"], actor_id, 1])
@@ -155,7 +159,8 @@ def run(actor_id, address, args, stop, results):
                 if rng.random() < epsilon(steps, args):
                     action = rng.integers(0, ACTIONS, n)
                 else:
-                    action = mlp.forward(weights.params, obs).argmax(axis=1)
+                    q = qnet.forward(weights.params, torch.from_numpy(obs))
+                    action = q.argmax(dim=1).numpy()
                 reward, terminated, truncated = env.step(action)
                 nxt = env.obs()
                 nstep.add(obs, action, reward, nxt, terminated, truncated)

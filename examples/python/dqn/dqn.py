@@ -7,10 +7,13 @@ its Q-network's weights to the actors through a second table.
     PYTHONPATH=build/python /usr/bin/python3 examples/python/dqn/dqn.py \\
         --actors 4
 
-Only numpy is needed: the environment (cartpole.py) and the network with
-its gradients and Adam (mlp.py) are written out here. The learner starts
-chimed with chime.ensure_server (or uses --server ADDR, whose config must
-have the two tables of --print-config), then the actors (actor.py;
+The Q-network is torch's (qnet.py: torch.nn.Linear layers, Adam from
+torch.optim), trained on batches read as tensors over chime's ring
+(torch.from_dlpack, no copy); the environment (cartpole.py) is written
+out in numpy, so nothing but numpy, torch and chime is needed (Debian:
+python3-numpy, python3-torch). The learner starts chimed with
+chime.ensure_server (or uses --server ADDR, whose config must have the
+two tables of --print-config), then the actors (actor.py;
 multiprocessing, spawn). It is Double DQN with 3-step returns and
 prioritized replay (Schaul et al. 2016): priorities |TD error| + 1e-3,
 importance weights (N P(i))^-beta from each sample's probability and the
@@ -30,10 +33,12 @@ import threading
 import time
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 
 import actor
 import chime
-import mlp
+import qnet
 from cartpole import ACTIONS, OBS, SOLVED
 
 # A uniformly random policy's mean CartPole return (about 22 steps).
@@ -53,7 +58,11 @@ def parse_args(argv=None):
       "this (CartPole-v1's 475); 0: run the whole --env-steps")
     a("--max-seconds", type=float, default=0,
       help="stop after this long; 0: no bound")
-    a("--seed", type=int, default=0)
+    a("--seed", type=int, default=0,
+      help="seeds torch (the initial network) and numpy (environments, "
+      "exploration)")
+    a("--threads", type=int, default=1,
+      help="torch threads in each process (the learner and every actor)")
     # the network and its training
     a("--hidden", type=int, nargs="+", default=[64, 64])
     a("--lr", type=float, default=5e-4)
@@ -137,7 +146,8 @@ def server_config(args):
         # (fifo remover), the lifo sampler hands the one there is to every
         # actor's stream as often as asked (max_times_sampled 0).
         {"name": actor.WEIGHTS,
-         "spec": mlp.spec(sizes(args)) + ", version:i64[], max_priority:f64[]",
+         "spec": qnet.spec(qnet.network(sizes(args))) +
+         ", version:i64[], max_priority:f64[]",
          "capacity": 1, "sampler": "lifo", "min_size": 1}]}
 
 
@@ -224,13 +234,13 @@ class PriorityUpdater:
 class Learner:
     def __init__(self, args):
         self.args = args
-        rng = np.random.default_rng([args.seed, 1 << 20])
-        self.params = mlp.init(sizes(args), rng)
-        self.target = {k: v.copy() for k, v in self.params.items()}
-        self.adam = mlp.Adam(self.params, lr=args.lr)
+        torch.manual_seed(args.seed)
+        self.net = qnet.network(sizes(args))
+        self.target = qnet.network(sizes(args)).requires_grad_(False)
+        self.target.load_state_dict(self.net.state_dict())
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=args.lr)
         self.updates = 0
         self.max_priority = 1.0
-        self.arange = np.arange(args.batch_size)
         self.td_sum = self.q_sum = 0.0  # for the progress line
 
     def diagnostics(self, updates):
@@ -247,42 +257,48 @@ class Learner:
         return a.beta_start + frac * (1.0 - a.beta_start)
 
     def update(self, b):
-        """One Double DQN step on batch b, read in place; returns the
-        sampled keys and their new priorities. The batch's arrays are
-        locals here, gone on return, so the caller's release is at once."""
+        """One Double DQN step on batch b, its leaves read as tensors over
+        the ring (torch.from_dlpack: no copy); returns the sampled keys and
+        their new priorities. The tensors are locals here, gone on return
+        (backward() frees what autograd saved of them), so the caller's
+        release is at once."""
         a = self.args
-        obs, action = b["obs"], b["action"]
-        info = b.info
-        n = b.count
-        rows = self.arange[:n]
-        q, inputs = mlp.forward_cached(self.params, obs)
-        nxt = b["next_obs"]
-        best = mlp.forward(self.params, nxt).argmax(axis=1)
-        q_next = mlp.forward(self.target, nxt)[rows, best]
-        y = b["reward"] + b["discount"] * q_next  # n-step, actor.NStep
-        td = q[rows, action] - y
+        obs = torch.from_dlpack(b["obs"])
+        nxt = torch.from_dlpack(b["next_obs"])
+        action = torch.from_dlpack(b["action"]).unsqueeze(1)
+        info = b.info  # a structured array: no DLPack form, numpy here
+        q_all = self.net(obs)
+        q = q_all.gather(1, action).squeeze(1)
+        with torch.no_grad():
+            best = self.net(nxt).argmax(dim=1, keepdim=True)
+            q_next = self.target(nxt).gather(1, best).squeeze(1)
+            # n-step: reward and discount as actor.NStep made them
+            y = (torch.from_dlpack(b["reward"]) +
+                 torch.from_dlpack(b["discount"]) * q_next)
+            td = q - y
         # Importance weights from the probability each sample was drawn
         # with and the table's size at that draw, scaled so the largest
         # is 1 (Schaul et al.).
         w = (info["table_size"] * info["probability"]) ** -self.beta()
-        w = (w / w.max()).astype(np.float32)
-        dq = np.zeros_like(q)
-        dq[rows, action] = np.clip(td, -1.0, 1.0) * w / n  # Huber's slope
-        grads = mlp.backward(self.params, inputs, dq)
-        mlp.clip_by_global_norm(grads, a.max_grad_norm)
-        self.adam.step(self.params, grads)
+        w = torch.from_numpy((w / w.max()).astype(np.float32))
+        loss = (w * F.huber_loss(q, y, reduction="none")).mean()
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.net.parameters(),
+                                       a.max_grad_norm)
+        self.opt.step()
         self.updates += 1
         if self.updates % a.target_every == 0:
-            for k, v in self.params.items():
-                self.target[k][...] = v
-        self.td_sum += float(np.abs(td).mean())
-        self.q_sum += float(q.max(axis=1).mean())
-        prios = np.abs(td).astype(np.float64) + 1e-3
+            self.target.load_state_dict(self.net.state_dict())
+        td = td.abs().numpy()
+        self.td_sum += float(td.mean())
+        self.q_sum += float(q_all.detach().max(dim=1).values.mean())
+        prios = td.astype(np.float64) + 1e-3
         self.max_priority = max(self.max_priority, float(prios.max()))
         return info["key"].copy(), prios
 
     def weights(self):
-        return {**self.params, "version": self.updates,
+        return {**qnet.leaves(self.net), "version": self.updates,
                 "max_priority": self.max_priority}
 
 
@@ -380,7 +396,8 @@ def connect(args):
 def start_actors(args, address, stop, results):
     ctx = multiprocessing.get_context("spawn")
     opts = {k: getattr(args, k) for k in (
-        "actors", "envs", "env_steps", "seed", "eps_start", "eps_end",
+        "actors", "envs", "env_steps", "seed", "threads", "eps_start",
+        "eps_end",
         "gamma", "n_step",
         "eps_steps", "weights_every", "insert_chunk", "open_timeout")}
     procs = [ctx.Process(target=actor.run, name=f"actor-{i}",
@@ -543,6 +560,7 @@ def main(argv=None):
     if args.print_config:
         print(json.dumps(server_config(args), indent=2))
         return 0
+    torch.set_num_threads(args.threads)
     learner = Learner(args)
     ep = Episodes(args.actors)
     client, address = connect(args)

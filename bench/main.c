@@ -16,6 +16,8 @@ static int usage(void) {
           "sampled\n"
           "  ragged    a table of ragged leaves: bytes held and moved vs used, "
           "delivery vs a fixed-shape table\n"
+          "  storage   a table keeping frames zstd-compressed vs libzstd on "
+          "the same frames\n"
           "  staleness a table's sampling CPU with a staleness gate vs "
           "without (--weight inverse: with staleness weighting vs without)\n"
           "  device    a device stream's copies: registered slot vs "
@@ -45,6 +47,8 @@ int main(int argc, char **argv) {
     return chime__bench_replay(argc - 1, argv + 1);
   if (strcmp(argv[1], "sequence") == 0)
     return chime__bench_sequence(argc - 1, argv + 1);
+  if (strcmp(argv[1], "storage") == 0)
+    return chime__bench_storage(argc - 1, argv + 1);
   if (strcmp(argv[1], "staleness") == 0)
     return chime__bench_staleness(argc - 1, argv + 1);
   if (strcmp(argv[1], "device") == 0)

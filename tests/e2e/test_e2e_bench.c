@@ -120,6 +120,25 @@ static void test_ragged_output(void **state) {
   json_decref(all);
 }
 
+/* chime-bench storage: the frames held compressed at about what libzstd
+ * makes of them (deterministic: the frames are rendered, the level set),
+ * the rates printed (speed is not judged here). */
+static void test_storage_output(void **state) {
+  (void)state;
+  const char *args[] = {"storage", "--json", "--frames", "2000", NULL};
+  json_t *all = run_bench(args, "storage");
+  assert_int_equal(json_array_size(all), 1);
+  json_t *o = json_array_get(all, 0);
+  assert_string_equal(str(o, "bench"), "storage");
+  assert_true(num(o, "held_frame_vs_zstd") >= 1.0);
+  assert_true(num(o, "held_frame_vs_zstd") <= 1.05);
+  /* the rendered screens compress as Atari frames do: well past 20x */
+  assert_true(num(o, "raw_per_sample") / num(o, "held_per_sample") > 20);
+  assert_true(num(o, "insert_vs_zstd_compress") > 0);
+  assert_true(num(o, "sample_vs_zstd_decompress") > 0);
+  json_decref(all);
+}
+
 static void test_service_output(void **state) {
   (void)state;
   static const char *const cases[] = {"memcpy",    "tcp",          "grpc_plain",
@@ -237,6 +256,7 @@ static void test_ingest_output(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_ragged_output),
+      cmocka_unit_test(test_storage_output),
       cmocka_unit_test(test_service_output),
       cmocka_unit_test(test_service_touch_page),
       cmocka_unit_test(test_ingest_output),

@@ -977,5 +977,5 @@ cleanup:
 }
 
 int main(int argc, char **argv) {
-  chime__cli_exit(run(argc, argv));
+  return run(argc, argv);
 }

@@ -4,7 +4,6 @@
 
 #include <errno.h>
 #include <stdio.h>
-#include <unistd.h>
 #include <string.h>
 #include <stdlib.h>
 #include <time.h>
@@ -118,10 +117,4 @@ int chime__cli_client(const char *prog, const char *addr,
   int rc = chime_client_create(out, addr, &o);
   memset(token, 0, sizeof(token));
   return rc;
-}
-
-_Noreturn void chime__cli_exit(int code) {
-  fflush(stdout);
-  fflush(stderr);
-  _exit(code);
 }

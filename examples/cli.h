@@ -44,12 +44,5 @@ int chime__cli_client(const char *prog, const char *addr,
                       const chime__cli_conn_t *conn, chime_client_t **out);
 /* Monotonic seconds, for throughput figures. */
 double chime__cli_now_s(void);
-/* Ends the tool with code once its output is flushed, without running
- * exit()'s C++ destructors: gRPC 1.51 may still have a thread of its own
- * winding down after chime_client_destroy's grpc_shutdown() returned, and
- * its static objects must not be destroyed under it (seen: chimectl killed
- * by SIGSEGV at exit, 2 runs in 300 on a loaded machine). chimed ends the
- * same way (src/server/main.c). */
-_Noreturn void chime__cli_exit(int code);
 
 #endif

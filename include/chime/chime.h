@@ -151,11 +151,12 @@ typedef struct {
 CHIME_EXTERN CHIME_NODISCARD int
 chime_client_create(chime_client_t **out, const char *address,
                     const chime_client_opts_t *opts);
-/* Close every writer and stream of the client first. Calls grpc_shutdown(),
- * after which gRPC 1.51 may still wind a thread of its own down: a program
- * that then returns from main() can, rarely, crash in exit()'s C++
- * destructors (chimectl did, 2 runs in 300 under load). chime's tools end
- * with fflush and _exit() instead (examples/cli.c, chime__cli_exit). */
+/* Close every writer and stream of the client first. Calls grpc_shutdown().
+ * When that ends chime's use of a gRPC that chime started, destroy waits
+ * until gRPC has wound down (a channel to an unreachable shard is torn
+ * down on gRPC's threads: about a second), so a program may return from
+ * main() right after. An application that started gRPC itself ends it
+ * with its own last grpc_shutdown(). */
 CHIME_EXTERN void chime_client_destroy(chime_client_t *client); /* NULL-safe */
 
 /* Shards the client follows now: 1 for a one-server target; for a sharded

@@ -14,6 +14,7 @@
 #include "common/detail.h"
 #include "common/keepalive.h"
 #include "common/pem.h"
+#include "wire/grpcref.h"
 
 /* The channel's credentials: TLS from opts' files, or insecure. */
 static int make_creds(const chime_client_opts_t *opts,
@@ -78,8 +79,10 @@ int chime__conn_create(chime_client_t **out, const char *address,
   if (rc != 0) {
     free(c->address);
     free(c);
-    grpc_shutdown();
+    int drain = chime__grpc_release();
     chime__gate_leave();
+    if (drain)
+      chime__grpc_drain();
     return chime__detail(rc, rc == CHIME_EINVAL
                                  ? "client: a TLS file (tls_ca, tls_cert or "
                                    "tls_key) cannot be read or holds no PEM "
@@ -152,8 +155,13 @@ void chime__conn_destroy(chime_client_t *client) {
   pthread_mutex_destroy(&client->seen_mu);
   free(client);
   if (own) {
-    grpc_shutdown();
+    /* The channel may still be torn down on gRPC's threads: the last
+     * client waits for that (wire/grpcref.h), so that a program may
+     * return from main() right after. */
+    int drain = chime__grpc_release();
     chime__gate_leave();
+    if (drain)
+      chime__grpc_drain();
   }
 }
 

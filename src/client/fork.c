@@ -14,6 +14,7 @@
 #include "client/fork.h"
 #include "common/clock.h"
 #include "common/errfmt.h"
+#include "wire/grpcref.h"
 #include "chime/errors.h"
 
 /* gRPC 1.51's grpc/fork.h declares these without extern "C", so the
@@ -124,6 +125,7 @@ static void child(void) {
   forking = 0;
   active = 0;
   atomic_fetch_add(&chime__fork_generation, 1);
+  chime__grpc_ref_child();
   if (!grpc_was_init)
     return; /* nothing of gRPC was inherited */
 #if CHIME_GRPC_FORK_API
@@ -180,7 +182,7 @@ int chime__fork_grpc_init(char *err, size_t errlen) {
     setenv(FORK_ENV, "1", 0);
   if (set_poll)
     setenv(POLL_ENV, "poll", 0);
-  grpc_init();
+  chime__grpc_hold();
   if (set_fork)
     unsetenv(FORK_ENV);
   if (set_poll)

@@ -30,6 +30,7 @@
 #include "server/service.h"
 #include "server/stream.h"
 #include "server/tls.h"
+#include "wire/grpcref.h"
 #include "wire/hostid.h"
 
 /* How long a graceful stop waits for calls to finish before cancelling. */
@@ -529,8 +530,8 @@ void chime_server_destroy(chime_server_t *srv) {
     chime__pool_destroy(srv->sampler);
   for (uint32_t i = 0; i < srv->ntables && !leak; i++)
     chime__table_destroy(srv->tables[i]);
-  if (srv->owns_grpc)
-    grpc_shutdown_blocking();
+  if (srv->owns_grpc && chime__grpc_release())
+    chime__grpc_drain(); /* wire/grpcref.h: main() may return after */
   if (!leak) {
     chime__staging_fini(&srv->staging);
     chime__registry_fini(&srv->streams);
@@ -612,7 +613,7 @@ static int listen_on(chime_server_t *srv, char *bound, size_t boundlen,
              srv->cfg.listen);
     return CHIME_EEXIST;
   }
-  grpc_init();
+  chime__grpc_hold();
   args[0].type = GRPC_ARG_INTEGER;
   args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
   args[0].value.integer = (int)CHIME_MAX_MESSAGE_BYTES;
@@ -648,7 +649,8 @@ static int listen_on(chime_server_t *srv, char *bound, size_t boundlen,
     /* Read before anything listens: a bad file is a startup error. */
     rc = chime__tls_server_credentials(&srv->cfg.tls, &tls, err, errlen);
     if (rc != 0) {
-      grpc_shutdown_blocking();
+      if (chime__grpc_release())
+        chime__grpc_drain();
       return rc;
     }
     /* The whole handshake (TLS, then HTTP/2 settings) of a connection the
@@ -723,7 +725,8 @@ fail:
           .type != GRPC_QUEUE_SHUTDOWN) {
   }
   grpc_completion_queue_destroy(cq);
-  grpc_shutdown_blocking();
+  if (chime__grpc_release())
+    chime__grpc_drain();
   return rc;
 }
 

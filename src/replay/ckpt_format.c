@@ -15,6 +15,7 @@
 #include "common/errfmt.h"
 #include "common/key.h"
 #include "common/spec.h"
+#include "replay/ckpt_writers.h"
 #include "replay/crc32c.h"
 #include "replay/zleaf.h"
 
@@ -189,6 +190,15 @@ static void write_leaves(chime__table_t *t, wr_t *w, chime__table_view_t *v,
   }
 }
 
+/* The writers' windows the view copied (version 6, ckpt_writers.h). */
+static void write_writers(wr_t *w, const chime__dedupe_copy_t *c) {
+  uint8_t b[CHIME__CKPT_WRITER_MAX];
+  chime__ckpt_writers_head(c, b);
+  wr_raw(w, b, CHIME__CKPT_WRITERS_HEAD);
+  for (uint32_t i = 0; i < c->nwriters && w->err == 0; i++)
+    wr_raw(w, b, chime__ckpt_writers_rec(c, i, b));
+}
+
 /* The view taken (the pause), the bytes written from the pinned rows (a
  * sequence table's: from its pinned blocks), the view released. */
 int chime__checkpoint_write_table(chime__table_t *t, int fd, uint8_t *buf,
@@ -231,6 +241,7 @@ int chime__checkpoint_write_table(chime__table_t *t, int fd, uint8_t *buf,
   for (uint32_t l = 0; !seq && l < cfg->spec.nleaves; l++)
     if (cfg->compress[l] != 0)
       wr_u32(w, l);
+  write_writers(w, &v.writers); /* version 6, after those */
   if (seq)
     write_seq(t, w, &v);
   for (uint64_t i = 0; !seq && i < v.count && w->err == 0; i++) {
@@ -589,10 +600,99 @@ out:
   return rc;
 }
 
-int chime__checkpoint_load_table(const uint8_t *p, size_t n,
-                                 chime__table_t *const *tables,
-                                 uint32_t ntables, const char *fname,
-                                 uint64_t *items, char *err, size_t errlen) {
+/* A plain table's items, after the header, into t. */
+static int plain_load(rd_t *r, chime__table_t *t, const chime_spec_t *spec,
+                      const uint8_t *zmask, uint64_t count, uint64_t sb,
+                      int has_version, uint32_t shard, const char *fname,
+                      char *err, size_t errlen) {
+  const chime__table_config_t *cfg = chime__table_config(t);
+  const char *name = cfg->name;
+  uint32_t nrag = chime_spec_ragged(spec);
+  int zany = 0, rc;
+  for (uint32_t l = 0; l < spec->nleaves; l++)
+    zany |= zmask[l];
+  for (uint64_t i = 0; i < count; i++) {
+    uint64_t key = rd_u64(r), itime = rd_u64(r), pb = rd_u64(r);
+    uint32_t times = rd_u32(r);
+    uint64_t version = has_version ? rd_u64(r) : 0;
+    uint32_t lens[CHIME_MAX_LEAVES];
+    uint64_t bytes = sb;
+    char why[256];
+    if ((nrag > 0 || zany) &&
+        (rd_lengths(r, spec, nrag, lens, &bytes, zany, why, sizeof(why)) != 0 ||
+         (zany &&
+          chime__zleaf_record_bytes(r->p + r->off, r->n - r->off, spec, lens,
+                                    zmask, &bytes, why, sizeof(why)) != 0)))
+      return fail(err, errlen, CHIME_ECORRUPT, "%s: item %llu: %s", fname,
+                  (unsigned long long)i, why);
+    const uint8_t *sample = rd_take(r, (size_t)bytes);
+    double prio;
+    memcpy(&prio, &pb, 8);
+    if (sample == NULL)
+      return fail(err, errlen, CHIME_ECORRUPT, "%s: truncated", fname);
+    if (chime__key_shard(key) != shard)
+      return fail(err, errlen, CHIME_ECORRUPT,
+                  "%s: item %llu (key %llu) is shard %u's in a file of shard "
+                  "%u",
+                  fname, (unsigned long long)i, (unsigned long long)key,
+                  chime__key_shard(key), shard);
+    rc = chime__table_restore_item_ragged(t, key, itime, prio, times, version,
+                                          nrag > 0 ? lens : NULL, sample);
+    if (rc == CHIME_ECORRUPT)
+      return fail(err, errlen, CHIME_ECORRUPT,
+                  "%s: item %llu (key %llu): a compressed leaf that is not a "
+                  "zstd frame of its leaf's size",
+                  fname, (unsigned long long)i, (unsigned long long)key);
+    if (rc == CHIME_ENOMEM)
+      return fail(err, errlen, CHIME_EINVAL,
+                  "table '%s': the checkpoint holds %llu items, more than its "
+                  "capacity %llu (and spare rows) allow",
+                  name, (unsigned long long)count,
+                  (unsigned long long)cfg->capacity);
+    if (rc != 0)
+      return fail(err, errlen, CHIME_ECORRUPT,
+                  "%s: item %llu (key %llu): a duplicate key or a priority "
+                  "the table cannot use",
+                  fname, (unsigned long long)i, (unsigned long long)key);
+  }
+  return 0;
+}
+
+/* The writers' section (version 6), right after the header, verified
+ * whole before anything goes into a table. */
+static int writers_read(rd_t *r, uint32_t shard, chime__dedupe_copy_t *wc,
+                        const char *fname, char *err, size_t errlen) {
+  char why[256];
+  size_t used = 0;
+  int rc = chime__ckpt_writers_read(r->p + r->off, r->n - r->off, shard, wc,
+                                    &used, why, sizeof(why));
+  if (rc == -2)
+    return fail(err, errlen, CHIME_ENOMEM, "%s: out of memory", fname);
+  if (rc != 0)
+    return fail(err, errlen, CHIME_ECORRUPT, "%s: writers' windows: %s", fname,
+                why);
+  r->off += used;
+  return 0;
+}
+
+/* The writers' windows into t, after its items and counts. */
+static int writers_load(chime__table_t *t, const chime__dedupe_copy_t *wc,
+                        const char *fname, char *err, size_t errlen) {
+  uint32_t loaded = 0;
+  int rc = chime__table_restore_writers(t, wc, &loaded);
+  if (rc == CHIME_ENOMEM)
+    return fail(err, errlen, CHIME_ENOMEM, "%s: out of memory", fname);
+  if (rc != 0) /* verified by writers_read: unreachable */
+    return fail(err, errlen, CHIME_ECORRUPT,
+                "%s: writers' windows: writer %u cannot be restored (%s)",
+                fname, loaded, chime_strerror(rc));
+  return 0;
+}
+
+/* chime__checkpoint_load_table, the writers' section read into wc. */
+static int load_table(const uint8_t *p, size_t n, chime__table_t *const *tables,
+                      uint32_t ntables, const char *fname, uint64_t *items,
+                      chime__dedupe_copy_t *wc, char *err, size_t errlen) {
   char name[CHIME_MAX_NAME], spec_text[8192], perr[256];
   chime_spec_t spec;
   seqhdr_t sh;
@@ -634,6 +734,10 @@ int chime__checkpoint_load_table(const uint8_t *p, size_t n,
     zmask[l] = 1;
     zprev = l;
   }
+  int rc;
+  if (ver >= 6 && !r.bad && nz <= CHIME_MAX_LEAVES &&
+      (rc = writers_read(&r, shard, wc, fname, err, errlen)) != 0)
+    return rc;
   if (r.bad || nz > CHIME_MAX_LEAVES || (nz > 0 && kind != KIND_PLAIN) ||
       (kind != KIND_PLAIN && kind != KIND_SEQUENCE) ||
       shard > CHIME__KEY_MAX_SHARD || !next_ok(next_key, shard))
@@ -664,7 +768,6 @@ int chime__checkpoint_load_table(const uint8_t *p, size_t n,
                 "(ragged items are in plain tables' files from version 5)",
                 fname, name, kind == KIND_PLAIN ? "plain table's" : "sequence",
                 ver);
-  int rc;
   if ((nrag > 0 || zany) &&
       (rc = rag_walk(r, count, &spec, zmask, fname, err, errlen)) != 0)
     return rc;
@@ -722,61 +825,28 @@ int chime__checkpoint_load_table(const uint8_t *p, size_t n,
             0 ||
         (rc = seq_load(p, n - 4, &sh, t, count, fname, name, err, errlen)) != 0)
       return rc;
-    chime__table_restore_counts(t, next_key, inserts, samples, left, left_times,
-                                rng);
-    chime__table_restore_version(t, newest);
-    *items = count;
-    return 0;
-  }
-  for (uint64_t i = 0; i < count; i++) {
-    uint64_t key = rd_u64(&r), itime = rd_u64(&r), pb = rd_u64(&r);
-    uint32_t times = rd_u32(&r);
-    uint64_t version = vbytes != 0 ? rd_u64(&r) : 0;
-    uint32_t lens[CHIME_MAX_LEAVES];
-    uint64_t bytes = sb;
-    char why[256];
-    if ((nrag > 0 || zany) &&
-        (rd_lengths(&r, &spec, nrag, lens, &bytes, zany, why, sizeof(why)) !=
-             0 ||
-         (zany &&
-          chime__zleaf_record_bytes(r.p + r.off, r.n - r.off, &spec, lens,
-                                    zmask, &bytes, why, sizeof(why)) != 0)))
-      return fail(err, errlen, CHIME_ECORRUPT, "%s: item %llu: %s", fname,
-                  (unsigned long long)i, why);
-    const uint8_t *sample = rd_take(&r, (size_t)bytes);
-    double prio;
-    memcpy(&prio, &pb, 8);
-    if (sample == NULL)
-      return fail(err, errlen, CHIME_ECORRUPT, "%s: truncated", fname);
-    if (chime__key_shard(key) != shard)
-      return fail(err, errlen, CHIME_ECORRUPT,
-                  "%s: item %llu (key %llu) is shard %u's in a file of shard "
-                  "%u",
-                  fname, (unsigned long long)i, (unsigned long long)key,
-                  chime__key_shard(key), shard);
-    rc = chime__table_restore_item_ragged(t, key, itime, prio, times, version,
-                                          nrag > 0 ? lens : NULL, sample);
-    if (rc == CHIME_ECORRUPT)
-      return fail(err, errlen, CHIME_ECORRUPT,
-                  "%s: item %llu (key %llu): a compressed leaf that is not a "
-                  "zstd frame of its leaf's size",
-                  fname, (unsigned long long)i, (unsigned long long)key);
-    if (rc == CHIME_ENOMEM)
-      return fail(err, errlen, CHIME_EINVAL,
-                  "table '%s': the checkpoint holds %llu items, more than its "
-                  "capacity %llu (and spare rows) allow",
-                  name, (unsigned long long)count,
-                  (unsigned long long)cfg->capacity);
-    if (rc != 0)
-      return fail(err, errlen, CHIME_ECORRUPT,
-                  "%s: item %llu (key %llu): a duplicate key or a priority "
-                  "the table cannot use",
-                  fname, (unsigned long long)i, (unsigned long long)key);
+  } else if ((rc = plain_load(&r, t, &spec, zmask, count, sb, vbytes != 0,
+                              shard, fname, err, errlen)) != 0) {
+    return rc;
   }
   chime__table_restore_counts(t, next_key, inserts, samples, left, left_times,
                               rng);
   /* After the items: those it leaves too far behind leave again. */
   chime__table_restore_version(t, newest);
+  /* After the counts, which say a restored table may have lost writers. */
+  if (ver >= 6 && (rc = writers_load(t, wc, fname, err, errlen)) != 0)
+    return rc;
   *items = count;
   return 0;
+}
+
+int chime__checkpoint_load_table(const uint8_t *p, size_t n,
+                                 chime__table_t *const *tables,
+                                 uint32_t ntables, const char *fname,
+                                 uint64_t *items, char *err, size_t errlen) {
+  chime__dedupe_copy_t wc;
+  memset(&wc, 0, sizeof(wc));
+  int rc = load_table(p, n, tables, ntables, fname, items, &wc, err, errlen);
+  chime__dedupe_copy_free(&wc);
+  return rc;
 }

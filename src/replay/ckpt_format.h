@@ -6,7 +6,8 @@
  *
  * The format: "CHIMECKT", version, kind, the shard that wrote it (version
  * 3; 0 in older files: an unsharded server's), name, spec (text), the counts,
- * the newest policy version the table knew (version 4), the items oldest
+ * the newest policy version the table knew (version 4), the writers'
+ * exactly-once windows (version 6, ckpt_writers.h), the items oldest
  * first (key, insert time, priority, times sampled, policy version (version
  * 4), ragged leaves' lengths (version 5), the sample's bytes, ragged leaves
  * at their lengths), and the CRC-32C of all that; little-endian. A
@@ -44,7 +45,13 @@
  * bytes a compressed leaf is its u32 stored size (at most the leaf's
  * bytes; equal: kept raw) and its stored bytes, as the table keeps them
  * (never recompressed). A file without compressed leaves holds the same
- * records as version 5. */
+ * records as version 5. Also in 6, after the compressed leaves: the
+ * writers' windows (ckpt_writers.h): the requests each writer the table
+ * remembered had inserted, copied in the view's hold of the lock, so a
+ * resend after a restore is acked again instead of inserted twice; an
+ * older file restores as before (no writer remembered, each unknown
+ * writer refused past its first request), a window that does not hang
+ * together is corrupt. */
 #define CHIME__CKPT_VERSION 6u
 #define CHIME__CKPT_MIN_VERSION 1u
 /* The writer's buffer: chime__checkpoint_write_table wants this many

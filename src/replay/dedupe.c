@@ -10,16 +10,14 @@
 #include "replay/dedupe.h"
 
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "chime/errors.h"
 #include "common/clock.h"
 #include "common/insert_window.h"
 
-typedef struct {
-  uint64_t seq, first_key;
-  uint32_t count;
-} entry_t;
+typedef chime__dedupe_entry_t entry_t;
 
 enum { ON_NONE, ON_IDLE, ON_CLOSED };
 
@@ -287,6 +285,79 @@ void chime__dedupe_record(chime__dedupe_t *d, const chime__dedupe_req_t *q,
   e->seq = q->seq;
   e->first_key = first_key;
   e->count = count;
+}
+
+uint32_t chime__dedupe_writers(const chime__dedupe_t *d) {
+  return d->nwriters;
+}
+
+int chime__dedupe_copy_alloc(chime__dedupe_copy_t *c, uint32_t cap) {
+  memset(c, 0, sizeof(*c));
+  size_t m = cap ? cap : 1;
+  c->writers = malloc(m * sizeof(*c->writers));
+  c->entries = malloc(m * CHIME__INSERT_WINDOW * sizeof(*c->entries));
+  if (c->writers == NULL || c->entries == NULL) {
+    chime__dedupe_copy_free(c);
+    return CHIME_ENOMEM;
+  }
+  /* Touched here, so that no page fault lengthens the copy's hold of the
+   * table's lock (docs/operations.md, Checkpoints: the pause). */
+  memset(c->writers, 0, m * sizeof(*c->writers));
+  memset(c->entries, 0, m * CHIME__INSERT_WINDOW * sizeof(*c->entries));
+  c->cap = cap;
+  return 0;
+}
+
+void chime__dedupe_copy_free(chime__dedupe_copy_t *c) {
+  free(c->writers);
+  free(c->entries);
+  memset(c, 0, sizeof(*c));
+}
+
+int chime__dedupe_copy(const chime__dedupe_t *d, chime__dedupe_copy_t *c) {
+  uint32_t nw = 0, ne = 0;
+  c->forgot = d->forgotten > 0 || d->restored;
+  for (uint32_t b = 0; b <= d->mask; b++)
+    for (const writer_t *w = d->buckets[b]; w != NULL; w = w->hnext) {
+      if (w->n == 0) /* nothing of it went in */
+        continue;
+      if (nw == c->cap) {
+        c->nwriters = 0;
+        return CHIME_EOVERFLOW;
+      }
+      c->writers[nw++] = (chime__dedupe_writer_t){w->id, ne, w->n};
+      for (uint32_t i = 0; i < w->n; i++)
+        c->entries[ne++] = w->win[(w->head + i) % CHIME__INSERT_WINDOW];
+    }
+  c->nwriters = nw;
+  return 0;
+}
+
+int chime__dedupe_load(chime__dedupe_t *d, uint64_t writer,
+                       const chime__dedupe_entry_t *e, uint32_t n) {
+  writer_t *w;
+  if (writer == 0 || n == 0 || n > CHIME__INSERT_WINDOW)
+    return CHIME_EINVAL;
+  for (uint32_t i = 0; i < n; i++)
+    if (e[i].seq == 0 || (i > 0 && e[i].seq <= e[i - 1].seq))
+      return CHIME_EINVAL;
+  if (find(d, writer) != NULL)
+    return CHIME_EEXIST;
+  if (d->nwriters == d->max_writers)
+    return CHIME_ERESOURCE; /* nobody's place is taken for it */
+  /* Its first request, as add() wants a new writer's: not refused as a
+   * forgotten one, which it is not. */
+  int rc = add(d, writer, 1, &w);
+  if (rc != 0)
+    return rc;
+  memcpy(w->win, e, n * sizeof(*e));
+  w->n = n;
+  list_push(d, w, ON_IDLE);
+  return 0;
+}
+
+void chime__dedupe_set_restored(chime__dedupe_t *d, int forgot) {
+  d->restored = forgot != 0;
 }
 
 void chime__dedupe_stats(const chime__dedupe_t *d, chime__dedupe_stats_t *out) {

@@ -62,10 +62,11 @@ void chime__dedupe_destroy(chime__dedupe_t *d); /* NULL-safe */
 void chime__dedupe_set_clock(chime__dedupe_t *d, uint64_t (*now_ms)(void *),
                              void *arg);
 
-/* The table was restored from a checkpoint, which keeps no writer's
- * requests: any writer may have had requests go in before it, so from now
- * on an unknown writer past its first request is refused as a forgotten
- * one (CHIME_EFORGOTTEN), as once a writer was forgotten. */
+/* The table was restored from a checkpoint that may lack writers whose
+ * requests went in before it (one of format 5 or older keeps none; a newer
+ * one those the table remembered, chime__dedupe_copy): from now on an
+ * unknown writer past its first request is refused as a forgotten one
+ * (CHIME_EFORGOTTEN), as once a writer was forgotten. */
 void chime__dedupe_restored(chime__dedupe_t *d);
 /* Whether chime__dedupe_restored() was called. */
 int chime__dedupe_was_restored(const chime__dedupe_t *d);
@@ -96,6 +97,51 @@ int chime__dedupe_check(chime__dedupe_t *d, chime__dedupe_req_t *q,
 /* Remembers a request chime__dedupe_check() found new and that went in. */
 void chime__dedupe_record(chime__dedupe_t *d, const chime__dedupe_req_t *q,
                           uint32_t count, uint64_t first_key);
+
+/* One request remembered: its seq, the key its first item was acked with,
+ * its count. */
+typedef struct {
+  uint64_t seq, first_key;
+  uint32_t count;
+} chime__dedupe_entry_t;
+
+/* The memory copied for a checkpoint (and read back from one): each writer
+ * with requests remembered, its entries [first, first + n) of entries,
+ * oldest first; forgot: a writer not in it may have had requests go in
+ * (one was forgotten, or the table was restored from a checkpoint that
+ * said so or kept no writers). */
+typedef struct {
+  uint64_t writer;
+  uint32_t first, n;
+} chime__dedupe_writer_t;
+typedef struct {
+  chime__dedupe_writer_t *writers;
+  chime__dedupe_entry_t *entries;
+  uint32_t nwriters, cap; /* cap: writers room (entries: x the window) */
+  int forgot;
+} chime__dedupe_copy_t;
+
+/* Writers remembered now: a copy of cap writers or more holds them. */
+uint32_t chime__dedupe_writers(const chime__dedupe_t *d);
+/* Copies the memory into c (its arrays allocated by the caller for c->cap
+ * writers): 0, or CHIME_EOVERFLOW when more than c->cap writers have
+ * requests remembered (nothing copied). Every writer, bound or not: the
+ * copy is what a resend may find. */
+int chime__dedupe_copy(const chime__dedupe_t *d, chime__dedupe_copy_t *c);
+/* Allocates c's arrays for cap writers (CHIME_ENOMEM); free with
+ * chime__dedupe_copy_free (NULL-safe arrays). */
+int chime__dedupe_copy_alloc(chime__dedupe_copy_t *c, uint32_t cap);
+void chime__dedupe_copy_free(chime__dedupe_copy_t *c);
+/* A restored writer (not remembered yet) with its n entries (1 to the
+ * window, seq rising): idle from now, as one whose connection broke.
+ * CHIME_EEXIST: remembered already; CHIME_ERESOURCE: max_writers are;
+ * CHIME_EINVAL: entries that no writer could have; CHIME_ENOMEM. */
+int chime__dedupe_load(chime__dedupe_t *d, uint64_t writer,
+                       const chime__dedupe_entry_t *e, uint32_t n);
+/* Sets or clears what chime__dedupe_restored() set: a checkpoint that
+ * kept every writer with requests in it (forgot 0) leaves unknown writers
+ * taken as new ones, as on the server it was taken from. */
+void chime__dedupe_set_restored(chime__dedupe_t *d, int forgot);
 
 /* Counts since create. */
 typedef struct {

@@ -17,6 +17,8 @@
  * rows: exact too, linear in the versions and the version's rows. The
  * walk counts on each version's weight being its rows' (not a running
  * sum's residue: verindex.c keeps it so). */
+#include <math.h>
+
 #include "replay/selector.h"
 #include "replay/sumtree.h"
 #include "replay/table_internal.h"
@@ -34,25 +36,29 @@ static inline double weight_of(uint64_t s) {
  * finds nothing, which the version index's sums rule out (a version's
  * weight is > 0 only when one of its rows weighs, verindex.h), so that
  * no bug there hands the table a row that is not one. total > 0. */
-static uint32_t by_tree(chime__table_t *t, double z, double *prob) {
+static uint32_t by_tree(chime__table_t *t, double z, int e, double *prob) {
   uint64_t slot = 0;
   double total = chime__sumtree_total(t->sum);
   if (chime__sumtree_find(t->sum, chime__tbl_rand_unit(t) * total, &slot) != 0)
     return chime__selector_prioritized.pick(t, prob);
   uint32_t r = (uint32_t)slot;
-  *prob = chime__sumtree_get(t->sum, r) *
-          weight_of(t->vnewest - t->meta[r].version) / z;
+  *prob =
+      chime__verindex_share(chime__sumtree_get(t->sum, r),
+                            weight_of(t->vnewest - t->meta[r].version), z, e);
   return r;
 }
 
 /* The exact draw by the versions: one by its share of Z, then one of its
  * rows by its share of the version's weight. Rounding that runs past the
- * end takes the last with weight, of the versions and of the rows. */
+ * end takes the last with weight, of the versions and of the rows. Z and
+ * the versions' terms are taken at Z's scale (x 2^-e, verindex.h), so
+ * that items of tiny weight far behind are drawn as precisely. */
 static uint32_t walk(chime__table_t *t, double *prob) {
   uint64_t ver;
   double mass, f = 1.0;
   uint32_t first = NONE, head;
-  double z = chime__verindex_z_exact(t->vidx);
+  int e;
+  double z = chime__verindex_z_exact(t->vidx, &e);
   double u = chime__tbl_rand_unit(t) * z;
   if (!(z > 0))
     return chime__selector_prioritized.pick(t, prob);
@@ -63,13 +69,16 @@ static uint32_t walk(chime__table_t *t, double *prob) {
       continue;
     first = head;
     f = weight_of(t->vnewest - ver);
-    if (u < mass * f)
+    double term = (e != 0 ? ldexp(mass, -e) : mass) * f;
+    if (u < term)
       break;
-    u -= mass * f;
+    u -= term;
   }
   if (first == NONE) /* Z > 0 says some version weighs: unreachable */
-    return by_tree(t, z, prob);
+    return by_tree(t, z, e, prob);
   double v = u / f; /* within the version's weight */
+  if (e != 0)
+    v = ldexp(v, e);
   uint32_t r = first, got = NONE;
   do {
     double w = chime__sumtree_get(t->sum, r);
@@ -82,13 +91,15 @@ static uint32_t walk(chime__table_t *t, double *prob) {
     r = chime__verindex_next(t->vidx, r);
   } while (r != first);
   if (got == NONE) /* its weight > 0 says a row weighs: unreachable */
-    return by_tree(t, z, prob);
-  *prob = chime__sumtree_get(t->sum, got) * f / z;
+    return by_tree(t, z, e, prob);
+  *prob = chime__verindex_share(chime__sumtree_get(t->sum, got), f, z, e);
   return got;
 }
 
 static uint32_t pick(chime__table_t *t, double *prob) {
-  double total = chime__sumtree_total(t->sum), z = chime__verindex_z(t->vidx);
+  int e;
+  double total = chime__sumtree_total(t->sum);
+  double z = chime__verindex_z_scaled(t->vidx, &e);
   uint64_t slot;
   if (!(total > 0) || !(z > 0)) /* every priority 0: uniform */
     return chime__selector_prioritized.pick(t, prob);
@@ -99,7 +110,7 @@ static uint32_t pick(chime__table_t *t, double *prob) {
     uint32_t r = (uint32_t)slot;
     double f = weight_of(t->vnewest - t->meta[r].version);
     if (f >= 1.0 || chime__tbl_rand_unit(t) < f) {
-      *prob = chime__sumtree_get(t->sum, slot) * f / z;
+      *prob = chime__verindex_share(chime__sumtree_get(t->sum, slot), f, z, e);
       return r;
     }
   }
@@ -109,7 +120,7 @@ static uint32_t pick(chime__table_t *t, double *prob) {
 /* Z: what an item's p^a x w(s) is a share of (a sharded learner weighs
  * shards by it); 0 while every priority is 0, as prioritized's. */
 static double mass(const chime__table_t *t) {
-  double z = chime__verindex_z(t->vidx);
+  double z = chime__verindex_z(t->vidx); /* subnormal, or 0, for tiny Z */
   return chime__sumtree_total(t->sum) > 0 ? z : 0.0;
 }
 

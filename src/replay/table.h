@@ -324,6 +324,9 @@ typedef struct {
   chime__steps_view_t steps;
   double max_prio;
   uint64_t step_key, windows_dropped;
+  /* The writers' windows (dedupe.h) as they were in the same hold: the
+   * requests they remember are those whose items went in before it. */
+  chime__dedupe_copy_t writers;
   void *map;
   size_t map_len;
 } chime__table_view_t;
@@ -435,5 +438,16 @@ void chime__table_restore_counts(chime__table_t *t, uint64_t next_key,
                                  uint64_t inserts, uint64_t samples,
                                  uint64_t left, uint64_t left_times,
                                  uint64_t rng);
+/* After the counts: the writers' windows a checkpoint kept (a view's
+ * writers, read back), each idle from now, so that a request resent after
+ * the restore whose items the checkpoint holds is acked with its first key
+ * again, not inserted twice; an unknown writer is refused past its first
+ * request only if c->forgot (or when the config's max_writers hold fewer
+ * writers than c: the first ones are kept). 0, or dedupe_load's
+ * CHIME_EEXIST, CHIME_EINVAL, CHIME_ENOMEM; *loaded: the writers put
+ * back. */
+int chime__table_restore_writers(chime__table_t *t,
+                                 const chime__dedupe_copy_t *c,
+                                 uint32_t *loaded);
 
 #endif

@@ -23,6 +23,7 @@
 #include "replay/verindex.h"
 
 #include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,15 @@ typedef struct {
  * of its total). */
 #define ACC_TOL 0x1p-46
 #define Z_TOL (2 * ACC_TOL)
+
+/* Z's scale (v->ze): Z made afresh below Z_SMALL is kept x 2^-e instead,
+ * e the exponent of its largest term, so that no term is near subnormal;
+ * an unscaled Z that falls below Z_RESCALE_LOW (items left) is made
+ * afresh, and may be scaled then. The gap keeps Z from being made afresh
+ * at every change while it sits near the bound. */
+#define Z_SMALL_EXP (-900)
+#define Z_SMALL 0x1p-900
+#define Z_RESCALE_LOW 0x1p-960
 
 /* Adds x: TwoSum gives hi's rounding error e exactly (hi_old + x == hi +
  * e), and lo takes it, rounding by at most an ulp of lo (DBL_EPSILON x
@@ -81,7 +91,8 @@ struct chime__verindex_s {
   uint64_t lo, hi, cap;
   const chime__sumtree_t *sum; /* rows' weights; NULL: no weights kept */
   uint64_t newest;             /* the newest version known */
-  acc_t z;                     /* sum of b[i].mass x w(newest - b[i].ver) */
+  acc_t z; /* sum of b[i].mass x w(newest - b[i].ver), x 2^-ze */
+  int ze;  /* Z's scale: 0 unless Z is too small for doubles (below) */
   void *map;
   size_t map_len;
 };
@@ -171,20 +182,78 @@ static inline void mass_moved(chime__verindex_t *v, bucket_t *b, double add,
     mass_resum(v, b);
 }
 
-double chime__verindex_z_exact(chime__verindex_t *v) {
+/* Version b's term of Z, x 2^-e: its weight x its w(s). */
+static inline double term_of(const chime__verindex_t *v, const bucket_t *b,
+                             int e) {
+  double m = acc_value(&b->mass),
+         f = chime__verindex_stale_weight(v->newest - b->ver);
+  return (e != 0 ? ldexp(m, -e) : m) * f;
+}
+
+/* Z afresh at scale e: v->z = Z x 2^-e, v->ze = e. */
+static void z_sum(chime__verindex_t *v, int e) {
   acc_t z = {0};
   for (uint64_t i = v->lo; i < v->hi; i++) {
     const acc_t *m = &v->b[i].mass;
-    double f = chime__verindex_stale_weight(v->newest - v->b[i].ver);
-    double t = acc_value(m) * f;
+    double t = term_of(v, &v->b[i], e);
     if (!(t > 0))
       continue;
     acc_add(&z, t);
     /* hi + lo's rounding and the product's, and the version's own. */
-    z.err += 2 * DBL_EPSILON * t + m->err * f;
+    z.err += 2 * DBL_EPSILON * t +
+             (e != 0 ? ldexp(m->err, -e) : m->err) *
+                 chime__verindex_stale_weight(v->newest - v->b[i].ver);
   }
   v->z = z;
-  return acc_value(&z);
+  v->ze = e;
+}
+
+/* Z is summed unscaled (e 0) unless it comes out below Z_SMALL: then its
+ * terms may be subnormal (1e-300 x w(2^64 - 1) is 5e-320, a few bits of
+ * precision left), so it is summed again x 2^-e, e the largest term's
+ * exponent, every term as precise as a normal double's. */
+double chime__verindex_z_exact(chime__verindex_t *v, int *e) {
+  z_sum(v, 0);
+  double z = acc_value(&v->z);
+  if (!(z < Z_SMALL)) {
+    *e = 0;
+    return z;
+  }
+  int emax = INT_MIN;
+  for (uint64_t i = v->lo; i < v->hi; i++) {
+    double m = acc_value(&v->b[i].mass);
+    if (!(m > 0))
+      continue;
+    int x =
+        ilogb(m) + ilogb(chime__verindex_stale_weight(v->newest - v->b[i].ver));
+    emax = x > emax ? x : emax;
+  }
+  if (emax != INT_MIN && emax < Z_SMALL_EXP)
+    z_sum(v, emax);
+  *e = v->ze;
+  return acc_value(&v->z);
+}
+
+/* Whether Z has left the range its scale was chosen for, after a weight
+ * came (add) or went (sub): unscaled, below Z_RESCALE_LOW (its terms near
+ * subnormal, or gone to 0) unless no weight moved (priorities of 0);
+ * scaled, far from 1 either way (a heavy item came or went, or a term
+ * overflowed to inf or NaN). */
+static inline int z_out_of_range(const chime__verindex_t *v, double add,
+                                 double sub) {
+  double a = fabs(v->z.hi);
+  if (v->ze == 0)
+    return a < Z_RESCALE_LOW && (a != 0 || add != 0 || sub != 0);
+  return !(a <= 0x1p128) || (a != 0 && a < 0x1p-128);
+}
+
+double chime__verindex_share_scaled(double w, double f, double z, int e) {
+  int ew, ez;
+  double mw = frexp(w, &ew), mz = frexp(z, &ez);
+  /* mw, mz in [0.5, 1), f in [2^-64, 1]: no rounding but the product's
+   * and the quotient's; the scale goes on last (exact unless P itself is
+   * subnormal). */
+  return ldexp(mw * f / mz, ew - ez - e);
 }
 
 /* The same for Z, after the versions' weights moved: each weight x the
@@ -193,34 +262,50 @@ static inline void z_moved(chime__verindex_t *v, uint64_t ver, double add,
                            double sub) {
   if (v->lo == v->hi) { /* nothing live: exactly 0, no rounding left over */
     v->z = (acc_t){0};
+    v->ze = 0;
     return;
   }
   double f = chime__verindex_stale_weight(v->newest - ver);
+  if (v->ze != 0) {
+    add = ldexp(add, -v->ze);
+    sub = ldexp(sub, -v->ze);
+  }
   double ta = add * f, ts = sub * f;
   if (ta != 0)
     acc_add(&v->z, ta);
   if (ts != 0)
     acc_add(&v->z, -ts);
   v->z.err += DBL_EPSILON * (ta + ts);
-  if (acc_off(&v->z, Z_TOL))
-    chime__verindex_z_exact(v);
+  if (z_out_of_range(v, add, sub) || acc_off(&v->z, Z_TOL)) {
+    int e;
+    (void)chime__verindex_z_exact(v, &e);
+  }
 }
 
 void chime__verindex_weigh(chime__verindex_t *v, const chime__sumtree_t *sum) {
+  int e;
   v->sum = sum;
-  chime__verindex_z_exact(v);
+  (void)chime__verindex_z_exact(v, &e);
 }
 
 void chime__verindex_set_newest(chime__verindex_t *v, uint64_t newest) {
   if (newest <= v->newest)
     return;
   v->newest = newest;
-  if (v->sum != NULL)
-    chime__verindex_z_exact(v);
+  if (v->sum != NULL) {
+    int e;
+    (void)chime__verindex_z_exact(v, &e);
+  }
 }
 
 double chime__verindex_z(const chime__verindex_t *v) {
   double z = acc_value(&v->z);
+  return z > 0 ? (v->ze != 0 ? ldexp(z, v->ze) : z) : 0.0;
+}
+
+double chime__verindex_z_scaled(const chime__verindex_t *v, int *e) {
+  double z = acc_value(&v->z);
+  *e = v->ze;
   return z > 0 ? z : 0.0;
 }
 

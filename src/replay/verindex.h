@@ -13,6 +13,7 @@
 #ifndef CHIME_REPLAY_VERINDEX_H
 #define CHIME_REPLAY_VERINDEX_H
 
+#include <float.h>
 #include <stdint.h>
 
 #include "chime/errors.h"
@@ -54,10 +55,29 @@ static inline double chime__verindex_stale_weight(uint64_t s) {
 void chime__verindex_weigh(chime__verindex_t *v, const chime__sumtree_t *sum);
 /* The newest version known rose to newest (it only rises). */
 void chime__verindex_set_newest(chime__verindex_t *v, uint64_t newest);
-/* Z (0 with nothing live, or without chime__verindex_weigh), and Z
- * summed afresh (exact, one pass over the versions). */
+/* Z (0 with nothing live, or without chime__verindex_weigh; it may be
+ * subnormal, or 0 when below the least double, for items of tiny weight
+ * that are all very stale). */
 double chime__verindex_z(const chime__verindex_t *v);
-double chime__verindex_z_exact(chime__verindex_t *v);
+/* Z as kept: Z x 2^-*e. *e is 0 unless Z is too small for doubles to hold
+ * its terms precisely (items of 1e-300 at staleness 2^64 - 1 weigh 5e-320,
+ * subnormal), then Z x 2^-*e is near 1. */
+double chime__verindex_z_scaled(const chime__verindex_t *v, int *e);
+/* Z summed afresh (exact, one pass over the versions, two when scaled),
+ * as chime__verindex_z_scaled gives it. */
+double chime__verindex_z_exact(chime__verindex_t *v, int *e);
+double chime__verindex_share_scaled(double w, double f, double z, int e);
+/* An item's share of Z, w x f / Z: w its weight, f its w(s), z and e
+ * Z as chime__verindex_z_scaled gives it (z > 0). Exact to a few ulps
+ * however small w x f and Z are, as long as the share is not itself
+ * subnormal. */
+static inline double chime__verindex_share(double w, double f, double z,
+                                           int e) {
+  double n = w * f;
+  if (e == 0 && n >= DBL_MIN) /* the common case: as plain as it looks */
+    return n / z;
+  return chime__verindex_share_scaled(w, f, z, e);
+}
 /* The i-th lowest distinct version live (i < chime__verindex_versions):
  * the version, the sum of its rows' weights (> 0 exactly when one of its
  * rows weighs > 0; 0 without chime__verindex_weigh) and its first row;

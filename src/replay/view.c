@@ -19,6 +19,7 @@
 static void view_free(chime__table_view_t *v) {
   if (v->map != NULL)
     munmap(v->map, v->map_len);
+  chime__dedupe_copy_free(&v->writers);
   memset(v, 0, sizeof(*v));
 }
 
@@ -63,18 +64,26 @@ int chime__table_view(chime__table_t *t, chime__table_view_t *v) {
    * with some room to spare, and again if that was not enough. */
   chime__tbl_lock(t);
   uint64_t want = t->count;
+  uint32_t want_w = chime__dedupe_writers(t->dedupe);
   pthread_mutex_unlock(&t->mu);
   for (;;) {
     uint64_t room = want + want / 8 + 1024;
     if (room > t->rows)
       room = t->rows;
     int rc = view_alloc(t, v, room);
-    if (rc != 0)
+    if (rc == 0)
+      rc = chime__dedupe_copy_alloc(&v->writers, want_w + want_w / 8 + 16);
+    if (rc != 0) {
+      view_free(v);
       return rc;
+    }
     chime__tbl_lock(t);
     uint64_t t0 = chime__clock_ns(CLOCK_MONOTONIC);
-    if (t->count > room) {
+    /* The writers' windows in the same hold as the items: every request
+     * they remember is one whose items the view has (or that left). */
+    if (t->count > room || chime__dedupe_copy(t->dedupe, &v->writers) != 0) {
       want = t->count;
+      want_w = chime__dedupe_writers(t->dedupe);
       pthread_mutex_unlock(&t->mu);
       view_free(v);
       continue;
@@ -364,10 +373,35 @@ void chime__table_restore_counts(chime__table_t *t, uint64_t next_key,
   t->samples = samples;
   t->left = left;
   t->left_times = left_times;
-  /* The checkpoint keeps no writer's requests, but holds those that went
+  /* Until the checkpoint's writers are put back (a format 6 file's,
+   * chime__table_restore_writers), any writer may have had requests go
    * in before it: a writer resending one must not get it in twice. */
   chime__dedupe_restored(t->dedupe);
   if (rng != 0)
     t->rng = rng;
   pthread_mutex_unlock(&t->mu);
+}
+
+int chime__table_restore_writers(chime__table_t *t,
+                                 const chime__dedupe_copy_t *c,
+                                 uint32_t *loaded) {
+  int rc = 0, forgot = c->forgot;
+  uint32_t i = 0;
+  chime__tbl_lock(t);
+  for (; i < c->nwriters; i++) {
+    const chime__dedupe_writer_t *w = &c->writers[i];
+    rc = chime__dedupe_load(t->dedupe, w->writer, &c->entries[w->first], w->n);
+    if (rc == CHIME_ERESOURCE) { /* a smaller max_writers: the rest forgotten */
+      forgot = 1;
+      rc = 0;
+      break;
+    }
+    if (rc != 0)
+      break;
+  }
+  if (rc == 0)
+    chime__dedupe_set_restored(t->dedupe, forgot);
+  pthread_mutex_unlock(&t->mu);
+  *loaded = i;
+  return rc;
 }

@@ -226,7 +226,8 @@ static void writer_refused(char *err, size_t errlen, chime__table_t *t, int rc,
     snprintf(err, errlen,
              "insert into '%s': writer %016llx is not remembered (this "
              "server was restored from a checkpoint, which keeps the items "
-             "but no writer's requests) and request %llu is not its first: "
+             "and the requests of the writers remembered then, and this "
+             "writer was not among them) and request %llu is not its first: "
              "this request was not inserted; the writer's requests up to "
              "the checkpoint are in the table, those after it are not, and "
              "each that was not acked is either wholly in the table or not "

@@ -21,7 +21,8 @@
  *   some other writer (it used to fail with CHIME_EFORGOTTEN); a sequence
  *   table's episode open on the dead shard is cut there.
  * - Writers spread over servers: one named twice counts once.
- * - A shard restarted quickly that forgot the writer: the writer moves on.
+ * - A shard restarted quickly from its checkpoint keeps the writer; one
+ *   restored without it, that had forgotten writers: the writer moves on.
  * - A table configured otherwise on one shard: a writer's open, and its
  *   failover to that shard, refused by name (CHIME_EINVAL). */
 #include <setjmp.h>
@@ -920,11 +921,14 @@ static void restart_on_port(int i, const char *cfg_json, int restore) {
 }
 
 /* A shard restarted quickly (from its checkpoint, well within the
- * writer's reconnect_timeout_ms) no longer remembers the writer bound to
- * it, and says so (CHIME_EFORGOTTEN): the sharded writer moves to another
- * shard, as when its shard stays away, and its unacked request goes in
- * there. (It failed with CHIME_EFORGOTTEN although the other shard was
- * up.) */
+ * writer's reconnect_timeout_ms) remembers the writer bound to it: the
+ * checkpoint keeps the writers' windows (format 6), so the writer's
+ * unacked request 2 goes in there, once, and the writer goes on there;
+ * the other shard gets nothing. (Before format 6 the restored shard had
+ * forgotten the writer and said so, CHIME_EFORGOTTEN, and the sharded
+ * writer moved to the other shard: writer_shard.c still moves on that
+ * answer, which a restored table now gives only when it had forgotten
+ * writers itself or came from an older checkpoint.) */
 static void test_quick_restart_moves_on(void **state) {
   (void)state;
   chime_client_t *c = start_shards(2, NULL);
@@ -942,7 +946,7 @@ static void test_quick_restart_moves_on(void **state) {
     fail_msg("checkpoint: %s", chime_last_error());
   chime__proc_kill(&shard_d[x].proc);
   restart_on_port(x, shard_cfg[x], 1);
-  /* Request 2 reaches the restarted shard, which forgot the writer. */
+  /* Request 2 reaches the restarted shard, which remembers the writer. */
   for (uint32_t i = 0; i < BATCH; i++) {
     item_t it = {7, BATCH + i};
     if (chime_writer_append(wr, &it, sizeof it, 1.0) != 0)
@@ -953,8 +957,59 @@ static void test_quick_restart_moves_on(void **state) {
   assert_int_equal(chime_writer_acked(wr), 2 * BATCH);
   write_items(wr, 7, 2 * BATCH, BATCH); /* and it goes on there */
   assert_int_equal(chime_writer_close(wr), 0);
-  assert_int_equal(table_inserts(chime_client_shard(c, (uint32_t)y), "q"),
-                   2 * BATCH);
+  /* The checkpoint's BATCH (the restored count) and the two after. */
+  assert_int_equal(table_inserts(chime_client_shard(c, (uint32_t)x), "q"),
+                   3 * BATCH);
+  assert_int_equal(table_inserts(chime_client_shard(c, (uint32_t)y), "q"), 0);
+  chime_client_destroy(c);
+}
+
+/* A shard restored from a checkpoint taken before the writer came, of a
+ * table that had forgotten writers (max_writers 2, three came and went):
+ * it cannot tell the writer's request 2 from a new writer's and refuses
+ * it (CHIME_EFORGOTTEN); the sharded writer moves to the other shard,
+ * where request 2 goes in. (It failed with CHIME_EFORGOTTEN although the
+ * other shard was up.) */
+static void test_forgetting_restart_moves_on(void **state) {
+  (void)state;
+  const char *m = ",\n  {\"name\": \"m\", \"spec\": \"w:u32[], s:u32[]\", "
+                  "\"capacity\": 1000, \"sampler\": \"fifo\", "
+                  "\"max_writers\": 2}";
+  chime_client_t *c = start_shards(2, m);
+  chime__proc_kill(&shard_d[1].proc); /* the writer binds to shard 0 */
+  chime_client_t *xc = chime_client_shard(c, 0), *yc = chime_client_shard(c, 1);
+  for (uint32_t j = 0; j < 3; j++) /* shard 0 forgets a writer */
+    write_on(xc, "m", 50 + j, 0, 1);
+  chime_checkpoint_result_t ck;
+  if (chime_client_checkpoint(xc, &ck) != 0)
+    fail_msg("checkpoint: %s", chime_last_error());
+  chime_writer_t *wr = NULL;
+  chime_writer_opts_t wo = CHIME_WRITER_OPTS_INIT;
+  wo.max_batch_samples = BATCH;
+  wo.reconnect_timeout_ms = GENEROUS_MS; /* the restart is quicker */
+  if (chime_writer_open(&wr, c, "m", &wo) != 0)
+    fail_msg("writer: %s", chime_last_error());
+  write_items(wr, 7, 0, BATCH); /* request 1, acked after the checkpoint */
+  assert_int_equal(table_inserts(xc, "m"), 3 + BATCH);
+  restart_on_port(1, shard_cfg[1], 0);
+  chime_server_info_t *info = NULL;
+  int64_t end = chime__now_ms() + GENEROUS_MS;
+  while (chime_client_info(yc, &info) != 0 && chime__now_ms() < end)
+    chime__sleep_ms(50);
+  assert_non_null(info);
+  chime_server_info_free(info);
+  chime__proc_kill(&shard_d[0].proc);
+  restart_on_port(0, shard_cfg[0], 1);
+  for (uint32_t i = 0; i < BATCH; i++) {
+    item_t it = {7, BATCH + i};
+    if (chime_writer_append(wr, &it, sizeof it, 1.0) != 0)
+      fail_msg("append: %s", chime_last_error());
+  }
+  if (chime_writer_flush(wr) != 0)
+    fail_msg("flush after the restart: %s", chime_last_error());
+  assert_int_equal(chime_writer_acked(wr), 2 * BATCH);
+  assert_int_equal(chime_writer_close(wr), 0);
+  assert_int_equal(table_inserts(yc, "m"), BATCH);
   chime_client_destroy(c);
 }
 
@@ -1089,6 +1144,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_sequence_episode_cut, teardown),
       cmocka_unit_test_teardown(test_spread_over_servers, teardown),
       cmocka_unit_test_teardown(test_quick_restart_moves_on, teardown),
+      cmocka_unit_test_teardown(test_forgetting_restart_moves_on, teardown),
       cmocka_unit_test_teardown(test_writer_refuses_odd_shard, teardown),
       cmocka_unit_test_teardown(test_failover_refuses_odd_shard, teardown),
   };

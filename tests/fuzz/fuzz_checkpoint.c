@@ -27,7 +27,10 @@
  * behind a flags byte; fifo_versions_v4: a version 4 file of 5 items of
  * versions 3..7 (newest 7), gated (flags 9); version 5 files of 5 items
  * (*_5_v5; ragged_*: of the ragged spec, lengths 0 to the bound), also
- * written by test_checkpoint with CHIME_CKPT_SEEDS. */
+ * written by test_checkpoint with CHIME_CKPT_SEEDS; version 6 files
+ * (*_v6, written by it now), which hold the compressed leaves' list (none
+ * here) and the writers' exactly-once windows after the header (fifo_writers_v6: two writers' requests; the seq_*
+ * ones: three writers'). */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>

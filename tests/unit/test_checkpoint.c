@@ -931,9 +931,10 @@ static void test_measure_sequence(void **state) {
 }
 
 /* With CHIME_CKPT_SEEDS=DIR, writes fuzz_checkpoint's seeds of the
- * current version there (tests/fuzz/corpus/checkpoint/ *_v5: sequence
- * tables, plain ones, ragged ones; the older versions' seeds, whose
- * names lack the suffix, stay as they were): its flags byte (bit 4: its ragged
+ * current version there (tests/fuzz/corpus/checkpoint/ *_v6: sequence
+ * tables, plain ones, ragged ones, their writers' windows; the older
+ * versions' seeds, named for their version or with no suffix, stay as
+ * they were): its flags byte (bit 4: its ragged
  * spec, bit 2: a sequence table, bit 1: prioritized, bit 0: fix the CRC), then
  * the table file of a table as that target makes it. */
 static void write_seed(const char *out, const char *name, uint8_t flags,
@@ -990,18 +991,18 @@ static void test_fuzz_seeds(void **state) {
                          0);
       }
       char name[64];
-      snprintf(name, sizeof(name), "seq_%s_%s_v5",
+      snprintf(name, sizeof(name), "seq_%s_%s_v6",
                prio ? "prioritized" : "fifo", fill ? "wrapped" : "empty");
       write_seed(out, name, (uint8_t)(4 | (prio ? 2 : 0)), t);
       if (fill && !prio) {
-        snprintf(name, sizeof(name), "seq_fifo_wrapped_v5_fixcrc");
+        snprintf(name, sizeof(name), "seq_fifo_wrapped_v6_fixcrc");
         write_seed(out, name, 5, t);
       }
       chime__table_destroy(t);
     }
   }
-  /* Version 5: plain tables of fuzz_checkpoint's spec, and (flag bit 4)
-   * of its ragged one, 5 items with versions, lengths 0 to the bound. */
+  /* Plain tables of fuzz_checkpoint's spec, and (flag bit 4) of its
+   * ragged one, 5 items with versions, lengths 0 to the bound. */
   for (int rag = 0; rag < 2; rag++) {
     for (int prio = 0; prio < 2; prio++) {
       chime__table_t *t = new_table(
@@ -1026,14 +1027,28 @@ static void test_fuzz_seeds(void **state) {
                                                      &key, NULL, NULL, 0),
                        0);
       char name[64];
-      snprintf(name, sizeof(name), "%s%s_5_v5", rag ? "ragged_" : "",
+      snprintf(name, sizeof(name), "%s%s_5_v6", rag ? "ragged_" : "",
                prio ? "prioritized" : "fifo");
       write_seed(out, name, (uint8_t)((rag ? 16 : 0) | (prio ? 2 : 0)), t);
       if (rag && !prio)
-        write_seed(out, "ragged_fifo_5_v5_fixcrc", 17, t);
+        write_seed(out, "ragged_fifo_5_v6_fixcrc", 17, t);
       chime__table_destroy(t);
     }
   }
+  /* Writers' windows (version 6): writer 0x11's requests 1..3 and
+   * 0x22's 5 and 9, an item each. */
+  chime__table_t *t = new_table("x:u64[], y:u8[4]", 16, CHIME__SAMPLER_FIFO);
+  for (int j = 0; j < 5; j++) {
+    uint8_t row[12] = {(uint8_t)j};
+    uint64_t key;
+    chime__dedupe_req_t dq = {.writer = j < 3 ? 0x11 : 0x22,
+                              .seq = j < 3 ? (uint64_t)(j + 1)
+                                           : 5u + 4u * (j - 3)};
+    assert_int_equal(chime__table_insert(t, row, 1, NULL, &key, NULL, &dq), 0);
+  }
+  write_seed(out, "fifo_writers_v6", 0, t);
+  write_seed(out, "fifo_writers_v6_fixcrc", 1, t);
+  chime__table_destroy(t);
 }
 
 /* A checkpoint that cannot be written fails naming the path (a file where

@@ -5,7 +5,11 @@
  * reports, and damage is refused naming the file; the shard that wrote a
  * file is recorded and a file goes back into that shard's table only;
  * version 1 and 2 files (tests/fuzz/corpus/checkpoint, from before shards)
- * still load, as shard 0's. test_checkpoint covers the directory protocol
+ * still load, as shard 0's, and version 5 ones as before (no writers'
+ * windows: unknown writers refused past their first request); version 6
+ * keeps the writers' windows, so a request resent after a restore is in
+ * the table once, and a damaged window is refused. test_checkpoint covers
+ * the directory protocol
  * and restore through it. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -114,7 +118,8 @@ static void test_plain_roundtrip(void **state) {
   assert_int_equal(
       chime_spec_format(&chime__table_config(a)->spec, spec, sizeof(spec)), 0);
   assert_int_equal(fa.n, 8 + 4 + 4 + 4 + (4 + 1) + (4 + strlen(spec)) + 8 * 8 +
-                             4 + 8 + 12 * (28 + 8 + 9) + 4);
+                             8 + 4 /* no compressed leaves */ +
+                             8 /* no writers */ + 12 * (28 + 8 + 9) + 4);
   if (load(&fa, b, &items, err, sizeof(err)) != 0)
     fail_msg("load: %s", err);
   assert_int_equal(items, 12);
@@ -300,6 +305,134 @@ static void test_exhausted_roundtrip(void **state) {
   }
 }
 
+/* One item of writer w's request seq into t: its first key; *resent. */
+static uint64_t insert_req(chime__table_t *t, uint64_t w, uint64_t seq,
+                           int *resent, int *rc) {
+  uint8_t row[9] = {(uint8_t)w, (uint8_t)seq};
+  double prio = 1.0;
+  uint64_t key = 0;
+  chime__dedupe_req_t dq = {.writer = w, .seq = seq};
+  *rc = chime__table_insert(t, row, 1, &prio, &key, NULL, &dq);
+  *resent = dq.resent;
+  return key;
+}
+
+static uint64_t size_of(chime__table_t *t) {
+  chime__table_stats_t st;
+  chime__table_get_stats(t, &st);
+  return st.size;
+}
+
+/* The writers section's offset in a plain_table("t") file. */
+static size_t writers_at(chime__table_t *t) {
+  char spec[256];
+  assert_int_equal(
+      chime_spec_format(&chime__table_config(t)->spec, spec, sizeof(spec)), 0);
+  /* past the newest version and no compressed leaves (a u32 0) */
+  return 8 + 4 + 4 + 4 + (4 + 1) + (4 + strlen(spec)) + 8 * 8 + 8 + 4;
+}
+
+/* The writers' windows (version 6) go with the items: after a restore a
+ * resent request whose items the file holds is acked with its first key
+ * again and not inserted twice (before: inserted again as a new writer's
+ * first request, or refused past it); one above the window goes in; a
+ * writer the file lacks is a new one when no writer had been forgotten,
+ * refused past its first request when one had; a window that does not
+ * hang together is refused naming the file. */
+static void test_writers_roundtrip(void **state) {
+  (void)state;
+  char err[512] = "";
+  chime__table_t *a = plain_table("t"), *b = plain_table("t");
+  uint64_t k[4], items;
+  int resent, rc;
+  for (uint64_t seq = 1; seq <= 3; seq++) {
+    k[seq] = insert_req(a, 0xA, seq, &resent, &rc);
+    assert_int_equal(rc, 0);
+  }
+  file_t fa;
+  write_file(a, &fa);
+  if (load(&fa, b, &items, err, sizeof(err)) != 0)
+    fail_msg("load: %s", err);
+  assert_int_equal(items, 3);
+  for (uint64_t seq = 1; seq <= 3; seq++) {
+    uint64_t key = insert_req(b, 0xA, seq, &resent, &rc);
+    assert_int_equal(rc, 0);
+    if (!resent || key != k[seq])
+      fail_msg("request %llu resent after the restore: %s with key %llu "
+               "(acked with %llu)",
+               (unsigned long long)seq, resent ? "acked again" : "inserted",
+               (unsigned long long)key, (unsigned long long)k[seq]);
+  }
+  assert_int_equal(size_of(b), 3);
+  assert_int_equal(chime__table_writers_restored(b), 0);
+  (void)insert_req(b, 0xA, 4, &resent, &rc);
+  assert_int_equal(rc, 0);
+  assert_false(resent);
+  (void)insert_req(b, 0xC, 5, &resent, &rc); /* nobody was forgotten */
+  assert_int_equal(rc, 0);
+  assert_int_equal(size_of(b), 5);
+  chime__table_destroy(b);
+
+  /* Damage in the section, the CRC made right: refused, naming it. */
+  size_t at = writers_at(a);
+  assert_int_equal(file_u32(&fa, at), 0);     /* flags */
+  assert_int_equal(file_u32(&fa, at + 4), 1); /* one writer */
+  static const struct {
+    size_t off;
+    uint8_t byte;
+  } bad[] = {{0, 7},              /* flags unknown */
+             {4, 200},            /* more writers than bytes */
+             {8, 0},              /* writer 0xA -> 0 */
+             {16, 33},            /* 33 requests */
+             {20 + 20, 1},        /* request 2's id -> 1, not rising */
+             {20 + 8 + 6, 0x7f}}; /* request 1's key: another shard */
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    uint8_t old = fa.p[at + bad[i].off];
+    fa.p[at + bad[i].off] = bad[i].byte;
+    fix_crc(&fa);
+    chime__table_t *c = plain_table("t");
+    assert_int_equal(load(&fa, c, &items, err, sizeof(err)), CHIME_ECORRUPT);
+    if (!strstr(err, "table-000.ckpt") || !strstr(err, "writers' windows"))
+      fail_msg("damage %zu: '%s'", i, err);
+    assert_int_equal(size_of(c), 0);
+    chime__table_destroy(c);
+    fa.p[at + bad[i].off] = old;
+  }
+  fix_crc(&fa);
+  free(fa.p);
+  chime__table_destroy(a);
+
+  /* A table that had forgotten a writer (one place, none kept idle): the
+   * restored one refuses unknown writers past their first request. */
+  chime__table_config_t tc;
+  memset(&tc, 0, sizeof(tc));
+  snprintf(tc.name, sizeof(tc.name), "t");
+  assert_int_equal(chime_spec_parse(&tc.spec, "a:u32[2], b:u8[]", NULL, 0), 0);
+  tc.capacity = 16;
+  tc.sampler = CHIME__SAMPLER_FIFO;
+  tc.min_size = 1;
+  tc.max_writers = 1;
+  tc.writer_idle_ms = 0;
+  assert_int_equal(chime__table_create(&a, &tc), 0);
+  assert_int_equal(chime__table_create(&b, &tc), 0);
+  (void)insert_req(a, 0x1, 1, &resent, &rc);
+  uint64_t k2 = insert_req(a, 0x2, 1, &resent, &rc); /* 0x1 forgotten */
+  assert_int_equal(rc, 0);
+  write_file(a, &fa);
+  if (load(&fa, b, &items, err, sizeof(err)) != 0)
+    fail_msg("load: %s", err);
+  assert_int_equal(chime__table_writers_restored(b), 1);
+  assert_int_equal(insert_req(b, 0x2, 1, &resent, &rc), k2);
+  assert_int_equal(rc, 0);
+  assert_true(resent);
+  (void)insert_req(b, 0x1, 2, &resent, &rc);
+  assert_int_equal(rc, CHIME_EFORGOTTEN);
+  assert_int_equal(size_of(b), 2);
+  free(fa.p);
+  chime__table_destroy(a);
+  chime__table_destroy(b);
+}
+
 /* tests/fuzz/corpus/checkpoint holds files of versions 1 (plain tables)
  * and 2 (sequence tables), written before shards: each still loads into
  * the fuzz target's table as shard 0's, and into a shard's table never. */
@@ -312,7 +445,8 @@ static void test_old_versions_load(void **state) {
     uint64_t items;
   } files[] = {{"fifo_empty", 1, 0},       {"fifo_5", 1, 5},
                {"prioritized_16", 1, 16},  {"seq_fifo_empty", 2, 0},
-               {"seq_fifo_wrapped", 2, 0}, {"seq_prioritized_wrapped", 2, 0}};
+               {"seq_fifo_wrapped", 2, 0}, {"seq_prioritized_wrapped", 2, 0},
+               {"fifo_5_v5", 5, 5},        {"seq_fifo_wrapped_v5", 5, 0}};
   if (srcdir == NULL)
     skip();
   for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
@@ -362,6 +496,8 @@ static void test_old_versions_load(void **state) {
           fail_msg("%s: %s", files[i].name, err);
         if (files[i].items > 0)
           assert_int_equal(items, files[i].items);
+        /* No writers in it: unknown ones may have had requests go in. */
+        assert_int_equal(chime__table_writers_restored(t), 1);
         if (strncmp(files[i].name, "seq_", 4) == 0 &&
             strstr(files[i].name, "wrapped") != NULL)
           assert_true(items > 0);
@@ -382,6 +518,7 @@ int main(void) {
       cmocka_unit_test(test_shard_recorded),
       cmocka_unit_test(test_exhausted_roundtrip),
       cmocka_unit_test(test_old_versions_load),
+      cmocka_unit_test(test_writers_roundtrip),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

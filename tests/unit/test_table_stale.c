@@ -11,6 +11,7 @@
  * still count once an item of 1e298 beside them leaves or changes, and
  * draws after such churn fit P (chi-square at p = 0.001). A selector
  * that gives no row never makes the table index with it. */
+#include <float.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -61,7 +62,8 @@ typedef struct {
   uint64_t ver[MAXN + 1];
   int live[MAXN + 1];
   uint64_t newest;
-  double a; /* the table's priority exponent; 0: EXP */
+  double a;  /* the table's priority exponent; 0: EXP */
+  int scale; /* weights x 2^scale: subnormal ones would not be exact */
 } model_t;
 
 static void insert(chime__table_t *t, model_t *m, const double *prio,
@@ -86,8 +88,8 @@ static void insert(chime__table_t *t, model_t *m, const double *prio,
 }
 
 static double weight(const model_t *m, uint32_t k) {
-  return pow(m->prio[k], m->a > 0 ? m->a : EXP) /
-         (double)(m->newest - m->ver[k] + 1);
+  return ldexp(pow(m->prio[k], m->a > 0 ? m->a : EXP), m->scale) /
+         ((double)(m->newest - m->ver[k]) + 1.0);
 }
 
 static double z_of(const model_t *m) {
@@ -105,7 +107,10 @@ static void check_batch(chime__table_t *t, const model_t *m) {
   chime__table_stats_t st;
   double z = z_of(m);
   chime__table_get_stats(t, &st);
-  assert_true(fabs(st.mass - z) <= 1e-12 * z);
+  /* The mass is Z as a double: subnormal (a few bits) where Z is. */
+  double got = ldexp(st.mass, m->scale);
+  if (!(fabs(got - z) <= 1e-12 * z + ldexp(DBL_TRUE_MIN, m->scale)))
+    fail_msg("mass %.17g, Z is %.17g", st.mass, ldexp(z, -m->scale));
   slot_init(&s, t, 32);
   assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
   for (uint32_t j = 0; j < 32; j++) {
@@ -390,6 +395,64 @@ static void test_churn_distribution(void **state) {
   chime__table_destroy(t);
 }
 
+/* Items of priority 1e-300 at staleness 2^64 - 1 weigh 1e-300 / 2^64 =
+ * 5.4e-320, a subnormal double with a few bits of precision: 20 alike
+ * each said 0.0499989 for 0.05 (the weight and Z rounded apart). Z is
+ * kept scaled (verindex.h), so each says 0.05 exactly, also for unequal
+ * priorities and staleness, drawn as P says (chi-square: every draw
+ * takes the walk here), and as an item of weight 1 comes and goes beside
+ * them (Z goes from tiny to 1 and back). */
+static void test_subnormal_weights(void **state) {
+  (void)state;
+  chime__table_t *t = stable_a(0, 23, 1.0);
+  model_t m = {.a = 1.0, .scale = 200};
+  double prio[20];
+  uint64_t ver[20];
+  for (uint32_t j = 0; j < 20; j++) {
+    prio[j] = 1e-300;
+    ver[j] = 0;
+  }
+  insert(t, &m, prio, ver, 20);
+  set_version(t, &m, UINT64_MAX);
+  slot_t s;
+  slot_init(&s, t, 64);
+  assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
+  for (uint32_t j = 0; j < 64; j++) {
+    double p = s.ws.info[j].probability;
+    if (!(fabs(p - 0.05) <= 1e-12 * 0.05))
+      fail_msg("sample %u: probability %.17g, not 0.05", j, p);
+    assert_int_equal(s.ws.info[j].staleness, UINT64_MAX);
+  }
+  slot_fini(&s);
+  check_batch(t, &m);
+  /* An item of weight 1, newest: Z is 1 and then tiny again. */
+  double one = 1.0;
+  uint64_t vnew = UINT64_MAX;
+  insert(t, &m, &one, &vnew, 1);
+  check_batch(t, &m);
+  delete_key(t, &m, 21);
+  check_batch(t, &m);
+  chime__table_destroy(t);
+
+  /* Unequal: priorities 1e-300 .. 8e-300 at staleness 2^61 .. 2^63. */
+  t = stable_a(0, 29, 1.0);
+  memset(&m, 0, sizeof(m));
+  m.a = 1.0;
+  m.scale = 200;
+  for (uint32_t j = 0; j < 12; j++) {
+    prio[j] = 1e-300 * (double)(1 + j % 8);
+    ver[j] = (uint64_t)(j % 3) << 61; /* 0, 2^61, 2^62 */
+  }
+  insert(t, &m, prio, ver, 12);
+  set_version(t, &m, UINT64_C(1) << 63);
+  check_batch(t, &m);
+  check_distribution_at(t, &m, "1e-300 at staleness 2^61..2^63 (the walk)", 1);
+  set_prio(t, &m, 3, 5e-301);
+  delete_key(t, &m, 4);
+  check_batch(t, &m);
+  chime__table_destroy(t);
+}
+
 /* A selector that gives no row. */
 static uint32_t no_row(chime__table_t *t, double *prob) {
   (void)t;
@@ -454,6 +517,7 @@ int main(void) {
       cmocka_unit_test(test_huge_leaves),
       cmocka_unit_test(test_churn_distribution),
       cmocka_unit_test(test_no_row_picked),
+      cmocka_unit_test(test_subnormal_weights),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -460,7 +460,8 @@ static void test_checkpoint(void **state) {
   memcpy(old, p, hdr);
   m = hdr;
   old[8] = 3;
-  size_t at = hdr + 8 + 4; /* past the newest version, compressed leaves */
+  /* past the newest version, no compressed leaves, no writers (6) */
+  size_t at = hdr + 8 + 4 + 8;
   for (int i = 0; i < 6; i++) {
     memcpy(old + m, p + at, 28); /* key, itime, prio, times */
     m += 28;

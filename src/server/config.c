@@ -202,6 +202,7 @@ static int parse_table(chime__table_config_t *t, json_t *obj, uint32_t index,
   t->priority_exponent = 1.0;
   t->max_writers = CHIME__INSERT_WRITERS;
   t->writer_idle_ms = CHIME__INSERT_WRITER_IDLE_MS;
+  t->writer_token_reserve = CHIME__INSERT_WRITER_TOKEN_RESERVE;
   const char *key;
   json_t *v;
   json_object_foreach(obj, key, v) {
@@ -308,6 +309,9 @@ static int parse_table(chime__table_config_t *t, json_t *obj, uint32_t index,
     } else if (strcmp(key, "writer_idle_ms") == 0) {
       if (get_range(v, kw, 0, 86400000, &t->writer_idle_ms, err, errlen) != 0)
         return CHIME_EINVAL;
+    } else if (strcmp(key, "writer_token_reserve") == 0) {
+      if (get_range(v, kw, 0, 100, &t->writer_token_reserve, err, errlen) != 0)
+        return CHIME_EINVAL;
     } else if (strcmp(key, "max_staleness") == 0) {
       if (get_u64(v, kw, &t->max_staleness, err, errlen) != 0)
         return CHIME_EINVAL;
@@ -322,7 +326,8 @@ static int parse_table(chime__table_config_t *t, json_t *obj, uint32_t index,
                   "remover, priority_exponent, max_times_sampled, min_size, "
                   "samples_per_insert, error_buffer, capacity_steps, "
                   "sequence_length, stride, episode_end, initial_priority, "
-                  "max_writers, writer_idle_ms, max_staleness, "
+                  "max_writers, writer_idle_ms, writer_token_reserve, "
+                  "max_staleness, "
                   "staleness_weight)",
                   kw);
     }

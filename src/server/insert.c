@@ -29,6 +29,7 @@
 #include "common/spec.h"
 #include "wire/pbread.h"
 #include "wire/insert.h"
+#include "server/auth.h"
 #include "server/insertreq.h"
 #include "server/insert.h"
 #include "server/insertcheck.h"
@@ -197,6 +198,7 @@ struct insert_s {
    * it ends (dedupe.h). Under c->mu. */
   uint64_t writers[CHIME__INSERT_CALL_WRITERS];
   uint32_t nwriters;
+  uint32_t owner; /* whose writer places they take (auth.h) */
 };
 
 struct chime__inserter_s {
@@ -315,9 +317,21 @@ static int bind_writer(chime__call_t *c, insert_t *st, uint64_t writer,
              (unsigned long long)seq);
     return CHIME_ERESOURCE;
   }
-  int rc = chime__table_writer_bind(st->table, writer, seq);
+  int over_share = 0;
+  int rc =
+      chime__table_writer_bind(st->table, writer, seq, st->owner, &over_share);
   if (rc == CHIME_ENOMEM)
     snprintf(err, errlen, "out of memory");
+  else if (rc == CHIME_ERESOURCE && over_share)
+    snprintf(err, errlen,
+             "insert into '%s': writer %016llx not taken: this call's token "
+             "holds its share of the table's %u writer places or more, and "
+             "the places left are kept for other actor tokens "
+             "(writer_token_reserve, %u%%); nothing was inserted; try again "
+             "later",
+             tc->name, (unsigned long long)writer,
+             tc->max_writers ? tc->max_writers : CHIME__INSERT_WRITERS,
+             tc->writer_token_reserve);
   else if (rc != 0)
     writer_refused(err, errlen, st->table, rc, writer, seq);
   if (rc != 0)
@@ -394,6 +408,7 @@ static void insert_on_start(chime__call_t *c) {
     return;
   }
   st->call = c;
+  st->owner = chime__auth_owner(&c->srv->cfg, &c->md);
   atomic_init(&st->abort, 0);
   pthread_mutex_lock(&c->mu);
   c->state = st;

@@ -293,6 +293,8 @@ int chime_server_create(chime_server_t **out, const chime_server_opts_t *opts) {
   read_identity(srv);
   for (uint32_t i = 0; i < srv->cfg.ntables; i++) {
     srv->cfg.tables[i].shard = srv->cfg.shard; /* the keys it issues */
+    /* Each actor token owns its share of the writer places (auth.h). */
+    srv->cfg.tables[i].writer_owners = chime__auth_owners(&srv->cfg);
     rc = chime__table_create(&srv->tables[i], &srv->cfg.tables[i]);
     if (rc != 0) {
       snprintf(err, errlen, "table '%s': cannot reserve its storage: %s",

@@ -722,6 +722,10 @@ int chime__config_parse(chime__config_t *cfg, const char *text, char *err,
       rc = parse_checkpoint(cfg, v, err, errlen);
     } else if (strcmp(key, "budgets") == 0) {
       rc = parse_budgets(cfg, v, err, errlen);
+    } else if (strcmp(key, "bdp_probe") == 0) {
+      if (!json_is_boolean(v))
+        rc = fail(err, errlen, "'bdp_probe': expected true or false");
+      cfg->bdp_probe = json_is_true(v);
     } else if (strcmp(key, "pin_host_memory") == 0) {
       if (!json_is_boolean(v))
         rc = fail(err, errlen, "'pin_host_memory': expected true or false");
@@ -761,7 +765,7 @@ int chime__config_parse(chime__config_t *cfg, const char *text, char *err,
                "keepalive_time_ms, keepalive_timeout_ms, "
                "max_connection_age_ms, max_connection_age_grace_ms, "
                "sampler_threads, shard, allowed_uids, auth, tls, checkpoint, "
-               "budgets, pin_host_memory, tables)",
+               "budgets, bdp_probe, pin_host_memory, tables)",
                key);
     }
     if (rc != 0)

@@ -96,6 +96,12 @@
   X(uint64_t, staged_insert_budget, GAUGE, BYTES,                              \
     "The budget of staged insert bytes.")                                      \
   X(uint32_t, insert_calls_parked, GAUGE, COUNT,                               \
-    "Insert calls not read while the staging budget is spent.")
+    "Insert calls not read while the staging budget is spent.")                \
+  X(uint64_t, staged_insert_reserved, GAUGE, BYTES,                            \
+    "Staging budget held for Insert messages asked of gRPC, not yet read.")    \
+  X(uint32_t, insert_reads_reserved, GAUGE, COUNT,                             \
+    "Insert reads in the works that hold a part of the staging budget.")       \
+  X(uint64_t, staged_insert_peak, GAUGE, BYTES,                                \
+    "The most staged and reserved insert bytes at once since start.")
 
 #endif

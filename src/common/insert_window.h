@@ -17,5 +17,10 @@
  * default (the table key writer_idle_ms): a writer that lost its connection
  * resends within this. */
 #define CHIME__INSERT_WRITER_IDLE_MS 60000
+/* Percent of a table's writer places kept, by default, for the actor tokens
+ * that hold fewer than their share (the table key writer_token_reserve;
+ * replay/dedupe.h): with 2 actor tokens, 25% each, so one token's holder
+ * can fill at most 75% while the other holds none. */
+#define CHIME__INSERT_WRITER_TOKEN_RESERVE 50
 
 #endif

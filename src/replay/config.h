@@ -69,6 +69,11 @@ typedef struct {
    * not at all). */
   uint32_t max_writers;
   uint32_t writer_idle_ms;
+  /* Owners' shares of those places (dedupe.h, chime__dedupe_set_owners):
+   * writer_owners owners (chimed: its actor tokens; under 2: no shares)
+   * are owed writer_token_reserve percent of max_writers between them. */
+  uint32_t writer_owners;
+  uint32_t writer_token_reserve;
   /* The shard whose keys the table issues (common/key.h): its keys are
    * chime__key_make(shard, 1), (shard, 2), ...; 0: an unsharded server's.
    * A key of another shard is refused by MutatePriorities and restore, and

@@ -28,6 +28,7 @@ struct writer_s {
   writer_t *newer, *older; /* its list (idle or closed), while on one */
   uint64_t since_ms;       /* idle or closed since */
   uint32_t binds;          /* open calls that carried it */
+  uint32_t owner;          /* whose places it counts against (0: nobody's) */
   int on;                  /* ON_* */
   uint32_t head, n;        /* window: win[head .. head + n), oldest first */
   entry_t win[CHIME__INSERT_WINDOW];
@@ -45,8 +46,15 @@ struct chime__dedupe_s {
   list_t idle, closed;
   /* Once a writer was forgotten, or the table restored from a checkpoint
    * (which keeps no writers), an unknown writer may be a forgotten one. */
-  uint64_t forgotten, refused;
+  uint64_t forgotten, refused, share_refused;
   int restored;
+  /* Owners' shares (chime__dedupe_set_owners): held[o] counts owner o's
+   * writers on no closed list (bound or idle), owed_total sums over owners
+   * 1..nowners what each still lacks of owed_each. nclosed: writers on the
+   * closed list, places anyone may take. */
+  uint32_t nowners, owed_each, nclosed;
+  uint64_t owed_total;
+  uint32_t *held;
   uint64_t (*now_ms)(void *);
   void *now_arg;
 };
@@ -90,7 +98,23 @@ void chime__dedupe_destroy(chime__dedupe_t *d) {
       free(w);
     }
   free(d->buckets);
+  free(d->held);
   free(d);
+}
+
+int chime__dedupe_set_owners(chime__dedupe_t *d, uint32_t nowners,
+                             uint32_t reserve_pct) {
+  uint64_t each =
+      nowners >= 2 ? (uint64_t)d->max_writers * reserve_pct / 100 / nowners : 0;
+  if (each == 0)
+    return 0; /* one owner (or none) has nobody to keep places for */
+  d->held = calloc((size_t)nowners + 1, sizeof(*d->held));
+  if (d->held == NULL)
+    return CHIME_ENOMEM;
+  d->nowners = nowners;
+  d->owed_each = (uint32_t)each;
+  d->owed_total = each * nowners;
+  return 0;
 }
 
 void chime__dedupe_set_clock(chime__dedupe_t *d, uint64_t (*now_ms)(void *),
@@ -103,6 +127,23 @@ static writer_t **bucket(chime__dedupe_t *d, uint64_t id) {
   /* Ids are random, but a client may pick them badly: mix anyway. */
   uint64_t h = id * UINT64_C(0x9E3779B97F4A7C15);
   return &d->buckets[(uint32_t)(h >> 32) & d->mask];
+}
+
+/* What owner o still lacks of its share (0 for owner 0, who has none). */
+static uint64_t owed(const chime__dedupe_t *d, uint32_t o) {
+  if (o == 0 || o > d->nowners || d->held[o] >= d->owed_each)
+    return 0;
+  return d->owed_each - d->held[o];
+}
+
+/* A writer of owner o starts (+1) or stops (-1) holding a place: it is
+ * remembered and not closed. */
+static void hold(chime__dedupe_t *d, uint32_t o, int delta) {
+  if (d->nowners == 0 || o > d->nowners)
+    return;
+  uint64_t before = owed(d, o);
+  d->held[o] += (uint32_t)delta;
+  d->owed_total = d->owed_total - before + owed(d, o);
 }
 
 static list_t *list_of(chime__dedupe_t *d, const writer_t *w) {
@@ -122,12 +163,20 @@ static void list_unlink(chime__dedupe_t *d, writer_t *w) {
   else
     l->oldest = w->newer;
   w->newer = w->older = NULL;
+  if (w->on == ON_CLOSED) {
+    d->nclosed--;
+    hold(d, w->owner, +1);
+  }
   w->on = ON_NONE;
 }
 
 /* Puts w (on no list) at the head of list `on`, since now. */
 static void list_push(chime__dedupe_t *d, writer_t *w, int on) {
   w->on = on;
+  if (on == ON_CLOSED) {
+    d->nclosed++;
+    hold(d, w->owner, -1);
+  }
   list_t *l = list_of(d, w);
   w->since_ms = d->now_ms(d->now_arg);
   w->older = l->newest;
@@ -144,6 +193,19 @@ static writer_t *find(chime__dedupe_t *d, uint64_t id) {
     if (w->id == id)
       return w;
   return NULL;
+}
+
+/* Whether a new writer of owner o would take one of the places kept for
+ * other owners that hold less than their share: only an owner at or past
+ * its own share is held back, and only when the places anyone may take
+ * (free or closed) do not exceed what the others are owed. Owner 0 (no
+ * actor token: admin, in-process) is never held back. */
+static int over_share(const chime__dedupe_t *d, uint32_t o) {
+  if (d->nowners == 0 || o == 0 || o > d->nowners || owed(d, o) > 0 ||
+      d->owed_total == 0)
+    return 0;
+  uint64_t takeable = (uint64_t)(d->max_writers - d->nwriters) + d->nclosed;
+  return takeable <= d->owed_total;
 }
 
 static void unhash(chime__dedupe_t *d, writer_t *w) {
@@ -165,13 +227,19 @@ static writer_t *victim(chime__dedupe_t *d) {
 }
 
 /* Takes in a writer not remembered (on no list yet), or says why not. */
-static int add(chime__dedupe_t *d, uint64_t id, uint64_t seq, writer_t **out) {
+static int add(chime__dedupe_t *d, uint64_t id, uint64_t seq, uint32_t owner,
+               writer_t **out) {
   writer_t *w;
   /* A writer numbers its requests from 1 and resends only what followed
    * its last ack: an unknown writer past its first request was forgotten,
    * unless nobody ever was (nor were all, by a restore). */
   if (seq > 1 && (d->forgotten > 0 || d->restored))
     return CHIME_EFORGOTTEN;
+  if (over_share(d, owner)) {
+    d->refused++;
+    d->share_refused++;
+    return CHIME_ERESOURCE;
+  }
   if (d->nwriters == d->max_writers) {
     w = victim(d);
     if (w == NULL) {
@@ -179,6 +247,7 @@ static int add(chime__dedupe_t *d, uint64_t id, uint64_t seq, writer_t **out) {
       return CHIME_ERESOURCE;
     }
     list_unlink(d, w);
+    hold(d, w->owner, -1);
     unhash(d, w);
     d->forgotten++;
   } else {
@@ -191,6 +260,8 @@ static int add(chime__dedupe_t *d, uint64_t id, uint64_t seq, writer_t **out) {
   w->newer = w->older = NULL;
   w->on = ON_NONE;
   w->binds = 0;
+  w->owner = owner <= d->nowners ? owner : 0;
+  hold(d, w->owner, +1);
   w->head = w->n = 0;
   writer_t **b = bucket(d, id);
   w->hnext = *b;
@@ -208,9 +279,14 @@ int chime__dedupe_was_restored(const chime__dedupe_t *d) {
 }
 
 int chime__dedupe_bind(chime__dedupe_t *d, uint64_t writer, uint64_t seq) {
+  return chime__dedupe_bind_as(d, writer, seq, 0);
+}
+
+int chime__dedupe_bind_as(chime__dedupe_t *d, uint64_t writer, uint64_t seq,
+                          uint32_t owner) {
   writer_t *w = find(d, writer);
   if (w == NULL) {
-    int rc = add(d, writer, seq, &w);
+    int rc = add(d, writer, seq, owner, &w);
     if (rc != 0)
       return rc;
   }
@@ -235,7 +311,7 @@ int chime__dedupe_check(chime__dedupe_t *d, chime__dedupe_req_t *q,
   writer_t *w = find(d, q->writer);
   q->resent = q->refused = 0;
   if (w == NULL) {
-    int rc = add(d, q->writer, q->seq, &w);
+    int rc = add(d, q->writer, q->seq, 0, &w);
     if (rc != 0) {
       q->refused = rc != CHIME_ENOMEM;
       return rc;
@@ -365,4 +441,9 @@ void chime__dedupe_stats(const chime__dedupe_t *d, chime__dedupe_stats_t *out) {
   out->bound = d->nbound;
   out->forgotten = d->forgotten;
   out->refused = d->refused;
+  out->share_refused = d->share_refused;
+}
+
+uint32_t chime__dedupe_owner_held(const chime__dedupe_t *d, uint32_t owner) {
+  return d->nowners != 0 && owner <= d->nowners ? d->held[owner] : 0;
 }

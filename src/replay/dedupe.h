@@ -57,6 +57,20 @@ enum { CHIME__DEDUPE_NEW = 1, CHIME__DEDUPE_RESENT = 2 };
 int chime__dedupe_create(chime__dedupe_t **out, uint32_t max_writers,
                          uint64_t idle_ms);
 void chime__dedupe_destroy(chime__dedupe_t *d); /* NULL-safe */
+/* Owners' shares of the places (docs/protocol.md, "Which writers the server
+ * remembers"): writers are bound by owners 1..nowners (chimed: one per
+ * actor token) or by owner 0 (nobody's: no token, admin, in-process).
+ * Each of the nowners is owed reserve_pct% of max_writers / nowners places:
+ * while it holds fewer (bound or idle writers), an owner that holds its
+ * share or more takes a new place only if the free and closed places left
+ * after it still cover what the others are owed (else CHIME_ERESOURCE, its
+ * writer refused, nobody forgotten). So one owner can hold all but the
+ * places others are owed, and another owner's new writer finds one at
+ * once. Owner 0 is never held back. Fewer than 2 owners, or a share under
+ * one place: nothing changes. Call once, before any writer. 0 or
+ * CHIME_ENOMEM. */
+int chime__dedupe_set_owners(chime__dedupe_t *d, uint32_t nowners,
+                             uint32_t reserve_pct);
 /* Tests: the clock idle time is measured with (milliseconds, any origin;
  * default CLOCK_MONOTONIC). */
 void chime__dedupe_set_clock(chime__dedupe_t *d, uint64_t (*now_ms)(void *),
@@ -79,6 +93,10 @@ int chime__dedupe_was_restored(const chime__dedupe_t *d);
  * - CHIME_ERESOURCE: new, and no place is free or may be taken;
  * - CHIME_ENOMEM. */
 int chime__dedupe_bind(chime__dedupe_t *d, uint64_t writer, uint64_t seq);
+/* The same for a writer of owner (chime__dedupe_set_owners; a writer keeps
+ * the owner it was first taken in for). */
+int chime__dedupe_bind_as(chime__dedupe_t *d, uint64_t writer, uint64_t seq,
+                          uint32_t owner);
 /* The call that bound writer ended; closed: with the writer's half-close
  * after its last ack (it is done). */
 void chime__dedupe_unbind(chime__dedupe_t *d, uint64_t writer, int closed);
@@ -148,7 +166,10 @@ typedef struct {
   uint32_t writers, bound; /* remembered now, of them bound */
   uint64_t forgotten;      /* places taken from closed or idle writers */
   uint64_t refused;        /* new writers refused: no place */
+  uint64_t share_refused;  /* of them, kept out of places others are owed */
 } chime__dedupe_stats_t;
 void chime__dedupe_stats(const chime__dedupe_t *d, chime__dedupe_stats_t *out);
+/* Owner's writers that hold a place (bound or idle); 0 with no shares. */
+uint32_t chime__dedupe_owner_held(const chime__dedupe_t *d, uint32_t owner);
 
 #endif

@@ -365,10 +365,16 @@ out:
   return rc;
 }
 
-int chime__table_writer_bind(chime__table_t *t, uint64_t writer, uint64_t seq) {
+int chime__table_writer_bind(chime__table_t *t, uint64_t writer, uint64_t seq,
+                             uint32_t owner, int *over_share) {
+  chime__dedupe_stats_t a, b;
   pthread_mutex_lock(&t->mu);
-  int rc = chime__dedupe_bind(t->dedupe, writer, seq);
+  chime__dedupe_stats(t->dedupe, &a);
+  int rc = chime__dedupe_bind_as(t->dedupe, writer, seq, owner);
+  chime__dedupe_stats(t->dedupe, &b);
   pthread_mutex_unlock(&t->mu);
+  if (over_share != NULL)
+    *over_share = b.share_refused != a.share_refused;
   return rc;
 }
 

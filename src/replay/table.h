@@ -129,8 +129,12 @@ int chime__table_insert_versioned(chime__table_t *t, const chime__span_t *spans,
 
 /* An Insert call carries writer for the first time (its request seq) /
  * the call ended: chime__dedupe_bind() / _unbind() under the table's lock
- * (dedupe.h: a bound writer is never forgotten). */
-int chime__table_writer_bind(chime__table_t *t, uint64_t writer, uint64_t seq);
+ * (dedupe.h: a bound writer is never forgotten). owner: whose places it
+ * counts against (chime__dedupe_bind_as; 0: nobody's). On CHIME_ERESOURCE,
+ * *over_share (when not NULL) says whether the writer was kept out of
+ * places owed to other owners rather than finding none at all. */
+int chime__table_writer_bind(chime__table_t *t, uint64_t writer, uint64_t seq,
+                             uint32_t owner, int *over_share);
 void chime__table_writer_unbind(chime__table_t *t, uint64_t writer, int closed);
 /* Durable key reservations, so that a restored table never issues a key
  * again (docs/operations.md, Checkpoints): before the table issues a key

@@ -181,6 +181,9 @@ int chime__table_create(chime__table_t **out,
   }
   rc =
       chime__dedupe_create(&t->dedupe, WRITERS(&t->cfg), t->cfg.writer_idle_ms);
+  if (rc == 0)
+    rc = chime__dedupe_set_owners(t->dedupe, t->cfg.writer_owners,
+                                  t->cfg.writer_token_reserve);
   if (rc != 0)
     goto out;
   uint8_t *p = t->map;

@@ -60,10 +60,12 @@ static int same(const uint8_t *a, size_t alen, const char *b, size_t blen) {
   return d == 0;
 }
 
-int chime__auth_check(const chime__config_t *cfg, int method,
-                      const grpc_metadata_array *md, char *err, size_t errlen) {
-  if (cfg->ntokens == 0)
-    return 0;
+/* The configured token the call presents, compared against every one so
+ * the time says nothing about which (if any) matched; NULL if none.
+ * *presented says whether the call presented one at all. */
+static const chime__token_config_t *token_of(const chime__config_t *cfg,
+                                             const grpc_metadata_array *md,
+                                             int *presented) {
   const uint8_t *tok = NULL;
   size_t toklen = 0;
   for (size_t i = 0; i < md->count; i++) {
@@ -81,8 +83,6 @@ int chime__auth_check(const chime__config_t *cfg, int method,
     }
     break;
   }
-  /* Every configured token is compared, so the time says nothing about
-   * which one (if any) matched. */
   const chime__token_config_t *found = NULL;
   for (uint32_t i = 0; i < cfg->ntokens; i++) {
     int eq = tok != NULL &&
@@ -90,9 +90,19 @@ int chime__auth_check(const chime__config_t *cfg, int method,
     if (eq && found == NULL)
       found = &cfg->tokens[i];
   }
+  *presented = tok != NULL;
+  return found;
+}
+
+int chime__auth_check(const chime__config_t *cfg, int method,
+                      const grpc_metadata_array *md, char *err, size_t errlen) {
+  if (cfg->ntokens == 0)
+    return 0;
+  int presented = 0;
+  const chime__token_config_t *found = token_of(cfg, md, &presented);
   if (found == NULL) {
     snprintf(err, errlen, "%s: %s token (send 'authorization: Bearer <token>')",
-             method_name(method), tok == NULL ? "no" : "unknown");
+             method_name(method), presented ? "unknown" : "no");
     return CHIME_EAUTH;
   }
   if (!role_allows(found->role, method)) {
@@ -101,4 +111,23 @@ int chime__auth_check(const chime__config_t *cfg, int method,
     return CHIME_EPERM;
   }
   return 0;
+}
+
+uint32_t chime__auth_owners(const chime__config_t *cfg) {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < cfg->ntokens; i++)
+    n += cfg->tokens[i].role == CHIME__ROLE_ACTOR;
+  return n;
+}
+
+uint32_t chime__auth_owner(const chime__config_t *cfg,
+                           const grpc_metadata_array *md) {
+  int presented = 0;
+  const chime__token_config_t *found = token_of(cfg, md, &presented);
+  if (found == NULL || found->role != CHIME__ROLE_ACTOR)
+    return 0;
+  uint32_t owner = 1;
+  for (const chime__token_config_t *t = cfg->tokens; t != found; t++)
+    owner += t->role == CHIME__ROLE_ACTOR;
+  return owner;
 }

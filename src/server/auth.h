@@ -22,5 +22,13 @@
 int chime__auth_check(const chime__config_t *cfg, int method,
                       const grpc_metadata_array *md, char *err, size_t errlen);
 const char *chime__role_name(chime__role_t role);
+/* Whose writer places an Insert call's writers count against (replay's
+ * chime__dedupe_set_owners): the actor tokens are owners 1..
+ * chime__auth_owners() in config order; a call with any other token (admin),
+ * or with no tokens configured, is owner 0, nobody's. The token is matched
+ * in constant time, as by chime__auth_check. */
+uint32_t chime__auth_owners(const chime__config_t *cfg);
+uint32_t chime__auth_owner(const chime__config_t *cfg,
+                           const grpc_metadata_array *md);
 
 #endif

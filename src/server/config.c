@@ -50,6 +50,9 @@ static void config_base(chime__config_t *cfg) {
   cfg->max_calls_per_connection = CHIME__DEFAULT_MAX_CALLS_PER_CONNECTION;
   cfg->max_calls = CHIME__DEFAULT_MAX_CALLS;
   cfg->handshake_timeout_ms = CHIME__DEFAULT_HANDSHAKE_TIMEOUT_MS;
+  /* gRPC's default: a writer's next requests wait in its buffers (insert
+   * throughput); off bounds a burst's memory (docs/operations.md). */
+  cfg->bdp_probe = 1;
   cfg->keepalive_time_ms = CHIME_KEEPALIVE_TIME_MS;
   cfg->keepalive_timeout_ms = CHIME_KEEPALIVE_TIMEOUT_MS;
   cfg->checkpoint.keep = 3;
@@ -247,6 +250,7 @@ static int parse_table(chime__table_config_t *t, json_t *obj, uint32_t index,
   t->priority_exponent = 1.0;
   t->max_writers = CHIME__INSERT_WRITERS;
   t->writer_idle_ms = CHIME__INSERT_WRITER_IDLE_MS;
+  t->writer_token_reserve = CHIME__INSERT_WRITER_TOKEN_RESERVE;
   const char *key;
   json_t *v, *compress = NULL;
   json_object_foreach(obj, key, v) {
@@ -353,6 +357,9 @@ static int parse_table(chime__table_config_t *t, json_t *obj, uint32_t index,
     } else if (strcmp(key, "writer_idle_ms") == 0) {
       if (get_range(v, kw, 0, 86400000, &t->writer_idle_ms, err, errlen) != 0)
         return CHIME_EINVAL;
+    } else if (strcmp(key, "writer_token_reserve") == 0) {
+      if (get_range(v, kw, 0, 100, &t->writer_token_reserve, err, errlen) != 0)
+        return CHIME_EINVAL;
     } else if (strcmp(key, "max_staleness") == 0) {
       if (get_u64(v, kw, &t->max_staleness, err, errlen) != 0)
         return CHIME_EINVAL;
@@ -369,8 +376,8 @@ static int parse_table(chime__table_config_t *t, json_t *obj, uint32_t index,
                   "remover, priority_exponent, max_times_sampled, min_size, "
                   "samples_per_insert, error_buffer, capacity_steps, "
                   "sequence_length, stride, episode_end, initial_priority, "
-                  "max_writers, writer_idle_ms, max_staleness, "
-                  "staleness_weight, compress)",
+                  "max_writers, writer_idle_ms, writer_token_reserve, "
+                  "max_staleness, staleness_weight, compress)",
                   kw);
     }
   }
@@ -766,6 +773,10 @@ int chime__config_parse(chime__config_t *cfg, const char *text, char *err,
       rc = parse_checkpoint(cfg, v, err, errlen);
     } else if (strcmp(key, "budgets") == 0) {
       rc = parse_budgets(cfg, v, err, errlen);
+    } else if (strcmp(key, "bdp_probe") == 0) {
+      if (!json_is_boolean(v))
+        rc = fail(err, errlen, "'bdp_probe': expected true or false");
+      cfg->bdp_probe = json_is_true(v);
     } else if (strcmp(key, "pin_host_memory") == 0) {
       if (!json_is_boolean(v))
         rc = fail(err, errlen, "'pin_host_memory': expected true or false");
@@ -805,7 +816,7 @@ int chime__config_parse(chime__config_t *cfg, const char *text, char *err,
                "keepalive_time_ms, keepalive_timeout_ms, "
                "max_connection_age_ms, max_connection_age_grace_ms, "
                "sampler_threads, shard, allowed_uids, auth, tls, checkpoint, "
-               "budgets, pin_host_memory, tables)",
+               "budgets, bdp_probe, pin_host_memory, tables)",
                key);
     }
     if (rc != 0)

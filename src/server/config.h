@@ -68,6 +68,11 @@ typedef struct {
    * excepted, ends RESOURCE_EXHAUSTED at once). Each costs about 12 KiB. */
   uint32_t max_calls_per_connection;
   uint32_t max_calls;
+  /* gRPC's HTTP/2 BDP probe on chime_server_listen's connections (off by
+   * default: then gRPC takes in at most 64 KiB of an Insert call chime has
+   * not asked to read, so the staging budget bounds what a burst of
+   * calls costs; docs/operations.md). */
+  int bdp_probe;
   uint32_t handshake_timeout_ms;
   /* HTTP/2 keepalive pings: a peer that does not answer one within the
    * timeout is dropped with its calls (0: no pings). */

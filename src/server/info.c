@@ -282,6 +282,9 @@ int chime__stats_snap(chime_server_t *srv, chime__stats_snap_t *snap) {
   server.staged_insert_bytes = gs.bytes;
   server.staged_insert_budget = gs.budget;
   server.insert_calls_parked = (uint32_t)gs.parked;
+  server.staged_insert_reserved = gs.reserved;
+  server.insert_reads_reserved = (uint32_t)gs.reads;
+  server.staged_insert_peak = gs.peak;
   server_to_msg(r, &server);
   r->checkpoints = srv->ckpt_stats.written;
   r->checkpoint_failures = srv->ckpt_stats.failed;

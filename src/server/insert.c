@@ -29,6 +29,7 @@
 #include "common/spec.h"
 #include "wire/pbread.h"
 #include "wire/insert.h"
+#include "server/auth.h"
 #include "server/insertreq.h"
 #include "server/insert.h"
 #include "server/insertcheck.h"
@@ -128,12 +129,14 @@ static void staged_free(staged_t *sg) {
 
 /* Takes the request's samples and priorities out of m, charged to the
  * staging budget. CHIME_ERESOURCE when they do not fit it. */
-static int stage(staged_t **out, msg_t *m, chime__staging_t *budget) {
+static int stage(staged_t **out, msg_t *m, chime__staging_t *budget,
+                 uint64_t *taken) {
   uint64_t bytes = m->q.data_len + (uint64_t)m->q.count * sizeof(double) +
                    (uint64_t)m->q.n_lengths * sizeof(uint32_t) +
                    (uint64_t)m->q.n_versions * sizeof(uint64_t);
   *out = NULL;
-  if (chime__staging_charge(budget, bytes) != 0)
+  chime__staging_seen(budget, bytes);
+  if (chime__staging_charge_from(budget, bytes, taken) != 0)
     return CHIME_ERESOURCE;
   staged_t *sg = calloc(1, sizeof(*sg));
   if (sg == NULL ||
@@ -197,6 +200,11 @@ struct insert_s {
    * it ends (dedupe.h). Under c->mu. */
   uint64_t writers[CHIME__INSERT_CALL_WRITERS];
   uint32_t nwriters;
+  uint32_t owner; /* whose writer places they take (auth.h) */
+  /* What the read in the works reserves of the staging budget (staging.h),
+   * under the budget's lock. */
+  uint64_t reserved;
+  uint64_t taken; /* the message's read reserved it (on_message's own) */
 };
 
 struct chime__inserter_s {
@@ -316,9 +324,21 @@ static int bind_writer(chime__call_t *c, insert_t *st, uint64_t writer,
              (unsigned long long)seq);
     return CHIME_ERESOURCE;
   }
-  int rc = chime__table_writer_bind(st->table, writer, seq);
+  int over_share = 0;
+  int rc =
+      chime__table_writer_bind(st->table, writer, seq, st->owner, &over_share);
   if (rc == CHIME_ENOMEM)
     snprintf(err, errlen, "out of memory");
+  else if (rc == CHIME_ERESOURCE && over_share)
+    snprintf(err, errlen,
+             "insert into '%s': writer %016llx not taken: this call's token "
+             "holds its share of the table's %u writer places or more, and "
+             "the places left are kept for other actor tokens "
+             "(writer_token_reserve, %u%%); nothing was inserted; try again "
+             "later",
+             tc->name, (unsigned long long)writer,
+             tc->max_writers ? tc->max_writers : CHIME__INSERT_WRITERS,
+             tc->writer_token_reserve);
   else if (rc != 0)
     writer_refused(err, errlen, st->table, rc, writer, seq);
   if (rc != 0)
@@ -331,6 +351,22 @@ static int bind_writer(chime__call_t *c, insert_t *st, uint64_t writer,
   if (ended)
     chime__table_writer_unbind(st->table, writer, 0);
   return 0;
+}
+
+/* Asks for the call's next request through the staging budget. A read
+ * that may end staged reserves a request's worth of the budget until its
+ * message arrives: always for a new call's first (its table unknown) or
+ * when its table has requests waiting, else while anything is staged or
+ * reserved (staging.h). */
+static void read_next(chime__call_t *c, insert_t *st) {
+  int always = st->table == NULL;
+  if (!always) {
+    chime__inserter_t *w = c->srv->inserters[st->tindex];
+    pthread_mutex_lock(&w->mu);
+    always = w->head != NULL || w->busy;
+    pthread_mutex_unlock(&w->mu);
+  }
+  chime__staging_recv_reserved(&c->srv->staging, c, &st->reserved, always);
 }
 
 /* Acks a request that went in (rc 0), then reads the next one, or ends
@@ -384,7 +420,7 @@ static void insert_finish(chime__call_t *c, insert_t *st, int rc,
   else if (hc)
     finish_closed(c);
   else
-    chime__staging_recv(&c->srv->staging, c);
+    read_next(c, st);
   chime__call_unref(c);
 }
 
@@ -395,14 +431,15 @@ static void insert_on_start(chime__call_t *c) {
     return;
   }
   st->call = c;
+  st->owner = chime__auth_owner(&c->srv->cfg, &c->md);
   atomic_init(&st->abort, 0);
   pthread_mutex_lock(&c->mu);
   c->state = st;
   pthread_mutex_unlock(&c->mu);
-  chime__staging_recv(&c->srv->staging, c);
+  read_next(c, st);
 }
 
-static void insert_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
+static void on_request(chime__call_t *c, grpc_byte_buffer *bb) {
   insert_t *st = c->state;
   chime_server_t *srv = c->srv;
   char err[1024];
@@ -574,7 +611,7 @@ static void insert_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
     rc = w->head == NULL && !w->busy ? insert_direct(w->t, req, &first_key, &dq)
                                      : CHIME_EBUSY;
     if (rc == CHIME_EBUSY) {
-      rc = stage(&st->req, req, &srv->staging);
+      rc = stage(&st->req, req, &srv->staging, &st->taken);
       if (rc == 0) {
         st->next = NULL;
         if (w->tail != NULL)
@@ -598,6 +635,21 @@ static void insert_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
 fail:
   msg_free(req);
   finish_err(c, rc, err);
+}
+
+/* The read's reservation is given back once its message is staged,
+ * refused or in the table (a read for the next one, asked for meanwhile,
+ * reserves anew). */
+static void insert_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
+  insert_t *st = c->state;
+  chime__staging_t *g = &c->srv->staging;
+  st->taken = chime__staging_take(g, &st->reserved);
+  if (bb != NULL)
+    chime__staging_seen(g, grpc_byte_buffer_length(bb));
+  on_request(c, bb);
+  uint64_t left = st->taken; /* not turned into staged bytes */
+  st->taken = 0;
+  chime__staging_unreserve_bytes(g, left);
 }
 
 static void insert_done(chime__inserter_t *w, insert_t *st) {
@@ -725,8 +777,10 @@ static void insert_on_close(chime__call_t *c) {
   }
   pthread_mutex_unlock(&c->mu);
   chime__staging_forget(&c->srv->staging, c);
-  if (st != NULL)
+  if (st != NULL) {
+    chime__staging_unreserve(&c->srv->staging, &st->reserved);
     abort_wait(st);
+  }
   /* A request of the call still in the works meets its writer idle, not
    * forgotten: idle ones are kept writer_idle_ms (and a call with one in
    * the works did not end closed). */
@@ -735,6 +789,11 @@ static void insert_on_close(chime__call_t *c) {
 }
 
 static void insert_on_free(chime__call_t *c) {
+  insert_t *st = c->state;
+  /* A read asked for after the call ended, never completed. Nothing else
+   * holds the call now (a parked one is held by a reference). */
+  if (st != NULL && st->reserved != 0)
+    chime__staging_unreserve(&c->srv->staging, &st->reserved);
   free(c->state);
   c->state = NULL;
 }

@@ -294,6 +294,8 @@ int chime_server_create(chime_server_t **out, const chime_server_opts_t *opts) {
   read_identity(srv);
   for (uint32_t i = 0; i < srv->cfg.ntables; i++) {
     srv->cfg.tables[i].shard = srv->cfg.shard; /* the keys it issues */
+    /* Each actor token owns its share of the writer places (auth.h). */
+    srv->cfg.tables[i].writer_owners = chime__auth_owners(&srv->cfg);
     rc = chime__table_create(&srv->tables[i], &srv->cfg.tables[i]);
     if (rc != 0) {
       snprintf(err, errlen, "table '%s': cannot reserve its storage: %s",
@@ -600,7 +602,7 @@ static void warn_exposed(const chime__config_t *cfg) {
 static int listen_on(chime_server_t *srv, char *bound, size_t boundlen,
                      char *err, size_t errlen) {
   int rc = 0;
-  grpc_arg args[8 + CHIME__KEEPALIVE_ARGS];
+  grpc_arg args[9 + CHIME__KEEPALIVE_ARGS];
   grpc_server_credentials *tls = NULL;
   if (srv == NULL || srv->host.gs != NULL) {
     snprintf(err, errlen,
@@ -659,6 +661,18 @@ static int listen_on(chime_server_t *srv, char *bound, size_t boundlen,
     args[nargs].key = (char *)GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS;
     args[nargs++].value.integer = (int)srv->cfg.handshake_timeout_ms;
     chime__tls_port_arg(&args[nargs++], &srv->tls_handler);
+  }
+  if (!srv->cfg.bdp_probe) {
+    /* gRPC grows a connection's receive windows with its measured
+     * bandwidth-delay product, and then takes in that much of each Insert
+     * call chime has not asked to read (parked by the staging budget):
+     * +95 MiB for 95 parked calls of 1 MiB here. Without the probe it is
+     * 64 KiB a call, and a read chime asks for still opens the window to
+     * its whole message. The price: one writer's throughput (its next
+     * requests no longer wait in gRPC's buffers), docs/operations.md. */
+    args[nargs].type = GRPC_ARG_INTEGER;
+    args[nargs].key = (char *)GRPC_ARG_HTTP2_BDP_PROBE;
+    args[nargs++].value.integer = 0;
   }
   grpc_channel_args ca = {nargs, args};
   grpc_server *gs = grpc_server_create(&ca, NULL);

@@ -23,6 +23,7 @@
 #define ACTOR "actor-7f3a9c1e52d04b8e"
 #define LEARNER "learner-0c6e1d9b3a7f5e24"
 #define ADMIN "admin-5b8d2f0e9c1a7d63"
+#define ACTOR2 "actor-2-91c4e07d3b5a6f18"
 
 static chime__chimed_t chimed;
 static grpc_channel *ch;
@@ -219,12 +220,103 @@ static void test_warning_beyond_loopback(void **state) {
   }
 }
 
+static char writer_err[1024];
+
+/* Opens a writer of client c on table and inserts one sample: 0, or the
+ * error (its text in writer_err; the writer closed). */
+static int one_writer(chime_client_t *c, const char *table,
+                      chime_writer_t **out) {
+  chime_writer_t *w = NULL;
+  uint64_t x = 7;
+  assert_int_equal(chime_writer_open(&w, c, table, NULL), 0);
+  int rc = chime_writer_append(w, &x, sizeof x, 1.0);
+  if (rc == 0)
+    rc = chime_writer_flush(w);
+  if (rc != 0) {
+    snprintf(writer_err, sizeof writer_err, "%s", chime_last_error());
+    int closed = chime_writer_close(w); /* rc again */
+    (void)closed;
+    return rc;
+  }
+  *out = w;
+  return 0;
+}
+
+/* Issue 33: one actor token's holder opens writers (each on its open call,
+ * so bound: never forgotten) until the table refuses one; another actor
+ * token's new writer is still taken at once, without waiting for
+ * writer_idle_ms (10 min here). Table "w" remembers 8 writers and, with
+ * two actor tokens, keeps 50% (writer_token_reserve's default) for them:
+ * 2 each, so the first holds 6. A single actor token (the fixture's; an
+ * admin and a learner token beside it) still fills every place. Before:
+ * the first filled all 8 and the second's writer was refused. */
+static void test_token_share_of_writer_places(void **state) {
+  (void)state;
+  enum { MAX = 8 };
+  char a[512], b[512], l[512], cfg[2048];
+  assert_int_equal(
+      chime__harness_write_file("a1.token", ACTOR "\n", a, sizeof a), 0);
+  assert_int_equal(
+      chime__harness_write_file("a2.token", ACTOR2 "\n", b, sizeof b), 0);
+  assert_int_equal(
+      chime__harness_write_file("l1.token", LEARNER "\n", l, sizeof l), 0);
+  for (int two = 0; two < 2; two++) {
+    snprintf(cfg, sizeof cfg,
+             "{\"auth\": {\"tokens\": [{\"file\": \"%s\", \"role\": "
+             "\"actor\"}, {\"file\": \"%s\", \"role\": \"%s\"}]},\n"
+             " \"tables\": [{\"name\": \"w\", \"spec\": \"x:u64[]\", "
+             "\"capacity\": 1000, \"sampler\": \"uniform\", "
+             "\"max_writers\": %d, \"writer_idle_ms\": 600000}]}\n",
+             a, two ? b : l, two ? "actor" : "learner", MAX);
+    chime__chimed_t d;
+    grpc_channel *c2;
+    assert_int_equal(chime__raw_fixture_start(&d, &c2, cfg), 0);
+    chime_client_opts_t o = CHIME_CLIENT_OPTS_INIT;
+    chime_client_t *c1 = NULL, *cb = NULL;
+    o.token = ACTOR;
+    assert_int_equal(chime_client_create(&c1, d.addr, &o), 0);
+    o.token = ACTOR2;
+    assert_int_equal(chime_client_create(&cb, d.addr, &o), 0);
+    chime_writer_t *ws[MAX + 1] = {NULL}, *wb = NULL;
+    int n = 0, rc = 0;
+    while (n <= MAX && (rc = one_writer(c1, "w", &ws[n])) == 0)
+      n++;
+    assert_int_equal(rc, CHIME_ERESOURCE);
+    if (strstr(writer_err, "not taken") == NULL)
+      fail_msg("refused: %s", writer_err);
+    if (two) {
+      assert_int_equal(n, MAX - MAX / 4);
+      if (strstr(writer_err, "writer_token_reserve") == NULL)
+        fail_msg("refused: %s", writer_err);
+      /* The other token's new writer: taken at once, no retry. */
+      rc = one_writer(cb, "w", &wb);
+      if (rc != 0)
+        fail_msg("the second token's writer: %s: %s", chime_err_name(rc),
+                 writer_err);
+      assert_int_equal(chime_writer_close(wb), 0);
+    } else {
+      assert_int_equal(n, MAX); /* one actor token: every place */
+    }
+    for (int i = 0; i < n; i++)
+      assert_int_equal(chime_writer_close(ws[i]), 0);
+    chime_client_destroy(c1);
+    chime_client_destroy(cb);
+    /* Not raw_fixture_stop: it kills every process spawned, the
+     * fixture's chimed too. */
+    grpc_channel_destroy(c2);
+    grpc_shutdown_blocking(); /* raw_fixture_start's grpc_init */
+    int st = 0;
+    assert_int_equal(chime__chimed_stop(&d, 20000, &st), 0);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_unknown_or_missing_token),
       cmocka_unit_test(test_roles),
       cmocka_unit_test(test_bad_token_file),
       cmocka_unit_test(test_warning_beyond_loopback),
+      cmocka_unit_test(test_token_share_of_writer_places),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -205,6 +205,54 @@ static void test_unacked_request_never_goes_in(void **state) {
   chime_stats_free(sv);
 }
 
+typedef struct {
+  chime__raw_t *r;
+  size_t bytes;
+  uint64_t id;
+  pthread_t th;
+  atomic_int refused;        /* the server ended the call */
+  atomic_int budget_refused; /* with "budget spent" */
+  const char *table;         /* NULL: "m" */
+  uint32_t n;                /* samples of `bytes` each; 0: 1 */
+} sender_t;
+
+/* Sends one request, then waits for the call's end. A send completes once
+ * gRPC has written it, which a parked call's never is until it is read
+ * (chimed lets gRPC take in 64 KiB of a call it has not asked to read):
+ * each call sends from a thread of its own. */
+static void *sender_main(void *arg) {
+  sender_t *s = arg;
+  uint32_t n = s->n ? s->n : 1;
+  uint8_t *data = calloc(n, s->bytes);
+  if (data == NULL)
+    return NULL;
+  for (uint32_t i = 0; i < n; i++) {
+    uint64_t id = s->id + i;
+    memcpy(data + (size_t)i * s->bytes, &id, sizeof(id));
+  }
+  Chime__V1__InsertRequest q = CHIME__V1__INSERT_REQUEST__INIT;
+  q.table = (char *)(s->table ? s->table : "m");
+  q.count = n;
+  q.data.data = data;
+  q.data.len = (size_t)n * s->bytes;
+  q.id = s->id;
+  int rc = chime__raw_send(s->r, &q.base);
+  free(data);
+  grpc_byte_buffer *bb = NULL;
+  if (rc == 0 && chime__raw_recv(s->r, &bb, 600000) == 0 && bb == NULL) {
+    grpc_status_code st;
+    char details[512];
+    if (chime__raw_finish(s->r, &st, details, sizeof details, 20000) == 0 &&
+        st == GRPC_STATUS_RESOURCE_EXHAUSTED &&
+        strstr(details, "staged_insert_bytes") != NULL)
+      atomic_store(&s->budget_refused, 1);
+    atomic_store(&s->refused, 1);
+  }
+  if (bb != NULL)
+    grpc_byte_buffer_destroy(bb);
+  return NULL;
+}
+
 /* One wave of CALLS calls, each bringing one 2 MiB request into the full
  * table: 6 MiB of budget take two (plus their priorities' room), the rest
  * are refused or not read; when the calls end, everything is given back. */
@@ -212,8 +260,18 @@ enum { CALLS = 32 };
 
 static void attack_wave(uint64_t first_id) {
   chime__raw_t r[CALLS];
-  for (int i = 0; i < CALLS; i++)
-    send_samples(&r[i], "big", BIG, first_id + 2 * (uint64_t)i, 2, 60000);
+  sender_t snd[CALLS];
+  memset(snd, 0, sizeof snd);
+  for (int i = 0; i < CALLS; i++) {
+    snd[i].r = &r[i];
+    snd[i].bytes = BIG;
+    snd[i].n = 2;
+    snd[i].table = "big";
+    snd[i].id = first_id + 2 * (uint64_t)i;
+    assert_int_equal(
+        chime__raw_start(&r[i], ch, "/chime.v1.Chime/Insert", 60000), 0);
+    assert_int_equal(pthread_create(&snd[i].th, NULL, sender_main, &snd[i]), 0);
+  }
   wait_staged(2u * (2 * BIG + 16), 1);
   int64_t end = chime__now_ms() + 15000;
   uint32_t parked = 0, refused = 0;
@@ -221,18 +279,10 @@ static void attack_wave(uint64_t first_id) {
     /* Settled: every call either staged, refused or parked. */
     refused = 0;
     for (int i = 0; i < CALLS; i++) {
-      grpc_byte_buffer *bb = NULL;
-      if (r[i].finished)
-        refused++;
-      else if (chime__raw_recv(&r[i], &bb, 1) == 0 && bb == NULL) {
-        grpc_status_code st;
-        char details[512];
-        assert_int_equal(
-            chime__raw_finish(&r[i], &st, details, sizeof details, 5000), 0);
-        assert_int_equal(st, GRPC_STATUS_RESOURCE_EXHAUSTED);
-        assert_non_null(strstr(details, "staged_insert_bytes"));
-        refused++;
-      }
+      refused += atomic_load(&snd[i].refused);
+      /* A call ended only by a refusal for the budget. */
+      assert_int_equal(atomic_load(&snd[i].refused),
+                       atomic_load(&snd[i].budget_refused));
     }
     chime_stats_t *s = stats();
     assert_true(s->staged_insert_bytes <= BUDGET);
@@ -247,7 +297,11 @@ static void attack_wave(uint64_t first_id) {
     chime__sleep_ms(20);
   }
   for (int i = 0; i < CALLS; i++)
+    grpc_call_cancel(r[i].call, NULL);
+  for (int i = 0; i < CALLS; i++) {
+    pthread_join(snd[i].th, NULL);
     chime__raw_destroy(&r[i]);
+  }
   wait_staged(0, 0);
   chime_stats_t *s = stats();
   assert_int_equal(s->insert_calls_parked, 0);
@@ -297,36 +351,6 @@ static uint64_t status_kb(pid_t pid, const char *key) {
     }
   fclose(f);
   return (uint64_t)kb << 10;
-}
-
-typedef struct {
-  chime__raw_t *r;
-  size_t bytes;
-  uint64_t id;
-  pthread_t th;
-  atomic_int refused; /* the server ended the call */
-} sender_t;
-
-/* Sends one request of one sample, then waits for the call's end. */
-static void *sender_main(void *arg) {
-  sender_t *s = arg;
-  uint8_t *data = calloc(1, s->bytes);
-  if (data == NULL)
-    return NULL;
-  Chime__V1__InsertRequest q = CHIME__V1__INSERT_REQUEST__INIT;
-  q.table = (char *)"m";
-  q.count = 1;
-  q.data.data = data;
-  q.data.len = s->bytes;
-  q.id = s->id;
-  int rc = chime__raw_send(s->r, &q.base);
-  free(data);
-  grpc_byte_buffer *bb = NULL;
-  if (rc == 0 && chime__raw_recv(s->r, &bb, 600000) == 0 && bb == NULL)
-    atomic_store(&s->refused, 1);
-  if (bb != NULL)
-    grpc_byte_buffer_destroy(bb);
-  return NULL;
 }
 
 /* Staged requests' memory goes back to the system once they are gone, so
@@ -381,6 +405,112 @@ static void test_staged_memory_given_back(void **state) {
   assert_true(rss2 + (40u << 20) <= rss1);
 }
 
+/* Issue 33: a burst of new Insert calls, each bringing one request into a
+ * full fifo table at once. gRPC reads a call's message whole once chimed
+ * asks for it, and chimed asked at once on every new call: the calls past
+ * the budget were read and then refused (RESOURCE_EXHAUSTED), each read a
+ * request gRPC held beside the staged ones. Now a new call's read reserves
+ * a request's worth of the budget until its message arrives, and is asked
+ * for only while the budget has room: the burst is staged up to the
+ * budget, the rest parked (not read), none refused, and what chimed asked
+ * for never passed the budget (staged_insert_peak, staged + reserved). */
+static void test_burst_of_new_calls_within_budget(void **state) {
+  (void)state;
+  enum { N = 100, MIB = 1, BUDGET_MIB = 6 };
+  size_t sb = (size_t)MIB << 20;
+  uint64_t budget = (uint64_t)BUDGET_MIB << 20;
+  char cfg[512];
+  snprintf(cfg, sizeof cfg,
+           "{\"budgets\": {\"staged_insert_bytes\": %llu},\n"
+           " \"tables\": [{\"name\": \"m\", \"spec\": \"x:u8[%zu]\", "
+           "\"capacity\": 1, \"sampler\": \"fifo\"}]}",
+           (unsigned long long)budget, sb);
+  chime__chimed_t d;
+  grpc_channel *c2;
+  chime_client_t *cl;
+  assert_int_equal(chime__raw_fixture_start(&d, &c2, cfg), 0);
+  assert_int_equal(chime_client_create(&cl, d.addr, NULL), 0);
+  grpc_channel *saved = ch;
+  ch = c2;
+  insert_acked("m", sb, 0, 1); /* full */
+  uint64_t rss0 = status_kb(d.proc.pid, "VmRSS");
+  chime__raw_t *r = calloc(N, sizeof(*r));
+  sender_t *snd = calloc(N, sizeof(*snd));
+  assert_true(r != NULL && snd != NULL);
+  for (unsigned i = 0; i < N; i++) {
+    snd[i].r = &r[i];
+    snd[i].bytes = sb;
+    snd[i].id = 10 + i;
+    assert_int_equal(
+        chime__raw_start(&r[i], ch, "/chime.v1.Chime/Insert", 300000), 0);
+  }
+  for (unsigned i = 0; i < N; i++)
+    assert_int_equal(pthread_create(&snd[i].th, NULL, sender_main, &snd[i]), 0);
+  /* Settled: every call staged, parked or refused (bounded poll). */
+  chime_stats_t *st = NULL;
+  uint32_t staged_n = 0, refused = 0;
+  for (int64_t end = chime__now_ms() + 60000;; chime__sleep_ms(20)) {
+    assert_int_equal(chime_client_stats(cl, &st), 0);
+    assert_true(st->staged_insert_bytes <= budget);
+    staged_n = (uint32_t)(st->staged_insert_bytes / (sb + 8));
+    refused = 0;
+    for (unsigned i = 0; i < N; i++)
+      refused += atomic_load(&snd[i].refused);
+    if (staged_n + st->insert_calls_parked + refused == N &&
+        st->insert_reads_reserved == 0)
+      break;
+    if (chime__now_ms() > end)
+      fail_msg("%u staged + %u parked + %u refused of %d calls, %u reads "
+               "reserved",
+               staged_n, st->insert_calls_parked, refused, N,
+               st->insert_reads_reserved);
+    chime_stats_free(st);
+  }
+  uint64_t rss1 = status_kb(d.proc.pid, "VmRSS");
+  uint64_t hwm = status_kb(d.proc.pid, "VmHWM");
+  fprintf(stderr,
+          "%d new calls x %d MiB at once, budget %d MiB: %u staged, %u "
+          "parked, %u refused; staged+reserved peak %llu KiB; chimed RSS "
+          "+%llu MiB (peak +%llu)\n",
+          N, MIB, BUDGET_MIB, staged_n, st->insert_calls_parked, refused,
+          (unsigned long long)st->staged_insert_peak >> 10,
+          (unsigned long long)(rss1 > rss0 ? rss1 - rss0 : 0) >> 20,
+          (unsigned long long)(hwm > rss0 ? hwm - rss0 : 0) >> 20);
+  /* Nothing read that the budget could not take, and never more asked of
+   * gRPC than the budget: before, 90 or so of the 100 were read, then
+   * refused. */
+  assert_int_equal(refused, 0);
+  assert_true(st->staged_insert_peak <= budget);
+  assert_true(staged_n >= 1);
+  assert_int_equal(st->staged_insert_reserved, 0);
+  chime_stats_free(st);
+  for (unsigned i = 0; i < N; i++)
+    grpc_call_cancel(r[i].call, NULL);
+  for (unsigned i = 0; i < N; i++) {
+    pthread_join(snd[i].th, NULL);
+    chime__raw_destroy(&r[i]);
+  }
+  free(r);
+  free(snd);
+  /* Everything given back once the calls ended. */
+  for (int64_t end = chime__now_ms() + 20000;; chime__sleep_ms(20)) {
+    assert_int_equal(chime_client_stats(cl, &st), 0);
+    int done = st->staged_insert_bytes == 0 && st->insert_calls_parked == 0 &&
+               st->staged_insert_reserved == 0;
+    chime_stats_free(st);
+    if (done)
+      break;
+    if (chime__now_ms() > end)
+      fail_msg("staging not given back after the calls ended");
+  }
+  ch = saved;
+  chime_client_destroy(cl);
+  grpc_channel_destroy(c2);
+  grpc_shutdown_blocking();
+  int rc = 0;
+  chime__chimed_stop(&d, 20000, &rc);
+}
+
 /* CHIME_STAGING_MEASURE=MIB[,CALLS[,seq]] (by hand, not in the suite):
  * chimed at the default budget (256 MiB) with a full fifo table of one
  * sample of MIB MiB, and CALLS (24) calls each bringing one such request,
@@ -416,8 +546,6 @@ static void test_measure_rss(void **state) {
   chime__raw_t *r = calloc(calls, sizeof(*r));
   sender_t *snd = calloc(calls, sizeof(*snd));
   assert_true(r != NULL && snd != NULL);
-  /* A send completes once gRPC has written it, which a parked call's
-   * never is until it is read: each call sends from a thread of its own. */
   for (unsigned i = 0; i < calls; i++) {
     snd[i].r = &r[i];
     snd[i].bytes = sb;
@@ -492,6 +620,7 @@ int main(void) {
       cmocka_unit_test(test_unacked_request_never_goes_in),
       cmocka_unit_test(test_staged_bytes_bounded),
       cmocka_unit_test(test_staged_memory_given_back),
+      cmocka_unit_test(test_burst_of_new_calls_within_budget),
       cmocka_unit_test(test_measure_rss),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

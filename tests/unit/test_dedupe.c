@@ -211,6 +211,57 @@ static void test_restored_forgets_all(void **state) {
   chime__dedupe_destroy(d);
 }
 
+/* Owners' shares (chime__dedupe_set_owners): of 8 places, 2 owners owed
+ * 50% between them (2 each). Owner 1 fills all it may (6) and its next is
+ * refused over its share, nobody forgotten; owner 2's writers find places
+ * at once; owner 0 (no actor token) is never held back; a closed writer's
+ * place counts as takeable again. One owner: it fills every place. */
+static void test_owner_shares(void **state) {
+  (void)state;
+  chime__dedupe_t *d = make(8, 600000);
+  assert_int_equal(chime__dedupe_set_owners(d, 2, 50), 0);
+  uint64_t w = 1;
+  int rc = 0, taken = 0;
+  while ((rc = chime__dedupe_bind_as(d, w++, 1, 1)) == 0)
+    taken++;
+  assert_int_equal(rc, CHIME_ERESOURCE);
+  assert_int_equal(taken, 6);
+  chime__dedupe_stats_t st;
+  chime__dedupe_stats(d, &st);
+  assert_int_equal(st.share_refused, 1);
+  assert_int_equal(st.forgotten, 0);
+  assert_int_equal(chime__dedupe_owner_held(d, 1), 6);
+  assert_int_equal(chime__dedupe_bind_as(d, 100, 1, 2), 0);
+  assert_int_equal(chime__dedupe_bind_as(d, 101, 1, 2), 0);
+  assert_int_equal(chime__dedupe_owner_held(d, 2), 2);
+  /* Full now: anyone is refused, for want of a place. */
+  assert_int_equal(chime__dedupe_bind_as(d, 102, 1, 2), CHIME_ERESOURCE);
+  assert_int_equal(chime__dedupe_bind_as(d, 103, 1, 0), CHIME_ERESOURCE);
+  chime__dedupe_stats(d, &st);
+  assert_int_equal(st.share_refused, 1);
+  /* Owner 2 closes one: owed a place again, which owner 1 may not take
+   * but owner 2 may (it takes the closed writer's place). */
+  chime__dedupe_unbind(d, 100, 1);
+  assert_int_equal(chime__dedupe_owner_held(d, 2), 1);
+  assert_int_equal(chime__dedupe_bind_as(d, 104, 1, 1), CHIME_ERESOURCE);
+  assert_int_equal(chime__dedupe_bind_as(d, 105, 1, 2), 0);
+  /* Owner 1 closes two: one of their places is owed to nobody. */
+  chime__dedupe_unbind(d, 1, 1);
+  chime__dedupe_unbind(d, 2, 1);
+  assert_int_equal(chime__dedupe_bind_as(d, 106, 1, 0), 0); /* owner 0 */
+  assert_int_equal(chime__dedupe_bind_as(d, 107, 1, 1), 0);
+  chime__dedupe_destroy(d);
+
+  d = make(8, 600000);
+  assert_int_equal(chime__dedupe_set_owners(d, 1, 50), 0); /* one token */
+  for (w = 1; w <= 8; w++)
+    assert_int_equal(chime__dedupe_bind_as(d, w, 1, 1), 0);
+  assert_int_equal(chime__dedupe_bind_as(d, w, 1, 1), CHIME_ERESOURCE);
+  chime__dedupe_stats(d, &st);
+  assert_int_equal(st.share_refused, 0);
+  chime__dedupe_destroy(d);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bound_never_forgotten),
@@ -219,6 +270,7 @@ int main(void) {
       cmocka_unit_test(test_writer_per_episode_forever),
       cmocka_unit_test(test_no_window_is_lru),
       cmocka_unit_test(test_restored_forgets_all),
+      cmocka_unit_test(test_owner_shares),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

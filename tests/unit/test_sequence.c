@@ -367,7 +367,7 @@ static void test_lanes_of_ended_episodes_go_first(void **state) {
   tc.max_writers = 4;
   assert_int_equal(chime__table_create(&t, &tc), 0);
   seq_writer_t a = {1, 0, 1, 0};
-  assert_int_equal(chime__table_writer_bind(t, a.id, 1), 0);
+  assert_int_equal(chime__table_writer_bind(t, a.id, 1, 0, NULL), 0);
   assert_int_equal(seq_append(t, &a, 3, 0), 0);
   for (uint64_t i = 0; i < 20; i++) {
     seq_writer_t e = {100 + i, 0, (uint32_t)(100 + i), 0};

@@ -422,8 +422,9 @@ int chime__dedupe_load(chime__dedupe_t *d, uint64_t writer,
   if (d->nwriters == d->max_writers)
     return CHIME_ERESOURCE; /* nobody's place is taken for it */
   /* Its first request, as add() wants a new writer's: not refused as a
-   * forgotten one, which it is not. */
-  int rc = add(d, writer, 1, &w);
+   * forgotten one, which it is not. No token's (owner 0): a checkpoint
+   * does not say whose it was, so it counts against no token's share. */
+  int rc = add(d, writer, 1, 0, &w);
   if (rc != 0)
     return rc;
   memcpy(w->win, e, n * sizeof(*e));

@@ -430,8 +430,8 @@ static size_t ckpt_len_at(const chime__table_t *t, uint32_t i) {
   char spec[256];
   assert_int_equal(
       chime_spec_format(&chime__table_config(t)->spec, spec, sizeof(spec)), 0);
-  /* ... the newest version, no compressed leaves (version 6) */
-  size_t at = 8 + 4 + 4 + 4 + (4 + 3) + (4 + strlen(spec)) + 8 * 8 + 8 + 4;
+  /* ... the newest version, no compressed leaves, no writers (version 6) */
+  size_t at = 8 + 4 + 4 + 4 + (4 + 3) + (4 + strlen(spec)) + 8 * 8 + 8 + 4 + 8;
   for (uint32_t j = 0; j < i; j++)
     at += 28 + 8 + 8 + 8 * (size_t)CK_LEN[j] + 4;
   return at + 28 + 8;

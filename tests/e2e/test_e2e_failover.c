@@ -822,13 +822,7 @@ static void test_move_to_shard_that_forgot(void **state) {
     write_on(chime_client_shard(c, (uint32_t)y), "m", 50 + j, 0, 1);
   chime__proc_kill(&shard_d[x].proc);
   /* Request 2 goes nowhere until the writer moves to y. */
-  for (uint32_t i = 0; i < BATCH; i++) {
-    item_t it = {7, BATCH + i};
-    if (chime_writer_append(wr, &it, sizeof it, 1.0) != 0)
-      fail_msg("append: %s", chime_last_error());
-  }
-  if (chime_writer_flush(wr) != 0)
-    fail_msg("flush after the move: %s", chime_last_error());
+  write_items(wr, 7, BATCH, BATCH); /* request 2: after the move */
   assert_int_equal(chime_writer_acked(wr), 2 * BATCH);
   /* And it goes on there. */
   write_items(wr, 7, 2 * BATCH, BATCH);
@@ -947,13 +941,7 @@ static void test_quick_restart_moves_on(void **state) {
   chime__proc_kill(&shard_d[x].proc);
   restart_on_port(x, shard_cfg[x], 1);
   /* Request 2 reaches the restarted shard, which remembers the writer. */
-  for (uint32_t i = 0; i < BATCH; i++) {
-    item_t it = {7, BATCH + i};
-    if (chime_writer_append(wr, &it, sizeof it, 1.0) != 0)
-      fail_msg("append: %s", chime_last_error());
-  }
-  if (chime_writer_flush(wr) != 0)
-    fail_msg("flush after the restart: %s", chime_last_error());
+  write_items(wr, 7, BATCH, BATCH); /* request 2: after the restart */
   assert_int_equal(chime_writer_acked(wr), 2 * BATCH);
   write_items(wr, 7, 2 * BATCH, BATCH); /* and it goes on there */
   assert_int_equal(chime_writer_close(wr), 0);
@@ -1000,13 +988,7 @@ static void test_forgetting_restart_moves_on(void **state) {
   chime_server_info_free(info);
   chime__proc_kill(&shard_d[0].proc);
   restart_on_port(0, shard_cfg[0], 1);
-  for (uint32_t i = 0; i < BATCH; i++) {
-    item_t it = {7, BATCH + i};
-    if (chime_writer_append(wr, &it, sizeof it, 1.0) != 0)
-      fail_msg("append: %s", chime_last_error());
-  }
-  if (chime_writer_flush(wr) != 0)
-    fail_msg("flush after the restart: %s", chime_last_error());
+  write_items(wr, 7, BATCH, BATCH); /* request 2: after the restart */
   assert_int_equal(chime_writer_acked(wr), 2 * BATCH);
   assert_int_equal(chime_writer_close(wr), 0);
   assert_int_equal(table_inserts(yc, "m"), BATCH);

@@ -29,8 +29,8 @@
  * (*_5_v5; ragged_*: of the ragged spec, lengths 0 to the bound), also
  * written by test_checkpoint with CHIME_CKPT_SEEDS; version 6 files
  * (*_v6, written by it now), which hold the compressed leaves' list (none
- * here) and the writers' exactly-once windows after the header (fifo_writers_v6: two writers' requests; the seq_*
- * ones: three writers'). */
+ * here) and the writers' exactly-once windows after the header
+ * (fifo_writers_v6: two writers' requests; the seq_* ones: three writers'). */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>

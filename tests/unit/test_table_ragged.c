@@ -23,6 +23,7 @@
 #include "replay/ckpt_format.h"
 #include "replay/crc32c.h"
 #include "replay/table.h"
+#include "table_ckpt.h"
 #include "table_slot.h"
 
 #define SPEC "tokens:i32[<=64], lp:f32[<=64 ~tokens], r:f32[]"
@@ -370,38 +371,6 @@ static void test_refusals(void **state) {
   tc.stride = 4;
   tc.sampler = CHIME__SAMPLER_UNIFORM;
   assert_int_equal(chime__table_create(&t, &tc), CHIME_EINVAL);
-}
-
-/* t's checkpoint table file (ckpt_format.c), read back whole into *p. */
-static size_t ckpt_write(chime__table_t *t, uint8_t **p) {
-  FILE *f = tmpfile();
-  assert_non_null(f);
-  uint8_t *buf = malloc(CHIME__CKPT_WBUF);
-  assert_non_null(buf);
-  chime__ckpt_file_t out;
-  char err[256] = "";
-  if (chime__checkpoint_write_table(t, fileno(f), buf, "tmp", &out, err,
-                                    sizeof(err)) != 0)
-    fail_msg("write: %s", err);
-  free(buf);
-  size_t n = (size_t)out.bytes;
-  *p = malloc(n);
-  assert_non_null(*p);
-  assert_int_equal(pread(fileno(f), *p, n, 0), (ssize_t)n);
-  fclose(f);
-  return n;
-}
-
-/* Verifies, then loads p into t (as restore does). */
-static int ckpt_load(chime__table_t *t, const uint8_t *p, size_t n, char *err,
-                     size_t errlen) {
-  uint64_t items;
-  int rc = chime__checkpoint_load_table(p, n, NULL, 0, "table-000.ckpt", &items,
-                                        err, errlen);
-  if (rc == 0)
-    rc = chime__checkpoint_load_table(p, n, &t, 1, "table-000.ckpt", &items,
-                                      err, errlen);
-  return rc;
 }
 
 static const uint32_t CK_LEN[5] = {0, 3, 64, 1, 10};

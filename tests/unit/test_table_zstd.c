@@ -23,6 +23,7 @@
 #include "replay/crc32c.h"
 #include "replay/table.h"
 #include "replay/zleaf.h"
+#include "table_ckpt.h"
 #include "table_slot.h"
 
 #define SPEC "obs:u8[84,84], a:i32[]"
@@ -161,36 +162,6 @@ static void test_eviction_frees(void **state) {
   assert_int_equal(st.raw_bytes, 4 * SAMPLE);
   assert_int_equal(st.stored_bytes, 4 * (SAMPLE + 4));
   chime__table_destroy(t);
-}
-
-static size_t ckpt_write(chime__table_t *t, uint8_t **p) {
-  FILE *f = tmpfile();
-  assert_non_null(f);
-  uint8_t *buf = malloc(CHIME__CKPT_WBUF);
-  assert_non_null(buf);
-  chime__ckpt_file_t out;
-  char err[256] = "";
-  if (chime__checkpoint_write_table(t, fileno(f), buf, "tmp", &out, err,
-                                    sizeof(err)) != 0)
-    fail_msg("write: %s", err);
-  free(buf);
-  size_t n = (size_t)out.bytes;
-  *p = malloc(n);
-  assert_non_null(*p);
-  assert_int_equal(pread(fileno(f), *p, n, 0), (ssize_t)n);
-  fclose(f);
-  return n;
-}
-
-static int ckpt_load(chime__table_t *t, const uint8_t *p, size_t n, char *err,
-                     size_t errlen) {
-  uint64_t items;
-  int rc = chime__checkpoint_load_table(p, n, NULL, 0, "table-000.ckpt", &items,
-                                        err, errlen);
-  if (rc == 0)
-    rc = chime__checkpoint_load_table(p, n, &t, 1, "table-000.ckpt", &items,
-                                      err, errlen);
-  return rc;
 }
 
 static void test_checkpoint(void **state) {

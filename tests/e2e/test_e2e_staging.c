@@ -409,6 +409,88 @@ static void test_staged_memory_given_back(void **state) {
   assert_true(rss2 + (40u << 20) <= rss1);
 }
 
+/* A chimed of its own whose fifo table "m" (one sample of sb bytes) is
+ * full, reached through ch (the suite's raw channel, given back by
+ * burst_end), with room for n raw Insert calls, each with a sender of one
+ * request of sb bytes (burst_call). budgets: its "budgets" object, or
+ * NULL for the defaults. */
+typedef struct {
+  chime__chimed_t d;
+  grpc_channel *c2, *saved;
+  chime_client_t *cl;
+  chime__raw_t *r;
+  sender_t *snd;
+  unsigned n;
+  size_t sb;
+  uint64_t rss0; /* chimed's RSS with the table full, before the calls */
+} burst_t;
+
+static void burst_begin(burst_t *b, const char *budgets, size_t sb,
+                        unsigned n) {
+  char cfg[512];
+  snprintf(cfg, sizeof cfg,
+           "{%s%s%s\"tables\": [{\"name\": \"m\", \"spec\": "
+           "\"x:u8[%zu]\", \"capacity\": 1, \"sampler\": \"fifo\"}]}",
+           budgets ? "\"budgets\": " : "", budgets ? budgets : "",
+           budgets ? ",\n " : "", sb);
+  memset(b, 0, sizeof(*b));
+  b->n = n;
+  b->sb = sb;
+  assert_int_equal(chime__raw_fixture_start(&b->d, &b->c2, cfg), 0);
+  assert_int_equal(chime_client_create(&b->cl, b->d.addr, NULL), 0);
+  b->saved = ch;
+  ch = b->c2;
+  insert_acked("m", sb, 0, 1); /* full */
+  b->rss0 = status_kb(b->d.proc.pid, "VmRSS");
+  b->r = calloc(n, sizeof(*b->r));
+  b->snd = calloc(n, sizeof(*b->snd));
+  assert_true(b->r != NULL && b->snd != NULL);
+}
+
+/* Starts call i; its sender is burst_send's to start. */
+static void burst_call(burst_t *b, unsigned i) {
+  b->snd[i].r = &b->r[i];
+  b->snd[i].bytes = b->sb;
+  b->snd[i].id = 10 + i;
+  assert_int_equal(
+      chime__raw_start(&b->r[i], ch, "/chime.v1.Chime/Insert", 300000), 0);
+}
+
+static void burst_send(burst_t *b, unsigned i) {
+  assert_int_equal(pthread_create(&b->snd[i].th, NULL, sender_main, &b->snd[i]),
+                   0);
+}
+
+static uint32_t burst_refused(const burst_t *b, unsigned upto) {
+  uint32_t refused = 0;
+  for (unsigned i = 0; i < upto; i++)
+    refused += (uint32_t)atomic_load(&b->snd[i].refused);
+  return refused;
+}
+
+/* Cancels every call, joins its sender and frees them. */
+static void burst_cancel(burst_t *b) {
+  for (unsigned i = 0; i < b->n; i++)
+    grpc_call_cancel(b->r[i].call, NULL);
+  for (unsigned i = 0; i < b->n; i++) {
+    pthread_join(b->snd[i].th, NULL);
+    chime__raw_destroy(&b->r[i]);
+  }
+  free(b->r);
+  free(b->snd);
+  b->r = NULL;
+  b->snd = NULL;
+}
+
+static void burst_end(burst_t *b) {
+  ch = b->saved;
+  chime_client_destroy(b->cl);
+  grpc_channel_destroy(b->c2);
+  grpc_shutdown_blocking();
+  int rc = 0;
+  chime__chimed_stop(&b->d, 20000, &rc);
+}
+
 /* Issue 33: a burst of new Insert calls, each bringing one request into a
  * full fifo table at once. gRPC reads a call's message whole once chimed
  * asks for it, and chimed asked at once on every new call: the calls past
@@ -423,33 +505,16 @@ static void test_burst_of_new_calls_within_budget(void **state) {
   enum { N = 100, MIB = 1, BUDGET_MIB = 6 };
   size_t sb = (size_t)MIB << 20;
   uint64_t budget = (uint64_t)BUDGET_MIB << 20;
-  char cfg[512];
-  snprintf(cfg, sizeof cfg,
-           "{\"budgets\": {\"staged_insert_bytes\": %llu},\n"
-           " \"tables\": [{\"name\": \"m\", \"spec\": \"x:u8[%zu]\", "
-           "\"capacity\": 1, \"sampler\": \"fifo\"}]}",
-           (unsigned long long)budget, sb);
-  chime__chimed_t d;
-  grpc_channel *c2;
-  chime_client_t *cl;
-  assert_int_equal(chime__raw_fixture_start(&d, &c2, cfg), 0);
-  assert_int_equal(chime_client_create(&cl, d.addr, NULL), 0);
-  grpc_channel *saved = ch;
-  ch = c2;
-  insert_acked("m", sb, 0, 1); /* full */
-  uint64_t rss0 = status_kb(d.proc.pid, "VmRSS");
-  chime__raw_t *r = calloc(N, sizeof(*r));
-  sender_t *snd = calloc(N, sizeof(*snd));
-  assert_true(r != NULL && snd != NULL);
-  for (unsigned i = 0; i < N; i++) {
-    snd[i].r = &r[i];
-    snd[i].bytes = sb;
-    snd[i].id = 10 + i;
-    assert_int_equal(
-        chime__raw_start(&r[i], ch, "/chime.v1.Chime/Insert", 300000), 0);
-  }
+  char budgets[64];
+  snprintf(budgets, sizeof budgets, "{\"staged_insert_bytes\": %llu}",
+           (unsigned long long)budget);
+  burst_t bu;
+  burst_begin(&bu, budgets, sb, N);
+  chime_client_t *cl = bu.cl;
   for (unsigned i = 0; i < N; i++)
-    assert_int_equal(pthread_create(&snd[i].th, NULL, sender_main, &snd[i]), 0);
+    burst_call(&bu, i);
+  for (unsigned i = 0; i < N; i++)
+    burst_send(&bu, i);
   /* Settled: every call staged, parked or refused (bounded poll). */
   chime_stats_t *st = NULL;
   uint32_t staged_n = 0, refused = 0;
@@ -457,9 +522,7 @@ static void test_burst_of_new_calls_within_budget(void **state) {
     assert_int_equal(chime_client_stats(cl, &st), 0);
     assert_true(st->staged_insert_bytes <= budget);
     staged_n = (uint32_t)(st->staged_insert_bytes / (sb + 8));
-    refused = 0;
-    for (unsigned i = 0; i < N; i++)
-      refused += atomic_load(&snd[i].refused);
+    refused = burst_refused(&bu, N);
     if (staged_n + st->insert_calls_parked + refused == N &&
         st->insert_reads_reserved == 0)
       break;
@@ -470,16 +533,16 @@ static void test_burst_of_new_calls_within_budget(void **state) {
                st->insert_reads_reserved);
     chime_stats_free(st);
   }
-  uint64_t rss1 = status_kb(d.proc.pid, "VmRSS");
-  uint64_t hwm = status_kb(d.proc.pid, "VmHWM");
+  uint64_t rss1 = status_kb(bu.d.proc.pid, "VmRSS");
+  uint64_t hwm = status_kb(bu.d.proc.pid, "VmHWM");
   fprintf(stderr,
           "%d new calls x %d MiB at once, budget %d MiB: %u staged, %u "
           "parked, %u refused; staged+reserved peak %llu KiB; chimed RSS "
           "+%llu MiB (peak +%llu)\n",
           N, MIB, BUDGET_MIB, staged_n, st->insert_calls_parked, refused,
           (unsigned long long)st->staged_insert_peak >> 10,
-          (unsigned long long)(rss1 > rss0 ? rss1 - rss0 : 0) >> 20,
-          (unsigned long long)(hwm > rss0 ? hwm - rss0 : 0) >> 20);
+          (unsigned long long)(rss1 > bu.rss0 ? rss1 - bu.rss0 : 0) >> 20,
+          (unsigned long long)(hwm > bu.rss0 ? hwm - bu.rss0 : 0) >> 20);
   /* Nothing read that the budget could not take, and never more asked of
    * gRPC than the budget: before, 90 or so of the 100 were read, then
    * refused. */
@@ -488,14 +551,7 @@ static void test_burst_of_new_calls_within_budget(void **state) {
   assert_true(staged_n >= 1);
   assert_int_equal(st->staged_insert_reserved, 0);
   chime_stats_free(st);
-  for (unsigned i = 0; i < N; i++)
-    grpc_call_cancel(r[i].call, NULL);
-  for (unsigned i = 0; i < N; i++) {
-    pthread_join(snd[i].th, NULL);
-    chime__raw_destroy(&r[i]);
-  }
-  free(r);
-  free(snd);
+  burst_cancel(&bu);
   /* Everything given back once the calls ended. */
   for (int64_t end = chime__now_ms() + 20000;; chime__sleep_ms(20)) {
     assert_int_equal(chime_client_stats(cl, &st), 0);
@@ -507,12 +563,7 @@ static void test_burst_of_new_calls_within_budget(void **state) {
     if (chime__now_ms() > end)
       fail_msg("staging not given back after the calls ended");
   }
-  ch = saved;
-  chime_client_destroy(cl);
-  grpc_channel_destroy(c2);
-  grpc_shutdown_blocking();
-  int rc = 0;
-  chime__chimed_stop(&d, 20000, &rc);
+  burst_end(&bu);
 }
 
 /* CHIME_STAGING_MEASURE=MIB[,CALLS[,seq]] (by hand, not in the suite):
@@ -533,30 +584,12 @@ static void test_measure_rss(void **state) {
   sscanf(env, "%u,%u,%7s", &mib, &calls, how);
   int one_by_one = strcmp(how, "seq") == 0;
   size_t sb = (size_t)mib << 20;
-  char cfg[512];
-  snprintf(cfg, sizeof cfg,
-           "{\"tables\": [{\"name\": \"m\", \"spec\": \"x:u8[%zu]\", "
-           "\"capacity\": 1, \"sampler\": \"fifo\"}]}",
-           sb);
-  chime__chimed_t d;
-  grpc_channel *c2;
-  chime_client_t *cl;
-  assert_int_equal(chime__raw_fixture_start(&d, &c2, cfg), 0);
-  assert_int_equal(chime_client_create(&cl, d.addr, NULL), 0);
-  grpc_channel *saved = ch;
-  ch = c2;
-  insert_acked("m", sb, 0, 1); /* full */
-  uint64_t rss0 = status_kb(d.proc.pid, "VmRSS");
-  chime__raw_t *r = calloc(calls, sizeof(*r));
-  sender_t *snd = calloc(calls, sizeof(*snd));
-  assert_true(r != NULL && snd != NULL);
+  burst_t bu;
+  burst_begin(&bu, NULL, sb, calls);
+  chime_client_t *cl = bu.cl;
   for (unsigned i = 0; i < calls; i++) {
-    snd[i].r = &r[i];
-    snd[i].bytes = sb;
-    snd[i].id = 10 + i;
-    assert_int_equal(
-        chime__raw_start(&r[i], ch, "/chime.v1.Chime/Insert", 300000), 0);
-    assert_int_equal(pthread_create(&snd[i].th, NULL, sender_main, &snd[i]), 0);
+    burst_call(&bu, i);
+    burst_send(&bu, i);
     /* "seq": each call staged, parked or refused before the next starts,
      * as calls come and go in a steady state; else all at once. */
     for (int64_t end = chime__now_ms() + 60000;
@@ -565,8 +598,7 @@ static void test_measure_rss(void **state) {
       assert_int_equal(chime_client_stats(cl, &st), 0);
       uint64_t n = st->staged_insert_bytes / (sb + 8) + st->insert_calls_parked;
       chime_stats_free(st);
-      for (unsigned k = 0; k <= i; k++)
-        n += (uint64_t)atomic_load(&snd[k].refused);
+      n += burst_refused(&bu, i + 1);
       if (n == i + 1)
         break;
     }
@@ -581,42 +613,28 @@ static void test_measure_rss(void **state) {
     staged = st->staged_insert_bytes;
     parked = st->insert_calls_parked;
     chime_stats_free(st);
-    refused = 0;
-    for (unsigned i = 0; i < calls; i++)
-      refused += atomic_load(&snd[i].refused);
+    refused = burst_refused(&bu, calls);
     uint32_t staged_n = (uint32_t)(staged / (sb + 8));
     uint32_t now = staged_n + parked + refused;
     same = now == calls && now * 1000 + parked == last ? same + 1 : 0;
     last = now * 1000 + parked;
   }
-  uint64_t rss1 = status_kb(d.proc.pid, "VmRSS");
-  uint64_t hwm = status_kb(d.proc.pid, "VmHWM");
-  for (unsigned i = 0; i < calls; i++)
-    grpc_call_cancel(r[i].call, NULL);
-  for (unsigned i = 0; i < calls; i++) {
-    pthread_join(snd[i].th, NULL);
-    chime__raw_destroy(&r[i]);
-  }
-  free(r);
-  free(snd);
+  uint64_t rss1 = status_kb(bu.d.proc.pid, "VmRSS");
+  uint64_t hwm = status_kb(bu.d.proc.pid, "VmHWM");
+  burst_cancel(&bu);
   chime__sleep_ms(2000);
-  uint64_t rss2 = status_kb(d.proc.pid, "VmRSS");
+  uint64_t rss2 = status_kb(bu.d.proc.pid, "VmRSS");
   fprintf(stderr,
           "%u calls x %u MiB%s, budget 256 MiB: staged %llu MiB, %u parked, %u "
           "refused; chimed RSS %llu MiB, +%llu MiB staged (peak +%llu), "
           "+%llu MiB after the calls ended\n",
           calls, mib, one_by_one ? " one by one" : " at once",
           (unsigned long long)staged >> 20, parked, refused,
-          (unsigned long long)rss0 >> 20,
-          (unsigned long long)(rss1 - rss0) >> 20,
-          (unsigned long long)(hwm - rss0) >> 20,
-          (unsigned long long)(rss2 > rss0 ? rss2 - rss0 : 0) >> 20);
-  ch = saved;
-  chime_client_destroy(cl);
-  grpc_channel_destroy(c2);
-  grpc_shutdown_blocking();
-  int st = 0;
-  chime__chimed_stop(&d, 20000, &st);
+          (unsigned long long)bu.rss0 >> 20,
+          (unsigned long long)(rss1 - bu.rss0) >> 20,
+          (unsigned long long)(hwm - bu.rss0) >> 20,
+          (unsigned long long)(rss2 > bu.rss0 ? rss2 - bu.rss0 : 0) >> 20);
+  burst_end(&bu);
 }
 
 int main(void) {

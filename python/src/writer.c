@@ -608,6 +608,26 @@ static PyObject *writer_taken(PyObject *o, void *unused) {
   return PyLong_FromUnsignedLongLong(((writer_t *)o)->taken);
 }
 
+static PyObject *writer_timeout(PyObject *o, void *unused) {
+  (void)unused;
+  return PyFloat_FromDouble(((writer_t *)o)->timeout_ms / 1000.0);
+}
+
+/* The timeout may change between calls (a short one while probing, a
+ * long one for a last flush); the same bounds as at open. */
+static int writer_set_timeout(PyObject *o, PyObject *v, void *unused) {
+  (void)unused;
+  double timeout = v ? PyFloat_AsDouble(v) : -1.0;
+  if (timeout == -1.0 && PyErr_Occurred())
+    return -1;
+  if (!(timeout > 0 && timeout < 2e6)) {
+    chimepy_raise(CHIME_EINVAL, "timeout must be positive seconds");
+    return -1;
+  }
+  ((writer_t *)o)->timeout_ms = (int)(timeout * 1000);
+  return 0;
+}
+
 static PyObject *writer_enter(PyObject *o, PyObject *unused) {
   (void)unused;
   Py_INCREF(o);
@@ -659,6 +679,10 @@ static PyGetSetDef writer_getset[] = {
      NULL},
     {"taken", writer_taken, NULL,
      "samples append/extend accepted (queued or sent)", NULL},
+    {"timeout", writer_timeout, writer_set_timeout,
+     "seconds a call waits without progress (an ack, samples taken) before "
+     "TimeoutError; may be changed between calls",
+     NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

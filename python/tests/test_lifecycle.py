@@ -286,6 +286,10 @@ def test_end_episode_that_timed_out_ends_nothing(server):
             with pytest.raises(chime.TimeoutError):
                 w.end_episode()  # no room: not sent
             w.append({"x": 4})
+        with pytest.raises(chime.InvalidArgumentError):
+            w.timeout = 0
+        w.timeout = 60.0  # only the stopped server's calls were to time out
+        assert w.timeout == 60.0
         w.flush()  # 2, 3, 4: the episode stays open
         w.append({"x": 5})
         w.end_episode()

@@ -26,7 +26,12 @@
  * ring has slots); time and CPU are counted over the same window: from the
  * first batch after the warm-up to the last. With --learners N, a further
  * phase per size runs N shm and N stream learner processes at once against
- * chimed while an actor inserts (fanout.h). */
+ * chimed while an actor inserts (fanout.h). With --link NAME (a chime-link
+ * running, docs/remote.md) the servers and the tcp sender are on the link's
+ * server side and this process on its learner side: memcpy and chime_shm
+ * do not run (no shared memory across hosts), tcp, grpc_plain and
+ * chime_stream cross the link. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -52,6 +57,7 @@
 #include "fanout.h"
 #include "learn.h"
 #include "measure.h"
+#include "netns.h"
 #include "spawn.h"
 
 #define MIB (UINT64_C(1) << 20)
@@ -77,7 +83,15 @@ typedef struct {
   int learners;              /* --learners N: the fan-out phase, 0: none */
   const char *learner_modes; /* --learner-modes both|shm|stream */
   double seconds;            /* its timed window per size and round */
+  const char *link;          /* --link NAME: through chime-link NAME */
 } opts_t;
+
+/* Whether case c runs: --only, and no shared memory across a link. */
+static int case_runs(const opts_t *o, int c) {
+  if (o->link != NULL && (c == C_MEMCPY || c == C_SHM))
+    return 0;
+  return o->only < 0 || c == o->only;
+}
 
 /* A case's timed window: from the first batch after the warm-up to the
  * last. CPU is the bench process's plus the case's server process's (chimed
@@ -283,8 +297,8 @@ static int run_tcp(uint64_t batch_bytes, uint64_t batches, window_t *win,
   }
   memset(&sa, 0, sizeof(sa));
   sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  inet_pton(AF_INET, chime__bench_server_host(), &sa.sin_addr);
+  lfd = chime__bench_server_socket(SOCK_STREAM);
   if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
       listen(lfd, 1) != 0 ||
       getsockname(lfd, (struct sockaddr *)&sa, &slen) != 0)
@@ -296,7 +310,8 @@ static int run_tcp(uint64_t batch_bytes, uint64_t batches, window_t *win,
   if (sfd < 0)
     goto out;
 
-  w = (tcp_writer_t){cfd, batch_bytes, win->warmup + batches, src, 0};
+  /* the server's end sends, as chimed does */
+  w = (tcp_writer_t){sfd, batch_bytes, win->warmup + batches, src, 0};
   if (pthread_create(&th, NULL, tcp_writer, &w) != 0)
     goto out;
   started = 1;
@@ -305,7 +320,7 @@ static int run_tcp(uint64_t batch_bytes, uint64_t batches, window_t *win,
       window_open(win);
     uint64_t got = 0;
     while (got < batch_bytes) {
-      ssize_t n = read(sfd, dst + got, batch_bytes - got);
+      ssize_t n = read(cfd, dst + got, batch_bytes - got);
       if (n < 0 && errno == EINTR)
         continue;
       if (n <= 0)
@@ -320,7 +335,7 @@ static int run_tcp(uint64_t batch_bytes, uint64_t batches, window_t *win,
 out:
   if (started) {
     if (rc != 0)
-      shutdown(cfd, SHUT_RDWR);
+      shutdown(sfd, SHUT_RDWR);
     pthread_join(th, NULL);
     if (rc == 0 && w.rc != 0)
       rc = w.rc;
@@ -476,7 +491,7 @@ out:
   return rc;
 }
 
-static int plain_server_main(void) {
+static int plain_server_main(const char *host) {
   grpc_arg args[2];
   grpc_channel_args ca;
   int quit = 0;
@@ -488,10 +503,12 @@ static int plain_server_main(void) {
   grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
   grpc_server_register_completion_queue(srv, cq, NULL);
   grpc_server_credentials *cr = grpc_insecure_server_credentials_create();
-  int port = grpc_server_add_http2_port(srv, "127.0.0.1:0", cr);
+  char listen[64];
+  snprintf(listen, sizeof(listen), "%s:0", host);
+  int port = grpc_server_add_http2_port(srv, listen, cr);
   grpc_server_credentials_release(cr);
   if (port <= 0) {
-    fprintf(stderr, "grpc_plain server: cannot bind 127.0.0.1:0\n");
+    fprintf(stderr, "grpc_plain server: cannot bind %s\n", listen);
     rc = 1;
   } else {
     grpc_server_start(srv);
@@ -641,13 +658,14 @@ static int plain_start(plain_t *p) {
   grpc_channel_args ca;
   if (chime__bench_self(self, sizeof(self)) == NULL)
     return CHIME_ESYS;
-  const char *argv[] = {self, "service", "--grpc-plain-server", NULL};
+  const char *host = chime__bench_server_host();
+  const char *argv[] = {self, "service", "--grpc-plain-server", host, NULL};
   memset(p, 0, sizeof(*p));
-  int rc = chime__bench_spawn(&p->child, argv, "port ", 30000);
+  int rc = chime__bench_spawn_server(&p->child, argv, "port ", 30000);
   if (rc != 0)
     return rc;
   char target[300];
-  snprintf(target, sizeof(target), "127.0.0.1:%s", p->child.addr);
+  snprintf(target, sizeof(target), "%s:%s", host, p->child.addr);
   channel_args(args, &ca);
   grpc_channel_credentials *cr = grpc_insecure_credentials_create();
   p->ch = grpc_channel_create(target, cr, &ca);
@@ -753,7 +771,6 @@ static void ratios(const results_t *res, const opts_t *o, int a, int b,
 static void emit_case(const opts_t *o, const results_t *res, int c, int size) {
   uint64_t bb = o->sizes[size];
   double q[MAX_RUNS];
-  int all = o->only < 0;
   if (o->json)
     printf("{\"bench\":\"service\",\"case\":\"%s\",\"batch_bytes\":%" PRIu64
            ",\"touch\":\"%s\",\"warmup_batches\":%u",
@@ -761,19 +778,28 @@ static void emit_case(const opts_t *o, const results_t *res, int c, int size) {
   else
     printf("%-13s %5.1f MiB", case_name[c], (double)bb / MIB);
   emit_stat(o, "gbps", res->v[c][size], 3);
-  if (all && c != C_MEMCPY) {
+  if (c != C_MEMCPY && case_runs(o, C_MEMCPY)) {
     ratios(res, o, c, C_MEMCPY, size, q);
     emit_stat(o, "ratio_vs_memcpy", q, 3);
   }
-  if (all && c >= C_SHM) {
+  if (c >= C_SHM && case_runs(o, C_PLAIN)) {
     ratios(res, o, c, C_PLAIN, size, q);
     emit_stat(o, "ratio_vs_grpc_plain", q, 3);
   }
+  if (c >= C_PLAIN && case_runs(o, C_TCP)) {
+    ratios(res, o, c, C_TCP, size, q);
+    emit_stat(o, "ratio_vs_tcp", q, 3);
+  }
   emit_stat(o, "cpu_s_per_gb", res->cpu[c][size], 3);
-  if (all && c >= C_SHM) {
+  if (c >= C_SHM && case_runs(o, C_PLAIN)) {
     for (int r = 0; r < o->runs; r++)
       q[r] = res->cpu[c][size][r] / res->cpu[C_PLAIN][size][r];
     emit_stat(o, "cpu_ratio_vs_grpc_plain", q, 3);
+  }
+  if (c >= C_PLAIN && case_runs(o, C_TCP)) {
+    for (int r = 0; r < o->runs; r++)
+      q[r] = res->cpu[c][size][r] / res->cpu[C_TCP][size][r];
+    emit_stat(o, "cpu_ratio_vs_tcp", q, 3);
   }
   /* The sending process's share: in grpc_plain and chime_stream one thread
    * of it sends, and a busy near 1.0 says that thread is what bounds the
@@ -884,6 +910,8 @@ static int parse_opts(opts_t *o, int argc, char **argv) {
           o->only = c;
       if (o->only < 0)
         return CHIME_EINVAL;
+    } else if (strcmp(a, "--link") == 0 && i + 1 < argc) {
+      o->link = argv[++i];
     } else if (strcmp(a, "--baselines") == 0) {
       o->only_baselines = 1;
     } else if (strcmp(a, "--learners") == 0 && i + 1 < argc) {
@@ -935,6 +963,7 @@ static void usage(void) {
       "                           [--only CASE] [--touch line|page]\n"
       "                           [--learners N] [--seconds S]\n"
       "                           [--learner-modes both|shm|stream]\n"
+      "                           [--link NAME]\n"
       "  batches of each size (MiB) through memcpy (a gather of random\n"
       "  table rows), tcp, grpc_plain, chime_shm and chime_stream; medians\n"
       "  of N runs (default 3) of MIB_PER_RUN MiB each (default 1024); rings\n"
@@ -944,7 +973,10 @@ static void usage(void) {
       "  --learners N: per size and run, also N shm and N stream learner\n"
       "  processes at once for S seconds (default 3) while an actor inserts\n"
       "  256-byte samples: aggregate GB/s, chimed's threads, ingest rate;\n"
-      "  --learner-modes shm or stream: N learners of that mode alone\n");
+      "  --learner-modes shm or stream: N learners of that mode alone\n"
+      "  --link NAME: through a running `chime-link NAME` (root): tcp,\n"
+      "  grpc_plain and chime_stream from its server side to this process\n"
+      "  on its learner side (docs/remote.md)\n");
 }
 
 /* The k-th case of round r. The orders are a Williams design: the sequence
@@ -986,7 +1018,7 @@ static int round_once(const opts_t *o, int r, plain_t *plain, pid_t chimed_pid,
       double *g = &res->v[c][i][r];
       if (c >= C_SHM && chimed_addr == NULL)
         continue;
-      if (o->only >= 0 && c != o->only)
+      if (!case_runs(o, c))
         continue;
       switch (c) {
       case C_MEMCPY:
@@ -1044,7 +1076,7 @@ int chime__bench_service(int argc, char **argv) {
 
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--grpc-plain-server") == 0)
-      return plain_server_main();
+      return plain_server_main(i + 1 < argc ? argv[i + 1] : "127.0.0.1");
     if (strcmp(argv[i], "--learner") == 0)
       return chime__bench_learner_main(argc - i, argv + i);
   }
@@ -1053,6 +1085,8 @@ int chime__bench_service(int argc, char **argv) {
     return 2;
   }
   memset(&chimed, 0, sizeof(chimed));
+  if (o.link != NULL && (rc = chime__bench_link_enter(o.link)) != 0)
+    return 1;
   grpc_init();
   have_grpc = 1;
   if ((rc = plain_start(&plain)) != 0)
@@ -1093,7 +1127,7 @@ int chime__bench_service(int argc, char **argv) {
 
   for (int i = 0; i < o.nsizes; i++) {
     for (int c = 0; c < (have_chimed ? NCASES : C_SHM); c++)
-      if (o.only < 0 || c == o.only)
+      if (case_runs(&o, c))
         emit_case(&o, &res, c, i);
     if (have_chimed && o.learners > 0)
       emit_fanout(&o, &res, i);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "chime/errors.h"
+#include "netns.h"
 
 extern char **environ;
 
@@ -87,7 +88,7 @@ int chime__bench_spawn(chime__bench_child_t *c, const char *const argv[],
   fa_ok = 1;
   if (posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1) != 0)
     goto out;
-  if (posix_spawn(&c->pid, argv[0], &fa, NULL, (char *const *)argv, environ) !=
+  if (posix_spawnp(&c->pid, argv[0], &fa, NULL, (char *const *)argv, environ) !=
       0) {
     c->pid = 0;
     goto out;
@@ -111,6 +112,19 @@ out:
   if (rc != 0 && c->pid > 0)
     (void)chime__bench_child_stop(c, 0);
   return rc;
+}
+
+int chime__bench_spawn_server(chime__bench_child_t *c, const char *const argv[],
+                              const char *prefix, int timeout_ms) {
+  const char *ns = chime__bench_link_server_ns();
+  if (ns == NULL)
+    return chime__bench_spawn(c, argv, prefix, timeout_ms);
+  const char *in_ns[32] = {"ip", "netns", "exec", ns};
+  int n = 4;
+  for (int i = 0; argv[i] != NULL && n < 31; i++)
+    in_ns[n++] = argv[i];
+  in_ns[n] = NULL;
+  return chime__bench_spawn(c, in_ns, prefix, timeout_ms);
 }
 
 int chime__bench_chimed_start(chime__bench_child_t *c,
@@ -142,9 +156,11 @@ int chime__bench_chimed_start(chime__bench_child_t *c,
   int ok = fputs(config_json, f) >= 0;
   if (fclose(f) != 0 || !ok)
     return CHIME_ESYS;
-  const char *argv[] = {chimed,     "--listen", "127.0.0.1:0",
+  char listen[64];
+  snprintf(listen, sizeof(listen), "%s:0", chime__bench_server_host());
+  const char *argv[] = {chimed,     "--listen", listen,
                         "--config", c->config,  NULL};
-  int rc = chime__bench_spawn(c, argv, "listening on ", 30000);
+  int rc = chime__bench_spawn_server(c, argv, "listening on ", 30000);
   if (rc != 0)
     fprintf(stderr, "chime-bench: chimed did not start: %s\n",
             chime_strerror(rc));

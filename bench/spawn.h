@@ -19,12 +19,17 @@ typedef struct {
  * timeout_ms for a line starting with prefix; the rest goes into c->addr. */
 int chime__bench_spawn(chime__bench_child_t *c, const char *const argv[],
                        const char *prefix, int timeout_ms);
+/* chime__bench_spawn on the server's side of an emulated link (netns.h:
+ * `ip netns exec` into it), or as it is without one. */
+int chime__bench_spawn_server(chime__bench_child_t *c, const char *const argv[],
+                              const char *prefix, int timeout_ms);
 /* Reads c's stdout up to timeout_ms for a line starting with prefix and
  * copies the rest of it into rest; lines before it are dropped. */
 int chime__bench_child_line(chime__bench_child_t *c, const char *prefix,
                             int timeout_ms, char *rest, size_t restlen);
 /* Writes config_json to a temp file and starts ../src/server/chimed (next to
- * this binary's directory) on 127.0.0.1:0 with it. */
+ * this binary's directory) on 127.0.0.1:0 with it (on the server's side of
+ * an emulated link, when there is one). */
 int chime__bench_chimed_start(chime__bench_child_t *c, const char *config_json);
 /* SIGTERM, then SIGKILL after timeout_ms; reaps; removes the temp dir.
  * Returns the exit status or a negative code. */

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# chime-bench service through an emulated link (chime-link, docs/remote.md):
+# for each RTT and loss, a chime-link of that RTT (at its top rate: no rate
+# set), then tcp, grpc_plain and chime_stream across it, as JSON lines with
+# "rtt_ms" and "loss" added. Needs root, iproute2 and /dev/net/tun.
+# Usage: scripts/bench-link.sh [--build DIR] [--rtt 1,10,50] [--loss 0,0.001]
+#                              [--runs N] [--mib MIB] [--sizes 1,16]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+build=build rtts=1,10,50 losses=0,0.001 runs=3 mib=2048 sizes=1,16
+while [ $# -gt 0 ]; do
+  case $1 in
+    --build) build=$2; shift 2 ;;
+    --rtt) rtts=$2; shift 2 ;;
+    --loss) losses=$2; shift 2 ;;
+    --runs) runs=$2; shift 2 ;;
+    --mib) mib=$2; shift 2 ;;
+    --sizes) sizes=$2; shift 2 ;;
+    *) echo "bench-link.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+[ "$(id -u)" = 0 ] || { echo "bench-link.sh: needs root (network namespaces)" >&2; exit 2; }
+command -v ip >/dev/null || { echo "bench-link.sh: needs iproute2 (ip)" >&2; exit 2; }
+
+name=chbl$$
+link_pid=
+stop_link() {
+  if [ -n "$link_pid" ]; then
+    kill "$link_pid" 2>/dev/null || true
+    wait "$link_pid" 2>/dev/null || true
+    link_pid=
+  fi
+}
+trap stop_link EXIT
+
+for rtt in ${rtts//,/ }; do
+  for loss in ${losses//,/ }; do
+    out=$(mktemp)
+    "$build/bench/chime-link" "$name" --rtt-ms "$rtt" --loss "$loss" >"$out" &
+    link_pid=$!
+    for _ in $(seq 100); do grep -q '^ready' "$out" && break; sleep 0.1; done
+    grep -q '^ready' "$out" || { echo "bench-link.sh: chime-link did not start" >&2; exit 1; }
+    rm -f "$out"
+    "$build/bench/chime-bench" service --link "$name" --json --runs "$runs" \
+      --mib "$mib" --sizes "$sizes" |
+      sed -e "s/^{/{\"rtt_ms\":$rtt,\"loss\":$loss,/"
+    stop_link
+  done
+done

@@ -10,7 +10,11 @@
  * loopback).
  *
  *   chime-link NAME [--rtt-ms R] [--rate-mbit M] [--loss P] [--queue-kb K]
- *                   [--seed S]
+ *                   [--mtu BYTES] [--seed S]
+ *
+ * The MTU (default 9000, jumbo frames as in a data centre; 1500 as on the
+ * internet; up to 65520) sets what a packet is: loss is per packet, and
+ * the forwarder's cost is per packet, so its ceiling rises with it.
  *
  * Prints "ready 10.237.0.1 10.237.0.2" once both sides are up; run a
  * process on a side with `ip netns exec NAME-s CMD`. SIGUSR1 takes the
@@ -43,8 +47,8 @@ extern char **environ;
 #define SERVER_ADDR "10.237.0.1"
 #define LEARNER_ADDR "10.237.0.2"
 #define DEV "chl0"
-#define MTU 65520 /* big packets: fewer of them to forward per byte */
-#define BURST 64  /* packets read from one side before looking at the other */
+#define MAX_MTU 65520
+#define BURST 64 /* packets read from one side before looking at the other */
 
 typedef struct pkt_s {
   struct pkt_s *next;
@@ -66,7 +70,7 @@ typedef struct {
   char ns[2][64]; /* NAME-s, NAME-l */
   int made[2];
   double rtt_ms, rate_mbit, loss;
-  uint64_t queue_kb, seed;
+  uint64_t queue_kb, seed, mtu;
 } link_opts_t;
 
 static uint64_t now_ns(void) {
@@ -134,9 +138,10 @@ out:
 }
 
 /* Addresses and routes of one side: lo and DEV up, DEV point to point. */
-static int side_up(const char *ns, const char *self, const char *peer) {
-  char mtu[16];
-  snprintf(mtu, sizeof(mtu), "%d", MTU);
+static int side_up(const char *ns, const char *self, const char *peer,
+                   uint64_t mtu_bytes) {
+  char mtu[24];
+  snprintf(mtu, sizeof(mtu), "%llu", (unsigned long long)mtu_bytes);
   const char *lo[] = {"-n", ns, "link", "set", "lo", "up", NULL};
   const char *dev[] = {"-n", ns,           "link",  "set", DEV, "mtu",
                        mtu,  "txqueuelen", "10000", "up",  NULL};
@@ -166,7 +171,7 @@ static void queue_push(dir_t *d, pkt_t *p) {
 /* Reads what side d->in has (at most BURST packets) into d's queue. */
 static void take(dir_t *d, uint8_t *buf) {
   for (int i = 0; i < BURST; i++) {
-    ssize_t n = read(d->in, buf, MTU + 64);
+    ssize_t n = read(d->in, buf, MAX_MTU + 64);
     if (n <= 0)
       return;
     uint64_t at = chime__linkq_offer(&d->q, now_ns(), (uint32_t)n);
@@ -240,7 +245,7 @@ static int forward(const link_opts_t *o, int tun_s, int tun_l, int sfd) {
   chime__linkq_init(&dirs[1].q, delay, rate, queue, o->loss, o->seed * 7 + 1);
   int ep = epoll_create1(EPOLL_CLOEXEC);
   int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-  uint8_t *buf = malloc(MTU + 64);
+  uint8_t *buf = malloc(MAX_MTU + 64);
   int fds[4] = {tun_s, tun_l, tfd, sfd};
   if (ep < 0 || tfd < 0 || buf == NULL)
     return -1;
@@ -296,6 +301,7 @@ static int forward(const link_opts_t *o, int tun_s, int tun_l, int sfd) {
 static int parse(link_opts_t *o, int argc, char **argv) {
   memset(o, 0, sizeof(*o));
   o->seed = 1;
+  o->mtu = 9000;
   if (argc < 2 || argv[1][0] == '-')
     return -1;
   o->name = argv[1];
@@ -318,6 +324,8 @@ static int parse(link_opts_t *o, int argc, char **argv) {
       o->loss = v;
     else if (strcmp(argv[i], "--queue-kb") == 0)
       o->queue_kb = (uint64_t)v;
+    else if (strcmp(argv[i], "--mtu") == 0 && v >= 576 && v <= MAX_MTU)
+      o->mtu = (uint64_t)v;
     else if (strcmp(argv[i], "--seed") == 0)
       o->seed = (uint64_t)v;
     else
@@ -330,7 +338,7 @@ int main(int argc, char **argv) {
   link_opts_t o;
   if (parse(&o, argc, argv) != 0) {
     fprintf(stderr, "usage: chime-link NAME [--rtt-ms R] [--rate-mbit M] "
-                    "[--loss P] [--queue-kb K] [--seed S]\n");
+                    "[--loss P] [--queue-kb K] [--mtu BYTES] [--seed S]\n");
     return 2;
   }
   /* the signals come through signalfd, blocked before any child runs */
@@ -356,8 +364,8 @@ int main(int argc, char **argv) {
     if ((tun[i] = tun_in(o.ns[i])) < 0)
       goto out;
   }
-  if (side_up(o.ns[0], SERVER_ADDR, LEARNER_ADDR) != 0 ||
-      side_up(o.ns[1], LEARNER_ADDR, SERVER_ADDR) != 0) {
+  if (side_up(o.ns[0], SERVER_ADDR, LEARNER_ADDR, o.mtu) != 0 ||
+      side_up(o.ns[1], LEARNER_ADDR, SERVER_ADDR, o.mtu) != 0) {
     fprintf(stderr, "chime-link: cannot set up %s\n", DEV);
     goto out;
   }

@@ -46,19 +46,21 @@ TABLES.append({"name": "seq", "spec": "t:u32[], s:u32[]",
 
 
 @contextlib.contextmanager
-def run_chimed(tmp, tables=TABLES, extra=None, args=()):
+def run_chimed(tmp, tables=TABLES, extra=None, args=(),
+               listen="127.0.0.1:0", prefix=()):
     """Yields (process, "127.0.0.1:PORT"); stops it with SIGTERM (SIGKILL
     after STOP_TIMEOUT_S) unless the test already did. extra: more config
-    keys (auth, tls, checkpoint); args: more chimed arguments."""
+    keys (auth, tls, checkpoint); args: more chimed arguments; listen: its
+    address; prefix: what runs it (`ip netns exec NS`, which execs it)."""
     binary = pathlib.Path(os.environ.get(
         "CHIMED", ROOT / "build" / "src" / "server" / "chimed"))
     if not os.access(binary, os.X_OK):
         pytest.fail(f"{binary} is not built (set CHIMED)")
     config = tmp / "chimed.json"
-    config.write_text(json.dumps({"listen": "127.0.0.1:0",
+    config.write_text(json.dumps({"listen": listen,
                                   "handoff_socket": "@auto",
                                   "tables": tables, **(extra or {})}))
-    argv = [str(binary), "--listen", "127.0.0.1:0", "--config", str(config),
+    argv = [*prefix, str(binary), "--listen", listen, "--config", str(config),
             *args]
     # chimed dies with pytest even when pytest is killed before teardown.
     if shutil.which("setpriv"):

@@ -5,10 +5,12 @@
 # "rtt_ms" and "loss" added. Needs root, iproute2 and /dev/net/tun.
 # Usage: scripts/bench-link.sh [--build DIR] [--rtt 1,10,50] [--loss 0,0.001]
 #                              [--runs N] [--mib MIB] [--sizes 1,16]
+#                              [--cc reno] [--mtu BYTES]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 build=build rtts=1,10,50 losses=0,0.001 runs=3 mib=2048 sizes=1,16
+link_args=()
 while [ $# -gt 0 ]; do
   case $1 in
     --build) build=$2; shift 2 ;;
@@ -17,6 +19,7 @@ while [ $# -gt 0 ]; do
     --runs) runs=$2; shift 2 ;;
     --mib) mib=$2; shift 2 ;;
     --sizes) sizes=$2; shift 2 ;;
+    --cc|--mtu) link_args+=("$1" "$2"); shift 2 ;;
     *) echo "bench-link.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -37,14 +40,15 @@ trap stop_link EXIT
 for rtt in ${rtts//,/ }; do
   for loss in ${losses//,/ }; do
     out=$(mktemp)
-    "$build/bench/chime-link" "$name" --rtt-ms "$rtt" --loss "$loss" >"$out" &
+    "$build/bench/chime-link" "$name" --rtt-ms "$rtt" --loss "$loss" \
+      ${link_args[@]+"${link_args[@]}"} >"$out" &
     link_pid=$!
     for _ in $(seq 100); do grep -q '^ready' "$out" && break; sleep 0.1; done
     grep -q '^ready' "$out" || { echo "bench-link.sh: chime-link did not start" >&2; exit 1; }
     rm -f "$out"
     "$build/bench/chime-bench" service --link "$name" --json --runs "$runs" \
       --mib "$mib" --sizes "$sizes" |
-      sed -e "s/^{/{\"rtt_ms\":$rtt,\"loss\":$loss,/"
+      sed -e "s/^{/{\"rtt_ms\":$rtt,\"loss\":$loss,\"link\":\"${link_args[*]:-}\",/"
     stop_link
   done
 done

@@ -10,11 +10,15 @@
  * loopback).
  *
  *   chime-link NAME [--rtt-ms R] [--rate-mbit M] [--loss P] [--queue-kb K]
- *                   [--mtu BYTES] [--seed S]
+ *                   [--mtu BYTES] [--cc ALGORITHM] [--seed S]
  *
  * The MTU (default 9000, jumbo frames as in a data centre; 1500 as on the
  * internet; up to 65520) sets what a packet is: loss is per packet, and
  * the forwarder's cost is per packet, so its ceiling rises with it.
+ * --cc sets both sides' TCP congestion control (a new namespace takes the
+ * host's: bbr here, where Debian's default is cubic, which loss hurts far
+ * more; a namespace may only take those the host's
+ * net.ipv4.tcp_allowed_congestion_control lists, reno always).
  *
  * Prints "ready 10.237.0.1 10.237.0.2" once both sides are up; run a
  * process on a side with `ip netns exec NAME-s CMD`. SIGUSR1 takes the
@@ -71,6 +75,7 @@ typedef struct {
   int made[2];
   double rtt_ms, rate_mbit, loss;
   uint64_t queue_kb, seed, mtu;
+  const char *cc; /* congestion control for both sides, NULL: as is */
 } link_opts_t;
 
 static uint64_t now_ns(void) {
@@ -135,6 +140,36 @@ out:
   if (there >= 0)
     close(there);
   return fd;
+}
+
+/* Writes value into /proc/sys/PATH as seen from namespace ns (a sysctl
+ * under net/ is the opener's namespace's). */
+static int sysctl_in(const char *ns, const char *path, const char *value) {
+  char nspath[128], file[160];
+  snprintf(nspath, sizeof(nspath), "/run/netns/%s", ns);
+  snprintf(file, sizeof(file), "/proc/sys/%s", path);
+  int home = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+  int there = open(nspath, O_RDONLY | O_CLOEXEC);
+  int ok = home >= 0 && there >= 0 && setns(there, CLONE_NEWNET) == 0;
+  if (ok) {
+    int fd = open(file, O_WRONLY | O_CLOEXEC);
+    ok = fd >= 0 && write(fd, value, strlen(value)) == (ssize_t)strlen(value);
+    if (fd >= 0)
+      close(fd);
+    if (setns(home, CLONE_NEWNET) != 0)
+      ok = 0;
+  }
+  if (!ok)
+    fprintf(stderr, "chime-link: cannot set %s to %s in %s: %s%s\n", file,
+            value, ns, strerror(errno),
+            errno == EPERM ? " (a namespace may take only what the host's "
+                             "net.ipv4.tcp_allowed_congestion_control lists)"
+                           : "");
+  if (home >= 0)
+    close(home);
+  if (there >= 0)
+    close(there);
+  return ok ? 0 : -1;
 }
 
 /* Addresses and routes of one side: lo and DEV up, DEV point to point. */
@@ -314,7 +349,7 @@ static int parse(link_opts_t *o, int argc, char **argv) {
       return -1;
     char *end;
     double v = strtod(argv[i + 1], &end);
-    if (*end != '\0' || v < 0)
+    if (strcmp(argv[i], "--cc") != 0 && (*end != '\0' || v < 0))
       return -1;
     if (strcmp(argv[i], "--rtt-ms") == 0)
       o->rtt_ms = v;
@@ -324,6 +359,8 @@ static int parse(link_opts_t *o, int argc, char **argv) {
       o->loss = v;
     else if (strcmp(argv[i], "--queue-kb") == 0)
       o->queue_kb = (uint64_t)v;
+    else if (strcmp(argv[i], "--cc") == 0 && strlen(argv[i + 1]) < 32)
+      o->cc = argv[i + 1];
     else if (strcmp(argv[i], "--mtu") == 0 && v >= 576 && v <= MAX_MTU)
       o->mtu = (uint64_t)v;
     else if (strcmp(argv[i], "--seed") == 0)
@@ -338,7 +375,8 @@ int main(int argc, char **argv) {
   link_opts_t o;
   if (parse(&o, argc, argv) != 0) {
     fprintf(stderr, "usage: chime-link NAME [--rtt-ms R] [--rate-mbit M] "
-                    "[--loss P] [--queue-kb K] [--mtu BYTES] [--seed S]\n");
+                    "[--loss P] [--queue-kb K] [--mtu BYTES] [--cc ALG] "
+                    "[--seed S]\n");
     return 2;
   }
   /* the signals come through signalfd, blocked before any child runs */
@@ -369,6 +407,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "chime-link: cannot set up %s\n", DEV);
     goto out;
   }
+  for (int i = 0; i < 2 && o.cc != NULL; i++)
+    if (sysctl_in(o.ns[i], "net/ipv4/tcp_congestion_control", o.cc) != 0)
+      goto out;
   if (sfd >= 0 && forward(&o, tun[0], tun[1], sfd) == 0)
     rc = 0;
 out:

@@ -7,8 +7,9 @@
 # scripts/interop.sh), the tests of the `chime` Python package against the
 # Release build (python/tests; scripts/pytest.sh), the CTest suite in an
 # ASan+UBSan build, the ring and replay-engine tests under TSan in a build
-# without the service (no gRPC), and runs each fuzz target briefly
-# (scripts/fuzz.sh; CHIME_FUZZ_SECONDS per target).
+# without the service (no gRPC), runs each fuzz target briefly
+# (scripts/fuzz.sh; CHIME_FUZZ_SECONDS per target), and holds libchime.so
+# to its recorded ABI (scripts/abi-check.sh, abi/libchime.abi).
 # Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,5 +51,8 @@ TSAN_OPTIONS=halt_on_error=1 run_ctest build-tsan -L "ring|replay"
 
 echo "== fuzz (libFuzzer, ${CHIME_FUZZ_SECONDS:-30} s per target)"
 scripts/fuzz.sh "${CHIME_FUZZ_SECONDS:-30}"
+
+echo "== ABI (libchime.so against abi/libchime.abi)"
+scripts/abi-check.sh
 
 echo "== all tests passed"

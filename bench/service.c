@@ -935,9 +935,15 @@ static int parse_opts(opts_t *o, int argc, char **argv) {
       while (*p != '\0' && o->nsizes < MAX_SIZES) {
         char *end;
         long v = strtol(p, &end, 10);
-        if (end == p || v < 1 || v > 64)
+        uint64_t unit = MIB;
+        if (end != p && *end == 'k') { /* KiB: a whole number of samples */
+          unit = 1024;
+          end++;
+        }
+        uint64_t bytes = (uint64_t)v * unit;
+        if (end == p || v < 1 || bytes > 64 * MIB || bytes % SAMPLE_BYTES)
           return CHIME_EINVAL;
-        o->sizes[o->nsizes++] = (uint64_t)v * MIB;
+        o->sizes[o->nsizes++] = bytes;
         p = *end == ',' ? end + 1 : end;
         if (*end != ',' && *end != '\0')
           return CHIME_EINVAL;
@@ -964,7 +970,8 @@ static void usage(void) {
       "                           [--learners N] [--seconds S]\n"
       "                           [--learner-modes both|shm|stream]\n"
       "                           [--link NAME]\n"
-      "  batches of each size (MiB) through memcpy (a gather of random\n"
+      "  batches of each size (MiB, or KiB with k: 64k) through memcpy (a "
+      "gather of random\n"
       "  table rows), tcp, grpc_plain, chime_shm and chime_stream; medians\n"
       "  of N runs (default 3) of MIB_PER_RUN MiB each (default 1024); rings\n"
       "  of S slots (default 8 for batches under 16 MiB, else 4); every\n"

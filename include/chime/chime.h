@@ -504,6 +504,13 @@ typedef struct {
    * slot filled, as before 0.4. A sharded stream gives it to each shard's
    * shm sub-stream. A server before 0.4 ignores it. */
   uint64_t ready_bytes;
+  /* Compressed leaves (docs/replay.md, "Compressed leaves") the learner
+   * takes as the table stores them, by name, separated by commas ("obs"):
+   * each arrives as a ragged u8 leaf, offsets and each sample's stored
+   * bytes (a zstd frame, or the leaf raw when as long as the leaf), for a
+   * decoder of the learner's own. NULL: every leaf decompressed. Copied
+   * at open. A leaf the table does not compress is CHIME_EINVAL. */
+  const char *keep_compressed;
 } chime_stream_opts_t;
 #define CHIME_STREAM_OPTS_INIT                                                 \
   {                                                                            \

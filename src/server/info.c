@@ -199,6 +199,26 @@ static void table_to_msg(Chime__V1__TableStats *m,
   CHIME_TABLE_STATS_FIELDS(TO_MSG)
 }
 
+/* A table's compressed leaves, each its LeafBytes (in lb, lbp: room for
+ * CHIME_MAX_LEAVES). */
+static void leaves_to_msg(Chime__V1__TableStats *m,
+                          const chime__table_stats_t *st,
+                          const chime_spec_t *spec, Chime__V1__LeafBytes *lb,
+                          Chime__V1__LeafBytes **lbp) {
+  for (uint32_t k = 0; k < st->nzleaves; k++) {
+    Chime__V1__LeafBytes init = CHIME__V1__LEAF_BYTES__INIT;
+    lb[k] = init;
+    lb[k].leaf = (char *)spec->leaves[st->zleaf[k].leaf].name;
+    lb[k].raw_bytes = st->zleaf[k].raw_bytes;
+    lb[k].stored_bytes = st->zleaf[k].stored_bytes;
+    lb[k].stored_raw = st->zleaf[k].stored_raw;
+    lb[k].level = st->zleaf[k].level;
+    lbp[k] = &lb[k];
+  }
+  m->n_leaf_bytes = st->nzleaves;
+  m->leaf_bytes = lbp;
+}
+
 static void stream_to_msg(Chime__V1__StreamStats *m,
                           const stream_counts_t *st) {
   CHIME_STREAM_STATS_FIELDS(TO_MSG)
@@ -232,7 +252,11 @@ int chime__stats_snap(chime_server_t *srv, chime__stats_snap_t *snap) {
   Chime__V1__StatsResponse *r = &snap->r;
   snap->ts = calloc(srv->ntables, sizeof(*snap->ts));
   snap->tp = calloc(srv->ntables, sizeof(*snap->tp));
-  if (snap->ts == NULL || snap->tp == NULL)
+  snap->lb = calloc((size_t)srv->ntables * CHIME_MAX_LEAVES, sizeof(*snap->lb));
+  snap->lbp =
+      calloc((size_t)srv->ntables * CHIME_MAX_LEAVES, sizeof(*snap->lbp));
+  if (snap->ts == NULL || snap->tp == NULL || snap->lb == NULL ||
+      snap->lbp == NULL)
     goto oom;
   for (uint32_t i = 0; i < srv->ntables; i++) {
     chime__table_stats_t st;
@@ -242,6 +266,9 @@ int chime__stats_snap(chime_server_t *srv, chime__stats_snap_t *snap) {
     *t = tinit;
     t->name = (char *)chime__table_config(srv->tables[i])->name;
     table_to_msg(t, &st);
+    leaves_to_msg(t, &st, chime__table_item_spec(srv->tables[i]),
+                  snap->lb + (size_t)i * CHIME_MAX_LEAVES,
+                  snap->lbp + (size_t)i * CHIME_MAX_LEAVES);
     snap->tp[i] = t;
   }
   r->n_tables = srv->ntables;
@@ -293,6 +320,8 @@ int chime__stats_snap(chime_server_t *srv, chime__stats_snap_t *snap) {
   r->checkpoint_last_pause_ns = srv->ckpt_stats.last_pause_ns;
   return 0;
 oom:
+  free(snap->lb);
+  free(snap->lbp);
   free(snap->ts);
   free(snap->tp);
   free(snap->ss);
@@ -303,6 +332,8 @@ oom:
 void chime__stats_snap_done(chime_server_t *srv, chime__stats_snap_t *snap) {
   chime__registry_unlock(&srv->streams);
   pthread_mutex_unlock(&srv->mu);
+  free(snap->lb);
+  free(snap->lbp);
   free(snap->ts);
   free(snap->tp);
   free(snap->ss);

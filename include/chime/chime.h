@@ -257,9 +257,22 @@ CHIME_EXTERN void chime_server_info_free(chime_server_info_t *info);
  * The counters are the lists of chime/stats.h, which says what each
  * one counts; the structs are those lists' fields in order. */
 #define CHIME__STATS_FIELD(type, name, kind, unit, help) type name;
+/* A compressed leaf's bytes in a table (docs/replay.md, "Compressed
+ * leaves"): as inserted, as kept (its u32 stored size per item included),
+ * and its values kept raw (no frame was smaller). */
+typedef struct {
+  char leaf[CHIME_MAX_NAME];
+  uint32_t level;
+  uint64_t raw_bytes;
+  uint64_t stored_bytes;
+  uint64_t stored_raw;
+} chime_leaf_bytes_t;
+
 typedef struct {
   char name[CHIME_MAX_NAME];
   CHIME_TABLE_STATS_FIELDS(CHIME__STATS_FIELD)
+  uint32_t nleaf_bytes; /* its compressed leaves, in spec order */
+  chime_leaf_bytes_t leaf_bytes[CHIME_MAX_LEAVES];
 } chime_table_stats_t;
 
 typedef struct {

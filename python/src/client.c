@@ -248,7 +248,25 @@ fail:
 
 static int table_stats_items(PyObject *d, const chime_table_stats_t *s) {
   CHIME_TABLE_STATS_FIELDS(SET_STAT)
-  return 0;
+  /* "leaves": each compressed leaf's bytes, {"obs": {"raw_bytes", ...}} */
+  PyObject *leaves = PyDict_New();
+  if (leaves == NULL)
+    return -1;
+  for (uint32_t k = 0; k < s->nleaf_bytes; k++) {
+    const chime_leaf_bytes_t *b = &s->leaf_bytes[k];
+    PyObject *ld = PyDict_New();
+    if (ld == NULL || PyDict_SetItemString(leaves, b->leaf, ld) < 0 ||
+        set_item(ld, "level", U64(b->level)) ||
+        set_item(ld, "raw_bytes", U64(b->raw_bytes)) ||
+        set_item(ld, "stored_bytes", U64(b->stored_bytes)) ||
+        set_item(ld, "stored_raw", U64(b->stored_raw))) {
+      Py_XDECREF(ld);
+      Py_DECREF(leaves);
+      return -1;
+    }
+    Py_DECREF(ld);
+  }
+  return set_item(d, "leaves", leaves);
 }
 
 static int stream_stats_items(PyObject *d, const chime_stream_stats_t *s) {
@@ -603,7 +621,7 @@ static PyObject *client_shards(PyObject *o, PyObject *unused) {
 
 /* The signatures' defaults are the C library's (CHIME_*_OPTS_INIT), written
  * into the docstrings at import. */
-static char client_doc[512], writer_doc[128], stream_doc[512];
+static char client_doc[512], writer_doc[128], stream_doc[768];
 
 /* Seconds as Python writes a float: 5.0, 2.5. */
 static const char *secs(char *buf, size_t len, int ms) {
@@ -632,7 +650,10 @@ void chimepy_client_docs_init(void) {
       stream_doc, sizeof(stream_doc),
       "stream(table, batch_size=%u, mode='%s', slots=%u, prefetch=%u, "
       "open_timeout=%s, pin_host_memory=%s, timeout=None, "
-      "device=None, version=0, ready_bytes=0) -> Stream. device "
+      "device=None, version=0, ready_bytes=0, keep_compressed=None) -> "
+      "Stream. keep_compressed (a leaf name or a list): compressed leaves "
+      "taken as stored, a ragged u8 leaf (offsets and each sample's zstd "
+      "frame, or its raw bytes when as long as the leaf). device "
       "('cuda:0', an ordinal): batches are copied to that GPU ahead of "
       "the learner, and prefetch is how many (0: %u); leaves export "
       "DLPack as CUDA. ready_bytes (shm): the server samples at most "

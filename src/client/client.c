@@ -498,6 +498,16 @@ void chime_server_info_free(chime_server_info_t *info) {
 static void table_from_msg(chime_table_stats_t *o,
                            const Chime__V1__TableStats *m) {
   CHIME_TABLE_STATS_FIELDS(FROM_MSG)
+  o->nleaf_bytes = 0;
+  for (size_t k = 0; k < m->n_leaf_bytes && k < CHIME_MAX_LEAVES; k++) {
+    const Chime__V1__LeafBytes *lb = m->leaf_bytes[k];
+    chime_leaf_bytes_t *d = &o->leaf_bytes[o->nleaf_bytes++];
+    snprintf(d->leaf, sizeof(d->leaf), "%s", lb->leaf ? lb->leaf : "");
+    d->level = lb->level;
+    d->raw_bytes = lb->raw_bytes;
+    d->stored_bytes = lb->stored_bytes;
+    d->stored_raw = lb->stored_raw;
+  }
 }
 
 static void stream_from_msg(chime_stream_stats_t *o,

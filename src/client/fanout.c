@@ -243,6 +243,22 @@ static void add_table(chime_table_stats_t *o, const chime_table_stats_t *s) {
                                                           : s->newest_version;
   CHIME_TABLE_STATS_FIELDS(ADD)
   o->newest_version = newest; /* a version, not a count: the highest */
+  /* Each shard compresses the same leaves (the tables match): by name. */
+  for (uint32_t k = 0; k < s->nleaf_bytes; k++) {
+    const chime_leaf_bytes_t *b = &s->leaf_bytes[k];
+    uint32_t j = 0;
+    while (j < o->nleaf_bytes && strcmp(o->leaf_bytes[j].leaf, b->leaf) != 0)
+      j++;
+    if (j == o->nleaf_bytes) {
+      if (j == CHIME_MAX_LEAVES)
+        continue;
+      o->leaf_bytes[o->nleaf_bytes++] = *b;
+      continue;
+    }
+    o->leaf_bytes[j].raw_bytes += b->raw_bytes;
+    o->leaf_bytes[j].stored_bytes += b->stored_bytes;
+    o->leaf_bytes[j].stored_raw += b->stored_raw;
+  }
 }
 static void add_server(chime_stats_t *o, const chime_stats_t *s) {
   CHIME_SERVER_STATS_FIELDS(ADD)

@@ -22,6 +22,7 @@
 #include <jansson.h>
 
 #include "chime/chime.h"
+#include "chimectl_leaves.h"
 #include "chimectl_top.h"
 #include "cli.h"
 
@@ -220,17 +221,7 @@ enum { UNIT_COUNT, UNIT_NS, UNIT_BYTES, UNIT_FLAG };
 
 static void table_json(json_t *o, const chime_table_stats_t *s) {
   CHIME_TABLE_STATS_FIELDS(JSON_FIELD)
-  json_t *leaves = json_object();
-  for (uint32_t k = 0; k < s->nleaf_bytes; k++) {
-    const chime_leaf_bytes_t *b = &s->leaf_bytes[k];
-    json_object_set_new(leaves, b->leaf,
-                        json_pack("{s:I,s:I,s:I,s:I}", "level",
-                                  (json_int_t)b->level, "raw_bytes",
-                                  (json_int_t)b->raw_bytes, "stored_bytes",
-                                  (json_int_t)b->stored_bytes, "stored_raw",
-                                  (json_int_t)b->stored_raw));
-  }
-  json_object_set_new(o, "leaves", leaves);
+  json_object_set_new(o, "leaves", chimectl_leaves_json(s));
 }
 
 static void stream_json(json_t *o, const chime_stream_stats_t *s) {
@@ -302,14 +293,6 @@ static void cell(const char *const *cols, int head, const char *name, int unit,
 #define TEXT_CELL(type, name, kind, unit, help)                                \
   cell(cols, s == NULL, #name, UNIT_##unit, s != NULL ? (uint64_t)s->name : 0);
 
-/* stored / raw as a cell ("-" with nothing held). */
-static void ratio_cell(uint64_t stored, uint64_t raw) {
-  if (raw == 0)
-    printf(" %10s", "-");
-  else
-    printf(" %10.4f", (double)stored / (double)raw);
-}
-
 /* The cells of s, or of the head (s NULL); a plain table's end with the
  * bytes it keeps over their raw size. */
 static void table_cells(const chime_table_stats_t *s, const char *const *cols) {
@@ -319,24 +302,7 @@ static void table_cells(const chime_table_stats_t *s, const char *const *cols) {
   if (s == NULL)
     printf(" %10s", "STORED/RAW");
   else
-    ratio_cell(s->stored_bytes, s->raw_bytes);
-}
-
-/* Each table's compressed leaves: their bytes raw and as kept. */
-static void leaves_text(const chime_stats_t *st) {
-  int n = 0;
-  for (uint32_t i = 0; i < st->ntables; i++)
-    for (uint32_t k = 0; k < st->tables[i].nleaf_bytes; k++) {
-      const chime_leaf_bytes_t *b = &st->tables[i].leaf_bytes[k];
-      if (n++ == 0)
-        printf("\n%-16s %-16s %5s %14s %14s %10s %10s\n", "TABLE",
-               "COMPRESSED LEAF", "LEVEL", "RAW_BYTES", "STORED_BYTES",
-               "STORED/RAW", "KEPT_RAW");
-      printf("%-16s %-16s %5u %14" PRIu64 " %14" PRIu64, st->tables[i].name,
-             b->leaf, b->level, b->raw_bytes, b->stored_bytes);
-      ratio_cell(b->stored_bytes, b->raw_bytes);
-      printf(" %10" PRIu64 "\n", b->stored_raw);
-    }
+    chimectl_ratio_cell(s->stored_bytes, s->raw_bytes);
 }
 
 /* A row of s, or the head (s NULL). */
@@ -372,7 +338,7 @@ static void stats_tables_text(const chime_stats_t *st) {
     printf("%-16s", t->name);
     table_row(t, sequence_cols);
   }
-  leaves_text(st);
+  chimectl_leaves_text(st);
 }
 
 #define SERVER_LINE(type, name, kind, unit, help)                              \

@@ -153,13 +153,14 @@ static void check_framed(const chime__remote_t *r, const uint8_t *base,
   const int64_t *o = (const int64_t *)(r->wire + r->wlay.offsets_offset[0]);
   const uint8_t *x = r->wire + r->wlay.leaf_offset[0];
   for (uint32_t j = 0; j < FUZZ_CHUNK_BATCH; j++) {
-    uint8_t got[16];
+    uint8_t got[FUZZ_CHUNK_FRAMED_LEAF];
     size_t n = (size_t)(o[j + 1] - o[j]);
     if (n == sizeof(got))
       memcpy(got, x + o[j], n);
     else
-      FUZZ_CHECK(ZSTD_decompress(got, sizeof(got), x + o[j], n) == 16);
-    FUZZ_CHECK(memcmp(base + ll->leaf_offset[0] + 16 * j, got, 16) == 0);
+      FUZZ_CHECK(ZSTD_decompress(got, sizeof(got), x + o[j], n) == sizeof(got));
+    FUZZ_CHECK(memcmp(base + ll->leaf_offset[0] + sizeof(got) * j, got,
+                      sizeof(got)) == 0);
   }
   FUZZ_CHECK(memcmp(base + ll->leaf_offset[1], r->wire + r->wlay.leaf_offset[1],
                     4 * FUZZ_CHUNK_BATCH) == 0);

@@ -68,6 +68,9 @@ static json_t *info_json(const chime_server_info_t *in) {
                   t->staleness_weight));
     json_object_set_new(json_array_get(tables, json_array_size(tables) - 1),
                         "compress", json_string(t->compress));
+    json_object_set_new(json_array_get(tables, json_array_size(tables) - 1),
+                        "leaves",
+                        chimectl_leaves_json(t->leaf_bytes, t->nleaf_bytes));
     if (t->sequence_length > 0) {
       char step[4096];
       if (chime_spec_format(&t->step_spec, step, sizeof(step)) != 0)
@@ -221,7 +224,8 @@ enum { UNIT_COUNT, UNIT_NS, UNIT_BYTES, UNIT_FLAG };
 
 static void table_json(json_t *o, const chime_table_stats_t *s) {
   CHIME_TABLE_STATS_FIELDS(JSON_FIELD)
-  json_object_set_new(o, "leaves", chimectl_leaves_json(s));
+  json_object_set_new(o, "leaves",
+                      chimectl_leaves_json(s->leaf_bytes, s->nleaf_bytes));
 }
 
 static void stream_json(json_t *o, const chime_stream_stats_t *s) {

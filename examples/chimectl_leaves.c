@@ -4,10 +4,10 @@
 #include <inttypes.h>
 #include <stdio.h>
 
-json_t *chimectl_leaves_json(const chime_table_stats_t *s) {
+json_t *chimectl_leaves_json(const chime_leaf_bytes_t *lb, uint32_t n) {
   json_t *leaves = json_object();
-  for (uint32_t k = 0; k < s->nleaf_bytes; k++) {
-    const chime_leaf_bytes_t *b = &s->leaf_bytes[k];
+  for (uint32_t k = 0; k < n; k++) {
+    const chime_leaf_bytes_t *b = &lb[k];
     json_object_set_new(leaves, b->leaf,
                         json_pack("{s:I,s:I,s:I,s:I}", "level",
                                   (json_int_t)b->level, "raw_bytes",

@@ -1,6 +1,7 @@
 /* chimectl's view of compressed leaves (docs/replay.md, "Compressed
- * leaves"): each compressed leaf's bytes raw and as kept, in `stats`'s
- * JSON and text, and the stored/raw ratio cell `stats` and `top` show. */
+ * leaves"): each compressed leaf's bytes raw and as kept, in `info`'s
+ * and `stats`'s JSON and `stats`'s text, and the stored/raw ratio cell `stats`
+ * and `top` show. */
 #ifndef CHIME_EXAMPLES_CHIMECTL_LEAVES_H
 #define CHIME_EXAMPLES_CHIMECTL_LEAVES_H
 
@@ -10,8 +11,9 @@
 
 #include "chime/chime.h"
 
-/* {"obs": {"level", "raw_bytes", "stored_bytes", "stored_raw"}, ...} */
-json_t *chimectl_leaves_json(const chime_table_stats_t *s);
+/* {"obs": {"level", "raw_bytes", "stored_bytes", "stored_raw"}, ...}, of
+ * `info`'s and `stats`'s tables */
+json_t *chimectl_leaves_json(const chime_leaf_bytes_t *lb, uint32_t n);
 /* A COMPRESSED LEAF table of every table's compressed leaves (nothing
  * when none compresses). */
 void chimectl_leaves_text(const chime_stats_t *st);

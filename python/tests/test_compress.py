@@ -125,3 +125,6 @@ def test_leaf_bytes_in_stats(addr):
         assert 0 < leaf["stored_bytes"] * 20 < leaf["raw_bytes"]
         # the table's stored bytes are its leaf's and the id's
         assert st["stored_bytes"] == leaf["stored_bytes"] + st["size"] * 4
+        info = [t for t in c.info()["tables"] if t["name"] == "frames"][0]
+        assert info["leaves"]["obs"]["level"] == 3
+        assert info["leaves"]["obs"]["raw_bytes"] == info["size"] * 84 * 84

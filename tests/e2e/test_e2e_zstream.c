@@ -6,7 +6,9 @@
  * leaves"); a learner that keeps obs compressed gets each sample's stored
  * bytes, which libzstd decompresses to the sample (or, for a frame of
  * noise kept raw, the sample itself), in shm and stream mode; a keep list
- * naming a leaf the table does not compress is refused. */
+ * naming a leaf the table does not compress is refused. Stats and GetInfo
+ * count obs' bytes raw, as stored and kept raw (the noise), adding up to
+ * the table's. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -98,16 +100,43 @@ static chime_stream_t *open_stream(const char *table, chime_mode_t mode,
   return s;
 }
 
-/* The table's stored bytes (frames, their u32 sizes and the raw leaves). */
+/* A table of N samples' obs as Stats and GetInfo count it: raw, every
+ * eighth (noise) kept raw, and the table's stored bytes its obs' and the
+ * raw leaves'. */
+static void check_leaf_bytes(const chime_leaf_bytes_t *b, uint64_t stored) {
+  assert_string_equal(b->leaf, "obs");
+  assert_int_equal(b->level, 3);
+  assert_int_equal(b->raw_bytes, (uint64_t)N * FRAME);
+  assert_int_equal(b->stored_raw, N / 8);
+  assert_int_equal(b->stored_bytes + (uint64_t)N * 8, stored);
+}
+
+/* The table's stored bytes (frames, their u32 sizes and the raw leaves),
+ * its obs' figures checked in Stats and GetInfo. */
 static uint64_t stored_bytes(const char *table) {
   chime_stats_t *st = NULL;
   assert_int_equal(chime_client_stats(client, &st), 0);
   uint64_t b = UINT64_MAX;
+  chime_leaf_bytes_t lb;
   for (uint32_t i = 0; i < st->ntables; i++)
-    if (strcmp(st->tables[i].name, table) == 0)
+    if (strcmp(st->tables[i].name, table) == 0) {
       b = st->tables[i].stored_bytes;
+      assert_int_equal(st->tables[i].nleaf_bytes, 1);
+      lb = st->tables[i].leaf_bytes[0];
+    }
   chime_stats_free(st);
   assert_true(b != UINT64_MAX);
+  check_leaf_bytes(&lb, b);
+  chime_server_info_t *in = NULL;
+  assert_int_equal(chime_client_info(client, &in), 0);
+  for (uint32_t i = 0; i < in->ntables; i++)
+    if (strcmp(in->tables[i].name, table) == 0) {
+      assert_int_equal(in->tables[i].nleaf_bytes, 1);
+      check_leaf_bytes(&in->tables[i].leaf_bytes[0], b);
+    } else if (strcmp(in->tables[i].name, "raw") == 0) {
+      assert_int_equal(in->tables[i].nleaf_bytes, 0);
+    }
+  chime_server_info_free(in);
   return b;
 }
 

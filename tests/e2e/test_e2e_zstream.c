@@ -38,18 +38,7 @@ static const char *config =
     "{\"tables\": [" TABLE("z", ", \"compress\": {\"obs\": 3}") ",\n" TABLE(
         "z2", ", \"compress\": {\"obs\": 3}") ",\n" TABLE("raw", "") "]}\n";
 
-static chime__chimed_t chimed;
-static chime_client_t *client;
-
-static int setup(void **state) {
-  (void)state;
-  return chime__chimed_start_client(&chimed, config, &client) == 0 ? 0 : -1;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  return chime__chimed_stop_client(&chimed, client);
-}
+CHIME__CHIMED_GROUP(config)
 
 /* Sample i's frame: a paddle and a ball on a dark field (compresses well),
  * or every eighth one noise (kept raw: no frame is smaller). */

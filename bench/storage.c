@@ -21,7 +21,9 @@
 
 #include "bench.h"
 #include "measure.h"
+#include "common/spec.h"
 #include "replay/table.h"
+#include "ring/extents.h"
 
 #define H 210
 #define W 160
@@ -84,6 +86,7 @@ typedef struct {
   double ins_fps, smp_fps; /* the table's, compressed */
   double raw_ins_fps, raw_smp_fps; /* the same table, frames raw */
   double held_per_sample, raw_per_sample, zstd_frame_bytes;
+  double wire[3]; /* stream mode a batch: sent, stored, its info */
 } result_t;
 
 static double zstd_rates(const uint8_t *frames, uint32_t n, int level,
@@ -119,12 +122,52 @@ static double zstd_rates(const uint8_t *frames, uint32_t n, int level,
   return comp;
 }
 
+/* Stream mode's bytes per batch: the table sampled into a slot that holds
+ * obs as it is stored (chime__spec_framed, as chimed's ring for a
+ * stream-mode learner), and the bytes the sender sends of it (its
+ * extents: the frames, the raw leaves, the offsets and the info), against
+ * the batch's samples as stored (frames and raw leaves) and the info. */
+static int wire_bytes(chime__table_t *t, const chime_spec_t *spec,
+                      uint32_t batches, double *wire, double *stored,
+                      double *info) {
+  static const uint8_t framed[CHIME_MAX_LEAVES] = {1};
+  chime_spec_t ws;
+  chime_ring_layout_t lay;
+  if (chime__spec_framed(&ws, spec, framed) ||
+      chime_ring_layout(&lay, &ws, BATCH, 2, NULL, 0))
+    return -1;
+  uint8_t *mem = aligned_alloc(4096, (lay.slot_bytes + 4095) / 4096 * 4096);
+  chime__ring_wslot_t w;
+  memset(&w, 0, sizeof(w));
+  w.base = mem;
+  for (uint32_t l = 0; l < ws.nleaves; l++) {
+    w.leaf[l] = mem + lay.leaf_offset[l];
+    if (lay.offsets_offset[l] != 0)
+      w.offsets[l] = (int64_t *)(mem + lay.offsets_offset[l]);
+  }
+  w.info = (chime_sample_info_t *)(mem + lay.info_offset);
+  uint64_t sent = 0, held = 0;
+  for (uint32_t b = 0; b < batches; b++) {
+    chime__extents_t x;
+    if (chime__table_sample(t, &lay, &w, NULL) ||
+        chime__slot_extents(&lay, &ws, mem, &x, NULL, 0))
+      return -1;
+    sent += x.total;
+    held += (uint64_t)w.offsets[0][BATCH] + BATCH * 8;
+  }
+  free(mem);
+  *wire = (double)sent / batches;
+  *stored = (double)held / batches;
+  *info = BATCH * sizeof(chime_sample_info_t);
+  return 0;
+}
+
 /* A uniform table of obs:u8[84,84], action:i32[], reward:f32[] (obs kept
  * at level, raw when level is 0): frames inserted per second, frames
  * sampled per second, bytes held and inserted per sample. */
 static int table_rates(const uint8_t *samples, uint32_t n, int level,
                        double *ins_fps, double *smp_fps, double *held,
-                       double *raw) {
+                       double *raw, double *wire) {
   chime__table_config_t tc;
   memset(&tc, 0, sizeof(tc));
   snprintf(tc.name, sizeof(tc.name), "frames");
@@ -169,6 +212,9 @@ static int table_rates(const uint8_t *samples, uint32_t n, int level,
     if (chime__table_sample(t, &lay, &ws, NULL))
       return -1;
   *smp_fps = (double)batches * BATCH / (chime__bench_now_s() - t0);
+  if (wire != NULL && wire_bytes(t, &tc.spec, batches < 50 ? batches : 50,
+                                 &wire[0], &wire[1], &wire[2]))
+    return -1;
   free(mem);
   chime__table_destroy(t);
   return 0;
@@ -219,8 +265,8 @@ int chime__bench_storage(int argc, char **argv) {
   for (int round = 0; round < ROUNDS; round++) {
     double zd, ins, smp, rins, rsmp, rheld, rraw;
     if (table_rates(samples, n, level, &ins, &smp, &r.held_per_sample,
-                    &r.raw_per_sample) ||
-        table_rates(samples, n, 0, &rins, &rsmp, &rheld, &rraw)) {
+                    &r.raw_per_sample, r.wire) ||
+        table_rates(samples, n, 0, &rins, &rsmp, &rheld, &rraw, NULL)) {
       fprintf(stderr, "chime-bench storage: the table failed\n");
       return 1;
     }
@@ -236,6 +282,10 @@ int chime__bench_storage(int argc, char **argv) {
   /* A sample holds the frame's stored size (4 B), action and reward. */
   double frame_held = r.held_per_sample - 12;
   double vs_zstd = frame_held / r.zstd_frame_bytes;
+  /* Stream mode: a batch's bytes sent over its samples as stored, and
+   * over those and the sample info every batch carries. */
+  double wire_vs_stored = r.wire[0] / r.wire[1];
+  double wire_vs_with_info = r.wire[0] / (r.wire[1] + r.wire[2]);
   if (json)
     printf("{\"bench\":\"storage\",\"level\":%d,\"frames\":%" PRIu32
            ",\"raw_per_sample\":%.1f,\"held_per_sample\":%.1f,"
@@ -243,11 +293,14 @@ int chime__bench_storage(int argc, char **argv) {
            "\"insert_vs_zstd_compress\":%.3f,"
            "\"sample_vs_zstd_decompress\":%.3f,"
            "\"sample_vs_raw_table\":%.3f,\"zstd_compress_gbs\":%.3f,"
-           "\"zstd_decompress_gbs\":%.3f}\n",
+           "\"zstd_decompress_gbs\":%.3f,\"wire_per_batch\":%.0f,"
+           "\"stored_per_batch\":%.0f,\"wire_vs_stored\":%.3f,"
+           "\"wire_vs_stored_and_info\":%.3f,\"wire_vs_raw\":%.4f}\n",
            level, n, r.raw_per_sample, r.held_per_sample, r.zstd_frame_bytes,
            vs_zstd, r.ins_fps / r.zc_fps, r.smp_fps / r.zd_fps,
            r.smp_fps / r.raw_smp_fps, r.zc_fps * FRAME / 1e9,
-           r.zd_fps * FRAME / 1e9);
+           r.zd_fps * FRAME / 1e9, r.wire[0], r.wire[1], wire_vs_stored,
+           wire_vs_with_info, r.wire[0] / (BATCH * r.raw_per_sample));
   else
     printf("storage: %" PRIu32 " rendered 84x84 frames, zstd level %d\n"
            "  held per sample %.1f B of %.1f raw (1/%.0f); the frame %.1f B, "
@@ -255,11 +308,14 @@ int chime__bench_storage(int argc, char **argv) {
            "  insert: %.0f frames/s, libzstd compress %.0f frames/s "
            "(%.2f GB/s): %.2fx\n"
            "  sample: %.0f frames/s, libzstd decompress %.0f frames/s "
-           "(%.2f GB/s): %.2fx (a raw table: %.0f frames/s)\n",
+           "(%.2f GB/s): %.2fx (a raw table: %.0f frames/s)\n"
+           "  stream mode: %.0f B a batch of %d on the wire, its samples as "
+           "stored %.0f B (%.3fx; %.3fx of those and the sample info)\n",
            n, level, r.held_per_sample, r.raw_per_sample, 1 / held_ratio,
            frame_held, r.zstd_frame_bytes, vs_zstd, r.ins_fps, r.zc_fps,
            r.zc_fps * FRAME / 1e9, r.ins_fps / r.zc_fps, r.smp_fps, r.zd_fps,
-           r.zd_fps * FRAME / 1e9, r.smp_fps / r.zd_fps, r.raw_smp_fps);
+           r.zd_fps * FRAME / 1e9, r.smp_fps / r.zd_fps, r.raw_smp_fps,
+           r.wire[0], BATCH, r.wire[1], wire_vs_stored, wire_vs_with_info);
   free(screen);
   free(frames);
   free(samples);

@@ -22,6 +22,7 @@
 #include <jansson.h>
 
 #include "chime/chime.h"
+#include "chimectl_leaves.h"
 #include "chimectl_top.h"
 #include "cli.h"
 
@@ -67,6 +68,9 @@ static json_t *info_json(const chime_server_info_t *in) {
                   t->staleness_weight));
     json_object_set_new(json_array_get(tables, json_array_size(tables) - 1),
                         "compress", json_string(t->compress));
+    json_object_set_new(json_array_get(tables, json_array_size(tables) - 1),
+                        "leaves",
+                        chimectl_leaves_json(t->leaf_bytes, t->nleaf_bytes));
     if (t->sequence_length > 0) {
       char step[4096];
       if (chime_spec_format(&t->step_spec, step, sizeof(step)) != 0)
@@ -220,6 +224,8 @@ enum { UNIT_COUNT, UNIT_NS, UNIT_BYTES, UNIT_FLAG };
 
 static void table_json(json_t *o, const chime_table_stats_t *s) {
   CHIME_TABLE_STATS_FIELDS(JSON_FIELD)
+  json_object_set_new(o, "leaves",
+                      chimectl_leaves_json(s->leaf_bytes, s->nleaf_bytes));
 }
 
 static void stream_json(json_t *o, const chime_stream_stats_t *s) {
@@ -291,9 +297,16 @@ static void cell(const char *const *cols, int head, const char *name, int unit,
 #define TEXT_CELL(type, name, kind, unit, help)                                \
   cell(cols, s == NULL, #name, UNIT_##unit, s != NULL ? (uint64_t)s->name : 0);
 
-/* The cells of s, or of the head (s NULL). */
+/* The cells of s, or of the head (s NULL); a plain table's end with the
+ * bytes it keeps over their raw size. */
 static void table_cells(const chime_table_stats_t *s, const char *const *cols) {
   CHIME_TABLE_STATS_FIELDS(TEXT_CELL)
+  if (cols != table_cols)
+    return;
+  if (s == NULL)
+    printf(" %10s", "STORED/RAW");
+  else
+    chimectl_ratio_cell(s->stored_bytes, s->raw_bytes);
 }
 
 /* A row of s, or the head (s NULL). */
@@ -329,6 +342,7 @@ static void stats_tables_text(const chime_stats_t *st) {
     printf("%-16s", t->name);
     table_row(t, sequence_cols);
   }
+  chimectl_leaves_text(st);
 }
 
 #define SERVER_LINE(type, name, kind, unit, help)                              \

@@ -174,6 +174,17 @@ CHIME_EXTERN chime_client_t *chime_client_shard(chime_client_t *client,
 CHIME_EXTERN const char *chime_client_shard_address(chime_client_t *client,
                                                     uint32_t i);
 
+/* A compressed leaf's bytes in a table (docs/replay.md, "Compressed
+ * leaves"): as inserted, as kept (its u32 stored size per item included),
+ * and its values kept raw (no frame was smaller). */
+typedef struct {
+  char leaf[CHIME_MAX_NAME];
+  uint32_t level;
+  uint64_t raw_bytes;
+  uint64_t stored_bytes;
+  uint64_t stored_raw;
+} chime_leaf_bytes_t;
+
 typedef struct {
   char name[CHIME_MAX_NAME];
   chime_spec_t spec;
@@ -217,6 +228,9 @@ typedef struct {
    * in spec order, comma separated ("obs:3"); "" for none (and from a
    * server before the field). Stats has the bytes held raw and stored. */
   char compress[1024];
+  /* Each compressed leaf's bytes, as Stats' (0 from a server before 0.4). */
+  uint32_t nleaf_bytes;
+  chime_leaf_bytes_t leaf_bytes[CHIME_MAX_LEAVES];
 } chime_table_info_t;
 
 /* One open stream's ring on the server, as GetInfo reports it. */
@@ -260,6 +274,8 @@ CHIME_EXTERN void chime_server_info_free(chime_server_info_t *info);
 typedef struct {
   char name[CHIME_MAX_NAME];
   CHIME_TABLE_STATS_FIELDS(CHIME__STATS_FIELD)
+  uint32_t nleaf_bytes; /* its compressed leaves, in spec order */
+  chime_leaf_bytes_t leaf_bytes[CHIME_MAX_LEAVES];
 } chime_table_stats_t;
 
 typedef struct {
@@ -504,6 +520,13 @@ typedef struct {
    * slot filled, as before 0.4. A sharded stream gives it to each shard's
    * shm sub-stream. A server before 0.4 ignores it. */
   uint64_t ready_bytes;
+  /* Compressed leaves (docs/replay.md, "Compressed leaves") the learner
+   * takes as the table stores them, by name, separated by commas ("obs"):
+   * each arrives as a ragged u8 leaf, offsets and each sample's stored
+   * bytes (a zstd frame, or the leaf raw when as long as the leaf), for a
+   * decoder of the learner's own. NULL: every leaf decompressed. Copied
+   * at open. A leaf the table does not compress is CHIME_EINVAL. */
+  const char *keep_compressed;
 } chime_stream_opts_t;
 #define CHIME_STREAM_OPTS_INIT                                                 \
   {                                                                            \

@@ -150,6 +150,29 @@ static PyObject *append_dict(PyObject *list) {
 
 #define U64(x) PyLong_FromUnsignedLongLong((unsigned long long)(x))
 
+/* d["leaves"]: each compressed leaf's bytes, {"obs": {"raw_bytes", ...}}
+ * (info() and stats()). */
+static int leaves_item(PyObject *d, const chime_leaf_bytes_t *lb, uint32_t n) {
+  PyObject *leaves = PyDict_New();
+  if (leaves == NULL)
+    return -1;
+  for (uint32_t k = 0; k < n; k++) {
+    const chime_leaf_bytes_t *b = &lb[k];
+    PyObject *ld = PyDict_New();
+    if (ld == NULL || PyDict_SetItemString(leaves, b->leaf, ld) < 0 ||
+        set_item(ld, "level", U64(b->level)) ||
+        set_item(ld, "raw_bytes", U64(b->raw_bytes)) ||
+        set_item(ld, "stored_bytes", U64(b->stored_bytes)) ||
+        set_item(ld, "stored_raw", U64(b->stored_raw))) {
+      Py_XDECREF(ld);
+      Py_DECREF(leaves);
+      return -1;
+    }
+    Py_DECREF(ld);
+  }
+  return set_item(d, "leaves", leaves);
+}
+
 static PyObject *spec_text(const chime_spec_t *spec) {
   char buf[8192];
   if (chime_spec_format(spec, buf, sizeof(buf)) != 0)
@@ -183,6 +206,7 @@ static PyObject *info_dict(const chime_server_info_t *in) {
         set_item(td, "staleness_weight",
                  PyUnicode_FromString(t->staleness_weight)) ||
         set_item(td, "compress", PyUnicode_FromString(t->compress)) ||
+        leaves_item(td, t->leaf_bytes, t->nleaf_bytes) ||
         set_item(td, "samples_per_insert",
                  PyFloat_FromDouble(t->samples_per_insert)) ||
         set_item(td, "error_buffer", PyFloat_FromDouble(t->error_buffer)))
@@ -248,7 +272,7 @@ fail:
 
 static int table_stats_items(PyObject *d, const chime_table_stats_t *s) {
   CHIME_TABLE_STATS_FIELDS(SET_STAT)
-  return 0;
+  return leaves_item(d, s->leaf_bytes, s->nleaf_bytes);
 }
 
 static int stream_stats_items(PyObject *d, const chime_stream_stats_t *s) {
@@ -603,7 +627,7 @@ static PyObject *client_shards(PyObject *o, PyObject *unused) {
 
 /* The signatures' defaults are the C library's (CHIME_*_OPTS_INIT), written
  * into the docstrings at import. */
-static char client_doc[512], writer_doc[128], stream_doc[512];
+static char client_doc[512], writer_doc[128], stream_doc[768];
 
 /* Seconds as Python writes a float: 5.0, 2.5. */
 static const char *secs(char *buf, size_t len, int ms) {
@@ -632,7 +656,10 @@ void chimepy_client_docs_init(void) {
       stream_doc, sizeof(stream_doc),
       "stream(table, batch_size=%u, mode='%s', slots=%u, prefetch=%u, "
       "open_timeout=%s, pin_host_memory=%s, timeout=None, "
-      "device=None, version=0, ready_bytes=0) -> Stream. device "
+      "device=None, version=0, ready_bytes=0, keep_compressed=None) -> "
+      "Stream. keep_compressed (a leaf name or a list): compressed leaves "
+      "taken as stored, a ragged u8 leaf (offsets and each sample's zstd "
+      "frame, or its raw bytes when as long as the leaf). device "
       "('cuda:0', an ordinal): batches are copied to that GPU ahead of "
       "the learner, and prefetch is how many (0: %u); leaves export "
       "DLPack as CUDA. ready_bytes (shm): the server samples at most "

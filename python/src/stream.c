@@ -73,24 +73,61 @@ cleanup:
   return rc;
 }
 
+/* keep_compressed: a leaf name or a list of them, as the library's
+ * comma-separated text ("" for None). */
+static int keep_text(PyObject *o, char *buf, size_t len) {
+  buf[0] = 0;
+  if (o == NULL || o == Py_None)
+    return 0;
+  PyObject *seq = PyUnicode_Check(o)
+                      ? PyTuple_Pack(1, o)
+                      : PySequence_Fast(o, "keep_compressed: "
+                                           "expected leaf names");
+  if (seq == NULL)
+    return -1;
+  size_t at = 0;
+  int rc = 0;
+  for (Py_ssize_t i = 0; rc == 0 && i < PySequence_Fast_GET_SIZE(seq); i++) {
+    PyObject *it = PySequence_Fast_GET_ITEM(seq, i);
+    const char *name = PyUnicode_Check(it) ? PyUnicode_AsUTF8(it) : NULL;
+    size_t n = name != NULL ? strlen(name) : 0;
+    if (name == NULL || n == 0 || strchr(name, ',') != NULL ||
+        at + n + 2 > len) {
+      if (!PyErr_Occurred())
+        chimepy_raise(CHIME_EINVAL, "keep_compressed: expected leaf names");
+      rc = -1;
+      break;
+    }
+    if (at > 0)
+      buf[at++] = ',';
+    memcpy(buf + at, name, n + 1);
+    at += n;
+  }
+  Py_DECREF(seq);
+  return rc;
+}
+
 static int stream_init(PyObject *o, PyObject *args, PyObject *kw) {
   chimepy_stream_t *self = (chimepy_stream_t *)o;
   static char *kwlist[] = {
-      "client",  "table",    "batch_size",   "mode",
-      "slots",   "prefetch", "open_timeout", "pin_host_memory",
-      "timeout", "device",   "version",      "ready_bytes",
-      NULL};
+      "client",   "table",        "batch_size",      "mode",    "slots",
+      "prefetch", "open_timeout", "pin_host_memory", "timeout", "device",
+      "version",  "ready_bytes",  "keep_compressed", NULL};
   PyObject *client, *iter_timeout = Py_None, *device = Py_None;
   const chime_stream_opts_t def = CHIME_STREAM_OPTS_INIT;
   const char *table, *mode = chime_mode_name(def.mode);
   double open_timeout = def.open_timeout_ms / 1000.0;
   int pin = def.pin_host_memory;
   PyObject *batch_o = NULL, *slots_o = NULL, *prefetch_o = NULL,
-           *version_o = NULL, *ready_o = NULL;
-  if (!PyArg_ParseTupleAndKeywords(
-          args, kw, "O!s|OsOOdpOOOO:Stream", kwlist, &chimepy_client_type,
-          &client, &table, &batch_o, &mode, &slots_o, &prefetch_o,
-          &open_timeout, &pin, &iter_timeout, &device, &version_o, &ready_o))
+           *version_o = NULL, *ready_o = NULL, *keep_o = NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O!s|OsOOdpOOOOO:Stream", kwlist,
+                                   &chimepy_client_type, &client, &table,
+                                   &batch_o, &mode, &slots_o, &prefetch_o,
+                                   &open_timeout, &pin, &iter_timeout, &device,
+                                   &version_o, &ready_o, &keep_o))
+    return -1;
+  char keep[CHIME_MAX_LEAVES * CHIME_MAX_NAME];
+  if (keep_text(keep_o, keep, sizeof(keep)))
     return -1;
   /* Counts past 32 bits and negative ones are refused here; the library
    * checks the rest of their ranges. */
@@ -142,6 +179,7 @@ static int stream_init(PyObject *o, PyObject *args, PyObject *kw) {
   opts.pin_host_memory = pin;
   opts.version = version;
   opts.ready_bytes = ready_bytes;
+  opts.keep_compressed = keep[0] ? keep : NULL;
   /* At most slots - 1 batches are leased, so a queue of `slots` entries
    * always has room for the slots given back during one next(). */
   self->cap = slots ? slots : def.slots; /* 0: the default */

@@ -2,7 +2,10 @@
 table keeping its frames zstd-compressed, a writer that sends them raw,
 shm and stream learners that get exactly the bytes written (the sampler
 decompresses into the slot), and stats that show the frames held at a
-fraction of their raw size."""
+fraction of their raw size; a learner that keeps the frames compressed
+(keep_compressed) gets each sample's zstd frame, which libzstd
+decompresses to the sample, and stats() shows each compressed leaf's
+bytes."""
 import numpy as np
 import pytest
 
@@ -66,3 +69,62 @@ def test_noise_stored_raw(addr):
             b = s.next(timeout=20)
             for j, i in enumerate(b["id"]):
                 assert np.array_equal(b["obs"][j], want[int(i)])
+
+
+def zstd_decompress(frame, size):
+    """libzstd's own ZSTD_decompress (through ctypes: no binding needed)."""
+    import ctypes
+    import ctypes.util
+    lib = ctypes.CDLL(ctypes.util.find_library("zstd") or "libzstd.so.1")
+    lib.ZSTD_decompress.restype = ctypes.c_size_t
+    lib.ZSTD_decompress.argtypes = [ctypes.c_void_p, ctypes.c_size_t,
+                                    ctypes.c_char_p, ctypes.c_size_t]
+    out = ctypes.create_string_buffer(size)
+    src = bytes(frame)
+    n = lib.ZSTD_decompress(out, size, src, len(src))
+    assert n == size
+    return np.frombuffer(out.raw, dtype=np.uint8)
+
+
+@pytest.mark.parametrize("mode", ["shm", "stream"])
+def test_keep_compressed(addr, mode):
+    want = frames(32)
+    with chime.Client(addr) as c:
+        with c.writer("frames") as w:
+            w.extend({"obs": want, "id": np.arange(32, dtype=np.uint32)})
+        with c.stream("frames", batch_size=16, mode=mode,
+                      keep_compressed=["obs"]) as s:
+            for _ in range(2):
+                b = s.next(timeout=20)
+                raw, off = b["obs"], b.offsets("obs")
+                assert raw.dtype == np.uint8 and len(off) == 17
+                for j, i in enumerate(b["id"]):
+                    frame = raw[off[j]:off[j + 1]]
+                    assert len(frame) < 84 * 84  # a frame, not the leaf
+                    got = zstd_decompress(frame, 84 * 84)
+                    assert np.array_equal(got.reshape(84, 84), want[int(i)])
+
+
+def test_keep_compressed_refused(addr):
+    with chime.Client(addr) as c:
+        for keep in ("id", "nope", ["obs", ""]):
+            with pytest.raises(chime.InvalidArgumentError,
+                               match="keep_compressed"):
+                c.stream("frames", batch_size=4, keep_compressed=keep)
+
+
+def test_leaf_bytes_in_stats(addr):
+    with chime.Client(addr) as c:
+        with c.writer("frames") as w:
+            w.extend({"obs": frames(8), "id": np.arange(8, dtype=np.uint32)})
+        st = [t for t in c.stats()["tables"] if t["name"] == "frames"][0]
+        leaf = st["leaves"]["obs"]
+        assert leaf["level"] == 3
+        # every item held: the obs leaf raw is 84 * 84 bytes each
+        assert leaf["raw_bytes"] == st["size"] * 84 * 84
+        assert 0 < leaf["stored_bytes"] * 20 < leaf["raw_bytes"]
+        # the table's stored bytes are its leaf's and the id's
+        assert st["stored_bytes"] == leaf["stored_bytes"] + st["size"] * 4
+        info = [t for t in c.info()["tables"] if t["name"] == "frames"][0]
+        assert info["leaves"]["obs"]["level"] == 3
+        assert info["leaves"]["obs"]["raw_bytes"] == info["size"] * 84 * 84

@@ -43,6 +43,12 @@ static int subscribe(chime_stream_t *s, const chime__transport_t *tp,
   open.boot_id = boot_id;
   open.hostname = host;
   open.version = s->version;
+  chime__keep_t keep;
+  int rc = chime__frames_keep_names(s, &keep, err, errlen);
+  if (rc != 0)
+    return rc;
+  open.n_keep_compressed = keep.n;
+  open.keep_compressed = keep.ptrs;
   Chime__V1__SubscribeRequest req = CHIME__V1__SUBSCRIBE_REQUEST__INIT;
   req.kind_case = CHIME__V1__SUBSCRIBE_REQUEST__KIND_OPEN;
   req.open = &open;
@@ -122,7 +128,7 @@ static int check_layout(chime_stream_t *s, const Chime__V1__Layout *l,
                        "Opened: the server's ring layout differs from this "
                        "library's (version mismatch?)");
   s->send_bytes = send;
-  return 0;
+  return chime__frames_opened(s, l, err, errlen);
 }
 
 /* One attempt with one transport. On failure nothing of it is left. */

@@ -350,6 +350,21 @@ int chime__conn_info_begin(chime_client_t *client, chime__unary_t *u) {
   return empty_begin(client, CHIME__M_GETINFO, u);
 }
 
+/* A table's compressed leaves' bytes (GetInfo's and Stats'): at most
+ * CHIME_MAX_LEAVES of them, names cut to fit. How many. */
+static uint32_t leaf_bytes_from_msgs(chime_leaf_bytes_t *o,
+                                     Chime__V1__LeafBytes *const *m, size_t n) {
+  uint32_t k = 0;
+  for (; k < n && k < CHIME_MAX_LEAVES; k++) {
+    snprintf(o[k].leaf, sizeof(o[k].leaf), "%s", m[k]->leaf ? m[k]->leaf : "");
+    o[k].level = m[k]->level;
+    o[k].raw_bytes = m[k]->raw_bytes;
+    o[k].stored_bytes = m[k]->stored_bytes;
+    o[k].stored_raw = m[k]->stored_raw;
+  }
+  return k;
+}
+
 int chime__conn_info(chime_client_t *client, chime_server_info_t **out) {
   chime__unary_t u;
   chime__conn_info_begin(client, &u);
@@ -411,6 +426,8 @@ int chime__conn_info_end(chime_client_t *client, chime__unary_t *u,
              t->staleness_weight[0] ? t->staleness_weight : "none");
     copy_str(o->compress, sizeof(o->compress),
              t->compress != NULL ? t->compress : "");
+    o->nleaf_bytes =
+        leaf_bytes_from_msgs(o->leaf_bytes, t->leaf_bytes, t->n_leaf_bytes);
     o->samples_per_insert = t->samples_per_insert;
     o->error_buffer = t->error_buffer;
     if (t->sequence_length > 0 &&
@@ -498,6 +515,8 @@ void chime_server_info_free(chime_server_info_t *info) {
 static void table_from_msg(chime_table_stats_t *o,
                            const Chime__V1__TableStats *m) {
   CHIME_TABLE_STATS_FIELDS(FROM_MSG)
+  o->nleaf_bytes =
+      leaf_bytes_from_msgs(o->leaf_bytes, m->leaf_bytes, m->n_leaf_bytes);
 }
 
 static void stream_from_msg(chime_stream_stats_t *o,

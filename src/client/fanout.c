@@ -157,6 +157,25 @@ static int each_shard(chime_client_t *client, each_fn each, void *acc,
   return rc;
 }
 
+/* A shard's compressed leaves' bytes (s, ns) added to the sums (o, *no),
+ * by name: each shard compresses the same leaves (the tables match). */
+static void add_leaf_bytes(chime_leaf_bytes_t *o, uint32_t *no,
+                           const chime_leaf_bytes_t *s, uint32_t ns) {
+  for (uint32_t k = 0; k < ns; k++) {
+    uint32_t j = 0;
+    while (j < *no && strcmp(o[j].leaf, s[k].leaf) != 0)
+      j++;
+    if (j == *no) {
+      if (j < CHIME_MAX_LEAVES)
+        o[(*no)++] = s[k];
+      continue;
+    }
+    o[j].raw_bytes += s[k].raw_bytes;
+    o[j].stored_bytes += s[k].stored_bytes;
+    o[j].stored_raw += s[k].stored_raw;
+  }
+}
+
 /* Adds table t of one shard into the merged list (by name). */
 static int merge_table(chime_server_info_t *m, const chime_table_info_t *t,
                        const char *addr, char *err, size_t errlen) {
@@ -179,6 +198,8 @@ static int merge_table(chime_server_info_t *m, const chime_table_info_t *t,
     o->capacity_steps += t->capacity_steps;
     if (t->newest_version > o->newest_version) /* a version: the highest */
       o->newest_version = t->newest_version;
+    add_leaf_bytes(o->leaf_bytes, &o->nleaf_bytes, t->leaf_bytes,
+                   t->nleaf_bytes);
     return 0;
   }
   m->tables[m->ntables++] = *t;
@@ -243,6 +264,7 @@ static void add_table(chime_table_stats_t *o, const chime_table_stats_t *s) {
                                                           : s->newest_version;
   CHIME_TABLE_STATS_FIELDS(ADD)
   o->newest_version = newest; /* a version, not a count: the highest */
+  add_leaf_bytes(o->leaf_bytes, &o->nleaf_bytes, s->leaf_bytes, s->nleaf_bytes);
 }
 static void add_server(chime_stats_t *o, const chime_stats_t *s) {
   CHIME_SERVER_STATS_FIELDS(ADD)

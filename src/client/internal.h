@@ -198,7 +198,14 @@ typedef struct {
    * its tail (offsets, info) first, total bytes in all; 0 for a fixed
    * spec, whose batches are send_bytes of the slot's prefix. */
   uint64_t tail;
-  const chime_spec_t *spec;
+  const chime_spec_t *spec; /* as the server's slot holds it (the wire's) */
+  /* Compressed leaves travelling as their stored bytes (frames.c): a
+   * batch lands in wire, laid out as the server's slot (wlay), and is
+   * unpacked into the local slot, unframe[i] leaves decompressed. wire
+   * is NULL when none do: bytes land in the local slot itself. */
+  uint8_t *wire;
+  chime_ring_layout_t wlay;
+  const uint8_t *unframe;
   uint64_t total;   /* the batch being filled: bytes it says it sends */
   int have_extents; /* its tail is in: ext says where the rest goes */
   chime__extents_t ext;
@@ -227,6 +234,11 @@ int chime__remote_chunk(chime__remote_t *r, grpc_byte_buffer *bb, char *err,
 /* Sets what batches look like on the wire: r->ring and r->send_bytes set,
  * spec the stream's (kept). */
 void chime__remote_set_spec(chime__remote_t *r, const chime_spec_t *spec);
+/* The batch in r->wire unpacked into the local slot at dst (frames.c):
+ * leaves copied, frames decompressed. CHIME_EPROTO with err for a frame
+ * that is no frame of its leaf (nothing written past the leaf). */
+int chime__frames_unpack(const chime__remote_t *r, uint8_t *dst, char *err,
+                         size_t errlen);
 /* Gives back a half-filled slot (stream ended mid-batch). */
 void chime__remote_abandon(chime__remote_t *r);
 

@@ -15,7 +15,15 @@
 
 void chime__remote_set_spec(chime__remote_t *r, const chime_spec_t *spec) {
   r->spec = spec;
-  r->tail = chime__slot_tail(chime_ring_get_layout(r->ring), spec);
+  if (r->wire == NULL)
+    r->wlay = *chime_ring_get_layout(r->ring);
+  r->tail = chime__slot_tail(&r->wlay, spec);
+}
+
+/* Where a batch's bytes land: the local slot, or the server's slot's
+ * image when leaves travel as frames (frames.c unpacks it). */
+static uint8_t *landing(const chime__remote_t *r) {
+  return r->wire != NULL ? r->wire : r->w.base;
 }
 
 /* A message's payload, read in order across its slices. */
@@ -47,7 +55,7 @@ static void payload_read(payload_t *pl, uint8_t *dst, uint64_t n) {
  * the one the chunks said. */
 static int place_ragged(chime__remote_t *r, const chime__chunk_t *c,
                         payload_t *pl, char *err, size_t errlen) {
-  uint8_t *base = r->w.base;
+  uint8_t *base = landing(r);
   uint64_t tail_len = r->send_bytes - r->tail;
   uint64_t at = c->offset, left = c->data_len;
   if (at < tail_len) {
@@ -60,8 +68,8 @@ static int place_ragged(chime__remote_t *r, const chime__chunk_t *c,
     return 0;
   if (!r->have_extents) {
     char why[160];
-    if (chime__slot_extents(chime_ring_get_layout(r->ring), r->spec, base,
-                            &r->ext, why, sizeof(why)) != 0)
+    if (chime__slot_extents(&r->wlay, r->spec, base, &r->ext, why,
+                            sizeof(why)) != 0)
       return chime__fail(err, errlen, CHIME_EPROTO,
                          "stream: batch %" PRIu64 ": %s", r->seq, why);
     if (r->ext.total != r->total)
@@ -164,7 +172,7 @@ int chime__remote_chunk(chime__remote_t *r, grpc_byte_buffer *bb, char *err,
     pl.i++;
   }
   if (r->tail == 0) {
-    payload_read(&pl, (uint8_t *)r->w.base + c.offset, c.data_len);
+    payload_read(&pl, landing(r) + c.offset, c.data_len);
   } else {
     rc = place_ragged(r, &c, &pl, err, errlen);
     if (rc)
@@ -174,6 +182,9 @@ int chime__remote_chunk(chime__remote_t *r, grpc_byte_buffer *bb, char *err,
   atomic_fetch_add_explicit(&r->bytes, c.data_len, memory_order_relaxed);
   if (r->received == r->total) {
     uint64_t seq;
+    if (r->wire != NULL &&
+        (rc = chime__frames_unpack(r, r->w.base, err, errlen)) != 0)
+      return rc; /* the slot is abandoned with the stream */
     r->active = 0;
     r->slot_seq[r->w.slot] = r->seq;
     rc = chime__ring_publish(r->ring, r->w.slot, &seq);
@@ -239,6 +250,7 @@ static void send_credit(chime_stream_t *s) {
 static void remote_fill_open(const chime_stream_t *s, Chime__V1__Open *open) {
   open->mode = CHIME__V1__MODE__MODE_STREAM;
   open->prefetch = s->prefetch;
+  open->frames = 1; /* frames.c decompresses */
 }
 
 static int remote_setup(chime_stream_t *s, const Chime__V1__Opened *op,
@@ -253,7 +265,21 @@ static int remote_setup(chime_stream_t *s, const Chime__V1__Opened *op,
                        chime_strerror(rc), chime_ring_last_error());
   r->ring = s->ring;
   r->send_bytes = s->send_bytes;
-  chime__remote_set_spec(r, &s->spec);
+  if (s->nframed > 0) { /* batches land as the server's slot holds them */
+    char why[256];
+    rc = chime_ring_layout(&r->wlay, &s->wire_spec, s->opts.batch_size, slots,
+                           why, sizeof(why));
+    if (rc)
+      return chime__fail(err, errlen, rc, "Opened: layout: %s", why);
+    r->wire = aligned_alloc(64, (size_t)r->wlay.slot_bytes);
+    if (!r->wire)
+      return chime__fail(err, errlen, CHIME_ENOMEM, "out of memory");
+    memset(r->wire, 0, (size_t)r->wlay.slot_bytes);
+    r->unframe = s->unframe;
+    chime__remote_set_spec(r, &s->wire_spec);
+  } else {
+    chime__remote_set_spec(r, &s->spec);
+  }
   r->slot_seq = calloc(slots, sizeof(uint64_t));
   r->released = calloc(slots, sizeof(uint64_t));
   if (!r->slot_seq || !r->released)
@@ -326,6 +352,8 @@ static void remote_fini(chime_stream_t *s) {
   r->slot_seq = NULL;
   free(r->released);
   r->released = NULL;
+  free(r->wire);
+  r->wire = NULL;
   r->credit_pending = 0;
   r->closing = 0;
 }

@@ -293,6 +293,14 @@ int chime__stream_new(chime_stream_t **out, chime_client_t *client,
   pthread_cond_init(&s->idle_cv, NULL);
   s->opts = *opts;
   s->version = opts->version;
+  int rc = chime__frames_keep_copy(s, opts->keep_compressed, err, errlen);
+  if (rc != 0) {
+    pthread_mutex_destroy(&s->lock);
+    pthread_mutex_destroy(&s->drive_mu);
+    pthread_cond_destroy(&s->idle_cv);
+    free(s);
+    return rc;
+  }
   *out = s;
   return 0;
 }
@@ -667,6 +675,7 @@ static void close_inherited(chime_stream_t *s) {
   free(s->lent);
   free(s->remote.slot_seq);
   free(s->remote.released);
+  free(s->remote.wire);
   free(s);
 }
 

@@ -31,8 +31,16 @@ struct chime_stream_s {
   char table[CHIME_MAX_NAME];
   char fallback[CHIME__ERRLEN];
   int has_fallback;
-  chime_spec_t spec;
+  chime_spec_t spec; /* the learner's (its ring's) */
   chime_ring_layout_t layout;
+  /* Compressed leaves (frames.c): the ones the learner keeps as stored
+   * (opts.keep_compressed, copied: "obs,frames"); in stream mode the spec
+   * of the server's ring, which the wire follows, when nframed of its
+   * leaves travel as stored bytes to decompress here (unframe[i]). */
+  char keep_text[CHIME_MAX_LEAVES * CHIME_MAX_NAME];
+  chime_spec_t wire_spec;
+  uint8_t unframe[CHIME_MAX_LEAVES];
+  uint32_t nframed;
   uint64_t send_bytes; /* bytes of a slot each batch carries (stream mode) */
   uint64_t stream_id;
   chime_ring_t *ring;
@@ -129,6 +137,32 @@ extern const chime__transport_t chime__remote_transport; /* remote.c */
  * are ready for the stream's thread; on failure nothing is left but s's
  * memory. attach.c. */
 int chime__stream_attach(chime_stream_t *s, char *err, size_t errlen);
+
+/* --- compressed leaves (frames.c) --- */
+
+/* The keep list as Open carries it. */
+typedef struct {
+  uint32_t n;
+  char names[CHIME_MAX_LEAVES][CHIME_MAX_NAME];
+  char *ptrs[CHIME_MAX_LEAVES];
+} chime__keep_t;
+
+/* Copies the learner's keep_compressed text into s (opts then points at
+ * the copy). CHIME_EINVAL with err when it does not fit. */
+int chime__frames_keep_copy(chime_stream_t *s, const char *text, char *err,
+                            size_t errlen);
+/* s's keep list split at commas. CHIME_EINVAL with err for an empty or
+ * too long name, or too many. */
+int chime__frames_keep_names(const chime_stream_t *s, chime__keep_t *k,
+                             char *err, size_t errlen);
+/* After the layout check (s->spec the server's ring's): the framed leaves
+ * Opened names checked and taken (s->spec becomes the learner's, the
+ * server's kept in wire_spec, s->layout the local ring's), and every leaf
+ * the learner keeps compressed checked to come as stored (CHIME_ENOTSUP
+ * from a server that ignored the ask). CHIME_EPROTO for framed leaves
+ * unlike the spec. */
+int chime__frames_opened(chime_stream_t *s, const Chime__V1__Layout *l,
+                         char *err, size_t errlen);
 
 /* --- the one-server stream (stream.c) ---
  *

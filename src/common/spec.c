@@ -582,3 +582,23 @@ int chime__spec_ragged_bytes(const chime_spec_t *spec, uint32_t count,
   *bytes = total;
   return 0;
 }
+
+int chime__spec_framed(chime_spec_t *out, const chime_spec_t *in,
+                       const uint8_t framed[CHIME_MAX_LEAVES]) {
+  *out = *in;
+  for (uint32_t i = 0; i < in->nleaves; i++) {
+    if (!framed[i])
+      continue;
+    uint64_t n = chime_leaf_bytes(&in->leaves[i]);
+    if (in->leaves[i].ragged || n == 0 || n > UINT32_MAX)
+      return CHIME_EINVAL;
+    chime_leaf_t *l = &out->leaves[i];
+    l->dtype = CHIME_DTYPE_U8;
+    l->ndim = 1;
+    memset(l->shape, 0, sizeof(l->shape));
+    l->shape[0] = n;
+    l->ragged = 1;
+    l->shares = 0;
+  }
+  return 0;
+}

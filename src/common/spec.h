@@ -32,4 +32,14 @@ int chime__spec_ragged_bytes(const chime_spec_t *spec, uint32_t count,
                              const uint32_t *lengths, uint64_t *bytes,
                              char *err, size_t errlen);
 
+/* The spec of a ring whose leaves framed[i] (set) hold each sample's
+ * stored bytes (docs/replay.md, "Compressed leaves"): each such leaf
+ * becomes a ragged u8 leaf bounded by its raw bytes ("obs:u8[<=7056]"; a
+ * stored leaf is never larger), the others stay. Both ends of a stream
+ * use it: the server to make its ring, the client to check the spec the
+ * server said (docs/protocol.md, stream mode). CHIME_EINVAL when a framed
+ * leaf is ragged or too large for a bound. */
+int chime__spec_framed(chime_spec_t *out, const chime_spec_t *in,
+                       const uint8_t framed[CHIME_MAX_LEAVES]);
+
 #endif

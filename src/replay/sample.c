@@ -183,14 +183,42 @@ static void copy_z(const chime__table_t *t, const chime_ring_layout_t *lay,
   }
 }
 
+/* A compressed leaf (the k-th) that the ring holds as it is stored (a
+ * ragged u8 leaf there, bounded by the raw leaf: chime__spec_framed):
+ * each sample's stored bytes packed back to back, with the batch's
+ * offsets, for a learner that decompresses them itself or keeps them. */
+static void copy_frames(const chime__table_t *t, const chime_ring_layout_t *lay,
+                        chime__ring_wslot_t *slot, const uint32_t *rows,
+                        uint32_t k) {
+  uint32_t l = t->zl[k];
+  uint8_t *dst = slot->leaf[l];
+  int64_t *offs = slot->offsets[l];
+  uint64_t at = 0;
+  for (uint64_t j = 0; j < lay->batch_size; j++) {
+    if (j + CHIME__TBL_PREFETCH_AHEAD < lay->batch_size)
+      __builtin_prefetch(t->zbuf[chime__tbl_row_at(
+          slot, rows, j + CHIME__TBL_PREFETCH_AHEAD)]);
+    const uint8_t *buf = t->zbuf[chime__tbl_row_at(slot, rows, j)];
+    uint32_t n = chime__zleaf_size(buf, k);
+    offs[j] = (int64_t)at;
+    memcpy(dst + at, chime__zleaf_at(buf, t->nz, k), n);
+    at += n;
+  }
+  offs[lay->batch_size] = (int64_t)at;
+}
+
 static void copy_rows(const chime__table_t *t, const chime_ring_layout_t *lay,
                       chime__ring_wslot_t *slot, const uint32_t *rows,
                       uint64_t copy_min) {
   uint64_t batch = lay->batch_size;
   for (uint32_t k = 0; k < t->nrag; k++)
     copy_ragged(t, lay, slot, rows, k);
-  for (uint32_t k = 0; k < t->nz; k++)
-    copy_z(t, lay, slot, rows, k);
+  for (uint32_t k = 0; k < t->nz; k++) {
+    if (lay->offsets_offset[t->zl[k]] != 0)
+      copy_frames(t, lay, slot, rows, k);
+    else
+      copy_z(t, lay, slot, rows, k);
+  }
   for (uint32_t l = 0; l < t->nleaves; l++) {
     uint64_t lb = t->lbytes[l];
     if (t->rrow[l] != 0 || t->zraw[l] != 0)
@@ -373,11 +401,15 @@ void chime__table_unpin(chime__table_t *t, chime__table_pins_t *pins) {
 
 static const uint8_t zeros[4096];
 
-/* Whether slot byte pos is at or past the first ragged leaf's offsets
- * (they come after every leaf's values, chime_ring_layout). */
-static int in_offsets(const chime__table_t *t, const chime_ring_layout_t *lay,
-                      uint64_t pos) {
-  return t->nrag > 0 && pos >= lay->offsets_offset[t->rag[0]];
+/* Where the slot's first offsets array starts (they come after every
+ * leaf's values, chime_ring_layout: a ragged leaf's, or a compressed
+ * one's held as stored), or its info when it has none. */
+static uint64_t first_offsets(const chime__table_t *t,
+                              const chime_ring_layout_t *lay) {
+  for (uint32_t l = 0; l < t->nleaves; l++)
+    if (lay->offsets_offset[l] != 0)
+      return lay->offsets_offset[l];
+  return lay->info_offset;
 }
 
 size_t chime__table_spans(const chime__table_t *t,
@@ -419,11 +451,10 @@ size_t chime__table_spans(const chime__table_t *t,
         if (lay->leaf_offset[i] > pos && lay->leaf_offset[i] < next)
           next = lay->leaf_offset[i];
       /* The info, and ragged leaves' offsets before it: in the slot. */
-      if (pos >= lay->info_offset || in_offsets(t, lay, pos)) {
+      uint64_t lim = first_offsets(t, lay);
+      if (pos >= lim) {
         EMIT(slot_base + pos, next - pos);
       } else { /* padding between leaves, up to the offsets or the info */
-        uint64_t lim =
-            t->nrag > 0 ? lay->offsets_offset[t->rag[0]] : lay->info_offset;
         uint64_t stop = next < lim ? next : lim;
         while (pos < stop) {
           uint64_t z = stop - pos < sizeof(zeros) ? stop - pos : sizeof(zeros);

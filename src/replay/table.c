@@ -85,6 +85,14 @@ void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out) {
   out->raw_bytes = plain + t->z_raw;
   out->stored_bytes = plain + t->z_stored;
   out->leaves_stored_raw = t->z_kept_raw;
+  out->nzleaves = t->nz;
+  for (uint32_t k = 0; k < t->nz; k++) {
+    out->zleaf[k].leaf = t->zl[k];
+    out->zleaf[k].level = t->cfg.compress[t->zl[k]];
+    out->zleaf[k].raw_bytes = t->zk_raw[k];
+    out->zleaf[k].stored_bytes = t->zk_stored[k];
+    out->zleaf[k].stored_raw = t->zk_kept_raw[k];
+  }
   out->removed_stale = t->removed_stale;
   out->newest_version = t->vnewest;
   out->mass = t->sel->mass != NULL ? t->sel->mass(t) : (double)t->count;

@@ -38,6 +38,16 @@ typedef struct {
    * used, nothing padded), and what the allocator holds for them (each
    * allocation's usable size and its header): stored vs used. */
   uint64_t ragged_bytes, ragged_alloc_bytes;
+  /* Compressed leaves, each (spec order): its index, level, and bytes
+   * as inserted and as kept (its u32 stored size per item included), and
+   * values kept raw so far (raw_bytes and stored_bytes summed over them,
+   * and the plain leaves, are the table's). */
+  uint32_t nzleaves;
+  struct {
+    uint32_t leaf;
+    uint32_t level;
+    uint64_t raw_bytes, stored_bytes, stored_raw;
+  } zleaf[CHIME_MAX_LEAVES];
 } chime__table_stats_t;
 
 int chime__table_create(chime__table_t **out, const chime__table_config_t *cfg);

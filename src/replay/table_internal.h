@@ -133,6 +133,9 @@ struct chime__table_s {
   uint64_t zraw[CHIME_MAX_LEAVES]; /* by leaf index */
   uint8_t **zbuf;
   uint64_t z_raw, z_stored, z_kept_raw;
+  /* The same per compressed leaf (the k-th): stored with its u32 size. */
+  uint64_t zk_raw[CHIME_MAX_LEAVES], zk_stored[CHIME_MAX_LEAVES];
+  uint64_t zk_kept_raw[CHIME_MAX_LEAVES];
   uint64_t z_sample; /* a sample's compressed leaves' bytes, raw */
   /* Policy versions: the newest the table knows (its items' and its
    * learners'), the live rows by version (max_staleness only: NULL
@@ -244,8 +247,11 @@ static inline void chime__tbl_rag_drop(chime__table_t *t, uint32_t r) {
 static inline void chime__tbl_z_drop(chime__table_t *t, uint32_t r) {
   if (t->zbuf[r] == NULL)
     return;
-  for (uint32_t k = 0; k < t->nz; k++)
+  for (uint32_t k = 0; k < t->nz; k++) {
     t->z_raw -= t->zraw[t->zl[k]];
+    t->zk_raw[k] -= t->zraw[t->zl[k]];
+    t->zk_stored[k] -= 4 + (uint64_t)chime__zleaf_size(t->zbuf[r], k);
+  }
   t->z_stored -= chime__zleaf_total(t->zbuf[r], t->nz);
   free(t->zbuf[r]);
   t->zbuf[r] = NULL;
@@ -257,8 +263,12 @@ static inline void chime__tbl_z_take(chime__table_t *t, uint32_t r,
   t->zbuf[r] = buf;
   for (uint32_t k = 0; k < t->nz; k++) {
     uint64_t raw = t->zraw[t->zl[k]];
+    uint32_t stored = chime__zleaf_size(buf, k);
     t->z_raw += raw;
-    t->z_kept_raw += chime__zleaf_size(buf, k) == raw;
+    t->z_kept_raw += stored == raw;
+    t->zk_raw[k] += raw;
+    t->zk_stored[k] += 4 + (uint64_t)stored;
+    t->zk_kept_raw[k] += stored == raw;
   }
   t->z_stored += chime__zleaf_total(buf, t->nz);
 }

@@ -16,7 +16,28 @@ typedef struct {
   Chime__V1__Leaf *slp[CHIME_MAX_LEAVES];
   char stext[4096];
   char compress[4096];
+  Chime__V1__LeafBytes lb[CHIME_MAX_LEAVES];
+  Chime__V1__LeafBytes *lbp[CHIME_MAX_LEAVES];
 } table_msg_t;
+
+/* A table's compressed leaves, each its LeafBytes (lb and lbp have room
+ * for CHIME_MAX_LEAVES; the names point into spec): how many. */
+static size_t leaf_bytes_msgs(const chime__table_stats_t *st,
+                              const chime_spec_t *spec,
+                              Chime__V1__LeafBytes *lb,
+                              Chime__V1__LeafBytes **lbp) {
+  for (uint32_t k = 0; k < st->nzleaves; k++) {
+    Chime__V1__LeafBytes init = CHIME__V1__LEAF_BYTES__INIT;
+    lb[k] = init;
+    lb[k].leaf = (char *)spec->leaves[st->zleaf[k].leaf].name;
+    lb[k].raw_bytes = st->zleaf[k].raw_bytes;
+    lb[k].stored_bytes = st->zleaf[k].stored_bytes;
+    lb[k].stored_raw = st->zleaf[k].stored_raw;
+    lb[k].level = st->zleaf[k].level;
+    lbp[k] = &lb[k];
+  }
+  return st->nzleaves;
+}
 
 /* The requests carry nothing, but a call without one, or with bytes that do
  * not parse as the request message, is refused rather than answered as if
@@ -127,6 +148,9 @@ static void info_on_start(chime__call_t *c) {
     (void)chime__table_compress_text(tc, tm[i].compress,
                                      sizeof(tm[i].compress));
     tm[i].info.compress = tm[i].compress;
+    tm[i].info.n_leaf_bytes = leaf_bytes_msgs(
+        &ts, chime__table_item_spec(srv->tables[i]), tm[i].lb, tm[i].lbp);
+    tm[i].info.leaf_bytes = tm[i].lbp;
     tm[i].info.samples_per_insert = tc->samples_per_insert;
     tm[i].info.error_buffer = tc->error_buffer;
     tm[i].info.min_size = tc->min_size;
@@ -232,7 +256,11 @@ int chime__stats_snap(chime_server_t *srv, chime__stats_snap_t *snap) {
   Chime__V1__StatsResponse *r = &snap->r;
   snap->ts = calloc(srv->ntables, sizeof(*snap->ts));
   snap->tp = calloc(srv->ntables, sizeof(*snap->tp));
-  if (snap->ts == NULL || snap->tp == NULL)
+  snap->lb = calloc((size_t)srv->ntables * CHIME_MAX_LEAVES, sizeof(*snap->lb));
+  snap->lbp =
+      calloc((size_t)srv->ntables * CHIME_MAX_LEAVES, sizeof(*snap->lbp));
+  if (snap->ts == NULL || snap->tp == NULL || snap->lb == NULL ||
+      snap->lbp == NULL)
     goto oom;
   for (uint32_t i = 0; i < srv->ntables; i++) {
     chime__table_stats_t st;
@@ -242,6 +270,11 @@ int chime__stats_snap(chime_server_t *srv, chime__stats_snap_t *snap) {
     *t = tinit;
     t->name = (char *)chime__table_config(srv->tables[i])->name;
     table_to_msg(t, &st);
+    t->n_leaf_bytes =
+        leaf_bytes_msgs(&st, chime__table_item_spec(srv->tables[i]),
+                        snap->lb + (size_t)i * CHIME_MAX_LEAVES,
+                        snap->lbp + (size_t)i * CHIME_MAX_LEAVES);
+    t->leaf_bytes = snap->lbp + (size_t)i * CHIME_MAX_LEAVES;
     snap->tp[i] = t;
   }
   r->n_tables = srv->ntables;
@@ -293,6 +326,8 @@ int chime__stats_snap(chime_server_t *srv, chime__stats_snap_t *snap) {
   r->checkpoint_last_pause_ns = srv->ckpt_stats.last_pause_ns;
   return 0;
 oom:
+  free(snap->lb);
+  free(snap->lbp);
   free(snap->ts);
   free(snap->tp);
   free(snap->ss);
@@ -303,6 +338,8 @@ oom:
 void chime__stats_snap_done(chime_server_t *srv, chime__stats_snap_t *snap) {
   chime__registry_unlock(&srv->streams);
   pthread_mutex_unlock(&srv->mu);
+  free(snap->lb);
+  free(snap->lbp);
   free(snap->ts);
   free(snap->tp);
   free(snap->ss);

@@ -9,6 +9,8 @@ typedef struct {
   Chime__V1__StatsResponse r;
   Chime__V1__TableStats *ts, **tp;
   Chime__V1__StreamStats *ss, **sp;
+  /* per table CHIME_MAX_LEAVES of them, its compressed leaves' first */
+  Chime__V1__LeafBytes *lb, **lbp;
 } chime__stats_snap_t;
 
 /* Stats of every table and live stream into snap->r. Returns 0 with

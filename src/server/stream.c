@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "common/errfmt.h"
+#include "common/spec.h"
 #include "ring/pin.h"
 #include "server/sender.h"
 
@@ -96,6 +97,48 @@ const chime__stream_ops_t chime__stream_ops = {.ref = stream_ref,
                                                .kill = stream_kill,
                                                .closed = stream_closed};
 
+/* The leaves the stream's ring holds as their stored bytes (framed) and,
+ * of those, the ones its client decompresses (unframe): every fixed
+ * compressed leaf of a plain table for a stream-mode client that
+ * decompresses (the wire carries the frames), and the leaves the learner
+ * asked to keep compressed, in either mode (docs/replay.md, "Compressed
+ * leaves"). A name that is no compressed leaf is refused. */
+static int frames_plan(const chime__table_t *t, const Chime__V1__Open *open,
+                       const chime__stream_mode_ops_t *mode, uint8_t *framed,
+                       uint8_t *unframe, char *err, size_t errlen) {
+  const chime_spec_t *spec = chime__table_item_spec(t);
+  const chime__table_config_t *tc = chime__table_config(t);
+  int plain = tc->sequence_length == 0;
+  memset(framed, 0, CHIME_MAX_LEAVES);
+  memset(unframe, 0, CHIME_MAX_LEAVES);
+  for (size_t k = 0; k < open->n_keep_compressed; k++) {
+    char pn[CHIME__PRINTABLE_LEN(64)];
+    const char *name = open->keep_compressed[k];
+    uint32_t l = 0;
+    while (l < spec->nleaves && strcmp(spec->leaves[l].name, name) != 0)
+      l++;
+    if (l == spec->nleaves || !chime__table_compressed(t, l) ||
+        spec->leaves[l].ragged)
+      return chime__fail(err, errlen, CHIME_EINVAL,
+                         "keep_compressed: table '%s' has no %s leaf '%s'",
+                         tc->name,
+                         l == spec->nleaves ? "such" : "compressed fixed-shape",
+                         chime__printable(pn, sizeof(pn), name, 64));
+    if (!plain)
+      return chime__fail(err, errlen, CHIME_EINVAL,
+                         "keep_compressed: table '%s' is a sequence table "
+                         "(plain tables only, for now)",
+                         tc->name);
+    framed[l] = 1;
+  }
+  if (!plain || !open->frames || mode->mode != CHIME_MODE_STREAM)
+    return 0;
+  for (uint32_t l = 0; l < spec->nleaves; l++)
+    if (chime__table_compressed(t, l) && !spec->leaves[l].ragged && !framed[l])
+      framed[l] = unframe[l] = 1;
+  return 0;
+}
+
 int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
                        chime__call_t *call, const Chime__V1__Open *open,
                        const chime__stream_mode_ops_t *mode, char *err,
@@ -169,10 +212,18 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
   if (atomic_load(&srv->stopping))
     return chime__fail(err, errlen, CHIME_ESHUTDOWN, "shutting down");
 
+  uint8_t framed[CHIME_MAX_LEAVES], unframe[CHIME_MAX_LEAVES];
+  chime_spec_t rspec;
+  if ((rc = frames_plan(t, open, mode, framed, unframe, err, errlen)) != 0)
+    return rc;
+  if (chime__spec_framed(&rspec, chime__table_item_spec(t), framed) != 0)
+    return chime__fail(err, errlen, CHIME_EINVAL,
+                       "table '%s': a compressed leaf too large to frame",
+                       tc->name);
   chime_ring_layout_t lay;
   uint64_t ring_bytes = 0;
-  rc = chime_ring_layout(&lay, chime__table_item_spec(t), open->batch_size,
-                         open->slots, lerr, sizeof(lerr));
+  rc = chime_ring_layout(&lay, &rspec, open->batch_size, open->slots, lerr,
+                         sizeof(lerr));
   if (rc == 0 && chime__ring_bytes(&lay, &ring_bytes) != 0)
     rc = chime__fail(lerr, sizeof(lerr), CHIME_EOVERFLOW, "ring too large");
   if (rc != 0)
@@ -192,6 +243,8 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
   snprintf(s->table_name, sizeof(s->table_name), "%s", tc->name);
   s->ops = mode;
   s->mode = mode->mode;
+  s->spec = rspec;
+  memcpy(s->unframe, unframe, sizeof(s->unframe));
   atomic_init(&s->refs, 1);
   atomic_init(&s->holds, 1);
   pthread_mutex_init(&s->mu, NULL);
@@ -209,8 +262,7 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
     goto out;
   }
 
-  rc = chime__ring_create(&s->ring, chime__table_item_spec(t), open->batch_size,
-                          open->slots);
+  rc = chime__ring_create(&s->ring, &s->spec, open->batch_size, open->slots);
   if (rc != 0) {
     rc = chime__fail(err, errlen, rc,
                      "cannot create a ring for table '%s': %s: %s", tc->name,

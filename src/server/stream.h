@@ -31,6 +31,11 @@ struct chime__stream_s {
   const chime__stream_mode_ops_t *ops; /* what its mode does */
   int mode;                            /* ops->mode */
   chime_ring_t *ring;
+  /* The ring's spec: the table's, but for compressed leaves it holds as
+   * their stored bytes (ragged u8, common/spec.h chime__spec_framed), of
+   * which the client decompresses those set in unframe (stream mode). */
+  chime_spec_t spec;
+  uint8_t unframe[CHIME_MAX_LEAVES];
   chime_ring_layout_t lay;
   uint64_t ring_bytes;
   uint64_t send_bytes;

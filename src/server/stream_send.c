@@ -94,7 +94,7 @@ static int send_init(chime__stream_t *s, const Chime__V1__Open *open) {
   /* A batch that takes items out (fifo, max_times_sampled) is the
    * learner's until it says it released it: then a learner that dies
    * holding batches loses no item (give_back). */
-  const chime_spec_t *spec = chime__table_item_spec(s->table);
+  const chime_spec_t *spec = &s->spec;
   int ragged = chime_spec_ragged(spec) > 0;
   size_t max_spans =
       2 * CHIME__CHUNK_BYTES / SEND_COPY_BELOW + 2 * (size_t)spec->nleaves + 4;
@@ -163,9 +163,8 @@ static int send_sample(chime__stream_t *s, chime__ring_wslot_t *ws) {
    * store orders it). Our own offsets: refused only by a bug, and then
    * the batch is not sent (batch_bytes 0) rather than sent wrong. */
   char err[160];
-  if (chime__slot_extents(&s->lay, chime__table_item_spec(s->table),
-                          (const uint8_t *)ws->base, &s->extents[ws->slot], err,
-                          sizeof(err)) != 0) {
+  if (chime__slot_extents(&s->lay, &s->spec, (const uint8_t *)ws->base,
+                          &s->extents[ws->slot], err, sizeof(err)) != 0) {
     fprintf(stderr, "chimed: table '%s': batch not sent: %s\n", s->table_name,
             err);
     s->extents[ws->slot].total = 0;

@@ -51,6 +51,17 @@ static void send_opened(chime__call_t *c, chime__stream_t *s) {
   lay.spec = lp;
   lay.send_bytes = s->send_bytes;
   lay.info_record_bytes = (uint32_t)sizeof(chime_sample_info_t);
+  /* The raw leaves the client decompresses the frames of, by name. */
+  const chime_spec_t *ts = chime__table_item_spec(s->table);
+  chime_spec_t raw = {0};
+  for (uint32_t l = 0; l < ts->nleaves; l++)
+    if (s->unframe[l])
+      raw.leaves[raw.nleaves++] = ts->leaves[l];
+  Chime__V1__Leaf rleaves[CHIME_MAX_LEAVES];
+  Chime__V1__Leaf *rp[CHIME_MAX_LEAVES];
+  chime__leaf_msgs(&raw, rleaves, rp);
+  lay.n_framed = raw.nleaves;
+  lay.framed = rp;
 
   Chime__V1__Handoff ho = CHIME__V1__HANDOFF__INIT;
   uint8_t nonce[CHIME__HANDOFF_NONCE_BYTES];

@@ -122,7 +122,8 @@ static void test_ragged_output(void **state) {
 
 /* chime-bench storage: the frames held compressed at about what libzstd
  * makes of them (deterministic: the frames are rendered, the level set),
- * the rates printed (speed is not judged here). */
+ * stream mode's bytes a batch near what its samples hold, the rates
+ * printed (speed is not judged here). */
 static void test_storage_output(void **state) {
   (void)state;
   const char *args[] = {"storage", "--json", "--frames", "2000", NULL};
@@ -136,6 +137,12 @@ static void test_storage_output(void **state) {
   assert_true(num(o, "raw_per_sample") / num(o, "held_per_sample") > 20);
   assert_true(num(o, "insert_vs_zstd_compress") > 0);
   assert_true(num(o, "sample_vs_zstd_decompress") > 0);
+  /* Stream mode's bytes (deterministic too): each frame as stored, the
+   * raw leaves, offsets and info; a small part of a raw batch. */
+  assert_true(num(o, "wire_per_batch") > num(o, "stored_per_batch"));
+  assert_true(num(o, "wire_vs_stored_and_info") >= 1.0);
+  assert_true(num(o, "wire_vs_stored_and_info") <= 1.1);
+  assert_true(num(o, "wire_vs_raw") < 0.1);
   json_decref(all);
 }
 

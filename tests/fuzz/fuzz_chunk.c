@@ -8,7 +8,10 @@
  * ctl bit 0: after the message, the learner takes a batch, releases it and
  * returns a credit; bit 1: the stream ends mid-batch (abandon), as on close;
  * bit 7 of the first record's: the ring's spec has ragged leaves, so a
- * batch is its extents, offsets first, checked before a leaf byte lands.
+ * batch is its extents, offsets first, checked before a leaf byte lands;
+ * bit 6 (without 7): a leaf travels compressed (frames), landing as the
+ * server's slot holds it and decompressed into the local slot, each
+ * sample's bytes the raw leaf or a zstd frame of exactly the leaf.
  * A message that is not a chunk is unpacked whole as the client does; a
  * notice with UNAVAILABLE shuts the ring, as a server shutdown does.
  *
@@ -19,18 +22,22 @@
  * exactly the bytes the chunks of that batch carried (ragged: each where
  * the published offsets, which hold, put it). */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <zstd.h>
 
 #include "chime.pb-c.h"
 #include "chime/ring.h"
 #include "client/internal.h"
+#include "common/spec.h"
 #include "wire/chunk.h"
 #include "fuzz_common.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static chime_spec_t spec, ragged_spec;
+static chime_spec_t spec, ragged_spec, framed_spec, framed_wire;
+static const uint8_t framed_mask[CHIME_MAX_LEAVES] = {1};
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
@@ -40,6 +47,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   FUZZ_CHECK(chime_spec_parse(&spec, FUZZ_CHUNK_SPEC, err, sizeof(err)) == 0);
   FUZZ_CHECK(chime_spec_parse(&ragged_spec, FUZZ_CHUNK_RAGGED_SPEC, err,
                               sizeof(err)) == 0);
+  FUZZ_CHECK(chime_spec_parse(&framed_spec, FUZZ_CHUNK_FRAMED_SPEC, err,
+                              sizeof(err)) == 0);
+  FUZZ_CHECK(chime__spec_framed(&framed_wire, &framed_spec, framed_mask) == 0);
   return 0;
 }
 
@@ -119,10 +129,11 @@ static int notice_code(grpc_byte_buffer *bb) {
 /* A ragged batch just published in the slot at base: its offsets hold,
  * its extents add up to what was received, and each holds the bytes that
  * came for it (image: the batch's bytes as sent). */
-static void check_ragged(const chime_ring_layout_t *l, const uint8_t *base,
-                         const uint8_t *image, uint64_t received) {
+static void check_ragged(const chime_ring_layout_t *l, const chime_spec_t *sp,
+                         const uint8_t *base, const uint8_t *image,
+                         uint64_t received) {
   chime__extents_t x;
-  FUZZ_CHECK(chime__slot_extents(l, &ragged_spec, base, &x, NULL, 0) == 0);
+  FUZZ_CHECK(chime__slot_extents(l, sp, base, &x, NULL, 0) == 0);
   FUZZ_CHECK(x.total == received);
   uint64_t at = 0;
   for (uint32_t i = 0; i < x.n; i++) {
@@ -132,9 +143,37 @@ static void check_ragged(const chime_ring_layout_t *l, const uint8_t *base,
   }
 }
 
+/* A framed batch just published (it landed in r->wire, which holds): in
+ * the local slot at base each sample's x is its bytes decompressed (or
+ * copied, when as long as the leaf), y and the info as they came. */
+static void check_framed(const chime__remote_t *r, const uint8_t *base,
+                         const uint8_t *image) {
+  const chime_ring_layout_t *ll = chime_ring_get_layout(r->ring);
+  check_ragged(&r->wlay, &framed_wire, r->wire, image, r->received);
+  const int64_t *o = (const int64_t *)(r->wire + r->wlay.offsets_offset[0]);
+  const uint8_t *x = r->wire + r->wlay.leaf_offset[0];
+  for (uint32_t j = 0; j < FUZZ_CHUNK_BATCH; j++) {
+    uint8_t got[FUZZ_CHUNK_FRAMED_LEAF];
+    size_t n = (size_t)(o[j + 1] - o[j]);
+    if (n == sizeof(got))
+      memcpy(got, x + o[j], n);
+    else
+      FUZZ_CHECK(ZSTD_decompress(got, sizeof(got), x + o[j], n) == sizeof(got));
+    FUZZ_CHECK(memcmp(base + ll->leaf_offset[0] + sizeof(got) * j, got,
+                      sizeof(got)) == 0);
+  }
+  FUZZ_CHECK(memcmp(base + ll->leaf_offset[1], r->wire + r->wlay.leaf_offset[1],
+                    4 * FUZZ_CHUNK_BATCH) == 0);
+  FUZZ_CHECK(memcmp(base + ll->info_offset, r->wire + r->wlay.info_offset,
+                    FUZZ_CHUNK_BATCH * sizeof(chime_sample_info_t)) == 0);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   chime_ring_t *ring;
-  const chime_spec_t *sp = size > 0 && (data[0] & 0x80) ? &ragged_spec : &spec;
+  int framed = size > 0 && (data[0] & 0xC0) == 0x40;
+  const chime_spec_t *sp = size > 0 && (data[0] & 0x80) ? &ragged_spec
+                           : framed                     ? &framed_spec
+                                                        : &spec;
   FUZZ_CHECK(
       chime__ring_create(&ring, sp, FUZZ_CHUNK_BATCH, FUZZ_CHUNK_SLOTS) == 0);
   const chime_ring_layout_t *l = chime_ring_get_layout(ring);
@@ -145,6 +184,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   r.slot_seq = slot_seq;
   r.send_bytes =
       l->info_offset + FUZZ_CHUNK_BATCH * sizeof(chime_sample_info_t);
+  if (framed) { /* batches land as the server's slot holds them */
+    FUZZ_CHECK(chime_ring_layout(&r.wlay, &framed_wire, FUZZ_CHUNK_BATCH,
+                                 FUZZ_CHUNK_SLOTS, NULL, 0) == 0);
+    r.wire = calloc(1, r.wlay.slot_bytes);
+    FUZZ_CHECK(r.wire != NULL);
+    r.unframe = framed_mask;
+    r.send_bytes =
+        r.wlay.info_offset + FUZZ_CHUNK_BATCH * sizeof(chime_sample_info_t);
+    sp = &framed_wire;
+  }
   chime__remote_set_spec(&r, sp);
   /* As chime_stream_open: the server may run slots - 1 batches ahead. */
   atomic_store(&r.granted, FUZZ_CHUNK_SLOTS - 1);
@@ -193,8 +242,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       memcpy(image + c.offset, msg + c.header_len, c.data_len);
       if (r.batches != batches) {
         const uint8_t *base = chime_ring_slot_base(ring, r.w.slot);
-        if (r.tail != 0)
-          check_ragged(l, base, image, r.received);
+        if (framed)
+          check_framed(&r, base, image);
+        else if (r.tail != 0)
+          check_ragged(l, sp, base, image, r.received);
         else
           FUZZ_CHECK(memcmp(base, image, r.send_bytes) == 0);
         memset(image, 0, r.send_bytes);
@@ -215,5 +266,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   chime__remote_abandon(&r);
   chime_ring_destroy(ring);
   free(image);
+  free(r.wire);
   return 0;
 }

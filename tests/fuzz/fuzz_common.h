@@ -24,6 +24,11 @@
 /* ... or, when the first record's ctl has bit 7 set, ragged leaves (a
  * batch sends its extents: ring/extents.h). */
 #define FUZZ_CHUNK_RAGGED_SPEC "t:u8[<=5],u:u8[<=5 ~t],v:u8[<=3,2],y:f32[]"
+/* ... or, with bit 6 instead, x compressed (docs/replay.md, "Compressed
+ * leaves"): it travels as its stored bytes, a ragged u8 leaf bounded by
+ * its 64 bytes, and the client decompresses each into its local slot. */
+#define FUZZ_CHUNK_FRAMED_SPEC "x:u8[64],y:f32[]"
+#define FUZZ_CHUNK_FRAMED_LEAF 64
 #define FUZZ_CHUNK_BATCH 2u
 #define FUZZ_CHUNK_SLOTS 4u
 

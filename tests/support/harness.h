@@ -98,6 +98,21 @@ int chime__chimed_start_client(chime__chimed_t *d, const char *config_json,
  * itself after SIGTERM. */
 int chime__chimed_stop_client(chime__chimed_t *d, chime_client_t *c);
 
+/* One chimed of config (a string) and a client of it for a group of tests:
+ * defines `chimed`, `client` and the group's `setup` and `teardown` for
+ * cmocka_run_group_tests(tests, setup, teardown). */
+#define CHIME__CHIMED_GROUP(config)                                            \
+  static chime__chimed_t chimed;                                               \
+  static chime_client_t *client;                                               \
+  static int setup(void **state) {                                             \
+    (void)state;                                                               \
+    return chime__chimed_start_client(&chimed, config, &client) == 0 ? 0 : -1; \
+  }                                                                            \
+  static int teardown(void **state) {                                          \
+    (void)state;                                                               \
+    return chime__chimed_stop_client(&chimed, client);                         \
+  }
+
 /* n chimed, shard k's config written by config_of(k, buf, len) (up to
  * 4 KiB), a one-server client of each in direct[k], target set to
  * "addr1,addr2,..." and, when sharded is not NULL, a sharded client of

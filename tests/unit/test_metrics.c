@@ -126,6 +126,13 @@ static const struct {
      "Bytes the table keeps for them, compressed leaves as stored."},
     {"chime_table_leaves_stored_raw_total", "counter",
      "Compressed leaves' values kept raw: compression did not shrink them."},
+    {"chime_table_leaf_raw_bytes", "gauge",
+     "Bytes of a compressed leaf of the items held, as inserted."},
+    {"chime_table_leaf_stored_bytes", "gauge",
+     "Bytes the table keeps for a compressed leaf (u32 sizes included)."},
+    {"chime_table_leaf_stored_raw_total", "counter",
+     "A compressed leaf's values kept raw: compression did not shrink "
+     "them."},
     {"chime_stream_batches_total", "counter",
      "Batches delivered (shm: published, stream: sent)."},
     {"chime_stream_bytes_total", "counter", "Bytes of batches delivered."},
@@ -172,6 +179,14 @@ static void test_families_as_before(void **state) {
   t.left_times_sampled = 14;
   t.step_bytes = 19;
   t.inserts_waiting_rate = 10;
+  Chime__V1__LeafBytes lb = CHIME__V1__LEAF_BYTES__INIT;
+  Chime__V1__LeafBytes *lbp[] = {&lb};
+  lb.leaf = "obs";
+  lb.raw_bytes = 7056;
+  lb.stored_bytes = 180;
+  lb.stored_raw = 2;
+  t.n_leaf_bytes = 1;
+  t.leaf_bytes = lbp;
   s.table = "t";
   s.ring_bytes = 10;
   s.max_leases = 9;
@@ -203,6 +218,13 @@ static void test_families_as_before(void **state) {
       "\nchime_table_left_times_sampled_total{shard=\"0\",table=\"t\"} 14\n"));
   assert_non_null(
       strstr(text, "\nchime_table_step_bytes{shard=\"0\",table=\"t\"} 19\n"));
+  /* A compressed leaf's, labelled by its table and leaf. */
+  assert_non_null(strstr(text, "\nchime_table_leaf_raw_bytes{shard=\"0\","
+                               "table=\"t\",leaf=\"obs\"} 7056\n"));
+  assert_non_null(strstr(text, "\nchime_table_leaf_stored_bytes{shard=\"0\","
+                               "table=\"t\",leaf=\"obs\"} 180\n"));
+  assert_non_null(strstr(text, "\nchime_table_leaf_stored_raw_total{shard="
+                               "\"0\",table=\"t\",leaf=\"obs\"} 2\n"));
   assert_non_null(strstr(
       text,
       "\nchime_table_inserts_waiting_rate{shard=\"0\",table=\"t\"} 10\n"));

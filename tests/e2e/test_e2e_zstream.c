@@ -1,0 +1,276 @@
+/* Compressed leaves over the wire, against the real chimed: a stream-mode
+ * learner of a table that compresses obs receives batches byte for byte
+ * the same as an shm learner of the same table and of a raw one, while
+ * the bytes it received are exactly the frames as stored plus the raw
+ * leaves and each batch's offsets and info (docs/replay.md, "Compressed
+ * leaves"); a learner that keeps obs compressed gets each sample's stored
+ * bytes, which libzstd decompresses to the sample (or, for a frame of
+ * noise kept raw, the sample itself), in shm and stream mode; a keep list
+ * naming a leaf the table does not compress is refused. Stats and GetInfo
+ * count obs' bytes raw, as stored and kept raw (the noise), adding up to
+ * the table's. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zstd.h>
+
+#include "chime/chime.h"
+#include "chime/ring.h"
+#include "harness.h"
+
+#define SIDE 84
+#define FRAME (SIDE * SIDE)
+#define N 64
+#define BATCH 16
+
+#define TABLE(name, extra)                                                     \
+  "{\"name\": \"" name "\", \"spec\": \"obs:u8[84,84], action:i32[], "         \
+  "reward:f32[]\", \"capacity\": 256, \"min_size\": 1, \"sampler\": "          \
+  "\"fifo\"" extra "}"
+
+static const char *config =
+    "{\"tables\": [" TABLE("z", ", \"compress\": {\"obs\": 3}") ",\n" TABLE(
+        "z2", ", \"compress\": {\"obs\": 3}") ",\n" TABLE("raw", "") "]}\n";
+
+CHIME__CHIMED_GROUP(config)
+
+/* Sample i's frame: a paddle and a ball on a dark field (compresses well),
+ * or every eighth one noise (kept raw: no frame is smaller). */
+static void frame_of(uint64_t i, uint8_t *f) {
+  memset(f, 17, FRAME);
+  if (i % 8 == 7) {
+    uint64_t x = i * 0x9E3779B97F4A7C15ull + 1;
+    for (size_t k = 0; k < FRAME; k++) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      f[k] = (uint8_t)x;
+    }
+    return;
+  }
+  for (int y = 0; y < 12; y++)
+    memset(f + (size_t)(10 + (i * 3 + (size_t)y) % 60) * SIDE + 4, 200, 3);
+  size_t by = 5 + (i * 7) % 70, bx = 5 + (i * 11) % 70;
+  for (int y = 0; y < 2; y++)
+    memset(f + (by + (size_t)y) * SIDE + bx, 236, 2);
+}
+
+static void insert(const char *table) {
+  chime_writer_t *w = NULL;
+  assert_int_equal(chime_writer_open(&w, client, table, NULL), 0);
+  static uint8_t f[FRAME];
+  for (uint64_t i = 0; i < N; i++) {
+    int32_t a = (int32_t)i;
+    float r = (float)i / 2;
+    frame_of(i, f);
+    const void *leaves[3] = {f, &a, &r};
+    assert_int_equal(chime_writer_append_leaves(w, leaves, NULL, 1.0), 0);
+  }
+  assert_int_equal(chime_writer_flush(w), 0);
+  assert_int_equal(chime_writer_acked(w), N);
+  assert_int_equal(chime_writer_close(w), 0);
+}
+
+static chime_stream_t *open_stream(const char *table, chime_mode_t mode,
+                                   const char *keep) {
+  chime_stream_t *s = NULL;
+  chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
+  so.batch_size = BATCH;
+  so.slots = 4;
+  so.mode = mode;
+  so.keep_compressed = keep;
+  if (chime_stream_open(&s, client, table, &so) != 0)
+    fail_msg("open %s: %s", table, chime_last_error());
+  assert_int_equal(chime_stream_mode(s), mode);
+  return s;
+}
+
+/* A table of N samples' obs as Stats and GetInfo count it: raw, every
+ * eighth (noise) kept raw, and the table's stored bytes its obs' and the
+ * raw leaves'. */
+static void check_leaf_bytes(const chime_leaf_bytes_t *b, uint64_t stored) {
+  assert_string_equal(b->leaf, "obs");
+  assert_int_equal(b->level, 3);
+  assert_int_equal(b->raw_bytes, (uint64_t)N * FRAME);
+  assert_int_equal(b->stored_raw, N / 8);
+  assert_int_equal(b->stored_bytes + (uint64_t)N * 8, stored);
+}
+
+/* The table's stored bytes (frames, their u32 sizes and the raw leaves),
+ * its obs' figures checked in Stats and GetInfo. */
+static uint64_t stored_bytes(const char *table) {
+  chime_stats_t *st = NULL;
+  assert_int_equal(chime_client_stats(client, &st), 0);
+  uint64_t b = UINT64_MAX;
+  chime_leaf_bytes_t lb;
+  for (uint32_t i = 0; i < st->ntables; i++)
+    if (strcmp(st->tables[i].name, table) == 0) {
+      b = st->tables[i].stored_bytes;
+      assert_int_equal(st->tables[i].nleaf_bytes, 1);
+      lb = st->tables[i].leaf_bytes[0];
+    }
+  chime_stats_free(st);
+  assert_true(b != UINT64_MAX);
+  check_leaf_bytes(&lb, b);
+  chime_server_info_t *in = NULL;
+  assert_int_equal(chime_client_info(client, &in), 0);
+  for (uint32_t i = 0; i < in->ntables; i++)
+    if (strcmp(in->tables[i].name, table) == 0) {
+      assert_int_equal(in->tables[i].nleaf_bytes, 1);
+      check_leaf_bytes(&in->tables[i].leaf_bytes[0], b);
+    } else if (strcmp(in->tables[i].name, "raw") == 0) {
+      assert_int_equal(in->tables[i].nleaf_bytes, 0);
+    }
+  chime_server_info_free(in);
+  return b;
+}
+
+/* A batch's leaves copied out: obs, action, reward of its BATCH samples. */
+typedef struct {
+  uint8_t obs[BATCH * FRAME];
+  int32_t action[BATCH];
+  float reward[BATCH];
+} batch_copy_t;
+
+static void take_all(chime_stream_t *s, batch_copy_t *out) {
+  for (int b = 0; b < N / BATCH; b++) {
+    chime_batch_t bt;
+    assert_int_equal(chime_stream_next(s, &bt, 20000), 0);
+    const chime_batch_leaf_t *o = chime_batch_leaf(&bt, "obs");
+    assert_non_null(o);
+    assert_null(o->offsets);
+    assert_int_equal(o->shape[0], BATCH);
+    memcpy(out[b].obs, o->data, sizeof(out[b].obs));
+    memcpy(out[b].action, chime_batch_leaf(&bt, "action")->data,
+           sizeof(out[b].action));
+    memcpy(out[b].reward, chime_batch_leaf(&bt, "reward")->data,
+           sizeof(out[b].reward));
+    assert_int_equal(chime_stream_release(s, &bt), 0);
+  }
+}
+
+static void test_stream_same_as_shm(void **state) {
+  (void)state;
+  static batch_copy_t zs[N / BATCH], z2[N / BATCH], raw[N / BATCH];
+  insert("z");
+  insert("z2");
+  insert("raw");
+  uint64_t stored = stored_bytes("z");
+  chime_stream_t *s = open_stream("z", CHIME_MODE_STREAM, NULL);
+  take_all(s, zs);
+  chime_stream_local_stats_t ls;
+  assert_int_equal(chime_stream_get_stats(s, &ls), 0);
+  chime_stream_close(s);
+  s = open_stream("z2", CHIME_MODE_SHM, NULL);
+  take_all(s, z2);
+  chime_stream_close(s);
+  s = open_stream("raw", CHIME_MODE_STREAM, NULL);
+  take_all(s, raw);
+  chime_stream_close(s);
+  assert_memory_equal(zs, z2, sizeof(zs));
+  assert_memory_equal(zs, raw, sizeof(zs));
+  static uint8_t f[FRAME];
+  for (uint64_t i = 0; i < N; i++) { /* fifo: in insert order */
+    frame_of(i, f);
+    assert_memory_equal(zs[i / BATCH].obs + (i % BATCH) * FRAME, f, FRAME);
+    assert_int_equal(zs[i / BATCH].action[i % BATCH], (int32_t)i);
+  }
+  /* On the wire: each frame as stored (its u32 size is the offsets'
+   * business), the raw leaves, and per batch the offsets and info. */
+  chime_spec_t ws;
+  chime_ring_layout_t wl;
+  assert_int_equal(chime_spec_parse(&ws,
+                                    "obs:u8[<=7056], action:i32[], "
+                                    "reward:f32[]",
+                                    NULL, 0),
+                   0);
+  assert_int_equal(chime_ring_layout(&wl, &ws, BATCH, 4, NULL, 0), 0);
+  uint64_t tail = wl.info_offset + BATCH * sizeof(chime_sample_info_t) -
+                  wl.offsets_offset[0];
+  uint64_t want = stored - 4 * N + (N / BATCH) * tail;
+  assert_int_equal(ls.received_bytes, want);
+  /* The frames shrink the batch: far below the raw leaves'. */
+  assert_true(ls.received_bytes * 4 < (uint64_t)N * (FRAME + 8));
+  printf("# wire %llu bytes for %d samples (stored %llu, raw %d)\n",
+         (unsigned long long)ls.received_bytes, N, (unsigned long long)stored,
+         N * (FRAME + 8));
+}
+
+/* Sample i's stored bytes as kept: a frame of sample i, or the sample. */
+static void check_kept(const chime_batch_t *bt, uint64_t first) {
+  const chime_batch_leaf_t *o = chime_batch_leaf(bt, "obs");
+  assert_non_null(o);
+  assert_non_null(o->offsets);
+  assert_int_equal(o->dtype, CHIME_DTYPE_U8);
+  static uint8_t f[FRAME], got[FRAME];
+  for (uint32_t j = 0; j < BATCH; j++) {
+    uint64_t i = first + j;
+    const uint8_t *p = (const uint8_t *)o->data + o->offsets[j];
+    size_t n = (size_t)(o->offsets[j + 1] - o->offsets[j]);
+    frame_of(i, f);
+    if (i % 8 == 7) { /* noise: kept raw */
+      assert_int_equal(n, FRAME);
+      assert_memory_equal(p, f, FRAME);
+      continue;
+    }
+    assert_true(n < FRAME / 8);
+    assert_int_equal(ZSTD_getFrameContentSize(p, n), FRAME);
+    assert_int_equal(ZSTD_decompress(got, FRAME, p, n), FRAME);
+    assert_memory_equal(got, f, FRAME);
+  }
+  assert_int_equal(((const int32_t *)chime_batch_leaf(bt, "action")->data)[0],
+                   (int32_t)first);
+}
+
+static void keep_in(chime_mode_t mode) {
+  insert("z");
+  chime_stream_t *s = open_stream("z", mode, "obs");
+  for (int b = 0; b < N / BATCH; b++) {
+    chime_batch_t bt;
+    assert_int_equal(chime_stream_next(s, &bt, 20000), 0);
+    check_kept(&bt, (uint64_t)b * BATCH);
+    assert_int_equal(chime_stream_release(s, &bt), 0);
+  }
+  chime_stream_close(s);
+}
+
+static void test_keep_compressed_shm(void **state) {
+  (void)state;
+  keep_in(CHIME_MODE_SHM);
+}
+
+static void test_keep_compressed_stream(void **state) {
+  (void)state;
+  keep_in(CHIME_MODE_STREAM);
+}
+
+static void test_keep_refused(void **state) {
+  (void)state;
+  const char *bad[] = {"action", "nope", "obs,,action", "raw"};
+  const char *table[] = {"z", "z", "z", "raw"};
+  for (int k = 0; k < 4; k++) {
+    chime_stream_t *s = NULL;
+    chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
+    so.batch_size = BATCH;
+    so.mode = CHIME_MODE_STREAM;
+    so.keep_compressed = strcmp(bad[k], "raw") == 0 ? "obs" : bad[k];
+    assert_int_equal(chime_stream_open(&s, client, table[k], &so),
+                     CHIME_EINVAL);
+    assert_null(s);
+    assert_non_null(strstr(chime_last_error(), "keep_compressed"));
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_stream_same_as_shm),
+      cmocka_unit_test(test_keep_compressed_shm),
+      cmocka_unit_test(test_keep_compressed_stream),
+      cmocka_unit_test(test_keep_refused),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -152,8 +152,21 @@ static void write_seq(chime__table_t *t, wr_t *w, chime__table_view_t *v) {
       wr_u32(w, idx[o]);
       wr_u64(w, ver[o]); /* version 5 */
     }
-    for (uint32_t l = 0; l < spec->nleaves; l++)
-      wr_raw(w, leaf[l], (size_t)(bn * chime_leaf_bytes(&spec->leaves[l])));
+    uint8_t *const *z = chime__steps_view_z(chime__table_steps(t), sv, pos);
+    for (uint32_t l = 0, k = 0; l < spec->nleaves; l++) {
+      if (leaf[l] != NULL) {
+        wr_raw(w, leaf[l], (size_t)(bn * chime_leaf_bytes(&spec->leaves[l])));
+        continue;
+      }
+      /* Version 6: a compressed leaf's steps as stored. */
+      uint32_t nz = chime__steps_nz(chime__table_steps(t));
+      for (uint32_t o = 0; o < bn; o++) {
+        uint32_t st = chime__zleaf_size(z[o], k);
+        wr_u32(w, st);
+        wr_raw(w, chime__zleaf_at(z[o], nz, k), st);
+      }
+      k++;
+    }
     chime__table_view_unpin_steps(t, v, pos + 1);
   }
 }
@@ -235,10 +248,10 @@ int chime__checkpoint_write_table(chime__table_t *t, int fd, uint8_t *buf,
   wr_u64(w, sb); /* a sequence table's: one step's */
   wr_u64(w, v.newest_version);
   uint32_t nz = 0; /* version 6: the compressed leaves */
-  for (uint32_t l = 0; !seq && l < cfg->spec.nleaves; l++)
+  for (uint32_t l = 0; l < cfg->spec.nleaves; l++)
     nz += cfg->compress[l] != 0;
   wr_u32(w, nz);
-  for (uint32_t l = 0; !seq && l < cfg->spec.nleaves; l++)
+  for (uint32_t l = 0; l < cfg->spec.nleaves; l++)
     if (cfg->compress[l] != 0)
       wr_u32(w, l);
   write_writers(w, &v.writers); /* version 6, after those */
@@ -452,7 +465,10 @@ typedef struct {
 /* A sequence table's section, walked whole (windows and blocks, their
  * sizes); what goes into the table is checked when it goes in. */
 static int seq_parse(rd_t *r, uint32_t ver, uint64_t count, uint64_t sb,
-                     uint32_t nl, seqhdr_t *h) {
+                     const chime_spec_t *spec, const uint8_t *zmask,
+                     seqhdr_t *h) {
+  uint32_t nl = spec->nleaves;
+  char why[256];
   h->step_rec = ver >= 5 ? 20 : 12;
   h->t = rd_u32(r);
   h->stride = rd_u32(r);
@@ -479,10 +495,16 @@ static int seq_parse(rd_t *r, uint32_t ver, uint64_t count, uint64_t sb,
     uint32_t bn = rd_u32(r);
     rd_u32(r);
     rd_u32(r);
+    uint64_t lb;
     if (r->bad || bn == 0 || bn > h->k ||
-        (uint64_t)bn * (h->step_rec + sb) > r->n - r->off)
+        (uint64_t)bn * h->step_rec > r->n - r->off)
       return -1;
-    r->off += (size_t)(bn * (h->step_rec + sb));
+    r->off += (size_t)bn * h->step_rec;
+    /* The leaves: bn * sb, or (version 6) compressed ones as stored. */
+    if (chime__zleaf_block(r->p + r->off, r->n - r->off, spec, zmask, bn, NULL,
+                           NULL, &lb, why, sizeof(why)) != 0)
+      return -1;
+    r->off += (size_t)lb;
   }
   return r->off == r->n ? 0 : -1;
 }
@@ -517,16 +539,19 @@ static int seq_check(const char *table, const seqhdr_t *h,
 
 /* Loads a parsed sequence section into t: blocks, then windows. */
 static int seq_load(const uint8_t *p, size_t n, const seqhdr_t *h,
-                    chime__table_t *t, uint64_t count, const char *fname,
-                    const char *name, char *err, size_t errlen) {
+                    const uint8_t *zmask, chime__table_t *t, uint64_t count,
+                    const char *fname, const char *name, char *err,
+                    size_t errlen) {
   const chime__table_config_t *cfg = chime__table_config(t);
   chime__steps_t *st = chime__table_steps(t);
   uint64_t *ep = malloc(h->k * sizeof(*ep));
   uint64_t *ver = malloc(h->k * sizeof(*ver));
   uint32_t *idx = malloc(h->k * sizeof(*idx));
+  int zany = chime__steps_nz(st) > 0;
+  uint8_t **z = zany ? calloc(h->k, sizeof(*z)) : NULL;
   rd_t r = {p, n, h->blocks_at, 0};
   int rc = 0;
-  if (ep == NULL || idx == NULL || ver == NULL) {
+  if (ep == NULL || idx == NULL || ver == NULL || (zany && z == NULL)) {
     rc = fail(err, errlen, CHIME_ENOMEM, "out of memory");
     goto out;
   }
@@ -536,20 +561,33 @@ static int seq_load(const uint8_t *p, size_t n, const seqhdr_t *h,
   }
   for (uint32_t pos = 0; pos < h->nused; pos++) {
     uint32_t bn = rd_u32(&r), next = rd_u32(&r), prev = rd_u32(&r);
-    const uint8_t *leaf[CHIME_MAX_LEAVES];
+    const uint8_t *leaf[CHIME_MAX_LEAVES] = {0};
     for (uint32_t o = 0; o < bn; o++) {
       ep[o] = rd_u64(&r);
       idx[o] = rd_u32(&r);
       ver[o] = h->step_rec > 12 ? rd_u64(&r) : 0;
     }
-    for (uint32_t l = 0; l < cfg->spec.nleaves; l++)
-      leaf[l] =
-          rd_take(&r, (size_t)(bn * chime_leaf_bytes(&cfg->spec.leaves[l])));
-    if (r.bad || chime__steps_restore_block(st, pos, bn, next, prev, ep, idx,
-                                            ver, leaf) != 0) {
+    /* Each compressed step checked as it goes in (chime__zleaf_block). */
+    uint64_t lb = 0;
+    char why[256] = "";
+    int zr =
+        r.bad ? -1
+              : chime__zleaf_block(r.p + r.off, r.n - r.off, &cfg->spec, zmask,
+                                   bn, leaf, z, &lb, why, sizeof(why));
+    r.off += (size_t)lb;
+    if (zr == CHIME_ENOMEM) {
+      rc = fail(err, errlen, CHIME_ENOMEM, "out of memory");
+      goto out;
+    }
+    if (zr != 0 || chime__steps_restore_block(st, pos, bn, next, prev, ep, idx,
+                                              ver, leaf, z) != 0) {
+      for (uint32_t o = 0; z != NULL && zr == 0 && o < bn; o++) {
+        free(z[o]); /* not taken */
+        z[o] = NULL;
+      }
       rc = fail(err, errlen, CHIME_ECORRUPT,
-                "%s: block %u of table '%s' does not hang together", fname, pos,
-                name);
+                "%s: block %u of table '%s' does not hang together%s%s", fname,
+                pos, name, why[0] ? ": " : "", why);
       goto out;
     }
   }
@@ -597,6 +635,7 @@ out:
   free(ep);
   free(ver);
   free(idx);
+  free(z);
   return rc;
 }
 
@@ -738,7 +777,7 @@ static int load_table(const uint8_t *p, size_t n, chime__table_t *const *tables,
   if (ver >= 6 && !r.bad && nz <= CHIME_MAX_LEAVES &&
       (rc = writers_read(&r, shard, wc, fname, err, errlen)) != 0)
     return rc;
-  if (r.bad || nz > CHIME_MAX_LEAVES || (nz > 0 && kind != KIND_PLAIN) ||
+  if (r.bad || nz > CHIME_MAX_LEAVES ||
       (kind != KIND_PLAIN && kind != KIND_SEQUENCE) ||
       shard > CHIME__KEY_MAX_SHARD || !next_ok(next_key, shard))
     return fail(err, errlen, CHIME_ECORRUPT, "%s: malformed header", fname);
@@ -768,12 +807,12 @@ static int load_table(const uint8_t *p, size_t n, chime__table_t *const *tables,
                 "(ragged items are in plain tables' files from version 5)",
                 fname, name, kind == KIND_PLAIN ? "plain table's" : "sequence",
                 ver);
-  if ((nrag > 0 || zany) &&
+  if ((nrag > 0 || zany) && kind == KIND_PLAIN &&
       (rc = rag_walk(r, count, &spec, zmask, fname, err, errlen)) != 0)
     return rc;
   if ((old_seq && count != 0) ||
       (kind == KIND_SEQUENCE && !old_seq &&
-       seq_parse(&r, ver, count, sb, spec.nleaves, &sh) != 0) ||
+       seq_parse(&r, ver, count, sb, &spec, zmask, &sh) != 0) ||
       (kind == KIND_PLAIN && nrag == 0 && !zany &&
        (count > (r.n - r.off) / rec || count * rec != r.n - r.off)))
     return fail(err, errlen, CHIME_ECORRUPT,
@@ -823,7 +862,8 @@ static int load_table(const uint8_t *p, size_t n, chime__table_t *const *tables,
   if (kind == KIND_SEQUENCE) {
     if ((rc = seq_check(name, &sh, cfg, chime__table_steps(t), err, errlen)) !=
             0 ||
-        (rc = seq_load(p, n - 4, &sh, t, count, fname, name, err, errlen)) != 0)
+        (rc = seq_load(p, n - 4, &sh, zmask, t, count, fname, name, err,
+                       errlen)) != 0)
       return rc;
   } else if ((rc = plain_load(&r, t, &spec, zmask, count, sb, vbytes != 0,
                               shard, fname, err, errlen)) != 0) {

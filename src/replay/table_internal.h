@@ -487,6 +487,17 @@ static inline uint64_t chime__tbl_version_at(const chime__table_versions_t *v,
  * leaves too far behind leave (removed_stale). Returns how many left. */
 uint64_t chime__tbl_version_seen(chime__table_t *t, uint64_t ver);
 
+/* --- insert.c --- */
+/* Each sample's compressed leaves (of its first nleaves leaves, nz of
+ * them compressed: zraw, zl, cfg.compress) in an allocation of its own,
+ * compressed here, before the table's lock: *out, count of them (free
+ * with chime__tbl_bufs_free). lengths: ragged leaves' (NULL: none). */
+int chime__tbl_z_gather(const chime__table_t *t, uint32_t nleaves, uint32_t nz,
+                        const chime__span_t *spans, uint32_t count,
+                        const uint32_t *lengths, uint8_t ***out);
+/* count allocations and the array holding them (NULL-safe, entries too). */
+void chime__tbl_bufs_free(uint8_t **bufs, uint32_t count);
+
 /* --- selector_stale.c: prioritized draws weighted by staleness --- */
 extern const chime__selector_t chime__selector_prioritized_stale;
 
@@ -500,11 +511,13 @@ void chime__tbl_unpin_row(chime__table_t *t, uint32_t k);
 int chime__tbl_seq_spec(const chime__table_config_t *cfg, chime_spec_t *out);
 int chime__tbl_seq_create(chime__table_t *t, size_t rows);
 void chime__tbl_seq_destroy(chime__table_t *t);
+/* zbufs: each step's compressed leaves (chime__tbl_z_gather), NULL
+ * without; those appended are taken (set NULL), the rest the caller's. */
 int chime__tbl_seq_insert(chime__table_t *t, const chime__span_t *spans,
                           uint32_t count, const double *priorities,
                           const chime__table_versions_t *versions,
                           uint64_t *first_key, const atomic_int *abort,
-                          chime__dedupe_req_t *dq, int nowait);
+                          chime__dedupe_req_t *dq, int nowait, uint8_t **zbufs);
 void chime__tbl_seq_copy(chime__table_t *t, const chime_ring_layout_t *lay,
                          chime__ring_wslot_t *slot, const uint32_t *rows);
 

@@ -47,6 +47,20 @@ int chime__zleaf_record_bytes(const uint8_t *p, uint64_t left,
                               const uint8_t *zmask, uint64_t *bytes, char *why,
                               size_t whylen);
 
+/* A sequence checkpoint block's leaves (version 6) from p (left bytes
+ * there), bn steps: per leaf in spec order, a raw one's bn steps (bn times
+ * its bytes), a compressed one's (zmask[l]) bn steps each as its u32
+ * stored size (at most the leaf's bytes) and those bytes. *bytes: what
+ * they take. With leaf not NULL, also loaded: leaf[l] points at a raw
+ * leaf's steps, and z[o] gets step o's compressed leaves in an allocation
+ * of their own (sizes, then stored bytes), each one checked to be a leaf
+ * of its size (chime__zleaf_check), z NULL for a spec with none.
+ * 0; -1 with why filled (nothing left in z); CHIME_ENOMEM. */
+int chime__zleaf_block(const uint8_t *p, uint64_t left,
+                       const chime_spec_t *spec, const uint8_t *zmask,
+                       uint32_t bn, const uint8_t **leaf, uint8_t **z,
+                       uint64_t *bytes, char *why, size_t whylen);
+
 /* A row's allocation: the k-th compressed leaf's stored size, and where
  * its bytes start. */
 static inline uint32_t chime__zleaf_size(const uint8_t *buf, uint32_t k) {

@@ -182,8 +182,9 @@ static int get_u64(json_t *v, const char *key, uint64_t *out, char *err,
 }
 
 /* "compress": {"leaf": level, ...} (docs/replay.md, "Compressed
- * leaves"), read once the spec is known: each a fixed-shape leaf of a
- * plain table, at a zstd level 1..22. */
+ * leaves"), read once the spec is known: each a fixed-shape leaf (of a
+ * plain table's items or a sequence table's steps), at a zstd level
+ * 1..22. */
 static int parse_compress(chime__table_config_t *t, json_t *v,
                           const char *where, char *err, size_t errlen) {
   const char *leaf;
@@ -191,11 +192,6 @@ static int parse_compress(chime__table_config_t *t, json_t *v,
   if (!json_is_object(v))
     return fail(err, errlen,
                 "%s: 'compress': expected an object of leaf name: zstd level",
-                where);
-  if (t->sequence_length > 0 && json_object_size(v) > 0)
-    return fail(err, errlen,
-                "%s: 'compress': sequence tables cannot compress leaves yet "
-                "(plain tables can)",
                 where);
   json_object_foreach(v, leaf, lv) {
     uint32_t i = 0;

@@ -520,6 +520,15 @@ static void test_sequence_keys(void **state) {
                   "capacity_steps");
   expect_sequence("{" S "\"capacity_steps\": 100, \"sequence_length\": 0}",
                   "must be 1..");
+  /* Compressed step leaves: a fixed-shape one goes; a ragged one is still
+   * named (not built yet). */
+  expect_sequence("{" S "\"capacity_steps\": 100, \"sequence_length\": 4, "
+                  "\"stride\": 1, \"compress\": {\"o\": 3}}",
+                  NULL);
+  expect_sequence("{\"name\": \"s\", \"spec\": \"o:u8[<=4]\", "
+                  "\"capacity_steps\": 100, \"sequence_length\": 4, "
+                  "\"compress\": {\"o\": 3}}",
+                  "'o'");
 #undef S
 }
 

@@ -127,23 +127,50 @@ static double zstd_rates(const uint8_t *frames, uint32_t n, int level,
   return comp;
 }
 
-/* A uniform table of obs:u8[84,84], action:i32[], reward:f32[] (obs kept
- * at level, raw when level is 0): frames inserted per second, frames
- * sampled per second, bytes held and inserted per sample. */
+/* A uniform table `name` of obs:u8[84,84], action:i32[], reward:f32[]
+ * (obs kept at level, raw when level is 0), seed 3; the size is the
+ * caller's. */
+static int frames_config(chime__table_config_t *tc, const char *name,
+                         int level) {
+  memset(tc, 0, sizeof(*tc));
+  snprintf(tc->name, sizeof(tc->name), "%s", name);
+  if (chime_spec_parse(&tc->spec, "obs:u8[84,84], action:i32[], reward:f32[]",
+                       NULL, 0))
+    return -1;
+  tc->sampler = CHIME__SAMPLER_UNIFORM;
+  tc->min_size = 1;
+  tc->seed = 3;
+  tc->compress[0] = (uint8_t)level;
+  return 0;
+}
+
+/* A slot for BATCH items of t's item spec in plain memory (*mem to free). */
+static int slot_for(const chime__table_t *t, chime_ring_layout_t *lay,
+                    chime__ring_wslot_t *ws, uint8_t **mem) {
+  const chime_spec_t *sp = chime__table_item_spec(t);
+  if (chime_ring_layout(lay, sp, BATCH, 2, NULL, 0))
+    return -1;
+  *mem = aligned_alloc(4096, (lay->slot_bytes + 4095) / 4096 * 4096);
+  if (*mem == NULL)
+    return -1;
+  memset(*mem, 0, lay->slot_bytes);
+  memset(ws, 0, sizeof(*ws));
+  ws->base = *mem;
+  for (uint32_t l = 0; l < sp->nleaves; l++)
+    ws->leaf[l] = *mem + lay->leaf_offset[l];
+  ws->info = (chime_sample_info_t *)(*mem + lay->info_offset);
+  return 0;
+}
+
+/* The frames table (frames_config, capacity n): frames inserted per
+ * second, frames sampled per second, bytes held and inserted per sample. */
 static int table_rates(const uint8_t *samples, uint32_t n, int level,
                        double *ins_fps, double *smp_fps, double *held,
                        double *raw) {
   chime__table_config_t tc;
-  memset(&tc, 0, sizeof(tc));
-  snprintf(tc.name, sizeof(tc.name), "frames");
-  if (chime_spec_parse(&tc.spec, "obs:u8[84,84], action:i32[], reward:f32[]",
-                       NULL, 0))
+  if (frames_config(&tc, "frames", level))
     return -1;
   tc.capacity = n;
-  tc.sampler = CHIME__SAMPLER_UNIFORM;
-  tc.min_size = 1;
-  tc.seed = 3;
-  tc.compress[0] = (uint8_t)level;
   chime__table_t *t = NULL;
   if (chime__table_create(&t, &tc))
     return -1;
@@ -162,15 +189,10 @@ static int table_rates(const uint8_t *samples, uint32_t n, int level,
   *held = (double)st.stored_bytes / n;
   *raw = (double)st.raw_bytes / n;
   chime_ring_layout_t lay;
-  if (chime_ring_layout(&lay, &tc.spec, BATCH, 2, NULL, 0))
-    return -1;
-  uint8_t *mem = aligned_alloc(4096, (lay.slot_bytes + 4095) / 4096 * 4096);
   chime__ring_wslot_t ws;
-  memset(&ws, 0, sizeof(ws));
-  ws.base = mem;
-  for (uint32_t l = 0; l < tc.spec.nleaves; l++)
-    ws.leaf[l] = mem + lay.leaf_offset[l];
-  ws.info = (chime_sample_info_t *)(mem + lay.info_offset);
+  uint8_t *mem;
+  if (slot_for(t, &lay, &ws, &mem))
+    return -1;
   uint32_t batches = n / BATCH;
   t0 = chime__bench_now_s();
   for (uint32_t b = 0; b < batches; b++)
@@ -179,24 +201,6 @@ static int table_rates(const uint8_t *samples, uint32_t n, int level,
   *smp_fps = (double)batches * BATCH / (chime__bench_now_s() - t0);
   free(mem);
   chime__table_destroy(t);
-  return 0;
-}
-
-/* A slot for batch items of t's item spec in plain memory (*mem to free). */
-static int slot_for(const chime__table_t *t, chime_ring_layout_t *lay,
-                    chime__ring_wslot_t *ws, uint8_t **mem) {
-  const chime_spec_t *sp = chime__table_item_spec(t);
-  if (chime_ring_layout(lay, sp, BATCH, 2, NULL, 0))
-    return -1;
-  *mem = aligned_alloc(4096, (lay->slot_bytes + 4095) / 4096 * 4096);
-  if (*mem == NULL)
-    return -1;
-  memset(*mem, 0, lay->slot_bytes);
-  memset(ws, 0, sizeof(*ws));
-  ws->base = *mem;
-  for (uint32_t l = 0; l < sp->nleaves; l++)
-    ws->leaf[l] = *mem + lay->leaf_offset[l];
-  ws->info = (chime_sample_info_t *)(*mem + lay->info_offset);
   return 0;
 }
 
@@ -227,19 +231,12 @@ typedef struct {
 static int stacked_rates(const uint8_t *samples, uint32_t n, int level,
                          stacked_t *out) {
   chime__table_config_t tc;
-  memset(&tc, 0, sizeof(tc));
-  snprintf(tc.name, sizeof(tc.name), "stacked");
-  if (chime_spec_parse(&tc.spec, "obs:u8[84,84], action:i32[], reward:f32[]",
-                       NULL, 0))
+  if (frames_config(&tc, "stacked", level))
     return -1;
   tc.capacity_steps = n;
   tc.sequence_length = 4;
   tc.stride = 1;
-  tc.sampler = CHIME__SAMPLER_UNIFORM;
-  tc.min_size = 1;
   tc.initial_priority = 1.0;
-  tc.seed = 3;
-  tc.compress[0] = (uint8_t)level;
   chime__table_t *t = NULL;
   double rss0 = rss_bytes();
   if (chime__table_create(&t, &tc))

@@ -99,6 +99,16 @@ static void check_window(const slot_t *s, uint32_t j, int noise2) {
   }
 }
 
+/* Windows of t sampled into a batch of n, each exact. */
+static void sample_exact(chime__table_t *t, uint32_t n, int noise2) {
+  slot_t s;
+  slot_init(&s, t, n);
+  assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
+  for (uint32_t j = 0; j < n; j++)
+    check_window(&s, j, noise2);
+  slot_fini(&s);
+}
+
 /* The same requests into a compressed and a raw table, sampled with the
  * same seed: the same windows, byte for byte, slot for slot. */
 static void test_windows_as_raw(void **state) {
@@ -144,12 +154,7 @@ static void test_noise_kept_raw(void **state) {
   assert_int_equal(st.leaves_stored_raw, 17);
   assert_int_equal(st.raw_bytes, 47 * STEP);
   assert_true(st.stored_bytes > 17 * (STEP + 4));
-  slot_t s;
-  slot_init(&s, t, 64);
-  assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
-  for (uint32_t j = 0; j < 64; j++)
-    check_window(&s, j, 1);
-  slot_fini(&s);
+  sample_exact(t, 64, 1);
   chime__table_destroy(t);
   /* All noise: exactly 4 bytes a step over raw. */
   t = new_table(256, 3);
@@ -172,23 +177,8 @@ static void test_eviction_frees(void **state) {
   assert_true(st.steps > 0 && st.steps <= 32);
   assert_int_equal(st.raw_bytes, st.steps * STEP);
   assert_int_equal(st.stored_bytes, st.steps * (STEP + 4));
-  slot_t s;
-  slot_init(&s, t, 16);
-  assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
-  for (uint32_t j = 0; j < 16; j++)
-    check_window(&s, j, 1);
-  slot_fini(&s);
+  sample_exact(t, 16, 1);
   chime__table_destroy(t);
-}
-
-/* Windows of t sampled into a batch of n, each exact. */
-static void sample_exact(chime__table_t *t, uint32_t n, int noise2) {
-  slot_t s;
-  slot_init(&s, t, n);
-  assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
-  for (uint32_t j = 0; j < n; j++)
-    check_window(&s, j, noise2);
-  slot_fini(&s);
 }
 
 /* A checkpoint keeps the steps' stored bytes as they are and restores

@@ -223,6 +223,8 @@ int chime__ckpt_seq_load(const uint8_t *p, size_t n,
                 pos, name, why[0] ? ": " : "", why);
       goto out;
     }
+    if (z != NULL)
+      memset(z, 0, bn * sizeof(*z)); /* the store's now */
   }
   if (chime__steps_restore_finish(st, h->next_episode, h->abandoned,
                                   h->evicted) != 0) {

@@ -171,6 +171,7 @@ static int block_load(const uint8_t *p, const chime_spec_t *spec,
   }
   uint8_t *scratch = malloc((size_t)big);
   int rc = scratch == NULL ? CHIME_ENOMEM : 0;
+  memset(z, 0, bn * sizeof(*z)); /* each its own, or NULL, on an error */
   for (uint32_t o = 0; rc == 0 && o < bn; o++) {
     uint64_t total = 4 * (uint64_t)nz;
     for (uint32_t k = 0; k < nz; k++)

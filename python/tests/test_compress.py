@@ -22,6 +22,9 @@ SEQ = {"spec": "obs:u8[84,84], id:u32[]", "capacity_steps": 1000,
        "sampler": "fifo"}
 TABLES += [{"name": "zseq", **SEQ, "compress": {"obs": 3}},
            {"name": "rseq", **SEQ}]
+# A ragged leaf compressed at its length: an episode's frames, up to 8.
+TABLES.append({"name": "zrag", "spec": "id:u32[], obs:u8[<=8,84,84]",
+               "capacity": 100, "sampler": "fifo", "compress": {"obs": 3}})
 
 
 def frames(n):
@@ -148,3 +151,23 @@ def test_sequence_checkpoint_restore(tmp_path):
             assert list(got["id"][:, 0]) == list(range(17)) + \
                 list(range(20, 37))
             check_windows(got, want)
+
+
+@pytest.mark.parametrize("mode", ["shm", "stream"])
+def test_ragged_frames(addr, mode):
+    want = frames(8 * 9)
+    with chime.Client(addr) as c:
+        with c.writer("zrag") as w:
+            for i in range(9):  # 0 to 8 frames
+                w.append({"id": i, "obs": want[8 * i:8 * i + i]})
+        st = [t for t in c.stats()["tables"] if t["name"] == "zrag"][0]
+        assert st["stored_bytes"] * 20 < st["raw_bytes"]
+        with c.stream("zrag", batch_size=9, mode=mode) as s:
+            b = s.next(timeout=20)
+            off = b.offsets("obs")
+            for j, i in enumerate(b["id"]):
+                i = int(i)
+                assert off[j + 1] - off[j] == i
+                assert np.array_equal(b["obs"][off[j]:off[j + 1]],
+                                      want[8 * i:8 * i + i])
+            b.release()

@@ -45,6 +45,7 @@ static void write_leaves(chime__table_t *t, wr_t *w, chime__table_view_t *v,
   for (uint32_t l = 0, k = 0; l < spec->nleaves; l++) {
     const chime_leaf_t *lf = &spec->leaves[l];
     if (chime__table_compressed(t, l)) { /* version 6: as stored */
+      k += lf->ragged;                   /* its rows are in z, not in rag */
       uint32_t s;
       const uint8_t *z = chime__table_view_z(t, v, i, l, &s);
       wr_u32(w, s);
@@ -435,10 +436,11 @@ static int load_table(const uint8_t *p, size_t n, chime__table_t *const *tables,
   uint32_t nrag = chime_spec_ragged(&spec);
   int zany = nz > 0;
   for (uint32_t l = 0; l < CHIME_MAX_LEAVES; l++)
-    if (zmask[l] && (l >= spec.nleaves || spec.leaves[l].ragged))
+    if (zmask[l] &&
+        (l >= spec.nleaves || (spec.leaves[l].ragged && kind != KIND_PLAIN)))
       return fail(err, errlen, CHIME_ECORRUPT,
-                  "%s: table '%s': compressed leaf %u is no fixed-shape leaf "
-                  "of its spec",
+                  "%s: table '%s': compressed leaf %u is no leaf of its spec "
+                  "(a ragged one only in a plain table's)",
                   fname, name, l);
   /* Ragged items came with version 5 (and only plain tables have them). */
   if (nrag > 0 && (ver < 5 || kind != KIND_PLAIN))

@@ -47,7 +47,8 @@ static int rag_gather(const chime__table_t *t, const chime__span_t *spans,
   if (bufs == NULL)
     return CHIME_ENOMEM;
   for (uint32_t j = 0; j < count; j++) {
-    uint64_t size = rag_sample_bytes(t, lengths, j), at = 0;
+    uint64_t size = chime__tbl_rag_bytes(t, lengths + (size_t)j * t->nrag);
+    uint64_t at = 0;
     if (size > 0 && (bufs[j] = malloc((size_t)size)) == NULL) {
       chime__tbl_bufs_free(bufs, count);
       return CHIME_ENOMEM;
@@ -58,6 +59,10 @@ static int rag_gather(const chime__table_t *t, const chime__span_t *spans,
         continue;
       }
       uint64_t n = (uint64_t)lengths[(size_t)j * t->nrag + k++] * t->rrow[l];
+      if (t->zraw[l] != 0) { /* compressed: in zbuf (z_gather) */
+        chime__tbl_cursor_skip(&cur, n);
+        continue;
+      }
       if (n > 0)
         chime__tbl_cursor_read(&cur, bufs[j] + at, n);
       at += n;
@@ -87,16 +92,14 @@ int chime__tbl_z_gather(const chime__table_t *t, uint32_t nleaves, uint32_t nz,
   for (uint32_t j = 0; rc == 0 && j < count; j++) {
     size_t at = 4 * (size_t)nz;
     for (uint32_t l = 0, kr = 0, kz = 0; rc == 0 && l < nleaves; l++) {
-      if (t->rrow[l] != 0) {
-        chime__tbl_cursor_skip(
-            &cur, (uint64_t)lengths[(size_t)j * t->nrag + kr++] * t->rrow[l]);
-        continue;
-      }
+      uint64_t rb = 0; /* a ragged leaf's bytes at its length */
+      if (t->rrow[l] != 0)
+        rb = (uint64_t)lengths[(size_t)j * t->nrag + kr++] * t->rrow[l];
       if (t->zraw[l] == 0) {
-        chime__tbl_cursor_skip(&cur, t->lbytes[l]);
+        chime__tbl_cursor_skip(&cur, t->rrow[l] != 0 ? rb : t->lbytes[l]);
         continue;
       }
-      size_t n = (size_t)t->zraw[l], st;
+      size_t n = (size_t)(t->rrow[l] != 0 ? rb : t->zraw[l]), st;
       const uint8_t *src = chime__tbl_cursor_peek(&cur, n, tmp);
       rc = chime__zleaf_compress(pack + at, src, n, t->cfg.compress[l], &st);
       if (rc == 0 && st == n) /* it did not shrink: kept raw */
@@ -342,17 +345,17 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
                                  t->lbytes[l]);
       }
     }
-    if (t->nz > 0) {
-      chime__tbl_z_take(t, r, zbufs[j]);
-      zbufs[j] = NULL;
-    }
     if (t->nrag > 0) {
       t->rbuf[r] = bufs[j];
       bufs[j] = NULL;
       memcpy(t->rlen + (size_t)r * t->nrag, lengths + j * t->nrag,
              t->nrag * sizeof(uint32_t));
-      t->rag_bytes += rag_sample_bytes(t, lengths, j);
+      t->rag_bytes += chime__tbl_rag_size(t, r);
       t->rag_alloc += chime__tbl_rag_alloc(t->rbuf[r]);
+    }
+    if (t->nz > 0) { /* after the lengths: a ragged one's raw bytes */
+      chime__tbl_z_take(t, r, zbufs[j]);
+      zbufs[j] = NULL;
     }
     t->meta[r].key = key0 + j;
     t->meta[r].itime = when;

@@ -118,6 +118,7 @@ struct chime__table_s {
   uint32_t nrag;
   uint64_t fixed_bytes;            /* a sample's bytes but its ragged leaves' */
   uint32_t rag[CHIME_MAX_LEAVES];  /* the k-th ragged leaf's index */
+  uint32_t rk[CHIME_MAX_LEAVES];   /* a ragged leaf's k (by leaf index) */
   uint64_t rrow[CHIME_MAX_LEAVES]; /* a ragged leaf's bytes per row, else 0 */
   uint8_t **rbuf;
   uint32_t *rlen;
@@ -125,7 +126,9 @@ struct chime__table_s {
   uint64_t rag_alloc; /* and the allocator's (chime__tbl_rag_alloc) */
   /* Compressed leaves (zleaf.h): not in leaf[] (lbytes 0 there) but, per
    * row, in one allocation zbuf[r] (sizes, then stored bytes). zraw[l]
-   * is leaf l's bytes when it is compressed, else 0. z_raw and z_stored:
+   * is leaf l's bytes when it is compressed (a ragged one's at its bound:
+   * compressed at its length, its rows not in rbuf), else 0. z_raw and
+   * z_stored:
    * the rows held, their compressed leaves' bytes as inserted and as
    * kept (the sizes included); z_kept_raw: leaves stored raw so far. */
   uint32_t nz;
@@ -216,13 +219,28 @@ static inline double chime__tbl_rand_unit(chime__table_t *t) {
  * round a ring in the order they were freed (no division on the hot path:
  * the index wraps by comparison); spare rows are taken only when none of
  * those is free. */
+/* A sample's ragged bytes in rbuf (its lengths len: compressed ragged
+ * leaves are in zbuf instead). */
+static inline uint64_t chime__tbl_rag_bytes(const chime__table_t *t,
+                                            const uint32_t *len) {
+  uint64_t b = 0;
+  for (uint32_t k = 0; k < t->nrag; k++)
+    if (t->zraw[t->rag[k]] == 0)
+      b += (uint64_t)len[k] * t->rrow[t->rag[k]];
+  return b;
+}
+
 /* Row r's ragged bytes, gone with its item. */
 static inline uint64_t chime__tbl_rag_size(const chime__table_t *t,
                                            uint32_t r) {
-  uint64_t b = 0;
-  for (uint32_t k = 0; k < t->nrag; k++)
-    b += (uint64_t)t->rlen[(size_t)r * t->nrag + k] * t->rrow[t->rag[k]];
-  return b;
+  return chime__tbl_rag_bytes(t, t->rlen + (size_t)r * t->nrag);
+}
+
+/* Compressed leaf l's bytes raw in a sample of ragged lengths len: a
+ * ragged one's at its length, else the leaf's. */
+static inline uint64_t chime__tbl_z_rawsize(const chime__table_t *t, uint32_t l,
+                                            const uint32_t *len) {
+  return t->rrow[l] != 0 ? (uint64_t)len[t->rk[l]] * t->rrow[l] : t->zraw[l];
 }
 
 /* What the allocator holds for an allocation p: its usable size and the
@@ -244,21 +262,23 @@ static inline void chime__tbl_rag_drop(chime__table_t *t, uint32_t r) {
 static inline void chime__tbl_z_drop(chime__table_t *t, uint32_t r) {
   if (t->zbuf[r] == NULL)
     return;
+  const uint32_t *len = t->nrag > 0 ? t->rlen + (size_t)r * t->nrag : NULL;
   for (uint32_t k = 0; k < t->nz; k++)
-    t->z_raw -= t->zraw[t->zl[k]];
+    t->z_raw -= chime__tbl_z_rawsize(t, t->zl[k], len);
   t->z_stored -= chime__zleaf_total(t->zbuf[r], t->nz);
   free(t->zbuf[r]);
   t->zbuf[r] = NULL;
 }
 
-/* Row r takes buf as its compressed leaves. */
+/* Row r takes buf as its compressed leaves (its ragged lengths set). */
 static inline void chime__tbl_z_take(chime__table_t *t, uint32_t r,
                                      uint8_t *buf) {
   t->zbuf[r] = buf;
+  const uint32_t *len = t->nrag > 0 ? t->rlen + (size_t)r * t->nrag : NULL;
   for (uint32_t k = 0; k < t->nz; k++) {
-    uint64_t raw = t->zraw[t->zl[k]];
+    uint64_t raw = chime__tbl_z_rawsize(t, t->zl[k], len);
     t->z_raw += raw;
-    t->z_kept_raw += chime__zleaf_size(buf, k) == raw;
+    t->z_kept_raw += raw > 0 && chime__zleaf_size(buf, k) == raw;
   }
   t->z_stored += chime__zleaf_total(buf, t->nz);
 }

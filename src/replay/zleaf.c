@@ -119,12 +119,11 @@ int chime__zleaf_record_bytes(const uint8_t *p, uint64_t left,
   uint64_t at = 0;
   for (uint32_t l = 0, k = 0; l < spec->nleaves; l++) {
     const chime_leaf_t *lf = &spec->leaves[l];
-    if (lf->ragged) {
-      at += (uint64_t)lens[k++] * chime_leaf_row_bytes(lf);
-      continue;
-    }
+    /* A ragged leaf's bytes at its length (compressed: the most). */
+    uint64_t lb = lf->ragged ? (uint64_t)lens[k++] * chime_leaf_row_bytes(lf)
+                             : chime_leaf_bytes(lf);
     if (!zmask[l]) {
-      at += chime_leaf_bytes(lf);
+      at += lb;
       continue;
     }
     if (at > left || left - at < 4) {
@@ -134,10 +133,10 @@ int chime__zleaf_record_bytes(const uint8_t *p, uint64_t left,
     const uint8_t *q = p + at;
     uint32_t st = (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 |
                   (uint32_t)q[3] << 24;
-    if (st > chime_leaf_bytes(lf)) {
+    if (st > lb) {
       snprintf(why, whylen,
                "compressed leaf '%s' says %u stored bytes, more than its %llu",
-               lf->name, st, (unsigned long long)chime_leaf_bytes(lf));
+               lf->name, st, (unsigned long long)lb);
       return -1;
     }
     at += 4 + (uint64_t)st;

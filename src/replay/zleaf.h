@@ -41,7 +41,8 @@ int chime__zleaf_check(const uint8_t *src, size_t stored, size_t n,
 /* A checkpoint record's leaves (version 6) whose spec has compressed
  * leaves (zmask[l] set): the bytes they take from p (left there), each
  * compressed leaf as its u32 stored size (at most the leaf's bytes) and
- * those bytes, ragged leaves at lens. 0 and *bytes, or -1 with why. */
+ * those bytes (a ragged one: at most its bytes at its length), ragged
+ * leaves at lens. 0 and *bytes, or -1 with why. */
 int chime__zleaf_record_bytes(const uint8_t *p, uint64_t left,
                               const chime_spec_t *spec, const uint32_t *lens,
                               const uint8_t *zmask, uint64_t *bytes, char *why,

@@ -15,7 +15,9 @@
  * (FUZZ_CKPT_RAGGED_SPEC), whose items a version 5 file holds at their
  * lengths. Bit 5 (sequence tables): the step spec is
  * FUZZ_CKPT_ZSEQ_SPEC with y compressed (level 3), whose file keeps each
- * step's y as its stored size and bytes, each frame checked as it loads.
+ * step's y as its stored size and bytes, each frame checked as it loads;
+ * with bit 4 (plain tables) the ragged spec's t compressed (level 3), each
+ * item's kept at its length.
  *
  * Beyond "no crash": the result is 0 or one of the codes restore gives
  * (CHIME_ECORRUPT, CHIME_EINVAL, CHIME_ENOTSUP); a refusal has a message
@@ -34,7 +36,9 @@
  * here) and the writers' exactly-once windows after the header
  * (fifo_writers_v6: two writers' requests; the seq_* ones: three writers');
  * zseq_v6 (flags 37): a compressed sequence table's, 3 episodes, a step's y
- * of zeros but its first bytes (compressed) or noise (kept raw). */
+ * of zeros but its first bytes (compressed) or noise (kept raw);
+ * zragged_v6 (flags 49): 6 items of the ragged spec, t compressed, lengths
+ * 0 to 8, zeros (compressed) or counting (kept raw). */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -81,6 +85,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                      : FUZZ_CKPT_SPEC,
                               NULL, 0) == 0);
   tc.compress[1] = zseq ? 3 : 0;
+  tc.compress[1] = ragged && (flags & 32) ? 3 : tc.compress[1];
   tc.capacity = 16;
   if (flags & 4) {
     tc.capacity = 0;

@@ -1,11 +1,14 @@
 /* Compressed leaves (docs/replay.md, "Compressed leaves"): a table keeps
  * the leaves its config names compressed with zstd, per item, in one
  * allocation of their own (as ragged rows are kept): one u32 stored size
- * per compressed leaf, then each leaf's stored bytes in spec order. A
- * leaf whose frame would not be smaller than the leaf is stored raw: its
+ * per compressed leaf, then each leaf's stored bytes in spec order (a
+ * ragged leaf's at the item's length: its bytes are then that many rows).
+ * A leaf whose frame would not be smaller than the leaf is stored raw: its
  * stored size is then the leaf's own size (a frame is always smaller), so
- * noise costs 4 bytes a leaf over raw. Contexts are per thread (inserts
- * compress before the table's lock, samplers decompress without it). */
+ * noise costs 4 bytes a leaf over raw. A sequence table's steps keep
+ * theirs the same way, one allocation a step (steps.c). Contexts are per
+ * thread (inserts compress before the table's lock, samplers decompress
+ * without it). */
 #ifndef CHIME_REPLAY_ZLEAF_H
 #define CHIME_REPLAY_ZLEAF_H
 

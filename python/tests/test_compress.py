@@ -121,6 +121,8 @@ def test_sequence_windows_as_raw(addr, mode):
         for k in z:
             assert np.array_equal(z[k], r[k]), k
         check_windows(z, want)
+        info = {t["name"]: t for t in c.info()["tables"]}
+        assert "obs:3" in str(info["zseq"]["compress"])
         st = {t["name"]: t for t in c.stats()["tables"]}
         # each frame held once, compressed; the raw table's held as is
         assert st["zseq"]["raw_bytes"] == st["rseq"]["raw_bytes"]

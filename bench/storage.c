@@ -7,6 +7,12 @@
  * a call, and bytes held per sample over raw. The same work on both sides
  * of each ratio: every frame compressed, or decompressed, once.
  *
+ * --stacked: the Atari recipe of docs/replay.md ("Frames stored once"): a
+ * sequence table of single frames as steps, obs compressed, the frame
+ * stack of 4 a window over them (sequence_length 4, stride 1), against
+ * the same frames raw stacked 4 to a transition, libzstd's frames, and
+ * libzstd's decompression (a window is 4 frames decompressed).
+ *
  * The frames are rendered here, not read from the Arcade Learning
  * Environment: Pong- and Breakout-like 210x160 screens (paddles, a ball,
  * a score bar, rows of bricks that go as the ball hits them), grey, and
@@ -17,12 +23,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zstd.h>
 
 #include "bench.h"
 #include "measure.h"
 #include "common/spec.h"
 #include "replay/table.h"
+#include "replay/zleaf.h"
 #include "ring/extents.h"
 
 #define H 210
@@ -122,6 +130,70 @@ static double zstd_rates(const uint8_t *frames, uint32_t n, int level,
   return comp;
 }
 
+/* A uniform table `name` of obs:u8[84,84], action:i32[], reward:f32[]
+ * (obs kept at level, raw when level is 0), seed 3; the size is the
+ * caller's. */
+static int frames_config(chime__table_config_t *tc, const char *name,
+                         int level) {
+  memset(tc, 0, sizeof(*tc));
+  snprintf(tc->name, sizeof(tc->name), "%s", name);
+  if (chime_spec_parse(&tc->spec, "obs:u8[84,84], action:i32[], reward:f32[]",
+                       NULL, 0))
+    return -1;
+  tc->sampler = CHIME__SAMPLER_UNIFORM;
+  tc->min_size = 1;
+  tc->seed = 3;
+  tc->compress[0] = (uint8_t)level;
+  return 0;
+}
+
+/* batches batches of BATCH items of t sampled into a slot in plain memory:
+ * items per second, or -1. */
+static double sample_all(chime__table_t *t, uint32_t batches) {
+  const chime_spec_t *sp = chime__table_item_spec(t);
+  chime_ring_layout_t lay;
+  chime__ring_wslot_t ws;
+  if (chime_ring_layout(&lay, sp, BATCH, 2, NULL, 0))
+    return -1;
+  uint8_t *mem = aligned_alloc(4096, (lay.slot_bytes + 4095) / 4096 * 4096);
+  if (mem == NULL)
+    return -1;
+  memset(mem, 0, lay.slot_bytes);
+  memset(&ws, 0, sizeof(ws));
+  ws.base = mem;
+  for (uint32_t l = 0; l < sp->nleaves; l++)
+    ws.leaf[l] = mem + lay.leaf_offset[l];
+  ws.info = (chime_sample_info_t *)(mem + lay.info_offset);
+  double t0 = chime__bench_now_s(), rate = -1;
+  uint32_t b = 0;
+  while (b < batches && chime__table_sample(t, &lay, &ws, NULL) == 0)
+    b++;
+  if (b == batches)
+    rate = (double)batches * BATCH / (chime__bench_now_s() - t0);
+  free(mem);
+  return rate;
+}
+
+/* n samples into t in requests of REQUEST (episodes: as one writer's
+ * steps, an episode a game of 500): samples per second, or -1. */
+static double insert_all(chime__table_t *t, const uint8_t *samples, uint32_t n,
+                         int episodes) {
+  size_t sb = FRAME + 8;
+  double t0 = chime__bench_now_s();
+  for (uint32_t j = 0; j < n; j += REQUEST) {
+    uint64_t first;
+    chime__span_t sp = {samples + (size_t)j * sb, (size_t)REQUEST * sb};
+    chime__dedupe_req_t dq = {.writer = 1, .seq = j / REQUEST + 1};
+    dq.end_episode = (j + REQUEST) % 500 == 0;
+    if (chime__table_insert_spans(t, &sp, 1, REQUEST, NULL, NULL, &first, NULL,
+                                  episodes ? &dq : NULL))
+      return -1;
+  }
+  return n / (chime__bench_now_s() - t0);
+}
+
+/* The frames table (frames_config, capacity n): frames inserted per
+ * second, frames sampled per second, bytes held and inserted per sample. */
 /* Stream mode's bytes per batch: the table sampled into a slot that holds
  * obs as it is stored (chime__spec_framed, as chimed's ring for a
  * stream-mode learner), and the bytes the sender sends of it (its
@@ -162,83 +234,167 @@ static int wire_bytes(chime__table_t *t, const chime_spec_t *spec,
   return 0;
 }
 
-/* A uniform table of obs:u8[84,84], action:i32[], reward:f32[] (obs kept
- * at level, raw when level is 0): frames inserted per second, frames
- * sampled per second, bytes held and inserted per sample. */
 static int table_rates(const uint8_t *samples, uint32_t n, int level,
                        double *ins_fps, double *smp_fps, double *held,
                        double *raw, double *wire) {
   chime__table_config_t tc;
-  memset(&tc, 0, sizeof(tc));
-  snprintf(tc.name, sizeof(tc.name), "frames");
-  if (chime_spec_parse(&tc.spec, "obs:u8[84,84], action:i32[], reward:f32[]",
-                       NULL, 0))
+  if (frames_config(&tc, "frames", level))
     return -1;
   tc.capacity = n;
-  tc.sampler = CHIME__SAMPLER_UNIFORM;
-  tc.min_size = 1;
-  tc.seed = 3;
-  tc.compress[0] = (uint8_t)level;
   chime__table_t *t = NULL;
-  if (chime__table_create(&t, &tc))
+  if (chime__table_create(&t, &tc) ||
+      (*ins_fps = insert_all(t, samples, n, 0)) < 0)
     return -1;
-  size_t sb = FRAME + 8;
-  double t0 = chime__bench_now_s();
-  for (uint32_t j = 0; j < n; j += REQUEST) {
-    uint64_t first;
-    chime__span_t sp = {samples + (size_t)j * sb, (size_t)REQUEST * sb};
-    if (chime__table_insert_spans(t, &sp, 1, REQUEST, NULL, NULL, &first, NULL,
-                                  NULL))
-      return -1;
-  }
-  *ins_fps = n / (chime__bench_now_s() - t0);
   chime__table_stats_t st;
   chime__table_get_stats(t, &st);
   *held = (double)st.stored_bytes / n;
   *raw = (double)st.raw_bytes / n;
-  chime_ring_layout_t lay;
-  if (chime_ring_layout(&lay, &tc.spec, BATCH, 2, NULL, 0))
-    return -1;
-  uint8_t *mem = aligned_alloc(4096, (lay.slot_bytes + 4095) / 4096 * 4096);
-  chime__ring_wslot_t ws;
-  memset(&ws, 0, sizeof(ws));
-  ws.base = mem;
-  for (uint32_t l = 0; l < tc.spec.nleaves; l++)
-    ws.leaf[l] = mem + lay.leaf_offset[l];
-  ws.info = (chime_sample_info_t *)(mem + lay.info_offset);
-  uint32_t batches = n / BATCH;
-  t0 = chime__bench_now_s();
-  for (uint32_t b = 0; b < batches; b++)
-    if (chime__table_sample(t, &lay, &ws, NULL))
-      return -1;
-  *smp_fps = (double)batches * BATCH / (chime__bench_now_s() - t0);
-  if (wire != NULL && wire_bytes(t, &tc.spec, batches < 50 ? batches : 50,
-                                 &wire[0], &wire[1], &wire[2]))
-    return -1;
-  free(mem);
+  *smp_fps = sample_all(t, n / BATCH);
+  int rc = *smp_fps < 0 ? -1 : 0;
+  if (rc == 0 && wire != NULL)
+    rc = wire_bytes(t, &tc.spec, n / BATCH < 50 ? n / BATCH : 50, &wire[0],
+                    &wire[1], &wire[2]);
   chime__table_destroy(t);
-  return 0;
+  return rc;
+}
+
+/* This process's resident bytes. */
+static double rss_bytes(void) {
+  unsigned long size = 0, res = 0;
+  FILE *f = fopen("/proc/self/statm", "r");
+  if (f == NULL)
+    return 0;
+  if (fscanf(f, "%lu %lu", &size, &res) != 2)
+    res = 0;
+  fclose(f);
+  return (double)res * (double)sysconf(_SC_PAGESIZE);
+}
+
+typedef struct {
+  double ins_fps, win_fps; /* steps inserted, windows sampled per second */
+  double windows, steps;   /* held */
+  double stored, frames_z; /* stats' stored bytes; the frames' of them */
+  double rss;              /* the process's growth while it filled */
+} stacked_t;
+
+/* The Atari recipe: a uniform sequence table of obs:u8[84,84],
+ * action:i32[], reward:f32[] steps (obs kept at level, raw at 0), windows
+ * of 4 every step, an episode a game (500 frames); n steps in requests of
+ * REQUEST, then windows sampled until 4 per frame were (each frame
+ * decompressed about once, as libzstd's side does). */
+static int stacked_rates(const uint8_t *samples, uint32_t n, int level,
+                         stacked_t *out) {
+  chime__table_config_t tc;
+  if (frames_config(&tc, "stacked", level))
+    return -1;
+  tc.capacity_steps = n;
+  tc.sequence_length = 4;
+  tc.stride = 1;
+  tc.initial_priority = 1.0;
+  chime__table_t *t = NULL;
+  double rss0 = rss_bytes();
+  if (chime__table_create(&t, &tc) ||
+      (out->ins_fps = insert_all(t, samples, n, 1)) < 0)
+    return -1;
+  out->rss = rss_bytes() - rss0;
+  chime__table_stats_t st;
+  chime__table_get_stats(t, &st);
+  out->windows = (double)st.size;
+  out->steps = (double)st.steps;
+  out->stored = (double)st.stored_bytes;
+  out->frames_z = (double)(st.stored_bytes - st.steps * 8); /* but a, r */
+  out->win_fps = sample_all(t, n / (4 * BATCH));
+  chime__table_destroy(t);
+  return out->win_fps < 0 ? -1 : 0;
 }
 
 static double best(double a, double b) {
   return a > b ? a : b;
 }
 
+/* --stacked: the recipe's figures, each rate the best of ROUNDS turns (the
+ * sides taking turns), the bytes from the first turn. */
+static int stacked(const uint8_t *frames, const uint8_t *samples, uint32_t n,
+                   int level, int json) {
+  /* This thread's compression context made before memory is measured. */
+  uint8_t *tmp = malloc(FRAME);
+  size_t k;
+  if (tmp == NULL || chime__zleaf_compress(tmp, frames, FRAME, level, &k))
+    return 1;
+  free(tmp);
+  stacked_t z, r, zr, rr;
+  double zd_fps = 0, zbytes = 0, zd;
+  for (int round = 0; round < ROUNDS; round++) {
+    if (stacked_rates(samples, n, level, &zr) ||
+        stacked_rates(samples, n, 0, &rr)) {
+      fprintf(stderr, "chime-bench storage: the table failed\n");
+      return 1;
+    }
+    if (round == 0) {
+      z = zr;
+      r = rr;
+    }
+    z.ins_fps = best(z.ins_fps, zr.ins_fps);
+    z.win_fps = best(z.win_fps, zr.win_fps);
+    r.win_fps = best(r.win_fps, rr.win_fps);
+    zstd_rates(frames, n, level, &zd, &zbytes);
+    zd_fps = best(zd_fps, zd);
+  }
+  double raw = 4.0 * FRAME + 8; /* a stacked transition: 4 frames, a, r */
+  double held = z.stored / z.windows, mem = z.rss / z.windows;
+  double rheld = r.stored / r.windows, rmem = r.rss / r.windows;
+  double frame = z.frames_z / z.steps; /* its stored size and bytes */
+  double smp = z.win_fps * 4 / zd_fps; /* frames into slots vs libzstd's */
+  if (json)
+    printf("{\"bench\":\"storage_stacked\",\"level\":%d,\"steps\":%.0f,"
+           "\"windows\":%.0f,\"raw_per_transition\":%.0f,"
+           "\"held_per_transition\":%.1f,\"rss_per_transition\":%.1f,"
+           "\"raw_seq_held_per_transition\":%.1f,"
+           "\"raw_seq_rss_per_transition\":%.1f,\"frame_held\":%.1f,"
+           "\"zstd_frame_bytes\":%.1f,\"frame_vs_zstd\":%.3f,"
+           "\"windows_per_s\":%.0f,\"raw_windows_per_s\":%.0f,"
+           "\"zstd_decompress_fps\":%.0f,\"sample_vs_zstd_decompress\":%.3f,"
+           "\"insert_fps\":%.0f}\n",
+           level, z.steps, z.windows, raw, held, mem, rheld, rmem, frame,
+           zbytes, frame / zbytes, z.win_fps, r.win_fps, zd_fps, smp,
+           z.ins_fps);
+  else
+    printf("storage --stacked: %.0f rendered 84x84 frames as steps, windows "
+           "of 4 (stride 1), zstd level %d\n"
+           "  a stacked transition raw: %.0f B (4 frames, action, reward)\n"
+           "  held per transition: %.1f B of data (1/%.0f of raw), %.1f B of "
+           "the process's memory (1/%.0f)\n"
+           "  (frames stored once, raw: %.1f B of data, %.1f B of memory)\n"
+           "  a frame held: %.1f B (its size and frame), libzstd's frame "
+           "%.1f B: %.3fx\n"
+           "  sample: %.0f windows/s (%.0f frames/s), libzstd decompress %.0f "
+           "frames/s: %.2fx (raw windows: %.0f/s)\n"
+           "  insert: %.0f steps/s\n",
+           z.steps, level, raw, held, raw / held, mem, raw / mem, rheld, rmem,
+           frame, zbytes, frame / zbytes, z.win_fps, z.win_fps * 4, zd_fps, smp,
+           r.win_fps, z.ins_fps);
+  return 0;
+}
+
 int chime__bench_storage(int argc, char **argv) {
-  int json = 0, level = 3;
+  int json = 0, level = 3, stack = 0;
   uint32_t n = 20000;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--json"))
       json = 1;
+    else if (!strcmp(argv[i], "--stacked"))
+      stack = 1;
     else if (!strcmp(argv[i], "--level") && i + 1 < argc)
       level = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--frames") && i + 1 < argc)
       n = (uint32_t)strtoul(argv[++i], NULL, 10) / REQUEST * REQUEST;
     else {
       fprintf(stderr, "usage: chime-bench storage [--json] [--level 3] "
-                      "[--frames 20000]\n"
+                      "[--frames 20000] [--stacked]\n"
                       "  a table keeping 84x84 frames zstd-compressed vs "
-                      "libzstd on the same frames\n");
+                      "libzstd on the same frames\n"
+                      "  --stacked: frames as sequence steps, the stack of 4 "
+                      "a window over them\n");
       return 2;
     }
   }
@@ -258,6 +414,13 @@ int chime__bench_storage(int argc, char **argv) {
     float reward = (float)(k % 50 == 0);
     memcpy(s + FRAME, &action, 4);
     memcpy(s + FRAME + 4, &reward, 4);
+  }
+  if (stack) {
+    int rc = stacked(frames, samples, n, level, json);
+    free(screen);
+    free(frames);
+    free(samples);
+    return rc;
   }
   /* Each figure the best of ROUNDS turns, the sides taking turns. */
   result_t r;

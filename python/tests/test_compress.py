@@ -5,7 +5,9 @@ decompresses into the slot), and stats that show the frames held at a
 fraction of their raw size; a learner that keeps the frames compressed
 (keep_compressed) gets each sample's zstd frame, which libzstd
 decompresses to the sample, and stats() shows each compressed leaf's
-bytes."""
+bytes. Sequence tables too (docs/sequences.md, "Frames stored once"):
+single frames as steps, windows of 4 over them, byte-identical to a raw
+table's, through a checkpoint and --restore."""
 import numpy as np
 import pytest
 
@@ -17,6 +19,15 @@ TABLES = [{"name": "frames", "spec": "obs:u8[84,84], id:u32[]",
            "capacity": 1000, "sampler": "fifo", "compress": {"obs": 3}},
           {"name": "noise", "spec": "obs:u8[84,84], id:u32[]",
            "capacity": 1000, "sampler": "fifo", "compress": {"obs": 3}}]
+# The frame stack as a window over single frames, compressed and raw.
+SEQ = {"spec": "obs:u8[84,84], id:u32[]", "capacity_steps": 1000,
+       "sequence_length": 4, "stride": 1, "episode_end": "pad",
+       "sampler": "fifo"}
+TABLES += [{"name": "zseq", **SEQ, "compress": {"obs": 3}},
+           {"name": "rseq", **SEQ}]
+# A ragged leaf compressed at its length: an episode's frames, up to 8.
+TABLES.append({"name": "zrag", "spec": "id:u32[], obs:u8[<=8,84,84]",
+               "capacity": 100, "sampler": "fifo", "compress": {"obs": 3}})
 
 
 def frames(n):
@@ -128,3 +139,99 @@ def test_leaf_bytes_in_stats(addr):
         info = [t for t in c.info()["tables"] if t["name"] == "frames"][0]
         assert info["leaves"]["obs"]["level"] == 3
         assert info["leaves"]["obs"]["raw_bytes"] == info["size"] * 84 * 84
+
+
+def write_episodes(c, table, want):
+    """Two episodes of the frames in want, halves, as steps."""
+    h = len(want) // 2
+    with c.writer(table) as w:
+        for lo, hi in ((0, h), (h, len(want))):
+            w.extend({"obs": want[lo:hi],
+                      "id": np.arange(lo, hi, dtype=np.uint32)})
+            w.end_episode()
+
+
+def windows(c, table, n, mode):
+    """The first n windows of table (fifo: in the order they were made)."""
+    got = {"obs": [], "id": [], "mask": []}
+    with c.stream(table, batch_size=n, mode=mode) as s:
+        b = s.next(timeout=20)
+        for k in got:
+            got[k] = np.array(b[k])
+        b.release()
+    return got
+
+
+def check_windows(got, want):
+    for w in range(len(got["id"])):
+        for i in range(4):
+            if got["mask"][w][i]:
+                assert np.array_equal(got["obs"][w][i],
+                                      want[int(got["id"][w][i])])
+            else:
+                assert not got["obs"][w][i].any()
+
+
+@pytest.mark.parametrize("mode", ["shm", "stream"])
+def test_sequence_windows_as_raw(addr, mode):
+    want = frames(64)
+    with chime.Client(addr) as c:
+        write_episodes(c, "zseq", want)
+        write_episodes(c, "rseq", want)
+        z = windows(c, "zseq", 58, mode)  # 2 x 32 steps: 2 x 29 windows
+        r = windows(c, "rseq", 58, mode)
+        for k in z:
+            assert np.array_equal(z[k], r[k]), k
+        check_windows(z, want)
+        info = {t["name"]: t for t in c.info()["tables"]}
+        assert "obs:3" in str(info["zseq"]["compress"])
+        st = {t["name"]: t for t in c.stats()["tables"]}
+        # each frame held once, compressed; the raw table's held as is
+        assert st["zseq"]["raw_bytes"] == st["rseq"]["raw_bytes"]
+        assert st["zseq"]["stored_bytes"] * 20 < st["zseq"]["raw_bytes"]
+        assert st["rseq"]["stored_bytes"] == st["rseq"]["raw_bytes"]
+
+
+def test_sequence_checkpoint_restore(tmp_path):
+    want = frames(40)
+    extra = {"checkpoint": {"dir": str(tmp_path / "ckpt")}}
+    tables = [{"name": "zseq", **SEQ, "compress": {"obs": 3}}]
+    (tmp_path / "a").mkdir()
+    with conftest.run_chimed(tmp_path / "a", tables, extra) as (_, addr):
+        with chime.Client(addr, timeout=60) as c:
+            write_episodes(c, "zseq", want)
+            before = {t["name"]: t for t in c.stats()["tables"]}["zseq"]
+            path = c.checkpoint()["path"]
+    (tmp_path / "b").mkdir()
+    # Back at another level: the steps' stored bytes kept as they were.
+    tables[0]["compress"] = {"obs": 9}
+    with conftest.run_chimed(tmp_path / "b", tables, extra,
+                             args=("--restore", path)) as (_, addr):
+        with chime.Client(addr, timeout=60) as c:
+            after = {t["name"]: t for t in c.stats()["tables"]}["zseq"]
+            for k in ("steps", "raw_bytes", "stored_bytes"):
+                assert after[k] == before[k], k
+            got = windows(c, "zseq", 34, "shm")  # 2 x 17
+            assert list(got["id"][:, 0]) == list(range(17)) + \
+                list(range(20, 37))
+            check_windows(got, want)
+
+
+@pytest.mark.parametrize("mode", ["shm", "stream"])
+def test_ragged_frames(addr, mode):
+    want = frames(8 * 9)
+    with chime.Client(addr) as c:
+        with c.writer("zrag") as w:
+            for i in range(9):  # 0 to 8 frames
+                w.append({"id": i, "obs": want[8 * i:8 * i + i]})
+        st = [t for t in c.stats()["tables"] if t["name"] == "zrag"][0]
+        assert st["stored_bytes"] * 20 < st["raw_bytes"]
+        with c.stream("zrag", batch_size=9, mode=mode) as s:
+            b = s.next(timeout=20)
+            off = b.offsets("obs")
+            for j, i in enumerate(b["id"]):
+                i = int(i)
+                assert off[j + 1] - off[j] == i
+                assert np.array_equal(b["obs"][off[j]:off[j + 1]],
+                                      want[8 * i:8 * i + i])
+            b.release()

@@ -5,16 +5,16 @@
  * file before anything goes into a table. */
 #include "replay/ckpt_format.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "chime/errors.h"
 #include "common/errfmt.h"
 #include "common/key.h"
 #include "common/spec.h"
+#include "replay/ckpt_io.h"
+#include "replay/ckpt_seq.h"
 #include "replay/ckpt_writers.h"
 #include "replay/crc32c.h"
 #include "replay/zleaf.h"
@@ -24,139 +24,12 @@
 #define MIN_VERSION CHIME__CKPT_MIN_VERSION
 #define KIND_PLAIN 0u
 #define KIND_SEQUENCE 1u
-#define WBUF CHIME__CKPT_WBUF
 /* A record's fixed part: key, insert time, priority, times sampled. */
 #define REC_FIXED 28u
 
 #define fail chime__fail
 
 /* ---------------------------------------------------------------- writing */
-
-typedef struct {
-  int fd;
-  uint8_t *buf;
-  size_t len;
-  uint32_t crc;
-  uint64_t total;
-  int err; /* errno of the first failed write */
-} wr_t;
-
-static void wr_flush(wr_t *w) {
-  size_t off = 0;
-  while (off < w->len && w->err == 0) {
-    ssize_t k = write(w->fd, w->buf + off, w->len - off);
-    if (k < 0 && errno == EINTR)
-      continue;
-    if (k <= 0)
-      w->err = k < 0 ? errno : EIO;
-    else
-      off += (size_t)k;
-  }
-  w->len = 0;
-}
-
-/* Items written between early unpins (chime__table_view_unpin). */
-#define UNPIN_EVERY 1024u
-
-static void wr_raw(wr_t *w, const void *p, size_t n) {
-  const uint8_t *s = p;
-  w->crc = chime__crc32c(w->crc, p, n);
-  w->total += n;
-  while (n > 0) {
-    size_t take = WBUF - w->len < n ? WBUF - w->len : n;
-    memcpy(w->buf + w->len, s, take);
-    w->len += take;
-    s += take;
-    n -= take;
-    if (w->len == WBUF)
-      wr_flush(w);
-  }
-}
-
-static void wr_u32(wr_t *w, uint32_t v) {
-  uint8_t b[4];
-  for (int i = 0; i < 4; i++)
-    b[i] = (uint8_t)(v >> (8 * i));
-  wr_raw(w, b, 4);
-}
-
-static void wr_u64(wr_t *w, uint64_t v) {
-  uint8_t b[8];
-  for (int i = 0; i < 8; i++)
-    b[i] = (uint8_t)(v >> (8 * i));
-  wr_raw(w, b, 8);
-}
-
-static void wr_str(wr_t *w, const char *s) {
-  wr_u32(w, (uint32_t)strlen(s));
-  wr_raw(w, s, strlen(s));
-}
-
-/* A sequence table's part after the items' common fields: its settings
- * and counters, each window's first step (a position-based slot), episode,
- * index and length, then the blocks holding steps, oldest first (steps,
- * links as positions, each step's episode and index, then per leaf the
- * steps' bytes). Windows come first so that their rows go before the
- * blocks are written (windows that leave meanwhile would otherwise hold
- * rows until the end, and new windows could run out of rows); each block
- * goes once written, oldest first, which is the order appends want them
- * back in. An append into a full store waits for the windows' write and
- * one block's (see docs/operations.md for figures). */
-static void write_seq(chime__table_t *t, wr_t *w, chime__table_view_t *v) {
-  const chime__table_config_t *cfg = chime__table_config(t);
-  const chime__steps_view_t *sv = &v->steps;
-  const chime_spec_t *spec = &cfg->spec;
-  uint64_t mp;
-  memcpy(&mp, &v->max_prio, 8);
-  wr_u32(w, cfg->sequence_length);
-  wr_u32(w, cfg->stride);
-  wr_u32(w, cfg->episode_pad ? 1u : 0u);
-  wr_u32(w, sv->k);
-  wr_u64(w, cfg->capacity_steps);
-  wr_u32(w, sv->nused);
-  wr_u64(w, sv->next_episode);
-  wr_u64(w, v->step_key);
-  wr_u64(w, v->windows_dropped);
-  wr_u64(w, mp);
-  wr_u64(w, sv->abandoned);
-  wr_u64(w, sv->evicted);
-  for (uint64_t i = 0; i < v->count && w->err == 0; i++) {
-    uint64_t pb;
-    chime__table_view_item_t it;
-    chime__table_view_item(t, v, i, &it);
-    memcpy(&pb, &v->prio[i], 8);
-    wr_u64(w, it.key);
-    wr_u64(w, it.itime);
-    wr_u64(w, pb);
-    wr_u32(w, v->times[i]);
-    wr_u32(w, chime__steps_view_slot(sv, it.slot));
-    wr_u64(w, it.episode);
-    wr_u32(w, it.first);
-    wr_u32(w, it.len);
-    if ((i + 1) % UNPIN_EVERY == 0)
-      chime__table_view_unpin(t, v, i + 1);
-  }
-  chime__table_view_unpin(t, v, v->count);
-  for (uint32_t pos = 0; pos < sv->nused && w->err == 0; pos++) {
-    const uint64_t *ep, *ver;
-    const uint32_t *idx;
-    const uint8_t *leaf[CHIME_MAX_LEAVES];
-    uint32_t bn = sv->bn[pos];
-    chime__steps_view_block(chime__table_steps(t), sv, pos, &ep, &idx, &ver,
-                            leaf);
-    wr_u32(w, bn);
-    wr_u32(w, sv->bnext[pos]);
-    wr_u32(w, sv->bprev[pos]);
-    for (uint32_t o = 0; o < bn; o++) {
-      wr_u64(w, ep[o]);
-      wr_u32(w, idx[o]);
-      wr_u64(w, ver[o]); /* version 5 */
-    }
-    for (uint32_t l = 0; l < spec->nleaves; l++)
-      wr_raw(w, leaf[l], (size_t)(bn * chime_leaf_bytes(&spec->leaves[l])));
-    chime__table_view_unpin_steps(t, v, pos + 1);
-  }
-}
 
 /* A plain table's item i after its bookkeeping: its ragged leaves'
  * lengths (version 5; none without ragged leaves), then its leaves in
@@ -172,6 +45,7 @@ static void write_leaves(chime__table_t *t, wr_t *w, chime__table_view_t *v,
   for (uint32_t l = 0, k = 0; l < spec->nleaves; l++) {
     const chime_leaf_t *lf = &spec->leaves[l];
     if (chime__table_compressed(t, l)) { /* version 6: as stored */
+      k += lf->ragged;                   /* its rows are in z, not in rag */
       uint32_t s;
       const uint8_t *z = chime__table_view_z(t, v, i, l, &s);
       wr_u32(w, s);
@@ -235,15 +109,15 @@ int chime__checkpoint_write_table(chime__table_t *t, int fd, uint8_t *buf,
   wr_u64(w, sb); /* a sequence table's: one step's */
   wr_u64(w, v.newest_version);
   uint32_t nz = 0; /* version 6: the compressed leaves */
-  for (uint32_t l = 0; !seq && l < cfg->spec.nleaves; l++)
+  for (uint32_t l = 0; l < cfg->spec.nleaves; l++)
     nz += cfg->compress[l] != 0;
   wr_u32(w, nz);
-  for (uint32_t l = 0; !seq && l < cfg->spec.nleaves; l++)
+  for (uint32_t l = 0; l < cfg->spec.nleaves; l++)
     if (cfg->compress[l] != 0)
       wr_u32(w, l);
   write_writers(w, &v.writers); /* version 6, after those */
   if (seq)
-    write_seq(t, w, &v);
+    chime__ckpt_seq_write(t, w, &v);
   for (uint64_t i = 0; !seq && i < v.count && w->err == 0; i++) {
     uint64_t pb;
     chime__table_view_item_t it;
@@ -274,38 +148,6 @@ int chime__checkpoint_write_table(chime__table_t *t, int fd, uint8_t *buf,
 }
 
 /* ---------------------------------------------------------------- reading */
-
-typedef struct {
-  const uint8_t *p;
-  size_t n, off;
-  int bad;
-} rd_t;
-
-static const uint8_t *rd_take(rd_t *r, size_t n) {
-  if (r->bad || r->n - r->off < n) {
-    r->bad = 1;
-    return NULL;
-  }
-  const uint8_t *s = r->p + r->off;
-  r->off += n;
-  return s;
-}
-
-static uint32_t rd_u32(rd_t *r) {
-  const uint8_t *s = rd_take(r, 4);
-  uint32_t v = 0;
-  for (int i = 0; s != NULL && i < 4; i++)
-    v |= (uint32_t)s[i] << (8 * i);
-  return v;
-}
-
-static uint64_t rd_u64(rd_t *r) {
-  const uint8_t *s = rd_take(r, 8);
-  uint64_t v = 0;
-  for (int i = 0; s != NULL && i < 8; i++)
-    v |= (uint64_t)s[i] << (8 * i);
-  return v;
-}
 
 /* A version 5 record's ragged lengths (nrag of them, into lens) and the
  * bytes of its leaves at them (*bytes): 0, or -1 with why filled for a
@@ -438,168 +280,6 @@ static int rag_walk(rd_t r, uint64_t count, const chime_spec_t *spec,
   return 0;
 }
 
-/* A sequence table's window record and the fixed part of its section. */
-#define WIN_REC 48u
-
-typedef struct {
-  uint32_t t, stride, pad, k, nused;
-  uint64_t capacity_steps, next_episode, step_key, dropped, abandoned, evicted;
-  double max_prio;
-  size_t items_at, blocks_at; /* offsets of the windows, the blocks */
-  uint32_t step_rec; /* a step's episode, index (and version 5 on: version) */
-} seqhdr_t;
-
-/* A sequence table's section, walked whole (windows and blocks, their
- * sizes); what goes into the table is checked when it goes in. */
-static int seq_parse(rd_t *r, uint32_t ver, uint64_t count, uint64_t sb,
-                     uint32_t nl, seqhdr_t *h) {
-  h->step_rec = ver >= 5 ? 20 : 12;
-  h->t = rd_u32(r);
-  h->stride = rd_u32(r);
-  h->pad = rd_u32(r);
-  h->k = rd_u32(r);
-  h->capacity_steps = rd_u64(r);
-  h->nused = rd_u32(r);
-  h->next_episode = rd_u64(r);
-  h->step_key = rd_u64(r);
-  h->dropped = rd_u64(r);
-  uint64_t mp = rd_u64(r);
-  memcpy(&h->max_prio, &mp, 8);
-  h->abandoned = rd_u64(r);
-  h->evicted = rd_u64(r);
-  if (r->bad || h->t == 0 || h->stride == 0 || h->stride > h->t || h->pad > 1 ||
-      h->k == 0 || h->k > 4096 || nl == 0 || sb == 0)
-    return -1;
-  h->items_at = r->off;
-  if (count > (r->n - r->off) / WIN_REC)
-    return -1;
-  r->off += (size_t)count * WIN_REC;
-  h->blocks_at = r->off;
-  for (uint32_t pos = 0; pos < h->nused; pos++) {
-    uint32_t bn = rd_u32(r);
-    rd_u32(r);
-    rd_u32(r);
-    if (r->bad || bn == 0 || bn > h->k ||
-        (uint64_t)bn * (h->step_rec + sb) > r->n - r->off)
-      return -1;
-    r->off += (size_t)(bn * (h->step_rec + sb));
-  }
-  return r->off == r->n ? 0 : -1;
-}
-
-/* The config's sequence settings against the checkpoint's: T and the
- * episode end shape the items; the steps' blocks must be the same size
- * and fit (stride may differ: it shapes only windows made later). */
-static int seq_check(const char *table, const seqhdr_t *h,
-                     const chime__table_config_t *cfg, chime__steps_t *st,
-                     char *err, size_t errlen) {
-  if (h->t != cfg->sequence_length)
-    return fail(err, errlen, CHIME_EINVAL,
-                "table '%s': sequence_length is %u in the checkpoint, %u in "
-                "the config",
-                table, h->t, cfg->sequence_length);
-  if (h->pad != (cfg->episode_pad ? 1u : 0u))
-    return fail(err, errlen, CHIME_EINVAL,
-                "table '%s': episode_end is %s in the checkpoint, %s in the "
-                "config",
-                table, h->pad ? "pad" : "drop",
-                cfg->episode_pad ? "pad" : "drop");
-  if (h->k != chime__steps_k(st) || h->nused > chime__steps_nblocks(st))
-    return fail(err, errlen, CHIME_EINVAL,
-                "table '%s': capacity_steps %llu in the checkpoint (%u blocks "
-                "of %u steps stored), %llu in the config (%u blocks of %u): "
-                "the steps do not fit",
-                table, (unsigned long long)h->capacity_steps, h->nused, h->k,
-                (unsigned long long)cfg->capacity_steps,
-                chime__steps_nblocks(st), chime__steps_k(st));
-  return 0;
-}
-
-/* Loads a parsed sequence section into t: blocks, then windows. */
-static int seq_load(const uint8_t *p, size_t n, const seqhdr_t *h,
-                    chime__table_t *t, uint64_t count, const char *fname,
-                    const char *name, char *err, size_t errlen) {
-  const chime__table_config_t *cfg = chime__table_config(t);
-  chime__steps_t *st = chime__table_steps(t);
-  uint64_t *ep = malloc(h->k * sizeof(*ep));
-  uint64_t *ver = malloc(h->k * sizeof(*ver));
-  uint32_t *idx = malloc(h->k * sizeof(*idx));
-  rd_t r = {p, n, h->blocks_at, 0};
-  int rc = 0;
-  if (ep == NULL || idx == NULL || ver == NULL) {
-    rc = fail(err, errlen, CHIME_ENOMEM, "out of memory");
-    goto out;
-  }
-  if (chime__steps_restore_begin(st, h->nused) != 0) {
-    rc = fail(err, errlen, CHIME_EINVAL, "table '%s': not empty", name);
-    goto out;
-  }
-  for (uint32_t pos = 0; pos < h->nused; pos++) {
-    uint32_t bn = rd_u32(&r), next = rd_u32(&r), prev = rd_u32(&r);
-    const uint8_t *leaf[CHIME_MAX_LEAVES];
-    for (uint32_t o = 0; o < bn; o++) {
-      ep[o] = rd_u64(&r);
-      idx[o] = rd_u32(&r);
-      ver[o] = h->step_rec > 12 ? rd_u64(&r) : 0;
-    }
-    for (uint32_t l = 0; l < cfg->spec.nleaves; l++)
-      leaf[l] =
-          rd_take(&r, (size_t)(bn * chime_leaf_bytes(&cfg->spec.leaves[l])));
-    if (r.bad || chime__steps_restore_block(st, pos, bn, next, prev, ep, idx,
-                                            ver, leaf) != 0) {
-      rc = fail(err, errlen, CHIME_ECORRUPT,
-                "%s: block %u of table '%s' does not hang together", fname, pos,
-                name);
-      goto out;
-    }
-  }
-  if (chime__steps_restore_finish(st, h->next_episode, h->abandoned,
-                                  h->evicted) != 0) {
-    rc = fail(err, errlen, CHIME_ECORRUPT,
-              "%s: the blocks of table '%s' do not hang together", fname, name);
-    goto out;
-  }
-  r.off = h->items_at;
-  for (uint64_t i = 0; i < count; i++) {
-    uint64_t key = rd_u64(&r), itime = rd_u64(&r), pb = rd_u64(&r);
-    uint32_t times = rd_u32(&r), slot = rd_u32(&r);
-    uint64_t episode = rd_u64(&r);
-    uint32_t first = rd_u32(&r), len = rd_u32(&r);
-    double prio;
-    memcpy(&prio, &pb, 8);
-    if (chime__key_shard(key) != cfg->shard) {
-      rc = fail(err, errlen, CHIME_ECORRUPT,
-                "%s: window %llu (key %llu) is shard %u's in a file of shard "
-                "%u",
-                fname, (unsigned long long)i, (unsigned long long)key,
-                chime__key_shard(key), cfg->shard);
-      goto out;
-    }
-    rc = chime__table_restore_window(t, key, itime, prio, times, slot, episode,
-                                     first, len);
-    if (rc == CHIME_ENOMEM) {
-      rc = fail(err, errlen, CHIME_EINVAL,
-                "table '%s': the checkpoint holds %llu windows, more than its "
-                "rows hold",
-                name, (unsigned long long)count);
-      goto out;
-    }
-    if (rc != 0) {
-      rc = fail(err, errlen, CHIME_ECORRUPT,
-                "%s: window %llu (key %llu): a duplicate key, a priority the "
-                "table cannot use, or steps it does not hold",
-                fname, (unsigned long long)i, (unsigned long long)key);
-      goto out;
-    }
-  }
-  chime__table_restore_seq_counts(t, h->step_key, h->max_prio, h->dropped);
-out:
-  free(ep);
-  free(ver);
-  free(idx);
-  return rc;
-}
-
 /* A plain table's items, after the header, into t. */
 static int plain_load(rd_t *r, chime__table_t *t, const chime_spec_t *spec,
                       const uint8_t *zmask, uint64_t count, uint64_t sb,
@@ -695,7 +375,7 @@ static int load_table(const uint8_t *p, size_t n, chime__table_t *const *tables,
                       chime__dedupe_copy_t *wc, char *err, size_t errlen) {
   char name[CHIME_MAX_NAME], spec_text[8192], perr[256];
   chime_spec_t spec;
-  seqhdr_t sh;
+  chime__ckpt_seqhdr_t sh;
   memset(&sh, 0, sizeof(sh));
   *items = 0;
   if (n < 12 || memcmp(p, MAGIC, 8) != 0)
@@ -738,7 +418,7 @@ static int load_table(const uint8_t *p, size_t n, chime__table_t *const *tables,
   if (ver >= 6 && !r.bad && nz <= CHIME_MAX_LEAVES &&
       (rc = writers_read(&r, shard, wc, fname, err, errlen)) != 0)
     return rc;
-  if (r.bad || nz > CHIME_MAX_LEAVES || (nz > 0 && kind != KIND_PLAIN) ||
+  if (r.bad || nz > CHIME_MAX_LEAVES ||
       (kind != KIND_PLAIN && kind != KIND_SEQUENCE) ||
       shard > CHIME__KEY_MAX_SHARD || !next_ok(next_key, shard))
     return fail(err, errlen, CHIME_ECORRUPT, "%s: malformed header", fname);
@@ -756,10 +436,11 @@ static int load_table(const uint8_t *p, size_t n, chime__table_t *const *tables,
   uint32_t nrag = chime_spec_ragged(&spec);
   int zany = nz > 0;
   for (uint32_t l = 0; l < CHIME_MAX_LEAVES; l++)
-    if (zmask[l] && (l >= spec.nleaves || spec.leaves[l].ragged))
+    if (zmask[l] &&
+        (l >= spec.nleaves || (spec.leaves[l].ragged && kind != KIND_PLAIN)))
       return fail(err, errlen, CHIME_ECORRUPT,
-                  "%s: table '%s': compressed leaf %u is no fixed-shape leaf "
-                  "of its spec",
+                  "%s: table '%s': compressed leaf %u is no leaf of its spec "
+                  "(a ragged one only in a plain table's)",
                   fname, name, l);
   /* Ragged items came with version 5 (and only plain tables have them). */
   if (nrag > 0 && (ver < 5 || kind != KIND_PLAIN))
@@ -768,12 +449,12 @@ static int load_table(const uint8_t *p, size_t n, chime__table_t *const *tables,
                 "(ragged items are in plain tables' files from version 5)",
                 fname, name, kind == KIND_PLAIN ? "plain table's" : "sequence",
                 ver);
-  if ((nrag > 0 || zany) &&
+  if ((nrag > 0 || zany) && kind == KIND_PLAIN &&
       (rc = rag_walk(r, count, &spec, zmask, fname, err, errlen)) != 0)
     return rc;
   if ((old_seq && count != 0) ||
       (kind == KIND_SEQUENCE && !old_seq &&
-       seq_parse(&r, ver, count, sb, spec.nleaves, &sh) != 0) ||
+       chime__ckpt_seq_parse(&r, ver, count, sb, &spec, zmask, &sh) != 0) ||
       (kind == KIND_PLAIN && nrag == 0 && !zany &&
        (count > (r.n - r.off) / rec || count * rec != r.n - r.off)))
     return fail(err, errlen, CHIME_ECORRUPT,
@@ -821,9 +502,10 @@ static int load_table(const uint8_t *p, size_t n, chime__table_t *const *tables,
                   name, spec.leaves[l].name, zmask[l] ? "compressed" : "raw",
                   zmask[l] ? "raw" : "compressed");
   if (kind == KIND_SEQUENCE) {
-    if ((rc = seq_check(name, &sh, cfg, chime__table_steps(t), err, errlen)) !=
-            0 ||
-        (rc = seq_load(p, n - 4, &sh, t, count, fname, name, err, errlen)) != 0)
+    if ((rc = chime__ckpt_seq_check(name, &sh, cfg, chime__table_steps(t), err,
+                                    errlen)) != 0 ||
+        (rc = chime__ckpt_seq_load(p, n - 4, &sh, zmask, t, count, fname, name,
+                                   err, errlen)) != 0)
       return rc;
   } else if ((rc = plain_load(&r, t, &spec, zmask, count, sb, vbytes != 0,
                               shard, fname, err, errlen)) != 0) {

@@ -43,10 +43,13 @@
  * 6: compressed leaves (docs/replay.md): after the newest version, a u32
  * count and each compressed leaf's index (u32, rising); in an item's
  * bytes a compressed leaf is its u32 stored size (at most the leaf's
- * bytes; equal: kept raw) and its stored bytes, as the table keeps them
- * (never recompressed). A file without compressed leaves holds the same
- * records as version 5. Also in 6, after the compressed leaves: the
- * writers' windows (ckpt_writers.h): the requests each writer the table
+ * bytes, a ragged one's at the item's length; equal: kept raw) and its
+ * stored bytes, as the table keeps them (never recompressed); a sequence
+ * table's compressed step leaves likewise, in a block each leaf's steps
+ * one after another as its u32 stored size and stored bytes
+ * (ckpt_seq.c). A file without compressed leaves holds the same records
+ * as version 5. Also in 6, after the compressed leaves: the writers'
+ * windows (ckpt_writers.h): the requests each writer the table
  * remembered had inserted, copied in the view's hold of the lock, so a
  * resend after a restore is acked again instead of inserted twice; an
  * older file restores as before (no writer remembered, each unknown

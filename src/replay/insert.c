@@ -28,7 +28,7 @@ static uint64_t rag_sample_bytes(const chime__table_t *t,
   return b;
 }
 
-static void rag_free(uint8_t **bufs, uint32_t count) {
+void chime__tbl_bufs_free(uint8_t **bufs, uint32_t count) {
   if (bufs == NULL)
     return;
   for (uint32_t j = 0; j < count; j++)
@@ -47,9 +47,10 @@ static int rag_gather(const chime__table_t *t, const chime__span_t *spans,
   if (bufs == NULL)
     return CHIME_ENOMEM;
   for (uint32_t j = 0; j < count; j++) {
-    uint64_t size = rag_sample_bytes(t, lengths, j), at = 0;
+    uint64_t size = chime__tbl_rag_bytes(t, lengths + (size_t)j * t->nrag);
+    uint64_t at = 0;
     if (size > 0 && (bufs[j] = malloc((size_t)size)) == NULL) {
-      rag_free(bufs, count);
+      chime__tbl_bufs_free(bufs, count);
       return CHIME_ENOMEM;
     }
     for (uint32_t l = 0, k = 0; l < t->nleaves; l++) {
@@ -58,6 +59,10 @@ static int rag_gather(const chime__table_t *t, const chime__span_t *spans,
         continue;
       }
       uint64_t n = (uint64_t)lengths[(size_t)j * t->nrag + k++] * t->rrow[l];
+      if (t->zraw[l] != 0) { /* compressed: in zbuf (z_gather) */
+        chime__tbl_cursor_skip(&cur, n);
+        continue;
+      }
       if (n > 0)
         chime__tbl_cursor_read(&cur, bufs[j] + at, n);
       at += n;
@@ -70,12 +75,14 @@ static int rag_gather(const chime__table_t *t, const chime__span_t *spans,
 /* Each sample's compressed leaves (zleaf.h) in an allocation of their
  * own, compressed before the table's lock (a leaf of 84x84 bytes takes
  * about 10 us at level 3: under the lock it would hold every sampler and
- * insert back); a row then takes its sample's allocation under the lock. */
-static int z_gather(const chime__table_t *t, const chime__span_t *spans,
-                    uint32_t count, const uint32_t *lengths, uint8_t ***out) {
+ * insert back); a row (or a step) then takes its sample's allocation
+ * under the lock. */
+int chime__tbl_z_gather(const chime__table_t *t, uint32_t nleaves, uint32_t nz,
+                        const chime__span_t *spans, uint32_t count,
+                        const uint32_t *lengths, uint8_t ***out) {
   chime__tbl_cursor_t cur = {spans, 0, 0};
-  uint64_t most = 4 * (uint64_t)t->nz, big = 0;
-  for (uint32_t k = 0; k < t->nz; k++) {
+  uint64_t most = 4 * (uint64_t)nz, big = 0;
+  for (uint32_t k = 0; k < nz; k++) {
     most += t->zraw[t->zl[k]];
     big = t->zraw[t->zl[k]] > big ? t->zraw[t->zl[k]] : big;
   }
@@ -83,18 +90,16 @@ static int z_gather(const chime__table_t *t, const chime__span_t *spans,
   uint8_t *pack = malloc((size_t)most), *tmp = malloc((size_t)big);
   int rc = bufs == NULL || pack == NULL || tmp == NULL ? CHIME_ENOMEM : 0;
   for (uint32_t j = 0; rc == 0 && j < count; j++) {
-    size_t at = 4 * (size_t)t->nz;
-    for (uint32_t l = 0, kr = 0, kz = 0; rc == 0 && l < t->nleaves; l++) {
-      if (t->rrow[l] != 0) {
-        chime__tbl_cursor_skip(
-            &cur, (uint64_t)lengths[(size_t)j * t->nrag + kr++] * t->rrow[l]);
-        continue;
-      }
+    size_t at = 4 * (size_t)nz;
+    for (uint32_t l = 0, kr = 0, kz = 0; rc == 0 && l < nleaves; l++) {
+      uint64_t rb = 0; /* a ragged leaf's bytes at its length */
+      if (t->rrow[l] != 0)
+        rb = (uint64_t)lengths[(size_t)j * t->nrag + kr++] * t->rrow[l];
       if (t->zraw[l] == 0) {
-        chime__tbl_cursor_skip(&cur, t->lbytes[l]);
+        chime__tbl_cursor_skip(&cur, t->rrow[l] != 0 ? rb : t->lbytes[l]);
         continue;
       }
-      size_t n = (size_t)t->zraw[l], st;
+      size_t n = (size_t)(t->rrow[l] != 0 ? rb : t->zraw[l]), st;
       const uint8_t *src = chime__tbl_cursor_peek(&cur, n, tmp);
       rc = chime__zleaf_compress(pack + at, src, n, t->cfg.compress[l], &st);
       if (rc == 0 && st == n) /* it did not shrink: kept raw */
@@ -111,7 +116,7 @@ static int z_gather(const chime__table_t *t, const chime__span_t *spans,
   free(pack);
   free(tmp);
   if (rc != 0) {
-    rag_free(bufs, count);
+    chime__tbl_bufs_free(bufs, count);
     return rc;
   }
   *out = bufs;
@@ -167,9 +172,16 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
   uint64_t vmax = 0;
   for (uint64_t j = 0; versions != NULL && j < versions->n; j++)
     vmax = versions->v[j] > vmax ? versions->v[j] : vmax;
-  if (t->steps != NULL)
-    return chime__tbl_seq_insert(t, spans, count, priorities, versions,
-                                 first_key, abort, dq, nowait);
+  if (t->steps != NULL) {
+    uint32_t snz = chime__steps_nz(t->steps);
+    if (snz > 0 && (rc = chime__tbl_z_gather(t, t->sleaves, snz, spans, count,
+                                             NULL, &zbufs)) != 0)
+      return rc;
+    rc = chime__tbl_seq_insert(t, spans, count, priorities, versions, first_key,
+                               abort, dq, nowait, zbufs);
+    chime__tbl_bufs_free(zbufs, count); /* those it did not take */
+    return rc;
+  }
   uint64_t cap = t->cfg.capacity;
   int fifo = t->cfg.sampler == CHIME__SAMPLER_FIFO;
   /* A fifo remover's picks are known before the request goes in: the
@@ -193,8 +205,9 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
     return CHIME_EINVAL;
   if (t->nrag > 0 && (rc = rag_gather(t, spans, count, lengths, &bufs)) != 0)
     return rc;
-  if (t->nz > 0 && (rc = z_gather(t, spans, count, lengths, &zbufs)) != 0) {
-    rag_free(bufs, count);
+  if (t->nz > 0 && (rc = chime__tbl_z_gather(t, t->nleaves, t->nz, spans, count,
+                                             lengths, &zbufs)) != 0) {
+    chime__tbl_bufs_free(bufs, count);
     return rc;
   }
   chime__tbl_lock(t);
@@ -332,17 +345,17 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
                                  t->lbytes[l]);
       }
     }
-    if (t->nz > 0) {
-      chime__tbl_z_take(t, r, zbufs[j]);
-      zbufs[j] = NULL;
-    }
     if (t->nrag > 0) {
       t->rbuf[r] = bufs[j];
       bufs[j] = NULL;
       memcpy(t->rlen + (size_t)r * t->nrag, lengths + j * t->nrag,
              t->nrag * sizeof(uint32_t));
-      t->rag_bytes += rag_sample_bytes(t, lengths, j);
+      t->rag_bytes += chime__tbl_rag_size(t, r);
       t->rag_alloc += chime__tbl_rag_alloc(t->rbuf[r]);
+    }
+    if (t->nz > 0) { /* after the lengths: a ragged one's raw bytes */
+      chime__tbl_z_take(t, r, zbufs[j]);
+      zbufs[j] = NULL;
     }
     t->meta[r].key = key0 + j;
     t->meta[r].itime = when;
@@ -360,8 +373,8 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
 out:
   pthread_mutex_unlock(&t->mu);
   chime__tbl_notify(arrived);
-  rag_free(bufs, count); /* samples that did not go in */
-  rag_free(zbufs, count);
+  chime__tbl_bufs_free(bufs, count); /* samples that did not go in */
+  chime__tbl_bufs_free(zbufs, count);
   return rc;
 }
 

@@ -127,13 +127,26 @@ static inline void prefetch_leaf(const chime__table_t *t, uint32_t l,
     __builtin_prefetch((const void *)a);
 }
 
+/* A compressed ragged leaf's rows (the kz-th compressed leaf) of item r,
+ * len of them, decompressed at dst: the frame must say exactly those
+ * bytes (one that says more is never written: zeros there). */
+static void unz_rows(const chime__table_t *t, uint32_t r, uint32_t kz,
+                     uint8_t *dst, uint64_t n) {
+  const uint8_t *buf = t->zbuf[r];
+  (void)chime__zleaf_decompress(dst, (size_t)n, chime__zleaf_at(buf, t->nz, kz),
+                                chime__zleaf_size(buf, kz));
+}
+
 /* A ragged leaf's rows packed back to back in the slot, with the batch's
- * offsets (Arrow's list layout): always copied, never sent from the table
- * (a row's bytes are an allocation of its own). */
+ * offsets (Arrow's list layout): always copied (a compressed one
+ * decompressed), never sent from the table (a row's bytes are an
+ * allocation of its own). */
 static void copy_ragged(const chime__table_t *t, const chime_ring_layout_t *lay,
                         chime__ring_wslot_t *slot, const uint32_t *rows,
                         uint32_t k) {
-  uint32_t l = t->rag[k];
+  uint32_t l = t->rag[k], kz = 0;
+  while (t->zraw[l] != 0 && t->zl[kz] != l)
+    kz++;
   uint64_t rb = t->rrow[l], at = 0;
   uint8_t *dst = slot->leaf[l];
   int64_t *offs = slot->offsets[l];
@@ -148,11 +161,14 @@ static void copy_ragged(const chime__table_t *t, const chime_ring_layout_t *lay,
       for (int b = 0; p != NULL && b < 512; b += 64)
         __builtin_prefetch(p + b);
     }
-    uint64_t from = 0;
+    uint64_t from = 0; /* the rows in rbuf before k's */
     for (uint32_t i = 0; i < k; i++)
-      from += (uint64_t)len[i] * t->rrow[t->rag[i]];
+      if (t->zraw[t->rag[i]] == 0)
+        from += (uint64_t)len[i] * t->rrow[t->rag[i]];
     offs[j] = (int64_t)at;
-    if (len[k] > 0)
+    if (t->zraw[l] != 0)
+      unz_rows(t, r, kz, dst + at * rb, len[k] * rb);
+    else if (len[k] > 0)
       memcpy(dst + at * rb, t->rbuf[r] + from, (size_t)(len[k] * rb));
     at += len[k];
   }
@@ -214,7 +230,10 @@ static void copy_rows(const chime__table_t *t, const chime_ring_layout_t *lay,
   for (uint32_t k = 0; k < t->nrag; k++)
     copy_ragged(t, lay, slot, rows, k);
   for (uint32_t k = 0; k < t->nz; k++) {
-    if (lay->offsets_offset[t->zl[k]] != 0)
+    uint32_t l = t->zl[k];
+    if (t->rrow[l] != 0) /* ragged: copy_ragged */
+      continue;
+    if (lay->offsets_offset[l] != 0) /* framed: sent as stored */
       copy_frames(t, lay, slot, rows, k);
     else
       copy_z(t, lay, slot, rows, k);

@@ -7,6 +7,7 @@
 
 #include "chime/errors.h"
 #include "replay/keyindex.h"
+#include "replay/zleaf.h"
 
 #define NONE CHIME__STEPS_NONE
 
@@ -28,7 +29,15 @@ struct chime__steps_s {
   uint32_t nblocks; /* ceil(capacity_steps / k) */
   uint32_t nleaves;
   uint64_t lbytes[CHIME_MAX_LEAVES];
-  uint8_t *leaf[CHIME_MAX_LEAVES]; /* nblocks * k steps each */
+  uint8_t *leaf[CHIME_MAX_LEAVES]; /* nblocks * k steps each; NULL: zstep */
+  /* Compressed leaves (zleaf.h): per step slot one allocation of the
+   * step's compressed leaves (sizes, then stored bytes), freed with its
+   * block's steps. zraw[l]: leaf l's bytes when it is compressed, else 0. */
+  uint32_t nz;
+  uint32_t zl[CHIME_MAX_LEAVES];
+  uint64_t zraw[CHIME_MAX_LEAVES];
+  uint8_t **zstep;
+  uint64_t z_raw, z_stored, z_kept_raw;
   /* Per block. */
   uint32_t *bn;    /* steps in it */
   uint32_t *bnext; /* the lane's next (newer) block, NONE */
@@ -69,13 +78,15 @@ static uint64_t align64(uint64_t n) {
 }
 
 /* Per block: bn bnext bprev bopen bpin (4 each); per slot bitem, sidx (4
- * each) and sep (8). */
+ * each) and sep (8); raw leaves (compress NULL: all) per slot. */
 static uint64_t layout(const chime_spec_t *spec, uint64_t capacity_steps,
-                       uint64_t *leaves_out) {
+                       const uint8_t *compress, uint64_t *leaves_out) {
   uint64_t k =
       chime__steps_block(capacity_steps, chime_spec_sample_bytes(spec));
   uint64_t nb = (capacity_steps + k - 1) / k, slots = nb * k, total = 0, b;
   for (uint32_t i = 0; i < spec->nleaves; i++) {
+    if (compress != NULL && compress[i] != 0)
+      continue; /* in zstep */
     if (__builtin_mul_overflow(slots, chime_leaf_bytes(&spec->leaves[i]), &b) ||
         b > UINT64_MAX / 2 || __builtin_add_overflow(total, align64(b), &total))
       return UINT64_MAX;
@@ -104,11 +115,19 @@ uint64_t chime__steps_max_windows(const chime_spec_t *spec,
 
 uint64_t chime__steps_bytes(const chime_spec_t *spec,
                             const chime__steps_config_t *cfg) {
-  uint64_t total = layout(spec, cfg->capacity_steps, NULL);
+  /* Compressed leaves at most their raw bytes (a leaf that does not
+   * shrink is kept raw), and per slot a pointer, the sizes and the
+   * allocator's header and rounding. */
+  uint64_t total = layout(spec, cfg->capacity_steps, NULL, NULL);
   uint64_t k =
       chime__steps_block(cfg->capacity_steps, chime_spec_sample_bytes(spec));
+  uint64_t per = 18, nz = 0; /* newest */
+  for (uint32_t i = 0; cfg->compress != NULL && i < spec->nleaves; i++)
+    nz += cfg->compress[i] != 0;
+  if (nz > 0)
+    per += 8 + 16 + 4 * nz;
   uint64_t eps = (uint64_t)cfg->max_episodes * sizeof(episode_t) +
-                 (cfg->capacity_steps + k - 1) / k * k * 18; /* newest */
+                 (cfg->capacity_steps + k - 1) / k * k * per;
   if (total == UINT64_MAX || total > UINT64_MAX - eps)
     return UINT64_MAX;
   return total + eps;
@@ -132,7 +151,13 @@ int chime__steps_create(chime__steps_t **out, const chime_spec_t *spec,
   s->k = chime__steps_block(cfg->capacity_steps, chime_spec_sample_bytes(spec));
   s->nblocks = (uint32_t)((cfg->capacity_steps + s->k - 1) / s->k);
   s->nleaves = spec->nleaves;
-  uint64_t len = layout(spec, cfg->capacity_steps, NULL);
+  s->cfg.compress = NULL; /* the caller's: read here only */
+  for (uint32_t i = 0; cfg->compress != NULL && i < spec->nleaves; i++)
+    if (cfg->compress[i] != 0) {
+      s->zraw[i] = chime_leaf_bytes(&spec->leaves[i]);
+      s->zl[s->nz++] = i;
+    }
+  uint64_t len = layout(spec, cfg->capacity_steps, cfg->compress, NULL);
   s->eps = calloc(cfg->max_episodes, sizeof(*s->eps));
   if (len == UINT64_MAX || len > SIZE_MAX || s->eps == NULL) {
     rc = len == UINT64_MAX ? CHIME_EOVERFLOW : CHIME_ENOMEM;
@@ -151,8 +176,14 @@ int chime__steps_create(chime__steps_t **out, const chime_spec_t *spec,
   uint8_t *p = s->map;
   for (uint32_t i = 0; i < s->nleaves; i++) {
     s->lbytes[i] = chime_leaf_bytes(&spec->leaves[i]);
+    if (s->zraw[i] != 0)
+      continue;
     s->leaf[i] = p;
     p += align64(slots * s->lbytes[i]);
+  }
+  if (s->nz > 0 && (s->zstep = calloc(slots, sizeof(*s->zstep))) == NULL) {
+    rc = CHIME_ENOMEM;
+    goto out;
   }
   uint32_t **u32[] = {&s->bn, &s->bnext, &s->bprev, &s->bopen, &s->bpin};
   for (size_t i = 0; i < sizeof(u32) / sizeof(u32[0]); i++) {
@@ -179,6 +210,7 @@ int chime__steps_create(chime__steps_t **out, const chime_spec_t *spec,
 out:
   if (s != NULL) {
     chime__keyindex_destroy(s->newest);
+    free(s->zstep);
     free(s->eps);
     if (s->map != NULL)
       munmap(s->map, s->map_len);
@@ -187,9 +219,42 @@ out:
   return rc;
 }
 
+/* Step slot i's compressed leaves counted in (sign 1) or out (-1). */
+static void z_count(chime__steps_t *s, const uint8_t *z, int sign) {
+  uint64_t raw = 0, kept = 0;
+  for (uint32_t k = 0; k < s->nz; k++) {
+    raw += s->zraw[s->zl[k]];
+    kept += chime__zleaf_size(z, k) == s->zraw[s->zl[k]];
+  }
+  uint64_t st = chime__zleaf_total(z, s->nz);
+  if (sign > 0) {
+    s->z_raw += raw;
+    s->z_stored += st;
+    s->z_kept_raw += kept;
+  } else {
+    s->z_raw -= raw;
+    s->z_stored -= st;
+  }
+}
+
+/* The compressed leaves of block b's steps go. */
+static void z_free_block(chime__steps_t *s, uint32_t b) {
+  uint8_t **z = s->zstep + (uint64_t)b * s->k;
+  for (uint32_t o = 0; o < s->bn[b]; o++) {
+    if (z[o] != NULL)
+      z_count(s, z[o], -1);
+    free(z[o]);
+    z[o] = NULL;
+  }
+}
+
 void chime__steps_destroy(chime__steps_t *s) {
   if (s == NULL)
     return;
+  if (s->zstep != NULL)
+    for (uint32_t b = 0; b < s->nblocks; b++)
+      z_free_block(s, b);
+  free(s->zstep);
   if (s->map != NULL)
     munmap(s->map, s->map_len);
   chime__keyindex_destroy(s->newest);
@@ -267,6 +332,8 @@ static void evict_oldest(chime__steps_t *s) {
         chime__keyindex_remove(s->newest, e, NULL) != 0)
       break; /* looked up just now: cannot fail */
   }
+  if (s->nz > 0)
+    z_free_block(s, b);
   s->steps -= s->bn[b];
   s->evicted += s->bn[b];
   s->nused--;
@@ -322,7 +389,7 @@ static void make_window(chime__steps_t *s, const episode_t *e, uint32_t first,
 
 void chime__steps_append(chime__steps_t *s, uint32_t ep, uint64_t version,
                          void (*read)(void *ctx, uint8_t *dst, uint64_t n),
-                         void *ctx) {
+                         void *ctx, uint8_t *z) {
   episode_t *e = &s->eps[ep];
   if (e->id == 0) {
     e->id = s->next_episode++;
@@ -333,7 +400,12 @@ void chime__steps_append(chime__steps_t *s, uint32_t ep, uint64_t version,
     b = take_block(s, ep);
   uint64_t slot = (uint64_t)b * s->k + s->bn[b];
   for (uint32_t l = 0; l < s->nleaves; l++)
-    read(ctx, s->leaf[l] + slot * s->lbytes[l], s->lbytes[l]);
+    read(ctx, s->leaf[l] != NULL ? s->leaf[l] + slot * s->lbytes[l] : NULL,
+         s->lbytes[l]);
+  if (s->nz > 0) {
+    s->zstep[slot] = z;
+    z_count(s, z, 1);
+  }
   s->sep[slot] = e->id;
   s->sidx[slot] = e->len;
   s->sver[slot] = version;
@@ -423,6 +495,23 @@ void chime__steps_unpin(chime__steps_t *s, uint32_t slot) {
   s->bpin[slot / s->k]--;
 }
 
+/* Compressed leaf l of the n steps from slot at, decompressed into dst
+ * one after another: each frame's declared size checked against the
+ * leaf's before a byte is written (zleaf.h). */
+static void z_copy(const chime__steps_t *s, uint32_t l, uint64_t at, uint32_t n,
+                   uint8_t *dst) {
+  uint32_t k = 0;
+  while (s->zl[k] != l)
+    k++;
+  size_t lb = (size_t)s->zraw[l];
+  for (uint32_t i = 0; i < n; i++) {
+    const uint8_t *z = s->zstep[at + i];
+    (void)chime__zleaf_decompress(dst + (size_t)i * lb, lb,
+                                  chime__zleaf_at(z, s->nz, k),
+                                  chime__zleaf_size(z, k));
+  }
+}
+
 void chime__steps_copy(const chime__steps_t *s, uint32_t slot, uint32_t len,
                        uint8_t *const *dst) {
   uint32_t t = s->cfg.sequence_length;
@@ -436,8 +525,12 @@ void chime__steps_copy(const chime__steps_t *s, uint32_t slot, uint32_t len,
       uint32_t n = s->k - off;
       if (n > len - done)
         n = len - done;
-      memcpy(dst[l] + (uint64_t)done * lb,
-             s->leaf[l] + ((uint64_t)b * s->k + off) * lb, (size_t)(n * lb));
+      uint64_t at = (uint64_t)b * s->k + off;
+      if (s->leaf[l] != NULL)
+        memcpy(dst[l] + (uint64_t)done * lb, s->leaf[l] + at * lb,
+               (size_t)(n * lb));
+      else
+        z_copy(s, l, at, n, dst[l] + (uint64_t)done * lb);
       done += n;
       if (done < len)
         b = s->bnext[b]; /* set before the window was complete */
@@ -452,12 +545,15 @@ void chime__steps_get_stats(const chime__steps_t *s,
                             chime__steps_stats_t *out) {
   uint64_t slots = (uint64_t)s->nblocks * s->k, bytes = 0;
   for (uint32_t l = 0; l < s->nleaves; l++)
-    bytes += slots * s->lbytes[l];
+    bytes += s->leaf[l] != NULL ? slots * s->lbytes[l] : 0;
   out->steps = s->steps;
   out->episodes = 0;
   for (uint32_t i = 0; i < s->neps; i++)
     out->episodes += s->eps[i].id != 0;
-  out->bytes = bytes;
+  out->bytes = bytes + s->z_stored;
+  out->z_raw = s->z_raw;
+  out->z_stored = s->z_stored;
+  out->z_kept_raw = s->z_kept_raw;
   out->episodes_abandoned = s->abandoned;
   out->steps_evicted = s->evicted;
 }
@@ -520,7 +616,21 @@ void chime__steps_view_block(const chime__steps_t *s,
   *idx = s->sidx + slot0;
   *ver = s->sver + slot0;
   for (uint32_t l = 0; l < s->nleaves; l++)
-    leaf[l] = s->leaf[l] + slot0 * s->lbytes[l];
+    leaf[l] = s->leaf[l] != NULL ? s->leaf[l] + slot0 * s->lbytes[l] : NULL;
+}
+
+uint8_t *const *chime__steps_view_z(const chime__steps_t *s,
+                                    const chime__steps_view_t *v,
+                                    uint32_t pos) {
+  return s->nz > 0 ? s->zstep + (uint64_t)v->block[pos] * s->k : NULL;
+}
+
+uint32_t chime__steps_nz(const chime__steps_t *s) {
+  return s->nz;
+}
+
+uint32_t chime__steps_zleaf(const chime__steps_t *s, uint32_t k) {
+  return s->zl[k];
 }
 
 uint32_t chime__steps_view_slot(const chime__steps_view_t *v, uint32_t slot) {
@@ -536,12 +646,13 @@ int chime__steps_restore_begin(chime__steps_t *s, uint32_t nused) {
 int chime__steps_restore_block(chime__steps_t *s, uint32_t pos, uint32_t bn,
                                uint32_t bnext, uint32_t bprev,
                                const uint64_t *ep, const uint32_t *idx,
-                               const uint64_t *ver,
-                               const uint8_t *const *leaf) {
+                               const uint64_t *ver, const uint8_t *const *leaf,
+                               uint8_t **z) {
   /* In order; links point to newer (next) and older (prev) positions,
    * so no chain loops; next's range is checked at finish. */
   if (pos != s->nused || pos >= s->nblocks || bn == 0 || bn > s->k ||
-      (bnext != NONE && bnext <= pos) || (bprev != NONE && bprev >= pos))
+      (bnext != NONE && bnext <= pos) || (bprev != NONE && bprev >= pos) ||
+      (s->nz > 0) != (z != NULL))
     return CHIME_EINVAL;
   uint64_t slot0 = (uint64_t)pos * s->k;
   for (uint32_t o = 0; o < bn; o++) {
@@ -552,8 +663,13 @@ int chime__steps_restore_block(chime__steps_t *s, uint32_t pos, uint32_t bn,
     s->sver[slot0 + o] = ver != NULL ? ver[o] : 0;
   }
   for (uint32_t l = 0; l < s->nleaves; l++)
-    memcpy(s->leaf[l] + slot0 * s->lbytes[l], leaf[l],
-           (size_t)(bn * s->lbytes[l]));
+    if (s->leaf[l] != NULL)
+      memcpy(s->leaf[l] + slot0 * s->lbytes[l], leaf[l],
+             (size_t)(bn * s->lbytes[l]));
+  for (uint32_t o = 0; z != NULL && o < bn; o++) {
+    s->zstep[slot0 + o] = z[o];
+    z_count(s, z[o], 1);
+  }
   s->bn[pos] = bn;
   s->bnext[pos] = bnext;
   s->bprev[pos] = bprev;

@@ -50,6 +50,10 @@ typedef struct {
   uint32_t sequence_length, stride; /* 1 <= stride <= sequence_length */
   int pad;               /* an uncovered tail makes one padded window */
   uint32_t max_episodes; /* lanes (writers); the least recently used goes */
+  /* Per leaf, nonzero: the leaf is kept compressed (zleaf.h), each step's
+   * compressed leaves in one allocation of their own handed to append;
+   * NULL: none is. Only which leaves are read (the table compresses). */
+  const uint8_t *compress;
 } chime__steps_config_t;
 
 typedef struct {
@@ -58,6 +62,9 @@ typedef struct {
   uint64_t bytes;              /* of step storage (leaves only) */
   uint64_t episodes_abandoned; /* ended because too many were open */
   uint64_t steps_evicted;
+  /* Compressed leaves of the steps stored: their bytes raw, as stored
+   * (the sizes included), and the leaves kept raw (did not shrink). */
+  uint64_t z_raw, z_stored, z_kept_raw;
 } chime__steps_stats_t;
 
 /* Steps per block: 32, or up to 256 so a block holds 32 KiB of small
@@ -90,12 +97,15 @@ uint32_t chime__steps_lane(chime__steps_t *s, uint64_t writer);
 /* Appends one step of policy version `version` (its writer's) to lane
  * ep's open episode (a new one if none is open):
  * read(ctx, dst, n) is called once per
- * leaf, in spec order, to write its n bytes at dst. Evicts the oldest
+ * leaf, in spec order, to write its n bytes at dst (dst NULL: a
+ * compressed leaf, its n bytes skipped). z: the step's compressed leaves
+ * (zleaf.h: sizes, then stored bytes, in spec order; malloc'd), taken;
+ * NULL without compressed leaves. Evicts the oldest
  * block when every block is taken (cb->evict for its items), then makes
  * the window the step completes (cb->window). */
 void chime__steps_append(chime__steps_t *s, uint32_t ep, uint64_t version,
                          void (*read)(void *ctx, uint8_t *dst, uint64_t n),
-                         void *ctx);
+                         void *ctx, uint8_t *z);
 /* Ends lane ep's open episode: with pad, an uncovered tail (or a short
  * episode) makes one padded window. The lane's next episode goes on in
  * the same block. */
@@ -124,6 +134,8 @@ void chime__steps_pin(chime__steps_t *s, uint32_t slot);
 void chime__steps_unpin(chime__steps_t *s, uint32_t slot);
 /* Copies a pinned window's len steps from slot into dst[l] for each leaf
  * l (sequence_length steps long), then zeros up to sequence_length steps.
+ * A compressed leaf's steps are decompressed each at its place (a frame
+ * that does not say the leaf's size is never written: zeros there).
  * Needs no lock: it reads only the window's steps and the links between
  * its full blocks, which no append changes while the first is pinned. */
 void chime__steps_copy(const chime__steps_t *s, uint32_t slot, uint32_t len,
@@ -164,6 +176,13 @@ void chime__steps_view_block(const chime__steps_t *s,
                              const chime__steps_view_t *v, uint32_t pos,
                              const uint64_t **ep, const uint32_t **idx,
                              const uint64_t **ver, const uint8_t **leaf);
+/* Position pos's steps' compressed leaves (bn[pos] allocations, zleaf.h),
+ * stable while it is pinned; NULL without compressed leaves. */
+uint8_t *const *chime__steps_view_z(const chime__steps_t *s,
+                                    const chime__steps_view_t *v, uint32_t pos);
+/* The store's compressed leaves: their count and the k-th's index. */
+uint32_t chime__steps_nz(const chime__steps_t *s);
+uint32_t chime__steps_zleaf(const chime__steps_t *s, uint32_t k);
 /* A step slot as a position-based slot (pos * k + offset), for a window's
  * first step. */
 uint32_t chime__steps_view_slot(const chime__steps_view_t *v, uint32_t slot);
@@ -174,10 +193,14 @@ uint32_t chime__steps_view_slot(const chime__steps_view_t *v, uint32_t slot);
  * begin, then each block in order, then finish, then the windows.
  * Each returns CHIME_EINVAL for what does not fit or hang together. */
 int chime__steps_restore_begin(chime__steps_t *s, uint32_t nused);
+/* leaf[l]: a raw leaf's bn steps; z: bn steps' compressed leaves (each
+ * checked already, zleaf.h), taken on success (the caller's to free on
+ * an error), NULL without compressed leaves. */
 int chime__steps_restore_block(chime__steps_t *s, uint32_t pos, uint32_t bn,
                                uint32_t bnext, uint32_t bprev,
                                const uint64_t *ep, const uint32_t *idx,
-                               const uint64_t *ver, const uint8_t *const *leaf);
+                               const uint64_t *ver, const uint8_t *const *leaf,
+                               uint8_t **z);
 int chime__steps_restore_finish(chime__steps_t *s, uint64_t next_episode,
                                 uint64_t abandoned, uint64_t evicted);
 /* Whether a window of len steps of episode ep from index first can start

@@ -104,6 +104,14 @@ void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out) {
     out->steps = ss.steps;
     out->episodes_open = ss.episodes;
     out->step_bytes = ss.bytes;
+    /* The steps' bytes as inserted and as kept (windows hold none). */
+    uint64_t zs = 0;
+    for (uint32_t l = 0; l < t->sleaves; l++)
+      zs += t->zraw[l];
+    uint64_t rawleaves = ss.steps * (t->sample_bytes - zs);
+    out->raw_bytes = rawleaves + ss.z_raw;
+    out->stored_bytes = rawleaves + ss.z_stored;
+    out->leaves_stored_raw = ss.z_kept_raw;
     out->steps_inserted = chime__key_count(t->step_key) - 1; /* not the shard */
   }
   uint64_t now = chime__clock_ns(CLOCK_MONOTONIC);

@@ -58,16 +58,15 @@ static void free_parts(chime__table_t *t) {
  * (priority_why decides the rest exactly): a millionth under the exact
  * bound, far more than pow's rounding; DBL_MAX when every finite priority
  * is (exponent 0, or an exponent under log(MAX_VALUE) / log(DBL_MAX)). */
-/* Compressed leaves: fixed-shape leaves of a plain table, at a level zstd
- * has, each under 4 GiB (a u32 stored size); server/config.c names what
- * is wrong. */
+/* Compressed leaves (of a plain table's items, ragged ones too, or a
+ * sequence table's steps), at a level zstd has, each under 4 GiB at its
+ * bound (a u32 stored size); server/config.c names what is wrong. */
 static int compress_ok(const chime__table_config_t *cfg) {
   for (uint32_t i = 0; i < cfg->spec.nleaves && i < CHIME_MAX_LEAVES; i++) {
     const chime_leaf_t *l = &cfg->spec.leaves[i];
     int lv = cfg->compress[i];
     if (lv != 0 &&
-        (cfg->sequence_length > 0 || l->ragged || lv > CHIME__ZLEAF_MAX_LEVEL ||
-         chime_leaf_bytes(l) >= UINT32_MAX))
+        (lv > CHIME__ZLEAF_MAX_LEVEL || chime_leaf_bytes(l) >= UINT32_MAX))
       return 0;
   }
   for (uint32_t i = cfg->spec.nleaves; i < CHIME_MAX_LEAVES; i++)
@@ -140,10 +139,15 @@ int chime__table_create(chime__table_t **out,
   uint64_t off = 0;
   for (uint32_t i = 0; i < t->nleaves; i++) {
     const chime_leaf_t *l = &cfg->spec.leaves[i];
-    if (l->ragged) { /* in rbuf, not in the rows */
+    if (l->ragged) { /* in rbuf (compressed: zbuf), not in the rows */
       t->rrow[i] = chime_leaf_row_bytes(l);
+      t->rk[i] = t->nrag;
       t->rag[t->nrag++] = i;
       t->fixed_bytes -= chime_leaf_bytes(l);
+      if (cfg->compress[i] != 0) {
+        t->zraw[i] = chime_leaf_bytes(l); /* the bound; z_sample: fixed */
+        t->zl[t->nz++] = i;
+      }
       continue;
     }
     if (cfg->compress[i] != 0) { /* in zbuf, not in the rows */
@@ -272,6 +276,7 @@ uint64_t chime__table_bytes(const chime__table_config_t *cfg) {
         .stride = cfg->stride,
         .pad = cfg->episode_pad,
         .max_episodes = WRITERS(cfg),
+        .compress = cfg->compress,
     };
     uint64_t sb = chime__steps_bytes(&cfg->spec, &sc);
     cap = cfg->capacity_steps;

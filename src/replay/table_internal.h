@@ -118,6 +118,7 @@ struct chime__table_s {
   uint32_t nrag;
   uint64_t fixed_bytes;            /* a sample's bytes but its ragged leaves' */
   uint32_t rag[CHIME_MAX_LEAVES];  /* the k-th ragged leaf's index */
+  uint32_t rk[CHIME_MAX_LEAVES];   /* a ragged leaf's k (by leaf index) */
   uint64_t rrow[CHIME_MAX_LEAVES]; /* a ragged leaf's bytes per row, else 0 */
   uint8_t **rbuf;
   uint32_t *rlen;
@@ -125,7 +126,9 @@ struct chime__table_s {
   uint64_t rag_alloc; /* and the allocator's (chime__tbl_rag_alloc) */
   /* Compressed leaves (zleaf.h): not in leaf[] (lbytes 0 there) but, per
    * row, in one allocation zbuf[r] (sizes, then stored bytes). zraw[l]
-   * is leaf l's bytes when it is compressed, else 0. z_raw and z_stored:
+   * is leaf l's bytes when it is compressed (a ragged one's at its bound:
+   * compressed at its length, its rows not in rbuf), else 0. z_raw and
+   * z_stored:
    * the rows held, their compressed leaves' bytes as inserted and as
    * kept (the sizes included); z_kept_raw: leaves stored raw so far. */
   uint32_t nz;
@@ -219,13 +222,28 @@ static inline double chime__tbl_rand_unit(chime__table_t *t) {
  * round a ring in the order they were freed (no division on the hot path:
  * the index wraps by comparison); spare rows are taken only when none of
  * those is free. */
+/* A sample's ragged bytes in rbuf (its lengths len: compressed ragged
+ * leaves are in zbuf instead). */
+static inline uint64_t chime__tbl_rag_bytes(const chime__table_t *t,
+                                            const uint32_t *len) {
+  uint64_t b = 0;
+  for (uint32_t k = 0; k < t->nrag; k++)
+    if (t->zraw[t->rag[k]] == 0)
+      b += (uint64_t)len[k] * t->rrow[t->rag[k]];
+  return b;
+}
+
 /* Row r's ragged bytes, gone with its item. */
 static inline uint64_t chime__tbl_rag_size(const chime__table_t *t,
                                            uint32_t r) {
-  uint64_t b = 0;
-  for (uint32_t k = 0; k < t->nrag; k++)
-    b += (uint64_t)t->rlen[(size_t)r * t->nrag + k] * t->rrow[t->rag[k]];
-  return b;
+  return chime__tbl_rag_bytes(t, t->rlen + (size_t)r * t->nrag);
+}
+
+/* Compressed leaf l's bytes raw in a sample of ragged lengths len: a
+ * ragged one's at its length, else the leaf's. */
+static inline uint64_t chime__tbl_z_rawsize(const chime__table_t *t, uint32_t l,
+                                            const uint32_t *len) {
+  return t->rrow[l] != 0 ? (uint64_t)len[t->rk[l]] * t->rrow[l] : t->zraw[l];
 }
 
 /* What the allocator holds for an allocation p: its usable size and the
@@ -247,9 +265,11 @@ static inline void chime__tbl_rag_drop(chime__table_t *t, uint32_t r) {
 static inline void chime__tbl_z_drop(chime__table_t *t, uint32_t r) {
   if (t->zbuf[r] == NULL)
     return;
+  const uint32_t *len = t->nrag > 0 ? t->rlen + (size_t)r * t->nrag : NULL;
   for (uint32_t k = 0; k < t->nz; k++) {
-    t->z_raw -= t->zraw[t->zl[k]];
-    t->zk_raw[k] -= t->zraw[t->zl[k]];
+    uint64_t raw = chime__tbl_z_rawsize(t, t->zl[k], len);
+    t->z_raw -= raw;
+    t->zk_raw[k] -= raw;
     t->zk_stored[k] -= 4 + (uint64_t)chime__zleaf_size(t->zbuf[r], k);
   }
   t->z_stored -= chime__zleaf_total(t->zbuf[r], t->nz);
@@ -257,18 +277,20 @@ static inline void chime__tbl_z_drop(chime__table_t *t, uint32_t r) {
   t->zbuf[r] = NULL;
 }
 
-/* Row r takes buf as its compressed leaves. */
+/* Row r takes buf as its compressed leaves (its ragged lengths set). */
 static inline void chime__tbl_z_take(chime__table_t *t, uint32_t r,
                                      uint8_t *buf) {
   t->zbuf[r] = buf;
+  const uint32_t *len = t->nrag > 0 ? t->rlen + (size_t)r * t->nrag : NULL;
   for (uint32_t k = 0; k < t->nz; k++) {
-    uint64_t raw = t->zraw[t->zl[k]];
+    uint64_t raw = chime__tbl_z_rawsize(t, t->zl[k], len);
     uint32_t stored = chime__zleaf_size(buf, k);
+    int kept_raw = raw > 0 && stored == raw;
     t->z_raw += raw;
-    t->z_kept_raw += stored == raw;
+    t->z_kept_raw += kept_raw;
     t->zk_raw[k] += raw;
     t->zk_stored[k] += 4 + (uint64_t)stored;
-    t->zk_kept_raw[k] += stored == raw;
+    t->zk_kept_raw[k] += kept_raw;
   }
   t->z_stored += chime__zleaf_total(buf, t->nz);
 }
@@ -497,6 +519,17 @@ static inline uint64_t chime__tbl_version_at(const chime__table_versions_t *v,
  * leaves too far behind leave (removed_stale). Returns how many left. */
 uint64_t chime__tbl_version_seen(chime__table_t *t, uint64_t ver);
 
+/* --- insert.c --- */
+/* Each sample's compressed leaves (of its first nleaves leaves, nz of
+ * them compressed: zraw, zl, cfg.compress) in an allocation of its own,
+ * compressed here, before the table's lock: *out, count of them (free
+ * with chime__tbl_bufs_free). lengths: ragged leaves' (NULL: none). */
+int chime__tbl_z_gather(const chime__table_t *t, uint32_t nleaves, uint32_t nz,
+                        const chime__span_t *spans, uint32_t count,
+                        const uint32_t *lengths, uint8_t ***out);
+/* count allocations and the array holding them (NULL-safe, entries too). */
+void chime__tbl_bufs_free(uint8_t **bufs, uint32_t count);
+
 /* --- selector_stale.c: prioritized draws weighted by staleness --- */
 extern const chime__selector_t chime__selector_prioritized_stale;
 
@@ -510,11 +543,13 @@ void chime__tbl_unpin_row(chime__table_t *t, uint32_t k);
 int chime__tbl_seq_spec(const chime__table_config_t *cfg, chime_spec_t *out);
 int chime__tbl_seq_create(chime__table_t *t, size_t rows);
 void chime__tbl_seq_destroy(chime__table_t *t);
+/* zbufs: each step's compressed leaves (chime__tbl_z_gather), NULL
+ * without; those appended are taken (set NULL), the rest the caller's. */
 int chime__tbl_seq_insert(chime__table_t *t, const chime__span_t *spans,
                           uint32_t count, const double *priorities,
                           const chime__table_versions_t *versions,
                           uint64_t *first_key, const atomic_int *abort,
-                          chime__dedupe_req_t *dq, int nowait);
+                          chime__dedupe_req_t *dq, int nowait, uint8_t **zbufs);
 void chime__tbl_seq_copy(chime__table_t *t, const chime_ring_layout_t *lay,
                          chime__ring_wslot_t *slot, const uint32_t *rows);
 

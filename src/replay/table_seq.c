@@ -49,11 +49,19 @@ int chime__tbl_seq_create(chime__table_t *t, size_t rows) {
       .stride = t->cfg.stride,
       .pad = t->cfg.episode_pad,
       .max_episodes = WRITERS(&t->cfg), /* a lane per writer remembered */
+      .compress = t->cfg.compress,
   };
   chime__steps_cb_t cb = {seq_window, seq_evict, t};
   t->sleaves = t->cfg.spec.nleaves;
-  for (uint32_t i = 0; i < t->sleaves; i++)
+  for (uint32_t i = 0, nz = 0; i < t->sleaves; i++) {
     t->lbytes[i] = chime_leaf_bytes(&t->cfg.spec.leaves[i]);
+    /* Compressed steps (chime__tbl_z_gather reads zraw and zl; nz stays
+     * 0: rows hold windows, no zbuf). */
+    if (t->cfg.compress[i] != 0) {
+      t->zraw[i] = t->lbytes[i];
+      t->zl[nz++] = i;
+    }
+  }
   t->wslot = calloc(rows, sizeof(uint32_t));
   t->wfirst = calloc(rows, sizeof(uint32_t));
   t->wlen = calloc(rows, sizeof(uint32_t));
@@ -117,7 +125,10 @@ static void seq_evict(void *ctx, uint32_t row) {
 }
 
 static void seq_read(void *ctx, uint8_t *dst, uint64_t n) {
-  chime__tbl_cursor_read(ctx, dst, n);
+  if (dst == NULL) /* a compressed leaf: the step holds it (zbufs) */
+    chime__tbl_cursor_skip(ctx, n);
+  else
+    chime__tbl_cursor_read(ctx, dst, n);
 }
 
 /* A sequence table's insert: count steps appended to the writer's open
@@ -128,7 +139,8 @@ int chime__tbl_seq_insert(chime__table_t *t, const chime__span_t *spans,
                           uint32_t count, const double *priorities,
                           const chime__table_versions_t *versions,
                           uint64_t *first_key, const atomic_int *abort,
-                          chime__dedupe_req_t *dq, int nowait) {
+                          chime__dedupe_req_t *dq, int nowait,
+                          uint8_t **zbufs) {
   int rc = 0;
   chime__table_waiter_t *arrived = NULL;
   chime__tbl_cursor_t cur = {spans, 0, 0};
@@ -181,9 +193,12 @@ int chime__tbl_seq_insert(chime__table_t *t, const chime__span_t *spans,
     vmax = versions->v[j] > vmax ? versions->v[j] : vmax;
   /* Before the steps go in: windows it leaves behind are never made. */
   chime__tbl_version_seen(t, vmax);
-  for (uint32_t j = 0; j < count; j++)
+  for (uint32_t j = 0; j < count; j++) {
     chime__steps_append(t->steps, ep, chime__tbl_version_at(versions, j),
-                        seq_read, &cur);
+                        seq_read, &cur, zbufs != NULL ? zbufs[j] : NULL);
+    if (zbufs != NULL)
+      zbufs[j] = NULL; /* the step's now */
+  }
   if (dq->end_episode)
     chime__steps_end(t->steps, ep);
   *first_key = t->step_key;

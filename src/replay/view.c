@@ -224,6 +224,7 @@ static void restore_leaves(chime__table_t *t, uint32_t r, const uint32_t *lens,
                            const uint8_t *sample, uint8_t *buf) {
   for (uint32_t l = 0, k = 0; l < t->nleaves; l++) {
     if (t->zraw[l] != 0) { /* restore_z took it */
+      k += t->rrow[l] != 0;
       sample += 4 + chime__zleaf_size(sample, 0);
       continue;
     }
@@ -247,36 +248,35 @@ static int restore_z(const chime__table_t *t, const uint32_t *lens,
                      const uint8_t *sample, uint8_t **out) {
   uint64_t total = 4 * (uint64_t)t->nz, big = 0;
   const uint8_t *p = sample;
-  for (uint32_t l = 0, k = 0; l < t->nleaves; l++) {
-    if (t->rrow[l] != 0) {
-      p += (uint64_t)lens[k++] * t->rrow[l];
-    } else if (t->zraw[l] != 0) {
+  for (uint32_t l = 0; l < t->nleaves; l++) {
+    if (t->zraw[l] != 0) {
       uint32_t s = chime__zleaf_size(p, 0);
-      if (s > t->zraw[l])
+      if (s > chime__tbl_z_rawsize(t, l, lens))
         return CHIME_ECORRUPT;
       total += s;
       big = t->zraw[l] > big ? t->zraw[l] : big;
       p += 4 + (uint64_t)s;
     } else {
-      p += t->lbytes[l];
+      p += t->rrow[l] != 0 ? (uint64_t)lens[t->rk[l]] * t->rrow[l]
+                           : t->lbytes[l];
     }
   }
   uint8_t *buf = malloc((size_t)total), *scratch = malloc((size_t)big);
   int rc = buf == NULL || scratch == NULL ? CHIME_ENOMEM : 0;
   size_t at = 4 * (size_t)t->nz;
   p = sample;
-  for (uint32_t l = 0, k = 0, kz = 0; rc == 0 && l < t->nleaves; l++) {
-    if (t->rrow[l] != 0) {
-      p += (uint64_t)lens[k++] * t->rrow[l];
-    } else if (t->zraw[l] != 0) {
+  for (uint32_t l = 0, kz = 0; rc == 0 && l < t->nleaves; l++) {
+    if (t->zraw[l] != 0) {
       uint32_t s = chime__zleaf_size(p, 0);
-      rc = chime__zleaf_check(p + 4, s, (size_t)t->zraw[l], scratch);
+      rc = chime__zleaf_check(
+          p + 4, s, (size_t)chime__tbl_z_rawsize(t, l, lens), scratch);
       memcpy(buf + 4 * (size_t)kz++, p, 4);
       memcpy(buf + at, p + 4, s);
       at += s;
       p += 4 + (uint64_t)s;
     } else {
-      p += t->lbytes[l];
+      p += t->rrow[l] != 0 ? (uint64_t)lens[t->rk[l]] * t->rrow[l]
+                           : t->lbytes[l];
     }
   }
   free(scratch);
@@ -306,8 +306,8 @@ int chime__table_restore_item_ragged(chime__table_t *t, uint64_t key,
       (lengths == NULL || chime__spec_ragged_bytes(&t->cfg.spec, 1, lengths,
                                                    &bytes, NULL, 0) != 0))
     return CHIME_EINVAL;
-  if (t->nrag > 0)
-    rag = bytes - t->fixed_bytes;
+  if (t->nrag > 0) /* in rbuf: compressed ones are in zbuf */
+    rag = chime__tbl_rag_bytes(t, lengths);
   if (rag > 0 && (buf = malloc((size_t)rag)) == NULL)
     return CHIME_ENOMEM;
   uint8_t *zbuf = NULL;
@@ -330,10 +330,6 @@ int chime__table_restore_item_ragged(chime__table_t *t, uint64_t key,
     } else {
       restore_leaves(t, r, lengths, sample, buf);
     }
-    if (t->nz > 0) {
-      chime__tbl_z_take(t, r, zbuf);
-      zbuf = NULL;
-    }
     if (t->nrag > 0) {
       t->rbuf[r] = buf;
       buf = NULL;
@@ -341,6 +337,10 @@ int chime__table_restore_item_ragged(chime__table_t *t, uint64_t key,
              t->nrag * sizeof(uint32_t));
       t->rag_bytes += rag;
       t->rag_alloc += chime__tbl_rag_alloc(t->rbuf[r]);
+    }
+    if (t->nz > 0) { /* after the lengths: a ragged one's raw bytes */
+      chime__tbl_z_take(t, r, zbuf);
+      zbuf = NULL;
     }
     t->meta[r].key = key;
     t->meta[r].itime = itime;

@@ -7,6 +7,7 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <zstd.h>
 
@@ -118,12 +119,11 @@ int chime__zleaf_record_bytes(const uint8_t *p, uint64_t left,
   uint64_t at = 0;
   for (uint32_t l = 0, k = 0; l < spec->nleaves; l++) {
     const chime_leaf_t *lf = &spec->leaves[l];
-    if (lf->ragged) {
-      at += (uint64_t)lens[k++] * chime_leaf_row_bytes(lf);
-      continue;
-    }
+    /* A ragged leaf's bytes at its length (compressed: the most). */
+    uint64_t lb = lf->ragged ? (uint64_t)lens[k++] * chime_leaf_row_bytes(lf)
+                             : chime_leaf_bytes(lf);
     if (!zmask[l]) {
-      at += chime_leaf_bytes(lf);
+      at += lb;
       continue;
     }
     if (at > left || left - at < 4) {
@@ -133,10 +133,10 @@ int chime__zleaf_record_bytes(const uint8_t *p, uint64_t left,
     const uint8_t *q = p + at;
     uint32_t st = (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 |
                   (uint32_t)q[3] << 24;
-    if (st > chime_leaf_bytes(lf)) {
+    if (st > lb) {
       snprintf(why, whylen,
                "compressed leaf '%s' says %u stored bytes, more than its %llu",
-               lf->name, st, (unsigned long long)chime_leaf_bytes(lf));
+               lf->name, st, (unsigned long long)lb);
       return -1;
     }
     at += 4 + (uint64_t)st;
@@ -149,4 +149,102 @@ int chime__zleaf_record_bytes(const uint8_t *p, uint64_t left,
   }
   *bytes = at;
   return 0;
+}
+
+static uint32_t rd32(const uint8_t *q) {
+  return (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 |
+         (uint32_t)q[3] << 24;
+}
+
+/* The steps of a block's compressed leaves, each in an allocation of its
+ * own, checked (chime__zleaf_block's second half): zat[k] is where the
+ * k-th compressed leaf's steps start in p, walked already. */
+static int block_load(const uint8_t *p, const chime_spec_t *spec,
+                      const uint32_t *zl, uint32_t nz, const uint64_t *zat,
+                      uint32_t bn, uint8_t **z, char *why, size_t whylen) {
+  uint64_t at[CHIME_MAX_LEAVES], big = 0;
+  for (uint32_t k = 0; k < nz; k++) {
+    at[k] = zat[k];
+    uint64_t lb = chime_leaf_bytes(&spec->leaves[zl[k]]);
+    big = lb > big ? lb : big;
+  }
+  uint8_t *scratch = malloc((size_t)big);
+  int rc = scratch == NULL ? CHIME_ENOMEM : 0;
+  memset(z, 0, bn * sizeof(*z)); /* each its own, or NULL, on an error */
+  for (uint32_t o = 0; rc == 0 && o < bn; o++) {
+    uint64_t total = 4 * (uint64_t)nz;
+    for (uint32_t k = 0; k < nz; k++)
+      total += rd32(p + at[k]);
+    if ((z[o] = malloc((size_t)total)) == NULL) {
+      rc = CHIME_ENOMEM;
+      break;
+    }
+    size_t put = 4 * (size_t)nz;
+    for (uint32_t k = 0; rc == 0 && k < nz; k++) {
+      uint32_t st = rd32(p + at[k]);
+      size_t lb = (size_t)chime_leaf_bytes(&spec->leaves[zl[k]]);
+      memcpy(z[o] + 4 * (size_t)k, &st, 4);
+      memcpy(z[o] + put, p + at[k] + 4, st);
+      if (chime__zleaf_check(z[o] + put, st, lb, scratch) != 0) {
+        snprintf(why, whylen,
+                 "step %u: compressed leaf '%s' (%u stored bytes) is not a "
+                 "frame of its %zu bytes",
+                 o, spec->leaves[zl[k]].name, st, lb);
+        rc = -1;
+      }
+      put += st;
+      at[k] += 4 + (uint64_t)st;
+    }
+  }
+  free(scratch);
+  if (rc != 0)
+    for (uint32_t o = 0; o < bn; o++) {
+      free(z[o]);
+      z[o] = NULL;
+    }
+  return rc;
+}
+
+int chime__zleaf_block(const uint8_t *p, uint64_t left,
+                       const chime_spec_t *spec, const uint8_t *zmask,
+                       uint32_t bn, const uint8_t **leaf, uint8_t **z,
+                       uint64_t *bytes, char *why, size_t whylen) {
+  uint64_t at = 0, zat[CHIME_MAX_LEAVES];
+  uint32_t zl[CHIME_MAX_LEAVES], nz = 0;
+  for (uint32_t l = 0; l < spec->nleaves; l++) {
+    const chime_leaf_t *lf = &spec->leaves[l];
+    uint64_t lb = chime_leaf_bytes(lf);
+    if (!zmask[l]) {
+      uint64_t need;
+      if (__builtin_mul_overflow((uint64_t)bn, lb, &need) || need > left - at) {
+        snprintf(why, whylen, "leaf '%s' cut short", lf->name);
+        return -1;
+      }
+      if (leaf != NULL)
+        leaf[l] = p + at;
+      at += (uint64_t)bn * lb;
+      continue;
+    }
+    zat[nz] = at;
+    zl[nz++] = l;
+    for (uint32_t o = 0; o < bn; o++) {
+      if (left - at < 4) {
+        snprintf(why, whylen, "compressed leaf '%s' cut short", lf->name);
+        return -1;
+      }
+      uint32_t st = rd32(p + at);
+      if (st > lb || st > left - at - 4) {
+        snprintf(why, whylen,
+                 "step %u: compressed leaf '%s' says %u stored bytes, more "
+                 "than its %llu or the file's",
+                 o, lf->name, st, (unsigned long long)lb);
+        return -1;
+      }
+      at += 4 + (uint64_t)st;
+    }
+  }
+  *bytes = at;
+  if (leaf == NULL || nz == 0)
+    return 0;
+  return block_load(p, spec, zl, nz, zat, bn, z, why, whylen);
 }

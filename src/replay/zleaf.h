@@ -1,11 +1,14 @@
 /* Compressed leaves (docs/replay.md, "Compressed leaves"): a table keeps
  * the leaves its config names compressed with zstd, per item, in one
  * allocation of their own (as ragged rows are kept): one u32 stored size
- * per compressed leaf, then each leaf's stored bytes in spec order. A
- * leaf whose frame would not be smaller than the leaf is stored raw: its
+ * per compressed leaf, then each leaf's stored bytes in spec order (a
+ * ragged leaf's at the item's length: its bytes are then that many rows).
+ * A leaf whose frame would not be smaller than the leaf is stored raw: its
  * stored size is then the leaf's own size (a frame is always smaller), so
- * noise costs 4 bytes a leaf over raw. Contexts are per thread (inserts
- * compress before the table's lock, samplers decompress without it). */
+ * noise costs 4 bytes a leaf over raw. A sequence table's steps keep
+ * theirs the same way, one allocation a step (steps.c). Contexts are per
+ * thread (inserts compress before the table's lock, samplers decompress
+ * without it). */
 #ifndef CHIME_REPLAY_ZLEAF_H
 #define CHIME_REPLAY_ZLEAF_H
 
@@ -41,11 +44,26 @@ int chime__zleaf_check(const uint8_t *src, size_t stored, size_t n,
 /* A checkpoint record's leaves (version 6) whose spec has compressed
  * leaves (zmask[l] set): the bytes they take from p (left there), each
  * compressed leaf as its u32 stored size (at most the leaf's bytes) and
- * those bytes, ragged leaves at lens. 0 and *bytes, or -1 with why. */
+ * those bytes (a ragged one: at most its bytes at its length), ragged
+ * leaves at lens. 0 and *bytes, or -1 with why. */
 int chime__zleaf_record_bytes(const uint8_t *p, uint64_t left,
                               const chime_spec_t *spec, const uint32_t *lens,
                               const uint8_t *zmask, uint64_t *bytes, char *why,
                               size_t whylen);
+
+/* A sequence checkpoint block's leaves (version 6) from p (left bytes
+ * there), bn steps: per leaf in spec order, a raw one's bn steps (bn times
+ * its bytes), a compressed one's (zmask[l]) bn steps each as its u32
+ * stored size (at most the leaf's bytes) and those bytes. *bytes: what
+ * they take. With leaf not NULL, also loaded: leaf[l] points at a raw
+ * leaf's steps, and z[o] gets step o's compressed leaves in an allocation
+ * of their own (sizes, then stored bytes), each one checked to be a leaf
+ * of its size (chime__zleaf_check), z NULL for a spec with none.
+ * 0; -1 with why filled (nothing left in z); CHIME_ENOMEM. */
+int chime__zleaf_block(const uint8_t *p, uint64_t left,
+                       const chime_spec_t *spec, const uint8_t *zmask,
+                       uint32_t bn, const uint8_t **leaf, uint8_t **z,
+                       uint64_t *bytes, char *why, size_t whylen);
 
 /* A row's allocation: the k-th compressed leaf's stored size, and where
  * its bytes start. */

@@ -182,8 +182,9 @@ static int get_u64(json_t *v, const char *key, uint64_t *out, char *err,
 }
 
 /* "compress": {"leaf": level, ...} (docs/replay.md, "Compressed
- * leaves"), read once the spec is known: each a fixed-shape leaf of a
- * plain table, at a zstd level 1..22. */
+ * leaves"), read once the spec is known: each a leaf of a plain table's
+ * items (ragged ones too: compressed at their length) or a sequence
+ * table's steps, at a zstd level 1..22. */
 static int parse_compress(chime__table_config_t *t, json_t *v,
                           const char *where, char *err, size_t errlen) {
   const char *leaf;
@@ -192,22 +193,12 @@ static int parse_compress(chime__table_config_t *t, json_t *v,
     return fail(err, errlen,
                 "%s: 'compress': expected an object of leaf name: zstd level",
                 where);
-  if (t->sequence_length > 0 && json_object_size(v) > 0)
-    return fail(err, errlen,
-                "%s: 'compress': sequence tables cannot compress leaves yet "
-                "(plain tables can)",
-                where);
   json_object_foreach(v, leaf, lv) {
     uint32_t i = 0;
     while (i < t->spec.nleaves && strcmp(t->spec.leaves[i].name, leaf) != 0)
       i++;
     if (i == t->spec.nleaves)
       return fail(err, errlen, "%s: 'compress': no leaf '%.64s' in the spec",
-                  where, leaf);
-    if (t->spec.leaves[i].ragged)
-      return fail(err, errlen,
-                  "%s: 'compress': leaf '%s' is ragged; ragged leaves cannot "
-                  "be compressed yet (fixed-shape ones can)",
                   where, leaf);
     if (chime_leaf_bytes(&t->spec.leaves[i]) >= UINT32_MAX)
       return fail(err, errlen,

@@ -146,6 +146,32 @@ static void test_storage_output(void **state) {
   json_decref(all);
 }
 
+/* chime-bench storage --stacked: frames stored once as sequence steps, the
+ * stack of 4 a window over them; the bytes are deterministic (rendered
+ * frames, set level), the rates printed (not judged here). */
+static void test_storage_stacked_output(void **state) {
+  (void)state;
+  const char *args[] = {"storage", "--json",    "--frames",
+                        "2000",    "--stacked", NULL};
+  json_t *all = run_bench(args, "storage_stacked");
+  assert_int_equal(json_array_size(all), 1);
+  json_t *o = json_array_get(all, 0);
+  assert_string_equal(str(o, "bench"), "storage_stacked");
+  /* 4 episodes (games) of 500 steps, a window every step but the last 3 */
+  assert_true(num(o, "steps") == 2000);
+  assert_true(num(o, "windows") == 4 * 497);
+  assert_true(num(o, "raw_per_transition") == 4 * 84 * 84 + 8);
+  /* each frame held once, at about libzstd's frame (its size beside it) */
+  assert_true(num(o, "frame_vs_zstd") >= 1.0);
+  assert_true(num(o, "frame_vs_zstd") <= 1.05);
+  assert_true(num(o, "raw_per_transition") / num(o, "held_per_transition") >=
+              20);
+  /* raw, frames stored once: a frame and a, r per transition, about */
+  assert_true(num(o, "raw_seq_held_per_transition") >= 84 * 84 + 8);
+  assert_true(num(o, "sample_vs_zstd_decompress") > 0);
+  json_decref(all);
+}
+
 static void test_service_output(void **state) {
   (void)state;
   static const char *const cases[] = {"memcpy",    "tcp",          "grpc_plain",
@@ -264,6 +290,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_ragged_output),
       cmocka_unit_test(test_storage_output),
+      cmocka_unit_test(test_storage_stacked_output),
       cmocka_unit_test(test_service_output),
       cmocka_unit_test(test_service_touch_page),
       cmocka_unit_test(test_ingest_output),

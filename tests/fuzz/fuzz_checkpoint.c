@@ -13,7 +13,11 @@
  * a version 4 file more than 2 behind its newest version leave as it
  * loads. Bit 4 (plain tables): the table's spec has ragged leaves
  * (FUZZ_CKPT_RAGGED_SPEC), whose items a version 5 file holds at their
- * lengths.
+ * lengths. Bit 5 (sequence tables): the step spec is
+ * FUZZ_CKPT_ZSEQ_SPEC with y compressed (level 3), whose file keeps each
+ * step's y as its stored size and bytes, each frame checked as it loads;
+ * with bit 4 (plain tables) the ragged spec's t compressed (level 3), each
+ * item's kept at its length.
  *
  * Beyond "no crash": the result is 0 or one of the codes restore gives
  * (CHIME_ECORRUPT, CHIME_EINVAL, CHIME_ENOTSUP); a refusal has a message
@@ -30,7 +34,11 @@
  * written by test_checkpoint with CHIME_CKPT_SEEDS; version 6 files
  * (*_v6, written by it now), which hold the compressed leaves' list (none
  * here) and the writers' exactly-once windows after the header
- * (fifo_writers_v6: two writers' requests; the seq_* ones: three writers'). */
+ * (fifo_writers_v6: two writers' requests; the seq_* ones: three writers');
+ * zseq_v6 (flags 37): a compressed sequence table's, 3 episodes, a step's y
+ * of zeros but its first bytes (compressed) or noise (kept raw);
+ * zragged_v6 (flags 49): 6 items of the ragged spec, t compressed, lengths
+ * 0 to 8, zeros (compressed) or counting (kept raw). */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -46,6 +54,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 /* The seeds' table: tests/fuzz/corpus/checkpoint was written from it. */
 #define FUZZ_CKPT_SPEC "x:u64[], y:u8[4]"
 #define FUZZ_CKPT_RAGGED_SPEC "x:u64[], t:i32[<=8], l:f32[<=8 ~t]"
+#define FUZZ_CKPT_ZSEQ_SPEC "x:u64[], y:u8[64]"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1)
@@ -69,9 +78,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   memset(&tc, 0, sizeof(tc));
   snprintf(tc.name, sizeof(tc.name), "t");
   int ragged = (flags & 16) && !(flags & 4);
+  int zseq = (flags & 32) && (flags & 4);
   FUZZ_CHECK(chime_spec_parse(&tc.spec,
-                              ragged ? FUZZ_CKPT_RAGGED_SPEC : FUZZ_CKPT_SPEC,
+                              ragged ? FUZZ_CKPT_RAGGED_SPEC
+                              : zseq ? FUZZ_CKPT_ZSEQ_SPEC
+                                     : FUZZ_CKPT_SPEC,
                               NULL, 0) == 0);
+  tc.compress[1] = zseq ? 3 : 0;
+  tc.compress[1] = ragged && (flags & 32) ? 3 : tc.compress[1];
   tc.capacity = 16;
   if (flags & 4) {
     tc.capacity = 0;

@@ -520,6 +520,19 @@ static void test_sequence_keys(void **state) {
                   "capacity_steps");
   expect_sequence("{" S "\"capacity_steps\": 100, \"sequence_length\": 0}",
                   "must be 1..");
+  /* Compressed leaves: a sequence table's step leaf goes, a plain table's
+   * ragged leaf too; a ragged step leaf is named (no sequence table has
+   * ragged steps). */
+  expect_sequence("{" S "\"capacity_steps\": 100, \"sequence_length\": 4, "
+                  "\"stride\": 1, \"compress\": {\"o\": 3}}",
+                  NULL);
+  expect_sequence("{\"name\": \"r\", \"spec\": \"o:u8[<=4]\", "
+                  "\"capacity\": 8, \"compress\": {\"o\": 3}}",
+                  NULL); /* a plain table's ragged leaf: at its length */
+  expect_sequence("{\"name\": \"s\", \"spec\": \"o:u8[<=4]\", "
+                  "\"capacity_steps\": 100, \"sequence_length\": 4, "
+                  "\"compress\": {\"o\": 3}}",
+                  "'o'");
 #undef S
 }
 

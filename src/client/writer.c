@@ -34,6 +34,7 @@
 #include "client/internal.h"
 #include "client/writer_call.h"
 #include "client/writer_shard.h"
+#include "client/writer_zip.h"
 #include "common/spec.h"
 #include "wire/insert.h"
 
@@ -150,9 +151,11 @@ static int send_batch(chime_writer_t *w) {
   req.id = w->next_id;
   req.writer_id = w->writer_id;
   req.end_episode = w->end_pending != 0;
+  chime__writer_zip_pack(w, &req);
   grpc_byte_buffer *bb = chime__pack(&req.base);
   if (!bb)
     return fail(w, CHIME_ENOMEM);
+  w->bytes_sent += grpc_byte_buffer_length(bb);
   /* Nothing was at stake while idle: a reconnect clock starts now. */
   if (w->reconnect_deadline && w->inflight == 0)
     w->reconnect_deadline = chime__now_ms() + w->reconnect_timeout_ms;
@@ -316,6 +319,10 @@ int chime_writer_open(chime_writer_t **out, chime_client_t *client,
     rc = chime__fail(err, sizeof(err), CHIME_ENOMEM, "out of memory");
     goto cleanup;
   }
+  rc = chime__writer_zip_open(w, &ti, opts->compress, data_bytes, err,
+                              sizeof(err));
+  if (rc)
+    goto cleanup;
   if (chime__writer_call_start(w, 0)) {
     rc = chime__fail(err, sizeof(err), CHIME_EPROTO, "writer: start failed");
     goto cleanup;
@@ -636,6 +643,30 @@ uint64_t chime_writer_acked(const chime_writer_t *writer) {
   return writer ? writer->acked : 0;
 }
 
+uint64_t chime_writer_bytes_sent(const chime_writer_t *writer) {
+  return writer ? writer->bytes_sent : 0;
+}
+
+int chime_writer_compress(const chime_writer_t *writer, char *out, size_t len) {
+  size_t at = 0;
+  if (!writer || !out || len == 0)
+    return chime__detail(CHIME_EINVAL,
+                         "chime_writer_compress: needs a writer and out");
+  out[0] = '\0';
+  for (uint32_t k = 0; k < writer->nz; k++) {
+    int n = snprintf(out + at, len - at, "%s%s:%u", k > 0 ? "," : "",
+                     writer->spec.leaves[writer->zleaves[k]].name,
+                     writer->zlevel[k]);
+    if (n < 0 || (size_t)n >= len - at) {
+      out[0] = '\0';
+      return chime__detail(CHIME_EINVAL, "chime_writer_compress: len too "
+                                         "short");
+    }
+    at += (size_t)n;
+  }
+  return 0;
+}
+
 int chime_writer_spec(const chime_writer_t *writer, chime_spec_t *out) {
   if (!writer || !out)
     return chime__detail(CHIME_EINVAL,
@@ -653,6 +684,7 @@ int chime_writer_close(chime_writer_t *writer) {
     /* In a child of fork(): only this process's copy goes; the call and
      * its byte buffers are the parent's gRPC state. */
     int rc = report(w, inherited(w));
+    chime__writer_zip_close(w);
     free(w->data);
     free(w->priorities);
     free(w->lengths);
@@ -687,6 +719,7 @@ int chime_writer_close(chime_writer_t *writer) {
   chime__rpc_destroy(&w->rpc);
   if (w->set)
     chime__shards_unpick(w->set, w->member);
+  chime__writer_zip_close(w);
   free(w->data);
   free(w->priorities);
   free(w->lengths);

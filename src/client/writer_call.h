@@ -37,8 +37,21 @@ struct chime_writer_s {
 
   chime__rpc_t rpc; /* the Insert call; a new one after a reconnect */
 
-  uint8_t *data;      /* batch_cap * sample_bytes */
-  double *priorities; /* batch_cap */
+  uint8_t *data; /* batch_cap * sample_bytes */
+  /* Compressed leaves (docs/protocol.md, "Compressed leaves"): the nz
+   * leaves the table keeps compressed, zleaves[k] at level zlevel[k],
+   * which each request carries stored, made in send_batch with the
+   * writer's one context zc: the request's data packed in zdata (as large
+   * as data), each sample's stored sizes in zsizes (batch_cap * nz). nz 0:
+   * samples go raw (chimed compresses them itself). */
+  uint32_t nz;
+  uint32_t zleaves[CHIME_MAX_LEAVES];
+  uint8_t zlevel[CHIME_MAX_LEAVES];
+  struct ZSTD_CCtx_s *zc;
+  uint8_t *zdata;
+  uint32_t *zsizes;
+  uint64_t bytes_sent; /* of the requests packed, each counted once */
+  double *priorities;  /* batch_cap */
   /* A table with ragged leaves: each queued sample's lengths (nrag each,
    * the InsertRequest's), and the bytes of data they fill (a sample at its
    * lengths, never more than sample_bytes). */

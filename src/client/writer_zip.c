@@ -1,0 +1,99 @@
+/* A writer's compressed leaves (writer_zip.h). Compression happens as a
+ * batch becomes a request, not as each sample is appended: append and
+ * extend stay one copy of fixed-size samples, and the batch's leaves are
+ * compressed back to back with one context, the data it reads still warm.
+ * A leaf whose frame would not be smaller goes raw (its stored size is the
+ * leaf's), as chimed keeps such a leaf. */
+#include "client/writer_zip.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zstd.h>
+
+#include "replay/zleaf.h"
+
+int chime__writer_zip_open(chime_writer_t *w, const chime_table_info_t *ti,
+                           int on, size_t data_bytes, char *err,
+                           size_t errlen) {
+  uint8_t lv[CHIME_MAX_LEAVES];
+  w->nz = 0;
+  if (!on || ti->sequence_length > 0 || ti->compress[0] == '\0')
+    return 0;
+  if (chime__zleaf_levels(&w->spec, ti->compress, lv) != 0)
+    return chime__fail(err, errlen, CHIME_EPROTO,
+                       "writer: table '%s' reports compressed leaves '%.200s' "
+                       "that are not leaf:level of its spec",
+                       w->table, ti->compress);
+  for (uint32_t l = 0; l < w->spec.nleaves; l++)
+    if (lv[l] != 0 && !w->spec.leaves[l].ragged) {
+      w->zleaves[w->nz] = l;
+      w->zlevel[w->nz++] = lv[l];
+    }
+  if (w->nz == 0)
+    return 0;
+  w->zc = ZSTD_createCCtx();
+  w->zdata = malloc(data_bytes);
+  w->zsizes = malloc((size_t)w->batch_cap * w->nz * sizeof(uint32_t));
+  if (w->zc == NULL || w->zdata == NULL || w->zsizes == NULL)
+    return chime__fail(err, errlen, CHIME_ENOMEM, "out of memory");
+  return 0;
+}
+
+void chime__writer_zip_pack(chime_writer_t *w, Chime__V1__InsertRequest *req) {
+  if (w->nz == 0)
+    return;
+  const uint8_t *src = req->data.data;
+  uint8_t *dst = w->zdata;
+  uint32_t *sz = w->zsizes;
+  for (uint32_t j = 0; j < w->queued; j++) {
+    for (uint32_t l = 0, k = 0, kr = 0; l < w->spec.nleaves; l++) {
+      const chime_leaf_t *lf = &w->spec.leaves[l];
+      size_t n = lf->ragged ? (size_t)w->lengths[(size_t)j * w->nrag + kr++] *
+                                  chime_leaf_row_bytes(lf)
+                            : (size_t)chime_leaf_bytes(lf);
+      size_t st = n;
+      if (k < w->nz && w->zleaves[k] == l) {
+        /* Room for a frame smaller than the leaf only (zleaf.h); a
+         * context zstd could not make leaves it raw. */
+        if (w->zc != NULL && chime__zleaf_compress_with(w->zc, dst, src, n,
+                                                        w->zlevel[k], &st) != 0)
+          st = n;
+        *sz++ = (uint32_t)st;
+        k++;
+      }
+      if (st == n)
+        memcpy(dst, src, n);
+      src += n;
+      dst += st;
+    }
+  }
+  req->data.data = w->zdata;
+  req->data.len = (size_t)(dst - w->zdata);
+  req->n_stored_leaves = w->nz;
+  req->stored_leaves = w->zleaves;
+  req->n_stored = (size_t)w->queued * w->nz;
+  req->stored = w->zsizes;
+}
+
+void chime__writer_zip_close(chime_writer_t *w) {
+  ZSTD_freeCCtx(w->zc);
+  free(w->zdata);
+  free(w->zsizes);
+  w->zc = NULL;
+  w->zdata = NULL;
+  w->zsizes = NULL;
+}
+
+int chime__writer_zip_alike(const chime_table_info_t *a,
+                            const chime_table_info_t *b) {
+  uint8_t la[CHIME_MAX_LEAVES], lb[CHIME_MAX_LEAVES];
+  const chime_spec_t *s = a->sequence_length ? &a->step_spec : &a->spec;
+  if (chime__zleaf_levels(s, a->compress, la) != 0 ||
+      chime__zleaf_levels(s, b->compress, lb) != 0)
+    return 0;
+  for (uint32_t l = 0; l < s->nleaves; l++)
+    if (!la[l] != !lb[l])
+      return 0;
+  return 1;
+}

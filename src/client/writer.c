@@ -151,7 +151,7 @@ static int send_batch(chime_writer_t *w) {
   req.id = w->next_id;
   req.writer_id = w->writer_id;
   req.end_episode = w->end_pending != 0;
-  chime__writer_zip_pack(w, &req);
+  chime__writer_zip_req(w, &req);
   grpc_byte_buffer *bb = chime__pack(&req.base);
   if (!bb)
     return fail(w, CHIME_ENOMEM);
@@ -434,7 +434,10 @@ static int append(chime_writer_t *w, const void *sample, size_t len,
     rc = room(w);
   if (rc != 0)
     return rc;
-  memcpy(w->data + (size_t)w->queued * w->sample_bytes, sample, len);
+  if (w->nz > 0) /* compressed as it comes (writer_zip.c) */
+    chime__writer_zip_put_flat(w, w->queued, sample);
+  else
+    memcpy(w->data + (size_t)w->queued * w->sample_bytes, sample, len);
   return queued(w, 1, &priority);
 }
 
@@ -481,7 +484,13 @@ static int extend(chime_writer_t *w, uint32_t n, const void *const leaves[],
     if (k > n - done)
       k = n - done;
     uint8_t *dst = w->data + (size_t)w->queued * w->sample_bytes;
-    for (uint32_t l = 0; l < nl; l++) {
+    for (uint32_t i = 0; w->nz > 0 && i < k; i++) {
+      const uint8_t *leaf[CHIME_MAX_LEAVES];
+      for (uint32_t l = 0; l < nl; l++)
+        leaf[l] = (const uint8_t *)leaves[l] + (size_t)(done + i) * lb[l];
+      chime__writer_zip_put(w, w->queued + i, leaf, lb);
+    }
+    for (uint32_t l = 0; w->nz == 0 && l < nl; l++) {
       const uint8_t *src = (const uint8_t *)leaves[l] + (size_t)done * lb[l];
       uint8_t *d = dst + off[l];
       if (lb[l] == 4)
@@ -553,14 +562,17 @@ static int append_leaves(chime_writer_t *w, const void *const leaves[],
   /* At most sample_bytes (lengths within bounds) past data_cap, or a fixed
    * table's batch_cap: the buffer has room. */
   uint8_t *dst = w->data + (w->nrag ? w->used : w->queued * w->sample_bytes);
+  size_t lb[CHIME_MAX_LEAVES];
   for (uint32_t l = 0; l < w->spec.nleaves; l++) {
     const chime_leaf_t *leaf = &w->spec.leaves[l];
-    size_t n = leaf->ragged ? (size_t)lengths[l] * chime_leaf_row_bytes(leaf)
-                            : (size_t)chime_leaf_bytes(leaf);
-    if (n > 0)
-      memcpy(dst, leaves[l], n);
-    dst += n;
+    lb[l] = leaf->ragged ? (size_t)lengths[l] * chime_leaf_row_bytes(leaf)
+                         : (size_t)chime_leaf_bytes(leaf);
+    if (lb[l] > 0 && w->nz == 0)
+      memcpy(dst, leaves[l], lb[l]);
+    dst += lb[l];
   }
+  if (w->nz > 0) /* compressed as it comes (writer_zip.c) */
+    chime__writer_zip_put(w, w->queued, (const uint8_t *const *)leaves, lb);
   if (w->nrag > 0) {
     memcpy(w->lengths + (size_t)w->queued * w->nrag, rl,
            w->nrag * sizeof(uint32_t));

@@ -40,15 +40,17 @@ struct chime_writer_s {
   uint8_t *data; /* batch_cap * sample_bytes */
   /* Compressed leaves (docs/protocol.md, "Compressed leaves"): the nz
    * leaves the table keeps compressed, zleaves[k] at level zlevel[k],
-   * which each request carries stored, made in send_batch with the
-   * writer's one context zc: the request's data packed in zdata (as large
-   * as data), each sample's stored sizes in zsizes (batch_cap * nz). nz 0:
-   * samples go raw (chimed compresses them itself). */
+   * which each request carries stored, compressed as each sample is
+   * appended with the writer's one context zc (writer_zip.c): the
+   * request's data built in zdata (zused bytes; as large as data, which
+   * such a writer does not use), each sample's stored sizes in zsizes
+   * (batch_cap * nz). nz 0: samples go raw (chimed compresses them). */
   uint32_t nz;
   uint32_t zleaves[CHIME_MAX_LEAVES];
   uint8_t zlevel[CHIME_MAX_LEAVES];
   struct ZSTD_CCtx_s *zc;
   uint8_t *zdata;
+  size_t zused;
   uint32_t *zsizes;
   uint64_t bytes_sent; /* of the requests packed, each counted once */
   double *priorities;  /* batch_cap */

@@ -1,9 +1,9 @@
-/* A writer's compressed leaves (writer_zip.h). Compression happens as a
- * batch becomes a request, not as each sample is appended: append and
- * extend stay one copy of fixed-size samples, and the batch's leaves are
- * compressed back to back with one context, the data it reads still warm.
- * A leaf whose frame would not be smaller goes raw (its stored size is the
- * leaf's), as chimed keeps such a leaf. */
+/* A writer's compressed leaves (writer_zip.h). Each sample is compressed
+ * as it is appended, straight from the caller's memory into the request
+ * being built (the leaves it keeps raw copied beside): one pass over the
+ * caller's frames, as libzstd alone would make, and no raw copy of them in
+ * between. A leaf whose frame would not be smaller goes raw (its stored
+ * size is the leaf's), as chimed keeps such a leaf. */
 #include "client/writer_zip.h"
 
 #include <stdio.h>
@@ -40,40 +40,49 @@ int chime__writer_zip_open(chime_writer_t *w, const chime_table_info_t *ti,
   return 0;
 }
 
-void chime__writer_zip_pack(chime_writer_t *w, Chime__V1__InsertRequest *req) {
+void chime__writer_zip_put(chime_writer_t *w, uint32_t j,
+                           const uint8_t *const leaf[], const size_t n[]) {
+  uint8_t *dst = w->zdata + w->zused;
+  uint32_t *sz = w->zsizes + (size_t)j * w->nz;
+  for (uint32_t l = 0, k = 0; l < w->spec.nleaves; l++) {
+    size_t st = n[l];
+    if (k < w->nz && w->zleaves[k] == l) {
+      /* Room for a frame smaller than the leaf only (zleaf.h); a context
+       * zstd could not make leaves it raw. */
+      if (w->zc == NULL || chime__zleaf_compress_with(w->zc, dst, leaf[l], n[l],
+                                                      w->zlevel[k], &st) != 0)
+        st = n[l];
+      sz[k++] = (uint32_t)st;
+    }
+    if (st == n[l] && n[l] > 0)
+      memcpy(dst, leaf[l], n[l]);
+    dst += st;
+  }
+  w->zused = (size_t)(dst - w->zdata);
+}
+
+void chime__writer_zip_put_flat(chime_writer_t *w, uint32_t j,
+                                const uint8_t *sample) {
+  const uint8_t *leaf[CHIME_MAX_LEAVES];
+  size_t n[CHIME_MAX_LEAVES];
+  for (uint32_t l = 0; l < w->spec.nleaves; l++) {
+    leaf[l] = sample;
+    n[l] = (size_t)chime_leaf_bytes(&w->spec.leaves[l]);
+    sample += n[l];
+  }
+  chime__writer_zip_put(w, j, leaf, n);
+}
+
+void chime__writer_zip_req(chime_writer_t *w, Chime__V1__InsertRequest *req) {
   if (w->nz == 0)
     return;
-  const uint8_t *src = req->data.data;
-  uint8_t *dst = w->zdata;
-  uint32_t *sz = w->zsizes;
-  for (uint32_t j = 0; j < w->queued; j++) {
-    for (uint32_t l = 0, k = 0, kr = 0; l < w->spec.nleaves; l++) {
-      const chime_leaf_t *lf = &w->spec.leaves[l];
-      size_t n = lf->ragged ? (size_t)w->lengths[(size_t)j * w->nrag + kr++] *
-                                  chime_leaf_row_bytes(lf)
-                            : (size_t)chime_leaf_bytes(lf);
-      size_t st = n;
-      if (k < w->nz && w->zleaves[k] == l) {
-        /* Room for a frame smaller than the leaf only (zleaf.h); a
-         * context zstd could not make leaves it raw. */
-        if (w->zc != NULL && chime__zleaf_compress_with(w->zc, dst, src, n,
-                                                        w->zlevel[k], &st) != 0)
-          st = n;
-        *sz++ = (uint32_t)st;
-        k++;
-      }
-      if (st == n)
-        memcpy(dst, src, n);
-      src += n;
-      dst += st;
-    }
-  }
   req->data.data = w->zdata;
-  req->data.len = (size_t)(dst - w->zdata);
+  req->data.len = w->zused;
   req->n_stored_leaves = w->nz;
   req->stored_leaves = w->zleaves;
   req->n_stored = (size_t)w->queued * w->nz;
   req->stored = w->zsizes;
+  w->zused = 0;
 }
 
 void chime__writer_zip_close(chime_writer_t *w) {

@@ -8,7 +8,9 @@
  * writer would never send: a frame that is not zstd, one of another size, a
  * bomb, a stored size past the leaf, a leaf the table keeps raw: each
  * INVALID_ARGUMENT naming the leaf, nothing of the request stored, and the
- * server serves on. */
+ * server serves on. Over two shards: a sharded client's writers compress
+ * as one server's do, and a table the shards compress unlike is refused by
+ * name. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -69,14 +71,19 @@ static void frame(uint32_t i, uint8_t *f) {
     memset(f + y * SIDE + (3 * i) % 76, 120, 8);
 }
 
-static chime_writer_t *open_writer(const char *table, int compress) {
+static chime_writer_t *open_writer_on(chime_client_t *c, const char *table,
+                                      int compress) {
   chime_writer_opts_t o = CHIME_WRITER_OPTS_INIT;
   o.max_batch_samples = 16;
   o.compress = compress;
   chime_writer_t *w = NULL;
-  if (chime_writer_open(&w, client, table, &o) != 0)
+  if (chime_writer_open(&w, c, table, &o) != 0)
     fail_msg("writer %s: %s", table, chime_last_error());
   return w;
+}
+
+static chime_writer_t *open_writer(const char *table, int compress) {
+  return open_writer_on(client, table, compress);
 }
 
 /* Appends frames first..first+n-1, id = frame number. */
@@ -90,16 +97,16 @@ static void append_frames(chime_writer_t *w, uint32_t first, uint32_t n) {
   }
 }
 
-/* Reads n samples of table (fifo: ids first.. in order) in mode, each
- * frame byte for byte as written. */
-static void consume(const char *table, chime_mode_t mode, uint32_t first,
-                    uint32_t n) {
+/* Reads n samples of table from c (fifo: ids first.. in order; first
+ * UINT32_MAX: any) in mode, each frame byte for byte as its id's. */
+static void consume_from(chime_client_t *c, const char *table,
+                         chime_mode_t mode, uint32_t first, uint32_t n) {
   chime_stream_t *s = NULL;
   chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
   so.batch_size = 8;
   so.slots = 4;
   so.mode = mode;
-  if (chime_stream_open(&s, client, table, &so) != 0)
+  if (chime_stream_open(&s, c, table, &so) != 0)
     fail_msg("open %s: %s", chime_mode_name(mode), chime_last_error());
   uint8_t want[FRAME];
   for (uint32_t got = 0; got < n; got += 8) {
@@ -109,7 +116,8 @@ static void consume(const char *table, chime_mode_t mode, uint32_t first,
     const uint8_t *obs = chime_batch_leaf(&b, "obs")->data;
     const uint32_t *id = chime_batch_leaf(&b, "id")->data;
     for (uint32_t j = 0; j < b.count; j++) {
-      assert_int_equal(id[j], first + got + j);
+      if (first != UINT32_MAX)
+        assert_int_equal(id[j], first + got + j);
       frame(id[j], want);
       if (memcmp(obs + (size_t)j * FRAME, want, FRAME) != 0)
         fail_msg("%s: frame %u differs", chime_mode_name(mode), id[j]);
@@ -117,6 +125,11 @@ static void consume(const char *table, chime_mode_t mode, uint32_t first,
     assert_int_equal(chime_stream_release(s, &b), 0);
   }
   chime_stream_close(s);
+}
+
+static void consume(const char *table, chime_mode_t mode, uint32_t first,
+                    uint32_t n) {
+  consume_from(client, table, mode, first, n);
 }
 
 static chime_table_stats_t table_stats(const char *name) {
@@ -319,11 +332,80 @@ static void test_bad_stored_leaves_refused(void **state) {
   consume("z", CHIME_MODE_SHM, 0, 16);
 }
 
+/* Two shards alike ('z'), and a table one shard compresses and the other
+ * does not ('mixed'). */
+#define NSHARDS 2
+#define PER_WRITER 48
+static chime__chimed_t shard[NSHARDS];
+static chime_client_t *direct[NSHARDS], *sharded;
+
+static void shard_config(int k, char *buf, size_t len) {
+  snprintf(buf, len,
+           "{\"tables\": [{\"name\": \"z\", \"spec\": \"obs:u8[84,84], "
+           "id:u32[]\", \"capacity\": 1024, \"min_size\": 1, \"sampler\": "
+           "\"fifo\", \"compress\": {\"obs\": 3}},\n"
+           "  {\"name\": \"mixed\", \"spec\": \"obs:u8[84,84], id:u32[]\", "
+           "\"capacity\": 1024, \"sampler\": \"fifo\"%s}]}\n",
+           k == 0 ? ", \"compress\": {\"obs\": 3}" : "");
+}
+
+static int shards_setup(void **state) {
+  (void)state;
+  char target[1024];
+  return chime__shards_start(shard, NSHARDS, shard_config, direct, target,
+                             sizeof(target), &sharded);
+}
+
+static int shards_teardown(void **state) {
+  (void)state;
+  return chime__shards_stop(shard, NSHARDS, direct, NULL, &sharded);
+}
+
+/* A sharded client's writers, one bound to each shard, compress as one
+ * server's do: each shard holds its writer's frames as written, and each
+ * writer sent a fraction of them. */
+static void test_sharded_writers_compress(void **state) {
+  (void)state;
+  chime_writer_t *w[NSHARDS];
+  char zs[64];
+  for (int k = 0; k < NSHARDS; k++) {
+    w[k] = open_writer_on(sharded, "z", 1);
+    assert_int_equal(chime_writer_compress(w[k], zs, sizeof(zs)), 0);
+    assert_string_equal(zs, "obs:3");
+  }
+  for (int k = 0; k < NSHARDS; k++) {
+    append_frames(w[k], (uint32_t)k * 1000, PER_WRITER);
+    assert_int_equal(chime_writer_flush(w[k]), 0);
+    assert_true(chime_writer_bytes_sent(w[k]) * 5 <
+                (uint64_t)PER_WRITER * FRAME);
+    assert_int_equal(chime_writer_close(w[k]), 0);
+  }
+  for (int k = 0; k < NSHARDS; k++)
+    consume_from(direct[k], "z", CHIME_MODE_SHM, UINT32_MAX, PER_WRITER);
+}
+
+/* A table the shards compress unlike: a writer of the sharded client is
+ * refused by name (its stored leaves would be refused by one of them). */
+static void test_sharded_compress_must_be_alike(void **state) {
+  (void)state;
+  chime_writer_t *w = NULL;
+  assert_int_equal(chime_writer_open(&w, sharded, "mixed", NULL), CHIME_EINVAL);
+  if (strstr(chime_last_error(), "compressed leaves") == NULL)
+    fail_msg("'%s'", chime_last_error());
+  assert_null(w);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_compressing_writer_round_trip),
       cmocka_unit_test(test_staged_stored_leaves),
       cmocka_unit_test(test_bad_stored_leaves_refused),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  const struct CMUnitTest shard_tests[] = {
+      cmocka_unit_test(test_sharded_writers_compress),
+      cmocka_unit_test(test_sharded_compress_must_be_alike),
+  };
+  int rc = cmocka_run_group_tests(tests, setup, teardown);
+  return rc |
+         cmocka_run_group_tests(shard_tests, shards_setup, shards_teardown);
 }

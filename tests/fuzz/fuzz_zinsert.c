@@ -73,18 +73,12 @@ static int all_frames_good(const chime__insert_req_t *q, const uint8_t *d) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  const uint8_t *cuts;
-  size_t ncuts;
-  size_t skip = fuzz_cuts(data, size, &cuts, &ncuts);
-  if (skip == 0)
-    return 0;
-  const uint8_t *msg = data + skip;
-  size_t len = size - skip;
   fuzz_piece_t pieces[FUZZ_MAX_PIECES];
   chime__span_t spans[FUZZ_MAX_PIECES];
-  size_t n = fuzz_split(msg, len, cuts, ncuts, pieces);
-  for (size_t i = 0; i < n; i++)
-    spans[i] = (chime__span_t){pieces[i].p, pieces[i].len};
+  const uint8_t *msg;
+  size_t len, n = fuzz_message(data, size, pieces, spans, &msg, &len);
+  if (n == 0)
+    return 0;
 
   chime__table_t *t = table();
   const chime__table_config_t *tc = chime__table_config(t);

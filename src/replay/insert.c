@@ -109,7 +109,8 @@ static void rag_free(uint8_t **bufs, uint32_t count) {
  * the lock, and a request that fails for want of memory has inserted
  * nothing. */
 static int rag_gather(const chime__table_t *t, const chime__span_t *spans,
-                      uint32_t count, const uint32_t *lengths, uint8_t ***out) {
+                      uint32_t count, const uint32_t *lengths, const zin_t *z,
+                      uint8_t ***out) {
   chime__tbl_cursor_t cur = {spans, 0, 0};
   uint8_t **bufs = calloc(count ? count : 1, sizeof(*bufs));
   if (bufs == NULL)
@@ -121,8 +122,9 @@ static int rag_gather(const chime__table_t *t, const chime__span_t *spans,
       return CHIME_ENOMEM;
     }
     for (uint32_t l = 0, k = 0; l < t->nleaves; l++) {
-      if (t->rrow[l] == 0) {
-        chime__tbl_cursor_skip(&cur, t->lbytes[l]);
+      if (t->rrow[l] == 0) { /* a compressed leaf is not in lbytes */
+        chime__tbl_cursor_skip(&cur, t->zraw[l] != 0 ? z_sent_bytes(t, z, j, l)
+                                                     : t->lbytes[l]);
         continue;
       }
       uint64_t n = (uint64_t)lengths[(size_t)j * t->nrag + k++] * t->rrow[l];
@@ -306,7 +308,8 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
     need = cap;
   if (chime__tbl_check_priorities(t, priorities, count) != 0)
     return CHIME_EINVAL;
-  if (t->nrag > 0 && (rc = rag_gather(t, spans, count, lengths, &bufs)) != 0)
+  if (t->nrag > 0 &&
+      (rc = rag_gather(t, spans, count, lengths, &z, &bufs)) != 0)
     return rc;
   if (t->nz > 0 && (rc = z_gather(t, spans, count, lengths, &z, &zbufs)) != 0) {
     rag_free(bufs, count);

@@ -37,7 +37,10 @@ static const char *config =
     "\"compress\": {\"obs\": 3}},\n"
     "  {\"name\": \"small\", \"spec\": \"obs:u8[84,84], id:u32[]\", "
     "\"capacity\": 8, \"min_size\": 1, \"sampler\": \"fifo\", "
-    "\"compress\": {\"obs\": 1}}]}\n";
+    "\"compress\": {\"obs\": 1}},\n"
+    "  {\"name\": \"rag\", \"spec\": \"tok:i32[<=16], obs:u8[84,84], "
+    "id:u32[]\", \"capacity\": 64, \"min_size\": 1, \"sampler\": \"fifo\", "
+    "\"compress\": {\"obs\": 3}}]}\n";
 
 static chime__chimed_t chimed;
 static chime_client_t *client;
@@ -207,6 +210,57 @@ static void test_staged_stored_leaves(void **state) {
   assert_int_equal(chime_writer_flush(w), 0);
   assert_int_equal(chime_writer_acked(w), 32);
   assert_int_equal(chime_writer_close(w), 0);
+}
+
+/* n samples into "rag" by a writer (compress on or off): sample i's tok
+ * row of length i % 17 (0 and the bound), its frame, its id. */
+static void write_rag(int compress, uint32_t n) {
+  chime_writer_t *w = open_writer("rag", compress);
+  static uint8_t f[FRAME];
+  int32_t tok[16];
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t len = i % 17;
+    for (uint32_t k = 0; k < len; k++)
+      tok[k] = (int32_t)(i * 100 + k);
+    frame(i, f);
+    const void *leaves[3] = {tok, f, &i};
+    const uint32_t lengths[3] = {len, 0, 0};
+    assert_int_equal(chime_writer_append_leaves(w, leaves, lengths, 1.0), 0);
+  }
+  assert_int_equal(chime_writer_flush(w), 0);
+  if (compress)
+    assert_true(chime_writer_bytes_sent(w) * 5 < (uint64_t)n * FRAME);
+  assert_int_equal(chime_writer_close(w), 0);
+}
+
+/* A table with a ragged leaf beside the compressed one: samples at their
+ * lengths, the frames in their places between the rows (compressed by the
+ * writer, or by chimed from a raw writer), come back as written: the
+ * frames and ids (consume), then each row. */
+static void test_ragged_table_compressed_leaf(void **state) {
+  (void)state;
+  for (int compress = 1; compress >= 0; compress--) {
+    write_rag(compress, 34);
+    consume("rag", CHIME_MODE_SHM, 0, 32);
+    write_rag(compress, 8);
+    chime_stream_t *s = NULL;
+    chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
+    so.batch_size = 10;
+    so.slots = 2;
+    assert_int_equal(chime_stream_open(&s, client, "rag", &so), 0);
+    chime_batch_t b;
+    assert_int_equal(chime_stream_next(s, &b, 20000), 0);
+    const int64_t *off = chime_batch_offsets(&b, "tok");
+    const int32_t *t = chime_batch_leaf(&b, "tok")->data;
+    const uint32_t *id = chime_batch_leaf(&b, "id")->data;
+    for (uint32_t j = 0; j < 10; j++) {
+      assert_int_equal(off[j + 1] - off[j], id[j] % 17);
+      for (int64_t k = off[j]; k < off[j + 1]; k++)
+        assert_int_equal(t[k], (int32_t)(id[j] * 100 + (k - off[j])));
+    }
+    assert_int_equal(chime_stream_release(s, &b), 0);
+    chime_stream_close(s);
+  }
 }
 
 /* One raw InsertRequest into "z" of count samples, sample j's frame the
@@ -399,6 +453,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_compressing_writer_round_trip),
       cmocka_unit_test(test_staged_stored_leaves),
+      cmocka_unit_test(test_ragged_table_compressed_leaf),
       cmocka_unit_test(test_bad_stored_leaves_refused),
   };
   const struct CMUnitTest shard_tests[] = {

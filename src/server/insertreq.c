@@ -119,6 +119,52 @@ static int read_varints(const chime__pb_reader_t *r, const chime__pb_field_t *f,
   return 0;
 }
 
+/* The repeated fields' counts (versions nver, lengths nlen, stored leaves
+ * nsl and their sizes nst) against the request's count and data, before
+ * anything is decoded: 0 or CHIME_EPROTO with err filled. */
+static int check_counts(const chime__insert_req_t *q, size_t nlen, size_t nver,
+                        size_t nsl, size_t nst, char *err, size_t errlen) {
+  /* Counts that fit no table are refused before anything is allocated (a
+   * 60 MB run of versions for one sample took 480 MB): versions none, one
+   * or count; lengths a whole number of at most CHIME_MAX_LEAVES per
+   * sample; and no more samples than one data byte or one length each
+   * (every leaf of a sample has bytes, a ragged one its length), so that
+   * what is decoded stays within a few times the message. */
+  if (nver > 1 && nver != q->count) {
+    snprintf(err, errlen,
+             "%zu versions for %u samples (send none, one for all, or one "
+             "per sample)",
+             nver, q->count);
+    return CHIME_EPROTO;
+  }
+  if (nlen > 0 && (q->count == 0 || nlen % q->count != 0 ||
+                   nlen / q->count > CHIME_MAX_LEAVES)) {
+    snprintf(err, errlen,
+             "%zu lengths for %u samples (one per ragged leaf of each, at "
+             "most %d leaves)",
+             nlen, q->count, CHIME_MAX_LEAVES);
+    return CHIME_EPROTO;
+  }
+  if (nver > 1 && (uint64_t)q->count > q->data_len + nlen) {
+    snprintf(err, errlen,
+             "%u samples in %llu data bytes and %zu lengths: each sample "
+             "has at least one of either",
+             q->count, (unsigned long long)q->data_len, nlen);
+    return CHIME_EPROTO;
+  }
+  /* Stored leaves: at most one entry per leaf a table has, and sizes for
+   * exactly those of each sample (each size costs at least a byte of the
+   * message, so they too stay within a few times the message). */
+  if (nsl > CHIME_MAX_LEAVES || (uint64_t)q->count * nsl != nst) {
+    snprintf(err, errlen,
+             "%zu stored sizes for %u samples of %zu stored leaves (one per "
+             "stored leaf of each, at most %d leaves)",
+             nst, q->count, nsl, CHIME_MAX_LEAVES);
+    return CHIME_EPROTO;
+  }
+  return 0;
+}
+
 /* The first pass only notes where the table name and the spec's leaves
  * are and checks their sizes: a field costs the same however often it
  * comes (a singular one keeps its last value), and a spec of more leaves
@@ -222,44 +268,8 @@ int chime__insert_req_parse(chime__insert_req_t *q, chime__pb_reader_t *r,
       return rc;
   if (nprio == 0 && nlen == 0 && nver == 0 && nsl == 0 && nst == 0)
     return 0;
-  /* Counts that fit no table are refused before anything is allocated (a
-   * 60 MB run of versions for one sample took 480 MB): versions none, one
-   * or count; lengths a whole number of at most CHIME_MAX_LEAVES per
-   * sample; and no more samples than one data byte or one length each
-   * (every leaf of a sample has bytes, a ragged one its length), so that
-   * what is decoded stays within a few times the message. */
-  if (nver > 1 && nver != q->count) {
-    snprintf(err, errlen,
-             "%zu versions for %u samples (send none, one for all, or one "
-             "per sample)",
-             nver, q->count);
-    return CHIME_EPROTO;
-  }
-  if (nlen > 0 && (q->count == 0 || nlen % q->count != 0 ||
-                   nlen / q->count > CHIME_MAX_LEAVES)) {
-    snprintf(err, errlen,
-             "%zu lengths for %u samples (one per ragged leaf of each, at "
-             "most %d leaves)",
-             nlen, q->count, CHIME_MAX_LEAVES);
-    return CHIME_EPROTO;
-  }
-  if (nver > 1 && (uint64_t)q->count > q->data_len + nlen) {
-    snprintf(err, errlen,
-             "%u samples in %llu data bytes and %zu lengths: each sample "
-             "has at least one of either",
-             q->count, (unsigned long long)q->data_len, nlen);
-    return CHIME_EPROTO;
-  }
-  /* Stored leaves: at most one entry per leaf a table has, and sizes for
-   * exactly those of each sample (each size costs at least a byte of the
-   * message, so they too stay within a few times the message). */
-  if (nsl > CHIME_MAX_LEAVES || (uint64_t)q->count * nsl != nst) {
-    snprintf(err, errlen,
-             "%zu stored sizes for %u samples of %zu stored leaves (one per "
-             "stored leaf of each, at most %d leaves)",
-             nst, q->count, nsl, CHIME_MAX_LEAVES);
-    return CHIME_EPROTO;
-  }
+  if ((rc = check_counts(q, nlen, nver, nsl, nst, err, errlen)) != 0)
+    return rc;
   if ((nprio > 0 && (q->priorities = malloc(nprio * sizeof(double))) == NULL) ||
       (nlen > 0 && (q->lengths = malloc(nlen * sizeof(uint32_t))) == NULL) ||
       (nver > 0 && (q->versions = malloc(nver * sizeof(uint64_t))) == NULL) ||

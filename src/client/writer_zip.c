@@ -20,11 +20,10 @@ int chime__writer_zip_open(chime_writer_t *w, const chime_table_info_t *ti,
   w->nz = 0;
   if (!on || ti->sequence_length > 0 || ti->compress[0] == '\0')
     return 0;
+  /* Text this client cannot read (a later server's, say): raw samples,
+   * which every server takes and compresses itself. */
   if (chime__zleaf_levels(&w->spec, ti->compress, lv) != 0)
-    return chime__fail(err, errlen, CHIME_EPROTO,
-                       "writer: table '%s' reports compressed leaves '%.200s' "
-                       "that are not leaf:level of its spec",
-                       w->table, ti->compress);
+    return 0;
   for (uint32_t l = 0; l < w->spec.nleaves; l++)
     if (lv[l] != 0 && !w->spec.leaves[l].ragged) {
       w->zleaves[w->nz] = l;
@@ -98,6 +97,8 @@ int chime__writer_zip_alike(const chime_table_info_t *a,
                             const chime_table_info_t *b) {
   uint8_t la[CHIME_MAX_LEAVES], lb[CHIME_MAX_LEAVES];
   const chime_spec_t *s = a->sequence_length ? &a->step_spec : &a->spec;
+  if (strcmp(a->compress, b->compress) == 0)
+    return 1;
   if (chime__zleaf_levels(s, a->compress, la) != 0 ||
       chime__zleaf_levels(s, b->compress, lb) != 0)
     return 0;

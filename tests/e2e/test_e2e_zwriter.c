@@ -100,17 +100,28 @@ static void append_frames(chime_writer_t *w, uint32_t first, uint32_t n) {
   }
 }
 
-/* Reads n samples of table from c (fifo: ids first.. in order; first
- * UINT32_MAX: any) in mode, each frame byte for byte as its id's. */
-static void consume_from(chime_client_t *c, const char *table,
-                         chime_mode_t mode, uint32_t first, uint32_t n) {
+/* A stream of c's table in mode, batches of batch, and its first batch
+ * in *b (b NULL: none taken). */
+static chime_stream_t *open_stream(chime_client_t *c, const char *table,
+                                   chime_mode_t mode, uint32_t batch,
+                                   chime_batch_t *b) {
   chime_stream_t *s = NULL;
   chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
-  so.batch_size = 8;
+  so.batch_size = batch;
   so.slots = 4;
   so.mode = mode;
   if (chime_stream_open(&s, c, table, &so) != 0)
     fail_msg("open %s: %s", chime_mode_name(mode), chime_last_error());
+  if (b != NULL && chime_stream_next(s, b, 20000) != 0)
+    fail_msg("next (%s): %s", chime_mode_name(mode), chime_last_error());
+  return s;
+}
+
+/* Reads n samples of table from c (fifo: ids first.. in order; first
+ * UINT32_MAX: any) in mode, each frame byte for byte as its id's. */
+static void consume_from(chime_client_t *c, const char *table,
+                         chime_mode_t mode, uint32_t first, uint32_t n) {
+  chime_stream_t *s = open_stream(c, table, mode, 8, NULL);
   uint8_t want[FRAME];
   for (uint32_t got = 0; got < n; got += 8) {
     chime_batch_t b;
@@ -243,13 +254,8 @@ static void test_ragged_table_compressed_leaf(void **state) {
     write_rag(compress, 34);
     consume("rag", CHIME_MODE_SHM, 0, 32);
     write_rag(compress, 8);
-    chime_stream_t *s = NULL;
-    chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
-    so.batch_size = 10;
-    so.slots = 2;
-    assert_int_equal(chime_stream_open(&s, client, "rag", &so), 0);
     chime_batch_t b;
-    assert_int_equal(chime_stream_next(s, &b, 20000), 0);
+    chime_stream_t *s = open_stream(client, "rag", CHIME_MODE_AUTO, 10, &b);
     const int64_t *off = chime_batch_offsets(&b, "tok");
     const int32_t *t = chime_batch_leaf(&b, "tok")->data;
     const uint32_t *id = chime_batch_leaf(&b, "id")->data;
@@ -367,13 +373,8 @@ static void test_bad_stored_leaves_refused(void **state) {
                    GRPC_STATUS_OK);
   chime_table_stats_t t = table_stats("z");
   assert_int_equal(t.size, 2);
-  chime_stream_t *s = NULL;
-  chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
-  so.batch_size = 2;
-  so.slots = 2;
-  assert_int_equal(chime_stream_open(&s, client, "z", &so), 0);
   chime_batch_t b;
-  assert_int_equal(chime_stream_next(s, &b, 20000), 0);
+  chime_stream_t *s = open_stream(client, "z", CHIME_MODE_AUTO, 2, &b);
   const uint8_t *obs = chime_batch_leaf(&b, "obs")->data;
   assert_memory_equal(obs, raw, FRAME);
   assert_memory_equal(obs + FRAME, raw, FRAME);

@@ -15,6 +15,7 @@ int chime__bench_storage(int argc, char **argv);
 int chime__bench_service(int argc, char **argv);
 int chime__bench_ingest(int argc, char **argv);
 int chime__bench_shards(int argc, char **argv);
+int chime__bench_zwriter(int argc, char **argv);
 #endif
 
 #endif

@@ -26,6 +26,8 @@ static int usage(void) {
           "  service   table -> learner over chimed (shm, stream), vs limits\n"
           "  ingest    actors -> chimed Insert throughput\n"
           "  shards    4 chimed as one service vs the shards one by one\n"
+          "  zwriter   writers into a table keeping frames zstd-compressed "
+          "vs libzstd\n"
 #else
           "  (service, ingest and shards: built only with "
           "CHIME_WITH_SERVICE=ON)\n"
@@ -62,6 +64,8 @@ int main(int argc, char **argv) {
     return chime__bench_ingest(argc - 1, argv + 1);
   if (strcmp(argv[1], "shards") == 0)
     return chime__bench_shards(argc - 1, argv + 1);
+  if (strcmp(argv[1], "zwriter") == 0)
+    return chime__bench_zwriter(argc - 1, argv + 1);
 #endif
   return usage();
 }

@@ -7,7 +7,7 @@
 #
 # Usage: scripts/fuzz.sh [seconds per target] [target...]
 #   targets: insertreq chunk ring_attach config handoff requests checkpoint
-#            target zleaf
+#            target zleaf zinsert
 #            (default: all)
 #   CHIME_FUZZ_BUILD_DIR  build dir (default build-fuzz)
 #   CHIME_FUZZ_KEEP=1     keep the grown corpora (printed at the end)
@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-15}
 [ $# -gt 0 ] && shift
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(insertreq chunk ring_attach config handoff requests checkpoint target zleaf)
+[ ${#targets[@]} -eq 0 ] && targets=(insertreq chunk ring_attach config handoff requests checkpoint target zleaf zinsert)
 dir=${CHIME_FUZZ_BUILD_DIR:-build-fuzz}
 
 scripts/setup fuzz
@@ -28,7 +28,8 @@ cmake --build "$dir" -j "$(nproc)" --target fuzz
 # Largest input per target: the ring's header alone is about 10 KiB.
 declare -A max_len=([insertreq]=4096 [chunk]=4096 [ring_attach]=32768
                     [config]=8192 [handoff]=256 [requests]=4096
-                    [checkpoint]=4096 [target]=512 [zleaf]=16384)
+                    [checkpoint]=4096 [target]=512 [zleaf]=16384
+                    [zinsert]=4096)
 
 mkdir -p "$dir/fuzz-artifacts"
 work=$(mktemp -d)

@@ -384,11 +384,20 @@ typedef struct {
   /* The policy version recorded with each sample appended (docs/replay.md);
    * chime_writer_set_version changes it between appends. Default 0. */
   uint64_t version;
+  /* Compressed leaves (docs/replay.md, "Compressed leaves"; default 1):
+   * the leaves the table keeps compressed (GetInfo's TableInfo.compress)
+   * are compressed by the writer, at the table's levels, before they are
+   * sent, so the insert traffic shrinks as the table's memory does and
+   * chimed only checks them. 0: samples go raw and chimed compresses them
+   * (the actor's CPU left to the actor). A table that compresses nothing,
+   * or a sequence table, gets raw samples either way. */
+  int compress;
 } chime_writer_opts_t;
 #define CHIME_WRITER_OPTS_INIT                                                 \
   {                                                                            \
     .max_batch_samples = 256, .max_batch_bytes = 1u << 20, .max_inflight = 8,  \
-    .timeout_ms = 30000, .resend = 1, .reconnect_timeout_ms = 10000            \
+    .timeout_ms = 30000, .resend = 1, .reconnect_timeout_ms = 10000,           \
+    .compress = 1                                                              \
   }
 
 /* Opens an Insert stream to `table` (GetInfo first: CHIME_ENOTFOUND for an
@@ -469,6 +478,16 @@ chime_writer_end_episode(chime_writer_t *writer);
 CHIME_EXTERN CHIME_NODISCARD int chime_writer_flush(chime_writer_t *writer);
 /* Samples acked so far. */
 CHIME_EXTERN uint64_t chime_writer_acked(const chime_writer_t *writer);
+/* Bytes of the Insert messages the writer has made of its samples, each
+ * counted once (a resend after a lost connection is not counted again):
+ * the insert traffic, which compressed leaves shrink (chime_writer_opts_t
+ * compress). */
+CHIME_EXTERN uint64_t chime_writer_bytes_sent(const chime_writer_t *writer);
+/* The leaves this writer compresses before it sends them, as GetInfo says
+ * a table's ("obs:3", chime_table_info_t.compress); "" when it sends every
+ * leaf raw. 0, or CHIME_EINVAL (no writer or out, or len too short). */
+CHIME_EXTERN CHIME_NODISCARD int
+chime_writer_compress(const chime_writer_t *writer, char *out, size_t len);
 /* The spec every sample of this writer is checked against and copied at
  * (a sequence table's step spec), fixed for the writer's life: a sharded
  * writer that moves to another shard moves only to one whose table has

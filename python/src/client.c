@@ -650,7 +650,8 @@ void chimepy_client_docs_init(void) {
            "call). timeout bounds unary calls.",
            secs(a, sizeof(a), co.timeout_ms));
   snprintf(writer_doc, sizeof(writer_doc),
-           "writer(table, max_inflight=%u, timeout=%s) -> Writer",
+           "writer(table, max_inflight=%u, timeout=%s, version=0, "
+           "compress=True) -> Writer",
            (unsigned)wo.max_inflight, secs(a, sizeof(a), wo.timeout_ms));
   snprintf(
       stream_doc, sizeof(stream_doc),

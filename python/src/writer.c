@@ -27,6 +27,8 @@ typedef struct {
   int interrupted;
   uint64_t taken; /* samples chime_writer_append accepted */
   uint64_t acked_at_close;
+  uint64_t bytes_at_close; /* chime_writer_bytes_sent at close */
+  char compress[1024];     /* chime_writer_compress: what it compresses */
   uint64_t version; /* the policy version of samples appended without one */
 } writer_t;
 
@@ -146,16 +148,19 @@ static int in_slices(writer_t *self, slice_fn call, void *arg,
 static int writer_init(PyObject *o, PyObject *args, PyObject *kw) {
   writer_t *self = (writer_t *)o;
   static char *kwlist[] = {"client",  "table",   "max_inflight",
-                           "timeout", "version", NULL};
+                           "timeout", "version", "compress",
+                           NULL};
   PyObject *client;
   const char *table;
   chime_writer_opts_t opts = CHIME_WRITER_OPTS_INIT;
   double timeout = opts.timeout_ms / 1000.0;
   PyObject *inflight_o = NULL, *version_o = NULL;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O!s|OdO:Writer", kwlist,
-                                   &chimepy_client_type, &client, &table,
-                                   &inflight_o, &timeout, &version_o))
+  int compress = opts.compress;
+  if (!PyArg_ParseTupleAndKeywords(
+          args, kw, "O!s|OdOp:Writer", kwlist, &chimepy_client_type, &client,
+          &table, &inflight_o, &timeout, &version_o, &compress))
     return -1;
+  opts.compress = compress;
   uint64_t max_inflight = opts.max_inflight, version = 0;
   if ((inflight_o && chimepy_uint_arg(inflight_o, "max_inflight", 0, UINT32_MAX,
                                       &max_inflight)) ||
@@ -197,6 +202,10 @@ static int writer_init(PyObject *o, PyObject *args, PyObject *kw) {
     chimepy_raise(CHIME_EINVAL, chime_last_error());
     return -1;
   }
+  if (chime_writer_compress(self->w, self->compress, sizeof(self->compress))) {
+    chimepy_raise(CHIME_EINVAL, chime_last_error());
+    return -1;
+  }
   self->sample_bytes = chime_spec_sample_bytes(&self->spec);
   self->sample = malloc(self->sample_bytes ? self->sample_bytes : 1);
   if (!self->sample) {
@@ -227,6 +236,7 @@ static int writer_shut(writer_t *self, char *why, size_t whylen) {
     rc = in_slices(self, flush_slice, NULL, NULL, "close()", why, whylen);
   self->w = NULL;
   self->acked_at_close = chime_writer_acked(w);
+  self->bytes_at_close = chime_writer_bytes_sent(w);
   Py_BEGIN_ALLOW_THREADS closed = chime_writer_close(w);
   Py_END_ALLOW_THREADS chimepy_client_child_closed(self->client);
   if (self->interrupted && rc != INTERRUPTED)
@@ -628,6 +638,18 @@ static int writer_set_timeout(PyObject *o, PyObject *v, void *unused) {
   return 0;
 }
 
+static PyObject *writer_bytes_sent(PyObject *o, void *unused) {
+  (void)unused;
+  writer_t *self = (writer_t *)o;
+  return PyLong_FromUnsignedLongLong(self->w ? chime_writer_bytes_sent(self->w)
+                                             : self->bytes_at_close);
+}
+
+static PyObject *writer_compress(PyObject *o, void *unused) {
+  (void)unused;
+  return PyUnicode_FromString(((writer_t *)o)->compress);
+}
+
 static PyObject *writer_enter(PyObject *o, PyObject *unused) {
   (void)unused;
   Py_INCREF(o);
@@ -682,6 +704,14 @@ static PyGetSetDef writer_getset[] = {
     {"timeout", writer_timeout, writer_set_timeout,
      "seconds a call waits without progress (an ack, samples taken) before "
      "TimeoutError; may be changed between calls",
+     NULL},
+    {"bytes_sent", writer_bytes_sent, NULL,
+     "bytes of the Insert messages made of its samples (each once; after "
+     "close, the count at close)",
+     NULL},
+    {"compress", writer_compress, NULL,
+     "the leaves it compresses before sending, 'obs:3' ('' : none; "
+     "writer(compress=False) sends raw and chimed compresses)",
      NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };

@@ -34,6 +34,7 @@
 #include "client/internal.h"
 #include "client/writer_call.h"
 #include "client/writer_shard.h"
+#include "client/writer_zip.h"
 #include "common/spec.h"
 #include "wire/insert.h"
 
@@ -150,9 +151,11 @@ static int send_batch(chime_writer_t *w) {
   req.id = w->next_id;
   req.writer_id = w->writer_id;
   req.end_episode = w->end_pending != 0;
+  chime__writer_zip_req(w, &req);
   grpc_byte_buffer *bb = chime__pack(&req.base);
   if (!bb)
     return fail(w, CHIME_ENOMEM);
+  w->bytes_sent += grpc_byte_buffer_length(bb);
   /* Nothing was at stake while idle: a reconnect clock starts now. */
   if (w->reconnect_deadline && w->inflight == 0)
     w->reconnect_deadline = chime__now_ms() + w->reconnect_timeout_ms;
@@ -316,6 +319,10 @@ int chime_writer_open(chime_writer_t **out, chime_client_t *client,
     rc = chime__fail(err, sizeof(err), CHIME_ENOMEM, "out of memory");
     goto cleanup;
   }
+  rc = chime__writer_zip_open(w, &ti, opts->compress, data_bytes, err,
+                              sizeof(err));
+  if (rc)
+    goto cleanup;
   if (chime__writer_call_start(w, 0)) {
     rc = chime__fail(err, sizeof(err), CHIME_EPROTO, "writer: start failed");
     goto cleanup;
@@ -427,7 +434,10 @@ static int append(chime_writer_t *w, const void *sample, size_t len,
     rc = room(w);
   if (rc != 0)
     return rc;
-  memcpy(w->data + (size_t)w->queued * w->sample_bytes, sample, len);
+  if (w->nz > 0) /* compressed as it comes (writer_zip.c) */
+    chime__writer_zip_put_flat(w, w->queued, sample);
+  else
+    memcpy(w->data + (size_t)w->queued * w->sample_bytes, sample, len);
   return queued(w, 1, &priority);
 }
 
@@ -474,7 +484,13 @@ static int extend(chime_writer_t *w, uint32_t n, const void *const leaves[],
     if (k > n - done)
       k = n - done;
     uint8_t *dst = w->data + (size_t)w->queued * w->sample_bytes;
-    for (uint32_t l = 0; l < nl; l++) {
+    for (uint32_t i = 0; w->nz > 0 && i < k; i++) {
+      const uint8_t *leaf[CHIME_MAX_LEAVES];
+      for (uint32_t l = 0; l < nl; l++)
+        leaf[l] = (const uint8_t *)leaves[l] + (size_t)(done + i) * lb[l];
+      chime__writer_zip_put(w, w->queued + i, leaf, lb);
+    }
+    for (uint32_t l = 0; w->nz == 0 && l < nl; l++) {
       const uint8_t *src = (const uint8_t *)leaves[l] + (size_t)done * lb[l];
       uint8_t *d = dst + off[l];
       if (lb[l] == 4)
@@ -546,14 +562,17 @@ static int append_leaves(chime_writer_t *w, const void *const leaves[],
   /* At most sample_bytes (lengths within bounds) past data_cap, or a fixed
    * table's batch_cap: the buffer has room. */
   uint8_t *dst = w->data + (w->nrag ? w->used : w->queued * w->sample_bytes);
+  size_t lb[CHIME_MAX_LEAVES];
   for (uint32_t l = 0; l < w->spec.nleaves; l++) {
     const chime_leaf_t *leaf = &w->spec.leaves[l];
-    size_t n = leaf->ragged ? (size_t)lengths[l] * chime_leaf_row_bytes(leaf)
-                            : (size_t)chime_leaf_bytes(leaf);
-    if (n > 0)
-      memcpy(dst, leaves[l], n);
-    dst += n;
+    lb[l] = leaf->ragged ? (size_t)lengths[l] * chime_leaf_row_bytes(leaf)
+                         : (size_t)chime_leaf_bytes(leaf);
+    if (lb[l] > 0 && w->nz == 0)
+      memcpy(dst, leaves[l], lb[l]);
+    dst += lb[l];
   }
+  if (w->nz > 0) /* compressed as it comes (writer_zip.c) */
+    chime__writer_zip_put(w, w->queued, (const uint8_t *const *)leaves, lb);
   if (w->nrag > 0) {
     memcpy(w->lengths + (size_t)w->queued * w->nrag, rl,
            w->nrag * sizeof(uint32_t));
@@ -636,6 +655,30 @@ uint64_t chime_writer_acked(const chime_writer_t *writer) {
   return writer ? writer->acked : 0;
 }
 
+uint64_t chime_writer_bytes_sent(const chime_writer_t *writer) {
+  return writer ? writer->bytes_sent : 0;
+}
+
+int chime_writer_compress(const chime_writer_t *writer, char *out, size_t len) {
+  size_t at = 0;
+  if (!writer || !out || len == 0)
+    return chime__detail(CHIME_EINVAL,
+                         "chime_writer_compress: needs a writer and out");
+  out[0] = '\0';
+  for (uint32_t k = 0; k < writer->nz; k++) {
+    int n = snprintf(out + at, len - at, "%s%s:%u", k > 0 ? "," : "",
+                     writer->spec.leaves[writer->zleaves[k]].name,
+                     writer->zlevel[k]);
+    if (n < 0 || (size_t)n >= len - at) {
+      out[0] = '\0';
+      return chime__detail(CHIME_EINVAL, "chime_writer_compress: len too "
+                                         "short");
+    }
+    at += (size_t)n;
+  }
+  return 0;
+}
+
 int chime_writer_spec(const chime_writer_t *writer, chime_spec_t *out) {
   if (!writer || !out)
     return chime__detail(CHIME_EINVAL,
@@ -653,6 +696,7 @@ int chime_writer_close(chime_writer_t *writer) {
     /* In a child of fork(): only this process's copy goes; the call and
      * its byte buffers are the parent's gRPC state. */
     int rc = report(w, inherited(w));
+    chime__writer_zip_close(w);
     free(w->data);
     free(w->priorities);
     free(w->lengths);
@@ -687,6 +731,7 @@ int chime_writer_close(chime_writer_t *writer) {
   chime__rpc_destroy(&w->rpc);
   if (w->set)
     chime__shards_unpick(w->set, w->member);
+  chime__writer_zip_close(w);
   free(w->data);
   free(w->priorities);
   free(w->lengths);

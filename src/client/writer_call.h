@@ -37,8 +37,23 @@ struct chime_writer_s {
 
   chime__rpc_t rpc; /* the Insert call; a new one after a reconnect */
 
-  uint8_t *data;      /* batch_cap * sample_bytes */
-  double *priorities; /* batch_cap */
+  uint8_t *data; /* batch_cap * sample_bytes */
+  /* Compressed leaves (docs/protocol.md, "Compressed leaves"): the nz
+   * leaves the table keeps compressed, zleaves[k] at level zlevel[k],
+   * which each request carries stored, compressed as each sample is
+   * appended with the writer's one context zc (writer_zip.c): the
+   * request's data built in zdata (zused bytes; as large as data, which
+   * such a writer does not use), each sample's stored sizes in zsizes
+   * (batch_cap * nz). nz 0: samples go raw (chimed compresses them). */
+  uint32_t nz;
+  uint32_t zleaves[CHIME_MAX_LEAVES];
+  uint8_t zlevel[CHIME_MAX_LEAVES];
+  struct ZSTD_CCtx_s *zc;
+  uint8_t *zdata;
+  size_t zused;
+  uint32_t *zsizes;
+  uint64_t bytes_sent; /* of the requests packed, each counted once */
+  double *priorities;  /* batch_cap */
   /* A table with ragged leaves: each queued sample's lengths (nrag each,
    * the InsertRequest's), and the bytes of data they fill (a sample at its
    * lengths, never more than sample_bytes). */

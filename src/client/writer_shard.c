@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "client/writer_shard.h"
+#include "client/writer_zip.h"
 #include "common/spec.h"
 
 static int shard_down(int rc) {
@@ -16,12 +17,24 @@ static const chime_spec_t *written_spec(const chime_table_info_t *ti) {
   return ti->sequence_length ? &ti->step_spec : &ti->spec;
 }
 
+/* Whether the shard's table (ti) compresses every leaf the writer sends
+ * stored (its requests in flight carry them so) and no other. */
+static int stores_alike(const chime_writer_t *w, const chime_table_info_t *ti) {
+  chime_table_info_t mine = *ti;
+  if (w->nz == 0)
+    return 1;
+  if (chime_writer_compress(w, mine.compress, sizeof(mine.compress)) != 0)
+    return 0;
+  return chime__writer_zip_alike(&mine, ti);
+}
+
 /* The sentence for shard `addr` whose table differs from the writer's. */
 static int differs(const char *addr, const char *table, char *err,
                    size_t errlen) {
   return chime__fail(err, errlen, CHIME_EINVAL,
                      "shard %s: table '%s' differs from the same table on "
-                     "the other shards (spec): a sharded table must be "
+                     "the other shards (spec or compressed leaves): a sharded "
+                     "table must be "
                      "configured alike on every shard",
                      addr, table);
 }
@@ -57,7 +70,8 @@ static int check_alike(chime__shards_t *set, const char *table, uint32_t member,
       return chime__fail(err, errlen, rc, "shard %s: %s", m->addr, why);
     if (!other.sequence_length != !ti->sequence_length ||
         chime__spec_diff(written_spec(&other), written_spec(ti), &at) !=
-            CHIME__SPEC_SAME)
+            CHIME__SPEC_SAME ||
+        !chime__writer_zip_alike(&other, ti))
       return differs(m->addr, table, err, errlen);
   }
   return 0;
@@ -151,9 +165,10 @@ int chime__writer_move_shard(chime_writer_t *w) {
   char why[CHIME__ERRLEN];
   int rc = chime__writer_bind_shard(w->set, w->table, w->member, &to, &ti, why,
                                     sizeof(why));
-  if (rc == 0 && (!ti.sequence_length != !w->sequence ||
-                  chime__spec_diff(written_spec(&ti), &w->spec, &at) !=
-                      CHIME__SPEC_SAME)) {
+  if (rc == 0 &&
+      (!ti.sequence_length != !w->sequence ||
+       chime__spec_diff(written_spec(&ti), &w->spec, &at) != CHIME__SPEC_SAME ||
+       !stores_alike(w, &ti))) {
     chime__shards_unpick(w->set, to);
     rc =
         differs(chime__shards_at(w->set, to)->addr, w->table, why, sizeof(why));

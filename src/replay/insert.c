@@ -3,6 +3,7 @@
  * the dedupe memory, and inserts that wait for room or for the limiter. */
 #include "replay/table_internal.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,76 @@ static uint64_t rag_sample_bytes(const chime__table_t *t,
   return b;
 }
 
+/* A request's compressed leaves sent stored (chime__table_stored_t), by
+ * leaf: at[l] is k + 1 for the k-th of st's leaves, 0 for a leaf sent
+ * raw. */
+typedef struct {
+  const chime__table_stored_t *st;
+  uint8_t at[CHIME_MAX_LEAVES];
+} zin_t;
+
+/* Leaf l's bytes in sample j of the request (a compressed leaf sent stored:
+ * its stored size). */
+static uint64_t z_sent_bytes(const chime__table_t *t, const zin_t *z,
+                             uint64_t j, uint32_t l) {
+  if (z->at[l] == 0)
+    return t->zraw[l];
+  return z->st->sizes[j * z->st->n + z->at[l] - 1];
+}
+
+/* Sample j's bytes in the request: a ragged table's at its lengths, its
+ * compressed leaves sent stored at their stored sizes. */
+static uint64_t req_sample_bytes(const chime__table_t *t,
+                                 const uint32_t *lengths, const zin_t *z,
+                                 uint64_t j) {
+  uint64_t b = t->nrag > 0 ? t->fixed_bytes + rag_sample_bytes(t, lengths, j)
+                           : t->sample_bytes;
+  for (size_t k = 0; z->st != NULL && k < z->st->n; k++)
+    b = b - t->zraw[z->st->leaves[k]] + z->st->sizes[j * z->st->n + k];
+  return b;
+}
+
+static int z_why(const chime__table_stored_t *st, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static int z_why(const chime__table_stored_t *st, const char *fmt, ...) {
+  if (st->why != NULL && st->whylen > 0) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(st->why, st->whylen, fmt, ap);
+    va_end(ap);
+  }
+  return CHIME_EINVAL;
+}
+
+/* The request's stored leaves against the table: leaves it compresses, in
+ * spec order, none twice, each stored size at most its leaf's bytes (the
+ * server names these for its writer first: insertcheck.c). */
+static int z_in(const chime__table_t *t, const chime__table_stored_t *st,
+                uint32_t count, zin_t *z) {
+  memset(z, 0, sizeof(*z));
+  if (st == NULL || st->n == 0)
+    return 0;
+  if (t->steps != NULL)
+    return z_why(st, "a sequence table takes its steps raw");
+  z->st = st;
+  for (size_t k = 0; k < st->n; k++) {
+    uint32_t l = st->leaves[k];
+    if (l >= t->nleaves || t->zraw[l] == 0 || z->at[l] != 0)
+      return z_why(st, "leaf %u sent stored: not a compressed leaf", l);
+    if (t->rrow[l] != 0)
+      return z_why(st, "leaf '%s' sent stored: a ragged leaf is sent raw",
+                   t->cfg.spec.leaves[l].name);
+    z->at[l] = (uint8_t)(k + 1);
+  }
+  for (uint64_t j = 0; j < count; j++)
+    for (size_t k = 0; k < st->n; k++)
+      if (st->sizes[j * st->n + k] > t->zraw[st->leaves[k]])
+        return z_why(st, "leaf '%s' of sample %llu: stored size past the leaf",
+                     t->cfg.spec.leaves[st->leaves[k]].name,
+                     (unsigned long long)j);
+  return 0;
+}
+
 void chime__tbl_bufs_free(uint8_t **bufs, uint32_t count) {
   if (bufs == NULL)
     return;
@@ -41,7 +112,8 @@ void chime__tbl_bufs_free(uint8_t **bufs, uint32_t count) {
  * the lock, and a request that fails for want of memory has inserted
  * nothing. */
 static int rag_gather(const chime__table_t *t, const chime__span_t *spans,
-                      uint32_t count, const uint32_t *lengths, uint8_t ***out) {
+                      uint32_t count, const uint32_t *lengths, const zin_t *z,
+                      uint8_t ***out) {
   chime__tbl_cursor_t cur = {spans, 0, 0};
   uint8_t **bufs = calloc(count ? count : 1, sizeof(*bufs));
   if (bufs == NULL)
@@ -54,8 +126,9 @@ static int rag_gather(const chime__table_t *t, const chime__span_t *spans,
       return CHIME_ENOMEM;
     }
     for (uint32_t l = 0, k = 0; l < t->nleaves; l++) {
-      if (t->rrow[l] == 0) {
-        chime__tbl_cursor_skip(&cur, t->lbytes[l]);
+      if (t->rrow[l] == 0) { /* a compressed leaf is not in lbytes */
+        chime__tbl_cursor_skip(&cur, t->zraw[l] != 0 ? z_sent_bytes(t, z, j, l)
+                                                     : t->lbytes[l]);
         continue;
       }
       uint64_t n = (uint64_t)lengths[(size_t)j * t->nrag + k++] * t->rrow[l];
@@ -72,14 +145,32 @@ static int rag_gather(const chime__table_t *t, const chime__span_t *spans,
   return 0;
 }
 
+/* One compressed leaf of sample j sent stored, n bytes raw, s stored, at
+ * src: checked (one whole frame that declares and decompresses to exactly
+ * n bytes, into dec; never more) and copied as it is into dst. */
+static int z_take_stored(const chime__table_t *t, const zin_t *z, uint32_t l,
+                         uint64_t j, const uint8_t *src, size_t s, uint8_t *dst,
+                         uint8_t *dec) {
+  size_t n = (size_t)t->zraw[l];
+  int rc = chime__zleaf_check(src, s, n, dec);
+  if (rc == CHIME_ECORRUPT)
+    return z_why(z->st,
+                 "leaf '%s' of sample %llu: its %zu stored bytes are not one "
+                 "zstd frame of the leaf's %zu bytes",
+                 t->cfg.spec.leaves[l].name, (unsigned long long)j, s, n);
+  if (rc == 0)
+    memcpy(dst, src, s);
+  return rc;
+}
+
 /* Each sample's compressed leaves (zleaf.h) in an allocation of their
  * own, compressed before the table's lock (a leaf of 84x84 bytes takes
  * about 10 us at level 3: under the lock it would hold every sampler and
- * insert back); a row (or a step) then takes its sample's allocation
- * under the lock. */
-int chime__tbl_z_gather(const chime__table_t *t, uint32_t nleaves, uint32_t nz,
-                        const chime__span_t *spans, uint32_t count,
-                        const uint32_t *lengths, uint8_t ***out) {
+ * insert back), or, sent stored by the writer, checked and copied; a row
+ * (or a step) then takes its sample's allocation under the lock. */
+static int z_gather(const chime__table_t *t, uint32_t nleaves, uint32_t nz,
+                    const chime__span_t *spans, uint32_t count,
+                    const uint32_t *lengths, const zin_t *z, uint8_t ***out) {
   chime__tbl_cursor_t cur = {spans, 0, 0};
   uint64_t most = 4 * (uint64_t)nz, big = 0;
   for (uint32_t k = 0; k < nz; k++) {
@@ -88,7 +179,11 @@ int chime__tbl_z_gather(const chime__table_t *t, uint32_t nleaves, uint32_t nz,
   }
   uint8_t **bufs = calloc(count ? count : 1, sizeof(*bufs));
   uint8_t *pack = malloc((size_t)most), *tmp = malloc((size_t)big);
-  int rc = bufs == NULL || pack == NULL || tmp == NULL ? CHIME_ENOMEM : 0;
+  uint8_t *dec = z->st != NULL ? malloc((size_t)big) : NULL;
+  int rc = bufs == NULL || pack == NULL || tmp == NULL ||
+                   (z->st != NULL && dec == NULL)
+               ? CHIME_ENOMEM
+               : 0;
   for (uint32_t j = 0; rc == 0 && j < count; j++) {
     size_t at = 4 * (size_t)nz;
     for (uint32_t l = 0, kr = 0, kz = 0; rc == 0 && l < nleaves; l++) {
@@ -99,9 +194,13 @@ int chime__tbl_z_gather(const chime__table_t *t, uint32_t nleaves, uint32_t nz,
         chime__tbl_cursor_skip(&cur, t->rrow[l] != 0 ? rb : t->lbytes[l]);
         continue;
       }
-      size_t n = (size_t)(t->rrow[l] != 0 ? rb : t->zraw[l]), st;
-      const uint8_t *src = chime__tbl_cursor_peek(&cur, n, tmp);
-      rc = chime__zleaf_compress(pack + at, src, n, t->cfg.compress[l], &st);
+      size_t n = (size_t)(t->rrow[l] != 0 ? rb : t->zraw[l]);
+      size_t st = z->at[l] != 0 ? (size_t)z_sent_bytes(t, z, j, l) : n;
+      const uint8_t *src = chime__tbl_cursor_peek(&cur, st, tmp);
+      if (z->at[l] != 0)
+        rc = z_take_stored(t, z, l, j, src, st, pack + at, dec);
+      else
+        rc = chime__zleaf_compress(pack + at, src, n, t->cfg.compress[l], &st);
       if (rc == 0 && st == n) /* it did not shrink: kept raw */
         memcpy(pack + at, src, n);
       uint32_t s32 = (uint32_t)st;
@@ -115,12 +214,20 @@ int chime__tbl_z_gather(const chime__table_t *t, uint32_t nleaves, uint32_t nz,
   }
   free(pack);
   free(tmp);
+  free(dec);
   if (rc != 0) {
     chime__tbl_bufs_free(bufs, count);
     return rc;
   }
   *out = bufs;
   return 0;
+}
+
+int chime__tbl_z_gather(const chime__table_t *t, uint32_t nleaves, uint32_t nz,
+                        const chime__span_t *spans, uint32_t count,
+                        const uint32_t *lengths, uint8_t ***out) {
+  const zin_t none = {0};
+  return z_gather(t, nleaves, nz, spans, count, lengths, &none, out);
 }
 
 /* An insert's keys land on random buckets of the key index, which a stream
@@ -148,27 +255,46 @@ static void evict_oldest(chime__table_t *t, uint64_t need) {
   }
 }
 
-static int insert_spans(chime__table_t *t, const chime__span_t *spans,
+/* The request's bytes (spans) are its samples' (req_sample_bytes), its
+ * versions none, one or count: 0 or CHIME_EINVAL. */
+static int request_fits(const chime__table_t *t, const chime__span_t *spans,
                         size_t nspans, uint32_t count, const uint32_t *lengths,
-                        const double *priorities,
                         const chime__table_versions_t *versions,
-                        uint64_t *first_key, const atomic_int *abort,
-                        chime__dedupe_req_t *dq, int nowait) {
-  int rc = 0;
-  chime__table_waiter_t *arrived = NULL;
-  chime__tbl_cursor_t cur = {spans, 0, 0};
-  uint8_t **bufs = NULL;  /* each sample's ragged rows (rag_gather) */
-  uint8_t **zbufs = NULL; /* and its compressed leaves (z_gather) */
+                        const zin_t *z) {
   uint64_t have = 0, want = (uint64_t)count * t->sample_bytes;
   for (size_t i = 0; i < nspans; i++)
     have += spans[i].len;
   if (t->nrag > 0 && chime__spec_ragged_bytes(&t->cfg.spec, count, lengths,
                                               &want, NULL, 0) != 0)
     return CHIME_EINVAL;
+  if (z->st != NULL) {
+    want = 0;
+    for (uint64_t j = 0; j < count; j++)
+      want += req_sample_bytes(t, lengths, z, j);
+  }
   if (have != want)
     return CHIME_EINVAL;
   if (versions != NULL && versions->n > 1 && versions->n != count)
     return CHIME_EINVAL;
+  return 0;
+}
+
+static int insert_spans(chime__table_t *t, const chime__span_t *spans,
+                        size_t nspans, uint32_t count, const uint32_t *lengths,
+                        const double *priorities,
+                        const chime__table_versions_t *versions,
+                        uint64_t *first_key, const atomic_int *abort,
+                        chime__dedupe_req_t *dq, int nowait,
+                        const chime__table_stored_t *st) {
+  int rc = 0;
+  chime__table_waiter_t *arrived = NULL;
+  chime__tbl_cursor_t cur = {spans, 0, 0};
+  uint8_t **bufs = NULL;  /* each sample's ragged rows (rag_gather) */
+  uint8_t **zbufs = NULL; /* and its compressed leaves (z_gather) */
+  zin_t z;
+  if ((rc = z_in(t, st, count, &z)) != 0 ||
+      (rc = request_fits(t, spans, nspans, count, lengths, versions, &z)) != 0)
+    return rc;
   uint64_t vmax = 0;
   for (uint64_t j = 0; versions != NULL && j < versions->n; j++)
     vmax = versions->v[j] > vmax ? versions->v[j] : vmax;
@@ -203,10 +329,11 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
     need = cap;
   if (chime__tbl_check_priorities(t, priorities, count) != 0)
     return CHIME_EINVAL;
-  if (t->nrag > 0 && (rc = rag_gather(t, spans, count, lengths, &bufs)) != 0)
+  if (t->nrag > 0 &&
+      (rc = rag_gather(t, spans, count, lengths, &z, &bufs)) != 0)
     return rc;
-  if (t->nz > 0 && (rc = chime__tbl_z_gather(t, t->nleaves, t->nz, spans, count,
-                                             lengths, &zbufs)) != 0) {
+  if (t->nz > 0 && (rc = z_gather(t, t->nleaves, t->nz, spans, count, lengths,
+                                  &z, &zbufs)) != 0) {
     chime__tbl_bufs_free(bufs, count);
     return rc;
   }
@@ -291,11 +418,11 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
   /* Before the samples go in: those it leaves behind are not made live. */
   chime__tbl_version_seen(t, vmax);
   uint64_t below = chime__tbl_stale_below(t), stale = 0;
-  if (t->nrag == 0)
+  int whole = t->nrag == 0 && z.st == NULL; /* samples of sample_bytes */
+  if (whole)
     chime__tbl_cursor_skip(&cur, skip * t->sample_bytes);
-  for (uint64_t j = 0; t->nrag > 0 && j < skip; j++)
-    chime__tbl_cursor_skip(&cur,
-                           t->fixed_bytes + rag_sample_bytes(t, lengths, j));
+  for (uint64_t j = 0; !whole && j < skip; j++)
+    chime__tbl_cursor_skip(&cur, req_sample_bytes(t, lengths, &z, j));
   for (uint64_t j = skip; j < count && j < skip + KEY_AHEAD; j++)
     chime__keyindex_prefetch(t->keys, key0 + j);
   for (uint64_t j = skip; j < count; j++) {
@@ -304,10 +431,7 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
     double prio = priorities != NULL ? priorities[j] : 1.0;
     uint64_t ver = chime__tbl_version_at(versions, j);
     if (ver < below) { /* too far behind already: never goes in */
-      chime__tbl_cursor_skip(&cur, t->nrag == 0
-                                       ? t->sample_bytes
-                                       : t->fixed_bytes +
-                                             rag_sample_bytes(t, lengths, j));
+      chime__tbl_cursor_skip(&cur, req_sample_bytes(t, lengths, &z, j));
       stale++;
       continue;
     }
@@ -320,10 +444,7 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
       /* Room for one (need above): a row is free unless v was the new
        * sample itself. */
       if (v == NONE || t->rows - t->count - t->ndead == 0) {
-        chime__tbl_cursor_skip(&cur, t->nrag == 0
-                                         ? t->sample_bytes
-                                         : t->fixed_bytes +
-                                               rag_sample_bytes(t, lengths, j));
+        chime__tbl_cursor_skip(&cur, req_sample_bytes(t, lengths, &z, j));
         t->left++; /* inserted and removed at once */
         continue;
       }
@@ -339,7 +460,7 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
           chime__tbl_cursor_skip(&cur, (uint64_t)lengths[j * t->nrag + k++] *
                                            t->rrow[l]);
         else if (t->zraw[l] != 0)
-          chime__tbl_cursor_skip(&cur, t->zraw[l]);
+          chime__tbl_cursor_skip(&cur, z_sent_bytes(t, &z, j, l));
         else
           chime__tbl_cursor_read(&cur, t->leaf[l] + (size_t)r * t->lbytes[l],
                                  t->lbytes[l]);
@@ -411,7 +532,7 @@ int chime__table_insert_spans(chime__table_t *t, const chime__span_t *spans,
                               uint64_t *first_key, const atomic_int *abort,
                               chime__dedupe_req_t *dq) {
   return insert_spans(t, spans, nspans, count, lengths, priorities, NULL,
-                      first_key, abort, dq, 0);
+                      first_key, abort, dq, 0, NULL);
 }
 
 int chime__table_insert_versioned(chime__table_t *t, const chime__span_t *spans,
@@ -422,7 +543,19 @@ int chime__table_insert_versioned(chime__table_t *t, const chime__span_t *spans,
                                   uint64_t *first_key, const atomic_int *abort,
                                   chime__dedupe_req_t *dq, int nowait) {
   return insert_spans(t, spans, nspans, count, lengths, priorities, versions,
-                      first_key, nowait ? NULL : abort, dq, nowait);
+                      first_key, nowait ? NULL : abort, dq, nowait, NULL);
+}
+
+int chime__table_insert_stored(chime__table_t *t, const chime__span_t *spans,
+                               size_t nspans, uint32_t count,
+                               const uint32_t *lengths,
+                               const double *priorities,
+                               const chime__table_versions_t *versions,
+                               uint64_t *first_key, const atomic_int *abort,
+                               chime__dedupe_req_t *dq, int nowait,
+                               const chime__table_stored_t *st) {
+  return insert_spans(t, spans, nspans, count, lengths, priorities, versions,
+                      first_key, nowait ? NULL : abort, dq, nowait, st);
 }
 
 int chime__table_try_insert_spans(chime__table_t *t, const chime__span_t *spans,
@@ -431,5 +564,5 @@ int chime__table_try_insert_spans(chime__table_t *t, const chime__span_t *spans,
                                   const double *priorities, uint64_t *first_key,
                                   chime__dedupe_req_t *dq) {
   return insert_spans(t, spans, nspans, count, lengths, priorities, NULL,
-                      first_key, NULL, dq, 1);
+                      first_key, NULL, dq, 1, NULL);
 }

@@ -137,6 +137,36 @@ int chime__table_insert_versioned(chime__table_t *t, const chime__span_t *spans,
                                   uint64_t *first_key, const atomic_int *abort,
                                   chime__dedupe_req_t *dq, int nowait);
 
+/* A request's compressed leaves sent as the table stores them
+ * (docs/protocol.md, "Compressed leaves"): the n leaves leaves[k]
+ * (increasing leaf indices, each one the table compresses) come stored,
+ * sizes[j * n + k] bytes of sample j each, in their places among the
+ * sample's leaves: one zstd frame of exactly the leaf's bytes, or at the
+ * leaf's own size the leaf raw. why (whylen bytes, may be NULL) gets a
+ * refusal's sentence, naming the sample and the leaf. */
+typedef struct {
+  const uint32_t *leaves;
+  size_t n;
+  const uint32_t *sizes;
+  char *why;
+  size_t whylen;
+} chime__table_stored_t;
+/* chime__table_insert_versioned with leaves sent stored (st NULL, or n 0:
+ * every leaf raw). Each stored leaf is checked before the table's lock and
+ * copied as it is (never compressed again): a stored size past its leaf,
+ * bytes that are not one whole zstd frame declaring and decompressing to
+ * exactly the leaf's bytes (a bomb is refused by its declared size, before
+ * anything is written or allocated for it), a leaf the table keeps raw, or
+ * a sequence table is CHIME_EINVAL with st->why filled, nothing inserted. */
+int chime__table_insert_stored(chime__table_t *t, const chime__span_t *spans,
+                               size_t nspans, uint32_t count,
+                               const uint32_t *lengths,
+                               const double *priorities,
+                               const chime__table_versions_t *versions,
+                               uint64_t *first_key, const atomic_int *abort,
+                               chime__dedupe_req_t *dq, int nowait,
+                               const chime__table_stored_t *st);
+
 /* An Insert call carries writer for the first time (its request seq) /
  * the call ended: chime__dedupe_bind() / _unbind() under the table's lock
  * (dedupe.h: a bound writer is never forgotten). owner: whose places it

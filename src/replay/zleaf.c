@@ -60,6 +60,11 @@ int chime__zleaf_compress(uint8_t *dst, const uint8_t *src, size_t n, int level,
   ZSTD_CCtx *c = thread_cctx();
   if (c == NULL)
     return CHIME_ENOMEM;
+  return chime__zleaf_compress_with(c, dst, src, n, level, out);
+}
+
+int chime__zleaf_compress_with(ZSTD_CCtx *c, uint8_t *dst, const uint8_t *src,
+                               size_t n, int level, size_t *out) {
   *out = n;
   if (n < 2)
     return 0;
@@ -69,6 +74,29 @@ int chime__zleaf_compress(uint8_t *dst, const uint8_t *src, size_t n, int level,
   size_t k = ZSTD_compressCCtx(c, dst, n - 1, src, n, level);
   if (!ZSTD_isError(k) && k < n)
     *out = k;
+  return 0;
+}
+
+int chime__zleaf_levels(const chime_spec_t *spec, const char *text,
+                        uint8_t levels[CHIME_MAX_LEAVES]) {
+  memset(levels, 0, CHIME_MAX_LEAVES);
+  for (const char *p = text; *p != '\0';) {
+    const char *colon = strchr(p, ':');
+    size_t len = colon != NULL ? (size_t)(colon - p) : 0;
+    char *end = NULL;
+    long lv = colon != NULL ? strtol(colon + 1, &end, 10) : 0;
+    uint32_t l = 0;
+    while (l < spec->nleaves && (strlen(spec->leaves[l].name) != len ||
+                                 strncmp(spec->leaves[l].name, p, len) != 0))
+      l++;
+    if (l == spec->nleaves || end == colon + 1 || lv < CHIME__ZLEAF_MIN_LEVEL ||
+        lv > CHIME__ZLEAF_MAX_LEVEL || (*end != ',' && *end != '\0')) {
+      memset(levels, 0, CHIME_MAX_LEAVES);
+      return CHIME_EPROTO;
+    }
+    levels[l] = (uint8_t)lv;
+    p = *end == ',' ? end + 1 : end;
+  }
   return 0;
 }
 

@@ -28,6 +28,21 @@
 int chime__zleaf_compress(uint8_t *dst, const uint8_t *src, size_t n, int level,
                           size_t *out);
 
+/* The same with the caller's context (a writer's own: client/writer.c),
+ * so that writers and chimed make a stored leaf alike. */
+struct ZSTD_CCtx_s;
+int chime__zleaf_compress_with(struct ZSTD_CCtx_s *c, uint8_t *dst,
+                               const uint8_t *src, size_t n, int level,
+                               size_t *out);
+
+/* A table's compressed leaves as GetInfo's TableInfo.compress says them
+ * ("obs:3,frames:5", chime__table_compress_text) into levels[l] for each
+ * leaf l of spec (0: kept raw). A name not in spec, a level outside
+ * CHIME__ZLEAF_MIN_LEVEL..MAX or text that is not that form:
+ * CHIME_EPROTO (levels then all 0). */
+int chime__zleaf_levels(const chime_spec_t *spec, const char *text,
+                        uint8_t levels[CHIME_MAX_LEAVES]);
+
 /* Decompresses a stored leaf (stored bytes at src) into dst of exactly n
  * bytes: a copy when stored == n, else a frame that must decompress to
  * exactly n bytes (its declared size checked before anything is written).

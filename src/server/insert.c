@@ -33,6 +33,7 @@
 #include "server/insertreq.h"
 #include "server/insert.h"
 #include "server/insertcheck.h"
+#include "server/insertwhy.h"
 #include "server/staging.h"
 #include "wire/leaf.h"
 
@@ -100,6 +101,9 @@ out:
   return rc;
 }
 
+/* The longest refusal of a stored leaf the table explains (insert_why). */
+#define WHY_LEN 256
+
 /* A request that has to wait (its table is full, or requests queued
  * before it): its samples, copied out of gRPC's buffers so those are never
  * held while an insert waits. */
@@ -113,6 +117,8 @@ typedef struct {
   double *priorities;          /* NULL: all 1.0 */
   uint32_t *lengths;           /* a ragged table's (insertreq.h); NULL: none */
   chime__table_versions_t ver; /* its v malloc'd (NULL: all 0) */
+  uint32_t *zleaves, *zsizes;  /* leaves sent stored (insertreq.h) */
+  size_t nzleaves;
   chime__staging_t *budget;
 } staged_t;
 
@@ -123,6 +129,8 @@ static void staged_free(staged_t *sg) {
   free(sg->priorities);
   free(sg->lengths);
   free((void *)sg->ver.v);
+  free(sg->zleaves);
+  free(sg->zsizes);
   chime__staging_release(sg->budget, sg->bytes);
   free(sg);
 }
@@ -133,7 +141,8 @@ static int stage(staged_t **out, msg_t *m, chime__staging_t *budget,
                  uint64_t *taken) {
   uint64_t bytes = m->q.data_len + (uint64_t)m->q.count * sizeof(double) +
                    (uint64_t)m->q.n_lengths * sizeof(uint32_t) +
-                   (uint64_t)m->q.n_versions * sizeof(uint64_t);
+                   (uint64_t)m->q.n_versions * sizeof(uint64_t) +
+                   (uint64_t)m->q.n_stored * sizeof(uint32_t);
   *out = NULL;
   chime__staging_seen(budget, bytes);
   if (chime__staging_charge_from(budget, bytes, taken) != 0)
@@ -157,15 +166,20 @@ static int stage(staged_t **out, msg_t *m, chime__staging_t *budget,
   m->q.lengths = NULL;
   sg->ver = (chime__table_versions_t){m->q.versions, m->q.n_versions};
   m->q.versions = NULL;
+  sg->zleaves = m->q.stored_leaves;
+  sg->nzleaves = m->q.n_stored_leaves;
+  sg->zsizes = m->q.stored;
+  m->q.stored_leaves = m->q.stored = NULL;
   sg->budget = budget;
   sg->bytes = bytes;
   *out = sg;
   return 0;
 }
 
-/* Inserts m's samples from the received slices, without waiting. */
+/* Inserts m's samples from the received slices, without waiting; why
+ * (WHY_LEN bytes) gets a stored leaf's refusal. */
 static int insert_direct(chime__table_t *t, msg_t *m, uint64_t *first_key,
-                         chime__dedupe_req_t *dq) {
+                         chime__dedupe_req_t *dq, char *why) {
   chime__span_t few[64], *spans = few;
   size_t n = chime__pb_spans(&m->pr, m->q.data_offset, m->q.data_len, few, 64);
   if (n > 64) {
@@ -175,9 +189,11 @@ static int insert_direct(chime__table_t *t, msg_t *m, uint64_t *first_key,
     chime__pb_spans(&m->pr, m->q.data_offset, m->q.data_len, spans, n);
   }
   chime__table_versions_t ver = {m->q.versions, m->q.n_versions};
-  int rc = chime__table_insert_versioned(t, spans, n, m->q.count, m->q.lengths,
-                                         m->q.priorities, &ver, first_key, NULL,
-                                         dq, 1);
+  chime__table_stored_t zs = {m->q.stored_leaves, m->q.n_stored_leaves,
+                              m->q.stored, why, WHY_LEN};
+  int rc = chime__table_insert_stored(t, spans, n, m->q.count, m->q.lengths,
+                                      m->q.priorities, &ver, first_key, NULL,
+                                      dq, 1, &zs);
   if (spans != few)
     free(spans);
   return rc;
@@ -205,6 +221,8 @@ struct insert_s {
    * under the budget's lock. */
   uint64_t reserved;
   uint64_t taken; /* the message's read reserved it (on_message's own) */
+  /* Why the table refused the request in the works ("": no sentence). */
+  char why[WHY_LEN];
 };
 
 struct chime__inserter_s {
@@ -220,70 +238,6 @@ struct chime__inserter_s {
 
 static void finish_err(chime__call_t *c, int rc, const char *msg) {
   chime__call_finish(c, rc, "%s", msg);
-}
-
-/* Why the table's memory would not take a writer it does not remember
- * (dedupe.h): CHIME_EFORGOTTEN or CHIME_ERESOURCE. Says what is known of
- * the writer's requests and what it can do. */
-static void writer_refused(char *err, size_t errlen, chime__table_t *t, int rc,
-                           uint64_t writer, uint64_t seq) {
-  const chime__table_config_t *tc = chime__table_config(t);
-  unsigned long long w = (unsigned long long)writer;
-  unsigned max = tc->max_writers ? tc->max_writers : CHIME__INSERT_WRITERS;
-  if (rc == CHIME_EFORGOTTEN && chime__table_writers_restored(t))
-    snprintf(err, errlen,
-             "insert into '%s': writer %016llx is not remembered (this "
-             "server was restored from a checkpoint, which keeps the items "
-             "and the requests of the writers remembered then, and this "
-             "writer was not among them) and request %llu is not its first: "
-             "this request was not inserted; the writer's requests up to "
-             "the checkpoint are in the table, those after it are not, and "
-             "each that was not acked is either wholly in the table or not "
-             "at all, which the server cannot tell; go on with a new writer",
-             tc->name, w, (unsigned long long)seq);
-  else if (rc == CHIME_EFORGOTTEN)
-    snprintf(err, errlen,
-             "insert into '%s': writer %016llx is no longer remembered (the "
-             "table keeps %u writers; one that closed its call, or had no "
-             "open call for %u ms, makes room for new ones) and request %llu "
-             "is not its first: this request was not inserted; each of its "
-             "requests that was not acked is either wholly in the table or "
-             "not at all, which the server cannot tell; go on with a new "
-             "writer",
-             tc->name, w, max, tc->writer_idle_ms, (unsigned long long)seq);
-  else
-    snprintf(err, errlen,
-             "insert into '%s': writer %016llx not taken: the table "
-             "remembers %u writers (max_writers), each carried by an open "
-             "Insert call or without one for less than %u ms "
-             "(writer_idle_ms); nothing was inserted; try again later",
-             tc->name, w, max, tc->writer_idle_ms);
-}
-
-/* A resent request the table would not take (dedupe.h): the writer hears
- * which, and that nothing was inserted. */
-static void finish_refused(chime__call_t *c, const insert_t *st,
-                           const chime__dedupe_req_t *dq, int rc,
-                           uint32_t count) {
-  const char *tn = chime__table_config(st->table)->name;
-  unsigned long long w = (unsigned long long)dq->writer;
-  unsigned long long seq = (unsigned long long)dq->seq;
-  if (rc == CHIME_EFORGOTTEN || rc == CHIME_ERESOURCE) {
-    char err[1024];
-    writer_refused(err, sizeof(err), st->table, rc, dq->writer, dq->seq);
-    chime__call_finish(c, rc, "%s", err);
-  } else if (rc == CHIME_EINVAL)
-    chime__call_finish(c, CHIME_EINVAL,
-                       "insert into '%s': request %llu of writer %016llx was "
-                       "inserted with %llu samples, resent with %u",
-                       tn, seq, w, (unsigned long long)dq->known, count);
-  else
-    chime__call_finish_as(
-        c, CHIME_EINVAL, GRPC_STATUS_FAILED_PRECONDITION,
-        "insert into '%s': request %llu of writer %016llx is older than the "
-        "window of the last %d it inserted (newest %llu): it may be in the "
-        "table already, so it was not inserted",
-        tn, seq, w, CHIME__INSERT_WINDOW, (unsigned long long)dq->known);
 }
 
 /* The writer closed its side and everything it sent is acked. During a
@@ -340,7 +294,7 @@ static int bind_writer(chime__call_t *c, insert_t *st, uint64_t writer,
              tc->max_writers ? tc->max_writers : CHIME__INSERT_WRITERS,
              tc->writer_token_reserve);
   else if (rc != 0)
-    writer_refused(err, errlen, st->table, rc, writer, seq);
+    chime__insert_writer_refused(err, errlen, st->table, rc, writer, seq);
   if (rc != 0)
     return rc;
   pthread_mutex_lock(&c->mu);
@@ -387,7 +341,11 @@ static void insert_finish(chime__call_t *c, insert_t *st, int rc,
   int stop = st->stopping, hc = st->half_closed;
   pthread_mutex_unlock(&c->mu);
   if (rc != 0 && dq->refused)
-    finish_refused(c, st, dq, rc, count);
+    chime__insert_finish_refused(c, st->table, dq, rc, count);
+  else if (rc == CHIME_EINVAL && st->why[0] != '\0')
+    chime__call_finish(c, rc, "insert into '%s': request %llu not inserted: %s",
+                       chime__table_config(st->table)->name,
+                       (unsigned long long)id, st->why);
   else if (rc == CHIME_EINVAL || rc == CHIME_ENOMEM)
     finish_err(c, rc,
                rc == CHIME_ENOMEM ? "out of memory"
@@ -506,14 +464,8 @@ static void on_request(chime__call_t *c, grpc_byte_buffer *bb) {
     goto fail;
   }
   const chime__table_config_t *tc = chime__table_config(st->table);
-  if (req->q.n_lengths > 0 || chime_spec_ragged(&tc->spec) > 0)
-    rc = chime__insert_check_ragged(tc, req->q.count, req->q.lengths,
-                                    req->q.n_lengths, req->q.data_len, err,
-                                    sizeof(err));
-  else
-    rc = chime__insert_check_size(tc, chime__table_sample_bytes(st->table),
-                                  req->q.count, req->q.data_len, err,
-                                  sizeof(err));
+  rc = chime__insert_check_data(tc, chime__table_sample_bytes(st->table),
+                                &req->q, err, sizeof(err));
   if (rc != 0)
     goto fail;
   if (tc->sequence_length > 0 &&
@@ -608,8 +560,10 @@ static void on_request(chime__call_t *c, grpc_byte_buffer *bb) {
     /* The one copy, from the slices into the table, when nothing waits
      * before this request; else it is staged for the worker. */
     pthread_mutex_lock(&w->mu);
-    rc = w->head == NULL && !w->busy ? insert_direct(w->t, req, &first_key, &dq)
-                                     : CHIME_EBUSY;
+    st->why[0] = '\0';
+    rc = w->head == NULL && !w->busy
+             ? insert_direct(w->t, req, &first_key, &dq, st->why)
+             : CHIME_EBUSY;
     if (rc == CHIME_EBUSY) {
       rc = stage(&st->req, req, &srv->staging, &st->taken);
       if (rc == 0) {
@@ -662,11 +616,13 @@ static void insert_done(chime__inserter_t *w, insert_t *st) {
    * request is dropped, and the writer's resend is the one that counts. */
   chime__dedupe_req_t dq = {
       .writer = sg->writer_id, .seq = sg->id, .end_episode = sg->end_episode};
+  chime__table_stored_t zs = {sg->zleaves, sg->nzleaves, sg->zsizes, st->why,
+                              WHY_LEN};
   int rc = ended ? CHIME_ECLOSED
-                 : chime__table_insert_versioned(
+                 : chime__table_insert_stored(
                        w->t, &(chime__span_t){sg->data, sg->data_len}, 1,
                        sg->count, sg->lengths, sg->priorities, &sg->ver,
-                       &first_key, &st->abort, &dq, 0);
+                       &first_key, &st->abort, &dq, 0, &zs);
   uint64_t id = sg->id;
   uint32_t count = sg->count;
   pthread_mutex_lock(&st->call->mu);

@@ -181,3 +181,69 @@ int chime__insert_check_ragged(const chime__table_config_t *tc, uint32_t count,
   }
   return 0;
 }
+
+/* The request's stored leaves against the table's compressed ones, and
+ * what its data would take raw (*raw_len): each stored leaf's stored bytes
+ * traded for the leaf's own. */
+static int check_stored(const chime__table_config_t *tc,
+                        const chime__insert_req_t *q, uint64_t *raw_len,
+                        char *err, size_t errlen) {
+  const chime_spec_t *s = &tc->spec;
+  uint64_t sent = 0, raw = 0;
+  for (size_t k = 0; k < q->n_stored_leaves; k++) {
+    uint32_t l = q->stored_leaves[k];
+    if (l >= s->nleaves || tc->compress[l] == 0 ||
+        (k > 0 && l <= q->stored_leaves[k - 1])) {
+      snprintf(err, errlen,
+               "insert into '%s': stored_leaves names leaf %u%s%s%s: only the "
+               "leaves the table compresses, each once, in spec order, may "
+               "be sent stored",
+               tc->name, l, l < s->nleaves ? " ('" : "",
+               l < s->nleaves ? s->leaves[l].name : "",
+               l < s->nleaves ? "')" : "");
+      return CHIME_EINVAL;
+    }
+    raw += chime_leaf_bytes(&s->leaves[l]);
+  }
+  for (uint32_t j = 0; j < q->count; j++)
+    for (size_t k = 0; k < q->n_stored_leaves; k++) {
+      const chime_leaf_t *lf = &s->leaves[q->stored_leaves[k]];
+      uint32_t st = q->stored[(size_t)j * q->n_stored_leaves + k];
+      if (st > chime_leaf_bytes(lf)) {
+        snprintf(err, errlen,
+                 "insert into '%s': leaf '%s' of sample %u: %u stored bytes, "
+                 "more than the leaf's %llu",
+                 tc->name, lf->name, j, st,
+                 (unsigned long long)chime_leaf_bytes(lf));
+        return CHIME_EINVAL;
+      }
+      sent += st;
+    }
+  if (sent > q->data_len) {
+    snprintf(err, errlen,
+             "insert into '%s': the stored leaves take %llu bytes, more than "
+             "the request's %llu",
+             tc->name, (unsigned long long)sent,
+             (unsigned long long)q->data_len);
+    return CHIME_EINVAL;
+  }
+  if (__builtin_mul_overflow(raw, (uint64_t)q->count, &raw) ||
+      __builtin_add_overflow(q->data_len - sent, raw, raw_len)) {
+    snprintf(err, errlen, "insert into '%s': %u samples past any size",
+             tc->name, q->count);
+    return CHIME_EINVAL;
+  }
+  return 0;
+}
+
+int chime__insert_check_data(const chime__table_config_t *tc, uint64_t sb,
+                             const chime__insert_req_t *q, char *err,
+                             size_t errlen) {
+  uint64_t len = q->data_len;
+  if (q->n_stored_leaves > 0 && check_stored(tc, q, &len, err, errlen) != 0)
+    return CHIME_EINVAL;
+  if (q->n_lengths > 0 || chime_spec_ragged(&tc->spec) > 0)
+    return chime__insert_check_ragged(tc, q->count, q->lengths, q->n_lengths,
+                                      len, err, errlen);
+  return chime__insert_check_size(tc, sb, q->count, len, err, errlen);
+}

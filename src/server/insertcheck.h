@@ -7,6 +7,7 @@
 
 #include "chime.pb-c.h"
 #include "replay/table.h"
+#include "server/insertreq.h"
 
 /* The writer's belief about the spec (w, nw leaves) against the table's:
  * 0, or CHIME_EINVAL with the first difference named in err. */
@@ -26,5 +27,15 @@ int chime__insert_check_size(const chime__table_config_t *tc, uint64_t sb,
 int chime__insert_check_ragged(const chime__table_config_t *tc, uint32_t count,
                                const uint32_t *lengths, size_t n, uint64_t len,
                                char *err, size_t errlen);
+
+/* A request's data against its table: its stored leaves (those it sends
+ * compressed: each one the table compresses, in spec order, each stored
+ * size at most its leaf's bytes; docs/protocol.md, "Compressed leaves"),
+ * then its bytes as chime__insert_check_ragged (a table with ragged leaves,
+ * or a request with lengths) or chime__insert_check_size would see them
+ * raw. 0, or CHIME_EINVAL naming the leaf (and the sample) in err. */
+int chime__insert_check_data(const chime__table_config_t *tc, uint64_t sb,
+                             const chime__insert_req_t *q, char *err,
+                             size_t errlen);
 
 #endif

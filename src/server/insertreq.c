@@ -22,6 +22,8 @@ enum {
   F_END_EPISODE = 8,
   F_LENGTHS = 9,
   F_VERSIONS = 10,
+  F_STORED_LEAVES = 11,
+  F_STORED = 12,
 };
 
 static int bad(char *err, size_t errlen, const char *what) {
@@ -117,6 +119,52 @@ static int read_varints(const chime__pb_reader_t *r, const chime__pb_field_t *f,
   return 0;
 }
 
+/* The repeated fields' counts (versions nver, lengths nlen, stored leaves
+ * nsl and their sizes nst) against the request's count and data, before
+ * anything is decoded: 0 or CHIME_EPROTO with err filled. */
+static int check_counts(const chime__insert_req_t *q, size_t nlen, size_t nver,
+                        size_t nsl, size_t nst, char *err, size_t errlen) {
+  /* Counts that fit no table are refused before anything is allocated (a
+   * 60 MB run of versions for one sample took 480 MB): versions none, one
+   * or count; lengths a whole number of at most CHIME_MAX_LEAVES per
+   * sample; and no more samples than one data byte or one length each
+   * (every leaf of a sample has bytes, a ragged one its length), so that
+   * what is decoded stays within a few times the message. */
+  if (nver > 1 && nver != q->count) {
+    snprintf(err, errlen,
+             "%zu versions for %u samples (send none, one for all, or one "
+             "per sample)",
+             nver, q->count);
+    return CHIME_EPROTO;
+  }
+  if (nlen > 0 && (q->count == 0 || nlen % q->count != 0 ||
+                   nlen / q->count > CHIME_MAX_LEAVES)) {
+    snprintf(err, errlen,
+             "%zu lengths for %u samples (one per ragged leaf of each, at "
+             "most %d leaves)",
+             nlen, q->count, CHIME_MAX_LEAVES);
+    return CHIME_EPROTO;
+  }
+  if (nver > 1 && (uint64_t)q->count > q->data_len + nlen) {
+    snprintf(err, errlen,
+             "%u samples in %llu data bytes and %zu lengths: each sample "
+             "has at least one of either",
+             q->count, (unsigned long long)q->data_len, nlen);
+    return CHIME_EPROTO;
+  }
+  /* Stored leaves: at most one entry per leaf a table has, and sizes for
+   * exactly those of each sample (each size costs at least a byte of the
+   * message, so they too stay within a few times the message). */
+  if (nsl > CHIME_MAX_LEAVES || (uint64_t)q->count * nsl != nst) {
+    snprintf(err, errlen,
+             "%zu stored sizes for %u samples of %zu stored leaves (one per "
+             "stored leaf of each, at most %d leaves)",
+             nst, q->count, nsl, CHIME_MAX_LEAVES);
+    return CHIME_EPROTO;
+  }
+  return 0;
+}
+
 /* The first pass only notes where the table name and the spec's leaves
  * are and checks their sizes: a field costs the same however often it
  * comes (a singular one keeps its last value), and a spec of more leaves
@@ -129,7 +177,7 @@ int chime__insert_req_parse(chime__insert_req_t *q, chime__pb_reader_t *r,
   chime__pb_reader_t start = *r;
   chime__pb_field_t f;
   int rc;
-  size_t nprio = 0, nleaves = 0, nlen = 0, nver = 0;
+  size_t nprio = 0, nleaves = 0, nlen = 0, nver = 0, nsl = 0, nst = 0;
   uint64_t table_at = 0, table_len = 0;
   uint64_t leaf_at[CHIME_MAX_LEAVES], leaf_len[CHIME_MAX_LEAVES];
   memset(q, 0, sizeof(*q));
@@ -179,6 +227,15 @@ int chime__insert_req_parse(chime__insert_req_t *q, chime__pb_reader_t *r,
       if (read_varints(r, &f, NULL, sizeof(uint32_t), UINT32_MAX, &nlen) != 0)
         return bad(err, errlen, "malformed lengths");
       break;
+    case F_STORED_LEAVES:
+      if (read_varints(r, &f, NULL, sizeof(uint32_t), CHIME_MAX_LEAVES - 1,
+                       &nsl) != 0)
+        return bad(err, errlen, "malformed stored_leaves");
+      break;
+    case F_STORED:
+      if (read_varints(r, &f, NULL, sizeof(uint32_t), UINT32_MAX, &nst) != 0)
+        return bad(err, errlen, "malformed stored");
+      break;
     case F_SPEC:
       if ((rc = want_wire(&f, CHIME__PB_LEN, err, errlen)) != 0)
         return rc;
@@ -209,39 +266,16 @@ int chime__insert_req_parse(chime__insert_req_t *q, chime__pb_reader_t *r,
   for (size_t i = 0; i < nleaves; i++)
     if ((rc = read_leaf(q, r, leaf_at[i], leaf_len[i], err, errlen)) != 0)
       return rc;
-  if (nprio == 0 && nlen == 0 && nver == 0)
+  if (nprio == 0 && nlen == 0 && nver == 0 && nsl == 0 && nst == 0)
     return 0;
-  /* Counts that fit no table are refused before anything is allocated (a
-   * 60 MB run of versions for one sample took 480 MB): versions none, one
-   * or count; lengths a whole number of at most CHIME_MAX_LEAVES per
-   * sample; and no more samples than one data byte or one length each
-   * (every leaf of a sample has bytes, a ragged one its length), so that
-   * what is decoded stays within a few times the message. */
-  if (nver > 1 && nver != q->count) {
-    snprintf(err, errlen,
-             "%zu versions for %u samples (send none, one for all, or one "
-             "per sample)",
-             nver, q->count);
-    return CHIME_EPROTO;
-  }
-  if (nlen > 0 && (q->count == 0 || nlen % q->count != 0 ||
-                   nlen / q->count > CHIME_MAX_LEAVES)) {
-    snprintf(err, errlen,
-             "%zu lengths for %u samples (one per ragged leaf of each, at "
-             "most %d leaves)",
-             nlen, q->count, CHIME_MAX_LEAVES);
-    return CHIME_EPROTO;
-  }
-  if (nver > 1 && (uint64_t)q->count > q->data_len + nlen) {
-    snprintf(err, errlen,
-             "%u samples in %llu data bytes and %zu lengths: each sample "
-             "has at least one of either",
-             q->count, (unsigned long long)q->data_len, nlen);
-    return CHIME_EPROTO;
-  }
+  if ((rc = check_counts(q, nlen, nver, nsl, nst, err, errlen)) != 0)
+    return rc;
   if ((nprio > 0 && (q->priorities = malloc(nprio * sizeof(double))) == NULL) ||
       (nlen > 0 && (q->lengths = malloc(nlen * sizeof(uint32_t))) == NULL) ||
-      (nver > 0 && (q->versions = malloc(nver * sizeof(uint64_t))) == NULL))
+      (nver > 0 && (q->versions = malloc(nver * sizeof(uint64_t))) == NULL) ||
+      (nsl > 0 &&
+       (q->stored_leaves = malloc(nsl * sizeof(uint32_t))) == NULL) ||
+      (nst > 0 && (q->stored = malloc(nst * sizeof(uint32_t))) == NULL))
     return CHIME_ENOMEM;
   *r = start;
   while (chime__pb_next(r, &f) == 1) {
@@ -256,6 +290,13 @@ int chime__insert_req_parse(chime__insert_req_t *q, chime__pb_reader_t *r,
         read_varints(r, &f, q->versions, sizeof(uint64_t), UINT64_MAX,
                      &q->n_versions) != 0)
       return bad(err, errlen, "malformed versions");
+    if (f.number == F_STORED_LEAVES &&
+        read_varints(r, &f, q->stored_leaves, sizeof(uint32_t),
+                     CHIME_MAX_LEAVES - 1, &q->n_stored_leaves) != 0)
+      return bad(err, errlen, "malformed stored_leaves");
+    if (f.number == F_STORED && read_varints(r, &f, q->stored, sizeof(uint32_t),
+                                             UINT32_MAX, &q->n_stored) != 0)
+      return bad(err, errlen, "malformed stored");
   }
   return 0;
 }
@@ -281,5 +322,7 @@ void chime__insert_req_free(chime__insert_req_t *q) {
   free(q->priorities);
   free(q->lengths);
   free(q->versions);
+  free(q->stored_leaves);
+  free(q->stored);
   memset(q, 0, sizeof(*q));
 }

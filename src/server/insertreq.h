@@ -31,6 +31,13 @@ typedef struct {
   size_t n_lengths;
   uint64_t *versions; /* malloc'd; NULL when none (docs/replay.md) */
   size_t n_versions;
+  /* Leaves sent as stored (compressed), their indices in spec order, and
+   * each sample's stored size of each (n_stored_leaves per sample),
+   * malloc'd; NULL when none (docs/protocol.md, "Compressed leaves"). */
+  uint32_t *stored_leaves;
+  size_t n_stored_leaves;
+  uint32_t *stored;
+  size_t n_stored;
   /* The writer's spec: n_spec leaves (more than CHIME_MAX_LEAVES, more
    * than any table has, is refused). */
   Chime__V1__Leaf *spec[CHIME_MAX_LEAVES];

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/span.h"
+
 #define FUZZ_CHECK(cond)                                                       \
   do {                                                                         \
     if (!(cond)) {                                                             \
@@ -81,6 +83,24 @@ static inline size_t fuzz_split(const uint8_t *msg, size_t len,
   FUZZ_CHECK(out[n].p != NULL);
   memcpy(out[n].p, msg + pos, len - pos);
   return n + 1;
+}
+
+/* An input [n][n piece lengths][message] as the message (*msg, *len) in
+ * the pieces fuzz_split cuts it into, each also as a span: how many; 0
+ * (nothing to free) when the input is too short to hold its cut list. */
+static inline size_t fuzz_message(const uint8_t *data, size_t size,
+                                  fuzz_piece_t *pieces, chime__span_t *spans,
+                                  const uint8_t **msg, size_t *len) {
+  const uint8_t *cuts;
+  size_t ncuts, skip = fuzz_cuts(data, size, &cuts, &ncuts);
+  if (skip == 0)
+    return 0;
+  *msg = data + skip;
+  *len = size - skip;
+  size_t n = fuzz_split(*msg, *len, cuts, ncuts, pieces);
+  for (size_t i = 0; i < n; i++)
+    spans[i] = (chime__span_t){pieces[i].p, pieces[i].len};
+  return n;
 }
 
 static inline void fuzz_pieces_free(fuzz_piece_t *pieces, size_t n) {

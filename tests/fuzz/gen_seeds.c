@@ -3,7 +3,7 @@
  * under tests/fuzz/corpus/ came from this program (regression inputs for
  * bugs the fuzzers found are added there by hand, named after the bug).
  *
- * Usage: fuzz_gen_seeds DIR   (writes DIR/insertreq, DIR/chunk,
+ * Usage: fuzz_gen_seeds DIR   (writes DIR/insertreq, DIR/zinsert, DIR/chunk,
  *                              DIR/ring_attach, DIR/config, DIR/handoff,
  *                              DIR/requests; the folders must exist) */
 #include <errno.h>
@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <zstd.h>
 
 #include "chime.pb-c.h"
 #include "chime/ring.h"
@@ -159,6 +160,85 @@ static void insert_seeds(void) {
   /* A data field longer than the message. */
   const uint8_t trunc[] = {(3 << 3) | 2, 0x10, 1, 2, 3};
   put_insert("data_truncated", NULL, 0, trunc, sizeof(trunc));
+}
+
+/* --- zinsert: [n][n piece lengths][InsertRequest], table "z" of
+ * obs:u8[16,16] (compressed) and id:u32[] --- */
+
+static void put_zinsert(const char *name, const uint8_t *cuts, size_t ncuts,
+                        const Chime__V1__InsertRequest *q) {
+  uint8_t buf[4096];
+  FUZZ_CHECK(chime__v1__insert_request__get_packed_size(q) + 1 + ncuts <=
+             sizeof(buf));
+  buf[0] = (uint8_t)ncuts;
+  memcpy(buf + 1, cuts, ncuts);
+  size_t len = chime__v1__insert_request__pack(q, buf + 1 + ncuts);
+  put("zinsert", name, buf, 1 + ncuts + len);
+}
+
+/* Sample j's obs: a flat field and a box that moves with j. */
+static void zframe(uint8_t *f, uint32_t j) {
+  memset(f, 40, 256);
+  for (uint32_t y = j % 10; y < j % 10 + 4; y++)
+    memset(f + y * 16 + 3, 200, 5);
+}
+
+static void zinsert_seeds(void) {
+  uint8_t data[2048], raw[256], z[256], bomb[256], zeros[65536] = {0};
+  uint32_t sizes[3], leaf0 = 0, leaf1 = 1;
+  size_t at = 0;
+  for (uint32_t j = 0; j < 3; j++) {
+    zframe(raw, j);
+    size_t n = ZSTD_compress(z, sizeof(z), raw, sizeof(raw), 3);
+    FUZZ_CHECK(!ZSTD_isError(n) && n < sizeof(raw));
+    memcpy(data + at, z, n);
+    memcpy(data + at + n, &j, 4);
+    sizes[j] = (uint32_t)n;
+    at += n + 4;
+  }
+  Chime__V1__InsertRequest q = CHIME__V1__INSERT_REQUEST__INIT;
+  q.table = "z";
+  q.count = 3;
+  q.data.data = data;
+  q.data.len = at;
+  q.n_stored_leaves = 1;
+  q.stored_leaves = &leaf0;
+  q.n_stored = 3;
+  q.stored = sizes;
+  put_zinsert("three_frames", NULL, 0, &q);
+  const uint8_t cuts[] = {2, 9, 1};
+  put_zinsert("three_frames_cut", cuts, 3, &q);
+  /* The last frame one byte short. */
+  sizes[2]--;
+  q.data.len = at - 1;
+  memmove(data + at - 5, data + at - 4, 4);
+  put_zinsert("frame_cut_short", NULL, 0, &q);
+  /* One frame declaring 64 KiB. */
+  size_t nb = ZSTD_compress(bomb, sizeof(bomb), zeros, sizeof(zeros), 19);
+  FUZZ_CHECK(!ZSTD_isError(nb));
+  uint32_t one = 0, bsize = (uint32_t)nb;
+  memcpy(data, bomb, nb);
+  memcpy(data + nb, &one, 4);
+  q.count = 1;
+  q.data.len = nb + 4;
+  q.n_stored = 1;
+  q.stored = &bsize;
+  put_zinsert("bomb", NULL, 0, &q);
+  /* The leaf raw at its own size, then a size past it. */
+  uint32_t full = 256, past = 257;
+  zframe(data, 0);
+  memcpy(data + 256, &one, 4);
+  q.data.len = 260;
+  q.stored = &full;
+  put_zinsert("raw_at_leaf_size", NULL, 0, &q);
+  q.stored = &past;
+  q.data.len = 261;
+  put_zinsert("size_past_leaf", NULL, 0, &q);
+  /* A leaf the table keeps raw, sent "stored". */
+  q.stored = &full;
+  q.data.len = 260;
+  q.stored_leaves = &leaf1;
+  put_zinsert("leaf_kept_raw", NULL, 0, &q);
 }
 
 /* --- chunk: records [ctl][n][cuts][len lo][len hi][message] --- */
@@ -564,6 +644,7 @@ int main(int argc, char **argv) {
   }
   out_dir = argv[1];
   insert_seeds();
+  zinsert_seeds();
   chunk_seeds();
   ring_seeds();
   config_seeds();

@@ -1,0 +1,135 @@
+/* libFuzzer target: an InsertRequest carrying compressed leaves as stored
+ * (stored_leaves / stored, docs/protocol.md "Compressed leaves"), through
+ * what chimed does with it: the strict reader (src/server/insertreq.c), the
+ * check against its table (src/server/insertcheck.c) and the insert into a
+ * table that keeps 'obs' compressed (src/replay/insert.c, zleaf.c), from
+ * bytes cut into pieces the way gRPC hands a message over.
+ *
+ * Input: [n][n piece lengths][message] (fuzz_common.h), as fuzz_insertreq.
+ *
+ * Beyond "no crash": a refusal is CHIME_EINVAL with a sentence (the leaf
+ * named when a stored leaf is what is wrong) and leaves the table as it
+ * was; a request goes in exactly when every stored leaf is one whole zstd
+ * frame that decompresses to exactly its leaf's bytes, or the leaf raw at
+ * its own size (chime__zleaf_check, asked on its own), and then all its
+ * samples count as inserted.
+ *
+ * Seeds (tests/fuzz/corpus/zinsert): requests of good frames, one cut,
+ * one declaring more than its leaf, a stored size past the leaf, a leaf
+ * sent raw, a leaf the table keeps raw named. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chime/errors.h"
+#include "fuzz_common.h"
+#include "replay/table.h"
+#include "replay/zleaf.h"
+#include "server/insertcheck.h"
+#include "server/insertreq.h"
+#include "wire/pbread.h"
+
+#define OBS 256 /* obs:u8[16,16] */
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static chime__table_t *table(void) {
+  static chime__table_t *t;
+  if (t != NULL)
+    return t;
+  chime__table_config_t tc;
+  memset(&tc, 0, sizeof(tc));
+  snprintf(tc.name, sizeof(tc.name), "z");
+  FUZZ_CHECK(chime_spec_parse(&tc.spec, "obs:u8[16,16], id:u32[]", NULL, 0) ==
+             0);
+  tc.capacity = 32;
+  tc.sampler = CHIME__SAMPLER_UNIFORM;
+  tc.remover = CHIME__SAMPLER_FIFO;
+  tc.min_size = 1;
+  tc.seed = 7;
+  tc.compress[0] = 3;
+  FUZZ_CHECK(chime__table_create(&t, &tc) == 0);
+  return t;
+}
+
+/* Whether every stored leaf of the request (data flat, checked sizes) is
+ * one the table must take. */
+static int all_frames_good(const chime__insert_req_t *q, const uint8_t *d) {
+  uint8_t scratch[OBS];
+  size_t at = 0;
+  for (uint32_t j = 0; j < q->count; j++) {
+    if (q->n_stored_leaves == 1) {
+      uint32_t s = q->stored[j];
+      if (chime__zleaf_check(d + at, s, OBS, scratch) != 0)
+        return 0;
+      at += s;
+    } else {
+      at += OBS;
+    }
+    at += 4; /* id */
+  }
+  FUZZ_CHECK(at == q->data_len);
+  return 1;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  fuzz_piece_t pieces[FUZZ_MAX_PIECES];
+  chime__span_t spans[FUZZ_MAX_PIECES];
+  const uint8_t *msg;
+  size_t len, n = fuzz_message(data, size, pieces, spans, &msg, &len);
+  if (n == 0)
+    return 0;
+
+  chime__table_t *t = table();
+  const chime__table_config_t *tc = chime__table_config(t);
+  chime__insert_req_t q;
+  chime__pb_reader_t r;
+  char err[1024] = "";
+  chime__pb_reader_init(&r, spans, n);
+  int rc = chime__insert_req_parse(&q, &r, err, sizeof(err));
+  FUZZ_CHECK(rc == 0 || rc == CHIME_EPROTO || rc == CHIME_ENOMEM);
+  /* Versions and priorities are fuzz_insertreq's business. */
+  int other = rc != 0 || q.n_versions > 1 || q.n_priorities != 0;
+  if (!other)
+    rc = chime__insert_check_data(tc, chime__table_sample_bytes(t), &q, err,
+                                  sizeof(err));
+  FUZZ_CHECK(rc == 0 || rc == CHIME_EINVAL || rc == CHIME_EPROTO ||
+             rc == CHIME_ENOMEM);
+  if (!other && rc == CHIME_EINVAL)
+    FUZZ_CHECK(strncmp(err, "insert into 'z': ", 17) == 0);
+  if (!other && rc == 0) {
+    /* Sizes checked: the data is exactly the samples' bytes. */
+    uint8_t *flat = malloc(q.data_len ? q.data_len : 1);
+    FUZZ_CHECK(flat != NULL);
+    FUZZ_CHECK(chime__pb_copy(&r, q.data_offset, flat, q.data_len) == 0);
+    int good = all_frames_good(&q, flat);
+    free(flat);
+    chime__span_t few[FUZZ_MAX_PIECES];
+    size_t nd =
+        chime__pb_spans(&r, q.data_offset, q.data_len, few, FUZZ_MAX_PIECES);
+    FUZZ_CHECK(nd <= FUZZ_MAX_PIECES);
+    chime__table_stats_t a, b;
+    chime__table_get_stats(t, &a);
+    char why[256] = "";
+    chime__table_stored_t zs = {q.stored_leaves, q.n_stored_leaves, q.stored,
+                                why, sizeof(why)};
+    uint64_t first = 0;
+    int ins = chime__table_insert_stored(t, few, nd, q.count, NULL, NULL, NULL,
+                                         &first, NULL, NULL, 1, &zs);
+    chime__table_get_stats(t, &b);
+    FUZZ_CHECK(ins == 0 || ins == CHIME_EINVAL || ins == CHIME_ENOMEM);
+    if (ins == CHIME_EINVAL) {
+      FUZZ_CHECK(!good);
+      FUZZ_CHECK(strstr(why, "leaf 'obs' of sample ") != NULL);
+      FUZZ_CHECK(a.inserts == b.inserts && a.stored_bytes == b.stored_bytes);
+    }
+    if (ins == 0) {
+      FUZZ_CHECK(good);
+      FUZZ_CHECK(b.inserts == a.inserts + q.count);
+      FUZZ_CHECK(b.size <= tc->capacity);
+    }
+  }
+  chime__insert_req_free(&q);
+  fuzz_pieces_free(pieces, n);
+  return 0;
+}

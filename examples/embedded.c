@@ -44,6 +44,11 @@ static void shutdown_grpc_server(grpc_server *server) {
   grpc_completion_queue_destroy(sq);
 }
 
+static void log_line(chime_log_level_t level, const char *msg, void *arg) {
+  (void)arg;
+  fprintf(stderr, "chime-embedded: %s: %s\n", chime_log_level_name(level), msg);
+}
+
 int main(int argc, char **argv) {
   const char *listen = "127.0.0.1:0";
   const char *table = "demo";
@@ -74,6 +79,10 @@ int main(int argc, char **argv) {
     }
   }
 
+  /* The server's warnings (listening beyond loopback without tokens, say)
+   * and background failures come through the log hook; without one, the
+   * library prints nothing. */
+  chime_set_logger(log_line, NULL);
   grpc_init();
   chime_server_t *srv = NULL;
   if (chime_server_create(&srv, &so) != 0) {

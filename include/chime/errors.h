@@ -5,6 +5,10 @@
  * chime_err_name() the symbolic name ("CHIME_ETIMEDOUT"), and
  * chime_last_error() the detail of the calling thread's last failure
  * ("insert into 'demo': leaf 'obs' (f32[64], ...) does not fit ...").
+ *
+ * What no call returns (a warning at a server's start, a checkpoint that
+ * failed in the background) goes to the log hook, chime_set_logger();
+ * the library prints nothing itself.
  */
 #ifndef CHIME_ERRORS_H
 #define CHIME_ERRORS_H
@@ -78,6 +82,30 @@ CHIME_EXTERN const char *chime_err_name(int err);
  * next chime call, and never NULL. (ring.h's calls keep their own:
  * chime_ring_last_error() and err buffers.) */
 CHIME_EXTERN const char *chime_last_error(void);
+
+/* The log: what the library has to say that no call returns, mostly the
+ * embedded server's (chime_server_*) warnings and background failures. */
+typedef enum {
+  CHIME_LOG_ERROR = 0, /* something failed that no call reports */
+  CHIME_LOG_WARN = 1,  /* a setting or a state an operator should change */
+  CHIME_LOG_INFO = 2   /* what a server did: restored, listening */
+} chime_log_level_t;
+
+/* Called with one line of text (no newline), from whichever thread has
+ * it to say (a server's threads included); msg is valid during the call
+ * only. It must not call chime_set_logger. */
+typedef void (*chime_logger_fn)(chime_log_level_t level, const char *msg,
+                                void *arg);
+
+/* Installs fn (with arg) as the process's log hook; NULL, the default,
+ * drops every line (the library never writes to stderr itself). chimed
+ * installs one that writes "chimed: <line>" to stderr. Safe from any
+ * thread; a line being logged as the hook changes goes to the old hook
+ * or the new. */
+CHIME_EXTERN void chime_set_logger(chime_logger_fn fn, void *arg);
+
+/* "error", "warning", "info" ("unknown" for another value). */
+CHIME_EXTERN const char *chime_log_level_name(chime_log_level_t level);
 
 #ifdef __cplusplus
 }

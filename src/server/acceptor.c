@@ -1,6 +1,7 @@
 /* The listener of chime_server_listen (see acceptor.h for why it is ours
  * and not gRPC's). Everything but create and destroy runs on the loop
  * thread. */
+#include "common/log.h"
 #include "common/errfmt.h"
 #include "server/acceptor.h"
 
@@ -325,11 +326,11 @@ static void report(chime__acceptor_t *a, int force) {
   if (a->refused_cap + a->refused_fds == 0 ||
       (!force && now - a->last_report_ms < REPORT_MS))
     return;
-  fprintf(stderr,
-          "chimed: refused %llu connections at the cap of %u and %llu for "
-          "want of file descriptors\n",
-          (unsigned long long)a->refused_cap, a->cap,
-          (unsigned long long)a->refused_fds);
+  chime__log(CHIME_LOG_WARN,
+             "refused %llu connections at the cap of %u and %llu for "
+             "want of file descriptors",
+             (unsigned long long)a->refused_cap, a->cap,
+             (unsigned long long)a->refused_fds);
   a->refused_cap = a->refused_fds = 0;
   a->last_report_ms = now;
 }

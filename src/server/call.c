@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/log.h"
 #include "server/call.h"
 #include "wire/message.h"
 
@@ -123,7 +124,7 @@ static chime__send_t *pump_locked(chime__call_t *c) {
   if (grpc_call_start_batch(c->call, ops, n, &c->send_tag, NULL) !=
       GRPC_CALL_OK) {
     /* Only a bug in this file gets here; drop the sends, keep serving. */
-    fprintf(stderr, "chimed: internal error: send batch refused\n");
+    chime__log(CHIME_LOG_ERROR, "internal error: send batch refused");
     c->inflight = NULL;
     c->sending = 0;
     c->refs--;

@@ -1,6 +1,7 @@
 /* Checkpoints on request and on a timer (checkpointer.h). Calls that
  * arrive while a checkpoint is being written wait for the next one, so
  * each caller's answer describes a checkpoint begun after it asked. */
+#include "common/log.h"
 #include "server/checkpointer.h"
 
 #include <stdio.h>
@@ -92,7 +93,7 @@ static void *ckpt_main(void *arg) {
     int rc = chime__checkpoint_write(srv->tables, srv->ntables, cc->dir,
                                      cc->keep, &res, err, sizeof(err));
     if (rc != 0)
-      fprintf(stderr, "chimed: checkpoint failed: %s\n", err);
+      chime__log(CHIME_LOG_ERROR, "checkpoint failed: %s", err);
     /* Stats first: a caller that asks for them after its answer sees
      * this checkpoint. */
     pthread_mutex_lock(&srv->mu);

@@ -33,6 +33,14 @@ static const char usage[] =
     "Prints 'listening on ADDR' once serving (then 'metrics on ADDR' when\n"
     "metrics are on); exits 0 after SIGINT/SIGTERM.\n";
 
+/* The library's log, as chimed's stderr has always read: "chimed: ",
+ * "warning: " for a warning, the line. */
+static void log_stderr(chime_log_level_t level, const char *msg, void *arg) {
+  (void)arg;
+  fprintf(stderr, "chimed: %s%s\n", level == CHIME_LOG_WARN ? "warning: " : "",
+          msg);
+}
+
 static void on_signal(uv_signal_t *h, int signum) {
   (void)signum;
   fprintf(stderr, "chimed: shutting down\n");
@@ -115,6 +123,7 @@ static void close_handle(uv_handle_t *h, void *arg) {
 
 int main(int argc, char **argv) {
   chime__malloc_tune();
+  chime_set_logger(log_stderr, NULL);
   chime_server_opts_t opts = CHIME_SERVER_OPTS_INIT;
   chime_server_t *srv = NULL;
   char bound[300];

@@ -11,6 +11,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "common/log.h"
 #include "common/clock.h"
 #include "common/detail.h"
 #include "common/keepalive.h"
@@ -64,11 +65,11 @@ static int check_memory(const chime__config_t *cfg, char *err, size_t errlen) {
     return CHIME_EINVAL;
   }
   if (need > lim / 100 * WARN_PERCENT)
-    fprintf(stderr,
-            "chimed: warning: the tables need %llu bytes when full, over %d%% "
-            "of the %llu bytes of %s\n",
-            (unsigned long long)need, WARN_PERCENT, (unsigned long long)lim,
-            what);
+    chime__log(CHIME_LOG_WARN,
+               "the tables need %llu bytes when full, over %d%% "
+               "of the %llu bytes of %s",
+               (unsigned long long)need, WARN_PERCENT, (unsigned long long)lim,
+               what);
   return 0;
 }
 
@@ -102,8 +103,8 @@ static int restore(chime_server_t *srv, const char *what, char *err,
     snprintf(err, errlen, "restore from '%s' refused: %s", path, why);
     return rc;
   }
-  fprintf(stderr, "chimed: restored %llu items from %s\n",
-          (unsigned long long)items, path);
+  chime__log(CHIME_LOG_INFO, "restored %llu items from %s",
+             (unsigned long long)items, path);
   /* Keys the old process reserved (it may have acked any of them) come
    * after the checkpoint's next key: go on past them, from the restored
    * checkpoint's dir and the config's. */
@@ -152,10 +153,10 @@ static int reserve_keys(void *ctx, const chime__table_t *t, uint64_t upto) {
   const char *name = chime__table_config(t)->name;
   int rc = chime__keyres_write(srv->keys_dir, name, upto, why, sizeof(why));
   if (rc != 0)
-    fprintf(stderr,
-            "chimed: table '%s': cannot record its key reservation: %s; "
-            "inserts are refused until it can be\n",
-            name, why);
+    chime__log(CHIME_LOG_ERROR,
+               "table '%s': cannot record its key reservation: %s; "
+               "inserts are refused until it can be",
+               name, why);
   return rc;
 }
 
@@ -586,17 +587,18 @@ static void warn_exposed(const chime__config_t *cfg) {
   if (listen_is_local(cfg->listen))
     return;
   if (cfg->ntokens == 0 && !mtls)
-    fprintf(stderr,
-            "chimed: warning: listening on %s beyond loopback with no "
-            "auth.tokens and no tls.client_ca: anyone who reaches the port "
-            "can insert into, drain or stall every table%s\n",
-            cfg->listen, tls ? "" : " (and without TLS, read what crosses it)");
+    chime__log(CHIME_LOG_WARN,
+               "listening on %s beyond loopback with no "
+               "auth.tokens and no tls.client_ca: anyone who reaches the port "
+               "can insert into, drain or stall every table%s",
+               cfg->listen,
+               tls ? "" : " (and without TLS, read what crosses it)");
   else if (!tls)
-    fprintf(stderr,
-            "chimed: warning: listening on %s beyond loopback without TLS: "
-            "tokens and batches cross the network in clear, and whoever "
-            "can read them can replay a token\n",
-            cfg->listen);
+    chime__log(CHIME_LOG_WARN,
+               "listening on %s beyond loopback without TLS: "
+               "tokens and batches cross the network in clear, and whoever "
+               "can read them can replay a token",
+               cfg->listen);
 }
 
 static int listen_on(chime_server_t *srv, char *bound, size_t boundlen,

@@ -4,6 +4,7 @@
  * finish goes back to the table. Where the two modes part, the stream's
  * mode table decides (streammode.h: stream_shm.c, stream_send.c); this
  * file never names a mode. */
+#include "common/log.h"
 #include "server/stream.h"
 
 #include <stdarg.h>
@@ -300,10 +301,10 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
       /* The full report names the server's library paths and site
        * directories: the operator's business, not the remote client's. */
       char what[96];
-      fprintf(stderr,
-              "chimed: stream on table '%s': cannot page-lock the "
-              "ring: %s\n",
-              tc->name, pin_err);
+      chime__log(CHIME_LOG_ERROR,
+                 "stream on table '%s': cannot page-lock the "
+                 "ring: %s",
+                 tc->name, pin_err);
       rc =
           chime__fail(err, errlen, rc,
                       "page-locking the ring failed on the server: %s; see the "
@@ -371,8 +372,8 @@ static void give_back(chime__stream_t *s) {
     return;
   uint32_t *slots = malloc(s->lay.slots * sizeof(*slots));
   if (slots == NULL) {
-    fprintf(stderr, "chimed: stream %llu: out of memory giving back items\n",
-            (unsigned long long)s->id);
+    chime__log(CHIME_LOG_ERROR, "stream %llu: out of memory giving back items",
+               (unsigned long long)s->id);
     return;
   }
   uint32_t n = chime__ring_unreleased(s->ring, slots, s->lay.slots);

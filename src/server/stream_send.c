@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "common/log.h"
 #include "server/sender.h"
 #include "server/stream.h"
 #include "wire/chunk.h"
@@ -165,8 +166,8 @@ static int send_sample(chime__stream_t *s, chime__ring_wslot_t *ws) {
   char err[160];
   if (chime__slot_extents(&s->lay, &s->spec, (const uint8_t *)ws->base,
                           &s->extents[ws->slot], err, sizeof(err)) != 0) {
-    fprintf(stderr, "chimed: table '%s': batch not sent: %s\n", s->table_name,
-            err);
+    chime__log(CHIME_LOG_ERROR, "table '%s': batch not sent: %s", s->table_name,
+               err);
     s->extents[ws->slot].total = 0;
   }
   return 0;

@@ -667,6 +667,14 @@ static PyMethodDef client_methods[] = {
      "set_version(table, version) -> the table's newest version: a policy "
      "version from a process with no stream on it (the trainer); with "
      "max_staleness, items more than that behind leave"},
+    {"export", chimepy_client_export, METH_VARARGS,
+     "export(table, fn): the table's items as they were at one instant "
+     "(a snapshot; inserts and samples go on), oldest first: fn(chunk) per "
+     "chunk, chunk a dict {'shard', 'total', 'count', 'data' (count "
+     "samples' bytes, leaves in spec order), 'keys' (u64), 'priorities' "
+     "(f64)}; the first call per shard has count 0. Sharded: each shard's "
+     "snapshot in turn. An exception in fn stops it and propagates. "
+     "chime.dataset.export_table wraps it."},
     {"checkpoint", client_checkpoint, METH_NOARGS,
      "checkpoint() -> dict: the server writes every table to its "
      "configured checkpoint dir and answers once it is complete; returns "

@@ -109,7 +109,7 @@ typedef struct {
   uint64_t bytes; /* charged to the staging budget */
   uint32_t count;
   uint64_t id, writer_id;
-  int end_episode;
+  int end_episode, warm_start;
   double *priorities;          /* NULL: all 1.0 */
   uint32_t *lengths;           /* a ragged table's (insertreq.h); NULL: none */
   chime__table_versions_t ver; /* its v malloc'd (NULL: all 0) */
@@ -151,6 +151,7 @@ static int stage(staged_t **out, msg_t *m, chime__staging_t *budget,
   sg->id = m->q.id;
   sg->writer_id = m->q.writer_id;
   sg->end_episode = m->q.end_episode;
+  sg->warm_start = m->q.warm_start;
   sg->priorities = m->q.priorities;
   m->q.priorities = NULL;
   sg->lengths = m->q.lengths;
@@ -594,7 +595,8 @@ static void on_request(chime__call_t *c, grpc_byte_buffer *bb) {
     uint32_t count = req->q.count;
     chime__dedupe_req_t dq = {.writer = req->q.writer_id,
                               .seq = id,
-                              .end_episode = req->q.end_episode};
+                              .end_episode = req->q.end_episode,
+                              .warm = req->q.warm_start};
     pthread_mutex_lock(&c->mu);
     if (st->stopping) {
       /* Not taken in, so never acked: the writer sees "shutting down". */
@@ -660,8 +662,10 @@ static void insert_done(chime__inserter_t *w, insert_t *st) {
   pthread_mutex_unlock(&st->call->mu);
   /* A call that ended before its request went in was never acked: the
    * request is dropped, and the writer's resend is the one that counts. */
-  chime__dedupe_req_t dq = {
-      .writer = sg->writer_id, .seq = sg->id, .end_episode = sg->end_episode};
+  chime__dedupe_req_t dq = {.writer = sg->writer_id,
+                            .seq = sg->id,
+                            .end_episode = sg->end_episode,
+                            .warm = sg->warm_start};
   int rc = ended ? CHIME_ECLOSED
                  : chime__table_insert_versioned(
                        w->t, &(chime__span_t){sg->data, sg->data_len}, 1,

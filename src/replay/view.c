@@ -163,16 +163,19 @@ int chime__table_view_sample(const chime__table_t *t,
                              uint8_t *dst) {
   if (t->steps != NULL || t->nrag > 0)
     return CHIME_ENOTSUP;
+  /* loff is a leaf's place in the row the table stores (compressed
+   * leaves are not in it); in a sample every leaf has its place. */
   for (uint32_t l = 0; l < t->nleaves; l++) {
-    uint8_t *d = dst + t->loff[l];
     if (t->zraw[l] != 0) {
       uint32_t stored;
       const uint8_t *z = chime__table_view_z(t, v, i, l, &stored);
-      int rc = chime__zleaf_decompress(d, (size_t)t->zraw[l], z, stored);
+      int rc = chime__zleaf_decompress(dst, (size_t)t->zraw[l], z, stored);
       if (rc != 0)
         return rc;
+      dst += t->zraw[l];
     } else {
-      memcpy(d, chime__table_view_leaf(t, v, i, l), t->lbytes[l]);
+      memcpy(dst, chime__table_view_leaf(t, v, i, l), t->lbytes[l]);
+      dst += t->lbytes[l];
     }
   }
   return 0;

@@ -82,6 +82,12 @@ def _read_h5(path, ds, name, first=0, end=None):
         raise DatasetError(path, name, None, "a scalar, not one row per step")
     n = ds.shape[0] if end is None else min(end, ds.shape[0])
     out = np.empty((n - first,) + ds.shape[1:], dtype=ds.dtype)
+    try:  # one read, as h5py alone would; blocks only to find a bad row
+        if n > first:
+            ds.read_direct(out, np.s_[first:n], np.s_[0:n - first])
+        return out
+    except (OSError, ValueError, RuntimeError):
+        pass
     for lo in range(first, n, BLOCK_ROWS):
         hi = min(n, lo + BLOCK_ROWS)
         try:

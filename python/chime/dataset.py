@@ -143,7 +143,11 @@ def _writers(client, table, n):
     """n warm-start writers: on a sharded client each binds to the shard
     with the fewest of the client's writers, so n = shards spreads them."""
     import chime
-    return [chime.Writer(client, table, warm_start=True) for _ in range(n)]
+    # Samples per message up to the writer's 1 MiB: a transition is often
+    # ~100 bytes, and 256 a message (the default) would make the import
+    # a round trip per 25 KiB.
+    return [chime.Writer(client, table, warm_start=True,
+                         max_batch_samples=1 << 16) for _ in range(n)]
 
 
 def _run(jobs):

@@ -255,35 +255,55 @@ def import_file(client, path, table, mapping=None, priorities=None,
     return import_dataset(client, read(path, fmt), table, mapping, priorities)
 
 
+def _pieces(path, leaves, mapping, priorities, out):
+    """The reader of a streamed import, in a thread of its own (h5py holds
+    the GIL while it reads, the writers let it go while they send, so the
+    two overlap): each piece's (rows, first row, ends, columns,
+    priorities) into queue out, then None, or the DatasetError."""
+    try:
+        for ds, lo in _dsfile.blocks(path):
+            out.put((ds.rows, lo, ds.ends, _columns(ds, leaves, mapping, lo),
+                     _priorities(ds, priorities, lo)))
+        out.put(None)
+    except DatasetError as e:
+        out.put(e)
+
+
 def _import_streamed(client, path, table, mapping, priorities):
+    import queue
     info = table_info(client, table)
     seq = info.get("sequence")
     leaves = parse_spec(seq["step_spec"] if seq else info["spec"])
     nshards = len(client.shards())
     writers = _writers(client, table, nshards)
     done = eps = 0
-    pieces = _dsfile.blocks(path)
+    q = queue.Queue(maxsize=1)  # memory: the piece sent and the next read
+    reader = threading.Thread(target=_pieces, daemon=True,
+                              args=(path, leaves, mapping, priorities, q))
+    reader.start()
     try:
         while True:
-            try:
-                piece = next(pieces, None)
-                if piece is None:
-                    break
-                ds, lo = piece
-                cols = _columns(ds, leaves, mapping, lo)
-                prio = _priorities(ds, priorities, lo)
-            except DatasetError as e:
+            piece = q.get()
+            if piece is None:
+                break
+            if isinstance(piece, DatasetError):
                 _run([w.flush for w in writers])
-                raise DatasetError(e.path, e.dataset, e.row,
-                                   f"{e.why} (partial: rows [0, {done}) "
+                raise DatasetError(piece.path, piece.dataset, piece.row,
+                                   f"{piece.why} (partial: rows [0, {done}) "
                                    f"imported)") from None
+            rows, lo, ends, cols, prio = piece
             if seq:
-                eps += _send_steps(writers[0], cols, ds.ends, ds.rows)
+                eps += _send_steps(writers[0], cols, ends, rows)
             else:
                 _send_plain(writers, cols, prio)
-            done = lo + ds.rows
+            done = lo + rows
         _run([w.flush for w in writers])
     finally:
+        while reader.is_alive():  # a failed send: let the reader end
+            try:
+                q.get(timeout=0.1)
+            except queue.Empty:
+                pass
         for w in writers:
             w.close()
     return {"rows": done, "episodes": eps, "shards": nshards}

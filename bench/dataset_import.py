@@ -22,7 +22,10 @@ round, with the file in the page cache:
            each sent as soon as it is read (bounded memory)
 
 Figures are transitions per second, medians over --runs rounds; the
-ratios are import / h5py, each the median of the per-round ratios. chimed
+ratios are import / h5py, each the median of the per-round ratios. Beside
+them, CPU seconds per 10^6 transitions (medians), which a busy machine
+moves less than rates: h5py's read, and the default import's in this
+process (reading, checking, the writer) and in chimed (the inserts). chimed
 is the one of this package's build tree ($CHIMED overrides), started with
 chime.ensure_server on a Unix socket.
 """
@@ -81,6 +84,13 @@ def timed_import(client, path, partial):
     return time.perf_counter() - t0, r["rows"]
 
 
+def cpu_of(pid):
+    """A process's user + system CPU seconds so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        v = f.read().rsplit(")", 1)[1].split()
+    return (int(v[11]) + int(v[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, default=1000000)
@@ -95,20 +105,29 @@ def main():
                           "sampler": "uniform", "remover": "fifo"}]}
     client = chime.ensure_server("dsbench", config, mode="spawn",
                                  run_dir=tmp, timeout=60)
-    rounds = []
+    pid = chime.server_state("dsbench", run_dir=tmp)["chimed_pid"]
+    rounds, cpu = [], []
     h5py_read(path)  # into the page cache
     for _ in range(a.runs):
+        c0 = time.process_time()
         th = h5py_read(path)
+        c1, s1 = time.process_time(), cpu_of(pid)
         ti, n1 = timed_import(client, path, False)
+        c2, s2 = time.process_time(), cpu_of(pid)
         tp, n2 = timed_import(client, path, True)
         assert n1 == n2 == a.rows
         rounds.append((a.rows / th, a.rows / ti, a.rows / tp))
+        m = 1e6 / a.rows
+        cpu.append(((c1 - c0) * m, (c2 - c1) * m, (s2 - s1) * m))
     med = [statistics.median(r[i] for r in rounds) for i in range(3)]
+    mc = [statistics.median(r[i] for r in cpu) for i in range(3)]
     out = {"rows": a.rows, "bytes_per_row": 106, "gzip": a.gzip,
            "runs": a.runs, "h5py_rows_per_s": med[0],
            "import_rows_per_s": med[1], "partial_rows_per_s": med[2],
            "import_ratio": statistics.median(r[1] / r[0] for r in rounds),
-           "partial_ratio": statistics.median(r[2] / r[0] for r in rounds)}
+           "partial_ratio": statistics.median(r[2] / r[0] for r in rounds),
+           "cpu_s_per_M": {"h5py": mc[0], "import_client": mc[1],
+                           "import_chimed": mc[2]}}
     client.close()
     os.remove(path)
     if a.json:
@@ -118,7 +137,8 @@ def main():
               f"median of {a.runs}: h5py {med[0] / 1e6:.2f} M/s, import "
               f"{med[1] / 1e6:.2f} M/s ({out['import_ratio']:.2f}x), "
               f"partial {med[2] / 1e6:.2f} M/s "
-              f"({out['partial_ratio']:.2f}x)")
+              f"({out['partial_ratio']:.2f}x); CPU s per 10^6: h5py "
+              f"{mc[0]:.3f}, import {mc[1]:.3f} here + {mc[2]:.3f} chimed")
 
 
 if __name__ == "__main__":

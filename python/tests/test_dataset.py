@@ -6,7 +6,6 @@ the rows before the bad block); an import passes a rate limiter that
 stalls a normal writer; export is a snapshot (every item whole, the count
 within the table's at the instant) while a writer runs; export -> import
 -> export is byte-identical; over two shards."""
-import contextlib
 import os
 import pathlib
 import subprocess
@@ -335,13 +334,7 @@ def test_over_two_shards(tmp_path):
     tables = [plain("t", sampler="uniform")]
     tr = transitions(1000, seed=13)
     f = d4rl_file(tmp_path / "d.hdf5", tr)
-    with contextlib.ExitStack() as stack:
-        addrs = []
-        for n in (1, 2):
-            (tmp_path / str(n)).mkdir()
-            _, a = stack.enter_context(
-                conftest.run_chimed(tmp_path / str(n), tables, {"shard": n}))
-            addrs.append(a)
+    with conftest.run_shards(tmp_path, tables) as addrs:
         with chime.Client(",".join(addrs)) as c:
             r = ds.import_file(c, f, "t", mapping=MAP)
             assert r["shards"] == 2

@@ -27,28 +27,25 @@ static chime_client_t *client;
 
 static int setup(void **state) {
   (void)state;
-  if (chime__raw_fixture_start(
-          &chimed, &ch,
-          "{\"tables\": [{\"name\": \"p\", "
-          "\"spec\": \"x:u64[], y:f32[2], pad:u8[112]\", "
-          "\"capacity\": 100000, \"sampler\": \"uniform\"},\n"
-          " {\"name\": \"z\", \"spec\": \"x:u64[], obs:u8[512]\", "
-          "\"capacity\": 1000, \"sampler\": \"uniform\", "
-          "\"compress\": {\"obs\": 3}},\n"
-          " {\"name\": \"e\", \"spec\": \"x:u64[]\", \"capacity\": 10},\n"
-          " {\"name\": \"lim\", \"spec\": \"x:u64[]\", \"capacity\": 1000, "
-          "\"sampler\": \"uniform\", \"samples_per_insert\": 1.0, "
-          "\"min_size\": 2, \"error_buffer\": 2},\n"
-          " {\"name\": \"s\", \"spec\": \"t:u32[]\", \"capacity_steps\": 64, "
-          "\"sequence_length\": 4, \"sampler\": \"fifo\"}]}\n") != 0)
-    return -1;
-  return chime_client_create(&client, chimed.addr, NULL) == 0 ? 0 : -1;
+  return chime__raw_client_fixture_start(
+      &chimed, &ch, &client,
+      "{\"tables\": [{\"name\": \"p\", "
+      "\"spec\": \"x:u64[], y:f32[2], pad:u8[112]\", "
+      "\"capacity\": 100000, \"sampler\": \"uniform\"},\n"
+      " {\"name\": \"z\", \"spec\": \"x:u64[], obs:u8[512]\", "
+      "\"capacity\": 1000, \"sampler\": \"uniform\", "
+      "\"compress\": {\"obs\": 3}},\n"
+      " {\"name\": \"e\", \"spec\": \"x:u64[]\", \"capacity\": 10},\n"
+      " {\"name\": \"lim\", \"spec\": \"x:u64[]\", \"capacity\": 1000, "
+      "\"sampler\": \"uniform\", \"samples_per_insert\": 1.0, "
+      "\"min_size\": 2, \"error_buffer\": 2},\n"
+      " {\"name\": \"s\", \"spec\": \"t:u32[]\", \"capacity_steps\": 64, "
+      "\"sequence_length\": 4, \"sampler\": \"fifo\"}]}\n");
 }
 
 static int teardown(void **state) {
   (void)state;
-  chime_client_destroy(client);
-  return chime__raw_fixture_stop(&chimed, ch);
+  return chime__raw_client_fixture_stop(&chimed, ch, client);
 }
 
 /* What an export saw, and when fn stops it. */

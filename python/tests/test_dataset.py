@@ -384,3 +384,26 @@ def test_chimectl_import_export(addr, client, tmp_path):
     r = chimectl("import", str(f), "cli", addr,
                  env={"CHIME_PYTHON": "/nonexistent/python3"})
     assert r.returncode == 1 and "python3-h5py" in r.stderr
+
+
+def test_server_stop_during_an_export(tmp_path):
+    """chimed told to stop while an export is under way (its reader has
+    taken one chunk of several): the export ends with an error, chimed
+    lets the snapshot's rows go and exits 0."""
+    tables = [{"name": "big", "spec": "x:u8[4096]", "capacity": 8192,
+               "sampler": "uniform"}]
+    with conftest.run_chimed(tmp_path, tables) as (proc, a):
+        with chime.Client(a) as c:
+            with c.writer("big") as w:
+                w.extend({"x": np.zeros((8192, 4096), np.uint8)})
+            seen = []
+
+            def stop_once(ch):
+                seen.append(ch["count"])
+                if len(seen) == 2:
+                    proc.terminate()
+
+            with pytest.raises(chime.Error):
+                c.export("big", stop_once)
+            assert proc.wait(timeout=conftest.STOP_TIMEOUT_S) == 0
+        assert seen[0] == 0 and sum(seen) < 8192

@@ -105,6 +105,11 @@ def _fit(path, src, a, dtype, shape, lo=0):
 def _columns(ds, leaves, mapping, lo=0):
     """{leaf: array} for the table's leaves, from ds's fields by name (or
     mapping[leaf])."""
+    unknown = sorted(set(mapping) - {name for name, _, _ in leaves})
+    if unknown:
+        raise ValueError(f"map {unknown[0]}=...: the table has no leaf "
+                         f"'{unknown[0]}' (its leaves: "
+                         f"{', '.join(n for n, _, _ in leaves)})")
     cols = {}
     for name, dtype, shape in leaves:
         src = mapping.get(name, name)

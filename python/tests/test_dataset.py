@@ -232,6 +232,9 @@ def test_malformed_files_import_nothing(client, tmp_path):
     with pytest.raises(ds.DatasetError, match="'nope'.*missing"):
         ds.import_file(client, str(tmp_path / "p.npz"), "bad",
                        mapping=dict(MAP, obs="nope"))
+    with pytest.raises(ValueError, match="no leaf 'ob'"):
+        ds.import_file(client, str(tmp_path / "p.npz"), "bad",
+                       mapping=dict(MAP, ob="observations"))
     (tmp_path / "x.hdf5").write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 40)
     with pytest.raises(ds.DatasetError, match="not a readable HDF5"):
         ds.import_file(client, tmp_path / "x.hdf5", "bad", mapping=MAP)

@@ -174,6 +174,9 @@ static void export_on_start(chime__call_t *c) {
     st->over = 1;
   }
   pthread_mutex_unlock(&st->mu);
+  /* A stop that came before the state was there found nothing to end. */
+  if (atomic_load(&c->srv->stopping))
+    c->vt->on_stop(c);
 }
 
 static export_t *export_state(chime__call_t *c) {

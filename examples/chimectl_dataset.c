@@ -20,10 +20,17 @@
 /* Run by the interpreter: the dataset module's CLI, or a sentence saying
  * what is missing. */
 static const char bootstrap[] =
-    "import sys\n"
-    "try:\n"
+    "import os, sys\n"
+    "def load():\n"
     "    import numpy\n"
     "    from chime import _dscli\n"
+    "    return _dscli\n"
+    "try:\n"
+    "    try:\n"
+    "        _dscli = load()\n"
+    "    except ImportError:\n"
+    "        sys.path.append(os.environ.get('CHIME_TREE_PYTHON', ''))\n"
+    "        _dscli = load()\n"
     "except ImportError as e:\n"
     "    sys.exit('chimectl ' + sys.argv[1] + ': needs the chime Python "
     "package and numpy (Debian: python3-chime, python3-numpy; from a build "
@@ -43,7 +50,26 @@ int chime__ctl_is_dataset(int argc, char **argv) {
   return 0;
 }
 
+/* A chimectl in a build tree (build/examples/chimectl) finds the package
+ * beside it (build/python), where none is installed. */
+static void tree_python(void) {
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 16);
+  if (n <= 0)
+    return;
+  exe[n] = '\0';
+  for (int up = 0; up < 2; up++) {
+    char *slash = strrchr(exe, '/');
+    if (slash == NULL)
+      return;
+    *slash = '\0';
+  }
+  strcat(exe, "/python");
+  setenv("CHIME_TREE_PYTHON", exe, 0);
+}
+
 int chime__ctl_dataset(int argc, char **argv) {
+  tree_python();
   const char *py = getenv("CHIME_PYTHON");
   if (py == NULL || py[0] == '\0')
     py = "python3";

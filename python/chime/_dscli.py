@@ -5,7 +5,7 @@ usage."""
 import argparse
 import sys
 
-USAGE = """usage: chimectl [CONN] import FILE TABLE TARGET [--map LEAF=NAME]...
+USAGE = """chimectl [CONN] import FILE TABLE TARGET [--map LEAF=NAME]...
                  [--priorities NAME] [--partial] [--format hdf5|npz]
        chimectl [CONN] export TABLE FILE TARGET [--format hdf5|npz]
 CONN: --token-file PATH --tls-ca PATH --tls-cert PATH --tls-key PATH

@@ -115,6 +115,8 @@ set(CPACK_DEBIAN_PYTHON_PACKAGE_NAME python3-chime)
 set(CPACK_DEBIAN_PYTHON_PACKAGE_SECTION python)
 set(CPACK_DEBIAN_PYTHON_PACKAGE_DEPENDS
     "python3 (>= ${Python3_VERSION_MAJOR}.${Python3_VERSION_MINOR}), python3 (<< ${Python3_VERSION_MAJOR}.${Python3_VERSION_MINOR}.999), python3-numpy, chimed ${chime_this}")
+# chime.dataset and chimectl import/export read and write HDF5 with h5py.
+set(CPACK_DEBIAN_PYTHON_PACKAGE_RECOMMENDS python3-h5py)
 # prerm: the bytecode an import as root leaves beside the module.
 set(CPACK_DEBIAN_PYTHON_PACKAGE_CONTROL_EXTRA ${chime_deb}/python3-chime/prerm)
 set(CPACK_DEBIAN_PYTHON_PACKAGE_CONTROL_STRICT_PERMISSION ON)

@@ -4,6 +4,9 @@
  *   chimectl [--json] stats TARGET
  *   chimectl [--json] checkpoint TARGET
  *   chimectl top TARGET [--iterations N] [--interval-ms MS]
+ *   chimectl import FILE TABLE TARGET [--map LEAF=NAME]... (and export
+ *   TABLE FILE TARGET): offline datasets, run through the Python package
+ *   (chimectl_dataset.c)
  *
  * TARGET is one server ("host:port", "unix:/path") or many shards as
  * chime_client_create takes them (a comma list, ipv4:/ipv6: lists,
@@ -22,6 +25,7 @@
 #include <jansson.h>
 
 #include "chime/chime.h"
+#include "chimectl_dataset.h"
 #include "chimectl_leaves.h"
 #include "chimectl_top.h"
 #include "cli.h"
@@ -33,7 +37,12 @@ static void usage(FILE *f) {
       "       chimectl [--json] " CHIME__CLI_CONN_USAGE " stats TARGET\n"
       "       chimectl [--json] " CHIME__CLI_CONN_USAGE " checkpoint TARGET\n"
       "       chimectl " CHIME__CLI_CONN_USAGE
-      " top TARGET [--iterations N] [--interval-ms MS]\n" CHIME__CLI_TARGET_HELP
+      " top TARGET [--iterations N] [--interval-ms MS]\n"
+      "       chimectl " CHIME__CLI_CONN_USAGE
+      " import FILE TABLE TARGET [--map LEAF=NAME]...\n"
+      "                [--priorities NAME] [--partial] [--format hdf5|npz]\n"
+      "       chimectl " CHIME__CLI_CONN_USAGE
+      " export TABLE FILE TARGET [--format hdf5|npz]\n" CHIME__CLI_TARGET_HELP
       "Over shards: a row per shard and a totals row (--json: "
       "{\"shards\", \"total\"}); top sums the shards.\n"
       "top: rates over each interval (default 1000 ms), q or Ctrl-C "
@@ -991,5 +1000,7 @@ cleanup:
 }
 
 int main(int argc, char **argv) {
+  if (chime__ctl_is_dataset(argc, argv))
+    return chime__ctl_dataset(argc, argv);
   return run(argc, argv);
 }

@@ -63,6 +63,7 @@
 #include <stdint.h>
 
 #include "chime/errors.h"
+#include "chime/export.h"
 #include "chime/spec.h"
 #include "chime/stats.h"
 #include "chime/version.h"
@@ -392,6 +393,11 @@ typedef struct {
    * (the actor's CPU left to the actor). A table that compresses nothing,
    * or a sequence table, gets raw samples either way. */
   int compress;
+  /* A warm start (an import, docs/datasets.md): the writer's samples go in
+   * without waiting for the table's rate limiter (InsertRequest.warm_start),
+   * so filling a table from a dataset never stalls on samples no learner
+   * takes yet. Capacity and a fifo table's room still hold. Default 0. */
+  int warm_start;
 } chime_writer_opts_t;
 #define CHIME_WRITER_OPTS_INIT                                                 \
   {                                                                            \

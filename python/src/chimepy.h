@@ -81,6 +81,8 @@ PyObject *chimepy_batch_nested(PyObject *batch, PyObject *leaf);
 void chimepy_client_child_closed(chimepy_client_t *client);
 /* Raises ClosedError-like chime.Error when the client was closed. */
 int chimepy_client_check(chimepy_client_t *client);
+/* Client.export(table, fn) (export.c). */
+PyObject *chimepy_client_export(PyObject *o, PyObject *args);
 /* A call on client->c that releases the GIL: begin checks the client is
  * open (-1 with chime.Error CHIME_ECLOSED if not) and counts the call;
  * end (with the GIL) uncounts it, and destroys a client closed meanwhile

@@ -627,7 +627,7 @@ static PyObject *client_shards(PyObject *o, PyObject *unused) {
 
 /* The signatures' defaults are the C library's (CHIME_*_OPTS_INIT), written
  * into the docstrings at import. */
-static char client_doc[512], writer_doc[128], stream_doc[768];
+static char client_doc[512], writer_doc[512], stream_doc[768];
 
 /* Seconds as Python writes a float: 5.0, 2.5. */
 static const char *secs(char *buf, size_t len, int ms) {
@@ -651,8 +651,13 @@ void chimepy_client_docs_init(void) {
            secs(a, sizeof(a), co.timeout_ms));
   snprintf(writer_doc, sizeof(writer_doc),
            "writer(table, max_inflight=%u, timeout=%s, version=0, "
-           "compress=True) -> Writer",
-           (unsigned)wo.max_inflight, secs(a, sizeof(a), wo.timeout_ms));
+           "compress=True, *, warm_start=False, max_batch_samples=%u) -> "
+           "Writer. compress: the writer compresses the table's compressed "
+           "leaves; warm_start: its samples pass the table's rate limiter (an "
+           "import, docs/datasets.md); max_batch_samples: samples per "
+           "message (at most 1 MiB of them)",
+           (unsigned)wo.max_inflight, secs(a, sizeof(a), wo.timeout_ms),
+           (unsigned)wo.max_batch_samples);
   snprintf(
       stream_doc, sizeof(stream_doc),
       "stream(table, batch_size=%u, mode='%s', slots=%u, prefetch=%u, "
@@ -695,6 +700,14 @@ static PyMethodDef client_methods[] = {
      "set_version(table, version) -> the table's newest version: a policy "
      "version from a process with no stream on it (the trainer); with "
      "max_staleness, items more than that behind leave"},
+    {"export", chimepy_client_export, METH_VARARGS,
+     "export(table, fn): the table's items as they were at one instant "
+     "(a snapshot; inserts and samples go on), oldest first: fn(chunk) per "
+     "chunk, chunk a dict {'shard', 'total', 'count', 'data' (count "
+     "samples' bytes, leaves in spec order), 'keys' (u64), 'priorities' "
+     "(f64)}; the first call per shard has count 0. Sharded: each shard's "
+     "snapshot in turn. An exception in fn stops it and propagates. "
+     "chime.dataset.export_table wraps it."},
     {"checkpoint", client_checkpoint, METH_NOARGS,
      "checkpoint() -> dict: the server writes every table to its "
      "configured checkpoint dir and answers once it is complete; returns "

@@ -147,20 +147,28 @@ static int in_slices(writer_t *self, slice_fn call, void *arg,
 
 static int writer_init(PyObject *o, PyObject *args, PyObject *kw) {
   writer_t *self = (writer_t *)o;
-  static char *kwlist[] = {"client",  "table",   "max_inflight",
-                           "timeout", "version", "compress",
-                           NULL};
+  static char *kwlist[] = {
+      "client",   "table",      "max_inflight",      "timeout", "version",
+      "compress", "warm_start", "max_batch_samples", NULL};
   PyObject *client;
   const char *table;
   chime_writer_opts_t opts = CHIME_WRITER_OPTS_INIT;
   double timeout = opts.timeout_ms / 1000.0;
   PyObject *inflight_o = NULL, *version_o = NULL;
-  int compress = opts.compress;
-  if (!PyArg_ParseTupleAndKeywords(
-          args, kw, "O!s|OdOp:Writer", kwlist, &chimepy_client_type, &client,
-          &table, &inflight_o, &timeout, &version_o, &compress))
+  int compress = opts.compress, warm = 0;
+  PyObject *batch_o = NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O!s|OdOp$pO:Writer", kwlist,
+                                   &chimepy_client_type, &client, &table,
+                                   &inflight_o, &timeout, &version_o, &compress,
+                                   &warm, &batch_o))
     return -1;
   opts.compress = compress;
+  opts.warm_start = warm;
+  uint64_t batch = opts.max_batch_samples;
+  if (batch_o &&
+      chimepy_uint_arg(batch_o, "max_batch_samples", 1, UINT32_MAX, &batch))
+    return -1;
+  opts.max_batch_samples = (uint32_t)batch;
   uint64_t max_inflight = opts.max_inflight, version = 0;
   if ((inflight_o && chimepy_uint_arg(inflight_o, "max_inflight", 0, UINT32_MAX,
                                       &max_inflight)) ||

@@ -93,6 +93,20 @@ def run_chimed(tmp, tables=TABLES, extra=None, args=(),
                 pytest.fail(f"chimed ignored SIGTERM for {STOP_TIMEOUT_S} s")
 
 
+@contextlib.contextmanager
+def run_shards(tmp, tables, shards=(1, 2)):
+    """Yields the addresses of one chimed per shard number (config
+    "shard"), each in a directory of its own under tmp."""
+    with contextlib.ExitStack() as stack:
+        addrs = []
+        for n in shards:
+            (tmp / str(n)).mkdir()
+            _, addr = stack.enter_context(
+                run_chimed(tmp / str(n), tables, {"shard": n}))
+            addrs.append(addr)
+        yield addrs
+
+
 @pytest.fixture(scope="module")
 def chimed(tmp_path_factory):
     """Address of a chimed shared by the tests of a module."""

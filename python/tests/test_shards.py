@@ -20,13 +20,7 @@ KEY_SHIFT = 48  # keys are shard << 48 | n, n from 1 per table
 @pytest.fixture
 def shards(tmp_path):
     """[address of shard 1, address of shard 2], fresh for each test."""
-    with contextlib.ExitStack() as stack:
-        addrs = []
-        for n in (1, 2):
-            (tmp_path / str(n)).mkdir()
-            _, addr = stack.enter_context(
-                conftest.run_chimed(tmp_path / str(n), TABLES, {"shard": n}))
-            addrs.append(addr)
+    with conftest.run_shards(tmp_path, TABLES) as addrs:
         yield addrs
 
 

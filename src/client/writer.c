@@ -152,6 +152,7 @@ static int send_batch(chime_writer_t *w) {
   req.writer_id = w->writer_id;
   req.end_episode = w->end_pending != 0;
   chime__writer_zip_req(w, &req);
+  req.warm_start = w->warm_start != 0;
   grpc_byte_buffer *bb = chime__pack(&req.base);
   if (!bb)
     return fail(w, CHIME_ENOMEM);
@@ -294,6 +295,7 @@ int chime_writer_open(chime_writer_t **out, chime_client_t *client,
   w->max_inflight = opts->max_inflight;
   w->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : def.timeout_ms;
   w->resend = opts->resend != 0;
+  w->warm_start = opts->warm_start != 0;
   w->reconnect_timeout_ms = opts->reconnect_timeout_ms > 0
                                 ? opts->reconnect_timeout_ms
                                 : def.reconnect_timeout_ms;

@@ -34,6 +34,7 @@ struct chime_writer_s {
    * per writer_id, which it then always has. */
   int sequence;
   int end_pending; /* the next request ends the episode */
+  int warm_start;  /* every request passes the rate limiter */
 
   chime__rpc_t rpc; /* the Insert call; a new one after a reconnect */
 

@@ -38,6 +38,9 @@ typedef struct {
   /* In: a sequence table's episode (the writer's) ends with this request.
    * Carried here because it is part of what a resend must not repeat. */
   int end_episode;
+  /* In: the request goes in without asking the rate limiter (a warm
+   * start: an import, docs/datasets.md). Not part of what dedupe checks. */
+  int warm;
   /* Out: 1 when the request was inserted before and acked again from
    * memory (nothing inserted). */
   int resent;

@@ -359,7 +359,7 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
     if ((rc = chime__tbl_keys_reserve(t, chime__tbl_key_pos(t, t->next_key) +
                                              count)) != 0)
       goto out;
-    if (!t->lim->allows_insert(t)) {
+    if (!(dq != NULL && dq->warm) && !t->lim->allows_insert(t)) {
       if (abort != NULL && atomic_load(abort)) {
         rc = CHIME_ESHUTDOWN;
         goto out;

@@ -411,6 +411,14 @@ const uint8_t *chime__table_view_leaf(const chime__table_t *t,
 const uint8_t *chime__table_view_z(const chime__table_t *t,
                                    const chime__table_view_t *v, uint64_t i,
                                    uint32_t l, uint32_t *stored);
+/* Item i's sample as an insert carries it (leaves in spec order, each at
+ * its leaf's bytes; compressed leaves decompressed) into dst, of
+ * chime__table_sample_bytes(t) bytes: an export (docs/datasets.md). A
+ * plain table without ragged leaves (else CHIME_ENOTSUP); CHIME_ECORRUPT
+ * for a stored leaf that does not decompress (never: inserts check). */
+int chime__table_view_sample(const chime__table_t *t,
+                             const chime__table_view_t *v, uint64_t i,
+                             uint8_t *dst);
 /* Whether t keeps leaf l compressed (docs/replay.md, "Compressed leaves"). */
 int chime__table_compressed(const chime__table_t *t, uint32_t l);
 const uint8_t *chime__table_view_ragged(const chime__table_t *t,

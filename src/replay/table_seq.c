@@ -167,7 +167,7 @@ int chime__tbl_seq_insert(chime__table_t *t, const chime__span_t *spans,
              wend = chime__tbl_key_pos(t, t->next_key) + count + 1;
     if ((rc = chime__tbl_keys_reserve(t, send > wend ? send : wend)) != 0)
       goto out;
-    int rate = t->lim->allows_insert(t);
+    int rate = dq->warm || t->lim->allows_insert(t);
     /* The oldest blocks it would reuse may be pinned by a sampler's copy
      * (for as long as the copy takes): checked before any step goes in. */
     if (rate && chime__steps_room(

@@ -158,6 +158,29 @@ const uint8_t *chime__table_view_z(const chime__table_t *t,
   return chime__zleaf_at(buf, t->nz, k);
 }
 
+int chime__table_view_sample(const chime__table_t *t,
+                             const chime__table_view_t *v, uint64_t i,
+                             uint8_t *dst) {
+  if (t->steps != NULL || t->nrag > 0)
+    return CHIME_ENOTSUP;
+  /* loff is a leaf's place in the row the table stores (compressed
+   * leaves are not in it); in a sample every leaf has its place. */
+  for (uint32_t l = 0; l < t->nleaves; l++) {
+    if (t->zraw[l] != 0) {
+      uint32_t stored;
+      const uint8_t *z = chime__table_view_z(t, v, i, l, &stored);
+      int rc = chime__zleaf_decompress(dst, (size_t)t->zraw[l], z, stored);
+      if (rc != 0)
+        return rc;
+      dst += t->zraw[l];
+    } else {
+      memcpy(dst, chime__table_view_leaf(t, v, i, l), t->lbytes[l]);
+      dst += t->lbytes[l];
+    }
+  }
+  return 0;
+}
+
 int chime__table_compressed(const chime__table_t *t, uint32_t l) {
   return l < t->nleaves && t->zraw[l] != 0;
 }

@@ -30,6 +30,7 @@ static const char *method_name(int method) {
       [CHIME__M_MUTATE] = "MutatePriorities",
       [CHIME__M_CHECKPOINT] = "Checkpoint",
       [CHIME__M_SET_VERSION] = "SetVersion",
+      [CHIME__M_EXPORT] = "Export",
       [CHIME__M_HEALTH] = "Health/Check",
   };
   return method >= 0 && method < CHIME__M_COUNT ? names[method] : "?";

@@ -447,7 +447,7 @@ int chime__request_call(chime__callhost_t *h, int method) {
   c->close_tag.fn = on_close_done;
   pthread_mutex_init(&c->mu, NULL);
   grpc_metadata_array_init(&c->md);
-  int unary = chime__method_unary(method);
+  int unary = chime__method_one_request(method);
   grpc_call_error e;
   grpc_call_details_init(&c->details);
   /* The new call is announced on cq; its own operations complete where

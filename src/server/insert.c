@@ -113,7 +113,7 @@ typedef struct {
   uint64_t bytes; /* charged to the staging budget */
   uint32_t count;
   uint64_t id, writer_id;
-  int end_episode;
+  int end_episode, warm_start;
   double *priorities;          /* NULL: all 1.0 */
   uint32_t *lengths;           /* a ragged table's (insertreq.h); NULL: none */
   chime__table_versions_t ver; /* its v malloc'd (NULL: all 0) */
@@ -160,6 +160,7 @@ static int stage(staged_t **out, msg_t *m, chime__staging_t *budget,
   sg->id = m->q.id;
   sg->writer_id = m->q.writer_id;
   sg->end_episode = m->q.end_episode;
+  sg->warm_start = m->q.warm_start;
   sg->priorities = m->q.priorities;
   m->q.priorities = NULL;
   sg->lengths = m->q.lengths;
@@ -546,7 +547,8 @@ static void on_request(chime__call_t *c, grpc_byte_buffer *bb) {
     uint32_t count = req->q.count;
     chime__dedupe_req_t dq = {.writer = req->q.writer_id,
                               .seq = id,
-                              .end_episode = req->q.end_episode};
+                              .end_episode = req->q.end_episode,
+                              .warm = req->q.warm_start};
     pthread_mutex_lock(&c->mu);
     if (st->stopping) {
       /* Not taken in, so never acked: the writer sees "shutting down". */
@@ -614,8 +616,10 @@ static void insert_done(chime__inserter_t *w, insert_t *st) {
   pthread_mutex_unlock(&st->call->mu);
   /* A call that ended before its request went in was never acked: the
    * request is dropped, and the writer's resend is the one that counts. */
-  chime__dedupe_req_t dq = {
-      .writer = sg->writer_id, .seq = sg->id, .end_episode = sg->end_episode};
+  chime__dedupe_req_t dq = {.writer = sg->writer_id,
+                            .seq = sg->id,
+                            .end_episode = sg->end_episode,
+                            .warm = sg->warm_start};
   chime__table_stored_t zs = {sg->zleaves, sg->nzleaves, sg->zsizes, st->why,
                               WHY_LEN};
   int rc = ended ? CHIME_ECLOSED

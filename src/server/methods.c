@@ -11,4 +11,5 @@ const chime__call_vt_t *const chime__method_vt[CHIME__M_COUNT] = {
     [CHIME__M_SUBSCRIBE] = &chime__subscribe_vt,
     [CHIME__M_HEALTH] = &chime__health_vt,
     [CHIME__M_SET_VERSION] = &chime__setversion_vt,
+    [CHIME__M_EXPORT] = &chime__export_vt,
 };

@@ -16,6 +16,7 @@ extern const chime__call_vt_t chime__insert_vt;
 extern const chime__call_vt_t chime__subscribe_vt;
 extern const chime__call_vt_t chime__health_vt;
 extern const chime__call_vt_t chime__setversion_vt;
+extern const chime__call_vt_t chime__export_vt;
 
 /* Indexed by CHIME__M_*: every registered method's handler. */
 extern const chime__call_vt_t *const chime__method_vt[CHIME__M_COUNT];

@@ -30,7 +30,7 @@ int chime_service_register(chime_server_t *srv, struct grpc_server *server,
      * chimed's serves it (docs/protocol.md, Health). */
     if (m == CHIME__M_HEALTH && !srv->serve_health)
       continue;
-    int unary = chime__method_unary(m);
+    int unary = chime__method_one_request(m);
     srv->host.methods[m] = grpc_server_register_method(
         server, chime__method_path[m], NULL,
         unary ? GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER

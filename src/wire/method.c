@@ -9,6 +9,7 @@ const char *const chime__method_path[CHIME__M_COUNT] = {
     [CHIME__M_MUTATE] = "/chime.v1.Chime/MutatePriorities",
     [CHIME__M_CHECKPOINT] = "/chime.v1.Chime/Checkpoint",
     [CHIME__M_SET_VERSION] = "/chime.v1.Chime/SetVersion",
+    [CHIME__M_EXPORT] = "/chime.v1.Chime/Export",
     [CHIME__M_HEALTH] = "/grpc.health.v1.Health/Check",
 };
 
@@ -17,4 +18,5 @@ const unsigned chime__method_max_request[CHIME__M_COUNT] = {
     [CHIME__M_INSERT] = 0,          [CHIME__M_SUBSCRIBE] = 256u << 10,
     [CHIME__M_MUTATE] = 0,          [CHIME__M_CHECKPOINT] = 64u << 10,
     [CHIME__M_HEALTH] = 4u << 10,   [CHIME__M_SET_VERSION] = 4u << 10,
+    [CHIME__M_EXPORT] = 4u << 10,
 };

@@ -13,6 +13,7 @@ enum {
   CHIME__M_MUTATE, /* MutatePriorities */
   CHIME__M_CHECKPOINT,
   CHIME__M_SET_VERSION, /* SetVersion */
+  CHIME__M_EXPORT,      /* Export: one request, a stream of chunks */
   /* grpc.health.v1.Health/Check: chimed's own grpc_server only (an
    * application's server has its own health service, docs/protocol.md). */
   CHIME__M_HEALTH,
@@ -36,11 +37,18 @@ extern const unsigned chime__method_max_request[CHIME__M_COUNT];
 
 /* GetInfo, Stats, MutatePriorities, Checkpoint, SetVersion and the health
  * Check are
- * unary; Insert and Subscribe are bidi streams. */
+ * unary; Insert and Subscribe are bidi streams; Export takes one request
+ * and streams its answer. */
 static inline int chime__method_unary(int method) {
   return method == CHIME__M_GETINFO || method == CHIME__M_STATS ||
          method == CHIME__M_MUTATE || method == CHIME__M_CHECKPOINT ||
          method == CHIME__M_SET_VERSION || method == CHIME__M_HEALTH;
+}
+
+/* The methods whose one request arrives with the call (the server reads
+ * it before the handler starts): the unary ones and Export. */
+static inline int chime__method_one_request(int method) {
+  return chime__method_unary(method) || method == CHIME__M_EXPORT;
 }
 
 #endif

@@ -23,23 +23,20 @@ static chime_client_t *client;
 
 static int setup(void **state) {
   (void)state;
-  if (chime__raw_fixture_start(
-          &chimed, &ch,
-          "{\"tables\": [{\"name\": \"h\", \"spec\": \"x:u64[]\", "
-          "\"capacity\": 100, \"sampler\": \"max_heap\", "
-          "\"max_times_sampled\": 1},\n"
-          " {\"name\": \"p\", \"spec\": \"x:u64[]\", \"capacity\": 100, "
-          "\"sampler\": \"prioritized\", \"remover\": \"fifo\"},\n"
-          " {\"name\": \"m\", \"spec\": \"x:u64[]\", \"capacity\": 5000, "
-          "\"sampler\": \"max_heap\", \"max_times_sampled\": 1}]}\n") != 0)
-    return -1;
-  return chime_client_create(&client, chimed.addr, NULL) == 0 ? 0 : -1;
+  return chime__raw_client_fixture_start(
+      &chimed, &ch, &client,
+      "{\"tables\": [{\"name\": \"h\", \"spec\": \"x:u64[]\", "
+      "\"capacity\": 100, \"sampler\": \"max_heap\", "
+      "\"max_times_sampled\": 1},\n"
+      " {\"name\": \"p\", \"spec\": \"x:u64[]\", \"capacity\": 100, "
+      "\"sampler\": \"prioritized\", \"remover\": \"fifo\"},\n"
+      " {\"name\": \"m\", \"spec\": \"x:u64[]\", \"capacity\": 5000, "
+      "\"sampler\": \"max_heap\", \"max_times_sampled\": 1}]}\n");
 }
 
 static int teardown(void **state) {
   (void)state;
-  chime_client_destroy(client);
-  return chime__raw_fixture_stop(&chimed, ch);
+  return chime__raw_client_fixture_stop(&chimed, ch, client);
 }
 
 /* Inserts x = 1..n with priority x into table; keys are 1..n too. */

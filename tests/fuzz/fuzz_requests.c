@@ -1,15 +1,16 @@
 /* libFuzzer target: the requests of GetInfo, Stats, MutatePriorities,
- * Subscribe and SetVersion as the server reads them, through the real server in
- * this process (src/server/, instrumented; gRPC itself is not). A client in the
- * same process sends the input's bytes as the call's messages over a real
- * gRPC channel, so each message goes through gRPC's framing to the method's
- * handler (info.c, mutate.c, subscribe.c and stream.c's checks of an Open,
- * the ring it creates, credits in stream mode), exactly as a peer's would.
+ * Subscribe, SetVersion and Export as the server reads them, through the real
+ * server in this process (src/server/, instrumented; gRPC itself is not). A
+ * client in the same process sends the input's bytes as the call's messages
+ * over a real gRPC channel, so each message goes through gRPC's framing to the
+ * method's handler (info.c, mutate.c, subscribe.c and stream.c's checks of an
+ * Open, the ring it creates, credits in stream mode), exactly as a peer's
+ * would.
  *
  * Input: [method][flags][messages...], each message [len lo][len hi][bytes]
  * (a length past the end takes the rest; at most 8 messages).
- *   method % 5: 0 GetInfo, 1 Stats, 2 MutatePriorities, 3 Subscribe,
- *               4 SetVersion
+ *   method % 6: 0 GetInfo, 1 Stats, 2 MutatePriorities, 3 Subscribe,
+ *               4 SetVersion, 5 Export (a snapshot streamed back)
  *   flags bit 0: half-close after the messages (else the call is cancelled
  *                once the server has said what it will); unary calls are
  *                always half-closed (gRPC hands the server a unary call
@@ -51,10 +52,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
  * ended, before it cancels: the server answers at once or not at all. */
 #define QUIET_MS 10
 
-static const char *const methods[5] = {
+static const char *const methods[6] = {
     "/chime.v1.Chime/GetInfo",          "/chime.v1.Chime/Stats",
     "/chime.v1.Chime/MutatePriorities", "/chime.v1.Chime/Subscribe",
-    "/chime.v1.Chime/SetVersion",
+    "/chime.v1.Chime/SetVersion",       "/chime.v1.Chime/Export",
 };
 
 static const char config[] =
@@ -320,8 +321,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     setup();
   if (size < 2)
     return 0;
-  const char *method = methods[data[0] % 5];
-  int half_close = (data[1] & 1) || data[0] % 5 != 3;
+  const char *method = methods[data[0] % 6];
+  int half_close = (data[1] & 1) || data[0] % 6 != 3;
   size_t pos = 2;
   call_t c;
   call_start(&c, method);

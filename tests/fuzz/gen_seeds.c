@@ -635,6 +635,17 @@ static void requests_seeds(void) {
   req_begin(4, 1);
   req_add(&sv.base);
   put("requests", "setversion", req_buf, req_len);
+
+  /* Export: a table's snapshot streamed back, and an unknown table. */
+  Chime__V1__ExportRequest ex = CHIME__V1__EXPORT_REQUEST__INIT;
+  ex.table = "u";
+  req_begin(5, 1);
+  req_add(&ex.base);
+  put("requests", "export", req_buf, req_len);
+  ex.table = "nope";
+  req_begin(5, 1);
+  req_add(&ex.base);
+  put("requests", "export_unknown_table", req_buf, req_len);
 }
 
 int main(int argc, char **argv) {

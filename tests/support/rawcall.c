@@ -9,6 +9,7 @@
 #include <grpc/grpc_security.h>
 #include <grpc/support/time.h>
 
+#include "chime/chime.h"
 #include "chime/errors.h"
 #include "harness.h"
 
@@ -307,6 +308,20 @@ int chime__raw_fixture_start(chime__chimed_t *d, grpc_channel **ch,
   grpc_init();
   *ch = chime__raw_channel(d->addr);
   return *ch != NULL ? 0 : -1;
+}
+
+int chime__raw_client_fixture_start(chime__chimed_t *d, grpc_channel **ch,
+                                    chime_client_t **client,
+                                    const char *config_json) {
+  if (chime__raw_fixture_start(d, ch, config_json) != 0)
+    return -1;
+  return chime_client_create(client, d->addr, NULL) == 0 ? 0 : -1;
+}
+
+int chime__raw_client_fixture_stop(chime__chimed_t *d, grpc_channel *ch,
+                                   chime_client_t *client) {
+  chime_client_destroy(client);
+  return chime__raw_fixture_stop(d, ch);
 }
 
 int chime__raw_fixture_stop(chime__chimed_t *d, grpc_channel *ch) {

@@ -35,6 +35,15 @@ int chime__raw_fixture_start(chime__chimed_t *d, grpc_channel **ch,
  * what is left: 0 when chimed exited 0 by itself. */
 int chime__raw_fixture_stop(chime__chimed_t *d, grpc_channel *ch);
 
+/* The same with a client of the library on chimed's address (*client),
+ * for tests that use both; the stop destroys it first. */
+typedef struct chime_client_s chime_client_t;
+int chime__raw_client_fixture_start(chime__chimed_t *d, grpc_channel **ch,
+                                    chime_client_t **client,
+                                    const char *config_json);
+int chime__raw_client_fixture_stop(chime__chimed_t *d, grpc_channel *ch,
+                                   chime_client_t *client);
+
 /* A channel to addr with the protocol's message limits (64 MiB), on a
  * connection of its own. */
 grpc_channel *chime__raw_channel(const char *addr);

@@ -103,6 +103,7 @@ static void test_roles(void **state) {
       [CHIME__M_MUTATE] = "MutatePriorities",
       [CHIME__M_CHECKPOINT] = "Checkpoint",
       [CHIME__M_SET_VERSION] = "SetVersion",
+      [CHIME__M_EXPORT] = "Export", /* admin only */
   };
   for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
     char bearer[128];

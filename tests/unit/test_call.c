@@ -308,8 +308,8 @@ static int setup(void **state) {
   for (int m = 0; m < CHIME__M_COUNT; m++) {
     fx->host.methods[m] = grpc_server_register_method(
         fx->gs, chime__method_path[m], NULL,
-        chime__method_unary(m) ? GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER
-                               : GRPC_SRM_PAYLOAD_NONE,
+        chime__method_one_request(m) ? GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER
+                                     : GRPC_SRM_PAYLOAD_NONE,
         0);
     assert_non_null(fx->host.methods[m]);
   }

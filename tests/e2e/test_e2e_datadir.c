@@ -1,0 +1,195 @@
+/* A table in files (table "data_dir"), with the real chimed:
+ * - chimed killed with SIGKILL while a writer inserts, and started again on
+ *   the same data dir: every acked item is there, each exactly once and
+ *   whole (its bytes checked), with no checkpoint anywhere;
+ * - a data dir holding another table's file, or one that is a file: chimed
+ *   refuses to start, naming the path, and the file is left as it was. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "chime/chime.h"
+#include "harness.h"
+#include "pattern.h"
+
+#define SPEC "obs:f32[64], action:i32[], reward:f32[]"
+#define N_MAX 200000
+#define KILL_AT 3000
+#define PER_FLUSH 50
+
+static chime__chimed_t chimed;
+static chime_client_t *client;
+static char config[1024], datadir[512];
+
+static void write_config(uint64_t capacity, const char *sub) {
+  snprintf(datadir, sizeof(datadir), "%s/%s", chime__harness_tmpdir(), sub);
+  snprintf(config, sizeof(config),
+           "{\"tables\": [{\"name\": \"demo\", \"spec\": \"" SPEC "\", "
+           "\"capacity\": %llu, \"sampler\": \"fifo\", \"data_dir\": "
+           "\"%s\"}]}\n",
+           (unsigned long long)capacity, datadir);
+}
+
+static int teardown(void **state) {
+  (void)state;
+  chime_client_destroy(client);
+  client = NULL;
+  chime__proc_kill(&chimed.proc);
+  chime__harness_kill_all();
+  return 0;
+}
+
+static atomic_ullong acked;
+
+static void *killer(void *arg) {
+  (void)arg;
+  int64_t end = chime__now_ms() + 60000;
+  while (atomic_load(&acked) < KILL_AT && chime__now_ms() < end)
+    chime__sleep_ms(1);
+  kill(chimed.proc.pid, SIGKILL);
+  return NULL;
+}
+
+/* Appends and flushes PER_FLUSH at a time until the writer fails (chimed
+ * killed); acked counts those whose flush returned. */
+static void insert_until_killed(void) {
+  chime_writer_t *w = NULL;
+  chime_writer_opts_t wo = CHIME_WRITER_OPTS_INIT;
+  chime_spec_t spec;
+  uint8_t sample[264];
+  wo.resend = 0;
+  wo.timeout_ms = 10000;
+  assert_int_equal(chime_spec_parse(&spec, SPEC, NULL, 0), 0);
+  assert_int_equal(chime_writer_open(&w, client, "demo", &wo), 0);
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, killer, NULL), 0);
+  int rc = 0;
+  for (uint64_t i = 0; rc == 0 && i < N_MAX; i += PER_FLUSH) {
+    for (uint64_t k = i; rc == 0 && k < i + PER_FLUSH; k++) {
+      chime__pattern_fill(&spec, chime__pattern_id(6, k), sample);
+      rc = chime_writer_append(w, sample, sizeof(sample), 1.0);
+    }
+    if (rc == 0 && (rc = chime_writer_flush(w)) == 0)
+      atomic_store(&acked, i + PER_FLUSH);
+  }
+  pthread_join(th, NULL);
+  assert_int_not_equal(rc, 0); /* it ended by the kill */
+  (void)chime_writer_close(w); /* frees it; its error is the kill's */
+}
+
+/* Every item of the table, by a fifo learner, into seen[index]. */
+static uint64_t drain(uint8_t *seen) {
+  chime_stream_t *s = NULL;
+  chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
+  uint64_t ids[64], n = 0;
+  char err[256];
+  so.batch_size = 1;
+  so.slots = 64;
+  so.mode = CHIME_MODE_STREAM;
+  assert_int_equal(chime_stream_open(&s, client, "demo", &so), 0);
+  for (;;) {
+    chime_batch_t b;
+    int rc = chime_stream_next(s, &b, 2000);
+    if (rc == CHIME_ETIMEDOUT)
+      break;
+    assert_int_equal(rc, 0);
+    if (chime__pattern_verify(&b, ids, err, sizeof(err)) != 0)
+      fail_msg("a torn item after the restart: %s", err);
+    for (uint32_t i = 0; i < b.count; i++) {
+      uint64_t x = ids[i] & CHIME__PATTERN_MAX_INDEX;
+      assert_int_equal(ids[i] >> 40, 6);
+      assert_true(x < N_MAX);
+      seen[x]++;
+      n++;
+    }
+    assert_int_equal(chime_stream_release(s, &b), 0);
+  }
+  chime_stream_close(s);
+  return n;
+}
+
+static void test_kill9_keeps_acked(void **state) {
+  (void)state;
+  write_config(N_MAX, "killed");
+  assert_int_equal(chime__chimed_start_client(&chimed, config, &client), 0);
+  insert_until_killed();
+  assert_int_equal(chime__proc_wait(&chimed.proc, 10000, NULL), 0);
+  chime_client_destroy(client);
+  client = NULL;
+  uint64_t a = atomic_load(&acked);
+  assert_true(a >= KILL_AT);
+
+  assert_int_equal(chime__chimed_start_client(&chimed, config, &client), 0);
+  uint8_t *seen = calloc(N_MAX, 1);
+  assert_non_null(seen);
+  uint64_t n = drain(seen);
+  /* The acked ones, and of the request in flight a prefix at most. */
+  assert_true(n >= a);
+  for (uint64_t i = 0; i < n; i++)
+    if (seen[i] != 1)
+      fail_msg("item %llu seen %u times (%llu acked, %llu there)",
+               (unsigned long long)i, seen[i], (unsigned long long)a,
+               (unsigned long long)n);
+  free(seen);
+  fprintf(stderr, "acked %llu, after the restart %llu\n", (unsigned long long)a,
+          (unsigned long long)n);
+}
+
+/* chimed on the config: it must refuse to start, its stderr holding
+ * every needle. */
+static void refused(const char *needle1, const char *needle2) {
+  char bin[512], path[1024], out[256], err[8192];
+  int status = 0;
+  assert_non_null(chime__harness_bin("src/server/chimed", bin, sizeof(bin)));
+  assert_int_equal(
+      chime__harness_write_file("bad.json", config, path, sizeof(path)), 0);
+  const char *argv[] = {bin, "--config", path, "--listen", "127.0.0.1:0", NULL};
+  assert_int_equal(
+      chime__proc_run(argv, 30000, out, sizeof(out), err, sizeof(err), &status),
+      0);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) != 0);
+  if (strstr(err, needle1) == NULL || strstr(err, needle2) == NULL)
+    fail_msg("chimed's error lacks '%s' or '%s': %s", needle1, needle2, err);
+}
+
+static void test_other_table_refused(void **state) {
+  (void)state;
+  write_config(1000, "other");
+  assert_int_equal(chime__chimed_start_client(&chimed, config, &client), 0);
+  assert_int_equal(chime__chimed_stop_client(&chimed, client), 0);
+  client = NULL;
+  write_config(2000, "other");
+  refused("holds another table", datadir);
+  /* Untouched: the first config opens it again. */
+  write_config(1000, "other");
+  assert_int_equal(chime__chimed_start_client(&chimed, config, &client), 0);
+  assert_int_equal(chime__chimed_stop_client(&chimed, client), 0);
+  client = NULL;
+  /* A data dir that is a file. */
+  snprintf(datadir + strlen(datadir), sizeof(datadir) - strlen(datadir),
+           "/demo.table");
+  snprintf(config, sizeof(config),
+           "{\"tables\": [{\"name\": \"demo\", \"spec\": \"" SPEC "\", "
+           "\"capacity\": 1000, \"data_dir\": \"%s\"}]}\n",
+           datadir);
+  refused("is not a directory", datadir);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_teardown(test_kill9_keeps_acked, teardown),
+      cmocka_unit_test_teardown(test_other_table_refused, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -3,7 +3,9 @@
  *   the same data dir: every acked item is there, each exactly once and
  *   whole (its bytes checked), with no checkpoint anywhere;
  * - a data dir holding another table's file, or one that is a file: chimed
- *   refuses to start, naming the path, and the file is left as it was. */
+ *   refuses to start, naming the path, and the file is left as it was;
+ * - --restore into a table that opened with items from its file: refused;
+ *   with the file moved away, restored. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -30,7 +32,7 @@
 
 static chime__chimed_t chimed;
 static chime_client_t *client;
-static char config[1024], datadir[512];
+static char config[2048], datadir[512];
 
 static void write_config(uint64_t capacity, const char *sub) {
   snprintf(datadir, sizeof(datadir), "%s/%s", chime__harness_tmpdir(), sub);
@@ -84,8 +86,9 @@ static void insert_until_killed(void) {
       atomic_store(&acked, i + PER_FLUSH);
   }
   pthread_join(th, NULL);
-  assert_int_not_equal(rc, 0); /* it ended by the kill */
-  (void)chime_writer_close(w); /* frees it; its error is the kill's */
+  assert_int_not_equal(rc, 0);     /* it ended by the kill */
+  int crc = chime_writer_close(w); /* frees it; it fails: chimed is gone */
+  (void)crc;
 }
 
 /* Every item of the table, by a fifo learner, into seen[index]. */
@@ -148,13 +151,17 @@ static void test_kill9_keeps_acked(void **state) {
 
 /* chimed on the config: it must refuse to start, its stderr holding
  * every needle. */
-static void refused(const char *needle1, const char *needle2) {
+static void refused(const char *needle1, const char *needle2,
+                    const char *restore) {
   char bin[512], path[1024], out[256], err[8192];
   int status = 0;
   assert_non_null(chime__harness_bin("src/server/chimed", bin, sizeof(bin)));
   assert_int_equal(
       chime__harness_write_file("bad.json", config, path, sizeof(path)), 0);
-  const char *argv[] = {bin, "--config", path, "--listen", "127.0.0.1:0", NULL};
+  const char *argv[] = {bin,           "--config",
+                        path,          "--listen",
+                        "127.0.0.1:0", restore != NULL ? "--restore" : NULL,
+                        restore,       NULL};
   assert_int_equal(
       chime__proc_run(argv, 30000, out, sizeof(out), err, sizeof(err), &status),
       0);
@@ -170,7 +177,7 @@ static void test_other_table_refused(void **state) {
   assert_int_equal(chime__chimed_stop_client(&chimed, client), 0);
   client = NULL;
   write_config(2000, "other");
-  refused("holds another table", datadir);
+  refused("holds another table", datadir, NULL);
   /* Untouched: the first config opens it again. */
   write_config(1000, "other");
   assert_int_equal(chime__chimed_start_client(&chimed, config, &client), 0);
@@ -183,13 +190,59 @@ static void test_other_table_refused(void **state) {
            "{\"tables\": [{\"name\": \"demo\", \"spec\": \"" SPEC "\", "
            "\"capacity\": 1000, \"data_dir\": \"%s\"}]}\n",
            datadir);
-  refused("is not a directory", datadir);
+  refused("is not a directory", datadir, NULL);
+}
+
+static uint64_t table_size(void) {
+  chime_stats_t *st = NULL;
+  assert_int_equal(chime_client_stats(client, &st), 0);
+  uint64_t n = st->tables[0].size;
+  chime_stats_free(st);
+  return n;
+}
+
+/* A table that opened with items from its file refuses --restore (two
+ * histories would mix); with its file moved away it restores as any. */
+static void test_restore_refused_over_items(void **state) {
+  (void)state;
+  char ckdir[512], file[600];
+  chime_spec_t spec;
+  uint8_t sample[264];
+  chime_writer_t *w = NULL;
+  snprintf(datadir, sizeof(datadir), "%s/restore", chime__harness_tmpdir());
+  snprintf(ckdir, sizeof(ckdir), "%s/ckpt", chime__harness_tmpdir());
+  snprintf(config, sizeof(config),
+           "{\"tables\": [{\"name\": \"demo\", \"spec\": \"" SPEC "\", "
+           "\"capacity\": 1000, \"sampler\": \"uniform\", \"data_dir\": "
+           "\"%s\"}], \"checkpoint\": {\"dir\": \"%s\"}}\n",
+           datadir, ckdir);
+  assert_int_equal(chime__chimed_start_client(&chimed, config, &client), 0);
+  assert_int_equal(chime_spec_parse(&spec, SPEC, NULL, 0), 0);
+  assert_int_equal(chime_writer_open(&w, client, "demo", NULL), 0);
+  for (uint64_t i = 0; i < 10; i++) {
+    chime__pattern_fill(&spec, chime__pattern_id(7, i), sample);
+    assert_int_equal(chime_writer_append(w, sample, sizeof(sample), 1.0), 0);
+  }
+  assert_int_equal(chime_writer_close(w), 0);
+  chime_checkpoint_result_t r;
+  assert_int_equal(chime_client_checkpoint(client, &r), 0);
+  assert_int_equal(r.items, 10);
+  assert_int_equal(chime__chimed_stop_client(&chimed, client), 0);
+  client = NULL;
+  refused("opened with 10 items", datadir, "latest");
+  snprintf(file, sizeof(file), "%s/demo.table", datadir);
+  assert_int_equal(unlink(file), 0);
+  const char *args[] = {"--restore", "latest", NULL};
+  assert_int_equal(chime__chimed_start(&chimed, config, args, 30000), 0);
+  assert_int_equal(chime_client_create(&client, chimed.addr, NULL), 0);
+  assert_int_equal(table_size(), 10);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_teardown(test_kill9_keeps_acked, teardown),
       cmocka_unit_test_teardown(test_other_table_refused, teardown),
+      cmocka_unit_test_teardown(test_restore_refused_over_items, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -254,6 +254,12 @@ void chime__tbl_file_random(void *p, size_t n) {
   (void)madvise((void *)lo, (uintptr_t)p + n - lo, MADV_RANDOM);
 }
 
+void chime__tbl_file_ask(const void *p, size_t n) {
+  uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+  uintptr_t lo = (uintptr_t)p & ~(pg - 1);
+  (void)madvise((void *)lo, (uintptr_t)p + n - lo, MADV_WILLNEED);
+}
+
 /* A live row found in the file: its commit word orders it. */
 typedef struct {
   uint64_t seq;

@@ -44,4 +44,11 @@ uint64_t chime__tbl_file_key_end(const chime__tbl_file_t *f);
 /* Leaf arrays [p, p + n) are read at random rows: no readahead. */
 void chime__tbl_file_random(void *p, size_t n);
 
+/* A batch's rows of a leaf this large or larger are asked for all at once
+ * before the copy (MADV_WILLNEED: the reads of the batch's rows in flight
+ * together, each row one read), where the copy's faults would read them a
+ * page at a time, one after another. Smaller rows are a page or less. */
+#define CHIME__TBL_FILE_ASK_BYTES 4096u
+void chime__tbl_file_ask(const void *p, size_t n);
+
 #endif

@@ -334,5 +334,10 @@ int chime__tbl_reopen(chime__table_t *t, const char *path) {
   if (end > 1)
     t->next_key = ((uint64_t)t->cfg.shard << CHIME__KEY_COUNT_BITS) + end;
   chime__tbl_version_seen(t, maxver);
+  /* The writers' request memory is not in the file: one resending across
+   * the restart is refused as forgotten, never let in twice (as after a
+   * checkpoint's restore). */
+  if (n > 0)
+    chime__dedupe_restored(t->dedupe);
   return 0;
 }

@@ -248,16 +248,19 @@ uint64_t chime__tbl_file_key_end(const chime__tbl_file_t *f) {
   return f->hdr->key_end;
 }
 
-void chime__tbl_file_random(void *p, size_t n) {
+/* madvise over the whole pages that [p, p + n) touches. */
+static void advise(const void *p, size_t n, int advice) {
   uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
   uintptr_t lo = (uintptr_t)p & ~(pg - 1);
-  (void)madvise((void *)lo, (uintptr_t)p + n - lo, MADV_RANDOM);
+  (void)madvise((void *)lo, (uintptr_t)p + n - lo, advice);
+}
+
+void chime__tbl_file_random(void *p, size_t n) {
+  advise(p, n, MADV_RANDOM);
 }
 
 void chime__tbl_file_ask(const void *p, size_t n) {
-  uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-  uintptr_t lo = (uintptr_t)p & ~(pg - 1);
-  (void)madvise((void *)lo, (uintptr_t)p + n - lo, MADV_WILLNEED);
+  advise(p, n, MADV_WILLNEED);
 }
 
 /* A live row found in the file: its commit word orders it. */

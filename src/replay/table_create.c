@@ -125,7 +125,7 @@ static int map_storage(chime__table_t *t, size_t rows, int *fresh) {
                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (t->map == MAP_FAILED) {
       t->map = NULL;
-      return CHIME_ENOMEM;
+      return chime__detail(CHIME_ENOMEM, NULL);
     }
   }
   t->map_len = len;
@@ -151,10 +151,25 @@ static int map_storage(chime__table_t *t, size_t rows, int *fresh) {
   t->seq_lo = t->seq_hi = UINT64_C(1) << 63;
   if (t->nrag > 0 && ((t->rbuf = calloc(rows, sizeof(*t->rbuf))) == NULL ||
                       (t->rlen = calloc(rows * t->nrag, 4)) == NULL))
-    return CHIME_ENOMEM;
+    return chime__detail(CHIME_ENOMEM, NULL);
   if (t->nz > 0 && (t->zbuf = calloc(rows, sizeof(*t->zbuf))) == NULL)
-    return CHIME_ENOMEM;
+    return chime__detail(CHIME_ENOMEM, NULL);
   return 0;
+}
+
+/* Every row free but those a file's commit words hold (chime__tbl_reopen
+ * makes them live): rows under the capacity in order, then the spares,
+ * popped last first, so the lowest spare rows are the ones touched. */
+static void free_init(chime__table_t *t, size_t cap, size_t rows) {
+  t->nfree = t->nspare = 0;
+  for (size_t r = 0; r < rows; r++)
+    t->dpos[r] = NONE;
+  for (size_t r = 0; r < cap; r++)
+    if (t->commit == NULL || t->commit[r] == 0)
+      t->freeq[t->nfree++] = (uint32_t)r;
+  for (size_t r = rows; r-- > cap;)
+    if (t->commit == NULL || t->commit[r] == 0)
+      t->fspare[t->nspare++] = (uint32_t)r;
 }
 
 /* A table opened on its file from before: the indexes from its rows. */
@@ -184,11 +199,11 @@ static double sure_priority(const chime__table_config_t *cfg) {
 
 int chime__table_create(chime__table_t **out,
                         const chime__table_config_t *cfg) {
-  int rc = 0;
+  int rc = 0, told = 0; /* told: the thread's detail says why */
   chime__table_t *t = calloc(1, sizeof(*t));
   *out = NULL;
   if (t == NULL)
-    return CHIME_ENOMEM;
+    return chime__detail(CHIME_ENOMEM, NULL);
   t->cfg = *cfg;
   int seq = cfg->sequence_length > 0;
   if (seq)
@@ -230,6 +245,7 @@ int chime__table_create(chime__table_t **out,
   if (cfg->data_dir[0] != '\0' &&
       (seq || t->nleaves != cfg->spec.nleaves ||
        chime_spec_ragged(&cfg->spec) > 0 || !in_rows(cfg))) {
+    told = 1;
     rc = chime__detailf(CHIME_ENOTSUP,
                         "data_dir: sequence tables, ragged and compressed "
                         "leaves are not kept in files yet");
@@ -242,8 +258,10 @@ int chime__table_create(chime__table_t **out,
   size_t cap = (size_t)t->cfg.capacity;
   size_t rows = (size_t)rows_for(t->cfg.capacity);
   int fresh = 1;
-  if ((rc = map_storage(t, rows, &fresh)) != 0)
+  if ((rc = map_storage(t, rows, &fresh)) != 0) {
+    told = 1;
     goto out;
+  }
   rc =
       chime__dedupe_create(&t->dedupe, WRITERS(&t->cfg), t->cfg.writer_idle_ms);
   if (rc == 0)
@@ -251,15 +269,7 @@ int chime__table_create(chime__table_t **out,
                                   t->cfg.writer_token_reserve);
   if (rc != 0)
     goto out;
-  for (size_t r = 0; r < rows; r++)
-    t->dpos[r] = NONE;
-  for (size_t r = 0; r < cap; r++)
-    t->freeq[r] = (uint32_t)r;
-  t->nfree = (uint32_t)cap;
-  /* Popped last first: the lowest spare rows are the ones touched. */
-  for (size_t r = cap; r < rows; r++)
-    t->fspare[rows - 1 - r] = (uint32_t)r;
-  t->nspare = (uint32_t)(rows - cap);
+  free_init(t, cap, rows);
   t->lim = &chime__limiter_ratio;
   unsigned need = needs(&t->cfg);
   t->dense_on = (need & CHIME__SEL_DENSE) != 0;
@@ -284,8 +294,10 @@ int chime__table_create(chime__table_t **out,
   if (t->stale_on)
     chime__verindex_weigh(t->vidx, t->sum);
   t->next_key = chime__key_make(t->cfg.shard, 1);
-  if (!fresh && (rc = reopen(t)) != 0)
+  if (!fresh && (rc = reopen(t)) != 0) {
+    told = 1;
     goto out;
+  }
   t->rng = (cfg->seed != 0 ? cfg->seed : chime__clock_ns(CLOCK_MONOTONIC)) | 1u;
   pthread_mutex_init(&t->mu, NULL);
   pthread_cond_init(&t->space, NULL);
@@ -297,6 +309,8 @@ int chime__table_create(chime__table_t **out,
 out:
   if (t != NULL)
     free_parts(t);
+  if (rc != 0 && !told)
+    chime__detail(rc, NULL);
   return rc;
 }
 

@@ -284,32 +284,18 @@ static int row_ok(chime__table_t *t, uint32_t r) {
          chime__tbl_check_priorities(t, &m->prio, 1) == 0;
 }
 
-/* Free rows in create's order, the live ones left out. */
-static void free_rows(chime__table_t *t) {
-  uint64_t cap = t->cfg.capacity;
-  t->nfree = 0;
-  t->nspare = 0;
-  for (uint64_t r = 0; r < cap; r++)
-    if (t->commit[r] == 0)
-      t->freeq[t->nfree++] = (uint32_t)r;
-  for (uint64_t r = t->rows; r-- > cap;)
-    if (t->commit[r] == 0)
-      t->fspare[t->nspare++] = (uint32_t)r;
-}
-
 int chime__tbl_reopen(chime__table_t *t, const char *path) {
   uint64_t n = 0, maxkey = 0, maxver = 0;
   for (uint64_t r = 0; r < t->rows; r++)
     n += t->commit[r] != 0;
   found_t *live = malloc((n ? n : 1) * sizeof(*live));
   if (live == NULL)
-    return CHIME_ENOMEM;
+    return chime__detail(CHIME_ENOMEM, NULL);
   n = 0;
   for (uint64_t r = 0; r < t->rows; r++)
     if (t->commit[r] != 0)
       live[n++] = (found_t){t->commit[r], (uint32_t)r};
   qsort(live, n, sizeof(*live), by_seq);
-  free_rows(t);
   for (uint64_t i = 0; i < n; i++) {
     uint32_t r = live[i].row;
     if (!row_ok(t, r)) {

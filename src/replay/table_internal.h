@@ -452,7 +452,8 @@ static inline void chime__tbl_commit(chime__table_t *t, uint32_t r,
 
 /* --- table_file.c: a table opened again on its file --- */
 /* Rebuilds the indexes of t, just mapped on the file at path, from its
- * rows' commit words and records (no leaf is read); next_key goes on past
+ * rows' commit words and records (no leaf is read; create put the other
+ * rows in the free lists); next_key goes on past
  * every key the file's table may have issued. 0 or a CHIME_E code with
  * the thread's detail. */
 int chime__tbl_reopen(chime__table_t *t, const char *path);

@@ -313,11 +313,9 @@ int chime_server_create(chime_server_t **out, const chime_server_opts_t *opts) {
     srv->cfg.tables[i].writer_owners = chime__auth_owners(&srv->cfg);
     rc = chime__table_create(&srv->tables[i], &srv->cfg.tables[i]);
     if (rc != 0) {
-      /* A table in files says which file and why (table_file.h). */
+      /* The table says why (a table in files: which file, table_file.h). */
       snprintf(err, errlen, "table '%s': cannot reserve its storage: %s",
-               srv->cfg.tables[i].name,
-               srv->cfg.tables[i].data_dir[0] != '\0' ? chime_last_error()
-                                                      : chime_strerror(rc));
+               srv->cfg.tables[i].name, chime_last_error());
       goto out;
     }
     srv->ntables++;

@@ -286,8 +286,13 @@ static int row_ok(chime__table_t *t, uint32_t r) {
 
 int chime__tbl_reopen(chime__table_t *t, const char *path) {
   uint64_t n = 0, maxkey = 0, maxver = 0;
-  for (uint64_t r = 0; r < t->rows; r++)
+  /* Pins are the old process's samplers': a row one held when it died is
+   * free or live now, pinned by no one. */
+  for (uint64_t r = 0; r < t->rows; r++) {
     n += t->commit[r] != 0;
+    if (t->meta[r].pins != 0)
+      t->meta[r].pins = 0;
+  }
   found_t *live = malloc((n ? n : 1) * sizeof(*live));
   if (live == NULL)
     return chime__detail(CHIME_ENOMEM, NULL);
@@ -306,7 +311,6 @@ int chime__tbl_reopen(chime__table_t *t, const char *path) {
                             path, r, (unsigned long long)t->meta[r].key,
                             t->meta[r].prio);
     }
-    t->meta[r].pins = 0;
     if (r >= t->spare_hw && r >= t->cfg.capacity)
       t->spare_hw = r + 1;
     uint64_t pos = chime__tbl_key_pos(t, t->meta[r].key);

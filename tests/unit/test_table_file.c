@@ -24,6 +24,7 @@
 #include "common/key.h"
 #include "replay/table.h"
 #include "replay/table_file.h"
+#include "replay/table_internal.h" /* pins, ndead: the rows' state */
 #include "table_slot.h"
 
 #define SB 12 /* "a:u32[2], p:f32": a = {key, ~key}, p = the priority */
@@ -266,12 +267,48 @@ static void test_unsupported_refused(void **state) {
   refused(&tc, CHIME_ENOTSUP, "not kept in files yet");
 }
 
+/* Rows a sampler held pinned when the process died (one live, one whose
+ * item had left meanwhile) come back pinned by no one: free or live, never
+ * kept from reuse. */
+static void test_pins_not_kept(void **state) {
+  fx_t *f = *state;
+  slot_t s, s2;
+  f->tc.capacity = 4;
+  chime__table_t *t = open_table(&f->tc);
+  put(t, 4, 1);
+  slot_init(&s, t, 1);
+  slot_pin(&s);
+  slot_init(&s2, t, 1);
+  slot_pin(&s2);
+  assert_int_equal(slot_sample_pinned(t, &s, UINT64_MAX), 0);
+  put(t, 4, 5); /* the pinned item leaves: its row dead */
+  assert_int_equal(t->ndead, 1);
+  assert_int_equal(slot_sample_pinned(t, &s2, UINT64_MAX), 0); /* a live one */
+  chime__table_destroy(t); /* as if killed: never unpinned */
+  t = open_table(&f->tc);
+  for (uint64_t r = 0; r < t->rows; r++)
+    assert_int_equal(t->meta[r].pins, 0);
+  assert_int_equal(t->ndead, 0);
+  chime__table_stats_t st;
+  chime__table_get_stats(t, &st);
+  assert_int_equal(st.size, 4);
+  /* Every row may be taken again: 40 more items go through 8 rows. */
+  for (uint64_t c = 7; c < 47; c += 4)
+    put(t, 4, c);
+  assert_int_equal(t->ndead, 0);
+  assert_int_equal(t->count + t->nfree + t->nspare, t->rows);
+  chime__table_destroy(t);
+  slot_fini(&s);
+  slot_fini(&s2);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_reopen_keeps_items, setup, teardown),
       cmocka_unit_test_setup_teardown(test_other_table_refused, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_bad_files, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_pins_not_kept, setup, teardown),
       cmocka_unit_test_setup_teardown(test_not_writable, setup, teardown),
       cmocka_unit_test_setup_teardown(test_full_disk, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unsupported_refused, setup,

@@ -327,6 +327,14 @@ int chime__tbl_reopen(chime__table_t *t, const char *path) {
   if (end > 1)
     t->next_key = ((uint64_t)t->cfg.shard << CHIME__KEY_COUNT_BITS) + end;
   chime__tbl_version_seen(t, maxver);
+  /* The rate limiter's counts are not in the file either: it starts at
+   * its balance over the items there (inserted, and sampled at the ratio
+   * down to min_size's margin), where neither side waits; from 0 samples
+   * would wait for new inserts. */
+  double spi = t->cfg.samples_per_insert;
+  t->inserts = n;
+  if (spi > 0 && n > t->cfg.min_size)
+    t->samples = (uint64_t)(spi * (double)(n - t->cfg.min_size));
   /* The writers' request memory is not in the file: one resending across
    * the restart is refused as forgotten, never let in twice (as after a
    * checkpoint's restore). */

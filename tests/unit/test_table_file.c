@@ -302,6 +302,32 @@ static void test_pins_not_kept(void **state) {
   slot_fini(&s2);
 }
 
+/* A rate-limited table opened again samples at once: its limiter starts
+ * at its balance over the items there, not at 0 inserts. */
+static void test_limiter_balanced(void **state) {
+  fx_t *f = *state;
+  slot_t s;
+  chime__table_t *t = open_table(&f->tc);
+  for (uint64_t c = 1; c <= 32; c += 16)
+    put(t, 16, c);
+  chime__table_destroy(t);
+  /* The limiter is not in the file's fingerprint: set it now. */
+  f->tc.samples_per_insert = 2;
+  f->tc.error_buffer = 4;
+  f->tc.min_size = 4;
+  t = open_table(&f->tc);
+  slot_init(&s, t, 1);
+  chime__table_waiter_t w;
+  memset(&w, 0, sizeof(w));
+  int rc = chime__table_try_sample(t, &s.lay, &s.ws, &w);
+  if (rc == CHIME_EBUSY)
+    chime__table_unwait(t, &w);
+  assert_int_equal(rc, 0);
+  put(t, 1, 33); /* and inserts go in */
+  chime__table_destroy(t);
+  slot_fini(&s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_reopen_keeps_items, setup, teardown),
@@ -309,6 +335,7 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_bad_files, setup, teardown),
       cmocka_unit_test_setup_teardown(test_pins_not_kept, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_limiter_balanced, setup, teardown),
       cmocka_unit_test_setup_teardown(test_not_writable, setup, teardown),
       cmocka_unit_test_setup_teardown(test_full_disk, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unsupported_refused, setup,

@@ -11,6 +11,7 @@ int chime__bench_staleness(int argc, char **argv);
 int chime__bench_device(int argc, char **argv);
 int chime__bench_ragged(int argc, char **argv);
 int chime__bench_storage(int argc, char **argv);
+int chime__bench_bigtable(int argc, char **argv);
 #ifdef CHIME_BENCH_SERVICE
 int chime__bench_service(int argc, char **argv);
 int chime__bench_ingest(int argc, char **argv);

@@ -18,6 +18,8 @@ static int usage(void) {
           "delivery vs a fixed-shape table\n"
           "  storage   a table keeping frames zstd-compressed vs libzstd on "
           "the same frames\n"
+          "  bigtable  a table in files larger than memory, sampled, vs a "
+          "pread loop over its file\n"
           "  staleness a table's sampling CPU with a staleness gate vs "
           "without (--weight inverse: with staleness weighting vs without)\n"
           "  device    a device stream's copies: registered slot vs "
@@ -51,6 +53,8 @@ int main(int argc, char **argv) {
     return chime__bench_sequence(argc - 1, argv + 1);
   if (strcmp(argv[1], "storage") == 0)
     return chime__bench_storage(argc - 1, argv + 1);
+  if (strcmp(argv[1], "bigtable") == 0)
+    return chime__bench_bigtable(argc - 1, argv + 1);
   if (strcmp(argv[1], "staleness") == 0)
     return chime__bench_staleness(argc - 1, argv + 1);
   if (strcmp(argv[1], "device") == 0)

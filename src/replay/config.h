@@ -34,6 +34,7 @@ typedef enum {
 /* Step slots too, rounded up to whole blocks of up to 32 steps. */
 #define CHIME__MAX_TABLE_STEPS UINT64_C(0xffffff00)
 #define CHIME__MAX_SEQUENCE_LENGTH 65536u
+#define CHIME__MAX_DATA_DIR 1024u
 
 typedef struct {
   char name[CHIME_MAX_NAME];
@@ -90,6 +91,10 @@ typedef struct {
   /* Compressed leaves (replay/zleaf.h): leaf i's zstd level, 0: stored
    * as it is. Fixed-shape leaves of plain tables only (for now). */
   uint8_t compress[CHIME_MAX_LEAVES];
+  /* A table in files (replay/table_file.h): its storage in
+   * data_dir/NAME.table, mapped, kept across restarts; "": in memory.
+   * Plain tables of fixed-shape, uncompressed leaves only (for now). */
+  char data_dir[CHIME__MAX_DATA_DIR];
 } chime__table_config_t;
 
 /* A table's storage (capacity * sample bytes) is reserved up front. */

@@ -5,6 +5,8 @@
 #include "replay/table_internal.h"
 
 int chime__tbl_keys_reserve(chime__table_t *t, uint64_t end) {
+  if (t->file != NULL)
+    chime__tbl_file_keys(t->file, end);
   if (t->reserve_fn == NULL || end <= t->key_reserved)
     return 0;
   uint64_t upto = end + CHIME__KEY_RESERVE_AHEAD;

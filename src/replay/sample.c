@@ -245,6 +245,10 @@ static void copy_rows(const chime__table_t *t, const chime_ring_layout_t *lay,
     uint8_t *dst = (uint8_t *)slot->leaf[l];
     /* Rows sent from the table are not read here. */
     int pf = chime__tbl_scattered(t) && lb < copy_min;
+    if (pf && t->file != NULL && lb >= CHIME__TBL_FILE_ASK_BYTES)
+      for (uint64_t j = 0; j < batch; j++)
+        chime__tbl_file_ask(t->leaf[l] + chime__tbl_row_at(slot, rows, j) * lb,
+                            lb);
     for (uint64_t j = 0; pf && j < CHIME__TBL_PREFETCH_AHEAD && j < batch; j++)
       prefetch_leaf(t, l, chime__tbl_row_at(slot, rows, j));
     for (uint64_t j = 0; j < batch;) {

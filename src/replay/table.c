@@ -190,6 +190,8 @@ void chime__tbl_live_add_weighted(chime__table_t *t, uint32_t r, int oldest,
   if (t->vidx != NULL)
     chime__verindex_add(t->vidx, r, t->meta[r].version, w);
   (void)e; /* the row was free, the key checked: cannot fail */
+  if (t->commit != NULL)
+    chime__tbl_commit(t, r, oldest ? t->seq_lo-- : ++t->seq_hi);
 }
 
 void chime__tbl_live_add(chime__table_t *t, uint32_t r, int oldest) {
@@ -200,6 +202,8 @@ void chime__tbl_live_add(chime__table_t *t, uint32_t r, int oldest) {
 
 /* Takes live row r out; it is free again once no sampler copies it. */
 void chime__tbl_live_remove(chime__table_t *t, uint32_t r) {
+  if (t->commit != NULL)
+    chime__tbl_commit(t, r, 0);
   --t->count;
   t->left++;
   t->left_times += t->meta[r].times;

@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 
 #include "chime/errors.h"
+#include "common/detail.h"
 
 /* The indexes (CHIME__SEL_*) the table's sampler and remover read. */
 static unsigned needs(const chime__table_config_t *cfg) {
@@ -41,7 +42,9 @@ static void free_parts(chime__table_t *t) {
     for (uint64_t r = 0; r < t->rows; r++)
       free(t->zbuf[r]);
   free(t->zbuf);
-  if (t->map != NULL)
+  if (t->file != NULL)
+    chime__tbl_file_close(t->file, t->map, t->map_len);
+  else if (t->map != NULL)
     munmap(t->map, t->map_len);
   chime__dedupe_destroy(t->dedupe);
   chime__keyindex_destroy(t->keys);
@@ -75,6 +78,121 @@ static int compress_ok(const chime__table_config_t *cfg) {
   return 1;
 }
 
+/* The fixed-shape leaves' arrays, then the bookkeeping (NMETA arrays) in
+ * one mapping: anonymous (pages committed only once items land in them),
+ * or the table's file under its data dir (table_file.h) behind its header
+ * page, with the commit words after the rest. Sets the pointers into it,
+ * the leaves' sizes and offsets, and the compressed and ragged leaves'
+ * per-row pieces. *fresh: 0 when the file held the table before. */
+static int map_storage(chime__table_t *t, size_t rows, int *fresh) {
+  const chime__table_config_t *cfg = &t->cfg;
+  int file = cfg->data_dir[0] != '\0';
+  size_t len = file ? CHIME__TBL_FILE_HEADER : 0;
+  uint64_t off = 0;
+  t->fixed_bytes = t->sample_bytes;
+  for (uint32_t i = 0; i < t->nleaves; i++) {
+    const chime_leaf_t *l = &cfg->spec.leaves[i];
+    if (l->ragged) { /* in rbuf (compressed: zbuf), not in the rows */
+      t->rrow[i] = chime_leaf_row_bytes(l);
+      t->rk[i] = t->nrag;
+      t->rag[t->nrag++] = i;
+      t->fixed_bytes -= chime_leaf_bytes(l);
+      if (cfg->compress[i] != 0) {
+        t->zraw[i] = chime_leaf_bytes(l); /* the bound; z_sample: fixed */
+        t->zl[t->nz++] = i;
+      }
+      continue;
+    }
+    if (cfg->compress[i] != 0) { /* in zbuf, not in the rows */
+      t->zraw[i] = chime_leaf_bytes(l);
+      t->z_sample += t->zraw[i];
+      t->zl[t->nz++] = i;
+      continue;
+    }
+    t->lbytes[i] = chime_leaf_bytes(l);
+    t->loff[i] = off;
+    off += t->lbytes[i];
+    len += chime__tbl_align64(rows * t->lbytes[i]);
+  }
+  size_t meta_off = len;
+  for (int i = 0; i < NMETA; i++)
+    len += chime__tbl_align64(rows * meta_bytes[i]);
+  size_t commit_off = len;
+  if (file)
+    len += chime__tbl_align64(rows * sizeof(uint64_t));
+  if (file) {
+    int rc = chime__tbl_file_map(&t->file, cfg, rows, len, &t->map, fresh);
+    if (rc != 0)
+      return rc;
+  } else {
+    t->map = mmap(NULL, len, PROT_READ | PROT_WRITE,
+                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (t->map == MAP_FAILED) {
+      t->map = NULL;
+      return chime__detail(CHIME_ENOMEM, NULL);
+    }
+  }
+  t->map_len = len;
+  t->rows = rows;
+  uint8_t *p = (uint8_t *)t->map + (file ? CHIME__TBL_FILE_HEADER : 0);
+  for (uint32_t i = 0; i < t->nleaves; i++) {
+    t->leaf[i] = p;
+    if (file && t->lbytes[i] != 0)
+      chime__tbl_file_random(p, rows * t->lbytes[i]);
+    p += chime__tbl_align64(rows * t->lbytes[i]);
+  }
+  p = (uint8_t *)t->map + meta_off;
+  t->meta = (row_meta_t *)p;
+  p += chime__tbl_align64(rows * sizeof(row_meta_t));
+  uint32_t **u32[] = {&t->dense, &t->dpos,  &t->prev,
+                      &t->nx,    &t->freeq, &t->fspare};
+  for (size_t i = 0; i < sizeof(u32) / sizeof(u32[0]); i++) {
+    *u32[i] = (uint32_t *)p;
+    p += chime__tbl_align64(rows * sizeof(uint32_t));
+  }
+  if (file)
+    t->commit = (uint64_t *)((uint8_t *)t->map + commit_off);
+  t->seq_lo = t->seq_hi = UINT64_C(1) << 63;
+  if (t->nrag > 0 && ((t->rbuf = calloc(rows, sizeof(*t->rbuf))) == NULL ||
+                      (t->rlen = calloc(rows * t->nrag, 4)) == NULL))
+    return chime__detail(CHIME_ENOMEM, NULL);
+  if (t->nz > 0 && (t->zbuf = calloc(rows, sizeof(*t->zbuf))) == NULL)
+    return chime__detail(CHIME_ENOMEM, NULL);
+  return 0;
+}
+
+/* Every row free but those a file's commit words hold (chime__tbl_reopen
+ * makes them live): rows under the capacity in order, then the spares,
+ * popped last first, so the lowest spare rows are the ones touched. */
+static void free_init(chime__table_t *t, size_t cap, size_t rows) {
+  t->nfree = t->nspare = 0;
+  for (size_t r = 0; r < rows; r++)
+    t->dpos[r] = NONE;
+  for (size_t r = 0; r < cap; r++)
+    if (t->commit == NULL || t->commit[r] == 0)
+      t->freeq[t->nfree++] = (uint32_t)r;
+  for (size_t r = rows; r-- > cap;)
+    if (t->commit == NULL || t->commit[r] == 0)
+      t->fspare[t->nspare++] = (uint32_t)r;
+}
+
+/* A table opened on its file from before: the indexes from its rows. */
+static int reopen(chime__table_t *t) {
+  char path[CHIME__MAX_DATA_DIR + CHIME_MAX_NAME + 16];
+  if (chime__tbl_file_path(&t->cfg, path, sizeof(path)) != 0)
+    path[0] = '\0';
+  return chime__tbl_reopen(t, path);
+}
+
+/* Every leaf is in the rows (none compressed): what a table in files
+ * holds (for now). */
+static int in_rows(const chime__table_config_t *cfg) {
+  for (uint32_t i = 0; i < CHIME_MAX_LEAVES; i++)
+    if (cfg->compress[i] != 0)
+      return 0;
+  return 1;
+}
+
 static double sure_priority(const chime__table_config_t *cfg) {
   double e = cfg->priority_exponent;
   if (!(e > 0))
@@ -85,11 +203,11 @@ static double sure_priority(const chime__table_config_t *cfg) {
 
 int chime__table_create(chime__table_t **out,
                         const chime__table_config_t *cfg) {
-  int rc = 0;
+  int rc = 0, told = 0; /* told: the thread's detail says why */
   chime__table_t *t = calloc(1, sizeof(*t));
   *out = NULL;
   if (t == NULL)
-    return CHIME_ENOMEM;
+    return chime__detail(CHIME_ENOMEM, NULL);
   t->cfg = *cfg;
   int seq = cfg->sequence_length > 0;
   if (seq)
@@ -128,59 +246,24 @@ int chime__table_create(chime__table_t **out,
     rc = CHIME_EINVAL;
     goto out;
   }
+  if (cfg->data_dir[0] != '\0' &&
+      (seq || t->nleaves != cfg->spec.nleaves ||
+       chime_spec_ragged(&cfg->spec) > 0 || !in_rows(cfg))) {
+    told = 1;
+    rc = chime__detailf(CHIME_ENOTSUP,
+                        "data_dir: sequence tables, ragged and compressed "
+                        "leaves are not kept in files yet");
+    goto out;
+  }
   /* The same sum tree, draws weighted by staleness (selector_stale.c). */
   t->stale_on = t->cfg.staleness_weight != CHIME__STALE_WEIGHT_NONE;
   if (t->stale_on)
     t->sel = &chime__selector_prioritized_stale;
   size_t cap = (size_t)t->cfg.capacity;
-  t->fixed_bytes = t->sample_bytes;
   size_t rows = (size_t)rows_for(t->cfg.capacity);
-  size_t len = 0;
-  uint64_t off = 0;
-  for (uint32_t i = 0; i < t->nleaves; i++) {
-    const chime_leaf_t *l = &cfg->spec.leaves[i];
-    if (l->ragged) { /* in rbuf (compressed: zbuf), not in the rows */
-      t->rrow[i] = chime_leaf_row_bytes(l);
-      t->rk[i] = t->nrag;
-      t->rag[t->nrag++] = i;
-      t->fixed_bytes -= chime_leaf_bytes(l);
-      if (cfg->compress[i] != 0) {
-        t->zraw[i] = chime_leaf_bytes(l); /* the bound; z_sample: fixed */
-        t->zl[t->nz++] = i;
-      }
-      continue;
-    }
-    if (cfg->compress[i] != 0) { /* in zbuf, not in the rows */
-      t->zraw[i] = chime_leaf_bytes(l);
-      t->z_sample += t->zraw[i];
-      t->zl[t->nz++] = i;
-      continue;
-    }
-    t->lbytes[i] = chime_leaf_bytes(l);
-    t->loff[i] = off;
-    off += t->lbytes[i];
-    len += chime__tbl_align64(rows * t->lbytes[i]);
-  }
-  size_t meta_off = len;
-  for (int i = 0; i < NMETA; i++)
-    len += chime__tbl_align64(rows * meta_bytes[i]);
-  /* Anonymous memory: pages are only committed once items land in them. */
-  t->map = mmap(NULL, len, PROT_READ | PROT_WRITE,
-                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (t->map == MAP_FAILED) {
-    t->map = NULL;
-    rc = CHIME_ENOMEM;
-    goto out;
-  }
-  t->map_len = len;
-  t->rows = rows;
-  if (t->nrag > 0 && ((t->rbuf = calloc(rows, sizeof(*t->rbuf))) == NULL ||
-                      (t->rlen = calloc(rows * t->nrag, 4)) == NULL)) {
-    rc = CHIME_ENOMEM;
-    goto out;
-  }
-  if (t->nz > 0 && (t->zbuf = calloc(rows, sizeof(*t->zbuf))) == NULL) {
-    rc = CHIME_ENOMEM;
+  int fresh = 1;
+  if ((rc = map_storage(t, rows, &fresh)) != 0) {
+    told = 1;
     goto out;
   }
   rc =
@@ -190,29 +273,7 @@ int chime__table_create(chime__table_t **out,
                                   t->cfg.writer_token_reserve);
   if (rc != 0)
     goto out;
-  uint8_t *p = t->map;
-  for (uint32_t i = 0; i < t->nleaves; i++) {
-    t->leaf[i] = p;
-    p += chime__tbl_align64(rows * t->lbytes[i]);
-  }
-  p = (uint8_t *)t->map + meta_off;
-  t->meta = (row_meta_t *)p;
-  p += chime__tbl_align64(rows * sizeof(row_meta_t));
-  uint32_t **u32[] = {&t->dense, &t->dpos,  &t->prev,
-                      &t->nx,    &t->freeq, &t->fspare};
-  for (size_t i = 0; i < sizeof(u32) / sizeof(u32[0]); i++) {
-    *u32[i] = (uint32_t *)p;
-    p += chime__tbl_align64(rows * sizeof(uint32_t));
-  }
-  for (size_t r = 0; r < rows; r++)
-    t->dpos[r] = NONE;
-  for (size_t r = 0; r < cap; r++)
-    t->freeq[r] = (uint32_t)r;
-  t->nfree = (uint32_t)cap;
-  /* Popped last first: the lowest spare rows are the ones touched. */
-  for (size_t r = cap; r < rows; r++)
-    t->fspare[rows - 1 - r] = (uint32_t)r;
-  t->nspare = (uint32_t)(rows - cap);
+  free_init(t, cap, rows);
   t->lim = &chime__limiter_ratio;
   unsigned need = needs(&t->cfg);
   t->dense_on = (need & CHIME__SEL_DENSE) != 0;
@@ -237,6 +298,10 @@ int chime__table_create(chime__table_t **out,
   if (t->stale_on)
     chime__verindex_weigh(t->vidx, t->sum);
   t->next_key = chime__key_make(t->cfg.shard, 1);
+  if (!fresh && (rc = reopen(t)) != 0) {
+    told = 1;
+    goto out;
+  }
   t->rng = (cfg->seed != 0 ? cfg->seed : chime__clock_ns(CLOCK_MONOTONIC)) | 1u;
   pthread_mutex_init(&t->mu, NULL);
   pthread_cond_init(&t->space, NULL);
@@ -248,6 +313,8 @@ int chime__table_create(chime__table_t **out,
 out:
   if (t != NULL)
     free_parts(t);
+  if (rc != 0 && !told)
+    chime__detail(rc, NULL);
   return rc;
 }
 
@@ -263,7 +330,8 @@ void chime__table_destroy(chime__table_t *t) {
 }
 
 /* The same sums as chime__table_create's layout; keep the two in step.
- * The sum tree and heaps are allocated beside it and counted here too. */
+ * The sum tree and heaps are allocated beside it and counted here too; a
+ * table in files counts only them (its rows are the page cache's). */
 uint64_t chime__table_bytes(const chime__table_config_t *cfg) {
   uint64_t cap = cfg->capacity, total = 0, b;
   uint32_t n = cfg->spec.nleaves;
@@ -287,7 +355,9 @@ uint64_t chime__table_bytes(const chime__table_config_t *cfg) {
   }
   for (uint32_t i = 0; i < n + NMETA + 4; i++) {
     uint64_t per;
-    if (i < n) /* a ragged leaf at its bound, and its row's pointer, length */
+    if (i < n + NMETA && cfg->data_dir[0] != '\0')
+      per = 0;      /* in the file: the page cache's, not chimed's own */
+    else if (i < n) /* a ragged leaf at its bound, its row's pointer, length */
       per = chime_leaf_bytes(&cfg->spec.leaves[i]) +
             (cfg->spec.leaves[i].ragged ? 12 : 0);
     else if (i < n + NMETA)

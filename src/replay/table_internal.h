@@ -22,6 +22,7 @@
 #include "replay/steps.h"
 #include "replay/sumtree.h"
 #include "replay/table.h"
+#include "replay/table_file.h"
 #include "replay/verindex.h"
 #include "replay/zleaf.h"
 
@@ -152,6 +153,14 @@ struct chime__table_s {
   /* Draws whose selector gave no row of the table, drawn again
    * (sample.c, repick): 0 unless a selector has a bug. */
   uint64_t bad_picks;
+  /* A table in a file (table_file.h; NULL: in memory). commit[r]: row r's
+   * place in insert order while it holds an item, 0 while not; written
+   * last when a row goes live (its bytes and record are in by then) and
+   * first when it leaves. Items given back count down from the middle,
+   * new ones up. */
+  chime__tbl_file_t *file;
+  uint64_t *commit;
+  uint64_t seq_lo, seq_hi;
 };
 
 #define NONE UINT32_MAX
@@ -466,6 +475,20 @@ static inline uint32_t chime__tbl_row_at(const chime__ring_wslot_t *slot,
                                          const uint32_t *rows, uint64_t j) {
   return rows != NULL ? rows[j] : (uint32_t)slot->info[j].key;
 }
+
+/* Row r's commit word (table_file.h), after every write before it. */
+static inline void chime__tbl_commit(chime__table_t *t, uint32_t r,
+                                     uint64_t seq) {
+  __atomic_store_n(&t->commit[r], seq, __ATOMIC_RELEASE);
+}
+
+/* --- table_file.c: a table opened again on its file --- */
+/* Rebuilds the indexes of t, just mapped on the file at path, from its
+ * rows' commit words and records (no leaf is read; create put the other
+ * rows in the free lists); next_key goes on past
+ * every key the file's table may have issued. 0 or a CHIME_E code with
+ * the thread's detail. */
+int chime__tbl_reopen(chime__table_t *t, const char *path);
 
 /* --- table.c: storage, waits, checks --- */
 /* Makes row r (its item written) live in every index: the newest in

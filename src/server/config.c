@@ -361,6 +361,14 @@ static int parse_table(chime__table_config_t *t, json_t *obj, uint32_t index,
       t->staleness_weight = w[0] == 'i' ? CHIME__STALE_WEIGHT_INVERSE : 0;
     } else if (strcmp(key, "compress") == 0) {
       compress = v; /* read once the spec is known */
+    } else if (strcmp(key, "data_dir") == 0) {
+      /* Room left for the file's name (NAME.table) behind it. */
+      size_t most = CHIME__MAX_DATA_DIR - CHIME_MAX_NAME - 16;
+      if (!json_is_string(v) || json_string_value(v)[0] == '\0' ||
+          strlen(json_string_value(v)) > most)
+        return fail(err, errlen, "%s: expected a directory path (1-%zu bytes)",
+                    kw, most);
+      snprintf(t->data_dir, sizeof(t->data_dir), "%s", json_string_value(v));
     } else {
       return fail(err, errlen,
                   "%s: unknown key (known: name, spec, capacity, sampler, "
@@ -368,7 +376,7 @@ static int parse_table(chime__table_config_t *t, json_t *obj, uint32_t index,
                   "samples_per_insert, error_buffer, capacity_steps, "
                   "sequence_length, stride, episode_end, initial_priority, "
                   "max_writers, writer_idle_ms, writer_token_reserve, "
-                  "max_staleness, staleness_weight, compress)",
+                  "max_staleness, staleness_weight, compress, data_dir)",
                   kw);
     }
   }
@@ -389,6 +397,14 @@ static int parse_table(chime__table_config_t *t, json_t *obj, uint32_t index,
   }
   if (!have_cap && t->sequence_length == 0)
     return fail(err, errlen, "%s: 'capacity' is required", where);
+  if (t->data_dir[0] != '\0' &&
+      (t->sequence_length > 0 || chime_spec_ragged(&t->spec) > 0 ||
+       compress != NULL))
+    return fail(err, errlen,
+                "%s: 'data_dir': sequence tables, ragged and compressed "
+                "leaves are not kept in files yet (docs/operations.md, "
+                "Tables in files)",
+                where);
   if (t->staleness_weight != 0 &&
       (t->sampler != CHIME__SAMPLER_PRIORITIZED || t->sequence_length > 0))
     return fail(err, errlen,

@@ -97,6 +97,21 @@ static int restore(chime_server_t *srv, const char *what, char *err,
     snprintf(path, sizeof(path), "%s", what);
   }
   char why[1536];
+  /* A table in files that opened with items keeps them: a checkpoint
+   * restored over them would mix two histories. */
+  for (uint32_t i = 0; i < srv->ntables; i++) {
+    chime__table_stats_t st;
+    chime__table_get_stats(srv->tables[i], &st);
+    if (srv->cfg.tables[i].data_dir[0] != '\0' && st.size > 0) {
+      snprintf(err, errlen,
+               "restore from '%s' refused: table '%s' opened with %llu items "
+               "from its data_dir '%s' (move its file away to restore into "
+               "an empty table)",
+               path, srv->cfg.tables[i].name, (unsigned long long)st.size,
+               srv->cfg.tables[i].data_dir);
+      return CHIME_EEXIST;
+    }
+  }
   int rc = chime__checkpoint_restore(srv->tables, srv->ntables, path, &items,
                                      why, sizeof(why));
   if (rc != 0) {
@@ -299,8 +314,9 @@ int chime_server_create(chime_server_t **out, const chime_server_opts_t *opts) {
     srv->cfg.tables[i].writer_owners = chime__auth_owners(&srv->cfg);
     rc = chime__table_create(&srv->tables[i], &srv->cfg.tables[i]);
     if (rc != 0) {
+      /* The table says why (a table in files: which file, table_file.h). */
       snprintf(err, errlen, "table '%s': cannot reserve its storage: %s",
-               srv->cfg.tables[i].name, chime_strerror(rc));
+               srv->cfg.tables[i].name, chime_last_error());
       goto out;
     }
     srv->ntables++;

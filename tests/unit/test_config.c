@@ -471,6 +471,33 @@ static void test_staleness_weight(void **state) {
              "plain tables only");
 }
 
+/* data_dir: a path on a plain table of fixed-shape, uncompressed leaves;
+ * not a string, empty, too long, or with a sequence table, a ragged or a
+ * compressed leaf: refused, saying why. */
+static void test_data_dir(void **state) {
+  (void)state;
+  char err[512] = "";
+  assert_int_equal(
+      chime__config_parse(&cfg,
+                          T("a", "x:u8", ",\"capacity\":8,\"data_dir\":\"/d\""),
+                          err, sizeof(err)),
+      0);
+  assert_string_equal(cfg.tables[0].data_dir, "/d");
+  expect_bad(T("a", "x:u8", ",\"capacity\":8,\"data_dir\":\"\""),
+             "'data_dir': expected a directory path");
+  expect_bad(T("a", "x:u8", ",\"capacity\":8,\"data_dir\":3"),
+             "'data_dir': expected a directory path");
+  expect_bad(T("a", "x:u8[<=4]", ",\"capacity\":8,\"data_dir\":\"/d\""),
+             "not kept in files yet");
+  expect_bad(T("a", "x:u8[64]",
+               ",\"capacity\":8,\"compress\":{\"x\":3},\"data_dir\":\"/d\""),
+             "not kept in files yet");
+  expect_bad(T("s", "o:u8",
+               ",\"capacity_steps\":100,\"sequence_length\":4,"
+               "\"data_dir\":\"/d\""),
+             "not kept in files yet");
+}
+
 static void test_sequence_keys(void **state) {
   (void)state;
   static chime__config_t seq_cfg;
@@ -626,6 +653,7 @@ int main(void) {
       cmocka_unit_test(test_sequence_keys),
       cmocka_unit_test(test_max_staleness),
       cmocka_unit_test(test_staleness_weight),
+      cmocka_unit_test(test_data_dir),
       cmocka_unit_test(test_shard_and_age),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

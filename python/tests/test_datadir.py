@@ -1,0 +1,34 @@
+"""A table in files (table "data_dir") from Python: items written, chimed
+killed with SIGKILL, a new chimed on the same data dir hands out the same
+items in the same order, with no checkpoint (docs/operations.md, "Tables
+in files")."""
+import numpy as np
+
+import chime
+import conftest
+
+N = 1000
+
+
+def test_kill9_then_reopen(tmp_path):
+    tables = [{"name": "f", "spec": "x:u64[], y:u8[48]", "capacity": 4096,
+               "sampler": "fifo", "min_size": 1,
+               "data_dir": str(tmp_path / "data")}]
+    x = np.arange(N, dtype=np.uint64)
+    y = np.random.default_rng(43).integers(0, 256, size=(N, 48),
+                                           dtype=np.uint8)
+    (tmp_path / "a").mkdir()
+    with conftest.run_chimed(tmp_path / "a", tables) as (proc, addr):
+        with chime.Client(addr, timeout=60) as c:
+            with c.writer("f") as w:
+                w.extend({"x": x, "y": y})  # acked when the block ends
+        proc.kill()
+        proc.wait()
+    (tmp_path / "b").mkdir()
+    with conftest.run_chimed(tmp_path / "b", tables) as (_, addr):
+        with chime.Client(addr, timeout=60) as c:
+            assert [t["size"] for t in c.info()["tables"]] == [N]
+            with c.stream("f", batch_size=N, mode="shm") as s:
+                b = s.next(timeout=10)
+                assert np.array_equal(b["x"], x)  # fifo: in insert order
+                assert np.array_equal(b["y"], y)

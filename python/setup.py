@@ -27,7 +27,7 @@ from setuptools import Extension, setup
 HERE = os.path.dirname(os.path.abspath(__file__))
 # What libchime.a needs, shared (cmake/chime-static.pc.in).
 STATIC_DEPS = ["grpc", "gpr", "libprotobuf-c", "libuv", "jansson",
-               "libmicrohttpd"]
+               "libmicrohttpd", "libzstd"]
 STANDARD_LIBDIRS = {"/usr/lib", "/lib", "/usr/lib64", "/lib64",
                     "/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu",
                     "/usr/lib/aarch64-linux-gnu", "/lib/aarch64-linux-gnu"}

@@ -84,7 +84,8 @@ if [ $((rc & 8)) -ne 0 ] || [ "$bad" -ne 0 ]; then
     "bump the soname (the project version) and say it in $changes, or undo it" >&2
   exit 1
 fi
-if [ $((rc & 4)) -ne 0 ] || grep -q "[1-9][0-9]* Added" "$tmp/report"; then
+added=$(grep -c "[1-9][0-9]* Added" "$tmp/report" || true)
+if [ $((rc & 4)) -ne 0 ] || [ "$added" -ne 0 ]; then
   cat "$tmp/report"
   echo "abi-check: compatible changes to $built (above): record them with --update"
 fi

@@ -42,19 +42,9 @@ static const char *config =
     "  {\"name\": \"small\", \"spec\": \"id:u32[]\", \"capacity\": 4, "
     "\"min_size\": 1, \"sampler\": \"fifo\"}]}\n";
 
-static chime__chimed_t chimed;
-static chime_client_t *client;
-
-static int setup(void **state) {
-  (void)state;
-  return chime__chimed_start_client(&chimed, config, &client) == 0 ? 0 : -1;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  /* 0 only when chimed exits 0 by itself: no sanitizer report, no crash */
-  return chime__chimed_stop_client(&chimed, client);
-}
+/* teardown is 0 only when chimed exits 0 by itself: no sanitizer report,
+ * no crash */
+CHIME__CHIMED_GROUP(config)
 
 /* The learner's ring, mapped a second time, writable. */
 typedef struct {

@@ -36,18 +36,7 @@ static const char *config =
     " {\"name\": \"q\", \"spec\": \"x:u64[]\", \"capacity\": 1000, "
     "\"sampler\": \"fifo\"}]}\n";
 
-static chime__chimed_t chimed;
-static chime_client_t *client;
-
-static int setup(void **state) {
-  (void)state;
-  return chime__chimed_start_client(&chimed, config, &client) == 0 ? 0 : -1;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  return chime__chimed_stop_client(&chimed, client);
-}
+CHIME__CHIMED_GROUP(config)
 
 /* GetInfo through a raw channel of its own: the instance on the wire. */
 static uint64_t raw_instance(const char *addr) {

@@ -36,18 +36,7 @@ static const char *config =
     "  {\"name\": \"big\", \"spec\": \"tokens:i32[<=32768], obs:f32[2048]\", "
     "\"capacity\": 256, \"min_size\": 1, \"sampler\": \"fifo\"}]}\n";
 
-static chime__chimed_t chimed;
-static chime_client_t *client;
-
-static int setup(void **state) {
-  (void)state;
-  return chime__chimed_start_client(&chimed, config, &client) == 0 ? 0 : -1;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  return chime__chimed_stop_client(&chimed, client);
-}
+CHIME__CHIMED_GROUP(config)
 
 /* Sample i's lengths: tokens and lp share one, 0..BOUND (both ends hit);
  * frames its own, 0..4. */

@@ -27,18 +27,7 @@ static const char *config =
     " {\"name\": \"g\", \"spec\": \"x:u64[]\", \"capacity\": 1000, "
     "\"sampler\": \"uniform\", \"max_staleness\": 2}]}\n";
 
-static chime__chimed_t chimed;
-static chime_client_t *client;
-
-static int setup(void **state) {
-  (void)state;
-  return chime__chimed_start_client(&chimed, config, &client) == 0 ? 0 : -1;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  return chime__chimed_stop_client(&chimed, client);
-}
+CHIME__CHIMED_GROUP(config)
 
 /* n samples x = version * 1000 + i of each version in [lo, hi], through
  * one writer that changes its version between appends. */

@@ -42,18 +42,7 @@ static const char *config =
     "id:u32[]\", \"capacity\": 64, \"min_size\": 1, \"sampler\": \"fifo\", "
     "\"compress\": {\"obs\": 3}}]}\n";
 
-static chime__chimed_t chimed;
-static chime_client_t *client;
-
-static int setup(void **state) {
-  (void)state;
-  return chime__chimed_start_client(&chimed, config, &client) == 0 ? 0 : -1;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  return chime__chimed_stop_client(&chimed, client);
-}
+CHIME__CHIMED_GROUP(config)
 
 /* Frame i: a flat background and two boxes that move with i, as a simple
  * game's screen (compresses some 40x at level 3); every 16th is noise,

@@ -369,6 +369,11 @@ static void leaf_families(text_t *t, const Chime__V1__StatsResponse *r,
        "A compressed leaf's values kept raw: compression did not shrink "
        "them."},
   };
+  size_t leaves = 0;
+  for (size_t i = 0; i < r->n_tables; i++)
+    leaves += r->tables[i]->n_leaf_bytes;
+  if (leaves == 0) /* no compressed leaf: no families without a sample */
+    return;
   for (size_t f = 0; f < N(fam); f++) {
     head(t, fam[f].name, fam[f].type, fam[f].help);
     for (size_t i = 0; i < r->n_tables; i++)

@@ -78,6 +78,8 @@ static json_t *info_json(const chime_server_info_t *in) {
     json_object_set_new(json_array_get(tables, json_array_size(tables) - 1),
                         "compress", json_string(t->compress));
     json_object_set_new(json_array_get(tables, json_array_size(tables) - 1),
+                        "data_dir", json_string(t->data_dir));
+    json_object_set_new(json_array_get(tables, json_array_size(tables) - 1),
                         "leaves",
                         chimectl_leaves_json(t->leaf_bytes, t->nleaf_bytes));
     if (t->sequence_length > 0) {
@@ -193,6 +195,20 @@ static void info_compress_text(const chime_server_info_t *in) {
   }
 }
 
+/* Tables in files (docs/operations.md, "Tables in files"): where each
+ * keeps its storage. */
+static void info_data_dir_text(const chime_server_info_t *in) {
+  int n = 0;
+  for (uint32_t i = 0; i < in->ntables; i++) {
+    const chime_table_info_t *t = &in->tables[i];
+    if (t->data_dir[0] == '\0')
+      continue;
+    if (n++ == 0)
+      printf("\nIN FILES\n%-16s  %s\n", "TABLE", "DATA_DIR");
+    printf("%-16s  %s\n", t->name, t->data_dir);
+  }
+}
+
 static void info_text(const chime_server_info_t *in) {
   printf("chimed %s on %s (boot_id %s)\n", in->version, in->hostname,
          in->boot_id);
@@ -202,6 +218,7 @@ static void info_text(const chime_server_info_t *in) {
          in->pin_host_memory ? "on" : "off", in->pinned_bytes);
   info_tables_text(in);
   info_compress_text(in);
+  info_data_dir_text(in);
   /* One ring per open stream; pinned bytes are slots x slot_bytes of each
    * ring the server page-locked (docs/pinning.md). */
   printf("\nRINGS\n%-8s %-16s %14s %14s\n", "STREAM", "TABLE", "BYTES",

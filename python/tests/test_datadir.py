@@ -28,6 +28,8 @@ def test_kill9_then_reopen(tmp_path):
     with conftest.run_chimed(tmp_path / "b", tables) as (_, addr):
         with chime.Client(addr, timeout=60) as c:
             assert [t["size"] for t in c.info()["tables"]] == [N]
+            assert [t["data_dir"] for t in c.info()["tables"]] == [
+                str(tmp_path / "data")]
             with c.stream("f", batch_size=N, mode="shm") as s:
                 b = s.next(timeout=10)
                 assert np.array_equal(b["x"], x)  # fifo: in insert order

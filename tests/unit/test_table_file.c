@@ -257,14 +257,16 @@ static void test_full_disk(void **state) {
   assert_int_equal(umount(f->tc.data_dir), 0);
 }
 
+/* Sequence tables are not kept in files yet: refused, saying so. */
 static void test_unsupported_refused(void **state) {
   fx_t *f = *state;
   chime__table_config_t tc = f->tc;
-  tc.compress[0] = 3;
-  refused(&tc, CHIME_ENOTSUP, "not kept in files yet");
-  tc = f->tc;
-  assert_int_equal(chime_spec_parse(&tc.spec, "a:u32[<=8], p:f32", NULL, 0), 0);
-  refused(&tc, CHIME_ENOTSUP, "not kept in files yet");
+  assert_int_equal(chime_spec_parse(&tc.spec, "a:u32[2]", NULL, 0), 0);
+  tc.sequence_length = 4;
+  tc.stride = 1;
+  tc.capacity_steps = 64;
+  tc.sampler = CHIME__SAMPLER_UNIFORM;
+  refused(&tc, CHIME_ENOTSUP, "sequence tables are not kept in files yet");
 }
 
 /* Rows a sampler held pinned when the process died (one live, one whose

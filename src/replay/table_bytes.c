@@ -16,7 +16,7 @@
 
 #define GRANULE 16u
 #define NCLASS 128u
-#define GROW_MIN (UINT64_C(64) << 20)
+#define GROW_MIN (UINT64_C(8) << 20)
 
 typedef struct {
   uint64_t *off;

@@ -5,9 +5,9 @@
  * classes per power of two: at most 25% over the bytes, about 12% on
  * average); a freed extent goes on its class's free list and is taken
  * again by the next extent of that class, else the file's end moves on
- * (the file grows in steps, allocated whole, so a full disk fails an
- * insert, never a later page fault). Where the extents are is in the
- * table's main file (the rows' records): at open the free lists are
+ * (the file grows in steps of 8 MiB or an eighth of its size, allocated, so a
+ * full disk fails an insert, never a later page fault). Where the extents are
+ * is in the table's main file (the rows' records): at open the free lists are
  * rebuilt from the gaps between the live rows' extents, nothing read from
  * this file. chimed's memory for it: 8 bytes per free extent. */
 #ifndef CHIME_REPLAY_TABLE_BYTES_H

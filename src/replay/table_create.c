@@ -106,7 +106,13 @@ static int open_bytes(chime__table_t *t, uint64_t rows, int fresh) {
   if (n < 0 || (size_t)n >= sizeof(path))
     return chime__detailf(CHIME_EINVAL, "data_dir '%s': path too long",
                           t->cfg.data_dir);
-  uint64_t limit = 2 * rows * chime__tbl_bytes_class(row_bytes_max(t));
+  uint64_t most = row_bytes_max(t);
+  if (most >= UINT32_MAX) /* an extent's length is a u32 */
+    return chime__detailf(CHIME_ENOTSUP,
+                          "data_dir: a row's compressed or ragged bytes may "
+                          "reach %llu, over the 4 GiB a row keeps in files",
+                          (unsigned long long)most);
+  uint64_t limit = 2 * rows * chime__tbl_bytes_class(most);
   return chime__tbl_bytes_open(&t->bytes, path, limit + (UINT64_C(64) << 20),
                                fresh);
 }

@@ -258,6 +258,15 @@ uint64_t chime__tbl_file_key_end(const chime__tbl_file_t *f) {
   return f->hdr->key_end;
 }
 
+int chime__tbl_file_zextent(const chime__table_t *t, uint32_t r, uint64_t *off,
+                            uint32_t *len) {
+  if (t->zext == NULL || r >= t->rows)
+    return -1;
+  *off = t->zext[r].off;
+  *len = t->zext[r].len;
+  return 0;
+}
+
 /* madvise over the whole pages that [p, p + n) touches. */
 static void advise(const void *p, size_t n, int advice) {
   uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);

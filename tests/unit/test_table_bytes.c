@@ -22,6 +22,7 @@
 #include "common/key.h"
 #include "replay/table.h"
 #include "replay/table_internal.h" /* the rows' extents */
+#include "table_dir.h"
 #include "table_slot.h"
 #include "zframe.h"
 
@@ -30,21 +31,10 @@
 #define SPEC "a:i32[], obs:u8[84,84], r:u8[<=4,84,84], g:f32[<=8]"
 #define CAP 32
 
-typedef struct {
-  char dir[64];
-  chime__table_config_t tc;
-} fx_t;
-
 static int setup(void **state) {
-  fx_t *f = calloc(1, sizeof(*f));
-  if (f == NULL)
+  if (tdir_setup(state, SPEC) != 0)
     return -1;
-  snprintf(f->dir, sizeof(f->dir), "/tmp/chime-tbytes-XXXXXX");
-  if (mkdtemp(f->dir) == NULL)
-    return -1;
-  snprintf(f->tc.name, sizeof(f->tc.name), "zb");
-  if (chime_spec_parse(&f->tc.spec, SPEC, NULL, 0) != 0)
-    return -1;
+  fx_t *f = *state;
   f->tc.capacity = CAP;
   f->tc.sampler = CHIME__SAMPLER_UNIFORM;
   f->tc.remover = CHIME__SAMPLER_FIFO;
@@ -52,18 +42,7 @@ static int setup(void **state) {
   f->tc.seed = 11;
   f->tc.compress[1] = 3;
   f->tc.compress[2] = 3;
-  snprintf(f->tc.data_dir, sizeof(f->tc.data_dir), "%s/data", f->dir);
-  *state = f;
   return 0;
-}
-
-static int teardown(void **state) {
-  fx_t *f = *state;
-  char cmd[256];
-  snprintf(cmd, sizeof(cmd), "rm -rf %s", f->dir);
-  int rc = system(cmd);
-  free(f);
-  return rc == 0 ? 0 : -1;
 }
 
 static uint32_t rlen(uint32_t k) {
@@ -71,14 +50,6 @@ static uint32_t rlen(uint32_t k) {
 }
 static uint32_t glen(uint32_t k) {
   return k % 9;
-}
-
-static chime__table_t *open_table(const chime__table_config_t *tc) {
-  chime__table_t *t = NULL;
-  int rc = chime__table_create(&t, tc);
-  if (rc != 0)
-    fail_msg("create: %s: %s", chime_err_name(rc), chime_last_error());
-  return t;
 }
 
 /* Items k0 .. k0 + n - 1 (n <= 16) in one request. */
@@ -231,22 +202,10 @@ static void test_extents_reused(void **state) {
   chime__table_destroy(t);
 }
 
-static void refused(const chime__table_config_t *tc, int want,
-                    const char *needle) {
-  chime__table_t *t = NULL;
-  int rc = chime__table_create(&t, tc);
-  if (rc != want)
-    fail_msg("create: %s (want %s): %s", chime_err_name(rc),
-             chime_err_name(want), chime_last_error());
-  assert_null(t);
-  if (strstr(chime_last_error(), needle) == NULL)
-    fail_msg("'%s' lacks '%s'", chime_last_error(), needle);
-}
-
 static void test_bad_bytes_file(void **state) {
   fx_t *f = *state;
   char path[CHIME__MAX_DATA_DIR + 64];
-  snprintf(path, sizeof(path), "%s/zb.bytes", f->tc.data_dir);
+  snprintf(path, sizeof(path), "%s/t.bytes", f->tc.data_dir);
   chime__table_t *t = open_table(&f->tc);
   put(t, 1, 10);
   uint32_t r = t->oldest;

@@ -4,8 +4,10 @@
  * memory (compressed leaves, a compressed ragged leaf, a raw ragged leaf,
  * noise kept raw, rows of no ragged bytes); freed extents are taken
  * again, so the bytes file stays within its rows' worth however many
- * items pass; a bytes file cut short, missing, or holding sizes unlike a
- * row's extent is refused naming the file and row. */
+ * items pass; a bytes file cut short, missing, holding sizes unlike a
+ * row's extent, or two rows' bytes at one place is refused naming the
+ * file and row; a full disk refuses the insert that needed the room. */
+#include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -52,8 +56,8 @@ static uint32_t glen(uint32_t k) {
   return k % 9;
 }
 
-/* Items k0 .. k0 + n - 1 (n <= 16) in one request. */
-static void put(chime__table_t *t, uint32_t k0, uint32_t n) {
+/* Items k0 .. k0 + n - 1 (n <= 16) in one request: its code. */
+static int put_rc(chime__table_t *t, uint32_t k0, uint32_t n) {
   uint32_t lens[32];
   uint64_t total = 0, first;
   assert_true(n <= 16);
@@ -78,10 +82,14 @@ static void put(chime__table_t *t, uint32_t k0, uint32_t n) {
     }
   }
   chime__span_t sp = {buf, (size_t)total};
-  assert_int_equal(
-      chime__table_insert_spans(t, &sp, 1, n, lens, NULL, &first, NULL, NULL),
-      0);
+  int rc =
+      chime__table_insert_spans(t, &sp, 1, n, lens, NULL, &first, NULL, NULL);
   free(buf);
+  return rc;
+}
+
+static void put(chime__table_t *t, uint32_t k0, uint32_t n) {
+  assert_int_equal(put_rc(t, k0, n), 0);
 }
 
 /* Every sample of s (n of them) is its item's bytes exactly. */
@@ -231,6 +239,50 @@ static void test_bad_bytes_file(void **state) {
   refused(&f->tc, CHIME_ECORRUPT, path);
   assert_int_equal(unlink(path), 0);
   refused(&f->tc, CHIME_ECORRUPT, "not in it");
+  /* Two rows' bytes at one place (another table "u" in the same dir). */
+  chime__table_config_t u = f->tc;
+  snprintf(u.name, sizeof(u.name), "u");
+  t = open_table(&u);
+  put(t, 1, 10);
+  r = t->oldest;
+  t->zext[t->nx[r]].off = t->zext[r].off;
+  chime__table_destroy(t);
+  refused(&u, CHIME_ECORRUPT, "over another row's");
+}
+
+/* A full disk refuses the insert that needed the bytes file to grow,
+ * nothing of it stored, naming the file; the items before it stay whole
+ * and open again. A 1 MiB tmpfs (root only; skipped elsewhere). */
+static void test_full_disk(void **state) {
+  fx_t *f = *state;
+  assert_int_equal(mkdir(f->tc.data_dir, 0755), 0);
+  if (mount("chime-full", f->tc.data_dir, "tmpfs", 0, "size=1m") != 0) {
+    fprintf(stderr, "skipped: cannot mount a small tmpfs (%s): not root?\n",
+            strerror(errno));
+    skip();
+  }
+  f->tc.capacity = 4096; /* rows enough: the bytes file must grow */
+  chime__table_t *t = open_table(&f->tc);
+  chime__table_stats_t st;
+  int rc = 0;
+  uint32_t k = 1;
+  for (; rc == 0 && k < 4096; k += 8)
+    rc = put_rc(t, k, 8);
+  assert_int_equal(rc, CHIME_ERESOURCE);
+  assert_non_null(strstr(chime_last_error(), "No space left"));
+  assert_non_null(strstr(chime_last_error(), "t.bytes"));
+  chime__table_get_stats(t, &st);
+  assert_int_equal(st.size, k - 9); /* the request that failed: none */
+  slot_t s;
+  f->tc.sampler = CHIME__SAMPLER_FIFO;
+  chime__table_destroy(t);
+  t = open_table(&f->tc);
+  sample_into(t, &s, (uint32_t)st.size); /* each whole, in order */
+  for (uint32_t j = 0; j < st.size; j++)
+    assert_int_equal(chime__key_count(s.ws.info[j].key), j + 1);
+  slot_fini(&s);
+  chime__table_destroy(t);
+  assert_int_equal(umount(f->tc.data_dir), 0);
 }
 
 int main(void) {
@@ -238,6 +290,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_reopen_identical, setup, teardown),
       cmocka_unit_test_setup_teardown(test_extents_reused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bad_bytes_file, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_full_disk, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,9 +6,12 @@
 #ifndef CHIME_TESTS_TABLE_DIR_H
 #define CHIME_TESTS_TABLE_DIR_H
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
 
 #include "chime/errors.h"
 #include "replay/table.h"
@@ -50,6 +53,17 @@ static inline chime__table_t *open_table(const chime__table_config_t *tc) {
   if (rc != 0)
     fail_msg("create: %s: %s", chime_err_name(rc), chime_last_error());
   return t;
+}
+
+/* The data dir a 1 MiB tmpfs (a full disk soon): the test skipped where
+ * mount is not allowed (not root). umount it at the test's end. */
+static inline void mount_small(fx_t *f) {
+  assert_int_equal(mkdir(f->tc.data_dir, 0755), 0);
+  if (mount("chime-full", f->tc.data_dir, "tmpfs", 0, "size=1m") != 0) {
+    fprintf(stderr, "skipped: cannot mount a small tmpfs (%s): not root?\n",
+            strerror(errno));
+    skip();
+  }
 }
 
 /* Creating it fails with want, the detail holding needle. */

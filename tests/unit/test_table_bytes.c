@@ -255,12 +255,7 @@ static void test_bad_bytes_file(void **state) {
  * and open again. A 1 MiB tmpfs (root only; skipped elsewhere). */
 static void test_full_disk(void **state) {
   fx_t *f = *state;
-  assert_int_equal(mkdir(f->tc.data_dir, 0755), 0);
-  if (mount("chime-full", f->tc.data_dir, "tmpfs", 0, "size=1m") != 0) {
-    fprintf(stderr, "skipped: cannot mount a small tmpfs (%s): not root?\n",
-            strerror(errno));
-    skip();
-  }
+  mount_small(f);
   f->tc.capacity = 4096; /* rows enough: the bytes file must grow */
   chime__table_t *t = open_table(&f->tc);
   chime__table_stats_t st;

@@ -199,12 +199,7 @@ static void test_not_writable(void **state) {
  * a 1 MiB tmpfs (root only; skipped elsewhere). */
 static void test_full_disk(void **state) {
   fx_t *f = *state;
-  assert_int_equal(mkdir(f->tc.data_dir, 0755), 0);
-  if (mount("chime-full", f->tc.data_dir, "tmpfs", 0, "size=1m") != 0) {
-    fprintf(stderr, "skipped: cannot mount a small tmpfs (%s): not root?\n",
-            strerror(errno));
-    skip();
-  }
+  mount_small(f);
   f->tc.capacity = 100000; /* 2.4 MB of leaves */
   refused(&f->tc, CHIME_ERESOURCE, "cannot allocate");
   char path[CHIME__MAX_DATA_DIR + 80];

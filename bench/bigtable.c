@@ -18,24 +18,32 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include <zstd.h>
 
 #include "bench.h"
 #include "chime/errors.h"
 #include "common/key.h"
+#include "frames.h"
 #include "measure.h"
 #include "replay/table.h"
 #include "replay/table_file.h"
 
 #define NBINS 1000
 #define FILL 64
+#define NFRAMES 500
 
 typedef struct {
   const char *dir, *spec;
   double gib, seconds;
   uint32_t batch, rounds;
-  int json;
+  int json, level; /* level: the leaf compressed (--compress), else 0 */
 } opts_t;
+
+/* --compress: items are Atari-like frames (frames.h), NFRAMES of them
+ * one after another from frame i % NFRAMES, their first 8 bytes i. */
+static uint8_t *frames;
 
 typedef struct {
   uint64_t n, bad;
@@ -55,16 +63,51 @@ static uint64_t rss_kib(const char *what) {
   return v;
 }
 
-/* Item i: every byte (uint8_t)i, its first 8 bytes i itself. */
+static void frames_from(uint8_t *p, uint64_t ib, uint64_t i) {
+  for (uint64_t at = 0, f = i; at < ib; at += CHIME__BENCH_FRAME, f++) {
+    uint64_t n = ib - at < CHIME__BENCH_FRAME ? ib - at : CHIME__BENCH_FRAME;
+    memcpy(p + at, frames + (f % NFRAMES) * CHIME__BENCH_FRAME, n);
+  }
+}
+
+/* Item i: every byte (uint8_t)i (frames with --compress), its first 8
+ * bytes i itself. */
 static void item(uint8_t *p, uint64_t ib, uint64_t i) {
-  memset(p, (int)(i & 0xff), ib);
+  if (frames != NULL)
+    frames_from(p, ib, i);
+  else
+    memset(p, (int)(i & 0xff), ib);
   memcpy(p, &i, sizeof(i));
 }
 
 static int item_ok(const uint8_t *p, uint64_t ib, uint64_t i) {
   uint64_t got;
   memcpy(&got, p, sizeof(got));
+  if (frames != NULL) { /* its last frame's bytes */
+    uint64_t last = (ib - 1) / CHIME__BENCH_FRAME;
+    const uint8_t *f = frames + ((i + last) % NFRAMES) * CHIME__BENCH_FRAME;
+    uint64_t at = last * CHIME__BENCH_FRAME;
+    return got == i &&
+           (ib - at <= 8 || memcmp(p + at + 8, f + 8, ib - at - 8) == 0);
+  }
   return got == i && p[ib - 1] == (uint8_t)(i & 0xff);
+}
+
+/* A compressed row read whole from the bytes file (its u32 size, then
+ * the zstd frame, or the leaf raw), decompressed into out. */
+static int zrow_read(int fd, const chime__table_t *t, ZSTD_DCtx *dc, uint64_t r,
+                     uint8_t *buf, uint8_t *out, uint64_t ib) {
+  uint64_t off;
+  uint32_t len, s;
+  if (chime__tbl_file_zextent(t, (uint32_t)r, &off, &len) != 0 || len < 4 ||
+      pread(fd, buf, len, (off_t)off) != (ssize_t)len)
+    return -1;
+  memcpy(&s, buf, 4);
+  if (s == ib) {
+    memcpy(out, buf + 4, ib);
+    return 0;
+  }
+  return ZSTD_decompressDCtx(dc, out, ib, buf + 4, s) == ib ? 0 : -1;
 }
 
 static int fill(chime__table_t *t, uint64_t cap, uint64_t ib) {
@@ -132,29 +175,38 @@ static int run_table(chime__table_t *t, const opts_t *o, uint64_t cap,
   return 0;
 }
 
-/* The same draws' pattern by pread: a row at random, its bytes whole. */
-static int run_pread(int fd, const opts_t *o, uint64_t cap, uint64_t ib,
-                     uint64_t *rng, side_t *out) {
-  uint8_t *buf = aligned_alloc(4096, (ib + 4095) / 4096 * 4096);
-  if (buf == NULL)
-    return -1;
+/* The same draws' pattern by pread: a row at random, its bytes whole
+ * (with --compress: its compressed bytes from the bytes file, then
+ * decompressed, as the sampler does). */
+static int run_pread(int fd, const chime__table_t *t, const opts_t *o,
+                     uint64_t cap, uint64_t ib, uint64_t *rng, side_t *out) {
+  size_t room = (ib + 4 + 4095) / 4096 * 4096;
+  uint8_t *buf = aligned_alloc(4096, room), *raw = aligned_alloc(4096, room);
+  ZSTD_DCtx *dc = ZSTD_createDCtx(); /* one for the loop, as a sampler's */
+  int rc = buf == NULL || raw == NULL || dc == NULL ? -1 : 0;
   double t0 = chime__bench_now_s(), t1 = t0;
-  while (t1 - t0 < o->seconds) {
-    for (uint32_t j = 0; j < o->batch; j++) {
+  while (rc == 0 && t1 - t0 < o->seconds) {
+    for (uint32_t j = 0; rc == 0 && j < o->batch; j++) {
       uint64_t r = chime__bench_rand(rng) % cap;
       off_t at = (off_t)(CHIME__TBL_FILE_HEADER + r * ib);
-      if (pread(fd, buf, ib, at) != (ssize_t)ib) {
-        free(buf);
-        return -1;
-      }
-      out->bad += !item_ok(buf, ib, r);
+      rc = o->level != 0 ? zrow_read(fd, t, dc, r, buf, raw, ib)
+                         : -(pread(fd, raw, ib, at) != (ssize_t)ib);
+      out->bad += rc == 0 && !item_ok(raw, ib, r);
     }
     out->n += o->batch;
     t1 = chime__bench_now_s();
   }
   out->s += t1 - t0;
   free(buf);
-  return 0;
+  free(raw);
+  ZSTD_freeDCtx(dc);
+  return rc;
+}
+
+/* Bytes on disk of the file at path (allocated blocks), 0 without. */
+static uint64_t disk_bytes(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 ? (uint64_t)st.st_blocks * 512 : 0;
 }
 
 /* Chi-square of the bins against uniform draws (bins of cap / NBINS rows,
@@ -200,6 +252,8 @@ static int parse(int argc, char **argv, opts_t *o) {
       o->batch = (uint32_t)strtoul(v, NULL, 10);
     else if (strcmp(a, "--rounds") == 0)
       o->rounds = (uint32_t)strtoul(v, NULL, 10);
+    else if (strcmp(a, "--compress") == 0)
+      o->level = atoi(v);
     else
       return -1;
   }
@@ -207,19 +261,36 @@ static int parse(int argc, char **argv, opts_t *o) {
                                                                             : 0;
 }
 
-static void report(const opts_t *o, uint64_t cap, uint64_t ib, const side_t *tb,
+/* The table's files under its data dir: the main file, or (main 0) the
+ * bytes file, into buf. */
+static void file_path(const chime__table_config_t *tc, int main, char *buf,
+                      size_t len) {
+  snprintf(buf, len, "%s/%s.%s", tc->data_dir, tc->name,
+           main ? "table" : "bytes");
+}
+
+static void report(const opts_t *o, const chime__table_config_t *tc,
+                   uint64_t cap, uint64_t ib, const side_t *tb,
                    const side_t *pr, double ratio, double chi2, double z) {
   double trate = tb->n / tb->s, prate = pr->n / pr->s;
+  char p1[CHIME__MAX_DATA_DIR + 80], p2[CHIME__MAX_DATA_DIR + 80];
+  file_path(tc, 1, p1, sizeof(p1));
+  file_path(tc, 0, p2, sizeof(p2));
+  uint64_t d1 = disk_bytes(p1), d2 = disk_bytes(p2);
   if (o->json) {
     printf("{\"bench\":\"bigtable\",\"items\":%" PRIu64
            ",\"item_bytes\":%" PRIu64
            ",\"table_items_per_s\":%.0f,\"pread_items_per_s\":%.0f,\"ratio\":"
            "%.3f,\"chi2\":%.1f,\"chi2_z\":%.2f,\"bad\":%" PRIu64
-           ",\"rss_anon_kib\":%" PRIu64 "}\n",
+           ",\"rss_anon_kib\":%" PRIu64
+           ",\"compress\":%d,\"table_file_disk\":%" PRIu64
+           ",\"bytes_file_disk\":%" PRIu64 "}\n",
            cap, ib, trate, prate, ratio, chi2, z, tb->bad + pr->bad,
-           rss_kib("RssAnon"));
+           rss_kib("RssAnon"), o->level, d1, d2);
     return;
   }
+  printf("on disk: %s %.1f MB, %s %.1f MB (raw items %.2f GiB)\n", p1, d1 / 1e6,
+         p2, d2 / 1e6, (double)cap * ib / (1 << 30));
   printf("table: %" PRIu64 " items of %" PRIu64 " B (%.2f GiB) in %s\n", cap,
          ib, (double)cap * ib / (1 << 30), o->dir);
   printf("sampled (uniform, batch %u): %.0f items/s, %.0f MB/s\n", o->batch,
@@ -243,8 +314,9 @@ int chime__bench_bigtable(int argc, char **argv) {
   if (parse(argc, argv, &o) != 0) {
     fprintf(stderr, "usage: chime-bench bigtable --dir DIR [--gib 4] [--spec "
                     "obs:u8[84,84,4]] [--batch 32] [--seconds 10] [--rounds "
-                    "3] [--json]\n  (one fixed-shape leaf; run it in a memory "
-                    "cgroup: scripts/bigtable.sh)\n");
+                    "3] [--compress LEVEL] [--json]\n  (one fixed-shape leaf; "
+                    "--compress: Atari-like frames, the leaf compressed; run "
+                    "it in a memory cgroup: scripts/bigtable.sh)\n");
     return 2;
   }
   memset(&tc, 0, sizeof(tc));
@@ -262,6 +334,12 @@ int chime__bench_bigtable(int argc, char **argv) {
   tc.remover = CHIME__SAMPLER_FIFO;
   tc.min_size = 1;
   tc.seed = 0; /* from the clock: each run its own draws */
+  tc.compress[0] = (uint8_t)o.level;
+  if (o.level != 0 &&
+      (frames = malloc((size_t)NFRAMES * CHIME__BENCH_FRAME)) == NULL)
+    return 1;
+  if (frames != NULL)
+    chime__bench_frames(frames, NFRAMES);
   double t0 = chime__bench_now_s();
   int rc = chime__table_create(&t, &tc);
   if (rc != 0) {
@@ -271,9 +349,8 @@ int chime__bench_bigtable(int argc, char **argv) {
   fprintf(stderr, "table made or opened in %.3f s\n",
           chime__bench_now_s() - t0);
   int fd = -1;
-  if (fill(t, cap, ib) != 0 ||
-      chime__tbl_file_path(&tc, path, sizeof(path)) != 0 ||
-      (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+  file_path(&tc, o.level == 0, path, sizeof(path));
+  if (fill(t, cap, ib) != 0 || (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
     fprintf(stderr, "bigtable: fill or open: %s\n", strerror(errno));
     chime__table_destroy(t);
     return 1;
@@ -291,7 +368,7 @@ int chime__bench_bigtable(int argc, char **argv) {
   /* Alternating, so both sides meet the same cache and disk. */
   for (uint32_t r = 0; rc == 0 && r < o.rounds; r++) {
     side_t a = {0}, b = {0};
-    rc = run_pread(fd, &o, cap, ib, &rng, &b) != 0 ||
+    rc = run_pread(fd, t, &o, cap, ib, &rng, &b) != 0 ||
          run_table(t, &o, cap, ib, bins, &a) != 0;
     ratios[r] = (a.n / a.s) / (b.n / b.s);
     tb.n += a.n, tb.s += a.s, tb.bad += a.bad;
@@ -301,12 +378,13 @@ int chime__bench_bigtable(int argc, char **argv) {
   }
   if (rc == 0) {
     double chi2, z = chi_z(bins, cap, tb.n, &chi2);
-    report(&o, cap, ib, &tb, &pr, chime__bench_median(ratios, (int)o.rounds),
-           chi2, z);
+    report(&o, &tc, cap, ib, &tb, &pr,
+           chime__bench_median(ratios, (int)o.rounds), chi2, z);
     rc = tb.bad + pr.bad != 0 || fabs(z) > 5;
   }
   free(bins);
   free(ratios);
+  free(frames);
   close(fd);
   chime__table_destroy(t);
   return rc;

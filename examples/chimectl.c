@@ -17,6 +17,7 @@
  * print (docs/operations.md). top is a live view of stats, rates per
  * second (examples/chimectl_top.c). */
 #include <inttypes.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,6 +78,8 @@ static json_t *info_json(const chime_server_info_t *in) {
                   t->staleness_weight));
     json_object_set_new(json_array_get(tables, json_array_size(tables) - 1),
                         "compress", json_string(t->compress));
+    json_object_set_new(json_array_get(tables, json_array_size(tables) - 1),
+                        "data_dir", json_string(t->data_dir));
     json_object_set_new(json_array_get(tables, json_array_size(tables) - 1),
                         "leaves",
                         chimectl_leaves_json(t->leaf_bytes, t->nleaf_bytes));
@@ -179,17 +182,19 @@ static void info_tables_text(const chime_server_info_t *in) {
   }
 }
 
-/* Compressed leaves (docs/replay.md), for the tables that have them; the
- * bytes they save are in `chimectl stats` (RAW_BYTES, STORED_BYTES). */
-static void info_compress_text(const chime_server_info_t *in) {
+/* A section of the tables whose string field at off (in
+ * chime_table_info_t) is set, under title, that field's column col. */
+static void info_field_text(const chime_server_info_t *in, const char *title,
+                            const char *col, size_t off) {
   int n = 0;
   for (uint32_t i = 0; i < in->ntables; i++) {
     const chime_table_info_t *t = &in->tables[i];
-    if (t->compress[0] == '\0')
+    const char *v = (const char *)t + off;
+    if (v[0] == '\0')
       continue;
     if (n++ == 0)
-      printf("\nCOMPRESSED LEAVES (zstd)\n%-16s  %s\n", "TABLE", "LEAF:LEVEL");
-    printf("%-16s  %s\n", t->name, t->compress);
+      printf("\n%s\n%-16s  %s\n", title, "TABLE", col);
+    printf("%-16s  %s\n", t->name, v);
   }
 }
 
@@ -201,7 +206,13 @@ static void info_text(const chime_server_info_t *in) {
   printf("pin_host_memory: %s, pinned bytes: %" PRIu64 "\n\n",
          in->pin_host_memory ? "on" : "off", in->pinned_bytes);
   info_tables_text(in);
-  info_compress_text(in);
+  /* Compressed leaves (docs/replay.md; the bytes they save are in
+   * `chimectl stats`: RAW_BYTES, STORED_BYTES) and tables in files
+   * (docs/operations.md, "Tables in files"). */
+  info_field_text(in, "COMPRESSED LEAVES (zstd)", "LEAF:LEVEL",
+                  offsetof(chime_table_info_t, compress));
+  info_field_text(in, "IN FILES", "DATA_DIR",
+                  offsetof(chime_table_info_t, data_dir));
   /* One ring per open stream; pinned bytes are slots x slot_bytes of each
    * ring the server page-locked (docs/pinning.md). */
   printf("\nRINGS\n%-8s %-16s %14s %14s\n", "STREAM", "TABLE", "BYTES",

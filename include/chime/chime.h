@@ -232,6 +232,9 @@ typedef struct {
   /* Each compressed leaf's bytes, as Stats' (0 from a server before 0.4). */
   uint32_t nleaf_bytes;
   chime_leaf_bytes_t leaf_bytes[CHIME_MAX_LEAVES];
+  /* The directory the table's storage lives in (docs/operations.md,
+   * "Tables in files"); "" in memory (and from a server before 0.4). */
+  char data_dir[1024];
 } chime_table_info_t;
 
 /* One open stream's ring on the server, as GetInfo reports it. */

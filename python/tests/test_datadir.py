@@ -1,8 +1,9 @@
 """A table in files (table "data_dir") from Python: items written, chimed
 killed with SIGKILL, a new chimed on the same data dir hands out the same
 items in the same order, with no checkpoint (docs/operations.md, "Tables
-in files")."""
+in files"), a compressed leaf too; info() names the data dir."""
 import numpy as np
+import pytest
 
 import chime
 import conftest
@@ -10,10 +11,12 @@ import conftest
 N = 1000
 
 
-def test_kill9_then_reopen(tmp_path):
+# Compressed: y's bytes in the bytes file (docs/operations.md).
+@pytest.mark.parametrize("extra", [{}, {"compress": {"y": 3}}])
+def test_kill9_then_reopen(tmp_path, extra):
     tables = [{"name": "f", "spec": "x:u64[], y:u8[48]", "capacity": 4096,
                "sampler": "fifo", "min_size": 1,
-               "data_dir": str(tmp_path / "data")}]
+               "data_dir": str(tmp_path / "data"), **extra}]
     x = np.arange(N, dtype=np.uint64)
     y = np.random.default_rng(43).integers(0, 256, size=(N, 48),
                                            dtype=np.uint8)
@@ -28,6 +31,8 @@ def test_kill9_then_reopen(tmp_path):
     with conftest.run_chimed(tmp_path / "b", tables) as (_, addr):
         with chime.Client(addr, timeout=60) as c:
             assert [t["size"] for t in c.info()["tables"]] == [N]
+            assert [t["data_dir"] for t in c.info()["tables"]] == [
+                str(tmp_path / "data")]
             with c.stream("f", batch_size=N, mode="shm") as s:
                 b = s.next(timeout=10)
                 assert np.array_equal(b["x"], x)  # fifo: in insert order

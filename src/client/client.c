@@ -426,6 +426,8 @@ int chime__conn_info_end(chime_client_t *client, chime__unary_t *u,
              t->staleness_weight[0] ? t->staleness_weight : "none");
     copy_str(o->compress, sizeof(o->compress),
              t->compress != NULL ? t->compress : "");
+    copy_str(o->data_dir, sizeof(o->data_dir),
+             t->data_dir != NULL ? t->data_dir : "");
     o->nleaf_bytes =
         leaf_bytes_from_msgs(o->leaf_bytes, t->leaf_bytes, t->n_leaf_bytes);
     o->samples_per_insert = t->samples_per_insert;

@@ -338,6 +338,9 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
     return rc;
   }
   chime__tbl_lock(t);
+  /* A table in files: its bytes file has room for them, or nothing. */
+  if ((rc = chime__tbl_store_reserve(t, zbufs, lengths, count)) != 0)
+    goto out;
   /* All or nothing: a fifo request waits until every sample fits, so a
    * request ended by a stop leaves nothing behind that its writer would
    * send again (and a sampler can never take half of it). */
@@ -467,12 +470,8 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
       }
     }
     if (t->nrag > 0) {
-      t->rbuf[r] = bufs[j];
+      chime__tbl_rag_take(t, r, bufs[j], lengths + j * t->nrag);
       bufs[j] = NULL;
-      memcpy(t->rlen + (size_t)r * t->nrag, lengths + j * t->nrag,
-             t->nrag * sizeof(uint32_t));
-      t->rag_bytes += chime__tbl_rag_size(t, r);
-      t->rag_alloc += chime__tbl_rag_alloc(t->rbuf[r]);
     }
     if (t->nz > 0) { /* after the lengths: a ragged one's raw bytes */
       chime__tbl_z_take(t, r, zbufs[j]);

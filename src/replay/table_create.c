@@ -33,15 +33,18 @@ static uint64_t rows_for(uint64_t cap) {
 
 /* What create allocated (any part may be missing), and t itself. */
 static void free_parts(chime__table_t *t) {
-  if (t->rbuf != NULL)
+  int own = t->bytes == NULL; /* else they point into the bytes file */
+  if (t->rbuf != NULL && own)
     for (uint64_t r = 0; r < t->rows; r++)
       free(t->rbuf[r]);
   free(t->rbuf);
-  free(t->rlen);
-  if (t->zbuf != NULL)
+  if (t->file == NULL)
+    free(t->rlen);
+  if (t->zbuf != NULL && own)
     for (uint64_t r = 0; r < t->rows; r++)
       free(t->zbuf[r]);
   free(t->zbuf);
+  chime__tbl_bytes_close(t->bytes);
   if (t->file != NULL)
     chime__tbl_file_close(t->file, t->map, t->map_len);
   else if (t->map != NULL)
@@ -76,6 +79,42 @@ static int compress_ok(const chime__table_config_t *cfg) {
     if (cfg->compress[i] != 0)
       return 0;
   return 1;
+}
+
+/* The most bytes one row keeps in the bytes file: its compressed leaves
+ * (each with its size; stored raw when it does not compress) and its
+ * ragged rows at their bounds. */
+static uint64_t row_bytes_max(const chime__table_t *t) {
+  uint64_t b = 0;
+  for (uint32_t i = 0; i < t->nleaves; i++) {
+    const chime_leaf_t *l = &t->cfg.spec.leaves[i];
+    if (t->cfg.compress[i] != 0)
+      b += 4 + chime_leaf_bytes(l);
+    else if (l->ragged)
+      b += chime_leaf_bytes(l);
+  }
+  return b;
+}
+
+/* The bytes file beside the table's file (table_bytes.h): room mapped for
+ * twice every row at its most, the rest for extents of other classes
+ * than the rows of the moment hold. */
+static int open_bytes(chime__table_t *t, uint64_t rows, int fresh) {
+  char path[CHIME__MAX_DATA_DIR + CHIME_MAX_NAME + 16];
+  int n =
+      snprintf(path, sizeof(path), "%s/%s.bytes", t->cfg.data_dir, t->cfg.name);
+  if (n < 0 || (size_t)n >= sizeof(path))
+    return chime__detailf(CHIME_EINVAL, "data_dir '%s': path too long",
+                          t->cfg.data_dir);
+  uint64_t most = row_bytes_max(t);
+  if (most >= UINT32_MAX) /* an extent's length is a u32 */
+    return chime__detailf(CHIME_ENOTSUP,
+                          "data_dir: a row's compressed or ragged bytes may "
+                          "reach %llu, over the 4 GiB a row keeps in files",
+                          (unsigned long long)most);
+  uint64_t limit = 2 * rows * chime__tbl_bytes_class(most);
+  return chime__tbl_bytes_open(&t->bytes, path, limit + (UINT64_C(64) << 20),
+                               fresh);
 }
 
 /* The fixed-shape leaves' arrays, then the bookkeeping (NMETA arrays) in
@@ -117,6 +156,17 @@ static int map_storage(chime__table_t *t, size_t rows, int *fresh) {
   size_t meta_off = len;
   for (int i = 0; i < NMETA; i++)
     len += chime__tbl_align64(rows * meta_bytes[i]);
+  /* In a file, also the ragged lengths and the rows' extents in the
+   * bytes file (table_bytes.h). */
+  size_t rlen_off = len, zext_off = 0, rext_off = 0;
+  if (file && t->nrag > 0)
+    len += chime__tbl_align64(rows * t->nrag * sizeof(uint32_t));
+  zext_off = len;
+  if (file && t->nz > 0)
+    len += chime__tbl_align64(rows * sizeof(chime__tbl_extent_t));
+  rext_off = len;
+  if (file && t->nrag > 0)
+    len += chime__tbl_align64(rows * sizeof(chime__tbl_extent_t));
   size_t commit_off = len;
   if (file)
     len += chime__tbl_align64(rows * sizeof(uint64_t));
@@ -150,14 +200,22 @@ static int map_storage(chime__table_t *t, size_t rows, int *fresh) {
     *u32[i] = (uint32_t *)p;
     p += chime__tbl_align64(rows * sizeof(uint32_t));
   }
-  if (file)
+  if (file) {
     t->commit = (uint64_t *)((uint8_t *)t->map + commit_off);
+    t->rlen = t->nrag > 0 ? (uint32_t *)((uint8_t *)t->map + rlen_off) : NULL;
+    if (t->nz > 0)
+      t->zext = (chime__tbl_extent_t *)((uint8_t *)t->map + zext_off);
+    if (t->nrag > 0)
+      t->rext = (chime__tbl_extent_t *)((uint8_t *)t->map + rext_off);
+  }
   t->seq_lo = t->seq_hi = UINT64_C(1) << 63;
   if (t->nrag > 0 && ((t->rbuf = calloc(rows, sizeof(*t->rbuf))) == NULL ||
-                      (t->rlen = calloc(rows * t->nrag, 4)) == NULL))
+                      (!file && (t->rlen = calloc(rows * t->nrag, 4)) == NULL)))
     return chime__detail(CHIME_ENOMEM, NULL);
   if (t->nz > 0 && (t->zbuf = calloc(rows, sizeof(*t->zbuf))) == NULL)
     return chime__detail(CHIME_ENOMEM, NULL);
+  if (file && (t->nz > 0 || t->nrag > 0))
+    return open_bytes(t, rows, *fresh);
   return 0;
 }
 
@@ -182,15 +240,6 @@ static int reopen(chime__table_t *t) {
   if (chime__tbl_file_path(&t->cfg, path, sizeof(path)) != 0)
     path[0] = '\0';
   return chime__tbl_reopen(t, path);
-}
-
-/* Every leaf is in the rows (none compressed): what a table in files
- * holds (for now). */
-static int in_rows(const chime__table_config_t *cfg) {
-  for (uint32_t i = 0; i < CHIME_MAX_LEAVES; i++)
-    if (cfg->compress[i] != 0)
-      return 0;
-  return 1;
 }
 
 static double sure_priority(const chime__table_config_t *cfg) {
@@ -246,13 +295,10 @@ int chime__table_create(chime__table_t **out,
     rc = CHIME_EINVAL;
     goto out;
   }
-  if (cfg->data_dir[0] != '\0' &&
-      (seq || t->nleaves != cfg->spec.nleaves ||
-       chime_spec_ragged(&cfg->spec) > 0 || !in_rows(cfg))) {
+  if (cfg->data_dir[0] != '\0' && seq) {
     told = 1;
     rc = chime__detailf(CHIME_ENOTSUP,
-                        "data_dir: sequence tables, ragged and compressed "
-                        "leaves are not kept in files yet");
+                        "data_dir: sequence tables are not kept in files yet");
     goto out;
   }
   /* The same sum tree, draws weighted by staleness (selector_stale.c). */
@@ -355,7 +401,9 @@ uint64_t chime__table_bytes(const chime__table_config_t *cfg) {
   }
   for (uint32_t i = 0; i < n + NMETA + 4; i++) {
     uint64_t per;
-    if (i < n + NMETA && cfg->data_dir[0] != '\0')
+    if (i < n && cfg->data_dir[0] != '\0') /* in the files but a pointer */
+      per = cfg->spec.leaves[i].ragged || cfg->compress[i] != 0 ? 8 : 0;
+    else if (i < n + NMETA && cfg->data_dir[0] != '\0')
       per = 0;      /* in the file: the page cache's, not chimed's own */
     else if (i < n) /* a ragged leaf at its bound, its row's pointer, length */
       per = chime_leaf_bytes(&cfg->spec.leaves[i]) +

@@ -15,6 +15,7 @@
 
 #include "chime/errors.h"
 #include "common/detail.h"
+#include "common/spec.h"
 #include "replay/table_internal.h"
 
 #define MAGIC "CHIMETBL"
@@ -72,6 +73,15 @@ static uint64_t fingerprint(const chime__table_config_t *cfg, uint64_t rows,
                   sizeof(row_meta_t)};
   h = fnv(h, v, sizeof(v));
   h = fnv(h, cfg->compress, sizeof(cfg->compress));
+  /* Rows with bytes in the bytes file: its extents' format (table_bytes.h;
+   * 16-byte granules, four classes per power of two) and record. */
+  int bytes = chime_spec_ragged(&cfg->spec) > 0;
+  for (uint32_t i = 0; i < CHIME_MAX_LEAVES; i++)
+    bytes |= cfg->compress[i] != 0;
+  if (bytes) {
+    uint64_t b[] = {1, sizeof(chime__tbl_extent_t), chime__tbl_bytes_class(17)};
+    h = fnv(h, b, sizeof(b));
+  }
   return fnv(h, spec, strlen(spec));
 }
 
@@ -248,6 +258,15 @@ uint64_t chime__tbl_file_key_end(const chime__tbl_file_t *f) {
   return f->hdr->key_end;
 }
 
+int chime__tbl_file_zextent(const chime__table_t *t, uint32_t r, uint64_t *off,
+                            uint32_t *len) {
+  if (t->zext == NULL || r >= t->rows)
+    return -1;
+  *off = t->zext[r].off;
+  *len = t->zext[r].len;
+  return 0;
+}
+
 /* madvise over the whole pages that [p, p + n) touches. */
 static void advise(const void *p, size_t n, int advice) {
   uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
@@ -268,6 +287,99 @@ typedef struct {
   uint64_t seq;
   uint32_t row;
 } found_t;
+
+int chime__tbl_store_reserve(chime__table_t *t, uint8_t *const *zbufs,
+                             const uint32_t *lengths, uint64_t count) {
+  if (t->bytes == NULL)
+    return 0;
+  uint64_t need = 0;
+  for (uint64_t j = 0; j < count; j++) {
+    if (t->nz > 0 && zbufs != NULL && zbufs[j] != NULL)
+      need += chime__tbl_bytes_class(chime__zleaf_total(zbufs[j], t->nz));
+    if (t->nrag > 0 && lengths != NULL)
+      need += chime__tbl_bytes_class(
+          chime__tbl_rag_bytes(t, lengths + j * t->nrag));
+  }
+  return chime__tbl_bytes_reserve(t->bytes, need);
+}
+
+static int bad_row(const char *path, uint32_t r, const char *what) {
+  return chime__detailf(CHIME_ECORRUPT, "data_dir: '%s': row %u: %s", path, r,
+                        what);
+}
+
+/* Row r's ragged lengths and extents as this table writes them; its
+ * extents (those of any bytes) appended to ex[*m]. */
+static int row_extents(chime__table_t *t, uint32_t r, const char *path,
+                       chime__tbl_live_extent_t *ex, size_t *m) {
+  uint64_t b = 0;
+  if (t->nrag > 0) {
+    const uint32_t *len = t->rlen + (size_t)r * t->nrag;
+    if (chime__spec_ragged_bytes(&t->cfg.spec, 1, len, &b, NULL, 0) != 0 ||
+        t->rext[r].len != chime__tbl_rag_size(t, r))
+      return bad_row(path, r,
+                     "ragged lengths past their bounds or unlike "
+                     "its bytes' extent");
+    if (t->rext[r].len > 0)
+      ex[(*m)++] = (chime__tbl_live_extent_t){t->rext[r], r};
+  }
+  if (t->nz > 0) {
+    if (t->zext[r].len < 4 * t->nz)
+      return bad_row(path, r, "compressed leaves' extent too short");
+    ex[(*m)++] = (chime__tbl_live_extent_t){t->zext[r], r};
+  }
+  return 0;
+}
+
+/* Row r's compressed leaves at their extent: their sizes summing to it,
+ * each within its leaf's raw size. */
+static int z_ok(chime__table_t *t, uint32_t r) {
+  const uint8_t *buf = t->zbuf[r];
+  const uint32_t *len = t->nrag > 0 ? t->rlen + (size_t)r * t->nrag : NULL;
+  uint64_t at = 4 * (uint64_t)t->nz;
+  for (uint32_t k = 0; k < t->nz; k++) {
+    uint32_t s = chime__zleaf_size(buf, k);
+    if (s > chime__tbl_z_rawsize(t, t->zl[k], len) && s > 0)
+      return 0;
+    at += s;
+  }
+  return at == t->zext[r].len;
+}
+
+/* The live rows' bytes in the bytes file: extents checked and the free
+ * lists rebuilt from the gaps, the rows' pointers set, their bytes
+ * counted. */
+static int reopen_bytes(chime__table_t *t, const found_t *live, uint64_t n,
+                        const char *path) {
+  chime__tbl_live_extent_t *ex = malloc((2 * n + 1) * sizeof(*ex));
+  size_t m = 0;
+  int rc = 0;
+  if (ex == NULL)
+    return chime__detail(CHIME_ENOMEM, NULL);
+  for (uint64_t i = 0; i < n && rc == 0; i++)
+    rc = row_extents(t, live[i].row, path, ex, &m);
+  if (rc == 0)
+    rc = chime__tbl_bytes_rebuild(t->bytes, ex, m);
+  free(ex);
+  uint8_t *base = chime__tbl_bytes_base(t->bytes);
+  for (uint64_t i = 0; i < n && rc == 0; i++) {
+    uint32_t r = live[i].row;
+    if (t->nrag > 0) {
+      t->rbuf[r] = t->rext[r].len > 0 ? base + t->rext[r].off : NULL;
+      t->rag_bytes += t->rext[r].len;
+    }
+    if (t->nz > 0) {
+      t->zbuf[r] = base + t->zext[r].off;
+      if (!z_ok(t, r)) {
+        t->zbuf[r] = NULL;
+        rc = bad_row(path, r, "compressed leaves' sizes unlike their extent");
+      } else {
+        chime__tbl_z_count(t, r);
+      }
+    }
+  }
+  return rc;
+}
 
 static int by_seq(const void *a, const void *b) {
   uint64_t x = ((const found_t *)a)->seq, y = ((const found_t *)b)->seq;
@@ -301,6 +413,11 @@ int chime__tbl_reopen(chime__table_t *t, const char *path) {
     if (t->commit[r] != 0)
       live[n++] = (found_t){t->commit[r], (uint32_t)r};
   qsort(live, n, sizeof(*live), by_seq);
+  int rc = t->bytes != NULL ? reopen_bytes(t, live, n, path) : 0;
+  if (rc != 0) {
+    free(live);
+    return rc;
+  }
   for (uint64_t i = 0; i < n; i++) {
     uint32_t r = live[i].row;
     if (!row_ok(t, r)) {

@@ -41,6 +41,13 @@ void chime__tbl_file_close(chime__tbl_file_t *f, void *map, size_t len);
 void chime__tbl_file_keys(chime__tbl_file_t *f, uint64_t end);
 uint64_t chime__tbl_file_key_end(const chime__tbl_file_t *f);
 
+/* Row r's compressed leaves in the bytes file (table_bytes.h) of table
+ * t (chime-bench bigtable's pread loop): their extent, 0; -1 when t keeps
+ * none there. */
+struct chime__table_s;
+int chime__tbl_file_zextent(const struct chime__table_s *t, uint32_t r,
+                            uint64_t *off, uint32_t *len);
+
 /* Leaf arrays [p, p + n) are read at random rows: no readahead. */
 void chime__tbl_file_random(void *p, size_t n);
 

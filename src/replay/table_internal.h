@@ -22,6 +22,7 @@
 #include "replay/steps.h"
 #include "replay/sumtree.h"
 #include "replay/table.h"
+#include "replay/table_bytes.h"
 #include "replay/table_file.h"
 #include "replay/verindex.h"
 #include "replay/zleaf.h"
@@ -161,6 +162,11 @@ struct chime__table_s {
   chime__tbl_file_t *file;
   uint64_t *commit;
   uint64_t seq_lo, seq_hi;
+  /* A table in files with compressed or ragged leaves: zbuf[r] and
+   * rbuf[r] point into the bytes file (table_bytes.h), at the extents
+   * zext[r] and rext[r] (in the main file, as rlen is); NULL: in memory. */
+  chime__tbl_bytes_t *bytes;
+  chime__tbl_extent_t *zext, *rext;
 };
 
 #define NONE UINT32_MAX
@@ -261,7 +267,49 @@ static inline uint64_t chime__tbl_rag_alloc(void *p) {
   return p != NULL ? malloc_usable_size(p) + sizeof(size_t) : 0;
 }
 
+/* buf (len bytes, malloc'd) into a new extent of the bytes file, *e set
+ * to it (after the bytes: the row's commit word comes later still); buf
+ * freed. The extent's bytes, or NULL for none. After
+ * chime__tbl_store_reserve. */
+static inline uint8_t *chime__tbl_place(chime__table_t *t,
+                                        chime__tbl_extent_t *e, uint8_t *buf,
+                                        uint64_t len) {
+  uint8_t *p = NULL;
+  chime__tbl_extent_t x = {0, 0, 0};
+  if (len > 0) {
+    x.off = chime__tbl_bytes_alloc(t->bytes, (uint32_t)len);
+    x.len = (uint32_t)len;
+    p = chime__tbl_bytes_base(t->bytes) + x.off;
+    memcpy(p, buf, (size_t)len);
+  }
+  *e = x;
+  free(buf);
+  return p;
+}
+
+/* Row r takes buf (malloc'd, or NULL without ragged bytes) as its ragged
+ * leaves' rows, of lengths len (nrag of them). */
+static inline void chime__tbl_rag_take(chime__table_t *t, uint32_t r,
+                                       uint8_t *buf, const uint32_t *len) {
+  memcpy(t->rlen + (size_t)r * t->nrag, len, t->nrag * sizeof(uint32_t));
+  uint64_t n = chime__tbl_rag_size(t, r);
+  t->rag_bytes += n;
+  if (t->bytes != NULL) {
+    t->rbuf[r] = chime__tbl_place(t, &t->rext[r], buf, n);
+    return;
+  }
+  t->rbuf[r] = buf;
+  t->rag_alloc += chime__tbl_rag_alloc(buf);
+}
+
 static inline void chime__tbl_rag_drop(chime__table_t *t, uint32_t r) {
+  if (t->bytes != NULL) { /* a row of 0 ragged bytes has no extent */
+    t->rag_bytes -= t->rext[r].len;
+    chime__tbl_bytes_free(t->bytes, t->rext[r]);
+    t->rext[r].len = 0;
+    t->rbuf[r] = NULL;
+    return;
+  }
   if (t->rbuf[r] == NULL)
     return;
   t->rag_bytes -= chime__tbl_rag_size(t, r);
@@ -282,14 +330,18 @@ static inline void chime__tbl_z_drop(chime__table_t *t, uint32_t r) {
     t->zk_stored[k] -= 4 + (uint64_t)chime__zleaf_size(t->zbuf[r], k);
   }
   t->z_stored -= chime__zleaf_total(t->zbuf[r], t->nz);
-  free(t->zbuf[r]);
+  if (t->bytes != NULL) {
+    chime__tbl_bytes_free(t->bytes, t->zext[r]);
+    t->zext[r].len = 0;
+  } else {
+    free(t->zbuf[r]);
+  }
   t->zbuf[r] = NULL;
 }
 
-/* Row r takes buf as its compressed leaves (its ragged lengths set). */
-static inline void chime__tbl_z_take(chime__table_t *t, uint32_t r,
-                                     uint8_t *buf) {
-  t->zbuf[r] = buf;
+/* Row r's compressed leaves (zbuf[r]) counted in the table's bytes. */
+static inline void chime__tbl_z_count(chime__table_t *t, uint32_t r) {
+  const uint8_t *buf = t->zbuf[r];
   const uint32_t *len = t->nrag > 0 ? t->rlen + (size_t)r * t->nrag : NULL;
   for (uint32_t k = 0; k < t->nz; k++) {
     uint64_t raw = chime__tbl_z_rawsize(t, t->zl[k], len);
@@ -302,6 +354,16 @@ static inline void chime__tbl_z_take(chime__table_t *t, uint32_t r,
     t->zk_kept_raw[k] += kept_raw;
   }
   t->z_stored += chime__zleaf_total(buf, t->nz);
+}
+
+/* Row r takes buf (malloc'd) as its compressed leaves (its ragged
+ * lengths set). */
+static inline void chime__tbl_z_take(chime__table_t *t, uint32_t r,
+                                     uint8_t *buf) {
+  if (t->bytes != NULL)
+    buf = chime__tbl_place(t, &t->zext[r], buf, chime__zleaf_total(buf, t->nz));
+  t->zbuf[r] = buf;
+  chime__tbl_z_count(t, r);
 }
 
 static inline void chime__tbl_free_push(chime__table_t *t, uint32_t r) {
@@ -483,6 +545,11 @@ static inline void chime__tbl_commit(chime__table_t *t, uint32_t r,
 }
 
 /* --- table_file.c: a table opened again on its file --- */
+/* A table with a bytes file: room in it for count samples' compressed
+ * leaves (zbufs, NULL without) and ragged rows (lengths, nrag a sample),
+ * before any row is taken. 0, or the thread's detail says why. */
+int chime__tbl_store_reserve(chime__table_t *t, uint8_t *const *zbufs,
+                             const uint32_t *lengths, uint64_t count);
 /* Rebuilds the indexes of t, just mapped on the file at path, from its
  * rows' commit words and records (no leaf is read; create put the other
  * rows in the free lists); next_key goes on past

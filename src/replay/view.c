@@ -342,6 +342,8 @@ int chime__table_restore_item_ragged(chime__table_t *t, uint64_t key,
   chime__tbl_lock(t);
   if (chime__keyindex_lookup(t->keys, key, &dummy) == 0) {
     rc = CHIME_EINVAL;
+  } else if ((rc = chime__tbl_store_reserve(t, &zbuf, lengths, 1)) != 0) {
+    /* a table in files whose bytes file cannot grow */
   } else if (t->rows - t->count - t->ndead == 0) {
     rc = CHIME_ENOMEM;
   } else {
@@ -354,12 +356,8 @@ int chime__table_restore_item_ragged(chime__table_t *t, uint64_t key,
       restore_leaves(t, r, lengths, sample, buf);
     }
     if (t->nrag > 0) {
-      t->rbuf[r] = buf;
+      chime__tbl_rag_take(t, r, buf, lengths);
       buf = NULL;
-      memcpy(t->rlen + (size_t)r * t->nrag, lengths,
-             t->nrag * sizeof(uint32_t));
-      t->rag_bytes += rag;
-      t->rag_alloc += chime__tbl_rag_alloc(t->rbuf[r]);
     }
     if (t->nz > 0) { /* after the lengths: a ragged one's raw bytes */
       chime__tbl_z_take(t, r, zbuf);

@@ -397,13 +397,10 @@ static int parse_table(chime__table_config_t *t, json_t *obj, uint32_t index,
   }
   if (!have_cap && t->sequence_length == 0)
     return fail(err, errlen, "%s: 'capacity' is required", where);
-  if (t->data_dir[0] != '\0' &&
-      (t->sequence_length > 0 || chime_spec_ragged(&t->spec) > 0 ||
-       compress != NULL))
+  if (t->data_dir[0] != '\0' && t->sequence_length > 0)
     return fail(err, errlen,
-                "%s: 'data_dir': sequence tables, ragged and compressed "
-                "leaves are not kept in files yet (docs/operations.md, "
-                "Tables in files)",
+                "%s: 'data_dir': sequence tables are not kept in files yet "
+                "(docs/operations.md, Tables in files)",
                 where);
   if (t->staleness_weight != 0 &&
       (t->sampler != CHIME__SAMPLER_PRIORITIZED || t->sequence_length > 0))

@@ -1,7 +1,9 @@
 /* A table in files (table "data_dir"), with the real chimed:
  * - chimed killed with SIGKILL while a writer inserts, and started again on
  *   the same data dir: every acked item is there, each exactly once and
- *   whole (its bytes checked), with no checkpoint anywhere;
+ *   whole (its bytes checked), with no checkpoint anywhere; with a
+ *   compressed leaf too (its bytes in the bytes file); GetInfo names the
+ *   data dir;
  * - a data dir holding another table's file, or one that is a file: chimed
  *   refuses to start, naming the path, and the file is left as it was;
  * - --restore into a table that opened with items from its file: refused;
@@ -34,13 +36,19 @@ static chime__chimed_t chimed;
 static chime_client_t *client;
 static char config[2048], datadir[512];
 
-static void write_config(uint64_t capacity, const char *sub) {
+/* extra: more of the table's config ("" or ", \"compress\": ..."). */
+static void write_config_with(uint64_t capacity, const char *sub,
+                              const char *extra) {
   snprintf(datadir, sizeof(datadir), "%s/%s", chime__harness_tmpdir(), sub);
   snprintf(config, sizeof(config),
            "{\"tables\": [{\"name\": \"demo\", \"spec\": \"" SPEC "\", "
            "\"capacity\": %llu, \"sampler\": \"fifo\", \"data_dir\": "
-           "\"%s\"}]}\n",
-           (unsigned long long)capacity, datadir);
+           "\"%s\"%s}]}\n",
+           (unsigned long long)capacity, datadir, extra);
+}
+
+static void write_config(uint64_t capacity, const char *sub) {
+  write_config_with(capacity, sub, "");
 }
 
 static int teardown(void **state) {
@@ -91,6 +99,15 @@ static void insert_until_killed(void) {
   (void)crc;
 }
 
+/* GetInfo names the table's data dir. */
+static void check_info_data_dir(void) {
+  chime_server_info_t *in = NULL;
+  assert_int_equal(chime_client_info(client, &in), 0);
+  assert_int_equal(in->ntables, 1);
+  assert_string_equal(in->tables[0].data_dir, datadir);
+  chime_server_info_free(in);
+}
+
 static uint64_t table_size(void) {
   chime_stats_t *st = NULL;
   assert_int_equal(chime_client_stats(client, &st), 0);
@@ -129,9 +146,8 @@ static uint64_t drain(uint8_t *seen) {
   return n;
 }
 
-static void test_kill9_keeps_acked(void **state) {
-  (void)state;
-  write_config(N_MAX, "killed");
+static void kill9_keeps_acked(void) {
+  atomic_store(&acked, 0);
   assert_int_equal(chime__chimed_start_client(&chimed, config, &client), 0);
   insert_until_killed();
   assert_int_equal(chime__proc_wait(&chimed.proc, 10000, NULL), 0);
@@ -141,6 +157,7 @@ static void test_kill9_keeps_acked(void **state) {
   assert_true(a >= KILL_AT);
 
   assert_int_equal(chime__chimed_start_client(&chimed, config, &client), 0);
+  check_info_data_dir();
   uint8_t *seen = calloc(N_MAX, 1);
   assert_non_null(seen);
   uint64_t n = drain(seen);
@@ -154,6 +171,20 @@ static void test_kill9_keeps_acked(void **state) {
   free(seen);
   fprintf(stderr, "acked %llu, after the restart %llu\n", (unsigned long long)a,
           (unsigned long long)n);
+}
+
+static void test_kill9_keeps_acked(void **state) {
+  (void)state;
+  write_config(N_MAX, "killed");
+  kill9_keeps_acked();
+}
+
+/* The same with the obs leaf compressed: its bytes in the bytes file
+ * (table_bytes.h), written before the row's extent and commit word. */
+static void test_kill9_keeps_acked_compressed(void **state) {
+  (void)state;
+  write_config_with(N_MAX, "killed-z", ", \"compress\": {\"obs\": 3}");
+  kill9_keeps_acked();
 }
 
 /* chimed on the config: it must refuse to start, its stderr holding
@@ -240,6 +271,7 @@ static void test_restore_refused_over_items(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_teardown(test_kill9_keeps_acked, teardown),
+      cmocka_unit_test_teardown(test_kill9_keeps_acked_compressed, teardown),
       cmocka_unit_test_teardown(test_other_table_refused, teardown),
       cmocka_unit_test_teardown(test_restore_refused_over_items, teardown),
   };

@@ -172,9 +172,7 @@ static int fetch_once(const char *socket_path, const uint8_t *token,
     }
     got += (size_t)k;
   }
-  int32_t code =
-      (int32_t)((uint32_t)status[0] | (uint32_t)status[1] << 8 |
-                (uint32_t)status[2] << 16 | (uint32_t)status[3] << 24);
+  int32_t code = chime__handoff_status_get(status);
   if (code != 0) {
     rc = code < 0 && code >= CHIME_ECLOSED ? code : CHIME_EPROTO;
     if (rc == CHIME_EPERM)

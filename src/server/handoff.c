@@ -293,12 +293,8 @@ static void *take_token(chime__handoff_t *h, const uint8_t *tok, int *expired) {
 }
 
 static int send_reply(int fd, int32_t status, int pass_fd) {
-  uint8_t b[4];
-  uint32_t u = (uint32_t)status;
-  b[0] = (uint8_t)u;
-  b[1] = (uint8_t)(u >> 8);
-  b[2] = (uint8_t)(u >> 16);
-  b[3] = (uint8_t)(u >> 24);
+  uint8_t b[CHIME__HANDOFF_STATUS_BYTES];
+  chime__handoff_status_put(b, status);
   struct iovec iov = {b, sizeof(b)};
   struct msghdr m;
   union {

@@ -7,6 +7,8 @@
 #ifndef CHIME_WIRE_HANDOFF_H
 #define CHIME_WIRE_HANDOFF_H
 
+#include <stdint.h>
+
 #define CHIME__HANDOFF_MAGIC "CHIMEHO1"
 #define CHIME__HANDOFF_MAGIC_BYTES 8
 #define CHIME__HANDOFF_TOKEN_BYTES 16
@@ -18,5 +20,22 @@
 
 _Static_assert(sizeof(CHIME__HANDOFF_MAGIC) - 1 == CHIME__HANDOFF_MAGIC_BYTES,
                "handoff magic length");
+
+/* The answer's status, both ends: an int32, little-endian. */
+static inline void
+chime__handoff_status_put(uint8_t b[CHIME__HANDOFF_STATUS_BYTES],
+                          int32_t status) {
+  uint32_t u = (uint32_t)status;
+  b[0] = (uint8_t)u;
+  b[1] = (uint8_t)(u >> 8);
+  b[2] = (uint8_t)(u >> 16);
+  b[3] = (uint8_t)(u >> 24);
+}
+
+static inline int32_t
+chime__handoff_status_get(const uint8_t b[CHIME__HANDOFF_STATUS_BYTES]) {
+  return (int32_t)((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
+                   (uint32_t)b[3] << 24);
+}
 
 #endif

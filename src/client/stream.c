@@ -20,6 +20,7 @@
 
 #include "client/fork.h"
 #include "client/stream.h"
+#include "ring/extents.h"
 #include "wire/credit.h"
 
 /* Cuts the learner off the ring: next then reports end_code, with end_why
@@ -419,17 +420,6 @@ static int take_view(chime_stream_t *s, chime_ring_view_t *v, int timeout_ms) {
 /* A ragged leaf's offsets as the producer wrote them, checked before
  * anyone indexes with them: from 0, never decreasing, within the slot's
  * room for count times the bound. The total in *total. */
-static int offsets_ok(const int64_t *offs, uint32_t count, uint64_t bound,
-                      uint64_t *total) {
-  if (offs == NULL || offs[0] != 0)
-    return 0;
-  for (uint32_t j = 0; j < count; j++)
-    if (offs[j + 1] < offs[j])
-      return 0;
-  *total = (uint64_t)offs[count];
-  return *total <= (uint64_t)count * bound;
-}
-
 /* The batch in view v, lent to the learner; CHIME_EPROTO (the slot given
  * back) when a ragged leaf's offsets do not hold. */
 static int lend(chime_stream_t *s, const chime_ring_view_t *vp,
@@ -443,14 +433,18 @@ static int lend(chime_stream_t *s, const chime_ring_view_t *vp,
     b->shape[0] = vp->count;
     b->offsets = NULL;
     if (l->ragged) {
-      uint64_t total;
-      if (!offsets_ok(vp->offsets[i], vp->count, l->shape[0], &total)) {
+      char why[256];
+      int64_t rows =
+          vp->offsets[i] == NULL
+              ? -1
+              : chime__offsets_rows(vp->offsets[i], vp->count, l->shape[0],
+                                    l->name, why, sizeof(why));
+      if (rows < 0) {
         (void)s->tp->release(s, vp->slot);
-        return chime__detailf(CHIME_EPROTO,
-                              "batch %" PRIu64 ": leaf '%s': offsets out of "
-                              "order or past the slot",
-                              vp->seq, l->name);
+        return chime__detailf(CHIME_EPROTO, "batch %" PRIu64 ": %s", vp->seq,
+                              vp->offsets[i] == NULL ? "no offsets" : why);
       }
+      uint64_t total = (uint64_t)rows;
       b->shape[0] = total;
       for (uint32_t d = 1; d < l->ndim; d++)
         b->shape[d] = l->shape[d];

@@ -29,6 +29,33 @@ static void put(chime__extents_t *out, uint64_t off, uint64_t len) {
   out->total += len;
 }
 
+int64_t chime__offsets_rows(const int64_t *offsets, uint32_t count,
+                            uint64_t bound, const char *leaf, char *err,
+                            size_t errlen) {
+  int64_t offs[2];
+  const uint8_t *o = (const uint8_t *)offsets;
+  memcpy(&offs[0], o, sizeof(int64_t));
+  if (offs[0] != 0) {
+    chime__errf(err, errlen, "leaf '%s': offsets[0] is %" PRId64 ", not 0",
+                leaf, offs[0]);
+    return -1;
+  }
+  /* The slot's offsets are 64-aligned int64 (chime_ring_layout), but a
+   * peer's: memcpy keeps the read defined whatever they hold. */
+  for (uint32_t j = 0; j < count; j++) {
+    memcpy(&offs[1], o + (size_t)(j + 1) * sizeof(int64_t), sizeof(int64_t));
+    if (offs[1] < offs[0] || (uint64_t)(offs[1] - offs[0]) > bound) {
+      chime__errf(err, errlen,
+                  "leaf '%s': sample %u has offsets %" PRId64 "..%" PRId64
+                  ", not 0..%" PRIu64 " rows",
+                  leaf, j, offs[0], offs[1], bound);
+      return -1;
+    }
+    offs[0] = offs[1];
+  }
+  return offs[0];
+}
+
 /* The rows leaf i's offsets (at offs[i]) say the batch holds, or -1 (a
  * message in err) when they cannot be trusted. */
 static int64_t leaf_rows(const chime_ring_layout_t *lay,
@@ -37,36 +64,18 @@ static int64_t leaf_rows(const chime_ring_layout_t *lay,
                          size_t errlen) {
   const chime_leaf_t *lf = &spec->leaves[i];
   uint32_t B = lay->batch_size;
-  int64_t offs[2];
-  const uint8_t *o = (const uint8_t *)offsets[i];
-  memcpy(&offs[0], o, sizeof(int64_t));
-  if (offs[0] != 0) {
-    chime__errf(err, errlen, "leaf '%s': offsets[0] is %" PRId64 ", not 0",
-                lf->name, offs[0]);
-    return -1;
-  }
-  /* The slot's offsets are 64-aligned int64 (chime_ring_layout), but a
-   * peer's: memcpy keeps the read defined whatever they hold. */
-  for (uint32_t j = 0; j < B; j++) {
-    memcpy(&offs[1], o + (size_t)(j + 1) * sizeof(int64_t), sizeof(int64_t));
-    if (offs[1] < offs[0] || (uint64_t)(offs[1] - offs[0]) > lf->shape[0]) {
-      chime__errf(err, errlen,
-                  "leaf '%s': sample %u has offsets %" PRId64 "..%" PRId64
-                  ", not 0..%" PRIu64 " rows",
-                  lf->name, j, offs[0], offs[1], lf->shape[0]);
-      return -1;
-    }
-    offs[0] = offs[1];
-  }
-  if (lf->shares != 0 && memcmp(o, offsets[lf->shares - 1],
-                                ((size_t)B + 1) * sizeof(int64_t)) != 0) {
+  int64_t rows =
+      chime__offsets_rows(offsets[i], B, lf->shape[0], lf->name, err, errlen);
+  if (rows >= 0 && lf->shares != 0 &&
+      memcmp(offsets[i], offsets[lf->shares - 1],
+             ((size_t)B + 1) * sizeof(int64_t)) != 0) {
     chime__errf(err, errlen,
                 "leaf '%s': offsets unlike those of '%s', whose length it "
                 "shares",
                 lf->name, spec->leaves[lf->shares - 1].name);
     return -1;
   }
-  return offs[0];
+  return rows;
 }
 
 int chime__slot_extents(const chime_ring_layout_t *lay,

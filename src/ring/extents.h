@@ -38,6 +38,15 @@ uint64_t chime__slot_send_bytes(const chime_ring_layout_t *lay);
 uint64_t chime__slot_tail(const chime_ring_layout_t *lay,
                           const chime_spec_t *spec);
 
+/* A ragged leaf's count + 1 offsets as a peer wrote them (the one check
+ * of them, at both ends of the wire and at the device end): offsets[0] ==
+ * 0, none decreasing, no sample longer than bound rows. The rows they
+ * hold, or -1 with a message in err naming the leaf and the sample. Reads
+ * them with memcpy (any alignment). */
+int64_t chime__offsets_rows(const int64_t *offsets, uint32_t count,
+                            uint64_t bound, const char *leaf, char *err,
+                            size_t errlen);
+
 /* The extents of the slot at base that its batch uses, in the order they
  * are sent: for a spec with ragged leaves the tail first, then each leaf's
  * values in spec order (a fixed leaf whole, a ragged leaf offsets[B] rows,

@@ -48,11 +48,6 @@ int chime__keyindex_create(chime__keyindex_t **out, uint64_t max_items) {
     free(k);
     return CHIME_ENOMEM;
   }
-#ifdef MADV_HUGEPAGE
-  /* Keys land at random over the map: its pages would each cost a TLB miss
-   * per probe. A hint only: no huge pages, no harm. */
-  (void)madvise(k->map, k->map_len, MADV_HUGEPAGE);
-#endif
   k->keys = k->map;
   k->rows = (uint32_t *)((uint8_t *)k->map + klen);
   *out = k;
@@ -70,18 +65,15 @@ uint64_t chime__keyindex_count(const chime__keyindex_t *k) {
   return k->count;
 }
 
-/* Where key's block of BLOCK keys starts. */
-static uint64_t block_at(const chime__keyindex_t *k, uint64_t b) {
+static uint64_t home(const chime__keyindex_t *k, uint64_t key) {
+  uint64_t b = key / BLOCK;
   b ^= b >> 33;
   b *= UINT64_C(0xff51afd7ed558ccd);
   b ^= b >> 33;
   b *= UINT64_C(0xc4ceb9fe1a85ec53);
   b ^= b >> 33;
-  return (uint64_t)(((u128)b * (k->nbuckets / BLOCK)) >> 64) * BLOCK;
-}
-
-static uint64_t home(const chime__keyindex_t *k, uint64_t key) {
-  return block_at(k, key / BLOCK) + key % BLOCK;
+  return (uint64_t)(((u128)b * (k->nbuckets / BLOCK)) >> 64) * BLOCK +
+         key % BLOCK;
 }
 
 static uint64_t next(const chime__keyindex_t *k, uint64_t i) {
@@ -160,13 +152,8 @@ int chime__keyindex_remove(chime__keyindex_t *k, uint64_t key, uint32_t *row) {
    * whose home is not cyclically in (hole, j], since a lookup for it would
    * otherwise stop at the hole before reaching it. No tombstone is left,
    * so probes stay as short as the live keys make them. */
-  uint64_t blk = UINT64_MAX, at = 0; /* a run holds whole blocks mostly */
   for (uint64_t j = next(k, hole); k->keys[j] != EMPTY; j = next(k, j)) {
-    if (k->keys[j] / BLOCK != blk) {
-      blk = k->keys[j] / BLOCK;
-      at = block_at(k, blk);
-    }
-    uint64_t h = at + k->keys[j] % BLOCK;
+    uint64_t h = home(k, k->keys[j]);
     int stays = hole <= j ? (hole < h && h <= j) : (hole < h || h <= j);
     if (stays)
       continue;

@@ -4,19 +4,14 @@
  * create costs nothing; key 0 itself lives beside the table (zero_in,
  * zero_row). Table keys are sequential, so the key is mixed (murmur3's
  * finaliser) before it is mapped onto the buckets with a multiply-high,
- * which needs no power-of-two size: the buckets are about 10/7 of the
- * items, not up to twice that. Only a key's block of BLOCK neighbours is
- * mixed, its place in the block kept: a request's keys (and the oldest
- * items a fifo remover takes out) share a cache line BLOCK at a time
- * instead of missing the caches once a key, and the blocks land at random
- * like single keys do (a probe is linear probing over blocks). */
+ * which needs no power-of-two size: the buckets are exactly 10/7 of the
+ * items, not up to twice that. */
 #include "replay/keyindex.h"
 
 #include <stdlib.h>
 #include <sys/mman.h>
 
 #define EMPTY 0u
-#define BLOCK 8u /* keys to a 64-byte line */
 
 __extension__ typedef unsigned __int128 u128;
 
@@ -38,7 +33,7 @@ int chime__keyindex_create(chime__keyindex_t **out, uint64_t max_items) {
   if (k == NULL)
     return CHIME_ENOMEM;
   /* Load <= 0.7, and always one empty bucket so every probe ends. */
-  k->nbuckets = ((max_items * 10 + 6) / 7 + BLOCK) / BLOCK * BLOCK;
+  k->nbuckets = (max_items * 10 + 6) / 7 + 1;
   k->max_items = max_items;
   size_t klen = (size_t)k->nbuckets * sizeof(uint64_t);
   k->map_len = klen + (size_t)k->nbuckets * sizeof(uint32_t);
@@ -66,14 +61,12 @@ uint64_t chime__keyindex_count(const chime__keyindex_t *k) {
 }
 
 static uint64_t home(const chime__keyindex_t *k, uint64_t key) {
-  uint64_t b = key / BLOCK;
-  b ^= b >> 33;
-  b *= UINT64_C(0xff51afd7ed558ccd);
-  b ^= b >> 33;
-  b *= UINT64_C(0xc4ceb9fe1a85ec53);
-  b ^= b >> 33;
-  return (uint64_t)(((u128)b * (k->nbuckets / BLOCK)) >> 64) * BLOCK +
-         key % BLOCK;
+  key ^= key >> 33;
+  key *= UINT64_C(0xff51afd7ed558ccd);
+  key ^= key >> 33;
+  key *= UINT64_C(0xc4ceb9fe1a85ec53);
+  key ^= key >> 33;
+  return (uint64_t)(((u128)key * k->nbuckets) >> 64);
 }
 
 static uint64_t next(const chime__keyindex_t *k, uint64_t i) {

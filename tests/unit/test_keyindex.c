@@ -1,8 +1,8 @@
 /* Key index: many random inserts, lookups and removes against a naive
  * reference (keys drawn from a small pool so they collide, are re-inserted
  * and removed often, 0 and UINT64_MAX among them; sequential keys as a
- * table makes them), full and tiny maps, long churn at full load (no
- * tombstones to pile up), and a rough ns/op figure. */
+ * table makes them; keys the hash crowds together), full and tiny maps, long
+ * churn at full load (no tombstones to pile up), and a rough ns/op figure. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -120,6 +120,24 @@ static void test_sequential_keys(void **state) {
   free(pool);
 }
 
+/* Keys a multiplicative hash puts close together: multiples of a large
+ * Fibonacci number land a few buckets apart (k * F_n / phi is within
+ * 1 / phi^n of an integer), so they share long runs; every answer stays
+ * right, only slower. And a shard's keys (its id in the top bits). */
+static void test_clustered_keys(void **state) {
+  (void)state;
+  const size_t npool = 2000;
+  ref_t *pool = calloc(npool, sizeof(*pool));
+  assert_non_null(pool);
+  for (size_t i = 0; i < npool; i++)
+    pool[i].key = (uint64_t)(i + 1) * UINT64_C(1346269); /* F_31 */
+  run_random(1500, pool, npool, 200000, 8);
+  for (size_t i = 0; i < npool; i++)
+    pool[i].key = (UINT64_C(3) << 48) + i;
+  run_random(1500, pool, npool, 200000, 9);
+  free(pool);
+}
+
 /* A map kept full while keys move through it, as a full table evicts its
  * oldest item for each new one: lookups stay right and a miss still ends
  * (with tombstones it would not, or would slow to a crawl). */
@@ -193,6 +211,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_random_keys),
       cmocka_unit_test(test_sequential_keys),
+      cmocka_unit_test(test_clustered_keys),
       cmocka_unit_test(test_full_churn),
       cmocka_unit_test(test_bench),
   };

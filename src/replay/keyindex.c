@@ -2,10 +2,17 @@
  * reads keys only (8 to a cache line) and a hit reads one row. An empty
  * bucket holds key 0, so the lazily mapped zero pages are an empty table and
  * create costs nothing; key 0 itself lives beside the table (zero_in,
- * zero_row). Table keys are sequential, so the key is mixed (murmur3's
- * finaliser) before it is mapped onto the buckets with a multiply-high,
- * which needs no power-of-two size: the buckets are exactly 10/7 of the
- * items, not up to twice that. */
+ * zero_row). The keys it holds are issued in sequence (a table's item
+ * keys, a sequence table's episode ids), so they are spread by Fibonacci
+ * hashing (Knuth's multiplicative hash with 2^64/phi) rather than mixed
+ * at random: consecutive keys land at evenly spaced, well apart buckets
+ * (the three-gap theorem), so a window of live keys -- what a fifo remover
+ * keeps -- almost never collides, where randomly placed keys at this load
+ * build linear probing's runs (about 5 probe steps an insert, 7 buckets
+ * walked a remove, against 0.3 and 1.2; each a chance of a cache miss).
+ * The product is mapped onto the buckets with a multiply-high, which needs
+ * no power-of-two size: the buckets are exactly 10/7 of the items, not up
+ * to twice that. */
 #include "replay/keyindex.h"
 
 #include <stdlib.h>
@@ -61,11 +68,7 @@ uint64_t chime__keyindex_count(const chime__keyindex_t *k) {
 }
 
 static uint64_t home(const chime__keyindex_t *k, uint64_t key) {
-  key ^= key >> 33;
-  key *= UINT64_C(0xff51afd7ed558ccd);
-  key ^= key >> 33;
-  key *= UINT64_C(0xc4ceb9fe1a85ec53);
-  key ^= key >> 33;
+  key *= UINT64_C(0x9e3779b97f4a7c15); /* 2^64 / phi, odd */
   return (uint64_t)(((u128)key * k->nbuckets) >> 64);
 }
 

@@ -1,8 +1,8 @@
 /* Key index: many random inserts, lookups and removes against a naive
  * reference (keys drawn from a small pool so they collide, are re-inserted
  * and removed often, 0 and UINT64_MAX among them; sequential keys as a
- * table makes them), full and tiny maps, long churn at full load (no
- * tombstones to pile up), and a rough ns/op figure. */
+ * table makes them; keys the hash crowds together), full and tiny maps, long
+ * churn at full load (no tombstones to pile up), and a rough ns/op figure. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -108,7 +108,11 @@ static void test_random_keys(void **state) {
   free(pool);
 }
 
-/* Sequential keys, as a table hands them out, including around 0. */
+/* Sequential keys, as a table hands them out, including around 0, and a
+ * shard's (its id in the top bits). Then keys the multiplicative hash
+ * puts close together: multiples of a large Fibonacci number land a few
+ * buckets apart (k * F_n / phi is within 1 / phi^n of an integer), so
+ * they share long runs; every answer stays right, only slower. */
 static void test_sequential_keys(void **state) {
   (void)state;
   const size_t npool = 2000;
@@ -117,6 +121,12 @@ static void test_sequential_keys(void **state) {
   for (size_t i = 0; i < npool; i++)
     pool[i].key = (uint64_t)i - 1000; /* UINT64_MAX - 999 .. 999 */
   run_random(1500, pool, npool, 300000, 6);
+  for (size_t i = 0; i < npool; i++)
+    pool[i].key = (UINT64_C(3) << 48) + i;
+  run_random(1500, pool, npool, 200000, 9);
+  for (size_t i = 0; i < npool; i++)
+    pool[i].key = (uint64_t)(i + 1) * UINT64_C(1346269); /* F_31 */
+  run_random(1500, pool, npool, 200000, 8);
   free(pool);
 }
 

@@ -369,25 +369,38 @@ static int writers_load(chime__table_t *t, const chime__dedupe_copy_t *wc,
   return 0;
 }
 
-/* chime__checkpoint_load_table, the writers' section read into wc. */
-static int load_table(const uint8_t *p, size_t n, chime__table_t *const *tables,
-                      uint32_t ntables, const char *fname, uint64_t *items,
-                      chime__dedupe_copy_t *wc, char *err, size_t errlen) {
-  char name[CHIME_MAX_NAME], spec_text[8192], perr[256];
-  chime_spec_t spec;
-  chime__ckpt_seqhdr_t sh;
-  memset(&sh, 0, sizeof(sh));
-  *items = 0;
+int chime__checkpoint_check_crc(const uint8_t *p, size_t n, const char *fname,
+                                uint32_t *crc, char *err, size_t errlen) {
   if (n < 12 || memcmp(p, MAGIC, 8) != 0)
     return fail(err, errlen, CHIME_ECORRUPT,
                 "%s: not a chime checkpoint table file (bad magic)", fname);
   uint32_t stored = (uint32_t)p[n - 4] | (uint32_t)p[n - 3] << 8 |
                     (uint32_t)p[n - 2] << 16 | (uint32_t)p[n - 1] << 24;
-  uint32_t crc = chime__crc32c(0, p, n - 4);
-  if (crc != stored)
+  *crc = chime__crc32c(0, p, n - 4);
+  if (*crc != stored)
     return fail(err, errlen, CHIME_ECORRUPT,
-                "%s: corrupt (CRC-32C %08x, the file says %08x)", fname, crc,
+                "%s: corrupt (CRC-32C %08x, the file says %08x)", fname, *crc,
                 stored);
+  return 0;
+}
+
+/* chime__checkpoint_load_table, the writers' section read into wc; the
+ * file's CRC checked first unless crc_checked. */
+static int load_table(const uint8_t *p, size_t n, chime__table_t *const *tables,
+                      uint32_t ntables, const char *fname, uint64_t *items,
+                      chime__dedupe_copy_t *wc, int crc_checked, char *err,
+                      size_t errlen) {
+  char name[CHIME_MAX_NAME], spec_text[8192], perr[256];
+  chime_spec_t spec;
+  chime__ckpt_seqhdr_t sh;
+  memset(&sh, 0, sizeof(sh));
+  *items = 0;
+  uint32_t crc;
+  int rc0 = crc_checked
+                ? 0
+                : chime__checkpoint_check_crc(p, n, fname, &crc, err, errlen);
+  if (rc0 != 0)
+    return rc0;
   rd_t r = {p, n - 4, 8, 0};
   uint32_t ver = rd_u32(&r), kind = rd_u32(&r);
   if (!r.bad && (ver < MIN_VERSION || ver > VERSION))
@@ -522,13 +535,27 @@ static int load_table(const uint8_t *p, size_t n, chime__table_t *const *tables,
   return 0;
 }
 
+static int load_with(const uint8_t *p, size_t n, chime__table_t *const *tables,
+                     uint32_t ntables, const char *fname, uint64_t *items,
+                     int crc_checked, char *err, size_t errlen) {
+  chime__dedupe_copy_t wc;
+  memset(&wc, 0, sizeof(wc));
+  int rc = load_table(p, n, tables, ntables, fname, items, &wc, crc_checked,
+                      err, errlen);
+  chime__dedupe_copy_free(&wc);
+  return rc;
+}
+
 int chime__checkpoint_load_table(const uint8_t *p, size_t n,
                                  chime__table_t *const *tables,
                                  uint32_t ntables, const char *fname,
                                  uint64_t *items, char *err, size_t errlen) {
-  chime__dedupe_copy_t wc;
-  memset(&wc, 0, sizeof(wc));
-  int rc = load_table(p, n, tables, ntables, fname, items, &wc, err, errlen);
-  chime__dedupe_copy_free(&wc);
-  return rc;
+  return load_with(p, n, tables, ntables, fname, items, 0, err, errlen);
+}
+
+int chime__checkpoint_load_checked(const uint8_t *p, size_t n,
+                                   chime__table_t *const *tables,
+                                   uint32_t ntables, const char *fname,
+                                   uint64_t *items, char *err, size_t errlen) {
+  return load_with(p, n, tables, ntables, fname, items, 1, err, errlen);
 }

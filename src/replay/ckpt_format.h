@@ -96,4 +96,16 @@ int chime__checkpoint_load_table(const uint8_t *p, size_t n,
                                  uint32_t ntables, const char *fname,
                                  uint64_t *items, char *err, size_t errlen);
 
+/* A table file's magic and CRC-32C (its last 4 bytes, over the rest):
+ * 0 and the CRC in *crc, or CHIME_ECORRUPT naming fname. */
+int chime__checkpoint_check_crc(const uint8_t *p, size_t n, const char *fname,
+                                uint32_t *crc, char *err, size_t errlen);
+/* chime__checkpoint_load_table of a file whose CRC the caller checked
+ * (chime__checkpoint_check_crc): a restore reads each file's bytes for
+ * its CRC once, not once per pass. */
+int chime__checkpoint_load_checked(const uint8_t *p, size_t n,
+                                   chime__table_t *const *tables,
+                                   uint32_t ntables, const char *fname,
+                                   uint64_t *items, char *err, size_t errlen);
+
 #endif

@@ -568,28 +568,27 @@ int chime__checkpoint_restore(chime__table_t *const *tables, uint32_t ntables,
     m->len = (size_t)m->bytes;
     madvise(m->map, m->len, MADV_SEQUENTIAL);
     const uint8_t *fp = m->map;
-    uint32_t crc = chime__crc32c(0, fp, m->len - 4);
-    uint32_t stored = (uint32_t)fp[m->len - 4] | (uint32_t)fp[m->len - 3] << 8 |
-                      (uint32_t)fp[m->len - 2] << 16 |
-                      (uint32_t)fp[m->len - 1] << 24;
-    if (crc != stored || crc != m->crc) {
+    uint32_t crc;
+    rc = chime__checkpoint_check_crc(fp, m->len, p, &crc, err, errlen);
+    if (rc != 0)
+      goto out;
+    if (crc != m->crc) {
       rc = fail(err, errlen, CHIME_ECORRUPT,
-                "%s: corrupt (CRC-32C %08x; the file says %08x, the manifest "
-                "%08x)",
-                p, crc, stored, m->crc);
+                "%s: corrupt (CRC-32C %08x, the manifest says %08x)", p, crc,
+                m->crc);
       goto out;
     }
     uint64_t ignored;
-    rc = chime__checkpoint_load_table(fp, m->len, NULL, 0, p, &ignored, err,
-                                      errlen);
+    rc = chime__checkpoint_load_checked(fp, m->len, NULL, 0, p, &ignored, err,
+                                        errlen);
     if (rc != 0)
       goto out;
   }
   for (i = 0; i < nfiles; i++) {
     uint64_t got = 0;
     snprintf(p, sizeof(p), "%s/%s", path, files[i].file);
-    rc = chime__checkpoint_load_table(files[i].map, files[i].len, tables,
-                                      ntables, p, &got, err, errlen);
+    rc = chime__checkpoint_load_checked(files[i].map, files[i].len, tables,
+                                        ntables, p, &got, err, errlen);
     if (rc != 0)
       goto out;
     *items += got;

@@ -164,6 +164,62 @@ static void expect_bad(const char *json, const char *needle) {
 
 #define TA "\"tables\":[{\"name\":\"a\",\"spec\":\"x:u8\",\"capacity\":1}]"
 
+/* docs/operations.md's "Table keys" names every key config_table.c
+ * reads, and no other: the table there and the parser cannot drift. */
+static void test_table_keys_documented(void **state) {
+  (void)state;
+  const char *src = getenv("CHIME_SOURCE_DIR");
+  char path[1024];
+  snprintf(path, sizeof(path), "%s/docs/operations.md", src ? src : ".");
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  static char doc[64][64];
+  int ndoc = 0, in = 0;
+  char line[4096];
+  while (fgets(line, sizeof(line), f) != NULL) {
+    if (strncmp(line, "Table keys:", 11) == 0) {
+      in = 1;
+      continue;
+    }
+    if (!in)
+      continue;
+    if (strncmp(line, "| ", 2) != 0) {
+      if (ndoc > 0)
+        break; /* the table's end */
+      continue;
+    }
+    /* the first cell's `names` */
+    char *end = strchr(line + 2, '|');
+    for (char *p = line + 2; end != NULL && p < end && ndoc < 64;) {
+      char *a = strchr(p, '`');
+      char *b = a != NULL ? strchr(a + 1, '`') : NULL;
+      if (a == NULL || b == NULL || b > end)
+        break;
+      snprintf(doc[ndoc++], sizeof(doc[0]), "%.*s", (int)(b - a - 1), a + 1);
+      p = b + 1;
+    }
+  }
+  fclose(f);
+  int nkeys = 0;
+  for (const char *k; (k = chime__config_table_key((uint32_t)nkeys)) != NULL;
+       nkeys++) {
+    int found = 0;
+    for (int i = 0; i < ndoc; i++)
+      found |= strcmp(doc[i], k) == 0;
+    if (!found)
+      fail_msg("table key '%s' is not in %s's Table keys", k, path);
+  }
+  for (int i = 0; i < ndoc; i++) {
+    int found = 0;
+    for (uint32_t j = 0; chime__config_table_key(j) != NULL; j++)
+      found |= strcmp(doc[i], chime__config_table_key(j)) == 0;
+    if (!found)
+      fail_msg("%s documents table key '%s', which the parser lacks", path,
+               doc[i]);
+  }
+  assert_int_equal(ndoc, nkeys);
+}
+
 static void test_mistakes(void **state) {
   (void)state;
   expect_bad("{\"tables\":[]}", "'tables'");
@@ -180,7 +236,7 @@ static void test_mistakes(void **state) {
   expect_bad(T("a", "x:u8", ",\"capacity\":\"10\""),
              "table 'a': 'capacity': expected a non-negative integer");
   expect_bad(T("a", "x:u8", ",\"capacity\":-1"), "'capacity'");
-  expect_bad(T("a", "x:q32", ",\"capacity\":1"), "table 'a': bad spec");
+  expect_bad(T("a", "x:q32", ",\"capacity\":1"), "table 'a': 'spec': bad spec");
   expect_bad(T("a", "x:u8", ",\"capacity\":1,\"colour\":1"),
              "table 'a': 'colour': unknown key");
   expect_bad(T("a", "x:u8", ",\"capacity\":1,\"sampler\":\"lilo\""),
@@ -655,6 +711,7 @@ int main(void) {
       cmocka_unit_test(test_selectors),
       cmocka_unit_test(test_example_file),
       cmocka_unit_test(test_mistakes),
+      cmocka_unit_test(test_table_keys_documented),
       cmocka_unit_test(test_tls),
       cmocka_unit_test(test_checkpoint),
       cmocka_unit_test(test_writer_memory),

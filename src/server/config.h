@@ -136,5 +136,8 @@ int chime__config_table_parse(chime__table_config_t *t, json_t *obj,
 /* The i-th table key's name (docs/operations.md's "Table keys" lists the
  * same), NULL past the last. */
 const char *chime__config_table_key(uint32_t i);
+/* The i-th server key's name (docs/operations.md's table of them lists
+ * the same, a key with subkeys as `key.sub`), NULL past the last. */
+const char *chime__config_server_key(uint32_t i);
 
 #endif

@@ -50,13 +50,10 @@ static void close_passed_fds(struct msghdr *msg) {
  * the peer's read fail with ECONNRESET). A request the server read is
  * always answered, so a plain close after it is an answer of its own
  * (CHIME_EPROTO). */
-static int fetch_once(const char *socket_path, const uint8_t *token,
-                      size_t token_len, int timeout_ms, int *fd_out,
-                      int *dropped, char *err, size_t errlen) {
-  int rc = 0;
-  int sock = -1;
-  int fd = -1;
-  *fd_out = -1;
+/* A connected socket to the server's handoff socket at socket_path, with
+ * timeout_ms on its sends and receives, in *sock. */
+static int connect_to(const char *socket_path, int timeout_ms, int *sock,
+                      char *err, size_t errlen) {
   struct sockaddr_un addr;
   memset(&addr, 0, sizeof(addr));
   addr.sun_family = AF_UNIX;
@@ -64,68 +61,67 @@ static int fetch_once(const char *socket_path, const uint8_t *token,
   if (plen < 2 || plen >= sizeof(addr.sun_path))
     return chime__fail(err, errlen, CHIME_EPROTO,
                        "handoff: bad socket address (%zu bytes)", plen);
-  if (token_len != CHIME__HANDOFF_TOKEN_BYTES)
-    return chime__fail(err, errlen, CHIME_EPROTO,
-                       "handoff: token is %zu bytes, expected %d", token_len,
-                       CHIME__HANDOFF_TOKEN_BYTES);
   memcpy(addr.sun_path, socket_path, plen);
   if (socket_path[0] == '@')
     addr.sun_path[0] = '\0'; /* abstract namespace */
   socklen_t alen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + plen +
                                (socket_path[0] == '@' ? 0 : 1));
-
-  sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (sock < 0) {
-    rc = chime__fail(err, errlen, CHIME_ESYS, "handoff: socket: %s",
-                     strerror(errno));
-    goto cleanup;
-  }
-  if (set_timeouts(sock, timeout_ms)) {
-    rc = chime__fail(err, errlen, CHIME_ESYS, "handoff: setsockopt: %s",
-                     strerror(errno));
-    goto cleanup;
-  }
-  if (connect(sock, (struct sockaddr *)&addr, alen) != 0) {
-    rc = chime__fail(
+  *sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (*sock < 0)
+    return chime__fail(err, errlen, CHIME_ESYS, "handoff: socket: %s",
+                       strerror(errno));
+  if (set_timeouts(*sock, timeout_ms))
+    return chime__fail(err, errlen, CHIME_ESYS, "handoff: setsockopt: %s",
+                       strerror(errno));
+  if (connect(*sock, (struct sockaddr *)&addr, alen) != 0)
+    return chime__fail(
         err, errlen, errno == EACCES ? CHIME_EPERM : CHIME_EUNAVAILABLE,
         "handoff: cannot connect to the server's socket: %s", strerror(errno));
-    goto cleanup;
-  }
+  return 0;
+}
+
+/* Sends the magic and the token. A server that refuses this uid answers
+ * and closes at accept, maybe before the send: then *send_errno is set and
+ * 0 returned, for the answer to say why. */
+static int send_hello(int sock, const uint8_t *token, int *send_errno,
+                      char *err, size_t errlen) {
   uint8_t hello[CHIME__HANDOFF_REQUEST_BYTES];
   memcpy(hello, CHIME__HANDOFF_MAGIC, CHIME__HANDOFF_MAGIC_BYTES);
   memcpy(hello + CHIME__HANDOFF_MAGIC_BYTES, token, CHIME__HANDOFF_TOKEN_BYTES);
   size_t sent = 0;
-  int send_errno = 0;
+  *send_errno = 0;
   while (sent < sizeof(hello)) {
     ssize_t k = send(sock, hello + sent, sizeof(hello) - sent, MSG_NOSIGNAL);
     if (k < 0 && errno == EINTR)
       continue;
     if (k < 0 && (errno == EPIPE || errno == ECONNRESET)) {
-      /* The server answers a uid it refuses and closes at accept, maybe
-       * before this send: its answer says why, if it is there. */
-      send_errno = errno;
-      break;
+      *send_errno = errno;
+      return 0;
     }
-    if (k <= 0) {
-      rc = chime__fail(err, errlen,
-                       (errno == EAGAIN || errno == EWOULDBLOCK)
-                           ? CHIME_ETIMEDOUT
-                           : CHIME_EDISCONNECTED,
-                       "handoff: sending the token: %s", strerror(errno));
-      goto cleanup;
-    }
+    if (k <= 0)
+      return chime__fail(err, errlen,
+                         (errno == EAGAIN || errno == EWOULDBLOCK)
+                             ? CHIME_ETIMEDOUT
+                             : CHIME_EDISCONNECTED,
+                         "handoff: sending the token: %s", strerror(errno));
     sent += (size_t)k;
   }
+  return 0;
+}
 
-  /* 4-byte status; the fd rides on its first byte. */
-  uint8_t status[CHIME__HANDOFF_STATUS_BYTES];
+/* The answer: the 4-byte status into status, the descriptor riding on its
+ * first byte into *fd (at most one, else CHIME_EPROTO). *dropped when the
+ * server closed with the request unread (the token unused). */
+static int recv_answer(int sock, int send_errno,
+                       uint8_t status[CHIME__HANDOFF_STATUS_BYTES], int *fd,
+                       int *dropped, char *err, size_t errlen) {
   size_t got = 0;
-  while (got < sizeof(status)) {
+  while (got < CHIME__HANDOFF_STATUS_BYTES) {
     union {
       struct cmsghdr align;
       char buf[CMSG_SPACE(sizeof(int) * 4)];
     } ctrl;
-    struct iovec iov = {status + got, sizeof(status) - got};
+    struct iovec iov = {status + got, CHIME__HANDOFF_STATUS_BYTES - got};
     struct msghdr msg;
     memset(&msg, 0, sizeof(msg));
     msg.msg_iov = &iov;
@@ -137,65 +133,78 @@ static int fetch_once(const char *socket_path, const uint8_t *token,
       continue;
     if (k <= 0 && got == 0 && send_errno != 0) {
       *dropped = 1;
-      rc = chime__fail(err, errlen, CHIME_EDISCONNECTED,
-                       "handoff: sending the token: %s", strerror(send_errno));
-      goto cleanup;
+      return chime__fail(err, errlen, CHIME_EDISCONNECTED,
+                         "handoff: sending the token: %s",
+                         strerror(send_errno));
     }
     if (k < 0 && errno == ECONNRESET && got == 0)
       *dropped = 1; /* closed with the request unread: the token unused */
-    if (k < 0) {
-      rc = chime__fail(err, errlen,
-                       (errno == EAGAIN || errno == EWOULDBLOCK)
-                           ? CHIME_ETIMEDOUT
-                           : CHIME_EDISCONNECTED,
-                       "handoff: waiting for the answer: %s", strerror(errno));
-      goto cleanup;
-    }
-    if (k == 0) {
-      rc = chime__fail(err, errlen, CHIME_EPROTO,
-                       "handoff: server closed the connection after %zu of 4 "
-                       "status bytes",
-                       got);
-      goto cleanup;
-    }
+    if (k < 0)
+      return chime__fail(
+          err, errlen,
+          (errno == EAGAIN || errno == EWOULDBLOCK) ? CHIME_ETIMEDOUT
+                                                    : CHIME_EDISCONNECTED,
+          "handoff: waiting for the answer: %s", strerror(errno));
+    if (k == 0)
+      return chime__fail(err, errlen, CHIME_EPROTO,
+                         "handoff: server closed the connection after %zu of "
+                         "4 status bytes",
+                         got);
     struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
     if (c) {
-      if (fd >= 0 || (msg.msg_flags & MSG_CTRUNC) || CMSG_NXTHDR(&msg, c) ||
+      if (*fd >= 0 || (msg.msg_flags & MSG_CTRUNC) || CMSG_NXTHDR(&msg, c) ||
           c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
           c->cmsg_len != CMSG_LEN(sizeof(int))) {
         close_passed_fds(&msg);
-        rc = chime__fail(err, errlen, CHIME_EPROTO,
-                         "handoff: expected exactly one descriptor");
-        goto cleanup;
+        return chime__fail(err, errlen, CHIME_EPROTO,
+                           "handoff: expected exactly one descriptor");
       }
-      memcpy(&fd, CMSG_DATA(c), sizeof(int));
+      memcpy(fd, CMSG_DATA(c), sizeof(int));
     }
     got += (size_t)k;
   }
-  int32_t code = chime__handoff_status_get(status);
-  if (code != 0) {
-    rc = code < 0 && code >= CHIME_ECLOSED ? code : CHIME_EPROTO;
-    if (rc == CHIME_EPERM)
-      chime__fail(err, errlen, rc,
-                  "handoff refused: permission denied (token unknown, used "
-                  "or expired, or uid not allowed)");
-    else if (rc == CHIME_ENOTSUP)
-      chime__fail(err, errlen, rc,
-                  "handoff refused: chimed cannot see this process (it runs "
-                  "in another pid namespace) to watch its liveness");
-    else
-      chime__fail(err, errlen, rc, "handoff refused: %s", chime_strerror(rc));
-    goto cleanup;
-  }
-  if (fd < 0) {
+  return 0;
+}
+
+/* A status other than 0, said. */
+static int refused(int32_t code, char *err, size_t errlen) {
+  int rc = code < 0 && code >= CHIME_ECLOSED ? code : CHIME_EPROTO;
+  if (rc == CHIME_EPERM)
+    return chime__fail(err, errlen, rc,
+                       "handoff refused: permission denied (token unknown, "
+                       "used or expired, or uid not allowed)");
+  if (rc == CHIME_ENOTSUP)
+    return chime__fail(err, errlen, rc,
+                       "handoff refused: chimed cannot see this process (it "
+                       "runs in another pid namespace) to watch its liveness");
+  return chime__fail(err, errlen, rc, "handoff refused: %s",
+                     chime_strerror(rc));
+}
+
+static int fetch_once(const char *socket_path, const uint8_t *token,
+                      size_t token_len, int timeout_ms, int *fd_out,
+                      int *dropped, char *err, size_t errlen) {
+  int sock = -1, fd = -1, send_errno = 0;
+  uint8_t status[CHIME__HANDOFF_STATUS_BYTES];
+  *fd_out = -1;
+  if (token_len != CHIME__HANDOFF_TOKEN_BYTES)
+    return chime__fail(err, errlen, CHIME_EPROTO,
+                       "handoff: token is %zu bytes, expected %d", token_len,
+                       CHIME__HANDOFF_TOKEN_BYTES);
+  int rc = connect_to(socket_path, timeout_ms, &sock, err, errlen);
+  if (rc == 0)
+    rc = send_hello(sock, token, &send_errno, err, errlen);
+  if (rc == 0)
+    rc = recv_answer(sock, send_errno, status, &fd, dropped, err, errlen);
+  if (rc == 0 && chime__handoff_status_get(status) != 0)
+    rc = refused(chime__handoff_status_get(status), err, errlen);
+  if (rc == 0 && fd < 0)
     rc = chime__fail(err, errlen, CHIME_EPROTO,
                      "handoff: status 0 but no descriptor was passed");
-    goto cleanup;
+  if (rc == 0) {
+    *fd_out = fd;
+    fd = -1;
   }
-  *fd_out = fd;
-  fd = -1;
-
-cleanup:
   if (fd >= 0)
     close(fd);
   if (sock >= 0)

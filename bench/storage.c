@@ -27,6 +27,7 @@
 #include "common/spec.h"
 #include "replay/table.h"
 #include "replay/zleaf.h"
+#include "replay/ztail.h"
 #include "ring/extents.h"
 
 #define FRAME CHIME__BENCH_FRAME
@@ -164,15 +165,27 @@ static int wire_bytes(chime__table_t *t, const chime_spec_t *spec,
   }
   w.info = (chime_sample_info_t *)(mem + lay.info_offset);
   uint64_t sent = 0, held = 0;
-  for (uint32_t b = 0; b < batches; b++) {
+  uint64_t tail = chime__slot_tail(&lay, &ws);
+  size_t n = (size_t)(chime__slot_send_bytes(&lay) - tail), packed = 0;
+  uint8_t *zt = malloc(chime__ztail_bound(n)), *scratch = malloc(n);
+  int rc = zt == NULL || scratch == NULL ? -1 : 0;
+  for (uint32_t b = 0; rc == 0 && b < batches; b++) {
     chime__extents_t x;
     if (chime__table_sample(t, &lay, &w, NULL) ||
-        chime__slot_extents(&lay, &ws, mem, &x, NULL, 0))
-      return -1;
-    sent += x.total;
+        chime__slot_extents(&lay, &ws, mem, &x, NULL, 0) ||
+        chime__ztail_pack(zt, mem + tail, n,
+                          BATCH * sizeof(chime_sample_info_t), scratch,
+                          &packed))
+      rc = -1;
+    /* The tail travels packed (replay/ztail.h), as chimed sends it. */
+    sent += x.total - n + packed;
     held += (uint64_t)w.offsets[0][BATCH] + BATCH * 8;
   }
   free(mem);
+  free(zt);
+  free(scratch);
+  if (rc != 0)
+    return -1;
   *wire = (double)sent / batches;
   *stored = (double)held / batches;
   *info = BATCH * sizeof(chime_sample_info_t);

@@ -2,13 +2,13 @@
  * learner of a table that compresses obs receives batches byte for byte
  * the same as an shm learner of the same table and of a raw one, while
  * the bytes it received are exactly the frames as stored plus the raw
- * leaves and each batch's offsets and info (docs/replay.md, "Compressed
- * leaves"); a learner that keeps obs compressed gets each sample's stored
- * bytes, which libzstd decompresses to the sample (or, for a frame of
- * noise kept raw, the sample itself), in shm and stream mode; a keep list
- * naming a leaf the table does not compress is refused. Stats and GetInfo
- * count obs' bytes raw, as stored and kept raw (the noise), adding up to
- * the table's. */
+ * leaves and each batch's offsets and info, packed (replay/ztail.h;
+ * docs/replay.md, "Compressed leaves"); a learner that keeps obs
+ * compressed gets each sample's stored bytes, which libzstd decompresses to the
+ * sample (or, for a frame of noise kept raw, the sample itself), in shm and
+ * stream mode; a keep list naming a leaf the table does not compress is
+ * refused. Stats and GetInfo count obs' bytes raw, as stored and kept raw (the
+ * noise), adding up to the table's. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,6 +23,7 @@
 #include "chime/chime.h"
 #include "chime/ring.h"
 #include "harness.h"
+#include "replay/ztail.h"
 
 #define SIDE 84
 #define FRAME (SIDE * SIDE)
@@ -136,10 +137,58 @@ typedef struct {
   float reward[BATCH];
 } batch_copy_t;
 
-static void take_all(chime_stream_t *s, batch_copy_t *out) {
+/* Sample i's obs as the table stores it: its frame at level 3 (as the
+ * writer makes it), or the frame itself when no frame is smaller. */
+static uint64_t stored_of(uint64_t i) {
+  static uint8_t f[FRAME], z[FRAME];
+  frame_of(i, f);
+  size_t k = ZSTD_compress(z, FRAME - 1, f, FRAME, 3);
+  return ZSTD_isError(k) ? FRAME : k;
+}
+
+/* The bytes a framed batch's tail takes on the wire (replay/ztail.h):
+ * the server's slot's tail (obs' offsets, as its samples' stored sizes
+ * say, then the batch's info) packed as chimed packs it. */
+static uint64_t packed_tail(const chime_batch_t *bt, uint64_t first) {
+  chime_spec_t ws;
+  chime_ring_layout_t wl;
+  assert_int_equal(chime_spec_parse(&ws,
+                                    "obs:u8[<=7056], action:i32[], "
+                                    "reward:f32[]",
+                                    NULL, 0),
+                   0);
+  assert_int_equal(chime_ring_layout(&wl, &ws, BATCH, 4, NULL, 0), 0);
+  size_t n = (size_t)(wl.info_offset + BATCH * sizeof(chime_sample_info_t) -
+                      wl.offsets_offset[0]);
+  uint8_t *tail = calloc(1, n), *scratch = malloc(n);
+  uint8_t *packed = malloc(chime__ztail_bound(n));
+  assert_true(tail && scratch && packed);
+  int64_t at = 0;
+  for (uint32_t j = 0; j <= BATCH; j++) {
+    memcpy(tail + 8 * j, &at, 8);
+    at += j < BATCH ? (int64_t)stored_of(first + j) : 0;
+  }
+  memcpy(tail + (wl.info_offset - wl.offsets_offset[0]), bt->info,
+         BATCH * sizeof(chime_sample_info_t));
+  size_t out = 0;
+  assert_int_equal(chime__ztail_pack(packed, tail, n,
+                                     BATCH * sizeof(chime_sample_info_t),
+                                     scratch, &out),
+                   0);
+  free(tail);
+  free(scratch);
+  free(packed);
+  return out;
+}
+
+/* Every batch (fifo: in insert order) copied out; *tails, when asked,
+ * what their tails took on the wire packed. */
+static void take_all(chime_stream_t *s, batch_copy_t *out, uint64_t *tails) {
   for (int b = 0; b < N / BATCH; b++) {
     chime_batch_t bt;
     assert_int_equal(chime_stream_next(s, &bt, 20000), 0);
+    if (tails != NULL)
+      *tails += packed_tail(&bt, (uint64_t)b * BATCH);
     const chime_batch_leaf_t *o = chime_batch_leaf(&bt, "obs");
     assert_non_null(o);
     assert_null(o->offsets);
@@ -161,15 +210,16 @@ static void test_stream_same_as_shm(void **state) {
   insert("raw");
   uint64_t stored = stored_bytes("z");
   chime_stream_t *s = open_stream("z", CHIME_MODE_STREAM, NULL);
-  take_all(s, zs);
+  uint64_t tails = 0;
+  take_all(s, zs, &tails);
   chime_stream_local_stats_t ls;
   assert_int_equal(chime_stream_get_stats(s, &ls), 0);
   chime_stream_close(s);
   s = open_stream("z2", CHIME_MODE_SHM, NULL);
-  take_all(s, z2);
+  take_all(s, z2, NULL);
   chime_stream_close(s);
   s = open_stream("raw", CHIME_MODE_STREAM, NULL);
-  take_all(s, raw);
+  take_all(s, raw, NULL);
   chime_stream_close(s);
   assert_memory_equal(zs, z2, sizeof(zs));
   assert_memory_equal(zs, raw, sizeof(zs));
@@ -180,24 +230,21 @@ static void test_stream_same_as_shm(void **state) {
     assert_int_equal(zs[i / BATCH].action[i % BATCH], (int32_t)i);
   }
   /* On the wire: each frame as stored (its u32 size is the offsets'
-   * business), the raw leaves, and per batch the offsets and info. */
-  chime_spec_t ws;
-  chime_ring_layout_t wl;
-  assert_int_equal(chime_spec_parse(&ws,
-                                    "obs:u8[<=7056], action:i32[], "
-                                    "reward:f32[]",
-                                    NULL, 0),
-                   0);
-  assert_int_equal(chime_ring_layout(&wl, &ws, BATCH, 4, NULL, 0), 0);
-  uint64_t tail = wl.info_offset + BATCH * sizeof(chime_sample_info_t) -
-                  wl.offsets_offset[0];
-  uint64_t want = stored - 4 * N + (N / BATCH) * tail;
-  assert_int_equal(ls.received_bytes, want);
+   * business), the raw leaves, and per batch its tail (the offsets and
+   * info) packed. */
+  uint64_t frames = 0;
+  for (uint64_t i = 0; i < N; i++)
+    frames += stored_of(i);
+  assert_int_equal(stored, frames + (uint64_t)N * (4 + 8));
+  assert_int_equal(ls.received_bytes, stored - 4 * N + tails);
+  /* The packed tails: far below the info they carry. */
+  assert_true(tails * 2 < (uint64_t)N * sizeof(chime_sample_info_t));
   /* The frames shrink the batch: far below the raw leaves'. */
   assert_true(ls.received_bytes * 4 < (uint64_t)N * (FRAME + 8));
-  printf("# wire %llu bytes for %d samples (stored %llu, raw %d)\n",
+  printf("# wire %llu bytes for %d samples (stored %llu, raw %d; tails "
+         "%llu)\n",
          (unsigned long long)ls.received_bytes, N, (unsigned long long)stored,
-         N * (FRAME + 8));
+         N * (FRAME + 8), (unsigned long long)tails);
 }
 
 /* Sample i's stored bytes as kept: a frame of sample i, or the sample. */

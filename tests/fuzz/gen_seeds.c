@@ -17,6 +17,8 @@
 
 #include "chime.pb-c.h"
 #include "chime/ring.h"
+#include "common/spec.h"
+#include "replay/ztail.h"
 #include "ring/producer.h"
 #include "ring/ring_internal.h"
 #include "wire/chunk.h"
@@ -324,6 +326,82 @@ static void ragged_seeds(void) {
   }
 }
 
+/* A ring of FUZZ_CHUNK_FRAMED_SPEC with x framed (ctl bit 6 on the first
+ * record): one batch as chimed sends it to a client that decompresses,
+ * its tail packed (replay/ztail.h), then sample 0's x a zstd frame and
+ * sample 1's raw, y; in two chunks that cut the packed tail. Variants:
+ * the tail stored as it is, and a tail frame that declares more than the
+ * tail (a bomb). */
+static void framed_seeds(void) {
+  static const uint8_t mask[CHIME_MAX_LEAVES] = {1};
+  chime_spec_t raw, spec;
+  chime_ring_layout_t l;
+  char err[128];
+  FUZZ_CHECK(chime_spec_parse(&raw, FUZZ_CHUNK_FRAMED_SPEC, err, sizeof(err)) ==
+             0);
+  FUZZ_CHECK(chime__spec_framed(&spec, &raw, mask) == 0);
+  FUZZ_CHECK(chime_ring_layout(&l, &spec, FUZZ_CHUNK_BATCH, FUZZ_CHUNK_SLOTS,
+                               err, sizeof(err)) == 0);
+  size_t send = l.info_offset + FUZZ_CHUNK_BATCH * sizeof(chime_sample_info_t);
+  size_t tail = l.offsets_offset[0], n = send - tail;
+  uint8_t x0[FUZZ_CHUNK_FRAMED_LEAF] = {0}, x1[FUZZ_CHUNK_FRAMED_LEAF];
+  for (size_t i = 0; i < sizeof(x1); i++)
+    x1[i] = (uint8_t)(i * 151 + 7);
+  uint8_t z0[FUZZ_CHUNK_FRAMED_LEAF];
+  size_t k0 = ZSTD_compress(z0, sizeof(z0), x0, sizeof(x0), 3);
+  FUZZ_CHECK(!ZSTD_isError(k0) && k0 < sizeof(x0));
+  static uint8_t slot[4096], scratch[4096], wire[8192];
+  FUZZ_CHECK(l.slot_bytes <= sizeof(slot) && n <= sizeof(scratch));
+  const char *names[3] = {"framed", "framed_tail_raw", "framed_tail_bomb"};
+  for (int v = 0; v < 3; v++) {
+    memset(slot, 0, sizeof(slot));
+    const int64_t offs[3] = {0, (int64_t)k0, (int64_t)(k0 + sizeof(x1))};
+    memcpy(slot + l.offsets_offset[0], offs, sizeof(offs));
+    chime_sample_info_t *info = (chime_sample_info_t *)(slot + l.info_offset);
+    for (uint32_t j = 0; j < FUZZ_CHUNK_BATCH; j++)
+      info[j] = (chime_sample_info_t){
+          .key = 40 + j, .probability = 0.5, .table_size = 2, .priority = 1.0};
+    size_t packed = 0;
+    FUZZ_CHECK(chime__ztail_pack(wire, slot + tail, n,
+                                 FUZZ_CHUNK_BATCH * sizeof(chime_sample_info_t),
+                                 scratch, &packed) == 0);
+    if (v == 1) { /* as it is: the transformed tail pack left in scratch */
+      uint32_t s = (uint32_t)n;
+      memcpy(wire, &s, 4); /* little-endian, as chime's hosts */
+      memcpy(wire + 4, scratch, n);
+      packed = CHIME__ZTAIL_HEAD + n;
+    }
+    if (v == 2) { /* a frame of twice the tail's bytes */
+      uint8_t *big = calloc(1, 2 * n);
+      FUZZ_CHECK(big != NULL);
+      size_t k = ZSTD_compress(wire + 4, n - 1, big, 2 * n, 1);
+      FUZZ_CHECK(!ZSTD_isError(k));
+      uint32_t s = (uint32_t)k;
+      memcpy(wire, &s, 4);
+      packed = 4 + k;
+      free(big);
+    }
+    size_t total = packed;
+    memcpy(wire + total, z0, k0);
+    total += k0;
+    memcpy(wire + total, x1, sizeof(x1));
+    total += sizeof(x1);
+    const float y[2] = {1.5f, -2.0f};
+    memcpy(wire + total, y, sizeof(y));
+    total += sizeof(y);
+    uint8_t msg[CHIME_CHUNK_HEADER_MAX + sizeof(wire)];
+    size_t cut = packed / 2;
+    chunk_len = 0;
+    size_t h = chime__chunk_header_encode(msg, 0, 0, total, cut);
+    memcpy(msg + h, wire, cut);
+    record(0x40, NULL, 0, msg, h + cut);
+    h = chime__chunk_header_encode(msg, 0, cut, total, total - cut);
+    memcpy(msg + h, wire + cut, total - cut);
+    record(1, NULL, 0, msg, h + total - cut);
+    put("chunk", names[v], chunk_buf, chunk_len);
+  }
+}
+
 static void chunk_seeds(void) {
   uint64_t total = chunk_send_bytes();
   const uint8_t cuts[] = {1, 2, 7, 30};
@@ -373,6 +451,7 @@ static void chunk_seeds(void) {
   chunk_record(0, NULL, 0, 0, 16, total, 8);
   put("chunk", "gap", chunk_buf, chunk_len);
   ragged_seeds();
+  framed_seeds();
 }
 
 /* --- ring_attach: the segment's first bytes (trailing zeros dropped) --- */

@@ -206,6 +206,7 @@ typedef struct {
   uint8_t *wire;
   chime_ring_layout_t wlay;
   const uint8_t *unframe;
+  uint32_t steps; /* a sequence table's: each framed sample is T steps */
   /* With wire, each batch's tail travels packed (replay/ztail.h): ztail
    * its bytes unpacked, zhead and zbuf (ztail stored bytes, then ztail of
    * scratch; in wire's allocation) where it lands, head its bytes on the

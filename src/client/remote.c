@@ -341,6 +341,7 @@ static int remote_setup(chime_stream_t *s, const Chime__V1__Opened *op,
     if (chime__remote_wire_alloc(r, &s->wire_spec) != 0)
       return chime__fail(err, errlen, CHIME_ENOMEM, "out of memory");
     r->unframe = s->unframe;
+    r->steps = s->framed_steps;
   } else {
     chime__remote_set_spec(r, &s->spec);
   }

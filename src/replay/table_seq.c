@@ -230,12 +230,24 @@ void chime__tbl_seq_copy(chime__table_t *t, const chime_ring_layout_t *lay,
     }
   }
   pthread_mutex_unlock(&t->mu);
-  /* The rows are pinned too (plan_batch): wslot and wlen stay theirs. */
+  /* The rows are pinned too (plan_batch): wslot and wlen stay theirs. A
+   * leaf the ring holds framed (a stream-mode learner decompresses it)
+   * gets each window's steps as stored, packed, with the batch's
+   * offsets. */
   uint8_t *dst[CHIME_MAX_LEAVES];
+  uint64_t at[CHIME_MAX_LEAVES] = {0};
   for (uint64_t j = 0; j < batch; j++) {
     uint32_t k = chime__tbl_row_at(slot, rows, j);
-    for (uint32_t l = 0; l < t->sleaves; l++)
-      dst[l] = (uint8_t *)slot->leaf[l] + j * tl * t->lbytes[l];
+    for (uint32_t l = 0; l < t->sleaves; l++) {
+      int framed = lay->offsets_offset[l] != 0;
+      dst[l] = framed ? NULL : (uint8_t *)slot->leaf[l] + j * tl * t->lbytes[l];
+      if (framed) {
+        slot->offsets[l][j] = (int64_t)at[l];
+        at[l] += chime__steps_copy_stored(t->steps, t->wslot[k], t->wlen[k], l,
+                                          (uint8_t *)slot->leaf[l] + at[l]);
+        slot->offsets[l][j + 1] = (int64_t)at[l];
+      }
+    }
     chime__steps_copy(t->steps, t->wslot[k], t->wlen[k], dst);
   }
   chime__tbl_lock(t);

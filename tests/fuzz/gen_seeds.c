@@ -326,41 +326,73 @@ static void ragged_seeds(void) {
   }
 }
 
+/* x's stored bytes in a framed seed (n: their count): sample 0's a zstd
+ * frame of zeros, sample 1's the leaf raw; for a window of 2 steps
+ * (win), sample 0's a frame and a padded step, sample 1's a raw step and
+ * a frame, each after the 2 steps' u32 stored sizes. */
+static size_t framed_x(uint8_t *x, int win) {
+  static const uint8_t zero[FUZZ_CHUNK_FRAMED_LEAF] = {0};
+  uint8_t raw[FUZZ_CHUNK_FRAMED_LEAF], z[FUZZ_CHUNK_FRAMED_LEAF];
+  for (size_t i = 0; i < sizeof(raw); i++)
+    raw[i] = (uint8_t)(i * 151 + 7);
+  size_t lb = win ? FUZZ_CHUNK_FRAMED_LEAF / FUZZ_CHUNK_WINDOW_STEPS
+                  : FUZZ_CHUNK_FRAMED_LEAF;
+  size_t k = ZSTD_compress(z, sizeof(z), zero, lb, 3);
+  FUZZ_CHECK(!ZSTD_isError(k) && k < lb);
+  if (!win) {
+    memcpy(x, z, k);
+    memcpy(x + k, raw, lb);
+    return k + lb;
+  }
+  const uint32_t sizes[4] = {(uint32_t)k, 0, (uint32_t)lb, (uint32_t)k};
+  memcpy(x, sizes, 8);
+  memcpy(x + 8, z, k);
+  memcpy(x + 8 + k, sizes + 2, 8);
+  memcpy(x + 16 + k, raw, lb);
+  memcpy(x + 16 + k + lb, z, k);
+  return 16 + 2 * k + lb;
+}
+
 /* A ring of FUZZ_CHUNK_FRAMED_SPEC with x framed (ctl bit 6 on the first
  * record): one batch as chimed sends it to a client that decompresses,
- * its tail packed (replay/ztail.h), then sample 0's x a zstd frame and
- * sample 1's raw, y; in two chunks that cut the packed tail. Variants:
- * the tail stored as it is, and a tail frame that declares more than the
- * tail (a bomb). */
+ * its tail packed (replay/ztail.h), then x's stored bytes (framed_x), y;
+ * in two chunks that cut the packed tail. Variants: the tail stored as
+ * it is, a tail frame that declares more than the tail (a bomb), and a
+ * sequence table's windows (FUZZ_CHUNK_WINDOW_SPEC, bit 5 too). */
 static void framed_seeds(void) {
   static const uint8_t mask[CHIME_MAX_LEAVES] = {1};
-  chime_spec_t raw, spec;
-  chime_ring_layout_t l;
-  char err[128];
-  FUZZ_CHECK(chime_spec_parse(&raw, FUZZ_CHUNK_FRAMED_SPEC, err, sizeof(err)) ==
-             0);
-  FUZZ_CHECK(chime__spec_framed(&spec, &raw, mask) == 0);
-  FUZZ_CHECK(chime_ring_layout(&l, &spec, FUZZ_CHUNK_BATCH, FUZZ_CHUNK_SLOTS,
-                               err, sizeof(err)) == 0);
-  size_t send = l.info_offset + FUZZ_CHUNK_BATCH * sizeof(chime_sample_info_t);
-  size_t tail = l.offsets_offset[0], n = send - tail;
-  uint8_t x0[FUZZ_CHUNK_FRAMED_LEAF] = {0}, x1[FUZZ_CHUNK_FRAMED_LEAF];
-  for (size_t i = 0; i < sizeof(x1); i++)
-    x1[i] = (uint8_t)(i * 151 + 7);
-  uint8_t z0[FUZZ_CHUNK_FRAMED_LEAF];
-  size_t k0 = ZSTD_compress(z0, sizeof(z0), x0, sizeof(x0), 3);
-  FUZZ_CHECK(!ZSTD_isError(k0) && k0 < sizeof(x0));
-  static uint8_t slot[4096], scratch[4096], wire[8192];
-  FUZZ_CHECK(l.slot_bytes <= sizeof(slot) && n <= sizeof(scratch));
-  const char *names[3] = {"framed", "framed_tail_raw", "framed_tail_bomb"};
-  for (int v = 0; v < 3; v++) {
+  const char *names[4] = {"framed", "framed_tail_raw", "framed_tail_bomb",
+                          "framed_window"};
+  for (int v = 0; v < 4; v++) {
+    int win = v == 3;
+    chime_spec_t raw, spec;
+    chime_ring_layout_t l;
+    char err[128];
+    FUZZ_CHECK(chime_spec_parse(
+                   &raw, win ? FUZZ_CHUNK_WINDOW_SPEC : FUZZ_CHUNK_FRAMED_SPEC,
+                   err, sizeof(err)) == 0);
+    FUZZ_CHECK(chime__spec_framed_steps(
+                   &spec, &raw, mask, win ? FUZZ_CHUNK_WINDOW_STEPS : 0) == 0);
+    FUZZ_CHECK(chime_ring_layout(&l, &spec, FUZZ_CHUNK_BATCH, FUZZ_CHUNK_SLOTS,
+                                 err, sizeof(err)) == 0);
+    size_t send =
+        l.info_offset + FUZZ_CHUNK_BATCH * sizeof(chime_sample_info_t);
+    size_t tail = l.offsets_offset[0], n = send - tail;
+    static uint8_t slot[4096], scratch[4096], wire[8192], x[512];
+    FUZZ_CHECK(l.slot_bytes <= sizeof(slot) && n <= sizeof(scratch));
+    size_t xn = framed_x(x, win);
+    size_t x0 = win ? 8 + (xn - 16 - FUZZ_CHUNK_FRAMED_LEAF / 2) / 2
+                    : xn - FUZZ_CHUNK_FRAMED_LEAF;
     memset(slot, 0, sizeof(slot));
-    const int64_t offs[3] = {0, (int64_t)k0, (int64_t)(k0 + sizeof(x1))};
+    const int64_t offs[3] = {0, (int64_t)x0, (int64_t)xn};
     memcpy(slot + l.offsets_offset[0], offs, sizeof(offs));
     chime_sample_info_t *info = (chime_sample_info_t *)(slot + l.info_offset);
     for (uint32_t j = 0; j < FUZZ_CHUNK_BATCH; j++)
-      info[j] = (chime_sample_info_t){
-          .key = 40 + j, .probability = 0.5, .table_size = 2, .priority = 1.0};
+      info[j] = (chime_sample_info_t){.key = 40 + j,
+                                      .probability = 0.5,
+                                      .table_size = 2,
+                                      .priority = 1.0,
+                                      .length = win ? 2 - j : 0};
     size_t packed = 0;
     FUZZ_CHECK(chime__ztail_pack(wire, slot + tail, n,
                                  FUZZ_CHUNK_BATCH * sizeof(chime_sample_info_t),
@@ -382,10 +414,8 @@ static void framed_seeds(void) {
       free(big);
     }
     size_t total = packed;
-    memcpy(wire + total, z0, k0);
-    total += k0;
-    memcpy(wire + total, x1, sizeof(x1));
-    total += sizeof(x1);
+    memcpy(wire + total, x, xn);
+    total += xn;
     const float y[2] = {1.5f, -2.0f};
     memcpy(wire + total, y, sizeof(y));
     total += sizeof(y);
@@ -394,7 +424,7 @@ static void framed_seeds(void) {
     chunk_len = 0;
     size_t h = chime__chunk_header_encode(msg, 0, 0, total, cut);
     memcpy(msg + h, wire, cut);
-    record(0x40, NULL, 0, msg, h + cut);
+    record(win ? 0x60 : 0x40, NULL, 0, msg, h + cut);
     h = chime__chunk_header_encode(msg, 0, cut, total, total - cut);
     memcpy(msg + h, wire + cut, total - cut);
     record(1, NULL, 0, msg, h + total - cut);

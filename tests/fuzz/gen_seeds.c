@@ -185,6 +185,66 @@ static void zframe(uint8_t *f, uint32_t j) {
     memset(f + y * 16 + 3, 200, 5);
 }
 
+/* Table "zr" (obs:u8[<=4,16,16] compressed at each sample's length):
+ * samples of 0, 1 and 2 rows, each a frame of its rows; then 2 rows sent
+ * as a frame of 1. Table "zs" (steps of obs:u8[16,16]): three steps. */
+static void zinsert_more_seeds(void) {
+  static uint8_t data[4096], raw[4 * 256], z[4 * 256];
+  uint32_t sizes[3], lengths[3] = {0, 1, 2}, leaf0 = 0;
+  size_t at = 0;
+  for (uint32_t j = 0; j < 3; j++) {
+    for (uint32_t r = 0; r < lengths[j]; r++)
+      zframe(raw + 256 * r, j + r);
+    size_t n = lengths[j] * 256;
+    if (n > 0) {
+      n = ZSTD_compress(z, sizeof(z), raw, n, 3);
+      FUZZ_CHECK(!ZSTD_isError(n));
+    }
+    memcpy(data + at, z, n);
+    memcpy(data + at + n, &j, 4);
+    sizes[j] = (uint32_t)n;
+    at += n + 4;
+  }
+  Chime__V1__InsertRequest q = CHIME__V1__INSERT_REQUEST__INIT;
+  q.table = "zr";
+  q.count = 3;
+  q.data.data = data;
+  q.data.len = at;
+  q.n_lengths = 3;
+  q.lengths = lengths;
+  q.n_stored_leaves = 1;
+  q.stored_leaves = &leaf0;
+  q.n_stored = 3;
+  q.stored = sizes;
+  put_zinsert("ragged_rows", NULL, 0, &q);
+  /* Sample 2 says 2 rows; its frame makes 1. */
+  size_t n1 = ZSTD_compress(z, sizeof(z), raw, 256, 3);
+  FUZZ_CHECK(!ZSTD_isError(n1));
+  at -= sizes[2] + 4;
+  memcpy(data + at, z, n1);
+  uint32_t two = 2;
+  memcpy(data + at + n1, &two, 4);
+  sizes[2] = (uint32_t)n1;
+  q.data.len = at + n1 + 4;
+  put_zinsert("ragged_row_short", NULL, 0, &q);
+  /* Three steps of a sequence table. */
+  at = 0;
+  for (uint32_t j = 0; j < 3; j++) {
+    zframe(raw, j);
+    size_t n = ZSTD_compress(z, sizeof(z), raw, 256, 3);
+    FUZZ_CHECK(!ZSTD_isError(n));
+    memcpy(data + at, z, n);
+    memcpy(data + at + n, &j, 4);
+    sizes[j] = (uint32_t)n;
+    at += n + 4;
+  }
+  q.table = "zs";
+  q.data.len = at;
+  q.n_lengths = 0;
+  q.lengths = NULL;
+  put_zinsert("steps", NULL, 0, &q);
+}
+
 static void zinsert_seeds(void) {
   uint8_t data[2048], raw[256], z[256], bomb[256], zeros[65536] = {0};
   uint32_t sizes[3], leaf0 = 0, leaf1 = 1;
@@ -241,6 +301,7 @@ static void zinsert_seeds(void) {
   q.data.len = 260;
   q.stored_leaves = &leaf1;
   put_zinsert("leaf_kept_raw", NULL, 0, &q);
+  zinsert_more_seeds();
 }
 
 /* --- chunk: records [ctl][n][cuts][len lo][len hi][message] --- */

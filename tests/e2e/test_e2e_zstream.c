@@ -43,19 +43,24 @@
   "\"capacity_steps\": 256, \"sequence_length\": 4, \"stride\": 1, "           \
   "\"episode_end\": \"pad\", \"min_size\": 1, \"sampler\": \"fifo\"" extra "}"
 
-static const char
-    *config =
-        "{\"tables\": [" TABLE("z", ", \"compress\": {\"obs\": 3}") ",\n" TABLE("z2", ", \"compress\": {\"obs\": 3}") ",\n" TABLE(
-            "raw",
-            "") ",\n" SEQ("zs",
-                          ", \"compress\": {\"obs\": 3}") ",\n" SEQ("zs2",
-                                                                    ", "
-                                                                    "\"compress"
-                                                                    "\": "
-                                                                    "{\"obs\": "
-                                                                    "3}") ","
-                                                                          "\n" SEQ("rs",
-                                                                                   "") "]}\n";
+static const char *config =
+    "{\"tables\": [" TABLE("z", ", \"compress\": {\"obs\": 3}") ",\n" TABLE(
+        "z2",
+        ", \"compress\": {\"obs\": 3}") ",\n" TABLE("raw",
+                                                    "") ",\n" SEQ("zs",
+                                                                  ", "
+                                                                  "\"compress\""
+                                                                  ": {\"obs\": "
+                                                                  "3}") ","
+                                                                        "\n" SEQ("zs2",
+                                                                                 ", "
+                                                                                 "\"compress"
+                                                                                 "\": "
+                                                                                 "{\"obs\": "
+                                                                                 "3}") ","
+                                                                                       "\n" SEQ(
+                                                                                           "rs",
+                                                                                           "") "]}\n";
 
 CHIME__CHIMED_GROUP(config)
 
@@ -94,11 +99,12 @@ static void insert(const char *table) {
   assert_int_equal(chime_writer_close(w), 0);
 }
 
-static chime_stream_t *open_stream(const char *table, chime_mode_t mode,
-                                   const char *keep) {
+/* A stream of table in mode, batches of batch, keeping keep compressed. */
+static chime_stream_t *open_batches(const char *table, chime_mode_t mode,
+                                    const char *keep, uint32_t batch) {
   chime_stream_t *s = NULL;
   chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
-  so.batch_size = BATCH;
+  so.batch_size = batch;
   so.slots = 4;
   so.mode = mode;
   so.keep_compressed = keep;
@@ -106,6 +112,11 @@ static chime_stream_t *open_stream(const char *table, chime_mode_t mode,
     fail_msg("open %s: %s", table, chime_last_error());
   assert_int_equal(chime_stream_mode(s), mode);
   return s;
+}
+
+static chime_stream_t *open_stream(const char *table, chime_mode_t mode,
+                                   const char *keep) {
+  return open_batches(table, mode, keep, BATCH);
 }
 
 /* A table of N samples' obs as Stats and GetInfo count it: raw, every
@@ -361,13 +372,7 @@ typedef struct {
  * real steps' stored bytes, the ids and mask, and the packed tail. */
 static uint64_t take_windows(const char *table, chime_mode_t mode,
                              windows_t *out, uint64_t *wire) {
-  chime_stream_t *s = NULL;
-  chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
-  so.batch_size = WINDOWS;
-  so.slots = 4;
-  so.mode = mode;
-  if (chime_stream_open(&s, client, table, &so) != 0)
-    fail_msg("open %s: %s", table, chime_last_error());
+  chime_stream_t *s = open_batches(table, mode, NULL, WINDOWS);
   chime_batch_t bt;
   assert_int_equal(chime_stream_next(s, &bt, 20000), 0);
   memcpy(out->obs, chime_batch_leaf(&bt, "obs")->data, sizeof(out->obs));

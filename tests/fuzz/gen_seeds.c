@@ -185,6 +185,17 @@ static void zframe(uint8_t *f, uint32_t j) {
     memset(f + y * 16 + 3, 200, 5);
 }
 
+/* Sample j at data + *at: a zstd frame of its n bytes of obs at raw
+ * (nothing when n is 0), its stored size in sizes[j], then its u32 id j. */
+static void zseed_put(uint8_t *data, size_t *at, uint32_t *sizes, uint32_t j,
+                      const uint8_t *raw, size_t n) {
+  size_t k = n > 0 ? ZSTD_compress(data + *at, n, raw, n, 3) : 0;
+  FUZZ_CHECK(!ZSTD_isError(k) && (n == 0 || k < n));
+  memcpy(data + *at + k, &j, 4);
+  sizes[j] = (uint32_t)k;
+  *at += k + 4;
+}
+
 /* Table "zr" (obs:u8[<=4,16,16] compressed at each sample's length):
  * samples of 0, 1 and 2 rows, each a frame of its rows; then 2 rows sent
  * as a frame of 1. Table "zs" (steps of obs:u8[16,16]): three steps. */
@@ -195,15 +206,7 @@ static void zinsert_more_seeds(void) {
   for (uint32_t j = 0; j < 3; j++) {
     for (uint32_t r = 0; r < lengths[j]; r++)
       zframe(raw + 256 * r, j + r);
-    size_t n = lengths[j] * 256;
-    if (n > 0) {
-      n = ZSTD_compress(z, sizeof(z), raw, n, 3);
-      FUZZ_CHECK(!ZSTD_isError(n));
-    }
-    memcpy(data + at, z, n);
-    memcpy(data + at + n, &j, 4);
-    sizes[j] = (uint32_t)n;
-    at += n + 4;
+    zseed_put(data, &at, sizes, j, raw, lengths[j] * 256);
   }
   Chime__V1__InsertRequest q = CHIME__V1__INSERT_REQUEST__INIT;
   q.table = "zr";
@@ -231,12 +234,7 @@ static void zinsert_more_seeds(void) {
   at = 0;
   for (uint32_t j = 0; j < 3; j++) {
     zframe(raw, j);
-    size_t n = ZSTD_compress(z, sizeof(z), raw, 256, 3);
-    FUZZ_CHECK(!ZSTD_isError(n));
-    memcpy(data + at, z, n);
-    memcpy(data + at + n, &j, 4);
-    sizes[j] = (uint32_t)n;
-    at += n + 4;
+    zseed_put(data, &at, sizes, j, raw, 256);
   }
   q.table = "zs";
   q.data.len = at;
@@ -246,17 +244,12 @@ static void zinsert_more_seeds(void) {
 }
 
 static void zinsert_seeds(void) {
-  uint8_t data[2048], raw[256], z[256], bomb[256], zeros[65536] = {0};
+  uint8_t data[2048], raw[256], bomb[256], zeros[65536] = {0};
   uint32_t sizes[3], leaf0 = 0, leaf1 = 1;
   size_t at = 0;
   for (uint32_t j = 0; j < 3; j++) {
     zframe(raw, j);
-    size_t n = ZSTD_compress(z, sizeof(z), raw, sizeof(raw), 3);
-    FUZZ_CHECK(!ZSTD_isError(n) && n < sizeof(raw));
-    memcpy(data + at, z, n);
-    memcpy(data + at + n, &j, 4);
-    sizes[j] = (uint32_t)n;
-    at += n + 4;
+    zseed_put(data, &at, sizes, j, raw, sizeof(raw));
   }
   Chime__V1__InsertRequest q = CHIME__V1__INSERT_REQUEST__INIT;
   q.table = "z";

@@ -196,6 +196,23 @@ static void zseed_put(uint8_t *data, size_t *at, uint32_t *sizes, uint32_t j,
   *at += k + 4;
 }
 
+/* A request of 3 samples (data, len bytes) into table, *leaf stored at
+ * sizes. */
+static Chime__V1__InsertRequest zseed_request(const char *table, uint8_t *data,
+                                              size_t len, uint32_t *leaf,
+                                              uint32_t *sizes) {
+  Chime__V1__InsertRequest q = CHIME__V1__INSERT_REQUEST__INIT;
+  q.table = (char *)table;
+  q.count = 3;
+  q.data.data = data;
+  q.data.len = len;
+  q.n_stored_leaves = 1;
+  q.stored_leaves = leaf;
+  q.n_stored = 3;
+  q.stored = sizes;
+  return q;
+}
+
 /* Table "zr" (obs:u8[<=4,16,16] compressed at each sample's length):
  * samples of 0, 1 and 2 rows, each a frame of its rows; then 2 rows sent
  * as a frame of 1. Table "zs" (steps of obs:u8[16,16]): three steps. */
@@ -208,17 +225,9 @@ static void zinsert_more_seeds(void) {
       zframe(raw + 256 * r, j + r);
     zseed_put(data, &at, sizes, j, raw, lengths[j] * 256);
   }
-  Chime__V1__InsertRequest q = CHIME__V1__INSERT_REQUEST__INIT;
-  q.table = "zr";
-  q.count = 3;
-  q.data.data = data;
-  q.data.len = at;
+  Chime__V1__InsertRequest q = zseed_request("zr", data, at, &leaf0, sizes);
   q.n_lengths = 3;
   q.lengths = lengths;
-  q.n_stored_leaves = 1;
-  q.stored_leaves = &leaf0;
-  q.n_stored = 3;
-  q.stored = sizes;
   put_zinsert("ragged_rows", NULL, 0, &q);
   /* Sample 2 says 2 rows; its frame makes 1. */
   size_t n1 = ZSTD_compress(z, sizeof(z), raw, 256, 3);
@@ -251,15 +260,7 @@ static void zinsert_seeds(void) {
     zframe(raw, j);
     zseed_put(data, &at, sizes, j, raw, sizeof(raw));
   }
-  Chime__V1__InsertRequest q = CHIME__V1__INSERT_REQUEST__INIT;
-  q.table = "z";
-  q.count = 3;
-  q.data.data = data;
-  q.data.len = at;
-  q.n_stored_leaves = 1;
-  q.stored_leaves = &leaf0;
-  q.n_stored = 3;
-  q.stored = sizes;
+  Chime__V1__InsertRequest q = zseed_request("z", data, at, &leaf0, sizes);
   put_zinsert("three_frames", NULL, 0, &q);
   const uint8_t cuts[] = {2, 9, 1};
   put_zinsert("three_frames_cut", cuts, 3, &q);

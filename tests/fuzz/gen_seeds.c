@@ -24,11 +24,12 @@
 #include "wire/chunk.h"
 #include "wire/handoff.h"
 #include "fuzz_common.h"
+#include "gen_seeds.h"
 
 static const char *out_dir;
 
-static void put(const char *target, const char *name, const uint8_t *p,
-                size_t len) {
+void fuzz_seed_put(const char *target, const char *name, const uint8_t *p,
+                   size_t len) {
   char path[4096];
   snprintf(path, sizeof(path), "%s/%s/%s", out_dir, target, name);
   FILE *f = fopen(path, "wb");
@@ -47,7 +48,7 @@ static void put_insert(const char *name, const uint8_t *cuts, size_t ncuts,
   buf[0] = (uint8_t)ncuts;
   memcpy(buf + 1, cuts, ncuts);
   memcpy(buf + 1 + ncuts, msg, len);
-  put("insertreq", name, buf, 1 + ncuts + len);
+  fuzz_seed_put("insertreq", name, buf, 1 + ncuts + len);
 }
 
 static void insert_seeds(void) {
@@ -164,140 +165,6 @@ static void insert_seeds(void) {
   put_insert("data_truncated", NULL, 0, trunc, sizeof(trunc));
 }
 
-/* --- zinsert: [n][n piece lengths][InsertRequest], table "z" of
- * obs:u8[16,16] (compressed) and id:u32[] --- */
-
-static void put_zinsert(const char *name, const uint8_t *cuts, size_t ncuts,
-                        const Chime__V1__InsertRequest *q) {
-  uint8_t buf[4096];
-  FUZZ_CHECK(chime__v1__insert_request__get_packed_size(q) + 1 + ncuts <=
-             sizeof(buf));
-  buf[0] = (uint8_t)ncuts;
-  memcpy(buf + 1, cuts, ncuts);
-  size_t len = chime__v1__insert_request__pack(q, buf + 1 + ncuts);
-  put("zinsert", name, buf, 1 + ncuts + len);
-}
-
-/* Sample j's obs: a flat field and a box that moves with j. */
-static void zframe(uint8_t *f, uint32_t j) {
-  memset(f, 40, 256);
-  for (uint32_t y = j % 10; y < j % 10 + 4; y++)
-    memset(f + y * 16 + 3, 200, 5);
-}
-
-/* Sample j at data + *at: a zstd frame of its n bytes of obs at raw
- * (nothing when n is 0), its stored size in sizes[j], then its u32 id j. */
-static void zseed_put(uint8_t *data, size_t *at, uint32_t *sizes, uint32_t j,
-                      const uint8_t *raw, size_t n) {
-  size_t k = n > 0 ? ZSTD_compress(data + *at, n, raw, n, 3) : 0;
-  FUZZ_CHECK(!ZSTD_isError(k) && (n == 0 || k < n));
-  memcpy(data + *at + k, &j, 4);
-  sizes[j] = (uint32_t)k;
-  *at += k + 4;
-}
-
-/* A request of 3 samples (data, len bytes) into table, *leaf stored at
- * sizes. */
-static Chime__V1__InsertRequest zseed_request(const char *table, uint8_t *data,
-                                              size_t len, uint32_t *leaf,
-                                              uint32_t *sizes) {
-  Chime__V1__InsertRequest q = CHIME__V1__INSERT_REQUEST__INIT;
-  q.table = (char *)table;
-  q.count = 3;
-  q.data.data = data;
-  q.data.len = len;
-  q.n_stored_leaves = 1;
-  q.stored_leaves = leaf;
-  q.n_stored = 3;
-  q.stored = sizes;
-  return q;
-}
-
-/* Table "zr" (obs:u8[<=4,16,16] compressed at each sample's length):
- * samples of 0, 1 and 2 rows, each a frame of its rows; then 2 rows sent
- * as a frame of 1. Table "zs" (steps of obs:u8[16,16]): three steps. */
-static void zinsert_more_seeds(void) {
-  static uint8_t data[4096], raw[4 * 256], z[4 * 256];
-  uint32_t sizes[3], lengths[3] = {0, 1, 2}, leaf0 = 0;
-  size_t at = 0;
-  for (uint32_t j = 0; j < 3; j++) {
-    for (uint32_t r = 0; r < lengths[j]; r++)
-      zframe(raw + 256 * r, j + r);
-    zseed_put(data, &at, sizes, j, raw, lengths[j] * 256);
-  }
-  Chime__V1__InsertRequest q = zseed_request("zr", data, at, &leaf0, sizes);
-  q.n_lengths = 3;
-  q.lengths = lengths;
-  put_zinsert("ragged_rows", NULL, 0, &q);
-  /* Sample 2 says 2 rows; its frame makes 1. */
-  size_t n1 = ZSTD_compress(z, sizeof(z), raw, 256, 3);
-  FUZZ_CHECK(!ZSTD_isError(n1));
-  at -= sizes[2] + 4;
-  memcpy(data + at, z, n1);
-  uint32_t two = 2;
-  memcpy(data + at + n1, &two, 4);
-  sizes[2] = (uint32_t)n1;
-  q.data.len = at + n1 + 4;
-  put_zinsert("ragged_row_short", NULL, 0, &q);
-  /* Three steps of a sequence table. */
-  at = 0;
-  for (uint32_t j = 0; j < 3; j++) {
-    zframe(raw, j);
-    zseed_put(data, &at, sizes, j, raw, 256);
-  }
-  q.table = "zs";
-  q.data.len = at;
-  q.n_lengths = 0;
-  q.lengths = NULL;
-  put_zinsert("steps", NULL, 0, &q);
-}
-
-static void zinsert_seeds(void) {
-  uint8_t data[2048], raw[256], bomb[256], zeros[65536] = {0};
-  uint32_t sizes[3], leaf0 = 0, leaf1 = 1;
-  size_t at = 0;
-  for (uint32_t j = 0; j < 3; j++) {
-    zframe(raw, j);
-    zseed_put(data, &at, sizes, j, raw, sizeof(raw));
-  }
-  Chime__V1__InsertRequest q = zseed_request("z", data, at, &leaf0, sizes);
-  put_zinsert("three_frames", NULL, 0, &q);
-  const uint8_t cuts[] = {2, 9, 1};
-  put_zinsert("three_frames_cut", cuts, 3, &q);
-  /* The last frame one byte short. */
-  sizes[2]--;
-  q.data.len = at - 1;
-  memmove(data + at - 5, data + at - 4, 4);
-  put_zinsert("frame_cut_short", NULL, 0, &q);
-  /* One frame declaring 64 KiB. */
-  size_t nb = ZSTD_compress(bomb, sizeof(bomb), zeros, sizeof(zeros), 19);
-  FUZZ_CHECK(!ZSTD_isError(nb));
-  uint32_t one = 0, bsize = (uint32_t)nb;
-  memcpy(data, bomb, nb);
-  memcpy(data + nb, &one, 4);
-  q.count = 1;
-  q.data.len = nb + 4;
-  q.n_stored = 1;
-  q.stored = &bsize;
-  put_zinsert("bomb", NULL, 0, &q);
-  /* The leaf raw at its own size, then a size past it. */
-  uint32_t full = 256, past = 257;
-  zframe(data, 0);
-  memcpy(data + 256, &one, 4);
-  q.data.len = 260;
-  q.stored = &full;
-  put_zinsert("raw_at_leaf_size", NULL, 0, &q);
-  q.stored = &past;
-  q.data.len = 261;
-  put_zinsert("size_past_leaf", NULL, 0, &q);
-  /* A leaf the table keeps raw, sent "stored". */
-  q.stored = &full;
-  q.data.len = 260;
-  q.stored_leaves = &leaf1;
-  put_zinsert("leaf_kept_raw", NULL, 0, &q);
-  zinsert_more_seeds();
-}
-
 /* --- chunk: records [ctl][n][cuts][len lo][len hi][message] --- */
 
 static uint8_t chunk_buf[8192];
@@ -376,8 +243,8 @@ static void ragged_seeds(void) {
     h = chime__chunk_header_encode(msg, 0, cut, total, total - cut);
     memcpy(msg + h, wire + cut, total - cut);
     record(1, NULL, 0, msg, h + total - cut);
-    put("chunk", bad ? "ragged_past_bound" : "ragged_batch", chunk_buf,
-        chunk_len);
+    fuzz_seed_put("chunk", bad ? "ragged_past_bound" : "ragged_batch",
+                  chunk_buf, chunk_len);
   }
 }
 
@@ -483,7 +350,7 @@ static void framed_seeds(void) {
     h = chime__chunk_header_encode(msg, 0, cut, total, total - cut);
     memcpy(msg + h, wire + cut, total - cut);
     record(1, NULL, 0, msg, h + total - cut);
-    put("chunk", names[v], chunk_buf, chunk_len);
+    fuzz_seed_put("chunk", names[v], chunk_buf, chunk_len);
   }
 }
 
@@ -495,20 +362,20 @@ static void chunk_seeds(void) {
   chunk_len = 0;
   chunk_record(1, NULL, 0, 0, 0, total, total);
   chunk_record(0, NULL, 0, 1, 0, total, total);
-  put("chunk", "two_batches", chunk_buf, chunk_len);
+  fuzz_seed_put("chunk", "two_batches", chunk_buf, chunk_len);
 
   /* One batch in three chunks cut into pieces inside the header. */
   chunk_len = 0;
   chunk_record(0, cuts, 4, 0, 0, total, 5);
   chunk_record(0, cuts, 4, 0, 5, total, total / 2 - 5);
   chunk_record(1, cuts, 4, 0, total / 2, total, total - total / 2);
-  put("chunk", "three_chunks_cut", chunk_buf, chunk_len);
+  fuzz_seed_put("chunk", "three_chunks_cut", chunk_buf, chunk_len);
 
   /* More batches than credits unless the learner takes them. */
   chunk_len = 0;
   for (uint64_t s = 0; s < FUZZ_CHUNK_SLOTS + 1; s++)
     chunk_record(s % 2, NULL, 0, s, 0, total, total);
-  put("chunk", "credits", chunk_buf, chunk_len);
+  fuzz_seed_put("chunk", "credits", chunk_buf, chunk_len);
 
   /* A notice (not a chunk), then half a batch and the stream ends. */
   Chime__V1__Notice notice = CHIME__V1__NOTICE__INIT;
@@ -522,19 +389,19 @@ static void chunk_seeds(void) {
   chunk_len = 0;
   record(0, NULL, 0, msg, len);
   chunk_record(2, NULL, 0, 0, 0, total, total / 2);
-  put("chunk", "notice_then_abandon", chunk_buf, chunk_len);
+  fuzz_seed_put("chunk", "notice_then_abandon", chunk_buf, chunk_len);
 
   /* Edges: huge values (longest header), a wrong total, a gap. */
   chunk_len = 0;
   chunk_record(0, NULL, 0, UINT64_MAX, UINT64_MAX - 4, UINT64_MAX, 4);
-  put("chunk", "huge_values", chunk_buf, chunk_len);
+  fuzz_seed_put("chunk", "huge_values", chunk_buf, chunk_len);
   chunk_len = 0;
   chunk_record(0, NULL, 0, 0, 0, total + 1, 8);
-  put("chunk", "wrong_total", chunk_buf, chunk_len);
+  fuzz_seed_put("chunk", "wrong_total", chunk_buf, chunk_len);
   chunk_len = 0;
   chunk_record(0, NULL, 0, 0, 0, total, 8);
   chunk_record(0, NULL, 0, 0, 16, total, 8);
-  put("chunk", "gap", chunk_buf, chunk_len);
+  fuzz_seed_put("chunk", "gap", chunk_buf, chunk_len);
   ragged_seeds();
   framed_seeds();
 }
@@ -546,7 +413,7 @@ static void put_ring(const char *name, chime_ring_t *ring) {
   const uint8_t *base = chime_ring_map_base(ring, &len);
   while (len > 0 && base[len - 1] == 0)
     len--;
-  put("ring_attach", name, base, len);
+  fuzz_seed_put("ring_attach", name, base, len);
 }
 
 static void ring_seeds(void) {
@@ -566,7 +433,7 @@ static void ring_seeds(void) {
     const uint32_t v3 = 3;
     memcpy(head, base, sizeof(head));
     memcpy(head + offsetof(chime__ring_header_t, version), &v3, sizeof(v3));
-    put("ring_attach", "other_version", head, sizeof(head));
+    fuzz_seed_put("ring_attach", "other_version", head, sizeof(head));
   }
 
   /* Two batches published, not yet taken. (Slot bytes and the consumer's
@@ -596,13 +463,13 @@ static void ring_seeds(void) {
 
   /* Too short for a header. */
   const uint8_t magic[8] = {'C', 'H', 'I', 'M', 'E', 'R', 'N', 'G'};
-  put("ring_attach", "magic_only", magic, sizeof(magic));
+  fuzz_seed_put("ring_attach", "magic_only", magic, sizeof(magic));
 }
 
 /* --- config: the JSON text (files named "mem:BYTES" hold BYTES) --- */
 
 static void put_text(const char *target, const char *name, const char *text) {
-  put(target, name, (const uint8_t *)text, strlen(text));
+  fuzz_seed_put(target, name, (const uint8_t *)text, strlen(text));
 }
 
 static void config_seeds(void) {
@@ -666,7 +533,7 @@ static void put_handoff(const char *name, const uint8_t *cuts, size_t ncuts,
   memcpy(buf + 1, cuts, ncuts);
   buf[1 + ncuts] = flags;
   memcpy(buf + 2 + ncuts, msg, len);
-  put("handoff", name, buf, 2 + ncuts + len);
+  fuzz_seed_put("handoff", name, buf, 2 + ncuts + len);
 }
 
 static void handoff_seeds(void) {
@@ -734,10 +601,10 @@ static void req_credit(uint32_t batches, uint64_t *released, size_t n) {
 static void requests_seeds(void) {
   req_begin(0, 1);
   req_add(NULL);
-  put("requests", "getinfo", req_buf, req_len);
+  fuzz_seed_put("requests", "getinfo", req_buf, req_len);
   req_begin(1, 1);
   req_add(NULL);
-  put("requests", "stats", req_buf, req_len);
+  fuzz_seed_put("requests", "stats", req_buf, req_len);
 
   Chime__V1__MutatePrioritiesRequest m =
       CHIME__V1__MUTATE_PRIORITIES_REQUEST__INIT;
@@ -756,31 +623,31 @@ static void requests_seeds(void) {
   m.deletes = del;
   req_begin(2, 1);
   req_add(&m.base);
-  put("requests", "mutate", req_buf, req_len);
+  fuzz_seed_put("requests", "mutate", req_buf, req_len);
   m.table = "nope";
   req_begin(2, 1);
   req_add(&m.base);
-  put("requests", "mutate_unknown_table", req_buf, req_len);
+  fuzz_seed_put("requests", "mutate_unknown_table", req_buf, req_len);
 
   uint64_t rel[2] = {0, 1};
   req_begin(3, 1);
   req_open("u", 2, 4, CHIME__V1__MODE__MODE_STREAM, 0);
   req_credit(2, rel, 2);
-  put("requests", "subscribe_stream", req_buf, req_len);
+  fuzz_seed_put("requests", "subscribe_stream", req_buf, req_len);
   req_begin(3, 1);
   req_open("q", 4, 2, CHIME__V1__MODE__MODE_STREAM, 2);
   req_credit(1, rel, 1);
   req_credit(1, rel + 1, 1);
-  put("requests", "subscribe_fifo", req_buf, req_len);
+  fuzz_seed_put("requests", "subscribe_fifo", req_buf, req_len);
   req_begin(3, 0);
   req_open("p", 1, 8, CHIME__V1__MODE__MODE_SHM, 0);
-  put("requests", "subscribe_shm", req_buf, req_len);
+  fuzz_seed_put("requests", "subscribe_shm", req_buf, req_len);
   req_begin(3, 1);
   req_open("u", 2, 1, CHIME__V1__MODE__MODE_STREAM, 0);
-  put("requests", "subscribe_bad_slots", req_buf, req_len);
+  fuzz_seed_put("requests", "subscribe_bad_slots", req_buf, req_len);
   req_begin(3, 1);
   req_credit(1, NULL, 0);
-  put("requests", "subscribe_credit_first", req_buf, req_len);
+  fuzz_seed_put("requests", "subscribe_credit_first", req_buf, req_len);
 
   /* Policy versions: a learner's on its stream, and SetVersion. */
   Chime__V1__VersionReport vr = CHIME__V1__VERSION_REPORT__INIT;
@@ -792,13 +659,13 @@ static void requests_seeds(void) {
   req_open("u", 2, 4, CHIME__V1__MODE__MODE_STREAM, 0);
   req_add(&vq.base);
   req_credit(2, rel, 2);
-  put("requests", "subscribe_version", req_buf, req_len);
+  fuzz_seed_put("requests", "subscribe_version", req_buf, req_len);
   Chime__V1__SetVersionRequest sv = CHIME__V1__SET_VERSION_REQUEST__INIT;
   sv.table = "u";
   sv.version = 12;
   req_begin(4, 1);
   req_add(&sv.base);
-  put("requests", "setversion", req_buf, req_len);
+  fuzz_seed_put("requests", "setversion", req_buf, req_len);
 }
 
 int main(int argc, char **argv) {
@@ -808,7 +675,7 @@ int main(int argc, char **argv) {
   }
   out_dir = argv[1];
   insert_seeds();
-  zinsert_seeds();
+  fuzz_zinsert_seeds();
   chunk_seeds();
   ring_seeds();
   config_seeds();

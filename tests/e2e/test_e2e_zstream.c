@@ -43,24 +43,12 @@
   "\"capacity_steps\": 256, \"sequence_length\": 4, \"stride\": 1, "           \
   "\"episode_end\": \"pad\", \"min_size\": 1, \"sampler\": \"fifo\"" extra "}"
 
+#define Z3 ", \"compress\": {\"obs\": 3}"
+
 static const char *config =
-    "{\"tables\": [" TABLE("z", ", \"compress\": {\"obs\": 3}") ",\n" TABLE(
-        "z2",
-        ", \"compress\": {\"obs\": 3}") ",\n" TABLE("raw",
-                                                    "") ",\n" SEQ("zs",
-                                                                  ", "
-                                                                  "\"compress\""
-                                                                  ": {\"obs\": "
-                                                                  "3}") ","
-                                                                        "\n" SEQ("zs2",
-                                                                                 ", "
-                                                                                 "\"compress"
-                                                                                 "\": "
-                                                                                 "{\"obs\": "
-                                                                                 "3}") ","
-                                                                                       "\n" SEQ(
-                                                                                           "rs",
-                                                                                           "") "]}\n";
+    "{\"tables\": [" TABLE("z", Z3) ",\n" TABLE("z2", Z3) ",\n" TABLE(
+        "raw", "") ",\n" SEQ("zs", Z3) ",\n" SEQ("zs2",
+                                                 Z3) ",\n" SEQ("rs", "") "]}\n";
 
 CHIME__CHIMED_GROUP(config)
 

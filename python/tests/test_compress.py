@@ -144,13 +144,20 @@ def test_leaf_bytes_in_stats(addr):
 
 
 def write_episodes(c, table, want):
-    """Two episodes of the frames in want, halves, as steps."""
+    """Two episodes of the frames in want, halves, as steps; the writer
+    compresses what the table does (the steps' obs), sending a fraction
+    of the raw bytes."""
     h = len(want) // 2
     with c.writer(table) as w:
         for lo, hi in ((0, h), (h, len(want))):
             w.extend({"obs": want[lo:hi],
                       "id": np.arange(lo, hi, dtype=np.uint32)})
             w.end_episode()
+        w.flush()
+        if w.compress:
+            assert w.compress == "obs:3"
+            assert w.bytes_sent * 10 < len(want) * (84 * 84 + 4)
+    return w.compress
 
 
 def windows(c, table, n, mode, received=None):
@@ -181,8 +188,8 @@ def check_windows(got, want):
 def test_sequence_windows_as_raw(addr, mode):
     want = frames(64)
     with chime.Client(addr) as c:
-        write_episodes(c, "zseq", want)
-        write_episodes(c, "rseq", want)
+        assert write_episodes(c, "zseq", want) == "obs:3"
+        assert write_episodes(c, "rseq", want) == ""
         z = windows(c, "zseq", 58, mode)  # 2 x 32 steps: 2 x 29 windows
         r = windows(c, "rseq", 58, mode)
         for k in z:
@@ -255,6 +262,10 @@ def test_ragged_frames(addr, mode):
         with c.writer("zrag") as w:
             for i in range(9):  # 0 to 8 frames
                 w.append({"id": i, "obs": want[8 * i:8 * i + i]})
+            # compressed by the writer, each sample's at its length
+            w.flush()
+            assert w.compress == "obs:3"
+            assert w.bytes_sent * 10 < 36 * 84 * 84
         st = [t for t in c.stats()["tables"] if t["name"] == "zrag"][0]
         assert st["stored_bytes"] * 20 < st["raw_bytes"]
         with c.stream("zrag", batch_size=9, mode=mode) as s:

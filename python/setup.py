@@ -26,7 +26,7 @@ from setuptools import Extension, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # What libchime.a needs, shared (cmake/chime-static.pc.in).
-STATIC_DEPS = ["grpc", "gpr", "libprotobuf-c", "libuv", "jansson",
+STATIC_DEPS = ["grpc", "gpr", "libprotobuf-c", "libuv", "jansson", "libzstd",
                "libmicrohttpd"]
 STANDARD_LIBDIRS = {"/usr/lib", "/lib", "/usr/lib64", "/lib64",
                     "/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu",

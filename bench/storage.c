@@ -27,6 +27,7 @@
 #include "common/spec.h"
 #include "replay/table.h"
 #include "replay/zleaf.h"
+#include "replay/ztail.h"
 #include "ring/extents.h"
 
 #define FRAME CHIME__BENCH_FRAME
@@ -140,17 +141,22 @@ static double insert_all(chime__table_t *t, const uint8_t *samples, uint32_t n,
 /* The frames table (frames_config, capacity n): frames inserted per
  * second, frames sampled per second, bytes held and inserted per sample. */
 /* Stream mode's bytes per batch: the table sampled into a slot that holds
- * obs as it is stored (chime__spec_framed, as chimed's ring for a
- * stream-mode learner), and the bytes the sender sends of it (its
- * extents: the frames, the raw leaves, the offsets and the info), against
- * the batch's samples as stored (frames and raw leaves) and the info. */
-static int wire_bytes(chime__table_t *t, const chime_spec_t *spec,
-                      uint32_t batches, double *wire, double *stored,
-                      double *info) {
+ * obs as it is stored (chime__spec_framed_steps, as chimed's ring for a
+ * stream-mode learner; steps: a sequence table's T, its windows' steps
+ * stored), and the bytes the sender sends of it (its extents, the tail
+ * packed: the frames, a window's step sizes, the raw leaves, the offsets
+ * and the info), against the batch's samples as stored (frames and raw
+ * leaves) and the info. */
+static int wire_bytes(chime__table_t *t, uint32_t steps, uint32_t batches,
+                      double *wire, double *stored, double *info) {
   static const uint8_t framed[CHIME_MAX_LEAVES] = {1};
+  const chime_spec_t *spec = chime__table_item_spec(t);
   chime_spec_t ws;
   chime_ring_layout_t lay;
-  if (chime__spec_framed(&ws, spec, framed) ||
+  uint64_t other = 0; /* a sample's raw leaves */
+  for (uint32_t l = 1; l < spec->nleaves; l++)
+    other += chime_leaf_bytes(&spec->leaves[l]);
+  if (chime__spec_framed_steps(&ws, spec, framed, steps) ||
       chime_ring_layout(&lay, &ws, BATCH, 2, NULL, 0))
     return -1;
   uint8_t *mem = aligned_alloc(4096, (lay.slot_bytes + 4095) / 4096 * 4096);
@@ -164,15 +170,30 @@ static int wire_bytes(chime__table_t *t, const chime_spec_t *spec,
   }
   w.info = (chime_sample_info_t *)(mem + lay.info_offset);
   uint64_t sent = 0, held = 0;
-  for (uint32_t b = 0; b < batches; b++) {
+  uint64_t tail = chime__slot_tail(&lay, &ws);
+  size_t n = (size_t)(chime__slot_send_bytes(&lay) - tail), packed = 0;
+  uint8_t *zt = malloc(chime__ztail_bound(n)), *scratch = malloc(n);
+  int rc = zt == NULL || scratch == NULL ? -1 : 0;
+  for (uint32_t b = 0; rc == 0 && b < batches; b++) {
     chime__extents_t x;
     if (chime__table_sample(t, &lay, &w, NULL) ||
-        chime__slot_extents(&lay, &ws, mem, &x, NULL, 0))
-      return -1;
-    sent += x.total;
-    held += (uint64_t)w.offsets[0][BATCH] + BATCH * 8;
+        chime__slot_extents(&lay, &ws, mem, &x, NULL, 0) ||
+        chime__ztail_pack(zt, mem + tail, n,
+                          BATCH * sizeof(chime_sample_info_t), scratch,
+                          &packed)) {
+      rc = -1;
+      break;
+    }
+    /* The tail travels packed (replay/ztail.h), as chimed sends it. */
+    sent += x.total - n + packed;
+    held += (uint64_t)w.offsets[0][BATCH] - (uint64_t)BATCH * 4 * steps +
+            BATCH * other;
   }
   free(mem);
+  free(zt);
+  free(scratch);
+  if (rc != 0)
+    return -1;
   *wire = (double)sent / batches;
   *stored = (double)held / batches;
   *info = BATCH * sizeof(chime_sample_info_t);
@@ -197,8 +218,8 @@ static int table_rates(const uint8_t *samples, uint32_t n, int level,
   *smp_fps = sample_all(t, n / BATCH);
   int rc = *smp_fps < 0 ? -1 : 0;
   if (rc == 0 && wire != NULL)
-    rc = wire_bytes(t, &tc.spec, n / BATCH < 50 ? n / BATCH : 50, &wire[0],
-                    &wire[1], &wire[2]);
+    rc = wire_bytes(t, 0, n / BATCH < 50 ? n / BATCH : 50, &wire[0], &wire[1],
+                    &wire[2]);
   chime__table_destroy(t);
   return rc;
 }
@@ -220,6 +241,7 @@ typedef struct {
   double windows, steps;   /* held */
   double stored, frames_z; /* stats' stored bytes; the frames' of them */
   double rss;              /* the process's growth while it filled */
+  double wire[3];          /* stream mode a batch: sent, stored, its info */
 } stacked_t;
 
 /* The Atari recipe: a uniform sequence table of obs:u8[84,84],
@@ -249,8 +271,12 @@ static int stacked_rates(const uint8_t *samples, uint32_t n, int level,
   out->stored = (double)st.stored_bytes;
   out->frames_z = (double)(st.stored_bytes - st.steps * 8); /* but a, r */
   out->win_fps = sample_all(t, n / (4 * BATCH));
+  int rc = out->win_fps < 0 ? -1 : 0;
+  memset(out->wire, 0, sizeof(out->wire));
+  if (rc == 0 && level > 0)
+    rc = wire_bytes(t, 4, 50, &out->wire[0], &out->wire[1], &out->wire[2]);
   chime__table_destroy(t);
-  return out->win_fps < 0 ? -1 : 0;
+  return rc;
 }
 
 static double best(double a, double b) {
@@ -299,10 +325,11 @@ static int stacked(const uint8_t *frames, const uint8_t *samples, uint32_t n,
            "\"zstd_frame_bytes\":%.1f,\"frame_vs_zstd\":%.3f,"
            "\"windows_per_s\":%.0f,\"raw_windows_per_s\":%.0f,"
            "\"zstd_decompress_fps\":%.0f,\"sample_vs_zstd_decompress\":%.3f,"
-           "\"insert_fps\":%.0f}\n",
+           "\"insert_fps\":%.0f,\"wire_per_batch\":%.0f,"
+           "\"stored_per_batch\":%.0f,\"wire_vs_stored\":%.3f}\n",
            level, z.steps, z.windows, raw, held, mem, rheld, rmem, frame,
-           zbytes, frame / zbytes, z.win_fps, r.win_fps, zd_fps, smp,
-           z.ins_fps);
+           zbytes, frame / zbytes, z.win_fps, r.win_fps, zd_fps, smp, z.ins_fps,
+           z.wire[0], z.wire[1], z.wire[0] / z.wire[1]);
   else
     printf("storage --stacked: %.0f rendered 84x84 frames as steps, windows "
            "of 4 (stride 1), zstd level %d\n"
@@ -314,10 +341,13 @@ static int stacked(const uint8_t *frames, const uint8_t *samples, uint32_t n,
            "%.1f B: %.3fx\n"
            "  sample: %.0f windows/s (%.0f frames/s), libzstd decompress %.0f "
            "frames/s: %.2fx (raw windows: %.0f/s)\n"
-           "  insert: %.0f steps/s\n",
+           "  insert: %.0f steps/s\n"
+           "  stream mode: %.0f B a batch of %d windows on the wire, their "
+           "steps as stored %.0f B (%.3fx; raw %.0f B)\n",
            z.steps, level, raw, held, raw / held, mem, raw / mem, rheld, rmem,
            frame, zbytes, frame / zbytes, z.win_fps, z.win_fps * 4, zd_fps, smp,
-           r.win_fps, z.ins_fps);
+           r.win_fps, z.ins_fps, z.wire[0], BATCH, z.wire[1],
+           z.wire[0] / z.wire[1], BATCH * raw);
   return 0;
 }
 

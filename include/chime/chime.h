@@ -393,8 +393,9 @@ typedef struct {
    * are compressed by the writer, at the table's levels, before they are
    * sent, so the insert traffic shrinks as the table's memory does and
    * chimed only checks them. 0: samples go raw and chimed compresses them
-   * (the actor's CPU left to the actor). A table that compresses nothing,
-   * or a sequence table, gets raw samples either way. */
+   * (the actor's CPU left to the actor); a ragged leaf is compressed at
+   * each sample's length, a sequence table's steps as appended. A table
+   * that compresses nothing gets raw samples either way. */
   int compress;
   /* A warm start (an import, docs/datasets.md): the writer's samples go in
    * without waiting for the table's rate limiter (InsertRequest.warm_start),

@@ -24,7 +24,9 @@ SEQ = {"spec": "obs:u8[84,84], id:u32[]", "capacity_steps": 1000,
        "sequence_length": 4, "stride": 1, "episode_end": "pad",
        "sampler": "fifo"}
 TABLES += [{"name": "zseq", **SEQ, "compress": {"obs": 3}},
-           {"name": "rseq", **SEQ}]
+           {"name": "rseq", **SEQ},
+           {"name": "zpad", **SEQ, "compress": {"obs": 3}},
+           {"name": "rpad", **SEQ}]
 # A ragged leaf compressed at its length: an episode's frames, up to 8.
 TABLES.append({"name": "zrag", "spec": "id:u32[], obs:u8[<=8,84,84]",
                "capacity": 100, "sampler": "fifo", "compress": {"obs": 3}})
@@ -142,23 +144,33 @@ def test_leaf_bytes_in_stats(addr):
 
 
 def write_episodes(c, table, want):
-    """Two episodes of the frames in want, halves, as steps."""
+    """Two episodes of the frames in want, halves, as steps; the writer
+    compresses what the table does (the steps' obs), sending a fraction
+    of the raw bytes."""
     h = len(want) // 2
     with c.writer(table) as w:
         for lo, hi in ((0, h), (h, len(want))):
             w.extend({"obs": want[lo:hi],
                       "id": np.arange(lo, hi, dtype=np.uint32)})
             w.end_episode()
+        w.flush()
+        if w.compress:
+            assert w.compress == "obs:3"
+            assert w.bytes_sent * 10 < len(want) * (84 * 84 + 4)
+    return w.compress
 
 
-def windows(c, table, n, mode):
-    """The first n windows of table (fifo: in the order they were made)."""
+def windows(c, table, n, mode, received=None):
+    """The first n windows of table (fifo: in the order they were made);
+    received[table], when given, the bytes the stream received."""
     got = {"obs": [], "id": [], "mask": []}
     with c.stream(table, batch_size=n, mode=mode) as s:
         b = s.next(timeout=20)
         for k in got:
             got[k] = np.array(b[k])
         b.release()
+        if received is not None:
+            received[table] = s.stats()["received_bytes"]
     return got
 
 
@@ -176,8 +188,8 @@ def check_windows(got, want):
 def test_sequence_windows_as_raw(addr, mode):
     want = frames(64)
     with chime.Client(addr) as c:
-        write_episodes(c, "zseq", want)
-        write_episodes(c, "rseq", want)
+        assert write_episodes(c, "zseq", want) == "obs:3"
+        assert write_episodes(c, "rseq", want) == ""
         z = windows(c, "zseq", 58, mode)  # 2 x 32 steps: 2 x 29 windows
         r = windows(c, "rseq", 58, mode)
         for k in z:
@@ -190,6 +202,32 @@ def test_sequence_windows_as_raw(addr, mode):
         assert st["zseq"]["raw_bytes"] == st["rseq"]["raw_bytes"]
         assert st["zseq"]["stored_bytes"] * 20 < st["zseq"]["raw_bytes"]
         assert st["rseq"]["stored_bytes"] == st["rseq"]["raw_bytes"]
+
+
+def test_sequence_padded_windows_stream(addr):
+    """Episodes shorter than T make padded windows. In stream mode each
+    window's compressed steps travel as stored (docs/protocol.md, "A
+    window's frames") and the client decompresses them: the windows are
+    the raw table's byte for byte, padded steps zero under a mask of 0,
+    for far fewer bytes on the wire than the raw table's."""
+    want = frames(9)
+    got, received = {}, {}
+    with chime.Client(addr) as c:
+        for t in ("zpad", "rpad"):
+            with c.writer(t) as w:
+                # 2, 1 and 3 steps: one padded window each; then 3 more
+                for lo, hi in ((0, 2), (2, 3), (3, 6), (6, 9)):
+                    w.extend({"obs": want[lo:hi],
+                              "id": np.arange(lo, hi, dtype=np.uint32)})
+                    w.end_episode()
+            got[t] = windows(c, t, 4, "stream", received)
+    for k in got["zpad"]:
+        assert np.array_equal(got["zpad"][k], got["rpad"][k]), k
+    assert [list(m) for m in got["zpad"]["mask"]] == [
+        [1, 1, 0, 0], [1, 0, 0, 0], [1, 1, 1, 0], [1, 1, 1, 0]]
+    check_windows(got["zpad"], want)
+    # 11 real steps of 7,056 raw bytes: on the wire, a frame of each
+    assert received["zpad"] * 10 < received["rpad"]
 
 
 def test_sequence_checkpoint_restore(tmp_path):
@@ -224,6 +262,10 @@ def test_ragged_frames(addr, mode):
         with c.writer("zrag") as w:
             for i in range(9):  # 0 to 8 frames
                 w.append({"id": i, "obs": want[8 * i:8 * i + i]})
+            # compressed by the writer, each sample's at its length
+            w.flush()
+            assert w.compress == "obs:3"
+            assert w.bytes_sent * 10 < 36 * 84 * 84
         st = [t for t in c.stats()["tables"] if t["name"] == "zrag"][0]
         assert st["stored_bytes"] * 20 < st["raw_bytes"]
         with c.stream("zrag", batch_size=9, mode=mode) as s:

@@ -67,6 +67,7 @@ int chime__frames_opened(chime_stream_t *s, const Chime__V1__Layout *l,
   chime_spec_t raw = s->spec;
   memset(s->unframe, 0, sizeof(s->unframe));
   s->nframed = 0;
+  s->framed_steps = l->framed_steps;
   for (size_t k = 0; k < l->n_framed; k++) {
     chime_leaf_t leaf;
     const char *name = l->framed[k]->name ? l->framed[k]->name : "";
@@ -83,7 +84,7 @@ int chime__frames_opened(chime_stream_t *s, const Chime__V1__Layout *l,
   chime_spec_t chk;
   char a[4096], b[4096];
   if (s->nframed > 0 &&
-      (chime__spec_framed(&chk, &raw, s->unframe) != 0 ||
+      (chime__spec_framed_steps(&chk, &raw, s->unframe, s->framed_steps) != 0 ||
        chime_spec_format(&chk, a, sizeof(a)) != 0 ||
        chime_spec_format(&s->spec, b, sizeof(b)) != 0 || strcmp(a, b) != 0))
     return chime__fail(err, errlen, CHIME_EPROTO,
@@ -111,6 +112,33 @@ int chime__frames_opened(chime_stream_t *s, const Chime__V1__Layout *l,
   return 0;
 }
 
+/* A sample's stored bytes (k at src) into its leaf (n bytes at dst): one
+ * stored leaf, or a sequence table's window of r->steps steps: their u32
+ * stored sizes, then their stored bytes, each step decompressed at its
+ * place (size 0: a padded step, zeros), the sizes adding up to k. 0 or
+ * CHIME_ECORRUPT (CHIME_ENOMEM); nothing past the leaf is written. */
+static int unpack_sample(const chime__remote_t *r, uint8_t *dst, size_t n,
+                         const uint8_t *src, size_t k) {
+  if (r->steps == 0)
+    return chime__zleaf_decompress(dst, n, src, k);
+  size_t lb = n / r->steps, at = 4 * (size_t)r->steps;
+  if (k < at)
+    return CHIME_ECORRUPT;
+  for (uint32_t i = 0; i < r->steps; i++) {
+    const uint8_t *q = src + 4 * (size_t)i;
+    size_t s = (size_t)q[0] | (size_t)q[1] << 8 | (size_t)q[2] << 16 |
+               (size_t)q[3] << 24;
+    if (s > lb || s > k - at)
+      return CHIME_ECORRUPT;
+    int rc = s == 0 ? (memset(dst + i * lb, 0, lb), 0)
+                    : chime__zleaf_decompress(dst + i * lb, lb, src + at, s);
+    if (rc != 0)
+      return rc;
+    at += s;
+  }
+  return at == k ? 0 : CHIME_ECORRUPT;
+}
+
 int chime__frames_unpack(const chime__remote_t *r, uint8_t *dst, char *err,
                          size_t errlen) {
   const chime_ring_layout_t *wl = &r->wlay;
@@ -133,10 +161,11 @@ int chime__frames_unpack(const chime__remote_t *r, uint8_t *dst, char *err,
       memcpy(dst + ll->offsets_offset[i], offs, (batch + 1) * sizeof(*offs));
       continue;
     }
-    size_t n = (size_t)ws->leaves[i].shape[0];
+    /* The raw leaf's bytes: the bound but for a window's step sizes. */
+    size_t n = (size_t)(ws->leaves[i].shape[0] - 4 * (uint64_t)r->steps);
     for (uint32_t j = 0; j < batch; j++) {
-      int rc = chime__zleaf_decompress(to + (size_t)j * n, n, from + offs[j],
-                                       (size_t)(offs[j + 1] - offs[j]));
+      int rc = unpack_sample(r, to + (size_t)j * n, n, from + offs[j],
+                             (size_t)(offs[j + 1] - offs[j]));
       if (rc != 0)
         return chime__fail(err, errlen, CHIME_EPROTO,
                            "stream: batch %" PRIu64 ": leaf '%s': sample %u: "

@@ -206,6 +206,15 @@ typedef struct {
   uint8_t *wire;
   chime_ring_layout_t wlay;
   const uint8_t *unframe;
+  uint32_t steps; /* a sequence table's: each framed sample is T steps */
+  /* With wire, each batch's tail travels packed (replay/ztail.h): ztail
+   * its bytes unpacked, zhead and zbuf (ztail stored bytes, then ztail of
+   * scratch; in wire's allocation) where it lands, head its bytes on the
+   * wire once its head is in (0 before). */
+  uint64_t ztail;
+  uint8_t zhead[4];
+  uint8_t *zbuf;
+  uint64_t head;
   uint64_t total;   /* the batch being filled: bytes it says it sends */
   int have_extents; /* its tail is in: ext says where the rest goes */
   chime__extents_t ext;
@@ -234,6 +243,10 @@ int chime__remote_chunk(chime__remote_t *r, grpc_byte_buffer *bb, char *err,
 /* Sets what batches look like on the wire: r->ring and r->send_bytes set,
  * spec the stream's (kept). */
 void chime__remote_set_spec(chime__remote_t *r, const chime_spec_t *spec);
+/* Batches land as the server's slot holds them, laid out as r->wlay
+ * (set): r->wire allocated (zeroed, with room for the packed tail) and
+ * the spec set to wspec (kept). CHIME_ENOMEM. */
+int chime__remote_wire_alloc(chime__remote_t *r, const chime_spec_t *wspec);
 /* The batch in r->wire unpacked into the local slot at dst (frames.c):
  * leaves copied, frames decompressed. CHIME_EPROTO with err for a frame
  * that is no frame of its leaf (nothing written past the leaf). */

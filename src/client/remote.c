@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "client/stream.h"
+#include "replay/ztail.h"
 #include "wire/chunk.h"
 #include "wire/credit.h"
 
@@ -18,6 +19,7 @@ void chime__remote_set_spec(chime__remote_t *r, const chime_spec_t *spec) {
   if (r->wire == NULL)
     r->wlay = *chime_ring_get_layout(r->ring);
   r->tail = chime__slot_tail(&r->wlay, spec);
+  r->ztail = 0; /* chime__remote_wire_alloc sets it */
 }
 
 /* Where a batch's bytes land: the local slot, or the server's slot's
@@ -49,22 +51,82 @@ static void payload_read(payload_t *pl, uint8_t *dst, uint64_t n) {
   }
 }
 
+int chime__remote_wire_alloc(chime__remote_t *r, const chime_spec_t *wspec) {
+  uint64_t n = r->send_bytes - chime__slot_tail(&r->wlay, wspec);
+  size_t bytes = (size_t)((r->wlay.slot_bytes + 2 * n + 63) / 64 * 64);
+  r->wire = aligned_alloc(64, bytes);
+  if (r->wire == NULL)
+    return CHIME_ENOMEM;
+  memset(r->wire, 0, bytes);
+  r->zbuf = r->wire + r->wlay.slot_bytes;
+  chime__remote_set_spec(r, wspec);
+  r->ztail = n;
+  return 0;
+}
+
+/* Takes from pl the head (*at < CHIME__ZTAIL_HEAD) and stored bytes of a
+ * packed tail; once all are in, unpacks them into the tail's place.
+ * *at and *left advance past what was taken. */
+static int take_packed(chime__remote_t *r, uint64_t *at, uint64_t *left,
+                       payload_t *pl, char *err, size_t errlen) {
+  if (*at < CHIME__ZTAIL_HEAD) {
+    uint64_t n =
+        *left < CHIME__ZTAIL_HEAD - *at ? *left : CHIME__ZTAIL_HEAD - *at;
+    payload_read(pl, r->zhead + *at, n);
+    *at += n;
+    *left -= n;
+    if (*at < CHIME__ZTAIL_HEAD)
+      return 0;
+    size_t stored = 0;
+    if (chime__ztail_stored(r->zhead, (size_t)r->ztail, &stored) != 0 ||
+        CHIME__ZTAIL_HEAD + stored > r->total)
+      return chime__fail(err, errlen, CHIME_EPROTO,
+                         "stream: batch %" PRIu64 ": its packed tail says "
+                         "%zu stored bytes, not 1..%" PRIu64 " of %" PRIu64,
+                         r->seq, stored, r->ztail, r->total);
+    r->head = CHIME__ZTAIL_HEAD + stored;
+  }
+  uint64_t n = *left < r->head - *at ? *left : r->head - *at;
+  payload_read(pl, r->zbuf + (*at - CHIME__ZTAIL_HEAD), n);
+  *at += n;
+  *left -= n;
+  if (*at < r->head)
+    return 0;
+  size_t ninfo = (size_t)r->wlay.batch_size * sizeof(chime_sample_info_t);
+  int rc = chime__ztail_unpack(landing(r) + r->tail, (size_t)r->ztail, ninfo,
+                               r->zbuf, (size_t)(r->head - CHIME__ZTAIL_HEAD),
+                               r->zbuf + r->ztail);
+  if (rc != 0)
+    return chime__fail(
+        err, errlen, CHIME_EPROTO, "stream: batch %" PRIu64 ": %s", r->seq,
+        rc == CHIME_ENOMEM ? "out of memory to unpack its tail"
+                           : "its packed tail is no frame of the tail");
+  return 0;
+}
+
 /* A ragged batch's bytes [c->offset, + data_len): the tail goes where the
- * slot keeps it; once all of it is in, its offsets (checked) say where
- * each leaf's bytes go (extents.h), and the total they add up to must be
- * the one the chunks said. */
+ * slot keeps it (a framed batch's packed: take_packed); once all of it is
+ * in, its offsets (checked) say where each leaf's bytes go (extents.h),
+ * and the total they add up to must be the one the chunks said. */
 static int place_ragged(chime__remote_t *r, const chime__chunk_t *c,
                         payload_t *pl, char *err, size_t errlen) {
   uint8_t *base = landing(r);
   uint64_t tail_len = r->send_bytes - r->tail;
   uint64_t at = c->offset, left = c->data_len;
-  if (at < tail_len) {
-    uint64_t n = left < tail_len - at ? left : tail_len - at;
-    payload_read(pl, base + r->tail + at, n);
-    at += n;
-    left -= n;
+  if (r->ztail == 0) {
+    r->head = tail_len;
+    if (at < tail_len) {
+      uint64_t n = left < tail_len - at ? left : tail_len - at;
+      payload_read(pl, base + r->tail + at, n);
+      at += n;
+      left -= n;
+    }
+  } else if (r->head == 0 || at < r->head) {
+    int rc = take_packed(r, &at, &left, pl, err, errlen);
+    if (rc != 0)
+      return rc;
   }
-  if (at < tail_len)
+  if (r->head == 0 || at < r->head)
     return 0;
   if (!r->have_extents) {
     char why[160];
@@ -72,14 +134,16 @@ static int place_ragged(chime__remote_t *r, const chime__chunk_t *c,
                             sizeof(why)) != 0)
       return chime__fail(err, errlen, CHIME_EPROTO,
                          "stream: batch %" PRIu64 ": %s", r->seq, why);
-    if (r->ext.total != r->total)
+    if (r->ext.total - tail_len + r->head != r->total)
       return chime__fail(err, errlen, CHIME_EPROTO,
                          "stream: batch %" PRIu64 " says %" PRIu64
                          " bytes, its offsets say %" PRIu64,
-                         r->seq, r->total, r->ext.total);
+                         r->seq, r->total, r->ext.total - tail_len + r->head);
     r->have_extents = 1;
   }
-  /* at + left <= total == ext.total: every byte lands in an extent. */
+  /* The rest as if the tail had come raw: at + left <= total, so every
+   * byte lands in an extent past the tail. */
+  at = at - r->head + tail_len;
   uint64_t from = 0;
   for (uint32_t i = 0; i < r->ext.n && left > 0; i++) {
     uint64_t len = r->ext.e[i].len;
@@ -121,15 +185,17 @@ int chime__remote_chunk(chime__remote_t *r, grpc_byte_buffer *bb, char *err,
                        "stream: malformed chunk (%zu bytes)", msg_len);
   /* A fixed spec's batch is the slot's prefix; a ragged one's its tail at
    * least, the prefix at most, the same in every chunk. */
-  if (r->tail == 0
-          ? c.total != r->send_bytes
-          : c.total < r->send_bytes - r->tail || c.total > r->send_bytes ||
-                (r->active && c.total != r->total))
+  /* A packed tail (ztail) takes its head and a byte at least, and its
+   * head more at most. */
+  uint64_t least = r->ztail ? CHIME__ZTAIL_HEAD + 1 : r->send_bytes - r->tail;
+  uint64_t most = r->send_bytes + (r->ztail ? CHIME__ZTAIL_HEAD : 0);
+  if (r->tail == 0 ? c.total != r->send_bytes
+                   : c.total < least || c.total > most ||
+                         (r->active && c.total != r->total))
     return chime__fail(err, errlen, CHIME_EPROTO,
                        "stream: chunk of batch %" PRIu64 " says %" PRIu64
                        " bytes per batch, the layout says %s%" PRIu64,
-                       c.seq, c.total, r->tail == 0 ? "" : "at most ",
-                       r->send_bytes);
+                       c.seq, c.total, r->tail == 0 ? "" : "at most ", most);
   if (!r->active) {
     if (c.offset != 0)
       return chime__fail(err, errlen, CHIME_EPROTO,
@@ -154,6 +220,7 @@ int chime__remote_chunk(chime__remote_t *r, grpc_byte_buffer *bb, char *err,
     r->received = 0;
     r->total = c.total;
     r->have_extents = 0;
+    r->head = 0;
   } else if (c.seq != r->seq || c.offset != r->received) {
     return chime__fail(err, errlen, CHIME_EPROTO,
                        "stream: expected batch %" PRIu64 " at offset %" PRIu64
@@ -271,12 +338,10 @@ static int remote_setup(chime_stream_t *s, const Chime__V1__Opened *op,
                            why, sizeof(why));
     if (rc)
       return chime__fail(err, errlen, rc, "Opened: layout: %s", why);
-    r->wire = aligned_alloc(64, (size_t)r->wlay.slot_bytes);
-    if (!r->wire)
+    if (chime__remote_wire_alloc(r, &s->wire_spec) != 0)
       return chime__fail(err, errlen, CHIME_ENOMEM, "out of memory");
-    memset(r->wire, 0, (size_t)r->wlay.slot_bytes);
     r->unframe = s->unframe;
-    chime__remote_set_spec(r, &s->wire_spec);
+    r->steps = s->framed_steps;
   } else {
     chime__remote_set_spec(r, &s->spec);
   }
@@ -354,6 +419,8 @@ static void remote_fini(chime_stream_t *s) {
   r->released = NULL;
   free(r->wire);
   r->wire = NULL;
+  r->zbuf = NULL;
+  r->ztail = 0;
   r->credit_pending = 0;
   r->closing = 0;
 }

@@ -41,7 +41,8 @@ struct chime_stream_s {
   chime_spec_t wire_spec;
   uint8_t unframe[CHIME_MAX_LEAVES];
   uint32_t nframed;
-  uint64_t send_bytes; /* bytes of a slot each batch carries (stream mode) */
+  uint32_t framed_steps; /* Layout.framed_steps: windows of T steps, or 0 */
+  uint64_t send_bytes;   /* bytes of a slot each batch carries (stream mode) */
   uint64_t stream_id;
   chime_ring_t *ring;
   chime__remote_t remote; /* stream mode */

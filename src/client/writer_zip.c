@@ -3,7 +3,9 @@
  * being built (the leaves it keeps raw copied beside): one pass over the
  * caller's frames, as libzstd alone would make, and no raw copy of them in
  * between. A leaf whose frame would not be smaller goes raw (its stored
- * size is the leaf's), as chimed keeps such a leaf. */
+ * size is the leaf's), as chimed keeps such a leaf. A ragged leaf is
+ * compressed at the sample's length, a sequence table's steps as any
+ * sample. */
 #include "client/writer_zip.h"
 
 #include <stdio.h>
@@ -18,14 +20,14 @@ int chime__writer_zip_open(chime_writer_t *w, const chime_table_info_t *ti,
                            size_t errlen) {
   uint8_t lv[CHIME_MAX_LEAVES];
   w->nz = 0;
-  if (!on || ti->sequence_length > 0 || ti->compress[0] == '\0')
+  if (!on || ti->compress[0] == '\0')
     return 0;
   /* Text this client cannot read (a later server's, say): raw samples,
    * which every server takes and compresses itself. */
   if (chime__zleaf_levels(&w->spec, ti->compress, lv) != 0)
     return 0;
   for (uint32_t l = 0; l < w->spec.nleaves; l++)
-    if (lv[l] != 0 && !w->spec.leaves[l].ragged) {
+    if (lv[l] != 0) {
       w->zleaves[w->nz] = l;
       w->zlevel[w->nz++] = lv[l];
     }

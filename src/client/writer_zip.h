@@ -10,10 +10,11 @@
 
 #include "client/writer_call.h"
 
-/* Sets w up to compress the leaves ti (the table as the writer writes it)
- * keeps compressed, when `on` and ti is a plain table that has some (and
- * says them in a form this client reads; else w sends raw); batches are
- * at most data_bytes. 0, or CHIME_ENOMEM with err filled. */
+/* Sets w up to compress the leaves ti (the table as the writer writes it:
+ * a sequence table's steps) keeps compressed, ragged ones at each
+ * sample's length, when `on` and ti has some (and says them in a form
+ * this client reads; else w sends raw); batches are at most data_bytes.
+ * 0, or CHIME_ENOMEM with err filled. */
 int chime__writer_zip_open(chime_writer_t *w, const chime_table_info_t *ti,
                            int on, size_t data_bytes, char *err, size_t errlen);
 /* Appends sample j of the batch to the request being built (w->zdata,

@@ -585,12 +585,20 @@ int chime__spec_ragged_bytes(const chime_spec_t *spec, uint32_t count,
 
 int chime__spec_framed(chime_spec_t *out, const chime_spec_t *in,
                        const uint8_t framed[CHIME_MAX_LEAVES]) {
+  return chime__spec_framed_steps(out, in, framed, 0);
+}
+
+int chime__spec_framed_steps(chime_spec_t *out, const chime_spec_t *in,
+                             const uint8_t framed[CHIME_MAX_LEAVES],
+                             uint32_t steps) {
   *out = *in;
   for (uint32_t i = 0; i < in->nleaves; i++) {
     if (!framed[i])
       continue;
-    uint64_t n = chime_leaf_bytes(&in->leaves[i]);
-    if (in->leaves[i].ragged || n == 0 || n > UINT32_MAX)
+    uint64_t n = chime_leaf_bytes(&in->leaves[i]) + 4 * (uint64_t)steps;
+    if (in->leaves[i].ragged || n == 4 * (uint64_t)steps || n > UINT32_MAX ||
+        (steps != 0 &&
+         (in->leaves[i].ndim < 1 || in->leaves[i].shape[0] != steps)))
       return CHIME_EINVAL;
     chime_leaf_t *l = &out->leaves[i];
     l->dtype = CHIME_DTYPE_U8;

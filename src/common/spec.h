@@ -42,4 +42,12 @@ int chime__spec_ragged_bytes(const chime_spec_t *spec, uint32_t count,
 int chime__spec_framed(chime_spec_t *out, const chime_spec_t *in,
                        const uint8_t framed[CHIME_MAX_LEAVES]);
 
+/* The same for a sequence table's windows (steps: its sequence_length T,
+ * every framed leaf's first dimension): a window's stored bytes are T u32
+ * stored sizes, then its steps' stored bytes, so its bound is the raw
+ * leaf's bytes and 4 bytes a step. steps 0: chime__spec_framed. */
+int chime__spec_framed_steps(chime_spec_t *out, const chime_spec_t *in,
+                             const uint8_t framed[CHIME_MAX_LEAVES],
+                             uint32_t steps);
+
 #endif

@@ -46,6 +46,24 @@ static uint64_t z_sent_bytes(const chime__table_t *t, const zin_t *z,
   return z->st->sizes[j * z->st->n + z->at[l] - 1];
 }
 
+/* Leaf l's raw bytes in sample j: a ragged leaf's at its length. */
+static uint64_t raw_bytes(const chime__table_t *t, const uint32_t *lengths,
+                          uint64_t j, uint32_t l) {
+  if (t->rrow[l] == 0)
+    return t->zraw[l] != 0 ? t->zraw[l] : t->lbytes[l];
+  uint32_t k = 0;
+  while (t->rag[k] != l)
+    k++;
+  return (uint64_t)lengths[j * t->nrag + k] * t->rrow[l];
+}
+
+/* Leaf l's bytes in sample j of the request: sent stored, its stored
+ * size; else its raw bytes. */
+static uint64_t sent_bytes(const chime__table_t *t, const zin_t *z,
+                           const uint32_t *lengths, uint64_t j, uint32_t l) {
+  return z->at[l] != 0 ? z_sent_bytes(t, z, j, l) : raw_bytes(t, lengths, j, l);
+}
+
 /* Sample j's bytes in the request: a ragged table's at its lengths, its
  * compressed leaves sent stored at their stored sizes. */
 static uint64_t req_sample_bytes(const chime__table_t *t,
@@ -54,7 +72,8 @@ static uint64_t req_sample_bytes(const chime__table_t *t,
   uint64_t b = t->nrag > 0 ? t->fixed_bytes + rag_sample_bytes(t, lengths, j)
                            : t->sample_bytes;
   for (size_t k = 0; z->st != NULL && k < z->st->n; k++)
-    b = b - t->zraw[z->st->leaves[k]] + z->st->sizes[j * z->st->n + k];
+    b = b - raw_bytes(t, lengths, j, z->st->leaves[k]) +
+        z->st->sizes[j * z->st->n + k];
   return b;
 }
 
@@ -70,32 +89,32 @@ static int z_why(const chime__table_stored_t *st, const char *fmt, ...) {
   return CHIME_EINVAL;
 }
 
-/* The request's stored leaves against the table: leaves it compresses, in
- * spec order, none twice, each stored size at most its leaf's bytes (the
- * server names these for its writer first: insertcheck.c). */
+/* The request's stored leaves against the table: leaves it compresses (a
+ * sequence table's: its steps'), in spec order, none twice, each stored
+ * size at most its leaf's bytes (a ragged leaf's at the sample's length;
+ * the server names these for its writer first: insertcheck.c). */
 static int z_in(const chime__table_t *t, const chime__table_stored_t *st,
-                uint32_t count, zin_t *z) {
+                uint32_t count, const uint32_t *lengths, zin_t *z) {
   memset(z, 0, sizeof(*z));
   if (st == NULL || st->n == 0)
     return 0;
-  if (t->steps != NULL)
-    return z_why(st, "a sequence table takes its steps raw");
+  uint32_t nleaves = t->steps != NULL ? t->sleaves : t->nleaves;
+  if (t->nrag > 0 && lengths == NULL)
+    return z_why(st, "a ragged table's samples need their lengths");
   z->st = st;
   for (size_t k = 0; k < st->n; k++) {
     uint32_t l = st->leaves[k];
-    if (l >= t->nleaves || t->zraw[l] == 0 || z->at[l] != 0)
+    if (l >= nleaves || t->zraw[l] == 0 || z->at[l] != 0)
       return z_why(st, "leaf %u sent stored: not a compressed leaf", l);
-    if (t->rrow[l] != 0)
-      return z_why(st, "leaf '%s' sent stored: a ragged leaf is sent raw",
-                   t->cfg.spec.leaves[l].name);
     z->at[l] = (uint8_t)(k + 1);
   }
   for (uint64_t j = 0; j < count; j++)
     for (size_t k = 0; k < st->n; k++)
-      if (st->sizes[j * st->n + k] > t->zraw[st->leaves[k]])
-        return z_why(st, "leaf '%s' of sample %llu: stored size past the leaf",
-                     t->cfg.spec.leaves[st->leaves[k]].name,
-                     (unsigned long long)j);
+      if (st->sizes[j * st->n + k] > raw_bytes(t, lengths, j, st->leaves[k]))
+        return z_why(
+            st, "leaf '%s' of sample %llu: stored size past the leaf%s",
+            t->cfg.spec.leaves[st->leaves[k]].name, (unsigned long long)j,
+            t->rrow[st->leaves[k]] != 0 ? " at its length" : "");
   return 0;
 }
 
@@ -133,7 +152,8 @@ static int rag_gather(const chime__table_t *t, const chime__span_t *spans,
       }
       uint64_t n = (uint64_t)lengths[(size_t)j * t->nrag + k++] * t->rrow[l];
       if (t->zraw[l] != 0) { /* compressed: in zbuf (z_gather) */
-        chime__tbl_cursor_skip(&cur, n);
+        chime__tbl_cursor_skip(&cur,
+                               z->at[l] != 0 ? z_sent_bytes(t, z, j, l) : n);
         continue;
       }
       if (n > 0)
@@ -145,13 +165,13 @@ static int rag_gather(const chime__table_t *t, const chime__span_t *spans,
   return 0;
 }
 
-/* One compressed leaf of sample j sent stored, n bytes raw, s stored, at
- * src: checked (one whole frame that declares and decompresses to exactly
- * n bytes, into dec; never more) and copied as it is into dst. */
+/* One compressed leaf of sample j sent stored, n bytes raw (a ragged
+ * leaf's at its length), s stored, at src: checked (one whole frame that
+ * declares and decompresses to exactly n bytes, into dec; never more)
+ * and copied as it is into dst. */
 static int z_take_stored(const chime__table_t *t, const zin_t *z, uint32_t l,
-                         uint64_t j, const uint8_t *src, size_t s, uint8_t *dst,
-                         uint8_t *dec) {
-  size_t n = (size_t)t->zraw[l];
+                         uint64_t j, const uint8_t *src, size_t s, size_t n,
+                         uint8_t *dst, uint8_t *dec) {
   int rc = chime__zleaf_check(src, s, n, dec);
   if (rc == CHIME_ECORRUPT)
     return z_why(z->st,
@@ -198,7 +218,7 @@ static int z_gather(const chime__table_t *t, uint32_t nleaves, uint32_t nz,
       size_t st = z->at[l] != 0 ? (size_t)z_sent_bytes(t, z, j, l) : n;
       const uint8_t *src = chime__tbl_cursor_peek(&cur, st, tmp);
       if (z->at[l] != 0)
-        rc = z_take_stored(t, z, l, j, src, st, pack + at, dec);
+        rc = z_take_stored(t, z, l, j, src, st, n, pack + at, dec);
       else
         rc = chime__zleaf_compress(pack + at, src, n, t->cfg.compress[l], &st);
       if (rc == 0 && st == n) /* it did not shrink: kept raw */
@@ -221,13 +241,6 @@ static int z_gather(const chime__table_t *t, uint32_t nleaves, uint32_t nz,
   }
   *out = bufs;
   return 0;
-}
-
-int chime__tbl_z_gather(const chime__table_t *t, uint32_t nleaves, uint32_t nz,
-                        const chime__span_t *spans, uint32_t count,
-                        const uint32_t *lengths, uint8_t ***out) {
-  const zin_t none = {0};
-  return z_gather(t, nleaves, nz, spans, count, lengths, &none, out);
 }
 
 /* An insert's keys land on random buckets of the key index, which a stream
@@ -292,7 +305,7 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
   uint8_t **bufs = NULL;  /* each sample's ragged rows (rag_gather) */
   uint8_t **zbufs = NULL; /* and its compressed leaves (z_gather) */
   zin_t z;
-  if ((rc = z_in(t, st, count, &z)) != 0 ||
+  if ((rc = z_in(t, st, count, lengths, &z)) != 0 ||
       (rc = request_fits(t, spans, nspans, count, lengths, versions, &z)) != 0)
     return rc;
   uint64_t vmax = 0;
@@ -300,11 +313,11 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
     vmax = versions->v[j] > vmax ? versions->v[j] : vmax;
   if (t->steps != NULL) {
     uint32_t snz = chime__steps_nz(t->steps);
-    if (snz > 0 && (rc = chime__tbl_z_gather(t, t->sleaves, snz, spans, count,
-                                             NULL, &zbufs)) != 0)
+    if (snz > 0 && (rc = z_gather(t, t->sleaves, snz, spans, count, NULL, &z,
+                                  &zbufs)) != 0)
       return rc;
     rc = chime__tbl_seq_insert(t, spans, count, priorities, versions, first_key,
-                               abort, dq, nowait, zbufs);
+                               abort, dq, nowait, zbufs, z.st != NULL);
     chime__tbl_bufs_free(zbufs, count); /* those it did not take */
     return rc;
   }
@@ -458,12 +471,9 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
         chime__tbl_cursor_read(&cur, t->leaf[l] + (size_t)r * t->lbytes[l],
                                t->lbytes[l]);
     } else {
-      for (uint32_t l = 0, k = 0; l < t->nleaves; l++) {
-        if (t->rrow[l] != 0)
-          chime__tbl_cursor_skip(&cur, (uint64_t)lengths[j * t->nrag + k++] *
-                                           t->rrow[l]);
-        else if (t->zraw[l] != 0)
-          chime__tbl_cursor_skip(&cur, z_sent_bytes(t, &z, j, l));
+      for (uint32_t l = 0; l < t->nleaves; l++) {
+        if (t->rrow[l] != 0 || t->zraw[l] != 0) /* in bufs, zbufs */
+          chime__tbl_cursor_skip(&cur, sent_bytes(t, &z, lengths, j, l));
         else
           chime__tbl_cursor_read(&cur, t->leaf[l] + (size_t)r * t->lbytes[l],
                                  t->lbytes[l]);

@@ -512,10 +512,37 @@ static void z_copy(const chime__steps_t *s, uint32_t l, uint64_t at, uint32_t n,
   }
 }
 
+uint64_t chime__steps_copy_stored(const chime__steps_t *s, uint32_t slot,
+                                  uint32_t len, uint32_t l, uint8_t *dst) {
+  uint32_t k = 0;
+  while (s->zl[k] != l)
+    k++;
+  uint64_t put = 4 * (uint64_t)s->cfg.sequence_length;
+  memset(dst, 0, (size_t)put);
+  /* Along the lane as chime__steps_copy goes. */
+  uint32_t b = slot / s->k, off = slot % s->k;
+  for (uint32_t i = 0; i < len; i++) {
+    const uint8_t *z = s->zstep[(uint64_t)b * s->k + off];
+    uint32_t n = chime__zleaf_size(z, k);
+    const uint8_t le[4] = {(uint8_t)n, (uint8_t)(n >> 8), (uint8_t)(n >> 16),
+                           (uint8_t)(n >> 24)};
+    memcpy(dst + 4 * (size_t)i, le, 4);
+    memcpy(dst + put, chime__zleaf_at(z, s->nz, k), n);
+    put += n;
+    if (++off == s->k && i + 1 < len) {
+      b = s->bnext[b]; /* set before the window was complete */
+      off = 0;
+    }
+  }
+  return put;
+}
+
 void chime__steps_copy(const chime__steps_t *s, uint32_t slot, uint32_t len,
                        uint8_t *const *dst) {
   uint32_t t = s->cfg.sequence_length;
   for (uint32_t l = 0; l < s->nleaves; l++) {
+    if (dst[l] == NULL)
+      continue; /* framed: chime__steps_copy_stored */
     uint64_t lb = s->lbytes[l];
     uint32_t b = slot / s->k, off = slot % s->k, done = 0;
     while (done < len) {

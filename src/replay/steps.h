@@ -137,9 +137,18 @@ void chime__steps_unpin(chime__steps_t *s, uint32_t slot);
  * A compressed leaf's steps are decompressed each at its place (a frame
  * that does not say the leaf's size is never written: zeros there).
  * Needs no lock: it reads only the window's steps and the links between
- * its full blocks, which no append changes while the first is pinned. */
+ * its full blocks, which no append changes while the first is pinned.
+ * A leaf whose dst[l] is NULL is left out (chime__steps_copy_stored). */
 void chime__steps_copy(const chime__steps_t *s, uint32_t slot, uint32_t len,
                        uint8_t *const *dst);
+/* A pinned window's compressed leaf l as its steps are stored, for a
+ * stream-mode learner that decompresses them (docs/protocol.md, stream
+ * mode, "A window's frames"): at dst, sequence_length u32 little-endian
+ * stored sizes (0 for the steps past len: padding), then the len steps'
+ * stored bytes back to back. The bytes written (at most the leaf's
+ * bytes and 4 a step). Needs no lock, as chime__steps_copy. */
+uint64_t chime__steps_copy_stored(const chime__steps_t *s, uint32_t slot,
+                                  uint32_t len, uint32_t l, uint8_t *dst);
 
 void chime__steps_get_stats(const chime__steps_t *s, chime__steps_stats_t *out);
 

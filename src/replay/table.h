@@ -419,7 +419,8 @@ const uint8_t *chime__table_view_z(const chime__table_t *t,
 int chime__table_view_sample(const chime__table_t *t,
                              const chime__table_view_t *v, uint64_t i,
                              uint8_t *dst);
-/* Whether t keeps leaf l compressed (docs/replay.md, "Compressed leaves"). */
+/* Whether t keeps item leaf l compressed (docs/replay.md, "Compressed
+ * leaves"; a sequence table: its steps' leaf l). */
 int chime__table_compressed(const chime__table_t *t, uint32_t l);
 const uint8_t *chime__table_view_ragged(const chime__table_t *t,
                                         const chime__table_view_t *v,

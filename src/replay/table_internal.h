@@ -610,13 +610,6 @@ static inline uint64_t chime__tbl_version_at(const chime__table_versions_t *v,
 uint64_t chime__tbl_version_seen(chime__table_t *t, uint64_t ver);
 
 /* --- insert.c --- */
-/* Each sample's compressed leaves (of its first nleaves leaves, nz of
- * them compressed: zraw, zl, cfg.compress) in an allocation of its own,
- * compressed here, before the table's lock: *out, count of them (free
- * with chime__tbl_bufs_free). lengths: ragged leaves' (NULL: none). */
-int chime__tbl_z_gather(const chime__table_t *t, uint32_t nleaves, uint32_t nz,
-                        const chime__span_t *spans, uint32_t count,
-                        const uint32_t *lengths, uint8_t ***out);
 /* count allocations and the array holding them (NULL-safe, entries too). */
 void chime__tbl_bufs_free(uint8_t **bufs, uint32_t count);
 
@@ -633,13 +626,16 @@ void chime__tbl_unpin_row(chime__table_t *t, uint32_t k);
 int chime__tbl_seq_spec(const chime__table_config_t *cfg, chime_spec_t *out);
 int chime__tbl_seq_create(chime__table_t *t, size_t rows);
 void chime__tbl_seq_destroy(chime__table_t *t);
-/* zbufs: each step's compressed leaves (chime__tbl_z_gather), NULL
- * without; those appended are taken (set NULL), the rest the caller's. */
+/* zbufs: each step's compressed leaves (insert.c's z_gather), NULL
+ * without; those appended are taken (set NULL), the rest the caller's.
+ * stored: the writer sent them stored, so spans hold each at its stored
+ * size (its zbuf's), not raw. */
 int chime__tbl_seq_insert(chime__table_t *t, const chime__span_t *spans,
                           uint32_t count, const double *priorities,
                           const chime__table_versions_t *versions,
                           uint64_t *first_key, const atomic_int *abort,
-                          chime__dedupe_req_t *dq, int nowait, uint8_t **zbufs);
+                          chime__dedupe_req_t *dq, int nowait, uint8_t **zbufs,
+                          int stored);
 void chime__tbl_seq_copy(chime__table_t *t, const chime_ring_layout_t *lay,
                          chime__ring_wslot_t *slot, const uint32_t *rows);
 

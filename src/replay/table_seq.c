@@ -55,7 +55,7 @@ int chime__tbl_seq_create(chime__table_t *t, size_t rows) {
   t->sleaves = t->cfg.spec.nleaves;
   for (uint32_t i = 0, nz = 0; i < t->sleaves; i++) {
     t->lbytes[i] = chime_leaf_bytes(&t->cfg.spec.leaves[i]);
-    /* Compressed steps (chime__tbl_z_gather reads zraw and zl; nz stays
+    /* Compressed steps (insert.c's z_gather reads zraw and zl; nz stays
      * 0: rows hold windows, no zbuf). */
     if (t->cfg.compress[i] != 0) {
       t->zraw[i] = t->lbytes[i];
@@ -124,11 +124,22 @@ static void seq_evict(void *ctx, uint32_t row) {
   chime__tbl_live_remove(ctx, row);
 }
 
+/* A step's leaves read from the request: a compressed leaf is the step's
+ * (zbufs) and skipped, n bytes raw or, sent stored, its stored size (the
+ * k-th of the step's zbuf). */
+typedef struct {
+  chime__tbl_cursor_t cur;
+  const uint8_t *z; /* the step's zbuf, when sent stored */
+  uint32_t k;       /* compressed leaves skipped so far */
+} seq_reader_t;
+
 static void seq_read(void *ctx, uint8_t *dst, uint64_t n) {
+  seq_reader_t *r = ctx;
   if (dst == NULL) /* a compressed leaf: the step holds it (zbufs) */
-    chime__tbl_cursor_skip(ctx, n);
+    chime__tbl_cursor_skip(&r->cur,
+                           r->z != NULL ? chime__zleaf_size(r->z, r->k++) : n);
   else
-    chime__tbl_cursor_read(ctx, dst, n);
+    chime__tbl_cursor_read(&r->cur, dst, n);
 }
 
 /* A sequence table's insert: count steps appended to the writer's open
@@ -139,11 +150,11 @@ int chime__tbl_seq_insert(chime__table_t *t, const chime__span_t *spans,
                           uint32_t count, const double *priorities,
                           const chime__table_versions_t *versions,
                           uint64_t *first_key, const atomic_int *abort,
-                          chime__dedupe_req_t *dq, int nowait,
-                          uint8_t **zbufs) {
+                          chime__dedupe_req_t *dq, int nowait, uint8_t **zbufs,
+                          int stored) {
   int rc = 0;
   chime__table_waiter_t *arrived = NULL;
-  chime__tbl_cursor_t cur = {spans, 0, 0};
+  seq_reader_t rd = {{spans, 0, 0}, NULL, 0};
   if (priorities != NULL || dq == NULL || dq->writer == 0)
     return CHIME_EINVAL; /* windows' priorities; episodes are per writer */
   chime__tbl_lock(t);
@@ -194,8 +205,10 @@ int chime__tbl_seq_insert(chime__table_t *t, const chime__span_t *spans,
   /* Before the steps go in: windows it leaves behind are never made. */
   chime__tbl_version_seen(t, vmax);
   for (uint32_t j = 0; j < count; j++) {
+    rd.z = stored ? zbufs[j] : NULL;
+    rd.k = 0;
     chime__steps_append(t->steps, ep, chime__tbl_version_at(versions, j),
-                        seq_read, &cur, zbufs != NULL ? zbufs[j] : NULL);
+                        seq_read, &rd, zbufs != NULL ? zbufs[j] : NULL);
     if (zbufs != NULL)
       zbufs[j] = NULL; /* the step's now */
   }
@@ -230,12 +243,24 @@ void chime__tbl_seq_copy(chime__table_t *t, const chime_ring_layout_t *lay,
     }
   }
   pthread_mutex_unlock(&t->mu);
-  /* The rows are pinned too (plan_batch): wslot and wlen stay theirs. */
+  /* The rows are pinned too (plan_batch): wslot and wlen stay theirs. A
+   * leaf the ring holds framed (a stream-mode learner decompresses it)
+   * gets each window's steps as stored, packed, with the batch's
+   * offsets. */
   uint8_t *dst[CHIME_MAX_LEAVES];
+  uint64_t at[CHIME_MAX_LEAVES] = {0};
   for (uint64_t j = 0; j < batch; j++) {
     uint32_t k = chime__tbl_row_at(slot, rows, j);
-    for (uint32_t l = 0; l < t->sleaves; l++)
-      dst[l] = (uint8_t *)slot->leaf[l] + j * tl * t->lbytes[l];
+    for (uint32_t l = 0; l < t->sleaves; l++) {
+      int framed = lay->offsets_offset[l] != 0;
+      dst[l] = framed ? NULL : (uint8_t *)slot->leaf[l] + j * tl * t->lbytes[l];
+      if (framed) {
+        slot->offsets[l][j] = (int64_t)at[l];
+        at[l] += chime__steps_copy_stored(t->steps, t->wslot[k], t->wlen[k], l,
+                                          (uint8_t *)slot->leaf[l] + at[l]);
+        slot->offsets[l][j + 1] = (int64_t)at[l];
+      }
+    }
     chime__steps_copy(t->steps, t->wslot[k], t->wlen[k], dst);
   }
   chime__tbl_lock(t);

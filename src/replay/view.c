@@ -182,7 +182,8 @@ int chime__table_view_sample(const chime__table_t *t,
 }
 
 int chime__table_compressed(const chime__table_t *t, uint32_t l) {
-  return l < t->nleaves && t->zraw[l] != 0;
+  /* A sequence table's item leaves begin with its step leaves. */
+  return l < (t->steps != NULL ? t->sleaves : t->nleaves) && t->zraw[l] != 0;
 }
 
 void chime__table_view_unpin(chime__table_t *t, chime__table_view_t *v,

@@ -182,13 +182,27 @@ int chime__insert_check_ragged(const chime__table_config_t *tc, uint32_t count,
   return 0;
 }
 
+/* Leaf l's raw bytes in sample j: a ragged leaf's at the sample's length
+ * (its lengths checked there to be count of nrag each). */
+static uint64_t leaf_raw(const chime_spec_t *s, const chime__insert_req_t *q,
+                         uint32_t j, uint32_t l, uint32_t nrag) {
+  const chime_leaf_t *lf = &s->leaves[l];
+  if (!lf->ragged)
+    return chime_leaf_bytes(lf);
+  uint32_t k = 0;
+  for (uint32_t i = 0; i < l; i++)
+    k += s->leaves[i].ragged != 0;
+  return (uint64_t)q->lengths[(size_t)j * nrag + k] * chime_leaf_row_bytes(lf);
+}
+
 /* The request's stored leaves against the table's compressed ones, and
  * what its data would take raw (*raw_len): each stored leaf's stored bytes
- * traded for the leaf's own. */
+ * traded for the leaf's own (a ragged one's at the sample's length). */
 static int check_stored(const chime__table_config_t *tc,
                         const chime__insert_req_t *q, uint64_t *raw_len,
                         char *err, size_t errlen) {
   const chime_spec_t *s = &tc->spec;
+  uint32_t nrag = chime_spec_ragged(s);
   uint64_t sent = 0, raw = 0;
   for (size_t k = 0; k < q->n_stored_leaves; k++) {
     uint32_t l = q->stored_leaves[k];
@@ -203,21 +217,33 @@ static int check_stored(const chime__table_config_t *tc,
                l < s->nleaves ? "')" : "");
       return CHIME_EINVAL;
     }
-    raw += chime_leaf_bytes(&s->leaves[l]);
+    if (s->leaves[l].ragged && q->n_lengths != (size_t)q->count * nrag) {
+      snprintf(err, errlen,
+               "insert into '%s': ragged leaf '%s' sent stored: %zu lengths "
+               "for %u samples of %u ragged leaves",
+               tc->name, s->leaves[l].name, q->n_lengths, q->count, nrag);
+      return CHIME_EINVAL;
+    }
   }
   for (uint32_t j = 0; j < q->count; j++)
     for (size_t k = 0; k < q->n_stored_leaves; k++) {
       const chime_leaf_t *lf = &s->leaves[q->stored_leaves[k]];
       uint32_t st = q->stored[(size_t)j * q->n_stored_leaves + k];
-      if (st > chime_leaf_bytes(lf)) {
+      uint64_t lb = leaf_raw(s, q, j, q->stored_leaves[k], nrag);
+      if (st > lb) {
         snprintf(err, errlen,
                  "insert into '%s': leaf '%s' of sample %u: %u stored bytes, "
-                 "more than the leaf's %llu",
-                 tc->name, lf->name, j, st,
-                 (unsigned long long)chime_leaf_bytes(lf));
+                 "more than the leaf's %llu%s",
+                 tc->name, lf->name, j, st, (unsigned long long)lb,
+                 lf->ragged ? " at its length" : "");
         return CHIME_EINVAL;
       }
       sent += st;
+      if (__builtin_add_overflow(raw, lb, &raw)) {
+        snprintf(err, errlen, "insert into '%s': %u samples past any size",
+                 tc->name, q->count);
+        return CHIME_EINVAL;
+      }
     }
   if (sent > q->data_len) {
     snprintf(err, errlen,
@@ -227,8 +253,7 @@ static int check_stored(const chime__table_config_t *tc,
              (unsigned long long)q->data_len);
     return CHIME_EINVAL;
   }
-  if (__builtin_mul_overflow(raw, (uint64_t)q->count, &raw) ||
-      __builtin_add_overflow(q->data_len - sent, raw, raw_len)) {
+  if (__builtin_add_overflow(q->data_len - sent, raw, raw_len)) {
     snprintf(err, errlen, "insert into '%s': %u samples past any size",
              tc->name, q->count);
     return CHIME_EINVAL;

@@ -100,10 +100,12 @@ const chime__stream_ops_t chime__stream_ops = {.ref = stream_ref,
 
 /* The leaves the stream's ring holds as their stored bytes (framed) and,
  * of those, the ones its client decompresses (unframe): every fixed
- * compressed leaf of a plain table for a stream-mode client that
- * decompresses (the wire carries the frames), and the leaves the learner
- * asked to keep compressed, in either mode (docs/replay.md, "Compressed
- * leaves"). A name that is no compressed leaf is refused. */
+ * compressed leaf of a plain table, and every compressed step leaf of a
+ * sequence table (a window's steps' stored bytes), for a stream-mode
+ * client that decompresses (the wire carries the frames), and the leaves
+ * the learner asked to keep compressed, in either mode (plain tables
+ * only; docs/replay.md, "Compressed leaves"). A name that is no
+ * compressed leaf is refused. */
 static int frames_plan(const chime__table_t *t, const Chime__V1__Open *open,
                        const chime__stream_mode_ops_t *mode, uint8_t *framed,
                        uint8_t *unframe, char *err, size_t errlen) {
@@ -132,7 +134,7 @@ static int frames_plan(const chime__table_t *t, const Chime__V1__Open *open,
                          tc->name);
     framed[l] = 1;
   }
-  if (!plain || !open->frames || mode->mode != CHIME_MODE_STREAM)
+  if (!open->frames || mode->mode != CHIME_MODE_STREAM)
     return 0;
   for (uint32_t l = 0; l < spec->nleaves; l++)
     if (chime__table_compressed(t, l) && !spec->leaves[l].ragged && !framed[l])
@@ -217,7 +219,8 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
   chime_spec_t rspec;
   if ((rc = frames_plan(t, open, mode, framed, unframe, err, errlen)) != 0)
     return rc;
-  if (chime__spec_framed(&rspec, chime__table_item_spec(t), framed) != 0)
+  if (chime__spec_framed_steps(&rspec, chime__table_item_spec(t), framed,
+                               tc->sequence_length) != 0)
     return chime__fail(err, errlen, CHIME_EINVAL,
                        "table '%s': a compressed leaf too large to frame",
                        tc->name);

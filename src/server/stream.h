@@ -60,8 +60,16 @@ struct chime__stream_s {
   /* stream mode with ragged leaves: the bytes each slot's batch sends
    * (ring/extents.h), set when it is sampled; NULL for a fixed spec */
   chime__extents_t *extents; /* [slots] */
-  atomic_int free_slots;     /* free in the ring (the fill job's hint) */
-  int kick_at;               /* free_slots that wake the fill job */
+  /* stream mode with leaves the client decompresses (unframe): each
+   * slot's tail as it travels, packed (replay/ztail.h; ztail_bound bytes a
+   * slot, ztail_len[slot] of them used), packed with ztail_scratch by the
+   * fill job (one at a time); NULL otherwise */
+  uint8_t *ztail;
+  uint64_t ztail_bound;
+  size_t *ztail_len;
+  uint8_t *ztail_scratch;
+  atomic_int free_slots; /* free in the ring (the fill job's hint) */
+  int kick_at;           /* free_slots that wake the fill job */
   /* shm: the ring is filled only once its learner holds it, so a handoff
    * that never happens strands no item (attached, under mu) */
   int attached;

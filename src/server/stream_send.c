@@ -13,6 +13,7 @@
 
 #include "common/log.h"
 #include "server/sender.h"
+#include "replay/ztail.h"
 #include "server/stream.h"
 #include "wire/chunk.h"
 #include "wire/credit.h"
@@ -50,7 +51,8 @@ static size_t slot_spans(chime__stream_t *s, uint32_t slot, uint64_t off,
 
 /* A batch with ragged leaves sends its extents back to back (the offsets
  * and info first, then each leaf's used bytes): bytes [off, off + len) of
- * that are the spans of the slot bytes they stand for. */
+ * that are the spans of the slot bytes they stand for. A framed batch's
+ * first extent, the tail, goes packed (ztail) instead. */
 static size_t batch_spans(void *arg, uint32_t slot, uint64_t off, uint64_t len,
                           chime__span_t *out, size_t max) {
   chime__stream_t *s = arg;
@@ -60,16 +62,23 @@ static size_t batch_spans(void *arg, uint32_t slot, uint64_t off, uint64_t len,
   size_t n = 0;
   uint64_t at = 0, end = off + len;
   for (uint32_t i = 0; i < x->n && at < end; i++) {
+    int packed = i == 0 && s->ztail != NULL;
+    uint64_t elen = packed ? s->ztail_len[slot] : x->e[i].len;
     uint64_t from = off > at ? off : at;
-    uint64_t to = at + x->e[i].len < end ? at + x->e[i].len : end;
-    if (from < to) {
+    uint64_t to = at + elen < end ? at + elen : end;
+    if (from < to && packed) {
+      if (n == max)
+        return 0;
+      out[n].p = s->ztail + slot * s->ztail_bound + (from - at);
+      out[n++].len = (size_t)(to - from);
+    } else if (from < to) {
       size_t k = slot_spans(s, slot, x->e[i].off + (from - at), to - from,
                             out + n, max - n);
       if (k == 0)
         return 0;
       n += k;
     }
-    at += x->e[i].len;
+    at += elen;
   }
   return n;
 }
@@ -77,7 +86,12 @@ static size_t batch_spans(void *arg, uint32_t slot, uint64_t off, uint64_t len,
 /* A fixed spec's batches all send the slot's prefix, as they always did. */
 static uint64_t batch_bytes(void *arg, uint32_t slot) {
   chime__stream_t *s = arg;
-  return s->extents != NULL ? s->extents[slot].total : s->send_bytes;
+  if (s->extents == NULL)
+    return s->send_bytes;
+  const chime__extents_t *x = &s->extents[slot];
+  if (s->ztail == NULL || x->total == 0)
+    return x->total;
+  return x->total - x->e[0].len + s->ztail_len[slot];
 }
 
 static const chime__sender_owner_t send_owner = {
@@ -90,6 +104,41 @@ static const chime__sender_owner_t send_owner = {
     .call_send = chime__call_send,
     .call_sending = chime__call_sending,
 };
+
+/* Whether the client decompresses leaves (frames.c): its batches' tails
+ * then travel packed (docs/protocol.md, stream mode). */
+static int framed_tail(const chime__stream_t *s) {
+  for (uint32_t l = 0; l < s->spec.nleaves; l++)
+    if (s->unframe[l])
+      return 1;
+  return 0;
+}
+
+/* The ring's layout, as chime_ring_create will make it: the tail's
+ * bytes for the packed tails' room. */
+static int ztail_init(chime__stream_t *s, const Chime__V1__Open *open) {
+  chime_ring_layout_t lay;
+  if (chime_ring_layout(&lay, &s->spec, open->batch_size, open->slots, NULL,
+                        0) != 0)
+    return CHIME_EINVAL;
+  uint64_t n = chime__slot_send_bytes(&lay) - chime__slot_tail(&lay, &s->spec);
+  s->ztail_bound = chime__ztail_bound(n);
+  s->ztail = malloc((size_t)(s->ztail_bound * open->slots));
+  s->ztail_len = calloc(open->slots, sizeof(*s->ztail_len));
+  s->ztail_scratch = malloc((size_t)n);
+  return s->ztail && s->ztail_len && s->ztail_scratch ? 0 : CHIME_ENOMEM;
+}
+
+/* The slot's tail packed (ztail.h) for its batch to send: 0, or a
+ * batch not sent (no zstd context). */
+static int ztail_pack(chime__stream_t *s, uint32_t slot, const uint8_t *base) {
+  uint64_t tail = chime__slot_tail(&s->lay, &s->spec);
+  size_t n = (size_t)(s->send_bytes - tail);
+  return chime__ztail_pack(s->ztail + slot * s->ztail_bound, base + tail, n,
+                           (size_t)s->lay.batch_size *
+                               sizeof(chime_sample_info_t),
+                           s->ztail_scratch, &s->ztail_len[slot]);
+}
 
 static int send_init(chime__stream_t *s, const Chime__V1__Open *open) {
   /* A batch that takes items out (fifo, max_times_sampled) is the
@@ -112,6 +161,8 @@ static int send_init(chime__stream_t *s, const Chime__V1__Open *open) {
     if (s->extents == NULL)
       rc = CHIME_ENOMEM;
   }
+  if (rc == 0 && framed_tail(s))
+    rc = ztail_init(s, open);
   atomic_init(&s->free_slots, (int)open->slots);
   /* A third of what the sender may lend, at least 1: with the default
    * slots (8, 7 lent) a wake fills 2 or more, and 5 stay published or
@@ -169,6 +220,11 @@ static int send_sample(chime__stream_t *s, chime__ring_wslot_t *ws) {
     chime__log(CHIME_LOG_ERROR, "table '%s': batch not sent: %s", s->table_name,
                err);
     s->extents[ws->slot].total = 0;
+  } else if (s->ztail != NULL &&
+             ztail_pack(s, ws->slot, (const uint8_t *)ws->base) != 0) {
+    fprintf(stderr, "chimed: table '%s': batch not sent: out of memory\n",
+            s->table_name);
+    s->extents[ws->slot].total = 0;
   }
   return 0;
 }
@@ -220,6 +276,12 @@ static void send_fini(chime__stream_t *s) {
   chime__stream_pins_fini(s);
   free(s->extents);
   s->extents = NULL;
+  free(s->ztail);
+  free(s->ztail_len);
+  free(s->ztail_scratch);
+  s->ztail = NULL;
+  s->ztail_len = NULL;
+  s->ztail_scratch = NULL;
 }
 
 const chime__stream_mode_ops_t chime__stream_mode_send = {

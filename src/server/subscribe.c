@@ -62,6 +62,9 @@ static void send_opened(chime__call_t *c, chime__stream_t *s) {
   chime__leaf_msgs(&raw, rleaves, rp);
   lay.n_framed = raw.nleaves;
   lay.framed = rp;
+  /* A sequence table's framed leaves are its windows' steps as stored. */
+  if (raw.nleaves > 0)
+    lay.framed_steps = chime__table_config(s->table)->sequence_length;
 
   Chime__V1__Handoff ho = CHIME__V1__HANDOFF__INIT;
   uint8_t nonce[CHIME__HANDOFF_NONCE_BYTES];

@@ -8,7 +8,10 @@
  * writer would never send: a frame that is not zstd, one of another size, a
  * bomb, a stored size past the leaf, a leaf the table keeps raw: each
  * INVALID_ARGUMENT naming the leaf, nothing of the request stored, and the
- * server serves on. Over two shards: a sharded client's writers compress
+ * server serves on. A sequence table's steps and a compressed ragged
+ * leaf's rows (at each sample's length) are compressed by the writer too,
+ * and checked alike (a ragged leaf's frame must make exactly its rows).
+ * Over two shards: a sharded client's writers compress
  * as one server's do, and a table the shards compress unlike is refused by
  * name. */
 #include <setjmp.h>
@@ -40,6 +43,12 @@ static const char *config =
     "\"compress\": {\"obs\": 1}},\n"
     "  {\"name\": \"rag\", \"spec\": \"tok:i32[<=16], obs:u8[84,84], "
     "id:u32[]\", \"capacity\": 64, \"min_size\": 1, \"sampler\": \"fifo\", "
+    "\"compress\": {\"obs\": 3}},\n"
+    "  {\"name\": \"zseq\", \"spec\": \"obs:u8[84,84], id:u32[]\", "
+    "\"capacity_steps\": 256, \"sequence_length\": 4, \"stride\": 1, "
+    "\"min_size\": 1, \"sampler\": \"fifo\", \"compress\": {\"obs\": 3}},\n"
+    "  {\"name\": \"zr\", \"spec\": \"obs:u8[<=4,84,84], id:u32[]\", "
+    "\"capacity\": 64, \"min_size\": 1, \"sampler\": \"fifo\", "
     "\"compress\": {\"obs\": 3}}]}\n";
 
 CHIME__CHIMED_GROUP(config)
@@ -258,9 +267,20 @@ static void test_ragged_table_compressed_leaf(void **state) {
   }
 }
 
-/* One raw InsertRequest into "z" of count samples, sample j's frame the
- * stored bytes frames[j] (sizes[j] of them) with stored_leaves {leaf}: the
- * status, its details. */
+/* Where raw_insert sends: the table, a writer id (a sequence table's
+ * episodes need one) and each sample's length of a ragged first leaf
+ * (NULL: none). */
+typedef struct {
+  const char *table;
+  uint64_t writer_id;
+  uint32_t *lengths;
+} raw_to_t;
+
+static raw_to_t raw_to = {"z", 0, NULL};
+
+/* One raw InsertRequest into raw_to's table of count samples, sample j's
+ * first leaf the stored bytes frames[j] (sizes[j] of them) with
+ * stored_leaves {leaf}, then its u32 id: the status, its details. */
 static grpc_status_code raw_insert(uint32_t count, const uint8_t *const *frames,
                                    const uint32_t *sizes, uint32_t leaf,
                                    char *details, size_t dlen) {
@@ -280,8 +300,14 @@ static grpc_status_code raw_insert(uint32_t count, const uint8_t *const *frames,
   assert_int_equal(chime__raw_start(&r, ch, "/chime.v1.Chime/Insert", 10000),
                    0);
   Chime__V1__InsertRequest q = CHIME__V1__INSERT_REQUEST__INIT;
-  q.table = "z";
+  q.table = (char *)raw_to.table;
   q.count = count;
+  q.writer_id = raw_to.writer_id;
+  q.id = raw_to.writer_id != 0 ? 1 : 0;
+  if (raw_to.lengths != NULL) {
+    q.n_lengths = count;
+    q.lengths = raw_to.lengths;
+  }
   q.data.data = data;
   q.data.len = len;
   q.n_stored_leaves = 1;
@@ -302,14 +328,14 @@ static grpc_status_code raw_insert(uint32_t count, const uint8_t *const *frames,
 static void refused(uint32_t count, const uint8_t *const *frames,
                     const uint32_t *sizes, uint32_t leaf, const char *want) {
   char details[512];
-  uint64_t before = table_stats("z").inserts;
+  uint64_t before = table_stats(raw_to.table).inserts;
   assert_int_equal(
       raw_insert(count, frames, sizes, leaf, details, sizeof(details)),
       GRPC_STATUS_INVALID_ARGUMENT);
   if (strstr(details, want) == NULL)
     fail_msg("expected '%s' in '%s'", want, details);
-  assert_int_equal(table_stats("z").inserts, before);
-  assert_int_equal(table_stats("z").size, 0);
+  assert_int_equal(table_stats(raw_to.table).inserts, before);
+  assert_int_equal(table_stats(raw_to.table).size, 0);
 }
 
 static void test_bad_stored_leaves_refused(void **state) {
@@ -374,6 +400,131 @@ static void test_bad_stored_leaves_refused(void **state) {
   append_frames(w, 0, 16);
   assert_int_equal(chime_writer_close(w), 0);
   consume("z", CHIME_MODE_SHM, 0, 16);
+}
+
+/* A sequence table's steps from a writer that compresses: a fraction of a
+ * raw writer's bytes sent, and every window's steps (shm) the frames
+ * written; with compress off, chimed compresses them alike. */
+static void test_sequence_writer_compresses(void **state) {
+  (void)state;
+  for (int compress = 1; compress >= 0; compress--) {
+    chime_writer_t *w = open_writer("zseq", compress);
+    append_frames(w, 0, 32);
+    assert_int_equal(chime_writer_end_episode(w), 0);
+    assert_int_equal(chime_writer_flush(w), 0);
+    uint64_t sent = chime_writer_bytes_sent(w);
+    assert_int_equal(chime_writer_close(w), 0);
+    if (compress)
+      assert_true(sent * 10 < 32 * (uint64_t)(FRAME + 4));
+    else
+      assert_true(sent >= 32 * (uint64_t)FRAME);
+    chime_batch_t b;
+    chime_stream_t *s = open_stream(client, "zseq", CHIME_MODE_SHM, 29, &b);
+    const uint8_t *obs = chime_batch_leaf(&b, "obs")->data;
+    const uint32_t *id = chime_batch_leaf(&b, "id")->data;
+    static uint8_t want[FRAME];
+    for (uint32_t k = 0; k < 29 * 4; k++) {
+      assert_int_equal(id[k], k / 4 + k % 4); /* fifo: window k / 4 */
+      frame(id[k], want);
+      assert_memory_equal(obs + (size_t)k * FRAME, want, FRAME);
+    }
+    assert_int_equal(chime_stream_release(s, &b), 0);
+    chime_stream_close(s);
+  }
+}
+
+/* A compressed ragged leaf from a writer that compresses (each sample's
+ * rows at its length, 0 to 4 frames): a fraction of the raw bytes sent,
+ * the rows read back as written. */
+static void test_ragged_writer_compresses(void **state) {
+  (void)state;
+  static uint8_t rows[4 * FRAME];
+  for (int compress = 1; compress >= 0; compress--) {
+    chime_writer_t *w = open_writer("zr", compress);
+    uint64_t raw = 0;
+    for (uint32_t i = 0; i < 10; i++) {
+      uint32_t lengths[2] = {i % 5, 0};
+      for (uint32_t r = 0; r < i % 5; r++)
+        frame(i * 8 + r, rows + (size_t)r * FRAME);
+      const void *leaves[2] = {rows, &i};
+      assert_int_equal(chime_writer_append_leaves(w, leaves, lengths, 1.0), 0);
+      raw += (uint64_t)(i % 5) * FRAME + 4;
+    }
+    assert_int_equal(chime_writer_flush(w), 0);
+    uint64_t sent = chime_writer_bytes_sent(w);
+    assert_int_equal(chime_writer_close(w), 0);
+    assert_true(compress ? sent * 10 < raw : sent >= raw);
+    chime_batch_t b;
+    chime_stream_t *s = open_stream(client, "zr", CHIME_MODE_SHM, 10, &b);
+    const uint8_t *obs = chime_batch_leaf(&b, "obs")->data;
+    const int64_t *off = chime_batch_offsets(&b, "obs");
+    const uint32_t *id = chime_batch_leaf(&b, "id")->data;
+    static uint8_t want[FRAME];
+    for (uint32_t j = 0; j < 10; j++) {
+      assert_int_equal(id[j], j);
+      assert_int_equal(off[j + 1] - off[j], j % 5);
+      for (int64_t r = off[j]; r < off[j + 1]; r++) {
+        frame(j * 8 + (uint32_t)(r - off[j]), want);
+        assert_memory_equal(obs + (size_t)r * FRAME, want, FRAME);
+      }
+    }
+    assert_int_equal(chime_stream_release(s, &b), 0);
+    chime_stream_close(s);
+  }
+}
+
+/* Raw Insert messages with a sequence table's steps and a ragged leaf's
+ * rows stored: a frame that is not zstd or a bomb is refused naming the
+ * leaf and the sample; a ragged leaf's frame must make exactly its rows
+ * at the sample's length (one row more or less is refused), its stored
+ * size at most those rows; nothing stored, then good ones go in. */
+static void test_bad_stored_steps_and_rows(void **state) {
+  (void)state;
+  static uint8_t raw[2 * FRAME], good[2 * FRAME], bomb[FRAME];
+  static uint8_t zeros[1 << 20], junk[FRAME + 1];
+  frame(5, raw);
+  frame(6, raw + FRAME);
+  size_t ng = ZSTD_compress(good, sizeof(good), raw, FRAME, 3);
+  size_t nb = ZSTD_compress(bomb, sizeof(bomb), zeros, sizeof(zeros), 19);
+  assert_false(ZSTD_isError(ng) || ZSTD_isError(nb));
+  memset(junk, 0x5a, sizeof(junk));
+  const uint8_t *fj[1] = {junk}, *fb[1] = {bomb}, *fg[1] = {good};
+  uint32_t s_junk[1] = {200}, s_bomb[1] = {(uint32_t)nb};
+  uint32_t s_good[1] = {(uint32_t)ng};
+  char details[512];
+
+  raw_to = (raw_to_t){"zseq", 77, NULL};
+  uint64_t steps = table_stats("zseq").steps;
+  refused(1, fj, s_junk, 0, "are not one zstd frame of the leaf's 7056 bytes");
+  refused(1, fb, s_bomb, 0, "leaf 'obs' of sample 0");
+  const uint8_t *f2[2] = {good, raw};
+  uint32_t s2[2] = {(uint32_t)ng, FRAME};
+  assert_int_equal(raw_insert(2, f2, s2, 0, details, sizeof(details)),
+                   GRPC_STATUS_OK);
+  assert_int_equal(table_stats("zseq").steps, steps + 2);
+
+  uint32_t len1[1] = {1}, len2[1] = {2};
+  raw_to = (raw_to_t){"zr", 0, len2};
+  /* One row's frame for two rows; two rows' for one. */
+  refused(1, fg, s_good, 0, "not one zstd frame of the leaf's 14112 bytes");
+  size_t n2 = ZSTD_compress(good, sizeof(good), raw, 2 * FRAME, 3);
+  assert_false(ZSTD_isError(n2));
+  uint32_t s_two[1] = {(uint32_t)n2};
+  raw_to.lengths = len1;
+  refused(1, fg, s_two, 0, "leaf 'obs' of sample 0");
+  uint32_t s_past[1] = {FRAME + 1};
+  refused(1, fj, s_past, 0, "more than the leaf's 7056 at its length");
+  refused(1, fb, s_bomb, 0, "leaf 'obs' of sample 0");
+  raw_to.lengths = len2;
+  assert_int_equal(raw_insert(1, fg, s_two, 0, details, sizeof(details)),
+                   GRPC_STATUS_OK);
+  chime_batch_t b;
+  chime_stream_t *s = open_stream(client, "zr", CHIME_MODE_SHM, 1, &b);
+  assert_int_equal(chime_batch_offsets(&b, "obs")[1], 2);
+  assert_memory_equal(chime_batch_leaf(&b, "obs")->data, raw, 2 * FRAME);
+  assert_int_equal(chime_stream_release(s, &b), 0);
+  chime_stream_close(s);
+  raw_to = (raw_to_t){"z", 0, NULL};
 }
 
 /* Two shards alike ('z'), and a table one shard compresses and the other
@@ -445,6 +596,9 @@ int main(void) {
       cmocka_unit_test(test_staged_stored_leaves),
       cmocka_unit_test(test_ragged_table_compressed_leaf),
       cmocka_unit_test(test_bad_stored_leaves_refused),
+      cmocka_unit_test(test_sequence_writer_compresses),
+      cmocka_unit_test(test_ragged_writer_compresses),
+      cmocka_unit_test(test_bad_stored_steps_and_rows),
   };
   const struct CMUnitTest shard_tests[] = {
       cmocka_unit_test(test_sharded_writers_compress),

@@ -11,7 +11,10 @@
  * batch is its extents, offsets first, checked before a leaf byte lands;
  * bit 6 (without 7): a leaf travels compressed (frames), landing as the
  * server's slot holds it and decompressed into the local slot, each
- * sample's bytes the raw leaf or a zstd frame of exactly the leaf.
+ * sample's bytes the raw leaf or a zstd frame of exactly the leaf, the
+ * batch's tail packed (replay/ztail.h: a stored size, then a zstd frame
+ * of exactly the tail, or the tail); with bit 5 as well, x is a sequence
+ * table's window of steps, each step's stored bytes after their sizes.
  * A message that is not a chunk is unpacked whole as the client does; a
  * notice with UNAVAILABLE shuts the ring, as a server shutdown does.
  *
@@ -30,13 +33,15 @@
 #include "chime/ring.h"
 #include "client/internal.h"
 #include "common/spec.h"
+#include "replay/ztail.h"
 #include "wire/chunk.h"
 #include "fuzz_common.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static chime_spec_t spec, ragged_spec, framed_spec, framed_wire;
+static chime_spec_t spec, ragged_spec, framed_spec, framed_wire, window_spec,
+    window_wire;
 static const uint8_t framed_mask[CHIME_MAX_LEAVES] = {1};
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
@@ -50,6 +55,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   FUZZ_CHECK(chime_spec_parse(&framed_spec, FUZZ_CHUNK_FRAMED_SPEC, err,
                               sizeof(err)) == 0);
   FUZZ_CHECK(chime__spec_framed(&framed_wire, &framed_spec, framed_mask) == 0);
+  FUZZ_CHECK(chime_spec_parse(&window_spec, FUZZ_CHUNK_WINDOW_SPEC, err,
+                              sizeof(err)) == 0);
+  FUZZ_CHECK(chime__spec_framed_steps(&window_wire, &window_spec, framed_mask,
+                                      FUZZ_CHUNK_WINDOW_STEPS) == 0);
   return 0;
 }
 
@@ -143,22 +152,65 @@ static void check_ragged(const chime_ring_layout_t *l, const chime_spec_t *sp,
   }
 }
 
-/* A framed batch just published (it landed in r->wire, which holds): in
- * the local slot at base each sample's x is its bytes decompressed (or
- * copied, when as long as the leaf), y and the info as they came. */
+/* A framed batch just published (it landed in r->wire, which holds): its
+ * packed tail unpacks to the tail there, the leaves' extents after it
+ * hold the bytes that came for them, and in the local slot at base each
+ * sample's x is its bytes decompressed (or copied, when as long as the
+ * leaf), y and the info as they came. */
+/* What a sample's stored bytes (k at src) make of the leaf (n bytes into
+ * got), as libzstd alone reads them: the leaf as it is, one frame of it,
+ * or (steps) the steps' sizes and each step so (size 0: zeros). */
+static void expect_leaf(uint8_t *got, size_t n, const uint8_t *src, size_t k,
+                        uint32_t steps) {
+  if (steps == 0) {
+    if (k == n)
+      memcpy(got, src, k);
+    else
+      FUZZ_CHECK(ZSTD_decompress(got, n, src, k) == n);
+    return;
+  }
+  size_t lb = n / steps, at = 4 * (size_t)steps;
+  for (uint32_t i = 0; i < steps; i++) {
+    uint32_t s;
+    memcpy(&s, src + 4 * i, 4);
+    FUZZ_CHECK(s <= lb && at + s <= k);
+    if (s == 0)
+      memset(got + i * lb, 0, lb);
+    else
+      expect_leaf(got + i * lb, lb, src + at, s, 0);
+    at += s;
+  }
+  FUZZ_CHECK(at == k);
+}
+
 static void check_framed(const chime__remote_t *r, const uint8_t *base,
                          const uint8_t *image) {
   const chime_ring_layout_t *ll = chime_ring_get_layout(r->ring);
-  check_ragged(&r->wlay, &framed_wire, r->wire, image, r->received);
+  chime__extents_t x;
+  FUZZ_CHECK(chime__slot_extents(&r->wlay, r->spec, r->wire, &x, NULL, 0) == 0);
+  size_t stored = 0, n = (size_t)r->ztail;
+  FUZZ_CHECK(chime__ztail_stored(image, n, &stored) == 0);
+  uint64_t at = CHIME__ZTAIL_HEAD + stored;
+  FUZZ_CHECK(x.n > 0 && x.e[0].off == r->tail && x.e[0].len == n);
+  FUZZ_CHECK(x.total - n + at == r->received);
+  uint8_t *t = malloc(2 * n);
+  FUZZ_CHECK(t != NULL);
+  FUZZ_CHECK(
+      chime__ztail_unpack(t, n, FUZZ_CHUNK_BATCH * sizeof(chime_sample_info_t),
+                          image + CHIME__ZTAIL_HEAD, stored, t + n) == 0);
+  FUZZ_CHECK(memcmp(t, r->wire + r->tail, n) == 0);
+  free(t);
+  for (uint32_t i = 1; i < x.n; i++) {
+    FUZZ_CHECK(x.e[i].off + x.e[i].len <= r->wlay.slot_bytes);
+    FUZZ_CHECK(memcmp(r->wire + x.e[i].off, image + at, x.e[i].len) == 0);
+    at += x.e[i].len;
+  }
   const int64_t *o = (const int64_t *)(r->wire + r->wlay.offsets_offset[0]);
-  const uint8_t *x = r->wire + r->wlay.leaf_offset[0];
+  const uint8_t *xs = r->wire + r->wlay.leaf_offset[0];
   for (uint32_t j = 0; j < FUZZ_CHUNK_BATCH; j++) {
     uint8_t got[FUZZ_CHUNK_FRAMED_LEAF];
-    size_t n = (size_t)(o[j + 1] - o[j]);
-    if (n == sizeof(got))
-      memcpy(got, x + o[j], n);
-    else
-      FUZZ_CHECK(ZSTD_decompress(got, sizeof(got), x + o[j], n) == sizeof(got));
+    expect_leaf(got, sizeof(got), xs + o[j], (size_t)(o[j + 1] - o[j]),
+                r->steps);
     FUZZ_CHECK(memcmp(base + ll->leaf_offset[0] + sizeof(got) * j, got,
                       sizeof(got)) == 0);
   }
@@ -171,7 +223,9 @@ static void check_framed(const chime__remote_t *r, const uint8_t *base,
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   chime_ring_t *ring;
   int framed = size > 0 && (data[0] & 0xC0) == 0x40;
+  int window = framed && (data[0] & 0x20);
   const chime_spec_t *sp = size > 0 && (data[0] & 0x80) ? &ragged_spec
+                           : window                     ? &window_spec
                            : framed                     ? &framed_spec
                                                         : &spec;
   FUZZ_CHECK(
@@ -185,20 +239,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   r.send_bytes =
       l->info_offset + FUZZ_CHUNK_BATCH * sizeof(chime_sample_info_t);
   if (framed) { /* batches land as the server's slot holds them */
-    FUZZ_CHECK(chime_ring_layout(&r.wlay, &framed_wire, FUZZ_CHUNK_BATCH,
+    const chime_spec_t *ws = window ? &window_wire : &framed_wire;
+    FUZZ_CHECK(chime_ring_layout(&r.wlay, ws, FUZZ_CHUNK_BATCH,
                                  FUZZ_CHUNK_SLOTS, NULL, 0) == 0);
-    r.wire = calloc(1, r.wlay.slot_bytes);
-    FUZZ_CHECK(r.wire != NULL);
     r.unframe = framed_mask;
+    r.steps = window ? FUZZ_CHUNK_WINDOW_STEPS : 0;
     r.send_bytes =
         r.wlay.info_offset + FUZZ_CHUNK_BATCH * sizeof(chime_sample_info_t);
-    sp = &framed_wire;
+    FUZZ_CHECK(chime__remote_wire_alloc(&r, ws) == 0);
+  } else {
+    chime__remote_set_spec(&r, sp);
   }
-  chime__remote_set_spec(&r, sp);
+  /* A packed tail may take its head more than the tail itself. */
+  uint64_t most = r.send_bytes + (framed ? CHIME__ZTAIL_HEAD : 0);
   /* As chime_stream_open: the server may run slots - 1 batches ahead. */
   atomic_store(&r.granted, FUZZ_CHUNK_SLOTS - 1);
   /* What the batch being received should hold, from the chunks parsed. */
-  uint8_t *image = calloc(1, r.send_bytes);
+  uint8_t *image = calloc(1, most);
   FUZZ_CHECK(image != NULL);
 
   size_t pos = 0;
@@ -229,7 +286,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                rc == CHIME_ESHUTDOWN);
     FUZZ_CHECK(rc != CHIME_ENOTFOUND || parsed == CHIME_ENOTFOUND);
     FUZZ_CHECK(rc != 0 || parsed == 0);
-    FUZZ_CHECK(r.received <= r.send_bytes);
+    FUZZ_CHECK(r.received <= most);
     FUZZ_CHECK(atomic_load(&r.started) <= atomic_load(&r.granted));
     /* The stream ends on a protocol error, a message that is neither a
      * chunk nor a notice, and once the ring is shut. */
@@ -248,7 +305,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
           check_ragged(l, sp, base, image, r.received);
         else
           FUZZ_CHECK(memcmp(base, image, r.send_bytes) == 0);
-        memset(image, 0, r.send_bytes);
+        memset(image, 0, most);
       }
     }
     if (ctl & 1) {

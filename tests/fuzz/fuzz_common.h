@@ -31,6 +31,11 @@
  * its 64 bytes, and the client decompresses each into its local slot. */
 #define FUZZ_CHUNK_FRAMED_SPEC "x:u8[64],y:f32[]"
 #define FUZZ_CHUNK_FRAMED_LEAF 64
+/* ... or, with bits 6 and 5, a sequence table's window of 2 steps of x
+ * compressed: its stored bytes are 2 u32 stored sizes (0: a padded step)
+ * and the steps' stored bytes (docs/protocol.md, "A window's frames"). */
+#define FUZZ_CHUNK_WINDOW_SPEC "x:u8[2,32],y:f32[]"
+#define FUZZ_CHUNK_WINDOW_STEPS 2u
 #define FUZZ_CHUNK_BATCH 2u
 #define FUZZ_CHUNK_SLOTS 4u
 

@@ -17,16 +17,19 @@
 
 #include "chime.pb-c.h"
 #include "chime/ring.h"
+#include "common/spec.h"
+#include "replay/ztail.h"
 #include "ring/producer.h"
 #include "ring/ring_internal.h"
 #include "wire/chunk.h"
 #include "wire/handoff.h"
 #include "fuzz_common.h"
+#include "gen_seeds.h"
 
 static const char *out_dir;
 
-static void put(const char *target, const char *name, const uint8_t *p,
-                size_t len) {
+void fuzz_seed_put(const char *target, const char *name, const uint8_t *p,
+                   size_t len) {
   char path[4096];
   snprintf(path, sizeof(path), "%s/%s/%s", out_dir, target, name);
   FILE *f = fopen(path, "wb");
@@ -45,7 +48,7 @@ static void put_insert(const char *name, const uint8_t *cuts, size_t ncuts,
   buf[0] = (uint8_t)ncuts;
   memcpy(buf + 1, cuts, ncuts);
   memcpy(buf + 1 + ncuts, msg, len);
-  put("insertreq", name, buf, 1 + ncuts + len);
+  fuzz_seed_put("insertreq", name, buf, 1 + ncuts + len);
 }
 
 static void insert_seeds(void) {
@@ -162,85 +165,6 @@ static void insert_seeds(void) {
   put_insert("data_truncated", NULL, 0, trunc, sizeof(trunc));
 }
 
-/* --- zinsert: [n][n piece lengths][InsertRequest], table "z" of
- * obs:u8[16,16] (compressed) and id:u32[] --- */
-
-static void put_zinsert(const char *name, const uint8_t *cuts, size_t ncuts,
-                        const Chime__V1__InsertRequest *q) {
-  uint8_t buf[4096];
-  FUZZ_CHECK(chime__v1__insert_request__get_packed_size(q) + 1 + ncuts <=
-             sizeof(buf));
-  buf[0] = (uint8_t)ncuts;
-  memcpy(buf + 1, cuts, ncuts);
-  size_t len = chime__v1__insert_request__pack(q, buf + 1 + ncuts);
-  put("zinsert", name, buf, 1 + ncuts + len);
-}
-
-/* Sample j's obs: a flat field and a box that moves with j. */
-static void zframe(uint8_t *f, uint32_t j) {
-  memset(f, 40, 256);
-  for (uint32_t y = j % 10; y < j % 10 + 4; y++)
-    memset(f + y * 16 + 3, 200, 5);
-}
-
-static void zinsert_seeds(void) {
-  uint8_t data[2048], raw[256], z[256], bomb[256], zeros[65536] = {0};
-  uint32_t sizes[3], leaf0 = 0, leaf1 = 1;
-  size_t at = 0;
-  for (uint32_t j = 0; j < 3; j++) {
-    zframe(raw, j);
-    size_t n = ZSTD_compress(z, sizeof(z), raw, sizeof(raw), 3);
-    FUZZ_CHECK(!ZSTD_isError(n) && n < sizeof(raw));
-    memcpy(data + at, z, n);
-    memcpy(data + at + n, &j, 4);
-    sizes[j] = (uint32_t)n;
-    at += n + 4;
-  }
-  Chime__V1__InsertRequest q = CHIME__V1__INSERT_REQUEST__INIT;
-  q.table = "z";
-  q.count = 3;
-  q.data.data = data;
-  q.data.len = at;
-  q.n_stored_leaves = 1;
-  q.stored_leaves = &leaf0;
-  q.n_stored = 3;
-  q.stored = sizes;
-  put_zinsert("three_frames", NULL, 0, &q);
-  const uint8_t cuts[] = {2, 9, 1};
-  put_zinsert("three_frames_cut", cuts, 3, &q);
-  /* The last frame one byte short. */
-  sizes[2]--;
-  q.data.len = at - 1;
-  memmove(data + at - 5, data + at - 4, 4);
-  put_zinsert("frame_cut_short", NULL, 0, &q);
-  /* One frame declaring 64 KiB. */
-  size_t nb = ZSTD_compress(bomb, sizeof(bomb), zeros, sizeof(zeros), 19);
-  FUZZ_CHECK(!ZSTD_isError(nb));
-  uint32_t one = 0, bsize = (uint32_t)nb;
-  memcpy(data, bomb, nb);
-  memcpy(data + nb, &one, 4);
-  q.count = 1;
-  q.data.len = nb + 4;
-  q.n_stored = 1;
-  q.stored = &bsize;
-  put_zinsert("bomb", NULL, 0, &q);
-  /* The leaf raw at its own size, then a size past it. */
-  uint32_t full = 256, past = 257;
-  zframe(data, 0);
-  memcpy(data + 256, &one, 4);
-  q.data.len = 260;
-  q.stored = &full;
-  put_zinsert("raw_at_leaf_size", NULL, 0, &q);
-  q.stored = &past;
-  q.data.len = 261;
-  put_zinsert("size_past_leaf", NULL, 0, &q);
-  /* A leaf the table keeps raw, sent "stored". */
-  q.stored = &full;
-  q.data.len = 260;
-  q.stored_leaves = &leaf1;
-  put_zinsert("leaf_kept_raw", NULL, 0, &q);
-}
-
 /* --- chunk: records [ctl][n][cuts][len lo][len hi][message] --- */
 
 static uint8_t chunk_buf[8192];
@@ -319,8 +243,114 @@ static void ragged_seeds(void) {
     h = chime__chunk_header_encode(msg, 0, cut, total, total - cut);
     memcpy(msg + h, wire + cut, total - cut);
     record(1, NULL, 0, msg, h + total - cut);
-    put("chunk", bad ? "ragged_past_bound" : "ragged_batch", chunk_buf,
-        chunk_len);
+    fuzz_seed_put("chunk", bad ? "ragged_past_bound" : "ragged_batch",
+                  chunk_buf, chunk_len);
+  }
+}
+
+/* x's stored bytes in a framed seed (n: their count): sample 0's a zstd
+ * frame of zeros, sample 1's the leaf raw; for a window of 2 steps
+ * (win), sample 0's a frame and a padded step, sample 1's a raw step and
+ * a frame, each after the 2 steps' u32 stored sizes. */
+static size_t framed_x(uint8_t *x, int win) {
+  static const uint8_t zero[FUZZ_CHUNK_FRAMED_LEAF] = {0};
+  uint8_t raw[FUZZ_CHUNK_FRAMED_LEAF], z[FUZZ_CHUNK_FRAMED_LEAF];
+  for (size_t i = 0; i < sizeof(raw); i++)
+    raw[i] = (uint8_t)(i * 151 + 7);
+  size_t lb = win ? FUZZ_CHUNK_FRAMED_LEAF / FUZZ_CHUNK_WINDOW_STEPS
+                  : FUZZ_CHUNK_FRAMED_LEAF;
+  size_t k = ZSTD_compress(z, sizeof(z), zero, lb, 3);
+  FUZZ_CHECK(!ZSTD_isError(k) && k < lb);
+  if (!win) {
+    memcpy(x, z, k);
+    memcpy(x + k, raw, lb);
+    return k + lb;
+  }
+  const uint32_t sizes[4] = {(uint32_t)k, 0, (uint32_t)lb, (uint32_t)k};
+  memcpy(x, sizes, 8);
+  memcpy(x + 8, z, k);
+  memcpy(x + 8 + k, sizes + 2, 8);
+  memcpy(x + 16 + k, raw, lb);
+  memcpy(x + 16 + k + lb, z, k);
+  return 16 + 2 * k + lb;
+}
+
+/* A ring of FUZZ_CHUNK_FRAMED_SPEC with x framed (ctl bit 6 on the first
+ * record): one batch as chimed sends it to a client that decompresses,
+ * its tail packed (replay/ztail.h), then x's stored bytes (framed_x), y;
+ * in two chunks that cut the packed tail. Variants: the tail stored as
+ * it is, a tail frame that declares more than the tail (a bomb), and a
+ * sequence table's windows (FUZZ_CHUNK_WINDOW_SPEC, bit 5 too). */
+static void framed_seeds(void) {
+  static const uint8_t mask[CHIME_MAX_LEAVES] = {1};
+  const char *names[4] = {"framed", "framed_tail_raw", "framed_tail_bomb",
+                          "framed_window"};
+  for (int v = 0; v < 4; v++) {
+    int win = v == 3;
+    chime_spec_t raw, spec;
+    chime_ring_layout_t l;
+    char err[128];
+    FUZZ_CHECK(chime_spec_parse(
+                   &raw, win ? FUZZ_CHUNK_WINDOW_SPEC : FUZZ_CHUNK_FRAMED_SPEC,
+                   err, sizeof(err)) == 0);
+    FUZZ_CHECK(chime__spec_framed_steps(
+                   &spec, &raw, mask, win ? FUZZ_CHUNK_WINDOW_STEPS : 0) == 0);
+    FUZZ_CHECK(chime_ring_layout(&l, &spec, FUZZ_CHUNK_BATCH, FUZZ_CHUNK_SLOTS,
+                                 err, sizeof(err)) == 0);
+    size_t send =
+        l.info_offset + FUZZ_CHUNK_BATCH * sizeof(chime_sample_info_t);
+    size_t tail = l.offsets_offset[0], n = send - tail;
+    static uint8_t slot[4096], scratch[4096], wire[8192], x[512];
+    FUZZ_CHECK(l.slot_bytes <= sizeof(slot) && n <= sizeof(scratch));
+    size_t xn = framed_x(x, win);
+    size_t x0 = win ? 8 + (xn - 16 - FUZZ_CHUNK_FRAMED_LEAF / 2) / 2
+                    : xn - FUZZ_CHUNK_FRAMED_LEAF;
+    memset(slot, 0, sizeof(slot));
+    const int64_t offs[3] = {0, (int64_t)x0, (int64_t)xn};
+    memcpy(slot + l.offsets_offset[0], offs, sizeof(offs));
+    chime_sample_info_t *info = (chime_sample_info_t *)(slot + l.info_offset);
+    for (uint32_t j = 0; j < FUZZ_CHUNK_BATCH; j++)
+      info[j] = (chime_sample_info_t){.key = 40 + j,
+                                      .probability = 0.5,
+                                      .table_size = 2,
+                                      .priority = 1.0,
+                                      .length = win ? 2 - j : 0};
+    size_t packed = 0;
+    FUZZ_CHECK(chime__ztail_pack(wire, slot + tail, n,
+                                 FUZZ_CHUNK_BATCH * sizeof(chime_sample_info_t),
+                                 scratch, &packed) == 0);
+    if (v == 1) { /* as it is: the transformed tail pack left in scratch */
+      uint32_t s = (uint32_t)n;
+      memcpy(wire, &s, 4); /* little-endian, as chime's hosts */
+      memcpy(wire + 4, scratch, n);
+      packed = CHIME__ZTAIL_HEAD + n;
+    }
+    if (v == 2) { /* a frame of twice the tail's bytes */
+      uint8_t *big = calloc(1, 2 * n);
+      FUZZ_CHECK(big != NULL);
+      size_t k = ZSTD_compress(wire + 4, n - 1, big, 2 * n, 1);
+      FUZZ_CHECK(!ZSTD_isError(k));
+      uint32_t s = (uint32_t)k;
+      memcpy(wire, &s, 4);
+      packed = 4 + k;
+      free(big);
+    }
+    size_t total = packed;
+    memcpy(wire + total, x, xn);
+    total += xn;
+    const float y[2] = {1.5f, -2.0f};
+    memcpy(wire + total, y, sizeof(y));
+    total += sizeof(y);
+    uint8_t msg[CHIME_CHUNK_HEADER_MAX + sizeof(wire)];
+    size_t cut = packed / 2;
+    chunk_len = 0;
+    size_t h = chime__chunk_header_encode(msg, 0, 0, total, cut);
+    memcpy(msg + h, wire, cut);
+    record(win ? 0x60 : 0x40, NULL, 0, msg, h + cut);
+    h = chime__chunk_header_encode(msg, 0, cut, total, total - cut);
+    memcpy(msg + h, wire + cut, total - cut);
+    record(1, NULL, 0, msg, h + total - cut);
+    fuzz_seed_put("chunk", names[v], chunk_buf, chunk_len);
   }
 }
 
@@ -332,20 +362,20 @@ static void chunk_seeds(void) {
   chunk_len = 0;
   chunk_record(1, NULL, 0, 0, 0, total, total);
   chunk_record(0, NULL, 0, 1, 0, total, total);
-  put("chunk", "two_batches", chunk_buf, chunk_len);
+  fuzz_seed_put("chunk", "two_batches", chunk_buf, chunk_len);
 
   /* One batch in three chunks cut into pieces inside the header. */
   chunk_len = 0;
   chunk_record(0, cuts, 4, 0, 0, total, 5);
   chunk_record(0, cuts, 4, 0, 5, total, total / 2 - 5);
   chunk_record(1, cuts, 4, 0, total / 2, total, total - total / 2);
-  put("chunk", "three_chunks_cut", chunk_buf, chunk_len);
+  fuzz_seed_put("chunk", "three_chunks_cut", chunk_buf, chunk_len);
 
   /* More batches than credits unless the learner takes them. */
   chunk_len = 0;
   for (uint64_t s = 0; s < FUZZ_CHUNK_SLOTS + 1; s++)
     chunk_record(s % 2, NULL, 0, s, 0, total, total);
-  put("chunk", "credits", chunk_buf, chunk_len);
+  fuzz_seed_put("chunk", "credits", chunk_buf, chunk_len);
 
   /* A notice (not a chunk), then half a batch and the stream ends. */
   Chime__V1__Notice notice = CHIME__V1__NOTICE__INIT;
@@ -359,20 +389,21 @@ static void chunk_seeds(void) {
   chunk_len = 0;
   record(0, NULL, 0, msg, len);
   chunk_record(2, NULL, 0, 0, 0, total, total / 2);
-  put("chunk", "notice_then_abandon", chunk_buf, chunk_len);
+  fuzz_seed_put("chunk", "notice_then_abandon", chunk_buf, chunk_len);
 
   /* Edges: huge values (longest header), a wrong total, a gap. */
   chunk_len = 0;
   chunk_record(0, NULL, 0, UINT64_MAX, UINT64_MAX - 4, UINT64_MAX, 4);
-  put("chunk", "huge_values", chunk_buf, chunk_len);
+  fuzz_seed_put("chunk", "huge_values", chunk_buf, chunk_len);
   chunk_len = 0;
   chunk_record(0, NULL, 0, 0, 0, total + 1, 8);
-  put("chunk", "wrong_total", chunk_buf, chunk_len);
+  fuzz_seed_put("chunk", "wrong_total", chunk_buf, chunk_len);
   chunk_len = 0;
   chunk_record(0, NULL, 0, 0, 0, total, 8);
   chunk_record(0, NULL, 0, 0, 16, total, 8);
-  put("chunk", "gap", chunk_buf, chunk_len);
+  fuzz_seed_put("chunk", "gap", chunk_buf, chunk_len);
   ragged_seeds();
+  framed_seeds();
 }
 
 /* --- ring_attach: the segment's first bytes (trailing zeros dropped) --- */
@@ -382,7 +413,7 @@ static void put_ring(const char *name, chime_ring_t *ring) {
   const uint8_t *base = chime_ring_map_base(ring, &len);
   while (len > 0 && base[len - 1] == 0)
     len--;
-  put("ring_attach", name, base, len);
+  fuzz_seed_put("ring_attach", name, base, len);
 }
 
 static void ring_seeds(void) {
@@ -402,7 +433,7 @@ static void ring_seeds(void) {
     const uint32_t v3 = 3;
     memcpy(head, base, sizeof(head));
     memcpy(head + offsetof(chime__ring_header_t, version), &v3, sizeof(v3));
-    put("ring_attach", "other_version", head, sizeof(head));
+    fuzz_seed_put("ring_attach", "other_version", head, sizeof(head));
   }
 
   /* Two batches published, not yet taken. (Slot bytes and the consumer's
@@ -432,13 +463,13 @@ static void ring_seeds(void) {
 
   /* Too short for a header. */
   const uint8_t magic[8] = {'C', 'H', 'I', 'M', 'E', 'R', 'N', 'G'};
-  put("ring_attach", "magic_only", magic, sizeof(magic));
+  fuzz_seed_put("ring_attach", "magic_only", magic, sizeof(magic));
 }
 
 /* --- config: the JSON text (files named "mem:BYTES" hold BYTES) --- */
 
 static void put_text(const char *target, const char *name, const char *text) {
-  put(target, name, (const uint8_t *)text, strlen(text));
+  fuzz_seed_put(target, name, (const uint8_t *)text, strlen(text));
 }
 
 static void config_seeds(void) {
@@ -502,7 +533,7 @@ static void put_handoff(const char *name, const uint8_t *cuts, size_t ncuts,
   memcpy(buf + 1, cuts, ncuts);
   buf[1 + ncuts] = flags;
   memcpy(buf + 2 + ncuts, msg, len);
-  put("handoff", name, buf, 2 + ncuts + len);
+  fuzz_seed_put("handoff", name, buf, 2 + ncuts + len);
 }
 
 static void handoff_seeds(void) {
@@ -570,10 +601,10 @@ static void req_credit(uint32_t batches, uint64_t *released, size_t n) {
 static void requests_seeds(void) {
   req_begin(0, 1);
   req_add(NULL);
-  put("requests", "getinfo", req_buf, req_len);
+  fuzz_seed_put("requests", "getinfo", req_buf, req_len);
   req_begin(1, 1);
   req_add(NULL);
-  put("requests", "stats", req_buf, req_len);
+  fuzz_seed_put("requests", "stats", req_buf, req_len);
 
   Chime__V1__MutatePrioritiesRequest m =
       CHIME__V1__MUTATE_PRIORITIES_REQUEST__INIT;
@@ -592,31 +623,31 @@ static void requests_seeds(void) {
   m.deletes = del;
   req_begin(2, 1);
   req_add(&m.base);
-  put("requests", "mutate", req_buf, req_len);
+  fuzz_seed_put("requests", "mutate", req_buf, req_len);
   m.table = "nope";
   req_begin(2, 1);
   req_add(&m.base);
-  put("requests", "mutate_unknown_table", req_buf, req_len);
+  fuzz_seed_put("requests", "mutate_unknown_table", req_buf, req_len);
 
   uint64_t rel[2] = {0, 1};
   req_begin(3, 1);
   req_open("u", 2, 4, CHIME__V1__MODE__MODE_STREAM, 0);
   req_credit(2, rel, 2);
-  put("requests", "subscribe_stream", req_buf, req_len);
+  fuzz_seed_put("requests", "subscribe_stream", req_buf, req_len);
   req_begin(3, 1);
   req_open("q", 4, 2, CHIME__V1__MODE__MODE_STREAM, 2);
   req_credit(1, rel, 1);
   req_credit(1, rel + 1, 1);
-  put("requests", "subscribe_fifo", req_buf, req_len);
+  fuzz_seed_put("requests", "subscribe_fifo", req_buf, req_len);
   req_begin(3, 0);
   req_open("p", 1, 8, CHIME__V1__MODE__MODE_SHM, 0);
-  put("requests", "subscribe_shm", req_buf, req_len);
+  fuzz_seed_put("requests", "subscribe_shm", req_buf, req_len);
   req_begin(3, 1);
   req_open("u", 2, 1, CHIME__V1__MODE__MODE_STREAM, 0);
-  put("requests", "subscribe_bad_slots", req_buf, req_len);
+  fuzz_seed_put("requests", "subscribe_bad_slots", req_buf, req_len);
   req_begin(3, 1);
   req_credit(1, NULL, 0);
-  put("requests", "subscribe_credit_first", req_buf, req_len);
+  fuzz_seed_put("requests", "subscribe_credit_first", req_buf, req_len);
 
   /* Policy versions: a learner's on its stream, and SetVersion. */
   Chime__V1__VersionReport vr = CHIME__V1__VERSION_REPORT__INIT;
@@ -628,24 +659,24 @@ static void requests_seeds(void) {
   req_open("u", 2, 4, CHIME__V1__MODE__MODE_STREAM, 0);
   req_add(&vq.base);
   req_credit(2, rel, 2);
-  put("requests", "subscribe_version", req_buf, req_len);
+  fuzz_seed_put("requests", "subscribe_version", req_buf, req_len);
   Chime__V1__SetVersionRequest sv = CHIME__V1__SET_VERSION_REQUEST__INIT;
   sv.table = "u";
   sv.version = 12;
   req_begin(4, 1);
   req_add(&sv.base);
-  put("requests", "setversion", req_buf, req_len);
+  fuzz_seed_put("requests", "setversion", req_buf, req_len);
 
   /* Export: a table's snapshot streamed back, and an unknown table. */
   Chime__V1__ExportRequest ex = CHIME__V1__EXPORT_REQUEST__INIT;
   ex.table = "u";
   req_begin(5, 1);
   req_add(&ex.base);
-  put("requests", "export", req_buf, req_len);
+  fuzz_seed_put("requests", "export", req_buf, req_len);
   ex.table = "nope";
   req_begin(5, 1);
   req_add(&ex.base);
-  put("requests", "export_unknown_table", req_buf, req_len);
+  fuzz_seed_put("requests", "export_unknown_table", req_buf, req_len);
 }
 
 int main(int argc, char **argv) {
@@ -655,7 +686,7 @@ int main(int argc, char **argv) {
   }
   out_dir = argv[1];
   insert_seeds();
-  zinsert_seeds();
+  fuzz_zinsert_seeds();
   chunk_seeds();
   ring_seeds();
   config_seeds();

@@ -449,59 +449,58 @@ static int file_name_ok(const char *s) {
          s[end] == '\0';
 }
 
-int chime__checkpoint_restore(chime__table_t *const *tables, uint32_t ntables,
-                              const char *path, uint64_t *items, char *err,
-                              size_t errlen) {
-  char p[CHIME__MAX_PATH + 64];
-  char *done = NULL, *manifest = NULL;
-  size_t dlen = 0, mlen = 0;
-  mfile_t *files = NULL;
-  size_t nfiles = 0;
-  json_t *root = NULL;
-  int rc = 0, e;
-  *items = 0;
-  if (strlen(path) >= CHIME__MAX_PATH)
-    return fail(err, errlen, CHIME_EINVAL, "checkpoint path too long");
+/* DONE's CRC-32C of the manifest into *mcrc: the marker exactly as
+ * written (DONE_HEAD, 8 lowercase hex digits, a newline). */
+static int read_done(const char *path, uint32_t *mcrc, char *err,
+                     size_t errlen) {
+  char p[CHIME__MAX_PATH + 64], *done = NULL;
+  size_t dlen = 0;
+  int e;
   snprintf(p, sizeof(p), "%s/DONE", path);
-  if ((e = read_whole(p, &done, &dlen, 4096)) != 0) {
-    rc = e == ENOENT ? fail(err, errlen, CHIME_ENOTFOUND,
-                            "checkpoint '%s' has no DONE marker: it is "
-                            "incomplete (or not a checkpoint) and is never "
-                            "loaded",
-                            path)
-                     : fail(err, errlen,
-                            e == E_NOT_REGULAR ? CHIME_ECORRUPT : CHIME_ESYS,
-                            "cannot read '%s': %s", p, err_text(e));
-    goto out;
-  }
-  uint32_t mcrc = 0;
+  if ((e = read_whole(p, &done, &dlen, 4096)) != 0)
+    return e == ENOENT ? fail(err, errlen, CHIME_ENOTFOUND,
+                              "checkpoint '%s' has no DONE marker: it is "
+                              "incomplete (or not a checkpoint) and is never "
+                              "loaded",
+                              path)
+                       : fail(err, errlen,
+                              e == E_NOT_REGULAR ? CHIME_ECORRUPT : CHIME_ESYS,
+                              "cannot read '%s': %s", p, err_text(e));
+  *mcrc = 0;
   int hex_ok = dlen == strlen(DONE_HEAD) + 9 &&
                strncmp(done, DONE_HEAD, strlen(DONE_HEAD)) == 0 &&
                done[dlen - 1] == '\n';
-  /* Exactly as written: 8 lowercase hex digits. */
   for (size_t k = strlen(DONE_HEAD); hex_ok && k < dlen - 1; k++) {
     char ch = done[k];
     int d = ch >= '0' && ch <= '9'   ? ch - '0'
             : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
                                      : -1;
     hex_ok = d >= 0;
-    mcrc = mcrc << 4 | (uint32_t)(d & 15);
+    *mcrc = *mcrc << 4 | (uint32_t)(d & 15);
   }
-  if (!hex_ok) {
-    rc = fail(err, errlen, CHIME_ECORRUPT, "%s: corrupt DONE marker", p);
-    goto out;
-  }
+  free(done);
+  return hex_ok
+             ? 0
+             : fail(err, errlen, CHIME_ECORRUPT, "%s: corrupt DONE marker", p);
+}
+
+/* The manifest's table files (name, bytes, CRC) into *files, checked
+ * against DONE's mcrc: *nfiles of them, the caller frees *files. */
+static int read_manifest(const char *path, uint32_t mcrc, mfile_t **files,
+                         size_t *nfiles, char *err, size_t errlen) {
+  char p[CHIME__MAX_PATH + 64], *manifest = NULL;
+  size_t mlen = 0, i;
+  json_t *root = NULL, *ent;
+  int e, rc = 0;
   snprintf(p, sizeof(p), "%s/MANIFEST", path);
-  if ((e = read_whole(p, &manifest, &mlen, MAX_MANIFEST)) != 0) {
-    rc = fail(err, errlen,
-              e == ENOENT || e == E_NOT_REGULAR ? CHIME_ECORRUPT : CHIME_ESYS,
-              "cannot read '%s': %s", p, err_text(e));
-    goto out;
-  }
-  if (chime__crc32c(0, manifest, mlen) != mcrc) {
+  if ((e = read_whole(p, &manifest, &mlen, MAX_MANIFEST)) != 0)
+    return fail(err, errlen,
+                e == ENOENT || e == E_NOT_REGULAR ? CHIME_ECORRUPT : CHIME_ESYS,
+                "cannot read '%s': %s", p, err_text(e));
+  uint32_t crc = chime__crc32c(0, manifest, mlen);
+  if (crc != mcrc) {
     rc = fail(err, errlen, CHIME_ECORRUPT,
-              "%s: corrupt (CRC-32C %08x, DONE says %08x)", p,
-              chime__crc32c(0, manifest, mlen), mcrc);
+              "%s: corrupt (CRC-32C %08x, DONE says %08x)", p, crc, mcrc);
     goto out;
   }
   json_error_t je;
@@ -515,13 +514,10 @@ int chime__checkpoint_restore(chime__table_t *const *tables, uint32_t ntables,
               VERSION);
     goto out;
   }
-  files = calloc(json_array_size(arr) + 1, sizeof(*files));
-  if (files == NULL) {
+  if ((*files = calloc(json_array_size(arr) + 1, sizeof(**files))) == NULL) {
     rc = fail(err, errlen, CHIME_ENOMEM, "out of memory");
     goto out;
   }
-  size_t i;
-  json_t *ent;
   json_array_foreach(arr, i, ent) {
     json_t *f = json_object_get(ent, "file");
     json_t *b = json_object_get(ent, "bytes");
@@ -534,72 +530,81 @@ int chime__checkpoint_restore(chime__table_t *const *tables, uint32_t ntables,
           fail(err, errlen, CHIME_ECORRUPT, "%s: entry %zu is malformed", p, i);
       goto out;
     }
-    mfile_t *m = &files[nfiles++];
+    mfile_t *m = &(*files)[(*nfiles)++];
     snprintf(m->file, sizeof(m->file), "%s", json_string_value(f));
     m->bytes = (uint64_t)json_integer_value(b);
     m->crc = (uint32_t)json_integer_value(c);
   }
-  /* Every file whole and intact before any item goes in. */
-  for (i = 0; i < nfiles; i++) {
-    mfile_t *m = &files[i];
-    struct stat st;
-    snprintf(p, sizeof(p), "%s/%s", path, m->file);
-    int fd = open_regular(p, &st, &e);
-    if (fd < 0) {
-      rc = fail(err, errlen, CHIME_ECORRUPT, "cannot open '%s': %s", p,
+out:
+  json_decref(root);
+  free(manifest);
+  return rc;
+}
+
+/* Table file m mapped, its size, CRC and every record checked (a dry
+ * load into no table): whole and intact before any item goes in. */
+static int map_checked(const char *path, mfile_t *m, char *err, size_t errlen) {
+  char p[CHIME__MAX_PATH + 64];
+  struct stat st;
+  int e;
+  snprintf(p, sizeof(p), "%s/%s", path, m->file);
+  int fd = open_regular(p, &st, &e);
+  if (fd < 0)
+    return fail(err, errlen, CHIME_ECORRUPT, "cannot open '%s': %s", p,
                 err_text(e));
-      goto out;
-    }
-    if ((uint64_t)st.st_size != m->bytes) {
-      close(fd);
-      rc = fail(err, errlen, CHIME_ECORRUPT,
+  if ((uint64_t)st.st_size != m->bytes) {
+    close(fd);
+    return fail(err, errlen, CHIME_ECORRUPT,
                 "%s: %lld bytes, the manifest says %llu", p,
                 (long long)st.st_size, (unsigned long long)m->bytes);
-      goto out;
-    }
-    m->map = mmap(NULL, (size_t)m->bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (m->map == MAP_FAILED) {
-      m->map = NULL;
-      rc = fail(err, errlen, CHIME_ESYS, "cannot map '%s': %s", p,
+  }
+  m->map = mmap(NULL, (size_t)m->bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
+  if (m->map == MAP_FAILED) {
+    m->map = NULL;
+    return fail(err, errlen, CHIME_ESYS, "cannot map '%s': %s", p,
                 strerror(errno));
-      goto out;
-    }
-    m->len = (size_t)m->bytes;
-    madvise(m->map, m->len, MADV_SEQUENTIAL);
-    const uint8_t *fp = m->map;
-    uint32_t crc;
-    rc = chime__checkpoint_check_crc(fp, m->len, p, &crc, err, errlen);
-    if (rc != 0)
-      goto out;
-    if (crc != m->crc) {
-      rc = fail(err, errlen, CHIME_ECORRUPT,
+  }
+  m->len = (size_t)m->bytes;
+  madvise(m->map, m->len, MADV_SEQUENTIAL);
+  uint32_t crc;
+  int rc = chime__checkpoint_check_crc(m->map, m->len, p, &crc, err, errlen);
+  if (rc != 0)
+    return rc;
+  if (crc != m->crc)
+    return fail(err, errlen, CHIME_ECORRUPT,
                 "%s: corrupt (CRC-32C %08x, the manifest says %08x)", p, crc,
                 m->crc);
-      goto out;
-    }
-    uint64_t ignored;
-    rc = chime__checkpoint_load_checked(fp, m->len, NULL, 0, p, &ignored, err,
-                                        errlen);
-    if (rc != 0)
-      goto out;
-  }
-  for (i = 0; i < nfiles; i++) {
+  uint64_t ignored;
+  return chime__checkpoint_load_checked(m->map, m->len, NULL, 0, p, &ignored,
+                                        err, errlen);
+}
+
+int chime__checkpoint_restore(chime__table_t *const *tables, uint32_t ntables,
+                              const char *path, uint64_t *items, char *err,
+                              size_t errlen) {
+  char p[CHIME__MAX_PATH + 64];
+  mfile_t *files = NULL;
+  size_t nfiles = 0, i;
+  uint32_t mcrc = 0;
+  *items = 0;
+  if (strlen(path) >= CHIME__MAX_PATH)
+    return fail(err, errlen, CHIME_EINVAL, "checkpoint path too long");
+  int rc = read_done(path, &mcrc, err, errlen);
+  if (rc == 0)
+    rc = read_manifest(path, mcrc, &files, &nfiles, err, errlen);
+  for (i = 0; rc == 0 && i < nfiles; i++)
+    rc = map_checked(path, &files[i], err, errlen);
+  for (i = 0; rc == 0 && i < nfiles; i++) {
     uint64_t got = 0;
     snprintf(p, sizeof(p), "%s/%s", path, files[i].file);
     rc = chime__checkpoint_load_checked(files[i].map, files[i].len, tables,
                                         ntables, p, &got, err, errlen);
-    if (rc != 0)
-      goto out;
     *items += got;
   }
-out:
   for (i = 0; files != NULL && i < nfiles; i++)
     if (files[i].map != NULL)
       munmap(files[i].map, files[i].len);
   free(files);
-  json_decref(root);
-  free(manifest);
-  free(done);
   return rc;
 }

@@ -292,108 +292,68 @@ static int request_fits(const chime__table_t *t, const chime__span_t *spans,
   return 0;
 }
 
-static int insert_spans(chime__table_t *t, const chime__span_t *spans,
-                        size_t nspans, uint32_t count, const uint32_t *lengths,
-                        const double *priorities,
-                        const chime__table_versions_t *versions,
-                        uint64_t *first_key, const atomic_int *abort,
-                        chime__dedupe_req_t *dq, int nowait,
-                        const chime__table_stored_t *st) {
-  int rc = 0;
-  chime__table_waiter_t *arrived = NULL;
-  chime__tbl_cursor_t cur = {spans, 0, 0};
-  uint8_t **bufs = NULL;  /* each sample's ragged rows (rag_gather) */
-  uint8_t **zbufs = NULL; /* and its compressed leaves (z_gather) */
+/* A request on its way into a plain table: what its caller passed, and
+ * what was gathered from it before the table's lock. */
+typedef struct {
+  const chime__span_t *spans;
+  uint32_t count;
+  const uint32_t *lengths;
+  const double *priorities;
+  const chime__table_versions_t *versions;
+  const atomic_int *abort;
+  chime__dedupe_req_t *dq;
+  int nowait;
   zin_t z;
-  if ((rc = z_in(t, st, count, lengths, &z)) != 0 ||
-      (rc = request_fits(t, spans, nspans, count, lengths, versions, &z)) != 0)
-    return rc;
-  uint64_t vmax = 0;
-  for (uint64_t j = 0; versions != NULL && j < versions->n; j++)
-    vmax = versions->v[j] > vmax ? versions->v[j] : vmax;
-  if (t->steps != NULL) {
-    uint32_t snz = chime__steps_nz(t->steps);
-    if (snz > 0 && (rc = z_gather(t, t->sleaves, snz, spans, count, NULL, &z,
-                                  &zbufs)) != 0)
-      return rc;
-    rc = chime__tbl_seq_insert(t, spans, count, priorities, versions, first_key,
-                               abort, dq, nowait, zbufs, z.st != NULL);
-    chime__tbl_bufs_free(zbufs, count); /* those it did not take */
-    return rc;
-  }
+  uint8_t **bufs;  /* each sample's ragged rows (rag_gather) */
+  uint8_t **zbufs; /* and its compressed leaves (z_gather) */
+} req_t;
+
+/* How the table makes room (insert_spans). */
+typedef struct {
+  int fifo;      /* a fifo sampler: inserts wait for room */
+  int by_age;    /* a fifo remover: its picks known up front */
+  int choose;    /* another remover: it picks as each sample comes */
+  uint64_t skip; /* the request's first samples a fifo remover drops */
+  uint64_t need; /* rows the request may take */
+} room_t;
+
+enum { WAIT_DONE = 1 }; /* the writer's request was in already */
+
+/* Under the lock: waits until the request may go in whole (the table open,
+ * not a resend, keys and the rate limiter allow, rows free): 0, WAIT_DONE
+ * (*first_key the keys it had), or an error. */
+static int wait_room(chime__table_t *t, const req_t *rq, const room_t *rm,
+                     uint64_t *first_key) {
   uint64_t cap = t->cfg.capacity;
-  int fifo = t->cfg.sampler == CHIME__SAMPLER_FIFO;
-  /* A fifo remover's picks are known before the request goes in: the
-   * oldest items, then (a request over the capacity) the request's own
-   * first samples, which take keys and count as inserted and as removed
-   * but are never written. Any other remover picks as each sample comes
-   * (choose_victim), the sample itself a candidate. */
-  int by_age = !fifo && t->cfg.remover == CHIME__SAMPLER_FIFO;
-  int choose = !fifo && !by_age;
-  uint64_t when = chime__clock_ns(CLOCK_REALTIME);
-  if (fifo && count > cap)
-    return CHIME_EINVAL; /* could never go in whole */
-  uint64_t skip = by_age && count > cap ? count - cap : 0;
-  /* Rows the request may take: one per sample that stays. A chosen
-   * victim frees its row (unless pinned: one more), so past the capacity
-   * a request never needs more than the capacity's worth. */
-  uint64_t need = count - skip;
-  if (choose && need > cap)
-    need = cap;
-  if (chime__tbl_check_priorities(t, priorities, count) != 0)
-    return CHIME_EINVAL;
-  if (t->nrag > 0 &&
-      (rc = rag_gather(t, spans, count, lengths, &z, &bufs)) != 0)
-    return rc;
-  if (t->nz > 0 && (rc = z_gather(t, t->nleaves, t->nz, spans, count, lengths,
-                                  &z, &zbufs)) != 0) {
-    chime__tbl_bufs_free(bufs, count);
-    return rc;
-  }
-  chime__tbl_lock(t);
-  /* A table in files: its bytes file has room for them, or nothing. */
-  if ((rc = chime__tbl_store_reserve(t, zbufs, lengths, count)) != 0)
-    goto out;
-  /* All or nothing: a fifo request waits until every sample fits, so a
-   * request ended by a stop leaves nothing behind that its writer would
-   * send again (and a sampler can never take half of it). */
+  chime__dedupe_req_t *dq = rq->dq;
   for (;;) {
-    if (t->closed) {
-      rc = CHIME_ESHUTDOWN;
-      goto out;
-    }
+    if (t->closed)
+      return CHIME_ESHUTDOWN;
+    int rc;
     if (dq != NULL && dq->writer != 0 &&
-        (rc = chime__tbl_seen(t, dq, count, first_key)) != 0) {
-      rc = rc > 0 ? 0 : rc;
-      goto out;
-    }
+        (rc = chime__tbl_seen(t, dq, rq->count, first_key)) != 0)
+      return rc > 0 ? WAIT_DONE : rc;
     /* Every sample takes a key, those a fifo remover skips too. */
-    if (chime__tbl_keys_out(t, t->next_key, count)) {
-      rc = CHIME_EOVERFLOW;
-      goto out;
-    }
+    if (chime__tbl_keys_out(t, t->next_key, rq->count))
+      return CHIME_EOVERFLOW;
     if ((rc = chime__tbl_keys_reserve(t, chime__tbl_key_pos(t, t->next_key) +
-                                             count)) != 0)
-      goto out;
+                                             rq->count)) != 0)
+      return rc;
     if (!(dq != NULL && dq->warm) && !t->lim->allows_insert(t)) {
-      if (abort != NULL && atomic_load(abort)) {
-        rc = CHIME_ESHUTDOWN;
-        goto out;
-      }
-      if (nowait) {
-        rc = CHIME_EBUSY;
-        goto out;
-      }
+      if (rq->abort != NULL && atomic_load(rq->abort))
+        return CHIME_ESHUTDOWN;
+      if (rq->nowait)
+        return CHIME_EBUSY;
       t->inserts_waiting_rate++;
       chime__tbl_wait_timed(&t->space, &t->mu, &t->rate_insert_wait_ns);
       t->inserts_waiting_rate--;
       continue;
     }
     /* Items given back count against the capacity until taken again. */
-    int room = !fifo || (t->count <= cap && cap - t->count >= need);
-    if (by_age) {
-      evict_oldest(t, need);
-    } else if (choose) {
+    int room = !rm->fifo || (t->count <= cap && cap - t->count >= rm->need);
+    if (rm->by_age) {
+      evict_oldest(t, rm->need);
+    } else if (rm->choose) {
       /* Items given back past the capacity leave first, the remover's
        * picks among them and the rest, before the request's turn. */
       double p;
@@ -403,23 +363,20 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
     /* A pinned row is not reused meanwhile: an item that left while
      * pinned holds its row until unpinned (spare rows stand in, so this
      * waits only when more rows than those are pinned). */
-    int pinned = room && t->rows - t->count - t->ndead < need;
+    int pinned = room && t->rows - t->count - t->ndead < rm->need;
     /* While a checkpoint's view holds rows, rows it will let go soon (it
      * writes oldest first, the order items leave in) are waited for
      * rather than spare rows taken: those would stay in the process's
      * memory until their items leave (trim_spares). */
-    if (room && !pinned && t->viewing > 0 && t->nfree < need && t->ndead > 0)
+    if (room && !pinned && t->viewing > 0 && t->nfree < rm->need &&
+        t->ndead > 0)
       pinned = 1;
     if (room && !pinned)
-      break;
-    if (abort != NULL && atomic_load(abort)) {
-      rc = CHIME_ESHUTDOWN;
-      goto out;
-    }
-    if (nowait) {
-      rc = CHIME_EBUSY;
-      goto out;
-    }
+      return 0;
+    if (rq->abort != NULL && atomic_load(rq->abort))
+      return CHIME_ESHUTDOWN;
+    if (rq->nowait)
+      return CHIME_EBUSY;
     if (pinned) {
       t->pin_waiters++;
       chime__tbl_wait_timed(&t->unpinned, &t->mu, &t->insert_wait_ns);
@@ -428,64 +385,65 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
       chime__tbl_wait_timed(&t->space, &t->mu, &t->insert_wait_ns);
     }
   }
-  uint64_t key0 = t->next_key;
-  t->next_key += count;
-  *first_key = key0;
-  /* Before the samples go in: those it leaves behind are not made live. */
-  chime__tbl_version_seen(t, vmax);
+}
+
+/* Under the lock, room made: the samples from rm->skip on made live
+ * with keys from key0 (a sample too far behind the newest version, or
+ * one the remover picks at once, goes in and leaves). The stale ones. */
+static uint64_t put_samples(chime__table_t *t, req_t *rq, const room_t *rm,
+                            uint64_t key0) {
+  chime__tbl_cursor_t cur = {rq->spans, 0, 0};
+  const zin_t *z = &rq->z;
+  const uint32_t *lengths = rq->lengths;
+  uint64_t cap = t->cfg.capacity, count = rq->count;
+  uint64_t when = chime__clock_ns(CLOCK_REALTIME);
   uint64_t below = chime__tbl_stale_below(t), stale = 0;
-  int whole = t->nrag == 0 && z.st == NULL; /* samples of sample_bytes */
+  int whole = t->nrag == 0 && z->st == NULL; /* samples of sample_bytes */
   if (whole)
-    chime__tbl_cursor_skip(&cur, skip * t->sample_bytes);
-  for (uint64_t j = 0; !whole && j < skip; j++)
-    chime__tbl_cursor_skip(&cur, req_sample_bytes(t, lengths, &z, j));
-  for (uint64_t j = skip; j < count && j < skip + KEY_AHEAD; j++)
+    chime__tbl_cursor_skip(&cur, rm->skip * t->sample_bytes);
+  for (uint64_t j = 0; !whole && j < rm->skip; j++)
+    chime__tbl_cursor_skip(&cur, req_sample_bytes(t, lengths, z, j));
+  for (uint64_t j = rm->skip; j < count && j < rm->skip + KEY_AHEAD; j++)
     chime__keyindex_prefetch(t->keys, key0 + j);
-  for (uint64_t j = skip; j < count; j++) {
+  for (uint64_t j = rm->skip; j < count; j++) {
     if (j + KEY_AHEAD < count)
       chime__keyindex_prefetch(t->keys, key0 + j + KEY_AHEAD);
-    double prio = priorities != NULL ? priorities[j] : 1.0;
-    uint64_t ver = chime__tbl_version_at(versions, j);
+    double prio = rq->priorities != NULL ? rq->priorities[j] : 1.0;
+    uint64_t ver = chime__tbl_version_at(rq->versions, j);
     if (ver < below) { /* too far behind already: never goes in */
-      chime__tbl_cursor_skip(&cur, req_sample_bytes(t, lengths, &z, j));
+      chime__tbl_cursor_skip(&cur, req_sample_bytes(t, lengths, z, j));
       stale++;
       continue;
     }
     /* The weight once, for the remover and the sum tree alike. */
     double w = t->sum != NULL ? chime__tbl_weight(t, prio) : 0.0;
-    if (choose && t->count >= cap) {
+    if (rm->choose && t->count >= cap) {
       uint32_t v = t->rem->victim(t, prio, w);
       if (v != NONE)
         chime__tbl_live_remove(t, v);
       /* Room for one (need above): a row is free unless v was the new
        * sample itself. */
       if (v == NONE || t->rows - t->count - t->ndead == 0) {
-        chime__tbl_cursor_skip(&cur, req_sample_bytes(t, lengths, &z, j));
+        chime__tbl_cursor_skip(&cur, req_sample_bytes(t, lengths, z, j));
         t->left++; /* inserted and removed at once */
         continue;
       }
     }
     uint32_t r = chime__tbl_free_pop(t);
-    if (t->nrag == 0 && t->nz == 0) {
-      for (uint32_t l = 0; l < t->nleaves; l++)
+    for (uint32_t l = 0; l < t->nleaves; l++) {
+      if (t->rrow[l] != 0 || t->zraw[l] != 0) /* in bufs, zbufs */
+        chime__tbl_cursor_skip(&cur, sent_bytes(t, z, lengths, j, l));
+      else
         chime__tbl_cursor_read(&cur, t->leaf[l] + (size_t)r * t->lbytes[l],
                                t->lbytes[l]);
-    } else {
-      for (uint32_t l = 0; l < t->nleaves; l++) {
-        if (t->rrow[l] != 0 || t->zraw[l] != 0) /* in bufs, zbufs */
-          chime__tbl_cursor_skip(&cur, sent_bytes(t, &z, lengths, j, l));
-        else
-          chime__tbl_cursor_read(&cur, t->leaf[l] + (size_t)r * t->lbytes[l],
-                                 t->lbytes[l]);
-      }
     }
     if (t->nrag > 0) {
-      chime__tbl_rag_take(t, r, bufs[j], lengths + j * t->nrag);
-      bufs[j] = NULL;
+      chime__tbl_rag_take(t, r, rq->bufs[j], lengths + j * t->nrag);
+      rq->bufs[j] = NULL;
     }
     if (t->nz > 0) { /* after the lengths: a ragged one's raw bytes */
-      chime__tbl_z_take(t, r, zbufs[j]);
-      zbufs[j] = NULL;
+      chime__tbl_z_take(t, r, rq->zbufs[j]);
+      rq->zbufs[j] = NULL;
     }
     t->meta[r].key = key0 + j;
     t->meta[r].itime = when;
@@ -494,18 +452,90 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
     t->meta[r].version = ver;
     chime__tbl_live_add_weighted(t, r, 0, w);
   }
-  t->inserts += count;
-  t->left += skip + stale; /* a fifo remover's picks, the stale */
-  t->removed_stale += stale;
-  if (dq != NULL && dq->writer != 0)
-    chime__dedupe_record(t->dedupe, dq, count, key0);
-  arrived = chime__tbl_items_arrived(t);
-out:
+  return stale;
+}
+
+static int insert_spans(chime__table_t *t, const chime__span_t *spans,
+                        size_t nspans, uint32_t count, const uint32_t *lengths,
+                        const double *priorities,
+                        const chime__table_versions_t *versions,
+                        uint64_t *first_key, const atomic_int *abort,
+                        chime__dedupe_req_t *dq, int nowait,
+                        const chime__table_stored_t *st) {
+  req_t rq = {spans, count, lengths, priorities,   versions,
+              abort, dq,    nowait,  .bufs = NULL, .zbufs = NULL};
+  int rc;
+  if ((rc = z_in(t, st, count, lengths, &rq.z)) != 0 ||
+      (rc = request_fits(t, spans, nspans, count, lengths, versions, &rq.z)) !=
+          0)
+    return rc;
+  if (t->steps != NULL) {
+    uint32_t snz = chime__steps_nz(t->steps);
+    if (snz > 0 && (rc = z_gather(t, t->sleaves, snz, spans, count, NULL, &rq.z,
+                                  &rq.zbufs)) != 0)
+      return rc;
+    rc = chime__tbl_seq_insert(t, spans, count, priorities, versions, first_key,
+                               abort, dq, nowait, rq.zbufs, rq.z.st != NULL);
+    chime__tbl_bufs_free(rq.zbufs, count); /* those it did not take */
+    return rc;
+  }
+  uint64_t cap = t->cfg.capacity;
+  room_t rm = {.fifo = t->cfg.sampler == CHIME__SAMPLER_FIFO};
+  /* A fifo remover's picks are known before the request goes in: the
+   * oldest items, then (a request over the capacity) the request's own
+   * first samples, which take keys and count as inserted and as removed
+   * but are never written. Any other remover picks as each sample comes
+   * (choose_victim), the sample itself a candidate. */
+  rm.by_age = !rm.fifo && t->cfg.remover == CHIME__SAMPLER_FIFO;
+  rm.choose = !rm.fifo && !rm.by_age;
+  if (rm.fifo && count > cap)
+    return CHIME_EINVAL; /* could never go in whole */
+  rm.skip = rm.by_age && count > cap ? count - cap : 0;
+  /* Rows the request may take: one per sample that stays. A chosen
+   * victim frees its row (unless pinned: one more), so past the capacity
+   * a request never needs more than the capacity's worth. */
+  rm.need = count - rm.skip;
+  if (rm.choose && rm.need > cap)
+    rm.need = cap;
+  if (chime__tbl_check_priorities(t, priorities, count) != 0)
+    return CHIME_EINVAL;
+  if (t->nrag > 0 &&
+      (rc = rag_gather(t, spans, count, lengths, &rq.z, &rq.bufs)) != 0)
+    return rc;
+  if (t->nz > 0 && (rc = z_gather(t, t->nleaves, t->nz, spans, count, lengths,
+                                  &rq.z, &rq.zbufs)) != 0) {
+    chime__tbl_bufs_free(rq.bufs, count);
+    return rc;
+  }
+  uint64_t vmax = 0;
+  for (uint64_t j = 0; versions != NULL && j < versions->n; j++)
+    vmax = versions->v[j] > vmax ? versions->v[j] : vmax;
+  chime__table_waiter_t *arrived = NULL;
+  chime__tbl_lock(t);
+  /* A table in files: its bytes file has room for them, or nothing. All
+   * or nothing: a fifo request waits until every sample fits, so a
+   * request ended by a stop leaves nothing behind that its writer would
+   * send again (and a sampler can never take half of it). */
+  if ((rc = chime__tbl_store_reserve(t, rq.zbufs, lengths, count)) == 0 &&
+      (rc = wait_room(t, &rq, &rm, first_key)) == 0) {
+    uint64_t key0 = t->next_key;
+    t->next_key += count;
+    *first_key = key0;
+    /* Before the samples go in: those it leaves behind are not made live. */
+    chime__tbl_version_seen(t, vmax);
+    uint64_t stale = put_samples(t, &rq, &rm, key0);
+    t->inserts += count;
+    t->left += rm.skip + stale; /* a fifo remover's picks, the stale */
+    t->removed_stale += stale;
+    if (dq != NULL && dq->writer != 0)
+      chime__dedupe_record(t->dedupe, dq, count, key0);
+    arrived = chime__tbl_items_arrived(t);
+  }
   pthread_mutex_unlock(&t->mu);
   chime__tbl_notify(arrived);
-  chime__tbl_bufs_free(bufs, count); /* samples that did not go in */
-  chime__tbl_bufs_free(zbufs, count);
-  return rc;
+  chime__tbl_bufs_free(rq.bufs, count); /* samples that did not go in */
+  chime__tbl_bufs_free(rq.zbufs, count);
+  return rc == WAIT_DONE ? 0 : rc;
 }
 
 int chime__table_writer_bind(chime__table_t *t, uint64_t writer, uint64_t seq,

@@ -527,7 +527,16 @@ typedef struct {
    * decoder of the learner's own. NULL: every leaf decompressed. Copied
    * at open. A leaf the table does not compress is CHIME_EINVAL. */
   const char *keep_compressed;
+  /* Stream mode (docs/remote.md): the most bytes of batches the stream
+   * keeps in flight. Before Open the client times a GetInfo and grows the
+   * ring past `slots` until (slots - 1) x batch bytes cover twice what 10
+   * Gb/s moves in that round trip, at most this; a server whose budget
+   * refuses that ring gets a smaller one, never fewer than `slots`. Only
+   * with prefetch 0 (else prefetch says what is in flight). 0: 64 MiB; at
+   * most slots x batch bytes: `slots` as given. */
+  uint64_t max_inflight_bytes;
 } chime_stream_opts_t;
+#define CHIME_MAX_INFLIGHT_BYTES (64ull << 20)
 #define CHIME_STREAM_OPTS_INIT                                                 \
   {                                                                            \
     .batch_size = 256, .slots = 8, .mode = CHIME_MODE_AUTO, .prefetch = 0,     \
@@ -712,6 +721,17 @@ typedef struct {
    * that hangs"), and how many times one was set aside. 0 otherwise. */
   uint32_t shards_aside;
   uint64_t shard_asides;
+  /* The ring's slots (grown past the asked ones in stream mode: see
+   * max_inflight_bytes); stream mode: the round trip the client measured
+   * before Open (ns, 0 when not measured), the bytes of batches it lends
+   * the server at once ((slots - 1) x batch bytes, or prefetch's), and the
+   * times the stream re-opened its call after a lost connection
+   * (docs/remote.md, "A link that drops"). A sharded stream: the most of
+   * its shards' slots, rtt and window, the sum of resumes. */
+  uint32_t slots;
+  uint64_t rtt_ns;
+  uint64_t window_bytes;
+  uint64_t resumes;
 } chime_stream_local_stats_t;
 
 /* Fills *out; call from the thread that calls next. */

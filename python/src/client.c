@@ -627,7 +627,7 @@ static PyObject *client_shards(PyObject *o, PyObject *unused) {
 
 /* The signatures' defaults are the C library's (CHIME_*_OPTS_INIT), written
  * into the docstrings at import. */
-static char client_doc[512], writer_doc[128], stream_doc[768];
+static char client_doc[512], writer_doc[128], stream_doc[1024];
 
 /* Seconds as Python writes a float: 5.0, 2.5. */
 static const char *secs(char *buf, size_t len, int ms) {
@@ -656,14 +656,18 @@ void chimepy_client_docs_init(void) {
       stream_doc, sizeof(stream_doc),
       "stream(table, batch_size=%u, mode='%s', slots=%u, prefetch=%u, "
       "open_timeout=%s, pin_host_memory=%s, timeout=None, "
-      "device=None, version=0, ready_bytes=0, keep_compressed=None) -> "
+      "device=None, version=0, ready_bytes=0, keep_compressed=None, "
+      "max_inflight_bytes=0) -> "
       "Stream. keep_compressed (a leaf name or a list): compressed leaves "
       "taken as stored, a ragged u8 leaf (offsets and each sample's zstd "
       "frame, or its raw bytes when as long as the leaf). device "
       "('cuda:0', an ordinal): batches are copied to that GPU ahead of "
       "the learner, and prefetch is how many (0: %u); leaves export "
       "DLPack as CUDA. ready_bytes (shm): the server samples at most "
-      "max(2, ready_bytes / batch bytes) batches ahead (0: no limit).",
+      "max(2, ready_bytes / batch bytes) batches ahead (0: no limit). "
+      "max_inflight_bytes (stream mode): the most bytes of batches kept in "
+      "flight, the ring grown past slots to cover the measured round trip "
+      "(0: 64 MiB; docs/remote.md).",
       (unsigned)so.batch_size, chime_mode_name(so.mode), (unsigned)so.slots,
       (unsigned)so.prefetch, secs(b, sizeof(b), so.open_timeout_ms),
       so.pin_host_memory ? "True" : "False", (unsigned)CHIME_DEVICE_PREFETCH);

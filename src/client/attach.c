@@ -182,13 +182,30 @@ static void fall_back(chime_stream_t *s, const char *why) {
   s->has_fallback = 1;
 }
 
+/* Stream mode: the window sized to the link (window.c; ti and rtt_ns from
+ * the timed GetInfo, ti NULL when it failed: Open says why), and smaller
+ * while the server's budget refuses the ring. */
+static int open_remote(chime_stream_t *s, const chime_table_info_t *ti,
+                       uint64_t rtt_ns, char *err, size_t errlen) {
+  int attach_failed = 0, rc;
+  if (ti != NULL)
+    chime__window_size(s, ti, rtt_ns);
+  while ((rc = open_with(s, &chime__remote_transport, &attach_failed, err,
+                         errlen)) == CHIME_ERESOURCE &&
+         chime__window_shrink(s))
+    ;
+  return rc;
+}
+
 int chime__stream_attach(chime_stream_t *s, char *err, size_t errlen) {
   chime_mode_t want = s->opts.mode;
+  chime_table_info_t ti;
+  uint64_t rtt_ns = 0;
   int rc = 0;
+  s->asked_slots = s->opts.slots;
   if (want != CHIME_MODE_STREAM) {
     chime_server_info_t *info = NULL;
-    chime_table_info_t ti;
-    rc = chime__table_lookup(s->client, s->table, &ti, &info, err, errlen);
+    rc = chime__window_lookup(s, &ti, &info, &rtt_ns, err, errlen);
     if (rc)
       return rc;
     const char *differs = other_host(info);
@@ -211,8 +228,12 @@ int chime__stream_attach(chime_stream_t *s, char *err, size_t errlen) {
     char why[CHIME__ERRLEN];
     snprintf(why, sizeof(why), "shm attach failed: %.450s", err);
     fall_back(s, why);
+  } else if (s->opts.mode == CHIME_MODE_STREAM) {
+    char why[CHIME__ERRLEN];
+    if (chime__window_lookup(s, &ti, NULL, &rtt_ns, why, sizeof(why)) != 0)
+      return open_remote(s, NULL, 0, err, errlen);
   }
-  return open_with(s, &chime__remote_transport, &attach_failed, err, errlen);
+  return open_remote(s, &ti, rtt_ns, err, errlen);
 }
 
 /* --- the shm transport: the server's ring, mapped --- */

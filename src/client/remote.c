@@ -325,6 +325,10 @@ static void remote_stats(const chime_stream_t *s,
   out->received_bytes =
       atomic_load_explicit(&s->remote.bytes, memory_order_relaxed);
   out->credits = atomic_load(&s->remote.granted);
+  out->rtt_ns = s->rtt_ns;
+  out->window_bytes =
+      (uint64_t)chime__credits_initial(s->prefetch, s->layout.slots) *
+      s->send_bytes;
 }
 
 /* A fifo batch stays the learner's until a Credit names it, and the server

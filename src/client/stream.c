@@ -590,6 +590,7 @@ int chime__single_stats(const chime_stream_t *s,
   out->max_leases = rs.max_leases;
   out->consumer_wait_ns = rs.consumer_wait_ns + s->drive_wait_ns;
   out->pinned_bytes = chime_ring_pinned_bytes(s->ring);
+  out->slots = chime_ring_get_layout(s->ring)->slots;
   if (s->dev) {
     chime__device_stats_t ds;
     chime__device_get_stats(s->dev, &ds);

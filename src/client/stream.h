@@ -42,6 +42,11 @@ struct chime_stream_s {
   uint8_t unframe[CHIME_MAX_LEAVES];
   uint32_t nframed;
   uint64_t send_bytes; /* bytes of a slot each batch carries (stream mode) */
+  /* Stream mode's window (window.c): the slots the learner asked for
+   * (opts.slots may grow past them) and the round trip measured before
+   * Open, 0 when none was. */
+  uint32_t asked_slots;
+  uint64_t rtt_ns;
   uint64_t stream_id;
   chime_ring_t *ring;
   chime__remote_t remote; /* stream mode */
@@ -137,6 +142,28 @@ extern const chime__transport_t chime__remote_transport; /* remote.c */
  * are ready for the stream's thread; on failure nothing is left but s's
  * memory. attach.c. */
 int chime__stream_attach(chime_stream_t *s, char *err, size_t errlen);
+
+/* --- stream mode's window (window.c) --- */
+
+/* The slots a ring needs so that its lent batches of batch_bytes cover the
+ * round trip rtt_ns (docs/remote.md), at most max_inflight bytes, never
+ * fewer than asked. */
+uint32_t chime__window_slots(uint32_t asked, uint64_t batch_bytes,
+                             uint64_t rtt_ns, uint64_t max_inflight);
+/* The table's info with the GetInfo timed: its round trip in *rtt_ns (the
+ * quicker of two when the first took long enough to have connected the
+ * channel too). As chime__table_lookup otherwise. */
+int chime__window_lookup(chime_stream_t *s, chime_table_info_t *ti,
+                         chime_server_info_t **info, uint64_t *rtt_ns,
+                         char *err, size_t errlen);
+/* Before a stream-mode Open: the slots (opts.slots, prefetch) grown to
+ * the window that ti's batches need at rtt_ns, unless the learner set
+ * prefetch. */
+void chime__window_size(chime_stream_t *s, const chime_table_info_t *ti,
+                        uint64_t rtt_ns);
+/* The server refused the ring (its budget): 1 with the window halved
+ * towards the asked slots, 0 when it already is those. */
+int chime__window_shrink(chime_stream_t *s);
 
 /* --- compressed leaves (frames.c) --- */
 

@@ -487,7 +487,7 @@ static PyObject *stream_stats(PyObject *o, PyObject *unused) {
     return chimepy_raise(rc, chime_last_error());
   return Py_BuildValue(
       "{s:s,s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:K,s:K,s:K,s:K,s:I,s:K,s:I,s:K,s:I,"
-      "s:K,s:K,s:K}",
+      "s:K,s:K,s:K,s:K}",
       "mode", chime_mode_name(st.mode), "stream_id",
       (unsigned long long)st.stream_id, "batches",
       (unsigned long long)st.batches, "bytes", (unsigned long long)st.bytes,
@@ -504,7 +504,8 @@ static PyObject *stream_stats(PyObject *o, PyObject *unused) {
       (unsigned long long)st.shard_asides, "slots", (unsigned)st.slots,
       "rtt_ns", (unsigned long long)st.rtt_ns, "window_bytes",
       (unsigned long long)st.window_bytes, "resumes",
-      (unsigned long long)st.resumes);
+      (unsigned long long)st.resumes, "resumes_late",
+      (unsigned long long)st.resumes_late);
 }
 
 static PyObject *stream_enter(PyObject *o, PyObject *unused) {

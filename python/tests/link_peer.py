@@ -35,6 +35,7 @@ def writer(addr, start, count):
 def learner(addr, stopfile):
     ids, timeouts, errors = [], 0, []
     idle = 0
+    last = gap = gap_end = None  # the longest wait between two batches
     with chime.Client(addr, timeout=60.0) as c:
         s = c.stream("q", batch_size=8, mode="stream", open_timeout=60.0)
         print("open", flush=True)
@@ -42,6 +43,10 @@ def learner(addr, stopfile):
             try:
                 with s.next(timeout=0.5) as b:
                     ids.extend(int(x) for x in b["id"])
+                now = time.time()
+                if last is not None and (gap is None or now - last > gap):
+                    gap, gap_end = now - last, now
+                last = now
                 idle = 0
             except chime.TimeoutError:
                 timeouts += 1
@@ -51,9 +56,11 @@ def learner(addr, stopfile):
             except chime.Error as e:
                 errors.append(f"{type(e).__name__}: {e}")
                 break
+        st = s.stats()
         s.close()
-    print(json.dumps({"ids": ids, "timeouts": timeouts, "errors": errors}),
-          flush=True)
+    print(json.dumps({"ids": ids, "timeouts": timeouts, "errors": errors,
+                      "gap_end": gap_end, "resumes": st["resumes"],
+                      "resumes_late": st["resumes_late"]}), flush=True)
 
 
 if __name__ == "__main__":

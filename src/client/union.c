@@ -66,7 +66,6 @@ int chime__union_stats(const chime_stream_t *s,
       out->rtt_ns = st.rtt_ns;
     if (st.window_bytes > out->window_bytes)
       out->window_bytes = st.window_bytes;
-    out->resumes += st.resumes;
   }
   return 0;
 }

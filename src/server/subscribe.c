@@ -34,7 +34,7 @@ static void sub_on_start(chime__call_t *c) {
   chime__call_recv(c);
 }
 
-static void send_opened(chime__call_t *c, chime__stream_t *s) {
+static void send_opened(chime__call_t *c, chime__stream_t *s, int resumed) {
   const chime_spec_t *spec = chime_ring_spec(s->ring);
   Chime__V1__Leaf leaves[CHIME_MAX_LEAVES];
   Chime__V1__Leaf *lp[CHIME_MAX_LEAVES];
@@ -70,6 +70,11 @@ static void send_opened(chime__call_t *c, chime__stream_t *s) {
   op.mode = s->ops->wire;
   op.layout = &lay;
   op.max_staleness = chime__table_config(s->table)->max_staleness;
+  if (s->mode == CHIME_MODE_STREAM) {
+    op.resume_token.data = s->resume_token;
+    op.resume_token.len = sizeof(s->resume_token);
+    op.resumed = resumed;
+  }
   if (s->ops->handoff(s, &ho, nonce))
     op.handoff = &ho;
   Chime__V1__SubscribeResponse resp = CHIME__V1__SUBSCRIBE_RESPONSE__INIT;
@@ -129,7 +134,12 @@ static void sub_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
     /* The learner's version at open counts before its first batch. */
     if (req->open->version != 0)
       (void)chime__table_set_version(s->table, req->open->version, NULL);
-    send_opened(c, s);
+    /* A resumed stream's old one ends first: what it held that the
+     * learner never received goes back before this one samples. */
+    int resumed = 0;
+    if (s->mode == CHIME_MODE_STREAM && chime__stream_resume_token(s) == 0)
+      resumed = chime__stream_resume_old(c->srv, req->open);
+    send_opened(c, s, resumed);
     if (gone || chime__stream_start(s, c) != 0) {
       chime__call_finish(c, CHIME_ESYS, "cannot start the stream");
       chime__stream_close(s);

@@ -657,7 +657,7 @@ void chimepy_client_docs_init(void) {
       "stream(table, batch_size=%u, mode='%s', slots=%u, prefetch=%u, "
       "open_timeout=%s, pin_host_memory=%s, timeout=None, "
       "device=None, version=0, ready_bytes=0, keep_compressed=None, "
-      "max_inflight_bytes=0) -> "
+      "max_inflight_bytes=0, reconnect_timeout=10.0) -> "
       "Stream. keep_compressed (a leaf name or a list): compressed leaves "
       "taken as stored, a ragged u8 leaf (offsets and each sample's zstd "
       "frame, or its raw bytes when as long as the leaf). device "
@@ -667,7 +667,8 @@ void chimepy_client_docs_init(void) {
       "max(2, ready_bytes / batch bytes) batches ahead (0: no limit). "
       "max_inflight_bytes (stream mode): the most bytes of batches kept in "
       "flight, the ring grown past slots to cover the measured round trip "
-      "(0: 64 MiB; docs/remote.md).",
+      "(0: 64 MiB; docs/remote.md). reconnect_timeout (stream mode): a lost "
+      "connection is resumed for this long (< 0: never).",
       (unsigned)so.batch_size, chime_mode_name(so.mode), (unsigned)so.slots,
       (unsigned)so.prefetch, secs(b, sizeof(b), so.open_timeout_ms),
       so.pin_host_memory ? "True" : "False", (unsigned)CHIME_DEVICE_PREFETCH);

@@ -123,6 +123,7 @@ static int stream_init(PyObject *o, PyObject *args, PyObject *kw) {
                            "ready_bytes",
                            "keep_compressed",
                            "max_inflight_bytes",
+                           "reconnect_timeout",
                            NULL};
   PyObject *client, *iter_timeout = Py_None, *device = Py_None;
   const chime_stream_opts_t def = CHIME_STREAM_OPTS_INIT;
@@ -132,11 +133,12 @@ static int stream_init(PyObject *o, PyObject *args, PyObject *kw) {
   PyObject *batch_o = NULL, *slots_o = NULL, *prefetch_o = NULL,
            *version_o = NULL, *ready_o = NULL, *keep_o = NULL,
            *inflight_o = NULL;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O!s|OsOOdpOOOOOO:Stream", kwlist,
-                                   &chimepy_client_type, &client, &table,
-                                   &batch_o, &mode, &slots_o, &prefetch_o,
-                                   &open_timeout, &pin, &iter_timeout, &device,
-                                   &version_o, &ready_o, &keep_o, &inflight_o))
+  double reconnect = 0; /* 0: the default */
+  if (!PyArg_ParseTupleAndKeywords(
+          args, kw, "O!s|OsOOdpOOOOOOd:Stream", kwlist, &chimepy_client_type,
+          &client, &table, &batch_o, &mode, &slots_o, &prefetch_o,
+          &open_timeout, &pin, &iter_timeout, &device, &version_o, &ready_o,
+          &keep_o, &inflight_o, &reconnect))
     return -1;
   char keep[CHIME_MAX_LEAVES * CHIME_MAX_NAME];
   if (keep_text(keep_o, keep, sizeof(keep)))
@@ -195,6 +197,15 @@ static int stream_init(PyObject *o, PyObject *args, PyObject *kw) {
   opts.ready_bytes = ready_bytes;
   opts.keep_compressed = keep[0] ? keep : NULL;
   opts.max_inflight_bytes = inflight;
+  if (!(reconnect > -2e6 && reconnect < 2e6)) {
+    chimepy_raise(CHIME_EINVAL, "reconnect_timeout must be seconds (< 0: "
+                                "never)");
+    return -1;
+  }
+  /* Negative: never; 0: the default; a positive sliver still 1 ms. */
+  opts.reconnect_timeout_ms =
+      reconnect < 0 ? -1
+                    : (int)(reconnect * 1000 + (reconnect > 0 ? 0.999 : 0));
   /* At most slots - 1 batches are leased, so a queue of `slots` entries
    * always has room for the slots given back during one next(). */
   self->cap = slots ? slots : def.slots; /* 0: the default */

@@ -222,6 +222,7 @@ typedef struct {
   uint32_t credit_batch;
   uint64_t *released; /* server seqs of the credit_pending releases */
   int closing;        /* chime_stream_close(): send releases at once */
+  int bye_sent;       /* a Credit with closing went (resumable streams) */
   /* Resuming after a lost connection (resume.c, remote.c): the old
    * stream's token (Opened's); the seqs of the last 2 x slots releases, a
    * circle (their Credits may have been lost with the connection); the

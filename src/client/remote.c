@@ -216,8 +216,12 @@ static uint64_t owed(const chime__remote_t *r) {
  * never left without. */
 static void send_credit_locked(chime_stream_t *s) {
   chime__remote_t *r = &s->remote;
+  /* Closing, a resumable stream says so in a last Credit (with or without
+   * releases): without it the server takes its end for a lost call. */
+  int resumable = s->opts.reconnect_timeout_ms > 0;
+  int bye = r->closing && resumable && !r->bye_sent;
   if (chime__rpc_pending(&s->rpc, CHIME__RPC_SEND) || s->ended ||
-      s->half_closed || r->credit_pending == 0)
+      s->half_closed || (r->credit_pending == 0 && !bye))
     return;
   if (r->credit_pending < r->credit_batch && owed(r) > 0 && !r->closing)
     return;
@@ -226,6 +230,7 @@ static void send_credit_locked(chime_stream_t *s) {
   credit.n_released =
       r->credit_pending < s->layout.slots ? r->credit_pending : s->layout.slots;
   credit.released = r->released;
+  credit.closing = r->closing && resumable;
   Chime__V1__SubscribeRequest req = CHIME__V1__SUBSCRIBE_REQUEST__INIT;
   req.kind_case = CHIME__V1__SUBSCRIBE_REQUEST__KIND_CREDIT;
   req.credit = &credit;
@@ -239,6 +244,7 @@ static void send_credit_locked(chime_stream_t *s) {
     return;
   }
   r->credit_pending = 0;
+  r->bye_sent |= credit.closing;
 }
 
 static void send_credit(chime_stream_t *s) {
@@ -252,6 +258,7 @@ static void remote_fill_open(const chime_stream_t *s, Chime__V1__Open *open) {
   open->mode = CHIME__V1__MODE__MODE_STREAM;
   open->prefetch = s->prefetch;
   open->frames = 1; /* frames.c decompresses */
+  open->resumable = s->opts.reconnect_timeout_ms > 0;
   if (atomic_load(&s->resuming) && r->token_len > 0) {
     open->prefetch = r->resume_prefetch;
     open->resume_stream = s->stream_id;
@@ -430,7 +437,8 @@ static void remote_stats(const chime_stream_t *s,
 static int remote_flush_locked(chime_stream_t *s) {
   s->remote.closing = 1;
   send_credit_locked(s);
-  return s->remote.credit_pending == 0;
+  return s->remote.credit_pending == 0 &&
+         (s->remote.bye_sent || s->opts.reconnect_timeout_ms <= 0);
 }
 
 /* The call has ended (or close gave up waiting): the local ring is shut,
@@ -457,6 +465,7 @@ static void remote_fini(chime_stream_t *s) {
   r->wire = NULL;
   r->credit_pending = 0;
   r->closing = 0;
+  r->bye_sent = 0;
   r->nrecent = r->recent_at = r->nresume = r->debt = 0;
 }
 

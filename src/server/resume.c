@@ -1,6 +1,7 @@
 /* A stream-mode learner that lost its connection opens again and names
  * its old stream (docs/protocol.md, "A stream that resumes"). The server
- * may not have seen the old call die yet: its sender still holds every
+ * may not have seen the old call die yet, or has and parked the stream
+ * (CHIME__RESUME_GRACE_MS): its sender still holds every
  * batch sent and not named in a Credit that arrived, among them batches
  * the learner received (and maybe released, its Credit lost with the
  * connection). Those the Open names count as released, so the learner,
@@ -10,7 +11,22 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "common/clock.h"
 #include "server/stream.h"
+
+void chime__stream_lost(chime__stream_t *s) {
+  /* Only its first end counts: a stream closed already stays so. */
+  if (s->resumable && s->sender.hold && !atomic_load(&s->closed) &&
+      !atomic_load(&s->srv->stopping))
+    atomic_store(&s->park_until_ns,
+                 chime__now_ns() + CHIME__RESUME_GRACE_MS * CHIME__NS_PER_MS);
+  chime__stream_close(s);
+}
+
+void chime__stream_unpark(chime__stream_t *s) {
+  if (atomic_exchange(&s->park_until_ns, 0) != 0)
+    chime__pool_kick(s->srv->sampler, &s->job);
+}
 
 int chime__stream_resume_token(chime__stream_t *s) {
   if (getrandom(s->resume_token, sizeof(s->resume_token), 0) !=
@@ -65,6 +81,7 @@ int chime__stream_resume_old(chime_server_t *srv, const Chime__V1__Open *open) {
     chime__stream_credit(old, 0, open->resume_received + at,
                          n - at < slots ? n - at : slots);
   chime__stream_kill(old, "resumed by a new call of its learner");
+  chime__stream_unpark(old);
   chime__stream_unref(old);
   return 1;
 }

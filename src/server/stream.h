@@ -73,6 +73,12 @@ struct chime__stream_s {
   /* stream mode: what a resuming Open presents with this stream's id
    * (resume.c); set at open, never changed */
   uint8_t resume_token[CHIME__RESUME_TOKEN_BYTES];
+  /* Its learner resumes a lost connection (Open.resumable): a call that
+   * ends without the learner closing it parks the stream (resume.c)
+   * until park_until_ns (CLOCK_MONOTONIC; 0: not parked), still listed,
+   * its held batches kept for a resuming Open to name. */
+  int resumable;
+  _Atomic uint64_t park_until_ns;
   /* chime__stream_end's call (held), ended with OK once the stream has
    * retired (its items given back); retired: that happened (mu) */
   chime__call_t *end_call;
@@ -145,5 +151,14 @@ int chime__stream_resume_token(chime__stream_t *s);
  * ends (the rest of what it held goes back to the table) and 1 is
  * returned; else 0 (nothing to resume: it had ended). */
 int chime__stream_resume_old(chime_server_t *srv, const Chime__V1__Open *open);
+/* The stream's call ended without its learner closing it (the connection
+ * lost, or the learner killed): a resumable stream that holds batches is
+ * parked for CHIME__RESUME_GRACE_MS before it retires; then it closes. */
+void chime__stream_lost(chime__stream_t *s);
+/* A parked stream retires now (resumed, or the server stops). */
+void chime__stream_unpark(chime__stream_t *s);
+/* How long a lost resumable stream waits for its learner's resuming Open:
+ * its learner reconnects within about this of the link coming back. */
+#define CHIME__RESUME_GRACE_MS 5000
 
 #endif

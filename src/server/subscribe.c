@@ -12,6 +12,7 @@
 typedef struct {
   chime__stream_t *s;
   int stopped; /* the notice and status are queued */
+  int closing; /* the learner's last Credit said it closes (mu) */
 } sub_t;
 
 static chime__stream_t *sub_stream(chime__call_t *c) {
@@ -99,9 +100,19 @@ static const chime__stream_mode_ops_t *mode_of(const Chime__V1__Open *open) {
 static void sub_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
   char err[CHIME__ERRLEN];
   if (bb == NULL) {
-    /* The client closed its side: it releases nothing more. */
+    /* The client closed its side: it releases nothing more. Or the call
+     * is over (connection lost): a resumable stream waits (resume.c). */
     chime__stream_t *s = sub_stream(c);
-    if (s != NULL)
+    pthread_mutex_lock(&c->mu);
+    const sub_t *st = c->state;
+    /* gRPC may end a lost call's receive as a half-close: a resumable
+     * learner says when it closes (Credit.closing). */
+    int lost = c->recv_failed ||
+               (s != NULL && s->resumable && st != NULL && !st->closing);
+    pthread_mutex_unlock(&c->mu);
+    if (s != NULL && lost)
+      chime__stream_lost(s);
+    else if (s != NULL)
       chime__stream_end(s, c);
     return;
   }
@@ -148,6 +159,11 @@ static void sub_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
     if (atomic_load(&c->srv->stopping))
       c->vt->on_stop(c);
   } else if (req->kind_case == CHIME__V1__SUBSCRIBE_REQUEST__KIND_CREDIT) {
+    if (req->credit != NULL && req->credit->closing) {
+      pthread_mutex_lock(&c->mu);
+      ((sub_t *)c->state)->closing = 1;
+      pthread_mutex_unlock(&c->mu);
+    }
     if (req->credit != NULL)
       chime__stream_credit(s, req->credit->batches, req->credit->released,
                            req->credit->n_released);
@@ -169,7 +185,7 @@ out:
 static void sub_on_close(chime__call_t *c) {
   chime__stream_t *s = sub_stream(c);
   if (s != NULL)
-    chime__stream_close(s);
+    chime__stream_lost(s); /* a learner that closed ended it already */
 }
 
 static void sub_on_stop(chime__call_t *c) {

@@ -816,7 +816,7 @@ static void emit_case(const opts_t *o, const results_t *res, int c, int size) {
     emit_stat(o, "server_busy", res->srv_busy[c][size], 3);
   }
   if (c == C_STREAM) { /* its window, sized to the link (docs/remote.md) */
-    emit_stat(o, "rtt_ms", res->rtt_ms[size], 3);
+    emit_stat(o, "stream_rtt_ms", res->rtt_ms[size], 3);
     emit_stat(o, "window_mib", res->window_mib[size], 2);
   }
   if (o->json) {

@@ -35,7 +35,7 @@ def writer(addr, start, count):
 def learner(addr, stopfile):
     ids, timeouts, errors = [], 0, []
     idle = 0
-    last = gap = gap_end = None  # the longest wait between two batches
+    last, gap_ends = None, []  # when a batch came after 1 s without
     with chime.Client(addr, timeout=60.0) as c:
         s = c.stream("q", batch_size=8, mode="stream", open_timeout=60.0)
         print("open", flush=True)
@@ -44,8 +44,8 @@ def learner(addr, stopfile):
                 with s.next(timeout=0.5) as b:
                     ids.extend(int(x) for x in b["id"])
                 now = time.time()
-                if last is not None and (gap is None or now - last > gap):
-                    gap, gap_end = now - last, now
+                if last is not None and now - last > 1.0:
+                    gap_ends.append(now)
                 last = now
                 idle = 0
             except chime.TimeoutError:
@@ -59,7 +59,7 @@ def learner(addr, stopfile):
         st = s.stats()
         s.close()
     print(json.dumps({"ids": ids, "timeouts": timeouts, "errors": errors,
-                      "gap_end": gap_end, "resumes": st["resumes"],
+                      "gap_ends": gap_ends, "resumes": st["resumes"],
                       "resumes_late": st["resumes_late"]}), flush=True)
 
 

@@ -627,7 +627,7 @@ static PyObject *client_shards(PyObject *o, PyObject *unused) {
 
 /* The signatures' defaults are the C library's (CHIME_*_OPTS_INIT), written
  * into the docstrings at import. */
-static char client_doc[512], writer_doc[128], stream_doc[1024];
+static char client_doc[512], writer_doc[160], stream_doc[1024];
 
 /* Seconds as Python writes a float: 5.0, 2.5. */
 static const char *secs(char *buf, size_t len, int ms) {
@@ -650,8 +650,10 @@ void chimepy_client_docs_init(void) {
            "call). timeout bounds unary calls.",
            secs(a, sizeof(a), co.timeout_ms));
   snprintf(writer_doc, sizeof(writer_doc),
-           "writer(table, max_inflight=%u, timeout=%s) -> Writer",
-           (unsigned)wo.max_inflight, secs(a, sizeof(a), wo.timeout_ms));
+           "writer(table, max_inflight=%u, timeout=%s, "
+           "reconnect_timeout=%s) -> Writer",
+           (unsigned)wo.max_inflight, secs(a, sizeof(a), wo.timeout_ms),
+           secs(b, sizeof(b), wo.reconnect_timeout_ms));
   snprintf(
       stream_doc, sizeof(stream_doc),
       "stream(table, batch_size=%u, mode='%s', slots=%u, prefetch=%u, "

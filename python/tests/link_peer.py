@@ -19,7 +19,8 @@ PAD = np.zeros(1024, np.uint8)
 
 def writer(addr, start, count):
     with chime.Client(addr, timeout=60.0) as c:
-        w = c.writer("q", timeout=60.0)
+        # a 10 s outage may outlast a writer's default 10 s to reconnect
+        w = c.writer("q", timeout=60.0, reconnect_timeout=30.0)
         for i in range(start, start + count, 100):
             w.extend({"id": np.arange(i, min(i + 100, start + count),
                                       dtype=np.uint64),

@@ -90,9 +90,11 @@ static int attempts(chime_stream_t *s, char *err, size_t errlen) {
     if (rc == 0)
       return 0;
     /* No server answered in time (the link still down, or the server
-     * restarting): again. Any other answer is the server's own. */
+     * restarting), or its budget is still the old stream's (that Open
+     * ended it: its ring goes back in a moment): again. Any other answer
+     * is the server's own. */
     if (rc != CHIME_ETIMEDOUT && rc != CHIME_EUNAVAILABLE &&
-        rc != CHIME_EDISCONNECTED)
+        rc != CHIME_EDISCONNECTED && rc != CHIME_ERESOURCE)
       return rc;
     int64_t spent = chime__now_ms() - t0;
     pthread_mutex_lock(&s->lock);

@@ -132,6 +132,11 @@ static void sub_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
                          "the first SubscribeRequest must be 'open'");
       goto out;
     }
+    /* A resuming Open ends the stream it names first (resume.c): what
+     * that one held and its learner never received goes back, and its
+     * ring's budget with it, which the new ring may need. */
+    int resumed = req->open->mode == CHIME__V1__MODE__MODE_STREAM &&
+                  chime__stream_resume_old(c->srv, req->open);
     rc = chime__stream_open(&s, c->srv, c, req->open, mode_of(req->open), err,
                             sizeof(err));
     if (rc != 0) {
@@ -145,11 +150,8 @@ static void sub_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
     /* The learner's version at open counts before its first batch. */
     if (req->open->version != 0)
       (void)chime__table_set_version(s->table, req->open->version, NULL);
-    /* A resumed stream's old one ends first: what it held that the
-     * learner never received goes back before this one samples. */
-    int resumed = 0;
-    if (s->mode == CHIME_MODE_STREAM && chime__stream_resume_token(s) == 0)
-      resumed = chime__stream_resume_old(c->srv, req->open);
+    if (s->mode == CHIME_MODE_STREAM)
+      (void)chime__stream_resume_token(s); /* none: not resumable then */
     send_opened(c, s, resumed);
     if (gone || chime__stream_start(s, c) != 0) {
       chime__call_finish(c, CHIME_ESYS, "cannot start the stream");

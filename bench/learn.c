@@ -127,6 +127,12 @@ int chime__bench_learn(const chime__bench_learn_opts_t *o,
   res->t1 = chime__bench_now_s();
   if (o->at_end != NULL)
     o->at_end(o->arg);
+  chime_stream_local_stats_t st;
+  if (chime_stream_get_stats(s, &st) == 0) {
+    res->slots = st.slots;
+    res->rtt_ns = st.rtt_ns;
+    res->window_bytes = st.window_bytes;
+  }
 out:
   chime_stream_close(s);
   chime_client_destroy(c);

@@ -60,6 +60,10 @@ typedef struct {
 typedef struct {
   uint64_t bytes, batches; /* in the timed window */
   double t0, t1;           /* chime__bench_now_s() at its ends */
+  /* The stream's ring as opened and, in stream mode, the round trip it
+   * measured and the bytes it keeps in flight (docs/remote.md). */
+  uint32_t slots;
+  uint64_t rtt_ns, window_bytes;
 } chime__bench_learn_result_t;
 
 /* The environment variable whose value, when set, is the learner's

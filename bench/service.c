@@ -103,6 +103,9 @@ typedef struct {
   uint64_t warmup; /* batches read before the window opens */
   double t0, t1, cpu0, cpu1;
   double srv0, srv1; /* the server process's part of cpu0, cpu1 */
+  /* chime_stream: the round trip its stream measured (ms) and the bytes
+   * it keeps in flight (MiB; docs/remote.md) */
+  double rtt_ms, window_mib;
 } window_t;
 
 static void case_cpu(pid_t server, double *all, double *srv) {
@@ -706,6 +709,8 @@ static int chime_run(const char *addr, chime_mode_t mode, uint32_t batch_size,
   int rc = chime__bench_learn(&lo, &lr, why, whylen);
   if (rc == 0)
     *gbps = (double)lr.bytes / (lr.t1 - lr.t0) / 1e9;
+  w->rtt_ms = (double)lr.rtt_ns / 1e6;
+  w->window_mib = (double)lr.window_bytes / (1 << 20);
   return rc;
 }
 
@@ -743,6 +748,8 @@ typedef struct {
   double cpu[NCASES][MAX_SIZES][MAX_RUNS];      /* CPU seconds per GB */
   double srv_cpu[NCASES][MAX_SIZES][MAX_RUNS];  /* the server's part */
   double srv_busy[NCASES][MAX_SIZES][MAX_RUNS]; /* server CPU / wall */
+  double rtt_ms[MAX_SIZES][MAX_RUNS];           /* chime_stream's window */
+  double window_mib[MAX_SIZES][MAX_RUNS];
   chime__bench_fanout_result_t fan[MAX_SIZES][MAX_RUNS];
 } results_t;
 
@@ -807,6 +814,10 @@ static void emit_case(const opts_t *o, const results_t *res, int c, int size) {
   if (c >= C_PLAIN) {
     emit_stat(o, "server_cpu_s_per_gb", res->srv_cpu[c][size], 3);
     emit_stat(o, "server_busy", res->srv_busy[c][size], 3);
+  }
+  if (c == C_STREAM) { /* its window, sized to the link (docs/remote.md) */
+    emit_stat(o, "stream_rtt_ms", res->rtt_ms[size], 3);
+    emit_stat(o, "window_mib", res->window_mib[size], 2);
   }
   if (o->json) {
     if (c == C_MEMCPY || c >= C_SHM)
@@ -1047,6 +1058,10 @@ static int round_once(const opts_t *o, int r, plain_t *plain, pid_t chimed_pid,
       res->srv_cpu[c][i][r] = (w.srv1 - w.srv0) / ((double)(bb * n) / 1e9);
       res->srv_busy[c][i][r] =
           w.t1 > w.t0 ? (w.srv1 - w.srv0) / (w.t1 - w.t0) : 0;
+      if (c == C_STREAM) {
+        res->rtt_ms[i][r] = w.rtt_ms;
+        res->window_mib[i][r] = w.window_mib;
+      }
       if (rc != 0 && why[0] == '\0')
         snprintf(why, sizeof(why), "%s: %s", case_name[c], chime_strerror(rc));
     }

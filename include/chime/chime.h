@@ -556,12 +556,28 @@ typedef struct {
    * decoder of the learner's own. NULL: every leaf decompressed. Copied
    * at open. A leaf the table does not compress is CHIME_EINVAL. */
   const char *keep_compressed;
+  /* Stream mode (docs/remote.md): the most bytes of batches the stream
+   * keeps in flight. Before Open the client times a GetInfo and grows the
+   * ring past `slots` until (slots - 1) x batch bytes cover twice what 10
+   * Gb/s moves in that round trip, at most this; a server whose budget
+   * refuses that ring gets a smaller one, never fewer than `slots`. Only
+   * with prefetch 0 (else prefetch says what is in flight). 0: 64 MiB; at
+   * most slots x batch bytes: `slots` as given. */
+  uint64_t max_inflight_bytes;
+  /* Stream mode (docs/remote.md, "A link that drops"): a stream whose
+   * connection is lost (not ended by the server) opens its Subscribe
+   * again, for at most this long, and goes on where it was: next()
+   * returns CHIME_ETIMEDOUT meanwhile, CHIME_EDISCONNECTED once it gives
+   * up. 0: the default, 10000; negative: never, the stream ends at once
+   * with CHIME_EDISCONNECTED (as before 0.4). */
+  int reconnect_timeout_ms;
 } chime_stream_opts_t;
+#define CHIME_MAX_INFLIGHT_BYTES (64ull << 20)
 #define CHIME_STREAM_OPTS_INIT                                                 \
   {                                                                            \
     .batch_size = 256, .slots = 8, .mode = CHIME_MODE_AUTO, .prefetch = 0,     \
     .open_timeout_ms = 10000, .pin_host_memory = 0, .device = -1,              \
-    .device_prefetch = 0                                                       \
+    .device_prefetch = 0, .reconnect_timeout_ms = 10000                        \
   }
 #define CHIME_DEVICE_PREFETCH 2
 
@@ -741,6 +757,21 @@ typedef struct {
    * that hangs"), and how many times one was set aside. 0 otherwise. */
   uint32_t shards_aside;
   uint64_t shard_asides;
+  /* The ring's slots (grown past the asked ones in stream mode: see
+   * max_inflight_bytes); stream mode: the round trip the client measured
+   * before Open (ns, 0 when not measured), the bytes of batches it lends
+   * the server at once ((slots - 1) x batch bytes, or prefetch's), and the
+   * times the stream re-opened its call after a lost connection
+   * (docs/remote.md, "A link that drops"), of which late: the server had
+   * already ended the old stream, so batches received from it and not
+   * yet named in a Credit that arrived may come again. A sharded stream:
+   * the most of its shards' slots, rtt and window (its shards re-open,
+   * never resume). */
+  uint32_t slots;
+  uint64_t rtt_ns;
+  uint64_t window_bytes;
+  uint64_t resumes;
+  uint64_t resumes_late;
 } chime_stream_local_stats_t;
 
 /* Fills *out; call from the thread that calls next. */

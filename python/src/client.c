@@ -628,7 +628,7 @@ static PyObject *client_shards(PyObject *o, PyObject *unused) {
 
 /* The signatures' defaults are the C library's (CHIME_*_OPTS_INIT), written
  * into the docstrings at import. */
-static char client_doc[512], writer_doc[512], stream_doc[768];
+static char client_doc[512], writer_doc[640], stream_doc[1024];
 
 /* Seconds as Python writes a float: 5.0, 2.5. */
 static const char *secs(char *buf, size_t len, int ms) {
@@ -652,25 +652,32 @@ void chimepy_client_docs_init(void) {
            secs(a, sizeof(a), co.timeout_ms));
   snprintf(writer_doc, sizeof(writer_doc),
            "writer(table, max_inflight=%u, timeout=%s, version=0, "
-           "compress=True, *, warm_start=False, max_batch_samples=%u) -> "
-           "Writer. compress: the writer compresses the table's compressed "
-           "leaves; warm_start: its samples pass the table's rate limiter (an "
-           "import, docs/datasets.md); max_batch_samples: samples per "
-           "message (at most 1 MiB of them)",
+           "compress=True, *, warm_start=False, max_batch_samples=%u, "
+           "reconnect_timeout=%s) -> Writer. compress: the writer compresses "
+           "the table's compressed leaves; warm_start: its samples pass the "
+           "table's rate limiter (an import, docs/datasets.md); "
+           "max_batch_samples: samples per message (at most 1 MiB of them); "
+           "reconnect_timeout: seconds a lost connection may stay lost",
            (unsigned)wo.max_inflight, secs(a, sizeof(a), wo.timeout_ms),
-           (unsigned)wo.max_batch_samples);
+           (unsigned)wo.max_batch_samples,
+           secs(b, sizeof(b), wo.reconnect_timeout_ms));
   snprintf(
       stream_doc, sizeof(stream_doc),
       "stream(table, batch_size=%u, mode='%s', slots=%u, prefetch=%u, "
       "open_timeout=%s, pin_host_memory=%s, timeout=None, "
-      "device=None, version=0, ready_bytes=0, keep_compressed=None) -> "
+      "device=None, version=0, ready_bytes=0, keep_compressed=None, "
+      "max_inflight_bytes=0, reconnect_timeout=10.0) -> "
       "Stream. keep_compressed (a leaf name or a list): compressed leaves "
       "taken as stored, a ragged u8 leaf (offsets and each sample's zstd "
       "frame, or its raw bytes when as long as the leaf). device "
       "('cuda:0', an ordinal): batches are copied to that GPU ahead of "
       "the learner, and prefetch is how many (0: %u); leaves export "
       "DLPack as CUDA. ready_bytes (shm): the server samples at most "
-      "max(2, ready_bytes / batch bytes) batches ahead (0: no limit).",
+      "max(2, ready_bytes / batch bytes) batches ahead (0: no limit). "
+      "max_inflight_bytes (stream mode): the most bytes of batches kept in "
+      "flight, the ring grown past slots to cover the measured round trip "
+      "(0: 64 MiB; docs/remote.md). reconnect_timeout (stream mode): a lost "
+      "connection is resumed for this long (< 0: never).",
       (unsigned)so.batch_size, chime_mode_name(so.mode), (unsigned)so.slots,
       (unsigned)so.prefetch, secs(b, sizeof(b), so.open_timeout_ms),
       so.pin_host_memory ? "True" : "False", (unsigned)CHIME_DEVICE_PREFETCH);

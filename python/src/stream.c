@@ -109,22 +109,36 @@ static int keep_text(PyObject *o, char *buf, size_t len) {
 
 static int stream_init(PyObject *o, PyObject *args, PyObject *kw) {
   chimepy_stream_t *self = (chimepy_stream_t *)o;
-  static char *kwlist[] = {
-      "client",   "table",        "batch_size",      "mode",    "slots",
-      "prefetch", "open_timeout", "pin_host_memory", "timeout", "device",
-      "version",  "ready_bytes",  "keep_compressed", NULL};
+  static char *kwlist[] = {"client",
+                           "table",
+                           "batch_size",
+                           "mode",
+                           "slots",
+                           "prefetch",
+                           "open_timeout",
+                           "pin_host_memory",
+                           "timeout",
+                           "device",
+                           "version",
+                           "ready_bytes",
+                           "keep_compressed",
+                           "max_inflight_bytes",
+                           "reconnect_timeout",
+                           NULL};
   PyObject *client, *iter_timeout = Py_None, *device = Py_None;
   const chime_stream_opts_t def = CHIME_STREAM_OPTS_INIT;
   const char *table, *mode = chime_mode_name(def.mode);
   double open_timeout = def.open_timeout_ms / 1000.0;
   int pin = def.pin_host_memory;
   PyObject *batch_o = NULL, *slots_o = NULL, *prefetch_o = NULL,
-           *version_o = NULL, *ready_o = NULL, *keep_o = NULL;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O!s|OsOOdpOOOOO:Stream", kwlist,
-                                   &chimepy_client_type, &client, &table,
-                                   &batch_o, &mode, &slots_o, &prefetch_o,
-                                   &open_timeout, &pin, &iter_timeout, &device,
-                                   &version_o, &ready_o, &keep_o))
+           *version_o = NULL, *ready_o = NULL, *keep_o = NULL,
+           *inflight_o = NULL;
+  double reconnect = 0; /* 0: the default */
+  if (!PyArg_ParseTupleAndKeywords(
+          args, kw, "O!s|OsOOdpOOOOOOd:Stream", kwlist, &chimepy_client_type,
+          &client, &table, &batch_o, &mode, &slots_o, &prefetch_o,
+          &open_timeout, &pin, &iter_timeout, &device, &version_o, &ready_o,
+          &keep_o, &inflight_o, &reconnect))
     return -1;
   char keep[CHIME_MAX_LEAVES * CHIME_MAX_NAME];
   if (keep_text(keep_o, keep, sizeof(keep)))
@@ -132,7 +146,7 @@ static int stream_init(PyObject *o, PyObject *args, PyObject *kw) {
   /* Counts past 32 bits and negative ones are refused here; the library
    * checks the rest of their ranges. */
   uint64_t batch_size = def.batch_size, slots = def.slots,
-           prefetch = def.prefetch, version = 0, ready_bytes = 0;
+           prefetch = def.prefetch, version = 0, ready_bytes = 0, inflight = 0;
   if ((batch_o &&
        chimepy_uint_arg(batch_o, "batch_size", 0, UINT32_MAX, &batch_size)) ||
       (slots_o && chimepy_uint_arg(slots_o, "slots", 0, UINT32_MAX, &slots)) ||
@@ -141,7 +155,9 @@ static int stream_init(PyObject *o, PyObject *args, PyObject *kw) {
       (version_o &&
        chimepy_uint_arg(version_o, "version", 0, UINT64_MAX, &version)) ||
       (ready_o &&
-       chimepy_uint_arg(ready_o, "ready_bytes", 0, UINT64_MAX, &ready_bytes)))
+       chimepy_uint_arg(ready_o, "ready_bytes", 0, UINT64_MAX, &ready_bytes)) ||
+      (inflight_o && chimepy_uint_arg(inflight_o, "max_inflight_bytes", 0,
+                                      UINT64_MAX, &inflight)))
     return -1;
   if (self->client) {
     PyErr_SetString(PyExc_RuntimeError, "Stream already initialised");
@@ -180,6 +196,16 @@ static int stream_init(PyObject *o, PyObject *args, PyObject *kw) {
   opts.version = version;
   opts.ready_bytes = ready_bytes;
   opts.keep_compressed = keep[0] ? keep : NULL;
+  opts.max_inflight_bytes = inflight;
+  if (!(reconnect > -2e6 && reconnect < 2e6)) {
+    chimepy_raise(CHIME_EINVAL, "reconnect_timeout must be seconds (< 0: "
+                                "never)");
+    return -1;
+  }
+  /* Negative: never; 0: the default; a positive sliver still 1 ms. */
+  opts.reconnect_timeout_ms =
+      reconnect < 0 ? -1
+                    : (int)(reconnect * 1000 + (reconnect > 0 ? 0.999 : 0));
   /* At most slots - 1 batches are leased, so a queue of `slots` entries
    * always has room for the slots given back during one next(). */
   self->cap = slots ? slots : def.slots; /* 0: the default */
@@ -202,6 +228,19 @@ static int stream_init(PyObject *o, PyObject *args, PyObject *kw) {
     return -1;
   }
   self->client = c;
+  /* A stream-mode ring may have grown past the slots asked (the window,
+   * docs/remote.md): the learner may hold all it lends. */
+  chime_stream_local_stats_t st;
+  if (chime_stream_get_stats(self->s, &st) == 0 && st.slots > self->cap) {
+    chime_batch_t *more = realloc(self->pending, st.slots * sizeof(*more));
+    if (!more) {
+      PyErr_NoMemory();
+      chimepy_stream_shut(self);
+      return -1;
+    }
+    self->pending = more;
+    self->cap = st.slots;
+  }
   self->mode = chime_stream_mode(self->s);
   self->sharded = chime_client_nshards(c->c) > 0;
   const char *why = chime_stream_fallback_reason(self->s);
@@ -458,7 +497,8 @@ static PyObject *stream_stats(PyObject *o, PyObject *unused) {
   if (rc)
     return chimepy_raise(rc, chime_last_error());
   return Py_BuildValue(
-      "{s:s,s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:K,s:K,s:K,s:K,s:I,s:K,s:I,s:K}",
+      "{s:s,s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:K,s:K,s:K,s:K,s:I,s:K,s:I,s:K,s:I,"
+      "s:K,s:K,s:K,s:K}",
       "mode", chime_mode_name(st.mode), "stream_id",
       (unsigned long long)st.stream_id, "batches",
       (unsigned long long)st.batches, "bytes", (unsigned long long)st.bytes,
@@ -472,7 +512,11 @@ static PyObject *stream_stats(PyObject *o, PyObject *unused) {
       (unsigned)st.device_max_slots_held, "dropped_stale",
       (unsigned long long)st.dropped_stale, "shards_aside",
       (unsigned)st.shards_aside, "shard_asides",
-      (unsigned long long)st.shard_asides);
+      (unsigned long long)st.shard_asides, "slots", (unsigned)st.slots,
+      "rtt_ns", (unsigned long long)st.rtt_ns, "window_bytes",
+      (unsigned long long)st.window_bytes, "resumes",
+      (unsigned long long)st.resumes, "resumes_late",
+      (unsigned long long)st.resumes_late);
 }
 
 static PyObject *stream_enter(PyObject *o, PyObject *unused) {

@@ -147,20 +147,28 @@ static int in_slices(writer_t *self, slice_fn call, void *arg,
 
 static int writer_init(PyObject *o, PyObject *args, PyObject *kw) {
   writer_t *self = (writer_t *)o;
-  static char *kwlist[] = {
-      "client",   "table",      "max_inflight",      "timeout", "version",
-      "compress", "warm_start", "max_batch_samples", NULL};
+  static char *kwlist[] = {"client",
+                           "table",
+                           "max_inflight",
+                           "timeout",
+                           "version",
+                           "compress",
+                           "warm_start",
+                           "max_batch_samples",
+                           "reconnect_timeout",
+                           NULL};
   PyObject *client;
   const char *table;
   chime_writer_opts_t opts = CHIME_WRITER_OPTS_INIT;
   double timeout = opts.timeout_ms / 1000.0;
+  double reconnect = opts.reconnect_timeout_ms / 1000.0;
   PyObject *inflight_o = NULL, *version_o = NULL;
   int compress = opts.compress, warm = 0;
   PyObject *batch_o = NULL;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O!s|OdOp$pO:Writer", kwlist,
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O!s|OdOp$pOd:Writer", kwlist,
                                    &chimepy_client_type, &client, &table,
                                    &inflight_o, &timeout, &version_o, &compress,
-                                   &warm, &batch_o))
+                                   &warm, &batch_o, &reconnect))
     return -1;
   opts.compress = compress;
   opts.warm_start = warm;
@@ -183,10 +191,13 @@ static int writer_init(PyObject *o, PyObject *args, PyObject *kw) {
   chimepy_client_t *c = (chimepy_client_t *)client;
   if (chimepy_client_check(c))
     return -1;
-  if (!(timeout > 0 && timeout < 2e6)) {
-    chimepy_raise(CHIME_EINVAL, "timeout must be positive seconds");
+  if (!(timeout > 0 && timeout < 2e6) || !(reconnect > 0 && reconnect < 2e6)) {
+    chimepy_raise(CHIME_EINVAL,
+                  "timeout and reconnect_timeout must be positive seconds");
     return -1;
   }
+  /* How long a lost connection may stay lost (docs/remote.md). */
+  opts.reconnect_timeout_ms = (int)(reconnect * 1000 + 0.999);
   snprintf(self->table, sizeof(self->table), "%s", table);
   self->timeout_ms = (int)(timeout * 1000);
   opts.max_inflight = max_inflight;

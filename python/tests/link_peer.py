@@ -19,7 +19,8 @@ PAD = np.zeros(1024, np.uint8)
 
 def writer(addr, start, count):
     with chime.Client(addr, timeout=60.0) as c:
-        w = c.writer("q", timeout=60.0)
+        # a 10 s outage may outlast a writer's default 10 s to reconnect
+        w = c.writer("q", timeout=60.0, reconnect_timeout=30.0)
         for i in range(start, start + count, 100):
             w.extend({"id": np.arange(i, min(i + 100, start + count),
                                       dtype=np.uint64),
@@ -35,6 +36,7 @@ def writer(addr, start, count):
 def learner(addr, stopfile):
     ids, timeouts, errors = [], 0, []
     idle = 0
+    last, gap_ends = None, []  # when a batch came after 1 s without
     with chime.Client(addr, timeout=60.0) as c:
         s = c.stream("q", batch_size=8, mode="stream", open_timeout=60.0)
         print("open", flush=True)
@@ -42,6 +44,10 @@ def learner(addr, stopfile):
             try:
                 with s.next(timeout=0.5) as b:
                     ids.extend(int(x) for x in b["id"])
+                now = time.time()
+                if last is not None and now - last > 1.0:
+                    gap_ends.append(now)
+                last = now
                 idle = 0
             except chime.TimeoutError:
                 timeouts += 1
@@ -51,9 +57,11 @@ def learner(addr, stopfile):
             except chime.Error as e:
                 errors.append(f"{type(e).__name__}: {e}")
                 break
+        st = s.stats()
         s.close()
-    print(json.dumps({"ids": ids, "timeouts": timeouts, "errors": errors}),
-          flush=True)
+    print(json.dumps({"ids": ids, "timeouts": timeouts, "errors": errors,
+                      "gap_ends": gap_ends, "resumes": st["resumes"],
+                      "resumes_late": st["resumes_late"]}), flush=True)
 
 
 if __name__ == "__main__":

@@ -24,13 +24,17 @@ static int wait_op(chime_stream_t *s, chime__rpc_op_t op,
   return 0;
 }
 
-/* Sends Open and waits for Opened. *resp is freed by the caller. */
+/* Sends Open and waits for Opened, at most wait_ms; flags: the call's
+ * (a resuming one waits for the channel to connect). *resp is freed by
+ * the caller. */
 static int subscribe(chime_stream_t *s, const chime__transport_t *tp,
+                     int wait_ms, unsigned flags,
                      Chime__V1__SubscribeResponse **resp, char *err,
                      size_t errlen) {
   const chime_stream_opts_t *o = &s->opts;
   char boot_id[CHIME__BOOT_ID_LEN], host[CHIME__HOSTNAME_LEN];
   *resp = NULL;
+  chime__rpc_destroy(&s->rpc); /* a lost call's (resume), else nothing */
   chime__host_identity(boot_id, sizeof(boot_id), host, sizeof(host));
   if (chime__rpc_init(&s->rpc))
     return chime__fail(err, errlen, CHIME_ENOMEM, "out of memory");
@@ -56,15 +60,14 @@ static int subscribe(chime_stream_t *s, const chime__transport_t *tp,
   if (!bb)
     return chime__fail(err, errlen, CHIME_ENOMEM, "out of memory");
   if (chime__rpc_start(&s->rpc, s->client, CHIME__M_SUBSCRIBE,
-                       gpr_inf_future(GPR_CLOCK_REALTIME), 0, bb) ||
+                       gpr_inf_future(GPR_CLOCK_REALTIME), flags, bb) ||
       chime__rpc_recv(&s->rpc))
     return chime__fail(err, errlen, CHIME_EPROTO, "cannot start call");
 
-  gpr_timespec deadline = chime__deadline_ms(o->open_timeout_ms);
+  gpr_timespec deadline = chime__deadline_ms(wait_ms);
   if (wait_op(s, CHIME__RPC_RECV, deadline))
     return chime__fail(err, errlen, CHIME_ETIMEDOUT,
-                       "no answer to Subscribe within %d ms",
-                       o->open_timeout_ms);
+                       "no answer to Subscribe within %d ms", wait_ms);
   if (!s->rpc.recv_bb) {
     /* Refused: the status carries the reason. */
     if (wait_op(s, CHIME__RPC_STATUS, deadline))
@@ -137,7 +140,7 @@ static int open_with(chime_stream_t *s, const chime__transport_t *tp,
   Chime__V1__SubscribeResponse *resp = NULL;
   *attach_failed = 0;
   s->mode = tp->mode;
-  int rc = subscribe(s, tp, &resp, err, errlen);
+  int rc = subscribe(s, tp, s->opts.open_timeout_ms, 0, &resp, err, errlen);
   if (rc)
     goto cleanup;
   const Chime__V1__Opened *op = resp->opened;
@@ -164,6 +167,42 @@ cleanup:
   return rc;
 }
 
+int chime__stream_reopen(chime_stream_t *s, int wait_ms, char *err,
+                         size_t errlen) {
+  Chime__V1__SubscribeResponse *resp = NULL;
+  int rc = subscribe(s, s->tp, wait_ms, CHIME__RPC_WAIT_FOR_READY, &resp, err,
+                     errlen);
+  if (rc)
+    goto cleanup;
+  const Chime__V1__Opened *op = resp->opened;
+  const Chime__V1__Layout *l = op->layout;
+  /* The ring the learner reads stays: the table must still fill it so. */
+  if (l->slots != s->opts.slots || l->batch_size != s->opts.batch_size ||
+      l->send_bytes != s->send_bytes) {
+    rc = chime__fail(err, errlen, CHIME_EPROTO,
+                     "resuming: the server's ring is no longer the "
+                     "stream's (%" PRIu32 " slots of %" PRIu32
+                     " samples, %" PRIu64 " bytes sent per batch; the "
+                     "table changed?)",
+                     l->slots, l->batch_size, l->send_bytes);
+    goto cleanup;
+  }
+  s->tp->resumed(s, op);
+  pthread_mutex_lock(&s->lock);
+  s->stream_id = op->stream_id;
+  s->max_staleness = op->max_staleness;
+  pthread_mutex_unlock(&s->lock);
+  if (chime__rpc_recv(&s->rpc))
+    rc = chime__fail(err, errlen, CHIME_EPROTO, "cannot receive");
+
+cleanup:
+  if (resp)
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+  if (rc)
+    chime__rpc_destroy(&s->rpc);
+  return rc;
+}
+
 /* Why shm is impossible with the server of info, or NULL. */
 static const char *other_host(const chime_server_info_t *info) {
   char boot_id[CHIME__BOOT_ID_LEN], host[CHIME__HOSTNAME_LEN];
@@ -182,13 +221,30 @@ static void fall_back(chime_stream_t *s, const char *why) {
   s->has_fallback = 1;
 }
 
+/* Stream mode: the window sized to the link (window.c; ti and rtt_ns from
+ * the timed GetInfo, ti NULL when it failed: Open says why), and smaller
+ * while the server's budget refuses the ring. */
+static int open_remote(chime_stream_t *s, const chime_table_info_t *ti,
+                       uint64_t rtt_ns, char *err, size_t errlen) {
+  int attach_failed = 0, rc;
+  if (ti != NULL)
+    chime__window_size(s, ti, rtt_ns);
+  while ((rc = open_with(s, &chime__remote_transport, &attach_failed, err,
+                         errlen)) == CHIME_ERESOURCE &&
+         chime__window_shrink(s))
+    ;
+  return rc;
+}
+
 int chime__stream_attach(chime_stream_t *s, char *err, size_t errlen) {
   chime_mode_t want = s->opts.mode;
+  chime_table_info_t ti;
+  uint64_t rtt_ns = 0;
   int rc = 0;
+  s->asked_slots = s->opts.slots;
   if (want != CHIME_MODE_STREAM) {
     chime_server_info_t *info = NULL;
-    chime_table_info_t ti;
-    rc = chime__table_lookup(s->client, s->table, &ti, &info, err, errlen);
+    rc = chime__window_lookup(s, &ti, &info, &rtt_ns, err, errlen);
     if (rc)
       return rc;
     const char *differs = other_host(info);
@@ -211,8 +267,12 @@ int chime__stream_attach(chime_stream_t *s, char *err, size_t errlen) {
     char why[CHIME__ERRLEN];
     snprintf(why, sizeof(why), "shm attach failed: %.450s", err);
     fall_back(s, why);
+  } else if (s->opts.mode == CHIME_MODE_STREAM) {
+    char why[CHIME__ERRLEN];
+    if (chime__window_lookup(s, &ti, NULL, &rtt_ns, why, sizeof(why)) != 0)
+      return open_remote(s, NULL, 0, err, errlen);
   }
-  return open_with(s, &chime__remote_transport, &attach_failed, err, errlen);
+  return open_remote(s, &ti, rtt_ns, err, errlen);
 }
 
 /* --- the shm transport: the server's ring, mapped --- */

@@ -231,7 +231,25 @@ typedef struct {
   uint32_t credit_batch;
   uint64_t *released; /* server seqs of the credit_pending releases */
   int closing;        /* chime_stream_close(): send releases at once */
+  int bye_sent;       /* a Credit with closing went (resumable streams) */
+  /* Resuming after a lost connection (resume.c, remote.c): the old
+   * stream's token (Opened's); the seqs of the last 2 x slots releases, a
+   * circle (their Credits may have been lost with the connection); the
+   * seqs a resuming Open names (at most 3 x slots); releases that earn
+   * no credit (the new call lent one slot too many). Under the lock. */
+  uint8_t token[16];
+  size_t token_len;
+  uint64_t *recent;
+  uint32_t nrecent, recent_at;
+  uint64_t *resume_seqs;
+  uint32_t nresume, resume_prefetch;
+  uint32_t debt;
 } chime__remote_t;
+
+/* slot_seq for a local slot that holds no batch, or the batch of a call
+ * that was lost (whose seq means nothing to the new call's server). */
+#define CHIME__SEQ_FREE UINT64_MAX
+#define CHIME__SEQ_OLD (UINT64_MAX - 1)
 
 /* Copies one received message into the local ring. Returns 0 (publishing the
  * slot when the batch is complete), CHIME_ENOTFOUND when the message is not a

@@ -283,8 +283,12 @@ static uint64_t owed(const chime__remote_t *r) {
  * never left without. */
 static void send_credit_locked(chime_stream_t *s) {
   chime__remote_t *r = &s->remote;
+  /* Closing, a resumable stream says so in a last Credit (with or without
+   * releases): without it the server takes its end for a lost call. */
+  int resumable = s->opts.reconnect_timeout_ms > 0;
+  int bye = r->closing && resumable && !r->bye_sent;
   if (chime__rpc_pending(&s->rpc, CHIME__RPC_SEND) || s->ended ||
-      s->half_closed || r->credit_pending == 0)
+      s->half_closed || (r->credit_pending == 0 && !bye))
     return;
   if (r->credit_pending < r->credit_batch && owed(r) > 0 && !r->closing)
     return;
@@ -293,6 +297,7 @@ static void send_credit_locked(chime_stream_t *s) {
   credit.n_released =
       r->credit_pending < s->layout.slots ? r->credit_pending : s->layout.slots;
   credit.released = r->released;
+  credit.closing = r->closing && resumable;
   Chime__V1__SubscribeRequest req = CHIME__V1__SUBSCRIBE_REQUEST__INIT;
   req.kind_case = CHIME__V1__SUBSCRIBE_REQUEST__KIND_CREDIT;
   req.credit = &credit;
@@ -306,6 +311,7 @@ static void send_credit_locked(chime_stream_t *s) {
     return;
   }
   r->credit_pending = 0;
+  r->bye_sent |= credit.closing;
 }
 
 static void send_credit(chime_stream_t *s) {
@@ -315,16 +321,33 @@ static void send_credit(chime_stream_t *s) {
 }
 
 static void remote_fill_open(const chime_stream_t *s, Chime__V1__Open *open) {
+  const chime__remote_t *r = &s->remote;
   open->mode = CHIME__V1__MODE__MODE_STREAM;
   open->prefetch = s->prefetch;
   open->frames = 1; /* frames.c decompresses */
+  open->resumable = s->opts.reconnect_timeout_ms > 0;
+  if (atomic_load(&s->resuming) && r->token_len > 0) {
+    open->prefetch = r->resume_prefetch;
+    open->resume_stream = s->stream_id;
+    open->resume_token.data = (uint8_t *)r->token;
+    open->resume_token.len = r->token_len;
+    open->resume_received = r->resume_seqs;
+    open->n_resume_received = r->nresume;
+  }
+}
+
+/* The Opened's resume token, kept for a resuming Open. */
+static void keep_token(chime__remote_t *r, const Chime__V1__Opened *op) {
+  r->token_len =
+      op->resume_token.len == sizeof(r->token) ? sizeof(r->token) : 0;
+  if (r->token_len > 0)
+    memcpy(r->token, op->resume_token.data, r->token_len);
 }
 
 static int remote_setup(chime_stream_t *s, const Chime__V1__Opened *op,
                         int *attach_failed, char *err, size_t errlen) {
   chime__remote_t *r = &s->remote;
   uint32_t slots = s->opts.slots;
-  (void)op;
   *attach_failed = 0;
   int rc = chime__ring_create(&s->ring, &s->spec, s->opts.batch_size, slots);
   if (rc)
@@ -345,10 +368,15 @@ static int remote_setup(chime_stream_t *s, const Chime__V1__Opened *op,
   } else {
     chime__remote_set_spec(r, &s->spec);
   }
-  r->slot_seq = calloc(slots, sizeof(uint64_t));
+  r->slot_seq = malloc(slots * sizeof(uint64_t));
   r->released = calloc(slots, sizeof(uint64_t));
-  if (!r->slot_seq || !r->released)
+  r->recent = calloc(2 * (size_t)slots, sizeof(uint64_t));
+  r->resume_seqs = calloc(3 * (size_t)slots, sizeof(uint64_t));
+  if (!r->slot_seq || !r->released || !r->recent || !r->resume_seqs)
     return chime__fail(err, errlen, CHIME_ENOMEM, "out of memory");
+  for (uint32_t i = 0; i < slots; i++)
+    r->slot_seq[i] = CHIME__SEQ_FREE;
+  keep_token(r, op);
   uint32_t lent = chime__credits_initial(s->prefetch, slots);
   atomic_store(&r->granted, lent);
   r->credit_batch = lent / 2 > 1 ? lent / 2 : 1;
@@ -369,20 +397,90 @@ static void remote_on_shutdown(chime_stream_t *s) {
 
 static int remote_release(chime_stream_t *s, uint32_t slot) {
   chime__remote_t *r = &s->remote;
+  uint32_t slots = s->layout.slots;
+  if (slot >= slots)
+    return chime_ring_release(s->ring, slot); /* its error */
+  pthread_mutex_lock(&s->lock);
   /* The slot's server seq, read while the slot is still held (the receive
    * thread refills it only once released). */
-  uint64_t seq = slot < s->layout.slots ? r->slot_seq[slot] : 0;
+  uint64_t seq = r->slot_seq[slot];
+  r->slot_seq[slot] = CHIME__SEQ_FREE;
   int rc = chime_ring_release(s->ring, slot);
-  if (rc)
+  if (rc) {
+    r->slot_seq[slot] = seq;
+    pthread_mutex_unlock(&s->lock);
     return rc;
-  pthread_mutex_lock(&s->lock);
-  /* At most slots held, so at most slots releases wait to be sent. */
-  if (r->credit_pending < s->layout.slots)
-    r->released[r->credit_pending] = seq;
-  r->credit_pending++;
+  }
+  if (seq != CHIME__SEQ_OLD) { /* a resuming Open names it */
+    r->recent[r->recent_at] = seq;
+    r->recent_at = (r->recent_at + 1) % (2 * slots);
+    if (r->nrecent < 2 * slots)
+      r->nrecent++;
+  }
+  if (r->debt > 0) {
+    r->debt--;
+  } else {
+    /* At most slots held, so at most slots releases wait to be sent. */
+    if (r->credit_pending < slots)
+      r->released[r->credit_pending] = seq;
+    r->credit_pending++;
+  }
   send_credit_locked(s);
   pthread_mutex_unlock(&s->lock);
   return 0;
+}
+
+/* The call was lost (resume.c; the caller drives the call, so no chunk
+ * arrives): the half-filled batch goes, the batches the old call's server
+ * may still hold that the learner received are named for the resuming
+ * Open (the ones in the local ring, now OLD: their seqs mean nothing to
+ * the new call, and the last releases, whose Credits may be lost), and
+ * the new call lends what the ring has free. */
+static void remote_resume_prepare(chime_stream_t *s) {
+  chime__remote_t *r = &s->remote;
+  uint32_t slots = s->layout.slots, held = 0, n = 0;
+  chime__remote_abandon(r);
+  pthread_mutex_lock(&s->lock);
+  for (uint32_t i = 0; i < slots; i++) {
+    uint64_t seq = r->slot_seq[i];
+    if (seq == CHIME__SEQ_FREE)
+      continue;
+    held++;
+    if (seq != CHIME__SEQ_OLD) {
+      r->resume_seqs[n++] = seq;
+      r->slot_seq[i] = CHIME__SEQ_OLD;
+    }
+  }
+  for (uint32_t k = 0; k < r->nrecent; k++)
+    r->resume_seqs[n++] = r->recent[k];
+  r->nresume = n;
+  r->resume_prefetch = held + 1 < slots ? slots - 1 - held : 1;
+  pthread_mutex_unlock(&s->lock);
+}
+
+/* The new call answered: its credits start from what the Open lent
+ * (resume_prefetch), squared with what the learner released since: the
+ * rest of the free slots go as credits naming no batch of the new call,
+ * or, had the Open lent more than is free, the next releases earn none. */
+static void remote_resumed(chime_stream_t *s, const Chime__V1__Opened *op) {
+  chime__remote_t *r = &s->remote;
+  uint32_t slots = s->layout.slots, held = 0;
+  pthread_mutex_lock(&s->lock);
+  for (uint32_t i = 0; i < slots; i++)
+    held += r->slot_seq[i] != CHIME__SEQ_FREE;
+  uint32_t avail = held < slots ? slots - 1 - held : 0;
+  uint32_t lent = r->resume_prefetch;
+  r->credit_pending = avail > lent ? avail - lent : 0;
+  for (uint32_t i = 0; i < r->credit_pending && i < slots; i++)
+    r->released[i] = CHIME__SEQ_OLD;
+  r->debt = lent > avail ? lent - avail : 0;
+  atomic_store(&r->granted, lent);
+  atomic_store(&r->started, 0);
+  r->nrecent = r->recent_at = 0;
+  r->nresume = 0;
+  keep_token(r, op);
+  s->resumes_late += !op->resumed;
+  pthread_mutex_unlock(&s->lock);
 }
 
 static void remote_stats(const chime_stream_t *s,
@@ -390,6 +488,12 @@ static void remote_stats(const chime_stream_t *s,
   out->received_bytes =
       atomic_load_explicit(&s->remote.bytes, memory_order_relaxed);
   out->credits = atomic_load(&s->remote.granted);
+  out->rtt_ns = s->rtt_ns;
+  out->resumes = s->resumes;
+  out->resumes_late = s->resumes_late;
+  out->window_bytes =
+      (uint64_t)chime__credits_initial(s->prefetch, s->layout.slots) *
+      s->send_bytes;
 }
 
 /* A fifo batch stays the learner's until a Credit names it, and the server
@@ -398,7 +502,8 @@ static void remote_stats(const chime_stream_t *s,
 static int remote_flush_locked(chime_stream_t *s) {
   s->remote.closing = 1;
   send_credit_locked(s);
-  return s->remote.credit_pending == 0;
+  return s->remote.credit_pending == 0 &&
+         (s->remote.bye_sent || s->opts.reconnect_timeout_ms <= 0);
 }
 
 /* The call has ended (or close gave up waiting): the local ring is shut,
@@ -417,12 +522,18 @@ static void remote_fini(chime_stream_t *s) {
   r->slot_seq = NULL;
   free(r->released);
   r->released = NULL;
+  free(r->recent);
+  r->recent = NULL;
+  free(r->resume_seqs);
+  r->resume_seqs = NULL;
   free(r->wire);
   r->wire = NULL;
   r->zbuf = NULL;
   r->ztail = 0;
   r->credit_pending = 0;
   r->closing = 0;
+  r->bye_sent = 0;
+  r->nrecent = r->recent_at = r->nresume = r->debt = 0;
 }
 
 const chime__transport_t chime__remote_transport = {
@@ -439,4 +550,6 @@ const chime__transport_t chime__remote_transport = {
     .flush_locked = remote_flush_locked,
     .close = remote_close,
     .fini = remote_fini,
+    .resume_prepare = remote_resume_prepare,
+    .resumed = remote_resumed,
 };

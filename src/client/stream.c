@@ -28,7 +28,7 @@
  * together, under the lock, so a learner never reads one without the
  * other. Usually called on the stream's thread (the status, a protocol
  * error), whose own detail is nobody's business. */
-static void end_stream(chime_stream_t *s, int code, const char *why) {
+void chime__stream_cut(chime_stream_t *s, int code, const char *why) {
   pthread_mutex_lock(&s->lock);
   if (atomic_load(&s->end_code) == 0) {
     snprintf(s->end_why, sizeof(s->end_why), "%.*s",
@@ -69,16 +69,18 @@ static void on_status(chime_stream_t *s) {
     code = CHIME_ESHUTDOWN;
   else if (code == 0 || code == CHIME_EUNAVAILABLE)
     code = CHIME_EDISCONNECTED;
+  if (code == CHIME_EDISCONNECTED && chime__resume_begin(s, code, text))
+    return; /* the stream's thread opens it again (resume.c) */
   snprintf(why, sizeof(why), "stream %" PRIu64 " on '%s' ended: %.400s",
            s->stream_id, s->table, text[0] ? text : chime_strerror(code));
   /* The reason first: a learner woken by the shutdown reads it. */
-  end_stream(s, code, why);
+  chime__stream_cut(s, code, why);
   if (code == CHIME_ESHUTDOWN && s->tp->on_shutdown)
     s->tp->on_shutdown(s);
 }
 
 static void protocol_error(chime_stream_t *s, const char *what) {
-  end_stream(s, CHIME_EPROTO, what);
+  chime__stream_cut(s, CHIME_EPROTO, what);
   chime__rpc_cancel(&s->rpc);
 }
 
@@ -190,7 +192,7 @@ static gpr_timespec in_ms(int64_t ms) {
 /* The stream's thread: waits while the learner polls, or will soon. */
 static void wait_learner_idle(chime_stream_t *s) {
   pthread_mutex_lock(&s->lock);
-  while (!s->closing &&
+  while (!s->closing && !atomic_load(&s->resuming) &&
          (s->in_next || chime__now_ms() - s->left_ms < DRIVE_IDLE_MS)) {
     struct timespec ts = chime__clock_after_ms(CLOCK_REALTIME, DRIVE_IDLE_MS);
     pthread_cond_timedwait(&s->idle_cv, &s->lock, &ts);
@@ -201,16 +203,18 @@ static void wait_learner_idle(chime_stream_t *s) {
 static void *stream_thread(void *arg) {
   pthread_setname_np(pthread_self(), "chime-stream");
   chime_stream_t *s = arg;
-  while (chime__rpc_busy(&s->rpc)) {
-    if (!s->tp->learner_drives) {
-      pump(s, gpr_inf_future(GPR_CLOCK_MONOTONIC));
-      continue;
+  do {
+    while (chime__rpc_busy(&s->rpc)) {
+      if (!s->tp->learner_drives) {
+        pump(s, gpr_inf_future(GPR_CLOCK_MONOTONIC));
+        continue;
+      }
+      wait_learner_idle(s);
+      pthread_mutex_lock(&s->drive_mu);
+      pump(s, in_ms(DRIVE_IDLE_MS));
+      pthread_mutex_unlock(&s->drive_mu);
     }
-    wait_learner_idle(s);
-    pthread_mutex_lock(&s->drive_mu);
-    pump(s, in_ms(DRIVE_IDLE_MS));
-    pthread_mutex_unlock(&s->drive_mu);
-  }
+  } while (chime__stream_resume(s) == 0); /* a lost call: a new one */
   return NULL;
 }
 
@@ -228,7 +232,13 @@ static int drive_next(chime_stream_t *s, chime_ring_view_t *v, int timeout_ms) {
     if (s->tp->before_wait)
       s->tp->before_wait(s);
     int64_t left = end < 0 ? INT64_MAX : end - chime__now_ms();
-    if (chime__rpc_busy(&s->rpc) && pthread_mutex_trylock(&s->drive_mu) == 0) {
+    /* The call is looked at under drive_mu: a resume replaces it. */
+    int drive = pthread_mutex_trylock(&s->drive_mu) == 0;
+    if (drive && !chime__rpc_busy(&s->rpc)) {
+      pthread_mutex_unlock(&s->drive_mu);
+      drive = 0;
+    }
+    if (drive) {
       gpr_timespec until = end < 0    ? gpr_inf_future(GPR_CLOCK_MONOTONIC)
                            : left > 0 ? in_ms(left)
                                       : gpr_inf_past(GPR_CLOCK_MONOTONIC);
@@ -263,14 +273,16 @@ static void set_in_next(chime_stream_t *s, int in) {
 
 /* Cancels the call, waits for its operations and frees it. */
 static void call_teardown(chime_stream_t *s) {
-  if (s->rpc.call) {
-    chime__rpc_cancel(&s->rpc);
-    if (s->thread_started)
-      pthread_join(s->thread, NULL);
-    s->thread_started = 0;
-    while (chime__rpc_busy(&s->rpc))
-      pump(s, gpr_inf_future(GPR_CLOCK_MONOTONIC));
-  }
+  /* A resume replaces the call under drive_mu (and stops trying once
+   * closing is set: close set it). */
+  pthread_mutex_lock(&s->drive_mu);
+  chime__rpc_cancel(&s->rpc);
+  pthread_mutex_unlock(&s->drive_mu);
+  if (s->thread_started)
+    pthread_join(s->thread, NULL);
+  s->thread_started = 0;
+  while (chime__rpc_busy(&s->rpc))
+    pump(s, gpr_inf_future(GPR_CLOCK_MONOTONIC));
   chime__rpc_destroy(&s->rpc);
 }
 
@@ -536,7 +548,8 @@ int chime__single_set_version(chime_stream_t *s, uint64_t version) {
   if (rc)
     return rc;
   pthread_mutex_lock(&s->lock);
-  int ended = s->ended;
+  /* Resuming: the version goes with the new call's Open. */
+  int ended = s->ended && !atomic_load(&s->resuming);
   if (!ended && version > s->version) {
     s->version = version;
     s->version_unsent = 1;
@@ -584,6 +597,7 @@ int chime__single_stats(const chime_stream_t *s,
   out->max_leases = rs.max_leases;
   out->consumer_wait_ns = rs.consumer_wait_ns + s->drive_wait_ns;
   out->pinned_bytes = chime_ring_pinned_bytes(s->ring);
+  out->slots = chime_ring_get_layout(s->ring)->slots;
   if (s->dev) {
     chime__device_stats_t ds;
     chime__device_get_stats(s->dev, &ds);
@@ -669,6 +683,8 @@ static void close_inherited(chime_stream_t *s) {
   free(s->lent);
   free(s->remote.slot_seq);
   free(s->remote.released);
+  free(s->remote.recent);
+  free(s->remote.resume_seqs);
   free(s->remote.wire);
   free(s);
 }
@@ -683,7 +699,8 @@ static void close_inherited(chime_stream_t *s) {
  * they are. Bounded by CLOSE_WAIT_MS, after which the call is cancelled
  * (the server still gives them back, a little later). */
 static void end_gracefully(chime_stream_t *s) {
-  if (!s->rpc.call || !s->thread_started || s->close_now)
+  if (!s->thread_started || s->close_now || atomic_load(&s->resuming) ||
+      !s->rpc.call)
     return;
   int64_t end = chime__now_ms() + CLOSE_WAIT_MS;
   pthread_mutex_lock(&s->lock);

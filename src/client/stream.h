@@ -43,6 +43,11 @@ struct chime_stream_s {
   uint32_t nframed;
   uint32_t framed_steps; /* Layout.framed_steps: windows of T steps, or 0 */
   uint64_t send_bytes;   /* bytes of a slot each batch carries (stream mode) */
+  /* Stream mode's window (window.c): the slots the learner asked for
+   * (opts.slots may grow past them) and the round trip measured before
+   * Open, 0 when none was. */
+  uint32_t asked_slots;
+  uint64_t rtt_ns;
   uint64_t stream_id;
   chime_ring_t *ring;
   chime__remote_t remote; /* stream mode */
@@ -75,6 +80,14 @@ struct chime_stream_s {
   int version_unsent;
   uint64_t max_staleness;
   uint64_t dropped_stale; /* batches dropped so (the learner's thread) */
+  /* A lost connection being resumed (resume.c): set by whoever saw the
+   * status, cleared by the stream's thread once a new call is open or it
+   * gave up (then the stream ends). Until when, why it was lost, and how
+   * many times a new call opened (lock). */
+  atomic_int resuming;
+  int64_t resume_deadline;
+  char lost_why[CHIME__ERRLEN];
+  uint64_t resumes, resumes_late;
 
   atomic_int end_code;         /* why next fails once the ring is cut off */
   uint64_t batches, bytes;     /* taken by next (learner's thread) */
@@ -126,6 +139,13 @@ struct chime__transport_s {
   /* Frees what setup made, the ring excepted; after the call is torn down.
    * MUST accept any state setup left, and run twice. */
   void (*fini)(chime_stream_t *s);
+  /* Resuming after a lost connection (resume.c); NULL: the transport
+   * never resumes (shm: the ring is the server's). resume_prepare: the
+   * call is over and the caller holds drive_mu; fill_open then adds the
+   * resume to the Open. resumed: the new call's Opened, its layout
+   * checked, before anything of it is received. */
+  void (*resume_prepare)(chime_stream_t *s);
+  void (*resumed)(chime_stream_t *s, const Chime__V1__Opened *op);
 };
 
 extern const chime__transport_t chime__shm_transport;    /* attach.c */
@@ -138,6 +158,49 @@ extern const chime__transport_t chime__remote_transport; /* remote.c */
  * are ready for the stream's thread; on failure nothing is left but s's
  * memory. attach.c. */
 int chime__stream_attach(chime_stream_t *s, char *err, size_t errlen);
+
+/* --- stream mode's window (window.c) --- */
+
+/* The slots a ring needs so that its lent batches of batch_bytes cover the
+ * round trip rtt_ns (docs/remote.md), at most max_inflight bytes, never
+ * fewer than asked. */
+uint32_t chime__window_slots(uint32_t asked, uint64_t batch_bytes,
+                             uint64_t rtt_ns, uint64_t max_inflight);
+/* The table's info with the GetInfo timed: its round trip in *rtt_ns (the
+ * quicker of two when the first took long enough to have connected the
+ * channel too). As chime__table_lookup otherwise. */
+int chime__window_lookup(chime_stream_t *s, chime_table_info_t *ti,
+                         chime_server_info_t **info, uint64_t *rtt_ns,
+                         char *err, size_t errlen);
+/* Before a stream-mode Open: the slots (opts.slots, prefetch) grown to
+ * the window that ti's batches need at rtt_ns, unless the learner set
+ * prefetch. */
+void chime__window_size(chime_stream_t *s, const chime_table_info_t *ti,
+                        uint64_t rtt_ns);
+/* The server refused the ring (its budget): 1 with the window halved
+ * towards the asked slots, 0 when it already is those. */
+int chime__window_shrink(chime_stream_t *s);
+
+/* --- resuming after a lost connection (resume.c) --- */
+
+/* Cuts the learner off the ring: next then reports code, with why as the
+ * learner's detail; the first end wins (stream.c). */
+void chime__stream_cut(chime_stream_t *s, int code, const char *why);
+
+/* On the call's status (code, text: chime__rpc_result's): 1 when it is a
+ * lost connection that the stream resumes (the stream's thread then
+ * does: chime__stream_resume), 0 when the stream ends. */
+int chime__resume_begin(chime_stream_t *s, int code, const char *text);
+/* The stream's thread, once the call is over: 0 when a new call is open
+ * (pump it), else nonzero (nothing to resume, or the stream ended: given
+ * up, refused, or closing). */
+int chime__stream_resume(chime_stream_t *s);
+/* One resuming Subscribe (attach.c): the new call open within wait_ms
+ * (waiting for the channel to connect), its layout the old one's; the old
+ * call's rpc is destroyed first. On failure err says why and s->rpc is
+ * destroyed. */
+int chime__stream_reopen(chime_stream_t *s, int wait_ms, char *err,
+                         size_t errlen);
 
 /* --- compressed leaves (frames.c) --- */
 

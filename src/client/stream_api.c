@@ -29,6 +29,8 @@ int chime_stream_open(chime_stream_t **out, chime_client_t *client,
     o.slots = def.slots;
   if (o.open_timeout_ms <= 0)
     o.open_timeout_ms = def.open_timeout_ms;
+  if (o.reconnect_timeout_ms == 0)
+    o.reconnect_timeout_ms = def.reconnect_timeout_ms;
   if (o.device >= 0 && o.device_prefetch == 0)
     o.device_prefetch = o.slots - 1 < CHIME_DEVICE_PREFETCH
                             ? o.slots - 1

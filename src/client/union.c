@@ -60,6 +60,12 @@ int chime__union_stats(const chime_stream_t *s,
     out->device_copies += st.device_copies;
     if (st.device_max_slots_held > out->device_max_slots_held)
       out->device_max_slots_held = st.device_max_slots_held;
+    if (st.slots > out->slots)
+      out->slots = st.slots;
+    if (st.rtt_ns > out->rtt_ns)
+      out->rtt_ns = st.rtt_ns;
+    if (st.window_bytes > out->window_bytes)
+      out->window_bytes = st.window_bytes;
   }
   return 0;
 }

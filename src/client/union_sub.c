@@ -75,7 +75,11 @@ int chime__union_open_sub(chime_stream_t *s, uint32_t i, int *dup, char *err,
   /* The learner's options, its ready_bytes too. None by default: a limit
    * per shard made the learner wait for its drawn shard more than fresher
    * batches saved (docs/scaling.md). */
-  if ((rc = chime__single_open(&sb->s, m->client, s->table, &s->opts)) != 0)
+  chime_stream_opts_t o = s->opts;
+  /* A shard whose connection is lost is the union's to re-open (here),
+   * not its sub-stream's to resume: one policy per stream. */
+  o.reconnect_timeout_ms = -1;
+  if ((rc = chime__single_open(&sb->s, m->client, s->table, &o)) != 0)
     return chime__fail(err, errlen, rc, "shard %s: %s", m->addr,
                        chime_last_error());
   sb->instance = instance;

@@ -278,6 +278,7 @@ static void on_recv_done(chime__tag_t *tag, int ok) {
   grpc_byte_buffer *bb = c->recv_bb;
   c->recv_bb = NULL;
   c->recving = 0;
+  c->recv_failed = !ok;
   pthread_mutex_unlock(&c->mu);
   if (!ok && bb != NULL) {
     grpc_byte_buffer_destroy(bb);

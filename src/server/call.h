@@ -101,6 +101,10 @@ struct chime__call_s {
   int cancelled;
   int closed;
   int recving;
+  /* The last receive failed (the call is over: cancelled, its connection
+   * lost) rather than the client half-closing: on_message then gets NULL
+   * too (mu). */
+  int recv_failed;
   int sending;
   int meta_sent;
   int finishing;

@@ -498,6 +498,7 @@ static void close_streams(chime_server_t *srv) {
   chime__registry_unlock(&srv->streams);
   for (uint32_t i = 0; i < k; i++) {
     chime__stream_close(all[i]);
+    chime__stream_unpark(all[i]); /* no resume comes now */
     chime__stream_unref(all[i]);
   }
   free(all);

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/errfmt.h"
 #include "common/spec.h"
 #include "ring/pin.h"
@@ -247,6 +248,7 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
   snprintf(s->table_name, sizeof(s->table_name), "%s", tc->name);
   s->ops = mode;
   s->mode = mode->mode;
+  s->resumable = open->resumable && mode->mode == CHIME_MODE_STREAM;
   s->spec = rspec;
   memcpy(s->unframe, unframe, sizeof(s->unframe));
   atomic_init(&s->refs, 1);
@@ -397,6 +399,7 @@ static void end_call_ok(chime__stream_t *s, chime__call_t *call) {
 /* The stream is over: what its learner did not finish goes back, then a
  * call that asked to end (chime__stream_end) does. */
 static chime__fill_t retire(chime__stream_t *s) {
+  chime__registry_remove(&s->srv->streams, &s->node); /* parked: listed */
   chime__table_unwait(s->table, &s->twait);
   give_back(s);
   chime__sender_unhold_all(&s->sender);
@@ -414,8 +417,17 @@ static chime__fill_t retire(chime__stream_t *s) {
 static chime__fill_t stream_fill(chime__fill_job_t *j, chime__fill_wait_t *w) {
   chime__stream_t *s =
       (chime__stream_t *)((char *)j - offsetof(chime__stream_t, job));
-  if (atomic_load(&s->stop))
+  if (atomic_load(&s->stop)) {
+    /* Parked (resume.c): its learner may yet resume and name what it
+     * received; woken at the deadline or by the resume. */
+    uint64_t until = atomic_load(&s->park_until_ns);
+    if (until != 0 && chime__now_ns() < until &&
+        !atomic_load(&s->srv->stopping)) {
+      w->until_ns = until;
+      return CHIME__FILL_WAIT_UNTIL;
+    }
     return retire(s);
+  }
   chime__fill_t g = s->ops->gate(s, w);
   if (g == CHIME__FILL_DONE)
     return retire(s);
@@ -483,7 +495,8 @@ void chime__stream_close(chime__stream_t *s) {
   chime__ring_shutdown(s->ring);
   /* Once started, its next fill step retires it. */
   chime__pool_kick(srv->sampler, &s->job);
-  chime__registry_remove(&srv->streams, &s->node);
+  if (atomic_load(&s->park_until_ns) == 0) /* else listed until it retires */
+    chime__registry_remove(&srv->streams, &s->node);
   pthread_mutex_lock(&srv->mu);
   chime__call_t *call = s->call; /* guarded by srv->mu, see stream_kill */
   s->call = NULL;

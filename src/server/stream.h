@@ -23,6 +23,8 @@
 #include "server/streamops.h"
 #include "wire/handoff.h"
 
+#define CHIME__RESUME_TOKEN_BYTES 16
+
 struct chime__stream_s {
   chime_server_t *srv;
   uint64_t id;
@@ -76,6 +78,15 @@ struct chime__stream_s {
   chime__fill_job_t job;       /* its filling, run by the sampler pool */
   chime__table_waiter_t twait; /* kicks the job when the table has items */
   chime__call_t *call; /* the Subscribe call (srv->mu); dropped at close */
+  /* stream mode: what a resuming Open presents with this stream's id
+   * (resume.c); set at open, never changed */
+  uint8_t resume_token[CHIME__RESUME_TOKEN_BYTES];
+  /* Its learner resumes a lost connection (Open.resumable): a call that
+   * ends without the learner closing it parks the stream (resume.c)
+   * until park_until_ns (CLOCK_MONOTONIC; 0: not parked), still listed,
+   * its held batches kept for a resuming Open to name. */
+  int resumable;
+  _Atomic uint64_t park_until_ns;
   /* chime__stream_end's call (held), ended with OK once the stream has
    * retired (its items given back); retired: that happened (mu) */
   chime__call_t *end_call;
@@ -135,5 +146,27 @@ void chime__stream_hold(chime__stream_t *s);
 void chime__stream_unhold(chime__stream_t *s);
 /* What the handoff and the liveness watch may do to a stream. */
 extern const chime__stream_ops_t chime__stream_ops;
+
+/* --- resuming a stream-mode stream (resume.c; docs/protocol.md, "A
+ * stream that resumes") --- */
+
+/* Fills s's resume token with random bytes: CHIME_ESYS when there are
+ * none to be had (the stream then cannot be resumed, nothing else). */
+int chime__stream_resume_token(chime__stream_t *s);
+/* An Open naming an old stream (resume_stream): when it is still listed,
+ * of the same table and mode, and the token matches, the old batches the
+ * learner received (resume_received) count as released, the old stream
+ * ends (the rest of what it held goes back to the table) and 1 is
+ * returned; else 0 (nothing to resume: it had ended). */
+int chime__stream_resume_old(chime_server_t *srv, const Chime__V1__Open *open);
+/* The stream's call ended without its learner closing it (the connection
+ * lost, or the learner killed): a resumable stream that holds batches is
+ * parked for CHIME__RESUME_GRACE_MS before it retires; then it closes. */
+void chime__stream_lost(chime__stream_t *s);
+/* A parked stream retires now (resumed, or the server stops). */
+void chime__stream_unpark(chime__stream_t *s);
+/* How long a lost resumable stream waits for its learner's resuming Open:
+ * its learner reconnects within about this of the link coming back. */
+#define CHIME__RESUME_GRACE_MS 5000
 
 #endif

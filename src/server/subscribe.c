@@ -12,6 +12,7 @@
 typedef struct {
   chime__stream_t *s;
   int stopped; /* the notice and status are queued */
+  int closing; /* the learner's last Credit said it closes (mu) */
 } sub_t;
 
 static chime__stream_t *sub_stream(chime__call_t *c) {
@@ -34,7 +35,7 @@ static void sub_on_start(chime__call_t *c) {
   chime__call_recv(c);
 }
 
-static void send_opened(chime__call_t *c, chime__stream_t *s) {
+static void send_opened(chime__call_t *c, chime__stream_t *s, int resumed) {
   const chime_spec_t *spec = chime_ring_spec(s->ring);
   Chime__V1__Leaf leaves[CHIME_MAX_LEAVES];
   Chime__V1__Leaf *lp[CHIME_MAX_LEAVES];
@@ -73,6 +74,11 @@ static void send_opened(chime__call_t *c, chime__stream_t *s) {
   op.mode = s->ops->wire;
   op.layout = &lay;
   op.max_staleness = chime__table_config(s->table)->max_staleness;
+  if (s->mode == CHIME_MODE_STREAM) {
+    op.resume_token.data = s->resume_token;
+    op.resume_token.len = sizeof(s->resume_token);
+    op.resumed = resumed;
+  }
   if (s->ops->handoff(s, &ho, nonce))
     op.handoff = &ho;
   Chime__V1__SubscribeResponse resp = CHIME__V1__SUBSCRIBE_RESPONSE__INIT;
@@ -97,9 +103,19 @@ static const chime__stream_mode_ops_t *mode_of(const Chime__V1__Open *open) {
 static void sub_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
   char err[CHIME__ERRLEN];
   if (bb == NULL) {
-    /* The client closed its side: it releases nothing more. */
+    /* The client closed its side: it releases nothing more. Or the call
+     * is over (connection lost): a resumable stream waits (resume.c). */
     chime__stream_t *s = sub_stream(c);
-    if (s != NULL)
+    pthread_mutex_lock(&c->mu);
+    const sub_t *st = c->state;
+    /* gRPC may end a lost call's receive as a half-close: a resumable
+     * learner says when it closes (Credit.closing). */
+    int lost = c->recv_failed ||
+               (s != NULL && s->resumable && st != NULL && !st->closing);
+    pthread_mutex_unlock(&c->mu);
+    if (s != NULL && lost)
+      chime__stream_lost(s);
+    else if (s != NULL)
       chime__stream_end(s, c);
     return;
   }
@@ -119,6 +135,11 @@ static void sub_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
                          "the first SubscribeRequest must be 'open'");
       goto out;
     }
+    /* A resuming Open ends the stream it names first (resume.c): what
+     * that one held and its learner never received goes back, and its
+     * ring's budget with it, which the new ring may need. */
+    int resumed = req->open->mode == CHIME__V1__MODE__MODE_STREAM &&
+                  chime__stream_resume_old(c->srv, req->open);
     rc = chime__stream_open(&s, c->srv, c, req->open, mode_of(req->open), err,
                             sizeof(err));
     if (rc != 0) {
@@ -132,7 +153,9 @@ static void sub_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
     /* The learner's version at open counts before its first batch. */
     if (req->open->version != 0)
       (void)chime__table_set_version(s->table, req->open->version, NULL);
-    send_opened(c, s);
+    if (s->mode == CHIME_MODE_STREAM)
+      (void)chime__stream_resume_token(s); /* none: not resumable then */
+    send_opened(c, s, resumed);
     if (gone || chime__stream_start(s, c) != 0) {
       chime__call_finish(c, CHIME_ESYS, "cannot start the stream");
       chime__stream_close(s);
@@ -141,6 +164,11 @@ static void sub_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
     if (atomic_load(&c->srv->stopping))
       c->vt->on_stop(c);
   } else if (req->kind_case == CHIME__V1__SUBSCRIBE_REQUEST__KIND_CREDIT) {
+    if (req->credit != NULL && req->credit->closing) {
+      pthread_mutex_lock(&c->mu);
+      ((sub_t *)c->state)->closing = 1;
+      pthread_mutex_unlock(&c->mu);
+    }
     if (req->credit != NULL)
       chime__stream_credit(s, req->credit->batches, req->credit->released,
                            req->credit->n_released);
@@ -162,7 +190,7 @@ out:
 static void sub_on_close(chime__call_t *c) {
   chime__stream_t *s = sub_stream(c);
   if (s != NULL)
-    chime__stream_close(s);
+    chime__stream_lost(s); /* a learner that closed ended it already */
 }
 
 static void sub_on_stop(chime__call_t *c) {

@@ -6,8 +6,9 @@
  * item arrives exactly once; with a short grace the stream is cut at each
  * age, the learner opens a new one, and every acked item still arrives
  * (at least once: items of batches the cut stream had not finished go
- * back to the table), while the writer's resends keep its items exactly
- * once in the table. */
+ * back to the table; a stream-mode stream resumes by itself instead, and
+ * exactly once), while the writer's resends keep its items exactly once
+ * in the table. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -36,9 +37,18 @@ typedef struct {
   atomic_int stop;
   atomic_uint_fast64_t distinct;
   uint8_t *seen; /* by key, saturating */
-  uint64_t delivered, dups, bad, ends, last_error;
+  uint64_t delivered, dups, bad, ends, resumes, last_error;
   char why[256];
 } learner_t;
+
+/* The stream's resumes (a stream-mode stream cut with its connection
+ * opens its call again by itself: docs/remote.md), then closes it. */
+static void close_counting(learner_t *l, chime_stream_t *s) {
+  chime_stream_local_stats_t st;
+  if (s != NULL && chime_stream_get_stats(s, &st) == 0)
+    l->resumes += st.resumes;
+  chime_stream_close(s);
+}
 
 /* Reads batches, and when its stream ends (cut with its connection)
  * opens another, until told to stop. */
@@ -70,7 +80,7 @@ static void *learner_main(void *arg) {
       l->last_error = (uint64_t)-rc;
       snprintf(l->why, sizeof l->why, "%s: %s", chime_err_name(rc),
                chime_last_error());
-      chime_stream_close(s);
+      close_counting(l, s);
       s = NULL;
       continue;
     }
@@ -92,7 +102,7 @@ static void *learner_main(void *arg) {
     if (chime_stream_release(s, &b) != 0)
       l->bad++;
   }
-  chime_stream_close(s);
+  close_counting(l, s);
   chime_client_destroy(c);
   return NULL;
 }
@@ -205,12 +215,12 @@ static void run(chime_mode_t mode, int grace_ms) {
   chime_stats_free(st);
   chime_client_destroy(c);
   printf("%s, grace %s: %llu items over %lld ms, %llu delivered (%llu "
-         "again), %llu stream ends%s%s\n",
+         "again), %llu stream ends, %llu resumed%s%s\n",
          chime_mode_name(mode), grace_ms ? "short" : "none",
          (unsigned long long)n, (long long)(t1 - t0),
          (unsigned long long)l.delivered, (unsigned long long)l.dups,
-         (unsigned long long)l.ends, l.ends ? ", last: " : "",
-         l.ends ? l.why : "");
+         (unsigned long long)l.ends, (unsigned long long)l.resumes,
+         l.ends ? ", last: " : "", l.ends ? l.why : "");
   /* The writer's items went in once each, and every one came out. */
   assert_int_equal(inserts, n);
   assert_int_equal(l.bad, 0);
@@ -223,8 +233,13 @@ static void run(chime_mode_t mode, int grace_ms) {
     assert_int_equal(l.ends, 0);
     assert_int_equal(l.dups, 0);
   } else {
-    /* Cut at each age past the grace, and opened again. */
-    assert_true(l.ends >= 1);
+    /* Cut at each age past the grace, and opened again: by the learner,
+     * or (stream mode) by the stream itself, whose resuming Open takes
+     * what it received out of what the cut stream gives back (chimed
+     * parks it meanwhile): none comes twice (docs/remote.md). */
+    assert_true(l.ends + l.resumes >= 1);
+    if (mode == CHIME_MODE_STREAM)
+      assert_int_equal(l.dups, 0);
   }
   free(l.seen);
   int status = 0;

@@ -200,6 +200,10 @@ static void test_chimed_killed(void **state) {
     so.batch_size = BATCH;
     so.slots = SLOTS;
     so.mode = m == 0 ? CHIME_MODE_SHM : CHIME_MODE_STREAM;
+    so.max_inflight_bytes = 1; /* SLOTS batches at most come after */
+    /* Its connection is lost: the stream tries again for 1 s, then
+     * says the server is gone (docs/remote.md, "A link that drops"). */
+    so.reconnect_timeout_ms = 1000;
     assert_int_equal(chime_stream_open(&s[m], client, "demo", &so), 0);
     int rc = chime_stream_next(s[m], &held[m], 30000);
     if (rc != 0)
@@ -233,6 +237,8 @@ static void test_chimed_killed(void **state) {
     if (rc != CHIME_EDISCONNECTED)
       fail_msg("%s: next after chimed died: %s (%s)", m ? "stream" : "shm",
                chime_err_name(rc), chime_last_error());
+    if (m == 1 && strstr(chime_last_error(), "reconnect_timeout_ms") == NULL)
+      fail_msg("stream: gave up without saying why: %s", chime_last_error());
     /* The held batch is still mapped and unchanged. */
     uint64_t off = 0;
     for (uint32_t l = 0; l < held[m].nleaves; l++) {

@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "client/internal.h"
+#include "client/stream.h"
 #include "wire/chunk.h"
 #include "pattern.h"
 
@@ -848,8 +849,37 @@ static void test_every_failure_sets_detail(void **state) {
   chime_client_destroy(c);
 }
 
+/* A stream-mode ring's slots cover twice 10 Gb/s x the round trip
+ * (docs/remote.md, "Enough in flight"), bounded by max_inflight and the
+ * ring's most slots, never under the asked ones; a local round trip (under
+ * 0.5 ms) keeps the asked ones. */
+static void test_window_slots(void **state) {
+  (void)state;
+  const uint64_t mib = 1u << 20, cap = 64 * mib;
+  /* 10 ms: 25 MB, 381 batches of 64 KiB lent, + 1 slot, + 1 for the
+   * remainder */
+  assert_int_equal(chime__window_slots(8, 65536, 10000000, cap),
+                   25000000 / 65536 + 2);
+  assert_int_equal(chime__window_slots(8, mib, 10000000, cap),
+                   25000000 / mib + 2);
+  /* 50 ms wants 125 MB: max_inflight's 64 MiB */
+  assert_int_equal(chime__window_slots(8, mib, 50000000, cap), 64 + 2);
+  /* 16 MiB batches at 1 ms need fewer than asked */
+  assert_int_equal(chime__window_slots(8, 16 * mib, 1000000, cap), 8);
+  /* local: as asked, whatever the batch */
+  assert_int_equal(chime__window_slots(8, 64, 400000, cap), 8);
+  /* max_inflight at or under the asked window: as asked */
+  assert_int_equal(chime__window_slots(8, 65536, 10000000, 1), 8);
+  /* tiny batches: the ring's most slots */
+  assert_int_equal(chime__window_slots(8, 64, 10000000, cap),
+                   CHIME_RING_MAX_SLOTS);
+  /* a stalled server's round trip counts as 10 s at most */
+  assert_int_equal(chime__window_slots(8, mib, UINT64_MAX, cap), 64 + 2);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_window_slots),
       cmocka_unit_test(test_handoff_ok),
       cmocka_unit_test(test_handoff_status_split_from_fd),
       cmocka_unit_test(test_handoff_retried_after_reset),

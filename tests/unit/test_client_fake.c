@@ -501,6 +501,7 @@ static int open_as(fake_script_t script, chime_mode_t mode, chime_client_t **c,
   o.slots = SLOTS;
   o.mode = mode;
   o.open_timeout_ms = 10000;
+  o.max_inflight_bytes = 1; /* the fake's Layout has SLOTS */
   *s = NULL;
   return chime_stream_open(s, *c, "t", &o);
 }

@@ -203,6 +203,76 @@ static void describe_size(const chime_writer_t *w, size_t len, char *buf,
            w->spec.leaves[w->spec.nleaves - 1].name, w->sample_bytes, len);
 }
 
+/* A request's room (w->batch_cap samples, a ragged table's w->data_cap
+ * bytes) from the options, the table and the client's message size: the
+ * bytes of its data buffer. */
+static size_t batch_sizes(chime_writer_t *w, const chime_table_info_t *ti,
+                          const chime_writer_opts_t *opts) {
+  const chime_client_t *client = w->client;
+  uint64_t cap = opts->max_batch_bytes / ti->sample_bytes;
+  if (cap > opts->max_batch_samples)
+    cap = opts->max_batch_samples;
+  if (cap > (client->max_message_bytes / 2) / ti->sample_bytes)
+    cap = (client->max_message_bytes / 2) / ti->sample_bytes;
+  /* The server takes a request whole or not at all, so a request larger than
+   * the table could never go in. */
+  if (ti->capacity && cap > ti->capacity)
+    cap = ti->capacity;
+  w->batch_cap = cap ? (uint32_t)cap : 1;
+  size_t data_bytes = (size_t)(w->batch_cap * ti->sample_bytes);
+  if (chime_spec_ragged(&ti->spec) > 0) {
+    /* Samples at their lengths, far under the bound's bytes: a message
+     * holds as many as max_batch_bytes takes (one more sample, at most
+     * the bound, fits behind them). */
+    cap = opts->max_batch_samples;
+    if (ti->capacity && cap > ti->capacity)
+      cap = ti->capacity;
+    w->batch_cap = cap ? (uint32_t)cap : 1;
+    w->data_cap = opts->max_batch_bytes < client->max_message_bytes / 2
+                      ? opts->max_batch_bytes
+                      : client->max_message_bytes / 2;
+    data_bytes = w->data_cap + (size_t)ti->sample_bytes;
+  }
+  return data_bytes;
+}
+
+/* The options that stay the writer's (0: the default), its id, and the
+ * first request's. */
+static void take_options(chime_writer_t *w, const chime_writer_opts_t *opts) {
+  const chime_writer_opts_t def = CHIME_WRITER_OPTS_INIT;
+  w->max_inflight = opts->max_inflight;
+  w->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : def.timeout_ms;
+  w->resend = opts->resend != 0;
+  w->warm_start = opts->warm_start != 0;
+  w->reconnect_timeout_ms = opts->reconnect_timeout_ms > 0
+                                ? opts->reconnect_timeout_ms
+                                : def.reconnect_timeout_ms;
+  /* A resend must still be in the server's window to be recognised. */
+  if (w->resend && w->max_inflight > CHIME__INSERT_WINDOW)
+    w->max_inflight = CHIME__INSERT_WINDOW;
+  if (w->resend || w->sequence)
+    w->writer_id = chime__writer_new_id();
+  w->next_id = w->acked_id = 1;
+  w->all_default = 1;
+  w->min_key = 1; /* keys start at 1 */
+  w->version = opts->version;
+}
+
+/* A request's buffers (data_bytes of samples, their priorities, ragged
+ * lengths, versions) and the call's state: 0 or -1. */
+static int alloc_buffers(chime_writer_t *w, size_t data_bytes) {
+  w->data = malloc(data_bytes);
+  w->priorities = malloc(w->batch_cap * sizeof(double));
+  w->nrag = chime_spec_ragged(&w->spec);
+  if (w->nrag > 0)
+    w->lengths = malloc((size_t)w->batch_cap * w->nrag * sizeof(uint32_t));
+  w->versions = malloc(w->batch_cap * sizeof(uint64_t));
+  return !w->data || !w->priorities || (w->nrag > 0 && !w->lengths) ||
+                 !w->versions || chime__rpc_init(&w->rpc)
+             ? -1
+             : 0;
+}
+
 int chime_writer_open(chime_writer_t **out, chime_client_t *client,
                       const char *table, const chime_writer_opts_t *opts) {
   chime_writer_opts_t def = CHIME_WRITER_OPTS_INIT;
@@ -268,56 +338,9 @@ int chime_writer_open(chime_writer_t **out, chime_client_t *client,
   w->spec = ti.spec;
   w->sample_bytes = ti.sample_bytes;
   w->sequence = ti.sequence_length > 0;
-  uint64_t cap = opts->max_batch_bytes / ti.sample_bytes;
-  if (cap > opts->max_batch_samples)
-    cap = opts->max_batch_samples;
-  if (cap > (client->max_message_bytes / 2) / ti.sample_bytes)
-    cap = (client->max_message_bytes / 2) / ti.sample_bytes;
-  /* The server takes a request whole or not at all, so a request larger than
-   * the table could never go in. */
-  if (ti.capacity && cap > ti.capacity)
-    cap = ti.capacity;
-  w->batch_cap = cap ? (uint32_t)cap : 1;
-  size_t data_bytes = (size_t)(w->batch_cap * ti.sample_bytes);
-  if (chime_spec_ragged(&ti.spec) > 0) {
-    /* Samples at their lengths, far under the bound's bytes: a message
-     * holds as many as max_batch_bytes takes (one more sample, at most
-     * the bound, fits behind them). */
-    cap = opts->max_batch_samples;
-    if (ti.capacity && cap > ti.capacity)
-      cap = ti.capacity;
-    w->batch_cap = cap ? (uint32_t)cap : 1;
-    w->data_cap = opts->max_batch_bytes < client->max_message_bytes / 2
-                      ? opts->max_batch_bytes
-                      : client->max_message_bytes / 2;
-    data_bytes = w->data_cap + (size_t)ti.sample_bytes;
-  }
-  w->max_inflight = opts->max_inflight;
-  w->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : def.timeout_ms;
-  w->resend = opts->resend != 0;
-  w->warm_start = opts->warm_start != 0;
-  w->reconnect_timeout_ms = opts->reconnect_timeout_ms > 0
-                                ? opts->reconnect_timeout_ms
-                                : def.reconnect_timeout_ms;
-  if (w->resend) {
-    /* A resend must still be in the server's window to be recognised. */
-    if (w->max_inflight > CHIME__INSERT_WINDOW)
-      w->max_inflight = CHIME__INSERT_WINDOW;
-  }
-  if (w->resend || w->sequence)
-    w->writer_id = chime__writer_new_id();
-  w->next_id = w->acked_id = 1;
-  w->all_default = 1;
-  w->min_key = 1; /* keys start at 1 */
-  w->data = malloc(data_bytes);
-  w->priorities = malloc(w->batch_cap * sizeof(double));
-  w->nrag = chime_spec_ragged(&w->spec);
-  if (w->nrag > 0)
-    w->lengths = malloc((size_t)w->batch_cap * w->nrag * sizeof(uint32_t));
-  w->versions = malloc(w->batch_cap * sizeof(uint64_t));
-  w->version = opts->version;
-  if (!w->data || !w->priorities || (w->nrag > 0 && !w->lengths) ||
-      !w->versions || chime__rpc_init(&w->rpc)) {
+  size_t data_bytes = batch_sizes(w, &ti, opts);
+  take_options(w, opts);
+  if (alloc_buffers(w, data_bytes)) {
     rc = chime__fail(err, sizeof(err), CHIME_ENOMEM, "out of memory");
     goto cleanup;
   }

@@ -237,6 +237,85 @@ int chime__checkpoint_latest(const char *dir, char *path, size_t len) {
   return 0;
 }
 
+/* dir made if need be, and the next checkpoint's names in it: tmp, where
+ * it is written, and fin, what it is renamed to once whole. */
+static int next_names(const char *dir, char *tmp, char *fin, size_t len,
+                      char *err, size_t errlen) {
+  if (strlen(dir) >= CHIME__MAX_PATH)
+    return fail(err, errlen, CHIME_EINVAL, "checkpoint dir too long");
+  if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+    return fail(err, errlen, CHIME_ESYS, "cannot create '%s': %s", dir,
+                strerror(errno));
+  uint64_t hi = highest_seq(dir);
+  if (hi == UINT64_MAX) /* one more would wrap to 0, below every one there */
+    return fail(err, errlen, CHIME_EOVERFLOW,
+                "checkpoint dir '%s' holds ckpt-%llu, the last number there "
+                "is: move the checkpoints elsewhere (renumbered from 1) or "
+                "remove them",
+                dir, (unsigned long long)hi);
+  ckpt_name(tmp, len, dir, ".tmp-ckpt-", hi + 1);
+  ckpt_name(fin, len, dir, "ckpt-", hi + 1);
+  return 0;
+}
+
+/* The manifest's text: each table file's name, bytes, items and CRC. */
+static char *manifest_text(const entry_t *ents, uint32_t ntables) {
+  json_t *root = json_object(), *arr = json_array();
+  json_object_set_new(root, "format", json_string("chime-checkpoint"));
+  json_object_set_new(root, "version", json_integer(VERSION));
+  json_object_set_new(
+      root, "created_unix_ns",
+      json_integer((json_int_t)chime__clock_ns(CLOCK_REALTIME)));
+  for (uint32_t i = 0; i < ntables; i++) {
+    json_t *e = json_object();
+    json_object_set_new(e, "name", json_string(ents[i].name));
+    json_object_set_new(e, "file", json_string(ents[i].file));
+    json_object_set_new(e, "bytes", json_integer((json_int_t)ents[i].bytes));
+    json_object_set_new(e, "items", json_integer((json_int_t)ents[i].items));
+    json_object_set_new(e, "crc32c", json_integer(ents[i].crc));
+    json_array_append_new(arr, e);
+  }
+  json_object_set_new(root, "tables", arr);
+  char *text = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+  json_decref(root);
+  return text;
+}
+
+/* The manifest into tmp, tmp renamed to fin, then fin's DONE: written
+ * aside and renamed, so a DONE there is whole even after a power cut (one
+ * cut between its create and its write could leave an empty DONE, which
+ * `latest` would pick and restore would refuse). */
+static int seal(const char *dir, const char *tmp, const char *fin,
+                const char *manifest, char *err, size_t errlen) {
+  char p[CHIME__MAX_PATH + 128], q[CHIME__MAX_PATH + 128], done[128];
+  size_t mlen = strlen(manifest);
+  snprintf(p, sizeof(p), "%s/MANIFEST", tmp);
+  int e = write_small(p, manifest, mlen);
+  if (e == 0)
+    e = fsync_path(tmp, 1);
+  if (e != 0)
+    return fail(err, errlen, CHIME_ESYS, "cannot write '%s': %s", p,
+                strerror(e));
+  if (rename(tmp, fin) != 0 || (e = fsync_path(dir, 1)) != 0)
+    return fail(err, errlen, CHIME_ESYS, "cannot rename '%s' to '%s': %s", tmp,
+                fin, strerror(e ? e : errno));
+  int dl = snprintf(done, sizeof(done), DONE_HEAD "%08x\n",
+                    chime__crc32c(0, manifest, mlen));
+  snprintf(q, sizeof(q), "%s/DONE.tmp", fin);
+  snprintf(p, sizeof(p), "%s/DONE", fin);
+  e = write_small(q, done, (size_t)dl);
+  if (e == 0 && rename(q, p) != 0)
+    e = errno;
+  if (e == 0)
+    e = fsync_path(fin, 1);
+  if (e != 0) {
+    remove_dir(fin);
+    return fail(err, errlen, CHIME_ESYS, "cannot write '%s': %s", p,
+                strerror(e));
+  }
+  return 0;
+}
+
 int chime__checkpoint_write(chime__table_t *const *tables, uint32_t ntables,
                             const char *dir, uint32_t keep,
                             chime__ckpt_result_t *out, char *err,
@@ -252,34 +331,15 @@ int chime__checkpoint_write(chime__table_t *const *tables, uint32_t ntables,
                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   uint8_t *buf = wbuf == MAP_FAILED ? NULL : wbuf;
   char *manifest = NULL;
-  json_t *root = NULL;
   memset(out, 0, sizeof(*out));
   if (ents == NULL || buf == NULL) {
     rc = fail(err, errlen, CHIME_ENOMEM, "out of memory");
     goto out;
   }
-  if (strlen(dir) >= CHIME__MAX_PATH) {
-    rc = fail(err, errlen, CHIME_EINVAL, "checkpoint dir too long");
+  if ((rc = next_names(dir, tmp, fin, sizeof(tmp), err, errlen)) != 0) {
+    tmp[0] = '\0'; /* nothing made to remove */
     goto out;
   }
-  if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
-    rc = fail(err, errlen, CHIME_ESYS, "cannot create '%s': %s", dir,
-              strerror(errno));
-    goto out;
-  }
-  uint64_t hi = highest_seq(dir);
-  if (hi == UINT64_MAX) {
-    /* One more would wrap to 0 and sort below every checkpoint there. */
-    rc = fail(err, errlen, CHIME_EOVERFLOW,
-              "checkpoint dir '%s' holds ckpt-%llu, the last number there "
-              "is: move the checkpoints elsewhere (renumbered from 1) or "
-              "remove them",
-              dir, (unsigned long long)hi);
-    goto out;
-  }
-  uint64_t seq = hi + 1;
-  ckpt_name(tmp, sizeof(tmp), dir, ".tmp-ckpt-", seq);
-  ckpt_name(fin, sizeof(fin), dir, "ckpt-", seq);
   remove_dir(tmp); /* a leftover of a write cut short */
   if (mkdir(tmp, 0755) != 0) {
     rc = fail(err, errlen, CHIME_ESYS, "cannot create '%s': %s", tmp,
@@ -298,61 +358,12 @@ int chime__checkpoint_write(chime__table_t *const *tables, uint32_t ntables,
     out->items += ents[i].items;
     out->bytes += ents[i].bytes;
   }
-  root = json_object();
-  json_t *arr = json_array();
-  json_object_set_new(root, "format", json_string("chime-checkpoint"));
-  json_object_set_new(root, "version", json_integer(VERSION));
-  json_object_set_new(
-      root, "created_unix_ns",
-      json_integer((json_int_t)chime__clock_ns(CLOCK_REALTIME)));
-  for (uint32_t i = 0; i < ntables; i++) {
-    json_t *e = json_object();
-    json_object_set_new(e, "name", json_string(ents[i].name));
-    json_object_set_new(e, "file", json_string(ents[i].file));
-    json_object_set_new(e, "bytes", json_integer((json_int_t)ents[i].bytes));
-    json_object_set_new(e, "items", json_integer((json_int_t)ents[i].items));
-    json_object_set_new(e, "crc32c", json_integer(ents[i].crc));
-    json_array_append_new(arr, e);
-  }
-  json_object_set_new(root, "tables", arr);
-  manifest = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
-  if (manifest == NULL) {
+  if ((manifest = manifest_text(ents, ntables)) == NULL) {
     rc = fail(err, errlen, CHIME_ENOMEM, "out of memory");
     goto out;
   }
-  size_t mlen = strlen(manifest);
-  snprintf(p, sizeof(p), "%s/MANIFEST", tmp);
-  int e = write_small(p, manifest, mlen);
-  if (e == 0)
-    e = fsync_path(tmp, 1);
-  if (e != 0) {
-    rc = fail(err, errlen, CHIME_ESYS, "cannot write '%s': %s", p, strerror(e));
+  if ((rc = seal(dir, tmp, fin, manifest, err, errlen)) != 0)
     goto out;
-  }
-  if (rename(tmp, fin) != 0 || (e = fsync_path(dir, 1)) != 0) {
-    rc = fail(err, errlen, CHIME_ESYS, "cannot rename '%s' to '%s': %s", tmp,
-              fin, strerror(e ? e : errno));
-    goto out;
-  }
-  char done[128];
-  int dl = snprintf(done, sizeof(done), DONE_HEAD "%08x\n",
-                    chime__crc32c(0, manifest, mlen));
-  /* Written aside and renamed: a DONE there is whole, even after a power
-   * cut (one cut between its create and its write could leave an empty
-   * DONE, which `latest` would pick and restore would refuse). */
-  char q[sizeof(p)];
-  snprintf(q, sizeof(q), "%s/DONE.tmp", fin);
-  snprintf(p, sizeof(p), "%s/DONE", fin);
-  e = write_small(q, done, (size_t)dl);
-  if (e == 0 && rename(q, p) != 0)
-    e = errno;
-  if (e == 0)
-    e = fsync_path(fin, 1);
-  if (e != 0) {
-    rc = fail(err, errlen, CHIME_ESYS, "cannot write '%s': %s", p, strerror(e));
-    remove_dir(fin);
-    goto out;
-  }
   snprintf(out->path, sizeof(out->path), "%s", fin);
   out->tables = ntables;
   prune(dir, keep ? keep : 1);
@@ -360,7 +371,6 @@ out:
   if (rc != 0 && tmp[0] != '\0')
     remove_dir(tmp);
   free(manifest);
-  json_decref(root);
   if (buf != NULL)
     munmap(buf, WBUF);
   free(ents);

@@ -618,6 +618,71 @@ static void warn_exposed(const chime__config_t *cfg) {
                cfg->listen);
 }
 
+/* The server's gRPC arguments from its config (TLS's aside): message
+ * sizes, no SO_REUSEPORT, calls per connection, keepalive, connection
+ * age, the BDP probe. args has room for 9 + CHIME__KEEPALIVE_ARGS; the
+ * count filled. */
+static size_t server_args(const chime__config_t *cfg, grpc_arg *args) {
+  args[0].type = GRPC_ARG_INTEGER;
+  args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+  args[0].value.integer = (int)CHIME_MAX_MESSAGE_BYTES;
+  args[1].type = GRPC_ARG_INTEGER;
+  args[1].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
+  args[1].value.integer = (int)CHIME_MAX_MESSAGE_BYTES;
+  /* gRPC sets SO_REUSEPORT by default: a second chimed on the same port would
+   * bind too and take half the connections. */
+  args[2].type = GRPC_ARG_INTEGER;
+  args[2].key = (char *)GRPC_ARG_ALLOW_REUSEPORT;
+  args[2].value.integer = 0;
+  /* One peer cannot hold every call the server allows (max_calls). */
+  args[3].type = GRPC_ARG_INTEGER;
+  args[3].key = (char *)GRPC_ARG_MAX_CONCURRENT_STREAMS;
+  args[3].value.integer = (int)cfg->max_calls_per_connection;
+  size_t nargs =
+      4 + chime__keepalive_args(args + 4, (int)cfg->keepalive_time_ms,
+                                (int)cfg->keepalive_timeout_ms);
+  if (cfg->max_connection_age_ms > 0) {
+    /* Clients' channels connect anew (re-resolving a dns:/// target, so
+     * shards that came or went are seen); calls on the old connection go
+     * on for the grace, by default for as long as they last (INT_MAX:
+     * gRPC's "no limit"). */
+    uint32_t grace = cfg->max_connection_age_grace_ms;
+    args[nargs].type = GRPC_ARG_INTEGER;
+    args[nargs].key = (char *)GRPC_ARG_MAX_CONNECTION_AGE_MS;
+    args[nargs++].value.integer = (int)cfg->max_connection_age_ms;
+    args[nargs].type = GRPC_ARG_INTEGER;
+    args[nargs].key = (char *)GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS;
+    args[nargs++].value.integer = grace > 0 ? (int)grace : INT32_MAX;
+  }
+  if (!cfg->bdp_probe) {
+    /* gRPC grows a connection's receive windows with its measured
+     * bandwidth-delay product, and then takes in that much of each Insert
+     * call chime has not asked to read (parked by the staging budget):
+     * +95 MiB for 95 parked calls of 1 MiB here. Without the probe it is
+     * 64 KiB a call, and a read chime asks for still opens the window to
+     * its whole message. The price: one writer's throughput (its next
+     * requests no longer wait in gRPC's buffers), docs/operations.md. */
+    args[nargs].type = GRPC_ARG_INTEGER;
+    args[nargs].key = (char *)GRPC_ARG_HTTP2_BDP_PROBE;
+    args[nargs++].value.integer = 0;
+  }
+  return nargs;
+}
+
+/* The address listened on, as the caller asked for it with the port the
+ * acceptor bound (a Unix socket's path as it is). */
+static void bound_address(const char *listen, int port, char *bound,
+                          size_t boundlen) {
+  if (bound == NULL || boundlen == 0)
+    return;
+  const char *colon = strrchr(listen, ':');
+  if (strncmp(listen, "unix:", 5) == 0 ||
+      strncmp(listen, "unix-abstract:", 14) == 0 || colon == NULL)
+    snprintf(bound, boundlen, "%s", listen);
+  else
+    snprintf(bound, boundlen, "%.*s:%d", (int)(colon - listen), listen, port);
+}
+
 static int listen_on(chime_server_t *srv, char *bound, size_t boundlen,
                      char *err, size_t errlen) {
   int rc = 0;
@@ -635,37 +700,7 @@ static int listen_on(chime_server_t *srv, char *bound, size_t boundlen,
     return CHIME_EEXIST;
   }
   chime__grpc_hold();
-  args[0].type = GRPC_ARG_INTEGER;
-  args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-  args[0].value.integer = (int)CHIME_MAX_MESSAGE_BYTES;
-  args[1].type = GRPC_ARG_INTEGER;
-  args[1].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
-  args[1].value.integer = (int)CHIME_MAX_MESSAGE_BYTES;
-  /* gRPC sets SO_REUSEPORT by default: a second chimed on the same port would
-   * bind too and take half the connections. */
-  args[2].type = GRPC_ARG_INTEGER;
-  args[2].key = (char *)GRPC_ARG_ALLOW_REUSEPORT;
-  args[2].value.integer = 0;
-  /* One peer cannot hold every call the server allows (max_calls). */
-  args[3].type = GRPC_ARG_INTEGER;
-  args[3].key = (char *)GRPC_ARG_MAX_CONCURRENT_STREAMS;
-  args[3].value.integer = (int)srv->cfg.max_calls_per_connection;
-  size_t nargs =
-      4 + chime__keepalive_args(args + 4, (int)srv->cfg.keepalive_time_ms,
-                                (int)srv->cfg.keepalive_timeout_ms);
-  if (srv->cfg.max_connection_age_ms > 0) {
-    /* Clients' channels connect anew (re-resolving a dns:/// target, so
-     * shards that came or went are seen); calls on the old connection go
-     * on for the grace, by default for as long as they last (INT_MAX:
-     * gRPC's "no limit"). */
-    uint32_t grace = srv->cfg.max_connection_age_grace_ms;
-    args[nargs].type = GRPC_ARG_INTEGER;
-    args[nargs].key = (char *)GRPC_ARG_MAX_CONNECTION_AGE_MS;
-    args[nargs++].value.integer = (int)srv->cfg.max_connection_age_ms;
-    args[nargs].type = GRPC_ARG_INTEGER;
-    args[nargs].key = (char *)GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS;
-    args[nargs++].value.integer = grace > 0 ? (int)grace : INT32_MAX;
-  }
+  size_t nargs = server_args(&srv->cfg, args);
   if (srv->cfg.tls.cert[0] != '\0') {
     /* Read before anything listens: a bad file is a startup error. */
     rc = chime__tls_server_credentials(&srv->cfg.tls, &tls, err, errlen);
@@ -680,18 +715,6 @@ static int listen_on(chime_server_t *srv, char *bound, size_t boundlen,
     args[nargs].key = (char *)GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS;
     args[nargs++].value.integer = (int)srv->cfg.handshake_timeout_ms;
     chime__tls_port_arg(&args[nargs++], &srv->tls_handler);
-  }
-  if (!srv->cfg.bdp_probe) {
-    /* gRPC grows a connection's receive windows with its measured
-     * bandwidth-delay product, and then takes in that much of each Insert
-     * call chime has not asked to read (parked by the staging budget):
-     * +95 MiB for 95 parked calls of 1 MiB here. Without the probe it is
-     * 64 KiB a call, and a read chime asks for still opens the window to
-     * its whole message. The price: one writer's throughput (its next
-     * requests no longer wait in gRPC's buffers), docs/operations.md. */
-    args[nargs].type = GRPC_ARG_INTEGER;
-    args[nargs].key = (char *)GRPC_ARG_HTTP2_BDP_PROBE;
-    args[nargs++].value.integer = 0;
   }
   grpc_channel_args ca = {nargs, args};
   grpc_server *gs = grpc_server_create(&ca, NULL);
@@ -733,15 +756,7 @@ static int listen_on(chime_server_t *srv, char *bound, size_t boundlen,
              chime_strerror(rc));
     return rc;
   }
-  if (bound != NULL && boundlen > 0) {
-    const char *a = srv->cfg.listen;
-    const char *colon = strrchr(a, ':');
-    if (strncmp(a, "unix:", 5) == 0 || strncmp(a, "unix-abstract:", 14) == 0 ||
-        colon == NULL)
-      snprintf(bound, boundlen, "%s", a);
-    else
-      snprintf(bound, boundlen, "%.*s:%d", (int)(colon - a), a, port);
-  }
+  bound_address(srv->cfg.listen, port, bound, boundlen);
   warn_exposed(&srv->cfg);
   return 0;
 fail:

@@ -133,6 +133,8 @@ int chime__config_load(chime__config_t *cfg, const char *path, char *err,
 typedef struct json_t json_t;
 int chime__config_table_parse(chime__table_config_t *t, json_t *obj,
                               uint32_t index, char *err, size_t errlen);
+/* Whether s is a table's name: 1-63 characters of [A-Za-z0-9_.-]. */
+int chime__config_name_ok(const char *s);
 /* The i-th table key's name (docs/operations.md's "Table keys" lists the
  * same), NULL past the last. */
 const char *chime__config_table_key(uint32_t i);

@@ -309,7 +309,7 @@ static int parse_compress(chime__table_config_t *t, json_t *v,
   return 0;
 }
 
-static int name_ok(const char *s) {
+int chime__config_name_ok(const char *s) {
   size_t n = strlen(s);
   if (n == 0 || n >= CHIME_MAX_NAME)
     return 0;
@@ -546,7 +546,7 @@ int chime__config_table_parse(chime__table_config_t *t, json_t *obj,
   if (!json_is_string(name))
     return chime__cfg_fail(err, errlen, "%s: 'name' (a string) is required",
                            where);
-  if (!name_ok(json_string_value(name)))
+  if (!chime__config_name_ok(json_string_value(name)))
     return chime__cfg_fail(
         err, errlen,
         "%s: name '%.64s' must be 1-63 characters of [A-Za-z0-9_.-]", where,

@@ -345,18 +345,8 @@ static void test_staged_insert(void **state) {
   append_samples(w, 200, 4); /* the table's capacity */
   assert_int_equal(chime_writer_flush(w), 0);
   append_samples(w, 204, 2 * BATCH - 4); /* sent, and waiting for room */
-  int64_t deadline = chime__now_ms() + 10000;
-  for (;;) { /* the server staged them: the table is full */
-    chime_stats_t *st = NULL;
-    assert_int_equal(chime_client_stats(client, &st), 0);
-    uint64_t staged = st->staged_insert_bytes;
-    chime_stats_free(st);
-    if (staged > 0)
-      break;
-    if (chime__now_ms() > deadline)
-      fail_msg("no insert staged 10 s after the table filled");
-    chime__sleep_ms(10);
-  }
+  if (chime__wait_staged(client, 10000) != 0)
+    fail_msg("no insert staged 10 s after the table filled");
   consume_from("small", 2, CHIME_MODE_SHM, 200, 2 * BATCH);
   assert_int_equal(chime_writer_flush(w), 0);
   assert_int_equal(chime_writer_acked(w), 2 * BATCH);

@@ -203,18 +203,8 @@ static void test_staged_stored_leaves(void **state) {
   append_frames(w, 1000, 8);
   assert_int_equal(chime_writer_flush(w), 0);
   append_frames(w, 1008, 24); /* sent, and waiting for room */
-  int64_t deadline = chime__now_ms() + 10000;
-  for (;;) {
-    chime_stats_t *st = NULL;
-    assert_int_equal(chime_client_stats(client, &st), 0);
-    uint64_t staged = st->staged_insert_bytes;
-    chime_stats_free(st);
-    if (staged > 0)
-      break;
-    if (chime__now_ms() > deadline)
-      fail_msg("no insert staged 10 s after the table filled");
-    chime__sleep_ms(10);
-  }
+  if (chime__wait_staged(client, 10000) != 0)
+    fail_msg("no insert staged 10 s after the table filled");
   consume("small", CHIME_MODE_SHM, 1000, 32);
   assert_int_equal(chime_writer_flush(w), 0);
   assert_int_equal(chime_writer_acked(w), 32);

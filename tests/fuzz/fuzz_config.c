@@ -40,21 +40,8 @@ FILE *fuzz_fopen(const char *path, const char *mode) {
   return fmemopen((void *)(path + 4), strlen(path + 4), "r");
 }
 
-static int name_ok(const char *s) {
-  size_t n = strnlen(s, CHIME_MAX_NAME);
-  if (n == 0 || n >= CHIME_MAX_NAME)
-    return 0;
-  for (size_t i = 0; i < n; i++) {
-    char c = s[i];
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-          (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.'))
-      return 0;
-  }
-  return 1;
-}
-
 static void check_table(const chime__table_config_t *t) {
-  FUZZ_CHECK(name_ok(t->name));
+  FUZZ_CHECK(chime__config_name_ok(t->name));
   uint64_t sb = chime_spec_sample_bytes(&t->spec);
   FUZZ_CHECK(t->spec.nleaves >= 1 && t->spec.nleaves <= CHIME_MAX_LEAVES);
   FUZZ_CHECK(sb > 0);

@@ -527,6 +527,22 @@ int chime__chimed_start_client(chime__chimed_t *d, const char *config_json,
   return rc != 0 ? rc : chime_client_create(c, d->addr, NULL);
 }
 
+int chime__wait_staged(chime_client_t *c, int timeout_ms) {
+  int64_t deadline = chime__now_ms() + timeout_ms;
+  for (;;) {
+    chime_stats_t *st = NULL;
+    uint64_t staged = 0;
+    if (chime_client_stats(c, &st) == 0)
+      staged = st->staged_insert_bytes;
+    chime_stats_free(st);
+    if (staged > 0)
+      return 0;
+    if (chime__now_ms() > deadline)
+      return -1;
+    chime__sleep_ms(10);
+  }
+}
+
 int chime__chimed_stop_client(chime__chimed_t *d, chime_client_t *c) {
   int st = -1;
   chime_client_destroy(c);

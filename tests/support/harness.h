@@ -97,6 +97,10 @@ int chime__chimed_start_client(chime__chimed_t *d, const char *config_json,
 /* Destroys the client, then stops chimed: 0 only when chimed exited 0 by
  * itself after SIGTERM. */
 int chime__chimed_stop_client(chime__chimed_t *d, chime_client_t *c);
+/* Waits, up to timeout_ms, until the server behind c holds some insert
+ * staged (a request sent and waiting for room, its table full): 0, or -1
+ * when none came. */
+int chime__wait_staged(chime_client_t *c, int timeout_ms);
 
 /* One chimed of config (a string) and a client of it for a group of tests:
  * defines `chimed`, `client` and the group's `setup` and `teardown` for
@@ -138,6 +142,7 @@ int chime__chimed_stderr_at_start(const char *const argv[], const char *name,
 
 /* Milliseconds on CLOCK_MONOTONIC, for bounded polling loops. */
 int64_t chime__now_ms(void);
+
 void chime__sleep_ms(int ms);
 
 /* Exits 77 (CTest skip) with a reason on stderr. */

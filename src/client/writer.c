@@ -684,26 +684,6 @@ uint64_t chime_writer_bytes_sent(const chime_writer_t *writer) {
   return writer ? writer->bytes_sent : 0;
 }
 
-int chime_writer_compress(const chime_writer_t *writer, char *out, size_t len) {
-  size_t at = 0;
-  if (!writer || !out || len == 0)
-    return chime__detail(CHIME_EINVAL,
-                         "chime_writer_compress: needs a writer and out");
-  out[0] = '\0';
-  for (uint32_t k = 0; k < writer->nz; k++) {
-    int n = snprintf(out + at, len - at, "%s%s:%u", k > 0 ? "," : "",
-                     writer->spec.leaves[writer->zleaves[k]].name,
-                     writer->zlevel[k]);
-    if (n < 0 || (size_t)n >= len - at) {
-      out[0] = '\0';
-      return chime__detail(CHIME_EINVAL, "chime_writer_compress: len too "
-                                         "short");
-    }
-    at += (size_t)n;
-  }
-  return 0;
-}
-
 int chime_writer_spec(const chime_writer_t *writer, chime_spec_t *out) {
   if (!writer || !out)
     return chime__detail(CHIME_EINVAL,

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <zstd.h>
 
+#include "common/detail.h"
 #include "replay/zleaf.h"
 
 int chime__writer_zip_open(chime_writer_t *w, const chime_table_info_t *ti,
@@ -108,4 +109,24 @@ int chime__writer_zip_alike(const chime_table_info_t *a,
     if (!la[l] != !lb[l])
       return 0;
   return 1;
+}
+
+int chime_writer_compress(const chime_writer_t *writer, char *out, size_t len) {
+  size_t at = 0;
+  if (!writer || !out || len == 0)
+    return chime__detail(CHIME_EINVAL,
+                         "chime_writer_compress: needs a writer and out");
+  out[0] = '\0';
+  for (uint32_t k = 0; k < writer->nz; k++) {
+    int n = snprintf(out + at, len - at, "%s%s:%u", k > 0 ? "," : "",
+                     writer->spec.leaves[writer->zleaves[k]].name,
+                     writer->zlevel[k]);
+    if (n < 0 || (size_t)n >= len - at) {
+      out[0] = '\0';
+      return chime__detail(CHIME_EINVAL, "chime_writer_compress: len too "
+                                         "short");
+    }
+    at += (size_t)n;
+  }
+  return 0;
 }

@@ -13,6 +13,7 @@
 #include "chime/errors.h"
 #include "common/key.h"
 #include "replay/table.h"
+#include "server/config_table.h"
 #include "server/config_value.h"
 #include "wire/insert.h"
 

@@ -127,17 +127,6 @@ int chime__config_parse(chime__config_t *cfg, const char *json, char *err,
 int chime__config_load(chime__config_t *cfg, const char *path, char *err,
                        size_t errlen);
 
-/* One table of the config (config_table.c): tables[index] as read from
- * obj, checked whole. 0 or CHIME_EINVAL with a sentence naming the table
- * and the key. */
-typedef struct json_t json_t;
-int chime__config_table_parse(chime__table_config_t *t, json_t *obj,
-                              uint32_t index, char *err, size_t errlen);
-/* Whether s is a table's name: 1-63 characters of [A-Za-z0-9_.-]. */
-int chime__config_name_ok(const char *s);
-/* The i-th table key's name (docs/operations.md's "Table keys" lists the
- * same), NULL past the last. */
-const char *chime__config_table_key(uint32_t i);
 /* The i-th server key's name (docs/operations.md's table of them lists
  * the same, a key with subkeys as `key.sub`), NULL past the last. */
 const char *chime__config_server_key(uint32_t i);

@@ -12,7 +12,7 @@
 #include "replay/sumtree.h"
 #include "replay/table.h"
 #include "replay/zleaf.h"
-#include "server/config.h"
+#include "server/config_table.h"
 #include "server/config_value.h"
 #include "wire/insert.h"
 

@@ -25,6 +25,7 @@
 #include "chime/errors.h"
 #include "fuzz_common.h"
 #include "server/config.h"
+#include "server/config_table.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 FILE *fuzz_fopen(const char *path, const char *mode);

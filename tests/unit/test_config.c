@@ -15,6 +15,7 @@
 
 #include "chime/chime.h"
 #include "server/config.h"
+#include "server/config_table.h"
 #include "server/state.h"
 
 static chime__config_t cfg;

@@ -236,13 +236,8 @@ static void test_shm_and_stream_deliver_the_same(void **state) {
 static grpc_status_code raw_insert(const uint32_t *lengths, size_t n,
                                    size_t data_len, char *details,
                                    size_t dlen) {
-  grpc_channel *ch = chime__raw_channel(chimed.addr);
-  assert_non_null(ch);
-  chime__raw_t r;
   uint8_t *data = calloc(1, data_len + 1);
   assert_non_null(data);
-  assert_int_equal(chime__raw_start(&r, ch, "/chime.v1.Chime/Insert", 10000),
-                   0);
   Chime__V1__InsertRequest q = CHIME__V1__INSERT_REQUEST__INIT;
   q.table = "rag";
   q.count = 1;
@@ -250,11 +245,10 @@ static grpc_status_code raw_insert(const uint32_t *lengths, size_t n,
   q.data.len = data_len;
   q.n_lengths = n;
   q.lengths = (uint32_t *)lengths;
-  assert_int_equal(chime__raw_send(&r, &q.base), 0);
   grpc_status_code st;
-  assert_int_equal(chime__raw_finish(&r, &st, details, dlen, 10000), 0);
-  chime__raw_destroy(&r);
-  grpc_channel_destroy(ch);
+  assert_int_equal(chime__raw_send_one(chimed.addr, "/chime.v1.Chime/Insert",
+                                       &q.base, &st, details, dlen),
+                   0);
   free(data);
   return st;
 }

@@ -284,11 +284,6 @@ static grpc_status_code raw_insert(uint32_t count, const uint8_t *const *frames,
     memcpy(p + sizes[j], &j, 4);
     p += sizes[j] + 4;
   }
-  grpc_channel *ch = chime__raw_channel(chimed.addr);
-  assert_non_null(ch);
-  chime__raw_t r;
-  assert_int_equal(chime__raw_start(&r, ch, "/chime.v1.Chime/Insert", 10000),
-                   0);
   Chime__V1__InsertRequest q = CHIME__V1__INSERT_REQUEST__INIT;
   q.table = (char *)raw_to.table;
   q.count = count;
@@ -304,11 +299,10 @@ static grpc_status_code raw_insert(uint32_t count, const uint8_t *const *frames,
   q.stored_leaves = &leaf;
   q.n_stored = count;
   q.stored = (uint32_t *)sizes;
-  assert_int_equal(chime__raw_send(&r, &q.base), 0);
   grpc_status_code st;
-  assert_int_equal(chime__raw_finish(&r, &st, details, dlen, 10000), 0);
-  chime__raw_destroy(&r);
-  grpc_channel_destroy(ch);
+  assert_int_equal(chime__raw_send_one(chimed.addr, "/chime.v1.Chime/Insert",
+                                       &q.base, &st, details, dlen),
+                   0);
   free(data);
   return st;
 }

@@ -278,6 +278,25 @@ void chime__raw_destroy(chime__raw_t *r) {
   memset(r, 0, sizeof(*r));
 }
 
+int chime__raw_send_one(const char *addr, const char *method,
+                        const ProtobufCMessage *msg, grpc_status_code *status,
+                        char *details, size_t len) {
+  grpc_channel *ch = chime__raw_channel(addr);
+  if (ch == NULL)
+    return -1;
+  chime__raw_t r;
+  int rc = chime__raw_start(&r, ch, method, 10000);
+  if (rc == 0) {
+    rc = chime__raw_send(&r, msg) == 0 &&
+                 chime__raw_finish(&r, status, details, len, 10000) == 0
+             ? 0
+             : -1;
+    chime__raw_destroy(&r);
+  }
+  grpc_channel_destroy(ch);
+  return rc == 0 ? 0 : -1;
+}
+
 int chime__raw_unary(grpc_channel *ch, const char *method,
                      const ProtobufCMessage *req,
                      const ProtobufCMessageDescriptor *resp_desc,

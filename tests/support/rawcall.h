@@ -87,6 +87,13 @@ int chime__raw_unary(grpc_channel *ch, const char *method,
                      ProtobufCMessage **resp, grpc_status_code *status,
                      char *details, size_t len);
 
+/* One message on a new streaming call to addr (a channel of its own),
+ * half-closed, then the call's status and details (10 s at most): 0, or
+ * -1 when the call could not be made or did not end. */
+int chime__raw_send_one(const char *addr, const char *method,
+                        const ProtobufCMessage *msg, grpc_status_code *status,
+                        char *details, size_t len);
+
 /* The bytes of a whole byte buffer, malloc'd (free it). */
 void *chime__raw_bytes(grpc_byte_buffer *bb, size_t *len);
 

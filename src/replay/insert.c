@@ -430,12 +430,18 @@ static uint64_t put_samples(chime__table_t *t, req_t *rq, const room_t *rm,
       }
     }
     uint32_t r = chime__tbl_free_pop(t);
-    for (uint32_t l = 0; l < t->nleaves; l++) {
-      if (t->rrow[l] != 0 || t->zraw[l] != 0) /* in bufs, zbufs */
-        chime__tbl_cursor_skip(&cur, sent_bytes(t, z, lengths, j, l));
-      else
+    if (t->nrag == 0 && t->nz == 0) { /* every leaf in the rows */
+      for (uint32_t l = 0; l < t->nleaves; l++)
         chime__tbl_cursor_read(&cur, t->leaf[l] + (size_t)r * t->lbytes[l],
                                t->lbytes[l]);
+    } else {
+      for (uint32_t l = 0; l < t->nleaves; l++) {
+        if (t->rrow[l] != 0 || t->zraw[l] != 0) /* in bufs, zbufs */
+          chime__tbl_cursor_skip(&cur, sent_bytes(t, z, lengths, j, l));
+        else
+          chime__tbl_cursor_read(&cur, t->leaf[l] + (size_t)r * t->lbytes[l],
+                                 t->lbytes[l]);
+      }
     }
     if (t->nrag > 0) {
       chime__tbl_rag_take(t, r, rq->bufs[j], lengths + j * t->nrag);

@@ -390,6 +390,18 @@ static void proxy_stop(proxy_t *p) {
   close(p->ctl[1]);
 }
 
+/* The proxy's port held after it stops: its listening socket kept (a dup
+ * taken before the stop) and shut down, so that it listens no more (a
+ * connect is refused) but stays bound, and no other process (another
+ * test's chimed, under ctest -j) can listen there and answer the writer's
+ * reconnects with tables of its own. */
+static int hold_port(int lfd) {
+  int fd = dup(lfd);
+  if (fd < 0)
+    fail_msg("cannot hold the proxy's port: %s", strerror(errno));
+  return fd;
+}
+
 #define N 4000
 #define CUTS 4
 
@@ -487,7 +499,9 @@ static void test_writer_gives_up_when_server_gone(void **state) {
   for (uint64_t i = 0; i < 8; i++)
     assert_int_equal(chime_writer_append(w, &i, sizeof(i), 1.0), 0);
   assert_int_equal(chime_writer_flush(w), 0);
+  int held = hold_port(p.lfd);
   proxy_stop(&p); /* connections and the listener gone */
+  shutdown(held, SHUT_RDWR);
   int64_t t0 = chime__now_ms();
   int rc = 0;
   for (uint64_t i = 0; i < 8 && rc == 0; i++)
@@ -502,6 +516,7 @@ static void test_writer_gives_up_when_server_gone(void **state) {
   assert_int_equal(chime_writer_acked(w), 8);
   assert_int_equal(chime_writer_close(w), CHIME_EDISCONNECTED);
   chime_client_destroy(c);
+  close(held);
 }
 
 /* --- which writers the server remembers (issue 20) --------------------- */

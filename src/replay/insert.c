@@ -99,7 +99,7 @@ static int z_in(const chime__table_t *t, const chime__table_stored_t *st,
   if (st == NULL || st->n == 0)
     return 0;
   uint32_t nleaves = t->steps != NULL ? t->sleaves : t->nleaves;
-  if (t->nrag > 0 && lengths == NULL)
+  if (t->nrag > 0 && lengths == NULL && count > 0)
     return z_why(st, "a ragged table's samples need their lengths");
   z->st = st;
   for (size_t k = 0; k < st->n; k++) {

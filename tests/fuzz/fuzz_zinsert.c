@@ -22,7 +22,8 @@
  * Seeds (tests/fuzz/corpus/zinsert): requests of good frames, one cut,
  * one declaring more than its leaf, a stored size past the leaf, a leaf
  * sent raw, a leaf the table keeps raw named; ragged rows at their
- * lengths, one row short; steps. */
+ * lengths, one row short; steps; a ragged request of no samples naming
+ * a stored leaf (nothing to check, so it goes in). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

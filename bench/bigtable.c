@@ -145,7 +145,7 @@ static int run_table(chime__table_t *t, const opts_t *o, uint64_t cap,
                      uint64_t ib, uint64_t *bins, side_t *out) {
   chime_ring_layout_t lay;
   const chime_spec_t *sp = chime__table_item_spec(t);
-  if (chime_ring_layout(&lay, sp, o->batch, 2, NULL, 0) != 0)
+  if (chime_ring_layout_compute(&lay, sp, o->batch, 2) != 0)
     return -1;
   uint8_t *mem = aligned_alloc(4096, (lay.slot_bytes + 4095) / 4096 * 4096);
   if (mem == NULL)
@@ -322,8 +322,8 @@ int chime__bench_bigtable(int argc, char **argv) {
   memset(&tc, 0, sizeof(tc));
   snprintf(tc.name, sizeof(tc.name), "bigtable");
   snprintf(tc.data_dir, sizeof(tc.data_dir), "%s", o.dir);
-  if (chime_spec_parse(&tc.spec, o.spec, NULL, 0) != 0 ||
-      tc.spec.nleaves != 1 || chime_spec_ragged(&tc.spec) > 0) {
+  if (chime_spec_parse(&tc.spec, o.spec) != 0 || tc.spec.nleaves != 1 ||
+      chime_spec_ragged(&tc.spec) > 0) {
     fprintf(stderr, "bigtable: --spec: one fixed-shape leaf\n");
     return 2;
   }

@@ -193,7 +193,7 @@ static int run(const opts_t *o) {
     return skip(o, "the runtime has no cudaMallocHost") == 77 ? 77 : 0;
 
   snprintf(spec_text, sizeof spec_text, "x:u8[%" PRIu64 "]", o->bytes);
-  if (chime_spec_parse(&spec, spec_text, NULL, 0) != 0 ||
+  if (chime_spec_parse(&spec, spec_text) != 0 ||
       chime__ring_create(&r.prod, &spec, 1, 4) != 0) {
     fprintf(stderr, "device: cannot make a ring of %" PRIu64 " bytes\n",
             o->bytes);
@@ -205,7 +205,7 @@ static int run(const opts_t *o) {
     chime_ring_destroy(r.prod);
     return 1;
   }
-  r.lay = chime_ring_get_layout(r.cons);
+  r.lay = chime_ring_layout(r.cons);
   const chime__device_opts_t dopts = {
       .device = o->device, .prefetch = 2, .max_lent = 3};
   const chime__device_source_t src = {

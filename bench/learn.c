@@ -128,7 +128,7 @@ int chime__bench_learn(const chime__bench_learn_opts_t *o,
   if (o->at_end != NULL)
     o->at_end(o->arg);
   chime_stream_local_stats_t st;
-  if (chime_stream_get_stats(s, &st) == 0) {
+  if (chime_stream_stats(s, &st) == 0) {
     res->slots = st.slots;
     res->rtt_ns = st.rtt_ns;
     res->window_bytes = st.window_bytes;

@@ -36,7 +36,7 @@ typedef struct {
 static int slot_make(slot_t *s, const chime__table_t *t, uint32_t batch) {
   const chime_spec_t *sp = chime__table_item_spec(t);
   memset(s, 0, sizeof(*s));
-  if (chime_ring_layout(&s->lay, sp, batch, 2, NULL, 0) != 0 ||
+  if (chime_ring_layout_compute(&s->lay, sp, batch, 2) != 0 ||
       (s->mem = aligned_alloc(4096, s->lay.slot_bytes)) == NULL)
     return -1;
   memset(s->mem, 0, s->lay.slot_bytes); /* touched, as a ring's slot is */
@@ -55,7 +55,7 @@ static chime__table_t *make_table(const char *spec, uint64_t items) {
   chime__table_t *t = NULL;
   memset(&tc, 0, sizeof(tc));
   snprintf(tc.name, sizeof(tc.name), "bench");
-  if (chime_spec_parse(&tc.spec, spec, NULL, 0) != 0)
+  if (chime_spec_parse(&tc.spec, spec) != 0)
     return NULL;
   tc.capacity = items;
   tc.sampler = CHIME__SAMPLER_UNIFORM;

@@ -144,7 +144,7 @@ static int run_one(const selector_t *s, uint64_t items, double seconds,
   chime__table_config_t tc;
   memset(&tc, 0, sizeof(tc));
   snprintf(tc.name, sizeof(tc.name), "bench");
-  if (chime_spec_parse(&tc.spec, "x:u8[248], id:u64[]", NULL, 0) != 0)
+  if (chime_spec_parse(&tc.spec, "x:u8[248], id:u64[]") != 0)
     return 1;
   tc.capacity = items;
   tc.min_size = 1;
@@ -183,7 +183,7 @@ static int run_one(const selector_t *s, uint64_t items, double seconds,
 
   /* Samples into a batch buffer laid out as a ring slot. */
   chime_ring_layout_t lay;
-  if (chime_ring_layout(&lay, &tc.spec, BATCH, 2, NULL, 0) != 0)
+  if (chime_ring_layout_compute(&lay, &tc.spec, BATCH, 2) != 0)
     return 1;
   uint8_t *slot = aligned_alloc(4096, lay.slot_bytes);
   chime__ring_wslot_t ws;

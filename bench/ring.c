@@ -125,7 +125,7 @@ static int consumer_main(int argc, char **argv) {
   paced = strtoull(argv[6], NULL, 10);
   if (chime_ring_attach(&ring, atoi(argv[2]), nonce) != 0)
     return 3;
-  l = chime_ring_get_layout(ring);
+  l = chime_ring_layout(ring);
   lat = calloc(n + paced + 1, sizeof(*lat));
   if (lat == NULL)
     goto out;
@@ -244,7 +244,7 @@ static int child_finish(child_t *c, int kill_it) {
 }
 
 static void warm_slots(chime_ring_t *ring) {
-  const chime_ring_layout_t *l = chime_ring_get_layout(ring);
+  const chime_ring_layout_t *l = chime_ring_layout(ring);
   for (uint32_t s = 0; s < l->slots; s++)
     memset(chime_ring_slot_base(ring, s), 0, l->slot_bytes);
 }
@@ -252,7 +252,7 @@ static void warm_slots(chime_ring_t *ring) {
 /* The limit: the same copies into the same warm slots, nothing else. */
 static double run_memcpy(chime_ring_t *ring, const uint8_t *src, uint64_t bb,
                          uint64_t n) {
-  const chime_ring_layout_t *l = chime_ring_get_layout(ring);
+  const chime_ring_layout_t *l = chime_ring_layout(ring);
   uint64_t t0 = now_ns(), t1;
   for (uint64_t i = 0; i < n; i++) {
     uint8_t *dst = chime_ring_slot_base(ring, (uint32_t)(i % l->slots));
@@ -287,7 +287,7 @@ static int run_once(const opts_t *o, uint64_t bb, int touch, const uint8_t *src,
   if (n < 16)
     n = 16;
   snprintf(line, sizeof(line), "x:u8[%u]", SAMPLE_BYTES);
-  if (chime_spec_parse(&spec, line, NULL, 0) != 0 ||
+  if (chime_spec_parse(&spec, line) != 0 ||
       chime__ring_create(&ring, &spec, (uint32_t)(bb / SAMPLE_BYTES),
                          o->slots) != 0) {
     fprintf(stderr,
@@ -312,7 +312,7 @@ static int run_once(const opts_t *o, uint64_t bb, int touch, const uint8_t *src,
       goto out;
   /* Done when the consumer has given every batch back. */
   do {
-    chime_ring_get_stats(ring, &st);
+    chime_ring_stats(ring, &st);
     if (st.released < n)
       sched_yield();
   } while (st.released < n);
@@ -327,7 +327,7 @@ static int run_once(const opts_t *o, uint64_t bb, int touch, const uint8_t *src,
    * had time to fall asleep, so each sample is a futex wake. */
   for (uint64_t i = 0; i < PACED_BATCHES; i++) {
     do {
-      chime_ring_get_stats(ring, &st);
+      chime_ring_stats(ring, &st);
       if (st.released < n + i)
         sched_yield();
     } while (st.released < n + i);

@@ -63,7 +63,7 @@ typedef struct {
 } slot_t;
 
 static int slot_init(slot_t *s, const chime_spec_t *spec) {
-  if (chime_ring_layout(&s->lay, spec, BATCH, 2, NULL, 0) != 0)
+  if (chime_ring_layout_compute(&s->lay, spec, BATCH, 2) != 0)
     return -1;
   s->mem = aligned_alloc(4096, s->lay.slot_bytes);
   if (s->mem == NULL)
@@ -207,7 +207,7 @@ static int run_one(uint64_t steps, uint32_t step_bytes, double seconds,
   chime__table_config_t tc;
   memset(&tc, 0, sizeof(tc));
   snprintf(tc.name, sizeof(tc.name), "seq");
-  if (chime_spec_parse(&tc.spec, spec, NULL, 0) != 0)
+  if (chime_spec_parse(&tc.spec, spec) != 0)
     return 1;
   tc.capacity_steps = steps;
   tc.sequence_length = T;
@@ -256,7 +256,7 @@ static int run_one(uint64_t steps, uint32_t step_bytes, double seconds,
     snprintf(pc.name, sizeof(pc.name), "plain");
     snprintf(spec, sizeof(spec), "x:u8[%u,%u], id:u64[%u]", T, step_bytes - 8,
              T);
-    if (chime_spec_parse(&pc.spec, spec, NULL, 0) != 0)
+    if (chime_spec_parse(&pc.spec, spec) != 0)
       return 1;
     uint64_t items = steps / T;
     if (items * window_bytes > PLAIN_MAX_BYTES)

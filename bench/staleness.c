@@ -53,7 +53,7 @@ static int make(side_t *s, chime__sampler_t sel, uint64_t items,
   memset(&tc, 0, sizeof(tc));
   memset(s, 0, sizeof(*s));
   snprintf(tc.name, sizeof(tc.name), "bench");
-  if (chime_spec_parse(&tc.spec, "x:u8[248], id:u64[]", NULL, 0) != 0)
+  if (chime_spec_parse(&tc.spec, "x:u8[248], id:u64[]") != 0)
     return -1;
   tc.capacity = items;
   tc.min_size = 1;
@@ -166,8 +166,8 @@ int chime__bench_staleness(int argc, char **argv) {
       return 1;
   }
   chime_ring_layout_t lay;
-  if (chime_ring_layout(&lay, chime__table_item_spec(plain.t), BATCH, 2, NULL,
-                        0) != 0)
+  if (chime_ring_layout_compute(&lay, chime__table_item_spec(plain.t), BATCH,
+                                2) != 0)
     return 1;
   uint8_t *slot = aligned_alloc(4096, lay.slot_bytes);
   chime__ring_wslot_t ws;

@@ -83,8 +83,7 @@ static int frames_config(chime__table_config_t *tc, const char *name,
                          int level) {
   memset(tc, 0, sizeof(*tc));
   snprintf(tc->name, sizeof(tc->name), "%s", name);
-  if (chime_spec_parse(&tc->spec, "obs:u8[84,84], action:i32[], reward:f32[]",
-                       NULL, 0))
+  if (chime_spec_parse(&tc->spec, "obs:u8[84,84], action:i32[], reward:f32[]"))
     return -1;
   tc->sampler = CHIME__SAMPLER_UNIFORM;
   tc->min_size = 1;
@@ -99,7 +98,7 @@ static double sample_all(chime__table_t *t, uint32_t batches) {
   const chime_spec_t *sp = chime__table_item_spec(t);
   chime_ring_layout_t lay;
   chime__ring_wslot_t ws;
-  if (chime_ring_layout(&lay, sp, BATCH, 2, NULL, 0))
+  if (chime_ring_layout_compute(&lay, sp, BATCH, 2))
     return -1;
   uint8_t *mem = aligned_alloc(4096, (lay.slot_bytes + 4095) / 4096 * 4096);
   if (mem == NULL)
@@ -157,7 +156,7 @@ static int wire_bytes(chime__table_t *t, uint32_t steps, uint32_t batches,
   for (uint32_t l = 1; l < spec->nleaves; l++)
     other += chime_leaf_bytes(&spec->leaves[l]);
   if (chime__spec_framed_steps(&ws, spec, framed, steps) ||
-      chime_ring_layout(&lay, &ws, BATCH, 2, NULL, 0))
+      chime_ring_layout_compute(&lay, &ws, BATCH, 2))
     return -1;
   uint8_t *mem = aligned_alloc(4096, (lay.slot_bytes + 4095) / 4096 * 4096);
   chime__ring_wslot_t w;

@@ -4,7 +4,7 @@
 # scripts/package.sh):
 #
 #   component  package       contents
-#   runtime    libchime0.4   libchime.so.0.4*
+#   runtime    libchime1     libchime.so.1*
 #   dev        libchime-dev  headers, libchime.so, libchime.a, chime.pc,
 #                            chime-static.pc, lib/cmake/chime/
 #   daemon     chimed        chimed, chimectl, chime-actor, chime-learner,

@@ -95,7 +95,7 @@ int main(int argc, char **argv) {
   grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
   grpc_server_register_completion_queue(server, cq, NULL);
   /* Before grpc_server_start: gRPC takes no new methods after. */
-  if (chime_service_register(srv, server, cq) != 0) {
+  if (chime_server_register(srv, server, cq) != 0) {
     fprintf(stderr, "chime-embedded: %s\n", chime_last_error());
     goto out;
   }

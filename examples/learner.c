@@ -118,7 +118,7 @@ static int run(int argc, char **argv) {
   chime_stream_t *s = NULL;
   uint64_t *ids = NULL;
   FILE *idf = NULL;
-  char err[CHIME_PIN_ERRLEN + 1024] = ""; /* "open: " + a pinning error */
+  char err[20000] = ""; /* "open: " + a pinning error (under 18 KiB) */
 
   if (ids_out && !(idf = fopen(ids_out, "we"))) {
     snprintf(err, sizeof(err), "cannot write %s: %s", ids_out, strerror(errno));

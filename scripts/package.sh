@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds chime's Debian packages with CPack (cmake/packaging.cmake):
-# libchime0.4, libchime-dev, chimed (with chimed.service and
+# libchime1, libchime-dev, chimed (with chimed.service and
 # /etc/chime/chimed.json) and python3-chime (when the build has
 # CHIME_PYTHON on), all for the prefix /usr.
 # Usage: scripts/package.sh [BUILD_DIR [OUT_DIR]]

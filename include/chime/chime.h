@@ -20,22 +20,44 @@
  *   chime_stream_close(s);
  *   chime_client_destroy(c);
  *
- * Every call returns 0 or a negative CHIME_E* code (chime/errors.h); the
- * sentence about a failure is chime_last_error(), read on the thread that
- * made the call (each thread has its own, as errno). Fallible calls are
- * CHIME_NODISCARD. Options structs start from their CHIME_*_OPTS_INIT
- * (designated, so new fields keep their defaults), and a NULL options
- * pointer means exactly those defaults.
+ * The API's convention (1.0; every public call in include/chime keeps it):
  *
- * Argument order: a constructor (chime_client_create, chime_writer_open,
- * chime_stream_open, chime_server_create; and the calls that make a value
- * from their inputs alone, chime_spec_parse, chime_ring_layout) returns what
- * it makes through its first parameter. Every other call is a call on an
- * existing object: it takes that object first, then its inputs, then the
- * outputs it fills (chime_client_info(client, &info),
- * chime_client_checkpoint(client, &result)). A wait's timeout_ms alone comes
- * after the output, last of all, as poll() has it
- * (chime_stream_next(stream, &batch, timeout_ms)).
+ *   - Names: chime_<object>_<verb> for a call on an object (the object's
+ *     handle first: chime_stream_next(stream, ...)); a getter is named for
+ *     what it returns, with no get_ (chime_stream_stats, chime_ring_layout,
+ *     chime_client_info); a type is chime_<name>_t, its constants
+ *     CHIME_<NAME>_*. Every enum is a typed chime_*_t, in structs too.
+ *   - Errors: one channel. A fallible call returns 0 or a negative CHIME_E*
+ *     code (chime/errors.h; never errno) and is CHIME_NODISCARD; the
+ *     sentence about a failure is chime_last_error(), read on the thread
+ *     that made the call (each thread has its own, as errno). The ring and
+ *     spec calls too: no call takes an error buffer.
+ *   - Arguments: a constructor (chime_client_create, chime_writer_open,
+ *     chime_stream_open, chime_server_create, chime_ring_attach; and the
+ *     calls that make a value from inputs alone, chime_spec_parse,
+ *     chime_ring_layout_compute) returns what it makes through its first
+ *     parameter. Every other call takes its object first, then its inputs,
+ *     then the outputs it fills (chime_client_info(client, &info)). An
+ *     array comes before its count (keys, priorities, n), a buffer before
+ *     its length. A wait's timeout_ms alone comes after the output, last
+ *     of all, as poll() has it (chime_stream_next(stream, &batch,
+ *     timeout_ms)).
+ *   - Sentinels: a call's timeout_ms < 0 waits as long as it takes, 0
+ *     polls. In an options struct 0 means the field's default (a zeroed
+ *     number is never an error and never "nothing"); -1 is used only where
+ *     0 is itself a value (a device ordinal; "as configured" for a server
+ *     override whose 0 means off); a negative duration is CHIME_EINVAL
+ *     unless its field gives it a meaning (keepalive_time_ms: pings off;
+ *     reconnect_timeout_ms: no reconnecting). Options structs start from their
+ *     CHIME_*_OPTS_INIT (designated, so new fields keep their defaults);
+ *     a NULL options pointer means exactly those defaults. Counts and
+ *     sizes are unsigned; flags are int, 0 or 1.
+ *   - Ownership: what a call returns through a pointer is the caller's to
+ *     free with the matching chime_*_free / _destroy / _close (each
+ *     NULL-safe); a const pointer a getter returns is borrowed, valid for
+ *     the object's life or as its comment says.
+ *   - Output: the library prints nothing; what no call returns goes to
+ *     the log hook (chime_set_logger, chime/errors.h).
  *
  * Thread safety: a client may be shared by threads (each writer and stream is
  * used by one thread at a time). A stream's next and release must be called
@@ -76,6 +98,14 @@ extern "C" {
 
 typedef struct chime_client_s chime_client_t;
 
+/* How a stream reaches its batches: the server's ring mapped (shm, same
+ * host) or copies over gRPC (stream); auto picks shm when it can. */
+typedef enum {
+  CHIME_MODE_AUTO = 0,
+  CHIME_MODE_SHM = 1,
+  CHIME_MODE_STREAM = 2,
+} chime_mode_t;
+
 /* Defaults of both ends: chimed's keepalive (its config's keepalive_*)
  * and a client's; and the largest gRPC message chimed sends or receives,
  * a client's default max_message_bytes. */
@@ -84,6 +114,8 @@ typedef struct chime_client_s chime_client_t;
 #define CHIME_MAX_MESSAGE_BYTES (64u << 20)
 
 typedef struct {
+  /* Zeros are the defaults; a negative duration is CHIME_EINVAL but for
+   * keepalive_time_ms (pings off). */
   int timeout_ms;           /* per unary call; default 5000 */
   size_t max_message_bytes; /* gRPC send/receive limit; default 64 MiB */
   /* HTTP/2 keepalive: a server that does not answer a ping within
@@ -223,17 +255,17 @@ typedef struct {
   uint64_t newest_version;
   /* How a prioritized sampler weighs staleness s (docs/replay.md): "none",
    * or "inverse" (probability p^a / (s + 1) / mass). "none" from a server
-   * before 0.4. */
+   * before 1.0. */
   char staleness_weight[16];
   /* Compressed leaves (docs/replay.md, "Compressed leaves"): "leaf:level"
    * in spec order, comma separated ("obs:3"); "" for none (and from a
    * server before the field). Stats has the bytes held raw and stored. */
   char compress[1024];
-  /* Each compressed leaf's bytes, as Stats' (0 from a server before 0.4). */
+  /* Each compressed leaf's bytes, as Stats' (0 from a server before 1.0). */
   uint32_t nleaf_bytes;
   chime_leaf_bytes_t leaf_bytes[CHIME_MAX_LEAVES];
   /* The directory the table's storage lives in (docs/operations.md,
-   * "Tables in files"); "" in memory (and from a server before 0.4). */
+   * "Tables in files"); "" in memory (and from a server before 1.0). */
   char data_dir[1024];
 } chime_table_info_t;
 
@@ -285,7 +317,7 @@ typedef struct {
 typedef struct {
   uint64_t stream_id;
   char table[CHIME_MAX_NAME];
-  int mode; /* chime_mode_t */
+  chime_mode_t mode;
   CHIME_STREAM_STATS_FIELDS(CHIME__STATS_FIELD)
 } chime_stream_stats_t;
 
@@ -365,13 +397,14 @@ chime_client_set_version(chime_client_t *client, const char *table,
 typedef struct chime_writer_s chime_writer_t;
 
 typedef struct {
+  /* Zeros are the defaults. */
   uint32_t max_batch_samples; /* samples per Insert message; default 256 */
   size_t max_batch_bytes;     /* bytes per Insert message; default 1 MiB */
   /* Messages not yet acked; default 8. With resend on, at most 32 (larger
    * values are lowered to 32): the server remembers a writer's last 32
    * requests, and a resend must still be among them. */
   uint32_t max_inflight;
-  int timeout_ms; /* for flush/close; default 30000 */
+  int timeout_ms; /* for flush/close; default 30000 (negative: EINVAL) */
   /* Exactly once across lost connections (default on): the writer has a
    * random id and numbers its requests, keeps each until it is acked, and
    * when its call dies without a graceful "shutting down" (the connection
@@ -383,7 +416,8 @@ typedef struct {
   int resend;
   /* With resend: how long the writer keeps trying, from the disconnect until
    * the server acks again (the channel reconnects with gRPC's backoff);
-   * then calls fail with CHIME_EDISCONNECTED. Default 10000; 0: default. */
+   * then calls fail with CHIME_EDISCONNECTED. Default 10000; 0: default;
+   * negative: no reconnecting (as resend 0), like a stream's. */
   int reconnect_timeout_ms;
   /* The policy version recorded with each sample appended (docs/replay.md);
    * chime_writer_set_version changes it between appends. Default 0. */
@@ -449,11 +483,9 @@ CHIME_EXTERN CHIME_NODISCARD int chime_writer_append(chime_writer_t *writer,
  * another error the first *taken samples were queued (taken may be NULL):
  * acks come in order, so chime_writer_acked() then says how many of them
  * are in the table. */
-CHIME_EXTERN CHIME_NODISCARD int chime_writer_extend(chime_writer_t *writer,
-                                                     uint32_t n,
-                                                     const void *const leaves[],
-                                                     const double *priorities,
-                                                     uint32_t *taken);
+CHIME_EXTERN CHIME_NODISCARD int
+chime_writer_extend(chime_writer_t *writer, const void *const leaves[],
+                    const double *priorities, uint32_t n, uint32_t *taken);
 /* Queues one sample given leaf by leaf: leaves[l] holds leaf l's bytes
  * (spec order). A ragged leaf (chime/spec.h) holds lengths[l] rows, 0 up to
  * its bound (and equal to the length it shares, "~leaf"): lengths[l] *
@@ -513,17 +545,11 @@ CHIME_EXTERN CHIME_NODISCARD int chime_writer_close(chime_writer_t *writer);
 
 /* ---------------------------------------------------------------- stream */
 
-typedef enum {
-  CHIME_MODE_AUTO = 0,
-  CHIME_MODE_SHM = 1,
-  CHIME_MODE_STREAM = 2,
-} chime_mode_t;
-
 typedef struct chime_stream_s chime_stream_t;
 
-/* NULL options are CHIME_STREAM_OPTS_INIT. A zero slots, prefetch,
- * device_prefetch or open_timeout_ms means its default; a zero batch_size
- * is CHIME_EINVAL. */
+/* NULL options are CHIME_STREAM_OPTS_INIT. A zero batch_size, slots,
+ * prefetch, device_prefetch or open_timeout_ms means its default; a
+ * negative open_timeout_ms is CHIME_EINVAL. */
 typedef struct {
   uint32_t batch_size; /* samples per batch; default 256 */
   uint32_t slots;      /* ring slots; default 8 */
@@ -546,8 +572,8 @@ typedef struct {
    * next(), at most max(2, ready_bytes / batch bytes) batches, so what
    * next() returns was written recently and is still in cache. Batches the
    * learner holds do not count. 0 (or UINT64_MAX): no limit, every free
-   * slot filled, as before 0.4. A sharded stream gives it to each shard's
-   * shm sub-stream. A server before 0.4 ignores it. */
+   * slot filled, as before 1.0. A sharded stream gives it to each shard's
+   * shm sub-stream. A server before 1.0 ignores it. */
   uint64_t ready_bytes;
   /* Compressed leaves (docs/replay.md, "Compressed leaves") the learner
    * takes as the table stores them, by name, separated by commas ("obs"):
@@ -569,7 +595,7 @@ typedef struct {
    * again, for at most this long, and goes on where it was: next()
    * returns CHIME_ETIMEDOUT meanwhile, CHIME_EDISCONNECTED once it gives
    * up. 0: the default, 10000; negative: never, the stream ends at once
-   * with CHIME_EDISCONNECTED (as before 0.4). */
+   * with CHIME_EDISCONNECTED (as before 1.0). */
   int reconnect_timeout_ms;
 } chime_stream_opts_t;
 #define CHIME_MAX_INFLIGHT_BYTES (64ull << 20)
@@ -776,8 +802,8 @@ typedef struct {
 
 /* Fills *out; call from the thread that calls next. */
 CHIME_EXTERN CHIME_NODISCARD int
-chime_stream_get_stats(const chime_stream_t *stream,
-                       chime_stream_local_stats_t *out);
+chime_stream_stats(const chime_stream_t *stream,
+                   chime_stream_local_stats_t *out);
 /* Ends the Subscribe call (the server reclaims the ring) and unmaps: batches
  * still held become invalid. Of a table that takes sampled items out (fifo,
  * max_times_sampled), every item of a batch not released is back in the
@@ -825,8 +851,8 @@ chime_server_create(chime_server_t **out, const chime_server_opts_t *opts);
  * calls then complete on a queue chime creates and drains itself, so actors'
  * inserts do not wait behind learners' streams. */
 CHIME_EXTERN CHIME_NODISCARD int
-chime_service_register(chime_server_t *srv, struct grpc_server *server,
-                       struct grpc_completion_queue *cq);
+chime_server_register(chime_server_t *srv, struct grpc_server *server,
+                      struct grpc_completion_queue *cq);
 /* After grpc_server_start(): starts samplers and the call loop. */
 CHIME_EXTERN CHIME_NODISCARD int chime_server_start(chime_server_t *srv);
 /* The address the Prometheus endpoint (GET /metrics) was bound to once

@@ -61,26 +61,20 @@ typedef enum {
 #undef CHIME__ERR_ENUM
 } chime_errno_t;
 
-/* Room for the longest error text chime writes: a page-locking failure
- * names every place the CUDA runtime was looked for (docs/pinning.md). An
- * err buffer of CHIME_PIN_ERRLEN bytes (chime_server_create, chime_ring_pin)
- * holds the whole message. */
-#define CHIME_PIN_ERRLEN 16384
-
 /* A sentence for the code; "unknown error" for codes chime never returns. */
 CHIME_EXTERN const char *chime_strerror(int err);
 /* The symbolic name ("CHIME_EBUSY"), or "CHIME_UNKNOWN". */
 CHIME_EXTERN const char *chime_err_name(int err);
 /* The sentence about the most recent failed chime call made by the calling
- * thread, or "" when it has made none. Every call of chime.h (client,
- * writer, stream, server) that returns a CHIME_E* code sets it; a call that
- * succeeds leaves it as it was. That includes the failures a stream's
- * helper thread found, read after the chime_stream_next() that reports
- * them, and the server's errors a writer's append, flush or close returns.
- * Each thread has its own (as errno): threads sharing a client read their
- * own failures, with no lock. The text is valid until the calling thread's
- * next chime call, and never NULL. (ring.h's calls keep their own:
- * chime_ring_last_error() and err buffers.) */
+ * thread, or "" when it has made none. Every public call that returns a
+ * CHIME_E* code sets it (client, writer, stream, server, ring and spec
+ * calls alike); a call that succeeds leaves it as it was. That includes the
+ * failures a stream's helper thread found, read after the chime_stream_next()
+ * that reports them, and the server's errors a writer's append, flush or close
+ * returns. Each thread has its own (as errno): threads sharing a client read
+ * their own failures, with no lock. The text is valid until the calling
+ * thread's next chime call, and never NULL. The longest (a page-locking failure
+ * naming every place the CUDA runtime was looked for) is under 18 KiB. */
 CHIME_EXTERN const char *chime_last_error(void);
 
 /* The log: what the library has to say that no call returns, mostly the

@@ -40,7 +40,8 @@
 extern "C" {
 #endif
 
-/* Where things are inside one slot. Computed by chime_ring_layout(). */
+/* Where things are inside one slot. Computed by
+ * chime_ring_layout_compute(); a ring's is chime_ring_layout(). */
 typedef struct {
   uint32_t slots;
   uint32_t batch_size;
@@ -58,14 +59,13 @@ typedef struct {
  * slots and batch size are in chime/spec.h). */
 #define CHIME_RING_MAX_BYTES (UINT64_C(1) << 40)
 
-/* Computes the layout; CHIME_EINVAL for an empty or invalid spec, zero or
- * absurd slots/batch_size, CHIME_EOVERFLOW when a size overflows or exceeds
- * CHIME_RING_MAX_BYTES. err as for chime_spec_parse. */
-CHIME_EXTERN CHIME_NODISCARD int chime_ring_layout(chime_ring_layout_t *out,
-                                                   const chime_spec_t *spec,
-                                                   uint32_t batch_size,
-                                                   uint32_t slots, char *err,
-                                                   size_t errlen);
+/* Computes the layout of a ring of `slots` slots of batch_size samples of
+ * spec; CHIME_EINVAL for an empty or invalid spec, zero or absurd
+ * slots/batch_size, CHIME_EOVERFLOW when a size overflows or exceeds
+ * CHIME_RING_MAX_BYTES (chime_last_error() says which). */
+CHIME_EXTERN CHIME_NODISCARD int
+chime_ring_layout_compute(chime_ring_layout_t *out, const chime_spec_t *spec,
+                          uint32_t batch_size, uint32_t slots);
 
 typedef struct chime_ring_s chime_ring_t;
 
@@ -96,20 +96,13 @@ typedef struct {
 
 /* --- consumer side --- */
 
-/* Why the most recent chime_ring_attach() (or the library's own ring
- * create) on the calling thread failed ("ring header: bad magic 0",
- * "memfd_create: Too many open files"), or "" when it succeeded: each call
- * clears it first. The text is the calling thread's own, valid until its
- * next create or attach. */
-CHIME_EXTERN const char *chime_ring_last_error(void);
-
 /* Attaches to a ring segment chime created in any process (chimed hands
  * them out by fd, docs/protocol.md). Validates every header field against
  * fstat(fd) and the expected nonce (NULL: don't check). Dups fd; the caller
  * keeps its own. CHIME_ECORRUPT for a bad header or a ring of another
  * format version (another chime release: the text names both versions),
- * CHIME_EPERM for a nonce mismatch; chime_ring_last_error() names the field
- * or the call that failed. */
+ * CHIME_EPERM for a nonce mismatch; chime_last_error() names the field
+ * or the call that failed ("ring header: bad magic 0", "mmap: ..."). */
 CHIME_EXTERN CHIME_NODISCARD int chime_ring_attach(chime_ring_t **out, int fd,
                                                    const uint8_t nonce[16]);
 /* Takes the next published batch, in publish order. timeout_ms < 0 waits
@@ -133,11 +126,11 @@ CHIME_EXTERN void chime_ring_set_disconnected(chime_ring_t *ring);
 CHIME_EXTERN void chime_ring_destroy(chime_ring_t *ring); /* NULL-safe */
 CHIME_EXTERN int chime_ring_fd(const chime_ring_t *ring);
 CHIME_EXTERN const chime_ring_layout_t *
-chime_ring_get_layout(const chime_ring_t *ring);
+chime_ring_layout(const chime_ring_t *ring);
 CHIME_EXTERN const chime_spec_t *chime_ring_spec(const chime_ring_t *ring);
 CHIME_EXTERN void chime_ring_nonce(const chime_ring_t *ring, uint8_t out[16]);
-CHIME_EXTERN void chime_ring_get_stats(const chime_ring_t *ring,
-                                       chime_ring_stats_t *out);
+CHIME_EXTERN void chime_ring_stats(const chime_ring_t *ring,
+                                   chime_ring_stats_t *out);
 /* The whole mapping (header, control, data) and the data region alone, e.g.
  * for page-locking. */
 CHIME_EXTERN void *chime_ring_map_base(const chime_ring_t *ring, size_t *len);
@@ -148,12 +141,11 @@ CHIME_EXTERN void *chime_ring_slot_base(const chime_ring_t *ring,
 
 /* Page-locks this side's mapping of every slot with cudaHostRegister
  * (portable; read-only as well for a consumer's read-only mapping). All or
- * nothing: on failure nothing stays registered and err names every place the
- * runtime was looked for and the CUDA error by name and number. Unregistered by
- * chime_ring_destroy() before unmapping. See docs/pinning.md. An err of
- * CHIME_PIN_ERRLEN bytes (chime/errors.h) holds the whole message. */
-CHIME_EXTERN CHIME_NODISCARD int chime_ring_pin(chime_ring_t *ring, char *err,
-                                                size_t errlen);
+ * nothing: on failure nothing stays registered and chime_last_error() names
+ * every place the runtime was looked for and the CUDA error by name and
+ * number. Unregistered by chime_ring_destroy() before unmapping. See
+ * docs/pinning.md. */
+CHIME_EXTERN CHIME_NODISCARD int chime_ring_pin(chime_ring_t *ring);
 /* Bytes this side has page-locked (0 when not pinned). */
 CHIME_EXTERN uint64_t chime_ring_pinned_bytes(const chime_ring_t *ring);
 

@@ -73,21 +73,18 @@ typedef struct {
 
 /* Parses "obs:f32[64], action:i32[], reward:f32[]" (also "f32[84,84]",
  * "reward:f32" for a scalar, and ragged leaves: "tokens:i32[<=8192]",
- * "logprobs:f32[<=8192 ~tokens]" for one that shares tokens' length). On error
- * returns CHIME_EINVAL and, if err is not NULL, writes a sentence naming the
- * offending leaf into err. */
+ * "logprobs:f32[<=8192 ~tokens]" for one that shares tokens' length).
+ * CHIME_EINVAL, chime_last_error() naming the offending leaf. */
 CHIME_EXTERN CHIME_NODISCARD int chime_spec_parse(chime_spec_t *spec,
-                                                  const char *text, char *err,
-                                                  size_t errlen);
+                                                  const char *text);
 /* Writes the canonical text form of spec into buf ("obs:f32[64],..."). */
 CHIME_EXTERN CHIME_NODISCARD int chime_spec_format(const chime_spec_t *spec,
                                                    char *buf, size_t len);
 /* Checks names (non-empty, unique, [A-Za-z0-9_./-]), dtypes, dims (each > 0),
  * that every size fits in 64 bits, and ragged leaves (at least one dim; a
  * shared length names an earlier ragged leaf of the same bound that shares
- * none itself). err as for chime_spec_parse. */
-CHIME_EXTERN CHIME_NODISCARD int chime_spec_validate(const chime_spec_t *spec,
-                                                     char *err, size_t errlen);
+ * none itself). CHIME_EINVAL, chime_last_error() naming the leaf. */
+CHIME_EXTERN CHIME_NODISCARD int chime_spec_validate(const chime_spec_t *spec);
 /* Bytes of one sample of leaf i / of the whole spec (0 if invalid); a
  * ragged leaf counts at its bound. */
 CHIME_EXTERN uint64_t chime_leaf_bytes(const chime_leaf_t *leaf);

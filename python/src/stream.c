@@ -231,7 +231,7 @@ static int stream_init(PyObject *o, PyObject *args, PyObject *kw) {
   /* A stream-mode ring may have grown past the slots asked (the window,
    * docs/remote.md): the learner may hold all it lends. */
   chime_stream_local_stats_t st;
-  if (chime_stream_get_stats(self->s, &st) == 0 && st.slots > self->cap) {
+  if (chime_stream_stats(self->s, &st) == 0 && st.slots > self->cap) {
     chime_batch_t *more = realloc(self->pending, st.slots * sizeof(*more));
     if (!more) {
       PyErr_NoMemory();
@@ -493,7 +493,7 @@ static PyObject *stream_stats(PyObject *o, PyObject *unused) {
   if (!self->s || self->in_next)
     return chimepy_raise(CHIME_ECLOSED, "stream is closed or busy");
   chime_stream_local_stats_t st;
-  int rc = chime_stream_get_stats(self->s, &st);
+  int rc = chime_stream_stats(self->s, &st);
   if (rc)
     return chimepy_raise(rc, chime_last_error());
   return Py_BuildValue(

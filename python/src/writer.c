@@ -490,8 +490,8 @@ static int extend_slice(writer_t *self, void *arg) {
     uint32_t k = left > (1 << 20) ? (1u << 20) : (uint32_t)left, got = 0;
     for (uint32_t i = 0; i < a->nl; i++)
       cols[i] = a->src[i] + (size_t)a->done * a->leaf_bytes[i];
-    rc = chime_writer_extend(self->w, k, cols,
-                             a->prio ? a->prio + a->done : NULL, &got);
+    rc = chime_writer_extend(self->w, cols, a->prio ? a->prio + a->done : NULL,
+                             k, &got);
     a->done += got;
     self->taken += got;
   }

@@ -10,6 +10,7 @@
 
 #include "client/stream.h"
 #include "wire/handoff.h"
+#include "ring/layout.h"
 
 /* Collects completions until `op` is no longer in flight. A status that
  * arrives meanwhile is handled by the stream once it is open (stream.c). */
@@ -114,8 +115,8 @@ static int check_layout(chime_stream_t *s, const Chime__V1__Layout *l,
       chime__spec_from_leaves(&s->spec, l->spec, l->n_spec, why, sizeof(why));
   if (rc)
     return chime__fail(err, errlen, CHIME_EPROTO, "Opened: bad spec: %s", why);
-  rc = chime_ring_layout(&s->layout, &s->spec, o->batch_size, o->slots, why,
-                         sizeof(why));
+  rc = chime__ring_layout(&s->layout, &s->spec, o->batch_size, o->slots, why,
+                          sizeof(why));
   if (rc)
     return chime__fail(err, errlen, CHIME_EPROTO, "Opened: layout: %s", why);
   int same = l->slots == s->layout.slots &&
@@ -299,8 +300,8 @@ static int shm_setup(chime_stream_t *s, const Chime__V1__Opened *op,
   close(fd);
   if (rc)
     return chime__fail(err, errlen, rc, "ring attach: %s: %s",
-                       chime_strerror(rc), chime_ring_last_error());
-  const chime_ring_layout_t *got = chime_ring_get_layout(s->ring);
+                       chime_strerror(rc), chime_last_error());
+  const chime_ring_layout_t *got = chime_ring_layout(s->ring);
   if (got->slot_bytes != s->layout.slot_bytes ||
       got->slots != s->layout.slots ||
       got->info_offset != s->layout.info_offset)

@@ -18,11 +18,23 @@ int chime_client_create(chime_client_t **out, const char *address,
     return chime__detail(CHIME_EINVAL,
                          "chime_client_create: needs out and an address");
   *out = NULL;
-  if (!opts)
-    opts = &def;
-  if (opts->max_message_bytes == 0 || opts->max_message_bytes > INT32_MAX)
+  /* Zeros are defaults; a negative duration means something only where
+   * its field says so (keepalive_time_ms: pings off). */
+  chime_client_opts_t o = opts ? *opts : def;
+  opts = &o;
+  if (o.max_message_bytes == 0)
+    o.max_message_bytes = def.max_message_bytes;
+  if (o.timeout_ms == 0)
+    o.timeout_ms = def.timeout_ms;
+  if (o.max_message_bytes > INT32_MAX)
     return chime__detailf(CHIME_EINVAL,
-                          "client: max_message_bytes must be 1..%d", INT32_MAX);
+                          "client: max_message_bytes must be at most %d",
+                          INT32_MAX);
+  if (o.timeout_ms < 0 || o.keepalive_timeout_ms < 0 ||
+      o.resolve_interval_ms < 0)
+    return chime__detail(CHIME_EINVAL,
+                         "client: timeout_ms, keepalive_timeout_ms and "
+                         "resolve_interval_ms are 0 (the default) or more");
   size_t toklen = opts->token ? strlen(opts->token) : 0;
   int bad_token = opts->token && (toklen == 0 || toklen > 256);
   for (size_t i = 0; i < toklen; i++)

@@ -188,7 +188,7 @@ int chime__device_open(chime__device_t **out, chime_ring_t *ring,
   d->rt = rt;
   d->ring = ring;
   d->spec = *spec;
-  d->layout = *chime_ring_get_layout(ring);
+  d->layout = *chime_ring_layout(ring);
   d->nrag = chime_spec_ragged(spec);
   d->buf_bytes =
       d->nrag ? chime__slot_send_bytes(&d->layout) : d->layout.info_offset;

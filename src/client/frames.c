@@ -13,6 +13,7 @@
 #include "client/stream.h"
 #include "common/spec.h"
 #include "replay/zleaf.h"
+#include "ring/layout.h"
 
 int chime__frames_keep_copy(chime_stream_t *s, const char *text, char *err,
                             size_t errlen) {
@@ -97,7 +98,7 @@ int chime__frames_opened(chime_stream_t *s, const Chime__V1__Layout *l,
         !stored_form(&s->spec.leaves[i]))
       rc = chime__fail(err, errlen, CHIME_ENOTSUP,
                        "keep_compressed: the server sends leaf '%s' "
-                       "decompressed (a server before 0.4?)",
+                       "decompressed (a server before 1.0?)",
                        keep.names[k]);
   }
   if (rc != 0 || s->nframed == 0)
@@ -105,8 +106,8 @@ int chime__frames_opened(chime_stream_t *s, const Chime__V1__Layout *l,
   char why[256];
   s->wire_spec = s->spec;
   s->spec = raw;
-  rc = chime_ring_layout(&s->layout, &s->spec, s->opts.batch_size,
-                         s->opts.slots, why, sizeof(why));
+  rc = chime__ring_layout(&s->layout, &s->spec, s->opts.batch_size,
+                          s->opts.slots, why, sizeof(why));
   if (rc != 0)
     return chime__fail(err, errlen, CHIME_EPROTO, "Opened: layout: %s", why);
   return 0;
@@ -142,7 +143,7 @@ static int unpack_sample(const chime__remote_t *r, uint8_t *dst, size_t n,
 int chime__frames_unpack(const chime__remote_t *r, uint8_t *dst, char *err,
                          size_t errlen) {
   const chime_ring_layout_t *wl = &r->wlay;
-  const chime_ring_layout_t *ll = chime_ring_get_layout(r->ring);
+  const chime_ring_layout_t *ll = chime_ring_layout(r->ring);
   const chime_spec_t *ws = r->spec;
   const uint8_t *src = r->wire;
   uint32_t batch = wl->batch_size;

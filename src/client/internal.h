@@ -224,7 +224,7 @@ typedef struct {
   uint64_t *slot_seq;     /* server seq of the batch in each local slot */
   uint64_t received;      /* bytes of it so far */
   uint64_t batches;       /* completed and published */
-  _Atomic uint64_t bytes; /* read by chime_stream_get_stats() */
+  _Atomic uint64_t bytes; /* read by chime_stream_stats() */
   /* Credits, under the stream's lock: releases not yet sent, gathered into
    * one Credit of credit_batch. */
   uint32_t credit_pending;

@@ -13,11 +13,12 @@
 #include "replay/ztail.h"
 #include "wire/chunk.h"
 #include "wire/credit.h"
+#include "ring/layout.h"
 
 void chime__remote_set_spec(chime__remote_t *r, const chime_spec_t *spec) {
   r->spec = spec;
   if (r->wire == NULL)
-    r->wlay = *chime_ring_get_layout(r->ring);
+    r->wlay = *chime_ring_layout(r->ring);
   r->tail = chime__slot_tail(&r->wlay, spec);
   r->ztail = 0; /* chime__remote_wire_alloc sets it */
 }
@@ -352,13 +353,13 @@ static int remote_setup(chime_stream_t *s, const Chime__V1__Opened *op,
   int rc = chime__ring_create(&s->ring, &s->spec, s->opts.batch_size, slots);
   if (rc)
     return chime__fail(err, errlen, rc, "local ring: %s: %s",
-                       chime_strerror(rc), chime_ring_last_error());
+                       chime_strerror(rc), chime_last_error());
   r->ring = s->ring;
   r->send_bytes = s->send_bytes;
   if (s->nframed > 0) { /* batches land as the server's slot holds them */
     char why[256];
-    rc = chime_ring_layout(&r->wlay, &s->wire_spec, s->opts.batch_size, slots,
-                           why, sizeof(why));
+    rc = chime__ring_layout(&r->wlay, &s->wire_spec, s->opts.batch_size, slots,
+                            why, sizeof(why));
     if (rc)
       return chime__fail(err, errlen, rc, "Opened: layout: %s", why);
     if (chime__remote_wire_alloc(r, &s->wire_spec) != 0)

@@ -22,6 +22,7 @@
 #include "client/stream.h"
 #include "ring/extents.h"
 #include "wire/credit.h"
+#include "ring/pin.h"
 
 /* Cuts the learner off the ring: next then reports end_code, with end_why
  * as the learner's detail. The first end wins; code and text are set
@@ -331,7 +332,7 @@ int chime__single_open(chime_stream_t **out, chime_client_t *client,
   rc = chime__stream_attach(s, err, sizeof(err));
   if (rc)
     goto cleanup;
-  s->lent = calloc(chime_ring_get_layout(s->ring)->slots, sizeof(*s->lent));
+  s->lent = calloc(chime_ring_layout(s->ring)->slots, sizeof(*s->lent));
   if (!s->lent) {
     rc = chime__fail(err, sizeof(err), CHIME_ENOMEM, "out of memory");
     goto cleanup;
@@ -342,8 +343,8 @@ int chime__single_open(chime_stream_t **out, chime_client_t *client,
     on_status(s);
 
   if (o.pin_host_memory) {
-    char why[CHIME_PIN_ERRLEN];
-    rc = chime_ring_pin(s->ring, why, sizeof(why));
+    char why[CHIME__PIN_ERRLEN];
+    rc = chime__ring_pin(s->ring, why, sizeof(why));
     if (rc) {
       chime__fail(err, sizeof(err), rc, "pin_host_memory: %s", why);
       goto cleanup;
@@ -586,7 +587,7 @@ int chime__single_stats(const chime_stream_t *s,
   if (rc)
     return rc;
   chime_ring_stats_t rs;
-  chime_ring_get_stats(s->ring, &rs);
+  chime_ring_stats(s->ring, &rs);
   memset(out, 0, sizeof(*out));
   out->mode = s->mode;
   out->stream_id = s->stream_id;
@@ -597,7 +598,7 @@ int chime__single_stats(const chime_stream_t *s,
   out->max_leases = rs.max_leases;
   out->consumer_wait_ns = rs.consumer_wait_ns + s->drive_wait_ns;
   out->pinned_bytes = chime_ring_pinned_bytes(s->ring);
-  out->slots = chime_ring_get_layout(s->ring)->slots;
+  out->slots = chime_ring_layout(s->ring)->slots;
   if (s->dev) {
     chime__device_stats_t ds;
     chime__device_get_stats(s->dev, &ds);
@@ -618,7 +619,7 @@ int chime__single_stats(const chime_stream_t *s,
  * or its slot lending another seq: given back already). */
 static int lent_slot(const chime_stream_t *s, const chime_batch_t *b,
                      uint32_t *slot) {
-  const chime_ring_layout_t *l = chime_ring_get_layout(s->ring);
+  const chime_ring_layout_t *l = chime_ring_layout(s->ring);
   uintptr_t first = (uintptr_t)chime_ring_slot_base(s->ring, 0);
   uintptr_t at = (uintptr_t)b->info;
   if (first == 0 || at < first + l->info_offset)

@@ -127,7 +127,7 @@ struct chime__transport_s {
   void (*before_wait)(chime_stream_t *s);
   /* Gives the slot back (the learner's release). MUST NOT block. */
   int (*release)(chime_stream_t *s, uint32_t slot);
-  /* Adds the transport's counters to chime_stream_get_stats(). */
+  /* Adds the transport's counters to chime_stream_stats(). */
   void (*stats)(const chime_stream_t *s, chime_stream_local_stats_t *out);
   /* chime_stream_close, under s->lock, until it returns 1: sends what the
    * learner still owes the server (the last releases) before the client

@@ -25,9 +25,11 @@ int chime_stream_open(chime_stream_t **out, chime_client_t *client,
     return rc;
   if (opts)
     o = *opts;
-  if (o.slots == 0) /* a zero means its default */
+  if (o.batch_size == 0) /* a zero means its default */
+    o.batch_size = def.batch_size;
+  if (o.slots == 0)
     o.slots = def.slots;
-  if (o.open_timeout_ms <= 0)
+  if (o.open_timeout_ms == 0)
     o.open_timeout_ms = def.open_timeout_ms;
   if (o.reconnect_timeout_ms == 0)
     o.reconnect_timeout_ms = def.reconnect_timeout_ms;
@@ -35,14 +37,15 @@ int chime_stream_open(chime_stream_t **out, chime_client_t *client,
     o.device_prefetch = o.slots - 1 < CHIME_DEVICE_PREFETCH
                             ? o.slots - 1
                             : CHIME_DEVICE_PREFETCH;
-  if (strlen(table) >= CHIME_MAX_NAME || o.batch_size == 0 ||
+  if (strlen(table) >= CHIME_MAX_NAME || o.open_timeout_ms < 0 ||
       o.batch_size > CHIME_RING_MAX_BATCH || o.slots < 2 ||
       o.slots > CHIME_RING_MAX_SLOTS || o.prefetch > o.slots ||
       (o.mode != CHIME_MODE_AUTO && o.mode != CHIME_MODE_SHM &&
        o.mode != CHIME_MODE_STREAM)) {
     rc = chime__fail(err, sizeof(err), CHIME_EINVAL,
-                     "stream: need 0 < batch_size <= %u, 2 <= slots <= %u, "
-                     "prefetch <= slots, a known mode and a table name",
+                     "stream: need batch_size <= %u, 2 <= slots <= %u, "
+                     "prefetch <= slots, open_timeout_ms >= 0, a known "
+                     "mode and a table name",
                      CHIME_RING_MAX_BATCH, CHIME_RING_MAX_SLOTS);
     goto cleanup;
   }
@@ -93,12 +96,12 @@ int chime_stream_set_version(chime_stream_t *stream, uint64_t version) {
   return rc ? rc : chime__union_set_version(s, version);
 }
 
-int chime_stream_get_stats(const chime_stream_t *stream,
-                           chime_stream_local_stats_t *out) {
+int chime_stream_stats(const chime_stream_t *stream,
+                       chime_stream_local_stats_t *out) {
   const chime_stream_t *s = stream;
   if (!s || !out)
     return chime__detail(CHIME_EINVAL,
-                         "chime_stream_get_stats: needs a stream and out");
+                         "chime_stream_stats: needs a stream and out");
   if (!s->uni)
     return chime__single_stats(s, out);
   int rc = chime__stream_inherited(s);

@@ -12,6 +12,7 @@
 
 #include "client/stream.h"
 #include "wire/credit.h"
+#include "ring/layout.h"
 
 /* 10 Gb/s: more than one TCP flow carries across a WAN. */
 #define AIM_BYTES_PER_S 1250000000ull
@@ -91,8 +92,8 @@ void chime__window_size(chime_stream_t *s, const chime_table_info_t *ti,
     return;
   chime_ring_layout_t lay;
   char why[256];
-  if (chime_ring_layout(&lay, &ti->spec, s->opts.batch_size, 2, why,
-                        sizeof(why)) != 0)
+  if (chime__ring_layout(&lay, &ti->spec, s->opts.batch_size, 2, why,
+                         sizeof(why)) != 0)
     return; /* Open says why */
   uint64_t max = s->opts.max_inflight_bytes != 0 ? s->opts.max_inflight_bytes
                                                  : CHIME_MAX_INFLIGHT_BYTES;

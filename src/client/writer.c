@@ -209,9 +209,14 @@ static void describe_size(const chime_writer_t *w, size_t len, char *buf,
 static size_t batch_sizes(chime_writer_t *w, const chime_table_info_t *ti,
                           const chime_writer_opts_t *opts) {
   const chime_client_t *client = w->client;
-  uint64_t cap = opts->max_batch_bytes / ti->sample_bytes;
-  if (cap > opts->max_batch_samples)
-    cap = opts->max_batch_samples;
+  const chime_writer_opts_t def = CHIME_WRITER_OPTS_INIT;
+  uint64_t max_bytes =
+      opts->max_batch_bytes > 0 ? opts->max_batch_bytes : def.max_batch_bytes;
+  uint32_t max_samples = opts->max_batch_samples > 0 ? opts->max_batch_samples
+                                                     : def.max_batch_samples;
+  uint64_t cap = max_bytes / ti->sample_bytes;
+  if (cap > max_samples)
+    cap = max_samples;
   if (cap > (client->max_message_bytes / 2) / ti->sample_bytes)
     cap = (client->max_message_bytes / 2) / ti->sample_bytes;
   /* The server takes a request whole or not at all, so a request larger than
@@ -224,12 +229,12 @@ static size_t batch_sizes(chime_writer_t *w, const chime_table_info_t *ti,
     /* Samples at their lengths, far under the bound's bytes: a message
      * holds as many as max_batch_bytes takes (one more sample, at most
      * the bound, fits behind them). */
-    cap = opts->max_batch_samples;
+    cap = max_samples;
     if (ti->capacity && cap > ti->capacity)
       cap = ti->capacity;
     w->batch_cap = cap ? (uint32_t)cap : 1;
-    w->data_cap = opts->max_batch_bytes < client->max_message_bytes / 2
-                      ? opts->max_batch_bytes
+    w->data_cap = max_bytes < client->max_message_bytes / 2
+                      ? max_bytes
                       : client->max_message_bytes / 2;
     data_bytes = w->data_cap + (size_t)ti->sample_bytes;
   }
@@ -240,9 +245,11 @@ static size_t batch_sizes(chime_writer_t *w, const chime_table_info_t *ti,
  * first request's. */
 static void take_options(chime_writer_t *w, const chime_writer_opts_t *opts) {
   const chime_writer_opts_t def = CHIME_WRITER_OPTS_INIT;
-  w->max_inflight = opts->max_inflight;
+  w->max_inflight =
+      opts->max_inflight > 0 ? opts->max_inflight : def.max_inflight;
   w->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : def.timeout_ms;
-  w->resend = opts->resend != 0;
+  /* A negative reconnect_timeout_ms: no reconnecting, as resend 0. */
+  w->resend = opts->resend != 0 && opts->reconnect_timeout_ms >= 0;
   w->warm_start = opts->warm_start != 0;
   w->reconnect_timeout_ms = opts->reconnect_timeout_ms > 0
                                 ? opts->reconnect_timeout_ms
@@ -292,11 +299,11 @@ int chime_writer_open(chime_writer_t **out, chime_client_t *client,
     return rc;
   if (!opts)
     opts = &def;
-  if (strlen(table) >= CHIME_MAX_NAME || opts->max_inflight == 0 ||
-      opts->max_batch_samples == 0 || opts->max_batch_bytes == 0 ||
-      opts->reconnect_timeout_ms < 0) {
+  if (strlen(table) >= CHIME_MAX_NAME || opts->timeout_ms < 0) {
     rc = chime__fail(err, sizeof(err), CHIME_EINVAL,
-                     "writer: bad table name or options");
+                     "writer: a table name of at most %d bytes, and "
+                     "timeout_ms 0 (the default) or more",
+                     CHIME_MAX_NAME - 1);
     goto cleanup;
   }
   set = client->set;
@@ -534,9 +541,8 @@ static int extend(chime_writer_t *w, uint32_t n, const void *const leaves[],
   return rc;
 }
 
-int chime_writer_extend(chime_writer_t *writer, uint32_t n,
-                        const void *const leaves[], const double *priorities,
-                        uint32_t *taken) {
+int chime_writer_extend(chime_writer_t *writer, const void *const leaves[],
+                        const double *priorities, uint32_t n, uint32_t *taken) {
   chime_writer_t *w = writer;
   if (taken != NULL)
     *taken = 0;

@@ -15,10 +15,14 @@
 #define CHIME__PRINTF(f, a)
 #endif
 
+/* Room for the longest error text chime writes: a page-locking failure
+ * names every place the CUDA runtime was looked for (docs/pinning.md). */
+#define CHIME__PIN_ERRLEN 16384
+
 /* Room for an error's text on either end (a client's last error, the
  * details a server sends): the longest is a pinning error
- * (CHIME_PIN_ERRLEN, it lists the whole ladder) behind a prefix. */
-#define CHIME__ERRLEN (CHIME_PIN_ERRLEN + 1024)
+ * (CHIME__PIN_ERRLEN, it lists the whole ladder) behind a prefix. */
+#define CHIME__ERRLEN (CHIME__PIN_ERRLEN + 1024)
 
 /* Writes nothing when err is NULL or len is 0: callers may pass no buffer
  * when they only want the code. */

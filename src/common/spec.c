@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "chime/spec.h"
+#include "common/detail.h"
 #include "common/errfmt.h"
 #include "common/spec.h"
 
@@ -172,7 +173,7 @@ static int ragged_check(const chime_spec_t *spec, uint32_t i, char *err,
   return 0;
 }
 
-int chime_spec_validate(const chime_spec_t *spec, char *err, size_t errlen) {
+int chime__spec_validate(const chime_spec_t *spec, char *err, size_t errlen) {
   uint64_t total = 0;
   if (spec == NULL) {
     chime__errf(err, errlen, "no spec");
@@ -420,8 +421,8 @@ static int parse_leaf(parser_t *ps, chime_spec_t *spec) {
   return parse_shape(ps, spec, leaf);
 }
 
-int chime_spec_parse(chime_spec_t *spec, const char *text, char *err,
-                     size_t errlen) {
+int chime__spec_parse(chime_spec_t *spec, const char *text, char *err,
+                      size_t errlen) {
   parser_t ps = {text, err, errlen};
   int rc;
 
@@ -451,11 +452,23 @@ int chime_spec_parse(chime_spec_t *spec, const char *text, char *err,
     }
     ps.p++;
   }
-  rc = chime_spec_validate(spec, err, errlen);
+  rc = chime__spec_validate(spec, err, errlen);
 out:
   if (rc != 0)
     memset(spec, 0, sizeof(*spec));
   return rc;
+}
+
+int chime_spec_parse(chime_spec_t *spec, const char *text) {
+  char err[512];
+  int rc = chime__spec_parse(spec, text, err, sizeof(err));
+  return rc == 0 ? 0 : chime__detail(rc, err);
+}
+
+int chime_spec_validate(const chime_spec_t *spec) {
+  char err[512];
+  int rc = chime__spec_validate(spec, err, sizeof(err));
+  return rc == 0 ? 0 : chime__detail(rc, err);
 }
 
 /* "f32[<=8192 ~tokens]": a leaf's type as the text form writes it (spec
@@ -482,21 +495,24 @@ static int format_type(const chime_spec_t *spec, const chime_leaf_t *leaf,
  * truncated, NUL-terminated prefix). */
 int chime_spec_format(const chime_spec_t *spec, char *buf, size_t len) {
   size_t used = 0;
-  int rc = chime_spec_validate(spec, NULL, 0);
+  char err[512];
+  int rc = chime__spec_validate(spec, err, sizeof(err));
   if (buf == NULL || len == 0)
-    return CHIME_EINVAL;
+    return chime__detail(CHIME_EINVAL, "spec format: no buffer");
   buf[0] = '\0';
   if (rc != 0)
-    return rc;
+    return chime__detail(rc, err);
   for (uint32_t i = 0; i < spec->nleaves; i++) {
     const chime_leaf_t *leaf = &spec->leaves[i];
     int n = snprintf(buf + used, len - used, "%s%s:", i ? "," : "", leaf->name);
     if (n < 0 || (size_t)n >= len - used)
-      return CHIME_EOVERFLOW;
+      return chime__detailf(CHIME_EOVERFLOW,
+                            "spec format: %zu bytes are too few", len);
     used += (size_t)n;
     n = format_type(spec, leaf, buf + used, len - used);
     if (n < 0 || (size_t)n >= len - used)
-      return CHIME_EOVERFLOW;
+      return chime__detailf(CHIME_EOVERFLOW,
+                            "spec format: %zu bytes are too few", len);
     used += (size_t)n;
   }
   return 0;

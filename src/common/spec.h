@@ -7,6 +7,14 @@
 
 #include "chime/spec.h"
 
+/* chime_spec_parse and chime_spec_validate with the sentence in err
+ * (err may be NULL) instead of the thread's detail: for the library's own
+ * callers, which put it in a message of their own. */
+CHIME_NODISCARD int chime__spec_parse(chime_spec_t *spec, const char *text,
+                                      char *err, size_t errlen);
+CHIME_NODISCARD int chime__spec_validate(const chime_spec_t *spec, char *err,
+                                         size_t errlen);
+
 /* A leaf's type for an error text: its dtype and shape, "f32[84,84]"
  * ("f32[]" for a scalar), cut to fit len. */
 void chime__leaf_type_text(const chime_leaf_t *l, char *buf, size_t len);

@@ -435,7 +435,7 @@ static int load_table(const uint8_t *p, size_t n, chime__table_t *const *tables,
       (kind != KIND_PLAIN && kind != KIND_SEQUENCE) ||
       shard > CHIME__KEY_MAX_SHARD || !next_ok(next_key, shard))
     return fail(err, errlen, CHIME_ECORRUPT, "%s: malformed header", fname);
-  if (chime_spec_parse(&spec, spec_text, perr, sizeof(perr)) != 0)
+  if (chime__spec_parse(&spec, spec_text, perr, sizeof(perr)) != 0)
     return fail(err, errlen, CHIME_ECORRUPT, "%s: table '%s': bad spec: %s",
                 fname, name, perr);
   uint64_t rec = REC_FIXED + vbytes + sb;

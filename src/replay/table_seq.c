@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 
 #include "chime/errors.h"
+#include "common/spec.h"
 
 /* A sequence table's batch spec: each step leaf with sequence_length
  * prepended to its shape, then mask: u8[T] when episodes end padded. */
@@ -36,7 +37,7 @@ int chime__tbl_seq_spec(const chime__table_config_t *cfg, chime_spec_t *out) {
     m->shape[0] = cfg->sequence_length;
     out->nleaves = n + 1;
   }
-  return chime_spec_validate(out, NULL, 0) == 0 ? 0 : CHIME_EINVAL;
+  return chime__spec_validate(out, NULL, 0) == 0 ? 0 : CHIME_EINVAL;
 }
 
 static uint32_t seq_window(void *ctx, const chime__window_t *w);

@@ -1,6 +1,7 @@
 /* The CUDA runtime, found by a ladder of places and loaded with dlopen once
  * per process. Nothing here runs unless someone asks for page-locking, so a
  * process that never pins never maps a CUDA library. */
+#include "common/errfmt.h"
 #include "ring/cudart.h"
 
 #include <dlfcn.h>
@@ -608,8 +609,8 @@ static atomic_int g_done;
 static int g_rc;
 static chime__cudart_t g_rt;
 static char g_report[CHIME__CUDA_MSG_MAX];
-static char g_msg[CHIME_PIN_ERRLEN];
-_Static_assert(CHIME_PIN_ERRLEN >= 2 * CHIME__CUDA_MSG_MAX,
+static char g_msg[CHIME__PIN_ERRLEN];
+_Static_assert(CHIME__PIN_ERRLEN >= 2 * CHIME__CUDA_MSG_MAX,
                "a pinning error is a sentence plus the ladder report");
 
 static void require_once(void) {

@@ -6,8 +6,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ring/ring_internal.h"
+#include "common/detail.h"
 #include "common/errfmt.h"
+#include "common/spec.h"
+#include "ring/layout.h"
+#include "ring/ring_internal.h"
 
 int chime__align_up(uint64_t v, uint64_t align, uint64_t *out) {
   uint64_t r;
@@ -17,9 +20,9 @@ int chime__align_up(uint64_t v, uint64_t align, uint64_t *out) {
   return 0;
 }
 
-int chime_ring_layout(chime_ring_layout_t *out, const chime_spec_t *spec,
-                      uint32_t batch_size, uint32_t slots, char *err,
-                      size_t errlen) {
+int chime__ring_layout(chime_ring_layout_t *out, const chime_spec_t *spec,
+                       uint32_t batch_size, uint32_t slots, char *err,
+                       size_t errlen) {
   chime_ring_layout_t l;
   uint64_t off = 0, info_bytes;
   int rc;
@@ -28,7 +31,7 @@ int chime_ring_layout(chime_ring_layout_t *out, const chime_spec_t *spec,
     return CHIME_EINVAL;
   memset(out, 0, sizeof(*out));
   memset(&l, 0, sizeof(l));
-  rc = chime_spec_validate(spec, err, errlen);
+  rc = chime__spec_validate(spec, err, errlen);
   if (rc != 0)
     return rc;
   if (batch_size == 0 || batch_size > CHIME_RING_MAX_BATCH) {
@@ -81,4 +84,12 @@ int chime_ring_layout(chime_ring_layout_t *out, const chime_spec_t *spec,
   l.info_offset = off;
   *out = l;
   return 0;
+}
+
+int chime_ring_layout_compute(chime_ring_layout_t *out,
+                              const chime_spec_t *spec, uint32_t batch_size,
+                              uint32_t slots) {
+  char err[512] = "";
+  int rc = chime__ring_layout(out, spec, batch_size, slots, err, sizeof(err));
+  return rc == 0 ? 0 : chime__detail(rc, err);
 }

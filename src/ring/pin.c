@@ -9,6 +9,8 @@
 
 #include "chime/errors.h"
 #include "chime/ring.h"
+#include "common/detail.h"
+#include "common/errfmt.h"
 #include "ring/cudart.h"
 #include "ring/ring_internal.h"
 
@@ -103,7 +105,7 @@ static void unpin_hook(void *arg) {
   free(st);
 }
 
-int chime_ring_pin(chime_ring_t *ring, char *err, size_t errlen) {
+int chime__ring_pin(chime_ring_t *ring, char *err, size_t errlen) {
   const chime_ring_layout_t *layout;
   pin_state_t *st = NULL;
   uint32_t i;
@@ -115,7 +117,7 @@ int chime_ring_pin(chime_ring_t *ring, char *err, size_t errlen) {
     return CHIME_EINVAL;
   if (chime__ring_unpin_arg(ring) != NULL)
     return 0;
-  layout = chime_ring_get_layout(ring);
+  layout = chime_ring_layout(ring);
   st = calloc(1, sizeof *st + layout->slots * sizeof st->ranges[0]);
   if (st == NULL) {
     rc = CHIME_ENOMEM;
@@ -172,4 +174,16 @@ const char *chime__pin_error_name(const char *report, int rc, char *buf,
   }
   snprintf(buf, len, "%.*s", (int)n, p);
   return buf;
+}
+
+int chime_ring_pin(chime_ring_t *ring) {
+  char *err = malloc(CHIME__PIN_ERRLEN);
+  if (err == NULL)
+    return chime__detail(CHIME_ENOMEM, "ring pin: out of memory");
+  err[0] = '\0';
+  int rc = chime__ring_pin(ring, err, CHIME__PIN_ERRLEN);
+  if (rc != 0)
+    chime__detail(rc, err);
+  free(err);
+  return rc;
 }

@@ -7,6 +7,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "chime/ring.h"
+
+/* chime_ring_pin, its whole report in err (err may be NULL; room for
+ * CHIME__PIN_ERRLEN bytes holds it all). */
+int chime__ring_pin(chime_ring_t *ring, char *err, size_t errlen);
+
 /* Loads the CUDA runtime (ladder in docs/pinning.md) once per process and
  * initialises it with cudaFree(NULL). Returns 0, or CHIME_ECUDA with err
  * naming every rung tried, in order, and the CUDA error by name and number.

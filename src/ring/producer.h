@@ -38,7 +38,7 @@ CHIME_NODISCARD int chime__ring_bytes(const chime_ring_layout_t *layout,
                                       uint64_t *out);
 /* Creates a memfd segment sized for spec/batch_size/slots, seals it against
  * shrink and grow, maps it and writes the header with a random nonce. On
- * failure chime_ring_last_error() says why. */
+ * failure chime_last_error() says why. */
 CHIME_NODISCARD int chime__ring_create(chime_ring_t **out,
                                        const chime_spec_t *spec,
                                        uint32_t batch_size, uint32_t slots);

@@ -51,6 +51,7 @@
 
 #include "common/clock.h"
 #include "ring/ring_internal.h"
+#include "ring/layout.h"
 
 /* Polls before sleeping, adapted per side to how long waits turn out to be.
  * Waking a sleeping thread costs both sides: here (2 vCPUs) about 25-30 us
@@ -225,7 +226,6 @@ int chime__ring_create(chime_ring_t **out, const chime_spec_t *spec,
   char why[160];
   int rc;
 
-  chime__ring_clear_error();
   if (out == NULL || spec == NULL)
     return chime__ring_fail(CHIME_EINVAL, "ring create: no out or spec");
   *out = NULL;
@@ -236,8 +236,8 @@ int chime__ring_create(chime_ring_t **out, const chime_spec_t *spec,
   ring->spin_ns[SIDE_PRODUCER] = CHIME_RING_SPIN_MIN_NS;
   ring->spin_ns[SIDE_CONSUMER] = CHIME_RING_SPIN_MIN_NS;
   ring->wake_at = 1;
-  rc = chime_ring_layout(&ring->layout, spec, batch_size, slots, why,
-                         sizeof(why));
+  rc = chime__ring_layout(&ring->layout, spec, batch_size, slots, why,
+                          sizeof(why));
   if (rc != 0) {
     chime__ring_fail(rc, "ring layout: %s", why);
     goto out;
@@ -549,7 +549,6 @@ int chime_ring_attach(chime_ring_t **out, int fd, const uint8_t nonce[16]) {
   chime_ring_t *ring = NULL;
   int rc;
 
-  chime__ring_clear_error();
   if (out == NULL)
     return chime__ring_fail(CHIME_EINVAL, "ring attach: no out");
   *out = NULL;
@@ -759,7 +758,7 @@ int chime_ring_fd(const chime_ring_t *ring) {
   return ring == NULL ? CHIME_EINVAL : ring->seg.fd;
 }
 
-const chime_ring_layout_t *chime_ring_get_layout(const chime_ring_t *ring) {
+const chime_ring_layout_t *chime_ring_layout(const chime_ring_t *ring) {
   return ring == NULL ? NULL : &ring->layout;
 }
 
@@ -774,7 +773,7 @@ void chime_ring_nonce(const chime_ring_t *ring, uint8_t out[16]) {
     memcpy(out, ring->nonce, 16);
 }
 
-void chime_ring_get_stats(const chime_ring_t *ring, chime_ring_stats_t *out) {
+void chime_ring_stats(const chime_ring_t *ring, chime_ring_stats_t *out) {
   const chime__ring_prod_t *prod;
   const chime__ring_ctrl_t *ctrl;
 

@@ -58,9 +58,7 @@ int chime__segment_attach(chime__segment_t *seg, int fd,
                           const uint8_t nonce[16], chime_spec_t *spec,
                           chime_ring_layout_t *layout);
 void chime__segment_close(chime__segment_t *seg);
-/* chime_ring_last_error()'s thread-local text: cleared as create and attach
- * begin, set by chime__ring_fail(), which returns rc. */
-void chime__ring_clear_error(void);
+/* Sets chime_last_error()'s text (the thread's detail) and returns rc. */
 int chime__ring_fail(int rc, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 

@@ -15,24 +15,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/detail.h"
 #include "ring/ring_internal.h"
-
-static _Thread_local char last_error[256];
-
-const char *chime_ring_last_error(void) {
-  return last_error;
-}
-
-void chime__ring_clear_error(void) {
-  last_error[0] = '\0';
-}
+#include "common/spec.h"
+#include "ring/layout.h"
 
 int chime__ring_fail(int rc, const char *fmt, ...) {
+  char why[512];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(last_error, sizeof(last_error), fmt, ap);
+  vsnprintf(why, sizeof(why), fmt, ap);
   va_end(ap);
-  return rc;
+  return chime__detail(rc, why);
 }
 
 /* The short name this file uses for it. */
@@ -274,11 +268,11 @@ static int header_check(const chime__ring_header_t *hdr,
   why[0] = '\0';
   rc = fmt_get_spec(hdr, spec, why, sizeof(why));
   if (rc == 0)
-    rc = chime_spec_validate(spec, why, sizeof(why));
+    rc = chime__spec_validate(spec, why, sizeof(why));
   if (rc != 0)
     return fail(CHIME_ECORRUPT, "ring header: bad spec: %s", why);
-  rc = chime_ring_layout(layout, spec, hdr->batch_size, hdr->slots, why,
-                         sizeof(why));
+  rc = chime__ring_layout(layout, spec, hdr->batch_size, hdr->slots, why,
+                          sizeof(why));
   if (rc != 0)
     return fail(CHIME_ECORRUPT, "ring header: bad layout: %s", why);
   rc = chime__ring_regions(layout, hdr->page_size, regions);
@@ -332,7 +326,6 @@ int chime__segment_attach(chime__segment_t *seg, int fd,
 
   memset(seg, 0, sizeof(*seg));
   seg->fd = -1;
-  chime__ring_clear_error();
   if (fd < 0 || fstat(fd, &st) != 0) {
     rc = fail(CHIME_EINVAL, "ring fd is not an open file");
     goto out;

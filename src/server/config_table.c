@@ -15,6 +15,7 @@
 #include "server/config_table.h"
 #include "server/config_value.h"
 #include "wire/insert.h"
+#include "common/spec.h"
 
 #define SELECTOR_LIST                                                          \
   "\"fifo\", \"lifo\", \"uniform\", \"prioritized\", \"min_heap\" or "         \
@@ -29,7 +30,7 @@ static int r_spec(chime__table_config_t *t, json_t *v, const char *kw,
   char perr[256];
   if (!json_is_string(v))
     return chime__cfg_fail(err, errlen, "%s: expected a string", kw);
-  if (chime_spec_parse(&t->spec, json_string_value(v), perr, sizeof(perr)))
+  if (chime__spec_parse(&t->spec, json_string_value(v), perr, sizeof(perr)))
     return chime__cfg_fail(err, errlen, "%s: bad spec: %s", kw, perr);
   return 0;
 }

@@ -238,7 +238,7 @@ static void server_to_msg(Chime__V1__StatsResponse *m,
 static void stream_counts(chime__stream_t *s, stream_counts_t *out) {
   chime_ring_stats_t rs;
   memset(out, 0, sizeof(*out));
-  chime_ring_get_stats(s->ring, &rs);
+  chime_ring_stats(s->ring, &rs);
   s->ops->counts(s, &rs, &out->batches, &out->bytes);
   out->leases = rs.leases;
   out->max_leases = rs.max_leases;

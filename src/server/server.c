@@ -721,7 +721,7 @@ static int listen_on(chime_server_t *srv, char *bound, size_t boundlen,
   grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
   grpc_server_register_completion_queue(gs, cq, NULL);
   srv->serve_health = 1; /* the grpc_server is chime's alone */
-  rc = chime_service_register(srv, gs, cq);
+  rc = chime_server_register(srv, gs, cq);
   if (rc != 0) {
     snprintf(err, errlen, "cannot register the service: %s",
              chime_last_error());

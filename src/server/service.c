@@ -17,11 +17,11 @@
 #include "common/detail.h"
 #include "server/service.h"
 
-int chime_service_register(chime_server_t *srv, struct grpc_server *server,
-                           struct grpc_completion_queue *cq) {
+int chime_server_register(chime_server_t *srv, struct grpc_server *server,
+                          struct grpc_completion_queue *cq) {
   if (srv == NULL || server == NULL || cq == NULL || srv->host.gs != NULL)
     return chime__detail(CHIME_EINVAL,
-                         "chime_service_register: needs a server not yet "
+                         "chime_server_register: needs a server not yet "
                          "registered, a grpc_server and a completion queue");
   for (int m = 0; m < CHIME__M_COUNT; m++) {
     /* grpc.health.v1.Health is one per grpc_server: an application's
@@ -38,7 +38,7 @@ int chime_service_register(chime_server_t *srv, struct grpc_server *server,
         0);
     if (srv->host.methods[m] == NULL)
       return chime__detailf(CHIME_EEXIST,
-                            "chime_service_register: %s is registered on "
+                            "chime_server_register: %s is registered on "
                             "this grpc_server already",
                             chime__method_path[m]);
   }
@@ -46,7 +46,7 @@ int chime_service_register(chime_server_t *srv, struct grpc_server *server,
   srv->host.insert_cq = grpc_completion_queue_create_for_next(NULL);
   if (srv->host.insert_cq == NULL)
     return chime__detail(CHIME_ENOMEM,
-                         "chime_service_register: cannot create a queue");
+                         "chime_server_register: cannot create a queue");
   srv->host.gs = server;
   srv->host.cq = cq;
   return 0;

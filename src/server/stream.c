@@ -19,6 +19,7 @@
 #include "common/spec.h"
 #include "ring/pin.h"
 #include "server/sender.h"
+#include "ring/layout.h"
 
 void chime__stream_ref(chime__stream_t *s) {
   atomic_fetch_add(&s->refs, 1);
@@ -148,7 +149,7 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
                        const chime__stream_mode_ops_t *mode, char *err,
                        size_t errlen) {
   int rc = 0;
-  char lerr[256], pin_err[CHIME_PIN_ERRLEN];
+  char lerr[256], pin_err[CHIME__PIN_ERRLEN];
   chime__stream_t *s = NULL;
   const char *tname = open->table ? open->table : "";
   *out = NULL;
@@ -227,8 +228,8 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
                        tc->name);
   chime_ring_layout_t lay;
   uint64_t ring_bytes = 0;
-  rc = chime_ring_layout(&lay, &rspec, open->batch_size, open->slots, lerr,
-                         sizeof(lerr));
+  rc = chime__ring_layout(&lay, &rspec, open->batch_size, open->slots, lerr,
+                          sizeof(lerr));
   if (rc == 0 && chime__ring_bytes(&lay, &ring_bytes) != 0)
     rc = chime__fail(lerr, sizeof(lerr), CHIME_EOVERFLOW, "ring too large");
   if (rc != 0)
@@ -272,7 +273,7 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
   if (rc != 0) {
     rc = chime__fail(err, errlen, rc,
                      "cannot create a ring for table '%s': %s: %s", tc->name,
-                     chime_strerror(rc), chime_ring_last_error());
+                     chime_strerror(rc), chime_last_error());
     goto out;
   }
   /* A learner that keeps the ring full (one over several shards) would
@@ -283,7 +284,7 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
                                open->slots / 4 > 1 ? open->slots / 4 : 1);
   if (rc != 0)
     goto out;
-  s->lay = *chime_ring_get_layout(s->ring);
+  s->lay = *chime_ring_layout(s->ring);
   size_t map_len = 0;
   chime_ring_map_base(s->ring, &map_len);
   if (map_len != s->ring_bytes) { /* the budget charged what is mapped */
@@ -301,7 +302,7 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
   s->sender.ring = s->ring;
   s->sender.send_bytes = s->send_bytes;
   if (srv->cfg.pin_host_memory) {
-    rc = chime_ring_pin(s->ring, pin_err, sizeof(pin_err));
+    rc = chime__ring_pin(s->ring, pin_err, sizeof(pin_err));
     if (rc != 0) {
       /* The full report names the server's library paths and site
        * directories: the operator's business, not the remote client's. */

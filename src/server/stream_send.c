@@ -17,6 +17,7 @@
 #include "server/stream.h"
 #include "wire/chunk.h"
 #include "wire/credit.h"
+#include "ring/layout.h"
 
 #define SEND_COPY_BELOW 4096u
 
@@ -118,8 +119,8 @@ static int framed_tail(const chime__stream_t *s) {
  * bytes for the packed tails' room. */
 static int ztail_init(chime__stream_t *s, const Chime__V1__Open *open) {
   chime_ring_layout_t lay;
-  if (chime_ring_layout(&lay, &s->spec, open->batch_size, open->slots, NULL,
-                        0) != 0)
+  if (chime__ring_layout(&lay, &s->spec, open->batch_size, open->slots, NULL,
+                         0) != 0)
     return CHIME_EINVAL;
   uint64_t n = chime__slot_send_bytes(&lay) - chime__slot_tail(&lay, &s->spec);
   s->ztail_bound = chime__ztail_bound(n);

@@ -3,6 +3,7 @@
 
 #include "common/errfmt.h"
 #include "wire/leaf.h"
+#include "common/spec.h"
 
 void chime__leaf_msgs(const chime_spec_t *spec, Chime__V1__Leaf *leaves,
                       Chime__V1__Leaf **ptrs) {
@@ -70,5 +71,5 @@ int chime__spec_from_leaves(chime_spec_t *spec, Chime__V1__Leaf *const *leaves,
     }
   }
   spec->nleaves = (uint32_t)n;
-  return chime_spec_validate(spec, err, errlen);
+  return chime__spec_validate(spec, err, errlen);
 }

@@ -45,7 +45,7 @@ typedef struct {
  * opens its call again by itself: docs/remote.md), then closes it. */
 static void close_counting(learner_t *l, chime_stream_t *s) {
   chime_stream_local_stats_t st;
-  if (s != NULL && chime_stream_get_stats(s, &st) == 0)
+  if (s != NULL && chime_stream_stats(s, &st) == 0)
     l->resumes += st.resumes;
   chime_stream_close(s);
 }

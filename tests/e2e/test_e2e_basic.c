@@ -38,7 +38,6 @@ static chime_spec_t spec;
 
 static int setup(void **state) {
   (void)state;
-  char err[256];
   int rc = chime__chimed_start(&chimed, config, NULL, 30000);
   if (rc == CHIME_ENOTFOUND)
     chime__skip("chimed is not built");
@@ -46,8 +45,7 @@ static int setup(void **state) {
     return -1;
   if (chime_client_create(&client, chimed.addr, NULL) != 0)
     return -1;
-  if (chime_spec_parse(&spec, "obs:f32[64], action:i32[], reward:f32[]", err,
-                       sizeof(err)) != 0)
+  if (chime_spec_parse(&spec, "obs:f32[64], action:i32[], reward:f32[]") != 0)
     return -1;
   return 0;
 }

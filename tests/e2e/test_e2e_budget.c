@@ -39,8 +39,8 @@ static uint64_t ring_bytes(void) {
   chime_spec_t spec;
   chime_ring_layout_t lay;
   chime__ring_regions_t reg;
-  assert_int_equal(chime_spec_parse(&spec, SPEC, NULL, 0), 0);
-  assert_int_equal(chime_ring_layout(&lay, &spec, BATCH, SLOTS, NULL, 0), 0);
+  assert_int_equal(chime_spec_parse(&spec, SPEC), 0);
+  assert_int_equal(chime_ring_layout_compute(&lay, &spec, BATCH, SLOTS), 0);
   assert_int_equal(chime__ring_regions(&lay, chime__page_size(), &reg), 0);
   return reg.total_bytes;
 }

@@ -136,8 +136,7 @@ static void verify(const chime_batch_t *b) {
 
 static int setup(void **state) {
   (void)state;
-  char err[256];
-  return chime_spec_parse(&spec, SPEC, err, sizeof(err)) == 0 ? 0 : -1;
+  return chime_spec_parse(&spec, SPEC) == 0 ? 0 : -1;
 }
 
 static int teardown_each(void **state) {
@@ -248,7 +247,7 @@ static void leases(chime_client_t *c, chime_mode_t mode, uint32_t slots) {
     chime_batch_t extra;
     assert_int_equal(chime_stream_next(s, &extra, 0), CHIME_EBUSY);
     chime_stream_local_stats_t st;
-    assert_int_equal(chime_stream_get_stats(s, &st), 0);
+    assert_int_equal(chime_stream_stats(s, &st), 0);
     assert_int_equal(st.mode, mode);
     assert_int_equal(st.batches, (uint64_t)(round + 1) * HOLD);
     assert_int_equal(st.bytes, st.batches * 8 * SAMPLE_BYTES);
@@ -318,7 +317,7 @@ static void release_checks(chime_client_t *c, chime_mode_t mode) {
   assert_true(found);
   expect_refused(s, &a); /* would give back b */
   chime_stream_local_stats_t st;
-  assert_int_equal(chime_stream_get_stats(s, &st), 0);
+  assert_int_equal(chime_stream_stats(s, &st), 0);
   assert_int_equal(st.leases, 1);
   chime_batch_t forged = b;
   forged.info = (const chime_sample_info_t *)((const char *)b.info + 8);
@@ -331,7 +330,7 @@ static void release_checks(chime_client_t *c, chime_mode_t mode) {
   expect_refused(s, &forged);
   assert_int_equal(chime_stream_next(other, &o, 10000), 0);
   expect_refused(s, &o);
-  assert_int_equal(chime_stream_get_stats(s, &st), 0);
+  assert_int_equal(chime_stream_stats(s, &st), 0);
   assert_int_equal(st.leases, 1);
   verify(&b); /* still lent: its data is b's */
   assert_int_equal(chime_stream_release(s, &b), 0);
@@ -383,13 +382,13 @@ static void test_stream_fills_while_learner_away(void **state) {
    * as they arrive, a moment before their batch is published: next() is
    * given time for that, not for the batches to come. */
   chime_ring_layout_t l;
-  assert_int_equal(chime_ring_layout(&l, &spec, 8, 8, NULL, 0), 0);
+  assert_int_equal(chime_ring_layout_compute(&l, &spec, 8, 8), 0);
   uint64_t want = 7 * (l.info_offset + 8 * sizeof(chime_sample_info_t));
   chime_stream_local_stats_t st;
   int64_t end = chime__now_ms() + 10000;
   do {
     usleep(100); /* the learner away: only the stream's thread polls */
-    assert_int_equal(chime_stream_get_stats(s, &st), 0);
+    assert_int_equal(chime_stream_stats(s, &st), 0);
   } while (st.received_bytes < want && chime__now_ms() < end);
   assert_true(st.received_bytes >= want);
   assert_int_equal(st.batches, 1);
@@ -684,18 +683,18 @@ static void test_writer_extend(void **state) {
   assert_int_equal(chime_writer_open(&w, c, "f", &o), 0);
   uint32_t taken = 99;
   prio[500] = -1.0;
-  assert_int_equal(chime_writer_extend(w, N, cols, prio, &taken), CHIME_EINVAL);
+  assert_int_equal(chime_writer_extend(w, cols, prio, N, &taken), CHIME_EINVAL);
   assert_int_equal(taken, 0);
   assert_non_null(strstr(chime_last_error(), "priority -1"));
   prio[500] = 2.0;
   const void *missing[3] = {obs, NULL, rew};
-  assert_int_equal(chime_writer_extend(w, N, missing, NULL, NULL),
+  assert_int_equal(chime_writer_extend(w, missing, NULL, N, NULL),
                    CHIME_EINVAL);
   assert_non_null(strstr(chime_last_error(), "'action'"));
-  assert_int_equal(chime_writer_extend(w, 7, cols, prio, &taken), 0);
+  assert_int_equal(chime_writer_extend(w, cols, prio, 7, &taken), 0);
   assert_int_equal(taken, 7);
   const void *rest[3] = {obs[7], &act[7], &rew[7]};
-  assert_int_equal(chime_writer_extend(w, N - 7, rest, prio + 7, &taken), 0);
+  assert_int_equal(chime_writer_extend(w, rest, prio + 7, N - 7, &taken), 0);
   assert_int_equal(taken, N - 7);
   assert_int_equal(chime_writer_close(w), 0);
 
@@ -746,7 +745,7 @@ static void test_null_opts(void **state) {
     assert_int_equal(chime_stream_release(s, &b), 0);
   }
   chime_stream_local_stats_t ls;
-  assert_int_equal(chime_stream_get_stats(s, &ls), 0);
+  assert_int_equal(chime_stream_stats(s, &ls), 0);
   assert_int_equal(ls.batches, 2);
   chime_stream_close(s);
 

@@ -58,12 +58,9 @@ static int teardown(void **state) {
 static void insert(uint64_t seed, uint64_t n) {
   chime_writer_t *w = NULL;
   chime_spec_t spec;
-  char err[256];
   uint8_t sample[264];
-  assert_int_equal(chime_spec_parse(&spec,
-                                    "obs:f32[64], action:i32[], "
-                                    "reward:f32[]",
-                                    err, sizeof(err)),
+  assert_int_equal(chime_spec_parse(&spec, "obs:f32[64], action:i32[], "
+                                           "reward:f32[]"),
                    0);
   assert_int_equal(chime_writer_open(&w, client, "demo", NULL), 0);
   for (uint64_t i = 0; i < n; i++) {
@@ -265,8 +262,7 @@ static void *late_writer(void *arg) {
   chime_writer_t *w = NULL;
   chime_spec_t spec;
   uint8_t sample[264];
-  lw->rc = chime_spec_parse(&spec, "obs:f32[64], action:i32[], reward:f32[]",
-                            lw->err, sizeof(lw->err));
+  lw->rc = chime_spec_parse(&spec, "obs:f32[64], action:i32[], reward:f32[]");
   if (lw->rc == 0)
     lw->rc = chime_writer_open(&w, client, "demo", NULL);
   for (uint64_t i = 0; lw->rc == 0 && i < 64; i++) {

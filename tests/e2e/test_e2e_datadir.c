@@ -80,7 +80,7 @@ static void insert_until_killed(void) {
   uint8_t sample[264];
   wo.resend = 0;
   wo.timeout_ms = 10000;
-  assert_int_equal(chime_spec_parse(&spec, SPEC, NULL, 0), 0);
+  assert_int_equal(chime_spec_parse(&spec, SPEC), 0);
   assert_int_equal(chime_writer_open(&w, client, "demo", &wo), 0);
   pthread_t th;
   assert_int_equal(pthread_create(&th, NULL, killer, NULL), 0);
@@ -247,7 +247,7 @@ static void test_restore_refused_over_items(void **state) {
            "\"%s\"}], \"checkpoint\": {\"dir\": \"%s\"}}\n",
            datadir, ckdir);
   assert_int_equal(chime__chimed_start_client(&chimed, config, &client), 0);
-  assert_int_equal(chime_spec_parse(&spec, SPEC, NULL, 0), 0);
+  assert_int_equal(chime_spec_parse(&spec, SPEC), 0);
   assert_int_equal(chime_writer_open(&w, client, "demo", NULL), 0);
   for (uint64_t i = 0; i < 10; i++) {
     chime__pattern_fill(&spec, chime__pattern_id(7, i), sample);

@@ -138,7 +138,7 @@ run_stream(chime_client_t *c, chime_mode_t mode, int pin, int n, int fail_at) {
   }
   unsetenv("FAKE_CUDART_FAIL_COPY_AT");
   assert_int_equal(failed, fail_at != 0);
-  assert_int_equal(chime_stream_get_stats(s, &st), 0);
+  assert_int_equal(chime_stream_stats(s, &st), 0);
   fk.note("closing");
   chime_stream_close(s);
   assert_int_equal(fk.stream_destroy(ls), 0);

@@ -531,7 +531,7 @@ static void test_tokens(void **state) {
   assert_true(fd >= 0);
   chime_ring_t *ring = NULL;
   assert_int_equal(chime_ring_attach(&ring, fd, nonce), 0);
-  assert_int_equal(chime_ring_get_layout(ring)->batch_size, 8);
+  assert_int_equal(chime_ring_layout(ring)->batch_size, 8);
   chime_ring_destroy(ring);
   close(fd);
 

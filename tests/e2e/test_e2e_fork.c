@@ -36,8 +36,7 @@ static chime_spec_t spec;
 
 static int setup(void **state) {
   (void)state;
-  char err[256];
-  return chime_spec_parse(&spec, SPEC, err, sizeof(err)) == 0 ? 0 : -1;
+  return chime_spec_parse(&spec, SPEC) == 0 ? 0 : -1;
 }
 
 static int teardown_each(void **state) {

@@ -408,7 +408,7 @@ static void test_nothing_found(void **state) {
  * registration is undone while the memory is still mapped. */
 static void test_pins_rings_end_to_end(void **state) {
   const char *const extra[] = {"--pin-host-memory", NULL};
-  char srv_log[512], cli_log[512], want[128], err[256];
+  char srv_log[512], cli_log[512], want[128];
   chime__chimed_t d;
   chime_client_t *client = NULL;
   chime_server_info_t *info = NULL;
@@ -422,9 +422,8 @@ static void test_pins_rings_end_to_end(void **state) {
   int64_t deadline;
 
   (void)state;
-  assert_int_equal(chime_spec_parse(&spec, SPEC, err, sizeof err), 0);
-  assert_int_equal(
-      chime_ring_layout(&lay, &spec, BATCH, SLOTS, err, sizeof err), 0);
+  assert_int_equal(chime_spec_parse(&spec, SPEC), 0);
+  assert_int_equal(chime_ring_layout_compute(&lay, &spec, BATCH, SLOTS), 0);
   snprintf(srv_log, sizeof srv_log, "%s/srv.log", chime__harness_tmpdir());
   snprintf(cli_log, sizeof cli_log, "%s/cli.log", chime__harness_tmpdir());
   setenv("CUDA_HOME", FAKE_CUDART_ROOT, 1);
@@ -532,7 +531,7 @@ static void test_off_maps_no_cuda(void **state) {
   assert_int_equal(info->pinned_bytes, 0);
   chime_server_info_free(info);
   /* The ring is listed, with nothing pinned. */
-  assert_int_equal(chime_stream_get_stats(s, &ls), 0);
+  assert_int_equal(chime_stream_stats(s, &ls), 0);
   check_info_rings(d.addr, client, &ls.stream_id, &zero, 1);
   assert_int_equal(chime_client_stats(client, &stats), 0);
   assert_int_equal(stats->nstreams, 1);
@@ -559,15 +558,12 @@ static void test_info_reports_ring_footprint(void **state) {
   chime_ring_layout_t la, lb;
   chime_spec_t spec;
   uint64_t ids[2], want[2];
-  char err[256];
   int rc, st = 0;
 
   (void)state;
-  assert_int_equal(chime_spec_parse(&spec, SPEC, err, sizeof err), 0);
-  assert_int_equal(chime_ring_layout(&la, &spec, BATCH, SLOTS, err, sizeof err),
-                   0);
-  assert_int_equal(chime_ring_layout(&lb, &spec, 8 * BATCH, 3, err, sizeof err),
-                   0);
+  assert_int_equal(chime_spec_parse(&spec, SPEC), 0);
+  assert_int_equal(chime_ring_layout_compute(&la, &spec, BATCH, SLOTS), 0);
+  assert_int_equal(chime_ring_layout_compute(&lb, &spec, 8 * BATCH, 3), 0);
   assert_true(la.slot_bytes != lb.slot_bytes);
   setenv("CUDA_HOME", FAKE_CUDART_ROOT, 1);
   rc = chime__chimed_start(&d, config, extra, 30000);
@@ -584,9 +580,9 @@ static void test_info_reports_ring_footprint(void **state) {
   so.slots = 3;
   so.mode = CHIME_MODE_STREAM;
   assert_int_equal(chime_stream_open(&b, client, "demo", &so), 0);
-  assert_int_equal(chime_stream_get_stats(a, &ls), 0);
+  assert_int_equal(chime_stream_stats(a, &ls), 0);
   ids[0] = ls.stream_id;
-  assert_int_equal(chime_stream_get_stats(b, &ls), 0);
+  assert_int_equal(chime_stream_stats(b, &ls), 0);
   ids[1] = ls.stream_id;
   assert_true(ids[0] != ids[1]);
   want[0] = (uint64_t)SLOTS * la.slot_bytes;
@@ -636,9 +632,8 @@ static void test_embedded_pins(void **state) {
   (void)state;
   if (g_embedded[0] == '\0')
     skip();
-  assert_int_equal(chime_spec_parse(&spec, SPEC, line, sizeof line), 0);
-  assert_int_equal(chime_ring_layout(&lay, &spec, BATCH, 8, line, sizeof line),
-                   0);
+  assert_int_equal(chime_spec_parse(&spec, SPEC), 0);
+  assert_int_equal(chime_ring_layout_compute(&lay, &spec, BATCH, 8), 0);
   assert_int_equal(lay.slot_bytes % 4096, 0);
   assert_int_equal(
       chime__harness_write_file("embedded.json", config, cfg, sizeof cfg), 0);
@@ -701,7 +696,7 @@ static void test_embedded_pins(void **state) {
 
 /* A directory path of about 3 KiB holding a link to the fake runtime, so
  * the pinning error (which names the library and the ladder) is longer than
- * any fixed buffer below CHIME_PIN_ERRLEN and than gRPC's default 8 KiB of
+ * any fixed buffer below CHIME__PIN_ERRLEN and than gRPC's default 8 KiB of
  * metadata. */
 static void long_runtime_dir(char *dir, size_t len) {
   char part[241];

@@ -135,10 +135,9 @@ static uint64_t tail_bytes(uint32_t batch) {
   chime_ring_layout_t lay;
   assert_int_equal(chime_spec_parse(&spec,
                                     "tokens:i32[<=300], lp:f32[<=300 ~tokens], "
-                                    "frames:u8[<=4,3], r:f32[]",
-                                    NULL, 0),
+                                    "frames:u8[<=4,3], r:f32[]"),
                    0);
-  assert_int_equal(chime_ring_layout(&lay, &spec, batch, 2, NULL, 0), 0);
+  assert_int_equal(chime_ring_layout_compute(&lay, &spec, batch, 2), 0);
   return lay.info_offset + (uint64_t)batch * sizeof(chime_sample_info_t) -
          lay.offsets_offset[0];
 }
@@ -192,7 +191,7 @@ static void consume_from(const char *table, uint32_t batch, chime_mode_t mode,
   }
   if (mode == CHIME_MODE_STREAM) {
     chime_stream_local_stats_t ls;
-    assert_int_equal(chime_stream_get_stats(s, &ls), 0);
+    assert_int_equal(chime_stream_stats(s, &ls), 0);
     assert_int_equal(ls.received_bytes, used);
   }
   chime_stream_close(s);
@@ -379,9 +378,8 @@ static void test_stream_batches_of_many_chunks(void **state) {
   chime_spec_t spec;
   chime_ring_layout_t lay;
   assert_int_equal(
-      chime_spec_parse(&spec, "tokens:i32[<=32768], obs:f32[2048]", NULL, 0),
-      0);
-  assert_int_equal(chime_ring_layout(&lay, &spec, BIG_BATCH, 2, NULL, 0), 0);
+      chime_spec_parse(&spec, "tokens:i32[<=32768], obs:f32[2048]"), 0);
+  assert_int_equal(chime_ring_layout_compute(&lay, &spec, BIG_BATCH, 2), 0);
   uint64_t tail = lay.info_offset +
                   (uint64_t)BIG_BATCH * sizeof(chime_sample_info_t) -
                   lay.offsets_offset[0];
@@ -412,7 +410,7 @@ static void test_stream_batches_of_many_chunks(void **state) {
     assert_int_equal(chime_stream_release(s, &b), 0);
   }
   chime_stream_local_stats_t ls;
-  assert_int_equal(chime_stream_get_stats(s, &ls), 0);
+  assert_int_equal(chime_stream_stats(s, &ls), 0);
   assert_int_equal(ls.received_bytes, used);
   assert_true(used < prefix * 3 / 4); /* the bound's room stayed home */
   chime_stream_close(s);

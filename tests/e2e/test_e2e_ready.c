@@ -30,9 +30,8 @@
 static chime_spec_t spec;
 
 static int setup(void **state) {
-  char err[256];
   (void)state;
-  return chime_spec_parse(&spec, SPEC, err, sizeof(err)) == 0 ? 0 : -1;
+  return chime_spec_parse(&spec, SPEC) == 0 ? 0 : -1;
 }
 
 static int teardown(void **state) {

@@ -311,7 +311,7 @@ static void drops_stale(const char *table, chime_mode_t mode, int fifo) {
   if (fifo)
     assert_int_equal(fresh, 80);
   chime_stream_local_stats_t ls;
-  assert_int_equal(chime_stream_get_stats(s, &ls), 0);
+  assert_int_equal(chime_stream_stats(s, &ls), 0);
   assert_true(ls.dropped_stale >= 1);
   chime_stream_close(s);
 }

@@ -37,7 +37,7 @@ static chime_spec_t spec;
 
 static int setup(void **state) {
   (void)state;
-  char config[2048], err[256];
+  char config[2048];
   const char *dir = chime__harness_tmpdir();
   if (dir == NULL)
     return -1;
@@ -48,8 +48,7 @@ static int setup(void **state) {
            "action:i32[], reward:f32[]\", \"capacity\": 4096, \"min_size\": "
            "1, \"sampler\": \"fifo\"}]}\n",
            sock_path);
-  if (chime_spec_parse(&spec, "obs:f32[64], action:i32[], reward:f32[]", err,
-                       sizeof(err)) != 0)
+  if (chime_spec_parse(&spec, "obs:f32[64], action:i32[], reward:f32[]") != 0)
     return -1;
   int rc = chime__chimed_start(&chimed, config, NULL, 30000);
   if (rc == CHIME_ENOTFOUND)

@@ -299,7 +299,7 @@ static void check_union(const char *table, chime_mode_t mode,
   assert_true(passed);
 
   chime_stream_local_stats_t st;
-  assert_int_equal(chime_stream_get_stats(s, &st), 0);
+  assert_int_equal(chime_stream_stats(s, &st), 0);
   assert_int_equal(st.batches, drawn);
   assert_int_equal(st.leases, 0);
   chime_stream_close(s);
@@ -502,7 +502,7 @@ static void test_one_shard_has_all(void **state) {
   assert_int_equal(chime_stream_release(s, &held[0]), CHIME_EINVAL);
   assert_int_equal(chime_stream_release(s, &held[2]), CHIME_EINVAL);
   chime_stream_local_stats_t st;
-  assert_int_equal(chime_stream_get_stats(s, &st), 0);
+  assert_int_equal(chime_stream_stats(s, &st), 0);
   assert_int_equal(st.leases, 0);
   chime_stream_close(s);
   chime_client_destroy(c);

@@ -171,8 +171,8 @@ static uint64_t packed_tail(const char *wspec, uint32_t batch,
                             const uint64_t *sizes, const chime_batch_t *bt) {
   chime_spec_t ws;
   chime_ring_layout_t wl;
-  assert_int_equal(chime_spec_parse(&ws, wspec, NULL, 0), 0);
-  assert_int_equal(chime_ring_layout(&wl, &ws, batch, 4, NULL, 0), 0);
+  assert_int_equal(chime_spec_parse(&ws, wspec), 0);
+  assert_int_equal(chime_ring_layout_compute(&wl, &ws, batch, 4), 0);
   size_t ninfo = batch * sizeof(chime_sample_info_t);
   size_t n = (size_t)(wl.info_offset + ninfo - wl.offsets_offset[0]);
   uint8_t *tail = calloc(1, n), *scratch = malloc(n);
@@ -228,7 +228,7 @@ static void test_stream_same_as_shm(void **state) {
   uint64_t tails = 0;
   take_all(s, zs, &tails);
   chime_stream_local_stats_t ls;
-  assert_int_equal(chime_stream_get_stats(s, &ls), 0);
+  assert_int_equal(chime_stream_stats(s, &ls), 0);
   chime_stream_close(s);
   s = open_stream("z2", CHIME_MODE_SHM, NULL);
   take_all(s, z2, NULL);
@@ -381,7 +381,7 @@ static uint64_t take_windows(const char *table, chime_mode_t mode,
   }
   assert_int_equal(chime_stream_release(s, &bt), 0);
   chime_stream_local_stats_t ls;
-  assert_int_equal(chime_stream_get_stats(s, &ls), 0);
+  assert_int_equal(chime_stream_stats(s, &ls), 0);
   chime_stream_close(s);
   return ls.received_bytes;
 }

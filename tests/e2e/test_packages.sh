@@ -27,9 +27,10 @@ src=${CHIME_SOURCE_DIR:?}
 test_name=test_packages
 # shellcheck source=../support/shtest.sh
 . "$src/tests/support/shtest.sh"
-# While the version is 0.x the soname (and the runtime package) carry the
-# minor version: libchime.so.0.4 in libchime0.4.
-abi=$(chime_version | cut -d. -f1,2)
+# The runtime package carries the soname's version: the major alone from
+# 1.0 on (libchime.so.1 in libchime1), major.minor for a 0.x.
+abi=$(chime_version | cut -d. -f1)
+[ "$abi" = 0 ] && abi=$(chime_version | cut -d. -f1,2)
 pkgs=("libchime$abi" libchime-dev chimed python3-chime)
 
 skip() {

@@ -79,11 +79,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   snprintf(tc.name, sizeof(tc.name), "t");
   int ragged = (flags & 16) && !(flags & 4);
   int zseq = (flags & 32) && (flags & 4);
-  FUZZ_CHECK(chime_spec_parse(&tc.spec,
-                              ragged ? FUZZ_CKPT_RAGGED_SPEC
-                              : zseq ? FUZZ_CKPT_ZSEQ_SPEC
-                                     : FUZZ_CKPT_SPEC,
-                              NULL, 0) == 0);
+  FUZZ_CHECK(chime_spec_parse(&tc.spec, ragged ? FUZZ_CKPT_RAGGED_SPEC
+                                        : zseq ? FUZZ_CKPT_ZSEQ_SPEC
+                                               : FUZZ_CKPT_SPEC) == 0);
   tc.compress[1] = zseq ? 3 : 0;
   tc.compress[1] = ragged && (flags & 32) ? 3 : tc.compress[1];
   tc.capacity = 16;

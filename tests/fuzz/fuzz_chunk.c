@@ -49,14 +49,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argv;
   char err[128];
   grpc_init();
-  FUZZ_CHECK(chime_spec_parse(&spec, FUZZ_CHUNK_SPEC, err, sizeof(err)) == 0);
-  FUZZ_CHECK(chime_spec_parse(&ragged_spec, FUZZ_CHUNK_RAGGED_SPEC, err,
-                              sizeof(err)) == 0);
-  FUZZ_CHECK(chime_spec_parse(&framed_spec, FUZZ_CHUNK_FRAMED_SPEC, err,
-                              sizeof(err)) == 0);
+  FUZZ_CHECK(chime_spec_parse(&spec, FUZZ_CHUNK_SPEC) == 0);
+  FUZZ_CHECK(chime_spec_parse(&ragged_spec, FUZZ_CHUNK_RAGGED_SPEC) == 0);
+  FUZZ_CHECK(chime_spec_parse(&framed_spec, FUZZ_CHUNK_FRAMED_SPEC) == 0);
   FUZZ_CHECK(chime__spec_framed(&framed_wire, &framed_spec, framed_mask) == 0);
-  FUZZ_CHECK(chime_spec_parse(&window_spec, FUZZ_CHUNK_WINDOW_SPEC, err,
-                              sizeof(err)) == 0);
+  FUZZ_CHECK(chime_spec_parse(&window_spec, FUZZ_CHUNK_WINDOW_SPEC) == 0);
   FUZZ_CHECK(chime__spec_framed_steps(&window_wire, &window_spec, framed_mask,
                                       FUZZ_CHUNK_WINDOW_STEPS) == 0);
   return 0;
@@ -185,7 +182,7 @@ static void expect_leaf(uint8_t *got, size_t n, const uint8_t *src, size_t k,
 
 static void check_framed(const chime__remote_t *r, const uint8_t *base,
                          const uint8_t *image) {
-  const chime_ring_layout_t *ll = chime_ring_get_layout(r->ring);
+  const chime_ring_layout_t *ll = chime_ring_layout(r->ring);
   chime__extents_t x;
   FUZZ_CHECK(chime__slot_extents(&r->wlay, r->spec, r->wire, &x, NULL, 0) == 0);
   size_t stored = 0, n = (size_t)r->ztail;
@@ -230,7 +227,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                                         : &spec;
   FUZZ_CHECK(
       chime__ring_create(&ring, sp, FUZZ_CHUNK_BATCH, FUZZ_CHUNK_SLOTS) == 0);
-  const chime_ring_layout_t *l = chime_ring_get_layout(ring);
+  const chime_ring_layout_t *l = chime_ring_layout(ring);
   chime__remote_t r;
   uint64_t slot_seq[FUZZ_CHUNK_SLOTS];
   memset(&r, 0, sizeof(r));
@@ -240,8 +237,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       l->info_offset + FUZZ_CHUNK_BATCH * sizeof(chime_sample_info_t);
   if (framed) { /* batches land as the server's slot holds them */
     const chime_spec_t *ws = window ? &window_wire : &framed_wire;
-    FUZZ_CHECK(chime_ring_layout(&r.wlay, ws, FUZZ_CHUNK_BATCH,
-                                 FUZZ_CHUNK_SLOTS, NULL, 0) == 0);
+    FUZZ_CHECK(chime_ring_layout_compute(&r.wlay, ws, FUZZ_CHUNK_BATCH,
+                                         FUZZ_CHUNK_SLOTS) == 0);
     r.unframe = framed_mask;
     r.steps = window ? FUZZ_CHUNK_WINDOW_STEPS : 0;
     r.send_bytes =

@@ -59,7 +59,7 @@ static int segment(const uint8_t *data, size_t size) {
 }
 
 static void use(chime_ring_t *ring) {
-  const chime_ring_layout_t *l = chime_ring_get_layout(ring);
+  const chime_ring_layout_t *l = chime_ring_layout(ring);
   const chime_spec_t *spec = chime_ring_spec(ring);
   size_t map_len;
   const uint8_t *base = chime_ring_map_base(ring, &map_len);
@@ -86,7 +86,7 @@ static void use(chime_ring_t *ring) {
       FUZZ_CHECK(chime_ring_release(ring, v.slot) == 0);
   }
   chime_ring_stats_t st;
-  chime_ring_get_stats(ring, &st);
+  chime_ring_stats(ring, &st);
 }
 
 /* 1 when the input starts with the magic and another version: attach
@@ -113,7 +113,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
              "format version %u, this library reads version %u", version,
              CHIME_RING_VERSION);
     FUZZ_CHECK(rc == CHIME_ECORRUPT);
-    FUZZ_CHECK(strstr(chime_ring_last_error(), want) != NULL);
+    FUZZ_CHECK(strstr(chime_last_error(), want) != NULL);
   }
   if (rc == 0) {
     const chime__ring_header_t *h = chime_ring_map_base(ring, NULL);

@@ -54,10 +54,9 @@ static chime__table_t *table(const char *name) {
   chime__table_config_t tc;
   memset(&tc, 0, sizeof(tc));
   snprintf(tc.name, sizeof(tc.name), "%s", names[k]);
-  FUZZ_CHECK(chime_spec_parse(&tc.spec,
-                              k == 1 ? "obs:u8[<=4,16,16], id:u32[]"
-                                     : "obs:u8[16,16], id:u32[]",
-                              NULL, 0) == 0);
+  FUZZ_CHECK(chime_spec_parse(&tc.spec, k == 1
+                                            ? "obs:u8[<=4,16,16], id:u32[]"
+                                            : "obs:u8[16,16], id:u32[]") == 0);
   tc.capacity = 32;
   tc.sampler = CHIME__SAMPLER_UNIFORM;
   tc.remover = CHIME__SAMPLER_FIFO;

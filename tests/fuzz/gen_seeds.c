@@ -198,9 +198,9 @@ static uint64_t chunk_send_bytes(void) {
   chime_spec_t spec;
   chime_ring_layout_t l;
   char err[128];
-  FUZZ_CHECK(chime_spec_parse(&spec, FUZZ_CHUNK_SPEC, err, sizeof(err)) == 0);
-  FUZZ_CHECK(chime_ring_layout(&l, &spec, FUZZ_CHUNK_BATCH, FUZZ_CHUNK_SLOTS,
-                               err, sizeof(err)) == 0);
+  FUZZ_CHECK(chime_spec_parse(&spec, FUZZ_CHUNK_SPEC) == 0);
+  FUZZ_CHECK(chime_ring_layout_compute(&l, &spec, FUZZ_CHUNK_BATCH,
+                                       FUZZ_CHUNK_SLOTS) == 0);
   return l.info_offset + FUZZ_CHUNK_BATCH * sizeof(chime_sample_info_t);
 }
 
@@ -212,10 +212,9 @@ static void ragged_seeds(void) {
   chime_spec_t spec;
   chime_ring_layout_t l;
   char err[128];
-  FUZZ_CHECK(
-      chime_spec_parse(&spec, FUZZ_CHUNK_RAGGED_SPEC, err, sizeof(err)) == 0);
-  FUZZ_CHECK(chime_ring_layout(&l, &spec, FUZZ_CHUNK_BATCH, FUZZ_CHUNK_SLOTS,
-                               err, sizeof(err)) == 0);
+  FUZZ_CHECK(chime_spec_parse(&spec, FUZZ_CHUNK_RAGGED_SPEC) == 0);
+  FUZZ_CHECK(chime_ring_layout_compute(&l, &spec, FUZZ_CHUNK_BATCH,
+                                       FUZZ_CHUNK_SLOTS) == 0);
   FUZZ_CHECK(FUZZ_CHUNK_BATCH == 2);
   uint64_t send =
       l.info_offset + FUZZ_CHUNK_BATCH * sizeof(chime_sample_info_t);
@@ -290,13 +289,12 @@ static void framed_seeds(void) {
     chime_spec_t raw, spec;
     chime_ring_layout_t l;
     char err[128];
-    FUZZ_CHECK(chime_spec_parse(
-                   &raw, win ? FUZZ_CHUNK_WINDOW_SPEC : FUZZ_CHUNK_FRAMED_SPEC,
-                   err, sizeof(err)) == 0);
+    FUZZ_CHECK(chime_spec_parse(&raw, win ? FUZZ_CHUNK_WINDOW_SPEC
+                                          : FUZZ_CHUNK_FRAMED_SPEC) == 0);
     FUZZ_CHECK(chime__spec_framed_steps(
                    &spec, &raw, mask, win ? FUZZ_CHUNK_WINDOW_STEPS : 0) == 0);
-    FUZZ_CHECK(chime_ring_layout(&l, &spec, FUZZ_CHUNK_BATCH, FUZZ_CHUNK_SLOTS,
-                                 err, sizeof(err)) == 0);
+    FUZZ_CHECK(chime_ring_layout_compute(&l, &spec, FUZZ_CHUNK_BATCH,
+                                         FUZZ_CHUNK_SLOTS) == 0);
     size_t send =
         l.info_offset + FUZZ_CHUNK_BATCH * sizeof(chime_sample_info_t);
     size_t tail = l.offsets_offset[0], n = send - tail;
@@ -420,8 +418,7 @@ static void ring_seeds(void) {
   chime_spec_t spec;
   chime_ring_t *ring;
   char err[128];
-  FUZZ_CHECK(chime_spec_parse(&spec, "obs:f32[3],action:i32[]", err,
-                              sizeof(err)) == 0);
+  FUZZ_CHECK(chime_spec_parse(&spec, "obs:f32[3],action:i32[]") == 0);
   FUZZ_CHECK(chime__ring_create(&ring, &spec, 2, 3) == 0);
   put_ring("fresh", ring);
 
@@ -449,14 +446,13 @@ static void ring_seeds(void) {
   put_ring("shut_down", ring);
   chime_ring_destroy(ring);
 
-  FUZZ_CHECK(chime_spec_parse(&spec, "x:u8", err, sizeof(err)) == 0);
+  FUZZ_CHECK(chime_spec_parse(&spec, "x:u8") == 0);
   FUZZ_CHECK(chime__ring_create(&ring, &spec, 1, 2) == 0);
   put_ring("smallest", ring);
   chime_ring_destroy(ring);
 
   /* Ragged leaves: flags in the dtype words, offsets in the slots. */
-  FUZZ_CHECK(chime_spec_parse(&spec, "t:i32[<=6],l:f32[<=6 ~t],r:f32[]", err,
-                              sizeof(err)) == 0);
+  FUZZ_CHECK(chime_spec_parse(&spec, "t:i32[<=6],l:f32[<=6 ~t],r:f32[]") == 0);
   FUZZ_CHECK(chime__ring_create(&ring, &spec, 2, 2) == 0);
   put_ring("ragged", ring);
   chime_ring_destroy(ring);

@@ -136,7 +136,7 @@ static int pointer_type(const void *ptr) {
 /* Every slot of ring registered, with the portable flag, first and last
  * byte; pageable memory must not be (so the check can fail). */
 static void check_slots(chime_ring_t *ring, const char *side, uint64_t bytes) {
-  const chime_ring_layout_t *lay = chime_ring_get_layout(ring);
+  const chime_ring_layout_t *lay = chime_ring_layout(ring);
   uint32_t i;
 
   for (i = 0; i < lay->slots; i++) {
@@ -163,7 +163,7 @@ static void check_slots(chime_ring_t *ring, const char *side, uint64_t bytes) {
 static void probe_read_only(chime_ring_t *cons, uint64_t bytes) {
   const chime__cudart_t *rt = chime__cudart();
   void *slot = chime_ring_slot_base(cons, 0);
-  size_t len = (size_t)chime_ring_get_layout(cons)->slot_bytes;
+  size_t len = (size_t)chime_ring_layout(cons)->slot_bytes;
   char buf[32];
   int e = rt->host_register(slot, len, CHIME__CUDA_HOST_REGISTER_PORTABLE);
 
@@ -220,7 +220,7 @@ static void measure(const char *source, const void *src, void *dev,
 }
 
 static void run_size(size_t bytes, cuda_stream_t stream) {
-  char err[CHIME__CUDA_MSG_MAX * 2], spec_text[64];
+  char spec_text[64];
   chime_spec_t spec;
   chime_ring_t *prod = NULL, *other = NULL, *cons = NULL;
   uint8_t nonce[16];
@@ -230,7 +230,7 @@ static void run_size(size_t bytes, cuda_stream_t stream) {
   int rc, e;
 
   snprintf(spec_text, sizeof spec_text, "x:u8[%zu]", bytes);
-  if (chime_spec_parse(&spec, spec_text, NULL, 0) != 0 ||
+  if (chime_spec_parse(&spec, spec_text) != 0 ||
       chime__ring_create(&prod, &spec, 1, 4) != 0 ||
       chime__ring_create(&other, &spec, 1, 4) != 0) {
     printf("{\"check\":\"ring\",\"ok\":false}\n");
@@ -245,23 +245,23 @@ static void run_size(size_t bytes, cuda_stream_t stream) {
     g_failed = 1;
     goto cleanup;
   }
-  rc = chime_ring_pin(prod, err, sizeof err);
+  rc = chime_ring_pin(prod);
   printf("{\"check\":\"pin\",\"side\":\"producer\",\"bytes\":%zu,"
          "\"pinned_bytes\":%llu,\"ok\":%s,\"error\":",
          bytes, (unsigned long long)chime_ring_pinned_bytes(prod),
          rc == 0 ? "true" : "false");
-  json_str(rc == 0 ? "" : err);
+  json_str(rc == 0 ? "" : chime_last_error());
   printf("}\n");
   g_failed |= rc != 0;
   if (rc == 0)
     check_slots(prod, "producer", bytes);
   probe_read_only(cons, bytes);
-  rc = chime_ring_pin(cons, err, sizeof err);
+  rc = chime_ring_pin(cons);
   printf("{\"check\":\"pin\",\"side\":\"consumer\",\"bytes\":%zu,"
          "\"pinned_bytes\":%llu,\"ok\":%s,\"error\":",
          bytes, (unsigned long long)chime_ring_pinned_bytes(cons),
          rc == 0 ? "true" : "false");
-  json_str(rc == 0 ? "" : err);
+  json_str(rc == 0 ? "" : chime_last_error());
   printf("}\n");
   g_failed |= rc != 0;
   if (rc == 0)

@@ -29,7 +29,7 @@ static inline void seq_table_cfg(chime__table_config_t *tc, const char *name,
                                  int pad, chime__sampler_t s) {
   memset(tc, 0, sizeof(*tc));
   snprintf(tc->name, sizeof(tc->name), "%s", name);
-  assert_int_equal(chime_spec_parse(&tc->spec, SEQ_SPEC, NULL, 0), 0);
+  assert_int_equal(chime_spec_parse(&tc->spec, SEQ_SPEC), 0);
   tc->capacity_steps = steps;
   tc->sequence_length = t;
   tc->stride = stride;

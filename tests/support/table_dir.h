@@ -27,8 +27,7 @@ static inline int tdir_setup(void **state, const char *spec) {
   if (f == NULL)
     return -1;
   snprintf(f->dir, sizeof(f->dir), "/tmp/chime-tfile-XXXXXX");
-  if (mkdtemp(f->dir) == NULL ||
-      chime_spec_parse(&f->tc.spec, spec, NULL, 0) != 0) {
+  if (mkdtemp(f->dir) == NULL || chime_spec_parse(&f->tc.spec, spec) != 0) {
     free(f);
     return -1;
   }

@@ -31,7 +31,7 @@ static inline int slot_make(slot_t *s, const chime__table_t *t,
                             uint32_t batch) {
   const chime_spec_t *sp = chime__table_item_spec(t);
   memset(s, 0, sizeof(*s));
-  if (chime_ring_layout(&s->lay, sp, batch, 2, NULL, 0) != 0)
+  if (chime_ring_layout_compute(&s->lay, sp, batch, 2) != 0)
     return -1;
   s->mem = aligned_alloc(4096, s->lay.slot_bytes);
   if (s->mem == NULL)

@@ -36,7 +36,7 @@ static int parse_nonce(const char *hex, uint8_t out[16]) {
 }
 
 static int verify(chime_ring_t *ring, uint64_t n) {
-  const chime_ring_layout_t *l = chime_ring_get_layout(ring);
+  const chime_ring_layout_t *l = chime_ring_layout(ring);
   uint32_t nleaves = chime_ring_spec(ring)->nleaves;
   chime_ring_view_t held[CHIME_RING_MAX_SLOTS];
   uint32_t nheld = 0, cap = l->slots - 1;

@@ -53,7 +53,7 @@ static chime__table_t *new_table(const char *spec, uint64_t cap,
   chime__table_t *t;
   memset(&tc, 0, sizeof(tc));
   snprintf(tc.name, sizeof(tc.name), "t");
-  assert_int_equal(chime_spec_parse(&tc.spec, spec, NULL, 0), 0);
+  assert_int_equal(chime_spec_parse(&tc.spec, spec), 0);
   tc.capacity = cap;
   tc.sampler = s;
   tc.min_size = 1;
@@ -752,8 +752,7 @@ static void test_sequence_refusals(void **state) {
     else if (c == 2)
       bad.capacity_steps = 64;
     else if (c == 3)
-      assert_int_equal(
-          chime_spec_parse(&bad.spec, "id:u32[2], x:u8[4]", NULL, 0), 0);
+      assert_int_equal(chime_spec_parse(&bad.spec, "id:u32[2], x:u8[4]"), 0);
     chime__table_t *b;
     if (c == 4) {
       bad.capacity_steps = bad.sequence_length = bad.stride = 0;
@@ -888,7 +887,7 @@ static void test_measure_sequence(void **state) {
     chime__table_config_t tc;
     memset(&tc, 0, sizeof(tc));
     snprintf(tc.name, sizeof(tc.name), "m");
-    assert_int_equal(chime_spec_parse(&tc.spec, "obs:u8[64]", NULL, 0), 0);
+    assert_int_equal(chime_spec_parse(&tc.spec, "obs:u8[64]"), 0);
     tc.capacity_steps = 1000000;
     tc.sequence_length = 80;
     tc.stride = strides[si];
@@ -967,8 +966,7 @@ static void test_fuzz_seeds(void **state) {
       chime__table_config_t tc;
       memset(&tc, 0, sizeof(tc));
       snprintf(tc.name, sizeof(tc.name), "t");
-      assert_int_equal(chime_spec_parse(&tc.spec, "x:u64[], y:u8[4]", NULL, 0),
-                       0);
+      assert_int_equal(chime_spec_parse(&tc.spec, "x:u64[], y:u8[4]"), 0);
       tc.capacity_steps = 64;
       tc.sequence_length = 4;
       tc.stride = 2;

@@ -69,7 +69,7 @@ static chime__table_t *plain_table_of(const char *name, uint32_t shard) {
   chime__table_t *t;
   memset(&tc, 0, sizeof(tc));
   snprintf(tc.name, sizeof(tc.name), "%s", name);
-  assert_int_equal(chime_spec_parse(&tc.spec, "a:u32[2], b:u8[]", NULL, 0), 0);
+  assert_int_equal(chime_spec_parse(&tc.spec, "a:u32[2], b:u8[]"), 0);
   tc.capacity = 16;
   tc.sampler = CHIME__SAMPLER_PRIORITIZED;
   tc.min_size = 1;
@@ -407,7 +407,7 @@ static void test_writers_roundtrip(void **state) {
   chime__table_config_t tc;
   memset(&tc, 0, sizeof(tc));
   snprintf(tc.name, sizeof(tc.name), "t");
-  assert_int_equal(chime_spec_parse(&tc.spec, "a:u32[2], b:u8[]", NULL, 0), 0);
+  assert_int_equal(chime_spec_parse(&tc.spec, "a:u32[2], b:u8[]"), 0);
   tc.capacity = 16;
   tc.sampler = CHIME__SAMPLER_FIFO;
   tc.min_size = 1;
@@ -471,8 +471,7 @@ static void test_old_versions_load(void **state) {
       chime__table_t *t;
       memset(&tc, 0, sizeof(tc));
       snprintf(tc.name, sizeof(tc.name), "t");
-      assert_int_equal(chime_spec_parse(&tc.spec, "x:u64[], y:u8[4]", NULL, 0),
-                       0);
+      assert_int_equal(chime_spec_parse(&tc.spec, "x:u64[], y:u8[4]"), 0);
       tc.capacity = 16;
       if (flags & 4) {
         tc.capacity = 0;

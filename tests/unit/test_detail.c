@@ -45,11 +45,11 @@ static void test_room(void **state) {
   (void)state;
   static char big[CHIME__DETAIL_LEN + 100];
   /* A whole pinning error behind a prefix fits. */
-  memset(big, 'p', CHIME_PIN_ERRLEN - 1);
-  big[CHIME_PIN_ERRLEN - 1] = '\0';
+  memset(big, 'p', CHIME__PIN_ERRLEN - 1);
+  big[CHIME__PIN_ERRLEN - 1] = '\0';
   chime__detailf(CHIME_ECUDA, "pin_host_memory: %s", big);
   assert_int_equal(strlen(chime_last_error()),
-                   strlen("pin_host_memory: ") + CHIME_PIN_ERRLEN - 1);
+                   strlen("pin_host_memory: ") + CHIME__PIN_ERRLEN - 1);
   /* Longer text is cut to the room. */
   memset(big, 'x', sizeof(big) - 1);
   big[sizeof(big) - 1] = '\0';

@@ -35,13 +35,12 @@ typedef struct {
 
 static void fx_setup(fx_t *x) {
   memset(x, 0, sizeof(*x));
-  assert_int_equal(chime_spec_parse(&x->spec, "obs:u8[8,8], r:f32[]", NULL, 0),
-                   0);
+  assert_int_equal(chime_spec_parse(&x->spec, "obs:u8[8,8], r:f32[]"), 0);
   x->unframe[0] = 1;
   assert_int_equal(chime__spec_framed(&x->wspec, &x->spec, x->unframe), 0);
   assert_int_equal(chime__ring_create(&x->ring, &x->spec, B, 2), 0);
-  x->ll = chime_ring_get_layout(x->ring);
-  assert_int_equal(chime_ring_layout(&x->r.wlay, &x->wspec, B, 2, NULL, 0), 0);
+  x->ll = chime_ring_layout(x->ring);
+  assert_int_equal(chime_ring_layout_compute(&x->r.wlay, &x->wspec, B, 2), 0);
   x->r.wire = calloc(1, x->r.wlay.slot_bytes);
   x->r.ring = x->ring;
   x->r.unframe = x->unframe;
@@ -168,12 +167,12 @@ static int opened(const char *server_spec, const char *framed, char *err,
   memset(s, 0, sizeof(*s));
   s->opts.batch_size = B;
   s->opts.slots = 2;
-  assert_int_equal(chime_spec_parse(&s->spec, server_spec, NULL, 0), 0);
+  assert_int_equal(chime_spec_parse(&s->spec, server_spec), 0);
   chime_spec_t raw;
   Chime__V1__Leaf m[CHIME_MAX_LEAVES], *mp[CHIME_MAX_LEAVES];
   Chime__V1__Layout l = CHIME__V1__LAYOUT__INIT;
   if (framed != NULL) {
-    assert_int_equal(chime_spec_parse(&raw, framed, NULL, 0), 0);
+    assert_int_equal(chime_spec_parse(&raw, framed), 0);
     chime__leaf_msgs(&raw, m, mp);
     l.n_framed = raw.nleaves;
     l.framed = mp;

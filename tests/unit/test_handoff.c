@@ -182,7 +182,7 @@ static void test_token_works_once(void **state) {
   /* The fd is the ring: its header validates, nonce included. */
   chime_ring_t *ring = NULL;
   assert_int_equal(chime_ring_attach(&ring, fd, s.nonce), 0);
-  assert_int_equal(chime_ring_get_layout(ring)->batch_size, 4);
+  assert_int_equal(chime_ring_layout(ring)->batch_size, 4);
   chime_ring_destroy(ring);
   close(fd);
   /* Replayed: refused, no fd. */

@@ -12,9 +12,8 @@
 
 static chime_spec_t spec_of(const char *text) {
   chime_spec_t s;
-  char err[256];
-  if (chime_spec_parse(&s, text, err, sizeof(err)) != 0)
-    fail_msg("spec '%s': %s", text, err);
+  if (chime_spec_parse(&s, text) != 0)
+    fail_msg("spec '%s': %s", text, chime_last_error());
   return s;
 }
 
@@ -22,7 +21,7 @@ static void test_basic_layout(void **state) {
   chime_spec_t s = spec_of("obs:f32[3], action:i32, r:u8");
   chime_ring_layout_t l;
   (void)state;
-  assert_int_equal(chime_ring_layout(&l, &s, 10, 4, NULL, 0), 0);
+  assert_int_equal(chime_ring_layout_compute(&l, &s, 10, 4), 0);
   assert_int_equal(l.slots, 4);
   assert_int_equal(l.batch_size, 10);
   /* obs: 10 x 12 = 120 bytes at 0; action at 128 (40 bytes); r at 192. */
@@ -47,9 +46,9 @@ static void test_ragged_layout(void **state) {
   chime_spec_t s;
   chime_ring_layout_t l;
   (void)state;
-  assert_int_equal(
-      chime_spec_parse(&s, "t:i32[<=10], x:f32[], f:u8[<=2,3]", NULL, 0), 0);
-  assert_int_equal(chime_ring_layout(&l, &s, 4, 2, NULL, 0), 0);
+  assert_int_equal(chime_spec_parse(&s, "t:i32[<=10], x:f32[], f:u8[<=2,3]"),
+                   0);
+  assert_int_equal(chime_ring_layout_compute(&l, &s, 4, 2), 0);
   assert_int_equal(l.leaf_offset[0], 0);
   assert_int_equal(l.leaf_bytes[0], 4 * 10 * 4);
   assert_int_equal(l.leaf_offset[1], 192);
@@ -60,8 +59,8 @@ static void test_ragged_layout(void **state) {
   assert_int_equal(l.offsets_offset[2], 384);
   assert_int_equal(l.info_offset, 448);
   /* Without ragged leaves: the layout it always had. */
-  assert_int_equal(chime_spec_parse(&s, "t:i32[10], x:f32[]", NULL, 0), 0);
-  assert_int_equal(chime_ring_layout(&l, &s, 4, 2, NULL, 0), 0);
+  assert_int_equal(chime_spec_parse(&s, "t:i32[10], x:f32[]"), 0);
+  assert_int_equal(chime_ring_layout_compute(&l, &s, 4, 2), 0);
   assert_int_equal(l.offsets_offset[0], 0);
   assert_int_equal(l.info_offset, 256);
 }
@@ -72,7 +71,7 @@ static void test_alignment_invariants(void **state) {
   for (uint32_t batch = 1; batch < 300; batch += 37) {
     chime_ring_layout_t l;
     uint64_t end = 0;
-    assert_int_equal(chime_ring_layout(&l, &s, batch, 3, NULL, 0), 0);
+    assert_int_equal(chime_ring_layout_compute(&l, &s, batch, 3), 0);
     for (uint32_t i = 0; i < s.nleaves; i++) {
       assert_int_equal(l.leaf_offset[i] % 64, 0);
       assert_true(l.leaf_offset[i] >= end); /* no overlap */
@@ -93,40 +92,35 @@ static void test_rejections(void **state) {
   chime_spec_t s = spec_of("x:u8[16]");
   chime_spec_t empty;
   chime_ring_layout_t l;
-  char err[256] = "";
   (void)state;
   memset(&empty, 0, sizeof(empty));
 
-  assert_int_equal(chime_ring_layout(&l, &empty, 8, 4, err, sizeof(err)),
-                   CHIME_EINVAL);
-  assert_non_null(strstr(err, "empty"));
-  assert_int_equal(chime_ring_layout(&l, NULL, 8, 4, NULL, 0), CHIME_EINVAL);
-  assert_int_equal(chime_ring_layout(NULL, &s, 8, 4, NULL, 0), CHIME_EINVAL);
+  assert_int_equal(chime_ring_layout_compute(&l, &empty, 8, 4), CHIME_EINVAL);
+  assert_non_null(strstr(chime_last_error(), "empty"));
+  assert_int_equal(chime_ring_layout_compute(&l, NULL, 8, 4), CHIME_EINVAL);
+  assert_int_equal(chime_ring_layout_compute(NULL, &s, 8, 4), CHIME_EINVAL);
 
-  assert_int_equal(chime_ring_layout(&l, &s, 0, 4, err, sizeof(err)),
-                   CHIME_EINVAL);
-  assert_non_null(strstr(err, "batch"));
+  assert_int_equal(chime_ring_layout_compute(&l, &s, 0, 4), CHIME_EINVAL);
+  assert_non_null(strstr(chime_last_error(), "batch"));
   assert_int_equal(
-      chime_ring_layout(&l, &s, CHIME_RING_MAX_BATCH + 1, 4, NULL, 0),
+      chime_ring_layout_compute(&l, &s, CHIME_RING_MAX_BATCH + 1, 4),
       CHIME_EINVAL);
-  assert_int_equal(chime_ring_layout(&l, &s, 8, 0, err, sizeof(err)),
-                   CHIME_EINVAL);
-  assert_non_null(strstr(err, "slot"));
-  assert_int_equal(chime_ring_layout(&l, &s, 8, 1, NULL, 0), CHIME_EINVAL);
+  assert_int_equal(chime_ring_layout_compute(&l, &s, 8, 0), CHIME_EINVAL);
+  assert_non_null(strstr(chime_last_error(), "slot"));
+  assert_int_equal(chime_ring_layout_compute(&l, &s, 8, 1), CHIME_EINVAL);
   assert_int_equal(
-      chime_ring_layout(&l, &s, 8, CHIME_RING_MAX_SLOTS + 1, NULL, 0),
+      chime_ring_layout_compute(&l, &s, 8, CHIME_RING_MAX_SLOTS + 1),
       CHIME_EINVAL);
   /* Limits themselves are fine when the bytes fit. */
-  assert_int_equal(chime_ring_layout(&l, &s, CHIME_RING_MAX_BATCH, 2, NULL, 0),
+  assert_int_equal(chime_ring_layout_compute(&l, &s, CHIME_RING_MAX_BATCH, 2),
                    0);
-  assert_int_equal(chime_ring_layout(&l, &s, 1, CHIME_RING_MAX_SLOTS, NULL, 0),
+  assert_int_equal(chime_ring_layout_compute(&l, &s, 1, CHIME_RING_MAX_SLOTS),
                    0);
 
   /* Unknown dtype in a hand-built spec. */
   s.leaves[0].dtype = CHIME_DTYPE_INVALID;
-  assert_int_equal(chime_ring_layout(&l, &s, 8, 4, err, sizeof(err)),
-                   CHIME_EINVAL);
-  assert_non_null(strstr(err, "'x'"));
+  assert_int_equal(chime_ring_layout_compute(&l, &s, 8, 4), CHIME_EINVAL);
+  assert_non_null(strstr(chime_last_error(), "'x'"));
   assert_int_equal(l.slot_bytes, 0); /* out is cleared on failure */
 }
 
@@ -138,18 +132,17 @@ static void test_overflow(void **state) {
   /* Each slot fits but slots x slot_bytes exceeds 2^40: 2^30 x 4096. */
   chime_spec_t big = spec_of("b:u8[1073741824]");
   chime_ring_layout_t l;
-  char err[256] = "";
   (void)state;
   assert_int_equal(
-      chime_ring_layout(&l, &huge, CHIME_RING_MAX_BATCH, 2, err, sizeof(err)),
+      chime_ring_layout_compute(&l, &huge, CHIME_RING_MAX_BATCH, 2),
       CHIME_EOVERFLOW);
-  assert_non_null(strstr(err, "'h'"));
-  assert_int_equal(chime_ring_layout(&l, &wrap, 1u << 20, 2, NULL, 0),
+  assert_non_null(strstr(chime_last_error(), "'h'"));
+  assert_int_equal(chime_ring_layout_compute(&l, &wrap, 1u << 20, 2),
                    CHIME_EOVERFLOW);
-  assert_int_equal(chime_ring_layout(&l, &big, 1, 1000, NULL, 0), 0);
-  assert_int_equal(chime_ring_layout(&l, &big, 1, 1024, err, sizeof(err)),
+  assert_int_equal(chime_ring_layout_compute(&l, &big, 1, 1000), 0);
+  assert_int_equal(chime_ring_layout_compute(&l, &big, 1, 1024),
                    CHIME_EOVERFLOW);
-  assert_non_null(strstr(err, "exceeds"));
+  assert_non_null(strstr(chime_last_error(), "exceeds"));
 }
 
 static void test_regions(void **state) {
@@ -158,7 +151,7 @@ static void test_regions(void **state) {
   chime__ring_regions_t r;
   uint64_t page = chime__page_size();
   (void)state;
-  assert_int_equal(chime_ring_layout(&l, &s, 64, 8, NULL, 0), 0);
+  assert_int_equal(chime_ring_layout_compute(&l, &s, 64, 8), 0);
   assert_int_equal(chime__ring_regions(&l, page, &r), 0);
   assert_int_equal(r.prod_offset % 64, 0);
   assert_true(r.prod_offset >= sizeof(chime__ring_header_t));

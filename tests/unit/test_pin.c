@@ -369,7 +369,7 @@ static chime_ring_t *make_ring(uint32_t slots) {
   chime_ring_t *ring = NULL;
   int rc;
 
-  rc = chime_spec_parse(&spec, "obs:f32[16], act:i32", NULL, 0);
+  rc = chime_spec_parse(&spec, "obs:f32[16], act:i32");
   CHECK(rc == 0, "spec %d", rc);
   rc = chime__ring_create(&ring, &spec, 4, slots);
   CHECK(rc == 0, "create %d", rc);
@@ -393,12 +393,11 @@ static int child_off_then_on(void) {
   chime_ring_t *prod = make_ring(4), *cons = attach_ring(prod);
   chime__ring_wslot_t w;
   chime_ring_view_t v;
-  char err[CHIME__CUDA_MSG_MAX * 2];
   uint64_t seq;
   int rc;
 
   CHECK(chime__ring_acquire(prod, &w, 1000) == 0, "acquire");
-  memset(w.base, 7, chime_ring_get_layout(prod)->slot_bytes);
+  memset(w.base, 7, chime_ring_layout(prod)->slot_bytes);
   CHECK(chime__ring_publish(prod, w.slot, &seq) == 0, "publish");
   CHECK(chime_ring_next(cons, &v, 1000) == 0, "next");
   CHECK(((const uint8_t *)v.leaf[0])[0] == 7, "data");
@@ -410,8 +409,8 @@ static int child_off_then_on(void) {
   CHECK(chime__cudart() == NULL, "runtime loaded with pinning off");
 
   prod = make_ring(2);
-  rc = chime_ring_pin(prod, err, sizeof err);
-  CHECK(rc == 0, "pin %d: %s", rc, err);
+  rc = chime_ring_pin(prod);
+  CHECK(rc == 0, "pin %d: %s", rc, chime_last_error());
   CHECK(maps_have_cudart(), "pinned but no libcudart mapped");
   chime_ring_destroy(prod);
   return 0;
@@ -423,8 +422,7 @@ static int child_off_then_on(void) {
 static int child_ring_pin(void) {
   const char *logp = getenv("FAKE_CUDART_LOG");
   chime_ring_t *prod = make_ring(4), *cons = attach_ring(prod);
-  const chime_ring_layout_t *lay = chime_ring_get_layout(prod);
-  char err[CHIME__CUDA_MSG_MAX * 2];
+  const chime_ring_layout_t *lay = chime_ring_layout(prod);
   char want[8192] = "";
   void *pbase[4], *cbase[4];
   char *got;
@@ -435,15 +433,15 @@ static int child_ring_pin(void) {
     pbase[i] = chime_ring_slot_base(prod, i);
     cbase[i] = chime_ring_slot_base(cons, i);
   }
-  rc = chime_ring_pin(prod, err, sizeof err);
-  CHECK(rc == 0, "pin %d: %s", rc, err);
+  rc = chime_ring_pin(prod);
+  CHECK(rc == 0, "pin %d: %s", rc, chime_last_error());
   CHECK(chime_ring_pinned_bytes(prod) == 4 * lay->slot_bytes, "bytes %llu",
         (unsigned long long)chime_ring_pinned_bytes(prod));
   CHECK(chime_ring_pinned_bytes(cons) == 0, "consumer pinned by producer");
-  rc = chime_ring_pin(prod, err, sizeof err); /* already pinned: no-op */
-  CHECK(rc == 0, "pin again %d: %s", rc, err);
-  rc = chime_ring_pin(cons, err, sizeof err);
-  CHECK(rc == 0, "pin consumer %d: %s", rc, err);
+  rc = chime_ring_pin(prod); /* already pinned: no-op */
+  CHECK(rc == 0, "pin again %d: %s", rc, chime_last_error());
+  rc = chime_ring_pin(cons);
+  CHECK(rc == 0, "pin consumer %d: %s", rc, chime_last_error());
   CHECK(chime_ring_pinned_bytes(cons) == 4 * lay->slot_bytes, "cons bytes");
   for (i = 0; i < 4; i++) {
     unsigned int pf = 0, cf = 0;
@@ -484,18 +482,18 @@ static int child_ring_pin(void) {
 static int child_ring_pin_fail(void) {
   const char *logp = getenv("FAKE_CUDART_LOG");
   chime_ring_t *prod = make_ring(4);
-  const chime_ring_layout_t *lay = chime_ring_get_layout(prod);
-  char err[CHIME__CUDA_MSG_MAX * 2];
+  const chime_ring_layout_t *lay = chime_ring_layout(prod);
   char want[4096] = "";
   unsigned long long sb = (unsigned long long)lay->slot_bytes;
   char *got;
   int rc;
 
-  rc = chime_ring_pin(prod, err, sizeof err);
+  rc = chime_ring_pin(prod);
   CHECK(rc == CHIME_ECUDA, "rc %d", rc);
-  child_expect_in_order(err, "cudaErrorNotSupported (801) from "
-                             "cudaHostRegister\nrange 3 of 4\n"
-                             "the 2 range(s) registered before it");
+  child_expect_in_order(chime_last_error(),
+                        "cudaErrorNotSupported (801) from "
+                        "cudaHostRegister\nrange 3 of 4\n"
+                        "the 2 range(s) registered before it");
   CHECK(chime_ring_pinned_bytes(prod) == 0, "pinned bytes after failure");
   log_append_line(want, sizeof want, "register %p %llu 1",
                   chime_ring_slot_base(prod, 0), sb);
@@ -902,7 +900,7 @@ static void test_pin_ranges_bad_args(void **state) {
                    CHIME_EINVAL);
   assert_int_equal(chime__pin_ranges(&r, 1, 0, err, sizeof err), CHIME_EINVAL);
   assert_non_null(strstr(err, "range 0 is empty"));
-  assert_int_equal(chime_ring_pin(NULL, err, sizeof err), CHIME_EINVAL);
+  assert_int_equal(chime_ring_pin(NULL), CHIME_EINVAL);
   assert_int_equal(chime_ring_pinned_bytes(NULL), 0);
 }
 

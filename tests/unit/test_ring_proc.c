@@ -42,7 +42,7 @@ static int nchildren;
 static chime_ring_t *make_ring(uint32_t batch, uint32_t slots) {
   chime_spec_t spec;
   chime_ring_t *ring = NULL;
-  assert_int_equal(chime_spec_parse(&spec, SPEC, NULL, 0), 0);
+  assert_int_equal(chime_spec_parse(&spec, SPEC), 0);
   assert_int_equal(chime__ring_create(&ring, &spec, batch, slots), 0);
   return ring;
 }
@@ -129,7 +129,7 @@ static int teardown(void **state) {
 static void test_consumer_process_verifies_10000(void **state) {
   const uint64_t n = 10000;
   chime_ring_t *ring = make_ring(32, 8);
-  const chime_ring_layout_t *l = chime_ring_get_layout(ring);
+  const chime_ring_layout_t *l = chime_ring_layout(ring);
   chime_ring_stats_t st;
   child_t *c;
   int status;
@@ -149,7 +149,7 @@ static void test_consumer_process_verifies_10000(void **state) {
   status = wait_child(c, 60);
   assert_true(WIFEXITED(status));
   assert_int_equal(WEXITSTATUS(status), 0);
-  chime_ring_get_stats(ring, &st);
+  chime_ring_stats(ring, &st);
   assert_int_equal(st.published, n);
   assert_int_equal(st.released, n);
   assert_true(st.max_leases >= 1 && st.max_leases <= 7);
@@ -169,7 +169,7 @@ static void test_kill9_consumer_then_reclaim(void **state) {
   }
   c = spawn_consumer(ring, "hold", "3", 1);
   read_ready(c);
-  chime_ring_get_stats(ring, &st);
+  chime_ring_stats(ring, &st);
   assert_int_equal(st.leases, 3);
   assert_int_equal(chime__ring_acquire(ring, &w[0], 0), CHIME_ETIMEDOUT);
   assert_int_equal(kill(c->pid, SIGKILL), 0);
@@ -180,7 +180,7 @@ static void test_kill9_consumer_then_reclaim(void **state) {
   assert_int_equal(chime__ring_reclaim(ring), 4);
   for (int i = 0; i < 4; i++)
     assert_int_equal(chime__ring_acquire(ring, &w[i], 0), 0);
-  chime_ring_get_stats(ring, &st);
+  chime_ring_stats(ring, &st);
   assert_int_equal(st.generation, 1);
   assert_int_equal(st.leases, 0);
   chime_ring_destroy(ring);

@@ -27,7 +27,7 @@
 static chime_ring_t *make_ring(uint32_t slots, uint32_t wake_at) {
   chime_spec_t spec;
   chime_ring_t *ring = NULL;
-  assert_int_equal(chime_spec_parse(&spec, SPEC, NULL, 0), 0);
+  assert_int_equal(chime_spec_parse(&spec, SPEC), 0);
   assert_int_equal(chime__ring_create(&ring, &spec, 2, slots), 0);
   assert_int_equal(chime__ring_set_wake_at(ring, wake_at), 0);
   return ring;
@@ -215,7 +215,7 @@ static void run_ready(uint32_t slots, uint32_t wake_at, uint32_t ready_max,
       fail_msg("batch %llu: next() gave %d holding %u (lost wake-up)",
                (unsigned long long)i, rc, nheld);
     nheld++;
-    chime_ring_get_stats(ring, &st);
+    chime_ring_stats(ring, &st);
     if (ready_max != 0 && st.published - (i + 1) > ready_max)
       fail_msg("batch %llu: %llu published, %llu taken: more than %u ready",
                (unsigned long long)i, (unsigned long long)st.published,

@@ -147,9 +147,9 @@ static void owner_init_n(owner_t *o, fcall_t *f, uint32_t bytes,
   char text[64];
   memset(o, 0, sizeof(*o));
   snprintf(text, sizeof(text), "x:u8[%u]", bytes);
-  assert_int_equal(chime_spec_parse(&spec, text, NULL, 0), 0);
+  assert_int_equal(chime_spec_parse(&spec, text), 0);
   assert_int_equal(chime__ring_create(&o->ring, &spec, 1, SLOTS), 0);
-  o->slot_bytes = chime_ring_get_layout(o->ring)->slot_bytes;
+  o->slot_bytes = chime_ring_layout(o->ring)->slot_bytes;
   if (send_bytes == 0)
     send_bytes = o->slot_bytes;
   assert_true(send_bytes <= o->slot_bytes);
@@ -177,7 +177,7 @@ static void drop_msgs(fcall_t *f) {
 
 static uint64_t ring_released(owner_t *o) {
   chime_ring_stats_t st;
-  chime_ring_get_stats(o->ring, &st);
+  chime_ring_stats(o->ring, &st);
   return st.released;
 }
 

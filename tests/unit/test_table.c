@@ -29,7 +29,7 @@ static void make_cfg(chime__table_config_t *tc, uint64_t cap,
                      chime__sampler_t s, uint64_t min_size) {
   memset(tc, 0, sizeof(*tc));
   snprintf(tc->name, sizeof(tc->name), "t");
-  assert_int_equal(chime_spec_parse(&tc->spec, "a:u32[2], b:u8[]", NULL, 0), 0);
+  assert_int_equal(chime_spec_parse(&tc->spec, "a:u32[2], b:u8[]"), 0);
   tc->capacity = cap;
   tc->sampler = s;
   tc->min_size = min_size;
@@ -478,7 +478,7 @@ static void check_untorn(chime__sampler_t sampler, chime__sampler_t remover) {
   chime__table_config_t tc;
   memset(&tc, 0, sizeof(tc));
   snprintf(tc.name, sizeof(tc.name), "big");
-  assert_int_equal(chime_spec_parse(&tc.spec, "x:u64[8192]", NULL, 0), 0);
+  assert_int_equal(chime_spec_parse(&tc.spec, "x:u64[8192]"), 0);
   tc.capacity = 4;
   tc.sampler = sampler;
   tc.remover = remover;

@@ -52,7 +52,7 @@ static void model_open(model_t *m, uint64_t cap, chime__sampler_t sampler,
   memset(m, 0, sizeof(*m));
   memset(&tc, 0, sizeof(tc));
   snprintf(tc.name, sizeof(tc.name), "m");
-  assert_int_equal(chime_spec_parse(&tc.spec, "k:u64[]", NULL, 0), 0);
+  assert_int_equal(chime_spec_parse(&tc.spec, "k:u64[]"), 0);
   tc.capacity = cap;
   tc.min_size = 1;
   tc.sampler = sampler;
@@ -570,7 +570,7 @@ static void check_churn(chime__sampler_t sampler) {
   memset(&c, 0, sizeof(c));
   memset(&tc, 0, sizeof(tc));
   snprintf(tc.name, sizeof(tc.name), "churn");
-  assert_int_equal(chime_spec_parse(&tc.spec, "x:u64[4096]", NULL, 0), 0);
+  assert_int_equal(chime_spec_parse(&tc.spec, "x:u64[4096]"), 0);
   tc.capacity = 8;
   tc.min_size = 1;
   tc.sampler = sampler;
@@ -751,7 +751,7 @@ static void test_foreign_shard_refused(void **state) {
     chime__table_mutated_t r;
     memset(&tc, 0, sizeof(tc));
     snprintf(tc.name, sizeof(tc.name), "m");
-    assert_int_equal(chime_spec_parse(&tc.spec, "k:u64[]", NULL, 0), 0);
+    assert_int_equal(chime_spec_parse(&tc.spec, "k:u64[]"), 0);
     tc.capacity = 8;
     tc.min_size = 1;
     tc.sampler = CHIME__SAMPLER_MAX_HEAP;

@@ -29,8 +29,7 @@ static chime__table_t *new_table(uint64_t cap, chime__sampler_t sampler,
   chime__table_t *t;
   memset(&tc, 0, sizeof(tc));
   snprintf(tc.name, sizeof(tc.name), "t");
-  assert_int_equal(
-      chime_spec_parse(&tc.spec, "big:u8[5000], small:u32[]", NULL, 0), 0);
+  assert_int_equal(chime_spec_parse(&tc.spec, "big:u8[5000], small:u32[]"), 0);
   tc.capacity = cap;
   tc.sampler = sampler;
   tc.max_times_sampled = mts;

@@ -23,7 +23,7 @@ static chime__table_t *preset(int stack) {
   chime__table_t *t;
   memset(&tc, 0, sizeof(tc));
   snprintf(tc.name, sizeof(tc.name), stack ? "stack" : "queue");
-  assert_int_equal(chime_spec_parse(&tc.spec, "k:u64[]", NULL, 0), 0);
+  assert_int_equal(chime_spec_parse(&tc.spec, "k:u64[]"), 0);
   tc.capacity = SIZE;
   tc.min_size = 1;
   tc.seed = 1;

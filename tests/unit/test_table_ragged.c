@@ -34,7 +34,7 @@ static chime__table_t *new_table(const char *spec, uint64_t cap,
   chime__table_t *t;
   memset(&tc, 0, sizeof(tc));
   snprintf(tc.name, sizeof(tc.name), "rag");
-  assert_int_equal(chime_spec_parse(&tc.spec, spec, NULL, 0), 0);
+  assert_int_equal(chime_spec_parse(&tc.spec, spec), 0);
   tc.capacity = cap;
   tc.sampler = s;
   tc.min_size = 1;
@@ -141,7 +141,7 @@ static void test_stale_sample_skipped(void **state) {
   chime__table_t *t;
   memset(&tc, 0, sizeof(tc));
   snprintf(tc.name, sizeof(tc.name), "rag");
-  assert_int_equal(chime_spec_parse(&tc.spec, SPEC, NULL, 0), 0);
+  assert_int_equal(chime_spec_parse(&tc.spec, SPEC), 0);
   tc.capacity = 16;
   tc.sampler = CHIME__SAMPLER_FIFO;
   tc.min_size = 1;
@@ -365,7 +365,7 @@ static void test_refusals(void **state) {
   chime__table_t *t;
   memset(&tc, 0, sizeof(tc));
   snprintf(tc.name, sizeof(tc.name), "seq");
-  assert_int_equal(chime_spec_parse(&tc.spec, "tokens:i32[<=8]", NULL, 0), 0);
+  assert_int_equal(chime_spec_parse(&tc.spec, "tokens:i32[<=8]"), 0);
   tc.capacity_steps = 64;
   tc.sequence_length = 4;
   tc.stride = 4;

@@ -40,7 +40,7 @@ static chime__table_t *rate_table(chime__sampler_t s, uint64_t cap,
   chime__table_config_t tc;
   memset(&tc, 0, sizeof(tc));
   snprintf(tc.name, sizeof(tc.name), "rate");
-  assert_int_equal(chime_spec_parse(&tc.spec, "x:u32[]", NULL, 0), 0);
+  assert_int_equal(chime_spec_parse(&tc.spec, "x:u32[]"), 0);
   tc.capacity = cap;
   tc.sampler = s;
   tc.min_size = min_size;
@@ -410,7 +410,7 @@ static void test_fifo_ratio_below_times_sampled(void **state) {
   chime__table_t *t;
   memset(&tc, 0, sizeof(tc));
   snprintf(tc.name, sizeof(tc.name), "q");
-  assert_int_equal(chime_spec_parse(&tc.spec, "x:u32[]", NULL, 0), 0);
+  assert_int_equal(chime_spec_parse(&tc.spec, "x:u32[]"), 0);
   tc.capacity = 4;
   tc.sampler = CHIME__SAMPLER_FIFO;
   tc.min_size = 1;

@@ -26,7 +26,7 @@ static chime__table_t *rm_table(uint64_t cap, chime__sampler_t remover,
   chime__table_config_t tc;
   memset(&tc, 0, sizeof(tc));
   snprintf(tc.name, sizeof(tc.name), "rm");
-  assert_int_equal(chime_spec_parse(&tc.spec, "x:u32[]", NULL, 0), 0);
+  assert_int_equal(chime_spec_parse(&tc.spec, "x:u32[]"), 0);
   tc.capacity = cap;
   tc.sampler = CHIME__SAMPLER_UNIFORM;
   tc.remover = remover;

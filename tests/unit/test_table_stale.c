@@ -39,7 +39,7 @@ static chime__table_t *stable_a(uint64_t max_staleness, uint64_t seed,
   chime__table_t *t;
   memset(&tc, 0, sizeof(tc));
   snprintf(tc.name, sizeof(tc.name), "t");
-  assert_int_equal(chime_spec_parse(&tc.spec, "a:u32[2], b:u8[]", NULL, 0), 0);
+  assert_int_equal(chime_spec_parse(&tc.spec, "a:u32[2], b:u8[]"), 0);
   tc.capacity = MAXN;
   tc.sampler = CHIME__SAMPLER_PRIORITIZED;
   tc.min_size = 1;
@@ -493,7 +493,7 @@ static void test_refused(void **state) {
   chime__table_t *t;
   memset(&tc, 0, sizeof(tc));
   snprintf(tc.name, sizeof(tc.name), "t");
-  assert_int_equal(chime_spec_parse(&tc.spec, "a:u32[2]", NULL, 0), 0);
+  assert_int_equal(chime_spec_parse(&tc.spec, "a:u32[2]"), 0);
   tc.capacity = 8;
   tc.min_size = 1;
   tc.priority_exponent = 1.0;

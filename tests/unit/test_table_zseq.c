@@ -36,7 +36,7 @@ static chime__table_t *new_table(uint64_t steps, int level) {
   chime__table_t *t;
   memset(&tc, 0, sizeof(tc));
   snprintf(tc.name, sizeof(tc.name), "zs");
-  assert_int_equal(chime_spec_parse(&tc.spec, SPEC, NULL, 0), 0);
+  assert_int_equal(chime_spec_parse(&tc.spec, SPEC), 0);
   tc.capacity_steps = steps;
   tc.sequence_length = T;
   tc.stride = 1;

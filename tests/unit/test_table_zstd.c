@@ -36,7 +36,7 @@ static chime__table_t *new_table(uint64_t cap, chime__sampler_t s, int level) {
   chime__table_t *t;
   memset(&tc, 0, sizeof(tc));
   snprintf(tc.name, sizeof(tc.name), "z");
-  assert_int_equal(chime_spec_parse(&tc.spec, SPEC, NULL, 0), 0);
+  assert_int_equal(chime_spec_parse(&tc.spec, SPEC), 0);
   tc.capacity = cap;
   tc.sampler = s;
   tc.min_size = 1;
@@ -245,8 +245,7 @@ static void test_refused(void **state) {
   snprintf(tc.name, sizeof(tc.name), "z");
   tc.capacity = 8;
   tc.sampler = CHIME__SAMPLER_UNIFORM;
-  assert_int_equal(chime_spec_parse(&tc.spec, "t:i32[<=8], o:u8[4]", NULL, 0),
-                   0);
+  assert_int_equal(chime_spec_parse(&tc.spec, "t:i32[<=8], o:u8[4]"), 0);
   tc.compress[1] = 23;
   assert_int_equal(chime__table_create(&t, &tc), CHIME_EINVAL);
   tc.compress[1] = 0;
@@ -268,7 +267,7 @@ static chime__table_t *rag_table(int level) {
   chime__table_t *t;
   memset(&tc, 0, sizeof(tc));
   snprintf(tc.name, sizeof(tc.name), "zr");
-  assert_int_equal(chime_spec_parse(&tc.spec, RSPEC, NULL, 0), 0);
+  assert_int_equal(chime_spec_parse(&tc.spec, RSPEC), 0);
   tc.capacity = 64;
   tc.sampler = CHIME__SAMPLER_FIFO;
   tc.min_size = 1;

@@ -39,7 +39,7 @@ static chime__table_t *vtable(chime__sampler_t s, uint64_t cap,
   chime__table_t *t;
   memset(&tc, 0, sizeof(tc));
   snprintf(tc.name, sizeof(tc.name), "t");
-  assert_int_equal(chime_spec_parse(&tc.spec, "a:u32[2], b:u8[]", NULL, 0), 0);
+  assert_int_equal(chime_spec_parse(&tc.spec, "a:u32[2], b:u8[]"), 0);
   tc.capacity = cap;
   tc.sampler = s;
   tc.min_size = 1;
@@ -511,7 +511,7 @@ static void test_checkpoint_seed(void **state) {
   chime__table_t *t;
   memset(&tc, 0, sizeof(tc));
   snprintf(tc.name, sizeof(tc.name), "t");
-  assert_int_equal(chime_spec_parse(&tc.spec, "x:u64[], y:u8[4]", NULL, 0), 0);
+  assert_int_equal(chime_spec_parse(&tc.spec, "x:u64[], y:u8[4]"), 0);
   tc.capacity = 16;
   tc.sampler = CHIME__SAMPLER_FIFO;
   tc.min_size = 1;
@@ -537,7 +537,7 @@ static chime__table_t *seq_vtable(void) {
   chime__table_t *t = NULL;
   memset(&tc, 0, sizeof(tc));
   snprintf(tc.name, sizeof(tc.name), "s");
-  assert_int_equal(chime_spec_parse(&tc.spec, "o:f32[2]", NULL, 0), 0);
+  assert_int_equal(chime_spec_parse(&tc.spec, "o:f32[2]"), 0);
   tc.capacity_steps = 64;
   tc.sequence_length = 4;
   tc.stride = 1;

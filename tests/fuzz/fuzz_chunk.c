@@ -47,7 +47,6 @@ static const uint8_t framed_mask[CHIME_MAX_LEAVES] = {1};
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
   (void)argv;
-  char err[128];
   grpc_init();
   FUZZ_CHECK(chime_spec_parse(&spec, FUZZ_CHUNK_SPEC) == 0);
   FUZZ_CHECK(chime_spec_parse(&ragged_spec, FUZZ_CHUNK_RAGGED_SPEC) == 0);

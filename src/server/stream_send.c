@@ -223,8 +223,8 @@ static int send_sample(chime__stream_t *s, chime__ring_wslot_t *ws) {
     s->extents[ws->slot].total = 0;
   } else if (s->ztail != NULL &&
              ztail_pack(s, ws->slot, (const uint8_t *)ws->base) != 0) {
-    fprintf(stderr, "chimed: table '%s': batch not sent: out of memory\n",
-            s->table_name);
+    chime__log(CHIME_LOG_ERROR, "table '%s': batch not sent: out of memory",
+               s->table_name);
     s->extents[ws->slot].total = 0;
   }
   return 0;

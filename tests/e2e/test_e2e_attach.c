@@ -23,6 +23,7 @@
 #include "chime.pb-c.h"
 #include "chime/chime.h"
 #include "harness.h"
+#include "writes.h"
 #include "pattern.h"
 #include "rawcall.h"
 
@@ -76,16 +77,7 @@ static void stop(chime__chimed_t *d, chime_client_t *c) {
 
 /* ITEMS samples of pattern seed `seed`, all acked. */
 static void insert(chime_client_t *c, uint64_t seed) {
-  chime_writer_t *w = NULL;
-  uint8_t sample[SAMPLE_BYTES];
-  assert_int_equal(chime_writer_open(&w, c, "f", NULL), 0);
-  for (uint64_t i = 0; i < ITEMS; i++) {
-    chime__pattern_fill(&spec, chime__pattern_id(seed, i), sample);
-    assert_int_equal(chime_writer_append(w, sample, sizeof(sample), 1.0), 0);
-  }
-  assert_int_equal(chime_writer_flush(w), 0);
-  assert_int_equal(chime_writer_acked(w), ITEMS);
-  assert_int_equal(chime_writer_close(w), 0);
+  assert_int_equal(chime__write_pattern(c, "f", &spec, seed, ITEMS, NULL), 0);
 }
 
 /* Reads from s until every id of seed arrived once; fails on a repeat, a

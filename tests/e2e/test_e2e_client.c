@@ -19,6 +19,7 @@
 #include "chime/chime.h"
 #include "chime/ring.h"
 #include "harness.h"
+#include "writes.h"
 #include "pattern.h"
 
 #define SPEC "obs:f32[64], action:i32[], reward:f32[]"
@@ -44,18 +45,9 @@ static void stop(chime__chimed_t *d, chime_client_t *c) {
 
 static void insert(chime_client_t *c, const char *table, uint64_t seed,
                    uint64_t n) {
-  chime_writer_t *w = NULL;
-  uint8_t sample[SAMPLE_BYTES];
   chime_writer_opts_t o = CHIME_WRITER_OPTS_INIT;
   o.max_batch_samples = 16; /* several messages in flight */
-  assert_int_equal(chime_writer_open(&w, c, table, &o), 0);
-  for (uint64_t i = 0; i < n; i++) {
-    chime__pattern_fill(&spec, chime__pattern_id(seed, i), sample);
-    assert_int_equal(chime_writer_append(w, sample, sizeof(sample), 1.0), 0);
-  }
-  assert_int_equal(chime_writer_flush(w), 0);
-  assert_int_equal(chime_writer_acked(w), n);
-  assert_int_equal(chime_writer_close(w), 0);
+  assert_int_equal(chime__write_pattern(c, table, &spec, seed, n, &o), 0);
 }
 
 /* Consumes `batches` batches of 8 from table "small" (see test below). */

@@ -26,6 +26,7 @@
 
 #include "chime/chime.h"
 #include "harness.h"
+#include "writes.h"
 #include "pattern.h"
 
 #define BATCH 4
@@ -56,19 +57,12 @@ static int teardown(void **state) {
 }
 
 static void insert(uint64_t seed, uint64_t n) {
-  chime_writer_t *w = NULL;
   chime_spec_t spec;
-  uint8_t sample[264];
   assert_int_equal(chime_spec_parse(&spec, "obs:f32[64], action:i32[], "
                                            "reward:f32[]"),
                    0);
-  assert_int_equal(chime_writer_open(&w, client, "demo", NULL), 0);
-  for (uint64_t i = 0; i < n; i++) {
-    chime__pattern_fill(&spec, chime__pattern_id(seed, i), sample);
-    assert_int_equal(chime_writer_append(w, sample, sizeof(sample), 1.0), 0);
-  }
-  assert_int_equal(chime_writer_flush(w), 0);
-  assert_int_equal(chime_writer_close(w), 0);
+  assert_int_equal(chime__write_pattern(client, "demo", &spec, seed, n, NULL),
+                   0);
 }
 
 static chime_stats_t *stats(void) {

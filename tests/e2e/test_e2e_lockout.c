@@ -26,6 +26,7 @@
 
 #include "chime/chime.h"
 #include "harness.h"
+#include "writes.h"
 #include "pattern.h"
 
 #define SPEC "obs:f32[64], action:i32[], reward:f32[]"
@@ -71,14 +72,7 @@ static void stop(chime__chimed_t *d, chime_client_t *c) {
 }
 
 static void insert(chime_client_t *c, uint64_t n) {
-  chime_writer_t *w = NULL;
-  uint8_t sample[SAMPLE_BYTES];
-  assert_int_equal(chime_writer_open(&w, c, "u", NULL), 0);
-  for (uint64_t i = 0; i < n; i++) {
-    chime__pattern_fill(&spec, chime__pattern_id(1, i), sample);
-    assert_int_equal(chime_writer_append(w, sample, sizeof(sample), 1.0), 0);
-  }
-  assert_int_equal(chime_writer_close(w), 0);
+  assert_int_equal(chime__write_pattern(c, "u", &spec, 1, n, NULL), 0);
 }
 
 /* The flooder: FLOOD_CONNS connections to path as uid, each reopened when

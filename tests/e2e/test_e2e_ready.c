@@ -16,6 +16,7 @@
 
 #include "chime/chime.h"
 #include "harness.h"
+#include "writes.h"
 #include "pattern.h"
 
 #define SPEC "obs:f32[64], action:i32[], reward:f32[]"
@@ -50,15 +51,7 @@ static void start(chime__chimed_t *d, chime_client_t **c, const char *sampler) {
 }
 
 static void insert(chime_client_t *c) {
-  chime_writer_t *w = NULL;
-  uint8_t sample[SAMPLE_BYTES];
-  assert_int_equal(chime_writer_open(&w, c, "t", NULL), 0);
-  for (uint64_t i = 0; i < ITEMS; i++) {
-    chime__pattern_fill(&spec, chime__pattern_id(1, i), sample);
-    assert_int_equal(chime_writer_append(w, sample, sizeof(sample), 1.0), 0);
-  }
-  assert_int_equal(chime_writer_flush(w), 0);
-  assert_int_equal(chime_writer_close(w), 0);
+  assert_int_equal(chime__write_pattern(c, "t", &spec, 1, ITEMS, NULL), 0);
 }
 
 static chime_stream_t *open_stream(chime_client_t *c, uint32_t batch,

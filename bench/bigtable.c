@@ -330,8 +330,8 @@ int chime__bench_bigtable(int argc, char **argv) {
   uint64_t ib = chime_spec_sample_bytes(&tc.spec);
   uint64_t cap = (uint64_t)(o.gib * (double)(UINT64_C(1) << 30)) / ib;
   tc.capacity = cap;
-  tc.sampler = CHIME__SAMPLER_UNIFORM;
-  tc.remover = CHIME__SAMPLER_FIFO;
+  tc.sampler = CHIME__SELECTOR_UNIFORM;
+  tc.remover = CHIME__SELECTOR_FIFO;
   tc.min_size = 1;
   tc.seed = 0; /* from the clock: each run its own draws */
   tc.compress[0] = (uint8_t)o.level;

@@ -58,7 +58,7 @@ static chime__table_t *make_table(const char *spec, uint64_t items) {
   if (chime_spec_parse(&tc.spec, spec) != 0)
     return NULL;
   tc.capacity = items;
-  tc.sampler = CHIME__SAMPLER_UNIFORM;
+  tc.sampler = CHIME__SELECTOR_UNIFORM;
   tc.min_size = 1;
   tc.seed = 12345;
   return chime__table_create(&t, &tc) == 0 ? t : NULL;

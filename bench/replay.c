@@ -27,16 +27,16 @@
 
 typedef struct {
   const char *name;
-  chime__sampler_t sel;
+  chime__selector_kind_t sel;
 } selector_t;
 
 static const selector_t selectors[] = {
-    {"fifo", CHIME__SAMPLER_FIFO},
-    {"lifo", CHIME__SAMPLER_LIFO},
-    {"uniform", CHIME__SAMPLER_UNIFORM},
-    {"prioritized", CHIME__SAMPLER_PRIORITIZED},
-    {"min_heap", CHIME__SAMPLER_MIN_HEAP},
-    {"max_heap", CHIME__SAMPLER_MAX_HEAP},
+    {"fifo", CHIME__SELECTOR_FIFO},
+    {"lifo", CHIME__SELECTOR_LIFO},
+    {"uniform", CHIME__SELECTOR_UNIFORM},
+    {"prioritized", CHIME__SELECTOR_PRIORITIZED},
+    {"min_heap", CHIME__SELECTOR_MIN_HEAP},
+    {"max_heap", CHIME__SELECTOR_MAX_HEAP},
 };
 
 typedef struct {
@@ -149,10 +149,10 @@ static int run_one(const selector_t *s, uint64_t items, double seconds,
   tc.capacity = items;
   tc.min_size = 1;
   tc.sampler = s->sel;
-  tc.remover = CHIME__SAMPLER_FIFO;
+  tc.remover = CHIME__SELECTOR_FIFO;
   tc.priority_exponent = 0.6;
   /* fifo is a queue (each item sampled once); the others keep items. */
-  tc.max_times_sampled = s->sel == CHIME__SAMPLER_FIFO ? 1 : 0;
+  tc.max_times_sampled = s->sel == CHIME__SELECTOR_FIFO ? 1 : 0;
   tc.seed = 42;
   chime__table_t *t = NULL;
   if (chime__table_create(&t, &tc) != 0) {
@@ -193,7 +193,7 @@ static int run_one(const selector_t *s, uint64_t items, double seconds,
     ws.leaf[l] = slot + lay.leaf_offset[l];
   ws.info = (chime_sample_info_t *)(slot + lay.info_offset);
   uint64_t max_batches =
-      s->sel == CHIME__SAMPLER_FIFO ? items / BATCH : UINT64_MAX;
+      s->sel == CHIME__SELECTOR_FIFO ? items / BATCH : UINT64_MAX;
   table_batch_t tb = {t, &lay, &ws};
 
   size_t floor_bytes = (size_t)items * SAMPLE_BYTES;
@@ -235,7 +235,7 @@ static int run_one(const selector_t *s, uint64_t items, double seconds,
   uint64_t updates = 0;
   t0 = chime__bench_now_s();
   double dt = 0;
-  while (s->sel != CHIME__SAMPLER_FIFO && dt < seconds / 2) {
+  while (s->sel != CHIME__SELECTOR_FIFO && dt < seconds / 2) {
     for (int i = 0; i < KEYS_PER_CALL; i++) {
       keys[i] = first + chime__bench_rand(&seed) % items;
       prios[i] = (double)(chime__bench_rand(&seed) % 1000000) / 1000.0;

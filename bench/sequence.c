@@ -212,7 +212,7 @@ static int run_one(uint64_t steps, uint32_t step_bytes, double seconds,
   tc.capacity_steps = steps;
   tc.sequence_length = T;
   tc.stride = STRIDE;
-  tc.sampler = CHIME__SAMPLER_UNIFORM;
+  tc.sampler = CHIME__SELECTOR_UNIFORM;
   tc.min_size = 1;
   tc.initial_priority = 1.0;
   tc.seed = 42;
@@ -264,8 +264,8 @@ static int run_one(uint64_t steps, uint32_t step_bytes, double seconds,
     if (items < BATCH)
       items = BATCH;
     pc.capacity = items;
-    pc.sampler = CHIME__SAMPLER_UNIFORM;
-    pc.remover = CHIME__SAMPLER_FIFO;
+    pc.sampler = CHIME__SELECTOR_UNIFORM;
+    pc.remover = CHIME__SELECTOR_FIFO;
     pc.min_size = 1;
     pc.seed = 42;
     if (chime__table_create(&p, &pc) != 0)

@@ -46,7 +46,7 @@ static double thread_cpu_s(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int make(side_t *s, chime__sampler_t sel, uint64_t items,
+static int make(side_t *s, chime__selector_kind_t sel, uint64_t items,
                 uint64_t max_staleness, uint64_t per_version,
                 chime__stale_weight_t weight) {
   chime__table_config_t tc;
@@ -58,7 +58,7 @@ static int make(side_t *s, chime__sampler_t sel, uint64_t items,
   tc.capacity = items;
   tc.min_size = 1;
   tc.sampler = sel;
-  tc.remover = CHIME__SAMPLER_FIFO;
+  tc.remover = CHIME__SELECTOR_FIFO;
   tc.priority_exponent = 0.6;
   tc.max_staleness = max_staleness;
   tc.staleness_weight = weight;
@@ -102,7 +102,7 @@ int chime__bench_staleness(int argc, char **argv) {
   uint64_t items = 1000000, max_staleness = 8;
   double seconds = 8;
   int json = 0, weight = 0; /* --weight inverse */
-  chime__sampler_t sel = CHIME__SAMPLER_UNIFORM;
+  chime__selector_kind_t sel = CHIME__SELECTOR_UNIFORM;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--json")) {
       json = 1;
@@ -113,12 +113,12 @@ int chime__bench_staleness(int argc, char **argv) {
     } else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) {
       seconds = atof(argv[++i]);
     } else if (!strcmp(argv[i], "--selector") && i + 1 < argc) {
-      sel = chime__sampler_parse(argv[++i]);
+      sel = chime__selector_kind_parse(argv[++i]);
     } else if (!strcmp(argv[i], "--weight") && i + 1 < argc &&
                (!strcmp(argv[i + 1], "inverse") ||
                 !strcmp(argv[i + 1], "none"))) {
       weight = !strcmp(argv[++i], "inverse");
-      sel = weight ? CHIME__SAMPLER_PRIORITIZED : sel;
+      sel = weight ? CHIME__SELECTOR_PRIORITIZED : sel;
     } else {
       fprintf(stderr,
               "usage: chime-bench staleness [--json] [--items N (1000000)] "
@@ -129,8 +129,8 @@ int chime__bench_staleness(int argc, char **argv) {
     }
   }
   if (items < BATCH || max_staleness == 0 || sel == 0 ||
-      sel == CHIME__SAMPLER_FIFO ||
-      (weight && sel != CHIME__SAMPLER_PRIORITIZED)) {
+      sel == CHIME__SELECTOR_FIFO ||
+      (weight && sel != CHIME__SELECTOR_PRIORITIZED)) {
     fprintf(stderr,
             "chime-bench staleness: items >= %d, max-staleness > 0, "
             "a selector that keeps items (not fifo; prioritized with a "
@@ -216,7 +216,7 @@ int chime__bench_staleness(int argc, char **argv) {
            ", \"gated_size\": %" PRIu64 ", \"plain_size\": %" PRIu64
            ", \"versions\": %" PRIu64 ", \"gated_worst_staleness\": %" PRIu64
            ", \"plain_insert_cpu_ns\": %.1f, \"gated_insert_cpu_ns\": %.1f}\n",
-           weight ? "inverse" : "none", chime__sampler_name(sel), items,
+           weight ? "inverse" : "none", chime__selector_kind_name(sel), items,
            max_staleness, pn, gn, gn / pn, sg.removed_stale - st0.removed_stale,
            sg.size, sp.size, gated.version, gated.worst_staleness,
            plain.insert_cpu_s * 1e9 / (double)plain.samples,
@@ -225,7 +225,7 @@ int chime__bench_staleness(int argc, char **argv) {
     printf("staleness %s, %s table of %" PRIu64 " items, max_staleness %" PRIu64
            ", %d rounds in turns\n",
            weight ? "weight 1 / (s + 1), both gated" : "gate",
-           chime__sampler_name(sel), items, max_staleness, ROUNDS);
+           chime__selector_kind_name(sel), items, max_staleness, ROUNDS);
     printf("  sampling CPU per sample: %s %.1f ns, %s %.1f ns: %.3fx%s\n", a,
            pn, b, gn, gn / pn, weight ? "" : " (target <= 1.1x)");
     printf("  %s: %" PRIu64 " items removed stale during the run, size %" PRIu64

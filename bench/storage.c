@@ -85,7 +85,7 @@ static int frames_config(chime__table_config_t *tc, const char *name,
   snprintf(tc->name, sizeof(tc->name), "%s", name);
   if (chime_spec_parse(&tc->spec, "obs:u8[84,84], action:i32[], reward:f32[]"))
     return -1;
-  tc->sampler = CHIME__SAMPLER_UNIFORM;
+  tc->sampler = CHIME__SELECTOR_UNIFORM;
   tc->min_size = 1;
   tc->seed = 3;
   tc->compress[0] = (uint8_t)level;

@@ -13,13 +13,13 @@
  * picks the item that leaves when a full table needs room (Reverb's
  * selectors; docs/replay.md). */
 typedef enum {
-  CHIME__SAMPLER_FIFO = 1,
-  CHIME__SAMPLER_UNIFORM = 2,
-  CHIME__SAMPLER_LIFO = 3,
-  CHIME__SAMPLER_PRIORITIZED = 4, /* priority^exponent / sum */
-  CHIME__SAMPLER_MIN_HEAP = 5,    /* lowest priority first */
-  CHIME__SAMPLER_MAX_HEAP = 6,    /* highest priority first */
-} chime__sampler_t;
+  CHIME__SELECTOR_FIFO = 1,
+  CHIME__SELECTOR_UNIFORM = 2,
+  CHIME__SELECTOR_LIFO = 3,
+  CHIME__SELECTOR_PRIORITIZED = 4, /* priority^exponent / sum */
+  CHIME__SELECTOR_MIN_HEAP = 5,    /* lowest priority first */
+  CHIME__SELECTOR_MAX_HEAP = 6,    /* highest priority first */
+} chime__selector_kind_t;
 
 /* A prioritized table's weight by staleness s (the newest version known
  * minus the item's): an item is drawn with probability priority^exponent
@@ -41,9 +41,9 @@ typedef struct {
   chime_spec_t spec;
   uint64_t capacity;
   uint64_t min_size;
-  chime__sampler_t sampler;
+  chime__selector_kind_t sampler;
   /* 0: fifo. A fifo sampler's full table makes inserts wait instead. */
-  chime__sampler_t remover;
+  chime__selector_kind_t remover;
   double priority_exponent; /* prioritized sampler or remover only */
   /* An item leaves once sampled this many times; 0: never. 0 with a fifo
    * sampler means 1 (a queue, the fifo table's behaviour before the key). */
@@ -112,7 +112,7 @@ typedef struct {
  * room (their oldest steps leave). */
 static inline int chime__fifo_ratio_stalls(const chime__table_config_t *cfg) {
   uint64_t mts = cfg->max_times_sampled != 0 ? cfg->max_times_sampled : 1;
-  return cfg->sampler == CHIME__SAMPLER_FIFO && cfg->sequence_length == 0 &&
+  return cfg->sampler == CHIME__SELECTOR_FIFO && cfg->sequence_length == 0 &&
          cfg->samples_per_insert > 0 && cfg->samples_per_insert < (double)mts;
 }
 
@@ -135,8 +135,8 @@ chime__table_max_items(const chime__table_config_t *cfg) {
   return w < cfg->capacity_steps ? w : cfg->capacity_steps;
 }
 
-const char *chime__sampler_name(chime__sampler_t s);
+const char *chime__selector_kind_name(chime__selector_kind_t s);
 /* The selector named s (a config value), or 0. */
-chime__sampler_t chime__sampler_parse(const char *s);
+chime__selector_kind_t chime__selector_kind_parse(const char *s);
 
 #endif

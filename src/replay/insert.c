@@ -486,13 +486,13 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
     return rc;
   }
   uint64_t cap = t->cfg.capacity;
-  room_t rm = {.fifo = t->cfg.sampler == CHIME__SAMPLER_FIFO};
+  room_t rm = {.fifo = t->cfg.sampler == CHIME__SELECTOR_FIFO};
   /* A fifo remover's picks are known before the request goes in: the
    * oldest items, then (a request over the capacity) the request's own
    * first samples, which take keys and count as inserted and as removed
    * but are never written. Any other remover picks as each sample comes
    * (choose_victim), the sample itself a candidate. */
-  rm.by_age = !rm.fifo && t->cfg.remover == CHIME__SAMPLER_FIFO;
+  rm.by_age = !rm.fifo && t->cfg.remover == CHIME__SELECTOR_FIFO;
   rm.choose = !rm.fifo && !rm.by_age;
   if (rm.fifo && count > cap)
     return CHIME_EINVAL; /* could never go in whole */

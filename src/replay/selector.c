@@ -12,19 +12,19 @@ static const chime__selector_t *const selectors[] = {
 };
 #define NSELECTORS (sizeof(selectors) / sizeof(selectors[0]))
 
-const chime__selector_t *chime__selector(chime__sampler_t id) {
+const chime__selector_t *chime__selector(chime__selector_kind_t id) {
   for (size_t i = 0; i < NSELECTORS; i++)
     if (selectors[i]->id == id)
       return selectors[i];
   return NULL;
 }
 
-const char *chime__sampler_name(chime__sampler_t s) {
+const char *chime__selector_kind_name(chime__selector_kind_t s) {
   const chime__selector_t *sel = chime__selector(s);
   return sel != NULL ? sel->name : "unknown";
 }
 
-chime__sampler_t chime__sampler_parse(const char *s) {
+chime__selector_kind_t chime__selector_kind_parse(const char *s) {
   for (size_t i = 0; i < NSELECTORS; i++)
     if (strcmp(s, selectors[i]->name) == 0)
       return selectors[i]->id;

@@ -25,9 +25,9 @@ enum {
  * at least one item; none may change the table but for its random state
  * (chime__tbl_rand), so that the same seed makes the same draws. */
 typedef struct {
-  chime__sampler_t id; /* the config's value */
-  const char *name;    /* as the config spells it */
-  unsigned needs;      /* CHIME__SEL_*: the indexes pick and victim read */
+  chime__selector_kind_t id; /* the config's value */
+  const char *name;          /* as the config spells it */
+  unsigned needs; /* CHIME__SEL_*: the indexes pick and victim read */
   /* Whether the rows it picks are spread at random over the table (so a
    * table larger than the caches misses on each): copies prefetch then. */
   int random;
@@ -62,6 +62,6 @@ extern const chime__selector_t chime__selector_min_heap;
 extern const chime__selector_t chime__selector_max_heap;
 
 /* The selector with this config value, or NULL. */
-const chime__selector_t *chime__selector(chime__sampler_t id);
+const chime__selector_t *chime__selector(chime__selector_kind_t id);
 
 #endif

@@ -15,7 +15,7 @@ static uint32_t victim(chime__table_t *t, double prio, double w) {
 }
 
 const chime__selector_t chime__selector_fifo = {
-    .id = CHIME__SAMPLER_FIFO,
+    .id = CHIME__SELECTOR_FIFO,
     .name = "fifo",
     .pick = pick,
     .victim = victim,

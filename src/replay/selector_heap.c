@@ -40,7 +40,7 @@ static uint32_t victim_max(chime__table_t *t, double prio, double w) {
 }
 
 const chime__selector_t chime__selector_min_heap = {
-    .id = CHIME__SAMPLER_MIN_HEAP,
+    .id = CHIME__SELECTOR_MIN_HEAP,
     .name = "min_heap",
     .needs = CHIME__SEL_MIN_HEAP,
     .pick = pick_min,
@@ -48,7 +48,7 @@ const chime__selector_t chime__selector_min_heap = {
 };
 
 const chime__selector_t chime__selector_max_heap = {
-    .id = CHIME__SAMPLER_MAX_HEAP,
+    .id = CHIME__SELECTOR_MAX_HEAP,
     .name = "max_heap",
     .needs = CHIME__SEL_MAX_HEAP,
     .pick = pick_max,

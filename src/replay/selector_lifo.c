@@ -15,7 +15,7 @@ static uint32_t victim(chime__table_t *t, double prio, double w) {
 }
 
 const chime__selector_t chime__selector_lifo = {
-    .id = CHIME__SAMPLER_LIFO,
+    .id = CHIME__SELECTOR_LIFO,
     .name = "lifo",
     .pick = pick,
     .victim = victim,

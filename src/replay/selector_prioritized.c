@@ -65,7 +65,7 @@ static double mass(const chime__table_t *t) {
 }
 
 const chime__selector_t chime__selector_prioritized = {
-    .id = CHIME__SAMPLER_PRIORITIZED,
+    .id = CHIME__SELECTOR_PRIORITIZED,
     /* DENSE: uniform draws while every priority is 0 */
     .name = "prioritized",
     .needs = CHIME__SEL_SUM | CHIME__SEL_DENSE,

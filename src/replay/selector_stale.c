@@ -125,7 +125,7 @@ static double mass(const chime__table_t *t) {
 }
 
 const chime__selector_t chime__selector_prioritized_stale = {
-    .id = CHIME__SAMPLER_PRIORITIZED,
+    .id = CHIME__SELECTOR_PRIORITIZED,
     .name = "prioritized",
     .needs = CHIME__SEL_SUM | CHIME__SEL_DENSE,
     .random = 1,

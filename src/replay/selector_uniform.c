@@ -36,7 +36,7 @@ static void draw_many(chime__table_t *t, uint64_t n, uint32_t *row,
 }
 
 const chime__selector_t chime__selector_uniform = {
-    .id = CHIME__SAMPLER_UNIFORM,
+    .id = CHIME__SELECTOR_UNIFORM,
     .name = "uniform",
     .needs = CHIME__SEL_DENSE,
     .random = 1,

@@ -262,10 +262,10 @@ int chime__table_create(chime__table_t **out,
   if (seq)
     t->cfg.capacity = cfg->capacity_steps; /* a step starts one window */
   if (t->cfg.remover == 0)
-    t->cfg.remover = CHIME__SAMPLER_FIFO;
+    t->cfg.remover = CHIME__SELECTOR_FIFO;
   if (t->cfg.min_size == 0) /* config refuses it; in-process callers */
     t->cfg.min_size = 1;
-  if (t->cfg.sampler == CHIME__SAMPLER_FIFO && t->cfg.max_times_sampled == 0)
+  if (t->cfg.sampler == CHIME__SELECTOR_FIFO && t->cfg.max_times_sampled == 0)
     t->cfg.max_times_sampled = 1;
   t->mts = t->cfg.max_times_sampled;
   t->max_items = chime__table_max_items(&t->cfg);
@@ -284,13 +284,13 @@ int chime__table_create(chime__table_t **out,
       t->cfg.capacity > CHIME__MAX_TABLE_BYTES / t->sample_bytes ||
       (t->sel = chime__selector(t->cfg.sampler)) == NULL ||
       (t->rem = chime__selector(t->cfg.remover)) == NULL ||
-      (t->cfg.sampler == CHIME__SAMPLER_FIFO &&
-       t->cfg.remover != CHIME__SAMPLER_FIFO) ||
+      (t->cfg.sampler == CHIME__SELECTOR_FIFO &&
+       t->cfg.remover != CHIME__SELECTOR_FIFO) ||
       !(t->cfg.priority_exponent >= 0) || isinf(t->cfg.priority_exponent) ||
       t->cfg.shard > CHIME__KEY_MAX_SHARD ||
       chime__fifo_ratio_stalls(&t->cfg) || !compress_ok(&t->cfg) ||
       (t->cfg.staleness_weight != CHIME__STALE_WEIGHT_NONE &&
-       (seq || t->cfg.sampler != CHIME__SAMPLER_PRIORITIZED ||
+       (seq || t->cfg.sampler != CHIME__SELECTOR_PRIORITIZED ||
         t->cfg.staleness_weight != CHIME__STALE_WEIGHT_INVERSE))) {
     rc = CHIME_EINVAL;
     goto out;

@@ -54,9 +54,10 @@ static int r_min_size(chime__table_config_t *t, json_t *v, const char *kw,
   return 0;
 }
 
-static int selector(json_t *v, const char *kw, chime__sampler_t *out, char *err,
-                    size_t errlen) {
-  *out = chime__sampler_parse(json_is_string(v) ? json_string_value(v) : "");
+static int selector(json_t *v, const char *kw, chime__selector_kind_t *out,
+                    char *err, size_t errlen) {
+  *out =
+      chime__selector_kind_parse(json_is_string(v) ? json_string_value(v) : "");
   return *out == 0
              ? chime__cfg_fail(err, errlen, "%s: expected " SELECTOR_LIST, kw)
              : 0;
@@ -445,7 +446,7 @@ static int kind_check(chime__table_config_t *t, const char *where,
         "(docs/operations.md, Tables in files)",
         where);
   if (t->staleness_weight != 0 &&
-      (t->sampler != CHIME__SAMPLER_PRIORITIZED || t->sequence_length > 0))
+      (t->sampler != CHIME__SELECTOR_PRIORITIZED || t->sequence_length > 0))
     return chime__cfg_fail(
         err, errlen,
         "%s: 'staleness_weight': it weighs a prioritized sampler's "
@@ -459,8 +460,8 @@ static int sampling_check(chime__table_config_t *t, const char *where,
                           uint32_t seen, char *err, size_t errlen) {
   /* A fifo sampler's full table makes inserts wait for samples to make
    * room (a queue): it removes nothing itself, and needs a limit. */
-  if (t->sampler == CHIME__SAMPLER_FIFO) {
-    if (SEEN(K_REMOVER) && t->remover != CHIME__SAMPLER_FIFO)
+  if (t->sampler == CHIME__SELECTOR_FIFO) {
+    if (SEEN(K_REMOVER) && t->remover != CHIME__SELECTOR_FIFO)
       return chime__cfg_fail(
           err, errlen,
           "%s: 'remover': a fifo sampler's full table makes inserts "
@@ -507,7 +508,7 @@ static int sampling_check(chime__table_config_t *t, const char *where,
   /* A window's priority weighs in the sum tree like any: it must stay
    * within what every item may weigh. */
   if (t->sequence_length > 0 && !t->initial_priority_max &&
-      t->sampler == CHIME__SAMPLER_PRIORITIZED &&
+      t->sampler == CHIME__SELECTOR_PRIORITIZED &&
       !(pow(t->initial_priority, t->priority_exponent) <=
         CHIME__SUMTREE_MAX_VALUE))
     return chime__cfg_fail(
@@ -516,8 +517,8 @@ static int sampling_check(chime__table_config_t *t, const char *where,
         "may weigh in a prioritized table",
         where, t->initial_priority, t->priority_exponent,
         CHIME__SUMTREE_MAX_VALUE);
-  if (SEEN(K_PRIORITY_EXPONENT) && t->sampler != CHIME__SAMPLER_PRIORITIZED &&
-      t->remover != CHIME__SAMPLER_PRIORITIZED)
+  if (SEEN(K_PRIORITY_EXPONENT) && t->sampler != CHIME__SELECTOR_PRIORITIZED &&
+      t->remover != CHIME__SELECTOR_PRIORITIZED)
     return chime__cfg_fail(
         err, errlen,
         "%s: 'priority_exponent': only a prioritized sampler or "
@@ -529,8 +530,8 @@ static int sampling_check(chime__table_config_t *t, const char *where,
 static void table_defaults(chime__table_config_t *t) {
   t->min_size = 1;
   t->initial_priority = 1.0;
-  t->sampler = CHIME__SAMPLER_FIFO;
-  t->remover = CHIME__SAMPLER_FIFO;
+  t->sampler = CHIME__SELECTOR_FIFO;
+  t->remover = CHIME__SELECTOR_FIFO;
   t->priority_exponent = 1.0;
   t->max_writers = CHIME__INSERT_WRITERS;
   t->writer_idle_ms = CHIME__INSERT_WRITER_IDLE_MS;

@@ -136,8 +136,8 @@ static void info_on_start(chime__call_t *c) {
     tm[i].info.size = ts.size;
     tm[i].info.mass = ts.mass; /* the same snapshot as size */
     tm[i].info.sample_blocked = ts.sample_blocked != 0;
-    tm[i].info.sampler = (char *)chime__sampler_name(tc->sampler);
-    tm[i].info.remover = (char *)chime__sampler_name(tc->remover);
+    tm[i].info.sampler = (char *)chime__selector_kind_name(tc->sampler);
+    tm[i].info.remover = (char *)chime__selector_kind_name(tc->remover);
     tm[i].info.priority_exponent = tc->priority_exponent;
     tm[i].info.max_times_sampled = tc->max_times_sampled;
     tm[i].info.max_staleness = tc->max_staleness;

@@ -488,7 +488,7 @@ static void on_request(chime__call_t *c, grpc_byte_buffer *bb) {
     rc = CHIME_EINVAL;
     goto fail;
   }
-  if (tc->sampler == CHIME__SAMPLER_FIFO && tc->sequence_length == 0 &&
+  if (tc->sampler == CHIME__SELECTOR_FIFO && tc->sequence_length == 0 &&
       req->q.count > tc->capacity) {
     snprintf(err, sizeof(err),
              "insert into '%s': %u samples in one request; fifo table '%s' "

@@ -191,13 +191,13 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
           "batch_size windows)",
           open->batch_size, (unsigned long long)most, tc->name,
           (unsigned long long)tc->capacity_steps, tc->sequence_length,
-          tc->stride, chime__sampler_name(tc->sampler),
+          tc->stride, chime__selector_kind_name(tc->sampler),
           (unsigned long long)tc->max_times_sampled);
     return chime__fail(err, errlen, CHIME_EINVAL,
                        "batch_size %u exceeds the capacity %llu of table '%s' "
                        "(sampler %s, max_times_sampled %llu)",
                        open->batch_size, (unsigned long long)tc->capacity,
-                       tc->name, chime__sampler_name(tc->sampler),
+                       tc->name, chime__selector_kind_name(tc->sampler),
                        (unsigned long long)tc->max_times_sampled);
   }
   /* With a rate limiter as well, inserts are free only below min_size:

@@ -93,7 +93,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     tc.episode_pad = 1;
     tc.initial_priority = 1.0;
   }
-  tc.sampler = (flags & 2) ? CHIME__SAMPLER_PRIORITIZED : CHIME__SAMPLER_FIFO;
+  tc.sampler = (flags & 2) ? CHIME__SELECTOR_PRIORITIZED : CHIME__SELECTOR_FIFO;
   tc.min_size = 1;
   tc.priority_exponent = 1.0;
   tc.seed = 1;

@@ -49,12 +49,12 @@ static void check_table(const chime__table_config_t *t) {
   FUZZ_CHECK(t->capacity >= 1 && t->capacity <= CHIME__MAX_TABLE_ITEMS);
   FUZZ_CHECK(t->capacity <= CHIME__MAX_TABLE_BYTES / sb);
   FUZZ_CHECK(t->min_size <= t->capacity);
-  FUZZ_CHECK(t->sampler >= CHIME__SAMPLER_FIFO &&
-             t->sampler <= CHIME__SAMPLER_MAX_HEAP);
-  FUZZ_CHECK(t->remover >= CHIME__SAMPLER_FIFO &&
-             t->remover <= CHIME__SAMPLER_MAX_HEAP);
-  if (t->sampler == CHIME__SAMPLER_FIFO)
-    FUZZ_CHECK(t->remover == CHIME__SAMPLER_FIFO && t->max_times_sampled >= 1);
+  FUZZ_CHECK(t->sampler >= CHIME__SELECTOR_FIFO &&
+             t->sampler <= CHIME__SELECTOR_MAX_HEAP);
+  FUZZ_CHECK(t->remover >= CHIME__SELECTOR_FIFO &&
+             t->remover <= CHIME__SELECTOR_MAX_HEAP);
+  if (t->sampler == CHIME__SELECTOR_FIFO)
+    FUZZ_CHECK(t->remover == CHIME__SELECTOR_FIFO && t->max_times_sampled >= 1);
   FUZZ_CHECK(t->max_times_sampled <= UINT32_MAX);
   FUZZ_CHECK(t->priority_exponent >= 0 && t->priority_exponent <= 1e6);
   FUZZ_CHECK(t->samples_per_insert >= 0 && t->samples_per_insert <= 1e9);
@@ -66,7 +66,7 @@ static void check_table(const chime__table_config_t *t) {
   }
   /* A plain fifo table's items give max_times_sampled samples each and
    * its full table waits for room: a ratio below that stalls. */
-  if (t->sampler == CHIME__SAMPLER_FIFO && t->sequence_length == 0 &&
+  if (t->sampler == CHIME__SELECTOR_FIFO && t->sequence_length == 0 &&
       t->samples_per_insert > 0)
     FUZZ_CHECK(t->samples_per_insert >= (double)t->max_times_sampled);
 }

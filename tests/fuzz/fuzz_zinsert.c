@@ -58,8 +58,8 @@ static chime__table_t *table(const char *name) {
                                             ? "obs:u8[<=4,16,16], id:u32[]"
                                             : "obs:u8[16,16], id:u32[]") == 0);
   tc.capacity = 32;
-  tc.sampler = CHIME__SAMPLER_UNIFORM;
-  tc.remover = CHIME__SAMPLER_FIFO;
+  tc.sampler = CHIME__SELECTOR_UNIFORM;
+  tc.remover = CHIME__SELECTOR_FIFO;
   tc.min_size = 1;
   tc.seed = 7;
   tc.compress[0] = 3;

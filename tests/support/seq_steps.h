@@ -26,7 +26,7 @@ static inline void seq_step_bytes(uint8_t *p, uint32_t tag, uint32_t idx) {
  * priority 1, everything else zero. */
 static inline void seq_table_cfg(chime__table_config_t *tc, const char *name,
                                  uint64_t steps, uint32_t t, uint32_t stride,
-                                 int pad, chime__sampler_t s) {
+                                 int pad, chime__selector_kind_t s) {
   memset(tc, 0, sizeof(*tc));
   snprintf(tc->name, sizeof(tc->name), "%s", name);
   assert_int_equal(chime_spec_parse(&tc->spec, SEQ_SPEC), 0);

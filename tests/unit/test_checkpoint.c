@@ -48,7 +48,7 @@ static void rm_rf(const char *path) {
 }
 
 static chime__table_t *new_table(const char *spec, uint64_t cap,
-                                 chime__sampler_t s) {
+                                 chime__selector_kind_t s) {
   chime__table_config_t tc;
   chime__table_t *t;
   memset(&tc, 0, sizeof(tc));
@@ -130,7 +130,7 @@ static void test_fifo_roundtrip(void **state) {
   (void)state;
   char dir[300];
   make_dir(dir, sizeof(dir), "fifo");
-  chime__table_t *a = new_table("a:u32[2], b:u8[]", 64, CHIME__SAMPLER_FIFO);
+  chime__table_t *a = new_table("a:u32[2], b:u8[]", 64, CHIME__SELECTOR_FIFO);
   slot_t sa, sb;
   slot_init(&sa, a, 8);
   insert_n(a, 1, 40, NULL);
@@ -140,7 +140,7 @@ static void test_fifo_roundtrip(void **state) {
   assert_int_equal(res.items, 32);
   assert_int_equal(res.tables, 1);
 
-  chime__table_t *b = new_table("a:u32[2], b:u8[]", 64, CHIME__SAMPLER_FIFO);
+  chime__table_t *b = new_table("a:u32[2], b:u8[]", 64, CHIME__SELECTOR_FIFO);
   slot_init(&sb, b, 8);
   uint64_t items = 0;
   char err[512] = "";
@@ -178,7 +178,7 @@ static void test_prioritized_bookkeeping(void **state) {
   char dir[300], err[512] = "";
   make_dir(dir, sizeof(dir), "prio");
   chime__table_t *a =
-      new_table("a:u32[2], b:u8[]", 100, CHIME__SAMPLER_PRIORITIZED);
+      new_table("a:u32[2], b:u8[]", 100, CHIME__SELECTOR_PRIORITIZED);
   double prio[50];
   for (int i = 0; i < 50; i++)
     prio[i] = 0.5 + i;
@@ -190,7 +190,7 @@ static void test_prioritized_bookkeeping(void **state) {
   chime__ckpt_result_t res;
   write_ok(a, dir, 3, &res);
   chime__table_t *b =
-      new_table("a:u32[2], b:u8[]", 100, CHIME__SAMPLER_PRIORITIZED);
+      new_table("a:u32[2], b:u8[]", 100, CHIME__SELECTOR_PRIORITIZED);
   uint64_t items;
   int rc = chime__checkpoint_restore(&b, 1, res.path, &items, err, sizeof(err));
   if (rc != 0)
@@ -244,7 +244,7 @@ static void test_inserts_continue(void **state) {
   (void)state;
   char dir[300], err[512] = "";
   make_dir(dir, sizeof(dir), "busy");
-  ins_arg_t arg = {new_table("a:u32[2], b:u8[]", 4096, CHIME__SAMPLER_UNIFORM),
+  ins_arg_t arg = {new_table("a:u32[2], b:u8[]", 4096, CHIME__SELECTOR_UNIFORM),
                    0, 0};
   pthread_t th;
   assert_int_equal(pthread_create(&th, NULL, inserter, &arg), 0);
@@ -256,7 +256,7 @@ static void test_inserts_continue(void **state) {
     chime__ckpt_result_t res;
     write_ok(arg.t, dir, 2, &res);
     chime__table_t *b =
-        new_table("a:u32[2], b:u8[]", 4096, CHIME__SAMPLER_UNIFORM);
+        new_table("a:u32[2], b:u8[]", 4096, CHIME__SELECTOR_UNIFORM);
     uint64_t items;
     int rc =
         chime__checkpoint_restore(&b, 1, res.path, &items, err, sizeof(err));
@@ -300,7 +300,7 @@ static void test_flipped_byte_refused(void **state) {
   (void)state;
   char dir[300], err[512];
   make_dir(dir, sizeof(dir), "flip");
-  chime__table_t *a = new_table("a:u32[2], b:u8[]", 64, CHIME__SAMPLER_FIFO);
+  chime__table_t *a = new_table("a:u32[2], b:u8[]", 64, CHIME__SELECTOR_FIFO);
   insert_n(a, 1, 20, NULL);
   chime__ckpt_result_t res;
   write_ok(a, dir, 3, &res);
@@ -312,7 +312,7 @@ static void test_flipped_byte_refused(void **state) {
     for (long at = 0; at < n; at += (n / 23) + 1) {
       flip(p, at);
       chime__table_t *b =
-          new_table("a:u32[2], b:u8[]", 64, CHIME__SAMPLER_FIFO);
+          new_table("a:u32[2], b:u8[]", 64, CHIME__SELECTOR_FIFO);
       uint64_t items;
       err[0] = '\0';
       int rc =
@@ -323,7 +323,7 @@ static void test_flipped_byte_refused(void **state) {
       flip(p, at); /* back as it was */
     }
   }
-  chime__table_t *b = new_table("a:u32[2], b:u8[]", 64, CHIME__SAMPLER_FIFO);
+  chime__table_t *b = new_table("a:u32[2], b:u8[]", 64, CHIME__SELECTOR_FIFO);
   uint64_t items;
   assert_int_equal(
       chime__checkpoint_restore(&b, 1, res.path, &items, err, sizeof(err)), 0);
@@ -336,7 +336,7 @@ static void test_spec_mismatch_names_leaf(void **state) {
   (void)state;
   char dir[300], err[512] = "";
   make_dir(dir, sizeof(dir), "spec");
-  chime__table_t *a = new_table("a:u32[2], b:u8[]", 64, CHIME__SAMPLER_FIFO);
+  chime__table_t *a = new_table("a:u32[2], b:u8[]", 64, CHIME__SELECTOR_FIFO);
   insert_n(a, 1, 5, NULL);
   chime__ckpt_result_t res;
   write_ok(a, dir, 3, &res);
@@ -345,7 +345,7 @@ static void test_spec_mismatch_names_leaf(void **state) {
                          "a:u32[2], b:u8[], c:f32[]"};
   const char *names[] = {"'a'", "'b'", "'b'", "'b'", "'c'"};
   for (size_t i = 0; i < 5; i++) {
-    chime__table_t *b = new_table(specs[i], 64, CHIME__SAMPLER_FIFO);
+    chime__table_t *b = new_table(specs[i], 64, CHIME__SELECTOR_FIFO);
     uint64_t items;
     int rc =
         chime__checkpoint_restore(&b, 1, res.path, &items, err, sizeof(err));
@@ -406,7 +406,7 @@ static void test_key_reservations(void **state) {
                    CHIME_ECORRUPT);
   assert_non_null(strstr(err, "keys-bad: not a key reservation file"));
 
-  chime__table_t *t = new_table("a:u32[2], b:u8[]", 64, CHIME__SAMPLER_FIFO);
+  chime__table_t *t = new_table("a:u32[2], b:u8[]", 64, CHIME__SELECTOR_FIFO);
   chime__table_set_key_reserve(t, hook, NULL, 1);
   hook_calls = 0;
   hook_rc = 0;
@@ -434,7 +434,7 @@ static void test_keep_and_done(void **state) {
   (void)state;
   char dir[300], err[512] = "", p[2200], latest[2048];
   make_dir(dir, sizeof(dir), "keep");
-  chime__table_t *a = new_table("a:u32[2], b:u8[]", 64, CHIME__SAMPLER_FIFO);
+  chime__table_t *a = new_table("a:u32[2], b:u8[]", 64, CHIME__SELECTOR_FIFO);
   chime__ckpt_result_t res[5];
   for (int k = 0; k < 5; k++) {
     insert_n(a, (uint64_t)k + 1, 1, NULL);
@@ -445,7 +445,7 @@ static void test_keep_and_done(void **state) {
   assert_int_equal(unlink(p), 0);
   assert_int_equal(chime__checkpoint_latest(dir, latest, sizeof(latest)), 0);
   assert_string_equal(latest, res[3].path);
-  chime__table_t *b = new_table("a:u32[2], b:u8[]", 64, CHIME__SAMPLER_FIFO);
+  chime__table_t *b = new_table("a:u32[2], b:u8[]", 64, CHIME__SELECTOR_FIFO);
   uint64_t items;
   assert_int_equal(
       chime__checkpoint_restore(&b, 1, res[4].path, &items, err, sizeof(err)),
@@ -519,7 +519,7 @@ static void test_trim_spares(void **state) {
   (void)state;
   /* 2048 items of 9 bytes: the spare rows span whole pages. */
   chime__table_t *t =
-      new_table("a:u32[2], b:u8[]", 2048, CHIME__SAMPLER_UNIFORM);
+      new_table("a:u32[2], b:u8[]", 2048, CHIME__SELECTOR_UNIFORM);
   uint64_t next = 1;
   for (int k = 0; k < 32; k++, next += 64)
     insert_n(t, next, 64, NULL);
@@ -538,7 +538,7 @@ static void test_trim_spares(void **state) {
 /* --- sequence tables --- */
 
 static void seq_cfg(chime__table_config_t *tc, uint64_t steps, uint32_t t,
-                    uint32_t stride, int pad, chime__sampler_t s) {
+                    uint32_t stride, int pad, chime__selector_kind_t s) {
   seq_table_cfg(tc, "s", steps, t, stride, pad, s);
   tc->priority_exponent = 1.0;
   tc->seed = 11;
@@ -592,7 +592,7 @@ static void test_sequence_roundtrip(void **state) {
   char dir[300];
   make_dir(dir, sizeof(dir), "seq");
   chime__table_config_t tc;
-  seq_cfg(&tc, 256, 4, 2, 1, CHIME__SAMPLER_FIFO);
+  seq_cfg(&tc, 256, 4, 2, 1, CHIME__SELECTOR_FIFO);
   chime__table_t *a = seq_table(&tc), *b = seq_table(&tc);
   seq_writer_t w[3] = {{1, 0, 1, 0}, {2, 0, 2, 0}, {3, 0, 3, 0}};
   fill_seq(a, w);
@@ -649,7 +649,7 @@ static void test_sequence_prioritized(void **state) {
   char dir[300];
   make_dir(dir, sizeof(dir), "seqprio");
   chime__table_config_t tc;
-  seq_cfg(&tc, 512, 5, 1, 0, CHIME__SAMPLER_PRIORITIZED);
+  seq_cfg(&tc, 512, 5, 1, 0, CHIME__SELECTOR_PRIORITIZED);
   tc.initial_priority_max = 1;
   chime__table_t *a = seq_table(&tc);
   seq_writer_t w[3] = {{1, 0, 1, 0}, {2, 0, 2, 0}, {3, 0, 3, 0}};
@@ -715,7 +715,7 @@ static void test_sequence_refusals(void **state) {
   make_dir(dir, sizeof(dir), "seqbad");
   chime__table_config_t tc, bad;
   /* Blocks of 256 steps (fewer in stores of under 16 blocks). */
-  seq_cfg(&tc, 4096, 4, 2, 1, CHIME__SAMPLER_UNIFORM);
+  seq_cfg(&tc, 4096, 4, 2, 1, CHIME__SELECTOR_UNIFORM);
   chime__table_t *a = seq_table(&tc);
   seq_writer_t w[3] = {{1, 0, 1, 0}, {2, 0, 2, 0}, {3, 0, 3, 0}};
   fill_seq(a, w);
@@ -807,7 +807,7 @@ static void test_sequence_inserts_continue(void **state) {
   char dir[300];
   make_dir(dir, sizeof(dir), "seqbusy");
   chime__table_config_t tc;
-  seq_cfg(&tc, 4096, 8, 4, 1, CHIME__SAMPLER_UNIFORM);
+  seq_cfg(&tc, 4096, 8, 4, 1, CHIME__SELECTOR_UNIFORM);
   seq_ins_t arg = {seq_table(&tc), 0, 0};
   pthread_t th;
   assert_int_equal(pthread_create(&th, NULL, seq_inserter, &arg), 0);
@@ -891,7 +891,7 @@ static void test_measure_sequence(void **state) {
     tc.capacity_steps = 1000000;
     tc.sequence_length = 80;
     tc.stride = strides[si];
-    tc.sampler = CHIME__SAMPLER_UNIFORM;
+    tc.sampler = CHIME__SELECTOR_UNIFORM;
     tc.min_size = 1;
     tc.priority_exponent = 1.0;
     tc.initial_priority = 1.0;
@@ -974,7 +974,7 @@ static void test_fuzz_seeds(void **state) {
       tc.initial_priority = 1.0;
       tc.min_size = 1;
       tc.priority_exponent = 1.0;
-      tc.sampler = prio ? CHIME__SAMPLER_PRIORITIZED : CHIME__SAMPLER_FIFO;
+      tc.sampler = prio ? CHIME__SELECTOR_PRIORITIZED : CHIME__SELECTOR_FIFO;
       chime__table_t *t = seq_table(&tc);
       uint8_t step[12 * 16];
       for (int k = 0; fill && k < 12; k++) {
@@ -1005,7 +1005,7 @@ static void test_fuzz_seeds(void **state) {
     for (int prio = 0; prio < 2; prio++) {
       chime__table_t *t = new_table(
           rag ? "x:u64[], t:i32[<=8], l:f32[<=8 ~t]" : "x:u64[], y:u8[4]", 16,
-          prio ? CHIME__SAMPLER_PRIORITIZED : CHIME__SAMPLER_FIFO);
+          prio ? CHIME__SELECTOR_PRIORITIZED : CHIME__SELECTOR_FIFO);
       uint8_t buf[5 * (8 + 64)];
       uint32_t lens[10];
       uint64_t ver[5] = {3, 4, 4, 6, 7}, at = 0, key;
@@ -1035,7 +1035,7 @@ static void test_fuzz_seeds(void **state) {
   }
   /* Writers' windows (version 6): writer 0x11's requests 1..3 and
    * 0x22's 5 and 9, an item each. */
-  chime__table_t *t = new_table("x:u64[], y:u8[4]", 16, CHIME__SAMPLER_FIFO);
+  chime__table_t *t = new_table("x:u64[], y:u8[4]", 16, CHIME__SELECTOR_FIFO);
   for (int j = 0; j < 5; j++) {
     uint8_t row[12] = {(uint8_t)j};
     uint64_t key;
@@ -1058,7 +1058,7 @@ static void test_write_failure_named(void **state) {
   FILE *f = fopen(dir, "w");
   assert_non_null(f);
   fclose(f);
-  chime__table_t *a = new_table("a:u32[2], b:u8[]", 8, CHIME__SAMPLER_FIFO);
+  chime__table_t *a = new_table("a:u32[2], b:u8[]", 8, CHIME__SELECTOR_FIFO);
   chime__ckpt_result_t res;
   assert_int_equal(
       chime__checkpoint_write(&a, 1, dir, 1, &res, err, sizeof(err)),
@@ -1082,7 +1082,7 @@ static void test_names_past_16_digits(void **state) {
   (void)state;
   char dir[300], p[2200], q[2200], latest[2048], err[512] = "";
   make_dir(dir, sizeof(dir), "wide");
-  chime__table_t *a = new_table("a:u32[2], b:u8[]", 64, CHIME__SAMPLER_FIFO);
+  chime__table_t *a = new_table("a:u32[2], b:u8[]", 64, CHIME__SELECTOR_FIFO);
   chime__ckpt_result_t r0, r1, r2, r3;
   insert_n(a, 1, 1, NULL);
   write_ok(a, dir, 3, &r0);
@@ -1096,7 +1096,7 @@ static void test_names_past_16_digits(void **state) {
   assert_string_equal(base_of(r2.path), "ckpt-10000000000000001");
   assert_int_equal(chime__checkpoint_latest(dir, latest, sizeof(latest)), 0);
   assert_string_equal(latest, r2.path);
-  chime__table_t *b = new_table("a:u32[2], b:u8[]", 64, CHIME__SAMPLER_FIFO);
+  chime__table_t *b = new_table("a:u32[2], b:u8[]", 64, CHIME__SELECTOR_FIFO);
   uint64_t items = 0;
   restore_ok(b, latest, &items);
   assert_int_equal(items, 3);
@@ -1159,7 +1159,7 @@ static void restore_with_fifo(const char *ckpt, const char *file) {
   assert_int_equal(rename(p, saved), 0);
   assert_int_equal(mkfifo(p, 0600), 0);
   restore_job_t j = {.path = ckpt, .rc = 1};
-  j.t = new_table("a:u32[2], b:u8[]", 64, CHIME__SAMPLER_FIFO);
+  j.t = new_table("a:u32[2], b:u8[]", 64, CHIME__SELECTOR_FIFO);
   atomic_init(&j.done, 0);
   pthread_t th;
   assert_int_equal(pthread_create(&th, NULL, restore_main, &j), 0);
@@ -1192,14 +1192,14 @@ static void test_restore_fifo_refused(void **state) {
   (void)state;
   char dir[300];
   make_dir(dir, sizeof(dir), "fifo-files");
-  chime__table_t *a = new_table("a:u32[2], b:u8[]", 64, CHIME__SAMPLER_FIFO);
+  chime__table_t *a = new_table("a:u32[2], b:u8[]", 64, CHIME__SELECTOR_FIFO);
   insert_n(a, 1, 5, NULL);
   chime__ckpt_result_t res;
   write_ok(a, dir, 1, &res);
   restore_with_fifo(res.path, "table-000.ckpt");
   restore_with_fifo(res.path, "MANIFEST");
   restore_with_fifo(res.path, "DONE");
-  chime__table_t *b = new_table("a:u32[2], b:u8[]", 64, CHIME__SAMPLER_FIFO);
+  chime__table_t *b = new_table("a:u32[2], b:u8[]", 64, CHIME__SELECTOR_FIFO);
   uint64_t items = 0;
   restore_ok(b, res.path, &items); /* the real files are back */
   assert_int_equal(items, 5);

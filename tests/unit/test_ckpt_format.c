@@ -71,7 +71,7 @@ static chime__table_t *plain_table_of(const char *name, uint32_t shard) {
   snprintf(tc.name, sizeof(tc.name), "%s", name);
   assert_int_equal(chime_spec_parse(&tc.spec, "a:u32[2], b:u8[]"), 0);
   tc.capacity = 16;
-  tc.sampler = CHIME__SAMPLER_PRIORITIZED;
+  tc.sampler = CHIME__SELECTOR_PRIORITIZED;
   tc.min_size = 1;
   tc.priority_exponent = 1.0;
   tc.seed = 7;
@@ -160,7 +160,7 @@ static void test_sequence_roundtrip(void **state) {
   char err[512] = "";
   chime__table_config_t tc;
   chime__table_t *a, *b, *c;
-  seq_table_cfg(&tc, "s", 64, 4, 2, 1, CHIME__SAMPLER_FIFO);
+  seq_table_cfg(&tc, "s", 64, 4, 2, 1, CHIME__SELECTOR_FIFO);
   assert_int_equal(chime__table_create(&a, &tc), 0);
   assert_int_equal(chime__table_create(&b, &tc), 0);
   seq_writer_t w1 = {.id = 1, .tag = 1}, w2 = {.id = 2, .tag = 2};
@@ -253,7 +253,7 @@ static void test_shard_recorded(void **state) {
   /* A sequence table's too: its windows' and steps' keys are shard 2's. */
   chime__table_config_t tc;
   chime__table_t *sa, *sb, *sc;
-  seq_table_cfg(&tc, "s", 64, 4, 2, 1, CHIME__SAMPLER_FIFO);
+  seq_table_cfg(&tc, "s", 64, 4, 2, 1, CHIME__SELECTOR_FIFO);
   tc.shard = 2;
   assert_int_equal(chime__table_create(&sa, &tc), 0);
   assert_int_equal(chime__table_create(&sb, &tc), 0);
@@ -409,7 +409,7 @@ static void test_writers_roundtrip(void **state) {
   snprintf(tc.name, sizeof(tc.name), "t");
   assert_int_equal(chime_spec_parse(&tc.spec, "a:u32[2], b:u8[]"), 0);
   tc.capacity = 16;
-  tc.sampler = CHIME__SAMPLER_FIFO;
+  tc.sampler = CHIME__SELECTOR_FIFO;
   tc.min_size = 1;
   tc.max_writers = 1;
   tc.writer_idle_ms = 0;
@@ -482,7 +482,7 @@ static void test_old_versions_load(void **state) {
         tc.initial_priority = 1.0;
       }
       tc.sampler =
-          (flags & 2) ? CHIME__SAMPLER_PRIORITIZED : CHIME__SAMPLER_FIFO;
+          (flags & 2) ? CHIME__SELECTOR_PRIORITIZED : CHIME__SELECTOR_FIFO;
       tc.min_size = 1;
       tc.priority_exponent = 1.0;
       tc.seed = 1;

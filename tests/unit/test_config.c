@@ -30,7 +30,7 @@ static void test_default(void **state) {
   assert_string_equal(cfg.tables[0].name, "demo");
   assert_int_equal(cfg.tables[0].capacity, 65536);
   assert_int_equal(cfg.tables[0].min_size, 1);
-  assert_int_equal(cfg.tables[0].sampler, CHIME__SAMPLER_FIFO);
+  assert_int_equal(cfg.tables[0].sampler, CHIME__SELECTOR_FIFO);
   assert_int_equal(chime_spec_sample_bytes(&cfg.tables[0].spec), 264);
   assert_int_equal(cfg.pin_host_memory, 0);
   assert_int_equal(cfg.max_calls_per_connection, 1024);
@@ -61,9 +61,9 @@ static void test_full(void **state) {
   assert_int_equal(cfg.max_calls_per_connection, 7);
   assert_int_equal(cfg.max_calls, 9);
   assert_int_equal(cfg.ntables, 2);
-  assert_int_equal(cfg.tables[0].sampler, CHIME__SAMPLER_UNIFORM);
+  assert_int_equal(cfg.tables[0].sampler, CHIME__SELECTOR_UNIFORM);
   assert_int_equal(cfg.tables[0].min_size, 5);
-  assert_int_equal(cfg.tables[1].sampler, CHIME__SAMPLER_FIFO);
+  assert_int_equal(cfg.tables[1].sampler, CHIME__SELECTOR_FIFO);
   assert_int_equal(cfg.tables[1].min_size, 1);
   assert_int_equal(chime_spec_sample_bytes(&cfg.tables[1].spec), 8);
 }
@@ -82,16 +82,16 @@ static void test_selectors(void **state) {
       "{\"name\":\"u\",\"spec\":\"x:u8\",\"capacity\":10,"
       "\"sampler\":\"uniform\",\"remover\":\"max_heap\"}]}";
   assert_int_equal(chime__config_parse(&cfg, json, err, sizeof(err)), 0);
-  assert_int_equal(cfg.tables[0].sampler, CHIME__SAMPLER_PRIORITIZED);
-  assert_int_equal(cfg.tables[0].remover, CHIME__SAMPLER_MIN_HEAP);
+  assert_int_equal(cfg.tables[0].sampler, CHIME__SELECTOR_PRIORITIZED);
+  assert_int_equal(cfg.tables[0].remover, CHIME__SELECTOR_MIN_HEAP);
   assert_true(cfg.tables[0].priority_exponent == 0.6);
   assert_int_equal(cfg.tables[0].max_times_sampled, 3);
-  assert_int_equal(cfg.tables[1].sampler, CHIME__SAMPLER_LIFO);
-  assert_int_equal(cfg.tables[1].remover, CHIME__SAMPLER_FIFO);
+  assert_int_equal(cfg.tables[1].sampler, CHIME__SELECTOR_LIFO);
+  assert_int_equal(cfg.tables[1].remover, CHIME__SELECTOR_FIFO);
   assert_int_equal(cfg.tables[1].max_times_sampled, 1);
-  assert_int_equal(cfg.tables[2].sampler, CHIME__SAMPLER_FIFO);
+  assert_int_equal(cfg.tables[2].sampler, CHIME__SELECTOR_FIFO);
   assert_int_equal(cfg.tables[2].max_times_sampled, 2);
-  assert_int_equal(cfg.tables[3].remover, CHIME__SAMPLER_MAX_HEAP);
+  assert_int_equal(cfg.tables[3].remover, CHIME__SELECTOR_MAX_HEAP);
   assert_int_equal(cfg.tables[3].max_times_sampled, 0);
   assert_true(cfg.tables[3].priority_exponent == 1.0);
   assert_true(cfg.tables[3].samples_per_insert == 0);
@@ -137,9 +137,10 @@ static void test_selectors(void **state) {
   /* Old configs: fifo is a queue (removed on sample), uniform keeps. */
   assert_int_equal(chime__config_default(&cfg, err, sizeof(err)), 0);
   assert_int_equal(cfg.tables[0].max_times_sampled, 1);
-  assert_int_equal(cfg.tables[0].remover, CHIME__SAMPLER_FIFO);
-  for (int s = CHIME__SAMPLER_FIFO; s <= CHIME__SAMPLER_MAX_HEAP; s++)
-    assert_int_equal(chime__sampler_parse(chime__sampler_name(s)), s);
+  assert_int_equal(cfg.tables[0].remover, CHIME__SELECTOR_FIFO);
+  for (int s = CHIME__SELECTOR_FIFO; s <= CHIME__SELECTOR_MAX_HEAP; s++)
+    assert_int_equal(chime__selector_kind_parse(chime__selector_kind_name(s)),
+                     s);
 }
 
 static void test_example_file(void **state) {

@@ -25,7 +25,7 @@
 #include "table_slot.h"
 
 static void make_cfg(chime__table_config_t *tc, uint64_t steps, uint32_t t,
-                     uint32_t stride, int pad, chime__sampler_t s) {
+                     uint32_t stride, int pad, chime__selector_kind_t s) {
   seq_table_cfg(tc, "seq", steps, t, stride, pad, s);
 }
 
@@ -76,7 +76,7 @@ static uint32_t rnd(uint64_t *x) {
 /* Three writers' episodes interleaved, many times the capacity: every
  * window sampled (uniform) holds one episode's consecutive steps, and an
  * episode id always names the same episode. */
-static void check_interleaved(int pad, chime__sampler_t sampler) {
+static void check_interleaved(int pad, chime__selector_kind_t sampler) {
   chime__table_config_t tc;
   chime__table_t *t;
   make_cfg(&tc, 256, 8, 4, pad, sampler);
@@ -118,12 +118,12 @@ static void check_interleaved(int pad, chime__sampler_t sampler) {
 
 static void test_interleaved_uniform(void **state) {
   (void)state;
-  check_interleaved(0, CHIME__SAMPLER_UNIFORM);
+  check_interleaved(0, CHIME__SELECTOR_UNIFORM);
 }
 
 static void test_interleaved_padded_prioritized(void **state) {
   (void)state;
-  check_interleaved(1, CHIME__SAMPLER_PRIORITIZED);
+  check_interleaved(1, CHIME__SELECTOR_PRIORITIZED);
 }
 
 /* Whatever the overlap (stride 1 makes T windows cover each step), step
@@ -133,7 +133,7 @@ static void test_storage_is_steps(void **state) {
   (void)state;
   chime__table_config_t tc;
   chime__table_t *t;
-  make_cfg(&tc, 1000, 80, 1, 0, CHIME__SAMPLER_UNIFORM);
+  make_cfg(&tc, 1000, 80, 1, 0, CHIME__SELECTOR_UNIFORM);
   assert_int_equal(chime__table_create(&t, &tc), 0);
   seq_writer_t w = {7, 0, 1, 0};
   for (int i = 0; i < 15; i++)
@@ -177,7 +177,7 @@ static void test_pad_and_mask(void **state) {
   (void)state;
   chime__table_config_t tc;
   chime__table_t *t;
-  make_cfg(&tc, 256, 4, 2, 1, CHIME__SAMPLER_FIFO);
+  make_cfg(&tc, 256, 4, 2, 1, CHIME__SELECTOR_FIFO);
   tc.max_times_sampled = 1;
   assert_int_equal(chime__table_create(&t, &tc), 0);
   const chime_spec_t *sp = chime__table_item_spec(t);
@@ -225,7 +225,7 @@ static void test_drop(void **state) {
   (void)state;
   chime__table_config_t tc;
   chime__table_t *t;
-  make_cfg(&tc, 256, 4, 2, 0, CHIME__SAMPLER_FIFO);
+  make_cfg(&tc, 256, 4, 2, 0, CHIME__SELECTOR_FIFO);
   tc.max_times_sampled = 1;
   assert_int_equal(chime__table_create(&t, &tc), 0);
   assert_int_equal(chime__table_item_spec(t)->nleaves, 2); /* no mask */
@@ -252,7 +252,7 @@ static void test_priorities_and_mts(void **state) {
   (void)state;
   chime__table_config_t tc;
   chime__table_t *t;
-  make_cfg(&tc, 256, 4, 4, 0, CHIME__SAMPLER_MAX_HEAP);
+  make_cfg(&tc, 256, 4, 4, 0, CHIME__SELECTOR_MAX_HEAP);
   tc.initial_priority_max = 1;
   tc.max_times_sampled = 2;
   assert_int_equal(chime__table_create(&t, &tc), 0);
@@ -295,7 +295,7 @@ static void test_resend_and_writer(void **state) {
   (void)state;
   chime__table_config_t tc;
   chime__table_t *t;
-  make_cfg(&tc, 256, 4, 4, 1, CHIME__SAMPLER_UNIFORM);
+  make_cfg(&tc, 256, 4, 4, 1, CHIME__SELECTOR_UNIFORM);
   assert_int_equal(chime__table_create(&t, &tc), 0);
   uint8_t buf[8 * SEQ_STEP];
   for (uint32_t i = 0; i < 8; i++)
@@ -327,7 +327,7 @@ static void test_abandoned_episode(void **state) {
   (void)state;
   chime__table_config_t tc;
   chime__table_t *t;
-  make_cfg(&tc, 128, 8, 8, 1, CHIME__SAMPLER_FIFO);
+  make_cfg(&tc, 128, 8, 8, 1, CHIME__SELECTOR_FIFO);
   tc.max_times_sampled = 1;
   assert_int_equal(chime__table_create(&t, &tc), 0);
   slot_t s;
@@ -363,7 +363,7 @@ static void test_lanes_of_ended_episodes_go_first(void **state) {
   (void)state;
   chime__table_config_t tc;
   chime__table_t *t;
-  make_cfg(&tc, 8192, 8, 8, 1, CHIME__SAMPLER_UNIFORM); /* a block each */
+  make_cfg(&tc, 8192, 8, 8, 1, CHIME__SELECTOR_UNIFORM); /* a block each */
   tc.max_writers = 4;
   assert_int_equal(chime__table_create(&t, &tc), 0);
   seq_writer_t a = {1, 0, 1, 0};
@@ -391,7 +391,7 @@ static void test_rate_limiter(void **state) {
   (void)state;
   chime__table_config_t tc;
   chime__table_t *t;
-  make_cfg(&tc, 256, 4, 4, 0, CHIME__SAMPLER_UNIFORM);
+  make_cfg(&tc, 256, 4, 4, 0, CHIME__SELECTOR_UNIFORM);
   tc.samples_per_insert = 1;
   tc.error_buffer = 2;
   assert_int_equal(chime__table_create(&t, &tc), 0);
@@ -463,7 +463,7 @@ static void test_copy_while_evicting(void **state) {
   (void)state;
   chime__table_config_t tc;
   churn_t c = {0};
-  make_cfg(&tc, 128, 8, 2, 1, CHIME__SAMPLER_UNIFORM);
+  make_cfg(&tc, 128, 8, 2, 1, CHIME__SELECTOR_UNIFORM);
   assert_int_equal(chime__table_create(&c.t, &tc), 0);
   slot_t s;
   slot_init(&s, c.t, 16);
@@ -495,7 +495,7 @@ static void test_give_back(void **state) {
   (void)state;
   chime__table_config_t tc;
   chime__table_t *t;
-  make_cfg(&tc, 64, 4, 4, 1, CHIME__SAMPLER_FIFO);
+  make_cfg(&tc, 64, 4, 4, 1, CHIME__SELECTOR_FIFO);
   tc.max_times_sampled = 1;
   assert_int_equal(chime__table_create(&t, &tc), 0);
   slot_t s;
@@ -548,7 +548,7 @@ static void test_short_episodes_share_blocks(void **state) {
   (void)state;
   chime__table_config_t tc;
   chime__table_t *t;
-  make_cfg(&tc, 256, 4, 2, 1, CHIME__SAMPLER_FIFO);
+  make_cfg(&tc, 256, 4, 2, 1, CHIME__SELECTOR_FIFO);
   tc.max_times_sampled = 1;
   assert_int_equal(chime__table_create(&t, &tc), 0);
   slot_t s;
@@ -599,7 +599,7 @@ static void test_max_windows(void **state) {
     chime__table_config_t tc;
     chime__table_t *t;
     make_cfg(&tc, c[i].steps, c[i].t, c[i].stride, c[i].pad,
-             CHIME__SAMPLER_UNIFORM);
+             CHIME__SELECTOR_UNIFORM);
     tc.max_times_sampled = 1;
     uint64_t most = chime__table_max_items(&tc);
     assert_true(most >= 1 && most <= c[i].steps);
@@ -646,7 +646,7 @@ static void test_keys_carry_shard(void **state) {
   chime__table_config_t tc;
   chime__table_t *t;
   uint64_t max = CHIME__KEY_MAX_COUNT;
-  make_cfg(&tc, 256, 4, 4, 1, CHIME__SAMPLER_FIFO);
+  make_cfg(&tc, 256, 4, 4, 1, CHIME__SELECTOR_FIFO);
   tc.shard = 3;
   assert_int_equal(chime__table_create(&t, &tc), 0);
   uint8_t buf[8 * SEQ_STEP];

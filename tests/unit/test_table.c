@@ -26,7 +26,7 @@
 #define SB 9
 
 static void make_cfg(chime__table_config_t *tc, uint64_t cap,
-                     chime__sampler_t s, uint64_t min_size) {
+                     chime__selector_kind_t s, uint64_t min_size) {
   memset(tc, 0, sizeof(*tc));
   snprintf(tc->name, sizeof(tc->name), "t");
   assert_int_equal(chime_spec_parse(&tc->spec, "a:u32[2], b:u8[]"), 0);
@@ -56,7 +56,7 @@ static void check_sample(const slot_t *s, uint32_t j, uint64_t key) {
 
 /* A table made from make_cfg's spec. */
 static chime__table_t *new_table(chime__table_config_t *tc, uint64_t cap,
-                                 chime__sampler_t s, uint64_t min_size) {
+                                 chime__selector_kind_t s, uint64_t min_size) {
   chime__table_t *t;
   make_cfg(tc, cap, s, min_size);
   assert_int_equal(chime__table_create(&t, tc), 0);
@@ -94,7 +94,7 @@ static void test_fifo_order_and_wrap(void **state) {
   slot_t s;
   chime__table_stats_t st;
   (void)state;
-  t = new_table(&tc, 5, CHIME__SAMPLER_FIFO, 1);
+  t = new_table(&tc, 5, CHIME__SELECTOR_FIFO, 1);
   slot_init(&s, t, 2);
   assert_int_equal(insert_keys(t, 1, 3), 1);
   sample_keys(t, &s, 1, 2);
@@ -119,7 +119,7 @@ static void test_uniform_evicts_oldest(void **state) {
   slot_t s;
   int seen[11] = {0};
   (void)state;
-  t = new_table(&tc, 4, CHIME__SAMPLER_UNIFORM, 1);
+  t = new_table(&tc, 4, CHIME__SELECTOR_UNIFORM, 1);
   slot_init(&s, t, 8);
   insert_keys(t, 1, 10);
   for (int round = 0; round < 50; round++) {
@@ -175,7 +175,7 @@ static void test_fifo_full_waits_for_sampler(void **state) {
   ins_t a;
   pthread_t th;
   (void)state;
-  t = new_table(&tc, 4, CHIME__SAMPLER_FIFO, 1);
+  t = new_table(&tc, 4, CHIME__SELECTOR_FIFO, 1);
   slot_init(&s, t, 2);
   insert_keys(t, 1, 4);
   start_insert(&a, &th, t, 5, 3);
@@ -198,7 +198,7 @@ static void test_blocked_insert_aborts(void **state) {
   ins_t a;
   pthread_t th;
   (void)state;
-  t = new_table(&tc, 2, CHIME__SAMPLER_FIFO, 1);
+  t = new_table(&tc, 2, CHIME__SELECTOR_FIFO, 1);
   insert_keys(t, 1, 2);
   start_insert(&a, &th, t, 3, 1);
   stop_and_join(t, &a.abort, th);
@@ -223,7 +223,7 @@ static void test_fifo_insert_all_or_nothing(void **state) {
   chime__table_stats_t st;
   atomic_int stop;
   (void)state;
-  t = new_table(&tc, 5, CHIME__SAMPLER_FIFO, 1);
+  t = new_table(&tc, 5, CHIME__SELECTOR_FIFO, 1);
   assert_int_equal(insert_keys(t, 1, 3), 1);
 
   /* Two places free, four asked, stopping: nothing goes in. */
@@ -265,7 +265,7 @@ static void test_sample_waits_for_min_size(void **state) {
   slot_sampler_t a;
   pthread_t th;
   (void)state;
-  t = new_table(&tc, 8, CHIME__SAMPLER_UNIFORM, 3);
+  t = new_table(&tc, 8, CHIME__SELECTOR_UNIFORM, 3);
   slot_init(&s, t, 4);
   insert_keys(t, 1, 2);
   slot_sampler_start(&a, &th, t, &s, 1);
@@ -300,7 +300,7 @@ static void test_fifo_batch_taken_whole(void **state) {
   slot_sampler_t a;
   pthread_t th;
   (void)state;
-  t = new_table(&tc, 8, CHIME__SAMPLER_FIFO, 1);
+  t = new_table(&tc, 8, CHIME__SELECTOR_FIFO, 1);
   slot_init(&s, t, 4);
   insert_keys(t, 1, 3);
   slot_sampler_start(&a, &th, t, &s, 1);
@@ -336,7 +336,7 @@ static uint64_t table_size(chime__table_t *t) {
 static void test_resent_request_acked_not_inserted(void **state) {
   (void)state;
   chime__table_config_t tc;
-  chime__table_t *t = new_table(&tc, 1000, CHIME__SAMPLER_UNIFORM, 0);
+  chime__table_t *t = new_table(&tc, 1000, CHIME__SELECTOR_UNIFORM, 0);
   chime__dedupe_req_t dq;
   uint64_t k[4], again;
   const uint64_t w = 0x1234567890abcdefu;
@@ -371,7 +371,7 @@ static void test_resent_request_acked_not_inserted(void **state) {
 static void test_resend_older_than_window_refused(void **state) {
   (void)state;
   chime__table_config_t tc;
-  chime__table_t *t = new_table(&tc, 1000, CHIME__SAMPLER_UNIFORM, 0);
+  chime__table_t *t = new_table(&tc, 1000, CHIME__SELECTOR_UNIFORM, 0);
   chime__dedupe_req_t dq;
   uint64_t k, first = 0;
   const uint64_t w = 77;
@@ -400,7 +400,7 @@ static void test_forgotten_writer_refused(void **state) {
   (void)state;
   chime__table_config_t tc;
   chime__table_t *t =
-      new_table(&tc, CHIME__INSERT_WRITERS + 8, CHIME__SAMPLER_UNIFORM, 0);
+      new_table(&tc, CHIME__INSERT_WRITERS + 8, CHIME__SELECTOR_UNIFORM, 0);
   chime__dedupe_req_t dq;
   uint64_t k;
   assert_int_equal(insert_from(t, 1, 1, 1, &k, &dq), 0);
@@ -425,7 +425,7 @@ static void test_forgotten_writer_refused(void **state) {
 static void test_resend_into_full_fifo_does_not_wait(void **state) {
   (void)state;
   chime__table_config_t tc;
-  chime__table_t *t = new_table(&tc, 4, CHIME__SAMPLER_FIFO, 0);
+  chime__table_t *t = new_table(&tc, 4, CHIME__SELECTOR_FIFO, 0);
   chime__dedupe_req_t dq;
   uint64_t k1, k;
   assert_int_equal(insert_from(t, 9, 1, 4, &k1, &dq), 0);
@@ -474,7 +474,8 @@ static void *churn_main(void *arg) {
   return NULL;
 }
 
-static void check_untorn(chime__sampler_t sampler, chime__sampler_t remover) {
+static void check_untorn(chime__selector_kind_t sampler,
+                         chime__selector_kind_t remover) {
   chime__table_config_t tc;
   memset(&tc, 0, sizeof(tc));
   snprintf(tc.name, sizeof(tc.name), "big");
@@ -515,8 +516,9 @@ static void check_untorn(chime__sampler_t sampler, chime__sampler_t remover) {
 
 /* A table of make_cfg's spec with the given selectors and a fixed seed. */
 static chime__table_t *sel_table(chime__table_config_t *tc, uint64_t cap,
-                                 chime__sampler_t s, chime__sampler_t r,
-                                 uint64_t mts, double exponent) {
+                                 chime__selector_kind_t s,
+                                 chime__selector_kind_t r, uint64_t mts,
+                                 double exponent) {
   chime__table_t *t;
   make_cfg(tc, cap, s, 1);
   tc->remover = r;
@@ -576,7 +578,7 @@ static void check_distribution(chime__table_t *t, uint32_t n, const double *w,
 static void test_uniform_distribution(void **state) {
   chime__table_config_t tc;
   (void)state;
-  chime__table_t *t = sel_table(&tc, 10, CHIME__SAMPLER_UNIFORM, 0, 0, 1.0);
+  chime__table_t *t = sel_table(&tc, 10, CHIME__SELECTOR_UNIFORM, 0, 0, 1.0);
   double w[10];
   for (int i = 0; i < 10; i++)
     w[i] = 1;
@@ -592,7 +594,7 @@ static void test_prioritized_distribution(void **state) {
   double exps[] = {1.0, 0.5, 2.0, 0.0};
   for (size_t e = 0; e < sizeof(exps) / sizeof(exps[0]); e++) {
     chime__table_t *t =
-        sel_table(&tc, 8, CHIME__SAMPLER_PRIORITIZED, 0, 0, exps[e]);
+        sel_table(&tc, 8, CHIME__SELECTOR_PRIORITIZED, 0, 0, exps[e]);
     insert_prio(t, 1, 8, prio);
     for (int i = 0; i < 8; i++)
       w[i] = pow(prio[i], exps[e]);
@@ -625,7 +627,7 @@ static void test_mass(void **state) {
   chime__table_config_t tc;
   (void)state;
   double prio[8] = {1, 2, 3, 4, 5, 0, 7, 0.5}, e = 0.6, want = 0;
-  chime__table_t *t = sel_table(&tc, 16, CHIME__SAMPLER_PRIORITIZED, 0, 0, e);
+  chime__table_t *t = sel_table(&tc, 16, CHIME__SELECTOR_PRIORITIZED, 0, 0, e);
   assert_true(mass_of(t) == 0);
   insert_prio(t, 1, 8, prio);
   for (int i = 0; i < 8; i++)
@@ -649,13 +651,13 @@ static void test_mass(void **state) {
   chime__table_destroy(t);
 
   /* Every priority 0: 0, though such a table draws uniformly. */
-  t = sel_table(&tc, 16, CHIME__SAMPLER_PRIORITIZED, 0, 0, 1.0);
+  t = sel_table(&tc, 16, CHIME__SELECTOR_PRIORITIZED, 0, 0, 1.0);
   insert_prio(t, 1, 3, (double[]){0, 0, 0});
   assert_true(mass_of(t) == 0);
   chime__table_destroy(t);
 
   /* Items sampled out leave the sum. */
-  t = sel_table(&tc, 16, CHIME__SAMPLER_PRIORITIZED, 0, 1, 2.0);
+  t = sel_table(&tc, 16, CHIME__SELECTOR_PRIORITIZED, 0, 1, 2.0);
   insert_prio(t, 1, 1, (double[]){3});
   assert_rel(mass_of(t), 9);
   slot_init(&s, t, 1);
@@ -665,12 +667,12 @@ static void test_mass(void **state) {
   chime__table_destroy(t);
 
   /* Not prioritized: the size, whatever the priorities. */
-  chime__sampler_t others[][2] = {
-      {CHIME__SAMPLER_UNIFORM, CHIME__SAMPLER_PRIORITIZED},
-      {CHIME__SAMPLER_UNIFORM, 0},
-      {CHIME__SAMPLER_FIFO, 0},
-      {CHIME__SAMPLER_LIFO, 0},
-      {CHIME__SAMPLER_MAX_HEAP, 0},
+  chime__selector_kind_t others[][2] = {
+      {CHIME__SELECTOR_UNIFORM, CHIME__SELECTOR_PRIORITIZED},
+      {CHIME__SELECTOR_UNIFORM, 0},
+      {CHIME__SELECTOR_FIFO, 0},
+      {CHIME__SELECTOR_LIFO, 0},
+      {CHIME__SELECTOR_MAX_HEAP, 0},
   };
   for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++) {
     t = sel_table(&tc, 16, others[i][0], others[i][1], 0, e);
@@ -698,7 +700,7 @@ static void test_lifo_is_a_stack(void **state) {
   chime__table_config_t tc;
   chime__table_stats_t st;
   (void)state;
-  chime__table_t *t = sel_table(&tc, 8, CHIME__SAMPLER_LIFO, 0, 1, 1.0);
+  chime__table_t *t = sel_table(&tc, 8, CHIME__SELECTOR_LIFO, 0, 1, 1.0);
   insert_prio(t, 1, 5, NULL);
   sample_exact(t, 3, (uint64_t[]){5, 4, 3});
   insert_prio(t, 6, 2, NULL);
@@ -707,7 +709,7 @@ static void test_lifo_is_a_stack(void **state) {
   assert_int_equal(st.size, 0);
   chime__table_destroy(t);
   /* No limit: the newest item, again and again. */
-  t = sel_table(&tc, 8, CHIME__SAMPLER_LIFO, 0, 0, 1.0);
+  t = sel_table(&tc, 8, CHIME__SELECTOR_LIFO, 0, 0, 1.0);
   insert_prio(t, 1, 3, NULL);
   sample_exact(t, 3, (uint64_t[]){3, 3, 3});
   chime__table_destroy(t);
@@ -717,12 +719,12 @@ static void test_heaps_in_priority_order(void **state) {
   chime__table_config_t tc;
   (void)state;
   double prio[6] = {3, 1, 4, 1, 5, 9};
-  chime__table_t *t = sel_table(&tc, 8, CHIME__SAMPLER_MIN_HEAP, 0, 1, 1.0);
+  chime__table_t *t = sel_table(&tc, 8, CHIME__SELECTOR_MIN_HEAP, 0, 1, 1.0);
   insert_prio(t, 1, 6, prio);
   /* Equal priorities: the earlier insert first. */
   sample_exact(t, 6, (uint64_t[]){2, 4, 1, 3, 5, 6});
   chime__table_destroy(t);
-  t = sel_table(&tc, 8, CHIME__SAMPLER_MAX_HEAP, 0, 1, 1.0);
+  t = sel_table(&tc, 8, CHIME__SELECTOR_MAX_HEAP, 0, 1, 1.0);
   insert_prio(t, 1, 6, prio);
   sample_exact(t, 3, (uint64_t[]){6, 5, 3});
   insert_prio(t, 7, 1, (double[]){4});
@@ -736,7 +738,7 @@ static void test_max_times_sampled_exact(void **state) {
   slot_t s;
   uint32_t seen[11] = {0};
   (void)state;
-  chime__table_t *t = sel_table(&tc, 10, CHIME__SAMPLER_UNIFORM, 0, 3, 1.0);
+  chime__table_t *t = sel_table(&tc, 10, CHIME__SELECTOR_UNIFORM, 0, 3, 1.0);
   insert_prio(t, 1, 10, NULL);
   slot_init(&s, t, 1);
   for (int b = 0; b < 30; b++) {
@@ -754,7 +756,7 @@ static void test_max_times_sampled_exact(void **state) {
   free(s.mem);
   chime__table_destroy(t);
   /* A fifo queue that gives each item twice. */
-  t = sel_table(&tc, 4, CHIME__SAMPLER_FIFO, 0, 2, 1.0);
+  t = sel_table(&tc, 4, CHIME__SELECTOR_FIFO, 0, 2, 1.0);
   insert_prio(t, 1, 4, NULL);
   sample_exact(t, 4, (uint64_t[]){1, 1, 2, 2});
   chime__table_get_stats(t, &st);
@@ -796,29 +798,30 @@ static void test_evictions_follow_remover(void **state) {
   double prio[4] = {5, 1, 3, 4};
   /* min_heap: the lowest priority leaves: 2 (priority 1) for 5, then 6
    * itself (0.5, the lowest of all). */
-  chime__table_t *t =
-      sel_table(&tc, 4, CHIME__SAMPLER_UNIFORM, CHIME__SAMPLER_MIN_HEAP, 0, 1);
+  chime__table_t *t = sel_table(&tc, 4, CHIME__SELECTOR_UNIFORM,
+                                CHIME__SELECTOR_MIN_HEAP, 0, 1);
   insert_prio(t, 1, 4, prio);
   insert_prio(t, 5, 1, (double[]){2});
   insert_prio(t, 6, 1, (double[]){0.5});
   check_left(t, 4, (uint64_t[]){1, 3, 4, 5});
   chime__table_destroy(t);
   /* max_heap: the highest: 5 itself (9), then 1 (5) for 6. */
-  t = sel_table(&tc, 4, CHIME__SAMPLER_UNIFORM, CHIME__SAMPLER_MAX_HEAP, 0, 1);
+  t = sel_table(&tc, 4, CHIME__SELECTOR_UNIFORM, CHIME__SELECTOR_MAX_HEAP, 0,
+                1);
   insert_prio(t, 1, 4, prio);
   insert_prio(t, 5, 2, (double[]){9, 2});
   check_left(t, 4, (uint64_t[]){2, 3, 4, 6});
   chime__table_destroy(t);
   /* lifo: the newest, which is the sample coming in: a full table keeps
    * what it holds (the inserts are still acked, with their keys). */
-  t = sel_table(&tc, 3, CHIME__SAMPLER_UNIFORM, CHIME__SAMPLER_LIFO, 0, 1);
+  t = sel_table(&tc, 3, CHIME__SELECTOR_UNIFORM, CHIME__SELECTOR_LIFO, 0, 1);
   insert_prio(t, 1, 3, NULL);
   insert_prio(t, 4, 1, NULL);
   insert_prio(t, 5, 1, NULL);
   check_left(t, 3, (uint64_t[]){1, 2, 3});
   chime__table_destroy(t);
   /* prioritized: only an item of non-zero priority can be drawn. */
-  t = sel_table(&tc, 3, CHIME__SAMPLER_UNIFORM, CHIME__SAMPLER_PRIORITIZED, 0,
+  t = sel_table(&tc, 3, CHIME__SELECTOR_UNIFORM, CHIME__SELECTOR_PRIORITIZED, 0,
                 1);
   insert_prio(t, 1, 3, (double[]){0, 1, 0});
   insert_prio(t, 4, 1, (double[]){0});
@@ -826,7 +829,7 @@ static void test_evictions_follow_remover(void **state) {
   chime__table_destroy(t);
   /* fifo (the default): the oldest; a request over the capacity
    * evicts its own first samples. */
-  t = sel_table(&tc, 3, CHIME__SAMPLER_UNIFORM, 0, 0, 1);
+  t = sel_table(&tc, 3, CHIME__SELECTOR_UNIFORM, 0, 0, 1);
   insert_prio(t, 1, 4, NULL);
   check_left(t, 3, (uint64_t[]){2, 3, 4});
   chime__table_destroy(t);
@@ -837,7 +840,7 @@ static void test_bad_priorities_refused(void **state) {
   uint8_t buf[SB];
   uint64_t k;
   (void)state;
-  chime__table_t *t = sel_table(&tc, 4, CHIME__SAMPLER_PRIORITIZED, 0, 0, 2.0);
+  chime__table_t *t = sel_table(&tc, 4, CHIME__SELECTOR_PRIORITIZED, 0, 0, 2.0);
   fill(buf, 1, 1);
   double bad[] = {-1, NAN, INFINITY, 1e200};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
@@ -857,7 +860,7 @@ static void test_priority_sum_stays_finite(void **state) {
   uint64_t k;
   char err[256];
   (void)state;
-  chime__table_t *t = sel_table(&tc, 4, CHIME__SAMPLER_PRIORITIZED, 0, 0, 1.0);
+  chime__table_t *t = sel_table(&tc, 4, CHIME__SELECTOR_PRIORITIZED, 0, 0, 1.0);
   fill(buf, 1, 4);
   double huge[4] = {1e308, 1e308, 1e308, 1e308};
   for (int i = 0; i < 4; i++)
@@ -891,7 +894,7 @@ static void test_priority_sum_stays_finite(void **state) {
   check_distribution(t, 4, mixed, 40000);
   chime__table_destroy(t);
   /* The bound is on priority^exponent. */
-  t = sel_table(&tc, 4, CHIME__SAMPLER_PRIORITIZED, 0, 0, 2.0);
+  t = sel_table(&tc, 4, CHIME__SELECTOR_PRIORITIZED, 0, 0, 2.0);
   double sq[4] = {1e148, 2e148, 3e148, 4e149};
   assert_int_equal(chime__table_check_priorities(t, sq, 4, err, sizeof(err)),
                    CHIME_EINVAL);
@@ -905,13 +908,13 @@ static void test_priority_sum_stays_finite(void **state) {
   chime__table_destroy(t);
   /* A prioritized remover weighs the sample coming in too: never past
    * the bound either. */
-  t = sel_table(&tc, 4, CHIME__SAMPLER_UNIFORM, CHIME__SAMPLER_PRIORITIZED, 0,
+  t = sel_table(&tc, 4, CHIME__SELECTOR_UNIFORM, CHIME__SELECTOR_PRIORITIZED, 0,
                 1.0);
   assert_int_equal(chime__table_insert(t, buf, 4, huge, &k, NULL, NULL),
                    CHIME_EINVAL);
   chime__table_destroy(t);
   /* A heap orders any number: no bound there. */
-  t = sel_table(&tc, 4, CHIME__SAMPLER_MAX_HEAP, 0, 1, 1.0);
+  t = sel_table(&tc, 4, CHIME__SELECTOR_MAX_HEAP, 0, 1, 1.0);
   insert_prio(t, 1, 4, (double[]){1e308, 1, 2, 3});
   sample_exact(t, 2, (uint64_t[]){1, 4});
   chime__table_destroy(t);
@@ -919,12 +922,12 @@ static void test_priority_sum_stays_finite(void **state) {
 
 static void test_rows_never_torn(void **state) {
   (void)state;
-  check_untorn(CHIME__SAMPLER_UNIFORM, 0);
-  check_untorn(CHIME__SAMPLER_FIFO, 0);
+  check_untorn(CHIME__SELECTOR_UNIFORM, 0);
+  check_untorn(CHIME__SELECTOR_FIFO, 0);
   /* Evictions from the middle while a sampler copies the rows. */
-  check_untorn(CHIME__SAMPLER_UNIFORM, CHIME__SAMPLER_LIFO);
-  check_untorn(CHIME__SAMPLER_PRIORITIZED, CHIME__SAMPLER_UNIFORM);
-  check_untorn(CHIME__SAMPLER_MAX_HEAP, CHIME__SAMPLER_MIN_HEAP);
+  check_untorn(CHIME__SELECTOR_UNIFORM, CHIME__SELECTOR_LIFO);
+  check_untorn(CHIME__SELECTOR_PRIORITIZED, CHIME__SELECTOR_UNIFORM);
+  check_untorn(CHIME__SELECTOR_MAX_HEAP, CHIME__SELECTOR_MIN_HEAP);
 }
 
 static uint64_t rng_u64(uint64_t *s) {
@@ -961,8 +964,8 @@ static void sample_batch(chime__table_t *t, slot_t *s, int pinned) {
  * shm and stream mode, after priority updates and deletes too. */
 static void test_batch_drawn_ahead_same_draws(void **state) {
   (void)state;
-  chime__sampler_t kinds[2] = {CHIME__SAMPLER_UNIFORM,
-                               CHIME__SAMPLER_PRIORITIZED};
+  chime__selector_kind_t kinds[2] = {CHIME__SELECTOR_UNIFORM,
+                                     CHIME__SELECTOR_PRIORITIZED};
   uint32_t sizes[] = {1, 7, 8, 9, 63, 64, 65, 72, 73, 128, 200, 300};
   for (int kind = 0; kind < 2; kind++) {
     chime__table_config_t tc;
@@ -1030,7 +1033,7 @@ static void test_keys_carry_shard(void **state) {
   uint8_t buf[8 * SB];
   uint64_t k;
   (void)state;
-  make_cfg(&tc, 16, CHIME__SAMPLER_FIFO, 1);
+  make_cfg(&tc, 16, CHIME__SELECTOR_FIFO, 1);
   tc.shard = 5;
   assert_int_equal(chime__table_create(&t, &tc), 0);
   slot_init(&s, t, 5);
@@ -1065,7 +1068,7 @@ static void test_keys_run_out(void **state) {
     chime__table_stats_t st;
     uint8_t buf[8 * SB];
     uint64_t k = 0, max = CHIME__KEY_MAX_COUNT;
-    make_cfg(&tc, 8, CHIME__SAMPLER_UNIFORM, 1);
+    make_cfg(&tc, 8, CHIME__SELECTOR_UNIFORM, 1);
     tc.shard = shards[i];
     assert_int_equal(chime__table_create(&t, &tc), 0);
     /* Where a restored checkpoint would leave it. */

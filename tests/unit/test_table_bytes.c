@@ -40,8 +40,8 @@ static int setup(void **state) {
     return -1;
   fx_t *f = *state;
   f->tc.capacity = CAP;
-  f->tc.sampler = CHIME__SAMPLER_UNIFORM;
-  f->tc.remover = CHIME__SAMPLER_FIFO;
+  f->tc.sampler = CHIME__SELECTOR_UNIFORM;
+  f->tc.remover = CHIME__SELECTOR_FIFO;
   f->tc.min_size = 1;
   f->tc.seed = 11;
   f->tc.compress[1] = 3;
@@ -179,7 +179,7 @@ static void test_reopen_identical(void **state) {
   for (uint32_t k = 101; k <= 400; k += 15)
     put(t, k, 15);
   chime__table_destroy(t);
-  f->tc.sampler = CHIME__SAMPLER_FIFO; /* in insert order, all of them */
+  f->tc.sampler = CHIME__SELECTOR_FIFO; /* in insert order, all of them */
   t = open_table(&f->tc);
   slot_t s4;
   sample_into(t, &s4, CAP);
@@ -269,7 +269,7 @@ static void test_full_disk(void **state) {
   chime__table_get_stats(t, &st);
   assert_int_equal(st.size, k - 9); /* the request that failed: none */
   slot_t s;
-  f->tc.sampler = CHIME__SAMPLER_FIFO;
+  f->tc.sampler = CHIME__SELECTOR_FIFO;
   chime__table_destroy(t);
   t = open_table(&f->tc);
   sample_into(t, &s, (uint32_t)st.size); /* each whole, in order */

@@ -35,8 +35,8 @@ static int setup(void **state) {
     return -1;
   fx_t *f = *state;
   f->tc.capacity = 64;
-  f->tc.sampler = CHIME__SAMPLER_PRIORITIZED;
-  f->tc.remover = CHIME__SAMPLER_FIFO;
+  f->tc.sampler = CHIME__SELECTOR_PRIORITIZED;
+  f->tc.remover = CHIME__SELECTOR_FIFO;
   f->tc.priority_exponent = 1.0;
   f->tc.min_size = 1;
   f->tc.seed = 7;
@@ -107,7 +107,7 @@ static void test_reopen_keeps_items(void **state) {
 
   /* As a fifo queue: the selectors are rebuilt, not stored. Insert order
    * kept, times sampled kept (88 draws before). */
-  f->tc.sampler = CHIME__SAMPLER_FIFO;
+  f->tc.sampler = CHIME__SELECTOR_FIFO;
   t = open_table(&f->tc);
   uint64_t times = 0;
   for (uint32_t c = 17; c <= 80; c += 8) {
@@ -217,7 +217,7 @@ static void test_unsupported_refused(void **state) {
   tc.sequence_length = 4;
   tc.stride = 1;
   tc.capacity_steps = 64;
-  tc.sampler = CHIME__SAMPLER_UNIFORM;
+  tc.sampler = CHIME__SELECTOR_UNIFORM;
   refused(&tc, CHIME_ENOTSUP, "sequence tables are not kept in files yet");
 }
 

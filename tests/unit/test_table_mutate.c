@@ -45,8 +45,8 @@ typedef struct {
   uint64_t clock;
 } model_t;
 
-static void model_open(model_t *m, uint64_t cap, chime__sampler_t sampler,
-                       chime__sampler_t remover, uint64_t mts,
+static void model_open(model_t *m, uint64_t cap, chime__selector_kind_t sampler,
+                       chime__selector_kind_t remover, uint64_t mts,
                        double exponent) {
   chime__table_config_t tc;
   memset(m, 0, sizeof(*m));
@@ -249,7 +249,7 @@ static void test_prioritized_after_mutate(void **state) {
     uint64_t seed = 99 + e;
     double prio[700];
     assert_non_null(m);
-    model_open(m, 1000, CHIME__SAMPLER_PRIORITIZED, 0, 0, exps[e]);
+    model_open(m, 1000, CHIME__SELECTOR_PRIORITIZED, 0, 0, exps[e]);
     random_prio(&seed, prio, 700);
     model_insert(m, 700, prio);
     check_draws(m, 0, 200192);
@@ -283,7 +283,7 @@ static void test_uniform_after_deletes(void **state) {
   model_t *m = malloc(sizeof(*m));
   uint64_t seed = 7;
   assert_non_null(m);
-  model_open(m, 800, CHIME__SAMPLER_UNIFORM, 0, 0, 1.0);
+  model_open(m, 800, CHIME__SELECTOR_UNIFORM, 0, 0, 1.0);
   model_insert(m, 600, NULL);
   random_mutate(m, &seed, 100, 250);
   check_draws(m, 1, 150016);
@@ -340,8 +340,9 @@ static void test_heaps_after_mutate(void **state) {
     uint64_t seed = 11 + (uint64_t)max, want[MAXKEYS];
     double prio[120];
     assert_non_null(m);
-    model_open(m, 200, max ? CHIME__SAMPLER_MAX_HEAP : CHIME__SAMPLER_MIN_HEAP,
-               0, 1, 1.0);
+    model_open(m, 200,
+               max ? CHIME__SELECTOR_MAX_HEAP : CHIME__SELECTOR_MIN_HEAP, 0, 1,
+               1.0);
     /* Few distinct priorities: many ties, which updates reorder. */
     for (int i = 0; i < 120; i++)
       prio[i] = (double)(rng_next(&seed) % 8);
@@ -372,7 +373,7 @@ static void test_heaps_after_mutate(void **state) {
   model_t *m = malloc(sizeof(*m));
   slot_t s;
   assert_non_null(m);
-  model_open(m, 8, CHIME__SAMPLER_MAX_HEAP, 0, 0, 1.0);
+  model_open(m, 8, CHIME__SELECTOR_MAX_HEAP, 0, 0, 1.0);
   model_insert(m, 4, (double[]){1, 5, 3, 5});
   slot_init(&s, m->t, 3);
   slot_sample(&s, m);
@@ -399,7 +400,7 @@ static void test_fifo_lifo_after_deletes(void **state) {
   for (int lifo = 0; lifo <= 1; lifo++) {
     model_t *m = malloc(sizeof(*m));
     assert_non_null(m);
-    model_open(m, 64, lifo ? CHIME__SAMPLER_LIFO : CHIME__SAMPLER_FIFO, 0, 1,
+    model_open(m, 64, lifo ? CHIME__SELECTOR_LIFO : CHIME__SELECTOR_FIFO, 0, 1,
                1.0);
     model_insert(m, 20, NULL);
     model_mutate(m, (uint64_t[]){3, 20, 7}, (double[]){9, 0.5, 2}, 3,
@@ -445,7 +446,7 @@ static void test_removers_after_mutate(void **state) {
   assert_non_null(m);
   /* min_heap: 2 becomes the lowest, then 4 (a tie with 1 that its update
    * puts after 1); 3 deleted makes room for one. */
-  model_open(m, 4, CHIME__SAMPLER_UNIFORM, CHIME__SAMPLER_MIN_HEAP, 0, 1);
+  model_open(m, 4, CHIME__SELECTOR_UNIFORM, CHIME__SELECTOR_MIN_HEAP, 0, 1);
   model_insert(m, 4, (double[]){1, 5, 3, 4});
   model_mutate(m, (uint64_t[]){2, 4}, (double[]){0.5, 1}, 2, (uint64_t[]){3},
                1);
@@ -454,7 +455,7 @@ static void test_removers_after_mutate(void **state) {
   check_live(m);
   chime__table_destroy(m->t);
   /* max_heap: the highest after the update. */
-  model_open(m, 4, CHIME__SAMPLER_UNIFORM, CHIME__SAMPLER_MAX_HEAP, 0, 1);
+  model_open(m, 4, CHIME__SELECTOR_UNIFORM, CHIME__SELECTOR_MAX_HEAP, 0, 1);
   model_insert(m, 4, (double[]){9, 1, 2, 3});
   model_mutate(m, (uint64_t[]){1, 3}, (double[]){0, 7}, 2, NULL, 0);
   model_insert(m, 2, (double[]){0, 0}); /* evicts 3, then 4 */
@@ -462,7 +463,7 @@ static void test_removers_after_mutate(void **state) {
   check_live(m);
   chime__table_destroy(m->t);
   /* prioritized: only the one item left with a weight can leave. */
-  model_open(m, 4, CHIME__SAMPLER_UNIFORM, CHIME__SAMPLER_PRIORITIZED, 0, 1);
+  model_open(m, 4, CHIME__SELECTOR_UNIFORM, CHIME__SELECTOR_PRIORITIZED, 0, 1);
   model_insert(m, 4, (double[]){1, 1, 1, 1});
   model_mutate(m, (uint64_t[]){1, 2, 4}, (double[]){0, 0, 0}, 3, NULL, 0);
   model_insert(m, 1, (double[]){0}); /* evicts 3 */
@@ -470,7 +471,7 @@ static void test_removers_after_mutate(void **state) {
   check_live(m);
   chime__table_destroy(m->t);
   /* fifo: the oldest left after the deletes. */
-  model_open(m, 4, CHIME__SAMPLER_UNIFORM, CHIME__SAMPLER_FIFO, 0, 1);
+  model_open(m, 4, CHIME__SELECTOR_UNIFORM, CHIME__SELECTOR_FIFO, 0, 1);
   model_insert(m, 4, NULL);
   model_mutate(m, NULL, NULL, 0, (uint64_t[]){1, 3}, 2);
   model_insert(m, 3, NULL); /* evicts 2 */
@@ -478,7 +479,7 @@ static void test_removers_after_mutate(void **state) {
   check_live(m);
   chime__table_destroy(m->t);
   /* lifo: the newest left after the deletes. */
-  model_open(m, 4, CHIME__SAMPLER_UNIFORM, CHIME__SAMPLER_LIFO, 0, 1);
+  model_open(m, 4, CHIME__SELECTOR_UNIFORM, CHIME__SELECTOR_LIFO, 0, 1);
   model_insert(m, 4, NULL);
   model_mutate(m, NULL, NULL, 0, (uint64_t[]){4}, 1);
   /* 5 fills the place 4 left; 6 finds the table full and, the newest of
@@ -499,7 +500,7 @@ static void test_refused_changes_nothing(void **state) {
   chime__table_mutated_t r;
   uint64_t want[MAXKEYS];
   assert_non_null(m);
-  model_open(m, 8, CHIME__SAMPLER_MIN_HEAP, 0, 1, 2.0);
+  model_open(m, 8, CHIME__SELECTOR_MIN_HEAP, 0, 1, 2.0);
   model_insert(m, 4, (double[]){4, 3, 2, 1});
   const double bad[] = {NAN, INFINITY, -1};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -511,7 +512,7 @@ static void test_refused_changes_nothing(void **state) {
   drain_exact(m, heap_order(m, 0, want), want);
   chime__table_destroy(m->t);
   /* prioritized, exponent 2: 1e200^2 is infinite. */
-  model_open(m, 8, CHIME__SAMPLER_PRIORITIZED, 0, 0, 2.0);
+  model_open(m, 8, CHIME__SELECTOR_PRIORITIZED, 0, 0, 2.0);
   model_insert(m, 3, (double[]){1, 0, 0});
   assert_int_equal(chime__table_mutate(m->t, (uint64_t[]){2, 1},
                                        (double[]){1, 1e200}, 2, NULL, 0, &r),
@@ -564,7 +565,7 @@ static void *sampler_main(void *arg) {
   return NULL;
 }
 
-static void check_churn(chime__sampler_t sampler) {
+static void check_churn(chime__selector_kind_t sampler) {
   chime__table_config_t tc;
   churn_t c;
   memset(&c, 0, sizeof(c));
@@ -625,10 +626,10 @@ static void check_churn(chime__sampler_t sampler) {
 
 static void test_deletes_while_sampling(void **state) {
   (void)state;
-  check_churn(CHIME__SAMPLER_UNIFORM);
-  check_churn(CHIME__SAMPLER_PRIORITIZED);
-  check_churn(CHIME__SAMPLER_LIFO);
-  check_churn(CHIME__SAMPLER_MAX_HEAP);
+  check_churn(CHIME__SELECTOR_UNIFORM);
+  check_churn(CHIME__SELECTOR_PRIORITIZED);
+  check_churn(CHIME__SELECTOR_LIFO);
+  check_churn(CHIME__SELECTOR_MAX_HEAP);
 }
 
 /* Issue 20: a maximal MutatePriorities (1,048,576 entries) held the
@@ -678,7 +679,7 @@ static void test_large_mutation_in_slices(void **state) {
   (void)state;
   model_t *m = malloc(sizeof(*m));
   assert_non_null(m);
-  model_open(m, 64, CHIME__SAMPLER_PRIORITIZED, 0, 0, 1.0);
+  model_open(m, 64, CHIME__SELECTOR_PRIORITIZED, 0, 0, 1.0);
   model_insert(m, 50, NULL);
   size_t n = (size_t)1 << 20;
   uint64_t *keys = malloc(n * sizeof(*keys));
@@ -754,7 +755,7 @@ static void test_foreign_shard_refused(void **state) {
     assert_int_equal(chime_spec_parse(&tc.spec, "k:u64[]"), 0);
     tc.capacity = 8;
     tc.min_size = 1;
-    tc.sampler = CHIME__SAMPLER_MAX_HEAP;
+    tc.sampler = CHIME__SELECTOR_MAX_HEAP;
     tc.shard = me;
     assert_int_equal(chime__table_create(&t, &tc), 0);
     uint64_t data[4] = {1, 2, 3, 4}, first;

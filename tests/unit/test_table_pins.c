@@ -23,7 +23,7 @@
 #define COPY_MIN 4096u
 #define SB (BIG + 4u)
 
-static chime__table_t *new_table(uint64_t cap, chime__sampler_t sampler,
+static chime__table_t *new_table(uint64_t cap, chime__selector_kind_t sampler,
                                  uint64_t mts) {
   chime__table_config_t tc;
   chime__table_t *t;
@@ -114,7 +114,8 @@ static void check_batch(const slot_t *s, const uint8_t *got) {
  * size, give the bytes a copy gives. */
 static void test_spans_match_copy(void **state) {
   (void)state;
-  chime__sampler_t kinds[2] = {CHIME__SAMPLER_UNIFORM, CHIME__SAMPLER_FIFO};
+  chime__selector_kind_t kinds[2] = {CHIME__SELECTOR_UNIFORM,
+                                     CHIME__SELECTOR_FIFO};
   for (int k = 0; k < 2; k++) {
     chime__table_t *t = new_table(64, kinds[k], 0);
     slot_t s;
@@ -140,7 +141,7 @@ static void test_spans_match_copy(void **state) {
  * (spare rows) and the batch's bytes stay those of its items. */
 static void test_pinned_rows_survive_eviction(void **state) {
   (void)state;
-  chime__table_t *t = new_table(8, CHIME__SAMPLER_UNIFORM, 0);
+  chime__table_t *t = new_table(8, CHIME__SELECTOR_UNIFORM, 0);
   slot_t s;
   pinned_slot(&s, t, 8);
   insert_keys(t, 1, 8);
@@ -169,7 +170,7 @@ static void test_pinned_rows_survive_eviction(void **state) {
  * order, once; a second give-back or one after the unpin does nothing. */
 static void test_give_back_pinned_fifo(void **state) {
   (void)state;
-  chime__table_t *t = new_table(16, CHIME__SAMPLER_FIFO, 0);
+  chime__table_t *t = new_table(16, CHIME__SELECTOR_FIFO, 0);
   slot_t a, b;
   pinned_slot(&a, t, 4);
   pinned_slot(&b, t, 4);
@@ -217,7 +218,7 @@ static void test_give_back_pinned_fifo(void **state) {
  * keys, so MutatePriorities finds them, and their bytes. */
 static void test_give_back_pinned_mts(void **state) {
   (void)state;
-  chime__table_t *t = new_table(32, CHIME__SAMPLER_UNIFORM, 1);
+  chime__table_t *t = new_table(32, CHIME__SELECTOR_UNIFORM, 1);
   slot_t s;
   pinned_slot(&s, t, 8);
   insert_keys(t, 1, 8);
@@ -266,7 +267,7 @@ static void test_give_back_pinned_mts(void **state) {
  * the batch's last draw of it (1): one more draw leaves it live. */
 static void test_give_back_times_before_batch(void **state) {
   (void)state;
-  chime__table_t *t = new_table(8, CHIME__SAMPLER_FIFO, 2);
+  chime__table_t *t = new_table(8, CHIME__SELECTOR_FIFO, 2);
   slot_t s, one;
   pinned_slot(&s, t, 2);
   pinned_slot(&one, t, 1);

@@ -28,12 +28,12 @@ static chime__table_t *preset(int stack) {
   tc.min_size = 1;
   tc.seed = 1;
   if (stack) {
-    tc.sampler = CHIME__SAMPLER_LIFO;
+    tc.sampler = CHIME__SELECTOR_LIFO;
     tc.max_times_sampled = 1;
     tc.samples_per_insert = 1;
     tc.error_buffer = SIZE - 1;
   } else {
-    tc.sampler = CHIME__SAMPLER_FIFO;
+    tc.sampler = CHIME__SELECTOR_FIFO;
   }
   assert_int_equal(chime__table_create(&t, &tc), 0);
   return t;

@@ -29,7 +29,7 @@
 #define SPEC "tokens:i32[<=64], lp:f32[<=64 ~tokens], r:f32[]"
 
 static chime__table_t *new_table(const char *spec, uint64_t cap,
-                                 chime__sampler_t s) {
+                                 chime__selector_kind_t s) {
   chime__table_config_t tc;
   chime__table_t *t;
   memset(&tc, 0, sizeof(tc));
@@ -104,7 +104,7 @@ static void check_packed(const slot_t *s, uint32_t j, uint64_t key,
 
 static void test_store_and_sample(void **state) {
   (void)state;
-  chime__table_t *t = new_table(SPEC, 16, CHIME__SAMPLER_FIFO);
+  chime__table_t *t = new_table(SPEC, 16, CHIME__SELECTOR_FIFO);
   chime__table_stats_t st;
   slot_t s;
   uint32_t len[5] = {0, 3, 64, 1, 10};
@@ -143,7 +143,7 @@ static void test_stale_sample_skipped(void **state) {
   snprintf(tc.name, sizeof(tc.name), "rag");
   assert_int_equal(chime_spec_parse(&tc.spec, SPEC), 0);
   tc.capacity = 16;
-  tc.sampler = CHIME__SAMPLER_FIFO;
+  tc.sampler = CHIME__SELECTOR_FIFO;
   tc.min_size = 1;
   tc.seed = 7;
   tc.max_staleness = 1;
@@ -181,7 +181,7 @@ static void test_stale_sample_skipped(void **state) {
 /* Too long, unlike the shared length, too few bytes: refused whole. */
 static void test_refused_whole(void **state) {
   (void)state;
-  chime__table_t *t = new_table(SPEC, 16, CHIME__SAMPLER_UNIFORM);
+  chime__table_t *t = new_table(SPEC, 16, CHIME__SELECTOR_UNIFORM);
   chime__table_stats_t st;
   uint32_t ok[2] = {2, 2};
   assert_int_equal(insert(t, ok, 2, 1), 0);
@@ -217,7 +217,7 @@ static void test_bytes_stored_vs_used(void **state) {
   (void)state;
   chime__table_t *t =
       new_table("tokens:i32[<=8192], lp:f32[<=8192 ~tokens], r:f32[]", 2048,
-                CHIME__SAMPLER_UNIFORM);
+                CHIME__SELECTOR_UNIFORM);
   uint64_t x = 88172645463325252ull, used = 0, total_len = 0;
   uint32_t *lens = calloc(2000, sizeof(*lens));
   uint8_t *buf = malloc(8192 * 8 + 4);
@@ -277,7 +277,7 @@ static void test_bytes_stored_vs_used(void **state) {
  * frees them. */
 static void test_give_back(void **state) {
   (void)state;
-  chime__table_t *t = new_table(SPEC, 16, CHIME__SAMPLER_FIFO);
+  chime__table_t *t = new_table(SPEC, 16, CHIME__SELECTOR_FIFO);
   chime__table_stats_t st;
   slot_t s, s2;
   uint32_t len[3] = {5, 0, 64};
@@ -313,7 +313,7 @@ static void test_give_back(void **state) {
  * at any chunk size, the same bytes as the slot holds. */
 static void test_spans_send_offsets(void **state) {
   (void)state;
-  chime__table_t *t = new_table(SPEC, 16, CHIME__SAMPLER_FIFO);
+  chime__table_t *t = new_table(SPEC, 16, CHIME__SELECTOR_FIFO);
   uint32_t len[4] = {7, 0, 64, 2};
   assert_int_equal(insert(t, len, 4, 1), 0);
   slot_t s;
@@ -369,7 +369,7 @@ static void test_refusals(void **state) {
   tc.capacity_steps = 64;
   tc.sequence_length = 4;
   tc.stride = 4;
-  tc.sampler = CHIME__SAMPLER_UNIFORM;
+  tc.sampler = CHIME__SELECTOR_UNIFORM;
   assert_int_equal(chime__table_create(&t, &tc), CHIME_EINVAL);
 }
 
@@ -378,7 +378,7 @@ static const uint64_t CK_VER[5] = {4, 5, 5, 6, 9};
 
 /* A fifo table of SPEC holding CK_LEN's items with CK_VER's versions. */
 static chime__table_t *ckpt_table(void) {
-  chime__table_t *t = new_table(SPEC, 16, CHIME__SAMPLER_FIFO);
+  chime__table_t *t = new_table(SPEC, 16, CHIME__SELECTOR_FIFO);
   uint64_t keys[5] = {1, 2, 3, 4, 5}, first;
   uint32_t lengths[10];
   static uint8_t buf[5 * (64 * 8 + 4)];
@@ -422,7 +422,7 @@ static void fix_crc(uint8_t *p, size_t n) {
 static void test_checkpoint_roundtrip(void **state) {
   (void)state;
   chime__table_t *a = ckpt_table(),
-                 *b = new_table(SPEC, 16, CHIME__SAMPLER_FIFO);
+                 *b = new_table(SPEC, 16, CHIME__SELECTOR_FIFO);
   uint8_t *pa, *pb;
   char err[512] = "";
   size_t na = ckpt_write(a, &pa);
@@ -479,7 +479,7 @@ static void test_checkpoint_corrupt(void **state) {
       {4, 9, 9, "do not fill"},
   };
   for (size_t c = 0; c < sizeof(bad) / sizeof(bad[0]); c++) {
-    chime__table_t *b = new_table(SPEC, 16, CHIME__SAMPLER_FIFO);
+    chime__table_t *b = new_table(SPEC, 16, CHIME__SELECTOR_FIFO);
     memcpy(q, p, n);
     size_t at = ckpt_len_at(a, bad[c].item);
     put_u32(q + at, bad[c].tok);
@@ -495,7 +495,7 @@ static void test_checkpoint_corrupt(void **state) {
     chime__table_destroy(b);
   }
   /* Version 4 knew no ragged leaves. */
-  chime__table_t *b = new_table(SPEC, 16, CHIME__SAMPLER_FIFO);
+  chime__table_t *b = new_table(SPEC, 16, CHIME__SELECTOR_FIFO);
   memcpy(q, p, n);
   put_u32(q + 8, 4);
   fix_crc(q, n);

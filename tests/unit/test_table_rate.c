@@ -34,7 +34,7 @@
 /* spec "x:u32[]": a sample is its key. */
 #define SB 4
 
-static chime__table_t *rate_table(chime__sampler_t s, uint64_t cap,
+static chime__table_t *rate_table(chime__selector_kind_t s, uint64_t cap,
                                   uint64_t min_size, double spi, double eb,
                                   uint64_t mts) {
   chime__table_config_t tc;
@@ -161,7 +161,7 @@ static void expect_insert_ends(ins_t *a, pthread_t th) {
 /* Reverb's BlocksSamplesUntilMinInsertsReached: spi 1, min_size 2. */
 static void test_samples_wait_for_min_size(void **state) {
   (void)state;
-  chime__table_t *t = rate_table(CHIME__SAMPLER_UNIFORM, 100, 2, 1.0, 1.0, 0);
+  chime__table_t *t = rate_table(CHIME__SELECTOR_UNIFORM, 100, 2, 1.0, 1.0, 0);
   slot_t s;
   slot_init(&s, t, 1);
   sample_waits(t, &s, 0); /* no item */
@@ -177,7 +177,7 @@ static void test_samples_wait_for_min_size(void **state) {
  * error_buffer 4.5: the window is [-3, 6]. */
 static void test_within_buffer_not_blocked(void **state) {
   (void)state;
-  chime__table_t *t = rate_table(CHIME__SAMPLER_UNIFORM, 100, 1, 1.5, 4.5, 0);
+  chime__table_t *t = rate_table(CHIME__SELECTOR_UNIFORM, 100, 1, 1.5, 4.5, 0);
   slot_t s;
   slot_init(&s, t, 1);
   insert1(t); /* below min_size: free; diff 1.5 */
@@ -198,7 +198,7 @@ static void test_within_buffer_not_blocked(void **state) {
  * once a sample moves the window. */
 static void test_blocks_beyond_buffer(void **state) {
   (void)state;
-  chime__table_t *t = rate_table(CHIME__SAMPLER_UNIFORM, 100, 2, 1.5, 1.5, 0);
+  chime__table_t *t = rate_table(CHIME__SELECTOR_UNIFORM, 100, 2, 1.5, 1.5, 0);
   slot_t s;
   slot_init(&s, t, 1);
   sample_waits(t, &s, 0);
@@ -221,7 +221,7 @@ static void test_blocks_beyond_buffer(void **state) {
  * [0, 2]. A batch passes the window by itself, less one sample. */
 static void test_can_sample(void **state) {
   (void)state;
-  chime__table_t *t = rate_table(CHIME__SAMPLER_UNIFORM, 100, 1, 1.0, 1.0, 0);
+  chime__table_t *t = rate_table(CHIME__SELECTOR_UNIFORM, 100, 1, 1.0, 1.0, 0);
   slot_t s, s2;
   slot_init(&s, t, 1);
   slot_init(&s2, t, 2);
@@ -230,7 +230,7 @@ static void test_can_sample(void **state) {
   sample_ok(t, &s);       /* 0 */
   sample_waits(t, &s, 1); /* -1 */
   chime__table_destroy(t);
-  t = rate_table(CHIME__SAMPLER_UNIFORM, 100, 1, 1.0, 1.0, 0);
+  t = rate_table(CHIME__SELECTOR_UNIFORM, 100, 1, 1.0, 1.0, 0);
   insert1(t);
   sample_ok(t, &s2); /* its first sample keeps 0: the batch goes, to -1 */
   sample_waits(t, &s, 1);
@@ -243,7 +243,7 @@ static void test_can_sample(void **state) {
  * [1, 5]. */
 static void test_can_insert(void **state) {
   (void)state;
-  chime__table_t *t = rate_table(CHIME__SAMPLER_UNIFORM, 100, 2, 1.5, 2.0, 0);
+  chime__table_t *t = rate_table(CHIME__SELECTOR_UNIFORM, 100, 2, 1.5, 2.0, 0);
   slot_t s;
   slot_init(&s, t, 1);
   insert1(t);                                   /* 1.5, below min_size */
@@ -262,7 +262,7 @@ static void test_can_insert(void **state) {
  * min_size 2, error_buffer 5: the window is [5, 15]. */
 static void test_deletes_unblock_inserts(void **state) {
   (void)state;
-  chime__table_t *t = rate_table(CHIME__SAMPLER_UNIFORM, 100, 2, 5.0, 5.0, 0);
+  chime__table_t *t = rate_table(CHIME__SELECTOR_UNIFORM, 100, 2, 5.0, 5.0, 0);
   slot_t s;
   slot_init(&s, t, 1);
   insert1(t); /* key 1: 5 */
@@ -289,7 +289,7 @@ static void test_deletes_unblock_inserts(void **state) {
  * insert lets them go. */
 static void test_deletes_block_samples(void **state) {
   (void)state;
-  chime__table_t *t = rate_table(CHIME__SAMPLER_UNIFORM, 100, 2, 5.0, 5.0, 0);
+  chime__table_t *t = rate_table(CHIME__SELECTOR_UNIFORM, 100, 2, 5.0, 5.0, 0);
   slot_t s;
   slot_init(&s, t, 1);
   insert1(t);
@@ -310,7 +310,7 @@ static void test_deletes_block_samples(void **state) {
  * for items. */
 static void test_sampled_out_unblocks_inserts(void **state) {
   (void)state;
-  chime__table_t *t = rate_table(CHIME__SAMPLER_UNIFORM, 100, 2, 5.0, 5.0, 1);
+  chime__table_t *t = rate_table(CHIME__SELECTOR_UNIFORM, 100, 2, 5.0, 5.0, 1);
   slot_t s;
   slot_init(&s, t, 2);
   for (int round = 0; round < 10; round++) {
@@ -388,11 +388,11 @@ static void check_no_stall(chime__table_t *t, int seq) {
 
 static void test_issue_stall_plain(void **state) {
   (void)state;
-  chime__table_t *t = rate_table(CHIME__SAMPLER_UNIFORM, 100, 2, 2.0, 2.0, 1);
+  chime__table_t *t = rate_table(CHIME__SELECTOR_UNIFORM, 100, 2, 2.0, 2.0, 1);
   check_no_stall(t, 0);
   chime__table_destroy(t);
   /* fifo is the same (max_times_sampled 1 is its own). */
-  t = rate_table(CHIME__SAMPLER_FIFO, 100, 2, 2.0, 2.0, 1);
+  t = rate_table(CHIME__SELECTOR_FIFO, 100, 2, 2.0, 2.0, 1);
   check_no_stall(t, 0);
   chime__table_destroy(t);
 }
@@ -412,7 +412,7 @@ static void test_fifo_ratio_below_times_sampled(void **state) {
   snprintf(tc.name, sizeof(tc.name), "q");
   assert_int_equal(chime_spec_parse(&tc.spec, "x:u32[]"), 0);
   tc.capacity = 4;
-  tc.sampler = CHIME__SAMPLER_FIFO;
+  tc.sampler = CHIME__SELECTOR_FIFO;
   tc.min_size = 1;
   tc.samples_per_insert = 0.5;
   tc.error_buffer = 1;
@@ -422,7 +422,7 @@ static void test_fifo_ratio_below_times_sampled(void **state) {
   tc.error_buffer = 100;
   assert_int_equal(chime__table_create(&t, &tc), CHIME_EINVAL);
   /* A remover makes room itself: nothing waits for room. */
-  tc.sampler = CHIME__SAMPLER_UNIFORM;
+  tc.sampler = CHIME__SELECTOR_UNIFORM;
   t = NULL;
   assert_int_equal(chime__table_create(&t, &tc), 0);
   chime__table_destroy(t);
@@ -434,7 +434,7 @@ static void test_fifo_ratio_below_times_sampled(void **state) {
       {4, 4, 3, 2, 3.0, 3.0}, {5, 3, 2, 2, 2.5, 2.5}, {3, 1, 1, 1, 7.0, 7.0},
   };
   for (size_t c = 0; c < sizeof(ok) / sizeof(ok[0]); c++) {
-    tc.sampler = CHIME__SAMPLER_FIFO;
+    tc.sampler = CHIME__SELECTOR_FIFO;
     tc.capacity = ok[c].cap;
     tc.min_size = ok[c].min_size;
     tc.max_times_sampled = ok[c].mts;
@@ -465,7 +465,7 @@ static void test_fifo_ratio_below_times_sampled(void **state) {
 static void test_issue_stall_sequence(void **state) {
   (void)state;
   chime__table_config_t tc;
-  seq_table_cfg(&tc, "seq", 64, 1, 1, 0, CHIME__SAMPLER_UNIFORM);
+  seq_table_cfg(&tc, "seq", 64, 1, 1, 0, CHIME__SELECTOR_UNIFORM);
   tc.min_size = 2;
   tc.samples_per_insert = 2;
   tc.error_buffer = 2;

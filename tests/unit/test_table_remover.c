@@ -21,14 +21,14 @@
 #include "chime/errors.h"
 #include "replay/table.h"
 
-static chime__table_t *rm_table(uint64_t cap, chime__sampler_t remover,
+static chime__table_t *rm_table(uint64_t cap, chime__selector_kind_t remover,
                                 double exponent, uint64_t seed) {
   chime__table_config_t tc;
   memset(&tc, 0, sizeof(tc));
   snprintf(tc.name, sizeof(tc.name), "rm");
   assert_int_equal(chime_spec_parse(&tc.spec, "x:u32[]"), 0);
   tc.capacity = cap;
-  tc.sampler = CHIME__SAMPLER_UNIFORM;
+  tc.sampler = CHIME__SELECTOR_UNIFORM;
   tc.remover = remover;
   tc.priority_exponent = exponent;
   tc.min_size = 1;
@@ -87,12 +87,12 @@ static void test_insert_deletes_when_overflowing(void **state) {
   uint64_t want[10];
   for (int i = 0; i < 10; i++)
     want[i] = 6 + (uint64_t)i;
-  chime__table_t *t = rm_table(10, CHIME__SAMPLER_FIFO, 1, 1);
+  chime__table_t *t = rm_table(10, CHIME__SELECTOR_FIFO, 1, 1);
   for (int i = 0; i < 15; i++)
     assert_int_equal(ins(t, 1, NULL), (uint64_t)i + 1);
   check_live(t, 15, want, 10);
   chime__table_destroy(t);
-  t = rm_table(10, CHIME__SAMPLER_FIFO, 1, 1);
+  t = rm_table(10, CHIME__SELECTOR_FIFO, 1, 1);
   assert_int_equal(ins(t, 15, NULL), 1);
   check_live(t, 15, want, 10);
   chime__table_destroy(t);
@@ -100,7 +100,8 @@ static void test_insert_deletes_when_overflowing(void **state) {
 
 /* Issue 20's table: capacity 3 holding priorities 5, 1, 3 (keys 1-3),
  * then a fourth sample of priority p. */
-static chime__table_t *five_one_three(chime__sampler_t remover, double p) {
+static chime__table_t *five_one_three(chime__selector_kind_t remover,
+                                      double p) {
   chime__table_t *t = rm_table(3, remover, 1, 2);
   ins(t, 3, (double[]){5, 1, 3});
   assert_int_equal(ins(t, 1, &p), 4);
@@ -111,41 +112,41 @@ static void test_exact_removers(void **state) {
   (void)state;
   chime__table_t *t;
   /* lifo: the newest of all is the sample coming in, always. */
-  t = five_one_three(CHIME__SAMPLER_LIFO, 1);
+  t = five_one_three(CHIME__SELECTOR_LIFO, 1);
   check_live(t, 4, (uint64_t[]){1, 2, 3}, 3);
   chime__table_destroy(t);
   /* fifo: the oldest. */
-  t = five_one_three(CHIME__SAMPLER_FIFO, 1);
+  t = five_one_three(CHIME__SELECTOR_FIFO, 1);
   check_live(t, 4, (uint64_t[]){2, 3, 4}, 3);
   chime__table_destroy(t);
   /* min_heap: the sample when it is the lowest; of equal priorities the
    * older item leaves (Reverb's heap: inserted or updated earliest). */
-  t = five_one_three(CHIME__SAMPLER_MIN_HEAP, 0.5);
+  t = five_one_three(CHIME__SELECTOR_MIN_HEAP, 0.5);
   check_live(t, 4, (uint64_t[]){1, 2, 3}, 3);
   chime__table_destroy(t);
-  t = five_one_three(CHIME__SAMPLER_MIN_HEAP, 2);
+  t = five_one_three(CHIME__SELECTOR_MIN_HEAP, 2);
   check_live(t, 4, (uint64_t[]){1, 3, 4}, 3);
   chime__table_destroy(t);
-  t = five_one_three(CHIME__SAMPLER_MIN_HEAP, 1);
+  t = five_one_three(CHIME__SELECTOR_MIN_HEAP, 1);
   check_live(t, 4, (uint64_t[]){1, 3, 4}, 3);
   chime__table_destroy(t);
   /* max_heap: the same from the top. */
-  t = five_one_three(CHIME__SAMPLER_MAX_HEAP, 9);
+  t = five_one_three(CHIME__SELECTOR_MAX_HEAP, 9);
   check_live(t, 4, (uint64_t[]){1, 2, 3}, 3);
   chime__table_destroy(t);
-  t = five_one_three(CHIME__SAMPLER_MAX_HEAP, 4);
+  t = five_one_three(CHIME__SELECTOR_MAX_HEAP, 4);
   check_live(t, 4, (uint64_t[]){2, 3, 4}, 3);
   chime__table_destroy(t);
-  t = five_one_three(CHIME__SAMPLER_MAX_HEAP, 5);
+  t = five_one_three(CHIME__SELECTOR_MAX_HEAP, 5);
   check_live(t, 4, (uint64_t[]){2, 3, 4}, 3);
   chime__table_destroy(t);
   /* prioritized: a sample of weight 0 in a table with weights leaves
    * never... */
-  t = five_one_three(CHIME__SAMPLER_PRIORITIZED, 0);
+  t = five_one_three(CHIME__SELECTOR_PRIORITIZED, 0);
   assert_true(is_live(t, 4));
   chime__table_destroy(t);
   /* ...and is the only one that can when the others weigh 0. */
-  t = rm_table(3, CHIME__SAMPLER_PRIORITIZED, 1, 3);
+  t = rm_table(3, CHIME__SELECTOR_PRIORITIZED, 1, 3);
   ins(t, 3, (double[]){0, 0, 0});
   ins(t, 1, (double[]){7});
   check_live(t, 4, (uint64_t[]){1, 2, 3}, 3);
@@ -158,23 +159,23 @@ static void test_exact_removers(void **state) {
 static void test_requests_one_sample_at_a_time(void **state) {
   (void)state;
   /* lifo, 5 into 3: the last two leave as they come. */
-  chime__table_t *t = rm_table(3, CHIME__SAMPLER_LIFO, 1, 4);
+  chime__table_t *t = rm_table(3, CHIME__SELECTOR_LIFO, 1, 4);
   assert_int_equal(ins(t, 5, NULL), 1);
   check_live(t, 5, (uint64_t[]){1, 2, 3}, 3);
   chime__table_destroy(t);
   /* min_heap, priorities 3 1 2 into 2: the third finds 3 and 1, and 1
    * leaves; then 0.5 is the lowest of all. */
-  t = rm_table(2, CHIME__SAMPLER_MIN_HEAP, 1, 5);
+  t = rm_table(2, CHIME__SELECTOR_MIN_HEAP, 1, 5);
   assert_int_equal(ins(t, 4, (double[]){3, 1, 2, 0.5}), 1);
   check_live(t, 4, (uint64_t[]){1, 3}, 2);
   chime__table_destroy(t);
   /* max_heap into 1: the lower of the one held and the one coming in
    * stays, so 4 6 5 keeps the first, 6 4 5 the second. */
-  t = rm_table(1, CHIME__SAMPLER_MAX_HEAP, 1, 6);
+  t = rm_table(1, CHIME__SELECTOR_MAX_HEAP, 1, 6);
   assert_int_equal(ins(t, 3, (double[]){4, 6, 5}), 1);
   check_live(t, 3, (uint64_t[]){1}, 1);
   chime__table_destroy(t);
-  t = rm_table(1, CHIME__SAMPLER_MAX_HEAP, 1, 6);
+  t = rm_table(1, CHIME__SELECTOR_MAX_HEAP, 1, 6);
   assert_int_equal(ins(t, 3, (double[]){6, 4, 5}), 1);
   check_live(t, 3, (uint64_t[]){2}, 1);
   chime__table_destroy(t);
@@ -200,7 +201,7 @@ static double chi_square(const uint64_t *count, const double *p, int k,
  * prio[0..2] (NULL: no priorities), and a fourth sample of priority
  * prio[3], n times: how often each of the four leaves. The items left
  * after a trial are the next trial's, their priorities set again. */
-static void victims(chime__sampler_t remover, double exponent,
+static void victims(chime__selector_kind_t remover, double exponent,
                     const double *prio, uint64_t n, uint64_t *count) {
   chime__table_t *t = rm_table(3, remover, exponent, 20240611);
   uint64_t live[3];
@@ -242,7 +243,7 @@ static void test_uniform_remover_distribution(void **state) {
   (void)state;
   uint64_t count[4], n = 20000;
   const double p[4] = {0.25, 0.25, 0.25, 0.25};
-  victims(CHIME__SAMPLER_UNIFORM, 1, NULL, n, count);
+  victims(CHIME__SELECTOR_UNIFORM, 1, NULL, n, count);
   double chi = chi_square(count, p, 4, n);
   print_message("uniform remover: %llu %llu %llu %llu (new), chi-square %.1f\n",
                 (unsigned long long)count[0], (unsigned long long)count[1],
@@ -266,7 +267,7 @@ static void test_prioritized_remover_distribution(void **state) {
       sum += w[i] = pow(prio[i], exps[e]);
     for (int i = 0; i < 4; i++)
       w[i] /= sum;
-    victims(CHIME__SAMPLER_PRIORITIZED, exps[e], prio, n, count);
+    victims(CHIME__SELECTOR_PRIORITIZED, exps[e], prio, n, count);
     double chi = chi_square(count, w, 4, n);
     print_message("prioritized remover, exponent %g: %llu %llu %llu %llu "
                   "(new; %.4f expected), chi-square %.1f\n",
@@ -285,7 +286,7 @@ static void test_prioritized_remover_distribution(void **state) {
  * second's turn), neither 1/16. */
 static void test_uniform_request_of_two(void **state) {
   (void)state;
-  chime__table_t *t = rm_table(3, CHIME__SAMPLER_UNIFORM, 1, 99);
+  chime__table_t *t = rm_table(3, CHIME__SELECTOR_UNIFORM, 1, 99);
   const double p[4] = {6.0 / 16, 3.0 / 16, 6.0 / 16, 1.0 / 16};
   uint64_t count[4] = {0}, n = 16000;
   ins(t, 3, NULL);

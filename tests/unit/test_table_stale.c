@@ -41,7 +41,7 @@ static chime__table_t *stable_a(uint64_t max_staleness, uint64_t seed,
   snprintf(tc.name, sizeof(tc.name), "t");
   assert_int_equal(chime_spec_parse(&tc.spec, "a:u32[2], b:u8[]"), 0);
   tc.capacity = MAXN;
-  tc.sampler = CHIME__SAMPLER_PRIORITIZED;
+  tc.sampler = CHIME__SELECTOR_PRIORITIZED;
   tc.min_size = 1;
   tc.priority_exponent = a;
   tc.max_staleness = max_staleness;
@@ -498,9 +498,9 @@ static void test_refused(void **state) {
   tc.min_size = 1;
   tc.priority_exponent = 1.0;
   tc.staleness_weight = CHIME__STALE_WEIGHT_INVERSE;
-  tc.sampler = CHIME__SAMPLER_UNIFORM;
+  tc.sampler = CHIME__SELECTOR_UNIFORM;
   assert_int_equal(chime__table_create(&t, &tc), CHIME_EINVAL);
-  tc.sampler = CHIME__SAMPLER_PRIORITIZED;
+  tc.sampler = CHIME__SELECTOR_PRIORITIZED;
   tc.capacity = 0;
   tc.capacity_steps = 64;
   tc.sequence_length = 4;

@@ -41,7 +41,7 @@ static chime__table_t *new_table(uint64_t steps, int level) {
   tc.sequence_length = T;
   tc.stride = 1;
   tc.episode_pad = 1;
-  tc.sampler = CHIME__SAMPLER_UNIFORM;
+  tc.sampler = CHIME__SELECTOR_UNIFORM;
   tc.min_size = 1;
   tc.initial_priority = 1.0;
   tc.seed = 7;

@@ -31,7 +31,8 @@
 #define SPEC "obs:u8[84,84], a:i32[]"
 #define SAMPLE (FRAME + 4)
 
-static chime__table_t *new_table(uint64_t cap, chime__sampler_t s, int level) {
+static chime__table_t *new_table(uint64_t cap, chime__selector_kind_t s,
+                                 int level) {
   chime__table_config_t tc;
   chime__table_t *t;
   memset(&tc, 0, sizeof(tc));
@@ -78,7 +79,7 @@ static void check_sample(const slot_t *s, uint32_t j, int noise) {
 
 static void test_sample_exact(void **state) {
   (void)state;
-  chime__table_t *t = new_table(64, CHIME__SAMPLER_FIFO, 3);
+  chime__table_t *t = new_table(64, CHIME__SELECTOR_FIFO, 3);
   chime__table_stats_t st;
   slot_t s;
   insert(t, 0, 32, 0);
@@ -118,7 +119,7 @@ static void test_sample_exact(void **state) {
 
 static void test_noise_kept_raw(void **state) {
   (void)state;
-  chime__table_t *t = new_table(64, CHIME__SAMPLER_UNIFORM, 19);
+  chime__table_t *t = new_table(64, CHIME__SELECTOR_UNIFORM, 19);
   chime__table_stats_t st;
   slot_t s;
   insert(t, 0, 20, 1);
@@ -137,7 +138,7 @@ static void test_noise_kept_raw(void **state) {
 /* A full table's evictions free what the evicted items held. */
 static void test_eviction_frees(void **state) {
   (void)state;
-  chime__table_t *t = new_table(4, CHIME__SAMPLER_UNIFORM, 3);
+  chime__table_t *t = new_table(4, CHIME__SELECTOR_UNIFORM, 3);
   chime__table_stats_t st;
   insert(t, 0, 10, 1);
   chime__table_get_stats(t, &st);
@@ -149,7 +150,7 @@ static void test_eviction_frees(void **state) {
 
 static void test_checkpoint(void **state) {
   (void)state;
-  chime__table_t *t = new_table(64, CHIME__SAMPLER_FIFO, 3);
+  chime__table_t *t = new_table(64, CHIME__SELECTOR_FIFO, 3);
   chime__table_stats_t a, b;
   char err[512] = "";
   insert(t, 0, 10, 0);
@@ -160,7 +161,7 @@ static void test_checkpoint(void **state) {
   /* The stored bytes as they are: the file is about as small. */
   assert_true(n < a.stored_bytes + 13 * 64 + 1024);
   /* Back into a table compressing the same leaf at another level. */
-  chime__table_t *u = new_table(64, CHIME__SAMPLER_FIFO, 9);
+  chime__table_t *u = new_table(64, CHIME__SELECTOR_FIFO, 9);
   if (ckpt_load(u, p, n, err, sizeof(err)) != 0)
     fail_msg("load: %s", err);
   chime__table_get_stats(u, &b);
@@ -175,7 +176,7 @@ static void test_checkpoint(void **state) {
   slot_fini(&s);
   chime__table_destroy(u);
   /* A table that keeps the leaf raw: refused, naming the leaf. */
-  u = new_table(64, CHIME__SAMPLER_FIFO, 0);
+  u = new_table(64, CHIME__SELECTOR_FIFO, 0);
   assert_int_equal(ckpt_load(u, p, n, err, sizeof(err)), CHIME_EINVAL);
   assert_non_null(strstr(err, "'obs'"));
   chime__table_destroy(u);
@@ -192,7 +193,7 @@ static void test_checkpoint(void **state) {
   fr[0] ^= 0xff;
   uint32_t crc = chime__crc32c(0, q, n - 4);
   memcpy(q + n - 4, &crc, 4);
-  u = new_table(64, CHIME__SAMPLER_FIFO, 3);
+  u = new_table(64, CHIME__SELECTOR_FIFO, 3);
   assert_int_equal(ckpt_load(u, q, n, err, sizeof(err)), CHIME_ECORRUPT);
   chime__table_get_stats(u, &b);
   assert_int_equal(b.size, 0);
@@ -244,7 +245,7 @@ static void test_refused(void **state) {
   memset(&tc, 0, sizeof(tc));
   snprintf(tc.name, sizeof(tc.name), "z");
   tc.capacity = 8;
-  tc.sampler = CHIME__SAMPLER_UNIFORM;
+  tc.sampler = CHIME__SELECTOR_UNIFORM;
   assert_int_equal(chime_spec_parse(&tc.spec, "t:i32[<=8], o:u8[4]"), 0);
   tc.compress[1] = 23;
   assert_int_equal(chime__table_create(&t, &tc), CHIME_EINVAL);
@@ -269,7 +270,7 @@ static chime__table_t *rag_table(int level) {
   snprintf(tc.name, sizeof(tc.name), "zr");
   assert_int_equal(chime_spec_parse(&tc.spec, RSPEC), 0);
   tc.capacity = 64;
-  tc.sampler = CHIME__SAMPLER_FIFO;
+  tc.sampler = CHIME__SELECTOR_FIFO;
   tc.min_size = 1;
   tc.compress[1] = (uint8_t)level;
   assert_int_equal(chime__table_create(&t, &tc), 0);

@@ -33,7 +33,7 @@
 /* spec "a:u32[2], b:u8[]": 9 bytes a sample */
 #define SB 9
 
-static chime__table_t *vtable(chime__sampler_t s, uint64_t cap,
+static chime__table_t *vtable(chime__selector_kind_t s, uint64_t cap,
                               uint64_t max_staleness, uint64_t mts) {
   chime__table_config_t tc;
   chime__table_t *t;
@@ -231,7 +231,7 @@ static void test_verindex_weights(void **state) {
 /* The newest version known: the max of the items' and the learners'. */
 static void test_newest(void **state) {
   (void)state;
-  chime__table_t *t = vtable(CHIME__SAMPLER_UNIFORM, 64, 0, 0);
+  chime__table_t *t = vtable(CHIME__SELECTOR_UNIFORM, 64, 0, 0);
   uint64_t v[3] = {3, 9, 4}, newest = 0;
   insert_v(t, v, 3);
   assert_int_equal(stats(t).newest_version, 9);
@@ -257,7 +257,7 @@ static void test_newest(void **state) {
 /* Every selector: items arrive out of version order; a learner's version
  * makes some stale: they leave at once (counted), the rest stay, and no
  * batch ever holds one more than max_staleness behind. */
-static void gate_selector(chime__sampler_t sel, uint64_t mts) {
+static void gate_selector(chime__selector_kind_t sel, uint64_t mts) {
   chime__table_t *t = vtable(sel, 256, 3, mts);
   /* versions 1..8, interleaved as racing writers would send them */
   uint64_t v[32];
@@ -302,25 +302,25 @@ static void gate_selector(chime__sampler_t sel, uint64_t mts) {
 
 static void test_gate_fifo(void **state) {
   (void)state;
-  gate_selector(CHIME__SAMPLER_FIFO, 0);
+  gate_selector(CHIME__SELECTOR_FIFO, 0);
 }
 static void test_gate_lifo(void **state) {
   (void)state;
-  gate_selector(CHIME__SAMPLER_LIFO, 0);
+  gate_selector(CHIME__SELECTOR_LIFO, 0);
 }
 static void test_gate_uniform(void **state) {
   (void)state;
-  gate_selector(CHIME__SAMPLER_UNIFORM, 0);
-  gate_selector(CHIME__SAMPLER_UNIFORM, 2); /* max_times_sampled too */
+  gate_selector(CHIME__SELECTOR_UNIFORM, 0);
+  gate_selector(CHIME__SELECTOR_UNIFORM, 2); /* max_times_sampled too */
 }
 static void test_gate_prioritized(void **state) {
   (void)state;
-  gate_selector(CHIME__SAMPLER_PRIORITIZED, 0);
+  gate_selector(CHIME__SELECTOR_PRIORITIZED, 0);
 }
 static void test_gate_heaps(void **state) {
   (void)state;
-  gate_selector(CHIME__SAMPLER_MIN_HEAP, 0);
-  gate_selector(CHIME__SAMPLER_MAX_HEAP, 0);
+  gate_selector(CHIME__SELECTOR_MIN_HEAP, 0);
+  gate_selector(CHIME__SELECTOR_MAX_HEAP, 0);
 }
 
 /* A sample already too far behind when it arrives takes its key and
@@ -328,7 +328,7 @@ static void test_gate_heaps(void **state) {
  * samples do. One version for the whole request (n 1) too. */
 static void test_stale_on_arrival(void **state) {
   (void)state;
-  chime__table_t *t = vtable(CHIME__SAMPLER_UNIFORM, 64, 2, 0);
+  chime__table_t *t = vtable(CHIME__SELECTOR_UNIFORM, 64, 2, 0);
   uint64_t v[3] = {10, 4, 9}, k0, newest;
   k0 = insert_v(t, v, 3);
   chime__table_stats_t st = stats(t);
@@ -363,7 +363,7 @@ static void test_stale_on_arrival(void **state) {
  * but not the items that went stale meanwhile. */
 static void test_give_back_stale(void **state) {
   (void)state;
-  chime__table_t *t = vtable(CHIME__SAMPLER_FIFO, 64, 1, 0);
+  chime__table_t *t = vtable(CHIME__SELECTOR_FIFO, 64, 1, 0);
   uint64_t v[4] = {1, 1, 2, 2};
   insert_v(t, v, 4);
   slot_t s;
@@ -429,8 +429,8 @@ static void versions_of(chime__table_t *t, uint32_t n, uint64_t *out,
 
 static void test_checkpoint(void **state) {
   (void)state;
-  chime__table_t *a = vtable(CHIME__SAMPLER_FIFO, 64, 5, 0);
-  chime__table_t *b = vtable(CHIME__SAMPLER_FIFO, 64, 5, 0);
+  chime__table_t *a = vtable(CHIME__SELECTOR_FIFO, 64, 5, 0);
+  chime__table_t *b = vtable(CHIME__SELECTOR_FIFO, 64, 5, 0);
   uint64_t v[6] = {3, 4, 4, 6, 5, 7}, got[6], newest = 0;
   uint8_t *p;
   size_t n;
@@ -446,7 +446,7 @@ static void test_checkpoint(void **state) {
   assert_int_equal(newest, 8);
   /* Into a table with a tighter gate: the items too far behind the
    * restored newest version leave at once. */
-  chime__table_t *c = vtable(CHIME__SAMPLER_FIFO, 64, 2, 0);
+  chime__table_t *c = vtable(CHIME__SELECTOR_FIFO, 64, 2, 0);
   load_into(c, p, n);
   assert_int_equal(stats(c).size, 2); /* 8 - 2 = 6: only 6 and 7 stay */
   assert_int_equal(stats(c).removed_stale, 4);
@@ -474,7 +474,7 @@ static void test_checkpoint(void **state) {
   uint32_t crc = chime__crc32c(0, old, m);
   for (int i = 0; i < 4; i++)
     old[m + i] = (uint8_t)(crc >> (8 * i));
-  chime__table_t *d = vtable(CHIME__SAMPLER_FIFO, 64, 5, 0);
+  chime__table_t *d = vtable(CHIME__SELECTOR_FIFO, 64, 5, 0);
   load_into(d, old, m + 4);
   assert_int_equal(stats(d).size, 6);
   assert_int_equal(stats(d).newest_version, 0);
@@ -513,7 +513,7 @@ static void test_checkpoint_seed(void **state) {
   snprintf(tc.name, sizeof(tc.name), "t");
   assert_int_equal(chime_spec_parse(&tc.spec, "x:u64[], y:u8[4]"), 0);
   tc.capacity = 16;
-  tc.sampler = CHIME__SAMPLER_FIFO;
+  tc.sampler = CHIME__SELECTOR_FIFO;
   tc.min_size = 1;
   tc.max_staleness = 2;
   assert_int_equal(chime__table_create(&t, &tc), 0);
@@ -541,7 +541,7 @@ static chime__table_t *seq_vtable(void) {
   tc.capacity_steps = 64;
   tc.sequence_length = 4;
   tc.stride = 1;
-  tc.sampler = CHIME__SAMPLER_UNIFORM;
+  tc.sampler = CHIME__SELECTOR_UNIFORM;
   tc.min_size = 1;
   tc.max_staleness = 2;
   tc.seed = 5;

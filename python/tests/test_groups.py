@@ -1,0 +1,105 @@
+"""Group tables from Python (issue 37, docs/replay.md "Groups" and
+"Admission filters"): w.append_group(samples) writes a group of ragged
+samples as one item, b.groups() gives a batch's group offsets beside each
+ragged leaf's per-sample offsets (shm and stream mode), the table's
+filters drop groups whose reward has no variance or whose mean is out of
+bounds, w.take_dropped() says which (so a producer can make others), and
+Stats count them; bad groups raise errors that name the problem."""
+import numpy as np
+import pytest
+
+import chime
+import conftest
+
+SPEC = "tokens:i32[<=16], reward:f32[]"
+TABLES = [
+    {"name": "g", "spec": SPEC, "capacity": 100, "sampler": "fifo",
+     "group_max": 4},
+    {"name": "f", "spec": SPEC, "capacity": 100, "sampler": "fifo",
+     "group_max": 4,
+     "filters": [{"leaf": "reward", "drop": "zero_variance"},
+                 {"leaf": "reward", "drop": "mean_outside", "min": 0,
+                  "max": 10}]},
+    {"name": "p", "spec": SPEC, "capacity": 100},
+]
+
+
+@pytest.fixture(scope="module")
+def addr(tmp_path_factory):
+    with conftest.run_chimed(tmp_path_factory.mktemp("groups"),
+                             tables=TABLES) as (proc, a):
+        yield a
+        assert proc.poll() is None, "chimed died during the tests"
+
+
+def group(g, rewards=None):
+    n = g % 4 + 1
+    return [{"tokens": np.arange(g * 100 + j * 10,
+                                 g * 100 + j * 10 + (g + j) % 17,
+                                 dtype=np.int32),
+             "reward": float(g + j) if rewards is None else rewards[j]}
+            for j in range(n)]
+
+
+def check(b, groups):
+    go = np.asarray(b.groups())
+    assert go[0] == 0 and len(go) == b.count + 1 == len(groups) + 1
+    tok, off = np.asarray(b["tokens"]), np.asarray(b.offsets("tokens"))
+    rew = np.asarray(b["reward"])
+    assert len(off) == go[-1] + 1 and len(rew) == go[-1]
+    for k, g in enumerate(groups):
+        want = group(g)
+        assert go[k + 1] - go[k] == len(want)
+        for j, s in enumerate(want):
+            i = go[k] + j
+            assert (tok[off[i]:off[i + 1]] == s["tokens"]).all()
+            assert rew[i] == s["reward"]
+
+
+@pytest.mark.parametrize("mode", ["shm", "stream"])
+def test_groups_round_trip(addr, mode):
+    with chime.Client(addr) as c:
+        with c.writer("g") as w:
+            for g in range(8):
+                w.append_group(group(g))
+        with c.stream("g", batch_size=4, slots=4, mode=mode) as s:
+            for first in (0, 4):
+                b = s.next(timeout=10)
+                check(b, range(first, first + 4))
+                b.release()
+
+
+def test_filters_drop_and_report(addr):
+    with chime.Client(addr) as c:
+        with c.writer("f") as w:
+            w.append_group(group(1))                          # kept
+            w.append_group(group(2, [3.0, 3.0, 3.0]))         # no variance
+            w.append_group(group(3, [20.0, 30.0, 40.0, 50.0]))  # mean > 10
+            w.append_group(group(5))                          # kept
+            w.flush()
+            assert w.take_dropped() == [
+                (1, 2, "zero_variance"), (2, 3, "mean_outside")]
+            assert w.take_dropped() == []
+        t = next(t for t in c.stats()["tables"] if t["name"] == "f")
+        assert t["dropped_zero_variance"] == 1
+        assert t["dropped_mean_outside"] == 1
+        assert t["inserts"] == 4 and t["size"] == 2
+        with c.stream("f", batch_size=2, slots=4) as s:
+            check(s.next(timeout=10), [1, 5])
+
+
+def test_bad_groups(addr):
+    with chime.Client(addr) as c:
+        with c.writer("g") as w:
+            with pytest.raises(ValueError, match="group of 0 samples"):
+                w.append_group([])
+            with pytest.raises(ValueError, match="group of 5 samples"):
+                w.append_group(group(3) + group(0))
+            with pytest.raises(chime.Error, match="no leaf 'reward'"):
+                w.append_group([{"tokens": np.zeros(3, np.int32)}])
+            with pytest.raises(chime.Error, match="tokens"):
+                w.append_group([{"tokens": np.zeros(17, np.int32),
+                                 "reward": 0.0}])
+        with c.writer("p") as w:
+            with pytest.raises(ValueError, match="not a group table"):
+                w.append_group(group(0))

@@ -103,3 +103,44 @@ def test_bad_groups(addr):
         with c.writer("p") as w:
             with pytest.raises(ValueError, match="not a group table"):
                 w.append_group(group(0))
+
+
+@pytest.mark.parametrize("mode", ["shm", "stream"])
+def test_groups_over_shards(tmp_path, mode):
+    """A sharded client's writer appends groups to its shard as to one
+    server, and its stream hands out whole groups from either shard."""
+    dirs = [tmp_path / f"shard{k}" for k in (1, 2)]
+    for d in dirs:
+        d.mkdir()
+    tables = [dict(TABLES[0], sampler="uniform")]
+    with conftest.run_chimed(dirs[0], tables, extra={"shard": 1}) as (_, a1), \
+            conftest.run_chimed(dirs[1], tables,
+                                extra={"shard": 2}) as (_, a2):
+        with chime.Client(f"{a1},{a2}") as c:
+            for _ in range(4):  # writers pick their shards in turn
+                with c.writer("g") as w:
+                    for g in range(8):
+                        w.append_group(group(g))
+            sizes = []
+            for a in (a1, a2):
+                with chime.Client(a) as one:
+                    sizes += [next(t for t in one.stats()["tables"]
+                                   if t["name"] == "g")["size"]]
+            assert sum(sizes) == 32 and min(sizes) > 0
+            with c.stream("g", batch_size=4, slots=4, mode=mode) as s:
+                for _ in range(6):
+                    with s.next(timeout=20) as b:
+                        go = np.asarray(b.groups())
+                        tok = np.asarray(b["tokens"])
+                        off = np.asarray(b.offsets("tokens"))
+                        for k in range(b.count):
+                            n = go[k + 1] - go[k]
+                            rows = [tok[off[i]:off[i + 1]]
+                                    for i in range(go[k], go[k + 1])]
+                            # whole: one of the groups written, every
+                            # sample of it, in order
+                            assert any(
+                                len(group(g)) == n and all(
+                                    np.array_equal(r, s["tokens"])
+                                    for r, s in zip(rows, group(g)))
+                                for g in range(8))

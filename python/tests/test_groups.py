@@ -144,3 +144,30 @@ def test_groups_over_shards(tmp_path, mode):
                                     np.array_equal(r, s["tokens"])
                                     for r, s in zip(rows, group(g)))
                                 for g in range(8))
+
+
+def test_groups_checkpointed_whole(tmp_path):
+    """A checkpoint keeps each group as one item; a restart that restores
+    it serves the same groups, whole, with their keys, and a new group
+    takes a later key."""
+    ckpt = tmp_path / "ckpt"
+    extra = {"checkpoint": {"dir": str(ckpt), "keep": 2}}
+    tables = [TABLES[0]]
+    with conftest.run_chimed(tmp_path, tables, extra=extra) as (_, addr):
+        with chime.Client(addr) as c:
+            with c.writer("g") as w:
+                for g in range(6):
+                    w.append_group(group(g))
+            path = c.checkpoint()["path"]
+    with conftest.run_chimed(tmp_path, tables, extra=extra,
+                             args=("--restore", path)) as (_, addr):
+        with chime.Client(addr) as c:
+            t = next(t for t in c.stats()["tables"] if t["name"] == "g")
+            assert t["size"] == 6
+            with c.writer("g") as w:
+                w.append_group(group(6))
+            with c.stream("g", batch_size=7, slots=2) as s:
+                b = s.next(timeout=10)
+                check(b, range(7))
+                keys = [int(k) & 0xffffffffffff for k in b.info["key"]]
+                assert keys[:6] == list(range(1, 7)) and keys[6] > 6

@@ -21,44 +21,30 @@
 #include "bench.h"
 #include "client/group.h"
 #include "measure.h"
-#include "replay/table.h"
-#include "ring/producer.h"
+#include "ragged.h"
 
 #define BOUND 8192
 #define MAX_ROUNDS 64
 #define SPEC "tokens:i32[<=8192], logprobs:f32[<=8192 ~tokens], reward:f32"
 
 typedef struct {
-  chime_ring_layout_t lay;
-  uint8_t *mem;
-  chime__ring_wslot_t ws;
+  chime__bench_slot_t s;
   chime__group_view_t *gv;
 } slot_t;
 
 static int slot_make(slot_t *s, const chime__table_t *t, uint32_t batch) {
-  const chime_spec_t *sp = chime__table_item_spec(t);
-  memset(s, 0, sizeof(*s));
-  if (chime_ring_layout(&s->lay, sp, batch, 2, NULL, 0) != 0 ||
-      (s->mem = aligned_alloc(4096, s->lay.slot_bytes)) == NULL ||
-      chime__group_view_new(&s->gv, sp, batch, 1) != 0)
-    return -1;
-  memset(s->mem, 0, s->lay.slot_bytes);
-  s->ws.base = s->mem;
-  for (uint32_t l = 0; l < sp->nleaves; l++) {
-    s->ws.leaf[l] = s->mem + s->lay.leaf_offset[l];
-    if (sp->leaves[l].ragged)
-      s->ws.offsets[l] = (int64_t *)(s->mem + s->lay.offsets_offset[l]);
-  }
-  s->ws.info = (chime_sample_info_t *)(s->mem + s->lay.info_offset);
-  return 0;
+  s->gv = NULL;
+  return chime__bench_slot_make(&s->s, t, batch) != 0 ||
+                 chime__group_view_new(&s->gv, chime__table_item_spec(t), batch,
+                                       1) != 0
+             ? -1
+             : 0;
 }
 
 static chime__table_t *make_table(uint64_t items, uint32_t gmax, int filter) {
   chime__table_config_t tc;
   chime__table_t *t = NULL;
-  memset(&tc, 0, sizeof(tc));
-  snprintf(tc.name, sizeof(tc.name), "bench");
-  if (chime_spec_parse(&tc.spec, SPEC, NULL, 0) != 0)
+  if (chime__bench_uniform_config(&tc, SPEC, items) != 0)
     return NULL;
   if (gmax > 0) {
     chime_spec_t s;
@@ -72,17 +58,7 @@ static chime__table_t *make_table(uint64_t items, uint32_t gmax, int filter) {
     tc.filters[0] =
         (chime__group_filter_t){CHIME__FILTER_ZERO_VARIANCE, 3, 0, 0};
   }
-  tc.capacity = items;
-  tc.sampler = CHIME__SAMPLER_UNIFORM;
-  tc.min_size = 1;
-  tc.seed = 12345;
   return chime__table_create(&t, &tc) == 0 ? t : NULL;
-}
-
-static uint32_t draw_len(uint64_t *seed) {
-  double u = ((double)(chime__bench_rand(seed) >> 11) + 1) * 0x1p-53;
-  double v = 500.0 / sqrt(u);
-  return v > BOUND ? BOUND : (uint32_t)v;
 }
 
 /* Inserts the groups (gmax > 0: each G samples a request; else each
@@ -134,16 +110,16 @@ static int run(chime__table_t *t, slot_t *s, uint32_t batches, double *secs,
   const chime_spec_t *sp = chime__table_item_spec(t);
   double t0 = chime__bench_cpu_s(0);
   for (uint32_t i = 0; i < batches; i++) {
-    if (chime__table_sample(t, &s->lay, &s->ws, &stop) != 0)
+    if (chime__table_sample(t, &s->s.lay, &s->s.ws, &stop) != 0)
       return -1;
-    uint32_t B = s->lay.batch_size;
+    uint32_t B = s->s.lay.batch_size;
     chime_batch_t b = {.count = B, .nleaves = sp->nleaves};
     for (uint32_t l = 0; l < sp->nleaves; l++) {
       b.leaf[l].name = sp->leaves[l].name;
-      b.leaf[l].data = s->ws.leaf[l];
-      b.leaf[l].offsets = s->ws.offsets[l];
+      b.leaf[l].data = s->s.ws.leaf[l];
+      b.leaf[l].offsets = s->s.ws.offsets[l];
       const chime_leaf_t *lf = &sp->leaves[l];
-      b.leaf[l].shape[0] = lf->ragged ? (uint64_t)s->ws.offsets[l][B] : B;
+      b.leaf[l].shape[0] = lf->ragged ? (uint64_t)s->s.ws.offsets[l][B] : B;
       if (l > 0 || s->gv == NULL) /* the samples' bytes, as the plain's */
         *used += b.leaf[l].shape[0] *
                  (lf->ragged ? chime_leaf_row_bytes(lf) : chime_leaf_bytes(lf));
@@ -158,38 +134,28 @@ static int run(chime__table_t *t, slot_t *s, uint32_t batches, double *secs,
 }
 
 int chime__bench_groups(int argc, char **argv) {
-  uint64_t items = 4096;
-  uint32_t batch = 64, gmax = 8, rounds = 9, per_round = 400;
-  int json = 0;
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--json"))
-      json = 1;
-    else if (!strcmp(argv[i], "--items") && i + 1 < argc)
-      items = strtoull(argv[++i], NULL, 10);
-    else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
-      batch = (uint32_t)strtoul(argv[++i], NULL, 10);
-    else if (!strcmp(argv[i], "--group") && i + 1 < argc)
-      gmax = (uint32_t)strtoul(argv[++i], NULL, 10);
-    else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
-      rounds = (uint32_t)strtoul(argv[++i], NULL, 10);
-    else {
-      fprintf(stderr,
-              "usage: chime-bench groups [--json] [--items N (4096 "
-              "samples)] [--batch B (64 samples)] [--group G (8)] "
-              "[--rounds R (9)]\n"
-              "  batches of B / G groups of G ragged samples vs batches of "
-              "B samples of a plain ragged table, used GB/s per CPU "
-              "second; a zero_variance filter's insert CPU\n");
-      return 2;
-    }
+  chime__bench_rag_opts_t o = {
+      .items = 4096, .batch = 64, .rounds = 9, .group = 8};
+  uint32_t per_round = 400;
+  if (chime__bench_rag_opts(argc, argv, &o, 1) != 0) {
+    fprintf(stderr,
+            "usage: chime-bench groups [--json] [--items N (4096 samples)] "
+            "[--batch B (64 samples)] [--group G (8)] [--rounds R (9)]\n"
+            "  batches of B / G groups of G ragged samples vs batches of B "
+            "samples of a plain ragged table, used GB/s per CPU second; a "
+            "zero_variance filter's insert CPU\n");
+    return 2;
   }
+  uint64_t items = o.items;
+  uint32_t batch = o.batch, gmax = o.group, rounds = o.rounds;
+  int json = o.json;
   if (gmax == 0 || gmax > CHIME_GROUP_MAX || batch % gmax != 0 ||
       items % gmax != 0 || batch > items || rounds == 0 || rounds > MAX_ROUNDS)
     return 2;
   uint32_t *len = malloc(items * sizeof(*len));
   uint64_t seed = 88172645463325252ull;
   for (uint64_t j = 0; len != NULL && j < items; j++)
-    len[j] = draw_len(&seed);
+    len[j] = chime__bench_rollout_len(&seed);
   chime__table_t *pt = make_table(items, 0, 0);
   chime__table_t *gt = make_table(items / gmax, gmax, 0);
   slot_t ps, gs;
@@ -216,25 +182,29 @@ int chime__bench_groups(int argc, char **argv) {
     gg[r] = (double)ug / sg / 1e9;
     ratio[r] = gg[r] / pg[r];
   }
+  double gmed[3] = {chime__bench_median(ratio, (int)rounds),
+                    chime__bench_median(pg, (int)rounds),
+                    chime__bench_median(gg, (int)rounds)};
+  double rmed = gmed[0], pgm = gmed[1], ggm = gmed[2];
   /* A filter's insert CPU: the group table filled again, with and without
-   * a zero_variance filter, in turns. */
+   * a zero_variance filter, in turns, 8 times a round (the later fills
+   * evicting the earlier's groups, alike on both). */
   double fr[MAX_ROUNDS];
   for (uint32_t r = 0; r < rounds; r++) {
     double a = 0, b = 0;
     chime__table_t *x = make_table(items / gmax, gmax, 0);
     chime__table_t *y = make_table(items / gmax, gmax, 1);
-    if (x == NULL || y == NULL ||
-        (r % 2 == 0
-             ? fill(x, len, items, gmax, &a) || fill(y, len, items, gmax, &b)
-             : fill(y, len, items, gmax, &b) || fill(x, len, items, gmax, &a)))
-      return 1;
+    for (int rep = 0; rep < 8; rep++)
+      if (x == NULL || y == NULL ||
+          ((r + (uint32_t)rep) % 2 == 0
+               ? fill(x, len, items, gmax, &a) || fill(y, len, items, gmax, &b)
+               : fill(y, len, items, gmax, &b) ||
+                     fill(x, len, items, gmax, &a)))
+        return 1;
     fr[r] = b / a;
     chime__table_destroy(x);
     chime__table_destroy(y);
   }
-  double rmed = chime__bench_median(ratio, (int)rounds);
-  double pgm = chime__bench_median(pg, (int)rounds);
-  double ggm = chime__bench_median(gg, (int)rounds);
   double fmed = chime__bench_median(fr, (int)rounds);
   if (json)
     printf("{\"bench\":\"groups\",\"items\":%" PRIu64 ",\"batch\":%u,"
@@ -252,8 +222,8 @@ int chime__bench_groups(int argc, char **argv) {
            fmed);
   chime__group_view_free(ps.gv);
   chime__group_view_free(gs.gv);
-  free(ps.mem);
-  free(gs.mem);
+  free(ps.s.mem);
+  free(gs.s.mem);
   free(len);
   chime__table_destroy(pt);
   chime__table_destroy(gt);

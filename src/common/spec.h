@@ -50,6 +50,10 @@ int chime__spec_framed_steps(chime_spec_t *out, const chime_spec_t *in,
                              const uint8_t framed[CHIME_MAX_LEAVES],
                              uint32_t steps);
 
+/* A group of n samples against group_max gmax (its index: group): 0, or
+ * CHIME_EINVAL with a sentence in err (empty, or past gmax). */
+int chime__group_count_check(uint32_t gmax, uint32_t n, uint32_t group,
+                             char *err, size_t errlen);
 /* One group of a group table (chime_spec_group; its stored spec stored,
  * group_max gmax): rows are its ragged rows as stored (the group leaf's
  * first), lengths its stored leaves' lengths (every leaf is ragged there).

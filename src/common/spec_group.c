@@ -123,10 +123,8 @@ int chime_spec_group_samples(chime_spec_t *out, const chime_spec_t *stored) {
   return 0;
 }
 
-int chime__group_check(const chime_spec_t *stored, uint32_t gmax,
-                       const uint8_t *rows, const uint32_t *lengths,
-                       uint32_t group, char *err, size_t errlen) {
-  uint32_t n = lengths[0], cols = (uint32_t)stored->leaves[0].shape[1];
+int chime__group_count_check(uint32_t gmax, uint32_t n, uint32_t group,
+                             char *err, size_t errlen) {
   if (n == 0) {
     chime__errf(err, errlen, "group %u is empty (a group holds 1..%u samples)",
                 group, gmax);
@@ -138,6 +136,15 @@ int chime__group_check(const chime_spec_t *stored, uint32_t gmax,
                 group, n, gmax);
     return CHIME_EINVAL;
   }
+  return 0;
+}
+
+int chime__group_check(const chime_spec_t *stored, uint32_t gmax,
+                       const uint8_t *rows, const uint32_t *lengths,
+                       uint32_t group, char *err, size_t errlen) {
+  uint32_t n = lengths[0], cols = (uint32_t)stored->leaves[0].shape[1];
+  if (chime__group_count_check(gmax, n, group, err, errlen) != 0)
+    return CHIME_EINVAL;
   /* Each ragged leaf's column: the samples' lengths, each within the
    * leaf's own bound (and equal to the length it shares), summing to the
    * group's rows of it. Every leaf is ragged here: lengths[i] is leaf i's. */

@@ -221,6 +221,13 @@ static void test_bad_groups_refused(void **state) {
   assert_int_equal(chime_writer_flush(w), CHIME_EINVAL);
   assert_non_null(strstr(chime_last_error(), "group 0: leaf 'tokens'"));
   assert_int_equal(chime_writer_close(w), CHIME_EINVAL);
+  /* An empty group packed by hand: the server names it. */
+  w = open_writer("grp");
+  uint32_t none_rows[4] = {0, 0, 0, 0};
+  assert_int_equal(chime_writer_append_leaves(w, packed, none_rows, 1.0), 0);
+  assert_int_equal(chime_writer_flush(w), CHIME_EINVAL);
+  assert_non_null(strstr(chime_last_error(), "group 0 is empty"));
+  assert_int_equal(chime_writer_close(w), CHIME_EINVAL);
 
   chime_writer_t *p = open_writer("plain");
   assert_int_equal(chime_writer_append_group(p, 1, leaves, lengths, 1.0),

@@ -522,8 +522,10 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
     chime__tbl_bufs_free(rq.bufs, count);
     return rc;
   }
-  if (rq.drop != NULL && st != NULL && st->drop != NULL)
+  if (st != NULL && st->drop != NULL && rq.drop != NULL)
     memcpy(st->drop, rq.drop, count);
+  else if (st != NULL && st->drop != NULL)
+    memset(st->drop, 0, count);
   if (t->nz > 0 && (rc = z_gather(t, t->nleaves, t->nz, spans, count, lengths,
                                   &rq.z, &rq.zbufs)) != 0) {
     chime__tbl_bufs_free(rq.bufs, count);

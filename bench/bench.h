@@ -17,6 +17,7 @@ int chime__bench_service(int argc, char **argv);
 int chime__bench_ingest(int argc, char **argv);
 int chime__bench_shards(int argc, char **argv);
 int chime__bench_zwriter(int argc, char **argv);
+int chime__bench_groups(int argc, char **argv);
 #endif
 
 #endif

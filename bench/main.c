@@ -30,6 +30,8 @@ static int usage(void) {
           "  shards    4 chimed as one service vs the shards one by one\n"
           "  zwriter   writers into a table keeping frames zstd-compressed "
           "vs libzstd\n"
+          "  groups    batches of groups of ragged samples vs a plain ragged "
+          "table; a filter's insert CPU\n"
 #else
           "  (service, ingest and shards: built only with "
           "CHIME_WITH_SERVICE=ON)\n"
@@ -70,6 +72,8 @@ int main(int argc, char **argv) {
     return chime__bench_shards(argc - 1, argv + 1);
   if (strcmp(argv[1], "zwriter") == 0)
     return chime__bench_zwriter(argc - 1, argv + 1);
+  if (strcmp(argv[1], "groups") == 0)
+    return chime__bench_groups(argc - 1, argv + 1);
 #endif
   return usage();
 }

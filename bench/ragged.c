@@ -20,6 +20,7 @@
 
 #include "bench.h"
 #include "measure.h"
+#include "ragged.h"
 #include "replay/table.h"
 #include "ring/extents.h"
 #include "ring/producer.h"
@@ -27,13 +28,9 @@
 #define BOUND 8192
 #define MAX_ROUNDS 64
 
-typedef struct {
-  chime_ring_layout_t lay;
-  uint8_t *mem;
-  chime__ring_wslot_t ws;
-} slot_t;
+typedef chime__bench_slot_t slot_t;
 
-static int slot_make(slot_t *s, const chime__table_t *t, uint32_t batch) {
+int chime__bench_slot_make(slot_t *s, const chime__table_t *t, uint32_t batch) {
   const chime_spec_t *sp = chime__table_item_spec(t);
   memset(s, 0, sizeof(*s));
   if (chime_ring_layout_compute(&s->lay, sp, batch, 2) != 0 ||
@@ -50,21 +47,26 @@ static int slot_make(slot_t *s, const chime__table_t *t, uint32_t batch) {
   return 0;
 }
 
+int chime__bench_uniform_config(chime__table_config_t *tc, const char *spec,
+                                uint64_t items) {
+  memset(tc, 0, sizeof(*tc));
+  snprintf(tc->name, sizeof(tc->name), "bench");
+  tc->capacity = items;
+  tc->sampler = CHIME__SELECTOR_UNIFORM;
+  tc->min_size = 1;
+  tc->seed = 12345;
+  return chime_spec_parse(&tc->spec, spec) != 0 ? -1 : 0;
+}
+
 static chime__table_t *make_table(const char *spec, uint64_t items) {
   chime__table_config_t tc;
   chime__table_t *t = NULL;
-  memset(&tc, 0, sizeof(tc));
-  snprintf(tc.name, sizeof(tc.name), "bench");
-  if (chime_spec_parse(&tc.spec, spec) != 0)
+  if (chime__bench_uniform_config(&tc, spec, items) != 0)
     return NULL;
-  tc.capacity = items;
-  tc.sampler = CHIME__SELECTOR_UNIFORM;
-  tc.min_size = 1;
-  tc.seed = 12345;
   return chime__table_create(&t, &tc) == 0 ? t : NULL;
 }
 
-static uint32_t draw_len(uint64_t *seed) {
+uint32_t chime__bench_rollout_len(uint64_t *seed) {
   double u = ((double)(chime__bench_rand(seed) >> 11) + 1) * 0x1p-53;
   double v = 500.0 / sqrt(u);
   return v > BOUND ? BOUND : (uint32_t)v;
@@ -100,29 +102,40 @@ static int run(chime__table_t *t, slot_t *s, int ragged, uint32_t batches,
   return 0;
 }
 
-int chime__bench_ragged(int argc, char **argv) {
-  uint64_t items = 4096;
-  uint32_t batch = 64, rounds = 9, per_round = 200;
-  int json = 0;
+int chime__bench_rag_opts(int argc, char **argv, chime__bench_rag_opts_t *o,
+                          int groups) {
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--json"))
-      json = 1;
+      o->json = 1;
     else if (!strcmp(argv[i], "--items") && i + 1 < argc)
-      items = strtoull(argv[++i], NULL, 10);
+      o->items = strtoull(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
-      batch = (uint32_t)strtoul(argv[++i], NULL, 10);
+      o->batch = (uint32_t)strtoul(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
-      rounds = (uint32_t)strtoul(argv[++i], NULL, 10);
-    else {
-      fprintf(stderr,
-              "usage: chime-bench ragged [--json] [--items N (4096)] "
-              "[--batch B (64)] [--rounds R (9)]\n"
-              "  rollouts of a long-tailed length (mean ~1,000 tokens, max "
-              "8,192): bytes held and moved over bytes used; used GB/s "
-              "delivered over a fixed-shape table of the same used bytes\n");
-      return 2;
-    }
+      o->rounds = (uint32_t)strtoul(argv[++i], NULL, 10);
+    else if (groups && !strcmp(argv[i], "--group") && i + 1 < argc)
+      o->group = (uint32_t)strtoul(argv[++i], NULL, 10);
+    else
+      return -1;
   }
+  return 0;
+}
+
+int chime__bench_ragged(int argc, char **argv) {
+  chime__bench_rag_opts_t o = {.items = 4096, .batch = 64, .rounds = 9};
+  uint32_t per_round = 200;
+  if (chime__bench_rag_opts(argc, argv, &o, 0) != 0) {
+    fprintf(stderr,
+            "usage: chime-bench ragged [--json] [--items N (4096)] "
+            "[--batch B (64)] [--rounds R (9)]\n"
+            "  rollouts of a long-tailed length (mean ~1,000 tokens, max "
+            "8,192): bytes held and moved over bytes used; used GB/s "
+            "delivered over a fixed-shape table of the same used bytes\n");
+    return 2;
+  }
+  uint64_t items = o.items;
+  uint32_t batch = o.batch, rounds = o.rounds;
+  int json = o.json;
   if (items == 0 || batch == 0 || batch > items || rounds == 0 ||
       rounds > MAX_ROUNDS)
     return 2;
@@ -140,7 +153,7 @@ int chime__bench_ragged(int argc, char **argv) {
     memcpy(buf + 4 * k, &v, 4);
   }
   for (uint64_t j = 0; j < items; j++) {
-    uint32_t n = draw_len(&seed), lengths[2] = {n, n};
+    uint32_t n = chime__bench_rollout_len(&seed), lengths[2] = {n, n};
     chime__span_t sp = {buf, (size_t)n * 8};
     if (chime__table_insert_spans(rt, &sp, 1, 1, lengths, NULL, &first, NULL,
                                   NULL) != 0)
@@ -163,8 +176,8 @@ int chime__bench_ragged(int argc, char **argv) {
     if (chime__table_insert(ft, one, 1, NULL, &first, NULL, NULL) != 0)
       return 1;
   slot_t rs, fs;
-  if (one == NULL || slot_make(&rs, rt, batch) != 0 ||
-      slot_make(&fs, ft, batch) != 0)
+  if (one == NULL || chime__bench_slot_make(&rs, rt, batch) != 0 ||
+      chime__bench_slot_make(&fs, ft, batch) != 0)
     return 1;
   /* Warm both (pages of the slots and the tables' first touches). */
   double s0 = 0, s1 = 0;

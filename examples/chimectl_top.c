@@ -290,6 +290,31 @@ static void tables_frame(FILE *f, const snap_t *a, const snap_t *b, double dt) {
       tws);
 }
 
+/* Group tables whose admission filters dropped groups (docs/replay.md,
+ * "Admission filters"): per reason, in all and per second; nothing when
+ * no table dropped any. */
+static void drops_frame(FILE *f, const snap_t *a, const snap_t *b, double dt) {
+  char c[32];
+  int head = 0;
+  for (uint32_t i = 0; i < b->st->ntables; i++) {
+    const chime_table_stats_t *t = &b->st->tables[i];
+    const chime_table_stats_t *p = prev_table(a->st, t->name);
+    uint64_t n = t->dropped_zero_variance + t->dropped_mean_outside;
+    if (n == 0)
+      continue;
+    if (!head++)
+      fprintf(f, "\n%-16s %14s %14s %11s\n", "GROUPS DROPPED", "ZERO_VARIANCE",
+              "MEAN_OUTSIDE", "DROPPED/S");
+    double r =
+        p == NULL
+            ? -1
+            : rate(p->dropped_zero_variance + p->dropped_mean_outside, n, dt);
+    fprintf(f, "%-16s %14" PRIu64 " %14" PRIu64 " %11s\n", t->name,
+            t->dropped_zero_variance, t->dropped_mean_outside,
+            cell(c, sizeof(c), 1, r));
+  }
+}
+
 /* The streams' rows and their totals. */
 static void streams_frame(FILE *f, const snap_t *a, const snap_t *b,
                           double dt) {
@@ -383,6 +408,7 @@ static void frame(FILE *f, const char *target, const snap_t *a, const snap_t *b,
     return;
   }
   tables_frame(f, a, b, dt);
+  drops_frame(f, a, b, dt);
   fprintf(f, "\n");
   streams_frame(f, a, b, dt);
   fprintf(f,

@@ -499,6 +499,46 @@ chime_writer_extend(chime_writer_t *writer, const void *const leaves[],
 CHIME_EXTERN CHIME_NODISCARD int
 chime_writer_append_leaves(chime_writer_t *writer, const void *const leaves[],
                            const uint32_t lengths[], double priority);
+/* A group table's writer (docs/replay.md, "Groups"): queues a group of n
+ * samples (1 up to the table's group_max) as one item, with one priority:
+ * it goes in whole or not at all, has one key, and is sampled, evicted
+ * and checkpointed as one. leaves[l] holds sample-spec leaf l's values of
+ * the n samples back to back (chime_spec_group_samples of
+ * chime_writer_spec: the table's leaves without CHIME_GROUP_LEAF): a
+ * fixed leaf n times its bytes, a ragged leaf its n samples' rows, whose
+ * lengths lengths[l] gives (n of them; NULL for a fixed leaf, and
+ * lengths itself may be NULL when no leaf is ragged). n of 0 or past
+ * group_max, a length past its leaf's bound, or a table that is not a
+ * group table: CHIME_EINVAL naming the thing, and nothing is queued.
+ * Otherwise as chime_writer_append_leaves. A group the table's admission
+ * filters drop still acks (it takes its key); chime_writer_take_dropped
+ * says which. */
+CHIME_EXTERN CHIME_NODISCARD int
+chime_writer_append_group(chime_writer_t *writer, const void *const leaves[],
+                          const uint32_t *const lengths[], uint32_t n,
+                          double priority);
+/* A group the table's admission filters dropped (docs/replay.md,
+ * "Admission filters"): index is its place among everything this writer
+ * appended (0: the first append), key the key it took, reason why:
+ * CHIME_DROP_ZERO_VARIANCE or CHIME_DROP_MEAN_OUTSIDE. */
+typedef enum {
+  CHIME_DROP_ZERO_VARIANCE = 1,
+  CHIME_DROP_MEAN_OUTSIDE = 2,
+} chime_drop_reason_t;
+typedef struct {
+  uint64_t index;
+  uint64_t key;
+  chime_drop_reason_t reason;
+} chime_writer_drop_t;
+/* Takes up to n of the dropped groups acks reported so far and not taken
+ * yet, oldest first, into out; returns how many. Acks arrive as appends
+ * and flush() wait for them: after a flush every dropped group of what was
+ * appended before it is there to take. */
+CHIME_EXTERN uint32_t chime_writer_take_dropped(chime_writer_t *writer,
+                                                chime_writer_drop_t *out,
+                                                uint32_t n);
+/* Groups dropped by the table's filters so far, taken or not. */
+CHIME_EXTERN uint64_t chime_writer_dropped(const chime_writer_t *writer);
 /* The policy version of the samples appended from now on (the writer's
  * opts.version until then). Any value; one lower than before is allowed
  * (a sample too far behind the table's newest version never goes in:
@@ -631,6 +671,14 @@ typedef struct {
   uint32_t nleaves;
   chime_batch_leaf_t leaf[CHIME_MAX_LEAVES];
   const chime_sample_info_t *info; /* count records */
+  /* A group table's batch (docs/replay.md, "Groups"): count groups and
+   * their count + 1 offsets into the batch's samples (group g is samples
+   * groups[g] .. groups[g + 1]; groups[count] == the samples). Each leaf
+   * then has a row per sample: a fixed leaf is [samples, *shape] (offsets
+   * NULL), a ragged one its values with samples + 1 offsets (sample j's
+   * rows offsets[j] .. offsets[j + 1]), and CHIME_GROUP_LEAF is each
+   * sample's lengths. NULL for any other table. */
+  const int64_t *groups;
 } chime_batch_t;
 
 /* The leaf of batch named name, or NULL: for a ragged leaf its data are

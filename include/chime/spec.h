@@ -96,6 +96,30 @@ CHIME_EXTERN uint64_t chime_leaf_row_bytes(const chime_leaf_t *leaf);
 /* The number of ragged leaves in spec (a table whose spec has any takes a
  * length per ragged leaf with every sample). */
 CHIME_EXTERN uint32_t chime_spec_ragged(const chime_spec_t *spec);
+/* Groups (docs/replay.md, "Groups"): a group table's item is 1 up to
+ * group_max samples of a sample spec, written, sampled, evicted and
+ * checkpointed as one. It is stored as an item of a derived spec, its
+ * "stored" spec (what GetInfo and a stream's ring show): a first leaf
+ * CHIME_GROUP_LEAF, u32[<=group_max, C], one row per sample holding its
+ * lengths of the sample spec's C ragged leaves (C = 1 and a 0 when it has
+ * none); each fixed leaf x:T[s] as x:T[<=group_max, s] sharing the group
+ * leaf's length (a row per sample); each ragged leaf t:T[<=N, r] as
+ * t:T[<=group_max * N, r] (the samples' rows back to back). */
+#define CHIME_GROUP_LEAF "__group"
+#define CHIME_GROUP_MAX 65536u
+/* The stored spec of groups of up to group_max (1..CHIME_GROUP_MAX)
+ * samples of in into out. CHIME_EINVAL with a sentence in err for a bad
+ * spec or bound, a leaf named "__...", or one too large once grouped. */
+CHIME_EXTERN CHIME_NODISCARD int chime_spec_group(chime_spec_t *out,
+                                                  const chime_spec_t *in,
+                                                  uint32_t group_max, char *err,
+                                                  size_t errlen);
+/* A stored spec's group_max, 0 when it is not a group table's. */
+CHIME_EXTERN uint32_t chime_spec_group_max(const chime_spec_t *spec);
+/* The sample spec of a group table's stored spec into out: 0, or
+ * CHIME_EINVAL when stored is not a group table's. */
+CHIME_EXTERN CHIME_NODISCARD int
+chime_spec_group_samples(chime_spec_t *out, const chime_spec_t *stored);
 CHIME_EXTERN const char *chime_dtype_name(chime_dtype_t dtype);
 CHIME_EXTERN size_t chime_dtype_size(chime_dtype_t dtype); /* 0 if unknown */
 CHIME_EXTERN chime_dtype_t chime_dtype_from_name(const char *name);

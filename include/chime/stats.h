@@ -69,7 +69,11 @@
   X(uint64_t, stored_bytes, GAUGE, BYTES,                                      \
     "Bytes the table keeps for them, compressed leaves as stored.")            \
   X(uint64_t, leaves_stored_raw, COUNTER, COUNT,                               \
-    "Compressed leaves' values kept raw: compression did not shrink them.")
+    "Compressed leaves' values kept raw: compression did not shrink them.")    \
+  X(uint64_t, dropped_zero_variance, COUNTER, COUNT,                           \
+    "Groups a zero_variance filter dropped at insert (group tables).")         \
+  X(uint64_t, dropped_mean_outside, COUNTER, COUNT,                            \
+    "Groups a mean_outside filter dropped at insert (group tables).")
 
 /* Per open stream, beside its stream_id, table and mode. */
 #define CHIME_STREAM_STATS_FIELDS(X)                                           \

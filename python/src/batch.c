@@ -141,7 +141,12 @@ static PyObject *batch_array(chimepy_batch_t *bt, int leaf) {
     v->format = chimepy_buffer_format(CHIME_DTYPE_I64);
     v->dtype = CHIME_DTYPE_I64;
     v->itemsize = 8;
-    v->shape[0] = dims[0] = (npy_intp)bt->b.count + 1;
+    /* A group batch's leaves have a row per sample (the group leaf's
+     * offsets are the groups'). */
+    int64_t rows = bt->b.groups != NULL && leaf != -2
+                       ? bt->b.groups[bt->b.count]
+                       : (int64_t)bt->b.count;
+    v->shape[0] = dims[0] = (npy_intp)rows + 1;
   } else if (leaf >= 0) {
     const chime_batch_leaf_t *l = &bt->b.leaf[leaf];
     descr = chimepy_descr(l->dtype);
@@ -235,6 +240,14 @@ static PyObject *batch_offsets(PyObject *o, PyObject *key) {
   return batch_array(bt, -2 - i);
 }
 
+static PyObject *batch_groups(PyObject *o, PyObject *unused) {
+  (void)unused;
+  chimepy_batch_t *bt = (chimepy_batch_t *)o;
+  if (bt->b.groups == NULL)
+    return chimepy_raise(CHIME_EINVAL, "groups: not a group table's batch");
+  return batch_array(bt, -2); /* the group leaf's offsets: the groups' */
+}
+
 static Py_ssize_t batch_len(PyObject *o) {
   return (Py_ssize_t)((chimepy_batch_t *)o)->b.nleaves;
 }
@@ -323,6 +336,10 @@ static PyMethodDef batch_methods[] = {
     {"offsets", batch_offsets, METH_O,
      "offsets(leaf) -> int64 array [count + 1] of a ragged leaf: sample j's "
      "rows of batch[leaf] are offsets[j]:offsets[j + 1] (in the ring)."},
+    {"groups", batch_groups, METH_NOARGS,
+     "groups() -> int64 array [count + 1] of a group table's batch: group g "
+     "is samples groups[g]:groups[g + 1] (each leaf has a row per sample; "
+     "in the ring)."},
     {"samples", chimepy_batch_samples, METH_O,
      "samples(leaf) -> list of count views, sample j's rows of a ragged "
      "leaf (zero copy)."},

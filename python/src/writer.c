@@ -1,5 +1,6 @@
 /* chime.Writer: samples from dicts of numpy arrays, packed in spec order. */
 #include "chimepy.h"
+#include "writer.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -12,25 +13,6 @@
 #define SLICE_MS 50
 /* A wait that ended because a signal handler raised (KeyboardInterrupt). */
 #define INTERRUPTED 1
-
-typedef struct {
-  PyObject_HEAD chimepy_client_t *client;
-  chime_writer_t *w;
-  chime_spec_t spec;
-  char table[CHIME_MAX_NAME];
-  uint64_t sample_bytes;
-  unsigned char *sample; /* one packed sample */
-  int busy;              /* a call has the GIL released: one user at a time */
-  int timeout_ms;        /* without an ack for this long: TimeoutError */
-  /* A wait was interrupted (Ctrl-C) and nothing succeeded since: closing
-   * does not wait for acks again, so the program ends at once. */
-  int interrupted;
-  uint64_t taken; /* samples chime_writer_append accepted */
-  uint64_t acked_at_close;
-  uint64_t bytes_at_close; /* chime_writer_bytes_sent at close */
-  char compress[1024];     /* chime_writer_compress: what it compresses */
-  uint64_t version; /* the policy version of samples appended without one */
-} writer_t;
 
 static int64_t mono_ms(void) {
   struct timespec ts;
@@ -694,6 +676,14 @@ static PyMethodDef writer_methods[] = {
      "-> array or scalar, converted as numpy.asarray(value, leaf dtype) and "
      "of exactly the leaf's shape; version: its policy version (None: the "
      "writer's, Writer(version=...)). May wait for acks (GIL released)."},
+    {"append_group", (PyCFunction)(void (*)(void))chimepy_writer_append_group,
+     METH_VARARGS | METH_KEYWORDS,
+     "append_group(samples, priority=1.0, version=None): a group table's "
+     "group, a list of 1..group_max sample dicts, as one item."},
+    {"take_dropped", chimepy_writer_take_dropped, METH_NOARGS,
+     "take_dropped() -> list of (index, key, reason) of the groups the "
+     "table's filters dropped, not taken before (reason 'zero_variance' or "
+     "'mean_outside'; index: the append's place, from 0)."},
     {"extend", (PyCFunction)(void (*)(void))writer_extend,
      METH_VARARGS | METH_KEYWORDS,
      "extend(samples, priorities=None, version=None): samples is a dict leaf "

@@ -510,6 +510,7 @@ static void lend(chime__device_t *d, dbuf_t *b, chime_batch_t *out) {
   out->count = b->count;
   out->nleaves = d->spec.nleaves;
   out->info = b->info;
+  out->groups = NULL; /* group tables: host streams only (stream.c) */
   uint32_t r = 0;
   for (uint32_t i = 0; i < d->spec.nleaves; i++) {
     const chime_leaf_t *l = &d->spec.leaves[i];

@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "client/fork.h"
+#include "client/group.h"
 #include "client/stream.h"
 #include "ring/extents.h"
 #include "wire/credit.h"
@@ -332,9 +333,18 @@ int chime__single_open(chime_stream_t **out, chime_client_t *client,
   rc = chime__stream_attach(s, err, sizeof(err));
   if (rc)
     goto cleanup;
-  s->lent = calloc(chime_ring_layout(s->ring)->slots, sizeof(*s->lent));
-  if (!s->lent) {
+  const chime_ring_layout_t *lay = chime_ring_layout(s->ring);
+  s->lent = calloc(lay->slots, sizeof(*s->lent));
+  if (!s->lent || chime__group_view_new(&s->grp, &s->spec, lay->batch_size,
+                                        lay->slots) != 0) {
     rc = chime__fail(err, sizeof(err), CHIME_ENOMEM, "out of memory");
+    goto cleanup;
+  }
+  if (s->grp != NULL && o.device >= 0) {
+    rc = chime__fail(err, sizeof(err), CHIME_ENOTSUP,
+                     "table '%s' is a group table: device streams do not "
+                     "serve groups yet (open a host stream)",
+                     table);
     goto cleanup;
   }
   /* The call may have ended while it was opening: the status is read now
@@ -475,6 +485,13 @@ static int lend(chime_stream_t *s, const chime_ring_view_t *vp,
   out->count = vp->count;
   out->nleaves = s->spec.nleaves;
   out->info = vp->info;
+  out->groups = NULL;
+  char why[256];
+  if (s->grp != NULL &&
+      chime__group_view_lend(s->grp, vp->slot, out, why, sizeof(why)) != 0) {
+    (void)s->tp->release(s, vp->slot);
+    return chime__detailf(CHIME_EPROTO, "batch %" PRIu64 ": %s", vp->seq, why);
+  }
   s->lent[vp->slot] = vp->seq + 1;
   s->batches++;
   return 0;
@@ -682,6 +699,7 @@ static void close_inherited(chime_stream_t *s) {
   if (s->ring != NULL && chime_ring_pinned_bytes(s->ring) == 0)
     chime_ring_destroy(s->ring);
   free(s->lent);
+  chime__group_view_free(s->grp);
   free(s->remote.slot_seq);
   free(s->remote.released);
   free(s->remote.recent);
@@ -747,6 +765,7 @@ void chime__single_close(chime_stream_t *s) {
     tp->fini(s);
   chime_ring_destroy(s->ring);
   free(s->lent);
+  chime__group_view_free(s->grp);
   pthread_mutex_destroy(&s->lock);
   pthread_mutex_destroy(&s->drive_mu);
   pthread_cond_destroy(&s->idle_cv);

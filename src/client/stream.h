@@ -97,6 +97,8 @@ struct chime_stream_s {
    * its sample info lies and checks it here, so a batch given back twice
    * never gives back the batch lent from that slot since. */
   uint64_t *lent;
+  /* A group table's batches (group.h); NULL for any other table. */
+  struct chime__group_view_s *grp;
 };
 
 struct chime__transport_s {

@@ -713,6 +713,7 @@ int chime_writer_close(chime_writer_t *writer) {
     free(w->lengths);
     free(w->versions);
     free(w->fl);
+    free(w->drops);
     free(w);
     return rc;
   }
@@ -750,6 +751,7 @@ int chime_writer_close(chime_writer_t *writer) {
   for (uint32_t i = 0; i < w->inflight; i++)
     chime__bb_free(fl_at(w, i)->bb);
   free(w->fl);
+  free(w->drops);
   free(w);
   return rc;
 }

@@ -98,7 +98,11 @@ static void on_ack(chime_writer_t *w) {
   chime__bb_free(w->rpc.recv_bb);
   w->rpc.recv_bb = NULL;
   char why[256] = "malformed ack";
-  if (!ack || check_ack(w, ack, why, sizeof(why))) {
+  if (!ack || check_ack(w, ack, why, sizeof(why)) ||
+      ack->n_dropped != ack->n_dropped_reasons ||
+      chime__writer_take_drops(w, w->acked, ack->first_key, ack->count,
+                               ack->dropped, ack->dropped_reasons,
+                               ack->n_dropped, why, sizeof(why))) {
     if (!w->failed)
       snprintf(w->err, sizeof(w->err), "insert into '%s': %s", w->table, why);
     fail(w, CHIME_EPROTO);

@@ -90,8 +90,13 @@ struct chime_writer_s {
   uint64_t min_key; /* keys of one call only grow: the next ack's lowest */
   uint64_t acked;   /* samples */
   uint64_t sent;    /* samples */
-  int failed;       /* sticky error code */
-  int stalled;      /* a wait timed out and no ack came since */
+  /* A group table's groups its filters dropped (writer_group.c): those
+   * not taken yet (ndrops of drops_cap), and how many in all. */
+  chime_writer_drop_t *drops;
+  size_t ndrops, drops_cap;
+  uint64_t dropped;
+  int failed;  /* sticky error code */
+  int stalled; /* a wait timed out and no ack came since */
   /* The sentence for the current call's failure, or the sticky one's: the
    * public calls clear it as they begin (unless failed) and hand it to the
    * calling thread's detail as they fail (report). */
@@ -133,6 +138,14 @@ void chime__writer_drop_call(chime_writer_t *w);
 /* The call died with the connection: a new call that sends every unacked
  * request again, oldest first. */
 int chime__writer_reconnect(chime_writer_t *w);
+/* Records the groups an ack (count samples from first_key, the first of
+ * them the writer's first_index-th append) says were dropped: n indices
+ * idx and reasons why. 0, or -1 with why it is not believed in err (an
+ * index out of the request or out of order, an unknown reason). */
+int chime__writer_take_drops(chime_writer_t *w, uint64_t first_index,
+                             uint64_t first_key, uint32_t count,
+                             const uint32_t *idx, const uint32_t *why, size_t n,
+                             char *err, size_t errlen);
 /* A random nonzero writer id. */
 uint64_t chime__writer_new_id(void);
 

@@ -58,4 +58,19 @@ int chime__spec_framed_steps(chime_spec_t *out, const chime_spec_t *in,
                              const uint8_t framed[CHIME_MAX_LEAVES],
                              uint32_t steps);
 
+/* A group of n samples against group_max gmax (its index: group): 0, or
+ * CHIME_EINVAL with a sentence in err (empty, or past gmax). */
+int chime__group_count_check(uint32_t gmax, uint32_t n, uint32_t group,
+                             char *err, size_t errlen);
+/* One group of a group table (chime_spec_group; its stored spec stored,
+ * group_max gmax): rows are its ragged rows as stored (the group leaf's
+ * first), lengths its stored leaves' lengths (every leaf is ragged there).
+ * Checks the group holds 1..gmax samples and that each ragged leaf's
+ * column of the group leaf holds lengths within the leaf's bound (equal to
+ * the length it shares) summing to the leaf's rows: 0, or CHIME_EINVAL
+ * with a sentence naming the group (its index: group) in err. */
+int chime__group_check(const chime_spec_t *stored, uint32_t gmax,
+                       const uint8_t *rows, const uint32_t *lengths,
+                       uint32_t group, char *err, size_t errlen);
+
 #endif

@@ -36,6 +36,22 @@ typedef enum {
 #define CHIME__MAX_SEQUENCE_LENGTH 65536u
 #define CHIME__MAX_DATA_DIR 1024u
 
+/* A group table's admission filter (docs/replay.md, "Admission
+ * filters"): a group is dropped at insert when its samples' values of a
+ * fixed scalar leaf all equal (ZERO_VARIANCE: DAPO's dynamic sampling,
+ * no signal in the group) or their mean lies outside [min, max]
+ * (MEAN_OUTSIDE). The reasons are part of the wire (InsertAck). */
+typedef enum {
+  CHIME__FILTER_ZERO_VARIANCE = 1,
+  CHIME__FILTER_MEAN_OUTSIDE = 2,
+} chime__filter_kind_t;
+#define CHIME__MAX_FILTERS 8
+typedef struct {
+  chime__filter_kind_t kind;
+  uint32_t leaf; /* its index in the table's (stored) spec */
+  double min, max;
+} chime__group_filter_t;
+
 typedef struct {
   char name[CHIME_MAX_NAME];
   chime_spec_t spec;
@@ -95,6 +111,12 @@ typedef struct {
    * data_dir/NAME.table, mapped, kept across restarts; "": in memory.
    * Plain tables of fixed-shape, uncompressed leaves only (for now). */
   char data_dir[CHIME__MAX_DATA_DIR];
+  /* A group table (docs/replay.md, "Groups"): spec is the stored spec
+   * (chime_spec_group) of groups of up to group_max samples; 0: a plain
+   * or sequence table. Its filters drop groups at insert, in order. */
+  uint32_t group_max;
+  uint32_t nfilters;
+  chime__group_filter_t filters[CHIME__MAX_FILTERS];
 } chime__table_config_t;
 
 /* A table's storage (capacity * sample bytes) is reserved up front. */

@@ -306,6 +306,7 @@ typedef struct {
   zin_t z;
   uint8_t **bufs;  /* each sample's ragged rows (rag_gather) */
   uint8_t **zbufs; /* and its compressed leaves (z_gather) */
+  uint8_t *drop;   /* a group table's: each group's filter reason, or NULL */
 } req_t;
 
 /* How the table makes room (insert_spans). */
@@ -415,6 +416,12 @@ static uint64_t put_samples(chime__table_t *t, req_t *rq, const room_t *rm,
       stale++;
       continue;
     }
+    if (rq->drop != NULL && rq->drop[j] != 0) { /* a filter's: as stale */
+      chime__tbl_cursor_skip(&cur, req_sample_bytes(t, lengths, z, j));
+      t->left++;
+      t->group_dropped[rq->drop[j] - 1]++;
+      continue;
+    }
     /* The weight once, for the remover and the sum tree alike. */
     double w = t->sum != NULL ? chime__tbl_weight(t, prio) : 0.0;
     if (rm->choose && t->count >= cap) {
@@ -508,9 +515,21 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
   if (t->nrag > 0 &&
       (rc = rag_gather(t, spans, count, lengths, &rq.z, &rq.bufs)) != 0)
     return rc;
+  if (t->cfg.group_max > 0 &&
+      (rc = chime__tbl_group_in(t, rq.bufs, count, lengths,
+                                st != NULL ? st->why : NULL,
+                                st != NULL ? st->whylen : 0, &rq.drop)) != 0) {
+    chime__tbl_bufs_free(rq.bufs, count);
+    return rc;
+  }
+  if (st != NULL && st->drop != NULL && rq.drop != NULL)
+    memcpy(st->drop, rq.drop, count);
+  else if (st != NULL && st->drop != NULL)
+    memset(st->drop, 0, count);
   if (t->nz > 0 && (rc = z_gather(t, t->nleaves, t->nz, spans, count, lengths,
                                   &rq.z, &rq.zbufs)) != 0) {
     chime__tbl_bufs_free(rq.bufs, count);
+    free(rq.drop);
     return rc;
   }
   uint64_t vmax = 0;
@@ -541,6 +560,7 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
   chime__tbl_notify(arrived);
   chime__tbl_bufs_free(rq.bufs, count); /* samples that did not go in */
   chime__tbl_bufs_free(rq.zbufs, count);
+  free(rq.drop);
   return rc == WAIT_DONE ? 0 : rc;
 }
 

@@ -75,6 +75,8 @@ void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out) {
   out->rate_sample_wait_ns = t->rate_sample_wait_ns;
   out->left = t->left;
   out->left_times_sampled = t->left_times;
+  out->dropped_zero_variance = t->group_dropped[0];
+  out->dropped_mean_outside = t->group_dropped[1];
   out->inserts_waiting_rate = t->inserts_waiting_rate;
   out->windows_dropped = t->windows_dropped;
   out->ragged_bytes = t->rag_bytes;

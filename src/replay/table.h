@@ -150,6 +150,11 @@ typedef struct {
   const uint32_t *sizes;
   char *why;
   size_t whylen;
+  /* A group table's (docs/replay.md, "Admission filters"): room for
+   * count bytes, or NULL; group j's byte becomes the filter reason
+   * (chime__filter_kind_t) that dropped it, 0 when it went in (set once
+   * the groups passed their checks). */
+  uint8_t *drop;
 } chime__table_stored_t;
 /* chime__table_insert_versioned with leaves sent stored (st NULL, or n 0:
  * every leaf raw). Each stored leaf is checked before the table's lock and

@@ -148,6 +148,8 @@ struct chime__table_s {
   uint64_t vnewest;
   chime__verindex_t *vidx;
   uint64_t removed_stale;
+  /* A group table's groups its filters dropped, by reason (kind - 1). */
+  uint64_t group_dropped[2];
   /* Staleness weighting (selector_stale.c): vidx kept for it, and its Z
    * (verindex.h) is what draws weigh against. */
   int stale_on;
@@ -638,5 +640,13 @@ int chime__tbl_seq_insert(chime__table_t *t, const chime__span_t *spans,
                           int stored);
 void chime__tbl_seq_copy(chime__table_t *t, const chime_ring_layout_t *lay,
                          chime__ring_wslot_t *slot, const uint32_t *rows);
+
+/* group.c: a group table's request of count groups (their ragged rows
+ * gathered in bufs) checked whole (chime__group_check: CHIME_EINVAL with
+ * why filled) and filtered: *drop NULL when every group goes in, else
+ * count bytes (malloc'd), the reason of each dropped group, 0 the rest. */
+int chime__tbl_group_in(chime__table_t *t, uint8_t *const *bufs, uint32_t count,
+                        const uint32_t *lengths, char *why, size_t whylen,
+                        uint8_t **drop);
 
 #endif

@@ -12,6 +12,7 @@
 #include "replay/sumtree.h"
 #include "replay/table.h"
 #include "replay/zleaf.h"
+#include "server/config_group.h"
 #include "server/config_table.h"
 #include "server/config_value.h"
 #include "wire/insert.h"
@@ -196,7 +197,8 @@ static int r_data_dir(chime__table_config_t *t, json_t *v, const char *kw,
 }
 
 /* The keys, in the order the unknown-key message names them. NULL reader:
- * read elsewhere (name first, compress once the spec is known). */
+ * read elsewhere (name first, compress once the spec is known, group_max
+ * and filters after it: config_group.c). */
 enum {
   K_NAME,
   K_SPEC,
@@ -220,6 +222,8 @@ enum {
   K_STALENESS_WEIGHT,
   K_COMPRESS,
   K_DATA_DIR,
+  K_GROUP_MAX,
+  K_FILTERS,
   NKEYS
 };
 
@@ -249,6 +253,8 @@ static const struct {
     [K_STALENESS_WEIGHT] = {"staleness_weight", r_staleness_weight},
     [K_COMPRESS] = {"compress", NULL},
     [K_DATA_DIR] = {"data_dir", r_data_dir},
+    [K_GROUP_MAX] = {"group_max", NULL},
+    [K_FILTERS] = {"filters", NULL},
 };
 
 #define SEEN(k) (seen & (UINT32_C(1) << (k)))
@@ -559,7 +565,7 @@ int chime__config_table_parse(chime__table_config_t *t, json_t *obj,
 
   uint32_t seen = 0;
   const char *key;
-  json_t *v, *compress = NULL;
+  json_t *v, *compress = NULL, *group_max = NULL, *filters = NULL;
   json_object_foreach(obj, key, v) {
     char kw[CHIME_MAX_NAME + 64];
     snprintf(kw, sizeof(kw), "%s: '%s'", where, key);
@@ -569,12 +575,18 @@ int chime__config_table_parse(chime__table_config_t *t, json_t *obj,
     seen |= UINT32_C(1) << k;
     if (k == K_COMPRESS)
       compress = v; /* read once the spec is known */
+    else if (k == K_GROUP_MAX)
+      group_max = v;
+    else if (k == K_FILTERS)
+      filters = v;
     else if (keys[k].read != NULL && keys[k].read(t, v, kw, err, errlen) != 0)
       return CHIME_EINVAL;
   }
   if (!SEEN(K_SPEC))
     return chime__cfg_fail(err, errlen, "%s: 'spec' is required", where);
   if (compress != NULL && parse_compress(t, compress, where, err, errlen) != 0)
+    return CHIME_EINVAL;
+  if (chime__config_group(t, group_max, filters, where, err, errlen) != 0)
     return CHIME_EINVAL;
   int rc = kind_check(t, where, seen, err, errlen);
   if (rc == 0)

@@ -32,6 +32,7 @@
 #include "server/auth.h"
 #include "server/insertreq.h"
 #include "server/insert.h"
+#include "server/insertack.h"
 #include "server/insertcheck.h"
 #include "server/insertwhy.h"
 #include "server/staging.h"
@@ -180,7 +181,7 @@ static int stage(staged_t **out, msg_t *m, chime__staging_t *budget,
 /* Inserts m's samples from the received slices, without waiting; why
  * (WHY_LEN bytes) gets a stored leaf's refusal. */
 static int insert_direct(chime__table_t *t, msg_t *m, uint64_t *first_key,
-                         chime__dedupe_req_t *dq, char *why) {
+                         chime__dedupe_req_t *dq, char *why, uint8_t *drop) {
   chime__span_t few[64], *spans = few;
   size_t n = chime__pb_spans(&m->pr, m->q.data_offset, m->q.data_len, few, 64);
   if (n > 64) {
@@ -190,8 +191,12 @@ static int insert_direct(chime__table_t *t, msg_t *m, uint64_t *first_key,
     chime__pb_spans(&m->pr, m->q.data_offset, m->q.data_len, spans, n);
   }
   chime__table_versions_t ver = {m->q.versions, m->q.n_versions};
-  chime__table_stored_t zs = {m->q.stored_leaves, m->q.n_stored_leaves,
-                              m->q.stored, why, WHY_LEN};
+  chime__table_stored_t zs = {m->q.stored_leaves,
+                              m->q.n_stored_leaves,
+                              m->q.stored,
+                              why,
+                              WHY_LEN,
+                              drop};
   int rc = chime__table_insert_stored(t, spans, n, m->q.count, m->q.lengths,
                                       m->q.priorities, &ver, first_key, NULL,
                                       dq, 1, &zs);
@@ -224,6 +229,8 @@ struct insert_s {
   uint64_t taken; /* the message's read reserved it (on_message's own) */
   /* Why the table refused the request in the works ("": no sentence). */
   char why[WHY_LEN];
+  chime__insert_drops_t drops; /* its groups' filter reasons */
+  uint8_t *drop;               /* drops' room for it, or NULL */
 };
 
 struct chime__inserter_s {
@@ -330,13 +337,8 @@ static void read_next(chime__call_t *c, insert_t *st) {
 static void insert_finish(chime__call_t *c, insert_t *st, int rc,
                           const chime__dedupe_req_t *dq, uint64_t id,
                           uint32_t count, uint64_t first_key) {
-  if (rc == 0) {
-    Chime__V1__InsertAck ack = CHIME__V1__INSERT_ACK__INIT;
-    ack.id = id;
-    ack.count = count;
-    ack.first_key = first_key;
-    chime__call_send_msg(c, &ack);
-  }
+  if (rc == 0)
+    chime__insert_send_ack(c, id, count, first_key, st->drop);
   pthread_mutex_lock(&c->mu);
   st->pending = 0;
   int stop = st->stopping, hc = st->half_closed;
@@ -563,8 +565,10 @@ static void on_request(chime__call_t *c, grpc_byte_buffer *bb) {
      * before this request; else it is staged for the worker. */
     pthread_mutex_lock(&w->mu);
     st->why[0] = '\0';
+    st->drop = chime__insert_drops_for(&st->drops, count,
+                                       chime__table_config(w->t)->nfilters > 0);
     rc = w->head == NULL && !w->busy
-             ? insert_direct(w->t, req, &first_key, &dq, st->why)
+             ? insert_direct(w->t, req, &first_key, &dq, st->why, st->drop)
              : CHIME_EBUSY;
     if (rc == CHIME_EBUSY) {
       rc = stage(&st->req, req, &srv->staging, &st->taken);
@@ -620,8 +624,8 @@ static void insert_done(chime__inserter_t *w, insert_t *st) {
                             .seq = sg->id,
                             .end_episode = sg->end_episode,
                             .warm = sg->warm_start};
-  chime__table_stored_t zs = {sg->zleaves, sg->nzleaves, sg->zsizes, st->why,
-                              WHY_LEN};
+  chime__table_stored_t zs = {sg->zleaves, sg->nzleaves, sg->zsizes,
+                              st->why,     WHY_LEN,      st->drop};
   int rc = ended ? CHIME_ECLOSED
                  : chime__table_insert_stored(
                        w->t, &(chime__span_t){sg->data, sg->data_len}, 1,
@@ -754,6 +758,8 @@ static void insert_on_free(chime__call_t *c) {
    * holds the call now (a parked one is held by a reference). */
   if (st != NULL && st->reserved != 0)
     chime__staging_unreserve(&c->srv->staging, &st->reserved);
+  if (st != NULL)
+    chime__insert_drops_free(&st->drops);
   free(c->state);
   c->state = NULL;
 }

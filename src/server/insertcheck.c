@@ -165,6 +165,13 @@ int chime__insert_check_ragged(const chime__table_config_t *tc, uint32_t count,
              (unsigned long long)((uint64_t)count * nrag));
     return CHIME_EINVAL;
   }
+  /* A group table's groups first: their sizes are what a writer set. */
+  for (uint32_t j = 0; tc->group_max > 0 && j < count; j++)
+    if (chime__group_count_check(tc->group_max, lengths[(size_t)j * nrag], j,
+                                 why, sizeof(why)) != 0) {
+      snprintf(err, errlen, "insert into '%s': %s", tc->name, why);
+      return CHIME_EINVAL;
+    }
   int rc = chime__spec_ragged_bytes(&tc->spec, count, lengths, &want, why,
                                     sizeof(why));
   if (rc != 0) {

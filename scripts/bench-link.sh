@@ -5,7 +5,7 @@
 # "rtt_ms" and "loss" added. Needs root, iproute2 and /dev/net/tun.
 # Usage: scripts/bench-link.sh [--build DIR] [--rtt 1,10,50] [--loss 0,0.001]
 #                              [--runs N] [--mib MIB] [--sizes 1,16]
-#                              [--cc reno] [--mtu BYTES]
+#                              [--cc reno] [--mtu BYTES] [--even-loss]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,6 +20,7 @@ while [ $# -gt 0 ]; do
     --mib) mib=$2; shift 2 ;;
     --sizes) sizes=$2; shift 2 ;;
     --cc|--mtu) link_args+=("$1" "$2"); shift 2 ;;
+    --even-loss) link_args+=("$1"); shift ;;
     *) echo "bench-link.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done

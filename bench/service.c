@@ -282,18 +282,51 @@ static void *tcp_writer(void *arg) {
   return NULL;
 }
 
+/* --tcp-flows N: the tcp case over N connections, batch i on connection
+ * i mod N, read in order (what a stream spread over N connections would
+ * do: a batch waits for the one before it; docs/remote.md). */
+#define MAX_TCP_FLOWS 16
+static int tcp_flows = 1;
+
+/* One connection of the tcp case through the server's side: its two
+ * ends, the sending one sfd. */
+static int tcp_connect(int lfd, const struct sockaddr_in *sa, int *cfd,
+                       int *sfd) {
+  *cfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (*cfd < 0 || connect(*cfd, (const struct sockaddr *)sa, sizeof(*sa)) != 0)
+    return CHIME_ESYS;
+  *sfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+  return *sfd < 0 ? CHIME_ESYS : 0;
+}
+
+static int read_full(int fd, uint8_t *dst, uint64_t len) {
+  uint64_t got = 0;
+  while (got < len) {
+    ssize_t n = read(fd, dst + got, len - got);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return CHIME_ESYS;
+    got += (uint64_t)n;
+  }
+  return 0;
+}
+
 static int run_tcp(uint64_t batch_bytes, uint64_t batches, window_t *win,
                    double *gbps) {
   int rc = CHIME_ESYS;
-  int lfd = -1, cfd = -1, sfd = -1;
+  int lfd = -1, cfd[MAX_TCP_FLOWS], sfd[MAX_TCP_FLOWS];
+  int n = tcp_flows, started = 0;
   uint8_t *src = alloc_touched(batch_bytes);
   uint8_t *dst = alloc_touched(batch_bytes);
   struct sockaddr_in sa;
   socklen_t slen = sizeof(sa);
-  pthread_t th;
-  int started = 0;
-  tcp_writer_t w;
+  pthread_t th[MAX_TCP_FLOWS];
+  tcp_writer_t w[MAX_TCP_FLOWS];
+  uint64_t total = win->warmup + batches;
 
+  for (int k = 0; k < n; k++)
+    cfd[k] = sfd[k] = -1;
   if (src == NULL || dst == NULL) {
     rc = CHIME_ENOMEM;
     goto out;
@@ -303,50 +336,45 @@ static int run_tcp(uint64_t batch_bytes, uint64_t batches, window_t *win,
   inet_pton(AF_INET, chime__bench_server_host(), &sa.sin_addr);
   lfd = chime__bench_server_socket(SOCK_STREAM);
   if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
-      listen(lfd, 1) != 0 ||
+      listen(lfd, n) != 0 ||
       getsockname(lfd, (struct sockaddr *)&sa, &slen) != 0)
     goto out;
-  cfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (cfd < 0 || connect(cfd, (struct sockaddr *)&sa, sizeof(sa)) != 0)
-    goto out;
-  sfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-  if (sfd < 0)
-    goto out;
+  for (int k = 0; k < n; k++)
+    if (tcp_connect(lfd, &sa, &cfd[k], &sfd[k]) != 0)
+      goto out;
 
-  /* the server's end sends, as chimed does */
-  w = (tcp_writer_t){sfd, batch_bytes, win->warmup + batches, src, 0};
-  if (pthread_create(&th, NULL, tcp_writer, &w) != 0)
-    goto out;
-  started = 1;
-  for (uint64_t i = 0; i < win->warmup + batches; i++) {
+  /* the server's ends send, as chimed does: connection k the batches
+   * k, k + n, ... */
+  for (; started < n; started++) {
+    uint64_t mine = (total + (uint64_t)(n - 1 - started)) / (uint64_t)n;
+    w[started] = (tcp_writer_t){sfd[started], batch_bytes, mine, src, 0};
+    if (pthread_create(&th[started], NULL, tcp_writer, &w[started]) != 0)
+      goto out;
+  }
+  for (uint64_t i = 0; i < total; i++) {
     if (i == win->warmup)
       window_open(win);
-    uint64_t got = 0;
-    while (got < batch_bytes) {
-      ssize_t n = read(cfd, dst + got, batch_bytes - got);
-      if (n < 0 && errno == EINTR)
-        continue;
-      if (n <= 0)
-        goto out;
-      got += (uint64_t)n;
-    }
+    if (read_full(cfd[i % (uint64_t)n], dst, batch_bytes) != 0)
+      goto out;
     sink += chime__bench_touch(dst, batch_bytes, win->touch);
   }
   window_close(win);
   *gbps = (double)(batch_bytes * batches) / (win->t1 - win->t0) / 1e9;
   rc = 0;
 out:
-  if (started) {
+  for (int k = 0; k < started; k++) {
     if (rc != 0)
-      shutdown(sfd, SHUT_RDWR);
-    pthread_join(th, NULL);
-    if (rc == 0 && w.rc != 0)
-      rc = w.rc;
+      shutdown(sfd[k], SHUT_RDWR);
+    pthread_join(th[k], NULL);
+    if (rc == 0 && w[k].rc != 0)
+      rc = w[k].rc;
   }
-  if (sfd >= 0)
-    close(sfd);
-  if (cfd >= 0)
-    close(cfd);
+  for (int k = 0; k < n; k++) {
+    if (sfd[k] >= 0)
+      close(sfd[k]);
+    if (cfd[k] >= 0)
+      close(cfd[k]);
+  }
   if (lfd >= 0)
     close(lfd);
   free(src);
@@ -780,8 +808,9 @@ static void emit_case(const opts_t *o, const results_t *res, int c, int size) {
   double q[MAX_RUNS];
   if (o->json)
     printf("{\"bench\":\"service\",\"case\":\"%s\",\"batch_bytes\":%" PRIu64
-           ",\"touch\":\"%s\",\"warmup_batches\":%u",
-           case_name[c], bb, chime__bench_touch_name(o->touch), ring_slots(bb));
+           ",\"touch\":\"%s\",\"warmup_batches\":%u,\"tcp_flows\":%d",
+           case_name[c], bb, chime__bench_touch_name(o->touch), ring_slots(bb),
+           tcp_flows);
   else
     printf("%-13s %5.1f MiB", case_name[c], (double)bb / MIB);
   emit_stat(o, "gbps", res->v[c][size], 3);
@@ -921,6 +950,11 @@ static int parse_opts(opts_t *o, int argc, char **argv) {
           o->only = c;
       if (o->only < 0)
         return CHIME_EINVAL;
+    } else if (strcmp(a, "--tcp-flows") == 0 && i + 1 < argc) {
+      long v = atol(argv[++i]);
+      if (v < 1 || v > MAX_TCP_FLOWS)
+        return CHIME_EINVAL;
+      tcp_flows = (int)v;
     } else if (strcmp(a, "--link") == 0 && i + 1 < argc) {
       o->link = argv[++i];
     } else if (strcmp(a, "--baselines") == 0) {
@@ -980,7 +1014,7 @@ static void usage(void) {
       "                           [--only CASE] [--touch line|page]\n"
       "                           [--learners N] [--seconds S]\n"
       "                           [--learner-modes both|shm|stream]\n"
-      "                           [--link NAME]\n"
+      "                           [--link NAME] [--tcp-flows N]\n"
       "  batches of each size (MiB, or KiB with k: 64k) through memcpy (a "
       "gather of random\n"
       "  table rows), tcp, grpc_plain, chime_shm and chime_stream; medians\n"
@@ -994,7 +1028,9 @@ static void usage(void) {
       "  --learner-modes shm or stream: N learners of that mode alone\n"
       "  --link NAME: through a running `chime-link NAME` (root): tcp,\n"
       "  grpc_plain and chime_stream from its server side to this process\n"
-      "  on its learner side (docs/remote.md)\n");
+      "  on its learner side (docs/remote.md)\n"
+      "  --tcp-flows N: the tcp case over N connections (batch i on\n"
+      "  connection i mod N, read in order; default 1)\n");
 }
 
 /* The k-th case of round r. The orders are a Williams design: the sequence

@@ -7,6 +7,8 @@
  *                 the slots of a ring as deep as chime's, another reads each
  *                 batch as the learners do and frees its slot
  *   tcp           raw 127.0.0.1 socket, writer thread -> reader thread
+ *                 (--tcp-flows N: over N connections; --tcp-rows: written
+ *                 from random rows of a table, read into a ring)
  *   grpc_plain    a plain gRPC C core server stream, one message per batch,
  *                 the server in another process (this binary re-executed)
  *                 sending random 64 KiB rows of a 64 MiB table as the
@@ -43,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -256,45 +259,110 @@ out:
 
 /* --------------------------------------------------------------------- tcp */
 
+/* --tcp-rows: the tcp case does a replay service's memory work, as
+ * chimed and grpc_plain do: each batch written from random 64 KiB rows of
+ * a 64 MiB table (one writev), read into a ring of as many slots as
+ * chime's. Without it the writer sends one buffer again and again and the
+ * reader reads into one, both hot in the caches (docs/remote.md). */
+static int tcp_rows;
+
 typedef struct {
   int fd;
   uint64_t batch_bytes, batches;
-  const uint8_t *buf;
+  const uint8_t *buf; /* the batch, or with rows the table */
+  uint64_t rows, rng; /* rows > 0: gather random rows of buf */
+  struct iovec *iov;  /* batch_bytes / SAMPLE_BYTES of them, with rows */
   int rc;
 } tcp_writer_t;
 
-static void *tcp_writer(void *arg) {
-  tcp_writer_t *w = arg;
-  w->rc = 0;
-  for (uint64_t i = 0; i < w->batches; i++) {
-    uint64_t off = 0;
-    while (off < w->batch_bytes) {
-      ssize_t n = write(w->fd, w->buf + off, w->batch_bytes - off);
-      if (n < 0 && errno == EINTR)
-        continue;
-      if (n <= 0) {
-        w->rc = CHIME_ESYS;
-        return NULL;
-      }
-      off += (uint64_t)n;
+/* One batch: the iovecs over it, advanced past what was written. */
+static int write_batch(int fd, struct iovec *iov, int n) {
+  while (n > 0) {
+    ssize_t k = writev(fd, iov, n > IOV_MAX ? IOV_MAX : n);
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k <= 0)
+      return CHIME_ESYS;
+    while (n > 0 && (size_t)k >= iov->iov_len) {
+      k -= (ssize_t)iov->iov_len;
+      iov++;
+      n--;
+    }
+    if (n > 0) {
+      iov->iov_base = (uint8_t *)iov->iov_base + k;
+      iov->iov_len -= (size_t)k;
     }
   }
+  return 0;
+}
+
+static void *tcp_writer(void *arg) {
+  tcp_writer_t *w = arg;
+  struct iovec one;
+  int n = w->rows > 0 ? (int)(w->batch_bytes / SAMPLE_BYTES) : 1;
+  w->rc = 0;
+  for (uint64_t i = 0; i < w->batches && w->rc == 0; i++) {
+    struct iovec *iov = w->rows > 0 ? w->iov : &one;
+    if (w->rows == 0)
+      one = (struct iovec){(void *)w->buf, w->batch_bytes};
+    for (int j = 0; j < n && w->rows > 0; j++)
+      iov[j] = (struct iovec){
+          (void *)(w->buf + (rand64(&w->rng) % w->rows) * SAMPLE_BYTES),
+          SAMPLE_BYTES};
+    w->rc = write_batch(w->fd, iov, n);
+  }
   return NULL;
+}
+
+/* --tcp-flows N: the tcp case over N connections, batch i on connection
+ * i mod N, read in order (what a stream spread over N connections would
+ * do: a batch waits for the one before it; docs/remote.md). */
+#define MAX_TCP_FLOWS 16
+static int tcp_flows = 1;
+
+/* One connection of the tcp case through the server's side: its two
+ * ends, the sending one sfd. */
+static int tcp_connect(int lfd, const struct sockaddr_in *sa, int *cfd,
+                       int *sfd) {
+  *cfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (*cfd < 0 || connect(*cfd, (const struct sockaddr *)sa, sizeof(*sa)) != 0)
+    return CHIME_ESYS;
+  *sfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+  return *sfd < 0 ? CHIME_ESYS : 0;
+}
+
+static int read_full(int fd, uint8_t *dst, uint64_t len) {
+  uint64_t got = 0;
+  while (got < len) {
+    ssize_t n = read(fd, dst + got, len - got);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return CHIME_ESYS;
+    got += (uint64_t)n;
+  }
+  return 0;
 }
 
 static int run_tcp(uint64_t batch_bytes, uint64_t batches, window_t *win,
                    double *gbps) {
   int rc = CHIME_ESYS;
-  int lfd = -1, cfd = -1, sfd = -1;
-  uint8_t *src = alloc_touched(batch_bytes);
-  uint8_t *dst = alloc_touched(batch_bytes);
+  int lfd = -1, cfd[MAX_TCP_FLOWS], sfd[MAX_TCP_FLOWS];
+  int n = tcp_flows, started = 0;
+  uint64_t slots = tcp_rows ? ring_slots(batch_bytes) : 1;
+  uint64_t per = batch_bytes / SAMPLE_BYTES;
+  uint8_t *src = alloc_touched(tcp_rows ? POOL_BYTES : batch_bytes);
+  uint8_t *dst = alloc_touched(batch_bytes * slots);
+  struct iovec *iov = calloc((size_t)(n * per), sizeof(*iov));
   struct sockaddr_in sa;
   socklen_t slen = sizeof(sa);
-  pthread_t th;
-  int started = 0;
-  tcp_writer_t w;
+  pthread_t th[MAX_TCP_FLOWS];
+  tcp_writer_t w[MAX_TCP_FLOWS];
+  uint64_t total = win->warmup + batches;
 
-  if (src == NULL || dst == NULL) {
+  for (int k = 0; k < n; k++)
+    cfd[k] = sfd[k] = -1;
+  if (src == NULL || dst == NULL || iov == NULL) {
     rc = CHIME_ENOMEM;
     goto out;
   }
@@ -303,54 +371,59 @@ static int run_tcp(uint64_t batch_bytes, uint64_t batches, window_t *win,
   inet_pton(AF_INET, chime__bench_server_host(), &sa.sin_addr);
   lfd = chime__bench_server_socket(SOCK_STREAM);
   if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
-      listen(lfd, 1) != 0 ||
+      listen(lfd, n) != 0 ||
       getsockname(lfd, (struct sockaddr *)&sa, &slen) != 0)
     goto out;
-  cfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (cfd < 0 || connect(cfd, (struct sockaddr *)&sa, sizeof(sa)) != 0)
-    goto out;
-  sfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-  if (sfd < 0)
-    goto out;
+  for (int k = 0; k < n; k++)
+    if (tcp_connect(lfd, &sa, &cfd[k], &sfd[k]) != 0)
+      goto out;
 
-  /* the server's end sends, as chimed does */
-  w = (tcp_writer_t){sfd, batch_bytes, win->warmup + batches, src, 0};
-  if (pthread_create(&th, NULL, tcp_writer, &w) != 0)
-    goto out;
-  started = 1;
-  for (uint64_t i = 0; i < win->warmup + batches; i++) {
+  /* the server's ends send, as chimed does: connection k the batches
+   * k, k + n, ... */
+  for (; started < n; started++) {
+    uint64_t mine = (total + (uint64_t)(n - 1 - started)) / (uint64_t)n;
+    w[started] = (tcp_writer_t){
+        .fd = sfd[started],
+        .batch_bytes = batch_bytes,
+        .batches = mine,
+        .buf = src,
+        .rows = tcp_rows ? POOL_BYTES / SAMPLE_BYTES : 0,
+        .rng = UINT64_C(0x9e3779b97f4a7c15) + (uint64_t)started,
+        .iov = iov + (uint64_t)started * per,
+    };
+    if (pthread_create(&th[started], NULL, tcp_writer, &w[started]) != 0)
+      goto out;
+  }
+  for (uint64_t i = 0; i < total; i++) {
     if (i == win->warmup)
       window_open(win);
-    uint64_t got = 0;
-    while (got < batch_bytes) {
-      ssize_t n = read(cfd, dst + got, batch_bytes - got);
-      if (n < 0 && errno == EINTR)
-        continue;
-      if (n <= 0)
-        goto out;
-      got += (uint64_t)n;
-    }
-    sink += chime__bench_touch(dst, batch_bytes, win->touch);
+    uint8_t *slot = dst + (i % slots) * batch_bytes;
+    if (read_full(cfd[i % (uint64_t)n], slot, batch_bytes) != 0)
+      goto out;
+    sink += chime__bench_touch(slot, batch_bytes, win->touch);
   }
   window_close(win);
   *gbps = (double)(batch_bytes * batches) / (win->t1 - win->t0) / 1e9;
   rc = 0;
 out:
-  if (started) {
+  for (int k = 0; k < started; k++) {
     if (rc != 0)
-      shutdown(sfd, SHUT_RDWR);
-    pthread_join(th, NULL);
-    if (rc == 0 && w.rc != 0)
-      rc = w.rc;
+      shutdown(sfd[k], SHUT_RDWR);
+    pthread_join(th[k], NULL);
+    if (rc == 0 && w[k].rc != 0)
+      rc = w[k].rc;
   }
-  if (sfd >= 0)
-    close(sfd);
-  if (cfd >= 0)
-    close(cfd);
+  for (int k = 0; k < n; k++) {
+    if (sfd[k] >= 0)
+      close(sfd[k]);
+    if (cfd[k] >= 0)
+      close(cfd[k]);
+  }
   if (lfd >= 0)
     close(lfd);
   free(src);
   free(dst);
+  free(iov);
   return rc;
 }
 
@@ -367,15 +440,19 @@ static void channel_args(grpc_arg args[2], grpc_channel_args *ca) {
   ca->args = args;
 }
 
-static int cq_wait(grpc_completion_queue *cq, void *tag) {
+static int cq_wait_s(grpc_completion_queue *cq, void *tag, int64_t seconds) {
   grpc_event ev = grpc_completion_queue_next(
       cq,
       gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                   gpr_time_from_seconds(60, GPR_TIMESPAN)),
+                   gpr_time_from_seconds(seconds, GPR_TIMESPAN)),
       NULL);
   if (ev.type != GRPC_OP_COMPLETE || ev.tag != tag)
     return CHIME_EPROTO;
   return ev.success ? 0 : CHIME_EDISCONNECTED;
+}
+
+static int cq_wait(grpc_completion_queue *cq, void *tag) {
+  return cq_wait_s(cq, tag, 60);
 }
 
 static int start_batch(grpc_call *call, grpc_op *ops, size_t n, void *tag) {
@@ -426,7 +503,10 @@ static int plain_serve_call(grpc_server *srv, grpc_completion_queue *cq,
     rc = CHIME_EPROTO;
     goto out;
   }
-  if ((rc = cq_wait(cq, (void *)1)) != 0)
+  /* The next call comes after every other case of the round: through a
+   * slow lossy link (50 ms, 0.1%) they take minutes, not the 60 s an
+   * operation may. */
+  if ((rc = cq_wait_s(cq, (void *)1, 3600)) != 0)
     goto out;
   memset(ops, 0, sizeof(ops));
   ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
@@ -780,8 +860,10 @@ static void emit_case(const opts_t *o, const results_t *res, int c, int size) {
   double q[MAX_RUNS];
   if (o->json)
     printf("{\"bench\":\"service\",\"case\":\"%s\",\"batch_bytes\":%" PRIu64
-           ",\"touch\":\"%s\",\"warmup_batches\":%u",
-           case_name[c], bb, chime__bench_touch_name(o->touch), ring_slots(bb));
+           ",\"touch\":\"%s\",\"warmup_batches\":%u,\"tcp_flows\":%d,"
+           "\"tcp_rows\":%d",
+           case_name[c], bb, chime__bench_touch_name(o->touch), ring_slots(bb),
+           tcp_flows, tcp_rows);
   else
     printf("%-13s %5.1f MiB", case_name[c], (double)bb / MIB);
   emit_stat(o, "gbps", res->v[c][size], 3);
@@ -921,6 +1003,13 @@ static int parse_opts(opts_t *o, int argc, char **argv) {
           o->only = c;
       if (o->only < 0)
         return CHIME_EINVAL;
+    } else if (strcmp(a, "--tcp-flows") == 0 && i + 1 < argc) {
+      long v = atol(argv[++i]);
+      if (v < 1 || v > MAX_TCP_FLOWS)
+        return CHIME_EINVAL;
+      tcp_flows = (int)v;
+    } else if (strcmp(a, "--tcp-rows") == 0) {
+      tcp_rows = 1;
     } else if (strcmp(a, "--link") == 0 && i + 1 < argc) {
       o->link = argv[++i];
     } else if (strcmp(a, "--baselines") == 0) {
@@ -980,7 +1069,7 @@ static void usage(void) {
       "                           [--only CASE] [--touch line|page]\n"
       "                           [--learners N] [--seconds S]\n"
       "                           [--learner-modes both|shm|stream]\n"
-      "                           [--link NAME]\n"
+      "                           [--link NAME] [--tcp-flows N] [--tcp-rows]\n"
       "  batches of each size (MiB, or KiB with k: 64k) through memcpy (a "
       "gather of random\n"
       "  table rows), tcp, grpc_plain, chime_shm and chime_stream; medians\n"
@@ -994,7 +1083,11 @@ static void usage(void) {
       "  --learner-modes shm or stream: N learners of that mode alone\n"
       "  --link NAME: through a running `chime-link NAME` (root): tcp,\n"
       "  grpc_plain and chime_stream from its server side to this process\n"
-      "  on its learner side (docs/remote.md)\n");
+      "  on its learner side (docs/remote.md)\n"
+      "  --tcp-flows N: the tcp case over N connections (batch i on\n"
+      "  connection i mod N, read in order; default 1)\n"
+      "  --tcp-rows: the tcp case sends random 64 KiB rows of a 64 MiB table\n"
+      "  (writev) and reads into a ring of as many slots as chime's\n");
 }
 
 /* The k-th case of round r. The orders are a Williams design: the sequence

@@ -31,7 +31,8 @@ uint64_t chime__linkq_offer(chime__linkq_t *q, uint64_t now_ns, uint32_t len) {
     q->down_dropped++;
     return 0;
   }
-  if (q->loss > 0 && uniform01(q) < q->loss) {
+  if (q->every > 0 ? ++q->offered % q->every == 0
+                   : q->loss > 0 && uniform01(q) < q->loss) {
     q->lost++;
     return 0;
   }

@@ -65,6 +65,28 @@ static void test_loss_rate(void **state) {
   assert_int_equal(q.lost + q.sent, 100000);
 }
 
+/* Even loss, every 1000th: exactly the 1000th, 2000th, ... lost, the
+ * random stream unused (a loss probability set beside it is ignored). */
+static void test_loss_every(void **state) {
+  (void)state;
+  chime__linkq_t q;
+  chime__linkq_init(&q, MS, 0, 1 << 20, 0.5, 42);
+  q.every = 1000;
+  for (int i = 1; i <= 10500; i++) {
+    uint64_t at = chime__linkq_offer(&q, 1, 100);
+    assert_true(i % 1000 == 0 ? at == 0 : at == 1 + MS);
+  }
+  assert_int_equal(q.lost, 10);
+  assert_int_equal(q.sent, 10490);
+  /* packets dropped while down do not move the count */
+  q.down = 1;
+  chime__linkq_offer(&q, 1, 100);
+  q.down = 0;
+  for (int i = 0; i < 499; i++)
+    assert_int_not_equal(chime__linkq_offer(&q, 1, 100), 0);
+  assert_int_equal(chime__linkq_offer(&q, 1, 100), 0);
+}
+
 /* Down: every packet dropped and counted; up again: delivered. */
 static void test_down(void **state) {
   (void)state;
@@ -83,6 +105,7 @@ int main(void) {
       cmocka_unit_test(test_rate_serializes),
       cmocka_unit_test(test_queue_tail_drop),
       cmocka_unit_test(test_loss_rate),
+      cmocka_unit_test(test_loss_every),
       cmocka_unit_test(test_down),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -7,58 +7,8 @@
 
 #include "chime/errors.h"
 #include "replay/keyindex.h"
+#include "replay/steps_internal.h"
 #include "replay/zleaf.h"
-
-#define NONE CHIME__STEPS_NONE
-
-/* A writer's lane: its episodes one after another, in its own chain of
- * blocks (a new episode goes on in the block the last one ended in, so
- * short episodes waste no block). */
-typedef struct {
-  uint64_t writer;   /* whose lane it is */
-  uint64_t id;       /* its open episode's id; 0: none open */
-  uint64_t last_use; /* the store's append clock at its last append */
-  uint32_t len;      /* steps of the open episode so far */
-  uint32_t last;     /* its newest block; NONE: none stored */
-} episode_t;
-
-struct chime__steps_s {
-  chime__steps_config_t cfg;
-  chime__steps_cb_t cb;
-  uint32_t k;       /* steps per block */
-  uint32_t nblocks; /* ceil(capacity_steps / k) */
-  uint32_t nleaves;
-  uint64_t lbytes[CHIME_MAX_LEAVES];
-  uint8_t *leaf[CHIME_MAX_LEAVES]; /* nblocks * k steps each; NULL: zstep */
-  /* Compressed leaves (zleaf.h): per step slot one allocation of the
-   * step's compressed leaves (sizes, then stored bytes), freed with its
-   * block's steps. zraw[l]: leaf l's bytes when it is compressed, else 0. */
-  uint32_t nz;
-  uint32_t zl[CHIME_MAX_LEAVES];
-  uint64_t zraw[CHIME_MAX_LEAVES];
-  uint8_t **zstep;
-  uint64_t z_raw, z_stored, z_kept_raw;
-  /* Per block. */
-  uint32_t *bn;    /* steps in it */
-  uint32_t *bnext; /* the lane's next (newer) block, NONE */
-  uint32_t *bprev; /* the lane's previous block, NONE once reused */
-  uint32_t *bopen; /* lane whose newest block it is, NONE */
-  uint32_t *bpin;  /* windows being copied from it right now */
-  /* Per step slot. */
-  uint32_t *bitem;           /* the item starting there, NONE */
-  uint64_t *sep;             /* the step's episode id */
-  uint32_t *sidx;            /* its index in the episode */
-  uint64_t *sver;            /* its writer's policy version */
-  chime__keyindex_t *newest; /* episode id -> block of its newest step */
-  void *map;
-  size_t map_len;
-  uint32_t head;  /* the next block to take: the oldest once all are */
-  uint32_t nused; /* blocks holding steps */
-  episode_t *eps; /* lanes, dense */
-  uint32_t neps;
-  uint64_t next_episode, clock;
-  uint64_t steps, abandoned, evicted;
-};
 
 uint32_t chime__steps_block(uint64_t capacity_steps, uint64_t step_bytes) {
   /* Runs of 32 KiB or more: at 10^6 steps of 256 B, blocks of 128 steps
@@ -77,8 +27,9 @@ static uint64_t align64(uint64_t n) {
   return (n + 63u) & ~UINT64_C(63);
 }
 
-/* Per block: bn bnext bprev bopen bpin (4 each); per slot bitem, sidx (4
- * each) and sep (8); raw leaves (compress NULL: all) per slot. */
+/* The disk header; per block: bn bnext bprev bopen bpin (4 each); per
+ * slot bitem, sidx (4 each), sep and sver (8); raw leaves (compress NULL:
+ * all) per slot. */
 static uint64_t layout(const chime_spec_t *spec, uint64_t capacity_steps,
                        const uint8_t *compress, uint64_t *leaves_out) {
   uint64_t k =
@@ -93,8 +44,8 @@ static uint64_t layout(const chime_spec_t *spec, uint64_t capacity_steps,
   }
   if (leaves_out != NULL)
     *leaves_out = total;
-  uint64_t meta =
-      5 * align64(nb * 4) + 2 * align64(slots * 4) + 2 * align64(slots * 8);
+  uint64_t meta = sizeof(chime__steps_disk_t) + 5 * align64(nb * 4) +
+                  2 * align64(slots * 4) + 2 * align64(slots * 8);
   if (__builtin_add_overflow(total, meta, &total))
     return UINT64_MAX;
   return total;
@@ -111,6 +62,11 @@ uint64_t chime__steps_max_windows(const chime_spec_t *spec,
   if (cfg->stride == 0 || cfg->sequence_length > slots)
     return 0;
   return (slots - cfg->sequence_length) / cfg->stride + 1;
+}
+
+uint64_t chime__steps_map_bytes(const chime_spec_t *spec,
+                                const chime__steps_config_t *cfg) {
+  return layout(spec, cfg->capacity_steps, cfg->compress, NULL);
 }
 
 uint64_t chime__steps_bytes(const chime_spec_t *spec,
@@ -164,16 +120,23 @@ int chime__steps_create(chime__steps_t **out, const chime_spec_t *spec,
     goto out;
   }
   /* Anonymous memory: pages are committed as steps land in them. */
-  s->map = mmap(NULL, (size_t)len, PROT_READ | PROT_WRITE,
-                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (s->map == MAP_FAILED) {
-    s->map = NULL;
-    rc = CHIME_ENOMEM;
-    goto out;
+  if (cfg->mem != NULL) {
+    s->map = cfg->mem;
+  } else {
+    s->map = mmap(NULL, (size_t)len, PROT_READ | PROT_WRITE,
+                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (s->map == MAP_FAILED) {
+      s->map = NULL;
+      rc = CHIME_ENOMEM;
+      goto out;
+    }
+    s->map_len = (size_t)len;
   }
-  s->map_len = (size_t)len;
+  s->cfg.mem = NULL;
   uint64_t slots = (uint64_t)s->nblocks * s->k;
   uint8_t *p = s->map;
+  s->disk = (chime__steps_disk_t *)p;
+  p += sizeof(chime__steps_disk_t);
   for (uint32_t i = 0; i < s->nleaves; i++) {
     s->lbytes[i] = chime_leaf_bytes(&spec->leaves[i]);
     if (s->zraw[i] != 0)
@@ -197,14 +160,20 @@ int chime__steps_create(chime__steps_t **out, const chime_spec_t *spec,
   s->sep = (uint64_t *)p;
   p += align64(slots * 8);
   s->sver = (uint64_t *)p;
-  for (uint32_t b = 0; b < s->nblocks; b++)
-    s->bnext[b] = s->bprev[b] = s->bopen[b] = NONE;
-  for (uint64_t i = 0; i < slots; i++)
-    s->bitem[i] = NONE;
-  s->next_episode = 1;
   /* As many episodes as steps at worst (short episodes share blocks). */
   if ((rc = chime__keyindex_create(&s->newest, slots)) != 0)
     goto out;
+  if (cfg->reopen) {
+    if ((rc = chime__steps_reopen(s)) != 0)
+      goto out;
+  } else {
+    for (uint32_t b = 0; b < s->nblocks; b++)
+      s->bnext[b] = s->bprev[b] = s->bopen[b] = NONE;
+    for (uint64_t i = 0; i < slots; i++)
+      s->bitem[i] = NONE;
+    s->next_episode = 1;
+    chime__steps_sync(s);
+  }
   *out = s;
   s = NULL;
 out:
@@ -212,7 +181,7 @@ out:
     chime__keyindex_destroy(s->newest);
     free(s->zstep);
     free(s->eps);
-    if (s->map != NULL)
+    if (s->map_len != 0)
       munmap(s->map, s->map_len);
     free(s);
   }
@@ -255,7 +224,7 @@ void chime__steps_destroy(chime__steps_t *s) {
     for (uint32_t b = 0; b < s->nblocks; b++)
       z_free_block(s, b);
   free(s->zstep);
-  if (s->map != NULL)
+  if (s->map_len != 0)
     munmap(s->map, s->map_len);
   chime__keyindex_destroy(s->newest);
   free(s->eps);
@@ -294,8 +263,10 @@ uint32_t chime__steps_lane(chime__steps_t *s, uint64_t writer) {
   }
   if (s->neps == s->cfg.max_episodes) {
     /* An open episode's tail makes no window; its complete windows stay. */
-    if (s->eps[lru].id != 0)
+    if (s->eps[lru].id != 0) {
       s->abandoned++;
+      chime__steps_sync(s);
+    }
     close_lane(s, lru);
   }
   episode_t *e = &s->eps[s->neps];
@@ -339,17 +310,20 @@ static void evict_oldest(chime__steps_t *s) {
   s->nused--;
 }
 
+/* A block taken: emptied first, then counted in the disk header, then
+ * linked (steps_internal.h says why in this order). */
 static uint32_t take_block(chime__steps_t *s, uint32_t ep) {
   if (s->nused == s->nblocks)
     evict_oldest(s); /* may be ep's own newest block */
   episode_t *e = &s->eps[ep];
   uint32_t b = s->head;
+  __atomic_store_n(&s->bn[b], 0, __ATOMIC_RELEASE);
+  s->bnext[b] = NONE;
+  s->bprev[b] = e->last;
   if (++s->head == s->nblocks)
     s->head = 0;
   s->nused++;
-  s->bn[b] = 0;
-  s->bnext[b] = NONE;
-  s->bprev[b] = e->last;
+  chime__steps_sync(s);
   if (e->last != NONE) {
     s->bnext[e->last] = b;
     s->bopen[e->last] = NONE;
@@ -394,6 +368,7 @@ void chime__steps_append(chime__steps_t *s, uint32_t ep, uint64_t version,
   if (e->id == 0) {
     e->id = s->next_episode++;
     e->len = 0;
+    chime__steps_sync(s);
   }
   uint32_t b = e->last;
   if (b == NONE || s->bn[b] == s->k)
@@ -416,7 +391,9 @@ void chime__steps_append(chime__steps_t *s, uint32_t ep, uint64_t version,
     rc = chime__keyindex_insert(s->newest, e->id, b);
     (void)rc;
   }
-  s->bn[b]++;
+  /* The step is there once counted (a release store: its bytes and
+   * record before it, for a kill -9 of a store in a file). */
+  __atomic_store_n(&s->bn[b], s->bn[b] + 1, __ATOMIC_RELEASE);
   s->steps++;
   e->len++;
   e->last_use = ++s->clock;
@@ -721,22 +698,14 @@ int chime__steps_restore_finish(chime__steps_t *s, uint64_t next_episode,
         return CHIME_EINVAL;
   }
   /* Episodes' newest blocks, oldest block first so the newest wins. */
-  for (uint32_t b = 0; b < s->nused; b++) {
-    uint64_t slot0 = (uint64_t)b * s->k;
-    for (uint32_t o = 0; o < s->bn[b]; o++) {
-      uint64_t e = s->sep[slot0 + o];
-      if (o + 1 < s->bn[b] && s->sep[slot0 + o + 1] == e)
-        continue;
-      int rc = chime__keyindex_remove(s->newest, e, NULL);
-      rc = chime__keyindex_insert(s->newest, e, b);
-      if (rc != 0)
-        return CHIME_EINVAL; /* more episodes than slots: cannot be */
-    }
-  }
+  for (uint32_t b = 0; b < s->nused; b++)
+    if (chime__steps_newest_at(s, b) != 0)
+      return CHIME_EINVAL; /* more episodes than slots: cannot be */
   s->head = s->nused == s->nblocks ? 0 : s->nused;
   s->next_episode = next_episode;
   s->abandoned = abandoned;
   s->evicted = evicted;
+  chime__steps_sync(s);
   return 0;
 }
 

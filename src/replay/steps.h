@@ -54,6 +54,13 @@ typedef struct {
    * compressed leaves in one allocation of their own handed to append;
    * NULL: none is. Only which leaves are read (the table compresses). */
   const uint8_t *compress;
+  /* The store's mapped part (chime__steps_map_bytes bytes, 64-byte
+   * aligned) in the table's file (table_file.h), the caller's to unmap;
+   * NULL: anonymous memory of the store's own. reopen: it holds the
+   * store of a process before (killed or not), opened as it was
+   * (chime__steps_create says how); else it is zeros. */
+  void *mem;
+  int reopen;
 } chime__steps_config_t;
 
 typedef struct {
@@ -83,6 +90,17 @@ uint64_t chime__steps_bytes(const chime_spec_t *spec,
 uint64_t chime__steps_max_windows(const chime_spec_t *spec,
                                   const chime__steps_config_t *cfg);
 
+/* Bytes of the store's mapped part: its header, the raw leaves and the
+ * per-block and per-step records; UINT64_MAX on overflow. */
+uint64_t chime__steps_map_bytes(const chime_spec_t *spec,
+                                const chime__steps_config_t *cfg);
+
+/* With cfg->reopen: the blocks in use, their steps and the links between
+ * a lane's blocks are taken as the mapping holds them (no lane is open:
+ * episodes that were open are over, as after a restore); a link whose
+ * ends disagree (a process killed while taking a block) is cut. No step
+ * starts an item until chime__steps_relist. CHIME_ECORRUPT for a header
+ * or block out of range. */
 int chime__steps_create(chime__steps_t **out, const chime_spec_t *spec,
                         const chime__steps_config_t *cfg,
                         const chime__steps_cb_t *cb);

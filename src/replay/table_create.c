@@ -45,6 +45,7 @@ static void free_parts(chime__table_t *t) {
       free(t->zbuf[r]);
   free(t->zbuf);
   chime__tbl_bytes_close(t->bytes);
+  chime__tbl_seq_destroy(t); /* before the mapping its store may be in */
   if (t->file != NULL)
     chime__tbl_file_close(t->file, t->map, t->map_len);
   else if (t->map != NULL)
@@ -54,7 +55,6 @@ static void free_parts(chime__table_t *t) {
   chime__sumtree_destroy(t->sum);
   chime__heap_destroy(t->hmin);
   chime__heap_destroy(t->hmax);
-  chime__tbl_seq_destroy(t);
   chime__verindex_destroy(t->vidx);
   free(t);
 }
@@ -79,6 +79,24 @@ static int compress_ok(const chime__table_config_t *cfg) {
     if (cfg->compress[i] != 0)
       return 0;
   return 1;
+}
+
+static int compress_none(const chime__table_config_t *cfg) {
+  for (uint32_t i = 0; i < CHIME_MAX_LEAVES; i++)
+    if (cfg->compress[i] != 0)
+      return 0;
+  return 1;
+}
+
+/* The detail of a step store in a file that does not open. */
+static void seq_corrupt(const chime__table_t *t) {
+  char path[CHIME__MAX_DATA_DIR + CHIME_MAX_NAME + 16];
+  if (chime__tbl_file_path(&t->cfg, path, sizeof(path)) != 0)
+    path[0] = '\0';
+  chime__detailf(CHIME_ECORRUPT,
+                 "data_dir: '%s': its step store's header or blocks are out "
+                 "of range; move it away",
+                 path);
 }
 
 /* The most bytes one row keeps in the bytes file: its compressed leaves
@@ -156,6 +174,20 @@ static int map_storage(chime__table_t *t, size_t rows, int *fresh) {
   size_t meta_off = len;
   for (int i = 0; i < NMETA; i++)
     len += chime__tbl_align64(rows * meta_bytes[i]);
+  /* A sequence table's window records, and in a file its step store. */
+  int seq = cfg->sequence_length > 0;
+  size_t win_off = len, steps_off = 0;
+  if (seq)
+    len += 3 * chime__tbl_align64(rows * 4) + chime__tbl_align64(rows * 8);
+  steps_off = len;
+  if (seq && file) {
+    chime__steps_config_t sc;
+    chime__tbl_seq_config(cfg, &sc);
+    uint64_t sb = chime__steps_map_bytes(&cfg->spec, &sc);
+    if (sb == UINT64_MAX || sb > SIZE_MAX / 2)
+      return chime__detail(CHIME_EOVERFLOW, NULL);
+    len += chime__tbl_align64((size_t)sb);
+  }
   /* In a file, also the ragged lengths and the rows' extents in the
    * bytes file (table_bytes.h). */
   size_t rlen_off = len, zext_off = 0, rext_off = 0;
@@ -199,6 +231,14 @@ static int map_storage(chime__table_t *t, size_t rows, int *fresh) {
   for (size_t i = 0; i < sizeof(u32) / sizeof(u32[0]); i++) {
     *u32[i] = (uint32_t *)p;
     p += chime__tbl_align64(rows * sizeof(uint32_t));
+  }
+  if (seq) {
+    p = (uint8_t *)t->map + win_off;
+    t->wslot = (uint32_t *)p;
+    t->wfirst = (uint32_t *)(p + chime__tbl_align64(rows * 4));
+    t->wlen = (uint32_t *)(p + 2 * chime__tbl_align64(rows * 4));
+    t->wep = (uint64_t *)(p + 3 * chime__tbl_align64(rows * 4));
+    t->smem = file ? (uint8_t *)t->map + steps_off : NULL;
   }
   if (file) {
     t->commit = (uint64_t *)((uint8_t *)t->map + commit_off);
@@ -295,10 +335,11 @@ int chime__table_create(chime__table_t **out,
     rc = CHIME_EINVAL;
     goto out;
   }
-  if (cfg->data_dir[0] != '\0' && seq) {
+  if (cfg->data_dir[0] != '\0' && seq && !compress_none(cfg)) {
     told = 1;
     rc = chime__detailf(CHIME_ENOTSUP,
-                        "data_dir: sequence tables are not kept in files yet");
+                        "data_dir: a sequence table's compressed steps are "
+                        "not kept in files yet");
     goto out;
   }
   /* The same sum tree, draws weighted by staleness (selector_stale.c). */
@@ -336,8 +377,13 @@ int chime__table_create(chime__table_t **out,
   if ((need & CHIME__SEL_MAX_HEAP) &&
       (rc = chime__heap_create(&t->hmax, (uint32_t)rows, CHIME__HEAP_MAX)) != 0)
     goto out;
-  if (seq && (rc = chime__tbl_seq_create(t, rows)) != 0)
+  if (seq && (rc = chime__tbl_seq_create(t, t->smem, !fresh)) != 0) {
+    if (rc == CHIME_ECORRUPT) {
+      told = 1;
+      seq_corrupt(t);
+    }
     goto out;
+  }
   if ((t->cfg.max_staleness != 0 || t->stale_on) &&
       (rc = chime__verindex_create(&t->vidx, rows)) != 0)
     goto out;
@@ -384,18 +430,16 @@ uint64_t chime__table_bytes(const chime__table_config_t *cfg) {
   if (cfg->sequence_length > 0) {
     /* Rows hold windows (no leaf bytes; first step, index, length and
      * episode: 20 bytes, spares included); the steps are stored once. */
-    chime__steps_config_t sc = {
-        .capacity_steps = cfg->capacity_steps,
-        .sequence_length = cfg->sequence_length,
-        .stride = cfg->stride,
-        .pad = cfg->episode_pad,
-        .max_episodes = WRITERS(cfg),
-        .compress = cfg->compress,
-    };
+    chime__steps_config_t sc;
+    chime__tbl_seq_config(cfg, &sc);
     uint64_t sb = chime__steps_bytes(&cfg->spec, &sc);
+    int file = cfg->data_dir[0] != '\0';
     cap = cfg->capacity_steps;
     n = 0;
-    if (sb == UINT64_MAX || __builtin_mul_overflow(cap, UINT64_C(40), &b) ||
+    if (file && sb != UINT64_MAX) /* its mapped part: the page cache's */
+      sb -= chime__steps_map_bytes(&cfg->spec, &sc);
+    if (sb == UINT64_MAX ||
+        __builtin_mul_overflow(cap, (uint64_t)(file ? 0 : 40), &b) ||
         __builtin_add_overflow(sb, b, &total))
       return UINT64_MAX;
   }

@@ -4,6 +4,8 @@
  *   whole (its bytes checked), with no checkpoint anywhere; with a
  *   compressed leaf too (its bytes in the bytes file); GetInfo names the
  *   data dir;
+ * - the same for a sequence table: every acked episode's windows there
+ *   once, each window its episode's steps;
  * - a data dir holding another table's file, or one that is a file: chimed
  *   refuses to start, naming the path, and the file is left as it was;
  * - --restore into a table that opened with items from its file: refused;
@@ -61,11 +63,12 @@ static int teardown(void **state) {
 }
 
 static atomic_ullong acked;
+static uint64_t kill_at = KILL_AT; /* acked items (episodes) to kill at */
 
 static void *killer(void *arg) {
   (void)arg;
   int64_t end = chime__now_ms() + 60000;
-  while (atomic_load(&acked) < KILL_AT && chime__now_ms() < end)
+  while (atomic_load(&acked) < kill_at && chime__now_ms() < end)
     chime__sleep_ms(1);
   kill(chimed.proc.pid, SIGKILL);
   return NULL;
@@ -187,6 +190,119 @@ static void test_kill9_keeps_acked_compressed(void **state) {
   kill9_keeps_acked();
 }
 
+/* A sequence table in files: episodes of SEQ_LEN steps {tag, index} and
+ * x[k] = tag * 1000 + index + k, each ended and flushed (acked whole),
+ * windows of 4 every 2 steps: 9 an episode. */
+#define SEQ_LEN 20
+#define SEQ_WINDOWS 9
+#define SEQ_KILL_AT 300
+#define SEQ_MAX 10000
+
+static void seq_step(uint8_t *p, uint32_t tag, uint32_t idx) {
+  uint32_t id[2] = {tag, idx};
+  memcpy(p, id, 8);
+  for (uint32_t k = 0; k < 16; k++) {
+    float x = (float)(tag * 1000 + idx + k);
+    memcpy(p + 8 + 4 * k, &x, 4);
+  }
+}
+
+static void seq_insert_until_killed(void) {
+  chime_writer_t *w = NULL;
+  chime_writer_opts_t wo = CHIME_WRITER_OPTS_INIT;
+  uint8_t step[72];
+  wo.resend = 0;
+  wo.timeout_ms = 10000;
+  assert_int_equal(chime_writer_open(&w, client, "seq", &wo), 0);
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, killer, NULL), 0);
+  int rc = 0;
+  for (uint32_t tag = 1; rc == 0 && tag < SEQ_MAX; tag++) {
+    for (uint32_t i = 0; rc == 0 && i < SEQ_LEN; i++) {
+      seq_step(step, tag, i);
+      rc = chime_writer_append(w, step, sizeof(step), 1.0);
+    }
+    if (rc == 0)
+      rc = chime_writer_end_episode(w);
+    if (rc == 0 && (rc = chime_writer_flush(w)) == 0)
+      atomic_store(&acked, tag);
+  }
+  pthread_join(th, NULL);
+  assert_int_not_equal(rc, 0);
+  int crc = chime_writer_close(w);
+  (void)crc;
+}
+
+/* Every window of the table in one fifo batch, each its episode's steps
+ * in order, counted by episode tag into per[tag]; how many. */
+static uint64_t seq_drain(uint32_t *per) {
+  chime_stream_t *s = NULL;
+  chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
+  chime_batch_t b;
+  uint64_t n = table_size();
+  so.batch_size = (uint32_t)n;
+  so.slots = 2;
+  so.mode = CHIME_MODE_SHM;
+  assert_int_equal(chime_stream_open(&s, client, "seq", &so), 0);
+  assert_int_equal(chime_stream_next(s, &b, 30000), 0);
+  assert_int_equal(b.count, n);
+  for (uint64_t j = 0; j < n; j++) {
+    const chime_sample_info_t *in = &b.info[j];
+    const uint8_t *id = (const uint8_t *)b.leaf[0].data + j * 4 * 8;
+    const uint8_t *x = (const uint8_t *)b.leaf[1].data + j * 4 * 64;
+    uint8_t want[72];
+    uint32_t tag;
+    memcpy(&tag, id, 4);
+    assert_true(tag >= 1 && tag < SEQ_MAX);
+    assert_int_equal(in->length, 4);
+    for (uint32_t i = 0; i < 4; i++) {
+      seq_step(want, tag, in->first_step + i);
+      if (memcmp(id + 8 * i, want, 8) != 0 ||
+          memcmp(x + 64 * i, want + 8, 64) != 0)
+        fail_msg("window %llu (episode tag %u, first step %u): step %u torn",
+                 (unsigned long long)j, tag, in->first_step, i);
+    }
+    per[tag]++;
+  }
+  assert_int_equal(chime_stream_release(s, &b), 0);
+  chime_stream_close(s);
+  return n;
+}
+
+/* chimed killed while a writer appends episodes to a sequence table in
+ * files: started again, every acked episode's windows are there once,
+ * whole; of the episode in flight, some at most. */
+static void test_kill9_sequence(void **state) {
+  (void)state;
+  snprintf(datadir, sizeof(datadir), "%s/seq", chime__harness_tmpdir());
+  snprintf(config, sizeof(config),
+           "{\"tables\": [{\"name\": \"seq\", \"spec\": \"id:u32[2], "
+           "x:f32[16]\", \"capacity_steps\": 200000, \"sequence_length\": 4, "
+           "\"stride\": 2, \"sampler\": \"fifo\", \"data_dir\": \"%s\"}]}\n",
+           datadir);
+  atomic_store(&acked, 0);
+  kill_at = SEQ_KILL_AT;
+  assert_int_equal(chime__chimed_start_client(&chimed, config, &client), 0);
+  seq_insert_until_killed();
+  kill_at = KILL_AT;
+  assert_int_equal(chime__proc_wait(&chimed.proc, 10000, NULL), 0);
+  chime_client_destroy(client);
+  client = NULL;
+  uint64_t a = atomic_load(&acked);
+  assert_true(a >= SEQ_KILL_AT);
+  assert_int_equal(chime__chimed_start_client(&chimed, config, &client), 0);
+  uint32_t *per = calloc(SEQ_MAX, sizeof(*per));
+  assert_non_null(per);
+  uint64_t n = seq_drain(per);
+  for (uint32_t tag = 1; tag < SEQ_MAX; tag++)
+    if (tag <= a ? per[tag] != SEQ_WINDOWS : per[tag] > SEQ_WINDOWS)
+      fail_msg("episode %u: %u windows (%llu acked)", tag, per[tag],
+               (unsigned long long)a);
+  free(per);
+  fprintf(stderr, "acked %llu episodes, after the restart %llu windows\n",
+          (unsigned long long)a, (unsigned long long)n);
+}
+
 /* chimed on the config: it must refuse to start, its stderr holding
  * every needle. */
 static void refused(const char *needle1, const char *needle2,
@@ -272,6 +388,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_teardown(test_kill9_keeps_acked, teardown),
       cmocka_unit_test_teardown(test_kill9_keeps_acked_compressed, teardown),
+      cmocka_unit_test_teardown(test_kill9_sequence, teardown),
       cmocka_unit_test_teardown(test_other_table_refused, teardown),
       cmocka_unit_test_teardown(test_restore_refused_over_items, teardown),
   };

@@ -210,18 +210,6 @@ static void test_full_disk(void **state) {
   assert_int_equal(umount(f->tc.data_dir), 0);
 }
 
-/* Sequence tables are not kept in files yet: refused, saying so. */
-static void test_unsupported_refused(void **state) {
-  fx_t *f = *state;
-  chime__table_config_t tc = f->tc;
-  assert_int_equal(chime_spec_parse(&tc.spec, "a:u32[2]", NULL, 0), 0);
-  tc.sequence_length = 4;
-  tc.stride = 1;
-  tc.capacity_steps = 64;
-  tc.sampler = CHIME__SAMPLER_UNIFORM;
-  refused(&tc, CHIME_ENOTSUP, "sequence tables are not kept in files yet");
-}
-
 /* Rows a sampler held pinned when the process died (one live, one whose
  * item had left meanwhile) come back pinned by no one: free or live, never
  * kept from reuse. */
@@ -293,8 +281,6 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_limiter_balanced, setup, teardown),
       cmocka_unit_test_setup_teardown(test_not_writable, setup, teardown),
       cmocka_unit_test_setup_teardown(test_full_disk, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_unsupported_refused, setup,
-                                      teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

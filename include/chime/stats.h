@@ -69,7 +69,9 @@
   X(uint64_t, stored_bytes, GAUGE, BYTES,                                      \
     "Bytes the table keeps for them, compressed leaves as stored.")            \
   X(uint64_t, leaves_stored_raw, COUNTER, COUNT,                               \
-    "Compressed leaves' values kept raw: compression did not shrink them.")
+    "Compressed leaves' values kept raw: compression did not shrink them.")    \
+  X(uint64_t, disk_bytes, GAUGE, BYTES,                                        \
+    "Bytes the table's files hold on disk (allocated blocks; 0 in memory).")
 
 /* Per open stream, beside its stream_id, table and mode. */
 #define CHIME_STREAM_STATS_FIELDS(X)                                           \

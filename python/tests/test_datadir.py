@@ -1,7 +1,8 @@
 """A table in files (table "data_dir") from Python: items written, chimed
 killed with SIGKILL, a new chimed on the same data dir hands out the same
 items in the same order, with no checkpoint (docs/operations.md, "Tables
-in files"), a compressed leaf too; info() names the data dir."""
+in files"), a compressed leaf too; info() names the data dir and, as
+stats() does, the bytes its files hold on disk."""
 import numpy as np
 import pytest
 
@@ -33,6 +34,13 @@ def test_kill9_then_reopen(tmp_path, extra):
             assert [t["size"] for t in c.info()["tables"]] == [N]
             assert [t["data_dir"] for t in c.info()["tables"]] == [
                 str(tmp_path / "data")]
+            # Allocated blocks: the whole .table file (posix_fallocate),
+            # and the .bytes file's when there is one.
+            disk = sum(p.stat().st_blocks * 512
+                       for p in (tmp_path / "data").iterdir())
+            assert disk > 0
+            assert c.info()["tables"][0]["disk_bytes"] == disk
+            assert c.stats()["tables"][0]["disk_bytes"] == disk
             with c.stream("f", batch_size=N, mode="shm") as s:
                 b = s.next(timeout=10)
                 assert np.array_equal(b["x"], x)  # fifo: in insert order

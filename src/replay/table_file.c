@@ -249,6 +249,10 @@ void chime__tbl_file_close(chime__tbl_file_t *f, void *map, size_t len) {
   free(f);
 }
 
+uint64_t chime__tbl_file_disk_bytes(const chime__tbl_file_t *f) {
+  return chime__tbl_fd_disk_bytes(f->fd);
+}
+
 void chime__tbl_file_keys(chime__tbl_file_t *f, uint64_t end) {
   if (end > f->hdr->key_end)
     f->hdr->key_end = end;

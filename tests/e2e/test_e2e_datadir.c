@@ -3,7 +3,7 @@
  *   the same data dir: every acked item is there, each exactly once and
  *   whole (its bytes checked), with no checkpoint anywhere; with a
  *   compressed leaf too (its bytes in the bytes file); GetInfo names the
- *   data dir;
+ *   data dir and, as Stats does, the bytes its files hold on disk;
  * - the same for a sequence table: every acked episode's windows there
  *   once, each window its episode's steps;
  * - a data dir holding another table's file, or one that is a file: chimed
@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -108,6 +109,17 @@ static void check_info_data_dir(void) {
   assert_int_equal(chime_client_info(client, &in), 0);
   assert_int_equal(in->ntables, 1);
   assert_string_equal(in->tables[0].data_dir, datadir);
+  /* Its files' allocated blocks: at least the whole .table file. */
+  char path[600];
+  struct stat st;
+  snprintf(path, sizeof(path), "%s/demo.table", datadir);
+  assert_int_equal(stat(path, &st), 0);
+  assert_true(in->tables[0].disk_bytes >= (uint64_t)st.st_blocks * 512);
+  assert_true(in->tables[0].disk_bytes >= (uint64_t)st.st_size);
+  chime_stats_t *sst = NULL;
+  assert_int_equal(chime_client_stats(client, &sst), 0);
+  assert_int_equal(sst->tables[0].disk_bytes, in->tables[0].disk_bytes);
+  chime_stats_free(sst);
   chime_server_info_free(in);
 }
 

@@ -126,6 +126,8 @@ static const struct {
      "Bytes the table keeps for them, compressed leaves as stored."},
     {"chime_table_leaves_stored_raw_total", "counter",
      "Compressed leaves' values kept raw: compression did not shrink them."},
+    {"chime_table_disk_bytes", "gauge",
+     "Bytes the table's files hold on disk (allocated blocks; 0 in memory)."},
     {"chime_table_leaf_raw_bytes", "gauge",
      "Bytes of a compressed leaf of the items held, as inserted."},
     {"chime_table_leaf_stored_bytes", "gauge",

@@ -82,8 +82,9 @@ uint64_t chime__steps_bytes(const chime_spec_t *spec,
     nz += cfg->compress[i] != 0;
   if (nz > 0)
     per += 8 + 16 + 4 * nz;
-  uint64_t eps = (uint64_t)cfg->max_episodes * sizeof(episode_t) +
-                 (cfg->capacity_steps + k - 1) / k * k * per;
+  uint64_t slots = (cfg->capacity_steps + k - 1) / k * k;
+  uint64_t eps = (uint64_t)cfg->max_episodes * sizeof(episode_t) + slots * per +
+                 chime__keyindex_direct_bytes(slots);
   if (total == UINT64_MAX || total > UINT64_MAX - eps)
     return UINT64_MAX;
   return total + eps;

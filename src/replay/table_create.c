@@ -467,6 +467,10 @@ uint64_t chime__table_bytes(const chime__table_config_t *cfg) {
         __builtin_add_overflow(total, (b + 63) & ~UINT64_C(63), &total))
       return UINT64_MAX;
   }
+  /* The key index's direct-mapped array (keyindex.h), per row. */
+  if (__builtin_add_overflow(total, chime__keyindex_direct_bytes(rows_for(cap)),
+                             &total))
+    return UINT64_MAX;
   /* The version index: per row, spares included (rows_for), of which the
    * pages of about twice the live versions' entries are touched. */
   if ((cfg->max_staleness != 0 ||

@@ -64,7 +64,7 @@ static int teardown(void **state) {
 }
 
 static atomic_ullong acked;
-static uint64_t kill_at = KILL_AT; /* acked items (episodes) to kill at */
+static uint64_t kill_at; /* acked items (episodes) to kill at */
 
 static void *killer(void *arg) {
   (void)arg;
@@ -131,22 +131,29 @@ static uint64_t table_size(void) {
   return n;
 }
 
+/* The whole table (n items) as one batch of a stream of table's. */
+static chime_stream_t *whole_batch(const char *table, uint64_t n,
+                                   chime_batch_t *b) {
+  chime_stream_t *s = NULL;
+  chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
+  so.batch_size = (uint32_t)n;
+  so.slots = 2;
+  so.mode = CHIME_MODE_SHM;
+  assert_int_equal(chime_stream_open(&s, client, table, &so), 0);
+  assert_int_equal(chime_stream_next(s, b, 30000), 0);
+  assert_int_equal(b->count, n);
+  return s;
+}
+
 /* Every item of the table in one fifo batch, each checked whole, counted
  * into seen[index]; how many. */
 static uint64_t drain(uint8_t *seen) {
-  chime_stream_t *s = NULL;
-  chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
   chime_batch_t b;
   char err[256];
   uint64_t n = table_size();
   uint64_t *ids = calloc(n, sizeof(*ids));
   assert_non_null(ids);
-  so.batch_size = (uint32_t)n;
-  so.slots = 2;
-  so.mode = CHIME_MODE_SHM;
-  assert_int_equal(chime_stream_open(&s, client, "demo", &so), 0);
-  assert_int_equal(chime_stream_next(s, &b, 30000), 0);
-  assert_int_equal(b.count, n);
+  chime_stream_t *s = whole_batch("demo", n, &b);
   if (chime__pattern_verify(&b, ids, err, sizeof(err)) != 0)
     fail_msg("a torn item after the restart: %s", err);
   for (uint64_t i = 0; i < n; i++) {
@@ -161,17 +168,24 @@ static uint64_t drain(uint8_t *seen) {
   return n;
 }
 
-static void kill9_keeps_acked(void) {
+/* chimed on config, insert() run until the killer kills it at `at`
+ * acked, then chimed started again on it: the acked count. */
+static uint64_t killed_and_restarted(void (*insert)(void), uint64_t at) {
   atomic_store(&acked, 0);
+  kill_at = at;
   assert_int_equal(chime__chimed_start_client(&chimed, config, &client), 0);
-  insert_until_killed();
+  insert();
   assert_int_equal(chime__proc_wait(&chimed.proc, 10000, NULL), 0);
   chime_client_destroy(client);
   client = NULL;
   uint64_t a = atomic_load(&acked);
-  assert_true(a >= KILL_AT);
-
+  assert_true(a >= at);
   assert_int_equal(chime__chimed_start_client(&chimed, config, &client), 0);
+  return a;
+}
+
+static void kill9_keeps_acked(void) {
+  uint64_t a = killed_and_restarted(insert_until_killed, KILL_AT);
   check_info_data_dir();
   uint8_t *seen = calloc(N_MAX, 1);
   assert_non_null(seen);
@@ -248,16 +262,9 @@ static void seq_insert_until_killed(void) {
 /* Every window of the table in one fifo batch, each its episode's steps
  * in order, counted by episode tag into per[tag]; how many. */
 static uint64_t seq_drain(uint32_t *per) {
-  chime_stream_t *s = NULL;
-  chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
   chime_batch_t b;
   uint64_t n = table_size();
-  so.batch_size = (uint32_t)n;
-  so.slots = 2;
-  so.mode = CHIME_MODE_SHM;
-  assert_int_equal(chime_stream_open(&s, client, "seq", &so), 0);
-  assert_int_equal(chime_stream_next(s, &b, 30000), 0);
-  assert_int_equal(b.count, n);
+  chime_stream_t *s = whole_batch("seq", n, &b);
   for (uint64_t j = 0; j < n; j++) {
     const chime_sample_info_t *in = &b.info[j];
     const uint8_t *id = (const uint8_t *)b.leaf[0].data + j * 4 * 8;
@@ -292,17 +299,7 @@ static void test_kill9_sequence(void **state) {
            "x:f32[16]\", \"capacity_steps\": 200000, \"sequence_length\": 4, "
            "\"stride\": 2, \"sampler\": \"fifo\", \"data_dir\": \"%s\"}]}\n",
            datadir);
-  atomic_store(&acked, 0);
-  kill_at = SEQ_KILL_AT;
-  assert_int_equal(chime__chimed_start_client(&chimed, config, &client), 0);
-  seq_insert_until_killed();
-  kill_at = KILL_AT;
-  assert_int_equal(chime__proc_wait(&chimed.proc, 10000, NULL), 0);
-  chime_client_destroy(client);
-  client = NULL;
-  uint64_t a = atomic_load(&acked);
-  assert_true(a >= SEQ_KILL_AT);
-  assert_int_equal(chime__chimed_start_client(&chimed, config, &client), 0);
+  uint64_t a = killed_and_restarted(seq_insert_until_killed, SEQ_KILL_AT);
   uint32_t *per = calloc(SEQ_MAX, sizeof(*per));
   assert_non_null(per);
   uint64_t n = seq_drain(per);

@@ -641,20 +641,29 @@ static void test_sequence_roundtrip(void **state) {
   finish_both(a, &sa, b, &sb);
 }
 
+/* A table of tc filled by three writers (fill_seq), checkpointed into
+ * dir (300 bytes: ROOT/name). */
+static chime__table_t *seq_checkpointed(const chime__table_config_t *tc,
+                                        const char *name, char *dir,
+                                        chime__ckpt_result_t *res) {
+  make_dir(dir, 300, name);
+  chime__table_t *a = seq_table(tc);
+  seq_writer_t w[3] = {{1, 0, 1, 0}, {2, 0, 2, 0}, {3, 0, 3, 0}};
+  fill_seq(a, w);
+  write_ok(a, dir, 2, res);
+  return a;
+}
+
 /* A checkpoint restored into a sequence table in files (data_dir, fresh):
  * its step store and windows go into the file, and a table opened again
  * on it hands out the same batches as the table checkpointed. */
 static void test_sequence_into_files(void **state) {
   (void)state;
   char dir[300];
-  make_dir(dir, sizeof(dir), "seqfile");
   chime__table_config_t tc, tf;
-  seq_cfg(&tc, 256, 4, 2, 1, CHIME__SAMPLER_FIFO);
-  chime__table_t *a = seq_table(&tc);
-  seq_writer_t w[3] = {{1, 0, 1, 0}, {2, 0, 2, 0}, {3, 0, 3, 0}};
-  fill_seq(a, w);
   chime__ckpt_result_t res;
-  write_ok(a, dir, 2, &res);
+  seq_cfg(&tc, 256, 4, 2, 1, CHIME__SAMPLER_FIFO);
+  chime__table_t *a = seq_checkpointed(&tc, "seqfile", dir, &res);
   tf = tc;
   snprintf(tf.data_dir, sizeof(tf.data_dir), "%s/data", dir);
   chime__table_t *b = seq_table(&tf);
@@ -751,15 +760,11 @@ static void test_sequence_prioritized(void **state) {
 static void test_sequence_refusals(void **state) {
   (void)state;
   char dir[300], err[512], p[2200];
-  make_dir(dir, sizeof(dir), "seqbad");
   chime__table_config_t tc, bad;
+  chime__ckpt_result_t res;
   /* Blocks of 256 steps (fewer in stores of under 16 blocks). */
   seq_cfg(&tc, 4096, 4, 2, 1, CHIME__SAMPLER_UNIFORM);
-  chime__table_t *a = seq_table(&tc);
-  seq_writer_t w[3] = {{1, 0, 1, 0}, {2, 0, 2, 0}, {3, 0, 3, 0}};
-  fill_seq(a, w);
-  chime__ckpt_result_t res;
-  write_ok(a, dir, 2, &res);
+  chime__table_t *a = seq_checkpointed(&tc, "seqbad", dir, &res);
   snprintf(p, sizeof(p), "%s/table-000.ckpt", res.path);
   long n = file_size(p);
   for (long at = 0; at < n; at += (n / 41) + 1) {

@@ -47,14 +47,16 @@ def test_kill9_then_reopen(tmp_path, extra):
                 assert np.array_equal(b["y"], y)
 
 
-def test_sequence_kill9_then_reopen(tmp_path):
+# Compressed: the steps' x in the bytes file (docs/operations.md).
+@pytest.mark.parametrize("extra", [{}, {"compress": {"x": 3}}])
+def test_sequence_kill9_then_reopen(tmp_path, extra):
     """A sequence table in files: episodes written, chimed killed with
     SIGKILL, a new chimed on the data dir hands out every window in the
     order it was made, each its episode's steps (docs/operations.md)."""
     tables = [{"name": "q", "spec": "t:u32[], s:u32[], x:f32[8]",
                "capacity_steps": 4096, "sequence_length": 4, "stride": 2,
                "episode_end": "pad", "sampler": "fifo", "min_size": 1,
-               "data_dir": str(tmp_path / "data")}]
+               "data_dir": str(tmp_path / "data"), **extra}]
     lens = [3, 9, 20, 6, 11]  # windows: 1, 4, 9, 2, 5 (padded tails)
     (tmp_path / "a").mkdir()
     with conftest.run_chimed(tmp_path / "a", tables) as (proc, addr):

@@ -31,7 +31,8 @@ static uint64_t align64(uint64_t n) {
  * slot bitem, sidx (4 each), sep and sver (8); raw leaves (compress NULL:
  * all) per slot. */
 static uint64_t layout(const chime_spec_t *spec, uint64_t capacity_steps,
-                       const uint8_t *compress, uint64_t *leaves_out) {
+                       const uint8_t *compress, int zfile,
+                       uint64_t *leaves_out) {
   uint64_t k =
       chime__steps_block(capacity_steps, chime_spec_sample_bytes(spec));
   uint64_t nb = (capacity_steps + k - 1) / k, slots = nb * k, total = 0, b;
@@ -46,6 +47,11 @@ static uint64_t layout(const chime_spec_t *spec, uint64_t capacity_steps,
     *leaves_out = total;
   uint64_t meta = sizeof(chime__steps_disk_t) + 5 * align64(nb * 4) +
                   2 * align64(slots * 4) + 2 * align64(slots * 8);
+  int nz = 0;
+  for (uint32_t i = 0; compress != NULL && i < spec->nleaves; i++)
+    nz |= compress[i] != 0;
+  if (zfile && nz) /* the steps' extents in the bytes file */
+    meta += align64(slots * sizeof(chime__tbl_extent_t));
   if (__builtin_add_overflow(total, meta, &total))
     return UINT64_MAX;
   return total;
@@ -66,7 +72,7 @@ uint64_t chime__steps_max_windows(const chime_spec_t *spec,
 
 uint64_t chime__steps_map_bytes(const chime_spec_t *spec,
                                 const chime__steps_config_t *cfg) {
-  return layout(spec, cfg->capacity_steps, cfg->compress, NULL);
+  return layout(spec, cfg->capacity_steps, cfg->compress, cfg->zfile, NULL);
 }
 
 uint64_t chime__steps_bytes(const chime_spec_t *spec,
@@ -74,7 +80,8 @@ uint64_t chime__steps_bytes(const chime_spec_t *spec,
   /* Compressed leaves at most their raw bytes (a leaf that does not
    * shrink is kept raw), and per slot a pointer, the sizes and the
    * allocator's header and rounding. */
-  uint64_t total = layout(spec, cfg->capacity_steps, NULL, NULL);
+  uint64_t total = layout(spec, cfg->capacity_steps,
+                          cfg->zfile ? cfg->compress : NULL, cfg->zfile, NULL);
   uint64_t k =
       chime__steps_block(cfg->capacity_steps, chime_spec_sample_bytes(spec));
   uint64_t per = 18, nz = 0; /* newest */
@@ -114,7 +121,8 @@ int chime__steps_create(chime__steps_t **out, const chime_spec_t *spec,
       s->zraw[i] = chime_leaf_bytes(&spec->leaves[i]);
       s->zl[s->nz++] = i;
     }
-  uint64_t len = layout(spec, cfg->capacity_steps, cfg->compress, NULL);
+  uint64_t len =
+      layout(spec, cfg->capacity_steps, cfg->compress, cfg->zfile, NULL);
   s->eps = calloc(cfg->max_episodes, sizeof(*s->eps));
   if (len == UINT64_MAX || len > SIZE_MAX || s->eps == NULL) {
     rc = len == UINT64_MAX ? CHIME_EOVERFLOW : CHIME_ENOMEM;
@@ -161,6 +169,11 @@ int chime__steps_create(chime__steps_t **out, const chime_spec_t *spec,
   s->sep = (uint64_t *)p;
   p += align64(slots * 8);
   s->sver = (uint64_t *)p;
+  p += align64(slots * 8);
+  if (cfg->zfile && s->nz > 0) {
+    s->zb = cfg->bytes;
+    s->zext = (chime__tbl_extent_t *)p;
+  }
   /* As many episodes as steps at worst (short episodes share blocks). */
   if ((rc = chime__keyindex_create(&s->newest, slots)) != 0)
     goto out;
@@ -190,7 +203,7 @@ out:
 }
 
 /* Step slot i's compressed leaves counted in (sign 1) or out (-1). */
-static void z_count(chime__steps_t *s, const uint8_t *z, int sign) {
+void chime__steps_z_count(chime__steps_t *s, const uint8_t *z, int sign) {
   uint64_t raw = 0, kept = 0;
   for (uint32_t k = 0; k < s->nz; k++) {
     raw += s->zraw[s->zl[k]];
@@ -207,21 +220,53 @@ static void z_count(chime__steps_t *s, const uint8_t *z, int sign) {
   }
 }
 
-/* The compressed leaves of block b's steps go. */
+/* The compressed leaves of block b's steps go (their extents freed in a
+ * bytes file, the file's bytes left as they are). */
 static void z_free_block(chime__steps_t *s, uint32_t b) {
-  uint8_t **z = s->zstep + (uint64_t)b * s->k;
+  uint64_t slot0 = (uint64_t)b * s->k;
+  uint8_t **z = s->zstep + slot0;
   for (uint32_t o = 0; o < s->bn[b]; o++) {
     if (z[o] != NULL)
-      z_count(s, z[o], -1);
-    free(z[o]);
+      chime__steps_z_count(s, z[o], -1);
+    if (s->zb != NULL && z[o] != NULL) {
+      chime__tbl_bytes_free(s->zb, s->zext[slot0 + o]);
+      s->zext[slot0 + o].len = 0;
+    } else {
+      free(z[o]);
+    }
     z[o] = NULL;
   }
+}
+
+/* Step slot's compressed leaves z (malloc'd), taken: into an extent of
+ * the bytes file (z freed; reserved before), or kept as they are. */
+static uint8_t *z_keep(chime__steps_t *s, uint64_t slot, uint8_t *z) {
+  if (s->zb == NULL)
+    return z;
+  uint64_t n = chime__zleaf_total(z, s->nz);
+  uint64_t off = chime__tbl_bytes_alloc(s->zb, (uint32_t)n);
+  uint8_t *p = chime__tbl_bytes_base(s->zb) + off;
+  memcpy(p, z, (size_t)n);
+  free(z);
+  s->zext[slot] = (chime__tbl_extent_t){off, (uint32_t)n, 0};
+  return p;
+}
+
+int chime__steps_z_reserve(chime__steps_t *s, uint8_t *const *z, uint32_t n) {
+  if (s->zb == NULL || z == NULL)
+    return 0;
+  uint64_t need = 0;
+  for (uint32_t i = 0; i < n; i++)
+    if (z[i] != NULL)
+      need += chime__tbl_bytes_class(chime__zleaf_total(z[i], s->nz));
+  return chime__tbl_bytes_reserve(s->zb, need);
 }
 
 void chime__steps_destroy(chime__steps_t *s) {
   if (s == NULL)
     return;
-  if (s->zstep != NULL)
+  /* In a bytes file the steps stay for the next open. */
+  if (s->zstep != NULL && s->zb == NULL)
     for (uint32_t b = 0; b < s->nblocks; b++)
       z_free_block(s, b);
   free(s->zstep);
@@ -379,8 +424,8 @@ void chime__steps_append(chime__steps_t *s, uint32_t ep, uint64_t version,
     read(ctx, s->leaf[l] != NULL ? s->leaf[l] + slot * s->lbytes[l] : NULL,
          s->lbytes[l]);
   if (s->nz > 0) {
-    s->zstep[slot] = z;
-    z_count(s, z, 1);
+    s->zstep[slot] = z_keep(s, slot, z);
+    chime__steps_z_count(s, s->zstep[slot], 1);
   }
   s->sep[slot] = e->id;
   s->sidx[slot] = e->len;
@@ -659,6 +704,8 @@ int chime__steps_restore_block(chime__steps_t *s, uint32_t pos, uint32_t bn,
       (bnext != NONE && bnext <= pos) || (bprev != NONE && bprev >= pos) ||
       (s->nz > 0) != (z != NULL))
     return CHIME_EINVAL;
+  if (chime__steps_z_reserve(s, z, bn) != 0)
+    return CHIME_ERESOURCE;
   uint64_t slot0 = (uint64_t)pos * s->k;
   for (uint32_t o = 0; o < bn; o++) {
     if (ep[o] == 0)
@@ -672,8 +719,8 @@ int chime__steps_restore_block(chime__steps_t *s, uint32_t pos, uint32_t bn,
       memcpy(s->leaf[l] + slot0 * s->lbytes[l], leaf[l],
              (size_t)(bn * s->lbytes[l]));
   for (uint32_t o = 0; z != NULL && o < bn; o++) {
-    s->zstep[slot0 + o] = z[o];
-    z_count(s, z[o], 1);
+    s->zstep[slot0 + o] = z_keep(s, slot0 + o, z[o]);
+    chime__steps_z_count(s, s->zstep[slot0 + o], 1);
   }
   s->bn[pos] = bn;
   s->bnext[pos] = bnext;

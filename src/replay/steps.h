@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "chime/spec.h"
+#include "replay/table_bytes.h"
 
 typedef struct chime__steps_s chime__steps_t;
 
@@ -61,6 +62,12 @@ typedef struct {
    * (chime__steps_create says how); else it is zeros. */
   void *mem;
   int reopen;
+  /* With mem: each step's compressed leaves in an extent of this bytes
+   * file (table_bytes.h; after chime__tbl_bytes_reserve for them), where
+   * the extents are in the mapped part; zfile says so before it is open
+   * (chime__steps_map_bytes). NULL / 0: malloc'd. */
+  int zfile;
+  chime__tbl_bytes_t *bytes;
 } chime__steps_config_t;
 
 typedef struct {
@@ -124,6 +131,11 @@ uint32_t chime__steps_lane(chime__steps_t *s, uint64_t writer);
 void chime__steps_append(chime__steps_t *s, uint32_t ep, uint64_t version,
                          void (*read)(void *ctx, uint8_t *dst, uint64_t n),
                          void *ctx, uint8_t *z);
+/* In a store whose compressed steps are in a bytes file: room for n
+ * steps' compressed leaves z (NULL entries: none) before they are
+ * appended, so a full disk refuses the insert with nothing stored. 0, or
+ * the bytes file's error (CHIME_ERESOURCE, the thread's detail). */
+int chime__steps_z_reserve(chime__steps_t *s, uint8_t *const *z, uint32_t n);
 /* Ends lane ep's open episode: with pad, an uncovered tail (or a short
  * episode) makes one padded window. The lane's next episode goes on in
  * the same block. */

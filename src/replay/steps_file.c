@@ -6,6 +6,7 @@
 
 #include "chime/errors.h"
 #include "replay/steps_internal.h"
+#include "replay/zleaf.h"
 
 void chime__steps_sync(chime__steps_t *s) {
   chime__steps_disk_t *d = s->disk;
@@ -47,6 +48,55 @@ static void cut_links(chime__steps_t *s, uint32_t oldest, uint32_t b) {
   if (p != NONE && (p >= s->nblocks || age(s, oldest, p) >= s->nused ||
                     age(s, oldest, p) >= ab || s->bnext[p] != b))
     s->bprev[b] = NONE;
+}
+
+/* A step's compressed leaves at their extent: sizes summing to it, each
+ * within its leaf's raw size. */
+static int z_ok(const chime__steps_t *s, const uint8_t *z, uint32_t len) {
+  uint64_t at = 4 * (uint64_t)s->nz;
+  if (len < at)
+    return 0;
+  for (uint32_t k = 0; k < s->nz; k++) {
+    uint32_t n = chime__zleaf_size(z, k);
+    if (n > s->zraw[s->zl[k]])
+      return 0;
+    at += n;
+  }
+  return at == len;
+}
+
+/* The used blocks' steps' compressed leaves in the bytes file: extents
+ * checked, its free lists rebuilt from the gaps, the steps' pointers set
+ * and their bytes counted. */
+static int reopen_z(chime__steps_t *s, uint32_t oldest) {
+  chime__tbl_live_extent_t *ex = malloc((s->steps + 1) * sizeof(*ex));
+  size_t m = 0;
+  int rc = 0;
+  if (ex == NULL)
+    return CHIME_ENOMEM;
+  for (uint32_t i = 0, b = oldest; i < s->nused; i++) {
+    for (uint32_t o = 0; o < s->bn[b]; o++) {
+      uint64_t slot = (uint64_t)b * s->k + o;
+      ex[m++] = (chime__tbl_live_extent_t){s->zext[slot], (uint32_t)slot};
+    }
+    if (++b == s->nblocks)
+      b = 0;
+  }
+  if (chime__tbl_bytes_rebuild(s->zb, ex, m) != 0)
+    rc = CHIME_ECORRUPT;
+  uint8_t *base = chime__tbl_bytes_base(s->zb);
+  for (size_t i = 0; i < m && rc == 0; i++) {
+    uint32_t slot = ex[i].row;
+    uint8_t *z = base + s->zext[slot].off;
+    if (!z_ok(s, z, s->zext[slot].len)) {
+      rc = CHIME_ECORRUPT;
+      break;
+    }
+    s->zstep[slot] = z;
+    chime__steps_z_count(s, z, 1);
+  }
+  free(ex);
+  return rc;
 }
 
 int chime__steps_reopen(chime__steps_t *s) {
@@ -94,5 +144,5 @@ int chime__steps_reopen(chime__steps_t *s) {
     if (++b == s->nblocks)
       b = 0;
   }
-  return 0;
+  return s->zb != NULL ? reopen_z(s, oldest) : 0;
 }

@@ -50,6 +50,8 @@ struct chime__steps_s {
   uint32_t zl[CHIME_MAX_LEAVES];
   uint64_t zraw[CHIME_MAX_LEAVES];
   uint8_t **zstep;
+  chime__tbl_bytes_t *zb;    /* zstep's bytes in a file (cfg.bytes) */
+  chime__tbl_extent_t *zext; /* per slot, where: in the mapped part */
   uint64_t z_raw, z_stored, z_kept_raw;
   /* Per block. */
   uint32_t *bn;    /* steps in it */
@@ -81,6 +83,8 @@ void chime__steps_sync(chime__steps_t *s);
  * reopened, blocks oldest first) listed with it: 0, or -1 when the index
  * is full. */
 int chime__steps_newest_at(chime__steps_t *s, uint32_t b);
+/* A step's compressed leaves z counted in (sign 1) or out (-1). */
+void chime__steps_z_count(chime__steps_t *s, const uint8_t *z, int sign);
 /* The rest of chime__steps_create for a store opened again (cfg.reopen). */
 int chime__steps_reopen(chime__steps_t *s);
 

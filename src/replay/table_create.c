@@ -94,8 +94,8 @@ static void seq_corrupt(const chime__table_t *t) {
   if (chime__tbl_file_path(&t->cfg, path, sizeof(path)) != 0)
     path[0] = '\0';
   chime__detailf(CHIME_ECORRUPT,
-                 "data_dir: '%s': its step store's header or blocks are out "
-                 "of range; move it away",
+                 "data_dir: '%s': its step store's header, blocks or "
+                 "compressed steps' extents are out of range; move it away",
                  path);
 }
 
@@ -104,6 +104,12 @@ static void seq_corrupt(const chime__table_t *t) {
  * ragged rows at their bounds. */
 static uint64_t row_bytes_max(const chime__table_t *t) {
   uint64_t b = 0;
+  if (t->cfg.sequence_length > 0) { /* a step's compressed leaves */
+    for (uint32_t i = 0; i < t->cfg.spec.nleaves; i++)
+      if (t->cfg.compress[i] != 0)
+        b += 4 + chime_leaf_bytes(&t->cfg.spec.leaves[i]);
+    return b;
+  }
   for (uint32_t i = 0; i < t->nleaves; i++) {
     const chime_leaf_t *l = &t->cfg.spec.leaves[i];
     if (t->cfg.compress[i] != 0)
@@ -183,6 +189,7 @@ static int map_storage(chime__table_t *t, size_t rows, int *fresh) {
   if (seq && file) {
     chime__steps_config_t sc;
     chime__tbl_seq_config(cfg, &sc);
+    sc.zfile = 1;
     uint64_t sb = chime__steps_map_bytes(&cfg->spec, &sc);
     if (sb == UINT64_MAX || sb > SIZE_MAX / 2)
       return chime__detail(CHIME_EOVERFLOW, NULL);
@@ -254,7 +261,7 @@ static int map_storage(chime__table_t *t, size_t rows, int *fresh) {
     return chime__detail(CHIME_ENOMEM, NULL);
   if (t->nz > 0 && (t->zbuf = calloc(rows, sizeof(*t->zbuf))) == NULL)
     return chime__detail(CHIME_ENOMEM, NULL);
-  if (file && (t->nz > 0 || t->nrag > 0))
+  if (file && (t->nz > 0 || t->nrag > 0 || (seq && !compress_none(cfg))))
     return open_bytes(t, rows, *fresh);
   return 0;
 }
@@ -333,13 +340,6 @@ int chime__table_create(chime__table_t **out,
        (seq || t->cfg.sampler != CHIME__SAMPLER_PRIORITIZED ||
         t->cfg.staleness_weight != CHIME__STALE_WEIGHT_INVERSE))) {
     rc = CHIME_EINVAL;
-    goto out;
-  }
-  if (cfg->data_dir[0] != '\0' && seq && !compress_none(cfg)) {
-    told = 1;
-    rc = chime__detailf(CHIME_ENOTSUP,
-                        "data_dir: a sequence table's compressed steps are "
-                        "not kept in files yet");
     goto out;
   }
   /* The same sum tree, draws weighted by staleness (selector_stale.c). */
@@ -434,6 +434,8 @@ uint64_t chime__table_bytes(const chime__table_config_t *cfg) {
     chime__tbl_seq_config(cfg, &sc);
     uint64_t sb = chime__steps_bytes(&cfg->spec, &sc);
     int file = cfg->data_dir[0] != '\0';
+    sc.zfile = file;
+    sb = chime__steps_bytes(&cfg->spec, &sc);
     cap = cfg->capacity_steps;
     n = 0;
     if (file && sb != UINT64_MAX) /* its mapped part: the page cache's */

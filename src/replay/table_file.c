@@ -432,7 +432,10 @@ int chime__tbl_reopen(chime__table_t *t, const char *path) {
     if (t->commit[r] != 0)
       live[n++] = (found_t){t->commit[r], (uint32_t)r};
   qsort(live, n, sizeof(*live), by_seq);
-  int rc = t->bytes != NULL ? reopen_bytes(t, live, n, path) : 0;
+  /* A sequence table's bytes file holds its steps' compressed leaves:
+   * the step store rebuilt it (steps_file.c); its rows hold none. */
+  int rc =
+      t->bytes != NULL && t->steps == NULL ? reopen_bytes(t, live, n, path) : 0;
   if (rc != 0) {
     free(live);
     return rc;

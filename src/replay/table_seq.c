@@ -59,6 +59,8 @@ int chime__tbl_seq_create(chime__table_t *t, void *mem, int reopen) {
   chime__tbl_seq_config(&t->cfg, &sc);
   sc.mem = mem;
   sc.reopen = reopen;
+  sc.zfile = mem != NULL;
+  sc.bytes = t->bytes;
   chime__steps_cb_t cb = {seq_window, seq_evict, t};
   t->sleaves = t->cfg.spec.nleaves;
   for (uint32_t i = 0, nz = 0; i < t->sleaves; i++) {
@@ -196,6 +198,9 @@ int chime__tbl_seq_insert(chime__table_t *t, const chime__span_t *spans,
     chime__tbl_wait_timed(&t->space, &t->mu, &t->rate_insert_wait_ns);
     t->inserts_waiting_rate--;
   }
+  if (zbufs != NULL &&
+      (rc = chime__steps_z_reserve(t->steps, zbufs, count)) != 0)
+    goto out;
   uint32_t ep = chime__steps_lane(t->steps, dq->writer);
   uint64_t vmax = 0;
   for (size_t j = 0; versions != NULL && j < versions->n; j++)

@@ -437,15 +437,6 @@ static int kind_check(chime__table_config_t *t, const char *where,
   }
   if (!SEEN(K_CAPACITY) && t->sequence_length == 0)
     return chime__cfg_fail(err, errlen, "%s: 'capacity' is required", where);
-  int zleaves = 0;
-  for (uint32_t i = 0; i < CHIME_MAX_LEAVES; i++)
-    zleaves |= t->compress[i] != 0;
-  if (t->data_dir[0] != '\0' && t->sequence_length > 0 && zleaves)
-    return chime__cfg_fail(
-        err, errlen,
-        "%s: 'data_dir': a sequence table's compressed steps are not kept "
-        "in files yet (docs/operations.md, Tables in files)",
-        where);
   if (t->staleness_weight != 0 &&
       (t->sampler != CHIME__SAMPLER_PRIORITIZED || t->sequence_length > 0))
     return chime__cfg_fail(

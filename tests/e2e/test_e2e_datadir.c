@@ -291,14 +291,13 @@ static uint64_t seq_drain(uint32_t *per) {
 /* chimed killed while a writer appends episodes to a sequence table in
  * files: started again, every acked episode's windows are there once,
  * whole; of the episode in flight, some at most. */
-static void test_kill9_sequence(void **state) {
-  (void)state;
-  snprintf(datadir, sizeof(datadir), "%s/seq", chime__harness_tmpdir());
+static void kill9_sequence(const char *sub, const char *extra) {
+  snprintf(datadir, sizeof(datadir), "%s/%s", chime__harness_tmpdir(), sub);
   snprintf(config, sizeof(config),
            "{\"tables\": [{\"name\": \"seq\", \"spec\": \"id:u32[2], "
            "x:f32[16]\", \"capacity_steps\": 200000, \"sequence_length\": 4, "
-           "\"stride\": 2, \"sampler\": \"fifo\", \"data_dir\": \"%s\"}]}\n",
-           datadir);
+           "\"stride\": 2, \"sampler\": \"fifo\", \"data_dir\": \"%s\"%s}]}\n",
+           datadir, extra);
   uint64_t a = killed_and_restarted(seq_insert_until_killed, SEQ_KILL_AT);
   uint32_t *per = calloc(SEQ_MAX, sizeof(*per));
   assert_non_null(per);
@@ -310,6 +309,17 @@ static void test_kill9_sequence(void **state) {
   free(per);
   fprintf(stderr, "acked %llu episodes, after the restart %llu windows\n",
           (unsigned long long)a, (unsigned long long)n);
+}
+
+static void test_kill9_sequence(void **state) {
+  (void)state;
+  kill9_sequence("seq", "");
+}
+
+/* Its x leaf compressed: the steps' bytes in the bytes file. */
+static void test_kill9_sequence_compressed(void **state) {
+  (void)state;
+  kill9_sequence("seq-z", ", \"compress\": {\"x\": 3}");
 }
 
 /* chimed on the config: it must refuse to start, its stderr holding
@@ -398,6 +408,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_kill9_keeps_acked, teardown),
       cmocka_unit_test_teardown(test_kill9_keeps_acked_compressed, teardown),
       cmocka_unit_test_teardown(test_kill9_sequence, teardown),
+      cmocka_unit_test_teardown(test_kill9_sequence_compressed, teardown),
       cmocka_unit_test_teardown(test_other_table_refused, teardown),
       cmocka_unit_test_teardown(test_restore_refused_over_items, teardown),
   };

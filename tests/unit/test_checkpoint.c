@@ -657,13 +657,13 @@ static chime__table_t *seq_checkpointed(const chime__table_config_t *tc,
 /* A checkpoint restored into a sequence table in files (data_dir, fresh):
  * its step store and windows go into the file, and a table opened again
  * on it hands out the same batches as the table checkpointed. */
-static void test_sequence_into_files(void **state) {
-  (void)state;
+static void sequence_into_files(const char *name, int level) {
   char dir[300];
   chime__table_config_t tc, tf;
   chime__ckpt_result_t res;
   seq_cfg(&tc, 256, 4, 2, 1, CHIME__SAMPLER_FIFO);
-  chime__table_t *a = seq_checkpointed(&tc, "seqfile", dir, &res);
+  tc.compress[1] = (uint8_t)level; /* x: its steps in the bytes file */
+  chime__table_t *a = seq_checkpointed(&tc, name, dir, &res);
   tf = tc;
   snprintf(tf.data_dir, sizeof(tf.data_dir), "%s/data", dir);
   chime__table_t *b = seq_table(&tf);
@@ -687,6 +687,12 @@ static void test_sequence_into_files(void **state) {
   }
   finish_both(a, &sa, b, &sb);
   rm_rf(dir);
+}
+
+static void test_sequence_into_files(void **state) {
+  (void)state;
+  sequence_into_files("seqfile", 0);
+  sequence_into_files("seqfile-z", 3);
 }
 
 /* Prioritized, priorities mutated, "max" initial priority: every window's

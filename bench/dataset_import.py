@@ -4,6 +4,7 @@ same run (docs/datasets.md, issue 34's target: >= 0.8x).
 
     PYTHONPATH=build/python /usr/bin/python3 bench/dataset_import.py
         [--rows 1000000] [--runs 3] [--gzip] [--json] [--back-to-back N]
+        [--floors]
 
 The file: D4RL's flat layout, --rows transitions of a Hopper-sized task
 (observations and next_observations f32[11], actions f32[3], rewards f32,
@@ -20,6 +21,12 @@ round, with the file in the page cache:
            warm-start writer, until every sample is acked
   partial  the same with partial=True: read in blocks of 262144 rows,
            each sent as soon as it is read (bounded memory)
+
+--floors instead times, in one run, what an import cannot do without:
+h5py's read, a memcpy of the file's bytes, and packing its columns into
+rows (a numpy structured array, field by field: what a writer of rows
+does before a byte is sent), medians of 7, each also as a fraction of
+the read's time.
 
 --back-to-back N instead times N default imports one after another (after
 one unmeasured), nothing between them: the wall and the CPU seconds here
@@ -111,6 +118,39 @@ def back_to_back(client, path, pid, a):
           f"{here * m:.3f} s here + {chimed * m:.3f} s chimed")
 
 
+def floors(path, rows):
+    import h5py
+
+    def read():
+        with h5py.File(path, "r") as f:
+            return {k: f[k][()] for k in f.keys()}
+    cols = read()
+    names = list(cols)
+    dt = np.dtype([(n, cols[n].dtype, cols[n].shape[1:]) for n in names])
+    flat = np.concatenate([cols[n].reshape(rows, -1).view(np.uint8)
+                           for n in names], axis=1)
+    dst = np.empty_like(flat)
+
+    def pack():
+        rec = np.empty(rows, dtype=dt)
+        for n in names:
+            rec[n] = cols[n]
+    cases = [("h5py read", read), (f"memcpy {flat.nbytes >> 20} MiB",
+                                    lambda: np.copyto(dst, flat)),
+             ("pack columns into rows", pack)]
+    med = {}
+    for name, fn in cases:
+        ts = []
+        for _ in range(7):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+        med[name] = statistics.median(ts)
+    for name, t in med.items():
+        print(f"{name:24s} {t * 1e3:8.1f} ms {rows / t / 1e6:7.2f} M rows/s "
+              f"{t / med['h5py read']:5.2f}x the read's time")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, default=1000000)
@@ -118,10 +158,15 @@ def main():
     ap.add_argument("--gzip", action="store_true")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--back-to-back", type=int, default=0, metavar="N")
+    ap.add_argument("--floors", action="store_true")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="chime-dsbench-")
     path = os.path.join(tmp, "d.hdf5")
     make_file(path, a.rows, a.gzip)
+    if a.floors:
+        floors(path, a.rows)
+        os.remove(path)
+        return
     config = {"tables": [{"name": "t", "spec": SPEC, "capacity": a.rows,
                           "sampler": "uniform", "remover": "fifo"}]}
     client = chime.ensure_server("dsbench", config, mode="spawn",

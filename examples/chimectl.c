@@ -81,6 +81,8 @@ static json_t *info_json(const chime_server_info_t *in) {
     json_object_set_new(json_array_get(tables, json_array_size(tables) - 1),
                         "data_dir", json_string(t->data_dir));
     json_object_set_new(json_array_get(tables, json_array_size(tables) - 1),
+                        "disk_bytes", json_integer((json_int_t)t->disk_bytes));
+    json_object_set_new(json_array_get(tables, json_array_size(tables) - 1),
                         "leaves",
                         chimectl_leaves_json(t->leaf_bytes, t->nleaf_bytes));
     if (t->sequence_length > 0) {
@@ -198,6 +200,20 @@ static void info_field_text(const chime_server_info_t *in, const char *title,
   }
 }
 
+/* Tables in files: where, and the bytes their files hold on disk
+ * (allocated blocks; `chimectl stats` has them beside RAW and STORED). */
+static void info_files_text(const chime_server_info_t *in) {
+  int n = 0;
+  for (uint32_t i = 0; i < in->ntables; i++) {
+    const chime_table_info_t *t = &in->tables[i];
+    if (t->data_dir[0] == '\0')
+      continue;
+    if (n++ == 0)
+      printf("\nIN FILES\n%-16s %14s  %s\n", "TABLE", "DISK_BYTES", "DATA_DIR");
+    printf("%-16s %14" PRIu64 "  %s\n", t->name, t->disk_bytes, t->data_dir);
+  }
+}
+
 static void info_text(const chime_server_info_t *in) {
   printf("chimed %s on %s (boot_id %s)\n", in->version, in->hostname,
          in->boot_id);
@@ -211,8 +227,7 @@ static void info_text(const chime_server_info_t *in) {
    * (docs/operations.md, "Tables in files"). */
   info_field_text(in, "COMPRESSED LEAVES (zstd)", "LEAF:LEVEL",
                   offsetof(chime_table_info_t, compress));
-  info_field_text(in, "IN FILES", "DATA_DIR",
-                  offsetof(chime_table_info_t, data_dir));
+  info_files_text(in);
   /* One ring per open stream; pinned bytes are slots x slot_bytes of each
    * ring the server page-locked (docs/pinning.md). */
   printf("\nRINGS\n%-8s %-16s %14s %14s\n", "STREAM", "TABLE", "BYTES",
@@ -280,8 +295,10 @@ static json_t *stats_json(const chime_stats_t *st) {
 /* Columns of the text view: a plain table's, a sequence table's (NULL:
  * every field). */
 static const char *const table_cols[] = {
-    "size",           "capacity",  "inserts",      "samples", "sampler_wait_ns",
-    "insert_wait_ns", "raw_bytes", "stored_bytes", NULL};
+    "size",      "capacity",        "inserts",
+    "samples",   "sampler_wait_ns", "insert_wait_ns",
+    "raw_bytes", "stored_bytes",    "disk_bytes",
+    NULL};
 static const char *const sequence_cols[] = {
     "steps", "steps_inserted", "episodes_open", "step_bytes", NULL};
 

@@ -267,6 +267,9 @@ typedef struct {
   /* The directory the table's storage lives in (docs/operations.md,
    * "Tables in files"); "" in memory (and from a server before 1.0). */
   char data_dir[1024];
+  /* The bytes its files hold on disk (allocated blocks), as Stats'
+   * disk_bytes; 0 in memory. */
+  uint64_t disk_bytes;
 } chime_table_info_t;
 
 /* One open stream's ring on the server, as GetInfo reports it. */

@@ -73,7 +73,9 @@
   X(uint64_t, dropped_zero_variance, COUNTER, COUNT,                           \
     "Groups a zero_variance filter dropped at insert (group tables).")         \
   X(uint64_t, dropped_mean_outside, COUNTER, COUNT,                            \
-    "Groups a mean_outside filter dropped at insert (group tables).")
+    "Groups a mean_outside filter dropped at insert (group tables).")          \
+  X(uint64_t, disk_bytes, GAUGE, BYTES,                                        \
+    "Bytes the table's files hold on disk (allocated blocks; 0 in memory).")
 
 /* Per open stream, beside its stream_id, table and mode. */
 #define CHIME_STREAM_STATS_FIELDS(X)                                           \

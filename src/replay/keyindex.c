@@ -12,7 +12,20 @@
  * walked a remove, against 0.3 and 1.2; each a chance of a cache miss).
  * The product is mapped onto the buckets with a multiply-high, which needs
  * no power-of-two size: the buckets are exactly 10/7 of the items, not up
- * to twice that. */
+ * to twice that.
+ *
+ * In front of the hash table, a direct-mapped array: key k's slot is
+ * k & dmask (a power of two at least half max_items: a table's capacity,
+ * its rows being twice that), which holds the newest key of that slot. A
+ * table's keys are issued in sequence, so its inserts and a fifo
+ * remover's removes walk the array in order (8 keys a cache line, a page
+ * after 512) where the hash table's buckets are spread on purpose: at
+ * 10^6 items each insert's and remove's bucket was a cache and TLB miss,
+ * 60% of chimed's CPU in an import (docs/benchmarks.md, "Dataset
+ * import"). A key goes to the hash table only when an older key's slot
+ * is taken by a newer one (it outlived dmask + 1 later keys: kept by a
+ * remover other than fifo) or a newer key holds its slot (a key given
+ * back or restored); while none is there (hcount 0), nothing probes it. */
 #include "replay/keyindex.h"
 
 #include <stdlib.h>
@@ -24,13 +37,28 @@ __extension__ typedef unsigned __int128 u128;
 
 struct chime__keyindex_s {
   uint64_t nbuckets, max_items, count;
+  uint64_t hcount; /* of count, in the hash table */
   uint64_t *keys;
   uint32_t *rows;
+  uint64_t dmask;  /* direct slots - 1 */
+  uint64_t *dkeys; /* EMPTY: a free slot */
+  uint32_t *drows;
   void *map;
   size_t map_len;
   int zero_in;
   uint32_t zero_row;
 };
+
+static uint64_t direct_slots(uint64_t max_items) {
+  uint64_t d = 1;
+  while (d < (max_items + 1) / 2)
+    d <<= 1;
+  return d;
+}
+
+uint64_t chime__keyindex_direct_bytes(uint64_t max_items) {
+  return direct_slots(max_items) * (sizeof(uint64_t) + sizeof(uint32_t));
+}
 
 int chime__keyindex_create(chime__keyindex_t **out, uint64_t max_items) {
   *out = NULL;
@@ -43,7 +71,11 @@ int chime__keyindex_create(chime__keyindex_t **out, uint64_t max_items) {
   k->nbuckets = (max_items * 10 + 6) / 7 + 1;
   k->max_items = max_items;
   size_t klen = (size_t)k->nbuckets * sizeof(uint64_t);
-  k->map_len = klen + (size_t)k->nbuckets * sizeof(uint32_t);
+  uint64_t d = direct_slots(max_items);
+  k->dmask = d - 1;
+  size_t hlen = klen + (size_t)k->nbuckets * sizeof(uint32_t);
+  hlen = (hlen + 63) & ~(size_t)63;
+  k->map_len = hlen + (size_t)d * (sizeof(uint64_t) + sizeof(uint32_t));
   k->map = mmap(NULL, k->map_len, PROT_READ | PROT_WRITE,
                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (k->map == MAP_FAILED) {
@@ -52,6 +84,8 @@ int chime__keyindex_create(chime__keyindex_t **out, uint64_t max_items) {
   }
   k->keys = k->map;
   k->rows = (uint32_t *)((uint8_t *)k->map + klen);
+  k->dkeys = (uint64_t *)((uint8_t *)k->map + hlen);
+  k->drows = (uint32_t *)(k->dkeys + d);
   *out = k;
   return 0;
 }
@@ -87,9 +121,22 @@ static uint64_t probe(const chime__keyindex_t *k, uint64_t key) {
 void chime__keyindex_prefetch(const chime__keyindex_t *k, uint64_t key) {
   if (key == EMPTY)
     return;
+  uint64_t d = key & k->dmask;
+  __builtin_prefetch(&k->dkeys[d], 1);
+  __builtin_prefetch(&k->drows[d], 1);
+  if (k->hcount == 0)
+    return;
   uint64_t i = home(k, key);
   __builtin_prefetch(&k->keys[i], 1);
   __builtin_prefetch(&k->rows[i], 1);
+}
+
+/* key (not in) into the hash table. */
+static void h_put(chime__keyindex_t *k, uint64_t key, uint32_t row) {
+  uint64_t i = probe(k, key);
+  k->keys[i] = key;
+  k->rows[i] = row;
+  k->hcount++;
 }
 
 int chime__keyindex_insert(chime__keyindex_t *k, uint64_t key, uint32_t row) {
@@ -103,14 +150,22 @@ int chime__keyindex_insert(chime__keyindex_t *k, uint64_t key, uint32_t row) {
     k->count++;
     return 0;
   }
-  uint64_t i = probe(k, key);
-  if (k->keys[i] == key)
+  uint64_t d = key & k->dmask, old = k->dkeys[d];
+  if (old == key)
+    return CHIME_EEXIST;
+  if (k->hcount > 0 && k->keys[probe(k, key)] == key)
     return CHIME_EEXIST;
   if (k->count == k->max_items)
     return CHIME_ERESOURCE;
-  k->keys[i] = key;
-  k->rows[i] = row;
   k->count++;
+  if (old != EMPTY && old > key) { /* a newer key holds the slot */
+    h_put(k, key, row);
+    return 0;
+  }
+  if (old != EMPTY) /* it outlived its slot */
+    h_put(k, old, k->drows[d]);
+  k->dkeys[d] = key;
+  k->drows[d] = row;
   return 0;
 }
 
@@ -122,6 +177,13 @@ int chime__keyindex_lookup(const chime__keyindex_t *k, uint64_t key,
     *row = k->zero_row;
     return 0;
   }
+  uint64_t d = key & k->dmask;
+  if (k->dkeys[d] == key) {
+    *row = k->drows[d];
+    return 0;
+  }
+  if (k->hcount == 0)
+    return CHIME_ENOTFOUND;
   uint64_t i = probe(k, key);
   if (k->keys[i] != key)
     return CHIME_ENOTFOUND;
@@ -139,11 +201,22 @@ int chime__keyindex_remove(chime__keyindex_t *k, uint64_t key, uint32_t *row) {
     k->count--;
     return 0;
   }
+  uint64_t d = key & k->dmask;
+  if (k->dkeys[d] == key) {
+    if (row != NULL)
+      *row = k->drows[d];
+    k->dkeys[d] = EMPTY;
+    k->count--;
+    return 0;
+  }
+  if (k->hcount == 0)
+    return CHIME_ENOTFOUND;
   uint64_t hole = probe(k, key);
   if (k->keys[hole] != key)
     return CHIME_ENOTFOUND;
   if (row != NULL)
     *row = k->rows[hole];
+  k->hcount--;
   /* Backward shift: walk the run after the hole and pull back every entry
    * whose home is not cyclically in (hole, j], since a lookup for it would
    * otherwise stop at the hole before reaching it. No tombstone is left,

@@ -11,7 +11,9 @@
  * until a rehash, which a fixed-size hot path cannot afford.
  *
  * Memory: 12 bytes per bucket, 10/7 buckets per item (about 17 bytes an
- * item), mapped lazily. */
+ * item), and in front of them a direct-mapped array of the newest keys
+ * (keyindex.c says why), 12 bytes a slot, a power of two of slots at
+ * least half the items (chime__keyindex_direct_bytes); mapped lazily. */
 #ifndef CHIME_SERVER_KEYINDEX_H
 #define CHIME_SERVER_KEYINDEX_H
 
@@ -30,6 +32,8 @@ CHIME_NODISCARD int chime__keyindex_create(chime__keyindex_t **out,
 void chime__keyindex_destroy(chime__keyindex_t *k); /* NULL-safe */
 
 uint64_t chime__keyindex_count(const chime__keyindex_t *k);
+/* The direct-mapped array's bytes of a map for max_items keys. */
+uint64_t chime__keyindex_direct_bytes(uint64_t max_items);
 
 /* Maps key to row. CHIME_EEXIST (row unchanged) when the key is in;
  * CHIME_ERESOURCE when max_items keys are in already. */

@@ -7,58 +7,8 @@
 
 #include "chime/errors.h"
 #include "replay/keyindex.h"
+#include "replay/steps_internal.h"
 #include "replay/zleaf.h"
-
-#define NONE CHIME__STEPS_NONE
-
-/* A writer's lane: its episodes one after another, in its own chain of
- * blocks (a new episode goes on in the block the last one ended in, so
- * short episodes waste no block). */
-typedef struct {
-  uint64_t writer;   /* whose lane it is */
-  uint64_t id;       /* its open episode's id; 0: none open */
-  uint64_t last_use; /* the store's append clock at its last append */
-  uint32_t len;      /* steps of the open episode so far */
-  uint32_t last;     /* its newest block; NONE: none stored */
-} episode_t;
-
-struct chime__steps_s {
-  chime__steps_config_t cfg;
-  chime__steps_cb_t cb;
-  uint32_t k;       /* steps per block */
-  uint32_t nblocks; /* ceil(capacity_steps / k) */
-  uint32_t nleaves;
-  uint64_t lbytes[CHIME_MAX_LEAVES];
-  uint8_t *leaf[CHIME_MAX_LEAVES]; /* nblocks * k steps each; NULL: zstep */
-  /* Compressed leaves (zleaf.h): per step slot one allocation of the
-   * step's compressed leaves (sizes, then stored bytes), freed with its
-   * block's steps. zraw[l]: leaf l's bytes when it is compressed, else 0. */
-  uint32_t nz;
-  uint32_t zl[CHIME_MAX_LEAVES];
-  uint64_t zraw[CHIME_MAX_LEAVES];
-  uint8_t **zstep;
-  uint64_t z_raw, z_stored, z_kept_raw;
-  /* Per block. */
-  uint32_t *bn;    /* steps in it */
-  uint32_t *bnext; /* the lane's next (newer) block, NONE */
-  uint32_t *bprev; /* the lane's previous block, NONE once reused */
-  uint32_t *bopen; /* lane whose newest block it is, NONE */
-  uint32_t *bpin;  /* windows being copied from it right now */
-  /* Per step slot. */
-  uint32_t *bitem;           /* the item starting there, NONE */
-  uint64_t *sep;             /* the step's episode id */
-  uint32_t *sidx;            /* its index in the episode */
-  uint64_t *sver;            /* its writer's policy version */
-  chime__keyindex_t *newest; /* episode id -> block of its newest step */
-  void *map;
-  size_t map_len;
-  uint32_t head;  /* the next block to take: the oldest once all are */
-  uint32_t nused; /* blocks holding steps */
-  episode_t *eps; /* lanes, dense */
-  uint32_t neps;
-  uint64_t next_episode, clock;
-  uint64_t steps, abandoned, evicted;
-};
 
 uint32_t chime__steps_block(uint64_t capacity_steps, uint64_t step_bytes) {
   /* Runs of 32 KiB or more: at 10^6 steps of 256 B, blocks of 128 steps
@@ -77,10 +27,12 @@ static uint64_t align64(uint64_t n) {
   return (n + 63u) & ~UINT64_C(63);
 }
 
-/* Per block: bn bnext bprev bopen bpin (4 each); per slot bitem, sidx (4
- * each) and sep (8); raw leaves (compress NULL: all) per slot. */
+/* The disk header; per block: bn bnext bprev bopen bpin (4 each); per
+ * slot bitem, sidx (4 each), sep and sver (8); raw leaves (compress NULL:
+ * all) per slot. */
 static uint64_t layout(const chime_spec_t *spec, uint64_t capacity_steps,
-                       const uint8_t *compress, uint64_t *leaves_out) {
+                       const uint8_t *compress, int zfile,
+                       uint64_t *leaves_out) {
   uint64_t k =
       chime__steps_block(capacity_steps, chime_spec_sample_bytes(spec));
   uint64_t nb = (capacity_steps + k - 1) / k, slots = nb * k, total = 0, b;
@@ -93,8 +45,13 @@ static uint64_t layout(const chime_spec_t *spec, uint64_t capacity_steps,
   }
   if (leaves_out != NULL)
     *leaves_out = total;
-  uint64_t meta =
-      5 * align64(nb * 4) + 2 * align64(slots * 4) + 2 * align64(slots * 8);
+  uint64_t meta = sizeof(chime__steps_disk_t) + 5 * align64(nb * 4) +
+                  2 * align64(slots * 4) + 2 * align64(slots * 8);
+  int nz = 0;
+  for (uint32_t i = 0; compress != NULL && i < spec->nleaves; i++)
+    nz |= compress[i] != 0;
+  if (zfile && nz) /* the steps' extents in the bytes file */
+    meta += align64(slots * sizeof(chime__tbl_extent_t));
   if (__builtin_add_overflow(total, meta, &total))
     return UINT64_MAX;
   return total;
@@ -113,12 +70,18 @@ uint64_t chime__steps_max_windows(const chime_spec_t *spec,
   return (slots - cfg->sequence_length) / cfg->stride + 1;
 }
 
+uint64_t chime__steps_map_bytes(const chime_spec_t *spec,
+                                const chime__steps_config_t *cfg) {
+  return layout(spec, cfg->capacity_steps, cfg->compress, cfg->zfile, NULL);
+}
+
 uint64_t chime__steps_bytes(const chime_spec_t *spec,
                             const chime__steps_config_t *cfg) {
   /* Compressed leaves at most their raw bytes (a leaf that does not
    * shrink is kept raw), and per slot a pointer, the sizes and the
    * allocator's header and rounding. */
-  uint64_t total = layout(spec, cfg->capacity_steps, NULL, NULL);
+  uint64_t total = layout(spec, cfg->capacity_steps,
+                          cfg->zfile ? cfg->compress : NULL, cfg->zfile, NULL);
   uint64_t k =
       chime__steps_block(cfg->capacity_steps, chime_spec_sample_bytes(spec));
   uint64_t per = 18, nz = 0; /* newest */
@@ -126,8 +89,9 @@ uint64_t chime__steps_bytes(const chime_spec_t *spec,
     nz += cfg->compress[i] != 0;
   if (nz > 0)
     per += 8 + 16 + 4 * nz;
-  uint64_t eps = (uint64_t)cfg->max_episodes * sizeof(episode_t) +
-                 (cfg->capacity_steps + k - 1) / k * k * per;
+  uint64_t slots = (cfg->capacity_steps + k - 1) / k * k;
+  uint64_t eps = (uint64_t)cfg->max_episodes * sizeof(episode_t) + slots * per +
+                 chime__keyindex_direct_bytes(slots);
   if (total == UINT64_MAX || total > UINT64_MAX - eps)
     return UINT64_MAX;
   return total + eps;
@@ -157,23 +121,31 @@ int chime__steps_create(chime__steps_t **out, const chime_spec_t *spec,
       s->zraw[i] = chime_leaf_bytes(&spec->leaves[i]);
       s->zl[s->nz++] = i;
     }
-  uint64_t len = layout(spec, cfg->capacity_steps, cfg->compress, NULL);
+  uint64_t len =
+      layout(spec, cfg->capacity_steps, cfg->compress, cfg->zfile, NULL);
   s->eps = calloc(cfg->max_episodes, sizeof(*s->eps));
   if (len == UINT64_MAX || len > SIZE_MAX || s->eps == NULL) {
     rc = len == UINT64_MAX ? CHIME_EOVERFLOW : CHIME_ENOMEM;
     goto out;
   }
   /* Anonymous memory: pages are committed as steps land in them. */
-  s->map = mmap(NULL, (size_t)len, PROT_READ | PROT_WRITE,
-                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (s->map == MAP_FAILED) {
-    s->map = NULL;
-    rc = CHIME_ENOMEM;
-    goto out;
+  if (cfg->mem != NULL) {
+    s->map = cfg->mem;
+  } else {
+    s->map = mmap(NULL, (size_t)len, PROT_READ | PROT_WRITE,
+                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (s->map == MAP_FAILED) {
+      s->map = NULL;
+      rc = CHIME_ENOMEM;
+      goto out;
+    }
+    s->map_len = (size_t)len;
   }
-  s->map_len = (size_t)len;
+  s->cfg.mem = NULL;
   uint64_t slots = (uint64_t)s->nblocks * s->k;
   uint8_t *p = s->map;
+  s->disk = (chime__steps_disk_t *)p;
+  p += sizeof(chime__steps_disk_t);
   for (uint32_t i = 0; i < s->nleaves; i++) {
     s->lbytes[i] = chime_leaf_bytes(&spec->leaves[i]);
     if (s->zraw[i] != 0)
@@ -197,14 +169,25 @@ int chime__steps_create(chime__steps_t **out, const chime_spec_t *spec,
   s->sep = (uint64_t *)p;
   p += align64(slots * 8);
   s->sver = (uint64_t *)p;
-  for (uint32_t b = 0; b < s->nblocks; b++)
-    s->bnext[b] = s->bprev[b] = s->bopen[b] = NONE;
-  for (uint64_t i = 0; i < slots; i++)
-    s->bitem[i] = NONE;
-  s->next_episode = 1;
+  p += align64(slots * 8);
+  if (cfg->zfile && s->nz > 0) {
+    s->zb = cfg->bytes;
+    s->zext = (chime__tbl_extent_t *)p;
+  }
   /* As many episodes as steps at worst (short episodes share blocks). */
   if ((rc = chime__keyindex_create(&s->newest, slots)) != 0)
     goto out;
+  if (cfg->reopen) {
+    if ((rc = chime__steps_reopen(s)) != 0)
+      goto out;
+  } else {
+    for (uint32_t b = 0; b < s->nblocks; b++)
+      s->bnext[b] = s->bprev[b] = s->bopen[b] = NONE;
+    for (uint64_t i = 0; i < slots; i++)
+      s->bitem[i] = NONE;
+    s->next_episode = 1;
+    chime__steps_sync(s);
+  }
   *out = s;
   s = NULL;
 out:
@@ -212,7 +195,7 @@ out:
     chime__keyindex_destroy(s->newest);
     free(s->zstep);
     free(s->eps);
-    if (s->map != NULL)
+    if (s->map_len != 0)
       munmap(s->map, s->map_len);
     free(s);
   }
@@ -220,7 +203,7 @@ out:
 }
 
 /* Step slot i's compressed leaves counted in (sign 1) or out (-1). */
-static void z_count(chime__steps_t *s, const uint8_t *z, int sign) {
+void chime__steps_z_count(chime__steps_t *s, const uint8_t *z, int sign) {
   uint64_t raw = 0, kept = 0;
   for (uint32_t k = 0; k < s->nz; k++) {
     raw += s->zraw[s->zl[k]];
@@ -237,25 +220,57 @@ static void z_count(chime__steps_t *s, const uint8_t *z, int sign) {
   }
 }
 
-/* The compressed leaves of block b's steps go. */
+/* The compressed leaves of block b's steps go (their extents freed in a
+ * bytes file, the file's bytes left as they are). */
 static void z_free_block(chime__steps_t *s, uint32_t b) {
-  uint8_t **z = s->zstep + (uint64_t)b * s->k;
+  uint64_t slot0 = (uint64_t)b * s->k;
+  uint8_t **z = s->zstep + slot0;
   for (uint32_t o = 0; o < s->bn[b]; o++) {
     if (z[o] != NULL)
-      z_count(s, z[o], -1);
-    free(z[o]);
+      chime__steps_z_count(s, z[o], -1);
+    if (s->zb != NULL && z[o] != NULL) {
+      chime__tbl_bytes_free(s->zb, s->zext[slot0 + o]);
+      s->zext[slot0 + o].len = 0;
+    } else {
+      free(z[o]);
+    }
     z[o] = NULL;
   }
+}
+
+/* Step slot's compressed leaves z (malloc'd), taken: into an extent of
+ * the bytes file (z freed; reserved before), or kept as they are. */
+static uint8_t *z_keep(chime__steps_t *s, uint64_t slot, uint8_t *z) {
+  if (s->zb == NULL)
+    return z;
+  uint64_t n = chime__zleaf_total(z, s->nz);
+  uint64_t off = chime__tbl_bytes_alloc(s->zb, (uint32_t)n);
+  uint8_t *p = chime__tbl_bytes_base(s->zb) + off;
+  memcpy(p, z, (size_t)n);
+  free(z);
+  s->zext[slot] = (chime__tbl_extent_t){off, (uint32_t)n, 0};
+  return p;
+}
+
+int chime__steps_z_reserve(chime__steps_t *s, uint8_t *const *z, uint32_t n) {
+  if (s->zb == NULL || z == NULL)
+    return 0;
+  uint64_t need = 0;
+  for (uint32_t i = 0; i < n; i++)
+    if (z[i] != NULL)
+      need += chime__tbl_bytes_class(chime__zleaf_total(z[i], s->nz));
+  return chime__tbl_bytes_reserve(s->zb, need);
 }
 
 void chime__steps_destroy(chime__steps_t *s) {
   if (s == NULL)
     return;
-  if (s->zstep != NULL)
+  /* In a bytes file the steps stay for the next open. */
+  if (s->zstep != NULL && s->zb == NULL)
     for (uint32_t b = 0; b < s->nblocks; b++)
       z_free_block(s, b);
   free(s->zstep);
-  if (s->map != NULL)
+  if (s->map_len != 0)
     munmap(s->map, s->map_len);
   chime__keyindex_destroy(s->newest);
   free(s->eps);
@@ -294,8 +309,10 @@ uint32_t chime__steps_lane(chime__steps_t *s, uint64_t writer) {
   }
   if (s->neps == s->cfg.max_episodes) {
     /* An open episode's tail makes no window; its complete windows stay. */
-    if (s->eps[lru].id != 0)
+    if (s->eps[lru].id != 0) {
       s->abandoned++;
+      chime__steps_sync(s);
+    }
     close_lane(s, lru);
   }
   episode_t *e = &s->eps[s->neps];
@@ -339,17 +356,20 @@ static void evict_oldest(chime__steps_t *s) {
   s->nused--;
 }
 
+/* A block taken: emptied first, then counted in the disk header, then
+ * linked (steps_internal.h says why in this order). */
 static uint32_t take_block(chime__steps_t *s, uint32_t ep) {
   if (s->nused == s->nblocks)
     evict_oldest(s); /* may be ep's own newest block */
   episode_t *e = &s->eps[ep];
   uint32_t b = s->head;
+  __atomic_store_n(&s->bn[b], 0, __ATOMIC_RELEASE);
+  s->bnext[b] = NONE;
+  s->bprev[b] = e->last;
   if (++s->head == s->nblocks)
     s->head = 0;
   s->nused++;
-  s->bn[b] = 0;
-  s->bnext[b] = NONE;
-  s->bprev[b] = e->last;
+  chime__steps_sync(s);
   if (e->last != NONE) {
     s->bnext[e->last] = b;
     s->bopen[e->last] = NONE;
@@ -394,6 +414,7 @@ void chime__steps_append(chime__steps_t *s, uint32_t ep, uint64_t version,
   if (e->id == 0) {
     e->id = s->next_episode++;
     e->len = 0;
+    chime__steps_sync(s);
   }
   uint32_t b = e->last;
   if (b == NONE || s->bn[b] == s->k)
@@ -403,8 +424,8 @@ void chime__steps_append(chime__steps_t *s, uint32_t ep, uint64_t version,
     read(ctx, s->leaf[l] != NULL ? s->leaf[l] + slot * s->lbytes[l] : NULL,
          s->lbytes[l]);
   if (s->nz > 0) {
-    s->zstep[slot] = z;
-    z_count(s, z, 1);
+    s->zstep[slot] = z_keep(s, slot, z);
+    chime__steps_z_count(s, s->zstep[slot], 1);
   }
   s->sep[slot] = e->id;
   s->sidx[slot] = e->len;
@@ -416,7 +437,9 @@ void chime__steps_append(chime__steps_t *s, uint32_t ep, uint64_t version,
     rc = chime__keyindex_insert(s->newest, e->id, b);
     (void)rc;
   }
-  s->bn[b]++;
+  /* The step is there once counted (a release store: its bytes and
+   * record before it, for a kill -9 of a store in a file). */
+  __atomic_store_n(&s->bn[b], s->bn[b] + 1, __ATOMIC_RELEASE);
   s->steps++;
   e->len++;
   e->last_use = ++s->clock;
@@ -681,6 +704,8 @@ int chime__steps_restore_block(chime__steps_t *s, uint32_t pos, uint32_t bn,
       (bnext != NONE && bnext <= pos) || (bprev != NONE && bprev >= pos) ||
       (s->nz > 0) != (z != NULL))
     return CHIME_EINVAL;
+  if (chime__steps_z_reserve(s, z, bn) != 0)
+    return CHIME_ERESOURCE;
   uint64_t slot0 = (uint64_t)pos * s->k;
   for (uint32_t o = 0; o < bn; o++) {
     if (ep[o] == 0)
@@ -694,8 +719,8 @@ int chime__steps_restore_block(chime__steps_t *s, uint32_t pos, uint32_t bn,
       memcpy(s->leaf[l] + slot0 * s->lbytes[l], leaf[l],
              (size_t)(bn * s->lbytes[l]));
   for (uint32_t o = 0; z != NULL && o < bn; o++) {
-    s->zstep[slot0 + o] = z[o];
-    z_count(s, z[o], 1);
+    s->zstep[slot0 + o] = z_keep(s, slot0 + o, z[o]);
+    chime__steps_z_count(s, s->zstep[slot0 + o], 1);
   }
   s->bn[pos] = bn;
   s->bnext[pos] = bnext;
@@ -721,22 +746,14 @@ int chime__steps_restore_finish(chime__steps_t *s, uint64_t next_episode,
         return CHIME_EINVAL;
   }
   /* Episodes' newest blocks, oldest block first so the newest wins. */
-  for (uint32_t b = 0; b < s->nused; b++) {
-    uint64_t slot0 = (uint64_t)b * s->k;
-    for (uint32_t o = 0; o < s->bn[b]; o++) {
-      uint64_t e = s->sep[slot0 + o];
-      if (o + 1 < s->bn[b] && s->sep[slot0 + o + 1] == e)
-        continue;
-      int rc = chime__keyindex_remove(s->newest, e, NULL);
-      rc = chime__keyindex_insert(s->newest, e, b);
-      if (rc != 0)
-        return CHIME_EINVAL; /* more episodes than slots: cannot be */
-    }
-  }
+  for (uint32_t b = 0; b < s->nused; b++)
+    if (chime__steps_newest_at(s, b) != 0)
+      return CHIME_EINVAL; /* more episodes than slots: cannot be */
   s->head = s->nused == s->nblocks ? 0 : s->nused;
   s->next_episode = next_episode;
   s->abandoned = abandoned;
   s->evicted = evicted;
+  chime__steps_sync(s);
   return 0;
 }
 

@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "chime/spec.h"
+#include "replay/table_bytes.h"
 
 typedef struct chime__steps_s chime__steps_t;
 
@@ -54,6 +55,19 @@ typedef struct {
    * compressed leaves in one allocation of their own handed to append;
    * NULL: none is. Only which leaves are read (the table compresses). */
   const uint8_t *compress;
+  /* The store's mapped part (chime__steps_map_bytes bytes, 64-byte
+   * aligned) in the table's file (table_file.h), the caller's to unmap;
+   * NULL: anonymous memory of the store's own. reopen: it holds the
+   * store of a process before (killed or not), opened as it was
+   * (chime__steps_create says how); else it is zeros. */
+  void *mem;
+  int reopen;
+  /* With mem: each step's compressed leaves in an extent of this bytes
+   * file (table_bytes.h; after chime__tbl_bytes_reserve for them), where
+   * the extents are in the mapped part; zfile says so before it is open
+   * (chime__steps_map_bytes). NULL / 0: malloc'd. */
+  int zfile;
+  chime__tbl_bytes_t *bytes;
 } chime__steps_config_t;
 
 typedef struct {
@@ -83,6 +97,17 @@ uint64_t chime__steps_bytes(const chime_spec_t *spec,
 uint64_t chime__steps_max_windows(const chime_spec_t *spec,
                                   const chime__steps_config_t *cfg);
 
+/* Bytes of the store's mapped part: its header, the raw leaves and the
+ * per-block and per-step records; UINT64_MAX on overflow. */
+uint64_t chime__steps_map_bytes(const chime_spec_t *spec,
+                                const chime__steps_config_t *cfg);
+
+/* With cfg->reopen: the blocks in use, their steps and the links between
+ * a lane's blocks are taken as the mapping holds them (no lane is open:
+ * episodes that were open are over, as after a restore); a link whose
+ * ends disagree (a process killed while taking a block) is cut. No step
+ * starts an item until chime__steps_relist. CHIME_ECORRUPT for a header
+ * or block out of range. */
 int chime__steps_create(chime__steps_t **out, const chime_spec_t *spec,
                         const chime__steps_config_t *cfg,
                         const chime__steps_cb_t *cb);
@@ -106,6 +131,11 @@ uint32_t chime__steps_lane(chime__steps_t *s, uint64_t writer);
 void chime__steps_append(chime__steps_t *s, uint32_t ep, uint64_t version,
                          void (*read)(void *ctx, uint8_t *dst, uint64_t n),
                          void *ctx, uint8_t *z);
+/* In a store whose compressed steps are in a bytes file: room for n
+ * steps' compressed leaves z (NULL entries: none) before they are
+ * appended, so a full disk refuses the insert with nothing stored. 0, or
+ * the bytes file's error (CHIME_ERESOURCE, the thread's detail). */
+int chime__steps_z_reserve(chime__steps_t *s, uint8_t *const *z, uint32_t n);
 /* Ends lane ep's open episode: with pad, an uncovered tail (or a short
  * episode) makes one padded window. The lane's next episode goes on in
  * the same block. */

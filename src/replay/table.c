@@ -97,6 +97,9 @@ void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out) {
   }
   out->removed_stale = t->removed_stale;
   out->newest_version = t->vnewest;
+  if (t->file != NULL) /* fstat: a syscall each, not under a hot path */
+    out->disk_bytes = chime__tbl_file_disk_bytes(t->file) +
+                      (t->bytes != NULL ? chime__tbl_bytes_disk(t->bytes) : 0);
   out->mass = t->sel->mass != NULL ? t->sel->mass(t) : (double)t->count;
   out->sample_blocked =
       t->count >= t->cfg.min_size && !t->lim->allows_sample(t);

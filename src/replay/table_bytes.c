@@ -107,6 +107,16 @@ uint8_t *chime__tbl_bytes_base(const chime__tbl_bytes_t *b) {
   return b->base;
 }
 
+/* st_blocks counts 512-byte units whatever the file system's block. */
+uint64_t chime__tbl_fd_disk_bytes(int fd) {
+  struct stat st;
+  return fstat(fd, &st) == 0 ? (uint64_t)st.st_blocks * 512u : 0;
+}
+
+uint64_t chime__tbl_bytes_disk(const chime__tbl_bytes_t *b) {
+  return chime__tbl_fd_disk_bytes(b->fd);
+}
+
 uint64_t chime__tbl_bytes_file_size(const chime__tbl_bytes_t *b) {
   return b->size;
 }

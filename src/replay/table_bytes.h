@@ -37,6 +37,10 @@ uint8_t *chime__tbl_bytes_base(const chime__tbl_bytes_t *b);
 /* The file's bytes now (allocated on disk), and the end of its extents
  * (those past it never used since the file was made or opened). */
 uint64_t chime__tbl_bytes_file_size(const chime__tbl_bytes_t *b);
+/* Its bytes on disk (allocated blocks), and any open file's: 0 when it
+ * cannot be looked at. */
+uint64_t chime__tbl_bytes_disk(const chime__tbl_bytes_t *b);
+uint64_t chime__tbl_fd_disk_bytes(int fd);
 uint64_t chime__tbl_bytes_end(const chime__tbl_bytes_t *b);
 
 /* Room for extents of need bytes (their classes' sizes summed) without

@@ -45,6 +45,7 @@ static void free_parts(chime__table_t *t) {
       free(t->zbuf[r]);
   free(t->zbuf);
   chime__tbl_bytes_close(t->bytes);
+  chime__tbl_seq_destroy(t); /* before the mapping its store may be in */
   if (t->file != NULL)
     chime__tbl_file_close(t->file, t->map, t->map_len);
   else if (t->map != NULL)
@@ -54,7 +55,6 @@ static void free_parts(chime__table_t *t) {
   chime__sumtree_destroy(t->sum);
   chime__heap_destroy(t->hmin);
   chime__heap_destroy(t->hmax);
-  chime__tbl_seq_destroy(t);
   chime__verindex_destroy(t->vidx);
   free(t);
 }
@@ -81,11 +81,35 @@ static int compress_ok(const chime__table_config_t *cfg) {
   return 1;
 }
 
+static int compress_none(const chime__table_config_t *cfg) {
+  for (uint32_t i = 0; i < CHIME_MAX_LEAVES; i++)
+    if (cfg->compress[i] != 0)
+      return 0;
+  return 1;
+}
+
+/* The detail of a step store in a file that does not open. */
+static void seq_corrupt(const chime__table_t *t) {
+  char path[CHIME__MAX_DATA_DIR + CHIME_MAX_NAME + 16];
+  if (chime__tbl_file_path(&t->cfg, path, sizeof(path)) != 0)
+    path[0] = '\0';
+  chime__detailf(CHIME_ECORRUPT,
+                 "data_dir: '%s': its step store's header, blocks or "
+                 "compressed steps' extents are out of range; move it away",
+                 path);
+}
+
 /* The most bytes one row keeps in the bytes file: its compressed leaves
  * (each with its size; stored raw when it does not compress) and its
  * ragged rows at their bounds. */
 static uint64_t row_bytes_max(const chime__table_t *t) {
   uint64_t b = 0;
+  if (t->cfg.sequence_length > 0) { /* a step's compressed leaves */
+    for (uint32_t i = 0; i < t->cfg.spec.nleaves; i++)
+      if (t->cfg.compress[i] != 0)
+        b += 4 + chime_leaf_bytes(&t->cfg.spec.leaves[i]);
+    return b;
+  }
   for (uint32_t i = 0; i < t->nleaves; i++) {
     const chime_leaf_t *l = &t->cfg.spec.leaves[i];
     if (t->cfg.compress[i] != 0)
@@ -156,6 +180,21 @@ static int map_storage(chime__table_t *t, size_t rows, int *fresh) {
   size_t meta_off = len;
   for (int i = 0; i < NMETA; i++)
     len += chime__tbl_align64(rows * meta_bytes[i]);
+  /* A sequence table's window records, and in a file its step store. */
+  int seq = cfg->sequence_length > 0;
+  size_t win_off = len, steps_off = 0;
+  if (seq)
+    len += 3 * chime__tbl_align64(rows * 4) + chime__tbl_align64(rows * 8);
+  steps_off = len;
+  if (seq && file) {
+    chime__steps_config_t sc;
+    chime__tbl_seq_config(cfg, &sc);
+    sc.zfile = 1;
+    uint64_t sb = chime__steps_map_bytes(&cfg->spec, &sc);
+    if (sb == UINT64_MAX || sb > SIZE_MAX / 2)
+      return chime__detail(CHIME_EOVERFLOW, NULL);
+    len += chime__tbl_align64((size_t)sb);
+  }
   /* In a file, also the ragged lengths and the rows' extents in the
    * bytes file (table_bytes.h). */
   size_t rlen_off = len, zext_off = 0, rext_off = 0;
@@ -200,6 +239,14 @@ static int map_storage(chime__table_t *t, size_t rows, int *fresh) {
     *u32[i] = (uint32_t *)p;
     p += chime__tbl_align64(rows * sizeof(uint32_t));
   }
+  if (seq) {
+    p = (uint8_t *)t->map + win_off;
+    t->wslot = (uint32_t *)p;
+    t->wfirst = (uint32_t *)(p + chime__tbl_align64(rows * 4));
+    t->wlen = (uint32_t *)(p + 2 * chime__tbl_align64(rows * 4));
+    t->wep = (uint64_t *)(p + 3 * chime__tbl_align64(rows * 4));
+    t->smem = file ? (uint8_t *)t->map + steps_off : NULL;
+  }
   if (file) {
     t->commit = (uint64_t *)((uint8_t *)t->map + commit_off);
     t->rlen = t->nrag > 0 ? (uint32_t *)((uint8_t *)t->map + rlen_off) : NULL;
@@ -214,7 +261,7 @@ static int map_storage(chime__table_t *t, size_t rows, int *fresh) {
     return chime__detail(CHIME_ENOMEM, NULL);
   if (t->nz > 0 && (t->zbuf = calloc(rows, sizeof(*t->zbuf))) == NULL)
     return chime__detail(CHIME_ENOMEM, NULL);
-  if (file && (t->nz > 0 || t->nrag > 0))
+  if (file && (t->nz > 0 || t->nrag > 0 || (seq && !compress_none(cfg))))
     return open_bytes(t, rows, *fresh);
   return 0;
 }
@@ -295,12 +342,6 @@ int chime__table_create(chime__table_t **out,
     rc = CHIME_EINVAL;
     goto out;
   }
-  if (cfg->data_dir[0] != '\0' && seq) {
-    told = 1;
-    rc = chime__detailf(CHIME_ENOTSUP,
-                        "data_dir: sequence tables are not kept in files yet");
-    goto out;
-  }
   /* The same sum tree, draws weighted by staleness (selector_stale.c). */
   t->stale_on = t->cfg.staleness_weight != CHIME__STALE_WEIGHT_NONE;
   if (t->stale_on)
@@ -336,8 +377,13 @@ int chime__table_create(chime__table_t **out,
   if ((need & CHIME__SEL_MAX_HEAP) &&
       (rc = chime__heap_create(&t->hmax, (uint32_t)rows, CHIME__HEAP_MAX)) != 0)
     goto out;
-  if (seq && (rc = chime__tbl_seq_create(t, rows)) != 0)
+  if (seq && (rc = chime__tbl_seq_create(t, t->smem, !fresh)) != 0) {
+    if (rc == CHIME_ECORRUPT) {
+      told = 1;
+      seq_corrupt(t);
+    }
     goto out;
+  }
   if ((t->cfg.max_staleness != 0 || t->stale_on) &&
       (rc = chime__verindex_create(&t->vidx, rows)) != 0)
     goto out;
@@ -384,18 +430,18 @@ uint64_t chime__table_bytes(const chime__table_config_t *cfg) {
   if (cfg->sequence_length > 0) {
     /* Rows hold windows (no leaf bytes; first step, index, length and
      * episode: 20 bytes, spares included); the steps are stored once. */
-    chime__steps_config_t sc = {
-        .capacity_steps = cfg->capacity_steps,
-        .sequence_length = cfg->sequence_length,
-        .stride = cfg->stride,
-        .pad = cfg->episode_pad,
-        .max_episodes = WRITERS(cfg),
-        .compress = cfg->compress,
-    };
+    chime__steps_config_t sc;
+    chime__tbl_seq_config(cfg, &sc);
     uint64_t sb = chime__steps_bytes(&cfg->spec, &sc);
+    int file = cfg->data_dir[0] != '\0';
+    sc.zfile = file;
+    sb = chime__steps_bytes(&cfg->spec, &sc);
     cap = cfg->capacity_steps;
     n = 0;
-    if (sb == UINT64_MAX || __builtin_mul_overflow(cap, UINT64_C(40), &b) ||
+    if (file && sb != UINT64_MAX) /* its mapped part: the page cache's */
+      sb -= chime__steps_map_bytes(&cfg->spec, &sc);
+    if (sb == UINT64_MAX ||
+        __builtin_mul_overflow(cap, (uint64_t)(file ? 0 : 40), &b) ||
         __builtin_add_overflow(sb, b, &total))
       return UINT64_MAX;
   }
@@ -423,6 +469,10 @@ uint64_t chime__table_bytes(const chime__table_config_t *cfg) {
         __builtin_add_overflow(total, (b + 63) & ~UINT64_C(63), &total))
       return UINT64_MAX;
   }
+  /* The key index's direct-mapped array (keyindex.h), per row. */
+  if (__builtin_add_overflow(total, chime__keyindex_direct_bytes(rows_for(cap)),
+                             &total))
+    return UINT64_MAX;
   /* The version index: per row, spares included (rows_for), of which the
    * pages of about twice the live versions' entries are touched. */
   if ((cfg->max_staleness != 0 ||

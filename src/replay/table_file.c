@@ -249,6 +249,10 @@ void chime__tbl_file_close(chime__tbl_file_t *f, void *map, size_t len) {
   free(f);
 }
 
+uint64_t chime__tbl_file_disk_bytes(const chime__tbl_file_t *f) {
+  return chime__tbl_fd_disk_bytes(f->fd);
+}
+
 void chime__tbl_file_keys(chime__tbl_file_t *f, uint64_t end) {
   if (end > f->hdr->key_end)
     f->hdr->key_end = end;
@@ -396,6 +400,21 @@ static int row_ok(chime__table_t *t, uint32_t r) {
          chime__tbl_check_priorities(t, &m->prio, 1) == 0;
 }
 
+/* A sequence table's row: a window of steps the store holds, along its
+ * lane, that no other row starts at (then listed with its first step).
+ * Its record is written before its commit word, its steps before the
+ * window is made, and a block's windows leave before the block is taken
+ * again: a kill -9 leaves none other. */
+static int window_ok(chime__table_t *t, uint32_t r) {
+  if (t->steps == NULL)
+    return 1;
+  if (chime__steps_check_window(t->steps, t->wslot[r], t->wep[r], t->wfirst[r],
+                                t->wlen[r]) != 0)
+    return 0;
+  chime__steps_relist(t->steps, t->wslot[r], r);
+  return 1;
+}
+
 int chime__tbl_reopen(chime__table_t *t, const char *path) {
   uint64_t n = 0, maxkey = 0, maxver = 0;
   /* Pins are the old process's samplers': a row one held when it died is
@@ -413,18 +432,22 @@ int chime__tbl_reopen(chime__table_t *t, const char *path) {
     if (t->commit[r] != 0)
       live[n++] = (found_t){t->commit[r], (uint32_t)r};
   qsort(live, n, sizeof(*live), by_seq);
-  int rc = t->bytes != NULL ? reopen_bytes(t, live, n, path) : 0;
+  /* A sequence table's bytes file holds its steps' compressed leaves:
+   * the step store rebuilt it (steps_file.c); its rows hold none. */
+  int rc =
+      t->bytes != NULL && t->steps == NULL ? reopen_bytes(t, live, n, path) : 0;
   if (rc != 0) {
     free(live);
     return rc;
   }
   for (uint64_t i = 0; i < n; i++) {
     uint32_t r = live[i].row;
-    if (!row_ok(t, r)) {
+    if (!row_ok(t, r) || !window_ok(t, r)) {
       free(live);
       return chime__detailf(CHIME_ECORRUPT,
-                            "data_dir: '%s': row %u holds a key or priority "
-                            "this table never wrote (key %llu, priority %g)",
+                            "data_dir: '%s': row %u holds a key, priority "
+                            "or window this table never wrote (key %llu, "
+                            "priority %g)",
                             path, r, (unsigned long long)t->meta[r].key,
                             t->meta[r].prio);
     }
@@ -441,8 +464,12 @@ int chime__tbl_reopen(chime__table_t *t, const char *path) {
   uint64_t end = chime__tbl_file_key_end(t->file);
   if (end < maxkey + 1)
     end = maxkey + 1;
+  /* A sequence table's step keys share the bound (chime__tbl_seq_insert
+   * reserves past both): they go on past it too. */
   if (end > 1)
     t->next_key = ((uint64_t)t->cfg.shard << CHIME__KEY_COUNT_BITS) + end;
+  if (end > 1 && t->steps != NULL)
+    t->step_key = t->next_key;
   chime__tbl_version_seen(t, maxver);
   /* The rate limiter's counts are not in the file either: it starts at
    * its balance over the items there (inserted, and sampled at the ratio

@@ -48,6 +48,10 @@ struct chime__table_s;
 int chime__tbl_file_zextent(const struct chime__table_s *t, uint32_t r,
                             uint64_t *off, uint32_t *len);
 
+/* The bytes the file holds on disk (its allocated blocks), 0 when it
+ * cannot be looked at. */
+uint64_t chime__tbl_file_disk_bytes(const chime__tbl_file_t *f);
+
 /* Leaf arrays [p, p + n) are read at random rows: no readahead. */
 void chime__tbl_file_random(void *p, size_t n);
 

@@ -108,8 +108,9 @@ struct chime__table_s {
   chime_spec_t item_spec; /* a batch's: [T, *shape] per leaf (+ mask) */
   uint32_t sleaves;
   uint32_t *wslot, *wfirst, *wlen; /* a window's first step, index, length */
-  uint64_t *wep;                   /* its episode */
-  double max_prio;                 /* initial_priority "max" */
+  uint64_t *wep;                   /* its episode (these in the mapping) */
+  void *smem;      /* in a file: the step store's part of the mapping */
+  double max_prio; /* initial_priority "max" */
   uint64_t step_key, windows_dropped;
   uint32_t spare_hw; /* spare rows below it touched since the last trim */
   /* Ragged leaves (docs/replay.md, "Ragged leaves"): not in leaf[] (lbytes
@@ -626,7 +627,13 @@ void chime__tbl_unpin_row(chime__table_t *t, uint32_t k);
 /* --- table_seq.c: a sequence table's items are windows of steps --- */
 /* A sequence table's batch spec; its step store and window records. */
 int chime__tbl_seq_spec(const chime__table_config_t *cfg, chime_spec_t *out);
-int chime__tbl_seq_create(chime__table_t *t, size_t rows);
+/* The step store's config of a sequence table's (its mem NULL). */
+void chime__tbl_seq_config(const chime__table_config_t *cfg,
+                           chime__steps_config_t *sc);
+/* The step store, its mapped part at mem (in the table's file; NULL: its
+ * own memory), opened as it was there when reopen. The window records
+ * (wslot ...) are the table's mapping's (map_storage). */
+int chime__tbl_seq_create(chime__table_t *t, void *mem, int reopen);
 void chime__tbl_seq_destroy(chime__table_t *t);
 /* zbufs: each step's compressed leaves (insert.c's z_gather), NULL
  * without; those appended are taken (set NULL), the rest the caller's.

@@ -43,15 +43,25 @@ int chime__tbl_seq_spec(const chime__table_config_t *cfg, chime_spec_t *out) {
 static uint32_t seq_window(void *ctx, const chime__window_t *w);
 static void seq_evict(void *ctx, uint32_t row);
 
-int chime__tbl_seq_create(chime__table_t *t, size_t rows) {
-  chime__steps_config_t sc = {
-      .capacity_steps = t->cfg.capacity_steps,
-      .sequence_length = t->cfg.sequence_length,
-      .stride = t->cfg.stride,
-      .pad = t->cfg.episode_pad,
-      .max_episodes = WRITERS(&t->cfg), /* a lane per writer remembered */
-      .compress = t->cfg.compress,
+void chime__tbl_seq_config(const chime__table_config_t *cfg,
+                           chime__steps_config_t *sc) {
+  *sc = (chime__steps_config_t){
+      .capacity_steps = cfg->capacity_steps,
+      .sequence_length = cfg->sequence_length,
+      .stride = cfg->stride,
+      .pad = cfg->episode_pad,
+      .max_episodes = WRITERS(cfg), /* a lane per writer remembered */
+      .compress = cfg->compress,
   };
+}
+
+int chime__tbl_seq_create(chime__table_t *t, void *mem, int reopen) {
+  chime__steps_config_t sc;
+  chime__tbl_seq_config(&t->cfg, &sc);
+  sc.mem = mem;
+  sc.reopen = reopen;
+  sc.zfile = mem != NULL;
+  sc.bytes = t->bytes;
   chime__steps_cb_t cb = {seq_window, seq_evict, t};
   t->sleaves = t->cfg.spec.nleaves;
   for (uint32_t i = 0, nz = 0; i < t->sleaves; i++) {
@@ -63,12 +73,6 @@ int chime__tbl_seq_create(chime__table_t *t, size_t rows) {
       t->zl[nz++] = i;
     }
   }
-  t->wslot = calloc(rows, sizeof(uint32_t));
-  t->wfirst = calloc(rows, sizeof(uint32_t));
-  t->wlen = calloc(rows, sizeof(uint32_t));
-  t->wep = calloc(rows, sizeof(uint64_t));
-  if (!t->wslot || !t->wfirst || !t->wlen || !t->wep)
-    return CHIME_ENOMEM;
   t->max_prio = 1.0;
   t->step_key = chime__key_make(t->cfg.shard, 1);
   return chime__steps_create(&t->steps, &t->cfg.spec, &sc, &cb);
@@ -76,10 +80,6 @@ int chime__tbl_seq_create(chime__table_t *t, size_t rows) {
 
 void chime__tbl_seq_destroy(chime__table_t *t) {
   chime__steps_destroy(t->steps);
-  free(t->wslot);
-  free(t->wfirst);
-  free(t->wlen);
-  free(t->wep);
 }
 
 /* A window an episode completed becomes an item (the table lock held,
@@ -199,6 +199,9 @@ int chime__tbl_seq_insert(chime__table_t *t, const chime__span_t *spans,
     chime__tbl_wait_timed(&t->space, &t->mu, &t->rate_insert_wait_ns);
     t->inserts_waiting_rate--;
   }
+  if (zbufs != NULL &&
+      (rc = chime__steps_z_reserve(t->steps, zbufs, count)) != 0)
+    goto out;
   uint32_t ep = chime__steps_lane(t->steps, dq->writer);
   uint64_t vmax = 0;
   for (size_t j = 0; versions != NULL && j < versions->n; j++)

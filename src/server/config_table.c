@@ -445,12 +445,6 @@ static int kind_check(chime__table_config_t *t, const char *where,
   }
   if (!SEEN(K_CAPACITY) && t->sequence_length == 0)
     return chime__cfg_fail(err, errlen, "%s: 'capacity' is required", where);
-  if (t->data_dir[0] != '\0' && t->sequence_length > 0)
-    return chime__cfg_fail(
-        err, errlen,
-        "%s: 'data_dir': sequence tables are not kept in files yet "
-        "(docs/operations.md, Tables in files)",
-        where);
   if (t->staleness_weight != 0 &&
       (t->sampler != CHIME__SELECTOR_PRIORITIZED || t->sequence_length > 0))
     return chime__cfg_fail(

@@ -152,6 +152,7 @@ static void info_on_start(chime__call_t *c) {
         &ts, chime__table_item_spec(srv->tables[i]), tm[i].lb, tm[i].lbp);
     tm[i].info.leaf_bytes = tm[i].lbp;
     tm[i].info.data_dir = (char *)tc->data_dir;
+    tm[i].info.disk_bytes = ts.disk_bytes;
     tm[i].info.samples_per_insert = tc->samples_per_insert;
     tm[i].info.error_buffer = tc->error_buffer;
     tm[i].info.min_size = tc->min_size;

@@ -3,7 +3,9 @@
  *   the same data dir: every acked item is there, each exactly once and
  *   whole (its bytes checked), with no checkpoint anywhere; with a
  *   compressed leaf too (its bytes in the bytes file); GetInfo names the
- *   data dir;
+ *   data dir and, as Stats does, the bytes its files hold on disk;
+ * - the same for a sequence table: every acked episode's windows there
+ *   once, each window its episode's steps;
  * - a data dir holding another table's file, or one that is a file: chimed
  *   refuses to start, naming the path, and the file is left as it was;
  * - --restore into a table that opened with items from its file: refused;
@@ -20,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -61,11 +64,12 @@ static int teardown(void **state) {
 }
 
 static atomic_ullong acked;
+static uint64_t kill_at; /* acked items (episodes) to kill at */
 
 static void *killer(void *arg) {
   (void)arg;
   int64_t end = chime__now_ms() + 60000;
-  while (atomic_load(&acked) < KILL_AT && chime__now_ms() < end)
+  while (atomic_load(&acked) < kill_at && chime__now_ms() < end)
     chime__sleep_ms(1);
   kill(chimed.proc.pid, SIGKILL);
   return NULL;
@@ -105,6 +109,17 @@ static void check_info_data_dir(void) {
   assert_int_equal(chime_client_info(client, &in), 0);
   assert_int_equal(in->ntables, 1);
   assert_string_equal(in->tables[0].data_dir, datadir);
+  /* Its files' allocated blocks: at least the whole .table file. */
+  char path[600];
+  struct stat st;
+  snprintf(path, sizeof(path), "%s/demo.table", datadir);
+  assert_int_equal(stat(path, &st), 0);
+  assert_true(in->tables[0].disk_bytes >= (uint64_t)st.st_blocks * 512);
+  assert_true(in->tables[0].disk_bytes >= (uint64_t)st.st_size);
+  chime_stats_t *sst = NULL;
+  assert_int_equal(chime_client_stats(client, &sst), 0);
+  assert_int_equal(sst->tables[0].disk_bytes, in->tables[0].disk_bytes);
+  chime_stats_free(sst);
   chime_server_info_free(in);
 }
 
@@ -116,22 +131,29 @@ static uint64_t table_size(void) {
   return n;
 }
 
+/* The whole table (n items) as one batch of a stream of table's. */
+static chime_stream_t *whole_batch(const char *table, uint64_t n,
+                                   chime_batch_t *b) {
+  chime_stream_t *s = NULL;
+  chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
+  so.batch_size = (uint32_t)n;
+  so.slots = 2;
+  so.mode = CHIME_MODE_SHM;
+  assert_int_equal(chime_stream_open(&s, client, table, &so), 0);
+  assert_int_equal(chime_stream_next(s, b, 30000), 0);
+  assert_int_equal(b->count, n);
+  return s;
+}
+
 /* Every item of the table in one fifo batch, each checked whole, counted
  * into seen[index]; how many. */
 static uint64_t drain(uint8_t *seen) {
-  chime_stream_t *s = NULL;
-  chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
   chime_batch_t b;
   char err[256];
   uint64_t n = table_size();
   uint64_t *ids = calloc(n, sizeof(*ids));
   assert_non_null(ids);
-  so.batch_size = (uint32_t)n;
-  so.slots = 2;
-  so.mode = CHIME_MODE_SHM;
-  assert_int_equal(chime_stream_open(&s, client, "demo", &so), 0);
-  assert_int_equal(chime_stream_next(s, &b, 30000), 0);
-  assert_int_equal(b.count, n);
+  chime_stream_t *s = whole_batch("demo", n, &b);
   if (chime__pattern_verify(&b, ids, err, sizeof(err)) != 0)
     fail_msg("a torn item after the restart: %s", err);
   for (uint64_t i = 0; i < n; i++) {
@@ -146,17 +168,24 @@ static uint64_t drain(uint8_t *seen) {
   return n;
 }
 
-static void kill9_keeps_acked(void) {
+/* chimed on config, insert() run until the killer kills it at `at`
+ * acked, then chimed started again on it: the acked count. */
+static uint64_t killed_and_restarted(void (*insert)(void), uint64_t at) {
   atomic_store(&acked, 0);
+  kill_at = at;
   assert_int_equal(chime__chimed_start_client(&chimed, config, &client), 0);
-  insert_until_killed();
+  insert();
   assert_int_equal(chime__proc_wait(&chimed.proc, 10000, NULL), 0);
   chime_client_destroy(client);
   client = NULL;
   uint64_t a = atomic_load(&acked);
-  assert_true(a >= KILL_AT);
-
+  assert_true(a >= at);
   assert_int_equal(chime__chimed_start_client(&chimed, config, &client), 0);
+  return a;
+}
+
+static void kill9_keeps_acked(void) {
+  uint64_t a = killed_and_restarted(insert_until_killed, KILL_AT);
   check_info_data_dir();
   uint8_t *seen = calloc(N_MAX, 1);
   assert_non_null(seen);
@@ -185,6 +214,112 @@ static void test_kill9_keeps_acked_compressed(void **state) {
   (void)state;
   write_config_with(N_MAX, "killed-z", ", \"compress\": {\"obs\": 3}");
   kill9_keeps_acked();
+}
+
+/* A sequence table in files: episodes of SEQ_LEN steps {tag, index} and
+ * x[k] = tag * 1000 + index + k, each ended and flushed (acked whole),
+ * windows of 4 every 2 steps: 9 an episode. */
+#define SEQ_LEN 20
+#define SEQ_WINDOWS 9
+#define SEQ_KILL_AT 300
+#define SEQ_MAX 10000
+
+static void seq_step(uint8_t *p, uint32_t tag, uint32_t idx) {
+  uint32_t id[2] = {tag, idx};
+  memcpy(p, id, 8);
+  for (uint32_t k = 0; k < 16; k++) {
+    float x = (float)(tag * 1000 + idx + k);
+    memcpy(p + 8 + 4 * k, &x, 4);
+  }
+}
+
+static void seq_insert_until_killed(void) {
+  chime_writer_t *w = NULL;
+  chime_writer_opts_t wo = CHIME_WRITER_OPTS_INIT;
+  uint8_t step[72];
+  wo.resend = 0;
+  wo.timeout_ms = 10000;
+  assert_int_equal(chime_writer_open(&w, client, "seq", &wo), 0);
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, killer, NULL), 0);
+  int rc = 0;
+  for (uint32_t tag = 1; rc == 0 && tag < SEQ_MAX; tag++) {
+    for (uint32_t i = 0; rc == 0 && i < SEQ_LEN; i++) {
+      seq_step(step, tag, i);
+      rc = chime_writer_append(w, step, sizeof(step), 1.0);
+    }
+    if (rc == 0)
+      rc = chime_writer_end_episode(w);
+    if (rc == 0 && (rc = chime_writer_flush(w)) == 0)
+      atomic_store(&acked, tag);
+  }
+  pthread_join(th, NULL);
+  assert_int_not_equal(rc, 0);
+  int crc = chime_writer_close(w);
+  (void)crc;
+}
+
+/* Every window of the table in one fifo batch, each its episode's steps
+ * in order, counted by episode tag into per[tag]; how many. */
+static uint64_t seq_drain(uint32_t *per) {
+  chime_batch_t b;
+  uint64_t n = table_size();
+  chime_stream_t *s = whole_batch("seq", n, &b);
+  for (uint64_t j = 0; j < n; j++) {
+    const chime_sample_info_t *in = &b.info[j];
+    const uint8_t *id = (const uint8_t *)b.leaf[0].data + j * 4 * 8;
+    const uint8_t *x = (const uint8_t *)b.leaf[1].data + j * 4 * 64;
+    uint8_t want[72];
+    uint32_t tag;
+    memcpy(&tag, id, 4);
+    assert_true(tag >= 1 && tag < SEQ_MAX);
+    assert_int_equal(in->length, 4);
+    for (uint32_t i = 0; i < 4; i++) {
+      seq_step(want, tag, in->first_step + i);
+      if (memcmp(id + 8 * i, want, 8) != 0 ||
+          memcmp(x + 64 * i, want + 8, 64) != 0)
+        fail_msg("window %llu (episode tag %u, first step %u): step %u torn",
+                 (unsigned long long)j, tag, in->first_step, i);
+    }
+    per[tag]++;
+  }
+  assert_int_equal(chime_stream_release(s, &b), 0);
+  chime_stream_close(s);
+  return n;
+}
+
+/* chimed killed while a writer appends episodes to a sequence table in
+ * files: started again, every acked episode's windows are there once,
+ * whole; of the episode in flight, some at most. */
+static void kill9_sequence(const char *sub, const char *extra) {
+  snprintf(datadir, sizeof(datadir), "%s/%s", chime__harness_tmpdir(), sub);
+  snprintf(config, sizeof(config),
+           "{\"tables\": [{\"name\": \"seq\", \"spec\": \"id:u32[2], "
+           "x:f32[16]\", \"capacity_steps\": 200000, \"sequence_length\": 4, "
+           "\"stride\": 2, \"sampler\": \"fifo\", \"data_dir\": \"%s\"%s}]}\n",
+           datadir, extra);
+  uint64_t a = killed_and_restarted(seq_insert_until_killed, SEQ_KILL_AT);
+  uint32_t *per = calloc(SEQ_MAX, sizeof(*per));
+  assert_non_null(per);
+  uint64_t n = seq_drain(per);
+  for (uint32_t tag = 1; tag < SEQ_MAX; tag++)
+    if (tag <= a ? per[tag] != SEQ_WINDOWS : per[tag] > SEQ_WINDOWS)
+      fail_msg("episode %u: %u windows (%llu acked)", tag, per[tag],
+               (unsigned long long)a);
+  free(per);
+  fprintf(stderr, "acked %llu episodes, after the restart %llu windows\n",
+          (unsigned long long)a, (unsigned long long)n);
+}
+
+static void test_kill9_sequence(void **state) {
+  (void)state;
+  kill9_sequence("seq", "");
+}
+
+/* Its x leaf compressed: the steps' bytes in the bytes file. */
+static void test_kill9_sequence_compressed(void **state) {
+  (void)state;
+  kill9_sequence("seq-z", ", \"compress\": {\"x\": 3}");
 }
 
 /* chimed on the config: it must refuse to start, its stderr holding
@@ -272,6 +407,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_teardown(test_kill9_keeps_acked, teardown),
       cmocka_unit_test_teardown(test_kill9_keeps_acked_compressed, teardown),
+      cmocka_unit_test_teardown(test_kill9_sequence, teardown),
+      cmocka_unit_test_teardown(test_kill9_sequence_compressed, teardown),
       cmocka_unit_test_teardown(test_other_table_refused, teardown),
       cmocka_unit_test_teardown(test_restore_refused_over_items, teardown),
   };

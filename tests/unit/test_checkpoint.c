@@ -641,6 +641,60 @@ static void test_sequence_roundtrip(void **state) {
   finish_both(a, &sa, b, &sb);
 }
 
+/* A table of tc filled by three writers (fill_seq), checkpointed into
+ * dir (300 bytes: ROOT/name). */
+static chime__table_t *seq_checkpointed(const chime__table_config_t *tc,
+                                        const char *name, char *dir,
+                                        chime__ckpt_result_t *res) {
+  make_dir(dir, 300, name);
+  chime__table_t *a = seq_table(tc);
+  seq_writer_t w[3] = {{1, 0, 1, 0}, {2, 0, 2, 0}, {3, 0, 3, 0}};
+  fill_seq(a, w);
+  write_ok(a, dir, 2, res);
+  return a;
+}
+
+/* A checkpoint restored into a sequence table in files (data_dir, fresh):
+ * its step store and windows go into the file, and a table opened again
+ * on it hands out the same batches as the table checkpointed. */
+static void sequence_into_files(const char *name, int level) {
+  char dir[300];
+  chime__table_config_t tc, tf;
+  chime__ckpt_result_t res;
+  seq_cfg(&tc, 256, 4, 2, 1, CHIME__SELECTOR_FIFO);
+  tc.compress[1] = (uint8_t)level; /* x: its steps in the bytes file */
+  chime__table_t *a = seq_checkpointed(&tc, name, dir, &res);
+  tf = tc;
+  snprintf(tf.data_dir, sizeof(tf.data_dir), "%s/data", dir);
+  chime__table_t *b = seq_table(&tf);
+  uint64_t items = 0;
+  restore_ok(b, res.path, &items);
+  chime__table_destroy(b);
+  b = seq_table(&tf); /* opened again from its file */
+  chime__table_stats_t x, y;
+  chime__table_get_stats(a, &x);
+  chime__table_get_stats(b, &y);
+  assert_true(x.size > 20);
+  assert_int_equal(y.size, x.size);
+  assert_int_equal(y.steps, x.steps);
+  slot_t sa, sb;
+  slot_init(&sa, a, 4);
+  slot_init(&sb, b, 4);
+  while (x.size >= 4) {
+    sample_both(a, &sa, b, &sb);
+    assert_memory_equal(sa.mem, sb.mem, sa.lay.slot_bytes);
+    chime__table_get_stats(a, &x);
+  }
+  finish_both(a, &sa, b, &sb);
+  rm_rf(dir);
+}
+
+static void test_sequence_into_files(void **state) {
+  (void)state;
+  sequence_into_files("seqfile", 0);
+  sequence_into_files("seqfile-z", 3);
+}
+
 /* Prioritized, priorities mutated, "max" initial priority: every window's
  * bookkeeping comes back in insert order, and two tables restored from one
  * checkpoint hand out the same batches (the random state is saved). */
@@ -712,15 +766,11 @@ static void test_sequence_prioritized(void **state) {
 static void test_sequence_refusals(void **state) {
   (void)state;
   char dir[300], err[512], p[2200];
-  make_dir(dir, sizeof(dir), "seqbad");
   chime__table_config_t tc, bad;
+  chime__ckpt_result_t res;
   /* Blocks of 256 steps (fewer in stores of under 16 blocks). */
   seq_cfg(&tc, 4096, 4, 2, 1, CHIME__SELECTOR_UNIFORM);
-  chime__table_t *a = seq_table(&tc);
-  seq_writer_t w[3] = {{1, 0, 1, 0}, {2, 0, 2, 0}, {3, 0, 3, 0}};
-  fill_seq(a, w);
-  chime__ckpt_result_t res;
-  write_ok(a, dir, 2, &res);
+  chime__table_t *a = seq_checkpointed(&tc, "seqbad", dir, &res);
   snprintf(p, sizeof(p), "%s/table-000.ckpt", res.path);
   long n = file_size(p);
   for (long at = 0; at < n; at += (n / 41) + 1) {
@@ -1221,6 +1271,7 @@ int main(void) {
       cmocka_unit_test(test_key_reservations),
       cmocka_unit_test(test_trim_spares),
       cmocka_unit_test(test_sequence_roundtrip),
+      cmocka_unit_test(test_sequence_into_files),
       cmocka_unit_test(test_sequence_prioritized),
       cmocka_unit_test(test_sequence_refusals),
       cmocka_unit_test(test_sequence_inserts_continue),

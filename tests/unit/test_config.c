@@ -568,10 +568,20 @@ static void test_data_dir(void **state) {
             ",\"capacity\":8,\"compress\":{\"x\":3},\"data_dir\":\"/d\""),
           err, sizeof(err)),
       0);
-  expect_bad(T("s", "o:u8",
-               ",\"capacity_steps\":100,\"sequence_length\":4,"
-               "\"data_dir\":\"/d\""),
-             "not kept in files yet");
+  assert_int_equal(
+      chime__config_parse(&cfg,
+                          T("s", "o:u8",
+                            ",\"capacity_steps\":100,\"sequence_length\":4,"
+                            "\"data_dir\":\"/d\""),
+                          err, sizeof(err)),
+      0);
+  assert_int_equal(
+      chime__config_parse(&cfg,
+                          T("s", "o:u8[64]",
+                            ",\"capacity_steps\":100,\"sequence_length\":4,"
+                            "\"compress\":{\"o\":3},\"data_dir\":\"/d\""),
+                          err, sizeof(err)),
+      0);
 }
 
 static void test_sequence_keys(void **state) {

@@ -130,6 +130,8 @@ static const struct {
      "Groups a zero_variance filter dropped at insert (group tables)."},
     {"chime_table_dropped_mean_outside_total", "counter",
      "Groups a mean_outside filter dropped at insert (group tables)."},
+    {"chime_table_disk_bytes", "gauge",
+     "Bytes the table's files hold on disk (allocated blocks; 0 in memory)."},
     {"chime_table_leaf_raw_bytes", "gauge",
      "Bytes of a compressed leaf of the items held, as inserted."},
     {"chime_table_leaf_stored_bytes", "gauge",

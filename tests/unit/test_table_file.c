@@ -209,18 +209,6 @@ static void test_full_disk(void **state) {
   assert_int_equal(umount(f->tc.data_dir), 0);
 }
 
-/* Sequence tables are not kept in files yet: refused, saying so. */
-static void test_unsupported_refused(void **state) {
-  fx_t *f = *state;
-  chime__table_config_t tc = f->tc;
-  assert_int_equal(chime_spec_parse(&tc.spec, "a:u32[2]"), 0);
-  tc.sequence_length = 4;
-  tc.stride = 1;
-  tc.capacity_steps = 64;
-  tc.sampler = CHIME__SELECTOR_UNIFORM;
-  refused(&tc, CHIME_ENOTSUP, "sequence tables are not kept in files yet");
-}
-
 /* Rows a sampler held pinned when the process died (one live, one whose
  * item had left meanwhile) come back pinned by no one: free or live, never
  * kept from reuse. */
@@ -282,6 +270,28 @@ static void test_limiter_balanced(void **state) {
   slot_fini(&s);
 }
 
+/* Stats' disk_bytes: the file's allocated blocks (the whole file, made
+ * with posix_fallocate); 0 for the same table in memory. */
+static void test_disk_bytes(void **state) {
+  fx_t *f = *state;
+  char path[CHIME__MAX_DATA_DIR / 2];
+  struct stat st;
+  chime__table_stats_t ts;
+  chime__table_t *t = open_table(&f->tc);
+  put(t, 10, 1);
+  assert_int_equal(chime__tbl_file_path(&f->tc, path, sizeof(path)), 0);
+  assert_int_equal(stat(path, &st), 0);
+  chime__table_get_stats(t, &ts);
+  assert_int_equal(ts.disk_bytes, (uint64_t)st.st_blocks * 512);
+  assert_true(ts.disk_bytes >= (uint64_t)st.st_size);
+  chime__table_destroy(t);
+  f->tc.data_dir[0] = '\0';
+  t = open_table(&f->tc);
+  chime__table_get_stats(t, &ts);
+  assert_int_equal(ts.disk_bytes, 0);
+  chime__table_destroy(t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_reopen_keeps_items, setup, teardown),
@@ -292,8 +302,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_limiter_balanced, setup, teardown),
       cmocka_unit_test_setup_teardown(test_not_writable, setup, teardown),
       cmocka_unit_test_setup_teardown(test_full_disk, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_unsupported_refused, setup,
-                                      teardown),
+      cmocka_unit_test_setup_teardown(test_disk_bytes, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,18 +7,12 @@ many samples leave as stale (removed_stale > 0, its count printed); with
 writers wait in the server instead, no sample is removed as stale, the
 learner still gets every batch within max_staleness, and the producers'
 idle time is reported (pace_wait_ns, paced_inserts in Stats)."""
-import json
-import os
 import pathlib
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 
-import pytest
-
 import chime
+import conftest
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "python"
 TIMEOUT_S = 240
@@ -28,22 +22,13 @@ STALENESS = 4
 def run_example(name, *extra):
     run_dir = tempfile.mkdtemp(prefix="chime-pace-")
     try:
-        p = subprocess.Popen(
-            [sys.executable, str(EXAMPLE / "async_ppo.py"), "--run-dir",
-             run_dir, "--name", name, "--writers", "8", "--batches", "300",
-             "--update-every", "3", "--max-staleness", str(STALENESS),
-             "--train-ms", "20", "--flush-every", "8", *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            start_new_session=True)
-        try:
-            stdout, stderr = p.communicate(timeout=TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            stdout, stderr = p.communicate()
-            pytest.fail(f"async_ppo.py ran over {TIMEOUT_S} s: {stderr}")
-        assert p.returncode == 0, stderr
+        out = conftest.run_example(
+            [EXAMPLE / "async_ppo.py", "--run-dir", run_dir, "--name", name,
+             "--writers", "8", "--batches", "300", "--update-every", "3",
+             "--max-staleness", str(STALENESS), "--train-ms", "20",
+             "--flush-every", "8", *extra], TIMEOUT_S)
         assert chime.server_state(name, run_dir=run_dir) is None
-        return json.loads(stdout.strip().splitlines()[-1])
+        return out
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
 

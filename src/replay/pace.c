@@ -64,45 +64,16 @@ void chime__tbl_pace_starving(chime__table_t *t) {
     pthread_cond_broadcast(&t->space);
 }
 
-/* Row values of a one-dimensional integer leaf as u64 (a negative one
- * counts as 0). */
+/* A value of an integer leaf (little-endian, its dtype's size) as u64;
+ * a negative one (the signed dtypes are the even ones) counts as 0. */
 static uint64_t row_value(chime_dtype_t dt, const uint8_t *p) {
-  switch (dt) {
-  case CHIME_DTYPE_U8:
-    return *p;
-  case CHIME_DTYPE_I8:
-    return *(const int8_t *)p > 0 ? (uint64_t) * (const int8_t *)p : 0;
-  case CHIME_DTYPE_U16: {
-    uint16_t v;
-    memcpy(&v, p, 2);
-    return v;
-  }
-  case CHIME_DTYPE_I16: {
-    int16_t v;
-    memcpy(&v, p, 2);
-    return v > 0 ? (uint64_t)v : 0;
-  }
-  case CHIME_DTYPE_U32: {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-  }
-  case CHIME_DTYPE_I32: {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return v > 0 ? (uint64_t)v : 0;
-  }
-  case CHIME_DTYPE_I64: {
-    int64_t v;
-    memcpy(&v, p, 8);
-    return v > 0 ? (uint64_t)v : 0;
-  }
-  default: {
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-  }
-  }
+  size_t n = chime_dtype_size(dt);
+  uint64_t v = 0;
+  for (size_t i = 0; i < n; i++)
+    v |= (uint64_t)p[i] << (8 * i);
+  if (dt % 2 == 0 && (p[n - 1] & 0x80) != 0)
+    return 0;
+  return v;
 }
 
 void chime__tbl_leaf_versions(const chime__table_t *t, uint8_t *const *bufs,

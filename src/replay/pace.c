@@ -12,9 +12,9 @@
  * version while that is at most two steps behind N (the step it was made
  * in and the one its wait ended at). The wait is the rate limiter's: the
  * table's space condition, woken by each version step and by a sampler
- * that starts waiting for items, which a paced insert never keeps
- * waiting (a learner that draws more than pace_batch per step, or items
- * that left early, never leave both sides waiting). */
+ * that starts waiting (for items, or for the rate limiter), which a paced
+ * insert never keeps waiting (a learner that draws more than pace_batch per
+ * step, or items that left early, never leave both sides waiting). */
 #include "replay/table_internal.h"
 
 /* The most samples ahead of the learner's progress. */
@@ -23,15 +23,10 @@ static uint64_t pace_bound(const chime__table_t *t) {
   return s > 1 ? (s - 1) * t->cfg.pace_batch : 0;
 }
 
-/* A sampler waits for items: stream waiters queued for them, or a
- * blocking sampler. */
+/* A sampler waits: for items, or for the rate limiter, which more inserts
+ * open (stream waiters queued, or a blocking sampler). */
 static int starving(const chime__table_t *t) {
-  if (t->items_blocked > 0)
-    return 1;
-  for (const chime__table_waiter_t *w = t->waiters; w != NULL; w = w->next)
-    if (!w->rate)
-      return 1;
-  return 0;
+  return t->samplers_blocked > 0 || t->waiters != NULL;
 }
 
 int chime__tbl_pace_holds(const chime__table_t *t, uint64_t n) {

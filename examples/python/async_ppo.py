@@ -164,12 +164,14 @@ def learn(args):
         for p in procs:
             p.join(timeout=30)
     st = next(t for t in client.stats()["tables"] if t["name"] == TABLE)
+    ti = next(t for t in client.info()["tables"] if t["name"] == TABLE)
     out = {"batches": args.batches, "samples": samples,
            "learner_version": v, "max_staleness": args.max_staleness,
            "worst_lag_at_receipt": worst, "violations": violations,
            "lag_histogram": {str(k): hist[k] for k in sorted(hist)},
            "rollouts_written": int(sum(counts)),
            "inserts": st["inserts"], "removed_stale": st["removed_stale"],
+           "pace_batch": ti["pace_batch"],
            "pace_wait_s": st["pace_wait_ns"] / 1e9,
            "paced_inserts": st["paced_inserts"],
            "newest_version": st["newest_version"],

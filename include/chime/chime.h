@@ -267,6 +267,13 @@ typedef struct {
   /* The directory the table's storage lives in (docs/operations.md,
    * "Tables in files"); "" in memory (and from a server before 1.0). */
   char data_dir[1024];
+  /* Pacing (docs/replay.md, "Pacing producers"): the samples a learner
+   * draws per version step, inserts held within (max_staleness - 1) of
+   * those ahead of it; 0: not paced. The version leaf whose minimum is
+   * each sample's version ("Per-token versions"); "": none. Both 0 / ""
+   * from a server before the fields. */
+  uint64_t pace_batch;
+  char version_leaf[CHIME_MAX_NAME];
 } chime_table_info_t;
 
 /* One open stream's ring on the server, as GetInfo reports it. */

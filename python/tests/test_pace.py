@@ -47,6 +47,7 @@ def test_pacing_removes_nothing_as_stale():
     # the writers outran the learner: without pacing, samples went stale
     assert base["removed_stale"] > 0
     assert base["paced_inserts"] == 0 and base["pace_wait_s"] == 0
+    assert base["pace_batch"] == 0 and paced["pace_batch"] == 3 * 32
     # paced: none did, and the writers waited for the learner instead
     assert paced["removed_stale"] == 0
     assert paced["paced_inserts"] > 0

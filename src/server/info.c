@@ -152,6 +152,11 @@ static void info_on_start(chime__call_t *c) {
         &ts, chime__table_item_spec(srv->tables[i]), tm[i].lb, tm[i].lbp);
     tm[i].info.leaf_bytes = tm[i].lbp;
     tm[i].info.data_dir = (char *)tc->data_dir;
+    tm[i].info.pace_batch = tc->pace_batch;
+    tm[i].info.version_leaf =
+        tc->version_leaf != 0
+            ? (char *)tc->spec.leaves[tc->version_leaf - 1].name
+            : "";
     tm[i].info.samples_per_insert = tc->samples_per_insert;
     tm[i].info.error_buffer = tc->error_buffer;
     tm[i].info.min_size = tc->min_size;

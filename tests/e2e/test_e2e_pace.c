@@ -7,7 +7,8 @@
  * pace_wait_ns counted); the samples ahead survive a checkpoint and a
  * --restore, so the restored server holds the writer as before; a ragged
  * version leaf makes each sample's version the minimum of its tokens',
- * in batches' info and for the staleness gate. */
+ * in batches' info and for the staleness gate; GetInfo says both
+ * settings. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -163,6 +164,15 @@ static void test_token_versions(void **state) {
   assert_int_equal(chime_writer_append_leaves(w, l1, n1, 1.0), 0);
   assert_int_equal(chime_writer_append_leaves(w, l2, n2, 1.0), 0);
   assert_int_equal(chime_writer_close(w), 0);
+  chime_server_info_t *info = NULL; /* GetInfo says both settings */
+  assert_int_equal(chime_client_info(c, &info), 0);
+  for (uint32_t i = 0; i < info->ntables; i++) {
+    const chime_table_info_t *ti = &info->tables[i];
+    int p = strcmp(ti->name, "p") == 0;
+    assert_int_equal(ti->pace_batch, p ? 4 : 0);
+    assert_string_equal(ti->version_leaf, p ? "" : "tok_ver");
+  }
+  chime_server_info_free(info);
   chime_table_stats_t ts = table_stats(c, "t");
   assert_int_equal(ts.newest_version, 9);
   assert_int_equal(ts.size, 2); /* 3 is more than 2 behind 9: never in */

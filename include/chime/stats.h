@@ -69,9 +69,9 @@
   X(uint64_t, stored_bytes, GAUGE, BYTES,                                      \
     "Bytes the table keeps for them, compressed leaves as stored.")            \
   X(uint64_t, leaves_stored_raw, COUNTER, COUNT,                               \
-    "Compressed leaves' values kept raw: compression did not shrink them.")   \
+    "Compressed leaves' values kept raw: compression did not shrink them.")    \
   X(uint64_t, pace_wait_ns, COUNTER, NS,                                       \
-    "Time inserts waited on pacing (producers held back).")                   \
+    "Time inserts waited on pacing (producers held back).")                    \
   X(uint64_t, paced_inserts, COUNTER, COUNT,                                   \
     "Insert requests that waited on pacing.")                                  \
   X(uint32_t, inserts_waiting_pace, GAUGE, COUNT,                              \

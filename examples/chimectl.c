@@ -83,6 +83,10 @@ static json_t *info_json(const chime_server_info_t *in) {
     json_object_set_new(json_array_get(tables, json_array_size(tables) - 1),
                         "disk_bytes", json_integer((json_int_t)t->disk_bytes));
     json_object_set_new(json_array_get(tables, json_array_size(tables) - 1),
+                        "pace_batch", json_integer((json_int_t)t->pace_batch));
+    json_object_set_new(json_array_get(tables, json_array_size(tables) - 1),
+                        "version_leaf", json_string(t->version_leaf));
+    json_object_set_new(json_array_get(tables, json_array_size(tables) - 1),
                         "leaves",
                         chimectl_leaves_json(t->leaf_bytes, t->nleaf_bytes));
     if (t->sequence_length > 0) {

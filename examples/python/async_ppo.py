@@ -13,6 +13,14 @@ batches from a table with max_staleness, and every --update-every batches
 takes a policy-gradient step and bumps its version, telling the server on
 its stream (stream.set_version) and the writers through shared memory.
 
+With --pace the table paces the producers instead (docs/replay.md,
+"Pacing producers"): a fifo table with pace_batch = batch_size x
+update_every (the samples the learner draws per version), whose inserts
+wait while the writers run too far ahead of the learner, so that nothing
+they write goes stale in the table (removed_stale 0) and their idle time
+is reported (pace_wait_ns); --flush-every 1 makes each writer wait for
+each rollout's ack before it reads the version for the next.
+
 The gate's promise, checked on every batch: no sample more than
 max_staleness versions behind the learner's version at receipt reaches the
 learner (the server removes what falls too far behind, and next() drops a
@@ -42,11 +50,12 @@ def spec():
 
 
 def server_config(args):
-    return {"tables": [{"name": TABLE, "spec": spec(),
-                        "capacity": args.capacity, "sampler": "uniform",
-                        "min_size": args.batch_size,
-                        "max_times_sampled": 1,
-                        "max_staleness": args.max_staleness}]}
+    t = {"name": TABLE, "spec": spec(), "capacity": args.capacity,
+         "sampler": args.sampler, "min_size": args.batch_size,
+         "max_times_sampled": 1, "max_staleness": args.max_staleness}
+    if args.pace:
+        t["pace_batch"] = args.batch_size * args.update_every
+    return {"tables": [t]}
 
 
 def softmax(z):
@@ -54,26 +63,47 @@ def softmax(z):
     return e / e.sum()
 
 
-def writer_main(address, index, version, logits, stop, counts, seed):
+def writer_main(address, index, version, logits, stop, counts, seed,
+                flush_every):
     """One generator: reads the policy (version and logits) as often as a
     rollout is made, and appends each rollout with the version it used."""
     rng = np.random.default_rng(seed)
-    with chime.Client(address) as c, c.writer(TABLE) as w:
-        n = 0
-        while not stop.is_set():
-            with version.get_lock():
-                v = version.value
-                z = np.frombuffer(logits.get_obj(), dtype=np.float64).copy()
-            p = softmax(z)
-            tok = rng.choice(VOCAB, size=TOKENS, p=p).astype(np.int32)
-            lp = np.log(p[tok]).astype(np.float32)
-            w.append({"tokens": tok, "logprobs": lp,
-                      "reward": np.float32((tok == GOOD).mean())}, version=v)
-            n += 1
-            if n % 64 == 0:
+    made = [0]
+    with chime.Client(address) as c:
+        # Paced, a flush waits for the learner: one that outlasts the
+        # timeout is tried again, and the last one's wait (the learner
+        # done) is cut short by it.
+        w = c.writer(TABLE, timeout=5)
+        try:
+            write_rollouts(w, version, logits, stop, rng, flush_every, made)
+        finally:
+            try:
+                w.close()
+            except chime.TimeoutError:
+                pass
+    counts[index] = made[0]
+
+
+def write_rollouts(w, version, logits, stop, rng, flush_every, made):
+    """Appends rollouts until stop, each with the version it was made
+    with; made[0] counts them."""
+    n = 0
+    while not stop.is_set():
+        with version.get_lock():
+            v = version.value
+            z = np.frombuffer(logits.get_obj(), dtype=np.float64).copy()
+        p = softmax(z)
+        tok = rng.choice(VOCAB, size=TOKENS, p=p).astype(np.int32)
+        lp = np.log(p[tok]).astype(np.float32)
+        w.append({"tokens": tok, "logprobs": lp,
+                  "reward": np.float32((tok == GOOD).mean())}, version=v)
+        n += 1
+        made[0] = n
+        if n % flush_every == 0:
+            try:
                 w.flush()
-        w.flush()
-    counts[index] = n
+            except chime.TimeoutError:
+                pass  # paced past the timeout: still queued, flushed again
 
 
 def learn(args):
@@ -91,7 +121,7 @@ def learn(args):
     counts = ctx.Array("Q", args.writers)
     procs = [ctx.Process(target=writer_main,
                          args=(address, i, version, logits, stop, counts,
-                               args.seed + i))
+                               args.seed + i, args.flush_every))
              for i in range(args.writers)]
     for p in procs:
         p.start()
@@ -121,6 +151,8 @@ def learn(args):
                 g = np.zeros(VOCAB)
                 np.add.at(g, tok.ravel(), np.repeat(adv, TOKENS))
                 z += args.lr * g / tok.size
+                if args.train_ms > 0:  # a larger model's step, in time
+                    time.sleep(args.train_ms / 1000)
                 if (b + 1) % args.update_every == 0:
                     v += 1
                     s.set_version(v)
@@ -132,12 +164,16 @@ def learn(args):
         for p in procs:
             p.join(timeout=30)
     st = next(t for t in client.stats()["tables"] if t["name"] == TABLE)
+    ti = next(t for t in client.info()["tables"] if t["name"] == TABLE)
     out = {"batches": args.batches, "samples": samples,
            "learner_version": v, "max_staleness": args.max_staleness,
            "worst_lag_at_receipt": worst, "violations": violations,
            "lag_histogram": {str(k): hist[k] for k in sorted(hist)},
            "rollouts_written": int(sum(counts)),
            "inserts": st["inserts"], "removed_stale": st["removed_stale"],
+           "pace_batch": ti["pace_batch"],
+           "pace_wait_s": st["pace_wait_ns"] / 1e9,
+           "paced_inserts": st["paced_inserts"],
            "newest_version": st["newest_version"],
            "p_good": float(softmax(z)[GOOD]),
            "seconds": round(time.monotonic() - t0, 2)}
@@ -159,10 +195,21 @@ def main(argv=None):
       help="batches per learner update (and version bump)")
     a("--max-staleness", type=int, default=2)
     a("--capacity", type=int, default=4096)
+    a("--sampler", default=None,
+      help="the table's sampler (default uniform; fifo with --pace)")
+    a("--pace", action="store_true",
+      help="pace the writers (pace_batch = batch size x update-every)")
+    a("--train-ms", type=float, default=0,
+      help="time the learner spends on each batch besides its toy step "
+      "(a slower learner: producers run ahead)")
+    a("--flush-every", type=int, default=64,
+      help="rollouts a writer appends between flushes")
     a("--lr", type=float, default=2.0)
     a("--seed", type=int, default=0)
     a("--print-config", action="store_true")
     args = ap.parse_args(argv)
+    if args.sampler is None:
+        args.sampler = "fifo" if args.pace else "uniform"
     if args.print_config:
         print(json.dumps(server_config(args), indent=2))
         return 0

@@ -270,6 +270,13 @@ typedef struct {
   /* The bytes its files hold on disk (allocated blocks), as Stats'
    * disk_bytes; 0 in memory. */
   uint64_t disk_bytes;
+  /* Pacing (docs/replay.md, "Pacing producers"): the samples a learner
+   * draws per version step, inserts held within (max_staleness - 1) of
+   * those ahead of it; 0: not paced. The version leaf whose minimum is
+   * each sample's version ("Per-token versions"); "": none. Both 0 / ""
+   * from a server before the fields. */
+  uint64_t pace_batch;
+  char version_leaf[CHIME_MAX_NAME];
 } chime_table_info_t;
 
 /* One open stream's ring on the server, as GetInfo reports it. */

@@ -75,7 +75,15 @@
   X(uint64_t, dropped_mean_outside, COUNTER, COUNT,                            \
     "Groups a mean_outside filter dropped at insert (group tables).")          \
   X(uint64_t, disk_bytes, GAUGE, BYTES,                                        \
-    "Bytes the table's files hold on disk (allocated blocks; 0 in memory).")
+    "Bytes the table's files hold on disk (allocated blocks; 0 in memory).")   \
+  X(uint64_t, pace_wait_ns, COUNTER, NS,                                       \
+    "Time inserts waited on pacing (producers held back).")                    \
+  X(uint64_t, paced_inserts, COUNTER, COUNT,                                   \
+    "Insert requests that waited on pacing.")                                  \
+  X(uint32_t, inserts_waiting_pace, GAUGE, COUNT,                              \
+    "Inserts waiting on pacing now.")                                          \
+  X(uint64_t, pace_ahead, GAUGE, COUNT,                                        \
+    "Samples written ahead of the learner's progress (pacing).")
 
 /* Per open stream, beside its stream_id, table and mode. */
 #define CHIME_STREAM_STATS_FIELDS(X)                                           \

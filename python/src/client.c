@@ -208,6 +208,8 @@ static PyObject *info_dict(const chime_server_info_t *in) {
         set_item(td, "compress", PyUnicode_FromString(t->compress)) ||
         set_item(td, "data_dir", PyUnicode_FromString(t->data_dir)) ||
         set_item(td, "disk_bytes", U64(t->disk_bytes)) ||
+        set_item(td, "pace_batch", U64(t->pace_batch)) ||
+        set_item(td, "version_leaf", PyUnicode_FromString(t->version_leaf)) ||
         leaves_item(td, t->leaf_bytes, t->nleaf_bytes) ||
         set_item(td, "samples_per_insert",
                  PyFloat_FromDouble(t->samples_per_insert)) ||

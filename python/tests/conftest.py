@@ -148,3 +148,25 @@ def wait_until(pred, timeout):
     while not pred():
         assert time.monotonic() < end, "condition not met in time"
         time.sleep(0.01)
+
+
+def run_example(argv, timeout):
+    """Runs an example (argv after the Python interpreter) in a session of
+    its own, so that a timeout ends its child processes too; fails the
+    test if it runs over timeout seconds or exits non-zero. Its stdout
+    (printed: pytest shows it with a failure) and the JSON of its last
+    line."""
+    import signal
+    import sys
+    p = subprocess.Popen([sys.executable, *map(str, argv)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True)
+    try:
+        stdout, stderr = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        stdout, stderr = p.communicate()
+        pytest.fail(f"{argv[0]} ran over {timeout} s: {stderr}")
+    print(stdout)
+    assert p.returncode == 0, stderr
+    return json.loads(stdout.strip().splitlines()[-1])

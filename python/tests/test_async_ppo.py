@@ -2,18 +2,12 @@
 version bumps, and no sample more than max_staleness versions behind the
 learner's version at receipt ever reaching it (b.info["version"]); the
 gate did remove items (removed_stale), so the check was not vacuous."""
-import json
-import os
 import pathlib
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 
-import pytest
-
 import chime
+import conftest
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "python"
 TIMEOUT_S = 240
@@ -22,21 +16,10 @@ TIMEOUT_S = 240
 def test_async_ppo_never_too_stale():
     run_dir = tempfile.mkdtemp(prefix="chime-ppo-")
     try:
-        p = subprocess.Popen(
-            [sys.executable, str(EXAMPLE / "async_ppo.py"), "--run-dir",
-             run_dir, "--writers", "8", "--batches", "300",
-             "--update-every", "3", "--max-staleness", "2"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            start_new_session=True)
-        try:
-            stdout, stderr = p.communicate(timeout=TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            stdout, stderr = p.communicate()
-            pytest.fail(f"async_ppo.py ran over {TIMEOUT_S} s: {stderr}")
-        print(stdout)
-        assert p.returncode == 0, stderr
-        out = json.loads(stdout.strip().splitlines()[-1])
+        out = conftest.run_example(
+            [EXAMPLE / "async_ppo.py", "--run-dir", run_dir, "--writers", "8",
+             "--batches", "300", "--update-every", "3", "--max-staleness",
+             "2"], TIMEOUT_S)
         assert out["violations"] == 0
         assert out["worst_lag_at_receipt"] <= 2
         assert out["samples"] == 300 * 32

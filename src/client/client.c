@@ -429,6 +429,9 @@ int chime__conn_info_end(chime_client_t *client, chime__unary_t *u,
     copy_str(o->data_dir, sizeof(o->data_dir),
              t->data_dir != NULL ? t->data_dir : "");
     o->disk_bytes = t->disk_bytes;
+    o->pace_batch = t->pace_batch;
+    copy_str(o->version_leaf, sizeof(o->version_leaf),
+             t->version_leaf != NULL ? t->version_leaf : "");
     o->nleaf_bytes =
         leaf_bytes_from_msgs(o->leaf_bytes, t->leaf_bytes, t->n_leaf_bytes);
     o->samples_per_insert = t->samples_per_insert;

@@ -116,6 +116,7 @@ int chime__checkpoint_write_table(chime__table_t *t, int fd, uint8_t *buf,
     if (cfg->compress[l] != 0)
       wr_u32(w, l);
   write_writers(w, &v.writers); /* version 6, after those */
+  wr_u64(w, v.pace_ahead);      /* version 7 */
   if (seq)
     chime__ckpt_seq_write(t, w, &v);
   for (uint64_t i = 0; !seq && i < v.count && w->err == 0; i++) {
@@ -431,6 +432,8 @@ static int load_table(const uint8_t *p, size_t n, chime__table_t *const *tables,
   if (ver >= 6 && !r.bad && nz <= CHIME_MAX_LEAVES &&
       (rc = writers_read(&r, shard, wc, fname, err, errlen)) != 0)
     return rc;
+  /* Version 7: the samples ahead of the learner's progress (pacing). */
+  uint64_t pace_ahead = ver >= 7 ? rd_u64(&r) : 0;
   if (r.bad || nz > CHIME_MAX_LEAVES ||
       (kind != KIND_PLAIN && kind != KIND_SEQUENCE) ||
       shard > CHIME__KEY_MAX_SHARD || !next_ok(next_key, shard))
@@ -528,6 +531,8 @@ static int load_table(const uint8_t *p, size_t n, chime__table_t *const *tables,
                               rng);
   /* After the items: those it leaves too far behind leave again. */
   chime__table_restore_version(t, newest);
+  /* After the version, whose rise from 0 would take it down. */
+  chime__table_restore_pace(t, pace_ahead);
   /* After the counts, which say a restored table may have lost writers. */
   if (ver >= 6 && (rc = writers_load(t, wc, fname, err, errlen)) != 0)
     return rc;

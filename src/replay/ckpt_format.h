@@ -54,8 +54,12 @@
  * resend after a restore is acked again instead of inserted twice; an
  * older file restores as before (no writer remembered, each unknown
  * writer refused past its first request), a window that does not hang
- * together is corrupt. */
-#define CHIME__CKPT_VERSION 6u
+ * together is corrupt.
+ * 7: pacing (docs/replay.md, "Pacing producers"): after the writers'
+ * windows, a u64, the samples written ahead of the learner's progress, so
+ * the bound on producers holds across a restore; older files load it as
+ * 0. */
+#define CHIME__CKPT_VERSION 7u
 #define CHIME__CKPT_MIN_VERSION 1u
 /* The writer's buffer: chime__checkpoint_write_table wants this many
  * bytes at buf. */

@@ -104,6 +104,16 @@ typedef struct {
   uint64_t max_staleness;
   /* A plain prioritized table's staleness weighting; NONE: none. */
   chime__stale_weight_t staleness_weight;
+  /* Pacing (replay/pace.c, docs/replay.md "Pacing producers"): the
+   * samples a learner draws per version step; inserts wait while the
+   * samples written ahead of the learner's progress would pass
+   * (max_staleness - 1) of those batches. 0: off. Plain tables with
+   * max_staleness only. */
+  uint64_t pace_batch;
+  /* Per-token versions: the index + 1 of a ragged integer leaf whose
+   * minimum is each sample's version (the request's when it is empty);
+   * 0: none. Plain tables, an uncompressed one-dimensional leaf. */
+  uint32_t version_leaf;
   /* Compressed leaves (replay/zleaf.h): leaf i's zstd level, 0: stored
    * as it is. Fixed-shape leaves of plain tables only (for now). */
   uint8_t compress[CHIME_MAX_LEAVES];

@@ -327,6 +327,7 @@ static int wait_room(chime__table_t *t, const req_t *rq, const room_t *rm,
                      uint64_t *first_key) {
   uint64_t cap = t->cfg.capacity;
   chime__dedupe_req_t *dq = rq->dq;
+  int paced = 0; /* counted once among paced_inserts */
   for (;;) {
     if (t->closed)
       return CHIME_ESHUTDOWN;
@@ -348,6 +349,19 @@ static int wait_room(chime__table_t *t, const req_t *rq, const room_t *rm,
       t->inserts_waiting_rate++;
       chime__tbl_wait_timed(&t->space, &t->mu, &t->rate_insert_wait_ns);
       t->inserts_waiting_rate--;
+      continue;
+    }
+    /* Pacing (pace.c): the producer waits for the learner's progress. */
+    if (!(dq != NULL && dq->warm) && chime__tbl_pace_holds(t, rq->count)) {
+      if (rq->abort != NULL && atomic_load(rq->abort))
+        return CHIME_ESHUTDOWN;
+      if (rq->nowait)
+        return CHIME_EBUSY;
+      t->paced_inserts += !paced;
+      paced = 1;
+      t->inserts_waiting_pace++;
+      chime__tbl_wait_timed(&t->space, &t->mu, &t->pace_wait_ns);
+      t->inserts_waiting_pace--;
       continue;
     }
     /* Items given back count against the capacity until taken again. */
@@ -532,7 +546,18 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
     free(rq.drop);
     return rc;
   }
-  uint64_t vmax = 0;
+  uint64_t vmax = 0, *lv = NULL;
+  chime__table_versions_t leafv;
+  if (t->cfg.version_leaf != 0) { /* each sample's its leaf's minimum */
+    if ((lv = malloc((count ? count : 1) * sizeof(*lv))) == NULL) {
+      chime__tbl_bufs_free(rq.bufs, count);
+      chime__tbl_bufs_free(rq.zbufs, count);
+      return CHIME_ENOMEM;
+    }
+    chime__tbl_leaf_versions(t, rq.bufs, lengths, count, versions, lv, &vmax);
+    leafv = (chime__table_versions_t){lv, count};
+    rq.versions = versions = &leafv;
+  }
   for (uint64_t j = 0; versions != NULL && j < versions->n; j++)
     vmax = versions->v[j] > vmax ? versions->v[j] : vmax;
   chime__table_waiter_t *arrived = NULL;
@@ -552,6 +577,8 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
     t->inserts += count;
     t->left += rm.skip + stale; /* a fifo remover's picks, the stale */
     t->removed_stale += stale;
+    if (t->cfg.pace_batch != 0)
+      t->pace_ahead += count - rm.skip - stale;
     if (dq != NULL && dq->writer != 0)
       chime__dedupe_record(t->dedupe, dq, count, key0);
     arrived = chime__tbl_items_arrived(t);
@@ -561,6 +588,7 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
   chime__tbl_bufs_free(rq.bufs, count); /* samples that did not go in */
   chime__tbl_bufs_free(rq.zbufs, count);
   free(rq.drop);
+  free(lv);
   return rc == WAIT_DONE ? 0 : rc;
 }
 

@@ -336,9 +336,12 @@ int chime__table_sample(chime__table_t *t, const chime_ring_layout_t *lay,
     }
     if (t->count >= need && t->lim->allows_sample(t))
       break;
+    t->samplers_blocked++; /* paced inserts let in (pace.c) */
+    chime__tbl_pace_starving(t);
     chime__tbl_wait_timed(&t->items, &t->mu,
                           t->count >= need ? &t->rate_sample_wait_ns
                                            : &t->sampler_wait_ns);
+    t->samplers_blocked--;
   }
   sample_locked(t, lay, slot, NULL, 0);
 out:
@@ -373,6 +376,7 @@ static int try_sample(chime__table_t *t, const chime_ring_layout_t *lay,
       w->next = t->waiters;
       t->waiters = w;
     }
+    chime__tbl_pace_starving(t); /* paced inserts let in (pace.c) */
     rc = CHIME_EBUSY;
   } else {
     sample_locked(t, lay, slot, pins, copy_min);

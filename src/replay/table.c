@@ -100,6 +100,10 @@ void chime__table_get_stats(chime__table_t *t, chime__table_stats_t *out) {
   if (t->file != NULL) /* fstat: a syscall each, not under a hot path */
     out->disk_bytes = chime__tbl_file_disk_bytes(t->file) +
                       (t->bytes != NULL ? chime__tbl_bytes_disk(t->bytes) : 0);
+  out->pace_wait_ns = t->pace_wait_ns;
+  out->paced_inserts = t->paced_inserts;
+  out->inserts_waiting_pace = t->inserts_waiting_pace;
+  out->pace_ahead = t->pace_ahead;
   out->mass = t->sel->mass != NULL ? t->sel->mass(t) : (double)t->count;
   out->sample_blocked =
       t->count >= t->cfg.min_size && !t->lim->allows_sample(t);
@@ -254,8 +258,10 @@ uint64_t chime__tbl_version_seen(chime__table_t *t, uint64_t ver) {
   uint64_t n = 0, v;
   uint32_t r;
   int rose = ver > t->vnewest;
-  if (rose)
+  if (rose) {
+    chime__tbl_pace_progress(t, t->vnewest, ver);
     t->vnewest = ver;
+  }
   if (t->vidx == NULL)
     return 0;
   if (rose) /* before removals: Z (staleness weighting) counts on it */

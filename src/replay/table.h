@@ -367,6 +367,7 @@ typedef struct {
   uint32_t *times;
   uint64_t next_key, inserts, samples, left, left_times, rng;
   uint64_t newest_version; /* the newest policy version the table knew */
+  uint64_t pace_ahead;     /* samples ahead of the learner (pacing) */
   uint64_t pause_ns;       /* how long the lock was held for the view */
   uint64_t unpinned;       /* items [0, unpinned) already let go */
   /* A sequence table's (zero for a plain one). */
@@ -468,6 +469,9 @@ int chime__table_restore_item_ragged(chime__table_t *t, uint64_t key,
 /* After the items: the newest version the table knew; items it leaves
  * more than max_staleness behind leave (removed_stale). */
 void chime__table_restore_version(chime__table_t *t, uint64_t newest);
+/* The samples written ahead of the learner's progress (pacing, pace.c),
+ * after chime__table_restore_version: the bound holds across a restore. */
+void chime__table_restore_pace(chime__table_t *t, uint64_t ahead);
 /* A sequence table's step store, to restore its blocks into (steps.h);
  * NULL for a plain table. */
 chime__steps_t *chime__table_steps(chime__table_t *t);

@@ -99,6 +99,23 @@ static void seq_corrupt(const chime__table_t *t) {
                  path);
 }
 
+/* Pacing needs a staleness bound, and a version leaf is a ragged
+ * one-dimensional integer leaf kept raw, in plain tables only;
+ * server/config_table.c names what is wrong. */
+static int versions_ok(const chime__table_config_t *cfg) {
+  int seq = cfg->sequence_length > 0;
+  if (cfg->pace_batch != 0 && (cfg->max_staleness == 0 || seq))
+    return 0;
+  if (cfg->version_leaf == 0)
+    return 1;
+  uint32_t i = cfg->version_leaf - 1;
+  if (i >= cfg->spec.nleaves || seq || cfg->compress[i] != 0)
+    return 0;
+  const chime_leaf_t *l = &cfg->spec.leaves[i];
+  return l->ragged && l->ndim == 1 && l->dtype >= CHIME_DTYPE_U8 &&
+         l->dtype <= CHIME_DTYPE_I64;
+}
+
 /* The most bytes one row keeps in the bytes file: its compressed leaves
  * (each with its size; stored raw when it does not compress) and its
  * ragged rows at their bounds. */
@@ -336,6 +353,7 @@ int chime__table_create(chime__table_t **out,
       !(t->cfg.priority_exponent >= 0) || isinf(t->cfg.priority_exponent) ||
       t->cfg.shard > CHIME__KEY_MAX_SHARD ||
       chime__fifo_ratio_stalls(&t->cfg) || !compress_ok(&t->cfg) ||
+      !versions_ok(&t->cfg) ||
       (t->cfg.staleness_weight != CHIME__STALE_WEIGHT_NONE &&
        (seq || t->cfg.sampler != CHIME__SELECTOR_PRIORITIZED ||
         t->cfg.staleness_weight != CHIME__STALE_WEIGHT_INVERSE))) {

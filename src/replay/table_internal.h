@@ -154,6 +154,13 @@ struct chime__table_s {
   /* Staleness weighting (selector_stale.c): vidx kept for it, and its Z
    * (verindex.h) is what draws weigh against. */
   int stale_on;
+  /* Pacing (pace.c): the samples written ahead of the learner's progress
+   * (each version step of the newest takes pace_batch off, down to 0),
+   * the time inserts waited on it, the requests that did and those that
+   * wait now; samplers blocked (chime__table_sample), whom a paced
+   * insert never keeps waiting. */
+  uint64_t pace_ahead, pace_wait_ns, paced_inserts;
+  uint32_t inserts_waiting_pace, samplers_blocked;
   /* Draws whose selector gave no row of the table, drawn again
    * (sample.c, repick): 0 unless a selector has a bug. */
   uint64_t bad_picks;
@@ -611,6 +618,26 @@ static inline uint64_t chime__tbl_version_at(const chime__table_versions_t *v,
 /* The newest version known rises to ver (if it is newer); the items it
  * leaves too far behind leave (removed_stale). Returns how many left. */
 uint64_t chime__tbl_version_seen(chime__table_t *t, uint64_t ver);
+
+/* --- pace.c: producers held back by the learner's progress --- */
+/* Whether a request of n samples must wait on pacing now: 0 without
+ * pacing, while the samples ahead and these stay within the bound, or
+ * while a sampler waits (for items or the rate limiter: a learner never
+ * waits on pacing). */
+int chime__tbl_pace_holds(const chime__table_t *t, uint64_t n);
+/* The newest version rose from old to now: the learner's progress; wakes
+ * the inserts waiting on it. */
+void chime__tbl_pace_progress(chime__table_t *t, uint64_t old, uint64_t now);
+/* A sampler starts waiting: wakes the paced inserts. */
+void chime__tbl_pace_starving(chime__table_t *t);
+/* A request's samples' versions from its version leaf (config
+ * version_leaf): each sample's the minimum of its rows (the request's
+ * version for an empty one), into out (count of them), the largest in
+ * *vmax. bufs: each sample's ragged rows (rag_gather). */
+void chime__tbl_leaf_versions(const chime__table_t *t, uint8_t *const *bufs,
+                              const uint32_t *lengths, uint32_t count,
+                              const chime__table_versions_t *given,
+                              uint64_t *out, uint64_t *vmax);
 
 /* --- insert.c --- */
 /* count allocations and the array holding them (NULL-safe, entries too). */

@@ -103,6 +103,7 @@ int chime__table_view(chime__table_t *t, chime__table_view_t *v) {
     v->left_times = t->left_times;
     v->rng = t->rng;
     v->newest_version = t->vnewest;
+    v->pace_ahead = t->pace_ahead;
     t->viewing++;
     if (t->steps != NULL) {
       chime__steps_view_take(t->steps, &v->steps);
@@ -382,6 +383,12 @@ int chime__table_restore_item_ragged(chime__table_t *t, uint64_t key,
 void chime__table_restore_version(chime__table_t *t, uint64_t newest) {
   chime__tbl_lock(t);
   chime__tbl_version_seen(t, newest);
+  pthread_mutex_unlock(&t->mu);
+}
+
+void chime__table_restore_pace(chime__table_t *t, uint64_t ahead) {
+  chime__tbl_lock(t);
+  t->pace_ahead = t->cfg.pace_batch != 0 ? ahead : 0;
   pthread_mutex_unlock(&t->mu);
 }
 

@@ -184,6 +184,11 @@ static int r_staleness_weight(chime__table_config_t *t, json_t *v,
   return 0;
 }
 
+static int r_pace_batch(chime__table_config_t *t, json_t *v, const char *kw,
+                        char *err, size_t errlen) {
+  return chime__cfg_u64(v, kw, &t->pace_batch, err, errlen);
+}
+
 static int r_data_dir(chime__table_config_t *t, json_t *v, const char *kw,
                       char *err, size_t errlen) {
   /* Room left for the file's name (NAME.table) behind it. */
@@ -224,6 +229,8 @@ enum {
   K_DATA_DIR,
   K_GROUP_MAX,
   K_FILTERS,
+  K_PACE_BATCH,
+  K_VERSION_LEAF,
   NKEYS
 };
 
@@ -255,6 +262,8 @@ static const struct {
     [K_DATA_DIR] = {"data_dir", r_data_dir},
     [K_GROUP_MAX] = {"group_max", NULL},
     [K_FILTERS] = {"filters", NULL},
+    [K_PACE_BATCH] = {"pace_batch", r_pace_batch},
+    [K_VERSION_LEAF] = {"version_leaf", NULL},
 };
 
 #define SEEN(k) (seen & (UINT32_C(1) << (k)))
@@ -527,6 +536,43 @@ static int sampling_check(chime__table_config_t *t, const char *where,
   return 0;
 }
 
+/* "version_leaf" (read once the spec is known) and "pace_batch": per-token
+ * versions and pacing (docs/replay.md), plain tables only. */
+static int versions_check(chime__table_config_t *t, json_t *vleaf,
+                          const char *where, char *err, size_t errlen) {
+  if (t->pace_batch != 0 && (t->max_staleness == 0 || t->sequence_length > 0))
+    return chime__cfg_fail(
+        err, errlen,
+        "%s: 'pace_batch': pacing holds producers within max_staleness of "
+        "the learner: it needs max_staleness (1 or more), in a plain table",
+        where);
+  if (vleaf == NULL)
+    return 0;
+  const char *n = json_is_string(vleaf) ? json_string_value(vleaf) : NULL;
+  uint32_t i = 0;
+  while (n != NULL && i < t->spec.nleaves && strcmp(t->spec.leaves[i].name, n))
+    i++;
+  if (n == NULL || i == t->spec.nleaves)
+    return chime__cfg_fail(err, errlen,
+                           "%s: 'version_leaf': expected the name of a leaf "
+                           "of the spec%s%.64s%s",
+                           where, n ? " (no leaf '" : "", n ? n : "",
+                           n ? "')" : "");
+  const chime_leaf_t *l = &t->spec.leaves[i];
+  chime_dtype_t d = l->dtype;
+  int integer = d >= CHIME_DTYPE_U8 && d <= CHIME_DTYPE_I64;
+  if (!l->ragged || l->ndim != 1 || !integer || t->compress[i] != 0 ||
+      t->sequence_length > 0)
+    return chime__cfg_fail(
+        err, errlen,
+        "%s: 'version_leaf': leaf '%s' must be ragged, one-dimensional, of "
+        "an integer dtype (u64: \"%s:u64[<=N]\") and not compressed, in a "
+        "plain table: a version per token",
+        where, l->name, l->name);
+  t->version_leaf = i + 1;
+  return 0;
+}
+
 static void table_defaults(chime__table_config_t *t) {
   t->min_size = 1;
   t->initial_priority = 1.0;
@@ -560,6 +606,7 @@ int chime__config_table_parse(chime__table_config_t *t, json_t *obj,
   uint32_t seen = 0;
   const char *key;
   json_t *v, *compress = NULL, *group_max = NULL, *filters = NULL;
+  json_t *vleaf = NULL;
   json_object_foreach(obj, key, v) {
     char kw[CHIME_MAX_NAME + 64];
     snprintf(kw, sizeof(kw), "%s: '%s'", where, key);
@@ -573,6 +620,8 @@ int chime__config_table_parse(chime__table_config_t *t, json_t *obj,
       group_max = v;
     else if (k == K_FILTERS)
       filters = v;
+    else if (k == K_VERSION_LEAF)
+      vleaf = v; /* likewise */
     else if (keys[k].read != NULL && keys[k].read(t, v, kw, err, errlen) != 0)
       return CHIME_EINVAL;
   }
@@ -585,5 +634,7 @@ int chime__config_table_parse(chime__table_config_t *t, json_t *obj,
   int rc = kind_check(t, where, seen, err, errlen);
   if (rc == 0)
     rc = sampling_check(t, where, seen, err, errlen);
+  if (rc == 0)
+    rc = versions_check(t, vleaf, where, err, errlen);
   return rc != 0 ? rc : table_check(t, where, err, errlen);
 }

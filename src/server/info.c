@@ -153,6 +153,11 @@ static void info_on_start(chime__call_t *c) {
     tm[i].info.leaf_bytes = tm[i].lbp;
     tm[i].info.data_dir = (char *)tc->data_dir;
     tm[i].info.disk_bytes = ts.disk_bytes;
+    tm[i].info.pace_batch = tc->pace_batch;
+    tm[i].info.version_leaf =
+        tc->version_leaf != 0
+            ? (char *)tc->spec.leaves[tc->version_leaf - 1].name
+            : "";
     tm[i].info.samples_per_insert = tc->samples_per_insert;
     tm[i].info.error_buffer = tc->error_buffer;
     tm[i].info.min_size = tc->min_size;

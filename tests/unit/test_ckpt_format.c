@@ -119,7 +119,8 @@ static void test_plain_roundtrip(void **state) {
       chime_spec_format(&chime__table_config(a)->spec, spec, sizeof(spec)), 0);
   assert_int_equal(fa.n, 8 + 4 + 4 + 4 + (4 + 1) + (4 + strlen(spec)) + 8 * 8 +
                              8 + 4 /* no compressed leaves */ +
-                             8 /* no writers */ + 12 * (28 + 8 + 9) + 4);
+                             8 /* no writers */ + 8 /* pace_ahead */ +
+                             12 * (28 + 8 + 9) + 4);
   if (load(&fa, b, &items, err, sizeof(err)) != 0)
     fail_msg("load: %s", err);
   assert_int_equal(items, 12);
@@ -217,7 +218,7 @@ static void test_shard_recorded(void **state) {
   file_t fa, fb;
   write_file(a, &fa);
   assert_int_equal(file_u32(&fa, 8), CHIME__CKPT_VERSION);
-  assert_int_equal(CHIME__CKPT_VERSION, 6);
+  assert_int_equal(CHIME__CKPT_VERSION, 7);
   assert_int_equal(file_u32(&fa, 16), 6);
   if (load(&fa, b, &items, err, sizeof(err)) != 0)
     fail_msg("load: %s", err);

@@ -539,6 +539,45 @@ static void test_staleness_weight(void **state) {
              "plain tables only");
 }
 
+/* pace_batch and version_leaf (docs/replay.md, "Pacing producers",
+ * "Per-token versions"): pacing needs max_staleness in a plain table; a
+ * version leaf is a ragged one-dimensional integer leaf kept raw, named
+ * in the error otherwise. */
+static void test_pace_and_version_leaf(void **state) {
+  (void)state;
+  char err[512] = "";
+  assert_int_equal(
+      chime__config_parse(&cfg,
+                          T("a", "t:i32[<=8], v:u64[<=8 ~t]",
+                            ",\"capacity\":8,\"max_staleness\":2,"
+                            "\"pace_batch\":4,\"version_leaf\":\"v\""),
+                          err, sizeof(err)),
+      0);
+  assert_int_equal(cfg.tables[0].pace_batch, 4);
+  assert_int_equal(cfg.tables[0].version_leaf, 2);
+  expect_bad(T("a", "x:u8", ",\"capacity\":8,\"pace_batch\":4"),
+             "'pace_batch': pacing holds producers within max_staleness");
+  expect_bad(T("s", "o:u8",
+               ",\"capacity_steps\":100,\"sequence_length\":4,"
+               "\"max_staleness\":2,\"pace_batch\":4"),
+             "in a plain table");
+  expect_bad(T("a", "t:i32[<=8]", ",\"capacity\":8,\"version_leaf\":\"w\""),
+             "'version_leaf': expected the name of a leaf of the spec (no "
+             "leaf 'w')");
+  expect_bad(T("a", "t:i32[<=8]", ",\"capacity\":8,\"version_leaf\":3"),
+             "'version_leaf': expected the name of a leaf of the spec");
+  expect_bad(T("a", "t:i32[<=8], v:f32[<=8]",
+               ",\"capacity\":8,\"version_leaf\":\"v\""),
+             "leaf 'v' must be ragged, one-dimensional, of an integer dtype");
+  expect_bad(
+      T("a", "t:i32[<=8], v:u64[8]", ",\"capacity\":8,\"version_leaf\":\"v\""),
+      "leaf 'v' must be ragged");
+  expect_bad(T("a", "t:i32[<=8], v:u64[<=8]",
+               ",\"capacity\":8,\"version_leaf\":\"v\","
+               "\"compress\":{\"v\":3}"),
+             "and not compressed");
+}
+
 /* data_dir: a path on a plain table (ragged and compressed leaves too);
  * not a string, empty, too long, or with a sequence table: refused,
  * saying why. */
@@ -740,6 +779,7 @@ int main(void) {
       cmocka_unit_test(test_sequence_keys),
       cmocka_unit_test(test_max_staleness),
       cmocka_unit_test(test_staleness_weight),
+      cmocka_unit_test(test_pace_and_version_leaf),
       cmocka_unit_test(test_data_dir),
       cmocka_unit_test(test_shard_and_age),
   };

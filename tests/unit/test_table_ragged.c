@@ -399,8 +399,10 @@ static size_t ckpt_len_at(const chime__table_t *t, uint32_t i) {
   char spec[256];
   assert_int_equal(
       chime_spec_format(&chime__table_config(t)->spec, spec, sizeof(spec)), 0);
-  /* ... the newest version, no compressed leaves, no writers (version 6) */
-  size_t at = 8 + 4 + 4 + 4 + (4 + 3) + (4 + strlen(spec)) + 8 * 8 + 8 + 4 + 8;
+  /* ... the newest version, no compressed leaves, no writers (version 6),
+   * the samples ahead (pacing, version 7) */
+  size_t at =
+      8 + 4 + 4 + 4 + (4 + 3) + (4 + strlen(spec)) + 8 * 8 + 8 + 4 + 8 + 8;
   for (uint32_t j = 0; j < i; j++)
     at += 28 + 8 + 8 + 8 * (size_t)CK_LEN[j] + 4;
   return at + 28 + 8;
@@ -426,7 +428,7 @@ static void test_checkpoint_roundtrip(void **state) {
   uint8_t *pa, *pb;
   char err[512] = "";
   size_t na = ckpt_write(a, &pa);
-  assert_int_equal(pa[8], 6);
+  assert_int_equal(pa[8], 7);
   /* No padding: 78 rows of 8 bytes used, where the bound is 5 x 64. */
   assert_int_equal(na, ckpt_len_at(a, 5) - 28 - 8 + 4);
   if (ckpt_load(b, pa, na, err, sizeof(err)) != 0)

@@ -438,7 +438,7 @@ static void test_checkpoint(void **state) {
   assert_int_equal(chime__table_set_version(a, 8, NULL), 0);
   write_file(a, &p, &n);
   assert_int_equal(p[8], CHIME__CKPT_VERSION);
-  assert_int_equal(CHIME__CKPT_VERSION, 6);
+  assert_int_equal(CHIME__CKPT_VERSION, 7);
   load_into(b, p, n);
   assert_int_equal(stats(b).newest_version, 8);
   versions_of(b, 6, got, &newest);
@@ -460,8 +460,9 @@ static void test_checkpoint(void **state) {
   memcpy(old, p, hdr);
   m = hdr;
   old[8] = 3;
-  /* past the newest version, no compressed leaves, no writers (6) */
-  size_t at = hdr + 8 + 4 + 8;
+  /* past the newest version, no compressed leaves, no writers (6), the
+   * samples ahead (pacing, 7) */
+  size_t at = hdr + 8 + 4 + 8 + 8;
   for (int i = 0; i < 6; i++) {
     memcpy(old + m, p + at, 28); /* key, itime, prio, times */
     m += 28;

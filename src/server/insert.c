@@ -35,6 +35,7 @@
 #include "server/insertack.h"
 #include "server/insertcheck.h"
 #include "server/insertwhy.h"
+#include "replay/rules.h"
 #include "server/staging.h"
 #include "wire/leaf.h"
 
@@ -471,73 +472,15 @@ static void on_request(chime__call_t *c, grpc_byte_buffer *bb) {
                                 &req->q, err, sizeof(err));
   if (rc != 0)
     goto fail;
-  if (tc->sequence_length > 0 &&
-      (req->q.writer_id == 0 || req->q.n_priorities != 0)) {
-    snprintf(err, sizeof(err),
-             req->q.writer_id == 0
-                 ? "insert into '%s': a sequence table keeps one episode per "
-                   "writer: send writer_id"
-                 : "insert into '%s': a sequence table's items are windows: "
-                   "they take initial_priority (then MutatePriorities), not "
-                   "per-step priorities",
-             tc->name);
-    rc = CHIME_EINVAL;
+  chime__insert_shape_t shape = {.count = req->q.count,
+                                 .writer_id = req->q.writer_id,
+                                 .id = req->q.id,
+                                 .end_episode = req->q.end_episode,
+                                 .n_versions = req->q.n_versions,
+                                 .priorities = req->q.priorities,
+                                 .n_priorities = req->q.n_priorities};
+  if ((rc = chime__rules_insert(st->table, &shape, err, sizeof(err))) != 0)
     goto fail;
-  }
-  if (tc->sequence_length == 0 && req->q.end_episode) {
-    snprintf(err, sizeof(err),
-             "insert into '%s': end_episode is for sequence tables", tc->name);
-    rc = CHIME_EINVAL;
-    goto fail;
-  }
-  if (tc->sampler == CHIME__SELECTOR_FIFO && tc->sequence_length == 0 &&
-      req->q.count > tc->capacity) {
-    snprintf(err, sizeof(err),
-             "insert into '%s': %u samples in one request; fifo table '%s' "
-             "holds at most %llu and a request goes in whole",
-             tc->name, req->q.count, tc->name,
-             (unsigned long long)tc->capacity);
-    rc = CHIME_EINVAL;
-    goto fail;
-  }
-  if (req->q.n_versions > 1 && req->q.n_versions != req->q.count) {
-    snprintf(err, sizeof(err),
-             "insert into '%s': %zu versions for %u samples (send none, one "
-             "for all, or one per sample)",
-             tc->name, req->q.n_versions, req->q.count);
-    rc = CHIME_EINVAL;
-    goto fail;
-  }
-  if (req->q.n_priorities != 0 && req->q.n_priorities != req->q.count) {
-    snprintf(err, sizeof(err),
-             "insert into '%s': %zu priorities for %u samples (send none or "
-             "one per sample)",
-             tc->name, req->q.n_priorities, req->q.count);
-    rc = CHIME_EINVAL;
-    goto fail;
-  }
-  {
-    char why2[320];
-    rc = chime__insert_req_check_priorities(&req->q, why2, sizeof(why2));
-    if (rc == 0) /* and what this table's selectors can use */
-      rc = chime__table_check_priorities(st->table, req->q.priorities,
-                                         req->q.n_priorities, why2,
-                                         sizeof(why2));
-    if (rc != 0) {
-      snprintf(err, sizeof(err), "insert into '%s': %s", tc->name, why2);
-      goto fail;
-    }
-  }
-  if (req->q.writer_id != 0 && req->q.id == 0) {
-    /* Remembered, an id 0 would make every later one look like its resend:
-     * acked, and not inserted. */
-    snprintf(err, sizeof(err),
-             "insert into '%s': request id 0 of writer %016" PRIx64
-             ": a writer numbers its requests from 1",
-             tc->name, req->q.writer_id);
-    rc = CHIME_EINVAL;
-    goto fail;
-  }
   if (req->q.writer_id != 0 &&
       (rc = bind_writer(c, st, req->q.writer_id, req->q.id, err,
                         sizeof(err))) != 0)

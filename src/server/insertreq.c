@@ -4,7 +4,6 @@
  * with another wire type is malformed, as protobuf-c has it. */
 #include "server/insertreq.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -303,21 +302,6 @@ int chime__insert_req_parse(chime__insert_req_t *q, chime__pb_reader_t *r,
     if (f.number == F_STORED && read_varints(r, &f, q->stored, sizeof(uint32_t),
                                              UINT32_MAX, &q->n_stored) != 0)
       return bad(err, errlen, "malformed stored");
-  }
-  return 0;
-}
-
-int chime__insert_req_check_priorities(const chime__insert_req_t *q, char *err,
-                                       size_t errlen) {
-  for (size_t i = 0; i < q->n_priorities; i++) {
-    double p = q->priorities[i];
-    if (isfinite(p) && p >= 0)
-      continue;
-    snprintf(err, errlen,
-             "priority of sample %zu is %g: priorities must be finite and at "
-             "least 0",
-             i, p);
-    return CHIME_EINVAL;
   }
   return 0;
 }

@@ -54,10 +54,5 @@ typedef struct {
 int chime__insert_req_parse(chime__insert_req_t *q, chime__pb_reader_t *r,
                             char *err, size_t errlen);
 void chime__insert_req_free(chime__insert_req_t *q);
-/* Every priority must be finite and at least 0 (a NaN would poison a sum
- * tree, an infinite or negative one any sampler's weights). CHIME_EINVAL
- * with err naming the first bad sample's index and value. */
-int chime__insert_req_check_priorities(const chime__insert_req_t *q, char *err,
-                                       size_t errlen);
 
 #endif

@@ -17,6 +17,7 @@
 #include "common/clock.h"
 #include "common/errfmt.h"
 #include "common/spec.h"
+#include "replay/rules.h"
 #include "ring/pin.h"
 #include "server/sender.h"
 #include "ring/layout.h"
@@ -175,45 +176,8 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
     return chime__fail(err, errlen, CHIME_EINVAL,
                        "prefetch %u: must be 0..slots (%u)", open->prefetch,
                        open->slots);
-  /* Sampling removes items (fifo, max_times_sampled): a batch waits for
-   * batch_size of them at once, which a smaller table never holds (a
-   * sequence table: the windows its step store holds at once, far fewer
-   * than capacity_steps). Without max_times_sampled a batch may draw an
-   * item again, and waits for min_size only. */
-  uint64_t most = chime__table_max_items(tc);
-  if (tc->max_times_sampled != 0 && open->batch_size > most) {
-    if (tc->sequence_length > 0)
-      return chime__fail(
-          err, errlen, CHIME_EINVAL,
-          "batch_size %u exceeds the %llu windows sequence table '%s' can "
-          "hold at once (capacity_steps %llu, sequence_length %u, stride "
-          "%u; sampler %s, max_times_sampled %llu: a batch waits for "
-          "batch_size windows)",
-          open->batch_size, (unsigned long long)most, tc->name,
-          (unsigned long long)tc->capacity_steps, tc->sequence_length,
-          tc->stride, chime__selector_kind_name(tc->sampler),
-          (unsigned long long)tc->max_times_sampled);
-    return chime__fail(err, errlen, CHIME_EINVAL,
-                       "batch_size %u exceeds the capacity %llu of table '%s' "
-                       "(sampler %s, max_times_sampled %llu)",
-                       open->batch_size, (unsigned long long)tc->capacity,
-                       tc->name, chime__selector_kind_name(tc->sampler),
-                       (unsigned long long)tc->max_times_sampled);
-  }
-  /* With a rate limiter as well, inserts are free only below min_size:
-   * past it the window may hold them back before a batch's worth is in
-   * the table, and the batch and the inserts would wait for each other
-   * for good. Refused here rather than left to stall. */
-  if (tc->max_times_sampled != 0 && tc->samples_per_insert > 0 &&
-      open->batch_size > tc->min_size)
-    return chime__fail(err, errlen, CHIME_EINVAL,
-                       "batch_size %u exceeds min_size %llu of table '%s' "
-                       "(max_times_sampled %llu with samples_per_insert %g: "
-                       "a batch could wait for items the rate limiter holds "
-                       "back); give the table min_size >= batch_size",
-                       open->batch_size, (unsigned long long)tc->min_size,
-                       tc->name, (unsigned long long)tc->max_times_sampled,
-                       tc->samples_per_insert);
+  if ((rc = chime__rules_stream(tc, open->batch_size, err, errlen)) != 0)
+    return rc;
   if (atomic_load(&srv->stopping))
     return chime__fail(err, errlen, CHIME_ESHUTDOWN, "shutting down");
 

@@ -44,7 +44,7 @@
 typedef struct token_s {
   uint8_t token[CHIME__HANDOFF_TOKEN_BYTES];
   uint64_t deadline_ns;
-  void *s; /* the stream, through h->ops */
+  chime__stream_t *s; /* the stream, through h->ops */
   struct token_s *next;
 } token_t;
 
@@ -222,7 +222,8 @@ static int token_eq(const uint8_t *a, const uint8_t *b) {
   return d == 0;
 }
 
-int chime__handoff_issue(chime__handoff_t *h, void *s, uint32_t expires_ms,
+int chime__handoff_issue(chime__handoff_t *h, chime__stream_t *s,
+                         uint32_t expires_ms,
                          uint8_t token[CHIME__HANDOFF_TOKEN_BYTES],
                          uint64_t *deadline_ns) {
   token_t *t = calloc(1, sizeof(*t));
@@ -246,7 +247,7 @@ int chime__handoff_issue(chime__handoff_t *h, void *s, uint32_t expires_ms,
 
 /* Unlinks the entry that matches (tok, or else s). Caller holds h->mu. */
 static token_t *unlink_token(chime__handoff_t *h, const uint8_t *tok,
-                             const void *s) {
+                             const chime__stream_t *s) {
   for (token_t **pp = &h->tokens; *pp != NULL; pp = &(*pp)->next) {
     token_t *t = *pp;
     if (tok != NULL ? token_eq(t->token, tok) : t->s == s) {
@@ -257,7 +258,7 @@ static token_t *unlink_token(chime__handoff_t *h, const uint8_t *tok,
   return NULL;
 }
 
-int chime__handoff_revoke(chime__handoff_t *h, const void *s) {
+int chime__handoff_revoke(chime__handoff_t *h, const chime__stream_t *s) {
   pthread_mutex_lock(&h->mu);
   token_t *t = unlink_token(h, NULL, s);
   pthread_mutex_unlock(&h->mu);
@@ -268,7 +269,7 @@ int chime__handoff_revoke(chime__handoff_t *h, const void *s) {
   return 1;
 }
 
-int chime__handoff_pending(chime__handoff_t *h, const void *s) {
+int chime__handoff_pending(chime__handoff_t *h, const chime__stream_t *s) {
   int found = 0;
   pthread_mutex_lock(&h->mu);
   for (token_t *t = h->tokens; t != NULL && !found; t = t->next)
@@ -280,13 +281,14 @@ int chime__handoff_pending(chime__handoff_t *h, const void *s) {
 /* Single use: a token is consumed when presented, even if expired. Returns
  * its stream with the registry's reference (*expired set when it was), or
  * NULL. */
-static void *take_token(chime__handoff_t *h, const uint8_t *tok, int *expired) {
+static chime__stream_t *take_token(chime__handoff_t *h, const uint8_t *tok,
+                                   int *expired) {
   pthread_mutex_lock(&h->mu);
   token_t *t = unlink_token(h, tok, NULL);
   pthread_mutex_unlock(&h->mu);
   if (t == NULL)
     return NULL;
-  void *s = t->s;
+  chime__stream_t *s = t->s;
   *expired = chime__now_ns() > t->deadline_ns;
   free(t);
   return s;
@@ -324,7 +326,8 @@ static void handshake(chime__handoff_t *h, int fd, const uint8_t *req,
   if (memcmp(req, CHIME__HANDOFF_MAGIC, CHIME__HANDOFF_MAGIC_BYTES) != 0)
     return;
   int expired = 0;
-  void *s = take_token(h, req + CHIME__HANDOFF_MAGIC_BYTES, &expired);
+  chime__stream_t *s =
+      take_token(h, req + CHIME__HANDOFF_MAGIC_BYTES, &expired);
   if (s == NULL || expired) {
     send_reply(fd, CHIME_EPERM, -1);
     if (s != NULL) {

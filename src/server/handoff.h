@@ -30,14 +30,15 @@ int chime__handoff_start(chime__handoff_t *h);
 const char *chime__handoff_path(const chime__handoff_t *h);
 /* Issues a single-use token for s's ring, valid expires_ms (the registry
  * holds a reference to s until the token is used or revoked). */
-int chime__handoff_issue(chime__handoff_t *h, void *s, uint32_t expires_ms,
+int chime__handoff_issue(chime__handoff_t *h, chime__stream_t *s,
+                         uint32_t expires_ms,
                          uint8_t token[CHIME__HANDOFF_TOKEN_BYTES],
                          uint64_t *deadline_ns);
 /* Withdraws s's token: 1 when it was still unused (it may have expired),
  * 0 when it was used (or never issued). */
-int chime__handoff_revoke(chime__handoff_t *h, const void *s);
+int chime__handoff_revoke(chime__handoff_t *h, const chime__stream_t *s);
 /* 1 while s's token is unused and not revoked. */
-int chime__handoff_pending(chime__handoff_t *h, const void *s);
+int chime__handoff_pending(chime__handoff_t *h, const chime__stream_t *s);
 /* A stream closed: drop its pidfd watch (any thread). */
 void chime__handoff_notify(chime__handoff_t *h);
 /* Stops the thread, closes the socket, unlinks a filesystem path. */

@@ -32,7 +32,7 @@ struct watch_s {
   pid_t pid;
   int sock; /* our end of the handoff connection while the fd may be unread */
   int open; /* holds a stream reference: the stream is not closed yet */
-  void *s;  /* always holds one of its budget holds */
+  chime__stream_t *s; /* always holds one of its budget holds */
   chime__liveness_t *lv;
   watch_t *next;
 };
@@ -139,7 +139,7 @@ static void on_sweep(uv_timer_t *t) {
   }
 }
 
-void chime__liveness_watch(chime__liveness_t *lv, void *s, pid_t pid,
+void chime__liveness_watch(chime__liveness_t *lv, chime__stream_t *s, pid_t pid,
                            int sock) {
   int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
   watch_t *w = pidfd >= 0 ? calloc(1, sizeof(*w)) : NULL;

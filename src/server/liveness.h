@@ -22,7 +22,8 @@ int chime__liveness_create(chime__liveness_t **out, uv_loop_t *loop,
                            const chime__stream_ops_t *ops);
 /* Loop thread. Takes a stream reference and one of its holds; sock is our
  * end of the handoff connection while the fd may be unread (or -1). */
-void chime__liveness_watch(chime__liveness_t *lv, void *s, pid_t pid, int sock);
+void chime__liveness_watch(chime__liveness_t *lv, chime__stream_t *s, pid_t pid,
+                           int sock);
 /* Loop thread: streams may have ended. */
 void chime__liveness_check(chime__liveness_t *lv);
 /* Loop thread: drops every watch and closes the handles (before the loop's

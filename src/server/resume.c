@@ -16,7 +16,9 @@
 
 void chime__stream_lost(chime__stream_t *s) {
   /* Only its first end counts: a stream closed already stays so. */
-  if (s->resumable && s->sender.hold && !atomic_load(&s->closed) &&
+  /* Its sender holds batches (max_times_sampled: stream_send.c). */
+  int holds = chime__table_config(s->table)->max_times_sampled != 0;
+  if (s->resumable && holds && !atomic_load(&s->closed) &&
       !atomic_load(&s->srv->stopping))
     atomic_store(&s->park_until_ns,
                  chime__now_ns() + CHIME__RESUME_GRACE_MS * CHIME__NS_PER_MS);
@@ -78,8 +80,8 @@ int chime__stream_resume_old(chime_server_t *srv, const Chime__V1__Open *open) {
   if (n > 3 * slots)
     n = 3 * slots;
   for (size_t at = 0; at < n; at += slots)
-    chime__stream_credit(old, 0, open->resume_received + at,
-                         n - at < slots ? n - at : slots);
+    old->ops->credit(old, 0, open->resume_received + at,
+                     n - at < slots ? n - at : slots);
   chime__stream_kill(old, "resumed by a new call of its learner");
   chime__stream_unpark(old);
   chime__stream_unref(old);

@@ -25,7 +25,8 @@ struct chime__sent_s {
 int chime__sender_init(chime__sender_t *x, chime_ring_t *ring,
                        uint64_t send_bytes, uint32_t credits,
                        uint32_t max_credits, int hold, size_t max_spans,
-                       void *owner, const chime__sender_owner_t *ops) {
+                       chime__stream_t *owner,
+                       const chime__sender_owner_t *ops) {
   x->ring = ring;
   x->send_bytes = send_bytes;
   x->credits = credits;
@@ -43,10 +44,6 @@ int chime__sender_init(chime__sender_t *x, chime_ring_t *ring,
   pthread_mutex_init(&x->mu, NULL);
   pthread_mutex_init(&x->send_mu, NULL);
   x->max_spans = max_spans;
-  x->span_buf = NULL;
-  x->slice_buf = NULL;
-  if (max_spans == 0)
-    return 0; /* sends nothing (shm) */
   x->span_buf = malloc(max_spans * sizeof(chime__span_t));
   x->slice_buf = malloc((max_spans + 1) * sizeof(grpc_slice));
   return x->span_buf != NULL && x->slice_buf != NULL ? 0 : CHIME_ENOMEM;

@@ -21,24 +21,26 @@
 
 typedef struct chime__call_s chime__call_t;
 typedef struct chime__sent_s chime__sent_t;
+/* The owner: stream mode's stream (stream_send.c; test_sender: its own). */
+typedef struct chime__stream_s chime__stream_t;
 struct grpc_byte_buffer;
 
 /* What the sender needs of its owner (the stream, whose ring it is). */
 typedef struct {
   /* Kept alive while gRPC holds slot memory. */
-  void (*ref)(void *owner);
-  void (*unref)(void *owner);
+  void (*ref)(chime__stream_t *owner);
+  void (*unref)(chime__stream_t *owner);
   /* A slot went back to the ring: the producer may fill it. */
-  void (*slot_freed)(void *owner);
+  void (*slot_freed)(chime__stream_t *owner);
   /* Where bytes [off, off + len) of the batch in slot are: at most max
    * spans into out, returns how many (0: max too small). They stay put
    * until the slot goes back to the ring. */
-  size_t (*spans)(void *owner, uint32_t slot, uint64_t off, uint64_t len,
-                  chime__span_t *out, size_t max);
+  size_t (*spans)(chime__stream_t *owner, uint32_t slot, uint64_t off,
+                  uint64_t len, chime__span_t *out, size_t max);
   /* The bytes the batch in slot sends, off and len above counting within
    * them (NULL: send_bytes, the slot's prefix, for every batch; 0: the
    * batch cannot be sent and its slot goes back unsent). */
-  uint64_t (*batch_bytes)(void *owner, uint32_t slot);
+  uint64_t (*batch_bytes)(chime__stream_t *owner, uint32_t slot);
   /* The call batches go to (chime__sender_start's): the owner's call
    * machinery (stream mode: call.h's functions; test_sender: its own), so
    * the sender is built without it. Only a started sender uses them.
@@ -56,7 +58,7 @@ typedef struct {
   uint64_t send_bytes; /* bytes of a slot each batch carries */
   uint32_t max_credits;
   int hold; /* batches stay taken until a Credit names them */
-  void *owner;
+  chime__stream_t *owner;
   const chime__sender_owner_t *ops;
 
   pthread_mutex_t mu;      /* the ring's consumer side, credits, held */
@@ -78,7 +80,8 @@ typedef struct {
 int chime__sender_init(chime__sender_t *x, chime_ring_t *ring,
                        uint64_t send_bytes, uint32_t credits,
                        uint32_t max_credits, int hold, size_t max_spans,
-                       void *owner, const chime__sender_owner_t *ops);
+                       chime__stream_t *owner,
+                       const chime__sender_owner_t *ops);
 void chime__sender_fini(chime__sender_t *x);
 /* Batches go to call from now on (a reference is taken); ignored once
  * stopped. */

@@ -18,8 +18,8 @@
 #include "common/errfmt.h"
 #include "common/spec.h"
 #include "replay/rules.h"
+#include "ring/extents.h"
 #include "ring/pin.h"
-#include "server/sender.h"
 #include "ring/layout.h"
 
 void chime__stream_ref(chime__stream_t *s) {
@@ -36,7 +36,6 @@ void chime__stream_unref(chime__stream_t *s) {
   chime_ring_destroy(s->ring);
   s->ring = NULL;
   pthread_mutex_destroy(&s->mu);
-  chime__sender_fini(&s->sender);
   chime__registry_exit(&srv->streams);
   chime__stream_unhold(s); /* chimed's own mapping is gone */
 }
@@ -53,53 +52,30 @@ void chime__stream_unhold(chime__stream_t *s) {
   free(s);
 }
 
-static void stream_ref(void *s) {
-  chime__stream_ref(s);
+static int stream_ring_fd(chime__stream_t *s) {
+  return chime_ring_fd(s->ring);
 }
 
-static void stream_unref(void *s) {
-  chime__stream_unref(s);
-}
-
-static void stream_hold(void *s) {
-  chime__stream_hold(s);
-}
-
-static void stream_unhold(void *s) {
-  chime__stream_unhold(s);
-}
-
-static int stream_ring_fd(void *s) {
-  return chime_ring_fd(((chime__stream_t *)s)->ring);
-}
-
-static void stream_ring_id(void *arg, dev_t *dev, ino_t *ino) {
-  chime__stream_t *s = arg;
+static void stream_ring_id(chime__stream_t *s, dev_t *dev, ino_t *ino) {
   *dev = s->ring_dev;
   *ino = s->ring_ino;
 }
 
-static void stream_attached(void *s) {
-  chime__stream_attached(s);
+static int stream_closed(chime__stream_t *s) {
+  return atomic_load(&s->closed);
 }
 
-static void stream_kill(void *s, const char *why) {
-  chime__stream_kill(s, why);
-}
-
-static int stream_closed(void *s) {
-  return atomic_load(&((chime__stream_t *)s)->closed);
-}
-
-const chime__stream_ops_t chime__stream_ops = {.ref = stream_ref,
-                                               .unref = stream_unref,
-                                               .hold = stream_hold,
-                                               .unhold = stream_unhold,
-                                               .ring_fd = stream_ring_fd,
-                                               .ring_id = stream_ring_id,
-                                               .attached = stream_attached,
-                                               .kill = stream_kill,
-                                               .closed = stream_closed};
+const chime__stream_ops_t chime__stream_ops = {
+    .ref = chime__stream_ref,
+    .unref = chime__stream_unref,
+    .hold = chime__stream_hold,
+    .unhold = chime__stream_unhold,
+    .ring_fd = stream_ring_fd,
+    .ring_id = stream_ring_id,
+    .attached = chime__stream_attached,
+    .kill = chime__stream_kill,
+    .closed = stream_closed,
+};
 
 /* The leaves the stream's ring holds as their stored bytes (framed) and,
  * of those, the ones its client decompresses (unframe): every fixed
@@ -219,9 +195,8 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
   atomic_init(&s->refs, 1);
   atomic_init(&s->holds, 1);
   pthread_mutex_init(&s->mu, NULL);
-  /* The sender and the mode's state (the last unref finishes them, made or
-   * not); the sender's ring is set once created. Its failure is told after
-   * the budgets'. */
+  /* The mode's state (the last unref finishes it, made or not). Its
+   * failure is told after the budgets'. */
   int init_rc = mode->init(s, open);
   /* Counted from here (the last unref uncounts it), charged only if it
    * fits. */
@@ -263,8 +238,6 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
     s->ring_ino = st.st_ino;
   }
   s->send_bytes = chime__slot_send_bytes(&s->lay);
-  s->sender.ring = s->ring;
-  s->sender.send_bytes = s->send_bytes;
   if (srv->cfg.pin_host_memory) {
     rc = chime__ring_pin(s->ring, pin_err, sizeof(pin_err));
     if (rc != 0) {
@@ -285,7 +258,7 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
     s->pinned_bytes = chime_ring_pinned_bytes(s->ring);
   }
   /* Last: nothing fails after it (the registry holds a reference). */
-  if ((rc = mode->expose(s, err, errlen)) != 0)
+  if (mode->expose != NULL && (rc = mode->expose(s, err, errlen)) != 0)
     goto out;
   s->id = chime__registry_add(&srv->streams, &s->node, s);
   chime__call_ref(call);
@@ -367,7 +340,8 @@ static chime__fill_t retire(chime__stream_t *s) {
   chime__registry_remove(&s->srv->streams, &s->node); /* parked: listed */
   chime__table_unwait(s->table, &s->twait);
   give_back(s);
-  chime__sender_unhold_all(&s->sender);
+  if (s->ops->retired != NULL)
+    s->ops->retired(s);
   pthread_mutex_lock(&s->mu);
   s->retired = 1;
   chime__call_t *call = s->end_call;
@@ -393,7 +367,8 @@ static chime__fill_t stream_fill(chime__fill_job_t *j, chime__fill_wait_t *w) {
     }
     return retire(s);
   }
-  chime__fill_t g = s->ops->gate(s, w);
+  chime__fill_t g =
+      s->ops->gate != NULL ? s->ops->gate(s, w) : CHIME__FILL_AGAIN;
   if (g == CHIME__FILL_DONE)
     return retire(s);
   if (g != CHIME__FILL_AGAIN)
@@ -415,7 +390,8 @@ static chime__fill_t stream_fill(chime__fill_job_t *j, chime__fill_wait_t *w) {
   }
   rc = chime__ring_publish(s->ring, ws.slot, &seq); /* cannot fail: acquired */
   (void)rc;
-  s->ops->published(s);
+  if (s->ops->published != NULL)
+    s->ops->published(s);
   return CHIME__FILL_AGAIN;
 }
 
@@ -434,22 +410,14 @@ static void items_arrived(chime__table_waiter_t *w) {
 int chime__stream_start(chime__stream_t *s, chime__call_t *call) {
   /* The caller holds `call`; a close that already ran (server stopping)
    * leaves nothing to send to, a later one drops this reference. */
-  s->ops->start(s, call);
+  if (s->ops->start != NULL)
+    s->ops->start(s, call);
   s->job.fill = stream_fill;
   s->job.done = stream_fill_done;
   s->twait.fn = items_arrived;
   chime__stream_ref(s); /* the pool's, dropped by stream_fill_done */
   chime__pool_add(s->srv->sampler, &s->job);
   return 0;
-}
-
-void chime__stream_credit(chime__stream_t *s, uint32_t n,
-                          const uint64_t *released, size_t nreleased) {
-  s->ops->credit(s, n, released, nreleased);
-}
-
-void chime__stream_sent(chime__stream_t *s) {
-  s->ops->sent(s);
 }
 
 void chime__stream_close(chime__stream_t *s) {
@@ -466,12 +434,10 @@ void chime__stream_close(chime__stream_t *s) {
   chime__call_t *call = s->call; /* guarded by srv->mu, see stream_kill */
   s->call = NULL;
   pthread_mutex_unlock(&srv->mu);
-  chime__call_t *sender_call = chime__sender_stop(&s->sender);
-  s->ops->close(s);
+  if (s->ops->close != NULL)
+    s->ops->close(s); /* stream mode: its sender stops */
   if (call != NULL)
     chime__call_unref(call);
-  if (sender_call != NULL)
-    chime__call_unref(sender_call);
 }
 
 void chime__stream_end(chime__stream_t *s, chime__call_t *call) {

@@ -1,6 +1,6 @@
 /* A stream: one learner's ring on one table, its budget charge, how one
- * fill step goes (run by the sampler pool, sampler.h), and in stream mode
- * its sender (sender.h). Reference counted: the Subscribe call, the pool,
+ * fill step goes (run by the sampler pool, sampler.h), and its mode's
+ * part (streammode.h). Reference counted: the Subscribe call, the pool,
  * the handoff watcher and every batch still held by gRPC; the ring is destroyed
  * with the last reference. Its charge against the budgets is held apart
  * (holds): by chimed's own ring until that is destroyed, and by a learner
@@ -15,15 +15,15 @@
 #include <sys/types.h>
 
 #include "chime.pb-c.h"
-#include "ring/extents.h"
 #include "server/sampler.h"
-#include "server/sender.h"
 #include "server/state.h"
 #include "server/streammode.h"
 #include "server/streamops.h"
 #include "wire/handoff.h"
 
 #define CHIME__RESUME_TOKEN_BYTES 16
+
+typedef struct chime__stream_send_s chime__stream_send_t;
 
 struct chime__stream_s {
   chime_server_t *srv;
@@ -48,8 +48,10 @@ struct chime__stream_s {
   ino_t ring_ino;
   atomic_int stop;
   atomic_int closed;
-  pthread_mutex_t mu;     /* attached, retired, end_call */
-  chime__sender_t sender; /* stream mode: chunks, credits, held batches */
+  pthread_mutex_t mu; /* attached, retired, end_call */
+  /* stream mode's own: its sender, the bytes each batch sends, the fill
+   * job's hint (stream_send.c); NULL in shm mode */
+  chime__stream_send_t *send;
   /* Each slot's batch keeps its rows pinned in the table until the slot
    * is filled again (or, shm, seen released) or the stream goes: stream
    * mode sends them from there; both give a batch the learner did not
@@ -59,19 +61,6 @@ struct chime__stream_s {
   chime__table_pins_t *pins; /* [slots], rows in pin_rows */
   uint32_t *pin_rows;        /* [slots * batch_size] */
   uint32_t *pin_times;       /* [slots * batch_size], or NULL */
-  /* stream mode with ragged leaves: the bytes each slot's batch sends
-   * (ring/extents.h), set when it is sampled; NULL for a fixed spec */
-  chime__extents_t *extents; /* [slots] */
-  /* stream mode with leaves the client decompresses (unframe): each
-   * slot's tail as it travels, packed (replay/ztail.h; ztail_bound bytes a
-   * slot, ztail_len[slot] of them used), packed with ztail_scratch by the
-   * fill job (one at a time); NULL otherwise */
-  uint8_t *ztail;
-  uint64_t ztail_bound;
-  size_t *ztail_len;
-  uint8_t *ztail_scratch;
-  atomic_int free_slots; /* free in the ring (the fill job's hint) */
-  int kick_at;           /* free_slots that wake the fill job */
   /* shm: the ring is filled only once its learner holds it, so a handoff
    * that never happens strands no item (attached, under mu) */
   int attached;
@@ -114,16 +103,9 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
 int chime__stream_pins_init(chime__stream_t *s, const Chime__V1__Open *open,
                             int times);
 void chime__stream_pins_fini(chime__stream_t *s);
-/* Hands the stream to the sampler pool (and, in stream mode, the call to
- * its sender). */
+/* Hands the stream to the sampler pool (and the call to its mode's
+ * start). */
 int chime__stream_start(chime__stream_t *s, chime__call_t *call);
-/* A Credit: n more batches may be sent; released names the seqs of the
- * batches the learner released (none: the oldest n held). */
-void chime__stream_credit(chime__stream_t *s, uint32_t n,
-                          const uint64_t *released, size_t nreleased);
-/* The call sent what it had and can take more (from the completion
- * queue's thread, no lock held); in stream mode the next batches go. */
-void chime__stream_sent(chime__stream_t *s);
 /* Shuts the ring down and ends the filling and sending; idempotent, from
  * any thread.
  * The memory goes when the last reference does, the budget with the last

@@ -3,7 +3,9 @@
  * passed the ring's memfd (items sampled into a ring nobody maps would be
  * lost), and a token that expires unused ends the stream. The learner's
  * releases ring the ring's futex word, which the pool's watcher sleeps on
- * (and its takes, when it asked for a ready limit); credits only count. */
+ * (and its takes, when it asked for a ready limit). Its learner's
+ * Credits mean nothing here: the ring's counters say what it took and
+ * released. */
 #include <stdio.h>
 
 #include "common/clock.h"
@@ -11,31 +13,6 @@
 #include "server/handoff.h"
 #include "server/stream.h"
 #include "wire/credit.h"
-
-static void shm_ref(void *s) {
-  chime__stream_ref(s);
-}
-
-static void shm_unref(void *s) {
-  chime__stream_unref(s);
-}
-
-/* The sender only counts credits here: it is never started, so it frees
- * no slot and sends no span. */
-static void shm_slot_freed(void *s) {
-  (void)s;
-}
-
-static size_t shm_spans(void *s, uint32_t slot, uint64_t off, uint64_t len,
-                        chime__span_t *out, size_t max) {
-  (void)s, (void)slot, (void)off, (void)len, (void)out, (void)max;
-  return 0;
-}
-
-static const chime__sender_owner_t shm_owner = {.ref = shm_ref,
-                                                .unref = shm_unref,
-                                                .slot_freed = shm_slot_freed,
-                                                .spans = shm_spans};
 
 /* A table whose sampling takes items out (fifo, max_times_sampled) gets
  * them back from a learner that ends holding batches: from the batch's
@@ -46,12 +23,9 @@ static const chime__sender_owner_t shm_owner = {.ref = shm_ref,
  * keeps its row until then (spare rows stand in for inserts). */
 static int shm_init(chime__stream_t *s, const Chime__V1__Open *open) {
   s->ready_bytes = open->ready_bytes;
-  int rc = chime__sender_init(
-      &s->sender, NULL, 0, chime__credits_initial(open->prefetch, open->slots),
-      chime__credits_max(open->slots), 0, 0, s, &shm_owner);
-  if (rc == 0 && chime__table_config(s->table)->max_times_sampled != 0)
-    rc = chime__stream_pins_init(s, open, 1);
-  return rc;
+  if (chime__table_config(s->table)->max_times_sampled != 0)
+    return chime__stream_pins_init(s, open, 1);
+  return 0;
 }
 
 static int shm_expose(chime__stream_t *s, char *err, size_t errlen) {
@@ -82,10 +56,6 @@ static int shm_handoff(chime__stream_t *s, Chime__V1__Handoff *ho,
   ho->nonce.data = nonce;
   ho->nonce.len = CHIME__HANDOFF_NONCE_BYTES;
   return 1;
-}
-
-static void shm_start(chime__stream_t *s, chime__call_t *call) {
-  (void)s, (void)call;
 }
 
 /* A token that expired unused ends its stream: nobody can attach any more,
@@ -170,20 +140,6 @@ static void shm_abandon(chime__stream_t *s, uint32_t slot) {
   chime__ring_abandon(s->ring, slot);
 }
 
-static void shm_published(chime__stream_t *s) {
-  (void)s;
-}
-
-static void shm_credit(chime__stream_t *s, uint32_t n, const uint64_t *released,
-                       size_t nreleased) {
-  chime__sender_credit(&s->sender, n, released, nreleased);
-}
-
-/* The call's sends are Opened and notices: the sender has no part. */
-static void shm_sent(chime__stream_t *s) {
-  (void)s;
-}
-
 static void shm_counts(chime__stream_t *s, const chime_ring_stats_t *rs,
                        uint64_t *batches, uint64_t *bytes) {
   *batches = rs->published;
@@ -208,15 +164,11 @@ const chime__stream_mode_ops_t chime__stream_mode_shm = {
     .init = shm_init,
     .expose = shm_expose,
     .handoff = shm_handoff,
-    .start = shm_start,
     .gate = shm_gate,
     .acquire = shm_acquire,
     .sample = shm_sample,
     .wait_items = shm_wait_items,
     .abandon = shm_abandon,
-    .published = shm_published,
-    .credit = shm_credit,
-    .sent = shm_sent,
     .counts = shm_counts,
     .close = shm_close,
     .fini = shm_fini,

@@ -6,7 +6,9 @@
  * stream's life and calls these at the points where the modes part; it
  * never names a mode. The Subscribe handler picks the table from the Open
  * request's mode (subscribe.c). Every member is called with no lock
- * of the server's or the stream's held. */
+ * of the server's or the stream's held; a member marked optional may be
+ * NULL, meaning the mode has nothing to do there (as the client's
+ * src/client/stream.h). */
 #ifndef CHIME_SERVER_STREAMMODE_H
 #define CHIME_SERVER_STREAMMODE_H
 
@@ -24,25 +26,27 @@ typedef struct chime__stream_s chime__stream_t;
 typedef struct {
   int mode;             /* CHIME_MODE_SHM or CHIME_MODE_STREAM */
   Chime__V1__Mode wire; /* as Opened and Stats name it */
-  /* Before the stream is counted and before its ring exists: the sender
-   * (credits, at most slots - 1 lent; in stream mode its spans and held
-   * batches) and the mode's own state for `open`. 0 or CHIME_ENOMEM; what
-   * it made goes in fini, whether it failed or not. */
+  /* Before the stream is counted and before its ring exists: the mode's
+   * own state for `open` (stream mode: its sender, credits, spans and
+   * held batches). 0 or CHIME_ENOMEM; what it made goes in fini, whether
+   * it failed or not. */
   int (*init)(chime__stream_t *s, const Chime__V1__Open *open);
-  /* The last step of a successful open, once the ring is made: nothing
-   * fails after it. shm: issues the handoff token sent in Opened. 0, or a
-   * CHIME_E code with err meant for the client. */
+  /* Optional. The last step of a successful open, once the ring is made:
+   * nothing fails after it. shm: issues the handoff token sent in Opened;
+   * stream: its sender takes the ring. 0, or a CHIME_E code with err meant
+   * for the client. */
   int (*expose)(chime__stream_t *s, char *err, size_t errlen);
-  /* Opened's handoff part, pointing into s and nonce (which must outlive
-   * the message): 1 when filled (shm: socket path, token, expiry, the
-   * ring's nonce), 0 when the mode has none. */
+  /* Optional. Opened's handoff part, pointing into s and nonce (which
+   * must outlive the message): 1 when filled (shm: socket path, token,
+   * expiry, the ring's nonce), 0 when there is none. */
   int (*handoff)(chime__stream_t *s, Chime__V1__Handoff *ho,
                  uint8_t nonce[CHIME__HANDOFF_NONCE_BYTES]);
-  /* The Subscribe call is the stream's: batches may go to it. */
+  /* Optional. The Subscribe call is the stream's: batches may go to it. */
   void (*start)(chime__stream_t *s, chime__call_t *call);
-  /* At the head of each fill step: CHIME__FILL_AGAIN when filling may go
-   * on; else what the step returns (w set), CHIME__FILL_DONE to end the
-   * stream. shm: nothing is sampled before the learner holds the ring. */
+  /* Optional (NULL: filling always may go on). At the head of each fill
+   * step: CHIME__FILL_AGAIN when filling may go on; else what the step returns
+   * (w set), CHIME__FILL_DONE to end the stream. shm: nothing is sampled before
+   * the learner holds the ring. */
   chime__fill_t (*gate)(chime__stream_t *s, chime__fill_wait_t *w);
   /* Takes a free slot (chime__ring_try_acquire's codes); shm arms w's bell
    * when there is none, stream mode is kicked by its sender instead. */
@@ -53,22 +57,27 @@ typedef struct {
   int (*sample)(chime__stream_t *s, chime__ring_wslot_t *ws);
   /* sample found too few items (the slot went back unfilled): how the
    * step waits, CHIME__FILL_WAIT_ITEMS (the table kicks) unless the mode
-   * must also hear of something else (w set). NULL: WAIT_ITEMS. */
+   * must also hear of something else (w set). Optional: WAIT_ITEMS. */
   chime__fill_t (*wait_items)(chime__stream_t *s, chime__fill_wait_t *w);
   /* The slot acquired goes back unfilled. */
   void (*abandon)(chime__stream_t *s, uint32_t slot);
-  /* The slot was published (the sender may send it). */
+  /* Optional. The slot was published (the sender may send it). */
   void (*published)(chime__stream_t *s);
-  /* A Credit: n more batches; released the seqs the learner let go. */
+  /* Optional. A Credit: n more batches; released the seqs the learner
+   * let go (shm: the ring's counters say that, and Credits mean
+   * nothing). */
   void (*credit)(chime__stream_t *s, uint32_t n, const uint64_t *released,
                  size_t nreleased);
-  /* The call sent what it had (completion queue's thread): shm has
-   * nothing to send after it. */
+  /* Optional. The call sent what it had (completion queue's thread, the
+   * call's on_sent): shm has nothing to send after it. */
   void (*sent)(chime__stream_t *s);
   /* Batches and bytes delivered so far, for Stats; rs is the ring's. */
   void (*counts)(chime__stream_t *s, const chime_ring_stats_t *rs,
                  uint64_t *batches, uint64_t *bytes);
-  /* The stream closed: nobody may reach its ring any more. */
+  /* Optional. What the learner did not finish went back to the table
+   * (the stream retires): nothing it holds stays held. */
+  void (*retired)(chime__stream_t *s);
+  /* Optional. The stream closed: nobody may reach its ring any more. */
   void (*close)(chime__stream_t *s);
   /* The last reference went, before the ring is destroyed: what init
    * made goes. */

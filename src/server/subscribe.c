@@ -79,7 +79,7 @@ static void send_opened(chime__call_t *c, chime__stream_t *s, int resumed) {
     op.resume_token.len = sizeof(s->resume_token);
     op.resumed = resumed;
   }
-  if (s->ops->handoff(s, &ho, nonce))
+  if (s->ops->handoff != NULL && s->ops->handoff(s, &ho, nonce))
     op.handoff = &ho;
   Chime__V1__SubscribeResponse resp = CHIME__V1__SUBSCRIBE_RESPONSE__INIT;
   resp.kind_case = CHIME__V1__SUBSCRIBE_RESPONSE__KIND_OPENED;
@@ -169,9 +169,9 @@ static void sub_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
       ((sub_t *)c->state)->closing = 1;
       pthread_mutex_unlock(&c->mu);
     }
-    if (req->credit != NULL)
-      chime__stream_credit(s, req->credit->batches, req->credit->released,
-                           req->credit->n_released);
+    if (req->credit != NULL && s->ops->credit != NULL)
+      s->ops->credit(s, req->credit->batches, req->credit->released,
+                     req->credit->n_released);
   } else if (req->kind_case == CHIME__V1__SUBSCRIBE_REQUEST__KIND_VERSION) {
     /* Lower than the newest known: allowed, changes nothing. */
     if (req->version != NULL)
@@ -237,8 +237,8 @@ static void sub_on_sent(chime__call_t *c) {
   sub_t *st = c->state;
   chime__stream_t *s = st != NULL ? st->s : NULL; /* held until on_free */
   pthread_mutex_unlock(&c->mu);
-  if (s != NULL)
-    chime__stream_sent(s);
+  if (s != NULL && s->ops->sent != NULL)
+    s->ops->sent(s);
 }
 
 const chime__call_vt_t chime__subscribe_vt = {

@@ -36,45 +36,46 @@
 
 /* A stream as the watch sees it. Everything runs on the loop's thread
  * (this one), so plain ints do. */
-typedef struct {
+struct chime__stream_s {
   int refs, holds, kills, closed;
   char why[64];
   int ring; /* the memfd */
-} fstream_t;
+};
+typedef chime__stream_t fstream_t;
 
-static void s_ref(void *s) {
-  ((fstream_t *)s)->refs++;
+static void s_ref(fstream_t *s) {
+  s->refs++;
 }
-static void s_unref(void *s) {
-  assert_true(((fstream_t *)s)->refs-- > 0);
+static void s_unref(fstream_t *s) {
+  assert_true(s->refs-- > 0);
 }
-static void s_hold(void *s) {
-  ((fstream_t *)s)->holds++;
+static void s_hold(fstream_t *s) {
+  s->holds++;
 }
-static void s_unhold(void *s) {
-  assert_true(((fstream_t *)s)->holds-- > 0);
+static void s_unhold(fstream_t *s) {
+  assert_true(s->holds-- > 0);
 }
-static int s_ring_fd(void *s) {
-  return ((fstream_t *)s)->ring;
+static int s_ring_fd(fstream_t *s) {
+  return s->ring;
 }
-static void s_ring_id(void *s, dev_t *dev, ino_t *ino) {
+static void s_ring_id(fstream_t *s, dev_t *dev, ino_t *ino) {
   struct stat st;
-  assert_int_equal(fstat(((fstream_t *)s)->ring, &st), 0);
+  assert_int_equal(fstat(s->ring, &st), 0);
   *dev = st.st_dev;
   *ino = st.st_ino;
 }
-static void s_attached(void *s) {
+static void s_attached(fstream_t *s) {
   (void)s;
 }
 /* A killed stream closes, as stream.c's does. */
-static void s_kill(void *s, const char *why) {
+static void s_kill(fstream_t *s, const char *why) {
   fstream_t *f = s;
   f->kills++;
   f->closed = 1;
   snprintf(f->why, sizeof(f->why), "%s", why);
 }
-static int s_closed(void *s) {
-  return ((fstream_t *)s)->closed;
+static int s_closed(fstream_t *s) {
+  return s->closed;
 }
 
 static const chime__stream_ops_t ops = {

@@ -46,8 +46,10 @@ typedef struct {
   int n;
 } fcall_t;
 
-/* The owner: a ring whose slot bytes are sent as they are. */
-typedef struct {
+/* The owner: a ring whose slot bytes are sent as they are (the sender's
+ * owner type, the stream, is this test's own struct). */
+typedef struct chime__stream_s owner_t;
+struct chime__stream_s {
   chime_ring_t *ring;
   uint64_t slot_bytes;
   chime__sender_t x;
@@ -56,23 +58,22 @@ typedef struct {
   size_t piece;     /* spans cut into pieces this long (0: one span) */
   int no_spans;     /* spans says max is too small */
   uint64_t next;    /* the next batch published: its pattern */
-} owner_t;
+};
 
-static void o_ref(void *o) {
-  atomic_fetch_add(&((owner_t *)o)->refs, 1);
+static void o_ref(owner_t *o) {
+  atomic_fetch_add(&o->refs, 1);
 }
 
-static void o_unref(void *o) {
-  atomic_fetch_sub(&((owner_t *)o)->refs, 1);
+static void o_unref(owner_t *o) {
+  atomic_fetch_sub(&o->refs, 1);
 }
 
-static void o_slot_freed(void *o) {
-  atomic_fetch_add(&((owner_t *)o)->freed, 1);
+static void o_slot_freed(owner_t *o) {
+  atomic_fetch_add(&o->freed, 1);
 }
 
-static size_t o_spans(void *arg, uint32_t slot, uint64_t off, uint64_t len,
+static size_t o_spans(owner_t *o, uint32_t slot, uint64_t off, uint64_t len,
                       chime__span_t *out, size_t max) {
-  owner_t *o = arg;
   const uint8_t *base = chime_ring_slot_base(o->ring, slot);
   size_t n = 0;
   if (o->no_spans)

@@ -44,6 +44,42 @@ void chime__call_ref(chime__call_t *c) {
   pthread_mutex_unlock(&c->mu);
 }
 
+void chime__call_stop(chime__call_t *c) {
+  if (c->vt->on_stop != NULL)
+    c->vt->on_stop(c);
+}
+
+void chime__call_cancel(chime__call_t *c, grpc_status_code status,
+                        const char *why) {
+  grpc_call_cancel_with_status(c->call, status, why, NULL);
+}
+
+void chime__call_each(chime__callhost_t *h, void (*fn)(chime__call_t *c)) {
+  pthread_mutex_lock(h->mu);
+  uint32_t n = h->ncalls, i = 0;
+  chime__call_t **v = calloc(n ? n : 1, sizeof(*v));
+  CHIME__LIST_EACH(l, &h->calls) {
+    if (v == NULL || i >= n)
+      break;
+    chime__call_t *c = CHIME__CONTAINER(l, chime__call_t, link);
+    /* A call whose last reference is gone is being freed: not ours to
+     * revive. */
+    pthread_mutex_lock(&c->mu);
+    int alive = c->refs > 0;
+    if (alive)
+      c->refs++;
+    pthread_mutex_unlock(&c->mu);
+    if (alive)
+      v[i++] = c;
+  }
+  pthread_mutex_unlock(h->mu);
+  for (uint32_t k = 0; k < i; k++) {
+    fn(v[k]);
+    chime__call_unref(v[k]);
+  }
+  free(v);
+}
+
 static void call_free(chime__call_t *c) {
   chime__callhost_t *h = c->host;
   if (c->vt != NULL && c->vt->on_free != NULL)

@@ -115,6 +115,14 @@ struct chime__call_s {
 
 void chime__call_ref(chime__call_t *c);
 void chime__call_unref(chime__call_t *c);
+/* The server stops: the call's handler is told (its on_stop). */
+void chime__call_stop(chime__call_t *c);
+/* Ends the call at once with status and why (the client hears them). */
+void chime__call_cancel(chime__call_t *c, grpc_status_code status,
+                        const char *why);
+/* Runs fn on each of h's live calls, each held by a reference while it
+ * runs (a call being freed is skipped); takes h->mu, so not under it. */
+void chime__call_each(chime__callhost_t *h, void (*fn)(chime__call_t *c));
 /* Asks for the next message (no-op once finishing or closed). */
 void chime__call_recv(chime__call_t *c);
 /* Queues a message (takes bb). CHIME_ECLOSED once finishing or closed. */

@@ -176,7 +176,7 @@ static void export_on_start(chime__call_t *c) {
   pthread_mutex_unlock(&st->mu);
   /* A stop that came before the state was there found nothing to end. */
   if (atomic_load(&c->srv->stopping))
-    c->vt->on_stop(c);
+    chime__call_stop(c);
 }
 
 static export_t *export_state(chime__call_t *c) {

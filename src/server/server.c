@@ -216,6 +216,55 @@ static const chime__staging_calls_t staging_calls = {
     .recv = chime__call_recv,
 };
 
+/* The options given to chime_server_create over the config's: its
+ * listen address (checked, whichever gave it), page-locking, shard and
+ * metrics address. 0, or CHIME_EINVAL with err. */
+static int opts_apply(chime__config_t *cfg, const chime_server_opts_t *opts,
+                      char *err, size_t errlen) {
+  if (opts->listen != NULL) {
+    if (opts->listen[0] == '\0' ||
+        strlen(opts->listen) >= sizeof(cfg->listen)) {
+      snprintf(err, errlen, "listen address must be 1-%zu characters",
+               sizeof(cfg->listen) - 1);
+      return CHIME_EINVAL;
+    }
+    snprintf(cfg->listen, sizeof(cfg->listen), "%s", opts->listen);
+  }
+  int rc = chime__listen_addr_check(cfg->listen, err, errlen);
+  if (rc != 0)
+    return rc;
+  /* gRPC 1.51's external port (server/tls.h) names each connection by its
+   * peer's address, and a Unix socket's client has none: it would drop
+   * the connection unserved. A Unix socket is guarded by its file mode. */
+  if (cfg->tls.cert[0] != '\0' &&
+      (strncmp(cfg->listen, "unix:", 5) == 0 ||
+       strncmp(cfg->listen, "unix-abstract:", 14) == 0)) {
+    snprintf(err, errlen,
+             "tls: needs a TCP listen address, not '%s' (a Unix socket is "
+             "guarded by its file permissions)",
+             cfg->listen);
+    return CHIME_EINVAL;
+  }
+  if (opts->pin_host_memory >= 0)
+    cfg->pin_host_memory = opts->pin_host_memory != 0;
+  if (opts->shard >= 0) {
+    if (opts->shard < 1 || opts->shard > (int)CHIME__KEY_MAX_SHARD) {
+      snprintf(err, errlen, CHIME__SHARD_RANGE_ERROR, "shard");
+      return CHIME_EINVAL;
+    }
+    cfg->shard = (uint32_t)opts->shard;
+  }
+  if (opts->metrics != NULL) {
+    if (strlen(opts->metrics) >= sizeof(cfg->metrics)) {
+      snprintf(err, errlen, "metrics address must be at most %zu characters",
+               sizeof(cfg->metrics) - 1);
+      return CHIME_EINVAL;
+    }
+    snprintf(cfg->metrics, sizeof(cfg->metrics), "%s", opts->metrics);
+  }
+  return 0;
+}
+
 int chime_server_create(chime_server_t **out, const chime_server_opts_t *opts) {
   int rc = 0;
   /* chime_last_error()'s room: a pinning error lists the whole ladder. */
@@ -254,51 +303,8 @@ int chime_server_create(chime_server_t **out, const chime_server_opts_t *opts) {
   srv->host.max_calls = srv->cfg.max_calls;
   chime__registry_set_budgets(&srv->streams, srv->cfg.stream_ring_bytes,
                               srv->cfg.total_ring_bytes);
-  if (opts->listen != NULL) {
-    if (opts->listen[0] == '\0' ||
-        strlen(opts->listen) >= sizeof(srv->cfg.listen)) {
-      snprintf(err, errlen, "listen address must be 1-%zu characters",
-               sizeof(srv->cfg.listen) - 1);
-      rc = CHIME_EINVAL;
-      goto out;
-    }
-    snprintf(srv->cfg.listen, sizeof(srv->cfg.listen), "%s", opts->listen);
-  }
-  rc = chime__listen_addr_check(srv->cfg.listen, err, errlen);
-  if (rc != 0)
+  if ((rc = opts_apply(&srv->cfg, opts, err, errlen)) != 0)
     goto out;
-  /* gRPC 1.51's external port (server/tls.h) names each connection by its
-   * peer's address, and a Unix socket's client has none: it would drop
-   * the connection unserved. A Unix socket is guarded by its file mode. */
-  if (srv->cfg.tls.cert[0] != '\0' &&
-      (strncmp(srv->cfg.listen, "unix:", 5) == 0 ||
-       strncmp(srv->cfg.listen, "unix-abstract:", 14) == 0)) {
-    snprintf(err, errlen,
-             "tls: needs a TCP listen address, not '%s' (a Unix socket is "
-             "guarded by its file permissions)",
-             srv->cfg.listen);
-    rc = CHIME_EINVAL;
-    goto out;
-  }
-  if (opts->pin_host_memory >= 0)
-    srv->cfg.pin_host_memory = opts->pin_host_memory != 0;
-  if (opts->shard >= 0) {
-    if (opts->shard < 1 || opts->shard > (int)CHIME__KEY_MAX_SHARD) {
-      snprintf(err, errlen, CHIME__SHARD_RANGE_ERROR, "shard");
-      rc = CHIME_EINVAL;
-      goto out;
-    }
-    srv->cfg.shard = (uint32_t)opts->shard;
-  }
-  if (opts->metrics != NULL) {
-    if (strlen(opts->metrics) >= sizeof(srv->cfg.metrics)) {
-      snprintf(err, errlen, "metrics address must be at most %zu characters",
-               sizeof(srv->cfg.metrics) - 1);
-      rc = CHIME_EINVAL;
-      goto out;
-    }
-    snprintf(srv->cfg.metrics, sizeof(srv->cfg.metrics), "%s", opts->metrics);
-  }
   if (srv->cfg.pin_host_memory) {
     rc = chime__cuda_require(err, errlen);
     if (rc != 0)
@@ -395,41 +401,8 @@ static int wait_calls(chime_server_t *srv, int ms) {
   return left;
 }
 
-/* Runs fn on every live call, each held by a reference while it runs. */
-static void for_each_call(chime_server_t *srv, void (*fn)(chime__call_t *)) {
-  pthread_mutex_lock(&srv->mu);
-  uint32_t n = srv->host.ncalls, i = 0;
-  chime__call_t **v = calloc(n ? n : 1, sizeof(*v));
-  CHIME__LIST_EACH(l, &srv->host.calls) {
-    if (v == NULL || i >= n)
-      break;
-    chime__call_t *c = CHIME__CONTAINER(l, chime__call_t, link);
-    /* A call whose last reference is gone is being freed: not ours to
-     * revive. */
-    pthread_mutex_lock(&c->mu);
-    int alive = c->refs > 0;
-    if (alive)
-      c->refs++;
-    pthread_mutex_unlock(&c->mu);
-    if (alive)
-      v[i++] = c;
-  }
-  pthread_mutex_unlock(&srv->mu);
-  for (uint32_t k = 0; k < i; k++) {
-    fn(v[k]);
-    chime__call_unref(v[k]);
-  }
-  free(v);
-}
-
-static void stop_one(chime__call_t *c) {
-  if (c->vt->on_stop != NULL)
-    c->vt->on_stop(c);
-}
-
 static void cancel_one(chime__call_t *c) {
-  grpc_call_cancel_with_status(c->call, GRPC_STATUS_UNAVAILABLE,
-                               "shutting down", NULL);
+  chime__call_cancel(c, GRPC_STATUS_UNAVAILABLE, "shutting down");
 }
 
 void chime_server_stop(chime_server_t *srv) {
@@ -459,14 +432,14 @@ void chime_server_stop(chime_server_t *srv) {
   /* With every sampler stopped, an insert waiting for room in a full fifo
    * table would wait forever: its call's stop ends it (not acked); inserts
    * that fit still complete and are acked. */
-  for_each_call(srv, stop_one);
+  chime__call_each(&srv->host, chime__call_stop);
   if (wait_calls(srv, STOP_GRACE_MS) > 0) {
     /* Clients that never read their statuses. */
     for (uint32_t i = 0; i < srv->ntables; i++)
       chime__table_close(srv->tables[i]);
-    for_each_call(srv, stop_one);
+    chime__call_each(&srv->host, chime__call_stop);
     if (wait_calls(srv, STOP_CANCEL_MS / 2) > 0) {
-      for_each_call(srv, cancel_one);
+      chime__call_each(&srv->host, cancel_one);
       wait_calls(srv, STOP_CANCEL_MS / 2);
     }
   }

@@ -162,7 +162,7 @@ static void sub_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
       goto out;
     }
     if (atomic_load(&c->srv->stopping))
-      c->vt->on_stop(c);
+      chime__call_stop(c);
   } else if (req->kind_case == CHIME__V1__SUBSCRIBE_REQUEST__KIND_CREDIT) {
     if (req->credit != NULL && req->credit->closing) {
       pthread_mutex_lock(&c->mu);

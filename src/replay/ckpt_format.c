@@ -387,6 +387,63 @@ int chime__checkpoint_check_crc(const uint8_t *p, size_t n, const char *fname,
 
 /* chime__checkpoint_load_table, the writers' section read into wc; the
  * file's CRC checked first unless crc_checked. */
+/* The compressed leaves (version 6 on): their count, then each index,
+ * rising; zmask[l] set for each. Returns the count (r->bad when the
+ * indices are not). */
+static uint32_t rd_zmask(rd_t *r, uint8_t *zmask) {
+  uint32_t nz = rd_u32(r), zprev = 0;
+  for (uint32_t k = 0; k < nz && k < CHIME_MAX_LEAVES && !r->bad; k++) {
+    uint32_t l = rd_u32(r);
+    if (l >= CHIME_MAX_LEAVES || (k > 0 && l <= zprev)) {
+      r->bad = 1;
+      break;
+    }
+    zmask[l] = 1;
+    zprev = l;
+  }
+  return nz;
+}
+
+/* The file's table (its kind, shard, spec and compressed leaves) against
+ * the config's table of its name: 0, or why it cannot go back into it. */
+static int table_matches(const char *name, uint32_t kind, int old_seq,
+                         uint32_t shard, const chime_spec_t *spec,
+                         const uint8_t *zmask, const chime__table_config_t *cfg,
+                         char *err, size_t errlen) {
+  if (old_seq)
+    return fail(err, errlen, CHIME_ENOTSUP,
+                "table '%s' is a sequence table in a version 1 checkpoint, "
+                "which holds no steps (start without --restore, or drop the "
+                "table from the config)",
+                name);
+  if ((kind == KIND_SEQUENCE) != (cfg->sequence_length > 0))
+    return fail(err, errlen, CHIME_EINVAL,
+                "table '%s' is a %s table in the checkpoint, a %s table in the "
+                "config",
+                name, kind == KIND_SEQUENCE ? "sequence" : "plain",
+                kind == KIND_SEQUENCE ? "plain" : "sequence");
+  if (shard != cfg->shard)
+    return fail(err, errlen, CHIME_EINVAL,
+                "table '%s': the checkpoint was written by shard %u, this "
+                "server is shard %u (0: unsharded); a key names the shard "
+                "that holds its item, so a checkpoint goes back into the "
+                "shard that wrote it only",
+                name, shard, cfg->shard);
+  int rc = spec_check(name, spec, &cfg->spec, err, errlen);
+  if (rc != 0)
+    return rc;
+  for (uint32_t l = 0; l < spec->nleaves; l++)
+    if (zmask[l] != (cfg->compress[l] != 0))
+      return fail(err, errlen, CHIME_EINVAL,
+                  "table '%s': leaf '%s' is %s in the checkpoint but %s in "
+                  "the config ('compress'); a checkpoint keeps compressed "
+                  "leaves as stored, so it goes back into a table that "
+                  "compresses the same leaves (levels may differ)",
+                  name, spec->leaves[l].name, zmask[l] ? "compressed" : "raw",
+                  zmask[l] ? "raw" : "compressed");
+  return 0;
+}
+
 static int load_table(const uint8_t *p, size_t n, chime__table_t *const *tables,
                       uint32_t ntables, const char *fname, uint64_t *items,
                       chime__dedupe_copy_t *wc, int crc_checked, char *err,
@@ -418,16 +475,7 @@ static int load_table(const uint8_t *p, size_t n, chime__table_t *const *tables,
   uint64_t newest = ver >= 4 ? rd_u64(&r) : 0;
   uint64_t vbytes = ver >= 4 ? 8 : 0;
   uint8_t zmask[CHIME_MAX_LEAVES] = {0};
-  uint32_t nz = ver >= 6 ? rd_u32(&r) : 0, zprev = 0;
-  for (uint32_t k = 0; k < nz && k < CHIME_MAX_LEAVES && !r.bad; k++) {
-    uint32_t l = rd_u32(&r);
-    if (l >= CHIME_MAX_LEAVES || (k > 0 && l <= zprev)) {
-      r.bad = 1;
-      break;
-    }
-    zmask[l] = 1;
-    zprev = l;
-  }
+  uint32_t nz = ver >= 6 ? rd_zmask(&r, zmask) : 0;
   int rc;
   if (ver >= 6 && !r.bad && nz <= CHIME_MAX_LEAVES &&
       (rc = writers_read(&r, shard, wc, fname, err, errlen)) != 0)
@@ -486,37 +534,9 @@ static int load_table(const uint8_t *p, size_t n, chime__table_t *const *tables,
                 "%s: table '%s' is in the checkpoint but not in the config",
                 fname, name);
   const chime__table_config_t *cfg = chime__table_config(t);
-  if (old_seq)
-    return fail(err, errlen, CHIME_ENOTSUP,
-                "table '%s' is a sequence table in a version 1 checkpoint, "
-                "which holds no steps (start without --restore, or drop the "
-                "table from the config)",
-                name);
-  if ((kind == KIND_SEQUENCE) != (cfg->sequence_length > 0))
-    return fail(err, errlen, CHIME_EINVAL,
-                "table '%s' is a %s table in the checkpoint, a %s table in the "
-                "config",
-                name, kind == KIND_SEQUENCE ? "sequence" : "plain",
-                kind == KIND_SEQUENCE ? "plain" : "sequence");
-  if (shard != cfg->shard)
-    return fail(err, errlen, CHIME_EINVAL,
-                "table '%s': the checkpoint was written by shard %u, this "
-                "server is shard %u (0: unsharded); a key names the shard "
-                "that holds its item, so a checkpoint goes back into the "
-                "shard that wrote it only",
-                name, shard, cfg->shard);
-  rc = spec_check(name, &spec, &cfg->spec, err, errlen);
-  if (rc != 0)
+  if ((rc = table_matches(name, kind, old_seq, shard, &spec, zmask, cfg, err,
+                          errlen)) != 0)
     return rc;
-  for (uint32_t l = 0; l < spec.nleaves; l++)
-    if (zmask[l] != (cfg->compress[l] != 0))
-      return fail(err, errlen, CHIME_EINVAL,
-                  "table '%s': leaf '%s' is %s in the checkpoint but %s in "
-                  "the config ('compress'); a checkpoint keeps compressed "
-                  "leaves as stored, so it goes back into a table that "
-                  "compresses the same leaves (levels may differ)",
-                  name, spec.leaves[l].name, zmask[l] ? "compressed" : "raw",
-                  zmask[l] ? "raw" : "compressed");
   if (kind == KIND_SEQUENCE) {
     if ((rc = chime__ckpt_seq_check(name, &sh, cfg, chime__table_steps(t), err,
                                     errlen)) != 0 ||

@@ -401,11 +401,44 @@ static void insert_on_start(chime__call_t *c) {
   read_next(c, st);
 }
 
+/* The call's table: named by its first request (whose spec, if it sends
+ * one, must be the table's), and by any later one that names a table. 0,
+ * or a CHIME_E code with err for the writer. */
+static int bind_table(chime_server_t *srv, insert_t *st, chime__insert_req_t *q,
+                      char *err, size_t errlen) {
+  const char *tname = q->table;
+  char pn[CHIME__PRINTABLE_LEN(64)];
+  uint32_t ti = 0;
+  if (st->table != NULL) {
+    if (tname[0] == '\0' ||
+        strcmp(tname, chime__table_config(st->table)->name) == 0)
+      return 0;
+    snprintf(err, errlen, "this Insert stream writes to table '%s', not '%s'",
+             chime__table_config(st->table)->name,
+             chime__printable(pn, sizeof(pn), tname, 64));
+    return CHIME_EINVAL;
+  }
+  if (tname[0] == '\0') {
+    snprintf(err, errlen, "the first InsertRequest must name a table");
+    return CHIME_EINVAL;
+  }
+  st->table = q->table_too_long ? NULL : chime__server_table(srv, tname, &ti);
+  if (st->table == NULL) {
+    snprintf(err, errlen, "table '%s' not found",
+             chime__printable(pn, sizeof(pn), tname, 64));
+    return CHIME_ENOTFOUND;
+  }
+  st->tindex = ti;
+  if (q->n_spec == 0)
+    return 0;
+  return chime__insert_check_spec(chime__table_config(st->table), q->spec,
+                                  q->n_spec, err, errlen);
+}
+
 static void on_request(chime__call_t *c, grpc_byte_buffer *bb) {
   insert_t *st = c->state;
   chime_server_t *srv = c->srv;
   char err[1024];
-  uint32_t ti = 0;
   int rc;
   if (bb == NULL) {
     pthread_mutex_lock(&c->mu);
@@ -434,39 +467,8 @@ static void on_request(chime__call_t *c, grpc_byte_buffer *bb) {
     rc = rc == CHIME_ENOMEM ? rc : CHIME_EINVAL;
     goto fail;
   }
-  const char *tname = req->q.table;
-  if (st->table == NULL) {
-    if (tname[0] == '\0') {
-      snprintf(err, sizeof(err), "the first InsertRequest must name a table");
-      rc = CHIME_EINVAL;
-      goto fail;
-    }
-    st->table =
-        req->q.table_too_long ? NULL : chime__server_table(srv, tname, &ti);
-    if (st->table == NULL) {
-      char pn[CHIME__PRINTABLE_LEN(64)];
-      snprintf(err, sizeof(err), "table '%s' not found",
-               chime__printable(pn, sizeof(pn), tname, 64));
-      rc = CHIME_ENOTFOUND;
-      goto fail;
-    }
-    st->tindex = ti;
-    if (req->q.n_spec > 0) {
-      rc = chime__insert_check_spec(chime__table_config(st->table), req->q.spec,
-                                    req->q.n_spec, err, sizeof(err));
-      if (rc != 0)
-        goto fail;
-    }
-  } else if (tname[0] != '\0' &&
-             strcmp(tname, chime__table_config(st->table)->name) != 0) {
-    char pn[CHIME__PRINTABLE_LEN(64)];
-    snprintf(err, sizeof(err),
-             "this Insert stream writes to table '%s', not '%s'",
-             chime__table_config(st->table)->name,
-             chime__printable(pn, sizeof(pn), tname, 64));
-    rc = CHIME_EINVAL;
+  if ((rc = bind_table(srv, st, &req->q, err, sizeof(err))) != 0)
     goto fail;
-  }
   const chime__table_config_t *tc = chime__table_config(st->table);
   rc = chime__insert_check_data(tc, chime__table_sample_bytes(st->table),
                                 &req->q, err, sizeof(err));
@@ -502,8 +504,8 @@ static void on_request(chime__call_t *c, grpc_byte_buffer *bb) {
       return;
     }
     st->pending = 1;
-    c->refs++;
     pthread_mutex_unlock(&c->mu);
+    chime__call_ref(c); /* the request's, dropped by insert_finish */
     /* The one copy, from the slices into the table, when nothing waits
      * before this request; else it is staged for the worker. */
     pthread_mutex_lock(&w->mu);

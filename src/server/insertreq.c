@@ -172,6 +172,34 @@ static int check_counts(const chime__insert_req_t *q, size_t nlen, size_t nver,
  * decoded (a 50 MB spec of empty leaves took 4 s of CPU, one protobuf-c
  * unpack each). The table name and at most CHIME_MAX_LEAVES leaves are
  * read afterwards. */
+/* The second pass: the packed arrays, into q's arrays sized by the
+ * first. */
+static int read_arrays(chime__insert_req_t *q, chime__pb_reader_t *r, char *err,
+                       size_t errlen) {
+  chime__pb_field_t f;
+  while (chime__pb_next(r, &f) == 1) {
+    if (f.number == F_PRIORITIES &&
+        read_priorities(r, &f, q->priorities, &q->n_priorities) != 0)
+      return bad(err, errlen, "malformed priorities");
+    if (f.number == F_LENGTHS &&
+        read_varints(r, &f, q->lengths, sizeof(uint32_t), UINT32_MAX,
+                     &q->n_lengths) != 0)
+      return bad(err, errlen, "malformed lengths");
+    if (f.number == F_VERSIONS &&
+        read_varints(r, &f, q->versions, sizeof(uint64_t), UINT64_MAX,
+                     &q->n_versions) != 0)
+      return bad(err, errlen, "malformed versions");
+    if (f.number == F_STORED_LEAVES &&
+        read_varints(r, &f, q->stored_leaves, sizeof(uint32_t),
+                     CHIME_MAX_LEAVES - 1, &q->n_stored_leaves) != 0)
+      return bad(err, errlen, "malformed stored_leaves");
+    if (f.number == F_STORED && read_varints(r, &f, q->stored, sizeof(uint32_t),
+                                             UINT32_MAX, &q->n_stored) != 0)
+      return bad(err, errlen, "malformed stored");
+  }
+  return 0;
+}
+
 int chime__insert_req_parse(chime__insert_req_t *q, chime__pb_reader_t *r,
                             char *err, size_t errlen) {
   chime__pb_reader_t start = *r;
@@ -283,27 +311,7 @@ int chime__insert_req_parse(chime__insert_req_t *q, chime__pb_reader_t *r,
       (nst > 0 && (q->stored = malloc(nst * sizeof(uint32_t))) == NULL))
     return CHIME_ENOMEM;
   *r = start;
-  while (chime__pb_next(r, &f) == 1) {
-    if (f.number == F_PRIORITIES &&
-        read_priorities(r, &f, q->priorities, &q->n_priorities) != 0)
-      return bad(err, errlen, "malformed priorities");
-    if (f.number == F_LENGTHS &&
-        read_varints(r, &f, q->lengths, sizeof(uint32_t), UINT32_MAX,
-                     &q->n_lengths) != 0)
-      return bad(err, errlen, "malformed lengths");
-    if (f.number == F_VERSIONS &&
-        read_varints(r, &f, q->versions, sizeof(uint64_t), UINT64_MAX,
-                     &q->n_versions) != 0)
-      return bad(err, errlen, "malformed versions");
-    if (f.number == F_STORED_LEAVES &&
-        read_varints(r, &f, q->stored_leaves, sizeof(uint32_t),
-                     CHIME_MAX_LEAVES - 1, &q->n_stored_leaves) != 0)
-      return bad(err, errlen, "malformed stored_leaves");
-    if (f.number == F_STORED && read_varints(r, &f, q->stored, sizeof(uint32_t),
-                                             UINT32_MAX, &q->n_stored) != 0)
-      return bad(err, errlen, "malformed stored");
-  }
-  return 0;
+  return read_arrays(q, r, err, errlen);
 }
 
 void chime__insert_req_free(chime__insert_req_t *q) {

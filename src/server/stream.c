@@ -19,8 +19,8 @@
 #include "common/spec.h"
 #include "replay/rules.h"
 #include "ring/extents.h"
-#include "ring/pin.h"
 #include "ring/layout.h"
+#include "ring/pin.h"
 
 void chime__stream_ref(chime__stream_t *s) {
   atomic_fetch_add(&s->refs, 1);
@@ -121,22 +121,12 @@ static int frames_plan(const chime__table_t *t, const Chime__V1__Open *open,
   return 0;
 }
 
-int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
-                       chime__call_t *call, const Chime__V1__Open *open,
-                       const chime__stream_mode_ops_t *mode, char *err,
-                       size_t errlen) {
-  int rc = 0;
-  char lerr[256], pin_err[CHIME__PIN_ERRLEN];
-  chime__stream_t *s = NULL;
-  const char *tname = open->table ? open->table : "";
-  *out = NULL;
-  chime__table_t *t = chime__server_table(srv, tname, NULL);
-  if (t == NULL) {
-    char pn[CHIME__PRINTABLE_LEN(64)];
-    return chime__fail(err, errlen, CHIME_ENOTFOUND, "table '%s' not found",
-                       chime__printable(pn, sizeof(pn), tname, 64));
-  }
-  const chime__table_config_t *tc = chime__table_config(t);
+/* The Open's shape and the table's rules for its batches (replay/rules.h):
+ * 0, or a CHIME_E code with err for the client. */
+static int open_refused(chime_server_t *srv, const chime__table_config_t *tc,
+                        const Chime__V1__Open *open,
+                        const chime__stream_mode_ops_t *mode, char *err,
+                        size_t errlen) {
   if (open->batch_size == 0 || open->batch_size > CHIME_RING_MAX_BATCH)
     return chime__fail(err, errlen, CHIME_EINVAL,
                        "batch_size %u: must be 1..%u", open->batch_size,
@@ -152,36 +142,121 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
     return chime__fail(err, errlen, CHIME_EINVAL,
                        "prefetch %u: must be 0..slots (%u)", open->prefetch,
                        open->slots);
-  if ((rc = chime__rules_stream(tc, open->batch_size, err, errlen)) != 0)
+  int rc = chime__rules_stream(tc, open->batch_size, err, errlen);
+  if (rc != 0)
     return rc;
   if (atomic_load(&srv->stopping))
     return chime__fail(err, errlen, CHIME_ESHUTDOWN, "shutting down");
+  return 0;
+}
 
-  uint8_t framed[CHIME_MAX_LEAVES], unframe[CHIME_MAX_LEAVES];
-  chime_spec_t rspec;
-  if ((rc = frames_plan(t, open, mode, framed, unframe, err, errlen)) != 0)
+/* The ring the stream would have: its spec (*rspec, framed leaves as
+ * stored), the leaves its client decompresses (unframe) and its size,
+ * checked against the budgets before anything is created or page-locked:
+ * a refused stream costs no memory and no registration. */
+static int ring_plan(chime_server_t *srv, const chime__table_t *t,
+                     const Chime__V1__Open *open,
+                     const chime__stream_mode_ops_t *mode, chime_spec_t *rspec,
+                     uint8_t *unframe, uint64_t *ring_bytes, char *err,
+                     size_t errlen) {
+  const chime__table_config_t *tc = chime__table_config(t);
+  uint8_t framed[CHIME_MAX_LEAVES];
+  char lerr[256];
+  int rc = frames_plan(t, open, mode, framed, unframe, err, errlen);
+  if (rc != 0)
     return rc;
-  if (chime__spec_framed_steps(&rspec, chime__table_item_spec(t), framed,
+  if (chime__spec_framed_steps(rspec, chime__table_item_spec(t), framed,
                                tc->sequence_length) != 0)
     return chime__fail(err, errlen, CHIME_EINVAL,
                        "table '%s': a compressed leaf too large to frame",
                        tc->name);
   chime_ring_layout_t lay;
-  uint64_t ring_bytes = 0;
-  rc = chime__ring_layout(&lay, &rspec, open->batch_size, open->slots, lerr,
+  rc = chime__ring_layout(&lay, rspec, open->batch_size, open->slots, lerr,
                           sizeof(lerr));
-  if (rc == 0 && chime__ring_bytes(&lay, &ring_bytes) != 0)
+  if (rc == 0 && chime__ring_bytes(&lay, ring_bytes) != 0)
     rc = chime__fail(lerr, sizeof(lerr), CHIME_EOVERFLOW, "ring too large");
   if (rc != 0)
     return chime__fail(err, errlen, rc, "ring for table '%s': %s", tc->name,
                        lerr);
-  /* Budgets are checked on the ring's whole size before anything is
-   * created or page-locked: a refused stream costs no memory and no
-   * registration. */
-  if ((rc = chime__registry_check(&srv->streams, ring_bytes, err, errlen)) != 0)
+  return chime__registry_check(&srv->streams, *ring_bytes, err, errlen);
+}
+
+/* The ring page-locked (pin_host_memory): the full report names the
+ * server's library paths and site directories, the operator's business
+ * (the log), not the remote client's (err). */
+static int ring_pin(chime__stream_t *s, char *err, size_t errlen) {
+  char pin_err[CHIME__PIN_ERRLEN], what[96];
+  int rc = chime__ring_pin(s->ring, pin_err, sizeof(pin_err));
+  if (rc != 0) {
+    chime__log(CHIME_LOG_ERROR,
+               "stream on table '%s': cannot page-lock the ring: %s",
+               s->table_name, pin_err);
+    return chime__fail(
+        err, errlen, rc,
+        "page-locking the ring failed on the server: %s; see the server log",
+        chime__pin_error_name(pin_err, rc, what, sizeof(what)));
+  }
+  s->pinned_bytes = chime_ring_pinned_bytes(s->ring);
+  return 0;
+}
+
+/* Creates s's ring of s->spec, as charged (s->ring_bytes). */
+static int ring_make(chime__stream_t *s, const Chime__V1__Open *open, char *err,
+                     size_t errlen) {
+  int rc =
+      chime__ring_create(&s->ring, &s->spec, open->batch_size, open->slots);
+  if (rc != 0)
+    return chime__fail(err, errlen, rc,
+                       "cannot create a ring for table '%s': %s: %s",
+                       s->table_name, chime_strerror(rc), chime_last_error());
+  /* A learner that keeps the ring full (one over several shards) would
+   * wake the sampler on each release; a quarter of the slots free wakes it
+   * about once in slots / 4 releases instead (docs/ring.md, wake
+   * threshold). */
+  rc = chime__ring_set_wake_at(s->ring,
+                               open->slots / 4 > 1 ? open->slots / 4 : 1);
+  if (rc != 0)
+    return rc;
+  s->lay = *chime_ring_layout(s->ring);
+  size_t map_len = 0;
+  chime_ring_map_base(s->ring, &map_len);
+  if (map_len != s->ring_bytes) /* the budget charged what is mapped */
+    return chime__fail(err, errlen, CHIME_ESYS,
+                       "ring of %zu bytes, %llu expected", map_len,
+                       (unsigned long long)s->ring_bytes);
+  struct stat st;
+  if (fstat(chime_ring_fd(s->ring), &st) == 0) {
+    s->ring_dev = st.st_dev;
+    s->ring_ino = st.st_ino;
+  }
+  s->send_bytes = chime__slot_send_bytes(&s->lay);
+  return s->srv->cfg.pin_host_memory ? ring_pin(s, err, errlen) : 0;
+}
+
+int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
+                       chime__call_t *call, const Chime__V1__Open *open,
+                       const chime__stream_mode_ops_t *mode, char *err,
+                       size_t errlen) {
+  int rc = 0;
+  const char *tname = open->table ? open->table : "";
+  *out = NULL;
+  chime__table_t *t = chime__server_table(srv, tname, NULL);
+  if (t == NULL) {
+    char pn[CHIME__PRINTABLE_LEN(64)];
+    return chime__fail(err, errlen, CHIME_ENOTFOUND, "table '%s' not found",
+                       chime__printable(pn, sizeof(pn), tname, 64));
+  }
+  const chime__table_config_t *tc = chime__table_config(t);
+  if ((rc = open_refused(srv, tc, open, mode, err, errlen)) != 0)
+    return rc;
+  uint8_t unframe[CHIME_MAX_LEAVES];
+  chime_spec_t rspec;
+  uint64_t ring_bytes = 0;
+  rc = ring_plan(srv, t, open, mode, &rspec, unframe, &ring_bytes, err, errlen);
+  if (rc != 0)
     return rc;
 
-  s = calloc(1, sizeof(*s));
+  chime__stream_t *s = calloc(1, sizeof(*s));
   if (s == NULL)
     return chime__fail(err, errlen, CHIME_ENOMEM, "out of memory");
   s->srv = srv;
@@ -207,56 +282,8 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
     rc = chime__fail(err, errlen, CHIME_ENOMEM, "out of memory");
     goto out;
   }
-
-  rc = chime__ring_create(&s->ring, &s->spec, open->batch_size, open->slots);
-  if (rc != 0) {
-    rc = chime__fail(err, errlen, rc,
-                     "cannot create a ring for table '%s': %s: %s", tc->name,
-                     chime_strerror(rc), chime_last_error());
+  if ((rc = ring_make(s, open, err, errlen)) != 0)
     goto out;
-  }
-  /* A learner that keeps the ring full (one over several shards) would
-   * wake the sampler on each release; a quarter of the slots free wakes it
-   * about once in slots / 4 releases instead (docs/ring.md, wake
-   * threshold). */
-  rc = chime__ring_set_wake_at(s->ring,
-                               open->slots / 4 > 1 ? open->slots / 4 : 1);
-  if (rc != 0)
-    goto out;
-  s->lay = *chime_ring_layout(s->ring);
-  size_t map_len = 0;
-  chime_ring_map_base(s->ring, &map_len);
-  if (map_len != s->ring_bytes) { /* the budget charged what is mapped */
-    rc =
-        chime__fail(err, errlen, CHIME_ESYS, "ring of %zu bytes, %llu expected",
-                    map_len, (unsigned long long)s->ring_bytes);
-    goto out;
-  }
-  struct stat st;
-  if (fstat(chime_ring_fd(s->ring), &st) == 0) {
-    s->ring_dev = st.st_dev;
-    s->ring_ino = st.st_ino;
-  }
-  s->send_bytes = chime__slot_send_bytes(&s->lay);
-  if (srv->cfg.pin_host_memory) {
-    rc = chime__ring_pin(s->ring, pin_err, sizeof(pin_err));
-    if (rc != 0) {
-      /* The full report names the server's library paths and site
-       * directories: the operator's business, not the remote client's. */
-      char what[96];
-      chime__log(CHIME_LOG_ERROR,
-                 "stream on table '%s': cannot page-lock the "
-                 "ring: %s",
-                 tc->name, pin_err);
-      rc =
-          chime__fail(err, errlen, rc,
-                      "page-locking the ring failed on the server: %s; see the "
-                      "server log",
-                      chime__pin_error_name(pin_err, rc, what, sizeof(what)));
-      goto out;
-    }
-    s->pinned_bytes = chime_ring_pinned_bytes(s->ring);
-  }
   /* Last: nothing fails after it (the registry holds a reference). */
   if (mode->expose != NULL && (rc = mode->expose(s, err, errlen)) != 0)
     goto out;
@@ -468,7 +495,7 @@ void chime__stream_kill(chime__stream_t *s, const char *why) {
   pthread_mutex_unlock(&s->srv->mu);
   chime__stream_close(s);
   if (call != NULL) {
-    grpc_call_cancel_with_status(call->call, GRPC_STATUS_CANCELLED, why, NULL);
+    chime__call_cancel(call, GRPC_STATUS_CANCELLED, why);
     chime__call_unref(call);
   }
 }

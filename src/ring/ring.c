@@ -38,69 +38,20 @@
  *   a producer waiting for N free slots.
  * - ready limit (chime__ring_set_ready_max, docs/ring.md): a producer that
  *   finds R batches untaken adds CHIME__RING_WAKE_ON_TAKE to `waiting`;
- *   `taken` and `waiting` are seq_cst as above, so the next take rings. */
-#include <errno.h>
+ *   `taken` and `waiting` are seq_cst as above, so the next take rings.
+ *
+ * This file is the protocol's per-batch path on both sides (acquire,
+ * publish, next, release, and the producer's look at its slots);
+ * handle.c makes, attaches, shuts down, inspects and destroys the handle
+ * (handle.h). */
 #include <limits.h>
-#include <linux/futex.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "common/clock.h"
-#include "ring/ring_internal.h"
-#include "ring/layout.h"
-
-/* Polls before sleeping, adapted per side to how long waits turn out to be.
- * Waking a sleeping thread costs both sides: here (2 vCPUs) about 25-30 us
- * until the sleeper runs and 10-15 us of the waker's time. When batches come
- * every few tens of microseconds, spinning through the gap keeps both sides
- * off the futex; when waits are long, a short spin wastes little. Bounded:
- * no wait spins longer than CHIME_RING_SPIN_MAX_NS, and past the first
- * CHIME_RING_SPIN_MIN_NS the spin yields the CPU. See docs/ring.md. */
-#ifndef CHIME_RING_SPIN_MAX_NS /* define both to measure other budgets */
-#define CHIME_RING_SPIN_MIN_NS 4000u
-#define CHIME_RING_SPIN_MAX_NS 100000u
-#endif
-
-struct chime_ring_s {
-  chime__segment_t seg;
-  int consumer; /* from chime_ring_attach() */
-  chime_spec_t spec;
-  chime_ring_layout_t layout;
-  uint8_t nonce[16];
-
-  /* Producer's private, authoritative state. */
-  uint32_t *pub_per_slot; /* times each slot was published */
-  uint64_t *last_seq;     /* seq of each slot's latest publish */
-  /* 1 once we saw the slot's latest publish released (its release_count
-   * equal to pub_per_slot): the consumer can take that back no more than
-   * it can take back a slot we reused. A release it undoes before we
-   * looked was never seen. */
-  uint8_t *seen_free;
-  uint8_t *acquired; /* taken by acquire, not yet published */
-  uint64_t pub;
-  uint32_t scan;
-
-  /* Consumer's private state. */
-  uint8_t *held;
-  uint32_t nheld;
-  _Atomic int disconnected;
-
-  /* How long each side spins before it sleeps (adaptive, private). */
-  uint32_t spin_ns[2];
-  /* What the producer stores in `waiting`: free slots that wake it. */
-  uint32_t wake_at;
-  /* The most batches published and not yet taken (0: no limit). */
-  uint32_t ready_max;
-
-  void (*unpin)(void *arg);
-  void *unpin_arg;
-};
-
-enum { SIDE_PRODUCER = 0, SIDE_CONSUMER = 1 };
+#include "ring/handle.h"
 
 static inline uint64_t load_acquire64(_Atomic uint64_t *p) {
   return atomic_load_explicit(p, memory_order_acquire);
@@ -126,17 +77,6 @@ static void futex_wait(_Atomic uint32_t *word, uint32_t expected,
   syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, expected,
           forever ? NULL : &ts, NULL, 0);
   errno = saved; /* EINTR, EAGAIN, ETIMEDOUT: the caller re-checks anyway */
-}
-
-static void futex_wake(_Atomic uint32_t *word, int n) {
-  int saved = errno;
-  syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, n, NULL, NULL, 0);
-  errno = saved;
-}
-
-static void bell_ring(_Atomic uint32_t *bell, int n) {
-  atomic_fetch_add_explicit(bell, 1, memory_order_seq_cst);
-  futex_wake(bell, n);
 }
 
 /* A wait that ends at a deadline: returns 0 to keep waiting, or
@@ -212,63 +152,7 @@ static void waiter_account(const waiter_t *w, _Atomic uint64_t *total) {
                               memory_order_relaxed);
 }
 
-static uint8_t *slot_ptr(const chime_ring_t *ring, uint32_t slot) {
-  return ring->seg.data + (uint64_t)slot * ring->layout.slot_bytes;
-}
-
 /* --- producer --- */
-
-int chime__ring_create(chime_ring_t **out, const chime_spec_t *spec,
-                       uint32_t batch_size, uint32_t slots) {
-  chime__ring_regions_t regions;
-  chime_ring_t *ring = NULL;
-  uint64_t page = chime__page_size();
-  char why[160];
-  int rc;
-
-  if (out == NULL || spec == NULL)
-    return chime__ring_fail(CHIME_EINVAL, "ring create: no out or spec");
-  *out = NULL;
-  ring = calloc(1, sizeof(*ring));
-  if (ring == NULL)
-    return chime__ring_fail(CHIME_ENOMEM, "ring create: out of memory");
-  ring->seg.fd = -1;
-  ring->spin_ns[SIDE_PRODUCER] = CHIME_RING_SPIN_MIN_NS;
-  ring->spin_ns[SIDE_CONSUMER] = CHIME_RING_SPIN_MIN_NS;
-  ring->wake_at = 1;
-  rc = chime__ring_layout(&ring->layout, spec, batch_size, slots, why,
-                          sizeof(why));
-  if (rc != 0) {
-    chime__ring_fail(rc, "ring layout: %s", why);
-    goto out;
-  }
-  rc = chime__ring_regions(&ring->layout, page, &regions);
-  if (rc != 0) {
-    chime__ring_fail(rc, "ring regions: %s", chime_strerror(rc));
-    goto out;
-  }
-  ring->pub_per_slot = calloc(slots, sizeof(*ring->pub_per_slot));
-  ring->last_seq = calloc(slots, sizeof(*ring->last_seq));
-  ring->seen_free = malloc(slots);
-  ring->acquired = calloc(slots, 1);
-  ring->held = calloc(slots, 1);
-  if (ring->pub_per_slot == NULL || ring->last_seq == NULL ||
-      ring->seen_free == NULL || ring->acquired == NULL || ring->held == NULL) {
-    rc = chime__ring_fail(CHIME_ENOMEM, "ring create: out of memory");
-    goto out;
-  }
-  memset(ring->seen_free, 1, slots); /* none published yet */
-  rc = chime__segment_create(&ring->seg, spec, &ring->layout, &regions, page,
-                             &ring->spec);
-  if (rc != 0)
-    goto out;
-  memcpy(ring->nonce, ring->seg.hdr->nonce, sizeof(ring->nonce));
-  *out = ring;
-  ring = NULL;
-out:
-  chime_ring_destroy(ring);
-  return rc;
-}
 
 /* Whether the slot's latest publish is released, as far as we saw: the
  * consumer released it as often as we published it, now or at some look
@@ -412,27 +296,6 @@ out:
   return rc;
 }
 
-int chime__ring_set_wake_at(chime_ring_t *ring, uint32_t n) {
-  if (ring == NULL || n == 0)
-    return CHIME_EINVAL;
-  if (ring->consumer)
-    return CHIME_EPERM;
-  /* More than `slots` could never be free; the consumer's miss in next()
-   * would still wake us, but only then. */
-  ring->wake_at = n < ring->layout.slots ? n : ring->layout.slots;
-  return 0;
-}
-
-int chime__ring_set_ready_max(chime_ring_t *ring, uint32_t n) {
-  if (ring == NULL)
-    return CHIME_EINVAL;
-  if (ring->consumer)
-    return CHIME_EPERM;
-  /* A full ring holds no more: no limit, no bit. */
-  ring->ready_max = n < ring->layout.slots ? n : 0;
-  return 0;
-}
-
 int chime__ring_publish(chime_ring_t *ring, uint32_t slot, uint64_t *seq) {
   chime__ring_pubent_t *ent;
   uint64_t n;
@@ -465,37 +328,6 @@ void chime__ring_abandon(chime_ring_t *ring, uint32_t slot) {
   if (ring == NULL || ring->consumer || slot >= ring->layout.slots)
     return;
   ring->acquired[slot] = 0;
-}
-
-void chime__ring_shutdown(chime_ring_t *ring) {
-  /* A consumer maps the flag read-only; its way out is set_disconnected. */
-  if (ring == NULL || ring->consumer)
-    return;
-  atomic_store_explicit(&ring->seg.prod->shutdown, 1, memory_order_seq_cst);
-  bell_ring(&ring->seg.ctrl->cons_bell, INT_MAX);
-  bell_ring(&ring->seg.ctrl->prod_bell, INT_MAX);
-}
-
-uint32_t chime__ring_reclaim(chime_ring_t *ring) {
-  chime__ring_ctrl_t *ctrl;
-  uint32_t n = 0;
-
-  if (ring == NULL || ring->consumer)
-    return 0;
-  ctrl = ring->seg.ctrl;
-  for (uint32_t s = 0; s < ring->layout.slots; s++) {
-    uint32_t want = ring->pub_per_slot[s];
-    if (atomic_exchange_explicit(&ring->seg.relcount[s], want,
-                                 memory_order_acq_rel) != want &&
-        !ring->seen_free[s])
-      n++;
-    ring->seen_free[s] = 1;
-  }
-  atomic_store_explicit(&ctrl->taken, ring->pub, memory_order_release);
-  atomic_store_explicit(&ctrl->leases, 0, memory_order_relaxed);
-  atomic_fetch_add_explicit(&ring->seg.prod->generation, 1,
-                            memory_order_release);
-  return n;
 }
 
 int chime__ring_released(chime_ring_t *ring, uint32_t slot) {
@@ -544,35 +376,6 @@ uint32_t chime__ring_unreleased(chime_ring_t *ring, uint32_t *slots,
 }
 
 /* --- consumer --- */
-
-int chime_ring_attach(chime_ring_t **out, int fd, const uint8_t nonce[16]) {
-  chime_ring_t *ring = NULL;
-  int rc;
-
-  if (out == NULL)
-    return chime__ring_fail(CHIME_EINVAL, "ring attach: no out");
-  *out = NULL;
-  ring = calloc(1, sizeof(*ring));
-  if (ring == NULL)
-    return chime__ring_fail(CHIME_ENOMEM, "ring attach: out of memory");
-  ring->seg.fd = -1;
-  ring->consumer = 1;
-  ring->spin_ns[SIDE_CONSUMER] = CHIME_RING_SPIN_MIN_NS;
-  rc = chime__segment_attach(&ring->seg, fd, nonce, &ring->spec, &ring->layout);
-  if (rc != 0)
-    goto out;
-  memcpy(ring->nonce, ring->seg.hdr->nonce, sizeof(ring->nonce));
-  ring->held = calloc(ring->layout.slots, 1);
-  if (ring->held == NULL) {
-    rc = chime__ring_fail(CHIME_ENOMEM, "ring attach: out of memory");
-    goto out;
-  }
-  *out = ring;
-  ring = NULL;
-out:
-  chime_ring_destroy(ring);
-  return rc;
-}
 
 /* 1 when a batch is waiting at the cursor. */
 static int have_batch(const chime_ring_t *ring, memory_order mo) {
@@ -728,116 +531,4 @@ int chime_ring_release(chime_ring_t *ring, uint32_t slot) {
   if (want != 0 && free_estimate(ring) >= want)
     bell_ring(&ctrl->prod_bell, 1);
   return 0;
-}
-
-void chime_ring_set_disconnected(chime_ring_t *ring) {
-  if (ring == NULL)
-    return;
-  atomic_store_explicit(&ring->disconnected, 1, memory_order_seq_cst);
-  bell_ring(&ring->seg.ctrl->cons_bell, INT_MAX);
-}
-
-/* --- both sides --- */
-
-void chime_ring_destroy(chime_ring_t *ring) {
-  if (ring == NULL)
-    return;
-  /* cudaHostUnregister must see the mapping still in place. */
-  if (ring->unpin != NULL)
-    ring->unpin(ring->unpin_arg);
-  chime__segment_close(&ring->seg);
-  free(ring->pub_per_slot);
-  free(ring->last_seq);
-  free(ring->seen_free);
-  free(ring->acquired);
-  free(ring->held);
-  free(ring);
-}
-
-int chime_ring_fd(const chime_ring_t *ring) {
-  return ring == NULL ? CHIME_EINVAL : ring->seg.fd;
-}
-
-const chime_ring_layout_t *chime_ring_layout(const chime_ring_t *ring) {
-  return ring == NULL ? NULL : &ring->layout;
-}
-
-const chime_spec_t *chime_ring_spec(const chime_ring_t *ring) {
-  return ring == NULL ? NULL : &ring->spec;
-}
-
-void chime_ring_nonce(const chime_ring_t *ring, uint8_t out[16]) {
-  if (ring == NULL)
-    memset(out, 0, 16);
-  else
-    memcpy(out, ring->nonce, 16);
-}
-
-void chime_ring_stats(const chime_ring_t *ring, chime_ring_stats_t *out) {
-  const chime__ring_prod_t *prod;
-  const chime__ring_ctrl_t *ctrl;
-
-  if (out == NULL)
-    return;
-  memset(out, 0, sizeof(*out));
-  if (ring == NULL)
-    return;
-  prod = ring->seg.prod;
-  ctrl = ring->seg.ctrl;
-  out->published = atomic_load_explicit(&prod->pub, memory_order_relaxed);
-  out->released = atomic_load_explicit(&ctrl->released, memory_order_relaxed);
-  out->producer_wait_ns =
-      atomic_load_explicit(&prod->wait_ns, memory_order_relaxed);
-  out->consumer_wait_ns =
-      atomic_load_explicit(&ctrl->wait_ns, memory_order_relaxed);
-  out->max_leases =
-      atomic_load_explicit(&ctrl->max_leases, memory_order_relaxed);
-  out->leases = atomic_load_explicit(&ctrl->leases, memory_order_relaxed);
-  out->shutdown = atomic_load_explicit(&prod->shutdown, memory_order_relaxed);
-  out->generation =
-      atomic_load_explicit(&prod->generation, memory_order_relaxed);
-}
-
-void *chime_ring_map_base(const chime_ring_t *ring, size_t *len) {
-  if (ring == NULL) {
-    if (len != NULL)
-      *len = 0;
-    return NULL;
-  }
-  if (len != NULL)
-    *len = ring->seg.len;
-  return ring->seg.base;
-}
-
-void *chime_ring_slot_base(const chime_ring_t *ring, uint32_t slot) {
-  if (ring == NULL || slot >= ring->layout.slots)
-    return NULL;
-  return slot_ptr(ring, slot);
-}
-
-void chime__ring_set_unpin(chime_ring_t *ring, void (*fn)(void *arg),
-                           void *arg) {
-  if (ring == NULL)
-    return;
-  ring->unpin = fn;
-  ring->unpin_arg = arg;
-}
-
-void *chime__ring_unpin_arg(const chime_ring_t *ring) {
-  return ring == NULL ? NULL : ring->unpin_arg;
-}
-
-int chime__ring_is_consumer(const chime_ring_t *ring) {
-  return ring != NULL && ring->consumer;
-}
-
-void *chime__ring_data(const chime_ring_t *ring, size_t *len) {
-  if (ring == NULL) {
-    if (len != NULL)
-      *len = 0;
-    return NULL;
-  }
-  if (len != NULL)
-    *len = (size_t)ring->layout.data_bytes;
-  return ring->seg.data;
 }

@@ -19,7 +19,7 @@ static void plain_cfg(chime__table_config_t *tc, chime__selector_kind_t s,
                       uint64_t cap) {
   memset(tc, 0, sizeof(*tc));
   snprintf(tc->name, sizeof(tc->name), "plain");
-  assert_int_equal(chime_spec_parse(&tc->spec, "x:u32[]", NULL, 0), 0);
+  assert_int_equal(chime_spec_parse(&tc->spec, "x:u32[]"), 0);
   tc->capacity = cap;
   tc->sampler = s;
   tc->min_size = 1;

@@ -83,6 +83,25 @@ static void answer(chime__call_t *c, grpc_byte_buffer *bb) {
   chime__call_finish(c, CHIME_OK, "%s", "");
 }
 
+/* A sequence table's part of its TableInfo: its steps' spec and the
+ * windows it makes of them. */
+static void sequence_info(table_msg_t *m, const chime__table_config_t *tc,
+                          uint64_t step_bytes) {
+  chime__leaf_msgs(&tc->spec, m->sleaves, m->slp);
+  m->info.n_step_spec = tc->spec.nleaves;
+  m->info.step_spec = m->slp;
+  if (chime_spec_format(&tc->spec, m->stext, sizeof(m->stext)) != 0)
+    m->stext[0] = '\0';
+  m->info.step_spec_text = m->stext;
+  m->info.step_bytes = step_bytes;
+  m->info.capacity_steps = tc->capacity_steps;
+  m->info.sequence_length = tc->sequence_length;
+  m->info.stride = tc->stride;
+  m->info.episode_end = tc->episode_pad ? "pad" : "drop";
+  m->info.initial_priority_max = tc->initial_priority_max != 0;
+  m->info.initial_priority = tc->initial_priority;
+}
+
 static void info_on_start(chime__call_t *c) {
   chime_server_t *srv = c->srv;
   table_msg_t *tm = NULL;
@@ -117,21 +136,8 @@ static void info_on_start(chime__call_t *c) {
     if (chime_spec_format(is, tm[i].text, sizeof(tm[i].text)) != 0)
       tm[i].text[0] = '\0'; /* no truncated spec text */
     tm[i].info.spec_text = tm[i].text;
-    if (tc->sequence_length > 0) {
-      chime__leaf_msgs(&tc->spec, tm[i].sleaves, tm[i].slp);
-      tm[i].info.n_step_spec = tc->spec.nleaves;
-      tm[i].info.step_spec = tm[i].slp;
-      if (chime_spec_format(&tc->spec, tm[i].stext, sizeof(tm[i].stext)) != 0)
-        tm[i].stext[0] = '\0';
-      tm[i].info.step_spec_text = tm[i].stext;
-      tm[i].info.step_bytes = chime__table_sample_bytes(srv->tables[i]);
-      tm[i].info.capacity_steps = tc->capacity_steps;
-      tm[i].info.sequence_length = tc->sequence_length;
-      tm[i].info.stride = tc->stride;
-      tm[i].info.episode_end = tc->episode_pad ? "pad" : "drop";
-      tm[i].info.initial_priority_max = tc->initial_priority_max != 0;
-      tm[i].info.initial_priority = tc->initial_priority;
-    }
+    if (tc->sequence_length > 0)
+      sequence_info(&tm[i], tc, chime__table_sample_bytes(srv->tables[i]));
     tm[i].info.capacity = tc->capacity;
     tm[i].info.size = ts.size;
     tm[i].info.mass = ts.mass; /* the same snapshot as size */

@@ -89,6 +89,15 @@ static int z_why(const chime__table_stored_t *st, const char *fmt, ...) {
   return CHIME_EINVAL;
 }
 
+/* Groups the table's filters dropped so far, every reason. */
+static uint64_t dropped_groups(const chime__table_t *t) {
+  uint64_t n = 0;
+  for (size_t r = 0; r < sizeof(t->group_dropped) / sizeof(t->group_dropped[0]);
+       r++)
+    n += t->group_dropped[r];
+  return n;
+}
+
 /* The request's stored leaves against the table: leaves it compresses (a
  * sequence table's: its steps'), in spec order, none twice, each stored
  * size at most its leaf's bytes (a ragged leaf's at the sample's length;
@@ -573,12 +582,14 @@ static int insert_spans(chime__table_t *t, const chime__span_t *spans,
     *first_key = key0;
     /* Before the samples go in: those it leaves behind are not made live. */
     chime__tbl_version_seen(t, vmax);
+    uint64_t dropped0 = dropped_groups(t);
     uint64_t stale = put_samples(t, &rq, &rm, key0);
     t->inserts += count;
     t->left += rm.skip + stale; /* a fifo remover's picks, the stale */
     t->removed_stale += stale;
+    /* What a learner will draw: not the groups a filter dropped. */
     if (t->cfg.pace_batch != 0)
-      t->pace_ahead += count - rm.skip - stale;
+      t->pace_ahead += count - rm.skip - stale - (dropped_groups(t) - dropped0);
     if (dq != NULL && dq->writer != 0)
       chime__dedupe_record(t->dedupe, dq, count, key0);
     arrived = chime__tbl_items_arrived(t);

@@ -434,15 +434,16 @@ static uint64_t put_samples(chime__table_t *t, req_t *rq, const room_t *rm,
       chime__keyindex_prefetch(t->keys, key0 + j + KEY_AHEAD);
     double prio = rq->priorities != NULL ? rq->priorities[j] : 1.0;
     uint64_t ver = chime__tbl_version_at(rq->versions, j);
-    if (ver < below) { /* too far behind already: never goes in */
-      chime__tbl_cursor_skip(&cur, req_sample_bytes(t, lengths, z, j));
-      stale++;
-      continue;
-    }
+    /* A filter's drop first: the writer's ack names it as dropped. */
     if (rq->drop != NULL && rq->drop[j] != 0) { /* a filter's: as stale */
       chime__tbl_cursor_skip(&cur, req_sample_bytes(t, lengths, z, j));
       t->left++;
       t->group_dropped[rq->drop[j] - 1]++;
+      continue;
+    }
+    if (ver < below) { /* too far behind already: never goes in */
+      chime__tbl_cursor_skip(&cur, req_sample_bytes(t, lengths, z, j));
+      stale++;
       continue;
     }
     /* The weight once, for the remover and the sum tree alike. */

@@ -8,7 +8,7 @@
  * into a slot, a batch of B samples against a batch of B / G groups (the
  * same samples a batch), the group batch's learner-side pass included
  * (each ragged leaf's per-sample offsets made from the group leaf,
- * client/group.c, as chime_stream_next does). Then the insert CPU of the
+ * client/group_view.c, as chime_stream_next does). Then the insert CPU of the
  * group table with a zero_variance filter (on a reward leaf no group
  * fails) against without. Medians of the rounds. */
 #include <inttypes.h>
@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "bench.h"
-#include "client/group.h"
+#include "client/group_view.h"
 #include "measure.h"
 #include "ragged.h"
 

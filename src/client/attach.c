@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "client/stream.h"
-#include "wire/handoff.h"
+#include "wire/handoff_bytes.h"
 #include "ring/layout.h"
 
 /* Collects completions until `op` is no longer in flight. A status that

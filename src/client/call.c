@@ -1,4 +1,6 @@
-/* One client gRPC call (see call.h). */
+/* One client gRPC call (see call.h).
+ * The other end of a gRPC call, as the server and as the client drive it:
+ * src/server/call.c (one basename, two ends). */
 #include <string.h>
 
 #include "client/fork.h"

@@ -13,7 +13,9 @@
  *
  * Every gRPC call here passes the fork gate (fork.h), and so must every
  * other gRPC call of the client library: chime__bb_free() and
- * chime__bb_copy() (grpcutil.c) for byte buffers. */
+ * chime__bb_copy() (grpcutil.c) for byte buffers.
+ * The other end of a gRPC call, as the server and as the client drive it:
+ * src/server/call.h (one basename, two ends). */
 #ifndef CHIME_CLIENT_CALL_H
 #define CHIME_CLIENT_CALL_H
 

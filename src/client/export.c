@@ -1,7 +1,9 @@
 /* chime_client_export: a table's snapshot read chunk by chunk from the
  * Export stream (server/export.c, docs/datasets.md). Each chunk is checked
  * against the head's spec and total before the caller sees it: a server
- * that breaks the contract is CHIME_EPROTO, never a read past a buffer. */
+ * that breaks the contract is CHIME_EPROTO, never a read past a buffer.
+ * The other end of the Export stream: src/server/export.c (one basename, two
+ * ends). */
 #include <stdio.h>
 #include <string.h>
 

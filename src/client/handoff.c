@@ -1,5 +1,7 @@
 /* Same-host handoff, client side: present the token on the server's Unix
- * socket and receive the ring's memfd with SCM_RIGHTS. */
+ * socket and receive the ring's memfd with SCM_RIGHTS.
+ * The other end of the same-host handoff of a ring's fd: src/server/handoff.c
+ * (one basename, two ends). */
 #include <errno.h>
 #include <stddef.h>
 #include <string.h>
@@ -10,7 +12,7 @@
 
 #include "client/internal.h"
 #include "common/clock.h"
-#include "wire/handoff.h"
+#include "wire/handoff_bytes.h"
 
 /* Handshakes dropped unanswered that one fetch tries again at most. */
 #define MAX_ATTEMPTS 64

@@ -10,7 +10,9 @@
  * stream's thread polls only once the learner has stayed out of next() for
  * DRIVE_IDLE_MS (it computes), so batches keep arriving meanwhile and the
  * connection's pings are answered, and in slices of DRIVE_IDLE_MS so a
- * learner back in next() takes over soon. drive_mu: whoever polls. */
+ * learner back in next() takes over soon. drive_mu: whoever polls.
+ * The other end of a stream of batches: src/server/stream.c (one basename, two
+ * ends). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <pthread.h>
@@ -19,7 +21,7 @@
 #include <time.h>
 
 #include "client/fork.h"
-#include "client/group.h"
+#include "client/group_view.h"
 #include "client/stream.h"
 #include "ring/extents.h"
 #include "wire/credit.h"

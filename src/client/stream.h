@@ -6,7 +6,9 @@
  * ring from chunks and pays for them with credits (remote.c). stream.c
  * drives the call and the learner's calls through the table and never asks
  * which mode it is in; attach.c chooses the mode, falls back, checks the
- * layout and sets the table. A NULL member is optional: nothing to do. */
+ * layout and sets the table. A NULL member is optional: nothing to do.
+ * The other end of a stream of batches: src/server/stream.h (one basename, two
+ * ends). */
 #ifndef CHIME_CLIENT_STREAM_H
 #define CHIME_CLIENT_STREAM_H
 

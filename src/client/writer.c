@@ -36,7 +36,7 @@
 #include "client/writer_shard.h"
 #include "client/writer_zip.h"
 #include "common/spec.h"
-#include "wire/insert.h"
+#include "wire/insert_limits.h"
 
 /* A public call begins: what an earlier call's failure said is not this
  * one's (a sticky failure's text stays: every later call returns it). */

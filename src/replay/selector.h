@@ -8,7 +8,7 @@
 
 #include <stdint.h>
 
-#include "replay/config.h"
+#include "replay/table_config.h"
 
 typedef struct chime__table_s chime__table_t;
 

@@ -12,7 +12,7 @@
 #include "chime/stats.h"
 #include "ring/producer.h"
 #include "common/span.h"
-#include "replay/config.h"
+#include "replay/table_config.h"
 #include "replay/dedupe.h"
 #include "replay/sumtree.h"
 #include "replay/steps.h"

@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "replay/config.h"
+#include "replay/table_config.h"
 
 typedef struct chime__tbl_file_s chime__tbl_file_t;
 

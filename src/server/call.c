@@ -1,7 +1,9 @@
 /* One gRPC call as a small state machine: a pending RECV_CLOSE_ON_SERVER to
  * learn when the call ends, at most one RECV_MESSAGE, and a send queue so at
  * most one send batch is in flight (gRPC's rule). Every batch in flight holds
- * a reference; the call is freed when the last one goes. */
+ * a reference; the call is freed when the last one goes.
+ * The other end of a gRPC call, as the server and as the client drive it:
+ * src/client/call.c (one basename, two ends). */
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/support/alloc.h>
 #include <protobuf-c/protobuf-c.h>

@@ -1,6 +1,8 @@
 /* Internal: one gRPC call of chime.v1.Chime on the server, driven by the
  * completion queue and handed to its method's handler through a small
- * callback table (call.c); the server side's twin of client/call.h. */
+ * callback table (call.c); the server side's twin of client/call.h.
+ * The other end of a gRPC call, as the server and as the client drive it:
+ * src/client/call.h (one basename, two ends). */
 #ifndef CHIME_SERVER_CALL_H
 #define CHIME_SERVER_CALL_H
 

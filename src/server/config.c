@@ -15,7 +15,7 @@
 #include "replay/table.h"
 #include "server/config_table.h"
 #include "server/config_value.h"
-#include "wire/insert.h"
+#include "wire/insert_limits.h"
 
 static void config_base(chime__config_t *cfg) {
   memset(cfg, 0, sizeof(*cfg));

@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #include "chime/spec.h"
-#include "replay/config.h"
+#include "replay/table_config.h"
 
 #define CHIME__MAX_TABLES 64
 #define CHIME__MAX_UIDS 64

@@ -5,7 +5,7 @@
 #include <jansson.h>
 #include <stddef.h>
 
-#include "replay/config.h"
+#include "replay/table_config.h"
 
 /* group_max and filters (either NULL when absent) of table t, read after
  * every other key (t's spec is the sample spec then): makes t a group

@@ -15,7 +15,7 @@
 #include "server/config_group.h"
 #include "server/config_table.h"
 #include "server/config_value.h"
-#include "wire/insert.h"
+#include "wire/insert_limits.h"
 #include "common/spec.h"
 
 #define SELECTOR_LIST                                                          \

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "replay/config.h"
+#include "replay/table_config.h"
 
 /* One table of the config (config_table.c): tables[index] as read from
  * obj, checked whole. 0 or CHIME_EINVAL with a sentence naming the table

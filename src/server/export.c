@@ -7,7 +7,9 @@
  * once gRPC took the previous one (on_sent), so a slow reader is paced by
  * gRPC's flow control and the call's memory stays one chunk. Rows are let
  * go as their items are sent (chime__table_view_unpin), so inserts during a
- * long export take few spare rows. */
+ * long export take few spare rows.
+ * The other end of the Export stream: src/client/export.c (one basename, two
+ * ends). */
 #include <stdlib.h>
 #include <string.h>
 

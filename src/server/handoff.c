@@ -12,7 +12,9 @@
  * The handoff owns the token registry: a stream's token is issued here,
  * consumed by the handshake that presents it (even when expired), or
  * revoked when the stream ends or its token expires unused.
- * A learner handed a ring is watched by liveness.c from then on. */
+ * A learner handed a ring is watched by liveness.c from then on.
+ * The other end of the same-host handoff of a ring's fd: src/client/handoff.c
+ * (one basename, two ends). */
 #include "server/handoff.h"
 
 #include <errno.h>

@@ -15,7 +15,7 @@
 
 #include "server/config.h"
 #include "server/streamops.h"
-#include "wire/handoff.h"
+#include "wire/handoff_bytes.h"
 
 typedef struct chime__handoff_s chime__handoff_t;
 

@@ -28,7 +28,7 @@
 #include "common/errfmt.h"
 #include "common/spec.h"
 #include "wire/pbread.h"
-#include "wire/insert.h"
+#include "wire/insert_limits.h"
 #include "server/auth.h"
 #include "server/insertreq.h"
 #include "server/insert.h"

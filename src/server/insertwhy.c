@@ -5,7 +5,7 @@
 
 #include <stdio.h>
 
-#include "wire/insert.h"
+#include "wire/insert_limits.h"
 
 /* Why the table's memory would not take a writer it does not remember
  * (dedupe.h): CHIME_EFORGOTTEN or CHIME_ERESOURCE. Says what is known of

@@ -7,7 +7,9 @@
  * connection). Those the Open names count as released, so the learner,
  * which keeps them, never sees their items twice; the old stream then
  * ends at once, and what it held that the learner never received goes
- * back to the table (at least once). */
+ * back to the table (at least once).
+ * The other end of a stream that resumes after a lost connection:
+ * src/client/resume.c (one basename, two ends). */
 #include <string.h>
 #include <sys/random.h>
 

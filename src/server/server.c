@@ -27,7 +27,7 @@
 #include "server/memlimit.h"
 #include "server/methods.h"
 #include "server/metrics.h"
-#include "server/sampler.h"
+#include "server/fill_pool.h"
 #include "server/service.h"
 #include "server/stream.h"
 #include "server/tls.h"

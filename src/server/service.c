@@ -113,7 +113,7 @@ int chime__service_start(chime_server_t *srv) {
   }
   /* One poller per two CPUs: gRPC (1.51, epoll1) lets one poller at a time
    * wait for sockets and hands that role to another waiting poller on each
-   * event, a wake-up each; pollers share the CPUs with the sampler pool and
+   * event, a wake-up each; pollers share the CPUs with the fill pool and
    * the inserters. CHIME_CQ_THREADS overrides (a tuning knob). */
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   int nthreads = cpus >= 2 ? (int)(cpus / 2) : 1;

@@ -1,9 +1,11 @@
 /* Streams: ring creation under the memory budgets (the registry's), one
- * fill step for the sampler pool (wait for the attach, take a free slot,
+ * fill step for the fill pool (wait for the attach, take a free slot,
  * sample a batch into it, publish), and the end: what the learner did not
  * finish goes back to the table. Where the two modes part, the stream's
  * mode table decides (streammode.h: stream_shm.c, stream_send.c); this
- * file never names a mode. */
+ * file never names a mode.
+ * The other end of a stream of batches: src/client/stream.c (one basename, two
+ * ends). */
 #include "common/log.h"
 #include "server/stream.h"
 
@@ -378,7 +380,7 @@ static chime__fill_t retire(chime__stream_t *s) {
   return CHIME__FILL_DONE;
 }
 
-/* One fill step (sampler.h): never blocks; the mode's gate may hold it
+/* One fill step (fill_pool.h): never blocks; the mode's gate may hold it
  * back (shm: until the learner holds the ring). */
 static chime__fill_t stream_fill(chime__fill_job_t *j, chime__fill_wait_t *w) {
   chime__stream_t *s =

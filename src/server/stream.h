@@ -1,12 +1,14 @@
 /* A stream: one learner's ring on one table, its budget charge, how one
- * fill step goes (run by the sampler pool, sampler.h), and its mode's
+ * fill step goes (run by the fill pool, fill_pool.h), and its mode's
  * part (streammode.h). Reference counted: the Subscribe call, the pool,
  * the handoff watcher and every batch still held by gRPC; the ring is destroyed
  * with the last reference. Its charge against the budgets is held apart
  * (holds): by chimed's own ring until that is destroyed, and by a learner
  * that was handed the ring's fd until the handoff thread sees the learner
  * exit or let go of the ring (its mapping or fd keeps the pages alive). The
- * struct goes with the last of either. */
+ * struct goes with the last of either.
+ * The other end of a stream of batches: src/client/stream.h (one basename, two
+ * ends). */
 #ifndef CHIME_SERVER_STREAM_H
 #define CHIME_SERVER_STREAM_H
 
@@ -15,11 +17,11 @@
 #include <sys/types.h>
 
 #include "chime.pb-c.h"
-#include "server/sampler.h"
+#include "server/fill_pool.h"
 #include "server/state.h"
 #include "server/streammode.h"
 #include "server/streamops.h"
-#include "wire/handoff.h"
+#include "wire/handoff_bytes.h"
 
 #define CHIME__RESUME_TOKEN_BYTES 16
 
@@ -64,7 +66,7 @@ struct chime__stream_s {
   /* shm: the ring is filled only once its learner holds it, so a handoff
    * that never happens strands no item (attached, under mu) */
   int attached;
-  chime__fill_job_t job;       /* its filling, run by the sampler pool */
+  chime__fill_job_t job;       /* its filling, run by the fill pool */
   chime__table_waiter_t twait; /* kicks the job when the table has items */
   chime__call_t *call; /* the Subscribe call (srv->mu); dropped at close */
   /* stream mode: what a resuming Open presents with this stream's id
@@ -103,7 +105,7 @@ int chime__stream_open(chime__stream_t **out, chime_server_t *srv,
 int chime__stream_pins_init(chime__stream_t *s, const Chime__V1__Open *open,
                             int times);
 void chime__stream_pins_fini(chime__stream_t *s);
-/* Hands the stream to the sampler pool (and the call to its mode's
+/* Hands the stream to the fill pool (and the call to its mode's
  * start). */
 int chime__stream_start(chime__stream_t *s, chime__call_t *call);
 /* Shuts the ring down and ends the filling and sending; idempotent, from

@@ -18,8 +18,8 @@
 #include "chime.pb-c.h"
 #include "ring/producer.h"
 #include "server/call.h"
-#include "server/sampler.h"
-#include "wire/handoff.h"
+#include "server/fill_pool.h"
+#include "wire/handoff_bytes.h"
 
 typedef struct chime__stream_s chime__stream_t;
 

@@ -2,7 +2,7 @@
  * (stored_leaves / stored, docs/protocol.md "Compressed leaves"), through
  * what chimed does with it: the strict reader (src/server/insertreq.c), the
  * check against its table (src/server/insertcheck.c) and the insert into a
- * table that keeps 'obs' compressed (src/replay/insert.c, zleaf.c), from
+ * table that keeps 'obs' compressed (src/replay/table_insert.c, zleaf.c), from
  * bytes cut into pieces the way gRPC hands a message over.
  *
  * Input: [n][n piece lengths][message] (fuzz_common.h), as fuzz_insertreq.

@@ -22,7 +22,7 @@
 #include "ring/producer.h"
 #include "ring/ring_internal.h"
 #include "wire/chunk.h"
-#include "wire/handoff.h"
+#include "wire/handoff_bytes.h"
 #include "fuzz_common.h"
 #include "gen_seeds.h"
 

@@ -1,4 +1,4 @@
-/* The sampler pool alone (src/server/sampler.c), with jobs of the test's
+/* The sampler pool alone (src/server/fill_pool.c), with jobs of the test's
  * own: steps run until DONE and done() once, never two steps of one job at
  * a time; a job that waits for items runs again only when kicked, one
  * kicked while its step runs runs again (no lost wake-up), one waiting on a
@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
-#include "server/sampler.h"
+#include "server/fill_pool.h"
 
 /* Every wait in this file ends within this: liveness, not speed. */
 #define LIVENESS_NS (30ull * 1000000000ull)

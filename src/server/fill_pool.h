@@ -1,4 +1,4 @@
-/* The sampler pool: a fixed number of worker threads (sampler_threads,
+/* The fill pool: a fixed number of worker threads (sampler_threads,
  * default the number of CPUs) and one watcher thread fill every stream's
  * ring, so an idle or full stream costs no thread. A job (one stream) says
  * what one fill step needs when it cannot go on: a free slot (a futex word

@@ -3,7 +3,7 @@
  * wants each sample's rows, so each ragged leaf's offsets per sample are
  * made here from the group leaf's lengths (a pass over the samples'
  * lengths, the values never copied), checked against the ring's. */
-#include "client/group.h"
+#include "client/group_view.h"
 
 #include <inttypes.h>
 #include <stdio.h>

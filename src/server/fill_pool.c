@@ -1,4 +1,4 @@
-/* The sampler pool. Workers take jobs off one ready queue and run a few
+/* The fill pool. Workers take jobs off one ready queue and run a few
  * fill steps each (then the job goes to the back, so one busy stream does
  * not starve the others). A job that cannot go on waits where its step
  * said: on the table's waiter list (the table kicks it), on the watch list
@@ -10,7 +10,7 @@
  * Job states (under mu): IDLE waiting, QUEUED, RUNNING, DONE. A kick on a
  * running job marks it so the worker runs it again instead of parking it:
  * no wake-up is lost between a step's "nothing to do" and its parking. */
-#include "server/sampler.h"
+#include "server/fill_pool.h"
 
 #include <errno.h>
 #include <linux/futex.h>

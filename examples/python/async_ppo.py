@@ -38,6 +38,7 @@ import time
 import numpy as np
 
 import chime
+import common
 
 TABLE = "rollouts"
 TOKENS = 32
@@ -107,13 +108,7 @@ def write_rollouts(w, version, logits, stop, rng, flush_every, made):
 
 
 def learn(args):
-    if args.server:
-        client, address = chime.Client(args.server), args.server
-    else:
-        client = chime.ensure_server(args.name, config=server_config(args),
-                                     run_dir=args.run_dir)
-        address = chime.server_state(args.name,
-                                     run_dir=args.run_dir)["address"]
+    client, address = common.loop_client(args, server_config(args))
     ctx = multiprocessing.get_context("spawn")  # no gRPC state across fork
     version = ctx.Value("Q", 1)
     logits = ctx.Array("d", VOCAB)
@@ -184,10 +179,7 @@ def learn(args):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     a = ap.add_argument
-    a("--server", help="use this chimed (its config must have the table: "
-      "--print-config); else chime.ensure_server(--name)")
-    a("--name", default="chime-async-ppo")
-    a("--run-dir", default=None)
+    common.add_loop_args(ap, "chime-async-ppo")
     a("--writers", type=int, default=8)
     a("--batches", type=int, default=400)
     a("--batch-size", type=int, default=32)

@@ -39,6 +39,7 @@ import time
 import numpy as np
 
 import chime
+import common
 
 TABLE = "grpo"
 PROMPTS = 8
@@ -118,21 +119,25 @@ class Policy:
         return self.v, self.p
 
 
-def completion(policy, prompt, rng):
-    """One completion, token by token: the weights are read again every
-    REFRESH tokens, so one made across an update holds two versions."""
-    length = int(rng.integers(4, MAX_TOKENS + 1))
-    tok = np.empty(length, np.int32)
-    lp = np.empty(length, np.float32)
-    ver = np.empty(length, np.uint64)
-    for i in range(length):
+def group_of(policy, prompt, rng, g):
+    """g completions of one prompt made side by side, a token of each at
+    a time (as a model samples a prompt's group in one batch); the
+    weights are read again every REFRESH tokens, so a group made across
+    an update holds two versions (its staleness is its oldest token's)."""
+    lengths = rng.integers(4, MAX_TOKENS + 1, size=g)
+    tok = np.empty((g, MAX_TOKENS), np.int32)
+    lp = np.empty((g, MAX_TOKENS), np.float32)
+    ver = np.empty((g, MAX_TOKENS), np.uint64)
+    for i in range(int(lengths.max())):
         if i % REFRESH == 0:
             v, p = policy.refresh()
-        tok[i] = rng.choice(VOCAB, p=p[prompt])
-        lp[i] = np.log(p[prompt][tok[i]])
-        ver[i] = v
-    return {"prompt": np.int32(prompt), "tokens": tok, "logprobs": lp,
-            "tok_ver": ver, "reward": reward_of(prompt, tok, rng)}
+        tok[:, i] = rng.choice(VOCAB, size=g, p=p[prompt])
+        lp[:, i] = np.log(p[prompt][tok[:, i]])
+        ver[:, i] = v
+    return [{"prompt": np.int32(prompt), "tokens": tok[k, :n],
+             "logprobs": lp[k, :n], "tok_ver": ver[k, :n],
+             "reward": reward_of(prompt, tok[k, :n], rng)}
+            for k, n in enumerate(lengths)]
 
 
 def producer_main(address, index, version, logits, stop, out, seed, group):
@@ -147,9 +152,7 @@ def producer_main(address, index, version, logits, stop, out, seed, group):
         try:
             while not stop.is_set():
                 prompt = int(rng.integers(PROMPTS))
-                samples = [completion(policy, prompt, rng)
-                           for _ in range(group)]
-                w.append_group(samples)
+                w.append_group(group_of(policy, prompt, rng, group))
                 appended += 1
                 try:
                     w.flush()  # paced: waits while the learner is behind
@@ -189,13 +192,7 @@ def grpo_step(z, batch, group, lr):
 
 
 def learn(args):
-    if args.server:
-        client, address = chime.Client(args.server), args.server
-    else:
-        client = chime.ensure_server(args.name, config=server_config(args),
-                                     run_dir=args.run_dir)
-        address = chime.server_state(args.name,
-                                     run_dir=args.run_dir)["address"]
+    client, address = common.loop_client(args, server_config(args))
     ctx = multiprocessing.get_context("spawn")  # no gRPC state across fork
     version = ctx.Value("Q", 1)
     logits = ctx.Array("d", PROMPTS * VOCAB)
@@ -262,15 +259,12 @@ def learn(args):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     a = ap.add_argument
-    a("--server", help="use this chimed (its config must have the table: "
-      "--print-config); else chime.ensure_server(--name)")
-    a("--name", default="chime-grpo")
-    a("--run-dir", default=None)
+    common.add_loop_args(ap, "chime-grpo")
     a("--producers", type=int, default=8)
     a("--group", type=int, default=8, help="completions per prompt")
     a("--batches", type=int, default=160)
     a("--batch-size", type=int, default=4, help="groups per batch")
-    a("--update-every", type=int, default=2,
+    a("--update-every", type=int, default=4,
       help="batches per learner update (and version bump)")
     a("--max-staleness", type=int, default=3)
     a("--capacity", type=int, default=1024, help="groups")

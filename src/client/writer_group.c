@@ -50,7 +50,9 @@ static int pack_group(const chime_writer_t *w, uint32_t gmax, uint32_t n,
   return 0;
 }
 
-int chime_writer_append_group(chime_writer_t *writer, const void *const leaves[], const uint32_t *const lengths[], uint32_t n,
+int chime_writer_append_group(chime_writer_t *writer,
+                              const void *const leaves[],
+                              const uint32_t *const lengths[], uint32_t n,
                               double priority) {
   chime_writer_t *w = writer;
   if (!w || (!leaves && n))

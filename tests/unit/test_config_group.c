@@ -20,8 +20,8 @@ static chime__config_t cfg;
 
 #define T(spec, rest)                                                          \
   "{\"tables\":[{\"name\":\"g\",\"spec\":\"" spec "\",\"capacity\":8" rest "}" \
-                                                                           "]" \
-                                                                           "}"
+  "]"                                                                          \
+  "}"
 
 static void expect_bad(const char *json, const char *needle) {
   char err[512] = "";
@@ -62,8 +62,7 @@ static void test_spec_round_trip(void **state) {
   assert_int_equal(chime_spec_group(&st, &in, 3, err, sizeof(err)),
                    CHIME_EINVAL);
   assert_non_null(strstr(err, "leaf '__x'"));
-  assert_int_equal(
-      chime_spec_parse(&in, "t:u8[<=4294967295]"), 0);
+  assert_int_equal(chime_spec_parse(&in, "t:u8[<=4294967295]"), 0);
   assert_int_equal(chime_spec_group(&st, &in, 2, err, sizeof(err)),
                    CHIME_EINVAL);
   assert_non_null(strstr(err, "leaf 't'"));

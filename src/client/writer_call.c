@@ -246,3 +246,39 @@ uint64_t chime__writer_new_id(void) {
   }
   return id;
 }
+
+int chime__writer_take_drops(chime_writer_t *w, uint64_t first_index,
+                             uint64_t first_key, uint32_t count,
+                             const uint32_t *idx, const uint32_t *why, size_t n,
+                             char *err, size_t errlen) {
+  for (size_t k = 0; k < n; k++)
+    if (idx[k] >= count || (k > 0 && idx[k] <= idx[k - 1]) ||
+        (why[k] != CHIME_DROP_ZERO_VARIANCE &&
+         why[k] != CHIME_DROP_MEAN_OUTSIDE)) {
+      snprintf(err, errlen,
+               "ack names dropped group %" PRIu32 " (reason %" PRIu32
+               ") of %" PRIu32 ": not one of its groups in order",
+               idx[k], why[k], count);
+      return -1;
+    }
+  if (n == 0)
+    return 0;
+  if (w->ndrops + n > w->drops_cap) {
+    size_t cap = (w->ndrops + n) * 2;
+    chime_writer_drop_t *d = realloc(w->drops, cap * sizeof(*d));
+    if (d == NULL) {
+      snprintf(err, errlen, "out of memory for dropped groups");
+      return -1;
+    }
+    w->drops = d;
+    w->drops_cap = cap;
+  }
+  for (size_t k = 0; k < n; k++)
+    w->drops[w->ndrops++] = (chime_writer_drop_t){
+        .index = first_index + idx[k],
+        .key = first_key + idx[k],
+        .reason = (chime_drop_reason_t)why[k],
+    };
+  w->dropped += n;
+  return 0;
+}

@@ -202,24 +202,6 @@ out:
   return rc;
 }
 
-/* Step slot i's compressed leaves counted in (sign 1) or out (-1). */
-void chime__steps_z_count(chime__steps_t *s, const uint8_t *z, int sign) {
-  uint64_t raw = 0, kept = 0;
-  for (uint32_t k = 0; k < s->nz; k++) {
-    raw += s->zraw[s->zl[k]];
-    kept += chime__zleaf_size(z, k) == s->zraw[s->zl[k]];
-  }
-  uint64_t st = chime__zleaf_total(z, s->nz);
-  if (sign > 0) {
-    s->z_raw += raw;
-    s->z_stored += st;
-    s->z_kept_raw += kept;
-  } else {
-    s->z_raw -= raw;
-    s->z_stored -= st;
-  }
-}
-
 /* The compressed leaves of block b's steps go (their extents freed in a
  * bytes file, the file's bytes left as they are). */
 static void z_free_block(chime__steps_t *s, uint32_t b) {

@@ -8,6 +8,7 @@
 
 #include "replay/keyindex.h"
 #include "replay/steps.h"
+#include "replay/zleaf.h"
 
 #define NONE CHIME__STEPS_NONE
 
@@ -83,8 +84,26 @@ void chime__steps_sync(chime__steps_t *s);
  * reopened, blocks oldest first) listed with it: 0, or -1 when the index
  * is full. */
 int chime__steps_newest_at(chime__steps_t *s, uint32_t b);
-/* A step's compressed leaves z counted in (sign 1) or out (-1). */
-void chime__steps_z_count(chime__steps_t *s, const uint8_t *z, int sign);
+/* A step's compressed leaves z counted in (sign 1) or out (-1): here,
+ * so that steps.c and steps_file.c (a store opened again) share it. */
+static inline void chime__steps_z_count(chime__steps_t *s, const uint8_t *z,
+                                        int sign) {
+  uint64_t raw = 0, kept = 0;
+  for (uint32_t k = 0; k < s->nz; k++) {
+    raw += s->zraw[s->zl[k]];
+    kept += chime__zleaf_size(z, k) == s->zraw[s->zl[k]];
+  }
+  uint64_t st = chime__zleaf_total(z, s->nz);
+  if (sign > 0) {
+    s->z_raw += raw;
+    s->z_stored += st;
+    s->z_kept_raw += kept;
+  } else {
+    s->z_raw -= raw;
+    s->z_stored -= st;
+  }
+}
+
 /* The rest of chime__steps_create for a store opened again (cfg.reopen). */
 int chime__steps_reopen(chime__steps_t *s);
 

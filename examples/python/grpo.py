@@ -66,7 +66,11 @@ def server_config(args):
          "group_max": args.group, "version_leaf": "tok_ver",
          "filters": [{"leaf": "reward", "drop": "zero_variance"}]}
     if not args.no_pace:
-        t["pace_batch"] = args.batch_size * args.update_every
+        # Half the groups the learner draws per version step: the groups
+        # ahead then cover (max_staleness - 1) / 2 steps, and a group made
+        # while the learner moved on by a step or two still goes in within
+        # the bound (docs/replay.md, "What it promises").
+        t["pace_batch"] = max(1, args.batch_size * args.update_every // 2)
     return {"tables": [t]}
 
 

@@ -71,6 +71,8 @@ struct chime__acceptor_s {
   int reserve;         /* /dev/null, given up on EMFILE */
   uint32_t cap;
   uint32_t handshake_ms;
+  uint32_t rto_max_ms; /* 0: the kernel's */
+  int rto_max_said;    /* the kernel refused it once: said, not again */
   grpc_server *gs;
   grpc_server_credentials *creds;
   void *tls; /* gRPC's external TLS port (server/tls.h), or NULL */
@@ -403,6 +405,35 @@ static void on_pending_readable(uv_poll_t *h, int status, int events) {
   pending_end(p, n > 0);
 }
 
+/* Linux 6.15's per-socket cap on the retransmission backoff (not in
+ * Debian 12's headers). */
+#ifndef TCP_RTO_MAX_MS
+#define TCP_RTO_MAX_MS 44
+#endif
+
+void chime__acceptor_set_rto_max(chime__acceptor_t *a, uint32_t ms) {
+  a->rto_max_ms = ms;
+}
+
+/* A link down for a few seconds backs TCP's retransmissions off to
+ * seconds apart (0.2, 0.6, 1.4, 3.0, 6.2 s...): capped, the first one
+ * after the link is back goes within rto_max_ms (docs/remote.md). */
+static void rto_max(chime__acceptor_t *a, int fd) {
+  int v = (int)a->rto_max_ms;
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof(ss);
+  if (v == 0 || getsockname(fd, (struct sockaddr *)&ss, &len) != 0 ||
+      (ss.ss_family != AF_INET && ss.ss_family != AF_INET6) ||
+      setsockopt(fd, IPPROTO_TCP, TCP_RTO_MAX_MS, &v, sizeof(v)) == 0)
+    return;
+  if (errno == ENOPROTOOPT && !a->rto_max_said) { /* TCP, older kernel */
+    a->rto_max_said = 1;
+    chime__log(CHIME_LOG_INFO,
+               "tcp_rto_max_ms: this kernel has no TCP_RTO_MAX_MS (Linux "
+               "6.15+): its own retransmission backoff applies");
+  }
+}
+
 static void take(chime__acceptor_t *a, int lfd, int fd) {
   int one = 1;
   if (a->npending + a->nhanded >= a->cap &&
@@ -418,6 +449,7 @@ static void take(chime__acceptor_t *a, int lfd, int fd) {
   }
   /* Small messages go out at once, as on gRPC's own connections. */
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  rto_max(a, fd);
   p->fd = fd;
   p->lfd = lfd;
   p->a = a;

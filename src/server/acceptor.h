@@ -34,6 +34,10 @@ int chime__acceptor_create(chime__acceptor_t **out, const char *addr,
                            uint32_t max_connections,
                            uint32_t handshake_timeout_ms, int *port, char *err,
                            size_t errlen);
+/* Every TCP connection accepted from now on retransmits at least every ms
+ * milliseconds (TCP_RTO_MAX_MS; 0: the kernel's backoff). A kernel without
+ * the option (before Linux 6.15) keeps its own, said once at info. */
+void chime__acceptor_set_rto_max(chime__acceptor_t *a, uint32_t ms);
 /* The connection cap in force (max_connections or less, for the fd limit). */
 uint32_t chime__acceptor_cap(const chime__acceptor_t *a);
 /* Starts the loop thread; gs must be started. tls: the handler of gRPC's

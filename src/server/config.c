@@ -29,6 +29,7 @@ static void config_base(chime__config_t *cfg) {
   cfg->max_calls_per_connection = CHIME__DEFAULT_MAX_CALLS_PER_CONNECTION;
   cfg->max_calls = CHIME__DEFAULT_MAX_CALLS;
   cfg->handshake_timeout_ms = CHIME__DEFAULT_HANDSHAKE_TIMEOUT_MS;
+  cfg->tcp_rto_max_ms = CHIME__DEFAULT_TCP_RTO_MAX_MS;
   /* gRPC's default: a writer's next requests wait in its buffers (insert
    * throughput); off bounds a burst's memory (docs/operations.md). */
   cfg->bdp_probe = 1;
@@ -280,6 +281,19 @@ static int parse_shard(chime__config_t *cfg, json_t *v, char *err,
   return 0;
 }
 
+/* 0 (the kernel's backoff) or 1000..120000, the kernel's own range for
+ * TCP_RTO_MAX_MS. */
+static int parse_rto_max(chime__config_t *cfg, json_t *v, char *err,
+                         size_t errlen) {
+  json_int_t ms = json_is_integer(v) ? json_integer_value(v) : -1;
+  if (ms != 0 && (ms < 1000 || ms > 120000))
+    return chime__cfg_fail(err, errlen, "%s",
+                           "'tcp_rto_max_ms' must be 0 (the kernel's) or "
+                           "1000..120000");
+  cfg->tcp_rto_max_ms = (uint32_t)ms;
+  return 0;
+}
+
 /* The server's keys (docs/operations.md, the table under the example):
  * an integer in lo..hi, a bool, a string, or a reader of its own, at off
  * in chime__config_t. Parsing, the unknown-key message and test_config's
@@ -319,6 +333,7 @@ static const server_key_t server_keys[] = {
     RANGE("max_calls_per_connection", max_calls_per_connection, 1, 1000000),
     RANGE("max_calls", max_calls, 1, 10000000),
     RANGE("handshake_timeout_ms", handshake_timeout_ms, 1, 3600000),
+    READ("tcp_rto_max_ms", parse_rto_max),
     RANGE("keepalive_time_ms", keepalive_time_ms, 0, 3600000),
     RANGE("keepalive_timeout_ms", keepalive_timeout_ms, 1, 3600000),
     RANGE("max_connection_age_ms", max_connection_age_ms, 0, INT32_MAX),

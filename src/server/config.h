@@ -74,6 +74,11 @@ typedef struct {
    * calls costs; docs/operations.md). */
   int bdp_probe;
   uint32_t handshake_timeout_ms;
+  /* The longest wait between retransmissions on an accepted TCP
+   * connection (TCP_RTO_MAX_MS, Linux 6.15+; 0: the kernel's, 120 s), so
+   * that a stream's data moves again soon after a link that was down
+   * comes back (docs/remote.md, "A link that drops"). */
+  uint32_t tcp_rto_max_ms;
   /* HTTP/2 keepalive pings: a peer that does not answer one within the
    * timeout is dropped with its calls (0: no pings). */
   uint32_t keepalive_time_ms;
@@ -109,6 +114,7 @@ typedef struct {
 #define CHIME__DEFAULT_MAX_CALLS_PER_CONNECTION 1024u
 #define CHIME__DEFAULT_MAX_CALLS 65536u
 #define CHIME__DEFAULT_HANDSHAKE_TIMEOUT_MS 10000u
+#define CHIME__DEFAULT_TCP_RTO_MAX_MS 1000u
 /* Keepalive: CHIME_KEEPALIVE_TIME_MS, CHIME_KEEPALIVE_TIMEOUT_MS (chime.h),
  * the same as a client's. */
 

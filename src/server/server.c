@@ -716,6 +716,7 @@ static int listen_on(chime_server_t *srv, char *bound, size_t boundlen,
       srv->cfg.handshake_timeout_ms, &port, err, errlen);
   if (rc != 0)
     goto fail;
+  chime__acceptor_set_rto_max(srv->acceptor, srv->cfg.tcp_rto_max_ms);
   srv->owns_grpc = 1;
   grpc_server_start(gs);
   rc = chime_server_start(srv);

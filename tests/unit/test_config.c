@@ -241,6 +241,10 @@ static void test_mistakes(void **state) {
   expect_bad("{\"listne\":\"x\"," TA "}", "'listne': unknown key");
   expect_bad("{\"listen\":5," TA "}", "'listen': expected a string");
   expect_bad("{\"max_calls\":0," TA "}", "'max_calls'");
+  /* The kernel's own range for TCP_RTO_MAX_MS, or 0. */
+  expect_bad("{\"tcp_rto_max_ms\":500," TA "}",
+             "'tcp_rto_max_ms' must be 0 (the kernel's) or 1000..120000");
+  expect_bad("{\"tcp_rto_max_ms\":120001," TA "}", "'tcp_rto_max_ms'");
   expect_bad("{\"max_calls_per_connection\":1000001," TA "}",
              "'max_calls_per_connection'");
   expect_bad(T("a", "x:u8", ",\"capacity\":0"),

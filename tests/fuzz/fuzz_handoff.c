@@ -46,45 +46,48 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* --- one stream, as the handoff and the watch see it (streamops.h) --- */
 
-typedef struct {
+/* The stream the handoff's ops take is this test's own (streamops.h
+ * names only its tag). */
+struct chime__stream_s {
   atomic_int refs, holds, attached, kills;
-} fake_stream_t;
+};
+typedef chime__stream_t fake_stream_t;
 
 static int ring_memfd = -1;
 
-static void fake_ref(void *s) {
+static void fake_ref(chime__stream_t *s) {
   atomic_fetch_add(&((fake_stream_t *)s)->refs, 1);
 }
-static void fake_unref(void *s) {
+static void fake_unref(chime__stream_t *s) {
   /* ours is the last */
   FUZZ_CHECK(atomic_fetch_sub(&((fake_stream_t *)s)->refs, 1) > 1);
 }
-static void fake_hold(void *s) {
+static void fake_hold(chime__stream_t *s) {
   atomic_fetch_add(&((fake_stream_t *)s)->holds, 1);
 }
-static void fake_unhold(void *s) {
+static void fake_unhold(chime__stream_t *s) {
   FUZZ_CHECK(atomic_fetch_sub(&((fake_stream_t *)s)->holds, 1) > 0);
 }
-static int fake_ring_fd(void *s) {
+static int fake_ring_fd(chime__stream_t *s) {
   (void)s;
   return ring_memfd;
 }
 /* No file has this identity: the learner (this process) holds nothing the
  * watch's /proc sweep could find. */
-static void fake_ring_id(void *s, dev_t *dev, ino_t *ino) {
+static void fake_ring_id(chime__stream_t *s, dev_t *dev, ino_t *ino) {
   (void)s;
   *dev = (dev_t)-1;
   *ino = (ino_t)-1;
 }
-static void fake_attached(void *s) {
+static void fake_attached(chime__stream_t *s) {
   atomic_fetch_add(&((fake_stream_t *)s)->attached, 1);
 }
-static void fake_kill(void *s, const char *why) {
+static void fake_kill(chime__stream_t *s, const char *why) {
   (void)why;
   atomic_fetch_add(&((fake_stream_t *)s)->kills, 1);
 }
 /* The stream ends as soon as its learner is watched. */
-static int fake_closed(void *s) {
+static int fake_closed(chime__stream_t *s) {
   (void)s;
   return 1;
 }

@@ -137,8 +137,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     chime__table_stats_t a, b;
     chime__table_get_stats(t, &a);
     char why[256] = "";
-    chime__table_stored_t zs = {q.stored_leaves, q.n_stored_leaves, q.stored,
-                                why, sizeof(why), NULL};
+    chime__table_stored_t zs = {
+        q.stored_leaves, q.n_stored_leaves, q.stored, why, sizeof(why), NULL};
     uint64_t first = 0;
     /* A sequence table's steps go to a writer's episode. */
     static uint64_t seq;

@@ -187,7 +187,7 @@ int chime__handoff_fetch(const char *socket_path, const uint8_t *token,
                          size_t token_len, int timeout_ms, int *fd_out,
                          char *err, size_t errlen);
 
-/* --- stream mode: chunks into a local ring, credits (remote.c) --- */
+/* --- stream mode: chunks into a local ring, credits (mode_stream.c) --- */
 
 typedef struct {
   chime_ring_t *ring;       /* local ring, this side produces */
@@ -232,7 +232,7 @@ typedef struct {
   uint64_t *released; /* server seqs of the credit_pending releases */
   int closing;        /* chime_stream_close(): send releases at once */
   int bye_sent;       /* a Credit with closing went (resumable streams) */
-  /* Resuming after a lost connection (resume.c, remote.c): the old
+  /* Resuming after a lost connection (resume.c, mode_stream.c): the old
    * stream's token (Opened's); the seqs of the last 2 x slots releases, a
    * circle (their Credits may have been lost with the connection); the
    * seqs a resuming Open names (at most 3 x slots); releases that earn

@@ -8,7 +8,7 @@
  * RETRY_MS apart, until reconnect_timeout_ms passed since the loss: then
  * the stream ends with CHIME_EDISCONNECTED. The new Open names the old
  * stream and the batches received from it that its server may still hold
- * (remote.c), so a server that has not yet seen the old call die counts
+ * (mode_stream.c), so a server that has not yet seen the old call die counts
  * them as released instead of giving their items to another stream.
  * The other end of a stream that resumes after a lost connection:
  * src/server/resume.c (one basename, two ends). */

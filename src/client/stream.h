@@ -2,10 +2,10 @@
  *
  * A stream is a Subscribe call plus a ring the learner reads. How the ring
  * is filled is the transport's business, one table of functions per mode
- * (nng's habit): shm maps the server's ring (attach.c), stream fills a local
- * ring from chunks and pays for them with credits (remote.c). stream.c
+ * (nng's habit): shm maps the server's ring (mode_shm.c), stream fills a local
+ * ring from chunks and pays for them with credits (mode_stream.c). stream.c
  * drives the call and the learner's calls through the table and never asks
- * which mode it is in; attach.c chooses the mode, falls back, checks the
+ * which mode it is in; stream_open.c chooses the mode, falls back, checks the
  * layout and sets the table. A NULL member is optional: nothing to do.
  * The other end of a stream of batches: src/server/stream.h (one basename, two
  * ends). */
@@ -152,15 +152,15 @@ struct chime__transport_s {
   void (*resumed)(chime_stream_t *s, const Chime__V1__Opened *op);
 };
 
-extern const chime__transport_t chime__shm_transport;    /* attach.c */
-extern const chime__transport_t chime__remote_transport; /* remote.c */
+extern const chime__transport_t chime__shm_transport;    /* mode_shm.c */
+extern const chime__transport_t chime__remote_transport; /* mode_stream.c */
 
 /* Opens the stream s (opts, prefetch, table set): chooses the mode (auto:
  * shm when the server is on this host and the attach works, else stream,
  * with the reason in s->fallback), runs Subscribe up to Opened, checks the
  * layout and sets up the transport. On success s->tp, s->ring and the call
  * are ready for the stream's thread; on failure nothing is left but s's
- * memory. attach.c. */
+ * memory. stream_open.c. */
 int chime__stream_attach(chime_stream_t *s, char *err, size_t errlen);
 
 /* --- stream mode's window (window.c) --- */
@@ -199,7 +199,7 @@ int chime__resume_begin(chime_stream_t *s, int code, const char *text);
  * (pump it), else nonzero (nothing to resume, or the stream ended: given
  * up, refused, or closing). */
 int chime__stream_resume(chime_stream_t *s);
-/* One resuming Subscribe (attach.c): the new call open within wait_ms
+/* One resuming Subscribe (stream_open.c): the new call open within wait_ms
  * (waiting for the channel to connect), its layout the old one's; the old
  * call's rpc is destroyed first. On failure err says why and s->rpc is
  * destroyed. */

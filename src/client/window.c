@@ -6,7 +6,7 @@
  * grows the ring's slots until they cover twice the bytes a link of
  * AIM_BYTES_PER_S moves in that round trip, bounded by the stream's
  * max_inflight_bytes (docs/remote.md). Twice: the learner's releases go
- * back as credits in half windows (remote.c), and a window that only just
+ * back as credits in half windows (mode_stream.c), and a window that only just
  * covers the round trip leaves the link idle while one is on its way. */
 #include <string.h>
 

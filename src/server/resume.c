@@ -18,7 +18,7 @@
 
 void chime__stream_lost(chime__stream_t *s) {
   /* Only its first end counts: a stream closed already stays so. */
-  /* Its sender holds batches (max_times_sampled: stream_send.c). */
+  /* Its sender holds batches (max_times_sampled: mode_stream.c). */
   int holds = chime__table_config(s->table)->max_times_sampled != 0;
   if (s->resumable && holds && !atomic_load(&s->closed) &&
       !atomic_load(&s->srv->stopping))

@@ -21,7 +21,7 @@
 
 typedef struct chime__call_s chime__call_t;
 typedef struct chime__sent_s chime__sent_t;
-/* The owner: stream mode's stream (stream_send.c; test_sender: its own). */
+/* The owner: stream mode's stream (mode_stream.c; test_sender: its own). */
 typedef struct chime__stream_s chime__stream_t;
 struct grpc_byte_buffer;
 

@@ -2,7 +2,7 @@
  * fill step for the fill pool (wait for the attach, take a free slot,
  * sample a batch into it, publish), and the end: what the learner did not
  * finish goes back to the table. Where the two modes part, the stream's
- * mode table decides (streammode.h: stream_shm.c, stream_send.c); this
+ * mode table decides (streammode.h: mode_shm.c, mode_stream.c); this
  * file never names a mode.
  * The other end of a stream of batches: src/client/stream.c (one basename, two
  * ends). */

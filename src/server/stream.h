@@ -52,7 +52,7 @@ struct chime__stream_s {
   atomic_int closed;
   pthread_mutex_t mu; /* attached, retired, end_call */
   /* stream mode's own: its sender, the bytes each batch sends, the fill
-   * job's hint (stream_send.c); NULL in shm mode */
+   * job's hint (mode_stream.c); NULL in shm mode */
   chime__stream_send_t *send;
   /* Each slot's batch keeps its rows pinned in the table until the slot
    * is filled again (or, shm, seen released) or the stream goes: stream

@@ -1,7 +1,7 @@
 /* Internal: what differs between a stream's two modes, as one table of
  * functions per mode (nng's transport habit, as the client's
- * src/client/stream.h): shm (stream_shm.c: the learner maps the ring, handed
- * over by the handoff socket) and stream (stream_send.c: the server sends
+ * src/client/stream.h): shm (mode_shm.c: the learner maps the ring, handed
+ * over by the handoff socket) and stream (mode_stream.c: the server sends
  * each batch over the call, from the table's pinned rows). stream.c runs a
  * stream's life and calls these at the points where the modes part; it
  * never names a mode. The Subscribe handler picks the table from the Open

@@ -1,6 +1,6 @@
 /* libFuzzer target: stream-mode messages as the client receives them: the
  * chunk header (src/wire/chunk.c) and the assembly of chunks into a local
- * ring (src/client/remote.c), without a gRPC connection: each message is a
+ * ring (src/client/mode_stream.c), without a gRPC connection: each message is a
  * grpc_byte_buffer built from pieces, as a completed receive hands it over.
  *
  * Input: a sequence of records, each
@@ -63,7 +63,7 @@ static int check_parse(const uint8_t *msg, size_t len, chime__chunk_t *c) {
   int rc = chime__chunk_parse(msg, len, len, c);
   FUZZ_CHECK(rc == 0 || rc == CHIME_ENOTFOUND || rc == CHIME_EPROTO);
 
-  /* remote.c parses from at most CHIME_CHUNK_HEADER_MAX gathered bytes. */
+  /* mode_stream.c parses from at most CHIME_CHUNK_HEADER_MAX gathered bytes. */
   chime__chunk_t head;
   size_t avail = len < CHIME_CHUNK_HEADER_MAX ? len : CHIME_CHUNK_HEADER_MAX;
   int rc_head = chime__chunk_parse(msg, avail, len, &head);

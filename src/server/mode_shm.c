@@ -5,7 +5,7 @@
  * releases ring the ring's futex word, which the pool's watcher sleeps on
  * (and its takes, when it asked for a ready limit). Its learner's
  * Credits mean nothing here: the ring's counters say what it took and
- * released. */
+ * released. The other end: client/mode_shm.c. */
 #include <stdio.h>
 
 #include "common/clock.h"

@@ -1,9 +1,9 @@
-/* Stream mode: the transport that fills a local ring from the server's
- * chunks and pays for them with credits. Each chunk's bytes go straight from
- * gRPC's slices into a slot of the local ring (one copy, no protobuf-c
- * unpack; a batch with ragged leaves where its offsets, sent first and
- * checked, say: ring/extents.h); each release the learner makes goes back as a
- * credit naming the batch. */
+/* Stream mode, the learner's end: the transport that fills a local ring from
+ * the server's chunks and pays for them with credits. Each chunk's bytes go
+ * straight from gRPC's slices into a slot of the local ring (one copy, no
+ * protobuf-c unpack; a batch with ragged leaves where its offsets, sent first
+ * and checked, say: ring/extents.h); each release the learner makes goes back
+ * as a credit naming the batch. The other end: server/mode_stream.c. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>

@@ -7,7 +7,7 @@
  * word; a Credit or a completed send fills what is free on the thread that
  * learned of it (refill). A batch with ragged leaves sends only the bytes
  * it uses, its offsets and info first (ring/extents.h): batch_spans maps
- * those onto the slot. */
+ * those onto the slot. The other end: client/mode_stream.c. */
 #include <stdio.h>
 #include <stdlib.h>
 

@@ -16,6 +16,34 @@
 #include "server/call.h"
 #include "wire/message.h"
 
+struct chime__call_s {
+  chime__callhost_t *host;
+  int method;
+  const chime__call_vt_t *vt;
+  grpc_call *call;
+  gpr_timespec deadline;
+  grpc_metadata_array md;
+  grpc_call_details details; /* unregistered methods only */
+  grpc_byte_buffer *payload;
+  chime__tag_t req_tag, recv_tag, send_tag, close_tag;
+  pthread_mutex_t mu;
+  int refs;
+  grpc_byte_buffer *recv_bb;
+  int cancelled;
+  int closed;
+  int recving;
+  /* The last receive failed (the call is over: cancelled, its connection
+   * lost) rather than the client half-closing: on_message then gets NULL
+   * too (mu). */
+  int recv_failed;
+  int sending;
+  int meta_sent;
+  int finishing;
+  chime__send_t *q_head, *q_tail, *inflight;
+  chime__link_t link; /* on the host's live calls */
+  void *state;
+};
+
 struct chime__send_s {
   chime__send_t *next;
   grpc_byte_buffer *bb; /* NULL: the final status */
@@ -38,6 +66,52 @@ static void free_sends(chime__send_t *s) {
     free(s);
     s = n;
   }
+}
+
+chime_server_t *chime__call_server(const chime__call_t *c) {
+  return c->host->srv;
+}
+
+int chime__call_method(const chime__call_t *c) {
+  return c->method;
+}
+
+grpc_byte_buffer *chime__call_payload(const chime__call_t *c) {
+  return c->payload;
+}
+
+const grpc_metadata_array *chime__call_metadata(const chime__call_t *c) {
+  return &c->md;
+}
+
+void chime__call_lock(chime__call_t *c) {
+  pthread_mutex_lock(&c->mu);
+}
+
+void chime__call_unlock(chime__call_t *c) {
+  pthread_mutex_unlock(&c->mu);
+}
+
+void *chime__call_state(const chime__call_t *c) {
+  return c->state;
+}
+
+void chime__call_set_state(chime__call_t *c, void *state) {
+  pthread_mutex_lock(&c->mu);
+  c->state = state;
+  pthread_mutex_unlock(&c->mu);
+}
+
+int chime__call_closed(const chime__call_t *c) {
+  return c->closed;
+}
+
+int chime__call_cancelled(const chime__call_t *c) {
+  return c->cancelled;
+}
+
+int chime__call_recv_failed(const chime__call_t *c) {
+  return c->recv_failed;
 }
 
 void chime__call_ref(chime__call_t *c) {
@@ -476,7 +550,6 @@ int chime__request_call(chime__callhost_t *h, int method) {
   if (c == NULL)
     return CHIME_ENOMEM;
   c->host = h;
-  c->srv = h->srv;
   c->method = method;
   c->vt = method < CHIME__M_COUNT ? h->vt[method] : &unknown_vt;
   c->refs = 1;

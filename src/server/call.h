@@ -24,7 +24,7 @@ typedef struct chime__tag_s {
 typedef struct chime__call_s chime__call_t;
 
 typedef struct {
-  /* The call arrived (unary: c->payload holds the request). */
+  /* The call arrived (unary: chime__call_payload holds the request). */
   void (*on_start)(chime__call_t *c);
   /* A message (owned by the handler), or NULL when the client closed its
    * side or the call failed. */
@@ -33,13 +33,13 @@ typedef struct {
   void (*on_close)(chime__call_t *c);
   /* The server is stopping: finish the call soon with UNAVAILABLE. */
   void (*on_stop)(chime__call_t *c);
-  /* Last reference gone: free c->state. */
+  /* Last reference gone: free the handler's state (chime__call_state). */
   void (*on_free)(chime__call_t *c);
   /* A send completed and nothing is queued: the handler may queue more
    * (from the completion-queue thread, no lock held; may be NULL). */
   void (*on_sent)(chime__call_t *c);
   /* Non-zero: the method is answered without a token and while the server
-   * stops (its on_start sees srv->stopping), and is asked for again
+   * stops (its on_start sees the server's stopping), and is asked for again
    * until the grpc_server shuts down. For a probe (health), which must
    * tell nothing but whether the server serves. */
   int open;
@@ -53,7 +53,7 @@ typedef struct chime__send_s chime__send_t;
  * complete, which handler serves each method, whether a call may go on,
  * and the live calls. */
 typedef struct chime__callhost_s {
-  chime_server_t *srv; /* handed to the handlers as c->srv */
+  chime_server_t *srv; /* handed to the handlers: chime__call_server */
   grpc_server *gs;
   /* New calls are announced on cq, and every call's operations complete
    * there but an Insert call's: on insert_cq when not NULL (service.c). */
@@ -86,34 +86,33 @@ typedef struct chime__callhost_s {
   uint32_t insert_calls; /* the Insert calls among them */
 } chime__callhost_t;
 
-struct chime__call_s {
-  chime__callhost_t *host;
-  chime_server_t *srv; /* host->srv, for the handler */
-  int method;
-  const chime__call_vt_t *vt;
-  grpc_call *call;
-  gpr_timespec deadline;
-  grpc_metadata_array md;
-  grpc_call_details details; /* unregistered methods only */
-  grpc_byte_buffer *payload;
-  chime__tag_t req_tag, recv_tag, send_tag, close_tag;
-  pthread_mutex_t mu;
-  int refs;
-  grpc_byte_buffer *recv_bb;
-  int cancelled;
-  int closed;
-  int recving;
-  /* The last receive failed (the call is over: cancelled, its connection
-   * lost) rather than the client half-closing: on_message then gets NULL
-   * too (mu). */
-  int recv_failed;
-  int sending;
-  int meta_sent;
-  int finishing;
-  chime__send_t *q_head, *q_tail, *inflight;
-  chime__link_t link; /* on the host's live calls */
-  void *state;
-};
+/* The call is opaque (call.c); its handler reads what it needs through
+ * these. */
+/* The server whose call it is (the host's srv). */
+chime_server_t *chime__call_server(const chime__call_t *c);
+/* Its method: a CHIME__M_* (CHIME__M_COUNT: an unregistered one). */
+int chime__call_method(const chime__call_t *c);
+/* A unary call's request, which the call keeps (NULL: a streaming method, or
+ * no request came). */
+grpc_byte_buffer *chime__call_payload(const chime__call_t *c);
+/* The metadata the client opened the call with (its token: auth.h). */
+const grpc_metadata_array *chime__call_metadata(const chime__call_t *c);
+/* The call's lock: it guards the flags below and the handler's state
+ * pointer, and a handler guards its own state's shared fields with it. Not
+ * held across another chime__call_* function (they take it) or a callback. */
+void chime__call_lock(chime__call_t *c);
+void chime__call_unlock(chime__call_t *c);
+/* The handler's state, NULL until on_start sets it (set_state takes the
+ * lock: other callbacks may run beside on_start); on_free frees it. */
+void *chime__call_state(const chime__call_t *c);
+void chime__call_set_state(chime__call_t *c, void *state);
+/* How the call goes, read under its lock: over (on_close runs or ran);
+ * ended by gRPC's cancel (the client or its connection gone, rather than
+ * its status sent), known once over; the last receive failed (the call is
+ * over) rather than the client half-closing, when on_message got NULL. */
+int chime__call_closed(const chime__call_t *c);
+int chime__call_cancelled(const chime__call_t *c);
+int chime__call_recv_failed(const chime__call_t *c);
 
 void chime__call_ref(chime__call_t *c);
 void chime__call_unref(chime__call_t *c);

@@ -176,7 +176,7 @@ void chime__ckpter_destroy(chime__ckpter_t *k) {
 /* --- the Checkpoint call --- */
 
 static void ckpt_on_start(chime__call_t *c) {
-  chime__ckpter_t *k = c->srv->ckpter;
+  chime__ckpter_t *k = chime__call_server(c)->ckpter;
   if (k == NULL) {
     chime__call_finish_as(c, CHIME_EINVAL, GRPC_STATUS_FAILED_PRECONDITION,
                           "Checkpoint: this server has no checkpoint dir "

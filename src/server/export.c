@@ -109,7 +109,7 @@ static chime__table_t *export_table(chime__call_t *c,
                                     const Chime__V1__ExportRequest *req) {
   const char *name = req->table != NULL ? req->table : "";
   char pn[CHIME__PRINTABLE_LEN(64)];
-  chime__table_t *t = chime__server_table(c->srv, name, NULL);
+  chime__table_t *t = chime__server_table(chime__call_server(c), name, NULL);
   if (t == NULL) {
     chime__call_finish(c, CHIME_ENOTFOUND, "export: table '%s' not found",
                        chime__printable(pn, sizeof(pn), name, 64));
@@ -129,9 +129,9 @@ static chime__table_t *export_table(chime__call_t *c,
 
 static void export_on_start(chime__call_t *c) {
   ProtobufCMessage *m = NULL;
-  if (c->payload == NULL ||
-      chime__msg_unpack(&chime__v1__export_request__descriptor, c->payload,
-                        &m) != 0) {
+  grpc_byte_buffer *bb = chime__call_payload(c);
+  if (bb == NULL ||
+      chime__msg_unpack(&chime__v1__export_request__descriptor, bb, &m) != 0) {
     chime__call_finish(c, CHIME_EINVAL, "malformed ExportRequest");
     return;
   }
@@ -167,9 +167,7 @@ static void export_on_start(chime__call_t *c) {
   }
   pthread_mutex_init(&st->mu, NULL);
   st->viewing = 1;
-  pthread_mutex_lock(&c->mu);
-  c->state = st;
-  pthread_mutex_unlock(&c->mu);
+  chime__call_set_state(c, st);
   pthread_mutex_lock(&st->mu);
   if (export_head(c, st) != 0) {
     export_release(st);
@@ -177,14 +175,14 @@ static void export_on_start(chime__call_t *c) {
   }
   pthread_mutex_unlock(&st->mu);
   /* A stop that came before the state was there found nothing to end. */
-  if (atomic_load(&c->srv->stopping))
+  if (atomic_load(&chime__call_server(c)->stopping))
     chime__call_stop(c);
 }
 
 static export_t *export_state(chime__call_t *c) {
-  pthread_mutex_lock(&c->mu);
-  export_t *st = c->state;
-  pthread_mutex_unlock(&c->mu);
+  chime__call_lock(c);
+  export_t *st = chime__call_state(c);
+  chime__call_unlock(c);
   return st;
 }
 
@@ -222,7 +220,7 @@ static void export_on_stop(chime__call_t *c) {
 }
 
 static void export_on_free(chime__call_t *c) {
-  export_t *st = c->state;
+  export_t *st = chime__call_state(c);
   if (st == NULL)
     return;
   export_release(st);

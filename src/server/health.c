@@ -17,7 +17,8 @@
 
 static void health_on_start(chime__call_t *c) {
   grpc_slice sl;
-  if (c->payload == NULL || chime__bb_read(c->payload, &sl) != 0) {
+  grpc_byte_buffer *bb = chime__call_payload(c);
+  if (bb == NULL || chime__bb_read(bb, &sl) != 0) {
     chime__call_finish(c, CHIME_EINVAL, "missing HealthCheckRequest");
     return;
   }
@@ -41,7 +42,7 @@ static void health_on_start(chime__call_t *c) {
   Grpc__Health__V1__HealthCheckResponse resp =
       GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
   resp.status =
-      atomic_load(&c->srv->stopping)
+      atomic_load(&chime__call_server(c)->stopping)
           ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING
           : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
   chime__call_send_msg(c, &resp);

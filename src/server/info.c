@@ -44,11 +44,12 @@ static size_t leaf_bytes_msgs(const chime__table_stats_t *st,
  * it had asked. */
 static int need_request(chime__call_t *c, const ProtobufCMessageDescriptor *d) {
   ProtobufCMessage *m;
-  if (c->payload == NULL) {
+  grpc_byte_buffer *bb = chime__call_payload(c);
+  if (bb == NULL) {
     chime__call_finish(c, CHIME_EINVAL, "missing request");
     return -1;
   }
-  int rc = chime__msg_unpack(d, c->payload, &m);
+  int rc = chime__msg_unpack(d, bb, &m);
   if (rc != 0) {
     chime__call_finish(c, CHIME_EINVAL, "%s %s",
                        rc == CHIME_EPROTO ? "unreadable" : "malformed",
@@ -103,7 +104,7 @@ static void sequence_info(table_msg_t *m, const chime__table_config_t *tc,
 }
 
 static void info_on_start(chime__call_t *c) {
-  chime_server_t *srv = c->srv;
+  chime_server_t *srv = chime__call_server(c);
   table_msg_t *tm = NULL;
   Chime__V1__TableInfo **tp = NULL;
   Chime__V1__RingInfo *rings = NULL;
@@ -361,14 +362,15 @@ void chime__stats_snap_done(chime_server_t *srv, chime__stats_snap_t *snap) {
 
 static void stats_on_start(chime__call_t *c) {
   chime__stats_snap_t snap;
+  chime_server_t *srv = chime__call_server(c);
   if (need_request(c, &chime__v1__stats_request__descriptor) != 0)
     return;
-  if (chime__stats_snap(c->srv, &snap) != 0) {
+  if (chime__stats_snap(srv, &snap) != 0) {
     chime__call_finish(c, CHIME_ENOMEM, "out of memory");
     return;
   }
   grpc_byte_buffer *bb = chime__msg_pack(&snap.r.base);
-  chime__stats_snap_done(c->srv, &snap);
+  chime__stats_snap_done(srv, &snap);
   answer(c, bb);
 }
 

@@ -209,6 +209,7 @@ static int insert_direct(chime__table_t *t, msg_t *m, uint64_t *first_key,
 typedef struct insert_s insert_t;
 struct insert_s {
   chime__call_t *call;
+  chime_server_t *srv; /* the call's, read once per message */
   chime__table_t *table;
   uint32_t tindex;
   staged_t *req; /* waiting for the worker */
@@ -220,7 +221,7 @@ struct insert_s {
   int closed_ok;  /* OK after the client closed its side, all acked */
   insert_t *next; /* worker queue */
   /* The writers this call carried, bound to it in the table's memory until
-   * it ends (dedupe.h). Under c->mu. */
+   * it ends (dedupe.h). Under the call's lock. */
   uint64_t writers[CHIME__INSERT_CALL_WRITERS];
   uint32_t nwriters;
   uint32_t owner; /* whose writer places they take (auth.h) */
@@ -252,15 +253,15 @@ static void finish_err(chime__call_t *c, int rc, const char *msg) {
 /* The writer closed its side and everything it sent is acked. During a
  * shutdown it still hears "shutting down", whichever came first. */
 static void finish_closed(chime__call_t *c) {
-  if (atomic_load(&c->srv->stopping)) {
+  if (atomic_load(&chime__call_server(c)->stopping)) {
     chime__call_finish(c, CHIME_ESHUTDOWN, "shutting down");
     return;
   }
   /* The writers it carried are done (dedupe.h: closed, forgotten first). */
-  insert_t *st = c->state;
-  pthread_mutex_lock(&c->mu);
+  insert_t *st = chime__call_state(c);
+  chime__call_lock(c);
   st->closed_ok = 1;
-  pthread_mutex_unlock(&c->mu);
+  chime__call_unlock(c);
   chime__call_finish(c, CHIME_OK, "%s", "");
 }
 
@@ -270,14 +271,14 @@ static void finish_closed(chime__call_t *c) {
 static int bind_writer(chime__call_t *c, insert_t *st, uint64_t writer,
                        uint64_t seq, char *err, size_t errlen) {
   const chime__table_config_t *tc = chime__table_config(st->table);
-  pthread_mutex_lock(&c->mu);
+  chime__call_lock(c);
   int full = st->nwriters == CHIME__INSERT_CALL_WRITERS;
   for (uint32_t i = 0; i < st->nwriters; i++)
     if (st->writers[i] == writer) {
-      pthread_mutex_unlock(&c->mu);
+      chime__call_unlock(c);
       return 0;
     }
-  pthread_mutex_unlock(&c->mu);
+  chime__call_unlock(c);
   if (full) {
     snprintf(err, errlen,
              "insert into '%s': one Insert call carries at most %d writer "
@@ -306,11 +307,11 @@ static int bind_writer(chime__call_t *c, insert_t *st, uint64_t writer,
     chime__insert_writer_refused(err, errlen, st->table, rc, writer, seq);
   if (rc != 0)
     return rc;
-  pthread_mutex_lock(&c->mu);
+  chime__call_lock(c);
   int ended = st->ended; /* on_close unbound what it found already */
   if (!ended)
     st->writers[st->nwriters++] = writer;
-  pthread_mutex_unlock(&c->mu);
+  chime__call_unlock(c);
   if (ended)
     chime__table_writer_unbind(st->table, writer, 0);
   return 0;
@@ -324,12 +325,12 @@ static int bind_writer(chime__call_t *c, insert_t *st, uint64_t writer,
 static void read_next(chime__call_t *c, insert_t *st) {
   int always = st->table == NULL;
   if (!always) {
-    chime__inserter_t *w = c->srv->inserters[st->tindex];
+    chime__inserter_t *w = st->srv->inserters[st->tindex];
     pthread_mutex_lock(&w->mu);
     always = w->head != NULL || w->busy;
     pthread_mutex_unlock(&w->mu);
   }
-  chime__staging_recv_reserved(&c->srv->staging, c, &st->reserved, always);
+  chime__staging_recv_reserved(&st->srv->staging, c, &st->reserved, always);
 }
 
 /* Acks a request that went in (rc 0), then reads the next one, or ends
@@ -340,10 +341,10 @@ static void insert_finish(chime__call_t *c, insert_t *st, int rc,
                           uint32_t count, uint64_t first_key) {
   if (rc == 0)
     chime__insert_send_ack(c, id, count, first_key, st->drop);
-  pthread_mutex_lock(&c->mu);
+  chime__call_lock(c);
   st->pending = 0;
   int stop = st->stopping, hc = st->half_closed;
-  pthread_mutex_unlock(&c->mu);
+  chime__call_unlock(c);
   if (rc != 0 && dq->refused)
     chime__insert_finish_refused(c, st->table, dq, rc, count);
   else if (rc == CHIME_EINVAL && st->why[0] != '\0')
@@ -376,7 +377,7 @@ static void insert_finish(chime__call_t *c, insert_t *st, int rc,
         "for requests waiting for room (budgets.staged_insert_bytes, %llu "
         "bytes) is spent; send it again later",
         chime__table_config(st->table)->name, (unsigned long long)id,
-        (unsigned long long)c->srv->staging.budget);
+        (unsigned long long)st->srv->staging.budget);
   else if (rc != 0 || stop)
     chime__call_finish(c, CHIME_ESHUTDOWN, "shutting down");
   else if (hc)
@@ -393,11 +394,10 @@ static void insert_on_start(chime__call_t *c) {
     return;
   }
   st->call = c;
-  st->owner = chime__auth_owner(&c->srv->cfg, &c->md);
+  st->srv = chime__call_server(c);
+  st->owner = chime__auth_owner(&st->srv->cfg, chime__call_metadata(c));
   atomic_init(&st->abort, 0);
-  pthread_mutex_lock(&c->mu);
-  c->state = st;
-  pthread_mutex_unlock(&c->mu);
+  chime__call_set_state(c, st);
   read_next(c, st);
 }
 
@@ -436,15 +436,15 @@ static int bind_table(chime_server_t *srv, insert_t *st, chime__insert_req_t *q,
 }
 
 static void on_request(chime__call_t *c, grpc_byte_buffer *bb) {
-  insert_t *st = c->state;
-  chime_server_t *srv = c->srv;
+  insert_t *st = chime__call_state(c);
+  chime_server_t *srv = st->srv;
   char err[1024];
   int rc;
   if (bb == NULL) {
-    pthread_mutex_lock(&c->mu);
+    chime__call_lock(c);
     int busy = st->pending;
     st->half_closed = 1;
-    pthread_mutex_unlock(&c->mu);
+    chime__call_unlock(c);
     if (!busy)
       finish_closed(c);
     return;
@@ -496,15 +496,15 @@ static void on_request(chime__call_t *c, grpc_byte_buffer *bb) {
                               .seq = id,
                               .end_episode = req->q.end_episode,
                               .warm = req->q.warm_start};
-    pthread_mutex_lock(&c->mu);
+    chime__call_lock(c);
     if (st->stopping) {
       /* Not taken in, so never acked: the writer sees "shutting down". */
-      pthread_mutex_unlock(&c->mu);
+      chime__call_unlock(c);
       msg_free(req);
       return;
     }
     st->pending = 1;
-    pthread_mutex_unlock(&c->mu);
+    chime__call_unlock(c);
     chime__call_ref(c); /* the request's, dropped by insert_finish */
     /* The one copy, from the slices into the table, when nothing waits
      * before this request; else it is staged for the worker. */
@@ -546,8 +546,8 @@ fail:
  * refused or in the table (a read for the next one, asked for meanwhile,
  * reserves anew). */
 static void insert_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
-  insert_t *st = c->state;
-  chime__staging_t *g = &c->srv->staging;
+  insert_t *st = chime__call_state(c);
+  chime__staging_t *g = &st->srv->staging;
   st->taken = chime__staging_take(g, &st->reserved);
   if (bb != NULL)
     chime__staging_seen(g, grpc_byte_buffer_length(bb));
@@ -560,9 +560,9 @@ static void insert_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
 static void insert_done(chime__inserter_t *w, insert_t *st) {
   staged_t *sg = st->req;
   uint64_t first_key = 0;
-  pthread_mutex_lock(&st->call->mu);
+  chime__call_lock(st->call);
   int ended = st->ended;
-  pthread_mutex_unlock(&st->call->mu);
+  chime__call_unlock(st->call);
   /* A call that ended before its request went in was never acked: the
    * request is dropped, and the writer's resend is the one that counts. */
   chime__dedupe_req_t dq = {.writer = sg->writer_id,
@@ -578,9 +578,9 @@ static void insert_done(chime__inserter_t *w, insert_t *st) {
                        &first_key, &st->abort, &dq, 0, &zs);
   uint64_t id = sg->id;
   uint32_t count = sg->count;
-  pthread_mutex_lock(&st->call->mu);
+  chime__call_lock(st->call);
   st->req = NULL;
-  pthread_mutex_unlock(&st->call->mu);
+  chime__call_unlock(st->call);
   staged_free(sg);
   insert_finish(st->call, st, rc, &dq, id, count, first_key);
 }
@@ -652,14 +652,14 @@ static void abort_wait(insert_t *st) {
 }
 
 static void insert_on_stop(chime__call_t *c) {
-  pthread_mutex_lock(&c->mu);
-  insert_t *st = c->state;
+  chime__call_lock(c);
+  insert_t *st = chime__call_state(c);
   int busy = 0;
   if (st != NULL) {
     st->stopping = 1;
     busy = st->pending;
   }
-  pthread_mutex_unlock(&c->mu);
+  chime__call_unlock(c);
   /* No sampler will make room any more: a request waiting for it ends now
    * (not acked); requests that fit still go in and are acked. */
   if (st != NULL)
@@ -672,8 +672,8 @@ static void insert_on_close(chime__call_t *c) {
   uint64_t writers[CHIME__INSERT_CALL_WRITERS];
   uint32_t n = 0;
   int closed = 0;
-  pthread_mutex_lock(&c->mu);
-  insert_t *st = c->state;
+  chime__call_lock(c);
+  insert_t *st = chime__call_state(c);
   if (st != NULL) {
     st->ended = 1;
     n = st->nwriters;
@@ -682,12 +682,13 @@ static void insert_on_close(chime__call_t *c) {
     /* Closed: its OK after the client's half-close reached the client.
      * A cancelled call (the client or its connection gone) also reads as
      * a half-close first, but its writers may come back to resend. */
-    closed = st->closed_ok && !c->cancelled;
+    closed = st->closed_ok && !chime__call_cancelled(c);
   }
-  pthread_mutex_unlock(&c->mu);
-  chime__staging_forget(&c->srv->staging, c);
+  chime__call_unlock(c);
+  chime__staging_t *g = &chime__call_server(c)->staging;
+  chime__staging_forget(g, c);
   if (st != NULL) {
-    chime__staging_unreserve(&c->srv->staging, &st->reserved);
+    chime__staging_unreserve(g, &st->reserved);
     abort_wait(st);
   }
   /* A request of the call still in the works meets its writer idle, not
@@ -698,15 +699,14 @@ static void insert_on_close(chime__call_t *c) {
 }
 
 static void insert_on_free(chime__call_t *c) {
-  insert_t *st = c->state;
+  insert_t *st = chime__call_state(c);
   /* A read asked for after the call ended, never completed. Nothing else
    * holds the call now (a parked one is held by a reference). */
   if (st != NULL && st->reserved != 0)
-    chime__staging_unreserve(&c->srv->staging, &st->reserved);
+    chime__staging_unreserve(&chime__call_server(c)->staging, &st->reserved);
   if (st != NULL)
     chime__insert_drops_free(&st->drops);
-  free(c->state);
-  c->state = NULL;
+  free(st);
 }
 
 const chime__call_vt_t chime__insert_vt = {

@@ -21,7 +21,8 @@ static void mutate_on_start(chime__call_t *c) {
   chime__mutate_req_t req;
   char why[128];
   memset(&req, 0, sizeof(req));
-  if (c->payload == NULL || chime__bb_read(c->payload, &sl) != 0) {
+  grpc_byte_buffer *bb = chime__call_payload(c);
+  if (bb == NULL || chime__bb_read(bb, &sl) != 0) {
     chime__call_finish(c, CHIME_EINVAL, "unreadable MutatePrioritiesRequest");
     return;
   }
@@ -34,7 +35,9 @@ static void mutate_on_start(chime__call_t *c) {
     goto out;
   }
   chime__table_t *t =
-      req.table_too_long ? NULL : chime__server_table(c->srv, req.table, NULL);
+      req.table_too_long
+          ? NULL
+          : chime__server_table(chime__call_server(c), req.table, NULL);
   if (t == NULL) {
     char pn[CHIME__PRINTABLE_LEN(64)];
     chime__call_finish(c, CHIME_ENOTFOUND, "table '%s' not found",

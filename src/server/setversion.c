@@ -13,16 +13,17 @@
 
 static void setversion_on_start(chime__call_t *c) {
   ProtobufCMessage *m = NULL;
-  if (c->payload == NULL ||
-      chime__msg_unpack(&chime__v1__set_version_request__descriptor, c->payload,
-                        &m) != 0) {
+  grpc_byte_buffer *bb = chime__call_payload(c);
+  if (bb == NULL ||
+      chime__msg_unpack(&chime__v1__set_version_request__descriptor, bb, &m) !=
+          0) {
     chime__call_finish(c, CHIME_EINVAL, "malformed SetVersionRequest");
     return;
   }
   const Chime__V1__SetVersionRequest *req =
       (const Chime__V1__SetVersionRequest *)m;
   const char *name = req->table != NULL ? req->table : "";
-  chime__table_t *t = chime__server_table(c->srv, name, NULL);
+  chime__table_t *t = chime__server_table(chime__call_server(c), name, NULL);
   if (t == NULL) {
     char pn[CHIME__PRINTABLE_LEN(64)];
     chime__call_finish(c, CHIME_ENOTFOUND, "table '%s' not found",

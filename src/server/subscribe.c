@@ -16,10 +16,10 @@ typedef struct {
 } sub_t;
 
 static chime__stream_t *sub_stream(chime__call_t *c) {
-  pthread_mutex_lock(&c->mu);
-  sub_t *st = c->state;
+  chime__call_lock(c);
+  sub_t *st = chime__call_state(c);
   chime__stream_t *s = st != NULL ? st->s : NULL;
-  pthread_mutex_unlock(&c->mu);
+  chime__call_unlock(c);
   return s;
 }
 
@@ -29,9 +29,7 @@ static void sub_on_start(chime__call_t *c) {
     chime__call_finish(c, CHIME_ENOMEM, "out of memory");
     return;
   }
-  pthread_mutex_lock(&c->mu);
-  c->state = st;
-  pthread_mutex_unlock(&c->mu);
+  chime__call_set_state(c, st);
   chime__call_recv(c);
 }
 
@@ -106,13 +104,13 @@ static void sub_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
     /* The client closed its side: it releases nothing more. Or the call
      * is over (connection lost): a resumable stream waits (resume.c). */
     chime__stream_t *s = sub_stream(c);
-    pthread_mutex_lock(&c->mu);
-    const sub_t *st = c->state;
+    chime__call_lock(c);
+    const sub_t *st = chime__call_state(c);
     /* gRPC may end a lost call's receive as a half-close: a resumable
      * learner says when it closes (Credit.closing). */
-    int lost = c->recv_failed ||
+    int lost = chime__call_recv_failed(c) ||
                (s != NULL && s->resumable && st != NULL && !st->closing);
-    pthread_mutex_unlock(&c->mu);
+    chime__call_unlock(c);
     if (s != NULL && lost)
       chime__stream_lost(s);
     else if (s != NULL)
@@ -138,18 +136,19 @@ static void sub_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
     /* A resuming Open ends the stream it names first (resume.c): what
      * that one held and its learner never received goes back, and its
      * ring's budget with it, which the new ring may need. */
+    chime_server_t *srv = chime__call_server(c);
     int resumed = req->open->mode == CHIME__V1__MODE__MODE_STREAM &&
-                  chime__stream_resume_old(c->srv, req->open);
-    rc = chime__stream_open(&s, c->srv, c, req->open, mode_of(req->open), err,
+                  chime__stream_resume_old(srv, req->open);
+    rc = chime__stream_open(&s, srv, c, req->open, mode_of(req->open), err,
                             sizeof(err));
     if (rc != 0) {
       chime__call_finish(c, rc, "%s", err);
       goto out;
     }
-    pthread_mutex_lock(&c->mu);
-    ((sub_t *)c->state)->s = s;
-    int gone = c->closed;
-    pthread_mutex_unlock(&c->mu);
+    chime__call_lock(c);
+    ((sub_t *)chime__call_state(c))->s = s;
+    int gone = chime__call_closed(c);
+    chime__call_unlock(c);
     /* The learner's version at open counts before its first batch. */
     if (req->open->version != 0)
       (void)chime__table_set_version(s->table, req->open->version, NULL);
@@ -161,13 +160,13 @@ static void sub_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
       chime__stream_close(s);
       goto out;
     }
-    if (atomic_load(&c->srv->stopping))
+    if (atomic_load(&srv->stopping))
       chime__call_stop(c);
   } else if (req->kind_case == CHIME__V1__SUBSCRIBE_REQUEST__KIND_CREDIT) {
     if (req->credit != NULL && req->credit->closing) {
-      pthread_mutex_lock(&c->mu);
-      ((sub_t *)c->state)->closing = 1;
-      pthread_mutex_unlock(&c->mu);
+      chime__call_lock(c);
+      ((sub_t *)chime__call_state(c))->closing = 1;
+      chime__call_unlock(c);
     }
     if (req->credit != NULL && s->ops->credit != NULL)
       s->ops->credit(s, req->credit->batches, req->credit->released,
@@ -196,13 +195,13 @@ static void sub_on_close(chime__call_t *c) {
 static void sub_on_stop(chime__call_t *c) {
   /* Runs again when an open raced with the stop; the first run's notice and
    * status must not be dropped as if they were chunks. */
-  pthread_mutex_lock(&c->mu);
-  sub_t *st = c->state;
+  chime__call_lock(c);
+  sub_t *st = chime__call_state(c);
   chime__stream_t *s = st != NULL ? st->s : NULL;
   int again = st != NULL && st->stopped;
   if (st != NULL && s != NULL)
     st->stopped = 1;
-  pthread_mutex_unlock(&c->mu);
+  chime__call_unlock(c);
   if (again)
     return;
   if (s != NULL) {
@@ -221,22 +220,21 @@ static void sub_on_stop(chime__call_t *c) {
 }
 
 static void sub_on_free(chime__call_t *c) {
-  sub_t *st = c->state;
+  sub_t *st = chime__call_state(c);
   if (st != NULL && st->s != NULL) {
     chime__stream_close(st->s);
     chime__stream_unref(st->s);
   }
   free(st);
-  c->state = NULL;
 }
 
 /* The call can take the next batch: sending from here, the thread that
  * polls the completion queue, costs no wake-up of another thread. */
 static void sub_on_sent(chime__call_t *c) {
-  pthread_mutex_lock(&c->mu);
-  sub_t *st = c->state;
+  chime__call_lock(c);
+  sub_t *st = chime__call_state(c);
   chime__stream_t *s = st != NULL ? st->s : NULL; /* held until on_free */
-  pthread_mutex_unlock(&c->mu);
+  chime__call_unlock(c);
   if (s != NULL && s->ops->sent != NULL)
     s->ops->sent(s);
 }

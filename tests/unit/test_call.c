@@ -137,15 +137,16 @@ static void expect(int ok) {
 }
 
 static void state_new(chime__call_t *c) {
-  c->state = malloc(1); /* freed by on_free: a leak shows under ASan */
-  expect(c->state != NULL);
+  void *st = malloc(1); /* freed by on_free: a leak shows under ASan */
+  expect(st != NULL);
+  chime__call_set_state(c, st);
 }
 
 static void u_start(chime__call_t *c) {
   char cmd[256];
-  note(&ev.starts[c->method], 1);
+  note(&ev.starts[chime__call_method(c)], 1);
   state_new(c);
-  bb_text(c->payload, cmd, sizeof(cmd));
+  bb_text(chime__call_payload(c), cmd, sizeof(cmd));
   if (strncmp(cmd, "echo:", 5) == 0) {
     expect(chime__call_send(c, bytes_bb(cmd + 5, strlen(cmd + 5))) == 0);
     chime__call_finish(c, CHIME_OK, "ok");
@@ -169,14 +170,14 @@ static void u_start(chime__call_t *c) {
 }
 
 static void s_start(chime__call_t *c) {
-  note(&ev.starts[c->method], 1);
+  note(&ev.starts[chime__call_method(c)], 1);
   state_new(c);
   chime__call_recv(c);
 }
 
 static void s_message(chime__call_t *c, grpc_byte_buffer *bb) {
   char cmd[256];
-  if (c->method == CHIME__M_INSERT)
+  if (chime__call_method(c) == CHIME__M_INSERT)
     note(on_insert_cq ? &ev.insert_on_insert_cq : &ev.insert_elsewhere, 1);
   if (bb == NULL) {
     note(&ev.ends, 1);
@@ -200,7 +201,7 @@ static void s_message(chime__call_t *c, grpc_byte_buffer *bb) {
   chime__call_recv(c);
   /* Counted once handled: a test that waits for it finds its sends
    * queued and the next receive asked for. */
-  note(&ev.messages[c->method], 1);
+  note(&ev.messages[chime__call_method(c)], 1);
 }
 
 static void s_close(chime__call_t *c) {
@@ -214,8 +215,9 @@ static void s_sent(chime__call_t *c) {
 }
 
 static void any_free(chime__call_t *c) {
-  if (c->state != NULL) {
-    free(c->state);
+  void *st = chime__call_state(c);
+  if (st != NULL) {
+    free(st);
     note(&ev.frees, 1);
   }
 }

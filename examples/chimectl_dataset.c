@@ -23,19 +23,19 @@ static const char bootstrap[] =
     "import os, sys\n"
     "def load():\n"
     "    import numpy\n"
-    "    from chime import _dscli\n"
-    "    return _dscli\n"
+    "    from chime import dataset\n"
+    "    return dataset\n"
     "try:\n"
     "    try:\n"
-    "        _dscli = load()\n"
+    "        dataset = load()\n"
     "    except ImportError:\n"
     "        sys.path.append(os.environ.get('CHIME_TREE_PYTHON', ''))\n"
-    "        _dscli = load()\n"
+    "        dataset = load()\n"
     "except ImportError as e:\n"
     "    sys.exit('chimectl ' + sys.argv[1] + ': needs the chime Python "
     "package and numpy (Debian: python3-chime, python3-numpy; from a build "
     "tree: PYTHONPATH=build/python): ' + str(e))\n"
-    "sys.exit(_dscli.main(sys.argv[1:]))\n";
+    "sys.exit(dataset.main(sys.argv[1:]))\n";
 
 int chime__ctl_is_dataset(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {

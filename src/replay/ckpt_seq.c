@@ -189,7 +189,13 @@ int chime__ckpt_seq_load(const uint8_t *p, size_t n,
     goto out;
   }
   if (chime__steps_restore_begin(st, h->nused) != 0) {
-    rc = fail(err, errlen, CHIME_EINVAL, "table '%s': not empty", name);
+    chime__steps_stats_t ss;
+    chime__steps_get_stats(st, &ss);
+    rc = fail(err, errlen, CHIME_EEXIST,
+              "table '%s' already holds %llu steps (%llu episodes open): a "
+              "checkpoint restores into an empty table",
+              name, (unsigned long long)ss.steps,
+              (unsigned long long)ss.episodes);
     goto out;
   }
   for (uint32_t pos = 0; pos < h->nused; pos++) {

@@ -554,12 +554,14 @@ static inline void chime__tbl_commit(chime__table_t *t, uint32_t r,
   __atomic_store_n(&t->commit[r], seq, __ATOMIC_RELEASE);
 }
 
-/* --- table_file.c: a table opened again on its file --- */
+/* --- table_file.c: a table's storage file --- */
 /* A table with a bytes file: room in it for count samples' compressed
  * leaves (zbufs, NULL without) and ragged rows (lengths, nrag a sample),
  * before any row is taken. 0, or the thread's detail says why. */
 int chime__tbl_store_reserve(chime__table_t *t, uint8_t *const *zbufs,
                              const uint32_t *lengths, uint64_t count);
+
+/* --- table_reopen.c: a table opened again on its file --- */
 /* Rebuilds the indexes of t, just mapped on the file at path, from its
  * rows' commit words and records (no leaf is read; create put the other
  * rows in the free lists); next_key goes on past

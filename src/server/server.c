@@ -97,20 +97,30 @@ static int restore(chime_server_t *srv, const char *what, char *err,
     snprintf(path, sizeof(path), "%s", what);
   }
   char why[1536];
-  /* A table in files that opened with items keeps them: a checkpoint
-   * restored over them would mix two histories. */
+  /* A table in files that opened with items, or a sequence table with
+   * steps and no windows (episodes that made none yet, or whose windows
+   * all left), keeps them: a checkpoint restored over them would mix two
+   * histories. */
   for (uint32_t i = 0; i < srv->ntables; i++) {
     chime__table_stats_t st;
+    const chime__table_config_t *tc = &srv->cfg.tables[i];
     chime__table_get_stats(srv->tables[i], &st);
-    if (srv->cfg.tables[i].data_dir[0] != '\0' && st.size > 0) {
+    if (tc->data_dir[0] == '\0' || (st.size == 0 && st.steps == 0))
+      continue;
+    if (st.size > 0)
       snprintf(err, errlen,
                "restore from '%s' refused: table '%s' opened with %llu items "
                "from its data_dir '%s' (move its file away to restore into "
                "an empty table)",
-               path, srv->cfg.tables[i].name, (unsigned long long)st.size,
-               srv->cfg.tables[i].data_dir);
-      return CHIME_EEXIST;
-    }
+               path, tc->name, (unsigned long long)st.size, tc->data_dir);
+    else
+      snprintf(err, errlen,
+               "restore from '%s' refused: table '%s' opened with %llu steps "
+               "but no windows from its data_dir '%s': the checkpoint's steps "
+               "would mix with them (move its file away to restore into an "
+               "empty table)",
+               path, tc->name, (unsigned long long)st.steps, tc->data_dir);
+    return CHIME_EEXIST;
   }
   int rc = chime__checkpoint_restore(srv->tables, srv->ntables, path, &items,
                                      why, sizeof(why));

@@ -8,7 +8,8 @@
  *   once, each window its episode's steps;
  * - a data dir holding another table's file, or one that is a file: chimed
  *   refuses to start, naming the path, and the file is left as it was;
- * - --restore into a table that opened with items from its file: refused;
+ * - --restore into a table that opened with items from its file, or a
+ *   sequence table with steps but no windows: refused, saying which;
  *   with the file moved away, restored. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -403,6 +404,58 @@ static void test_restore_refused_over_items(void **state) {
   assert_int_equal(table_size(), 10);
 }
 
+/* A sequence table in files that opened with steps but no windows (an
+ * episode shorter than sequence_length, not ended) refuses --restore as
+ * one with items does, saying so (the checkpoint's steps would mix with
+ * them); with its file moved away it restores. */
+static void test_restore_refused_over_steps(void **state) {
+  (void)state;
+  char ckdir[512], file[600];
+  uint8_t step[72];
+  chime_writer_t *w = NULL;
+  snprintf(datadir, sizeof(datadir), "%s/restore-seq", chime__harness_tmpdir());
+  snprintf(ckdir, sizeof(ckdir), "%s/ckpt-seq", chime__harness_tmpdir());
+  snprintf(config, sizeof(config),
+           "{\"tables\": [{\"name\": \"seq\", \"spec\": \"id:u32[2], "
+           "x:f32[16]\", \"capacity_steps\": 20000, \"sequence_length\": 4, "
+           "\"stride\": 2, \"sampler\": \"fifo\", \"data_dir\": \"%s\"}], "
+           "\"checkpoint\": {\"dir\": \"%s\"}}\n",
+           datadir, ckdir);
+  /* A checkpoint of one whole episode. */
+  assert_int_equal(chime__chimed_start_client(&chimed, config, &client), 0);
+  assert_int_equal(chime_writer_open(&w, client, "seq", NULL), 0);
+  for (uint32_t i = 0; i < SEQ_LEN; i++) {
+    seq_step(step, 1, i);
+    assert_int_equal(chime_writer_append(w, step, sizeof(step), 1.0), 0);
+  }
+  assert_int_equal(chime_writer_end_episode(w), 0);
+  assert_int_equal(chime_writer_close(w), 0);
+  chime_checkpoint_result_t r;
+  assert_int_equal(chime_client_checkpoint(client, &r), 0);
+  assert_int_equal(r.items, SEQ_WINDOWS);
+  assert_int_equal(chime__chimed_stop_client(&chimed, client), 0);
+  client = NULL;
+  /* A fresh file, then 3 steps of an episode: no window yet. */
+  snprintf(file, sizeof(file), "%s/seq.table", datadir);
+  assert_int_equal(unlink(file), 0);
+  assert_int_equal(chime__chimed_start_client(&chimed, config, &client), 0);
+  assert_int_equal(chime_writer_open(&w, client, "seq", NULL), 0);
+  for (uint32_t i = 0; i < 3; i++) {
+    seq_step(step, 2, i);
+    assert_int_equal(chime_writer_append(w, step, sizeof(step), 1.0), 0);
+  }
+  assert_int_equal(chime_writer_close(w), 0);
+  assert_int_equal(table_size(), 0);
+  assert_int_equal(chime__chimed_stop_client(&chimed, client), 0);
+  client = NULL;
+  refused("opened with 3 steps but no windows", datadir, "latest");
+  assert_int_equal(unlink(file), 0);
+  const char *args[] = {"--restore", "latest", NULL};
+  assert_int_equal(chime__chimed_start(&chimed, config, args, 30000), 0);
+  assert_int_equal(chime_client_create(&client, chimed.addr, NULL), 0);
+  assert_int_equal(table_size(), SEQ_WINDOWS);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_teardown(test_kill9_keeps_acked, teardown),
@@ -411,6 +464,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_kill9_sequence_compressed, teardown),
       cmocka_unit_test_teardown(test_other_table_refused, teardown),
       cmocka_unit_test_teardown(test_restore_refused_over_items, teardown),
+      cmocka_unit_test_teardown(test_restore_refused_over_steps, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

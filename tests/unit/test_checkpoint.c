@@ -695,6 +695,35 @@ static void test_sequence_into_files(void **state) {
   sequence_into_files("seqfile-z", 3);
 }
 
+/* A sequence table that holds steps but no window (an episode shorter than
+ * T, open) takes no checkpoint: the error says what it holds and that a
+ * restore needs an empty table, and the table is left as it was. */
+static void test_sequence_into_steps_refused(void **state) {
+  (void)state;
+  char dir[300], err[512] = "";
+  chime__table_config_t tc;
+  chime__ckpt_result_t res;
+  seq_cfg(&tc, 256, 4, 2, 1, CHIME__SELECTOR_FIFO);
+  chime__table_t *a = seq_checkpointed(&tc, "seqsteps", dir, &res);
+  chime__table_t *b = seq_table(&tc);
+  seq_writer_t w = {7, 0, 7, 0};
+  assert_int_equal(seq_append(b, &w, 2, 0), 0);
+  uint64_t items = 0;
+  assert_int_equal(
+      chime__checkpoint_restore(&b, 1, res.path, &items, err, sizeof(err)),
+      CHIME_EEXIST);
+  if (strstr(err, "already holds 2 steps") == NULL ||
+      strstr(err, "restores into an empty table") == NULL)
+    fail_msg("the error does not say why: %s", err);
+  chime__table_stats_t y;
+  chime__table_get_stats(b, &y);
+  assert_int_equal(y.size, 0);
+  assert_int_equal(y.steps, 2);
+  chime__table_destroy(a);
+  chime__table_destroy(b);
+  rm_rf(dir);
+}
+
 /* Prioritized, priorities mutated, "max" initial priority: every window's
  * bookkeeping comes back in insert order, and two tables restored from one
  * checkpoint hand out the same batches (the random state is saved). */
@@ -1272,6 +1301,7 @@ int main(void) {
       cmocka_unit_test(test_trim_spares),
       cmocka_unit_test(test_sequence_roundtrip),
       cmocka_unit_test(test_sequence_into_files),
+      cmocka_unit_test(test_sequence_into_steps_refused),
       cmocka_unit_test(test_sequence_prioritized),
       cmocka_unit_test(test_sequence_refusals),
       cmocka_unit_test(test_sequence_inserts_continue),

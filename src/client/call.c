@@ -39,9 +39,17 @@ static int start(chime__rpc_t *r, chime__rpc_op_t op, const grpc_op *ops,
 int chime__rpc_start(chime__rpc_t *r, chime_client_t *client, int method,
                      gpr_timespec deadline, unsigned flags,
                      grpc_byte_buffer *first) {
+  return chime__rpc_start_on(r, client, client->channel, method, deadline,
+                             flags, first);
+}
+
+int chime__rpc_start_on(chime__rpc_t *r, chime_client_t *client,
+                        grpc_channel *channel, int method,
+                        gpr_timespec deadline, unsigned flags,
+                        grpc_byte_buffer *first) {
   chime__gate_enter();
   r->call = grpc_channel_create_call(
-      client->channel, NULL, GRPC_PROPAGATE_DEFAULTS, r->cq,
+      channel, NULL, GRPC_PROPAGATE_DEFAULTS, r->cq,
       grpc_slice_from_static_string(chime__method_path[method]), NULL, deadline,
       NULL);
   chime__gate_leave();

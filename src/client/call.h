@@ -67,6 +67,11 @@ int chime__rpc_init(chime__rpc_t *r);
 int chime__rpc_start(chime__rpc_t *r, chime_client_t *client, int method,
                      gpr_timespec deadline, unsigned flags,
                      grpc_byte_buffer *first);
+/* The same on channel, one of client's (channel.c), not its own. */
+int chime__rpc_start_on(chime__rpc_t *r, chime_client_t *client,
+                        grpc_channel *channel, int method,
+                        gpr_timespec deadline, unsigned flags,
+                        grpc_byte_buffer *first);
 /* Sends bb (taken, freed when sent or refused). CHIME_EBUSY while a send is
  * in flight, CHIME_EPROTO when gRPC refuses. */
 int chime__rpc_send(chime__rpc_t *r, grpc_byte_buffer *bb);

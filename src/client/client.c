@@ -89,41 +89,18 @@ int chime__conn_create(chime_client_t **out, const char *address,
                                    "block"
                                  : "client: out of memory");
   }
-  grpc_arg args[5 + CHIME__KEEPALIVE_ARGS];
-  args[0].type = GRPC_ARG_INTEGER;
-  args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-  args[0].value.integer = (int)c->max_message_bytes;
-  args[1].type = GRPC_ARG_INTEGER;
-  args[1].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
-  args[1].value.integer = (int)c->max_message_bytes;
-  /* A status carrying a pinning error can pass gRPC's default 8 KiB of
-   * metadata: the call would fail with RESOURCE_EXHAUSTED instead. */
-  args[2].type = GRPC_ARG_INTEGER;
-  args[2].key = GRPC_ARG_MAX_METADATA_SIZE;
-  args[2].value.integer = CHIME__MAX_METADATA_BYTES;
-  size_t nargs = 3 + chime__keepalive_args(args + 3,
-                                           opts->keepalive_time_ms >= 0
-                                               ? (opts->keepalive_time_ms > 0
-                                                      ? opts->keepalive_time_ms
-                                                      : CHIME_KEEPALIVE_TIME_MS)
-                                               : 0,
-                                           opts->keepalive_timeout_ms > 0
-                                               ? opts->keepalive_timeout_ms
-                                               : CHIME_KEEPALIVE_TIMEOUT_MS);
-  /* A channel of its own connection: with gRPC's global subchannel pool a
-   * client made after fork() in a child would share the parent's socket
-   * (and its HTTP/2 stream state) with the parent's client. */
-  args[nargs].type = GRPC_ARG_INTEGER;
-  args[nargs].key = GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL;
-  args[nargs++].value.integer = 1;
-  if (opts->tls_server_name != NULL) {
-    args[nargs].type = GRPC_ARG_STRING;
-    args[nargs].key = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
-    args[nargs++].value.string = (char *)opts->tls_server_name;
-  }
-  grpc_channel_args cargs = {nargs, args};
-  c->channel = grpc_channel_create(address, creds, &cargs);
-  grpc_channel_credentials_release(creds);
+  c->keepalive_time_ms =
+      opts->keepalive_time_ms >= 0
+          ? (opts->keepalive_time_ms > 0 ? opts->keepalive_time_ms
+                                         : CHIME_KEEPALIVE_TIME_MS)
+          : 0;
+  c->keepalive_timeout_ms = opts->keepalive_timeout_ms > 0
+                                ? opts->keepalive_timeout_ms
+                                : CHIME_KEEPALIVE_TIMEOUT_MS;
+  c->creds = creds; /* kept: a stream that resumes makes channels too */
+  if (opts->tls_server_name != NULL)
+    c->tls_server_name = strdup(opts->tls_server_name);
+  c->channel = chime__channel_new(c);
   if (opts->token) {
     char value[8 + 256];
     int n = snprintf(value, sizeof(value), "Bearer %s", opts->token);
@@ -149,8 +126,11 @@ void chime__conn_destroy(chime_client_t *client) {
       grpc_channel_destroy(client->channel);
     if (client->nmd)
       grpc_slice_unref(client->auth.value);
+    if (client->creds)
+      grpc_channel_credentials_release(client->creds);
   }
   free(client->address);
+  free(client->tls_server_name);
   free(client->seen_tables);
   pthread_mutex_destroy(&client->seen_mu);
   free(client);

@@ -68,7 +68,27 @@ struct chime_client_s {
   chime_table_info_t *seen_tables;
   uint32_t seen_ntables;
   size_t max_message_bytes;
+  /* What its channels are made with (channel.c): the client's own, and
+   * the fresh ones a stream that resumes tries. */
+  grpc_channel_credentials *creds;
+  char *tls_server_name;
+  int keepalive_time_ms; /* 0: pings off */
+  int keepalive_timeout_ms;
 };
+
+/* --- channels (channel.c) --- */
+
+/* The backoff cap of every TCP socket a client's channel makes. */
+#define CHIME__CLIENT_RTO_MAX_MS 1000
+/* A channel to c's address with c's arguments and credentials (NULL when
+ * gRPC makes none). Caller holds the gate. */
+grpc_channel *chime__channel_new(const chime_client_t *c);
+/* A fresh channel to c's address, connected (READY) within wait_ms:
+ * a new connection (its own TCP handshake, no reconnect backoff of
+ * another channel's). CHIME_ETIMEDOUT when it did not connect in time
+ * (the channel is gone), CHIME_ENOMEM. */
+int chime__channel_connect(const chime_client_t *c, int wait_ms,
+                           grpc_channel **out);
 
 /* --- the one-server client (client.c) ---
  *

@@ -306,6 +306,7 @@ static void send_credit_locked(chime_stream_t *s) {
   if (!bb)
     return; /* retried on the next release */
   /* Counted before the server can act on it (the receive thread checks). */
+  int was_owed = owed(r) > 0;
   atomic_fetch_add(&r->granted, r->credit_pending);
   if (chime__rpc_send(&s->rpc, bb)) {
     atomic_fetch_sub(&r->granted, r->credit_pending);
@@ -313,6 +314,7 @@ static void send_credit_locked(chime_stream_t *s) {
   }
   r->credit_pending = 0;
   r->bye_sent |= credit.closing;
+  chime__stall_expect(s, was_owed);
 }
 
 static void send_credit(chime_stream_t *s) {
@@ -327,6 +329,8 @@ static void remote_fill_open(const chime_stream_t *s, Chime__V1__Open *open) {
   open->prefetch = s->prefetch;
   open->frames = 1; /* frames.c decompresses */
   open->resumable = s->opts.reconnect_timeout_ms > 0;
+  /* Silence then means a stalled connection (stall.c), resumed. */
+  open->heartbeat_ms = open->resumable ? CHIME__HEARTBEAT_MS : 0;
   if (atomic_load(&s->resuming) && r->token_len > 0) {
     open->prefetch = r->resume_prefetch;
     open->resume_stream = s->stream_id;
@@ -386,6 +390,7 @@ static int remote_setup(chime_stream_t *s, const Chime__V1__Opened *op,
 
 static int remote_on_message(chime_stream_t *s, grpc_byte_buffer *bb, char *err,
                              size_t errlen) {
+  chime__stall_heard(s);
   int rc = chime__remote_chunk(&s->remote, bb, err, errlen);
   return rc == CHIME_ESHUTDOWN ? 0 : rc; /* shut down: closing */
 }

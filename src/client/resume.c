@@ -10,12 +10,19 @@
  * stream and the batches received from it that its server may still hold
  * (mode_stream.c), so a server that has not yet seen the old call die counts
  * them as released instead of giving their items to another stream.
+ * Each attempt is a fresh connection (channel.c): a new channel of the
+ * stream's own, READY within CONNECT_MS or dropped for the next, so every
+ * attempt is a new TCP handshake, never the old connection's backed-off
+ * retransmissions nor gRPC's 1-120 s reconnect backoff, and the first
+ * attempt after the link is back connects. The stream keeps the channel
+ * it resumed on (s->chan) until it closes.
  * The other end of a stream that resumes after a lost connection:
  * src/server/resume.c (one basename, two ends). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "client/fork.h"
 #include "client/stream.h"
 #include "wire/status.h"
 
@@ -24,6 +31,8 @@
 #define TRY_MS 1000
 /* Between attempts that failed at once (the channel refused). */
 #define RETRY_MS 100
+/* One attempt's wait for its fresh connection. */
+#define CONNECT_MS 500
 
 /* Whether the status is gRPC's own for a lost connection (UNAVAILABLE,
  * with none of chime's error metadata: no server said it). */
@@ -39,14 +48,21 @@ static int lost_connection(const chime__rpc_t *rpc) {
 int chime__resume_begin(chime_stream_t *s, int code, const char *text) {
   (void)code;
   if (s->tp->resumed == NULL || s->opts.reconnect_timeout_ms <= 0 ||
-      s->notice_shutdown || !lost_connection(&s->rpc))
+      s->notice_shutdown ||
+      (!lost_connection(&s->rpc) && !atomic_load(&s->stalled)))
     return 0;
   pthread_mutex_lock(&s->lock);
   int go = !s->closing && !s->half_closed;
   if (go) {
     s->resume_deadline = chime__now_ms() + s->opts.reconnect_timeout_ms;
-    snprintf(s->lost_why, sizeof(s->lost_why), "%.400s",
-             text[0] ? text : "connection lost");
+    if (atomic_load(&s->stalled))
+      snprintf(s->lost_why, sizeof(s->lost_why),
+               "stalled: nothing heard for %" PRId64 " ms while batches "
+               "were owed",
+               chime__now_ms() - s->stall_heard_ms);
+    else
+      snprintf(s->lost_why, sizeof(s->lost_why), "%.400s",
+               text[0] ? text : "connection lost");
     atomic_store(&s->resuming, 1);
   }
   pthread_mutex_unlock(&s->lock);
@@ -70,6 +86,23 @@ static int nap_locked(chime_stream_t *s, int64_t ms) {
   return s->closing;
 }
 
+/* One attempt: a fresh connection within CONNECT_MS, then the resuming
+ * Open on it within TRY_MS (both within left). */
+static int attempt(chime_stream_t *s, int64_t left, char *err, size_t errlen) {
+  grpc_channel *ch = NULL;
+  int rc = chime__channel_connect(
+      s->client, left < CONNECT_MS ? (int)left : CONNECT_MS, &ch);
+  if (rc != 0)
+    return chime__fail(err, errlen, rc, "%s",
+                       rc == CHIME_ETIMEDOUT ? "no connection"
+                                             : "out of memory");
+  chime__resume_fini(s); /* the channel of an earlier resume */
+  s->chan = ch;
+  left = s->resume_deadline - chime__now_ms();
+  return chime__stream_reopen(
+      s, left < TRY_MS ? (left > 0 ? (int)left : 1) : TRY_MS, err, errlen);
+}
+
 /* Attempts until a new call is open (0), the server refuses (its code),
  * the time is up or the stream closes (CHIME_EDISCONNECTED, CHIME_ECLOSED).
  * err says why. Caller holds drive_mu. */
@@ -87,8 +120,7 @@ static int attempts(chime_stream_t *s, char *err, size_t errlen) {
                          "answered within %d ms (reconnect_timeout_ms)",
                          s->lost_why, s->opts.reconnect_timeout_ms);
     int64_t t0 = chime__now_ms();
-    int rc = chime__stream_reopen(s, left < TRY_MS ? (int)left : TRY_MS, err,
-                                  errlen);
+    int rc = attempt(s, left, err, errlen);
     if (rc == 0)
       return 0;
     /* No server answered in time (the link still down, or the server
@@ -116,6 +148,7 @@ int chime__stream_resume(chime_stream_t *s) {
   int rc = attempts(s, err, sizeof(err));
   if (rc == 0) {
     pthread_mutex_lock(&s->lock);
+    atomic_store(&s->stalled, 0);
     s->resumes++;
     s->ended = 0;
     atomic_store(&s->resuming, 0);
@@ -128,4 +161,13 @@ int chime__stream_resume(chime_stream_t *s) {
     atomic_store(&s->resuming, 0);
   }
   return rc;
+}
+
+void chime__resume_fini(chime_stream_t *s) {
+  if (s->chan != NULL && s->fork_gen == chime__fork_gen()) {
+    chime__gate_enter();
+    grpc_channel_destroy(s->chan);
+    chime__gate_leave();
+  }
+  s->chan = NULL;
 }

@@ -71,7 +71,7 @@ static void on_status(chime_stream_t *s) {
   pthread_mutex_unlock(&s->lock);
   if (s->notice_shutdown || code == CHIME_ESHUTDOWN)
     code = CHIME_ESHUTDOWN;
-  else if (code == 0 || code == CHIME_EUNAVAILABLE)
+  else if (code == 0 || code == CHIME_EUNAVAILABLE || atomic_load(&s->stalled))
     code = CHIME_EDISCONNECTED;
   if (code == CHIME_EDISCONNECTED && chime__resume_begin(s, code, text))
     return; /* the stream's thread opens it again (resume.c) */
@@ -103,7 +103,9 @@ static void on_message(chime_stream_t *s, grpc_byte_buffer *bb) {
   Chime__V1__SubscribeResponse *r =
       (Chime__V1__SubscribeResponse *)chime__unpack(
           &chime__v1__subscribe_response__descriptor, bb);
-  if (!r || r->kind_case != CHIME__V1__SUBSCRIBE_RESPONSE__KIND_NOTICE) {
+  if (r && r->kind_case == CHIME__V1__SUBSCRIBE_RESPONSE__KIND_HEARTBEAT) {
+    /* heard (stall.c): nothing else to do */
+  } else if (!r || r->kind_case != CHIME__V1__SUBSCRIBE_RESPONSE__KIND_NOTICE) {
     snprintf(err, sizeof(err), "stream %" PRIu64 ": unexpected %s message",
              s->stream_id, r ? "non-notice" : "malformed");
     protocol_error(s, err);
@@ -216,6 +218,7 @@ static void *stream_thread(void *arg) {
       wait_learner_idle(s);
       pthread_mutex_lock(&s->drive_mu);
       pump(s, in_ms(DRIVE_IDLE_MS));
+      chime__stall_check(s);
       pthread_mutex_unlock(&s->drive_mu);
     }
   } while (chime__stream_resume(s) == 0); /* a lost call: a new one */
@@ -243,11 +246,16 @@ static int drive_next(chime_stream_t *s, chime_ring_view_t *v, int timeout_ms) {
       drive = 0;
     }
     if (drive) {
-      gpr_timespec until = end < 0    ? gpr_inf_future(GPR_CLOCK_MONOTONIC)
-                           : left > 0 ? in_ms(left)
+      /* Woken in time to judge a silent call (stall.c). */
+      int64_t stall = chime__stall_left_ms(s);
+      int64_t wait = stall < left ? stall : left;
+      gpr_timespec until = wait == INT64_MAX
+                               ? gpr_inf_future(GPR_CLOCK_MONOTONIC)
+                           : wait > 0 ? in_ms(wait)
                                       : gpr_inf_past(GPR_CLOCK_MONOTONIC);
       uint64_t t0 = chime__now_ns();
       rc = pump(s, until);
+      chime__stall_check(s);
       pthread_mutex_unlock(&s->drive_mu);
       s->drive_wait_ns += chime__now_ns() - t0;
       if (rc == CHIME_ETIMEDOUT && left <= 0)
@@ -763,6 +771,7 @@ void chime__single_close(chime_stream_t *s) {
   if (tp && tp->close)
     tp->close(s);
   call_teardown(s);
+  chime__resume_fini(s);
   if (tp && tp->fini)
     tp->fini(s);
   chime_ring_destroy(s->ring);

@@ -87,6 +87,19 @@ struct chime_stream_s {
    * gave up (then the stream ends). Until when, why it was lost, and how
    * many times a new call opened (lock). */
   atomic_int resuming;
+  /* The stream's own channel once it resumed (resume.c: a fresh
+   * connection), else NULL: the client's. Changed under drive_mu. */
+  grpc_channel *chan;
+  /* The call stalled (stall.c): cancelled by this side, it is resumed
+   * as a lost one. Stall watch: the server's heartbeat interval (0: it
+   * sends none, the call is never judged), when the last message came,
+   * the recent gaps between messages (whoever polls the call: drive_mu),
+   * and when the learner began to expect batches (credits sent when the
+   * server owed none: any thread). */
+  atomic_int stalled;
+  uint32_t heartbeat_ms;
+  int64_t stall_heard_ms, stall_gap_ms;
+  _Atomic int64_t stall_expect_ms;
   int64_t resume_deadline;
   char lost_why[CHIME__ERRLEN];
   uint64_t resumes, resumes_late;
@@ -205,6 +218,24 @@ int chime__stream_resume(chime_stream_t *s);
  * destroyed. */
 int chime__stream_reopen(chime_stream_t *s, int wait_ms, char *err,
                          size_t errlen);
+/* Destroys the stream's own channel (s->chan), if any: at close, after
+ * the call is torn down, and when a resume makes another. */
+void chime__resume_fini(chime_stream_t *s);
+
+/* --- a stalled call (stall.c) --- */
+
+/* A message came (whoever polls the call). */
+void chime__stall_heard(chime_stream_t *s);
+/* Credits were sent; was_owed: the server owed batches before. */
+void chime__stall_expect(chime_stream_t *s, int was_owed);
+/* Ms until the call counts as stalled (0: it does), INT64_MAX while it
+ * is not watched (no heartbeats, nothing expected, resuming). */
+int64_t chime__stall_left_ms(const chime_stream_t *s);
+/* Whoever polls the call (drive_mu): cancels a stalled call, to be
+ * resumed on a fresh connection; 1 when it did. */
+int chime__stall_check(chime_stream_t *s);
+/* A call opened (or resumed) with the server's heartbeat interval. */
+void chime__stall_reset(chime_stream_t *s, uint32_t heartbeat_ms);
 
 /* --- compressed leaves (frames.c) --- */
 

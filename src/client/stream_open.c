@@ -58,8 +58,9 @@ static int subscribe(chime_stream_t *s, const chime__transport_t *tp,
   grpc_byte_buffer *bb = chime__pack(&req.base);
   if (!bb)
     return chime__fail(err, errlen, CHIME_ENOMEM, "out of memory");
-  if (chime__rpc_start(&s->rpc, s->client, CHIME__M_SUBSCRIBE,
-                       gpr_inf_future(GPR_CLOCK_REALTIME), flags, bb) ||
+  if (chime__rpc_start_on(
+          &s->rpc, s->client, s->chan != NULL ? s->chan : s->client->channel,
+          CHIME__M_SUBSCRIBE, gpr_inf_future(GPR_CLOCK_REALTIME), flags, bb) ||
       chime__rpc_recv(&s->rpc))
     return chime__fail(err, errlen, CHIME_EPROTO, "cannot start call");
 
@@ -145,6 +146,7 @@ static int open_with(chime_stream_t *s, const chime__transport_t *tp,
   const Chime__V1__Opened *op = resp->opened;
   s->stream_id = op->stream_id;
   s->max_staleness = op->max_staleness;
+  chime__stall_reset(s, op->heartbeat_ms);
   rc = check_layout(s, op->layout, err, errlen);
   if (rc == 0)
     rc = tp->setup(s, op, attach_failed, err, errlen);
@@ -187,6 +189,7 @@ int chime__stream_reopen(chime_stream_t *s, int wait_ms, char *err,
     goto cleanup;
   }
   s->tp->resumed(s, op);
+  chime__stall_reset(s, op->heartbeat_ms);
   pthread_mutex_lock(&s->lock);
   s->stream_id = op->stream_id;
   s->max_staleness = op->max_staleness;

@@ -308,6 +308,12 @@ static void send_fini(chime__stream_t *s) {
   s->send = NULL;
 }
 
+void chime__stream_beat(chime__stream_t *s, uint64_t now_ns) {
+  if (s->send != NULL)
+    chime__sender_beat(&s->send->sender, now_ns,
+                       (uint64_t)atomic_load(&s->heartbeat_ms) * 1000000u);
+}
+
 const chime__stream_mode_ops_t chime__stream_mode_send = {
     .mode = CHIME_MODE_STREAM,
     .wire = CHIME__V1__MODE__MODE_STREAM,

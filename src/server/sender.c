@@ -37,6 +37,7 @@ int chime__sender_init(chime__sender_t *x, chime_ring_t *ring,
   x->unheld = 0;
   x->held_head = x->held_tail = NULL;
   x->call = NULL;
+  x->beat_batches = x->beat_ns = 0;
   atomic_init(&x->stopped, 0);
   atomic_init(&x->awaiting, 0);
   atomic_init(&x->batches, 0);

@@ -73,6 +73,9 @@ typedef struct {
   atomic_int stopped;
   atomic_int awaiting; /* a send started; chime__sender_sent() to come */
   atomic_uint_fast64_t batches, bytes; /* sent */
+  /* Heartbeats (sender_beat.c, send_mu): batches as last looked at, and
+   * when something last went (a batch or a heartbeat). */
+  uint64_t beat_batches, beat_ns;
 } chime__sender_t;
 
 /* max_spans: the most spans one chunk's bytes can take (ops->spans).
@@ -103,6 +106,10 @@ int chime__sender_awaiting(chime__sender_t *x);
  * (none: the oldest n held). Seqs not held are ignored. */
 void chime__sender_credit(chime__sender_t *x, uint32_t n,
                           const uint64_t *released, size_t nreleased);
+/* Sends a Heartbeat on the call when credits are lent and nothing went
+ * for every_ns (now_ns: CLOCK_MONOTONIC), unless a send is in flight
+ * (sender_beat.c). Any thread; never waits for a send. */
+void chime__sender_beat(chime__sender_t *x, uint64_t now_ns, uint64_t every_ns);
 /* The owner gave back what was held: let every held batch go. */
 void chime__sender_unhold_all(chime__sender_t *x);
 

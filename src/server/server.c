@@ -19,6 +19,7 @@
 #include "ring/pin.h"
 #include "server/acceptor.h"
 #include "server/auth.h"
+#include "server/beat.h"
 #include "server/checkpoint.h"
 #include "server/checkpointer.h"
 #include "server/handoff.h"
@@ -383,6 +384,10 @@ int chime_server_start(chime_server_t *srv) {
   if (rc != 0)
     return chime__detailf(rc, "server: cannot start the sampler threads: %s",
                           chime_strerror(rc));
+  rc = chime__beat_start(&srv->beat, srv);
+  if (rc != 0)
+    return chime__detailf(rc, "server: cannot start the heartbeat thread: %s",
+                          chime_strerror(rc));
   rc = chime__handoff_start(srv->handoff);
   if (rc != 0)
     return chime__detailf(rc, "server: cannot start the handoff thread: %s",
@@ -423,6 +428,8 @@ void chime_server_stop(chime_server_t *srv) {
    * so are later ones (the checkpointer is freed in destroy, once no
    * handler can reach it). */
   chime__ckpter_stop(srv->ckpter);
+  chime__beat_stop(srv->beat);
+  srv->beat = NULL;
   if (!srv->started)
     return;
   /* Every ring is shut down before the first notice goes out, so a client

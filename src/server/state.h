@@ -50,6 +50,7 @@ struct chime_server_s {
   struct chime__acceptor_s *acceptor; /* chime_server_listen only */
   struct chime__metrics_s *metrics;   /* the Prometheus endpoint, or NULL */
   struct chime__ckpter_s *ckpter;     /* checkpoints: calls and interval */
+  struct chime__beat_s *beat;         /* stream mode's heartbeats */
   chime__ckpter_stats_t ckpt_stats;   /* under mu */
   char metrics_addr[CHIME__MAX_ADDR]; /* where it was bound, "" */
   /* Where tables' key reservations go (server/keyres.h): the checkpoint

@@ -78,6 +78,9 @@ struct chime__stream_s {
    * its held batches kept for a resuming Open to name. */
   int resumable;
   _Atomic uint64_t park_until_ns;
+  /* stream mode: the heartbeats' interval (beat.h), 0: none; set before
+   * the stream is started, never changed */
+  atomic_uint heartbeat_ms;
   /* chime__stream_end's call (held), ended with OK once the stream has
    * retired (its items given back); retired: that happened (mu) */
   chime__call_t *end_call;
@@ -134,6 +137,9 @@ extern const chime__stream_ops_t chime__stream_ops;
 /* --- resuming a stream-mode stream (resume.c; docs/protocol.md, "A
  * stream that resumes") --- */
 
+/* Stream mode: a Heartbeat when the stream has credits and sent nothing
+ * for heartbeat_ms (mode_stream.c, for beat.c). */
+void chime__stream_beat(chime__stream_t *s, uint64_t now_ns);
 /* Fills s's resume token with random bytes: CHIME_ESYS when there are
  * none to be had (the stream then cannot be resumed, nothing else). */
 int chime__stream_resume_token(chime__stream_t *s);

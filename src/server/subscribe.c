@@ -7,6 +7,7 @@
 
 #include "common/errfmt.h"
 #include "server/stream.h"
+#include "wire/credit.h"
 #include "wire/leaf.h"
 
 typedef struct {
@@ -76,6 +77,7 @@ static void send_opened(chime__call_t *c, chime__stream_t *s, int resumed) {
     op.resume_token.data = s->resume_token;
     op.resume_token.len = sizeof(s->resume_token);
     op.resumed = resumed;
+    op.heartbeat_ms = atomic_load(&s->heartbeat_ms);
   }
   if (s->ops->handoff != NULL && s->ops->handoff(s, &ho, nonce))
     op.handoff = &ho;
@@ -152,8 +154,11 @@ static void sub_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
     /* The learner's version at open counts before its first batch. */
     if (req->open->version != 0)
       (void)chime__table_set_version(s->table, req->open->version, NULL);
-    if (s->mode == CHIME_MODE_STREAM)
+    if (s->mode == CHIME_MODE_STREAM) {
       (void)chime__stream_resume_token(s); /* none: not resumable then */
+      if (req->open->heartbeat_ms > 0)
+        atomic_store(&s->heartbeat_ms, CHIME__HEARTBEAT_MS);
+    }
     send_opened(c, s, resumed);
     if (gone || chime__stream_start(s, c) != 0) {
       chime__call_finish(c, CHIME_ESYS, "cannot start the stream");

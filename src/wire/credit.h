@@ -7,6 +7,14 @@
 
 #include <stdint.h>
 
+/* Stream mode's heartbeat (docs/protocol.md, "Heartbeats"): the interval
+ * a learner asks for and a server sends at, while the stream has credits
+ * and nothing to send; a learner that expects a batch and hears nothing
+ * for CHIME__STALL_MS (or 4 times the longest recent gap between the
+ * messages it heard, if longer) takes its connection for stalled. */
+#define CHIME__HEARTBEAT_MS 250
+#define CHIME__STALL_MS 1500
+
 /* The most the server lends at once: its side of the ring keeps one slot
  * to fill while the learner holds the others. */
 static inline uint32_t chime__credits_max(uint32_t slots) {

@@ -21,16 +21,22 @@ def writer(addr, start, count):
     with chime.Client(addr, timeout=60.0) as c:
         # a 10 s outage may outlast a writer's default 10 s to reconnect
         w = c.writer("q", timeout=60.0, reconnect_timeout=30.0)
+        gap_ends = []  # when a flush came back after 1 s or more
         for i in range(start, start + count, 100):
             w.extend({"id": np.arange(i, min(i + 100, start + count),
                                       dtype=np.uint64),
                       "pad": np.zeros((min(100, start + count - i), 1024),
                                       np.uint8)})
+            t0 = time.time()
             w.flush()
+            now = time.time()
+            if now - t0 > 1.0:
+                gap_ends.append(now)
             print(f"acked {w.acked}", flush=True)
             time.sleep(0.005)  # an actor's pace, so writing spans the outage
         w.close()
-        print(json.dumps({"acked": w.acked}), flush=True)
+        print(json.dumps({"acked": w.acked, "gap_ends": gap_ends}),
+              flush=True)
 
 
 def learner(addr, stopfile):

@@ -128,7 +128,8 @@ def test_link_down_under_8_learners(tmp_path, down_s):
         during = [cpu_s(p.pid) - b for p, b in zip(procs, before)]
         lk.send_signal(12)  # SIGUSR2: up
         up = time.time()
-        acked = [last_json(w)["acked"] for w in writers]
+        wrote = [last_json(w) for w in writers]
+        acked = [r["acked"] for r in wrote]
         stop.touch()
         got = [last_json(p) for p in learners]
         # what no learner took is still in the table: drain it
@@ -146,7 +147,9 @@ def test_link_down_under_8_learners(tmp_path, down_s):
           f"{back[len(back) // 2]:.2f}); resumes "
           f"{[g['resumes'] for g in got[:LEARNERS]]}, late "
           f"{[g['resumes_late'] for g in got[:LEARNERS]]}; "
-          f"{len(ids) - len(set(ids))} items twice")
+          f"{len(ids) - len(set(ids))} items twice; writers' first ack "
+          f"after it came back: "
+          f"{[round(min(t - up for t in r['gap_ends'] if t >= up), 2) for r in wrote if any(t >= up for t in r['gap_ends'])]} s")
     assert lk.down_dropped > 0, "nothing crossed the link while it was down"
     assert acked == [PER_WRITER] * WRITERS
     for g in got:

@@ -122,41 +122,121 @@ grpc_channel *chime__channel_new(const chime_client_t *c) {
   return grpc_channel_create(c->address, c->creds, &cargs);
 }
 
-int chime__channel_connect(const chime_client_t *c, int wait_ms,
+/* Fresh channels at once, each a connection of its own (its own TCP
+ * handshake: a SYN lost to a link still down is not retried for a second
+ * by the kernel, a new channel's SYN goes at once). */
+#define TRIES 8
+
+/* ms from now, never a negative (chime__deadline_ms's "no deadline"). */
+static gpr_timespec after_ms(int64_t ms) {
+  return chime__deadline_ms(ms > 0 ? (int)ms : 0);
+}
+
+typedef struct {
+  grpc_channel *ch;
+  uint64_t gen; /* the watch tag of this channel (made + 1), 0: none */
+} try_t;
+
+/* Watches t's channel for a change from st, at most until the next step
+ * (so that a channel given up is never waited for long). */
+static void watch(try_t *t, grpc_connectivity_state st, int64_t until_ms,
+                  grpc_completion_queue *cq, unsigned *pending) {
+  grpc_channel_watch_connectivity_state(t->ch, st,
+                                        after_ms(until_ms - chime__now_ms()),
+                                        cq, (void *)(uintptr_t)t->gen);
+  (*pending)++;
+}
+
+static void drop(try_t *t) {
+  if (t->ch != NULL) {
+    chime__gate_enter();
+    grpc_channel_destroy(t->ch);
+    chime__gate_leave();
+  }
+  t->ch = NULL;
+  t->gen = 0;
+}
+
+/* t's channel if it is READY now (taken out of t), else NULL, watched
+ * (again) unless it shut down. */
+static grpc_channel *look(try_t *t, int64_t until_ms, grpc_completion_queue *cq,
+                          unsigned *pending) {
+  grpc_connectivity_state st = grpc_channel_check_connectivity_state(t->ch, 1);
+  if (st != GRPC_CHANNEL_READY) {
+    if (st != GRPC_CHANNEL_SHUTDOWN)
+      watch(t, st, until_ms, cq, pending);
+    return NULL;
+  }
+  grpc_channel *ch = t->ch;
+  t->ch = NULL;
+  t->gen = 0;
+  return ch;
+}
+
+/* Starts try number made in its place (dropping the one there). */
+static grpc_channel *start_try(const chime_client_t *c, try_t *tries,
+                               uint64_t made, int64_t until_ms,
+                               grpc_completion_queue *cq, unsigned *pending) {
+  try_t *t = &tries[made % TRIES];
+  drop(t);
+  chime__gate_enter();
+  t->ch = chime__channel_new(c);
+  chime__gate_leave();
+  if (t->ch == NULL)
+    return NULL;
+  t->gen = made + 1;
+  return look(t, until_ms, cq, pending);
+}
+
+/* A watch of try gen ended: as look, unless that try was dropped since. */
+static grpc_channel *watched(try_t *tries, uint64_t gen, int64_t until_ms,
+                             grpc_completion_queue *cq, unsigned *pending) {
+  if (gen == 0)
+    return NULL;
+  try_t *t = &tries[(gen - 1) % TRIES];
+  if (t->gen != gen || t->ch == NULL)
+    return NULL;
+  return look(t, until_ms, cq, pending);
+}
+
+int chime__channel_connect(const chime_client_t *c, int step_ms, int wait_ms,
                            grpc_channel **out) {
   *out = NULL;
   chime__gate_enter();
-  grpc_channel *ch = chime__channel_new(c);
-  grpc_completion_queue *cq =
-      ch != NULL ? grpc_completion_queue_create_for_next(NULL) : NULL;
+  grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
   chime__gate_leave();
-  if (cq == NULL) {
-    if (ch != NULL)
-      grpc_channel_destroy(ch);
+  if (cq == NULL)
     return CHIME_ENOMEM;
+  try_t tries[TRIES];
+  memset(tries, 0, sizeof(tries));
+  unsigned pending = 0;
+  uint64_t made = 0;
+  int64_t now = chime__now_ms(), end = now + wait_ms, next = now;
+  grpc_channel *ready = NULL;
+  while (ready == NULL && (now = chime__now_ms()) < end) {
+    if (now >= next) {
+      next = now + step_ms < end ? now + step_ms : end;
+      ready = start_try(c, tries, made++, next, cq, &pending);
+      continue;
+    }
+    grpc_event ev = grpc_completion_queue_next(cq, after_ms(next - now), NULL);
+    if (ev.type != GRPC_OP_COMPLETE)
+      continue; /* the step is over */
+    pending--;
+    ready = watched(tries, (uint64_t)(uintptr_t)ev.tag, next, cq, &pending);
   }
-  gpr_timespec deadline = chime__deadline_ms(wait_ms);
-  grpc_connectivity_state st = grpc_channel_check_connectivity_state(ch, 1);
-  while (st != GRPC_CHANNEL_READY && st != GRPC_CHANNEL_SHUTDOWN) {
-    grpc_channel_watch_connectivity_state(ch, st, deadline, cq, NULL);
-    grpc_event ev = grpc_completion_queue_next(
-        cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
-    if (ev.type != GRPC_OP_COMPLETE || !ev.success)
-      break; /* the deadline passed */
-    st = grpc_channel_check_connectivity_state(ch, 1);
-  }
+  for (unsigned i = 0; i < TRIES; i++)
+    drop(&tries[i]);
+  /* Every watch ends by its step's deadline at the latest. */
+  for (; pending > 0; pending--)
+    (void)grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_MONOTONIC),
+                                     NULL);
   grpc_completion_queue_shutdown(cq);
   while (
       grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL)
           .type != GRPC_QUEUE_SHUTDOWN)
     ;
   grpc_completion_queue_destroy(cq);
-  if (st != GRPC_CHANNEL_READY) {
-    chime__gate_enter();
-    grpc_channel_destroy(ch);
-    chime__gate_leave();
-    return CHIME_ETIMEDOUT;
-  }
-  *out = ch;
-  return 0;
+  *out = ready;
+  return ready != NULL ? 0 : CHIME_ETIMEDOUT;
 }

@@ -83,11 +83,13 @@ struct chime_client_s {
 /* A channel to c's address with c's arguments and credentials (NULL when
  * gRPC makes none). Caller holds the gate. */
 grpc_channel *chime__channel_new(const chime_client_t *c);
-/* A fresh channel to c's address, connected (READY) within wait_ms:
- * a new connection (its own TCP handshake, no reconnect backoff of
- * another channel's). CHIME_ETIMEDOUT when it did not connect in time
- * (the channel is gone), CHIME_ENOMEM. */
-int chime__channel_connect(const chime_client_t *c, int wait_ms,
+/* A fresh channel to c's address, connected (READY) within wait_ms: a
+ * new one every step_ms, each a new connection (its own TCP handshake,
+ * no reconnect backoff of another channel's), the last TRIES of them
+ * kept trying (a link whose handshake takes longer than a step still
+ * connects), the first READY taken and the others dropped.
+ * CHIME_ETIMEDOUT when none connected in time, CHIME_ENOMEM. */
+int chime__channel_connect(const chime_client_t *c, int step_ms, int wait_ms,
                            grpc_channel **out);
 
 /* --- the one-server client (client.c) ---

@@ -4,17 +4,18 @@
  * the learner holds and what is ready stays valid, next() answers
  * CHIME_ETIMEDOUT meanwhile. The stream's thread holds drive_mu while it
  * tries (the learner then waits on the ring, never on the call), one
- * attempt of at most TRY_MS at a time, waiting for the channel to connect,
- * RETRY_MS apart, until reconnect_timeout_ms passed since the loss: then
+ * attempt at a time (a connection within CONNECT_MS, then the Open's
+ * answer within TRY_MS), RETRY_MS apart when one fails at once, until
+ * reconnect_timeout_ms passed since the loss (or the stall): then
  * the stream ends with CHIME_EDISCONNECTED. The new Open names the old
  * stream and the batches received from it that its server may still hold
  * (mode_stream.c), so a server that has not yet seen the old call die counts
  * them as released instead of giving their items to another stream.
- * Each attempt is a fresh connection (channel.c): a new channel of the
- * stream's own, READY within CONNECT_MS or dropped for the next, so every
- * attempt is a new TCP handshake, never the old connection's backed-off
- * retransmissions nor gRPC's 1-120 s reconnect backoff, and the first
- * attempt after the link is back connects. The stream keeps the channel
+ * Each attempt is fresh connections (channel.c): a new channel of the
+ * stream's own every CONNECT_STEP_MS, the first READY taken, so a new TCP
+ * handshake starts at least that often, never the old connection's
+ * backed-off retransmissions nor gRPC's 1-120 s reconnect backoff, and
+ * one started after the link is back connects. The stream keeps the channel
  * it resumed on (s->chan) until it closes.
  * The other end of a stream that resumes after a lost connection:
  * src/server/resume.c (one basename, two ends). */
@@ -26,13 +27,14 @@
 #include "client/stream.h"
 #include "wire/status.h"
 
-/* One attempt's wait for the new call's Opened: close waits this long at
- * most for an attempt to end. */
+/* One attempt's wait for the new call's Opened. */
 #define TRY_MS 1000
 /* Between attempts that failed at once (the channel refused). */
 #define RETRY_MS 100
-/* One attempt's wait for its fresh connection. */
-#define CONNECT_MS 500
+/* One attempt: a fresh connection every CONNECT_STEP_MS for at most
+ * CONNECT_MS (close waits this long at most for it). */
+#define CONNECT_STEP_MS 250
+#define CONNECT_MS 2000
 
 /* Whether the status is gRPC's own for a lost connection (UNAVAILABLE,
  * with none of chime's error metadata: no server said it). */
@@ -86,12 +88,13 @@ static int nap_locked(chime_stream_t *s, int64_t ms) {
   return s->closing;
 }
 
-/* One attempt: a fresh connection within CONNECT_MS, then the resuming
+/* One attempt: fresh connections for CONNECT_MS, then the resuming
  * Open on it within TRY_MS (both within left). */
 static int attempt(chime_stream_t *s, int64_t left, char *err, size_t errlen) {
   grpc_channel *ch = NULL;
-  int rc = chime__channel_connect(
-      s->client, left < CONNECT_MS ? (int)left : CONNECT_MS, &ch);
+  int rc =
+      chime__channel_connect(s->client, CONNECT_STEP_MS,
+                             left < CONNECT_MS ? (int)left : CONNECT_MS, &ch);
   if (rc != 0)
     return chime__fail(err, errlen, rc, "%s",
                        rc == CHIME_ETIMEDOUT ? "no connection"

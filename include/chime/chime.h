@@ -647,7 +647,16 @@ typedef struct {
    * up. 0: the default, 10000; negative: never, the stream ends at once
    * with CHIME_EDISCONNECTED (as before 1.0). */
   int reconnect_timeout_ms;
+  /* Stream mode (docs/remote.md, "More connections"): the connections,
+   * each a TCP connection of its own, the stream's batches travel over,
+   * each batch whole on one of them and handed to next() in order; for a
+   * link where one TCP flow is the limit (loss). 0: the default, 1 (one
+   * connection, as before 1.0); at most CHIME_MAX_CONNECTIONS. shm and
+   * device streams, and a sharded client's sub-streams, ignore it. With
+   * more than 1, compressed leaves travel decompressed. */
+  uint32_t connections;
 } chime_stream_opts_t;
+#define CHIME_MAX_CONNECTIONS 16
 #define CHIME_MAX_INFLIGHT_BYTES (64ull << 20)
 #define CHIME_STREAM_OPTS_INIT                                                 \
   {                                                                            \

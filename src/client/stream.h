@@ -206,6 +206,42 @@ int chime__stream_resume(chime_stream_t *s);
 int chime__stream_reopen(chime_stream_t *s, int wait_ms, char *err,
                          size_t errlen);
 
+/* --- several connections (lanes.c; docs/protocol.md, "Lanes") --- */
+
+typedef struct chime__lanes_s chime__lanes_t;
+/* After setup, for connections n > 1: s->remote.lanes with a client (a
+ * connection) for each lane 1..n-1, nothing started. CHIME_ENOMEM, or
+ * the client's code, with err; what was made goes in chime__lanes_free. */
+int chime__lanes_create(chime_stream_t *s, uint32_t n, char *err,
+                        size_t errlen);
+/* Each lane Joins stream id (the remote's token) on a call of its own,
+ * read by a thread of its own; batches then publish in seq order from
+ * 0. 0, or the first failure's code (the lanes started stay; the stream
+ * goes on over them). */
+int chime__lanes_start(chime_stream_t *s, uint64_t id);
+/* Cancels the lanes' calls and joins their threads; their half-filled
+ * slots and the whole batches not yet published are given back. No-op
+ * without lanes. */
+void chime__lanes_stop(chime_stream_t *s);
+/* Stops and frees s->remote.lanes (NULL-safe). */
+void chime__lanes_free(chime_stream_t *s);
+/* The ring's producer side for chime__remote_chunk on any lane's
+ * thread: a slot (credits keep one free; CHIME_ESHUTDOWN once the ring
+ * is or the lanes stop), a half-filled one given back, and a whole batch
+ * published once every batch before it is (slot_seq set then).
+ * CHIME_EPROTO with err for a seq outside the ring's window or twice. */
+int chime__lanes_acquire(chime__lanes_t *ls, chime__ring_wslot_t *w);
+void chime__lanes_abandon(chime__lanes_t *ls, uint32_t slot);
+int chime__lanes_publish(chime__lanes_t *ls, uint32_t slot, uint64_t seq,
+                         char *err, size_t errlen);
+/* For tests: cancels lane's call (1..connections-1) as a lost
+ * connection would end it. CHIME_EINVAL when there is no such lane. */
+int chime__stream_lane_cancel(chime_stream_t *s, uint32_t lane);
+/* For tests: the chunks lane (1..) received, 0 for no such lane. */
+uint64_t chime__stream_lane_chunks(chime_stream_t *s, uint32_t lane);
+/* The stream's own remote: its credits and counters, every lane's. */
+chime__remote_t *chime__lanes_remote(chime__lanes_t *ls);
+
 /* --- compressed leaves (frames.c) --- */
 
 /* The keep list as Open carries it. */

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -327,9 +328,89 @@ static void test_lanes(void **state) {
   free(rd);
 }
 
+/* The library's stream with connections 4 (internal: the hook that
+ * cancels a lane, lanes.c). */
+int chime__stream_lane_cancel(chime_stream_t *s, uint32_t lane);
+uint64_t chime__stream_lane_chunks(chime_stream_t *s, uint32_t lane);
+
+/* Reads n items of seed from a 4-connection stream: every byte checked,
+ * each item once; in order (a fifo table hands its items out in order,
+ * and the stream its batches) until lane 2 is cancelled at cancel_at
+ * items (0: never); after that the stream resumes and the items of the
+ * batches lost with it come again later, still each once. */
+static void read_stream(uint64_t seed, uint64_t cancel_at) {
+  assert_int_equal(
+      chime__write_pattern(client, "demo", &spec, seed, ITEMS, NULL), 0);
+  chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
+  so.batch_size = BATCH;
+  so.slots = SLOTS;
+  so.mode = CHIME_MODE_STREAM;
+  so.connections = LANES;
+  chime_stream_t *s = NULL;
+  assert_int_equal(chime_stream_open(&s, client, "demo", &so), 0);
+  uint8_t *seen = calloc(ITEMS, 1);
+  uint64_t got = 0, last = 0, ids[BATCH];
+  int in_order = 1, cancelled = 0;
+  int64_t deadline = chime__now_ms() + 120000;
+  while (got < ITEMS) {
+    assert_true(chime__now_ms() < deadline);
+    chime_batch_t b;
+    int rc = chime_stream_next(s, &b, 100);
+    if (rc == CHIME_ETIMEDOUT)
+      continue;
+    if (rc != 0)
+      fail_msg("next: %s: %s", chime_err_name(rc), chime_last_error());
+    char err[256];
+    if (chime__pattern_verify(&b, ids, err, sizeof(err)) != 0)
+      fail_msg("%s", err);
+    for (uint32_t j = 0; j < b.count; j++) {
+      assert_int_equal(ids[j] >> 40, seed);
+      uint64_t k = ids[j] & CHIME__PATTERN_MAX_INDEX;
+      assert_true(k < ITEMS);
+      if (seen[k]++ != 0)
+        fail_msg("item %" PRIu64 " came twice", k);
+      if (!cancelled && got > 0 && k != last + 1)
+        in_order = 0;
+      last = k;
+      got++;
+    }
+    assert_int_equal(chime_stream_release(s, &b), 0);
+    if (cancel_at != 0 && !cancelled && got >= cancel_at) {
+      assert_int_equal(chime__stream_lane_cancel(s, 2), 0);
+      cancelled = 1;
+    }
+  }
+  assert_true(in_order);
+  /* The other connections carried batches too. */
+  uint64_t lanes_chunks = 0;
+  for (uint32_t i = 1; i < LANES; i++)
+    lanes_chunks += chime__stream_lane_chunks(s, i);
+  print_message("chunks on lanes 1-3: %" PRIu64 "\n", lanes_chunks);
+  assert_true(lanes_chunks > 0);
+  chime_stream_local_stats_t st;
+  assert_int_equal(chime_stream_stats(s, &st), 0);
+  print_message("resumes %" PRIu64 "\n", st.resumes);
+  if (cancel_at != 0)
+    assert_true(st.resumes >= 1);
+  chime_stream_close(s);
+  free(seen);
+}
+
+static void test_stream(void **state) {
+  (void)state;
+  read_stream(2, 0);
+}
+
+static void test_stream_lane_lost(void **state) {
+  (void)state;
+  read_stream(3, ITEMS / 3);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_lanes),
+      cmocka_unit_test(test_stream),
+      cmocka_unit_test(test_stream_lane_lost),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -65,12 +65,7 @@ chime__stream_t *chime__stream_join(chime_server_t *srv, chime__call_t *call,
 }
 
 void chime__stream_lane_lost(chime__stream_t *s) {
-  /* Lock order: server, then call (as chime__stream_kill). */
-  pthread_mutex_lock(&s->srv->mu);
-  chime__call_t *call = s->call;
-  if (call != NULL)
-    chime__call_ref(call);
-  pthread_mutex_unlock(&s->srv->mu);
+  chime__call_t *call = chime__stream_call(s);
   chime__stream_lost(s);
   if (call != NULL) {
     chime__call_lost(call, "a connection of the stream was lost");

@@ -121,6 +121,9 @@ void chime__stream_close(chime__stream_t *s);
 void chime__stream_end(chime__stream_t *s, chime__call_t *call);
 /* shm: the handoff passed the ring's fd; wakes the sampler (any thread). */
 void chime__stream_attached(chime__stream_t *s);
+/* The stream's Subscribe call with a reference (drop it), or NULL once
+ * the stream dropped it. */
+chime__call_t *chime__stream_call(chime__stream_t *s);
 /* Closes the stream and cancels its call (the learner is gone). */
 void chime__stream_kill(chime__stream_t *s, const char *why);
 void chime__stream_ref(chime__stream_t *s);

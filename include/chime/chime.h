@@ -651,9 +651,10 @@ typedef struct {
    * each a TCP connection of its own, the stream's batches travel over,
    * each batch whole on one of them and handed to next() in order; for a
    * link where one TCP flow is the limit (loss). 0: the default, 1 (one
-   * connection, as before 1.0); at most CHIME_MAX_CONNECTIONS. shm and
-   * device streams, and a sharded client's sub-streams, ignore it. With
-   * more than 1, compressed leaves travel decompressed. */
+   * connection, as before 1.0); at most CHIME_MAX_CONNECTIONS. shm mode
+   * ignores it (the ring is the server's); a sharded client's stream-mode
+   * sub-streams each use it. With more than 1, compressed leaves travel
+   * decompressed. */
   uint32_t connections;
 } chime_stream_opts_t;
 #define CHIME_MAX_CONNECTIONS 16

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "chime/chime.h"
 #include "chime/ring.h"
 #include "wire/pbread.h"
 
@@ -56,8 +57,9 @@ typedef struct {
   void (*call_lost)(chime__call_t *c, const char *why);
 } chime__sender_owner_t;
 
-/* The most connections (lanes) one stream reads over (Open.connections). */
-#define CHIME__LANES_MAX 16u
+/* The most connections (lanes) one stream reads over (Open.connections):
+ * the client's limit. */
+#define CHIME__LANES_MAX CHIME_MAX_CONNECTIONS
 
 typedef struct {
   chime_ring_t *ring;

@@ -332,7 +332,7 @@ int chime__sender_join(chime__sender_t *x, uint32_t lane, chime__call_t *call) {
   pthread_mutex_lock(&x->send_mu);
   if (lane == 0 || lane >= x->nlanes)
     rc = CHIME_EINVAL;
-  else if (atomic_load(&x->stopped) || x->call == NULL)
+  else if (atomic_load(&x->stopped)) /* not yet started is fine */
     rc = CHIME_ECLOSED;
   else if (x->lane[lane] != NULL)
     rc = CHIME_EEXIST;

@@ -81,6 +81,7 @@ int chime__bench_learn(const chime__bench_learn_opts_t *o,
   so.batch_size = o->batch_size;
   so.slots = o->slots;
   so.mode = o->mode;
+  so.connections = o->connections;
   /* Set by chime-bench shards --ready-bytes for its learner processes. */
   const char *rb = getenv(CHIME__BENCH_READY_BYTES_ENV);
   if (rb != NULL)

@@ -45,8 +45,9 @@ typedef struct {
   const char *table;
   chime_mode_t mode;
   uint32_t batch_size, slots;
-  uint64_t warmup;  /* batches read (touched) and released, not timed */
-  uint64_t batches; /* timed batches; 0: as many as fit in seconds */
+  uint32_t connections; /* stream mode's (0: 1) */
+  uint64_t warmup;      /* batches read (touched) and released, not timed */
+  uint64_t batches;     /* timed batches; 0: as many as fit in seconds */
   double seconds;
   chime__bench_touch_t touch;
   /* Called after the warm-up, just before the timed window opens, and

@@ -319,6 +319,8 @@ static void *tcp_writer(void *arg) {
  * do: a batch waits for the one before it; docs/remote.md). */
 #define MAX_TCP_FLOWS 16
 static int tcp_flows = 1;
+/* --connections N: the chime_stream case's stream over N connections. */
+static uint32_t stream_conns = 1;
 
 /* One connection of the tcp case through the server's side: its two
  * ends, the sending one sfd. */
@@ -778,6 +780,7 @@ static int chime_run(const char *addr, chime_mode_t mode, uint32_t batch_size,
       .mode = mode,
       .batch_size = batch_size,
       .slots = slots,
+      .connections = mode == CHIME_MODE_STREAM ? stream_conns : 1,
       .warmup = w->warmup,
       .batches = batches,
       .touch = w->touch,
@@ -861,9 +864,9 @@ static void emit_case(const opts_t *o, const results_t *res, int c, int size) {
   if (o->json)
     printf("{\"bench\":\"service\",\"case\":\"%s\",\"batch_bytes\":%" PRIu64
            ",\"touch\":\"%s\",\"warmup_batches\":%u,\"tcp_flows\":%d,"
-           "\"tcp_rows\":%d",
+           "\"tcp_rows\":%d,\"connections\":%u",
            case_name[c], bb, chime__bench_touch_name(o->touch), ring_slots(bb),
-           tcp_flows, tcp_rows);
+           tcp_flows, tcp_rows, stream_conns);
   else
     printf("%-13s %5.1f MiB", case_name[c], (double)bb / MIB);
   emit_stat(o, "gbps", res->v[c][size], 3);
@@ -1008,6 +1011,11 @@ static int parse_opts(opts_t *o, int argc, char **argv) {
       if (v < 1 || v > MAX_TCP_FLOWS)
         return CHIME_EINVAL;
       tcp_flows = (int)v;
+    } else if (strcmp(a, "--connections") == 0 && i + 1 < argc) {
+      long v = atol(argv[++i]);
+      if (v < 1 || v > CHIME_MAX_CONNECTIONS)
+        return CHIME_EINVAL;
+      stream_conns = (uint32_t)v;
     } else if (strcmp(a, "--tcp-rows") == 0) {
       tcp_rows = 1;
     } else if (strcmp(a, "--link") == 0 && i + 1 < argc) {
@@ -1070,6 +1078,7 @@ static void usage(void) {
       "                           [--learners N] [--seconds S]\n"
       "                           [--learner-modes both|shm|stream]\n"
       "                           [--link NAME] [--tcp-flows N] [--tcp-rows]\n"
+      "                           [--connections N]\n"
       "  batches of each size (MiB, or KiB with k: 64k) through memcpy (a "
       "gather of random\n"
       "  table rows), tcp, grpc_plain, chime_shm and chime_stream; medians\n"
@@ -1086,6 +1095,8 @@ static void usage(void) {
       "  on its learner side (docs/remote.md)\n"
       "  --tcp-flows N: the tcp case over N connections (batch i on\n"
       "  connection i mod N, read in order; default 1)\n"
+      "  --connections N: the chime_stream case's stream over N connections\n"
+      "  (chime_stream_opts_t.connections, 1-16; default 1)\n"
       "  --tcp-rows: the tcp case sends random 64 KiB rows of a 64 MiB table\n"
       "  (writev) and reads into a ring of as many slots as chime's\n");
 }

@@ -9,7 +9,7 @@
 # Usage: scripts/bench-link.sh [--build DIR] [--rtt 1,10,50] [--loss 0,0.001]
 #                              [--runs N] [--mib MIB] [--sizes 1,16]
 #                              [--cc reno] [--mtu BYTES] [--even-loss]
-#                              [--ss FILE] [--tcp-flows N]
+#                              [--ss FILE] [--tcp-flows N] [--connections N]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,7 +26,7 @@ while [ $# -gt 0 ]; do
     --cc|--mtu) link_args+=("$1" "$2"); shift 2 ;;
     --even-loss) link_args+=("$1"); shift ;;
     --ss) ss_out=$2; shift 2 ;;
-    --tcp-flows) bench_args+=("$1" "$2"); shift 2 ;;
+    --tcp-flows|--connections) bench_args+=("$1" "$2"); shift 2 ;;
     *) echo "bench-link.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done

@@ -647,7 +647,17 @@ typedef struct {
    * up. 0: the default, 10000; negative: never, the stream ends at once
    * with CHIME_EDISCONNECTED (as before 1.0). */
   int reconnect_timeout_ms;
+  /* Stream mode (docs/remote.md, "More connections"): the connections,
+   * each a TCP connection of its own, the stream's batches travel over,
+   * each batch whole on one of them and handed to next() in order; for a
+   * link where one TCP flow is the limit (loss). 0: the default, 1 (one
+   * connection, as before 1.0); at most CHIME_MAX_CONNECTIONS. shm mode
+   * ignores it (the ring is the server's); a sharded client's stream-mode
+   * sub-streams each use it. With more than 1, compressed leaves travel
+   * decompressed. */
+  uint32_t connections;
 } chime_stream_opts_t;
+#define CHIME_MAX_CONNECTIONS 16
 #define CHIME_MAX_INFLIGHT_BYTES (64ull << 20)
 #define CHIME_STREAM_OPTS_INIT                                                 \
   {                                                                            \
@@ -848,7 +858,10 @@ typedef struct {
    * times the stream re-opened its call after a lost connection
    * (docs/remote.md, "A link that drops"), of which late: the server had
    * already ended the old stream, so batches received from it and not
-   * yet named in a Credit that arrived may come again. A sharded stream:
+   * yet named in a Credit that arrived may come again; stalls: the times
+   * it left its call as stalled (nothing heard for the stall time while
+   * batches were owed, docs/protocol.md "Heartbeats"), each then resumed
+   * or given up like a lost connection. A sharded stream:
    * the most of its shards' slots, rtt and window (its shards re-open,
    * never resume). */
   uint32_t slots;
@@ -856,6 +869,7 @@ typedef struct {
   uint64_t window_bytes;
   uint64_t resumes;
   uint64_t resumes_late;
+  uint64_t stalls;
 } chime_stream_local_stats_t;
 
 /* Fills *out; call from the thread that calls next. */

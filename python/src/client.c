@@ -631,7 +631,7 @@ static PyObject *client_shards(PyObject *o, PyObject *unused) {
 
 /* The signatures' defaults are the C library's (CHIME_*_OPTS_INIT), written
  * into the docstrings at import. */
-static char client_doc[512], writer_doc[640], stream_doc[1024];
+static char client_doc[512], writer_doc[640], stream_doc[1280];
 
 /* Seconds as Python writes a float: 5.0, 2.5. */
 static const char *secs(char *buf, size_t len, int ms) {
@@ -669,7 +669,7 @@ void chimepy_client_docs_init(void) {
       "stream(table, batch_size=%u, mode='%s', slots=%u, prefetch=%u, "
       "open_timeout=%s, pin_host_memory=%s, timeout=None, "
       "device=None, version=0, ready_bytes=0, keep_compressed=None, "
-      "max_inflight_bytes=0, reconnect_timeout=10.0) -> "
+      "max_inflight_bytes=0, reconnect_timeout=10.0, connections=1) -> "
       "Stream. keep_compressed (a leaf name or a list): compressed leaves "
       "taken as stored, a ragged u8 leaf (offsets and each sample's zstd "
       "frame, or its raw bytes when as long as the leaf). device "
@@ -680,7 +680,9 @@ void chimepy_client_docs_init(void) {
       "max_inflight_bytes (stream mode): the most bytes of batches kept in "
       "flight, the ring grown past slots to cover the measured round trip "
       "(0: 64 MiB; docs/remote.md). reconnect_timeout (stream mode): a lost "
-      "connection is resumed for this long (< 0: never).",
+      "connection is resumed for this long (< 0: never). connections "
+      "(stream mode): TCP connections the batches travel over, each batch "
+      "whole on one, handed on in order (1 to 16; docs/remote.md).",
       (unsigned)so.batch_size, chime_mode_name(so.mode), (unsigned)so.slots,
       (unsigned)so.prefetch, secs(b, sizeof(b), so.open_timeout_ms),
       so.pin_host_memory ? "True" : "False", (unsigned)CHIME_DEVICE_PREFETCH);

@@ -124,6 +124,7 @@ static int stream_init(PyObject *o, PyObject *args, PyObject *kw) {
                            "keep_compressed",
                            "max_inflight_bytes",
                            "reconnect_timeout",
+                           "connections",
                            NULL};
   PyObject *client, *iter_timeout = Py_None, *device = Py_None;
   const chime_stream_opts_t def = CHIME_STREAM_OPTS_INIT;
@@ -132,13 +133,13 @@ static int stream_init(PyObject *o, PyObject *args, PyObject *kw) {
   int pin = def.pin_host_memory;
   PyObject *batch_o = NULL, *slots_o = NULL, *prefetch_o = NULL,
            *version_o = NULL, *ready_o = NULL, *keep_o = NULL,
-           *inflight_o = NULL;
+           *inflight_o = NULL, *conns_o = NULL;
   double reconnect = 0; /* 0: the default */
   if (!PyArg_ParseTupleAndKeywords(
-          args, kw, "O!s|OsOOdpOOOOOOd:Stream", kwlist, &chimepy_client_type,
+          args, kw, "O!s|OsOOdpOOOOOOdO:Stream", kwlist, &chimepy_client_type,
           &client, &table, &batch_o, &mode, &slots_o, &prefetch_o,
           &open_timeout, &pin, &iter_timeout, &device, &version_o, &ready_o,
-          &keep_o, &inflight_o, &reconnect))
+          &keep_o, &inflight_o, &reconnect, &conns_o))
     return -1;
   char keep[CHIME_MAX_LEAVES * CHIME_MAX_NAME];
   if (keep_text(keep_o, keep, sizeof(keep)))
@@ -146,7 +147,8 @@ static int stream_init(PyObject *o, PyObject *args, PyObject *kw) {
   /* Counts past 32 bits and negative ones are refused here; the library
    * checks the rest of their ranges. */
   uint64_t batch_size = def.batch_size, slots = def.slots,
-           prefetch = def.prefetch, version = 0, ready_bytes = 0, inflight = 0;
+           prefetch = def.prefetch, version = 0, ready_bytes = 0, inflight = 0,
+           conns = 0;
   if ((batch_o &&
        chimepy_uint_arg(batch_o, "batch_size", 0, UINT32_MAX, &batch_size)) ||
       (slots_o && chimepy_uint_arg(slots_o, "slots", 0, UINT32_MAX, &slots)) ||
@@ -157,7 +159,9 @@ static int stream_init(PyObject *o, PyObject *args, PyObject *kw) {
       (ready_o &&
        chimepy_uint_arg(ready_o, "ready_bytes", 0, UINT64_MAX, &ready_bytes)) ||
       (inflight_o && chimepy_uint_arg(inflight_o, "max_inflight_bytes", 0,
-                                      UINT64_MAX, &inflight)))
+                                      UINT64_MAX, &inflight)) ||
+      (conns_o &&
+       chimepy_uint_arg(conns_o, "connections", 0, UINT32_MAX, &conns)))
     return -1;
   if (self->client) {
     PyErr_SetString(PyExc_RuntimeError, "Stream already initialised");
@@ -197,6 +201,7 @@ static int stream_init(PyObject *o, PyObject *args, PyObject *kw) {
   opts.ready_bytes = ready_bytes;
   opts.keep_compressed = keep[0] ? keep : NULL;
   opts.max_inflight_bytes = inflight;
+  opts.connections = (uint32_t)conns;
   if (!(reconnect > -2e6 && reconnect < 2e6)) {
     chimepy_raise(CHIME_EINVAL, "reconnect_timeout must be seconds (< 0: "
                                 "never)");
@@ -498,7 +503,7 @@ static PyObject *stream_stats(PyObject *o, PyObject *unused) {
     return chimepy_raise(rc, chime_last_error());
   return Py_BuildValue(
       "{s:s,s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:K,s:K,s:K,s:K,s:I,s:K,s:I,s:K,s:I,"
-      "s:K,s:K,s:K,s:K}",
+      "s:K,s:K,s:K,s:K,s:K}",
       "mode", chime_mode_name(st.mode), "stream_id",
       (unsigned long long)st.stream_id, "batches",
       (unsigned long long)st.batches, "bytes", (unsigned long long)st.bytes,
@@ -516,7 +521,8 @@ static PyObject *stream_stats(PyObject *o, PyObject *unused) {
       "rtt_ns", (unsigned long long)st.rtt_ns, "window_bytes",
       (unsigned long long)st.window_bytes, "resumes",
       (unsigned long long)st.resumes, "resumes_late",
-      (unsigned long long)st.resumes_late);
+      (unsigned long long)st.resumes_late, "stalls",
+      (unsigned long long)st.stalls);
 }
 
 static PyObject *stream_enter(PyObject *o, PyObject *unused) {

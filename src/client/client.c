@@ -47,6 +47,16 @@ out:
   return rc;
 }
 
+/* opts kept in c, strings copied (none when out of memory: a lane's
+ * client then fails to make the same connection, and says so). */
+static void keep_opts(chime_client_t *c, const chime_client_opts_t *opts) {
+  c->kept = *opts;
+  const char **str[] = {&c->kept.token, &c->kept.tls_ca, &c->kept.tls_cert,
+                        &c->kept.tls_key, &c->kept.tls_server_name};
+  for (size_t i = 0; i < sizeof(str) / sizeof(str[0]); i++)
+    *str[i] = *str[i] != NULL ? strdup(*str[i]) : NULL;
+}
+
 int chime__conn_create(chime_client_t **out, const char *address,
                        const chime_client_opts_t *opts, int channel) {
   chime_client_opts_t def = CHIME_CLIENT_OPTS_INIT;
@@ -110,8 +120,13 @@ int chime__conn_create(chime_client_t **out, const char *address,
     memset(value, 0, sizeof(value));
   }
   chime__gate_leave();
+  keep_opts(c, opts);
   *out = c;
   return 0;
+}
+
+int chime__conn_again(chime_client_t **out, const chime_client_t *like) {
+  return chime__conn_create(out, like->address, &like->kept, 1);
 }
 
 void chime__conn_destroy(chime_client_t *client) {
@@ -132,6 +147,11 @@ void chime__conn_destroy(chime_client_t *client) {
   free(client->address);
   free(client->tls_server_name);
   free(client->seen_tables);
+  free((char *)client->kept.token);
+  free((char *)client->kept.tls_ca);
+  free((char *)client->kept.tls_cert);
+  free((char *)client->kept.tls_key);
+  free((char *)client->kept.tls_server_name);
   pthread_mutex_destroy(&client->seen_mu);
   free(client);
   if (own) {

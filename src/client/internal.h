@@ -74,6 +74,10 @@ struct chime_client_s {
   char *tls_server_name;
   int keepalive_time_ms; /* 0: pings off */
   int keepalive_timeout_ms;
+  /* The options it was made with, strings copied (NULL-safe frees at
+   * destroy): a stream's lanes (lanes.c) each make a client like it, so
+   * a connection of their own (chime__conn_again). */
+  chime_client_opts_t kept;
 };
 
 /* --- channels (channel.c) --- */
@@ -106,6 +110,9 @@ int chime__channel_connect(const chime_client_t *c, int step_ms, int wait_ms,
  * sharded client, whose shards have theirs). */
 int chime__conn_create(chime_client_t **out, const char *address,
                        const chime_client_opts_t *opts, int channel);
+/* A one-server client like `like` (its address and options): a channel,
+ * so a TCP connection, of its own. As chime__conn_create. */
+int chime__conn_again(chime_client_t **out, const chime_client_t *like);
 /* Frees what chime__conn_create made (a sharded client's shards are the
  * caller's to destroy first). NULL-safe. */
 void chime__conn_destroy(chime_client_t *client);
@@ -266,6 +273,10 @@ typedef struct {
   uint64_t *resume_seqs;
   uint32_t nresume, resume_prefetch;
   uint32_t debt;
+  /* connections > 1 (lanes.c): batches arrive on several calls at once,
+   * and slots are taken and published through lanes, in seq order;
+   * NULL: this call alone, as ever. */
+  struct chime__lanes_s *lanes;
 } chime__remote_t;
 
 /* slot_seq for a local slot that holds no batch, or the batch of a call

@@ -203,20 +203,22 @@ int chime__remote_chunk(chime__remote_t *r, grpc_byte_buffer *bb, char *err,
                          "stream: batch %" PRIu64 " starts at offset %" PRIu64
                          ", not 0",
                          c.seq, c.offset);
-    uint64_t started = atomic_load(&r->started);
-    if (started >= atomic_load(&r->granted))
+    /* Over lanes the credits are the stream's (lanes.c). */
+    chime__remote_t *m = r->lanes ? chime__lanes_remote(r->lanes) : r;
+    uint64_t started = atomic_fetch_add(&m->started, 1);
+    if (started >= atomic_load(&m->granted))
       return chime__fail(err, errlen, CHIME_EPROTO,
                          "stream: server sent batch %" PRIu64
                          " beyond the %" PRIu64 " credits given",
                          c.seq, started);
     /* Credits keep a slot free; waiting only happens on a ring that reuses
      * slots in order, and chime_stream_close() shuts the ring to end it. */
-    rc = chime__ring_acquire(r->ring, &r->w, -1);
+    rc = r->lanes ? chime__lanes_acquire(r->lanes, &r->w)
+                  : chime__ring_acquire(r->ring, &r->w, -1);
     if (rc)
       return chime__fail(err, errlen, rc, "stream: local ring: %s",
                          chime_strerror(rc));
     r->active = 1;
-    atomic_fetch_add(&r->started, 1); /* read by the learner's thread */
     r->seq = c.seq;
     r->received = 0;
     r->total = c.total;
@@ -247,13 +249,17 @@ int chime__remote_chunk(chime__remote_t *r, grpc_byte_buffer *bb, char *err,
       return rc;
   }
   r->received += c.data_len;
-  atomic_fetch_add_explicit(&r->bytes, c.data_len, memory_order_relaxed);
+  atomic_fetch_add_explicit(r->lanes ? &chime__lanes_remote(r->lanes)->bytes
+                                     : &r->bytes,
+                            c.data_len, memory_order_relaxed);
   if (r->received == r->total) {
     uint64_t seq;
     if (r->wire != NULL &&
         (rc = chime__frames_unpack(r, r->w.base, err, errlen)) != 0)
       return rc; /* the slot is abandoned with the stream */
     r->active = 0;
+    if (r->lanes != NULL)
+      return chime__lanes_publish(r->lanes, r->w.slot, r->seq, err, errlen);
     r->slot_seq[r->w.slot] = r->seq;
     rc = chime__ring_publish(r->ring, r->w.slot, &seq);
     if (rc)
@@ -265,7 +271,9 @@ int chime__remote_chunk(chime__remote_t *r, grpc_byte_buffer *bb, char *err,
 }
 
 void chime__remote_abandon(chime__remote_t *r) {
-  if (r->active)
+  if (r->active && r->lanes != NULL)
+    chime__lanes_abandon(r->lanes, r->w.slot);
+  else if (r->active)
     chime__ring_abandon(r->ring, r->w.slot);
   r->active = 0;
 }
@@ -327,7 +335,10 @@ static void remote_fill_open(const chime_stream_t *s, Chime__V1__Open *open) {
   const chime__remote_t *r = &s->remote;
   open->mode = CHIME__V1__MODE__MODE_STREAM;
   open->prefetch = s->prefetch;
-  open->frames = 1; /* frames.c decompresses */
+  /* frames.c decompresses; over lanes the server does (a lane's batch
+   * lands in its slot, with no wire image of its own). */
+  open->frames = s->opts.connections <= 1;
+  open->connections = s->opts.connections;
   open->resumable = s->opts.reconnect_timeout_ms > 0;
   /* Silence then means a stalled connection (stall.c), resumed. */
   open->heartbeat_ms = open->resumable ? CHIME__HEARTBEAT_MS : 0;
@@ -385,6 +396,13 @@ static int remote_setup(chime_stream_t *s, const Chime__V1__Opened *op,
   uint32_t lent = chime__credits_initial(s->prefetch, slots);
   atomic_store(&r->granted, lent);
   r->credit_batch = lent / 2 > 1 ? lent / 2 : 1;
+  if (s->opts.connections > 1 &&
+      ((rc = chime__lanes_create(s, s->opts.connections, err, errlen)) != 0 ||
+       (rc = chime__lanes_start(s, op->stream_id)) != 0))
+    return rc == CHIME_ENOMEM || rc == CHIME_ESYS
+               ? rc
+               : chime__fail(err, errlen, rc, "stream: its connections: %s",
+                             chime_strerror(rc));
   return 0;
 }
 
@@ -445,6 +463,7 @@ static int remote_release(chime_stream_t *s, uint32_t slot) {
 static void remote_resume_prepare(chime_stream_t *s) {
   chime__remote_t *r = &s->remote;
   uint32_t slots = s->layout.slots, held = 0, n = 0;
+  chime__lanes_stop(s); /* what the lanes had not handed on goes back */
   chime__remote_abandon(r);
   pthread_mutex_lock(&s->lock);
   for (uint32_t i = 0; i < slots; i++) {
@@ -487,6 +506,8 @@ static void remote_resumed(chime_stream_t *s, const Chime__V1__Opened *op) {
   keep_token(r, op);
   s->resumes_late += !op->resumed;
   pthread_mutex_unlock(&s->lock);
+  /* A lane that cannot join leaves its batches to the others. */
+  (void)chime__lanes_start(s, op->stream_id);
 }
 
 static void remote_stats(const chime_stream_t *s,
@@ -497,6 +518,7 @@ static void remote_stats(const chime_stream_t *s,
   out->rtt_ns = s->rtt_ns;
   out->resumes = s->resumes;
   out->resumes_late = s->resumes_late;
+  out->stalls = atomic_load(&s->stalls);
   out->window_bytes =
       (uint64_t)chime__credits_initial(s->prefetch, s->layout.slots) *
       s->send_bytes;
@@ -517,10 +539,12 @@ static int remote_flush_locked(chime_stream_t *s) {
 static void remote_close(chime_stream_t *s) {
   if (s->ring)
     chime__ring_shutdown(s->ring);
+  chime__lanes_stop(s);
 }
 
 static void remote_fini(chime_stream_t *s) {
   chime__remote_t *r = &s->remote;
+  chime__lanes_free(s);
   if (r->ring)
     chime__remote_abandon(r);
   r->ring = NULL;

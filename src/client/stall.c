@@ -17,10 +17,12 @@
  * estimate decays, an eighth per message). */
 #define GAP_MAX_MS 10000
 
-/* When the expectation began or the last message came, whichever is
- * later: silence is counted from there. */
+/* When the expectation began or the last message came (on the call or
+ * on another lane), whichever is later: silence is counted from there. */
 static int64_t since(const chime_stream_t *s) {
   int64_t e = atomic_load(&s->stall_expect_ms);
+  int64_t l = atomic_load(&s->stall_lane_ms);
+  e = e > l ? e : l;
   return e > s->stall_heard_ms ? e : s->stall_heard_ms;
 }
 
@@ -37,6 +39,10 @@ void chime__stall_heard(chime_stream_t *s) {
   if (s->stall_gap_ms > GAP_MAX_MS)
     s->stall_gap_ms = GAP_MAX_MS;
   s->stall_heard_ms = now;
+}
+
+void chime__stall_heard_lane(chime_stream_t *s) {
+  atomic_store(&s->stall_lane_ms, chime__now_ms());
 }
 
 void chime__stall_expect(chime_stream_t *s, int was_owed) {
@@ -62,6 +68,7 @@ int chime__stall_check(chime_stream_t *s) {
   if (chime__stall_left_ms(s) > 0 || s->opts.reconnect_timeout_ms <= 0)
     return 0;
   atomic_store(&s->stalled, 1);
+  atomic_fetch_add(&s->stalls, 1);
   chime__rpc_cancel(&s->rpc); /* its status: the stream resumes */
   return 1;
 }
@@ -71,4 +78,5 @@ void chime__stall_reset(chime_stream_t *s, uint32_t heartbeat_ms) {
   s->stall_heard_ms = chime__now_ms();
   s->stall_gap_ms = 0;
   atomic_store(&s->stall_expect_ms, 0);
+  atomic_store(&s->stall_lane_ms, 0);
 }

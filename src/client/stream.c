@@ -206,12 +206,19 @@ static void wait_learner_idle(chime_stream_t *s) {
   pthread_mutex_unlock(&s->lock);
 }
 
+/* Whether the learner's next() polls the call. Not over lanes (lanes.c):
+ * batches then come on the lanes' threads too, which a learner waiting on
+ * the first call's queue would not see; the stream's thread pumps it. */
+static int learner_drives(const chime_stream_t *s) {
+  return s->tp->learner_drives && s->remote.lanes == NULL;
+}
+
 static void *stream_thread(void *arg) {
   pthread_setname_np(pthread_self(), "chime-stream");
   chime_stream_t *s = arg;
   do {
     while (chime__rpc_busy(&s->rpc)) {
-      if (!s->tp->learner_drives) {
+      if (!learner_drives(s)) {
         pump(s, gpr_inf_future(GPR_CLOCK_MONOTONIC));
         continue;
       }
@@ -240,7 +247,7 @@ static int drive_next(chime_stream_t *s, chime_ring_view_t *v, int timeout_ms) {
       s->tp->before_wait(s);
     int64_t left = end < 0 ? INT64_MAX : end - chime__now_ms();
     /* The call is looked at under drive_mu: a resume replaces it. */
-    int drive = pthread_mutex_trylock(&s->drive_mu) == 0;
+    int drive = learner_drives(s) && pthread_mutex_trylock(&s->drive_mu) == 0;
     if (drive && !chime__rpc_busy(&s->rpc)) {
       pthread_mutex_unlock(&s->drive_mu);
       drive = 0;

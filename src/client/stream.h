@@ -95,14 +95,16 @@ struct chime_stream_s {
    * sends none, the call is never judged), when the last message came,
    * the recent gaps between messages (whoever polls the call: drive_mu),
    * and when the learner began to expect batches (credits sent when the
-   * server owed none: any thread). */
+   * server owed none: any thread), and when a lane other than the call's
+   * own last received (lanes.c's threads). */
   atomic_int stalled;
   uint32_t heartbeat_ms;
   int64_t stall_heard_ms, stall_gap_ms;
-  _Atomic int64_t stall_expect_ms;
+  _Atomic int64_t stall_expect_ms, stall_lane_ms;
   int64_t resume_deadline;
   char lost_why[CHIME__ERRLEN];
   uint64_t resumes, resumes_late;
+  _Atomic uint64_t stalls; /* calls left as stalled (stall.c) */
 
   atomic_int end_code;         /* why next fails once the ring is cut off */
   uint64_t batches, bytes;     /* taken by next (learner's thread) */
@@ -226,6 +228,9 @@ void chime__resume_fini(chime_stream_t *s);
 
 /* A message came (whoever polls the call). */
 void chime__stall_heard(chime_stream_t *s);
+/* A message came on one of the stream's other lanes (any thread): the
+ * stream is not stalled while its batches come that way. */
+void chime__stall_heard_lane(chime_stream_t *s);
 /* Credits were sent; was_owed: the server owed batches before. */
 void chime__stall_expect(chime_stream_t *s, int was_owed);
 /* Ms until the call counts as stalled (0: it does), INT64_MAX while it
@@ -236,6 +241,42 @@ int64_t chime__stall_left_ms(const chime_stream_t *s);
 int chime__stall_check(chime_stream_t *s);
 /* A call opened (or resumed) with the server's heartbeat interval. */
 void chime__stall_reset(chime_stream_t *s, uint32_t heartbeat_ms);
+
+/* --- several connections (lanes.c; docs/protocol.md, "Lanes") --- */
+
+typedef struct chime__lanes_s chime__lanes_t;
+/* After setup, for connections n > 1: s->remote.lanes with a client (a
+ * connection) for each lane 1..n-1, nothing started. CHIME_ENOMEM, or
+ * the client's code, with err; what was made goes in chime__lanes_free. */
+int chime__lanes_create(chime_stream_t *s, uint32_t n, char *err,
+                        size_t errlen);
+/* Each lane Joins stream id (the remote's token) on a call of its own,
+ * read by a thread of its own; batches then publish in seq order from
+ * 0. 0, or the first failure's code (the lanes started stay; the stream
+ * goes on over them). */
+int chime__lanes_start(chime_stream_t *s, uint64_t id);
+/* Cancels the lanes' calls and joins their threads; their half-filled
+ * slots and the whole batches not yet published are given back. No-op
+ * without lanes. */
+void chime__lanes_stop(chime_stream_t *s);
+/* Stops and frees s->remote.lanes (NULL-safe). */
+void chime__lanes_free(chime_stream_t *s);
+/* The ring's producer side for chime__remote_chunk on any lane's
+ * thread: a slot (credits keep one free; CHIME_ESHUTDOWN once the ring
+ * is or the lanes stop), a half-filled one given back, and a whole batch
+ * published once every batch before it is (slot_seq set then).
+ * CHIME_EPROTO with err for a seq outside the ring's window or twice. */
+int chime__lanes_acquire(chime__lanes_t *ls, chime__ring_wslot_t *w);
+void chime__lanes_abandon(chime__lanes_t *ls, uint32_t slot);
+int chime__lanes_publish(chime__lanes_t *ls, uint32_t slot, uint64_t seq,
+                         char *err, size_t errlen);
+/* For tests: cancels lane's call (1..connections-1) as a lost
+ * connection would end it. CHIME_EINVAL when there is no such lane. */
+int chime__stream_lane_cancel(chime_stream_t *s, uint32_t lane);
+/* For tests: the chunks lane (1..) received, 0 for no such lane. */
+uint64_t chime__stream_lane_chunks(chime_stream_t *s, uint32_t lane);
+/* The stream's own remote: its credits and counters, every lane's. */
+chime__remote_t *chime__lanes_remote(chime__lanes_t *ls);
 
 /* --- compressed leaves (frames.c) --- */
 

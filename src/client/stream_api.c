@@ -49,6 +49,12 @@ int chime_stream_open(chime_stream_t **out, chime_client_t *client,
                      CHIME_RING_MAX_BATCH, CHIME_RING_MAX_SLOTS);
     goto cleanup;
   }
+  if (o.connections > CHIME_MAX_CONNECTIONS) {
+    rc = chime__fail(err, sizeof(err), CHIME_EINVAL,
+                     "stream: connections is 1 to %u (0: 1), not %u",
+                     CHIME_MAX_CONNECTIONS, o.connections);
+    goto cleanup;
+  }
   if (o.device < -1 || (o.device >= 0 && o.device_prefetch > o.slots - 1)) {
     rc = chime__fail(err, sizeof(err), CHIME_EINVAL,
                      "stream: device is a CUDA ordinal or -1 (host), and "

@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "replay/ztail.h"
 #include "ring/extents.h"
+#include "server/lanes.h"
 #include "server/sender.h"
 #include "server/stream.h"
 #include "wire/chunk.h"
@@ -115,6 +116,7 @@ static const chime__sender_owner_t send_owner = {
     .call_ref = chime__call_ref,
     .call_send = chime__call_send,
     .call_sending = chime__call_sending,
+    .call_lost = chime__call_lost,
 };
 
 /* Whether the client decompresses leaves (frames.c): its batches' tails
@@ -182,6 +184,7 @@ static int send_init(chime__stream_t *s, const Chime__V1__Open *open) {
   }
   if (rc == 0 && framed_tail(s))
     rc = ztail_init(s, open);
+  chime__sender_set_lanes(&x->sender, open->connections);
   atomic_init(&x->free_slots, (int)open->slots);
   /* A third of what the sender may lend, at least 1: with the default
    * slots (8, 7 lent) a wake fills 2 or more, and 5 stay published or
@@ -286,11 +289,17 @@ static void send_retired(chime__stream_t *s) {
   chime__sender_unhold_all(&s->send->sender);
 }
 
-/* Sends no more: the sender's reference to the call goes. */
+static int send_join(chime__stream_t *s, uint32_t lane, chime__call_t *call) {
+  return chime__sender_join(&s->send->sender, lane, call);
+}
+
+/* Sends no more: the sender's reference to the call goes, and the lanes
+ * end (lanes.c). */
 static void send_close(chime__stream_t *s) {
   chime__call_t *call = chime__sender_stop(&s->send->sender);
   if (call != NULL)
     chime__call_unref(call);
+  chime__lanes_end(&s->send->sender);
 }
 
 /* No slice points into the table any more: the last rows go. */
@@ -327,6 +336,7 @@ const chime__stream_mode_ops_t chime__stream_mode_send = {
     .credit = send_credit,
     .sent = send_sent,
     .counts = send_counts,
+    .join = send_join,
     .retired = send_retired,
     .close = send_close,
     .fini = send_fini,

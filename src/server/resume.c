@@ -41,25 +41,31 @@ int chime__stream_resume_token(chime__stream_t *s) {
   return 0;
 }
 
-/* The listed stream that open names, with a reference, or NULL. An
- * all-zero token (getrandom failed) matches nothing. */
-static chime__stream_t *named(chime_server_t *srv,
-                              const Chime__V1__Open *open) {
+/* Whether the n bytes at a and b are the same, in a time that does not
+ * say where they differ (the token is the stream's secret). */
+static int same_secret(const uint8_t *a, const uint8_t *b, size_t n) {
+  uint8_t d = 0;
+  for (size_t i = 0; i < n; i++)
+    d |= a[i] ^ b[i];
+  return d == 0;
+}
+
+chime__stream_t *chime__stream_named(chime_server_t *srv, uint64_t id,
+                                     const char *table, const uint8_t *token,
+                                     size_t token_len) {
   static const uint8_t zero[CHIME__RESUME_TOKEN_BYTES];
-  if (open->resume_token.len != CHIME__RESUME_TOKEN_BYTES ||
-      memcmp(open->resume_token.data, zero, sizeof(zero)) == 0)
+  if (token_len != CHIME__RESUME_TOKEN_BYTES || table == NULL ||
+      memcmp(token, zero, sizeof(zero)) == 0)
     return NULL;
   chime__stream_t *found = NULL;
   chime__registry_node_t *it;
   chime__registry_lock(&srv->streams);
   for (chime__stream_t *s = chime__registry_first(&srv->streams, &it);
        s != NULL; s = chime__registry_next(&it)) {
-    if (s->id != open->resume_stream)
+    if (s->id != id)
       continue;
-    if (s->mode == CHIME_MODE_STREAM &&
-        strcmp(s->table_name, open->table) == 0 &&
-        memcmp(s->resume_token, open->resume_token.data,
-               CHIME__RESUME_TOKEN_BYTES) == 0) {
+    if (s->mode == CHIME_MODE_STREAM && strcmp(s->table_name, table) == 0 &&
+        same_secret(s->resume_token, token, CHIME__RESUME_TOKEN_BYTES)) {
       chime__stream_ref(s);
       found = s;
     }
@@ -72,7 +78,9 @@ static chime__stream_t *named(chime_server_t *srv,
 int chime__stream_resume_old(chime_server_t *srv, const Chime__V1__Open *open) {
   if (open->resume_stream == 0 || open->table == NULL)
     return 0;
-  chime__stream_t *old = named(srv, open);
+  chime__stream_t *old =
+      chime__stream_named(srv, open->resume_stream, open->table,
+                          open->resume_token.data, open->resume_token.len);
   if (old == NULL)
     return 0;
   /* A learner holds at most slots batches, and names them with its last

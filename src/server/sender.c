@@ -18,6 +18,9 @@ struct chime__sent_s {
   chime__sender_t *x;
   uint32_t slot;
   uint64_t seq;
+  uint32_t lane;      /* where its chunks went */
+  uint64_t total;     /* its bytes, counted in x->queued[lane] */
+  atomic_uint slices; /* held by gRPC (and by us while chunking) */
   atomic_uint refs;
   chime__sent_t *next; /* the held list */
 };
@@ -38,6 +41,11 @@ int chime__sender_init(chime__sender_t *x, chime_ring_t *ring,
   x->held_head = x->held_tail = NULL;
   x->call = NULL;
   x->beat_batches = x->beat_ns = 0;
+  x->nlanes = 1;
+  for (uint32_t i = 0; i < CHIME__LANES_MAX; i++) {
+    x->lane[i] = NULL;
+    atomic_init(&x->queued[i], 0);
+  }
   atomic_init(&x->stopped, 0);
   atomic_init(&x->awaiting, 0);
   atomic_init(&x->batches, 0);
@@ -71,7 +79,15 @@ static void sent_put(chime__sent_t *b, unsigned n) {
   x->ops->unref(x->owner);
 }
 
+/* gRPC let go of a slice: once of all of a batch's, its bytes are no
+ * longer queued on its lane. */
+static void slices_put(chime__sent_t *b) {
+  if (atomic_fetch_sub(&b->slices, 1) == 1)
+    atomic_fetch_sub(&b->x->queued[b->lane], b->total);
+}
+
 static void slice_done(void *ud) {
+  slices_put(ud);
   sent_put(ud, 1);
 }
 
@@ -88,6 +104,7 @@ static grpc_byte_buffer *chunk(chime__sender_t *x, chime__sent_t *b,
   size_t hl = chime__chunk_header_encode(hdr, b->seq, off, total, len);
   sl[0] = grpc_slice_from_copied_buffer((const char *)hdr, hl);
   atomic_fetch_add(&b->refs, (unsigned)n);
+  atomic_fetch_add(&b->slices, (unsigned)n);
   for (size_t i = 0; i < n; i++)
     sl[i + 1] = grpc_slice_new_with_user_data(
         (void *)x->span_buf[i].p, x->span_buf[i].len, slice_done, b);
@@ -97,8 +114,8 @@ static grpc_byte_buffer *chunk(chime__sender_t *x, chime__sent_t *b,
   return bb;
 }
 
-static void send_batch(chime__sender_t *x, chime__call_t *call,
-                       const chime_ring_view_t *v) {
+/* Caller holds send_mu. */
+static void send_batch(chime__sender_t *x, const chime_ring_view_t *v) {
   uint64_t total = x->ops->batch_bytes != NULL
                        ? x->ops->batch_bytes(x->owner, v->slot)
                        : x->send_bytes;
@@ -115,13 +132,21 @@ static void send_batch(chime__sender_t *x, chime__call_t *call,
     int rc = chime_ring_release(x->ring, v->slot); /* cannot fail: held */
     (void)rc;
     pthread_mutex_unlock(&x->mu);
+    /* Over lanes the learner hands batches on in seq order: one never
+     * sent would stall it, so the stream resumes instead (what it held
+     * goes back). Only a bug or no memory gets here. */
+    if (x->nlanes > 1 && x->call != NULL && x->ops->call_lost != NULL)
+      x->ops->call_lost(x->call, "a batch could not be sent");
     return;
   }
   b->x = x;
   b->slot = v->slot;
   b->seq = v->seq;
   b->next = NULL;
-  atomic_init(&b->refs, 1); /* ours until every chunk is made */
+  b->total = total;
+  chime__call_t *call = chime__sender_pick_lane(x, total, &b->lane);
+  atomic_init(&b->slices, 1); /* ours until every chunk is made */
+  atomic_init(&b->refs, 1);   /* ours until every chunk is made */
   x->ops->ref(x->owner);
   pthread_mutex_lock(&x->mu);
   if (x->hold && !x->unheld) {
@@ -147,13 +172,13 @@ static void send_batch(chime__sender_t *x, chime__call_t *call,
     atomic_fetch_add(&x->batches, 1);
     atomic_fetch_add(&x->bytes, total);
   }
+  slices_put(b);
   sent_put(b, 1);
 }
 
 void chime__sender_send_ready(chime__sender_t *x) {
   pthread_mutex_lock(&x->send_mu);
-  chime__call_t *call = x->call;
-  while (call != NULL && !atomic_load(&x->stopped)) {
+  while (x->call != NULL && !atomic_load(&x->stopped)) {
     chime_ring_view_t v;
     pthread_mutex_lock(&x->mu);
     int rc = x->credits > 0 ? chime_ring_next(x->ring, &v, 0) : CHIME_EBUSY;
@@ -162,7 +187,7 @@ void chime__sender_send_ready(chime__sender_t *x) {
     pthread_mutex_unlock(&x->mu);
     if (rc != 0)
       break;
-    send_batch(x, call, &v);
+    send_batch(x, &v);
   }
   pthread_mutex_unlock(&x->send_mu);
 }
@@ -178,8 +203,7 @@ int chime__sender_awaiting(chime__sender_t *x) {
 
 void chime__sender_published(chime__sender_t *x) {
   pthread_mutex_lock(&x->send_mu);
-  chime__call_t *call = x->call;
-  int busy = call != NULL && x->ops->call_sending(call);
+  int busy = x->call != NULL && chime__sender_lanes_busy(x);
   pthread_mutex_unlock(&x->send_mu);
   if (!busy)
     chime__sender_send_ready(x);
@@ -292,4 +316,70 @@ void chime__sender_unhold_all(chime__sender_t *x) {
   x->unheld = 1;
   pthread_mutex_unlock(&x->mu);
   put_list(b);
+}
+
+/* --- lanes (docs/protocol.md, "Lanes") --- */
+
+void chime__sender_set_lanes(chime__sender_t *x, uint32_t nlanes) {
+  pthread_mutex_lock(&x->send_mu);
+  x->nlanes = nlanes == 0                 ? 1
+              : nlanes > CHIME__LANES_MAX ? CHIME__LANES_MAX
+                                          : nlanes;
+  pthread_mutex_unlock(&x->send_mu);
+}
+
+int chime__sender_join(chime__sender_t *x, uint32_t lane, chime__call_t *call) {
+  int rc = 0;
+  pthread_mutex_lock(&x->send_mu);
+  if (lane == 0 || lane >= x->nlanes)
+    rc = CHIME_EINVAL;
+  else if (atomic_load(&x->stopped)) /* not yet started is fine */
+    rc = CHIME_ECLOSED;
+  else if (x->lane[lane] != NULL)
+    rc = CHIME_EEXIST;
+  if (rc == 0) {
+    x->lane[lane] = call;
+    x->ops->call_ref(call);
+  }
+  pthread_mutex_unlock(&x->send_mu);
+  return rc;
+}
+
+uint32_t chime__sender_take_lanes(chime__sender_t *x, chime__call_t **out) {
+  uint32_t n = 0;
+  pthread_mutex_lock(&x->send_mu);
+  for (uint32_t i = 1; i < CHIME__LANES_MAX; i++)
+    if (x->lane[i] != NULL) {
+      out[n++] = x->lane[i];
+      x->lane[i] = NULL;
+    }
+  pthread_mutex_unlock(&x->send_mu);
+  return n;
+}
+
+/* Fewest bytes queued, not turn by turn: a lane in loss recovery drains
+ * slowly and so gets fewer batches, instead of stalling every nth. */
+chime__call_t *chime__sender_pick_lane(chime__sender_t *x, uint64_t total,
+                                       uint32_t *lane) {
+  uint32_t best = 0;
+  uint64_t least = atomic_load(&x->queued[0]);
+  for (uint32_t i = 1; i < x->nlanes; i++) {
+    uint64_t q = atomic_load(&x->queued[i]);
+    if (x->lane[i] != NULL && q < least) {
+      best = i;
+      least = q;
+    }
+  }
+  atomic_fetch_add(&x->queued[best], total);
+  *lane = best;
+  return best == 0 ? x->call : x->lane[best];
+}
+
+int chime__sender_lanes_busy(chime__sender_t *x) {
+  if (!x->ops->call_sending(x->call))
+    return 0;
+  for (uint32_t i = 1; i < x->nlanes; i++)
+    if (x->lane[i] != NULL && !x->ops->call_sending(x->lane[i]))
+      return 0;
+  return 1;
 }

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "chime/chime.h"
 #include "chime/ring.h"
 #include "wire/pbread.h"
 
@@ -51,7 +52,14 @@ typedef struct {
   int (*call_send)(chime__call_t *c, struct grpc_byte_buffer *bb);
   /* Whether a send is in flight. */
   int (*call_sending)(chime__call_t *c);
+  /* Ends the call at once as a lost connection would (its learner then
+   * resumes); NULL: never needed (one lane only). */
+  void (*call_lost)(chime__call_t *c, const char *why);
 } chime__sender_owner_t;
+
+/* The most connections (lanes) one stream reads over (Open.connections):
+ * the client's limit. */
+#define CHIME__LANES_MAX CHIME_MAX_CONNECTIONS
 
 typedef struct {
   chime_ring_t *ring;
@@ -67,9 +75,16 @@ typedef struct {
   int unheld;                           /* stopped holding: unhold_all ran */
   chime__sent_t *held_head, *held_tail; /* oldest first (mu) */
   chime__call_t *call;                  /* where batches go (send_mu) */
-  size_t max_spans;                     /* of one chunk */
-  chime__span_t *span_buf;              /* max_spans (send_mu) */
-  void *slice_buf;                      /* max_spans + 1 slices (send_mu) */
+  /* Lanes (docs/protocol.md, "Lanes"): lane 0 is call; the calls that
+   * joined as lanes 1..nlanes-1 (send_mu; NULL until joined), and each
+   * lane's bytes handed to gRPC and not yet let go of. A batch goes whole
+   * to the lane with the fewest. */
+  uint32_t nlanes;
+  chime__call_t *lane[CHIME__LANES_MAX];
+  atomic_uint_fast64_t queued[CHIME__LANES_MAX];
+  size_t max_spans;        /* of one chunk */
+  chime__span_t *span_buf; /* max_spans (send_mu) */
+  void *slice_buf;         /* max_spans + 1 slices (send_mu) */
   atomic_int stopped;
   atomic_int awaiting; /* a send started; chime__sender_sent() to come */
   atomic_uint_fast64_t batches, bytes; /* sent */
@@ -91,6 +106,21 @@ void chime__sender_fini(chime__sender_t *x);
 void chime__sender_start(chime__sender_t *x, chime__call_t *call);
 /* Sends no more; returns the call to drop a reference of (or NULL). */
 chime__call_t *chime__sender_stop(chime__sender_t *x);
+/* Lanes (lanes.c). The stream reads over nlanes calls (1: call alone). */
+void chime__sender_set_lanes(chime__sender_t *x, uint32_t nlanes);
+/* Batches may go to call as lane (1..nlanes-1; a reference is taken):
+ * 0, or CHIME_EINVAL (out of range), CHIME_EEXIST (taken), CHIME_ECLOSED
+ * (stopped). */
+int chime__sender_join(chime__sender_t *x, uint32_t lane, chime__call_t *call);
+/* After stop: the joined lanes' calls (each to drop a reference of), at
+ * most CHIME__LANES_MAX into out; returns how many. */
+uint32_t chime__sender_take_lanes(chime__sender_t *x, chime__call_t **out);
+/* The call a batch of total bytes goes to: the joined lane with the
+ * fewest bytes queued (its index in *lane). Caller holds send_mu. */
+chime__call_t *chime__sender_pick_lane(chime__sender_t *x, uint64_t total,
+                                       uint32_t *lane);
+/* Whether every joined lane has a send in flight. Caller holds send_mu. */
+int chime__sender_lanes_busy(chime__sender_t *x);
 /* Sends every published batch there is credit for, in order. */
 void chime__sender_send_ready(chime__sender_t *x);
 /* The same after a publish, unless a send is in flight: then the call's

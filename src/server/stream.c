@@ -488,13 +488,18 @@ void chime__stream_attached(chime__stream_t *s) {
   chime__pool_kick(s->srv->sampler, &s->job);
 }
 
-void chime__stream_kill(chime__stream_t *s, const char *why) {
+chime__call_t *chime__stream_call(chime__stream_t *s) {
   /* Lock order: server, then call (never a call's under a stream's). */
   pthread_mutex_lock(&s->srv->mu);
   chime__call_t *call = s->call;
   if (call != NULL)
     chime__call_ref(call);
   pthread_mutex_unlock(&s->srv->mu);
+  return call;
+}
+
+void chime__stream_kill(chime__stream_t *s, const char *why) {
+  chime__call_t *call = chime__stream_call(s);
   chime__stream_close(s);
   if (call != NULL) {
     chime__call_cancel(call, GRPC_STATUS_CANCELLED, why);

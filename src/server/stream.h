@@ -124,6 +124,9 @@ void chime__stream_close(chime__stream_t *s);
 void chime__stream_end(chime__stream_t *s, chime__call_t *call);
 /* shm: the handoff passed the ring's fd; wakes the sampler (any thread). */
 void chime__stream_attached(chime__stream_t *s);
+/* The stream's Subscribe call with a reference (drop it), or NULL once
+ * the stream dropped it. */
+chime__call_t *chime__stream_call(chime__stream_t *s);
 /* Closes the stream and cancels its call (the learner is gone). */
 void chime__stream_kill(chime__stream_t *s, const char *why);
 void chime__stream_ref(chime__stream_t *s);
@@ -149,6 +152,22 @@ int chime__stream_resume_token(chime__stream_t *s);
  * ends (the rest of what it held goes back to the table) and 1 is
  * returned; else 0 (nothing to resume: it had ended). */
 int chime__stream_resume_old(chime_server_t *srv, const Chime__V1__Open *open);
+/* The listed stream-mode stream of that id on table whose resume token
+ * is token, with a reference; else NULL (an all-zero token, getrandom
+ * having failed, matches nothing). */
+chime__stream_t *chime__stream_named(chime_server_t *srv, uint64_t id,
+                                     const char *table, const uint8_t *token,
+                                     size_t token_len);
+/* A Subscribe call whose first request is a Join (lanes.c): the stream
+ * it names, with a reference, its call now one of its lanes; or NULL
+ * with a CHIME_E* code in *code and err for the learner. */
+chime__stream_t *chime__stream_join(chime_server_t *srv, chime__call_t *call,
+                                    const Chime__V1__Join *join, int *code,
+                                    char *err, size_t errlen);
+/* One of its lanes' calls ended before the stream did (lanes.c): the
+ * stream is lost (chime__stream_lost) and its first call ends as a lost
+ * connection does, so that its learner resumes it whole. */
+void chime__stream_lane_lost(chime__stream_t *s);
 /* The stream's call ended without its learner closing it (the connection
  * lost, or the learner killed): a resumable stream that holds batches is
  * parked for CHIME__RESUME_GRACE_MS before it retires; then it closes. */

@@ -77,6 +77,9 @@ typedef struct {
   /* Optional. What the learner did not finish went back to the table
    * (the stream retires): nothing it holds stays held. */
   void (*retired)(chime__stream_t *s);
+  /* Optional (NULL: the mode has no lanes). call joins the stream as
+   * lane (docs/protocol.md, "Lanes"): chime__sender_join's codes. */
+  int (*join)(chime__stream_t *s, uint32_t lane, chime__call_t *call);
   /* Optional. The stream closed: nobody may reach its ring any more. */
   void (*close)(chime__stream_t *s);
   /* The last reference went, before the ring is destroyed: what init

@@ -14,6 +14,7 @@ typedef struct {
   chime__stream_t *s;
   int stopped; /* the notice and status are queued */
   int closing; /* the learner's last Credit said it closes (mu) */
+  int lane;    /* the call joined s as a lane (lanes.c): it only sends */
 } sub_t;
 
 static chime__stream_t *sub_stream(chime__call_t *c) {
@@ -100,8 +101,50 @@ static const chime__stream_mode_ops_t *mode_of(const Chime__V1__Open *open) {
   }
 }
 
+/* The call's first request is a Join: it becomes one of s's lanes, or
+ * ends refused. */
+static void join_lane(chime__call_t *c, const Chime__V1__Join *join) {
+  char err[CHIME__ERRLEN];
+  int code = 0;
+  chime__stream_t *s = chime__stream_join(chime__call_server(c), c, join, &code,
+                                          err, sizeof(err));
+  if (s == NULL) {
+    chime__call_finish(c, code, "%s", err);
+    return;
+  }
+  chime__call_lock(c);
+  sub_t *st = chime__call_state(c);
+  st->s = s;
+  st->lane = 1;
+  chime__call_unlock(c);
+  chime__call_recv(c); /* its end: half-closed, or lost */
+}
+
+/* A lane's call sends only: a failed receive is its connection lost. */
+static void lane_message(chime__call_t *c, chime__stream_t *s,
+                         grpc_byte_buffer *bb) {
+  if (bb != NULL) {
+    grpc_byte_buffer_destroy(bb);
+    chime__call_finish(c, CHIME_EINVAL, "a lane sends no requests after Join");
+    return;
+  }
+  chime__call_lock(c);
+  int failed = chime__call_recv_failed(c);
+  chime__call_unlock(c);
+  if (failed)
+    chime__stream_lane_lost(s);
+}
+
 static void sub_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
   char err[CHIME__ERRLEN];
+  chime__call_lock(c);
+  const sub_t *lst = chime__call_state(c);
+  chime__stream_t *ls = lst != NULL && lst->lane ? lst->s : NULL;
+  chime__call_unlock(c);
+  if (ls != NULL) {
+    lane_message(c, ls, bb);
+    return;
+  }
   if (bb == NULL) {
     /* The client closed its side: it releases nothing more. Or the call
      * is over (connection lost): a resumable stream waits (resume.c). */
@@ -129,10 +172,14 @@ static void sub_on_message(chime__call_t *c, grpc_byte_buffer *bb) {
   }
   Chime__V1__SubscribeRequest *req = (Chime__V1__SubscribeRequest *)m;
   chime__stream_t *s = sub_stream(c);
+  if (s == NULL && req->kind_case == CHIME__V1__SUBSCRIBE_REQUEST__KIND_JOIN) {
+    join_lane(c, req->join);
+    goto out;
+  }
   if (s == NULL) {
     if (req->kind_case != CHIME__V1__SUBSCRIBE_REQUEST__KIND_OPEN) {
       chime__call_finish(c, CHIME_EINVAL,
-                         "the first SubscribeRequest must be 'open'");
+                         "the first SubscribeRequest must be 'open' or 'join'");
       goto out;
     }
     /* A resuming Open ends the stream it names first (resume.c): what
@@ -193,8 +240,16 @@ out:
 
 static void sub_on_close(chime__call_t *c) {
   chime__stream_t *s = sub_stream(c);
-  if (s != NULL)
-    chime__stream_lost(s); /* a learner that closed ended it already */
+  chime__call_lock(c);
+  const sub_t *st = chime__call_state(c);
+  int lane = st != NULL && st->lane;
+  chime__call_unlock(c);
+  /* A learner that closed ended it already; a lane's end after the
+   * stream's is nothing. */
+  if (s != NULL && lane && !atomic_load(&s->closed))
+    chime__stream_lane_lost(s);
+  else if (s != NULL)
+    chime__stream_lost(s);
 }
 
 static void sub_on_stop(chime__call_t *c) {
@@ -204,12 +259,13 @@ static void sub_on_stop(chime__call_t *c) {
   sub_t *st = chime__call_state(c);
   chime__stream_t *s = st != NULL ? st->s : NULL;
   int again = st != NULL && st->stopped;
+  int lane = st != NULL && st->lane;
   if (st != NULL && s != NULL)
     st->stopped = 1;
   chime__call_unlock(c);
   if (again)
     return;
-  if (s != NULL) {
+  if (s != NULL && !lane) { /* a lane's stream ends with its first call */
     chime__stream_close(s); /* stops the sender before the notice */
     Chime__V1__Notice n = CHIME__V1__NOTICE__INIT;
     Chime__V1__SubscribeResponse resp = CHIME__V1__SUBSCRIBE_RESPONSE__INIT;

@@ -34,6 +34,8 @@ grpc_status_code chime__status_from_err(int err) {
     return GRPC_STATUS_UNIMPLEMENTED;
   case CHIME_ECUDA:
     return GRPC_STATUS_FAILED_PRECONDITION;
+  case CHIME_EEXIST:
+    return GRPC_STATUS_ALREADY_EXISTS;
   case CHIME_EFORGOTTEN:
     /* Retry at a higher level: the writer's requests go on under a new
      * writer id (docs/protocol.md, Insert). */

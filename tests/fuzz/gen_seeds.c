@@ -645,6 +645,27 @@ static void requests_seeds(void) {
   req_credit(1, NULL, 0);
   fuzz_seed_put("requests", "subscribe_credit_first", req_buf, req_len);
 
+  /* Lanes: a Join naming no stream (the token is random), after an
+   * Open (refused: the call has its stream), and an Open asking for 4
+   * connections. */
+  Chime__V1__Join jn = CHIME__V1__JOIN__INIT;
+  Chime__V1__SubscribeRequest jq = CHIME__V1__SUBSCRIBE_REQUEST__INIT;
+  uint8_t tok[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+  jn.stream_id = 1;
+  jn.resume_token.data = tok;
+  jn.resume_token.len = sizeof(tok);
+  jn.lane = 1;
+  jn.table = "u";
+  jq.kind_case = CHIME__V1__SUBSCRIBE_REQUEST__KIND_JOIN;
+  jq.join = &jn;
+  req_begin(3, 1);
+  req_add(&jq.base);
+  fuzz_seed_put("requests", "subscribe_join", req_buf, req_len);
+  req_begin(3, 1);
+  req_open("u", 2, 4, CHIME__V1__MODE__MODE_STREAM, 0);
+  req_add(&jq.base);
+  fuzz_seed_put("requests", "subscribe_join_after_open", req_buf, req_len);
+
   /* Policy versions: a learner's on its stream, and SetVersion. */
   Chime__V1__VersionReport vr = CHIME__V1__VERSION_REPORT__INIT;
   Chime__V1__SubscribeRequest vq = CHIME__V1__SUBSCRIBE_REQUEST__INIT;

@@ -7,8 +7,9 @@
  * credit names it (unknown and repeated names ignored) or the owner gives
  * everything back; a finishing call or spans that do not fit cost the slot
  * nothing; a send in flight defers a publish to the call's on_sent; after
- * stop nothing is sent. The messages are kept by the fake call until the
- * test drops them, as gRPC would once written. */
+ * stop nothing is sent; over lanes each batch goes whole to the joined
+ * call with the fewest bytes gRPC holds. The messages are kept by the fake
+ * call until the test drops them, as gRPC would once written. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -700,6 +701,57 @@ static void test_threads(void **state) {
   owner_fini(&o, &f);
 }
 
+/* Lanes: a stream read over 3 calls. Joins out of range, taken or after
+ * stop are refused; each batch goes whole to the joined lane with the
+ * fewest bytes gRPC holds (ties: the lowest), so a lane whose messages
+ * were written takes the next batch; stop hands the lanes' calls back. */
+static void test_lanes(void **state) {
+  (void)state;
+  owner_t o;
+  fcall_t f[3];
+  owner_init(&o, &f[0], 1000, 7, 7, 0);
+  for (int i = 1; i < 3; i++) {
+    memset(&f[i], 0, sizeof(f[i]));
+    pthread_mutex_init(&f[i].mu, NULL);
+    pthread_cond_init(&f[i].cond, NULL);
+  }
+  chime__sender_set_lanes(&o.x, 3);
+  chime__sender_start(&o.x, CALL(&f[0]));
+  assert_int_equal(chime__sender_join(&o.x, 0, CALL(&f[1])), CHIME_EINVAL);
+  assert_int_equal(chime__sender_join(&o.x, 3, CALL(&f[1])), CHIME_EINVAL);
+  assert_int_equal(chime__sender_join(&o.x, 1, CALL(&f[1])), 0);
+  assert_int_equal(chime__sender_join(&o.x, 1, CALL(&f[2])), CHIME_EEXIST);
+  assert_int_equal(chime__sender_join(&o.x, 2, CALL(&f[2])), 0);
+  assert_int_equal(atomic_load(&f[1].refs), 1);
+  publish(&o, 3);
+  chime__sender_send_ready(&o.x);
+  for (int i = 0; i < 3; i++) { /* one batch each, whole */
+    assert_int_equal(f[i].n, 1);
+    check_chunk(&f[i], 0, (uint64_t)i, 0, o.slot_bytes, o.slot_bytes);
+  }
+  drop_msgs(&f[1]); /* lane 1's bytes were written: it takes the next */
+  publish(&o, 2);
+  chime__sender_send_ready(&o.x);
+  assert_int_equal(f[1].n, 1);
+  check_chunk(&f[1], 0, 3, 0, o.slot_bytes, o.slot_bytes);
+  /* then all hold one batch: the lowest lane of the least */
+  assert_int_equal(f[0].n, 2);
+  check_chunk(&f[0], 1, 4, 0, o.slot_bytes, o.slot_bytes);
+  chime__call_t *c = chime__sender_stop(&o.x);
+  assert_ptr_equal(c, CALL(&f[0]));
+  assert_int_equal(chime__sender_join(&o.x, 1, CALL(&f[1])), CHIME_ECLOSED);
+  chime__call_t *lanes[CHIME__LANES_MAX];
+  assert_int_equal(chime__sender_take_lanes(&o.x, lanes), 2);
+  assert_ptr_equal(lanes[0], CALL(&f[1]));
+  assert_ptr_equal(lanes[1], CALL(&f[2]));
+  for (int i = 1; i < 3; i++) {
+    drop_msgs(&f[i]);
+    pthread_mutex_destroy(&f[i].mu);
+    pthread_cond_destroy(&f[i].cond);
+  }
+  owner_fini(&o, &f[0]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_credits_and_order),
@@ -712,6 +764,7 @@ int main(void) {
       cmocka_unit_test(test_stop),
       cmocka_unit_test(test_refused),
       cmocka_unit_test(test_threads),
+      cmocka_unit_test(test_lanes),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -91,7 +91,9 @@ __attribute__((constructor)) static void trampoline(int argc, char **argv,
       _exit(127);
     }
   }
-  execv(argv[1], argv + 1);
+  /* execvp: a program named without a slash (`ip`, for chime-bench's
+   * `ip netns exec`) is found on PATH; a path is run as it is. */
+  execvp(argv[1], argv + 1);
   fprintf(stderr, "harness trampoline: cannot exec %s: %s\n", argv[1],
           strerror(errno));
   _exit(127);
@@ -399,7 +401,7 @@ const char *chime__harness_bin(const char *rel, char *buf, size_t len) {
   if (dir != NULL && dir[0] != '\0') {
     snprintf(buf, len, "%s/%s", dir, rel);
   } else {
-    /* Tests live in <build>/tests/. */
+    /* Tests live in <build>/tests/, chime-bench in <build>/bench/. */
     char self[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
     if (n <= 0)
@@ -442,7 +444,14 @@ int chime__harness_write_file(const char *name, const char *text, char *path,
 
 int chime__chimed_start(chime__chimed_t *d, const char *config_json,
                         const char *const extra_args[], int timeout_ms) {
-  char bin[PATH_MAX];
+  return chime__chimed_start_on(d, NULL, NULL, config_json, extra_args,
+                                timeout_ms);
+}
+
+int chime__chimed_start_on(chime__chimed_t *d, const char *const prefix[],
+                           const char *host, const char *config_json,
+                           const char *const extra_args[], int timeout_ms) {
+  char bin[PATH_MAX], listen[300];
   const char *argv[64];
   size_t n = 0;
   int rc;
@@ -451,9 +460,12 @@ int chime__chimed_start(chime__chimed_t *d, const char *config_json,
   d->proc.out_fd = -1;
   if (chime__harness_bin("src/server/chimed", bin, sizeof(bin)) == NULL)
     return CHIME_ENOTFOUND;
+  for (size_t i = 0; prefix != NULL && prefix[i] != NULL && n < 16; i++)
+    argv[n++] = prefix[i];
+  snprintf(listen, sizeof(listen), "%s:0", host != NULL ? host : "127.0.0.1");
   argv[n++] = bin;
   argv[n++] = "--listen";
-  argv[n++] = "127.0.0.1:0";
+  argv[n++] = listen;
   if (config_json != NULL) {
     static unsigned counter;
     char name[64];

@@ -9,6 +9,8 @@
  * Spawn from the main thread: the death signal fires when the spawning thread
  * exits. With CHIME__HARNESS_NOFILE=N in the environment of the spawning
  * process, the child's fd limit (soft and hard) is N.
+ * chime-bench starts its children through it too (bench/spawn.c), so it
+ * must stay free of CMocka: test assertions belong in the tests.
  */
 #ifndef CHIME_TESTS_HARNESS_H
 #define CHIME_TESTS_HARNESS_H
@@ -62,7 +64,7 @@ void chime__harness_kill_all(void);
 
 /* A path to a binary of this build: rel is relative to the build directory
  * ("src/server/chimed"). Uses $CHIME_BUILD_DIR (set by chime_add_test), else
- * the directory above this test binary. Returns buf, or NULL if the file is
+ * the directory above this binary's (<build>/tests/, <build>/bench/). Returns buf, or NULL if the file is
  * not executable. */
 const char *chime__harness_bin(const char *rel, char *buf, size_t len);
 
@@ -86,6 +88,12 @@ typedef struct chime__chimed_s {
  * chimed is not built (callers skip with 77). */
 int chime__chimed_start(chime__chimed_t *d, const char *config_json,
                         const char *const extra_args[], int timeout_ms);
+/* The same, listening on host:0 (NULL: 127.0.0.1) and started through
+ * prefix when not NULL (a NULL-terminated argv put before chimed's, as
+ * chime-bench's `ip netns exec NS`). */
+int chime__chimed_start_on(chime__chimed_t *d, const char *const prefix[],
+                           const char *host, const char *config_json,
+                           const char *const extra_args[], int timeout_ms);
 /* SIGTERM, wait up to timeout_ms, then SIGKILL. As chime__proc_stop. */
 int chime__chimed_stop(chime__chimed_t *d, int timeout_ms, int *status);
 

@@ -70,16 +70,13 @@ int chime__bench_chimed_start(chime__bench_child_t *c,
   memset(c, 0, sizeof(*c));
   c->proc.out_fd = -1;
   /* chime-bench lives in <build>/bench/, chimed in <build>/src/server/. */
-  if (chime__harness_bin("src/server/chimed", chimed, sizeof(chimed)) ==
-      NULL) {
-    fprintf(stderr, "chime-bench: %s not found (build chimed first)\n",
-            chimed);
+  if (chime__harness_bin("src/server/chimed", chimed, sizeof(chimed)) == NULL) {
+    fprintf(stderr, "chime-bench: %s not found (build chimed first)\n", chimed);
     return CHIME_ENOTFOUND;
   }
-  int rc =
-      chime__chimed_start_on(c, server_prefix(in_ns),
-                             chime__bench_server_host(), config_json, NULL,
-                             30000);
+  int rc = chime__chimed_start_on(c, server_prefix(in_ns),
+                                  chime__bench_server_host(), config_json, NULL,
+                                  30000);
   if (rc != 0)
     fprintf(stderr, "chime-bench: chimed did not start: %s\n",
             chime_strerror(rc));

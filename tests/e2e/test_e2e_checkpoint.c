@@ -65,7 +65,9 @@ static void stop(chime__chimed_t *d, chime_client_t *c) {
   chime__chimed_stop(d, 20000, &st);
 }
 
-static void insert(chime_client_t *c, uint64_t first, uint64_t n) {
+/* Samples i = first .. first + n - 1 into "f": i's 8 bytes, then leaf y's
+ * YB bytes made from i; all acked. */
+static void write_keyed(chime_client_t *c, uint64_t first, uint64_t n) {
   chime_writer_t *w = NULL;
   uint8_t s[8 + YB];
   assert_int_equal(chime_writer_open(&w, c, "f", NULL), 0);
@@ -133,7 +135,7 @@ static void test_restore_same_batches(void **state) {
   chime__chimed_t d;
   chime_client_t *c;
   start(&d, &c, NULL);
-  insert(c, 1, 1000);
+  write_keyed(c, 1, 1000);
   size_t l0;
   free(drain(c, 1, &l0)); /* some sampled out before the checkpoint */
   uint64_t size = 0, ins, smp;
@@ -177,7 +179,7 @@ static void test_restore_same_batches(void **state) {
   assert_int_equal(fscanf(kf, "chime-keys 1 %llu", &bound), 1);
   fclose(kf);
   assert_true(bound > 1000);
-  insert(c, 1001, 100);
+  write_keyed(c, 1001, 100);
   uint8_t *n = drain(c, 1, &lb);
   chime_sample_info_t in;
   memcpy(&in, n + 800 + 100 * YB, sizeof(in));
@@ -236,7 +238,7 @@ static void test_corrupt_and_spec_refused(void **state) {
   chime__chimed_t d;
   chime_client_t *c;
   start(&d, &c, NULL);
-  insert(c, 1, 500);
+  write_keyed(c, 1, 500);
   chime_checkpoint_result_t r;
   assert_int_equal(chime_client_checkpoint(c, &r), 0);
   stop(&d, c);
@@ -299,10 +301,10 @@ static void test_keys_not_reissued(void **state) {
   chime__chimed_t d;
   chime_client_t *c;
   start(&d, &c, NULL);
-  insert(c, 1, 10);
+  write_keyed(c, 1, 10);
   chime_checkpoint_result_t r;
   assert_int_equal(chime_client_checkpoint(c, &r), 0);
-  insert(c, 11, 10); /* keys 11..20, acked, not in the checkpoint */
+  write_keyed(c, 11, 10); /* keys 11..20, acked, not in the checkpoint */
   chime_client_destroy(c);
   chime__proc_kill(&d.proc);
   uint64_t acked_max = 20, keys[15];
@@ -311,7 +313,7 @@ static void test_keys_not_reissued(void **state) {
     uint64_t size = 0, ins, smp;
     table_counts(c, &size, &ins, &smp);
     assert_int_equal(size, 10);
-    insert(c, 100, 5);
+    write_keyed(c, 100, 5);
     oldest_keys(c, 15, keys);
     for (uint32_t j = 0; j < 10; j++)
       assert_int_equal(keys[j], j + 1); /* the checkpoint's, as they were */
@@ -377,7 +379,7 @@ static void test_sigkill_during_checkpoint(void **state) {
   chime__chimed_t d;
   chime_client_t *c;
   start(&d, &c, NULL);
-  insert(c, 1, 20000);
+  write_keyed(c, 1, 20000);
   chime_checkpoint_result_t r;
   assert_int_equal(chime_client_checkpoint(c, &r), 0);
   stop(&d, c);
@@ -456,7 +458,7 @@ static void test_interval_and_keep(void **state) {
   chime__chimed_t d;
   chime_client_t *c;
   start(&d, &c, NULL);
-  insert(c, 1, 10);
+  write_keyed(c, 1, 10);
   /* Until the newest has moved on twice past the first one seen. */
   int moves = 0;
   for (int64_t end = chime__now_ms() + 60000;
@@ -510,7 +512,7 @@ static void test_chimectl(void **state) {
   chime__chimed_t d;
   chime_client_t *c;
   start(&d, &c, NULL);
-  insert(c, 1, 10);
+  write_keyed(c, 1, 10);
   for (int json = 0; json < 2; json++) {
     chime__proc_t p;
     snprintf(out, sizeof(out), "%s/ctl-%d.out", chime__harness_tmpdir(), json);
@@ -688,7 +690,7 @@ static void test_wide_names_and_fifo(void **state) {
   chime__chimed_t d;
   chime_client_t *c;
   start(&d, &c, NULL);
-  insert(c, 1, 10);
+  write_keyed(c, 1, 10);
   chime_checkpoint_result_t r0, r1, r2;
   assert_int_equal(chime_client_checkpoint(c, &r0), 0);
   stop(&d, c);
@@ -698,10 +700,10 @@ static void test_wide_names_and_fifo(void **state) {
   uint64_t size = 0, ins, smp;
   table_counts(c, &size, &ins, &smp);
   assert_int_equal(size, 10);
-  insert(c, 11, 5);
+  write_keyed(c, 11, 5);
   assert_int_equal(chime_client_checkpoint(c, &r1), 0);
   assert_non_null(strstr(r1.path, "/ckpt-10000000000000000"));
-  insert(c, 16, 5);
+  write_keyed(c, 16, 5);
   if (chime_client_checkpoint(c, &r2) != 0)
     fail_msg("second checkpoint: %s", chime_last_error());
   assert_non_null(strstr(r2.path, "/ckpt-10000000000000001"));

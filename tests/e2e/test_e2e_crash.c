@@ -56,7 +56,8 @@ static int teardown(void **state) {
   return 0;
 }
 
-static void insert(uint64_t seed, uint64_t n) {
+/* n pattern samples of seed into "demo", every one acked. */
+static void write_demo(uint64_t seed, uint64_t n) {
   chime_spec_t spec;
   assert_int_equal(chime_spec_parse(&spec, "obs:f32[64], action:i32[], "
                                            "reward:f32[]"),
@@ -116,7 +117,7 @@ static void spawn_holder(chime__proc_t *p, const char *mode) {
 static void test_learner_killed(void **state) {
   (void)state;
   chime__proc_t shm, stream;
-  insert(1, 200);
+  write_demo(1, 200);
   spawn_holder(&shm, "shm");
   spawn_holder(&stream, "stream");
 
@@ -158,7 +159,7 @@ static void test_learner_killed(void **state) {
           (long long)(chime__now_ms() - t0));
 
   /* New learners are served. */
-  insert(2, 16);
+  write_demo(2, 16);
   for (int m = 0; m < 2; m++) {
     chime_stream_t *s = NULL;
     chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
@@ -185,7 +186,7 @@ static void test_chimed_killed(void **state) {
   uint64_t copy_len[2];
   char err[256];
 
-  insert(3, 64);
+  write_demo(3, 64);
   for (int m = 0; m < 2; m++) {
     chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
     so.batch_size = BATCH;
@@ -250,21 +251,17 @@ typedef struct {
   char err[256];
 } late_writer_t;
 
-/* insert() without cmocka (this runs on its own thread): 64 items, seed 9. */
+/* write_demo() without cmocka (this runs on its own thread): 64 items,
+ * seed 9. */
 static void *late_writer(void *arg) {
   late_writer_t *lw = arg;
   chime_writer_t *w = NULL;
   chime_spec_t spec;
-  uint8_t sample[264];
   lw->rc = chime_spec_parse(&spec, "obs:f32[64], action:i32[], reward:f32[]");
   if (lw->rc == 0)
     lw->rc = chime_writer_open(&w, client, "demo", NULL);
-  for (uint64_t i = 0; lw->rc == 0 && i < 64; i++) {
-    chime__pattern_fill(&spec, chime__pattern_id(9, i), sample);
-    lw->rc = chime_writer_append(w, sample, sizeof(sample), 1.0);
-  }
   if (lw->rc == 0)
-    lw->rc = chime_writer_flush(w);
+    lw->rc = chime__append_pattern(w, &spec, 9, 64);
   if (w != NULL)
     snprintf(lw->err, sizeof(lw->err), "%s", chime_last_error());
   int rc = chime_writer_close(w);
@@ -388,7 +385,7 @@ static void check_loses_nothing(int sig, const char *mode, uint64_t seed) {
   enum { N = 200 };
   chime__proc_t p;
   uint8_t seen[N] = {0};
-  insert(seed, N);
+  write_demo(seed, N);
   spawn_holder(&p, mode);
   kill(p.pid, sig);
   if (sig == SIGKILL) {

@@ -282,11 +282,10 @@ static void test_subscribe_bad_open(void **state) {
 
 /* Opens a stream whose ring is batch * 264 bytes per slot and more; returns
  * the Opened response (call stays open in r) or NULL with the status. */
-static Chime__V1__SubscribeResponse *open_stream(chime__raw_t *r,
-                                                 uint32_t batch, uint32_t slots,
-                                                 Chime__V1__Mode mode,
-                                                 grpc_status_code *st,
-                                                 char *details, size_t len) {
+static Chime__V1__SubscribeResponse *
+raw_open_stream(chime__raw_t *r, uint32_t batch, uint32_t slots,
+                Chime__V1__Mode mode, grpc_status_code *st, char *details,
+                size_t len) {
   Chime__V1__SubscribeResponse *resp =
       subscribe_open(r, "demo", batch, slots, mode);
   *st = GRPC_STATUS_OK;
@@ -303,7 +302,7 @@ static Chime__V1__SubscribeResponse *open_stream(chime__raw_t *r,
 static Chime__V1__SubscribeResponse *open_shm_stream(chime__raw_t *r) {
   grpc_status_code st;
   char details[512];
-  Chime__V1__SubscribeResponse *resp = open_stream(
+  Chime__V1__SubscribeResponse *resp = raw_open_stream(
       r, 8, 4, CHIME__V1__MODE__MODE_SHM, &st, details, sizeof(details));
   if (resp == NULL)
     fail_msg("shm open refused: %s", details);
@@ -345,8 +344,8 @@ static void test_budgets(void **state) {
 
   wait_ring_bytes(0);
   /* 8 slots of 4096 samples: far over the 4 MiB per-stream budget. */
-  assert_null(open_stream(&a, 4096, 8, CHIME__V1__MODE__MODE_STREAM, &st,
-                          details, sizeof(details)));
+  assert_null(raw_open_stream(&a, 4096, 8, CHIME__V1__MODE__MODE_STREAM, &st,
+                              details, sizeof(details)));
   assert_int_equal(st, GRPC_STATUS_RESOURCE_EXHAUSTED);
   snprintf(num, sizeof(num), "%u", STREAM_BUDGET);
   assert_contains(details, num);
@@ -355,14 +354,14 @@ static void test_budgets(void **state) {
   /* Two streams of about 3.4 MiB each (5 slots of 2048 samples of 264
    * bytes and an 80-byte info record): the second is over what is left of
    * the 6 MiB total. */
-  Chime__V1__SubscribeResponse *ra = open_stream(
+  Chime__V1__SubscribeResponse *ra = raw_open_stream(
       &a, 2048, 5, CHIME__V1__MODE__MODE_STREAM, &st, details, sizeof(details));
   if (ra == NULL)
     fail_msg("first stream refused: %s", details);
   uint64_t first = ring_bytes_total();
   assert_true(first > TOTAL_BUDGET / 2 && first <= STREAM_BUDGET);
-  assert_null(open_stream(&b, 2048, 5, CHIME__V1__MODE__MODE_STREAM, &st,
-                          details, sizeof(details)));
+  assert_null(raw_open_stream(&b, 2048, 5, CHIME__V1__MODE__MODE_STREAM, &st,
+                              details, sizeof(details)));
   assert_int_equal(st, GRPC_STATUS_RESOURCE_EXHAUSTED);
   snprintf(num, sizeof(num), "%u", TOTAL_BUDGET);
   assert_contains(details, num);
@@ -372,7 +371,7 @@ static void test_budgets(void **state) {
   protobuf_c_message_free_unpacked(&ra->base, NULL);
   chime__raw_destroy(&a);
   wait_ring_bytes(0);
-  Chime__V1__SubscribeResponse *rc = open_stream(
+  Chime__V1__SubscribeResponse *rc = raw_open_stream(
       &c, 2048, 5, CHIME__V1__MODE__MODE_STREAM, &st, details, sizeof(details));
   if (rc == NULL)
     fail_msg("stream refused after the budget came back: %s", details);

@@ -20,6 +20,7 @@
 #include "chime.pb-c.h"
 #include "chime/chime.h"
 #include "harness.h"
+#include "writes.h"
 #include "rawcall.h"
 
 #define EXPONENT 0.6
@@ -117,14 +118,6 @@ static double prio_of(uint64_t i) {
   return i % 7 == 3 ? 0.0 : 1e-3 * pow(1.3, (double)i);
 }
 
-static void insert(const char *name) {
-  chime_writer_t *w = NULL;
-  assert_int_equal(chime_writer_open(&w, client, name, NULL), 0);
-  for (uint64_t i = 0; i < ITEMS; i++)
-    assert_int_equal(chime_writer_append(w, &i, sizeof i, prio_of(i)), 0);
-  assert_int_equal(chime_writer_close(w), 0); /* every item acked */
-}
-
 static void test_mass(void **state) {
   (void)state;
   chime_server_info_t *info = NULL;
@@ -135,7 +128,8 @@ static void test_mass(void **state) {
 
   const char *names[] = {"per", "uni", "uprem", "q"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-    insert(names[i]);
+    assert_int_equal(chime__write_counter(client, names[i], 0, ITEMS, prio_of),
+                     0);
   double want = 0;
   for (uint64_t i = 0; i < ITEMS; i++)
     want += pow(prio_of(i), EXPONENT);

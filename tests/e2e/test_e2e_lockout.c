@@ -71,10 +71,6 @@ static void stop(chime__chimed_t *d, chime_client_t *c) {
   assert_int_equal(chime__chimed_stop_client(d, c), 0);
 }
 
-static void insert(chime_client_t *c, uint64_t n) {
-  assert_int_equal(chime__write_pattern(c, "u", &spec, 1, n, NULL), 0);
-}
-
 /* The flooder: FLOOD_CONNS connections to path as uid, each reopened when
  * chimed drops it. Prints "flooding" once all were open at the same time. */
 static void flood_start(chime__proc_t *p, const char *path, uid_t uid) {
@@ -139,7 +135,7 @@ static void flood_case(uid_t uid, const char *extra, long *refused,
   chime__proc_t flooder;
   char path[128];
   start(&d, &c, path, sizeof(path), extra);
-  insert(c, 64);
+  assert_int_equal(chime__write_pattern(c, "u", &spec, 1, 64, NULL), 0);
   flood_start(&flooder, path, uid);
   attach_and_read(c, &flooder);
   flood_stop(&flooder, refused, dropped);

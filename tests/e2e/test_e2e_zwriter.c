@@ -28,6 +28,7 @@
 #include "chime.pb-c.h"
 #include "chime/chime.h"
 #include "harness.h"
+#include "streams.h"
 #include "rawcall.h"
 
 #define SIDE 84
@@ -99,18 +100,12 @@ static void append_frames(chime_writer_t *w, uint32_t first, uint32_t n) {
 }
 
 /* A stream of c's table in mode, batches of batch, and its first batch
- * in *b (b NULL: none taken). */
-static chime_stream_t *open_stream(chime_client_t *c, const char *table,
-                                   chime_mode_t mode, uint32_t batch,
-                                   chime_batch_t *b) {
-  chime_stream_t *s = NULL;
-  chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
-  so.batch_size = batch;
-  so.slots = 4;
-  so.mode = mode;
-  if (chime_stream_open(&s, c, table, &so) != 0)
-    fail_msg("open %s: %s", chime_mode_name(mode), chime_last_error());
-  if (b != NULL && chime_stream_next(s, b, 20000) != 0)
+ * in *b. */
+static chime_stream_t *open_and_take(chime_client_t *c, const char *table,
+                                     chime_mode_t mode, uint32_t batch,
+                                     chime_batch_t *b) {
+  chime_stream_t *s = chime__open_stream(c, table, mode, batch, 4, NULL);
+  if (chime_stream_next(s, b, 20000) != 0)
     fail_msg("next (%s): %s", chime_mode_name(mode), chime_last_error());
   return s;
 }
@@ -119,7 +114,7 @@ static chime_stream_t *open_stream(chime_client_t *c, const char *table,
  * UINT32_MAX: any) in mode, each frame byte for byte as its id's. */
 static void consume_from(chime_client_t *c, const char *table,
                          chime_mode_t mode, uint32_t first, uint32_t n) {
-  chime_stream_t *s = open_stream(c, table, mode, 8, NULL);
+  chime_stream_t *s = chime__open_stream(c, table, mode, 8, 4, NULL);
   uint8_t want[FRAME];
   for (uint32_t got = 0; got < n; got += 8) {
     chime_batch_t b;
@@ -243,7 +238,7 @@ static void test_ragged_table_compressed_leaf(void **state) {
     consume("rag", CHIME_MODE_SHM, 0, 32);
     write_rag(compress, 8);
     chime_batch_t b;
-    chime_stream_t *s = open_stream(client, "rag", CHIME_MODE_AUTO, 10, &b);
+    chime_stream_t *s = open_and_take(client, "rag", CHIME_MODE_AUTO, 10, &b);
     const int64_t *off = chime_batch_offsets(&b, "tok");
     const int32_t *t = chime_batch_leaf(&b, "tok")->data;
     const uint32_t *id = chime_batch_leaf(&b, "id")->data;
@@ -373,7 +368,7 @@ static void test_bad_stored_leaves_refused(void **state) {
   chime_table_stats_t t = table_stats("z");
   assert_int_equal(t.size, 2);
   chime_batch_t b;
-  chime_stream_t *s = open_stream(client, "z", CHIME_MODE_AUTO, 2, &b);
+  chime_stream_t *s = open_and_take(client, "z", CHIME_MODE_AUTO, 2, &b);
   const uint8_t *obs = chime_batch_leaf(&b, "obs")->data;
   assert_memory_equal(obs, raw, FRAME);
   assert_memory_equal(obs + FRAME, raw, FRAME);
@@ -403,7 +398,7 @@ static void test_sequence_writer_compresses(void **state) {
     else
       assert_true(sent >= 32 * (uint64_t)FRAME);
     chime_batch_t b;
-    chime_stream_t *s = open_stream(client, "zseq", CHIME_MODE_SHM, 29, &b);
+    chime_stream_t *s = open_and_take(client, "zseq", CHIME_MODE_SHM, 29, &b);
     const uint8_t *obs = chime_batch_leaf(&b, "obs")->data;
     const uint32_t *id = chime_batch_leaf(&b, "id")->data;
     static uint8_t want[FRAME];
@@ -439,7 +434,7 @@ static void test_ragged_writer_compresses(void **state) {
     assert_int_equal(chime_writer_close(w), 0);
     assert_true(compress ? sent * 10 < raw : sent >= raw);
     chime_batch_t b;
-    chime_stream_t *s = open_stream(client, "zr", CHIME_MODE_SHM, 10, &b);
+    chime_stream_t *s = open_and_take(client, "zr", CHIME_MODE_SHM, 10, &b);
     const uint8_t *obs = chime_batch_leaf(&b, "obs")->data;
     const int64_t *off = chime_batch_offsets(&b, "obs");
     const uint32_t *id = chime_batch_leaf(&b, "id")->data;
@@ -503,7 +498,7 @@ static void test_bad_stored_steps_and_rows(void **state) {
   assert_int_equal(raw_insert(1, fg, s_two, 0, details, sizeof(details)),
                    GRPC_STATUS_OK);
   chime_batch_t b;
-  chime_stream_t *s = open_stream(client, "zr", CHIME_MODE_SHM, 1, &b);
+  chime_stream_t *s = open_and_take(client, "zr", CHIME_MODE_SHM, 1, &b);
   assert_int_equal(chime_batch_offsets(&b, "obs")[1], 2);
   assert_memory_equal(chime_batch_leaf(&b, "obs")->data, raw, 2 * FRAME);
   assert_int_equal(chime_stream_release(s, &b), 0);

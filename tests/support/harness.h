@@ -64,8 +64,8 @@ void chime__harness_kill_all(void);
 
 /* A path to a binary of this build: rel is relative to the build directory
  * ("src/server/chimed"). Uses $CHIME_BUILD_DIR (set by chime_add_test), else
- * the directory above this binary's (<build>/tests/, <build>/bench/). Returns buf, or NULL if the file is
- * not executable. */
+ * the directory above this binary's (<build>/tests/, <build>/bench/). Returns
+ * buf, or NULL if the file is not executable. */
 const char *chime__harness_bin(const char *rel, char *buf, size_t len);
 
 /* A private temporary directory, created on first use and removed with its

@@ -77,7 +77,7 @@ static void fill_table(chime_client_t *c) {
 }
 
 /* Every sample of a batch whose copy has run is whole. */
-static void check_batch(const chime_batch_t *b) {
+static void check_obs_batch(const chime_batch_t *b) {
   const float *obs = b->leaf[0].data;
   const int32_t *act = b->leaf[1].data;
   assert_int_equal(b->count, BATCH);
@@ -132,7 +132,7 @@ run_stream(chime_client_t *c, chime_mode_t mode, int pin, int n, int fail_at) {
     if (i % 8 == 7) {
       /* Now and then the device catches up, and the batch is read. */
       fk.run(-1);
-      check_batch(&b);
+      check_obs_batch(&b);
     }
     assert_int_equal(chime_stream_release(s, &b), 0);
   }

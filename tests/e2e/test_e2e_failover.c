@@ -203,7 +203,7 @@ typedef struct {
   char end_err[256];
 } learner_t;
 
-static void *learner_main(void *arg) {
+static void *tallying_learner_main(void *arg) {
   learner_t *L = arg;
   while (!atomic_load(&L->quit)) {
     chime_batch_t b;
@@ -251,7 +251,7 @@ static void learner_start(learner_t *L, chime_client_t *c, const char *table) {
   so.batch_size = BATCH;
   if (chime_stream_open(&L->s, c, table, &so) != 0)
     fail_msg("stream open: %s", chime_last_error());
-  assert_int_equal(pthread_create(&L->th, NULL, learner_main, L), 0);
+  assert_int_equal(pthread_create(&L->th, NULL, tallying_learner_main, L), 0);
 }
 
 static void learner_stop(learner_t *L) {
@@ -297,7 +297,7 @@ typedef struct {
 static pthread_barrier_t phase_barrier;
 static atomic_int g_stop;
 
-static void *writer_main(void *arg) {
+static void *phased_writer_main(void *arg) {
   writer_t *W = arg;
   chime_writer_t *wr = NULL;
   chime_writer_opts_t wo = CHIME_WRITER_OPTS_INIT;
@@ -422,7 +422,8 @@ static void test_kill_one_shard(void **state) {
   for (int i = 0; i < WRITERS; i++) {
     W[i].id = (uint32_t)i;
     W[i].c = c;
-    assert_int_equal(pthread_create(&W[i].th, NULL, writer_main, &W[i]), 0);
+    assert_int_equal(pthread_create(&W[i].th, NULL, phased_writer_main, &W[i]),
+                     0);
   }
   pthread_barrier_wait(&phase_barrier);
   for (int i = 0; i < WRITERS; i++)

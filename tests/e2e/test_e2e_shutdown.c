@@ -113,7 +113,7 @@ typedef struct {
 } writer_t;
 
 /* An actor that inserts until chimed stops it. */
-static void *writer_main(void *arg) {
+static void *endless_writer_main(void *arg) {
   writer_t *w = arg;
   chime_client_t *c = NULL;
   chime_writer_t *wr = NULL;
@@ -158,7 +158,7 @@ static void test_sigterm(void **state) {
   /* The actor thread starts filling the table. */
   writer_t w = {chimed.addr, 0, 0, 0, ""};
   pthread_t th;
-  assert_int_equal(pthread_create(&th, NULL, writer_main, &w), 0);
+  assert_int_equal(pthread_create(&th, NULL, endless_writer_main, &w), 0);
 
   /* Learners through the library, one per mode, each reading a batch. */
   chime_stream_t *s[2];

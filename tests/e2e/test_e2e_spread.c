@@ -164,7 +164,7 @@ typedef struct {
   pthread_t th;
 } writer_t;
 
-static void *writer_main(void *arg) {
+static void *counting_writer_main(void *arg) {
   writer_t *wr = arg;
   wr->rc = 0;
   for (uint64_t i = 0; i < PER_WRITER && wr->rc == 0; i++)
@@ -189,7 +189,7 @@ typedef struct {
 /* Reads the union until told to stop. A next() that times out is no
  * failure: near the end a drawn shard waits for inserts that may not come
  * (its limiter at the top of its window once its writer is done). */
-static void *learner_main(void *arg) {
+static void *batch_counting_learner_main(void *arg) {
   learner_t *l = arg;
   l->rc = 0;
   while (!atomic_load(&l->stop)) {
@@ -228,7 +228,8 @@ static void spread(const char *table, chime_mode_t mode) {
     fail_msg("open over shards: %s: %s", chime_strerror(rc),
              chime_last_error());
   assert_int_equal(chime_stream_mode(l.s), mode);
-  assert_int_equal(pthread_create(&l.th, NULL, learner_main, &l), 0);
+  assert_int_equal(pthread_create(&l.th, NULL, batch_counting_learner_main, &l),
+                   0);
 
   writer_t w[NSHARDS];
   chime_writer_opts_t wo = CHIME_WRITER_OPTS_INIT;
@@ -241,7 +242,8 @@ static void spread(const char *table, chime_mode_t mode) {
       fail_msg("writer %d: %s: %s", i, chime_strerror(rc), chime_last_error());
   }
   for (int i = 0; i < NSHARDS; i++)
-    assert_int_equal(pthread_create(&w[i].th, NULL, writer_main, &w[i]), 0);
+    assert_int_equal(
+        pthread_create(&w[i].th, NULL, counting_writer_main, &w[i]), 0);
 
   /* The contract holds at every moment, not only at the end: look while
    * the writers run (each look is one Stats per shard). */

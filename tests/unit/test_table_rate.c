@@ -337,7 +337,7 @@ typedef struct {
   int inserted, rc;
 } writer_t;
 
-static void *writer_main(void *arg) {
+static void *limited_writer_main(void *arg) {
   writer_t *w = arg;
   for (int i = 0; i < 10; i++) {
     uint8_t step[SEQ_STEP];
@@ -363,7 +363,7 @@ static void check_no_stall(chime__table_t *t, int seq) {
   writer_t w = {.t = t, .seq = seq};
   pthread_t ts, tw;
   slot_sampler_start(&sm, &ts, t, &s, 0);
-  assert_int_equal(pthread_create(&tw, NULL, writer_main, &w), 0);
+  assert_int_equal(pthread_create(&tw, NULL, limited_writer_main, &w), 0);
   double t0 = now_s();
   while (!atomic_load(&w.done) && now_s() - t0 < 10)
     nap();

@@ -23,6 +23,7 @@
 #include "chime.pb-c.h"
 #include "chime/chime.h"
 #include "harness.h"
+#include "asserts.h"
 #include "streams.h"
 #include "writes.h"
 #include "pattern.h"
@@ -49,11 +50,6 @@ static int teardown(void **state) {
   grpc_shutdown_blocking();
   chime__harness_kill_all();
   return 0;
-}
-
-static void assert_contains(const char *hay, const char *needle) {
-  if (strstr(hay, needle) == NULL)
-    fail_msg("expected \"%s\" in \"%s\"", needle, hay);
 }
 
 /* A config with a fifo table "f" and extra top-level keys. */
@@ -220,7 +216,7 @@ static void test_token_expires_unused(void **state) {
   assert_int_equal(st, GRPC_STATUS_DEADLINE_EXCEEDED);
   snprintf(want, sizeof(want), "handoff token expired unused after %d ms",
            EXPIRES_MS);
-  assert_contains(details, want);
+  chime__assert_contains(details, want);
   assert_true(chime__now_ms() - t0 < 10000);
   char hex[33];
   for (int i = 0; i < 16; i++)
@@ -264,7 +260,7 @@ static void test_token_spent_unanswered(void **state) {
     fail_msg("the Subscribe call of a spent token did not end (%s)",
              chime_err_name(rc));
   assert_int_equal(st, GRPC_STATUS_CANCELLED);
-  assert_contains(details, "handoff failed");
+  chime__assert_contains(details, "handoff failed");
   close(fd);
   chime__raw_destroy(&r);
   grpc_channel_destroy(ch);
@@ -316,13 +312,14 @@ static void test_other_pid_namespace_streams(void **state) {
   o.mode = CHIME_MODE_SHM;
   chime_stream_t *s = NULL;
   assert_int_equal(chime_stream_open(&s, c, "f", &o), CHIME_ENOTSUP);
-  assert_contains(chime_last_error(), "another pid namespace");
+  chime__assert_contains(chime_last_error(), "another pid namespace");
   wait_no_ring_bytes(c);
 
   s = chime__open_stream(c, "f", CHIME_MODE_AUTO, BATCH, SLOTS, NULL);
   assert_int_equal(chime_stream_mode(s), CHIME_MODE_STREAM);
   assert_non_null(chime_stream_fallback_reason(s));
-  assert_contains(chime_stream_fallback_reason(s), "another pid namespace");
+  chime__assert_contains(chime_stream_fallback_reason(s),
+                         "another pid namespace");
   read_all(s, 7);
   chime_stream_close(s);
   int st = 0;
@@ -377,7 +374,7 @@ static void test_failed_attach_falls_back(void **state) {
       chime__open_stream(c, "f", CHIME_MODE_AUTO, BATCH, SLOTS, NULL);
   assert_int_equal(chime_stream_mode(s), CHIME_MODE_STREAM);
   assert_non_null(chime_stream_fallback_reason(s));
-  assert_contains(chime_stream_fallback_reason(s), "shm attach failed");
+  chime__assert_contains(chime_stream_fallback_reason(s), "shm attach failed");
   read_all(s, 3);
   chime_stream_close(s);
   stop(&d, c);

@@ -27,6 +27,7 @@
 #include "chime/chime.h"
 #include "chime/ring.h"
 #include "harness.h"
+#include "asserts.h"
 #include "rawcall.h"
 
 #define SAMPLE_BYTES 264 /* obs:f32[64], action:i32[], reward:f32[] */
@@ -58,11 +59,6 @@ static int setup(void **state) {
 static int teardown(void **state) {
   (void)state;
   return chime__raw_fixture_stop(&chimed, ch);
-}
-
-static void assert_contains(const char *hay, const char *needle) {
-  if (strstr(hay, needle) == NULL)
-    fail_msg("expected \"%s\" in \"%s\"", needle, hay);
 }
 
 /* chimed answers GetInfo and still knows its table. */
@@ -128,9 +124,9 @@ static void test_insert_wrong_size(void **state) {
   Chime__V1__InsertRequest req = insert_req("demo", 4, data, sizeof(data));
   assert_int_equal(insert_one(&req, details, sizeof(details)),
                    GRPC_STATUS_INVALID_ARGUMENT);
-  assert_contains(details, "'reward'");
-  assert_contains(details, "264");
-  assert_contains(details, "260");
+  chime__assert_contains(details, "'reward'");
+  chime__assert_contains(details, "264");
+  chime__assert_contains(details, "260");
   assert_serving();
 }
 
@@ -156,9 +152,9 @@ static void test_insert_wrong_spec(void **state) {
   req.spec = spec;
   assert_int_equal(insert_one(&req, details, sizeof(details)),
                    GRPC_STATUS_INVALID_ARGUMENT);
-  assert_contains(details, "leaf 'reward'");
-  assert_contains(details, "4 bytes");
-  assert_contains(details, "8 bytes");
+  chime__assert_contains(details, "leaf 'reward'");
+  chime__assert_contains(details, "4 bytes");
+  chime__assert_contains(details, "8 bytes");
   assert_serving();
 }
 
@@ -183,7 +179,7 @@ static void test_insert_unknown_table(void **state) {
   Chime__V1__InsertRequest req = insert_req("nope", 1, data, sizeof(data));
   assert_int_equal(insert_one(&req, details, sizeof(details)),
                    GRPC_STATUS_NOT_FOUND);
-  assert_contains(details, "table 'nope' not found");
+  chime__assert_contains(details, "table 'nope' not found");
   assert_serving();
 }
 
@@ -237,7 +233,7 @@ static void test_subscribe_unknown_table(void **state) {
   assert_int_equal(open_fails("nope", 8, 4, CHIME__V1__MODE__MODE_STREAM,
                               details, sizeof(details)),
                    GRPC_STATUS_NOT_FOUND);
-  assert_contains(details, "'nope'");
+  chime__assert_contains(details, "'nope'");
   assert_serving();
 }
 
@@ -276,7 +272,7 @@ static void test_subscribe_bad_open(void **state) {
   assert_null(resp);
   assert_int_equal(finish_call(&r, details, sizeof(details)),
                    GRPC_STATUS_INVALID_ARGUMENT);
-  assert_contains(details, "open");
+  chime__assert_contains(details, "open");
   assert_serving();
 }
 
@@ -348,8 +344,8 @@ static void test_budgets(void **state) {
                               details, sizeof(details)));
   assert_int_equal(st, GRPC_STATUS_RESOURCE_EXHAUSTED);
   snprintf(num, sizeof(num), "%u", STREAM_BUDGET);
-  assert_contains(details, num);
-  assert_contains(details, "per-stream budget");
+  chime__assert_contains(details, num);
+  chime__assert_contains(details, "per-stream budget");
 
   /* Two streams of about 3.4 MiB each (5 slots of 2048 samples of 264
    * bytes and an 80-byte info record): the second is over what is left of
@@ -364,8 +360,8 @@ static void test_budgets(void **state) {
                               details, sizeof(details)));
   assert_int_equal(st, GRPC_STATUS_RESOURCE_EXHAUSTED);
   snprintf(num, sizeof(num), "%u", TOTAL_BUDGET);
-  assert_contains(details, num);
-  assert_contains(details, "total budget");
+  chime__assert_contains(details, num);
+  chime__assert_contains(details, "total budget");
 
   /* Ending the first call returns its budget. */
   protobuf_c_message_free_unpacked(&ra->base, NULL);

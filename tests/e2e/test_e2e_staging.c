@@ -21,6 +21,7 @@
 #include "chime.pb-c.h"
 #include "chime/chime.h"
 #include "harness.h"
+#include "asserts.h"
 #include "rawcall.h"
 
 #define SAMPLE 64      /* id:u64[], pad:u8[56] */
@@ -119,15 +120,6 @@ static chime_stats_t *stats(void) {
   return s;
 }
 
-static const chime_table_stats_t *table_stats(const chime_stats_t *s,
-                                              const char *name) {
-  for (uint32_t i = 0; i < s->ntables; i++)
-    if (strcmp(s->tables[i].name, name) == 0)
-      return &s->tables[i];
-  fail_msg("no table %s in Stats", name);
-  return NULL;
-}
-
 /* Polls Stats until staged bytes compare to `bytes` as asked (ge: at least,
  * else exactly), within 15 s. */
 static uint64_t wait_staged(uint64_t bytes, int ge) {
@@ -204,7 +196,7 @@ static void test_unacked_request_never_goes_in(void **state) {
   chime_stream_close(s);
   chime__sleep_ms(300);
   chime_stats_t *sv = stats();
-  assert_int_equal(table_stats(sv, "q")->inserts, CAP);
+  assert_int_equal(chime__stats_table(sv, "q")->inserts, CAP);
   assert_int_equal(sv->staged_insert_bytes, 0);
   chime_stats_free(sv);
 }
@@ -318,7 +310,7 @@ static void attack_wave(uint64_t first_id) {
     chime_stats_free(s);
     chime__sleep_ms(20);
   }
-  assert_int_equal(table_stats(s, "big")->inserts, 2);
+  assert_int_equal(chime__stats_table(s, "big")->inserts, 2);
   chime_stats_free(s);
 }
 

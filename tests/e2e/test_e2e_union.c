@@ -164,7 +164,7 @@ static int teardown(void **state) {
 
 /* Writes shard k's items of `table`: x = X(k, i), priority prio_of. 0,
  * or the code that failed (no assert: a writer thread calls it too). */
-static int write_shard_rc(int k, const char *table, uint32_t n) {
+static int write_shard_items_rc(int k, const char *table, uint32_t n) {
   chime_writer_t *w = NULL;
   int rc = chime_writer_open(&w, direct[k], table, NULL);
   for (uint32_t i = 0; i < n && rc == 0; i++) {
@@ -176,8 +176,8 @@ static int write_shard_rc(int k, const char *table, uint32_t n) {
 }
 
 /* The same, failing the test. */
-static void write_shard(int k, const char *table, uint32_t n) {
-  int rc = write_shard_rc(k, table, n);
+static void write_shard_items(int k, const char *table, uint32_t n) {
+  int rc = write_shard_items_rc(k, table, n);
   if (rc != 0)
     fail_msg("inserting into shard %d's '%s': %s: %s", k + 1, table,
              chime_strerror(rc), chime_last_error());
@@ -242,7 +242,7 @@ static void check_union(const char *table, chime_mode_t mode,
   /* What one table holding every item would give. */
   double total = 0, shard_mass[NSHARDS] = {0};
   for (int k = 0; k < NSHARDS; k++) {
-    write_shard(k, table, sizes[k]);
+    write_shard_items(k, table, sizes[k]);
     for (uint32_t i = 0; i < sizes[k]; i++)
       shard_mass[k] += weight(k + 1, i);
     total += shard_mass[k];
@@ -336,7 +336,7 @@ static int fifo_rc;
 
 static void *fifo_writer(void *arg) {
   for (int k = 0; k < NSHARDS && fifo_rc == 0; k++)
-    fifo_rc = write_shard_rc(k, arg, fifo_n[k]);
+    fifo_rc = write_shard_items_rc(k, arg, fifo_n[k]);
   return NULL;
 }
 
@@ -413,8 +413,8 @@ static int prob_is(const chime_batch_t *b, double want) {
  * probability settles at 1/800. */
 static void test_shard_fills_later(void **state) {
   (void)state;
-  write_shard(0, "grow", 200);
-  write_shard(1, "grow", 200);
+  write_shard_items(0, "grow", 200);
+  write_shard_items(1, "grow", 200);
   chime_client_t *c = NULL;
   assert_int_equal(chime_client_create(&c, target, NULL), 0);
   chime_stream_t *s = open_union(c, "grow", CHIME_MODE_AUTO, 4, 4);
@@ -425,7 +425,7 @@ static void test_shard_fills_later(void **state) {
     assert_true(prob_is(&b, 1.0 / 400));
     assert_int_equal(chime_stream_release(s, &b), 0);
   }
-  write_shard(2, "grow", 400);
+  write_shard_items(2, "grow", 400);
   /* Until shard 3's first batch drawn with its whole mass: batches it
    * sampled while it filled may come first, their probabilities the
    * smaller table's. */
@@ -469,7 +469,7 @@ static int in_slot(const chime_batch_t *b) {
  * once only. */
 static void test_one_shard_has_all(void **state) {
   (void)state;
-  write_shard(0, "solo", 300);
+  write_shard_items(0, "solo", 300);
   chime_client_t *c = NULL;
   assert_int_equal(chime_client_create(&c, target, NULL), 0);
   chime_stream_t *s = open_union(c, "solo", CHIME_MODE_AUTO, 4, 4);
@@ -487,7 +487,7 @@ static void test_one_shard_has_all(void **state) {
   assert_int_equal(chime_stream_next(s, &held[0], 20000), 0);
   assert_int_equal(chime_stream_next(s, &held[1], 20000), 0);
   assert_true(prob_is(&held[0], 1.0 / 300) && prob_is(&held[1], 1.0 / 300));
-  write_shard(1, "solo", 300);
+  write_shard_items(1, "solo", 300);
   int64_t deadline = chime__now_ms() + 10000;
   for (;;) {
     assert_int_equal(chime_stream_next(s, &held[2], 20000), 0);
@@ -514,7 +514,7 @@ static void test_one_shard_has_all(void **state) {
 static void test_shard_killed(void **state) {
   (void)state;
   for (int k = 0; k < NSHARDS; k++)
-    write_shard(k, "kill", 1000);
+    write_shard_items(k, "kill", 1000);
   chime_client_t *c = NULL;
   assert_int_equal(chime_client_create(&c, target, NULL), 0);
   chime_stream_t *s = open_union(c, "kill", CHIME_MODE_AUTO, 4, 4);

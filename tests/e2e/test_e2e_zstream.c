@@ -72,7 +72,7 @@ static void frame_of(uint64_t i, uint8_t *f) {
     memset(f + (by + (size_t)y) * SIDE + bx, 236, 2);
 }
 
-static void write_frames(const char *table) {
+static void write_obs_frames(const char *table) {
   chime_writer_t *w = NULL;
   assert_int_equal(chime_writer_open(&w, client, table, NULL), 0);
   static uint8_t f[FRAME];
@@ -212,9 +212,9 @@ static void take_all(chime_stream_t *s, batch_copy_t *out, uint64_t *tails) {
 static void test_stream_same_as_shm(void **state) {
   (void)state;
   static batch_copy_t zs[N / BATCH], z2[N / BATCH], raw[N / BATCH];
-  write_frames("z");
-  write_frames("z2");
-  write_frames("raw");
+  write_obs_frames("z");
+  write_obs_frames("z2");
+  write_obs_frames("raw");
   uint64_t stored = stored_bytes("z");
   chime_stream_t *s = open_keeping("z", CHIME_MODE_STREAM, NULL, BATCH);
   uint64_t tails = 0;
@@ -281,7 +281,7 @@ static void check_kept(const chime_batch_t *bt, uint64_t first) {
 }
 
 static void keep_in(chime_mode_t mode) {
-  write_frames("z");
+  write_obs_frames("z");
   chime_stream_t *s = open_keeping("z", mode, "obs", BATCH);
   for (int b = 0; b < N / BATCH; b++) {
     chime_batch_t bt;

@@ -28,6 +28,7 @@
 #include "chime.pb-c.h"
 #include "chime/chime.h"
 #include "harness.h"
+#include "asserts.h"
 #include "streams.h"
 #include "rawcall.h"
 
@@ -139,17 +140,6 @@ static void consume(const char *table, chime_mode_t mode, uint32_t first,
   consume_from(client, table, mode, first, n);
 }
 
-static chime_table_stats_t table_stats(const char *name) {
-  chime_stats_t *st = NULL;
-  chime_table_stats_t out = {0};
-  assert_int_equal(chime_client_stats(client, &st), 0);
-  for (uint32_t i = 0; i < st->ntables; i++)
-    if (strcmp(st->tables[i].name, name) == 0)
-      out = st->tables[i];
-  chime_stats_free(st);
-  return out;
-}
-
 /* The writer compresses what the table does, the samples come back as
  * written in both modes, and it sent a fraction of what a raw writer of the
  * same frames sent; the table holds them alike either way. */
@@ -170,11 +160,11 @@ static uint64_t write_frames(int compress, const char *says) {
 static void test_compressing_writer_round_trip(void **state) {
   (void)state;
   uint64_t zbytes = write_frames(1, "obs:3");
-  chime_table_stats_t a = table_stats("z");
+  chime_table_stats_t a = chime__table_stats(client, "z");
   assert_int_equal(a.size, N);
   consume("z", CHIME_MODE_SHM, 0, N);
   uint64_t rbytes = write_frames(0, "");
-  chime_table_stats_t b = table_stats("z");
+  chime_table_stats_t b = chime__table_stats(client, "z");
   consume("z", CHIME_MODE_STREAM, 0, N);
 
   /* Raw: every frame whole. Compressed: the 90 frames that shrink at a
@@ -307,14 +297,14 @@ static grpc_status_code raw_insert(uint32_t count, const uint8_t *const *frames,
 static void refused(uint32_t count, const uint8_t *const *frames,
                     const uint32_t *sizes, uint32_t leaf, const char *want) {
   char details[512];
-  uint64_t before = table_stats(raw_to.table).inserts;
+  uint64_t before = chime__table_stats(client, raw_to.table).inserts;
   assert_int_equal(
       raw_insert(count, frames, sizes, leaf, details, sizeof(details)),
       GRPC_STATUS_INVALID_ARGUMENT);
   if (strstr(details, want) == NULL)
     fail_msg("expected '%s' in '%s'", want, details);
-  assert_int_equal(table_stats(raw_to.table).inserts, before);
-  assert_int_equal(table_stats(raw_to.table).size, 0);
+  assert_int_equal(chime__table_stats(client, raw_to.table).inserts, before);
+  assert_int_equal(chime__table_stats(client, raw_to.table).size, 0);
 }
 
 static void test_bad_stored_leaves_refused(void **state) {
@@ -365,7 +355,7 @@ static void test_bad_stored_leaves_refused(void **state) {
   uint32_t s2[2] = {(uint32_t)ng, FRAME};
   assert_int_equal(raw_insert(2, f2, s2, 0, details, sizeof(details)),
                    GRPC_STATUS_OK);
-  chime_table_stats_t t = table_stats("z");
+  chime_table_stats_t t = chime__table_stats(client, "z");
   assert_int_equal(t.size, 2);
   chime_batch_t b;
   chime_stream_t *s = open_and_take(client, "z", CHIME_MODE_AUTO, 2, &b);
@@ -473,14 +463,14 @@ static void test_bad_stored_steps_and_rows(void **state) {
   char details[512];
 
   raw_to = (raw_to_t){"zseq", 77, NULL};
-  uint64_t steps = table_stats("zseq").steps;
+  uint64_t steps = chime__table_stats(client, "zseq").steps;
   refused(1, fj, s_junk, 0, "are not one zstd frame of the leaf's 7056 bytes");
   refused(1, fb, s_bomb, 0, "leaf 'obs' of sample 0");
   const uint8_t *f2[2] = {good, raw};
   uint32_t s2[2] = {(uint32_t)ng, FRAME};
   assert_int_equal(raw_insert(2, f2, s2, 0, details, sizeof(details)),
                    GRPC_STATUS_OK);
-  assert_int_equal(table_stats("zseq").steps, steps + 2);
+  assert_int_equal(chime__table_stats(client, "zseq").steps, steps + 2);
 
   uint32_t len1[1] = {1}, len2[1] = {2};
   raw_to = (raw_to_t){"zr", 0, len2};

@@ -1,0 +1,34 @@
+/* The e2e tests' checks (asserts.h). */
+#include "asserts.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <string.h>
+
+void chime__assert_contains(const char *hay, const char *needle) {
+  if (strstr(hay, needle) == NULL)
+    fail_msg("expected \"%s\" in \"%s\"", needle, hay);
+}
+
+const chime_table_stats_t *chime__stats_table(const chime_stats_t *st,
+                                              const char *table) {
+  for (uint32_t i = 0; i < st->ntables; i++)
+    if (strcmp(st->tables[i].name, table) == 0)
+      return &st->tables[i];
+  fail_msg("no table %s in Stats", table);
+  return NULL;
+}
+
+chime_table_stats_t chime__table_stats(chime_client_t *c, const char *table) {
+  chime_stats_t *st = NULL;
+  int rc = chime_client_stats(c, &st);
+  if (rc != 0)
+    fail_msg("Stats: %s: %s", chime_err_name(rc), chime_last_error());
+  chime_table_stats_t out = *chime__stats_table(st, table);
+  chime_stats_free(st);
+  return out;
+}

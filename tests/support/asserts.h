@@ -1,0 +1,21 @@
+/* The e2e tests' checks of what a server or the library said: text that
+ * must hold a phrase, a table's entry in Stats. CMocka: a failed check
+ * fails the test (this file is linked into tests only, never into
+ * chime-bench; harness.h is the CMocka-free half). */
+#ifndef CHIME_TESTS_ASSERTS_H
+#define CHIME_TESTS_ASSERTS_H
+
+#include "chime/chime.h"
+
+/* Fails the test, quoting both, unless needle is in hay. */
+void chime__assert_contains(const char *hay, const char *needle);
+
+/* table's entry in st; fails the test when st has none. */
+const chime_table_stats_t *chime__stats_table(const chime_stats_t *st,
+                                              const char *table);
+
+/* table's entry in c's Stats, now (a copy: the struct holds no pointer);
+ * fails the test when Stats fails or has no such table. */
+chime_table_stats_t chime__table_stats(chime_client_t *c, const char *table);
+
+#endif

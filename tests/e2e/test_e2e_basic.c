@@ -39,9 +39,7 @@ static chime_spec_t spec;
 
 static int setup(void **state) {
   (void)state;
-  int rc = chime__chimed_start(&chimed, config, NULL, 30000);
-  if (rc == CHIME_ENOTFOUND)
-    chime__skip("chimed is not built");
+  int rc = chime__chimed_start_or_skip(&chimed, config, NULL, 30000);
   if (rc != 0)
     return -1;
   if (chime_client_create(&client, chimed.addr, NULL) != 0)

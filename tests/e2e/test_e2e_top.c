@@ -88,9 +88,7 @@ static int setup(void **state) {
              "\"x:u64[]\", \"capacity\": %d, \"sampler\": \"uniform\", "
              "\"min_size\": 1}]}\n",
              i + 1, CAPACITY);
-    int rc = chime__chimed_start(&g_d[i], cfg, NULL, 30000);
-    if (rc == CHIME_ENOTFOUND)
-      chime__skip("chimed is not built");
+    int rc = chime__chimed_start_or_skip(&g_d[i], cfg, NULL, 30000);
     if (rc != 0)
       return -1;
   }
@@ -99,14 +97,8 @@ static int setup(void **state) {
   assert_int_equal(chime__write_counter(c, "t", 0, SHARD2_ITEMS, NULL), 0);
   chime_client_destroy(c);
   snprintf(g_target, sizeof(g_target), "%s,%s", g_d[0].addr, g_d[1].addr);
-  struct sockaddr_in sa = {.sin_family = AF_INET,
-                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t sl = sizeof(sa);
-  g_dead_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (g_dead_fd < 0 || bind(g_dead_fd, (struct sockaddr *)&sa, sizeof(sa)) ||
-      getsockname(g_dead_fd, (struct sockaddr *)&sa, &sl))
+  if ((g_dead_fd = chime__refusing_addr(g_dead, sizeof(g_dead))) < 0)
     return -1;
-  snprintf(g_dead, sizeof(g_dead), "127.0.0.1:%u", ntohs(sa.sin_port));
   return start_load(g_d[0].addr);
 }
 

@@ -138,9 +138,7 @@ static int setup(void **state) {
              " {\"name\": \"solo\", \"spec\": \"x:u64[]\", \"capacity\": "
              "2000, \"sampler\": \"uniform\"}]}\n",
              k + 1, EXPONENT);
-    int rc = chime__chimed_start(&d[k], config, NULL, 30000);
-    if (rc == CHIME_ENOTFOUND)
-      chime__skip("chimed is not built");
+    int rc = chime__chimed_start_or_skip(&d[k], config, NULL, 30000);
     if (rc != 0 || chime_client_create(&direct[k], d[k].addr, NULL) != 0)
       return -1;
     len += (size_t)snprintf(target + len, sizeof target - len, "%s%s",

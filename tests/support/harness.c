@@ -2,6 +2,7 @@
  * See harness.h. */
 #include "harness.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -14,7 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <netinet/in.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -145,6 +148,21 @@ void chime__harness_kill_all(void) {
       tracked[i] = 0;
     }
   }
+}
+
+int chime__refusing_addr(char *addr, size_t len) {
+  struct sockaddr_in sa = {.sin_family = AF_INET,
+                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t sl = sizeof(sa);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+      getsockname(fd, (struct sockaddr *)&sa, &sl) != 0) {
+    if (fd >= 0)
+      close(fd);
+    return -1;
+  }
+  snprintf(addr, len, "127.0.0.1:%u", ntohs(sa.sin_port));
+  return fd;
 }
 
 int64_t chime__now_ms(void) {
@@ -531,11 +549,18 @@ int chime__chimed_stop(chime__chimed_t *d, int timeout_ms, int *status) {
   return chime__proc_stop(&d->proc, SIGTERM, timeout_ms, status);
 }
 
-int chime__chimed_start_client(chime__chimed_t *d, const char *config_json,
-                               chime_client_t **c) {
-  int rc = chime__chimed_start(d, config_json, NULL, 30000);
+int chime__chimed_start_or_skip(chime__chimed_t *d, const char *config_json,
+                                const char *const extra_args[],
+                                int timeout_ms) {
+  int rc = chime__chimed_start(d, config_json, extra_args, timeout_ms);
   if (rc == CHIME_ENOTFOUND)
     chime__skip("chimed is not built");
+  return rc;
+}
+
+int chime__chimed_start_client(chime__chimed_t *d, const char *config_json,
+                               chime_client_t **c) {
+  int rc = chime__chimed_start_or_skip(d, config_json, NULL, 30000);
   return rc != 0 ? rc : chime_client_create(c, d->addr, NULL);
 }
 

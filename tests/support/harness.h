@@ -88,7 +88,10 @@ typedef struct chime__chimed_s {
  * chimed is not built (callers skip with 77). */
 int chime__chimed_start(chime__chimed_t *d, const char *config_json,
                         const char *const extra_args[], int timeout_ms);
-/* The same, listening on host:0 (NULL: 127.0.0.1) and started through
+/* The same, but exits 77 (a CTest skip) when chimed is not built. */
+int chime__chimed_start_or_skip(chime__chimed_t *d, const char *config_json,
+                                const char *const extra_args[], int timeout_ms);
+/* chime__chimed_start listening on host:0 (NULL: 127.0.0.1) and started through
  * prefix when not NULL (a NULL-terminated argv put before chimed's, as
  * chime-bench's `ip netns exec NS`). */
 int chime__chimed_start_on(chime__chimed_t *d, const char *const prefix[],
@@ -147,6 +150,12 @@ int chime__shards_stop(chime__chimed_t *d, int n, chime_client_t **direct,
  * CHIME_ETIMEDOUT when it did not listen within timeout_ms. */
 int chime__chimed_stderr_at_start(const char *const argv[], const char *name,
                                   char *text, size_t len, int timeout_ms);
+
+/* An address that refuses connections at once: a port of 127.0.0.1 bound
+ * and never listened on (nothing else can take it while the socket is
+ * open). "127.0.0.1:PORT" into addr; returns the socket, to close at the
+ * end, or -1. */
+int chime__refusing_addr(char *addr, size_t len);
 
 /* Milliseconds on CLOCK_MONOTONIC, for bounded polling loops. */
 int64_t chime__now_ms(void);

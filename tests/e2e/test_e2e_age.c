@@ -267,18 +267,16 @@ static void test_shm_mode_short_grace(void **state) {
   run(CHIME_MODE_SHM, 200);
 }
 
-static int teardown(void **state) {
-  (void)state;
-  chime__harness_kill_all();
-  return 0;
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_teardown(test_stream_mode_no_grace, teardown),
-      cmocka_unit_test_teardown(test_shm_mode_no_grace, teardown),
-      cmocka_unit_test_teardown(test_stream_mode_short_grace, teardown),
-      cmocka_unit_test_teardown(test_shm_mode_short_grace, teardown),
+      cmocka_unit_test_teardown(test_stream_mode_no_grace,
+                                chime__harness_teardown),
+      cmocka_unit_test_teardown(test_shm_mode_no_grace,
+                                chime__harness_teardown),
+      cmocka_unit_test_teardown(test_stream_mode_short_grace,
+                                chime__harness_teardown),
+      cmocka_unit_test_teardown(test_shm_mode_short_grace,
+                                chime__harness_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -826,24 +826,24 @@ static void test_ragged_restore(void **state) {
   stop(&d, c);
 }
 
-static int teardown(void **state) {
-  (void)state;
-  chime__harness_kill_all();
-  return 0;
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_teardown(test_restore_same_batches, teardown),
-      cmocka_unit_test_teardown(test_corrupt_and_spec_refused, teardown),
-      cmocka_unit_test_teardown(test_sigkill_during_checkpoint, teardown),
-      cmocka_unit_test_teardown(test_interval_and_keep, teardown),
-      cmocka_unit_test_teardown(test_no_dir_refused, teardown),
-      cmocka_unit_test_teardown(test_chimectl, teardown),
-      cmocka_unit_test_teardown(test_sequence_restore, teardown),
-      cmocka_unit_test_teardown(test_wide_names_and_fifo, teardown),
-      cmocka_unit_test_teardown(test_ragged_restore, teardown),
-      cmocka_unit_test_teardown(test_keys_not_reissued, teardown),
+      cmocka_unit_test_teardown(test_restore_same_batches,
+                                chime__harness_teardown),
+      cmocka_unit_test_teardown(test_corrupt_and_spec_refused,
+                                chime__harness_teardown),
+      cmocka_unit_test_teardown(test_sigkill_during_checkpoint,
+                                chime__harness_teardown),
+      cmocka_unit_test_teardown(test_interval_and_keep,
+                                chime__harness_teardown),
+      cmocka_unit_test_teardown(test_no_dir_refused, chime__harness_teardown),
+      cmocka_unit_test_teardown(test_chimectl, chime__harness_teardown),
+      cmocka_unit_test_teardown(test_sequence_restore, chime__harness_teardown),
+      cmocka_unit_test_teardown(test_wide_names_and_fifo,
+                                chime__harness_teardown),
+      cmocka_unit_test_teardown(test_ragged_restore, chime__harness_teardown),
+      cmocka_unit_test_teardown(test_keys_not_reissued,
+                                chime__harness_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -302,21 +302,18 @@ static void test_options(void **state) {
   assert_int_equal(chime__chimed_stop_client(&d, c), 0);
 }
 
-static int teardown(void **state) {
-  (void)state;
-  chime__harness_kill_all();
-  return 0;
-}
-
 int main(void) {
   char path[1024];
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_teardown(test_shm, teardown),
-      cmocka_unit_test_teardown(test_stream_mode, teardown),
-      cmocka_unit_test_teardown(test_options, teardown),
-      cmocka_unit_test_teardown(test_sharded_drawn_shm, teardown),
-      cmocka_unit_test_teardown(test_sharded_drawn_stream, teardown),
-      cmocka_unit_test_teardown(test_sharded_merged_shm, teardown),
+      cmocka_unit_test_teardown(test_shm, chime__harness_teardown),
+      cmocka_unit_test_teardown(test_stream_mode, chime__harness_teardown),
+      cmocka_unit_test_teardown(test_options, chime__harness_teardown),
+      cmocka_unit_test_teardown(test_sharded_drawn_shm,
+                                chime__harness_teardown),
+      cmocka_unit_test_teardown(test_sharded_drawn_stream,
+                                chime__harness_teardown),
+      cmocka_unit_test_teardown(test_sharded_merged_shm,
+                                chime__harness_teardown),
   };
   if (chime__harness_bin("src/server/chimed", path, sizeof path) == NULL) {
     fprintf(stderr, "skip: chimed is not built\n");

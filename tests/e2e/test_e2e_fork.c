@@ -41,12 +41,6 @@ static int setup(void **state) {
   return chime_spec_parse(&spec, SPEC) == 0 ? 0 : -1;
 }
 
-static int teardown_each(void **state) {
-  (void)state;
-  chime__harness_kill_all();
-  return 0;
-}
-
 /* One batch, checked against the pattern, released. */
 static int one_batch(chime_stream_t *s) {
   chime_batch_t b;
@@ -276,10 +270,10 @@ static void test_fork_twice(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_teardown(test_fork_child_makes_own_client,
-                                teardown_each),
+                                chime__harness_teardown),
       cmocka_unit_test_teardown(test_fork_while_stream_thread_receives,
-                                teardown_each),
-      cmocka_unit_test_teardown(test_fork_twice, teardown_each),
+                                chime__harness_teardown),
+      cmocka_unit_test_teardown(test_fork_twice, chime__harness_teardown),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -45,12 +45,6 @@ static int setup(void **state) {
   return chime_spec_parse(&spec, SPEC) == 0 ? 0 : -1;
 }
 
-static int teardown(void **state) {
-  (void)state;
-  chime__harness_kill_all();
-  return 0;
-}
-
 /* chimed with a uniform table (batches never run out), its handoff socket
  * at an abstract address of ours (abstract like the default, so without
  * permissions: only SO_PEERCRED keeps another uid out), and extra config. */
@@ -276,8 +270,9 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_same_uid_flood),
   };
   int root = geteuid() == 0;
-  int failed = root ? cmocka_run_group_tests(all, setup, teardown)
-                    : cmocka_run_group_tests(same_uid, setup, teardown);
+  int failed =
+      root ? cmocka_run_group_tests(all, setup, chime__harness_teardown)
+           : cmocka_run_group_tests(same_uid, setup, chime__harness_teardown);
   if (failed == 0 && !root) {
     fprintf(stderr, "skip: not root: the other-uid floods need to become "
                     "nobody (65534); only the same-uid flood ran\n");

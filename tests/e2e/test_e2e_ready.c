@@ -36,12 +36,6 @@ static int setup(void **state) {
   return chime_spec_parse(&spec, SPEC) == 0 ? 0 : -1;
 }
 
-static int teardown(void **state) {
-  (void)state;
-  chime__harness_kill_all();
-  return 0;
-}
-
 static void start(chime__chimed_t *d, chime_client_t **c, const char *sampler) {
   char config[512];
   snprintf(config, sizeof(config),
@@ -224,5 +218,5 @@ int main(void) {
       cmocka_unit_test(test_union_passes_limit),
       cmocka_unit_test(test_union_default_fills),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return cmocka_run_group_tests(tests, setup, chime__harness_teardown);
 }

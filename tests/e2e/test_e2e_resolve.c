@@ -179,16 +179,10 @@ static void test_follows_the_name(void **state) {
   assert_int_equal(chime__chimed_stop(&b, 20000, &st), 0);
 }
 
-static int teardown(void **state) {
-  (void)state;
-  chime__harness_kill_all();
-  return 0;
-}
-
 int main(void) {
   private_hosts();
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_teardown(test_follows_the_name, teardown),
+      cmocka_unit_test_teardown(test_follows_the_name, chime__harness_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -165,6 +165,12 @@ int chime__refusing_addr(char *addr, size_t len) {
   return fd;
 }
 
+int chime__harness_teardown(void **state) {
+  (void)state;
+  chime__harness_kill_all();
+  return 0;
+}
+
 int64_t chime__now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

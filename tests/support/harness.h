@@ -61,6 +61,10 @@ int chime__proc_last_json(const chime__proc_t *p, char *buf, size_t len);
 const char *chime__status_str(int status, char *buf, size_t len);
 /* Kills and reaps every child still tracked. */
 void chime__harness_kill_all(void);
+/* chime__harness_kill_all as a CMocka teardown (of each test or of a
+ * group): a test whose assertion failed leaves no child behind. Returns
+ * 0. */
+int chime__harness_teardown(void **state);
 
 /* A path to a binary of this build: rel is relative to the build directory
  * ("src/server/chimed"). Uses $CHIME_BUILD_DIR (set by chime_add_test), else

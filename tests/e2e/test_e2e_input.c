@@ -30,6 +30,7 @@
 #include "harness.h"
 #include "asserts.h"
 #include "rawcall.h"
+#include "pbwrite.h"
 
 #define M_INFO "/chime.v1.Chime/GetInfo"
 #define M_STATS "/chime.v1.Chime/Stats"
@@ -481,13 +482,6 @@ static void test_mutate_read_by_hand(void **state) {
   free(b);
 }
 
-/* Appends a varint to b at *k. */
-static void put_varint(uint8_t *b, size_t *k, uint64_t v) {
-  for (; v >= 0x80; v >>= 7)
-    b[(*k)++] = (uint8_t)(v | 0x80);
-  b[(*k)++] = (uint8_t)v;
-}
-
 /* An Insert's versions and lengths are counted before they are decoded,
  * and counts no table takes are refused unallocated: 24 million versions
  * for one sample (8 bytes each decoded: 192 MB before), lengths that are
@@ -506,7 +500,7 @@ static void test_insert_counts_refused(void **state) {
   b[k++] = 0x10; /* count 1 */
   b[k++] = 1;
   b[k++] = 0x52; /* field 10, LEN: versions */
-  put_varint(b, &k, n);
+  k += chime__pb_put_varint(b + k, n);
   memset(b + k, 0x01, n);
   uint64_t peak0 = peak_rss_of(chimed.proc.pid);
   assert_int_equal(unary_bytes(M_INSERT, b, k + n, details, sizeof(details)),

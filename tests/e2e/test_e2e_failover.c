@@ -40,6 +40,7 @@
 
 #include "chime/chime.h"
 #include "harness.h"
+#include "asserts.h"
 
 #define NSHARDS 3
 #define WRITERS 8
@@ -140,15 +141,6 @@ static uint64_t table_inserts(chime_client_t *c, const char *table) {
   chime_stats_free(st);
   assert_true(n != UINT64_MAX);
   return n;
-}
-
-static const chime_table_info_t *find_table(const chime_server_info_t *info,
-                                            const char *name) {
-  for (uint32_t i = 0; i < info->ntables; i++)
-    if (strcmp(info->tables[i].name, name) == 0)
-      return &info->tables[i];
-  fail_msg("no table '%s' in info", name);
-  return NULL;
 }
 
 /* Appends n items (w, s0 + i) through writer wr and flushes. */
@@ -594,8 +586,9 @@ static void test_kill_one_shard(void **state) {
     chime__sleep_ms(100);
   if (rc)
     fail_msg("info after the restart: %s", chime_last_error());
-  assert_int_equal(find_table(info, "keep")->size, MARKERS);
-  assert_int_equal(find_table(info, "q")->capacity, (uint64_t)CAP * NSHARDS);
+  assert_int_equal(chime__info_table(info, "keep")->size, MARKERS);
+  assert_int_equal(chime__info_table(info, "q")->capacity,
+                   (uint64_t)CAP * NSHARDS);
   chime_server_info_free(info);
 
   /* Three new writers: one per shard, the restarted one included. */
@@ -748,7 +741,7 @@ static void test_mutate_every_shard(void **state) {
       CHIME_EINVAL);
   chime_server_info_t *info = NULL;
   assert_int_equal(chime_client_info(c, &info), 0);
-  assert_int_equal(find_table(info, "p")->size, NSHARDS * PER);
+  assert_int_equal(chime__info_table(info, "p")->size, NSHARDS * PER);
   chime_server_info_free(info);
   for (int i = 0; i < NSHARDS; i++) {
     uint64_t k2[PER];

@@ -30,7 +30,7 @@
 #include "harness.h"
 #include "asserts.h"
 #include "rawcall.h"
-#include "pbwrite.h"
+#include "wire/pbwrite.h"
 
 #define M_INFO "/chime.v1.Chime/GetInfo"
 #define M_STATS "/chime.v1.Chime/Stats"

@@ -17,7 +17,7 @@
 #include "chime/chime.h"
 #include "harness.h"
 #include "rawcall.h"
-#include "pbwrite.h"
+#include "wire/pbwrite.h"
 
 #define SAMPLE 65536
 #define COUNT 64

@@ -23,6 +23,15 @@ const chime_table_stats_t *chime__stats_table(const chime_stats_t *st,
   return NULL;
 }
 
+const chime_table_info_t *chime__info_table(const chime_server_info_t *info,
+                                            const char *table) {
+  for (uint32_t i = 0; i < info->ntables; i++)
+    if (strcmp(info->tables[i].name, table) == 0)
+      return &info->tables[i];
+  fail_msg("no table %s in GetInfo", table);
+  return NULL;
+}
+
 chime_table_stats_t chime__table_stats(chime_client_t *c, const char *table) {
   chime_stats_t *st = NULL;
   int rc = chime_client_stats(c, &st);

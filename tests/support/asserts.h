@@ -1,6 +1,6 @@
 /* The e2e tests' checks of what a server or the library said: text that
- * must hold a phrase, a table's entry in Stats. CMocka: a failed check
- * fails the test (this file is linked into tests only, never into
+ * must hold a phrase, a table's entry in Stats or GetInfo. CMocka: a failed
+ * check fails the test (this file is linked into tests only, never into
  * chime-bench; harness.h is the CMocka-free half). */
 #ifndef CHIME_TESTS_ASSERTS_H
 #define CHIME_TESTS_ASSERTS_H
@@ -13,6 +13,10 @@ void chime__assert_contains(const char *hay, const char *needle);
 /* table's entry in st; fails the test when st has none. */
 const chime_table_stats_t *chime__stats_table(const chime_stats_t *st,
                                               const char *table);
+
+/* table's entry in info (GetInfo); fails the test when info has none. */
+const chime_table_info_t *chime__info_table(const chime_server_info_t *info,
+                                            const char *table);
 
 /* table's entry in c's Stats, now (a copy: the struct holds no pointer);
  * fails the test when Stats fails or has no such table. */

@@ -23,7 +23,7 @@
 #include "wire/pbread.h"
 #include "server/insertreq.h"
 #include "server/mutatereq.h"
-#include "pbwrite.h"
+#include "wire/pbwrite.h"
 
 #include <time.h>
 

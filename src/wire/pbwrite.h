@@ -1,8 +1,8 @@
-/* Protobuf bytes written by hand, for tests that feed a reader what no
- * encoder would make (unknown fields, cut varints, a field twice). Header-
- * only, as rng.h: two small functions, unit and e2e tests alike. */
-#ifndef CHIME_TESTS_PBWRITE_H
-#define CHIME_TESTS_PBWRITE_H
+/* Protobuf bytes written by hand, pbread.h's other half: the chunk
+ * framing (chunk.c) writes its headers with these, and tests feed a reader
+ * what no encoder would make (unknown fields, a field twice). */
+#ifndef CHIME_WIRE_PBWRITE_H
+#define CHIME_WIRE_PBWRITE_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -57,42 +57,32 @@ static chime__chimed_t d[NSHARDS];
 static chime_client_t *direct[NSHARDS]; /* one-server clients, for Stats */
 static char target[1024];
 
+/* Shard k's config. */
+static void config_of(int k, char *buf, size_t len) {
+  /* Two tables alike: one per stream mode. */
+  snprintf(buf, len,
+           "{\"shard\": %d, \"tables\": [\n"
+           " {\"name\": \"shm\", \"spec\": \"x:u64[]\", \"capacity\": %d, "
+           "\"sampler\": \"uniform\", \"samples_per_insert\": %g, "
+           "\"error_buffer\": %g, \"min_size\": %d},\n"
+           " {\"name\": \"stream\", \"spec\": \"x:u64[]\", \"capacity\": "
+           "%d, \"sampler\": \"uniform\", \"samples_per_insert\": %g, "
+           "\"error_buffer\": %g, \"min_size\": %d}]}\n",
+           k + 1, CAPACITY, SPI, ERROR_BUFFER, MIN_SIZE, CAPACITY, SPI,
+           ERROR_BUFFER, MIN_SIZE);
+}
+
 static int setup(void **state) {
   (void)state;
-  size_t len = 0;
-  for (int k = 0; k < NSHARDS; k++) {
-    char config[1024];
-    /* Two tables alike: one per stream mode. */
-    snprintf(config, sizeof config,
-             "{\"shard\": %d, \"tables\": [\n"
-             " {\"name\": \"shm\", \"spec\": \"x:u64[]\", \"capacity\": %d, "
-             "\"sampler\": \"uniform\", \"samples_per_insert\": %g, "
-             "\"error_buffer\": %g, \"min_size\": %d},\n"
-             " {\"name\": \"stream\", \"spec\": \"x:u64[]\", \"capacity\": "
-             "%d, \"sampler\": \"uniform\", \"samples_per_insert\": %g, "
-             "\"error_buffer\": %g, \"min_size\": %d}]}\n",
-             k + 1, CAPACITY, SPI, ERROR_BUFFER, MIN_SIZE, CAPACITY, SPI,
-             ERROR_BUFFER, MIN_SIZE);
-    int rc = chime__chimed_start_or_skip(&d[k], config, NULL, 30000);
-    if (rc != 0 || chime_client_create(&direct[k], d[k].addr, NULL) != 0)
-      return -1;
-    len += (size_t)snprintf(target + len, sizeof target - len, "%s%s",
-                            k ? "," : "", d[k].addr);
-  }
-  return 0;
+  return chime__shards_start(d, NSHARDS, config_of, direct, target,
+                             sizeof target, NULL) == 0
+             ? 0
+             : -1;
 }
 
 static int teardown(void **state) {
   (void)state;
-  int ok = 1;
-  for (int k = 0; k < NSHARDS; k++) {
-    chime_client_destroy(direct[k]);
-    int st = 0;
-    if (chime__chimed_stop(&d[k], 20000, &st) != 0 || st != 0)
-      ok = 0;
-  }
-  chime__harness_kill_all();
-  return ok ? 0 : -1;
+  return chime__shards_stop(d, NSHARDS, direct, NULL, NULL) == 0 ? 0 : -1;
 }
 
 /* --- the limiter's contract --- */

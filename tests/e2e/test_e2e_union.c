@@ -115,49 +115,39 @@ static void test_critical_values(void **state) {
 
 /* --- fixture --- */
 
+/* Shard k's config. */
+static void config_of(int k, char *buf, size_t len) {
+  snprintf(buf, len,
+           "{\"shard\": %d, \"tables\": [\n"
+           " {\"name\": \"uni\", \"spec\": \"x:u64[]\", \"capacity\": "
+           "20000, \"sampler\": \"uniform\"},\n"
+           " {\"name\": \"pri\", \"spec\": \"x:u64[]\", \"capacity\": "
+           "20000, \"sampler\": \"prioritized\", \"priority_exponent\": "
+           "%g},\n"
+           " {\"name\": \"q\", \"spec\": \"x:u64[]\", \"capacity\": 2000, "
+           "\"sampler\": \"fifo\"},\n"
+           " {\"name\": \"qs\", \"spec\": \"x:u64[]\", \"capacity\": 2000, "
+           "\"sampler\": \"fifo\"},\n"
+           " {\"name\": \"grow\", \"spec\": \"x:u64[]\", \"capacity\": "
+           "2000, \"sampler\": \"uniform\"},\n"
+           " {\"name\": \"kill\", \"spec\": \"x:u64[]\", \"capacity\": "
+           "2000, \"sampler\": \"uniform\"},\n"
+           " {\"name\": \"solo\", \"spec\": \"x:u64[]\", \"capacity\": "
+           "2000, \"sampler\": \"uniform\"}]}\n",
+           k + 1, EXPONENT);
+}
+
 static int setup(void **state) {
   (void)state;
-  size_t len = 0;
-  for (int k = 0; k < NSHARDS; k++) {
-    char config[2048];
-    snprintf(config, sizeof config,
-             "{\"shard\": %d, \"tables\": [\n"
-             " {\"name\": \"uni\", \"spec\": \"x:u64[]\", \"capacity\": "
-             "20000, \"sampler\": \"uniform\"},\n"
-             " {\"name\": \"pri\", \"spec\": \"x:u64[]\", \"capacity\": "
-             "20000, \"sampler\": \"prioritized\", \"priority_exponent\": "
-             "%g},\n"
-             " {\"name\": \"q\", \"spec\": \"x:u64[]\", \"capacity\": 2000, "
-             "\"sampler\": \"fifo\"},\n"
-             " {\"name\": \"qs\", \"spec\": \"x:u64[]\", \"capacity\": 2000, "
-             "\"sampler\": \"fifo\"},\n"
-             " {\"name\": \"grow\", \"spec\": \"x:u64[]\", \"capacity\": "
-             "2000, \"sampler\": \"uniform\"},\n"
-             " {\"name\": \"kill\", \"spec\": \"x:u64[]\", \"capacity\": "
-             "2000, \"sampler\": \"uniform\"},\n"
-             " {\"name\": \"solo\", \"spec\": \"x:u64[]\", \"capacity\": "
-             "2000, \"sampler\": \"uniform\"}]}\n",
-             k + 1, EXPONENT);
-    int rc = chime__chimed_start_or_skip(&d[k], config, NULL, 30000);
-    if (rc != 0 || chime_client_create(&direct[k], d[k].addr, NULL) != 0)
-      return -1;
-    len += (size_t)snprintf(target + len, sizeof target - len, "%s%s",
-                            k ? "," : "", d[k].addr);
-  }
-  return 0;
+  return chime__shards_start(d, NSHARDS, config_of, direct, target,
+                             sizeof target, NULL) == 0
+             ? 0
+             : -1;
 }
 
 static int teardown(void **state) {
   (void)state;
-  int ok = 1;
-  for (int k = 0; k < NSHARDS; k++) {
-    chime_client_destroy(direct[k]);
-    int st = 0;
-    if (!killed[k] && (chime__chimed_stop(&d[k], 20000, &st) != 0 || st != 0))
-      ok = 0;
-  }
-  chime__harness_kill_all();
-  return ok ? 0 : -1;
+  return chime__shards_stop(d, NSHARDS, direct, killed, NULL) == 0 ? 0 : -1;
 }
 
 /* Writes shard k's items of `table`: x = X(k, i), priority prio_of. 0,

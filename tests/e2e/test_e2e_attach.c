@@ -68,10 +68,6 @@ static void start(chime__chimed_t *d, chime_client_t **c, const char *extra) {
   assert_int_equal(chime__chimed_start_client(d, config, c), 0);
 }
 
-static void stop(chime__chimed_t *d, chime_client_t *c) {
-  assert_int_equal(chime__chimed_stop_client(d, c), 0);
-}
-
 /* Reads from s until every id of seed arrived once; fails on a repeat, a
  * stranger, or ids missing after 10 s without a batch. */
 static void read_all(chime_stream_t *s, uint64_t seed) {
@@ -230,7 +226,7 @@ static void test_token_expires_unused(void **state) {
       chime__open_stream(c, "f", CHIME_MODE_STREAM, BATCH, SLOTS, NULL);
   read_all(s, 1);
   chime_stream_close(s);
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 /* The token is presented, but the answer cannot be sent (the learner shut
@@ -269,7 +265,7 @@ static void test_token_spent_unanswered(void **state) {
       chime__open_stream(c, "f", CHIME_MODE_STREAM, BATCH, SLOTS, NULL);
   read_all(s, 1); /* the item stayed in the table */
   chime_stream_close(s);
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 /* chimed in a pid namespace of its own cannot see the learner (its
@@ -352,7 +348,7 @@ static void test_wrong_token_then_stream(void **state) {
       chime__open_stream(c, "f", CHIME_MODE_STREAM, BATCH, SLOTS, NULL);
   read_all(s, 2);
   chime_stream_close(s);
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 /* The client library's own fallback: the attach fails (the socket file is
@@ -377,7 +373,7 @@ static void test_failed_attach_falls_back(void **state) {
   chime__assert_contains(chime_stream_fallback_reason(s), "shm attach failed");
   read_all(s, 3);
   chime_stream_close(s);
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 int main(void) {

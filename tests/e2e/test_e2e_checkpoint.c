@@ -58,7 +58,8 @@ static void start(chime__chimed_t *d, chime_client_t **c, const char *restore) {
   assert_int_equal(chime_client_create(c, d->addr, &o), 0);
 }
 
-static void stop(chime__chimed_t *d, chime_client_t *c) {
+/* Destroys c and stops chimed, whatever its exit. */
+static void stop_unchecked(chime__chimed_t *d, chime_client_t *c) {
   chime_client_destroy(c);
   int st;
   chime__chimed_stop(d, 20000, &st);
@@ -157,7 +158,7 @@ static void test_restore_same_batches(void **state) {
   int nb = (int)(size / 100);
   size_t la, lb;
   uint8_t *a = drain(c, nb, &la);
-  stop(&d, c);
+  stop_unchecked(&d, c);
 
   start(&d, &c, "latest");
   uint64_t size2, ins2, smp2;
@@ -186,7 +187,7 @@ static void test_restore_same_batches(void **state) {
   free(n);
   free(a);
   free(b);
-  stop(&d, c);
+  stop_unchecked(&d, c);
 }
 
 /* chimed started to fail: its exit status and what it said. */
@@ -240,7 +241,7 @@ static void test_corrupt_and_spec_refused(void **state) {
   write_keyed(c, 1, 500);
   chime_checkpoint_result_t r;
   assert_int_equal(chime_client_checkpoint(c, &r), 0);
-  stop(&d, c);
+  stop_unchecked(&d, c);
   const char *files[] = {"table-000.ckpt", "table-001.ckpt", "MANIFEST",
                          "DONE"};
   srand(12);
@@ -265,7 +266,7 @@ static void test_corrupt_and_spec_refused(void **state) {
   uint64_t size = 0, ins, smp;
   table_counts(c, &size, &ins, &smp);
   assert_int_equal(size, 500);
-  stop(&d, c);
+  stop_unchecked(&d, c);
 }
 
 static int complete_ckpts(const char *dir, int *all);
@@ -381,7 +382,7 @@ static void test_sigkill_during_checkpoint(void **state) {
   write_keyed(c, 1, 20000);
   chime_checkpoint_result_t r;
   assert_int_equal(chime_client_checkpoint(c, &r), 0);
-  stop(&d, c);
+  stop_unchecked(&d, c);
   unsigned seed = (unsigned)getpid();
   fprintf(stderr, "sigkill: seed %u, a checkpoint takes %.1f ms\n", seed,
           (double)r.duration_ns / 1e6);
@@ -420,7 +421,7 @@ static void test_sigkill_during_checkpoint(void **state) {
   table_counts(c, &size, &ins, &smp);
   assert_int_equal(size, 20000);
   assert_int_equal(ins, 20000);
-  stop(&d, c);
+  stop_unchecked(&d, c);
 }
 
 static int complete_ckpts(const char *dir, int *all) {
@@ -479,7 +480,7 @@ static void test_interval_and_keep(void **state) {
     }
   }
   assert_int_equal(moves, 3);
-  stop(&d, c);
+  stop_unchecked(&d, c);
   int all, done = complete_ckpts(dir, &all);
   assert_true(done >= 1 && done <= 2);
   assert_int_equal(all, done);
@@ -533,7 +534,7 @@ static void test_chimectl(void **state) {
       assert_non_null(strstr(line, "2 tables, 10 items"));
     assert_non_null(strstr(line, dir));
   }
-  stop(&d, c);
+  stop_unchecked(&d, c);
 }
 
 /* --- a sequence table --- */
@@ -654,7 +655,7 @@ static void test_sequence_restore(void **state) {
   int nb = (int)(size / SEQ_B);
   size_t la, lb;
   uint8_t *a = seq_drain(c, nb, &la);
-  stop(&d, c);
+  stop_unchecked(&d, c);
 
   start(&d, &c, "latest");
   uint64_t size2, steps2, ins2;
@@ -673,7 +674,7 @@ static void test_sequence_restore(void **state) {
   free(seq_drain(c, 1, &lb));
   free(a);
   free(b);
-  stop(&d, c);
+  stop_unchecked(&d, c);
 }
 
 /* Sequence numbers past 16 digits through chimed: with a complete
@@ -692,7 +693,7 @@ static void test_wide_names_and_fifo(void **state) {
   write_keyed(c, 1, 10);
   chime_checkpoint_result_t r0, r1, r2;
   assert_int_equal(chime_client_checkpoint(c, &r0), 0);
-  stop(&d, c);
+  stop_unchecked(&d, c);
   snprintf(p, sizeof(p), "%s/ckpt-9999999999999999", dir);
   assert_int_equal(rename(r0.path, p), 0);
   start(&d, &c, "latest");
@@ -706,11 +707,11 @@ static void test_wide_names_and_fifo(void **state) {
   if (chime_client_checkpoint(c, &r2) != 0)
     fail_msg("second checkpoint: %s", chime_last_error());
   assert_non_null(strstr(r2.path, "/ckpt-10000000000000001"));
-  stop(&d, c);
+  stop_unchecked(&d, c);
   start(&d, &c, "latest");
   table_counts(c, &size, &ins, &smp);
   assert_int_equal(size, 20);
-  stop(&d, c);
+  stop_unchecked(&d, c);
 
   snprintf(p, sizeof(p), "%s/table-001.ckpt", r2.path);
   assert_int_equal(unlink(p), 0);
@@ -782,7 +783,7 @@ static void test_ragged_restore(void **state) {
   }
   assert_int_equal(chime_writer_close(w), 0);
   chimectl_checkpoint(d.addr);
-  stop(&d, c);
+  stop_unchecked(&d, c);
 
   start(&d, &c, "latest");
   chime_stats_t *st = NULL;
@@ -823,7 +824,7 @@ static void test_ragged_restore(void **state) {
     assert_int_equal(chime_stream_release(s, &b), 0);
   }
   chime_stream_close(s);
-  stop(&d, c);
+  stop_unchecked(&d, c);
 }
 
 int main(void) {

@@ -19,6 +19,7 @@
 #include "chime/chime.h"
 #include "chime/ring.h"
 #include "harness.h"
+#include "asserts.h"
 #include "streams.h"
 #include "writes.h"
 #include "pattern.h"
@@ -38,10 +39,6 @@ static chime_spec_t spec;
 
 static void start(chime__chimed_t *d, chime_client_t **c) {
   assert_int_equal(chime__chimed_start_client(d, config, c), 0);
-}
-
-static void stop(chime__chimed_t *d, chime_client_t *c) {
-  assert_int_equal(chime__chimed_stop_client(d, c), 0);
 }
 
 /* Pattern samples seed in messages of 16, several in flight. */
@@ -102,7 +99,7 @@ static void test_writer_small_fifo(void **state) {
   assert_int_equal(chime_writer_close(w), 0);
   assert_int_equal(pthread_join(th, NULL), 0);
   assert_int_equal(dr.rc, 0);
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 /* Batches of 8 on a ring of exactly slots, in stream mode too (the least
@@ -167,7 +164,7 @@ static void test_writer(void **state) {
   assert_int_equal(info->tables[0].sample_bytes, SAMPLE_BYTES);
   assert_int_equal(info->tables[0].spec.nleaves, 3);
   chime_server_info_free(info);
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 static void test_auto_fallback(void **state) {
@@ -201,7 +198,7 @@ static void test_auto_fallback(void **state) {
   assert_null(s);
   assert_non_null(strstr(chime_last_error(), "boot_id differs"));
   unsetenv("CHIME_BOOT_ID");
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 /* Holds slots - 1 batches, releases them in a scrambled order, and checks
@@ -262,7 +259,7 @@ static void test_leases_shm(void **state) {
   start(&d, &c);
   write_in_messages(c, "u", 2, 64);
   leases(c, CHIME_MODE_SHM, 4);
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 static void test_leases_stream(void **state) {
@@ -274,7 +271,7 @@ static void test_leases_stream(void **state) {
   leases(c, CHIME_MODE_STREAM, 4);
   /* 8 slots: the client gathers releases into Credits of 3. */
   leases(c, CHIME_MODE_STREAM, 8);
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 /* Release finds a batch's slot without being told it, and refuses a batch
@@ -334,7 +331,7 @@ static void test_release_checks_shm(void **state) {
   start(&d, &c);
   write_in_messages(c, "u", 4, 64);
   release_checks(c, CHIME_MODE_SHM);
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 static void test_release_checks_stream(void **state) {
@@ -344,7 +341,7 @@ static void test_release_checks_stream(void **state) {
   start(&d, &c);
   write_in_messages(c, "u", 5, 64);
   release_checks(c, CHIME_MODE_STREAM);
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 /* Stream mode: a learner polls the call itself in next(), and the stream's
@@ -386,7 +383,7 @@ static void test_stream_fills_while_learner_away(void **state) {
     assert_int_equal(chime_stream_release(s, &b), 0);
   }
   chime_stream_close(s);
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 /* Stream mode: a learner that only looks (timeout 0), often enough that
@@ -415,7 +412,7 @@ static void test_stream_learner_only_looks(void **state) {
   }
   assert_int_equal(got, 50);
   chime_stream_close(s);
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 /* Opens one stream per mode and takes one batch from each. */
@@ -556,7 +553,7 @@ static void test_fifo_exactly_once(void **state) {
   assert_string_equal(st->streams[0].table, "f");
   chime_stats_free(st);
   chime_stream_close(s);
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 static uint64_t table_size(chime_client_t *c, uint32_t table) {
@@ -587,7 +584,7 @@ static void close_gives_back(chime_mode_t mode) {
     chime_stream_close(s);
     assert_int_equal(table_size(c, 1), N - 8 * (uint64_t)(round + 1));
   }
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 static void test_close_gives_back_shm(void **state) {
@@ -639,7 +636,7 @@ static void test_insert_queue_wakes(void **state) {
   /* The stream read the fifo table's items meanwhile, each once. */
   read_each_once(s, 1, 50, 100 / 8);
   chime_stream_close(s);
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 /* chime_writer_extend: pattern samples split into columns go in as the
@@ -700,7 +697,7 @@ static void test_writer_extend(void **state) {
     assert_int_equal(chime_stream_release(s, &b), 0);
   }
   chime_stream_close(s);
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 /* NULL options are the defaults everywhere: a client, a writer and a stream
@@ -741,7 +738,7 @@ static void test_null_opts(void **state) {
   assert_int_equal(chime_stream_open(&s, c, NULL, NULL), CHIME_EINVAL);
   assert_int_equal(chime_stream_open(NULL, c, "f", NULL), CHIME_EINVAL);
   assert_int_equal(chime_writer_open(NULL, c, "f", NULL), CHIME_EINVAL);
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 int main(void) {

@@ -26,6 +26,7 @@
 
 #include "chime/chime.h"
 #include "harness.h"
+#include "asserts.h"
 #include "writes.h"
 #include "pattern.h"
 
@@ -64,14 +65,6 @@ static void write_demo(uint64_t seed, uint64_t n) {
                    0);
   assert_int_equal(chime__write_pattern(client, "demo", &spec, seed, n, NULL),
                    0);
-}
-
-static chime_stats_t *stats(void) {
-  chime_stats_t *st = NULL;
-  int rc = chime_client_stats(client, &st);
-  if (rc != 0)
-    fail_msg("Stats: %s", chime_last_error());
-  return st;
 }
 
 /* The learner process: opens a stream, takes HELD batches without giving any
@@ -121,7 +114,7 @@ static void test_learner_killed(void **state) {
   spawn_holder(&shm, "shm");
   spawn_holder(&stream, "stream");
 
-  chime_stats_t *st = stats();
+  chime_stats_t *st = chime__stats(client);
   assert_int_equal(st->nstreams, 2);
   assert_true(st->ring_bytes_total > 0);
   int shm_seen = 0;
@@ -144,7 +137,7 @@ static void test_learner_killed(void **state) {
   /* The server's promise is a second; the test waits up to ten and says how
    * long it took. */
   for (;;) {
-    st = stats();
+    st = chime__stats(client);
     uint32_t n = st->nstreams;
     uint64_t bytes = st->ring_bytes_total;
     chime_stats_free(st);
@@ -286,7 +279,7 @@ static void test_writer_killed(void **state) {
   /* Until the table is full: the actor is then blocked on back-pressure. */
   int64_t deadline = chime__now_ms() + 60000;
   for (;;) {
-    chime_stats_t *st = stats();
+    chime_stats_t *st = chime__stats(client);
     uint64_t size = st->tables[0].size, cap = st->tables[0].capacity;
     chime_stats_free(st);
     if (size == cap)
@@ -370,7 +363,7 @@ static void drain(uint64_t seed, uint64_t n, uint8_t *seen) {
 static void wait_no_streams(const char *why) {
   int64_t end = chime__now_ms() + 15000;
   for (;;) {
-    chime_stats_t *st = stats();
+    chime_stats_t *st = chime__stats(client);
     uint32_t n = st->nstreams;
     chime_stats_free(st);
     if (n == 0)
@@ -402,7 +395,7 @@ static void check_loses_nothing(int sig, const char *mode, uint64_t seed) {
     if (seen[i] != 1)
       fail_msg("item %d delivered %u times after the learner's death", i,
                seen[i]);
-  chime_stats_t *st = stats();
+  chime_stats_t *st = chime__stats(client);
   assert_true(st->ntables == 1 && st->tables[0].returned >= HELD * BATCH);
   chime_stats_free(st);
 }
@@ -480,7 +473,7 @@ static void test_writer_close_bounded(void **state) {
 static void test_idle_client_reads_again(void **state) {
   (void)state;
   for (int round = 0; round < 3; round++) {
-    chime_stats_free(stats());
+    chime_stats_free(chime__stats(client));
     chime__sleep_ms(1500); /* idle: the keepalive window passes */
   }
   chime_server_info_t *info = NULL;

@@ -26,6 +26,7 @@
 
 #include "chime/chime.h"
 #include "harness.h"
+#include "asserts.h"
 #include "writes.h"
 #include "pattern.h"
 
@@ -59,10 +60,6 @@ static void start(chime__chimed_t *d, chime_client_t **c, char *path,
            "\"min_size\": 1, \"sampler\": \"uniform\"}]}\n",
            path, extra);
   assert_int_equal(chime__chimed_start_client(d, config, c), 0);
-}
-
-static void stop(chime__chimed_t *d, chime_client_t *c) {
-  assert_int_equal(chime__chimed_stop_client(d, c), 0);
 }
 
 /* The flooder: FLOOD_CONNS connections to path as uid, each reopened when
@@ -133,7 +130,7 @@ static void flood_case(uid_t uid, const char *extra, long *refused,
   flood_start(&flooder, path, uid);
   attach_and_read(c, &flooder);
   flood_stop(&flooder, refused, dropped);
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 /* An allowed uid is never refused: its idle handshakes beyond its share

@@ -46,10 +46,6 @@ static void start(chime__chimed_t *d, chime_client_t **c, const char *restore) {
   assert_int_equal(chime_client_create(c, d->addr, NULL), 0);
 }
 
-static void stop(chime__chimed_t *d, chime_client_t *c) {
-  assert_int_equal(chime__chimed_stop_client(d, c), 0);
-}
-
 /* A writer of table with this timeout and version, on a new chimed (or
  * one restored from restore). */
 static chime_writer_t *start_writer(chime__chimed_t *d, chime_client_t **c,
@@ -123,7 +119,7 @@ static void test_wait_timeout_wake_restore(void **state) {
   /* Through a checkpoint: the restored table counts the same 6 ahead. */
   chime_checkpoint_result_t r;
   assert_int_equal(chime_client_checkpoint(c, &r), 0);
-  stop(&d, c);
+  chime__stop_clean(&d, c);
   w = start_writer(&d, &c, r.path, "p", 200, 0);
   ts = chime__table_stats(c, "p");
   assert_int_equal(ts.size, 10);
@@ -134,7 +130,7 @@ static void test_wait_timeout_wake_restore(void **state) {
   flush_acked(w);
   assert_int_equal(chime_writer_close(w), 0);
   assert_int_equal(chime__table_stats(c, "p").size, 13);
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 /* Each sample's version is its oldest token's: in its info and at the
@@ -178,7 +174,7 @@ static void test_token_versions(void **state) {
   assert_int_equal(b.info[0].staleness, 2);
   assert_int_equal(chime_stream_release(s, &b), 0);
   chime_stream_close(s);
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 int main(void) {

@@ -234,7 +234,7 @@ int chime__bench_fanout(const chime__bench_fanout_opts_t *o,
   double cpu0 = chime__bench_cpu_s(o->chimed);
   double t0 = chime__bench_now_s();
   for (int i = 0; i < nkids; i++)
-    kill(kids[i].pid, SIGUSR1);
+    kill(kids[i].proc.pid, SIGUSR1);
   atomic_store(&actor.phase, 1);
   res->threads_max = chime__bench_threads(o->chimed);
   while (chime__bench_now_s() < t0 + o->seconds) {

@@ -1131,7 +1131,7 @@ static int round_once(const opts_t *o, int r, plain_t *plain, pid_t chimed_pid,
     for (int k = 0; k < NCASES && rc == 0; k++) {
       int c = case_at(r, k);
       window_t w = {
-          .server = c == C_PLAIN ? plain->child.pid
+          .server = c == C_PLAIN ? plain->child.proc.pid
                     : c >= C_SHM ? chimed_pid
                                  : 0,
           .touch = o->touch,
@@ -1247,7 +1247,7 @@ int chime__bench_service(int argc, char **argv) {
       goto fail;
   }
   for (int r = 0; r < o.runs; r++)
-    if ((rc = round_once(&o, r, &plain, have_chimed ? chimed.pid : 0,
+    if ((rc = round_once(&o, r, &plain, have_chimed ? chimed.proc.pid : 0,
                          have_chimed ? chimed.addr : NULL, &res)) != 0)
       goto fail;
 

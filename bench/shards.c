@@ -214,7 +214,7 @@ static double chimeds_cpu(const shards_t *s, unsigned which) {
   double sum = 0;
   for (int k = 0; k <= WHOLE; k++)
     if (which & (1u << k))
-      sum += chime__bench_cpu_s(s->d[k].pid);
+      sum += chime__bench_cpu_s(s->d[k].proc.pid);
   return sum;
 }
 
@@ -249,7 +249,7 @@ static int learn_phase(const shards_t *s, const opts_t *o, uint32_t batch_size,
   }
   double srv0 = chimeds_cpu(s, which), t0 = chime__bench_now_s();
   for (int i = 0; i < nkids; i++)
-    kill(kids[i].pid, SIGUSR1);
+    kill(kids[i].proc.pid, SIGUSR1);
   sleep_s(o->seconds);
   ph->srv_cpu_s = chimeds_cpu(s, which) - srv0;
   ph->wall_s = chime__bench_now_s() - t0;

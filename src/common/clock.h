@@ -27,6 +27,11 @@ static inline int64_t chime__now_ms(void) {
   return (int64_t)(chime__now_ns() / CHIME__NS_PER_MS);
 }
 
+/* Monotonic seconds, for durations that are printed. */
+static inline double chime__now_s(void) {
+  return (double)chime__now_ns() / (double)CHIME__NS_PER_S;
+}
+
 /* ns as a timespec: an absolute time on some clock, or a timeout. */
 static inline struct timespec chime__ts_from_ns(uint64_t ns) {
   struct timespec ts = {(time_t)(ns / CHIME__NS_PER_S),

@@ -2,6 +2,7 @@
 #include "wire/chunk.h"
 
 #include "chime/errors.h"
+#include "wire/pbwrite.h"
 
 enum {
   TAG_CHUNK = (2 << 3) | 2,  /* SubscribeResponse.chunk, length-delimited */
@@ -12,16 +13,6 @@ enum {
   /* Longest length prefix: protobuf-c refuses a longer one, even padded. */
   LEN_MAX = 5,
 };
-
-static size_t varint_put(uint8_t *p, uint64_t v) {
-  size_t n = 0;
-  while (v >= 0x80) {
-    p[n++] = (uint8_t)(v | 0x80);
-    v >>= 7;
-  }
-  p[n++] = (uint8_t)v;
-  return n;
-}
 
 /* Returns bytes consumed, 0 on a truncated varint or one longer than max
  * bytes. */
@@ -43,17 +34,17 @@ size_t chime__chunk_header_encode(uint8_t *buf, uint64_t seq, uint64_t offset,
   uint8_t inner[CHIME_CHUNK_HEADER_MAX];
   size_t n = 0;
   inner[n++] = TAG_SEQ;
-  n += varint_put(inner + n, seq);
+  n += chime__pb_put_varint(inner + n, seq);
   inner[n++] = TAG_OFFSET;
-  n += varint_put(inner + n, offset);
+  n += chime__pb_put_varint(inner + n, offset);
   inner[n++] = TAG_TOTAL;
-  n += varint_put(inner + n, total);
+  n += chime__pb_put_varint(inner + n, total);
   inner[n++] = TAG_DATA;
-  n += varint_put(inner + n, data_len);
+  n += chime__pb_put_varint(inner + n, data_len);
 
   size_t h = 0;
   buf[h++] = TAG_CHUNK;
-  h += varint_put(buf + h, n + data_len);
+  h += chime__pb_put_varint(buf + h, n + data_len);
   for (size_t i = 0; i < n; i++)
     buf[h++] = inner[i];
   return h;

@@ -52,7 +52,7 @@ static void close_counting(learner_t *l, chime_stream_t *s) {
 
 /* Reads batches, and when its stream ends (cut with its connection)
  * opens another, until told to stop. */
-static void *learner_main(void *arg) {
+static void *reopening_learner_main(void *arg) {
   learner_t *l = arg;
   chime_client_t *c = NULL;
   chime_stream_t *s = NULL;
@@ -173,7 +173,7 @@ static void run(chime_mode_t mode, int grace_ms) {
   l.seen = calloc(MAX_ITEMS, 1);
   assert_non_null(l.seen);
   pthread_t th;
-  assert_int_equal(pthread_create(&th, NULL, learner_main, &l), 0);
+  assert_int_equal(pthread_create(&th, NULL, reopening_learner_main, &l), 0);
 
   chime_client_t *c = NULL;
   chime_writer_t *w = NULL;
@@ -267,18 +267,16 @@ static void test_shm_mode_short_grace(void **state) {
   run(CHIME_MODE_SHM, 200);
 }
 
-static int teardown(void **state) {
-  (void)state;
-  chime__harness_kill_all();
-  return 0;
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_teardown(test_stream_mode_no_grace, teardown),
-      cmocka_unit_test_teardown(test_shm_mode_no_grace, teardown),
-      cmocka_unit_test_teardown(test_stream_mode_short_grace, teardown),
-      cmocka_unit_test_teardown(test_shm_mode_short_grace, teardown),
+      cmocka_unit_test_teardown(test_stream_mode_no_grace,
+                                chime__harness_teardown),
+      cmocka_unit_test_teardown(test_shm_mode_no_grace,
+                                chime__harness_teardown),
+      cmocka_unit_test_teardown(test_stream_mode_short_grace,
+                                chime__harness_teardown),
+      cmocka_unit_test_teardown(test_shm_mode_short_grace,
+                                chime__harness_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

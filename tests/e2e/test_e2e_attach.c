@@ -23,6 +23,8 @@
 #include "chime.pb-c.h"
 #include "chime/chime.h"
 #include "harness.h"
+#include "asserts.h"
+#include "streams.h"
 #include "writes.h"
 #include "pattern.h"
 #include "rawcall.h"
@@ -50,11 +52,6 @@ static int teardown(void **state) {
   return 0;
 }
 
-static void assert_contains(const char *hay, const char *needle) {
-  if (strstr(hay, needle) == NULL)
-    fail_msg("expected \"%s\" in \"%s\"", needle, hay);
-}
-
 /* A config with a fifo table "f" and extra top-level keys. */
 static void config_of(char *config, size_t len, const char *extra) {
   snprintf(config, len,
@@ -69,15 +66,6 @@ static void start(chime__chimed_t *d, chime_client_t **c, const char *extra) {
   char config[1024];
   config_of(config, sizeof(config), extra);
   assert_int_equal(chime__chimed_start_client(d, config, c), 0);
-}
-
-static void stop(chime__chimed_t *d, chime_client_t *c) {
-  assert_int_equal(chime__chimed_stop_client(d, c), 0);
-}
-
-/* ITEMS samples of pattern seed `seed`, all acked. */
-static void insert(chime_client_t *c, uint64_t seed) {
-  assert_int_equal(chime__write_pattern(c, "f", &spec, seed, ITEMS, NULL), 0);
 }
 
 /* Reads from s until every id of seed arrived once; fails on a repeat, a
@@ -107,18 +95,6 @@ static void read_all(chime_stream_t *s, uint64_t seed) {
   }
   chime_batch_t b;
   assert_int_equal(chime_stream_next(s, &b, 200), CHIME_ETIMEDOUT);
-}
-
-static chime_stream_t *open_stream(chime_client_t *c, chime_mode_t mode) {
-  chime_stream_opts_t o = CHIME_STREAM_OPTS_INIT;
-  o.batch_size = BATCH;
-  o.slots = SLOTS;
-  o.mode = mode;
-  chime_stream_t *s = NULL;
-  int rc = chime_stream_open(&s, c, "f", &o);
-  if (rc != 0)
-    fail_msg("stream open: %s: %s", chime_err_name(rc), chime_last_error());
-  return s;
 }
 
 /* Waits until chimed charges no ring: every budget came back. */
@@ -222,7 +198,7 @@ static void test_token_expires_unused(void **state) {
   uint8_t token[16];
   char path[128], details[512], want[96];
   start(&d, &c, "\"handoff_expires_ms\": 300,");
-  insert(c, 1);
+  assert_int_equal(chime__write_pattern(c, "f", &spec, 1, ITEMS, NULL), 0);
   grpc_channel *ch = chime__raw_channel(d.addr);
   assert_non_null(ch);
   raw_open_shm(&r, ch, token, path, sizeof(path));
@@ -236,7 +212,7 @@ static void test_token_expires_unused(void **state) {
   assert_int_equal(st, GRPC_STATUS_DEADLINE_EXCEEDED);
   snprintf(want, sizeof(want), "handoff token expired unused after %d ms",
            EXPIRES_MS);
-  assert_contains(details, want);
+  chime__assert_contains(details, want);
   assert_true(chime__now_ms() - t0 < 10000);
   char hex[33];
   for (int i = 0; i < 16; i++)
@@ -246,10 +222,11 @@ static void test_token_expires_unused(void **state) {
   grpc_channel_destroy(ch);
   wait_no_ring_bytes(c);
 
-  chime_stream_t *s = open_stream(c, CHIME_MODE_STREAM);
+  chime_stream_t *s =
+      chime__open_stream(c, "f", CHIME_MODE_STREAM, BATCH, SLOTS, NULL);
   read_all(s, 1);
   chime_stream_close(s);
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 /* The token is presented, but the answer cannot be sent (the learner shut
@@ -264,7 +241,7 @@ static void test_token_spent_unanswered(void **state) {
   uint8_t token[16];
   char path[128], details[512];
   start(&d, &c, "\"handoff_expires_ms\": 60000,");
-  insert(c, 1);
+  assert_int_equal(chime__write_pattern(c, "f", &spec, 1, ITEMS, NULL), 0);
   grpc_channel *ch = chime__raw_channel(d.addr);
   assert_non_null(ch);
   raw_open_shm(&r, ch, token, path, sizeof(path));
@@ -279,15 +256,16 @@ static void test_token_spent_unanswered(void **state) {
     fail_msg("the Subscribe call of a spent token did not end (%s)",
              chime_err_name(rc));
   assert_int_equal(st, GRPC_STATUS_CANCELLED);
-  assert_contains(details, "handoff failed");
+  chime__assert_contains(details, "handoff failed");
   close(fd);
   chime__raw_destroy(&r);
   grpc_channel_destroy(ch);
   wait_no_ring_bytes(c);
-  chime_stream_t *s = open_stream(c, CHIME_MODE_STREAM);
+  chime_stream_t *s =
+      chime__open_stream(c, "f", CHIME_MODE_STREAM, BATCH, SLOTS, NULL);
   read_all(s, 1); /* the item stayed in the table */
   chime_stream_close(s);
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 /* chimed in a pid namespace of its own cannot see the learner (its
@@ -322,7 +300,7 @@ static void test_other_pid_namespace_streams(void **state) {
   }
   chime_client_t *c = NULL;
   assert_int_equal(chime_client_create(&c, d.addr, NULL), 0);
-  insert(c, 7);
+  assert_int_equal(chime__write_pattern(c, "f", &spec, 7, ITEMS, NULL), 0);
 
   chime_stream_opts_t o = CHIME_STREAM_OPTS_INIT;
   o.batch_size = BATCH;
@@ -330,13 +308,14 @@ static void test_other_pid_namespace_streams(void **state) {
   o.mode = CHIME_MODE_SHM;
   chime_stream_t *s = NULL;
   assert_int_equal(chime_stream_open(&s, c, "f", &o), CHIME_ENOTSUP);
-  assert_contains(chime_last_error(), "another pid namespace");
+  chime__assert_contains(chime_last_error(), "another pid namespace");
   wait_no_ring_bytes(c);
 
-  s = open_stream(c, CHIME_MODE_AUTO);
+  s = chime__open_stream(c, "f", CHIME_MODE_AUTO, BATCH, SLOTS, NULL);
   assert_int_equal(chime_stream_mode(s), CHIME_MODE_STREAM);
   assert_non_null(chime_stream_fallback_reason(s));
-  assert_contains(chime_stream_fallback_reason(s), "another pid namespace");
+  chime__assert_contains(chime_stream_fallback_reason(s),
+                         "another pid namespace");
   read_all(s, 7);
   chime_stream_close(s);
   int st = 0;
@@ -353,7 +332,7 @@ static void test_wrong_token_then_stream(void **state) {
   uint8_t token[16];
   char path[128];
   start(&d, &c, "");
-  insert(c, 2);
+  assert_int_equal(chime__write_pattern(c, "f", &spec, 2, ITEMS, NULL), 0);
   grpc_channel *ch = chime__raw_channel(d.addr);
   assert_non_null(ch);
   raw_open_shm(&r, ch, token, path, sizeof(path));
@@ -365,10 +344,11 @@ static void test_wrong_token_then_stream(void **state) {
   grpc_channel_destroy(ch);
   wait_no_ring_bytes(c);
 
-  chime_stream_t *s = open_stream(c, CHIME_MODE_STREAM);
+  chime_stream_t *s =
+      chime__open_stream(c, "f", CHIME_MODE_STREAM, BATCH, SLOTS, NULL);
   read_all(s, 2);
   chime_stream_close(s);
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 /* The client library's own fallback: the attach fails (the socket file is
@@ -383,16 +363,17 @@ static void test_failed_attach_falls_back(void **state) {
   snprintf(path, sizeof(path), "%s/handoff.sock", dir);
   snprintf(extra, sizeof(extra), "\"handoff_socket\": \"%s\",", path);
   start(&d, &c, extra);
-  insert(c, 3);
+  assert_int_equal(chime__write_pattern(c, "f", &spec, 3, ITEMS, NULL), 0);
   assert_int_equal(unlink(path), 0);
 
-  chime_stream_t *s = open_stream(c, CHIME_MODE_AUTO);
+  chime_stream_t *s =
+      chime__open_stream(c, "f", CHIME_MODE_AUTO, BATCH, SLOTS, NULL);
   assert_int_equal(chime_stream_mode(s), CHIME_MODE_STREAM);
   assert_non_null(chime_stream_fallback_reason(s));
-  assert_contains(chime_stream_fallback_reason(s), "shm attach failed");
+  chime__assert_contains(chime_stream_fallback_reason(s), "shm attach failed");
   read_all(s, 3);
   chime_stream_close(s);
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 int main(void) {

@@ -15,6 +15,7 @@
 
 #include "chime/chime.h"
 #include "harness.h"
+#include "writes.h"
 #include "pattern.h"
 
 #define SAMPLES 64
@@ -38,9 +39,7 @@ static chime_spec_t spec;
 
 static int setup(void **state) {
   (void)state;
-  int rc = chime__chimed_start(&chimed, config, NULL, 30000);
-  if (rc == CHIME_ENOTFOUND)
-    chime__skip("chimed is not built");
+  int rc = chime__chimed_start_or_skip(&chimed, config, NULL, 30000);
   if (rc != 0)
     return -1;
   if (chime_client_create(&client, chimed.addr, NULL) != 0)
@@ -78,24 +77,13 @@ static void wait_no_streams(void) {
   }
 }
 
-static void insert_into(const char *table, uint64_t seed, uint64_t n) {
-  chime_writer_t *w = NULL;
-  uint8_t sample[SAMPLE_BYTES];
+/* n pattern samples of seed into table, every one acked. */
+static void write_to(const char *table, uint64_t seed, uint64_t n) {
   assert_int_equal(chime_spec_sample_bytes(&spec), SAMPLE_BYTES);
-  assert_int_equal(chime_writer_open(&w, client, table, NULL), 0);
-  for (uint64_t i = 0; i < n; i++) {
-    chime__pattern_fill(&spec, chime__pattern_id(seed, i), sample);
-    int rc = chime_writer_append(w, sample, sizeof(sample), 1.0);
-    if (rc != 0)
-      fail_msg("append %llu: %s", (unsigned long long)i, chime_last_error());
-  }
-  assert_int_equal(chime_writer_flush(w), 0);
-  assert_int_equal(chime_writer_acked(w), n);
-  assert_int_equal(chime_writer_close(w), 0);
-}
-
-static void insert(uint64_t seed, uint64_t n) {
-  insert_into("demo", seed, n);
+  int rc = chime__write_pattern(client, table, &spec, seed, n, NULL);
+  if (rc != 0)
+    fail_msg("writing %llu samples into %s: %s: %s", (unsigned long long)n,
+             table, chime_err_name(rc), chime_last_error());
 }
 
 /* Reads n samples in batches; every byte checked against the pattern; the
@@ -199,7 +187,7 @@ static void check_mode(chime_mode_t mode, chime_mode_t want, uint64_t seed) {
   uint8_t *bytes = malloc(SAMPLES * SAMPLE_BYTES);
   assert_non_null(bytes);
   wait_no_streams();
-  insert(seed, SAMPLES);
+  write_to("demo", seed, SAMPLES);
   consume(mode, want, SAMPLES, ids, bytes);
   /* fifo, one writer: exactly the inserted items, in insert order */
   for (uint64_t i = 0; i < SAMPLES; i++)
@@ -239,10 +227,10 @@ static void test_shm_and_stream_same_bytes(void **state) {
   memset(a, 0x11, SAMPLES * SAMPLE_BYTES);
   memset(b, 0x22, SAMPLES * SAMPLE_BYTES);
   wait_no_streams();
-  insert(9, SAMPLES);
+  write_to("demo", 9, SAMPLES);
   consume(CHIME_MODE_SHM, CHIME_MODE_SHM, SAMPLES, ids_shm, a);
   wait_no_streams();
-  insert(9, SAMPLES);
+  write_to("demo", 9, SAMPLES);
   consume(CHIME_MODE_STREAM, CHIME_MODE_STREAM, SAMPLES, ids_stream, b);
   assert_memory_equal(ids_shm, ids_stream, sizeof(ids_shm));
   assert_memory_equal(a, b, SAMPLES * SAMPLE_BYTES);
@@ -258,7 +246,7 @@ static void test_uniform_evicts_oldest(void **state) {
   chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
   uint64_t ids[BATCH];
   char err[512];
-  insert_into("uni", 11, 64);
+  write_to("uni", 11, 64);
   so.batch_size = BATCH;
   so.slots = 4;
   so.mode = CHIME_MODE_SHM;

@@ -26,12 +26,6 @@ static int setup(void **state) {
   return 0;
 }
 
-static int teardown(void **state) {
-  (void)state;
-  chime__harness_kill_all();
-  return 0;
-}
-
 /* Runs chime-bench with args; returns its stdout lines as JSON objects in
  * an array (fails the test unless it exits 0 and every line is JSON). */
 static json_t *run_bench(const char *const args[], const char *name) {
@@ -300,5 +294,5 @@ int main(void) {
       cmocka_unit_test(test_service_touch_page),
       cmocka_unit_test(test_ingest_output),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return cmocka_run_group_tests(tests, setup, chime__harness_teardown);
 }

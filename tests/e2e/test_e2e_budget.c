@@ -370,17 +370,13 @@ static void test_pin_failure_short_message(void **state) {
   assert_true(whole);
 }
 
-static int teardown(void **state) {
-  (void)state;
-  chime__harness_kill_all();
-  return 0;
-}
-
 int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_teardown(test_budget_checked_before_pinning, teardown),
-      cmocka_unit_test_teardown(test_held_rings_count, teardown),
-      cmocka_unit_test_teardown(test_pin_failure_short_message, teardown),
+      cmocka_unit_test_teardown(test_budget_checked_before_pinning,
+                                chime__harness_teardown),
+      cmocka_unit_test_teardown(test_held_rings_count, chime__harness_teardown),
+      cmocka_unit_test_teardown(test_pin_failure_short_message,
+                                chime__harness_teardown),
   };
   if (argc == 3 && strcmp(argv[1], "--hold") == 0)
     return hold_main(argv[2]);

@@ -17,6 +17,7 @@
 
 #include "chime/chime.h"
 #include "harness.h"
+#include "streams.h"
 #include "healthcheck.h"
 #include "rawcall.h"
 
@@ -48,17 +49,6 @@ static chime_client_t *client(const chime__chimed_t *d, int timeout_ms) {
   chime_client_t *c = NULL;
   assert_int_equal(chime_client_create(&c, d->addr, &o), 0);
   return c;
-}
-
-static chime_stream_t *open_stream(chime_client_t *c) {
-  chime_stream_opts_t o = CHIME_STREAM_OPTS_INIT;
-  o.batch_size = 1;
-  o.mode = CHIME_MODE_STREAM;
-  chime_stream_t *s = NULL;
-  int rc = chime_stream_open(&s, c, "u", &o);
-  if (rc != 0)
-    fail_msg("stream open: %s", chime_last_error());
-  return s;
 }
 
 static int info(chime_client_t *c) {
@@ -102,7 +92,7 @@ static void test_per_connection(void **state) {
   chime_client_t *c1 = client(&d, 1000);
   chime_stream_t *s[PER_CONN];
   for (int i = 0; i < PER_CONN; i++)
-    s[i] = open_stream(c1);
+    s[i] = chime__open_stream(c1, "u", CHIME_MODE_STREAM, 1, 0, NULL);
   assert_int_equal(info(c1), CHIME_ETIMEDOUT);
   assert_int_equal(info(c2), 0);
   chime_stream_close(s[0]);
@@ -124,7 +114,7 @@ static void test_max_calls(void **state) {
   chime_client_t *c[2] = {client(&d, 5000), client(&d, 5000)};
   chime_stream_t *s[MAX_CALLS];
   for (int i = 0; i < MAX_CALLS; i++)
-    s[i] = open_stream(c[i % 2]);
+    s[i] = chime__open_stream(c[i % 2], "u", CHIME_MODE_STREAM, 1, 0, NULL);
   assert_int_equal(info(c3), CHIME_ERESOURCE); /* not CHIME_ETIMEDOUT */
   assert_non_null(strstr(chime_last_error(), "max_calls"));
   chime_stream_t *more = NULL;

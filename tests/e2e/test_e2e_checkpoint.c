@@ -50,22 +50,24 @@ static void ckpt_dir(char *out, size_t len, const char *name) {
 
 static void start(chime__chimed_t *d, chime_client_t **c, const char *restore) {
   const char *args[] = {"--restore", restore, NULL};
-  int rc = chime__chimed_start(d, cfg_json, restore ? args : NULL, 60000);
-  if (rc == CHIME_ENOTFOUND)
-    chime__skip("chimed is not built");
+  int rc =
+      chime__chimed_start_or_skip(d, cfg_json, restore ? args : NULL, 60000);
   assert_int_equal(rc, 0);
   chime_client_opts_t o = CHIME_CLIENT_OPTS_INIT;
   o.timeout_ms = 60000;
   assert_int_equal(chime_client_create(c, d->addr, &o), 0);
 }
 
-static void stop(chime__chimed_t *d, chime_client_t *c) {
+/* Destroys c and stops chimed, whatever its exit. */
+static void stop_unchecked(chime__chimed_t *d, chime_client_t *c) {
   chime_client_destroy(c);
   int st;
   chime__chimed_stop(d, 20000, &st);
 }
 
-static void insert(chime_client_t *c, uint64_t first, uint64_t n) {
+/* Samples i = first .. first + n - 1 into "f": i's 8 bytes, then leaf y's
+ * YB bytes made from i; all acked. */
+static void write_keyed(chime_client_t *c, uint64_t first, uint64_t n) {
   chime_writer_t *w = NULL;
   uint8_t s[8 + YB];
   assert_int_equal(chime_writer_open(&w, c, "f", NULL), 0);
@@ -133,7 +135,7 @@ static void test_restore_same_batches(void **state) {
   chime__chimed_t d;
   chime_client_t *c;
   start(&d, &c, NULL);
-  insert(c, 1, 1000);
+  write_keyed(c, 1, 1000);
   size_t l0;
   free(drain(c, 1, &l0)); /* some sampled out before the checkpoint */
   uint64_t size = 0, ins, smp;
@@ -156,7 +158,7 @@ static void test_restore_same_batches(void **state) {
   int nb = (int)(size / 100);
   size_t la, lb;
   uint8_t *a = drain(c, nb, &la);
-  stop(&d, c);
+  stop_unchecked(&d, c);
 
   start(&d, &c, "latest");
   uint64_t size2, ins2, smp2;
@@ -177,7 +179,7 @@ static void test_restore_same_batches(void **state) {
   assert_int_equal(fscanf(kf, "chime-keys 1 %llu", &bound), 1);
   fclose(kf);
   assert_true(bound > 1000);
-  insert(c, 1001, 100);
+  write_keyed(c, 1001, 100);
   uint8_t *n = drain(c, 1, &lb);
   chime_sample_info_t in;
   memcpy(&in, n + 800 + 100 * YB, sizeof(in));
@@ -185,7 +187,7 @@ static void test_restore_same_batches(void **state) {
   free(n);
   free(a);
   free(b);
-  stop(&d, c);
+  stop_unchecked(&d, c);
 }
 
 /* chimed started to fail: its exit status and what it said. */
@@ -236,10 +238,10 @@ static void test_corrupt_and_spec_refused(void **state) {
   chime__chimed_t d;
   chime_client_t *c;
   start(&d, &c, NULL);
-  insert(c, 1, 500);
+  write_keyed(c, 1, 500);
   chime_checkpoint_result_t r;
   assert_int_equal(chime_client_checkpoint(c, &r), 0);
-  stop(&d, c);
+  stop_unchecked(&d, c);
   const char *files[] = {"table-000.ckpt", "table-001.ckpt", "MANIFEST",
                          "DONE"};
   srand(12);
@@ -264,7 +266,7 @@ static void test_corrupt_and_spec_refused(void **state) {
   uint64_t size = 0, ins, smp;
   table_counts(c, &size, &ins, &smp);
   assert_int_equal(size, 500);
-  stop(&d, c);
+  stop_unchecked(&d, c);
 }
 
 static int complete_ckpts(const char *dir, int *all);
@@ -299,10 +301,10 @@ static void test_keys_not_reissued(void **state) {
   chime__chimed_t d;
   chime_client_t *c;
   start(&d, &c, NULL);
-  insert(c, 1, 10);
+  write_keyed(c, 1, 10);
   chime_checkpoint_result_t r;
   assert_int_equal(chime_client_checkpoint(c, &r), 0);
-  insert(c, 11, 10); /* keys 11..20, acked, not in the checkpoint */
+  write_keyed(c, 11, 10); /* keys 11..20, acked, not in the checkpoint */
   chime_client_destroy(c);
   chime__proc_kill(&d.proc);
   uint64_t acked_max = 20, keys[15];
@@ -311,7 +313,7 @@ static void test_keys_not_reissued(void **state) {
     uint64_t size = 0, ins, smp;
     table_counts(c, &size, &ins, &smp);
     assert_int_equal(size, 10);
-    insert(c, 100, 5);
+    write_keyed(c, 100, 5);
     oldest_keys(c, 15, keys);
     for (uint32_t j = 0; j < 10; j++)
       assert_int_equal(keys[j], j + 1); /* the checkpoint's, as they were */
@@ -377,10 +379,10 @@ static void test_sigkill_during_checkpoint(void **state) {
   chime__chimed_t d;
   chime_client_t *c;
   start(&d, &c, NULL);
-  insert(c, 1, 20000);
+  write_keyed(c, 1, 20000);
   chime_checkpoint_result_t r;
   assert_int_equal(chime_client_checkpoint(c, &r), 0);
-  stop(&d, c);
+  stop_unchecked(&d, c);
   unsigned seed = (unsigned)getpid();
   fprintf(stderr, "sigkill: seed %u, a checkpoint takes %.1f ms\n", seed,
           (double)r.duration_ns / 1e6);
@@ -419,7 +421,7 @@ static void test_sigkill_during_checkpoint(void **state) {
   table_counts(c, &size, &ins, &smp);
   assert_int_equal(size, 20000);
   assert_int_equal(ins, 20000);
-  stop(&d, c);
+  stop_unchecked(&d, c);
 }
 
 static int complete_ckpts(const char *dir, int *all) {
@@ -456,7 +458,7 @@ static void test_interval_and_keep(void **state) {
   chime__chimed_t d;
   chime_client_t *c;
   start(&d, &c, NULL);
-  insert(c, 1, 10);
+  write_keyed(c, 1, 10);
   /* Until the newest has moved on twice past the first one seen. */
   int moves = 0;
   for (int64_t end = chime__now_ms() + 60000;
@@ -478,7 +480,7 @@ static void test_interval_and_keep(void **state) {
     }
   }
   assert_int_equal(moves, 3);
-  stop(&d, c);
+  stop_unchecked(&d, c);
   int all, done = complete_ckpts(dir, &all);
   assert_true(done >= 1 && done <= 2);
   assert_int_equal(all, done);
@@ -510,7 +512,7 @@ static void test_chimectl(void **state) {
   chime__chimed_t d;
   chime_client_t *c;
   start(&d, &c, NULL);
-  insert(c, 1, 10);
+  write_keyed(c, 1, 10);
   for (int json = 0; json < 2; json++) {
     chime__proc_t p;
     snprintf(out, sizeof(out), "%s/ctl-%d.out", chime__harness_tmpdir(), json);
@@ -532,7 +534,7 @@ static void test_chimectl(void **state) {
       assert_non_null(strstr(line, "2 tables, 10 items"));
     assert_non_null(strstr(line, dir));
   }
-  stop(&d, c);
+  stop_unchecked(&d, c);
 }
 
 /* --- a sequence table --- */
@@ -653,7 +655,7 @@ static void test_sequence_restore(void **state) {
   int nb = (int)(size / SEQ_B);
   size_t la, lb;
   uint8_t *a = seq_drain(c, nb, &la);
-  stop(&d, c);
+  stop_unchecked(&d, c);
 
   start(&d, &c, "latest");
   uint64_t size2, steps2, ins2;
@@ -672,7 +674,7 @@ static void test_sequence_restore(void **state) {
   free(seq_drain(c, 1, &lb));
   free(a);
   free(b);
-  stop(&d, c);
+  stop_unchecked(&d, c);
 }
 
 /* Sequence numbers past 16 digits through chimed: with a complete
@@ -688,28 +690,28 @@ static void test_wide_names_and_fifo(void **state) {
   chime__chimed_t d;
   chime_client_t *c;
   start(&d, &c, NULL);
-  insert(c, 1, 10);
+  write_keyed(c, 1, 10);
   chime_checkpoint_result_t r0, r1, r2;
   assert_int_equal(chime_client_checkpoint(c, &r0), 0);
-  stop(&d, c);
+  stop_unchecked(&d, c);
   snprintf(p, sizeof(p), "%s/ckpt-9999999999999999", dir);
   assert_int_equal(rename(r0.path, p), 0);
   start(&d, &c, "latest");
   uint64_t size = 0, ins, smp;
   table_counts(c, &size, &ins, &smp);
   assert_int_equal(size, 10);
-  insert(c, 11, 5);
+  write_keyed(c, 11, 5);
   assert_int_equal(chime_client_checkpoint(c, &r1), 0);
   assert_non_null(strstr(r1.path, "/ckpt-10000000000000000"));
-  insert(c, 16, 5);
+  write_keyed(c, 16, 5);
   if (chime_client_checkpoint(c, &r2) != 0)
     fail_msg("second checkpoint: %s", chime_last_error());
   assert_non_null(strstr(r2.path, "/ckpt-10000000000000001"));
-  stop(&d, c);
+  stop_unchecked(&d, c);
   start(&d, &c, "latest");
   table_counts(c, &size, &ins, &smp);
   assert_int_equal(size, 20);
-  stop(&d, c);
+  stop_unchecked(&d, c);
 
   snprintf(p, sizeof(p), "%s/table-001.ckpt", r2.path);
   assert_int_equal(unlink(p), 0);
@@ -781,7 +783,7 @@ static void test_ragged_restore(void **state) {
   }
   assert_int_equal(chime_writer_close(w), 0);
   chimectl_checkpoint(d.addr);
-  stop(&d, c);
+  stop_unchecked(&d, c);
 
   start(&d, &c, "latest");
   chime_stats_t *st = NULL;
@@ -822,27 +824,27 @@ static void test_ragged_restore(void **state) {
     assert_int_equal(chime_stream_release(s, &b), 0);
   }
   chime_stream_close(s);
-  stop(&d, c);
-}
-
-static int teardown(void **state) {
-  (void)state;
-  chime__harness_kill_all();
-  return 0;
+  stop_unchecked(&d, c);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_teardown(test_restore_same_batches, teardown),
-      cmocka_unit_test_teardown(test_corrupt_and_spec_refused, teardown),
-      cmocka_unit_test_teardown(test_sigkill_during_checkpoint, teardown),
-      cmocka_unit_test_teardown(test_interval_and_keep, teardown),
-      cmocka_unit_test_teardown(test_no_dir_refused, teardown),
-      cmocka_unit_test_teardown(test_chimectl, teardown),
-      cmocka_unit_test_teardown(test_sequence_restore, teardown),
-      cmocka_unit_test_teardown(test_wide_names_and_fifo, teardown),
-      cmocka_unit_test_teardown(test_ragged_restore, teardown),
-      cmocka_unit_test_teardown(test_keys_not_reissued, teardown),
+      cmocka_unit_test_teardown(test_restore_same_batches,
+                                chime__harness_teardown),
+      cmocka_unit_test_teardown(test_corrupt_and_spec_refused,
+                                chime__harness_teardown),
+      cmocka_unit_test_teardown(test_sigkill_during_checkpoint,
+                                chime__harness_teardown),
+      cmocka_unit_test_teardown(test_interval_and_keep,
+                                chime__harness_teardown),
+      cmocka_unit_test_teardown(test_no_dir_refused, chime__harness_teardown),
+      cmocka_unit_test_teardown(test_chimectl, chime__harness_teardown),
+      cmocka_unit_test_teardown(test_sequence_restore, chime__harness_teardown),
+      cmocka_unit_test_teardown(test_wide_names_and_fifo,
+                                chime__harness_teardown),
+      cmocka_unit_test_teardown(test_ragged_restore, chime__harness_teardown),
+      cmocka_unit_test_teardown(test_keys_not_reissued,
+                                chime__harness_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

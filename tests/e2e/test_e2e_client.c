@@ -19,6 +19,8 @@
 #include "chime/chime.h"
 #include "chime/ring.h"
 #include "harness.h"
+#include "asserts.h"
+#include "streams.h"
 #include "writes.h"
 #include "pattern.h"
 
@@ -39,12 +41,9 @@ static void start(chime__chimed_t *d, chime_client_t **c) {
   assert_int_equal(chime__chimed_start_client(d, config, c), 0);
 }
 
-static void stop(chime__chimed_t *d, chime_client_t *c) {
-  assert_int_equal(chime__chimed_stop_client(d, c), 0);
-}
-
-static void insert(chime_client_t *c, const char *table, uint64_t seed,
-                   uint64_t n) {
+/* Pattern samples seed in messages of 16, several in flight. */
+static void write_in_messages(chime_client_t *c, const char *table,
+                              uint64_t seed, uint64_t n) {
   chime_writer_opts_t o = CHIME_WRITER_OPTS_INIT;
   o.max_batch_samples = 16; /* several messages in flight */
   assert_int_equal(chime__write_pattern(c, table, &spec, seed, n, &o), 0);
@@ -100,22 +99,16 @@ static void test_writer_small_fifo(void **state) {
   assert_int_equal(chime_writer_close(w), 0);
   assert_int_equal(pthread_join(th, NULL), 0);
   assert_int_equal(dr.rc, 0);
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
-static chime_stream_t *open_stream(chime_client_t *c, const char *table,
-                                   chime_mode_t mode, uint32_t slots) {
+/* Batches of 8 on a ring of exactly slots, in stream mode too (the least
+ * max_inflight_bytes: these tests count on the ring's slots). */
+static chime_stream_t *open_slot_bound(chime_client_t *c, const char *table,
+                                       chime_mode_t mode, uint32_t slots) {
   chime_stream_opts_t o = CHIME_STREAM_OPTS_INIT;
-  o.batch_size = 8;
-  o.slots = slots;
-  o.mode = mode;
-  o.max_inflight_bytes = 1; /* these tests count on the ring's slots */
-  chime_stream_t *s = NULL;
-  int rc = chime_stream_open(&s, c, table, &o);
-  if (rc)
-    fprintf(stderr, "open: %s\n", chime_last_error());
-  assert_int_equal(rc, 0);
-  return s;
+  o.max_inflight_bytes = 1;
+  return chime__open_stream(c, table, mode, 8, slots, &o);
 }
 
 static void verify(const chime_batch_t *b) {
@@ -143,7 +136,7 @@ static void test_writer(void **state) {
   chime__chimed_t d;
   chime_client_t *c;
   start(&d, &c);
-  insert(c, "u", 7, 100);
+  write_in_messages(c, "u", 7, 100);
 
   chime_writer_t *w = NULL;
   assert_int_equal(chime_writer_open(&w, c, "nope", NULL), CHIME_ENOTFOUND);
@@ -171,7 +164,7 @@ static void test_writer(void **state) {
   assert_int_equal(info->tables[0].sample_bytes, SAMPLE_BYTES);
   assert_int_equal(info->tables[0].spec.nleaves, 3);
   chime_server_info_free(info);
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 static void test_auto_fallback(void **state) {
@@ -179,15 +172,15 @@ static void test_auto_fallback(void **state) {
   chime__chimed_t d;
   chime_client_t *c;
   start(&d, &c);
-  insert(c, "u", 1, 64);
+  write_in_messages(c, "u", 1, 64);
 
-  chime_stream_t *s = open_stream(c, "u", CHIME_MODE_AUTO, 4);
+  chime_stream_t *s = open_slot_bound(c, "u", CHIME_MODE_AUTO, 4);
   assert_int_equal(chime_stream_mode(s), CHIME_MODE_SHM);
   assert_null(chime_stream_fallback_reason(s));
   chime_stream_close(s);
 
   setenv("CHIME_BOOT_ID", "another-host", 1);
-  s = open_stream(c, "u", CHIME_MODE_AUTO, 4);
+  s = open_slot_bound(c, "u", CHIME_MODE_AUTO, 4);
   assert_int_equal(chime_stream_mode(s), CHIME_MODE_STREAM);
   assert_non_null(chime_stream_fallback_reason(s));
   assert_non_null(strstr(chime_stream_fallback_reason(s), "boot_id differs"));
@@ -205,7 +198,7 @@ static void test_auto_fallback(void **state) {
   assert_null(s);
   assert_non_null(strstr(chime_last_error(), "boot_id differs"));
   unsetenv("CHIME_BOOT_ID");
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 /* Holds slots - 1 batches, releases them in a scrambled order, and checks
@@ -217,7 +210,7 @@ static void leases(chime_client_t *c, chime_mode_t mode, uint32_t slots) {
   enum { MAX_HOLD = 15 };
   const int HOLD = (int)slots - 1;
   assert_true(HOLD >= 1 && HOLD <= MAX_HOLD);
-  chime_stream_t *s = open_stream(c, "u", mode, slots);
+  chime_stream_t *s = open_slot_bound(c, "u", mode, slots);
   chime_batch_t held[MAX_HOLD];
   uint64_t last_seq = 0;
   for (int round = 0; round < 40; round++) {
@@ -264,9 +257,9 @@ static void test_leases_shm(void **state) {
   chime__chimed_t d;
   chime_client_t *c;
   start(&d, &c);
-  insert(c, "u", 2, 64);
+  write_in_messages(c, "u", 2, 64);
   leases(c, CHIME_MODE_SHM, 4);
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 static void test_leases_stream(void **state) {
@@ -274,11 +267,11 @@ static void test_leases_stream(void **state) {
   chime__chimed_t d;
   chime_client_t *c;
   start(&d, &c);
-  insert(c, "u", 3, 64);
+  write_in_messages(c, "u", 3, 64);
   leases(c, CHIME_MODE_STREAM, 4);
   /* 8 slots: the client gathers releases into Credits of 3. */
   leases(c, CHIME_MODE_STREAM, 8);
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 /* Release finds a batch's slot without being told it, and refuses a batch
@@ -292,8 +285,8 @@ static void expect_refused(chime_stream_t *s, const chime_batch_t *b) {
 }
 
 static void release_checks(chime_client_t *c, chime_mode_t mode) {
-  chime_stream_t *s = open_stream(c, "u", mode, 4);
-  chime_stream_t *other = open_stream(c, "u", mode, 4);
+  chime_stream_t *s = open_slot_bound(c, "u", mode, 4);
+  chime_stream_t *other = open_slot_bound(c, "u", mode, 4);
   chime_batch_t a, b, o;
   assert_int_equal(chime_stream_next(s, &a, 10000), 0);
   assert_int_equal(chime_stream_release(s, &a), 0);
@@ -336,9 +329,9 @@ static void test_release_checks_shm(void **state) {
   chime__chimed_t d;
   chime_client_t *c;
   start(&d, &c);
-  insert(c, "u", 4, 64);
+  write_in_messages(c, "u", 4, 64);
   release_checks(c, CHIME_MODE_SHM);
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 static void test_release_checks_stream(void **state) {
@@ -346,9 +339,9 @@ static void test_release_checks_stream(void **state) {
   chime__chimed_t d;
   chime_client_t *c;
   start(&d, &c);
-  insert(c, "u", 5, 64);
+  write_in_messages(c, "u", 5, 64);
   release_checks(c, CHIME_MODE_STREAM);
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 /* Stream mode: a learner polls the call itself in next(), and the stream's
@@ -360,8 +353,8 @@ static void test_stream_fills_while_learner_away(void **state) {
   chime__chimed_t d;
   chime_client_t *c;
   start(&d, &c);
-  insert(c, "u", 6, 64);
-  chime_stream_t *s = open_stream(c, "u", CHIME_MODE_STREAM, 8);
+  write_in_messages(c, "u", 6, 64);
+  chime_stream_t *s = open_slot_bound(c, "u", CHIME_MODE_STREAM, 8);
   chime_batch_t b;
   assert_int_equal(chime_stream_next(s, &b, 10000), 0);
   verify(&b);
@@ -390,7 +383,7 @@ static void test_stream_fills_while_learner_away(void **state) {
     assert_int_equal(chime_stream_release(s, &b), 0);
   }
   chime_stream_close(s);
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 /* Stream mode: a learner that only looks (timeout 0), often enough that
@@ -401,8 +394,8 @@ static void test_stream_learner_only_looks(void **state) {
   chime__chimed_t d;
   chime_client_t *c;
   start(&d, &c);
-  insert(c, "u", 7, 64);
-  chime_stream_t *s = open_stream(c, "u", CHIME_MODE_STREAM, 4);
+  write_in_messages(c, "u", 7, 64);
+  chime_stream_t *s = open_slot_bound(c, "u", CHIME_MODE_STREAM, 4);
   int got = 0;
   int64_t end = chime__now_ms() + 20000;
   while (got < 50 && chime__now_ms() < end) {
@@ -419,14 +412,14 @@ static void test_stream_learner_only_looks(void **state) {
   }
   assert_int_equal(got, 50);
   chime_stream_close(s);
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 /* Opens one stream per mode and takes one batch from each. */
 static void open_both(chime_client_t *c, chime_stream_t *s[2],
                       chime_batch_t b[2]) {
-  s[0] = open_stream(c, "u", CHIME_MODE_SHM, 4);
-  s[1] = open_stream(c, "u", CHIME_MODE_STREAM, 4);
+  s[0] = open_slot_bound(c, "u", CHIME_MODE_SHM, 4);
+  s[1] = open_slot_bound(c, "u", CHIME_MODE_STREAM, 4);
   for (int i = 0; i < 2; i++) {
     assert_int_equal(chime_stream_next(s[i], &b[i], 10000), 0);
     verify(&b[i]);
@@ -453,7 +446,7 @@ static void test_graceful_stop(void **state) {
   chime__chimed_t d;
   chime_client_t *c;
   start(&d, &c);
-  insert(c, "u", 4, 64);
+  write_in_messages(c, "u", 4, 64);
   chime_stream_t *s[2];
   chime_batch_t b[2];
   open_both(c, s, b);
@@ -495,7 +488,7 @@ static void test_server_killed(void **state) {
   chime__chimed_t d;
   chime_client_t *c;
   start(&d, &c);
-  insert(c, "u", 5, 64);
+  write_in_messages(c, "u", 5, 64);
   chime_stream_t *s[2];
   chime_batch_t b[2];
   open_both(c, s, b);
@@ -547,9 +540,9 @@ static void test_fifo_exactly_once(void **state) {
   chime__chimed_t d;
   chime_client_t *c;
   start(&d, &c);
-  insert(c, "f", 8, N / 2);
-  insert(c, "f", 9, N / 2);
-  chime_stream_t *s = open_stream(c, "f", CHIME_MODE_STREAM, 4);
+  write_in_messages(c, "f", 8, N / 2);
+  write_in_messages(c, "f", 9, N / 2);
+  chime_stream_t *s = open_slot_bound(c, "f", CHIME_MODE_STREAM, 4);
   read_each_once(s, 8, N / 2, N / 8);
   chime_batch_t b;
   assert_int_equal(chime_stream_next(s, &b, 200), CHIME_ETIMEDOUT);
@@ -560,7 +553,7 @@ static void test_fifo_exactly_once(void **state) {
   assert_string_equal(st->streams[0].table, "f");
   chime_stats_free(st);
   chime_stream_close(s);
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 static uint64_t table_size(chime_client_t *c, uint32_t table) {
@@ -581,9 +574,9 @@ static void close_gives_back(chime_mode_t mode) {
   chime__chimed_t d;
   chime_client_t *c;
   start(&d, &c);
-  insert(c, "f", 21, N);
+  write_in_messages(c, "f", 21, N);
   for (int round = 0; round < 3; round++) {
-    chime_stream_t *s = open_stream(c, "f", mode, 4);
+    chime_stream_t *s = open_slot_bound(c, "f", mode, 4);
     chime_batch_t held, done;
     assert_int_equal(chime_stream_next(s, &held, 20000), 0);
     assert_int_equal(chime_stream_next(s, &done, 20000), 0);
@@ -591,7 +584,7 @@ static void close_gives_back(chime_mode_t mode) {
     chime_stream_close(s);
     assert_int_equal(table_size(c, 1), N - 8 * (uint64_t)(round + 1));
   }
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 static void test_close_gives_back_shm(void **state) {
@@ -614,12 +607,12 @@ static void test_insert_queue_wakes(void **state) {
   chime__chimed_t d;
   chime_client_t *c;
   start(&d, &c);
-  insert(c, "f", 1, 50);
+  write_in_messages(c, "f", 1, 50);
   usleep(400 * 1000); /* past the thread's 100 ms linger */
-  insert(c, "f", 2, 50);
+  write_in_messages(c, "f", 2, 50);
   assert_int_equal(table_size(c, 1), 100);
 
-  chime_stream_t *s = open_stream(c, "f", CHIME_MODE_STREAM, 4);
+  chime_stream_t *s = open_slot_bound(c, "f", CHIME_MODE_STREAM, 4);
   chime_writer_t *w[2] = {NULL, NULL};
   chime_writer_opts_t o = CHIME_WRITER_OPTS_INIT;
   o.max_batch_samples = 8;
@@ -643,7 +636,7 @@ static void test_insert_queue_wakes(void **state) {
   /* The stream read the fifo table's items meanwhile, each once. */
   read_each_once(s, 1, 50, 100 / 8);
   chime_stream_close(s);
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 /* chime_writer_extend: pattern samples split into columns go in as the
@@ -690,7 +683,7 @@ static void test_writer_extend(void **state) {
   assert_int_equal(taken, N - 7);
   assert_int_equal(chime_writer_close(w), 0);
 
-  chime_stream_t *s = open_stream(c, "f", CHIME_MODE_STREAM, 4);
+  chime_stream_t *s = open_slot_bound(c, "f", CHIME_MODE_STREAM, 4);
   for (uint32_t n = 0; n < N / 8; n++) {
     chime_batch_t b;
     uint64_t ids[8];
@@ -704,7 +697,7 @@ static void test_writer_extend(void **state) {
     assert_int_equal(chime_stream_release(s, &b), 0);
   }
   chime_stream_close(s);
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 /* NULL options are the defaults everywhere: a client, a writer and a stream
@@ -745,7 +738,7 @@ static void test_null_opts(void **state) {
   assert_int_equal(chime_stream_open(&s, c, NULL, NULL), CHIME_EINVAL);
   assert_int_equal(chime_stream_open(NULL, c, "f", NULL), CHIME_EINVAL);
   assert_int_equal(chime_writer_open(NULL, c, "f", NULL), CHIME_EINVAL);
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 int main(void) {

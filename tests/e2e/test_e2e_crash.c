@@ -26,6 +26,7 @@
 
 #include "chime/chime.h"
 #include "harness.h"
+#include "asserts.h"
 #include "writes.h"
 #include "pattern.h"
 
@@ -56,21 +57,14 @@ static int teardown(void **state) {
   return 0;
 }
 
-static void insert(uint64_t seed, uint64_t n) {
+/* n pattern samples of seed into "demo", every one acked. */
+static void write_demo(uint64_t seed, uint64_t n) {
   chime_spec_t spec;
   assert_int_equal(chime_spec_parse(&spec, "obs:f32[64], action:i32[], "
                                            "reward:f32[]"),
                    0);
   assert_int_equal(chime__write_pattern(client, "demo", &spec, seed, n, NULL),
                    0);
-}
-
-static chime_stats_t *stats(void) {
-  chime_stats_t *st = NULL;
-  int rc = chime_client_stats(client, &st);
-  if (rc != 0)
-    fail_msg("Stats: %s", chime_last_error());
-  return st;
 }
 
 /* The learner process: opens a stream, takes HELD batches without giving any
@@ -116,11 +110,11 @@ static void spawn_holder(chime__proc_t *p, const char *mode) {
 static void test_learner_killed(void **state) {
   (void)state;
   chime__proc_t shm, stream;
-  insert(1, 200);
+  write_demo(1, 200);
   spawn_holder(&shm, "shm");
   spawn_holder(&stream, "stream");
 
-  chime_stats_t *st = stats();
+  chime_stats_t *st = chime__stats(client);
   assert_int_equal(st->nstreams, 2);
   assert_true(st->ring_bytes_total > 0);
   int shm_seen = 0;
@@ -143,7 +137,7 @@ static void test_learner_killed(void **state) {
   /* The server's promise is a second; the test waits up to ten and says how
    * long it took. */
   for (;;) {
-    st = stats();
+    st = chime__stats(client);
     uint32_t n = st->nstreams;
     uint64_t bytes = st->ring_bytes_total;
     chime_stats_free(st);
@@ -158,7 +152,7 @@ static void test_learner_killed(void **state) {
           (long long)(chime__now_ms() - t0));
 
   /* New learners are served. */
-  insert(2, 16);
+  write_demo(2, 16);
   for (int m = 0; m < 2; m++) {
     chime_stream_t *s = NULL;
     chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
@@ -185,7 +179,7 @@ static void test_chimed_killed(void **state) {
   uint64_t copy_len[2];
   char err[256];
 
-  insert(3, 64);
+  write_demo(3, 64);
   for (int m = 0; m < 2; m++) {
     chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
     so.batch_size = BATCH;
@@ -250,21 +244,17 @@ typedef struct {
   char err[256];
 } late_writer_t;
 
-/* insert() without cmocka (this runs on its own thread): 64 items, seed 9. */
+/* write_demo() without cmocka (this runs on its own thread): 64 items,
+ * seed 9. */
 static void *late_writer(void *arg) {
   late_writer_t *lw = arg;
   chime_writer_t *w = NULL;
   chime_spec_t spec;
-  uint8_t sample[264];
   lw->rc = chime_spec_parse(&spec, "obs:f32[64], action:i32[], reward:f32[]");
   if (lw->rc == 0)
     lw->rc = chime_writer_open(&w, client, "demo", NULL);
-  for (uint64_t i = 0; lw->rc == 0 && i < 64; i++) {
-    chime__pattern_fill(&spec, chime__pattern_id(9, i), sample);
-    lw->rc = chime_writer_append(w, sample, sizeof(sample), 1.0);
-  }
   if (lw->rc == 0)
-    lw->rc = chime_writer_flush(w);
+    lw->rc = chime__append_pattern(w, &spec, 9, 64);
   if (w != NULL)
     snprintf(lw->err, sizeof(lw->err), "%s", chime_last_error());
   int rc = chime_writer_close(w);
@@ -289,7 +279,7 @@ static void test_writer_killed(void **state) {
   /* Until the table is full: the actor is then blocked on back-pressure. */
   int64_t deadline = chime__now_ms() + 60000;
   for (;;) {
-    chime_stats_t *st = stats();
+    chime_stats_t *st = chime__stats(client);
     uint64_t size = st->tables[0].size, cap = st->tables[0].capacity;
     chime_stats_free(st);
     if (size == cap)
@@ -373,7 +363,7 @@ static void drain(uint64_t seed, uint64_t n, uint8_t *seen) {
 static void wait_no_streams(const char *why) {
   int64_t end = chime__now_ms() + 15000;
   for (;;) {
-    chime_stats_t *st = stats();
+    chime_stats_t *st = chime__stats(client);
     uint32_t n = st->nstreams;
     chime_stats_free(st);
     if (n == 0)
@@ -388,7 +378,7 @@ static void check_loses_nothing(int sig, const char *mode, uint64_t seed) {
   enum { N = 200 };
   chime__proc_t p;
   uint8_t seen[N] = {0};
-  insert(seed, N);
+  write_demo(seed, N);
   spawn_holder(&p, mode);
   kill(p.pid, sig);
   if (sig == SIGKILL) {
@@ -405,7 +395,7 @@ static void check_loses_nothing(int sig, const char *mode, uint64_t seed) {
     if (seen[i] != 1)
       fail_msg("item %d delivered %u times after the learner's death", i,
                seen[i]);
-  chime_stats_t *st = stats();
+  chime_stats_t *st = chime__stats(client);
   assert_true(st->ntables == 1 && st->tables[0].returned >= HELD * BATCH);
   chime_stats_free(st);
 }
@@ -483,7 +473,7 @@ static void test_writer_close_bounded(void **state) {
 static void test_idle_client_reads_again(void **state) {
   (void)state;
   for (int round = 0; round < 3; round++) {
-    chime_stats_free(stats());
+    chime_stats_free(chime__stats(client));
     chime__sleep_ms(1500); /* idle: the keepalive window passes */
   }
   chime_server_info_t *info = NULL;

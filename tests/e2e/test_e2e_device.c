@@ -77,7 +77,7 @@ static void fill_table(chime_client_t *c) {
 }
 
 /* Every sample of a batch whose copy has run is whole. */
-static void check_batch(const chime_batch_t *b) {
+static void check_obs_batch(const chime_batch_t *b) {
   const float *obs = b->leaf[0].data;
   const int32_t *act = b->leaf[1].data;
   assert_int_equal(b->count, BATCH);
@@ -132,7 +132,7 @@ run_stream(chime_client_t *c, chime_mode_t mode, int pin, int n, int fail_at) {
     if (i % 8 == 7) {
       /* Now and then the device catches up, and the batch is read. */
       fk.run(-1);
-      check_batch(&b);
+      check_obs_batch(&b);
     }
     assert_int_equal(chime_stream_release(s, &b), 0);
   }
@@ -302,21 +302,18 @@ static void test_options(void **state) {
   assert_int_equal(chime__chimed_stop_client(&d, c), 0);
 }
 
-static int teardown(void **state) {
-  (void)state;
-  chime__harness_kill_all();
-  return 0;
-}
-
 int main(void) {
   char path[1024];
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_teardown(test_shm, teardown),
-      cmocka_unit_test_teardown(test_stream_mode, teardown),
-      cmocka_unit_test_teardown(test_options, teardown),
-      cmocka_unit_test_teardown(test_sharded_drawn_shm, teardown),
-      cmocka_unit_test_teardown(test_sharded_drawn_stream, teardown),
-      cmocka_unit_test_teardown(test_sharded_merged_shm, teardown),
+      cmocka_unit_test_teardown(test_shm, chime__harness_teardown),
+      cmocka_unit_test_teardown(test_stream_mode, chime__harness_teardown),
+      cmocka_unit_test_teardown(test_options, chime__harness_teardown),
+      cmocka_unit_test_teardown(test_sharded_drawn_shm,
+                                chime__harness_teardown),
+      cmocka_unit_test_teardown(test_sharded_drawn_stream,
+                                chime__harness_teardown),
+      cmocka_unit_test_teardown(test_sharded_merged_shm,
+                                chime__harness_teardown),
   };
   if (chime__harness_bin("src/server/chimed", path, sizeof path) == NULL) {
     fprintf(stderr, "skip: chimed is not built\n");

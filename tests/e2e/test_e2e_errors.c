@@ -27,6 +27,7 @@
 #include "chime/chime.h"
 #include "chime/ring.h"
 #include "harness.h"
+#include "asserts.h"
 #include "rawcall.h"
 
 #define SAMPLE_BYTES 264 /* obs:f32[64], action:i32[], reward:f32[] */
@@ -58,11 +59,6 @@ static int setup(void **state) {
 static int teardown(void **state) {
   (void)state;
   return chime__raw_fixture_stop(&chimed, ch);
-}
-
-static void assert_contains(const char *hay, const char *needle) {
-  if (strstr(hay, needle) == NULL)
-    fail_msg("expected \"%s\" in \"%s\"", needle, hay);
 }
 
 /* chimed answers GetInfo and still knows its table. */
@@ -128,9 +124,9 @@ static void test_insert_wrong_size(void **state) {
   Chime__V1__InsertRequest req = insert_req("demo", 4, data, sizeof(data));
   assert_int_equal(insert_one(&req, details, sizeof(details)),
                    GRPC_STATUS_INVALID_ARGUMENT);
-  assert_contains(details, "'reward'");
-  assert_contains(details, "264");
-  assert_contains(details, "260");
+  chime__assert_contains(details, "'reward'");
+  chime__assert_contains(details, "264");
+  chime__assert_contains(details, "260");
   assert_serving();
 }
 
@@ -156,9 +152,9 @@ static void test_insert_wrong_spec(void **state) {
   req.spec = spec;
   assert_int_equal(insert_one(&req, details, sizeof(details)),
                    GRPC_STATUS_INVALID_ARGUMENT);
-  assert_contains(details, "leaf 'reward'");
-  assert_contains(details, "4 bytes");
-  assert_contains(details, "8 bytes");
+  chime__assert_contains(details, "leaf 'reward'");
+  chime__assert_contains(details, "4 bytes");
+  chime__assert_contains(details, "8 bytes");
   assert_serving();
 }
 
@@ -183,7 +179,7 @@ static void test_insert_unknown_table(void **state) {
   Chime__V1__InsertRequest req = insert_req("nope", 1, data, sizeof(data));
   assert_int_equal(insert_one(&req, details, sizeof(details)),
                    GRPC_STATUS_NOT_FOUND);
-  assert_contains(details, "table 'nope' not found");
+  chime__assert_contains(details, "table 'nope' not found");
   assert_serving();
 }
 
@@ -237,7 +233,7 @@ static void test_subscribe_unknown_table(void **state) {
   assert_int_equal(open_fails("nope", 8, 4, CHIME__V1__MODE__MODE_STREAM,
                               details, sizeof(details)),
                    GRPC_STATUS_NOT_FOUND);
-  assert_contains(details, "'nope'");
+  chime__assert_contains(details, "'nope'");
   assert_serving();
 }
 
@@ -276,17 +272,16 @@ static void test_subscribe_bad_open(void **state) {
   assert_null(resp);
   assert_int_equal(finish_call(&r, details, sizeof(details)),
                    GRPC_STATUS_INVALID_ARGUMENT);
-  assert_contains(details, "open");
+  chime__assert_contains(details, "open");
   assert_serving();
 }
 
 /* Opens a stream whose ring is batch * 264 bytes per slot and more; returns
  * the Opened response (call stays open in r) or NULL with the status. */
-static Chime__V1__SubscribeResponse *open_stream(chime__raw_t *r,
-                                                 uint32_t batch, uint32_t slots,
-                                                 Chime__V1__Mode mode,
-                                                 grpc_status_code *st,
-                                                 char *details, size_t len) {
+static Chime__V1__SubscribeResponse *
+raw_open_stream(chime__raw_t *r, uint32_t batch, uint32_t slots,
+                Chime__V1__Mode mode, grpc_status_code *st, char *details,
+                size_t len) {
   Chime__V1__SubscribeResponse *resp =
       subscribe_open(r, "demo", batch, slots, mode);
   *st = GRPC_STATUS_OK;
@@ -303,7 +298,7 @@ static Chime__V1__SubscribeResponse *open_stream(chime__raw_t *r,
 static Chime__V1__SubscribeResponse *open_shm_stream(chime__raw_t *r) {
   grpc_status_code st;
   char details[512];
-  Chime__V1__SubscribeResponse *resp = open_stream(
+  Chime__V1__SubscribeResponse *resp = raw_open_stream(
       r, 8, 4, CHIME__V1__MODE__MODE_SHM, &st, details, sizeof(details));
   if (resp == NULL)
     fail_msg("shm open refused: %s", details);
@@ -345,34 +340,34 @@ static void test_budgets(void **state) {
 
   wait_ring_bytes(0);
   /* 8 slots of 4096 samples: far over the 4 MiB per-stream budget. */
-  assert_null(open_stream(&a, 4096, 8, CHIME__V1__MODE__MODE_STREAM, &st,
-                          details, sizeof(details)));
+  assert_null(raw_open_stream(&a, 4096, 8, CHIME__V1__MODE__MODE_STREAM, &st,
+                              details, sizeof(details)));
   assert_int_equal(st, GRPC_STATUS_RESOURCE_EXHAUSTED);
   snprintf(num, sizeof(num), "%u", STREAM_BUDGET);
-  assert_contains(details, num);
-  assert_contains(details, "per-stream budget");
+  chime__assert_contains(details, num);
+  chime__assert_contains(details, "per-stream budget");
 
   /* Two streams of about 3.4 MiB each (5 slots of 2048 samples of 264
    * bytes and an 80-byte info record): the second is over what is left of
    * the 6 MiB total. */
-  Chime__V1__SubscribeResponse *ra = open_stream(
+  Chime__V1__SubscribeResponse *ra = raw_open_stream(
       &a, 2048, 5, CHIME__V1__MODE__MODE_STREAM, &st, details, sizeof(details));
   if (ra == NULL)
     fail_msg("first stream refused: %s", details);
   uint64_t first = ring_bytes_total();
   assert_true(first > TOTAL_BUDGET / 2 && first <= STREAM_BUDGET);
-  assert_null(open_stream(&b, 2048, 5, CHIME__V1__MODE__MODE_STREAM, &st,
-                          details, sizeof(details)));
+  assert_null(raw_open_stream(&b, 2048, 5, CHIME__V1__MODE__MODE_STREAM, &st,
+                              details, sizeof(details)));
   assert_int_equal(st, GRPC_STATUS_RESOURCE_EXHAUSTED);
   snprintf(num, sizeof(num), "%u", TOTAL_BUDGET);
-  assert_contains(details, num);
-  assert_contains(details, "total budget");
+  chime__assert_contains(details, num);
+  chime__assert_contains(details, "total budget");
 
   /* Ending the first call returns its budget. */
   protobuf_c_message_free_unpacked(&ra->base, NULL);
   chime__raw_destroy(&a);
   wait_ring_bytes(0);
-  Chime__V1__SubscribeResponse *rc = open_stream(
+  Chime__V1__SubscribeResponse *rc = raw_open_stream(
       &c, 2048, 5, CHIME__V1__MODE__MODE_STREAM, &st, details, sizeof(details));
   if (rc == NULL)
     fail_msg("stream refused after the budget came back: %s", details);

@@ -46,20 +46,13 @@ static int setup(void **state) {
   (void)state;
   if (chime__harness_bin("tests/exit_client", bin, sizeof(bin)) == NULL)
     chime__skip("exit_client is not built");
-  int rc = chime__chimed_start(&chimed, config, NULL, 30000);
-  if (rc == CHIME_ENOTFOUND)
-    chime__skip("chimed is not built");
+  int rc = chime__chimed_start_or_skip(&chimed, config, NULL, 30000);
   if (rc != 0)
     return -1;
-  struct sockaddr_in sa = {.sin_family = AF_INET,
-                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t sl = sizeof(sa);
-  dead_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (dead_fd < 0 || bind(dead_fd, (struct sockaddr *)&sa, sizeof(sa)) ||
-      getsockname(dead_fd, (struct sockaddr *)&sa, &sl))
+  char dead[64];
+  if ((dead_fd = chime__refusing_addr(dead, sizeof(dead))) < 0)
     return -1;
-  snprintf(dead_target, sizeof(dead_target), "%s,127.0.0.1:%u", chimed.addr,
-           ntohs(sa.sin_port));
+  snprintf(dead_target, sizeof(dead_target), "%s,%s", chimed.addr, dead);
   return 0;
 }
 

@@ -40,6 +40,7 @@
 
 #include "chime/chime.h"
 #include "harness.h"
+#include "asserts.h"
 
 #define NSHARDS 3
 #define WRITERS 8
@@ -78,9 +79,7 @@ static void make_config(int i, uint32_t shard, const char *extra_table) {
 /* Starts chimed i as shard `shard`. */
 static void start_shard(int i, uint32_t shard, const char *extra_table) {
   make_config(i, shard, extra_table);
-  int rc = chime__chimed_start(&shard_d[i], shard_cfg[i], NULL, 30000);
-  if (rc == CHIME_ENOTFOUND)
-    chime__skip("chimed is not built");
+  int rc = chime__chimed_start_or_skip(&shard_d[i], shard_cfg[i], NULL, 30000);
   assert_int_equal(rc, 0);
   if (i + 1 > nstarted)
     nstarted = i + 1;
@@ -144,15 +143,6 @@ static uint64_t table_inserts(chime_client_t *c, const char *table) {
   return n;
 }
 
-static const chime_table_info_t *find_table(const chime_server_info_t *info,
-                                            const char *name) {
-  for (uint32_t i = 0; i < info->ntables; i++)
-    if (strcmp(info->tables[i].name, name) == 0)
-      return &info->tables[i];
-  fail_msg("no table '%s' in info", name);
-  return NULL;
-}
-
 /* Appends n items (w, s0 + i) through writer wr and flushes. */
 static void write_items(chime_writer_t *wr, uint32_t w, uint32_t s0,
                         uint32_t n) {
@@ -203,7 +193,7 @@ typedef struct {
   char end_err[256];
 } learner_t;
 
-static void *learner_main(void *arg) {
+static void *tallying_learner_main(void *arg) {
   learner_t *L = arg;
   while (!atomic_load(&L->quit)) {
     chime_batch_t b;
@@ -251,7 +241,7 @@ static void learner_start(learner_t *L, chime_client_t *c, const char *table) {
   so.batch_size = BATCH;
   if (chime_stream_open(&L->s, c, table, &so) != 0)
     fail_msg("stream open: %s", chime_last_error());
-  assert_int_equal(pthread_create(&L->th, NULL, learner_main, L), 0);
+  assert_int_equal(pthread_create(&L->th, NULL, tallying_learner_main, L), 0);
 }
 
 static void learner_stop(learner_t *L) {
@@ -297,7 +287,7 @@ typedef struct {
 static pthread_barrier_t phase_barrier;
 static atomic_int g_stop;
 
-static void *writer_main(void *arg) {
+static void *phased_writer_main(void *arg) {
   writer_t *W = arg;
   chime_writer_t *wr = NULL;
   chime_writer_opts_t wo = CHIME_WRITER_OPTS_INIT;
@@ -422,7 +412,8 @@ static void test_kill_one_shard(void **state) {
   for (int i = 0; i < WRITERS; i++) {
     W[i].id = (uint32_t)i;
     W[i].c = c;
-    assert_int_equal(pthread_create(&W[i].th, NULL, writer_main, &W[i]), 0);
+    assert_int_equal(pthread_create(&W[i].th, NULL, phased_writer_main, &W[i]),
+                     0);
   }
   pthread_barrier_wait(&phase_barrier);
   for (int i = 0; i < WRITERS; i++)
@@ -595,8 +586,9 @@ static void test_kill_one_shard(void **state) {
     chime__sleep_ms(100);
   if (rc)
     fail_msg("info after the restart: %s", chime_last_error());
-  assert_int_equal(find_table(info, "keep")->size, MARKERS);
-  assert_int_equal(find_table(info, "q")->capacity, (uint64_t)CAP * NSHARDS);
+  assert_int_equal(chime__info_table(info, "keep")->size, MARKERS);
+  assert_int_equal(chime__info_table(info, "q")->capacity,
+                   (uint64_t)CAP * NSHARDS);
   chime_server_info_free(info);
 
   /* Three new writers: one per shard, the restarted one included. */
@@ -749,7 +741,7 @@ static void test_mutate_every_shard(void **state) {
       CHIME_EINVAL);
   chime_server_info_t *info = NULL;
   assert_int_equal(chime_client_info(c, &info), 0);
-  assert_int_equal(find_table(info, "p")->size, NSHARDS * PER);
+  assert_int_equal(chime__info_table(info, "p")->size, NSHARDS * PER);
   chime_server_info_free(info);
   for (int i = 0; i < NSHARDS; i++) {
     uint64_t k2[PER];

@@ -24,6 +24,8 @@
 #include "chime/chime.h"
 #include "harness.h"
 #include "pattern.h"
+#include "streams.h"
+#include "writes.h"
 
 #define SPEC "obs:f32[64], action:i32[], reward:f32[]"
 #define SAMPLE_BYTES 264
@@ -37,39 +39,6 @@ static chime_spec_t spec;
 static int setup(void **state) {
   (void)state;
   return chime_spec_parse(&spec, SPEC) == 0 ? 0 : -1;
-}
-
-static int teardown_each(void **state) {
-  (void)state;
-  chime__harness_kill_all();
-  return 0;
-}
-
-static int insert(chime_client_t *c, uint64_t seed, uint64_t n,
-                  chime_writer_t *keep) {
-  chime_writer_t *w = keep;
-  uint8_t sample[SAMPLE_BYTES];
-  int rc = w ? 0 : chime_writer_open(&w, c, "u", NULL);
-  for (uint64_t i = 0; rc == 0 && i < n; i++) {
-    chime__pattern_fill(&spec, chime__pattern_id(seed, i), sample);
-    rc = chime_writer_append(w, sample, sizeof(sample), 1.0);
-  }
-  if (rc == 0)
-    rc = chime_writer_flush(w);
-  if (!keep) {
-    int closed = chime_writer_close(w);
-    rc = rc ? rc : closed;
-  }
-  return rc;
-}
-
-static int open_stream(chime_client_t *c, chime_mode_t mode,
-                       chime_stream_t **s) {
-  chime_stream_opts_t o = CHIME_STREAM_OPTS_INIT;
-  o.batch_size = 8;
-  o.slots = 4;
-  o.mode = mode;
-  return chime_stream_open(s, c, "u", &o);
 }
 
 /* One batch, checked against the pattern, released. */
@@ -109,7 +78,8 @@ static void child(const char *addr, chime_client_t *c, chime_stream_t *s[2],
   chime_stats_t *st = NULL;
   CHILD_CHECK(chime_client_stats(c, &st) == CHIME_ENOTSUP, "stats");
   chime_stream_t *s3 = NULL;
-  CHILD_CHECK(open_stream(c, CHIME_MODE_STREAM, &s3) == CHIME_ENOTSUP,
+  CHILD_CHECK(chime__try_open_stream(&s3, c, "u", CHIME_MODE_STREAM, 8, 4,
+                                     NULL) == CHIME_ENOTSUP,
               "stream open on an inherited client");
   for (int i = 0; i < 2; i++) {
     chime_batch_t b;
@@ -133,12 +103,12 @@ static void child(const char *addr, chime_client_t *c, chime_stream_t *s[2],
   rc = chime_client_info(mine, &info);
   CHILD_CHECK(rc == 0, "own info: %s", chime_last_error());
   chime_server_info_free(info);
-  rc = insert(mine, 7, 64, NULL);
+  rc = chime__write_pattern(mine, "u", &spec, 7, 64, NULL);
   CHILD_CHECK(rc == 0, "own writer: %s", chime_err_name(rc));
   const chime_mode_t modes[2] = {CHIME_MODE_SHM, CHIME_MODE_STREAM};
   for (int i = 0; i < 2; i++) {
     chime_stream_t *own = NULL;
-    rc = open_stream(mine, modes[i], &own);
+    rc = chime__try_open_stream(&own, mine, "u", modes[i], 8, 4, NULL);
     CHILD_CHECK(rc == 0, "own %s stream: %s", chime_mode_name(modes[i]),
                 chime_last_error());
     for (int k = 0; k < 3; k++) {
@@ -198,15 +168,17 @@ static void fork_with_everything_open(int stream_thread_busy) {
   chime__chimed_t d;
   chime_client_t *c = NULL;
   assert_int_equal(chime__chimed_start_client(&d, config, &c), 0);
-  assert_int_equal(insert(c, 5, 256, NULL), 0);
+  assert_int_equal(chime__write_pattern(c, "u", &spec, 5, 256, NULL), 0);
   chime_stream_t *s[2] = {NULL, NULL};
-  assert_int_equal(open_stream(c, CHIME_MODE_SHM, &s[0]), 0);
-  assert_int_equal(open_stream(c, CHIME_MODE_STREAM, &s[1]), 0);
+  assert_int_equal(
+      chime__try_open_stream(&s[0], c, "u", CHIME_MODE_SHM, 8, 4, NULL), 0);
+  assert_int_equal(
+      chime__try_open_stream(&s[1], c, "u", CHIME_MODE_STREAM, 8, 4, NULL), 0);
   for (int i = 0; i < 2; i++)
     assert_int_equal(one_batch(s[i]), 0);
   chime_writer_t *w = NULL;
   assert_int_equal(chime_writer_open(&w, c, "u", NULL), 0);
-  assert_int_equal(insert(c, 6, 8, w), 0);
+  assert_int_equal(chime__append_pattern(w, &spec, 6, 8), 0);
   if (stream_thread_busy) {
     /* A learner away from next(): the stream-mode stream's own thread
      * receives meanwhile, so it is inside gRPC when fork() comes. */
@@ -233,7 +205,7 @@ static void fork_with_everything_open(int stream_thread_busy) {
     for (int k = 0; k < 5; k++)
       if ((rc = one_batch(s[i])) != 0)
         fail_msg("parent stream %d: %s", i, chime_last_error());
-  assert_int_equal(insert(c, 8, 64, w), 0);
+  assert_int_equal(chime__append_pattern(w, &spec, 8, 64), 0);
   assert_int_equal(chime_writer_close(w), 0);
   chime_stream_close(s[0]);
   chime_stream_close(s[1]);
@@ -256,14 +228,15 @@ static void test_fork_twice(void **state) {
   chime__chimed_t d;
   chime_client_t *c = NULL;
   assert_int_equal(chime__chimed_start_client(&d, config, &c), 0);
-  assert_int_equal(insert(c, 5, 64, NULL), 0);
+  assert_int_equal(chime__write_pattern(c, "u", &spec, 5, 64, NULL), 0);
   for (int round = 0; round < 2; round++) {
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
       chime_client_t *mine = NULL;
       CHILD_CHECK(chime_client_create(&mine, d.addr, NULL) == 0, "create");
-      CHILD_CHECK(insert(mine, 9, 16, NULL) == 0, "child insert");
+      CHILD_CHECK(chime__write_pattern(mine, "u", &spec, 9, 16, NULL) == 0,
+                  "child insert");
       pid_t g = fork();
       CHILD_CHECK(g >= 0, "fork");
       if (g == 0) {
@@ -272,14 +245,16 @@ static void test_fork_twice(void **state) {
                     "grandchild, inherited");
         chime_client_t *own = NULL;
         CHILD_CHECK(chime_client_create(&own, d.addr, NULL) == 0, "g create");
-        CHILD_CHECK(insert(own, 10, 16, NULL) == 0, "grandchild insert");
+        CHILD_CHECK(chime__write_pattern(own, "u", &spec, 10, 16, NULL) == 0,
+                    "grandchild insert");
         chime_client_destroy(own);
         _exit(0);
       }
       int gst = 0;
       waitpid(g, &gst, 0);
       CHILD_CHECK(WIFEXITED(gst) && WEXITSTATUS(gst) == 0, "grandchild");
-      CHILD_CHECK(insert(mine, 11, 16, NULL) == 0, "child after its fork");
+      CHILD_CHECK(chime__write_pattern(mine, "u", &spec, 11, 16, NULL) == 0,
+                  "child after its fork");
       chime_client_destroy(mine);
       _exit(0);
     }
@@ -287,7 +262,7 @@ static void test_fork_twice(void **state) {
     char why[64];
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
       fail_msg("child: %s", chime__status_str(st, why, sizeof(why)));
-    assert_int_equal(insert(c, 12, 16, NULL), 0);
+    assert_int_equal(chime__write_pattern(c, "u", &spec, 12, 16, NULL), 0);
   }
   assert_int_equal(chime__chimed_stop_client(&d, c), 0);
 }
@@ -295,10 +270,10 @@ static void test_fork_twice(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_teardown(test_fork_child_makes_own_client,
-                                teardown_each),
+                                chime__harness_teardown),
       cmocka_unit_test_teardown(test_fork_while_stream_thread_receives,
-                                teardown_each),
-      cmocka_unit_test_teardown(test_fork_twice, teardown_each),
+                                chime__harness_teardown),
+      cmocka_unit_test_teardown(test_fork_twice, chime__harness_teardown),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }

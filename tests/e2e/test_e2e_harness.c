@@ -41,12 +41,6 @@ static int wait_gone(pid_t pid, int timeout_ms) {
   return 1;
 }
 
-static int teardown(void **state) {
-  (void)state;
-  chime__harness_kill_all();
-  return 0;
-}
-
 static void test_read_line_and_stop(void **state) {
   (void)state;
   chime__proc_t p;
@@ -197,13 +191,19 @@ int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "--spawner") == 0)
     return spawner(argv[2]);
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_teardown(test_read_line_and_stop, teardown),
-      cmocka_unit_test_teardown(test_read_line_eof_and_timeout, teardown),
-      cmocka_unit_test_teardown(test_last_json_and_exit, teardown),
-      cmocka_unit_test_teardown(test_stop_escalates_to_kill, teardown),
-      cmocka_unit_test_teardown(test_missing_binary, teardown),
-      cmocka_unit_test_teardown(test_children_die_with_killed_test, teardown),
-      cmocka_unit_test_teardown(test_children_die_at_exit, teardown),
+      cmocka_unit_test_teardown(test_read_line_and_stop,
+                                chime__harness_teardown),
+      cmocka_unit_test_teardown(test_read_line_eof_and_timeout,
+                                chime__harness_teardown),
+      cmocka_unit_test_teardown(test_last_json_and_exit,
+                                chime__harness_teardown),
+      cmocka_unit_test_teardown(test_stop_escalates_to_kill,
+                                chime__harness_teardown),
+      cmocka_unit_test_teardown(test_missing_binary, chime__harness_teardown),
+      cmocka_unit_test_teardown(test_children_die_with_killed_test,
+                                chime__harness_teardown),
+      cmocka_unit_test_teardown(test_children_die_at_exit,
+                                chime__harness_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

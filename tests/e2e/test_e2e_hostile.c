@@ -24,6 +24,7 @@
 
 #include "chime/chime.h"
 #include "harness.h"
+#include "asserts.h"
 #include "ring/format.h"
 
 #define BATCH 4
@@ -123,18 +124,10 @@ static void wait_waiting(const rwring_t *r, const char *why) {
   }
 }
 
-static chime_table_stats_t *table_stats(chime_stats_t *st, const char *name) {
-  for (uint32_t i = 0; i < st->ntables; i++)
-    if (strcmp(st->tables[i].name, name) == 0)
-      return &st->tables[i];
-  fail_msg("no table %s", name);
-  return NULL;
-}
-
 static uint32_t samplers_waiting(const char *name) {
   chime_stats_t *st = NULL;
   assert_int_equal(chime_client_stats(client, &st), 0);
-  uint32_t n = table_stats(st, name)->samplers_waiting_items;
+  uint32_t n = chime__stats_table(st, name)->samplers_waiting_items;
   chime_stats_free(st);
   return n;
 }
@@ -156,7 +149,7 @@ static void wait_table(const char *name, uint64_t size, uint64_t returned) {
   for (;;) {
     chime_stats_t *st = NULL;
     assert_int_equal(chime_client_stats(client, &st), 0);
-    chime_table_stats_t *t = table_stats(st, name);
+    const chime_table_stats_t *t = chime__stats_table(st, name);
     uint64_t n = t->size, r = t->returned;
     chime_stats_free(st);
     if (n > size || r > returned)

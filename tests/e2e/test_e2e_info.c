@@ -20,6 +20,8 @@
 #include "chime.pb-c.h"
 #include "chime/chime.h"
 #include "harness.h"
+#include "asserts.h"
+#include "writes.h"
 #include "rawcall.h"
 
 #define EXPONENT 0.6
@@ -98,15 +100,6 @@ static void test_instance(void **state) {
   assert_true(id2 != id);
 }
 
-static const chime_table_info_t *table(const chime_server_info_t *info,
-                                       const char *name) {
-  for (uint32_t i = 0; i < info->ntables; i++)
-    if (strcmp(info->tables[i].name, name) == 0)
-      return &info->tables[i];
-  fail_msg("no table '%s'", name);
-  return NULL;
-}
-
 static void assert_rel(double got, double want) {
   if (!(fabs(got - want) <= 1e-9 * fabs(want)))
     fail_msg("mass %.17g, want %.17g", got, want);
@@ -115,14 +108,6 @@ static void assert_rel(double got, double want) {
 /* Priorities spread over five orders of magnitude, and a few 0. */
 static double prio_of(uint64_t i) {
   return i % 7 == 3 ? 0.0 : 1e-3 * pow(1.3, (double)i);
-}
-
-static void insert(const char *name) {
-  chime_writer_t *w = NULL;
-  assert_int_equal(chime_writer_open(&w, client, name, NULL), 0);
-  for (uint64_t i = 0; i < ITEMS; i++)
-    assert_int_equal(chime_writer_append(w, &i, sizeof i, prio_of(i)), 0);
-  assert_int_equal(chime_writer_close(w), 0); /* every item acked */
 }
 
 static void test_mass(void **state) {
@@ -135,18 +120,19 @@ static void test_mass(void **state) {
 
   const char *names[] = {"per", "uni", "uprem", "q"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-    insert(names[i]);
+    assert_int_equal(chime__write_counter(client, names[i], 0, ITEMS, prio_of),
+                     0);
   double want = 0;
   for (uint64_t i = 0; i < ITEMS; i++)
     want += pow(prio_of(i), EXPONENT);
   assert_int_equal(chime_client_info(client, &info), 0);
-  assert_int_equal(table(info, "per")->size, ITEMS);
-  assert_rel(table(info, "per")->mass, want);
+  assert_int_equal(chime__info_table(info, "per")->size, ITEMS);
+  assert_rel(chime__info_table(info, "per")->mass, want);
   /* Not prioritized samplers: the size, whatever the priorities (uprem's
    * remover keeps their sum, but it is not what its sampler draws on). */
-  assert_true(table(info, "uni")->mass == ITEMS);
-  assert_true(table(info, "uprem")->mass == ITEMS);
-  assert_true(table(info, "q")->mass == ITEMS);
+  assert_true(chime__info_table(info, "uni")->mass == ITEMS);
+  assert_true(chime__info_table(info, "uprem")->mass == ITEMS);
+  assert_true(chime__info_table(info, "q")->mass == ITEMS);
   chime_server_info_free(info);
 
   /* The first item's priority to 5, the second deleted. */
@@ -161,8 +147,8 @@ static void test_mass(void **state) {
   want += pow(5.0, EXPONENT) - pow(prio_of(0), EXPONENT) -
           pow(prio_of(1), EXPONENT);
   assert_int_equal(chime_client_info(client, &info), 0);
-  assert_int_equal(table(info, "per")->size, ITEMS - 1);
-  assert_rel(table(info, "per")->mass, want);
+  assert_int_equal(chime__info_table(info, "per")->size, ITEMS - 1);
+  assert_rel(chime__info_table(info, "per")->mass, want);
   chime_server_info_free(info);
 }
 
@@ -190,19 +176,22 @@ static void test_mass_summed_over_shards(void **state) {
   assert_int_equal(chime_client_info(both, &u), 0);
   const char *names[] = {"per", "uni", "uprem", "q"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-    const chime_table_info_t *ta = table(a, names[i]), *tb = table(b, names[i]),
-                             *tu = table(u, names[i]);
+    const chime_table_info_t *ta = chime__info_table(a, names[i]),
+                             *tb = chime__info_table(b, names[i]),
+                             *tu = chime__info_table(u, names[i]);
     assert_int_equal(tu->size, ta->size + tb->size);
     assert_rel(tu->mass, ta->mass + tb->mass);
   }
-  assert_true(table(b, "per")->mass > 0); /* the sum has two terms */
-  assert_true(table(a, "per")->mass > 0);
+  assert_true(chime__info_table(b, "per")->mass >
+              0); /* the sum has two terms */
+  assert_true(chime__info_table(a, "per")->mass > 0);
   /* Stats over the shards the same way (no stream open on either). */
   chime_stats_t *st = NULL;
   assert_int_equal(chime_client_stats(both, &st), 0);
   assert_int_equal(st->nstreams, 0);
   for (uint32_t i = 0; i < st->ntables; i++)
-    assert_int_equal(st->tables[i].size, table(u, st->tables[i].name)->size);
+    assert_int_equal(st->tables[i].size,
+                     chime__info_table(u, st->tables[i].name)->size);
   chime_stats_free(st);
   chime_server_info_free(a);
   chime_server_info_free(b);
@@ -227,8 +216,9 @@ static void test_same_server_twice(void **state) {
   assert_int_equal(chime_client_info(twice, &u), 0);
   assert_int_equal(u->ntables, one->ntables);
   for (uint32_t i = 0; i < one->ntables; i++) {
-    assert_int_equal(table(u, one->tables[i].name)->size, one->tables[i].size);
-    assert_int_equal(table(u, one->tables[i].name)->capacity,
+    assert_int_equal(chime__info_table(u, one->tables[i].name)->size,
+                     one->tables[i].size);
+    assert_int_equal(chime__info_table(u, one->tables[i].name)->capacity,
                      one->tables[i].capacity);
   }
   uint64_t key = 3;

@@ -28,7 +28,9 @@
 #include "chime.pb-c.h"
 #include "chime/chime.h"
 #include "harness.h"
+#include "asserts.h"
 #include "rawcall.h"
+#include "wire/pbwrite.h"
 
 #define M_INFO "/chime.v1.Chime/GetInfo"
 #define M_STATS "/chime.v1.Chime/Stats"
@@ -38,11 +40,6 @@
 #define M_CHECKPOINT "/chime.v1.Chime/Checkpoint"
 #define M_SET_VERSION "/chime.v1.Chime/SetVersion"
 #define SAMPLE_BYTES 264 /* the default table: obs:f32[64], action, reward */
-
-static void assert_contains(const char *hay, const char *needle) {
-  if (strstr(hay, needle) == NULL)
-    fail_msg("expected \"%s\" in \"%s\"", needle, hay);
-}
 
 /* Runs chimed with argv (after the binary) to its exit; its stderr goes to
  * err. Returns the exit status. */
@@ -78,13 +75,13 @@ static void test_bad_listen(void **state) {
   char err[2048];
   const char *empty[] = {"--listen", "unix:", NULL};
   assert_int_equal(chimed_exit(empty, err, sizeof(err)), 2);
-  assert_contains(err, "'unix:': the socket path is empty");
+  chime__assert_contains(err, "'unix:': the socket path is empty");
   const char *port[] = {"--listen", "127.0.0.1:99999", NULL};
   assert_int_equal(chimed_exit(port, err, sizeof(err)), 2);
-  assert_contains(err, "port '99999' must be a number in 0..65535");
+  chime__assert_contains(err, "port '99999' must be a number in 0..65535");
   const char *port6[] = {"--listen", "[::1]:65536", NULL};
   assert_int_equal(chimed_exit(port6, err, sizeof(err)), 2);
-  assert_contains(err, "port '65536'");
+  chime__assert_contains(err, "port '65536'");
 }
 
 /* GetInfo's table count through addr, or a negative CHIME_E code. */
@@ -109,9 +106,7 @@ static void test_wildcard_listen(void **state) {
     char v4[64], v6[64];
     int st = 0;
     const char *extra[] = {"--listen", lists[i], NULL};
-    int rc = chime__chimed_start(&d, NULL, extra, 30000);
-    if (rc == CHIME_ENOTFOUND)
-      chime__skip("chimed is not built");
+    int rc = chime__chimed_start_or_skip(&d, NULL, extra, 30000);
     assert_int_equal(rc, 0);
     const char *port = strrchr(d.addr, ':') + 1;
     snprintf(v4, sizeof(v4), "127.0.0.1:%s", port);
@@ -155,10 +150,10 @@ static void test_tables_over_memory(void **state) {
       chime__harness_write_file("big.json", json, path, sizeof(path)), 0);
   const char *args[] = {"--config", path, "--listen", "127.0.0.1:0", NULL};
   assert_int_equal(chimed_exit(args, err, sizeof(err)), 2);
-  assert_contains(err, "bookkeeping");
+  chime__assert_contains(err, "bookkeeping");
   char num[32];
   snprintf(num, sizeof(num), "%llu items", (unsigned long long)cap);
-  assert_contains(err, num);
+  chime__assert_contains(err, num);
   assert_true(strstr(err, "physical memory") != NULL ||
               strstr(err, "cgroup") != NULL);
 }
@@ -174,9 +169,7 @@ static void test_unix_listen(void **state) {
   snprintf(sock, sizeof(sock), "%s/chimed.sock", chime__harness_tmpdir());
   snprintf(addr, sizeof(addr), "unix:%s", sock);
   const char *extra[] = {"--listen", addr, NULL};
-  int rc = chime__chimed_start(&d, NULL, extra, 30000);
-  if (rc == CHIME_ENOTFOUND)
-    chime__skip("chimed is not built");
+  int rc = chime__chimed_start_or_skip(&d, NULL, extra, 30000);
   assert_int_equal(rc, 0);
   assert_string_equal(d.addr, addr);
   assert_int_equal(chime_client_create(&c, d.addr, NULL), 0);
@@ -227,11 +220,11 @@ static void test_unary_garbage(void **state) {
   assert_int_equal(
       unary_bytes(M_INFO, overrun, sizeof(overrun), details, sizeof(details)),
       GRPC_STATUS_INVALID_ARGUMENT);
-  assert_contains(details, "malformed GetInfoRequest");
+  chime__assert_contains(details, "malformed GetInfoRequest");
   assert_int_equal(
       unary_bytes(M_STATS, endless, sizeof(endless), details, sizeof(details)),
       GRPC_STATUS_INVALID_ARGUMENT);
-  assert_contains(details, "malformed StatsRequest");
+  chime__assert_contains(details, "malformed StatsRequest");
   /* The empty message is the request, and is answered. */
   assert_int_equal(unary_bytes(M_INFO, "", 0, details, sizeof(details)),
                    GRPC_STATUS_OK);
@@ -261,13 +254,13 @@ static void test_bad_priorities(void **state) {
   char details[512];
   assert_int_equal(insert_prio(NAN, details, sizeof(details)),
                    GRPC_STATUS_INVALID_ARGUMENT);
-  assert_contains(details, "priority of sample 2 is nan");
+  chime__assert_contains(details, "priority of sample 2 is nan");
   assert_int_equal(insert_prio(INFINITY, details, sizeof(details)),
                    GRPC_STATUS_INVALID_ARGUMENT);
-  assert_contains(details, "priority of sample 2 is inf");
+  chime__assert_contains(details, "priority of sample 2 is inf");
   assert_int_equal(insert_prio(-1.0, details, sizeof(details)),
                    GRPC_STATUS_INVALID_ARGUMENT);
-  assert_contains(details, "priority of sample 2 is -1");
+  chime__assert_contains(details, "priority of sample 2 is -1");
   assert_int_equal(insert_prio(0.0, details, sizeof(details)), GRPC_STATUS_OK);
 
   /* The writer refuses them before sending, and stays usable. */
@@ -278,7 +271,7 @@ static void test_bad_priorities(void **state) {
   assert_int_equal(chime_writer_open(&w, c, "demo", NULL), 0);
   assert_int_equal(chime_writer_append(w, sample, sizeof(sample), NAN),
                    CHIME_EINVAL);
-  assert_contains(chime_last_error(), "priority nan");
+  chime__assert_contains(chime_last_error(), "priority nan");
   assert_int_equal(chime_writer_append(w, sample, sizeof(sample), -INFINITY),
                    CHIME_EINVAL);
   assert_int_equal(chime_writer_append(w, sample, sizeof(sample), 0.5), 0);
@@ -308,7 +301,7 @@ static void test_control_chars_escaped(void **state) {
                    0);
   chime__raw_destroy(&r);
   assert_int_equal(st, GRPC_STATUS_NOT_FOUND);
-  assert_contains(details, "table 'de\\x0amo\\x1b[31m\\\\' not found");
+  chime__assert_contains(details, "table 'de\\x0amo\\x1b[31m\\\\' not found");
   assert_null(strchr(details, '\n'));
   assert_null(strchr(details, '\x1b'));
 
@@ -321,7 +314,7 @@ static void test_control_chars_escaped(void **state) {
                    0);
   chime__raw_destroy(&r);
   assert_int_equal(st, GRPC_STATUS_NOT_FOUND);
-  assert_contains(details, "table 'de\\x0amo\\x1b[31m\\\\' not found");
+  chime__assert_contains(details, "table 'de\\x0amo\\x1b[31m\\\\' not found");
   assert_null(strchr(details, '\x1b'));
 }
 
@@ -398,7 +391,7 @@ static void test_large_spec_refused(void **state) {
   fprintf(stderr, "a %zu-byte spec: '%s', chimed used %.2f s of CPU\n", len,
           details, cpu);
   assert_int_equal(st, GRPC_STATUS_INVALID_ARGUMENT);
-  assert_contains(details, "more than 64 leaves");
+  chime__assert_contains(details, "more than 64 leaves");
   assert_true(cpu < 2.0); /* a generous bound: it was 4 s */
 }
 
@@ -417,7 +410,7 @@ static void test_oversized_requests_refused(void **state) {
   for (int i = 0; i < 3; i++) {
     assert_int_equal(unary_bytes(small[i], b, len, details, sizeof(details)),
                      GRPC_STATUS_INVALID_ARGUMENT);
-    assert_contains(details, "this method takes at most 65536");
+    chime__assert_contains(details, "this method takes at most 65536");
   }
   chime__raw_t r;
   grpc_status_code st = GRPC_STATUS_UNKNOWN;
@@ -427,8 +420,8 @@ static void test_oversized_requests_refused(void **state) {
                    0);
   chime__raw_destroy(&r);
   assert_int_equal(st, GRPC_STATUS_INVALID_ARGUMENT);
-  assert_contains(details, "Subscribe: a request of");
-  assert_contains(details, "at most 262144");
+  chime__assert_contains(details, "Subscribe: a request of");
+  chime__assert_contains(details, "at most 262144");
   free(b);
   /* 65,536 bytes exactly: an unknown field of that many bytes in all. */
   b = malloc(65536);
@@ -485,15 +478,8 @@ static void test_mutate_read_by_hand(void **state) {
   memset(b + k, 0x05, n); /* key 5, n times */
   assert_int_equal(unary_bytes(M_MUTATE, b, k + n, details, sizeof(details)),
                    GRPC_STATUS_INVALID_ARGUMENT);
-  assert_contains(details, "1048577 deletes; at most 1048576");
+  chime__assert_contains(details, "1048577 deletes; at most 1048576");
   free(b);
-}
-
-/* Appends a varint to b at *k. */
-static void put_varint(uint8_t *b, size_t *k, uint64_t v) {
-  for (; v >= 0x80; v >>= 7)
-    b[(*k)++] = (uint8_t)(v | 0x80);
-  b[(*k)++] = (uint8_t)v;
 }
 
 /* An Insert's versions and lengths are counted before they are decoded,
@@ -514,12 +500,12 @@ static void test_insert_counts_refused(void **state) {
   b[k++] = 0x10; /* count 1 */
   b[k++] = 1;
   b[k++] = 0x52; /* field 10, LEN: versions */
-  put_varint(b, &k, n);
+  k += chime__pb_put_varint(b + k, n);
   memset(b + k, 0x01, n);
   uint64_t peak0 = peak_rss_of(chimed.proc.pid);
   assert_int_equal(unary_bytes(M_INSERT, b, k + n, details, sizeof(details)),
                    GRPC_STATUS_INVALID_ARGUMENT);
-  assert_contains(details, "24000000 versions for 1 samples");
+  chime__assert_contains(details, "24000000 versions for 1 samples");
   uint64_t peak = peak_rss_of(chimed.proc.pid);
   fprintf(stderr,
           "24M versions for 1 sample: chimed's peak RSS %llu -> %llu "
@@ -548,7 +534,7 @@ static void test_insert_counts_refused(void **state) {
   m[k++] = 1;
   assert_int_equal(unary_bytes(M_INSERT, m, k, details, sizeof(details)),
                    GRPC_STATUS_INVALID_ARGUMENT);
-  assert_contains(details, "3 lengths for 2 samples");
+  chime__assert_contains(details, "3 lengths for 2 samples");
 
   /* 5 samples with a version each in 4 data bytes. */
   k = 0;
@@ -568,7 +554,7 @@ static void test_insert_counts_refused(void **state) {
   k += 5;
   assert_int_equal(unary_bytes(M_INSERT, m, k, details, sizeof(details)),
                    GRPC_STATUS_INVALID_ARGUMENT);
-  assert_contains(details, "5 samples in 4 data bytes and 0 lengths");
+  chime__assert_contains(details, "5 samples in 4 data bytes and 0 lengths");
 }
 
 /* `table: demo` and then the bytes of b, into out; the length. */
@@ -598,7 +584,7 @@ static void test_limits_one_past(void **state) {
   assert_int_equal(
       unary_bytes(M_INSERT, m, demo_then(m, b, k), details, sizeof(details)),
       GRPC_STATUS_INVALID_ARGUMENT);
-  assert_contains(details, "spec leaf larger than 4096 bytes");
+  chime__assert_contains(details, "spec leaf larger than 4096 bytes");
 
   k = 0;
   b[k++] = 0x10; /* count 1 */
@@ -613,7 +599,7 @@ static void test_limits_one_past(void **state) {
   assert_int_equal(
       unary_bytes(M_INSERT, m, demo_then(m, b, k), details, sizeof(details)),
       GRPC_STATUS_INVALID_ARGUMENT);
-  assert_contains(details, "lengths are for ragged leaves");
+  chime__assert_contains(details, "lengths are for ragged leaves");
 
   static const uint8_t unknown[3] = {0x98, 0x06, 0x00}; /* field 99 = 0 */
   size_t len;
@@ -622,7 +608,7 @@ static void test_limits_one_past(void **state) {
   assert_int_equal(
       unary_bytes(M_SET_VERSION, big, len, details, sizeof(details)),
       GRPC_STATUS_INVALID_ARGUMENT);
-  assert_contains(details, "this method takes at most 4096");
+  chime__assert_contains(details, "this method takes at most 4096");
   free(big);
 
   Chime__V1__Open open = CHIME__V1__OPEN__INIT;
@@ -642,7 +628,7 @@ static void test_limits_one_past(void **state) {
                    0);
   chime__raw_destroy(&r);
   assert_int_equal(st, GRPC_STATUS_INVALID_ARGUMENT);
-  assert_contains(details, "prefetch 5: must be 0..slots (4)");
+  chime__assert_contains(details, "prefetch 5: must be 0..slots (4)");
 }
 
 int main(void) {

@@ -17,6 +17,7 @@
 #include "chime/chime.h"
 #include "harness.h"
 #include "rawcall.h"
+#include "wire/pbwrite.h"
 
 #define SAMPLE 65536
 #define COUNT 64
@@ -38,16 +39,6 @@ static int teardown(void **state) {
   (void)state;
   (void)chime__raw_fixture_stop(&chimed, ch);
   return 0;
-}
-
-static size_t put_varint(uint8_t *p, uint64_t v) {
-  size_t n = 0;
-  while (v >= 0x80) {
-    p[n++] = (uint8_t)(v | 0x80);
-    v >>= 7;
-  }
-  p[n++] = (uint8_t)v;
-  return n;
 }
 
 static uint8_t pattern(size_t i) {
@@ -83,14 +74,14 @@ static void test_big_request_lands_whole(void **state) {
   Chime__V1__InsertAck *ack = NULL;
   assert_non_null(msg);
   msg[n++] = (15 << 3) | 0; /* unknown varint field first */
-  n += put_varint(msg + n, 12345);
+  n += chime__pb_put_varint(msg + n, 12345);
   msg[n++] = (1 << 3) | 2;
-  n += put_varint(msg + n, 1);
+  n += chime__pb_put_varint(msg + n, 1);
   msg[n++] = 't';
   msg[n++] = (2 << 3) | 0;
-  n += put_varint(msg + n, COUNT);
+  n += chime__pb_put_varint(msg + n, COUNT);
   msg[n++] = (3 << 3) | 2;
-  n += put_varint(msg + n, (uint64_t)COUNT * SAMPLE);
+  n += chime__pb_put_varint(msg + n, (uint64_t)COUNT * SAMPLE);
   for (size_t i = 0; i < (size_t)COUNT * SAMPLE; i++)
     msg[n++] = pattern(i);
   for (int i = 0; i < COUNT; i++) { /* priorities, unpacked */
@@ -100,7 +91,7 @@ static void test_big_request_lands_whole(void **state) {
     n += 8;
   }
   msg[n++] = (5 << 3) | 0;
-  n += put_varint(msg + n, 77);
+  n += chime__pb_put_varint(msg + n, 77);
   assert_true(n <= cap);
   assert_int_equal(insert_bytes(msg, n, &ack, details, sizeof details),
                    GRPC_STATUS_OK);
@@ -175,7 +166,7 @@ static void test_malformed_requests(void **state) {
   ok[n++] = 0x10;
   ok[n++] = 1;
   ok[n++] = 0x1a;
-  n += put_varint(ok + n, SAMPLE);
+  n += chime__pb_put_varint(ok + n, SAMPLE);
   memset(ok + n, 5, SAMPLE);
   n += SAMPLE;
   assert_int_equal(insert_bytes(ok, n, &ack, details, sizeof details),

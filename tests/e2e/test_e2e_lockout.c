@@ -26,6 +26,7 @@
 
 #include "chime/chime.h"
 #include "harness.h"
+#include "asserts.h"
 #include "writes.h"
 #include "pattern.h"
 
@@ -45,12 +46,6 @@ static int setup(void **state) {
   return chime_spec_parse(&spec, SPEC) == 0 ? 0 : -1;
 }
 
-static int teardown(void **state) {
-  (void)state;
-  chime__harness_kill_all();
-  return 0;
-}
-
 /* chimed with a uniform table (batches never run out), its handoff socket
  * at an abstract address of ours (abstract like the default, so without
  * permissions: only SO_PEERCRED keeps another uid out), and extra config. */
@@ -65,14 +60,6 @@ static void start(chime__chimed_t *d, chime_client_t **c, char *path,
            "\"min_size\": 1, \"sampler\": \"uniform\"}]}\n",
            path, extra);
   assert_int_equal(chime__chimed_start_client(d, config, c), 0);
-}
-
-static void stop(chime__chimed_t *d, chime_client_t *c) {
-  assert_int_equal(chime__chimed_stop_client(d, c), 0);
-}
-
-static void insert(chime_client_t *c, uint64_t n) {
-  assert_int_equal(chime__write_pattern(c, "u", &spec, 1, n, NULL), 0);
 }
 
 /* The flooder: FLOOD_CONNS connections to path as uid, each reopened when
@@ -139,11 +126,11 @@ static void flood_case(uid_t uid, const char *extra, long *refused,
   chime__proc_t flooder;
   char path[128];
   start(&d, &c, path, sizeof(path), extra);
-  insert(c, 64);
+  assert_int_equal(chime__write_pattern(c, "u", &spec, 1, 64, NULL), 0);
   flood_start(&flooder, path, uid);
   attach_and_read(c, &flooder);
   flood_stop(&flooder, refused, dropped);
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 /* An allowed uid is never refused: its idle handshakes beyond its share
@@ -280,8 +267,9 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_same_uid_flood),
   };
   int root = geteuid() == 0;
-  int failed = root ? cmocka_run_group_tests(all, setup, teardown)
-                    : cmocka_run_group_tests(same_uid, setup, teardown);
+  int failed =
+      root ? cmocka_run_group_tests(all, setup, chime__harness_teardown)
+           : cmocka_run_group_tests(same_uid, setup, chime__harness_teardown);
   if (failed == 0 && !root) {
     fprintf(stderr, "skip: not root: the other-uid floods need to become "
                     "nobody (65534); only the same-uid flood ran\n");

@@ -14,6 +14,7 @@
 
 #include "chime/chime.h"
 #include "harness.h"
+#include "streams.h"
 
 #define STREAMS 256
 #define SAMPLE 64 /* id:u64[], pad:u8[56] */
@@ -52,14 +53,9 @@ static int threads_of(pid_t pid) {
   return n;
 }
 
-static void open_stream(chime_stream_t **s, int i) {
-  chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
-  so.batch_size = 4;
-  so.slots = 2;
-  so.mode = i % 4 == 0 ? CHIME_MODE_SHM : CHIME_MODE_STREAM;
-  int rc = chime_stream_open(s, client, "u", &so);
-  if (rc != 0)
-    fail_msg("stream %d: %s (%s)", i, chime_strerror(rc), chime_last_error());
+/* Stream i's mode: every fourth in shm, the others in stream mode. */
+static chime_mode_t mode_of(int i) {
+  return i % 4 == 0 ? CHIME_MODE_SHM : CHIME_MODE_STREAM;
 }
 
 /* Takes one batch and checks it came from the table. */
@@ -90,11 +86,11 @@ static void test_256_streams_few_threads(void **state) {
   assert_int_equal(chime_writer_close(w), 0);
 
   static chime_stream_t *s[STREAMS];
-  open_stream(&s[0], 0);
+  s[0] = chime__open_stream(client, "u", mode_of(0), 4, 2, NULL);
   take_one(s[0], 0);
   int one = threads_of(chimed.proc.pid);
   for (int i = 1; i < STREAMS; i++)
-    open_stream(&s[i], i);
+    s[i] = chime__open_stream(client, "u", mode_of(i), 4, 2, NULL);
   for (int round = 0; round < 3; round++)
     for (int i = 0; i < STREAMS; i++)
       take_one(s[i], i);

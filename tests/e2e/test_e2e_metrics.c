@@ -45,9 +45,7 @@ static int setup(void **state) {
            "\"uniform\"},"
            " {\"name\": \"q.2\", \"spec\": \"x:u64[]\", \"capacity\": 10}]}",
            chime__harness_tmpdir());
-  int rc = chime__chimed_start(&chimed, cfg, NULL, 30000);
-  if (rc == CHIME_ENOTFOUND)
-    chime__skip("chimed is not built");
+  int rc = chime__chimed_start_or_skip(&chimed, cfg, NULL, 30000);
   if (rc != 0)
     return -1;
   if (chime__proc_read_line(&chimed.proc, "metrics on ", metrics_addr,

@@ -15,6 +15,7 @@
 #include "chime.pb-c.h"
 #include "chime/chime.h"
 #include "harness.h"
+#include "writes.h"
 #include "rawcall.h"
 
 static chime__chimed_t chimed;
@@ -39,18 +40,18 @@ static int teardown(void **state) {
   return chime__raw_client_fixture_stop(&chimed, ch, client);
 }
 
-/* Inserts x = 1..n with priority x into table; keys are 1..n too. */
-static void insert(const char *table, uint64_t n) {
-  chime_writer_t *w = NULL;
-  assert_int_equal(chime_writer_open(&w, client, table, NULL), 0);
-  for (uint64_t x = 1; x <= n; x++)
-    assert_int_equal(chime_writer_append(w, &x, sizeof x, (double)x), 0);
-  assert_int_equal(chime_writer_close(w), 0);
+static double prio_x(uint64_t x) {
+  return (double)x;
+}
+
+/* x = 1..n with priority x into table; keys are 1..n too. */
+static void write_prio_x(const char *table, uint64_t n) {
+  assert_int_equal(chime__write_counter(client, table, 1, n, prio_x), 0);
 }
 
 static void test_max_heap_order_after_mutate(void **state) {
   (void)state;
-  insert("h", 10);
+  write_prio_x("h", 10);
   uint64_t keys[] = {3, 10, 999};
   double prios[] = {100.0, 0.5, 7.0};
   uint64_t dels[] = {5, 6, 1000};
@@ -90,7 +91,7 @@ static void test_max_heap_order_after_mutate(void **state) {
 
 static void test_prioritized_zero_is_never_drawn(void **state) {
   (void)state;
-  insert("p", 4);
+  write_prio_x("p", 4);
   uint64_t keys[] = {1, 2, 3};
   double zero[] = {0, 0, 0};
   chime_mutate_result_t r;

@@ -21,6 +21,7 @@
 
 #include "chime/chime.h"
 #include "harness.h"
+#include "asserts.h"
 
 static char cfg_json[2048];
 
@@ -45,10 +46,6 @@ static void start(chime__chimed_t *d, chime_client_t **c, const char *restore) {
   assert_int_equal(chime_client_create(c, d->addr, NULL), 0);
 }
 
-static void stop(chime__chimed_t *d, chime_client_t *c) {
-  assert_int_equal(chime__chimed_stop_client(d, c), 0);
-}
-
 /* A writer of table with this timeout and version, on a new chimed (or
  * one restored from restore). */
 static chime_writer_t *start_writer(chime__chimed_t *d, chime_client_t **c,
@@ -61,18 +58,6 @@ static chime_writer_t *start_writer(chime__chimed_t *d, chime_client_t **c,
   o.version = version;
   assert_int_equal(chime_writer_open(&w, *c, table, &o), 0);
   return w;
-}
-
-static chime_table_stats_t table_stats(chime_client_t *c, const char *table) {
-  chime_stats_t *st = NULL;
-  chime_table_stats_t out;
-  memset(&out, 0, sizeof(out));
-  assert_int_equal(chime_client_stats(c, &st), 0);
-  for (uint32_t i = 0; i < st->ntables; i++)
-    if (strcmp(st->tables[i].name, table) == 0)
-      out = st->tables[i];
-  chime_stats_free(st);
-  return out;
 }
 
 static void append_n(chime_writer_t *w, uint64_t first, uint32_t n) {
@@ -92,7 +77,7 @@ static void flush_acked(chime_writer_t *w) {
 /* Until Stats say n inserts wait on pacing (the test's timeout bounds
  * it). */
 static void until_waiting(chime_client_t *c, uint32_t n) {
-  while (table_stats(c, "p").inserts_waiting_pace != n)
+  while (chime__table_stats(c, "p").inserts_waiting_pace != n)
     chime__sleep_ms(5);
 }
 
@@ -114,7 +99,7 @@ static void test_wait_timeout_wake_restore(void **state) {
   append_n(w, 1, 8);
   assert_int_equal(chime_writer_flush(w), 0);
   held(c, w, 9, 2); /* two more */
-  chime_table_stats_t ts = table_stats(c, "p");
+  chime_table_stats_t ts = chime__table_stats(c, "p");
   assert_int_equal(ts.size, 8);
   assert_int_equal(ts.pace_ahead, 8);
   /* The learner's version step: a batch's worth drawn, the request in. */
@@ -123,7 +108,7 @@ static void test_wait_timeout_wake_restore(void **state) {
   assert_int_equal(newest, 1);
   flush_acked(w);
   assert_int_equal(chime_writer_acked(w), 10);
-  ts = table_stats(c, "p");
+  ts = chime__table_stats(c, "p");
   assert_int_equal(ts.size, 10);
   assert_int_equal(ts.pace_ahead, 4 + 2);
   assert_int_equal(ts.paced_inserts, 1);
@@ -134,9 +119,9 @@ static void test_wait_timeout_wake_restore(void **state) {
   /* Through a checkpoint: the restored table counts the same 6 ahead. */
   chime_checkpoint_result_t r;
   assert_int_equal(chime_client_checkpoint(c, &r), 0);
-  stop(&d, c);
+  chime__stop_clean(&d, c);
   w = start_writer(&d, &c, r.path, "p", 200, 0);
-  ts = table_stats(c, "p");
+  ts = chime__table_stats(c, "p");
   assert_int_equal(ts.size, 10);
   assert_int_equal(ts.newest_version, 1);
   assert_int_equal(ts.pace_ahead, 6);
@@ -144,8 +129,8 @@ static void test_wait_timeout_wake_restore(void **state) {
   assert_int_equal(chime_client_set_version(c, "p", 2, NULL), 0);
   flush_acked(w);
   assert_int_equal(chime_writer_close(w), 0);
-  assert_int_equal(table_stats(c, "p").size, 13);
-  stop(&d, c);
+  assert_int_equal(chime__table_stats(c, "p").size, 13);
+  chime__stop_clean(&d, c);
 }
 
 /* Each sample's version is its oldest token's: in its info and at the
@@ -173,7 +158,7 @@ static void test_token_versions(void **state) {
     assert_string_equal(ti->version_leaf, p ? "" : "tok_ver");
   }
   chime_server_info_free(info);
-  chime_table_stats_t ts = table_stats(c, "t");
+  chime_table_stats_t ts = chime__table_stats(c, "t");
   assert_int_equal(ts.newest_version, 9);
   assert_int_equal(ts.size, 2); /* 3 is more than 2 behind 9: never in */
   assert_int_equal(ts.removed_stale, 1);
@@ -189,7 +174,7 @@ static void test_token_versions(void **state) {
   assert_int_equal(b.info[0].staleness, 2);
   assert_int_equal(chime_stream_release(s, &b), 0);
   chime_stream_close(s);
-  stop(&d, c);
+  chime__stop_clean(&d, c);
 }
 
 int main(void) {

@@ -805,23 +805,22 @@ static void test_ring_pin_error_reaches_client(void **state) {
   assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
-static int teardown(void **state) {
-  (void)state;
-  chime__harness_kill_all();
-  return 0;
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_teardown(test_real_runtime_no_driver, teardown),
-      cmocka_unit_test_teardown(test_fake_init_failure, teardown),
-      cmocka_unit_test_teardown(test_nothing_found, teardown),
-      cmocka_unit_test_teardown(test_off_maps_no_cuda, teardown),
+      cmocka_unit_test_teardown(test_real_runtime_no_driver,
+                                chime__harness_teardown),
+      cmocka_unit_test_teardown(test_fake_init_failure,
+                                chime__harness_teardown),
+      cmocka_unit_test_teardown(test_nothing_found, chime__harness_teardown),
+      cmocka_unit_test_teardown(test_off_maps_no_cuda, chime__harness_teardown),
       /* Before any other test that pins in this process. */
-      cmocka_unit_test_teardown(test_ring_pin_error_reaches_client, teardown),
-      cmocka_unit_test_teardown(test_pins_rings_end_to_end, teardown),
-      cmocka_unit_test_teardown(test_info_reports_ring_footprint, teardown),
-      cmocka_unit_test_teardown(test_embedded_pins, teardown),
+      cmocka_unit_test_teardown(test_ring_pin_error_reaches_client,
+                                chime__harness_teardown),
+      cmocka_unit_test_teardown(test_pins_rings_end_to_end,
+                                chime__harness_teardown),
+      cmocka_unit_test_teardown(test_info_reports_ring_footprint,
+                                chime__harness_teardown),
+      cmocka_unit_test_teardown(test_embedded_pins, chime__harness_teardown),
   };
 
   if (chime__harness_bin("src/server/chimed", g_chimed, sizeof g_chimed) ==

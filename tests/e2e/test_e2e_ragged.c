@@ -20,6 +20,7 @@
 #include "chime/chime.h"
 #include "chime/ring.h"
 #include "harness.h"
+#include "streams.h"
 #include "rawcall.h"
 
 #define BOUND 300
@@ -93,10 +94,6 @@ static void insert_sized(uint64_t first, uint64_t n, int small) {
   assert_int_equal(chime_writer_close(w), 0);
 }
 
-static void insert(uint64_t first, uint64_t n) {
-  insert_sized(first, n, 0);
-}
-
 /* Batch sample j is sample i: its rows at its offsets, values as written. */
 static void check_sample(const chime_batch_t *b, uint32_t j, uint64_t i) {
   const chime_batch_leaf_t *t = chime_batch_leaf(b, "tokens");
@@ -142,20 +139,6 @@ static uint64_t tail_bytes(uint32_t batch) {
          lay.offsets_offset[0];
 }
 
-/* A stream of 4 slots on table in mode (no fallback). */
-static chime_stream_t *open_stream(const char *table, uint32_t batch,
-                                   chime_mode_t mode) {
-  chime_stream_t *s = NULL;
-  chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
-  so.batch_size = batch;
-  so.slots = 4;
-  so.mode = mode;
-  if (chime_stream_open(&s, client, table, &so) != 0)
-    fail_msg("open %s: %s", chime_mode_name(mode), chime_last_error());
-  assert_int_equal(chime_stream_mode(s), mode);
-  return s;
-}
-
 /* Reads samples first..first+n-1 (fifo: in order) in mode; each batch's
  * leaves as documented: values [total, *rest], offsets count + 1. In
  * stream mode a batch moves the rows it uses and no more: what the stream
@@ -163,7 +146,8 @@ static chime_stream_t *open_stream(const char *table, uint32_t batch,
  * table holds no more than these n, so no batch is received ahead). */
 static void consume_from(const char *table, uint32_t batch, chime_mode_t mode,
                          uint64_t first, uint64_t n) {
-  chime_stream_t *s = open_stream(table, batch, mode);
+  chime_stream_t *s = chime__open_stream(client, table, mode, batch, 4, NULL);
+  assert_int_equal(chime_stream_mode(s), mode); /* no fallback */
   int rc;
   uint64_t used = 0;
   for (uint64_t got = 0; got < n; got += batch) {
@@ -222,7 +206,7 @@ static void wait_empty(void) {
 
 static void test_shm_and_stream_deliver_the_same(void **state) {
   (void)state;
-  insert(0, N);
+  insert_sized(0, N, 0);
   consume(CHIME_MODE_SHM, 0, N);
   wait_empty();
   insert_sized(0, N, 1);
@@ -326,7 +310,7 @@ static void test_refused_nothing_inserted(void **state) {
   chime_stream_close(s);
   /* The server serves on. */
   wait_empty();
-  insert(100, BATCH);
+  insert_sized(100, BATCH, 0);
   consume(CHIME_MODE_SHM, 100, BATCH);
 }
 
@@ -384,7 +368,9 @@ static void test_stream_batches_of_many_chunks(void **state) {
                   (uint64_t)BIG_BATCH * sizeof(chime_sample_info_t) -
                   lay.offsets_offset[0];
 
-  chime_stream_t *s = open_stream("big", BIG_BATCH, CHIME_MODE_STREAM);
+  chime_stream_t *s =
+      chime__open_stream(client, "big", CHIME_MODE_STREAM, BIG_BATCH, 4, NULL);
+  assert_int_equal(chime_stream_mode(s), CHIME_MODE_STREAM); /* no fallback */
   uint64_t used = 0, prefix = 0;
   for (uint64_t got = 0; got < BIG_ITEMS; got += BIG_BATCH) {
     chime_batch_t b;

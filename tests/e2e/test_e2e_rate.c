@@ -74,9 +74,7 @@ static void spawn_learner(chime__proc_t *p, const char *addr,
 static void test_ratio_held(void **state) {
   (void)state;
   chime__chimed_t d;
-  int rc = chime__chimed_start(&d, config, NULL, 30000);
-  if (rc == CHIME_ENOTFOUND)
-    chime__skip("chimed is not built");
+  int rc = chime__chimed_start_or_skip(&d, config, NULL, 30000);
   assert_int_equal(rc, 0);
   chime_client_t *c = NULL;
   assert_int_equal(chime_client_create(&c, d.addr, NULL), 0);
@@ -160,9 +158,7 @@ static void test_ratio_held(void **state) {
 static void test_stop_while_insert_waits(void **state) {
   (void)state;
   chime__chimed_t d;
-  int rc = chime__chimed_start(&d, config, NULL, 30000);
-  if (rc == CHIME_ENOTFOUND)
-    chime__skip("chimed is not built");
+  int rc = chime__chimed_start_or_skip(&d, config, NULL, 30000);
   assert_int_equal(rc, 0);
   chime_client_t *c = NULL;
   assert_int_equal(chime_client_create(&c, d.addr, NULL), 0);
@@ -201,9 +197,7 @@ static void test_batch_over_min_size_refused(void **state) {
       "\"samples_per_insert\": 2, \"error_buffer\": 2, "
       "\"max_times_sampled\": 1}]}\n";
   chime__chimed_t d;
-  int rc = chime__chimed_start(&d, stall_config, NULL, 30000);
-  if (rc == CHIME_ENOTFOUND)
-    chime__skip("chimed is not built");
+  int rc = chime__chimed_start_or_skip(&d, stall_config, NULL, 30000);
   assert_int_equal(rc, 0);
   chime_client_t *c = NULL;
   assert_int_equal(chime_client_create(&c, d.addr, NULL), 0);

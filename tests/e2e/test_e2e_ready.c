@@ -16,6 +16,7 @@
 
 #include "chime/chime.h"
 #include "harness.h"
+#include "streams.h"
 #include "writes.h"
 #include "pattern.h"
 
@@ -35,12 +36,6 @@ static int setup(void **state) {
   return chime_spec_parse(&spec, SPEC) == 0 ? 0 : -1;
 }
 
-static int teardown(void **state) {
-  (void)state;
-  chime__harness_kill_all();
-  return 0;
-}
-
 static void start(chime__chimed_t *d, chime_client_t **c, const char *sampler) {
   char config[512];
   snprintf(config, sizeof(config),
@@ -50,22 +45,12 @@ static void start(chime__chimed_t *d, chime_client_t **c, const char *sampler) {
   assert_int_equal(chime__chimed_start_client(d, config, c), 0);
 }
 
-static void insert(chime_client_t *c) {
-  assert_int_equal(chime__write_pattern(c, "t", &spec, 1, ITEMS, NULL), 0);
-}
-
-static chime_stream_t *open_stream(chime_client_t *c, uint32_t batch,
-                                   uint64_t ready_bytes) {
+/* A shm stream of "t" that keeps at most ready_bytes sampled ahead. */
+static chime_stream_t *open_ready_limited(chime_client_t *c,
+                                          uint64_t ready_bytes) {
   chime_stream_opts_t o = CHIME_STREAM_OPTS_INIT;
-  o.batch_size = batch;
-  o.slots = SLOTS;
-  o.mode = CHIME_MODE_SHM;
   o.ready_bytes = ready_bytes;
-  chime_stream_t *s = NULL;
-  int rc = chime_stream_open(&s, c, "t", &o);
-  if (rc != 0)
-    fail_msg("stream open: %s: %s", chime_err_name(rc), chime_last_error());
-  return s;
+  return chime__open_stream(c, "t", CHIME_MODE_SHM, BATCH, SLOTS, &o);
 }
 
 /* The batches chimed published into its one stream's ring. */
@@ -105,8 +90,8 @@ static void test_never_more_ready(void **state) {
   chime_batch_t b[SLOTS];
   (void)state;
   start(&d, &c, "uniform");
-  insert(c);
-  chime_stream_t *s = open_stream(c, BATCH, READY_BYTES);
+  assert_int_equal(chime__write_pattern(c, "t", &spec, 1, ITEMS, NULL), 0);
+  chime_stream_t *s = open_ready_limited(c, READY_BYTES);
   expect_published(c, READY);
   for (uint32_t i = 0; i < 3; i++) {
     assert_int_equal(chime_stream_next(s, &b[i], 10000), 0);
@@ -137,8 +122,8 @@ static void test_zero_fills_every_slot(void **state) {
   chime_client_t *c = NULL;
   (void)state;
   start(&d, &c, "uniform");
-  insert(c);
-  chime_stream_t *s = open_stream(c, BATCH, 0);
+  assert_int_equal(chime__write_pattern(c, "t", &spec, 1, ITEMS, NULL), 0);
+  chime_stream_t *s = open_ready_limited(c, 0);
   expect_every_slot(c);
   chime_stream_close(s);
   assert_int_equal(chime__chimed_stop_client(&d, c), 0);
@@ -155,8 +140,8 @@ static void test_fifo_every_item_while_holding(void **state) {
   int got = 0;
   (void)state;
   start(&d, &c, "fifo");
-  insert(c);
-  chime_stream_t *s = open_stream(c, BATCH, READY_BYTES);
+  assert_int_equal(chime__write_pattern(c, "t", &spec, 1, ITEMS, NULL), 0);
+  chime_stream_t *s = open_ready_limited(c, READY_BYTES);
   for (uint32_t k = 0; got < ITEMS; k++) {
     uint32_t keep = k % (SLOTS - 1); /* 0..slots - 2 held as it asks */
     while (nheld > keep)
@@ -194,11 +179,12 @@ static void union_case(uint64_t ready_bytes) {
   chime_batch_t b;
   for (int k = 0; k < 2; k++) {
     start(&d[k], &direct[k], "uniform");
-    insert(direct[k]);
+    assert_int_equal(
+        chime__write_pattern(direct[k], "t", &spec, 1, ITEMS, NULL), 0);
   }
   snprintf(target, sizeof(target), "%s,%s", d[0].addr, d[1].addr);
   assert_int_equal(chime_client_create(&c, target, NULL), 0);
-  chime_stream_t *s = open_stream(c, BATCH, ready_bytes);
+  chime_stream_t *s = open_ready_limited(c, ready_bytes);
   for (int k = 0; k < 2; k++) {
     if (ready_bytes)
       expect_published(direct[k], READY);
@@ -232,5 +218,5 @@ int main(void) {
       cmocka_unit_test(test_union_passes_limit),
       cmocka_unit_test(test_union_default_fills),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return cmocka_run_group_tests(tests, setup, chime__harness_teardown);
 }

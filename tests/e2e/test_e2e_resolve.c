@@ -117,9 +117,7 @@ static void test_follows_the_name(void **state) {
     chime__skip(no_ns);
   chime__chimed_t a, b;
   const char *aargs[] = {"--listen", "127.0.0.2:0", NULL};
-  int rc = chime__chimed_start(&a, config(1), aargs, 30000);
-  if (rc == CHIME_ENOTFOUND)
-    chime__skip("chimed is not built");
+  int rc = chime__chimed_start_or_skip(&a, config(1), aargs, 30000);
   assert_int_equal(rc, 0);
   const char *port = strrchr(a.addr, ':');
   assert_non_null(port);
@@ -181,16 +179,10 @@ static void test_follows_the_name(void **state) {
   assert_int_equal(chime__chimed_stop(&b, 20000, &st), 0);
 }
 
-static int teardown(void **state) {
-  (void)state;
-  chime__harness_kill_all();
-  return 0;
-}
-
 int main(void) {
   private_hosts();
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_teardown(test_follows_the_name, teardown),
+      cmocka_unit_test_teardown(test_follows_the_name, chime__harness_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

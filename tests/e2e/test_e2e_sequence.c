@@ -80,7 +80,7 @@ static void actor_steps(actor_t *a, uint32_t n) {
 }
 
 /* Checks every window of a batch; returns how many. */
-static uint32_t check_batch(const chime_batch_t *b) {
+static uint32_t check_batch_windows(const chime_batch_t *b) {
   assert_int_equal(b->nleaves, 3);
   for (uint32_t j = 0; j < b->count; j++) {
     const chime_sample_info_t *in = &b->info[j];
@@ -160,7 +160,7 @@ static void test_two_writers_shm_and_stream(void **state) {
     for (int i = 0; i < 2; i++) {
       chime_batch_t b;
       assert_int_equal(chime_stream_next(s[i], &b, 30000), 0);
-      windows[i] += check_batch(&b);
+      windows[i] += check_batch_windows(&b);
       assert_int_equal(chime_stream_release(s[i], &b), 0);
     }
   }

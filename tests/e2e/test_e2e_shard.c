@@ -39,9 +39,7 @@ static int setup(void **state) {
            "\"sampler\": \"max_heap\", \"max_times_sampled\": 0}]}\n",
            ckpt_dir);
   const char *args[] = {"--shard", "7", NULL};
-  int rc = chime__chimed_start(&chimed, config, args, 30000);
-  if (rc == CHIME_ENOTFOUND)
-    chime__skip("chimed is not built");
+  int rc = chime__chimed_start_or_skip(&chimed, config, args, 30000);
   if (rc != 0)
     return -1;
   grpc_init();

@@ -116,7 +116,7 @@ static int teardown(void **state) {
 }
 
 /* The batch as documented, each sample as written; *ids gets the ids. */
-static void check_batch(const chime_batch_t *b, uint32_t *ids) {
+static void check_ragged_batch(const chime_batch_t *b, uint32_t *ids) {
   const chime_batch_leaf_t *t = chime_batch_leaf(b, "tokens");
   const chime_batch_leaf_t *l = chime_batch_leaf(b, "lp");
   const chime_batch_leaf_t *f = chime_batch_leaf(b, "frames");
@@ -209,7 +209,7 @@ static void merged(const char *table, chime_mode_t mode, int sharded_writers) {
       fail_msg("next: %s (%u of %u)", chime_last_error(), total,
                NSHARDS * PER_SHARD);
     assert_int_equal(b.count, BATCH);
-    check_batch(&b, ids);
+    check_ragged_batch(&b, ids);
     for (uint32_t j = 0; j < b.count; j++) {
       uint32_t k = ids[j] / 1000, i = ids[j] % 1000;
       assert_true(k >= 1 && k <= NSHARDS && i < PER_SHARD);
@@ -245,12 +245,12 @@ static void weighed(const char *table, chime_mode_t mode) {
     chime_batch_t a, b;
     assert_int_equal(chime_stream_next(s, &a, 20000), 0);
     assert_int_equal(chime_stream_next(s, &b, 20000), 0);
-    check_batch(&a, ids);
+    check_ragged_batch(&a, ids);
     for (uint32_t j = 1; j < a.count; j++)
       assert_int_equal(ids[j] / 1000, ids[0] / 1000);
     from[ids[0] / 1000]++;
-    check_batch(&b, ids);
-    check_batch(&a, ids); /* b's lend left a's info alone */
+    check_ragged_batch(&b, ids);
+    check_ragged_batch(&a, ids); /* b's lend left a's info alone */
     assert_int_equal(chime_stream_release(s, &a), 0);
     assert_int_equal(chime_stream_release(s, &b), 0);
   }

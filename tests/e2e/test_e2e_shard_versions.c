@@ -396,7 +396,7 @@ static const char *race_table;
 /* A writer of the sharded client (bound to the shard with the fewest):
  * each sample at the learner's version as it last read it, or one
  * behind, as an actor a little late with its weights. */
-static void *writer_main(void *arg) {
+static void *versioned_writer_main(void *arg) {
   uintptr_t id = (uintptr_t)arg;
   chime_writer_t *w = NULL;
   int rc = chime_writer_open(&w, sharded, race_table, NULL);
@@ -421,7 +421,8 @@ static void race(const char *table, chime_mode_t mode) {
   atomic_store(&writers_stop, 0);
   pthread_t th[WRITERS];
   for (uintptr_t i = 0; i < WRITERS; i++)
-    assert_int_equal(pthread_create(&th[i], NULL, writer_main, (void *)i), 0);
+    assert_int_equal(
+        pthread_create(&th[i], NULL, versioned_writer_main, (void *)i), 0);
   chime_stream_t *s = open_union(table, mode, 1);
   uint64_t lv = 1, samples = 0;
   for (int b = 0; b < 300; b++) {

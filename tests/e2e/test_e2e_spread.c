@@ -57,44 +57,32 @@ static chime__chimed_t d[NSHARDS];
 static chime_client_t *direct[NSHARDS]; /* one-server clients, for Stats */
 static char target[1024];
 
+/* Shard k's config. */
+static void config_of(int k, char *buf, size_t len) {
+  /* Two tables alike: one per stream mode. */
+  snprintf(buf, len,
+           "{\"shard\": %d, \"tables\": [\n"
+           " {\"name\": \"shm\", \"spec\": \"x:u64[]\", \"capacity\": %d, "
+           "\"sampler\": \"uniform\", \"samples_per_insert\": %g, "
+           "\"error_buffer\": %g, \"min_size\": %d},\n"
+           " {\"name\": \"stream\", \"spec\": \"x:u64[]\", \"capacity\": "
+           "%d, \"sampler\": \"uniform\", \"samples_per_insert\": %g, "
+           "\"error_buffer\": %g, \"min_size\": %d}]}\n",
+           k + 1, CAPACITY, SPI, ERROR_BUFFER, MIN_SIZE, CAPACITY, SPI,
+           ERROR_BUFFER, MIN_SIZE);
+}
+
 static int setup(void **state) {
   (void)state;
-  size_t len = 0;
-  for (int k = 0; k < NSHARDS; k++) {
-    char config[1024];
-    /* Two tables alike: one per stream mode. */
-    snprintf(config, sizeof config,
-             "{\"shard\": %d, \"tables\": [\n"
-             " {\"name\": \"shm\", \"spec\": \"x:u64[]\", \"capacity\": %d, "
-             "\"sampler\": \"uniform\", \"samples_per_insert\": %g, "
-             "\"error_buffer\": %g, \"min_size\": %d},\n"
-             " {\"name\": \"stream\", \"spec\": \"x:u64[]\", \"capacity\": "
-             "%d, \"sampler\": \"uniform\", \"samples_per_insert\": %g, "
-             "\"error_buffer\": %g, \"min_size\": %d}]}\n",
-             k + 1, CAPACITY, SPI, ERROR_BUFFER, MIN_SIZE, CAPACITY, SPI,
-             ERROR_BUFFER, MIN_SIZE);
-    int rc = chime__chimed_start(&d[k], config, NULL, 30000);
-    if (rc == CHIME_ENOTFOUND)
-      chime__skip("chimed is not built");
-    if (rc != 0 || chime_client_create(&direct[k], d[k].addr, NULL) != 0)
-      return -1;
-    len += (size_t)snprintf(target + len, sizeof target - len, "%s%s",
-                            k ? "," : "", d[k].addr);
-  }
-  return 0;
+  return chime__shards_start(d, NSHARDS, config_of, direct, target,
+                             sizeof target, NULL) == 0
+             ? 0
+             : -1;
 }
 
 static int teardown(void **state) {
   (void)state;
-  int ok = 1;
-  for (int k = 0; k < NSHARDS; k++) {
-    chime_client_destroy(direct[k]);
-    int st = 0;
-    if (chime__chimed_stop(&d[k], 20000, &st) != 0 || st != 0)
-      ok = 0;
-  }
-  chime__harness_kill_all();
-  return ok ? 0 : -1;
+  return chime__shards_stop(d, NSHARDS, direct, NULL, NULL) == 0 ? 0 : -1;
 }
 
 /* --- the limiter's contract --- */
@@ -164,7 +152,7 @@ typedef struct {
   pthread_t th;
 } writer_t;
 
-static void *writer_main(void *arg) {
+static void *counting_writer_main(void *arg) {
   writer_t *wr = arg;
   wr->rc = 0;
   for (uint64_t i = 0; i < PER_WRITER && wr->rc == 0; i++)
@@ -189,7 +177,7 @@ typedef struct {
 /* Reads the union until told to stop. A next() that times out is no
  * failure: near the end a drawn shard waits for inserts that may not come
  * (its limiter at the top of its window once its writer is done). */
-static void *learner_main(void *arg) {
+static void *batch_counting_learner_main(void *arg) {
   learner_t *l = arg;
   l->rc = 0;
   while (!atomic_load(&l->stop)) {
@@ -228,7 +216,8 @@ static void spread(const char *table, chime_mode_t mode) {
     fail_msg("open over shards: %s: %s", chime_strerror(rc),
              chime_last_error());
   assert_int_equal(chime_stream_mode(l.s), mode);
-  assert_int_equal(pthread_create(&l.th, NULL, learner_main, &l), 0);
+  assert_int_equal(pthread_create(&l.th, NULL, batch_counting_learner_main, &l),
+                   0);
 
   writer_t w[NSHARDS];
   chime_writer_opts_t wo = CHIME_WRITER_OPTS_INIT;
@@ -241,7 +230,8 @@ static void spread(const char *table, chime_mode_t mode) {
       fail_msg("writer %d: %s: %s", i, chime_strerror(rc), chime_last_error());
   }
   for (int i = 0; i < NSHARDS; i++)
-    assert_int_equal(pthread_create(&w[i].th, NULL, writer_main, &w[i]), 0);
+    assert_int_equal(
+        pthread_create(&w[i].th, NULL, counting_writer_main, &w[i]), 0);
 
   /* The contract holds at every moment, not only at the end: look while
    * the writers run (each look is one Stats per shard). */

@@ -21,6 +21,7 @@
 #include "chime.pb-c.h"
 #include "chime/chime.h"
 #include "harness.h"
+#include "asserts.h"
 #include "rawcall.h"
 
 #define SAMPLE 64      /* id:u64[], pad:u8[56] */
@@ -113,27 +114,12 @@ static uint64_t rss_of(pid_t pid) {
   return (uint64_t)kb << 10;
 }
 
-static chime_stats_t *stats(void) {
-  chime_stats_t *s = NULL;
-  assert_int_equal(chime_client_stats(client, &s), 0);
-  return s;
-}
-
-static const chime_table_stats_t *table_stats(const chime_stats_t *s,
-                                              const char *name) {
-  for (uint32_t i = 0; i < s->ntables; i++)
-    if (strcmp(s->tables[i].name, name) == 0)
-      return &s->tables[i];
-  fail_msg("no table %s in Stats", name);
-  return NULL;
-}
-
 /* Polls Stats until staged bytes compare to `bytes` as asked (ge: at least,
  * else exactly), within 15 s. */
 static uint64_t wait_staged(uint64_t bytes, int ge) {
   int64_t end = chime__now_ms() + 15000;
   for (;;) {
-    chime_stats_t *s = stats();
+    chime_stats_t *s = chime__stats(client);
     uint64_t got = s->staged_insert_bytes;
     chime_stats_free(s);
     if (ge ? got >= bytes : got == bytes)
@@ -203,8 +189,8 @@ static void test_unacked_request_never_goes_in(void **state) {
   }
   chime_stream_close(s);
   chime__sleep_ms(300);
-  chime_stats_t *sv = stats();
-  assert_int_equal(table_stats(sv, "q")->inserts, CAP);
+  chime_stats_t *sv = chime__stats(client);
+  assert_int_equal(chime__stats_table(sv, "q")->inserts, CAP);
   assert_int_equal(sv->staged_insert_bytes, 0);
   chime_stats_free(sv);
 }
@@ -288,7 +274,7 @@ static void attack_wave(uint64_t first_id) {
       assert_int_equal(atomic_load(&snd[i].refused),
                        atomic_load(&snd[i].budget_refused));
     }
-    chime_stats_t *s = stats();
+    chime_stats_t *s = chime__stats(client);
     assert_true(s->staged_insert_bytes <= BUDGET);
     assert_int_equal(s->staged_insert_budget, BUDGET);
     parked = s->insert_calls_parked;
@@ -311,14 +297,14 @@ static void attack_wave(uint64_t first_id) {
    * leaves the count when it does, not when the client's call ended. */
   int64_t until = chime__now_ms() + 15000;
   chime_stats_t *s;
-  while ((s = stats())->insert_calls_parked != 0) {
+  while ((s = chime__stats(client))->insert_calls_parked != 0) {
     if (chime__now_ms() > until)
       fail_msg("%" PRIu64 " insert calls still parked 15 s after the cancels",
                (uint64_t)s->insert_calls_parked);
     chime_stats_free(s);
     chime__sleep_ms(20);
   }
-  assert_int_equal(table_stats(s, "big")->inserts, 2);
+  assert_int_equal(chime__stats_table(s, "big")->inserts, 2);
   chime_stats_free(s);
 }
 

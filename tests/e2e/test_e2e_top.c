@@ -28,6 +28,7 @@
 
 #include "chime/chime.h"
 #include "harness.h"
+#include "writes.h"
 
 #define CAPACITY 1000
 #define SHARD2_ITEMS 20
@@ -38,17 +39,6 @@ static char g_bin[1024];
 static char g_target[600]; /* "A,B" */
 static char g_dead[64];    /* an address that refuses connections */
 static int g_dead_fd = -1; /* bound, never listening: refused at once */
-
-static void insert(const char *addr, uint64_t n) {
-  chime_client_t *c = NULL;
-  chime_writer_t *w = NULL;
-  assert_int_equal(chime_client_create(&c, addr, NULL), 0);
-  assert_int_equal(chime_writer_open(&w, c, "t", NULL), 0);
-  for (uint64_t i = 0; i < n; i++)
-    assert_int_equal(chime_writer_append(w, &i, sizeof(i), 1.0), 0);
-  assert_int_equal(chime_writer_close(w), 0);
-  chime_client_destroy(c);
-}
 
 /* A writer that inserts until it is stopped, and a learner that samples
  * until then: the rates top shows. */
@@ -98,22 +88,17 @@ static int setup(void **state) {
              "\"x:u64[]\", \"capacity\": %d, \"sampler\": \"uniform\", "
              "\"min_size\": 1}]}\n",
              i + 1, CAPACITY);
-    int rc = chime__chimed_start(&g_d[i], cfg, NULL, 30000);
-    if (rc == CHIME_ENOTFOUND)
-      chime__skip("chimed is not built");
+    int rc = chime__chimed_start_or_skip(&g_d[i], cfg, NULL, 30000);
     if (rc != 0)
       return -1;
   }
-  insert(g_d[1].addr, SHARD2_ITEMS);
+  chime_client_t *c = NULL; /* counting samples into "t" */
+  assert_int_equal(chime_client_create(&c, g_d[1].addr, NULL), 0);
+  assert_int_equal(chime__write_counter(c, "t", 0, SHARD2_ITEMS, NULL), 0);
+  chime_client_destroy(c);
   snprintf(g_target, sizeof(g_target), "%s,%s", g_d[0].addr, g_d[1].addr);
-  struct sockaddr_in sa = {.sin_family = AF_INET,
-                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t sl = sizeof(sa);
-  g_dead_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (g_dead_fd < 0 || bind(g_dead_fd, (struct sockaddr *)&sa, sizeof(sa)) ||
-      getsockname(g_dead_fd, (struct sockaddr *)&sa, &sl))
+  if ((g_dead_fd = chime__refusing_addr(g_dead, sizeof(g_dead))) < 0)
     return -1;
-  snprintf(g_dead, sizeof(g_dead), "127.0.0.1:%u", ntohs(sa.sin_port));
   return start_load(g_d[0].addr);
 }
 

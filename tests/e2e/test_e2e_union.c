@@ -115,56 +115,44 @@ static void test_critical_values(void **state) {
 
 /* --- fixture --- */
 
+/* Shard k's config. */
+static void config_of(int k, char *buf, size_t len) {
+  snprintf(buf, len,
+           "{\"shard\": %d, \"tables\": [\n"
+           " {\"name\": \"uni\", \"spec\": \"x:u64[]\", \"capacity\": "
+           "20000, \"sampler\": \"uniform\"},\n"
+           " {\"name\": \"pri\", \"spec\": \"x:u64[]\", \"capacity\": "
+           "20000, \"sampler\": \"prioritized\", \"priority_exponent\": "
+           "%g},\n"
+           " {\"name\": \"q\", \"spec\": \"x:u64[]\", \"capacity\": 2000, "
+           "\"sampler\": \"fifo\"},\n"
+           " {\"name\": \"qs\", \"spec\": \"x:u64[]\", \"capacity\": 2000, "
+           "\"sampler\": \"fifo\"},\n"
+           " {\"name\": \"grow\", \"spec\": \"x:u64[]\", \"capacity\": "
+           "2000, \"sampler\": \"uniform\"},\n"
+           " {\"name\": \"kill\", \"spec\": \"x:u64[]\", \"capacity\": "
+           "2000, \"sampler\": \"uniform\"},\n"
+           " {\"name\": \"solo\", \"spec\": \"x:u64[]\", \"capacity\": "
+           "2000, \"sampler\": \"uniform\"}]}\n",
+           k + 1, EXPONENT);
+}
+
 static int setup(void **state) {
   (void)state;
-  size_t len = 0;
-  for (int k = 0; k < NSHARDS; k++) {
-    char config[2048];
-    snprintf(config, sizeof config,
-             "{\"shard\": %d, \"tables\": [\n"
-             " {\"name\": \"uni\", \"spec\": \"x:u64[]\", \"capacity\": "
-             "20000, \"sampler\": \"uniform\"},\n"
-             " {\"name\": \"pri\", \"spec\": \"x:u64[]\", \"capacity\": "
-             "20000, \"sampler\": \"prioritized\", \"priority_exponent\": "
-             "%g},\n"
-             " {\"name\": \"q\", \"spec\": \"x:u64[]\", \"capacity\": 2000, "
-             "\"sampler\": \"fifo\"},\n"
-             " {\"name\": \"qs\", \"spec\": \"x:u64[]\", \"capacity\": 2000, "
-             "\"sampler\": \"fifo\"},\n"
-             " {\"name\": \"grow\", \"spec\": \"x:u64[]\", \"capacity\": "
-             "2000, \"sampler\": \"uniform\"},\n"
-             " {\"name\": \"kill\", \"spec\": \"x:u64[]\", \"capacity\": "
-             "2000, \"sampler\": \"uniform\"},\n"
-             " {\"name\": \"solo\", \"spec\": \"x:u64[]\", \"capacity\": "
-             "2000, \"sampler\": \"uniform\"}]}\n",
-             k + 1, EXPONENT);
-    int rc = chime__chimed_start(&d[k], config, NULL, 30000);
-    if (rc == CHIME_ENOTFOUND)
-      chime__skip("chimed is not built");
-    if (rc != 0 || chime_client_create(&direct[k], d[k].addr, NULL) != 0)
-      return -1;
-    len += (size_t)snprintf(target + len, sizeof target - len, "%s%s",
-                            k ? "," : "", d[k].addr);
-  }
-  return 0;
+  return chime__shards_start(d, NSHARDS, config_of, direct, target,
+                             sizeof target, NULL) == 0
+             ? 0
+             : -1;
 }
 
 static int teardown(void **state) {
   (void)state;
-  int ok = 1;
-  for (int k = 0; k < NSHARDS; k++) {
-    chime_client_destroy(direct[k]);
-    int st = 0;
-    if (!killed[k] && (chime__chimed_stop(&d[k], 20000, &st) != 0 || st != 0))
-      ok = 0;
-  }
-  chime__harness_kill_all();
-  return ok ? 0 : -1;
+  return chime__shards_stop(d, NSHARDS, direct, killed, NULL) == 0 ? 0 : -1;
 }
 
-/* Inserts shard k's items of `table`: x = X(k, i), priority prio_of. 0,
+/* Writes shard k's items of `table`: x = X(k, i), priority prio_of. 0,
  * or the code that failed (no assert: a writer thread calls it too). */
-static int insert_rc(int k, const char *table, uint32_t n) {
+static int write_shard_items_rc(int k, const char *table, uint32_t n) {
   chime_writer_t *w = NULL;
   int rc = chime_writer_open(&w, direct[k], table, NULL);
   for (uint32_t i = 0; i < n && rc == 0; i++) {
@@ -175,8 +163,9 @@ static int insert_rc(int k, const char *table, uint32_t n) {
   return rc ? rc : crc;
 }
 
-static void insert(int k, const char *table, uint32_t n) {
-  int rc = insert_rc(k, table, n);
+/* The same, failing the test. */
+static void write_shard_items(int k, const char *table, uint32_t n) {
+  int rc = write_shard_items_rc(k, table, n);
   if (rc != 0)
     fail_msg("inserting into shard %d's '%s': %s: %s", k + 1, table,
              chime_strerror(rc), chime_last_error());
@@ -241,7 +230,7 @@ static void check_union(const char *table, chime_mode_t mode,
   /* What one table holding every item would give. */
   double total = 0, shard_mass[NSHARDS] = {0};
   for (int k = 0; k < NSHARDS; k++) {
-    insert(k, table, sizes[k]);
+    write_shard_items(k, table, sizes[k]);
     for (uint32_t i = 0; i < sizes[k]; i++)
       shard_mass[k] += weight(k + 1, i);
     total += shard_mass[k];
@@ -335,7 +324,7 @@ static int fifo_rc;
 
 static void *fifo_writer(void *arg) {
   for (int k = 0; k < NSHARDS && fifo_rc == 0; k++)
-    fifo_rc = insert_rc(k, arg, fifo_n[k]);
+    fifo_rc = write_shard_items_rc(k, arg, fifo_n[k]);
   return NULL;
 }
 
@@ -412,8 +401,8 @@ static int prob_is(const chime_batch_t *b, double want) {
  * probability settles at 1/800. */
 static void test_shard_fills_later(void **state) {
   (void)state;
-  insert(0, "grow", 200);
-  insert(1, "grow", 200);
+  write_shard_items(0, "grow", 200);
+  write_shard_items(1, "grow", 200);
   chime_client_t *c = NULL;
   assert_int_equal(chime_client_create(&c, target, NULL), 0);
   chime_stream_t *s = open_union(c, "grow", CHIME_MODE_AUTO, 4, 4);
@@ -424,7 +413,7 @@ static void test_shard_fills_later(void **state) {
     assert_true(prob_is(&b, 1.0 / 400));
     assert_int_equal(chime_stream_release(s, &b), 0);
   }
-  insert(2, "grow", 400);
+  write_shard_items(2, "grow", 400);
   /* Until shard 3's first batch drawn with its whole mass: batches it
    * sampled while it filled may come first, their probabilities the
    * smaller table's. */
@@ -468,7 +457,7 @@ static int in_slot(const chime_batch_t *b) {
  * once only. */
 static void test_one_shard_has_all(void **state) {
   (void)state;
-  insert(0, "solo", 300);
+  write_shard_items(0, "solo", 300);
   chime_client_t *c = NULL;
   assert_int_equal(chime_client_create(&c, target, NULL), 0);
   chime_stream_t *s = open_union(c, "solo", CHIME_MODE_AUTO, 4, 4);
@@ -486,7 +475,7 @@ static void test_one_shard_has_all(void **state) {
   assert_int_equal(chime_stream_next(s, &held[0], 20000), 0);
   assert_int_equal(chime_stream_next(s, &held[1], 20000), 0);
   assert_true(prob_is(&held[0], 1.0 / 300) && prob_is(&held[1], 1.0 / 300));
-  insert(1, "solo", 300);
+  write_shard_items(1, "solo", 300);
   int64_t deadline = chime__now_ms() + 10000;
   for (;;) {
     assert_int_equal(chime_stream_next(s, &held[2], 20000), 0);
@@ -513,7 +502,7 @@ static void test_one_shard_has_all(void **state) {
 static void test_shard_killed(void **state) {
   (void)state;
   for (int k = 0; k < NSHARDS; k++)
-    insert(k, "kill", 1000);
+    write_shard_items(k, "kill", 1000);
   chime_client_t *c = NULL;
   assert_int_equal(chime_client_create(&c, target, NULL), 0);
   chime_stream_t *s = open_union(c, "kill", CHIME_MODE_AUTO, 4, 4);

@@ -19,6 +19,7 @@
 #include "chime.pb-c.h"
 #include "chime/chime.h"
 #include "harness.h"
+#include "asserts.h"
 #include "rawcall.h"
 
 static const char *config =
@@ -45,18 +46,6 @@ static void write_versions(const char *table, uint64_t lo, uint64_t hi,
     }
   }
   assert_int_equal(chime_writer_close(w), 0);
-}
-
-static chime_table_stats_t table_stats(const char *table) {
-  chime_stats_t *st = NULL;
-  chime_table_stats_t out;
-  memset(&out, 0, sizeof(out));
-  assert_int_equal(chime_client_stats(client, &st), 0);
-  for (uint32_t i = 0; i < st->ntables; i++)
-    if (strcmp(st->tables[i].name, table) == 0)
-      out = st->tables[i];
-  chime_stats_free(st);
-  return out;
 }
 
 /* Each sample's version is its writer's (x / 1000 says which it was) and
@@ -101,7 +90,7 @@ static void test_info(void **state) {
   uint64_t newest = 0;
   assert_int_equal(chime_client_set_version(client, "u", 100, &newest), 0);
   assert_int_equal(newest, 100);
-  chime_table_stats_t ts = table_stats("u");
+  chime_table_stats_t ts = chime__table_stats(client, "u");
   assert_int_equal(ts.size, 50);
   assert_int_equal(ts.removed_stale, 0);
   assert_int_equal(ts.newest_version, 100);
@@ -112,7 +101,7 @@ static chime_table_stats_t wait_removed(const char *table, uint64_t want) {
   int64_t end = chime__now_ms() + 10000;
   chime_table_stats_t ts;
   do {
-    ts = table_stats(table);
+    ts = chime__table_stats(client, table);
     if (ts.removed_stale >= want)
       break;
     chime__sleep_ms(10);
@@ -127,8 +116,8 @@ static chime_table_stats_t wait_removed(const char *table, uint64_t want) {
 static void gate_mode(chime_mode_t mode, uint64_t base) {
   /* base+1 .. base+6, 20 each: base+1..base+3 are behind base+6 - 2 at
    * once (60 removed as they arrive or as base+4.. come). */
-  uint64_t before = table_stats("g").removed_stale;
-  uint64_t size0 = table_stats("g").size;
+  uint64_t before = chime__table_stats(client, "g").removed_stale;
+  uint64_t size0 = chime__table_stats(client, "g").size;
   write_versions("g", base + 1, base + 6, 20);
   chime_table_stats_t ts = wait_removed("g", before + 60 + size0);
   assert_int_equal(ts.size, 60);
@@ -163,11 +152,11 @@ static void gate_mode(chime_mode_t mode, uint64_t base) {
   uint64_t newest = 0;
   assert_int_equal(chime_client_set_version(client, "g", base + 2, &newest), 0);
   assert_int_equal(newest, base + 8);
-  assert_int_equal(table_stats("g").size, 20);
+  assert_int_equal(chime__table_stats(client, "g").size, 20);
   /* SetVersion from another process: base + 9 leaves base + 6 behind. */
   assert_int_equal(chime_client_set_version(client, "g", base + 9, &newest), 0);
   assert_int_equal(newest, base + 9);
-  ts = table_stats("g");
+  ts = chime__table_stats(client, "g");
   assert_int_equal(ts.size, 0);
   assert_int_equal(ts.removed_stale, before + size0 + 120);
   chime_stream_close(s);
@@ -207,7 +196,8 @@ static void test_bad_input(void **state) {
   assert_non_null(strstr(details, "2 versions for 3 samples"));
   chime__raw_destroy(&r);
   grpc_channel_destroy(ch);
-  assert_true(table_stats("u").newest_version < 300); /* nothing went in */
+  assert_true(chime__table_stats(client, "u").newest_version <
+              300); /* nothing went in */
 }
 
 int main(void) {

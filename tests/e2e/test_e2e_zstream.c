@@ -23,6 +23,7 @@
 #include "chime/chime.h"
 #include "chime/ring.h"
 #include "harness.h"
+#include "streams.h"
 #include "replay/ztail.h"
 
 #define SIDE 84
@@ -71,7 +72,7 @@ static void frame_of(uint64_t i, uint8_t *f) {
     memset(f + (by + (size_t)y) * SIDE + bx, 236, 2);
 }
 
-static void insert(const char *table) {
+static void write_obs_frames(const char *table) {
   chime_writer_t *w = NULL;
   assert_int_equal(chime_writer_open(&w, client, table, NULL), 0);
   static uint8_t f[FRAME];
@@ -87,24 +88,15 @@ static void insert(const char *table) {
   assert_int_equal(chime_writer_close(w), 0);
 }
 
-/* A stream of table in mode, batches of batch, keeping keep compressed. */
-static chime_stream_t *open_batches(const char *table, chime_mode_t mode,
+/* A stream of 4 slots on table in mode (no fallback), batches of batch,
+ * keeping keep compressed. */
+static chime_stream_t *open_keeping(const char *table, chime_mode_t mode,
                                     const char *keep, uint32_t batch) {
-  chime_stream_t *s = NULL;
   chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
-  so.batch_size = batch;
-  so.slots = 4;
-  so.mode = mode;
   so.keep_compressed = keep;
-  if (chime_stream_open(&s, client, table, &so) != 0)
-    fail_msg("open %s: %s", table, chime_last_error());
+  chime_stream_t *s = chime__open_stream(client, table, mode, batch, 4, &so);
   assert_int_equal(chime_stream_mode(s), mode);
   return s;
-}
-
-static chime_stream_t *open_stream(const char *table, chime_mode_t mode,
-                                   const char *keep) {
-  return open_batches(table, mode, keep, BATCH);
 }
 
 /* A table of N samples' obs as Stats and GetInfo count it: raw, every
@@ -220,20 +212,20 @@ static void take_all(chime_stream_t *s, batch_copy_t *out, uint64_t *tails) {
 static void test_stream_same_as_shm(void **state) {
   (void)state;
   static batch_copy_t zs[N / BATCH], z2[N / BATCH], raw[N / BATCH];
-  insert("z");
-  insert("z2");
-  insert("raw");
+  write_obs_frames("z");
+  write_obs_frames("z2");
+  write_obs_frames("raw");
   uint64_t stored = stored_bytes("z");
-  chime_stream_t *s = open_stream("z", CHIME_MODE_STREAM, NULL);
+  chime_stream_t *s = open_keeping("z", CHIME_MODE_STREAM, NULL, BATCH);
   uint64_t tails = 0;
   take_all(s, zs, &tails);
   chime_stream_local_stats_t ls;
   assert_int_equal(chime_stream_stats(s, &ls), 0);
   chime_stream_close(s);
-  s = open_stream("z2", CHIME_MODE_SHM, NULL);
+  s = open_keeping("z2", CHIME_MODE_SHM, NULL, BATCH);
   take_all(s, z2, NULL);
   chime_stream_close(s);
-  s = open_stream("raw", CHIME_MODE_STREAM, NULL);
+  s = open_keeping("raw", CHIME_MODE_STREAM, NULL, BATCH);
   take_all(s, raw, NULL);
   chime_stream_close(s);
   assert_memory_equal(zs, z2, sizeof(zs));
@@ -289,8 +281,8 @@ static void check_kept(const chime_batch_t *bt, uint64_t first) {
 }
 
 static void keep_in(chime_mode_t mode) {
-  insert("z");
-  chime_stream_t *s = open_stream("z", mode, "obs");
+  write_obs_frames("z");
+  chime_stream_t *s = open_keeping("z", mode, "obs", BATCH);
   for (int b = 0; b < N / BATCH; b++) {
     chime_batch_t bt;
     assert_int_equal(chime_stream_next(s, &bt, 20000), 0);
@@ -360,7 +352,7 @@ typedef struct {
  * real steps' stored bytes, the ids and mask, and the packed tail. */
 static uint64_t take_windows(const char *table, chime_mode_t mode,
                              windows_t *out, uint64_t *wire) {
-  chime_stream_t *s = open_batches(table, mode, NULL, WINDOWS);
+  chime_stream_t *s = open_keeping(table, mode, NULL, WINDOWS);
   chime_batch_t bt;
   assert_int_equal(chime_stream_next(s, &bt, 20000), 0);
   memcpy(out->obs, chime_batch_leaf(&bt, "obs")->data, sizeof(out->obs));

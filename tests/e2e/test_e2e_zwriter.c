@@ -28,6 +28,8 @@
 #include "chime.pb-c.h"
 #include "chime/chime.h"
 #include "harness.h"
+#include "asserts.h"
+#include "streams.h"
 #include "rawcall.h"
 
 #define SIDE 84
@@ -99,18 +101,12 @@ static void append_frames(chime_writer_t *w, uint32_t first, uint32_t n) {
 }
 
 /* A stream of c's table in mode, batches of batch, and its first batch
- * in *b (b NULL: none taken). */
-static chime_stream_t *open_stream(chime_client_t *c, const char *table,
-                                   chime_mode_t mode, uint32_t batch,
-                                   chime_batch_t *b) {
-  chime_stream_t *s = NULL;
-  chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
-  so.batch_size = batch;
-  so.slots = 4;
-  so.mode = mode;
-  if (chime_stream_open(&s, c, table, &so) != 0)
-    fail_msg("open %s: %s", chime_mode_name(mode), chime_last_error());
-  if (b != NULL && chime_stream_next(s, b, 20000) != 0)
+ * in *b. */
+static chime_stream_t *open_and_take(chime_client_t *c, const char *table,
+                                     chime_mode_t mode, uint32_t batch,
+                                     chime_batch_t *b) {
+  chime_stream_t *s = chime__open_stream(c, table, mode, batch, 4, NULL);
+  if (chime_stream_next(s, b, 20000) != 0)
     fail_msg("next (%s): %s", chime_mode_name(mode), chime_last_error());
   return s;
 }
@@ -119,7 +115,7 @@ static chime_stream_t *open_stream(chime_client_t *c, const char *table,
  * UINT32_MAX: any) in mode, each frame byte for byte as its id's. */
 static void consume_from(chime_client_t *c, const char *table,
                          chime_mode_t mode, uint32_t first, uint32_t n) {
-  chime_stream_t *s = open_stream(c, table, mode, 8, NULL);
+  chime_stream_t *s = chime__open_stream(c, table, mode, 8, 4, NULL);
   uint8_t want[FRAME];
   for (uint32_t got = 0; got < n; got += 8) {
     chime_batch_t b;
@@ -144,17 +140,6 @@ static void consume(const char *table, chime_mode_t mode, uint32_t first,
   consume_from(client, table, mode, first, n);
 }
 
-static chime_table_stats_t table_stats(const char *name) {
-  chime_stats_t *st = NULL;
-  chime_table_stats_t out = {0};
-  assert_int_equal(chime_client_stats(client, &st), 0);
-  for (uint32_t i = 0; i < st->ntables; i++)
-    if (strcmp(st->tables[i].name, name) == 0)
-      out = st->tables[i];
-  chime_stats_free(st);
-  return out;
-}
-
 /* The writer compresses what the table does, the samples come back as
  * written in both modes, and it sent a fraction of what a raw writer of the
  * same frames sent; the table holds them alike either way. */
@@ -175,11 +160,11 @@ static uint64_t write_frames(int compress, const char *says) {
 static void test_compressing_writer_round_trip(void **state) {
   (void)state;
   uint64_t zbytes = write_frames(1, "obs:3");
-  chime_table_stats_t a = table_stats("z");
+  chime_table_stats_t a = chime__table_stats(client, "z");
   assert_int_equal(a.size, N);
   consume("z", CHIME_MODE_SHM, 0, N);
   uint64_t rbytes = write_frames(0, "");
-  chime_table_stats_t b = table_stats("z");
+  chime_table_stats_t b = chime__table_stats(client, "z");
   consume("z", CHIME_MODE_STREAM, 0, N);
 
   /* Raw: every frame whole. Compressed: the 90 frames that shrink at a
@@ -243,7 +228,7 @@ static void test_ragged_table_compressed_leaf(void **state) {
     consume("rag", CHIME_MODE_SHM, 0, 32);
     write_rag(compress, 8);
     chime_batch_t b;
-    chime_stream_t *s = open_stream(client, "rag", CHIME_MODE_AUTO, 10, &b);
+    chime_stream_t *s = open_and_take(client, "rag", CHIME_MODE_AUTO, 10, &b);
     const int64_t *off = chime_batch_offsets(&b, "tok");
     const int32_t *t = chime_batch_leaf(&b, "tok")->data;
     const uint32_t *id = chime_batch_leaf(&b, "id")->data;
@@ -312,14 +297,14 @@ static grpc_status_code raw_insert(uint32_t count, const uint8_t *const *frames,
 static void refused(uint32_t count, const uint8_t *const *frames,
                     const uint32_t *sizes, uint32_t leaf, const char *want) {
   char details[512];
-  uint64_t before = table_stats(raw_to.table).inserts;
+  uint64_t before = chime__table_stats(client, raw_to.table).inserts;
   assert_int_equal(
       raw_insert(count, frames, sizes, leaf, details, sizeof(details)),
       GRPC_STATUS_INVALID_ARGUMENT);
   if (strstr(details, want) == NULL)
     fail_msg("expected '%s' in '%s'", want, details);
-  assert_int_equal(table_stats(raw_to.table).inserts, before);
-  assert_int_equal(table_stats(raw_to.table).size, 0);
+  assert_int_equal(chime__table_stats(client, raw_to.table).inserts, before);
+  assert_int_equal(chime__table_stats(client, raw_to.table).size, 0);
 }
 
 static void test_bad_stored_leaves_refused(void **state) {
@@ -370,10 +355,10 @@ static void test_bad_stored_leaves_refused(void **state) {
   uint32_t s2[2] = {(uint32_t)ng, FRAME};
   assert_int_equal(raw_insert(2, f2, s2, 0, details, sizeof(details)),
                    GRPC_STATUS_OK);
-  chime_table_stats_t t = table_stats("z");
+  chime_table_stats_t t = chime__table_stats(client, "z");
   assert_int_equal(t.size, 2);
   chime_batch_t b;
-  chime_stream_t *s = open_stream(client, "z", CHIME_MODE_AUTO, 2, &b);
+  chime_stream_t *s = open_and_take(client, "z", CHIME_MODE_AUTO, 2, &b);
   const uint8_t *obs = chime_batch_leaf(&b, "obs")->data;
   assert_memory_equal(obs, raw, FRAME);
   assert_memory_equal(obs + FRAME, raw, FRAME);
@@ -403,7 +388,7 @@ static void test_sequence_writer_compresses(void **state) {
     else
       assert_true(sent >= 32 * (uint64_t)FRAME);
     chime_batch_t b;
-    chime_stream_t *s = open_stream(client, "zseq", CHIME_MODE_SHM, 29, &b);
+    chime_stream_t *s = open_and_take(client, "zseq", CHIME_MODE_SHM, 29, &b);
     const uint8_t *obs = chime_batch_leaf(&b, "obs")->data;
     const uint32_t *id = chime_batch_leaf(&b, "id")->data;
     static uint8_t want[FRAME];
@@ -439,7 +424,7 @@ static void test_ragged_writer_compresses(void **state) {
     assert_int_equal(chime_writer_close(w), 0);
     assert_true(compress ? sent * 10 < raw : sent >= raw);
     chime_batch_t b;
-    chime_stream_t *s = open_stream(client, "zr", CHIME_MODE_SHM, 10, &b);
+    chime_stream_t *s = open_and_take(client, "zr", CHIME_MODE_SHM, 10, &b);
     const uint8_t *obs = chime_batch_leaf(&b, "obs")->data;
     const int64_t *off = chime_batch_offsets(&b, "obs");
     const uint32_t *id = chime_batch_leaf(&b, "id")->data;
@@ -478,14 +463,14 @@ static void test_bad_stored_steps_and_rows(void **state) {
   char details[512];
 
   raw_to = (raw_to_t){"zseq", 77, NULL};
-  uint64_t steps = table_stats("zseq").steps;
+  uint64_t steps = chime__table_stats(client, "zseq").steps;
   refused(1, fj, s_junk, 0, "are not one zstd frame of the leaf's 7056 bytes");
   refused(1, fb, s_bomb, 0, "leaf 'obs' of sample 0");
   const uint8_t *f2[2] = {good, raw};
   uint32_t s2[2] = {(uint32_t)ng, FRAME};
   assert_int_equal(raw_insert(2, f2, s2, 0, details, sizeof(details)),
                    GRPC_STATUS_OK);
-  assert_int_equal(table_stats("zseq").steps, steps + 2);
+  assert_int_equal(chime__table_stats(client, "zseq").steps, steps + 2);
 
   uint32_t len1[1] = {1}, len2[1] = {2};
   raw_to = (raw_to_t){"zr", 0, len2};
@@ -503,7 +488,7 @@ static void test_bad_stored_steps_and_rows(void **state) {
   assert_int_equal(raw_insert(1, fg, s_two, 0, details, sizeof(details)),
                    GRPC_STATUS_OK);
   chime_batch_t b;
-  chime_stream_t *s = open_stream(client, "zr", CHIME_MODE_SHM, 1, &b);
+  chime_stream_t *s = open_and_take(client, "zr", CHIME_MODE_SHM, 1, &b);
   assert_int_equal(chime_batch_offsets(&b, "obs")[1], 2);
   assert_memory_equal(chime_batch_leaf(&b, "obs")->data, raw, 2 * FRAME);
   assert_int_equal(chime_stream_release(s, &b), 0);

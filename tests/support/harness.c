@@ -2,6 +2,7 @@
  * See harness.h. */
 #include "harness.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -14,7 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <netinet/in.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -91,7 +94,9 @@ __attribute__((constructor)) static void trampoline(int argc, char **argv,
       _exit(127);
     }
   }
-  execv(argv[1], argv + 1);
+  /* execvp: a program named without a slash (`ip`, for chime-bench's
+   * `ip netns exec`) is found on PATH; a path is run as it is. */
+  execvp(argv[1], argv + 1);
   fprintf(stderr, "harness trampoline: cannot exec %s: %s\n", argv[1],
           strerror(errno));
   _exit(127);
@@ -143,6 +148,27 @@ void chime__harness_kill_all(void) {
       tracked[i] = 0;
     }
   }
+}
+
+int chime__refusing_addr(char *addr, size_t len) {
+  struct sockaddr_in sa = {.sin_family = AF_INET,
+                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t sl = sizeof(sa);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+      getsockname(fd, (struct sockaddr *)&sa, &sl) != 0) {
+    if (fd >= 0)
+      close(fd);
+    return -1;
+  }
+  snprintf(addr, len, "127.0.0.1:%u", ntohs(sa.sin_port));
+  return fd;
+}
+
+int chime__harness_teardown(void **state) {
+  (void)state;
+  chime__harness_kill_all();
+  return 0;
 }
 
 int64_t chime__now_ms(void) {
@@ -399,7 +425,7 @@ const char *chime__harness_bin(const char *rel, char *buf, size_t len) {
   if (dir != NULL && dir[0] != '\0') {
     snprintf(buf, len, "%s/%s", dir, rel);
   } else {
-    /* Tests live in <build>/tests/. */
+    /* Tests live in <build>/tests/, chime-bench in <build>/bench/. */
     char self[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
     if (n <= 0)
@@ -442,7 +468,14 @@ int chime__harness_write_file(const char *name, const char *text, char *path,
 
 int chime__chimed_start(chime__chimed_t *d, const char *config_json,
                         const char *const extra_args[], int timeout_ms) {
-  char bin[PATH_MAX];
+  return chime__chimed_start_on(d, NULL, NULL, config_json, extra_args,
+                                timeout_ms);
+}
+
+int chime__chimed_start_on(chime__chimed_t *d, const char *const prefix[],
+                           const char *host, const char *config_json,
+                           const char *const extra_args[], int timeout_ms) {
+  char bin[PATH_MAX], listen[300];
   const char *argv[64];
   size_t n = 0;
   int rc;
@@ -451,9 +484,12 @@ int chime__chimed_start(chime__chimed_t *d, const char *config_json,
   d->proc.out_fd = -1;
   if (chime__harness_bin("src/server/chimed", bin, sizeof(bin)) == NULL)
     return CHIME_ENOTFOUND;
+  for (size_t i = 0; prefix != NULL && prefix[i] != NULL && n < 16; i++)
+    argv[n++] = prefix[i];
+  snprintf(listen, sizeof(listen), "%s:0", host != NULL ? host : "127.0.0.1");
   argv[n++] = bin;
   argv[n++] = "--listen";
-  argv[n++] = "127.0.0.1:0";
+  argv[n++] = listen;
   if (config_json != NULL) {
     static unsigned counter;
     char name[64];
@@ -519,11 +555,18 @@ int chime__chimed_stop(chime__chimed_t *d, int timeout_ms, int *status) {
   return chime__proc_stop(&d->proc, SIGTERM, timeout_ms, status);
 }
 
-int chime__chimed_start_client(chime__chimed_t *d, const char *config_json,
-                               chime_client_t **c) {
-  int rc = chime__chimed_start(d, config_json, NULL, 30000);
+int chime__chimed_start_or_skip(chime__chimed_t *d, const char *config_json,
+                                const char *const extra_args[],
+                                int timeout_ms) {
+  int rc = chime__chimed_start(d, config_json, extra_args, timeout_ms);
   if (rc == CHIME_ENOTFOUND)
     chime__skip("chimed is not built");
+  return rc;
+}
+
+int chime__chimed_start_client(chime__chimed_t *d, const char *config_json,
+                               chime_client_t **c) {
+  int rc = chime__chimed_start_or_skip(d, config_json, NULL, 30000);
   return rc != 0 ? rc : chime_client_create(c, d->addr, NULL);
 }
 

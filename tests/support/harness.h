@@ -9,6 +9,8 @@
  * Spawn from the main thread: the death signal fires when the spawning thread
  * exits. With CHIME__HARNESS_NOFILE=N in the environment of the spawning
  * process, the child's fd limit (soft and hard) is N.
+ * chime-bench starts its children through it too (bench/spawn.c), so it
+ * must stay free of CMocka: test assertions belong in the tests.
  */
 #ifndef CHIME_TESTS_HARNESS_H
 #define CHIME_TESTS_HARNESS_H
@@ -59,11 +61,15 @@ int chime__proc_last_json(const chime__proc_t *p, char *buf, size_t len);
 const char *chime__status_str(int status, char *buf, size_t len);
 /* Kills and reaps every child still tracked. */
 void chime__harness_kill_all(void);
+/* chime__harness_kill_all as a CMocka teardown (of each test or of a
+ * group): a test whose assertion failed leaves no child behind. Returns
+ * 0. */
+int chime__harness_teardown(void **state);
 
 /* A path to a binary of this build: rel is relative to the build directory
  * ("src/server/chimed"). Uses $CHIME_BUILD_DIR (set by chime_add_test), else
- * the directory above this test binary. Returns buf, or NULL if the file is
- * not executable. */
+ * the directory above this binary's (<build>/tests/, <build>/bench/). Returns
+ * buf, or NULL if the file is not executable. */
 const char *chime__harness_bin(const char *rel, char *buf, size_t len);
 
 /* A private temporary directory, created on first use and removed with its
@@ -86,6 +92,15 @@ typedef struct chime__chimed_s {
  * chimed is not built (callers skip with 77). */
 int chime__chimed_start(chime__chimed_t *d, const char *config_json,
                         const char *const extra_args[], int timeout_ms);
+/* The same, but exits 77 (a CTest skip) when chimed is not built. */
+int chime__chimed_start_or_skip(chime__chimed_t *d, const char *config_json,
+                                const char *const extra_args[], int timeout_ms);
+/* chime__chimed_start listening on host:0 (NULL: 127.0.0.1) and started through
+ * prefix when not NULL (a NULL-terminated argv put before chimed's, as
+ * chime-bench's `ip netns exec NS`). */
+int chime__chimed_start_on(chime__chimed_t *d, const char *const prefix[],
+                           const char *host, const char *config_json,
+                           const char *const extra_args[], int timeout_ms);
 /* SIGTERM, wait up to timeout_ms, then SIGKILL. As chime__proc_stop. */
 int chime__chimed_stop(chime__chimed_t *d, int timeout_ms, int *status);
 
@@ -139,6 +154,12 @@ int chime__shards_stop(chime__chimed_t *d, int n, chime_client_t **direct,
  * CHIME_ETIMEDOUT when it did not listen within timeout_ms. */
 int chime__chimed_stderr_at_start(const char *const argv[], const char *name,
                                   char *text, size_t len, int timeout_ms);
+
+/* An address that refuses connections at once: a port of 127.0.0.1 bound
+ * and never listened on (nothing else can take it while the socket is
+ * open). "127.0.0.1:PORT" into addr; returns the socket, to close at the
+ * end, or -1. */
+int chime__refusing_addr(char *addr, size_t len);
 
 /* Milliseconds on CLOCK_MONOTONIC, for bounded polling loops. */
 int64_t chime__now_ms(void);

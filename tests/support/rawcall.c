@@ -319,9 +319,7 @@ int chime__raw_unary(grpc_channel *ch, const char *method,
 
 int chime__raw_fixture_start(chime__chimed_t *d, grpc_channel **ch,
                              const char *config_json) {
-  int rc = chime__chimed_start(d, config_json, NULL, 30000);
-  if (rc == CHIME_ENOTFOUND)
-    chime__skip("chimed is not built");
+  int rc = chime__chimed_start_or_skip(d, config_json, NULL, 30000);
   if (rc != 0)
     return -1;
   grpc_init();

@@ -15,13 +15,8 @@
 
 #include "chime/errors.h"
 #include "replay/heap.h"
-
-static uint64_t rng_next(uint64_t *s) {
-  uint64_t z = (*s += UINT64_C(0x9e3779b97f4a7c15));
-  z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-  z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-  return z ^ (z >> 31);
-}
+#include "rng.h"
+#include "common/clock.h"
 
 /* The reference: per slot in?, key, and the stamp of its last push/update. */
 typedef struct {
@@ -56,12 +51,12 @@ static void run_random(chime__heap_order_t order, uint32_t n, int key_values,
   assert_non_null(r);
   uint64_t seq = 0, size = 0;
   for (int op = 0; op < 200000; op++) {
-    uint32_t s = (uint32_t)(rng_next(&seed) % n);
+    uint32_t s = (uint32_t)(chime__rng_next(&seed) % n);
     /* Few distinct keys: ties everywhere; a few infinities too. */
-    double key = (double)(rng_next(&seed) % (uint64_t)key_values) - 3;
-    if (rng_next(&seed) % 64 == 0)
-      key = rng_next(&seed) % 2 ? INFINITY : -INFINITY;
-    switch (rng_next(&seed) % 4) {
+    double key = (double)(chime__rng_next(&seed) % (uint64_t)key_values) - 3;
+    if (chime__rng_next(&seed) % 64 == 0)
+      key = chime__rng_next(&seed) % 2 ? INFINITY : -INFINITY;
+    switch (chime__rng_next(&seed) % 4) {
     case 0:
       if (r[s].in) {
         assert_int_equal(chime__heap_push(h, s, key), CHIME_EEXIST);
@@ -168,12 +163,6 @@ static void test_ties_fifo(void **state) {
   assert_null(h);
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Figures only, no assertion on time. */
 static void test_bench(void **state) {
   (void)state;
@@ -181,21 +170,22 @@ static void test_bench(void **state) {
   uint64_t seed = 9;
   chime__heap_t *h;
   assert_int_equal(chime__heap_create(&h, n, CHIME__HEAP_MIN), 0);
-  double t0 = now_s();
+  double t0 = chime__now_s();
   for (uint32_t i = 0; i < n; i++)
-    assert_int_equal(chime__heap_push(h, i, (double)rng_next(&seed)), 0);
-  double t1 = now_s();
+    assert_int_equal(chime__heap_push(h, i, (double)chime__rng_next(&seed)), 0);
+  double t1 = chime__now_s();
   for (uint32_t i = 0; i < n; i++)
-    assert_int_equal(chime__heap_update(h, (uint32_t)(rng_next(&seed) % n),
-                                        (double)rng_next(&seed)),
+    assert_int_equal(chime__heap_update(h,
+                                        (uint32_t)(chime__rng_next(&seed) % n),
+                                        (double)chime__rng_next(&seed)),
                      0);
-  double t2 = now_s();
+  double t2 = chime__now_s();
   for (uint32_t i = 0; i < n; i++) {
     uint32_t s;
     assert_int_equal(chime__heap_top(h, &s, NULL), 0);
     assert_int_equal(chime__heap_remove(h, s), 0);
   }
-  double t3 = now_s();
+  double t3 = chime__now_s();
   printf("heap, 10^6 slots: push %.0f ns, update at random %.0f ns, "
          "pop %.0f ns\n",
          (t1 - t0) * 1e9 / n, (t2 - t1) * 1e9 / n, (t3 - t2) * 1e9 / n);

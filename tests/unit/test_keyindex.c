@@ -15,13 +15,8 @@
 
 #include "chime/errors.h"
 #include "replay/keyindex.h"
-
-static uint64_t rng_next(uint64_t *s) {
-  uint64_t z = (*s += UINT64_C(0x9e3779b97f4a7c15));
-  z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-  z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-  return z ^ (z >> 31);
-}
+#include "rng.h"
+#include "common/clock.h"
 
 typedef struct {
   uint64_t key;
@@ -36,9 +31,9 @@ static void run_random(uint64_t max_items, ref_t *pool, size_t npool, int ops,
   assert_int_equal(chime__keyindex_create(&k, max_items), 0);
   uint64_t count = 0;
   for (int op = 0; op < ops; op++) {
-    ref_t *r = &pool[rng_next(&seed) % npool];
-    uint32_t row = (uint32_t)rng_next(&seed), got = 0;
-    switch (rng_next(&seed) % 3) {
+    ref_t *r = &pool[chime__rng_next(&seed) % npool];
+    uint32_t row = (uint32_t)chime__rng_next(&seed), got = 0;
+    switch (chime__rng_next(&seed) % 3) {
     case 0: {
       int rc = chime__keyindex_insert(k, r->key, row);
       if (r->in) {
@@ -96,7 +91,7 @@ static void test_random_keys(void **state) {
   ref_t *pool = calloc(npool, sizeof(*pool));
   assert_non_null(pool);
   for (size_t i = 0; i < npool; i++)
-    pool[i].key = rng_next(&seed);
+    pool[i].key = chime__rng_next(&seed);
   pool[0].key = 0;
   pool[1].key = UINT64_MAX;
   pool[2].key = 1;
@@ -158,12 +153,6 @@ static void test_full_churn(void **state) {
   assert_null(k);
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Figures only, no assertion on time. Sized for max keys: 2 x 10^6 as a
  * table of 10^6 sizes it (its spare rows), whose direct array holds a
  * fifo window of 10^6 keys; or 10^6, where half the live keys outlived
@@ -175,25 +164,25 @@ static void bench(uint64_t max) {
   chime__keyindex_t *k;
   uint32_t row;
   assert_int_equal(chime__keyindex_create(&k, max), 0);
-  double t0 = now_s();
+  double t0 = chime__now_s();
   for (uint64_t key = 1; key <= n; key++)
     assert_int_equal(chime__keyindex_insert(k, key, (uint32_t)key), 0);
-  double t1 = now_s();
+  double t1 = chime__now_s();
   for (uint64_t i = 0; i < n; i++) {
-    assert_int_equal(chime__keyindex_lookup(k, 1 + rng_next(&seed) % n, &row),
-                     0);
+    assert_int_equal(
+        chime__keyindex_lookup(k, 1 + chime__rng_next(&seed) % n, &row), 0);
     sum += row;
   }
-  double t2 = now_s();
+  double t2 = chime__now_s();
   for (uint64_t i = 0; i < n; i++)
     assert_int_equal(chime__keyindex_lookup(k, n + 1 + i, &row),
                      CHIME_ENOTFOUND);
-  double t3 = now_s();
+  double t3 = chime__now_s();
   for (uint64_t key = 1; key <= n; key++) { /* full: evict one, add one */
     assert_int_equal(chime__keyindex_remove(k, key, NULL), 0);
     assert_int_equal(chime__keyindex_insert(k, key + n, (uint32_t)key), 0);
   }
-  double t4 = now_s();
+  double t4 = chime__now_s();
   printf("keyindex, 10^6 items (max %llu): insert %.0f ns, hit %.0f ns, miss "
          "%.0f ns, "
          "remove+insert %.0f ns (%llu)\n",

@@ -97,7 +97,7 @@ typedef struct {
   int cmd, ack;
 } learner_t;
 
-static void learner_main(int cmd, int ack, int ring) {
+static void scripted_learner_main(int cmd, int ack, int ring) {
   void *map = NULL;
   char c;
   while (read(cmd, &c, 1) == 1) {
@@ -123,7 +123,7 @@ static void learner_start(learner_t *l, fstream_t *s) {
     prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlives a failed test */
     close(cp[1]);
     close(ap[0]);
-    learner_main(cp[0], ap[1], s->ring);
+    scripted_learner_main(cp[0], ap[1], s->ring);
   }
   close(cp[0]);
   close(ap[1]);

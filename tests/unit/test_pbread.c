@@ -23,6 +23,7 @@
 #include "wire/pbread.h"
 #include "server/insertreq.h"
 #include "server/mutatereq.h"
+#include "wire/pbwrite.h"
 
 #include <time.h>
 
@@ -186,20 +187,6 @@ static void test_round_trip(void **state) {
   }
 }
 
-static size_t put_varint(uint8_t *p, uint64_t v) {
-  size_t n = 0;
-  while (v >= 0x80) {
-    p[n++] = (uint8_t)(v | 0x80);
-    v >>= 7;
-  }
-  p[n++] = (uint8_t)v;
-  return n;
-}
-
-static size_t put_tag(uint8_t *p, uint32_t number, int wire) {
-  return put_varint(p, (uint64_t)number << 3 | (uint64_t)wire);
-}
-
 /* Unknown fields of every wire type are skipped; priorities sent unpacked
  * and packed, in two runs, read as one list; a field seen twice keeps its
  * last value - all as protobuf-c reads the same bytes. */
@@ -208,35 +195,35 @@ static void test_protobuf_rules(void **state) {
   size_t n = 0;
   double p[3] = {1.5, -2.25, 1e300};
   (void)state;
-  n += put_tag(buf + n, 100, CHIME__PB_VARINT);
-  n += put_varint(buf + n, UINT64_MAX);
-  n += put_tag(buf + n, 2, CHIME__PB_VARINT); /* count = 7, later 9 */
-  n += put_varint(buf + n, 7);
-  n += put_tag(buf + n, 4, CHIME__PB_I64); /* one unpacked priority */
+  n += chime__pb_put_tag(buf + n, 100, CHIME__PB_VARINT);
+  n += chime__pb_put_varint(buf + n, UINT64_MAX);
+  n += chime__pb_put_tag(buf + n, 2, CHIME__PB_VARINT); /* count = 7, later 9 */
+  n += chime__pb_put_varint(buf + n, 7);
+  n += chime__pb_put_tag(buf + n, 4, CHIME__PB_I64); /* one unpacked priority */
   memcpy(buf + n, &p[0], 8);
   n += 8;
-  n += put_tag(buf + n, 101, CHIME__PB_I64);
+  n += chime__pb_put_tag(buf + n, 101, CHIME__PB_I64);
   n += 8;
-  n += put_tag(buf + n, 102, CHIME__PB_LEN);
-  n += put_varint(buf + n, 5);
+  n += chime__pb_put_tag(buf + n, 102, CHIME__PB_LEN);
+  n += chime__pb_put_varint(buf + n, 5);
   memcpy(buf + n, "hello", 5);
   n += 5;
-  n += put_tag(buf + n, 103, CHIME__PB_I32);
+  n += chime__pb_put_tag(buf + n, 103, CHIME__PB_I32);
   n += 4;
-  n += put_tag(buf + n, 4, CHIME__PB_LEN); /* two packed */
-  n += put_varint(buf + n, 16);
+  n += chime__pb_put_tag(buf + n, 4, CHIME__PB_LEN); /* two packed */
+  n += chime__pb_put_varint(buf + n, 16);
   memcpy(buf + n, &p[1], 16);
   n += 16;
-  n += put_tag(buf + n, 1, CHIME__PB_LEN);
-  n += put_varint(buf + n, 4);
+  n += chime__pb_put_tag(buf + n, 1, CHIME__PB_LEN);
+  n += chime__pb_put_varint(buf + n, 4);
   memcpy(buf + n, "demo", 4);
   n += 4;
-  n += put_tag(buf + n, 3, CHIME__PB_LEN);
-  n += put_varint(buf + n, 3);
+  n += chime__pb_put_tag(buf + n, 3, CHIME__PB_LEN);
+  n += chime__pb_put_varint(buf + n, 3);
   memcpy(buf + n, "abc", 3);
   n += 3;
-  n += put_tag(buf + n, 2, CHIME__PB_VARINT);
-  n += put_varint(buf + n, UINT64_C(0x100000009)); /* uint32: 9 */
+  n += chime__pb_put_tag(buf + n, 2, CHIME__PB_VARINT);
+  n += chime__pb_put_varint(buf + n, UINT64_C(0x100000009)); /* uint32: 9 */
   for (int it = 0; it < 200; it++) {
     Chime__V1__InsertRequest *m =
         chime__v1__insert_request__unpack(NULL, n, buf);
@@ -366,14 +353,14 @@ static void test_reader(void **state) {
   chime__pb_field_t f;
   uint64_t v;
   (void)state;
-  n += put_tag(buf + n, 7, CHIME__PB_LEN);
-  n += put_varint(buf + n, 10);
+  n += chime__pb_put_tag(buf + n, 7, CHIME__PB_LEN);
+  n += chime__pb_put_varint(buf + n, 10);
   size_t inner = n;
-  n += put_varint(buf + n, 300);
-  n += put_varint(buf + n, UINT64_MAX); /* 10 bytes */
-  assert_int_equal(n - inner, 12);      /* 2 + 10 */
-  buf[1] = 12;                          /* the length, fixed up */
-  n += put_tag(buf + n, 536870911, CHIME__PB_I32);
+  n += chime__pb_put_varint(buf + n, 300);
+  n += chime__pb_put_varint(buf + n, UINT64_MAX); /* 10 bytes */
+  assert_int_equal(n - inner, 12);                /* 2 + 10 */
+  buf[1] = 12;                                    /* the length, fixed up */
+  n += chime__pb_put_tag(buf + n, 536870911, CHIME__PB_I32);
   memcpy(buf + n, "\x01\x02\x03\x04", 4);
   n += 4;
   for (size_t i = 0; i < n; i++) { /* one byte a piece */
@@ -415,13 +402,13 @@ static void test_spec_limit(void **state) {
   static uint8_t buf[6 + 2 * (CHIME_MAX_LEAVES + 1) + 2];
   size_t n = 0;
   char err[128] = "";
-  n += put_tag(buf + n, 1, CHIME__PB_LEN);
-  n += put_varint(buf + n, 4);
+  n += chime__pb_put_tag(buf + n, 1, CHIME__PB_LEN);
+  n += chime__pb_put_varint(buf + n, 4);
   memcpy(buf + n, "demo", 4);
   n += 4;
   for (int i = 0; i < CHIME_MAX_LEAVES; i++) {
-    n += put_tag(buf + n, 6, CHIME__PB_LEN);
-    n += put_varint(buf + n, 0);
+    n += chime__pb_put_tag(buf + n, 6, CHIME__PB_LEN);
+    n += chime__pb_put_varint(buf + n, 0);
   }
   chime__insert_req_t q;
   chime__span_t one = {buf, n};
@@ -431,8 +418,8 @@ static void test_spec_limit(void **state) {
   assert_int_equal(q.n_spec, CHIME_MAX_LEAVES);
   assert_string_equal(q.table, "demo");
   chime__insert_req_free(&q);
-  n += put_tag(buf + n, 6, CHIME__PB_LEN);
-  n += put_varint(buf + n, 0);
+  n += chime__pb_put_tag(buf + n, 6, CHIME__PB_LEN);
+  n += chime__pb_put_varint(buf + n, 0);
   buf[n++] = (2 << 3) | 7; /* wire type 7: malformed, if it were read */
   buf[n++] = 0;
   one.len = n;
@@ -461,11 +448,11 @@ static void test_many_fields_many_pieces(void **state) {
   uint8_t *buf = malloc(cap);
   assert_non_null(buf);
   for (int i = 0; i < N; i++) {
-    n += put_tag(buf + n, 1, CHIME__PB_LEN);
-    n += put_varint(buf + n, 1);
+    n += chime__pb_put_tag(buf + n, 1, CHIME__PB_LEN);
+    n += chime__pb_put_varint(buf + n, 1);
     buf[n++] = (uint8_t)('a' + i % 26);
-    n += put_tag(buf + n, 4, CHIME__PB_LEN);
-    n += put_varint(buf + n, 0);
+    n += chime__pb_put_tag(buf + n, 4, CHIME__PB_LEN);
+    n += chime__pb_put_varint(buf + n, 0);
   }
   chime__span_t *sp = malloc(n * sizeof(*sp));
   assert_non_null(sp);
@@ -578,37 +565,37 @@ static void test_mutate_reader(void **state) {
   uint8_t b[256];
   size_t n = 0;
   double p = 2.5;
-  n += put_tag(b + n, 1, CHIME__PB_LEN);
-  n += put_varint(b + n, 1);
+  n += chime__pb_put_tag(b + n, 1, CHIME__PB_LEN);
+  n += chime__pb_put_varint(b + n, 1);
   b[n++] = 'x';
-  n += put_tag(b + n, 3, CHIME__PB_VARINT);
-  n += put_varint(b + n, 7);
-  n += put_tag(b + n, 3, CHIME__PB_LEN);
-  n += put_varint(b + n, 3);
-  n += put_varint(b + n, 300); /* 2 bytes */
-  n += put_varint(b + n, 1);
-  n += put_tag(b + n, 100, CHIME__PB_I64);
+  n += chime__pb_put_tag(b + n, 3, CHIME__PB_VARINT);
+  n += chime__pb_put_varint(b + n, 7);
+  n += chime__pb_put_tag(b + n, 3, CHIME__PB_LEN);
+  n += chime__pb_put_varint(b + n, 3);
+  n += chime__pb_put_varint(b + n, 300); /* 2 bytes */
+  n += chime__pb_put_varint(b + n, 1);
+  n += chime__pb_put_tag(b + n, 100, CHIME__PB_I64);
   n += 8;
-  n += put_tag(b + n, 101, CHIME__PB_I32);
+  n += chime__pb_put_tag(b + n, 101, CHIME__PB_I32);
   n += 4;
-  n += put_tag(b + n, 102, CHIME__PB_VARINT);
-  n += put_varint(b + n, 5);
-  n += put_tag(b + n, 2, CHIME__PB_LEN);
+  n += chime__pb_put_tag(b + n, 102, CHIME__PB_VARINT);
+  n += chime__pb_put_varint(b + n, 5);
+  n += chime__pb_put_tag(b + n, 2, CHIME__PB_LEN);
   size_t at = n++;
-  n += put_tag(b + n, 1, CHIME__PB_VARINT);
-  n += put_varint(b + n, 11);
-  n += put_tag(b + n, 9, CHIME__PB_VARINT);
-  n += put_varint(b + n, 1);
-  n += put_tag(b + n, 2, CHIME__PB_I64);
+  n += chime__pb_put_tag(b + n, 1, CHIME__PB_VARINT);
+  n += chime__pb_put_varint(b + n, 11);
+  n += chime__pb_put_tag(b + n, 9, CHIME__PB_VARINT);
+  n += chime__pb_put_varint(b + n, 1);
+  n += chime__pb_put_tag(b + n, 2, CHIME__PB_I64);
   memcpy(b + n, &p, 8);
   n += 8;
-  n += put_tag(b + n, 1, CHIME__PB_VARINT);
-  n += put_varint(b + n, 12);
+  n += chime__pb_put_tag(b + n, 1, CHIME__PB_VARINT);
+  n += chime__pb_put_varint(b + n, 12);
   b[at] = (uint8_t)(n - at - 1);
-  n += put_tag(b + n, 3, CHIME__PB_VARINT);
-  n += put_varint(b + n, 9);
-  n += put_tag(b + n, 1, CHIME__PB_LEN);
-  n += put_varint(b + n, 4);
+  n += chime__pb_put_tag(b + n, 3, CHIME__PB_VARINT);
+  n += chime__pb_put_varint(b + n, 9);
+  n += chime__pb_put_tag(b + n, 1, CHIME__PB_LEN);
+  n += chime__pb_put_varint(b + n, 4);
   memcpy(b + n, "demo", 4);
   n += 4;
   Chime__V1__MutatePrioritiesRequest *ref =

@@ -660,7 +660,7 @@ static void *grpc_main(void *arg) {
   return NULL;
 }
 
-static void *learner_main(void *arg) {
+static void *crediting_learner_main(void *arg) {
   run_t *r = arg;
   for (uint64_t k = 0; k < BATCHES; k++) {
     pthread_mutex_lock(&r->mu);
@@ -688,7 +688,7 @@ static void test_threads(void **state) {
   pthread_t th[3];
   assert_int_equal(pthread_create(&th[0], NULL, producer_main, &r), 0);
   assert_int_equal(pthread_create(&th[1], NULL, grpc_main, &r), 0);
-  assert_int_equal(pthread_create(&th[2], NULL, learner_main, &r), 0);
+  assert_int_equal(pthread_create(&th[2], NULL, crediting_learner_main, &r), 0);
   for (int i = 0; i < 3; i++)
     pthread_join(th[i], NULL);
   assert_int_equal(atomic_load(&r.stop), 0);

@@ -19,16 +19,11 @@
 
 #include "chime/errors.h"
 #include "replay/sumtree.h"
-
-static uint64_t rng_next(uint64_t *s) {
-  uint64_t z = (*s += UINT64_C(0x9e3779b97f4a7c15));
-  z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-  z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-  return z ^ (z >> 31);
-}
+#include "rng.h"
+#include "common/clock.h"
 
 static double rng_unit(uint64_t *s) { /* [0, 1) */
-  return (double)(rng_next(s) >> 11) * 0x1p-53;
+  return (double)(chime__rng_next(s) >> 11) * 0x1p-53;
 }
 
 static const uint64_t sizes[] = {1, 2, 3, 7, 8, 9, 15, 17, 64, 100, 1000, 1025};
@@ -43,10 +38,11 @@ static void test_integer_sums_exact(void **state) {
     double *ref = calloc(n, sizeof(double));
     assert_non_null(ref);
     for (int op = 0; op < 20000; op++) {
-      uint64_t s = rng_next(&seed) % n;
+      uint64_t s = chime__rng_next(&seed) % n;
       /* Integers (a quarter of them 0) keep every sum exact. */
-      double v =
-          (double)(rng_next(&seed) % 4 == 0 ? 0 : rng_next(&seed) % 1000);
+      double v = (double)(chime__rng_next(&seed) % 4 == 0
+                              ? 0
+                              : chime__rng_next(&seed) % 1000);
       assert_int_equal(chime__sumtree_set(t, s, v), 0);
       ref[s] = v;
       if (op % 97 == 0 || op == 19999) {
@@ -74,9 +70,10 @@ static void test_real_sums_no_drift(void **state) {
   double *ref = calloc(n, sizeof(double));
   assert_non_null(ref);
   for (int op = 0; op < 1000000; op++) {
-    uint64_t s = rng_next(&seed) % n;
+    uint64_t s = chime__rng_next(&seed) % n;
     /* Values over many magnitudes, the worst case for a delta update. */
-    double v = rng_unit(&seed) * pow(10, (double)(rng_next(&seed) % 12) - 6);
+    double v =
+        rng_unit(&seed) * pow(10, (double)(chime__rng_next(&seed) % 12) - 6);
     assert_int_equal(chime__sumtree_set(t, s, v), 0);
     ref[s] = v;
   }
@@ -124,9 +121,11 @@ static void test_every_boundary_exact(void **state) {
     double *ref = calloc(n, sizeof(double));
     assert_non_null(ref);
     for (uint64_t op = 0; op < 4 * n + 100; op++) {
-      uint64_t s = rng_next(&seed) % n;
+      uint64_t s = chime__rng_next(&seed) % n;
       /* Half the sets 0: empty slots and empty groups between the rest. */
-      double v = rng_next(&seed) % 2 ? 0 : (double)(1 + rng_next(&seed) % 50);
+      double v = chime__rng_next(&seed) % 2
+                     ? 0
+                     : (double)(1 + chime__rng_next(&seed) % 50);
       assert_int_equal(chime__sumtree_set(t, s, v), 0);
       ref[s] = v;
     }
@@ -174,13 +173,14 @@ static void test_find_many_as_find(void **state) {
     assert_int_equal(s, 77);
     for (uint64_t i = 0; i < n; i++)
       assert_int_equal(
-          chime__sumtree_set(t, i, rng_next(&seed) % 3 ? 0 : rng_unit(&seed)),
+          chime__sumtree_set(t, i,
+                             chime__rng_next(&seed) % 3 ? 0 : rng_unit(&seed)),
           0);
     assert_int_equal(chime__sumtree_set(t, n / 2, 0.5), 0);
     double total = chime__sumtree_total(t);
     for (size_t len = 0; len <= 70; len++) {
       for (size_t j = 0; j < len; j++) {
-        uint64_t r = rng_next(&seed) % 8;
+        uint64_t r = chime__rng_next(&seed) % 8;
         prefix[j] = r == 0   ? total
                     : r == 1 ? nextafter(total, 0)
                     : r == 2 ? 2 * total
@@ -296,8 +296,8 @@ static void test_zero_slots_never_returned(void **state) {
   chime__sumtree_t *t;
   assert_int_equal(chime__sumtree_create(&t, n), 0);
   for (int op = 0; op < 200000; op++) {
-    uint64_t s = rng_next(&seed) % n;
-    uint64_t r = rng_next(&seed) % 8;
+    uint64_t s = chime__rng_next(&seed) % n;
+    uint64_t r = chime__rng_next(&seed) % 8;
     double v = r < 5 ? 0 : r == 5 ? 1e-300 : r == 6 ? 1e300 : rng_unit(&seed);
     assert_int_equal(chime__sumtree_set(t, s, v), 0);
     double total = chime__sumtree_total(t);
@@ -324,7 +324,9 @@ static void check_distribution(uint64_t n, uint64_t seed) {
   assert_non_null(w);
   assert_non_null(count);
   for (uint64_t i = 0; i < n; i++) {
-    w[i] = rng_next(&seed) % 5 == 0 ? 0 : (double)(1 + rng_next(&seed) % 100);
+    w[i] = chime__rng_next(&seed) % 5 == 0
+               ? 0
+               : (double)(1 + chime__rng_next(&seed) % 100);
     assert_int_equal(chime__sumtree_set(t, i, w[i]), 0);
   }
   double total = chime__sumtree_total(t);
@@ -358,30 +360,25 @@ static void test_distribution(void **state) {
   check_distribution(4100, 14);
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Figures only, no assertion on time. */
 static void test_bench(void **state) {
   (void)state;
   uint64_t n = 1000000, seed = 5;
   chime__sumtree_t *t;
   assert_int_equal(chime__sumtree_create(&t, n), 0);
-  double t0 = now_s();
+  double t0 = chime__now_s();
   for (uint64_t i = 0; i < n; i++)
     assert_int_equal(chime__sumtree_set(t, i, 1 + rng_unit(&seed)), 0);
-  double t1 = now_s();
+  double t1 = chime__now_s();
   for (uint64_t i = 0; i < n; i++)
     assert_int_equal(
-        chime__sumtree_set(t, rng_next(&seed) % n, 1 + rng_unit(&seed)), 0);
-  double t2 = now_s();
+        chime__sumtree_set(t, chime__rng_next(&seed) % n, 1 + rng_unit(&seed)),
+        0);
+  double t2 = chime__now_s();
   double total = chime__sumtree_total(t), acc = 0;
   for (uint64_t i = 0; i < n; i++)
     acc += (double)find(t, rng_unit(&seed) * total);
-  double t3 = now_s();
+  double t3 = chime__now_s();
   double p[256];
   uint64_t got[256];
   for (uint64_t i = 0; i < n; i += 256) {
@@ -390,7 +387,7 @@ static void test_bench(void **state) {
     assert_int_equal(chime__sumtree_find_many(t, p, 256, got), 0);
     acc += (double)got[0];
   }
-  double t4 = now_s();
+  double t4 = chime__now_s();
   printf("sumtree, 10^6 slots: set in order %.0f ns, set at random %.0f ns, "
          "find %.0f ns, find_many %.0f ns a prefix (%g)\n",
          (t1 - t0) * 1e9 / (double)n, (t2 - t1) * 1e9 / (double)n,

@@ -21,6 +21,7 @@
 #include "common/key.h"
 #include "replay/table.h"
 #include "table_slot.h"
+#include "rng.h"
 
 /* spec "a:u32[2], b:u8[]": 9 bytes a sample; a = {key*10, key*10+1}, b = key */
 #define SB 9
@@ -930,13 +931,6 @@ static void test_rows_never_torn(void **state) {
   check_untorn(CHIME__SELECTOR_MAX_HEAP, CHIME__SELECTOR_MIN_HEAP);
 }
 
-static uint64_t rng_u64(uint64_t *s) {
-  uint64_t z = (*s += UINT64_C(0x9e3779b97f4a7c15));
-  z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-  z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-  return z ^ (z >> 31);
-}
-
 /* Samples one batch into s, through the stream-mode path (rows kept
  * pinned, then let go) when pinned. */
 static void sample_batch(chime__table_t *t, slot_t *s, int pinned) {
@@ -979,7 +973,7 @@ static void test_batch_drawn_ahead_same_draws(void **state) {
     for (uint64_t first = 1; first <= 1000; first += 16) {
       uint32_t n = 1000 - first + 1 < 16 ? (uint32_t)(1000 - first + 1) : 16;
       for (uint32_t i = 0; i < n; i++)
-        prio[i] = (double)(rng_u64(&seed) % 1000) / 10.0; /* some 0 */
+        prio[i] = (double)(chime__rng_next(&seed) % 1000) / 10.0; /* some 0 */
       insert_prio(t[0], first, n, prio);
       insert_prio(t[1], first, n, prio);
     }
@@ -988,11 +982,11 @@ static void test_batch_drawn_ahead_same_draws(void **state) {
         uint64_t keys[100], dels[50];
         double np[100];
         for (int i = 0; i < 100; i++) {
-          keys[i] = 1 + rng_u64(&seed) % 1000;
-          np[i] = (double)(rng_u64(&seed) % 1000) / 10.0;
+          keys[i] = 1 + chime__rng_next(&seed) % 1000;
+          np[i] = (double)(chime__rng_next(&seed) % 1000) / 10.0;
         }
         for (int i = 0; i < 50; i++)
-          dels[i] = 1 + rng_u64(&seed) % 1000;
+          dels[i] = 1 + chime__rng_next(&seed) % 1000;
         for (int i = 0; i < 2; i++) {
           chime__table_mutated_t m;
           assert_int_equal(

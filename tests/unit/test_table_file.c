@@ -63,7 +63,7 @@ static uint64_t put(chime__table_t *t, uint32_t n, uint64_t first_count) {
 
 /* A batch whose every sample is whole and its probability its priority
  * over the sum. */
-static void check_batch(slot_t *s, double sum) {
+static void check_prio_batch(slot_t *s, double sum) {
   const uint32_t *a = (const uint32_t *)s->ws.leaf[0];
   const float *p = (const float *)s->ws.leaf[1];
   for (uint32_t j = 0; j < s->lay.batch_size; j++) {
@@ -88,7 +88,7 @@ static void test_reopen_keeps_items(void **state) {
   for (uint32_t c = 17; c <= 80; c++)
     sum += c % 7 + 1;
   assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
-  check_batch(&s, sum);
+  check_prio_batch(&s, sum);
   uint64_t times_before = 0;
   chime__table_get_stats(t, &st);
   times_before = st.samples;
@@ -101,7 +101,7 @@ static void test_reopen_keeps_items(void **state) {
   assert_int_equal(st.size, 64);
   for (int i = 0; i < 10; i++) {
     assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
-    check_batch(&s, sum);
+    check_prio_batch(&s, sum);
   }
   chime__table_destroy(t);
 

@@ -58,7 +58,7 @@ static uint32_t windows(const chime__table_t *t, win_t *w, uint32_t max) {
 
 /* Every window of a batch: its valid steps one episode's (one tag), in
  * order from its first step, the rest zeros with the mask 0. */
-static void check_batch(const slot_t *s, uint32_t tl) {
+static void check_slot_windows(const slot_t *s, uint32_t tl) {
   for (uint32_t j = 0; j < s->lay.batch_size; j++) {
     const chime_sample_info_t *in = &s->ws.info[j];
     const uint8_t *id = (const uint8_t *)s->ws.leaf[0] + (size_t)j * tl * 8;
@@ -101,7 +101,7 @@ static void reopen_keeps_windows(fx_t *f) {
   slot_init(&s, t, 16);
   for (int i = 0; i < 20; i++) {
     assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
-    check_batch(&s, 8);
+    check_slot_windows(&s, 8);
   }
   chime__table_stats_t st, st2;
   chime__table_get_stats(t, &st);
@@ -122,7 +122,7 @@ static void reopen_keeps_windows(fx_t *f) {
   assert_memory_equal(a, b, na * sizeof(win_t));
   for (int i = 0; i < 20; i++) {
     assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
-    check_batch(&s, 8);
+    check_slot_windows(&s, 8);
   }
   /* And on: new writers (the old ones' requests are forgotten, as after
    * a restore) start new episodes, past the old keys, evicting old
@@ -134,7 +134,7 @@ static void reopen_keeps_windows(fx_t *f) {
   assert_true(a[na - 1].key > maxkey);
   for (int i = 0; i < 20; i++) {
     assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
-    check_batch(&s, 8);
+    check_slot_windows(&s, 8);
   }
   chime__table_destroy(t);
   /* A changed sequence shape is another table's file. */
@@ -209,7 +209,7 @@ static void kill9(fx_t *f) {
   slot_init(&s, t, 64);
   for (int i = 0; i < 50; i++) {
     assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, NULL), 0);
-    check_batch(&s, 8);
+    check_slot_windows(&s, 8);
   }
   fprintf(stderr, "acked %u steps, after the kill %llu steps, %llu windows\n",
           acked, (unsigned long long)st.steps, (unsigned long long)st.size);

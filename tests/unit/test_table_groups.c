@@ -82,8 +82,8 @@ static void pack(uint8_t *buf, size_t *at, uint32_t g, const float *r,
 }
 
 /* Inserts groups first..first+n-1, one request. */
-static int insert(chime__table_t *t, uint32_t first, uint32_t n, const float *r,
-                  uint8_t *drop, char *why) {
+static int insert_groups(chime__table_t *t, uint32_t first, uint32_t n,
+                         const float *r, uint8_t *drop, char *why) {
   static uint8_t buf[1 << 16];
   uint32_t len[3 * 16];
   size_t at = 0;
@@ -97,7 +97,7 @@ static int insert(chime__table_t *t, uint32_t first, uint32_t n, const float *r,
 }
 
 /* The batch in s holds whole groups, each the one its key says. */
-static void check_batch(const slot_t *s, uint32_t first) {
+static void check_groups(const slot_t *s, uint32_t first) {
   uint32_t B = s->lay.batch_size;
   const int64_t *go = s->ws.offsets[0], *to = s->ws.offsets[1];
   const uint32_t *cols = (const uint32_t *)s->ws.leaf[0];
@@ -126,7 +126,7 @@ static void test_groups_are_items(void **state) {
   chime__table_t *t = new_table(3, 0);
   char why[256] = "";
   for (uint32_t g = 0; g < 5; g++) /* the first two evicted, whole */
-    assert_int_equal(insert(t, g, 1, NULL, NULL, why), 0);
+    assert_int_equal(insert_groups(t, g, 1, NULL, NULL, why), 0);
   chime__table_stats_t st;
   chime__table_get_stats(t, &st);
   assert_int_equal(st.size, 3);
@@ -137,7 +137,7 @@ static void test_groups_are_items(void **state) {
   atomic_int stop = 0;
   for (int i = 0; i < 20; i++) {
     assert_int_equal(chime__table_sample(t, &s.lay, &s.ws, &stop), 0);
-    check_batch(&s, 2);
+    check_groups(&s, 2);
   }
   /* A group whose lengths do not add up: refused, named, none in. */
   static uint8_t buf[256];
@@ -164,19 +164,19 @@ static void test_filters(void **state) {
   /* Groups 1..4 (2, 3, 4, 1 samples): as given, then all alike, then out
    * of [0, 10]. */
   memset(drop, 0xff, sizeof(drop));
-  assert_int_equal(insert(t, 1, 3, NULL, drop, why), 0);
+  assert_int_equal(insert_groups(t, 1, 3, NULL, drop, why), 0);
   assert_memory_equal(drop, ((uint8_t[]){0, 0, 0}), 3);
   const float same[GMAX] = {2, 2, 2, 2}, big[GMAX] = {9, 11, 12, 13};
   memset(drop, 0xff, sizeof(drop));
-  assert_int_equal(insert(t, 5, 2, same, drop, why), 0);
+  assert_int_equal(insert_groups(t, 5, 2, same, drop, why), 0);
   assert_memory_equal(drop, ((uint8_t[]){1, 1}), 2);
   memset(drop, 0xff, sizeof(drop));
-  assert_int_equal(insert(t, 9, 3, big, drop, why), 0);
+  assert_int_equal(insert_groups(t, 9, 3, big, drop, why), 0);
   /* groups 9 (2 samples: mean 10), 10 (3: 10.67), 11 (4: 11.25) */
   assert_memory_equal(drop, ((uint8_t[]){0, 2, 2}), 3);
   /* A single sample has no variance. */
   memset(drop, 0xff, sizeof(drop));
-  assert_int_equal(insert(t, 4, 1, NULL, drop, why), 0);
+  assert_int_equal(insert_groups(t, 4, 1, NULL, drop, why), 0);
   assert_int_equal(drop[0], 1);
   chime__table_stats_t st;
   chime__table_get_stats(t, &st);
@@ -198,8 +198,9 @@ static void test_dropped_not_ahead(void **state) {
   char why[256] = "";
   uint8_t drop[8];
   const float same[GMAX] = {2, 2, 2, 2};
-  assert_int_equal(insert(t, 5, 2, same, drop, why), 0); /* both dropped */
-  assert_int_equal(insert(t, 1, 3, NULL, drop, why), 0);
+  assert_int_equal(insert_groups(t, 5, 2, same, drop, why),
+                   0); /* both dropped */
+  assert_int_equal(insert_groups(t, 1, 3, NULL, drop, why), 0);
   chime__table_stats_t st;
   chime__table_get_stats(t, &st);
   assert_int_equal(st.dropped_zero_variance, 2);

@@ -24,15 +24,9 @@
 #include "common/key.h"
 #include "replay/table.h"
 #include "table_slot.h"
+#include "rng.h"
 
 #define MAXKEYS 4096
-
-static uint64_t rng_next(uint64_t *s) {
-  uint64_t z = (*s += UINT64_C(0x9e3779b97f4a7c15));
-  z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-  z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-  return z ^ (z >> 31);
-}
 
 /* What the test believes the table holds, by key. */
 typedef struct {
@@ -213,9 +207,9 @@ static void check_draws(const model_t *m, int uniform, uint32_t draws) {
 /* n random priorities: a fifth 0, the rest spread over 1e-3 .. 1e3. */
 static void random_prio(uint64_t *seed, double *p, uint32_t n) {
   for (uint32_t i = 0; i < n; i++)
-    p[i] = rng_next(seed) % 5 == 0
+    p[i] = chime__rng_next(seed) % 5 == 0
                ? 0
-               : pow(10, (double)(rng_next(seed) % 6000) / 1000.0 - 3);
+               : pow(10, (double)(chime__rng_next(seed) % 6000) / 1000.0 - 3);
 }
 
 /* Updates nup random keys (live or not) and deletes ndel, through the
@@ -228,9 +222,9 @@ static void random_mutate(model_t *m, uint64_t *seed, uint32_t nup,
   assert_true(keys != NULL && dels != NULL && prio != NULL);
   random_prio(seed, prio, nup);
   for (uint32_t i = 0; i < nup; i++)
-    keys[i] = 1 + rng_next(seed) % (m->next_key + 10); /* some unknown */
+    keys[i] = 1 + chime__rng_next(seed) % (m->next_key + 10); /* some unknown */
   for (uint32_t i = 0; i < ndel; i++)
-    dels[i] = 1 + rng_next(seed) % (m->next_key - 1);
+    dels[i] = 1 + chime__rng_next(seed) % (m->next_key - 1);
   model_mutate(m, keys, prio, nup, dels, ndel);
   free(keys);
   free(dels);
@@ -345,17 +339,17 @@ static void test_heaps_after_mutate(void **state) {
                1.0);
     /* Few distinct priorities: many ties, which updates reorder. */
     for (int i = 0; i < 120; i++)
-      prio[i] = (double)(rng_next(&seed) % 8);
+      prio[i] = (double)(chime__rng_next(&seed) % 8);
     model_insert(m, 120, prio);
     for (int round = 0; round < 4; round++) {
       uint64_t keys[40], dels[15];
       double np[40];
       for (int i = 0; i < 40; i++) {
-        keys[i] = 1 + rng_next(&seed) % (m->next_key + 5);
-        np[i] = (double)(rng_next(&seed) % 8);
+        keys[i] = 1 + chime__rng_next(&seed) % (m->next_key + 5);
+        np[i] = (double)(chime__rng_next(&seed) % 8);
       }
       for (int i = 0; i < 15; i++)
-        dels[i] = 1 + rng_next(&seed) % (m->next_key - 1);
+        dels[i] = 1 + chime__rng_next(&seed) % (m->next_key - 1);
       model_mutate(m, keys, np, 40, dels, 15);
       /* Drain part of it exactly, then mutate again. */
       uint32_t n = heap_order(m, max, want);
@@ -592,7 +586,7 @@ static void check_churn(chime__selector_kind_t sampler) {
     for (int w = 0; w < BIG_WORDS; w++)
       row[w] = next;
     atomic_store(&c.inserted, next);
-    double prio = (double)(1 + rng_next(&seed) % 7);
+    double prio = (double)(1 + chime__rng_next(&seed) % 7);
     assert_int_equal(chime__table_insert(c.t, (const uint8_t *)row, 1, &prio,
                                          &k, NULL, NULL),
                      0);
@@ -602,11 +596,11 @@ static void check_churn(chime__selector_kind_t sampler) {
       assert_int_equal(pthread_create(&th, NULL, sampler_main, &c), 0);
     /* One of the last 8 keys (0 early on: never issued, unknown; a key
      * below 0 would be another shard's, which is refused). */
-    uint64_t back = rng_next(&seed) % 8;
+    uint64_t back = chime__rng_next(&seed) % 8;
     uint64_t victim = back < next ? next - 1 - back : 0;
-    double np = (double)(rng_next(&seed) % 5);
+    double np = (double)(chime__rng_next(&seed) % 5);
     chime__table_mutated_t r;
-    if (rng_next(&seed) % 3)
+    if (chime__rng_next(&seed) % 3)
       assert_int_equal(chime__table_mutate(c.t, NULL, NULL, 0, &victim, 1, &r),
                        0);
     else

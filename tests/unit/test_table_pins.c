@@ -89,7 +89,7 @@ static uint8_t *gather(const chime__table_t *t, const slot_t *s, size_t piece) {
 
 /* The bytes a copy of the batch would have: each sample's leaves from its
  * key, zeros between the leaves, then the info. */
-static void check_batch(const slot_t *s, const uint8_t *got) {
+static void check_copied_batch(const slot_t *s, const uint8_t *got) {
   const chime_ring_layout_t *lay = &s->lay;
   for (uint32_t j = 0; j < lay->batch_size; j++) {
     uint64_t key = s->ws.info[j].key;
@@ -126,7 +126,7 @@ static void test_spans_match_copy(void **state) {
     size_t pieces[] = {1, 777, 4096, 5000, 1u << 20};
     for (size_t p = 0; p < sizeof(pieces) / sizeof(pieces[0]); p++) {
       uint8_t *got = gather(t, &s, pieces[p]);
-      check_batch(&s, got);
+      check_copied_batch(&s, got);
       free(got);
     }
     chime__table_unpin(t, &s.pins);
@@ -154,7 +154,7 @@ static void test_pinned_rows_survive_eviction(void **state) {
   chime__table_get_stats(t, &st);
   assert_int_equal(st.size, 8);
   uint8_t *got = gather(t, &s, 3000);
-  check_batch(&s, got);
+  check_copied_batch(&s, got);
   for (uint32_t j = 0; j < 8; j++)
     assert_true(s.ws.info[j].key >= 1 && s.ws.info[j].key <= 8);
   free(got);

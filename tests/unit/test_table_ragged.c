@@ -68,8 +68,8 @@ static size_t pack(uint8_t *buf, const uint64_t *keys, const uint32_t *len,
 
 /* Inserts n samples of SPEC (keys 1.. in order) with these lengths, in two
  * pieces cut mid-sample; returns the insert's result. */
-static int insert(chime__table_t *t, const uint32_t *len, uint32_t n,
-                  uint64_t key0) {
+static int insert_lengths(chime__table_t *t, const uint32_t *len, uint32_t n,
+                          uint64_t key0) {
   uint64_t keys[64];
   uint32_t lengths[2 * 64];
   static uint8_t buf[64 * (64 * 8 + 4)];
@@ -108,7 +108,7 @@ static void test_store_and_sample(void **state) {
   chime__table_stats_t st;
   slot_t s;
   uint32_t len[5] = {0, 3, 64, 1, 10};
-  assert_int_equal(insert(t, len, 5, 1), 0);
+  assert_int_equal(insert_lengths(t, len, 5, 1), 0);
   chime__table_get_stats(t, &st);
   assert_int_equal(st.size, 5);
   /* Only the rows used: 78 rows of 4 + 4 bytes, nothing for the bound. */
@@ -184,9 +184,9 @@ static void test_refused_whole(void **state) {
   chime__table_t *t = new_table(SPEC, 16, CHIME__SELECTOR_UNIFORM);
   chime__table_stats_t st;
   uint32_t ok[2] = {2, 2};
-  assert_int_equal(insert(t, ok, 2, 1), 0);
+  assert_int_equal(insert_lengths(t, ok, 2, 1), 0);
   uint32_t long_[3] = {1, 65, 1};
-  assert_int_equal(insert(t, long_, 3, 10), CHIME_EINVAL);
+  assert_int_equal(insert_lengths(t, long_, 3, 10), CHIME_EINVAL);
   uint8_t buf[64];
   uint64_t keys[1] = {5}, first;
   uint32_t l1[1] = {2}, unlike[2] = {2, 3}, lengths[2] = {2, 2};
@@ -281,7 +281,7 @@ static void test_give_back(void **state) {
   chime__table_stats_t st;
   slot_t s, s2;
   uint32_t len[3] = {5, 0, 64};
-  assert_int_equal(insert(t, len, 3, 1), 0);
+  assert_int_equal(insert_lengths(t, len, 3, 1), 0);
   slot_init(&s, t, 3);
   slot_pin(&s);
   slot_init(&s2, t, 3);
@@ -315,7 +315,7 @@ static void test_spans_send_offsets(void **state) {
   (void)state;
   chime__table_t *t = new_table(SPEC, 16, CHIME__SELECTOR_FIFO);
   uint32_t len[4] = {7, 0, 64, 2};
-  assert_int_equal(insert(t, len, 4, 1), 0);
+  assert_int_equal(insert_lengths(t, len, 4, 1), 0);
   slot_t s;
   slot_init(&s, t, 4);
   slot_pin(&s);

@@ -30,6 +30,7 @@
 #include "replay/table.h"
 #include "seq_steps.h"
 #include "table_slot.h"
+#include "common/clock.h"
 
 /* spec "x:u32[]": a sample is its key. */
 #define SB 4
@@ -112,12 +113,6 @@ static void *insert_main(void *arg) {
   return NULL;
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void nap(void) {
   struct timespec ts = {0, 200000};
   nanosleep(&ts, NULL);
@@ -129,14 +124,14 @@ static void start_blocked_insert(ins_t *a, pthread_t *th, chime__table_t *t) {
   memset(a, 0, sizeof(*a));
   a->t = t;
   assert_int_equal(pthread_create(th, NULL, insert_main, a), 0);
-  double t0 = now_s();
+  double t0 = chime__now_s();
   for (;;) {
     chime__table_stats_t st;
     chime__table_get_stats(t, &st);
     if (st.inserts_waiting_rate == 1)
       return;
     assert_false(atomic_load(&a->done)); /* it should have waited */
-    assert_true(now_s() - t0 < 10);
+    assert_true(chime__now_s() - t0 < 10);
     nap();
   }
 }
@@ -144,8 +139,8 @@ static void start_blocked_insert(ins_t *a, pthread_t *th, chime__table_t *t) {
 /* Liveness: the insert must end within 10 s (it waits for ever when the
  * limiter is wrong: then it is aborted and the test fails). */
 static void expect_insert_ends(ins_t *a, pthread_t th) {
-  double t0 = now_s();
-  while (!atomic_load(&a->done) && now_s() - t0 < 10)
+  double t0 = chime__now_s();
+  while (!atomic_load(&a->done) && chime__now_s() - t0 < 10)
     nap();
   int done = atomic_load(&a->done);
   if (!done) {
@@ -337,7 +332,7 @@ typedef struct {
   int inserted, rc;
 } writer_t;
 
-static void *writer_main(void *arg) {
+static void *limited_writer_main(void *arg) {
   writer_t *w = arg;
   for (int i = 0; i < 10; i++) {
     uint8_t step[SEQ_STEP];
@@ -363,9 +358,9 @@ static void check_no_stall(chime__table_t *t, int seq) {
   writer_t w = {.t = t, .seq = seq};
   pthread_t ts, tw;
   slot_sampler_start(&sm, &ts, t, &s, 0);
-  assert_int_equal(pthread_create(&tw, NULL, writer_main, &w), 0);
-  double t0 = now_s();
-  while (!atomic_load(&w.done) && now_s() - t0 < 10)
+  assert_int_equal(pthread_create(&tw, NULL, limited_writer_main, &w), 0);
+  double t0 = chime__now_s();
+  while (!atomic_load(&w.done) && chime__now_s() - t0 < 10)
     nap();
   int done = atomic_load(&w.done);
   atomic_store(&w.abort, 1);

@@ -66,8 +66,8 @@ typedef struct {
   int scale; /* weights x 2^scale: subnormal ones would not be exact */
 } model_t;
 
-static void insert(chime__table_t *t, model_t *m, const double *prio,
-                   const uint64_t *ver, uint32_t n) {
+static void insert_modeled(chime__table_t *t, model_t *m, const double *prio,
+                           const uint64_t *ver, uint32_t n) {
   uint8_t buf[MAXN * SB] = {0};
   uint64_t key;
   chime__span_t sp = {buf, (size_t)n * SB};
@@ -102,7 +102,7 @@ static double z_of(const model_t *m) {
 
 /* A batch of 32: each sample's info against the model, exactly (up to
  * rounding), and the table's mass is Z. */
-static void check_batch(chime__table_t *t, const model_t *m) {
+static void check_against_model(chime__table_t *t, const model_t *m) {
   slot_t s;
   chime__table_stats_t st;
   double z = z_of(m);
@@ -138,12 +138,12 @@ static void test_exact_probability(void **state) {
     prio[j] = 0.25 + j * 0.5;
     ver[j] = (j * 7) % 6; /* versions 0..5, out of order */
   }
-  insert(t, &m, prio, ver, 12);
-  check_batch(t, &m);
+  insert_modeled(t, &m, prio, ver, 12);
+  check_against_model(t, &m);
   /* A learner moves on: every item's staleness changes at once. */
   assert_int_equal(chime__table_set_version(t, 9, NULL), 0);
   m.newest = 9;
-  check_batch(t, &m);
+  check_against_model(t, &m);
   /* New priorities and deletes. */
   uint64_t keys[3] = {chime__key_make(0, 2), chime__key_make(0, 5),
                       chime__key_make(0, 11)};
@@ -157,12 +157,12 @@ static void test_exact_probability(void **state) {
   m.prio[5] = 0.01;
   m.prio[11] = 3.0;
   m.live[1] = m.live[12] = 0;
-  check_batch(t, &m);
+  check_against_model(t, &m);
   /* Items of a newer version than any (staleness 0). */
   double p2[2] = {1.0, 2.0};
   uint64_t v2[2] = {12, 12};
-  insert(t, &m, p2, v2, 2);
-  check_batch(t, &m);
+  insert_modeled(t, &m, p2, v2, 2);
+  check_against_model(t, &m);
   chime__table_destroy(t);
 }
 
@@ -235,7 +235,7 @@ static void test_distribution(void **state) {
   model_t m = {0};
   for (uint32_t j = 0; j < 16; j++)
     ver[j] = j;
-  insert(t, &m, prio, ver, 16);
+  insert_modeled(t, &m, prio, ver, 16);
   check_distribution(t, &m, "staleness 0..15");
   chime__table_destroy(t);
   /* Staleness 300..1800: 64 tries mostly fail, the walk draws. */
@@ -243,21 +243,21 @@ static void test_distribution(void **state) {
   memset(&m, 0, sizeof(m));
   for (uint32_t j = 0; j < 16; j++)
     ver[j] = 100 * (j % 16);
-  insert(t, &m, prio, ver, 16);
+  insert_modeled(t, &m, prio, ver, 16);
   assert_int_equal(chime__table_set_version(t, 1800, NULL), 0);
   m.newest = 1800;
   check_distribution(t, &m, "staleness 300..1800 (the walk)");
-  check_batch(t, &m);
+  check_against_model(t, &m);
   chime__table_destroy(t);
   /* With a gate: what it removes leaves Z too. */
   t = stable(3, 7);
   memset(&m, 0, sizeof(m));
   for (uint32_t j = 0; j < 16; j++)
     ver[j] = j % 8;
-  insert(t, &m, prio, ver, 16);
+  insert_modeled(t, &m, prio, ver, 16);
   for (uint32_t k = 1; k <= m.n; k++)
     m.live[k] = m.ver[k] + 3 >= 7;
-  check_batch(t, &m);
+  check_against_model(t, &m);
   check_distribution(t, &m, "max_staleness 3");
   chime__table_destroy(t);
 }
@@ -295,7 +295,7 @@ static void test_zeroed_version(void **state) {
   for (int order = 0; order < 2; order++) {
     chime__table_t *t = stable_a(0, 11 + order, 1.0);
     model_t m = {.a = 1.0};
-    insert(t, &m, prio, ver, 9);
+    insert_modeled(t, &m, prio, ver, 9);
     /* Every item of versions 1 and 2 to 0, in two orders. */
     for (uint32_t j = 0; j < 8; j++)
       set_prio(t, &m, order == 0 ? 1 + j : 8 - j, 0.0);
@@ -331,29 +331,29 @@ static void test_huge_leaves(void **state) {
   model_t m = {.a = 1.0};
   double prio[5] = {1e298, 1.0, 1e-300, 1.0, 1e-300};
   uint64_t ver[5] = {1, 1, 1, 2, 2};
-  insert(t, &m, prio, ver, 5);
-  check_batch(t, &m);
+  insert_modeled(t, &m, prio, ver, 5);
+  check_against_model(t, &m);
   delete_key(t, &m, 1); /* Z is 1.5: 1/2 + 1, and 1e-300s */
-  check_batch(t, &m);
+  check_against_model(t, &m);
   /* Another 1e298, counted into Z afresh as the newest rises, then down
    * to 0.5. */
   double p2 = 1e298;
   uint64_t v2 = 1;
-  insert(t, &m, &p2, &v2, 1);
+  insert_modeled(t, &m, &p2, &v2, 1);
   set_version(t, &m, 5);
-  check_batch(t, &m);
+  check_against_model(t, &m);
   set_prio(t, &m, 6, 0.5);
-  check_batch(t, &m);
+  check_against_model(t, &m);
   /* The 1s go and 0.5 goes to 0: items of 1e-300 are all that weigh. */
   delete_key(t, &m, 2);
   delete_key(t, &m, 4);
   set_prio(t, &m, 6, 0.0);
-  check_batch(t, &m);
+  check_against_model(t, &m);
   /* And a 1e298 that comes and goes among them. */
-  insert(t, &m, &p2, &v2, 1);
-  check_batch(t, &m);
+  insert_modeled(t, &m, &p2, &v2, 1);
+  check_against_model(t, &m);
   delete_key(t, &m, 7);
-  check_batch(t, &m);
+  check_against_model(t, &m);
   chime__table_destroy(t);
 }
 
@@ -371,7 +371,8 @@ static void test_churn_distribution(void **state) {
     ver[j] = j % 4;
     prio[j] = j < 20 ? 1.0 + (double)((j * 5) % 7) : 1e298;
   }
-  insert(t, &m, prio, ver, 24); /* keys 21..24: 1e298, one per version */
+  insert_modeled(t, &m, prio, ver,
+                 24); /* keys 21..24: 1e298, one per version */
   set_version(t, &m, 3);
   delete_key(t, &m, 21);
   set_prio(t, &m, 22, 2.0);
@@ -387,10 +388,10 @@ static void test_churn_distribution(void **state) {
   delete_key(t, &m, 24);
   set_prio(t, &m, 5, 4.0);
   set_prio(t, &m, 6, 1e-300); /* never drawn, in practice */
-  check_batch(t, &m);
+  check_against_model(t, &m);
   check_distribution_at(t, &m, "after churn, staleness 3..6", 1);
   set_version(t, &m, 4000);
-  check_batch(t, &m);
+  check_against_model(t, &m);
   check_distribution_at(t, &m, "after churn, staleness 3997..4000 (walk)", 1);
   chime__table_destroy(t);
 }
@@ -412,7 +413,7 @@ static void test_subnormal_weights(void **state) {
     prio[j] = 1e-300;
     ver[j] = 0;
   }
-  insert(t, &m, prio, ver, 20);
+  insert_modeled(t, &m, prio, ver, 20);
   set_version(t, &m, UINT64_MAX);
   slot_t s;
   slot_init(&s, t, 64);
@@ -424,14 +425,14 @@ static void test_subnormal_weights(void **state) {
     assert_int_equal(s.ws.info[j].staleness, UINT64_MAX);
   }
   slot_fini(&s);
-  check_batch(t, &m);
+  check_against_model(t, &m);
   /* An item of weight 1, newest: Z is 1 and then tiny again. */
   double one = 1.0;
   uint64_t vnew = UINT64_MAX;
-  insert(t, &m, &one, &vnew, 1);
-  check_batch(t, &m);
+  insert_modeled(t, &m, &one, &vnew, 1);
+  check_against_model(t, &m);
   delete_key(t, &m, 21);
-  check_batch(t, &m);
+  check_against_model(t, &m);
   chime__table_destroy(t);
 
   /* Unequal: priorities 1e-300 .. 8e-300 at staleness 2^61 .. 2^63. */
@@ -443,13 +444,13 @@ static void test_subnormal_weights(void **state) {
     prio[j] = 1e-300 * (double)(1 + j % 8);
     ver[j] = (uint64_t)(j % 3) << 61; /* 0, 2^61, 2^62 */
   }
-  insert(t, &m, prio, ver, 12);
+  insert_modeled(t, &m, prio, ver, 12);
   set_version(t, &m, UINT64_C(1) << 63);
-  check_batch(t, &m);
+  check_against_model(t, &m);
   check_distribution_at(t, &m, "1e-300 at staleness 2^61..2^63 (the walk)", 1);
   set_prio(t, &m, 3, 5e-301);
   delete_key(t, &m, 4);
-  check_batch(t, &m);
+  check_against_model(t, &m);
   chime__table_destroy(t);
 }
 
@@ -468,7 +469,7 @@ static void test_no_row_picked(void **state) {
   model_t m = {.a = 1.0};
   double prio[4] = {1, 2, 3, 4};
   uint64_t ver[4] = {0, 0, 1, 1};
-  insert(t, &m, prio, ver, 4);
+  insert_modeled(t, &m, prio, ver, 4);
   chime__selector_t broken = *t->sel;
   broken.pick = no_row;
   broken.draws_ahead = NULL;

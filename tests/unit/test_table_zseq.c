@@ -285,7 +285,7 @@ typedef struct {
   atomic_int done;
 } writer_t;
 
-static void *writer_main(void *arg) {
+static void *episode_writer_main(void *arg) {
   writer_t *w = arg;
   uint8_t *buf = malloc(10 * STEP);
   for (uint32_t k = 0; buf != NULL && k < w->steps; k += 10) {
@@ -318,7 +318,7 @@ static void test_concurrent(void **state) {
   slot_t s;
   slot_init(&s, w.t, 8);
   pthread_t th;
-  assert_int_equal(pthread_create(&th, NULL, writer_main, &w), 0);
+  assert_int_equal(pthread_create(&th, NULL, episode_writer_main, &w), 0);
   uint32_t batches = 0;
   while (!atomic_load(&w.done) || batches < 10) {
     assert_int_equal(chime__table_sample(w.t, &s.lay, &s.ws, NULL), 0);

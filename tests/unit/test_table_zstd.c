@@ -49,7 +49,8 @@ static chime__table_t *new_table(uint64_t cap, chime__selector_kind_t s,
 
 /* Inserts n samples, keys' frames k0.., a = k, in three pieces cut in the
  * middle of leaves. */
-static void insert(chime__table_t *t, uint32_t k0, uint32_t n, int noise) {
+static void insert_frames(chime__table_t *t, uint32_t k0, uint32_t n,
+                          int noise) {
   uint8_t *buf = malloc((size_t)n * SAMPLE);
   assert_non_null(buf);
   for (uint32_t j = 0; j < n; j++) {
@@ -82,7 +83,7 @@ static void test_sample_exact(void **state) {
   chime__table_t *t = new_table(64, CHIME__SELECTOR_FIFO, 3);
   chime__table_stats_t st;
   slot_t s;
-  insert(t, 0, 32, 0);
+  insert_frames(t, 0, 32, 0);
   chime__table_get_stats(t, &st);
   assert_int_equal(st.size, 32);
   assert_int_equal(st.raw_bytes, 32 * SAMPLE);
@@ -122,7 +123,7 @@ static void test_noise_kept_raw(void **state) {
   chime__table_t *t = new_table(64, CHIME__SELECTOR_UNIFORM, 19);
   chime__table_stats_t st;
   slot_t s;
-  insert(t, 0, 20, 1);
+  insert_frames(t, 0, 20, 1);
   chime__table_get_stats(t, &st);
   assert_int_equal(st.raw_bytes, 20 * SAMPLE);
   assert_int_equal(st.stored_bytes, 20 * (SAMPLE + 4)); /* 4 bytes a leaf */
@@ -140,7 +141,7 @@ static void test_eviction_frees(void **state) {
   (void)state;
   chime__table_t *t = new_table(4, CHIME__SELECTOR_UNIFORM, 3);
   chime__table_stats_t st;
-  insert(t, 0, 10, 1);
+  insert_frames(t, 0, 10, 1);
   chime__table_get_stats(t, &st);
   assert_int_equal(st.size, 4);
   assert_int_equal(st.raw_bytes, 4 * SAMPLE);
@@ -153,8 +154,8 @@ static void test_checkpoint(void **state) {
   chime__table_t *t = new_table(64, CHIME__SELECTOR_FIFO, 3);
   chime__table_stats_t a, b;
   char err[512] = "";
-  insert(t, 0, 10, 0);
-  insert(t, 10, 3, 1); /* kept raw */
+  insert_frames(t, 0, 10, 0);
+  insert_frames(t, 10, 3, 1); /* kept raw */
   chime__table_get_stats(t, &a);
   uint8_t *p;
   size_t n = ckpt_write(t, &p);

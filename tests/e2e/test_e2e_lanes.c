@@ -81,7 +81,7 @@ static void send_req(chime__raw_t *r, Chime__V1__SubscribeRequest *req) {
 
 /* Opens on ch with connections LANES (naming old's stream to resume it
  * when old is not NULL); keeps the id, token and layout. */
-static void open_stream(reader_t *rd, const reader_t *old) {
+static void raw_open_lanes(reader_t *rd, const reader_t *old) {
   assert_int_equal(chime__raw_start(&rd->call[0], ch, M_SUBSCRIBE, 60000), 0);
   Chime__V1__Open open = CHIME__V1__OPEN__INIT;
   open.table = (char *)"demo";
@@ -164,7 +164,7 @@ static void credit(reader_t *rd, uint32_t n) {
 
 /* Every byte of every sample of a whole batch is the pattern's; counts
  * its items. */
-static void check_batch(reader_t *rd, const uint8_t *slot) {
+static void check_raw_batch(reader_t *rd, const uint8_t *slot) {
   uint64_t sb = chime_spec_sample_bytes(&spec);
   uint8_t *want = malloc(sb);
   for (uint32_t j = 0; j < BATCH; j++) {
@@ -208,7 +208,7 @@ static int take(reader_t *rd, uint32_t i, int timeout_ms) {
   memcpy(rd->batch[i] + c->offset, c->data.data, c->data.len);
   rd->got[i] += c->data.len;
   if (rd->got[i] == c->total) {
-    check_batch(rd, rd->batch[i]);
+    check_raw_batch(rd, rd->batch[i]);
     rd->got[i] = 0;
     rd->per_lane[i]++;
     rd->batches++;
@@ -263,7 +263,7 @@ static void test_lanes(void **state) {
   assert_int_equal(chime__write_pattern(client, "demo", &spec, 1, ITEMS, NULL),
                    0);
   reader_t *rd = calloc(1, sizeof(*rd));
-  open_stream(rd, NULL);
+  raw_open_lanes(rd, NULL);
   join_lanes(rd);
 
   /* Strangers and mistakes are refused; the stream goes on. */
@@ -312,7 +312,7 @@ static void test_lanes(void **state) {
   /* A resuming Open names the batches received and not credited: the
    * rest of the table comes once, over 4 new lanes. */
   reader_t *next = calloc(1, sizeof(*next));
-  open_stream(next, rd);
+  raw_open_lanes(next, rd);
   memcpy(next->seen, rd->seen, sizeof(rd->seen));
   join_lanes(next);
   uint32_t left = 0;

@@ -29,6 +29,8 @@
 #include "chime/chime.h"
 #include "harness.h"
 #include "rawcall.h"
+#include "streams.h"
+#include "writes.h"
 
 #define BATCH 16
 
@@ -39,26 +41,6 @@ static void start(chime__chimed_t *d, chime_client_t **c, int min_size) {
            "\"capacity\": 100000, \"sampler\": \"fifo\", \"min_size\": %d}]}",
            min_size);
   assert_int_equal(chime__chimed_start_client(d, config, c), 0);
-}
-
-static void insert(chime_client_t *c, uint64_t from, uint64_t n) {
-  chime_writer_t *w = NULL;
-  assert_int_equal(chime_writer_open(&w, c, "q", NULL), 0);
-  for (uint64_t k = from; k < from + n; k++)
-    if (chime_writer_append(w, &k, sizeof k, 1.0) != 0)
-      fail_msg("append %llu: %s", (unsigned long long)k, chime_last_error());
-  assert_int_equal(chime_writer_close(w), 0);
-}
-
-static chime_stream_t *open_stream(chime_client_t *c, uint32_t slots) {
-  chime_stream_t *s = NULL;
-  chime_stream_opts_t so = CHIME_STREAM_OPTS_INIT;
-  so.batch_size = BATCH;
-  so.slots = slots;
-  so.mode = CHIME_MODE_STREAM;
-  if (chime_stream_open(&s, c, "q", &so) != 0)
-    fail_msg("open: %s", chime_last_error());
-  return s;
 }
 
 /* Takes a batch (within timeout_ms), marks its items in seen, releases
@@ -86,8 +68,9 @@ static void test_idle_stream_keeps_its_call(void **state) {
   /* Sampling waits for 2 batches of items (the rate limiter's min_size):
    * with one batch in, the server has credits and nothing to send. */
   start(&d, &c, 2 * BATCH);
-  chime_stream_t *s = open_stream(c, 8);
-  insert(c, 0, BATCH);
+  chime_stream_t *s =
+      chime__open_stream(c, "q", CHIME_MODE_STREAM, BATCH, 8, NULL);
+  assert_int_equal(chime__write_counter(c, "q", 0, BATCH, NULL), 0);
   /* Idle for 4 s, well past the stall rule's 1.5 s: heartbeats keep it. */
   for (int i = 0; i < 8; i++) {
     chime_batch_t b;
@@ -96,7 +79,7 @@ static void test_idle_stream_keeps_its_call(void **state) {
   chime_stream_local_stats_t st;
   assert_int_equal(chime_stream_stats(s, &st), 0);
   assert_int_equal(st.resumes, 0);
-  insert(c, BATCH, N - BATCH);
+  assert_int_equal(chime__write_counter(c, "q", BATCH, N - BATCH, NULL), 0);
   static uint8_t seen[N];
   memset(seen, 0, sizeof seen);
   uint64_t dups = 0;
@@ -118,8 +101,9 @@ static void test_stalled_server_is_left_and_taken_over(void **state) {
   chime_client_t *c = NULL;
   enum { N = 256 * BATCH };
   start(&d, &c, 1);
-  insert(c, 0, N);
-  chime_stream_t *s = open_stream(c, 4);
+  assert_int_equal(chime__write_counter(c, "q", 0, N, NULL), 0);
+  chime_stream_t *s =
+      chime__open_stream(c, "q", CHIME_MODE_STREAM, BATCH, 4, NULL);
   static uint8_t seen[N];
   memset(seen, 0, sizeof seen);
   uint64_t dups = 0;
@@ -224,7 +208,7 @@ static void test_resume_takes_an_open_call_over(void **state) {
           "{\"tables\": [{\"name\": \"q\", \"spec\": \"x:u64[]\", "
           "\"capacity\": 100000, \"sampler\": \"fifo\", \"min_size\": 1}]}"),
       0);
-  insert(c, 0, N);
+  assert_int_equal(chime__write_counter(c, "q", 0, N, NULL), 0);
   static uint8_t seen[N];
   memset(seen, 0, sizeof seen);
 

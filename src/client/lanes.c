@@ -38,11 +38,12 @@ struct chime__lanes_s {
   uint32_t window;    /* the ring's slots */
   uint32_t *done;     /* [window]: slot + 1 of whole batch seq % window */
   atomic_int stop;
+  chime__land_fn land; /* the transport's: a chunk into its slot */
   lane_t lane[CHIME_MAX_CONNECTIONS];
 };
 
-int chime__lanes_create(chime_stream_t *s, uint32_t n, char *err,
-                        size_t errlen) {
+int chime__lanes_create(chime_stream_t *s, uint32_t n, chime__land_fn land,
+                        char *err, size_t errlen) {
   chime__lanes_t *ls = calloc(1, sizeof(*ls));
   if (ls != NULL)
     ls->done = calloc(s->layout.slots, sizeof(*ls->done));
@@ -52,6 +53,7 @@ int chime__lanes_create(chime_stream_t *s, uint32_t n, char *err,
   }
   ls->s = s;
   ls->n = n;
+  ls->land = land;
   ls->window = s->layout.slots;
   pthread_mutex_init(&ls->mu, NULL);
   for (uint32_t i = 1; i < n; i++) {
@@ -142,7 +144,7 @@ static void *lane_thread(void *arg) {
     if (chime__rpc_recv(&l->rpc) != 0)
       chime__rpc_cancel(&l->rpc);
     chime__stall_heard_lane(s);
-    int rc = chime__remote_chunk(&l->r, bb, err, sizeof(err));
+    int rc = l->ls->land(&l->r, bb, err, sizeof(err));
     chime__bb_free(bb);
     atomic_fetch_add(&l->chunks, rc == 0);
     /* A notice (the server stopping) comes on the first call too. */

@@ -397,7 +397,8 @@ static int remote_setup(chime_stream_t *s, const Chime__V1__Opened *op,
   atomic_store(&r->granted, lent);
   r->credit_batch = lent / 2 > 1 ? lent / 2 : 1;
   if (s->opts.connections > 1 &&
-      ((rc = chime__lanes_create(s, s->opts.connections, err, errlen)) != 0 ||
+      ((rc = chime__lanes_create(s, s->opts.connections, chime__remote_chunk,
+                                 err, errlen)) != 0 ||
        (rc = chime__lanes_start(s, op->stream_id)) != 0))
     return rc == CHIME_ENOMEM || rc == CHIME_ESYS
                ? rc

@@ -71,14 +71,6 @@ int chime__resume_begin(chime_stream_t *s, int code, const char *text) {
   return go;
 }
 
-/* Ends the stream that gave up resuming: the ring is cut off with why. */
-static void give_up(chime_stream_t *s, int code, const char *why) {
-  char text[CHIME__ERRLEN];
-  snprintf(text, sizeof(text), "stream %" PRIu64 " on '%s': %.700s",
-           s->stream_id, s->table, why);
-  chime__stream_cut(s, code, text);
-}
-
 /* Waits ms on idle_cv (close wakes it): 1 when closing. Holds s->lock. */
 static int nap_locked(chime_stream_t *s, int64_t ms) {
   if (!s->closing && ms > 0) {
@@ -142,9 +134,9 @@ static int attempts(chime_stream_t *s, char *err, size_t errlen) {
   }
 }
 
-int chime__stream_resume(chime_stream_t *s) {
+int chime__stream_resume(chime_stream_t *s, char *why, size_t whylen) {
   if (!atomic_load(&s->resuming))
-    return -1;
+    return 1;
   char err[CHIME__ERRLEN];
   pthread_mutex_lock(&s->drive_mu);
   s->tp->resume_prepare(s);
@@ -159,11 +151,12 @@ int chime__stream_resume(chime_stream_t *s) {
   }
   pthread_mutex_unlock(&s->drive_mu);
   if (rc != 0) {
-    if (rc != CHIME_ECLOSED)
-      give_up(s, rc, err);
+    /* Given up: the caller cuts the learner off the ring with why. */
+    snprintf(why, whylen, "stream %" PRIu64 " on '%s': %.700s", s->stream_id,
+             s->table, err);
     atomic_store(&s->resuming, 0);
   }
-  return rc;
+  return rc == CHIME_ECLOSED ? 1 : rc;
 }
 
 void chime__resume_fini(chime_stream_t *s) {

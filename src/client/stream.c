@@ -216,6 +216,8 @@ static int learner_drives(const chime_stream_t *s) {
 static void *stream_thread(void *arg) {
   pthread_setname_np(pthread_self(), "chime-stream");
   chime_stream_t *s = arg;
+  char why[CHIME__ERRLEN];
+  int rc;
   do {
     while (chime__rpc_busy(&s->rpc)) {
       if (!learner_drives(s)) {
@@ -228,7 +230,9 @@ static void *stream_thread(void *arg) {
       chime__stall_check(s);
       pthread_mutex_unlock(&s->drive_mu);
     }
-  } while (chime__stream_resume(s) == 0); /* a lost call: a new one */
+  } while ((rc = chime__stream_resume(s, why, sizeof(why))) == 0);
+  if (rc != 1) /* a lost call not resumed: the stream is over */
+    chime__stream_cut(s, rc, why);
   return NULL;
 }
 

@@ -211,9 +211,10 @@ void chime__stream_cut(chime_stream_t *s, int code, const char *why);
  * does: chime__stream_resume), 0 when the stream ends. */
 int chime__resume_begin(chime_stream_t *s, int code, const char *text);
 /* The stream's thread, once the call is over: 0 when a new call is open
- * (pump it), else nonzero (nothing to resume, or the stream ended: given
- * up, refused, or closing). */
-int chime__stream_resume(chime_stream_t *s);
+ * (pump it); 1 when there is nothing to resume or the stream is closing;
+ * else the CHIME_E* code it gave up with (no server in time, or refused),
+ * why then the learner's detail: the caller cuts the stream with both. */
+int chime__stream_resume(chime_stream_t *s, char *why, size_t whylen);
 /* One resuming Subscribe (stream_open.c): the new call open within wait_ms
  * (waiting for the channel to connect), its layout the old one's; the old
  * call's rpc is destroyed first. On failure err says why and s->rpc is
@@ -245,11 +246,17 @@ void chime__stall_reset(chime_stream_t *s, uint32_t heartbeat_ms);
 /* --- several connections (lanes.c; docs/protocol.md, "Lanes") --- */
 
 typedef struct chime__lanes_s chime__lanes_t;
+/* How a lane lands a chunk it received into its batch's slot: the
+ * transport's chime__remote_chunk, handed in by the transport (lanes.c
+ * knows the ring's producer side, not the chunks' format). */
+typedef int (*chime__land_fn)(chime__remote_t *r, grpc_byte_buffer *bb,
+                              char *err, size_t errlen);
 /* After setup, for connections n > 1: s->remote.lanes with a client (a
- * connection) for each lane 1..n-1, nothing started. CHIME_ENOMEM, or
- * the client's code, with err; what was made goes in chime__lanes_free. */
-int chime__lanes_create(chime_stream_t *s, uint32_t n, char *err,
-                        size_t errlen);
+ * connection) for each lane 1..n-1, nothing started, each landing its
+ * chunks with land. CHIME_ENOMEM, or the client's code, with err; what was
+ * made goes in chime__lanes_free. */
+int chime__lanes_create(chime_stream_t *s, uint32_t n, chime__land_fn land,
+                        char *err, size_t errlen);
 /* Each lane Joins stream id (the remote's token) on a call of its own,
  * read by a thread of its own; batches then publish in seq order from
  * 0. 0, or the first failure's code (the lanes started stay; the stream

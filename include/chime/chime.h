@@ -570,6 +570,11 @@ chime_writer_end_episode(chime_writer_t *writer);
 CHIME_EXTERN CHIME_NODISCARD int chime_writer_flush(chime_writer_t *writer);
 /* Samples acked so far. */
 CHIME_EXTERN uint64_t chime_writer_acked(const chime_writer_t *writer);
+/* The Insert calls this writer left as stalled (docs/remote.md, "A link
+ * that drops"): requests unacked and nothing at all heard from a server
+ * that heartbeats for 1.5 s (or 4 times the recent gaps), each resumed on
+ * a fresh connection. May be read from another thread. */
+CHIME_EXTERN uint64_t chime_writer_stalls(const chime_writer_t *writer);
 /* Bytes of the Insert messages the writer has made of its samples, each
  * counted once (a resend after a lost connection is not counted again):
  * the insert traffic, which compressed leaves shrink (chime_writer_opts_t

@@ -1,0 +1,190 @@
+/* A writer's Insert call that stalls, against the real chimed
+ * (docs/remote.md, "A link that drops"; docs/protocol.md, "Heartbeats"):
+ * - a writer whose server stops answering while its requests wait for
+ *   acks (chimed stopped with SIGSTOP: its connection stays open, nothing
+ *   crosses it) leaves the call (chime_writer_stalls) and resumes on a
+ *   fresh connection once chimed runs again, resending what was not
+ *   acked: every item is in the table exactly once;
+ * - a writer whose inserts the table's rate limiter holds for seconds
+ *   hears chimed's heartbeats and keeps its call: its flush times out,
+ *   it never leaves the call, and its items go in on that same call once
+ *   a learner samples. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "chime/chime.h"
+#include "chime/export.h"
+#include "harness.h"
+#include "streams.h"
+#include "writes.h"
+
+enum { N = 4096, HALF = N / 2 };
+
+/* Each item's count in the table, by its value. */
+typedef struct {
+  uint8_t seen[N];
+  uint64_t items, bad;
+} count_t;
+
+static int count_items(void *ctx, const chime_export_chunk_t *c) {
+  count_t *k = ctx;
+  const uint8_t *p = c->data;
+  for (uint64_t i = 0; i < c->count; i++) {
+    uint64_t x;
+    memcpy(&x, p + i * 8, 8);
+    if (x >= N)
+      k->bad++;
+    else
+      k->seen[x]++;
+    k->items++;
+  }
+  return 0;
+}
+
+typedef struct {
+  chime_writer_t *w;
+  uint64_t first, n;
+  int rc;
+  atomic_int done;
+} job_t;
+
+/* Appends first .. first + n - 1 and flushes: the writer's caller. */
+static void *append_run(void *arg) {
+  job_t *j = arg;
+  j->rc = 0;
+  for (uint64_t x = j->first; x < j->first + j->n && j->rc == 0; x++)
+    j->rc = chime_writer_append(j->w, &x, 8, 1.0);
+  if (j->rc == 0)
+    j->rc = chime_writer_flush(j->w);
+  atomic_store(&j->done, 1);
+  return NULL;
+}
+
+static void pause_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+static void test_stalled_server_is_left_by_writer(void **state) {
+  (void)state;
+  chime__chimed_t d;
+  chime_client_t *c = NULL;
+  assert_int_equal(chime__chimed_start_client(
+                       &d,
+                       "{\"tables\": [{\"name\": \"q\", \"spec\": \"x:u64[]\", "
+                       "\"capacity\": 100000, \"sampler\": \"uniform\"}]}",
+                       &c),
+                   0);
+  chime_writer_opts_t o = CHIME_WRITER_OPTS_INIT;
+  o.max_batch_samples = 16; /* many requests, several in flight */
+  o.timeout_ms = 60000;
+  chime_writer_t *w = NULL;
+  assert_int_equal(chime_writer_open(&w, c, "q", &o), 0);
+  /* The first half acked: the writer has heard that chimed heartbeats. */
+  static job_t j;
+  j = (job_t){w, 0, HALF, -1, 0};
+  append_run(&j);
+  assert_int_equal(j.rc, 0);
+  assert_int_equal(chime_writer_stalls(w), 0);
+  /* chimed stops answering; the second half goes from another thread,
+   * chimed kept stopped until the writer has left its call. */
+  assert_int_equal(kill(d.proc.pid, SIGSTOP), 0);
+  j = (job_t){w, HALF, N - HALF, -1, 0};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, append_run, &j), 0);
+  while (chime_writer_stalls(w) == 0)
+    pause_ms(20); /* a poll of the counter, not a wait for a race */
+  assert_int_equal(kill(d.proc.pid, SIGCONT), 0);
+  pthread_join(th, NULL);
+  if (j.rc != 0)
+    fail_msg("second half: %s", chime_last_error());
+  printf("stalls %llu\n", (unsigned long long)chime_writer_stalls(w));
+  assert_int_equal(chime_writer_acked(w), N);
+  assert_int_equal(chime_writer_close(w), 0);
+  static count_t k;
+  memset(&k, 0, sizeof k);
+  assert_int_equal(chime_client_export(c, "q", count_items, &k), 0);
+  assert_int_equal(k.bad, 0);
+  for (uint64_t x = 0; x < N; x++)
+    if (k.seen[x] != 1)
+      fail_msg("item %llu in the table %u times", (unsigned long long)x,
+               k.seen[x]);
+  assert_int_equal(k.items, N);
+  assert_int_equal(chime__chimed_stop_client(&d, c), 0);
+}
+
+/* samples_per_insert 1, error_buffer 2, min_size 2, nobody sampling: the
+ * limiter holds the writer's inserts after a few. */
+static void test_blocked_writer_keeps_its_call(void **state) {
+  (void)state;
+  chime__chimed_t d;
+  chime_client_t *c = NULL;
+  assert_int_equal(
+      chime__chimed_start_client(
+          &d,
+          "{\"tables\": [{\"name\": \"lim\", \"spec\": \"x:u64[]\", "
+          "\"capacity\": 100000, \"sampler\": \"uniform\", \"min_size\": 2, "
+          "\"samples_per_insert\": 1.0, \"error_buffer\": 2}]}",
+          &c),
+      0);
+  chime_writer_opts_t o = CHIME_WRITER_OPTS_INIT;
+  o.max_batch_samples = 1;
+  o.timeout_ms = 4000; /* well past the stall rule's 1.5 s */
+  chime_writer_t *w = NULL;
+  assert_int_equal(chime_writer_open(&w, c, "lim", &o), 0);
+  enum { M = 8 };
+  for (uint64_t x = 0; x < M; x++)
+    assert_int_equal(chime_writer_append(w, &x, 8, 1.0), 0);
+  /* Held by the limiter for the whole wait: heartbeats keep the call. */
+  assert_int_equal(chime_writer_flush(w), CHIME_ETIMEDOUT);
+  assert_true(chime_writer_acked(w) < M);
+  assert_int_equal(chime_writer_stalls(w), 0);
+  /* A learner samples: the limiter lets the rest in, on the same call. */
+  chime_stream_t *s =
+      chime__open_stream(c, "lim", CHIME_MODE_STREAM, 1, 2, NULL);
+  static job_t j;
+  j = (job_t){w, 0, 0, -1, 0};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, append_run, &j), 0);
+  while (!atomic_load(&j.done)) {
+    chime_batch_t b;
+    int rc = chime_stream_next(s, &b, 200);
+    if (rc == 0)
+      assert_int_equal(chime_stream_release(s, &b), 0);
+    else if (rc != CHIME_ETIMEDOUT)
+      fail_msg("learner: %s", chime_last_error());
+  }
+  pthread_join(th, NULL);
+  assert_int_equal(chime_writer_stalls(w), 0);
+  assert_int_equal(j.rc, 0);
+  assert_int_equal(chime_writer_acked(w), M);
+  assert_int_equal(chime_writer_close(w), 0);
+  chime_stream_close(s);
+  assert_int_equal(chime__chimed_stop_client(&d, c), 0);
+}
+
+static int teardown(void **state) {
+  (void)state;
+  chime__harness_kill_all();
+  return 0;
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_teardown(test_stalled_server_is_left_by_writer,
+                                teardown),
+      cmocka_unit_test_teardown(test_blocked_writer_keeps_its_call, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

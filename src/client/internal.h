@@ -96,6 +96,11 @@ grpc_channel *chime__channel_new(const chime_client_t *c);
 int chime__channel_connect(const chime_client_t *c, int step_ms, int wait_ms,
                            grpc_channel **out);
 
+/* Destroys *ch (made in this process: fork_gen is the fork generation it
+ * was made in; one inherited from a parent is only forgotten), NULL-safe;
+ * *ch is NULL after. */
+void chime__channel_drop(grpc_channel **ch, uint32_t fork_gen);
+
 /* --- the stall rule's clock, a stream's and a writer's (stall.c) --- */
 
 /* The recent-gap estimate after a message heard gap ms after the last

@@ -8,7 +8,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client/fork.h"
 #include "client/writer_call.h"
 #include "wire/credit.h"
 
@@ -261,12 +260,7 @@ int chime__writer_stall_check(chime_writer_t *w) {
 }
 
 void chime__writer_chan_drop(chime_writer_t *w) {
-  if (w->chan != NULL && w->fork_gen == chime__fork_gen()) {
-    chime__gate_enter();
-    grpc_channel_destroy(w->chan);
-    chime__gate_leave();
-  }
-  w->chan = NULL;
+  chime__channel_drop(&w->chan, w->fork_gen);
 }
 
 /* One step of fresh connections for a call left as stalled (channel.c),

@@ -31,6 +31,13 @@
 
 enum { N = 4096, HALF = N / 2 };
 
+/* Whatever a failed test left running. */
+static int teardown(void **state) {
+  (void)state;
+  chime__harness_kill_all();
+  return 0;
+}
+
 /* Each item's count in the table, by its value. */
 typedef struct {
   uint8_t seen[N];
@@ -172,12 +179,6 @@ static void test_blocked_writer_keeps_its_call(void **state) {
   assert_int_equal(chime_writer_close(w), 0);
   chime_stream_close(s);
   assert_int_equal(chime__chimed_stop_client(&d, c), 0);
-}
-
-static int teardown(void **state) {
-  (void)state;
-  chime__harness_kill_all();
-  return 0;
 }
 
 int main(void) {

@@ -421,11 +421,15 @@ typedef struct {
    * was lost) it opens a new call and sends every unacked request again. The
    * server acks one it already inserted with its original keys and does not
    * insert it twice, so each sample lands exactly once (docs/protocol.md,
-   * Insert). 0: the first lost connection fails the writer with
-   * CHIME_EUNAVAILABLE, as before. */
+   * Insert). So it does when its call stalls: requests unacked and nothing
+   * heard for 1.5 s from a server that heartbeats (chime_writer_stalls;
+   * docs/remote.md, "A link that drops"), then on a fresh connection.
+   * 0: the first lost connection fails the writer with
+   * CHIME_EUNAVAILABLE, as before, and no call is judged stalled. */
   int resend;
   /* With resend: how long the writer keeps trying, from the disconnect until
-   * the server acks again (the channel reconnects with gRPC's backoff);
+   * the server acks again (the channel reconnects with gRPC's backoff; after
+   * a stall, a fresh connection every 250 ms);
    * then calls fail with CHIME_EDISCONNECTED. Default 10000; 0: default;
    * negative: no reconnecting (as resend 0), like a stream's. */
   int reconnect_timeout_ms;

@@ -415,8 +415,10 @@ static int ready(chime_writer_t *w) {
   while ((w->inflight || sending(w)) && !w->broken &&
          chime__writer_pump(w, gpr_inf_past(GPR_CLOCK_MONOTONIC)) == 0) {
   }
+  /* After a stall an append does not wait for a fresh connection: the
+   * next wait (max_inflight full, a flush, a close) connects. */
   if (w->broken && !w->failed)
-    chime__writer_reconnect(w, chime__now_ms() + w->timeout_ms);
+    chime__writer_reconnect(w, chime__now_ms());
   return w->failed;
 }
 

@@ -24,14 +24,87 @@
 #include <cmocka.h>
 
 #include "chime/chime.h"
+#include "chime.pb-c.h"
 #include "chime/export.h"
 #include "harness.h"
+#include "rawcall.h"
 #include "streams.h"
 #include "writes.h"
 
 enum { N = 4096, HALF = N / 2 };
 
 /* Whatever a failed test left running. */
+static int teardown(void **state);
+
+/* The next message of a raw Insert call, an InsertAck. */
+static Chime__V1__InsertAck *raw_ack(chime__raw_t *r) {
+  ProtobufCMessage *m = NULL;
+  assert_int_equal(
+      chime__raw_recv_msg(r, &chime__v1__insert_ack__descriptor, &m, 20000), 0);
+  assert_non_null(m);
+  return (Chime__V1__InsertAck *)m;
+}
+
+/* One request of one item on a raw Insert call, asking for heartbeats at
+ * beat_ms (0: none), and its ack: the ack's heartbeat_ms. */
+static uint32_t raw_insert(chime__raw_t *r, uint64_t id, uint32_t beat_ms) {
+  uint64_t x = id;
+  Chime__V1__InsertRequest req = CHIME__V1__INSERT_REQUEST__INIT;
+  req.table = "q";
+  req.count = 1;
+  req.data.data = (uint8_t *)&x;
+  req.data.len = sizeof x;
+  req.id = id;
+  req.heartbeat_ms = beat_ms;
+  assert_int_equal(chime__raw_send(r, &req.base), 0);
+  Chime__V1__InsertAck *a = raw_ack(r);
+  assert_false(a->heartbeat);
+  assert_int_equal(a->id, id);
+  assert_int_equal(a->count, 1);
+  uint32_t ms = a->heartbeat_ms;
+  protobuf_c_message_free_unpacked(&a->base, NULL);
+  return ms;
+}
+
+/* The wire: a call that asks hears heartbeat_ms in its acks and, once
+ * idle, heartbeats (an InsertAck with heartbeat set, nothing acked); a
+ * call that does not ask (a writer before 1.0) hears neither. */
+static void test_insert_call_heartbeats(void **state) {
+  (void)state;
+  chime__chimed_t d;
+  grpc_channel *ch = NULL;
+  chime_client_t *c = NULL;
+  assert_int_equal(chime__raw_client_fixture_start(
+                       &d, &ch, &c,
+                       "{\"tables\": [{\"name\": \"q\", \"spec\": \"x:u64[]\", "
+                       "\"capacity\": 1000, \"sampler\": \"uniform\"}]}"),
+                   0);
+  chime__raw_t old;
+  assert_int_equal(chime__raw_start(&old, ch, "/chime.v1.Chime/Insert", 60000),
+                   0);
+  assert_int_equal(raw_insert(&old, 1, 0), 0);
+  chime__raw_t r;
+  assert_int_equal(chime__raw_start(&r, ch, "/chime.v1.Chime/Insert", 60000),
+                   0);
+  assert_int_equal(raw_insert(&r, 1, 250), 250);
+  for (int k = 0; k < 3; k++) {
+    Chime__V1__InsertAck *a = raw_ack(&r);
+    assert_true(a->heartbeat);
+    assert_int_equal(a->id, 0);
+    assert_int_equal(a->count, 0);
+    assert_int_equal(a->heartbeat_ms, 250);
+    protobuf_c_message_free_unpacked(&a->base, NULL);
+  }
+  /* Acks go on among them. */
+  assert_int_equal(raw_insert(&r, 2, 250), 250);
+  /* The call that did not ask got nothing since its ack: its next
+   * message is the ack of its next request. */
+  assert_int_equal(raw_insert(&old, 2, 0), 0);
+  chime__raw_destroy(&r);
+  chime__raw_destroy(&old);
+  assert_int_equal(chime__raw_client_fixture_stop(&d, ch, c), 0);
+}
+
 static int teardown(void **state) {
   (void)state;
   chime__harness_kill_all();
@@ -183,6 +256,7 @@ static void test_blocked_writer_keeps_its_call(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test_teardown(test_insert_call_heartbeats, teardown),
       cmocka_unit_test_teardown(test_stalled_server_is_left_by_writer,
                                 teardown),
       cmocka_unit_test_teardown(test_blocked_writer_keeps_its_call, teardown),

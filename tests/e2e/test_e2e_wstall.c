@@ -1,5 +1,8 @@
 /* A writer's Insert call that stalls, against the real chimed
  * (docs/remote.md, "A link that drops"; docs/protocol.md, "Heartbeats"):
+ * - on the wire: an Insert call that asks for heartbeats hears the
+ *   interval in its acks and heartbeats once idle; one that does not ask
+ *   hears neither;
  * - a writer whose server stops answering while its requests wait for
  *   acks (chimed stopped with SIGSTOP: its connection stays open, nothing
  *   crosses it) leaves the call (chime_writer_stalls) and resumes on a
@@ -36,18 +39,31 @@ enum { N = 4096, HALF = N / 2 };
 /* Whatever a failed test left running. */
 static int teardown(void **state);
 
-/* The next message of a raw Insert call, an InsertAck. */
-static Chime__V1__InsertAck *raw_ack(chime__raw_t *r) {
+/* The next message of a raw Insert call is an InsertAck with these
+ * fields: a heartbeat (id, count 0) or the ack of request id (count 1). */
+static void expect_ack(chime__raw_t *r, int heartbeat, uint64_t id,
+                       uint32_t beat_ms) {
   ProtobufCMessage *m = NULL;
-  assert_int_equal(
-      chime__raw_recv_msg(r, &chime__v1__insert_ack__descriptor, &m, 20000), 0);
-  assert_non_null(m);
-  return (Chime__V1__InsertAck *)m;
+  int rc =
+      chime__raw_recv_msg(r, &chime__v1__insert_ack__descriptor, &m, 20000);
+  if (rc != 0 || m == NULL)
+    fail_msg("no InsertAck within 20 s (%d)", rc);
+  const Chime__V1__InsertAck *a = (const Chime__V1__InsertAck *)m;
+  int same = a->heartbeat == heartbeat && a->id == id &&
+             a->count == (heartbeat ? 0u : 1u) && a->heartbeat_ms == beat_ms;
+  if (!same)
+    fail_msg("InsertAck heartbeat %d id %llu count %u heartbeat_ms %u; "
+             "expected heartbeat %d id %llu heartbeat_ms %u",
+             a->heartbeat, (unsigned long long)a->id, a->count, a->heartbeat_ms,
+             heartbeat, (unsigned long long)id, beat_ms);
+  protobuf_c_message_free_unpacked(m, NULL);
 }
 
 /* One request of one item on a raw Insert call, asking for heartbeats at
- * beat_ms (0: none), and its ack: the ack's heartbeat_ms. */
-static uint32_t raw_insert(chime__raw_t *r, uint64_t id, uint32_t beat_ms) {
+ * beat_ms (0: none), then its ack, which says the server's interval
+ * (want_ms: 0 for a call that did not ask). */
+static void raw_insert(chime__raw_t *r, uint64_t id, uint32_t beat_ms,
+                       uint32_t want_ms) {
   uint64_t x = id;
   Chime__V1__InsertRequest req = CHIME__V1__INSERT_REQUEST__INIT;
   req.table = "q";
@@ -57,13 +73,7 @@ static uint32_t raw_insert(chime__raw_t *r, uint64_t id, uint32_t beat_ms) {
   req.id = id;
   req.heartbeat_ms = beat_ms;
   assert_int_equal(chime__raw_send(r, &req.base), 0);
-  Chime__V1__InsertAck *a = raw_ack(r);
-  assert_false(a->heartbeat);
-  assert_int_equal(a->id, id);
-  assert_int_equal(a->count, 1);
-  uint32_t ms = a->heartbeat_ms;
-  protobuf_c_message_free_unpacked(&a->base, NULL);
-  return ms;
+  expect_ack(r, 0, id, want_ms);
 }
 
 /* The wire: a call that asks hears heartbeat_ms in its acks and, once
@@ -82,24 +92,18 @@ static void test_insert_call_heartbeats(void **state) {
   chime__raw_t old;
   assert_int_equal(chime__raw_start(&old, ch, "/chime.v1.Chime/Insert", 60000),
                    0);
-  assert_int_equal(raw_insert(&old, 1, 0), 0);
+  raw_insert(&old, 1, 0, 0);
   chime__raw_t r;
   assert_int_equal(chime__raw_start(&r, ch, "/chime.v1.Chime/Insert", 60000),
                    0);
-  assert_int_equal(raw_insert(&r, 1, 250), 250);
-  for (int k = 0; k < 3; k++) {
-    Chime__V1__InsertAck *a = raw_ack(&r);
-    assert_true(a->heartbeat);
-    assert_int_equal(a->id, 0);
-    assert_int_equal(a->count, 0);
-    assert_int_equal(a->heartbeat_ms, 250);
-    protobuf_c_message_free_unpacked(&a->base, NULL);
-  }
+  raw_insert(&r, 1, 250, 250);
+  for (int k = 0; k < 3; k++)
+    expect_ack(&r, 1, 0, 250);
   /* Acks go on among them. */
-  assert_int_equal(raw_insert(&r, 2, 250), 250);
+  raw_insert(&r, 2, 250, 250);
   /* The call that did not ask got nothing since its ack: its next
    * message is the ack of its next request. */
-  assert_int_equal(raw_insert(&old, 2, 0), 0);
+  raw_insert(&old, 2, 0, 0);
   chime__raw_destroy(&r);
   chime__raw_destroy(&old);
   assert_int_equal(chime__raw_client_fixture_stop(&d, ch, c), 0);

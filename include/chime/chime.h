@@ -421,11 +421,15 @@ typedef struct {
    * was lost) it opens a new call and sends every unacked request again. The
    * server acks one it already inserted with its original keys and does not
    * insert it twice, so each sample lands exactly once (docs/protocol.md,
-   * Insert). 0: the first lost connection fails the writer with
-   * CHIME_EUNAVAILABLE, as before. */
+   * Insert). So it does when its call stalls: requests unacked and nothing
+   * heard for 1.5 s from a server that heartbeats (chime_writer_stalls;
+   * docs/remote.md, "A link that drops"), then on a fresh connection.
+   * 0: the first lost connection fails the writer with
+   * CHIME_EUNAVAILABLE, as before, and no call is judged stalled. */
   int resend;
   /* With resend: how long the writer keeps trying, from the disconnect until
-   * the server acks again (the channel reconnects with gRPC's backoff);
+   * the server acks again (the channel reconnects with gRPC's backoff; after
+   * a stall, a fresh connection every 250 ms);
    * then calls fail with CHIME_EDISCONNECTED. Default 10000; 0: default;
    * negative: no reconnecting (as resend 0), like a stream's. */
   int reconnect_timeout_ms;
@@ -570,6 +574,11 @@ chime_writer_end_episode(chime_writer_t *writer);
 CHIME_EXTERN CHIME_NODISCARD int chime_writer_flush(chime_writer_t *writer);
 /* Samples acked so far. */
 CHIME_EXTERN uint64_t chime_writer_acked(const chime_writer_t *writer);
+/* The Insert calls this writer left as stalled (docs/remote.md, "A link
+ * that drops"): requests unacked and nothing at all heard from a server
+ * that heartbeats for 1.5 s (or 4 times the recent gaps), each resumed on
+ * a fresh connection. May be read from another thread. */
+CHIME_EXTERN uint64_t chime_writer_stalls(const chime_writer_t *writer);
 /* Bytes of the Insert messages the writer has made of its samples, each
  * counted once (a resend after a lost connection is not counted again):
  * the insert traffic, which compressed leaves shrink (chime_writer_opts_t

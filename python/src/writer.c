@@ -238,6 +238,7 @@ static int writer_shut(writer_t *self, char *why, size_t whylen) {
   self->w = NULL;
   self->acked_at_close = chime_writer_acked(w);
   self->bytes_at_close = chime_writer_bytes_sent(w);
+  self->stalls_at_close = chime_writer_stalls(w);
   Py_BEGIN_ALLOW_THREADS closed = chime_writer_close(w);
   Py_END_ALLOW_THREADS chimepy_client_child_closed(self->client);
   if (self->interrupted && rc != INTERRUPTED)
@@ -646,6 +647,13 @@ static PyObject *writer_bytes_sent(PyObject *o, void *unused) {
                                              : self->bytes_at_close);
 }
 
+static PyObject *writer_stalls(PyObject *o, void *unused) {
+  (void)unused;
+  writer_t *self = (writer_t *)o;
+  return PyLong_FromUnsignedLongLong(self->w ? chime_writer_stalls(self->w)
+                                             : self->stalls_at_close);
+}
+
 static PyObject *writer_compress(PyObject *o, void *unused) {
   (void)unused;
   return PyUnicode_FromString(((writer_t *)o)->compress);
@@ -717,6 +725,11 @@ static PyGetSetDef writer_getset[] = {
     {"bytes_sent", writer_bytes_sent, NULL,
      "bytes of the Insert messages made of its samples (each once; after "
      "close, the count at close)",
+     NULL},
+    {"stalls", writer_stalls, NULL,
+     "Insert calls left as stalled (requests unacked, nothing heard from a "
+     "server that heartbeats for 1.5 s), each resumed on a fresh connection "
+     "(after close, the count at close)",
      NULL},
     {"compress", writer_compress, NULL,
      "the leaves it compresses before sending, 'obs:3' ('' : none; "

@@ -19,8 +19,9 @@ typedef struct {
   int interrupted;
   uint64_t taken; /* samples chime_writer_append accepted */
   uint64_t acked_at_close;
-  uint64_t bytes_at_close; /* chime_writer_bytes_sent at close */
-  char compress[1024];     /* chime_writer_compress: what it compresses */
+  uint64_t bytes_at_close;  /* chime_writer_bytes_sent at close */
+  uint64_t stalls_at_close; /* chime_writer_stalls at close */
+  char compress[1024];      /* chime_writer_compress: what it compresses */
   uint64_t version; /* the policy version of samples appended without one */
 } writer_t;
 

@@ -35,7 +35,8 @@ def writer(addr, start, count):
             print(f"acked {w.acked}", flush=True)
             time.sleep(0.005)  # an actor's pace, so writing spans the outage
         w.close()
-        print(json.dumps({"acked": w.acked, "gap_ends": gap_ends}),
+        print(json.dumps({"acked": w.acked, "gap_ends": gap_ends,
+                          "stalls": w.stalls}),
               flush=True)
 
 

@@ -149,7 +149,8 @@ def test_link_down_under_8_learners(tmp_path, down_s):
           f"{[g['resumes_late'] for g in got[:LEARNERS]]}; "
           f"{len(ids) - len(set(ids))} items twice; writers' first ack "
           f"after it came back: "
-          f"{[round(min(t - up for t in r['gap_ends'] if t >= up), 2) for r in wrote if any(t >= up for t in r['gap_ends'])]} s")
+          f"{[round(min(t - up for t in r['gap_ends'] if t >= up), 2) for r in wrote if any(t >= up for t in r['gap_ends'])]} s; "
+          f"writers' stalls {[r['stalls'] for r in wrote]}")
     assert lk.down_dropped > 0, "nothing crossed the link while it was down"
     assert acked == [PER_WRITER] * WRITERS
     for g in got:

@@ -240,3 +240,12 @@ int chime__channel_connect(const chime_client_t *c, int step_ms, int wait_ms,
   *out = ready;
   return ready != NULL ? 0 : CHIME_ETIMEDOUT;
 }
+
+void chime__channel_drop(grpc_channel **ch, uint32_t fork_gen) {
+  if (*ch != NULL && fork_gen == chime__fork_gen()) {
+    chime__gate_enter();
+    grpc_channel_destroy(*ch);
+    chime__gate_leave();
+  }
+  *ch = NULL;
+}

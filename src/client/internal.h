@@ -96,6 +96,21 @@ grpc_channel *chime__channel_new(const chime_client_t *c);
 int chime__channel_connect(const chime_client_t *c, int step_ms, int wait_ms,
                            grpc_channel **out);
 
+/* Destroys *ch (made in this process: fork_gen is the fork generation it
+ * was made in; one inherited from a parent is only forgotten), NULL-safe;
+ * *ch is NULL after. */
+void chime__channel_drop(grpc_channel **ch, uint32_t fork_gen);
+
+/* --- the stall rule's clock, a stream's and a writer's (stall.c) --- */
+
+/* The recent-gap estimate after a message heard gap ms after the last
+ * one (0: the first): the longer of the two, the old one decayed an
+ * eighth, capped. */
+int64_t chime__stall_gap(int64_t estimate_ms, int64_t gap_ms);
+/* The silence that counts as a stall: CHIME__STALL_MS, or 4 times the
+ * recent gaps if that is longer (a slow link is not a dead one). */
+int64_t chime__stall_limit(int64_t estimate_ms);
+
 /* --- the one-server client (client.c) ---
  *
  * The layer under the public calls (client_api.c) and the sharded ones

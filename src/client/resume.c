@@ -23,7 +23,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "client/fork.h"
 #include "client/stream.h"
 #include "wire/status.h"
 
@@ -160,10 +159,5 @@ int chime__stream_resume(chime_stream_t *s, char *why, size_t whylen) {
 }
 
 void chime__resume_fini(chime_stream_t *s) {
-  if (s->chan != NULL && s->fork_gen == chime__fork_gen()) {
-    chime__gate_enter();
-    grpc_channel_destroy(s->chan);
-    chime__gate_leave();
-  }
-  s->chan = NULL;
+  chime__channel_drop(&s->chan, s->fork_gen);
 }

@@ -26,18 +26,21 @@ static int64_t since(const chime_stream_t *s) {
   return e > s->stall_heard_ms ? e : s->stall_heard_ms;
 }
 
-static int64_t limit_ms(const chime_stream_t *s) {
-  int64_t g = 4 * s->stall_gap_ms;
+int64_t chime__stall_limit(int64_t estimate_ms) {
+  int64_t g = 4 * estimate_ms;
   return g > CHIME__STALL_MS ? g : CHIME__STALL_MS;
+}
+
+int64_t chime__stall_gap(int64_t estimate_ms, int64_t gap_ms) {
+  int64_t decayed = estimate_ms - estimate_ms / 8;
+  int64_t g = gap_ms > decayed ? gap_ms : decayed;
+  return g > GAP_MAX_MS ? GAP_MAX_MS : g;
 }
 
 void chime__stall_heard(chime_stream_t *s) {
   int64_t now = chime__now_ms();
-  int64_t gap = s->stall_heard_ms != 0 ? now - since(s) : 0;
-  int64_t decayed = s->stall_gap_ms - s->stall_gap_ms / 8;
-  s->stall_gap_ms = gap > decayed ? gap : decayed;
-  if (s->stall_gap_ms > GAP_MAX_MS)
-    s->stall_gap_ms = GAP_MAX_MS;
+  s->stall_gap_ms = chime__stall_gap(
+      s->stall_gap_ms, s->stall_heard_ms != 0 ? now - since(s) : 0);
   s->stall_heard_ms = now;
 }
 
@@ -60,7 +63,8 @@ int64_t chime__stall_left_ms(const chime_stream_t *s) {
   if (s->heartbeat_ms == 0 || atomic_load(&s->resuming) ||
       atomic_load(&s->stalled) || !expects(s))
     return INT64_MAX;
-  int64_t left = since(s) + limit_ms(s) - chime__now_ms();
+  int64_t left =
+      since(s) + chime__stall_limit(s->stall_gap_ms) - chime__now_ms();
   return left > 0 ? left : 0;
 }
 

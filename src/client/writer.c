@@ -36,6 +36,7 @@
 #include "client/writer_shard.h"
 #include "client/writer_zip.h"
 #include "common/spec.h"
+#include "wire/credit.h"
 #include "wire/insert_limits.h"
 
 /* A public call begins: what an earlier call's failure said is not this
@@ -60,8 +61,36 @@ static int inherited(chime_writer_t *w) {
                                  sizeof(w->err));
 }
 
+/* The waits' deadlines, passed (a sharded writer moves on instead): the
+ * reconnect deadline (CHIME_EDISCONNECTED), the call's (CHIME_ETIMEDOUT).
+ * 0 while neither passed, or a move to another shard was made. */
+static int past(chime_writer_t *w, int64_t end, int timeout_ms) {
+  if (w->reconnect_deadline && chime__now_ms() >= w->reconnect_deadline) {
+    if (w->set && chime__writer_move_shard(w) == 0)
+      return 0;
+    if (w->failed) /* a shard configured otherwise, named */
+      return w->failed;
+    snprintf(w->err, sizeof(w->err),
+             "insert into '%s': connection lost and not back within %d ms "
+             "(%" PRIu32 " requests unacked)",
+             w->table, w->reconnect_timeout_ms, w->inflight);
+    chime__rpc_cancel(&w->rpc);
+    return fail(w, CHIME_EDISCONNECTED);
+  }
+  if (chime__now_ms() >= end) {
+    snprintf(w->err, sizeof(w->err),
+             "insert into '%s': no ack within %d ms (%" PRIu32
+             " messages in flight)",
+             w->table, timeout_ms, w->inflight);
+    w->stalled = 1;
+    return CHIME_ETIMEDOUT;
+  }
+  return 0;
+}
+
 /* Waits until cond() holds, the writer fails or the deadline passes; a call
- * lost on the way is resumed on a new one, up to the reconnect deadline. */
+ * lost on the way is resumed on a new one, up to the reconnect deadline,
+ * and so is a call that stalls (chime__writer_stall_check). */
 static int wait_until(chime_writer_t *w, int (*cond)(const chime_writer_t *),
                       int timeout_ms) {
   int64_t end = chime__now_ms() + timeout_ms;
@@ -78,39 +107,27 @@ static int wait_until(chime_writer_t *w, int (*cond)(const chime_writer_t *),
       continue;
     }
     if (w->broken) {
-      int rc = chime__writer_reconnect(w);
+      int rc = chime__writer_reconnect(w, end);
       if (rc)
+        return rc;
+      /* No fresh connection yet (a stall's): the deadlines are looked at. */
+      if (w->broken && (rc = past(w, end, timeout_ms)) != 0)
         return rc;
       continue;
     }
     int64_t until = end;
     if (w->reconnect_deadline && w->reconnect_deadline < until)
       until = w->reconnect_deadline;
+    int64_t stall = chime__writer_stall_left_ms(w);
     int64_t left = until - chime__now_ms();
+    if (stall < left)
+      left = stall;
     int rc =
         chime__writer_pump(w, chime__deadline_ms(left > 0 ? (int)left : 0));
-    if (rc != CHIME_ETIMEDOUT)
+    if (rc != CHIME_ETIMEDOUT || chime__writer_stall_check(w))
       continue;
-    if (w->reconnect_deadline && chime__now_ms() >= w->reconnect_deadline) {
-      if (w->set && chime__writer_move_shard(w) == 0)
-        continue;
-      if (w->failed) /* a shard configured otherwise, named */
-        return w->failed;
-      snprintf(w->err, sizeof(w->err),
-               "insert into '%s': connection lost and not back within %d ms "
-               "(%" PRIu32 " requests unacked)",
-               w->table, w->reconnect_timeout_ms, w->inflight);
-      chime__rpc_cancel(&w->rpc);
-      return fail(w, CHIME_EDISCONNECTED);
-    }
-    if (chime__now_ms() >= end) {
-      snprintf(w->err, sizeof(w->err),
-               "insert into '%s': no ack within %d ms (%" PRIu32
-               " messages in flight)",
-               w->table, timeout_ms, w->inflight);
-      w->stalled = 1;
-      return CHIME_ETIMEDOUT;
-    }
+    if ((rc = past(w, end, timeout_ms)) != 0)
+      return rc;
   }
   return w->failed;
 }
@@ -153,6 +170,7 @@ static int send_batch(chime_writer_t *w) {
   req.end_episode = w->end_pending != 0;
   chime__writer_zip_req(w, &req);
   req.warm_start = w->warm_start != 0;
+  req.heartbeat_ms = w->resend ? CHIME__HEARTBEAT_MS : 0;
   grpc_byte_buffer *bb = chime__pack(&req.base);
   if (!bb)
     return fail(w, CHIME_ENOMEM);
@@ -397,8 +415,10 @@ static int ready(chime_writer_t *w) {
   while ((w->inflight || sending(w)) && !w->broken &&
          chime__writer_pump(w, gpr_inf_past(GPR_CLOCK_MONOTONIC)) == 0) {
   }
+  /* After a stall an append does not wait for a fresh connection: the
+   * next wait (max_inflight full, a flush, a close) connects. */
   if (w->broken && !w->failed)
-    chime__writer_reconnect(w);
+    chime__writer_reconnect(w, chime__now_ms());
   return w->failed;
 }
 
@@ -686,6 +706,10 @@ uint64_t chime_writer_acked(const chime_writer_t *writer) {
   return writer ? writer->acked : 0;
 }
 
+uint64_t chime_writer_stalls(const chime_writer_t *writer) {
+  return writer ? atomic_load(&writer->stalls) : 0;
+}
+
 uint64_t chime_writer_bytes_sent(const chime_writer_t *writer) {
   return writer ? writer->bytes_sent : 0;
 }
@@ -741,6 +765,7 @@ int chime_writer_close(chime_writer_t *writer) {
     chime__writer_drop_call(w);
   }
   chime__rpc_destroy(&w->rpc);
+  chime__writer_chan_drop(w);
   if (w->set)
     chime__shards_unpick(w->set, w->member);
   chime__writer_zip_close(w);

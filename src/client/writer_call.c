@@ -9,6 +9,12 @@
 #include <unistd.h>
 
 #include "client/writer_call.h"
+#include "wire/credit.h"
+
+/* After a stall: a fresh connection every CONNECT_STEP_MS, for at most
+ * CONNECT_MS a try (resume.c's steps, a stream's). */
+#define CONNECT_STEP_MS 250
+#define CONNECT_MS 2000
 
 /* The call ended: the status says why. A lost connection (not a graceful
  * CHIME_ESHUTDOWN) leaves the writer to resume on a new call. Any other end
@@ -92,17 +98,33 @@ static int check_ack(const chime_writer_t *w, const Chime__V1__InsertAck *ack,
   return 0;
 }
 
+/* A message came on the call: the silence ends, and the server says
+ * whether it heartbeats (a server before them says 0: never judged). */
+static void heard(chime_writer_t *w, uint32_t beat_ms) {
+  int64_t now = chime__now_ms();
+  int64_t since = w->expect_ms > w->heard_ms ? w->expect_ms : w->heard_ms;
+  w->gap_ms = chime__stall_gap(w->gap_ms, now - since);
+  w->heard_ms = now;
+  w->beat_ms = beat_ms;
+}
+
 static void on_ack(chime_writer_t *w) {
   Chime__V1__InsertAck *ack = (Chime__V1__InsertAck *)chime__unpack(
       &chime__v1__insert_ack__descriptor, w->rpc.recv_bb);
   chime__bb_free(w->rpc.recv_bb);
   w->rpc.recv_bb = NULL;
   char why[256] = "malformed ack";
-  if (!ack || check_ack(w, ack, why, sizeof(why)) ||
-      ack->n_dropped != ack->n_dropped_reasons ||
-      chime__writer_take_drops(w, w->acked, ack->first_key, ack->count,
-                               ack->dropped, ack->dropped_reasons,
-                               ack->n_dropped, why, sizeof(why))) {
+  if (ack != NULL)
+    heard(w, ack->heartbeat_ms);
+  if (ack != NULL && ack->heartbeat && ack->id == 0 && ack->count == 0) {
+    /* Alive, the requests still waiting: nothing acked. */
+    if (live(w) && chime__rpc_recv(&w->rpc))
+      fail(w, CHIME_EPROTO);
+  } else if (!ack || ack->heartbeat || check_ack(w, ack, why, sizeof(why)) ||
+             ack->n_dropped != ack->n_dropped_reasons ||
+             chime__writer_take_drops(w, w->acked, ack->first_key, ack->count,
+                                      ack->dropped, ack->dropped_reasons,
+                                      ack->n_dropped, why, sizeof(why))) {
     if (!w->failed)
       snprintf(w->err, sizeof(w->err), "insert into '%s': %s", w->table, why);
     fail(w, CHIME_EPROTO);
@@ -119,6 +141,7 @@ static void on_ack(chime_writer_t *w) {
     w->stalled = 0;
     w->min_key = ack->first_key + ack->count;
     w->reconnect_deadline = 0; /* the server is back */
+    w->fresh = 0;
     /* After the status nothing more comes on this call. */
     if (live(w) && chime__rpc_recv(&w->rpc))
       fail(w, CHIME_EPROTO);
@@ -161,7 +184,8 @@ int chime__writer_kick(chime_writer_t *w) {
     snprintf(w->err, sizeof(w->err), "insert into '%s': cannot send", w->table);
     return fail(w, CHIME_EPROTO);
   }
-  w->sent_on_call++;
+  if (w->sent_on_call++ == 0)
+    w->expect_ms = chime__now_ms();
   return 0;
 }
 
@@ -197,12 +221,64 @@ static int pending(const chime_writer_t *w) {
  * receive. A resumed call waits for the channel to be ready (the server
  * may still be coming back) instead of failing at once. */
 int chime__writer_call_start(chime_writer_t *w, int wait_for_ready) {
-  if (chime__rpc_start(&w->rpc, w->client, CHIME__M_INSERT,
-                       gpr_inf_future(GPR_CLOCK_REALTIME),
-                       wait_for_ready ? CHIME__RPC_WAIT_FOR_READY : 0, NULL) ||
+  w->heard_ms = chime__now_ms();
+  w->expect_ms = 0;
+  w->gap_ms = 0;
+  if (chime__rpc_start_on(
+          &w->rpc, w->client, w->chan != NULL ? w->chan : w->client->channel,
+          CHIME__M_INSERT, gpr_inf_future(GPR_CLOCK_REALTIME),
+          wait_for_ready ? CHIME__RPC_WAIT_FOR_READY : 0, NULL) ||
       chime__rpc_recv(&w->rpc))
     return CHIME_EPROTO;
   return 0;
+}
+
+int64_t chime__writer_stall_left_ms(const chime_writer_t *w) {
+  if (w->beat_ms == 0 || w->sent_on_call == 0 || w->broken || w->failed ||
+      !live(w) || w->resend == 0)
+    return INT64_MAX;
+  int64_t since = w->expect_ms > w->heard_ms ? w->expect_ms : w->heard_ms;
+  int64_t left = since + chime__stall_limit(w->gap_ms) - chime__now_ms();
+  return left > 0 ? left : 0;
+}
+
+int chime__writer_stall_check(chime_writer_t *w) {
+  if (chime__writer_stall_left_ms(w) > 0)
+    return 0;
+  atomic_fetch_add(&w->stalls, 1);
+  snprintf(w->err, sizeof(w->err),
+           "insert into '%s': stalled: nothing heard for %" PRId64
+           " ms with %" PRIu32 " requests unacked",
+           w->table, chime__now_ms() - w->heard_ms, w->inflight);
+  /* Our cancel: its status fails nothing, an ack that came first counts. */
+  w->dropping = 1;
+  chime__writer_drop_call(w);
+  w->dropping = 0;
+  w->broken = 1;
+  w->fresh = 1;
+  return 1;
+}
+
+void chime__writer_chan_drop(chime_writer_t *w) {
+  chime__channel_drop(&w->chan, w->fork_gen);
+}
+
+/* One step of fresh connections for a call left as stalled (channel.c),
+ * by until_ms: the writer's own channel then, or still none. */
+static void connect_fresh(chime_writer_t *w, int64_t until_ms) {
+  if (until_ms > w->reconnect_deadline)
+    until_ms = w->reconnect_deadline;
+  int64_t left = until_ms - chime__now_ms();
+  if (left <= 0)
+    return;
+  grpc_channel *ch = NULL;
+  if (chime__channel_connect(w->client, CONNECT_STEP_MS,
+                             left < CONNECT_MS ? (int)left : CONNECT_MS,
+                             &ch) != 0)
+    return;
+  chime__writer_chan_drop(w);
+  w->chan = ch;
+  w->fresh = 2; /* connected: the call goes on it */
 }
 
 /* Ends the current call: cancels it and collects every completion left
@@ -216,13 +292,19 @@ void chime__writer_drop_call(chime_writer_t *w) {
 /* The call died with the connection: collect what is left of it (an ack
  * that arrived before the end still counts), then open a new call and send
  * every unacked request again, oldest first. */
-int chime__writer_reconnect(chime_writer_t *w) {
+int chime__writer_reconnect(chime_writer_t *w, int64_t until_ms) {
   chime__writer_drop_call(w);
   chime__rpc_reset(&w->rpc);
   if (w->failed)
     return w->failed;
   if (w->reconnect_deadline == 0)
     w->reconnect_deadline = chime__now_ms() + w->reconnect_timeout_ms;
+  if (w->fresh) {
+    connect_fresh(w, until_ms);
+    if (w->fresh != 2)
+      return 0; /* no connection yet: still broken */
+    w->fresh = 1;
+  }
   w->broken = 0;
   w->sent_on_call = 0;
   w->reconnects++;

@@ -86,6 +86,18 @@ struct chime_writer_s {
    * status that follows is ours, not the server's, and fails nothing. */
   int dropping;
   int64_t reconnect_deadline; /* CLOCK_MONOTONIC ms; 0: not reconnecting */
+  /* A call that stalls (docs/remote.md, "A link that drops"): the server's
+   * heartbeat interval (its acks' heartbeat_ms; 0: none heard, so never
+   * judged), when the call last heard anything (or began), when requests
+   * went on it after none were, and the recent gaps (stall.c's rule). */
+  uint32_t beat_ms;
+  int64_t heard_ms, expect_ms, gap_ms;
+  /* The call was left as stalled: the next calls go on fresh connections
+   * (channel.c) until an ack comes; chan is the writer's own, once it has
+   * one (NULL: the client's channel). */
+  int fresh;
+  grpc_channel *chan;
+  _Atomic uint64_t stalls; /* calls left as stalled (chime_writer_stalls) */
   uint64_t reconnects;
   uint64_t min_key; /* keys of one call only grow: the next ack's lowest */
   uint64_t acked;   /* samples */
@@ -135,9 +147,22 @@ int chime__writer_call_start(chime_writer_t *w, int wait_for_ready);
 /* Cancels the current call and collects every completion left (an ack
  * that arrived before the end still counts). */
 void chime__writer_drop_call(chime_writer_t *w);
-/* The call died with the connection: a new call that sends every unacked
- * request again, oldest first. */
-int chime__writer_reconnect(chime_writer_t *w);
+/* The call died with the connection (or was left as stalled): a new call
+ * that sends every unacked request again, oldest first. After a stall the
+ * new call goes on a fresh connection, made by until_ms (CLOCK_MONOTONIC;
+ * a step of at most 2 s): none by then leaves the writer broken, to try
+ * again. 0 or the sticky error. */
+int chime__writer_reconnect(chime_writer_t *w, int64_t until_ms);
+/* How long the call may stay silent before it counts as stalled: requests
+ * went on it, the server heartbeats, and nothing came for CHIME__STALL_MS
+ * (or 4 times the recent gaps). INT64_MAX when it is not judged. */
+int64_t chime__writer_stall_left_ms(const chime_writer_t *w);
+/* Leaves a stalled call (the stall rule says so, at no time left): 1, the
+ * writer then broken and to resume on a fresh connection; 0 if not. */
+int chime__writer_stall_check(chime_writer_t *w);
+/* Destroys the writer's own channel, if any (at close, or when a sharded
+ * writer moves to another shard). */
+void chime__writer_chan_drop(chime_writer_t *w);
 /* Records the groups an ack (count samples from first_key, the first of
  * them the writer's first_index-th append) says were dropped: n indices
  * idx and reasons why. 0, or -1 with why it is not believed in err (an

@@ -199,6 +199,8 @@ int chime__writer_move_shard(chime_writer_t *w) {
   chime__shards_unpick(w->set, w->member);
   w->member = to;
   w->client = chime__shards_at(w->set, to)->client;
+  chime__writer_chan_drop(w); /* a connection to the dead shard */
+  w->fresh = 0;
   w->moves++;
   /* The new shard issues keys of its own numbering. */
   w->min_key = 1;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "common/clock.h"
+#include "server/insert.h"
 #include "server/stream.h"
 #include "wire/credit.h"
 
@@ -49,6 +50,13 @@ static size_t gather(chime__beat_t *b) {
   return n;
 }
 
+/* An Insert call's heartbeat, if due (insertack.h). */
+static void beat_insert(chime__call_t *c) {
+  chime__insert_beat_t *beat = chime__insert_beat_of(c);
+  if (beat != NULL)
+    chime__insert_beat(c, beat, chime__now_ns());
+}
+
 static void *beat_main(void *arg) {
   pthread_setname_np(pthread_self(), "chime-beat");
   chime__beat_t *b = arg;
@@ -66,6 +74,7 @@ static void *beat_main(void *arg) {
       chime__stream_beat(b->seen[i], now);
       chime__stream_unref(b->seen[i]);
     }
+    chime__call_each(&b->srv->host, beat_insert);
     pthread_mutex_lock(&b->mu);
   }
   pthread_mutex_unlock(&b->mu);

@@ -25,6 +25,7 @@
 #include <grpc/byte_buffer_reader.h>
 
 #include "chime.pb-c.h"
+#include "common/clock.h"
 #include "common/errfmt.h"
 #include "common/spec.h"
 #include "wire/pbread.h"
@@ -37,6 +38,7 @@
 #include "server/insertwhy.h"
 #include "replay/rules.h"
 #include "server/staging.h"
+#include "wire/credit.h"
 #include "wire/leaf.h"
 
 /* A received InsertRequest: its slices, held until the worker has copied
@@ -232,6 +234,7 @@ struct insert_s {
   /* Why the table refused the request in the works ("": no sentence). */
   char why[WHY_LEN];
   chime__insert_drops_t drops; /* its groups' filter reasons */
+  chime__insert_beat_t beat;   /* heartbeats (server/beat.c) */
   uint8_t *drop;               /* drops' room for it, or NULL */
 };
 
@@ -340,7 +343,7 @@ static void insert_finish(chime__call_t *c, insert_t *st, int rc,
                           const chime__dedupe_req_t *dq, uint64_t id,
                           uint32_t count, uint64_t first_key) {
   if (rc == 0)
-    chime__insert_send_ack(c, id, count, first_key, st->drop);
+    chime__insert_send_ack(c, id, count, first_key, st->drop, &st->beat);
   chime__call_lock(c);
   st->pending = 0;
   int stop = st->stopping, hc = st->half_closed;
@@ -397,6 +400,8 @@ static void insert_on_start(chime__call_t *c) {
   st->srv = chime__call_server(c);
   st->owner = chime__auth_owner(&st->srv->cfg, chime__call_metadata(c));
   atomic_init(&st->abort, 0);
+  atomic_init(&st->beat.ms, 0);
+  atomic_init(&st->beat.sent_ns, chime__now_ns());
   chime__call_set_state(c, st);
   read_next(c, st);
 }
@@ -469,6 +474,8 @@ static void on_request(chime__call_t *c, grpc_byte_buffer *bb) {
   }
   if ((rc = bind_table(srv, st, &req->q, err, sizeof(err))) != 0)
     goto fail;
+  if (req->q.heartbeat_ms > 0)
+    atomic_store(&st->beat.ms, CHIME__HEARTBEAT_MS);
   const chime__table_config_t *tc = chime__table_config(st->table);
   rc = chime__insert_check_data(tc, chime__table_sample_bytes(st->table),
                                 &req->q, err, sizeof(err));
@@ -696,6 +703,15 @@ static void insert_on_close(chime__call_t *c) {
    * the works did not end closed). */
   for (uint32_t i = 0; i < n; i++)
     chime__table_writer_unbind(st->table, writers[i], closed);
+}
+
+chime__insert_beat_t *chime__insert_beat_of(chime__call_t *c) {
+  if (chime__call_method(c) != CHIME__M_INSERT)
+    return NULL;
+  chime__call_lock(c);
+  insert_t *st = chime__call_state(c);
+  chime__call_unlock(c);
+  return st != NULL ? &st->beat : NULL;
 }
 
 static void insert_on_free(chime__call_t *c) {

@@ -24,6 +24,7 @@ enum {
   F_STORED_LEAVES = 11,
   F_STORED = 12,
   F_WARM_START = 13,
+  F_HEARTBEAT_MS = 71,
 };
 
 static int bad(char *err, size_t errlen, const char *what) {
@@ -255,6 +256,11 @@ int chime__insert_req_parse(chime__insert_req_t *q, chime__pb_reader_t *r,
       if ((rc = want_wire(&f, CHIME__PB_VARINT, err, errlen)) != 0)
         return rc;
       q->warm_start = f.value != 0;
+      break;
+    case F_HEARTBEAT_MS:
+      if ((rc = want_wire(&f, CHIME__PB_VARINT, err, errlen)) != 0)
+        return rc;
+      q->heartbeat_ms = f.value > UINT32_MAX ? UINT32_MAX : (uint32_t)f.value;
       break;
     case F_LENGTHS:
       if (read_varints(r, &f, NULL, sizeof(uint32_t), UINT32_MAX, &nlen) != 0)

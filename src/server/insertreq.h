@@ -21,10 +21,11 @@ typedef struct {
   char table[CHIME__INSERT_TABLE_MAX + 1]; /* "" when absent */
   int table_too_long;
   uint32_t count;
-  uint64_t id;        /* with writer_id: the writer's request sequence */
-  uint64_t writer_id; /* 0: none (no dedupe) */
-  int end_episode;    /* a sequence table's: the writer's episode ends */
-  int warm_start;     /* past the rate limiter (an import) */
+  uint64_t id;           /* with writer_id: the writer's request sequence */
+  uint64_t writer_id;    /* 0: none (no dedupe) */
+  int end_episode;       /* a sequence table's: the writer's episode ends */
+  int warm_start;        /* past the rate limiter (an import) */
+  uint32_t heartbeat_ms; /* the writer asks for heartbeats (0: none) */
   uint64_t data_offset, data_len; /* the data field in the message */
   double *priorities;             /* malloc'd; NULL when none */
   size_t n_priorities;

@@ -646,8 +646,9 @@ typedef struct {
    * ring past `slots` until (slots - 1) x batch bytes cover twice what 10
    * Gb/s moves in that round trip, at most this; a server whose budget
    * refuses that ring gets a smaller one, never fewer than `slots`. Only
-   * with prefetch 0 (else prefetch says what is in flight). 0: 64 MiB; at
-   * most slots x batch bytes: `slots` as given. */
+   * with prefetch 0 (else prefetch says what is in flight). Over several
+   * `connections` it also grows to two batches in flight on each, within
+   * this. 0: 64 MiB; at most slots x batch bytes: `slots` as given. */
   uint64_t max_inflight_bytes;
   /* Stream mode (docs/remote.md, "A link that drops"): a stream whose
    * connection is lost (not ended by the server) opens its Subscribe

@@ -181,10 +181,12 @@ int chime__stream_attach(chime_stream_t *s, char *err, size_t errlen);
 /* --- stream mode's window (window.c) --- */
 
 /* The slots a ring needs so that its lent batches of batch_bytes cover the
- * round trip rtt_ns (docs/remote.md), at most max_inflight bytes, never
- * fewer than asked. */
+ * round trip rtt_ns (docs/remote.md), and over lanes > 1 connections two
+ * batches in flight on each, at most max_inflight bytes, never fewer than
+ * asked. */
 uint32_t chime__window_slots(uint32_t asked, uint64_t batch_bytes,
-                             uint64_t rtt_ns, uint64_t max_inflight);
+                             uint64_t rtt_ns, uint64_t max_inflight,
+                             uint32_t lanes);
 /* The table's info with the GetInfo timed: its round trip in *rtt_ns (the
  * quicker of two when the first took long enough to have connected the
  * channel too). As chime__table_lookup otherwise. */

@@ -24,12 +24,20 @@
 #define RTT_LOCAL_NS 500000ull
 
 uint32_t chime__window_slots(uint32_t asked, uint64_t batch_bytes,
-                             uint64_t rtt_ns, uint64_t max_inflight) {
+                             uint64_t rtt_ns, uint64_t max_inflight,
+                             uint32_t lanes) {
   if (batch_bytes == 0 || rtt_ns < RTT_LOCAL_NS)
     return asked;
   if (rtt_ns > RTT_MAX_NS)
     rtt_ns = RTT_MAX_NS;
   uint64_t want = 2 * (AIM_BYTES_PER_S * rtt_ns / 1000000000ull);
+  /* Over several connections the server deals whole batches, each to one
+   * lane: two on each (one on the wire, one queued behind it) keep every
+   * connection sending, where one connection in loss recovery would
+   * otherwise hold a share of the window (docs/remote.md, "More
+   * connections"). */
+  if (lanes > 1 && want < 2ull * lanes * batch_bytes)
+    want = 2ull * lanes * batch_bytes;
   if (want > max_inflight)
     want = max_inflight;
   /* slots - 1 are lent: one more, and one for the division's remainder */
@@ -97,8 +105,9 @@ void chime__window_size(chime_stream_t *s, const chime_table_info_t *ti,
     return; /* Open says why */
   uint64_t max = s->opts.max_inflight_bytes != 0 ? s->opts.max_inflight_bytes
                                                  : CHIME_MAX_INFLIGHT_BYTES;
-  s->opts.slots = chime__window_slots(
-      s->asked_slots, chime__slot_send_bytes(&lay), rtt_ns, max);
+  s->opts.slots =
+      chime__window_slots(s->asked_slots, chime__slot_send_bytes(&lay), rtt_ns,
+                          max, s->opts.connections);
   s->prefetch = chime__credits_initial(0, s->opts.slots);
 }
 

@@ -872,23 +872,33 @@ static void test_window_slots(void **state) {
   const uint64_t mib = 1u << 20, cap = 64 * mib;
   /* 10 ms: 25 MB, 381 batches of 64 KiB lent, + 1 slot, + 1 for the
    * remainder */
-  assert_int_equal(chime__window_slots(8, 65536, 10000000, cap),
+  assert_int_equal(chime__window_slots(8, 65536, 10000000, cap, 1),
                    25000000 / 65536 + 2);
-  assert_int_equal(chime__window_slots(8, mib, 10000000, cap),
+  assert_int_equal(chime__window_slots(8, mib, 10000000, cap, 1),
                    25000000 / mib + 2);
   /* 50 ms wants 125 MB: max_inflight's 64 MiB */
-  assert_int_equal(chime__window_slots(8, mib, 50000000, cap), 64 + 2);
+  assert_int_equal(chime__window_slots(8, mib, 50000000, cap, 1), 64 + 2);
   /* 16 MiB batches at 1 ms need fewer than asked */
-  assert_int_equal(chime__window_slots(8, 16 * mib, 1000000, cap), 8);
+  assert_int_equal(chime__window_slots(8, 16 * mib, 1000000, cap, 1), 8);
   /* local: as asked, whatever the batch */
-  assert_int_equal(chime__window_slots(8, 64, 400000, cap), 8);
+  assert_int_equal(chime__window_slots(8, 64, 400000, cap, 1), 8);
   /* max_inflight at or under the asked window: as asked */
-  assert_int_equal(chime__window_slots(8, 65536, 10000000, 1), 8);
+  assert_int_equal(chime__window_slots(8, 65536, 10000000, 1, 1), 8);
   /* tiny batches: the ring's most slots */
-  assert_int_equal(chime__window_slots(8, 64, 10000000, cap),
+  assert_int_equal(chime__window_slots(8, 64, 10000000, cap, 1),
                    CHIME_RING_MAX_SLOTS);
   /* a stalled server's round trip counts as 10 s at most */
-  assert_int_equal(chime__window_slots(8, mib, UINT64_MAX, cap), 64 + 2);
+  assert_int_equal(chime__window_slots(8, mib, UINT64_MAX, cap, 1), 64 + 2);
+  /* 4 connections of 16 MiB batches at 10 ms: two batches each would be
+   * 128 MiB, max_inflight's 64 MiB (4 batches) + 2 */
+  assert_int_equal(chime__window_slots(4, 16 * mib, 10000000, cap, 1), 4);
+  assert_int_equal(chime__window_slots(4, 16 * mib, 10000000, cap, 4), 6);
+  assert_int_equal(chime__window_slots(4, 16 * mib, 10000000, 256 * mib, 4),
+                   8 + 2);
+  /* 1 MiB at 1 ms over 4: 8 batches, more than the round trip wants */
+  assert_int_equal(chime__window_slots(8, mib, 1000000, cap, 4), 8 + 2);
+  /* a local round trip keeps the asked slots, connections or not */
+  assert_int_equal(chime__window_slots(4, 16 * mib, 400000, cap, 4), 4);
 }
 
 int main(void) {

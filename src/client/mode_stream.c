@@ -206,11 +206,13 @@ int chime__remote_chunk(chime__remote_t *r, grpc_byte_buffer *bb, char *err,
     /* Over lanes the credits are the stream's (lanes.c). */
     chime__remote_t *m = r->lanes ? chime__lanes_remote(r->lanes) : r;
     uint64_t started = atomic_fetch_add(&m->started, 1);
-    if (started >= atomic_load(&m->granted))
+    if (started >= atomic_load(&m->granted)) {
+      atomic_fetch_sub(&m->started, 1); /* not started: the stream ends */
       return chime__fail(err, errlen, CHIME_EPROTO,
                          "stream: server sent batch %" PRIu64
                          " beyond the %" PRIu64 " credits given",
                          c.seq, started);
+    }
     /* Credits keep a slot free; waiting only happens on a ring that reuses
      * slots in order, and chime_stream_close() shuts the ring to end it. */
     rc = r->lanes ? chime__lanes_acquire(r->lanes, &r->w)
